@@ -1,0 +1,1 @@
+"""The tunnel management service: everything app.py's routes call into."""

@@ -1,0 +1,71 @@
+"""Accounts and their users: created by the admin command, never over the API.
+
+An account is the tenant every resource belongs to. Its users have a role, ``admin`` or
+``member``. Bot users (chalicelib.bot_users) are the other kind of principal. An account may
+be marked as an abuse reporter, which opens ``/abuse_reports`` to it.
+"""
+from typing import Any, Dict, Optional
+
+from chalicelib import api_keys, errors, ids, store, validation
+from chalicelib.auth import USER_COLLECTION
+
+ROLES = ("admin", "member")
+
+
+def create_account(name: str = "", abuse_reporter: bool = False) -> str:
+    account_id = ids.new_id(ids.PREFIXES["account"])
+    item = store.new_item(store.account_pk(account_id), store.ACCOUNT_SK, kind="account",
+                          account_id=account_id,
+                          data={"name": name, "abuse_reporter": abuse_reporter,
+                                "created_at": validation.now_rfc3339()})
+    store.commit([store.put_new(item)])
+    return account_id
+
+
+def get_account(account_id: str) -> store.Item:
+    item = store.get(store.account_pk(account_id), store.ACCOUNT_SK)
+    if item is None:
+        raise errors.NotFound(f"No account with id '{account_id}' exists")
+    return item
+
+
+def is_abuse_reporter(account_id: str) -> bool:
+    item = store.get(store.account_pk(account_id), store.ACCOUNT_SK)
+    return bool(item and item.data.get("abuse_reporter"))
+
+
+@store.retrying
+def set_abuse_reporter(account_id: str, enabled: bool) -> None:
+    item = get_account(account_id)
+    item.data = {**item.data, "abuse_reporter": enabled}
+    store.commit([store.save(item)])
+
+
+def create_user(account_id: str, role: str, name: str = "") -> str:
+    if role not in ROLES:
+        raise errors.InvalidField(f"role must be one of {', '.join(ROLES)}")
+    get_account(account_id)
+    user_id = ids.new_id(ids.PREFIXES["user"])
+    item = store.new_item(store.collection_pk(account_id, USER_COLLECTION), user_id,
+                          kind="user", account_id=account_id,
+                          data={"id": user_id, "role": role, "name": name,
+                                "created_at": validation.now_rfc3339()})
+    store.commit([store.put_new(item)])
+    return user_id
+
+
+def user_with_key(account_id: str, role: str, name: str = "",
+                  description: str = "") -> Dict[str, Any]:
+    """A new user of the account with one API key; the key's token is in the result."""
+    user_id = create_user(account_id, role, name)
+    key_id, token = api_keys.create_for_owner(account_id, user_id, "user",
+                                              description=description or f"{role} key")
+    return {"account_id": account_id, "user_id": user_id, "role": role,
+            "api_key_id": key_id, "token": token}
+
+
+def bootstrap(name: str = "", abuse_reporter: bool = False,
+              admin_name: Optional[str] = None) -> Dict[str, Any]:
+    """A new account with an admin user and that user's first API key."""
+    account_id = create_account(name, abuse_reporter)
+    return user_with_key(account_id, "admin", admin_name or "admin", "bootstrap admin key")

@@ -1,0 +1,75 @@
+"""Operator command: ``python -m chalicelib.admin <command>``.
+
+It talks to the store the service uses (TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_REGION),
+so run it with the same environment as the service (``make api-key`` does).
+
+Commands:
+  create-table [--pitr]                     create the table if missing (idempotent)
+  bootstrap [--name N] [--abuse-reporter]   new account + admin user + first API key;
+                                            the key's token is the last line printed
+  add-member --account ACCT [--admin]       new member (or admin) user of ACCT with an API key
+  set-abuse-reporter --account ACCT (--on|--off)
+                                            allow or forbid /abuse_reports for ACCT
+"""
+import argparse
+import json
+import sys
+from typing import List, Optional
+
+from chalicelib import accounts, errors, store
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chalicelib.admin",
+                                     description="Operator commands of the tunnel service")
+    sub = parser.add_subparsers(dest="command", required=True)
+    table = sub.add_parser("create-table", help="create the table if it does not exist")
+    table.add_argument("--pitr", action="store_true", help="turn on point-in-time recovery")
+    boot = sub.add_parser("bootstrap", help="new account with an admin user and API key")
+    boot.add_argument("--name", default="")
+    boot.add_argument("--abuse-reporter", action="store_true")
+    boot.add_argument("--json", action="store_true", help="print one JSON object instead")
+    member = sub.add_parser("add-member", help="new user of an account, with an API key")
+    member.add_argument("--account", required=True)
+    member.add_argument("--admin", action="store_true", help="make the new user an admin")
+    member.add_argument("--name", default="")
+    member.add_argument("--json", action="store_true")
+    reporter = sub.add_parser("set-abuse-reporter", help="allow or forbid abuse reports")
+    reporter.add_argument("--account", required=True)
+    on_off = reporter.add_mutually_exclusive_group(required=True)
+    on_off.add_argument("--on", action="store_true")
+    on_off.add_argument("--off", action="store_true")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "create-table":
+            created = store.create_table(point_in_time_recovery=args.pitr)
+            print("table created" if created else "table already exists")
+        elif args.command == "bootstrap":
+            result = accounts.bootstrap(args.name, abuse_reporter=args.abuse_reporter)
+            _print_key(result, args.json)
+        elif args.command == "add-member":
+            role = "admin" if args.admin else "member"
+            result = accounts.user_with_key(args.account, role, args.name)
+            _print_key(result, args.json)
+        elif args.command == "set-abuse-reporter":
+            accounts.set_abuse_reporter(args.account, bool(args.on))
+            print(f"account {args.account}: abuse reporter {'on' if args.on else 'off'}")
+    except errors.ApiError as exc:
+        print(f"error: {exc.msg}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_key(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result))
+        return
+    print(f"account: {result['account_id']}")
+    print(f"user:    {result['user_id']} ({result['role']})")
+    print(f"api key: {result['api_key_id']} (the token below is shown only now)")
+    print(result["token"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

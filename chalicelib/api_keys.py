@@ -1,0 +1,143 @@
+"""API keys: ``/api_keys``.
+
+Fields: id, uri, description, metadata, created_at, owner_id, token (the secret, in the
+create response only; ``null`` everywhere else).
+
+Rules (where the spec is silent, decided here):
+- ``owner_id`` defaults to the caller. Only admins may name another owner (403); the owner
+  must be a user or bot user of the caller's account (400 otherwise).
+- Every principal of the account may read every key of the account (no secret is ever
+  readable). A member may update or delete only the keys it owns (403); admins manage all.
+- Deleting a key revokes it at once (the next request with it gets 401). A principal may
+  delete the key it is calling with.
+"""
+from typing import Any, Dict, List, Optional, Tuple
+
+from chalicelib import auth, errors, ids, store, validation
+from chalicelib.validation import DESCRIPTION, METADATA, Field
+from chalicelib.web import Ctx
+
+COLLECTION = "api_key"
+PREFIX = ids.PREFIXES["api_key"]
+PATH = "/api_keys"
+LIST_KEY = "keys"
+
+CREATE_FIELDS = [DESCRIPTION, METADATA, Field("owner_id", "string")]
+UPDATE_FIELDS = [DESCRIPTION, METADATA]
+
+
+def render(c: Ctx, item: store.Item, token: Optional[str] = None) -> Dict[str, Any]:
+    data = item.data
+    return {
+        "id": item.sk,
+        "uri": c.uri(f"{PATH}/{item.sk}"),
+        "description": data.get("description", ""),
+        "metadata": data.get("metadata", ""),
+        "created_at": data["created_at"],
+        "token": token,
+        "owner_id": data["owner_id"],
+    }
+
+
+def _owner_kind(owner_id: str) -> Optional[str]:
+    if ids.is_valid(owner_id, ids.PREFIXES["user"]):
+        return "user"
+    if ids.is_valid(owner_id, ids.PREFIXES["bot_user"]):
+        return "bot"
+    return None
+
+
+def _write_ops(account_id: str, owner_id: str, owner_kind: str, description: str,
+               metadata: str) -> Tuple[store.Item, List[store.Op], str]:
+    key_id = ids.new_id(PREFIX)
+    token = auth.new_secret()
+    digest = auth.digest(token)
+    item = store.new_item(store.collection_pk(account_id, COLLECTION), key_id, kind=COLLECTION,
+                          account_id=account_id,
+                          data={"description": description, "metadata": metadata,
+                                "owner_id": owner_id, "owner_kind": owner_kind,
+                                "digest": digest, "created_at": validation.now_rfc3339()})
+    lookup = store.new_item(store.unique_pk(auth.API_KEY_HASH_NAMESPACE, digest),
+                            store.UNIQUE_SK, kind="api_key_hash", account_id=account_id,
+                            data={"digest": digest, "account_id": account_id,
+                                  "api_key_id": key_id, "owner_id": owner_id,
+                                  "owner_kind": owner_kind})
+    owner_collection = auth.USER_COLLECTION if owner_kind == "user" else auth.BOT_COLLECTION
+    ops = [store.put_new(item), store.put_new(lookup),
+           store.check(store.collection_pk(account_id, owner_collection), owner_id,
+                       store.model().pk.exists(),
+                       errors.InvalidField(f"owner_id '{owner_id}' is not a user or bot user "
+                                           "of this account", details={"field": "owner_id"}))]
+    return item, ops, token
+
+
+def create_for_owner(account_id: str, owner_id: str, owner_kind: str, description: str = "",
+                     metadata: str = "") -> Tuple[str, str]:
+    """A new key for a known owner (admin command and bootstrap); (key id, token)."""
+    item, ops, token = _write_ops(account_id, owner_id, owner_kind, description, metadata)
+    store.commit(ops)
+    return item.sk, token
+
+
+def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+    owner_id = fields.get("owner_id") or c.principal.id
+    if owner_id != c.principal.id:
+        c.principal.require_admin("create API keys owned by another user or bot")
+    owner_kind = _owner_kind(owner_id)
+    if owner_kind is None:
+        raise errors.InvalidField(f"owner_id '{owner_id}' is not a user or bot user id",
+                                  details={"field": "owner_id"})
+    item, ops, token = _write_ops(c.account_id, owner_id, owner_kind,
+                                  fields.get("description", ""), fields.get("metadata", ""))
+    store.commit(ops)
+    return render(c, item, token)
+
+
+def _get(c: Ctx, key_id: str) -> store.Item:
+    if not ids.is_valid(key_id, PREFIX):
+        raise errors.NotFound(f"No API key with id '{key_id}' exists")
+    return store.get_resource(c.account_id, COLLECTION, key_id)
+
+
+def _require_manage(c: Ctx, item: store.Item) -> None:
+    if item.data["owner_id"] != c.principal.id:
+        c.principal.require_admin("change API keys owned by another user or bot")
+
+
+def get(c: Ctx, key_id: str) -> Dict[str, Any]:
+    return render(c, _get(c, key_id))
+
+
+def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
+    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
+                                   before_id)
+    return [render(c, item) for item in items], more
+
+
+@store.retrying
+def update(c: Ctx, key_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    item = _get(c, key_id)
+    _require_manage(c, item)
+    if fields:
+        item.data = {**item.data, **fields}
+        store.commit([store.save(item)])
+    return render(c, item)
+
+
+def delete_ops(item: store.Item) -> List[store.Op]:
+    """The writes that delete a key and its lookup item (bot deletion reuses them)."""
+    return [store.delete(item),
+            store.release(auth.API_KEY_HASH_NAMESPACE, item.data["digest"])]
+
+
+@store.retrying
+def delete(c: Ctx, key_id: str) -> None:
+    item = _get(c, key_id)
+    _require_manage(c, item)
+    store.commit(delete_ops(item))
+
+
+def owned_by(account_id: str, owner_id: str) -> List[store.Item]:
+    """Every key of the account owned by ``owner_id`` (one Query of the account's keys)."""
+    return [item for item in store.query_all(store.collection_pk(account_id, COLLECTION))
+            if item.data.get("owner_id") == owner_id]

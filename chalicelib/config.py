@@ -1,0 +1,49 @@
+"""Configuration, read from the environment when first asked for (never at import).
+
+Every setting has a default that works for `make run` and the tests; `.chalice/config.json`
+sets them per stage for deployed stacks.
+
+| variable                 | default                 | meaning                                         |
+|--------------------------|-------------------------|-------------------------------------------------|
+| TABLE_NAME               | tunnel-service          | the one DynamoDB table                          |
+| DYNAMODB_ENDPOINT_URL    | (AWS)                   | another store: moto server, LocalStack, DDB Local |
+| AWS_REGION / AWS_DEFAULT_REGION | us-east-1        | region of the table                             |
+| PUBLIC_BASE_URL          | (from the request)      | base of every `uri` when set                    |
+| BASE_DOMAIN              | tunnels.example.test    | the service's own domain (reserved domains)     |
+| CNAME_ZONE               | cname.example.test      | zone of generated CNAME targets                 |
+| STAGE                    | dev                     | dev, localstack or prod                         |
+"""
+import functools
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class Settings:
+    table_name: str
+    endpoint_url: Optional[str]
+    region: str
+    public_base_url: Optional[str]
+    base_domain: str
+    cname_zone: str
+    stage: str
+
+
+@functools.lru_cache(maxsize=None)
+def get_settings() -> Settings:
+    env = os.environ
+    return Settings(
+        table_name=env.get("TABLE_NAME", "tunnel-service"),
+        endpoint_url=env.get("DYNAMODB_ENDPOINT_URL") or None,
+        region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+        public_base_url=(env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None,
+        base_domain=env.get("BASE_DOMAIN", "tunnels.example.test").lower(),
+        cname_zone=env.get("CNAME_ZONE", "cname.example.test").lower(),
+        stage=env.get("STAGE", "dev"),
+    )
+
+
+def reset_settings() -> None:
+    """Forget cached settings (tests change the environment between runs)."""
+    get_settings.cache_clear()

@@ -1,0 +1,152 @@
+"""The one error catalog of the service, and the exceptions that carry it.
+
+Every non-2xx response has the body
+``{"error_code": "ERR_…", "status_code": N, "msg": "…", "details": {"operation_id": "op_…"}}``.
+Views and resource modules raise an :class:`ApiError` subclass; ``chalicelib.web`` is the single
+place that turns it into that body. ``details`` values are always strings.
+
+Catalog (also in the README):
+
+| error_code                 | status | when                                                       |
+|----------------------------|--------|------------------------------------------------------------|
+| ERR_INVALID_JSON           | 400    | body is not JSON, or not a JSON object                      |
+| ERR_UNKNOWN_FIELD          | 400    | body has a field the operation does not accept              |
+| ERR_MISSING_FIELD          | 400    | a required body field is absent                             |
+| ERR_INVALID_FIELD          | 400    | a body field has the wrong type or breaks a rule            |
+| ERR_INVALID_QUERY          | 400    | unknown query parameter, bad `limit` or `before_id`         |
+| ERR_MISSING_VERSION        | 400    | no `Service-Version` / `Ngrok-Version` header               |
+| ERR_UNSUPPORTED_VERSION    | 400    | version header other than 2                                 |
+| ERR_UNAUTHORIZED           | 401    | missing, malformed, unknown or revoked API key; inactive bot |
+| ERR_FORBIDDEN              | 403    | valid key, but the principal may not do this                |
+| ERR_NOT_FOUND              | 404    | unknown path, or no such resource in the caller's account   |
+| ERR_METHOD_NOT_ALLOWED     | 405    | the path exists but not with this method                    |
+| ERR_CONFLICT               | 409    | uniqueness or reference conflict, concurrent modification   |
+| ERR_BODY_TOO_LARGE         | 413    | request body over the size limit                            |
+| ERR_UNSUPPORTED_MEDIA_TYPE | 415    | a body that is not `Content-Type: application/json`         |
+| ERR_INTERNAL               | 500    | anything unexpected (details are logged, never returned)    |
+"""
+from typing import Dict, Optional
+
+from chalice.app import ChaliceUnhandledError
+
+
+class ApiError(ChaliceUnhandledError):
+    """Base of every error the API returns on purpose.
+
+    It derives from ChaliceUnhandledError so that Chalice lets it propagate to the
+    middleware in chalicelib.web instead of rendering its own 500.
+    """
+
+    status_code = 500
+    error_code = "ERR_INTERNAL"
+    default_msg = "Internal server error"
+
+    def __init__(self, msg: Optional[str] = None, error_code: Optional[str] = None,
+                 details: Optional[Dict[str, str]] = None) -> None:
+        self.msg = msg or self.default_msg
+        if error_code:
+            self.error_code = error_code
+        self.details = {k: str(v) for k, v in (details or {}).items()}
+        super().__init__(self.msg)
+
+    def body(self, operation_id: str) -> dict:
+        return {
+            "error_code": self.error_code,
+            "status_code": self.status_code,
+            "msg": self.msg,
+            "details": {**self.details, "operation_id": operation_id},
+        }
+
+
+class BadRequest(ApiError):
+    status_code = 400
+    error_code = "ERR_INVALID_FIELD"
+    default_msg = "Bad request"
+
+
+class InvalidJson(BadRequest):
+    error_code = "ERR_INVALID_JSON"
+
+
+class UnknownField(BadRequest):
+    error_code = "ERR_UNKNOWN_FIELD"
+
+
+class MissingField(BadRequest):
+    error_code = "ERR_MISSING_FIELD"
+
+
+class InvalidField(BadRequest):
+    error_code = "ERR_INVALID_FIELD"
+
+
+class InvalidQuery(BadRequest):
+    error_code = "ERR_INVALID_QUERY"
+
+
+class MissingVersion(BadRequest):
+    error_code = "ERR_MISSING_VERSION"
+
+
+class UnsupportedVersion(BadRequest):
+    error_code = "ERR_UNSUPPORTED_VERSION"
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+    error_code = "ERR_UNAUTHORIZED"
+    default_msg = "Authentication required: send 'Authorization: Bearer <API key>' with a valid key"
+
+
+class Forbidden(ApiError):
+    status_code = 403
+    error_code = "ERR_FORBIDDEN"
+    default_msg = "This principal is not allowed to perform this operation"
+
+
+class NotFound(ApiError):
+    status_code = 404
+    error_code = "ERR_NOT_FOUND"
+    default_msg = "Resource not found"
+
+
+class MethodNotAllowed(ApiError):
+    status_code = 405
+    error_code = "ERR_METHOD_NOT_ALLOWED"
+    default_msg = "Method not allowed"
+
+
+class Conflict(ApiError):
+    status_code = 409
+    error_code = "ERR_CONFLICT"
+    default_msg = "Conflict"
+
+
+class PayloadTooLarge(ApiError):
+    status_code = 413
+    error_code = "ERR_BODY_TOO_LARGE"
+    default_msg = "Request body too large"
+
+
+class UnsupportedMediaType(ApiError):
+    status_code = 415
+    error_code = "ERR_UNSUPPORTED_MEDIA_TYPE"
+    default_msg = "Request bodies must be sent with 'Content-Type: application/json'"
+
+
+class Internal(ApiError):
+    status_code = 500
+    error_code = "ERR_INTERNAL"
+    default_msg = "Internal server error"
+
+
+CATALOG = {cls.error_code: cls.status_code for cls in (
+    InvalidJson, UnknownField, MissingField, InvalidField, InvalidQuery, MissingVersion,
+    UnsupportedVersion, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict,
+    PayloadTooLarge, UnsupportedMediaType, Internal)}
+
+
+def error_body(status_code: int, error_code: str, msg: str, operation_id: str) -> dict:
+    """The wire error body for errors produced outside a view (gateway, router)."""
+    return {"error_code": error_code, "status_code": status_code, "msg": msg,
+            "details": {"operation_id": operation_id}}

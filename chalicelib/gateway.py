@@ -1,0 +1,73 @@
+"""API Gateway's own answers, in the contract's error body, for the local server and tests.
+
+Deployed, API Gateway answers some requests before any view runs: no route (403 "Missing
+Authentication Token"), no or refused API key (401), an authorizer that fails (500). The
+deployed stack's gateway responses (see the template in .chalice/) rewrite those into the
+contract's error body; :class:`ContractGateway` does the same for ``chalice local``'s
+LocalGateway, which ``make run`` serves and the functional tests' chalice.test.Client uses.
+
+One deviation from the deployed stack: there, ``details.operation_id`` of a gateway-made
+error is API Gateway's request id (``op_`` + its UUID), because no view runs to mint one.
+"""
+import json
+from typing import Any, Dict, Optional
+
+from chalice.local import LocalGateway, LocalGatewayException
+
+from chalicelib import auth, errors, ids
+
+# What the deployed gateway responses say (kept in step with resources.json).
+NOT_FOUND_MSG = "No such path: check the method and path of the request"
+UNAUTHORIZED_MSG = errors.Unauthorized.default_msg
+
+
+def _response(status: int, error_code: str, msg: str) -> Dict[str, Any]:
+    body = errors.error_body(status, error_code, msg, ids.new_id("op"))
+    return {"statusCode": status, "headers": {"Content-Type": "application/json"},
+            "multiValueHeaders": {}, "body": json.dumps(body)}
+
+
+class ContractGateway(LocalGateway):
+    def handle_request(self, method: str, path: str, headers: Dict[str, Any],
+                       body: Optional[bytes]) -> Dict[str, Any]:
+        try:
+            return super().handle_request(method, path, headers, body)
+        except auth.AuthFailed:
+            return _response(401, "ERR_UNAUTHORIZED", UNAUTHORIZED_MSG)
+        except LocalGatewayException as exc:
+            if exc.CODE == 401:
+                return _response(401, "ERR_UNAUTHORIZED", UNAUTHORIZED_MSG)
+            if exc.CODE == 403 and b"Missing Authentication Token" in exc.body \
+                    or b"Authorization header requires" in exc.body:
+                return _response(404, "ERR_NOT_FOUND", NOT_FOUND_MSG)
+            if exc.CODE == 403:
+                return _response(403, "ERR_FORBIDDEN", errors.Forbidden.default_msg)
+            return _response(500, "ERR_INTERNAL", errors.Internal.default_msg)
+        except Exception:  # noqa: BLE001 - an authorizer crash is a 500, as on API Gateway
+            return _response(500, "ERR_INTERNAL", errors.Internal.default_msg)
+
+
+def local_server(project_dir: str, stage: str, host: str, port: int):
+    """``chalice local``'s threaded dev server, answering as the deployed gateway does.
+
+    Same steps as ``chalice local`` (stage config and its environment variables, thread-local
+    current_request, route validation), with ContractGateway in place of LocalGateway.
+    """
+    from http.server import BaseHTTPRequestHandler
+
+    from chalice.cli import validate_routes
+    from chalice.cli.factory import CLIFactory
+    from chalice.local import ChaliceRequestHandler, CustomLocalChalice, LocalChalice, \
+        LocalDevServer
+
+    class Handler(ChaliceRequestHandler):
+        def __init__(self, request, client_address, server, app_object, config):
+            self.local_gateway = ContractGateway(app_object, config)
+            BaseHTTPRequestHandler.__init__(self, request, client_address, server)
+
+    config = CLIFactory(project_dir).create_config_obj(chalice_stage_name=stage)
+    app_obj = config.chalice_app
+    validate_routes(app_obj.routes)
+    CustomLocalChalice.__bases__ = (LocalChalice, app_obj.__class__)
+    app_obj.__class__ = CustomLocalChalice
+    return LocalDevServer(app_obj, config, host, port, handler_cls=Handler)

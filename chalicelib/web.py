@@ -1,0 +1,297 @@
+"""The HTTP edge of the service: what every view shares.
+
+- :func:`install` registers the middleware that wraps every view. It is the single
+  translation point from :class:`chalicelib.errors.ApiError` (and anything unexpected) to
+  the wire error body, checks the version header, the body's media type and size, and gives
+  every request an ``op_`` operation id (logged, returned in error details and in the
+  ``Operation-Id`` response header).
+- :func:`ctx` is the caller (principal from the authorizer context) and the base URL that
+  every ``uri`` is built from. A view that finds no authorizer context refuses (fail closed).
+- :func:`body`, :func:`list_params` and :func:`page` implement strict bodies and the
+  contract's pagination.
+"""
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from urllib.parse import urlencode
+
+from chalice import Chalice, Response
+from chalice.app import Request
+
+from chalicelib import errors, ids, validation
+from chalicelib.config import get_settings
+
+log = logging.getLogger("tunnel_service")
+
+SUPPORTED_VERSIONS = ("2",)
+MAX_BODY_BYTES = 256 * 1024
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 100
+# Paths served without the version header (and without auth): machine-readable docs.
+UNVERSIONED_PATHS = {"/openapi.json"}
+
+_app: List[Chalice] = []
+_local = threading.local()
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: resolved by the authorizer from the API key."""
+
+    account_id: str
+    id: str  # usr_… or bot_…
+    kind: str  # "user" | "bot"
+    role: str  # "admin" | "member"
+    api_key_id: str
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+    def require_admin(self, action: str) -> None:
+        if not self.is_admin:
+            raise errors.Forbidden(f"Only admins may {action}")
+
+
+@dataclass(frozen=True)
+class Ctx:
+    principal: Principal
+    base_url: str
+
+    @property
+    def account_id(self) -> str:
+        return self.principal.account_id
+
+    def uri(self, path: str) -> str:
+        return self.base_url + path
+
+    def ref(self, path: str, resource_id: str) -> Dict[str, str]:
+        return {"id": resource_id, "uri": self.uri(f"{path}/{resource_id}")}
+
+
+def install(app: Chalice) -> None:
+    _app[:] = [app]
+    app.register_middleware(_middleware, "http")
+
+
+def request() -> Request:
+    return _app[0].current_request
+
+
+def operation_id() -> str:
+    return getattr(_local, "operation_id", None) or ids.new_id("op")
+
+
+# ---- the translation point -----------------------------------------------------------------
+def _json_response(status: int, body: Dict[str, Any]) -> Response:
+    return Response(body=json.dumps(body), status_code=status,
+                    headers={"Content-Type": "application/json", "Operation-Id": operation_id()})
+
+
+def error_response(exc: errors.ApiError) -> Response:
+    return _json_response(exc.status_code, exc.body(operation_id()))
+
+
+_CHALICE_STATUS_TO_ERROR = {
+    400: errors.BadRequest, 401: errors.Unauthorized, 403: errors.Forbidden,
+    404: errors.NotFound, 405: errors.MethodNotAllowed, 409: errors.Conflict,
+    413: errors.PayloadTooLarge, 415: errors.UnsupportedMediaType,
+}
+
+
+def _check_request(req: Request) -> None:
+    if req.path not in UNVERSIONED_PATHS:
+        headers = req.headers
+        version = headers.get("service-version")
+        if version is None:
+            version = headers.get("ngrok-version")
+        if version is None:
+            raise errors.MissingVersion(
+                "Missing version header: send 'Service-Version: 2' (or 'Ngrok-Version: 2')")
+        if version.strip() not in SUPPORTED_VERSIONS:
+            raise errors.UnsupportedVersion(
+                f"Unsupported API version '{version}'; supported versions: "
+                f"{', '.join(SUPPORTED_VERSIONS)}")
+    raw = req.raw_body or b""
+    if len(raw) > MAX_BODY_BYTES:
+        raise errors.PayloadTooLarge(
+            f"Request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES} bytes")
+    if raw.strip():
+        content_type = (req.headers.get("content-type") or "").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            raise errors.UnsupportedMediaType(
+                "Request bodies must be sent with 'Content-Type: application/json'"
+                + (f", not '{content_type}'" if content_type else ""))
+
+
+def _middleware(event: Request, get_response: Callable[[Request], Response]) -> Response:
+    _local.operation_id = ids.new_id("op")
+    try:
+        _check_request(event)
+        response = get_response(event)
+    except errors.ApiError as exc:
+        if exc.status_code >= 500:
+            log.error("operation %s failed: %s", operation_id(), exc.msg)
+        return error_response(exc)
+    except Exception:  # noqa: BLE001 - the one place that turns surprises into a clean 500
+        log.exception("operation %s failed with an unexpected error", operation_id())
+        return error_response(errors.Internal())
+    if response.status_code >= 400 and not _is_contract_error(response.body):
+        # Chalice's own errors (405 from its router, 500 from a crash inside it).
+        cls = _CHALICE_STATUS_TO_ERROR.get(response.status_code, errors.Internal)
+        message = None
+        if isinstance(response.body, dict) and response.status_code < 500:
+            message = response.body.get("Message")
+        return error_response(cls(message))
+    response.headers.setdefault("Operation-Id", operation_id())
+    log.info("operation %s %s %s -> %s", operation_id(), event.method, event.path,
+             response.status_code)
+    return response
+
+
+def _is_contract_error(body: Any) -> bool:
+    if isinstance(body, (str, bytes)):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            return False
+    return isinstance(body, dict) and {"error_code", "status_code", "msg", "details"} <= set(body)
+
+
+# ---- the caller --------------------------------------------------------------------------
+def base_url(req: Optional[Request] = None) -> str:
+    """Scheme, host and stage path of this request, or PUBLIC_BASE_URL when configured."""
+    configured = get_settings().public_base_url
+    if configured:
+        return configured
+    req = req or request()
+    headers = req.headers
+    proto = (headers.get("x-forwarded-proto") or "http").split(",")[0].strip() or "http"
+    host = headers.get("host") or "localhost"
+    stage_path = ""
+    context = req.context or {}
+    stage = context.get("stage")
+    if stage and str(context.get("path", "")).startswith(f"/{stage}/"):
+        stage_path = f"/{stage}"
+    return f"{proto}://{host}{stage_path}"
+
+
+def principal(req: Optional[Request] = None) -> Principal:
+    """The authorizer's principal; 401 when there is none (fail closed)."""
+    req = req or request()
+    context = (req.context or {}).get("authorizer") or {}
+    try:
+        found = Principal(account_id=context["account_id"], id=context["principal_id"],
+                          kind=context["principal_kind"], role=context["role"],
+                          api_key_id=context["api_key_id"])
+    except (KeyError, TypeError):
+        raise errors.Unauthorized() from None
+    if not (found.account_id and found.id and found.role in ("admin", "member")):
+        raise errors.Unauthorized()
+    return found
+
+
+def ctx() -> Ctx:
+    req = request()
+    return Ctx(principal=principal(req), base_url=base_url(req))
+
+
+# ---- bodies and lists ----------------------------------------------------------------------
+def json_object() -> Dict[str, Any]:
+    """The request body as a JSON object ({} when there is none)."""
+    raw = request().raw_body or b""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.InvalidJson(f"Request body is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise errors.InvalidJson("Request body must be a JSON object")
+    return value
+
+
+def body(fields: Iterable[validation.Field], path_id: Optional[str] = None) -> Dict[str, Any]:
+    """The checked fields sent in the body (see chalicelib.validation.parse)."""
+    return validation.parse(json_object(), fields, path_id=path_id)
+
+
+def reject_query(allowed: Iterable[str] = ()) -> Dict[str, str]:
+    params = dict(request().query_params or {})
+    allowed = set(allowed)
+    for name in params:
+        if name not in allowed:
+            raise errors.InvalidQuery(
+                f"Unknown query parameter '{name}'"
+                + (f"; accepted: {', '.join(sorted(allowed))}" if allowed else ""),
+                details={"parameter": name})
+    return params
+
+
+def list_params(prefix: str) -> Tuple[int, Optional[str]]:
+    """``limit`` (1–100, default 100) and ``before_id`` (an id with this prefix) of a list."""
+    params = reject_query(("limit", "before_id"))
+    raw_limit = params.get("limit")
+    limit = DEFAULT_LIMIT
+    if raw_limit is not None:
+        text = raw_limit.strip()
+        if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+            raise errors.InvalidQuery(
+                f"Query parameter 'limit' must be an integer from 1 to {MAX_LIMIT}, "
+                f"got '{raw_limit}'", details={"parameter": "limit"})
+        limit = int(text)
+    before_id = params.get("before_id")
+    if before_id is not None and not ids.is_valid(before_id, prefix):
+        raise errors.InvalidQuery(
+            f"Query parameter 'before_id' must be an id of the form '{prefix}_…', "
+            f"got '{before_id}'", details={"parameter": "before_id"})
+    return limit, before_id
+
+
+def page(c: Ctx, path: str, items_key: str, items: List[Dict[str, Any]], more: bool,
+         limit: int) -> Dict[str, Any]:
+    """A list body: the items, the list's ``uri`` and ``next_page_uri`` (null on the last page)."""
+    uri = c.uri(path)
+    next_page = None
+    if more and items:
+        next_page = f"{uri}?{urlencode({'before_id': items[-1]['id'], 'limit': limit})}"
+    return {items_key: items, "uri": uri, "next_page_uri": next_page}
+
+
+def created(resource: Dict[str, Any]) -> Response:
+    return Response(body=resource, status_code=201)
+
+
+def no_content() -> Response:
+    # An empty string, never None: None is sent as "null" and corrupts keep-alive connections.
+    return Response(body="", status_code=204, headers={"Content-Type": "application/json"})
+
+
+def method_not_allowed(allowed: List[str]) -> Callable[..., Response]:
+    """A view for a path's unsupported methods, so every gateway answers 405 the same way."""
+    def view(**_: Any) -> Response:
+        raise errors.MethodNotAllowed(
+            f"Method {request().method} is not allowed here; allowed: {', '.join(allowed)}")
+    return view
+
+
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def add_method_not_allowed_routes(app: Chalice) -> None:
+    """Register a 405 view for every method a known path does not serve.
+
+    API Gateway answers an unrouted method like an unknown path (403 "Missing Authentication
+    Token"); routing those methods to a view gives the contract's 405 on every gateway.
+    Called once, after every real route is registered.
+    """
+    for path, by_method in list(app.routes.items()):
+        missing = [m for m in HTTP_METHODS if m not in by_method]
+        if not missing:
+            continue
+        allowed = sorted(by_method)
+        name = "method_not_allowed_" + "".join(c if c.isalnum() else "_" for c in path)
+        app.route(path, methods=missing, content_types=["*/*"], name=name)(
+            method_not_allowed(allowed))
