@@ -55,7 +55,7 @@ class TunnelsFile:
     def save(self, records: list[dict[str, Any]]) -> None:
         """Replace the file atomically with ``records``. Raises OSError on failure."""
         data = json.dumps(
-            {"version": FORMAT_VERSION, "tunnels": records}, indent=2, sort_keys=True
+            {"version": FORMAT_VERSION, "tunnels": records}, indent=2
         ).encode("utf-8") + b"\n"
         directory = self.path.parent
         directory.mkdir(parents=True, exist_ok=True)

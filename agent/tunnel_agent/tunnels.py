@@ -60,7 +60,7 @@ class Tunnel:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class TunnelService:
@@ -97,7 +97,7 @@ class TunnelService:
 
     def list_view(self) -> list[dict[str, Any]]:
         out = []
-        for tunnel in sorted(self._tunnels.values(), key=lambda t: (t.created_at, t.domain)):
+        for tunnel in self._tunnels.values():  # creation order (file order after a restart)
             item = self.view(tunnel)
             item["traffic_policy"] = json.dumps(tunnel.effective.document)
             out.append(item)
@@ -182,7 +182,7 @@ class TunnelService:
 
     # ---- mutations -----------------------------------------------------------------
     async def _save(self, tunnels: dict[str, Tunnel]) -> None:
-        records = [t.record() for t in sorted(tunnels.values(), key=lambda t: (t.created_at, t.domain))]
+        records = [t.record() for t in tunnels.values()]
         try:
             await asyncio.to_thread(self.store.save, records)
         except OSError as exc:
