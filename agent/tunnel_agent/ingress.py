@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs
 
 import aiohttp
@@ -32,7 +32,7 @@ from .errors import (
     UpstreamUnavailable,
     new_operation_id,
 )
-from .policy import Denied, build_activation
+from .policy import Denied, build_activation, response_variables
 from .tunnels import Tunnel, TunnelService
 
 log = logging.getLogger(__name__)
@@ -124,8 +124,13 @@ class Ingress:
         headers["X-Forwarded-Host"] = request.headers.get("Host", "")
         headers["X-Forwarded-Proto"] = request.scheme
 
+        cached: dict[str, Any] = {}
+
         def request_activation() -> dict[str, Any]:
-            return self._activation(request, host, peer)
+            # Built at most once per request; the response phase reuses it.
+            if not cached:
+                cached.update(self._activation(request, host, peer))
+            return cached
 
         try:
             tunnel.effective.apply_request(headers, request_activation)
@@ -159,7 +164,7 @@ class Ingress:
                 host=host,
             ) from None
         try:
-            return await self._relay(request, upstream, tunnel, host, peer)
+            return await self._relay(request, upstream, tunnel, request_activation)
         finally:
             upstream.release()
 
@@ -168,13 +173,13 @@ class Ingress:
         request: web.Request,
         upstream: aiohttp.ClientResponse,
         tunnel: Tunnel,
-        host: str,
-        peer: str,
+        request_activation: Callable[[], dict[str, Any]],
     ) -> web.StreamResponse:
         headers = _strip_hop_by_hop(upstream.headers)
 
         def response_activation() -> dict[str, Any]:
-            activation = self._activation(request, host, peer, upstream.status, upstream.headers.items())
+            activation = dict(request_activation())
+            activation["res"] = response_variables(upstream.status, upstream.headers.items())
             return activation
 
         tunnel.effective.apply_response(headers, response_activation)
@@ -195,13 +200,7 @@ class Ingress:
         return response
 
     @staticmethod
-    def _activation(
-        request: web.Request,
-        host: str,
-        peer: str,
-        status: int | None = None,
-        response_headers: Any = None,
-    ) -> dict[str, Any]:
+    def _activation(request: web.Request, host: str, peer: str) -> dict[str, Any]:
         query = request.query_string
         return build_activation(
             method=request.method,
@@ -212,6 +211,4 @@ class Ingress:
             host=host,
             headers=request.headers.items(),
             client_ip=peer,
-            status_code=status,
-            response_headers=response_headers,
         )

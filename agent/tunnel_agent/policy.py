@@ -415,10 +415,13 @@ def build_activation(
         "conn": celpy.json_to_cel({"client_ip": client_ip}),
     }
     if status_code is not None:
-        activation["res"] = celpy.json_to_cel(
-            {"status_code": status_code, "headers": _header_map(response_headers or ())}
-        )
+        activation["res"] = response_variables(status_code, response_headers or ())
     return activation
+
+
+def response_variables(status_code: int, headers: Iterable[tuple[str, str]]) -> Any:
+    """The CEL ``res`` variable."""
+    return celpy.json_to_cel({"status_code": status_code, "headers": _header_map(headers)})
 
 
 def _header_map(headers: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
