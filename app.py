@@ -66,5 +66,17 @@ def delete_api_key(key_id):
     return web.no_content()
 
 
+# ==== Edges and backends (issue 3): backends, IP policies, TCP/HTTPS edges, routes, modules ====
+# (routes of that issue go between this line and the next ==== marker)
+
+
+# ==== Identity and domains (issue 4): credentials, bot users, abuse reports, reserved domains ====
+# (routes of that issue go between this line and the next ==== marker)
+
+
+# ==== Docs (issue 6): /openapi.json ====
+# (routes of that issue go between this line and the next ==== marker)
+
+
 # ---- every other method of a known path: 405 with the contract's body ------------------------
 web.add_method_not_allowed_routes(app)

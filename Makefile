@@ -1,0 +1,61 @@
+# Two commands on a fresh machine: `make run` and `make test`. See README.md.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+AGENT_VENV := .venv-agent
+PY := $(VENV)/bin/python
+PORT ?= 8000
+STORE_PORT ?= 8001
+DATA_DIR ?= .data
+STAMP := $(VENV)/.installed
+AGENT_STAMP := $(AGENT_VENV)/.installed
+
+.PHONY: install run api-key test test-service test-agent reset create-table bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip<26.3"
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+$(AGENT_STAMP): agent/requirements.txt agent/requirements-dev.txt
+	$(PYTHON) -m venv $(AGENT_VENV)
+	$(AGENT_VENV)/bin/python -m pip install -q --upgrade "pip<26.3"
+	$(AGENT_VENV)/bin/python -m pip install -q -r agent/requirements.txt -r agent/requirements-dev.txt
+	touch $@
+
+install: $(STAMP) $(AGENT_STAMP)
+
+## run: the service on 127.0.0.1:$(PORT) with an embedded store (data in $(DATA_DIR)/)
+run: $(STAMP)
+	PORT=$(PORT) STORE_PORT=$(STORE_PORT) DATA_DIR=$(DATA_DIR) $(PY) scripts/serve.py
+
+## api-key: a new account in the store `make run` uses; its admin API key is the last line
+api-key: $(STAMP)
+	@AWS_ACCESS_KEY_ID=$${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=$${AWS_SECRET_ACCESS_KEY:-local} \
+	AWS_DEFAULT_REGION=$${AWS_DEFAULT_REGION:-us-east-1} \
+	DYNAMODB_ENDPOINT_URL=$${DYNAMODB_ENDPOINT_URL:-http://127.0.0.1:$(STORE_PORT)} \
+	$(PY) -m chalicelib.admin bootstrap --name "$${ACCOUNT_NAME:-api-key}"
+
+## create-table: create the table in the configured store (idempotent)
+create-table: $(STAMP)
+	$(PY) -m chalicelib.admin create-table
+
+## reset: forget everything `make run` stored
+reset:
+	rm -rf $(DATA_DIR)
+
+## test: the whole suite (service at every level, then the device agent)
+test: test-service test-agent
+
+test-service: $(STAMP)
+	$(PY) -m pytest tests
+
+test-agent: $(AGENT_STAMP)
+	cd agent && ../$(AGENT_VENV)/bin/python -m pytest tests
+
+bench: $(STAMP)
+	$(PY) bench/bench_api.py
+
+clean:
+	rm -rf $(VENV) $(AGENT_VENV) .pytest_cache

@@ -1,0 +1,79 @@
+"""Fixtures shared by every test level.
+
+The environment is set here, before anything imports the app: PynamoDB reads host and
+region when a model's connection is first built.
+"""
+import os
+import tempfile
+
+for _name, _value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                      "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
+                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+                      "TABLE_NAME": "tunnel-service"}.items():
+    os.environ[_name] = _value
+os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
+os.environ.pop("PUBLIC_BASE_URL", None)
+
+import pytest  # noqa: E402
+
+from tests.support.api import PROJECT_DIR, HttpApi, InProcessApi, LocalStack  # noqa: E402
+
+
+@pytest.fixture
+def store_env():
+    """An empty table in moto's in-process mock, with the store configured for it."""
+    from moto import mock_aws
+
+    from chalicelib import config, store
+    with mock_aws():
+        config.reset_settings()
+        store.reset()
+        store.create_table()
+        yield store
+        store.reset()
+
+
+@pytest.fixture
+def inprocess_api(store_env):
+    from chalice.test import Client
+
+    from app import app
+    from chalicelib.gateway import ContractGateway
+    with Client(app, stage_name="dev", project_dir=PROJECT_DIR) as client:
+        # The same gateway behaviour as `make run` and the deployed gateway responses.
+        client.http._local_gateway = ContractGateway(app, client.http._config)
+        yield InProcessApi(client)
+
+
+@pytest.fixture(scope="session")
+def local_stack():
+    """scripts/serve.py (chalice local + moto server) as a process, for the whole session."""
+    with tempfile.TemporaryDirectory(prefix="tunnel-service-test-") as data_dir:
+        stack = LocalStack(data_dir=data_dir).start()
+        try:
+            yield stack
+        finally:
+            stack.stop()
+
+
+@pytest.fixture(scope="session")
+def http_api(local_stack):
+    return HttpApi(local_stack)
+
+
+@pytest.fixture(params=["inprocess", "http"])
+def api(request):
+    """The service at both levels: the same test runs in-process and over real HTTP."""
+    if request.param == "inprocess":
+        return request.getfixturevalue("inprocess_api")
+    return request.getfixturevalue("http_api")
+
+
+@pytest.fixture
+def account(api):
+    return api.new_account()
+
+
+@pytest.fixture
+def other_account(api):
+    return api.new_account()

@@ -1,0 +1,231 @@
+"""One way for tests to talk to the service, at two levels.
+
+``InProcessApi`` drives the Chalice app through ``chalice.test.Client`` (the authorizer runs)
+over moto's in-process ``mock_aws``; ``HttpApi`` talks real HTTP to ``scripts/serve.py``
+(chalice local + moto server as a separate process). Tests written against ``Api`` run at
+both levels through the ``api`` fixture (tests/conftest.py).
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+from urllib.parse import urlsplit
+
+import requests
+
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_UNSET = object()
+
+
+@dataclass
+class Resp:
+    status: int
+    headers: Dict[str, str]
+    text: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.text) if self.text else None
+
+    def __repr__(self) -> str:
+        return f"<Resp {self.status} {self.text[:300]}>"
+
+
+@dataclass
+class Caller:
+    """Requests with one principal's API key."""
+
+    api: "Api"
+    id: str
+    token: str
+    api_key_id: str = ""
+
+    def request(self, method: str, path: str, json_body: Any = _UNSET, **kwargs: Any) -> Resp:
+        return self.api.request(method, path, key=self.token, json_body=json_body, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> Resp:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, json_body: Any = None, **kwargs: Any) -> Resp:
+        return self.request("POST", path, {} if json_body is None else json_body, **kwargs)
+
+    def put(self, path: str, json_body: Any = None, **kwargs: Any) -> Resp:
+        return self.request("PUT", path, {} if json_body is None else json_body, **kwargs)
+
+    def patch(self, path: str, json_body: Any = None, **kwargs: Any) -> Resp:
+        return self.request("PATCH", path, {} if json_body is None else json_body, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> Resp:
+        return self.request("DELETE", path, **kwargs)
+
+
+@dataclass
+class Account:
+    id: str
+    admin: Caller
+    member: Caller
+    reporter: bool = False
+
+
+class Api:
+    level = "abstract"
+
+    def request(self, method: str, path: str, *, key: Optional[str] = None,
+                json_body: Any = _UNSET, data: Optional[bytes] = None,
+                headers: Optional[Dict[str, str]] = None, version: Optional[str] = "2") -> Resp:
+        """``path`` may be absolute (a ``uri`` or ``next_page_uri``): it is followed as is."""
+        sent: Dict[str, str] = {}
+        if version is not None:
+            sent["Service-Version"] = version
+        if key is not None:
+            sent["Authorization"] = f"Bearer {key}"
+        body = data
+        if json_body is not _UNSET:
+            body = json.dumps(json_body).encode()
+            sent["Content-Type"] = "application/json"
+        sent.update(headers or {})
+        return self._send(method, path, sent, body)
+
+    def _send(self, method: str, path: str, headers: Dict[str, str],
+              body: Optional[bytes]) -> Resp:
+        raise NotImplementedError
+
+    def _seed(self, count: int, reporter: bool) -> List[Dict[str, Any]]:
+        raise NotImplementedError
+
+    def new_account(self, reporter: bool = False) -> Account:
+        raw = self._seed(1, reporter)[0]
+        return self._account(raw)
+
+    def _account(self, raw: Dict[str, Any]) -> Account:
+        return Account(id=raw["account_id"], reporter=raw["reporter"],
+                       admin=Caller(self, raw["admin"]["id"], raw["admin"]["token"],
+                                    raw["admin"]["api_key_id"]),
+                       member=Caller(self, raw["member"]["id"], raw["member"]["token"],
+                                     raw["member"]["api_key_id"]))
+
+
+class InProcessApi(Api):
+    level = "inprocess"
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def _send(self, method, path, headers, body):
+        parts = urlsplit(path)
+        if parts.scheme:
+            headers = {"Host": parts.netloc, **headers}
+            path = parts.path + (f"?{parts.query}" if parts.query else "")
+        response = self.client.http.request(method, path, headers=headers, body=body or b"")
+        raw = response.body
+        text = raw.decode() if isinstance(raw, bytes) else (raw or "")
+        return Resp(response.status_code, {k.lower(): v for k, v in response.headers.items()},
+                    text)
+
+    def _seed(self, count, reporter):
+        from tests.support.seed import make_account
+        return [make_account(reporter) for _ in range(count)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LocalStack:
+    """``scripts/serve.py`` as a process: chalice local + embedded moto store."""
+
+    data_dir: str
+    port: int = field(default_factory=free_port)
+    store_port: int = field(default_factory=free_port)
+    process: Optional[subprocess.Popen] = None
+    log_path: str = ""
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def store_url(self) -> str:
+        return f"http://127.0.0.1:{self.store_port}"
+
+    def env(self) -> Dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "DYNAMODB_ENDPOINT_URL"}
+        env.update({"PORT": str(self.port), "STORE_PORT": str(self.store_port),
+                    "DATA_DIR": self.data_dir, "TABLE_NAME": "tunnel-service",
+                    "PYTHONUNBUFFERED": "1"})
+        env.pop("PUBLIC_BASE_URL", None)
+        return env
+
+    def start(self, bootstrap: bool = False, timeout: float = 60.0) -> "LocalStack":
+        self.log_path = os.path.join(self.data_dir, "serve.log")
+        log = open(self.log_path, "ab")
+        args = [sys.executable, os.path.join(PROJECT_DIR, "scripts", "serve.py")]
+        if not bootstrap:
+            args.append("--no-bootstrap")
+        self.process = subprocess.Popen(args, cwd=PROJECT_DIR, env=self.env(), stdout=log,
+                                        stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"serve.py exited early: {self.log()}")
+            try:
+                requests.get(self.base_url + "/api_keys", timeout=1)
+                return self
+            except requests.ConnectionError:
+                time.sleep(0.2)
+        raise RuntimeError(f"serve.py did not start in {timeout}s: {self.log()}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(2)  # SIGINT, as Ctrl-C
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path) as handle:
+                return handle.read()[-4000:]
+        except OSError:
+            return ""
+
+
+class HttpApi(Api):
+    level = "http"
+
+    def __init__(self, stack: LocalStack) -> None:
+        self.stack = stack
+        self.session = requests.Session()
+        self._pool: Dict[bool, List[Dict[str, Any]]] = {False: [], True: []}
+
+    @property
+    def base_url(self) -> str:
+        return self.stack.base_url
+
+    def _send(self, method, path, headers, body):
+        url = path if urlsplit(path).scheme else self.base_url + path
+        response = self.session.request(method, url, headers=headers, data=body, timeout=30)
+        return Resp(response.status_code, {k.lower(): v for k, v in response.headers.items()},
+                    response.text)
+
+    def _seed(self, count, reporter):
+        pool = self._pool[reporter]
+        if len(pool) < count:
+            env = {**self.stack.env(), "DYNAMODB_ENDPOINT_URL": self.stack.store_url}
+            args = [sys.executable, "-m", "tests.support.seed", str(max(count, 10))]
+            if reporter:
+                args.append("--reporter")
+            out = subprocess.run(args, cwd=PROJECT_DIR, env=env, check=True,
+                                 capture_output=True, text=True).stdout
+            pool.extend(json.loads(out))
+        taken, pool[:] = pool[:count], pool[count:]
+        return taken
