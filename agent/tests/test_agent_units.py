@@ -148,3 +148,23 @@ def test_agent_package_never_imports_the_management_service():
     package = Path(__file__).resolve().parent.parent / "tunnel_agent"
     for source in package.glob("*.py"):
         assert not re.search(r"^\s*(import|from)\s+chalicelib", source.read_text(), re.M), source
+
+
+def test_ngrok_authtoken_with_the_api_client_package_instead_of_the_sdk_stops_the_agent(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ngrok", types.ModuleType("ngrok"))  # like ngrok-api: no forward()
+
+    async def scenario():
+        with pytest.raises(StartupError, match="not the agent SDK"):
+            async with running_agent(tmp_path, ngrok_authtoken="tok"):
+                pass
+
+    asyncio.run(scenario())
+
+
+def test_example_default_policy_file_is_valid():
+    from pathlib import Path
+
+    from tunnel_agent.policy import load_default_policy
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "default-policy.yaml"
+    assert load_default_policy(str(example)).document["on_http_request"]

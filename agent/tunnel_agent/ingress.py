@@ -191,6 +191,8 @@ class Ingress:
                     request.transport and request.transport.close()
                     return response
                 await response.write(chunk)
+        except ConnectionResetError:  # the client went away: nothing left to send
+            return response
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             log.warning("tunnel %s: upstream broke mid-response: %s", tunnel.domain, exc)
             if request.transport is not None:

@@ -38,12 +38,19 @@ class NgrokDriver:
     def check(self) -> None:
         """Fail at start, not at the first tunnel, when the SDK is missing."""
         try:
-            self._sdk = importlib.import_module("ngrok")
+            sdk = importlib.import_module("ngrok")
         except ImportError:
             raise StartupError(
                 "NGROK_AUTHTOKEN is set but the 'ngrok' package is not installed: "
                 "pip install ngrok (or unset NGROK_AUTHTOKEN to serve tunnels locally only)"
             ) from None
+        if not hasattr(sdk, "forward"):
+            # The 'ngrok-api' REST client installs the same import name.
+            raise StartupError(
+                "NGROK_AUTHTOKEN is set but the importable 'ngrok' module is not the agent SDK "
+                "(is 'ngrok-api' installed instead?): pip install ngrok"
+            )
+        self._sdk = sdk
 
     async def start(self, tunnel: Tunnel) -> str | None:
         if self._sdk is None:
