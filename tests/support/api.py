@@ -165,7 +165,7 @@ class LocalStack:
 
     def start(self, bootstrap: bool = False, timeout: float = 60.0) -> "LocalStack":
         self.log_path = os.path.join(self.data_dir, "serve.log")
-        log = open(self.log_path, "ab")
+        log = open(self.log_path, "wb")  # one start, one log
         args = [sys.executable, os.path.join(PROJECT_DIR, "scripts", "serve.py")]
         if not bootstrap:
             args.append("--no-bootstrap")
