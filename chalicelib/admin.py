@@ -4,7 +4,9 @@ It talks to the store the service uses (TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_R
 so run it with the same environment as the service (``make api-key`` does).
 
 Commands:
-  create-table [--pitr]                     create the table if missing (idempotent)
+  create-table [--pitr]                     create the table if missing (idempotent);
+                                            point-in-time recovery is on with --pitr and
+                                            always when STAGE=prod
   bootstrap [--name N] [--abuse-reporter]   new account + admin user + first API key;
                                             the key's token is the last line printed
   add-member --account ACCT [--admin]       new member (or admin) user of ACCT with an API key
@@ -17,6 +19,7 @@ import sys
 from typing import List, Optional
 
 from chalicelib import accounts, errors, store
+from chalicelib.config import get_settings
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -43,7 +46,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     try:
         if args.command == "create-table":
-            created = store.create_table(point_in_time_recovery=args.pitr)
+            pitr = args.pitr or get_settings().stage == "prod"
+            created = store.create_table(point_in_time_recovery=pitr)
             print("table created" if created else "table already exists")
         elif args.command == "bootstrap":
             result = accounts.bootstrap(args.name, abuse_reporter=args.abuse_reporter)

@@ -69,3 +69,13 @@ def test_query_page_is_newest_first_with_before_id(store_env):
 
 def test_create_table_is_idempotent(store_env):
     assert store.create_table() is False
+
+
+def test_create_table_turns_on_point_in_time_recovery_when_asked(store_env):
+    store.create_table(point_in_time_recovery=True)
+    client = store.connection().client
+    backups = client.describe_continuous_backups(TableName="tunnel-service")
+    status = backups["ContinuousBackupsDescription"]["PointInTimeRecoveryDescription"]
+    assert status["PointInTimeRecoveryStatus"] == "ENABLED"
+    table = client.describe_table(TableName="tunnel-service")["Table"]
+    assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
