@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
-
 from agent_helpers import running_agent
 
 ERROR_KEYS = {"error_code", "status_code", "msg", "details"}

@@ -8,7 +8,6 @@ import os
 import urllib.request
 
 import pytest
-
 from agent_helpers import (
     agent_env,
     run_agent_expecting_failure,
@@ -16,6 +15,7 @@ from agent_helpers import (
     start_agent_process,
     upstream_server,
 )
+
 from tunnel_agent.errors import StartupError
 from tunnel_agent.store import TunnelsFile
 
@@ -169,7 +169,8 @@ def test_restarted_process_recreates_tunnels_from_the_file_and_traffic_flows_aga
             try:
                 api = f"http://127.0.0.1:{second.api_port}"
                 _, _, after = await asyncio.to_thread(_http, "GET", api + "/tunnels", None, auth)
-                strip = lambda items: [{k: v for k, v in t.items() if k != "url"} for t in json.loads(items)]
+                def strip(items):
+                    return [{k: v for k, v in t.items() if k != "url"} for t in json.loads(items)]
                 assert strip(after) == strip(before)
                 assert len(json.loads(after)) == 2
                 ingress = f"http://127.0.0.1:{second.ingress_port}/after-restart"

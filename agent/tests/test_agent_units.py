@@ -7,9 +7,9 @@ import sys
 import types
 
 import pytest
+from agent_helpers import running_agent
 from multidict import CIMultiDict
 
-from agent_helpers import running_agent
 from tunnel_agent.config import load_settings
 from tunnel_agent.errors import StartupError
 from tunnel_agent.policy import PolicyError, build_activation, compile_policy
