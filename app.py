@@ -9,6 +9,7 @@ import logging
 from chalice import AuthResponse, Chalice
 
 from chalicelib import api_keys, auth, web
+from chalicelib import http_response_backends, ip_policies  # issue 3
 
 app = Chalice(app_name="tunnel-service")
 app.log.setLevel(logging.INFO)
@@ -68,6 +69,103 @@ def delete_api_key(key_id):
 
 # ==== Edges and backends (issue 3): backends, IP policies, TCP/HTTPS edges, routes, modules ====
 # (routes of that issue go between this line and the next ==== marker)
+
+# ---- HTTP response backends ----
+@route("/backends/http_response", ["POST"])
+def create_http_response_backend():
+    return web.created(http_response_backends.create(
+        web.ctx(), web.body(http_response_backends.CREATE_FIELDS)))
+
+
+@route("/backends/http_response", ["GET"])
+def list_http_response_backends():
+    c = web.ctx()
+    limit, before_id = web.list_params(http_response_backends.PREFIX)
+    items, more = http_response_backends.list_page(c, limit, before_id)
+    return web.page(c, http_response_backends.PATH, http_response_backends.LIST_KEY, items,
+                    more, limit)
+
+
+@route("/backends/http_response/{backend_id}", ["GET"])
+def get_http_response_backend(backend_id):
+    return http_response_backends.get(web.ctx(), backend_id)
+
+
+@route("/backends/http_response/{backend_id}", ["PATCH"])
+def update_http_response_backend(backend_id):
+    return http_response_backends.update(
+        web.ctx(), backend_id,
+        web.body(http_response_backends.UPDATE_FIELDS, path_id=backend_id))
+
+
+@route("/backends/http_response/{backend_id}", ["DELETE"])
+def delete_http_response_backend(backend_id):
+    http_response_backends.delete(web.ctx(), backend_id)
+    return web.no_content()
+
+
+# ---- IP policies ----
+@route("/ip_policies", ["POST"])
+def create_ip_policy():
+    return web.created(ip_policies.create_policy(web.ctx(), web.body(ip_policies.POLICY_FIELDS)))
+
+
+@route("/ip_policies", ["GET"])
+def list_ip_policies():
+    c = web.ctx()
+    limit, before_id = web.list_params(ip_policies.POLICY_PREFIX)
+    items, more = ip_policies.list_policies(c, limit, before_id)
+    return web.page(c, ip_policies.POLICY_PATH, ip_policies.POLICY_LIST_KEY, items, more, limit)
+
+
+@route("/ip_policies/{policy_id}", ["GET"])
+def get_ip_policy(policy_id):
+    return ip_policies.get_policy(web.ctx(), policy_id)
+
+
+@route("/ip_policies/{policy_id}", ["PATCH"])
+def update_ip_policy(policy_id):
+    return ip_policies.update_policy(web.ctx(), policy_id,
+                                     web.body(ip_policies.POLICY_FIELDS, path_id=policy_id))
+
+
+@route("/ip_policies/{policy_id}", ["DELETE"])
+def delete_ip_policy(policy_id):
+    ip_policies.delete_policy(web.ctx(), policy_id)
+    return web.no_content()
+
+
+# ---- IP policy rules ----
+@route("/ip_policy_rules", ["POST"])
+def create_ip_policy_rule():
+    return web.created(ip_policies.create_rule(web.ctx(),
+                                               web.body(ip_policies.RULE_CREATE_FIELDS)))
+
+
+@route("/ip_policy_rules", ["GET"])
+def list_ip_policy_rules():
+    c = web.ctx()
+    limit, before_id = web.list_params(ip_policies.RULE_PREFIX)
+    items, more = ip_policies.list_rules(c, limit, before_id)
+    return web.page(c, ip_policies.RULE_PATH, ip_policies.RULE_LIST_KEY, items, more, limit)
+
+
+@route("/ip_policy_rules/{rule_id}", ["GET"])
+def get_ip_policy_rule(rule_id):
+    return ip_policies.get_rule(web.ctx(), rule_id)
+
+
+@route("/ip_policy_rules/{rule_id}", ["PATCH"])
+def update_ip_policy_rule(rule_id):
+    return ip_policies.update_rule(web.ctx(), rule_id,
+                                   web.body(ip_policies.RULE_UPDATE_FIELDS, path_id=rule_id))
+
+
+@route("/ip_policy_rules/{rule_id}", ["DELETE"])
+def delete_ip_policy_rule(rule_id):
+    ip_policies.delete_rule(web.ctx(), rule_id)
+    return web.no_content()
+
 
 
 # ==== Identity and domains (issue 4): credentials, bot users, abuse reports, reserved domains ====

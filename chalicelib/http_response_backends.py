@@ -1,0 +1,123 @@
+"""HTTP response backends: ``/backends/http_response``.
+
+Fields: id, uri, created_at, description, metadata, body, headers, status_code.
+
+Rules (where the spec is silent, decided here):
+- ``status_code`` is an integer from 100 to 599; 200 when not sent at creation.
+- ``body`` is at most 65536 bytes (UTF-8); "" when not sent. A status that forbids a body
+  (1xx, 204, 304) together with a non-empty body is a 400 — checked on the result of an
+  update too, so a PATCH of only ``status_code: 204`` on a backend with a body is refused.
+- ``headers``: at most 50 headers; names are HTTP tokens of at most 256 bytes, returned
+  lower-cased, no two differing only in case; values at most 1024 bytes, without CR/LF/NUL.
+  ``headers: {}`` (the reference client sends it on create) stores no headers, and no headers
+  is returned as ``null``. A PATCH that sends ``headers`` replaces the whole map.
+- With these limits an item stays below ~135 KB, far under DynamoDB's 400 KB.
+- A backend used by an edge's ``backend`` module cannot be deleted (409) until the edge stops
+  using it (its ``refs`` counter is kept by the edges' writes).
+"""
+from typing import Any, Dict, List, Optional, Tuple
+
+from chalicelib import errors, http_headers, ids, store, validation
+from chalicelib.validation import DESCRIPTION, METADATA, Field
+from chalicelib.web import Ctx
+
+COLLECTION = "http_response_backend"
+PREFIX = ids.PREFIXES["http_response_backend"]
+PATH = "/backends/http_response"
+LIST_KEY = "backends"
+
+MAX_BODY_BYTES = 65536
+MAX_HEADERS = 50
+DEFAULT_STATUS = 200
+
+
+def _status(name: str, value: int) -> int:
+    if not 100 <= value <= 599:
+        raise errors.InvalidField(f"Field '{name}' must be from 100 to 599, got {value}",
+                                  details={"field": name})
+    return value
+
+
+def _headers(name: str, value: Dict[str, str]) -> Dict[str, str]:
+    return http_headers.check_map(name, value, MAX_HEADERS)
+
+
+FIELDS = [DESCRIPTION, METADATA, Field("body", "string", max_bytes=MAX_BODY_BYTES),
+          Field("headers", "object", check=_headers),
+          Field("status_code", "integer", check=_status)]
+CREATE_FIELDS = FIELDS
+UPDATE_FIELDS = FIELDS
+
+
+def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
+    data = item.data
+    return {
+        "id": item.sk,
+        "uri": c.uri(f"{PATH}/{item.sk}"),
+        "created_at": data["created_at"],
+        "description": data.get("description", ""),
+        "metadata": data.get("metadata", ""),
+        "body": data.get("body", ""),
+        "headers": data.get("headers") or None,
+        "status_code": data.get("status_code", DEFAULT_STATUS),
+    }
+
+
+def _check_body_allowed(data: Dict[str, Any]) -> None:
+    status = data.get("status_code", DEFAULT_STATUS)
+    if data.get("body") and (status < 200 or status in (204, 304)):
+        raise errors.InvalidField(
+            f"A backend with status_code {status} cannot have a body: HTTP forbids a body "
+            "with 1xx, 204 and 304 responses", details={"field": "body"})
+
+
+def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+    data = {"description": "", "metadata": "", "body": "", "status_code": DEFAULT_STATUS,
+            **fields, "created_at": validation.now_rfc3339()}
+    data["headers"] = data.get("headers") or None
+    _check_body_allowed(data)
+    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), ids.new_id(PREFIX),
+                          kind=COLLECTION, account_id=c.account_id, data=data)
+    store.commit([store.put_new(item)])
+    return render(c, item)
+
+
+def get_item(account_id: str, backend_id: str) -> store.Item:
+    if not ids.is_valid(backend_id, PREFIX):
+        raise errors.NotFound(f"No HTTP response backend with id '{backend_id}' exists")
+    return store.get_resource(account_id, COLLECTION, backend_id)
+
+
+def get(c: Ctx, backend_id: str) -> Dict[str, Any]:
+    return render(c, get_item(c.account_id, backend_id))
+
+
+def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
+    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
+                                   before_id)
+    return [render(c, item) for item in items], more
+
+
+@store.retrying
+def update(c: Ctx, backend_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    item = get_item(c.account_id, backend_id)
+    if fields:
+        data = {**item.data, **fields}
+        if "headers" in fields:
+            data["headers"] = fields["headers"] or None
+        _check_body_allowed(data)
+        item.data = data
+        store.commit([store.save(item)])
+    return render(c, item)
+
+
+@store.retrying
+def delete(c: Ctx, backend_id: str) -> None:
+    item = get_item(c.account_id, backend_id)
+    in_use = errors.Conflict(f"HTTP response backend '{backend_id}' is still used by an edge; "
+                             "remove it from the edge first")
+    if item.refs:
+        raise in_use
+    # refs == 0 at commit time too: an edge that starts using it meanwhile changes its
+    # version, so the version condition fails and the retry sees the new refs.
+    store.commit([store.delete(item, condition=store.model().refs == 0)])
