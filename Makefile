@@ -10,7 +10,8 @@ DATA_DIR ?= .data
 STAMP := $(VENV)/.installed
 AGENT_STAMP := $(AGENT_VENV)/.installed
 
-.PHONY: install run api-key test test-service test-agent reset create-table bench clean
+.PHONY: install run api-key test test-service test-agent reset create-table bench clean \
+	package deploy-aws deploy-localstack resources test-integration
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +54,29 @@ test-service: $(STAMP)
 
 test-agent: $(AGENT_STAMP)
 	cd agent && ../$(AGENT_VENV)/bin/python -m pytest tests
+
+## package: chalice package + the merge template of STAGE into build/$(STAGE) (sam.json, deployment.zip)
+STAGE ?= prod
+package: $(STAMP)
+	AWS_DEFAULT_REGION=$${AWS_DEFAULT_REGION:-us-east-1} $(PY) scripts/deploy_stack.py package --stage $(STAGE) --out build/$(STAGE)
+
+## resources: regenerate .chalice/resources-*.json and policy-*.json (after changing stages)
+resources: $(STAMP)
+	$(PY) scripts/deploy_stack.py resources
+
+## deploy-aws STAGE=prod|dev: package, upload to S3 (DEPLOY_BUCKET or a per-account bucket),
+## create/update the CloudFormation stack tunnel-service-$(STAGE), bootstrap a first account
+deploy-aws: $(STAMP)
+	@case "$(STAGE)" in prod|dev) ;; *) echo "STAGE must be prod or dev" >&2; exit 2;; esac
+	$(PY) scripts/deploy_stack.py deploy --stage $(STAGE) $(if $(DEPLOY_BUCKET),--bucket $(DEPLOY_BUCKET))
+
+## deploy-localstack: docker compose up LocalStack, deploy the localstack stage into it
+deploy-localstack: $(STAMP)
+	PYTHON=$(PY) scripts/deploy_localstack.sh
+
+## test-integration: the HTTP suite; against a deployment with INTEGRATION_BASE_URL/_API_KEY
+test-integration: $(STAMP)
+	$(PY) -m pytest tests/integration
 
 bench: $(STAMP)
 	$(PY) bench/bench_api.py

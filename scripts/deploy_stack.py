@@ -1,0 +1,377 @@
+"""Package and deploy the service as one CloudFormation stack (AWS or LocalStack).
+
+Commands (``python scripts/deploy_stack.py <command> --help``):
+
+  resources [--stage S|--all]   write .chalice/resources-<stage>.json, the template that
+                                ``chalice package --merge-template`` merges into Chalice's
+  package --stage S --out DIR   chalice package with that merge template (DIR/sam.json +
+                                DIR/deployment.zip)
+  deploy --stage S [--localstack] [--bucket B] [--stack-name N] [--no-bootstrap]
+                                package, upload the code to S3, create or update the stack,
+                                wait, print the API's URL, and bootstrap a first account
+                                (its admin API key is printed once)
+
+What the merge template adds to Chalice's template (RestAPI, APIHandler, ApiKeyAuthorizer,
+their roles and permissions):
+
+- ``ServiceTable``: the one DynamoDB table (``pk``/``sk`` strings, on-demand billing,
+  point-in-time recovery). Its name is the stage's TABLE_NAME from .chalice/config.json (the
+  default ``tunnel-service`` when the stage sets none). In ``prod`` it has deletion
+  protection and DeletionPolicy/UpdateReplacePolicy ``Retain``.
+- Gateway responses on the RestAPI that give API Gateway's own answers (no route, no or bad
+  API key, authorizer failure, too large, wrong media type) the contract's error body. The
+  codes and messages come from chalicelib.gateway / chalicelib.errors, the local twin that
+  ``make run`` and the tests use, so the two cannot drift apart.
+- Least privilege: the policies of the two function roles are replaced by ones that allow
+  only the DynamoDB actions the code uses on that table (``Fn::GetAtt ServiceTable.Arn``)
+  plus writing their own logs. The authorizer may only GetItem. (.chalice/policy-*.json say
+  the same for ``chalice deploy`` users; a test keeps them in step.)
+
+Deploying needs only boto3 (no AWS CLI, no SAM CLI): LocalStack through ``localstack-client``
+at http://localhost:4566 (LOCALSTACK_ENDPOINT overrides), AWS through the usual credential
+chain (AWS_PROFILE, AWS_REGION/AWS_DEFAULT_REGION).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHALICE_DIR = os.path.join(PROJECT_DIR, ".chalice")
+if PROJECT_DIR not in sys.path:
+    sys.path.insert(0, PROJECT_DIR)
+
+DEFAULT_TABLE_NAME = "tunnel-service"  # chalicelib.config's default (stage dev sets none)
+TABLE_RESOURCE = "ServiceTable"
+API_RESOURCE = "RestAPI"
+API_ROLE = "ApiHandlerRole"
+AUTHORIZER_ROLE = "ApiKeyAuthorizerRole"
+
+# Every DynamoDB action the service's code performs (chalicelib.store through PynamoDB:
+# GetItem, Query, TransactWriteItems with Put/Update/Delete/ConditionCheck, DescribeTable
+# from Model.exists; PutItem/UpdateItem/DeleteItem for single-item writes).
+API_ACTIONS = sorted(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                      "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:TransactWriteItems",
+                      "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable"])
+# chalicelib.auth.resolve: two GetItems (the key's lookup item and its owner).
+AUTHORIZER_ACTIONS = ["dynamodb:GetItem"]
+LOG_ACTIONS = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"]
+
+
+def load_config() -> Dict[str, Any]:
+    with open(os.path.join(CHALICE_DIR, "config.json")) as handle:
+        return json.load(handle)
+
+
+def stages() -> List[str]:
+    return sorted(load_config()["stages"])
+
+
+def table_name(stage: str) -> str:
+    config = load_config()
+    env = dict(config.get("environment_variables", {}))
+    env.update(config["stages"][stage].get("environment_variables", {}))
+    return env.get("TABLE_NAME", DEFAULT_TABLE_NAME)
+
+
+# ---- the merge template ------------------------------------------------------------------
+def gateway_responses() -> Dict[str, Dict[str, Any]]:
+    """API Gateway response type → (status, error code, message), as chalicelib.gateway answers.
+
+    MISSING_AUTHENTICATION_TOKEN is what API Gateway sends for a path (or method) it has no
+    route for, INCOMPLETE_SIGNATURE the same when the request carries an Authorization header:
+    both are the contract's 404. DEFAULT_4XX/5XX catch every other gateway-made error.
+    """
+    from chalicelib import errors, gateway
+    table = {
+        "UNAUTHORIZED": (401, "ERR_UNAUTHORIZED", gateway.UNAUTHORIZED_MSG),
+        "ACCESS_DENIED": (403, errors.Forbidden.error_code, errors.Forbidden.default_msg),
+        "MISSING_AUTHENTICATION_TOKEN": (404, "ERR_NOT_FOUND", gateway.NOT_FOUND_MSG),
+        "INCOMPLETE_SIGNATURE": (404, "ERR_NOT_FOUND", gateway.NOT_FOUND_MSG),
+        "AUTHORIZER_FAILURE": (500, errors.Internal.error_code, errors.Internal.default_msg),
+        "AUTHORIZER_CONFIGURATION_ERROR": (500, errors.Internal.error_code,
+                                           errors.Internal.default_msg),
+        "REQUEST_TOO_LARGE": (413, errors.PayloadTooLarge.error_code,
+                              errors.PayloadTooLarge.default_msg),
+        "UNSUPPORTED_MEDIA_TYPE": (415, errors.UnsupportedMediaType.error_code,
+                                   errors.UnsupportedMediaType.default_msg),
+        "DEFAULT_4XX": (400, errors.BadRequest.error_code, errors.BadRequest.default_msg),
+        "DEFAULT_5XX": (500, errors.Internal.error_code, errors.Internal.default_msg),
+    }
+    return {name: {"status": status, "error_code": code, "msg": msg}
+            for name, (status, code, msg) in table.items()}
+
+
+def error_template(status: int, error_code: str, msg: str) -> str:
+    """The contract's error body as an API Gateway (non-VTL) template."""
+    body = json.dumps({"error_code": error_code, "status_code": status, "msg": msg,
+                       "details": {"operation_id": "op_$context.requestId"}})
+    # The template language has no escapes: a message must not carry "$" of its own.
+    assert body.count("$") == 1, body
+    return body
+
+
+def _gateway_response_resource(response_type: str, spec: Dict[str, Any]) -> Dict[str, Any]:
+    return {
+        "Type": "AWS::ApiGateway::GatewayResponse",
+        "Properties": {
+            "RestApiId": {"Ref": API_RESOURCE},
+            "ResponseType": response_type,
+            "StatusCode": str(spec["status"]),
+            "ResponseParameters": {
+                "gatewayresponse.header.Content-Type": "'application/json'"},
+            "ResponseTemplates": {
+                "application/json": error_template(spec["status"], spec["error_code"],
+                                                   spec["msg"])},
+        },
+    }
+
+
+def _role_policies(name: str, actions: List[str]) -> List[Dict[str, Any]]:
+    return [{
+        "PolicyName": name,
+        "PolicyDocument": {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Sid": "ServiceTable", "Effect": "Allow", "Action": actions,
+                 "Resource": {"Fn::GetAtt": [TABLE_RESOURCE, "Arn"]}},
+                {"Sid": "OwnLogs", "Effect": "Allow", "Action": LOG_ACTIONS,
+                 "Resource": {"Fn::Sub": "arn:${AWS::Partition}:logs:${AWS::Region}:"
+                                         "${AWS::AccountId}:*"}},
+            ],
+        },
+    }]
+
+
+def merge_template(stage: str) -> Dict[str, Any]:
+    prod = stage == "prod"
+    table: Dict[str, Any] = {
+        "Type": "AWS::DynamoDB::Table",
+        "DeletionPolicy": "Retain" if prod else "Delete",
+        "UpdateReplacePolicy": "Retain" if prod else "Delete",
+        "Properties": {
+            "TableName": table_name(stage),
+            "BillingMode": "PAY_PER_REQUEST",
+            "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"},
+                                     {"AttributeName": "sk", "AttributeType": "S"}],
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"},
+                          {"AttributeName": "sk", "KeyType": "RANGE"}],
+            "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+            "SSESpecification": {"SSEEnabled": True},
+            "DeletionProtectionEnabled": prod,
+            "Tags": [{"Key": "aws-chalice", "Value": f"stage={stage}:app=tunnel-service"}],
+        },
+    }
+    resources: Dict[str, Any] = {TABLE_RESOURCE: table}
+    for response_type, spec in gateway_responses().items():
+        logical = "GatewayResponse" + "".join(p.title() for p in response_type.split("_"))
+        resources[logical] = _gateway_response_resource(response_type, spec)
+    resources[API_ROLE] = {"Properties": {
+        "Policies": _role_policies("ApiHandlerTableAccess", API_ACTIONS)}}
+    resources[AUTHORIZER_ROLE] = {"Properties": {
+        "Policies": _role_policies("ApiKeyAuthorizerTableAccess", AUTHORIZER_ACTIONS)}}
+    return {
+        "Resources": resources,
+        "Outputs": {"TableName": {"Value": {"Ref": TABLE_RESOURCE}},
+                    "TableArn": {"Value": {"Fn::GetAtt": [TABLE_RESOURCE, "Arn"]}}},
+    }
+
+
+def resources_path(stage: str) -> str:
+    return os.path.join(CHALICE_DIR, f"resources-{stage}.json")
+
+
+def render_resources(stage: str) -> str:
+    return json.dumps(merge_template(stage), indent=2) + "\n"
+
+
+def policy_document(stage: str, actions: List[str]) -> Dict[str, Any]:
+    """The .chalice/policy-*.json content (for ``chalice deploy``): same actions, by name."""
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "ServiceTable", "Effect": "Allow", "Action": actions,
+         "Resource": f"arn:aws:dynamodb:*:*:table/{table_name(stage)}"},
+        {"Sid": "OwnLogs", "Effect": "Allow", "Action": LOG_ACTIONS,
+         "Resource": "arn:aws:logs:*:*:*"}]}
+
+
+def generated_files() -> Dict[str, str]:
+    """Every file this script generates into .chalice/, path → content."""
+    files = {}
+    for stage in stages():
+        files[resources_path(stage)] = render_resources(stage)
+        files[os.path.join(CHALICE_DIR, f"policy-{stage}.json")] = json.dumps(
+            policy_document(stage, API_ACTIONS), indent=2) + "\n"
+        files[os.path.join(CHALICE_DIR, f"policy-authorizer-{stage}.json")] = json.dumps(
+            policy_document(stage, AUTHORIZER_ACTIONS), indent=2) + "\n"
+    return files
+
+
+def write_generated() -> List[str]:
+    written = []
+    for path, content in generated_files().items():
+        with open(path, "w") as handle:
+            handle.write(content)
+        written.append(os.path.relpath(path, PROJECT_DIR))
+    return written
+
+
+# ---- package -----------------------------------------------------------------------------
+def package(stage: str, out_dir: str) -> str:
+    """``chalice package`` with the stage's merge template; the path of the template."""
+    env = dict(os.environ)
+    env.setdefault("AWS_DEFAULT_REGION", env.get("AWS_REGION", "us-east-1"))
+    merge = resources_path(stage)
+    with open(merge) as handle:
+        if handle.read() != render_resources(stage):
+            raise SystemExit(f"{os.path.relpath(merge, PROJECT_DIR)} is out of date: run "
+                             "`python scripts/deploy_stack.py resources`")
+    chalice = os.path.join(os.path.dirname(sys.executable), "chalice")
+    cmd = [chalice if os.path.exists(chalice) else "chalice", "package", "--stage", stage,
+           "--merge-template", merge, out_dir]
+    result = subprocess.run(cmd, cwd=PROJECT_DIR, env=env, capture_output=True, text=True)
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        raise SystemExit(f"chalice package failed:\n{output}")
+    if "Could not install dependencies" in output:
+        # The Lambda would start without them: refuse rather than deploy a broken function.
+        raise SystemExit(f"chalice package could not bundle every dependency:\n{output}")
+    return os.path.join(out_dir, "sam.json")
+
+
+# ---- deploy ------------------------------------------------------------------------------
+def _session(localstack: bool, region: str):
+    if localstack:
+        import localstack_client.session
+        endpoint = os.environ.get("LOCALSTACK_ENDPOINT", "http://localhost:4566")
+        os.environ.setdefault("LOCALSTACK_HOST", endpoint.split("://", 1)[-1].split(":")[0])
+        return localstack_client.session.Session(region_name=region), endpoint
+    import boto3
+    return boto3.session.Session(region_name=region), None
+
+
+def deploy(stage: str, localstack: bool, bucket: Optional[str], stack_name: Optional[str],
+           bootstrap: bool, out_dir: str) -> Dict[str, str]:
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    os.environ["AWS_DEFAULT_REGION"] = region
+    if localstack:
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    session, endpoint = _session(localstack, region)
+    stack_name = stack_name or f"tunnel-service-{stage}"
+    print(f"1/5 chalice package --stage {stage} → {out_dir}", flush=True)
+    template_path = package(stage, out_dir)
+
+    s3 = session.client("s3")
+    if not bucket:
+        account = session.client("sts").get_caller_identity()["Account"]
+        bucket = f"tunnel-service-artifacts-{account}-{region}"
+    print(f"2/5 uploading the code to s3://{bucket}", flush=True)
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except Exception:  # noqa: BLE001 - missing (404) or not ours (403): try to create it
+        kwargs = {"Bucket": bucket}
+        if region != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+        s3.create_bucket(**kwargs)
+    zip_path = os.path.join(out_dir, "deployment.zip")
+    key = f"{stack_name}/deployment-{int(time.time())}.zip"
+    s3.upload_file(zip_path, bucket, key)
+    with open(template_path) as handle:
+        template = json.load(handle)
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::Serverless::Function":
+            resource["Properties"]["CodeUri"] = f"s3://{bucket}/{key}"
+    body_key = f"{stack_name}/template-{int(time.time())}.json"
+    s3.put_object(Bucket=bucket, Key=body_key, Body=json.dumps(template).encode())
+    template_url = (f"{endpoint}/{bucket}/{body_key}" if endpoint else
+                    f"https://{bucket}.s3.{region}.amazonaws.com/{body_key}")
+
+    cfn = session.client("cloudformation")
+    print(f"3/5 deploying stack {stack_name} (change set)", flush=True)
+    exists = True
+    try:
+        status = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]["StackStatus"]
+        exists = status != "REVIEW_IN_PROGRESS"
+    except cfn.exceptions.ClientError:
+        exists = False
+    change_set = f"deploy-{int(time.time())}"
+    cfn.create_change_set(StackName=stack_name, ChangeSetName=change_set,
+                          TemplateURL=template_url,
+                          ChangeSetType="UPDATE" if exists else "CREATE",
+                          Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"])
+    try:
+        cfn.get_waiter("change_set_create_complete").wait(
+            StackName=stack_name, ChangeSetName=change_set,
+            WaiterConfig={"Delay": 3, "MaxAttempts": 200})
+    except Exception:  # noqa: BLE001 - "no changes" ends here too
+        described = cfn.describe_change_set(StackName=stack_name, ChangeSetName=change_set)
+        reason = described.get("StatusReason", "")
+        if "didn't contain changes" not in reason and "No updates" not in reason:
+            raise SystemExit(f"change set failed: {reason}")
+        print("    no changes", flush=True)
+    else:
+        cfn.execute_change_set(StackName=stack_name, ChangeSetName=change_set)
+        waiter = "stack_update_complete" if exists else "stack_create_complete"
+        cfn.get_waiter(waiter).wait(StackName=stack_name,
+                                    WaiterConfig={"Delay": 5, "MaxAttempts": 360})
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in
+               cfn.describe_stacks(StackName=stack_name)["Stacks"][0].get("Outputs", [])}
+    url = outputs.get("EndpointURL", "")
+    if localstack and outputs.get("RestAPIId"):
+        url = f"{endpoint}/restapis/{outputs['RestAPIId']}/api/_user_request_"
+    print(f"4/5 stack ready: API {url}  table {outputs.get('TableName')}", flush=True)
+    result = {"stack": stack_name, "url": url.rstrip("/"), "table": outputs.get("TableName", "")}
+    if bootstrap:
+        print("5/5 bootstrapping an account (admin API key below, shown only now)", flush=True)
+        env = dict(os.environ, TABLE_NAME=result["table"], AWS_DEFAULT_REGION=region)
+        if endpoint:
+            env["DYNAMODB_ENDPOINT_URL"] = endpoint
+        out = subprocess.run([sys.executable, "-m", "chalicelib.admin", "bootstrap", "--json",
+                              "--name", f"{stage}-first-account"], cwd=PROJECT_DIR, env=env,
+                             check=True, capture_output=True, text=True).stdout
+        admin = json.loads(out)
+        result.update(account_id=admin["account_id"], api_key=admin["token"])
+        print(f"    account {admin['account_id']}\n{admin['token']}", flush=True)
+        print("\nTry it:\n  curl -H 'Service-Version: 2' -H \"Authorization: Bearer $KEY\" "
+              f"{result['url']}/api_keys\nIntegration suite against it:\n"
+              f"  INTEGRATION_BASE_URL={result['url']} INTEGRATION_API_KEY=<key> "
+              "make test-integration", flush=True)
+    return result
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/deploy_stack.py",
+                                     description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("resources", help="(re)write .chalice/resources-*.json and policy-*.json")
+    pkg = sub.add_parser("package", help="chalice package with the merge template")
+    pkg.add_argument("--stage", required=True, choices=stages())
+    pkg.add_argument("--out", required=True)
+    dep = sub.add_parser("deploy", help="package, upload and create/update the stack")
+    dep.add_argument("--stage", required=True, choices=stages())
+    dep.add_argument("--localstack", action="store_true",
+                     help="deploy to LocalStack (http://localhost:4566)")
+    dep.add_argument("--bucket", default=os.environ.get("DEPLOY_BUCKET"),
+                     help="S3 bucket for the code (default: created per account and region)")
+    dep.add_argument("--stack-name")
+    dep.add_argument("--no-bootstrap", action="store_true",
+                     help="do not create a first account")
+    dep.add_argument("--out", default=None, help="package directory (default build/<stage>)")
+    args = parser.parse_args(argv)
+    if args.command == "resources":
+        for path in write_generated():
+            print(f"wrote {path}")
+    elif args.command == "package":
+        print(package(args.stage, args.out))
+    else:
+        out = args.out or os.path.join(PROJECT_DIR, "build", args.stage)
+        deploy(args.stage, args.localstack, args.bucket, args.stack_name,
+               not args.no_bootstrap, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

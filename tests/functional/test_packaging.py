@@ -1,0 +1,230 @@
+"""The deployable stack, checked without Docker or AWS.
+
+- ``chalice package --merge-template`` of the prod stage, linted by cfn-lint, holds the table
+  (on-demand, PITR, deletion protection), the gateway responses in the contract's error body,
+  and least-privilege roles.
+- The generated .chalice/ files are up to date; stages and their table names agree.
+- The gateway responses say what the local twin (chalicelib.gateway) answers.
+- docker-compose.yml is a valid compose file that starts LocalStack and the agent on loopback.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.support.api import PROJECT_DIR
+
+sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
+import deploy_stack  # noqa: E402
+
+VENV_BIN = os.path.dirname(sys.executable)
+
+
+@pytest.fixture(scope="module")
+def prod_template(tmp_path_factory):
+    out = tmp_path_factory.mktemp("package-prod")
+    env = dict(os.environ, AWS_DEFAULT_REGION="us-east-1")
+    merge = os.path.join(PROJECT_DIR, ".chalice", "resources-prod.json")
+    result = subprocess.run(
+        [os.path.join(VENV_BIN, "chalice"), "package", "--stage", "prod", "--merge-template",
+         merge, str(out)], cwd=PROJECT_DIR, env=env, capture_output=True, text=True,
+        timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Could not install dependencies" not in output, output
+    path = out / "sam.json"
+    with open(path) as handle:
+        return str(path), json.load(handle)
+
+
+def test_packaged_prod_template_passes_cfn_lint(prod_template):
+    path, _ = prod_template
+    result = subprocess.run([os.path.join(VENV_BIN, "cfn-lint"), "--", path],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_prod_table_is_on_demand_with_pitr_and_deletion_protection(prod_template):
+    _, template = prod_template
+    table = template["Resources"]["ServiceTable"]
+    props = table["Properties"]
+    assert table["Type"] == "AWS::DynamoDB::Table"
+    assert props["TableName"] == "tunnel-service-prod"
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["DeletionProtectionEnabled"] is True
+    assert table["DeletionPolicy"] == "Retain" and table["UpdateReplacePolicy"] == "Retain"
+    assert {(a["AttributeName"], a["AttributeType"]) for a in props["AttributeDefinitions"]} \
+        == {("pk", "S"), ("sk", "S")}
+    assert props["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"},
+                                  {"AttributeName": "sk", "KeyType": "RANGE"}]
+
+
+def test_functions_use_the_stage_table_name(prod_template):
+    _, template = prod_template
+    functions = {k: v for k, v in template["Resources"].items()
+                 if v["Type"] == "AWS::Serverless::Function"}
+    assert set(functions) == {"APIHandler", "ApiKeyAuthorizer"}
+    for function in functions.values():
+        assert function["Properties"]["Environment"]["Variables"]["TABLE_NAME"] == \
+            template["Resources"]["ServiceTable"]["Properties"]["TableName"]
+
+
+EXPECTED_GATEWAY = {
+    "UNAUTHORIZED": (401, "ERR_UNAUTHORIZED"), "ACCESS_DENIED": (403, "ERR_FORBIDDEN"),
+    "MISSING_AUTHENTICATION_TOKEN": (404, "ERR_NOT_FOUND"),
+    "AUTHORIZER_FAILURE": (500, "ERR_INTERNAL"),
+    "AUTHORIZER_CONFIGURATION_ERROR": (500, "ERR_INTERNAL"),
+    "REQUEST_TOO_LARGE": (413, "ERR_BODY_TOO_LARGE"),
+    "UNSUPPORTED_MEDIA_TYPE": (415, "ERR_UNSUPPORTED_MEDIA_TYPE"),
+    "DEFAULT_4XX": (400, None), "DEFAULT_5XX": (500, "ERR_INTERNAL"),
+}
+
+
+def _gateway_responses(template):
+    return {r["Properties"]["ResponseType"]: r["Properties"]
+            for r in template["Resources"].values()
+            if r.get("Type") == "AWS::ApiGateway::GatewayResponse"}
+
+
+def test_gateway_responses_give_the_contract_error_body(prod_template):
+    from chalicelib import errors
+    _, template = prod_template
+    responses = _gateway_responses(template)
+    assert set(EXPECTED_GATEWAY) <= set(responses)
+    for response_type, props in responses.items():
+        assert props["RestApiId"] == {"Ref": "RestAPI"}
+        body = json.loads(props["ResponseTemplates"]["application/json"])
+        status = int(props["StatusCode"])
+        expected_status, expected_code = EXPECTED_GATEWAY.get(response_type, (status, None))
+        assert status == expected_status, response_type
+        assert set(body) == {"error_code", "status_code", "msg", "details"}
+        assert body["status_code"] == status and body["msg"]
+        assert errors.CATALOG[body["error_code"]] == status
+        if expected_code:
+            assert body["error_code"] == expected_code
+        assert body["details"] == {"operation_id": "op_$context.requestId"}
+        assert props["ResponseParameters"]["gatewayresponse.header.Content-Type"] == \
+            "'application/json'"
+
+
+def test_gateway_responses_match_the_local_twin(inprocess_api):
+    """What the deployed gateway says for an unknown path / a bad key, the local twin says."""
+    responses = {t: json.loads(p["ResponseTemplates"]["application/json"]) for t, p in
+                 _gateway_responses(deploy_stack.merge_template("prod")).items()}
+    unknown = inprocess_api.request("GET", "/no/such/path").json
+    assert (unknown["error_code"], unknown["msg"]) == \
+        (responses["MISSING_AUTHENTICATION_TOKEN"]["error_code"],
+         responses["MISSING_AUTHENTICATION_TOKEN"]["msg"])
+    refused = inprocess_api.request("GET", "/api_keys", key="not-a-key").json
+    assert (refused["error_code"], refused["msg"]) == \
+        (responses["UNAUTHORIZED"]["error_code"], responses["UNAUTHORIZED"]["msg"])
+
+
+def _statements(role):
+    for policy in role["Properties"]["Policies"]:
+        yield from policy["PolicyDocument"]["Statement"]
+
+
+def test_roles_allow_only_the_table_actions_on_the_table(prod_template):
+    _, template = prod_template
+    resources = template["Resources"]
+    roles = {k: v for k, v in resources.items() if v["Type"] == "AWS::IAM::Role"}
+    assert set(roles) == {"ApiHandlerRole", "ApiKeyAuthorizerRole"}
+    used = {"ApiHandlerRole": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                               "dynamodb:DeleteItem", "dynamodb:Query",
+                               "dynamodb:TransactWriteItems", "dynamodb:ConditionCheckItem",
+                               "dynamodb:DescribeTable"},
+            "ApiKeyAuthorizerRole": {"dynamodb:GetItem"}}
+    for name, role in roles.items():
+        assert "ManagedPolicyArns" not in role["Properties"]
+        dynamodb, logs = set(), set()
+        for statement in _statements(role):
+            assert statement["Effect"] == "Allow"
+            actions = set(statement["Action"])
+            assert not any("*" in action for action in actions), statement
+            if all(a.startswith("dynamodb:") for a in actions):
+                assert statement["Resource"] == {"Fn::GetAtt": ["ServiceTable", "Arn"]}
+                dynamodb |= actions
+            else:
+                assert actions <= {"logs:CreateLogGroup", "logs:CreateLogStream",
+                                   "logs:PutLogEvents"}, statement
+                logs |= actions
+        assert dynamodb == used[name], name
+        assert logs, name
+    for function in ("APIHandler", "ApiKeyAuthorizer"):
+        role = resources[function]["Properties"]["Role"]["Fn::GetAtt"][0]
+        assert role in roles
+
+
+def test_generated_chalice_files_are_up_to_date():
+    stale = []
+    for path, content in deploy_stack.generated_files().items():
+        with open(path) as handle:
+            if handle.read() != content:
+                stale.append(os.path.relpath(path, PROJECT_DIR))
+    assert not stale, f"run `python scripts/deploy_stack.py resources`: stale {stale}"
+
+
+def test_stages_are_configured_for_least_privilege_and_their_tables():
+    with open(os.path.join(PROJECT_DIR, ".chalice", "config.json")) as handle:
+        config = json.load(handle)
+    assert set(config["stages"]) == {"dev", "localstack", "prod"}
+    names = set()
+    for stage, settings in config["stages"].items():
+        assert settings["autogen_policy"] is False
+        assert settings["iam_policy_file"] == f"policy-{stage}.json"
+        assert settings["lambda_functions"]["api_key_authorizer"]["iam_policy_file"] == \
+            f"policy-authorizer-{stage}.json"
+        assert settings["api_gateway_stage"] == "api"
+        assert settings["environment_variables"]["STAGE"] == stage
+        merge = deploy_stack.merge_template(stage)
+        table = merge["Resources"]["ServiceTable"]["Properties"]
+        assert table["TableName"] == deploy_stack.table_name(stage)
+        assert table["DeletionProtectionEnabled"] is (stage == "prod")
+        names.add(table["TableName"])
+        with open(os.path.join(PROJECT_DIR, ".chalice", f"policy-{stage}.json")) as handle:
+            policy = json.load(handle)
+        assert policy["Statement"][0]["Resource"].endswith(f":table/{table['TableName']}")
+    assert len(names) == 3  # no two stages share a table
+
+
+@pytest.mark.parametrize("stage", ["dev", "localstack"])
+def test_other_stages_package_and_lint(stage, tmp_path):
+    path = deploy_stack.package(stage, str(tmp_path))
+    result = subprocess.run([os.path.join(VENV_BIN, "cfn-lint"), "--", path],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- docker-compose.yml -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def compose():
+    with open(os.path.join(PROJECT_DIR, "docker-compose.yml")) as handle:
+        return yaml.safe_load(handle)
+
+
+def test_compose_file_matches_the_compose_spec_schema():
+    """Validated against the compose spec's JSON schema that check-jsonschema vendors."""
+    result = subprocess.run(
+        [os.path.join(VENV_BIN, "check-jsonschema"), "--builtin-schema", "vendor.compose-spec",
+         os.path.join(PROJECT_DIR, "docker-compose.yml")], capture_output=True, text=True,
+        timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compose_starts_localstack_and_the_agent_on_loopback(compose):
+    services = compose["services"]
+    assert services["localstack"]["image"].startswith("localstack/localstack")
+    agent = services["agent"]
+    context = os.path.join(PROJECT_DIR, agent["build"]["context"])
+    assert os.path.isfile(os.path.join(context, agent["build"].get("dockerfile", "Dockerfile")))
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+    assert "127.0.0.1:4566:4566" in services["localstack"]["ports"]
+    ports = [str(p) for p in agent["ports"]]
+    assert "127.0.0.1:4040:4040" in ports and "127.0.0.1:8080:8080" in ports
