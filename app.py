@@ -9,7 +9,7 @@ import logging
 from chalice import AuthResponse, Chalice
 
 from chalicelib import api_keys, auth, web
-from chalicelib import http_response_backends, ip_policies  # issue 3
+from chalicelib import http_response_backends, ip_policies, tcp_edges  # issue 3
 
 app = Chalice(app_name="tunnel-service")
 app.log.setLevel(logging.INFO)
@@ -166,6 +166,59 @@ def delete_ip_policy_rule(rule_id):
     ip_policies.delete_rule(web.ctx(), rule_id)
     return web.no_content()
 
+
+
+# ---- TCP edges ----
+@route("/edges/tcp", ["POST"])
+def create_tcp_edge():
+    return web.created(tcp_edges.create(web.ctx(), web.body(tcp_edges.CREATE_FIELDS)))
+
+
+@route("/edges/tcp", ["GET"])
+def list_tcp_edges():
+    c = web.ctx()
+    limit, before_id = web.list_params(tcp_edges.PREFIX)
+    items, more = tcp_edges.list_page(c, limit, before_id)
+    return web.page(c, tcp_edges.PATH, tcp_edges.LIST_KEY, items, more, limit)
+
+
+@route("/edges/tcp/{edge_id}", ["GET"])
+def get_tcp_edge(edge_id):
+    return tcp_edges.get(web.ctx(), edge_id)
+
+
+@route("/edges/tcp/{edge_id}", ["PATCH"])
+def update_tcp_edge(edge_id):
+    return tcp_edges.update(web.ctx(), edge_id,
+                            web.body(tcp_edges.UPDATE_FIELDS, path_id=edge_id))
+
+
+@route("/edges/tcp/{edge_id}", ["DELETE"])
+def delete_tcp_edge(edge_id):
+    tcp_edges.delete(web.ctx(), edge_id)
+    return web.no_content()
+
+
+def _tcp_edge_module_routes(module):
+    """GET/PUT/DELETE /edges/tcp/{edge_id}/<module> (backend, ip_restriction, traffic_policy)."""
+    path = "/edges/tcp/{edge_id}/" + module
+
+    @route(path, ["GET"], name=f"get_tcp_edge_{module}")
+    def get_module(edge_id):
+        return tcp_edges.get_module(web.ctx(), edge_id, module)
+
+    @route(path, ["PUT"], name=f"replace_tcp_edge_{module}")
+    def replace_module(edge_id):
+        return tcp_edges.put_module(web.ctx(), edge_id, module, web.json_object())
+
+    @route(path, ["DELETE"], name=f"delete_tcp_edge_{module}")
+    def delete_module(edge_id):
+        tcp_edges.delete_module(web.ctx(), edge_id, module)
+        return web.no_content()
+
+
+for _module in tcp_edges.MODULES:
+    _tcp_edge_module_routes(_module)
 
 
 # ==== Identity and domains (issue 4): credentials, bot users, abuse reports, reserved domains ====

@@ -1,0 +1,146 @@
+"""TCP edges: ``/edges/tcp`` and their modules ``/edges/tcp/{id}/backend|ip_restriction|
+traffic_policy``.
+
+Fields: id, uri, created_at, description, metadata, hostports (null when none), backend,
+ip_restriction, traffic_policy (each null when unset), policy (always null, as in the spec).
+Hostports, module shapes and reference rules: see :mod:`chalicelib.edge_modules`.
+
+Rules (where the spec is silent, decided here):
+- Create and PATCH accept description, metadata, hostports and the three modules. In a PATCH
+  a field or module that is absent (or null) is left unchanged; a module that is present
+  replaces the stored module whole; PATCH never removes a module (use DELETE on the module).
+  ``hostports: []`` clears the hostports (they are then ``null``).
+- Module sub-resources: GET returns the module (404 when the edge has none); PUT replaces it
+  whole and returns it (200); DELETE removes it (204, also when it was not set: the result
+  is the same). A missing edge is 404 on all three.
+- Deleting an edge releases its hostports and its references in the same transaction.
+"""
+from typing import Any, Dict, List, Optional, Tuple
+
+from chalicelib import edge_modules, errors, ids, store, validation
+from chalicelib.edge_modules import HOSTPORTS, TCP_MODULES, TCP_RENDERERS
+from chalicelib.validation import DESCRIPTION, METADATA, Field
+from chalicelib.web import Ctx
+
+COLLECTION = "tcp_edge"
+PREFIX = ids.PREFIXES["tcp_edge"]
+PATH = "/edges/tcp"
+LIST_KEY = "tcp_edges"
+MODULES = tuple(TCP_MODULES)
+
+FIELDS = [DESCRIPTION, METADATA, HOSTPORTS] + [
+    Field(name, "any", check=parse) for name, parse in TCP_MODULES.items()]
+CREATE_FIELDS = FIELDS
+UPDATE_FIELDS = FIELDS
+
+
+def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
+    data = item.data
+    body = {
+        "id": item.sk,
+        "description": data.get("description", ""),
+        "metadata": data.get("metadata", ""),
+        "created_at": data["created_at"],
+        "uri": c.uri(f"{PATH}/{item.sk}"),
+        "hostports": data.get("hostports") or None,
+    }
+    for name in MODULES:
+        body[name] = TCP_RENDERERS[name](c, data.get(name))
+    body["policy"] = None
+    return body
+
+
+def _owner(c: Ctx, edge_id: str) -> Dict[str, str]:
+    return {"account_id": c.account_id, "kind": COLLECTION, "edge_id": edge_id}
+
+
+@store.retrying
+def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+    edge_id = ids.new_id(PREFIX)
+    data = {"description": "", "metadata": "", **fields,
+            "created_at": validation.now_rfc3339()}
+    data["hostports"] = fields.get("hostports") or None
+    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), edge_id,
+                          kind=COLLECTION, account_id=c.account_id, data=data)
+    ops = [store.put_new(item)]
+    ops += edge_modules.hostport_ops(None, data["hostports"], _owner(c, edge_id))
+    ops += edge_modules.ref_ops(c.account_id, {}, data)
+    store.commit(ops)
+    return render(c, item)
+
+
+def get_item(account_id: str, edge_id: str) -> store.Item:
+    if not ids.is_valid(edge_id, PREFIX):
+        raise errors.NotFound(f"No TCP edge with id '{edge_id}' exists")
+    return store.get_resource(account_id, COLLECTION, edge_id)
+
+
+def get(c: Ctx, edge_id: str) -> Dict[str, Any]:
+    return render(c, get_item(c.account_id, edge_id))
+
+
+def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
+    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
+                                   before_id)
+    return [render(c, item) for item in items], more
+
+
+def _replace(c: Ctx, item: store.Item, new: Dict[str, Any], nested: bool = True) -> None:
+    """Save ``new`` as the edge's data, moving hostport claims and references with it."""
+    old = item.data
+    ops = edge_modules.hostport_ops(old.get("hostports"), new.get("hostports"),
+                                    _owner(c, item.sk))
+    ops += edge_modules.ref_ops(c.account_id, old, new, nested=nested)
+    item.data = new
+    store.commit([store.save(item)] + ops)
+
+
+@store.retrying
+def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    item = get_item(c.account_id, edge_id)
+    if fields:
+        new = {**item.data, **fields}
+        if "hostports" in fields:
+            new["hostports"] = fields["hostports"] or None
+        _replace(c, item, new)
+    return render(c, item)
+
+
+@store.retrying
+def delete(c: Ctx, edge_id: str) -> None:
+    item = get_item(c.account_id, edge_id)
+    ops = [store.delete(item)]
+    ops += edge_modules.hostport_ops(item.data.get("hostports"), None, _owner(c, edge_id))
+    ops += edge_modules.ref_ops(c.account_id, item.data, {})
+    store.commit(ops)
+
+
+# ---- module sub-resources ---------------------------------------------------------------------
+def _module_name(name: str) -> str:
+    if name not in TCP_MODULES:
+        raise errors.NotFound(f"TCP edges have no module '{name}'")
+    return name
+
+
+def get_module(c: Ctx, edge_id: str, name: str) -> Dict[str, Any]:
+    item = get_item(c.account_id, edge_id)
+    module = item.data.get(_module_name(name))
+    if module is None:
+        raise errors.NotFound(f"TCP edge '{edge_id}' has no {name} module")
+    return TCP_RENDERERS[name](c, module)
+
+
+@store.retrying
+def put_module(c: Ctx, edge_id: str, name: str, raw: Dict[str, Any]) -> Dict[str, Any]:
+    item = get_item(c.account_id, edge_id)
+    body = edge_modules.module_body(raw, {"id": edge_id, "edge_id": edge_id})
+    module = TCP_MODULES[_module_name(name)](None, body)
+    _replace(c, item, {**item.data, name: module}, nested=False)
+    return TCP_RENDERERS[name](c, module)
+
+
+@store.retrying
+def delete_module(c: Ctx, edge_id: str, name: str) -> None:
+    item = get_item(c.account_id, edge_id)
+    if item.data.get(_module_name(name)) is not None:
+        _replace(c, item, {**item.data, name: None})
