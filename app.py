@@ -227,6 +227,13 @@ for _module in tcp_edges.MODULES:
 
 # ==== Docs (issue 6): /openapi.json ====
 # (routes of that issue go between this line and the next ==== marker)
+@app.route("/openapi.json", methods=["GET"], content_types=ANY)
+def get_openapi_document():
+    """The OpenAPI 3 document of this API: public (no authorizer, no version header)."""
+    from chalicelib import openapi  # built on first request, not at cold start
+    web.reject_query()
+    return openapi.document(app, web.base_url())
+
 
 
 # ---- every other method of a known path: 405 with the contract's body ------------------------

@@ -1,0 +1,492 @@
+"""The OpenAPI 3 document of the whole API, served at ``/openapi.json``.
+
+It is generated from the app's routes (``app.routes``, minus the 405 views that
+chalicelib.web adds) and the table below, which says per operation what its body and its
+response are. Request bodies are built from the resource modules' ``validation.Field`` lists
+(the same lists the views parse with), so a field added to a resource shows up here.
+A route the table does not describe still appears (with a generic body), and is listed by
+:func:`undescribed_routes`, which a test keeps empty; a table entry the app does not serve
+is listed by :func:`unserved_operations`.
+
+Built on first request (never at import: Lambda cold starts), cached per app; only
+``servers`` changes per request (it is the caller's base URL, as every ``uri`` is).
+
+Limits of the description: string lengths in the document are the byte limits the service
+enforces on UTF-8 (``maxLength`` counts characters, so it is an upper bound); rules checked
+by code (ACL syntax, CIDRs, RE2 patterns, …) are named in descriptions, and their failures
+are the documented 400.
+"""
+import copy
+import importlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from chalicelib import errors, ids, validation, web
+
+OPENAPI_PATH = "/openapi.json"
+TITLE = "Tunnel management service API"
+VERSION = "2"
+
+Schema = Dict[str, Any]
+
+
+# ---- schema shorthands -------------------------------------------------------------------
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: Schema) -> Schema:
+    if "$ref" in schema:
+        return {"allOf": [schema], "nullable": True}
+    return {**schema, "nullable": True}
+
+
+STR = {"type": "string"}
+BOOL = {"type": "boolean"}
+INT = {"type": "integer", "format": "int32"}
+STR_LIST = {"type": "array", "items": STR}
+STR_MAP = {"type": "object", "additionalProperties": STR}
+TIMESTAMP = {"type": "string", "description": "RFC 3339, UTC"}
+URI = {"type": "string", "description": "absolute address of the resource on this server"}
+
+
+def _obj(properties: Dict[str, Schema], description: str = "") -> Schema:
+    schema: Schema = {"type": "object", "properties": properties,
+                      "required": sorted(properties)}
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _id(kind: str) -> Schema:
+    prefix = ids.PREFIXES[kind]
+    return {"type": "string", "pattern": f"^{prefix}_[0-9A-Za-z]{{27}}$",
+            "example": f"{prefix}_{'0' * 6}{'A' * 21}"}
+
+
+def _common(kind: str) -> Dict[str, Schema]:
+    return {"id": _id(kind), "uri": URI, "created_at": TIMESTAMP,
+            "description": {"type": "string", "maxLength": validation.DESCRIPTION_MAX_BYTES},
+            "metadata": {"type": "string", "maxLength": validation.METADATA_MAX_BYTES}}
+
+
+def _without(props: Dict[str, Schema], *names: str) -> Dict[str, Schema]:
+    return {k: v for k, v in props.items() if k not in names}
+
+
+# ---- response schemas (components) -----------------------------------------------------
+def _schemas() -> Dict[str, Schema]:
+    ref = _obj({"id": STR, "uri": URI}, "a reference to another resource")
+    return {
+        "Error": _obj({
+            "error_code": {"type": "string", "enum": sorted(errors.CATALOG),
+                           "description": "stable code from the error catalog"},
+            "status_code": {"type": "integer", "minimum": 400, "maximum": 599},
+            "msg": STR,
+            "details": {"type": "object", "required": ["operation_id"],
+                        "properties": {"operation_id": STR},
+                        "additionalProperties": STR},
+        }, "every non-2xx response"),
+        "Ref": ref,
+        "APIKey": _obj({**_common("api_key"), "token": _nullable(STR), "owner_id": STR},
+                       "an API key; `token` only in the create response"),
+        "HTTPResponseBackend": _obj({**_common("http_response_backend"), "body": STR,
+                                     "headers": _nullable(STR_MAP),
+                                     "status_code": {"type": "integer", "minimum": 100,
+                                                     "maximum": 599}}),
+        "IPPolicy": _obj(_common("ip_policy")),
+        "IPPolicyRule": _obj({**_common("ip_policy_rule"), "cidr": STR,
+                              "ip_policy": _ref("Ref"),
+                              "action": {"type": "string", "enum": ["allow", "deny"]}}),
+        "Credential": _obj({**_common("credential"), "token": _nullable(STR), "acl": STR_LIST,
+                            "owner_id": STR},
+                           "a tunnel authtoken credential; `token` only in the create response"),
+        "BotUser": _obj({"id": _id("bot_user"), "uri": URI, "name": STR, "active": BOOL,
+                         "created_at": TIMESTAMP}),
+        "EndpointBackend": _obj({"enabled": BOOL, "backend": _ref("Ref")}),
+        "EndpointIPPolicy": _obj({"enabled": BOOL,
+                                  "ip_policies": {"type": "array", "items": _ref("Ref")}}),
+        "EndpointTrafficPolicy": _obj({"enabled": BOOL, "value": STR}),
+        "TCPEdge": _obj({**_common("tcp_edge"), "hostports": _nullable(STR_LIST),
+                         "backend": _nullable(_ref("EndpointBackend")),
+                         "ip_restriction": _nullable(_ref("EndpointIPPolicy")),
+                         "traffic_policy": _nullable(_ref("EndpointTrafficPolicy")),
+                         "policy": {"nullable": True, "description": "always null"}}),
+        "EndpointUserAgentFilter": _obj({"enabled": BOOL, "allow": STR_LIST, "deny": STR_LIST}),
+        "EndpointResponseHeaders": _obj({"enabled": BOOL, "add": STR_MAP, "remove": STR_LIST}),
+        "HTTPSEdgeRoute": _obj({**_common("https_edge_route"), "edge_id": STR,
+                                "match_type": {"type": "string",
+                                               "enum": ["exact_path", "path_prefix"]},
+                                "match": STR,
+                                "user_agent_filter": _nullable(_ref("EndpointUserAgentFilter")),
+                                "response_headers": _nullable(_ref("EndpointResponseHeaders"))}),
+        "HTTPSEdge": _obj({**_common("https_edge"), "hostports": _nullable(STR_LIST),
+                           "routes": {"type": "array", "items": _ref("HTTPSEdgeRoute")},
+                           "mutual_tls": {"nullable": True}, "tls_termination": {"nullable": True}}),
+        "AbuseReportHostname": _obj({"hostname": STR, "status": {
+            "type": "string", "enum": ["PENDING", "BANNED", "UNBANNED", "IGNORE"]}}),
+        "AbuseReport": _obj({**_without(_common("abuse_report"), "description"),
+                             "urls": STR_LIST,
+                             "status": {"type": "string", "enum": [
+                                 "PENDING", "PROCESSED", "PARTIALLY_PROCESSED"]},
+                             "hostnames": {"type": "array",
+                                           "items": _ref("AbuseReportHostname")}}),
+        "ReservedDomainCertPolicy": _obj({"authority": STR, "private_key_type": STR}),
+        "ReservedDomain": _obj({**_common("reserved_domain"), "domain": STR,
+                                "region": _nullable(STR), "cname_target": _nullable(STR),
+                                "certificate_management_policy": _nullable(
+                                    _ref("ReservedDomainCertPolicy")),
+                                "certificate_management_status": {"nullable": True,
+                                                                  "type": "object"},
+                                "acme_challenge_cname_target": _nullable(STR),
+                                "resolves_to": {"nullable": True}}),
+    }
+
+
+# ---- the operation table -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Op:
+    """How one (method, path) is described.
+
+    ``fields`` names a validation.Field list as ``"module:ATTRIBUTE"`` (the body the view
+    parses); ``response`` a component schema; ``list_key`` makes the response a list page of
+    that schema; ``status`` the success status.
+    """
+
+    summary: str
+    tag: str
+    response: Optional[str] = None
+    status: int = 200
+    fields: Optional[str] = None
+    list_key: Optional[str] = None
+    list_prefix: Optional[str] = None  # id prefix of before_id
+    accepts_id: bool = False  # PATCH bodies may repeat the path's id
+    field_schemas: Dict[str, Schema] = field(default_factory=dict)
+
+
+def _crud(path: str, item: str, tag: str, schema: str, module: str, list_key: str,
+          kind: str, create: str = "CREATE_FIELDS", update: str = "UPDATE_FIELDS",
+          name: str = "", field_schemas: Optional[Dict[str, Schema]] = None,
+          ) -> Dict[Tuple[str, str], Op]:
+    """Create, list, get, update, delete of one collection."""
+    name = name or tag
+    extra = field_schemas or {}
+    return {
+        ("POST", path): Op(f"Create {name}", tag, schema, 201, f"{module}:{create}",
+                           field_schemas=extra),
+        ("GET", path): Op(f"List {name}s, newest first", tag, schema, list_key=list_key,
+                          list_prefix=ids.PREFIXES[kind]),
+        ("GET", item): Op(f"Get {name}", tag, schema),
+        ("PATCH", item): Op(f"Update {name} (only the fields sent)", tag, schema,
+                            fields=f"{module}:{update}", accepts_id=True, field_schemas=extra),
+        ("DELETE", item): Op(f"Delete {name}", tag, None, 204),
+    }
+
+
+def _module_ops(path: str, tag: str, schema: str, fields: str, name: str
+                ) -> Dict[Tuple[str, str], Op]:
+    """GET/PUT/DELETE of a module sub-resource (GET of an unset module: 404)."""
+    return {
+        ("GET", path): Op(f"Get the {name} module", tag, schema),
+        ("PUT", path): Op(f"Set the {name} module", tag, schema, fields=fields),
+        ("DELETE", path): Op(f"Remove the {name} module", tag, None, 204),
+    }
+
+
+def _module_body(fields_ref: str) -> Schema:
+    return {"lazy_fields": fields_ref}
+
+
+def _operations() -> Dict[Tuple[str, str], Op]:
+    ops: Dict[Tuple[str, str], Op] = {}
+    ops.update(_crud("/api_keys", "/api_keys/{key_id}", "API keys", "APIKey", "api_keys",
+                     "keys", "api_key", name="API key"))
+    ops.update(_crud("/backends/http_response", "/backends/http_response/{backend_id}",
+                     "HTTP response backends", "HTTPResponseBackend", "http_response_backends",
+                     "backends", "http_response_backend", name="HTTP response backend"))
+    ops.update(_crud("/ip_policies", "/ip_policies/{policy_id}", "IP policies", "IPPolicy",
+                     "ip_policies", "ip_policies", "ip_policy", create="POLICY_FIELDS",
+                     update="POLICY_FIELDS", name="IP policy"))
+    ops.update(_crud("/ip_policy_rules", "/ip_policy_rules/{rule_id}", "IP policy rules",
+                     "IPPolicyRule", "ip_policies", "ip_policy_rules", "ip_policy_rule",
+                     create="RULE_CREATE_FIELDS", update="RULE_UPDATE_FIELDS",
+                     name="IP policy rule"))
+    ops.update(_crud("/credentials", "/credentials/{credential_id}", "Credentials",
+                     "Credential", "credentials", "credentials", "credential",
+                     name="credential", field_schemas={"owner_id": STR}))
+    ops.update(_crud("/bot_users", "/bot_users/{bot_id}", "Bot users", "BotUser", "bot_users",
+                     "bot_users", "bot_user", name="bot user"))
+    tcp_modules = {
+        "hostports": {"type": "array", "items": STR, "nullable": True,
+                      "description": "host:port entries, each served by one edge at most"},
+        "backend": _module_body("edge_modules:BACKEND_FIELDS"),
+        "ip_restriction": _module_body("edge_modules:IP_RESTRICTION_FIELDS"),
+        "traffic_policy": _module_body("edge_modules:TRAFFIC_POLICY_FIELDS"),
+    }
+    ops.update(_crud("/edges/tcp", "/edges/tcp/{edge_id}", "TCP edges", "TCPEdge", "tcp_edges",
+                     "tcp_edges", "tcp_edge", name="TCP edge", field_schemas=tcp_modules))
+    for module, schema in (("backend", "EndpointBackend"),
+                           ("ip_restriction", "EndpointIPPolicy"),
+                           ("traffic_policy", "EndpointTrafficPolicy")):
+        ops.update(_module_ops(f"/edges/tcp/{{edge_id}}/{module}", "TCP edges", schema,
+                               f"edge_modules:{module.upper()}_FIELDS",
+                               module.replace("_", " ")))
+    ops.update(_crud("/edges/https", "/edges/https/{edge_id}", "HTTPS edges", "HTTPSEdge",
+                     "https_edges", "https_edges", "https_edge", name="HTTPS edge",
+                     field_schemas={"hostports": tcp_modules["hostports"]}))
+    ops.update(_crud("/edges/https/{edge_id}/routes", "/edges/https/{edge_id}/routes/{id}",
+                     "HTTPS edge routes", "HTTPSEdgeRoute", "https_edges", "routes",
+                     "https_edge_route", create="ROUTE_CREATE_FIELDS",
+                     update="ROUTE_UPDATE_FIELDS", name="HTTPS edge route"))
+    for module, schema in (("user_agent_filter", "EndpointUserAgentFilter"),
+                           ("response_headers", "EndpointResponseHeaders")):
+        ops.update(_module_ops(f"/edges/https/{{edge_id}}/routes/{{id}}/{module}",
+                               "HTTPS edge routes", schema,
+                               f"route_modules:{module.upper()}_FIELDS",
+                               module.replace("_", " ")))
+    ops.update(_crud("/abuse_reports", "/abuse_reports/{abuse_report_id}", "Abuse reports",
+                     "AbuseReport", "abuse_reports", "abuse_reports", "abuse_report",
+                     name="abuse report"))
+    ops.update(_crud("/reserved_domains", "/reserved_domains/{domain_id}", "Reserved domains",
+                     "ReservedDomain", "reserved_domains", "reserved_domains",
+                     "reserved_domain", name="reserved domain"))
+    return ops
+
+
+# ---- building ----------------------------------------------------------------------------
+_ERROR_STATUSES = {
+    "400": "invalid body, query, version header or field",
+    "401": "missing, malformed, unknown or revoked API key",
+    "403": "the principal may not do this",
+    "404": "no such resource in the caller's account (or malformed id)",
+    "409": "conflict: uniqueness, reference, concurrent change",
+    "413": "request body too large",
+    "415": "a body that is not application/json",
+    "500": "unexpected error (details are logged, never returned)",
+}
+
+
+def _field_schema(f: validation.Field) -> Schema:
+    kind = f.type
+    if kind == "string":
+        schema: Schema = dict(STR)
+        if f.max_bytes is not None:
+            schema["maxLength"] = f.max_bytes
+            schema["description"] = f"at most {f.max_bytes} bytes of UTF-8"
+    elif kind == "boolean":
+        schema = dict(BOOL)
+    elif kind == "integer":
+        schema = dict(INT)
+    elif kind == "string_list":
+        schema = {"type": "array", "items": dict(STR)}
+        if f.max_items is not None:
+            schema["maxItems"] = f.max_items
+        if f.max_bytes is not None:
+            schema["items"]["maxLength"] = f.max_bytes
+    elif kind == "string_map":
+        schema = {"type": "object", "additionalProperties": dict(STR)}
+        if f.max_items is not None:
+            schema["maxProperties"] = f.max_items
+    elif kind == "object":
+        schema = {"type": "object"}
+    else:
+        schema = {}
+    if f.check is not None:
+        schema["description"] = (schema.get("description", "") +
+                                 "; further rules are checked (400 naming the field)").lstrip("; ")
+    return schema
+
+
+def _load_fields(ref: str) -> Optional[List[validation.Field]]:
+    module_name, attr = ref.split(":")
+    try:
+        module = importlib.import_module(f"chalicelib.{module_name}")
+    except ImportError:
+        return None
+    return getattr(module, attr, None)
+
+
+def _body_schema(ref: str, overrides: Dict[str, Schema], accepts_id: bool) -> Optional[Schema]:
+    fields = _load_fields(ref)
+    if fields is None:
+        return None
+    properties: Dict[str, Schema] = {}
+    required = []
+    for f in fields:
+        schema = overrides.get(f.name)
+        if schema is not None and "lazy_fields" in schema:
+            nested = _body_schema(schema["lazy_fields"], {}, False)
+            schema = _nullable(nested) if nested is not None else {}
+        elif schema is None:
+            schema = _field_schema(f)
+            if not f.required:
+                schema = {**schema, "nullable": True}
+        properties[f.name] = schema
+        if f.required:
+            required.append(f.name)
+    if accepts_id:
+        properties["id"] = {"type": "string", "description": "if sent, the id in the path"}
+    body: Schema = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        body["required"] = required
+    return body
+
+
+def _path_param(name: str, path: str) -> Schema:
+    # The id kind of a path parameter is the one of the collection it follows.
+    kind = None
+    segments = path.split("/")
+    index = segments.index("{" + name + "}")
+    collection = "/".join(segments[:index])
+    for (_, op_path), op in _operations().items():
+        if op_path == collection and op.list_prefix:
+            kind = op.list_prefix
+    schema = {"type": "string"}
+    if kind:
+        schema = {"type": "string", "pattern": f"^{kind}_[0-9A-Za-z]{{27}}$"}
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+def _responses(op: Optional[Op]) -> Dict[str, Any]:
+    responses: Dict[str, Any] = {}
+    if op is None:
+        responses["200"] = {"description": "success (undescribed operation)"}
+    elif op.status == 204:
+        responses["204"] = {"description": "done; empty body"}
+    else:
+        schema = _ref(op.response) if op.response else {}
+        if op.list_key:
+            schema = _obj({op.list_key: {"type": "array", "items": _ref(op.response)},
+                           "uri": URI,
+                           "next_page_uri": _nullable({**URI, "description":
+                                                       "the next page, null on the last"})})
+        responses[str(op.status)] = {
+            "description": "success",
+            "content": {"application/json": {"schema": schema}}}
+    for status, description in _ERROR_STATUSES.items():
+        responses[status] = {"$ref": f"#/components/responses/E{status}"}
+    return responses
+
+
+def _operation(method: str, path: str, view_name: str, op: Optional[Op]) -> Dict[str, Any]:
+    params: List[Schema] = [{"$ref": "#/components/parameters/ServiceVersion"}]
+    for segment in path.split("/"):
+        if segment.startswith("{"):
+            params.append(_path_param(segment[1:-1], path))
+    operation: Dict[str, Any] = {
+        "operationId": view_name,
+        "summary": op.summary if op else view_name.replace("_", " "),
+        "tags": [op.tag] if op else ["Undescribed"],
+        "parameters": params,
+        "responses": _responses(op),
+    }
+    if op and op.list_key:
+        params += [{"$ref": "#/components/parameters/Limit"},
+                   {"name": "before_id", "in": "query", "required": False,
+                    "description": "exclusive: items created before this id",
+                    "schema": {"type": "string",
+                               "pattern": f"^{op.list_prefix}_[0-9A-Za-z]{{27}}$"}}]
+    if method in ("POST", "PUT", "PATCH"):
+        body = None
+        if op and op.fields:
+            body = _body_schema(op.fields, op.field_schemas, op.accepts_id)
+        operation["requestBody"] = {
+            "required": method == "PUT",
+            "content": {"application/json": {"schema": body or {"type": "object"}}}}
+    return operation
+
+
+def _service_routes(app: Any) -> Dict[Tuple[str, str], str]:
+    routes = {}
+    for path, by_method in app.routes.items():
+        if path == OPENAPI_PATH:
+            continue
+        for method, entry in by_method.items():
+            if entry.view_name.startswith("method_not_allowed_"):
+                continue
+            routes[(method, path)] = entry.view_name
+    return routes
+
+
+def undescribed_routes(app: Any) -> List[Tuple[str, str]]:
+    """Routes the app serves that the operation table does not describe (must be empty)."""
+    table = _operations()
+    missing = []
+    for (method, path) in sorted(_service_routes(app)):
+        op = table.get((method, path))
+        if op is None or (op.fields and _load_fields(op.fields) is None):
+            missing.append((method, path))
+    return missing
+
+
+def unserved_operations(app: Any) -> List[Tuple[str, str]]:
+    """Described operations whose route the app does not (yet) serve."""
+    served = _service_routes(app)
+    return sorted(key for key in _operations() if key not in served)
+
+
+def build(app: Any) -> Dict[str, Any]:
+    """The document for the routes ``app`` serves (only those)."""
+    table = _operations()
+    paths: Dict[str, Dict[str, Any]] = {}
+    for (method, path), view_name in sorted(_service_routes(app).items()):
+        paths.setdefault(path, {})[method.lower()] = _operation(
+            method, path, view_name, table.get((method, path)))
+    paths[OPENAPI_PATH] = {"get": {
+        "operationId": "get_openapi_document", "summary": "This document",
+        "tags": ["Docs"], "security": [],
+        "responses": {"200": {"description": "the OpenAPI document",
+                              "content": {"application/json": {"schema": {"type": "object"}}}},
+                      "400": {"$ref": "#/components/responses/E400"},
+                      "500": {"$ref": "#/components/responses/E500"}}}}
+    error_content = {"application/json": {"schema": _ref("Error")}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": TITLE, "version": VERSION,
+                 "description": "Management API of a tunnelling and ingress platform. Every "
+                                "request needs `Authorization: Bearer <API key>` and "
+                                "`Service-Version: 2` (or `Ngrok-Version: 2`); every non-2xx "
+                                "response has the Error body."},
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "tags": [{"name": name} for name in
+                 sorted({op["tags"][0] for item in paths.values() for op in item.values()})],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "an API key (see /api_keys)"}},
+            "parameters": {
+                "ServiceVersion": {"name": "Service-Version", "in": "header", "required": True,
+                                   "description": "API version; `Ngrok-Version` is accepted "
+                                                  "as well", "schema": {
+                                                      "type": "string",
+                                                      "enum": list(web.SUPPORTED_VERSIONS)}},
+                "Limit": {"name": "limit", "in": "query", "required": False,
+                          "description": f"page size, 1–{web.MAX_LIMIT} (default "
+                                         f"{web.DEFAULT_LIMIT})",
+                          "schema": {"type": "integer", "minimum": 1,
+                                     "maximum": web.MAX_LIMIT}},
+            },
+            "responses": {f"E{status}": {"description": description,
+                                         "content": error_content}
+                          for status, description in _ERROR_STATUSES.items()},
+            "schemas": _schemas(),
+        },
+    }
+
+
+_cache: Dict[int, Dict[str, Any]] = {}
+_lock = threading.Lock()
+
+
+def document(app: Any, base_url: Optional[str] = None) -> Dict[str, Any]:
+    """The document (built once per app), with ``servers`` set to ``base_url``."""
+    with _lock:
+        built = _cache.get(id(app))
+        if built is None:
+            built = build(app)
+            _cache[id(app)] = built
+    result = copy.copy(built)
+    result["servers"] = [{"url": base_url or "/"}]
+    return result
