@@ -9,7 +9,7 @@ import logging
 from chalice import AuthResponse, Chalice
 
 from chalicelib import api_keys, auth, web
-from chalicelib import http_response_backends, ip_policies, tcp_edges  # issue 3
+from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges  # issue 3
 
 app = Chalice(app_name="tunnel-service")
 app.log.setLevel(logging.INFO)
@@ -219,6 +219,90 @@ def _tcp_edge_module_routes(module):
 
 for _module in tcp_edges.MODULES:
     _tcp_edge_module_routes(_module)
+
+
+# ---- HTTPS edges ----
+@route("/edges/https", ["POST"])
+def create_https_edge():
+    return web.created(https_edges.create(web.ctx(), web.body(https_edges.EDGE_FIELDS)))
+
+
+@route("/edges/https", ["GET"])
+def list_https_edges():
+    c = web.ctx()
+    limit, before_id = web.list_params(https_edges.PREFIX)
+    items, more = https_edges.list_page(c, limit, before_id)
+    return web.page(c, https_edges.PATH, https_edges.LIST_KEY, items, more, limit)
+
+
+@route("/edges/https/{edge_id}", ["GET"])
+def get_https_edge(edge_id):
+    return https_edges.get(web.ctx(), edge_id)
+
+
+@route("/edges/https/{edge_id}", ["PATCH"])
+def update_https_edge(edge_id):
+    return https_edges.update(web.ctx(), edge_id,
+                              web.body(https_edges.EDGE_FIELDS, path_id=edge_id))
+
+
+@route("/edges/https/{edge_id}", ["DELETE"])
+def delete_https_edge(edge_id):
+    https_edges.delete(web.ctx(), edge_id)
+    return web.no_content()
+
+
+# ---- HTTPS edge routes ----
+@route("/edges/https/{edge_id}/routes", ["POST"])
+def create_https_edge_route(edge_id):
+    return web.created(https_edges.create_route(web.ctx(), edge_id, web.json_object()))
+
+
+@route("/edges/https/{edge_id}/routes", ["GET"])
+def list_https_edge_routes(edge_id):
+    c = web.ctx()
+    limit, before_id = web.list_params(https_edges.ROUTE_PREFIX)
+    items, more = https_edges.list_routes(c, edge_id, limit, before_id)
+    return web.page(c, https_edges.routes_path(edge_id), https_edges.ROUTE_LIST_KEY, items,
+                    more, limit)
+
+
+@route("/edges/https/{edge_id}/routes/{route_id}", ["GET"])
+def get_https_edge_route(edge_id, route_id):
+    return https_edges.get_route(web.ctx(), edge_id, route_id)
+
+
+@route("/edges/https/{edge_id}/routes/{route_id}", ["PATCH"])
+def update_https_edge_route(edge_id, route_id):
+    return https_edges.update_route(web.ctx(), edge_id, route_id, web.json_object())
+
+
+@route("/edges/https/{edge_id}/routes/{route_id}", ["DELETE"])
+def delete_https_edge_route(edge_id, route_id):
+    https_edges.delete_route(web.ctx(), edge_id, route_id)
+    return web.no_content()
+
+
+def _https_route_module_routes(module):
+    """GET/PUT/DELETE /edges/https/{edge_id}/routes/{route_id}/<module>."""
+    path = "/edges/https/{edge_id}/routes/{route_id}/" + module
+
+    @route(path, ["GET"], name=f"get_https_edge_route_{module}")
+    def get_module(edge_id, route_id):
+        return https_edges.get_module(web.ctx(), edge_id, route_id, module)
+
+    @route(path, ["PUT"], name=f"replace_https_edge_route_{module}")
+    def replace_module(edge_id, route_id):
+        return https_edges.put_module(web.ctx(), edge_id, route_id, module, web.json_object())
+
+    @route(path, ["DELETE"], name=f"delete_https_edge_route_{module}")
+    def delete_module(edge_id, route_id):
+        https_edges.delete_module(web.ctx(), edge_id, route_id, module)
+        return web.no_content()
+
+
+for _module in https_edges.ROUTE_MODULES:
+    _https_route_module_routes(_module)
 
 
 # ==== Identity and domains (issue 4): credentials, bot users, abuse reports, reserved domains ====

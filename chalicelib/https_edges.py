@@ -1,0 +1,376 @@
+"""HTTPS edges ``/edges/https``, their routes ``/edges/https/{edge_id}/routes`` and the route
+modules ``user_agent_filter`` and ``response_headers``.
+
+HTTPS edge fields: id, uri, created_at, description, metadata, hostports (null when none),
+mutual_tls and tls_termination (always null: those modules are not offered), routes (every
+route of the edge, oldest first).
+
+Route fields: id, edge_id, uri, created_at, description, metadata, match_type
+(``exact_path`` | ``path_prefix``), match, and every module field the reference client
+reads: ``user_agent_filter`` and ``response_headers`` (null when unset), and backend,
+ip_restriction, circuit_breaker, compression, request_headers, webhook_verification, oauth,
+saml, oidc, websocket_tcp_converter, traffic_policy (always null: not offered; sending one
+that is not null is a 400).
+
+Rules (where the spec is silent, decided here):
+- Hostports follow :mod:`chalicelib.edge_modules` and share one service-wide namespace with
+  TCP edges' hostports (409 when taken).
+- An edge has at most :data:`MAX_ROUTES` routes (400 beyond), so that deleting an edge deletes
+  it, its routes and its hostport claims in one transaction. The edge's ``refs`` counts its
+  routes; creating or deleting a route updates it, so a route cannot slip in while its edge
+  is being deleted.
+- Routes live in a child collection ``https_edge_route#<edge id>``; a route of another edge,
+  or of an edge that does not exist, is 404.
+- ``match`` is a non-empty string of at most 1024 bytes. In a route PATCH, an absent, null or
+  empty ``match_type``/``match`` leaves it unchanged (the reference client sends ``""`` for
+  both by default); description and metadata are replaced when sent. A module sent in a
+  route PATCH replaces the module whole; PATCH never removes a module.
+- Route modules: GET 200 (404 when unset, or when the edge or route does not exist); PUT
+  replaces the whole module and returns it (200); DELETE 204 (also when it was not set).
+  PUT bodies may be the module itself or ``{"module": {...}, "edge_id": …, "id": …}``.
+- user_agent_filter: ``enabled`` (default true), ``allow`` and ``deny`` (default ``[]``):
+  at most 20 patterns each, each at most 512 bytes and a valid RE2 regular expression (400
+  naming the pattern otherwise).
+- response_headers: ``enabled`` (default true); ``add``: at most 20 headers (names are HTTP
+  tokens, lower-cased, none differing only in case; values at most 1024 bytes, no CR/LF),
+  ``{}`` when none; ``remove``: at most 20 header names, lower-cased, duplicates dropped,
+  ``[]`` when none.
+"""
+from typing import Any, Dict, List, Optional, Tuple
+
+import re2
+
+from chalicelib import edge_modules, errors, http_headers, ids, store, validation
+from chalicelib.edge_modules import HOSTPORTS
+from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
+from chalicelib.web import Ctx
+
+COLLECTION = "https_edge"
+PREFIX = ids.PREFIXES["https_edge"]
+PATH = "/edges/https"
+LIST_KEY = "https_edges"
+
+ROUTE_COLLECTION = "https_edge_route"
+ROUTE_PREFIX = ids.PREFIXES["https_edge_route"]
+ROUTE_LIST_KEY = "routes"
+
+MAX_ROUTES = 50
+MAX_MATCH_BYTES = 1024
+MATCH_TYPES = ("exact_path", "path_prefix")
+MAX_PATTERNS = 20
+MAX_PATTERN_BYTES = 512
+MAX_ADD_HEADERS = 20
+MAX_REMOVE_HEADERS = 20
+
+ROUTE_MODULES = ("user_agent_filter", "response_headers")
+UNSUPPORTED_ROUTE_MODULES = ("backend", "ip_restriction", "circuit_breaker", "compression",
+                             "request_headers", "webhook_verification", "oauth", "saml",
+                             "oidc", "websocket_tcp_converter", "traffic_policy")
+
+
+def _unsupported(name: str, value: Any) -> Any:
+    raise errors.InvalidField(f"Field '{name}': this module is not offered by this service; "
+                              "send null or leave it out", details={"field": name})
+
+
+# ---- route modules: parsing and rendering ------------------------------------------------------
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+def _patterns(name: str, value: List[str]) -> List[str]:
+    for index, pattern in enumerate(value):
+        try:
+            re2.compile(pattern, _RE2_OPTIONS)
+        except re2.error as exc:
+            reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) \
+                else str(exc)
+            raise errors.InvalidField(
+                f"Field '{name}[{index}]': pattern '{pattern}' is not a valid RE2 regular "
+                f"expression ({reason})", details={"field": f"{name}[{index}]"}) from None
+    return value
+
+
+def _nest(field: Optional[str], fields: List[Field], value: Any) -> Dict[str, Any]:
+    """Parse a module object; errors name ``<field>.<name>`` (just ``<name>`` for a PUT)."""
+    if not isinstance(value, dict):
+        raise errors.InvalidField(f"Field '{field or 'module'}' must be an object",
+                                  details={"field": field or "module"})
+    try:
+        return parse(value, fields)
+    except errors.ApiError as exc:
+        name = exc.details.get("field")
+        if field and name:
+            exc.msg = exc.msg.replace(f"'{name}", f"'{field}.{name}", 1)
+            exc.details["field"] = f"{field}.{name}"
+        raise
+
+
+UA_FIELDS = [Field("enabled", "boolean"),
+             Field("allow", "string_list", max_bytes=MAX_PATTERN_BYTES, max_items=MAX_PATTERNS,
+                   check=_patterns),
+             Field("deny", "string_list", max_bytes=MAX_PATTERN_BYTES, max_items=MAX_PATTERNS,
+                   check=_patterns)]
+RH_FIELDS = [Field("enabled", "boolean"),
+             Field("add", "any", check=lambda n, v: http_headers.check_map(n, v,
+                                                                            MAX_ADD_HEADERS)),
+             Field("remove", "any", check=lambda n, v: http_headers.check_names(
+                 n, v, MAX_REMOVE_HEADERS))]
+
+
+def parse_user_agent_filter(field: Optional[str], value: Any) -> Dict[str, Any]:
+    parsed = _nest(field, UA_FIELDS, value)
+    return {"enabled": parsed.get("enabled", True), "allow": parsed.get("allow", []),
+            "deny": parsed.get("deny", [])}
+
+
+def parse_response_headers(field: Optional[str], value: Any) -> Dict[str, Any]:
+    parsed = _nest(field, RH_FIELDS, value)
+    return {"enabled": parsed.get("enabled", True), "add": parsed.get("add", {}),
+            "remove": parsed.get("remove", [])}
+
+
+MODULE_PARSERS = {"user_agent_filter": parse_user_agent_filter,
+                  "response_headers": parse_response_headers}
+
+
+def _render_module(module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    return None if module is None else dict(module)
+
+
+# ---- fields -------------------------------------------------------------------------------------
+def _match_type(name: str, value: str) -> str:
+    if value not in MATCH_TYPES:
+        raise errors.InvalidField(f"Field '{name}' must be 'exact_path' or 'path_prefix', got "
+                                  f"'{value[:64]}'", details={"field": name})
+    return value
+
+
+EDGE_FIELDS = [DESCRIPTION, METADATA, HOSTPORTS, Field("mutual_tls", "any", check=_unsupported),
+               Field("tls_termination", "any", check=_unsupported)]
+_MODULE_FIELDS = [Field(name, "any", check=parser) for name, parser in MODULE_PARSERS.items()] \
+    + [Field(name, "any", check=_unsupported) for name in UNSUPPORTED_ROUTE_MODULES]
+ROUTE_CREATE_FIELDS = [DESCRIPTION, METADATA,
+                       Field("match_type", "string", required=True, max_bytes=32,
+                             check=_match_type),
+                       Field("match", "string", required=True, max_bytes=MAX_MATCH_BYTES,
+                             check=lambda n, v: validation.require_non_empty(n, v))
+                       ] + _MODULE_FIELDS
+ROUTE_UPDATE_FIELDS = [DESCRIPTION, METADATA,
+                       Field("match_type", "string", max_bytes=32,
+                             check=lambda n, v: _match_type(n, v) if v else v),
+                       Field("match", "string", max_bytes=MAX_MATCH_BYTES)] + _MODULE_FIELDS
+
+
+# ---- rendering ----------------------------------------------------------------------------------
+def _route_collection(edge_id: str) -> str:
+    return f"{ROUTE_COLLECTION}#{edge_id}"
+
+
+def routes_path(edge_id: str) -> str:
+    return f"{PATH}/{edge_id}/routes"
+
+
+def render_route(c: Ctx, item: store.Item) -> Dict[str, Any]:
+    data = item.data
+    edge_id = data["edge_id"]
+    body = {
+        "edge_id": edge_id,
+        "id": item.sk,
+        "created_at": data["created_at"],
+        "match_type": data["match_type"],
+        "match": data["match"],
+        "uri": c.uri(f"{routes_path(edge_id)}/{item.sk}"),
+        "description": data.get("description", ""),
+        "metadata": data.get("metadata", ""),
+    }
+    for name in UNSUPPORTED_ROUTE_MODULES:
+        body[name] = None
+    for name in ROUTE_MODULES:
+        body[name] = _render_module(data.get(name))
+    return body
+
+
+def _routes(account_id: str, edge_id: str) -> List[store.Item]:
+    return store.query_all(store.collection_pk(account_id, _route_collection(edge_id)))
+
+
+def render(c: Ctx, item: store.Item, routes: Optional[List[store.Item]] = None) -> Dict[str, Any]:
+    data = item.data
+    if routes is None:
+        routes = _routes(c.account_id, item.sk)
+    return {
+        "id": item.sk,
+        "description": data.get("description", ""),
+        "metadata": data.get("metadata", ""),
+        "created_at": data["created_at"],
+        "uri": c.uri(f"{PATH}/{item.sk}"),
+        "hostports": data.get("hostports") or None,
+        "mutual_tls": None,
+        "tls_termination": None,
+        "routes": [render_route(c, route) for route in routes],
+    }
+
+
+# ---- edges --------------------------------------------------------------------------------------
+def _owner(c: Ctx, edge_id: str) -> Dict[str, str]:
+    return {"account_id": c.account_id, "kind": COLLECTION, "edge_id": edge_id}
+
+
+@store.retrying
+def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+    edge_id = ids.new_id(PREFIX)
+    data = {"description": fields.get("description", ""), "metadata": fields.get("metadata", ""),
+            "hostports": fields.get("hostports") or None, "created_at": validation.now_rfc3339()}
+    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), edge_id,
+                          kind=COLLECTION, account_id=c.account_id, data=data)
+    store.commit([store.put_new(item)]
+                 + edge_modules.hostport_ops(None, data["hostports"], _owner(c, edge_id)))
+    return render(c, item, routes=[])
+
+
+def get_item(account_id: str, edge_id: str) -> store.Item:
+    if not ids.is_valid(edge_id, PREFIX):
+        raise errors.NotFound(f"No HTTPS edge with id '{edge_id}' exists")
+    return store.get_resource(account_id, COLLECTION, edge_id)
+
+
+def get(c: Ctx, edge_id: str) -> Dict[str, Any]:
+    return render(c, get_item(c.account_id, edge_id))
+
+
+def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
+    """One Query for the page, plus one Query per edge for its (at most 50) routes."""
+    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
+                                   before_id)
+    return [render(c, item) for item in items], more
+
+
+@store.retrying
+def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    item = get_item(c.account_id, edge_id)
+    if fields:
+        old = item.data
+        new = {**old, **fields}
+        if "hostports" in fields:
+            new["hostports"] = fields["hostports"] or None
+        ops = edge_modules.hostport_ops(old.get("hostports"), new.get("hostports"),
+                                        _owner(c, edge_id))
+        item.data = new
+        store.commit([store.save(item)] + ops)
+    return render(c, item)
+
+
+@store.retrying
+def delete(c: Ctx, edge_id: str) -> None:
+    item = get_item(c.account_id, edge_id)
+    routes = _routes(c.account_id, edge_id)
+    ops = [store.delete(item)] + [store.delete(route) for route in routes]
+    ops += edge_modules.hostport_ops(item.data.get("hostports"), None, _owner(c, edge_id))
+    store.commit(ops)
+
+
+# ---- routes -------------------------------------------------------------------------------------
+def route_fields(raw: Dict[str, Any], edge_id: str, route_id: Optional[str] = None) -> Dict[str, Any]:
+    """The checked fields of a route create (no ``route_id``) or update body.
+
+    ``edge_id`` (and ``id`` in an update) may be sent when they equal the path's.
+    """
+    raw = dict(raw)
+    sent_edge = raw.pop("edge_id", None)
+    if sent_edge is not None and sent_edge != edge_id:
+        raise errors.InvalidField(f"Field 'edge_id' ({sent_edge!r}) does not match the edge in "
+                                  "the path", details={"field": "edge_id"})
+    if route_id is None:
+        return parse(raw, ROUTE_CREATE_FIELDS)
+    return parse(raw, ROUTE_UPDATE_FIELDS, path_id=route_id)
+
+
+@store.retrying
+def create_route(c: Ctx, edge_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
+    edge = get_item(c.account_id, edge_id)
+    fields = route_fields(raw, edge_id)
+    if edge.refs >= MAX_ROUTES:
+        raise errors.BadRequest(f"HTTPS edge '{edge_id}' already has {MAX_ROUTES} routes, the "
+                                "limit; delete one first")
+    data = {"edge_id": edge_id, "description": "", "metadata": "",
+            **{k: v for k, v in fields.items() if k not in UNSUPPORTED_ROUTE_MODULES},
+            "created_at": validation.now_rfc3339()}
+    route = store.new_item(store.collection_pk(c.account_id, _route_collection(edge_id)),
+                           ids.new_id(ROUTE_PREFIX), kind=ROUTE_COLLECTION,
+                           account_id=c.account_id, data=data)
+    store.commit([store.put_new(route), store.update(edge, [store.model().refs.add(1)])])
+    return render_route(c, route)
+
+
+def get_route_item(account_id: str, edge_id: str, route_id: str) -> store.Item:
+    get_item(account_id, edge_id)
+    if not ids.is_valid(route_id, ROUTE_PREFIX):
+        raise errors.NotFound(f"No HTTPS edge route with id '{route_id}' exists")
+    return store.get_resource(account_id, _route_collection(edge_id), route_id)
+
+
+def get_route(c: Ctx, edge_id: str, route_id: str) -> Dict[str, Any]:
+    return render_route(c, get_route_item(c.account_id, edge_id, route_id))
+
+
+def list_routes(c: Ctx, edge_id: str, limit: int,
+                before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
+    get_item(c.account_id, edge_id)
+    items, more = store.query_page(
+        store.collection_pk(c.account_id, _route_collection(edge_id)), limit, before_id)
+    return [render_route(c, item) for item in items], more
+
+
+@store.retrying
+def update_route(c: Ctx, edge_id: str, route_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
+    route = get_route_item(c.account_id, edge_id, route_id)
+    fields = route_fields(raw, edge_id, route_id)
+    changes = {k: v for k, v in fields.items()
+               if k not in UNSUPPORTED_ROUTE_MODULES
+               and not (k in ("match_type", "match") and v == "")}
+    if changes:
+        route.data = {**route.data, **changes}
+        store.commit([store.save(route)])
+    return render_route(c, route)
+
+
+@store.retrying
+def delete_route(c: Ctx, edge_id: str, route_id: str) -> None:
+    route = get_route_item(c.account_id, edge_id, route_id)
+    edge = get_item(c.account_id, edge_id)
+    store.commit([store.delete(route), store.update(edge, [store.model().refs.add(-1)])])
+
+
+# ---- route modules ------------------------------------------------------------------------------
+def _module_name(name: str) -> str:
+    if name not in MODULE_PARSERS:
+        raise errors.NotFound(f"HTTPS edge routes have no module '{name}'")
+    return name
+
+
+def get_module(c: Ctx, edge_id: str, route_id: str, name: str) -> Dict[str, Any]:
+    route = get_route_item(c.account_id, edge_id, route_id)
+    module = route.data.get(_module_name(name))
+    if module is None:
+        raise errors.NotFound(f"Route '{route_id}' has no {name} module")
+    return _render_module(module)
+
+
+@store.retrying
+def put_module(c: Ctx, edge_id: str, route_id: str, name: str,
+               raw: Dict[str, Any]) -> Dict[str, Any]:
+    route = get_route_item(c.account_id, edge_id, route_id)
+    body = edge_modules.module_body(raw, {"edge_id": edge_id, "id": route_id})
+    module = MODULE_PARSERS[_module_name(name)](None, body)
+    route.data = {**route.data, name: module}
+    store.commit([store.save(route)])
+    return _render_module(module)
+
+
+@store.retrying
+def delete_module(c: Ctx, edge_id: str, route_id: str, name: str) -> None:
+    route = get_route_item(c.account_id, edge_id, route_id)
+    if route.data.get(_module_name(name)) is not None:
+        route.data = {**route.data, name: None}
+        store.commit([store.save(route)])
