@@ -184,18 +184,24 @@ def _crud(path: str, item: str, tag: str, schema: str, module: str, list_key: st
     }
 
 
-def _module_ops(path: str, tag: str, schema: str, fields: str, name: str
+def _module_ops(path: str, tag: str, schema: str, fields: str, name: str,
+                field_schemas: Optional[Dict[str, Schema]] = None
                 ) -> Dict[Tuple[str, str], Op]:
     """GET/PUT/DELETE of a module sub-resource (GET of an unset module: 404)."""
     return {
         ("GET", path): Op(f"Get the {name} module", tag, schema),
-        ("PUT", path): Op(f"Set the {name} module", tag, schema, fields=fields),
+        ("PUT", path): Op(f"Set the {name} module", tag, schema, fields=fields,
+                          field_schemas=field_schemas or {}),
         ("DELETE", path): Op(f"Remove the {name} module", tag, None, 204),
     }
 
 
-def _module_body(fields_ref: str) -> Schema:
-    return {"lazy_fields": fields_ref}
+def _module_body(fields_ref: str, overrides: Optional[Dict[str, Schema]] = None) -> Schema:
+    """A module object inside a resource body, built from the module's own Field list."""
+    return {"lazy_fields": fields_ref, "overrides": overrides or {}}
+
+
+_UNSUPPORTED = {"nullable": True, "description": "not supported: only null is accepted"}
 
 
 def _operations() -> Dict[Tuple[str, str], Op]:
@@ -233,18 +239,26 @@ def _operations() -> Dict[Tuple[str, str], Op]:
                                f"edge_modules:{module.upper()}_FIELDS",
                                module.replace("_", " ")))
     ops.update(_crud("/edges/https", "/edges/https/{edge_id}", "HTTPS edges", "HTTPSEdge",
-                     "https_edges", "https_edges", "https_edge", name="HTTPS edge",
-                     field_schemas={"hostports": tcp_modules["hostports"]}))
-    ops.update(_crud("/edges/https/{edge_id}/routes", "/edges/https/{edge_id}/routes/{id}",
-                     "HTTPS edge routes", "HTTPSEdgeRoute", "https_edges", "routes",
-                     "https_edge_route", create="ROUTE_CREATE_FIELDS",
-                     update="ROUTE_UPDATE_FIELDS", name="HTTPS edge route"))
-    for module, schema in (("user_agent_filter", "EndpointUserAgentFilter"),
-                           ("response_headers", "EndpointResponseHeaders")):
-        ops.update(_module_ops(f"/edges/https/{{edge_id}}/routes/{{id}}/{module}",
-                               "HTTPS edge routes", schema,
-                               f"route_modules:{module.upper()}_FIELDS",
-                               module.replace("_", " ")))
+                     "https_edges", "https_edges", "https_edge", create="EDGE_FIELDS",
+                     update="EDGE_FIELDS", name="HTTPS edge",
+                     field_schemas={"hostports": tcp_modules["hostports"],
+                                    "mutual_tls": _UNSUPPORTED, "tls_termination": _UNSUPPORTED}))
+    rh = {"add": {**STR_MAP, "description": "header name → value; names are returned "
+                                            "lower-cased"},
+          "remove": {**STR_LIST, "description": "header names"}}
+    route_modules = {"user_agent_filter": _module_body("https_edges:UA_FIELDS"),
+                     "response_headers": _module_body("https_edges:RH_FIELDS", rh)}
+    ops.update(_crud("/edges/https/{edge_id}/routes",
+                     "/edges/https/{edge_id}/routes/{route_id}", "HTTPS edge routes",
+                     "HTTPSEdgeRoute", "https_edges", "routes", "https_edge_route",
+                     create="ROUTE_CREATE_FIELDS", update="ROUTE_UPDATE_FIELDS",
+                     name="HTTPS edge route", field_schemas=route_modules))
+    for module, schema, fields, extra in (
+            ("user_agent_filter", "EndpointUserAgentFilter", "https_edges:UA_FIELDS", {}),
+            ("response_headers", "EndpointResponseHeaders", "https_edges:RH_FIELDS", rh)):
+        ops.update(_module_ops(f"/edges/https/{{edge_id}}/routes/{{route_id}}/{module}",
+                               "HTTPS edge routes", schema, fields,
+                               module.replace("_", " "), extra))
     ops.update(_crud("/abuse_reports", "/abuse_reports/{abuse_report_id}", "Abuse reports",
                      "AbuseReport", "abuse_reports", "abuse_reports", "abuse_report",
                      name="abuse report"))
@@ -316,7 +330,7 @@ def _body_schema(ref: str, overrides: Dict[str, Schema], accepts_id: bool) -> Op
     for f in fields:
         schema = overrides.get(f.name)
         if schema is not None and "lazy_fields" in schema:
-            nested = _body_schema(schema["lazy_fields"], {}, False)
+            nested = _body_schema(schema["lazy_fields"], schema["overrides"], False)
             schema = _nullable(nested) if nested is not None else {}
         elif schema is None:
             schema = _field_schema(f)
