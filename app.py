@@ -9,6 +9,7 @@ import logging
 from chalice import AuthResponse, Chalice
 
 from chalicelib import api_keys, auth, web
+from chalicelib import bot_users, credentials  # issue 4
 from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges  # issue 3
 
 app = Chalice(app_name="tunnel-service")
@@ -307,6 +308,67 @@ for _module in https_edges.ROUTE_MODULES:
 
 # ==== Identity and domains (issue 4): credentials, bot users, abuse reports, reserved domains ====
 # (routes of that issue go between this line and the next ==== marker)
+
+# ---- credentials ---------------------------------------------------------------------------
+@route("/credentials", ["POST"])
+def create_credential():
+    return web.created(credentials.create(web.ctx(), web.body(credentials.CREATE_FIELDS)))
+
+
+@route("/credentials", ["GET"])
+def list_credentials():
+    c = web.ctx()
+    limit, before_id = web.list_params(credentials.PREFIX)
+    items, more = credentials.list_page(c, limit, before_id)
+    return web.page(c, credentials.PATH, credentials.LIST_KEY, items, more, limit)
+
+
+@route("/credentials/{credential_id}", ["GET"])
+def get_credential(credential_id):
+    return credentials.get(web.ctx(), credential_id)
+
+
+@route("/credentials/{credential_id}", ["PATCH"])
+def update_credential(credential_id):
+    return credentials.update(web.ctx(), credential_id,
+                              web.body(credentials.UPDATE_FIELDS, path_id=credential_id))
+
+
+@route("/credentials/{credential_id}", ["DELETE"])
+def delete_credential(credential_id):
+    credentials.delete(web.ctx(), credential_id)
+    return web.no_content()
+
+
+# ---- bot users -----------------------------------------------------------------------------
+@route("/bot_users", ["POST"])
+def create_bot_user():
+    return web.created(bot_users.create(web.ctx(), web.body(bot_users.CREATE_FIELDS)))
+
+
+@route("/bot_users", ["GET"])
+def list_bot_users():
+    c = web.ctx()
+    limit, before_id = web.list_params(bot_users.PREFIX)
+    items, more = bot_users.list_page(c, limit, before_id)
+    return web.page(c, bot_users.PATH, bot_users.LIST_KEY, items, more, limit)
+
+
+@route("/bot_users/{bot_id}", ["GET"])
+def get_bot_user(bot_id):
+    return bot_users.get(web.ctx(), bot_id)
+
+
+@route("/bot_users/{bot_id}", ["PATCH"])
+def update_bot_user(bot_id):
+    return bot_users.update(web.ctx(), bot_id, web.body(bot_users.UPDATE_FIELDS, path_id=bot_id))
+
+
+@route("/bot_users/{bot_id}", ["DELETE"])
+def delete_bot_user(bot_id):
+    bot_users.delete(web.ctx(), bot_id)
+    return web.no_content()
+
 
 
 # ==== Docs (issue 6): /openapi.json ====

@@ -58,7 +58,11 @@ def local_server(project_dir: str, stage: str, host: str, port: int):
     from chalice.cli import validate_routes
     from chalice.cli.factory import CLIFactory
     from chalice.local import ChaliceRequestHandler, CustomLocalChalice, LocalChalice, \
-        LocalDevServer
+        LocalDevServer, ThreadedHTTPServer
+
+    # socketserver's default listen backlog is 5: a burst of concurrent clients (20 creates
+    # of one domain at once) overflowed it and got connection resets.
+    ThreadedHTTPServer.request_queue_size = 128
 
     class Handler(ChaliceRequestHandler):
         def __init__(self, request, client_address, server, app_object, config):

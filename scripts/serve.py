@@ -39,6 +39,31 @@ def _atomic_write(path: str, data: bytes) -> None:
         raise
 
 
+def _serialize_store_calls() -> None:
+    """Run the embedded store's DynamoDB calls one at a time.
+
+    moto's DynamoDB backend is not thread-safe: TransactWriteItems checks its conditions and
+    then writes, and when a condition fails it restores a deep copy of the whole table taken
+    when it started, wiping what other threads wrote meanwhile. Concurrent creates of one
+    unique value (a domain, a bot name) then gave several 201s or lost items. Real DynamoDB
+    isolates transactions; one lock around each call gives the embedded store the same
+    guarantee (its throughput is not a goal).
+    """
+    import functools
+
+    from moto.dynamodb.responses import DynamoHandler
+
+    lock = threading.Lock()
+    original = DynamoHandler.call_action
+
+    @functools.wraps(original)
+    def call_action(self):
+        with lock:
+            return original(self)
+
+    DynamoHandler.call_action = call_action
+
+
 class Snapshotter:
     """Keeps DATA_DIR/dynamodb.json equal to the embedded store's table.
 
@@ -122,6 +147,7 @@ def main() -> int:
         import logging
         from moto.server import ThreadedMotoServer
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per store call is noise
+        _serialize_store_calls()
         moto_server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.store_port,
                                          verbose=False)
         moto_server.start()
