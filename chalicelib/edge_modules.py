@@ -26,7 +26,7 @@ Module bodies of PUT: the module object itself, or ``{"module": {...}}`` with op
 """
 import re
 from collections import Counter
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from chalicelib import errors, http_response_backends, ids, ip_policies, store, traffic_policy
 from chalicelib.validation import Field, parse
@@ -243,7 +243,3 @@ def module_body(raw: Dict[str, Any], path_ids: Dict[str, str]) -> Dict[str, Any]
         raise _bad("module", "must be an object")
     return module
 
-
-def split_modules(fields: Dict[str, Any], names: Tuple[str, ...]) -> Dict[str, Any]:
-    """The module fields of a parsed body (those that were sent)."""
-    return {name: fields[name] for name in names if name in fields}

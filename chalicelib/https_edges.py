@@ -271,7 +271,8 @@ def delete(c: Ctx, edge_id: str) -> None:
 
 
 # ---- routes -------------------------------------------------------------------------------------
-def route_fields(raw: Dict[str, Any], edge_id: str, route_id: Optional[str] = None) -> Dict[str, Any]:
+def route_fields(raw: Dict[str, Any], edge_id: str,
+                 route_id: Optional[str] = None) -> Dict[str, Any]:
     """The checked fields of a route create (no ``route_id``) or update body.
 
     ``edge_id`` (and ``id`` in an update) may be sent when they equal the path's.

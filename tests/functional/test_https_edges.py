@@ -166,8 +166,9 @@ def test_route_modules_put_get_delete(account):
     assert admin.get(f"{base}/user_agent_filter").json == ua.json
     defaults = admin.put(f"{base}/user_agent_filter", {})
     assert defaults.json == {"enabled": True, "allow": [], "deny": []}  # replaced whole
-    rh = admin.put(f"{base}/response_headers", {"edge_id": edge["id"], "id": route["id"],
-                                                "module": {"add": {"X-A": "1", "Cache-Control": "no-store"}}})
+    rh = admin.put(f"{base}/response_headers", {
+        "edge_id": edge["id"], "id": route["id"],
+        "module": {"add": {"X-A": "1", "Cache-Control": "no-store"}}})
     assert rh.status == 200, rh
     assert rh.json == {"enabled": True, "add": {"x-a": "1", "cache-control": "no-store"},
                        "remove": []}
@@ -223,8 +224,9 @@ def test_module_limits_are_inclusive(account):
     edge = create_edge(admin)
     route = create_route(admin, edge["id"])
     base = f"{PATH}/{edge['id']}/routes/{route['id']}"
-    assert admin.put(f"{base}/user_agent_filter",
-                     {"allow": ["a" * 512] * 20, "deny": [f"d{i}" for i in range(20)]}).status == 200
+    resp = admin.put(f"{base}/user_agent_filter",
+                     {"allow": ["a" * 512] * 20, "deny": [f"d{i}" for i in range(20)]})
+    assert resp.status == 200
     assert admin.put(f"{base}/response_headers",
                      {"add": {f"h{i}": "v" * 1024 for i in range(20)},
                       "remove": [f"r{i}" for i in range(20)]}).status == 200

@@ -128,7 +128,8 @@ def test_other_accounts_policies_and_rules_are_invisible(account, other_account)
 
 
 @pytest.mark.parametrize("path", ["/ip_policies/ipr_0ERYqBR5B9RMvMY4cZCztl2IB7s",
-                                  "/ip_policies/x", "/ip_policy_rules/ipp_0ERYqBR5B9RMvMY4cZCztl2IB7s"])
+                                  "/ip_policies/x",
+                                  "/ip_policy_rules/ipp_0ERYqBR5B9RMvMY4cZCztl2IB7s"])
 def test_malformed_ids_are_404(account, path):
     assert account.admin.get(path).status == 404
 

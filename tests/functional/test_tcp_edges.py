@@ -115,7 +115,8 @@ def test_hostport_served_by_another_edge_returns_409(account, other_account):
     hp = hostport()
     first = create_edge(account.admin, hostports=[hp])
     resp = account.admin.post(PATH, {"hostports": [hp]})
-    assert resp.status == 409 and resp.json["error_code"] == "ERR_CONFLICT" and hp in resp.json["msg"]
+    assert resp.status == 409 and resp.json["error_code"] == "ERR_CONFLICT"
+    assert hp in resp.json["msg"]
     # unique across the whole service, not per account
     assert other_account.admin.post(PATH, {"hostports": [hp]}).status == 409
     second = create_edge(account.admin, hostports=[hostport()])
@@ -183,10 +184,10 @@ def test_bad_reference_in_patch_leaves_edge_and_counters(account):
     bk, p1 = backend(admin), policy(admin)
     hp = hostport()
     edge = create_edge(admin, backend={"backend_id": bk["id"]})
+    missing = "ipp_0ERYqBR5B9RMvMY4cZCztl2IB7s"
     resp = admin.patch(f"{PATH}/{edge['id']}", {
-        "hostports": [hp], "ip_restriction": {"ip_policy_ids": [p1["id"],
-                                                                "ipp_0ERYqBR5B9RMvMY4cZCztl2IB7s"]}})
-    assert resp.status == 400 and "ipp_0ERYqBR5B9RMvMY4cZCztl2IB7s" in resp.json["msg"]
+        "hostports": [hp], "ip_restriction": {"ip_policy_ids": [p1["id"], missing]}})
+    assert resp.status == 400 and missing in resp.json["msg"]
     assert admin.get(f"{PATH}/{edge['id']}").json == edge
     assert admin.delete(f"/ip_policies/{p1['id']}").status == 204  # no reference was kept
     assert create_edge(admin, hostports=[hp])["hostports"] == [hp]  # hostport not claimed
