@@ -9,6 +9,7 @@ import logging
 from chalice import AuthResponse, Chalice
 
 from chalicelib import api_keys, auth, web
+from chalicelib import bot_users, credentials, reserved_domains  # issue 4
 from chalicelib import bot_users, credentials  # issue 4
 from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges  # issue 3
 
@@ -367,6 +368,38 @@ def update_bot_user(bot_id):
 @route("/bot_users/{bot_id}", ["DELETE"])
 def delete_bot_user(bot_id):
     bot_users.delete(web.ctx(), bot_id)
+    return web.no_content()
+
+
+# ---- reserved domains ----------------------------------------------------------------------
+@route("/reserved_domains", ["POST"])
+def create_reserved_domain():
+    return web.created(reserved_domains.create(web.ctx(),
+                                               web.body(reserved_domains.CREATE_FIELDS)))
+
+
+@route("/reserved_domains", ["GET"])
+def list_reserved_domains():
+    c = web.ctx()
+    limit, before_id = web.list_params(reserved_domains.PREFIX)
+    items, more = reserved_domains.list_page(c, limit, before_id)
+    return web.page(c, reserved_domains.PATH, reserved_domains.LIST_KEY, items, more, limit)
+
+
+@route("/reserved_domains/{domain_id}", ["GET"])
+def get_reserved_domain(domain_id):
+    return reserved_domains.get(web.ctx(), domain_id)
+
+
+@route("/reserved_domains/{domain_id}", ["PATCH"])
+def update_reserved_domain(domain_id):
+    return reserved_domains.update(web.ctx(), domain_id,
+                                   web.body(reserved_domains.UPDATE_FIELDS, path_id=domain_id))
+
+
+@route("/reserved_domains/{domain_id}", ["DELETE"])
+def delete_reserved_domain(domain_id):
+    reserved_domains.delete(web.ctx(), domain_id)
     return web.no_content()
 
 

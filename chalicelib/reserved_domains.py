@@ -1,0 +1,238 @@
+"""Reserved domains: ``/reserved_domains``.
+
+Fields: id, uri, created_at, description, metadata, domain, region, cname_target,
+http_endpoint_configuration, https_endpoint_configuration, certificate,
+certificate_management_policy, certificate_management_status, acme_challenge_cname_target,
+resolves_to. Every field is always present; unset ones are ``null``.
+
+Rules (CONTRACT.md "Reserved domain"; where it is silent, decided here):
+- ``domain`` is required: a hostname (chalicelib.hostnames) of at least two labels whose
+  last label is not a number, stored lower-cased; a wildcard only as a leading ``*.``
+  (``*.a.example.com``). It cannot be changed (not an update field).
+- A domain is unique across all accounts, by its exact (lower-cased) name: a uniqueness
+  item ``U#reserved_domain#<domain>`` written in the same transaction as the reservation
+  (409 for any second reservation, also under concurrent creates); deleting frees it.
+  ``*.example.com`` and ``a.example.com`` are different names (overlap is not checked).
+- The service's own base domain (``BASE_DOMAIN``), ``*.`` + it, and its parent domains cannot
+  be reserved (400): they would claim every name the service hands out.
+- A domain outside the base domain gets ``cname_target`` ``<16 random>.<10 random>.<cname
+  zone>``, a ``certificate_management_policy`` (default ``{"authority": "letsencrypt",
+  "private_key_type": "ecdsa"}``; authority only ``letsencrypt``, key type ``ecdsa`` or
+  ``rsa``, missing keys take the default) and a ``certificate_management_status`` whose
+  provisioning job started at creation; a wildcard one also gets
+  ``acme_challenge_cname_target`` ``<16 random>.acme-challenge.<cname zone>``. A domain
+  under the base domain has ``null`` for all four, and sending a policy for it is a 400.
+- ``region``: ``""`` (default) or one of au, eu, ap, us, jp, in, sa (400 otherwise).
+- ``resolves_to``: a list (at most 10) of ``{"value": <"global" or a region code>}``,
+  ``[]`` meaning global resolution (the reference client always sends ``[]``, on create and
+  on update). An update that sends it replaces the list, so ``[]`` resets it.
+- ``certificate_id`` is accepted (the reference client may send it) but this service has no
+  uploaded certificates: any non-null value is a 400. ``certificate``,
+  ``http_endpoint_configuration`` and ``https_endpoint_configuration`` are always null.
+- Update: description, metadata, certificate_management_policy (a new policy keeps the
+  provisioning status), resolves_to.
+- Every principal of the account (members and bots too) may create, change and delete its
+  reserved domains.
+"""
+import secrets
+import string
+from typing import Any, Dict, List, Optional, Tuple
+
+from chalicelib import errors, hostnames, ids, store, validation
+from chalicelib.config import get_settings
+from chalicelib.validation import DESCRIPTION, METADATA, Field
+from chalicelib.web import Ctx
+
+COLLECTION = "reserved_domain"
+PREFIX = ids.PREFIXES["reserved_domain"]
+PATH = "/reserved_domains"
+LIST_KEY = "reserved_domains"
+DOMAIN_NAMESPACE = "reserved_domain"
+
+REGIONS = ("au", "eu", "ap", "us", "jp", "in", "sa")
+RESOLVES_TO_VALUES = ("global",) + REGIONS
+MAX_RESOLVES_TO = 10
+AUTHORITIES = ("letsencrypt",)
+KEY_TYPES = ("ecdsa", "rsa")
+DEFAULT_POLICY = {"authority": "letsencrypt", "private_key_type": "ecdsa"}
+PROVISIONING_MSG = "Managed certificate provisioning in progress."
+_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def _check_domain(name: str, value: str) -> str:
+    try:
+        domain = hostnames.parse(value, wildcard=True, min_labels=2, numeric_tld=False)
+    except hostnames.InvalidHostname as exc:
+        raise errors.InvalidField(f"Field '{name}' ({value!r}) {exc}",
+                                  details={"field": name}) from None
+    base = get_settings().base_domain
+    bare = hostnames.suffix_of_wildcard(domain) or domain
+    if domain == base or hostnames.is_within(base, bare):
+        raise errors.InvalidField(f"Field '{name}': '{domain}' covers the service's own domain "
+                                  f"'{base}' and cannot be reserved", details={"field": name})
+    return domain
+
+
+def _check_region(name: str, value: str) -> str:
+    if value not in ("",) + REGIONS:
+        raise errors.InvalidField(f"Field '{name}' must be \"\" or one of {', '.join(REGIONS)}",
+                                  details={"field": name})
+    return value
+
+
+def _check_policy(name: str, value: Dict[str, Any]) -> Dict[str, str]:
+    unknown = sorted(set(value) - set(DEFAULT_POLICY))
+    if unknown:
+        raise errors.InvalidField(f"Field '{name}.{unknown[0]}' is unknown; accepted: "
+                                  "authority, private_key_type", details={"field": name})
+    policy = dict(DEFAULT_POLICY)
+    for key, allowed in (("authority", AUTHORITIES), ("private_key_type", KEY_TYPES)):
+        sent = value.get(key)
+        if sent is None or sent == "":
+            continue
+        if sent not in allowed:
+            raise errors.InvalidField(f"Field '{name}.{key}' must be one of "
+                                      f"{', '.join(allowed)}, got {sent!r}",
+                                      details={"field": name})
+        policy[key] = sent
+    return policy
+
+
+def _check_resolves_to(name: str, value: Any) -> List[Dict[str, str]]:
+    if not isinstance(value, list):
+        raise errors.InvalidField(f"Field '{name}' must be an array of {{\"value\": …}} objects",
+                                  details={"field": name})
+    if len(value) > MAX_RESOLVES_TO:
+        raise errors.InvalidField(f"Field '{name}' has {len(value)} entries; the limit is "
+                                  f"{MAX_RESOLVES_TO}", details={"field": name})
+    result = []
+    for index, entry in enumerate(value):
+        if not isinstance(entry, dict) or set(entry) != {"value"} \
+                or entry["value"] not in RESOLVES_TO_VALUES:
+            raise errors.InvalidField(
+                f"Field '{name}[{index}]' must be {{\"value\": v}} with v one of "
+                f"{', '.join(RESOLVES_TO_VALUES)}", details={"field": name})
+        result.append({"value": entry["value"]})
+    return result
+
+
+def _check_certificate_id(name: str, value: str) -> str:
+    raise errors.InvalidField(f"Field '{name}': no certificate with id '{value}' exists (this "
+                              "service manages certificates itself; uploads are not supported)",
+                              details={"field": name})
+
+
+POLICY = Field("certificate_management_policy", "object", check=_check_policy)
+RESOLVES_TO = Field("resolves_to", "any", check=_check_resolves_to)
+CERTIFICATE_ID = Field("certificate_id", "string", check=_check_certificate_id)
+CREATE_FIELDS = [Field("domain", "string", required=True, check=_check_domain),
+                 Field("region", "string", check=_check_region),
+                 DESCRIPTION, METADATA, CERTIFICATE_ID, POLICY, RESOLVES_TO]
+UPDATE_FIELDS = [DESCRIPTION, METADATA, CERTIFICATE_ID, POLICY, RESOLVES_TO]
+
+
+def _random_label(length: int) -> str:
+    return "".join(secrets.choice(_ALPHABET) for _ in range(length))
+
+
+def is_service_domain(domain: str) -> bool:
+    """True for a name under the service's own base domain (no CNAME, no managed cert)."""
+    bare = hostnames.suffix_of_wildcard(domain) or domain
+    return hostnames.is_within(bare, get_settings().base_domain)
+
+
+def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
+    data = item.data
+    return {
+        "id": item.sk,
+        "uri": c.uri(f"{PATH}/{item.sk}"),
+        "created_at": data["created_at"],
+        "description": data.get("description", ""),
+        "metadata": data.get("metadata", ""),
+        "domain": data["domain"],
+        "region": data.get("region", ""),
+        "cname_target": data.get("cname_target"),
+        "http_endpoint_configuration": None,
+        "https_endpoint_configuration": None,
+        "certificate": None,
+        "certificate_management_policy": data.get("certificate_management_policy"),
+        "certificate_management_status": data.get("certificate_management_status"),
+        "acme_challenge_cname_target": data.get("acme_challenge_cname_target"),
+        "resolves_to": list(data.get("resolves_to") or []),
+    }
+
+
+def _taken(domain: str) -> errors.Conflict:
+    return errors.Conflict(f"The domain '{domain}' is already reserved",
+                           details={"field": "domain"})
+
+
+def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+    domain = fields["domain"]
+    zone = get_settings().cname_zone
+    data: Dict[str, Any] = {
+        "domain": domain, "region": fields.get("region", ""),
+        "description": fields.get("description", ""), "metadata": fields.get("metadata", ""),
+        "resolves_to": fields.get("resolves_to", []), "created_at": validation.now_rfc3339(),
+        "cname_target": None, "acme_challenge_cname_target": None,
+        "certificate_management_policy": None, "certificate_management_status": None,
+    }
+    if is_service_domain(domain):
+        if "certificate_management_policy" in fields:
+            raise errors.InvalidField(
+                f"Field 'certificate_management_policy': certificates of '{domain}' are the "
+                "service's own; a policy applies only to your own domains",
+                details={"field": "certificate_management_policy"})
+    else:
+        data["cname_target"] = f"{_random_label(16)}.{_random_label(10)}.{zone}"
+        data["certificate_management_policy"] = fields.get("certificate_management_policy",
+                                                           dict(DEFAULT_POLICY))
+        data["certificate_management_status"] = {
+            "renews_at": None,
+            "provisioning_job": {"error_code": None, "msg": PROVISIONING_MSG,
+                                 "started_at": data["created_at"], "retries_at": None}}
+        if hostnames.is_wildcard(domain):
+            data["acme_challenge_cname_target"] = f"{_random_label(16)}.acme-challenge.{zone}"
+    domain_id = ids.new_id(PREFIX)
+    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), domain_id,
+                          kind=COLLECTION, account_id=c.account_id, data=data)
+    claim = store.unique(DOMAIN_NAMESPACE, domain,
+                         {"account_id": c.account_id, "reserved_domain_id": domain_id},
+                         _taken(domain))
+    store.commit([store.put_new(item), claim])
+    return render(c, item)
+
+
+def _get(c: Ctx, domain_id: str) -> store.Item:
+    if not ids.is_valid(domain_id, PREFIX):
+        raise errors.NotFound(f"No reserved domain with id '{domain_id}' exists")
+    return store.get_resource(c.account_id, COLLECTION, domain_id)
+
+
+def get(c: Ctx, domain_id: str) -> Dict[str, Any]:
+    return render(c, _get(c, domain_id))
+
+
+def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
+    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
+                                   before_id)
+    return [render(c, item) for item in items], more
+
+
+@store.retrying
+def update(c: Ctx, domain_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    item = _get(c, domain_id)
+    if "certificate_management_policy" in fields and is_service_domain(item.data["domain"]):
+        raise errors.InvalidField(
+            f"Field 'certificate_management_policy': certificates of '{item.data['domain']}' "
+            "are the service's own", details={"field": "certificate_management_policy"})
+    if fields:
+        item.data = {**item.data, **fields}
+        store.commit([store.save(item)])
+    return render(c, item)
+
+
+@store.retrying
+def delete(c: Ctx, domain_id: str) -> None:
+    item = _get(c, domain_id)
+    store.commit([store.delete(item), store.release(DOMAIN_NAMESPACE, item.data["domain"])])
