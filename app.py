@@ -9,6 +9,7 @@ import logging
 from chalice import AuthResponse, Chalice
 
 from chalicelib import api_keys, auth, web
+from chalicelib import abuse_reports, bot_users, credentials, reserved_domains  # issue 4
 from chalicelib import bot_users, credentials, reserved_domains  # issue 4
 from chalicelib import bot_users, credentials  # issue 4
 from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges  # issue 3
@@ -401,6 +402,17 @@ def update_reserved_domain(domain_id):
 def delete_reserved_domain(domain_id):
     reserved_domains.delete(web.ctx(), domain_id)
     return web.no_content()
+
+
+# ---- abuse reports (create and get only) ---------------------------------------------------
+@route("/abuse_reports", ["POST"])
+def create_abuse_report():
+    return web.created(abuse_reports.create(web.ctx(), web.json_object()))
+
+
+@route("/abuse_reports/{report_id}", ["GET"])
+def get_abuse_report(report_id):
+    return abuse_reports.get(web.ctx(), report_id)
 
 
 

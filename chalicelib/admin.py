@@ -12,13 +12,17 @@ Commands:
   add-member --account ACCT [--admin]       new member (or admin) user of ACCT with an API key
   set-abuse-reporter --account ACCT (--on|--off)
                                             allow or forbid /abuse_reports for ACCT
+  set-hostname-status --account ACCT --report abrp_... --hostname HOST
+                      --status (PENDING|BANNED|UNBANNED|IGNORE)
+                                            record the action taken on one hostname of an
+                                            abuse report; the report's status follows
 """
 import argparse
 import json
 import sys
 from typing import List, Optional
 
-from chalicelib import accounts, errors, store
+from chalicelib import abuse_reports, accounts, errors, store
 from chalicelib.config import get_settings
 
 
@@ -42,6 +46,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     on_off = reporter.add_mutually_exclusive_group(required=True)
     on_off.add_argument("--on", action="store_true")
     on_off.add_argument("--off", action="store_true")
+    hostname = sub.add_parser(
+        "set-hostname-status",
+        help="set the action taken on one hostname of an abuse report",
+        description="Set the status of one hostname of an abuse report (PENDING, BANNED, "
+                    "UNBANNED or IGNORE). The report's status follows: PENDING while all "
+                    "hostnames are PENDING, PROCESSED when none is, PARTIALLY_PROCESSED "
+                    "otherwise. Prints the report's id, status and hostnames as JSON.")
+    hostname.add_argument("--account", required=True, help="the reporting account (acct_...)")
+    hostname.add_argument("--report", required=True, help="the abuse report id (abrp_...)")
+    hostname.add_argument("--hostname", required=True, help="a hostname of that report")
+    hostname.add_argument("--status", required=True, type=str.upper,
+                          choices=abuse_reports.HOSTNAME_STATUSES)
     args = parser.parse_args(argv)
 
     try:
@@ -59,6 +75,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "set-abuse-reporter":
             accounts.set_abuse_reporter(args.account, bool(args.on))
             print(f"account {args.account}: abuse reporter {'on' if args.on else 'off'}")
+        elif args.command == "set-hostname-status":
+            print(json.dumps(abuse_reports.set_hostname_status(
+                args.account, args.report, args.hostname, args.status)))
     except errors.ApiError as exc:
         print(f"error: {exc.msg}", file=sys.stderr)
         return 1
