@@ -259,7 +259,7 @@ def _operations() -> Dict[Tuple[str, str], Op]:
         ops.update(_module_ops(f"/edges/https/{{edge_id}}/routes/{{route_id}}/{module}",
                                "HTTPS edge routes", schema, fields,
                                module.replace("_", " "), extra))
-    ops.update(_crud("/abuse_reports", "/abuse_reports/{abuse_report_id}", "Abuse reports",
+    ops.update(_crud("/abuse_reports", "/abuse_reports/{report_id}", "Abuse reports",
                      "AbuseReport", "abuse_reports", "abuse_reports", "abuse_report",
                      name="abuse report"))
     ops.update(_crud("/reserved_domains", "/reserved_domains/{domain_id}", "Reserved domains",
