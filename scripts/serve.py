@@ -22,6 +22,8 @@ import threading
 import time
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import embedded_store  # noqa: E402  (scripts/embedded_store.py)
 
 
 def _atomic_write(path: str, data: bytes) -> None:
@@ -39,42 +41,18 @@ def _atomic_write(path: str, data: bytes) -> None:
         raise
 
 
-def _serialize_store_calls() -> None:
-    """Run the embedded store's DynamoDB calls one at a time.
-
-    moto's DynamoDB backend is not thread-safe: TransactWriteItems checks its conditions and
-    then writes, and when a condition fails it restores a deep copy of the whole table taken
-    when it started, wiping what other threads wrote meanwhile. Concurrent creates of one
-    unique value (a domain, a bot name) then gave several 201s or lost items. Real DynamoDB
-    isolates transactions; one lock around each call gives the embedded store the same
-    guarantee (its throughput is not a goal).
-    """
-    import functools
-
-    from moto.dynamodb.responses import DynamoHandler
-
-    lock = threading.Lock()
-    original = DynamoHandler.call_action
-
-    @functools.wraps(original)
-    def call_action(self):
-        with lock:
-            return original(self)
-
-    DynamoHandler.call_action = call_action
-
-
 class Snapshotter:
     """Keeps DATA_DIR/dynamodb.json equal to the embedded store's table.
 
     moto keeps its data in memory only; this dumps the table (low-level, typed items) when
-    it changed, so data survives a restart. Dev-scale by design: it reads the whole table
-    each second, outside any request path.
+    it changed, so data survives a restart. It reads the table only after a write (the
+    embedded store counts them), at most once a second, outside any request path.
     """
 
     def __init__(self, client, table: str, path: str) -> None:
         self.client, self.table, self.path = client, table, path
         self._last = None
+        self._saved_generation = -1
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -105,9 +83,13 @@ class Snapshotter:
         items = sorted(items, key=lambda i: (i["pk"]["S"], i["sk"]["S"]))
         return json.dumps({"items": items}, sort_keys=True).encode()
 
-    def save(self) -> None:
+    def save(self, force: bool = False) -> None:
         with self._lock:
+            seen = embedded_store.generation()
+            if not force and seen == self._saved_generation:
+                return
             data = self._dump_bytes(self._items())
+            self._saved_generation = seen
             if data != self._last:
                 _atomic_write(self.path, data)
                 self._last = data
@@ -147,7 +129,7 @@ def main() -> int:
         import logging
         from moto.server import ThreadedMotoServer
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per store call is noise
-        _serialize_store_calls()
+        embedded_store.patch_moto()
         moto_server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.store_port,
                                          verbose=False)
         moto_server.start()
@@ -205,7 +187,7 @@ def main() -> int:
     finally:
         if snapshotter is not None:
             snapshotter.stop()
-            snapshotter.save()
+            snapshotter.save(force=True)
             print("store: saved", flush=True)
         if moto_server is not None:
             moto_server.stop()
