@@ -10,8 +10,6 @@ from chalice import AuthResponse, Chalice
 
 from chalicelib import api_keys, auth, web
 from chalicelib import abuse_reports, bot_users, credentials, reserved_domains  # issue 4
-from chalicelib import bot_users, credentials, reserved_domains  # issue 4
-from chalicelib import bot_users, credentials  # issue 4
 from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges  # issue 3
 
 app = Chalice(app_name="tunnel-service")
