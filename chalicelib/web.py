@@ -210,6 +210,13 @@ def json_object() -> Dict[str, Any]:
         raise errors.InvalidJson(f"Request body is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise errors.InvalidJson("Request body must be a JSON object")
+    try:
+        # JSON lets a string hold an unpaired surrogate escape ("\ud800"); such a string is
+        # not Unicode, and every later UTF-8 measure or store write of it would fail with a 500.
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise errors.InvalidJson("Request body holds a string with an unpaired UTF-16 surrogate "
+                                 "escape (\\ud800-\\udfff); strings must be valid Unicode") from None
     return value
 
 

@@ -84,6 +84,18 @@ def test_bad_create_body_returns_400(account, body):
     assert account.admin.post("/credentials", body).status == 400
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/credentials", {"description": "\ud800"}), ("/credentials", {"acl": ["bind:\udc00.com"]}),
+    ("/bot_users", {"name": "bot\ud800"}), ("/reserved_domains", {"domain": "\ud800.example.com"}),
+    ("/api_keys", {"metadata": "\udfff"}), ("/abuse_reports", {"urls": ["http://\ud800.com/"]}),
+])
+def test_unpaired_surrogate_escape_in_a_body_returns_400_not_500(api, path, body):
+    caller = api.new_account(reporter=True).admin
+    resp = caller.post(path, body)  # json.dumps sends the lone surrogate as a \u escape
+    assert resp.status == 400, resp
+    assert resp.json["error_code"] == "ERR_INVALID_JSON"
+
+
 def test_valid_acl_rules_are_accepted(account):
     rules = ["*", "bind:*", "bind:example.com", "bind:*.example.com", "bind:x.example.com:443",
              "bind:1.tcp.example.com:12345", "bind:10.0.0.1:22", "bind:[::1]:8080",
