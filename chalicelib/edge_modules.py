@@ -50,7 +50,9 @@ def check_hostport(field: str, value: Any) -> str:
     host = host.lower().rstrip(".")
     if not sep or not host:
         raise _bad(field, f"must be 'host:port', got '{value[:300]}'")
-    if not port.isdigit() or str(int(port)) != port or not 1 <= int(port) <= 65535:
+    # isascii: str.isdigit() is also true for '²' and other digits int() refuses.
+    if not (port.isascii() and port.isdigit()) or str(int(port)) != port \
+            or not 1 <= int(port) <= 65535:
         raise _bad(field, f"must have a port from 1 to 65535, got '{value[:300]}'")
     if len(host) > 253 or not all(_LABEL_RE.match(label) for label in host.split(".")):
         raise _bad(field, f"must have a valid hostname as host, got '{value[:300]}'")

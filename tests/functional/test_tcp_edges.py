@@ -133,7 +133,7 @@ def test_hostport_served_by_another_edge_returns_409(account, other_account):
     ["example.com"], ["example.com:0"], ["example.com:65536"], ["example.com:x"],
     [":80"], ["exa mple.com:80"], ["-bad.com:80"], ["example.com:080"], [5],
     "example.com:80", ["a.com:1", "A.com:1"], [f"h{i}.com:1" for i in range(11)],
-    ["a" * 64 + ".com:1"],
+    ["a" * 64 + ".com:1"], ["example.com:\u00b2"],
 ])
 def test_bad_hostports_return_400(account, hostports):
     resp = account.admin.post(PATH, {"hostports": hostports})

@@ -44,7 +44,8 @@ def test_valid_hostports_are_normalised(value, expected):
                                    "example.com:65536", "example.com:01", "example.com:+1",
                                    "ex_ample.com:1", "-a.com:1", "a-.com:1", "a..b:1",
                                    "a" * 64 + ".com:1", ("a" * 60 + ".") * 5 + "com:1",
-                                   "[::1]:80", None])
+                                   "[::1]:80", "example.com:\u00b2", "example.com:\u0663",
+                                   None])
 def test_invalid_hostports_are_refused(value):
     with pytest.raises(errors.InvalidField):
         check_hostport("hp", value)
