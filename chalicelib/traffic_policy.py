@@ -37,15 +37,22 @@ def _bad(field: str, where: str, msg: str) -> errors.InvalidField:
 
 
 def _parse(field: str, text: str) -> Any:
+    # Both parsers recurse once per nesting level: '[[[[…' within the size limit exhausts
+    # Python's stack (RecursionError), which is the caller's bad input, not a crash.
+    too_deep = _bad(field, "", "it is nested too deeply")
     try:
         return json.loads(text)
     except ValueError:
         pass
+    except RecursionError:
+        raise too_deep from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise _bad(field, "", f"it is neither JSON nor YAML ({str(exc).splitlines()[0]})") \
             from None
+    except RecursionError:
+        raise too_deep from None
 
 
 def _strings(field: str, where: str, value: Any, max_items: int, max_bytes: int) -> List[str]:

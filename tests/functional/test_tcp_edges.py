@@ -170,6 +170,8 @@ def test_hostport_limits_are_inclusive(account):
      "traffic_policy.value"),
     ("traffic_policy", {"value": '{"on_tcp_connect": {"actions": []}}'}, "traffic_policy.value"),
     ("traffic_policy", {"value": 5}, "traffic_policy.value"),
+    ("traffic_policy", {"value": "[" * 5000}, "traffic_policy.value"),
+    ("traffic_policy", {"value": "on_tcp_connect: " + "[" * 5000}, "traffic_policy.value"),
 ])
 def test_bad_module_returns_400_and_writes_nothing(account, module, value, field):
     resp = account.admin.post(PATH, {module: value})

@@ -90,7 +90,7 @@ def test_valid_traffic_policies(doc):
     '{"on_tcp_connect": [{"actions": [{"type": "x", "other": 1}]}]}',
     '{"on_tcp_connect": [{"actions": [{"type": "x"}], "other": 1}]}',
     '{"on_tcp_connect": [' + ",".join(['{"actions": [{"type": "x"}]}'] * 65) + "]}",
-    "x: " + "y" * 16384,
+    "x: " + "y" * 16384, "[" * 16000, "on_tcp_connect: " + "[" * 5000,
 ])
 def test_invalid_traffic_policies_name_the_field(doc):
     with pytest.raises(errors.InvalidField) as raised:
