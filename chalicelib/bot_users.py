@@ -14,11 +14,12 @@ Rules (where the spec is silent, decided here):
 - ``active`` defaults to true. While a bot is inactive its API keys get 401 (the authorizer
   reads ``active``) and its credentials do not bind (chalicelib.credentials); reactivating
   restores both, nothing else changes.
-- Deleting a bot deletes its API keys and credentials. When they fit, everything goes in one
-  transaction; otherwise (over 100 writes) the bot and its name go first with as many owned
-  items as fit, then the rest in further transactions of at most 100. Nothing new can be
-  created for a deleted bot (creates check that the owner exists), and an owned item left
-  behind by an interrupted delete can neither authenticate nor bind (its owner is gone).
+- Deleting a bot deletes its API keys and credentials. The bot and its name go first with as
+  many owned items as fit in one transaction (100 writes); then whatever the bot still owns
+  (the rest, and any key or credential created for it while the delete ran) goes in further
+  transactions of at most 100. Nothing new can be created for a deleted bot (creates check
+  that the owner exists), and an owned item left behind by an interrupted delete can neither
+  authenticate nor bind (its owner is gone).
 """
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -135,8 +136,10 @@ def delete(c: Ctx, bot_id: str) -> None:
     # An item's ops come in pairs (item + lookup); keep each pair in one transaction.
     room -= room % 2
     store.commit(bot_ops + owned[:room])
-    if len(owned) > room:
-        _sweep(c.account_id, bot_id)
+    # Always sweep, not only when the first transaction was full: a key or credential created
+    # for the bot between the query above and that commit passed its owner check and is
+    # found only now. With the bot gone, no further one can be created.
+    _sweep(c.account_id, bot_id)
 
 
 def _sweep(account_id: str, bot_id: str, rounds: int = 5) -> None:

@@ -205,3 +205,30 @@ def _concurrently(api, calls):
     for thread in threads:
         thread.join()
     return statuses
+
+
+def test_key_and_credential_created_while_the_bot_is_deleted_are_deleted_too(inprocess_api,
+                                                                             monkeypatch):
+    """GIVEN a key and a credential created for the bot after the delete listed what it owns
+    (their owner check passes: the bot still exists), THEN the delete still removes them."""
+    from chalicelib import api_keys, bot_users, credentials
+    account = inprocess_api.new_account()
+    admin = account.admin
+    bot = admin.post("/bot_users", {"name": "racing"}).json
+    listed = bot_users._owned_ops
+    late = {}
+
+    def owned_then_a_create_lands(account_id, bot_id):
+        ops = listed(account_id, bot_id)
+        if not late:
+            late["key"] = api_keys.create_for_owner(account_id, bot_id, "bot")[1]
+            late["cred"] = admin.post("/credentials", {"owner_id": bot_id}).json
+        return ops
+
+    monkeypatch.setattr(bot_users, "_owned_ops", owned_then_a_create_lands)
+    assert admin.delete(f"/bot_users/{bot['id']}").status == 204
+    assert late["cred"]["id"]
+    assert api_keys.owned_by(account.id, bot["id"]) == []
+    assert credentials.owned_by(account.id, bot["id"]) == []
+    assert not credentials.credential_may_bind(late["cred"]["token"], domain="a.example.com")
+    assert inprocess_api.request("GET", "/bot_users", key=late["key"]).status == 401
