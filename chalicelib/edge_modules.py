@@ -88,20 +88,22 @@ def hostport_ops(old: Optional[List[str]], new: Optional[List[str]],
 
 
 # ---- modules: parsing -------------------------------------------------------------------------
-def _module(field: Optional[str], value: Any, fields: List[Field]) -> Dict[str, Any]:
-    """Parse a module object; errors name ``<field>.<name>`` (just ``<name>`` for a PUT)."""
+def parse_module(field: Optional[str], value: Any, fields: List[Field],
+                 **defaults: Any) -> Dict[str, Any]:
+    """Parse a module object: ``enabled`` defaults to true, other absent fields to
+    ``defaults``. Errors name ``<field>.<name>`` (just ``<name>`` for a PUT, ``field=None``).
+    Shared by the TCP modules here and the HTTPS route modules."""
     if not isinstance(value, dict):
         raise _bad(field or "module", "must be an object")
-    if field is None:
-        return parse(value, fields)
     try:
-        return parse(value, fields)
+        parsed = parse(value, fields)
     except errors.ApiError as exc:
         name = exc.details.get("field", "")
-        exc.msg = exc.msg.replace(f"'{name}'", f"'{field}.{name}'", 1) if name else exc.msg
-        if name:
+        if field and name:
+            exc.msg = exc.msg.replace(f"'{name}'", f"'{field}.{name}'", 1)
             exc.details["field"] = f"{field}.{name}"
         raise
+    return {"enabled": True, **defaults, **parsed}
 
 
 def _check_backend_id(name: str, value: str) -> str:
@@ -134,18 +136,15 @@ TRAFFIC_POLICY_FIELDS = [ENABLED, Field("value", "string", required=True,
 
 
 def parse_backend(field: Optional[str], value: Any) -> Dict[str, Any]:
-    parsed = _module(field, value, BACKEND_FIELDS)
-    return {"enabled": parsed.get("enabled", True), "backend_id": parsed["backend_id"]}
+    return parse_module(field, value, BACKEND_FIELDS)
 
 
 def parse_ip_restriction(field: Optional[str], value: Any) -> Dict[str, Any]:
-    parsed = _module(field, value, IP_RESTRICTION_FIELDS)
-    return {"enabled": parsed.get("enabled", True), "ip_policy_ids": parsed["ip_policy_ids"]}
+    return parse_module(field, value, IP_RESTRICTION_FIELDS)
 
 
 def parse_traffic_policy(field: Optional[str], value: Any) -> Dict[str, Any]:
-    parsed = _module(field, value, TRAFFIC_POLICY_FIELDS)
-    return {"enabled": parsed.get("enabled", True), "value": parsed["value"]}
+    return parse_module(field, value, TRAFFIC_POLICY_FIELDS)
 
 
 TCP_MODULES = {"backend": parse_backend, "ip_restriction": parse_ip_restriction,

@@ -91,27 +91,12 @@ def _patterns(name: str, value: List[str]) -> List[str]:
     return value
 
 
-def _nest(field: Optional[str], fields: List[Field], value: Any) -> Dict[str, Any]:
-    """Parse a module object; errors name ``<field>.<name>`` (just ``<name>`` for a PUT)."""
-    if not isinstance(value, dict):
-        raise errors.InvalidField(f"Field '{field or 'module'}' must be an object",
-                                  details={"field": field or "module"})
-    try:
-        return parse(value, fields)
-    except errors.ApiError as exc:
-        name = exc.details.get("field")
-        if field and name:
-            exc.msg = exc.msg.replace(f"'{name}", f"'{field}.{name}", 1)
-            exc.details["field"] = f"{field}.{name}"
-        raise
-
-
-UA_FIELDS = [Field("enabled", "boolean"),
+UA_FIELDS = [edge_modules.ENABLED,
              Field("allow", "string_list", max_bytes=MAX_PATTERN_BYTES, max_items=MAX_PATTERNS,
                    check=_patterns),
              Field("deny", "string_list", max_bytes=MAX_PATTERN_BYTES, max_items=MAX_PATTERNS,
                    check=_patterns)]
-RH_FIELDS = [Field("enabled", "boolean"),
+RH_FIELDS = [edge_modules.ENABLED,
              Field("add", "any", check=lambda n, v: http_headers.check_map(n, v,
                                                                             MAX_ADD_HEADERS)),
              Field("remove", "any", check=lambda n, v: http_headers.check_names(
@@ -119,15 +104,11 @@ RH_FIELDS = [Field("enabled", "boolean"),
 
 
 def parse_user_agent_filter(field: Optional[str], value: Any) -> Dict[str, Any]:
-    parsed = _nest(field, UA_FIELDS, value)
-    return {"enabled": parsed.get("enabled", True), "allow": parsed.get("allow", []),
-            "deny": parsed.get("deny", [])}
+    return edge_modules.parse_module(field, value, UA_FIELDS, allow=[], deny=[])
 
 
 def parse_response_headers(field: Optional[str], value: Any) -> Dict[str, Any]:
-    parsed = _nest(field, RH_FIELDS, value)
-    return {"enabled": parsed.get("enabled", True), "add": parsed.get("add", {}),
-            "remove": parsed.get("remove", [])}
+    return edge_modules.parse_module(field, value, RH_FIELDS, add={}, remove=[])
 
 
 MODULE_PARSERS = {"user_agent_filter": parse_user_agent_filter,
