@@ -83,9 +83,7 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def get_item(account_id: str, backend_id: str) -> store.Item:
-    if not ids.is_valid(backend_id, PREFIX):
-        raise errors.NotFound(f"No HTTP response backend with id '{backend_id}' exists")
-    return store.get_resource(account_id, COLLECTION, backend_id)
+    return store.get_by_id(account_id, COLLECTION, PREFIX, backend_id, "HTTP response backend")
 
 
 def get(c: Ctx, backend_id: str) -> Dict[str, Any]:

@@ -211,9 +211,7 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def get_item(account_id: str, edge_id: str) -> store.Item:
-    if not ids.is_valid(edge_id, PREFIX):
-        raise errors.NotFound(f"No HTTPS edge with id '{edge_id}' exists")
-    return store.get_resource(account_id, COLLECTION, edge_id)
+    return store.get_by_id(account_id, COLLECTION, PREFIX, edge_id, "HTTPS edge")
 
 
 def get(c: Ctx, edge_id: str) -> Dict[str, Any]:
@@ -287,9 +285,8 @@ def create_route(c: Ctx, edge_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
 
 def get_route_item(account_id: str, edge_id: str, route_id: str) -> store.Item:
     get_item(account_id, edge_id)
-    if not ids.is_valid(route_id, ROUTE_PREFIX):
-        raise errors.NotFound(f"No HTTPS edge route with id '{route_id}' exists")
-    return store.get_resource(account_id, _route_collection(edge_id), route_id)
+    return store.get_by_id(account_id, _route_collection(edge_id), ROUTE_PREFIX, route_id,
+                           "HTTPS edge route")
 
 
 def get_route(c: Ctx, edge_id: str, route_id: str) -> Dict[str, Any]:

@@ -85,9 +85,7 @@ def create_policy(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def get_policy_item(account_id: str, policy_id: str) -> store.Item:
-    if not ids.is_valid(policy_id, POLICY_PREFIX):
-        raise errors.NotFound(f"No IP policy with id '{policy_id}' exists")
-    return store.get_resource(account_id, POLICY_COLLECTION, policy_id)
+    return store.get_by_id(account_id, POLICY_COLLECTION, POLICY_PREFIX, policy_id, "IP policy")
 
 
 def get_policy(c: Ctx, policy_id: str) -> Dict[str, Any]:
@@ -132,12 +130,12 @@ def render_rule(c: Ctx, item: store.Item) -> Dict[str, Any]:
 @store.retrying
 def create_rule(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     policy_id = fields["ip_policy_id"]
-    policy = store.get(store.collection_pk(c.account_id, POLICY_COLLECTION), policy_id) \
-        if ids.is_valid(policy_id, POLICY_PREFIX) else None
-    if policy is None:
+    try:
+        policy = get_policy_item(c.account_id, policy_id)
+    except errors.NotFound:
         raise errors.InvalidField(f"Field 'ip_policy_id': no IP policy with id "
                                   f"'{policy_id[:64]}' exists in this account",
-                                  details={"field": "ip_policy_id"})
+                                  details={"field": "ip_policy_id"}) from None
     data = {"description": "", "metadata": "", **fields, "created_at": validation.now_rfc3339()}
     item = store.new_item(store.collection_pk(c.account_id, RULE_COLLECTION),
                           ids.new_id(RULE_PREFIX), kind=RULE_COLLECTION,
@@ -148,9 +146,7 @@ def create_rule(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def get_rule_item(account_id: str, rule_id: str) -> store.Item:
-    if not ids.is_valid(rule_id, RULE_PREFIX):
-        raise errors.NotFound(f"No IP policy rule with id '{rule_id}' exists")
-    return store.get_resource(account_id, RULE_COLLECTION, rule_id)
+    return store.get_by_id(account_id, RULE_COLLECTION, RULE_PREFIX, rule_id, "IP policy rule")
 
 
 def get_rule(c: Ctx, rule_id: str) -> Dict[str, Any]:

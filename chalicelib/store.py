@@ -35,7 +35,7 @@ from pynamodb.exceptions import DoesNotExist, TransactWriteError
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
-from chalicelib import errors
+from chalicelib import errors, ids
 from chalicelib.config import get_settings
 
 ACCOUNT_SK = "ACCOUNT"
@@ -138,6 +138,19 @@ def get_resource(account_id: str, collection: str, resource_id: str) -> Item:
     if item is None:
         raise errors.NotFound(f"No {collection.split('#')[0].replace('_', ' ')} with id "
                               f"'{resource_id}' exists")
+    return item
+
+
+def get_by_id(account_id: str, collection: str, prefix: str, resource_id: str,
+              what: str) -> Item:
+    """The resource whose id came from a path, or NotFound "No <what> with id …".
+
+    A malformed id, or one with another type's prefix, is the same 404 as an unknown one
+    (and costs no read)."""
+    item = get(collection_pk(account_id, collection), resource_id) \
+        if ids.is_valid(resource_id, prefix) else None
+    if item is None:
+        raise errors.NotFound(f"No {what} with id '{resource_id}' exists")
     return item
 
 

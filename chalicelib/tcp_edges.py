@@ -70,9 +70,7 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def get_item(account_id: str, edge_id: str) -> store.Item:
-    if not ids.is_valid(edge_id, PREFIX):
-        raise errors.NotFound(f"No TCP edge with id '{edge_id}' exists")
-    return store.get_resource(account_id, COLLECTION, edge_id)
+    return store.get_by_id(account_id, COLLECTION, PREFIX, edge_id, "TCP edge")
 
 
 def get(c: Ctx, edge_id: str) -> Dict[str, Any]:
