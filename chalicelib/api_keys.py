@@ -13,7 +13,7 @@ Rules (where the spec is silent, decided here):
 """
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import auth, errors, ids, store, validation
+from chalicelib import auth, errors, ids, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -39,56 +39,22 @@ def render(c: Ctx, item: store.Item, token: Optional[str] = None) -> Dict[str, A
     }
 
 
-def _owner_kind(owner_id: str) -> Optional[str]:
-    if ids.is_valid(owner_id, ids.PREFIXES["user"]):
-        return "user"
-    if ids.is_valid(owner_id, ids.PREFIXES["bot_user"]):
-        return "bot"
-    return None
-
-
-def _write_ops(account_id: str, owner_id: str, owner_kind: str, description: str,
-               metadata: str) -> Tuple[store.Item, List[store.Op], str]:
-    key_id = ids.new_id(PREFIX)
-    token = auth.new_secret()
-    digest = auth.digest(token)
-    item = store.new_item(store.collection_pk(account_id, COLLECTION), key_id, kind=COLLECTION,
-                          account_id=account_id,
-                          data={"description": description, "metadata": metadata,
-                                "owner_id": owner_id, "owner_kind": owner_kind,
-                                "digest": digest, "created_at": validation.now_rfc3339()})
-    lookup = store.new_item(store.unique_pk(auth.API_KEY_HASH_NAMESPACE, digest),
-                            store.UNIQUE_SK, kind="api_key_hash", account_id=account_id,
-                            data={"digest": digest, "account_id": account_id,
-                                  "api_key_id": key_id, "owner_id": owner_id,
-                                  "owner_kind": owner_kind})
-    owner_collection = auth.USER_COLLECTION if owner_kind == "user" else auth.BOT_COLLECTION
-    ops = [store.put_new(item), store.put_new(lookup),
-           store.check(store.collection_pk(account_id, owner_collection), owner_id,
-                       store.model().pk.exists(),
-                       errors.InvalidField(f"owner_id '{owner_id}' is not a user or bot user "
-                                           "of this account", details={"field": "owner_id"}))]
-    return item, ops, token
-
-
 def create_for_owner(account_id: str, owner_id: str, owner_kind: str, description: str = "",
                      metadata: str = "") -> Tuple[str, str]:
     """A new key for a known owner (admin command and bootstrap); (key id, token)."""
-    item, ops, token = _write_ops(account_id, owner_id, owner_kind, description, metadata)
+    item, ops, token = auth.new_secret_item(account_id, COLLECTION, auth.API_KEY_HASH_NAMESPACE,
+                                            owner_id, owner_kind,
+                                            {"description": description, "metadata": metadata})
     store.commit(ops)
     return item.sk, token
 
 
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
-    owner_id = fields.get("owner_id") or c.principal.id
-    if owner_id != c.principal.id:
-        c.principal.require_admin("create API keys owned by another user or bot")
-    owner_kind = _owner_kind(owner_id)
-    if owner_kind is None:
-        raise errors.InvalidField(f"owner_id '{owner_id}' is not a user or bot user id",
-                                  details={"field": "owner_id"})
-    item, ops, token = _write_ops(c.account_id, owner_id, owner_kind,
-                                  fields.get("description", ""), fields.get("metadata", ""))
+    owner_id, owner_kind = auth.new_owner(c, fields.get("owner_id"), "API keys")
+    item, ops, token = auth.new_secret_item(c.account_id, COLLECTION,
+                                            auth.API_KEY_HASH_NAMESPACE, owner_id, owner_kind,
+                                            {"description": fields.get("description", ""),
+                                             "metadata": fields.get("metadata", "")})
     store.commit(ops)
     return render(c, item, token)
 
@@ -97,11 +63,6 @@ def _get(c: Ctx, key_id: str) -> store.Item:
     if not ids.is_valid(key_id, PREFIX):
         raise errors.NotFound(f"No API key with id '{key_id}' exists")
     return store.get_resource(c.account_id, COLLECTION, key_id)
-
-
-def _require_manage(c: Ctx, item: store.Item) -> None:
-    if item.data["owner_id"] != c.principal.id:
-        c.principal.require_admin("change API keys owned by another user or bot")
 
 
 def get(c: Ctx, key_id: str) -> Dict[str, Any]:
@@ -117,7 +78,7 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
 @store.retrying
 def update(c: Ctx, key_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     item = _get(c, key_id)
-    _require_manage(c, item)
+    auth.require_owner_or_admin(c, item, "API keys")
     if fields:
         item.data = {**item.data, **fields}
         store.commit([store.save(item)])
@@ -126,18 +87,16 @@ def update(c: Ctx, key_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 def delete_ops(item: store.Item) -> List[store.Op]:
     """The writes that delete a key and its lookup item (bot deletion reuses them)."""
-    return [store.delete(item),
-            store.release(auth.API_KEY_HASH_NAMESPACE, item.data["digest"])]
+    return auth.secret_delete_ops(item, auth.API_KEY_HASH_NAMESPACE)
 
 
 @store.retrying
 def delete(c: Ctx, key_id: str) -> None:
     item = _get(c, key_id)
-    _require_manage(c, item)
+    auth.require_owner_or_admin(c, item, "API keys")
     store.commit(delete_ops(item))
 
 
 def owned_by(account_id: str, owner_id: str) -> List[store.Item]:
     """Every key of the account owned by ``owner_id`` (one Query of the account's keys)."""
-    return [item for item in store.query_all(store.collection_pk(account_id, COLLECTION))
-            if item.data.get("owner_id") == owner_id]
+    return auth.owned_by(account_id, COLLECTION, owner_id)

@@ -4,10 +4,11 @@ Fields: id, uri, created_at, description, metadata, token (the authtoken, in the
 response only; ``null`` everywhere else), acl (list of rules, ``[]`` when none), owner_id.
 
 Rules (where the spec is silent, decided here):
-- The token is 256 random bits (``auth.new_secret()``), shown once. The store keeps only its
-  SHA-256 digest: in the credential item and in a lookup item
-  ``U#credential_token#<digest>`` (credential id, account, owner), so an agent's token is
-  found with one GetItem (:func:`credential_may_bind`).
+- The token is 256 random bits, shown once. The store keeps only its SHA-256 digest: in the
+  credential item and in a lookup item ``U#credential_token#<digest>`` (credential id,
+  account, owner), so an agent's token is found with one GetItem (:func:`credential_may_bind`).
+  API keys work the same way; chalicelib.auth holds what the two share (owner rule, secret
+  and lookup item, owner check).
 - ``acl``: rules per the grammar in chalicelib.acl (at most 100 rules of at most 512 bytes;
   400 naming the first bad rule); stored and returned in canonical spelling
   (domains lower-cased).
@@ -21,10 +22,9 @@ Rules (where the spec is silent, decided here):
   use. It refuses an unknown token, a credential whose owner no longer exists, and a
   credential owned by an inactive bot; otherwise the ACL decides (chalicelib.acl.may_bind).
 """
-import hmac
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from chalicelib import acl, auth, errors, ids, store, validation
+from chalicelib import acl, auth, errors, ids, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -60,46 +60,14 @@ def render(c: Ctx, item: store.Item, token: Optional[str] = None) -> Dict[str, A
     }
 
 
-def _owner_kind(owner_id: str) -> Optional[str]:
-    if ids.is_valid(owner_id, ids.PREFIXES["user"]):
-        return "user"
-    if ids.is_valid(owner_id, ids.PREFIXES["bot_user"]):
-        return "bot"
-    return None
-
-
-def _bad_owner(owner_id: str) -> errors.InvalidField:
-    return errors.InvalidField(f"owner_id '{owner_id}' is not a user or bot user of this "
-                               "account", details={"field": "owner_id"})
-
-
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
-    owner_id = fields.get("owner_id") or c.principal.id
-    if owner_id != c.principal.id:
-        c.principal.require_admin("create credentials owned by another user or bot")
-    owner_kind = _owner_kind(owner_id)
-    if owner_kind is None:
-        raise _bad_owner(owner_id)
-    account_id = c.account_id
-    credential_id = ids.new_id(PREFIX)
-    token = auth.new_secret()
-    digest = auth.digest(token)
-    item = store.new_item(store.collection_pk(account_id, COLLECTION), credential_id,
-                          kind=COLLECTION, account_id=account_id,
-                          data={"description": fields.get("description", ""),
-                                "metadata": fields.get("metadata", ""),
-                                "acl": fields.get("acl", []),
-                                "owner_id": owner_id, "owner_kind": owner_kind,
-                                "digest": digest, "created_at": validation.now_rfc3339()})
-    lookup = store.new_item(store.unique_pk(TOKEN_NAMESPACE, digest), store.UNIQUE_SK,
-                            kind="credential_token", account_id=account_id,
-                            data={"digest": digest, "account_id": account_id,
-                                  "credential_id": credential_id, "owner_id": owner_id,
-                                  "owner_kind": owner_kind})
-    owner_collection = auth.USER_COLLECTION if owner_kind == "user" else auth.BOT_COLLECTION
-    store.commit([store.put_new(item), store.put_new(lookup),
-                  store.check(store.collection_pk(account_id, owner_collection), owner_id,
-                              store.model().pk.exists(), _bad_owner(owner_id))])
+    owner_id, owner_kind = auth.new_owner(c, fields.get("owner_id"), "credentials")
+    item, ops, token = auth.new_secret_item(c.account_id, COLLECTION, TOKEN_NAMESPACE, owner_id,
+                                            owner_kind,
+                                            {"description": fields.get("description", ""),
+                                             "metadata": fields.get("metadata", ""),
+                                             "acl": fields.get("acl", [])})
+    store.commit(ops)
     return render(c, item, token)
 
 
@@ -107,11 +75,6 @@ def _get(c: Ctx, credential_id: str) -> store.Item:
     if not ids.is_valid(credential_id, PREFIX):
         raise errors.NotFound(f"No credential with id '{credential_id}' exists")
     return store.get_resource(c.account_id, COLLECTION, credential_id)
-
-
-def _require_manage(c: Ctx, item: store.Item) -> None:
-    if item.data["owner_id"] != c.principal.id:
-        c.principal.require_admin("change credentials owned by another user or bot")
 
 
 def get(c: Ctx, credential_id: str) -> Dict[str, Any]:
@@ -127,7 +90,7 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
 @store.retrying
 def update(c: Ctx, credential_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     item = _get(c, credential_id)
-    _require_manage(c, item)
+    auth.require_owner_or_admin(c, item, "credentials")
     if fields:
         item.data = {**item.data, **fields}
         store.commit([store.save(item)])
@@ -136,20 +99,19 @@ def update(c: Ctx, credential_id: str, fields: Dict[str, Any]) -> Dict[str, Any]
 
 def delete_ops(item: store.Item) -> List[store.Op]:
     """The writes that delete a credential and its token lookup (bot deletion reuses them)."""
-    return [store.delete(item), store.release(TOKEN_NAMESPACE, item.data["digest"])]
+    return auth.secret_delete_ops(item, TOKEN_NAMESPACE)
 
 
 @store.retrying
 def delete(c: Ctx, credential_id: str) -> None:
     item = _get(c, credential_id)
-    _require_manage(c, item)
+    auth.require_owner_or_admin(c, item, "credentials")
     store.commit(delete_ops(item))
 
 
 def owned_by(account_id: str, owner_id: str) -> List[store.Item]:
     """Every credential of the account owned by ``owner_id`` (one Query of the collection)."""
-    return [item for item in store.query_all(store.collection_pk(account_id, COLLECTION))
-            if item.data.get("owner_id") == owner_id]
+    return auth.owned_by(account_id, COLLECTION, owner_id)
 
 
 def credential_may_bind(token: str, *, domain: Optional[str] = None,
@@ -166,18 +128,11 @@ def credential_may_bind(token: str, *, domain: Optional[str] = None,
         raise ValueError("credential_may_bind needs a domain, an address or labels")
     if not isinstance(token, str) or not token:
         return False
-    wanted = auth.digest(token)
-    lookup = store.get(store.unique_pk(TOKEN_NAMESPACE, wanted), store.UNIQUE_SK)
-    if lookup is None or not hmac.compare_digest(lookup.data.get("digest", ""), wanted):
+    data = auth.lookup_secret(TOKEN_NAMESPACE, token)
+    if data is None:
         return False
-    data = lookup.data
     item = store.get(store.collection_pk(data["account_id"], COLLECTION), data["credential_id"])
-    if item is None:
-        return False
-    owner = auth.owner_item(data["account_id"], data["owner_id"], data["owner_kind"])
-    if owner is None:
-        return False
-    if data["owner_kind"] == "bot" and not owner.data.get("active", False):
+    if item is None or auth.usable_owner(data)[0] is None:
         return False
     return acl.may_bind(item.data.get("acl") or [], domain=domain, address=address,
                         labels=labels)
