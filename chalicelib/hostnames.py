@@ -9,7 +9,6 @@ whole leading ``*.`` label (``*.example.com``; never ``a*.example.com`` or ``a.*
 Functions raise :class:`InvalidHostname` with the reason; callers turn it into a 400 that
 names their field.
 """
-import ipaddress
 import re
 from typing import Optional
 
@@ -63,14 +62,6 @@ def parse(value: str, *, wildcard: bool = False, min_labels: int = 1,
 
 def is_wildcard(name: str) -> bool:
     return name.startswith(WILDCARD_PREFIX)
-
-
-def is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
 
 
 def is_within(name: str, domain: str) -> bool:
