@@ -284,7 +284,8 @@ def create_route(c: Ctx, edge_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def get_route_item(account_id: str, edge_id: str, route_id: str) -> store.Item:
-    get_item(account_id, edge_id)
+    """The route, or 404 (also when the edge does not exist). The edge is not read: deleting
+    an edge deletes its routes in the same transaction, so a route found proves its edge."""
     return store.get_by_id(account_id, _route_collection(edge_id), ROUTE_PREFIX, route_id,
                            "HTTPS edge route")
 
@@ -316,8 +317,8 @@ def update_route(c: Ctx, edge_id: str, route_id: str, raw: Dict[str, Any]) -> Di
 
 @store.retrying
 def delete_route(c: Ctx, edge_id: str, route_id: str) -> None:
-    route = get_route_item(c.account_id, edge_id, route_id)
     edge = get_item(c.account_id, edge_id)
+    route = get_route_item(c.account_id, edge_id, route_id)
     store.commit([store.delete(route), store.update(edge, [store.model().refs.add(-1)])])
 
 
