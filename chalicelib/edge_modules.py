@@ -225,6 +225,17 @@ def ref_ops(account_id: str, old: Dict[str, Any], new: Dict[str, Any],
     return ops
 
 
+def edge_ops(account_id: str, kind: str, edge_id: str, old: Dict[str, Any],
+             new: Dict[str, Any], nested: bool = True) -> List[store.Op]:
+    """The writes that go with an edge's own write, in its transaction, when its data goes
+    from ``old`` to ``new`` (``{}`` for a create or a delete): hostports released and
+    claimed, ``refs`` counters moved. Every check (409 on a taken hostport at commit, 400 on a
+    missing reference now) happens before or at that one commit."""
+    owner = {"account_id": account_id, "kind": kind, "edge_id": edge_id}
+    return hostport_ops(old.get("hostports"), new.get("hostports"), owner) \
+        + ref_ops(account_id, old, new, nested=nested)
+
+
 # ---- module PUT bodies ------------------------------------------------------------------------
 def module_body(raw: Dict[str, Any], path_ids: Dict[str, str]) -> Dict[str, Any]:
     """The module object of a PUT body, plain or wrapped as ``{"module": {...}, "id": …}``."""

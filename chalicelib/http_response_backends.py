@@ -74,7 +74,6 @@ def _check_body_allowed(data: Dict[str, Any]) -> None:
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     data = {"description": "", "metadata": "", "body": "", "status_code": DEFAULT_STATUS,
             **fields, "created_at": validation.now_rfc3339()}
-    data["headers"] = data.get("headers") or None
     _check_body_allowed(data)
     item = store.new_item(store.collection_pk(c.account_id, COLLECTION), ids.new_id(PREFIX),
                           kind=COLLECTION, account_id=c.account_id, data=data)
@@ -101,8 +100,6 @@ def update(c: Ctx, backend_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     item = get_item(c.account_id, backend_id)
     if fields:
         data = {**item.data, **fields}
-        if "headers" in fields:
-            data["headers"] = fields["headers"] or None
         _check_body_allowed(data)
         item.data = data
         store.commit([store.save(item)])

@@ -194,10 +194,6 @@ def render(c: Ctx, item: store.Item, routes: Optional[List[store.Item]] = None) 
 
 
 # ---- edges --------------------------------------------------------------------------------------
-def _owner(c: Ctx, edge_id: str) -> Dict[str, str]:
-    return {"account_id": c.account_id, "kind": COLLECTION, "edge_id": edge_id}
-
-
 @store.retrying
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     edge_id = ids.new_id(PREFIX)
@@ -206,7 +202,7 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     item = store.new_item(store.collection_pk(c.account_id, COLLECTION), edge_id,
                           kind=COLLECTION, account_id=c.account_id, data=data)
     store.commit([store.put_new(item)]
-                 + edge_modules.hostport_ops(None, data["hostports"], _owner(c, edge_id)))
+                 + edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, {}, data))
     return render(c, item, routes=[])
 
 
@@ -229,12 +225,8 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
 def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     item = get_item(c.account_id, edge_id)
     if fields:
-        old = item.data
-        new = {**old, **fields}
-        if "hostports" in fields:
-            new["hostports"] = fields["hostports"] or None
-        ops = edge_modules.hostport_ops(old.get("hostports"), new.get("hostports"),
-                                        _owner(c, edge_id))
+        new = {**item.data, **fields}
+        ops = edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, new)
         item.data = new
         store.commit([store.save(item)] + ops)
     return render(c, item)
@@ -245,7 +237,7 @@ def delete(c: Ctx, edge_id: str) -> None:
     item = get_item(c.account_id, edge_id)
     routes = _routes(c.account_id, edge_id)
     ops = [store.delete(item)] + [store.delete(route) for route in routes]
-    ops += edge_modules.hostport_ops(item.data.get("hostports"), None, _owner(c, edge_id))
+    ops += edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, {})
     store.commit(ops)
 
 

@@ -50,22 +50,15 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
     return body
 
 
-def _owner(c: Ctx, edge_id: str) -> Dict[str, str]:
-    return {"account_id": c.account_id, "kind": COLLECTION, "edge_id": edge_id}
-
-
 @store.retrying
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     edge_id = ids.new_id(PREFIX)
     data = {"description": "", "metadata": "", **fields,
             "created_at": validation.now_rfc3339()}
-    data["hostports"] = fields.get("hostports") or None
     item = store.new_item(store.collection_pk(c.account_id, COLLECTION), edge_id,
                           kind=COLLECTION, account_id=c.account_id, data=data)
-    ops = [store.put_new(item)]
-    ops += edge_modules.hostport_ops(None, data["hostports"], _owner(c, edge_id))
-    ops += edge_modules.ref_ops(c.account_id, {}, data)
-    store.commit(ops)
+    store.commit([store.put_new(item)]
+                 + edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, {}, data))
     return render(c, item)
 
 
@@ -85,10 +78,7 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
 
 def _replace(c: Ctx, item: store.Item, new: Dict[str, Any], nested: bool = True) -> None:
     """Save ``new`` as the edge's data, moving hostport claims and references with it."""
-    old = item.data
-    ops = edge_modules.hostport_ops(old.get("hostports"), new.get("hostports"),
-                                    _owner(c, item.sk))
-    ops += edge_modules.ref_ops(c.account_id, old, new, nested=nested)
+    ops = edge_modules.edge_ops(c.account_id, COLLECTION, item.sk, item.data, new, nested)
     item.data = new
     store.commit([store.save(item)] + ops)
 
@@ -97,20 +87,15 @@ def _replace(c: Ctx, item: store.Item, new: Dict[str, Any], nested: bool = True)
 def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     item = get_item(c.account_id, edge_id)
     if fields:
-        new = {**item.data, **fields}
-        if "hostports" in fields:
-            new["hostports"] = fields["hostports"] or None
-        _replace(c, item, new)
+        _replace(c, item, {**item.data, **fields})
     return render(c, item)
 
 
 @store.retrying
 def delete(c: Ctx, edge_id: str) -> None:
     item = get_item(c.account_id, edge_id)
-    ops = [store.delete(item)]
-    ops += edge_modules.hostport_ops(item.data.get("hostports"), None, _owner(c, edge_id))
-    ops += edge_modules.ref_ops(c.account_id, item.data, {})
-    store.commit(ops)
+    store.commit([store.delete(item)]
+                 + edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, {}))
 
 
 # ---- module sub-resources ---------------------------------------------------------------------
