@@ -15,8 +15,6 @@ exactly as sent; an empty document (no phases) is allowed and means "no rules".
 import json
 from typing import Any, List
 
-import yaml
-
 from chalicelib import errors
 
 PHASES = ("on_tcp_connect", "on_http_request", "on_http_response")
@@ -46,6 +44,7 @@ def _parse(field: str, text: str) -> Any:
         pass
     except RecursionError:
         raise too_deep from None
+    import yaml  # here, not at the top: ~11 ms of every cold start, needed only for YAML
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
