@@ -33,7 +33,9 @@ def api_key_authorizer(auth_request):
         "api_key_id": principal.api_key_id})
 
 
-def route(path, methods, **kwargs):
+def route(path, methods, query=(), **kwargs):
+    """An authorized route; ``query`` names the query parameters it accepts (others: 400)."""
+    web.allow_query(path, methods, query)
     return app.route(path, methods=methods, authorizer=api_key_authorizer,
                      content_types=ANY, **kwargs)
 
@@ -44,7 +46,7 @@ def create_api_key():
     return web.created(api_keys.create(web.ctx(), web.body(api_keys.CREATE_FIELDS)))
 
 
-@route("/api_keys", ["GET"])
+@route("/api_keys", ["GET"], query=web.LIST_QUERY)
 def list_api_keys():
     c = web.ctx()
     limit, before_id = web.list_params(api_keys.PREFIX)
@@ -78,7 +80,7 @@ def create_http_response_backend():
         web.ctx(), web.body(http_response_backends.CREATE_FIELDS)))
 
 
-@route("/backends/http_response", ["GET"])
+@route("/backends/http_response", ["GET"], query=web.LIST_QUERY)
 def list_http_response_backends():
     c = web.ctx()
     limit, before_id = web.list_params(http_response_backends.PREFIX)
@@ -111,7 +113,7 @@ def create_ip_policy():
     return web.created(ip_policies.create_policy(web.ctx(), web.body(ip_policies.POLICY_FIELDS)))
 
 
-@route("/ip_policies", ["GET"])
+@route("/ip_policies", ["GET"], query=web.LIST_QUERY)
 def list_ip_policies():
     c = web.ctx()
     limit, before_id = web.list_params(ip_policies.POLICY_PREFIX)
@@ -143,7 +145,7 @@ def create_ip_policy_rule():
                                                web.body(ip_policies.RULE_CREATE_FIELDS)))
 
 
-@route("/ip_policy_rules", ["GET"])
+@route("/ip_policy_rules", ["GET"], query=web.LIST_QUERY)
 def list_ip_policy_rules():
     c = web.ctx()
     limit, before_id = web.list_params(ip_policies.RULE_PREFIX)
@@ -175,7 +177,7 @@ def create_tcp_edge():
     return web.created(tcp_edges.create(web.ctx(), web.body(tcp_edges.CREATE_FIELDS)))
 
 
-@route("/edges/tcp", ["GET"])
+@route("/edges/tcp", ["GET"], query=web.LIST_QUERY)
 def list_tcp_edges():
     c = web.ctx()
     limit, before_id = web.list_params(tcp_edges.PREFIX)
@@ -228,7 +230,7 @@ def create_https_edge():
     return web.created(https_edges.create(web.ctx(), web.body(https_edges.EDGE_FIELDS)))
 
 
-@route("/edges/https", ["GET"])
+@route("/edges/https", ["GET"], query=web.LIST_QUERY)
 def list_https_edges():
     c = web.ctx()
     limit, before_id = web.list_params(https_edges.PREFIX)
@@ -259,7 +261,7 @@ def create_https_edge_route(edge_id):
     return web.created(https_edges.create_route(web.ctx(), edge_id, web.json_object()))
 
 
-@route("/edges/https/{edge_id}/routes", ["GET"])
+@route("/edges/https/{edge_id}/routes", ["GET"], query=web.LIST_QUERY)
 def list_https_edge_routes(edge_id):
     c = web.ctx()
     limit, before_id = web.list_params(https_edges.ROUTE_PREFIX)
@@ -315,7 +317,7 @@ def create_credential():
     return web.created(credentials.create(web.ctx(), web.body(credentials.CREATE_FIELDS)))
 
 
-@route("/credentials", ["GET"])
+@route("/credentials", ["GET"], query=web.LIST_QUERY)
 def list_credentials():
     c = web.ctx()
     limit, before_id = web.list_params(credentials.PREFIX)
@@ -346,7 +348,7 @@ def create_bot_user():
     return web.created(bot_users.create(web.ctx(), web.body(bot_users.CREATE_FIELDS)))
 
 
-@route("/bot_users", ["GET"])
+@route("/bot_users", ["GET"], query=web.LIST_QUERY)
 def list_bot_users():
     c = web.ctx()
     limit, before_id = web.list_params(bot_users.PREFIX)
@@ -377,7 +379,7 @@ def create_reserved_domain():
                                                web.body(reserved_domains.CREATE_FIELDS)))
 
 
-@route("/reserved_domains", ["GET"])
+@route("/reserved_domains", ["GET"], query=web.LIST_QUERY)
 def list_reserved_domains():
     c = web.ctx()
     limit, before_id = web.list_params(reserved_domains.PREFIX)

@@ -32,8 +32,12 @@ MAX_LIMIT = 100
 # Paths served without the version header (and without auth): machine-readable docs.
 UNVERSIONED_PATHS = {"/openapi.json"}
 
+LIST_QUERY = ("limit", "before_id")
+
 _app: List[Chalice] = []
 _local = threading.local()
+# (resource path, method) -> query parameters the view accepts; see allow_query().
+_query_allowed: Dict[Tuple[str, str], frozenset] = {}
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,13 @@ def install(app: Chalice) -> None:
     app.register_middleware(_middleware, "http")
 
 
+def allow_query(path: str, methods: Iterable[str], names: Iterable[str] = ()) -> None:
+    """Declare the query parameters a route accepts; the middleware refuses any other one
+    (400) before the view runs, so a request with a stray parameter changes nothing."""
+    for method in methods:
+        _query_allowed[(path, method)] = frozenset(names)
+
+
 def request() -> Request:
     return _app[0].current_request
 
@@ -114,6 +125,16 @@ def _check_request(req: Request) -> None:
             raise errors.UnsupportedVersion(
                 f"Unsupported API version '{version}'; supported versions: "
                 f"{', '.join(SUPPORTED_VERSIONS)}")
+    params = req.query_params or {}
+    if params:
+        allowed = _query_allowed.get(((req.context or {}).get("resourcePath"), req.method))
+        unknown = sorted(set(params) - allowed) if allowed is not None else []
+        if unknown:
+            raise errors.InvalidQuery(
+                f"Unknown query parameter '{unknown[0]}'"
+                + (f"; accepted: {', '.join(sorted(allowed))}" if allowed
+                   else "; this operation takes no query parameters"),
+                details={"parameter": unknown[0]})
     raw = req.raw_body or b""
     if len(raw) > MAX_BODY_BYTES:
         raise errors.PayloadTooLarge(
@@ -206,6 +227,8 @@ def json_object() -> Dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
+    except RecursionError:
+        raise errors.InvalidJson("Request body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.InvalidJson(f"Request body is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
@@ -214,6 +237,8 @@ def json_object() -> Dict[str, Any]:
         # JSON lets a string hold an unpaired surrogate escape ("\ud800"); such a string is
         # not Unicode, and every later UTF-8 measure or store write of it would fail with a 500.
         json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        raise errors.InvalidJson("Request body is nested too deeply") from None
     except UnicodeEncodeError:
         raise errors.InvalidJson("Request body holds a string with an unpaired UTF-16 surrogate "
                                  "escape (\\ud800-\\udfff); strings must be valid Unicode") from None
@@ -239,12 +264,12 @@ def reject_query(allowed: Iterable[str] = ()) -> Dict[str, str]:
 
 def list_params(prefix: str) -> Tuple[int, Optional[str]]:
     """``limit`` (1–100, default 100) and ``before_id`` (an id with this prefix) of a list."""
-    params = reject_query(("limit", "before_id"))
+    params = reject_query(LIST_QUERY)
     raw_limit = params.get("limit")
     limit = DEFAULT_LIMIT
     if raw_limit is not None:
         text = raw_limit.strip()
-        if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_LIMIT:
             raise errors.InvalidQuery(
                 f"Query parameter 'limit' must be an integer from 1 to {MAX_LIMIT}, "
                 f"got '{raw_limit}'", details={"parameter": "limit"})

@@ -90,6 +90,8 @@ def test_unknown_field_returns_400_listing_accepted_fields(account):
     (b'"text"', "application/json", 400, "ERR_INVALID_JSON"),
     (b'{"description": "x"}', "text/plain", 415, "ERR_UNSUPPORTED_MEDIA_TYPE"),
     (b"x" * (256 * 1024 + 1), "application/json", 413, "ERR_BODY_TOO_LARGE"),
+    (b'{"description": ' + b"[" * 50000 + b"]" * 50000 + b"}", "application/json", 400,
+     "ERR_INVALID_JSON"),
 ])
 def test_bad_bodies_get_contract_errors(api, account, data, content_type, status, code):
     resp = api.request("POST", "/api_keys", key=account.admin.token, data=data,
@@ -160,6 +162,7 @@ def test_malformed_or_unknown_id_returns_404(account, key_id):
 
 
 @pytest.mark.parametrize("query", ["limit=0", "limit=101", "limit=abc", "limit=-1",
+                                   "limit=%C2%B2", "limit=1&bogus=2",
                                    "before_id=nope", "before_id=cr_0ERYqBR5B9RMvMY4cZCztl2IB7s",
                                    "filter=x"])
 def test_bad_list_query_returns_400(account, query):
@@ -233,3 +236,18 @@ def test_limit_may_arrive_as_string_and_defaults_to_100(account):
     assert len(page.json["keys"]) == 2 and page.json["next_page_uri"]
     page = account.admin.get("/api_keys")
     assert len(page.json["keys"]) == 5 and page.json["next_page_uri"] is None
+
+
+@pytest.mark.parametrize("method, path", [("GET", "/api_keys/{id}"), ("PATCH", "/api_keys/{id}"),
+                                          ("DELETE", "/api_keys/{id}"), ("POST", "/api_keys")])
+def test_unknown_query_parameter_on_any_route_returns_400_and_changes_nothing(account, method,
+                                                                              path):
+    key = account.admin.post("/api_keys", {"description": "before"}).json
+    body = {"description": "after"} if method in ("PATCH", "POST") else None
+    resp = account.admin.request(method, path.format(id=key["id"]) + "?bogus=1",
+                                 **({"json_body": body} if body is not None else {}))
+    assert_contract_error(resp, 400, "ERR_INVALID_QUERY")
+    assert "bogus" in resp.json["msg"]
+    keys = account.admin.get("/api_keys").json["keys"]
+    assert len(keys) == 3 and key["id"] in [k["id"] for k in keys]
+    assert account.admin.get(f"/api_keys/{key['id']}").json["description"] == "before"
