@@ -24,21 +24,10 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
     os.environ.setdefault(_name, _value)
 
-from tests.support.api import HttpApi, LocalStack, free_port  # noqa: E402
+from tests.support.api import HttpApi, LocalStack  # noqa: E402
 
 
-class BenchStack(LocalStack):
-    """LocalStack (tests/support/api.py) with the store started here, not by serve.py.
 
-    serve.py persists its embedded store by re-reading the whole table every second, which
-    is fine for `make run` but would dominate the numbers once the bench has stored
-    thousands of keys. With DYNAMODB_ENDPOINT_URL set, serve.py uses this store as it is.
-    """
-
-    def env(self):
-        env = super().env()
-        env["DYNAMODB_ENDPOINT_URL"] = self.store_url
-        return env
 
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "500"))
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "4"))
@@ -69,22 +58,8 @@ def run(kind, count, make_request):
 
 
 def main():
-    import logging
-
-    import importlib.util
-
-    from moto.server import ThreadedMotoServer
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    spec = importlib.util.spec_from_file_location("serve", os.path.join(PROJECT_DIR, "scripts",
-                                                                       "serve.py"))
-    serve = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(serve)
-    serve._serialize_store_calls()  # moto is not thread-safe: as serve.py does for its own
-    store_port = free_port()
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=store_port, verbose=False)
-    moto.start()
     with tempfile.TemporaryDirectory(prefix="bench-api-") as data_dir:
-        stack = BenchStack(data_dir=data_dir, store_port=store_port).start()
+        stack = LocalStack(data_dir=data_dir).start()  # what `make run` runs, store included
         try:
             api = HttpApi(stack)
             small, large, main_acct = api._seed(3, False)
@@ -140,7 +115,6 @@ def main():
             print(f"  p50 ratio 1000 keys / 10 keys: {ratio:.2f} (1.0 = independent of size)")
         finally:
             stack.stop()
-            moto.stop()
 
 
 if __name__ == "__main__":
