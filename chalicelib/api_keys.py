@@ -13,7 +13,7 @@ Rules (where the spec is silent, decided here):
 """
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import auth, errors, ids, store
+from chalicelib import auth, ids, store, web
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -60,9 +60,7 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _get(c: Ctx, key_id: str) -> store.Item:
-    if not ids.is_valid(key_id, PREFIX):
-        raise errors.NotFound(f"No API key with id '{key_id}' exists")
-    return store.get_resource(c.account_id, COLLECTION, key_id)
+    return store.get_by_id(c.account_id, COLLECTION, PREFIX, key_id, "API key")
 
 
 def get(c: Ctx, key_id: str) -> Dict[str, Any]:
@@ -70,9 +68,7 @@ def get(c: Ctx, key_id: str) -> Dict[str, Any]:
 
 
 def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
-                                   before_id)
-    return [render(c, item) for item in items], more
+    return web.rendered_page(c, COLLECTION, limit, before_id, render)
 
 
 @store.retrying

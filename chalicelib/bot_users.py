@@ -23,7 +23,7 @@ Rules (where the spec is silent, decided here):
 """
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import api_keys, auth, credentials, errors, ids, store, validation
+from chalicelib import api_keys, auth, credentials, errors, ids, store, validation, web
 from chalicelib.validation import Field
 from chalicelib.web import Ctx
 
@@ -86,9 +86,7 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _get(c: Ctx, bot_id: str) -> store.Item:
-    if not ids.is_valid(bot_id, PREFIX):
-        raise errors.NotFound(f"No bot user with id '{bot_id}' exists")
-    return store.get_resource(c.account_id, COLLECTION, bot_id)
+    return store.get_by_id(c.account_id, COLLECTION, PREFIX, bot_id, "bot user")
 
 
 def get(c: Ctx, bot_id: str) -> Dict[str, Any]:
@@ -96,9 +94,7 @@ def get(c: Ctx, bot_id: str) -> Dict[str, Any]:
 
 
 def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
-                                   before_id)
-    return [render(c, item) for item in items], more
+    return web.rendered_page(c, COLLECTION, limit, before_id, render)
 
 
 @store.retrying

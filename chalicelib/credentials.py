@@ -24,7 +24,7 @@ Rules (where the spec is silent, decided here):
 """
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from chalicelib import acl, auth, errors, ids, store
+from chalicelib import acl, auth, errors, ids, store, web
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -72,9 +72,7 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _get(c: Ctx, credential_id: str) -> store.Item:
-    if not ids.is_valid(credential_id, PREFIX):
-        raise errors.NotFound(f"No credential with id '{credential_id}' exists")
-    return store.get_resource(c.account_id, COLLECTION, credential_id)
+    return store.get_by_id(c.account_id, COLLECTION, PREFIX, credential_id, "credential")
 
 
 def get(c: Ctx, credential_id: str) -> Dict[str, Any]:
@@ -82,9 +80,7 @@ def get(c: Ctx, credential_id: str) -> Dict[str, Any]:
 
 
 def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
-                                   before_id)
-    return [render(c, item) for item in items], more
+    return web.rendered_page(c, COLLECTION, limit, before_id, render)
 
 
 @store.retrying

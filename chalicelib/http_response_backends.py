@@ -17,7 +17,7 @@ Rules (where the spec is silent, decided here):
 """
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, http_headers, ids, store, validation
+from chalicelib import errors, http_headers, ids, store, validation, web
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -90,9 +90,7 @@ def get(c: Ctx, backend_id: str) -> Dict[str, Any]:
 
 
 def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
-                                   before_id)
-    return [render(c, item) for item in items], more
+    return web.rendered_page(c, COLLECTION, limit, before_id, render)
 
 
 @store.retrying

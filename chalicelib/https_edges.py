@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import re2
 
-from chalicelib import edge_modules, errors, http_headers, ids, store, validation
+from chalicelib import edge_modules, errors, http_headers, ids, store, validation, web
 from chalicelib.edge_modules import HOSTPORTS
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 from chalicelib.web import Ctx
@@ -216,9 +216,7 @@ def get(c: Ctx, edge_id: str) -> Dict[str, Any]:
 
 def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
     """One Query for the page, plus one Query per edge for its (at most 50) routes."""
-    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
-                                   before_id)
-    return [render(c, item) for item in items], more
+    return web.rendered_page(c, COLLECTION, limit, before_id, render)
 
 
 @store.retrying

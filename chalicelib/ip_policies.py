@@ -19,7 +19,7 @@ Rules (where the spec is silent, decided here):
 import ipaddress
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, ids, store, validation
+from chalicelib import errors, ids, store, validation, web
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -94,9 +94,7 @@ def get_policy(c: Ctx, policy_id: str) -> Dict[str, Any]:
 
 def list_policies(c: Ctx, limit: int,
                   before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-    items, more = store.query_page(store.collection_pk(c.account_id, POLICY_COLLECTION), limit,
-                                   before_id)
-    return [render_policy(c, item) for item in items], more
+    return web.rendered_page(c, POLICY_COLLECTION, limit, before_id, render_policy)
 
 
 @store.retrying
@@ -155,9 +153,7 @@ def get_rule(c: Ctx, rule_id: str) -> Dict[str, Any]:
 
 def list_rules(c: Ctx, limit: int,
                before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-    items, more = store.query_page(store.collection_pk(c.account_id, RULE_COLLECTION), limit,
-                                   before_id)
-    return [render_rule(c, item) for item in items], more
+    return web.rendered_page(c, RULE_COLLECTION, limit, before_id, render_rule)
 
 
 @store.retrying

@@ -38,7 +38,7 @@ import secrets
 import string
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, hostnames, ids, store, validation
+from chalicelib import errors, hostnames, ids, store, validation, web
 from chalicelib.config import get_settings
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
@@ -204,9 +204,7 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _get(c: Ctx, domain_id: str) -> store.Item:
-    if not ids.is_valid(domain_id, PREFIX):
-        raise errors.NotFound(f"No reserved domain with id '{domain_id}' exists")
-    return store.get_resource(c.account_id, COLLECTION, domain_id)
+    return store.get_by_id(c.account_id, COLLECTION, PREFIX, domain_id, "reserved domain")
 
 
 def get(c: Ctx, domain_id: str) -> Dict[str, Any]:
@@ -214,9 +212,7 @@ def get(c: Ctx, domain_id: str) -> Dict[str, Any]:
 
 
 def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
-                                   before_id)
-    return [render(c, item) for item in items], more
+    return web.rendered_page(c, COLLECTION, limit, before_id, render)
 
 
 @store.retrying

@@ -17,7 +17,7 @@ Rules (where the spec is silent, decided here):
 """
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import edge_modules, errors, ids, store, validation
+from chalicelib import edge_modules, errors, ids, store, validation, web
 from chalicelib.edge_modules import HOSTPORTS, TCP_MODULES, TCP_RENDERERS
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
@@ -71,9 +71,7 @@ def get(c: Ctx, edge_id: str) -> Dict[str, Any]:
 
 
 def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-    items, more = store.query_page(store.collection_pk(c.account_id, COLLECTION), limit,
-                                   before_id)
-    return [render(c, item) for item in items], more
+    return web.rendered_page(c, COLLECTION, limit, before_id, render)
 
 
 def _replace(c: Ctx, item: store.Item, new: Dict[str, Any], nested: bool = True) -> None:

@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 from chalice import Chalice, Response
 from chalice.app import Request
 
-from chalicelib import errors, ids, validation
+from chalicelib import errors, ids, store, validation
 from chalicelib.config import get_settings
 
 log = logging.getLogger("tunnel_service")
@@ -327,3 +327,11 @@ def add_method_not_allowed_routes(app: Chalice) -> None:
         name = "method_not_allowed_" + "".join(c if c.isalnum() else "_" for c in path)
         app.route(path, methods=missing, content_types=["*/*"], name=name)(
             method_not_allowed(allowed))
+
+
+def rendered_page(c: Ctx, collection: str, limit: int, before_id: Optional[str],
+                  render: Callable[[Ctx, Any], Dict[str, Any]]) -> Tuple[List[Dict[str, Any]], bool]:
+    """One newest-first page of the caller's ``collection``, each item rendered."""
+    items, more = store.query_page(store.collection_pk(c.account_id, collection), limit,
+                                   before_id)
+    return [render(c, item) for item in items], more

@@ -19,7 +19,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
