@@ -49,11 +49,7 @@ UPDATE_FIELDS = [DESCRIPTION, METADATA, ACL, Field("owner_id", "any", check=_own
 def render(c: Ctx, item: store.Item, token: Optional[str] = None) -> Dict[str, Any]:
     data = item.data
     return {
-        "id": item.sk,
-        "uri": c.uri(f"{PATH}/{item.sk}"),
-        "created_at": data["created_at"],
-        "description": data.get("description", ""),
-        "metadata": data.get("metadata", ""),
+        **web.resource_fields(c, PATH, item),
         "token": token,
         "acl": list(data.get("acl") or []),
         "owner_id": data["owner_id"],

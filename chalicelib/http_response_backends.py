@@ -52,11 +52,7 @@ UPDATE_FIELDS = FIELDS
 def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
     data = item.data
     return {
-        "id": item.sk,
-        "uri": c.uri(f"{PATH}/{item.sk}"),
-        "created_at": data["created_at"],
-        "description": data.get("description", ""),
-        "metadata": data.get("metadata", ""),
+        **web.resource_fields(c, PATH, item),
         "body": data.get("body", ""),
         "headers": data.get("headers") or None,
         "status_code": data.get("status_code", DEFAULT_STATUS),

@@ -144,11 +144,7 @@ def is_service_domain(domain: str) -> bool:
 def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
     data = item.data
     return {
-        "id": item.sk,
-        "uri": c.uri(f"{PATH}/{item.sk}"),
-        "created_at": data["created_at"],
-        "description": data.get("description", ""),
-        "metadata": data.get("metadata", ""),
+        **web.resource_fields(c, PATH, item),
         "domain": data["domain"],
         "region": data.get("region", ""),
         "cname_target": data.get("cname_target"),

@@ -335,3 +335,11 @@ def rendered_page(c: Ctx, collection: str, limit: int, before_id: Optional[str],
     items, more = store.query_page(store.collection_pk(c.account_id, collection), limit,
                                    before_id)
     return [render(c, item) for item in items], more
+
+
+def resource_fields(c: Ctx, path: str, item: Any) -> Dict[str, Any]:
+    """The fields every described resource starts with: id, uri, created_at, description,
+    metadata (``""`` when never set)."""
+    data = item.data
+    return {"id": item.sk, "uri": c.uri(f"{path}/{item.sk}"), "created_at": data["created_at"],
+            "description": data.get("description", ""), "metadata": data.get("metadata", "")}
