@@ -24,7 +24,7 @@ import ipaddress
 from typing import Any, Dict, List
 from urllib.parse import urlsplit
 
-from chalicelib import accounts, errors, hostnames, ids, store, validation
+from chalicelib import accounts, errors, hostnames, ids, rest, store, validation
 from chalicelib.validation import METADATA, Field
 from chalicelib.web import Ctx
 
@@ -159,3 +159,7 @@ def set_hostname_status(account_id: str, report_id: str, hostname: str,
     item.data = {**item.data, "hostnames": entries}
     store.commit([store.save(item)])
     return {"id": report_id, "status": derived_status(entries), "hostnames": entries}
+
+
+# Create and get only (the routes in app.py); the create body is parsed by create() itself.
+OPS = rest.Ops(prefix=PREFIX, list_key="", create=create, get=get)

@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import re2
 
-from chalicelib import edge_modules, errors, http_headers, ids, store, validation, web
+from chalicelib import edge_modules, errors, http_headers, ids, rest, store, validation, web
 from chalicelib.edge_modules import HOSTPORTS
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 from chalicelib.web import Ctx
@@ -344,3 +344,12 @@ def delete_module(c: Ctx, edge_id: str, route_id: str, name: str) -> None:
     if route.data.get(_module_name(name)) is not None:
         route.data = {**route.data, name: None}
         store.commit([store.save(route)])
+
+
+EDGE_OPS = rest.Ops(prefix=PREFIX, list_key=LIST_KEY, create=create, get=get,
+                    list_page=list_page, update=update, delete=delete,
+                    create_fields=EDGE_FIELDS, update_fields=EDGE_FIELDS)
+# Route bodies are parsed by route_fields() (create and update differ in defaults).
+ROUTE_OPS = rest.Ops(prefix=ROUTE_PREFIX, list_key=ROUTE_LIST_KEY, create=create_route,
+                     get=get_route, list_page=list_routes, update=update_route,
+                     delete=delete_route)

@@ -19,7 +19,7 @@ Rules (where the spec is silent, decided here):
 import ipaddress
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, ids, store, validation, web
+from chalicelib import errors, ids, rest, store, validation, web
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -174,3 +174,12 @@ def delete_rule(c: Ctx, rule_id: str) -> None:
     if policy is not None:
         ops.append(store.update(policy, [store.model().refs.add(-1)]))
     store.commit(ops)
+
+
+POLICY_OPS = rest.Ops(prefix=POLICY_PREFIX, list_key=POLICY_LIST_KEY, create=create_policy,
+                      get=get_policy, list_page=list_policies, update=update_policy,
+                      delete=delete_policy, create_fields=POLICY_FIELDS,
+                      update_fields=POLICY_FIELDS)
+RULE_OPS = rest.Ops(prefix=RULE_PREFIX, list_key=RULE_LIST_KEY, create=create_rule,
+                    get=get_rule, list_page=list_rules, update=update_rule, delete=delete_rule,
+                    create_fields=RULE_CREATE_FIELDS, update_fields=RULE_UPDATE_FIELDS)

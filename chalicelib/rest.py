@@ -1,0 +1,137 @@
+"""REST shapes written once: a resource module supplies its functions, this registers its routes.
+
+A *collection* is the usual five routes over one resource::
+
+    POST   {path}                 create(c, *parents, fields)        -> 201
+    GET    {path}                 list_page(c, *parents, limit, before_id) -> page
+    GET    {path}/{id}            get(c, *parents, id)
+    PATCH  {path}/{id}            update(c, *parents, id, fields)
+    DELETE {path}/{id}            delete(c, *parents, id)            -> 204
+
+where ``parents`` are the path's own parameters (``/edges/https/{edge_id}/routes`` has
+``edge_id``). ``fields`` is the strict body parsed against ``CREATE_FIELDS`` /
+``UPDATE_FIELDS``, or the raw JSON object when the module parses its body itself (``None``).
+
+A resource module that follows the naming convention (``PREFIX``, ``LIST_KEY``,
+``CREATE_FIELDS``, ``UPDATE_FIELDS``, ``create``, ``get``, ``list_page``, ``update``,
+``delete``) is registered with one line in ``app.py``::
+
+    rest.collection(route, "/api_keys", api_keys, "key_id", name="api_key")
+
+A module holding two resources, or with other function names, hands an :class:`Ops` instead.
+*Modules* (``/edges/tcp/{edge_id}/backend`` …) are GET/PUT/DELETE of one named part of a
+resource: :func:`modules`. View names (and so OpenAPI operation ids) are
+``create_<name>``, ``list_<plural>``, ``get_<name>``, ``update_<name>``, ``delete_<name>``.
+"""
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from chalicelib import web
+
+ALL = ("create", "list", "get", "update", "delete")
+_PARAM = re.compile(r"{(\w+)}")
+
+
+@dataclass(frozen=True)
+class Ops:
+    """What a collection's routes call (see the module docstring for the signatures)."""
+
+    prefix: str
+    list_key: str
+    create: Optional[Callable[..., Any]] = None
+    get: Optional[Callable[..., Any]] = None
+    list_page: Optional[Callable[..., Any]] = None
+    update: Optional[Callable[..., Any]] = None
+    delete: Optional[Callable[..., Any]] = None
+    create_fields: Optional[Sequence[Any]] = None  # None: the raw JSON object is passed
+    update_fields: Optional[Sequence[Any]] = None
+
+    @classmethod
+    def of(cls, module: Any) -> "Ops":
+        """The conventional names of a resource module."""
+        return cls(prefix=module.PREFIX, list_key=module.LIST_KEY,
+                   create=getattr(module, "create", None), get=getattr(module, "get", None),
+                   list_page=getattr(module, "list_page", None),
+                   update=getattr(module, "update", None),
+                   delete=getattr(module, "delete", None),
+                   create_fields=getattr(module, "CREATE_FIELDS", None),
+                   update_fields=getattr(module, "UPDATE_FIELDS", None))
+
+
+def _body(fields: Optional[Sequence[Any]], path_id: Optional[str] = None) -> Any:
+    if fields is None:
+        return web.json_object()
+    return web.body(fields, path_id=path_id)
+
+
+def collection(route: Callable[..., Any], path: str, resource: Any, id_param: str, *,
+               name: str, plural: Optional[str] = None, ops: Iterable[str] = ALL) -> None:
+    """Register the collection routes of ``resource`` (a module or an :class:`Ops`) at ``path``."""
+    o = resource if isinstance(resource, Ops) else Ops.of(resource)
+    plural = plural or name + "s"
+    parents = _PARAM.findall(path)
+    item_path = f"{path}/{{{id_param}}}"
+    wanted = set(ops)
+
+    def parent_values(params: dict) -> list:
+        return [params[p] for p in parents]
+
+    if "create" in wanted:
+        @route(path, ["POST"], name=f"create_{name}")
+        def create(**params):
+            return web.created(o.create(web.ctx(), *parent_values(params), _body(o.create_fields)))
+
+    if "list" in wanted:
+        @route(path, ["GET"], query=web.LIST_QUERY, name=f"list_{plural}")
+        def list_(**params):
+            c = web.ctx()
+            limit, before_id = web.list_params(o.prefix)
+            items, more = o.list_page(c, *parent_values(params), limit, before_id)
+            return web.page(c, path.format(**params), o.list_key, items, more, limit)
+
+    if "get" in wanted:
+        @route(item_path, ["GET"], name=f"get_{name}")
+        def get(**params):
+            return o.get(web.ctx(), *parent_values(params), params[id_param])
+
+    if "update" in wanted:
+        @route(item_path, ["PATCH"], name=f"update_{name}")
+        def update(**params):
+            rid = params[id_param]
+            return o.update(web.ctx(), *parent_values(params), rid,
+                            _body(o.update_fields, path_id=rid))
+
+    if "delete" in wanted:
+        @route(item_path, ["DELETE"], name=f"delete_{name}")
+        def delete(**params):
+            o.delete(web.ctx(), *parent_values(params), params[id_param])
+            return web.no_content()
+
+
+def modules(route: Callable[..., Any], path: str, names: Iterable[str], *, owner: str,
+            get: Callable[..., Any], put: Callable[..., Any],
+            delete: Callable[..., Any]) -> None:
+    """GET/PUT/DELETE ``{path}/<module>`` for each module name; views get the path's params
+    in order and the module name: ``get(c, *params, module)``, ``put(c, *params, module, raw)``."""
+    params_of = _PARAM.findall(path)
+    for module in names:
+        _module_routes(route, f"{path}/{module}", module, owner, params_of, get, put, delete)
+
+
+def _module_routes(route, path, module, owner, params_of, get, put, delete) -> None:
+    def values(params: dict) -> list:
+        return [params[p] for p in params_of]
+
+    @route(path, ["GET"], name=f"get_{owner}_{module}")
+    def get_module(**params):
+        return get(web.ctx(), *values(params), module)
+
+    @route(path, ["PUT"], name=f"replace_{owner}_{module}")
+    def replace_module(**params):
+        return put(web.ctx(), *values(params), module, web.json_object())
+
+    @route(path, ["DELETE"], name=f"delete_{owner}_{module}")
+    def delete_module(**params):
+        delete(web.ctx(), *values(params), module)
+        return web.no_content()
