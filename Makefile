@@ -49,7 +49,7 @@ reset:
 ## test: the whole suite (service at every level, then the device agent)
 test: test-service test-agent
 
-test-service: $(STAMP)
+test-service: $(STAMP) $(AGENT_STAMP)
 	$(PY) -m pytest tests
 
 test-agent: $(AGENT_STAMP)

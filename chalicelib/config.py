@@ -9,7 +9,7 @@ sets them per stage for deployed stacks.
 | DYNAMODB_ENDPOINT_URL    | (AWS)                   | another store: moto server, LocalStack, DDB Local |
 | AWS_REGION / AWS_DEFAULT_REGION | us-east-1        | region of the table                             |
 | PUBLIC_BASE_URL          | (from the request)      | base of every `uri` when set                    |
-| BASE_DOMAIN              | tunnels.example.test    | the service's own domain (reserved domains)     |
+| BASE_DOMAIN              | tunnels.localhost       | the service's own domain: generated endpoint names, reserved domains (under .localhost: resolves to the loopback without DNS) |
 | CNAME_ZONE               | cname.example.test      | zone of generated CNAME targets                 |
 | STAGE                    | dev                     | dev, localstack or prod                         |
 """
@@ -38,7 +38,7 @@ def get_settings() -> Settings:
         endpoint_url=env.get("DYNAMODB_ENDPOINT_URL") or None,
         region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         public_base_url=(env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None,
-        base_domain=env.get("BASE_DOMAIN", "tunnels.example.test").lower(),
+        base_domain=env.get("BASE_DOMAIN", "tunnels.localhost").lower(),
         cname_zone=env.get("CNAME_ZONE", "cname.example.test").lower(),
         stage=env.get("STAGE", "dev"),
     )

@@ -32,6 +32,9 @@ PREFIXES = {
     "ip_policy_rule": "ipr",
     "operation": "op",
     "account": "acct",
+    "tunnel_session": "ts",
+    "tunnel": "tn",
+    "endpoint": "ep",
 }
 
 _ID_RE = re.compile(r"^([a-z]+)_([0-9A-Za-z]{27})$")

@@ -11,8 +11,8 @@ RD_FIELDS = {"id", "uri", "created_at", "description", "metadata", "domain", "re
              "cname_target", "http_endpoint_configuration", "https_endpoint_configuration",
              "certificate", "certificate_management_policy", "certificate_management_status",
              "acme_challenge_cname_target", "resolves_to"}
-ZONE = "cname.example.test"  # config defaults (BASE_DOMAIN tunnels.example.test)
-BASE = "tunnels.example.test"
+ZONE = "cname.example.test"  # config defaults (BASE_DOMAIN tunnels.localhost)
+BASE = "tunnels.localhost"
 
 
 def _unique(name):

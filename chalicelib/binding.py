@@ -1,0 +1,164 @@
+"""Who may bind what: the rules the edge enforces on agent sessions (one implementation).
+
+The edge (``edge/``) calls these when an agent authenticates and binds; they read the same
+table as the API. Each refusal is a :class:`Refused` carrying the hosted service's documented
+``ERR_NGROK_…`` code, which the edge hands to the agent SDK as its error.
+
+| situation                                                    | code              |
+|--------------------------------------------------------------|-------------------|
+| authtoken that cannot be a credential token (empty, bad form) | ERR_NGROK_105     |
+| unknown or deleted credential, owner gone                    | ERR_NGROK_107     |
+| owner is a deactivated bot user                              | ERR_NGROK_107     |
+| domain or address outside the credential's ACL               | ERR_NGROK_399 (*) |
+| labels outside the credential's ACL                          | ERR_NGROK_399     |
+| domain reserved by another account                           | ERR_NGROK_320     |
+| custom domain nobody reserved (not under the base domain)    | ERR_NGROK_7117    |
+| TCP address not reserved by the account                      | ERR_NGROK_7113    |
+
+(*) The hosted docs define ERR_NGROK_399 for labels the ACL refuses; they name no separate
+code for domains and addresses, so the same code is used for every ACL refusal.
+
+Domain ownership: a domain may be bound by an account when it reserved it exactly, or reserved
+a wildcard that covers it (``*.example.com`` covers ``a.example.com`` and ``b.a.example.com``),
+or when it is a name under the service's base domain that no other account reserved. A name
+under the base domain is otherwise free to any account (first come, first served, one endpoint
+per hostname: that is the edge's claim, see chalicelib.online).
+"""
+import re
+import secrets
+import string
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional
+
+from chalicelib import acl, auth, credentials, hostnames, reserved_domains, store
+from chalicelib.config import get_settings
+
+_TOKEN_FORM = re.compile(r"^[A-Za-z0-9_\-]{16,256}$")
+_LABEL_ALPHABET = string.ascii_lowercase + string.digits
+
+
+class Refused(Exception):
+    """A refusal with the hosted service's error code; ``str()`` is the message."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What an authtoken is allowed: its credential, account, owner and ACL (as read)."""
+
+    account_id: str
+    credential_id: str
+    owner_id: str
+    owner_kind: str
+    acl: List[str] = field(default_factory=list)
+
+
+def authenticate(token: str) -> Grant:
+    """The grant of an agent's authtoken, read afresh (the credential and its owner), or Refused.
+
+    Three GetItems: the token's digest lookup, the credential, its owner. Called at Auth and
+    again periodically by the edge so that deleting a credential or deactivating its bot
+    ends live sessions."""
+    if not isinstance(token, str) or not _TOKEN_FORM.match(token):
+        raise Refused("ERR_NGROK_105", "The authtoken you specified does not look like a "
+                                       "proper authtoken credential.")
+    data = auth.lookup_secret(credentials.TOKEN_NAMESPACE, token)
+    if data is None:
+        raise Refused("ERR_NGROK_107", "The authtoken you specified is properly formed, but "
+                                       "it is invalid: no such credential (deleted or never "
+                                       "issued).")
+    return recheck(data["account_id"], data["credential_id"], data["owner_id"],
+                   data["owner_kind"])
+
+
+def recheck(account_id: str, credential_id: str, owner_id: str, owner_kind: str) -> Grant:
+    """The grant of a known credential, read afresh, or Refused (deleted, owner unusable)."""
+    item = store.get(store.collection_pk(account_id, credentials.COLLECTION), credential_id)
+    if item is None:
+        raise Refused("ERR_NGROK_107", f"The authtoken credential {credential_id} has been "
+                                       "deleted and is no longer valid.")
+    owner, why = auth.usable_owner({"account_id": account_id, "owner_id": owner_id,
+                                    "owner_kind": owner_kind})
+    if owner is None:
+        raise Refused("ERR_NGROK_107", f"The authtoken credential {credential_id} cannot be "
+                                       f"used: {why}.")
+    return Grant(account_id=account_id, credential_id=credential_id, owner_id=owner_id,
+                 owner_kind=owner_kind, acl=list(item.data.get("acl") or []))
+
+
+def _acl_refused(grant: Grant, what: str, value: str) -> Refused:
+    return Refused("ERR_NGROK_399", f"The credential ACL policy does not permit binding this "
+                                    f"{what}. Credential ID: {grant.credential_id} "
+                                    f"{what.capitalize()}: {value}")
+
+
+def reservation_of(domain: str) -> Optional[Dict[str, str]]:
+    """The reservation covering ``domain``: exact first, then the nearest wildcard. The
+    uniqueness item's data ({account_id, reserved_domain_id}) plus the reserved ``domain``;
+    one GetItem per label of the name at most."""
+    candidates = [domain]
+    labels = domain.split(".")
+    candidates += ["*." + ".".join(labels[i:]) for i in range(1, len(labels))]
+    for name in candidates:
+        item = store.get(store.unique_pk(reserved_domains.DOMAIN_NAMESPACE, name),
+                         store.UNIQUE_SK)
+        if item is not None:
+            return {**item.data, "domain": name}
+    return None
+
+
+def check_domain(grant: Grant, domain: str) -> str:
+    """The canonical domain ``grant`` may serve, or Refused (ACL, ownership)."""
+    try:
+        name = hostnames.parse(domain, min_labels=2)
+    except hostnames.InvalidHostname as exc:
+        raise Refused("ERR_NGROK_1602", f"Invalid domain '{domain}': {exc}") from None
+    if not acl.may_bind(grant.acl, domain=name):
+        raise _acl_refused(grant, "domain", name)
+    reservation = reservation_of(name)
+    if reservation is not None:
+        if reservation.get("account_id") != grant.account_id:
+            raise Refused("ERR_NGROK_320", "This domain is reserved for another account. "
+                                           f"Failed to create an endpoint with the domain "
+                                           f"{name} for the account {grant.account_id}.")
+        return name
+    base = get_settings().base_domain
+    if hostnames.is_within(name, base) and name != base:
+        return name
+    raise Refused("ERR_NGROK_7117", f"The domain {name} is not reserved. Reserve it through "
+                                    "POST /reserved_domains, or use a name under "
+                                    f"{base}.")
+
+
+def check_labels(grant: Grant, labels: Mapping[str, str]) -> Dict[str, str]:
+    if not labels:
+        raise Refused("ERR_NGROK_1602", "A labeled tunnel needs at least one label.")
+    for key, value in labels.items():
+        if not isinstance(key, str) or not isinstance(value, str) or not key or not value:
+            raise Refused("ERR_NGROK_1602", "Labels are non-empty string keys and values.")
+        if not acl.may_bind(grant.acl, labels={key: value}):
+            raise _acl_refused(grant, "label", f"{key}={value}")
+    return dict(labels)
+
+
+def check_address(grant: Grant, address: str) -> str:
+    """``host:port`` the grant may bind: allowed by the ACL (TCP addresses are reserved per
+    account through /reserved_addrs once that resource exists; until then any free port of the
+    edge's range that the ACL allows)."""
+    if not acl.may_bind(grant.acl, address=address):
+        raise _acl_refused(grant, "address", address)
+    return address
+
+
+def generated_domain() -> str:
+    """A fresh random name under the base domain (the edge claims it before use)."""
+    label = "".join(secrets.choice(_LABEL_ALPHABET) for _ in range(12))
+    return f"{label}.{get_settings().base_domain}"
+
+
+def acl_allows_domain(grant: Grant, domain: str) -> bool:
+    return acl.may_bind(grant.acl, domain=domain)

@@ -1,0 +1,33 @@
+"""``python -m edge``: run the edge until SIGINT/SIGTERM (then it closes every session)."""
+import asyncio
+import logging
+import signal
+import sys
+
+from chalicelib import store
+from edge import config
+from edge.server import Edge
+
+
+async def main() -> int:
+    settings = config.load()
+    store.configure()
+    edge = Edge(settings)
+    await edge.start()
+    print(f"edge {settings.instance_id}: agents connect to {settings.host}:{edge.agent_port} "
+          f"(TLS), public http://<name>.{settings.base_domain}:{edge.http_port} and "
+          f"https://<name>.{settings.base_domain}:{edge.https_port}", flush=True)
+    if edge.certs.ca_path:
+        print(f"edge CA certificate: {edge.certs.ca_path}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await asyncio.wait_for(edge.stop(), 8)
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    sys.exit(asyncio.run(main()))

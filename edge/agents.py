@@ -1,0 +1,336 @@
+"""The agent listener: one :class:`AgentSession` per TLS connection from an agent SDK.
+
+Stream types the agent opens: Auth (first), Bind, Unbind, StartTunnelWithLabel, Heartbeat.
+The edge opens Proxy streams (one per public connection) and commands (Stop, Restart).
+
+Rules (DATA_PLANE.md): the authtoken is a credential token; a domain must pass the
+credential's ACL and be the account's (reserved, or free under the base domain); one hostname
+is served by one endpoint service-wide (claimed in the table); labels must pass the ACL. Every
+refusal goes back as ``{"Error": "<msg>\\nERR_NGROK_<n>"}`` (chalicelib.binding lists codes).
+
+Anything that is not the protocol (a malformed frame, JSON that is not an object, a stream
+type an agent may not open, an RPC before Auth that is not Auth) ends that session with
+GOAWAY; nothing a client sends ends the process.
+
+Bind options that change traffic (modules, traffic policy) are enforced by the edge; an
+option this edge cannot honour refuses the bind with ERR_NGROK_1602 naming it, never
+accepted and ignored (see ``edge.enforce``).
+"""
+import asyncio
+import json
+import logging
+import time
+from typing import Any, Dict, Optional
+
+from chalicelib import binding, ids, online
+from edge import enforce, muxado, protocol
+from edge.protocol import MalformedRequest
+from edge.registry import Tunnel
+from edge.session import MuxSession, MuxStream, StreamReset
+
+log = logging.getLogger("edge.agents")
+
+EDGE_VERSION = "tunnel-edge/1"
+RPC_TIMEOUT = 30.0        # seconds an RPC request may take to arrive whole
+COMMAND_TIMEOUT = 10.0
+AUTH_TIMEOUT = 30.0       # a connection that has not authenticated by then is closed
+DEFAULT_HEARTBEAT = (10.0, 15.0)
+
+
+def _tunnel_id() -> str:
+    return ids.new_id(ids.PREFIXES["tunnel"])
+
+
+def endpoint_id_of(tunnel_id: str) -> str:
+    """An endpoint's id follows from its tunnel's (same random part), so a re-bind with the
+    same tunnel id reclaims the same endpoint, on any instance."""
+    return ids.PREFIXES["endpoint"] + "_" + tunnel_id.split("_", 1)[1]
+
+
+class AgentSession:
+    def __init__(self, edge: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.edge = edge
+        peer = writer.get_extra_info("peername") or ("", 0)
+        self.peer_ip = str(peer[0])
+        self.mux = MuxSession(reader, writer, self._on_stream, name=f"{peer[0]}:{peer[1]}")
+        self.id: Optional[str] = None
+        self.grant: Optional[binding.Grant] = None
+        self.tunnels: Dict[str, Tunnel] = {}
+        self.heartbeat = DEFAULT_HEARTBEAT
+        self.last_heartbeat = time.monotonic()
+        self.started = time.monotonic()
+        self._auth_lock = asyncio.Lock()
+        self._ending = False
+
+    # ---- lifecycle --------------------------------------------------------------------------
+    async def run(self) -> None:
+        try:
+            await self.mux.run()
+        finally:
+            await self.end(self.mux.close_reason or "session closed")
+
+    async def end(self, reason: str, code: Optional[str] = None) -> None:
+        """Close the session (GOAWAY with ``reason``), drop its tunnels and online items."""
+        if self._ending:
+            return
+        self._ending = True
+        log.info("session %s ends: %s", self.id or self.mux.name, reason)
+        message = reason if not code else f"{reason}\n{code}"
+        await self.mux.go_away(muxado.E_NONE, message)
+        for tunnel in list(self.tunnels.values()):
+            await self.edge.drop_tunnel(tunnel)
+        self.tunnels.clear()
+        if self.id and self.edge.registry.sessions.get(self.id) is self:
+            del self.edge.registry.sessions[self.id]
+            await self.edge.call(online.session_ended, self.grant.account_id, self.id)
+
+    # ---- streams the agent opens --------------------------------------------------------------
+    async def _on_stream(self, stream: MuxStream) -> None:
+        try:
+            raw = await asyncio.wait_for(stream.readexactly(4), RPC_TIMEOUT)
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError):
+            stream.reset(muxado.E_PROTOCOL)
+            return
+        typ = protocol.U32.unpack(raw)[0]
+        if typ not in protocol.AGENT_STREAM_TYPES:
+            await self.end(f"protocol error: an agent may not open a stream of type {typ}")
+            return
+        if typ == protocol.HEARTBEAT:
+            await self._heartbeats(stream)
+            return
+        try:
+            request = await self._read_request(stream)
+            if typ == protocol.AUTH:
+                async with self._auth_lock:
+                    await self._auth(stream, request)
+                return
+            if self.grant is None:
+                await self.end("protocol error: Auth must come first")
+                return
+            if typ == protocol.BIND:
+                await self._bind(stream, request)
+            elif typ == protocol.BIND_LABELED:
+                await self._bind_labeled(stream, request)
+            elif typ == protocol.UNBIND:
+                await self._unbind(stream, request)
+        except MalformedRequest as exc:
+            await self.end(f"protocol error: {exc}")
+        except binding.Refused as exc:
+            await self._reply(stream, protocol.error_reply(exc.message, exc.code))
+
+    async def _read_request(self, stream: MuxStream) -> Dict[str, Any]:
+        reader = protocol.JsonReader()
+        deadline = time.monotonic() + RPC_TIMEOUT
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MalformedRequest("request did not arrive whole in time")
+            try:
+                chunk = await asyncio.wait_for(stream.read(), remaining)
+            except asyncio.TimeoutError:
+                raise MalformedRequest("request did not arrive whole in time") from None
+            if not chunk:
+                return reader.finish()
+            value = reader.feed(chunk)
+            if value is not None:
+                return value
+
+    async def _reply(self, stream: MuxStream, body: bytes) -> None:
+        try:
+            await stream.write(body)
+            await stream.close_write()
+        except StreamReset:
+            pass
+
+    async def _heartbeats(self, stream: MuxStream) -> None:
+        """Echo every 4-byte id (muxado/src/heartbeat.rs: the agent measures latency)."""
+        while True:
+            try:
+                beat = await stream.readexactly(4)
+            except asyncio.IncompleteReadError:
+                return
+            self.last_heartbeat = time.monotonic()
+            await stream.write(beat)
+
+    # ---- Auth -------------------------------------------------------------------------------
+    async def _auth(self, stream: MuxStream, request: Dict[str, Any]) -> None:
+        if self.grant is not None:
+            raise MalformedRequest("a second Auth on one session")
+        version = protocol.choose_version(request.get("Version"))
+        extra = protocol.obj(request.get("Extra"))
+        token = protocol.text(extra.get("AuthToken"))
+        client_id = protocol.text(request.get("ClientId"))
+        if version is None:
+            await self._reply(stream, protocol.error_reply(
+                f"Unsupported protocol version; this edge speaks "
+                f"{', '.join(protocol.SUPPORTED_VERSIONS)}", "ERR_NGROK_1602"))
+            return
+        try:
+            grant = await self.edge.call(binding.authenticate, token)
+        except binding.Refused as exc:
+            await self._reply(stream, protocol.error_reply(exc.message, exc.code))
+            asyncio.get_running_loop().call_later(
+                1.0, lambda: asyncio.ensure_future(self.end("authentication failed")))
+            return
+        session_id = client_id if ids.is_valid(client_id, ids.PREFIXES["tunnel_session"]) \
+            else ids.new_id(ids.PREFIXES["tunnel_session"])
+        old = self.edge.registry.sessions.get(session_id)
+        if old is not None and old is not self:
+            if old.grant.account_id != grant.account_id:
+                session_id = ids.new_id(ids.PREFIXES["tunnel_session"])
+            else:
+                await old.end("replaced by a reconnect of the same agent")
+        interval = extra.get("HeartbeatInterval")
+        tolerance = extra.get("HeartbeatTolerance")
+        if isinstance(interval, int) and isinstance(tolerance, int) and interval > 0:
+            self.heartbeat = (interval / 1e9, max(tolerance, 0) / 1e9)
+        self.grant = grant
+        self.id = session_id
+        self.edge.registry.sessions[session_id] = self
+        await self.edge.call(
+            online.session_started, account_id=grant.account_id, session_id=session_id,
+            credential_id=grant.credential_id, instance_id=self.edge.settings.instance_id,
+            agent_version=protocol.text(extra.get("Version"))[:64],
+            os=protocol.text(extra.get("OS"))[:64], ip=self.peer_ip,
+            metadata=protocol.text(extra.get("Metadata"))[:4096],
+            region=self.edge.settings.region)
+        log.info("session %s authenticated (credential %s, account %s)", session_id,
+                 grant.credential_id, grant.account_id)
+        await self._reply(stream, protocol.reply({
+            "Version": version, "ClientId": session_id,
+            "Extra": {"Version": EDGE_VERSION, "Region": self.edge.settings.region,
+                      "Cookie": "", "AccountName": grant.account_id, "SessionDuration": 0,
+                      "PlanName": "self-hosted", "Banner": ""}}))
+
+    # ---- Bind / Unbind ----------------------------------------------------------------------
+    def _reusable_id(self, requested: str) -> str:
+        if requested and ids.is_valid(requested, ids.PREFIXES["tunnel"]):
+            held = self.edge.registry.by_id.get(requested)
+            if held is None or held.account_id == self.grant.account_id:
+                return requested
+        return _tunnel_id()
+
+    async def _bind(self, stream: MuxStream, request: Dict[str, Any]) -> None:
+        proto = protocol.text(request.get("Proto"))
+        opts = protocol.obj(request.get("Opts"))
+        extra = protocol.obj(request.get("Extra"))
+        tunnel_id = self._reusable_id(protocol.text(request.get("Id")))
+        tunnel = Tunnel(id=tunnel_id, session=self, proto=proto, opts=opts,
+                        forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
+                        metadata=protocol.text(extra.get("Metadata"))[:4096],
+                        endpoint_id=endpoint_id_of(tunnel_id))
+        if proto in ("http", "https"):
+            tunnel.enforcement = enforce.http_options(opts)
+            await self.edge.bind_http(tunnel, self._requested_domain(opts))
+        elif proto == "tcp":
+            tunnel.enforcement = enforce.tcp_options(opts)
+            await self.edge.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
+        elif proto == "tls":
+            raise binding.Refused("ERR_NGROK_1622", "tls endpoints are not served by this edge "
+                                                    "(http, https and tcp are).")
+        else:
+            raise binding.Refused("ERR_NGROK_1622", f"'{proto}' is not a valid endpoint "
+                                                    "type. Must be one of 'http', 'https', "
+                                                    "'tcp'.")
+        self.tunnels[tunnel.id] = tunnel
+        await self._reply(stream, protocol.reply({
+            "Id": tunnel.id, "URL": tunnel.url, "Proto": proto, "Opts": opts,
+            "Extra": {"Token": ""}}))
+
+    def _requested_domain(self, opts: Dict[str, Any]) -> str:
+        """``Domain`` (newer SDKs) or ``Hostname`` (1.4.0), or ``Subdomain`` under the base
+        domain; "" asks for a generated name."""
+        for key in ("Domain", "Hostname"):
+            value = protocol.text(opts.get(key)).strip()
+            if value:
+                return value.lower()
+        sub = protocol.text(opts.get("Subdomain")).strip().lower()
+        if sub:
+            return f"{sub}.{self.edge.settings.base_domain}"
+        return ""
+
+    async def _bind_labeled(self, stream: MuxStream, request: Dict[str, Any]) -> None:
+        labels = protocol.obj(request.get("Labels"))
+        labels = binding.check_labels(self.grant, labels)
+        tunnel_id = _tunnel_id()
+        tunnel = Tunnel(id=tunnel_id, session=self, proto="", labels=labels,
+                        forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
+                        metadata=protocol.text(request.get("Metadata"))[:4096])
+        await self.edge.add_labeled(tunnel)
+        self.tunnels[tunnel.id] = tunnel
+        await self._reply(stream, protocol.reply({"Id": tunnel.id}))
+
+    async def _unbind(self, stream: MuxStream, request: Dict[str, Any]) -> None:
+        tunnel = self.tunnels.pop(protocol.text(request.get("Id")), None)
+        if tunnel is None:
+            await self._reply(stream, protocol.error_reply(
+                "No tunnel with that id is bound on this session", "ERR_NGROK_1602"))
+            return
+        await self.edge.drop_tunnel(tunnel)
+        await self._reply(stream, protocol.reply({}))
+
+    # ---- what the edge sends the agent ------------------------------------------------------
+    async def open_proxy(self, tunnel: Tunnel, client_addr: str, proto: str) -> MuxStream:
+        stream = self.mux.open_stream()
+        await stream.write(protocol.proxy_header(tunnel_id=tunnel.id, client_addr=client_addr,
+                                                 proto=proto))
+        return stream
+
+    async def command(self, typ: int) -> Optional[str]:
+        """Send Stop / Restart; the agent's error string, or None when it accepted."""
+        stream = self.mux.open_stream()
+        await stream.write(protocol.stream_type(typ) + b"{}")
+        reader = protocol.JsonReader(limit=64 * 1024)
+        try:
+            while True:
+                chunk = await asyncio.wait_for(stream.read(), COMMAND_TIMEOUT)
+                if not chunk:
+                    body = reader.finish()
+                    break
+                body = reader.feed(chunk)
+                if body is not None:
+                    break
+        finally:
+            stream.reset(muxado.E_NONE)
+        error = body.get("Error")
+        return error if isinstance(error, str) and error else None
+
+    # ---- periodic checks (the edge's check loop) --------------------------------------------
+    async def check(self) -> None:
+        """Credential still usable? Stop asked through the API? Heartbeats still coming?"""
+        if self.grant is None:
+            if time.monotonic() - self.started > AUTH_TIMEOUT:
+                await self.end("no Auth in time")
+            return
+        interval, tolerance = self.heartbeat
+        if time.monotonic() - self.last_heartbeat > interval + tolerance + 5:
+            await self.end("heartbeats stopped")
+            return
+        grant = self.grant
+        try:
+            self.grant = await self.edge.call(binding.recheck, grant.account_id,
+                                              grant.credential_id, grant.owner_id,
+                                              grant.owner_kind)
+        except binding.Refused as exc:
+            await self.end(exc.message, exc.code)
+            return
+        flags = await self.edge.call(online.session_heartbeat, grant.account_id, self.id,
+                                     self.edge.settings.instance_id)
+        if flags is None:
+            await self.end("the session was removed")
+        elif flags.get("stop_requested"):
+            error = await self._try_command(protocol.STOP)
+            await self.end("stopped through the API" + (f" ({error})" if error else ""))
+        elif flags.get("restart_requested"):
+            error = await self._try_command(protocol.RESTART)
+            await self.end("restarted through the API" + (f" ({error})" if error else ""))
+
+    async def _try_command(self, typ: int) -> Optional[str]:
+        try:
+            return await self.command(typ)
+        except (StreamReset, MalformedRequest, asyncio.TimeoutError) as exc:
+            return str(exc) or type(exc).__name__
+
+
+def summary(session: AgentSession) -> str:
+    return json.dumps({"id": session.id, "tunnels": sorted(session.tunnels)})

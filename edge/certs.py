@@ -1,0 +1,187 @@
+"""The edge's local certificate authority and the server certificates it issues.
+
+On first start the edge creates a CA (EC P-256, 10 years) in the data directory:
+``ca.pem`` (certificate: give it to ``curl --cacert`` and to the SDK's ``root_cas``) and
+``ca-key.pem`` (mode 0600). Server certificates (agent listener; each HTTPS hostname, issued
+on demand through SNI and cached in memory) are signed by it and valid for 90 days. A
+deployment may name its own certificate and key instead (EDGE_TLS_CERT / EDGE_TLS_KEY): then
+that pair serves every name.
+"""
+import datetime
+import ipaddress
+import os
+import ssl
+import tempfile
+import threading
+from collections import OrderedDict
+from typing import List, Optional, Tuple
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_CERT = "ca.pem"
+CA_KEY = "ca-key.pem"
+HOST_CACHE = 1024
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _write_private(path: str, data: bytes) -> None:
+    """Atomic write, owner-only mode."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class Authority:
+    """The local CA: loads it from ``folder`` or creates it there."""
+
+    def __init__(self, folder: str):
+        os.makedirs(folder, exist_ok=True)
+        self.cert_path = os.path.join(folder, CA_CERT)
+        key_path = os.path.join(folder, CA_KEY)
+        if os.path.exists(self.cert_path) and os.path.exists(key_path):
+            with open(key_path, "rb") as fh:
+                self._key = serialization.load_pem_private_key(fh.read(), None)
+            with open(self.cert_path, "rb") as fh:
+                self._cert = x509.load_pem_x509_certificate(fh.read())
+            self.created = False
+        else:
+            self._key = ec.generate_private_key(ec.SECP256R1())
+            name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tunnel edge local CA"),
+                              x509.NameAttribute(NameOID.ORGANIZATION_NAME, "tunnel-service")])
+            self._cert = (
+                x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                .public_key(self._key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(_now() - datetime.timedelta(minutes=5))
+                .not_valid_after(_now() + datetime.timedelta(days=3650))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+                .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
+                                             crl_sign=True, content_commitment=False,
+                                             key_encipherment=False, data_encipherment=False,
+                                             key_agreement=False, encipher_only=False,
+                                             decipher_only=False), critical=True)
+                .add_extension(x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()),
+                               critical=False)
+                .sign(self._key, hashes.SHA256()))
+            # key first: a CA certificate without its key on disk is never left behind
+            _write_private(key_path, self._key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption()))
+            _write_private(self.cert_path, self._cert.public_bytes(serialization.Encoding.PEM))
+            os.chmod(self.cert_path, 0o644)
+            self.created = True
+
+    def issue(self, names: List[str]) -> Tuple[bytes, bytes]:
+        """A server certificate for ``names`` (DNS names or IP addresses): (cert PEM chain,
+        key PEM)."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        sans: list = []
+        for name in names:
+            try:
+                sans.append(x509.IPAddress(ipaddress.ip_address(name)))
+            except ValueError:
+                sans.append(x509.DNSName(name))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0][:64])]))
+            .issuer_name(self._cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(_now() - datetime.timedelta(minutes=5))
+            .not_valid_after(_now() + datetime.timedelta(days=90))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                self._key.public_key()), critical=False)
+            .sign(self._key, hashes.SHA256()))
+        chain = cert.public_bytes(serialization.Encoding.PEM) + \
+            self._cert.public_bytes(serialization.Encoding.PEM)
+        return chain, key.private_bytes(serialization.Encoding.PEM,
+                                        serialization.PrivateFormat.PKCS8,
+                                        serialization.NoEncryption())
+
+
+def _context(cert_pem: bytes, key_pem: bytes, folder: str) -> ssl.SSLContext:
+    """A server context from PEM bytes (ssl loads chains from files only: a private temp file)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    fd, path = tempfile.mkstemp(dir=folder, prefix=".tmp-cert-")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(cert_pem + key_pem)
+        ctx.load_cert_chain(path)
+    finally:
+        os.unlink(path)
+    return ctx
+
+
+class ServerCertificates:
+    """TLS server contexts: a fixed pair when configured, else issued by the local CA per
+    name (SNI), cached (LRU, HOST_CACHE names)."""
+
+    def __init__(self, data_dir: str, cert_file: Optional[str] = None,
+                 key_file: Optional[str] = None):
+        self._folder = data_dir
+        self.authority: Optional[Authority] = None
+        self._fixed: Optional[ssl.SSLContext] = None
+        if cert_file and key_file:
+            self._fixed = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self._fixed.minimum_version = ssl.TLSVersion.TLSv1_2
+            self._fixed.load_cert_chain(cert_file, key_file)
+        else:
+            self.authority = Authority(data_dir)
+        self._cache: "OrderedDict[str, ssl.SSLContext]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def ca_path(self) -> Optional[str]:
+        return self.authority.cert_path if self.authority else None
+
+    def context_for(self, names: List[str]) -> ssl.SSLContext:
+        if self._fixed is not None:
+            return self._fixed
+        key = ",".join(names)
+        with self._lock:
+            ctx = self._cache.get(key)
+            if ctx is not None:
+                self._cache.move_to_end(key)
+                return ctx
+        cert, private = self.authority.issue(names)
+        ctx = _context(cert, private, self._folder)
+        with self._lock:
+            self._cache[key] = ctx
+            while len(self._cache) > HOST_CACHE:
+                self._cache.popitem(last=False)
+        return ctx
+
+    def sni_context(self, default_names: List[str], allow) -> ssl.SSLContext:
+        """A context that picks each connection's certificate by SNI; ``allow(name)`` says
+        whether a name may get one (served hostnames only), else the default names' is used."""
+        base = self.context_for(default_names)
+        if self._fixed is not None:
+            return base
+
+        def pick(sslobj, server_name, _ctx):
+            if server_name and allow(server_name.lower()):
+                sslobj.context = self.context_for([server_name.lower()])
+            return None
+
+        base.sni_callback = pick
+        return base

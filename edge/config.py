@@ -1,0 +1,97 @@
+"""The edge's settings, read from the environment (like the API's chalicelib.config).
+
+| variable              | default            | meaning                                              |
+|-----------------------|--------------------|------------------------------------------------------|
+| EDGE_HOST             | 127.0.0.1          | address every listener binds                         |
+| EDGE_AGENT_PORT       | 4443               | agent listener (TLS): the SDK's ``server_addr``      |
+| EDGE_HTTP_PORT        | 8080               | public HTTP listener                                 |
+| EDGE_HTTPS_PORT       | 8443               | public HTTPS listener (SNI)                          |
+| EDGE_TCP_PORTS        | 20000-20099        | ports TCP endpoints are given from (``a-b``)         |
+| EDGE_TCP_HOST         | (BASE_DOMAIN)      | host name in ``tcp://host:port`` URLs                |
+| EDGE_AGENT_HOSTNAMES  | localhost,127.0.0.1| names on the agent listener's certificate            |
+| EDGE_TLS_CERT/KEY     | (local CA)         | a certificate + key pair to serve instead of the CA's |
+| EDGE_INSTANCE_ID      | edge_<random>      | this instance's id in the online items               |
+| EDGE_REGION           | local              | region reported to agents and in the online views    |
+| EDGE_CHECK_SECONDS    | 5                  | how often live sessions re-check their credential    |
+| EDGE_PUBLIC_URL_PORTS | 1                  | 1: public URLs carry the listener port when not 80/443 |
+| DATA_DIR              | .data              | where the local CA lives (``$DATA_DIR/ca.pem``)      |
+| BASE_DOMAIN           | tunnels.localhost  | generated names (chalicelib.config)                  |
+The store is the API's: TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_* (chalicelib.config).
+"""
+import os
+import secrets
+from dataclasses import dataclass
+from typing import List, Tuple
+
+from chalicelib.config import get_settings
+
+
+@dataclass(frozen=True)
+class EdgeSettings:
+    host: str
+    agent_port: int
+    http_port: int
+    https_port: int
+    tcp_ports: Tuple[int, int]
+    tcp_host: str
+    agent_hostnames: List[str]
+    tls_cert: str
+    tls_key: str
+    instance_id: str
+    region: str
+    check_seconds: float
+    url_ports: bool
+    data_dir: str
+    base_domain: str
+
+    def http_url(self, hostname: str, scheme: str = "https") -> str:
+        port = self.https_port if scheme == "https" else self.http_port
+        default = 443 if scheme == "https" else 80
+        if self.url_ports and port != default:
+            return f"{scheme}://{hostname}:{port}"
+        return f"{scheme}://{hostname}"
+
+
+def _port(env, name: str, default: int) -> int:
+    raw = env.get(name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SystemExit(f"{name}={raw!r}: not a port number") from None
+    if not 0 <= value <= 65535:
+        raise SystemExit(f"{name}={raw!r}: not a port number")
+    return value
+
+
+def _range(raw: str) -> Tuple[int, int]:
+    try:
+        low, high = (int(part) for part in raw.split("-", 1))
+    except ValueError:
+        raise SystemExit(f"EDGE_TCP_PORTS={raw!r}: expected 'low-high'") from None
+    if not 1 <= low <= high <= 65535:
+        raise SystemExit(f"EDGE_TCP_PORTS={raw!r}: expected 1 <= low <= high <= 65535")
+    return low, high
+
+
+def load(env=None) -> EdgeSettings:
+    env = os.environ if env is None else env
+    base = get_settings().base_domain
+    return EdgeSettings(
+        host=env.get("EDGE_HOST", "127.0.0.1"),
+        agent_port=_port(env, "EDGE_AGENT_PORT", 4443),
+        http_port=_port(env, "EDGE_HTTP_PORT", 8080),
+        https_port=_port(env, "EDGE_HTTPS_PORT", 8443),
+        tcp_ports=_range(env.get("EDGE_TCP_PORTS", "20000-20099")),
+        tcp_host=env.get("EDGE_TCP_HOST", base),
+        agent_hostnames=[n.strip() for n in
+                         env.get("EDGE_AGENT_HOSTNAMES", "localhost,127.0.0.1").split(",")
+                         if n.strip()],
+        tls_cert=env.get("EDGE_TLS_CERT", ""),
+        tls_key=env.get("EDGE_TLS_KEY", ""),
+        instance_id=env.get("EDGE_INSTANCE_ID") or f"edge_{secrets.token_hex(6)}",
+        region=env.get("EDGE_REGION", "local"),
+        check_seconds=float(env.get("EDGE_CHECK_SECONDS", "5")),
+        url_ports=env.get("EDGE_PUBLIC_URL_PORTS", "1") != "0",
+        data_dir=env.get("DATA_DIR", ".data"),
+        base_domain=base,
+    )

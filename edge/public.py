@@ -1,0 +1,340 @@
+"""The public listeners: HTTP and HTTPS (routed by ``Host``) and raw TCP, proxied to agents.
+
+HTTP/1.1 on both sides is framed by h11 (sans-IO): the client's connection on one side, the
+agent's proxy stream (which the SDK connects to its upstream) on the other. One proxy stream
+serves a client connection for as long as both ends keep the connection alive and the
+requests go to the same endpoint. Bodies stream both ways through bounded buffers (h11
+events of at most ``READ_CHUNK`` bytes; the muxado window stops a fast sender); nothing
+reads a whole body. ``Upgrade`` (WebSocket) switches both legs to raw bytes after the 101.
+
+Requests get ``X-Forwarded-For`` (appended), ``X-Forwarded-Proto`` and ``X-Forwarded-Host``.
+When nothing serves the host, or the agent is gone, the answer is the contract's error body
+(``error_code`` ERR_NGROK_3200 endpoint offline, 8012 upstream unreachable, 3004 bad
+upstream response) with no upstream bytes and no internal addresses in it.
+"""
+import asyncio
+import json
+import logging
+from typing import Any, List, Optional, Tuple
+
+import h11
+
+from chalicelib import ids
+from edge.session import MuxStream, StreamReset
+
+log = logging.getLogger("edge.public")
+
+READ_CHUNK = 64 * 1024
+MAX_HEAD_BYTES = 64 * 1024
+HEAD_TIMEOUT = 30.0     # a request head must arrive whole within this
+IDLE_TIMEOUT = 75.0     # an idle keep-alive connection is closed after this
+HOP_HEADERS = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
+
+STATUS_TEXT = {400: "Bad Request", 404: "Not Found", 502: "Bad Gateway",
+               503: "Service Unavailable"}
+
+
+class _Closed(Exception):
+    """The client went away or broke HTTP: close the connection, nothing to answer."""
+
+
+def error_body(status: int, code: str, msg: str) -> Tuple[bytes, str]:
+    op = ids.new_id(ids.PREFIXES["operation"])
+    body = json.dumps({"error_code": code, "status_code": status, "msg": msg,
+                       "details": {"operation_id": op}}).encode("utf-8")
+    return body, op
+
+
+def _error_response(status: int, code: str, msg: str, close: bool) -> List[Any]:
+    body, op = error_body(status, code, msg)
+    headers = [("content-type", "application/json"), ("content-length", str(len(body))),
+               ("ngrok-error-code", code), ("operation-id", op)]
+    if close:
+        headers.append(("connection", "close"))
+    return [h11.Response(status_code=status, headers=headers,
+                         reason=STATUS_TEXT.get(status, "").encode()),
+            h11.Data(data=body), h11.EndOfMessage()]
+
+
+def request_host(request: h11.Request) -> str:
+    for name, value in request.headers:
+        if name == b"host":
+            host = value.decode("latin-1").strip().lower()
+            if host.startswith("["):
+                return host.split("]", 1)[0] + "]"
+            return host.rsplit(":", 1)[0] if ":" in host else host
+    return ""
+
+
+def forwarded_headers(request: h11.Request, client_ip: str, scheme: str) -> List[Tuple[bytes, bytes]]:
+    headers = []
+    xff = []
+    host = b""
+    for name, value in request.headers:
+        if name == b"x-forwarded-for":
+            xff.append(value)
+        if name == b"host":
+            host = value
+        if name not in HOP_HEADERS:
+            headers.append((name, value))
+    xff.append(client_ip.encode())
+    headers.append((b"x-forwarded-for", b", ".join(xff)))
+    headers.append((b"x-forwarded-proto", scheme.encode()))
+    if host:
+        headers.append((b"x-forwarded-host", host))
+    return headers
+
+
+class _Leg:
+    """The agent side of a client connection: a proxy stream and its h11 client state."""
+
+    def __init__(self, tunnel: Any, stream: MuxStream):
+        self.tunnel = tunnel
+        self.stream = stream
+        self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+
+    @property
+    def reusable(self) -> bool:
+        return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
+
+    async def next_event(self) -> Any:
+        while True:
+            event = self.conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            self.conn.receive_data(await self.stream.read(READ_CHUNK))
+
+    async def send(self, event: Any) -> None:
+        data = self.conn.send(event)
+        if data:
+            await self.stream.write(data)
+
+    def close(self) -> None:
+        if not self.stream.done:
+            self.stream.reset()
+
+
+class HttpFront:
+    """One public HTTP(S) listener's connection handler."""
+
+    def __init__(self, edge: Any, scheme: str):
+        self.edge = edge
+        self.scheme = scheme
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("", 0)
+        client_ip, client_addr = str(peer[0]), f"{peer[0]}:{peer[1]}"
+        client = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        leg: Optional[_Leg] = None
+        try:
+            while True:
+                try:
+                    request = await self._client_event(client, reader, IDLE_TIMEOUT)
+                except h11.RemoteProtocolError as exc:
+                    await self._answer(client, writer, 400, "ERR_NGROK_3002",
+                                       f"The request is not valid HTTP/1.1: {exc}", close=True)
+                    return
+                if not isinstance(request, h11.Request):
+                    return
+                host = request_host(request)
+                tunnel = self.edge.registry.http_tunnel(host)
+                if tunnel is None:
+                    await self._answer(client, writer, 404, "ERR_NGROK_3200",
+                                       f"The endpoint {self.scheme}://{host} is offline.",
+                                       close=True)
+                    return
+                if leg is None or leg.tunnel is not tunnel or not leg.reusable:
+                    if leg is not None:
+                        leg.close()
+                    leg = None
+                    try:
+                        leg = _Leg(tunnel, await tunnel.session.open_proxy(
+                            tunnel, client_addr, self.scheme))
+                    except StreamReset:
+                        await self._answer(client, writer, 502, "ERR_NGROK_3200",
+                                           f"The endpoint {self.scheme}://{host} is offline.",
+                                           close=True)
+                        return
+                else:
+                    leg.conn.start_next_cycle()
+                outcome = await self._exchange(client, reader, writer, leg, request,
+                                               client_ip, host)
+                if outcome != "next":
+                    return
+                if client.our_state is h11.DONE and client.their_state is h11.DONE:
+                    client.start_next_cycle()
+                else:
+                    return
+        except (_Closed, ConnectionError, OSError, asyncio.TimeoutError,
+                asyncio.IncompleteReadError):
+            pass
+        except h11.LocalProtocolError as exc:
+            log.info("closing a client connection: %s", exc)
+        finally:
+            if leg is not None:
+                leg.close()
+            writer.close()
+
+    # ---- one request/response ---------------------------------------------------------------
+    async def _exchange(self, client, reader, writer, leg: _Leg, request: h11.Request,
+                        client_ip: str, host: str) -> str:
+        upstream_request = h11.Request(method=request.method, target=request.target,
+                                       headers=forwarded_headers(request, client_ip,
+                                                                 self.scheme))
+        try:
+            await leg.send(upstream_request)
+        except (StreamReset, h11.LocalProtocolError):
+            await self._answer(client, writer, 502, "ERR_NGROK_3200",
+                               f"The endpoint {self.scheme}://{host} is offline.", close=True)
+            return "close"
+        body_task = asyncio.ensure_future(self._request_body(client, reader, leg))
+        try:
+            return await self._response(client, writer, leg, body_task, host, reader)
+        finally:
+            if not body_task.done():
+                body_task.cancel()
+            await asyncio.gather(body_task, return_exceptions=True)
+
+    async def _request_body(self, client, reader, leg: _Leg) -> None:
+        while True:
+            event = await self._client_event(client, reader, HEAD_TIMEOUT)
+            if isinstance(event, h11.Data):
+                await leg.send(event)
+            elif isinstance(event, h11.EndOfMessage):
+                await leg.send(event)
+                return
+            else:
+                raise _Closed()
+
+    async def _response(self, client, writer, leg: _Leg, body_task, host: str, reader) -> str:
+        started = False
+        try:
+            while True:
+                event = await self._leg_event(leg, body_task)
+                if isinstance(event, h11.InformationalResponse):
+                    if event.status_code == 101:
+                        return await self._switch(client, reader, writer, leg, event, body_task)
+                    await self._send(client, writer, event)
+                elif isinstance(event, h11.Response):
+                    started = True
+                    await self._send(client, writer, event)
+                elif isinstance(event, h11.Data):
+                    await self._send(client, writer, event)
+                elif isinstance(event, h11.EndOfMessage):
+                    await self._send(client, writer, event)
+                    if not body_task.done():
+                        return "close"   # answered before the body was sent: not reusable
+                    if body_task.exception() is not None:
+                        return "close"
+                    return "next"
+                else:  # ConnectionClosed
+                    raise StreamReset("upstream closed")
+        except (StreamReset, h11.RemoteProtocolError) as exc:
+            if started:
+                return "close"   # mid-body: the client sees the connection end
+            if isinstance(exc, h11.RemoteProtocolError):
+                await self._answer(client, writer, 502, "ERR_NGROK_3004",
+                                   "The upstream server returned an invalid or incomplete "
+                                   "HTTP response.", close=True)
+            else:
+                await self._answer(client, writer, 502, "ERR_NGROK_8012",
+                                   f"The agent serving {self.scheme}://{host} could not reach "
+                                   "its upstream service.", close=True)
+            return "close"
+
+    async def _leg_event(self, leg: _Leg, body_task) -> Any:
+        """The next event from the agent; a failure of the request body pump (the client
+        went away) ends the exchange too."""
+        event_task = asyncio.ensure_future(leg.next_event())
+        try:
+            while True:
+                done, _ = await asyncio.wait({event_task, body_task} if not body_task.done()
+                                             else {event_task},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if event_task in done:
+                    return event_task.result()
+                if body_task.exception() is not None:
+                    raise _Closed()
+        finally:
+            if not event_task.done():
+                event_task.cancel()
+                await asyncio.gather(event_task, return_exceptions=True)
+
+    async def _switch(self, client, reader, writer, leg: _Leg, event, body_task) -> str:
+        """101 Switching Protocols: forward it, then carry raw bytes both ways."""
+        if not body_task.done():
+            await asyncio.wait({body_task}, timeout=HEAD_TIMEOUT)
+        await self._send(client, writer, event)
+        client_rest, _ = client.trailing_data
+        leg_rest, _ = leg.conn.trailing_data
+        await splice(reader, writer, leg.stream, to_stream=client_rest, to_client=leg_rest)
+        return "close"
+
+    # ---- I/O helpers ------------------------------------------------------------------------
+    async def _client_event(self, client, reader, timeout: float) -> Any:
+        while True:
+            event = client.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            data = await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
+            client.receive_data(data)
+
+    async def _send(self, client, writer, event) -> None:
+        data = client.send(event)
+        if data:
+            writer.write(data)
+            await writer.drain()
+
+    async def _answer(self, client, writer, status: int, code: str, msg: str,
+                      close: bool) -> None:
+        if client.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        try:
+            for event in _error_response(status, code, msg, close):
+                await self._send(client, writer, event)
+        except h11.LocalProtocolError:
+            return
+
+
+async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stream: MuxStream,
+                 *, to_stream: bytes = b"", to_client: bytes = b"") -> None:
+    """Raw bytes both ways between a client connection and a proxy stream, each direction
+    ending with a half-close, until both are done (or either side fails)."""
+
+    async def up() -> None:
+        if to_stream:
+            await stream.write(to_stream)
+        while True:
+            data = await reader.read(READ_CHUNK)
+            if not data:
+                break
+            await stream.write(data)
+        await stream.close_write()
+
+    async def down() -> None:
+        if to_client:
+            writer.write(to_client)
+        while True:
+            data = await stream.read(READ_CHUNK)
+            if not data:
+                break
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if task.exception() is not None:
+                raise task.exception()
+    except (ConnectionError, OSError, StreamReset):
+        pass
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if not stream.done:
+            stream.reset()

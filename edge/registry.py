@@ -1,0 +1,73 @@
+"""What this edge instance serves right now: sessions, and tunnels by hostname, port and id.
+
+Process memory holds only what this instance itself serves (its own sessions' tunnels); the
+service-wide facts (which endpoint owns a hostname, which sessions are online) are items in
+the table (chalicelib.online), so a second instance never needs this one's memory: a public
+connection reaching an instance that does not hold the endpoint would be forwarded to the
+instance named by the hostname's claim (docs/DEPLOY.md).
+"""
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class Tunnel:
+    """One bound endpoint (``hostname``/``port``) or labeled tunnel (``labels``)."""
+
+    id: str                      # what the agent knows it by (Bind reply Id, proxy header Id)
+    session: Any                 # edge.agents.AgentSession
+    proto: str                   # http, https, tcp, or "" for labeled tunnels
+    url: str = ""
+    hostname: str = ""
+    port: int = 0
+    endpoint_id: Optional[str] = None
+    labels: Dict[str, str] = field(default_factory=dict)
+    opts: Dict[str, Any] = field(default_factory=dict)
+    forwards_to: str = ""
+    metadata: str = ""
+    enforcement: Any = None      # what the edge applies to this endpoint's traffic
+    listener: Any = None         # the TCP listener of a tcp endpoint
+
+    @property
+    def account_id(self) -> str:
+        return self.session.grant.account_id
+
+
+class Registry:
+    def __init__(self) -> None:
+        self.sessions: Dict[str, Any] = {}
+        self.by_id: Dict[str, Tunnel] = {}
+        self.by_host: Dict[str, Tunnel] = {}
+        self.by_port: Dict[int, Tunnel] = {}
+        self._rr = itertools.count()
+
+    def add(self, tunnel: Tunnel) -> None:
+        self.by_id[tunnel.id] = tunnel
+        if tunnel.hostname:
+            self.by_host[tunnel.hostname] = tunnel
+        if tunnel.port:
+            self.by_port[tunnel.port] = tunnel
+
+    def remove(self, tunnel: Tunnel) -> None:
+        if self.by_id.get(tunnel.id) is tunnel:
+            del self.by_id[tunnel.id]
+        if tunnel.hostname and self.by_host.get(tunnel.hostname) is tunnel:
+            del self.by_host[tunnel.hostname]
+        if tunnel.port and self.by_port.get(tunnel.port) is tunnel:
+            del self.by_port[tunnel.port]
+
+    def http_tunnel(self, hostname: str) -> Optional[Tunnel]:
+        return self.by_host.get(hostname)
+
+    def labeled(self, account_id: str, labels: Dict[str, str]) -> List[Tunnel]:
+        """Live labeled tunnels of the account carrying every label of ``labels``."""
+        return [t for t in self.by_id.values()
+                if t.labels and t.account_id == account_id
+                and all(t.labels.get(k) == v for k, v in labels.items())]
+
+    def pick(self, tunnels: List[Tunnel]) -> Optional[Tunnel]:
+        """Spread connections across ``tunnels`` (round robin)."""
+        if not tunnels:
+            return None
+        return tunnels[next(self._rr) % len(tunnels)]

@@ -1,0 +1,220 @@
+"""The edge process: listeners, the binds they serve, and the loop that keeps sessions honest.
+
+Store calls (PynamoDB, blocking) run in worker threads (:meth:`Edge.call`) so a slow store
+never stalls traffic. Every few seconds (EDGE_CHECK_SECONDS) each session re-reads its
+credential (deleted credential, deleted owner or deactivated bot: the session is closed with
+the refusal's code), refreshes its online item and acts on a stop/restart asked through the
+API; so revocation takes effect within EDGE_CHECK_SECONDS + one store round trip.
+"""
+import asyncio
+import functools
+import logging
+from typing import Any, Callable, List, Optional
+
+from chalicelib import binding, errors, online
+from edge import agents, config
+from edge.certs import ServerCertificates
+from edge.public import HttpFront, splice
+from edge.registry import Registry, Tunnel
+from edge.session import StreamReset
+
+log = logging.getLogger("edge")
+
+MAX_GENERATE_ATTEMPTS = 8
+
+
+class Edge:
+    def __init__(self, settings: config.EdgeSettings):
+        self.settings = settings
+        self.registry = Registry()
+        self.certs = ServerCertificates(settings.data_dir, settings.tls_cert or None,
+                                        settings.tls_key or None)
+        self._servers: List[asyncio.AbstractServer] = []
+        self._sessions: set = set()
+        self._checker: Optional[asyncio.Task] = None
+        self.agent_port = settings.agent_port
+        self.http_port = settings.http_port
+        self.https_port = settings.https_port
+
+    async def call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking store function in a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(func, *args, **kwargs))
+
+    # ---- start / stop -----------------------------------------------------------------------
+    async def start(self) -> None:
+        s = self.settings
+        agent_ctx = self.certs.context_for(s.agent_hostnames)
+        self._servers.append(await asyncio.start_server(
+            self._agent_connection, s.host, s.agent_port, ssl=agent_ctx,
+            ssl_handshake_timeout=15))
+        self._servers.append(await asyncio.start_server(
+            HttpFront(self, "http").handle, s.host, s.http_port))
+        https_ctx = self.certs.sni_context([s.base_domain], self._serves_name)
+        self._servers.append(await asyncio.start_server(
+            HttpFront(self, "https").handle, s.host, s.https_port, ssl=https_ctx,
+            ssl_handshake_timeout=15))
+        self.agent_port, self.http_port, self.https_port = (
+            srv.sockets[0].getsockname()[1] for srv in self._servers[:3])
+        self._checker = asyncio.ensure_future(self._check_loop())
+
+    def _serves_name(self, name: str) -> bool:
+        return name in self.registry.by_host
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for session in list(self._sessions):
+            await session.end("the edge is shutting down")
+        if self._checker is not None:
+            self._checker.cancel()
+        for server in self._servers:
+            await server.wait_closed()
+
+    # ---- agent sessions ---------------------------------------------------------------------
+    async def _agent_connection(self, reader, writer) -> None:
+        session = agents.AgentSession(self, reader, writer)
+        self._sessions.add(session)
+        try:
+            await session.run()
+        finally:
+            self._sessions.discard(session)
+
+    async def _check_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.check_seconds)
+            sessions = list(self._sessions)
+            results = await asyncio.gather(*(s.check() for s in sessions),
+                                           return_exceptions=True)
+            for session, result in zip(sessions, results):
+                if isinstance(result, Exception):
+                    log.warning("session check failed for %s: %r", session.id, result)
+
+    # ---- binds ------------------------------------------------------------------------------
+    async def _claim(self, tunnel: Tunnel, name: str) -> None:
+        try:
+            await self.call(online.claim_hostname, name, account_id=tunnel.account_id,
+                            endpoint_id=tunnel.endpoint_id,
+                            instance_id=self.settings.instance_id)
+        except errors.Conflict:
+            raise binding.Refused("ERR_NGROK_334", f"The endpoint '{name}' is already online. "
+                                                   "Stop the agent serving it first, or use "
+                                                   "another name.") from None
+
+    async def _take_over(self, tunnel: Tunnel) -> None:
+        """A re-bind of a tunnel id another (stale) session of this instance still holds."""
+        held = self.registry.by_id.get(tunnel.id)
+        if held is not None and held.session is not tunnel.session:
+            held.session.tunnels.pop(held.id, None)
+            self.registry.remove(held)
+            if held.listener is not None:
+                held.listener.close()
+
+    async def bind_http(self, tunnel: Tunnel, requested: str) -> None:
+        grant = tunnel.session.grant
+        await self._take_over(tunnel)
+        if requested:
+            name = await self.call(binding.check_domain, grant, requested)
+            await self._claim(tunnel, name)
+        else:
+            for attempt in range(MAX_GENERATE_ATTEMPTS):
+                name = binding.generated_domain()
+                if not binding.acl_allows_domain(grant, name):
+                    raise binding.Refused(
+                        "ERR_NGROK_399", "The credential ACL policy does not permit binding a "
+                        f"generated name under {self.settings.base_domain}; ask for a domain "
+                        "the ACL allows.")
+                try:
+                    await self._claim(tunnel, name)
+                    break
+                except binding.Refused:
+                    if attempt == MAX_GENERATE_ATTEMPTS - 1:
+                        raise
+        tunnel.hostname = name
+        scheme = "http" if tunnel.proto == "http" else "https"
+        tunnel.url = self.settings.http_url(name, scheme)
+        self.registry.add(tunnel)
+        await self._online(tunnel)
+
+    async def bind_tcp(self, tunnel: Tunnel, requested: str) -> None:
+        grant = tunnel.session.grant
+        host = self.settings.tcp_host
+        await self._take_over(tunnel)
+        low, high = self.settings.tcp_ports
+        if requested:
+            want_host, _, port_text = requested.rpartition(":")
+            if not port_text.isdigit() or not low <= int(port_text) <= high or \
+                    want_host.lower() not in (host, ""):
+                raise binding.Refused("ERR_NGROK_7113", f"The address {requested} is not "
+                                                        "reserved.")
+            candidates = [int(port_text)]
+        else:
+            candidates = [p for p in range(low, high + 1) if p not in self.registry.by_port]
+        for port in candidates:
+            address = f"{host}:{port}"
+            await self.call(binding.check_address, grant, address)
+            try:
+                await self._claim(tunnel, address)
+            except binding.Refused:
+                if requested:
+                    raise
+                continue
+            try:
+                tunnel.listener = await asyncio.start_server(
+                    functools.partial(self._tcp_connection, tunnel), self.settings.host, port)
+            except OSError:
+                await self.call(online.release_hostname, address, endpoint_id=tunnel.endpoint_id)
+                if requested:
+                    raise binding.Refused("ERR_NGROK_334", f"The address {address} is in "
+                                                           "use.") from None
+                continue
+            tunnel.port = port
+            tunnel.url = f"tcp://{address}"
+            self.registry.add(tunnel)
+            await self._online(tunnel)
+            return
+        raise binding.Refused("ERR_NGROK_334", "No TCP port is free in this edge's range.")
+
+    async def add_labeled(self, tunnel: Tunnel) -> None:
+        self.registry.add(tunnel)
+        await self._online(tunnel)
+
+    async def _online(self, tunnel: Tunnel) -> None:
+        await self.call(online.tunnel_started, account_id=tunnel.account_id,
+                        session_id=tunnel.session.id, tunnel_id=tunnel.id,
+                        instance_id=self.settings.instance_id, proto=tunnel.proto,
+                        public_url=tunnel.url or None, hostname=tunnel.hostname or None,
+                        port=tunnel.port or None, labels=tunnel.labels or None,
+                        forwards_to=tunnel.forwards_to, metadata=tunnel.metadata,
+                        endpoint_id=tunnel.endpoint_id if tunnel.url else None,
+                        traffic_policy=str(tunnel.opts.get("TrafficPolicy") or ""))
+
+    async def drop_tunnel(self, tunnel: Tunnel) -> None:
+        """Stop serving a tunnel: registry, listener, claim and online items."""
+        if self.registry.by_id.get(tunnel.id) is not tunnel:
+            return  # already taken over by a reconnect
+        self.registry.remove(tunnel)
+        if tunnel.listener is not None:
+            tunnel.listener.close()
+        name = tunnel.hostname or (f"{self.settings.tcp_host}:{tunnel.port}" if tunnel.port
+                                   else "")
+        try:
+            if name:
+                await self.call(online.release_hostname, name, endpoint_id=tunnel.endpoint_id)
+            await self.call(online.tunnel_stopped, tunnel.account_id, tunnel.id)
+        except Exception:  # the store being down must not keep a dead tunnel routed
+            log.exception("could not record that tunnel %s stopped", tunnel.id)
+
+    # ---- TCP endpoints ----------------------------------------------------------------------
+    async def _tcp_connection(self, tunnel: Tunnel, reader, writer) -> None:
+        peer = writer.get_extra_info("peername") or ("", 0)
+        try:
+            if self.registry.by_id.get(tunnel.id) is not tunnel:
+                return
+            try:
+                stream = await tunnel.session.open_proxy(tunnel, f"{peer[0]}:{peer[1]}", "tcp")
+            except StreamReset:
+                return
+            await splice(reader, writer, stream)
+        finally:
+            writer.close()

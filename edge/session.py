@@ -1,0 +1,292 @@
+"""A muxado session over an asyncio stream pair: streams with flow control both ways.
+
+- Every stream starts with a send window and a receive window of ``DEFAULT_WINDOW`` bytes.
+  A writer never has more unacknowledged bytes in flight than its send window; the peer's
+  WNDINC frames give credit back. We give credit back (WNDINC) as the reader consumes
+  bytes, so a slow consumer stops the peer instead of growing a buffer.
+- The agent opens odd stream ids; the edge opens even ones (``open_stream``).
+- A frame that breaks the protocol (bad header, DATA beyond the window, SYN for a live or
+  wrongly numbered id) ends the session with GOAWAY carrying the muxado error code; it
+  never raises out of :meth:`MuxSession.run`.
+"""
+import asyncio
+import logging
+from typing import Awaitable, Callable, Dict, Optional
+
+from edge import muxado
+from edge.muxado import ProtocolError
+
+log = logging.getLogger("edge.mux")
+
+MAX_STREAMS = 512          # concurrent streams a peer may open (the crate's default)
+READ_CHUNK = 64 * 1024
+WRITE_CHUNK = 64 * 1024
+
+
+class StreamReset(ConnectionError):
+    """The stream was reset (RST from the peer, or the session ended)."""
+
+
+class MuxStream:
+    """One muxado stream: ``read`` / ``readexactly`` / ``write`` / ``close_write`` / ``reset``."""
+
+    def __init__(self, session: "MuxSession", stream_id: int, *, local: bool):
+        self.session = session
+        self.id = stream_id
+        self._recv = bytearray()
+        self._recv_ready = asyncio.Event()
+        self._remote_fin = False
+        self._reset: Optional[str] = None
+        self._send_window = muxado.DEFAULT_WINDOW
+        self._recv_window = muxado.DEFAULT_WINDOW  # credit the peer still has
+        self._window_ready = asyncio.Event()
+        self._needs_syn = local
+        self._local_fin = False
+
+    # ---- reading --------------------------------------------------------------------------
+    async def read(self, n: int = READ_CHUNK) -> bytes:
+        """Up to ``n`` bytes; b"" at the end of the peer's side. StreamReset if reset."""
+        while not self._recv:
+            if self._reset is not None:
+                raise StreamReset(self._reset)
+            if self._remote_fin:
+                return b""
+            self._recv_ready.clear()
+            await self._recv_ready.wait()
+        chunk = bytes(self._recv[:n])
+        del self._recv[:n]
+        if not self._remote_fin and self._reset is None:
+            self._recv_window += len(chunk)
+            self.session.send_nowait(muxado.wndinc(self.id, len(chunk)))
+        return chunk
+
+    async def readexactly(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = await self.read(n - len(out))
+            if not chunk:
+                raise asyncio.IncompleteReadError(bytes(out), n)
+            out += chunk
+        return bytes(out)
+
+    @property
+    def at_eof(self) -> bool:
+        return self._remote_fin and not self._recv
+
+    # ---- writing --------------------------------------------------------------------------
+    async def write(self, payload: bytes) -> None:
+        view = memoryview(payload)
+        while view:
+            while self._send_window <= 0:
+                if self._reset is not None:
+                    raise StreamReset(self._reset)
+                self._window_ready.clear()
+                await self._window_ready.wait()
+            if self._reset is not None:
+                raise StreamReset(self._reset)
+            if self._local_fin:
+                raise StreamReset("write after close")
+            size = min(len(view), self._send_window, WRITE_CHUNK)
+            self._send_window -= size
+            frame = muxado.data(self.id, bytes(view[:size]), syn=self._needs_syn)
+            self._needs_syn = False
+            view = view[size:]
+            await self.session.send(frame)
+
+    async def close_write(self) -> None:
+        """Half-close: FIN on our side (idempotent; nothing after a reset)."""
+        if self._local_fin or self._reset is not None:
+            return
+        self._local_fin = True
+        await self.session.send(muxado.data(self.id, b"", syn=self._needs_syn, fin=True))
+        self._needs_syn = False
+        self.session.maybe_forget(self)
+
+    def reset(self, code: int = muxado.E_STREAM_CANCELLED) -> None:
+        """Abort both directions (RST to the peer)."""
+        if self._reset is None:
+            self._mark_reset("reset locally")
+            if not self.session.closed:
+                self.session.send_nowait(muxado.rst(self.id, code))
+
+    # ---- fed by the session ---------------------------------------------------------------
+    def _on_data(self, payload: bytes, fin: bool) -> None:
+        if len(payload) > self._recv_window:
+            raise ProtocolError(f"stream {self.id} sent {len(payload)} bytes with "
+                                f"{self._recv_window} of window left", muxado.E_FLOW_CONTROL)
+        if self._remote_fin and payload:
+            raise ProtocolError(f"stream {self.id} sent data after FIN", muxado.E_STREAM_CLOSED)
+        self._recv_window -= len(payload)
+        if payload:
+            self._recv += payload
+        if fin:
+            self._remote_fin = True
+        self._recv_ready.set()
+
+    def _on_wndinc(self, increment: int) -> None:
+        self._send_window += increment
+        self._window_ready.set()
+
+    def _mark_reset(self, why: str) -> None:
+        self._reset = why
+        self._recv_ready.set()
+        self._window_ready.set()
+        self.session.forget(self)
+
+    @property
+    def done(self) -> bool:
+        return self._reset is not None or (self._local_fin and self._remote_fin)
+
+
+StreamHandler = Callable[[MuxStream], Awaitable[None]]
+
+
+class MuxSession:
+    """Runs one muxado session; ``on_stream`` is started as a task for each stream the peer
+    opens. ``run()`` returns when the session ends, whatever the reason."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 on_stream: StreamHandler, *, name: str = ""):
+        self._reader = reader
+        self._writer = writer
+        self._on_stream = on_stream
+        self._streams: Dict[int, MuxStream] = {}
+        self._tasks: set = set()
+        self._next_local_id = 2
+        self._last_remote_id = 0
+        self.closed = False
+        self.close_reason = ""
+        self.name = name
+
+    # ---- sending ----------------------------------------------------------------------------
+    def send_nowait(self, frame: bytes) -> None:
+        if not self.closed:
+            self._writer.write(frame)
+
+    async def send(self, frame: bytes) -> None:
+        if self.closed:
+            raise StreamReset("session closed")
+        self._writer.write(frame)
+        await self._writer.drain()
+
+    def open_stream(self) -> MuxStream:
+        if self.closed:
+            raise StreamReset("session closed")
+        stream = MuxStream(self, self._next_local_id, local=True)
+        self._next_local_id += 2
+        self._streams[stream.id] = stream
+        return stream
+
+    # ---- stream table -----------------------------------------------------------------------
+    def forget(self, stream: MuxStream) -> None:
+        if self._streams.get(stream.id) is stream:
+            del self._streams[stream.id]
+
+    def maybe_forget(self, stream: MuxStream) -> None:
+        if stream.done:
+            self.forget(stream)
+
+    # ---- the read loop ----------------------------------------------------------------------
+    async def run(self) -> None:
+        parser = muxado.FrameParser()
+        try:
+            while not self.closed:
+                chunk = await self._reader.read(READ_CHUNK)
+                if not chunk:
+                    self.close_reason = self.close_reason or "peer closed the connection"
+                    break
+                for frame in parser.feed(chunk):
+                    self._handle(frame)
+        except ProtocolError as exc:
+            log.info("session %s: protocol error: %s", self.name, exc)
+            await self.go_away(exc.code, f"protocol error: {exc}")
+        except (ConnectionError, asyncio.IncompleteReadError, OSError) as exc:
+            self.close_reason = self.close_reason or f"connection lost: {exc}"
+        finally:
+            await self.close()
+
+    def _handle(self, frame: muxado.Frame) -> None:
+        sid = frame.stream_id
+        if frame.type == muxado.DATA:
+            stream = self._streams.get(sid)
+            if frame.syn:
+                if stream is not None or sid % 2 == 0 or sid <= self._last_remote_id:
+                    raise ProtocolError(f"SYN for stream {sid} that cannot be opened")
+                self._last_remote_id = sid
+                if len(self._streams) >= MAX_STREAMS:
+                    self.send_nowait(muxado.rst(sid, muxado.E_STREAMS_EXHAUSTED))
+                    return
+                stream = MuxStream(self, sid, local=False)
+                self._streams[sid] = stream
+                stream._on_data(frame.payload, frame.fin)
+                self._spawn(stream)
+                return
+            if stream is None:
+                if sid % 2 == 0 and sid >= self._next_local_id or \
+                        sid % 2 == 1 and sid > self._last_remote_id:
+                    raise ProtocolError(f"DATA for stream {sid} that was never opened")
+                return  # late data for a stream we already closed: dropped
+            stream._on_data(frame.payload, frame.fin)
+            self.maybe_forget(stream)
+        elif frame.type == muxado.WNDINC:
+            stream = self._streams.get(sid)
+            if stream is not None:
+                stream._on_wndinc(frame.increment)
+        elif frame.type == muxado.RST:
+            stream = self._streams.get(sid)
+            if stream is not None:
+                stream._mark_reset(f"reset by peer (code {frame.error_code})")
+        elif frame.type == muxado.GOAWAY:
+            self.close_reason = (f"peer went away (code {frame.error_code}): "
+                                 f"{frame.message.decode('utf-8', 'replace')}")
+            self.closed_by_peer = True
+            raise _PeerGoneAway()
+
+    def _spawn(self, stream: MuxStream) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(stream))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, stream: MuxStream) -> None:
+        try:
+            await self._on_stream(stream)
+        except StreamReset:
+            pass
+        except ProtocolError as exc:
+            log.info("session %s: stream %d: %s", self.name, stream.id, exc)
+            await self.go_away(exc.code, str(exc))
+        except Exception:  # a handler bug ends that stream, never the process
+            log.exception("session %s: stream %d handler failed", self.name, stream.id)
+            stream.reset(muxado.E_INTERNAL)
+
+    # ---- ending -----------------------------------------------------------------------------
+    async def go_away(self, code: int, message: str) -> None:
+        """GOAWAY to the peer, then close the connection."""
+        if self.closed:
+            return
+        self.close_reason = self.close_reason or message
+        try:
+            self._writer.write(muxado.goaway(self._last_remote_id, code,
+                                             message.encode("utf-8")[:1024]))
+            await asyncio.wait_for(self._writer.drain(), 2)
+        except (ConnectionError, OSError, asyncio.TimeoutError):
+            pass
+        await self.close()
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for stream in list(self._streams.values()):
+            stream._mark_reset("session closed")
+        self._streams.clear()
+        try:
+            self._writer.close()
+        except (ConnectionError, OSError, RuntimeError):
+            pass
+        for task in list(self._tasks):
+            task.cancel()
+
+
+class _PeerGoneAway(ConnectionError):
+    """GOAWAY received: the session ends (not a protocol error of ours)."""

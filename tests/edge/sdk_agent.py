@@ -1,0 +1,127 @@
+"""An agent program built on the official Python SDK (``ngrok``), run as a process by the
+edge tests with the device agent's virtualenv (where the SDK is installed).
+
+Usage: ``python sdk_agent.py '<json config>'``; config: ``authtoken``, ``server_addr``,
+``root_cas``, ``binds`` (list of {"proto": "http"|"tcp"|"labeled", "domain"?, "labels"?,
+"remote_addr"?}). It serves a small upstream on 127.0.0.1 (echo, upload digest, streaming,
+WebSocket echo), forwards every bind to it, and prints one JSON line per event: ``bound``
+(url, id) or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on stdin:
+``close`` closes the session, ``exit`` ends the program.
+"""
+import asyncio
+import hashlib
+import json
+import sys
+
+import ngrok
+from aiohttp import WSMsgType, web
+
+
+def emit(event):
+    print(json.dumps(event), flush=True)
+
+
+async def echo(request):
+    return web.json_response({"method": request.method, "path": request.path_qs,
+                              "headers": dict(request.headers)})
+
+
+async def upload(request):
+    digest, length = hashlib.sha256(), 0
+    async for chunk in request.content.iter_chunked(65536):
+        digest.update(chunk)
+        length += len(chunk)
+    return web.json_response({"length": length, "sha256": digest.hexdigest()})
+
+
+async def stream(request):
+    count, size = int(request.query.get("n", "5")), int(request.query.get("size", "1024"))
+    resp = web.StreamResponse()
+    await resp.prepare(request)
+    for i in range(count):
+        await resp.write(bytes([48 + i % 10]) * size)
+        await asyncio.sleep(0.01)
+    await resp.write_eof()
+    return resp
+
+
+async def websocket(request):
+    ws = web.WebSocketResponse()
+    await ws.prepare(request)
+    async for msg in ws:
+        if msg.type == WSMsgType.TEXT:
+            await ws.send_str("echo:" + msg.data)
+        elif msg.type == WSMsgType.BINARY:
+            await ws.send_bytes(msg.data)
+    return ws
+
+
+async def tcp_echo(reader, writer):
+    while data := await reader.read(65536):
+        writer.write(data)
+        await writer.drain()
+    writer.close()
+
+
+async def main(cfg):
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.add_routes([web.get("/echo", echo), web.post("/upload", upload),
+                    web.get("/stream", stream), web.get("/ws", websocket),
+                    web.route("*", "/{tail:.*}", echo)])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    http_port = site._server.sockets[0].getsockname()[1]
+    tcp_server = await asyncio.start_server(tcp_echo, "127.0.0.1", 0)
+    tcp_port = tcp_server.sockets[0].getsockname()[1]
+
+    builder = (ngrok.SessionBuilder().authtoken(cfg["authtoken"])
+               .server_addr(cfg["server_addr"]).root_cas(cfg["root_cas"]))
+    builder.handle_disconnection(lambda addr, err: emit({"event": "disconnected",
+                                                         "error": str(err)}))
+    builder.handle_stop_command(lambda: emit({"event": "stop_command"}))
+    try:
+        session = await builder.connect()
+    except Exception as exc:  # what the SDK raises is what the test checks
+        emit({"event": "error", "stage": "connect", "args": [str(a) for a in exc.args]})
+        return
+    tasks = []
+    for bind in cfg.get("binds", []):
+        try:
+            if bind["proto"] == "http":
+                lb = session.http_endpoint()
+                if bind.get("domain"):
+                    lb = lb.domain(bind["domain"])
+                for option, value in bind.get("options", {}).items():
+                    lb = getattr(lb, option)(*value)
+                upstream = f"127.0.0.1:{http_port}"
+            elif bind["proto"] == "tcp":
+                lb = session.tcp_endpoint()
+                if bind.get("remote_addr"):
+                    lb = lb.remote_addr(bind["remote_addr"])
+                upstream = f"127.0.0.1:{tcp_port}"
+            else:
+                lb = session.labeled_listener()
+                for key, value in bind["labels"].items():
+                    lb = lb.label(key, value)
+                upstream = f"127.0.0.1:{http_port}"
+            listener = await lb.listen()
+            tasks.append(asyncio.ensure_future(listener.forward(upstream)))
+            emit({"event": "bound", "url": listener.url(), "id": listener.id()})
+        except Exception as exc:
+            emit({"event": "error", "stage": "bind", "args": [str(a) for a in exc.args]})
+    emit({"event": "ready"})
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        command = line.strip()
+        if command == "close":
+            await session.close()
+            emit({"event": "closed"})
+        elif command in ("exit", ""):
+            break
+
+
+if __name__ == "__main__":
+    asyncio.run(main(json.loads(sys.argv[1])))
