@@ -32,6 +32,10 @@ PREFIXES = {
     "ip_policy_rule": "ipr",
     "operation": "op",
     "account": "acct",
+    # online state written by the edge (chalicelib.online); the hosted API's prefixes
+    "tunnel_session": "ts",
+    "tunnel": "tn",
+    "endpoint": "ep",
 }
 
 _ID_RE = re.compile(r"^([a-z]+)_([0-9A-Za-z]{27})$")
