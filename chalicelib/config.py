@@ -12,6 +12,7 @@ sets them per stage for deployed stacks.
 | BASE_DOMAIN              | tunnels.localhost       | the service's own domain: generated endpoint names, reserved domains (under .localhost: resolves to the loopback without DNS) |
 | CNAME_ZONE               | cname.example.test      | zone of generated CNAME targets                 |
 | STAGE                    | dev                     | dev, localstack or prod                         |
+| ONLINE_STALE_SECONDS     | 45                      | heartbeat age after which online items are offline |
 """
 import functools
 import os
@@ -28,6 +29,7 @@ class Settings:
     base_domain: str
     cname_zone: str
     stage: str
+    online_stale_seconds: int = 45
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,7 +43,21 @@ def get_settings() -> Settings:
         base_domain=env.get("BASE_DOMAIN", "tunnels.localhost").lower(),
         cname_zone=env.get("CNAME_ZONE", "cname.example.test").lower(),
         stage=env.get("STAGE", "dev"),
+        online_stale_seconds=_positive_int(env, "ONLINE_STALE_SECONDS", 45),
     )
+
+
+def _positive_int(env: "os._Environ[str]", name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
+    return value
 
 
 def reset_settings() -> None:

@@ -1,137 +1,558 @@
-"""What is online: agent sessions, their tunnels and endpoints, and served-hostname claims.
+"""Online state: the agent sessions, tunnels and endpoints the edge holds, and the hostnames
+they serve.
 
-Written by the edge only (the API reads it). Items live in the account's collections
-``tunnel_session`` / ``tunnel`` / ``endpoint`` and carry the edge ``instance_id`` and
-``heartbeat_at``; a hostname (or TCP ``host:port``) claim is a uniqueness item
-``U#online_host#<name>`` naming the endpoint that serves it. A session whose heartbeat is
-older than STALE_SECONDS is offline (its edge died): its tunnels and endpoints count as
-offline too, and its claims may be taken over.
+The edge (``edge/``) is the only writer of these items; the API reads them for
+``/tunnel_sessions``, ``/tunnels`` and ``/endpoints`` (the views at the end of this module).
+
+Items (keys from chalicelib.store's builders, like every resource)
+-----------------------------------------------------------------
+
+| item           | pk                                          | sk          | ``owner``      |
+|----------------|---------------------------------------------|-------------|----------------|
+| tunnel session | ``collection_pk(account, "tunnel_session")`` | ``ts_…``   | (none)         |
+| tunnel         | ``collection_pk(account, "tunnel")``         | ``tn_…``   | its session id |
+| endpoint       | ``collection_pk(account, "endpoint")``       | ``ep_…``   | its session id |
+| served name    | ``unique_pk("served_host", name)``           | ``U``      | its endpoint id|
+
+Every item carries, at the top level, ``instance_id`` (the edge instance that holds the
+session), ``heartbeat_at`` (epoch seconds) and ``expires_at`` (epoch seconds; the table's
+DynamoDB TTL attribute, so items of an edge that died are deleted by DynamoDB eventually).
+A session also keeps ``children``: the ids of its tunnels and endpoints and its claims
+(``claim|<endpoint id>|<name>``), so that ending a session needs no Query.
+
+Liveness (the choice that keeps heartbeats cheap)
+-------------------------------------------------
+- A **session** is live while its ``heartbeat_at`` is at most :data:`STALE_SECONDS` old
+  (setting ``ONLINE_STALE_SECONDS``, default 45). :func:`session_heartbeat` is one UpdateItem
+  of the session item only.
+- A **tunnel or endpoint** is live while its session is live: views read a page of tunnels /
+  endpoints with one Query and the sessions they name with one BatchGetItem, and skip those
+  whose session is missing or stale. A cloud endpoint (``type: "cloud"``, created by the API;
+  no session) is always live.
+- A **served-name claim** (service-wide: one hostname, or one ``host:port`` TCP address, is
+  served by one endpoint) is live while the endpoint it names is live; while that endpoint
+  item does not exist yet (claimed, tunnel not started), while the claim's own heartbeat
+  (its claim time) is fresh. The check costs reads only when a claim is contested.
+- TTL: sessions expire ``EXPIRE_AFTER_SECONDS`` after their last heartbeat. Children (tunnels,
+  endpoints, claims) expire ``CHILD_TTL_SECONDS`` after they were written or last refreshed;
+  the heartbeat refreshes them (one UpdateItem each) only when the session's
+  ``children_refresh_at`` has passed, i.e. every ``CHILD_TTL_SECONDS / 2``: amortised, a
+  heartbeat stays one write.
+
+Stop / restart: :func:`request_stop` / :func:`request_restart` set a flag on the session item;
+the next :func:`session_heartbeat` returns it and clears it in the same UpdateItem (so the edge
+sends the command once; a command lost by an edge crash is lost with the session anyway).
+
+Multi-instance: nothing here lives in process memory. Each item names the instance that holds
+the session, so an instance that receives a public connection for an endpoint it does not
+hold finds the holder in the endpoint's ``instance_id``.
 """
-import os
+import json
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from urllib.parse import urlsplit
 
-from pynamodb.exceptions import DeleteError, PutError, UpdateError
+from botocore.exceptions import ClientError
 
-from chalicelib import errors, store
+from chalicelib import errors, ids, store
+from chalicelib.config import get_settings
 
-SESSIONS, TUNNELS, ENDPOINTS = "tunnel_session", "tunnel", "endpoint"
-HOST_NAMESPACE = "online_host"
+SESSIONS = "tunnel_session"
+TUNNELS = "tunnel"
+ENDPOINTS = "endpoint"
+CLAIM_NAMESPACE = "served_host"
+
+SESSION_PREFIX = ids.PREFIXES[SESSIONS]
+TUNNEL_PREFIX = ids.PREFIXES[TUNNELS]
+ENDPOINT_PREFIX = ids.PREFIXES[ENDPOINTS]
+
+DEFAULT_STALE_SECONDS = 45
+EXPIRE_AFTER_SECONDS = 3600  # a session's TTL after its last heartbeat
+CHILD_TTL_SECONDS = 6 * 3600  # tunnels, endpoints, claims; refreshed every half of it
+BATCH_GET_KEYS = 100  # DynamoDB's BatchGetItem limit
 
 
-def stale_seconds() -> float:
-    return float(os.environ.get("ONLINE_STALE_SECONDS", "45"))
+def __getattr__(name: str) -> Any:
+    """``STALE_SECONDS`` is read from the settings when asked (ONLINE_STALE_SECONDS)."""
+    if name == "STALE_SECONDS":
+        return get_settings().online_stale_seconds
+    raise AttributeError(name)
 
 
-STALE_SECONDS = stale_seconds()
+def stale_seconds() -> int:
+    return get_settings().online_stale_seconds
 
 
-def _now() -> float:
+def now() -> float:
+    """The clock (tests replace it)."""
     return time.time()
 
 
-def _put(pk: str, sk: str, kind: str, account_id: Optional[str], data: Dict[str, Any]) -> None:
-    item = store.new_item(pk, sk, kind=kind, account_id=account_id, data=data)
-    item.save(add_version_condition=False)
+def new_session_id() -> str:
+    return ids.new_id(SESSION_PREFIX)
 
 
-def _delete(pk: str, sk: str) -> None:
+def new_tunnel_id() -> str:
+    return ids.new_id(TUNNEL_PREFIX)
+
+
+def new_endpoint_id() -> str:
+    return ids.new_id(ENDPOINT_PREFIX)
+
+
+def _rfc3339(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+# ---- low-level access: online items are written without the version protocol ----------
+# The edge is the only writer of its items and each write is either an upsert or guarded by
+# an explicit condition, so the raw client is used (ReturnValues, ADD/REMOVE on sets).
+def _client() -> Any:
+    return store.connection().client
+
+
+def _table() -> str:
+    return get_settings().table_name
+
+
+def _key(pk: str, sk: str) -> Dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+
+def _session_key(account_id: str, session_id: str) -> Dict[str, Any]:
+    return _key(store.collection_pk(account_id, SESSIONS), session_id)
+
+
+def _claim_key(name: str) -> Dict[str, Any]:
+    return _key(store.unique_pk(CLAIM_NAMESPACE, name), store.UNIQUE_SK)
+
+
+def _item(pk: str, sk: str, *, kind: str, account_id: str, data: Dict[str, Any],
+          instance_id: str, heartbeat_at: float, expires_at: float,
+          owner: Optional[str] = None) -> Dict[str, Any]:
+    item = {"pk": {"S": pk}, "sk": {"S": sk}, "kind": {"S": kind},
+            "account_id": {"S": account_id}, "data": {"S": json.dumps(data)},
+            "refs": {"N": "0"}, "instance_id": {"S": instance_id},
+            "heartbeat_at": {"N": _num(heartbeat_at)}, "expires_at": {"N": _num(expires_at)}}
+    if owner is not None:
+        item["owner"] = {"S": owner}
+    return item
+
+
+def _num(value: float) -> str:
+    return str(int(value))
+
+
+def _get_raw(key: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    return _client().get_item(TableName=_table(), Key=key, ConsistentRead=True).get("Item")
+
+
+def _data(raw: Dict[str, Any]) -> Dict[str, Any]:
+    return json.loads(raw["data"]["S"]) if "data" in raw else {}
+
+
+def _n(raw: Dict[str, Any], name: str) -> Optional[float]:
+    value = raw.get(name)
+    return float(value["N"]) if value else None
+
+
+def _s(raw: Dict[str, Any], name: str) -> Optional[str]:
+    value = raw.get(name)
+    return value["S"] if value else None
+
+
+def _is_condition_failure(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+def _delete_if(key: Dict[str, Any], condition: str, values: Dict[str, Any]) -> bool:
+    """Delete ``key`` when ``condition`` holds (``#o`` names ``owner``, a DynamoDB reserved
+    word); False, and nothing changed, otherwise."""
     try:
-        store.new_item(pk, sk).delete(add_version_condition=False)
-    except DeleteError:
-        pass
+        _client().delete_item(TableName=_table(), Key=key, ConditionExpression=condition,
+                              ExpressionAttributeNames={"#o": "owner"},
+                              ExpressionAttributeValues=values)
+        return True
+    except ClientError as exc:
+        if _is_condition_failure(exc):
+            return False
+        raise
 
 
-def session_started(*, account_id, session_id, credential_id, instance_id, agent_version, os,
-                    ip, metadata, region, transport="ngrok/2") -> None:
-    now = _now()
-    _put(store.collection_pk(account_id, SESSIONS), session_id, SESSIONS, account_id, {
-        "credential_id": credential_id, "instance_id": instance_id,
-        "agent_version": agent_version, "os": os, "ip": ip, "metadata": metadata,
-        "region": region, "transport": transport, "started_at": now, "heartbeat_at": now,
-        "stop_requested": False, "restart_requested": False, "tunnels": []})
+def _fresh(heartbeat_at: Optional[float], at: Optional[float] = None) -> bool:
+    at = now() if at is None else at
+    return heartbeat_at is not None and heartbeat_at >= at - stale_seconds()
 
 
-def session_heartbeat(account_id, session_id, instance_id) -> Optional[dict]:
-    item = store.get(store.collection_pk(account_id, SESSIONS), session_id)
-    if item is None:
-        return None
-    item.data["heartbeat_at"] = _now()
-    item.data["instance_id"] = instance_id
+# ---- sessions --------------------------------------------------------------------------
+def session_started(*, account_id: str, session_id: str, credential_id: str, instance_id: str,
+                    agent_version: str, os: str, ip: str, metadata: str, region: str,
+                    transport: str = "ngrok/2", owner_id: Optional[str] = None) -> None:
+    """Write the session item (an upsert: a session id written again is replaced).
+
+    ``owner_id`` is the credential's owner (user or bot; shown as the ``principal`` of the
+    session's endpoints); when not given it is read from the credential (one GetItem).
+    """
+    if not ids.is_valid(session_id, SESSION_PREFIX):
+        raise ValueError(f"not a tunnel session id: {session_id!r}")
+    if owner_id is None:
+        cred = store.get(store.collection_pk(account_id, "credential"), credential_id)
+        owner_id = cred.data.get("owner_id") if cred is not None else None
+    at = now()
+    data = {"credential_id": credential_id, "agent_version": agent_version, "os": os,
+            "ip": ip, "metadata": metadata, "region": region, "transport": transport,
+            "started_at": _rfc3339(at), "owner_id": owner_id}
+    item = _item(store.collection_pk(account_id, SESSIONS), session_id, kind=SESSIONS,
+                 account_id=account_id, data=data, instance_id=instance_id, heartbeat_at=at,
+                 expires_at=at + EXPIRE_AFTER_SECONDS)
+    item["children_refresh_at"] = {"N": _num(at + CHILD_TTL_SECONDS / 2)}
+    _client().put_item(TableName=_table(), Item=item)
+
+
+def session_heartbeat(account_id: str, session_id: str,
+                      instance_id: str) -> Optional[Dict[str, bool]]:
+    """Refresh the session (one UpdateItem) and take its pending commands.
+
+    Returns ``{"stop_requested": bool, "restart_requested": bool}`` (the flags are cleared by
+    the same write, so each command is returned once), or None when the session item no
+    longer exists (ended, or expired): the edge should then close the session.
+    """
+    at = now()
     try:
-        item.save(add_version_condition=False)
-    except PutError:
-        return None
-    return {"stop_requested": bool(item.data.get("stop_requested")),
-            "restart_requested": bool(item.data.get("restart_requested"))}
+        old = _client().update_item(
+            TableName=_table(), Key=_session_key(account_id, session_id),
+            UpdateExpression="SET heartbeat_at = :hb, expires_at = :exp, instance_id = :i "
+                             "REMOVE stop_requested, restart_requested",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":hb": {"N": _num(at)},
+                                       ":exp": {"N": _num(at + EXPIRE_AFTER_SECONDS)},
+                                       ":i": {"S": instance_id}},
+            ReturnValues="ALL_OLD")["Attributes"]
+    except ClientError as exc:
+        if _is_condition_failure(exc):
+            return None
+        raise
+    refresh_at = _n(old, "children_refresh_at")
+    if refresh_at is not None and refresh_at <= at:
+        _refresh_children(account_id, session_id, old, at)
+    return {"stop_requested": "stop_requested" in old,
+            "restart_requested": "restart_requested" in old}
 
 
-def session_ended(account_id, session_id) -> None:
-    item = store.get(store.collection_pk(account_id, SESSIONS), session_id)
-    if item is None:
-        return
-    for tunnel_id in item.data.get("tunnels", []):
-        tunnel_stopped(account_id, tunnel_id)
-    _delete(store.collection_pk(account_id, SESSIONS), session_id)
+def _refresh_children(account_id: str, session_id: str, session: Dict[str, Any],
+                      at: float) -> None:
+    """Push the TTL of the session's tunnels, endpoints and claims forward (one UpdateItem
+    each, skipped for items that are gone or no longer this session's)."""
+    client = _client()
+    exp = {":exp": {"N": _num(at + CHILD_TTL_SECONDS)}}
+    for child in sorted(session.get("children", {}).get("SS", [])):
+        if child.startswith("claim|"):
+            _, endpoint_id, name = child.split("|", 2)
+            key, owner = _claim_key(name), endpoint_id
+        else:
+            key, owner = _child_key(account_id, child), session_id
+        try:
+            client.update_item(TableName=_table(), Key=key,
+                               UpdateExpression="SET expires_at = :exp",
+                               ConditionExpression="attribute_exists(pk) AND #o = :o",
+                               ExpressionAttributeNames={"#o": "owner"},
+                               ExpressionAttributeValues={**exp, ":o": {"S": owner}})
+        except ClientError as exc:
+            if not _is_condition_failure(exc):
+                raise
+    client.update_item(TableName=_table(), Key=_session_key(account_id, session_id),
+                       UpdateExpression="SET children_refresh_at = :r",
+                       ConditionExpression="attribute_exists(pk)",
+                       ExpressionAttributeValues={":r": {"N": _num(at + CHILD_TTL_SECONDS / 2)}})
 
 
-def tunnel_started(*, account_id, session_id, tunnel_id, instance_id, proto, public_url=None,
-                   hostname=None, port=None, labels=None, forwards_to="", metadata="",
-                   endpoint_id=None, traffic_policy="", bind_id=None) -> None:
-    data = {"session_id": session_id, "instance_id": instance_id, "proto": proto,
-            "public_url": public_url, "hostname": hostname, "port": port,
-            "labels": labels, "forwards_to": forwards_to, "metadata": metadata,
-            "endpoint_id": endpoint_id, "traffic_policy": traffic_policy,
-            "started_at": _now()}
-    _put(store.collection_pk(account_id, TUNNELS), tunnel_id, TUNNELS, account_id, data)
-    if endpoint_id:
-        _put(store.collection_pk(account_id, ENDPOINTS), endpoint_id, ENDPOINTS, account_id,
-             {**data, "tunnel_id": tunnel_id})
-    session = store.get(store.collection_pk(account_id, SESSIONS), session_id)
-    if session is not None:
-        session.data.setdefault("tunnels", []).append(tunnel_id)
-        session.save(add_version_condition=False)
+def _child_key(account_id: str, child_id: str) -> Dict[str, Any]:
+    collection = TUNNELS if child_id.startswith(TUNNEL_PREFIX + "_") else ENDPOINTS
+    return _key(store.collection_pk(account_id, collection), child_id)
 
 
-def tunnel_stopped(account_id, tunnel_id) -> None:
-    item = store.get(store.collection_pk(account_id, TUNNELS), tunnel_id)
-    if item is None:
-        return
-    if item.data.get("endpoint_id"):
-        _delete(store.collection_pk(account_id, ENDPOINTS), item.data["endpoint_id"])
-    _delete(store.collection_pk(account_id, TUNNELS), tunnel_id)
+def session_ended(account_id: str, session_id: str) -> None:
+    """Remove the session, its tunnels and endpoints, and the names they claimed (idempotent).
+
+    Only items that still belong to this session are removed: a tunnel or endpoint re-bound by
+    a reconnected agent's new session (same id, new owner) is left alone, and so is its claim.
+    """
+    raw = _get_raw(_session_key(account_id, session_id))
+    if raw is not None:
+        children = raw.get("children", {}).get("SS", [])
+        owner = {":o": {"S": session_id}}
+        removed_endpoints = set()
+        for child in children:
+            if child.startswith("claim|"):
+                continue
+            if _delete_if(_child_key(account_id, child), "#o = :o", owner) \
+                    and child.startswith(ENDPOINT_PREFIX + "_"):
+                removed_endpoints.add(child)
+        for child in children:
+            if child.startswith("claim|"):
+                _, endpoint_id, name = child.split("|", 2)
+                if endpoint_id in removed_endpoints:
+                    release_hostname(name, endpoint_id=endpoint_id)
+    _client().delete_item(TableName=_table(), Key=_session_key(account_id, session_id))
 
 
-def claim_hostname(hostname, *, account_id, endpoint_id, instance_id) -> None:
-    pk = store.unique_pk(HOST_NAMESPACE, hostname)
-    held = store.get(pk, store.UNIQUE_SK)
-    if held is not None and held.data.get("endpoint_id") != endpoint_id:
-        session = store.get(store.collection_pk(held.data["account_id"], SESSIONS),
-                            held.data.get("session_id", "")) if held.data.get("session_id") \
-            else None
-        live = _now() - held.data.get("heartbeat_at", 0) < stale_seconds()
-        if live or session is not None:
-            raise errors.Conflict(f"'{hostname}' is already served by another endpoint")
-    _put(pk, store.UNIQUE_SK, "unique", None, {"account_id": account_id,
-                                               "endpoint_id": endpoint_id,
-                                               "instance_id": instance_id,
-                                               "heartbeat_at": _now()})
+def _update_session(account_id: str, session_id: str, flag: str) -> None:
+    """Set a command flag on a live session; NotFound when there is none."""
+    try:
+        _client().update_item(
+            TableName=_table(), Key=_session_key(account_id, session_id),
+            UpdateExpression=f"SET {flag} = :t",
+            ConditionExpression="attribute_exists(pk) AND heartbeat_at >= :fresh",
+            ExpressionAttributeValues={":t": {"BOOL": True},
+                                       ":fresh": {"N": _num(now() - stale_seconds())}})
+    except ClientError as exc:
+        if _is_condition_failure(exc):
+            raise errors.NotFound(f"No tunnel session with id '{session_id}' exists") from None
+        raise
 
 
-def release_hostname(hostname, *, endpoint_id) -> None:
-    pk = store.unique_pk(HOST_NAMESPACE, hostname)
-    held = store.get(pk, store.UNIQUE_SK)
-    if held is not None and held.data.get("endpoint_id") == endpoint_id:
-        _delete(pk, store.UNIQUE_SK)
-
-
-def request_stop(account_id, session_id) -> None:
-    item = store.get(store.collection_pk(account_id, SESSIONS), session_id)
-    if item is None:
+def request_stop(account_id: str, session_id: str) -> None:
+    """Ask the edge holding the session to send Stop to its agent (next heartbeat)."""
+    if not ids.is_valid(session_id, SESSION_PREFIX):
         raise errors.NotFound(f"No tunnel session with id '{session_id}' exists")
-    item.data["stop_requested"] = True
-    item.save(add_version_condition=False)
+    _update_session(account_id, session_id, "stop_requested")
 
 
-def online_tunnels(account_id, labels: dict) -> List[dict]:
-    return []
+def request_restart(account_id: str, session_id: str) -> None:
+    """Ask the edge holding the session to send Restart to its agent (next heartbeat)."""
+    if not ids.is_valid(session_id, SESSION_PREFIX):
+        raise errors.NotFound(f"No tunnel session with id '{session_id}' exists")
+    _update_session(account_id, session_id, "restart_requested")
+
+
+# ---- tunnels and endpoints --------------------------------------------------------------
+def served_name(proto: str, public_url: Optional[str], hostname: Optional[str],
+                port: Optional[int]) -> Optional[str]:
+    """The name an endpoint claims: its hostname, or ``host:port`` for TCP."""
+    host, url_port = None, None
+    if public_url:
+        parts = urlsplit(public_url)
+        host, url_port = parts.hostname, parts.port
+    host = (hostname or host or "").lower() or None
+    if host is None:
+        return None
+    if proto == "tcp":
+        port = port or url_port
+        if ":" in host:  # hostname given as "host:port"
+            return host
+        return f"{host}:{port}" if port else None
+    return host
+
+
+def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance_id: str,
+                   proto: str, public_url: Optional[str] = None, hostname: Optional[str] = None,
+                   port: Optional[int] = None, labels: Optional[Mapping[str, str]] = None,
+                   forwards_to: str = "", metadata: str = "", endpoint_id: Optional[str] = None,
+                   traffic_policy: str = "", bind_id: Optional[str] = None,
+                   domain_id: Optional[str] = None, tcp_addr_id: Optional[str] = None,
+                   description: str = "") -> None:
+    """Write the tunnel item and, when ``endpoint_id`` is given, the endpoint item, and add
+    both to the session, in one transaction (upserts: a re-bind with the same ids replaces
+    them). NotFound when the session item does not exist.
+
+    ``domain_id`` / ``tcp_addr_id``: the reserved domain / address the endpoint serves, if any
+    (shown as the endpoint's ``domain`` / ``tcp_addr`` refs). ``bind_id`` is the agent's bind
+    id (kept for the edge; not shown).
+    """
+    for value, prefix in ((session_id, SESSION_PREFIX), (tunnel_id, TUNNEL_PREFIX)):
+        if not ids.is_valid(value, prefix):
+            raise ValueError(f"not a {prefix}_ id: {value!r}")
+    if endpoint_id is not None and not ids.is_valid(endpoint_id, ENDPOINT_PREFIX):
+        raise ValueError(f"not an endpoint id: {endpoint_id!r}")
+    at = now()
+    started = _rfc3339(at)
+    name = served_name(proto, public_url, hostname, port) if endpoint_id else None
+    tunnel = {"session_id": session_id, "proto": proto, "public_url": public_url or "",
+              "labels": dict(labels) if labels else None, "forwards_to": forwards_to,
+              "metadata": metadata, "started_at": started, "endpoint_id": endpoint_id,
+              "bind_id": bind_id}
+    common = dict(account_id=account_id, instance_id=instance_id, heartbeat_at=at,
+                  expires_at=at + CHILD_TTL_SECONDS, owner=session_id)
+    ops: List[Dict[str, Any]] = [{"Put": {"TableName": _table(), "Item": _item(
+        store.collection_pk(account_id, TUNNELS), tunnel_id, kind=TUNNELS, data=tunnel,
+        **common)}}]
+    children = [tunnel_id]
+    if endpoint_id is not None:
+        endpoint = {"type": "agent", "session_id": session_id, "tunnel_id": tunnel_id,
+                    "proto": proto, "public_url": public_url or "", "hostname": hostname,
+                    "port": port, "served_name": name, "forwards_to": forwards_to,
+                    "metadata": metadata, "description": description,
+                    "traffic_policy": traffic_policy, "domain_id": domain_id,
+                    "tcp_addr_id": tcp_addr_id, "bind_id": bind_id,
+                    "created_at": started, "updated_at": started}
+        ops.append({"Put": {"TableName": _table(), "Item": _item(
+            store.collection_pk(account_id, ENDPOINTS), endpoint_id, kind=ENDPOINTS,
+            data=endpoint, **common)}})
+        children.append(endpoint_id)
+        if name:
+            children.append(f"claim|{endpoint_id}|{name}")
+    ops.append({"Update": {
+        "TableName": _table(), "Key": _session_key(account_id, session_id),
+        "UpdateExpression": "ADD children :c", "ConditionExpression": "attribute_exists(pk)",
+        "ExpressionAttributeValues": {":c": {"SS": children}}}})
+    try:
+        _client().transact_write_items(TransactItems=ops)
+    except ClientError as exc:
+        reasons = exc.response.get("CancellationReasons") or []
+        if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+            raise errors.NotFound(f"No tunnel session with id '{session_id}' exists") from None
+        raise
+
+
+def tunnel_stopped(account_id: str, tunnel_id: str) -> None:
+    """Remove the tunnel, its endpoint and the endpoint's claim (idempotent)."""
+    raw = _get_raw(_key(store.collection_pk(account_id, TUNNELS), tunnel_id))
+    if raw is None:
+        return
+    data = _data(raw)
+    session_id = data["session_id"]
+    owner = {":o": {"S": session_id}}
+    removed = [tunnel_id]
+    _delete_if(_key(store.collection_pk(account_id, TUNNELS), tunnel_id), "#o = :o", owner)
+    endpoint_id = data.get("endpoint_id")
+    if endpoint_id:
+        ep = _get_raw(_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id))
+        if ep is not None and _delete_if(
+                _key(store.collection_pk(account_id, ENDPOINTS), endpoint_id), "#o = :o", owner):
+            removed.append(endpoint_id)
+            name = _data(ep).get("served_name")
+            if name:
+                release_hostname(name, endpoint_id=endpoint_id)
+                removed.append(f"claim|{endpoint_id}|{name}")
+    try:
+        _client().update_item(TableName=_table(), Key=_session_key(account_id, session_id),
+                              UpdateExpression="DELETE children :c",
+                              ConditionExpression="attribute_exists(pk)",
+                              ExpressionAttributeValues={":c": {"SS": removed}})
+    except ClientError as exc:
+        if not _is_condition_failure(exc):
+            raise
+
+
+# ---- served names (hostnames, TCP addresses): one endpoint each, service-wide ------------
+def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str,
+                   instance_id: str) -> None:
+    """Claim ``hostname`` (or a ``host:port`` TCP address) for ``endpoint_id``.
+
+    Succeeds when nobody holds it, when ``endpoint_id`` already holds it (a reconnect), or
+    when the holder is stale (taken over with a write conditioned on the holder and its
+    heartbeat as read, so two edges cannot both take it). Conflict when another live endpoint
+    holds it. Names are compared lower-cased.
+    """
+    name = hostname.lower()
+    key = _claim_key(name)
+    client = _client()
+    for _ in range(store.RETRIES):
+        at = now()
+        item = _item(key["pk"]["S"], store.UNIQUE_SK, kind="served_host",
+                     account_id=account_id,
+                     data={"endpoint_id": endpoint_id, "account_id": account_id,
+                           "instance_id": instance_id, "name": name},
+                     instance_id=instance_id, heartbeat_at=at,
+                     expires_at=at + CHILD_TTL_SECONDS, owner=endpoint_id)
+        try:
+            client.put_item(TableName=_table(), Item=item,
+                            ConditionExpression="attribute_not_exists(pk) OR #o = :o",
+                            ExpressionAttributeNames={"#o": "owner"},
+                            ExpressionAttributeValues={":o": {"S": endpoint_id}})
+            return
+        except ClientError as exc:
+            if not _is_condition_failure(exc):
+                raise
+        held = _get_raw(key)
+        if held is None:
+            continue
+        if _claim_is_live(held):
+            raise errors.Conflict(f"'{name}' is already served by another endpoint")
+        try:
+            client.put_item(TableName=_table(), Item=item,
+                            ConditionExpression="#o = :old AND heartbeat_at = :hb",
+                            ExpressionAttributeNames={"#o": "owner"},
+                            ExpressionAttributeValues={":old": held["owner"],
+                                                       ":hb": held["heartbeat_at"]})
+            return
+        except ClientError as exc:
+            if not _is_condition_failure(exc):
+                raise
+    raise errors.Conflict(f"'{name}' is being claimed by another endpoint at the same time")
+
+
+def _claim_is_live(claim: Dict[str, Any]) -> bool:
+    account_id, endpoint_id = _s(claim, "account_id"), _s(claim, "owner")
+    endpoint = _get_raw(_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id)) \
+        if account_id and endpoint_id else None
+    if endpoint is None:
+        return _fresh(_n(claim, "heartbeat_at"))
+    session_id = _s(endpoint, "owner")
+    if session_id is None:  # an endpoint without a session (cloud): live while it exists
+        return True
+    session = _get_raw(_session_key(account_id, session_id))
+    return session is not None and _fresh(_n(session, "heartbeat_at"))
+
+
+def release_hostname(hostname: str, *, endpoint_id: str) -> None:
+    """Free ``hostname`` if ``endpoint_id`` still holds it (idempotent)."""
+    _delete_if(_claim_key(hostname.lower()), "#o = :o", {":o": {"S": endpoint_id}})
+
+
+def hostname_holder(hostname: str) -> Optional[Dict[str, Any]]:
+    """Who serves ``hostname`` now: ``{"account_id", "endpoint_id", "instance_id"}`` of a
+    live claim, or None (no claim, or a stale one). For routing across edge instances."""
+    held = _get_raw(_claim_key(hostname.lower()))
+    if held is None or not _claim_is_live(held):
+        return None
+    return {"account_id": _s(held, "account_id"), "endpoint_id": _s(held, "owner"),
+            "instance_id": _s(held, "instance_id")}
+
+
+# ---- reads -------------------------------------------------------------------------------
+def _batch_get(keys: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """BatchGetItem of up to any number of keys (in chunks of 100, unprocessed retried)."""
+    pending = list({(k["pk"]["S"], k["sk"]["S"]): k for k in keys}.values())
+    found: List[Dict[str, Any]] = []
+    client = _client()
+    while pending:
+        chunk, pending = pending[:BATCH_GET_KEYS], pending[BATCH_GET_KEYS:]
+        request = {_table(): {"Keys": chunk, "ConsistentRead": True}}
+        while request:
+            answer = client.batch_get_item(RequestItems=request)
+            found.extend(answer.get("Responses", {}).get(_table(), []))
+            request = answer.get("UnprocessedKeys") or {}
+    return found
+
+
+def live_sessions(account_id: str, session_ids: Iterable[str]) -> Dict[str, store.Item]:
+    """The live sessions among ``session_ids`` (one BatchGetItem per 100), by id."""
+    wanted = [_session_key(account_id, sid) for sid in set(session_ids) if sid]
+    at = now()
+    live = {}
+    for raw in _batch_get(wanted):
+        item = store.model().from_raw_data(raw)
+        if _fresh(item.heartbeat_at, at):
+            live[item.sk] = item
+    return live
+
+
+def online_tunnels(account_id: str, labels: Mapping[str, str]) -> List[Dict[str, Any]]:
+    """The account's live labeled tunnels whose labels contain every pair of ``labels``
+    (a tunnel-group backend's match rule). One Query of the account's tunnels and one
+    BatchGetItem of their sessions. Each: ``tunnel_id``, ``session_id``, ``instance_id``,
+    ``labels``, ``forwards_to``, ``proto``, ``metadata``, ``started_at``."""
+    wanted = dict(labels)
+    matches = []
+    for item in store.query_all(store.collection_pk(account_id, TUNNELS)):
+        have = item.data.get("labels") or {}
+        if have and all(have.get(k) == v for k, v in wanted.items()):
+            matches.append(item)
+    live = live_sessions(account_id, (i.data["session_id"] for i in matches))
+    return [{"tunnel_id": i.sk, "session_id": i.data["session_id"],
+             "instance_id": live[i.data["session_id"]].instance_id,
+             "labels": i.data["labels"], "forwards_to": i.data.get("forwards_to", ""),
+             "proto": i.data.get("proto", ""), "metadata": i.data.get("metadata", ""),
+             "started_at": i.data.get("started_at")}
+            for i in matches if i.data["session_id"] in live]

@@ -8,6 +8,10 @@ Layout (single table, ``pk`` hash key + ``sk`` range key, both strings):
 | resource                | ``A#<account id>#<collection>``      | ``<id>``      |
 | uniqueness / lookup     | ``U#<namespace>#<value>``            | ``U``         |
 
+Online items (sessions, tunnels, endpoints, served-hostname claims; chalicelib.online) use
+the same keys and carry ``instance_id``, ``owner``, ``heartbeat_at`` and ``expires_at`` (the
+table's TTL attribute) at the top level.
+
 A *collection* is a resource type (``api_key``, ``bot_user``, …), or a type under a parent
 (``https_edge_route#<edge id>``). Ids are time-sortable, so a list is one Query on the
 collection's ``pk`` with ``ScanIndexForward=False`` (newest first) and ``sk < before_id``;
@@ -29,7 +33,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
-from pynamodb.attributes import JSONAttribute, NumberAttribute, UnicodeAttribute, VersionAttribute
+from pynamodb.attributes import (JSONAttribute, NumberAttribute, UnicodeAttribute,
+                                 UnicodeSetAttribute, VersionAttribute)
 from pynamodb.connection import Connection
 from pynamodb.exceptions import DoesNotExist, TransactWriteError
 from pynamodb.models import Model
@@ -70,6 +75,13 @@ class Item(Model):
     data = JSONAttribute(null=True)
     refs = NumberAttribute(default=0)
     version = VersionAttribute()
+    # Online state (chalicelib.online): top-level so that one UpdateItem can refresh them and
+    # DynamoDB's TTL can expire the item (``expires_at``, epoch seconds).
+    instance_id = UnicodeAttribute(null=True)
+    owner = UnicodeAttribute(null=True)
+    heartbeat_at = NumberAttribute(null=True)
+    expires_at = NumberAttribute(null=True)
+    children = UnicodeSetAttribute(null=True)
 
 
 _configured: List[Any] = []
@@ -115,12 +127,28 @@ def create_table(point_in_time_recovery: bool = False) -> bool:
     if not Item.exists():
         Item.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
         created = True
+        enable_ttl()
     if point_in_time_recovery:
         client = connection().client
         client.update_continuous_backups(
             TableName=get_settings().table_name,
             PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
     return created
+
+
+TTL_ATTRIBUTE = "expires_at"
+
+
+def enable_ttl() -> None:
+    """Let DynamoDB delete items whose ``expires_at`` (epoch seconds) has passed: online
+    items of an edge that died (chalicelib.online). Stores without TTL support ignore it."""
+    from botocore.exceptions import ClientError
+    try:
+        connection().client.update_time_to_live(
+            TableName=get_settings().table_name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE})
+    except ClientError:
+        pass
 
 
 # ---- reads -------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ option this edge cannot honour refuses the bind with ERR_NGROK_1602 naming it, n
 accepted and ignored (see ``edge.enforce``).
 """
 import asyncio
-import json
 import logging
 import time
 from typing import Any, Dict, Optional
@@ -193,7 +192,7 @@ class AgentSession:
             agent_version=protocol.text(extra.get("Version"))[:64],
             os=protocol.text(extra.get("OS"))[:64], ip=self.peer_ip,
             metadata=protocol.text(extra.get("Metadata"))[:4096],
-            region=self.edge.settings.region)
+            region=self.edge.settings.region, owner_id=grant.owner_id)
         log.info("session %s authenticated (credential %s, account %s)", session_id,
                  grant.credential_id, grant.account_id)
         await self._reply(stream, protocol.reply({
@@ -331,6 +330,3 @@ class AgentSession:
         except (StreamReset, MalformedRequest, asyncio.TimeoutError) as exc:
             return str(exc) or type(exc).__name__
 
-
-def summary(session: AgentSession) -> str:
-    return json.dumps({"id": session.id, "tunnels": sorted(session.tunnels)})
