@@ -295,8 +295,13 @@ class AgentSession:
         return error if isinstance(error, str) and error else None
 
     # ---- periodic checks (the edge's check loop) --------------------------------------------
-    async def check(self) -> None:
-        """Credential still usable? Stop asked through the API? Heartbeats still coming?"""
+    @property
+    def ended(self) -> bool:
+        return self._ending
+
+    async def check(self, fresh: Any, heartbeat: bool) -> None:
+        """Credential still usable (``fresh``: the grant re-read this round, a Refused, or
+        None when it could not be read)? Heartbeats still coming? Stop asked through the API?"""
         if self.grant is None:
             if time.monotonic() - self.started > AUTH_TIMEOUT:
                 await self.end("no Auth in time")
@@ -305,15 +310,14 @@ class AgentSession:
         if time.monotonic() - self.last_heartbeat > interval + tolerance + 5:
             await self.end("heartbeats stopped")
             return
-        grant = self.grant
-        try:
-            self.grant = await self.edge.call(binding.recheck, grant.account_id,
-                                              grant.credential_id, grant.owner_id,
-                                              grant.owner_kind)
-        except binding.Refused as exc:
-            await self.end(exc.message, exc.code)
+        if isinstance(fresh, binding.Refused):
+            await self.end(fresh.message, fresh.code)
             return
-        flags = await self.edge.call(online.session_heartbeat, grant.account_id, self.id,
+        if isinstance(fresh, binding.Grant):
+            self.grant = fresh
+        if not heartbeat:
+            return
+        flags = await self.edge.call(online.session_heartbeat, self.grant.account_id, self.id,
                                      self.edge.settings.instance_id)
         if flags is None:
             await self.end("the session was removed")

@@ -187,13 +187,27 @@ class HttpFront:
             await self._answer(client, writer, 502, "ERR_NGROK_3200",
                                f"The endpoint {self.scheme}://{host} is offline.", close=True)
             return "close"
-        body_task = asyncio.ensure_future(self._request_body(client, reader, leg))
+        # Whatever of the request body is already buffered goes now; a body still to come
+        # is pumped by a task beside the response (a bodiless request never needs one).
+        body_task = None
+        while True:
+            event = client.next_event()
+            if event is h11.NEED_DATA:
+                body_task = asyncio.ensure_future(self._request_body(client, reader, leg))
+                break
+            if isinstance(event, (h11.Data, h11.EndOfMessage)):
+                await leg.send(event)
+                if isinstance(event, h11.EndOfMessage):
+                    break
+            else:
+                raise _Closed()
         try:
             return await self._response(client, writer, leg, body_task, host, reader)
         finally:
-            if not body_task.done():
-                body_task.cancel()
-            await asyncio.gather(body_task, return_exceptions=True)
+            if body_task is not None:
+                if not body_task.done():
+                    body_task.cancel()
+                await asyncio.gather(body_task, return_exceptions=True)
 
     async def _request_body(self, client, reader, leg: _Leg) -> None:
         while True:
@@ -222,10 +236,9 @@ class HttpFront:
                     await self._send(client, writer, event)
                 elif isinstance(event, h11.EndOfMessage):
                     await self._send(client, writer, event)
-                    if not body_task.done():
+                    if body_task is not None and (not body_task.done()
+                                                  or body_task.exception() is not None):
                         return "close"   # answered before the body was sent: not reusable
-                    if body_task.exception() is not None:
-                        return "close"
                     return "next"
                 else:  # ConnectionClosed
                     raise StreamReset("upstream closed")
@@ -245,6 +258,10 @@ class HttpFront:
     async def _leg_event(self, leg: _Leg, body_task) -> Any:
         """The next event from the agent; a failure of the request body pump (the client
         went away) ends the exchange too."""
+        if body_task is None or body_task.done():
+            if body_task is not None and body_task.exception() is not None:
+                raise _Closed()
+            return await leg.next_event()
         event_task = asyncio.ensure_future(leg.next_event())
         try:
             while True:
@@ -262,7 +279,7 @@ class HttpFront:
 
     async def _switch(self, client, reader, writer, leg: _Leg, event, body_task) -> str:
         """101 Switching Protocols: forward it, then carry raw bytes both ways."""
-        if not body_task.done():
+        if body_task is not None and not body_task.done():
             await asyncio.wait({body_task}, timeout=HEAD_TIMEOUT)
         await self._send(client, writer, event)
         client_rest, _ = client.trailing_data

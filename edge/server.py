@@ -21,6 +21,7 @@ from edge.session import StreamReset
 log = logging.getLogger("edge")
 
 MAX_GENERATE_ATTEMPTS = 8
+HEARTBEAT_EVERY = 3  # online items refreshed every 3 checks (15 s by default; stale after 45)
 
 
 class Edge:
@@ -81,14 +82,38 @@ class Edge:
             self._sessions.discard(session)
 
     async def _check_loop(self) -> None:
+        """Every check: each credential in use is re-read once (however many sessions share
+        it); each session refreshes its online item every HEARTBEAT_EVERY checks."""
+        round_no = 0
         while True:
             await asyncio.sleep(self.settings.check_seconds)
-            sessions = list(self._sessions)
-            results = await asyncio.gather(*(s.check() for s in sessions),
-                                           return_exceptions=True)
+            round_no += 1
+            sessions = [s for s in self._sessions if not s.ended]
+            grants = {}
+            for session in sessions:
+                if session.grant is not None:
+                    grants.setdefault(session.grant.credential_id, session.grant)
+            fresh = dict(zip(grants, await asyncio.gather(
+                *(self._recheck(g) for g in grants.values()))))
+            results = await asyncio.gather(
+                *(s.check(fresh.get(s.grant.credential_id) if s.grant else None,
+                          heartbeat=round_no % HEARTBEAT_EVERY == 0) for s in sessions),
+                return_exceptions=True)
             for session, result in zip(sessions, results):
                 if isinstance(result, Exception):
                     log.warning("session check failed for %s: %r", session.id, result)
+
+    async def _recheck(self, grant: binding.Grant) -> Any:
+        """The grant read afresh, the Refused that ends its sessions, or None when the store
+        could not be read (the sessions keep running; the next round tries again)."""
+        try:
+            return await self.call(binding.recheck, grant.account_id, grant.credential_id,
+                                   grant.owner_id, grant.owner_kind)
+        except binding.Refused as exc:
+            return exc
+        except Exception as exc:
+            log.warning("could not re-check credential %s: %r", grant.credential_id, exc)
+            return None
 
     # ---- binds ------------------------------------------------------------------------------
     async def _claim(self, tunnel: Tunnel, name: str) -> None:

@@ -60,7 +60,10 @@ class EdgeProcess:
                     "PYTHONUNBUFFERED": "1"})
         self.log_path = os.path.join(self.data_dir, "edge.log")
         log = open(self.log_path, "wb")
-        self.process = subprocess.Popen([sys.executable, "-m", "edge"], cwd=PROJECT_DIR,
+        prefix = os.environ.get("EDGE_PROFILE")  # a cProfile output path (edge/bench)
+        command = [sys.executable] + (["-m", "cProfile", "-o", prefix] if prefix else []) + \
+            ["-m", "edge"]
+        self.process = subprocess.Popen(command, cwd=PROJECT_DIR,
                                         env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -111,7 +111,7 @@ async def main(cfg):
             emit({"event": "bound", "url": listener.url(), "id": listener.id()})
         except Exception as exc:
             emit({"event": "error", "stage": "bind", "args": [str(a) for a in exc.args]})
-    emit({"event": "ready"})
+    emit({"event": "ready", "http_port": http_port, "tcp_port": tcp_port})
     loop = asyncio.get_running_loop()
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)

@@ -1,0 +1,176 @@
+"""Edge benchmark: throughput and latency through the edge vs direct to the same upstream,
+and idle agent sessions held vs the edge's RSS. Prints a table; writes edge/bench/latest.json.
+
+    .venv/bin/python edge/bench/bench_edge.py [--seconds 10] [--concurrency 20]
+        [--sessions 0,100,500,1000]
+
+EDGE_PROFILE=/tmp/edge.prof runs the edge under cProfile (pstats afterwards).
+Everything runs on this machine as processes (the measurement shares its cores with them):
+store + API (scripts/serve.py), the edge (python -m edge), an agent on the official Python SDK
+(tests/edge/sdk_agent.py, .venv-agent) forwarding to its aiohttp upstream. Load comes from one
+asyncio client process with ``concurrency`` keep-alive connections; "direct" is the same client
+against the upstream's own port. Idle sessions are raw protocol clients (TLS + muxado + Auth
+with a long heartbeat interval) from this process: a load generator, not a test of the edge.
+"""
+import argparse
+import asyncio
+import json
+import os
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+    os.environ.setdefault(_name, "local")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
+
+from edge import muxado  # noqa: E402
+from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, SdkAgent  # noqa: E402
+from tests.support.api import HttpApi, LocalStack  # noqa: E402
+
+BIG = os.urandom(1024 * 1024)
+
+
+async def _request(reader, writer, host: str, method: str, path: str, body: bytes) -> int:
+    head = (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n").encode()
+    writer.write(head + body)
+    await writer.drain()
+    raw = await reader.readuntil(b"\r\n\r\n")
+    status = int(raw.split(b" ", 2)[1])
+    length = 0
+    for line in raw.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    await reader.readexactly(length)
+    return status
+
+
+async def load(port: int, host: str, method: str, path: str, body: bytes, seconds: float,
+               concurrency: int) -> dict:
+    latencies, bad = [], 0
+    stop_at = time.perf_counter() + seconds
+
+    async def worker():
+        nonlocal bad
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            status = await _request(reader, writer, host, method, path, body)
+            latencies.append(time.perf_counter() - t0)
+            if status != 200:
+                bad += 1
+        writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {"requests": len(latencies), "rps": round(len(latencies) / elapsed, 1),
+            "p50_ms": round(1000 * latencies[len(latencies) // 2], 2),
+            "p99_ms": round(1000 * latencies[int(len(latencies) * 0.99) - 1], 2),
+            "non_200": bad}
+
+
+async def idle_session(edge: EdgeProcess, token: str, ctx: ssl.SSLContext):
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.agent_port, ssl=ctx,
+                                                   server_hostname="127.0.0.1")
+    auth = json.dumps({"Version": ["2"], "ClientId": "", "Extra": {
+        "AuthToken": token, "OS": "bench", "Version": "bench", "HeartbeatInterval": 600 * 10**9,
+        "HeartbeatTolerance": 600 * 10**9}}).encode()
+    writer.write(muxado.data(1, (0).to_bytes(4, "big") + auth, syn=True))
+    await writer.drain()
+    parser, reply = muxado.FrameParser(), b""
+    while not reply.endswith(b"}"):
+        for frame in parser.feed(await reader.read(65536)):
+            if frame.type == muxado.DATA and frame.stream_id == 1:
+                reply += frame.payload
+    if b'"Error"' in reply:
+        raise RuntimeError(reply.decode())
+    return writer
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--sessions", default="0,100,500,1000")
+    args = parser.parse_args()
+    results = {"machine": f"{os.cpu_count()} cores", "concurrency": args.concurrency}
+    with tempfile.TemporaryDirectory(prefix="edge-bench-") as tmp:
+        stack = LocalStack(data_dir=os.path.join(tmp, "api"))
+        os.makedirs(stack.data_dir)
+        stack.start()
+        edge = EdgeProcess(data_dir=os.path.join(tmp, "edge"), store_url=stack.store_url)
+        os.makedirs(edge.data_dir)
+        env = stack.env()
+        edge.start(env)
+        agent = None
+        try:
+            account = HttpApi(stack).new_account()
+            token = account.admin.post("/credentials", {"description": "bench"}).json["token"]
+            agent = SdkAgent(edge, token, [{"proto": "http"}])
+            bound = agent.start()
+            url = bound[0]["url"]
+            host = url.split("://")[1].split(":")[0]
+            upstream = agent.seen[-1]["http_port"]
+            rows = []
+            for label, method, path, body in (("small GET", "GET", "/echo", b""),
+                                               ("1 MB POST", "POST", "/upload", BIG)):
+                direct = asyncio.run(load(upstream, host, method, path, body, args.seconds,
+                                          args.concurrency))
+                through = asyncio.run(load(edge.http_port, host, method, path, body,
+                                           args.seconds, args.concurrency))
+                rows.append({"case": label, "direct": direct, "edge": through,
+                             "ratio": round(through["rps"] / direct["rps"], 2)})
+            results["throughput"] = rows
+            sessions = []
+            ctx = ssl.create_default_context(cafile=edge.ca_path)
+
+            async def hold(counts):
+                writers, out = [], []
+                for count in counts:
+                    while len(writers) < count:
+                        writers += await asyncio.gather(*(idle_session(edge, token, ctx)
+                                                          for _ in range(min(50, count - len(writers)))))
+                    await asyncio.sleep(2)
+                    out.append({"sessions": count, "edge_rss_mb":
+                                round(rss_kb(edge.process.pid) / 1024, 1)})
+                for w in writers:
+                    w.close()
+                return out
+            sessions = asyncio.run(hold([int(n) for n in args.sessions.split(",")]))
+            results["idle_sessions"] = sessions
+        finally:
+            if agent is not None:
+                agent.stop()
+            edge.stop()
+            stack.stop()
+    print(f"{'case':<11} {'direct rps':>10} {'edge rps':>9} {'ratio':>6} "
+          f"{'direct p50/p99 ms':>18} {'edge p50/p99 ms':>16}")
+    for row in results["throughput"]:
+        d, e = row["direct"], row["edge"]
+        print(f"{row['case']:<11} {d['rps']:>10} {e['rps']:>9} {row['ratio']:>6} "
+              f"{d['p50_ms']:>8}/{d['p99_ms']:<9} {e['p50_ms']:>7}/{e['p99_ms']:<8}")
+    print("idle sessions vs edge RSS: " + ", ".join(
+        f"{r['sessions']}: {r['edge_rss_mb']} MB" for r in results["idle_sessions"]))
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "latest.json"), "w") as fh:
+        json.dump(results, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
