@@ -291,6 +291,10 @@ def _decode_json(text: str) -> Any:
     return json.loads(text)
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
 def _qs_decode(text: str) -> Dict[str, List[str]]:
     return parse_qs(text, keep_blank_values=True)
 
@@ -379,8 +383,10 @@ def _functions(phase: str) -> List[Any]:
                                         True)]),
         decl("decodeJson", [_overload("string_decodeJson", DYN, [STR], _decode_json, True)]),
         decl("json.decode", [_overload("json_decode_string", DYN, [STR], _decode_json)]),
-        decl("json.encode", [_overload("json_encode_dyn", STR, [DYN],
-                                       lambda v: json.dumps(v, separators=(",", ":")))]),
+        decl("json.encode", [_overload("json_encode_map", STR, [T.Map(DYN, DYN)], _json),
+                             _overload("json_encode_list", STR, [T.List(DYN)], _json)]),
+        decl("encodeJson", [_overload("map_encodeJson", STR, [T.Map(DYN, DYN)], _json, True),
+                            _overload("list_encodeJson", STR, [T.List(DYN)], _json, True)]),
         decl("decodeQueryString", [_overload("string_decodeQueryString", MULTI, [STR],
                                              _qs_decode, True)]),
         decl("queryString.decode", [_overload("queryString_decode_string", MULTI, [STR],
