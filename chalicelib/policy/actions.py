@@ -272,21 +272,38 @@ class CloseConnection(Action):
         return Outcome(CLOSE)
 
 
-_GO_GROUP = re.compile(r"\$(?:\{(\w+)\}|(\d+)|\$)")
+_GO_GROUP = re.compile(r"\$(?:\{(\w+)\}|(\w+)|\$)")
 
 
-def go_replacement(to: str) -> str:
-    """Go's ReplaceAllString template (``$1``, ``${name}``, ``$$``) as a Python/RE2 one."""
-    out, last = [], 0
-    for match in _GO_GROUP.finditer(to):
-        out.append(to[last:match.start()].replace("\\", "\\\\"))
-        if match.group(0) == "$$":
-            out.append("$")
+def go_replacement(to: str) -> Callable[[Any], str]:
+    """Go's ReplaceAllString template (``$1``, ``$name``, ``${name}``, ``$$``) as a function
+    of the match; as in Go, a group that does not exist or did not match expands to "".
+    (``${name}`` in a config is CEL interpolation first, so ``$name`` or ``$1`` is how a
+    policy names a group.)"""
+    pieces: List[Any] = []
+    last = 0
+    for found in _GO_GROUP.finditer(to):
+        pieces.append(to[last:found.start()])
+        if found.group(0) == "$$":
+            pieces.append("$")
         else:
-            out.append(f"\\g<{match.group(1) or match.group(2)}>")
-        last = match.end()
-    out.append(to[last:].replace("\\", "\\\\"))
-    return "".join(out)
+            ref = found.group(1) or found.group(2)
+            pieces.append((int(ref) if ref.isdigit() else ref,))
+        last = found.end()
+    pieces.append(to[last:])
+
+    def expand(match) -> str:
+        out = []
+        for piece in pieces:
+            if isinstance(piece, tuple):
+                try:
+                    out.append(match.group(piece[0]) or "")
+                except (IndexError, KeyError):
+                    pass
+            else:
+                out.append(piece)
+        return "".join(out)
+    return expand
 
 
 def _regex(pattern: str, where: str):
