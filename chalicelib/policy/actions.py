@@ -535,10 +535,24 @@ class BasicAuth(Action):
     type, phases, fields = "basic-auth", (REQ,), ("credentials", "realm", "enforce")
 
     def setup(self, c, phase):
-        creds = c.strings("credentials", required=True, max_items=10)
+        creds = c.get("credentials", list, required=True)
+        if not creds:
+            raise PolicyError(c.at("credentials"), "needs at least 1 entry")
+        if len(creds) > 10:
+            raise PolicyError(c.at("credentials"), f"has {len(creds)} entries; the limit is 10")
         self.credentials = []
         for index, text in enumerate(creds):
             where = f"{c.at('credentials')}[{index}]"
+            if isinstance(text, dict):  # the docs' other form: {username, password}
+                pair = Config(text, where, ("username", "password"))
+                user = pair.get("username", str, required=True)
+                password = pair.get("password", str, required=True)
+                if ":" in user:
+                    raise PolicyError(pair.at("username"), "must not contain ':'")
+                text = f"{user}:{password}"
+            elif not isinstance(text, str):
+                raise PolicyError(where, "must be a 'username:password' string or a mapping "
+                                         "with username and password")
             template = Template(text, phase, where)
             if template.static is not None:
                 user, sep, password = text.partition(":")

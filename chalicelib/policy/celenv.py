@@ -119,6 +119,11 @@ VARIABLES: Dict[str, _V] = {
     "conn.bytes_in": (INT, PHASES, lambda t: int(t.conn.bytes_in)),
     "conn.bytes_out": (INT, PHASES, lambda t: int(t.conn.bytes_out)),
     "conn.ts.start": (TS, PHASES, lambda t: t.conn.ts_start),
+    "conn.tls.version": (STR, PHASES, lambda t: t.conn.tls_version.replace("TLSv", "")),
+    "conn.tls.cipher_suite": (STR, PHASES, lambda t: t.conn.tls_cipher_suite),
+    "conn.tls.sni": (STR, PHASES, lambda t: t.conn.tls_sni),
+    "conn.tls.negotiated_alpn": (STR, PHASES, lambda t: t.conn.tls_alpn),
+    "conn.tls.session_resumed": (BOOL, PHASES, lambda t: False),
     "endpoint.id": (STR, PHASES, lambda t: t.conn.endpoint.id),
     "endpoint.url": (STR, PHASES, lambda t: t.conn.endpoint.url),
     "endpoint.host": (STR, PHASES, lambda t: t.conn.endpoint.host),
@@ -482,7 +487,7 @@ class Program:
         try:
             self.expr = env_for(phase).compile(text)
         except RuntimeError as exc:
-            raise CelError(_clean(str(exc))) from None
+            raise CelError(_explain(text, phase, _clean(str(exc)))) from None
         self.kind = self.expr.return_type()
         self.needs = tuple((name, VARIABLES[name][2]) for name in _referenced(text, phase))
 
@@ -512,6 +517,27 @@ _MISSING = object()
 
 class EvalError(ValueError):
     pass
+
+
+def _explain(text: str, phase: str, message: str) -> str:
+    """Name the unknown member when the checker only says a string has no members
+    (``conn.client_ip.categories``: IP intelligence, not offered here)."""
+    if "cannot be the operand of a select" not in message:
+        return message
+    for match in _IDENT.finditer(text):
+        dotted = re.sub(r"\s+", "", match.group(0))
+        if text[match.end():].lstrip().startswith("("):
+            dotted = dotted.rpartition(".")[0]  # a method call, not a member
+        parts = dotted.split(".")
+        for end in range(len(parts) - 1, 0, -1):
+            prefix = ".".join(parts[:end])
+            entry = VARIABLES.get(prefix)
+            if entry is not None and phase in entry[1]:
+                if entry[0] in (STR, INT, BOOL, TS):
+                    return (f"unknown variable or member '{'.'.join(parts[:end + 1])}' "
+                            f"({message})")
+                break
+    return message
 
 
 def _clean(text: str) -> str:

@@ -43,12 +43,28 @@ class Conn:
     server_region: str = "local"
     bytes_in: int = 0
     bytes_out: int = 0
+    # TLS between the client and the edge (empty on plain HTTP/TCP). tls_version as Python's
+    # SSLObject.version() ("TLSv1.3") or already "1.3"; cipher from SSLObject.cipher()[0].
+    tls_version: str = ""
+    tls_cipher_suite: str = ""
+    tls_sni: str = ""
+    tls_alpn: str = ""
+
+
+def canonical(name: str) -> str:
+    """Go's canonical MIME header key: ``x-api-version`` -> ``X-Api-Version``."""
+    return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
 
 
 def _header_map(headers: Headers) -> Dict[str, List[str]]:
+    """Lower-case names (the reference) and, the same lists, canonical names: the hosted
+    docs' own examples read ``req.headers['X-Api-Version']`` and ``'Authorization' in
+    req.headers``. ``size(req.headers)`` therefore counts most names twice."""
     out: Dict[str, List[str]] = {}
     for name, value in headers:
         out.setdefault(name.lower(), []).append(value)
+    for name in list(out):
+        out.setdefault(canonical(name), out[name])
     return out
 
 

@@ -155,3 +155,31 @@ def test_every_declared_variable_evaluates_in_its_phases():
     for name, (_, phases, _) in celenv.VARIABLES.items():
         for phase in phases:
             evaluate(name, req=REQ, res=RES, phase=phase)
+
+
+@pytest.mark.parametrize("expression, expected", [
+    ("conn.tls.version", "1.3"), ("conn.tls.cipher_suite", "TLS_AES_128_GCM_SHA256"),
+    ("conn.tls.sni", "app.example.com"), ("conn.tls.negotiated_alpn", "http/1.1"),
+    ("conn.tls.session_resumed", False), ("conn.tls.version < '1.3'", False),
+])
+def test_tls_variables(expression, expected):
+    c = conn()
+    c.tls_version, c.tls_cipher_suite = "TLSv1.3", "TLS_AES_128_GCM_SHA256"
+    c.tls_sni, c.tls_alpn = "app.example.com", "http/1.1"
+    assert evaluate(expression, c=c) == expected
+
+
+def test_tls_variables_are_empty_on_plain_connections():
+    assert evaluate("conn.tls.version") == ""
+
+
+@pytest.mark.parametrize("expression, expected", [
+    ("req.headers['x-api-version']", ["2"]),
+    ("req.headers['X-Api-Version']", ["2"]),
+    ("'Authorization' in req.headers", True),
+    ("'authorization' in req.headers", True),
+    ("'X-API-VERSION' in req.headers", False),
+])
+def test_header_map_has_lower_case_and_canonical_names(expression, expected):
+    req = request(headers=[("X-API-Version", "2"), ("authorization", "x")])
+    assert evaluate(expression, req=req) == expected
