@@ -478,9 +478,76 @@ def _referenced(text: str, phase: str) -> Tuple[str, ...]:
     return tuple(sorted(names))
 
 
+_VAR = r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)"
+_STR = r"(?:'([^'\\]*)'|\"([^\"\\]*)\")"
+_FAST = [
+    ("cmp", re.compile(rf"^\s*{_VAR}\s*(==|!=)\s*{_STR}\s*$")),
+    ("int", re.compile(rf"^\s*{_VAR}\s*(==|!=|<=|>=|<|>)\s*(-?[0-9]+)\s*$")),
+    ("call", re.compile(rf"^\s*{_VAR}\.(startsWith|endsWith|contains)\(\s*{_STR}\s*\)\s*$")),
+    ("in", re.compile(rf"^\s*(!?)\s*\(?\s*{_STR}\s+in\s+{_VAR}\s*\)?\s*$")),
+    ("var", re.compile(rf"^\s*{_VAR}\s*$")),
+]
+_INT_OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+            "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+
+
+def _fast_path(text: str, phase: str) -> Optional[Callable[["Traffic"], Any]]:
+    """A Python closure for the few expression shapes most rules are made of (a variable
+    compared with a literal, startsWith/endsWith/contains of a literal, a literal ``in`` a
+    map or list, a bare variable). Same result as CEL for these shapes (the expression
+    already passed CEL's type checker, so the types are known); saves the runtime's
+    per-call conversion, about 10 us an expression. Anything else goes to CEL."""
+    for kind, pattern in _FAST:
+        match = pattern.match(text)
+        if not match:
+            continue
+        groups = match.groups()
+        if kind == "in":
+            negate, literal, name = groups[0] == "!", groups[1] if groups[1] is not None \
+                else groups[2], groups[3]
+        else:
+            name = groups[0]
+        entry = VARIABLES.get(name)
+        if entry is None or phase not in entry[1]:
+            return None
+        getter = _cached(name, entry[2])
+        kind_t = entry[0]
+        if kind == "var":
+            return getter
+        if kind == "cmp" and kind_t == STR:
+            literal = groups[2] if groups[2] is not None else groups[3]
+            if groups[1] == "==":
+                return lambda t: getter(t) == literal
+            return lambda t: getter(t) != literal
+        if kind == "int" and kind_t == INT:
+            op, number = _INT_OPS[groups[1]], int(groups[2])
+            return lambda t: op(getter(t), number)
+        if kind == "call" and kind_t == STR:
+            literal = groups[2] if groups[2] is not None else groups[3]
+            method = {"startsWith": str.startswith, "endsWith": str.endswith,
+                      "contains": str.__contains__}[groups[1]]
+            return lambda t: method(getter(t), literal)
+        if kind == "in" and kind_t in (MULTI, STR_MAP, DYN_MAP, STR_LIST):
+            if negate:
+                return lambda t: literal not in getter(t)
+            return lambda t: literal in getter(t)
+        return None
+    return None
+
+
+def _cached(name: str, getter: Callable[["Traffic"], Any]) -> Callable[["Traffic"], Any]:
+    def get(traffic: "Traffic") -> Any:
+        cache = traffic.cache
+        value = cache.get(name, _MISSING)
+        if value is _MISSING:
+            value = cache[name] = getter(traffic)
+        return value
+    return get
+
+
 class Program:
     """One compiled expression and the variables it needs."""
-    __slots__ = ("text", "expr", "needs", "kind")
+    __slots__ = ("text", "expr", "needs", "kind", "fast")
 
     def __init__(self, text: str, phase: str) -> None:
         self.text = text
@@ -490,9 +557,12 @@ class Program:
             raise CelError(_explain(text, phase, _clean(str(exc)))) from None
         self.kind = self.expr.return_type()
         self.needs = tuple((name, VARIABLES[name][2]) for name in _referenced(text, phase))
+        self.fast = _fast_path(text, phase)
 
     def evaluate(self, traffic: Traffic) -> Any:
         """The value, or raises EvalError (the expression failed on this traffic)."""
+        if self.fast is not None:
+            return self.fast(traffic)
         cache = traffic.cache
         data = {}
         for name, getter in self.needs:
