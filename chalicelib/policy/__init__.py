@@ -1,0 +1,57 @@
+"""The traffic policy engine: one implementation, used by the API to validate and by the
+edge to enforce. Sans-IO: no sockets, no event loop; the edge feeds it plain objects and
+acts on what it returns.
+
+The language is the hosted service's Traffic Policy: phases ``on_tcp_connect``,
+``on_http_request``, ``on_http_response``; rules of ``name``, ``expressions`` (CEL, all must
+hold) and ordered ``actions`` (``{type, config}``); ``${…}`` interpolation in configs; the
+variables (``req.url.path``, ``conn.client_ip``, ``res.status_code``, ``vars.*``,
+``actions.ngrok.*``, …) and macros (``inCidrRange``, ``getReqHeader``, …) of its reference.
+A document this engine cannot honour is refused when compiled, naming the element.
+
+Edge-facing interface::
+
+    policy = compile_policy(text_or_mapping)      # PolicyError(path, message) if refused;
+                                                  # cached by the document's sha256
+    conn = Conn(client_ip, client_port, server_ip, server_port, ts_start,
+                endpoint=Endpoint(id, url, host, port, protocol))
+    out = policy.on_tcp_connect(conn, state=None)            # per connection
+    state = policy.new_state()                               # per HTTP request
+    req = Request.from_target(method, scheme, host, target, headers, content_length=n)
+    out = policy.on_http_request(conn, req, state)
+    #   out.kind == NEED_BODY: read up to out.max_body_bytes of the body, set req.body
+    #   (and req.body_complete=False if it was longer), call on_http_request again with the
+    #   same state: the phase resumes at the action that asked.
+    res = Response(status_code, headers)
+    out = policy.on_http_response(conn, req, res, state)
+
+Every phase returns an :class:`Outcome`:
+- ``CONTINUE``: go on. ``req`` (``req.target``, ``req.headers``, ``req.url``) or ``res``
+  (``res.headers``) were changed in place; ``out.compressor`` (response phase) is set when
+  the body must be compressed: pass each chunk through ``feed`` and end with ``finish``
+  (headers were already changed: content-encoding set, content-length removed).
+- ``RESPOND``: answer ``status_code``, ``headers`` (content-length included), ``body``; do
+  not contact (or discard the answer of) the upstream.
+- ``CLOSE``: close the connection without an answer.
+- ``FORWARD_INTERNAL``: send the traffic to the internal endpoint ``out.url``. If that
+  fails and ``out.on_error == "continue"``, call the same phase again with the same state:
+  it resumes after the forward action; with ``"halt"`` answer 502 (HTTP) or close (TCP).
+- ``NEED_BODY``: see above.
+``out.logs`` holds the ``log`` actions' metadata (for the request's event), ``out.errors``
+the expressions and interpolations that failed on this traffic (a failing expression is
+false).
+
+Rate limits live in :mod:`chalicelib.policy.ratelimit` (per edge instance, see there).
+``set_ip_policy_resolver`` lets the edge resolve ``restrict-ips`` ``ip_policies``.
+"""
+from chalicelib.policy.actions import JWKS, set_ip_policy_resolver
+from chalicelib.policy.document import MAX_DOCUMENT_BYTES, MAX_RULES_PER_PHASE, PHASES, PolicyError
+from chalicelib.policy.engine import Policy, State, compile_policy
+from chalicelib.policy.model import Conn, Endpoint, Request, Response
+from chalicelib.policy.outcome import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_BODY, RESPOND,
+                                       Outcome)
+
+__all__ = ["CLOSE", "CONTINUE", "FORWARD_INTERNAL", "JWKS", "MAX_DOCUMENT_BYTES",
+           "MAX_RULES_PER_PHASE", "NEED_BODY", "PHASES", "RESPOND", "Conn", "Endpoint",
+           "Outcome", "Policy", "PolicyError", "Request", "Response", "State",
+           "compile_policy", "set_ip_policy_resolver"]

@@ -1,0 +1,1059 @@
+"""The actions this engine runs, each checked against the hosted service's config schema.
+
+Every action class is built once per compiled policy from its ``config`` (a PolicyError names
+the element when the config is wrong) and run per connection or request. ``run`` returns None
+to go on with the next action, or an :class:`~chalicelib.policy.outcome.Outcome` that ends
+the phase (answer, close, forward) or pauses it (the request body is needed).
+
+Decisions where the hosted docs are silent, written down here:
+- add-headers appends (a header already present keeps its values and gets one more);
+  header names must be HTTP tokens; a rendered value holding CR or LF is dropped (error).
+- custom-response infers ``content-type`` when none is given: ``application/json`` for a
+  body that parses as JSON, ``text/html`` for one starting with ``<``, else ``text/plain``;
+  status codes are 100-599.
+- redirect and url-rewrite use RE2 (the hosted service's Go regexp dialect) and Go's ``$1`` /
+  ``${name}`` replacement syntax; a static ``from`` that does not compile is a 400.
+- restrict-ips: with no ``allow`` CIDRs every address not denied is allowed;
+  ``ip_policies`` are resolved at run time through :func:`set_ip_policy_resolver` (the edge
+  installs one that reads the store); unresolvable ones count as an error (denied when
+  enforced).
+- verify-webhook reads at most 1 MiB of body (MAX_WEBHOOK_BODY); a longer body fails
+  verification. Providers: github, gitlab, stripe, slack, shopify, svix, clerk, linear,
+  generic_sha256 (``X-Signature-256: sha256=<hex>``, an extension); others are refused.
+- jwt-validation: keys from ``jws.keys.sources.additional_jkus`` (fetched, cached 15 minutes)
+  and, an extension, an inline JWKS in ``jws.keys.jwks``. A missing or invalid token is a
+  401 with ``WWW-Authenticate: Bearer``.
+- compress-response negotiates gzip and deflate (br when the ``brotli`` module is
+  installed; ``compress`` is accepted and never chosen).
+"""
+import base64
+import hashlib
+import hmac
+import ipaddress
+import json
+import re
+import threading
+import time
+import zlib
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import re2
+
+from chalicelib.policy import celenv, ratelimit
+from chalicelib.policy.document import PolicyError
+from chalicelib.policy.outcome import (CLOSE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Outcome)
+from chalicelib.policy.template import Template
+
+TCP, REQ, RES = "on_tcp_connect", "on_http_request", "on_http_response"
+MAX_HEADERS = 10
+MAX_WEBHOOK_BODY = 1 << 20
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+# Documented by the hosted service, not run here: refused at creation, by name.
+UNSUPPORTED = ("ai-gateway", "circuit-breaker", "http-request", "oauth", "openid-connect",
+               "oidc", "owasp-crs-request", "owasp-crs-response", "request-body-find-replace",
+               "response-body-find-replace", "saml", "sse-find-replace", "terminate-tls")
+
+
+class Run:
+    """What an action sees while it runs."""
+    __slots__ = ("traffic", "phase", "errors", "logs", "outcome", "clock")
+
+    def __init__(self, traffic, phase, outcome, clock):
+        self.traffic = traffic
+        self.phase = phase
+        self.errors = outcome.errors
+        self.logs = outcome.logs
+        self.outcome = outcome
+        self.clock = clock
+
+    def render(self, template: Template) -> str:
+        return template.render(self.traffic, self.errors)
+
+    def set_vars(self, prefix: str, **values: Any) -> None:
+        for key, value in values.items():
+            self.traffic.action_vars[f"actions.ngrok.{prefix}.{key}"] = value
+            self.traffic.cache.pop(f"actions.ngrok.{prefix}.{key}", None)
+
+
+# ---- config checking ----------------------------------------------------------------------
+
+class Config:
+    def __init__(self, config: Optional[dict], where: str, allowed: Tuple[str, ...]) -> None:
+        self.config = config or {}
+        self.where = where
+        for key in self.config:
+            if key not in allowed:
+                accepted = ", ".join(allowed) if allowed else "none (this action has no config)"
+                raise PolicyError(f"{where}.{key}", f"unknown field; accepted: {accepted}")
+
+    def at(self, key: str) -> str:
+        return f"{self.where}.{key}"
+
+    def get(self, key: str, kind, required: bool = False, default: Any = None) -> Any:
+        if key not in self.config or self.config[key] is None:
+            if required:
+                raise PolicyError(self.at(key), "is required")
+            return default
+        value = self.config[key]
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise PolicyError(self.at(key), "must be an integer")
+        if kind is not int and not isinstance(value, kind):
+            raise PolicyError(self.at(key), f"must be {_kind_name(kind)}")
+        return value
+
+    def template(self, key: str, phase: str, required: bool = False) -> Optional[Template]:
+        value = self.get(key, str, required)
+        return None if value is None else Template(value, phase, self.at(key))
+
+    def headers(self, key: str, phase: str, required: bool = False) -> List[Tuple[str, Template]]:
+        value = self.get(key, dict, required, {})
+        if required and not value:
+            raise PolicyError(self.at(key), "needs at least 1 header")
+        if len(value) > MAX_HEADERS:
+            raise PolicyError(self.at(key), f"has {len(value)} headers; the limit is "
+                                            f"{MAX_HEADERS}")
+        out = []
+        for name, template in value.items():
+            if not isinstance(name, str) or not _TOKEN.match(name):
+                raise PolicyError(f"{self.at(key)}.{name}", "is not a valid header name")
+            if isinstance(template, (int, float)) and not isinstance(template, bool):
+                template = str(template)
+            out.append((name, Template(template, phase, f"{self.at(key)}.{name}")))
+        return out
+
+    def strings(self, key: str, required: bool = False, max_items: int = 0) -> List[str]:
+        value = self.get(key, list, required, [])
+        if required and not value:
+            raise PolicyError(self.at(key), "needs at least 1 entry")
+        if max_items and len(value) > max_items:
+            raise PolicyError(self.at(key), f"has {len(value)} entries; the limit is "
+                                            f"{max_items}")
+        for index, entry in enumerate(value):
+            if not isinstance(entry, str):
+                raise PolicyError(f"{self.at(key)}[{index}]", "must be a string")
+        return value
+
+    def status(self, key: str, default: int, low: int = 100, high: int = 599) -> int:
+        value = self.get(key, int, False, default)
+        if not low <= value <= high:
+            raise PolicyError(self.at(key), f"must be a status code from {low} to {high}")
+        return value
+
+
+def _kind_name(kind) -> str:
+    return {str: "a string", bool: "a boolean (true or false)", dict: "a mapping",
+            list: "a list"}.get(kind, str(kind))
+
+
+def _respond(status: int, headers: List[Tuple[str, str]], body: bytes = b"") -> Outcome:
+    return Outcome(RESPOND, status_code=status,
+                   headers=headers + [("content-length", str(len(body)))], body=body)
+
+
+def _safe_value(value: str, name: str, errors: List[str]) -> Optional[str]:
+    if "\r" in value or "\n" in value:
+        errors.append(f"header {name}: value holds CR or LF; dropped")
+        return None
+    return value
+
+
+class Action:
+    type = ""
+    phases: Tuple[str, ...] = ()
+    fields: Tuple[str, ...] = ()
+    needs_body = 0  # bytes of request body the action reads (0: none)
+
+    def __init__(self, config: Optional[dict], where: str, phase: str) -> None:
+        self.where = where
+        self.phase = phase
+        self.setup(Config(config, f"{where}.config", self.fields), phase)
+
+    def setup(self, c: Config, phase: str) -> None:
+        pass
+
+    def run(self, r: Run) -> Optional[Outcome]:
+        raise NotImplementedError
+
+
+# ---- headers, responses, URLs -------------------------------------------------------------
+
+class AddHeaders(Action):
+    type, phases, fields = "add-headers", (REQ, RES), ("headers",)
+
+    def setup(self, c, phase):
+        self.headers = c.headers("headers", phase, required=True)
+
+    def run(self, r):
+        message = r.traffic.req if r.phase == REQ else r.traffic.res
+        added = {}
+        for name, template in self.headers:
+            value = _safe_value(r.render(template), name, r.errors)
+            if value is not None:
+                message.headers.append((name, value))
+                added[name] = value
+        r.traffic.invalidate()
+        r.set_vars("add_headers", headers_added=added)
+        return None
+
+
+class RemoveHeaders(Action):
+    type, phases, fields = "remove-headers", (REQ, RES), ("headers",)
+
+    def setup(self, c, phase):
+        self.names = c.strings("headers", required=True, max_items=MAX_HEADERS)
+        for index, name in enumerate(self.names):
+            if not _TOKEN.match(name):
+                raise PolicyError(f"{c.at('headers')}[{index}]", "is not a valid header name")
+
+    def run(self, r):
+        message = r.traffic.req if r.phase == REQ else r.traffic.res
+        removed = [name for name in self.names if message.remove_header(name)]
+        r.traffic.invalidate()
+        r.set_vars("remove_headers", headers_removed=removed)
+        return None
+
+
+def infer_content_type(body: str) -> str:
+    stripped = body.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            json.loads(stripped)
+            return "application/json"
+        except ValueError:
+            pass
+    if stripped.startswith("<"):
+        return "text/html"
+    return "text/plain"
+
+
+class CustomResponse(Action):
+    type, phases, fields = "custom-response", (REQ, RES), ("status_code", "body", "headers")
+
+    def setup(self, c, phase):
+        self.status = c.status("status_code", 200)
+        self.body = c.template("body", phase)
+        self.headers = c.headers("headers", phase)
+
+    def run(self, r):
+        body = r.render(self.body) if self.body else ""
+        headers = []
+        for name, template in self.headers:
+            value = _safe_value(r.render(template), name, r.errors)
+            if value is not None:
+                headers.append((name, value))
+        if not any(name.lower() == "content-type" for name, _ in headers):
+            headers.append(("content-type", infer_content_type(body)))
+        return _respond(self.status, headers, body.encode("utf-8"))
+
+
+class Deny(Action):
+    type, phases = "deny", (TCP, REQ)
+
+    def __init__(self, config, where, phase):
+        self.fields = ("status_code",) if phase != TCP else ()
+        super().__init__(config, where, phase)
+
+    def setup(self, c, phase):
+        self.status = c.status("status_code", 403) if phase != TCP else 0
+
+    def run(self, r):
+        if r.phase == TCP:
+            return Outcome(CLOSE)
+        return _respond(self.status, [])
+
+
+class CloseConnection(Action):
+    type, phases = "close-connection", (TCP, REQ)
+
+    def run(self, r):
+        return Outcome(CLOSE)
+
+
+_GO_GROUP = re.compile(r"\$(?:\{(\w+)\}|(\w+)|\$)")
+
+
+def go_replacement(to: str) -> Callable[[Any], str]:
+    """Go's ReplaceAllString template (``$1``, ``$name``, ``${name}``, ``$$``) as a function
+    of the match; as in Go, a group that does not exist or did not match expands to "".
+    (``${name}`` in a config is CEL interpolation first, so ``$name`` or ``$1`` is how a
+    policy names a group.)"""
+    pieces: List[Any] = []
+    last = 0
+    for found in _GO_GROUP.finditer(to):
+        pieces.append(to[last:found.start()])
+        if found.group(0) == "$$":
+            pieces.append("$")
+        else:
+            ref = found.group(1) or found.group(2)
+            pieces.append((int(ref) if ref.isdigit() else ref,))
+        last = found.end()
+    pieces.append(to[last:])
+
+    def expand(match) -> str:
+        out = []
+        for piece in pieces:
+            if isinstance(piece, tuple):
+                try:
+                    out.append(match.group(piece[0]) or "")
+                except (IndexError, KeyError):
+                    pass
+            else:
+                out.append(piece)
+        return "".join(out)
+    return expand
+
+
+def _regex(pattern: str, where: str):
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) \
+            else str(exc)
+        raise PolicyError(where, f"is not a valid regular expression ({reason})") from None
+
+
+class _UrlAction(Action):
+    fields = ("from", "to")
+    var = ""
+
+    def setup(self, c, phase):
+        self.from_ = c.template("from", phase)
+        self.to = c.template("to", phase, required=True)
+        self.static_regex = None
+        if self.from_ is not None and self.from_.static is not None:
+            self.static_regex = _regex(self.from_.static, c.at("from"))
+
+    def rewrite(self, r) -> Optional[str]:
+        url = r.traffic.req.url
+        to = r.render(self.to)
+        if self.from_ is None:
+            r.set_vars(self.var, matches=[url], url=to)
+            return to
+        try:
+            regex = self.static_regex or _regex(r.render(self.from_), "from")
+        except PolicyError as exc:
+            r.set_vars(self.var, **{"error.code": "ERR_NGROK_20000",
+                                    "error.message": exc.message})
+            r.errors.append(f"{self.type}: from {exc.message}")
+            return None
+        expand = go_replacement(to)
+        first = []
+
+        def replace(match) -> str:  # one pass (the RE2 binding costs ~15 us a call)
+            if not first:
+                first.append([match.group(0)] + [g or "" for g in match.groups()])
+            return expand(match)
+        new = regex.sub(replace, url)
+        if not first:
+            r.set_vars(self.var, matches=[], url=url)
+            return None
+        r.set_vars(self.var, matches=first[0], url=new)
+        return new
+
+
+class Redirect(_UrlAction):
+    type, phases = "redirect", (REQ,)
+    fields = ("from", "to", "status_code", "headers")
+    var = "redirect"
+
+    def setup(self, c, phase):
+        super().setup(c, phase)
+        self.status = c.status("status_code", 302, 300, 399)
+        self.headers = c.headers("headers", phase)
+
+    def run(self, r):
+        new = self.rewrite(r)
+        if new is None or new == r.traffic.req.url:
+            return None
+        if "\r" in new or "\n" in new:
+            r.errors.append("redirect: the new URL holds CR or LF")
+            return None
+        headers = [("location", new)]
+        for name, template in self.headers:
+            value = _safe_value(r.render(template), name, r.errors)
+            if value is not None:
+                headers.append((name, value))
+        return _respond(self.status, headers)
+
+
+class UrlRewrite(_UrlAction):
+    type, phases = "url-rewrite", (REQ,)
+    var = "url_rewrite"
+
+    def run(self, r):
+        new = self.rewrite(r)
+        if new is not None and new != r.traffic.req.url:
+            if "\r" in new or "\n" in new or " " in new:
+                r.errors.append("url-rewrite: the new URL holds whitespace; not applied")
+                return None
+            r.traffic.req.set_url(new)
+            r.traffic.invalidate()
+        return None
+
+
+# ---- access ---------------------------------------------------------------------------------
+
+_ip_policy_resolver: Optional[Callable[[str], List[Tuple[str, str]]]] = None
+
+
+def set_ip_policy_resolver(resolver: Optional[Callable[[str], List[Tuple[str, str]]]]) -> None:
+    """Install ``resolver(ip_policy_id) -> [(action 'allow'|'deny', cidr), …]`` (raises
+    KeyError for an unknown policy). The edge installs one reading the store."""
+    global _ip_policy_resolver
+    _ip_policy_resolver = resolver
+
+
+def _network(text: str, where: str):
+    try:
+        return ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        raise PolicyError(where, f"'{text}' is not a CIDR or IP address") from None
+
+
+class RestrictIps(Action):
+    type, phases = "restrict-ips", (TCP, REQ, RES)
+    fields = ("enforce", "allow", "deny", "ip_policies")
+
+    def setup(self, c, phase):
+        self.enforce = c.get("enforce", bool, default=True)
+        self.lists = {}
+        for key in ("allow", "deny"):
+            entries = []
+            for index, text in enumerate(c.strings(key)):
+                where = f"{c.at(key)}[{index}]"
+                template = Template(text, phase, where)
+                entries.append(_network(text, where) if template.static is not None
+                               else template)
+            self.lists[key] = entries
+        self.ip_policies = c.strings("ip_policies")
+        for index, ident in enumerate(self.ip_policies):
+            if not re.match(r"^ipp_[0-9A-Za-z]+$", ident):
+                raise PolicyError(f"{c.at('ip_policies')}[{index}]",
+                                  "must be an IP policy id (ipp_…)")
+        if not (self.lists["allow"] or self.lists["deny"] or self.ip_policies):
+            raise PolicyError(c.where, "needs at least one of allow, deny, ip_policies")
+
+    def _networks(self, r, key):
+        for entry in self.lists[key]:
+            if isinstance(entry, Template):
+                try:
+                    yield _network(r.render(entry), key)
+                except PolicyError as exc:
+                    r.errors.append(f"restrict-ips: {exc.message}")
+            else:
+                yield entry
+
+    def run(self, r):
+        ip = celenv._ip(r.traffic.conn.client_ip)
+        allow = list(self._networks(r, "allow"))
+        deny = list(self._networks(r, "deny"))
+        error = None
+        for ident in self.ip_policies:
+            try:
+                if _ip_policy_resolver is None:
+                    raise KeyError(ident)
+                for action, cidr in _ip_policy_resolver(ident):
+                    (allow if action == "allow" else deny).append(
+                        ipaddress.ip_network(cidr, strict=False))
+            except (KeyError, ValueError):
+                error = ("ERR_NGROK_3205", f"IP policy {ident} could not be resolved")
+        matched_deny = next((n for n in deny if ip is not None and ip.version == n.version
+                             and ip in n), None)
+        matched_allow = next((n for n in allow if ip is not None and ip.version == n.version
+                              and ip in n), None)
+        allowed = error is None and matched_deny is None and (matched_allow is not None
+                                                              or not allow)
+        matched = matched_deny or matched_allow
+        r.set_vars("restrict_ips", action="allow" if allowed else "deny",
+                   matched_cidr=str(matched) if matched else "",
+                   **{"error.code": error[0] if error else "",
+                      "error.message": error[1] if error else ""})
+        if allowed or not self.enforce:
+            return None
+        return Outcome(CLOSE) if r.phase == TCP else _respond(403, [])
+
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(text: str) -> Optional[int]:
+    match = _DURATION.match(text.strip()) if isinstance(text, str) else None
+    if not match or not any(match.groups()):
+        return None
+    h, m, s = (int(g or 0) for g in match.groups())
+    return h * 3600 + m * 60 + s
+
+
+class RateLimit(Action):
+    type, phases = "rate-limit", (REQ,)
+    fields = ("name", "enforce", "algorithm", "capacity", "rate", "bucket_key")
+
+    def setup(self, c, phase):
+        self.name = c.get("name", str, required=True)
+        if not self.name or len(self.name) >= 1024:
+            raise PolicyError(c.at("name"), "must be 1 to 1023 characters")
+        self.enforce = c.get("enforce", bool, default=True)
+        algorithm = c.get("algorithm", str, required=True)
+        if algorithm != "sliding_window":
+            raise PolicyError(c.at("algorithm"), "must be sliding_window")
+        self.capacity = c.get("capacity", int, required=True)
+        if not 1 <= self.capacity <= 2_000_000_000:
+            raise PolicyError(c.at("capacity"), "must be from 1 to 2000000000")
+        rate = c.get("rate", str, required=True)
+        seconds = parse_duration(rate)
+        if seconds is None or seconds % 10 or not 60 <= seconds <= 86400:
+            raise PolicyError(c.at("rate"), "must be a duration from 60s to 24h, a multiple "
+                                            "of 10 seconds (for example 60s, 90s, 10m)")
+        self.window = seconds
+        keys = c.strings("bucket_key", required=True, max_items=10)
+        self.keys = []
+        for index, text in enumerate(keys):
+            where = f"{c.at('bucket_key')}[{index}]"
+            try:
+                self.keys.append(celenv.compile_expression(text, phase, want_bool=False))
+            except celenv.CelError as exc:
+                raise PolicyError(where, f"bad CEL: {exc}") from None
+        self.scope = ""  # set by the policy: its digest and this action's place
+
+    def run(self, r):
+        parts = []
+        for program in self.keys:
+            try:
+                parts.append(celenv.to_text(program.evaluate(r.traffic)))
+            except celenv.EvalError as exc:
+                r.errors.append(f"rate-limit bucket_key {program.text}: {exc}")
+                parts.append("")
+        key = "|".join(parts)
+        allowed, retry_after = ratelimit.LIMITER.hit((self.scope, key), self.capacity,
+                                                     self.window, r.clock())
+        r.set_vars("rate_limit", bucket_key=key, limited=not allowed,
+                   **{"error.code": "", "error.message": ""})
+        if allowed or not self.enforce:
+            return None
+        return _respond(429, [("retry-after", str(retry_after))])
+
+
+class BasicAuth(Action):
+    type, phases, fields = "basic-auth", (REQ,), ("credentials", "realm", "enforce")
+
+    def setup(self, c, phase):
+        creds = c.get("credentials", list, required=True)
+        if not creds:
+            raise PolicyError(c.at("credentials"), "needs at least 1 entry")
+        if len(creds) > 10:
+            raise PolicyError(c.at("credentials"), f"has {len(creds)} entries; the limit is 10")
+        self.credentials = []
+        for index, text in enumerate(creds):
+            where = f"{c.at('credentials')}[{index}]"
+            if isinstance(text, dict):  # the docs' other form: {username, password}
+                pair = Config(text, where, ("username", "password"))
+                user = pair.get("username", str, required=True)
+                password = pair.get("password", str, required=True)
+                if ":" in user:
+                    raise PolicyError(pair.at("username"), "must not contain ':'")
+                text = f"{user}:{password}"
+            elif not isinstance(text, str):
+                raise PolicyError(where, "must be a 'username:password' string or a mapping "
+                                         "with username and password")
+            template = Template(text, phase, where)
+            if template.static is not None:
+                user, sep, password = text.partition(":")
+                if not sep or not user:
+                    raise PolicyError(where, "must be username:password")
+                if not 8 <= len(password) <= 128:
+                    raise PolicyError(where, "the password must be 8 to 128 characters")
+            self.credentials.append(template)
+        self.realm = c.get("realm", str, default="ngrok")
+        if len(self.realm) > 128 or not self.realm.isascii() or '"' in self.realm:
+            raise PolicyError(c.at("realm"), "must be at most 128 ASCII characters, no '\"'")
+        self.enforce = c.get("enforce", bool, default=True)
+
+    def run(self, r):
+        presented, username, authorized = False, "", False
+        for value in r.traffic.req.get_header("authorization"):
+            scheme, _, token = value.strip().partition(" ")
+            if scheme.lower() != "basic":
+                continue
+            try:
+                decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                continue
+            presented = True
+            user, _, password = decoded.partition(":")
+            username = user
+            for template in self.credentials:
+                want_user, _, want_password = r.render(template).partition(":")
+                ok_user = hmac.compare_digest(user.encode(), want_user.encode())
+                ok_password = hmac.compare_digest(password.encode(), want_password.encode())
+                if ok_user and ok_password:
+                    authorized = True
+            break
+        r.set_vars("basic_auth", **{"credentials.presented": presented,
+                                    "credentials.username": username,
+                                    "credentials.authorized": authorized})
+        if authorized or not self.enforce:
+            return None
+        return _respond(401, [("www-authenticate", f'Basic realm="{self.realm}"'),
+                              ("content-type", "text/plain")], b"Unauthorized\n")
+
+
+# ---- webhooks -------------------------------------------------------------------------------
+
+def _hmac_hex(secret: bytes, data: bytes, algo=hashlib.sha256) -> str:
+    return hmac.new(secret, data, algo).hexdigest()
+
+
+def _verify_github(req, body, secret, now):
+    sig = (req.get_header("x-hub-signature-256") or [""])[0]
+    return sig.startswith("sha256=") and hmac.compare_digest(
+        sig[7:], _hmac_hex(secret, body))
+
+
+def _verify_gitlab(req, body, secret, now):
+    return hmac.compare_digest((req.get_header("x-gitlab-token") or [""])[0].encode(), secret)
+
+
+def _verify_linear(req, body, secret, now):
+    return hmac.compare_digest((req.get_header("linear-signature") or [""])[0],
+                               _hmac_hex(secret, body))
+
+
+def _verify_generic(req, body, secret, now):
+    sig = (req.get_header("x-signature-256") or [""])[0]
+    return sig.startswith("sha256=") and hmac.compare_digest(sig[7:], _hmac_hex(secret, body))
+
+
+def _verify_shopify(req, body, secret, now):
+    sig = (req.get_header("x-shopify-hmac-sha256") or [""])[0]
+    want = base64.b64encode(hmac.new(secret, body, hashlib.sha256).digest()).decode()
+    return hmac.compare_digest(sig, want)
+
+
+TOLERANCE = 300  # seconds a signed timestamp may differ from now (replay prevention)
+
+
+def _fresh(ts: str, now: float) -> bool:
+    return ts.isdigit() and abs(now - int(ts)) <= TOLERANCE
+
+
+def _verify_stripe(req, body, secret, now):
+    header = (req.get_header("stripe-signature") or [""])[0]
+    fields: Dict[str, List[str]] = {}
+    for item in header.split(","):
+        key, _, value = item.strip().partition("=")
+        fields.setdefault(key, []).append(value)
+    ts = (fields.get("t") or [""])[0]
+    if not _fresh(ts, now):
+        return False
+    want = _hmac_hex(secret, ts.encode() + b"." + body)
+    return any(hmac.compare_digest(v, want) for v in fields.get("v1", []))
+
+
+def _verify_slack(req, body, secret, now):
+    ts = (req.get_header("x-slack-request-timestamp") or [""])[0]
+    sig = (req.get_header("x-slack-signature") or [""])[0]
+    if not _fresh(ts, now):
+        return False
+    return hmac.compare_digest(sig, "v0=" + _hmac_hex(secret, b"v0:" + ts.encode() + b":" + body))
+
+
+def _verify_svix(req, body, secret, now):
+    ident = (req.get_header("svix-id") or req.get_header("webhook-id") or [""])[0]
+    ts = (req.get_header("svix-timestamp") or req.get_header("webhook-timestamp") or [""])[0]
+    sigs = (req.get_header("svix-signature") or req.get_header("webhook-signature") or [""])[0]
+    if not ident or not _fresh(ts, now):
+        return False
+    key = secret.decode()
+    try:
+        raw = base64.b64decode(key[6:] if key.startswith("whsec_") else key)
+    except ValueError:
+        return False
+    want = base64.b64encode(hmac.new(raw, f"{ident}.{ts}.".encode() + body,
+                                     hashlib.sha256).digest()).decode()
+    return any(hmac.compare_digest(part.partition(",")[2], want)
+               for part in sigs.split() if part.startswith("v1,"))
+
+
+PROVIDERS = {"github": _verify_github, "gitlab": _verify_gitlab, "stripe": _verify_stripe,
+             "slack": _verify_slack, "shopify": _verify_shopify, "svix": _verify_svix,
+             "clerk": _verify_svix, "linear": _verify_linear,
+             "generic_sha256": _verify_generic}
+
+
+class VerifyWebhook(Action):
+    type, phases, fields = "verify-webhook", (REQ,), ("provider", "secret", "enforce")
+    needs_body = MAX_WEBHOOK_BODY
+
+    def setup(self, c, phase):
+        provider = c.get("provider", str, required=True)
+        if provider not in PROVIDERS:
+            raise PolicyError(c.at("provider"), f"provider '{provider[:64]}' is not supported "
+                                                f"by this service; supported: "
+                                                f"{', '.join(sorted(PROVIDERS))}")
+        self.verify = PROVIDERS[provider]
+        self.secret = c.template("secret", phase, required=True)
+        self.enforce = c.get("enforce", bool, default=True)
+
+    def run(self, r):
+        req = r.traffic.req
+        if req.body is None:
+            return Outcome(NEED_BODY, max_body_bytes=self.needs_body)
+        error = ("", "")
+        if not req.body_complete:
+            verified = False
+            error = ("ERR_NGROK_3303", f"the body is larger than {self.needs_body} bytes")
+        else:
+            secret = r.render(self.secret).encode()
+            verified = bool(self.verify(req, req.body, secret, r.clock()))
+            if not verified:
+                error = ("ERR_NGROK_3303", "the webhook signature is not valid")
+        r.set_vars("verify_webhook", verified=verified,
+                   **{"error.code": error[0], "error.message": error[1]})
+        if verified or not self.enforce:
+            return None
+        return _respond(403, [])
+
+
+# ---- JWT --------------------------------------------------------------------------------------
+
+class _Jwks:
+    """JWKS documents by URL, fetched on first use and kept 15 minutes (the hosted docs'
+    refresh period). ``fetcher(url) -> bytes`` may be replaced (tests, or an edge that
+    prefetches without blocking)."""
+    TTL = 900
+
+    def __init__(self):
+        self.cache: Dict[str, Tuple[float, dict]] = {}
+        self.lock = threading.Lock()
+        self.fetcher: Callable[[str], bytes] = self._fetch
+
+    @staticmethod
+    def _fetch(url: str) -> bytes:
+        import urllib.request
+        with urllib.request.urlopen(url, timeout=3) as response:  # noqa: S310 (http/https only)
+            return response.read(1 << 20)
+
+    def get(self, url: str, now: float) -> dict:
+        with self.lock:
+            hit = self.cache.get(url)
+        if hit and now - hit[0] < self.TTL:
+            return hit[1]
+        document = json.loads(self.fetcher(url))
+        with self.lock:
+            self.cache[url] = (now, document)
+        return document
+
+
+JWKS = _Jwks()
+_JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
+                   "ES512", "EdDSA", "HS256", "HS384", "HS512")
+_TOKEN_TYPES = ("id_token", "access_token", "at+jwt", "it+jwt", "plain", "jwt")
+
+
+class JwtValidation(Action):
+    type, phases, fields = "jwt-validation", (REQ,), ("issuer", "audience", "http", "jws")
+
+    def setup(self, c, phase):
+        issuer = Config(c.get("issuer", dict, required=True), c.at("issuer"), ("allow_list",))
+        self.issuers = self._allow_list(issuer, phase, required=True)
+        audience = Config(c.get("audience", dict, default={}), c.at("audience"),
+                          ("allow_list",))
+        self.audiences = self._allow_list(audience, phase, required=False)
+        http = Config(c.get("http", dict, required=True), c.at("http"), ("tokens",))
+        tokens = http.get("tokens", list, required=True)
+        if not tokens:
+            raise PolicyError(http.at("tokens"), "needs at least 1 token")
+        self.tokens = []
+        for index, token in enumerate(tokens):
+            where = f"{http.at('tokens')}[{index}]"
+            if not isinstance(token, dict):
+                raise PolicyError(where, "must be a mapping")
+            t = Config(token, where, ("type", "method", "name", "prefix"))
+            kind = t.get("type", str, required=True)
+            if kind not in _TOKEN_TYPES:
+                raise PolicyError(t.at("type"), f"must be one of {', '.join(_TOKEN_TYPES)}")
+            method = t.get("method", str, required=True)
+            if method not in ("header", "body"):
+                raise PolicyError(t.at("method"), "must be header or body")
+            if method == "body":
+                self.needs_body = MAX_WEBHOOK_BODY
+            self.tokens.append((method, t.template("name", phase, required=True),
+                                t.template("prefix", phase)))
+        jws = Config(c.get("jws", dict, required=True), c.at("jws"),
+                     ("allowed_algorithms", "keys"))
+        self.algorithms = jws.strings("allowed_algorithms", required=True)
+        for index, name in enumerate(self.algorithms):
+            if name not in _JWT_ALGORITHMS:
+                raise PolicyError(f"{jws.at('allowed_algorithms')}[{index}]",
+                                  f"'{name[:32]}' is not supported; accepted: "
+                                  f"{', '.join(_JWT_ALGORITHMS)}")
+        keys = Config(jws.get("keys", dict, required=True), jws.at("keys"), ("sources", "jwks"))
+        sources = Config(keys.get("sources", dict, default={}), keys.at("sources"),
+                         ("additional_jkus",))
+        self.jkus = [Template(u, phase, f"{sources.at('additional_jkus')}[{i}]")
+                     for i, u in enumerate(sources.strings("additional_jkus"))]
+        self.inline = keys.get("jwks", dict)
+        if self.inline is not None:
+            self._keyset(self.inline, keys.at("jwks"))
+        if not self.jkus and self.inline is None:
+            raise PolicyError(keys.where, "needs sources.additional_jkus or jwks")
+
+    @staticmethod
+    def _allow_list(c: Config, phase: str, required: bool) -> List[Template]:
+        entries = c.get("allow_list", list, required=required, default=[])
+        if required and not entries:
+            raise PolicyError(c.at("allow_list"), "needs at least 1 entry")
+        out = []
+        for index, entry in enumerate(entries):
+            where = f"{c.at('allow_list')}[{index}]"
+            if not isinstance(entry, dict):
+                raise PolicyError(where, "must be a mapping with 'value'")
+            e = Config(entry, where, ("value",))
+            out.append(e.template("value", phase, required=True))
+        return out
+
+    @staticmethod
+    def _keyset(document: dict, where: str):
+        import jwt
+        try:
+            return jwt.PyJWKSet.from_dict(document)
+        except (jwt.PyJWTError, ValueError, KeyError, TypeError) as exc:
+            raise PolicyError(where, f"is not a usable JWKS ({exc})") from None
+
+    def _token(self, r) -> Optional[str]:
+        req = r.traffic.req
+        for method, name_t, prefix_t in self.tokens:
+            name = r.render(name_t)
+            prefix = r.render(prefix_t) if prefix_t else ""
+            if method == "header":
+                values = req.get_header(name)
+            else:
+                values = _body_field(req, name)
+            for value in values:
+                if prefix and value[:len(prefix)].lower() == prefix.lower():
+                    value = value[len(prefix):]
+                elif prefix:
+                    continue
+                if value.strip():
+                    return value.strip()
+        return None
+
+    def run(self, r):
+        import jwt
+        if self.needs_body and r.traffic.req.body is None and \
+                r.traffic.req.method in ("POST", "PUT", "PATCH"):
+            return Outcome(NEED_BODY, max_body_bytes=self.needs_body)
+        token = self._token(r)
+        error = None
+        if token is None:
+            error = ("ERR_NGROK_3401", "no JWT was presented")
+        else:
+            try:
+                header = jwt.get_unverified_header(token)
+                key = self._key(header, r)
+                issuers = [r.render(t) for t in self.issuers]
+                audiences = [r.render(t) for t in self.audiences]
+                jwt.decode(token, key=key, algorithms=self.algorithms,
+                           issuer=issuers, audience=audiences or None,
+                           options={"verify_aud": bool(audiences), "require": ["exp"]})
+            except (jwt.PyJWTError, ValueError, KeyError, OSError) as exc:
+                error = ("ERR_NGROK_3402", f"the JWT is not valid ({exc})")
+        r.set_vars("jwt_validation", **{"error.code": error[0] if error else "",
+                                        "error.message": error[1] if error else ""})
+        if error is None:
+            return None
+        return _respond(401, [("www-authenticate", 'Bearer error="invalid_token"'),
+                              ("content-type", "text/plain")], b"Unauthorized\n")
+
+    def _key(self, header: dict, r):
+        kid = header.get("kid")
+        sets = []
+        if self.inline is not None:
+            sets.append(self._keyset(self.inline, "jwks"))
+        for template in self.jkus:
+            url = r.render(template)
+            sets.append(self._keyset(JWKS.get(url, r.clock()), url))
+        for keyset in sets:
+            for key in keyset.keys:
+                if kid is None or key.key_id == kid:
+                    return key
+        raise KeyError(f"no key with kid {kid!r}")
+
+
+def _body_field(req, name: str) -> List[str]:
+    if not req.body or not req.body_complete:
+        return []
+    media = (req.get_header("content-type") or [""])[0].split(";")[0].strip().lower()
+    text = req.body.decode("utf-8", "replace")
+    if media == "application/json":
+        try:
+            value = json.loads(text).get(name)
+        except (ValueError, AttributeError):
+            return []
+        return [value] if isinstance(value, str) else []
+    if media == "application/x-www-form-urlencoded":
+        from urllib.parse import parse_qs
+        return parse_qs(text).get(name, [])
+    return []
+
+
+# ---- response, variables, logs, forwarding --------------------------------------------------
+
+class CompressResponse(Action):
+    type, phases, fields = "compress-response", (RES,), ("algorithms",)
+    KNOWN = ("br", "compress", "deflate", "gzip")
+
+    def setup(self, c, phase):
+        from chalicelib.policy import compress
+        names = c.strings("algorithms") or list(self.KNOWN)
+        for index, name in enumerate(names):
+            if name not in self.KNOWN:
+                raise PolicyError(f"{c.at('algorithms')}[{index}]",
+                                  f"must be one of {', '.join(self.KNOWN)}")
+        if len(set(names)) != len(names):
+            raise PolicyError(c.at("algorithms"), "each algorithm may appear once")
+        self.algorithms = [n for n in names if n in compress.AVAILABLE]
+
+    def run(self, r):
+        from chalicelib.policy import compress
+        req, res = r.traffic.req, r.traffic.res
+        already = bool(res.get_header("content-encoding")) and \
+            res.get_header("content-encoding")[0].lower() != "identity"
+        algorithm = "" if already else compress.negotiate(
+            ",".join(req.get_header("accept-encoding")), self.algorithms)
+        r.set_vars("compress", already_compressed=already, negotiated_algorithm=algorithm)
+        if not algorithm or res.status_code in (204, 304) or res.status_code < 200 \
+                or req.method == "HEAD":
+            return None
+        res.remove_header("content-length")
+        res.remove_header("content-encoding")
+        res.headers.append(("content-encoding", algorithm))
+        vary = res.get_header("vary")
+        if not any("accept-encoding" in v.lower() for v in vary):
+            res.headers.append(("vary", "Accept-Encoding"))
+        r.traffic.invalidate()
+        r.outcome.compressor = compress.Compressor(algorithm)
+        return None
+
+
+def _value_templates(value: Any, phase: str, where: str) -> Any:
+    if isinstance(value, str):
+        return Template(value, phase, where)
+    if isinstance(value, list):
+        return [_value_templates(v, phase, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: _value_templates(v, phase, f"{where}.{k}") for k, v in value.items()}
+    return value
+
+
+def _value_render(value: Any, r) -> Any:
+    if isinstance(value, Template):
+        return value.value(r.traffic, r.errors)
+    if isinstance(value, list):
+        return [_value_render(v, r) for v in value]
+    if isinstance(value, dict):
+        return {k: _value_render(v, r) for k, v in value.items()}
+    return value
+
+
+_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SetVars(Action):
+    type, phases, fields = "set-vars", (TCP, REQ, RES), ("vars",)
+
+    def setup(self, c, phase):
+        entries = c.get("vars", list, required=True)
+        if not entries:
+            raise PolicyError(c.at("vars"), "needs at least 1 variable")
+        self.vars = []
+        for index, entry in enumerate(entries):
+            where = f"{c.at('vars')}[{index}]"
+            if not isinstance(entry, dict) or len(entry) != 1:
+                raise PolicyError(where, "each entry must be a mapping of exactly one name to "
+                                         "its value")
+            (name, value), = entry.items()
+            if not isinstance(name, str) or not _VAR_NAME.match(name):
+                raise PolicyError(f"{where}.{name}", "is not a valid variable name")
+            self.vars.append((name, _value_templates(value, phase, f"{where}.{name}")))
+
+    def run(self, r):
+        for name, value in self.vars:
+            r.traffic.vars[name] = _value_render(value, r)
+            r.traffic.cache.pop("vars", None)
+        return None
+
+
+class Log(Action):
+    type, phases, fields = "log", (TCP, REQ, RES), ("metadata",)
+
+    def setup(self, c, phase):
+        metadata = c.get("metadata", dict, required=True)
+        self.metadata = _value_templates(metadata, phase, c.at("metadata"))
+
+    def run(self, r):
+        rendered = _value_render(self.metadata, r)
+        r.logs.append({"metadata": rendered})
+        r.set_vars("log", metadata=rendered)
+        return None
+
+
+class ForwardInternal(Action):
+    type, phases, fields = "forward-internal", (TCP, REQ), ("url", "on_error", "binding")
+
+    def setup(self, c, phase):
+        self.url = c.template("url", phase, required=True)
+        if self.url.static is not None:
+            check_internal_url(self.url.static, c.at("url"))
+        self.on_error = c.get("on_error", str, default="halt")
+        if self.on_error not in ("halt", "continue"):
+            raise PolicyError(c.at("on_error"), "must be halt or continue")
+        binding = c.get("binding", str, default="internal")
+        if binding != "internal":
+            raise PolicyError(c.at("binding"), "must be internal")
+
+    def run(self, r):
+        url = r.render(self.url)
+        try:
+            check_internal_url(url, "url")
+        except PolicyError as exc:
+            r.errors.append(f"forward-internal: {exc.message}")
+            return None if self.on_error == "continue" else _respond(502, [])
+        return Outcome(FORWARD_INTERNAL, url=url, on_error=self.on_error)
+
+
+def check_internal_url(url: str, where: str) -> None:
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        raise PolicyError(where, f"'{url[:128]}' is not a URL") from None
+    if parts.scheme not in ("http", "https", "tcp", "tls") or not host.endswith(".internal"):
+        raise PolicyError(where, "must be the URL of an internal endpoint "
+                                 "(scheme://name.internal[:port])")
+
+
+ACTIONS = {cls.type: cls for cls in (
+    AddHeaders, RemoveHeaders, CustomResponse, Deny, CloseConnection, Redirect, UrlRewrite,
+    RestrictIps, RateLimit, BasicAuth, VerifyWebhook, JwtValidation, CompressResponse, SetVars,
+    Log, ForwardInternal)}
+
+
+def build(action: dict, where: str, phase: str) -> Action:
+    kind = action["type"]
+    cls = ACTIONS.get(kind)
+    if cls is None:
+        if kind in UNSUPPORTED:
+            raise PolicyError(f"{where}.type", f"action '{kind}' is not supported by this "
+                                               "service")
+        raise PolicyError(f"{where}.type", f"unknown action type '{kind[:64]}'; supported: "
+                                           f"{', '.join(sorted(ACTIONS))}")
+    if phase not in cls.phases:
+        raise PolicyError(f"{where}.type", f"action '{kind}' cannot run in {phase}; it runs "
+                                           f"in {', '.join(cls.phases)}")
+    return cls(action.get("config"), where, phase)

@@ -1,0 +1,172 @@
+"""Compiled policies and running a phase."""
+import hashlib
+import json
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from chalicelib.policy import actions as actions_mod
+from chalicelib.policy import celenv, document
+from chalicelib.policy.document import PHASES, PolicyError
+from chalicelib.policy.model import Conn, Request, Response
+from chalicelib.policy.outcome import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_BODY, RESPOND,
+                                       Outcome)
+
+CACHE_SIZE = 256
+
+
+class Rule:
+    __slots__ = ("name", "expressions", "actions")
+
+    def __init__(self, name, expressions, actions):
+        self.name = name
+        self.expressions = expressions
+        self.actions = actions
+
+
+class State:
+    """What one request (or, for on_tcp_connect, one connection) carries between calls:
+    ``vars`` and action result variables per phase (each phase sees only its own, as the
+    hosted docs scope them), and where a paused phase resumes."""
+    __slots__ = ("vars", "action_vars", "resume")
+
+    def __init__(self) -> None:
+        self.vars: Dict[str, Dict[str, Any]] = {p: {} for p in PHASES}
+        self.action_vars: Dict[str, Dict[str, Any]] = {p: {} for p in PHASES}
+        self.resume: Dict[str, Tuple[int, int, str]] = {}
+
+
+class Policy:
+    """A compiled policy document. Immutable and shared: one per document digest."""
+
+    def __init__(self, doc: dict, digest: str) -> None:
+        self.digest = digest
+        self.phases: Dict[str, List[Rule]] = {}
+        self.request_body_limit = 0
+        for phase in PHASES:
+            compiled = []
+            for index, rule in document.rules(doc, phase):
+                where = f"{phase}[{index}]"
+                expressions = []
+                for e_index, text in enumerate(rule.get("expressions") or []):
+                    try:
+                        expressions.append(celenv.compile_expression(text, phase))
+                    except celenv.CelError as exc:
+                        raise PolicyError(f"{where}.expressions[{e_index}]",
+                                          f"bad CEL: {exc}") from None
+                built = []
+                for a_index, action in enumerate(rule["actions"]):
+                    a_where = f"{where}.actions[{a_index}]"
+                    act = actions_mod.build(action, a_where, phase)
+                    if isinstance(act, actions_mod.RateLimit):
+                        act.scope = f"{digest}:{a_where}:{act.name}"
+                    self.request_body_limit = max(self.request_body_limit, act.needs_body)
+                    built.append(act)
+                compiled.append(Rule(rule.get("name") or "", expressions, built))
+            self.phases[phase] = compiled
+        self.clock: Callable[[], float] = time.time
+
+    def has(self, phase: str) -> bool:
+        return bool(self.phases.get(phase))
+
+    def new_state(self) -> State:
+        return State()
+
+    # -- the three phases -------------------------------------------------------------------
+    def on_tcp_connect(self, conn: Conn, state: Optional[State] = None) -> Outcome:
+        return self._run("on_tcp_connect", conn, None, None, state or State())
+
+    def on_http_request(self, conn: Conn, req: Request, state: State) -> Outcome:
+        return self._run("on_http_request", conn, req, None, state)
+
+    def on_http_response(self, conn: Conn, req: Request, res: Response,
+                         state: State) -> Outcome:
+        return self._run("on_http_response", conn, req, res, state)
+
+    def _run(self, phase, conn, req, res, state: State) -> Outcome:
+        outcome = Outcome()
+        rules = self.phases.get(phase)
+        if not rules:
+            return outcome
+        traffic = celenv.Traffic(conn, req, res, state.vars[phase], state.action_vars[phase])
+        run = actions_mod.Run(traffic, phase, outcome, self.clock)
+        start_rule, start_action, skip_expressions = 0, 0, False
+        resume = state.resume.pop(phase, None)
+        if resume is not None:
+            start_rule, start_action, reason = resume
+            skip_expressions = True
+            if reason == FORWARD_INTERNAL:
+                start_action += 1   # the forward failed and on_error is continue: go on after
+        for r_index in range(start_rule, len(rules)):
+            rule = rules[r_index]
+            first_action = 0
+            if skip_expressions and r_index == start_rule:
+                first_action = start_action
+            elif not self._matches(rule, traffic, outcome):
+                continue
+            for a_index in range(first_action, len(rule.actions)):
+                result = rule.actions[a_index].run(run)
+                if result is None:
+                    continue
+                result.logs = outcome.logs
+                result.errors = outcome.errors
+                result.compressor = outcome.compressor
+                if result.kind == NEED_BODY:
+                    state.resume[phase] = (r_index, a_index, NEED_BODY)
+                elif result.kind == FORWARD_INTERNAL and result.on_error == "continue":
+                    state.resume[phase] = (r_index, a_index, FORWARD_INTERNAL)
+                return result
+        return outcome
+
+    @staticmethod
+    def _matches(rule: Rule, traffic, outcome: Outcome) -> bool:
+        for program in rule.expressions:
+            try:
+                if program.evaluate(traffic) is not True:
+                    return False
+            except celenv.EvalError as exc:
+                outcome.errors.append(f"expression {program.text!r}: {exc}")
+                return False
+        return True
+
+
+_cache: "OrderedDict[str, Policy]" = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _text_and_digest(doc: Union[str, dict, None]) -> Tuple[Any, str]:
+    if isinstance(doc, str):
+        return doc, hashlib.sha256(doc.encode("utf-8")).hexdigest()
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return doc, hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def compile_policy(doc: Union[str, dict, None]) -> Policy:
+    """The compiled policy for ``doc`` (JSON or YAML text, or the parsed mapping).
+
+    Raises PolicyError naming the first element that is wrong. Compiled policies are kept
+    per document digest (sha256 of the text), CACHE_SIZE of them, so the edge can call this
+    per connection at the cost of one hash."""
+    if doc is None:
+        doc = {}
+    source, digest = _text_and_digest(doc)
+    with _cache_lock:
+        hit = _cache.get(digest)
+        if hit is not None:
+            _cache.move_to_end(digest)
+            return hit
+    if isinstance(source, str):
+        parsed = document.parse(source)
+    else:
+        parsed = source
+        size = len(json.dumps(parsed, default=str).encode("utf-8"))
+        if size > document.MAX_DOCUMENT_BYTES:
+            raise PolicyError("", f"it is {size} bytes; the limit is "
+                                  f"{document.MAX_DOCUMENT_BYTES} bytes")
+    policy = Policy(document.check_shape(parsed), digest)
+    with _cache_lock:
+        _cache[digest] = policy
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return policy

@@ -1,0 +1,23 @@
+"""What a phase tells the edge to do next."""
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+CONTINUE = "continue"              # go on: the request/response were changed in place
+RESPOND = "respond"                # answer with status_code, headers, body; upstream not used
+CLOSE = "close"                    # close the connection without an answer
+FORWARD_INTERNAL = "forward_internal"  # send the traffic to the internal endpoint ``url``
+NEED_BODY = "need_body"            # read up to max_body_bytes of request body, call again
+
+
+@dataclass
+class Outcome:
+    kind: str = CONTINUE
+    status_code: int = 0
+    headers: List[Tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    url: str = ""
+    on_error: str = "halt"
+    max_body_bytes: int = 0
+    compressor: Optional[Any] = None
+    logs: List[Dict[str, Any]] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)

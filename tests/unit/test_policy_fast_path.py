@@ -1,0 +1,42 @@
+"""The engine evaluates the commonest expression shapes without the CEL runtime; for every
+shape the result must equal CEL's own on the same traffic."""
+import pytest
+
+from chalicelib.policy import celenv
+from tests.support.policy import conn, request
+
+EXPRESSIONS = [
+    "req.method == 'GET'", 'req.method != "POST"', "req.url.path.startsWith('/api')",
+    "req.url.path.endsWith('.js')", "req.url.contains('debug')", "'x-key' in req.headers",
+    "!('x-key' in req.headers)", "! ( 'X-Key' in req.headers )", "'a' in req.url.query_params",
+    "req.content_length > 10", "req.content_length <= 10", "req.url.port == 0",
+    "conn.client_port >= 1024", "conn.client_ip == '10.0.0.1'", "req.user_agent.is_bot",
+    "req.url.path", "'gzip' in req.content_encoding",
+]
+FAST_SHAPES = set(EXPRESSIONS)
+REQUESTS = [
+    request("/api/x.js?a=1&debug", method="GET", headers=[("X-Key", "k")], content_length=11),
+    request("/web", method="POST", headers=[("User-Agent", "Googlebot/2.1"),
+                                            ("Content-Encoding", "gzip")], content_length=10),
+]
+
+
+@pytest.mark.parametrize("text", EXPRESSIONS)
+def test_fast_path_matches_cel(text):
+    program = celenv.Program(text, "on_http_request")
+    assert program.fast is not None, "this shape should take the fast path"
+    slow = celenv.Program(text, "on_http_request")
+    slow.fast = None
+    for req in REQUESTS:
+        for c in (conn("10.0.0.1", 80), conn("10.0.0.2", 5000)):
+            traffic = celenv.Traffic(c, req)
+            assert program.evaluate(traffic) == slow.evaluate(celenv.Traffic(c, req)), (
+                text, req.url)
+
+
+@pytest.mark.parametrize("text", [
+    "req.method == 'G\\'ET'", "req.method == r'GET'", "req.method == 'A' || true",
+    "size(req.url.path) > 1", "req.url.path.startsWith(req.method)", "vars.x == 'a'",
+])
+def test_other_shapes_go_to_cel(text):
+    assert celenv.Program(text, "on_http_request").fast is None
