@@ -1,60 +1,180 @@
 """What the edge applies to an endpoint's traffic, from the agent's Bind options.
 
 The SDKs apply none of the modules or the traffic policy they send in Bind: the edge must.
-This module turns the options into an :class:`Enforcement` the public listeners run, and
-refuses (ERR_NGROK_1602, naming the option) every option this edge cannot honour: an option
-is never accepted and ignored.
+Every module is translated into traffic policy rules, so one engine (chalicelib.policy)
+enforces modules and policies alike (and the route modules of edges, which translate the same
+way). The rules run in the hosted service's module order, before the endpoint's own policy:
+
+    on_http_request:  IPRestriction, BasicAuth, WebhookVerification, UserAgentFilter,
+                      RequestHeaders, then the TrafficPolicy's rules
+    on_http_response: ResponseHeaders, Compression, then the TrafficPolicy's rules
+    on_tcp_connect:   IPRestriction, then the TrafficPolicy's rules
+
+User agent filter: a User-Agent matching an ``allow`` pattern passes; otherwise one matching
+a ``deny`` pattern, or any when ``allow`` is not empty, is refused with 403.
+
+Options this edge cannot honour (OAuth, OIDC, SAML, CircuitBreaker, MutualTLSCA,
+WebsocketTCPConverter, HostHeaderRewrite, ProxyProto, the legacy ``Auth`` string, hashed basic
+auth passwords) refuse the bind with ERR_NGROK_1602 naming them: never accepted and ignored.
+A TrafficPolicy the engine refuses is ERR_NGROK_2201 with the element it names.
 """
-from dataclasses import dataclass, field
-from typing import Any, Dict, List
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import yaml
 
 from chalicelib import binding
+from chalicelib.policy import Policy, PolicyError, compile_policy
 
-# Bind option names (ngrok-rust proto.rs HttpEndpoint / TcpEndpoint) that change traffic.
-HTTP_MODULES = ("BasicAuth", "IPRestriction", "OAuth", "OIDC", "CircuitBreaker", "Compression",
-                "RequestHeaders", "ResponseHeaders", "UserAgentFilter", "WebhookVerification",
-                "MutualTLSCA", "WebsocketTCPConverter", "TrafficPolicy", "SAML", "Auth",
-                "ProxyProto", "HostHeaderRewrite")
-TCP_MODULES = ("IPRestriction", "TrafficPolicy", "ProxyProto")
-# Options the edge implements (grows as enforcement lands); everything else set is refused.
-SUPPORTED: Dict[str, set] = {"http": set(), "tcp": set()}
+UNSUPPORTED_HTTP = ("OAuth", "OIDC", "SAML", "CircuitBreaker", "MutualTLSCA",
+                    "WebsocketTCPConverter", "HostHeaderRewrite", "ProxyProto", "Auth")
+UNSUPPORTED_TCP = ("ProxyProto",)
 
 
 @dataclass
 class Enforcement:
-    """The per-endpoint rules, in the order the hosted service applies them."""
+    """The compiled policy an endpoint's traffic runs through (None: nothing to apply)."""
 
-    modules: Dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def empty(self) -> bool:
-        return not self.modules
+    policy: Optional[Policy] = None
+    document: str = ""
 
 
 def _is_set(value: Any) -> bool:
-    return value not in (None, "", {}, [], False, 0)
+    """Present in the Bind options. ``{}`` counts: presence-only modules (Compression,
+    WebsocketTCPConverter) are sent as empty objects; unset ones are null or absent."""
+    return value is not None and value is not False and value not in ("", 0, [])
 
 
-def _collect(opts: Dict[str, Any], names, kind: str) -> Enforcement:
-    chosen: Dict[str, Any] = {}
-    refused: List[str] = []
-    for name in names:
-        value = opts.get(name)
-        if not _is_set(value):
-            continue
-        if name not in SUPPORTED[kind]:
-            refused.append(name)
-        chosen[name] = value
+def _refuse(names: List[str]) -> binding.Refused:
+    return binding.Refused("ERR_NGROK_1602", "This edge cannot honour the endpoint option(s) "
+                                             f"{', '.join(names)}; the bind is refused rather "
+                                             "than served without them.")
+
+
+def _cel_string(text: str) -> str:
+    return json.dumps(text)  # a JSON string literal is a valid CEL string literal
+
+
+def _ua_rule(module: Dict[str, Any]) -> Dict[str, Any]:
+    allow = [p for p in module.get("allow") or [] if isinstance(p, str)]
+    deny = [p for p in module.get("deny") or [] if isinstance(p, str)]
+
+    def any_of(patterns: List[str]) -> str:
+        return " || ".join(f"req.user_agent.matches({_cel_string(p)})" for p in patterns)
+
+    expression = f"!({any_of(allow)})" if allow else any_of(deny)
+    return {"name": "user agent filter", "expressions": [expression],
+            "actions": [{"type": "deny", "config": {"status_code": 403}}]}
+
+
+def _header_actions(module: Dict[str, Any]) -> List[Dict[str, Any]]:
+    actions = []
+    remove = [n for n in module.get("remove") or [] if isinstance(n, str)]
+    if remove:
+        actions.append({"type": "remove-headers", "config": {"headers": remove}})
+    added: Dict[str, str] = {}
+    for entry in module.get("add") or []:
+        if isinstance(entry, str) and ":" in entry:
+            name, value = entry.split(":", 1)
+            added[name.strip()] = value.strip()
+    for name, value in (module.get("addParsed") or {}).items():
+        added[name] = value
+    if added:
+        actions.append({"type": "add-headers", "config": {"headers": added}})
+    return actions
+
+
+def _module_rules(opts: Dict[str, Any], kind: str) -> Dict[str, List[Dict[str, Any]]]:
+    phases: Dict[str, List[Dict[str, Any]]] = {}
+
+    def add(phase: str, name: str, actions: List[Dict[str, Any]]) -> None:
+        if actions:
+            phases.setdefault(phase, []).append({"name": name, "actions": actions})
+
+    ipr = opts.get("IPRestriction")
+    if _is_set(ipr):
+        config = {k: [c for c in ipr.get(src) or []] for k, src in
+                  (("allow", "allow_cidrs"), ("deny", "deny_cidrs")) if ipr.get(src)}
+        add("on_tcp_connect" if kind == "tcp" else "on_http_request", "ip restriction",
+            [{"type": "restrict-ips", "config": config}])
+    if kind == "tcp":
+        return phases
+    basic = opts.get("BasicAuth")
+    if _is_set(basic):
+        creds = []
+        for cred in basic.get("credentials") or []:
+            if not cred.get("cleartext_password"):
+                raise _refuse(["BasicAuth with hashed passwords"])
+            creds.append(f"{cred.get('username', '')}:{cred['cleartext_password']}")
+        add("on_http_request", "basic auth", [{"type": "basic-auth",
+                                               "config": {"credentials": creds}}])
+    hook = opts.get("WebhookVerification")
+    if _is_set(hook):
+        if not hook.get("secret"):
+            raise _refuse(["WebhookVerification with a sealed secret"])
+        add("on_http_request", "webhook verification", [
+            {"type": "verify-webhook", "config": {"provider": hook.get("provider", ""),
+                                                  "secret": hook["secret"]}}])
+    ua = opts.get("UserAgentFilter")
+    if _is_set(ua):
+        phases.setdefault("on_http_request", []).append(_ua_rule(ua))
+    if _is_set(opts.get("RequestHeaders")):
+        add("on_http_request", "request headers", _header_actions(opts["RequestHeaders"]))
+    if _is_set(opts.get("ResponseHeaders")):
+        add("on_http_response", "response headers", _header_actions(opts["ResponseHeaders"]))
+    if opts.get("Compression") is not None:
+        add("on_http_response", "compression", [{"type": "compress-response", "config": {}}])
+    return phases
+
+
+def parse_document(text: Any) -> Dict[str, Any]:
+    """A TrafficPolicy option (JSON or YAML text, or already a mapping) as a mapping."""
+    if isinstance(text, dict):
+        return text
+    if not isinstance(text, str):
+        raise binding.Refused("ERR_NGROK_2201", "TrafficPolicy must be a JSON or YAML document")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise binding.Refused("ERR_NGROK_2201", f"TrafficPolicy is not JSON or YAML: "
+                                                    f"{str(exc)[:200]}") from None
+    if not isinstance(doc, dict):
+        raise binding.Refused("ERR_NGROK_2201", "TrafficPolicy must be a mapping of phases")
+    return doc
+
+
+def build(opts: Dict[str, Any], kind: str) -> Enforcement:
+    """The enforcement of one endpoint's Bind options, or Refused."""
+    unsupported = UNSUPPORTED_TCP if kind == "tcp" else UNSUPPORTED_HTTP
+    refused = [name for name in unsupported if _is_set(opts.get(name))]
     if refused:
-        raise binding.Refused("ERR_NGROK_1602", "This edge cannot honour the endpoint option(s) "
-                                                f"{', '.join(refused)}; the bind is refused "
-                                                "rather than served without them.")
-    return Enforcement(modules=chosen)
+        raise _refuse(refused)
+    phases = _module_rules(opts, kind)
+    user = opts.get("TrafficPolicy")
+    if _is_set(user):
+        doc = parse_document(user)
+        for phase, rules in doc.items():
+            if isinstance(rules, list):
+                phases.setdefault(phase, []).extend(rules)
+            else:
+                phases[phase] = rules  # let the engine name what is wrong with it
+    if not phases:
+        return Enforcement()
+    document = json.dumps(phases, sort_keys=True)
+    try:
+        policy = compile_policy(document)
+    except PolicyError as exc:
+        raise binding.Refused("ERR_NGROK_2201", f"Invalid traffic policy: {exc}") from None
+    return Enforcement(policy=policy, document=document)
 
 
 def http_options(opts: Dict[str, Any]) -> Enforcement:
-    return _collect(opts, HTTP_MODULES, "http")
+    return build(opts, "http")
 
 
 def tcp_options(opts: Dict[str, Any]) -> Enforcement:
-    return _collect(opts, TCP_MODULES, "tcp")
+    return build(opts, "tcp")

@@ -19,7 +19,7 @@ from typing import Any, List, Optional, Tuple
 
 import h11
 
-from chalicelib import ids
+from chalicelib import ids, policy as tp
 from edge.session import MuxStream, StreamReset
 
 log = logging.getLogger("edge.public")
@@ -66,11 +66,13 @@ def request_host(request: h11.Request) -> str:
     return ""
 
 
-def forwarded_headers(request: h11.Request, client_ip: str, scheme: str) -> List[Tuple[bytes, bytes]]:
+def forwarded_headers(pairs, client_ip: str, scheme: str) -> List[Tuple[bytes, bytes]]:
+    """The request's headers (lower-case bytes pairs) plus X-Forwarded-For (appended),
+    -Proto and -Host."""
     headers = []
     xff = []
     host = b""
-    for name, value in request.headers:
+    for name, value in pairs:
         if name == b"x-forwarded-for":
             xff.append(value)
         if name == b"host":
@@ -114,6 +116,39 @@ class _Leg:
             self.stream.reset()
 
 
+class _Traffic:
+    """One request's run through its endpoint's traffic policy (modules included)."""
+
+    def __init__(self, policy: Any, conn: Any, request: h11.Request, scheme: str, host: str):
+        self.policy = policy
+        self.conn = conn
+        self.state = policy.new_state()
+        length = None
+        for name, value in request.headers:
+            if name == b"content-length":
+                length = int(value)
+        self.req = tp.Request.from_target(
+            request.method.decode("ascii"), scheme, host, request.target.decode("latin-1"),
+            [(n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers],
+            content_length=length)
+        self.compressor = None
+
+    def upstream_request(self, client_ip: str, scheme: str) -> h11.Request:
+        pairs = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in self.req.headers]
+        return h11.Request(method=self.req.method, target=self.req.target.encode("latin-1"),
+                           headers=forwarded_headers(pairs, client_ip, scheme))
+
+
+def _outcome_response(out: Any, close: bool) -> List[Any]:
+    headers = [(n, v) for n, v in out.headers if n.lower() not in ("content-length",
+                                                                   "connection")]
+    headers.append(("content-length", str(len(out.body))))
+    if close:
+        headers.append(("connection", "close"))
+    return [h11.Response(status_code=out.status_code, headers=headers),
+            h11.Data(data=out.body) if out.body else None, h11.EndOfMessage()]
+
+
 class HttpFront:
     """One public HTTP(S) listener's connection handler."""
 
@@ -143,6 +178,19 @@ class HttpFront:
                                        f"The endpoint {self.scheme}://{host} is offline.",
                                        close=True)
                     return
+                traffic, prebuffered = None, []
+                enforcement = tunnel.enforcement
+                if enforcement is not None and enforcement.policy is not None:
+                    traffic = _Traffic(enforcement.policy,
+                                       self._conn(writer, peer, tunnel), request,
+                                       self.scheme, host)
+                    verdict, prebuffered = await self._request_phase(client, reader, writer,
+                                                                     traffic, host)
+                    if verdict == "next":
+                        client.start_next_cycle()
+                        continue
+                    if verdict != "proxy":
+                        return
                 if leg is None or leg.tunnel is not tunnel or not leg.reusable:
                     if leg is not None:
                         leg.close()
@@ -158,7 +206,7 @@ class HttpFront:
                 else:
                     leg.conn.start_next_cycle()
                 outcome = await self._exchange(client, reader, writer, leg, request,
-                                               client_ip, host)
+                                               client_ip, host, traffic, prebuffered)
                 if outcome != "next":
                     return
                 if client.our_state is h11.DONE and client.their_state is h11.DONE:
@@ -177,12 +225,18 @@ class HttpFront:
 
     # ---- one request/response ---------------------------------------------------------------
     async def _exchange(self, client, reader, writer, leg: _Leg, request: h11.Request,
-                        client_ip: str, host: str) -> str:
-        upstream_request = h11.Request(method=request.method, target=request.target,
-                                       headers=forwarded_headers(request, client_ip,
-                                                                 self.scheme))
+                        client_ip: str, host: str, traffic: Optional[_Traffic] = None,
+                        prebuffered: Optional[List[Any]] = None) -> str:
+        if traffic is not None:
+            upstream_request = traffic.upstream_request(client_ip, self.scheme)
+        else:
+            upstream_request = h11.Request(method=request.method, target=request.target,
+                                           headers=forwarded_headers(request.headers, client_ip,
+                                                                     self.scheme))
         try:
             await leg.send(upstream_request)
+            for event in prebuffered or ():
+                await leg.send(event)
         except (StreamReset, h11.LocalProtocolError):
             await self._answer(client, writer, 502, "ERR_NGROK_3200",
                                f"The endpoint {self.scheme}://{host} is offline.", close=True)
@@ -190,7 +244,7 @@ class HttpFront:
         # Whatever of the request body is already buffered goes now; a body still to come
         # is pumped by a task beside the response (a bodiless request never needs one).
         body_task = None
-        while True:
+        while not (prebuffered and isinstance(prebuffered[-1], h11.EndOfMessage)):
             event = client.next_event()
             if event is h11.NEED_DATA:
                 body_task = asyncio.ensure_future(self._request_body(client, reader, leg))
@@ -202,7 +256,7 @@ class HttpFront:
             else:
                 raise _Closed()
         try:
-            return await self._response(client, writer, leg, body_task, host, reader)
+            return await self._response(client, writer, leg, body_task, host, reader, traffic)
         finally:
             if body_task is not None:
                 if not body_task.done():
@@ -220,7 +274,8 @@ class HttpFront:
             else:
                 raise _Closed()
 
-    async def _response(self, client, writer, leg: _Leg, body_task, host: str, reader) -> str:
+    async def _response(self, client, writer, leg: _Leg, body_task, host: str, reader,
+                        traffic: Optional[_Traffic] = None) -> str:
         started = False
         try:
             while True:
@@ -230,11 +285,27 @@ class HttpFront:
                         return await self._switch(client, reader, writer, leg, event, body_task)
                     await self._send(client, writer, event)
                 elif isinstance(event, h11.Response):
+                    if traffic is not None:
+                        event = self._response_phase(traffic, event)
+                        if isinstance(event, list):   # the policy answered instead
+                            for item in event:
+                                if item is not None:
+                                    await self._send(client, writer, item)
+                            return "close"
                     started = True
                     await self._send(client, writer, event)
                 elif isinstance(event, h11.Data):
+                    if traffic is not None and traffic.compressor is not None:
+                        data = traffic.compressor.feed(bytes(event.data))
+                        if data:
+                            await self._send(client, writer, h11.Data(data=data))
+                        continue
                     await self._send(client, writer, event)
                 elif isinstance(event, h11.EndOfMessage):
+                    if traffic is not None and traffic.compressor is not None:
+                        tail = traffic.compressor.finish()
+                        if tail:
+                            await self._send(client, writer, h11.Data(data=tail))
                     await self._send(client, writer, event)
                     if body_task is not None and (not body_task.done()
                                                   or body_task.exception() is not None):
@@ -286,6 +357,87 @@ class HttpFront:
         leg_rest, _ = leg.conn.trailing_data
         await splice(reader, writer, leg.stream, to_stream=client_rest, to_client=leg_rest)
         return "close"
+
+    # ---- traffic policy ---------------------------------------------------------------------
+    def _conn(self, writer, peer, tunnel) -> Any:
+        sockname = writer.get_extra_info("sockname") or ("", 0)
+        ssl_object = writer.get_extra_info("ssl_object")
+        conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
+                       server_ip=str(sockname[0]), server_port=int(sockname[1] or 0),
+                       endpoint=tp.Endpoint(id=tunnel.endpoint_id or tunnel.id, url=tunnel.url,
+                                            host=tunnel.hostname, port=int(sockname[1] or 0),
+                                            protocol=self.scheme),
+                       server_region=self.edge.settings.region)
+        if ssl_object is not None:
+            conn.tls_version = ssl_object.version() or ""
+            conn.tls_cipher_suite = (ssl_object.cipher() or ("",))[0]
+            conn.tls_sni = ssl_object.server_hostname or ""
+        return conn
+
+    async def _request_phase(self, client, reader, writer, traffic: _Traffic,
+                             host: str) -> Tuple[str, List[Any]]:
+        """Run on_http_request: ("proxy", body events read so far) to go on upstream;
+        ("next", []) when the policy answered and the connection stays usable; ("close", [])
+        when it is done."""
+        events: List[Any] = []
+        while True:   # what of the body is already here (all of it, for a bodiless request)
+            event = client.next_event()
+            if event is h11.NEED_DATA:
+                break
+            if not isinstance(event, (h11.Data, h11.EndOfMessage)):
+                raise _Closed()
+            events.append(event)
+            if isinstance(event, h11.EndOfMessage):
+                break
+        out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+        asked = False
+        while out.kind == tp.NEED_BODY and not asked:
+            asked = True
+            events = await self._buffer_body(client, reader, out.max_body_bytes, events)
+            body = b"".join(bytes(e.data) for e in events if isinstance(e, h11.Data))
+            traffic.req.body = body[:out.max_body_bytes]
+            traffic.req.body_complete = len(body) <= out.max_body_bytes and \
+                isinstance(events[-1], h11.EndOfMessage)
+            out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+        if out.kind == tp.CONTINUE:
+            return "proxy", events
+        if out.kind == tp.RESPOND:
+            whole = bool(events) and isinstance(events[-1], h11.EndOfMessage)
+            for item in _outcome_response(out, close=not whole):
+                if item is not None:
+                    await self._send(client, writer, item)
+            return ("next" if whole else "close"), []
+        if out.kind == tp.FORWARD_INTERNAL:
+            await self._answer(client, writer, 502, "ERR_NGROK_3200",
+                               f"The internal endpoint {out.url} is offline.", close=True)
+        return "close", []
+
+    def _response_phase(self, traffic: _Traffic, event: h11.Response) -> Any:
+        res = tp.Response(status_code=event.status_code,
+                          headers=[(n.decode("latin-1"), v.decode("latin-1"))
+                                   for n, v in event.headers])
+        out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+        if out.kind == tp.RESPOND:
+            return _outcome_response(out, close=True)
+        if out.kind == tp.CLOSE:
+            raise _Closed()
+        traffic.compressor = out.compressor
+        return h11.Response(status_code=res.status_code, reason=event.reason,
+                            headers=[(n.encode("latin-1"), v.encode("latin-1"))
+                                     for n, v in res.headers])
+
+    async def _buffer_body(self, client, reader, limit: int, events: List[Any]) -> List[Any]:
+        """Read the request body until it ends or passes ``limit`` bytes, for the policy; the
+        events are forwarded upstream afterwards as they came."""
+        size = sum(len(e.data) for e in events if isinstance(e, h11.Data))
+        while size <= limit and not (events and isinstance(events[-1], h11.EndOfMessage)):
+            event = await self._client_event(client, reader, HEAD_TIMEOUT)
+            if not isinstance(event, (h11.Data, h11.EndOfMessage)):
+                raise _Closed()
+            events.append(event)
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+        return events
 
     # ---- I/O helpers ------------------------------------------------------------------------
     async def _client_event(self, client, reader, timeout: float) -> Any:

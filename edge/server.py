@@ -11,7 +11,7 @@ import functools
 import logging
 from typing import Any, Callable, List, Optional
 
-from chalicelib import binding, errors, online
+from chalicelib import binding, errors, online, policy as tp
 from edge import agents, config
 from edge.certs import ServerCertificates
 from edge.public import HttpFront, splice
@@ -236,6 +236,16 @@ class Edge:
         try:
             if self.registry.by_id.get(tunnel.id) is not tunnel:
                 return
+            if tunnel.enforcement is not None and tunnel.enforcement.policy is not None:
+                sock = writer.get_extra_info("sockname") or ("", 0)
+                conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
+                               server_ip=str(sock[0]), server_port=int(sock[1] or 0),
+                               endpoint=tp.Endpoint(id=tunnel.endpoint_id or tunnel.id,
+                                                    url=tunnel.url, host=self.settings.tcp_host,
+                                                    port=tunnel.port, protocol="tcp"),
+                               server_region=self.settings.region)
+                if tunnel.enforcement.policy.on_tcp_connect(conn).kind != tp.CONTINUE:
+                    return   # refused by ip restriction / policy: the connection is closed
             try:
                 stream = await tunnel.session.open_proxy(tunnel, f"{peer[0]}:{peer[1]}", "tcp")
             except StreamReset:

@@ -100,6 +100,8 @@ async def main(cfg):
                 lb = session.tcp_endpoint()
                 if bind.get("remote_addr"):
                     lb = lb.remote_addr(bind["remote_addr"])
+                for option, value in bind.get("options", {}).items():
+                    lb = getattr(lb, option)(*value)
                 upstream = f"127.0.0.1:{tcp_port}"
             else:
                 lb = session.labeled_listener()
