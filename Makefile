@@ -27,9 +27,10 @@ $(AGENT_STAMP): agent/requirements.txt agent/requirements-dev.txt
 
 install: $(STAMP) $(AGENT_STAMP)
 
-## run: the service on 127.0.0.1:$(PORT) with an embedded store (data in $(DATA_DIR)/)
+## run: the stack on this machine: embedded store, the API on 127.0.0.1:$(PORT) and the edge
+## (agents on 127.0.0.1:$$EDGE_AGENT_PORT, default 4443); data and the edge CA in $(DATA_DIR)/
 run: $(STAMP)
-	PORT=$(PORT) STORE_PORT=$(STORE_PORT) DATA_DIR=$(DATA_DIR) $(PY) scripts/serve.py
+	PORT=$(PORT) STORE_PORT=$(STORE_PORT) DATA_DIR=$(DATA_DIR) $(PY) scripts/serve.py --edge
 
 ## api-key: a new account in the store `make run` uses; its admin API key is the last line
 api-key: $(STAMP)

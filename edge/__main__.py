@@ -1,6 +1,7 @@
 """``python -m edge``: run the edge until SIGINT/SIGTERM (then it closes every session)."""
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -15,10 +16,13 @@ async def main() -> int:
     edge = Edge(settings)
     await edge.start()
     print(f"edge {settings.instance_id}: agents connect to {settings.host}:{edge.agent_port} "
-          f"(TLS), public http://<name>.{settings.base_domain}:{edge.http_port} and "
-          f"https://<name>.{settings.base_domain}:{edge.https_port}", flush=True)
-    if edge.certs.ca_path:
-        print(f"edge CA certificate: {edge.certs.ca_path}", flush=True)
+          f"(TLS; the SDK's server_addr), endpoints are served at "
+          f"http://<name>.{settings.base_domain}:{edge.http_port} and "
+          f"https://<name>.{settings.base_domain}:{edge.https_port}, TCP endpoints on "
+          f"{settings.tcp_host}:{settings.tcp_ports[0]}-{settings.tcp_ports[1]}", flush=True)
+    ca = edge.certs.ca_path or settings.tls_cert
+    print(f"edge CA certificate: {os.path.abspath(ca)} (the SDK's root_cas, curl --cacert)",
+          flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -11,6 +11,8 @@
    holds only key digests) and printed at every start.
 4. Serves the Chalice app like `chalice local` (stage `dev`) on 127.0.0.1:PORT (default
    8000), with API Gateway's own errors in the contract's error body (chalicelib.gateway).
+5. With ``--edge`` (what `make run` passes) runs the edge beside it on the same store and data
+   directory (scripts/edge_process.py; ports from EDGE_* settings, edge/config.py).
 """
 import argparse
 import json
@@ -22,6 +24,7 @@ import threading
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import edge_process  # noqa: E402  (scripts/edge_process.py)
 import embedded_store  # noqa: E402  (scripts/embedded_store.py)
 
 
@@ -116,6 +119,8 @@ def main() -> int:
     parser.add_argument("--stage", default=os.environ.get("STAGE", "dev"))
     parser.add_argument("--no-bootstrap", action="store_true",
                         help="do not create the local account on first start")
+    parser.add_argument("--edge", action="store_true",
+                        help="also run the edge (python -m edge) on the same store (make run)")
     args = parser.parse_args()
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
@@ -167,6 +172,8 @@ def main() -> int:
         print(f"local account {local_admin['account_id']}; admin API key:\n"
               f"{local_admin['token']}", flush=True)
 
+    edge = edge_process.start(args.data_dir) if args.edge else None
+
     stopping = threading.Event()
 
     def stop(signum, frame):  # noqa: ARG001
@@ -184,6 +191,7 @@ def main() -> int:
     try:
         server.serve_forever()
     finally:
+        edge_process.stop(edge)
         if snapshotter is not None:
             snapshotter.stop()
             snapshotter.save(force=True)

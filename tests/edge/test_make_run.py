@@ -1,0 +1,67 @@
+"""`make run` as a new user meets it: scripts/serve.py --edge prints the admin key, the agent
+address and the CA path; an official SDK pointed at them serves traffic; one Ctrl-C stops all."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import requests
+
+from tests.edge.conftest import SdkAgent, _free_range
+from tests.support.api import PROJECT_DIR, free_port
+
+
+def test_serve_with_edge_prints_what_an_sdk_needs_and_serves_it():
+    with tempfile.TemporaryDirectory(prefix="make-run-") as data_dir:
+        low = _free_range(3)
+        ports = {"PORT": free_port(), "STORE_PORT": free_port(), "EDGE_AGENT_PORT": free_port(),
+                 "EDGE_HTTP_PORT": free_port(), "EDGE_HTTPS_PORT": free_port()}
+        env = {k: v for k, v in os.environ.items() if k != "DYNAMODB_ENDPOINT_URL"}
+        env.update({k: str(v) for k, v in ports.items()})
+        env.update({"DATA_DIR": data_dir, "EDGE_TCP_PORTS": f"{low}-{low + 2}",
+                    "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen([sys.executable, "scripts/serve.py", "--edge"], cwd=PROJECT_DIR,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        lines = []
+        try:
+            deadline = time.time() + 90
+            while time.time() < deadline and not any("serving on" in l for l in lines):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+            out = "".join(lines)
+            assert "serving on" in out, out
+            key = out.split("admin API key:\n", 1)[1].split("\n", 1)[0].strip()
+            agent_addr = re.search(r"agents connect to (\S+) \(TLS", out).group(1)
+            ca = re.search(r"edge CA certificate: (\S+)", out).group(1)
+            assert agent_addr == f"127.0.0.1:{ports['EDGE_AGENT_PORT']}"
+            assert ca == os.path.join(data_dir, "ca.pem") and os.path.exists(ca)
+            api = f"http://127.0.0.1:{ports['PORT']}"
+            cred = requests.post(f"{api}/credentials", json={"description": "sdk"},
+                                 headers={"Authorization": f"Bearer {key}",
+                                          "Ngrok-Version": "2"}, timeout=30).json()
+
+            class _Edge:  # what SdkAgent needs of an edge
+                server_addr, ca_path = agent_addr, ca
+            agent = SdkAgent(_Edge, cred["token"], [{"proto": "http"}])
+            try:
+                url = [e for e in agent.start() if e["event"] == "bound"][0]["url"]
+                host = url.split("://")[1].split(":")[0]
+                resp = requests.get(f"http://127.0.0.1:{ports['EDGE_HTTP_PORT']}/echo",
+                                    headers={"Host": host}, timeout=30)
+                assert resp.status_code == 200
+            finally:
+                agent.stop()
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=20) == 0
+            rest = proc.stdout.read()
+            assert "store: saved" in rest
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
