@@ -1,0 +1,23 @@
+// An agent program on the official JavaScript SDK (@ngrok/ngrok), run by tests/edge/test_node_sdk.py.
+// argv[2]: JSON {authtoken, server_addr, root_cas, domain?, traffic_policy?}. Prints one JSON line
+// ({url} or {error, code}) and serves until stdin closes.
+const ngrok = require('@ngrok/ngrok');
+const http = require('http');
+const cfg = JSON.parse(process.argv[2]);
+const server = http.createServer((req, res) => {
+  res.setHeader('content-type', 'application/json');
+  res.end(JSON.stringify({ sdk: 'node', path: req.url, headers: req.headers }));
+}).listen(0, '127.0.0.1', async () => {
+  try {
+    const listener = await ngrok.forward({
+      addr: `127.0.0.1:${server.address().port}`, authtoken: cfg.authtoken,
+      server_addr: cfg.server_addr, root_cas: cfg.root_cas,
+      domain: cfg.domain, traffic_policy: cfg.traffic_policy,
+    });
+    console.log(JSON.stringify({ url: listener.url() }));
+  } catch (e) {
+    console.log(JSON.stringify({ error: e.message, code: e.errorCode || null }));
+  }
+});
+process.stdin.on('end', () => process.exit(0));
+process.stdin.resume();
