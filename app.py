@@ -11,6 +11,7 @@ from chalice import AuthResponse, Chalice
 from chalicelib import auth, rest, web
 from chalicelib import abuse_reports, api_keys, bot_users, credentials, reserved_domains
 from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges
+from chalicelib import endpoints, tunnel_sessions, tunnels
 
 app = Chalice(app_name="tunnel-service")
 app.log.setLevel(logging.INFO)
@@ -66,6 +67,14 @@ rest.collection(route, "/edges/https/{edge_id}/routes", https_edges.ROUTE_OPS, "
 rest.modules(route, "/edges/https/{edge_id}/routes/{route_id}", https_edges.ROUTE_MODULES,
              owner="https_edge_route", get=https_edges.get_module, put=https_edges.put_module,
              delete=https_edges.delete_module)
+# Online (written by the edge; read-only here, plus commands to a session's agent)
+rest.collection(route, "/tunnel_sessions", tunnel_sessions, "session_id", name="tunnel_session",
+                ops=("list", "get"))
+rest.actions(route, "/tunnel_sessions/{session_id}", tunnel_sessions.ACTIONS,
+             owner="tunnel_session")
+rest.collection(route, "/tunnels", tunnels, "tunnel_id", name="tunnel", ops=("list", "get"))
+rest.collection(route, "/endpoints", endpoints, "endpoint_id", name="endpoint",
+                ops=("list", "get"))
 
 
 # ---- docs ----------------------------------------------------------------------------------

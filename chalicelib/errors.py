@@ -24,6 +24,7 @@ Catalog (also in the README):
 | ERR_BODY_TOO_LARGE         | 413    | request body over the size limit                            |
 | ERR_UNSUPPORTED_MEDIA_TYPE | 415    | a body that is not `Content-Type: application/json`         |
 | ERR_INTERNAL               | 500    | anything unexpected (details are logged, never returned)    |
+| ERR_UNSUPPORTED_OPERATION  | 400    | an operation of the hosted API this service does not offer  |
 """
 from typing import Dict, Optional
 
@@ -140,10 +141,17 @@ class Internal(ApiError):
     default_msg = "Internal server error"
 
 
+class UnsupportedOperation(BadRequest):
+    """A 4xx, not 501: the official clients report 5xx as a server failure, 4xx as an API
+    error carrying this message."""
+    error_code = "ERR_UNSUPPORTED_OPERATION"
+    default_msg = "This operation is not offered by this service"
+
+
 CATALOG = {cls.error_code: cls.status_code for cls in (
     InvalidJson, UnknownField, MissingField, InvalidField, InvalidQuery, MissingVersion,
     UnsupportedVersion, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict,
-    PayloadTooLarge, UnsupportedMediaType, Internal)}
+    PayloadTooLarge, UnsupportedMediaType, Internal, UnsupportedOperation)}
 
 
 def error_body(status_code: int, error_code: str, msg: str, operation_id: str) -> dict:

@@ -556,3 +556,71 @@ def online_tunnels(account_id: str, labels: Mapping[str, str]) -> List[Dict[str,
              "proto": i.data.get("proto", ""), "metadata": i.data.get("metadata", ""),
              "started_at": i.data.get("started_at")}
             for i in matches if i.data["session_id"] in live]
+
+
+# Views page through items that may be offline, so a page is filled from more than one
+# Query when stale items are in the way; at most this many items are read for one page,
+# after which the page ends early with a next_page_uri past the items read.
+MAX_EXAMINED_PER_PAGE = 1000
+
+
+def session_of(item: store.Item) -> Optional[str]:
+    """The session an item depends on: itself for a session, its owner for a tunnel or an
+    agent endpoint, None for an item that needs none (a cloud endpoint)."""
+    return item.sk if item.kind == SESSIONS else item.owner
+
+
+def live_page(account_id: str, collection: str, limit: int, before_id: Optional[str]
+              ) -> Tuple[List[Tuple[store.Item, Optional[store.Item]]], bool, Optional[str]]:
+    """One newest-first page of the live items of ``collection``, each with its live session.
+
+    Returns ``(pairs, more, cursor)``: ``cursor`` is None when the next page starts after the
+    last item returned (the usual case) or the id of the last item read when the page ended
+    early (MAX_EXAMINED_PER_PAGE offline items in a row). Cost: one Query of ``limit + 1``
+    items and one BatchGetItem of their sessions, repeated only while offline items keep a
+    page from filling up.
+    """
+    pk = store.collection_pk(account_id, collection)
+    found: List[Tuple[store.Item, Optional[store.Item]]] = []
+    sessions: Dict[str, Optional[store.Item]] = {}
+    cursor, examined = before_id, 0
+    while True:
+        chunk, more = store.query_page(pk, limit + 1, cursor)
+        examined += len(chunk)
+        if collection == SESSIONS:
+            at = now()
+            sessions.update({i.sk: (i if _fresh(i.heartbeat_at, at) else None) for i in chunk})
+        else:
+            wanted = {session_of(i) for i in chunk} - set(sessions) - {None}
+            live = live_sessions(account_id, wanted)
+            sessions.update({sid: live.get(sid) for sid in wanted})
+        for item in chunk:
+            sid = session_of(item)
+            session = sessions.get(sid) if sid else None
+            if sid is None or session is not None:
+                found.append((item, session))
+                if len(found) > limit:
+                    return found[:limit], True, None
+        if not more:
+            return found, False, None
+        cursor = chunk[-1].sk
+        if examined >= MAX_EXAMINED_PER_PAGE:
+            return found, True, cursor
+
+
+def live_item(account_id: str, collection: str, prefix: str, item_id: str,
+              what: str) -> Tuple[store.Item, Optional[store.Item]]:
+    """A live item by id with its live session, or NotFound (also when offline, malformed or
+    another account's)."""
+    item = store.get_by_id(account_id, collection, prefix, item_id, what)
+    sid = session_of(item)
+    if sid is None:
+        return item, None
+    if sid == item.sk:
+        if _fresh(item.heartbeat_at):
+            return item, item
+    else:
+        session = store.get(store.collection_pk(account_id, SESSIONS), sid)
+        if session is not None and _fresh(session.heartbeat_at):
+            return item, session
+    raise errors.NotFound(f"No {what} with id '{item_id}' exists")

@@ -132,6 +132,29 @@ def _schemas() -> Dict[str, Schema]:
                                  "PENDING", "PROCESSED", "PARTIALLY_PROCESSED"]},
                              "hostnames": {"type": "array",
                                            "items": _ref("AbuseReportHostname")}}),
+        "TunnelSession": _obj({
+            "id": _id("tunnel_session"), "uri": URI, "agent_version": STR,
+            "credential": _nullable(_ref("Ref")), "ip": STR, "metadata": STR, "os": STR,
+            "region": STR, "started_at": TIMESTAMP, "transport": STR},
+            "an online agent session (written by the edge; offline sessions are not shown)"),
+        "Tunnel": _obj({
+            "id": _id("tunnel"), "public_url": STR, "started_at": TIMESTAMP, "metadata": STR,
+            "proto": STR, "region": STR, "tunnel_session": _ref("Ref"),
+            "endpoint": _nullable(_ref("Ref")), "labels": _nullable(STR_MAP),
+            "backends": {"type": "array", "items": _ref("Ref")}, "forwards_to": STR},
+            "an online tunnel of an agent session"),
+        "Endpoint": _obj({
+            "id": _id("endpoint"), "uri": URI, "region": STR, "created_at": TIMESTAMP,
+            "updated_at": TIMESTAMP, "public_url": STR, "proto": STR, "scheme": STR,
+            "hostport": STR, "host": STR, "port": _nullable(INT),
+            "type": {"type": "string", "enum": ["agent", "cloud"]}, "metadata": STR,
+            "description": STR, "domain": _nullable(_ref("Ref")),
+            "tcp_addr": _nullable(_ref("Ref")), "tunnel": _nullable(_ref("Ref")),
+            "edge": _nullable(_ref("Ref")), "upstream_url": STR, "upstream_protocol": STR,
+            "url": STR, "principal": _nullable(_ref("Ref")), "traffic_policy": STR,
+            "bindings": STR_LIST, "tunnel_session": _nullable(_ref("Ref")), "name": STR,
+            "pooling_enabled": BOOL},
+            "an endpoint; agent endpoints are shown while their session is online"),
         "ReservedDomainCertPolicy": _obj({"authority": STR, "private_key_type": STR}),
         "ReservedDomain": _obj({**_common("reserved_domain"), "domain": STR,
                                 "region": _nullable(STR), "cname_target": _nullable(STR),
@@ -181,6 +204,18 @@ def _crud(path: str, item: str, tag: str, schema: str, module: str, list_key: st
         ("PATCH", item): Op(f"Update {name} (only the fields sent)", tag, schema,
                             fields=f"{module}:{update}", accepts_id=True, field_schemas=extra),
         ("DELETE", item): Op(f"Delete {name}", tag, None, 204),
+    }
+
+
+def _online(path: str, tag: str, schema: str, list_key: str, kind: str, name: str
+            ) -> Dict[Tuple[str, str], Op]:
+    """List and get of an online (edge-written, read-only) collection."""
+    id_param = {"tunnel_session": "session_id", "tunnel": "tunnel_id",
+                "endpoint": "endpoint_id"}[kind]
+    return {
+        ("GET", path): Op(f"List online {name}s, newest first", tag, schema,
+                          list_key=list_key, list_prefix=ids.PREFIXES[kind]),
+        ("GET", f"{path}/{{{id_param}}}"): Op(f"Get an online {name}", tag, schema),
     }
 
 
@@ -262,6 +297,21 @@ def _operations() -> Dict[Tuple[str, str], Op]:
     ops.update(_crud("/abuse_reports", "/abuse_reports/{report_id}", "Abuse reports",
                      "AbuseReport", "abuse_reports", "abuse_reports", "abuse_report",
                      name="abuse report"))
+    ops.update(_online("/tunnel_sessions", "Tunnel sessions", "TunnelSession",
+                       "tunnel_sessions", "tunnel_session", "tunnel session"))
+    item = "/tunnel_sessions/{session_id}"
+    ops[("POST", f"{item}/stop")] = Op(
+        "Stop the session's agent (sent at the edge's next heartbeat)", "Tunnel sessions",
+        None, 204)
+    ops[("POST", f"{item}/restart")] = Op(
+        "Restart the session's agent (sent at the edge's next heartbeat)", "Tunnel sessions",
+        None, 204)
+    ops[("POST", f"{item}/update")] = Op(
+        "Update the session's agent: not offered by this service (400 "
+        "ERR_UNSUPPORTED_OPERATION)", "Tunnel sessions", None, 204)
+    ops.update(_online("/tunnels", "Tunnels", "Tunnel", "tunnels", "tunnel", "online tunnel"))
+    ops.update(_online("/endpoints", "Endpoints", "Endpoint", "endpoints", "endpoint",
+                       "endpoint"))
     ops.update(_crud("/reserved_domains", "/reserved_domains/{domain_id}", "Reserved domains",
                      "ReservedDomain", "reserved_domains", "reserved_domains",
                      "reserved_domain", name="reserved domain"))

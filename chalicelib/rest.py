@@ -25,7 +25,7 @@ resource: :func:`modules`. View names (and so OpenAPI operation ids) are
 """
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
 from chalicelib import web
 
@@ -87,8 +87,10 @@ def collection(route: Callable[..., Any], path: str, resource: Any, id_param: st
         def list_(**params):
             c = web.ctx()
             limit, before_id = web.list_params(o.prefix)
-            items, more = o.list_page(c, *parent_values(params), limit, before_id)
-            return web.page(c, path.format(**params), o.list_key, items, more, limit)
+            # (items, more) or, for lists that skip items, (items, more, cursor)
+            items, more, *cursor = o.list_page(c, *parent_values(params), limit, before_id)
+            return web.page(c, path.format(**params), o.list_key, items, more, limit,
+                            cursor=cursor[0] if cursor else None)
 
     if "get" in wanted:
         @route(item_path, ["GET"], name=f"get_{name}")
@@ -107,6 +109,27 @@ def collection(route: Callable[..., Any], path: str, resource: Any, id_param: st
         def delete(**params):
             o.delete(web.ctx(), *parent_values(params), params[id_param])
             return web.no_content()
+
+
+def actions(route: Callable[..., Any], path: str, handlers: Dict[str, Callable[..., Any]], *,
+            owner: str) -> None:
+    """``POST {path}/<action>`` for each named handler: ``handler(c, *params)``, then 204.
+
+    The body may be absent, ``{}``, or ``{"id": <the path's id>}`` (the hosted API's
+    documented body); any other field is a 400."""
+    params_of = _PARAM.findall(path)
+    for action, handler in handlers.items():
+        _action_route(route, f"{path}/{action}", f"{action}_{owner}", params_of, handler)
+
+
+def _action_route(route, path, name, params_of, handler) -> None:
+    @route(path, ["POST"], name=name)
+    def action(**params):
+        c = web.ctx()
+        values = [params[p] for p in params_of]
+        web.body([], path_id=values[-1] if values else None)
+        handler(c, *values)
+        return web.no_content()
 
 
 def modules(route: Callable[..., Any], path: str, names: Iterable[str], *, owner: str,

@@ -283,12 +283,16 @@ def list_params(prefix: str) -> Tuple[int, Optional[str]]:
 
 
 def page(c: Ctx, path: str, items_key: str, items: List[Dict[str, Any]], more: bool,
-         limit: int) -> Dict[str, Any]:
-    """A list body: the items, the list's ``uri`` and ``next_page_uri`` (null on the last page)."""
+         limit: int, cursor: Optional[str] = None) -> Dict[str, Any]:
+    """A list body: the items, the list's ``uri`` and ``next_page_uri`` (null on the last page).
+
+    The next page starts before the last item returned, or before ``cursor`` when given (a
+    list that skips items, e.g. offline ones, and ended a page early)."""
     uri = c.uri(path)
     next_page = None
-    if more and items:
-        next_page = f"{uri}?{urlencode({'before_id': items[-1]['id'], 'limit': limit})}"
+    before = cursor or (items[-1]["id"] if items else None)
+    if more and before:
+        next_page = f"{uri}?{urlencode({'before_id': before, 'limit': limit})}"
     return {items_key: items, "uri": uri, "next_page_uri": next_page}
 
 

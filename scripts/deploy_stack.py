@@ -15,7 +15,7 @@ What the merge template adds to Chalice's template (RestAPI, APIHandler, ApiKeyA
 their roles and permissions):
 
 - ``ServiceTable``: the one DynamoDB table (``pk``/``sk`` strings, on-demand billing,
-  point-in-time recovery). Its name is the stage's TABLE_NAME from .chalice/config.json (the
+  point-in-time recovery, TTL on ``expires_at``). Its name is the stage's TABLE_NAME from .chalice/config.json (the
   default ``tunnel-service`` when the stage sets none). In ``prod`` it has deletion
   protection and DeletionPolicy/UpdateReplacePolicy ``Retain``.
 - Gateway responses on the RestAPI that give API Gateway's own answers (no route, no or bad
@@ -52,10 +52,12 @@ AUTHORIZER_ROLE = "ApiKeyAuthorizerRole"
 
 # Every DynamoDB action the service's code performs (chalicelib.store through PynamoDB:
 # GetItem, Query, TransactWriteItems with Put/Update/Delete/ConditionCheck, DescribeTable
-# from Model.exists; PutItem/UpdateItem/DeleteItem for single-item writes).
+# from Model.exists; PutItem/UpdateItem/DeleteItem for single-item writes; BatchGetItem for the
+# sessions of a page of online tunnels/endpoints, chalicelib.online).
 API_ACTIONS = sorted(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                       "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:TransactWriteItems",
-                      "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable"])
+                      "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable",
+                      "dynamodb:BatchGetItem"])
 # chalicelib.auth.resolve: two GetItems (the key's lookup item and its owner).
 AUTHORIZER_ACTIONS = ["dynamodb:GetItem"]
 LOG_ACTIONS = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"]
@@ -160,6 +162,8 @@ def merge_template(stage: str) -> Dict[str, Any]:
             "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"},
                           {"AttributeName": "sk", "KeyType": "RANGE"}],
             "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+            # online items of an edge that died expire (chalicelib.online)
+            "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
             "SSESpecification": {"SSEEnabled": True},
             "DeletionProtectionEnabled": prod,
             "Tags": [{"Key": "aws-chalice", "Value": f"stage={stage}:app=tunnel-service"}],

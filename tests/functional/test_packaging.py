@@ -137,7 +137,7 @@ def test_roles_allow_only_the_table_actions_on_the_table(prod_template):
     used = {"ApiHandlerRole": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                                "dynamodb:DeleteItem", "dynamodb:Query",
                                "dynamodb:TransactWriteItems", "dynamodb:ConditionCheckItem",
-                               "dynamodb:DescribeTable"},
+                               "dynamodb:DescribeTable", "dynamodb:BatchGetItem"},
             "ApiKeyAuthorizerRole": {"dynamodb:GetItem"}}
     for name, role in roles.items():
         assert "ManagedPolicyArns" not in role["Properties"]
@@ -185,6 +185,8 @@ def test_stages_are_configured_for_least_privilege_and_their_tables():
         table = merge["Resources"]["ServiceTable"]["Properties"]
         assert table["TableName"] == deploy_stack.table_name(stage)
         assert table["DeletionProtectionEnabled"] is (stage == "prod")
+        assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at",
+                                                    "Enabled": True}
         names.add(table["TableName"])
         with open(os.path.join(PROJECT_DIR, ".chalice", f"policy-{stage}.json")) as handle:
             policy = json.load(handle)

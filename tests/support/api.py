@@ -5,6 +5,7 @@ over moto's in-process ``mock_aws``; ``HttpApi`` talks real HTTP to ``scripts/se
 (chalice local + moto server as a separate process). Tests written against ``Api`` run at
 both levels through the ``api`` fixture (tests/conftest.py).
 """
+import contextlib
 import json
 import os
 import socket
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 from urllib.parse import urlsplit
 
 import requests
@@ -96,6 +97,12 @@ class Api:
 
     def _seed(self, count: int, reporter: bool) -> List[Dict[str, Any]]:
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def service_store(self) -> Iterator[None]:
+        """Inside: chalicelib.store talks to this service's table (to seed items the way
+        another component, e.g. the edge, writes them)."""
+        yield
 
     def new_account(self, reporter: bool = False) -> Account:
         raw = self._seed(1, reporter)[0]
@@ -216,6 +223,23 @@ class HttpApi(Api):
         response = self.session.request(method, url, headers=headers, data=body, timeout=30)
         return Resp(response.status_code, {k.lower(): v for k, v in response.headers.items()},
                     response.text)
+
+    @contextlib.contextmanager
+    def service_store(self):
+        from chalicelib import config, store
+        saved = os.environ.get("DYNAMODB_ENDPOINT_URL")
+        os.environ["DYNAMODB_ENDPOINT_URL"] = self.stack.store_url
+        config.reset_settings()
+        store.reset()
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
+            else:
+                os.environ["DYNAMODB_ENDPOINT_URL"] = saved
+            config.reset_settings()
+            store.reset()
 
     def _seed(self, count, reporter):
         pool = self._pool[reporter]

@@ -1,0 +1,84 @@
+"""Online agent sessions: ``/tunnel_sessions`` (read-only, written by the edge).
+
+Fields, as the hosted API and its official clients read them: id, uri, agent_version,
+credential (Ref to the credential whose authtoken started the session), ip, metadata, os,
+region, started_at, transport.
+
+Rules (where the hosted docs are silent, decided here):
+- Only live sessions are shown: a session whose edge has not refreshed it for
+  ONLINE_STALE_SECONDS (45 s) is offline (chalicelib.online) and is a 404 like an unknown id.
+- ``POST /tunnel_sessions/{id}/stop`` and ``/restart`` (204) ask the edge holding the session
+  to send Stop / Restart to the agent at its next heartbeat (within a few seconds). Like
+  changing a credential, a member or bot may do so only for sessions started with credentials
+  it owns (403); admins for all. The body must be empty or ``{}``.
+- ``POST /tunnel_sessions/{id}/update`` is refused with 400 ERR_UNSUPPORTED_OPERATION (a 4xx,
+  so the official clients raise their API error with the message; they treat 5xx as a server
+  failure): this service does not distribute agent binaries. Update the agent or SDK package,
+  then restart it. An unknown or offline session is a 404 first.
+"""
+from typing import Any, Dict, List, Optional, Tuple
+
+from chalicelib import errors, online, store
+from chalicelib.web import Ctx
+
+COLLECTION = online.SESSIONS
+PREFIX = online.SESSION_PREFIX
+PATH = "/tunnel_sessions"
+LIST_KEY = "tunnel_sessions"
+WHAT = "tunnel session"
+
+
+def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
+    data = item.data
+    credential_id = data.get("credential_id")
+    return {
+        "id": item.sk,
+        "uri": c.uri(f"{PATH}/{item.sk}"),
+        "agent_version": data.get("agent_version", ""),
+        "credential": c.ref("/credentials", credential_id) if credential_id else None,
+        "ip": data.get("ip", ""),
+        "metadata": data.get("metadata", ""),
+        "os": data.get("os", ""),
+        "region": data.get("region", ""),
+        "started_at": data.get("started_at"),
+        "transport": data.get("transport", ""),
+    }
+
+
+def get(c: Ctx, session_id: str) -> Dict[str, Any]:
+    item, _ = online.live_item(c.account_id, COLLECTION, PREFIX, session_id, WHAT)
+    return render(c, item)
+
+
+def list_page(c: Ctx, limit: int, before_id: Optional[str]
+              ) -> Tuple[List[Dict[str, Any]], bool, Optional[str]]:
+    pairs, more, cursor = online.live_page(c.account_id, COLLECTION, limit, before_id)
+    return [render(c, item) for item, _ in pairs], more, cursor
+
+
+def _live_owned(c: Ctx, session_id: str) -> store.Item:
+    item, _ = online.live_item(c.account_id, COLLECTION, PREFIX, session_id, WHAT)
+    if item.data.get("owner_id") != c.principal.id:
+        c.principal.require_admin("stop or restart tunnel sessions of another user's or bot's "
+                                  "credentials")
+    return item
+
+
+def stop(c: Ctx, session_id: str) -> None:
+    _live_owned(c, session_id)
+    online.request_stop(c.account_id, session_id)
+
+
+def restart(c: Ctx, session_id: str) -> None:
+    _live_owned(c, session_id)
+    online.request_restart(c.account_id, session_id)
+
+
+def request_update(c: Ctx, session_id: str) -> None:
+    online.live_item(c.account_id, COLLECTION, PREFIX, session_id, WHAT)
+    raise errors.UnsupportedOperation(
+        "Agent updates are not offered by this service: update the agent (or SDK) package "
+        f"where it runs, then restart it (POST {PATH}/{session_id}/restart)")
+
+
+ACTIONS = {"stop": stop, "restart": restart, "update": request_update}
