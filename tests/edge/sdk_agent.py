@@ -11,6 +11,7 @@ WebSocket echo), forwards every bind to it, and prints one JSON line per event: 
 import asyncio
 import hashlib
 import json
+import os
 import sys
 
 import ngrok
@@ -80,7 +81,11 @@ async def main(cfg):
                .server_addr(cfg["server_addr"]).root_cas(cfg["root_cas"]))
     builder.handle_disconnection(lambda addr, err: emit({"event": "disconnected",
                                                          "error": str(err)}))
-    builder.handle_stop_command(lambda: emit({"event": "stop_command"}))
+    def on_stop():  # what the command means: the agent exits
+        emit({"event": "stop_command"})
+        os._exit(0)
+
+    builder.handle_stop_command(on_stop)
     try:
         session = await builder.connect()
     except Exception as exc:  # what the SDK raises is what the test checks
