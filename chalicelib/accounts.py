@@ -6,7 +6,7 @@ be marked as an abuse reporter, which opens ``/abuse_reports`` to it.
 """
 from typing import Any, Dict, Optional
 
-from chalicelib import api_keys, errors, ids, store, validation
+from chalicelib import api_keys, auth, errors, ids, store, validation
 from chalicelib.auth import USER_COLLECTION
 
 ROLES = ("admin", "member")
@@ -54,12 +54,25 @@ def create_user(account_id: str, role: str, name: str = "") -> str:
     return user_id
 
 
+@store.retrying
+def set_role(account_id: str, user_id: str, role: str) -> None:
+    """Change a user's role; the lookups of the user's API keys are rewritten with it
+    (auth.owner_change), so the next request with any of its keys has the new role."""
+    if role not in ROLES:
+        raise errors.InvalidField(f"role must be one of {', '.join(ROLES)}")
+    item = store.get(store.collection_pk(account_id, USER_COLLECTION), user_id)
+    if item is None:
+        raise errors.NotFound(f"No user with id '{user_id}' exists in account '{account_id}'")
+    auth.owner_change(item, "user", {**item.data, "role": role}, [])
+
+
 def user_with_key(account_id: str, role: str, name: str = "",
                   description: str = "") -> Dict[str, Any]:
     """A new user of the account with one API key; the key's token is in the result."""
     user_id = create_user(account_id, role, name)
     key_id, token = api_keys.create_for_owner(account_id, user_id, "user",
-                                              description=description or f"{role} key")
+                                              description=description or f"{role} key",
+                                              role=role)
     return {"account_id": account_id, "user_id": user_id, "role": role,
             "api_key_id": key_id, "token": token}
 
