@@ -34,8 +34,21 @@ def is_abuse_reporter(account_id: str) -> bool:
     return bool(item and item.data.get("abuse_reporter"))
 
 
-@store.retrying
 def set_abuse_reporter(account_id: str, enabled: bool) -> None:
+    """Set the flag on the account, then on the lookups of the account's API keys (the abuse
+    report views read it from the caller's key: chalicelib.auth). Until a concurrent change
+    of the flag is settled, the copies are rewritten with the account's value again."""
+    _set_flag(account_id, enabled)
+    while True:
+        auth.set_account_copies(account_id, {"abuse_reporter": enabled})
+        now = bool(get_account(account_id).data.get("abuse_reporter"))
+        if now == enabled:
+            return
+        enabled = now
+
+
+@store.retrying
+def _set_flag(account_id: str, enabled: bool) -> None:
     item = get_account(account_id)
     item.data = {**item.data, "abuse_reporter": enabled}
     store.commit([store.save(item)])

@@ -109,8 +109,10 @@ def resolve(header: Optional[str]) -> Principal:
         if owner is None:
             raise AuthFailed(f"the key cannot be used: {why}")
         role = "member" if data["owner_kind"] == "bot" else owner.data.get("role", "member")
+    reporter = data.get("abuse_reporter")
     return Principal(account_id=data["account_id"], id=data["owner_id"],
-                     kind=data["owner_kind"], role=role, api_key_id=data["api_key_id"])
+                     kind=data["owner_kind"], role=role, api_key_id=data["api_key_id"],
+                     abuse_reporter=reporter if isinstance(reporter, bool) else None)
 
 
 # ---- what API keys and credentials share: an owner and a secret -------------------------------
@@ -196,9 +198,18 @@ def new_secret_item(account_id: str, collection: str, namespace: str, owner_id: 
     lookup_data = {"digest": hashed, "account_id": account_id,
                    f"{collection}_id": resource_id, **owner}
     require = None
+    extra: List[store.Op] = []
     if namespace == API_KEY_HASH_NAMESPACE:
-        state = state or {"role": "member", "active": True}
-        lookup_data.update(role=state["role"], active=state["active"])
+        state = {"role": "member", "active": True, "abuse_reporter": False, **(state or {})}
+        lookup_data.update(role=state["role"], active=state["active"],
+                           abuse_reporter=state["abuse_reporter"])
+        reporter = state["abuse_reporter"]
+        extra.append(store.require_item(
+            store.account_pk(account_id), store.ACCOUNT_SK,
+            require=lambda e: f"{e.data('abuse_reporter')} = {e.value(reporter)}",
+            missing=_not_an_owner(owner_id),
+            explain=lambda old: OwnerChanged(
+                {**state, "abuse_reporter": bool(old.data.get("abuse_reporter"))})))
         if owner_kind == "bot":
             require = lambda e: f"{e.data('active')} = {e.value(state['active'])}"  # noqa: E731
         else:
@@ -212,8 +223,9 @@ def new_secret_item(account_id: str, collection: str, namespace: str, owner_id: 
     ops = [store.put_new(item), store.put_new(lookup), store.put_new(index),
            store.set_fields(owner_pk(account_id, owner_kind), owner_id, {}, require=require,
                             missing=_not_an_owner(owner_id),
-                            explain=lambda old: OwnerChanged(owner_state(owner_kind, old.data)))]
-    return item, ops, token
+                            explain=lambda old: OwnerChanged(
+                                {**(state or {}), **owner_state(owner_kind, old.data)}))]
+    return item, ops + extra, token
 
 
 def create_secret(account_id: str, collection: str, namespace: str, owner_id: str,
@@ -237,10 +249,14 @@ def create_secret(account_id: str, collection: str, namespace: str, owner_id: st
 
 
 def caller_state(c: Ctx, owner_id: str) -> Optional[Dict[str, Any]]:
-    """The caller's own role/active when it is the owner (it just authenticated)."""
+    """What the caller knows of the owner's copied state: its own role/active when it is the
+    owner (it just authenticated), and the account's abuse-reporter flag."""
+    state: Dict[str, Any] = {}
+    if c.principal.abuse_reporter is not None:
+        state["abuse_reporter"] = c.principal.abuse_reporter
     if owner_id == c.principal.id:
-        return {"role": c.principal.role, "active": True}
-    return None
+        state.update(role=c.principal.role, active=True)
+    return state or None
 
 
 def secret_delete_ops(item: store.Item, namespace: str) -> List[store.Op]:
@@ -321,6 +337,28 @@ def require_owner_or_admin(c: Ctx, item: store.Item, what: str) -> None:
     """Members and bots change only the ``what`` they own (403); admins change all."""
     if item.data["owner_id"] != c.principal.id:
         c.principal.require_admin(f"change {what} owned by another user or bot")
+
+
+def set_account_copies(account_id: str, fields: Dict[str, Any]) -> int:
+    """Write account-wide facts (``abuse_reporter``) onto every API key lookup of the
+    account, after the account item itself was changed: keys created from then on copy the
+    new value (their creation is conditioned on the account's value), keys created before are
+    in an owner index by now. One Query per user and bot partition and per owner, one
+    UpdateItem per key: an operator action. Returns the number of lookups written."""
+    written = 0
+    for collection in (USER_COLLECTION, BOT_COLLECTION):
+        for owner in store.query_all(store.collection_pk(account_id, collection)):
+            for entry in owned(account_id, owner.sk):
+                if entry.data.get("namespace") != API_KEY_HASH_NAMESPACE:
+                    continue
+                try:
+                    store.write(store.set_fields(
+                        store.unique_pk(API_KEY_HASH_NAMESPACE, entry.data["digest"]),
+                        store.UNIQUE_SK, fields, missing=store.VersionConflict()))
+                    written += 1
+                except store.VersionConflict:
+                    pass  # the key was deleted meanwhile
+    return written
 
 
 def owned_by(account_id: str, collection: str, owner_id: str) -> List[store.Item]:

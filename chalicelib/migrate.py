@@ -74,11 +74,13 @@ def run() -> Dict[str, int]:
     for raw in list(_scan()):
         item = Model_.from_raw_data(raw)
         data = item.data or {}
-        if item.kind == auth.API_KEY_HASH_NAMESPACE and "role" not in data:
+        if item.kind == auth.API_KEY_HASH_NAMESPACE and "abuse_reporter" not in data:
             owner = auth.owner_item(data["account_id"], data["owner_id"], data["owner_kind"])
-            if owner is not None:
-                store.commit([store.set_fields(item.pk, item.sk,
-                                               auth.owner_state(data["owner_kind"], owner.data),
+            account = store.get(store.account_pk(data["account_id"]), store.ACCOUNT_SK)
+            if owner is not None and account is not None:
+                copies = {**auth.owner_state(data["owner_kind"], owner.data),
+                          "abuse_reporter": bool(account.data.get("abuse_reporter"))}
+                store.commit([store.set_fields(item.pk, item.sk, copies,
                                                missing=store.VersionConflict())])
                 counts["lookups"] += 1
         elif item.kind in ("api_key", "credential") and "owner_id" in data:

@@ -15,6 +15,8 @@ def _put_legacy(pk, sk, kind, account_id, data, refs=0):
 
 def _legacy_account():
     acct = "acct_0000000000000000000000000001"[:32]
+    _put_legacy(store.account_pk(acct), store.ACCOUNT_SK, "account", acct,
+                {"name": "", "abuse_reporter": True, "created_at": "2026-01-01T00:00:00Z"})
     _put_legacy(store.collection_pk(acct, "user"), "usr_1", "user", acct,
                 {"id": "usr_1", "role": "admin", "name": "a", "created_at": "2026-01-01T00:00:00Z"})
     _put_legacy(store.collection_pk(acct, "api_key"), "ak_1", "api_key", acct,
@@ -42,13 +44,14 @@ def test_old_items_are_read_as_they_are(store_env):
 def test_migration_rewrites_data_lookups_index_and_routes_once(store_env):
     acct = _legacy_account()
     counts = migrate.run_if_needed()
-    assert counts == {"data_maps": 5, "lookups": 1, "owner_index": 1, "routes_moved": 1}
+    assert counts == {"data_maps": 6, "lookups": 1, "owner_index": 1, "routes_moved": 1}
     raw = store.connection().client.get_item(
         TableName=store.get_settings().table_name,
         Key={"pk": {"S": store.collection_pk(acct, "user")}, "sk": {"S": "usr_1"}})["Item"]
     assert "M" in raw["data"]
     lookup = store.get(store.unique_pk(auth.API_KEY_HASH_NAMESPACE, "d1"), store.UNIQUE_SK)
     assert lookup.data["role"] == "admin" and lookup.data["active"] is True
+    assert lookup.data["abuse_reporter"] is True
     assert [e.sk for e in auth.owned(acct, "usr_1")] == ["ak_1"]
     assert store.get(store.collection_pk(acct, "https_edge"), "edghts_1#edghtsrt_1") is not None
     assert store.get(store.collection_pk(acct, "https_edge_route#edghts_1"), "edghtsrt_1") is None
