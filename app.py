@@ -31,7 +31,7 @@ def api_key_authorizer(auth_request):
     return AuthResponse(routes=["*"], principal_id=principal.id, context={
         "account_id": principal.account_id, "principal_id": principal.id,
         "principal_kind": principal.kind, "role": principal.role,
-        "api_key_id": principal.api_key_id})
+        "api_key_id": principal.api_key_id, **principal.extra_context()})
 
 
 def route(path, methods, query=(), **kwargs):

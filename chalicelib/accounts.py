@@ -6,7 +6,7 @@ be marked as an abuse reporter, which opens ``/abuse_reports`` to it.
 """
 from typing import Any, Dict, Optional
 
-from chalicelib import api_keys, errors, ids, store, validation
+from chalicelib import api_keys, auth, errors, ids, store, validation
 from chalicelib.auth import USER_COLLECTION
 
 ROLES = ("admin", "member")
@@ -34,8 +34,21 @@ def is_abuse_reporter(account_id: str) -> bool:
     return bool(item and item.data.get("abuse_reporter"))
 
 
-@store.retrying
 def set_abuse_reporter(account_id: str, enabled: bool) -> None:
+    """Set the flag on the account, then on the lookups of the account's API keys (the abuse
+    report views read it from the caller's key: chalicelib.auth). Until a concurrent change
+    of the flag is settled, the copies are rewritten with the account's value again."""
+    _set_flag(account_id, enabled)
+    while True:
+        auth.set_account_copies(account_id, {"abuse_reporter": enabled})
+        now = bool(get_account(account_id).data.get("abuse_reporter"))
+        if now == enabled:
+            return
+        enabled = now
+
+
+@store.retrying
+def _set_flag(account_id: str, enabled: bool) -> None:
     item = get_account(account_id)
     item.data = {**item.data, "abuse_reporter": enabled}
     store.commit([store.save(item)])
@@ -54,12 +67,25 @@ def create_user(account_id: str, role: str, name: str = "") -> str:
     return user_id
 
 
+@store.retrying
+def set_role(account_id: str, user_id: str, role: str) -> None:
+    """Change a user's role; the lookups of the user's API keys are rewritten with it
+    (auth.owner_change), so the next request with any of its keys has the new role."""
+    if role not in ROLES:
+        raise errors.InvalidField(f"role must be one of {', '.join(ROLES)}")
+    item = store.get(store.collection_pk(account_id, USER_COLLECTION), user_id)
+    if item is None:
+        raise errors.NotFound(f"No user with id '{user_id}' exists in account '{account_id}'")
+    auth.owner_change(item, "user", {**item.data, "role": role}, [])
+
+
 def user_with_key(account_id: str, role: str, name: str = "",
                   description: str = "") -> Dict[str, Any]:
     """A new user of the account with one API key; the key's token is in the result."""
     user_id = create_user(account_id, role, name)
     key_id, token = api_keys.create_for_owner(account_id, user_id, "user",
-                                              description=description or f"{role} key")
+                                              description=description or f"{role} key",
+                                              role=role)
     return {"account_id": account_id, "user_id": user_id, "role": role,
             "api_key_id": key_id, "token": token}
 

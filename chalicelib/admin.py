@@ -12,6 +12,11 @@ Commands:
   add-member --account ACCT [--admin]       new member (or admin) user of ACCT with an API key
   set-abuse-reporter --account ACCT (--on|--off)
                                             allow or forbid /abuse_reports for ACCT
+  migrate                                   bring a table written by an earlier version to
+                                            the current layout (idempotent; make run does
+                                            it at start)
+  set-role --account ACCT --user USR (--admin|--member)
+                                            change a user's role (its API keys follow at once)
   set-hostname-status --account ACCT --report abrp_... --hostname HOST
                       --status (PENDING|BANNED|UNBANNED|IGNORE)
                                             record the action taken on one hostname of an
@@ -22,7 +27,7 @@ import json
 import sys
 from typing import List, Optional
 
-from chalicelib import abuse_reports, accounts, errors, store
+from chalicelib import abuse_reports, accounts, errors, migrate, store
 from chalicelib.config import get_settings
 
 
@@ -46,6 +51,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     on_off = reporter.add_mutually_exclusive_group(required=True)
     on_off.add_argument("--on", action="store_true")
     on_off.add_argument("--off", action="store_true")
+    sub.add_parser("migrate", help="bring the table to the current layout (idempotent)")
+    set_role = sub.add_parser("set-role", help="change a user's role")
+    set_role.add_argument("--account", required=True)
+    set_role.add_argument("--user", required=True)
+    admin_or_member = set_role.add_mutually_exclusive_group(required=True)
+    admin_or_member.add_argument("--admin", action="store_true")
+    admin_or_member.add_argument("--member", action="store_true")
     hostname = sub.add_parser(
         "set-hostname-status",
         help="set the action taken on one hostname of an abuse report",
@@ -75,6 +87,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "set-abuse-reporter":
             accounts.set_abuse_reporter(args.account, bool(args.on))
             print(f"account {args.account}: abuse reporter {'on' if args.on else 'off'}")
+        elif args.command == "migrate":
+            print(json.dumps(migrate.run()))
+        elif args.command == "set-role":
+            role = "admin" if args.admin else "member"
+            accounts.set_role(args.account, args.user, role)
+            print(f"user {args.user}: role {role}")
         elif args.command == "set-hostname-status":
             print(json.dumps(abuse_reports.set_hostname_status(
                 args.account, args.report, args.hostname, args.status)))

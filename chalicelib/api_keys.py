@@ -40,22 +40,24 @@ def render(c: Ctx, item: store.Item, token: Optional[str] = None) -> Dict[str, A
 
 
 def create_for_owner(account_id: str, owner_id: str, owner_kind: str, description: str = "",
-                     metadata: str = "") -> Tuple[str, str]:
+                     metadata: str = "", role: Optional[str] = None) -> Tuple[str, str]:
     """A new key for a known owner (admin command and bootstrap); (key id, token)."""
-    item, ops, token = auth.new_secret_item(account_id, COLLECTION, auth.API_KEY_HASH_NAMESPACE,
-                                            owner_id, owner_kind,
-                                            {"description": description, "metadata": metadata})
-    store.commit(ops)
+    item, token = auth.create_secret(account_id, COLLECTION, auth.API_KEY_HASH_NAMESPACE,
+                                     owner_id, owner_kind,
+                                     {"description": description, "metadata": metadata},
+                                     state={"role": role, "active": True} if role else None)
     return item.sk, token
 
 
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+    """One transaction (key, lookup, owner index entry, owner check); one more when the owner
+    is another principal whose role/active state differs from the first guess."""
     owner_id, owner_kind = auth.new_owner(c, fields.get("owner_id"), "API keys")
-    item, ops, token = auth.new_secret_item(c.account_id, COLLECTION,
-                                            auth.API_KEY_HASH_NAMESPACE, owner_id, owner_kind,
-                                            {"description": fields.get("description", ""),
-                                             "metadata": fields.get("metadata", "")})
-    store.commit(ops)
+    item, token = auth.create_secret(c.account_id, COLLECTION, auth.API_KEY_HASH_NAMESPACE,
+                                     owner_id, owner_kind,
+                                     {"description": fields.get("description", ""),
+                                      "metadata": fields.get("metadata", "")},
+                                     state=auth.caller_state(c, owner_id))
     return render(c, item, token)
 
 
@@ -71,14 +73,10 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
     return web.rendered_page(c, COLLECTION, limit, before_id, render)
 
 
-@store.retrying
 def update(c: Ctx, key_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
-    item = _get(c, key_id)
-    auth.require_owner_or_admin(c, item, "API keys")
-    if fields:
-        item.data = {**item.data, **fields}
-        store.commit([store.save(item)])
-    return render(c, item)
+    """One UpdateItem of the sent fields (owner-conditioned for members)."""
+    return render(c, auth.update_owned(c, COLLECTION, PREFIX, key_id, fields, "API key",
+                                       "API keys"))
 
 
 def delete_ops(item: store.Item) -> List[store.Op]:
@@ -88,11 +86,13 @@ def delete_ops(item: store.Item) -> List[store.Op]:
 
 @store.retrying
 def delete(c: Ctx, key_id: str) -> None:
+    """Reads first (1 GetItem: the owner rule and the digest naming the lookup item), then
+    one transaction deleting the key, its lookup and its owner index entry."""
     item = _get(c, key_id)
     auth.require_owner_or_admin(c, item, "API keys")
     store.commit(delete_ops(item))
 
 
 def owned_by(account_id: str, owner_id: str) -> List[store.Item]:
-    """Every key of the account owned by ``owner_id`` (one Query of the account's keys)."""
+    """Every key of the account owned by ``owner_id`` (see auth.owned_by)."""
     return auth.owned_by(account_id, COLLECTION, owner_id)

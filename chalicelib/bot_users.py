@@ -14,16 +14,23 @@ Rules (where the spec is silent, decided here):
 - ``active`` defaults to true. While a bot is inactive its API keys get 401 (the authorizer
   reads ``active``) and its credentials do not bind (chalicelib.credentials); reactivating
   restores both, nothing else changes.
-- Deleting a bot deletes its API keys and credentials. The bot and its name go first with as
-  many owned items as fit in one transaction (100 writes); then whatever the bot still owns
-  (the rest, and any key or credential created for it while the delete ran) goes in further
-  transactions of at most 100. Nothing new can be created for a deleted bot (creates check
-  that the owner exists), and an owned item left behind by an interrupted delete can neither
-  authenticate nor bind (its owner is gone).
+- Deleting a bot deletes its API keys and credentials, found through the bot's owner index
+  (chalicelib.auth: one Query of the bot's own partition, never of a whole collection). When
+  bot, name and owned items fit in one transaction (100 writes: 32 keys or credentials),
+  that is all; otherwise the owned items go first in transactions of at most 100 and the bot
+  last, so an interrupted delete leaves a bot with fewer keys, never a key without its bot.
+  A key or credential created for the bot meanwhile bumps the bot's version, so the bot's
+  version-conditioned delete fails and the delete starts over (retried with backoff).
+
+Store calls: create 1 (transaction: bot + name claim); get 1; list 1 Query; update of
+``active`` alone 3 (GetItem, Query of the owner index, one transaction with the key lookups:
+the authorizer reads ``active`` from them), a rename 2 (GetItem for the old name, one
+transaction claiming the new name and releasing the old), both 3; delete 3 (GetItem, Query
+of the owner index, one transaction) while the bot owns at most 32 items.
 """
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import api_keys, auth, credentials, errors, ids, store, validation, web
+from chalicelib import auth, errors, ids, store, validation, web
 from chalicelib.validation import Field
 from chalicelib.web import Ctx
 
@@ -104,52 +111,28 @@ def update(c: Ctx, bot_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     if not fields:
         return render(c, item)
     old_name = item.data["name"]
-    item.data = {**item.data, **fields}
-    ops = [store.save(item)]
-    new_name = item.data["name"]
+    new_data = {**item.data, **fields}
+    new_name = new_data["name"]
+    ops: List[store.Op] = []
     if new_name != old_name:
         ops += [_claim(c.account_id, bot_id, new_name), _release(c.account_id, old_name)]
-    store.commit(ops)
+    auth.owner_change(item, "bot", new_data, ops)
     return render(c, item)
-
-
-def _owned_ops(account_id: str, bot_id: str) -> List[store.Op]:
-    ops: List[store.Op] = []
-    for key in api_keys.owned_by(account_id, bot_id):
-        ops += api_keys.delete_ops(key)
-    for credential in credentials.owned_by(account_id, bot_id):
-        ops += credentials.delete_ops(credential)
-    return ops
 
 
 @store.retrying
 def delete(c: Ctx, bot_id: str) -> None:
     c.principal.require_admin("delete bot users")
     item = _get(c, bot_id)
+    owned: List[store.Op] = []
+    for entry in auth.owned(c.account_id, bot_id):
+        owned += auth.owned_delete_ops(entry)
     bot_ops = [store.delete(item), _release(c.account_id, item.data["name"])]
-    owned = _owned_ops(c.account_id, bot_id)
+    per_item = 3  # resource, lookup, index entry: kept in one transaction
     room = store.MAX_TRANSACTION_OPS - len(bot_ops)
-    # An item's ops come in pairs (item + lookup); keep each pair in one transaction.
-    room -= room % 2
-    store.commit(bot_ops + owned[:room])
-    # Always sweep, not only when the first transaction was full: a key or credential created
-    # for the bot between the query above and that commit passed its owner check and is
-    # found only now. With the bot gone, no further one can be created.
-    _sweep(c.account_id, bot_id)
-
-
-def _sweep(account_id: str, bot_id: str, rounds: int = 5) -> None:
-    """Delete what a deleted bot still owns, at most 100 writes a transaction.
-
-    The bot is gone, so no new key or credential can be created for it: the set is final.
-    An item changed meanwhile (a lost race) is picked up by the next round.
-    """
-    for _ in range(rounds):
-        owned = _owned_ops(account_id, bot_id)
-        if not owned:
-            return
-        for start in range(0, len(owned), store.MAX_TRANSACTION_OPS):
-            try:
-                store.commit(owned[start:start + store.MAX_TRANSACTION_OPS])
-            except store.VersionConflict:
-                continue
+    room -= room % per_item
+    chunk = store.MAX_TRANSACTION_OPS - store.MAX_TRANSACTION_OPS % per_item
+    while len(owned) > room:
+        store.commit(owned[:chunk])
+        owned = owned[chunk:]
+    store.commit(bot_ops + owned)

@@ -58,12 +58,11 @@ def render(c: Ctx, item: store.Item, token: Optional[str] = None) -> Dict[str, A
 
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     owner_id, owner_kind = auth.new_owner(c, fields.get("owner_id"), "credentials")
-    item, ops, token = auth.new_secret_item(c.account_id, COLLECTION, TOKEN_NAMESPACE, owner_id,
-                                            owner_kind,
-                                            {"description": fields.get("description", ""),
-                                             "metadata": fields.get("metadata", ""),
-                                             "acl": fields.get("acl", [])})
-    store.commit(ops)
+    item, token = auth.create_secret(c.account_id, COLLECTION, TOKEN_NAMESPACE, owner_id,
+                                     owner_kind,
+                                     {"description": fields.get("description", ""),
+                                      "metadata": fields.get("metadata", ""),
+                                      "acl": fields.get("acl", [])})
     return render(c, item, token)
 
 
@@ -79,14 +78,10 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
     return web.rendered_page(c, COLLECTION, limit, before_id, render)
 
 
-@store.retrying
 def update(c: Ctx, credential_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
-    item = _get(c, credential_id)
-    auth.require_owner_or_admin(c, item, "credentials")
-    if fields:
-        item.data = {**item.data, **fields}
-        store.commit([store.save(item)])
-    return render(c, item)
+    """One UpdateItem of the sent fields (owner-conditioned for members and bots)."""
+    return render(c, auth.update_owned(c, COLLECTION, PREFIX, credential_id, fields,
+                                       "credential", "credentials"))
 
 
 def delete_ops(item: store.Item) -> List[store.Op]:
@@ -96,13 +91,15 @@ def delete_ops(item: store.Item) -> List[store.Op]:
 
 @store.retrying
 def delete(c: Ctx, credential_id: str) -> None:
+    """Reads first (1 GetItem: owner rule and digest), then one transaction (credential,
+    token lookup, owner index entry)."""
     item = _get(c, credential_id)
     auth.require_owner_or_admin(c, item, "credentials")
     store.commit(delete_ops(item))
 
 
 def owned_by(account_id: str, owner_id: str) -> List[store.Item]:
-    """Every credential of the account owned by ``owner_id`` (one Query of the collection)."""
+    """Every credential of the account owned by ``owner_id`` (see auth.owned_by)."""
     return auth.owned_by(account_id, COLLECTION, owner_id)
 
 

@@ -201,9 +201,10 @@ def ref_ops(account_id: str, old: Dict[str, Any], new: Dict[str, Any],
             nested: bool = True) -> List[store.Op]:
     """Move the ``refs`` counters from what ``old`` uses to what ``new`` uses.
 
-    Reads each referenced item whose count changes (at most 1 + MAX_IP_POLICIES on each side);
-    a new reference to an item that does not exist is a 400 naming the field (``backend.
-    backend_id``, or ``backend_id`` when not ``nested``, as in a module PUT) and the id.
+    Reads nothing: each counter that changes is an update in the edge's transaction,
+    conditioned on the referenced item existing; a new reference to an item that does not
+    exist fails it with a 400 naming the field (``backend.backend_id``, or ``backend_id``
+    when not ``nested``, as in a module PUT) and the id.
     """
     before, after = refs_of(old), refs_of(new)
     ops: List[store.Op] = []
@@ -212,16 +213,15 @@ def ref_ops(account_id: str, old: Dict[str, Any], new: Dict[str, Any],
         if delta == 0:
             continue
         collection, resource_id = key
-        item = store.get(store.collection_pk(account_id, collection), resource_id)
-        if item is None:
-            if delta < 0:
-                continue
-            module, name, what = _REF_TARGETS[collection]
-            field = f"{module}.{name}" if nested else name
-            raise errors.InvalidField(
-                f"Field '{field}': no {what} with id '{resource_id}' exists in this account",
-                details={"field": field})
-        ops.append(store.update(item, [store.model().refs.add(delta)]))
+        module, name, what = _REF_TARGETS[collection]
+        field = f"{module}.{name}" if nested else name
+        missing: Exception = errors.InvalidField(
+            f"Field '{field}': no {what} with id '{resource_id}' exists in this account",
+            details={"field": field})
+        if delta < 0:
+            missing = store.VersionConflict()  # counted items cannot be deleted
+        ops.append(store.set_fields(store.collection_pk(account_id, collection), resource_id,
+                                    {}, refs=delta, missing=missing))
     return ops
 
 
@@ -232,8 +232,8 @@ def edge_ops(account_id: str, kind: str, edge_id: str, old: Dict[str, Any],
     claimed, ``refs`` counters moved. Every check (409 on a taken hostport at commit, 400 on a
     missing reference now) happens before or at that one commit."""
     owner = {"account_id": account_id, "kind": kind, "edge_id": edge_id}
-    return hostport_ops(old.get("hostports"), new.get("hostports"), owner) \
-        + ref_ops(account_id, old, new, nested=nested)
+    return ref_ops(account_id, old, new, nested=nested) \
+        + hostport_ops(old.get("hostports"), new.get("hostports"), owner)
 
 
 # ---- module PUT bodies ------------------------------------------------------------------------

@@ -89,24 +89,52 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
     return web.rendered_page(c, COLLECTION, limit, before_id, render)
 
 
-@store.retrying
+def _body_rule(fields: Dict[str, Any]):
+    """The condition that keeps "no body with 1xx/204/304" true for the stored fields a PATCH
+    does not send (None when the sent fields decide it alone, or it cannot break)."""
+    if "status_code" in fields and "body" in fields:
+        return None
+    status = fields.get("status_code")
+    if status is not None and (status < 200 or status in (204, 304)):
+        return lambda e: (f"attribute_not_exists({e.data('body')}) OR "
+                          f"{e.data('body')} = {e.value('')}")
+    if fields.get("body"):
+        return lambda e: (f"attribute_not_exists({e.data('status_code')}) OR "
+                          f"({e.data('status_code')} >= {e.value(200)} AND "
+                          f"{e.data('status_code')} <> {e.value(204)} AND "
+                          f"{e.data('status_code')} <> {e.value(304)})")
+    return None
+
+
+def _missing(backend_id: str) -> errors.NotFound:
+    return errors.NotFound(f"No HTTP response backend with id '{backend_id}' exists")
+
+
 def update(c: Ctx, backend_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
-    item = get_item(c.account_id, backend_id)
-    if fields:
-        data = {**item.data, **fields}
-        _check_body_allowed(data)
-        item.data = data
-        store.commit([store.save(item)])
+    """One UpdateItem of the sent fields, conditioned on the body rule for the fields it does
+    not send (the stored status or body); the 400 names the merged result."""
+    if not fields or not ids.is_valid(backend_id, PREFIX):
+        return get(c, backend_id)
+    if "status_code" in fields and "body" in fields:
+        _check_body_allowed(fields)
+
+    def explain(old: store.Item) -> Exception:
+        _check_body_allowed({**old.data, **fields})
+        return store.VersionConflict()
+
+    item = store.write(store.set_fields(store.collection_pk(c.account_id, COLLECTION),
+                                        backend_id, fields, require=_body_rule(fields),
+                                        explain=explain, missing=_missing(backend_id)))
     return render(c, item)
 
 
-@store.retrying
 def delete(c: Ctx, backend_id: str) -> None:
-    item = get_item(c.account_id, backend_id)
-    in_use = errors.Conflict(f"HTTP response backend '{backend_id}' is still used by an edge; "
-                             "remove it from the edge first")
-    if item.refs:
-        raise in_use
-    # refs == 0 at commit time too: an edge that starts using it meanwhile changes its
-    # version, so the version condition fails and the retry sees the new refs.
-    store.commit([store.delete(item, condition=store.model().refs == 0)])
+    """One conditional DeleteItem: absent is 404, still used by an edge (``refs`` > 0) 409."""
+    if not ids.is_valid(backend_id, PREFIX):
+        raise _missing(backend_id)
+    store.write(store.remove_item(
+        store.collection_pk(c.account_id, COLLECTION), backend_id,
+        require=lambda e: f"{e.path('refs')} = {e.value(0)}", missing=_missing(backend_id),
+        explain=lambda old: errors.Conflict(
+            f"HTTP response backend '{backend_id}' is still used by an edge; "
+            "remove it from the edge first")))

@@ -19,8 +19,11 @@ Rules (where the spec is silent, decided here):
   it, its routes and its hostport claims in one transaction. The edge's ``refs`` counts its
   routes; creating or deleting a route updates it, so a route cannot slip in while its edge
   is being deleted.
-- Routes live in a child collection ``https_edge_route#<edge id>``; a route of another edge,
-  or of an edge that does not exist, is 404.
+- Routes live in their edge's partition ``A#<account>#https_edge``, at sort key
+  ``<edge id>#<route id>``, right after the edge itself (``<edge id>``): an edge with all its
+  routes is one Query, and so is a page of edges with theirs (newest first, each edge's
+  routes come just before it). A route of another edge, or of an edge that does not exist,
+  is 404.
 - ``match`` is a non-empty string of at most 1024 bytes. In a route PATCH, an absent, null or
   empty ``match_type``/``match`` leaves it unchanged (the reference client sends ``""`` for
   both by default); description and metadata are replaced when sent. A module sent in a
@@ -35,6 +38,15 @@ Rules (where the spec is silent, decided here):
   tokens, lower-cased, none differing only in case; values at most 1024 bytes, no CR/LF),
   ``{}`` when none; ``remove``: at most 20 header names, lower-cased, duplicates dropped,
   ``[]`` when none.
+
+Store calls: edge create 1 (PutItem, or a transaction with hostport claims); edge get 1
+Query (edge + routes); edge list 1 Query while the page's edges average fewer than
+:data:`LIST_ROUTES_GUESS` routes (one more per such page read otherwise); edge PATCH 2 (an
+UpdateItem of description/metadata, or with hostports a Query + transaction; then the
+response's routes: 1 Query); edge delete 2 (Query of edge + routes, one transaction). Route
+create 1 (transaction: route + the edge's route counter, conditioned on the edge existing
+and on the limit); route get, PATCH, module GET/PUT/DELETE 1; route list 1 Query; route
+delete 1 (transaction: route + counter).
 """
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -144,8 +156,23 @@ ROUTE_UPDATE_FIELDS = [DESCRIPTION, METADATA,
 
 
 # ---- rendering ----------------------------------------------------------------------------------
-def _route_collection(edge_id: str) -> str:
-    return f"{ROUTE_COLLECTION}#{edge_id}"
+LIST_ROUTES_GUESS = 3  # routes per edge a list page's first read makes room for
+
+
+def _edge_pk(account_id: str) -> str:
+    return store.collection_pk(account_id, COLLECTION)
+
+
+def _route_sk(edge_id: str, route_id: str) -> str:
+    return f"{edge_id}#{route_id}"
+
+
+def _edge_missing(edge_id: str) -> errors.NotFound:
+    return errors.NotFound(f"No HTTPS edge with id '{edge_id}' exists")
+
+
+def _route_missing(route_id: str) -> errors.NotFound:
+    return errors.NotFound(f"No HTTPS edge route with id '{route_id}' exists")
 
 
 def routes_path(edge_id: str) -> str:
@@ -157,11 +184,11 @@ def render_route(c: Ctx, item: store.Item) -> Dict[str, Any]:
     edge_id = data["edge_id"]
     body = {
         "edge_id": edge_id,
-        "id": item.sk,
+        "id": item.sk.rpartition("#")[2],
         "created_at": data["created_at"],
         "match_type": data["match_type"],
         "match": data["match"],
-        "uri": c.uri(f"{routes_path(edge_id)}/{item.sk}"),
+        "uri": c.uri(f"{routes_path(edge_id)}/{item.sk.rpartition('#')[2]}"),
         "description": data.get("description", ""),
         "metadata": data.get("metadata", ""),
     }
@@ -172,14 +199,20 @@ def render_route(c: Ctx, item: store.Item) -> Dict[str, Any]:
     return body
 
 
-def _routes(account_id: str, edge_id: str) -> List[store.Item]:
-    return store.query_all(store.collection_pk(account_id, _route_collection(edge_id)))
+def _edge_and_routes(account_id: str, edge_id: str) -> Tuple[store.Item, List[store.Item]]:
+    """The edge and its routes, oldest first: one Query (404 when there is no such edge)."""
+    if not ids.is_valid(edge_id, PREFIX):
+        raise _edge_missing(edge_id)
+    Model_ = store.model()
+    items = list(Model_.query(_edge_pk(account_id), Model_.sk.between(edge_id, edge_id + "$"),
+                              consistent_read=True))
+    if not items or items[0].sk != edge_id:
+        raise _edge_missing(edge_id)
+    return items[0], items[1:]
 
 
-def render(c: Ctx, item: store.Item, routes: Optional[List[store.Item]] = None) -> Dict[str, Any]:
+def render(c: Ctx, item: store.Item, routes: List[store.Item]) -> Dict[str, Any]:
     data = item.data
-    if routes is None:
-        routes = _routes(c.account_id, item.sk)
     return {
         "id": item.sk,
         "description": data.get("description", ""),
@@ -199,8 +232,8 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     edge_id = ids.new_id(PREFIX)
     data = {"description": fields.get("description", ""), "metadata": fields.get("metadata", ""),
             "hostports": fields.get("hostports") or None, "created_at": validation.now_rfc3339()}
-    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), edge_id,
-                          kind=COLLECTION, account_id=c.account_id, data=data)
+    item = store.new_item(_edge_pk(c.account_id), edge_id, kind=COLLECTION,
+                          account_id=c.account_id, data=data)
     store.commit([store.put_new(item)]
                  + edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, {}, data))
     return render(c, item, routes=[])
@@ -211,30 +244,66 @@ def get_item(account_id: str, edge_id: str) -> store.Item:
 
 
 def get(c: Ctx, edge_id: str) -> Dict[str, Any]:
-    return render(c, get_item(c.account_id, edge_id))
+    return render(c, *_edge_and_routes(c.account_id, edge_id))
 
 
 def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-    """One Query for the page, plus one Query per edge for its (at most 50) routes."""
-    return web.rendered_page(c, COLLECTION, limit, before_id, render)
+    """A newest-first page of edges with their routes from one Query of the partition: an
+    edge's routes come just before it in that order. The read makes room for
+    :data:`LIST_ROUTES_GUESS` routes per edge; a page whose edges have more reads on."""
+    Model_ = store.model()
+    condition = Model_.sk < before_id if before_id else None
+    page_size = (limit + 1) * (1 + LIST_ROUTES_GUESS)
+    edges: List[Dict[str, Any]] = []
+    pending: List[store.Item] = []
+    more = False
+    for item in Model_.query(_edge_pk(c.account_id), condition, scan_index_forward=False,
+                             page_size=page_size, consistent_read=True):
+        if len(edges) == limit:
+            more = True  # any further item: another edge (a route implies its edge)
+            break
+        if "#" in item.sk:
+            pending.append(item)
+            continue
+        routes = [r for r in reversed(pending) if r.sk.startswith(item.sk + "#")]
+        edges.append(render(c, item, routes))
+        pending = []
+    return edges, more
+
+
+def _replace_routes(c: Ctx, edge_id: str) -> Dict[str, Any]:
+    return render(c, *_edge_and_routes(c.account_id, edge_id))
+
+
+def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    """description/metadata: one UpdateItem; with hostports: one Query (the edge's hostports
+    to release) and one transaction. Then one Query for the response (edge + routes)."""
+    if not fields:
+        return get(c, edge_id)
+    if "hostports" in fields:
+        _update_hostports(c, edge_id, fields)
+    else:
+        if not ids.is_valid(edge_id, PREFIX):
+            raise _edge_missing(edge_id)
+        store.write(store.set_fields(_edge_pk(c.account_id), edge_id, fields,
+                                     missing=_edge_missing(edge_id)))
+    return _replace_routes(c, edge_id)
 
 
 @store.retrying
-def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+def _update_hostports(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> None:
     item = get_item(c.account_id, edge_id)
-    if fields:
-        new = {**item.data, **fields}
-        ops = edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, new)
-        item.data = new
-        store.commit([store.save(item)] + ops)
-    return render(c, item)
+    new = {**item.data, **fields}
+    ops = edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, new)
+    item.data = new
+    store.commit([store.save(item)] + ops)
 
 
 @store.retrying
 def delete(c: Ctx, edge_id: str) -> None:
-    item = get_item(c.account_id, edge_id)
-    routes = _routes(c.account_id, edge_id)
-    ops = [store.delete(item)] + [store.delete(route) for route in routes]
+    """One Query (edge + routes), then one transaction deleting them and the hostports."""
+    item, routes = _edge_and_routes(c.account_id, edge_id)
+    ops = [store.delete(item)] + [store.drop(route.pk, route.sk) for route in routes]
     ops += edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, {})
     store.commit(ops)
 
@@ -256,28 +325,40 @@ def route_fields(raw: Dict[str, Any], edge_id: str,
     return parse(raw, ROUTE_UPDATE_FIELDS, path_id=route_id)
 
 
-@store.retrying
 def create_route(c: Ctx, edge_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
-    edge = get_item(c.account_id, edge_id)
+    """One transaction: the route, and the edge's route counter + 1 on condition that the
+    edge exists (404) and has fewer than MAX_ROUTES routes (400)."""
     fields = route_fields(raw, edge_id)
-    if edge.refs >= MAX_ROUTES:
-        raise errors.BadRequest(f"HTTPS edge '{edge_id}' already has {MAX_ROUTES} routes, the "
-                                "limit; delete one first")
+    if not ids.is_valid(edge_id, PREFIX):
+        raise _edge_missing(edge_id)
     data = {"edge_id": edge_id, "description": "", "metadata": "",
             **{k: v for k, v in fields.items() if k not in UNSUPPORTED_ROUTE_MODULES},
             "created_at": validation.now_rfc3339()}
-    route = store.new_item(store.collection_pk(c.account_id, _route_collection(edge_id)),
-                           ids.new_id(ROUTE_PREFIX), kind=ROUTE_COLLECTION,
-                           account_id=c.account_id, data=data)
-    store.commit([store.put_new(route), store.update(edge, [store.model().refs.add(1)])])
+    route_id = ids.new_id(ROUTE_PREFIX)
+    route = store.new_item(_edge_pk(c.account_id), _route_sk(edge_id, route_id),
+                           kind=ROUTE_COLLECTION, account_id=c.account_id, data=data)
+    full = errors.BadRequest(f"HTTPS edge '{edge_id}' already has {MAX_ROUTES} routes, the "
+                             "limit; delete one first")
+    store.commit([store.put_new(route),
+                  store.set_fields(_edge_pk(c.account_id), edge_id, {}, refs=1,
+                                   require=lambda e: f"{e.path('refs')} < {e.value(MAX_ROUTES)}",
+                                   explain=lambda old: full, missing=_edge_missing(edge_id))])
     return render_route(c, route)
+
+
+def _route_key(account_id: str, edge_id: str, route_id: str) -> Tuple[str, str]:
+    if not ids.is_valid(edge_id, PREFIX) or not ids.is_valid(route_id, ROUTE_PREFIX):
+        raise _route_missing(route_id)
+    return _edge_pk(account_id), _route_sk(edge_id, route_id)
 
 
 def get_route_item(account_id: str, edge_id: str, route_id: str) -> store.Item:
     """The route, or 404 (also when the edge does not exist). The edge is not read: deleting
     an edge deletes its routes in the same transaction, so a route found proves its edge."""
-    return store.get_by_id(account_id, _route_collection(edge_id), ROUTE_PREFIX, route_id,
-                           "HTTPS edge route")
+    item = store.get(*_route_key(account_id, edge_id, route_id))
+    if item is None:
+        raise _route_missing(route_id)
+    return item
 
 
 def get_route(c: Ctx, edge_id: str, route_id: str) -> Dict[str, Any]:
@@ -286,30 +367,43 @@ def get_route(c: Ctx, edge_id: str, route_id: str) -> Dict[str, Any]:
 
 def list_routes(c: Ctx, edge_id: str, limit: int,
                 before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-    get_item(c.account_id, edge_id)
-    items, more = store.query_page(
-        store.collection_pk(c.account_id, _route_collection(edge_id)), limit, before_id)
-    return [render_route(c, item) for item in items], more
+    """One Query, newest first, of the edge's routes and then the edge itself (so a missing
+    edge is a 404 without a second read)."""
+    if not ids.is_valid(edge_id, PREFIX):
+        raise _edge_missing(edge_id)
+    Model_ = store.model()
+    high = _route_sk(edge_id, before_id) if before_id else edge_id + "$"
+    items = list(Model_.query(_edge_pk(c.account_id), Model_.sk.between(edge_id, high),
+                              scan_index_forward=False, limit=limit + 2, page_size=limit + 2,
+                              consistent_read=True))
+    routes = [i for i in items if i.sk != edge_id and i.sk != high]
+    seen_edge = any(i.sk == edge_id for i in items)
+    if not seen_edge and len(routes) <= limit:
+        raise _edge_missing(edge_id)
+    return [render_route(c, item) for item in routes[:limit]], len(routes) > limit
 
 
-@store.retrying
+def _set_route(c: Ctx, edge_id: str, route_id: str, fields: Dict[str, Any]) -> store.Item:
+    return store.write(store.set_fields(*_route_key(c.account_id, edge_id, route_id), fields,
+                                        missing=_route_missing(route_id)))
+
+
 def update_route(c: Ctx, edge_id: str, route_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
-    route = get_route_item(c.account_id, edge_id, route_id)
+    """One UpdateItem of the sent fields."""
     fields = route_fields(raw, edge_id, route_id)
     changes = {k: v for k, v in fields.items()
                if k not in UNSUPPORTED_ROUTE_MODULES
                and not (k in ("match_type", "match") and v == "")}
-    if changes:
-        route.data = {**route.data, **changes}
-        store.commit([store.save(route)])
-    return render_route(c, route)
+    if not changes:
+        return get_route(c, edge_id, route_id)
+    return render_route(c, _set_route(c, edge_id, route_id, changes))
 
 
-@store.retrying
 def delete_route(c: Ctx, edge_id: str, route_id: str) -> None:
-    edge = get_item(c.account_id, edge_id)
-    route = get_route_item(c.account_id, edge_id, route_id)
-    store.commit([store.delete(route), store.update(edge, [store.model().refs.add(-1)])])
+    """One transaction: the route (404 when absent) and the edge's route counter - 1."""
+    pk, sk = _route_key(c.account_id, edge_id, route_id)
+    store.commit([store.remove_item(pk, sk, missing=_route_missing(route_id)),
+                  store.set_fields(pk, edge_id, {}, refs=-1, missing=store.VersionConflict())])
 
 
 # ---- route modules ------------------------------------------------------------------------------
@@ -327,23 +421,18 @@ def get_module(c: Ctx, edge_id: str, route_id: str, name: str) -> Dict[str, Any]
     return _render_module(module)
 
 
-@store.retrying
 def put_module(c: Ctx, edge_id: str, route_id: str, name: str,
                raw: Dict[str, Any]) -> Dict[str, Any]:
-    route = get_route_item(c.account_id, edge_id, route_id)
+    """One UpdateItem of the module."""
     body = edge_modules.module_body(raw, {"edge_id": edge_id, "id": route_id})
     module = MODULE_PARSERS[_module_name(name)](None, body)
-    route.data = {**route.data, name: module}
-    store.commit([store.save(route)])
+    _set_route(c, edge_id, route_id, {name: module})
     return _render_module(module)
 
 
-@store.retrying
 def delete_module(c: Ctx, edge_id: str, route_id: str, name: str) -> None:
-    route = get_route_item(c.account_id, edge_id, route_id)
-    if route.data.get(_module_name(name)) is not None:
-        route.data = {**route.data, name: None}
-        store.commit([store.save(route)])
+    """One UpdateItem setting the module to null (404 only when the route is absent)."""
+    _set_route(c, edge_id, route_id, {_module_name(name): None})
 
 
 EDGE_OPS = rest.Ops(prefix=PREFIX, list_key=LIST_KEY, create=create, get=get,

@@ -97,23 +97,29 @@ def list_policies(c: Ctx, limit: int,
     return web.rendered_page(c, POLICY_COLLECTION, limit, before_id, render_policy)
 
 
-@store.retrying
+def _no_policy(policy_id: str) -> errors.NotFound:
+    return errors.NotFound(f"No IP policy with id '{policy_id}' exists")
+
+
 def update_policy(c: Ctx, policy_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
-    item = get_policy_item(c.account_id, policy_id)
-    if fields:
-        item.data = {**item.data, **fields}
-        store.commit([store.save(item)])
-    return render_policy(c, item)
+    """One UpdateItem of the sent fields."""
+    if not fields or not ids.is_valid(policy_id, POLICY_PREFIX):
+        return get_policy(c, policy_id)
+    return render_policy(c, store.write(store.set_fields(
+        store.collection_pk(c.account_id, POLICY_COLLECTION), policy_id, fields,
+        missing=_no_policy(policy_id))))
 
 
-@store.retrying
 def delete_policy(c: Ctx, policy_id: str) -> None:
-    item = get_policy_item(c.account_id, policy_id)
-    if item.refs:
-        raise errors.Conflict(f"IP policy '{policy_id}' is still used by {item.refs} IP policy "
-                              "rule(s) or edge(s); delete those rules and remove the policy "
-                              "from those edges first")
-    store.commit([store.delete(item, condition=store.model().refs == 0)])
+    """One conditional DeleteItem: 404 when absent, 409 while rules or edges use it."""
+    if not ids.is_valid(policy_id, POLICY_PREFIX):
+        raise _no_policy(policy_id)
+    store.write(store.remove_item(
+        store.collection_pk(c.account_id, POLICY_COLLECTION), policy_id,
+        require=lambda e: f"{e.path('refs')} = {e.value(0)}", missing=_no_policy(policy_id),
+        explain=lambda old: errors.Conflict(
+            f"IP policy '{policy_id}' is still used by {old.refs} IP policy rule(s) or "
+            "edge(s); delete those rules and remove the policy from those edges first")))
 
 
 # ---- rules ------------------------------------------------------------------------------------
@@ -125,21 +131,23 @@ def render_rule(c: Ctx, item: store.Item) -> Dict[str, Any]:
             "ip_policy": c.ref(POLICY_PATH, data["ip_policy_id"]), "action": data["action"]}
 
 
-@store.retrying
 def create_rule(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+    """One transaction: the rule, and the policy's ``refs`` + 1 on condition that it exists
+    (400 naming ``ip_policy_id`` otherwise); a concurrent delete of the policy, conditioned
+    on ``refs`` = 0, either happens first (then this fails) or fails."""
     policy_id = fields["ip_policy_id"]
-    try:
-        policy = get_policy_item(c.account_id, policy_id)
-    except errors.NotFound:
-        raise errors.InvalidField(f"Field 'ip_policy_id': no IP policy with id "
-                                  f"'{policy_id[:64]}' exists in this account",
-                                  details={"field": "ip_policy_id"}) from None
+    bad_policy = errors.InvalidField(f"Field 'ip_policy_id': no IP policy with id "
+                                     f"'{policy_id[:64]}' exists in this account",
+                                     details={"field": "ip_policy_id"})
+    if not ids.is_valid(policy_id, POLICY_PREFIX):
+        raise bad_policy
     data = {"description": "", "metadata": "", **fields, "created_at": validation.now_rfc3339()}
     item = store.new_item(store.collection_pk(c.account_id, RULE_COLLECTION),
                           ids.new_id(RULE_PREFIX), kind=RULE_COLLECTION,
                           account_id=c.account_id, data=data)
-    # The policy's version condition makes a concurrent delete of it lose or retry.
-    store.commit([store.put_new(item), store.update(policy, [store.model().refs.add(1)])])
+    store.commit([store.put_new(item),
+                  store.set_fields(store.collection_pk(c.account_id, POLICY_COLLECTION),
+                                   policy_id, {}, refs=1, missing=bad_policy)])
     return render_rule(c, item)
 
 
@@ -156,24 +164,24 @@ def list_rules(c: Ctx, limit: int,
     return web.rendered_page(c, RULE_COLLECTION, limit, before_id, render_rule)
 
 
-@store.retrying
 def update_rule(c: Ctx, rule_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
-    item = get_rule_item(c.account_id, rule_id)
-    if fields:
-        item.data = {**item.data, **fields}
-        store.commit([store.save(item)])
-    return render_rule(c, item)
+    """One UpdateItem of the sent fields."""
+    if not fields or not ids.is_valid(rule_id, RULE_PREFIX):
+        return get_rule(c, rule_id)
+    return render_rule(c, store.write(store.set_fields(
+        store.collection_pk(c.account_id, RULE_COLLECTION), rule_id, fields,
+        missing=errors.NotFound(f"No IP policy rule with id '{rule_id}' exists"))))
 
 
 @store.retrying
 def delete_rule(c: Ctx, rule_id: str) -> None:
+    """Reads first (1 GetItem: which policy the rule counts in), then one transaction: the
+    rule (unchanged since read) and its policy's ``refs`` - 1."""
     item = get_rule_item(c.account_id, rule_id)
-    ops = [store.delete(item)]
-    policy = store.get(store.collection_pk(c.account_id, POLICY_COLLECTION),
-                       item.data["ip_policy_id"])
-    if policy is not None:
-        ops.append(store.update(policy, [store.model().refs.add(-1)]))
-    store.commit(ops)
+    store.commit([store.delete(item),
+                  store.set_fields(store.collection_pk(c.account_id, POLICY_COLLECTION),
+                                   item.data["ip_policy_id"], {}, refs=-1,
+                                   missing=store.VersionConflict())])
 
 
 POLICY_OPS = rest.Ops(prefix=POLICY_PREFIX, list_key=POLICY_LIST_KEY, create=create_policy,

@@ -47,7 +47,6 @@ Multi-instance: nothing here lives in process memory. Each item names the instan
 the session, so an instance that receives a public connection for an endpoint it does not
 hold finds the holder in the endpoint's ``instance_id``.
 """
-import json
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
@@ -131,7 +130,7 @@ def _item(pk: str, sk: str, *, kind: str, account_id: str, data: Dict[str, Any],
           instance_id: str, heartbeat_at: float, expires_at: float,
           owner: Optional[str] = None) -> Dict[str, Any]:
     item = {"pk": {"S": pk}, "sk": {"S": sk}, "kind": {"S": kind},
-            "account_id": {"S": account_id}, "data": {"S": json.dumps(data)},
+            "account_id": {"S": account_id}, "data": store.to_av(data),
             "refs": {"N": "0"}, "instance_id": {"S": instance_id},
             "heartbeat_at": {"N": _num(heartbeat_at)}, "expires_at": {"N": _num(expires_at)}}
     if owner is not None:
@@ -148,7 +147,11 @@ def _get_raw(key: Dict[str, Any]) -> Optional[Dict[str, Any]]:
 
 
 def _data(raw: Dict[str, Any]) -> Dict[str, Any]:
-    return json.loads(raw["data"]["S"]) if "data" in raw else {}
+    """``data`` as the store keeps it: a map (a JSON string in items of the first layout)."""
+    if "data" not in raw:
+        return {}
+    return store.Item.data.deserialize(raw["data"]) if "S" in raw["data"] else \
+        store.from_av(raw["data"])
 
 
 def _n(raw: Dict[str, Any], name: str) -> Optional[float]:

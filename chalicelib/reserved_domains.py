@@ -211,20 +211,29 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
     return web.rendered_page(c, COLLECTION, limit, before_id, render)
 
 
-@store.retrying
 def update(c: Ctx, domain_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
-    item = _get(c, domain_id)
-    if "certificate_management_policy" in fields and is_service_domain(item.data["domain"]):
-        raise errors.InvalidField(
-            f"Field 'certificate_management_policy': certificates of '{item.data['domain']}' "
+    """One UpdateItem of the sent fields. A new certificate policy is conditioned on the
+    domain having a CNAME target (a domain outside the service's base domain), 400 if not."""
+    fields = {k: v for k, v in fields.items() if k != "certificate_id"}
+    if not fields or not ids.is_valid(domain_id, PREFIX):
+        return get(c, domain_id)
+    require = None
+    if "certificate_management_policy" in fields:
+        require = lambda e: f"attribute_type({e.data('cname_target')}, {e.value('S')})"  # noqa
+
+    def explain(old: store.Item) -> Exception:
+        return errors.InvalidField(
+            f"Field 'certificate_management_policy': certificates of '{old.data['domain']}' "
             "are the service's own", details={"field": "certificate_management_policy"})
-    if fields:
-        item.data = {**item.data, **fields}
-        store.commit([store.save(item)])
-    return render(c, item)
+
+    return render(c, store.write(store.set_fields(
+        store.collection_pk(c.account_id, COLLECTION), domain_id, fields, require=require,
+        explain=explain,
+        missing=errors.NotFound(f"No reserved domain with id '{domain_id}' exists"))))
 
 
 @store.retrying
 def delete(c: Ctx, domain_id: str) -> None:
+    """Reads first (1 GetItem: the domain whose claim is released), then one transaction."""
     item = _get(c, domain_id)
     store.commit([store.delete(item), store.release(DOMAIN_NAMESPACE, item.data["domain"])])

@@ -30,15 +30,19 @@ Resource modules build their writes as a list of :class:`Op` and hand them to :f
 one TransactWriteItems call (at most 100 ops), all or nothing.
 """
 import functools
+import json
+import random
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
-from pynamodb.attributes import (JSONAttribute, NumberAttribute, UnicodeAttribute,
+from botocore.exceptions import ClientError
+from pynamodb.attributes import (Attribute, NumberAttribute, UnicodeAttribute,
                                  UnicodeSetAttribute, VersionAttribute)
 from pynamodb.connection import Connection
-from pynamodb.exceptions import DoesNotExist, TransactWriteError
+from pynamodb.constants import MAP
+from pynamodb.exceptions import DoesNotExist
 from pynamodb.models import Model
-from pynamodb.transactions import TransactWrite
 
 from chalicelib import errors, ids
 from chalicelib.config import get_settings
@@ -61,6 +65,64 @@ def unique_pk(namespace: str, value: str) -> str:
     return f"U#{namespace}#{value}"
 
 
+# ---- the data attribute: a DynamoDB map, so one field can be written alone ---------------------
+def to_av(value: Any) -> Dict[str, Any]:
+    """A JSON value as a typed DynamoDB attribute value."""
+    if value is None:
+        return {"NULL": True}
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, (int, float)):
+        return {"N": repr(value) if isinstance(value, float) else str(value)}
+    if isinstance(value, str):
+        return {"S": value}
+    if isinstance(value, (list, tuple)):
+        return {"L": [to_av(v) for v in value]}
+    if isinstance(value, dict):
+        return {"M": {str(k): to_av(v) for k, v in value.items()}}
+    raise TypeError(f"cannot store {type(value).__name__}")
+
+
+def from_av(av: Dict[str, Any]) -> Any:
+    """The JSON value of a typed DynamoDB attribute value (numbers: int when integral)."""
+    (kind, value), = av.items()
+    if kind == "S":
+        return value
+    if kind == "N":
+        return int(value) if value.lstrip("-").isdigit() else float(value)
+    if kind == "BOOL":
+        return bool(value)
+    if kind == "NULL":
+        return None
+    if kind == "L":
+        return [from_av(v) for v in value]
+    if kind == "M":
+        return {k: from_av(v) for k, v in value.items()}
+    raise TypeError(f"unexpected attribute type {kind}")
+
+
+class DataAttribute(Attribute[Dict[str, Any]]):
+    """A resource's own fields, stored as a DynamoDB map (``M``).
+
+    Items written before this layout hold the same fields as a JSON string (``S``); they are
+    read as they are, and :func:`migrate` (or the first single-field update of the item)
+    rewrites them as maps.
+    """
+
+    attr_type = MAP
+
+    def serialize(self, value: Dict[str, Any]) -> Dict[str, Any]:
+        return to_av(value)["M"]
+
+    def get_value(self, value: Dict[str, Any]) -> Dict[str, Any]:
+        return value  # the typed value: {"M": …} now, {"S": "<json>"} before
+
+    def deserialize(self, value: Dict[str, Any]) -> Dict[str, Any]:
+        if "S" in value:
+            return json.loads(value["S"])
+        return from_av({"M": value["M"]})
+
+
 class Item(Model):
     """Every item of the table. ``data`` holds the resource's own fields as JSON."""
 
@@ -72,7 +134,7 @@ class Item(Model):
     sk = UnicodeAttribute(range_key=True)
     kind = UnicodeAttribute(null=True)
     account_id = UnicodeAttribute(null=True)
-    data = JSONAttribute(null=True)
+    data = DataAttribute(null=True)
     refs = NumberAttribute(default=0)
     version = VersionAttribute()
     # Online state (chalicelib.online): top-level so that one UpdateItem can refresh them and
@@ -204,16 +266,25 @@ class VersionConflict(Exception):
     """An item changed between our read and our write; retrying() reads again."""
 
 
+Explain = Callable[[Optional[Item]], errors.ApiError]
+
+
 @dataclass
 class Op:
-    """One write of a transaction. ``error`` is raised when its condition fails; None means
-    "someone else changed this item meanwhile" (a VersionConflict, retried)."""
+    """One write. ``error`` is raised when its condition fails; None means "someone else
+    changed this item meanwhile" (a VersionConflict, retried). ``explain``, when set, is
+    called instead with the item as it was when the condition failed (None: it did not exist)
+    and returns the error to raise: one write can then fail for several reasons (absent,
+    forbidden, in use) without a read before it. ``raw`` holds the request of a write built by
+    :func:`set_fields`, :func:`remove_item` or :func:`put_raw` (no PynamoDB item)."""
 
     action: str  # "check" | "delete" | "put" | "update"
-    item: Item
+    item: Optional[Item]
     condition: Any = None
     actions: List[Any] = field(default_factory=list)
     error: Optional[errors.ApiError] = None
+    explain: Optional[Explain] = None
+    raw: Optional[Dict[str, Any]] = None
 
 
 def new_item(pk: str, sk: str, *, kind: Optional[str] = None, account_id: Optional[str] = None,
@@ -253,68 +324,299 @@ def delete(item: Item, condition: Any = None, error: Optional[errors.ApiError] =
     return Op("delete", item, condition=condition, error=error)
 
 
+def drop(pk: str, sk: str) -> Op:
+    """Delete an item by its key, whatever it holds (idempotent: no condition)."""
+    return Op("delete", new_item(pk, sk), condition=None, error=None)
+
+
 def check(pk: str, sk: str, condition: Any, error: errors.ApiError) -> Op:
     """Require ``condition`` on an item without writing it."""
     return Op("check", new_item(pk, sk), condition=condition, error=error)
 
 
-_ORDER = {"check": 0, "delete": 1, "put": 2, "update": 3}
+# ---- writes without a read before them (one call each) -------------------------------------
+class Expr:
+    """Placeholders of one request's expressions: ``e.path("data", "owner_id")`` → ``#n0.#n1``,
+    ``e.value(3)`` → ``:v0``. Conditions of :func:`set_fields` and friends are written with it:
+    ``lambda e: f"{e.path('refs')} = {e.value(0)}"``."""
+
+    def __init__(self) -> None:
+        self.names: Dict[str, str] = {}
+        self.values: Dict[str, Any] = {}
+
+    def path(self, *parts: str) -> str:
+        out = []
+        for part in parts:
+            key = next((k for k, v in self.names.items() if v == part), None)
+            if key is None:
+                key = f"#n{len(self.names)}"
+                self.names[key] = part
+            out.append(key)
+        return ".".join(out)
+
+    def value(self, value: Any) -> str:
+        key = f":v{len(self.values)}"
+        self.values[key] = to_av(value)
+        return key
+
+    def data(self, name: str) -> str:
+        """The path of a field of the item's data."""
+        return self.path("data", name)
+
+    def finish(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        if self.names:
+            request["ExpressionAttributeNames"] = dict(self.names)
+        if self.values:
+            request["ExpressionAttributeValues"] = dict(self.values)
+        return request
+
+
+Condition = Optional[Callable[[Expr], str]]
+
+
+def _key(pk: str, sk: str) -> Dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+
+def set_fields(pk: str, sk: str, fields: Dict[str, Any], *, refs: int = 0,
+               require: Condition = None, explain: Optional[Explain] = None,
+               missing: Optional[Exception] = None) -> Op:
+    """Set some fields of an existing item's data (and move its ``refs`` by ``refs``), leaving
+    every other field as it is: two writers of different fields never conflict. Bumps the
+    version, so a read-modify-write of the same item elsewhere notices the change.
+
+    Condition: the item exists (else ``missing``), and ``require`` holds (else
+    ``explain(item as it was)``). With :func:`write` it is one UpdateItem returning the new
+    item; in :func:`commit` one part of a transaction.
+    """
+    e = Expr()
+    sets = [f"{e.data(name)} = {e.value(value)}" for name, value in fields.items()]
+    adds = [f"{e.path('version')} {e.value(1)}"]
+    if refs:
+        adds.append(f"{e.path('refs')} {e.value(refs)}")
+    expression = (f"SET {', '.join(sets)} " if sets else "") + f"ADD {', '.join(adds)}"
+    condition = f"attribute_exists({e.path('pk')})"
+    if fields:
+        # An item still in the old layout (data as a JSON string) is upgraded first.
+        condition += f" AND attribute_type({e.path('data')}, {e.value('M')})"
+    if require is not None:
+        condition += f" AND ({require(e)})"
+    request = e.finish({"Key": _key(pk, sk), "UpdateExpression": expression,
+                        "ConditionExpression": condition})
+    return Op("update", None, raw=request, explain=_explain(missing, explain))
+
+
+def remove_item(pk: str, sk: str, *, require: Condition = None,
+                explain: Optional[Explain] = None,
+                missing: Optional[Exception] = None) -> Op:
+    """Delete an existing item (else ``missing``) if ``require`` holds (else ``explain``)."""
+    e = Expr()
+    condition = f"attribute_exists({e.path('pk')})"
+    if require is not None:
+        condition += f" AND ({require(e)})"
+    request = e.finish({"Key": _key(pk, sk), "ConditionExpression": condition})
+    return Op("delete", None, raw=request, explain=_explain(missing, explain))
+
+
+def require_item(pk: str, sk: str, *, require: Condition = None,
+                 explain: Optional[Explain] = None,
+                 missing: Optional[Exception] = None) -> Op:
+    """A transaction part that only checks: the item exists and ``require`` holds."""
+    e = Expr()
+    condition = f"attribute_exists({e.path('pk')})"
+    if require is not None:
+        condition += f" AND ({require(e)})"
+    request = e.finish({"Key": _key(pk, sk), "ConditionExpression": condition})
+    return Op("check", None, raw=request, explain=_explain(missing, explain))
+
+
+def _explain(missing: Optional[Exception], explain: Optional[Explain]) -> Explain:
+    def why(old: Optional[Item]) -> errors.ApiError:
+        if old is None:
+            return missing or errors.NotFound("No such resource exists")
+        if explain is not None:
+            return explain(old)
+        raise VersionConflict()
+    return why
+
+
+class _Legacy(Exception):
+    """The item still has its data as a JSON string: upgrade it, then write again."""
+
+    def __init__(self, item: Item) -> None:
+        super().__init__("legacy item")
+        self.item = item
+
+
+def _request(op: Op) -> Tuple[str, Dict[str, Any]]:
+    """(DynamoDB action, request) of one op; PynamoDB builds those of item-based ops."""
+    if op.raw is not None:
+        request = dict(op.raw)
+    elif op.action == "check":
+        request = model().get_operation_kwargs_from_class(op.item.pk, op.item.sk,
+                                                          condition=op.condition)
+    elif op.action == "delete":
+        request = op.item.get_delete_kwargs_from_instance(
+            condition=op.condition, add_version_condition=op.item.version is not None)
+    elif op.action == "put":
+        request = op.item.get_save_kwargs_from_instance(condition=op.condition)
+    else:
+        request = op.item.get_update_kwargs_from_instance(list(op.actions),
+                                                          condition=op.condition)
+    request.pop("ReturnValuesOnConditionCheckFailure", None)
+    request["TableName"] = get_settings().table_name
+    action = {"check": "ConditionCheck", "delete": "Delete", "put": "Put",
+              "update": "Update"}[op.action]
+    return action, request
+
+
+def _failed(op: Op, old_av: Optional[Dict[str, Any]]) -> Exception:
+    """The error for an op whose condition failed; ``old_av`` is the item as it was (typed),
+    when the store said (else it is read now: a failure path, not a request's normal cost)."""
+    if op.explain is None:
+        return op.error if op.error is not None else VersionConflict()
+    if old_av is None and op.raw is not None:
+        old_av = connection().client.get_item(TableName=get_settings().table_name,
+                                              Key=op.raw["Key"], ConsistentRead=True).get("Item")
+    old = model().from_raw_data(old_av) if old_av else None
+    if old is not None and "S" in old_av.get("data", {}) and op.raw is not None \
+            and "attribute_type" in op.raw.get("ConditionExpression", ""):
+        return _Legacy(old)
+    try:
+        return op.explain(old)
+    except VersionConflict as exc:
+        return exc
+
+
+def _upgrade(item: Item) -> None:
+    """Rewrite an old-layout item (data as JSON) as a map, if unchanged since it was read."""
+    try:
+        commit([save(item)])
+    except VersionConflict:
+        pass
+
+
+def write(op: Op) -> Optional[Item]:
+    """One op as one plain (non-transactional) call: PutItem, UpdateItem or DeleteItem.
+
+    Returns the item as it is now for an update (``ALL_NEW``), as it was for a delete
+    (``ALL_OLD``), None for a put. A failed condition raises the op's error (see :class:`Op`);
+    the store hands back the item as it was with the failure (``ReturnValuesOnCondition-
+    CheckFailure``), so explaining it costs no further read.
+    """
+    for _ in range(2):
+        try:
+            return _write_once(op)
+        except _Legacy as legacy:
+            _upgrade(legacy.item)
+    return _write_once(op)
+
+
+def _write_once(op: Op) -> Optional[Item]:
+    action, request = _request(op)
+    client = connection().client
+    request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    try:
+        if action == "Put":
+            client.put_item(**request)
+            if op.item is not None:
+                op.item.update_local_version_attribute()
+            return None
+        if action == "Update":
+            response = client.update_item(ReturnValues="ALL_NEW", **request)
+        elif action == "Delete":
+            response = client.delete_item(ReturnValues="ALL_OLD", **request)
+        else:
+            raise ValueError("a lone condition check writes nothing; use get()")
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            raise _failed(op, exc.response.get("Item")) from None
+        raise
+    attributes = response.get("Attributes")
+    item = model().from_raw_data(attributes) if attributes else None
+    if op.item is not None and item is not None and action == "Update":
+        op.item.data, op.item.refs, op.item.version = item.data, item.refs, item.version
+    return item
 
 
 def commit(ops: Iterable[Op]) -> None:
-    """Write all ops in one transaction, or none of them.
+    """Write all ops at once, or none of them.
 
-    PynamoDB sends condition checks, deletes, puts and updates in that order, so the ops are
-    sorted the same way to match DynamoDB's cancellation reasons back to them.
+    One op is one plain write (PutItem/UpdateItem/DeleteItem: half the cost of a
+    transactional one); two or more are one TransactWriteItems call (at most 100 ops).
     """
-    ordered = sorted(ops, key=lambda op: _ORDER[op.action])
-    if not ordered:
+    ops = list(ops)
+    if not ops:
         return
-    if len(ordered) > MAX_TRANSACTION_OPS:
+    if len(ops) == 1 and ops[0].action != "check":
+        write(ops[0])
+        return
+    if len(ops) > MAX_TRANSACTION_OPS:
         raise errors.BadRequest("Too many items changed in one request")
-    Model_ = model()
+    for _ in range(2):
+        try:
+            _transact(ops)
+            return
+        except _Legacy as legacy:
+            _upgrade(legacy.item)
+    _transact(ops)
+
+
+def _transact(ops: List[Op]) -> None:
+    items = []
+    for op in ops:
+        action, request = _request(op)
+        request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        items.append({action: request})
     try:
-        with TransactWrite(connection=Model_._get_connection().connection) as tx:
-            for op in ordered:
-                if op.action == "check":
-                    tx.condition_check(Model_, op.item.pk, op.item.sk, condition=op.condition)
-                elif op.action == "delete":
-                    tx.delete(op.item, condition=op.condition,
-                              add_version_condition=op.item.version is not None)
-                elif op.action == "put":
-                    tx.save(op.item, condition=op.condition)
-                else:
-                    tx.update(op.item, op.actions, condition=op.condition)
-    except TransactWriteError as exc:
-        reasons = exc.cancellation_reasons or []
-        for op, reason in zip(ordered, reasons):
-            if reason is not None and reason.code == "ConditionalCheckFailed":
-                if op.error is not None:
-                    raise op.error from None
+        connection().client.transact_write_items(TransactItems=items)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        if error.get("Code") != "TransactionCanceledException":
+            if error.get("Code") in ("TransactionConflictException",
+                                     "TransactionInProgressException"):
                 raise VersionConflict() from None
-        if exc.cause_response_code == "TransactionCanceledException" and any(
-                r is not None and r.code == "TransactionConflict" for r in reasons):
+            raise
+        reasons = exc.response.get("CancellationReasons") or []
+        for op, reason in zip(ops, reasons):
+            if reason.get("Code") == "ConditionalCheckFailed":
+                raise _failed(op, reason.get("Item")) from None
+        if any(r.get("Code") in ("TransactionConflict", "ConditionalCheckFailed")
+               for r in reasons):
             raise VersionConflict() from None
         raise
+    for op in ops:
+        if op.item is not None and op.action in ("put", "update"):
+            op.item.update_local_version_attribute()
 
 
 T = TypeVar("T")
 
-RETRIES = 5
+RETRIES = 8
+BACKOFF_BASE = 0.005  # seconds
+BACKOFF_CAP = 0.25
+
+
+def backoff(attempt: int) -> float:
+    """Full-jitter exponential backoff: a random wait in [0, min(cap, base * 2**attempt))."""
+    return random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * (2 ** attempt)))
 
 
 def retrying(func: Callable[..., T]) -> Callable[..., T]:
-    """Run a read-modify-write function again when it lost a race (VersionConflict).
+    """Run a read-modify-write function again when it lost a race (VersionConflict), after a
+    jittered backoff, so racing writers spread out instead of colliding again.
 
     After RETRIES lost races the caller gets 409 rather than a write based on stale data.
+    Writes of single fields (:func:`set_fields`) do not race, so they rarely get here.
     """
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> T:
-        for _ in range(RETRIES):
+        for attempt in range(RETRIES):
             try:
                 return func(*args, **kwargs)
             except VersionConflict:
-                continue
+                if attempt + 1 < RETRIES:
+                    time.sleep(backoff(attempt))
         raise errors.Conflict("The resource was changed by another request at the same time; "
                               "retry the request")
     return wrapper

@@ -14,6 +14,12 @@ Rules (where the spec is silent, decided here):
   whole and returns it (200); DELETE removes it (204, also when it was not set: the result
   is the same). A missing edge is 404 on all three.
 - Deleting an edge releases its hostports and its references in the same transaction.
+
+Store calls: create 1 (a PutItem, or one transaction with hostport claims and reference
+counters); get 1; list 1 Query; a PATCH of description, metadata or traffic_policy only, and
+PUT/DELETE of the traffic_policy module, 1 UpdateItem; a PATCH or module PUT/DELETE that
+moves hostports or references reads first (1 GetItem: what to release) and then writes one
+transaction (2); delete 2 (GetItem, transaction).
 """
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -81,11 +87,31 @@ def _replace(c: Ctx, item: store.Item, new: Dict[str, Any], nested: bool = True)
     store.commit([store.save(item)] + ops)
 
 
-@store.retrying
+# Fields whose change involves no other item (no hostport claim, no reference counter).
+PLAIN_FIELDS = frozenset({"description", "metadata", "traffic_policy"})
+
+
+def _set(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> store.Item:
+    """One UpdateItem of plain fields (404 when the edge does not exist)."""
+    missing = errors.NotFound(f"No TCP edge with id '{edge_id}' exists")
+    if not ids.is_valid(edge_id, PREFIX):
+        raise missing
+    return store.write(store.set_fields(store.collection_pk(c.account_id, COLLECTION), edge_id,
+                                        fields, missing=missing))
+
+
 def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    if not fields:
+        return get(c, edge_id)
+    if set(fields) <= PLAIN_FIELDS:
+        return render(c, _set(c, edge_id, fields))
+    return _update_linked(c, edge_id, fields)
+
+
+@store.retrying
+def _update_linked(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     item = get_item(c.account_id, edge_id)
-    if fields:
-        _replace(c, item, {**item.data, **fields})
+    _replace(c, item, {**item.data, **fields})
     return render(c, item)
 
 
@@ -111,17 +137,31 @@ def get_module(c: Ctx, edge_id: str, name: str) -> Dict[str, Any]:
     return TCP_RENDERERS[name](c, module)
 
 
-@store.retrying
 def put_module(c: Ctx, edge_id: str, name: str, raw: Dict[str, Any]) -> Dict[str, Any]:
-    item = get_item(c.account_id, edge_id)
     body = edge_modules.module_body(raw, {"id": edge_id, "edge_id": edge_id})
     module = TCP_MODULES[_module_name(name)](None, body)
-    _replace(c, item, {**item.data, name: module}, nested=False)
+    if name in PLAIN_FIELDS:
+        _set(c, edge_id, {name: module})
+    else:
+        _put_linked_module(c, edge_id, name, module)
     return TCP_RENDERERS[name](c, module)
 
 
 @store.retrying
-def delete_module(c: Ctx, edge_id: str, name: str) -> None:
+def _put_linked_module(c: Ctx, edge_id: str, name: str, module: Dict[str, Any]) -> None:
     item = get_item(c.account_id, edge_id)
-    if item.data.get(_module_name(name)) is not None:
+    _replace(c, item, {**item.data, name: module}, nested=False)
+
+
+def delete_module(c: Ctx, edge_id: str, name: str) -> None:
+    if _module_name(name) in PLAIN_FIELDS:
+        _set(c, edge_id, {name: None})
+    else:
+        _delete_linked_module(c, edge_id, name)
+
+
+@store.retrying
+def _delete_linked_module(c: Ctx, edge_id: str, name: str) -> None:
+    item = get_item(c.account_id, edge_id)
+    if item.data.get(name) is not None:
         _replace(c, item, {**item.data, name: None})

@@ -49,6 +49,15 @@ class Principal:
     kind: str  # "user" | "bot"
     role: str  # "admin" | "member"
     api_key_id: str
+    # The account's abuse-reporter flag as copied onto the key's lookup item (None: not
+    # known, read the account; see chalicelib.auth).
+    abuse_reporter: Optional[bool] = None
+
+    def extra_context(self) -> Dict[str, str]:
+        """The optional facts, as authorizer context strings."""
+        if self.abuse_reporter is None:
+            return {}
+        return {"abuse_reporter": "true" if self.abuse_reporter else "false"}
 
     @property
     def is_admin(self) -> bool:
@@ -206,7 +215,9 @@ def principal(req: Optional[Request] = None) -> Principal:
     try:
         found = Principal(account_id=context["account_id"], id=context["principal_id"],
                           kind=context["principal_kind"], role=context["role"],
-                          api_key_id=context["api_key_id"])
+                          api_key_id=context["api_key_id"],
+                          abuse_reporter={"true": True, "false": False}.get(
+                              str(context.get("abuse_reporter")).lower()))
     except (KeyError, TypeError):
         raise errors.Unauthorized() from None
     if not (found.account_id and found.id and found.role in ("admin", "member")):

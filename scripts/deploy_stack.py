@@ -37,6 +37,7 @@ import os
 import subprocess
 import sys
 import time
+import zipfile
 from typing import Any, Dict, List, Optional
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -223,8 +224,39 @@ def write_generated() -> List[str]:
 
 
 # ---- package -----------------------------------------------------------------------------
+# What the AWS Lambda Python runtime already provides (the AWS SDK and its dependencies):
+# bundling them again made 16 of the package's 18.4 MB. Measured with `make bench`.
+RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3",
+                    "six.py")
+LAST_STRIP: Dict[str, int] = {}
+
+
+def strip_runtime_provided(zip_path: str) -> Dict[str, int]:
+    """Rewrite the deployment zip without the packages the Lambda runtime provides;
+    returns {package: bytes removed (compressed)}."""
+    removed: Dict[str, int] = {}
+    names = tuple(n.replace(".py", "") for n in RUNTIME_PROVIDED)
+    stripped = zip_path + ".tmp"
+    with zipfile.ZipFile(zip_path) as source, \
+            zipfile.ZipFile(stripped, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            top = info.filename.split("/")[0]
+            base = top.split("-")[0].replace(".py", "").lower()
+            if top in RUNTIME_PROVIDED or (top.endswith(".dist-info") and base in
+                                           ("python_dateutil",) + names):
+                key = top if not top.endswith(".dist-info") else base + " (dist-info)"
+                removed[key] = removed.get(key, 0) + info.compress_size
+                continue
+            target.writestr(info, source.read(info.filename))
+    os.replace(stripped, zip_path)
+    LAST_STRIP.clear()
+    LAST_STRIP.update(removed)
+    return removed
+
+
 def package(stage: str, out_dir: str) -> str:
-    """``chalice package`` with the stage's merge template; the path of the template."""
+    """``chalice package`` with the stage's merge template, then without what the Lambda
+    runtime provides (strip_runtime_provided); the path of the template."""
     env = dict(os.environ)
     env.setdefault("AWS_DEFAULT_REGION", env.get("AWS_REGION", "us-east-1"))
     merge = resources_path(stage)
@@ -242,6 +274,7 @@ def package(stage: str, out_dir: str) -> str:
     if "Could not install dependencies" in output:
         # The Lambda would start without them: refuse rather than deploy a broken function.
         raise SystemExit(f"chalice package could not bundle every dependency:\n{output}")
+    strip_runtime_provided(os.path.join(out_dir, "deployment.zip"))
     return os.path.join(out_dir, "sam.json")
 
 

@@ -159,6 +159,10 @@ def main() -> int:
         restored = snapshotter.restore()
         if restored:
             print(f"store: restored {restored} items", flush=True)
+    from chalicelib import migrate
+    changed = migrate.run_if_needed()
+    if any(changed.values()):
+        print(f"store: migrated to layout {migrate.LAYOUT_VERSION}: {changed}", flush=True)
 
     key_file = os.path.join(args.data_dir, "local-admin.json")
     if not args.no_bootstrap:

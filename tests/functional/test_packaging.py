@@ -230,3 +230,29 @@ def test_compose_starts_localstack_and_the_agent_on_loopback(compose):
     assert "127.0.0.1:4566:4566" in services["localstack"]["ports"]
     ports = [str(p) for p in agent["ports"]]
     assert "127.0.0.1:4040:4040" in ports and "127.0.0.1:8080:8080" in ports
+
+
+def test_package_leaves_out_the_runtime_sdk_and_still_imports(tmp_path):
+    """The Lambda Python runtime provides botocore and its dependencies; the package leaves
+    them out (18.4 MB → about 2 MB) and the app imports from it with only those added."""
+    import site
+    import zipfile
+    deploy_stack.package("prod", str(tmp_path / "out"))
+    archive = tmp_path / "out" / "deployment.zip"
+    assert os.path.getsize(archive) < 5_000_000
+    with zipfile.ZipFile(archive) as zf:
+        tops = {name.split("/")[0] for name in zf.namelist()}
+        zf.extractall(tmp_path / "task")
+    assert "botocore" not in tops and "pynamodb" in tops and "chalicelib" in tops
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    packages = site.getsitepackages()[0]
+    for name in ("botocore", "dateutil", "urllib3", "jmespath", "six.py"):
+        os.symlink(os.path.join(packages, name), runtime / name)
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import app; "
+            "assert app.app.routes; import botocore; print(botocore.__file__)")
+    result = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path / "task"),
+                             str(runtime)], capture_output=True, text=True,
+                            env={**os.environ, "AWS_DEFAULT_REGION": "us-east-1"})
+    assert result.returncode == 0, result.stderr
+    assert str(runtime) in result.stdout

@@ -1,0 +1,497 @@
+"""`make bench`: the cost table a serverless API is judged by (issue 14).
+
+Prints one table and writes it as JSON (``bench/results.json``, ``BENCH_OUT`` to change):
+
+1. **store calls per route**: one ordinary request to every route, in-process (chalice.test
+   client, the authorizer runs, moto's in-process DynamoDB), botocore calls counted on the
+   client, the authorizer's apart from the view's (tests/support/costs.py; the unit test
+   tests/unit/test_store_calls.py pins the same numbers);
+2. **cold import**: ``import app`` in a fresh interpreter vs importing its bare dependencies
+   (chalice, pynamodb, botocore, re2), median of alternating runs;
+3. **warm handler vs bare store call**: an API Gateway proxy event for ``GET /api_keys/{id}``
+   into the Lambda handler (authorizer context in the event, as API Gateway passes it) vs
+   the one GetItem that view makes, both against the in-process store; and the authorizer's
+   TOKEN event vs its one GetItem;
+4. **list page at 100 vs 20,000 items** (``GET /api_keys``, default limit 100), in-process:
+   total time, and the time spent outside the store (moto's Query filters the whole
+   partition in Python, O(n); DynamoDB's is O(log n + page), so the app's share is what this
+   code controls);
+5. **HTTP load against `make run`** (started as documented: ``make run`` with PORT,
+   STORE_PORT, DATA_DIR in a temporary directory): mixed, get, list, and a route that
+   touches no store (``/openapi.json``) as the ceiling; req/s, p50, p99, unexpected statuses;
+6. **deployment package**: ``make package``'s deployment.zip (chalice package, then the
+   packages the Lambda Python runtime already provides removed), its size and what makes it
+   up.
+
+Numbers are for this machine and the local stores; they compare the app with itself and with
+its store calls, they do not predict Lambda + DynamoDB latencies. Sizes: BENCH_SECONDS
+(default 5) per HTTP load kind, BENCH_CONCURRENCY (8), BENCH_SAMPLES (300).
+"""
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List
+
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, PROJECT_DIR)
+for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+                      "TABLE_NAME": "tunnel-service"}.items():
+    os.environ.setdefault(_name, _value)
+os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
+
+SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "8"))
+SAMPLES = int(os.environ.get("BENCH_SAMPLES", "300"))
+OUT = os.environ.get("BENCH_OUT", os.path.join(PROJECT_DIR, "bench", "results.json"))
+PY = sys.executable
+
+
+def pct(values: List[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def timed(func: Callable[[], Any], n: int) -> List[float]:
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        func()
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+# ---- in-process fixtures -----------------------------------------------------------------------
+class InProcess:
+    """moto's in-process DynamoDB with the table, the app, and a chalice test client."""
+
+    def __enter__(self) -> "InProcess":
+        from moto import mock_aws
+        self._mock = mock_aws()
+        self._mock.start()
+        from chalicelib import config, store
+        config.reset_settings()
+        store.reset()
+        store.create_table()
+        from chalice.test import Client
+
+        from app import app
+        from chalicelib.gateway import ContractGateway
+        from tests.support.api import InProcessApi
+        self.app = app
+        self._client = Client(app, stage_name="dev", project_dir=PROJECT_DIR)
+        self._client.__enter__()
+        self._client.http._local_gateway = ContractGateway(app, self._client.http._config)
+        self.api = InProcessApi(self._client)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._client.__exit__(*exc)
+        self._mock.stop()
+
+
+# ---- 1. store calls per route ------------------------------------------------------------------
+def store_calls() -> Dict[str, Any]:
+    from tests.support.costs import measure_routes
+    with InProcess() as env:
+        rows = measure_routes(env.api, env.api.new_account(reporter=True))
+    auth = [r["authorizer"] for r in rows.values()]
+    view = [r["view"] for r in rows.values()]
+    ops: Counter = Counter()
+    for r in rows.values():
+        ops.update(r["view_ops"])
+        ops.update(r["authorizer_ops"])
+    over = {route: r["view"] for route, r in sorted(rows.items()) if r["view"] > 1}
+    return {"routes": len(rows), "authorizer_calls_max": max(auth),
+            "authorizer_calls_mean": statistics.mean(auth),
+            "view_calls_mean": statistics.mean(view),
+            "calls_per_request_mean": statistics.mean(a + v for a, v in zip(auth, view)),
+            "routes_with_one_view_call": sum(1 for v in view if v == 1),
+            "routes_over_one_view_call": over, "scans": ops.get("Scan", 0),
+            "transactions": ops.get("TransactWriteItems", 0), "ops": dict(ops),
+            "per_route": rows}
+
+
+# ---- 2. cold import ----------------------------------------------------------------------------
+_IMPORT = ("import time, sys; sys.path.insert(0, {root!r}); t = time.perf_counter(); {stmt}; "
+           "print((time.perf_counter() - t) * 1000)")
+_BARE = "import chalice, chalice.app, pynamodb.models, pynamodb.connection, botocore.session, re2"
+
+
+def cold_import(runs: int = 9) -> Dict[str, Any]:
+    def once(stmt: str) -> float:
+        out = subprocess.run([PY, "-c", _IMPORT.format(root=PROJECT_DIR, stmt=stmt)],
+                             cwd=PROJECT_DIR, capture_output=True, text=True, check=True)
+        return float(out.stdout.strip().splitlines()[-1])
+
+    app_ms, bare_ms = [], []
+    for _ in range(runs):
+        bare_ms.append(once(_BARE))
+        app_ms.append(once("import app"))
+    app_p50, bare_p50 = statistics.median(app_ms), statistics.median(bare_ms)
+    return {"app_ms": app_p50, "bare_deps_ms": bare_p50, "ratio": app_p50 / bare_p50,
+            "runs": runs}
+
+
+# ---- 3. warm handler vs bare store call --------------------------------------------------------
+class _Context:
+    function_name = "tunnel-service-bench"
+    aws_request_id = "bench"
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 30000
+
+
+def proxy_event(method: str, resource: str, path: str, params: Dict[str, str],
+                principal: Any, query: Dict[str, str] = None) -> Dict[str, Any]:
+    """An API Gateway REST proxy event, with the authorizer's context as API Gateway sends it."""
+    context = {"account_id": principal.account_id, "principal_id": principal.id,
+               "principal_kind": principal.kind, "role": principal.role,
+               "api_key_id": principal.api_key_id, **principal.extra_context()}
+    headers = {"Host": "bench.example.test", "Service-Version": "2",
+               "X-Forwarded-Proto": "https", "Authorization": "Bearer x"}
+    return {"resource": resource, "path": path, "httpMethod": method, "headers": headers,
+            "multiValueHeaders": {k: [v] for k, v in headers.items()},
+            "queryStringParameters": query or None,
+            "multiValueQueryStringParameters": {k: [v] for k, v in (query or {}).items()}
+            or None,
+            "pathParameters": params or None, "stageVariables": None,
+            "requestContext": {"resourcePath": resource, "httpMethod": method,
+                               "path": f"/api{path}", "stage": "api",
+                               "authorizer": context, "requestId": "bench"},
+            "body": None, "isBase64Encoded": False}
+
+
+def warm_handler() -> Dict[str, Any]:
+    from chalicelib import auth, store
+    with InProcess() as env:
+        account = env.api.new_account()
+        token = account.admin.token
+        principal = auth.resolve(f"Bearer {token}")
+        key_id = account.admin.api_key_id
+        event = proxy_event("GET", "/api_keys/{key_id}", f"/api_keys/{key_id}",
+                            {"key_id": key_id}, principal)
+        ctx = _Context()
+        first = env.app(event, ctx)
+        assert first["statusCode"] == 200, first
+        pk = store.collection_pk(account.id, "api_key")
+        client = store.connection().client
+        table = store.get_settings().table_name
+        auth_event = {"type": "TOKEN", "authorizationToken": f"Bearer {token}",
+                      "methodArn": "arn:aws:execute-api:us-east-1:123456789012:abc/api/GET/"
+                                   "api_keys"}
+        assert env.app.api_key_authorizer(auth_event, ctx)["principalId"] == principal.id
+        lookup = (store.unique_pk(auth.API_KEY_HASH_NAMESPACE, auth.digest(token)),
+                  store.UNIQUE_SK)
+        for _ in range(30):  # warm every path
+            env.app(event, ctx), store.get(pk, key_id)
+        handler, bare, raw, authorizer, auth_bare = [], [], [], [], []
+        for _ in range(SAMPLES):  # interleaved, so drift affects all alike
+            handler += timed(lambda: env.app(event, ctx), 1)
+            bare += timed(lambda: store.get(pk, key_id), 1)
+            raw += timed(lambda: client.get_item(TableName=table, ConsistentRead=True, Key={
+                "pk": {"S": pk}, "sk": {"S": key_id}}), 1)
+            authorizer += timed(lambda: env.app.api_key_authorizer(auth_event, ctx), 1)
+            auth_bare += timed(lambda: store.get(*lookup), 1)
+    h, b = statistics.median(handler), statistics.median(bare)
+    a, ab = statistics.median(authorizer), statistics.median(auth_bare)
+    return {"route": "GET /api_keys/{key_id}", "handler_ms": h, "bare_get_item_ms": b,
+            "raw_botocore_get_item_ms": statistics.median(raw), "ratio": h / b,
+            "authorizer_ms": a, "authorizer_bare_get_item_ms": ab, "authorizer_ratio": a / ab,
+            "samples": SAMPLES}
+
+
+# ---- 4. list page vs collection size -----------------------------------------------------------
+def _fill_keys(account_id: str, owner_id: str, count: int) -> None:
+    """``count`` API key items written straight into the collection (25 per BatchWriteItem)."""
+    from chalicelib import ids, store
+    client = store.connection().client
+    table = store.get_settings().table_name
+    pk = store.collection_pk(account_id, "api_key")
+    batch = []
+    for i in range(count):
+        key_id = ids.new_id(ids.PREFIXES["api_key"])
+        data = {"description": f"bench {i}", "metadata": "", "owner_id": owner_id,
+                "owner_kind": "user", "digest": f"{i:064x}",
+                "created_at": "2026-01-01T00:00:00Z"}
+        batch.append({"PutRequest": {"Item": {
+            "pk": {"S": pk}, "sk": {"S": key_id}, "kind": {"S": "api_key"},
+            "account_id": {"S": account_id}, "data": store.to_av(data), "refs": {"N": "0"},
+            "version": {"N": "1"}}}})
+        if len(batch) == 25 or i == count - 1:
+            pending = {table: batch}
+            while pending:
+                pending = client.batch_write_item(RequestItems=pending)["UnprocessedItems"]
+            batch = []
+
+
+def list_scaling(small: int = 100, large: int = 20000, samples: int = 40) -> Dict[str, Any]:
+    from chalicelib import auth
+    from tests.support.costs import StoreCalls
+    from botocore.client import BaseClient
+    results = {}
+    with InProcess() as env:
+        ctx = _Context()
+        for size in (small, large):
+            account = env.api.new_account()
+            # the account has 2 keys already (admin, member)
+            _fill_keys(account.id, account.admin.id, size - 2)
+            principal = auth.resolve(f"Bearer {account.admin.token}")
+            event = proxy_event("GET", "/api_keys", "/api_keys", {}, principal,
+                                {"limit": "100"})
+            body = json.loads(env.app(event, ctx)["body"])
+            assert len(body["keys"]) == 100 and (body["next_page_uri"] is None) == (size == 100)
+            store_ms: List[float] = []
+            original = BaseClient._make_api_call
+
+            def in_store(client: Any, operation: str, params: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return original(client, operation, params)
+                finally:
+                    store_ms.append((time.perf_counter() - start) * 1000)
+
+            total = timed(lambda: env.app(event, ctx), 3)  # warm
+            BaseClient._make_api_call = in_store
+            try:
+                store_ms.clear()
+                total = timed(lambda: env.app(event, ctx), samples)
+            finally:
+                BaseClient._make_api_call = original
+            calls = StoreCalls()
+            with calls.active():
+                env.app(event, ctx)
+            outside = [t - s for t, s in zip(total, store_ms)]
+            results[size] = {"total_ms": statistics.median(total),
+                             "outside_store_ms": statistics.median(outside),
+                             "store_calls": sum(calls.view.values())}
+    s, l = results[small], results[large]
+    return {"items_small": small, "items_large": large, "small": s, "large": l,
+            "total_ratio": l["total_ms"] / s["total_ms"],
+            "outside_store_ratio": l["outside_store_ms"] / s["outside_store_ms"],
+            "samples": samples}
+
+
+# ---- 5. HTTP load against `make run` -----------------------------------------------------------
+def _free_port() -> int:
+    from tests.support.api import free_port
+    return free_port()
+
+
+def http_load() -> Dict[str, Any]:
+    import requests
+    port, store_port = _free_port(), _free_port()
+    with tempfile.TemporaryDirectory(prefix="bench-run-") as data_dir:
+        env = {**os.environ, "PORT": str(port), "STORE_PORT": str(store_port),
+               "DATA_DIR": data_dir, "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen(["make", "--no-print-directory", "run"], cwd=PROJECT_DIR,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        lines: List[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                                  daemon=True)
+        reader.start()
+        try:
+            base = f"http://127.0.0.1:{port}"
+            token = _wait_for_key(lines, proc)
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                try:
+                    if requests.get(base + "/openapi.json", timeout=2).status_code == 200:
+                        break
+                except requests.RequestException:
+                    time.sleep(0.2)
+            return _load(base, token)
+        finally:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _wait_for_key(lines: List[str], proc: subprocess.Popen) -> str:
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        for index, line in enumerate(lines):
+            if "admin API key" in line and index + 1 < len(lines):
+                return lines[index + 1].strip()
+        if proc.poll() is not None:
+            raise SystemExit("make run exited:\n" + "".join(lines))
+        time.sleep(0.1)
+    raise SystemExit("make run printed no admin API key:\n" + "".join(lines))
+
+
+def _load(base: str, token: str) -> Dict[str, Any]:
+    import requests
+    headers = {"Authorization": f"Bearer {token}", "Service-Version": "2"}
+    sessions = threading.local()
+
+    def session() -> Any:
+        if not hasattr(sessions, "s"):
+            sessions.s = requests.Session()
+        return sessions.s
+
+    def call(method: str, path: str, body: Any = None) -> int:
+        kwargs = {"json": body} if body is not None else {}
+        return session().request(method, base + path, headers=headers, timeout=30,
+                                 **kwargs).status_code
+
+    ids = [requests.post(base + "/backends/http_response", json={"body": f"b{i}"},
+                         headers=headers, timeout=30).json()["id"] for i in range(20)]
+    counter = iter(range(10 ** 9))
+
+    def mixed() -> tuple:
+        i = next(counter)
+        kind = i % 4
+        if kind == 0:
+            return call("POST", "/backends/http_response", {"body": "x"}), 201
+        if kind == 1:
+            return call("GET", f"/backends/http_response/{ids[i % 20]}"), 200
+        if kind == 2:
+            return call("GET", "/backends/http_response?limit=20"), 200
+        return call("PATCH", f"/backends/http_response/{ids[i % 20]}",
+                    {"description": f"d{i}"}), 200
+
+    kinds = {
+        "mixed (create/get/list/patch)": mixed,
+        "get": lambda: (call("GET", f"/backends/http_response/{ids[next(counter) % 20]}"), 200),
+        "list (limit 20)": lambda: (call("GET", "/backends/http_response?limit=20"), 200),
+        "ceiling: /openapi.json (no store)": lambda: (
+            session().get(base + "/openapi.json", timeout=30).status_code, 200),
+    }
+    results = {}
+    for name, one in kinds.items():
+        latencies: List[float] = []
+        unexpected = Counter()
+        stop_at = time.perf_counter() + SECONDS
+
+        def worker() -> None:
+            while time.perf_counter() < stop_at:
+                start = time.perf_counter()
+                status, wanted = one()
+                latencies.append((time.perf_counter() - start) * 1000)
+                if status != wanted:
+                    unexpected[status] += 1
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(CONCURRENCY) as pool:
+            for _ in range(CONCURRENCY):
+                pool.submit(worker)
+        wall = time.perf_counter() - start
+        results[name] = {"requests": len(latencies), "rps": len(latencies) / wall,
+                         "p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99),
+                         "unexpected": dict(unexpected)}
+    return {"concurrency": CONCURRENCY, "seconds": SECONDS, "kinds": results}
+
+
+# ---- 6. deployment package ---------------------------------------------------------------------
+def package() -> Dict[str, Any]:
+    sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
+    import deploy_stack
+    with tempfile.TemporaryDirectory(prefix="bench-package-") as out:
+        deploy_stack.package("prod", out)
+        path = os.path.join(out, "deployment.zip")
+        size = os.path.getsize(path)
+        parts: Counter = Counter()
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                top = info.filename.split("/")[0]
+                top = re.sub(r"(-[\d.]+(\.post\d+)?\.dist-info)$", " (dist-info)", top)
+                parts[top] += info.compress_size
+        stripped = dict(deploy_stack.LAST_STRIP)
+    return {"bytes": size, "mb": size / 1e6, "parts": dict(parts.most_common(8)),
+            "removed_runtime_packages": stripped}
+
+
+# ---- the table ---------------------------------------------------------------------------------
+def main() -> int:
+    started = time.time()
+    sections = [("store_calls", store_calls), ("cold_import", cold_import),
+                ("warm_handler", warm_handler), ("list_scaling", list_scaling),
+                ("http_load", http_load), ("package", package)]
+    only = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
+    result: Dict[str, Any] = {}
+    for name, run in sections:
+        if only and name not in only:
+            continue
+        print(f"... {name}", file=sys.stderr, flush=True)
+        result[name] = run()
+    result["machine"] = {"python": sys.version.split()[0], "cpus": os.cpu_count(),
+                         "seconds": round(time.time() - started, 1)}
+    with open(OUT, "w") as handle:
+        json.dump(result, handle, indent=2, sort_keys=True, default=str)
+    print(render(result))
+    print(f"\n(JSON: {os.path.relpath(OUT, PROJECT_DIR)})")
+    return 0
+
+
+def render(r: Dict[str, Any]) -> str:
+    rows = [("measure", "value", "goal")]
+    if "store_calls" in r:
+        s = r["store_calls"]
+        over = ", ".join(f"{k} {v}" for k, v in s["routes_over_one_view_call"].items())
+        rows += [
+            ("routes measured", f"{s['routes']}", "every route"),
+            ("authorizer store calls / request", f"{s['authorizer_calls_max']} (max)", "1"),
+            ("view store calls / request (mean)", f"{s['view_calls_mean']:.2f}", ""),
+            ("all store calls / request (mean)", f"{s['calls_per_request_mean']:.2f}",
+             "(3.91 before)"),
+            ("routes at 1 view call", f"{s['routes_with_one_view_call']}/{s['routes']}",
+             "single-item ops"),
+            ("Scans", f"{s['scans']}", "0"),
+            ("routes over 1 view call", over or "-", "documented"),
+        ]
+    if "cold_import" in r:
+        c = r["cold_import"]
+        rows.append(("cold import app / bare deps",
+                     f"{c['ratio']:.2f}x ({c['app_ms']:.0f} / {c['bare_deps_ms']:.0f} ms)", ""))
+    if "warm_handler" in r:
+        w = r["warm_handler"]
+        rows.append(("warm handler / its GetItem", f"{w['ratio']:.2f}x ({w['handler_ms']:.2f} / "
+                     f"{w['bare_get_item_ms']:.2f} ms)", "<= 1.3x"))
+        rows.append(("warm authorizer / its GetItem", f"{w['authorizer_ratio']:.2f}x "
+                     f"({w['authorizer_ms']:.2f} / {w['authorizer_bare_get_item_ms']:.2f} ms)",
+                     "<= 1.3x"))
+    if "list_scaling" in r:
+        ls = r["list_scaling"]
+        rows.append((f"list page, {ls['items_large']} vs {ls['items_small']} items",
+                     f"{ls['total_ratio']:.2f}x total ({ls['large']['total_ms']:.1f} / "
+                     f"{ls['small']['total_ms']:.1f} ms)", "<= 1.2x"))
+        rows.append(("  same, outside the store",
+                     f"{ls['outside_store_ratio']:.2f}x ({ls['large']['outside_store_ms']:.2f}"
+                     f" / {ls['small']['outside_store_ms']:.2f} ms); "
+                     f"{ls['large']['store_calls']} call", "<= 1.2x"))
+    if "http_load" in r:
+        h = r["http_load"]
+        for name, k in h["kinds"].items():
+            rows.append((f"HTTP {name}", f"{k['rps']:.0f} req/s p50 {k['p50_ms']:.1f} ms "
+                         f"p99 {k['p99_ms']:.1f} ms unexpected {sum(k['unexpected'].values())}",
+                         f"c={h['concurrency']}"))
+    if "package" in r:
+        p = r["package"]
+        top = ", ".join(f"{k} {v / 1e6:.2f}" for k, v in list(p["parts"].items())[:5])
+        rows.append(("deployment package", f"{p['mb']:.2f} MB ({top} MB)", "<= 5 MB"))
+    width = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = []
+    for index, row in enumerate(rows):
+        lines.append("| " + " | ".join(cell.ljust(width[i]) for i, cell in enumerate(row)) + " |")
+        if index == 0:
+            lines.append("|" + "|".join("-" * (w + 2) for w in width) + "|")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

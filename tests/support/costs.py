@@ -1,0 +1,186 @@
+"""Store calls per route: a counter on the botocore client, and one request to every route.
+
+:class:`StoreCalls` counts every botocore call made in this process while it is active, by
+operation name, and tells the authorizer's calls (made inside ``chalicelib.auth.resolve``)
+from the view's. :func:`measure_routes` sends one ordinary, successful request to every route
+of the app in-process (chalice.test.Client: the authorizer runs) and returns, per route, the
+status and both counts. The unit test pins them (tests/unit/test_store_calls.py) and
+``make bench`` prints them (bench/bench.py).
+"""
+import threading
+from collections import Counter
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+from botocore.client import BaseClient
+
+_local = threading.local()
+
+
+class StoreCalls:
+    """Counts botocore calls: ``authorizer`` and ``view`` Counters of operation names."""
+
+    def __init__(self) -> None:
+        self.authorizer: Counter = Counter()
+        self.view: Counter = Counter()
+
+    def reset(self) -> None:
+        self.authorizer.clear()
+        self.view.clear()
+
+    @contextmanager
+    def active(self) -> Iterator["StoreCalls"]:
+        from chalicelib import auth
+        original_call = BaseClient._make_api_call
+        original_resolve = auth.resolve
+        calls = self
+
+        def counted_call(client: Any, operation: str, params: Dict[str, Any]) -> Any:
+            phase = calls.authorizer if getattr(_local, "in_authorizer", False) else calls.view
+            phase[operation] += 1
+            return original_call(client, operation, params)
+
+        def tagged_resolve(*args: Any, **kwargs: Any) -> Any:
+            _local.in_authorizer = True
+            try:
+                return original_resolve(*args, **kwargs)
+            finally:
+                _local.in_authorizer = False
+
+        BaseClient._make_api_call = counted_call
+        auth.resolve = tagged_resolve
+        try:
+            yield self
+        finally:
+            BaseClient._make_api_call = original_call
+            auth.resolve = original_resolve
+
+
+Row = Dict[str, Any]
+
+
+def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
+    """One request to every route, in an order that leaves each one something to act on.
+
+    ``api`` is an InProcessApi, ``account`` a fresh account of it (abuse reporter). Returns
+    ``{"METHOD /path/{param}": {"status", "authorizer", "view", "view_ops"}}``.
+    """
+    calls = StoreCalls()
+    rows: Dict[str, Row] = {}
+    admin = account.admin
+
+    def run(route: str, send: Callable[[], Any], status: int) -> Any:
+        calls.reset()
+        with calls.active():
+            resp = send()
+        assert resp.status == status, (route, resp)
+        rows[route] = {"status": resp.status, "authorizer": sum(calls.authorizer.values()),
+                       "view": sum(calls.view.values()), "view_ops": dict(calls.view),
+                       "authorizer_ops": dict(calls.authorizer)}
+        return resp.json if resp.text else None
+
+    def crud(path: str, param: str, create: Dict[str, Any], patch: Dict[str, Any],
+             delete: bool = True) -> str:
+        rid = run(f"POST {path}", lambda: admin.post(path, create), 201)["id"]
+        run(f"GET {path}", lambda: admin.get(path), 200)
+        run(f"GET {path}/{{{param}}}", lambda: admin.get(f"{path}/{rid}"), 200)
+        run(f"PATCH {path}/{{{param}}}", lambda: admin.patch(f"{path}/{rid}", patch), 200)
+        if delete:
+            run(f"DELETE {path}/{{{param}}}", lambda: admin.delete(f"{path}/{rid}"), 204)
+        return rid
+
+    crud("/api_keys", "key_id", {"description": "k"}, {"description": "k2"})
+    crud("/credentials", "credential_id", {"acl": ["bind:*.example.com"]},
+         {"metadata": "m"})
+    bot = crud("/bot_users", "bot_id", {"name": "b1"}, {"active": False}, delete=False)
+    admin.post("/api_keys", {"owner_id": bot})
+    run("DELETE /bot_users/{bot_id}", lambda: admin.delete(f"/bot_users/{bot}"), 204)
+    crud("/reserved_domains", "domain_id", {"domain": "costs.example.com"},
+         {"description": "d"})
+    policy = crud("/ip_policies", "policy_id", {"description": "p"}, {"metadata": "m"},
+                  delete=False)
+    crud("/ip_policy_rules", "rule_id",
+         {"ip_policy_id": policy, "cidr": "10.0.0.0/8", "action": "allow"},
+         {"description": "r"})
+    run("DELETE /ip_policies/{policy_id}", lambda: admin.delete(f"/ip_policies/{policy}"), 204)
+    backend = crud("/backends/http_response", "backend_id", {"body": "hi"},
+                   {"description": "b"}, delete=False)
+    policy = admin.post("/ip_policies", {}).json["id"]
+
+    edge = crud("/edges/tcp", "edge_id", {"hostports": ["costs.example.com:4000"]},
+                {"description": "e"}, delete=False)
+    modules = {"backend": {"backend_id": backend},
+               "ip_restriction": {"ip_policy_ids": [policy]},
+               "traffic_policy": {"value": '{"on_tcp_connect": []}'}}
+    for name, module in modules.items():
+        base = f"/edges/tcp/{{edge_id}}/{name}"
+        run(f"PUT {base}", lambda: admin.put(f"/edges/tcp/{edge}/{name}", module), 200)
+        run(f"GET {base}", lambda: admin.get(f"/edges/tcp/{edge}/{name}"), 200)
+        run(f"DELETE {base}", lambda: admin.delete(f"/edges/tcp/{edge}/{name}"), 204)
+    run("DELETE /edges/tcp/{edge_id}", lambda: admin.delete(f"/edges/tcp/{edge}"), 204)
+    run("DELETE /backends/http_response/{backend_id}",
+        lambda: admin.delete(f"/backends/http_response/{backend}"), 204)
+
+    edge = crud("/edges/https", "edge_id", {"hostports": ["costs.example.com:443"]},
+                {"description": "e"}, delete=False)
+    routes = f"/edges/https/{edge}/routes"
+    route = run("POST /edges/https/{edge_id}/routes",
+                lambda: admin.post(routes, {"match_type": "path_prefix", "match": "/"}),
+                201)["id"]
+    run("GET /edges/https/{edge_id}/routes", lambda: admin.get(routes), 200)
+    run("GET /edges/https/{edge_id}/routes/{route_id}", lambda: admin.get(f"{routes}/{route}"),
+        200)
+    run("PATCH /edges/https/{edge_id}/routes/{route_id}",
+        lambda: admin.patch(f"{routes}/{route}", {"description": "r"}), 200)
+    route_modules = {"user_agent_filter": {"deny": ["bot.*"]},
+                     "response_headers": {"add": {"x-a": "1"}}}
+    for name, module in route_modules.items():
+        base = f"/edges/https/{{edge_id}}/routes/{{route_id}}/{name}"
+        run(f"PUT {base}", lambda: admin.put(f"{routes}/{route}/{name}", module), 200)
+        run(f"GET {base}", lambda: admin.get(f"{routes}/{route}/{name}"), 200)
+        run(f"DELETE {base}", lambda: admin.delete(f"{routes}/{route}/{name}"), 204)
+    run("GET /edges/https/{edge_id}", lambda: admin.get(f"/edges/https/{edge}"), 200)
+    run("DELETE /edges/https/{edge_id}/routes/{route_id}",
+        lambda: admin.delete(f"{routes}/{route}"), 204)
+    admin.post(routes, {"match_type": "exact_path", "match": "/x"})
+    run("DELETE /edges/https/{edge_id}", lambda: admin.delete(f"/edges/https/{edge}"), 204)
+
+    # online state, as the edge writes it (chalicelib.online), then its read views
+    from chalicelib import online
+    cred = admin.post("/credentials", {}).json
+    sid, tid, eid = online.new_session_id(), online.new_tunnel_id(), online.new_endpoint_id()
+    online.session_started(account_id=account.id, session_id=sid, credential_id=cred["id"],
+                           instance_id="edge-costs", agent_version="1", os="linux",
+                           ip="127.0.0.1", metadata="", region="local",
+                           owner_id=cred["owner_id"])
+    online.tunnel_started(account_id=account.id, session_id=sid, tunnel_id=tid,
+                          instance_id="edge-costs", proto="https",
+                          public_url="https://costs.tunnels.localhost",
+                          hostname="costs.tunnels.localhost", endpoint_id=eid)
+    run("GET /tunnel_sessions", lambda: admin.get("/tunnel_sessions"), 200)
+    run("GET /tunnel_sessions/{session_id}", lambda: admin.get(f"/tunnel_sessions/{sid}"), 200)
+    run("GET /tunnels", lambda: admin.get("/tunnels"), 200)
+    run("GET /tunnels/{tunnel_id}", lambda: admin.get(f"/tunnels/{tid}"), 200)
+    run("GET /endpoints", lambda: admin.get("/endpoints"), 200)
+    run("GET /endpoints/{endpoint_id}", lambda: admin.get(f"/endpoints/{eid}"), 200)
+    for action, status in (("stop", 204), ("restart", 204), ("update", 400)):
+        run(f"POST /tunnel_sessions/{{session_id}}/{action}",
+            lambda: admin.post(f"/tunnel_sessions/{sid}/{action}", {}), status)
+
+    report = run("POST /abuse_reports",
+                 lambda: admin.post("/abuse_reports", {"urls": ["https://bad.example.net/"]}),
+                 201)["id"]
+    run("GET /abuse_reports/{report_id}", lambda: admin.get(f"/abuse_reports/{report}"), 200)
+    return rows
+
+
+def app_routes() -> List[Tuple[str, str]]:
+    """(METHOD, path) of every authorized route of the app."""
+    from app import app
+    found = []
+    for path, by_method in app.routes.items():
+        for method, entry in by_method.items():
+            if entry.view_name.startswith("method_not_allowed") or entry.authorizer is None:
+                continue
+            found.append((method, path))
+    return sorted(found)

@@ -1,0 +1,105 @@
+"""Store calls per route, pinned: a change that adds a DynamoDB call to a route fails here.
+
+Counted on the botocore client (tests/support/costs.py), in-process, the authorizer apart
+from the view. The goal (issue 14): the authorizer makes 1 call on every route; a view makes
+1 call when its operation touches one item; the routes that must read first or change
+several items say so in their docstrings, with the count pinned here. Nothing scans.
+"""
+import pytest
+
+from tests.support.costs import app_routes, measure_routes
+
+# view calls per route (the authorizer: 1 GetItem everywhere)
+EXPECTED_VIEW_CALLS = {
+    "POST /api_keys": 1, "GET /api_keys": 1, "GET /api_keys/{key_id}": 1,
+    "PATCH /api_keys/{key_id}": 1, "DELETE /api_keys/{key_id}": 2,
+    "POST /credentials": 1, "GET /credentials": 1, "GET /credentials/{credential_id}": 1,
+    "PATCH /credentials/{credential_id}": 1, "DELETE /credentials/{credential_id}": 2,
+    "POST /bot_users": 1, "GET /bot_users": 1, "GET /bot_users/{bot_id}": 1,
+    "PATCH /bot_users/{bot_id}": 3, "DELETE /bot_users/{bot_id}": 3,
+    "POST /reserved_domains": 1, "GET /reserved_domains": 1,
+    "GET /reserved_domains/{domain_id}": 1, "PATCH /reserved_domains/{domain_id}": 1,
+    "DELETE /reserved_domains/{domain_id}": 2,
+    "POST /ip_policies": 1, "GET /ip_policies": 1, "GET /ip_policies/{policy_id}": 1,
+    "PATCH /ip_policies/{policy_id}": 1, "DELETE /ip_policies/{policy_id}": 1,
+    "POST /ip_policy_rules": 1, "GET /ip_policy_rules": 1, "GET /ip_policy_rules/{rule_id}": 1,
+    "PATCH /ip_policy_rules/{rule_id}": 1, "DELETE /ip_policy_rules/{rule_id}": 2,
+    "POST /backends/http_response": 1, "GET /backends/http_response": 1,
+    "GET /backends/http_response/{backend_id}": 1,
+    "PATCH /backends/http_response/{backend_id}": 1,
+    "DELETE /backends/http_response/{backend_id}": 1,
+    "POST /edges/tcp": 1, "GET /edges/tcp": 1, "GET /edges/tcp/{edge_id}": 1,
+    "PATCH /edges/tcp/{edge_id}": 1, "DELETE /edges/tcp/{edge_id}": 2,
+    "PUT /edges/tcp/{edge_id}/backend": 2, "GET /edges/tcp/{edge_id}/backend": 1,
+    "DELETE /edges/tcp/{edge_id}/backend": 2,
+    "PUT /edges/tcp/{edge_id}/ip_restriction": 2, "GET /edges/tcp/{edge_id}/ip_restriction": 1,
+    "DELETE /edges/tcp/{edge_id}/ip_restriction": 2,
+    "PUT /edges/tcp/{edge_id}/traffic_policy": 1, "GET /edges/tcp/{edge_id}/traffic_policy": 1,
+    "DELETE /edges/tcp/{edge_id}/traffic_policy": 1,
+    "POST /edges/https": 1, "GET /edges/https": 1, "GET /edges/https/{edge_id}": 1,
+    "PATCH /edges/https/{edge_id}": 2, "DELETE /edges/https/{edge_id}": 2,
+    "POST /edges/https/{edge_id}/routes": 1, "GET /edges/https/{edge_id}/routes": 1,
+    "GET /edges/https/{edge_id}/routes/{route_id}": 1,
+    "PATCH /edges/https/{edge_id}/routes/{route_id}": 1,
+    "DELETE /edges/https/{edge_id}/routes/{route_id}": 1,
+    "PUT /edges/https/{edge_id}/routes/{route_id}/user_agent_filter": 1,
+    "GET /edges/https/{edge_id}/routes/{route_id}/user_agent_filter": 1,
+    "DELETE /edges/https/{edge_id}/routes/{route_id}/user_agent_filter": 1,
+    "PUT /edges/https/{edge_id}/routes/{route_id}/response_headers": 1,
+    "GET /edges/https/{edge_id}/routes/{route_id}/response_headers": 1,
+    "DELETE /edges/https/{edge_id}/routes/{route_id}/response_headers": 1,
+    "POST /abuse_reports": 1, "GET /abuse_reports/{report_id}": 1,
+    # online views: a tunnel or endpoint is live while its session is, so reading one reads
+    # its session too (a list page: one Query + one BatchGetItem of the page's sessions);
+    # stop/restart read the session (owner check) and flag it in one UpdateItem
+    "GET /tunnel_sessions": 1, "GET /tunnel_sessions/{session_id}": 1,
+    "GET /tunnels": 2, "GET /tunnels/{tunnel_id}": 2,
+    "GET /endpoints": 2, "GET /endpoints/{endpoint_id}": 2,
+    "POST /tunnel_sessions/{session_id}/stop": 2, "POST /tunnel_sessions/{session_id}/restart": 2,
+    "POST /tunnel_sessions/{session_id}/update": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def measured():
+    from moto import mock_aws
+
+    from chalicelib import config, store
+    with mock_aws():
+        config.reset_settings()
+        store.reset()
+        store.create_table()
+        from chalice.test import Client
+
+        from app import app
+        from chalicelib.gateway import ContractGateway
+        from tests.support.api import PROJECT_DIR, InProcessApi
+        with Client(app, stage_name="dev", project_dir=PROJECT_DIR) as client:
+            client.http._local_gateway = ContractGateway(app, client.http._config)
+            api = InProcessApi(client)
+            yield measure_routes(api, api.new_account(reporter=True))
+        store.reset()
+
+
+def test_every_route_is_measured_and_pinned(measured):
+    routes = {f"{m} {p}" for m, p in app_routes()}
+    assert routes == set(measured) == set(EXPECTED_VIEW_CALLS)
+
+
+@pytest.mark.parametrize("route", sorted(EXPECTED_VIEW_CALLS))
+def test_authorizer_makes_one_get_item(measured, route):
+    assert measured[route]["authorizer_ops"] == {"GetItem": 1}
+
+
+@pytest.mark.parametrize("route", sorted(EXPECTED_VIEW_CALLS))
+def test_view_makes_its_pinned_number_of_store_calls(measured, route):
+    row = measured[route]
+    assert row["view"] == EXPECTED_VIEW_CALLS[route], row["view_ops"]
+    assert "Scan" not in row["view_ops"]
+
+
+def test_single_item_writes_are_not_transactions(measured):
+    singles = [r for r, n in EXPECTED_VIEW_CALLS.items() if n == 1 and r.split()[0] in
+               ("PATCH", "PUT") or r.startswith(("DELETE /ip_policies/", "DELETE /backends"))]
+    for route in singles:
+        assert "TransactWriteItems" not in measured[route]["view_ops"], (route, measured[route])
