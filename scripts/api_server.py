@@ -90,6 +90,9 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--stage", default="dev")
     parser.add_argument("--drain", type=float, default=5.0)
+    parser.add_argument("--gated", action="store_true",
+                        help="after loading the app, wait for a line on stdin before listening "
+                             "(serve.py loads the API while the store starts)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="api: %(levelname)s %(message)s")
     from chalicelib import web
@@ -98,6 +101,8 @@ def main() -> int:
     def log_exception(req: http_server.Request) -> None:
         log.exception("unexpected error serving %s %s", req.method, req.target)
 
+    if args.gated and not sys.stdin.readline():
+        return 0  # serve.py went away before the stack was ready
     server = http_server.HttpServer(args.host, args.port, app, error_response,
                                     max_body=web.MAX_BODY_BYTES, log_exception=log_exception)
     try:
@@ -113,7 +118,8 @@ def main() -> int:
     while not stop.wait(0.5):
         pass
     server.stop(drain=args.drain)
-    return 0
+    sys.stdout.flush()
+    os._exit(0)  # nothing left to flush; skip the interpreter's slow teardown
 
 
 if __name__ == "__main__":

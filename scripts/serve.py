@@ -51,7 +51,11 @@ STOP_BUDGET = 9.0  # seconds for the whole stack to stop (the promise is 10)
 
 
 class StartupError(Exception):
-    """Start-up cannot go on: one line for the user."""
+    """Start-up cannot go on: one line for the user (``quiet``: a child already said it)."""
+
+    def __init__(self, message: str, quiet: bool = False) -> None:
+        super().__init__(message)
+        self.quiet = quiet
 
 
 def _atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
@@ -96,6 +100,7 @@ class Component:
     env: Dict[str, str]
     ready_timeout: float = 60.0
     stop_timeout: float = 3.0
+    gated: bool = False  # started early (loads in parallel), serves once release() is called
     process: Optional[subprocess.Popen] = None
     ready: threading.Event = field(default_factory=threading.Event)
     last_lines: List[str] = field(default_factory=list)
@@ -103,7 +108,8 @@ class Component:
     def start(self) -> None:
         self.process = subprocess.Popen(self.argv, env=self.env, cwd=PROJECT_DIR,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, preexec_fn=_child_setup)
+                                        stdin=subprocess.PIPE if self.gated
+                                        else subprocess.DEVNULL, preexec_fn=_child_setup)
         threading.Thread(target=self._relay, daemon=True, name=f"relay-{self.name}").start()
 
     def _relay(self) -> None:
@@ -116,13 +122,23 @@ class Component:
             self.last_lines = (self.last_lines + [line])[-20:]
             print(line, flush=True)
 
+    def release(self) -> None:
+        """Let a gated component start serving (the store is prepared)."""
+        if self.gated and self.alive():
+            try:
+                self.process.stdin.write(b"go\n")
+                self.process.stdin.flush()
+            except OSError:
+                pass  # it died: wait_ready reports it
+
     def wait_ready(self, stopping: threading.Event) -> None:
         deadline = time.monotonic() + self.ready_timeout
         while not self.ready.wait(0.05):
             if self.process.poll() is not None:
-                time.sleep(0.1)  # let the relay print the child's last words
+                time.sleep(0.2)  # let the relay print the child's last words
+                said = any(line.startswith("error:") for line in self.last_lines)
                 raise StartupError(f"the {self.name} did not start (exit status "
-                                   f"{self.process.returncode})")
+                                   f"{self.process.returncode})", quiet=said)
             if stopping.is_set():
                 raise StartupError("stopped during start-up")
             if time.monotonic() > deadline:
@@ -162,8 +178,8 @@ def build_stack(args: argparse.Namespace, env: Dict[str, str], embedded: bool
                                          "--data-dir", args.data_dir], env, stop_timeout=3.0))
     stack.append(Component("api", [py, os.path.join(SCRIPTS, "api_server.py"),
                                    "--host", args.host, "--port", str(args.port),
-                                   "--stage", args.stage, "--drain", "5"], env,
-                           stop_timeout=6.0))
+                                   "--stage", args.stage, "--drain", "5", "--gated"], env,
+                           stop_timeout=6.0, gated=True))
     return stack
 
 
@@ -191,7 +207,7 @@ def prepare_store(args: argparse.Namespace, key_file: str) -> Optional[Dict[str,
                            f"local account, or `make reset`") from None
     try:
         auth.resolve(f"Bearer {token}")
-    except errors.Unauthorized:
+    except (auth.AuthFailed, errors.Unauthorized):
         raise StartupError(f"{key_file} holds an admin key the store does not know (the "
                            f"store was reset or replaced); delete it to bootstrap a new local "
                            f"account, or `make reset`") from None
@@ -241,24 +257,26 @@ def main() -> int:
     key_file = os.path.join(args.data_dir, "local-admin.json")
     status = 0
     try:
-        by_name = {c.name: c for c in stack}
-        if embedded:
+        # Every component starts loading now; gated ones serve once the store is prepared.
+        for component in stack:
+            component.start()
+            started.append(component)
+        store_ = next((c for c in stack if c.name == "store"), None)
+        if store_ is not None:
             print(f"store: embedded, on {endpoint}, data in "
                   f"{os.path.join(args.data_dir, 'store')}", flush=True)
-            by_name["store"].start()
-            started.append(by_name["store"])
         else:
             print(f"store: {endpoint}", flush=True)
         # This process talks to the store as the children do.
         os.environ.update({k: env[k] for k in (
             "DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
             "AWS_DEFAULT_REGION", "TABLE_NAME")})
-        for name in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE"):
-            if embedded:
+        if embedded:
+            for name in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE"):
                 os.environ.pop(name, None)
         import chalicelib.store  # noqa: F401  (imported while the store starts)
-        if embedded:
-            by_name["store"].wait_ready(stopping)
+        if store_ is not None:
+            store_.wait_ready(stopping)
             lines = [f"{k}={env[k]}" for k in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
                                                "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
                                                "TABLE_NAME")]
@@ -266,10 +284,7 @@ def main() -> int:
                           ("\n".join(lines) + "\n").encode())
         local_admin = prepare_store(args, key_file)
         for component in stack:
-            if component in started:
-                continue
-            component.start()
-            started.append(component)
+            component.release()
             component.wait_ready(stopping)
         if local_admin is not None:
             print(f"local account {local_admin['account_id']}; admin API key:\n"
@@ -283,7 +298,8 @@ def main() -> int:
                 status = 1
                 break
     except StartupError as exc:
-        print(f"error: {exc}", flush=True)
+        if not exc.quiet:
+            print(f"error: {exc}", flush=True)
         status = 1
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback, for the user
         print(f"error: start-up failed: {type(exc).__name__}: {exc}", flush=True)
