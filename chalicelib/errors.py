@@ -33,7 +33,7 @@ HTTP-level errors, answered by the server before any route runs (scripts/http_se
 | ERR_REQUEST_TIMEOUT        | 408    | head not received within 10 s, or body within 30 s          |
 | ERR_EXPECTATION_FAILED     | 417    | an ``Expect`` other than ``100-continue``                   |
 | ERR_URI_TOO_LONG           | 414    | request target over 8192 bytes                              |
-| ERR_HEADERS_TOO_LARGE      | 431    | request head over 10240 bytes, or more than 100 fields      |
+| ERR_HEADERS_TOO_LARGE      | 431    | header fields over 10240 bytes, or more than 100 of them    |
 | ERR_NOT_IMPLEMENTED        | 501    | a transfer coding other than ``chunked``                    |
 | ERR_UNAVAILABLE            | 503    | too many open connections                                   |
 | ERR_HTTP_VERSION           | 505    | an HTTP version other than 1.0 and 1.1                      |

@@ -9,8 +9,9 @@ application one complete :class:`Request`; every answer it makes itself comes fr
 
 Framing rules (RFC 9112), each with a test in tests/integration/test_http_framing.py:
 
-- request line at most ``max_target`` bytes of target (414), head (request line + headers)
-  at most ``max_head`` bytes (431), at most ``max_headers`` header fields (431);
+- a request target of at most ``max_target`` bytes (414), header fields of at most
+  ``max_head`` bytes in all (the lines after the request line, CRLFs between them included;
+  431), at most ``max_headers`` header fields (431);
 - ``Transfer-Encoding: chunked`` bodies are decoded; any other transfer coding is 501; both
   Transfer-Encoding and Content-Length, or several differing Content-Lengths, are 400
   (request smuggling); a Content-Length that is not a decimal number (``abc``, ``-1``) is 400;
@@ -142,11 +143,13 @@ class _Conn:
             if end >= 0:
                 sep = 4 if stripped[end:end + 4] == b"\r\n\r\n" else 2
                 head, self.buf = stripped[:end], stripped[end + sep:]
-                if len(head) > srv.max_head + srv.max_target:
-                    raise HttpError(431, f"The request head is larger than {srv.max_head} bytes")
+                if len(head) - line_len - 1 > srv.max_head:
+                    raise HttpError(431, f"The request's header fields are larger than "
+                                         f"{srv.max_head} bytes")
                 return head
-            if len(stripped) > srv.max_head + srv.max_target + 64:
-                raise HttpError(431, f"The request head is larger than {srv.max_head} bytes")
+            if len(stripped) > line_len + srv.max_head + 8:
+                raise HttpError(431, f"The request's header fields are larger than "
+                                     f"{srv.max_head} bytes")
             self.buf += self._recv(deadline, 408)
 
     def _read_exact(self, n: int, deadline: float) -> bytes:
