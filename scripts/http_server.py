@@ -296,12 +296,12 @@ class _Conn:
                     head_only = req is not None and req.method == "HEAD"
                     self._send(resp, head_only, close=True)
                     return
-                close = self._wants_close(req) or srv.stopping
                 try:
                     resp = srv.app(req)
                 except Exception:  # noqa: BLE001 - the app's own bug: a 500, keep serving
                     srv.log_exception(req)
                     resp = srv.error(500, "Internal server error")
+                close = self._wants_close(req) or srv.stopping
                 self._send(resp, req.method == "HEAD", close)
                 with srv.lock:
                     self.busy = False
@@ -412,10 +412,11 @@ class HttpServer:
         with self.lock:
             self.stopping = True
         if self._listener is not None:
-            try:
-                self._listener.close()
+            try:  # shutdown() wakes the accept() blocked in the acceptor thread (Linux)
+                self._listener.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            self._listener.close()
         deadline = time.monotonic() + drain
         while True:
             with self.lock:
