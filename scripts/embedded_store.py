@@ -73,7 +73,9 @@ TABLE_ACTIONS = {"CreateTable", "DeleteTable", "UpdateTable", "UpdateTimeToLive"
 TARGET_PREFIX = "DynamoDB_20120810."
 ACCOUNT = "123456789012"  # moto's default account: every caller of this store is "local"
 MAX_BODY = 16 * 1024 * 1024  # DynamoDB's own request limit
-COMPACT_MIN_BYTES = 8 * 1024 * 1024
+# The active log is compacted once past max(this, the snapshot's size); STORE_COMPACT_BYTES
+# changes it (the tests use a small value to see compaction happen).
+COMPACT_MIN_BYTES = int(os.environ.get("STORE_COMPACT_BYTES", 8 * 1024 * 1024))
 SNAPSHOT_CHUNK = 500
 
 
@@ -428,8 +430,12 @@ def compact(store_dir: str, upto: int) -> str:
 
     def apply(record: Dict[str, Any]) -> None:
         if record["t"] == "items":
-            region = record.get("r", "us-east-1")
-            for table, key, item in record["w"]:
+            for one in record["w"]:
+                if len(one) == 4:  # a snapshot's entry carries its region
+                    region, table, key, item = one
+                else:
+                    region = record.get("r", "us-east-1")
+                    table, key, item = one
                 entry = _entry_id(region, table, key)
                 if item is None:
                     items.pop(entry, None)
