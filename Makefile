@@ -30,13 +30,17 @@ install: $(STAMP) $(AGENT_STAMP)
 ## run: the stack on this machine: embedded store, the API on 127.0.0.1:$(PORT) and the edge
 ## (agents on 127.0.0.1:$$EDGE_AGENT_PORT, default 4443); data and the edge CA in $(DATA_DIR)/
 run: $(STAMP)
-	PORT=$(PORT) STORE_PORT=$(STORE_PORT) DATA_DIR=$(DATA_DIR) $(PY) scripts/serve.py --edge
+	PORT=$(PORT) STORE_PORT=$(STORE_PORT) DATA_DIR=$(DATA_DIR) exec $(PY) scripts/serve.py --edge
 
 ## api-key: a new account in the store `make run` uses; its admin API key is the last line
+## (the running stack's store endpoint and secret come from $(DATA_DIR)/store.env)
 api-key: $(STAMP)
-	@AWS_ACCESS_KEY_ID=$${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=$${AWS_SECRET_ACCESS_KEY:-local} \
+	@if [ -z "$$DYNAMODB_ENDPOINT_URL" ]; then \
+	  if [ ! -f "$(DATA_DIR)/store.env" ]; then \
+	    echo "error: $(DATA_DIR)/store.env is missing: start the stack first (make run)" >&2; exit 1; fi; \
+	  set -a; . "$(DATA_DIR)/store.env"; set +a; \
+	fi; \
 	AWS_DEFAULT_REGION=$${AWS_DEFAULT_REGION:-us-east-1} \
-	DYNAMODB_ENDPOINT_URL=$${DYNAMODB_ENDPOINT_URL:-http://127.0.0.1:$(STORE_PORT)} \
 	$(PY) -m chalicelib.admin bootstrap --name "$${ACCOUNT_NAME:-api-key}"
 
 ## create-table: create the table in the configured store (idempotent)

@@ -25,6 +25,19 @@ Catalog (also in the README):
 | ERR_UNSUPPORTED_MEDIA_TYPE | 415    | a body that is not `Content-Type: application/json`         |
 | ERR_INTERNAL               | 500    | anything unexpected (details are logged, never returned)    |
 | ERR_UNSUPPORTED_OPERATION  | 400    | an operation of the hosted API this service does not offer  |
+
+HTTP-level errors, answered by the server before any route runs (scripts/http_server.py):
+
+| error_code                 | status | when                                                       |
+|----------------------------|--------|------------------------------------------------------------|
+| ERR_MALFORMED_REQUEST      | 400    | bad request line, header field, Content-Length or chunking  |
+| ERR_REQUEST_TIMEOUT        | 408    | head not received within 10 s, or body within 30 s          |
+| ERR_EXPECTATION_FAILED     | 417    | an ``Expect`` other than ``100-continue``                   |
+| ERR_URI_TOO_LONG           | 414    | request target over 8192 bytes                              |
+| ERR_HEADERS_TOO_LARGE      | 431    | header fields over 10240 bytes, or more than 100 of them    |
+| ERR_NOT_IMPLEMENTED        | 501    | a transfer coding other than ``chunked``                    |
+| ERR_UNAVAILABLE            | 503    | too many open connections                                   |
+| ERR_HTTP_VERSION           | 505    | an HTTP version other than 1.0 and 1.1                      |
 """
 from typing import Dict, Optional
 
@@ -148,10 +161,65 @@ class UnsupportedOperation(BadRequest):
     default_msg = "This operation is not offered by this service"
 
 
+class MalformedRequest(BadRequest):
+    error_code = "ERR_MALFORMED_REQUEST"
+    default_msg = "Malformed HTTP request"
+
+
+class RequestTimeout(ApiError):
+    status_code = 408
+    error_code = "ERR_REQUEST_TIMEOUT"
+    default_msg = "The request was not received in time"
+
+
+class ExpectationFailed(ApiError):
+    status_code = 417
+    error_code = "ERR_EXPECTATION_FAILED"
+    default_msg = "Only 'Expect: 100-continue' is supported"
+
+
+class UriTooLong(ApiError):
+    status_code = 414
+    error_code = "ERR_URI_TOO_LONG"
+    default_msg = "The request target is too long"
+
+
+class HeadersTooLarge(ApiError):
+    status_code = 431
+    error_code = "ERR_HEADERS_TOO_LARGE"
+    default_msg = "The request header fields are too large"
+
+
+class NotImplementedByServer(ApiError):
+    status_code = 501
+    error_code = "ERR_NOT_IMPLEMENTED"
+    default_msg = "Not implemented"
+
+
+class Unavailable(ApiError):
+    status_code = 503
+    error_code = "ERR_UNAVAILABLE"
+    default_msg = "The service is busy; retry later"
+
+
+class HttpVersionNotSupported(ApiError):
+    status_code = 505
+    error_code = "ERR_HTTP_VERSION"
+    default_msg = "Only HTTP/1.0 and HTTP/1.1 are supported"
+
+
+# The server's own answers (scripts/http_server.py), by status.
+HTTP_ERRORS = {cls.status_code: cls for cls in (
+    MalformedRequest, RequestTimeout, ExpectationFailed, UriTooLong, HeadersTooLarge,
+    NotImplementedByServer, Unavailable, HttpVersionNotSupported, MethodNotAllowed,
+    PayloadTooLarge, Internal)}
+
 CATALOG = {cls.error_code: cls.status_code for cls in (
     InvalidJson, UnknownField, MissingField, InvalidField, InvalidQuery, MissingVersion,
     UnsupportedVersion, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict,
-    PayloadTooLarge, UnsupportedMediaType, Internal, UnsupportedOperation)}
+    PayloadTooLarge, UnsupportedMediaType, Internal, MalformedRequest, RequestTimeout,
+    ExpectationFailed, UriTooLong, HeadersTooLarge, NotImplementedByServer, Unavailable,
+    HttpVersionNotSupported, UnsupportedOperation)}
 
 
 def error_body(status_code: int, error_code: str, msg: str, operation_id: str) -> dict:

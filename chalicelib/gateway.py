@@ -22,8 +22,10 @@ UNAUTHORIZED_MSG = errors.Unauthorized.default_msg
 
 
 def _response(status: int, error_code: str, msg: str) -> Dict[str, Any]:
-    body = errors.error_body(status, error_code, msg, ids.new_id("op"))
-    return {"statusCode": status, "headers": {"Content-Type": "application/json"},
+    operation_id = ids.new_id("op")
+    body = errors.error_body(status, error_code, msg, operation_id)
+    return {"statusCode": status,
+            "headers": {"Content-Type": "application/json", "Operation-Id": operation_id},
             "multiValueHeaders": {}, "body": json.dumps(body)}
 
 
@@ -47,31 +49,17 @@ class ContractGateway(LocalGateway):
             return _response(500, "ERR_INTERNAL", errors.Internal.default_msg)
 
 
-def local_server(project_dir: str, stage: str, host: str, port: int):
-    """``chalice local``'s threaded dev server, answering as the deployed gateway does.
-
-    Same steps as ``chalice local`` (stage config and its environment variables, thread-local
-    current_request, route validation), with ContractGateway in place of LocalGateway.
-    """
-    from http.server import BaseHTTPRequestHandler
-
+def load_local_app(project_dir: str, stage: str):
+    """The Chalice app and its stage config, prepared as ``chalice local`` prepares them
+    (stage config and its environment variables, thread-local current_request, route
+    validation). scripts/api_server.py serves it through :class:`ContractGateway`."""
     from chalice.cli import validate_routes
     from chalice.cli.factory import CLIFactory
-    from chalice.local import ChaliceRequestHandler, CustomLocalChalice, LocalChalice, \
-        LocalDevServer, ThreadedHTTPServer
-
-    # socketserver's default listen backlog is 5: a burst of concurrent clients (20 creates
-    # of one domain at once) overflowed it and got connection resets.
-    ThreadedHTTPServer.request_queue_size = 128
-
-    class Handler(ChaliceRequestHandler):
-        def __init__(self, request, client_address, server, app_object, config):
-            self.local_gateway = ContractGateway(app_object, config)
-            BaseHTTPRequestHandler.__init__(self, request, client_address, server)
+    from chalice.local import CustomLocalChalice, LocalChalice
 
     config = CLIFactory(project_dir).create_config_obj(chalice_stage_name=stage)
     app_obj = config.chalice_app
     validate_routes(app_obj.routes)
     CustomLocalChalice.__bases__ = (LocalChalice, app_obj.__class__)
     app_obj.__class__ = CustomLocalChalice
-    return LocalDevServer(app_obj, config, host, port, handler_cls=Handler)
+    return app_obj, config

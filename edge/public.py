@@ -20,6 +20,7 @@ from typing import Any, List, Optional, Tuple
 import h11
 
 from chalicelib import ids, policy as tp
+from edge.connections import connection_handler
 from edge.session import MuxStream, StreamReset
 
 log = logging.getLogger("edge.public")
@@ -156,6 +157,7 @@ class HttpFront:
         self.edge = edge
         self.scheme = scheme
 
+    @connection_handler
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
         client_ip, client_addr = str(peer[0]), f"{peer[0]}:{peer[1]}"

@@ -14,6 +14,7 @@ from typing import Any, Callable, List, Optional
 from chalicelib import binding, errors, online, policy as tp
 from edge import agents, config
 from edge.certs import ServerCertificates
+from edge.connections import connection_handler
 from edge.public import HttpFront, splice
 from edge.registry import Registry, Tunnel
 from edge.session import StreamReset
@@ -32,6 +33,7 @@ class Edge:
                                         settings.tls_key or None)
         self._servers: List[asyncio.AbstractServer] = []
         self._sessions: set = set()
+        self.connections: set = set()   # tasks of open connections (agents, public)
         self._checker: Optional[asyncio.Task] = None
         self.agent_port = settings.agent_port
         self.http_port = settings.http_port
@@ -63,16 +65,21 @@ class Edge:
         return name in self.registry.by_host
 
     async def stop(self) -> None:
+        """Stop accepting, end every session (GOAWAY, online items removed), then cancel the
+        connections still open."""
         for server in self._servers:
             server.close()
-        for session in list(self._sessions):
-            await session.end("the edge is shutting down")
         if self._checker is not None:
             self._checker.cancel()
-        for server in self._servers:
-            await server.wait_closed()
+        await asyncio.gather(*(s.end("the edge is shutting down") for s in list(self._sessions)),
+                             return_exceptions=True)
+        pending = [t for t in self.connections if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     # ---- agent sessions ---------------------------------------------------------------------
+    @connection_handler
     async def _agent_connection(self, reader, writer) -> None:
         session = agents.AgentSession(self, reader, writer)
         self._sessions.add(session)
@@ -231,6 +238,7 @@ class Edge:
             log.exception("could not record that tunnel %s stopped", tunnel.id)
 
     # ---- TCP endpoints ----------------------------------------------------------------------
+    @connection_handler
     async def _tcp_connection(self, tunnel: Tunnel, reader, writer) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
         try:

@@ -1,111 +1,228 @@
-"""`make run`: the service on this machine, with no cloud account and no Docker.
+"""`make run`: the whole service on this machine, with no cloud account and no Docker.
 
-1. Starts an embedded DynamoDB-compatible store, moto's server, on 127.0.0.1:STORE_PORT
-   (default 8001), unless DYNAMODB_ENDPOINT_URL points at another store (LocalStack,
-   DynamoDB Local), which is then used as it is.
-2. Restores the embedded store from DATA_DIR/dynamodb.json (default .data/) and, while
-   running, writes every change back to that file (atomically, within a second of the
-   change, and once more on Ctrl-C). Delete DATA_DIR (`make reset`) to start afresh.
-3. Creates the table if missing, and on first start bootstraps a local account. Its admin key
-   is kept in DATA_DIR/local-admin.json (a developer convenience, outside the store, which
-   holds only key digests) and printed at every start.
-4. Serves the Chalice app like `chalice local` (stage `dev`) on 127.0.0.1:PORT (default
-   8000), with API Gateway's own errors in the contract's error body (chalicelib.gateway).
-5. With ``--edge`` (what `make run` passes) runs the edge beside it on the same store and data
-   directory (scripts/edge_process.py; ports from EDGE_* settings, edge/config.py).
+The stack is a list of components, each a child process started in order and stopped in
+reverse order (see ``build_stack``; one more component is one more ``Component(...)`` line):
+
+1. ``store``: the embedded DynamoDB-compatible store (scripts/embedded_store.py: moto behind a
+   write-ahead log, every write fsynced before its answer) on 127.0.0.1:STORE_PORT (default
+   8001), data in DATA_DIR/store/ (default .data/). Skipped when DYNAMODB_ENDPOINT_URL names
+   another store (LocalStack, DynamoDB Local), which is then used as it is.
+2. ``api``: the Chalice app (stage ``dev``) behind a real HTTP server (scripts/api_server.py)
+   on 127.0.0.1:PORT (default 8000).
+3. ``edge`` (with ``--edge``, what `make run` passes): the data plane, ``python -m edge``, on
+   the same store and DATA_DIR (its CA: DATA_DIR/ca.pem; ports: EDGE_* in edge/config.py).
+
+Between the two, the table is created if missing and, on first start, a local account is
+bootstrapped; its admin key is written to DATA_DIR/local-admin.json only once the account is
+on disk (atomically), checked against the store at every start, and printed.
+
+**The store is closed.** Each start generates a fresh secret; the store accepts only requests
+signed with it (AWS Signature V4, verified). Child processes get it in their environment
+(``stack_env``): DYNAMODB_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+AWS_DEFAULT_REGION, TABLE_NAME, DATA_DIR. The same variables are written to DATA_DIR/store.env
+(mode 0600) for tools run beside the stack (`make api-key`: ``set -a; . .data/store.env``).
+
+**Stopping.** Ctrl-C or SIGTERM: the API stops accepting and finishes in-flight requests (at
+most 5 s), then the store closes its log; the whole stack is down within 10 s. Children ignore
+the terminal's Ctrl-C (this process stops them in order) and die with this process if it is
+killed (PR_SET_PDEATHSIG). Every acknowledged write is already on disk, so even kill -9 of
+the whole stack loses none.
+
+**Start-up tells the truth**: a damaged or incomplete data directory stops start-up with one
+line naming the file and the way out (`make reset`, or the backup snapshot kept); so does a
+port in use.
 """
 import argparse
+import ctypes
 import json
 import os
+import secrets
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import edge_process  # noqa: E402  (scripts/edge_process.py)
-import embedded_store  # noqa: E402  (scripts/embedded_store.py)
+SCRIPTS = os.path.join(PROJECT_DIR, "scripts")
+sys.path.insert(0, PROJECT_DIR)
+STOP_BUDGET = 9.0  # seconds for the whole stack to stop (the promise is 10)
 
 
-def _atomic_write(path: str, data: bytes) -> None:
+class StartupError(Exception):
+    """Start-up cannot go on: one line for the user (``quiet``: a child already said it)."""
+
+    def __init__(self, message: str, quiet: bool = False) -> None:
+        super().__init__(message)
+        self.quiet = quiet
+
+
+def _atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
     directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
 
 
-class Snapshotter:
-    """Keeps DATA_DIR/dynamodb.json equal to the embedded store's table.
+def _child_setup() -> None:
+    """In each child, before exec: ignore Ctrl-C (serve.py stops children in order) and die
+    when serve.py dies, even by kill -9 (Linux PR_SET_PDEATHSIG)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
-    moto keeps its data in memory only; this dumps the table (low-level, typed items) when
-    it changed, so data survives a restart. It reads the table only after a write (the
-    embedded store counts them), at most once a second, outside any request path.
-    """
 
-    def __init__(self, client, table: str, path: str) -> None:
-        self.client, self.table, self.path = client, table, path
-        self._last = None
-        self._saved_generation = -1
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
+@dataclass
+class Component:
+    """One child process of the stack. It prints ``ready <url>`` once it serves; its other
+    output is passed through. SIGTERM stops it (it has ``stop_timeout`` seconds)."""
 
-    def restore(self) -> int:
-        if not os.path.exists(self.path):
-            return 0
-        with open(self.path, "rb") as handle:
-            items = json.load(handle)["items"]
-        for start in range(0, len(items), 25):
-            batch = [{"PutRequest": {"Item": item}} for item in items[start:start + 25]]
-            pending = {self.table: batch}
-            while pending:
-                pending = self.client.batch_write_item(RequestItems=pending)["UnprocessedItems"]
-        self._last = self._dump_bytes(items)
-        return len(items)
+    name: str
+    argv: List[str]
+    env: Dict[str, str]
+    ready_timeout: float = 60.0
+    stop_timeout: float = 3.0
+    gated: bool = False  # started early (loads in parallel), serves once release() is called
+    ready_mark: str = "ready "  # the line that says it serves ("ready …" lines are not shown)
+    process: Optional[subprocess.Popen] = None
+    ready: threading.Event = field(default_factory=threading.Event)
+    last_lines: List[str] = field(default_factory=list)
 
-    def _items(self):
-        items, kwargs = [], {"TableName": self.table, "ConsistentRead": True}
-        while True:
-            page = self.client.scan(**kwargs)
-            items.extend(page["Items"])
-            if "LastEvaluatedKey" not in page:
-                return items
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.argv, env=self.env, cwd=PROJECT_DIR,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.PIPE if self.gated
+                                        else subprocess.DEVNULL, preexec_fn=_child_setup)
+        threading.Thread(target=self._relay, daemon=True, name=f"relay-{self.name}").start()
 
-    @staticmethod
-    def _dump_bytes(items) -> bytes:
-        items = sorted(items, key=lambda i: (i["pk"]["S"], i["sk"]["S"]))
-        return json.dumps({"items": items}, sort_keys=True).encode()
+    def _relay(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for raw in self.process.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if line.startswith(self.ready_mark) and not self.ready.is_set():
+                self.ready.set()
+                if self.ready_mark == "ready ":
+                    continue
+            self.last_lines = (self.last_lines + [line])[-20:]
+            print(line, flush=True)
 
-    def save(self, force: bool = False) -> None:
-        with self._lock:
-            seen = embedded_store.generation()
-            if not force and seen == self._saved_generation:
-                return
-            data = self._dump_bytes(self._items())
-            self._saved_generation = seen
-            if data != self._last:
-                _atomic_write(self.path, data)
-                self._last = data
-
-    def run(self) -> None:
-        while not self._stop.wait(1.0):
+    def release(self) -> None:
+        """Let a gated component start serving (the store is prepared)."""
+        if self.gated and self.alive():
             try:
-                self.save()
-            except Exception as exc:  # noqa: BLE001 - keep serving; say why saving failed
-                print(f"warning: could not save the store to {self.path}: {exc}",
-                      file=sys.stderr)
+                self.process.stdin.write(b"go\n")
+                self.process.stdin.flush()
+            except OSError:
+                pass  # it died: wait_ready reports it
 
-    def stop(self) -> None:
-        self._stop.set()
+    def wait_ready(self, stopping: threading.Event) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        while not self.ready.wait(0.05):
+            if self.process.poll() is not None:
+                time.sleep(0.2)  # let the relay print the child's last words
+                said = any(line.startswith("error:") for line in self.last_lines)
+                raise StartupError(f"the {self.name} did not start (exit status "
+                                   f"{self.process.returncode})", quiet=said)
+            if stopping.is_set():
+                raise StartupError("stopped during start-up")
+            if time.monotonic() > deadline:
+                raise StartupError(f"the {self.name} did not start within "
+                                   f"{self.ready_timeout:.0f}s")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, budget: float) -> None:
+        if not self.alive():
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=max(0.1, min(self.stop_timeout, budget)))
+        except subprocess.TimeoutExpired:
+            print(f"{self.name}: did not stop in time; killed", flush=True)
+            self.process.kill()
+            self.process.wait()
+
+
+def stack_env(base: Dict[str, str], args: argparse.Namespace, endpoint: str) -> Dict[str, str]:
+    """What every child of the stack gets (the edge will reuse the same variables)."""
+    env = dict(base)
+    env.update({"DYNAMODB_ENDPOINT_URL": endpoint, "DATA_DIR": os.path.abspath(args.data_dir),
+                "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def build_stack(args: argparse.Namespace, env: Dict[str, str], embedded: bool
+                ) -> List[Component]:
+    py = sys.executable
+    stack = []
+    if embedded:
+        stack.append(Component("store", [py, os.path.join(SCRIPTS, "embedded_store.py"),
+                                         "--host", "127.0.0.1", "--port", str(args.store_port),
+                                         "--data-dir", args.data_dir], env, stop_timeout=3.0))
+    stack.append(Component("api", [py, os.path.join(SCRIPTS, "api_server.py"),
+                                   "--host", args.host, "--port", str(args.port),
+                                   "--stage", args.stage, "--drain", "5", "--gated"], env,
+                           stop_timeout=6.0, gated=True))
+    if args.edge:  # the data plane on the same store (edge/config.py: EDGE_* settings)
+        stack.append(Component("edge", [py, "-m", "edge"], env, stop_timeout=3.0,
+                               ready_mark="edge CA certificate"))
+    return stack
+
+
+def prepare_store(args: argparse.Namespace, key_file: str) -> Optional[Dict[str, str]]:
+    """Create the table if missing; bootstrap (first start) or check the local admin key."""
+    sys.path.insert(0, PROJECT_DIR)
+    from chalicelib import accounts, auth, config, errors, store
+    config.reset_settings()
+    store.reset()
+    store.create_table()
+    from chalicelib import migrate
+    changed = migrate.run_if_needed()
+    if any(changed.values()):
+        print(f"store: migrated to layout {migrate.LAYOUT_VERSION}: {changed}", flush=True)
+    if args.no_bootstrap:
+        return None
+    if not os.path.exists(key_file):
+        result = accounts.bootstrap("local", abuse_reporter=True)
+        # The account is on disk (the store fsyncs before answering): now the key file.
+        _atomic_write(key_file, json.dumps(result, indent=2).encode())
+        print("bootstrapped a local account (abuse reporter) with an admin user", flush=True)
+        return result
+    try:
+        with open(key_file) as handle:
+            local_admin = json.load(handle)
+        token = local_admin["token"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StartupError(f"{key_file} cannot be read ({exc}); delete it to bootstrap a new "
+                           f"local account, or `make reset`") from None
+    try:
+        auth.resolve(f"Bearer {token}")
+    except (auth.AuthFailed, errors.Unauthorized):
+        raise StartupError(f"{key_file} holds an admin key the store does not know (the "
+                           f"store was reset or replaced); delete it to bootstrap a new local "
+                           f"account, or `make reset`") from None
+    return local_admin
 
 
 def main() -> int:
@@ -122,87 +239,91 @@ def main() -> int:
     parser.add_argument("--edge", action="store_true",
                         help="also run the edge (python -m edge) on the same store (make run)")
     args = parser.parse_args()
-
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    os.makedirs(args.data_dir, exist_ok=True)
-
-    moto_server = None
-    if not os.environ.get("DYNAMODB_ENDPOINT_URL"):
-        import logging
-        from moto.server import ThreadedMotoServer
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per store call is noise
-        embedded_store.patch_moto()
-        moto_server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.store_port,
-                                         verbose=False)
-        moto_server.start()
-        os.environ["DYNAMODB_ENDPOINT_URL"] = f"http://127.0.0.1:{args.store_port}"
-        print(f"store: embedded moto server on {os.environ['DYNAMODB_ENDPOINT_URL']}, "
-              f"data in {os.path.join(args.data_dir, 'dynamodb.json')}", flush=True)
-    else:
-        print(f"store: {os.environ['DYNAMODB_ENDPOINT_URL']}", flush=True)
-
-    sys.path.insert(0, PROJECT_DIR)
-    from chalicelib.gateway import local_server
-    # Loading the stage's config first applies its environment variables, as chalice local does.
-    server = local_server(PROJECT_DIR, args.stage, args.host, args.port)
-    from chalicelib import accounts, store
-    from chalicelib.config import get_settings
-
-    snapshotter = None
-    if moto_server is not None:
-        snapshotter = Snapshotter(store.connection().client, get_settings().table_name,
-                                  os.path.join(args.data_dir, "dynamodb.json"))
-    store.create_table()
-    if snapshotter is not None:
-        restored = snapshotter.restore()
-        if restored:
-            print(f"store: restored {restored} items", flush=True)
-    from chalicelib import migrate
-    changed = migrate.run_if_needed()
-    if any(changed.values()):
-        print(f"store: migrated to layout {migrate.LAYOUT_VERSION}: {changed}", flush=True)
-
-    key_file = os.path.join(args.data_dir, "local-admin.json")
-    if not args.no_bootstrap:
-        if not os.path.exists(key_file):
-            result = accounts.bootstrap("local", abuse_reporter=True)
-            _atomic_write(key_file, json.dumps(result, indent=2).encode())
-            print("bootstrapped a local account (abuse reporter) with an admin user",
-                  flush=True)
-        with open(key_file) as handle:
-            local_admin = json.load(handle)
-        print(f"local account {local_admin['account_id']}; admin API key:\n"
-              f"{local_admin['token']}", flush=True)
-
-    edge = edge_process.start(args.data_dir) if args.edge else None
+    args.data_dir = os.path.abspath(args.data_dir)
 
     stopping = threading.Event()
 
-    def stop(signum, frame):  # noqa: ARG001
-        if not stopping.is_set():
-            stopping.set()
-            threading.Thread(target=server.shutdown, daemon=True).start()
+    def on_signal(signum, frame):  # noqa: ARG001
+        stopping.set()
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    saver = None
-    if snapshotter is not None:
-        saver = threading.Thread(target=snapshotter.run, daemon=True)
-        saver.start()
-    print(f"serving on http://{args.host}:{args.port}", flush=True)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    os.makedirs(args.data_dir, mode=0o700, exist_ok=True)
+    base = dict(os.environ)
+    base.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    base.setdefault("TABLE_NAME", "tunnel-service")
+    embedded = not os.environ.get("DYNAMODB_ENDPOINT_URL")
+    if embedded:
+        endpoint = f"http://127.0.0.1:{args.store_port}"
+        base["AWS_ACCESS_KEY_ID"] = "LOCAL" + secrets.token_hex(8).upper()
+        base["AWS_SECRET_ACCESS_KEY"] = secrets.token_urlsafe(32)
+        for name in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE"):
+            base.pop(name, None)
+    else:
+        endpoint = os.environ["DYNAMODB_ENDPOINT_URL"]
+        base.setdefault("AWS_ACCESS_KEY_ID", "local")
+        base.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    env = stack_env(base, args, endpoint)
+    stack = build_stack(args, env, embedded)
+    started: List[Component] = []
+    key_file = os.path.join(args.data_dir, "local-admin.json")
+    status = 0
     try:
-        server.serve_forever()
+        # Every component starts loading now; gated ones serve once the store is prepared.
+        for component in stack:
+            component.start()
+            started.append(component)
+        store_ = next((c for c in stack if c.name == "store"), None)
+        if store_ is not None:
+            print(f"store: embedded, on {endpoint}, data in "
+                  f"{os.path.join(args.data_dir, 'store')}", flush=True)
+        else:
+            print(f"store: {endpoint}", flush=True)
+        # This process talks to the store as the children do.
+        os.environ.update({k: env[k] for k in (
+            "DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+            "AWS_DEFAULT_REGION", "TABLE_NAME")})
+        if embedded:
+            for name in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE"):
+                os.environ.pop(name, None)
+        import chalicelib.store  # noqa: F401  (imported while the store starts)
+        if store_ is not None:
+            store_.wait_ready(stopping)
+            lines = [f"{k}={env[k]}" for k in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
+                                               "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+                                               "TABLE_NAME")]
+            _atomic_write(os.path.join(args.data_dir, "store.env"),
+                          ("\n".join(lines) + "\n").encode())
+        local_admin = prepare_store(args, key_file)
+        for component in stack:
+            component.release()
+            component.wait_ready(stopping)
+        if local_admin is not None:
+            print(f"local account {local_admin['account_id']}; admin API key:\n"
+                  f"{local_admin['token']}", flush=True)
+        print(f"serving on http://{args.host}:{args.port}", flush=True)
+        while not stopping.wait(0.2):
+            dead = [c for c in started if not c.alive()]
+            if dead:
+                print(f"error: the {dead[0].name} stopped unexpectedly (exit status "
+                      f"{dead[0].process.returncode}); stopping the stack", flush=True)
+                status = 1
+                break
+    except StartupError as exc:
+        if not exc.quiet:
+            print(f"error: {exc}", flush=True)
+        status = 1
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback, for the user
+        print(f"error: start-up failed: {type(exc).__name__}: {exc}", flush=True)
+        status = 1
     finally:
-        edge_process.stop(edge)
-        if snapshotter is not None:
-            snapshotter.stop()
-            snapshotter.save(force=True)
-            print("store: saved", flush=True)
-        if moto_server is not None:
-            moto_server.stop()
-    return 0
+        deadline = time.monotonic() + STOP_BUDGET
+        for component in reversed(started):
+            component.stop(deadline - time.monotonic())
+        if started:
+            print("stopped", flush=True)
+    return status
 
 
 if __name__ == "__main__":

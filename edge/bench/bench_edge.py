@@ -116,7 +116,7 @@ def main() -> int:
         stack.start()
         edge = EdgeProcess(data_dir=os.path.join(tmp, "edge"), store_url=stack.store_url)
         os.makedirs(edge.data_dir)
-        env = stack.env()
+        env = stack.store_env()
         edge.start(env)
         agent = None
         try:

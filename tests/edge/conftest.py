@@ -55,8 +55,6 @@ class EdgeProcess:
                     "EDGE_HTTPS_PORT": str(self.https_port),
                     "EDGE_TCP_PORTS": f"{self.tcp_low}-{self.tcp_low + 4}",
                     "EDGE_CHECK_SECONDS": "1", "BASE_DOMAIN": BASE_DOMAIN,
-                    "AWS_ACCESS_KEY_ID": env.get("AWS_ACCESS_KEY_ID", "local"),
-                    "AWS_SECRET_ACCESS_KEY": env.get("AWS_SECRET_ACCESS_KEY", "local"),
                     "PYTHONUNBUFFERED": "1"})
         self.log_path = os.path.join(self.data_dir, "edge.log")
         log = open(self.log_path, "wb")
@@ -206,7 +204,7 @@ def edge_stack():
         stack.start()
         edge = EdgeProcess(data_dir=os.path.join(data_dir, "edge"), store_url=stack.store_url)
         os.makedirs(edge.data_dir)
-        env = stack.env()
+        env = stack.store_env()   # the stack's store endpoint and this start's secret
         env["BASE_DOMAIN"] = BASE_DOMAIN
         try:
             edge.start(env)

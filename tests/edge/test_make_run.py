@@ -60,7 +60,7 @@ def test_serve_with_edge_prints_what_an_sdk_needs_and_serves_it():
             proc.send_signal(signal.SIGINT)
             assert proc.wait(timeout=20) == 0
             rest = proc.stdout.read()
-            assert "store: saved" in rest
+            assert rest.rstrip().endswith("stopped") and "Traceback" not in rest, rest
         finally:
             if proc.poll() is None:
                 proc.kill()

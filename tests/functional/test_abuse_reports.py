@@ -21,7 +21,7 @@ def set_status(api, account_id, report_id, hostname, status):
     argv = ["set-hostname-status", "--account", account_id, "--report", report_id,
             "--hostname", hostname, "--status", status]
     if api.level == "http":
-        env = {**api.stack.env(), "DYNAMODB_ENDPOINT_URL": api.stack.store_url}
+        env = api.stack.store_env()
         done = subprocess.run([sys.executable, "-m", "chalicelib.admin", *argv], cwd=PROJECT_DIR,
                               env=env, capture_output=True, text=True)
         return done.returncode, done.stdout, done.stderr

@@ -10,8 +10,7 @@ TABLE = "tunnel-service"
 
 @pytest.fixture
 def ddb(local_stack):
-    return boto3.client("dynamodb", endpoint_url=local_stack.store_url, region_name="us-east-1",
-                        aws_access_key_id="x", aws_secret_access_key="x")
+    return local_stack.store_client()
 
 
 def _key(pk, sk="S"):

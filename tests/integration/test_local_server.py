@@ -45,9 +45,10 @@ def test_data_survives_a_restart_and_holds_no_plaintext_secret(tmp_path):
     finally:
         stack.stop()  # SIGINT, as Ctrl-C
     assert stack.process.returncode == 0, stack.log()
-    snapshot = (tmp_path / "dynamodb.json").read_text()
-    assert created["id"] in snapshot
-    assert created["token"] not in snapshot and token not in snapshot
+    on_disk = b"".join(p.read_bytes() for p in (tmp_path / "store").iterdir()).decode(
+        "utf-8", "replace")
+    assert created["id"] in on_disk
+    assert created["token"] not in on_disk and token not in on_disk
 
     again = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
     try:
@@ -63,9 +64,10 @@ def test_data_survives_a_restart_and_holds_no_plaintext_secret(tmp_path):
 
 
 def test_make_api_key_prints_a_working_key_as_last_line(local_stack):
-    env = {**os.environ, "STORE_PORT": str(local_stack.store_port), "TABLE_NAME": "tunnel-service"}
-    env.pop("DYNAMODB_ENDPOINT_URL", None)
-    out = subprocess.run(["make", "-s", "api-key", f"STORE_PORT={local_stack.store_port}"],
+    env = {**os.environ, "TABLE_NAME": "tunnel-service"}
+    for name in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        env.pop(name, None)
+    out = subprocess.run(["make", "-s", "api-key", f"DATA_DIR={local_stack.data_dir}"],
                          cwd=PROJECT_DIR, env=env, check=True, capture_output=True,
                          text=True).stdout
     token = out.strip().splitlines()[-1]
@@ -78,9 +80,7 @@ def test_make_api_key_prints_a_working_key_as_last_line(local_stack):
 def test_stored_items_hold_no_plaintext_secret(http_api, local_stack):
     account = http_api.new_account()
     created = account.admin.post("/api_keys", {"description": "secret check"}).json
-    client = boto3.client("dynamodb", endpoint_url=local_stack.store_url,
-                          region_name="us-east-1", aws_access_key_id="x",
-                          aws_secret_access_key="x")
+    client = local_stack.store_client()
     dump = json.dumps(client.scan(TableName="tunnel-service")["Items"])
     assert created["id"] in dump
     for token in (created["token"], account.admin.token, account.member.token):

@@ -146,7 +146,7 @@ def free_port() -> int:
 
 @dataclass
 class LocalStack:
-    """``scripts/serve.py`` as a process: chalice local + embedded moto store."""
+    """``scripts/serve.py`` as a process: the API and the embedded store (child processes)."""
 
     data_dir: str
     port: int = field(default_factory=free_port)
@@ -169,6 +169,29 @@ class LocalStack:
                     "PYTHONUNBUFFERED": "1"})
         env.pop("PUBLIC_BASE_URL", None)
         return env
+
+    def store_env(self) -> Dict[str, str]:
+        """The environment of a tool that uses the running stack's store directly: its
+        endpoint and this start's secret, as serve.py writes them to DATA_DIR/store.env."""
+        env = self.env()
+        with open(os.path.join(self.data_dir, "store.env")) as handle:
+            for line in handle:
+                name, _, value = line.strip().partition("=")
+                if name:
+                    env[name] = value
+        for name in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+            env.pop(name, None)
+        return env
+
+    def store_client(self) -> Any:
+        """A boto3 DynamoDB client holding the stack's store secret."""
+        import boto3
+        env = self.store_env()
+        return boto3.client("dynamodb", endpoint_url=env["DYNAMODB_ENDPOINT_URL"],
+                            region_name=env["AWS_DEFAULT_REGION"],
+                            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                            aws_session_token=None)
 
     def start(self, bootstrap: bool = False, timeout: float = 60.0) -> "LocalStack":
         self.log_path = os.path.join(self.data_dir, "serve.log")
@@ -244,7 +267,7 @@ class HttpApi(Api):
     def _seed(self, count, reporter):
         pool = self._pool[reporter]
         if len(pool) < count:
-            env = {**self.stack.env(), "DYNAMODB_ENDPOINT_URL": self.stack.store_url}
+            env = self.stack.store_env()
             args = [sys.executable, "-m", "tests.support.seed", str(max(count, 10))]
             if reporter:
                 args.append("--reporter")
