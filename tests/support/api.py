@@ -182,9 +182,9 @@ class LocalStack:
             if self.process.poll() is not None:
                 raise RuntimeError(f"serve.py exited early: {self.log()}")
             try:
-                requests.get(self.base_url + "/api_keys", timeout=1)
+                requests.get(self.base_url + "/api_keys", timeout=5)
                 return self
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not up, or busy starting
                 time.sleep(0.2)
         raise RuntimeError(f"serve.py did not start in {timeout}s: {self.log()}")
 
