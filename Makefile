@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 AGENT_STAMP := $(AGENT_VENV)/.installed
 
 .PHONY: install run api-key test test-service test-agent reset create-table bench clean \
-	package deploy-aws deploy-localstack resources test-integration
+	package deploy-aws deploy-localstack resources test-integration mutate
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,11 @@ deploy-localstack: $(STAMP)
 ## test-integration: the HTTP suite; against a deployment with INTEGRATION_BASE_URL/_API_KEY
 test-integration: $(STAMP)
 	$(PY) -m pytest tests/integration
+
+## mutate: mutation testing of the rule-bearing modules (mutmut; slow, not part of `make test`);
+## prints killed / total per module and every surviving mutant. MUTATE='glob …' narrows it.
+mutate: $(STAMP)
+	nice -n 10 $(PY) tests/mutation/run.py
 
 bench: $(STAMP)
 	$(PY) bench/bench_api.py

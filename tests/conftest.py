@@ -77,3 +77,26 @@ def account(api):
 @pytest.fixture
 def other_account(api):
     return api.new_account()
+
+
+@pytest.fixture(scope="module")
+def module_api():
+    """One in-process service (moto table + chalice.test.Client) for a whole test module.
+
+    For modules whose tests each make their own resources in their own accounts: one
+    table and one client instead of one per test (see tests/functional/test_every_resource.py).
+    """
+    from chalice.test import Client
+    from moto import mock_aws
+
+    from app import app
+    from chalicelib import config, store
+    from chalicelib.gateway import ContractGateway
+    with mock_aws():
+        config.reset_settings()
+        store.reset()
+        store.create_table()
+        with Client(app, stage_name="dev", project_dir=PROJECT_DIR) as client:
+            client.http._local_gateway = ContractGateway(app, client.http._config)
+            yield InProcessApi(client)
+        store.reset()

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import requests
 
+from tests.support.contract import check_error_response
+
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _UNSET = object()
 
@@ -89,7 +91,11 @@ class Api:
             body = json.dumps(json_body).encode()
             sent["Content-Type"] = "application/json"
         sent.update(headers or {})
-        return self._send(method, path, sent, body)
+        resp = self._send(method, path, sent, body)
+        if resp.status >= 400 and method != "HEAD":
+            # every error any test provokes is held to the contract's body (tests/support/contract.py)
+            check_error_response(resp.status, resp.headers, resp.text, f"{method} {path}")
+        return resp
 
     def _send(self, method: str, path: str, headers: Dict[str, str],
               body: Optional[bytes]) -> Resp:

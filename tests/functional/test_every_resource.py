@@ -1,0 +1,212 @@
+"""Rules every resource shares, written once over a table of resources (as
+tests/integration/test_every_route.py does for 401 and 405):
+
+- lists page newest first with ``limit`` and ``before_id``, ``next_page_uri`` null on the last
+  page and never an empty last page;
+- another account's id is a 404 for every item route (GET, PATCH, DELETE, module routes), and
+  the attempt changes nothing;
+- a malformed id (too short, too long, bad characters, another resource's prefix) is a 404.
+
+Every error is checked for the contract's whole body (tests/support/contract.py). A resource
+added to the service is added to RESOURCES; test_the_table_names_every_item_route fails
+until it is.
+
+In-process only, on one table for the module (``module_api``): the rules live in chalicelib.
+"""
+import itertools
+import re
+
+import pytest
+
+from app import app
+from chalicelib import errors, openapi
+from tests.support.contract import assert_error
+
+_counter = itertools.count()
+
+
+def _n():
+    return next(_counter)
+
+
+def _policy(caller):
+    return caller.post("/ip_policies", {}).json["id"]
+
+
+def _https_edge(caller):
+    return caller.post("/edges/https", {}).json["id"]
+
+
+def _route(caller, edge_id):
+    return caller.post(f"/edges/https/{edge_id}/routes",
+                       {"match_type": "path_prefix", "match": f"/r{_n()}"}).json
+
+
+class Resource:
+    """One collection: how to make an item (``make(caller) -> (list path, item)``)."""
+
+    def __init__(self, name, prefix, list_key, make, patch=None, modules=(), listed=True,
+                 reporter=False):
+        self.name, self.prefix, self.list_key, self.make = name, prefix, list_key, make
+        self.patch = {"description": "changed"} if patch is None else patch
+        self.modules, self.listed, self.reporter = modules, listed, reporter
+
+
+def _simple(path, body=lambda: {}):
+    return lambda caller: (path, caller.post(path, body()).json)
+
+
+def _make_rule(caller):
+    return "/ip_policy_rules", caller.post("/ip_policy_rules", {
+        "ip_policy_id": _policy(caller), "cidr": f"10.{_n() % 250}.0.0/16",
+        "action": "allow"}).json
+
+
+def _make_route(caller):
+    edge_id = _https_edge(caller)
+    return f"/edges/https/{edge_id}/routes", _route(caller, edge_id)
+
+
+RESOURCES = [
+    Resource("api_key", "ak", "keys", _simple("/api_keys")),
+    Resource("http_response_backend", "bkdhr", "backends", _simple("/backends/http_response")),
+    Resource("ip_policy", "ipp", "ip_policies", _simple("/ip_policies")),
+    Resource("ip_policy_rule", "ipr", "ip_policy_rules", _make_rule),
+    Resource("credential", "cr", "credentials", _simple("/credentials")),
+    Resource("bot_user", "bot", "bot_users",
+             _simple("/bot_users", lambda: {"name": f"bot-{_n()}"}), patch={"name": "changed"}),
+    Resource("reserved_domain", "rd", "reserved_domains",
+             _simple("/reserved_domains", lambda: {"domain": f"d{_n()}.example.com"})),
+    Resource("tcp_edge", "edgtcp", "tcp_edges", _simple("/edges/tcp"),
+             modules=("backend", "ip_restriction", "traffic_policy")),
+    Resource("https_edge", "edghts", "https_edges", _simple("/edges/https")),
+    Resource("https_edge_route", "edghtsrt", None, _make_route,
+             modules=("user_agent_filter", "response_headers")),
+    Resource("abuse_report", "abrp", None,
+             _simple("/abuse_reports", lambda: {"urls": ["https://bad.example.com/x"]}),
+             patch={}, listed=False, reporter=True),
+]
+BY_NAME = {r.name: r for r in RESOURCES}
+LISTED = [r for r in RESOURCES if r.listed]
+DOCUMENT = openapi.build(app)
+
+
+def _item_routes(resource, list_path, item_id):
+    """(method, path) of every route that names this item."""
+    item = f"{list_path}/{item_id}"
+    methods = ["GET"] if resource.name == "abuse_report" else ["GET", "PATCH", "DELETE"]
+    routes = [(m, item) for m in methods]
+    for module in resource.modules:
+        routes += [(m, f"{item}/{module}") for m in ("GET", "PUT", "DELETE")]
+    return routes
+
+
+def _send(caller, method, path, resource):
+    if method == "PATCH":
+        return caller.patch(path, resource.patch)
+    if method == "PUT":
+        return caller.put(path, {"enabled": True})
+    return caller.request(method, path)
+
+
+@pytest.fixture(scope="module")
+def accounts(module_api):
+    """Two ordinary accounts and two abuse-reporter accounts, shared by the module's tests."""
+    return {False: (module_api.new_account(), module_api.new_account()),
+            True: (module_api.new_account(reporter=True),
+                   module_api.new_account(reporter=True))}
+
+
+def test_the_table_names_every_item_route():
+    """A new resource (or module) route must be added to RESOURCES to be covered here."""
+    prefixes = {r.prefix for r in RESOURCES}
+    for path in DOCUMENT["paths"]:
+        for name in re.findall(r"\{(\w+)\}", path):
+            param = next(p for op in DOCUMENT["paths"][path].values()
+                         for p in op.get("parameters", []) if p.get("name") == name)
+            prefix = param["schema"]["pattern"].lstrip("^").split("_")[0]
+            assert prefix in prefixes, f"{path}: no resource with prefix {prefix!r} in RESOURCES"
+        last = path.rsplit("/", 1)[-1]
+        if path.count("{") and not last.startswith("{") and last != "routes":
+            owner = [r for r in RESOURCES if last in r.modules]
+            assert owner, f"{path}: module {last!r} missing from RESOURCES"
+
+
+# ---- pagination --------------------------------------------------------------------------------
+@pytest.mark.parametrize("resource", LISTED, ids=[r.name for r in LISTED])
+def test_every_list_pages_newest_first_and_ends_without_an_empty_page(module_api, resource):
+    account = module_api.new_account()
+    caller = account.admin
+    list_path, first = resource.make(caller)
+    made = [first["id"]]
+    if resource.name == "https_edge_route":
+        edge_id = list_path.split("/")[3]
+        made += [_route(caller, edge_id)["id"] for _ in range(2)]
+    else:
+        made += [resource.make(caller)[1]["id"] for _ in range(2)]
+    key = resource.list_key or "routes"
+    everything = caller.get(list_path).json[key]
+    assert [i["id"] for i in everything] == sorted((i["id"] for i in everything), reverse=True)
+    assert set(made) <= {i["id"] for i in everything}
+    total = len(everything)
+
+    for limit in (1, 2, total):
+        seen, url, pages = [], f"{list_path}?limit={limit}", 0
+        while url:
+            page = caller.get(url).json
+            pages += 1
+            items = [i["id"] for i in page[key]]
+            assert items, f"empty page at {url}"
+            assert len(items) <= limit
+            assert page["uri"].endswith(list_path)
+            url = page["next_page_uri"]
+            if url:
+                assert len(items) == limit
+                assert url.endswith(f"{list_path}?before_id={items[-1]}&limit={limit}"), url
+            seen += items
+        assert seen == [i["id"] for i in everything], limit
+        assert pages == -(-total // limit)
+
+    assert_error(caller.get(f"{list_path}?limit=0"), errors.InvalidQuery)
+    assert_error(caller.get(f"{list_path}?limit=101"), errors.InvalidQuery)
+    other_prefix = "ak" if resource.prefix != "ak" else "ipp"
+    assert_error(caller.get(f"{list_path}?before_id={other_prefix}_{'0' * 27}"),
+                 errors.InvalidQuery)
+
+
+# ---- another account's ids ---------------------------------------------------------------------
+@pytest.mark.parametrize("resource", RESOURCES, ids=[r.name for r in RESOURCES])
+def test_another_accounts_id_is_404_everywhere_and_changes_nothing(accounts, resource):
+    owner, stranger = accounts[resource.reporter]
+    list_path, item = resource.make(owner.admin)
+    before = owner.admin.get(f"{list_path}/{item['id']}").json
+    for method, path in _item_routes(resource, list_path, item["id"]):
+        assert_error(_send(stranger.admin, method, path, resource), errors.NotFound)
+    assert owner.admin.get(f"{list_path}/{item['id']}").json == before
+    if resource.listed and resource.list_key:
+        listed = stranger.admin.get(list_path).json[resource.list_key]
+        assert item["id"] not in {i["id"] for i in listed}
+
+
+# ---- malformed ids -----------------------------------------------------------------------------
+def _malformed(prefix):
+    other = "ak" if prefix != "ak" else "bot"
+    return ["x", f"{prefix}_", f"{prefix}_{'0' * 26}", f"{prefix}_{'0' * 28}",
+            f"{prefix}_{'-' * 27}", f"{other}_{'0' * 27}", f"{prefix.upper()}_{'0' * 27}"]
+
+
+@pytest.mark.parametrize("resource", RESOURCES, ids=[r.name for r in RESOURCES])
+def test_a_malformed_or_unknown_id_is_404(accounts, resource):
+    owner = accounts[resource.reporter][0]
+    list_path, item = resource.make(owner.admin)
+    unknown = f"{resource.prefix}_{'0' * 27}"
+    for bad in _malformed(resource.prefix) + [unknown]:
+        for method, path in _item_routes(resource, list_path, bad):
+            assert_error(_send(owner.admin, method, path, resource), errors.NotFound)
+    if resource.name == "https_edge_route":
+        edge_id = list_path.split("/")[3]
+        for bad in _malformed("edghts"):
+            assert_error(owner.admin.get(f"/edges/https/{bad}/routes/{item['id']}"),
+                         errors.NotFound)
+            assert_error(owner.admin.get(f"/edges/https/{bad}/routes"), errors.NotFound)
+        assert owner.admin.get(f"/edges/https/{edge_id}/routes/{item['id']}").status == 200

@@ -1,0 +1,284 @@
+"""Every limit the README ("Wire contract", "Resource rules decided here") and the modules'
+docstrings promise, checked at its boundary: the limit passes, one past it is a 400.
+
+The numbers are written here as the documents write them, never read from the modules'
+constants: a test that reads ``MAX_X`` keeps passing when someone changes ``MAX_X``. Errors are
+asserted through the catalog's classes (chalicelib.errors), not their code strings.
+"""
+import base64
+
+import pytest
+
+from chalicelib import (acl, edge_modules, errors, hostnames, http_headers,
+                        http_response_backends, https_edges, ids, reserved_domains, store,
+                        traffic_policy, validation)
+from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
+
+
+def _policy_ids(count):
+    return [ids.new_id("ipp") for _ in range(count)]
+
+
+def _refused(call, *args, cls=errors.InvalidField):
+    with pytest.raises(cls) as info:
+        call(*args)
+    assert info.value.status_code == 400
+    return info.value
+
+
+# ---- bodies: description, metadata, UTF-8 bytes --------------------------------------------------
+@pytest.mark.parametrize("field, limit", [(DESCRIPTION, 255), (METADATA, 4096)])
+def test_description_and_metadata_limits_are_utf8_bytes(field, limit):
+    assert parse({field.name: "a" * limit}, [field]) == {field.name: "a" * limit}
+    error = _refused(parse, {field.name: "a" * (limit + 1)}, [field])
+    assert error.details["field"] == field.name
+    # bytes, not characters: limit/2 two-byte characters fit, one more does not
+    parse({field.name: "é" * (limit // 2)}, [field])
+    _refused(parse, {field.name: "é" * (limit // 2 + 1)}, [field])
+
+
+def test_integer_and_boolean_fields_refuse_the_other_json_type():
+    fields = [Field("n", "integer"), Field("b", "boolean")]
+    assert parse({"n": 0, "b": False}, fields) == {"n": 0, "b": False}
+    _refused(parse, {"n": True}, fields)
+    _refused(parse, {"b": 1}, fields)
+    _refused(parse, {"n": 1.0}, fields)
+
+
+def test_unknown_field_missing_field_and_null_means_not_sent():
+    fields = [Field("name", "string", required=True), DESCRIPTION]
+    _refused(parse, {"name": "x", "other": 1}, fields, cls=errors.UnknownField)
+    _refused(parse, {"description": "x"}, fields, cls=errors.MissingField)
+    assert parse({"name": "x", "description": None}, fields) == {"name": "x"}
+
+
+def test_body_id_must_equal_the_path_id():
+    assert parse({"id": "ak_1", "description": "d"}, [DESCRIPTION], path_id="ak_1") == \
+        {"description": "d"}
+    assert _refused(parse, {"id": "ak_2"}, [DESCRIPTION], "ak_1").details["field"] == "id"
+    _refused(parse, {"id": "ak_1"}, [DESCRIPTION])
+
+
+# ---- edges: hostports, ip_restriction, traffic policy ----------------------------------------
+def test_an_edge_takes_ten_hostports_not_eleven():
+    ten = [f"h{i}.example.com:443" for i in range(10)]
+    assert edge_modules.check_hostports("hostports", ten) == ten
+    _refused(edge_modules.check_hostports, "hostports", ten + ["h10.example.com:443"])
+
+
+def test_hostports_are_distinct_lower_cased_with_ports_1_to_65535():
+    assert edge_modules.check_hostports("hostports", ["A.Example.COM:1", "b.example.com:65535"]) \
+        == ["a.example.com:1", "b.example.com:65535"]
+    _refused(edge_modules.check_hostports, "hostports", ["a.example.com:1", "A.example.com:1"])
+    for bad in ("a.example.com:0", "a.example.com:65536", "a.example.com:01",
+                "a.example.com", ":80", "a..example.com:80"):
+        _refused(edge_modules.check_hostport, "hostports[0]", bad)
+
+
+def test_ip_restriction_takes_one_to_ten_policies():
+    ten = _policy_ids(10)
+    parsed = edge_modules.parse_ip_restriction("ip_restriction", {"ip_policy_ids": ten})
+    assert parsed == {"enabled": True, "ip_policy_ids": ten}
+    error = _refused(edge_modules.parse_ip_restriction, "ip_restriction",
+                     {"ip_policy_ids": ten + _policy_ids(1)})
+    assert error.details["field"] == "ip_restriction.ip_policy_ids"
+    _refused(edge_modules.parse_ip_restriction, "ip_restriction", {"ip_policy_ids": []})
+    assert edge_modules.parse_ip_restriction(None, {"ip_policy_ids": ten[:1]})["ip_policy_ids"] \
+        == ten[:1]
+
+
+def test_ip_restriction_policies_are_distinct():
+    one = _policy_ids(1)[0]
+    error = _refused(edge_modules.parse_ip_restriction, "ip_restriction",
+                     {"ip_policy_ids": [one, one]})
+    assert error.details["field"] == "ip_restriction.ip_policy_ids"
+
+
+def test_ip_restriction_policy_ids_must_be_ip_policy_ids():
+    _refused(edge_modules.parse_ip_restriction, "ip_restriction",
+             {"ip_policy_ids": [ids.new_id("bkdhr")]})
+
+
+def _document(rules_per_phase=1, expressions=0, actions=1, name="r", expression="true"):
+    import json
+    rule = {"name": name, "actions": [{"type": "deny"}] * actions}
+    if expressions:
+        rule["expressions"] = [expression] * expressions
+    return json.dumps({"on_http_request": [rule] * rules_per_phase})
+
+
+def test_traffic_policy_allows_64_rules_per_phase_not_65():
+    traffic_policy.check_document("value", _document(rules_per_phase=64))
+    _refused(traffic_policy.check_document, "value", _document(rules_per_phase=65))
+
+
+def test_traffic_policy_document_is_at_most_16_kib():
+    base = _document(name="")
+    padded = base.replace('"name": ""', '"name": ""' + " " * (16384 - len(base)))
+    assert len(padded.encode()) == 16384
+    assert traffic_policy.check_document("value", padded) == padded
+    _refused(traffic_policy.check_document, "value", padded + " ")
+
+
+def test_traffic_policy_rule_limits():
+    check = traffic_policy.check_document
+    check("value", _document(expressions=32))
+    _refused(check, "value", _document(expressions=33))
+    check("value", _document(actions=32))
+    _refused(check, "value", _document(actions=33))
+    check("value", _document(expressions=1, expression="x" * 1024))
+    _refused(check, "value", _document(expressions=1, expression="x" * 1025))
+    check("value", _document(name="n" * 255))
+    _refused(check, "value", _document(name="n" * 256))
+    _refused(check, "value", _document(actions=0))
+    _refused(check, "value", '{"on_http_request": [{"actions": [{"type": " "}]}]}')
+    _refused(check, "value", '{"on_connect": []}')
+    _refused(check, "value", '{"on_http_request": [{"actions": [{"type": "x"}], "when": 1}]}')
+
+
+def test_traffic_policy_accepts_yaml_and_the_empty_document():
+    assert traffic_policy.check_document("value", "") == ""
+    yaml_doc = "on_tcp_connect:\n  - actions:\n      - type: deny\n"
+    assert traffic_policy.check_document("value", yaml_doc) == yaml_doc
+
+
+# ---- HTTPS edge route modules ----------------------------------------------------------------
+def test_user_agent_filter_takes_20_patterns_of_512_bytes():
+    parse_ua = https_edges.parse_user_agent_filter
+    assert parse_ua(None, {"allow": ["a"] * 20})["allow"] == ["a"] * 20
+    _refused(parse_ua, None, {"allow": ["a"] * 21})
+    _refused(parse_ua, None, {"deny": ["a"] * 21})
+    parse_ua(None, {"deny": ["x" * 512]})
+    _refused(parse_ua, None, {"deny": ["x" * 513]})
+    _refused(parse_ua, None, {"allow": ["(unclosed"]})
+    assert parse_ua(None, {}) == {"enabled": True, "allow": [], "deny": []}
+
+
+def test_response_headers_take_20_to_add_and_20_to_remove_lower_cased():
+    parse_rh = https_edges.parse_response_headers
+    add = {f"X-H{i}": "v" for i in range(20)}
+    parsed = parse_rh(None, {"add": add, "remove": [f"X-R{i}" for i in range(20)]})
+    assert set(parsed["add"]) == {f"x-h{i}" for i in range(20)}
+    assert parsed["remove"] == [f"x-r{i}" for i in range(20)]
+    _refused(parse_rh, None, {"add": {**add, "X-H20": "v"}})
+    _refused(parse_rh, None, {"remove": [f"x-r{i}" for i in range(21)]})
+    assert parse_rh(None, {"add": {"a": "b"}})["remove"] == []
+
+
+# ---- HTTP headers and response backends -------------------------------------------------------
+def test_header_names_are_tokens_of_at_most_256_bytes_and_values_1024():
+    assert http_headers.check_name("headers", "A" * 256) == "a" * 256
+    _refused(http_headers.check_name, "headers", "A" * 257)
+    _refused(http_headers.check_name, "headers", "bad name")
+    assert http_headers.check_value("headers", "x", "v" * 1024) == "v" * 1024
+    _refused(http_headers.check_value, "headers", "x", "v" * 1025)
+    for bad in ("a\rb", "a\nb", "a\x00b"):
+        _refused(http_headers.check_value, "headers", "x", bad)
+
+
+def test_a_header_map_refuses_names_equal_ignoring_case():
+    assert http_headers.check_map("headers", {"X-A": "1"}, 5) == {"x-a": "1"}
+    _refused(http_headers.check_map, "headers", {"X-A": "1", "x-a": "2"}, 5)
+
+
+def test_a_backend_takes_50_headers_and_a_64_kib_body():
+    fields = http_response_backends.CREATE_FIELDS
+    headers = {f"h{i}": "v" for i in range(50)}
+    assert len(parse({"headers": headers}, fields)["headers"]) == 50
+    _refused(parse, {"headers": {**headers, "h50": "v"}}, fields)
+    assert parse({"body": "b" * 65536}, fields)["body"] == "b" * 65536
+    _refused(parse, {"body": "b" * 65537}, fields)
+
+
+def test_a_backend_status_code_is_100_to_599():
+    fields = http_response_backends.CREATE_FIELDS
+    for ok in (100, 599):
+        assert parse({"status_code": ok}, fields) == {"status_code": ok}
+    for bad in (99, 600):
+        _refused(parse, {"status_code": bad}, fields)
+
+
+# ---- credentials' ACL -----------------------------------------------------------------------
+def test_an_acl_takes_100_rules_of_512_bytes():
+    hundred = [f"bind:h{i}.example.com" for i in range(100)]
+    assert acl.normalize(hundred) == hundred
+    _refused(acl.normalize, hundred + ["bind:x.example.com"])
+    rule_512 = "bind:k=" + "v" * (512 - len("bind:k="))
+    assert acl.normalize([rule_512]) == [rule_512]
+    _refused(acl.normalize, [rule_512 + "v"])
+
+
+# ---- reserved domains ------------------------------------------------------------------------
+def test_resolves_to_takes_ten_entries_not_eleven():
+    ten = [{"value": "global"}] * 5 + [{"value": r} for r in ("au", "eu", "ap", "us", "jp")]
+    fields = reserved_domains.UPDATE_FIELDS
+    assert parse({"resolves_to": ten}, fields)["resolves_to"] == ten
+    error = _refused(parse, {"resolves_to": ten + [{"value": "in"}]}, fields)
+    assert error.details["field"] == "resolves_to"
+    assert parse({"resolves_to": []}, fields) == {"resolves_to": []}
+    _refused(parse, {"resolves_to": [{"value": "mars"}]}, fields)
+    _refused(parse, {"resolves_to": [{"value": "eu", "extra": 1}]}, fields)
+
+
+def test_reserved_domain_regions():
+    fields = reserved_domains.CREATE_FIELDS
+    for region in ("", "au", "eu", "ap", "us", "jp", "in", "sa"):
+        assert parse({"domain": "a.example.com", "region": region}, fields)["region"] == region
+    for bad in ("EU", "global", "xx"):
+        _refused(parse, {"domain": "a.example.com", "region": bad}, fields)
+
+
+# ---- hostnames -------------------------------------------------------------------------------
+def test_a_hostname_is_at_most_253_bytes_with_labels_of_63():
+    label63 = "a" * 63
+    assert hostnames.parse(f"{label63}.com") == f"{label63}.com"
+    with pytest.raises(hostnames.InvalidHostname):
+        hostnames.parse(f"a{label63}.com")
+    name253 = ("a" * 63 + ".") * 3 + "b" * 61  # 3*64 + 61 = 253
+    assert len(name253) == 253
+    assert hostnames.parse(name253) == name253
+    with pytest.raises(hostnames.InvalidHostname):
+        hostnames.parse(name253 + "b")
+
+
+# ---- secrets and ids -------------------------------------------------------------------------
+def test_a_secret_is_256_random_bits():
+    from chalicelib import auth
+    secret = auth.new_secret()
+    raw = base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4))
+    assert len(raw) == 32
+    assert len({auth.new_secret() for _ in range(50)}) == 50
+
+
+def test_an_id_is_the_prefix_and_27_base62_characters():
+    value = ids.new_id("ak")
+    prefix, _, rest = value.partition("_")
+    assert prefix == "ak" and len(rest) == 27
+    assert set(rest) <= set("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+# ---- the store's retry ----------------------------------------------------------------------
+def _flaky(losses):
+    calls = []
+
+    @store.retrying
+    def write():
+        calls.append(1)
+        if len(calls) <= losses:
+            raise store.VersionConflict()
+        return "written"
+    return write, calls
+
+
+def test_a_write_that_loses_four_races_succeeds_on_the_fifth_attempt():
+    write, calls = _flaky(4)
+    assert write() == "written"
+    assert len(calls) == 5
+
+
+def test_a_write_that_loses_five_races_is_a_409():
+    write, calls = _flaky(5)
+    with pytest.raises(errors.Conflict) as info:
+        write()
+    assert info.value.status_code == 409
+    assert len(calls) == 5
