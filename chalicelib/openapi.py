@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, ids, validation, web
+from chalicelib import errors, filters, ids, validation, web
 
 OPENAPI_PATH = "/openapi.json"
 TITLE = "Tunnel management service API"
@@ -450,7 +450,8 @@ def _operation(method: str, path: str, view_name: str, op: Optional[Op]) -> Dict
                    {"name": "before_id", "in": "query", "required": False,
                     "description": "exclusive: items created before this id",
                     "schema": {"type": "string",
-                               "pattern": f"^{op.list_prefix}_[0-9A-Za-z]{{27}}$"}}]
+                               "pattern": f"^{op.list_prefix}_[0-9A-Za-z]{{27}}$"}},
+                   {"$ref": "#/components/parameters/Filter"}]
     if method in ("POST", "PUT", "PATCH"):
         body = None
         if op and op.fields:
@@ -526,6 +527,12 @@ def build(app: Any) -> Dict[str, Any]:
                                                   "as well", "schema": {
                                                       "type": "string",
                                                       "enum": list(web.SUPPORTED_VERSIONS)}},
+                "Filter": {"name": "filter", "in": "query", "required": False,
+                           "description": "a CEL expression over `obj` (the hosted service's "
+                                          "API filtering subset); a page reads at most "
+                                          f"{filters.SCAN_LIMIT} items",
+                           "schema": {"type": "string",
+                                      "maxLength": filters.MAX_LENGTH}},
                 "Limit": {"name": "limit", "in": "query", "required": False,
                           "description": f"page size, 1–{web.MAX_LIMIT} (default "
                                          f"{web.DEFAULT_LIMIT})",

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
-from chalicelib import web
+from chalicelib import filters, web
 
 ALL = ("create", "list", "get", "update", "delete")
 _PARAM = re.compile(r"{(\w+)}")
@@ -87,10 +87,14 @@ def collection(route: Callable[..., Any], path: str, resource: Any, id_param: st
         def list_(**params):
             c = web.ctx()
             limit, before_id = web.list_params(o.prefix)
-            # (items, more) or, for lists that skip items, (items, more, cursor)
-            items, more, *cursor = o.list_page(c, *parent_values(params), limit, before_id)
-            return web.page(c, path.format(**params), o.list_key, items, more, limit,
-                            cursor=cursor[0] if cursor else None)
+            text = (web.request().query_params or {}).get("filter")
+            if text is None:
+                # (items, more) or, for lists that skip items, (items, more, cursor)
+                items, more, *cursor = o.list_page(c, *parent_values(params), limit, before_id)
+                return web.page(c, path.format(**params), o.list_key, items, more, limit,
+                                cursor=cursor[0] if cursor else None)
+            return filtered_page(c, o, parent_values(params), path.format(**params), limit,
+                                 before_id, text)
 
     if "get" in wanted:
         @route(item_path, ["GET"], name=f"get_{name}")
@@ -130,6 +134,42 @@ def _action_route(route, path, name, params_of, handler) -> None:
         web.body([], path_id=values[-1] if values else None)
         handler(c, *values)
         return web.no_content()
+
+
+def filtered_page(c: web.Ctx, o: Ops, parents: list, path: str, limit: int,
+                  before_id: Optional[str], text: str) -> dict:
+    """A list page of the items ``filter`` accepts (see chalicelib.filters).
+
+    The filter is compiled once; the collection is read newest first in chunks of at most
+    ``limit`` items (one Query each, through the module's own ``list_page``), until ``limit``
+    items matched or :data:`filters.SCAN_LIMIT` items were read. ``next_page_uri`` continues
+    before the last item read, with the same filter and limit.
+    """
+    matcher = filters.compile_filter(text)
+    matched: list = []
+    scanned = 0
+    cursor = before_id
+    more = False
+    while scanned < filters.SCAN_LIMIT:
+        chunk = min(web.MAX_LIMIT, filters.SCAN_LIMIT - scanned)
+        # (items, more) or, for lists that skip items, (items, more, cursor after the skipped)
+        items, chunk_more, *skipped_to = o.list_page(c, *parents, chunk, cursor)
+        more = chunk_more
+        scanned += max(len(items), 1)
+        for position, item in enumerate(items):
+            cursor = item["id"]
+            if matcher.matches(item):
+                matched.append(item)
+                if len(matched) == limit:
+                    more = chunk_more or position < len(items) - 1
+                    break
+        else:
+            if skipped_to and skipped_to[0]:
+                cursor = skipped_to[0]
+        if len(matched) == limit or not chunk_more:
+            break
+    return web.page(c, path, o.list_key, matched, more, limit, cursor=cursor,
+                    extra={"filter": text})
 
 
 def modules(route: Callable[..., Any], path: str, names: Iterable[str], *, owner: str,

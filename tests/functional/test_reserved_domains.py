@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from chalicelib import ids
+from chalicelib import errors, ids
 from tests.functional.test_bot_users import _concurrently
 
 RD_FIELDS = {"id", "uri", "created_at", "description", "metadata", "domain", "region",
@@ -119,7 +119,7 @@ def test_domain_is_unique_across_accounts_and_delete_frees_it(account, other_acc
     assert first.status == 201
     for caller, name in ((account.member, domain), (other_account.admin, domain.upper())):
         again = caller.post("/reserved_domains", {"domain": name})
-        assert again.status == 409 and again.json["error_code"] == "ERR_CONFLICT"
+        assert again.status == 409 and again.json["error_code"] == errors.CONFLICT
     # a wildcard of the same name is a different reservation
     assert other_account.admin.post("/reserved_domains", {"domain": "*." + domain}).status == 201
     assert account.admin.delete(f"/reserved_domains/{first.json['id']}").status == 204

@@ -7,7 +7,7 @@ import threading
 import pytest
 import requests
 
-from chalicelib import ids
+from chalicelib import errors, ids
 
 FIELDS = {"id", "uri", "created_at", "description", "metadata", "hostports", "backend",
           "ip_restriction", "traffic_policy", "policy"}
@@ -115,7 +115,7 @@ def test_hostport_served_by_another_edge_returns_409(account, other_account):
     hp = hostport()
     first = create_edge(account.admin, hostports=[hp])
     resp = account.admin.post(PATH, {"hostports": [hp]})
-    assert resp.status == 409 and resp.json["error_code"] == "ERR_CONFLICT"
+    assert resp.status == 409 and resp.json["error_code"] == errors.CONFLICT
     assert hp in resp.json["msg"]
     # unique across the whole service, not per account
     assert other_account.admin.post(PATH, {"hostports": [hp]}).status == 409
@@ -202,7 +202,7 @@ def test_referenced_backend_and_policy_cannot_be_deleted_until_edge_lets_go(acco
                        ip_restriction={"ip_policy_ids": [p1["id"]]})
     for path in (f"/backends/http_response/{bk['id']}", f"/ip_policies/{p1['id']}"):
         resp = admin.delete(path)
-        assert resp.status == 409 and resp.json["error_code"] == "ERR_CONFLICT"
+        assert resp.status == 409 and resp.json["error_code"] == errors.CONFLICT
         assert admin.get(path).status == 200
     assert admin.delete(f"{PATH}/{edge['id']}").status == 204
     assert admin.delete(f"/backends/http_response/{bk['id']}").status == 204
@@ -255,7 +255,7 @@ def test_module_sub_resources_get_put_delete(account):
     base = f"{PATH}/{edge['id']}"
     for module in ("backend", "ip_restriction", "traffic_policy"):
         resp = admin.get(f"{base}/{module}")
-        assert resp.status == 404 and resp.json["error_code"] == "ERR_NOT_FOUND"
+        assert resp.status == 404 and resp.json["error_code"] == errors.NOT_FOUND
     put = admin.put(f"{base}/backend", {"backend_id": bk["id"]})
     assert put.status == 200, put
     assert put.json == {"enabled": True, "backend": {"id": bk["id"], "uri": bk["uri"]}}
