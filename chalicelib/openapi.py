@@ -258,6 +258,13 @@ def _operations() -> Dict[Tuple[str, str], Op]:
                      name="credential", field_schemas={"owner_id": STR}))
     ops.update(_crud("/bot_users", "/bot_users/{bot_id}", "Bot users", "BotUser", "bot_users",
                      "bot_users", "bot_user", name="bot user"))
+    ops.update(_crud("/service_users", "/service_users/{service_user_id}", "Service users",
+                     "BotUser", "bot_users", "service_users", "bot_user",
+                     name="service user"))
+    for part in ("certificate", "certificate_management_policy"):
+        ops[("DELETE", f"/reserved_domains/{{domain_id}}/{part}")] = Op(
+            f"Detach the {part.replace('_', ' ')} of a reserved domain", "Reserved domains",
+            None, 204)
     tcp_modules = {
         "hostports": {"type": "array", "items": STR, "nullable": True,
                       "description": "host:port entries, each served by one edge at most"},

@@ -173,10 +173,12 @@ def filtered_page(c: web.Ctx, o: Ops, parents: list, path: str, limit: int,
 
 
 def modules(route: Callable[..., Any], path: str, names: Iterable[str], *, owner: str,
-            get: Callable[..., Any], put: Callable[..., Any],
-            delete: Callable[..., Any]) -> None:
+            get: Optional[Callable[..., Any]] = None, put: Optional[Callable[..., Any]] = None,
+            delete: Optional[Callable[..., Any]] = None) -> None:
     """GET/PUT/DELETE ``{path}/<module>`` for each module name; views get the path's params
-    in order and the module name: ``get(c, *params, module)``, ``put(c, *params, module, raw)``."""
+    in order and the module name: ``get(c, *params, module)``, ``put(c, *params, module, raw)``.
+    A method whose function is None is not served (405), e.g. a part that can only be
+    detached (``DELETE /reserved_domains/{id}/certificate``)."""
     params_of = _PARAM.findall(path)
     for module in names:
         _module_routes(route, f"{path}/{module}", module, owner, params_of, get, put, delete)
@@ -186,15 +188,18 @@ def _module_routes(route, path, module, owner, params_of, get, put, delete) -> N
     def values(params: dict) -> list:
         return [params[p] for p in params_of]
 
-    @route(path, ["GET"], name=f"get_{owner}_{module}")
-    def get_module(**params):
-        return get(web.ctx(), *values(params), module)
+    if get is not None:
+        @route(path, ["GET"], name=f"get_{owner}_{module}")
+        def get_module(**params):
+            return get(web.ctx(), *values(params), module)
 
-    @route(path, ["PUT"], name=f"replace_{owner}_{module}")
-    def replace_module(**params):
-        return put(web.ctx(), *values(params), module, web.json_object())
+    if put is not None:
+        @route(path, ["PUT"], name=f"replace_{owner}_{module}")
+        def replace_module(**params):
+            return put(web.ctx(), *values(params), module, web.json_object())
 
-    @route(path, ["DELETE"], name=f"delete_{owner}_{module}")
-    def delete_module(**params):
-        delete(web.ctx(), *values(params), module)
-        return web.no_content()
+    if delete is not None:
+        @route(path, ["DELETE"], name=f"delete_{owner}_{module}")
+        def delete_module(**params):
+            delete(web.ctx(), *values(params), module)
+            return web.no_content()

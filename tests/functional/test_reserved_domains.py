@@ -204,3 +204,43 @@ def test_list_paginates_newest_first(account):
         seen += [d["id"] for d in page.json["reserved_domains"]]
         url = page.json["next_page_uri"]
     assert seen == list(reversed(created))
+
+
+def test_delete_certificate_management_policy_stops_managed_certificates(account):
+    admin = account.admin
+    rd = admin.post("/reserved_domains", {"domain": "shop.customer-example.com"}).json
+    assert rd["certificate_management_policy"] is not None
+    resp = admin.delete(f"/reserved_domains/{rd['id']}/certificate_management_policy")
+    assert resp.status == 204 and resp.text == ""
+    after = admin.get(f"/reserved_domains/{rd['id']}").json
+    assert after["certificate_management_policy"] is None
+    assert after["certificate_management_status"] is None
+    assert {k: v for k, v in after.items() if not k.startswith("certificate_management")} == \
+        {k: v for k, v in rd.items() if not k.startswith("certificate_management")}
+    # again: the end state is the same
+    assert admin.delete(f"/reserved_domains/{rd['id']}/certificate_management_policy").status \
+        == 204
+    # a policy can be set again
+    policy = {"authority": "letsencrypt", "private_key_type": "rsa"}
+    again = admin.patch(f"/reserved_domains/{rd['id']}", {"certificate_management_policy": policy})
+    assert again.json["certificate_management_policy"] == policy
+
+
+def test_delete_certificate_is_204_and_changes_nothing(account):
+    admin = account.admin
+    rd = admin.post("/reserved_domains", {"domain": "api.customer-example.org"}).json
+    resp = admin.delete(f"/reserved_domains/{rd['id']}/certificate")
+    assert resp.status == 204
+    assert admin.get(f"/reserved_domains/{rd['id']}").json == rd
+
+
+def test_delete_certificate_parts_of_unknown_domain_are_404(account, other_account):
+    rd = account.admin.post("/reserved_domains", {"domain": "x.customer-example.net"}).json
+    for part in ("certificate", "certificate_management_policy"):
+        resp = other_account.admin.delete(f"/reserved_domains/{rd['id']}/{part}")
+        assert resp.status == 404 and resp.json["error_code"] == errors.NOT_FOUND
+        missing = account.admin.delete(f"/reserved_domains/rd_{'0' * 27}/{part}")
+        assert missing.status == 404
+    assert account.admin.get(f"/reserved_domains/{rd['id']}").json == rd
+    get = account.admin.get(f"/reserved_domains/{rd['id']}/certificate")
+    assert get.status == 405 and get.json["error_code"] == errors.METHOD_NOT_ALLOWED
