@@ -271,6 +271,11 @@ def _operations() -> Dict[Tuple[str, str], Op]:
         "backend": _module_body("edge_modules:BACKEND_FIELDS"),
         "ip_restriction": _module_body("edge_modules:IP_RESTRICTION_FIELDS"),
         "traffic_policy": _module_body("edge_modules:TRAFFIC_POLICY_FIELDS"),
+        "policy": {"type": "object", "nullable": True,
+                   "properties": {"enabled": BOOL, "inbound": {"type": "array"},
+                                  "outbound": {"type": "array", "maxItems": 0}},
+                   "description": "the older traffic policy shape (TypeScript client): stored "
+                                  "as traffic_policy, inbound rules as on_tcp_connect"},
     }
     ops.update(_crud("/edges/tcp", "/edges/tcp/{edge_id}", "TCP edges", "TCPEdge", "tcp_edges",
                      "tcp_edges", "tcp_edge", name="TCP edge", field_schemas=tcp_modules))

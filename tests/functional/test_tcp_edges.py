@@ -355,3 +355,43 @@ def test_concurrent_claims_of_one_hostport_end_with_one_owner(http_api):
         owners = [e for e in edges if (requests.get(f"{url}/{e}", headers=headers, timeout=30)
                                        .json()["hostports"] or []) == [hp]]
         assert len(owners) == 1 and results[owners[0]] == 200
+
+
+RULE = {"name": "deny-all", "expressions": [], "actions": [{"type": "deny"}]}
+
+
+def test_create_with_policy_stores_it_as_the_traffic_policy(account):
+    """The TypeScript client sends the older `policy` shape; it becomes traffic_policy."""
+    admin = account.admin
+    edge = admin.post("/edges/tcp", {"policy": {"enabled": False, "inbound": [RULE],
+                                                "outbound": []}})
+    assert edge.status == 201, edge
+    body = edge.json
+    assert body["policy"] is None
+    assert body["traffic_policy"]["enabled"] is False
+    assert json.loads(body["traffic_policy"]["value"]) == {"on_tcp_connect": [RULE]}
+    updated = admin.patch(f"/edges/tcp/{body['id']}", {"policy": {"inbound": []}})
+    assert updated.status == 200
+    assert updated.json["traffic_policy"] == {"enabled": True, "value": "{}"}
+    assert admin.patch(f"/edges/tcp/{body['id']}", {"policy": None}).json["traffic_policy"] \
+        == {"enabled": True, "value": "{}"}
+
+
+@pytest.mark.parametrize("policy,field", [
+    ({"inbound": [], "outbound": [RULE]}, "policy.outbound"),
+    ({"inbound": [{"name": "r", "actions": []}]}, "policy"),
+    ({"inbound": "x"}, "policy.inbound"), ({"enabled": "yes"}, "policy.enabled"),
+    ({"inbound": [], "extra": 1}, "policy.extra"), ("x", "policy"),
+])
+def test_create_with_bad_policy_returns_400(account, policy, field):
+    resp = account.admin.post("/edges/tcp", {"policy": policy})
+    assert resp.status == 400 and resp.json["error_code"] == errors.INVALID_FIELD, resp
+    assert resp.json["details"]["field"] == field
+    assert account.admin.get("/edges/tcp").json["tcp_edges"] == []
+
+
+def test_policy_and_traffic_policy_together_return_400(account):
+    resp = account.admin.post("/edges/tcp", {
+        "policy": {"inbound": [RULE]},
+        "traffic_policy": {"value": json.dumps({"on_tcp_connect": [RULE]})}})
+    assert resp.status == 400 and resp.json["details"]["field"] == "policy"
