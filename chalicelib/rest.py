@@ -23,11 +23,12 @@ A module holding two resources, or with other function names, hands an :class:`O
 resource: :func:`modules`. View names (and so OpenAPI operation ids) are
 ``create_<name>``, ``list_<plural>``, ``get_<name>``, ``update_<name>``, ``delete_<name>``.
 """
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
-from chalicelib import filters, web
+from chalicelib import filters, idempotency, web
 
 ALL = ("create", "list", "get", "update", "delete")
 _PARAM = re.compile(r"{(\w+)}")
@@ -80,7 +81,9 @@ def collection(route: Callable[..., Any], path: str, resource: Any, id_param: st
     if "create" in wanted:
         @route(path, ["POST"], name=f"create_{name}")
         def create(**params):
-            return web.created(o.create(web.ctx(), *parent_values(params), _body(o.create_fields)))
+            c = web.ctx()
+            return idempotent_create(c, lambda: o.create(c, *parent_values(params),
+                                                         _body(o.create_fields)))
 
     if "list" in wanted:
         @route(path, ["GET"], query=web.LIST_QUERY, name=f"list_{plural}")
@@ -134,6 +137,31 @@ def _action_route(route, path, name, params_of, handler) -> None:
         web.body([], path_id=values[-1] if values else None)
         handler(c, *values)
         return web.no_content()
+
+
+def idempotent_create(c: web.Ctx, create: Callable[[], Any]) -> Any:
+    """201 with what ``create`` returns; with an ``Idempotency-Key`` header, at most once per
+    key (chalicelib.idempotency): a repeat gets the first response again."""
+    req = web.request()
+    key = req.headers.get(idempotency.HEADER)
+    if key is None:
+        return web.created(create())
+    idempotency.check_key(key)
+    raw = req.raw_body or b""
+    try:
+        sent = json.loads(raw) if raw.strip() else None
+    except (ValueError, UnicodeDecodeError):
+        sent = raw.decode("utf-8", errors="replace")
+    digest = idempotency.request_digest(c.principal.id, req.method, req.path, sent)
+    (status, body), replayed = idempotency.run(c.account_id, key, digest,
+                                               lambda: (201, create()))
+    if status >= 400:
+        body = {**body, "details": {**body.get("details", {}),
+                                    "operation_id": web.operation_id()}}
+    response = web.Response(body=body, status_code=status)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return response
 
 
 def filtered_page(c: web.Ctx, o: Ops, parents: list, path: str, limit: int,

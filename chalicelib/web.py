@@ -13,6 +13,7 @@
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from urllib.parse import quote, urlencode
@@ -20,7 +21,7 @@ from urllib.parse import quote, urlencode
 from chalice import Chalice, Response
 from chalice.app import Request
 
-from chalicelib import errors, ids, store, validation
+from chalicelib import errors, ids, ratelimit, store, validation
 from chalicelib.config import get_settings
 
 log = logging.getLogger("tunnel_service")
@@ -36,6 +37,7 @@ UNVERSIONED_PATHS = {"/openapi.json"}
 LIST_QUERY = ("limit", "before_id", "beforeId", "filter")
 
 _app: List[Chalice] = []
+_clock = time.time  # the rate limiter's clock (tests replace it)
 _local = threading.local()
 # (resource path, method) -> query parameters the view accepts; see allow_query().
 _query_allowed: Dict[Tuple[str, str], frozenset] = {}
@@ -168,6 +170,8 @@ def _check_request(req: Request) -> None:
 def _middleware(event: Request, get_response: Callable[[Request], Response]) -> Response:
     _local.operation_id = ids.new_id("op")
     try:
+        authorizer = (event.context or {}).get("authorizer") or {}
+        ratelimit.check(authorizer.get("account_id"), clock=_clock)
         _check_request(event)
         response = get_response(event)
     except errors.ApiError as exc:

@@ -171,7 +171,8 @@ def merge_template(stage: str) -> Dict[str, Any]:
             "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"},
                           {"AttributeName": "sk", "KeyType": "RANGE"}],
             "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
-            # online items of an edge that died expire (chalicelib.online)
+            # online items of an edge that died, idempotency records and rate-limit windows expire
+            # (chalicelib.online, chalicelib.store)
             "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
             "SSESpecification": {"SSEEnabled": True},
             "DeletionProtectionEnabled": prod,
