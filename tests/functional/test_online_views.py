@@ -319,7 +319,7 @@ def test_online_views_with_the_reference_client(http_api, client_account, monkey
     with pytest.raises(ngrok.Error) as refused:
         client.tunnel_sessions.update(sid)
     assert refused.value.http_status_code == 400 and "restart" in str(refused.value)
-    assert refused.value.error_code == "ERR_UNSUPPORTED_OPERATION"
+    assert refused.value.error_code == errors.UNSUPPORTED_OPERATION
     with pytest.raises(ngrok.NotFoundError):
         client.endpoints.get(online.new_endpoint_id())
     edge.call(online.session_ended, client_account.id, sid)
