@@ -123,7 +123,8 @@ def actions(route: Callable[..., Any], path: str, handlers: Dict[str, Callable[.
     """``POST {path}/<action>`` for each named handler: ``handler(c, *params)``, then 204.
 
     The body may be absent, ``{}``, or ``{"id": <the path's id>}`` (the hosted API's
-    documented body); any other field is a 400."""
+    documented body), or the bare id (what the TypeScript client sends); any other field is
+    a 400."""
     params_of = _PARAM.findall(path)
     for action, handler in handlers.items():
         _action_route(route, f"{path}/{action}", f"{action}_{owner}", params_of, handler)
@@ -134,7 +135,10 @@ def _action_route(route, path, name, params_of, handler) -> None:
     def action(**params):
         c = web.ctx()
         values = [params[p] for p in params_of]
-        web.body([], path_id=values[-1] if values else None)
+        raw = (web.request().raw_body or b"").strip()
+        # The TypeScript client (@ngrok/ngrok-api) sends the path's id itself as the body.
+        if not (values and raw and raw.decode("utf-8", "replace").strip('"') == values[-1]):
+            web.body([], path_id=values[-1] if values else None)
         handler(c, *values)
         return web.no_content()
 

@@ -251,6 +251,21 @@ def test_stop_accepts_the_documented_body_with_the_path_id(api, account, edge, c
         "stop_requested": True, "restart_requested": False}
 
 
+def test_stop_accepts_the_bare_id_body_of_the_typescript_client(api, account, edge, credential):
+    """@ngrok/ngrok-api posts the session id itself (``ts_…``, not JSON) as the body."""
+    sid = edge.session(account, credential)
+    sent = account.admin.request("POST", f"/tunnel_sessions/{sid}/stop", data=sid.encode(),
+                                 headers={"Content-Type": "application/json"})
+    assert sent.status == 204, sent
+    other = online.new_session_id()
+    refused = account.admin.request("POST", f"/tunnel_sessions/{sid}/restart",
+                                    data=other.encode(),
+                                    headers={"Content-Type": "application/json"})
+    assert refused.status == 400 and refused.json["error_code"] == errors.INVALID_JSON
+    assert edge.call(online.session_heartbeat, account.id, sid, "edge-1") == {
+        "stop_requested": True, "restart_requested": False}
+
+
 def test_stop_with_a_body_field_is_400_and_requests_nothing(api, account, edge, credential):
     sid = edge.session(account, credential)
     resp = account.admin.post(f"/tunnel_sessions/{sid}/stop", {"force": True})
