@@ -248,12 +248,17 @@ def delete(c: Ctx, domain_id: str) -> None:
 PARTS = ("certificate", "certificate_management_policy")
 
 
-@store.retrying
 def delete_part(c: Ctx, domain_id: str, part: str) -> None:
-    item = _get(c, domain_id)
-    if part == "certificate_management_policy" and (
-            item.data.get("certificate_management_policy") is not None
-            or item.data.get("certificate_management_status") is not None):
-        item.data = {**item.data, "certificate_management_policy": None,
-                     "certificate_management_status": None}
-        store.commit([store.save(item)])
+    """``certificate``: 1 GetItem (there is never one to detach). ``certificate_management_
+    policy``: 1 UpdateItem setting the policy and its status to null (404 when no such
+    domain)."""
+    if part == "certificate":
+        _get(c, domain_id)
+        return
+    missing = errors.NotFound(f"No reserved domain with id '{domain_id}' exists")
+    if not ids.is_valid(domain_id, PREFIX):
+        raise missing
+    store.write(store.set_fields(
+        store.collection_pk(c.account_id, COLLECTION), domain_id,
+        {"certificate_management_policy": None, "certificate_management_status": None},
+        missing=missing))
