@@ -46,10 +46,14 @@ def route(path, methods, query=(), **kwargs):
 rest.collection(route, "/api_keys", api_keys, "key_id", name="api_key")
 rest.collection(route, "/credentials", credentials, "credential_id", name="credential")
 rest.collection(route, "/bot_users", bot_users, "bot_id", name="bot_user")
+rest.collection(route, "/service_users", bot_users.SERVICE_USER_OPS, "service_user_id",
+                name="service_user")
 rest.collection(route, "/abuse_reports", abuse_reports.OPS, "report_id", name="abuse_report",
                 ops=("create", "get"))
 # Domains
 rest.collection(route, "/reserved_domains", reserved_domains, "domain_id", name="reserved_domain")
+rest.modules(route, "/reserved_domains/{domain_id}", reserved_domains.PARTS,
+             owner="reserved_domain", delete=reserved_domains.delete_part)
 # IP policies
 rest.collection(route, "/ip_policies", ip_policies.POLICY_OPS, "policy_id", name="ip_policy",
                 plural="ip_policies")

@@ -1,4 +1,10 @@
-"""Bot users: ``/bot_users``.
+"""Bot users: ``/bot_users``, also served as ``/service_users``.
+
+The hosted service renamed bot users to service users (its newest clients call
+``/service_users``, list key ``service_users``). Both paths serve the same resource from the
+same store: same ids (``bot_…``), same rules; a bot created through one path is read, changed
+and deleted through the other. Only ``uri`` follows the path used (``/service_users/<id>``
+when read through ``/service_users``). :data:`SERVICE_USER_OPS` is that second face.
 
 Fields: id, uri, name, active, created_at.
 
@@ -136,3 +142,40 @@ def delete(c: Ctx, bot_id: str) -> None:
         store.commit(owned[:chunk])
         owned = owned[chunk:]
     store.commit(bot_ops + owned)
+
+
+# ---- /service_users: the same resource under the hosted service's newer name ------------------
+SERVICE_PATH = "/service_users"
+SERVICE_LIST_KEY = "service_users"
+
+
+def _as_service_user(c: Ctx, rendered: Dict[str, Any]) -> Dict[str, Any]:
+    return {**rendered, "uri": c.uri(f"{SERVICE_PATH}/{rendered['id']}")}
+
+
+def _service_create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+    return _as_service_user(c, create(c, fields))
+
+
+def _service_get(c: Ctx, bot_id: str) -> Dict[str, Any]:
+    return _as_service_user(c, get(c, bot_id))
+
+
+def _service_list_page(c: Ctx, limit: int, before_id: Optional[str]
+                       ) -> Tuple[List[Dict[str, Any]], bool]:
+    items, more = list_page(c, limit, before_id)
+    return [_as_service_user(c, item) for item in items], more
+
+
+def _service_update(c: Ctx, bot_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    return _as_service_user(c, update(c, bot_id, fields))
+
+
+def _service_ops() -> Any:
+    from chalicelib import rest
+    return rest.Ops(prefix=PREFIX, list_key=SERVICE_LIST_KEY, create=_service_create,
+                    get=_service_get, list_page=_service_list_page, update=_service_update,
+                    delete=delete, create_fields=CREATE_FIELDS, update_fields=UPDATE_FIELDS)
+
+
+SERVICE_USER_OPS = _service_ops()

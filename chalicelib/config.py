@@ -13,6 +13,8 @@ sets them per stage for deployed stacks.
 | CNAME_ZONE               | cname.example.test      | zone of generated CNAME targets                 |
 | STAGE                    | dev                     | dev, localstack or prod                         |
 | ONLINE_STALE_SECONDS     | 45                      | heartbeat age after which online items are offline |
+| RATE_LIMIT_PER_MINUTE    | 0 (off)                 | API requests per account per minute (429 above) |
+| IDEMPOTENCY_TTL_SECONDS  | 86400                   | how long an `Idempotency-Key` is remembered     |
 """
 import functools
 import os
@@ -30,6 +32,21 @@ class Settings:
     cname_zone: str
     stage: str
     online_stale_seconds: int = 45
+    rate_limit_per_minute: int = 0
+    idempotency_ttl_seconds: int = 86400
+
+
+def _int(env: "os._Environ[str]", name: str, default: int) -> int:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must not be negative, got {value}")
+    return value
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,6 +61,8 @@ def get_settings() -> Settings:
         cname_zone=env.get("CNAME_ZONE", "cname.example.test").lower(),
         stage=env.get("STAGE", "dev"),
         online_stale_seconds=_positive_int(env, "ONLINE_STALE_SECONDS", 45),
+        rate_limit_per_minute=_int(env, "RATE_LIMIT_PER_MINUTE", 0),
+        idempotency_ttl_seconds=_int(env, "IDEMPOTENCY_TTL_SECONDS", 86400),
     )
 
 

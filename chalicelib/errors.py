@@ -5,26 +5,39 @@ Every non-2xx response has the body
 Views and resource modules raise an :class:`ApiError` subclass; ``chalicelib.web`` is the single
 place that turns it into that body. ``details`` values are always strings.
 
-Catalog (also in the README):
+Codes: where the hosted ngrok API documents an ``ERR_NGROK_…`` code for the situation
+(https://ngrok.com/docs/errors/), that code; elsewhere a stable string of ours. Code (and
+tests) name codes through the constants below, never as literals, so a rename touches one
+place. Catalog (also in the README):
 
-| error_code                 | status | when                                                       |
-|----------------------------|--------|------------------------------------------------------------|
-| ERR_INVALID_JSON           | 400    | body is not JSON, or not a JSON object                      |
-| ERR_UNKNOWN_FIELD          | 400    | body has a field the operation does not accept              |
-| ERR_MISSING_FIELD          | 400    | a required body field is absent                             |
-| ERR_INVALID_FIELD          | 400    | a body field has the wrong type or breaks a rule            |
-| ERR_INVALID_QUERY          | 400    | unknown query parameter, bad `limit` or `before_id`         |
-| ERR_MISSING_VERSION        | 400    | no `Service-Version` / `Ngrok-Version` header               |
-| ERR_UNSUPPORTED_VERSION    | 400    | version header other than 2                                 |
-| ERR_UNAUTHORIZED           | 401    | missing, malformed, unknown or revoked API key; inactive bot |
-| ERR_FORBIDDEN              | 403    | valid key, but the principal may not do this                |
-| ERR_NOT_FOUND              | 404    | unknown path, or no such resource in the caller's account   |
-| ERR_METHOD_NOT_ALLOWED     | 405    | the path exists but not with this method                    |
-| ERR_CONFLICT               | 409    | uniqueness or reference conflict, concurrent modification   |
-| ERR_BODY_TOO_LARGE         | 413    | request body over the size limit                            |
-| ERR_UNSUPPORTED_MEDIA_TYPE | 415    | a body that is not `Content-Type: application/json`         |
-| ERR_INTERNAL               | 500    | anything unexpected (details are logged, never returned)    |
-| ERR_UNSUPPORTED_OPERATION  | 400    | an operation of the hosted API this service does not offer  |
+| constant            | error_code                 | status | when                                                    |
+|---------------------|----------------------------|--------|---------------------------------------------------------|
+| INVALID_JSON        | ERR_NGROK_213              | 400    | body is not JSON, or not a JSON object                   |
+| UNKNOWN_FIELD       | ERR_NGROK_214              | 400    | body has a field the operation does not accept           |
+| MISSING_FIELD       | ERR_MISSING_FIELD          | 400    | a required body field is absent                          |
+| INVALID_FIELD       | ERR_INVALID_FIELD          | 400    | a body field has the wrong type or breaks a rule         |
+| UNKNOWN_QUERY       | ERR_NGROK_231              | 400    | unknown query parameter                                  |
+| INVALID_QUERY       | ERR_NGROK_215              | 400    | bad value of a query parameter (`limit`, `before_id`)    |
+| INVALID_FILTER      | ERR_NGROK_250              | 400    | `filter` is not a valid expression of the filter language |
+| MISSING_VERSION     | ERR_NGROK_218              | 400    | no `Ngrok-Version` / `Service-Version` header             |
+| UNSUPPORTED_VERSION | ERR_NGROK_217              | 400    | version header other than 2                              |
+| UNAUTHORIZED        | ERR_NGROK_203              | 401    | missing, malformed, unknown or revoked API key; inactive bot |
+| FORBIDDEN           | ERR_FORBIDDEN              | 403    | valid key, but the principal may not do this             |
+| NOT_FOUND           | ERR_NOT_FOUND              | 404    | unknown path, or no such resource in the caller's account |
+| METHOD_NOT_ALLOWED  | ERR_METHOD_NOT_ALLOWED     | 405    | the path exists but not with this method                 |
+| CONFLICT            | ERR_CONFLICT               | 409    | uniqueness or reference conflict, concurrent modification |
+| IDEMPOTENCY_CONFLICT| ERR_IDEMPOTENCY_KEY_REUSED | 409    | an `Idempotency-Key` reused with another request          |
+| BODY_TOO_LARGE      | ERR_BODY_TOO_LARGE         | 413    | request body over the size limit                         |
+| UNSUPPORTED_MEDIA_TYPE | ERR_NGROK_210           | 415    | a body that is not `Content-Type: application/json`      |
+| MISSING_MEDIA_TYPE  | ERR_NGROK_216              | 415    | a body sent without any `Content-Type`                   |
+| RATE_LIMITED        | ERR_NGROK_226              | 429    | the account's API request rate limit is exhausted (`Retry-After`) |
+| INTERNAL            | ERR_INTERNAL               | 500    | anything unexpected (details are logged, never returned) |
+| UNSUPPORTED_OPERATION | ERR_UNSUPPORTED_OPERATION | 400   | an operation of the hosted API this service does not offer |
+
+One code for every 401: the hosted service distinguishes a missing header (ERR_NGROK_200), an
+unparsable one (ERR_NGROK_201) and an unknown key (ERR_NGROK_203), but the deployed API
+Gateway answers all of them through one gateway response (its authorizer cannot shape the
+body), and one stack answers one way; ERR_NGROK_203 is the code of the most common case.
 
 HTTP-level errors, answered by the server before any route runs (scripts/http_server.py):
 
@@ -43,6 +56,38 @@ from typing import Dict, Optional
 
 from chalice.app import ChaliceUnhandledError
 
+# ---- the codes (see the table above) ---------------------------------------------------------
+INVALID_JSON = "ERR_NGROK_213"
+UNKNOWN_FIELD = "ERR_NGROK_214"
+MISSING_FIELD = "ERR_MISSING_FIELD"
+INVALID_FIELD = "ERR_INVALID_FIELD"
+UNKNOWN_QUERY = "ERR_NGROK_231"
+INVALID_QUERY = "ERR_NGROK_215"
+INVALID_FILTER = "ERR_NGROK_250"
+MISSING_VERSION = "ERR_NGROK_218"
+UNSUPPORTED_VERSION = "ERR_NGROK_217"
+UNAUTHORIZED = "ERR_NGROK_203"
+FORBIDDEN = "ERR_FORBIDDEN"
+NOT_FOUND = "ERR_NOT_FOUND"
+METHOD_NOT_ALLOWED = "ERR_METHOD_NOT_ALLOWED"
+CONFLICT = "ERR_CONFLICT"
+IDEMPOTENCY_CONFLICT = "ERR_IDEMPOTENCY_KEY_REUSED"
+BODY_TOO_LARGE = "ERR_BODY_TOO_LARGE"
+UNSUPPORTED_MEDIA_TYPE = "ERR_NGROK_210"
+MISSING_MEDIA_TYPE = "ERR_NGROK_216"
+RATE_LIMITED = "ERR_NGROK_226"
+INTERNAL = "ERR_INTERNAL"
+UNSUPPORTED_OPERATION = "ERR_UNSUPPORTED_OPERATION"
+# the HTTP server's own answers (scripts/http_server.py)
+MALFORMED_REQUEST = "ERR_MALFORMED_REQUEST"
+REQUEST_TIMEOUT = "ERR_REQUEST_TIMEOUT"
+EXPECTATION_FAILED = "ERR_EXPECTATION_FAILED"
+URI_TOO_LONG = "ERR_URI_TOO_LONG"
+HEADERS_TOO_LARGE = "ERR_HEADERS_TOO_LARGE"
+NOT_IMPLEMENTED = "ERR_NOT_IMPLEMENTED"
+UNAVAILABLE = "ERR_UNAVAILABLE"
+HTTP_VERSION = "ERR_HTTP_VERSION"
+
 
 class ApiError(ChaliceUnhandledError):
     """Base of every error the API returns on purpose.
@@ -52,7 +97,7 @@ class ApiError(ChaliceUnhandledError):
     """
 
     status_code = 500
-    error_code = "ERR_INTERNAL"
+    error_code = INTERNAL
     default_msg = "Internal server error"
 
     def __init__(self, msg: Optional[str] = None, error_code: Optional[str] = None,
@@ -74,137 +119,165 @@ class ApiError(ChaliceUnhandledError):
 
 class BadRequest(ApiError):
     status_code = 400
-    error_code = "ERR_INVALID_FIELD"
+    error_code = INVALID_FIELD
     default_msg = "Bad request"
 
 
 class InvalidJson(BadRequest):
-    error_code = "ERR_INVALID_JSON"
+    error_code = INVALID_JSON
 
 
 class UnknownField(BadRequest):
-    error_code = "ERR_UNKNOWN_FIELD"
+    error_code = UNKNOWN_FIELD
 
 
 class MissingField(BadRequest):
-    error_code = "ERR_MISSING_FIELD"
+    error_code = MISSING_FIELD
 
 
 class InvalidField(BadRequest):
-    error_code = "ERR_INVALID_FIELD"
+    error_code = INVALID_FIELD
 
 
 class InvalidQuery(BadRequest):
-    error_code = "ERR_INVALID_QUERY"
+    """A bad value of a known query parameter."""
+    error_code = INVALID_QUERY
+
+
+class UnknownQuery(InvalidQuery):
+    error_code = UNKNOWN_QUERY
+
+
+class InvalidFilter(InvalidQuery):
+    error_code = INVALID_FILTER
 
 
 class MissingVersion(BadRequest):
-    error_code = "ERR_MISSING_VERSION"
+    error_code = MISSING_VERSION
 
 
 class UnsupportedVersion(BadRequest):
-    error_code = "ERR_UNSUPPORTED_VERSION"
+    error_code = UNSUPPORTED_VERSION
 
 
 class Unauthorized(ApiError):
     status_code = 401
-    error_code = "ERR_UNAUTHORIZED"
+    error_code = UNAUTHORIZED
     default_msg = "Authentication required: send 'Authorization: Bearer <API key>' with a valid key"
 
 
 class Forbidden(ApiError):
     status_code = 403
-    error_code = "ERR_FORBIDDEN"
+    error_code = FORBIDDEN
     default_msg = "This principal is not allowed to perform this operation"
 
 
 class NotFound(ApiError):
     status_code = 404
-    error_code = "ERR_NOT_FOUND"
+    error_code = NOT_FOUND
     default_msg = "Resource not found"
 
 
 class MethodNotAllowed(ApiError):
     status_code = 405
-    error_code = "ERR_METHOD_NOT_ALLOWED"
+    error_code = METHOD_NOT_ALLOWED
     default_msg = "Method not allowed"
 
 
 class Conflict(ApiError):
     status_code = 409
-    error_code = "ERR_CONFLICT"
+    error_code = CONFLICT
     default_msg = "Conflict"
+
+
+class IdempotencyConflict(Conflict):
+    error_code = IDEMPOTENCY_CONFLICT
 
 
 class PayloadTooLarge(ApiError):
     status_code = 413
-    error_code = "ERR_BODY_TOO_LARGE"
+    error_code = BODY_TOO_LARGE
     default_msg = "Request body too large"
 
 
 class UnsupportedMediaType(ApiError):
     status_code = 415
-    error_code = "ERR_UNSUPPORTED_MEDIA_TYPE"
+    error_code = UNSUPPORTED_MEDIA_TYPE
     default_msg = "Request bodies must be sent with 'Content-Type: application/json'"
+
+
+class MissingMediaType(UnsupportedMediaType):
+    error_code = MISSING_MEDIA_TYPE
+
+
+class RateLimited(ApiError):
+    """429; ``retry_after`` (whole seconds) becomes the ``Retry-After`` header."""
+    status_code = 429
+    error_code = RATE_LIMITED
+    default_msg = "Too many requests"
+
+    def __init__(self, msg: Optional[str] = None, retry_after: int = 1) -> None:
+        super().__init__(msg)
+        self.retry_after = max(1, int(retry_after))
 
 
 class Internal(ApiError):
     status_code = 500
-    error_code = "ERR_INTERNAL"
+    error_code = INTERNAL
     default_msg = "Internal server error"
 
 
 class UnsupportedOperation(BadRequest):
     """A 4xx, not 501: the official clients report 5xx as a server failure, 4xx as an API
     error carrying this message."""
-    error_code = "ERR_UNSUPPORTED_OPERATION"
+    error_code = UNSUPPORTED_OPERATION
     default_msg = "This operation is not offered by this service"
 
 
 class MalformedRequest(BadRequest):
-    error_code = "ERR_MALFORMED_REQUEST"
+    error_code = MALFORMED_REQUEST
     default_msg = "Malformed HTTP request"
 
 
 class RequestTimeout(ApiError):
     status_code = 408
-    error_code = "ERR_REQUEST_TIMEOUT"
+    error_code = REQUEST_TIMEOUT
     default_msg = "The request was not received in time"
 
 
 class ExpectationFailed(ApiError):
     status_code = 417
-    error_code = "ERR_EXPECTATION_FAILED"
+    error_code = EXPECTATION_FAILED
     default_msg = "Only 'Expect: 100-continue' is supported"
 
 
 class UriTooLong(ApiError):
     status_code = 414
-    error_code = "ERR_URI_TOO_LONG"
+    error_code = URI_TOO_LONG
     default_msg = "The request target is too long"
 
 
 class HeadersTooLarge(ApiError):
     status_code = 431
-    error_code = "ERR_HEADERS_TOO_LARGE"
+    error_code = HEADERS_TOO_LARGE
     default_msg = "The request header fields are too large"
 
 
 class NotImplementedByServer(ApiError):
     status_code = 501
-    error_code = "ERR_NOT_IMPLEMENTED"
+    error_code = NOT_IMPLEMENTED
     default_msg = "Not implemented"
 
 
 class Unavailable(ApiError):
     status_code = 503
-    error_code = "ERR_UNAVAILABLE"
+    error_code = UNAVAILABLE
     default_msg = "The service is busy; retry later"
 
 
 class HttpVersionNotSupported(ApiError):
     status_code = 505
-    error_code = "ERR_HTTP_VERSION"
+    error_code = HTTP_VERSION
     default_msg = "Only HTTP/1.0 and HTTP/1.1 are supported"
 
 
@@ -215,11 +288,12 @@ HTTP_ERRORS = {cls.status_code: cls for cls in (
     PayloadTooLarge, Internal)}
 
 CATALOG = {cls.error_code: cls.status_code for cls in (
-    InvalidJson, UnknownField, MissingField, InvalidField, InvalidQuery, MissingVersion,
-    UnsupportedVersion, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict,
-    PayloadTooLarge, UnsupportedMediaType, Internal, MalformedRequest, RequestTimeout,
-    ExpectationFailed, UriTooLong, HeadersTooLarge, NotImplementedByServer, Unavailable,
-    HttpVersionNotSupported, UnsupportedOperation)}
+    InvalidJson, UnknownField, MissingField, InvalidField, InvalidQuery, UnknownQuery,
+    InvalidFilter, MissingVersion, UnsupportedVersion, Unauthorized, Forbidden, NotFound,
+    MethodNotAllowed, Conflict, IdempotencyConflict, PayloadTooLarge, UnsupportedMediaType,
+    MissingMediaType, RateLimited, Internal, UnsupportedOperation, MalformedRequest,
+    RequestTimeout, ExpectationFailed, UriTooLong, HeadersTooLarge, NotImplementedByServer,
+    Unavailable, HttpVersionNotSupported)}
 
 
 def error_body(status_code: int, error_code: str, msg: str, operation_id: str) -> dict:

@@ -19,6 +19,7 @@ from chalicelib import auth, errors, ids
 # What the deployed gateway responses say (kept in step with resources.json).
 NOT_FOUND_MSG = "No such path: check the method and path of the request"
 UNAUTHORIZED_MSG = errors.Unauthorized.default_msg
+THROTTLED_MSG = "Too many requests: the API's request rate limit is exhausted; retry later"
 
 
 def _response(status: int, error_code: str, msg: str) -> Dict[str, Any]:
@@ -36,18 +37,18 @@ class ContractGateway(LocalGateway):
         try:
             return super().handle_request(method, path, headers, body)
         except auth.AuthFailed:
-            return _response(401, "ERR_UNAUTHORIZED", UNAUTHORIZED_MSG)
+            return _response(401, errors.UNAUTHORIZED, UNAUTHORIZED_MSG)
         except LocalGatewayException as exc:
             if exc.CODE == 401:
-                return _response(401, "ERR_UNAUTHORIZED", UNAUTHORIZED_MSG)
+                return _response(401, errors.UNAUTHORIZED, UNAUTHORIZED_MSG)
             if exc.CODE == 403 and b"Missing Authentication Token" in exc.body \
                     or b"Authorization header requires" in exc.body:
-                return _response(404, "ERR_NOT_FOUND", NOT_FOUND_MSG)
+                return _response(404, errors.NOT_FOUND, NOT_FOUND_MSG)
             if exc.CODE == 403:
-                return _response(403, "ERR_FORBIDDEN", errors.Forbidden.default_msg)
-            return _response(500, "ERR_INTERNAL", errors.Internal.default_msg)
+                return _response(403, errors.FORBIDDEN, errors.Forbidden.default_msg)
+            return _response(500, errors.INTERNAL, errors.Internal.default_msg)
         except Exception:  # noqa: BLE001 - an authorizer crash is a 500, as on API Gateway
-            return _response(500, "ERR_INTERNAL", errors.Internal.default_msg)
+            return _response(500, errors.INTERNAL, errors.Internal.default_msg)
 
 
 def load_local_app(project_dir: str, stage: str):

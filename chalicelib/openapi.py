@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, ids, validation, web
+from chalicelib import errors, filters, ids, validation, web
 
 OPENAPI_PATH = "/openapi.json"
 TITLE = "Tunnel management service API"
@@ -258,12 +258,24 @@ def _operations() -> Dict[Tuple[str, str], Op]:
                      name="credential", field_schemas={"owner_id": STR}))
     ops.update(_crud("/bot_users", "/bot_users/{bot_id}", "Bot users", "BotUser", "bot_users",
                      "bot_users", "bot_user", name="bot user"))
+    ops.update(_crud("/service_users", "/service_users/{service_user_id}", "Service users",
+                     "BotUser", "bot_users", "service_users", "bot_user",
+                     name="service user"))
+    for part in ("certificate", "certificate_management_policy"):
+        ops[("DELETE", f"/reserved_domains/{{domain_id}}/{part}")] = Op(
+            f"Detach the {part.replace('_', ' ')} of a reserved domain", "Reserved domains",
+            None, 204)
     tcp_modules = {
         "hostports": {"type": "array", "items": STR, "nullable": True,
                       "description": "host:port entries, each served by one edge at most"},
         "backend": _module_body("edge_modules:BACKEND_FIELDS"),
         "ip_restriction": _module_body("edge_modules:IP_RESTRICTION_FIELDS"),
         "traffic_policy": _module_body("edge_modules:TRAFFIC_POLICY_FIELDS"),
+        "policy": {"type": "object", "nullable": True,
+                   "properties": {"enabled": BOOL, "inbound": {"type": "array"},
+                                  "outbound": {"type": "array", "maxItems": 0}},
+                   "description": "the older traffic policy shape (TypeScript client): stored "
+                                  "as traffic_policy, inbound rules as on_tcp_connect"},
     }
     ops.update(_crud("/edges/tcp", "/edges/tcp/{edge_id}", "TCP edges", "TCPEdge", "tcp_edges",
                      "tcp_edges", "tcp_edge", name="TCP edge", field_schemas=tcp_modules))
@@ -450,7 +462,8 @@ def _operation(method: str, path: str, view_name: str, op: Optional[Op]) -> Dict
                    {"name": "before_id", "in": "query", "required": False,
                     "description": "exclusive: items created before this id",
                     "schema": {"type": "string",
-                               "pattern": f"^{op.list_prefix}_[0-9A-Za-z]{{27}}$"}}]
+                               "pattern": f"^{op.list_prefix}_[0-9A-Za-z]{{27}}$"}},
+                   {"$ref": "#/components/parameters/Filter"}]
     if method in ("POST", "PUT", "PATCH"):
         body = None
         if op and op.fields:
@@ -526,6 +539,12 @@ def build(app: Any) -> Dict[str, Any]:
                                                   "as well", "schema": {
                                                       "type": "string",
                                                       "enum": list(web.SUPPORTED_VERSIONS)}},
+                "Filter": {"name": "filter", "in": "query", "required": False,
+                           "description": "a CEL expression over `obj` (the hosted service's "
+                                          "API filtering subset); a page reads at most "
+                                          f"{filters.SCAN_LIMIT} items",
+                           "schema": {"type": "string",
+                                      "maxLength": filters.MAX_LENGTH}},
                 "Limit": {"name": "limit", "in": "query", "required": False,
                           "description": f"page size, 1–{web.MAX_LIMIT} (default "
                                          f"{web.DEFAULT_LIMIT})",

@@ -33,6 +33,11 @@ Rules (CONTRACT.md "Reserved domain"; where it is silent, decided here):
   provisioning status), resolves_to.
 - Every principal of the account (members and bots too) may create, change and delete its
   reserved domains.
+- ``DELETE /reserved_domains/{id}/certificate`` detaches the certificate: there never is one
+  here, so it is a 204 that changes nothing (404 for an unknown domain), as a DELETE of an
+  unset module is. ``DELETE /reserved_domains/{id}/certificate_management_policy`` stops
+  managed certificates: the policy and its provisioning status become ``null``; 204 (also
+  when there was none). A later update may set a policy again.
 """
 import secrets
 import string
@@ -237,3 +242,23 @@ def delete(c: Ctx, domain_id: str) -> None:
     """Reads first (1 GetItem: the domain whose claim is released), then one transaction."""
     item = _get(c, domain_id)
     store.commit([store.delete(item), store.release(DOMAIN_NAMESPACE, item.data["domain"])])
+
+
+# ---- detachable parts: DELETE /reserved_domains/{id}/<part> ---------------------------------
+PARTS = ("certificate", "certificate_management_policy")
+
+
+def delete_part(c: Ctx, domain_id: str, part: str) -> None:
+    """``certificate``: 1 GetItem (there is never one to detach). ``certificate_management_
+    policy``: 1 UpdateItem setting the policy and its status to null (404 when no such
+    domain)."""
+    if part == "certificate":
+        _get(c, domain_id)
+        return
+    missing = errors.NotFound(f"No reserved domain with id '{domain_id}' exists")
+    if not ids.is_valid(domain_id, PREFIX):
+        raise missing
+    store.write(store.set_fields(
+        store.collection_pk(c.account_id, COLLECTION), domain_id,
+        {"certificate_management_policy": None, "certificate_management_status": None},
+        missing=missing))

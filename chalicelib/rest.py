@@ -23,11 +23,12 @@ A module holding two resources, or with other function names, hands an :class:`O
 resource: :func:`modules`. View names (and so OpenAPI operation ids) are
 ``create_<name>``, ``list_<plural>``, ``get_<name>``, ``update_<name>``, ``delete_<name>``.
 """
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
-from chalicelib import web
+from chalicelib import filters, idempotency, web
 
 ALL = ("create", "list", "get", "update", "delete")
 _PARAM = re.compile(r"{(\w+)}")
@@ -80,17 +81,23 @@ def collection(route: Callable[..., Any], path: str, resource: Any, id_param: st
     if "create" in wanted:
         @route(path, ["POST"], name=f"create_{name}")
         def create(**params):
-            return web.created(o.create(web.ctx(), *parent_values(params), _body(o.create_fields)))
+            c = web.ctx()
+            return idempotent_create(c, lambda: o.create(c, *parent_values(params),
+                                                         _body(o.create_fields)))
 
     if "list" in wanted:
         @route(path, ["GET"], query=web.LIST_QUERY, name=f"list_{plural}")
         def list_(**params):
             c = web.ctx()
             limit, before_id = web.list_params(o.prefix)
-            # (items, more) or, for lists that skip items, (items, more, cursor)
-            items, more, *cursor = o.list_page(c, *parent_values(params), limit, before_id)
-            return web.page(c, path.format(**params), o.list_key, items, more, limit,
-                            cursor=cursor[0] if cursor else None)
+            text = (web.request().query_params or {}).get("filter")
+            if text is None:
+                # (items, more) or, for lists that skip items, (items, more, cursor)
+                items, more, *cursor = o.list_page(c, *parent_values(params), limit, before_id)
+                return web.page(c, path.format(**params), o.list_key, items, more, limit,
+                                cursor=cursor[0] if cursor else None)
+            return filtered_page(c, o, parent_values(params), path.format(**params), limit,
+                                 before_id, text)
 
     if "get" in wanted:
         @route(item_path, ["GET"], name=f"get_{name}")
@@ -116,7 +123,8 @@ def actions(route: Callable[..., Any], path: str, handlers: Dict[str, Callable[.
     """``POST {path}/<action>`` for each named handler: ``handler(c, *params)``, then 204.
 
     The body may be absent, ``{}``, or ``{"id": <the path's id>}`` (the hosted API's
-    documented body); any other field is a 400."""
+    documented body), or the bare id (what the TypeScript client sends); any other field is
+    a 400."""
     params_of = _PARAM.findall(path)
     for action, handler in handlers.items():
         _action_route(route, f"{path}/{action}", f"{action}_{owner}", params_of, handler)
@@ -127,16 +135,82 @@ def _action_route(route, path, name, params_of, handler) -> None:
     def action(**params):
         c = web.ctx()
         values = [params[p] for p in params_of]
-        web.body([], path_id=values[-1] if values else None)
+        raw = (web.request().raw_body or b"").strip()
+        # The TypeScript client (@ngrok/ngrok-api) sends the path's id itself as the body.
+        if not (values and raw and raw.decode("utf-8", "replace").strip('"') == values[-1]):
+            web.body([], path_id=values[-1] if values else None)
         handler(c, *values)
         return web.no_content()
 
 
+def idempotent_create(c: web.Ctx, create: Callable[[], Any]) -> Any:
+    """201 with what ``create`` returns; with an ``Idempotency-Key`` header, at most once per
+    key (chalicelib.idempotency): a repeat gets the first response again."""
+    req = web.request()
+    key = req.headers.get(idempotency.HEADER)
+    if key is None:
+        return web.created(create())
+    idempotency.check_key(key)
+    raw = req.raw_body or b""
+    try:
+        sent = json.loads(raw) if raw.strip() else None
+    except (ValueError, UnicodeDecodeError):
+        sent = raw.decode("utf-8", errors="replace")
+    digest = idempotency.request_digest(c.principal.id, req.method, req.path, sent)
+    (status, body), replayed = idempotency.run(c.account_id, key, digest,
+                                               lambda: (201, create()))
+    if status >= 400:
+        body = {**body, "details": {**body.get("details", {}),
+                                    "operation_id": web.operation_id()}}
+    response = web.Response(body=body, status_code=status)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return response
+
+
+def filtered_page(c: web.Ctx, o: Ops, parents: list, path: str, limit: int,
+                  before_id: Optional[str], text: str) -> dict:
+    """A list page of the items ``filter`` accepts (see chalicelib.filters).
+
+    The filter is compiled once; the collection is read newest first in chunks of at most
+    ``limit`` items (one Query each, through the module's own ``list_page``), until ``limit``
+    items matched or :data:`filters.SCAN_LIMIT` items were read. ``next_page_uri`` continues
+    before the last item read, with the same filter and limit.
+    """
+    matcher = filters.compile_filter(text)
+    matched: list = []
+    scanned = 0
+    cursor = before_id
+    more = False
+    while scanned < filters.SCAN_LIMIT:
+        chunk = min(web.MAX_LIMIT, filters.SCAN_LIMIT - scanned)
+        # (items, more) or, for lists that skip items, (items, more, cursor after the skipped)
+        items, chunk_more, *skipped_to = o.list_page(c, *parents, chunk, cursor)
+        more = chunk_more
+        scanned += max(len(items), 1)
+        for position, item in enumerate(items):
+            cursor = item["id"]
+            if matcher.matches(item):
+                matched.append(item)
+                if len(matched) == limit:
+                    more = chunk_more or position < len(items) - 1
+                    break
+        else:
+            if skipped_to and skipped_to[0]:
+                cursor = skipped_to[0]
+        if len(matched) == limit or not chunk_more:
+            break
+    return web.page(c, path, o.list_key, matched, more, limit, cursor=cursor,
+                    extra={"filter": text})
+
+
 def modules(route: Callable[..., Any], path: str, names: Iterable[str], *, owner: str,
-            get: Callable[..., Any], put: Callable[..., Any],
-            delete: Callable[..., Any]) -> None:
+            get: Optional[Callable[..., Any]] = None, put: Optional[Callable[..., Any]] = None,
+            delete: Optional[Callable[..., Any]] = None) -> None:
     """GET/PUT/DELETE ``{path}/<module>`` for each module name; views get the path's params
-    in order and the module name: ``get(c, *params, module)``, ``put(c, *params, module, raw)``."""
+    in order and the module name: ``get(c, *params, module)``, ``put(c, *params, module, raw)``.
+    A method whose function is None is not served (405), e.g. a part that can only be
+    detached (``DELETE /reserved_domains/{id}/certificate``)."""
     params_of = _PARAM.findall(path)
     for module in names:
         _module_routes(route, f"{path}/{module}", module, owner, params_of, get, put, delete)
@@ -146,15 +220,18 @@ def _module_routes(route, path, module, owner, params_of, get, put, delete) -> N
     def values(params: dict) -> list:
         return [params[p] for p in params_of]
 
-    @route(path, ["GET"], name=f"get_{owner}_{module}")
-    def get_module(**params):
-        return get(web.ctx(), *values(params), module)
+    if get is not None:
+        @route(path, ["GET"], name=f"get_{owner}_{module}")
+        def get_module(**params):
+            return get(web.ctx(), *values(params), module)
 
-    @route(path, ["PUT"], name=f"replace_{owner}_{module}")
-    def replace_module(**params):
-        return put(web.ctx(), *values(params), module, web.json_object())
+    if put is not None:
+        @route(path, ["PUT"], name=f"replace_{owner}_{module}")
+        def replace_module(**params):
+            return put(web.ctx(), *values(params), module, web.json_object())
 
-    @route(path, ["DELETE"], name=f"delete_{owner}_{module}")
-    def delete_module(**params):
-        delete(web.ctx(), *values(params), module)
-        return web.no_content()
+    if delete is not None:
+        @route(path, ["DELETE"], name=f"delete_{owner}_{module}")
+        def delete_module(**params):
+            delete(web.ctx(), *values(params), module)
+            return web.no_content()

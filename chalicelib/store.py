@@ -7,6 +7,12 @@ Layout (single table, ``pk`` hash key + ``sk`` range key, both strings):
 | account                 | ``ACCOUNT#<account id>``             | ``ACCOUNT``   |
 | resource                | ``A#<account id>#<collection>``      | ``<id>``      |
 | uniqueness / lookup     | ``U#<namespace>#<value>``            | ``U``         |
+| idempotency record      | ``I#<account id>#<key digest>``      | ``I``         |
+| rate-limit window       | ``RL#<account id>``                  | ``<window>``  |
+
+Idempotency records and rate-limit windows carry ``expires_at`` (epoch seconds, the table's
+TTL attribute): DynamoDB deletes them some time after it passes; readers treat an expired one
+as absent.
 
 Online items (sessions, tunnels, endpoints, served-hostname claims; chalicelib.online) use
 the same keys and carry ``instance_id``, ``owner``, ``heartbeat_at`` and ``expires_at`` (the
@@ -63,6 +69,17 @@ def account_pk(account_id: str) -> str:
 
 def unique_pk(namespace: str, value: str) -> str:
     return f"U#{namespace}#{value}"
+
+
+IDEMPOTENCY_SK = "I"
+
+
+def idempotency_pk(account_id: str, key_digest: str) -> str:
+    return f"I#{account_id}#{key_digest}"
+
+
+def rate_limit_pk(account_id: str) -> str:
+    return f"RL#{account_id}"
 
 
 # ---- the data attribute: a DynamoDB map, so one field can be written alone ---------------------
@@ -259,6 +276,17 @@ def query_page(pk: str, limit: int, before_id: Optional[str] = None) -> Tuple[Li
 def query_all(pk: str) -> List[Item]:
     """Every item of one partition (used for bounded child collections, e.g. an edge's routes)."""
     return list(model().query(pk, consistent_read=True))
+
+
+def increment(pk: str, sk: str, expires_at: int) -> int:
+    """Add 1 to the counter item (``refs``), creating it with ``expires_at``; the new count.
+    One UpdateItem, atomic under concurrency."""
+    Model_ = model()
+    result = connection().update_item(
+        Model_.Meta.table_name, pk, sk,
+        actions=[Model_.refs.add(1), Model_.expires_at.set(expires_at)],
+        return_values="UPDATED_NEW")
+    return int(result["Attributes"]["refs"]["N"])
 
 
 # ---- writes ------------------------------------------------------------------------------

@@ -14,6 +14,13 @@ Rules (where the spec is silent, decided here):
   whole and returns it (200); DELETE removes it (204, also when it was not set: the result
   is the same). A missing edge is 404 on all three.
 - Deleting an edge releases its hostports and its references in the same transaction.
+- ``policy`` (what the TypeScript client ``@ngrok/ngrok-api`` sends: the hosted service's
+  older traffic policy shape ``{enabled, inbound: [rules], outbound: [rules]}``) is accepted on
+  create and PATCH and stored as the ``traffic_policy`` module: ``enabled`` is kept and
+  ``inbound`` becomes the ``on_tcp_connect`` phase of a JSON document (``{}`` when empty),
+  checked like any traffic policy. A TCP connection has no outbound (response) phase, so a
+  non-empty ``outbound`` is a 400, and so is sending ``policy`` and ``traffic_policy``
+  together. Responses show it as ``traffic_policy``; ``policy`` stays null, as in the spec.
 
 Store calls: create 1 (a PutItem, or one transaction with hostport claims and reference
 counters); get 1; list 1 Query; a PATCH of description, metadata or traffic_policy only, and
@@ -21,9 +28,10 @@ PUT/DELETE of the traffic_policy module, 1 UpdateItem; a PATCH or module PUT/DEL
 moves hostports or references reads first (1 GetItem: what to release) and then writes one
 transaction (2); delete 2 (GetItem, transaction).
 """
+import json
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import edge_modules, errors, ids, store, validation, web
+from chalicelib import edge_modules, errors, ids, store, traffic_policy, validation, web
 from chalicelib.edge_modules import HOSTPORTS, TCP_MODULES, TCP_RENDERERS
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
@@ -34,8 +42,58 @@ PATH = "/edges/tcp"
 LIST_KEY = "tcp_edges"
 MODULES = tuple(TCP_MODULES)
 
+POLICY_KEYS = ("enabled", "inbound", "outbound")
+
+
+def _bad_policy(where: str, why: str) -> errors.InvalidField:
+    return errors.InvalidField(f"Field '{where}' {why}", details={"field": where})
+
+
+def parse_policy(name: str, value: Any) -> Dict[str, Any]:
+    """``policy`` {enabled, inbound, outbound} → the traffic_policy module it stands for."""
+    if not isinstance(value, dict):
+        raise _bad_policy(name, "must be an object {enabled, inbound, outbound}")
+    for key in value:
+        if key not in POLICY_KEYS:
+            raise _bad_policy(f"{name}.{key}", f"is not accepted; accepted: "
+                                               f"{', '.join(POLICY_KEYS)}")
+    enabled = value.get("enabled")
+    if enabled is None:
+        enabled = True
+    if not isinstance(enabled, bool):
+        raise _bad_policy(f"{name}.enabled", "must be a boolean")
+    phases = {}
+    for key in ("inbound", "outbound"):
+        rules = value.get(key)
+        if rules is None:
+            rules = []
+        if not isinstance(rules, list):
+            raise _bad_policy(f"{name}.{key}", "must be a list of rules")
+        phases[key] = rules
+    if phases["outbound"]:
+        raise _bad_policy(f"{name}.outbound", "must be empty: a TCP edge has no outbound "
+                                              "(response) phase; use inbound rules")
+    document = {"on_tcp_connect": phases["inbound"]} if phases["inbound"] else {}
+    text = json.dumps(document)
+    traffic_policy.check_document(name, text)
+    return {"enabled": enabled, "value": text}
+
+
+def _policy_as_traffic_policy(fields: Dict[str, Any]) -> Dict[str, Any]:
+    if "policy" not in fields:
+        return fields
+    fields = dict(fields)
+    module = fields.pop("policy")
+    if fields.get("traffic_policy") is not None:
+        raise errors.InvalidField("Fields 'policy' and 'traffic_policy' set the same module; "
+                                  "send one of them", details={"field": "policy"})
+    fields["traffic_policy"] = module
+    return fields
+
+
 FIELDS = [DESCRIPTION, METADATA, HOSTPORTS] + [
-    Field(name, "any", check=parse) for name, parse in TCP_MODULES.items()]
+    Field(name, "any", check=parse) for name, parse in TCP_MODULES.items()] + [
+    Field("policy", "any", check=parse_policy)]
 CREATE_FIELDS = FIELDS
 UPDATE_FIELDS = FIELDS
 
@@ -58,6 +116,7 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
 
 @store.retrying
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+    fields = _policy_as_traffic_policy(fields)
     edge_id = ids.new_id(PREFIX)
     data = {"description": "", "metadata": "", **fields,
             "created_at": validation.now_rfc3339()}
@@ -101,6 +160,7 @@ def _set(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> store.Item:
 
 
 def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    fields = _policy_as_traffic_policy(fields)
     if not fields:
         return get(c, edge_id)
     if set(fields) <= PLAIN_FIELDS:

@@ -13,14 +13,15 @@
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from chalice import Chalice, Response
 from chalice.app import Request
 
-from chalicelib import errors, ids, store, validation
+from chalicelib import errors, ids, ratelimit, store, validation
 from chalicelib.config import get_settings
 
 log = logging.getLogger("tunnel_service")
@@ -32,9 +33,11 @@ MAX_LIMIT = 100
 # Paths served without the version header (and without auth): machine-readable docs.
 UNVERSIONED_PATHS = {"/openapi.json"}
 
-LIST_QUERY = ("limit", "before_id")
+# ``beforeId`` is how the TypeScript client (@ngrok/ngrok-api) spells ``before_id``.
+LIST_QUERY = ("limit", "before_id", "beforeId", "filter")
 
 _app: List[Chalice] = []
+_clock = time.time  # the rate limiter's clock (tests replace it)
 _local = threading.local()
 # (resource path, method) -> query parameters the view accepts; see allow_query().
 _query_allowed: Dict[Tuple[str, str], frozenset] = {}
@@ -111,7 +114,11 @@ def _json_response(status: int, body: Dict[str, Any]) -> Response:
 
 
 def error_response(exc: errors.ApiError) -> Response:
-    return _json_response(exc.status_code, exc.body(operation_id()))
+    response = _json_response(exc.status_code, exc.body(operation_id()))
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response
 
 
 _CHALICE_STATUS_TO_ERROR = {
@@ -139,7 +146,7 @@ def _check_request(req: Request) -> None:
         allowed = _query_allowed.get(((req.context or {}).get("resourcePath"), req.method))
         unknown = sorted(set(params) - allowed) if allowed is not None else []
         if unknown:
-            raise errors.InvalidQuery(
+            raise errors.UnknownQuery(
                 f"Unknown query parameter '{unknown[0]}'"
                 + (f"; accepted: {', '.join(sorted(allowed))}" if allowed
                    else "; this operation takes no query parameters"),
@@ -150,6 +157,10 @@ def _check_request(req: Request) -> None:
             f"Request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES} bytes")
     if raw.strip():
         content_type = (req.headers.get("content-type") or "").split(";")[0].strip().lower()
+        if not content_type:
+            raise errors.MissingMediaType(
+                "A request body was sent without a Content-Type; send "
+                "'Content-Type: application/json'")
         if content_type != "application/json":
             raise errors.UnsupportedMediaType(
                 "Request bodies must be sent with 'Content-Type: application/json'"
@@ -159,6 +170,8 @@ def _check_request(req: Request) -> None:
 def _middleware(event: Request, get_response: Callable[[Request], Response]) -> Response:
     _local.operation_id = ids.new_id("op")
     try:
+        authorizer = (event.context or {}).get("authorizer") or {}
+        ratelimit.check(authorizer.get("account_id"), clock=_clock)
         _check_request(event)
         response = get_response(event)
     except errors.ApiError as exc:
@@ -266,7 +279,7 @@ def reject_query(allowed: Iterable[str] = ()) -> Dict[str, str]:
     allowed = set(allowed)
     for name in params:
         if name not in allowed:
-            raise errors.InvalidQuery(
+            raise errors.UnknownQuery(
                 f"Unknown query parameter '{name}'"
                 + (f"; accepted: {', '.join(sorted(allowed))}" if allowed else ""),
                 details={"parameter": name})
@@ -274,8 +287,18 @@ def reject_query(allowed: Iterable[str] = ()) -> Dict[str, str]:
 
 
 def list_params(prefix: str) -> Tuple[int, Optional[str]]:
-    """``limit`` (1–100, default 100) and ``before_id`` (an id with this prefix) of a list."""
+    """``limit`` (1–100, default 100) and ``before_id`` (an id with this prefix) of a list.
+
+    ``beforeId`` is accepted as the same parameter (the TypeScript client sends it); both at
+    once with different values is a 400."""
     params = reject_query(LIST_QUERY)
+    if "beforeId" in params:
+        camel = params.pop("beforeId")
+        if params.get("before_id", camel) != camel:
+            raise errors.InvalidQuery("Query parameters 'before_id' and 'beforeId' are the same "
+                                      "parameter and were sent with different values",
+                                      details={"parameter": "beforeId"})
+        params["before_id"] = camel
     raw_limit = params.get("limit")
     limit = DEFAULT_LIMIT
     if raw_limit is not None:
@@ -294,16 +317,19 @@ def list_params(prefix: str) -> Tuple[int, Optional[str]]:
 
 
 def page(c: Ctx, path: str, items_key: str, items: List[Dict[str, Any]], more: bool,
-         limit: int, cursor: Optional[str] = None) -> Dict[str, Any]:
+         limit: int, cursor: Optional[str] = None,
+         extra: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """A list body: the items, the list's ``uri`` and ``next_page_uri`` (null on the last page).
 
-    The next page starts before the last item returned, or before ``cursor`` when given (a
-    list that skips items, e.g. offline ones, and ended a page early)."""
+    The next page starts before ``cursor`` (default: the last item returned); ``extra`` are
+    query parameters the next page repeats (``filter``)."""
     uri = c.uri(path)
     next_page = None
-    before = cursor or (items[-1]["id"] if items else None)
-    if more and before:
-        next_page = f"{uri}?{urlencode({'before_id': before, 'limit': limit})}"
+    cursor = cursor or (items[-1]["id"] if items else None)
+    if more and cursor:
+        query = {"before_id": cursor, "limit": limit, **(extra or {})}
+        # %20, not "+", for spaces: API Gateway does not read "+" in a query as a space.
+        next_page = f"{uri}?{urlencode(query, quote_via=quote)}"
     return {items_key: items, "uri": uri, "next_page_uri": next_page}
 
 

@@ -62,6 +62,9 @@ API_ACTIONS = sorted(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateIt
 # chalicelib.auth.resolve: two GetItems (the key's lookup item and its owner).
 AUTHORIZER_ACTIONS = ["dynamodb:GetItem"]
 LOG_ACTIONS = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"]
+# API Gateway stage throttling (requests per second, steady and burst), for the whole API.
+THROTTLE_RATE_LIMIT = 100
+THROTTLE_BURST_LIMIT = 200
 
 
 def load_config() -> Dict[str, Any]:
@@ -87,13 +90,18 @@ def gateway_responses() -> Dict[str, Dict[str, Any]]:
     MISSING_AUTHENTICATION_TOKEN is what API Gateway sends for a path (or method) it has no
     route for, INCOMPLETE_SIGNATURE the same when the request carries an Authorization header:
     both are the contract's 404. DEFAULT_4XX/5XX catch every other gateway-made error.
+    THROTTLED/QUOTA_EXCEEDED are 429 (API Gateway's default 4XX would make them a 400).
     """
     from chalicelib import errors, gateway
     table = {
-        "UNAUTHORIZED": (401, "ERR_UNAUTHORIZED", gateway.UNAUTHORIZED_MSG),
+        "UNAUTHORIZED": (401, errors.UNAUTHORIZED, gateway.UNAUTHORIZED_MSG),
         "ACCESS_DENIED": (403, errors.Forbidden.error_code, errors.Forbidden.default_msg),
-        "MISSING_AUTHENTICATION_TOKEN": (404, "ERR_NOT_FOUND", gateway.NOT_FOUND_MSG),
-        "INCOMPLETE_SIGNATURE": (404, "ERR_NOT_FOUND", gateway.NOT_FOUND_MSG),
+        "MISSING_AUTHENTICATION_TOKEN": (404, errors.NOT_FOUND, gateway.NOT_FOUND_MSG),
+        "INCOMPLETE_SIGNATURE": (404, errors.NOT_FOUND, gateway.NOT_FOUND_MSG),
+        # The stage's throttling (THROTTLE_* below) and usage-plan quotas: 429, as the
+        # service's own per-account limiter answers (chalicelib.ratelimit).
+        "THROTTLED": (429, errors.RATE_LIMITED, gateway.THROTTLED_MSG),
+        "QUOTA_EXCEEDED": (429, errors.RATE_LIMITED, gateway.THROTTLED_MSG),
         "AUTHORIZER_FAILURE": (500, errors.Internal.error_code, errors.Internal.default_msg),
         "AUTHORIZER_CONFIGURATION_ERROR": (500, errors.Internal.error_code,
                                            errors.Internal.default_msg),
@@ -163,7 +171,8 @@ def merge_template(stage: str) -> Dict[str, Any]:
             "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"},
                           {"AttributeName": "sk", "KeyType": "RANGE"}],
             "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
-            # online items of an edge that died expire (chalicelib.online)
+            # online items of an edge that died, idempotency records and rate-limit windows expire
+            # (chalicelib.online, chalicelib.store)
             "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
             "SSESpecification": {"SSEEnabled": True},
             "DeletionProtectionEnabled": prod,
@@ -174,6 +183,13 @@ def merge_template(stage: str) -> Dict[str, Any]:
     for response_type, spec in gateway_responses().items():
         logical = "GatewayResponse" + "".join(p.title() for p in response_type.split("_"))
         resources[logical] = _gateway_response_resource(response_type, spec)
+    # Stage-wide throttling: a backstop in front of the per-account limiter
+    # (RATE_LIMIT_PER_MINUTE in the Lambda's environment); API Gateway answers over it with the
+    # THROTTLED gateway response above.
+    resources[API_RESOURCE] = {"Properties": {"MethodSettings": [{
+        "ResourcePath": "/*", "HttpMethod": "*",
+        "ThrottlingRateLimit": THROTTLE_RATE_LIMIT,
+        "ThrottlingBurstLimit": THROTTLE_BURST_LIMIT}]}}
     resources[API_ROLE] = {"Properties": {
         "Policies": _role_policies("ApiHandlerTableAccess", API_ACTIONS)}}
     resources[AUTHORIZER_ROLE] = {"Properties": {

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from chalicelib import ids
+from chalicelib import errors, ids
 from tests.support.api import PROJECT_DIR
 
 REPORT_FIELDS = {"id", "uri", "created_at", "urls", "metadata", "status", "hostnames"}
@@ -84,7 +84,7 @@ def test_non_reporter_account_gets_403(account, reporter):
     report = reporter.admin.post("/abuse_reports", {"urls": ["https://a.example.com"]}).json
     for caller in (account.admin, account.member):
         resp = caller.post("/abuse_reports", {"urls": ["https://a.example.com"]})
-        assert resp.status == 403 and resp.json["error_code"] == "ERR_FORBIDDEN"
+        assert resp.status == 403 and resp.json["error_code"] == errors.FORBIDDEN
         assert caller.post("/abuse_reports", {"bad": 1}).status == 403  # before the body
         assert caller.get(f"/abuse_reports/{report['id']}").status == 403
         assert caller.get("/abuse_reports/abrp_x").status == 403

@@ -1,7 +1,7 @@
 """/api_keys at both levels (in-process and over HTTP), and the cross-cutting rules."""
 import pytest
 
-from chalicelib import ids
+from chalicelib import errors, ids
 
 KEY_FIELDS = {"id", "uri", "description", "metadata", "created_at", "token", "owner_id"}
 
@@ -54,7 +54,7 @@ def test_delete_returns_204_and_revokes_the_key(account):
     assert admin.get(f"/api_keys/{key['id']}").status == 404
     assert admin.delete(f"/api_keys/{key['id']}").status == 404
     revoked = admin.api.request("GET", "/api_keys", key=key["token"])
-    assert revoked.status == 401 and revoked.json["error_code"] == "ERR_UNAUTHORIZED"
+    assert revoked.status == 401 and revoked.json["error_code"] == errors.UNAUTHORIZED
 
 
 @pytest.mark.parametrize("body, field", [
@@ -80,18 +80,18 @@ def test_limits_are_inclusive(account):
 def test_unknown_field_returns_400_listing_accepted_fields(account):
     resp = account.admin.post("/api_keys", {"descripton": "typo"})
     assert resp.status == 400
-    assert resp.json["error_code"] == "ERR_UNKNOWN_FIELD"
+    assert resp.json["error_code"] == errors.UNKNOWN_FIELD
     assert "descripton" in resp.json["msg"] and "description" in resp.json["msg"]
 
 
 @pytest.mark.parametrize("data, content_type, status, code", [
-    (b"{bad", "application/json", 400, "ERR_INVALID_JSON"),
-    (b"[1, 2]", "application/json", 400, "ERR_INVALID_JSON"),
-    (b'"text"', "application/json", 400, "ERR_INVALID_JSON"),
-    (b'{"description": "x"}', "text/plain", 415, "ERR_UNSUPPORTED_MEDIA_TYPE"),
-    (b"x" * (256 * 1024 + 1), "application/json", 413, "ERR_BODY_TOO_LARGE"),
+    (b"{bad", "application/json", 400, errors.INVALID_JSON),
+    (b"[1, 2]", "application/json", 400, errors.INVALID_JSON),
+    (b'"text"', "application/json", 400, errors.INVALID_JSON),
+    (b'{"description": "x"}', "text/plain", 415, errors.UNSUPPORTED_MEDIA_TYPE),
+    (b"x" * (256 * 1024 + 1), "application/json", 413, errors.BODY_TOO_LARGE),
     (b'{"description": ' + b"[" * 50000 + b"]" * 50000 + b"}", "application/json", 400,
-     "ERR_INVALID_JSON"),
+     errors.INVALID_JSON),
 ])
 def test_bad_bodies_get_contract_errors(api, account, data, content_type, status, code):
     resp = api.request("POST", "/api_keys", key=account.admin.token, data=data,
@@ -110,25 +110,25 @@ def assert_contract_error(resp, status, code):
 
 
 def test_missing_key_returns_401(api):
-    assert_contract_error(api.request("GET", "/api_keys"), 401, "ERR_UNAUTHORIZED")
+    assert_contract_error(api.request("GET", "/api_keys"), 401, errors.UNAUTHORIZED)
 
 
 @pytest.mark.parametrize("header", ["Bearer not-a-key", "Basic abc", "Bearer", "bearer  ",
                                     "Token x"])
 def test_wrong_or_malformed_key_returns_401(api, account, header):
     resp = api.request("GET", "/api_keys", headers={"Authorization": header})
-    assert_contract_error(resp, 401, "ERR_UNAUTHORIZED")
+    assert_contract_error(resp, 401, errors.UNAUTHORIZED)
 
 
 def test_missing_version_header_returns_400(api, account):
     resp = api.request("GET", "/api_keys", key=account.admin.token, version=None)
-    assert_contract_error(resp, 400, "ERR_MISSING_VERSION")
+    assert_contract_error(resp, 400, errors.MISSING_VERSION)
 
 
 @pytest.mark.parametrize("version", ["1", "3", "two", ""])
 def test_wrong_version_returns_400_listing_supported(api, account, version):
     resp = api.request("GET", "/api_keys", key=account.admin.token, version=version)
-    assert_contract_error(resp, 400, "ERR_UNSUPPORTED_VERSION")
+    assert_contract_error(resp, 400, errors.UNSUPPORTED_VERSION)
     assert "2" in resp.json["msg"]
 
 
@@ -141,15 +141,15 @@ def test_ngrok_version_header_is_accepted(api, account):
 @pytest.mark.parametrize("path", ["/nope", "/api_keys/ak_x/extra", "/"])
 def test_unknown_path_returns_404(api, account, path):
     assert_contract_error(api.request("GET", path, key=account.admin.token), 404,
-                          "ERR_NOT_FOUND")
-    assert_contract_error(api.request("GET", path), 404, "ERR_NOT_FOUND")
+                          errors.NOT_FOUND)
+    assert_contract_error(api.request("GET", path), 404, errors.NOT_FOUND)
 
 
 @pytest.mark.parametrize("method, path", [("PUT", "/api_keys"), ("DELETE", "/api_keys"),
                                           ("POST", "/api_keys/ak_x"), ("PUT", "/api_keys/ak_x")])
 def test_wrong_method_returns_405(api, account, method, path):
     resp = api.request(method, path, key=account.admin.token)
-    assert_contract_error(resp, 405, "ERR_METHOD_NOT_ALLOWED")
+    assert_contract_error(resp, 405, errors.METHOD_NOT_ALLOWED)
 
 
 @pytest.mark.parametrize("key_id", ["ak_x", "cr_0ERYqBR5B9RMvMY4cZCztl2IB7s", "nope",
@@ -157,22 +157,25 @@ def test_wrong_method_returns_405(api, account, method, path):
 def test_malformed_or_unknown_id_returns_404(account, key_id):
     for method in ("GET", "DELETE"):
         assert_contract_error(account.admin.request(method, f"/api_keys/{key_id}"), 404,
-                              "ERR_NOT_FOUND")
-    assert_contract_error(account.admin.patch(f"/api_keys/{key_id}", {}), 404, "ERR_NOT_FOUND")
+                              errors.NOT_FOUND)
+    assert_contract_error(account.admin.patch(f"/api_keys/{key_id}", {}), 404, errors.NOT_FOUND)
 
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=101", "limit=abc", "limit=-1",
-                                   "limit=%C2%B2", "limit=1&bogus=2",
-                                   "before_id=nope", "before_id=cr_0ERYqBR5B9RMvMY4cZCztl2IB7s",
-                                   "filter=x"])
-def test_bad_list_query_returns_400(account, query):
+@pytest.mark.parametrize("query,code", [
+    ("limit=0", errors.INVALID_QUERY), ("limit=101", errors.INVALID_QUERY),
+    ("limit=abc", errors.INVALID_QUERY), ("limit=-1", errors.INVALID_QUERY),
+    ("limit=%C2%B2", errors.INVALID_QUERY), ("limit=1&bogus=2", errors.UNKNOWN_QUERY),
+    ("before_id=nope", errors.INVALID_QUERY),
+    ("before_id=cr_0ERYqBR5B9RMvMY4cZCztl2IB7s", errors.INVALID_QUERY),
+    ("filter=x", errors.INVALID_FILTER)])
+def test_bad_list_query_returns_400(account, query, code):
     resp = account.admin.get(f"/api_keys?{query}")
-    assert_contract_error(resp, 400, "ERR_INVALID_QUERY")
+    assert_contract_error(resp, 400, code)
 
 
 def test_member_cannot_create_key_for_another_owner(account):
     resp = account.member.post("/api_keys", {"owner_id": account.admin.id})
-    assert_contract_error(resp, 403, "ERR_FORBIDDEN")
+    assert_contract_error(resp, 403, errors.FORBIDDEN)
 
 
 def test_admin_can_create_key_for_member_and_member_uses_it(account):
@@ -246,7 +249,7 @@ def test_unknown_query_parameter_on_any_route_returns_400_and_changes_nothing(ac
     body = {"description": "after"} if method in ("PATCH", "POST") else None
     resp = account.admin.request(method, path.format(id=key["id"]) + "?bogus=1",
                                  **({"json_body": body} if body is not None else {}))
-    assert_contract_error(resp, 400, "ERR_INVALID_QUERY")
+    assert_contract_error(resp, 400, errors.UNKNOWN_QUERY)
     assert "bogus" in resp.json["msg"]
     keys = account.admin.get("/api_keys").json["keys"]
     assert len(keys) == 3 and key["id"] in [k["id"] for k in keys]

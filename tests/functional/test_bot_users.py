@@ -4,7 +4,7 @@ import threading
 import pytest
 import requests
 
-from chalicelib import ids
+from chalicelib import errors, ids
 
 BOT_FIELDS = {"id", "uri", "name", "active", "created_at"}
 
@@ -26,13 +26,13 @@ def test_create_inactive_bot(account):
 
 
 @pytest.mark.parametrize("body, code", [
-    ({}, "ERR_MISSING_FIELD"),
-    ({"name": ""}, "ERR_INVALID_FIELD"),
-    ({"name": "   "}, "ERR_INVALID_FIELD"),
-    ({"name": "x" * 256}, "ERR_INVALID_FIELD"),
-    ({"name": 5}, "ERR_INVALID_FIELD"),
-    ({"name": "a", "active": "yes"}, "ERR_INVALID_FIELD"),
-    ({"name": "a", "role": "admin"}, "ERR_UNKNOWN_FIELD"),
+    ({}, errors.MISSING_FIELD),
+    ({"name": ""}, errors.INVALID_FIELD),
+    ({"name": "   "}, errors.INVALID_FIELD),
+    ({"name": "x" * 256}, errors.INVALID_FIELD),
+    ({"name": 5}, errors.INVALID_FIELD),
+    ({"name": "a", "active": "yes"}, errors.INVALID_FIELD),
+    ({"name": "a", "role": "admin"}, errors.UNKNOWN_FIELD),
 ])
 def test_create_bot_with_bad_body_returns_400(account, body, code):
     resp = account.admin.post("/bot_users", body)
@@ -58,7 +58,7 @@ def test_duplicate_name_in_account_returns_409_but_other_account_may_use_it(acco
                                                                             other_account):
     assert account.admin.post("/bot_users", {"name": "dup"}).status == 201
     again = account.admin.post("/bot_users", {"name": "dup"})
-    assert again.status == 409 and again.json["error_code"] == "ERR_CONFLICT"
+    assert again.status == 409 and again.json["error_code"] == errors.CONFLICT
     assert len(account.admin.get("/bot_users").json["bot_users"]) == 1
     assert other_account.admin.post("/bot_users", {"name": "dup"}).status == 201
 
@@ -108,7 +108,7 @@ def test_deactivated_bot_key_gets_401_and_reactivation_restores_it(api, account)
     assert api.request("GET", "/bot_users", key=token).status == 200
     assert admin.patch(f"/bot_users/{bot['id']}", {"active": False}).status == 200
     refused = api.request("GET", "/bot_users", key=token)
-    assert refused.status == 401 and refused.json["error_code"] == "ERR_UNAUTHORIZED"
+    assert refused.status == 401 and refused.json["error_code"] == errors.UNAUTHORIZED
     assert admin.patch(f"/bot_users/{bot['id']}", {"active": True}).status == 200
     assert api.request("GET", "/bot_users", key=token).status == 200
 

@@ -4,7 +4,7 @@ import json
 import boto3
 import pytest
 
-from chalicelib import ids
+from chalicelib import errors, ids
 
 CRED_FIELDS = {"id", "uri", "created_at", "description", "metadata", "token", "acl",
                "owner_id"}
@@ -93,7 +93,7 @@ def test_unpaired_surrogate_escape_in_a_body_returns_400_not_500(api, path, body
     caller = api.new_account(reporter=True).admin
     resp = caller.post(path, body)  # json.dumps sends the lone surrogate as a \u escape
     assert resp.status == 400, resp
-    assert resp.json["error_code"] == "ERR_INVALID_JSON"
+    assert resp.json["error_code"] == errors.INVALID_JSON
 
 
 def test_valid_acl_rules_are_accepted(account):
@@ -127,7 +127,7 @@ def test_owner_id_cannot_be_updated(account):
 
 def test_member_naming_another_owner_gets_403(account):
     resp = account.member.post("/credentials", {"owner_id": account.admin.id})
-    assert resp.status == 403 and resp.json["error_code"] == "ERR_FORBIDDEN"
+    assert resp.status == 403 and resp.json["error_code"] == errors.FORBIDDEN
     bot = account.admin.post("/bot_users", {"name": "b"}).json
     assert account.member.post("/credentials", {"owner_id": bot["id"]}).status == 403
     own = account.member.post("/credentials", {"owner_id": account.member.id})

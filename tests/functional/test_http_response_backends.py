@@ -1,7 +1,7 @@
 """/backends/http_response at both levels (in-process and over HTTP)."""
 import pytest
 
-from chalicelib import ids
+from chalicelib import errors, ids
 
 FIELDS = {"id", "uri", "created_at", "description", "metadata", "body", "headers",
           "status_code"}
@@ -118,7 +118,7 @@ def test_unknown_or_malformed_id_returns_404(account, backend_id):
     assert account.admin.get(f"{PATH}/{backend_id}").status == 404
     assert account.admin.patch(f"{PATH}/{backend_id}", {"metadata": "x"}).status == 404
     resp = account.admin.delete(f"{PATH}/{backend_id}")
-    assert resp.status == 404 and resp.json["error_code"] == "ERR_NOT_FOUND"
+    assert resp.status == 404 and resp.json["error_code"] == errors.NOT_FOUND
 
 
 def test_other_accounts_backend_is_not_found(account, other_account):

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from chalicelib import ids
+from chalicelib import errors, ids
 
 EDGE_FIELDS = {"id", "uri", "created_at", "description", "metadata", "hostports",
                "mutual_tls", "tls_termination", "routes"}
@@ -158,7 +158,7 @@ def test_route_modules_put_get_delete(account):
     base = f"{PATH}/{edge['id']}/routes/{route['id']}"
     for module in ("user_agent_filter", "response_headers"):
         resp = admin.get(f"{base}/{module}")
-        assert resp.status == 404 and resp.json["error_code"] == "ERR_NOT_FOUND"
+        assert resp.status == 404 and resp.json["error_code"] == errors.NOT_FOUND
     ua = admin.put(f"{base}/user_agent_filter", {"enabled": False, "allow": ["^Mozilla/.*$"],
                                                  "deny": ["bot", "(?i)spider"]})
     assert ua.status == 200, ua

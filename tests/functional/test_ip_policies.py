@@ -1,7 +1,7 @@
 """/ip_policies and /ip_policy_rules at both levels."""
 import pytest
 
-from chalicelib import ids
+from chalicelib import errors, ids
 
 POLICY_FIELDS = {"id", "uri", "created_at", "description", "metadata"}
 RULE_FIELDS = {"id", "uri", "created_at", "description", "metadata", "cidr", "ip_policy",
@@ -103,7 +103,7 @@ def test_policy_with_rules_cannot_be_deleted(account):
     rule = admin.post("/ip_policy_rules", {"cidr": "10.0.0.0/8", "action": "allow",
                                            "ip_policy_id": policy["id"]}).json
     resp = admin.delete(f"/ip_policies/{policy['id']}")
-    assert resp.status == 409 and resp.json["error_code"] == "ERR_CONFLICT"
+    assert resp.status == 409 and resp.json["error_code"] == errors.CONFLICT
     assert admin.get(f"/ip_policies/{policy['id']}").status == 200
     assert admin.delete(f"/ip_policy_rules/{rule['id']}").status == 204
     assert admin.delete(f"/ip_policies/{policy['id']}").status == 204

@@ -251,6 +251,21 @@ def test_stop_accepts_the_documented_body_with_the_path_id(api, account, edge, c
         "stop_requested": True, "restart_requested": False}
 
 
+def test_stop_accepts_the_bare_id_body_of_the_typescript_client(api, account, edge, credential):
+    """@ngrok/ngrok-api posts the session id itself (``ts_…``, not JSON) as the body."""
+    sid = edge.session(account, credential)
+    sent = account.admin.request("POST", f"/tunnel_sessions/{sid}/stop", data=sid.encode(),
+                                 headers={"Content-Type": "application/json"})
+    assert sent.status == 204, sent
+    other = online.new_session_id()
+    refused = account.admin.request("POST", f"/tunnel_sessions/{sid}/restart",
+                                    data=other.encode(),
+                                    headers={"Content-Type": "application/json"})
+    assert refused.status == 400 and refused.json["error_code"] == errors.INVALID_JSON
+    assert edge.call(online.session_heartbeat, account.id, sid, "edge-1") == {
+        "stop_requested": True, "restart_requested": False}
+
+
 def test_stop_with_a_body_field_is_400_and_requests_nothing(api, account, edge, credential):
     sid = edge.session(account, credential)
     resp = account.admin.post(f"/tunnel_sessions/{sid}/stop", {"force": True})
@@ -319,7 +334,7 @@ def test_online_views_with_the_reference_client(http_api, client_account, monkey
     with pytest.raises(ngrok.Error) as refused:
         client.tunnel_sessions.update(sid)
     assert refused.value.http_status_code == 400 and "restart" in str(refused.value)
-    assert refused.value.error_code == "ERR_UNSUPPORTED_OPERATION"
+    assert refused.value.error_code == errors.UNSUPPORTED_OPERATION
     with pytest.raises(ngrok.NotFoundError):
         client.endpoints.get(online.new_endpoint_id())
     edge.call(online.session_ended, client_account.id, sid)

@@ -15,6 +15,7 @@ import sys
 import pytest
 import yaml
 
+from chalicelib import errors
 from tests.support.api import PROJECT_DIR
 
 sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
@@ -74,13 +75,14 @@ def test_functions_use_the_stage_table_name(prod_template):
 
 
 EXPECTED_GATEWAY = {
-    "UNAUTHORIZED": (401, "ERR_UNAUTHORIZED"), "ACCESS_DENIED": (403, "ERR_FORBIDDEN"),
-    "MISSING_AUTHENTICATION_TOKEN": (404, "ERR_NOT_FOUND"),
-    "AUTHORIZER_FAILURE": (500, "ERR_INTERNAL"),
-    "AUTHORIZER_CONFIGURATION_ERROR": (500, "ERR_INTERNAL"),
-    "REQUEST_TOO_LARGE": (413, "ERR_BODY_TOO_LARGE"),
-    "UNSUPPORTED_MEDIA_TYPE": (415, "ERR_UNSUPPORTED_MEDIA_TYPE"),
-    "DEFAULT_4XX": (400, None), "DEFAULT_5XX": (500, "ERR_INTERNAL"),
+    "UNAUTHORIZED": (401, errors.UNAUTHORIZED), "ACCESS_DENIED": (403, errors.FORBIDDEN),
+    "MISSING_AUTHENTICATION_TOKEN": (404, errors.NOT_FOUND),
+    "AUTHORIZER_FAILURE": (500, errors.INTERNAL),
+    "AUTHORIZER_CONFIGURATION_ERROR": (500, errors.INTERNAL),
+    "REQUEST_TOO_LARGE": (413, errors.BODY_TOO_LARGE),
+    "UNSUPPORTED_MEDIA_TYPE": (415, errors.UNSUPPORTED_MEDIA_TYPE),
+    "THROTTLED": (429, errors.RATE_LIMITED), "QUOTA_EXCEEDED": (429, errors.RATE_LIMITED),
+    "DEFAULT_4XX": (400, None), "DEFAULT_5XX": (500, errors.INTERNAL),
 }
 
 

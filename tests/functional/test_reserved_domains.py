@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from chalicelib import ids
+from chalicelib import errors, ids
 from tests.functional.test_bot_users import _concurrently
 
 RD_FIELDS = {"id", "uri", "created_at", "description", "metadata", "domain", "region",
@@ -119,7 +119,7 @@ def test_domain_is_unique_across_accounts_and_delete_frees_it(account, other_acc
     assert first.status == 201
     for caller, name in ((account.member, domain), (other_account.admin, domain.upper())):
         again = caller.post("/reserved_domains", {"domain": name})
-        assert again.status == 409 and again.json["error_code"] == "ERR_CONFLICT"
+        assert again.status == 409 and again.json["error_code"] == errors.CONFLICT
     # a wildcard of the same name is a different reservation
     assert other_account.admin.post("/reserved_domains", {"domain": "*." + domain}).status == 201
     assert account.admin.delete(f"/reserved_domains/{first.json['id']}").status == 204
@@ -204,3 +204,43 @@ def test_list_paginates_newest_first(account):
         seen += [d["id"] for d in page.json["reserved_domains"]]
         url = page.json["next_page_uri"]
     assert seen == list(reversed(created))
+
+
+def test_delete_certificate_management_policy_stops_managed_certificates(account):
+    admin = account.admin
+    rd = admin.post("/reserved_domains", {"domain": "shop.customer-example.com"}).json
+    assert rd["certificate_management_policy"] is not None
+    resp = admin.delete(f"/reserved_domains/{rd['id']}/certificate_management_policy")
+    assert resp.status == 204 and resp.text == ""
+    after = admin.get(f"/reserved_domains/{rd['id']}").json
+    assert after["certificate_management_policy"] is None
+    assert after["certificate_management_status"] is None
+    assert {k: v for k, v in after.items() if not k.startswith("certificate_management")} == \
+        {k: v for k, v in rd.items() if not k.startswith("certificate_management")}
+    # again: the end state is the same
+    assert admin.delete(f"/reserved_domains/{rd['id']}/certificate_management_policy").status \
+        == 204
+    # a policy can be set again
+    policy = {"authority": "letsencrypt", "private_key_type": "rsa"}
+    again = admin.patch(f"/reserved_domains/{rd['id']}", {"certificate_management_policy": policy})
+    assert again.json["certificate_management_policy"] == policy
+
+
+def test_delete_certificate_is_204_and_changes_nothing(account):
+    admin = account.admin
+    rd = admin.post("/reserved_domains", {"domain": "api.customer-example.org"}).json
+    resp = admin.delete(f"/reserved_domains/{rd['id']}/certificate")
+    assert resp.status == 204
+    assert admin.get(f"/reserved_domains/{rd['id']}").json == rd
+
+
+def test_delete_certificate_parts_of_unknown_domain_are_404(account, other_account):
+    rd = account.admin.post("/reserved_domains", {"domain": "x.customer-example.net"}).json
+    for part in ("certificate", "certificate_management_policy"):
+        resp = other_account.admin.delete(f"/reserved_domains/{rd['id']}/{part}")
+        assert resp.status == 404 and resp.json["error_code"] == errors.NOT_FOUND
+        missing = account.admin.delete(f"/reserved_domains/rd_{'0' * 27}/{part}")
+        assert missing.status == 404
+    assert account.admin.get(f"/reserved_domains/{rd['id']}").json == rd
+    get = account.admin.get(f"/reserved_domains/{rd['id']}/certificate")
+    assert get.status == 405 and get.json["error_code"] == errors.METHOD_NOT_ALLOWED

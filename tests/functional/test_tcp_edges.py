@@ -7,7 +7,7 @@ import threading
 import pytest
 import requests
 
-from chalicelib import ids
+from chalicelib import errors, ids
 
 FIELDS = {"id", "uri", "created_at", "description", "metadata", "hostports", "backend",
           "ip_restriction", "traffic_policy", "policy"}
@@ -115,7 +115,7 @@ def test_hostport_served_by_another_edge_returns_409(account, other_account):
     hp = hostport()
     first = create_edge(account.admin, hostports=[hp])
     resp = account.admin.post(PATH, {"hostports": [hp]})
-    assert resp.status == 409 and resp.json["error_code"] == "ERR_CONFLICT"
+    assert resp.status == 409 and resp.json["error_code"] == errors.CONFLICT
     assert hp in resp.json["msg"]
     # unique across the whole service, not per account
     assert other_account.admin.post(PATH, {"hostports": [hp]}).status == 409
@@ -202,7 +202,7 @@ def test_referenced_backend_and_policy_cannot_be_deleted_until_edge_lets_go(acco
                        ip_restriction={"ip_policy_ids": [p1["id"]]})
     for path in (f"/backends/http_response/{bk['id']}", f"/ip_policies/{p1['id']}"):
         resp = admin.delete(path)
-        assert resp.status == 409 and resp.json["error_code"] == "ERR_CONFLICT"
+        assert resp.status == 409 and resp.json["error_code"] == errors.CONFLICT
         assert admin.get(path).status == 200
     assert admin.delete(f"{PATH}/{edge['id']}").status == 204
     assert admin.delete(f"/backends/http_response/{bk['id']}").status == 204
@@ -255,7 +255,7 @@ def test_module_sub_resources_get_put_delete(account):
     base = f"{PATH}/{edge['id']}"
     for module in ("backend", "ip_restriction", "traffic_policy"):
         resp = admin.get(f"{base}/{module}")
-        assert resp.status == 404 and resp.json["error_code"] == "ERR_NOT_FOUND"
+        assert resp.status == 404 and resp.json["error_code"] == errors.NOT_FOUND
     put = admin.put(f"{base}/backend", {"backend_id": bk["id"]})
     assert put.status == 200, put
     assert put.json == {"enabled": True, "backend": {"id": bk["id"], "uri": bk["uri"]}}
@@ -355,3 +355,43 @@ def test_concurrent_claims_of_one_hostport_end_with_one_owner(http_api):
         owners = [e for e in edges if (requests.get(f"{url}/{e}", headers=headers, timeout=30)
                                        .json()["hostports"] or []) == [hp]]
         assert len(owners) == 1 and results[owners[0]] == 200
+
+
+RULE = {"name": "deny-all", "expressions": [], "actions": [{"type": "deny"}]}
+
+
+def test_create_with_policy_stores_it_as_the_traffic_policy(account):
+    """The TypeScript client sends the older `policy` shape; it becomes traffic_policy."""
+    admin = account.admin
+    edge = admin.post("/edges/tcp", {"policy": {"enabled": False, "inbound": [RULE],
+                                                "outbound": []}})
+    assert edge.status == 201, edge
+    body = edge.json
+    assert body["policy"] is None
+    assert body["traffic_policy"]["enabled"] is False
+    assert json.loads(body["traffic_policy"]["value"]) == {"on_tcp_connect": [RULE]}
+    updated = admin.patch(f"/edges/tcp/{body['id']}", {"policy": {"inbound": []}})
+    assert updated.status == 200
+    assert updated.json["traffic_policy"] == {"enabled": True, "value": "{}"}
+    assert admin.patch(f"/edges/tcp/{body['id']}", {"policy": None}).json["traffic_policy"] \
+        == {"enabled": True, "value": "{}"}
+
+
+@pytest.mark.parametrize("policy,field", [
+    ({"inbound": [], "outbound": [RULE]}, "policy.outbound"),
+    ({"inbound": [{"name": "r", "actions": []}]}, "policy"),
+    ({"inbound": "x"}, "policy.inbound"), ({"enabled": "yes"}, "policy.enabled"),
+    ({"inbound": [], "extra": 1}, "policy.extra"), ("x", "policy"),
+])
+def test_create_with_bad_policy_returns_400(account, policy, field):
+    resp = account.admin.post("/edges/tcp", {"policy": policy})
+    assert resp.status == 400 and resp.json["error_code"] == errors.INVALID_FIELD, resp
+    assert resp.json["details"]["field"] == field
+    assert account.admin.get("/edges/tcp").json["tcp_edges"] == []
+
+
+def test_policy_and_traffic_policy_together_return_400(account):
+    resp = account.admin.post("/edges/tcp", {
+        "policy": {"inbound": [RULE]},
+        "traffic_policy": {"value": json.dumps({"on_tcp_connect": [RULE]})}})
+    assert resp.status == 400 and resp.json["details"]["field"] == "policy"

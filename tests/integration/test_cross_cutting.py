@@ -1,21 +1,22 @@
 """Error bodies, auth, version header, pagination and account isolation, over HTTP."""
 import pytest
 
+from chalicelib import errors
 from tests.integration.helpers import assert_error, fake_id
 
 
 # ---- error bodies --------------------------------------------------------------------
 @pytest.mark.parametrize("path", ["/nope", "/api_keys/ak_x/extra", "/"])
 def test_unknown_paths_get_404_with_and_without_a_key(target, path):
-    assert_error(target.request("GET", path), 404, "ERR_NOT_FOUND")
-    assert_error(target.request("GET", path, key=None), 404, "ERR_NOT_FOUND")
+    assert_error(target.request("GET", path), 404, errors.NOT_FOUND)
+    assert_error(target.request("GET", path, key=None), 404, errors.NOT_FOUND)
 
 
 @pytest.mark.parametrize("data, content_type, status, code", [
-    (b"{bad", "application/json", 400, "ERR_INVALID_JSON"),
-    (b"[1]", "application/json", 400, "ERR_INVALID_JSON"),
-    (b'{"description": "x"}', "text/plain", 415, "ERR_UNSUPPORTED_MEDIA_TYPE"),
-    (b"x" * (256 * 1024 + 1), "application/json", 413, "ERR_BODY_TOO_LARGE"),
+    (b"{bad", "application/json", 400, errors.INVALID_JSON),
+    (b"[1]", "application/json", 400, errors.INVALID_JSON),
+    (b'{"description": "x"}', "text/plain", 415, errors.UNSUPPORTED_MEDIA_TYPE),
+    (b"x" * (256 * 1024 + 1), "application/json", 413, errors.BODY_TOO_LARGE),
 ])
 def test_bad_bodies_get_contract_errors(target, data, content_type, status, code):
     resp = target.request("POST", "/api_keys", data=data, headers={"Content-Type": content_type})
@@ -24,14 +25,14 @@ def test_bad_bodies_get_contract_errors(target, data, content_type, status, code
 
 def test_unknown_field_is_named_with_the_accepted_ones(target):
     body = assert_error(target.request("POST", "/api_keys", json_body={"descripton": "x"}),
-                        400, "ERR_UNKNOWN_FIELD")
+                        400, errors.UNKNOWN_FIELD)
     assert "descripton" in body["msg"] and "description" in body["msg"]
     assert body["details"]["field"] == "descripton"
 
 
 def test_unknown_query_parameter_is_400(target):
     assert_error(target.request("GET", "/api_keys", params={"sort": "asc"}), 400,
-                 "ERR_INVALID_QUERY")
+                 errors.UNKNOWN_QUERY)
 
 
 def test_operation_id_is_returned_on_success(target):
@@ -44,32 +45,32 @@ def test_operation_id_is_returned_on_success(target):
 @pytest.mark.parametrize("header", ["Bearer not-a-key", "Basic abc", "Bearer", "Token x"])
 def test_malformed_or_unknown_keys_get_401(target, header):
     resp = target.request("GET", "/api_keys", key=None, headers={"Authorization": header})
-    assert_error(resp, 401, "ERR_UNAUTHORIZED")
+    assert_error(resp, 401, errors.UNAUTHORIZED)
 
 
 def test_a_deleted_key_stops_working_at_once(target):
     key = target.create("/api_keys", {"description": "revoke me"})
     assert target.request("GET", "/api_keys", key=key["token"]).status_code == 200
     assert target.request("DELETE", key["uri"]).status_code == 204
-    assert_error(target.request("GET", "/api_keys", key=key["token"]), 401, "ERR_UNAUTHORIZED")
+    assert_error(target.request("GET", "/api_keys", key=key["token"]), 401, errors.UNAUTHORIZED)
 
 
 def test_member_may_not_manage_others_keys(target, member_key):
     admin_key = target.create("/api_keys", {"description": "admin's"})
     resp = target.request("DELETE", admin_key["uri"], key=member_key)
-    assert_error(resp, 403, "ERR_FORBIDDEN")
+    assert_error(resp, 403, errors.FORBIDDEN)
     assert target.request("GET", admin_key["uri"], key=member_key).status_code == 200
 
 
 # ---- version header ------------------------------------------------------------------
 def test_missing_version_header_is_400(target):
-    assert_error(target.request("GET", "/api_keys", version=None), 400, "ERR_MISSING_VERSION")
+    assert_error(target.request("GET", "/api_keys", version=None), 400, errors.MISSING_VERSION)
 
 
 @pytest.mark.parametrize("version", ["1", "3", "two"])
 def test_unsupported_version_is_400_listing_supported(target, version):
     body = assert_error(target.request("GET", "/api_keys", version=version), 400,
-                        "ERR_UNSUPPORTED_VERSION")
+                        errors.UNSUPPORTED_VERSION)
     assert "2" in body["msg"]
 
 
@@ -102,7 +103,8 @@ def test_pages_follow_next_page_uri_newest_first_to_a_null_end(target):
 @pytest.mark.parametrize("params", [{"limit": "0"}, {"limit": "101"}, {"limit": "x"},
                                     {"before_id": "nope"}, {"before_id": "cr_" + "A" * 27}])
 def test_bad_page_parameters_are_400(target, params):
-    assert_error(target.request("GET", "/api_keys", params=params), 400, "ERR_INVALID_QUERY")
+    assert_error(target.request("GET", "/api_keys", params=params), 400,
+                 errors.INVALID_QUERY)
 
 
 def test_limit_as_string_and_before_id_are_exclusive(target):
@@ -117,7 +119,7 @@ def test_other_accounts_cannot_see_or_touch_my_resources(target, other_key):
     for method, body in (("GET", None), ("PATCH", {"description": "x"}), ("DELETE", None)):
         kwargs = {"json_body": body} if body is not None else {}
         assert_error(target.request(method, key["uri"], key=other_key, **kwargs), 404,
-                     "ERR_NOT_FOUND")
+                     errors.NOT_FOUND)
     listed = target.request("GET", "/api_keys", key=other_key).json()["keys"]
     assert key["id"] not in {k["id"] for k in listed}
     assert target.request("GET", key["uri"]).status_code == 200
@@ -125,4 +127,4 @@ def test_other_accounts_cannot_see_or_touch_my_resources(target, other_key):
 
 def test_malformed_and_unknown_ids_are_404(target):
     for path in ("/api_keys/nope", "/api_keys/" + fake_id("ak"), "/api_keys/" + fake_id("cr")):
-        assert_error(target.request("GET", path), 404, "ERR_NOT_FOUND")
+        assert_error(target.request("GET", path), 404, errors.NOT_FOUND)

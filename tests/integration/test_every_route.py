@@ -7,7 +7,7 @@ functional test keeps equal to the app's routes: a new route is covered here wit
 import pytest
 
 from app import app
-from chalicelib import openapi
+from chalicelib import errors, openapi
 from tests.integration.helpers import assert_error, fake_id
 
 DOCUMENT = openapi.build(app)
@@ -32,7 +32,7 @@ def test_route_refuses_requests_without_a_key(target, method, path, op):
     body = {} if method in ("POST", "PUT", "PATCH") else None
     kwargs = {"json_body": body} if body is not None else {}
     resp = target.request(method, _concrete(path, op), key=None, **kwargs)
-    assert_error(resp, 401, "ERR_UNAUTHORIZED")
+    assert_error(resp, 401, errors.UNAUTHORIZED)
 
 
 @pytest.mark.parametrize("method, path, op", OPERATIONS, ids=IDS)
@@ -62,7 +62,7 @@ def test_unsupported_methods_get_405(target, path):
         pytest.skip("every method is served")
     url = _concrete(path, next(iter(item.values())))
     for method in missing:
-        assert_error(target.request(method, url), 405, "ERR_METHOD_NOT_ALLOWED")
+        assert_error(target.request(method, url), 405, errors.METHOD_NOT_ALLOWED)
 
 
 def test_openapi_document_is_public_and_lists_every_route(target):

@@ -6,7 +6,7 @@ resources are 404. Resources whose routes do not exist yet are skipped.
 import pytest
 
 from app import app
-from chalicelib import ids
+from chalicelib import errors, ids
 from tests.integration.helpers import assert_error
 
 SERVED = {(m, p) for p, by_method in app.routes.items() for m in by_method}
@@ -38,7 +38,7 @@ def crud(target, path, list_key, kind, body, update, fields):
         assert target.request("GET", created["uri"]).json() == patched.json()
     deleted = target.request("DELETE", created["uri"])
     assert deleted.status_code == 204 and deleted.text == "", deleted.text
-    assert_error(target.request("GET", created["uri"]), 404, "ERR_NOT_FOUND")
+    assert_error(target.request("GET", created["uri"]), 404, errors.NOT_FOUND)
     return created
 
 
@@ -93,13 +93,13 @@ def test_tcp_edges_crud_and_modules(target):
     backend = target.create("/backends/http_response", {"body": "b"})
     edge = target.create("/edges/tcp", {"description": "with modules"})
     url = edge["uri"] + "/backend"
-    assert_error(target.request("GET", url), 404, "ERR_NOT_FOUND")
+    assert_error(target.request("GET", url), 404, errors.NOT_FOUND)
     put = target.request("PUT", url, json_body={"backend_id": backend["id"]})
     assert put.status_code == 200, put.text
     assert put.json()["backend"]["id"] == backend["id"] and put.json()["enabled"] is True
     assert target.request("GET", url).json() == put.json()
     assert target.request("DELETE", url).status_code == 204
-    assert_error(target.request("GET", url), 404, "ERR_NOT_FOUND")
+    assert_error(target.request("GET", url), 404, errors.NOT_FOUND)
     policy = target.create("/ip_policies", {})
     url = edge["uri"] + "/ip_restriction"
     put = target.request("PUT", url, json_body={"ip_policy_ids": [policy["id"]]})
@@ -129,7 +129,7 @@ def test_https_edges_routes_and_route_modules(target):
         assert put.status_code == 200, put.text
         assert target.request("GET", url).json() == put.json()
         assert target.request("DELETE", url).status_code == 204
-        assert_error(target.request("GET", url), 404, "ERR_NOT_FOUND")
+        assert_error(target.request("GET", url), 404, errors.NOT_FOUND)
 
 
 def test_abuse_reports_create_and_get(target):

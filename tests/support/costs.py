@@ -95,8 +95,18 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
     bot = crud("/bot_users", "bot_id", {"name": "b1"}, {"active": False}, delete=False)
     admin.post("/api_keys", {"owner_id": bot})
     run("DELETE /bot_users/{bot_id}", lambda: admin.delete(f"/bot_users/{bot}"), 204)
-    crud("/reserved_domains", "domain_id", {"domain": "costs.example.com"},
-         {"description": "d"})
+    service = crud("/service_users", "service_user_id", {"name": "s1"}, {"active": False},
+                   delete=False)
+    admin.post("/api_keys", {"owner_id": service})
+    run("DELETE /service_users/{service_user_id}",
+        lambda: admin.delete(f"/service_users/{service}"), 204)
+    domain = crud("/reserved_domains", "domain_id", {"domain": "costs.example.com"},
+                  {"description": "d"}, delete=False)
+    for part in ("certificate", "certificate_management_policy"):
+        run(f"DELETE /reserved_domains/{{domain_id}}/{part}",
+            lambda: admin.delete(f"/reserved_domains/{domain}/{part}"), 204)
+    run("DELETE /reserved_domains/{domain_id}",
+        lambda: admin.delete(f"/reserved_domains/{domain}"), 204)
     policy = crud("/ip_policies", "policy_id", {"description": "p"}, {"metadata": "m"},
                   delete=False)
     crud("/ip_policy_rules", "rule_id",

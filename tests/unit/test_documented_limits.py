@@ -126,8 +126,9 @@ def test_traffic_policy_rule_limits():
     _refused(check, "value", _document(expressions=33))
     check("value", _document(actions=32))
     _refused(check, "value", _document(actions=33))
-    check("value", _document(expressions=1, expression="x" * 1024))
-    _refused(check, "value", _document(expressions=1, expression="x" * 1025))
+    # a valid CEL expression of exactly 1024 bytes, then one byte longer
+    check("value", _document(expressions=1, expression="'" + "x" * 1016 + "' != ''"))
+    _refused(check, "value", _document(expressions=1, expression="'" + "x" * 1017 + "' != ''"))
     check("value", _document(name="n" * 255))
     _refused(check, "value", _document(name="n" * 256))
     _refused(check, "value", _document(actions=0))
@@ -270,15 +271,21 @@ def _flaky(losses):
     return write, calls
 
 
-def test_a_write_that_loses_four_races_succeeds_on_the_fifth_attempt():
-    write, calls = _flaky(4)
+def test_the_store_retries_eight_times():
+    assert store.RETRIES == 8   # chalicelib/store.py: after RETRIES lost races, 409
+
+
+def test_a_write_that_loses_all_but_one_race_succeeds_on_the_last_attempt(monkeypatch):
+    monkeypatch.setattr(store, "backoff", lambda attempt: 0)
+    write, calls = _flaky(store.RETRIES - 1)
     assert write() == "written"
-    assert len(calls) == 5
+    assert len(calls) == store.RETRIES
 
 
-def test_a_write_that_loses_five_races_is_a_409():
-    write, calls = _flaky(5)
+def test_a_write_that_loses_every_race_is_a_409(monkeypatch):
+    monkeypatch.setattr(store, "backoff", lambda attempt: 0)
+    write, calls = _flaky(store.RETRIES)
     with pytest.raises(errors.Conflict) as info:
         write()
     assert info.value.status_code == 409
-    assert len(calls) == 5
+    assert len(calls) == store.RETRIES

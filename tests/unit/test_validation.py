@@ -54,10 +54,13 @@ def test_id_in_body_must_match_path():
 
 def test_error_body_has_contract_shape():
     body = errors.NotFound("gone", details={"field": 3}).body("op_x")
-    assert body == {"error_code": "ERR_NOT_FOUND", "status_code": 404, "msg": "gone",
+    assert body == {"error_code": errors.NOT_FOUND, "status_code": 404, "msg": "gone",
                     "details": {"field": "3", "operation_id": "op_x"}}
 
 
 def test_catalog_codes_are_unique_and_statuses_are_errors():
-    assert len(errors.CATALOG) == 24
+    constants = {name: value for name, value in vars(errors).items()
+                 if name.isupper() and isinstance(value, str) and value.startswith("ERR_")}
+    assert len(set(constants.values())) == len(constants) == len(errors.CATALOG) == 29
+    assert set(constants.values()) == set(errors.CATALOG)
     assert all(400 <= status <= 599 for status in errors.CATALOG.values())
