@@ -559,9 +559,11 @@ def online_tunnels(account_id: str, labels: Mapping[str, str]) -> List[Dict[str,
 
 
 # Views page through items that may be offline, so a page is filled from more than one
-# Query when stale items are in the way; at most this many items are read for one page,
-# after which the page ends early with a next_page_uri past the items read.
+# Query when stale items are in the way: each further Query reads 4 times as many items as the
+# one before (up to MAX_QUERY_ITEMS), and at most MAX_EXAMINED_PER_PAGE items are read for one
+# page, after which the page ends early with a next_page_uri past the items read.
 MAX_EXAMINED_PER_PAGE = 1000
+MAX_QUERY_ITEMS = 300
 
 
 def session_of(item: store.Item) -> Optional[str]:
@@ -577,16 +579,17 @@ def live_page(account_id: str, collection: str, limit: int, before_id: Optional[
     Returns ``(pairs, more, cursor)``: ``cursor`` is None when the next page starts after the
     last item returned (the usual case) or the id of the last item read when the page ended
     early (MAX_EXAMINED_PER_PAGE offline items in a row). Cost: one Query of ``limit + 1``
-    items and one BatchGetItem of their sessions, repeated only while offline items keep a
-    page from filling up.
+    items and one BatchGetItem of their sessions; more (growing) Queries only while offline
+    items keep the page from filling up.
     """
     pk = store.collection_pk(account_id, collection)
     found: List[Tuple[store.Item, Optional[store.Item]]] = []
     sessions: Dict[str, Optional[store.Item]] = {}
-    cursor, examined = before_id, 0
+    cursor, examined, size = before_id, 0, limit + 1
     while True:
-        chunk, more = store.query_page(pk, limit + 1, cursor)
+        chunk, more = store.query_page(pk, size, cursor)
         examined += len(chunk)
+        size = min(size * 4, MAX_QUERY_ITEMS)
         if collection == SESSIONS:
             at = now()
             sessions.update({i.sk: (i if _fresh(i.heartbeat_at, at) else None) for i in chunk})
