@@ -133,14 +133,20 @@ def _item(pk: str, sk: str, *, kind: str, account_id: str, data: Dict[str, Any],
     item = {"pk": {"S": pk}, "sk": {"S": sk}, "kind": {"S": kind},
             "account_id": {"S": account_id}, "data": {"S": json.dumps(data)},
             "refs": {"N": "0"}, "instance_id": {"S": instance_id},
-            "heartbeat_at": {"N": _num(heartbeat_at)}, "expires_at": {"N": _num(expires_at)}}
+            "heartbeat_at": {"N": _ms(heartbeat_at)}, "expires_at": {"N": _num(expires_at)}}
     if owner is not None:
         item["owner"] = {"S": owner}
     return item
 
 
 def _num(value: float) -> str:
+    """Whole epoch seconds (``expires_at``: DynamoDB's TTL wants seconds)."""
     return str(int(value))
+
+
+def _ms(value: float) -> str:
+    """Epoch seconds with milliseconds (``heartbeat_at``: staleness is decided to the ms)."""
+    return f"{value:.3f}"
 
 
 def _get_raw(key: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -224,7 +230,7 @@ def session_heartbeat(account_id: str, session_id: str,
             UpdateExpression="SET heartbeat_at = :hb, expires_at = :exp, instance_id = :i "
                              "REMOVE stop_requested, restart_requested",
             ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeValues={":hb": {"N": _num(at)},
+            ExpressionAttributeValues={":hb": {"N": _ms(at)},
                                        ":exp": {"N": _num(at + EXPIRE_AFTER_SECONDS)},
                                        ":i": {"S": instance_id}},
             ReturnValues="ALL_OLD")["Attributes"]
@@ -304,7 +310,7 @@ def _update_session(account_id: str, session_id: str, flag: str) -> None:
             UpdateExpression=f"SET {flag} = :t",
             ConditionExpression="attribute_exists(pk) AND heartbeat_at >= :fresh",
             ExpressionAttributeValues={":t": {"BOOL": True},
-                                       ":fresh": {"N": _num(now() - stale_seconds())}})
+                                       ":fresh": {"N": _ms(now() - stale_seconds())}})
     except ClientError as exc:
         if _is_condition_failure(exc):
             raise errors.NotFound(f"No tunnel session with id '{session_id}' exists") from None

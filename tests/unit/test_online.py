@@ -344,3 +344,17 @@ def test_live_item_hides_offline_items(clock):
                                         ("endpoint", "ep", eid)):
         with pytest.raises(errors.NotFound):
             online.live_item(ACCT, collection, prefix, item_id, "thing")
+
+
+def test_staleness_is_decided_to_the_millisecond(clock):
+    clock["now"] += 0.9
+    sid = _session()
+    assert _raw("tunnel_session", sid).heartbeat_at == clock["now"]
+    clock["now"] += online.STALE_SECONDS  # exactly STALE_SECONDS old (not 44.1 s)
+    online.request_stop(ACCT, sid)
+    assert online.live_item(ACCT, "tunnel_session", "ts", sid, "tunnel session")
+    clock["now"] += 0.002
+    with pytest.raises(errors.NotFound):
+        online.request_stop(ACCT, sid)
+    with pytest.raises(errors.NotFound):
+        online.live_item(ACCT, "tunnel_session", "ts", sid, "tunnel session")
