@@ -2,7 +2,9 @@
 they serve.
 
 The edge (``edge/``) is the only writer of these items; the API reads them for
-``/tunnel_sessions``, ``/tunnels`` and ``/endpoints`` (the views at the end of this module).
+``/tunnel_sessions``, ``/tunnels`` and ``/endpoints`` (chalicelib.tunnel_sessions, .tunnels,
+.endpoints, through :func:`live_page` and :func:`live_item` at the end of this module). The
+edge should heartbeat a session well within STALE_SECONDS (e.g. every third of it).
 
 Items (keys from chalicelib.store's builders, like every resource)
 -----------------------------------------------------------------
