@@ -2,7 +2,9 @@
 they serve.
 
 The edge (``edge/``) is the only writer of these items; the API reads them for
-``/tunnel_sessions``, ``/tunnels`` and ``/endpoints`` (the views at the end of this module).
+``/tunnel_sessions``, ``/tunnels`` and ``/endpoints`` (chalicelib.tunnel_sessions, .tunnels,
+.endpoints, through :func:`live_page` and :func:`live_item` at the end of this module). The
+edge should heartbeat a session well within STALE_SECONDS (e.g. every third of it).
 
 Items (keys from chalicelib.store's builders, like every resource)
 -----------------------------------------------------------------
@@ -132,14 +134,20 @@ def _item(pk: str, sk: str, *, kind: str, account_id: str, data: Dict[str, Any],
     item = {"pk": {"S": pk}, "sk": {"S": sk}, "kind": {"S": kind},
             "account_id": {"S": account_id}, "data": store.to_av(data),
             "refs": {"N": "0"}, "instance_id": {"S": instance_id},
-            "heartbeat_at": {"N": _num(heartbeat_at)}, "expires_at": {"N": _num(expires_at)}}
+            "heartbeat_at": {"N": _ms(heartbeat_at)}, "expires_at": {"N": _num(expires_at)}}
     if owner is not None:
         item["owner"] = {"S": owner}
     return item
 
 
 def _num(value: float) -> str:
+    """Whole epoch seconds (``expires_at``: DynamoDB's TTL wants seconds)."""
     return str(int(value))
+
+
+def _ms(value: float) -> str:
+    """Epoch seconds with milliseconds (``heartbeat_at``: staleness is decided to the ms)."""
+    return f"{value:.3f}"
 
 
 def _get_raw(key: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -227,7 +235,7 @@ def session_heartbeat(account_id: str, session_id: str,
             UpdateExpression="SET heartbeat_at = :hb, expires_at = :exp, instance_id = :i "
                              "REMOVE stop_requested, restart_requested",
             ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeValues={":hb": {"N": _num(at)},
+            ExpressionAttributeValues={":hb": {"N": _ms(at)},
                                        ":exp": {"N": _num(at + EXPIRE_AFTER_SECONDS)},
                                        ":i": {"S": instance_id}},
             ReturnValues="ALL_OLD")["Attributes"]
@@ -307,7 +315,7 @@ def _update_session(account_id: str, session_id: str, flag: str) -> None:
             UpdateExpression=f"SET {flag} = :t",
             ConditionExpression="attribute_exists(pk) AND heartbeat_at >= :fresh",
             ExpressionAttributeValues={":t": {"BOOL": True},
-                                       ":fresh": {"N": _num(now() - stale_seconds())}})
+                                       ":fresh": {"N": _ms(now() - stale_seconds())}})
     except ClientError as exc:
         if _is_condition_failure(exc):
             raise errors.NotFound(f"No tunnel session with id '{session_id}' exists") from None
@@ -562,9 +570,11 @@ def online_tunnels(account_id: str, labels: Mapping[str, str]) -> List[Dict[str,
 
 
 # Views page through items that may be offline, so a page is filled from more than one
-# Query when stale items are in the way; at most this many items are read for one page,
-# after which the page ends early with a next_page_uri past the items read.
+# Query when stale items are in the way: each further Query reads 4 times as many items as the
+# one before (up to MAX_QUERY_ITEMS), and at most MAX_EXAMINED_PER_PAGE items are read for one
+# page, after which the page ends early with a next_page_uri past the items read.
 MAX_EXAMINED_PER_PAGE = 1000
+MAX_QUERY_ITEMS = 300
 
 
 def session_of(item: store.Item) -> Optional[str]:
@@ -580,16 +590,17 @@ def live_page(account_id: str, collection: str, limit: int, before_id: Optional[
     Returns ``(pairs, more, cursor)``: ``cursor`` is None when the next page starts after the
     last item returned (the usual case) or the id of the last item read when the page ended
     early (MAX_EXAMINED_PER_PAGE offline items in a row). Cost: one Query of ``limit + 1``
-    items and one BatchGetItem of their sessions, repeated only while offline items keep a
-    page from filling up.
+    items and one BatchGetItem of their sessions; more (growing) Queries only while offline
+    items keep the page from filling up.
     """
     pk = store.collection_pk(account_id, collection)
     found: List[Tuple[store.Item, Optional[store.Item]]] = []
     sessions: Dict[str, Optional[store.Item]] = {}
-    cursor, examined = before_id, 0
+    cursor, examined, size = before_id, 0, limit + 1
     while True:
-        chunk, more = store.query_page(pk, limit + 1, cursor)
+        chunk, more = store.query_page(pk, size, cursor)
         examined += len(chunk)
+        size = min(size * 4, MAX_QUERY_ITEMS)
         if collection == SESSIONS:
             at = now()
             sessions.update({i.sk: (i if _fresh(i.heartbeat_at, at) else None) for i in chunk})

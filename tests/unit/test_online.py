@@ -316,3 +316,45 @@ def test_the_table_expires_items_by_expires_at(store_env):
     client = store.connection().client
     ttl = client.describe_time_to_live(TableName="tunnel-service")["TimeToLiveDescription"]
     assert ttl["TimeToLiveStatus"] == "ENABLED" and ttl["AttributeName"] == "expires_at"
+
+
+def test_live_page_fills_pages_past_offline_items_and_ends_early_at_the_read_limit(
+        clock, monkeypatch):
+    live = _session()
+    clock["now"] += 1
+    stale = [_session() for _ in range(20)]
+    clock["now"] += online.STALE_SECONDS + 1
+    online.session_heartbeat(ACCT, live, "edge-a")
+    pairs, more, cursor = online.live_page(ACCT, "tunnel_session", 2, None)
+    assert [i.sk for i, _ in pairs] == [live] and not more and cursor is None
+    monkeypatch.setattr(online, "MAX_EXAMINED_PER_PAGE", 5)
+    pairs, more, cursor = online.live_page(ACCT, "tunnel_session", 2, None)
+    # reads 3, then 12 items: past the limit of 5, the page ends with a cursor after them
+    assert pairs == [] and more and cursor == stale[-15]
+    pairs, more, cursor = online.live_page(ACCT, "tunnel_session", 2, cursor)
+    assert [i.sk for i, _ in pairs] == [live] and not more and cursor is None
+
+
+def test_live_item_hides_offline_items(clock):
+    sid = _session()
+    tid, eid = _tunnel(sid, hostname="a.example.test")
+    assert online.live_item(ACCT, "endpoint", "ep", eid, "endpoint")[1].sk == sid
+    clock["now"] += online.STALE_SECONDS + 1
+    for collection, prefix, item_id in (("tunnel_session", "ts", sid), ("tunnel", "tn", tid),
+                                        ("endpoint", "ep", eid)):
+        with pytest.raises(errors.NotFound):
+            online.live_item(ACCT, collection, prefix, item_id, "thing")
+
+
+def test_staleness_is_decided_to_the_millisecond(clock):
+    clock["now"] += 0.9
+    sid = _session()
+    assert _raw("tunnel_session", sid).heartbeat_at == clock["now"]
+    clock["now"] += online.STALE_SECONDS  # exactly STALE_SECONDS old (not 44.1 s)
+    online.request_stop(ACCT, sid)
+    assert online.live_item(ACCT, "tunnel_session", "ts", sid, "tunnel session")
+    clock["now"] += 0.002
+    with pytest.raises(errors.NotFound):
+        online.request_stop(ACCT, sid)
+    with pytest.raises(errors.NotFound):
+        online.live_item(ACCT, "tunnel_session", "ts", sid, "tunnel session")

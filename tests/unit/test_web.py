@@ -54,3 +54,14 @@ def test_public_base_url_wins(monkeypatch):
     finally:
         monkeypatch.delenv("PUBLIC_BASE_URL")
         config.reset_settings()
+
+
+def test_page_continues_after_the_last_item_or_the_cursor_given():
+    c = web.Ctx(principal=None, base_url="http://h")
+    page = web.page(c, "/things", "things", [{"id": "t_2"}, {"id": "t_1"}], True, 2)
+    assert page["next_page_uri"] == "http://h/things?before_id=t_1&limit=2"
+    # a list that skipped items past its last one names where it stopped reading
+    page = web.page(c, "/things", "things", [], True, 2, cursor="t_0")
+    assert page == {"things": [], "uri": "http://h/things",
+                    "next_page_uri": "http://h/things?before_id=t_0&limit=2"}
+    assert web.page(c, "/things", "things", [{"id": "t_1"}], False, 2)["next_page_uri"] is None
