@@ -79,7 +79,7 @@ test-integration: $(STAMP)
 	$(PY) -m pytest tests/integration
 
 bench: $(STAMP)
-	$(PY) bench/bench_api.py
+	$(PY) bench/bench.py
 
 clean:
 	rm -rf $(VENV) $(AGENT_VENV) .pytest_cache
