@@ -89,7 +89,7 @@ mutate: $(STAMP)
 	nice -n 10 $(PY) tests/mutation/run.py
 
 bench: $(STAMP)
-	$(PY) bench/bench_api.py
+	$(PY) bench/bench.py
 
 clean:
 	rm -rf $(VENV) $(AGENT_VENV) .pytest_cache

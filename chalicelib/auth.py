@@ -33,6 +33,7 @@ so one cannot stand in for the other. What both share lives here: the owner rule
 import hashlib
 import hmac
 import secrets
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib import errors, ids, store, validation
@@ -236,7 +237,7 @@ def create_secret(account_id: str, collection: str, namespace: str, owner_id: st
     ``state`` is the owner's role/active as the caller knows it (its own, from the
     authorizer); when the owner turns out to differ, the create is built again with the
     owner's actual state (one more call)."""
-    for _ in range(store.RETRIES):
+    for attempt in range(store.RETRIES):
         item, ops, token = new_secret_item(account_id, collection, namespace, owner_id,
                                            owner_kind, data, state)
         try:
@@ -244,6 +245,8 @@ def create_secret(account_id: str, collection: str, namespace: str, owner_id: st
             return item, token
         except OwnerChanged as changed:
             state = changed.state
+        except store.VersionConflict:  # another create bumped the owner at the same time
+            time.sleep(store.backoff(attempt))
     raise errors.Conflict("The owner was changed by another request at the same time; "
                           "retry the request")
 
@@ -322,6 +325,7 @@ def update_owned(c: Ctx, collection: str, prefix: str, resource_id: str,
         item = store.get(pk, resource_id)
         if item is None:
             raise missing
+        require_owner_or_admin(c, item, plural)
         return item
     require = None
     if not c.principal.is_admin:

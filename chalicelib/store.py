@@ -9,6 +9,9 @@ Layout (single table, ``pk`` hash key + ``sk`` range key, both strings):
 | uniqueness / lookup     | ``U#<namespace>#<value>``            | ``U``         |
 | idempotency record      | ``I#<account id>#<key digest>``      | ``I``         |
 | rate-limit window       | ``RL#<account id>``                  | ``<window>``  |
+| HTTPS edge route        | ``A#<account id>#https_edge``        | ``<edge id>#<route id>`` |
+| owner index entry       | ``A#<account id>#owned#<owner id>``  | ``<key or credential id>`` |
+| layout marker           | ``META``                             | ``LAYOUT``    |
 
 Idempotency records and rate-limit windows carry ``expires_at`` (epoch seconds, the table's
 TTL attribute): DynamoDB deletes them some time after it passes; readers treat an expired one
@@ -18,22 +21,37 @@ Online items (sessions, tunnels, endpoints, served-hostname claims; chalicelib.o
 the same keys and carry ``instance_id``, ``owner``, ``heartbeat_at`` and ``expires_at`` (the
 table's TTL attribute) at the top level.
 
-A *collection* is a resource type (``api_key``, ``bot_user``, …), or a type under a parent
-(``https_edge_route#<edge id>``). Ids are time-sortable, so a list is one Query on the
+A *collection* is a resource type (``api_key``, ``bot_user``, …). Ids are time-sortable, so a list is one Query on the
 collection's ``pk`` with ``ScanIndexForward=False`` (newest first) and ``sk < before_id``;
 a get is one GetItem. No request path scans.
 
 Uniqueness (domains, hostports, bot names) and lookups (API key hash → key) are items of their
-own, written in the same transaction as the resource they belong to. Every item carries a
-``version`` (PynamoDB's VersionAttribute): saves, updates and deletes of an item read earlier
-are conditioned on it, so two writers never silently overwrite each other. A lost race
-surfaces as :class:`VersionConflict`, which :func:`retrying` turns into a fresh attempt.
+own, written in the same transaction as the resource they belong to. An item's own fields are
+``data``, a DynamoDB map (:class:`DataAttribute`; items of the earlier layout hold a JSON
+string and are read as they are, see chalicelib.migrate).
+
+One store call per operation — what a resource module calls:
+
+- read: :func:`get` / :func:`get_by_id` (one GetItem), :func:`query_page` (one Query);
+- create: ``commit([put_new(item)])`` — one conditional PutItem; with claims or counters of
+  other items (``unique()``, ``set_fields(..., refs=1)``) one TransactWriteItems;
+- update: ``write(set_fields(pk, sk, fields, missing=NotFound(...)))`` — one UpdateItem of
+  just those fields, returning the item as it is now (``ReturnValues``); ``require`` adds a
+  condition (``lambda e: f"{e.data('owner_id')} = {e.value(me)}"``) and ``explain(old)``
+  turns its failure into the right error, from the item as it was (no read before);
+- delete: ``write(remove_item(pk, sk, require=..., missing=..., explain=...))`` — one
+  conditional DeleteItem (e.g. ``refs`` = 0, else 409);
+- several items together: ``commit([...])`` — one transaction of ops (at most 100), all or
+  nothing; a single op is sent as a plain write, never as a transaction.
+
+Every write bumps the item's ``version`` (PynamoDB's VersionAttribute). Read-modify-write
+code (``get`` then ``save``/``delete``/``update`` of the read item) is conditioned on it, so
+two writers never silently overwrite each other: a lost race surfaces as
+:class:`VersionConflict`, which :func:`retrying` turns into a fresh attempt after a jittered
+backoff. Use it only where a write needs what it read (what to release, references to move).
 
 ``refs`` counts the resources that refer to an item (an edge to its backend); an item whose
 ``refs`` is not 0 cannot be deleted (see the conditions resource modules put on deletes).
-
-Resource modules build their writes as a list of :class:`Op` and hand them to :func:`commit`:
-one TransactWriteItems call (at most 100 ops), all or nothing.
 """
 import functools
 import json
