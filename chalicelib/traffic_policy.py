@@ -13,8 +13,8 @@ exactly as sent; an empty document (no phases) is allowed and means "no rules".
 from typing import Any, Optional
 
 from chalicelib import errors
-from chalicelib.policy import MAX_DOCUMENT_BYTES, MAX_RULES_PER_PHASE, PHASES, PolicyError
-from chalicelib.policy import compile_policy
+from chalicelib.policy.document import (MAX_DOCUMENT_BYTES, MAX_RULES_PER_PHASE, PHASES,
+                                        PolicyError)
 
 __all__ = ["MAX_DOCUMENT_BYTES", "MAX_RULES_PER_PHASE", "PHASES", "check_document",
            "check_tcp_document"]
@@ -26,6 +26,7 @@ def check_document(field: str, text: Any, protocol: Optional[str] = None) -> str
     if not isinstance(text, str):
         raise errors.InvalidField(f"Field '{field}' must be a string holding a JSON or YAML "
                                   "traffic policy document", details={"field": field})
+    from chalicelib.policy.engine import compile_policy  # here: the CEL runtime loads on use
     try:
         compiled = compile_policy(text)
         if protocol:
