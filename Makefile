@@ -16,7 +16,7 @@ AGENT_STAMP := $(AGENT_VENV)/.installed
 $(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip<26.3"
-	$(PY) -m pip install -q -r requirements-dev.txt -r requirements-vendor.txt
+	$(PY) -m pip install -q -r requirements-dev.txt
 	$(PY) scripts/vendor_lambda.py
 	touch $@
 
