@@ -13,10 +13,11 @@ AGENT_STAMP := $(AGENT_VENV)/.installed
 .PHONY: install run api-key test test-service test-agent reset create-table bench clean \
 	package deploy-aws deploy-localstack resources test-integration mutate
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip<26.3"
 	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) scripts/vendor_lambda.py
 	touch $@
 
 $(AGENT_STAMP): agent/requirements.txt agent/requirements-dev.txt

@@ -14,7 +14,7 @@ Modules (stored form → response form)
 - ``ip_restriction`` ``{enabled (default true), ip_policy_ids}`` → ``{enabled, ip_policies:
   [Ref]}``. ``ip_policy_ids``: 1 to 10 distinct IP policies of the caller's account.
 - ``traffic_policy`` ``{enabled (default true), value}``; ``value`` is required and checked
-  by :mod:`chalicelib.traffic_policy`.
+  by :mod:`chalicelib.traffic_policy` for a TCP endpoint (on_tcp_connect only).
 - A reference to something that does not exist in the caller's account (including another
   account's resource) is a 400 naming the field and the id: the body is wrong, the path is
   not. Each referenced item's ``refs`` counter is moved in the edge's transaction, with its
@@ -132,7 +132,7 @@ IP_RESTRICTION_FIELDS = [ENABLED, Field("ip_policy_ids", "string_list", required
                                         max_bytes=64, max_items=MAX_IP_POLICIES,
                                         check=_check_policy_ids)]
 TRAFFIC_POLICY_FIELDS = [ENABLED, Field("value", "string", required=True,
-                                        check=traffic_policy.check_document)]
+                                        check=traffic_policy.check_tcp_document)]
 
 
 def parse_backend(field: Optional[str], value: Any) -> Dict[str, Any]:

@@ -10,24 +10,34 @@ a config that matches its schema. Anything else is a 400 naming the field and th
 (``on_http_request[0].actions[1].config.status_code``). The stored value is the string
 exactly as sent; an empty document (no phases) is allowed and means "no rules".
 """
-from typing import Any
+from typing import Any, Optional
 
 from chalicelib import errors
-from chalicelib.policy import MAX_DOCUMENT_BYTES, MAX_RULES_PER_PHASE, PHASES, PolicyError
-from chalicelib.policy import compile_policy
+from chalicelib.policy.document import (MAX_DOCUMENT_BYTES, MAX_RULES_PER_PHASE, PHASES,
+                                        PolicyError)
 
-__all__ = ["MAX_DOCUMENT_BYTES", "MAX_RULES_PER_PHASE", "PHASES", "check_document"]
+__all__ = ["MAX_DOCUMENT_BYTES", "MAX_RULES_PER_PHASE", "PHASES", "check_document",
+           "check_tcp_document"]
 
 
-def check_document(field: str, text: Any) -> str:
-    """``text`` if it is a valid policy document; a 400 naming ``field`` and the place."""
+def check_document(field: str, text: Any, protocol: Optional[str] = None) -> str:
+    """``text`` if it is a valid policy document (for an endpoint of ``protocol``: ``tcp`` or
+    ``tls`` refuse the HTTP phases); a 400 naming ``field`` and the place."""
     if not isinstance(text, str):
         raise errors.InvalidField(f"Field '{field}' must be a string holding a JSON or YAML "
                                   "traffic policy document", details={"field": field})
+    from chalicelib.policy.engine import compile_policy  # here: the CEL runtime loads on use
     try:
-        compile_policy(text)
+        compiled = compile_policy(text)
+        if protocol:
+            compiled.check_protocol(protocol)
     except PolicyError as exc:
         location = f" at {exc.path}" if exc.path else ""
         raise errors.InvalidField(f"Field '{field}' is not a valid traffic policy{location}: "
                                   f"{exc.message}", details={"field": field}) from None
     return text
+
+
+def check_tcp_document(field: str, text: Any) -> str:
+    """check_document for a TCP edge or endpoint: only on_tcp_connect runs there."""
+    return check_document(field, text, protocol="tcp")

@@ -44,14 +44,32 @@ false).
 Rate limits live in :mod:`chalicelib.policy.ratelimit` (per edge instance, see there).
 ``set_ip_policy_resolver`` lets the edge resolve ``restrict-ips`` ``ip_policies``.
 """
-from chalicelib.policy.actions import JWKS, set_ip_policy_resolver
-from chalicelib.policy.document import MAX_DOCUMENT_BYTES, MAX_RULES_PER_PHASE, PHASES, PolicyError
-from chalicelib.policy.engine import Policy, State, compile_policy
-from chalicelib.policy.model import Conn, Endpoint, Request, Response
-from chalicelib.policy.outcome import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_BODY, RESPOND,
-                                       Outcome)
+import importlib
+from typing import Any
 
-__all__ = ["CLOSE", "CONTINUE", "FORWARD_INTERNAL", "JWKS", "MAX_DOCUMENT_BYTES",
-           "MAX_RULES_PER_PHASE", "NEED_BODY", "PHASES", "RESPOND", "Conn", "Endpoint",
-           "Outcome", "Policy", "PolicyError", "Request", "Response", "State",
-           "compile_policy", "set_ip_policy_resolver"]
+# Loaded on first use (PEP 562): the API imports this package at cold start, and the CEL
+# runtime, RE2 and the actions cost tens of milliseconds that only a request carrying a
+# policy should pay. ``import chalicelib.policy.document`` stays cheap.
+_EXPORTS = {
+    "JWKS": "actions", "set_ip_policy_resolver": "actions",
+    "MAX_DOCUMENT_BYTES": "document", "MAX_RULES_PER_PHASE": "document", "PHASES": "document",
+    "PolicyError": "document",
+    "Policy": "engine", "State": "engine", "compile_policy": "engine",
+    "Conn": "model", "Endpoint": "model", "Request": "model", "Response": "model",
+    "CLOSE": "outcome", "CONTINUE": "outcome", "FORWARD_INTERNAL": "outcome",
+    "NEED_BODY": "outcome", "RESPOND": "outcome", "Outcome": "outcome",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chalicelib.policy' has no attribute '{name}'")
+    value = getattr(importlib.import_module(f"chalicelib.policy.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS))

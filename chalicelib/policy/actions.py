@@ -527,8 +527,9 @@ class RateLimit(Action):
                 r.errors.append(f"rate-limit bucket_key {program.text}: {exc}")
                 parts.append("")
         key = "|".join(parts)
-        allowed, retry_after = ratelimit.LIMITER.hit((self.scope, key), self.capacity,
-                                                     self.window, r.clock())
+        endpoint = r.traffic.conn.endpoint.id  # one endpoint's traffic never spends another's
+        allowed, retry_after = ratelimit.LIMITER.hit((self.scope, endpoint, key),
+                                                     self.capacity, self.window, r.clock())
         r.set_vars("rate_limit", bucket_key=key, limited=not allowed,
                    **{"error.code": "", "error.message": ""})
         if allowed or not self.enforce:
@@ -733,7 +734,9 @@ class _Jwks:
     @staticmethod
     def _fetch(url: str) -> bytes:
         import urllib.request
-        with urllib.request.urlopen(url, timeout=3) as response:  # noqa: S310 (http/https only)
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("a JWKS URL must be http or https")
+        with urllib.request.urlopen(url, timeout=3) as response:  # noqa: S310 (checked above)
             return response.read(1 << 20)
 
     def get(self, url: str, now: float) -> dict:
@@ -793,8 +796,13 @@ class JwtValidation(Action):
         keys = Config(jws.get("keys", dict, required=True), jws.at("keys"), ("sources", "jwks"))
         sources = Config(keys.get("sources", dict, default={}), keys.at("sources"),
                          ("additional_jkus",))
-        self.jkus = [Template(u, phase, f"{sources.at('additional_jkus')}[{i}]")
-                     for i, u in enumerate(sources.strings("additional_jkus"))]
+        self.jkus = []
+        for index, url in enumerate(sources.strings("additional_jkus")):
+            where = f"{sources.at('additional_jkus')}[{index}]"
+            template = Template(url, phase, where)
+            if template.static is not None and not _is_http_url(url):
+                raise PolicyError(where, "must be an http or https URL")
+            self.jkus.append(template)
         self.inline = keys.get("jwks", dict)
         if self.inline is not None:
             self._keyset(self.inline, keys.at("jwks"))
@@ -859,7 +867,9 @@ class JwtValidation(Action):
                 jwt.decode(token, key=key, algorithms=self.algorithms,
                            issuer=issuers, audience=audiences or None,
                            options={"verify_aud": bool(audiences), "require": ["exp"]})
-            except (jwt.PyJWTError, ValueError, KeyError, OSError) as exc:
+            except _KeysUnavailable:
+                error = ("ERR_NGROK_3403", "the signing keys could not be fetched")
+            except (jwt.PyJWTError, ValueError, KeyError) as exc:
                 error = ("ERR_NGROK_3402", f"the JWT is not valid ({exc})")
         r.set_vars("jwt_validation", **{"error.code": error[0] if error else "",
                                         "error.message": error[1] if error else ""})
@@ -875,12 +885,28 @@ class JwtValidation(Action):
             sets.append(self._keyset(self.inline, "jwks"))
         for template in self.jkus:
             url = r.render(template)
-            sets.append(self._keyset(JWKS.get(url, r.clock()), url))
+            try:  # what a fetch or parse failed on is not echoed (the URL may be internal)
+                sets.append(self._keyset(JWKS.get(url, r.clock()), "jwks"))
+            except (OSError, ValueError, PolicyError):
+                raise _KeysUnavailable() from None
         for keyset in sets:
             for key in keyset.keys:
                 if kid is None or key.key_id == kid:
                     return key
         raise KeyError(f"no key with kid {kid!r}")
+
+
+class _KeysUnavailable(Exception):
+    pass
+
+
+def _is_http_url(url: str) -> bool:
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
 def _body_field(req, name: str) -> List[str]:

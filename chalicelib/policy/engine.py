@@ -14,6 +14,7 @@ from chalicelib.policy.outcome import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_B
                                        Outcome)
 
 CACHE_SIZE = 256
+HTTP_PHASES = PHASES[1:]
 
 
 class Rule:
@@ -66,6 +67,17 @@ class Policy:
                 compiled.append(Rule(rule.get("name") or "", expressions, built))
             self.phases[phase] = compiled
         self.clock: Callable[[], float] = time.time
+
+    def check_protocol(self, protocol: str) -> "Policy":
+        """PolicyError when the document has phases an endpoint of ``protocol`` never runs
+        (the hosted docs' "Phases available by protocol": TCP and TLS endpoints run only
+        on_tcp_connect); else the policy itself."""
+        if protocol in ("tcp", "tls"):
+            for phase in HTTP_PHASES:
+                if self.phases.get(phase):
+                    raise PolicyError(phase, f"{protocol} endpoints run only on_tcp_connect; "
+                                             f"{phase} would never run")
+        return self
 
     def has(self, phase: str) -> bool:
         return bool(self.phases.get(phase))

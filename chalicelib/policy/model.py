@@ -128,7 +128,14 @@ class Request(_Message):
     @classmethod
     def from_target(cls, method: str, scheme: str, host: str, target: str,
                     headers: Headers, **kwargs) -> "Request":
-        """Build from an HTTP/1.1 request line's target and the Host header value."""
+        """Build from an HTTP/1.1 request line's target and the Host header value. An
+        absolute-form target (``GET http://host/path``) keeps its path and query; the scheme
+        and host stay those of the connection and the Host header."""
+        if not target.startswith("/") and "://" in target:
+            parts = urlsplit(target)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        elif not target.startswith("/"):
+            target = "/" if target in ("", "*") else f"/{target}"
         return cls(method=method, url=f"{scheme}://{host}{target}", headers=list(headers),
                    **kwargs)
 

@@ -41,6 +41,18 @@ def prod_template(tmp_path_factory):
         return str(path), json.load(handle)
 
 
+def test_deployment_package_holds_the_policy_engines_runtime(prod_template):
+    """The API validates traffic policies with the engine, so the Lambda needs the CEL
+    runtime (vendored: Chalice refuses its wheel's tag, see requirements-vendor.txt)."""
+    import zipfile
+    path, _ = prod_template
+    names = set(zipfile.ZipFile(os.path.join(os.path.dirname(path), "deployment.zip"))
+                .namelist())
+    version = f"{sys.version_info.major}{sys.version_info.minor}"
+    assert f"cel_expr_python/cel.cpython-{version}-x86_64-linux-gnu.so" in names
+    assert "jwt/__init__.py" in names and "chalicelib/policy/engine.py" in names
+
+
 def test_packaged_prod_template_passes_cfn_lint(prod_template):
     path, _ = prod_template
     result = subprocess.run([os.path.join(VENV_BIN, "cfn-lint"), "--", path],

@@ -172,6 +172,10 @@ def test_hostport_limits_are_inclusive(account):
     ("traffic_policy", {"value": 5}, "traffic_policy.value"),
     ("traffic_policy", {"value": "[" * 5000}, "traffic_policy.value"),
     ("traffic_policy", {"value": "on_tcp_connect: " + "[" * 5000}, "traffic_policy.value"),
+    ("traffic_policy", {"value": '{"on_tcp_connect": [{"actions": [{"type": "oauth"}]}]}'},
+     "traffic_policy.value"),
+    ("traffic_policy", {"value": '{"on_http_request": [{"actions": [{"type": "deny"}]}]}'},
+     "traffic_policy.value"),
 ])
 def test_bad_module_returns_400_and_writes_nothing(account, module, value, field):
     resp = account.admin.post(PATH, {module: value})
@@ -313,9 +317,12 @@ def test_replacing_module_with_same_backend_keeps_one_reference(account):
 
 
 def test_traffic_policy_documents_accepted(account):
+    # HTTP phases on a TCP edge would never run: refused (see the test below); empty ones are
+    # no rules, so accepted.
     for value in (POLICY_JSON, POLICY_YAML, "{}", "",
-                  '{"on_http_request": [{"actions": [{"type": "add-headers", '
-                  '"config": {"headers": {"x": "y"}}}]}], "on_http_response": []}'):
+                  '{"on_tcp_connect": [{"actions": [{"type": "log", '
+                  '"config": {"metadata": {"ip": "${conn.client_ip}"}}}]}], '
+                  '"on_http_response": []}'):
         edge = create_edge(account.admin, traffic_policy={"value": value})
         assert edge["traffic_policy"]["value"] == value
 
@@ -395,3 +402,25 @@ def test_policy_and_traffic_policy_together_return_400(account):
         "policy": {"inbound": [RULE]},
         "traffic_policy": {"value": json.dumps({"on_tcp_connect": [RULE]})}})
     assert resp.status == 400 and resp.json["details"]["field"] == "policy"
+
+@pytest.mark.parametrize("policy_doc, element, words", [
+    ({"on_tcp_connect": [{"actions": [{"type": "oauth"}]}]},
+     "on_tcp_connect[0].actions[0].type", "'oauth' is not supported"),
+    ({"on_tcp_connect": [{"expressions": ["conn.nope == 1"], "actions": [{"type": "deny"}]}]},
+     "on_tcp_connect[0].expressions[0]", "conn.nope"),
+    ({"on_tcp_connect": [{"expressions": ["conn.client_ip =="],
+                          "actions": [{"type": "deny"}]}]},
+     "on_tcp_connect[0].expressions[0]", "bad CEL"),
+    ({"on_tcp_connect": [{"actions": [{"type": "restrict-ips", "config": {"allow": ["x"]}}]}]},
+     "on_tcp_connect[0].actions[0].config.allow[0]", "not a CIDR"),
+    ({"on_tcp_connect": [{"actions": [{"type": "add-headers"}]}]},
+     "on_tcp_connect[0].actions[0].type", "cannot run in on_tcp_connect"),
+    ({"on_http_request": [{"actions": [{"type": "deny"}]}]},
+     "on_http_request", "tcp endpoints run only on_tcp_connect"),
+])
+def test_traffic_policy_the_engine_refuses_is_a_400_naming_the_element(account, policy_doc,
+                                                                      element, words):
+    resp = account.admin.post(PATH, {"traffic_policy": {"value": json.dumps(policy_doc)}})
+    assert resp.status == 400, resp
+    assert resp.json["error_code"] == errors.InvalidField.error_code
+    assert f"at {element}:" in resp.json["msg"] and words in resp.json["msg"], resp.json

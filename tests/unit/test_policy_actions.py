@@ -786,3 +786,59 @@ def test_url_rewrite_expands_groups_as_go_does(to, expected):
     doc = req_doc({"type": "url-rewrite", "config": {"from": "/p/(?P<id>[0-9]+)", "to": to}})
     _, req = on_request(doc, request("/p/42"))
     assert req.path == expected
+
+
+def test_jwt_validation_fetches_a_jwks_served_on_the_loopback(rsa_key):
+    import http.server
+    import threading
+    key, jwks = rsa_key
+    body = json.dumps(jwks).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/.well-known/jwks.json"
+        policy.JWKS.cache.pop(url, None)
+        doc = _jwt_doc({"sources": {"additional_jkus": [url]}})
+        out, _ = on_request(doc, request(headers=[("Authorization", f"Bearer {_jwt(key)}")]))
+        assert out.kind == CONTINUE
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_jwt_validation_with_unreachable_keys_is_401(rsa_key):
+    key, _ = rsa_key
+    policy.JWKS.cache.pop("http://127.0.0.1:9/keys", None)
+    doc = _jwt_doc({"sources": {"additional_jkus": ["http://127.0.0.1:9/keys"]}})
+    out, _ = on_request(doc, request(headers=[("Authorization", f"Bearer {_jwt(key)}")]))
+    assert (out.kind, out.status_code) == (RESPOND, 401)
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://a.example/k", "not a url"])
+def test_jwt_key_urls_must_be_http(url):
+    error = refused(_jwt_doc({"sources": {"additional_jkus": [url]}}))
+    assert error.path.endswith("jws.keys.sources.additional_jkus[0]")
+
+
+def test_rate_limits_of_two_endpoints_with_the_same_policy_are_separate():
+    from chalicelib.policy import Endpoint
+    p = _limited_policy(json.loads(json.dumps({**RATE, "config": {**RATE["config"],
+                                                                    "capacity": 1}})))
+    a, b = conn("10.0.0.1"), conn("10.0.0.1")
+    a.endpoint = Endpoint(id="ep_a")
+    b.endpoint = Endpoint(id="ep_b")
+    assert p.on_http_request(a, request(), p.new_state()).kind == CONTINUE
+    assert p.on_http_request(b, request(), p.new_state()).kind == CONTINUE
+    assert p.on_http_request(a, request(), p.new_state()).kind == RESPOND

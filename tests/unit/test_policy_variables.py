@@ -183,3 +183,14 @@ def test_tls_variables_are_empty_on_plain_connections():
 def test_header_map_has_lower_case_and_canonical_names(expression, expected):
     req = request(headers=[("X-API-Version", "2"), ("authorization", "x")])
     assert evaluate(expression, req=req) == expected
+
+
+@pytest.mark.parametrize("target, path, query", [
+    ("/a?b=1", "/a", "b=1"), ("http://other.example/x?y", "/x", "y"), ("*", "/", ""),
+    ("http://other.example", "/", ""),
+])
+def test_request_targets_of_every_form(target, path, query):
+    from chalicelib.policy import Request
+    req = Request.from_target("GET", "https", "app.example.com", target, [])
+    assert (req.path, req.query, req.url.startswith("https://app.example.com/")) == \
+        (path, query, True)
