@@ -54,7 +54,16 @@ def sdk_error(exc: BaseException) -> tuple[str | None, str]:
 class SessionState:
     connected: bool = False
     error: str | None = None
-    since: float = 0.0
+    lost_at: float = 0.0
+
+
+# The SDK calls the heartbeat handler on every new connection, before it authenticates, so
+# a heartbeat right after a disconnection proves nothing: the session counts as up again
+# only on a heartbeat this long after the last disconnection (the SDK's interval is 10 s).
+UP_AFTER_SECONDS = 5.0
+# While down, the reason is probed with a separate connect at most this often (the SDK's
+# own reconnect errors say only "reconnect error"; the probe gets the edge's code).
+PROBE_EVERY_SECONDS = 15.0
 
 
 class EdgeSession:
@@ -67,27 +76,63 @@ class EdgeSession:
         self.bind_timeout = bind_timeout
         self.session: Any = None
         self._sdk: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()  # the SDK calls the handlers from its own threads
         self._state = SessionState()
+        self._probe: asyncio.Task | None = None
+        self._probed_at = 0.0
 
     # ---- state ----------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         with self._lock:
             return {"connected": self._state.connected, "error": self._state.error}
 
-    def _set(self, connected: bool, error: str | None) -> None:
-        with self._lock:
-            changed = connected != self._state.connected
-            self._state = SessionState(connected, error, time.time())
-        if changed and connected:
-            log.info("session to the edge is up again")
-
     def _on_disconnection(self, addr: Any, error: Any) -> None:
         log.warning("session to the edge lost (%s); the SDK reconnects", error)
-        self._set(False, str(error))
+        with self._lock:
+            self._state.connected = False
+            self._state.lost_at = time.monotonic()
+            if not (self._state.error or "").startswith("ERR_NGROK_"):
+                self._state.error = str(error)
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._start_probe)
 
     def _on_heartbeat(self, latency: Any) -> None:
-        self._set(True, None)
+        with self._lock:
+            if self._state.connected or time.monotonic() - self._state.lost_at < UP_AFTER_SECONDS:
+                return
+            lost_at, self._state = self._state.lost_at, SessionState(True, None, self._state.lost_at)
+        if lost_at:
+            log.info("session to the edge is up again")
+
+    def _start_probe(self) -> None:
+        if self.session is None or (self._probe is not None and not self._probe.done()):
+            return
+        if time.monotonic() - self._probed_at < PROBE_EVERY_SECONDS:
+            return
+        self._probed_at = time.monotonic()
+        self._probe = asyncio.ensure_future(self._run_probe())
+
+    async def _run_probe(self) -> None:
+        """Why is the session down? A fresh connect answers with the edge's code (a revoked
+        authtoken: ERR_NGROK_107); one that succeeds is closed at once."""
+        await asyncio.sleep(1.0)
+        if self.state()["connected"]:
+            return
+        try:
+            probe = await asyncio.wait_for(self._builder(probe=True).connect(), 10.0)
+        except asyncio.TimeoutError:
+            reason = "the edge does not answer"
+        except Exception as exc:
+            code, message = sdk_error(exc)
+            reason = f"{code}: {message}" if code else f"the edge is unreachable ({message})"
+        else:
+            await asyncio.wait_for(probe.close(), 3.0)
+            return
+        with self._lock:
+            if not self._state.connected:
+                self._state.error = reason
+        log.error("session to the edge is down: %s", reason)
 
     # ---- lifecycle ------------------------------------------------------------------
     def _import_sdk(self) -> Any:
@@ -101,28 +146,31 @@ class EdgeSession:
                                "'ngrok-api' REST client installed instead?): pip install ngrok")
         return sdk
 
-    def _builder(self) -> Any:
+    def _builder(self, probe: bool = False) -> Any:
         builder = self._sdk.SessionBuilder().authtoken(self.authtoken)
         if self.server_addr:
             builder = builder.server_addr(self.server_addr)
         if self.root_cas:
             builder = builder.root_cas(self.root_cas)
         builder = builder.client_info("tunnel-agent", __version__)
-        builder = builder.handle_disconnection(self._on_disconnection)
-        builder = builder.handle_heartbeat(self._on_heartbeat)
+        if not probe:
+            builder = builder.handle_disconnection(self._on_disconnection)
+            builder = builder.handle_heartbeat(self._on_heartbeat)
         return builder
 
     async def connect(self) -> None:
         """Open the session; retry unreachable edges until ``connect_timeout``; an
         authtoken the edge refuses stops at once (StartupError with the edge's code)."""
         self._sdk = self._import_sdk()
+        self._loop = asyncio.get_running_loop()
         deadline = time.monotonic() + self.connect_timeout
         delay = 0.5
         while True:
             try:
                 self.session = await asyncio.wait_for(
                     self._builder().connect(), max(1.0, deadline - time.monotonic()))
-                self._set(True, None)
+                with self._lock:
+                    self._state = SessionState(True, None, 0.0)
                 log.info("session to the edge %s is up", self.server_addr or "(SDK default)")
                 return
             except asyncio.TimeoutError:
@@ -140,6 +188,8 @@ class EdgeSession:
             delay = min(delay * 2, 5.0)
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
         if self.session is not None:
             session, self.session = self.session, None
             try:
@@ -154,6 +204,10 @@ class EdgeSession:
         Raises EdgeRefused (the edge's code) or EdgeUnavailable (no answer)."""
         if self.session is None:
             raise EdgeUnavailable("the agent has no session on the edge")
+        state = self.state()
+        if not state["connected"]:
+            raise EdgeUnavailable(f"the agent's session to the edge is down ({state['error']}); "
+                                  "the SDK is reconnecting, try again later")
         builder = self.session.http_endpoint().forwards_to(forwards_to)
         if domain:
             builder = builder.domain(domain)
