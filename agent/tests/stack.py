@@ -24,7 +24,8 @@ from typing import Any
 
 AGENT_DIR = Path(__file__).resolve().parent.parent
 REPO_DIR = AGENT_DIR.parent
-SERVICE_PYTHON = os.environ.get("SERVICE_PYTHON") or str(REPO_DIR / ".venv" / "bin" / "python")
+SERVICE_PYTHON = os.path.abspath(os.environ.get("SERVICE_PYTHON")
+                                 or str(REPO_DIR / ".venv" / "bin" / "python"))
 BASE_DOMAIN = "tunnels.localhost"
 
 

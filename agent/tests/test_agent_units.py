@@ -289,3 +289,13 @@ def test_records_round_trip_as_json(tmp_path):
     store.save([{"domain": "a.localhost", "protocol": "http", "forwards_to": "h:1",
                  "policy": {"on_http_request": []}}])
     assert json.loads(store.path.read_text())["tunnels"][0]["policy"] == {"on_http_request": []}
+
+
+def test_authtoken_file_is_read_when_no_token_is_given(tmp_path):
+    path = tmp_path / "authtoken"
+    path.write_text("from-file\n")
+    assert load_settings([], {"AGENT_AUTHTOKEN_FILE": str(path)}).authtoken == "from-file"
+    assert load_settings([], {"AGENT_AUTHTOKEN_FILE": str(path),
+                              "AGENT_AUTHTOKEN": "env"}).authtoken == "env"
+    with pytest.raises(StartupError, match="AGENT_AUTHTOKEN_FILE"):
+        load_settings([], {"AGENT_AUTHTOKEN_FILE": str(tmp_path / "missing")})

@@ -3,6 +3,7 @@
 | variable                  | flag                  | default                                   |
 |---------------------------|-----------------------|-------------------------------------------|
 | AGENT_AUTHTOKEN           | --authtoken           | NGROK_AUTHTOKEN, else required            |
+| AGENT_AUTHTOKEN_FILE      | --authtoken-file      | (none) a file holding the token (compose) |
 | AGENT_SERVER_ADDR         | --server-addr         | (none: the SDK's default, the hosted service) |
 | AGENT_ROOT_CAS            | --root-cas            | (none: the SDK's default roots)           |
 | AGENT_HOST                | --host                | 127.0.0.1                                 |
@@ -71,6 +72,7 @@ def load_settings(
     )
     parser.add_argument("--authtoken", default=None,
                         help="credential token (prefer AGENT_AUTHTOKEN: flags show in ps)")
+    parser.add_argument("--authtoken-file", default=env.get("AGENT_AUTHTOKEN_FILE") or None)
     parser.add_argument("--server-addr", default=env.get("AGENT_SERVER_ADDR") or None)
     parser.add_argument("--root-cas", default=env.get("AGENT_ROOT_CAS") or None)
     parser.add_argument("--host", default=env.get("AGENT_HOST", "127.0.0.1"))
@@ -83,8 +85,14 @@ def load_settings(
     parser.add_argument("--log-level", default=env.get("AGENT_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
 
-    authtoken = (args.authtoken or env.get("AGENT_AUTHTOKEN") or env.get("NGROK_AUTHTOKEN")
-                 or "").strip()
+    authtoken = (args.authtoken or env.get("AGENT_AUTHTOKEN") or "").strip()
+    if not authtoken and args.authtoken_file:
+        try:
+            authtoken = open(args.authtoken_file, encoding="utf-8").read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StartupError(f"AGENT_AUTHTOKEN_FILE {args.authtoken_file!r} cannot be read: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from None
+    authtoken = authtoken or (env.get("NGROK_AUTHTOKEN") or "").strip()
     if not authtoken:
         raise StartupError(
             "no authtoken: set AGENT_AUTHTOKEN to a credential token (POST /credentials; "
