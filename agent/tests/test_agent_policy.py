@@ -20,15 +20,12 @@ POLICY = {
                           "actions": [{"type": "add-headers",
                                        "config": {"headers": {"x-policy-response": "yes"}}}]}],
 }
-# what lands on main when the edge enforces TrafficPolicy (see the report of issue 12)
-ENFORCED = lambda f: f  # noqa: E731
 
 
 def _name() -> str:
     return f"t{time.time_ns() % 10**12}"
 
 
-@ENFORCED
 def test_a_given_policy_is_enforced_by_the_edge_and_shown_once_encoded(stack, agents,
                                                                        credential, upstream):
     agent = agents(credential["token"])
@@ -45,7 +42,6 @@ def test_a_given_policy_is_enforced_by_the_edge_and_shown_once_encoded(stack, ag
     assert "x-from-policy" not in posted.json["headers"]  # the expression did not match
 
 
-@ENFORCED
 def test_without_a_policy_the_default_file_applies_and_policy_is_null(stack, agents,
                                                                       credential, upstream):
     default = AGENT_DIR / "examples" / "default-policy.yaml"
@@ -62,7 +58,6 @@ def test_without_a_policy_the_default_file_applies_and_policy_is_null(stack, age
     assert through.headers["x-served-by"] == "tunnel-agent"
 
 
-@ENFORCED
 def test_tunnels_without_their_own_policy_follow_the_default_file_after_a_restart(
         stack, agents, credential, upstream, tmp_path):
     first = tmp_path / "first.json"
