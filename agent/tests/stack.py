@@ -144,6 +144,8 @@ class Stack:
     api: Process | None = None
     edge: Process | None = None
     admin_key: str = ""
+    tcp_low: int = 0
+    edge_starts: int = 0
 
     @property
     def api_url(self) -> str:
@@ -194,17 +196,22 @@ class Stack:
         if out.returncode != 0:
             raise RuntimeError(f"bootstrap failed: {out.stdout}\n{out.stderr}")
         self.admin_key = _key_of(out.stdout)
-        tcp_low = free_range(3)
+        self.tcp_low = free_range(3)
+        self.start_edge()
+        return self
+
+    def start_edge(self) -> None:
+        self.edge_starts += 1
+        store_env = {**self.env(), "DYNAMODB_ENDPOINT_URL": f"http://127.0.0.1:{self.store_port}"}
         self.edge = Process([SERVICE_PYTHON, "-m", "edge"], REPO_DIR,
                             {**store_env, "DATA_DIR": str(self.data_dir / "edge"),
                              "EDGE_AGENT_PORT": str(self.agent_port),
                              "EDGE_HTTP_PORT": str(self.http_port),
                              "EDGE_HTTPS_PORT": str(self.https_port),
-                             "EDGE_TCP_PORTS": f"{tcp_low}-{tcp_low + 2}",
+                             "EDGE_TCP_PORTS": f"{self.tcp_low}-{self.tcp_low + 2}",
                              "EDGE_CHECK_SECONDS": "1"},
-                            self.data_dir / "edge.log")
+                            self.data_dir / f"edge-{self.edge_starts}.log")
         self.edge.wait_for_line("edge CA certificate")
-        return self
 
     def stop(self) -> None:
         for process in (self.edge, self.api):

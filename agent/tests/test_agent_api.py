@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -272,3 +274,46 @@ def test_an_upstream_that_is_down_gets_the_edges_error_without_internal_addresse
     assert resp.status == 502, resp
     assert str(dead) not in resp.text and "127.0.0.1" not in resp.text
     assert stack.server_addr not in resp.text
+
+
+def test_an_upstream_answering_garbage_gets_the_edges_502_without_the_upstream_bytes(
+        stack, agents, credential):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    port = server.getsockname()[1]
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"SECRET-UPSTREAM-BYTES 10.1.2.3:5432\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        agent = agents(credential["token"])
+        created = agent.call("POST", "/tunnels", {"forwards_to": f"127.0.0.1:{port}"}).json
+        resp = stack.public("GET", created["url"])
+        assert resp.status == 502, resp
+        assert b"SECRET" not in resp.body and b"10.1.2.3" not in resp.body
+        assert str(port).encode() not in resp.body
+    finally:
+        server.close()
+
+
+def test_twenty_concurrent_creates_lose_no_tunnel(stack, agents, credential, upstream):
+    agent = agents(credential["token"])
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(lambda _: agent.call("POST", "/tunnels",
+                                                     {"forwards_to": upstream}), range(20)))
+    assert [r.status for r in results] == [200] * 20
+    urls = {r.json["url"] for r in results}
+    assert len(urls) == 20
+    assert {t["url"] for t in agent.call("GET", "/tunnels").json} == urls
+    saved = json.loads(agent.tunnels_file.read_text())["tunnels"]
+    assert {t["url"] for t in saved} == urls

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from stack import AGENT_DIR, BASE_DOMAIN, wait_for
+from stack import AGENT_DIR, BASE_DOMAIN, Agent, Stack, new_data_dir, wait_for
 
 
 def _name() -> str:
@@ -149,3 +149,26 @@ def test_revoking_the_credential_takes_the_tunnels_offline_and_the_agent_reports
     assert "ERR_NGROK_107" in resp.json["msg"]
     assert "ERR_NGROK_107" in agent.log()
     assert agent.call("GET", "/tunnels").json[0]["domain"] == created["domain"]  # not dropped
+
+
+def test_after_the_edge_restarts_the_sdk_reconnects_and_the_tunnels_serve_again(upstream):
+    """Its own stack: the edge goes away and comes back on the same address."""
+    own = Stack(new_data_dir("agent-edge-restart-"))
+    try:
+        own.start()
+        agent = Agent(own, own.bot_credential()["token"], own.data_dir / "agent").start()
+        try:
+            created = agent.call("POST", "/tunnels", {"forwards_to": upstream}).json
+            assert own.public("GET", created["url"]).status == 200
+            own.edge.stop()
+            assert wait_for(lambda: agent.call("GET", "/healthz").status == 503, timeout=20)
+            own.start_edge()
+            assert wait_for(lambda: own.public("GET", created["url"], "/back").status == 200,
+                            timeout=60), agent.log()
+            assert wait_for(lambda: agent.call("GET", "/healthz").status == 200, timeout=30)
+            assert agent.call("GET", "/tunnels").json[0]["url"] == created["url"]
+            assert agent.call("POST", "/tunnels", {"forwards_to": upstream}).status == 200
+        finally:
+            agent.stop()
+    finally:
+        own.stop()

@@ -78,7 +78,11 @@ def test_tunnels_without_their_own_policy_follow_the_default_file_after_a_restar
     {"on_http_request": [{"expressions": ["req.method =="], "actions": [
         {"type": "add-headers", "config": {"headers": {"a": "b"}}}]}]},
     {"on_http_request": [{"actions": [{"type": "add-headers", "config": {"headers": "x"}}]}]},
-], ids=["unknown-action", "bad-expression", "bad-config"])
+    {"on_http_request": [{"expressions": ["req.no_such_member == 'x'"], "actions": [
+        {"type": "add-headers", "config": {"headers": {"a": "b"}}}]}]},
+    {"on_http_request": [{"actions": [{"type": "add-headers",
+                                       "config": {"headers": {"a": "b"}, "extra": 1}}]}]},
+], ids=["unknown-action", "bad-expression", "bad-config", "unknown-member", "unknown-config-key"])
 def test_a_policy_the_edge_refuses_is_400_with_the_edge_code_and_nothing_is_saved(
         stack, agents, credential, upstream, policy):
     domain = f"{_name()}.{BASE_DOMAIN}"

@@ -299,3 +299,43 @@ def test_authtoken_file_is_read_when_no_token_is_given(tmp_path):
                               "AGENT_AUTHTOKEN": "env"}).authtoken == "env"
     with pytest.raises(StartupError, match="AGENT_AUTHTOKEN_FILE"):
         load_settings([], {"AGENT_AUTHTOKEN_FILE": str(tmp_path / "missing")})
+
+
+class _FakeBuilder:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __getattr__(self, name):
+        def record(*args):
+            self.calls.append((name, args))
+            return self
+        return record
+
+
+class _FakeSdk:
+    def __init__(self):
+        self.calls = []
+
+    def SessionBuilder(self):  # noqa: N802 (the SDK's name)
+        return _FakeBuilder(self.calls)
+
+
+def test_without_server_addr_the_session_is_built_as_for_the_hosted_service():
+    from tunnel_agent.sdk import EdgeSession
+
+    session = EdgeSession("tok", None, None)
+    session._sdk = _FakeSdk()
+    session._builder()
+    names = [name for name, _ in session._sdk.calls]
+    assert ("authtoken", ("tok",)) in session._sdk.calls
+    assert "server_addr" not in names and "root_cas" not in names
+
+
+def test_with_server_addr_and_root_cas_the_session_goes_to_the_edge():
+    from tunnel_agent.sdk import EdgeSession
+
+    session = EdgeSession("tok", "127.0.0.1:4443", "/data/ca.pem")
+    session._sdk = _FakeSdk()
+    session._builder()
+    assert ("server_addr", ("127.0.0.1:4443",)) in session._sdk.calls
+    assert ("root_cas", ("/data/ca.pem",)) in session._sdk.calls

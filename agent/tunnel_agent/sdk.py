@@ -20,7 +20,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from . import __version__
 from .errors import EdgeRefused, EdgeUnavailable, StartupError
@@ -54,16 +54,23 @@ def sdk_error(exc: BaseException) -> tuple[str | None, str]:
 class SessionState:
     connected: bool = False
     error: str | None = None
-    lost_at: float = 0.0
+    lost_at: float = 0.0  # monotonic time of the last disconnection
+    beat_at: float = 0.0  # monotonic time of the last heartbeat
 
 
 # The SDK calls the heartbeat handler on every new connection, before it authenticates, so
 # a heartbeat right after a disconnection proves nothing: the session counts as up again
 # only on a heartbeat this long after the last disconnection (the SDK's interval is 10 s).
 UP_AFTER_SECONDS = 5.0
-# While down, the reason is probed with a separate connect at most this often (the SDK's
-# own reconnect errors say only "reconnect error"; the probe gets the edge's code).
-PROBE_EVERY_SECONDS = 15.0
+# The SDK (1.4.0, ngrok-rust's tokio_retry ExponentialBackoff::from_millis(50)) retries a
+# lost session after 50 ms, 2.5 s, then 125 s, then ~1.7 h: an edge down for more than a
+# few seconds would leave the agent offline for minutes. So while the session is down and
+# silent (no heartbeat for SILENT_SECONDS: a live connection beats every 10 s), the agent
+# connects a fresh session itself every RETRY_SECONDS; when that succeeds it closes the old
+# one (which cancels the SDK's pending retry) and binds every tunnel again on the new one.
+SILENT_SECONDS = 12.0
+RETRY_SECONDS = 3.0
+WATCH_SECONDS = 1.0
 
 
 class EdgeSession:
@@ -76,58 +83,89 @@ class EdgeSession:
         self.bind_timeout = bind_timeout
         self.session: Any = None
         self._sdk: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._generation = 0  # handlers of replaced sessions are ignored
         self._lock = threading.Lock()  # the SDK calls the handlers from its own threads
         self._state = SessionState()
-        self._probe: asyncio.Task | None = None
-        self._probed_at = 0.0
+        self._watcher: asyncio.Task | None = None
+        self._tried_at = 0.0
+        # Called with the new session after a replacement: binds the tunnels again.
+        self.on_replaced: Callable[[], Awaitable[None]] | None = None
 
     # ---- state ----------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         with self._lock:
             return {"connected": self._state.connected, "error": self._state.error}
 
-    def _on_disconnection(self, addr: Any, error: Any) -> None:
-        log.warning("session to the edge lost (%s); the SDK reconnects", error)
+    def _on_disconnection(self, generation: int, error: Any) -> None:
+        if generation != self._generation:
+            return
+        log.warning("session to the edge lost (%s); reconnecting", error)
         with self._lock:
             self._state.connected = False
             self._state.lost_at = time.monotonic()
             if not (self._state.error or "").startswith("ERR_NGROK_"):
                 self._state.error = str(error)
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._start_probe)
 
-    def _on_heartbeat(self, latency: Any) -> None:
+    def _on_heartbeat(self, generation: int) -> None:
+        if generation != self._generation:
+            return
+        now = time.monotonic()
         with self._lock:
-            if self._state.connected or time.monotonic() - self._state.lost_at < UP_AFTER_SECONDS:
+            self._state.beat_at = now
+            if self._state.connected or now - self._state.lost_at < UP_AFTER_SECONDS:
                 return
-            lost_at, self._state = self._state.lost_at, SessionState(True, None, self._state.lost_at)
+            lost_at = self._state.lost_at
+            self._state.connected, self._state.error = True, None
         if lost_at:
             log.info("session to the edge is up again")
 
-    def _start_probe(self) -> None:
-        if self.session is None or (self._probe is not None and not self._probe.done()):
-            return
-        if time.monotonic() - self._probed_at < PROBE_EVERY_SECONDS:
-            return
-        self._probed_at = time.monotonic()
-        self._probe = asyncio.ensure_future(self._run_probe())
+    async def _watch(self) -> None:
+        """While the session is down, connect a fresh one: at first only to learn why it is
+        down; once the old one is silent, to take over from it."""
+        while True:
+            await asyncio.sleep(WATCH_SECONDS)
+            now = time.monotonic()
+            with self._lock:
+                state = SessionState(**vars(self._state))
+            if state.connected or now - state.lost_at < WATCH_SECONDS \
+                    or now - self._tried_at < RETRY_SECONDS:
+                continue
+            self._tried_at = now
+            # Not yet silent: the SDK may still be reconnecting by itself; only learn why
+            # the session is down (the edge's code, e.g. a revoked authtoken's).
+            adopt = now - max(state.beat_at, state.lost_at) >= SILENT_SECONDS
+            try:
+                await self._replace(adopt)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep watching whatever happened
+                log.exception("replacing the session failed")
 
-    async def _run_probe(self) -> None:
-        """Why is the session down? A fresh connect answers with the edge's code (a revoked
-        authtoken: ERR_NGROK_107); one that succeeds is closed at once."""
-        await asyncio.sleep(1.0)
-        if self.state()["connected"]:
-            return
+    async def _replace(self, adopt: bool) -> None:
+        generation = self._generation + 1
         try:
-            probe = await asyncio.wait_for(self._builder(probe=True).connect(), 10.0)
+            fresh = await asyncio.wait_for(self._builder(generation).connect(), 10.0)
         except asyncio.TimeoutError:
             reason = "the edge does not answer"
         except Exception as exc:
             code, message = sdk_error(exc)
             reason = f"{code}: {message}" if code else f"the edge is unreachable ({message})"
         else:
-            await asyncio.wait_for(probe.close(), 3.0)
+            if not adopt:
+                await asyncio.wait_for(fresh.close(), 3.0)
+                return
+            old, self.session, self._generation = self.session, fresh, generation
+            with self._lock:
+                self._state = SessionState(True, None, 0.0, time.monotonic())
+            log.info("session to the edge is up again (a new session: the SDK's next retry "
+                     "was minutes away)")
+            if old is not None:
+                try:
+                    await asyncio.wait_for(old.close(), 3.0)
+                except Exception as exc:
+                    log.warning("closing the lost session: %s", exc)
+            if self.on_replaced is not None:
+                await self.on_replaced()
             return
         with self._lock:
             if not self._state.connected:
@@ -146,32 +184,33 @@ class EdgeSession:
                                "'ngrok-api' REST client installed instead?): pip install ngrok")
         return sdk
 
-    def _builder(self, probe: bool = False) -> Any:
+    def _builder(self, generation: int = 0) -> Any:
         builder = self._sdk.SessionBuilder().authtoken(self.authtoken)
         if self.server_addr:
             builder = builder.server_addr(self.server_addr)
         if self.root_cas:
             builder = builder.root_cas(self.root_cas)
         builder = builder.client_info("tunnel-agent", __version__)
-        if not probe:
-            builder = builder.handle_disconnection(self._on_disconnection)
-            builder = builder.handle_heartbeat(self._on_heartbeat)
+        builder = builder.handle_disconnection(
+            lambda addr, error: self._on_disconnection(generation, error))
+        builder = builder.handle_heartbeat(lambda latency: self._on_heartbeat(generation))
         return builder
 
     async def connect(self) -> None:
         """Open the session; retry unreachable edges until ``connect_timeout``; an
         authtoken the edge refuses stops at once (StartupError with the edge's code)."""
         self._sdk = self._import_sdk()
-        self._loop = asyncio.get_running_loop()
         deadline = time.monotonic() + self.connect_timeout
         delay = 0.5
         while True:
             try:
                 self.session = await asyncio.wait_for(
-                    self._builder().connect(), max(1.0, deadline - time.monotonic()))
+                    self._builder(self._generation).connect(),
+                    max(1.0, deadline - time.monotonic()))
                 with self._lock:
-                    self._state = SessionState(True, None, 0.0)
+                    self._state = SessionState(True, None, 0.0, time.monotonic())
                 log.info("session to the edge %s is up", self.server_addr or "(SDK default)")
+                self._watcher = asyncio.ensure_future(self._watch())
                 return
             except asyncio.TimeoutError:
                 code, message = None, "no answer"
@@ -188,8 +227,9 @@ class EdgeSession:
             delay = min(delay * 2, 5.0)
 
     async def close(self) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
+        if self._watcher is not None:
+            self._watcher.cancel()
+        self._generation += 1  # the closing session's handlers report nothing
         if self.session is not None:
             session, self.session = self.session, None
             try:

@@ -65,6 +65,7 @@ async def start_agent(settings: Settings) -> RunningAgent:
     await session.connect()
     try:
         service = TunnelService(store, default_policy, session)
+        session.on_replaced = service.rebind_all
         await service.restore()
         if not settings.api_token and not _is_loopback(settings.host):
             log.warning("the API listens on %s without AGENT_API_TOKEN: anyone who reaches it "

@@ -276,7 +276,17 @@ class TunnelService:
         log.info("restored %d tunnel(s) from %s (%d refused by the edge)",
                  len(restored), self.store.path, self.failed())
 
-    async def close(self) -> None:
-        """Stop every endpoint (the agent is stopping; the file keeps them)."""
-        for tunnel in list(self._tunnels.values()):
-            await self._unbind(tunnel)
+    async def rebind_all(self) -> None:
+        """Bind every tunnel again on a new session (sdk.EdgeSession replaced a lost one);
+        one the edge refuses now keeps its error, as at start."""
+        async with self._lock:
+            for tunnel in self._tunnels.values():
+                tunnel.listener = None  # ended with the old session
+                try:
+                    await self._bind(tunnel)
+                except AgentError as exc:
+                    tunnel.error = {"error_code": exc.code, "msg": exc.msg}
+                    log.error("tunnel %s could not be bound again: %s (%s)", tunnel.domain,
+                              exc.msg, exc.code)
+        log.info("bound %d tunnel(s) again on the new session (%d refused)",
+                 len(self._tunnels), self.failed())

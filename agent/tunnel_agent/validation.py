@@ -8,8 +8,6 @@ import re
 # ASCII digits only: str.isdigit() and int() also take other scripts' digits ('٩٥٠١').
 _PORT = re.compile(r"^[0-9]{1,5}\Z")
 _LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
-# RFC 7230 token: the characters allowed in a header name.
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 
 
 class HostnameError(ValueError):
@@ -73,10 +71,3 @@ def parse_hostport(value: str) -> tuple[str, int]:
         raise ValueError(f"port {port_s!r} must be a number between 1 and 65535")
     return host, int(port_s)
 
-
-def is_header_name(value: object) -> bool:
-    return isinstance(value, str) and bool(_TOKEN.match(value))
-
-
-def is_header_value(value: object) -> bool:
-    return isinstance(value, str) and not any(ch in value for ch in "\r\n\0")
