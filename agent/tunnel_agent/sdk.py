@@ -56,6 +56,7 @@ class SessionState:
     error: str | None = None
     lost_at: float = 0.0  # monotonic time of the last disconnection
     beat_at: float = 0.0  # monotonic time of the last heartbeat
+    failures: int = 0  # failed reconnects of the SDK in this outage
 
 
 # The SDK calls the heartbeat handler on every new connection, before it authenticates, so
@@ -64,10 +65,13 @@ class SessionState:
 UP_AFTER_SECONDS = 5.0
 # The SDK (1.4.0, ngrok-rust's tokio_retry ExponentialBackoff::from_millis(50)) retries a
 # lost session after 50 ms, 2.5 s, then 125 s, then ~1.7 h: an edge down for more than a
-# few seconds would leave the agent offline for minutes. So while the session is down and
-# silent (no heartbeat for SILENT_SECONDS: a live connection beats every 10 s), the agent
-# connects a fresh session itself every RETRY_SECONDS; when that succeeds it closes the old
-# one (which cancels the SDK's pending retry) and binds every tunnel again on the new one.
+# few seconds would leave the agent offline for minutes. So once both quick retries failed
+# (each reports a disconnection), or the session is down and silent (no heartbeat for
+# SILENT_SECONDS: a live connection beats every 10 s), the agent connects a fresh session
+# itself every RETRY_SECONDS; when that succeeds it closes the old one (which cancels the
+# SDK's pending retry) and binds every tunnel again on the new one. Heartbeats after both
+# quick retries failed are not trusted either: the SDK reports some from dead attempts.
+SDK_QUICK_RETRIES = 2
 SILENT_SECONDS = 12.0
 RETRY_SECONDS = 3.0
 WATCH_SECONDS = 1.0
@@ -101,6 +105,10 @@ class EdgeSession:
             return
         log.warning("session to the edge lost (%s); reconnecting", error)
         with self._lock:
+            if self._state.connected:
+                self._state.failures = 0
+            else:
+                self._state.failures += 1
             self._state.connected = False
             self._state.lost_at = time.monotonic()
             if not (self._state.error or "").startswith("ERR_NGROK_"):
@@ -112,7 +120,8 @@ class EdgeSession:
         now = time.monotonic()
         with self._lock:
             self._state.beat_at = now
-            if self._state.connected or now - self._state.lost_at < UP_AFTER_SECONDS:
+            if self._state.connected or now - self._state.lost_at < UP_AFTER_SECONDS \
+                    or self._state.failures >= SDK_QUICK_RETRIES:
                 return
             lost_at = self._state.lost_at
             self._state.connected, self._state.error = True, None
@@ -133,7 +142,8 @@ class EdgeSession:
             self._tried_at = now
             # Not yet silent: the SDK may still be reconnecting by itself; only learn why
             # the session is down (the edge's code, e.g. a revoked authtoken's).
-            adopt = now - max(state.beat_at, state.lost_at) >= SILENT_SECONDS
+            adopt = (state.failures >= SDK_QUICK_RETRIES
+                     or now - max(state.beat_at, state.lost_at) >= SILENT_SECONDS)
             try:
                 await self._replace(adopt)
             except asyncio.CancelledError:

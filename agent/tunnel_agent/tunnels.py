@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 PROTOCOLS = ("http",)
 CREATE_FIELDS = ("protocol", "forwards_to", "domain", "policy")
+REBIND_ATTEMPTS = 5
 
 
 class Edge(Protocol):
@@ -283,7 +284,15 @@ class TunnelService:
             for tunnel in self._tunnels.values():
                 tunnel.listener = None  # ended with the old session
                 try:
-                    await self._bind(tunnel)
+                    for attempt in range(REBIND_ATTEMPTS):
+                        try:
+                            await self._bind(tunnel)
+                            break
+                        except AgentError as exc:
+                            # The edge may not have released the old session's claim yet.
+                            if exc.code != "ERR_NGROK_334" or attempt == REBIND_ATTEMPTS - 1:
+                                raise
+                            await asyncio.sleep(1.0)
                 except AgentError as exc:
                     tunnel.error = {"error_code": exc.code, "msg": exc.msg}
                     log.error("tunnel %s could not be bound again: %s (%s)", tunnel.domain,
