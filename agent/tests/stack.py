@@ -189,7 +189,7 @@ class Stack:
                 if self.api.process.poll() is not None or time.time() > deadline:
                     raise RuntimeError(f"serve.py did not start:\n{self.api.log()}") from None
                 time.sleep(0.2)
-        store_env = {**env, "DYNAMODB_ENDPOINT_URL": f"http://127.0.0.1:{self.store_port}"}
+        store_env = self.store_env()
         out = subprocess.run([SERVICE_PYTHON, "-m", "chalicelib.admin", "bootstrap", "--name",
                               "agent-tests", "--json"], cwd=REPO_DIR, env=store_env,
                              capture_output=True, text=True, timeout=60)
@@ -200,9 +200,24 @@ class Stack:
         self.start_edge()
         return self
 
+    def store_env(self) -> dict[str, str]:
+        """The environment of a component that uses the running stack's store directly: its
+        endpoint and this start's secret, as serve.py writes them to DATA_DIR/store.env
+        (older serve.py without it: the endpoint and any local credentials)."""
+        env = {**self.env(), "DYNAMODB_ENDPOINT_URL": f"http://127.0.0.1:{self.store_port}"}
+        path = self.data_dir / "api" / "store.env"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                name, _, value = line.strip().partition("=")
+                if name:
+                    env[name] = value
+            for name in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+                env.pop(name, None)
+        return env
+
     def start_edge(self) -> None:
         self.edge_starts += 1
-        store_env = {**self.env(), "DYNAMODB_ENDPOINT_URL": f"http://127.0.0.1:{self.store_port}"}
+        store_env = self.store_env()
         self.edge = Process([SERVICE_PYTHON, "-m", "edge"], REPO_DIR,
                             {**store_env, "DATA_DIR": str(self.data_dir / "edge"),
                              "EDGE_AGENT_PORT": str(self.agent_port),
