@@ -58,8 +58,10 @@ test: test-service test-agent
 test-service: $(STAMP) $(AGENT_STAMP)
 	$(PY) -m pytest tests
 
-test-agent: $(AGENT_STAMP)
-	cd agent && ../$(AGENT_VENV)/bin/python -m pytest tests
+## test-agent: the device agent against the real stack (serve.py + edge from .venv, the agent
+## with the official SDK from .venv-agent)
+test-agent: $(STAMP) $(AGENT_STAMP)
+	cd agent && SERVICE_PYTHON=../$(PY) ../$(AGENT_VENV)/bin/python -m pytest tests
 
 ## package: chalice package + the merge template of STAGE into build/$(STAGE) (sam.json, deployment.zip)
 STAGE ?= prod

@@ -1,346 +1,319 @@
-"""REST API behaviour and every error it returns."""
+"""The agent's REST API against the real stack (store + API + edge as processes, the agent as
+a process on the official SDK): tunnels are endpoints on the edge, traffic goes through the
+edge's public listener, and the edge's refusals come back as the agent's errors."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from agent_helpers import running_agent
 
-ERROR_KEYS = {"error_code", "status_code", "msg", "details"}
-
-
-def assert_error(status, payload, expected_status, code=None, field=None):
-    assert status == expected_status, payload
-    assert set(payload) == ERROR_KEYS
-    assert payload["status_code"] == expected_status
-    assert payload["error_code"].startswith("ERR_")
-    assert all(isinstance(v, str) for v in payload["details"].values())
-    assert payload["details"]["operation_id"].startswith("op_")
-    if code:
-        assert payload["error_code"] == code
-    if field:
-        assert payload["details"].get("field") == field, payload
-        assert field in payload["msg"]
+from stack import BASE_DOMAIN, request, wait_for
 
 
-def test_list_is_empty_at_first(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            status, payload, _ = await agent.call("GET", "/tunnels")
-            assert (status, payload) == (200, [])
-
-    asyncio.run(scenario())
+def _name() -> str:
+    return f"t{time.time_ns() % 10**12}"
 
 
-def test_create_without_domain_generates_one_under_base_domain(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path, base_domain="tun.localhost") as agent:
-            status, payload, _ = await agent.call("POST", "/tunnels", {"forwards_to": "127.0.0.1:9"})
-            assert status == 200
-            assert set(payload) == {"url", "protocol", "forwards_to", "domain", "policy"}
-            assert payload["protocol"] == "http"
-            assert payload["forwards_to"] == "127.0.0.1:9"
-            assert payload["policy"] is None
-            assert payload["domain"].endswith(".tun.localhost")
-            assert payload["url"] == f"http://{payload['domain']}:{agent.agent.ingress_port}"
-
-    asyncio.run(scenario())
+def test_list_is_empty_at_first(agents, credential):
+    agent = agents(credential["token"])
+    resp = agent.call("GET", "/tunnels")
+    assert resp.status == 200 and resp.json == []
 
 
-def test_list_shows_default_policy_as_json_string_when_none_given(tmp_path):
-    policy_file = tmp_path / "default.yaml"
-    policy_file.write_text(
-        "on_http_response:\n"
-        "  - name: tag\n"
-        "    actions:\n"
-        "      - type: add-headers\n"
-        "        config: {headers: {x-default: 'yes'}}\n"
-    )
-
-    async def scenario():
-        async with running_agent(tmp_path, default_policy_file=str(policy_file)) as agent:
-            created = await agent.create(forwards_to="localhost:8000", domain="d.agent.localhost")
-            assert created["policy"] is None
-            _, listed, _ = await agent.call("GET", "/tunnels")
-            assert len(listed) == 1
-            entry = listed[0]
-            assert set(entry) == {"url", "protocol", "forwards_to", "domain", "policy", "traffic_policy"}
-            assert entry["policy"] is None
-            assert isinstance(entry["traffic_policy"], str)
-            effective = json.loads(entry["traffic_policy"])
-            assert effective["on_http_response"][0]["name"] == "tag"
-
-    asyncio.run(scenario())
+def test_create_without_domain_gets_the_edges_generated_url_and_carries_traffic(
+        stack, agents, credential, upstream):
+    agent = agents(credential["token"])
+    resp = agent.call("POST", "/tunnels", {"forwards_to": upstream})
+    assert resp.status == 200, resp
+    body = resp.json
+    assert set(body) == {"url", "protocol", "forwards_to", "domain", "policy"}
+    assert body["url"] == f"https://{body['domain']}:{stack.https_port}"
+    assert body["domain"].endswith("." + BASE_DOMAIN)
+    assert (body["protocol"], body["forwards_to"], body["policy"]) == ("http", upstream, None)
+    through = stack.public("GET", body["url"], "/hello?x=1")
+    assert through.status == 200, through
+    assert through.json["path"] == "/hello?x=1" and through.headers["x-upstream"] == "yes"
 
 
-def test_given_policy_is_returned_as_object_and_listed_once_encoded(tmp_path):
-    policy = {
-        "on_http_request": [
-            {"name": "add", "expressions": ["req.method == 'GET'"],
-             "actions": [{"type": "add-headers", "config": {"headers": {"x-a": "1"}}}]}
-        ]
-    }
-
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            created = await agent.create(forwards_to="127.0.0.1:9", domain="p.agent.localhost", policy=policy)
-            assert created["policy"] == policy
-            _, listed, _ = await agent.call("GET", "/tunnels")
-            assert listed[0]["policy"] == policy
-            assert json.loads(listed[0]["traffic_policy"]) == policy  # not double-encoded
-
-    asyncio.run(scenario())
+def test_create_with_a_domain_under_the_base_domain_serves_it_over_https_and_http(
+        stack, agents, credential, upstream):
+    agent = agents(credential["token"])
+    domain = f"{_name()}.{BASE_DOMAIN}"
+    resp = agent.call("POST", "/tunnels", {"protocol": "http", "forwards_to": upstream,
+                                           "domain": domain.upper()})
+    assert resp.status == 200, resp
+    assert resp.json["domain"] == domain
+    assert resp.json["url"] == f"https://{domain}:{stack.https_port}"
+    assert stack.public("GET", resp.json["url"], "/a").json["path"] == "/a"
+    assert stack.public("GET", f"http://{domain}:{stack.http_port}", "/b").json["path"] == "/b"
 
 
-@pytest.mark.parametrize(
-    "body, field",
-    [
-        ({}, "forwards_to"),
-        ({"forwards_to": None}, "forwards_to"),
-        ({"forwards_to": ""}, "forwards_to"),
-        ({"forwards_to": "127.0.0.1"}, "forwards_to"),
-        ({"forwards_to": "127.0.0.1:0"}, "forwards_to"),
-        ({"forwards_to": "127.0.0.1:70000"}, "forwards_to"),
-        ({"forwards_to": "127.0.0.1:http"}, "forwards_to"),
-        ({"forwards_to": "http://127.0.0.1:80"}, "forwards_to"),
-        ({"forwards_to": "bad host:80"}, "forwards_to"),
-        ({"forwards_to": "::1:80"}, "forwards_to"),
-        ({"forwards_to": 8080}, "forwards_to"),
-        ({"forwards_to": "127.0.0.1:80", "protocol": "tcp"}, "protocol"),
-        ({"forwards_to": "127.0.0.1:80", "protocol": 1}, "protocol"),
-        ({"forwards_to": "127.0.0.1:80", "domain": "bad_domain!"}, "domain"),
-        ({"forwards_to": "127.0.0.1:80", "domain": "-a.localhost"}, "domain"),
-        ({"forwards_to": "127.0.0.1:80", "domain": "10.0.0.1"}, "domain"),
-        ({"forwards_to": "127.0.0.1:80", "domain": "a" * 64 + ".localhost"}, "domain"),
-        ({"forwards_to": "127.0.0.1:80", "domain": 5}, "domain"),
-        ({"forwards_to": "127.0.0.1:80", "policy": "on_http_request: []"}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_tcp_connect": []}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_http_request": {}}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_http_request": [
-            {"actions": [{"type": "rate-limit", "config": {}}]}]}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_http_request": [
-            {"expressions": ["req.method =="], "actions": [{"type": "deny"}]}]}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_http_request": [
-            {"expressions": ["res.status_code == 200"], "actions": [{"type": "deny"}]}]}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_http_request": [
-            {"actions": [{"type": "add-headers", "config": {"headers": ["x-a"]}}]}]}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_http_request": [
-            {"actions": [{"type": "add-headers", "config": {"headers": {"bad name": "v"}}}]}]}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_http_request": [
-            {"actions": [{"type": "add-headers", "config": {"headers": {"x-a": "a\r\nb"}}}]}]}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_http_response": [
-            {"actions": [{"type": "remove-headers", "config": {"headers": {"x-a": "1"}}}]}]}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_http_response": [
-            {"actions": [{"type": "deny"}]}]}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_http_request": [
-            {"name": "r", "expressions": [], "actions": [], }]}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "policy": {"on_http_request": [
-            {"actions": [{"type": "deny"}], "when": "always"}]}}, "policy"),
-        ({"forwards_to": "127.0.0.1:80", "url": "http://x"}, "url"),
-    ],
-)
-def test_create_with_invalid_input_returns_400_naming_the_field_and_changes_nothing(tmp_path, body, field):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            await agent.create(forwards_to="127.0.0.1:1", domain="keep.agent.localhost")
-            before = (tmp_path / "tunnels.json").read_bytes()
-            status, payload, _ = await agent.call("POST", "/tunnels", body)
-            assert_error(status, payload, 400, "ERR_INVALID_REQUEST", field)
-            _, listed, _ = await agent.call("GET", "/tunnels")
-            assert [t["domain"] for t in listed] == ["keep.agent.localhost"]
-            assert (tmp_path / "tunnels.json").read_bytes() == before
-
-    asyncio.run(scenario())
+def test_create_with_a_domain_reserved_by_the_account_is_served(stack, agents, credential,
+                                                                 upstream):
+    domain = f"{_name()}.example.com"
+    reserved = stack.call("POST", "/reserved_domains", {"domain": domain, "region": "us"})
+    assert reserved.status == 201, reserved
+    agent = agents(credential["token"])
+    resp = agent.call("POST", "/tunnels", {"forwards_to": upstream, "domain": domain})
+    assert resp.status == 200, resp
+    assert stack.public("GET", resp.json["url"], "/r").json["path"] == "/r"
 
 
-def test_invalid_cel_message_names_the_expression(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            policy = {"on_http_request": [{"expressions": ["req.path ==="], "actions": [{"type": "deny"}]}]}
-            status, payload, _ = await agent.call(
-                "POST", "/tunnels", {"forwards_to": "127.0.0.1:80", "policy": policy}
-            )
-            assert_error(status, payload, 400, field="policy")
-            assert "policy.on_http_request[0].expressions[0]" in payload["msg"]
-            assert "req.path ===" in payload["msg"]
-
-    asyncio.run(scenario())
-
-
-@pytest.mark.parametrize("raw", [b"not json", b"", b"[1, 2]", b'"text"', b"{\"forwards_to\": "])
-def test_create_with_body_that_is_not_a_json_object_returns_400(tmp_path, raw):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            status, payload, _ = await agent.call("POST", "/tunnels", data=raw)
-            assert_error(status, payload, 400, "ERR_INVALID_REQUEST")
-
-    asyncio.run(scenario())
+def test_list_shows_the_tunnel_with_its_effective_policy_as_a_json_string(agents, credential,
+                                                                           upstream):
+    agent = agents(credential["token"])
+    created = agent.call("POST", "/tunnels", {"forwards_to": upstream}).json
+    listed = agent.call("GET", "/tunnels").json
+    assert len(listed) == 1
+    item = listed[0]
+    assert {k: item[k] for k in created} == created
+    assert item["error"] is None
+    assert isinstance(item["traffic_policy"], str)
+    assert json.loads(item["traffic_policy"]) == {"on_http_request": [], "on_http_response": []}
 
 
-def test_create_accepts_json_sent_with_a_form_content_type(tmp_path):
-    # curl -d '{...}' sends application/x-www-form-urlencoded
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            status, payload, _ = await agent.call(
-                "POST", "/tunnels", data=b'{"forwards_to": "127.0.0.1:80"}',
-                headers={"Content-Type": "application/x-www-form-urlencoded"},
-            )
-            assert status == 200, payload
-
-    asyncio.run(scenario())
-
-
-def test_create_with_a_domain_already_served_returns_409(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            await agent.create(forwards_to="127.0.0.1:80", domain="dup.agent.localhost")
-            status, payload, _ = await agent.call(
-                "POST", "/tunnels", {"forwards_to": "127.0.0.1:81", "domain": "DUP.agent.localhost."}
-            )
-            assert_error(status, payload, 409, "ERR_CONFLICT", "domain")
-            _, listed, _ = await agent.call("GET", "/tunnels")
-            assert [t["forwards_to"] for t in listed] == ["127.0.0.1:80"]
-
-    asyncio.run(scenario())
+def test_domain_outside_the_credentials_acl_is_refused_403_with_the_edge_code_and_not_saved(
+        stack, agents, upstream):
+    cred = stack.bot_credential(acl=[f"bind:allowed-{_name()}.{BASE_DOMAIN}"])
+    agent = agents(cred["token"])
+    resp = agent.call("POST", "/tunnels", {"forwards_to": upstream,
+                                           "domain": f"other-{_name()}.{BASE_DOMAIN}"})
+    assert resp.status == 403, resp
+    assert resp.json["error_code"] == "ERR_NGROK_399"
+    assert resp.json["status_code"] == 403 and "ACL" in resp.json["msg"]
+    assert agent.call("GET", "/tunnels").json == []
+    assert not agent.tunnels_file.exists() or json.loads(
+        agent.tunnels_file.read_text())["tunnels"] == []
 
 
-def test_domain_is_lower_cased(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            created = await agent.create(forwards_to="127.0.0.1:80", domain="MiXed.Agent.Localhost")
-            assert created["domain"] == "mixed.agent.localhost"
-
-    asyncio.run(scenario())
-
-
-@pytest.mark.parametrize(
-    "url_part",
-    ["app.agent.localhost", "APP.agent.localhost", "app", "app.agent.localhost:8080",
-     "http%3A%2F%2Fapp.agent.localhost%3A8080"],
-)
-def test_delete_by_host_or_unique_label_returns_204_and_removes_it(tmp_path, url_part):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            await agent.create(forwards_to="127.0.0.1:80", domain="app.agent.localhost")
-            await agent.create(forwards_to="127.0.0.1:81", domain="other.agent.localhost")
-            async with agent.http.delete(agent.api + "/tunnels/" + url_part) as resp:
-                assert resp.status == 204
-                assert await resp.read() == b""
-            _, listed, _ = await agent.call("GET", "/tunnels")
-            assert [t["domain"] for t in listed] == ["other.agent.localhost"]
-            saved = json.loads((tmp_path / "tunnels.json").read_text())
-            assert [t["domain"] for t in saved["tunnels"]] == ["other.agent.localhost"]
-
-    asyncio.run(scenario())
+def test_domain_inside_the_credentials_wildcard_acl_is_allowed(stack, agents, upstream):
+    zone = f"{_name()}.{BASE_DOMAIN}"
+    cred = stack.bot_credential(acl=[f"bind:*.{zone}"])
+    agent = agents(cred["token"])
+    assert agent.call("POST", "/tunnels", {"forwards_to": upstream,
+                                           "domain": f"app.{zone}"}).status == 200
+    assert agent.call("POST", "/tunnels", {"forwards_to": upstream,
+                                           "domain": f"app.other{zone}"}).status == 403
 
 
-@pytest.mark.parametrize("url_part", ["ap", "app.agent", "agent.localhost", "pp", "nothing", "localhost"])
-def test_delete_never_matches_a_substring_and_returns_404(tmp_path, url_part):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            await agent.create(forwards_to="127.0.0.1:80", domain="app.agent.localhost")
-            status, payload, _ = await agent.call("DELETE", f"/tunnels/{url_part}")
-            assert_error(status, payload, 404, "ERR_TUNNEL_NOT_FOUND")
-            _, listed, _ = await agent.call("GET", "/tunnels")
-            assert len(listed) == 1
-
-    asyncio.run(scenario())
+def test_custom_domain_nobody_reserved_is_refused_403(agents, credential, upstream):
+    agent = agents(credential["token"])
+    resp = agent.call("POST", "/tunnels", {"forwards_to": upstream,
+                                           "domain": f"{_name()}.example.org"})
+    assert resp.status == 403 and resp.json["error_code"] == "ERR_NGROK_7117", resp
+    assert agent.call("GET", "/tunnels").json == []
 
 
-def test_delete_by_a_label_shared_by_two_tunnels_returns_409_and_deletes_nothing(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            await agent.create(forwards_to="127.0.0.1:80", domain="api.one.localhost")
-            await agent.create(forwards_to="127.0.0.1:81", domain="api.two.localhost")
-            status, payload, _ = await agent.call("DELETE", "/tunnels/api")
-            assert_error(status, payload, 409, "ERR_CONFLICT")
-            assert "api.one.localhost" in payload["msg"] and "api.two.localhost" in payload["msg"]
-            _, listed, _ = await agent.call("GET", "/tunnels")
-            assert len(listed) == 2
-
-    asyncio.run(scenario())
+def test_domain_served_by_another_agent_is_409_with_the_edge_code(stack, agents, upstream):
+    domain = f"{_name()}.{BASE_DOMAIN}"
+    first = agents(stack.bot_credential()["token"], name="first")
+    second = agents(stack.bot_credential()["token"], name="second")
+    assert first.call("POST", "/tunnels", {"forwards_to": upstream,
+                                           "domain": domain}).status == 200
+    resp = second.call("POST", "/tunnels", {"forwards_to": upstream, "domain": domain})
+    assert resp.status == 409 and resp.json["error_code"] == "ERR_NGROK_334", resp
+    assert second.call("GET", "/tunnels").json == []
 
 
-def test_unknown_path_returns_404_json_and_wrong_method_405_json(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            status, payload, _ = await agent.call("GET", "/nope")
-            assert_error(status, payload, 404, "ERR_NOT_FOUND")
-            status, payload, headers = await agent.call("PUT", "/tunnels", {})
-            assert_error(status, payload, 405, "ERR_METHOD_NOT_ALLOWED")
-            assert "GET" in headers["Allow"] and "POST" in headers["Allow"]
-            status, payload, _ = await agent.call("GET", "/tunnels/abc")
-            assert_error(status, payload, 405, "ERR_METHOD_NOT_ALLOWED")
-
-    asyncio.run(scenario())
+def test_domain_already_served_by_this_agent_is_409(agents, credential, upstream):
+    agent = agents(credential["token"])
+    domain = f"{_name()}.{BASE_DOMAIN}"
+    assert agent.call("POST", "/tunnels", {"forwards_to": upstream,
+                                           "domain": domain}).status == 200
+    resp = agent.call("POST", "/tunnels", {"forwards_to": upstream, "domain": domain})
+    assert resp.status == 409 and resp.json["error_code"] == "ERR_CONFLICT"
+    assert len(agent.call("GET", "/tunnels").json) == 1
 
 
-def test_body_too_large_returns_413_json(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            big = b'{"forwards_to": "127.0.0.1:80", "domain": "' + b"a" * 300_000 + b'"}'
-            status, payload, _ = await agent.call("POST", "/tunnels", data=big)
-            assert_error(status, payload, 413, "ERR_PAYLOAD_TOO_LARGE")
-
-    asyncio.run(scenario())
-
-
-def test_with_a_token_configured_requests_without_the_right_bearer_get_401(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path, api_token="s3cret-token") as agent:
-            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token"},
-                            {"Authorization": "Basic s3cret-token"}, {"Authorization": "Bearer "}):
-                for method, path, body in (("GET", "/tunnels", None),
-                                           ("POST", "/tunnels", {"forwards_to": "127.0.0.1:80"}),
-                                           ("DELETE", "/tunnels/x", None),
-                                           ("GET", "/unknown", None)):
-                    status, payload, resp_headers = await agent.call(method, path, body, headers=headers)
-                    assert_error(status, payload, 401, "ERR_UNAUTHORIZED")
-                    assert resp_headers["WWW-Authenticate"].startswith("Bearer")
-            good = {"Authorization": "Bearer s3cret-token"}
-            status, payload, _ = await agent.call("POST", "/tunnels", {"forwards_to": "127.0.0.1:80"}, headers=good)
-            assert status == 200
-            status, listed, _ = await agent.call("GET", "/tunnels", headers={"Authorization": "bearer s3cret-token"})
-            assert status == 200 and len(listed) == 1
-            assert (await agent.call("GET", "/healthz"))[0] == 200  # liveness stays open
-
-    asyncio.run(scenario())
+@pytest.mark.parametrize("body, field", [
+    ({}, "forwards_to"),
+    ({"forwards_to": None}, "forwards_to"),
+    ({"forwards_to": "127.0.0.1"}, "forwards_to"),
+    ({"forwards_to": "127.0.0.1:0"}, "forwards_to"),
+    ({"forwards_to": "127.0.0.1:65536"}, "forwards_to"),
+    ({"forwards_to": "127.0.0.1:\u0669\u0665\u0660\u0661"}, "forwards_to"),
+    ({"forwards_to": "http://127.0.0.1:80"}, "forwards_to"),
+    ({"forwards_to": 8080}, "forwards_to"),
+    ({"forwards_to": "h:1", "protocol": "ftp"}, "protocol"),
+    ({"forwards_to": "h:1", "domain": "bad domain"}, "domain"),
+    ({"forwards_to": "h:1", "domain": "1.2.3.4"}, "domain"),
+    ({"forwards_to": "h:1", "policy": []}, "policy"),
+    ({"forwards_to": "h:1", "policy": {"inbound": []}}, "policy"),
+    ({"forwards_to": "h:1", "url": "x"}, "url"),
+])
+def test_create_with_invalid_input_returns_400_naming_the_field_and_changes_nothing(
+        agents, credential, body, field):
+    agent = agents(credential["token"])
+    resp = agent.call("POST", "/tunnels", body)
+    assert resp.status == 400, resp
+    assert resp.json["error_code"] == "ERR_INVALID_REQUEST"
+    assert resp.json["details"]["field"] == field
+    assert agent.call("GET", "/tunnels").json == []
 
 
-def test_without_a_token_configured_the_api_is_open(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            status, _, _ = await agent.call("GET", "/tunnels", headers={"Authorization": "Bearer anything"})
-            assert status == 200
-
-    asyncio.run(scenario())
+def test_port_65535_is_accepted(agents, credential):
+    agent = agents(credential["token"])
+    assert agent.call("POST", "/tunnels", {"forwards_to": "127.0.0.1:65535"}).status == 200
 
 
-def test_thirty_concurrent_creates_lose_no_tunnel(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            bodies = [{"forwards_to": f"127.0.0.1:{1000 + i}"} for i in range(30)]
-            bodies += [{"forwards_to": "127.0.0.1:80", "domain": f"c{i}.agent.localhost"} for i in range(30)]
-            results = await asyncio.gather(*(agent.call("POST", "/tunnels", b) for b in bodies))
-            assert all(status == 200 for status, _, _ in results)
-            domains = {payload["domain"] for _, payload, _ in results}
-            assert len(domains) == 60
-            _, listed, _ = await agent.call("GET", "/tunnels")
-            assert {t["domain"] for t in listed} == domains
-            saved = json.loads((tmp_path / "tunnels.json").read_text())
-            assert {t["domain"] for t in saved["tunnels"]} == domains
-
-    asyncio.run(scenario())
+@pytest.mark.parametrize("raw", [b"[1, 2]", b'"x"', b"{bad", b"", b"[" * 100000,
+                                 b'{"policy": ' * 20000],
+                         ids=["array", "string", "broken", "empty", "deep-array", "deep-object"])
+def test_body_that_is_not_a_json_object_or_nested_too_deeply_returns_400(agents, credential,
+                                                                          raw):
+    agent = agents(credential["token"])
+    resp = agent.call("POST", "/tunnels", data=raw,
+                      headers={"Content-Type": "application/json"})
+    assert resp.status == 400, resp
+    assert resp.json["error_code"] == "ERR_INVALID_REQUEST"
+    assert "Traceback" not in agent.log()
 
 
-def test_concurrent_creates_of_the_same_domain_yield_one_200_and_409s(tmp_path):
-    async def scenario():
-        async with running_agent(tmp_path) as agent:
-            body = {"forwards_to": "127.0.0.1:80", "domain": "same.agent.localhost"}
-            results = await asyncio.gather(*(agent.call("POST", "/tunnels", body) for _ in range(10)))
-            statuses = sorted(status for status, _, _ in results)
-            assert statuses == [200] + [409] * 9
+def test_body_too_large_returns_413(agents, credential):
+    agent = agents(credential["token"])
+    resp = agent.call("POST", "/tunnels", data=b"{" + b" " * (256 * 1024) + b"}",
+                      headers={"Content-Type": "application/json"})
+    assert resp.status == 413 and resp.json["error_code"] == "ERR_PAYLOAD_TOO_LARGE"
 
-    asyncio.run(scenario())
+
+def test_delete_stops_the_endpoint_at_once(stack, agents, credential, upstream):
+    agent = agents(credential["token"])
+    created = agent.call("POST", "/tunnels", {"forwards_to": upstream}).json
+    assert stack.public("GET", created["url"]).status == 200
+    resp = agent.call("DELETE", "/tunnels/" + created["domain"])
+    assert resp.status == 204 and resp.body == b""
+    gone = stack.public("GET", created["url"])
+    assert gone.status == 404 and gone.json["error_code"] == "ERR_NGROK_3200", gone
+    assert agent.call("GET", "/tunnels").json == []
+    assert json.loads(agent.tunnels_file.read_text())["tunnels"] == []
+
+
+@pytest.mark.parametrize("how", ["host", "label", "url", "upper"])
+def test_delete_by_full_host_label_or_url(agents, credential, upstream, how):
+    agent = agents(credential["token"])
+    created = agent.call("POST", "/tunnels", {"forwards_to": upstream}).json
+    part = {"host": created["domain"], "label": created["domain"].split(".")[0],
+            "url": created["url"].replace("://", "%3A%2F%2F").replace(":", "%3A"),
+            "upper": created["domain"].upper()}[how]
+    assert agent.call("DELETE", "/tunnels/" + part).status == 204
+    assert agent.call("GET", "/tunnels").json == []
+
+
+def test_delete_never_matches_a_substring_and_unknown_is_404(agents, credential, upstream):
+    agent = agents(credential["token"])
+    created = agent.call("POST", "/tunnels", {"forwards_to": upstream}).json
+    for part in (created["domain"][:-1], created["domain"][:4], "nothing"):
+        resp = agent.call("DELETE", "/tunnels/" + part)
+        assert resp.status == 404 and resp.json["error_code"] == "ERR_TUNNEL_NOT_FOUND", part
+    assert len(agent.call("GET", "/tunnels").json) == 1
+
+
+def test_delete_by_a_label_two_tunnels_share_is_409_and_deletes_nothing(stack, agents,
+                                                                        credential, upstream):
+    domain = f"{_name()}.example.com"
+    assert stack.call("POST", "/reserved_domains", {"domain": domain}).status == 201
+    label = _name()
+    agent = agents(credential["token"])
+    # two tunnels whose first label is the same: <label>.tunnels.localhost and
+    # <label>.<reserved> (a wildcard reservation covers the second)
+    assert stack.call("POST", "/reserved_domains", {"domain": f"*.{domain}"}).status == 201
+    assert agent.call("POST", "/tunnels", {"forwards_to": upstream,
+                                           "domain": f"{label}.{BASE_DOMAIN}"}).status == 200
+    second = agent.call("POST", "/tunnels", {"forwards_to": upstream,
+                                             "domain": f"{label}.{domain}"})
+    assert second.status == 200, second
+    resp = agent.call("DELETE", "/tunnels/" + label)
+    assert resp.status == 409 and resp.json["error_code"] == "ERR_CONFLICT"
+    assert len(agent.call("GET", "/tunnels").json) == 2
+
+
+def test_unknown_path_is_404_and_wrong_method_405_in_the_error_shape(agents, credential):
+    agent = agents(credential["token"])
+    resp = agent.call("GET", "/nope")
+    assert resp.status == 404 and set(resp.json) == {"error_code", "status_code", "msg",
+                                                     "details"}
+    resp = agent.call("PUT", "/tunnels", {})
+    assert resp.status == 405 and resp.json["error_code"] == "ERR_METHOD_NOT_ALLOWED"
+    assert "GET" in resp.headers["allow"] and "POST" in resp.headers["allow"]
+
+
+def test_with_an_api_token_calls_need_the_bearer(agents, credential):
+    agent = agents(credential["token"], AGENT_API_TOKEN="s3cret")
+    assert agent.call("GET", "/tunnels").status == 401
+    assert agent.call("GET", "/tunnels",
+                      headers={"Authorization": "Bearer wrong"}).status == 401
+    assert agent.call("GET", "/tunnels",
+                      headers={"Authorization": "Bearer s3cret"}).status == 200
+    assert agent.call("GET", "/healthz").status == 200
+
+
+def test_the_api_listens_on_loopback_only_by_default(agents, credential):
+    agent = agents(credential["token"])
+    addresses = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)
+                 if info[0] == socket.AF_INET} - {"127.0.0.1"}
+    for address in addresses:
+        with socket.socket() as sock:
+            sock.settimeout(2)
+            assert sock.connect_ex((address, agent.port)) != 0
+    assert agent.call("GET", "/healthz").json["session"] == {"connected": True, "error": None}
+
+
+def test_an_upstream_that_is_down_gets_the_edges_error_without_internal_addresses(
+        stack, agents, credential):
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    agent = agents(credential["token"])
+    created = agent.call("POST", "/tunnels", {"forwards_to": f"127.0.0.1:{dead}"}).json
+    resp = stack.public("GET", created["url"])
+    assert resp.status == 502, resp
+    assert str(dead) not in resp.text and "127.0.0.1" not in resp.text
+    assert stack.server_addr not in resp.text
+
+
+def test_an_upstream_answering_garbage_gets_the_edges_502_without_the_upstream_bytes(
+        stack, agents, credential):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    port = server.getsockname()[1]
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"SECRET-UPSTREAM-BYTES 10.1.2.3:5432\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        agent = agents(credential["token"])
+        created = agent.call("POST", "/tunnels", {"forwards_to": f"127.0.0.1:{port}"}).json
+        resp = stack.public("GET", created["url"])
+        assert resp.status == 502, resp
+        assert b"SECRET" not in resp.body and b"10.1.2.3" not in resp.body
+        assert str(port).encode() not in resp.body
+    finally:
+        server.close()
+
+
+def test_twenty_concurrent_creates_lose_no_tunnel(stack, agents, credential, upstream):
+    agent = agents(credential["token"])
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(lambda _: agent.call("POST", "/tunnels",
+                                                     {"forwards_to": upstream}), range(20)))
+    assert [r.status for r in results] == [200] * 20
+    urls = {r.json["url"] for r in results}
+    assert len(urls) == 20
+    assert {t["url"] for t in agent.call("GET", "/tunnels").json} == urls
+    saved = json.loads(agent.tunnels_file.read_text())["tunnels"]
+    assert {t["url"] for t in saved} == urls

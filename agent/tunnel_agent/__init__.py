@@ -1,9 +1,9 @@
-"""Device agent: a local REST API that creates, lists and deletes HTTP tunnels.
+"""Device agent: a local REST API that creates, lists and deletes tunnels.
 
-Tunnels are served by a local ingress listener that routes each request by its
-``Host`` header to the tunnel's ``forwards_to`` address, applying the tunnel's
-traffic policy on the way. Independent of the management service (never imports
-``chalicelib``).
+Each tunnel is an HTTP endpoint of the official agent SDK (``ngrok``) on the edge, which
+serves its public URL and enforces its traffic policy. Independent of the service in this
+repository (never imports ``chalicelib`` or ``edge``): it talks to the edge only through
+the SDK.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -24,12 +24,14 @@ from .errors import (
     error_body,
     new_operation_id,
 )
+from .sdk import EdgeSession
 from .tunnels import TunnelService
 
 log = logging.getLogger(__name__)
 
 SERVICE_KEY = web.AppKey("tunnel_service", TunnelService)
 TOKEN_KEY = web.AppKey("api_token", str)
+SESSION_KEY = web.AppKey("edge_session", EdgeSession)
 MAX_BODY_BYTES = 256 * 1024
 PUBLIC_PATHS = frozenset({"/healthz"})
 
@@ -109,7 +111,15 @@ async def delete_tunnel(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return json_response({"status": "ok", "tunnels": len(request.app[SERVICE_KEY])})
+    """200 while the SDK session is up, 503 while it is down (the SDK is reconnecting);
+    ``session.error`` is the last disconnection's reason (e.g. a revoked authtoken's
+    ERR_NGROK_107)."""
+    service = request.app[SERVICE_KEY]
+    session = request.app[SESSION_KEY].state()
+    return json_response({"status": "ok" if session["connected"] else "degraded",
+                          "session": session, "tunnels": len(service),
+                          "tunnels_failed": service.failed()},
+                         status=200 if session["connected"] else 503)
 
 
 async def _json_body(request: web.Request) -> Any:
@@ -119,13 +129,17 @@ async def _json_body(request: web.Request) -> Any:
         raise BadRequest("request body must be a JSON object, got an empty body")
     try:
         return json.loads(raw)
+    except RecursionError:  # json's parser recurses per nesting level
+        raise BadRequest("request body is nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
 
 
-def create_api_app(service: TunnelService, api_token: str | None = None) -> web.Application:
+def create_api_app(service: TunnelService, session: EdgeSession,
+                   api_token: str | None = None) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
     app[SERVICE_KEY] = service
+    app[SESSION_KEY] = session
     if api_token:
         app[TOKEN_KEY] = api_token
     app.router.add_get("/tunnels", list_tunnels, allow_head=False)

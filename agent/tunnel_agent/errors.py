@@ -1,8 +1,7 @@
 """One error catalog and one translation point to the wire body.
 
-Every non-2xx answer of the REST API and of the ingress has the management API
-family's shape: ``{"error_code", "status_code", "msg", "details"}``; ``details``
-values are strings.
+Every non-2xx answer of the REST API has the management API family's shape:
+``{"error_code", "status_code", "msg", "details"}``; ``details`` values are strings.
 """
 
 from __future__ import annotations
@@ -62,33 +61,38 @@ class PersistFailed(AgentError):
     code = "ERR_PERSIST_FAILED"
 
 
-class PolicyDenied(AgentError):
-    """A ``deny`` action of a traffic policy refused the request."""
+class EdgeRefused(AgentError):
+    """The edge refused the endpoint: the edge's ``ERR_NGROK_…`` code is the error code.
 
-    code = "ERR_POLICY_DENIED"
+    Status by what the code means (see README "Errors"): 409 when the name is served or
+    reserved by someone else, 403 when the credential may not bind it, 400 otherwise (the
+    edge found the endpoint's definition invalid, e.g. its traffic policy)."""
 
-    def __init__(self, msg: str, status: int, **details: Any) -> None:
+    CONFLICT = frozenset({"ERR_NGROK_334", "ERR_NGROK_320"})
+    FORBIDDEN = frozenset({"ERR_NGROK_105", "ERR_NGROK_107", "ERR_NGROK_399", "ERR_NGROK_7113",
+                           "ERR_NGROK_7117", "ERR_NGROK_1622"})
+
+    def __init__(self, edge_code: str, msg: str, **details: Any) -> None:
         super().__init__(msg, **details)
-        self.status = status
+        self.code = edge_code
+        if edge_code in self.CONFLICT:
+            self.status = 409
+        elif edge_code in self.FORBIDDEN:
+            self.status = 403
+        else:
+            self.status = 400
 
 
-class LoopDetected(AgentError):
-    status = 508
-    code = "ERR_LOOP_DETECTED"
+class EdgeUnavailable(AgentError):
+    """The SDK session could not reach the edge, or the edge did not answer in time."""
 
-
-class UpstreamUnavailable(AgentError):
-    status = 502
-    code = "ERR_UPSTREAM_UNAVAILABLE"
-
-
-class UpstreamTimeout(AgentError):
-    status = 504
-    code = "ERR_UPSTREAM_TIMEOUT"
+    status = 503
+    code = "ERR_EDGE_UNAVAILABLE"
 
 
 class StartupError(Exception):
-    """The agent cannot start (bad configuration, corrupt tunnels file, bad default policy)."""
+    """The agent cannot start (bad configuration, corrupt tunnels file, bad default policy,
+    an authtoken the edge refuses)."""
 
 
 def new_operation_id() -> str:

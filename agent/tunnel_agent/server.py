@@ -1,4 +1,4 @@
-"""Assembly: settings -> default policy -> tunnels (restored from file) -> two listeners."""
+"""Assembly: settings -> default policy -> SDK session -> tunnels (bound again) -> REST API."""
 
 from __future__ import annotations
 
@@ -13,25 +13,26 @@ from aiohttp import web
 from .api import create_api_app
 from .config import Settings
 from .errors import StartupError
-from .ingress import Ingress
 from .policy import load_default_policy
+from .sdk import EdgeSession
 from .store import TunnelsFile
 from .tunnels import TunnelService
 
 log = logging.getLogger("tunnel_agent")
+# How long a stop waits for API requests in flight (docker stop's grace period is 10 s).
+SHUTDOWN_GRACE_SECONDS = 3.0
 
 
 @dataclass
 class RunningAgent:
     service: TunnelService
+    session: EdgeSession
     api_runner: web.AppRunner
-    ingress_runner: web.AppRunner
     api_port: int
-    ingress_port: int
 
     async def stop(self) -> None:
         await self.api_runner.cleanup()
-        await self.ingress_runner.cleanup()
+        await self.session.close()
 
 
 def _bound_port(runner: web.AppRunner) -> int:
@@ -52,52 +53,45 @@ def _is_loopback(host: str) -> bool:
 
 
 async def start_agent(settings: Settings) -> RunningAgent:
-    """Start both listeners; raise StartupError (nothing listening) when the agent cannot run."""
+    """Connect, bind the saved tunnels, listen; StartupError (nothing listening) when the
+    agent cannot run."""
     default_policy = load_default_policy(settings.default_policy_file)
-    driver = None
-    if settings.ngrok_authtoken:
-        from .ngrok_driver import NgrokDriver
-
-        driver = NgrokDriver(settings.ngrok_authtoken)
-        driver.check()
-    service = TunnelService(
-        TunnelsFile(settings.tunnels_file), default_policy, settings.base_domain, driver
-    )
-    await service.restore()
-    if not settings.api_token and not _is_loopback(settings.host):
-        log.warning(
-            "the API listens on %s without AGENT_API_TOKEN: anyone who reaches it can "
-            "create tunnels", settings.host,
-        )
-
-    ingress = Ingress(service, settings.upstream_timeout)
-    ingress_runner = web.AppRunner(ingress.app(), access_log=None, handle_signals=False)
-    api_runner = web.AppRunner(
-        create_api_app(service, settings.api_token), access_log=None, handle_signals=False
-    )
-    await ingress_runner.setup()
-    await api_runner.setup()
+    store = TunnelsFile(settings.tunnels_file)
+    for stale in store.clean_stale_temp_files():
+        log.warning("removed %s, a temporary file a crash left behind", stale)
+    store.load()  # a corrupt file stops the agent before it touches the edge
+    session = EdgeSession(settings.authtoken, settings.server_addr, settings.root_cas,
+                          settings.connect_timeout, settings.bind_timeout)
+    await session.connect()
     try:
-        await web.TCPSite(ingress_runner, settings.host, settings.ingress_port).start()
-        await web.TCPSite(api_runner, settings.host, settings.api_port).start()
-    except OSError as exc:
-        await api_runner.cleanup()
-        await ingress_runner.cleanup()
-        raise StartupError(f"cannot listen on {settings.host}: {exc.strerror or exc}") from None
-    ingress_port = _bound_port(ingress_runner)
-    service.url_port = settings.url_port or ingress_port
-    return RunningAgent(service, api_runner, ingress_runner, _bound_port(api_runner), ingress_port)
+        service = TunnelService(store, default_policy, session)
+        session.on_replaced = service.rebind_all
+        await service.restore()
+        if not settings.api_token and not _is_loopback(settings.host):
+            log.warning("the API listens on %s without AGENT_API_TOKEN: anyone who reaches it "
+                        "can create tunnels", settings.host)
+        api_runner = web.AppRunner(create_api_app(service, session, settings.api_token),
+                                   access_log=None, handle_signals=False,
+                                   shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+        await api_runner.setup()
+        try:
+            await web.TCPSite(api_runner, settings.host, settings.api_port).start()
+        except OSError as exc:
+            await api_runner.cleanup()
+            raise StartupError(f"cannot listen on {settings.host}:{settings.api_port}: "
+                               f"{exc.strerror or exc}") from None
+    except BaseException:
+        await session.close()
+        raise
+    return RunningAgent(service, session, api_runner, _bound_port(api_runner))
 
 
 async def serve(settings: Settings) -> None:
     agent = await start_agent(settings)
-    # Tests and scripts wait for this exact line (ports may be 0 = ephemeral).
-    print(
-        f"tunnel-agent ready api=http://{settings.host}:{agent.api_port} "
-        f"ingress=http://{settings.host}:{agent.ingress_port} "
-        f"tunnels={len(agent.service)} file={agent.service.store.path}",
-        flush=True,
-    )
+    # Tests and scripts wait for this exact line (the port may be 0 = ephemeral).
+    print(f"tunnel-agent ready api=http://{settings.host}:{agent.api_port} "
+          f"tunnels={len(agent.service)} failed={agent.service.failed()} "
+          f"file={agent.service.store.path}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -108,6 +102,7 @@ async def serve(settings: Settings) -> None:
     try:
         await stop.wait()
     finally:
+        log.info("stopping")
         await agent.stop()
         log.info("stopped")
 

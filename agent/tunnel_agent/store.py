@@ -1,7 +1,7 @@
 """The tunnels file: atomic writes, strict reads.
 
 Format: ``{"version": 1, "tunnels": [{"domain", "protocol", "forwards_to", "policy",
-"created_at"}]}``. Writes go to a temporary file in the same directory, which is
+"created_at", "generated_domain", "url"}]}``. Writes go to a temporary file in the same directory, which is
 flushed and fsynced, then ``os.replace``d over the real file, then the directory is
 fsynced so the rename itself survives a power loss. A crash at any point leaves either
 the previous file or the new one, never a mix. Reads never repair: a file that cannot be
@@ -26,6 +26,24 @@ class TunnelsFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
+    def clean_stale_temp_files(self) -> list[Path]:
+        """Remove temporary files a crash left behind (``.<name>.*.tmp`` beside the file).
+
+        Only the agent writes them, one at a time under its lock, and it calls this at
+        start before any save, so every one found is stale. Returns what was removed."""
+        removed = []
+        try:
+            candidates = list(self.path.parent.glob(f".{self.path.name}.*.tmp"))
+        except OSError:
+            return removed
+        for candidate in candidates:
+            try:
+                candidate.unlink()
+                removed.append(candidate)
+            except OSError:
+                pass
+        return removed
+
     def load(self) -> list[dict[str, Any]]:
         """Saved tunnel records; ``[]`` when the file does not exist yet."""
         try:
@@ -39,7 +57,7 @@ class TunnelsFile:
             ) from None
         try:
             document = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise StartupError(
                 f"tunnels file {str(self.path)!r} is corrupt (not valid JSON: {exc}); "
                 "fix or remove it (it was left untouched)"

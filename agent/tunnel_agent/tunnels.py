@@ -1,22 +1,28 @@
-"""Tunnels: validation of the API input, the in-memory registry, persistence.
+"""Tunnels: validation of the API input, the registry, persistence, and the SDK endpoints.
 
-Every mutation runs under one asyncio lock and is saved to the tunnels file before it
-takes effect in memory, so the file and the served tunnels never disagree: a failed save
-(500) leaves both as they were, and concurrent creates cannot lose each other's tunnel.
+A tunnel is an HTTP endpoint of the agent's SDK session on the edge (sdk.EdgeSession).
+Every mutation runs under one asyncio lock. A create binds first and saves second: a bind
+the edge refuses saves nothing, and a save that fails closes the endpoint again, so the
+file, the registry and what the edge serves agree. A delete saves first, then closes the
+endpoint (it stops serving at once).
+
+At start every saved tunnel is bound again through the SDK. One the edge now refuses stays
+in the registry and the file with its error (GET /tunnels shows it, the log names it);
+the others are bound regardless.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-from .errors import BadRequest, Conflict, PersistFailed, StartupError, TunnelNotFound
-from .policy import CompiledPolicy, PolicyError, compile_policy
+from .errors import (AgentError, BadRequest, Conflict, PersistFailed, StartupError,
+                     TunnelNotFound)
+from .policy import PolicyError, check_outline, encode, has_rules
 from .store import TunnelsFile
 from .validation import HostnameError, normalize_hostname, parse_hostport
 
@@ -24,161 +30,147 @@ log = logging.getLogger(__name__)
 
 PROTOCOLS = ("http",)
 CREATE_FIELDS = ("protocol", "forwards_to", "domain", "policy")
+REBIND_ATTEMPTS = 5
 
 
-class Driver(Protocol):
-    """Something that publishes a tunnel elsewhere too (see ngrok_driver)."""
+class Edge(Protocol):
+    async def bind(self, domain: str | None, forwards_to: str, policy: str | None) -> Any: ...
 
-    async def start(self, tunnel: "Tunnel") -> str | None: ...
-
-    async def stop(self, tunnel: "Tunnel") -> None: ...
+    async def unbind(self, listener: Any) -> None: ...
 
 
 @dataclass
 class Tunnel:
-    domain: str
     protocol: str
     forwards_to: str
-    upstream_host: str
-    upstream_port: int
-    policy: dict[str, Any] | None  # as given at creation; None: the default applies
-    effective: CompiledPolicy
+    policy: dict[str, Any] | None  # as given at creation; None: the default policy applies
+    effective: dict[str, Any]
     created_at: str
+    domain: str | None = None  # requested, or (generated) the edge's name once bound
     generated_domain: bool = False
-    public_url: str | None = None  # set by a driver (ngrok) when it publishes the tunnel
-    active: bool = field(default=True)
+    url: str | None = None
+    listener: Any = None
+    error: dict[str, str] | None = None  # the edge's refusal when restored
 
     def record(self) -> dict[str, Any]:
-        return {
-            "domain": self.domain,
-            "protocol": self.protocol,
-            "forwards_to": self.forwards_to,
-            "policy": self.policy,
-            "created_at": self.created_at,
-            "generated_domain": self.generated_domain,
-        }
+        return {"domain": self.domain, "protocol": self.protocol,
+                "forwards_to": self.forwards_to, "policy": self.policy,
+                "created_at": self.created_at, "generated_domain": self.generated_domain,
+                "url": self.url}
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _host_of(url: str) -> str:
+    return (urlsplit(url).hostname or "").lower()
+
+
 class TunnelService:
-    def __init__(
-        self,
-        store: TunnelsFile,
-        default_policy: CompiledPolicy,
-        base_domain: str,
-        driver: Driver | None = None,
-    ) -> None:
+    def __init__(self, store: TunnelsFile, default_policy: dict[str, Any], edge: Edge) -> None:
         self.store = store
         self.default_policy = default_policy
-        self.base_domain = base_domain
-        self.driver = driver
-        self.url_port = 8080  # set to the bound ingress port (or AGENT_URL_PORT) at start
-        self._tunnels: dict[str, Tunnel] = {}
+        self.edge = edge
+        self._tunnels: dict[str, Tunnel] = {}  # by domain, in creation order
         self._lock = asyncio.Lock()
 
     # ---- reading -------------------------------------------------------------------
-    def url_for(self, tunnel: Tunnel) -> str:
-        if tunnel.public_url:
-            return tunnel.public_url
-        port = "" if self.url_port == 80 else f":{self.url_port}"
-        return f"{tunnel.protocol}://{tunnel.domain}{port}"
-
     def view(self, tunnel: Tunnel) -> dict[str, Any]:
-        return {
-            "url": self.url_for(tunnel),
-            "protocol": tunnel.protocol,
-            "forwards_to": tunnel.forwards_to,
-            "domain": tunnel.domain,
-            "policy": tunnel.policy,
-        }
+        return {"url": tunnel.url, "protocol": tunnel.protocol,
+                "forwards_to": tunnel.forwards_to, "domain": tunnel.domain,
+                "policy": tunnel.policy}
 
     def list_view(self) -> list[dict[str, Any]]:
         out = []
-        for tunnel in self._tunnels.values():  # creation order (file order after a restart)
+        for tunnel in self._tunnels.values():
             item = self.view(tunnel)
-            item["traffic_policy"] = json.dumps(tunnel.effective.document)
+            item["traffic_policy"] = encode(tunnel.effective)
+            item["error"] = tunnel.error
             out.append(item)
         return out
 
-    def lookup(self, host: str) -> Tunnel | None:
-        """The tunnel serving ``host`` (lower-case, no port), if any."""
-        return self._tunnels.get(host)
-
     def __len__(self) -> int:
         return len(self._tunnels)
+
+    def failed(self) -> int:
+        return sum(1 for t in self._tunnels.values() if t.error)
 
     # ---- building ------------------------------------------------------------------
     def _build(self, body: Any, *, restoring: bool = False) -> Tunnel:
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
-        unknown = sorted(set(body) - set(CREATE_FIELDS) - ({"created_at", "generated_domain"} if restoring else set()))
+        allowed = set(CREATE_FIELDS) | ({"created_at", "generated_domain", "url"}
+                                        if restoring else set())
+        unknown = sorted(set(body) - allowed)
         if unknown:
             raise BadRequest(
                 f"unknown field {unknown[0]!r}; accepted fields: {', '.join(CREATE_FIELDS)}",
-                field=unknown[0],
-            )
+                field=unknown[0])
         protocol = body.get("protocol")
         if protocol is None:
             protocol = "http"
         if not isinstance(protocol, str) or protocol.lower() not in PROTOCOLS:
             raise BadRequest(
                 f"protocol {protocol!r} is not supported; supported: {', '.join(PROTOCOLS)}",
-                field="protocol",
-            )
-        protocol = protocol.lower()
+                field="protocol")
 
-        if "forwards_to" not in body or body["forwards_to"] in (None, ""):
+        forwards_to = body.get("forwards_to")
+        if forwards_to in (None, ""):
             raise BadRequest("forwards_to is required, as 'host:port'", field="forwards_to")
-        forwards_to = body["forwards_to"]
         if not isinstance(forwards_to, str):
             raise BadRequest("forwards_to must be a string 'host:port'", field="forwards_to")
         try:
-            up_host, up_port = parse_hostport(forwards_to)
+            parse_hostport(forwards_to)
         except ValueError as exc:
-            raise BadRequest(f"forwards_to {forwards_to!r} is invalid: {exc}", field="forwards_to") from None
+            raise BadRequest(f"forwards_to {forwards_to!r} is invalid: {exc}",
+                             field="forwards_to") from None
 
         domain = body.get("domain")
         generated = bool(body.get("generated_domain")) if restoring else False
-        if domain is None or domain == "":
-            domain = self._generate_domain()
-            generated = True
+        if domain in (None, ""):
+            domain, generated = None, True
         else:
             if not isinstance(domain, str):
                 raise BadRequest("domain must be a string hostname", field="domain")
             try:
                 domain = normalize_hostname(domain)
             except HostnameError as exc:
-                raise BadRequest(f"domain {body['domain']!r} is invalid: {exc}", field="domain") from None
+                raise BadRequest(f"domain {body['domain']!r} is invalid: {exc}",
+                                 field="domain") from None
 
         policy = body.get("policy")
         if policy is None:
             effective = self.default_policy
         else:
             try:
-                effective = compile_policy(policy)
+                effective = check_outline(policy)
             except PolicyError as exc:
-                raise BadRequest(f"policy is invalid: {exc}", field="policy", path=exc.path) from None
+                raise BadRequest(f"policy is invalid: {exc}", field="policy",
+                                 path=exc.path) from None
+        url = body.get("url") if restoring and isinstance(body.get("url"), str) else None
+        return Tunnel(protocol=protocol.lower(), forwards_to=forwards_to.strip(),
+                      policy=policy, effective=effective,
+                      created_at=(body.get("created_at") if restoring else None) or _now(),
+                      domain=domain, generated_domain=generated, url=url)
 
-        return Tunnel(
-            domain=domain,
-            protocol=protocol,
-            forwards_to=forwards_to.strip(),
-            upstream_host=up_host,
-            upstream_port=up_port,
-            policy=policy,
-            effective=effective,
-            created_at=(body.get("created_at") if restoring else None) or _now(),
-            generated_domain=generated,
-        )
+    async def _bind(self, tunnel: Tunnel) -> None:
+        """Start the tunnel's endpoint on the edge; sets url/domain (the edge's answer)."""
+        policy = encode(tunnel.effective) if has_rules(tunnel.effective) else None
+        listener = await self.edge.bind(tunnel.domain, tunnel.forwards_to, policy)
+        tunnel.listener = listener
+        tunnel.url = listener.url()
+        tunnel.domain = _host_of(tunnel.url) or tunnel.domain
+        tunnel.error = None
 
-    def _generate_domain(self) -> str:
-        while True:
-            domain = f"{secrets.token_hex(4)}.{self.base_domain}"
-            if domain not in self._tunnels:
-                return domain
+    async def _unbind(self, tunnel: Tunnel) -> None:
+        listener, tunnel.listener = tunnel.listener, None
+        if listener is None:
+            return
+        try:
+            await self.edge.unbind(listener)
+        except Exception as exc:  # the tunnel is gone from the agent either way
+            log.warning("closing the endpoint of %s failed: %s", tunnel.domain, exc)
 
     # ---- mutations -----------------------------------------------------------------
     async def _save(self, tunnels: dict[str, Tunnel]) -> None:
@@ -194,31 +186,30 @@ class TunnelService:
     async def create(self, body: Any) -> Tunnel:
         tunnel = self._build(body)
         async with self._lock:
-            if tunnel.generated_domain and tunnel.domain in self._tunnels:
-                tunnel.domain = self._generate_domain()
-            if tunnel.domain in self._tunnels:
-                raise Conflict(
-                    f"domain {tunnel.domain!r} is already served by another tunnel",
-                    field="domain",
-                )
-            if self.driver is not None:
-                tunnel.public_url = await self.driver.start(tunnel)
+            if tunnel.domain is not None and tunnel.domain in self._tunnels:
+                raise Conflict(f"domain {tunnel.domain!r} is already served by another tunnel "
+                               "of this agent", field="domain")
+            await self._bind(tunnel)  # EdgeRefused / EdgeUnavailable: nothing saved
+            assert tunnel.domain is not None
+            if tunnel.domain in self._tunnels:  # a generated name equal to a saved one
+                await self._unbind(tunnel)
+                raise Conflict(f"domain {tunnel.domain!r} is already served by another tunnel "
+                               "of this agent", field="domain")
             updated = dict(self._tunnels)
             updated[tunnel.domain] = tunnel
             try:
                 await self._save(updated)
             except PersistFailed:
-                if self.driver is not None:
-                    await self.driver.stop(tunnel)
+                await self._unbind(tunnel)
                 raise
             self._tunnels = updated
-        log.info("tunnel %s -> %s created", tunnel.domain, tunnel.forwards_to)
+        log.info("tunnel %s -> %s created", tunnel.url, tunnel.forwards_to)
         return tunnel
 
     def resolve(self, url_part: str) -> Tunnel:
-        """The one tunnel ``url_part`` names: its host (optionally with scheme and port),
-        its name under the base domain, or its first label when that label is unique.
-        Never a substring match."""
+        """The one tunnel ``url_part`` names: its host (optionally as the URL, with scheme
+        and port), or the first label of its host when no other tunnel shares it. Never a
+        substring match."""
         part = url_part.strip().lower()
         for scheme in ("http://", "https://"):
             if part.startswith(scheme):
@@ -228,9 +219,6 @@ class TunnelService:
             part = part.split(":", 1)[0]
         if part in self._tunnels:
             return self._tunnels[part]
-        under_base = f"{part}.{self.base_domain}"
-        if under_base in self._tunnels:
-            return self._tunnels[under_base]
         if part and "." not in part:
             matches = [t for d, t in self._tunnels.items() if d.split(".", 1)[0] == part]
             if len(matches) == 1:
@@ -238,9 +226,8 @@ class TunnelService:
             if len(matches) > 1:
                 raise Conflict(
                     f"{url_part!r} matches several tunnels "
-                    f"({', '.join(sorted(t.domain for t in matches))}); use the full host",
-                    url_part=url_part,
-                )
+                    f"({', '.join(sorted(str(t.domain) for t in matches))}); use the full host",
+                    url_part=url_part)
         raise TunnelNotFound(f"no tunnel matches {url_part!r}", url_part=url_part)
 
     async def delete(self, url_part: str) -> Tunnel:
@@ -248,36 +235,67 @@ class TunnelService:
             tunnel = self.resolve(url_part)
             updated = {d: t for d, t in self._tunnels.items() if d != tunnel.domain}
             await self._save(updated)
-            tunnel.active = False  # in-flight proxied responses stop at their next chunk
             self._tunnels = updated
-        if self.driver is not None:
-            try:
-                await self.driver.stop(tunnel)
-            except Exception as exc:  # the tunnel is gone locally; report, don't fail
-                log.warning("driver could not stop %s: %s", tunnel.domain, exc)
-        log.info("tunnel %s deleted", tunnel.domain)
+            await self._unbind(tunnel)
+        log.info("tunnel %s deleted", tunnel.url or tunnel.domain)
         return tunnel
 
     async def restore(self) -> None:
-        """Recreate every saved tunnel; a record that is not valid stops the agent."""
+        """Bind every saved tunnel again. A record that is not valid stops the agent (the
+        file is corrupt); a tunnel the edge refuses is kept with its error."""
         records = self.store.load()
         restored: dict[str, Tunnel] = {}
         for index, record in enumerate(records):
             try:
                 tunnel = self._build(record, restoring=True)
-            except (BadRequest, Conflict) as exc:
+            except BadRequest as exc:
                 raise StartupError(
                     f"tunnels file {str(self.store.path)!r} is corrupt "
                     f"(tunnels[{index}]: {exc.msg}); fix or remove it (it was left untouched)"
                 ) from None
+            if tunnel.domain is None:
+                raise StartupError(
+                    f"tunnels file {str(self.store.path)!r} is corrupt (tunnels[{index}] has "
+                    "no domain); fix or remove it (it was left untouched)")
             if tunnel.domain in restored:
                 raise StartupError(
                     f"tunnels file {str(self.store.path)!r} is corrupt (domain "
-                    f"{tunnel.domain!r} appears twice); fix or remove it (it was left untouched)"
-                )
+                    f"{tunnel.domain!r} appears twice); fix or remove it (it was left untouched)")
             restored[tunnel.domain] = tunnel
-        if self.driver is not None:
-            for tunnel in restored.values():
-                tunnel.public_url = await self.driver.start(tunnel)
-        self._tunnels = restored
-        log.info("restored %d tunnel(s) from %s", len(restored), self.store.path)
+        for domain, tunnel in restored.items():
+            try:
+                await self._bind(tunnel)
+            except AgentError as exc:
+                tunnel.error = {"error_code": exc.code, "msg": exc.msg}
+                log.error("tunnel %s -> %s could not be recreated: %s (%s); it stays listed "
+                          "with this error until deleted", domain, tunnel.forwards_to,
+                          exc.msg, exc.code)
+            else:
+                if tunnel.domain != domain:
+                    log.warning("tunnel %s came back as %s", domain, tunnel.url)
+        self._tunnels = {str(t.domain): t for t in restored.values()}
+        log.info("restored %d tunnel(s) from %s (%d refused by the edge)",
+                 len(restored), self.store.path, self.failed())
+
+    async def rebind_all(self) -> None:
+        """Bind every tunnel again on a new session (sdk.EdgeSession replaced a lost one);
+        one the edge refuses now keeps its error, as at start."""
+        async with self._lock:
+            for tunnel in self._tunnels.values():
+                tunnel.listener = None  # ended with the old session
+                try:
+                    for attempt in range(REBIND_ATTEMPTS):
+                        try:
+                            await self._bind(tunnel)
+                            break
+                        except AgentError as exc:
+                            # The edge may not have released the old session's claim yet.
+                            if exc.code != "ERR_NGROK_334" or attempt == REBIND_ATTEMPTS - 1:
+                                raise
+                            await asyncio.sleep(1.0)
+                except AgentError as exc:
+                    tunnel.error = {"error_code": exc.code, "msg": exc.msg}
+                    log.error("tunnel %s could not be bound again: %s (%s)", tunnel.domain,
+                              exc.msg, exc.code)
+        log.info("bound %d tunnel(s) again on the new session (%d refused)",
+                 len(self._tunnels), self.failed())

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ipaddress
 import re
 
-_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-# RFC 7230 token: the characters allowed in a header name.
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# ASCII digits only: str.isdigit() and int() also take other scripts' digits ('٩٥٠١').
+_PORT = re.compile(r"^[0-9]{1,5}\Z")
+_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 
 
 class HostnameError(ValueError):
@@ -67,14 +67,7 @@ def parse_hostport(value: str) -> tuple[str, int]:
         except ValueError:
             if not all(_LABEL.match(label) for label in host.lower().split(".")):
                 raise ValueError(f"{host!r} is not a valid host name or IP address") from None
-    if not port_s.isdigit() or not 1 <= int(port_s) <= 65535:
+    if not _PORT.match(port_s) or not 1 <= int(port_s) <= 65535:
         raise ValueError(f"port {port_s!r} must be a number between 1 and 65535")
     return host, int(port_s)
 
-
-def is_header_name(value: object) -> bool:
-    return isinstance(value, str) and bool(_TOKEN.match(value))
-
-
-def is_header_value(value: object) -> bool:
-    return isinstance(value, str) and not any(ch in value for ch in "\r\n\0")

@@ -5,7 +5,8 @@
   and least-privilege roles.
 - The generated .chalice/ files are up to date; stages and their table names agree.
 - The gateway responses say what the local twin (chalicelib.gateway) answers.
-- docker-compose.yml is a valid compose file that starts LocalStack and the agent on loopback.
+- docker-compose.yml is a valid compose file that starts LocalStack, the edge and the agent on
+  loopback, the agent with a bot-owned credential from the one-shot agent-credential service.
 """
 import json
 import os
@@ -243,7 +244,7 @@ def test_compose_starts_localstack_and_the_agent_on_loopback(compose):
             assert str(port).startswith("127.0.0.1:"), (name, port)
     assert "127.0.0.1:4566:4566" in services["localstack"]["ports"]
     ports = [str(p) for p in agent["ports"]]
-    assert "127.0.0.1:4040:4040" in ports and "127.0.0.1:8080:8080" in ports
+    assert ports == ["127.0.0.1:4040:4040"]  # tunnel traffic goes through the edge
 
 
 def test_package_leaves_out_the_runtime_sdk_and_still_imports(tmp_path):
@@ -270,3 +271,21 @@ def test_package_leaves_out_the_runtime_sdk_and_still_imports(tmp_path):
                             env={**os.environ, "AWS_DEFAULT_REGION": "us-east-1"})
     assert result.returncode == 0, result.stderr
     assert str(runtime) in result.stdout
+
+
+
+def test_compose_runs_the_agent_against_the_edge_with_a_credential_made_once(compose):
+    services = compose["services"]
+    agent, once = services["agent"], services["agent-credential"]
+    assert agent["environment"]["AGENT_SERVER_ADDR"] == "edge:4443"
+    assert "edge" in services["edge"]["environment"]["EDGE_AGENT_HOSTNAMES"].split(",")
+    assert agent["depends_on"]["agent-credential"]["condition"] == "service_completed_successfully"
+    assert once["entrypoint"] == ["python", "-m", "tunnel_agent.credential"]
+    assert once["restart"] == "no"
+    token_file = agent["environment"]["AGENT_AUTHTOKEN_FILE"]
+    assert once["environment"]["AGENT_AUTHTOKEN_FILE"] == token_file
+    secrets = {v.split(":")[0]: v.split(":")[1] for v in agent["volumes"] + once["volumes"]}
+    assert secrets["agent-secrets"] == os.path.dirname(token_file)
+    ca_volume = [v for v in agent["volumes"] if v.startswith("edge-data:")][0]
+    assert agent["environment"]["AGENT_ROOT_CAS"].startswith(ca_volume.split(":")[1] + "/")
+    assert once["image"] == agent["image"] and once["build"] == agent["build"]
