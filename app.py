@@ -12,6 +12,7 @@ from chalicelib import auth, rest, web
 from chalicelib import abuse_reports, api_keys, bot_users, credentials, reserved_domains
 from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges
 from chalicelib import endpoints, tunnel_sessions, tunnels
+from chalicelib import backends, certificate_authorities, reserved_addrs
 
 app = Chalice(app_name="tunnel-service")
 app.log.setLevel(logging.INFO)
@@ -54,6 +55,10 @@ rest.collection(route, "/abuse_reports", abuse_reports.OPS, "report_id", name="a
 rest.collection(route, "/reserved_domains", reserved_domains, "domain_id", name="reserved_domain")
 rest.modules(route, "/reserved_domains/{domain_id}", reserved_domains.PARTS,
              owner="reserved_domain", delete=reserved_domains.delete_part)
+rest.collection(route, "/reserved_addrs", reserved_addrs, "addr_id", name="reserved_addr")
+# Certificate authorities (for HTTPS edges' mutual_tls)
+rest.collection(route, "/certificate_authorities", certificate_authorities, "ca_id",
+                name="certificate_authority", plural="certificate_authorities")
 # IP policies
 rest.collection(route, "/ip_policies", ip_policies.POLICY_OPS, "policy_id", name="ip_policy",
                 plural="ip_policies")
@@ -61,11 +66,20 @@ rest.collection(route, "/ip_policy_rules", ip_policies.RULE_OPS, "rule_id", name
 # Backends
 rest.collection(route, "/backends/http_response", http_response_backends, "backend_id",
                 name="http_response_backend")
+rest.collection(route, "/backends/tunnel_group", backends.TUNNEL_GROUP_OPS, "backend_id",
+                name="tunnel_group_backend")
+rest.collection(route, "/backends/failover", backends.FAILOVER_OPS, "backend_id",
+                name="failover_backend")
+rest.collection(route, "/backends/weighted", backends.WEIGHTED_OPS, "backend_id",
+                name="weighted_backend")
 # Edges, routes and modules
 rest.collection(route, "/edges/tcp", tcp_edges, "edge_id", name="tcp_edge")
 rest.modules(route, "/edges/tcp/{edge_id}", tcp_edges.MODULES, owner="tcp_edge",
              get=tcp_edges.get_module, put=tcp_edges.put_module, delete=tcp_edges.delete_module)
 rest.collection(route, "/edges/https", https_edges.EDGE_OPS, "edge_id", name="https_edge")
+rest.modules(route, "/edges/https/{edge_id}", https_edges.EDGE_MODULES, owner="https_edge",
+             get=https_edges.get_edge_module, put=https_edges.put_edge_module,
+             delete=https_edges.delete_edge_module)
 rest.collection(route, "/edges/https/{edge_id}/routes", https_edges.ROUTE_OPS, "route_id",
                 name="https_edge_route")
 rest.modules(route, "/edges/https/{edge_id}/routes/{route_id}", https_edges.ROUTE_MODULES,

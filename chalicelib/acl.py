@@ -43,6 +43,9 @@ BIND = "bind:"
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]*$")
 _VALUE_RE = re.compile(r"^[A-Za-z0-9_./:@-]+$")
+# The label grammar without '*': what a labeled tunnel and a tunnel group backend carry.
+LABEL_KEY_RE = _KEY_RE
+LABEL_VALUE_RE = _VALUE_RE
 _PORT_RE = re.compile(r"^[1-9][0-9]{0,4}$")
 
 

@@ -21,13 +21,18 @@ Commands:
                       --status (PENDING|BANNED|UNBANNED|IGNORE)
                                             record the action taken on one hostname of an
                                             abuse report; the report's status follows
+  check-edges [--json]                      report stored edges whose hostports break the
+                                            ownership rule (HTTPS: a domain the account
+                                            reserved or a free name under the base domain;
+                                            TCP: an address the account reserved); exit
+                                            status 1 when there is any. Nothing is changed.
 """
 import argparse
 import json
 import sys
 from typing import List, Optional
 
-from chalicelib import abuse_reports, accounts, errors, migrate, store
+from chalicelib import abuse_reports, accounts, edge_modules, errors, migrate, store
 from chalicelib.config import get_settings
 
 
@@ -70,6 +75,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     hostname.add_argument("--hostname", required=True, help="a hostname of that report")
     hostname.add_argument("--status", required=True, type=str.upper,
                           choices=abuse_reports.HOSTNAME_STATUSES)
+    check = sub.add_parser(
+        "check-edges", help="report edges whose hostports break the ownership rule",
+        description="List every stored edge hostport the edge's account may not serve (an "
+                    "HTTPS hostport not under a domain the account reserved nor a free name "
+                    "under the base domain; a TCP hostport that is not an address the "
+                    "account reserved). Changes nothing; exit status 1 when any is found. "
+                    "Scans the table.")
+    check.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args(argv)
 
     try:
@@ -96,10 +109,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "set-hostname-status":
             print(json.dumps(abuse_reports.set_hostname_status(
                 args.account, args.report, args.hostname, args.status)))
+        elif args.command == "check-edges":
+            return _check_edges(args.json)
     except errors.ApiError as exc:
         print(f"error: {exc.msg}", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_edges(as_json: bool) -> int:
+    violations = edge_modules.ownership_violations()
+    for v in violations:
+        print(json.dumps(v) if as_json else
+              f"{v['account_id']} {v['kind']} {v['edge_id']} {v['hostport']}: {v['reason']}")
+    if not as_json:
+        print(f"{len(violations)} hostport(s) break the ownership rule", file=sys.stderr)
+    return 1 if violations else 0
 
 
 def _print_key(result: dict, as_json: bool) -> None:

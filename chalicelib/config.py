@@ -15,11 +15,16 @@ sets them per stage for deployed stacks.
 | ONLINE_STALE_SECONDS     | 45                      | heartbeat age after which online items are offline |
 | RATE_LIMIT_PER_MINUTE    | 0 (off)                 | API requests per account per minute (429 above) |
 | IDEMPOTENCY_TTL_SECONDS  | 86400                   | how long an `Idempotency-Key` is remembered     |
+| EDGE_TCP_HOST            | (BASE_DOMAIN)           | host of every reserved TCP address (`host:port`) |
+| EDGE_TCP_PORTS           | 20000-20099             | ports reserved TCP addresses are allocated from (`low-high`) |
+
+The two EDGE_TCP_* settings are shared with the edge (edge/config.py reads the same variables):
+the API allocates reserved addresses from the range, the edge listens on them.
 """
 import functools
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,8 @@ class Settings:
     online_stale_seconds: int = 45
     rate_limit_per_minute: int = 0
     idempotency_ttl_seconds: int = 86400
+    edge_tcp_host: str = ""
+    edge_tcp_ports: Tuple[int, int] = (20000, 20099)
 
 
 def _int(env: "os._Environ[str]", name: str, default: int) -> int:
@@ -49,20 +56,34 @@ def _int(env: "os._Environ[str]", name: str, default: int) -> int:
     return value
 
 
+def parse_port_range(raw: str) -> Tuple[int, int]:
+    """``"low-high"`` (1 <= low <= high <= 65535) as a pair, or ValueError saying why."""
+    try:
+        low, high = (int(part.strip()) for part in raw.split("-", 1))
+    except ValueError:
+        raise ValueError(f"EDGE_TCP_PORTS={raw!r}: expected 'low-high'") from None
+    if not 1 <= low <= high <= 65535:
+        raise ValueError(f"EDGE_TCP_PORTS={raw!r}: expected 1 <= low <= high <= 65535")
+    return low, high
+
+
 @functools.lru_cache(maxsize=None)
 def get_settings() -> Settings:
     env = os.environ
+    base_domain = env.get("BASE_DOMAIN", "tunnels.localhost").lower()
     return Settings(
         table_name=env.get("TABLE_NAME", "tunnel-service"),
         endpoint_url=env.get("DYNAMODB_ENDPOINT_URL") or None,
         region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         public_base_url=(env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None,
-        base_domain=env.get("BASE_DOMAIN", "tunnels.localhost").lower(),
+        base_domain=base_domain,
         cname_zone=env.get("CNAME_ZONE", "cname.example.test").lower(),
         stage=env.get("STAGE", "dev"),
         online_stale_seconds=_positive_int(env, "ONLINE_STALE_SECONDS", 45),
         rate_limit_per_minute=_int(env, "RATE_LIMIT_PER_MINUTE", 0),
         idempotency_ttl_seconds=_int(env, "IDEMPOTENCY_TTL_SECONDS", 86400),
+        edge_tcp_host=(env.get("EDGE_TCP_HOST") or base_domain).lower(),
+        edge_tcp_ports=parse_port_range(env.get("EDGE_TCP_PORTS", "20000-20099")),
     )
 
 

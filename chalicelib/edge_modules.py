@@ -6,11 +6,21 @@ Hostports
   leading zeros. At most :data:`MAX_HOSTPORTS` per edge, no duplicates within one edge.
 - One hostport is served by at most one edge of the whole service, TCP or HTTPS: each is a
   uniqueness item (namespace ``hostport``) written in the same transaction as the edge, so
-  two concurrent claims end with exactly one owner; the other gets 409.
+  two concurrent claims end with exactly one owner; the other gets 409. The item holds
+  ``{account_id, kind, edge_id}``; a TCP edge's also ``edge``, a copy of what the edge
+  process needs (hostports and modules), rewritten in every transaction that changes them,
+  so the edge finds a TCP edge by hostport with one GetItem (an HTTPS edge: that GetItem and
+  one Query of the edge with its routes).
+- Ownership (:func:`hostport_owner`): an HTTPS hostport's host must be reserved by the account
+  (exactly or under a wildcard) or be a free name under the base domain; a TCP hostport must
+  be an address the account reserved. Checked when a hostport is claimed (400 naming it); the
+  reservation it uses counts it in its ``refs``. :func:`ownership_violations` lists stored
+  edges that break the rule (``python -m chalicelib.admin check-edges``).
 
 Modules (stored form → response form)
 - ``backend`` ``{enabled (default true), backend_id}`` → ``{enabled, backend: Ref}``.
-  ``backend_id`` is required and must name an HTTP response backend of the caller's account.
+  ``backend_id`` is required and must name a backend of the caller's account of any kind
+  (HTTP response, tunnel group, failover, weighted: :mod:`chalicelib.backends`).
 - ``ip_restriction`` ``{enabled (default true), ip_policy_ids}`` → ``{enabled, ip_policies:
   [Ref]}``. ``ip_policy_ids``: 1 to 10 distinct IP policies of the caller's account.
 - ``traffic_policy`` ``{enabled (default true), value}``; ``value`` is required and checked
@@ -26,9 +36,11 @@ Module bodies of PUT: the module object itself, or ``{"module": {...}}`` with op
 """
 import re
 from collections import Counter
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, http_response_backends, ids, ip_policies, store, traffic_policy
+from chalicelib import (backends, certificate_authorities, errors, hostnames, ids, ip_policies,
+                        refs, reserved_addrs, reserved_domains, store, traffic_policy)
+from chalicelib.config import get_settings
 from chalicelib.validation import Field, parse
 from chalicelib.web import Ctx
 
@@ -76,17 +88,6 @@ def check_hostports(field: str, value: Any) -> List[str]:
 HOSTPORTS = Field("hostports", "any", check=check_hostports)
 
 
-def hostport_ops(old: Optional[List[str]], new: Optional[List[str]],
-                 owner: Dict[str, str]) -> List[store.Op]:
-    """Release the hostports no longer served and claim the new ones (409 when taken)."""
-    old_set, new_set = set(old or []), set(new or [])
-    ops = [store.release(HOSTPORT_NAMESPACE, hp) for hp in sorted(old_set - new_set)]
-    for hp in sorted(new_set - old_set):
-        ops.append(store.unique(HOSTPORT_NAMESPACE, hp, owner, errors.Conflict(
-            f"Hostport '{hp}' is already served by another edge", details={"hostport": hp})))
-    return ops
-
-
 # ---- modules: parsing -------------------------------------------------------------------------
 def parse_module(field: Optional[str], value: Any, fields: List[Field],
                  **defaults: Any) -> Dict[str, Any]:
@@ -107,10 +108,7 @@ def parse_module(field: Optional[str], value: Any, fields: List[Field],
 
 
 def _check_backend_id(name: str, value: str) -> str:
-    if not ids.is_valid(value, http_response_backends.PREFIX):
-        raise _bad(name, f"must be the id of an HTTP response backend "
-                         f"({http_response_backends.PREFIX}_…), got '{value[:64]}'")
-    return value
+    return backends.check_backend_id(name, value)
 
 
 def _check_policy_ids(name: str, value: List[str]) -> List[str]:
@@ -155,8 +153,8 @@ TCP_MODULES = {"backend": parse_backend, "ip_restriction": parse_ip_restriction,
 def render_backend(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     if module is None:
         return None
-    return {"enabled": module["enabled"],
-            "backend": c.ref(http_response_backends.PATH, module["backend_id"])}
+    kind = backends.kind_of(module["backend_id"]) or backends.HTTP_RESPONSE
+    return {"enabled": module["enabled"], "backend": c.ref(kind.path, module["backend_id"])}
 
 
 def render_ip_restriction(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -177,23 +175,35 @@ TCP_RENDERERS = {"backend": render_backend, "ip_restriction": render_ip_restrict
 
 
 # ---- references -------------------------------------------------------------------------------
-_REF_TARGETS = {
+_REF_FIELDS = {
     # collection: (module, field in the module, what it is)
-    http_response_backends.COLLECTION: ("backend", "backend_id", "HTTP response backend"),
     ip_policies.POLICY_COLLECTION: ("ip_restriction", "ip_policy_ids", "IP policy"),
+    certificate_authorities.COLLECTION: ("mutual_tls", "certificate_authority_ids",
+                                         "certificate authority"),
+    reserved_domains.COLLECTION: ("hostports", "", "reserved domain"),
+    reserved_addrs.COLLECTION: ("hostports", "", "reserved address"),
 }
 
 
 def refs_of(data: Dict[str, Any]) -> Counter:
-    """(collection, id) → how many times the edge data refers to it."""
+    """(collection, id) → how many times the edge (or route) data refers to it: its backend,
+    IP policies, certificate authorities, and the reservations its hostports use."""
     counts: Counter = Counter()
     backend = data.get("backend")
     if backend:
-        counts[(http_response_backends.COLLECTION, backend["backend_id"])] += 1
+        kind = backends.kind_of(backend["backend_id"])
+        if kind is not None:
+            counts[(kind.collection, backend["backend_id"])] += 1
     restriction = data.get("ip_restriction")
     if restriction:
         for policy_id in restriction["ip_policy_ids"]:
             counts[(ip_policies.POLICY_COLLECTION, policy_id)] += 1
+    mutual_tls = data.get("mutual_tls")
+    if mutual_tls:
+        for ca_id in mutual_tls["certificate_authority_ids"]:
+            counts[(certificate_authorities.COLLECTION, ca_id)] += 1
+    for collection, resource_id in (data.get("hostport_refs") or {}).values():
+        counts[(collection, resource_id)] += 1
     return counts
 
 
@@ -206,34 +216,133 @@ def ref_ops(account_id: str, old: Dict[str, Any], new: Dict[str, Any],
     exist fails it with a 400 naming the field (``backend.backend_id``, or ``backend_id``
     when not ``nested``, as in a module PUT) and the id.
     """
-    before, after = refs_of(old), refs_of(new)
-    ops: List[store.Op] = []
-    for key in sorted(set(before) | set(after)):
-        delta = after[key] - before[key]
-        if delta == 0:
-            continue
-        collection, resource_id = key
-        module, name, what = _REF_TARGETS[collection]
-        field = f"{module}.{name}" if nested else name
-        missing: Exception = errors.InvalidField(
+    def missing(collection: str, resource_id: str) -> errors.ApiError:
+        backend_kind = next((k for k in backends.KINDS.values() if k.collection == collection),
+                            None)
+        module, name, what = ("backend", "backend_id", backend_kind.what) if backend_kind \
+            else _REF_FIELDS[collection]
+        field = (f"{module}.{name}" if nested else name) if name else module
+        return errors.InvalidField(
             f"Field '{field}': no {what} with id '{resource_id}' exists in this account",
             details={"field": field})
-        if delta < 0:
-            missing = store.VersionConflict()  # counted items cannot be deleted
-        ops.append(store.set_fields(store.collection_pk(account_id, collection), resource_id,
-                                    {}, refs=delta, missing=missing))
+    return refs.move(account_id, refs_of(old), refs_of(new), missing)
+
+
+# ---- hostport ownership -----------------------------------------------------------------------
+TCP_EDGE = "tcp_edge"
+HTTPS_EDGE = "https_edge"
+# What a TCP edge's hostport items carry for the edge process (see the module docstring).
+TCP_COPY_FIELDS = ("hostports", "backend", "ip_restriction", "traffic_policy")
+
+
+def hostport_owner(account_id: str, kind: str, hostport: str) -> Optional[Tuple[str, str]]:
+    """The reservation that lets ``account_id`` serve ``hostport`` on an edge of ``kind``, as
+    (collection, id), or None for a free name under the base domain; else a 400 naming it.
+
+    - HTTPS: the host must be a domain the account reserved (exactly, or under one of its
+      wildcards, the most specific reservation deciding), or a name under the base domain
+      that no other account reserved and no other account's online endpoint serves.
+    - TCP: ``host:port`` must be exactly an address the account reserved (/reserved_addrs).
+    """
+    def refused(why: str) -> errors.InvalidField:
+        return errors.InvalidField(f"Hostport '{hostport}' {why}",
+                                   details={"field": "hostports", "hostport": hostport})
+
+    if kind == TCP_EDGE:
+        found = reserved_addrs.reservation_of(hostport)
+        if found is None or found["account_id"] != account_id:
+            raise refused("is not a TCP address reserved by this account; reserve one with "
+                          "POST /reserved_addrs and use its 'addr'")
+        return reserved_addrs.COLLECTION, found["reserved_addr_id"]
+    host = hostport.rpartition(":")[0]
+    settings = get_settings()
+    if host == settings.edge_tcp_host:
+        raise refused("has the host of the service's TCP addresses; those are served by TCP "
+                      "edges (reserve one with POST /reserved_addrs)")
+    found = reserved_domains.reservation_of(host)
+    if found is not None:
+        if found["account_id"] != account_id:
+            raise refused(f"is under '{found['domain']}', a domain reserved by another account")
+        return reserved_domains.COLLECTION, found["reserved_domain_id"]
+    base = settings.base_domain
+    if host != base and hostnames.is_within(host, base):
+        from chalicelib import online  # the edge's claims of names agents serve
+        holder = online.hostname_holder(host)
+        if holder is not None and holder["account_id"] != account_id:
+            raise refused("is a name under the base domain that an online endpoint of "
+                          "another account serves")
+        return None
+    raise refused(f"is not under a domain reserved by this account (reserve '{host}' with POST "
+                  f"/reserved_domains) nor a name under '{base}'")
+
+
+def ownership_violations() -> List[Dict[str, str]]:
+    """Every stored edge hostport that breaks the ownership rule of :func:`hostport_owner`
+    (edges stored before the rule, or whose reservation went away by other means), as
+    ``{"account_id", "kind", "edge_id", "hostport", "reason"}``. An operator's check: it
+    scans the table (never on a request path)."""
+    Model_ = store.model()
+    found: List[Dict[str, str]] = []
+    condition = Model_.kind.is_in(TCP_EDGE, HTTPS_EDGE)
+    for item in Model_.scan(condition, consistent_read=True):
+        for hp in (item.data or {}).get("hostports") or []:
+            try:
+                hostport_owner(item.account_id, item.kind, hp)
+            except errors.InvalidField as exc:
+                found.append({"account_id": item.account_id, "kind": item.kind,
+                              "edge_id": item.sk, "hostport": hp, "reason": exc.msg})
+    return sorted(found, key=lambda v: (v["account_id"], v["edge_id"], v["hostport"]))
+
+
+def hostport_ops(account_id: str, kind: str, edge_id: str, old: Dict[str, Any],
+                 new: Dict[str, Any]) -> List[store.Op]:
+    """Release the hostports no longer served and claim the new ones (409 when taken, 400 when
+    the account may not serve them); for a TCP edge, also rewrite the kept ones' copy of the
+    edge (see the module docstring).
+
+    Sets ``new["hostport_refs"]`` (hostport → [collection, id] of the reservation it uses),
+    so that :func:`refs_of` counts the reservations the edge's hostports hold."""
+    old_list, new_list = old.get("hostports") or [], new.get("hostports") or []
+    old_refs = old.get("hostport_refs") or {}
+    if new:
+        held = {}
+        for hp in new_list:
+            if hp in old_list:
+                if hp in old_refs:
+                    held[hp] = list(old_refs[hp])
+                continue
+            owner = hostport_owner(account_id, kind, hp)
+            if owner is not None:
+                held[hp] = list(owner)
+        new["hostport_refs"] = held
+    owner_data: Dict[str, Any] = {"account_id": account_id, "kind": kind, "edge_id": edge_id}
+    if kind == TCP_EDGE:
+        owner_data["edge"] = {k: new.get(k) for k in TCP_COPY_FIELDS}
+    ops = [store.release(HOSTPORT_NAMESPACE, hp) for hp in sorted(set(old_list) - set(new_list))]
+    for hp in sorted(set(new_list)):
+        if hp in old_list:
+            if kind == TCP_EDGE:
+                # Ours: the edge's own version condition, in this transaction, proves it.
+                ops.append(store.set_fields(store.unique_pk(HOSTPORT_NAMESPACE, hp),
+                                            store.UNIQUE_SK, owner_data,
+                                            missing=store.VersionConflict()))
+            continue
+        ops.append(store.unique(HOSTPORT_NAMESPACE, hp, owner_data, errors.Conflict(
+            f"Hostport '{hp}' is already served by another edge", details={"hostport": hp})))
     return ops
 
 
 def edge_ops(account_id: str, kind: str, edge_id: str, old: Dict[str, Any],
              new: Dict[str, Any], nested: bool = True) -> List[store.Op]:
     """The writes that go with an edge's own write, in its transaction, when its data goes
-    from ``old`` to ``new`` (``{}`` for a create or a delete): hostports released and
-    claimed, ``refs`` counters moved. Every check (409 on a taken hostport at commit, 400 on a
-    missing reference now) happens before or at that one commit."""
-    owner = {"account_id": account_id, "kind": kind, "edge_id": edge_id}
-    return ref_ops(account_id, old, new, nested=nested) \
-        + hostport_ops(old.get("hostports"), new.get("hostports"), owner)
+    from ``old`` to ``new`` (``{}`` for a create or a delete): hostports released, claimed
+    (and for TCP edges rewritten), ``refs`` counters moved (backends, IP policies,
+    certificate authorities, reservations). Every check (409 on a taken hostport, 400 on a
+    missing reference, at commit; 400 on a hostport the account may not serve, now) happens
+    before or at that one commit. ``new`` gains ``hostport_refs`` (see
+    :func:`hostport_ops`)."""
+    ops = hostport_ops(account_id, kind, edge_id, old, new)
+    return ref_ops(account_id, old, new, nested=nested) + ops
 
 
 # ---- module PUT bodies ------------------------------------------------------------------------

@@ -12,8 +12,8 @@ Rules (where the spec is silent, decided here):
   ``headers: {}`` (the reference client sends it on create) stores no headers, and no headers
   is returned as ``null``. A PATCH that sends ``headers`` replaces the whole map.
 - With these limits an item stays below ~135 KB, far under DynamoDB's 400 KB.
-- A backend used by an edge's ``backend`` module cannot be deleted (409) until the edge stops
-  using it (its ``refs`` counter is kept by the edges' writes).
+- A backend used by an edge's ``backend`` module, or by a failover or weighted backend, cannot
+  be deleted (409) until nothing uses it (its ``refs`` counter is kept by their writes).
 """
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -136,5 +136,5 @@ def delete(c: Ctx, backend_id: str) -> None:
         store.collection_pk(c.account_id, COLLECTION), backend_id,
         require=lambda e: f"{e.path('refs')} = {e.value(0)}", missing=_missing(backend_id),
         explain=lambda old: errors.Conflict(
-            f"HTTP response backend '{backend_id}' is still used by an edge; "
-            "remove it from the edge first")))
+            f"HTTP response backend '{backend_id}' is still used by an edge or another "
+            "backend; remove it from there first")))

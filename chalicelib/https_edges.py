@@ -1,58 +1,77 @@
-"""HTTPS edges ``/edges/https``, their routes ``/edges/https/{edge_id}/routes`` and the route
-modules ``user_agent_filter`` and ``response_headers``.
+"""HTTPS edges ``/edges/https`` with their modules ``tls_termination`` and ``mutual_tls``
+(``/edges/https/{edge_id}/<module>``), their routes ``/edges/https/{edge_id}/routes`` and the
+route modules ``backend``, ``ip_restriction``, ``user_agent_filter``, ``request_headers``,
+``response_headers`` and ``traffic_policy``; and :func:`edge_for_hostport`, the edge's read.
 
 HTTPS edge fields: id, uri, created_at, description, metadata, hostports (null when none),
-mutual_tls and tls_termination (always null: those modules are not offered), routes (every
-route of the edge, oldest first).
+mutual_tls ``{enabled, certificate_authorities: [Ref]}`` and tls_termination ``{enabled,
+terminate_at: "edge", min_version}`` (null when unset), routes (every route, oldest first).
 
 Route fields: id, edge_id, uri, created_at, description, metadata, match_type
-(``exact_path`` | ``path_prefix``), match, and every module field the reference client
-reads: ``user_agent_filter`` and ``response_headers`` (null when unset), and backend,
-ip_restriction, circuit_breaker, compression, request_headers, webhook_verification, oauth,
-saml, oidc, websocket_tcp_converter, traffic_policy (always null: not offered; sending one
-that is not null is a 400).
+(``exact_path`` | ``path_prefix``), match, every module the reference client reads (null when
+unset): backend ``{enabled, backend: Ref}``, ip_restriction ``{enabled, ip_policies: [Ref]}``,
+user_agent_filter, request_headers, response_headers, traffic_policy ``{enabled, value}``;
+and circuit_breaker, compression, webhook_verification, oauth, saml, oidc,
+websocket_tcp_converter, always null: not offered (sending one that is not null is a 400).
 
 Rules (where the spec is silent, decided here):
-- Hostports follow :mod:`chalicelib.edge_modules` and share one service-wide namespace with
-  TCP edges' hostports (409 when taken).
-- An edge has at most :data:`MAX_ROUTES` routes (400 beyond), so that deleting an edge deletes
-  it, its routes and its hostport claims in one transaction. The edge's ``refs`` counts its
+- Hostports follow :mod:`chalicelib.edge_modules`, including ownership: a hostport's host must
+  be a domain the account reserved (exactly or under one of its wildcards) or a free name
+  under the base domain (400 naming the hostport otherwise). They share one service-wide
+  namespace with TCP edges' hostports (409 when taken).
+- An edge has at most :data:`MAX_ROUTES` routes (400 beyond). The edge's ``refs`` counts its
   routes; creating or deleting a route updates it, so a route cannot slip in while its edge
-  is being deleted.
-- Routes live in their edge's partition ``A#<account>#https_edge``, at sort key
-  ``<edge id>#<route id>``, right after the edge itself (``<edge id>``): an edge with all its
-  routes is one Query, and so is a page of edges with theirs (newest first, each edge's
-  routes come just before it). A route of another edge, or of an edge that does not exist,
-  is 404.
+  is being deleted. Deleting an edge deletes its routes, hostports and references in one
+  transaction when they fit (else routes first, see :func:`delete`).
+- Routes live in the edge's partition right after it (sort key ``<edge id>#<route id>``), so
+  an edge with its routes is one Query; a route of another edge, or of an edge that does not
+  exist, is 404.
 - ``match`` is a non-empty string of at most 1024 bytes. In a route PATCH, an absent, null or
   empty ``match_type``/``match`` leaves it unchanged (the reference client sends ``""`` for
   both by default); description and metadata are replaced when sent. A module sent in a
-  route PATCH replaces the module whole; PATCH never removes a module.
-- Route modules: GET 200 (404 when unset, or when the edge or route does not exist); PUT
-  replaces the whole module and returns it (200); DELETE 204 (also when it was not set).
-  PUT bodies may be the module itself or ``{"module": {...}, "edge_id": …, "id": …}``.
+  create, PATCH or edge PATCH replaces the module whole; PATCH never removes a module.
+- Modules (route and edge): GET 200 (404 when unset, or when the edge or route does not
+  exist); PUT replaces the whole module and returns it (200); DELETE 204 (also when it was not
+  set). PUT bodies may be the module itself or ``{"module": {...}, "edge_id": …, "id": …}``.
+- backend ``{enabled, backend_id}``: any backend of the account (HTTP response, tunnel group,
+  failover, weighted); ip_restriction ``{enabled, ip_policy_ids}``: 1–10 distinct IP
+  policies; traffic_policy ``{enabled, value}`` (see :mod:`chalicelib.traffic_policy`).
+  References are counted (``refs``) in the route's transaction: a backend or IP policy that a
+  route uses cannot be deleted (409).
 - user_agent_filter: ``enabled`` (default true), ``allow`` and ``deny`` (default ``[]``):
   at most 20 patterns each, each at most 512 bytes and a valid RE2 regular expression (400
   naming the pattern otherwise).
-- response_headers: ``enabled`` (default true); ``add``: at most 20 headers (names are HTTP
-  tokens, lower-cased, none differing only in case; values at most 1024 bytes, no CR/LF),
-  ``{}`` when none; ``remove``: at most 20 header names, lower-cased, duplicates dropped,
-  ``[]`` when none.
+- request_headers and response_headers: ``enabled`` (default true); ``add``: at most 20
+  headers (names are HTTP tokens, lower-cased, none differing only in case; values at most
+  1024 bytes, no CR/LF), ``{}`` when none; ``remove``: at most 20 header names, lower-cased,
+  duplicates dropped, ``[]`` when none.
+- tls_termination ``{enabled, min_version}``: min_version one of 1.0, 1.1, 1.2, 1.3, or null
+  (the edge's default, TLS 1.2); TLS always terminates at the edge (``terminate_at`` is
+  ``edge`` and is not accepted in bodies: the reference client's ``EndpointTLSTerminationAtEdge``
+  has no such field).
+- mutual_tls ``{enabled, certificate_authority_ids}``: 1–10 distinct certificate authorities
+  (/certificate_authorities) of the account, counted in their ``refs``.
 
-Store calls: edge create 1 (PutItem, or a transaction with hostport claims); edge get 1
-Query (edge + routes); edge list 1 Query while the page's edges average fewer than
-:data:`LIST_ROUTES_GUESS` routes (one more per such page read otherwise); edge PATCH 2 (an
-UpdateItem of description/metadata, or with hostports a Query + transaction; then the
-response's routes: 1 Query); edge delete 2 (Query of edge + routes, one transaction). Route
-create 1 (transaction: route + the edge's route counter, conditioned on the edge existing
-and on the limit); route get, PATCH, module GET/PUT/DELETE 1; route list 1 Query; route
-delete 1 (transaction: route + counter).
+Store calls: edge create 1 (PutItem, or a transaction with hostport claims and references;
+claiming a hostport first reads its reservation: 1 BatchGetItem, plus the online claim of a
+base-domain name); edge get 1 Query (edge + routes); edge list 1 Query while the page's edges
+average fewer than :data:`LIST_ROUTES_GUESS` routes (one more per such page read otherwise);
+edge PATCH 2 (an UpdateItem of description/metadata, or with hostports or edge modules a
+GetItem + transaction; then the response's routes: 1 Query); edge module PUT/DELETE: GetItem
++ transaction; edge delete 2 (Query of edge + routes, one transaction). Route create 1
+(transaction: route + the edge's route counter, conditioned on the edge existing and on the
+limit, + reference counters); route get, PATCH and module GET/PUT/DELETE 1, except that a
+change of ``backend`` or ``ip_restriction`` reads the route first (its old references) and
+writes a transaction; route list 1 Query; route delete: GetItem + transaction (route,
+counter, references).
 """
+from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 import re2
 
-from chalicelib import edge_modules, errors, http_headers, ids, rest, store, validation, web
+from chalicelib import (certificate_authorities, edge_modules, errors, http_headers, ids, refs,
+                        rest, store, validation, web)
 from chalicelib.edge_modules import HOSTPORTS
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 from chalicelib.web import Ctx
@@ -74,10 +93,17 @@ MAX_PATTERN_BYTES = 512
 MAX_ADD_HEADERS = 20
 MAX_REMOVE_HEADERS = 20
 
-ROUTE_MODULES = ("user_agent_filter", "response_headers")
-UNSUPPORTED_ROUTE_MODULES = ("backend", "ip_restriction", "circuit_breaker", "compression",
-                             "request_headers", "webhook_verification", "oauth", "saml",
-                             "oidc", "websocket_tcp_converter", "traffic_policy")
+ROUTE_MODULES = ("backend", "ip_restriction", "user_agent_filter", "request_headers",
+                 "response_headers", "traffic_policy")
+UNSUPPORTED_ROUTE_MODULES = ("circuit_breaker", "compression", "webhook_verification", "oauth",
+                             "saml", "oidc", "websocket_tcp_converter")
+EDGE_MODULES = ("tls_termination", "mutual_tls")
+TLS_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
+MAX_CERTIFICATE_AUTHORITIES = 10
+
+
+def _no_missing(collection: str, resource_id: str) -> errors.ApiError:
+    return errors.Internal()  # only reached for a reference added, never on a delete
 
 
 def _unsupported(name: str, value: Any) -> Any:
@@ -119,16 +145,91 @@ def parse_user_agent_filter(field: Optional[str], value: Any) -> Dict[str, Any]:
     return edge_modules.parse_module(field, value, UA_FIELDS, allow=[], deny=[])
 
 
-def parse_response_headers(field: Optional[str], value: Any) -> Dict[str, Any]:
+def parse_headers(field: Optional[str], value: Any) -> Dict[str, Any]:
+    """request_headers and response_headers: the same shape and limits."""
     return edge_modules.parse_module(field, value, RH_FIELDS, add={}, remove=[])
 
 
-MODULE_PARSERS = {"user_agent_filter": parse_user_agent_filter,
-                  "response_headers": parse_response_headers}
+parse_response_headers = parse_request_headers = parse_headers
+
+MODULE_PARSERS = {"backend": edge_modules.parse_backend,
+                  "ip_restriction": edge_modules.parse_ip_restriction,
+                  "user_agent_filter": parse_user_agent_filter,
+                  "request_headers": parse_headers,
+                  "response_headers": parse_headers,
+                  "traffic_policy": edge_modules.parse_traffic_policy}
 
 
-def _render_module(module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+def _copy(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     return None if module is None else dict(module)
+
+
+MODULE_RENDERERS = {"backend": edge_modules.render_backend,
+                    "ip_restriction": edge_modules.render_ip_restriction,
+                    "user_agent_filter": _copy, "request_headers": _copy,
+                    "response_headers": _copy,
+                    "traffic_policy": edge_modules.render_traffic_policy}
+
+
+# ---- edge modules -------------------------------------------------------------------------------
+def _check_min_version(name: str, value: str) -> str:
+    if value not in TLS_VERSIONS:
+        raise errors.InvalidField(f"Field '{name}': '{value[:16]}' is not a supported TLS "
+                                  f"version; supported: {', '.join(TLS_VERSIONS)}",
+                                  details={"field": name})
+    return value
+
+
+def _check_ca_ids(name: str, value: List[str]) -> List[str]:
+    if not value:
+        raise errors.InvalidField(f"Field '{name}' must name at least one certificate "
+                                  "authority", details={"field": name})
+    for index, entry in enumerate(value):
+        if not ids.is_valid(entry, certificate_authorities.PREFIX):
+            raise errors.InvalidField(
+                f"Field '{name}[{index}]' must be the id of a certificate authority "
+                f"({certificate_authorities.PREFIX}_…), got '{entry[:64]}'",
+                details={"field": f"{name}[{index}]"})
+    if len(set(value)) != len(value):
+        raise errors.InvalidField(f"Field '{name}' lists a certificate authority more than "
+                                  "once", details={"field": name})
+    return value
+
+
+TLS_FIELDS = [edge_modules.ENABLED,
+              Field("min_version", "string", max_bytes=16, check=_check_min_version)]
+MTLS_FIELDS = [edge_modules.ENABLED,
+               Field("certificate_authority_ids", "string_list", required=True, max_bytes=64,
+                     max_items=MAX_CERTIFICATE_AUTHORITIES, check=_check_ca_ids)]
+
+
+def parse_tls_termination(field: Optional[str], value: Any) -> Dict[str, Any]:
+    return edge_modules.parse_module(field, value, TLS_FIELDS, min_version=None)
+
+
+def parse_mutual_tls(field: Optional[str], value: Any) -> Dict[str, Any]:
+    return edge_modules.parse_module(field, value, MTLS_FIELDS)
+
+
+def render_tls_termination(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    if module is None:
+        return None
+    return {"enabled": module["enabled"], "terminate_at": "edge",
+            "min_version": module.get("min_version")}
+
+
+def render_mutual_tls(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    if module is None:
+        return None
+    return {"enabled": module["enabled"],
+            "certificate_authorities": [c.ref(certificate_authorities.PATH, ca)
+                                        for ca in module["certificate_authority_ids"]]}
+
+
+EDGE_MODULE_PARSERS = {"tls_termination": parse_tls_termination,
+                       "mutual_tls": parse_mutual_tls}
+EDGE_MODULE_RENDERERS = {"tls_termination": render_tls_termination,
+                         "mutual_tls": render_mutual_tls}
 
 
 # ---- fields -------------------------------------------------------------------------------------
@@ -139,8 +240,8 @@ def _match_type(name: str, value: str) -> str:
     return value
 
 
-EDGE_FIELDS = [DESCRIPTION, METADATA, HOSTPORTS, Field("mutual_tls", "any", check=_unsupported),
-               Field("tls_termination", "any", check=_unsupported)]
+EDGE_FIELDS = [DESCRIPTION, METADATA, HOSTPORTS] + [
+    Field(name, "any", check=parser) for name, parser in EDGE_MODULE_PARSERS.items()]
 _MODULE_FIELDS = [Field(name, "any", check=parser) for name, parser in MODULE_PARSERS.items()] \
     + [Field(name, "any", check=_unsupported) for name in UNSUPPORTED_ROUTE_MODULES]
 ROUTE_CREATE_FIELDS = [DESCRIPTION, METADATA,
@@ -195,7 +296,7 @@ def render_route(c: Ctx, item: store.Item) -> Dict[str, Any]:
     for name in UNSUPPORTED_ROUTE_MODULES:
         body[name] = None
     for name in ROUTE_MODULES:
-        body[name] = _render_module(data.get(name))
+        body[name] = MODULE_RENDERERS[name](c, data.get(name))
     return body
 
 
@@ -220,8 +321,8 @@ def render(c: Ctx, item: store.Item, routes: List[store.Item]) -> Dict[str, Any]
         "created_at": data["created_at"],
         "uri": c.uri(f"{PATH}/{item.sk}"),
         "hostports": data.get("hostports") or None,
-        "mutual_tls": None,
-        "tls_termination": None,
+        "mutual_tls": render_mutual_tls(c, data.get("mutual_tls")),
+        "tls_termination": render_tls_termination(c, data.get("tls_termination")),
         "routes": [render_route(c, route) for route in routes],
     }
 
@@ -231,7 +332,9 @@ def render(c: Ctx, item: store.Item, routes: List[store.Item]) -> Dict[str, Any]
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     edge_id = ids.new_id(PREFIX)
     data = {"description": fields.get("description", ""), "metadata": fields.get("metadata", ""),
-            "hostports": fields.get("hostports") or None, "created_at": validation.now_rfc3339()}
+            "hostports": fields.get("hostports") or None,
+            **{name: fields[name] for name in EDGE_MODULES if name in fields},
+            "created_at": validation.now_rfc3339()}
     item = store.new_item(_edge_pk(c.account_id), edge_id, kind=COLLECTION,
                           account_id=c.account_id, data=data)
     store.commit([store.put_new(item)]
@@ -275,12 +378,16 @@ def _replace_routes(c: Ctx, edge_id: str) -> Dict[str, Any]:
     return render(c, *_edge_and_routes(c.account_id, edge_id))
 
 
+# Edge fields whose change involves other items (hostport claims, reference counters).
+LINKED_FIELDS = frozenset({"hostports"}) | frozenset(EDGE_MODULES)
+
+
 def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
-    """description/metadata: one UpdateItem; with hostports: one Query (the edge's hostports
-    to release) and one transaction. Then one Query for the response (edge + routes)."""
+    """description/metadata: one UpdateItem; with hostports or modules: one GetItem and one
+    transaction. Then one Query for the response (edge + routes)."""
     if not fields:
         return get(c, edge_id)
-    if "hostports" in fields:
+    if LINKED_FIELDS & set(fields):
         _update_hostports(c, edge_id, fields)
     else:
         if not ids.is_valid(edge_id, PREFIX):
@@ -292,6 +399,7 @@ def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 @store.retrying
 def _update_hostports(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> None:
+    """The read-modify-write of linked fields (hostports, edge modules)."""
     item = get_item(c.account_id, edge_id)
     new = {**item.data, **fields}
     ops = edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, new)
@@ -301,11 +409,22 @@ def _update_hostports(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> None:
 
 @store.retrying
 def delete(c: Ctx, edge_id: str) -> None:
-    """One Query (edge + routes), then one transaction deleting them and the hostports."""
+    """One Query (edge + routes), then one transaction deleting them, the hostports and every
+    reference they hold. When that is more than a transaction holds (routes referring to
+    many distinct backends and IP policies), the routes are deleted first, each in its own
+    transaction, then the edge: a failure in between leaves an edge with fewer routes, never
+    a wrong count."""
     item, routes = _edge_and_routes(c.account_id, edge_id)
     ops = [store.delete(item)] + [store.drop(route.pk, route.sk) for route in routes]
     ops += edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, {})
-    store.commit(ops)
+    ops += refs.move(c.account_id, sum((edge_modules.refs_of(r.data) for r in routes),
+                                       Counter()), Counter(), _no_missing)
+    if len(ops) <= store.MAX_TRANSACTION_OPS:
+        store.commit(ops)
+        return
+    for route in routes:
+        delete_route(c, edge_id, route.sk.rpartition("#")[2])
+    delete(c, edge_id)
 
 
 # ---- routes -------------------------------------------------------------------------------------
@@ -335,6 +454,7 @@ def create_route(c: Ctx, edge_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
             **{k: v for k, v in fields.items() if k not in UNSUPPORTED_ROUTE_MODULES},
             "created_at": validation.now_rfc3339()}
     route_id = ids.new_id(ROUTE_PREFIX)
+    references = edge_modules.ref_ops(c.account_id, {}, data)
     route = store.new_item(_edge_pk(c.account_id), _route_sk(edge_id, route_id),
                            kind=ROUTE_COLLECTION, account_id=c.account_id, data=data)
     full = errors.BadRequest(f"HTTPS edge '{edge_id}' already has {MAX_ROUTES} routes, the "
@@ -342,7 +462,8 @@ def create_route(c: Ctx, edge_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
     store.commit([store.put_new(route),
                   store.set_fields(_edge_pk(c.account_id), edge_id, {}, refs=1,
                                    require=lambda e: f"{e.path('refs')} < {e.value(MAX_ROUTES)}",
-                                   explain=lambda old: full, missing=_edge_missing(edge_id))])
+                                   explain=lambda old: full, missing=_edge_missing(edge_id))]
+                 + references)
     return render_route(c, route)
 
 
@@ -396,14 +517,37 @@ def update_route(c: Ctx, edge_id: str, route_id: str, raw: Dict[str, Any]) -> Di
                and not (k in ("match_type", "match") and v == "")}
     if not changes:
         return get_route(c, edge_id, route_id)
+    if LINKED_ROUTE_MODULES & set(changes):
+        return render_route(c, _replace_route(c, edge_id, route_id, changes))
     return render_route(c, _set_route(c, edge_id, route_id, changes))
 
 
+# Route modules that refer to other items: changing them reads the route's old references.
+LINKED_ROUTE_MODULES = frozenset({"backend", "ip_restriction"})
+
+
+@store.retrying
+def _replace_route(c: Ctx, edge_id: str, route_id: str, changes: Dict[str, Any],
+                   nested: bool = True) -> store.Item:
+    """GetItem of the route, then one transaction: the route (version-checked) and the
+    reference counters moved from its old modules to the new ones."""
+    route = get_route_item(c.account_id, edge_id, route_id)
+    new = {**route.data, **changes}
+    ops = edge_modules.ref_ops(c.account_id, route.data, new, nested=nested)
+    route.data = new
+    store.commit([store.save(route)] + ops)
+    return route
+
+
+@store.retrying
 def delete_route(c: Ctx, edge_id: str, route_id: str) -> None:
-    """One transaction: the route (404 when absent) and the edge's route counter - 1."""
-    pk, sk = _route_key(c.account_id, edge_id, route_id)
-    store.commit([store.remove_item(pk, sk, missing=_route_missing(route_id)),
-                  store.set_fields(pk, edge_id, {}, refs=-1, missing=store.VersionConflict())])
+    """GetItem of the route (404 when absent), then one transaction: the route, the edge's
+    route counter - 1 and the route's reference counters."""
+    route = get_route_item(c.account_id, edge_id, route_id)
+    store.commit([store.delete(route),
+                  store.set_fields(route.pk, edge_id, {}, refs=-1,
+                                   missing=store.VersionConflict())]
+                 + edge_modules.ref_ops(c.account_id, route.data, {}))
 
 
 # ---- route modules ------------------------------------------------------------------------------
@@ -418,21 +562,115 @@ def get_module(c: Ctx, edge_id: str, route_id: str, name: str) -> Dict[str, Any]
     module = route.data.get(_module_name(name))
     if module is None:
         raise errors.NotFound(f"Route '{route_id}' has no {name} module")
-    return _render_module(module)
+    return MODULE_RENDERERS[name](c, module)
 
 
 def put_module(c: Ctx, edge_id: str, route_id: str, name: str,
                raw: Dict[str, Any]) -> Dict[str, Any]:
-    """One UpdateItem of the module."""
+    """One UpdateItem of the module (backend, ip_restriction: GetItem + transaction)."""
     body = edge_modules.module_body(raw, {"edge_id": edge_id, "id": route_id})
     module = MODULE_PARSERS[_module_name(name)](None, body)
-    _set_route(c, edge_id, route_id, {name: module})
-    return _render_module(module)
+    if name in LINKED_ROUTE_MODULES:
+        _replace_route(c, edge_id, route_id, {name: module}, nested=False)
+    else:
+        _set_route(c, edge_id, route_id, {name: module})
+    return MODULE_RENDERERS[name](c, module)
 
 
 def delete_module(c: Ctx, edge_id: str, route_id: str, name: str) -> None:
-    """One UpdateItem setting the module to null (404 only when the route is absent)."""
-    _set_route(c, edge_id, route_id, {_module_name(name): None})
+    """One UpdateItem setting the module to null (404 only when the route is absent);
+    backend and ip_restriction: GetItem + transaction (their references)."""
+    if _module_name(name) in LINKED_ROUTE_MODULES:
+        _replace_route(c, edge_id, route_id, {name: None})
+    else:
+        _set_route(c, edge_id, route_id, {name: None})
+
+
+# ---- edge modules: /edges/https/{edge_id}/tls_termination | mutual_tls -------------------------
+def _edge_module_name(name: str) -> str:
+    if name not in EDGE_MODULE_PARSERS:
+        raise errors.NotFound(f"HTTPS edges have no module '{name}'")
+    return name
+
+
+def get_edge_module(c: Ctx, edge_id: str, name: str) -> Dict[str, Any]:
+    item = get_item(c.account_id, edge_id)
+    module = item.data.get(_edge_module_name(name))
+    if module is None:
+        raise errors.NotFound(f"HTTPS edge '{edge_id}' has no {name} module")
+    return EDGE_MODULE_RENDERERS[name](c, module)
+
+
+@store.retrying
+def _replace_edge(c: Ctx, edge_id: str, changes: Dict[str, Any], nested: bool = True) -> None:
+    item = get_item(c.account_id, edge_id)
+    new = {**item.data, **changes}
+    ops = edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, new, nested)
+    item.data = new
+    store.commit([store.save(item)] + ops)
+
+
+def put_edge_module(c: Ctx, edge_id: str, name: str, raw: Dict[str, Any]) -> Dict[str, Any]:
+    """GetItem of the edge, then one transaction (the edge, its certificate authorities'
+    counters)."""
+    body = edge_modules.module_body(raw, {"id": edge_id, "edge_id": edge_id})
+    module = EDGE_MODULE_PARSERS[_edge_module_name(name)](None, body)
+    _replace_edge(c, edge_id, {name: module}, nested=False)
+    return EDGE_MODULE_RENDERERS[name](c, module)
+
+
+def delete_edge_module(c: Ctx, edge_id: str, name: str) -> None:
+    _replace_edge(c, edge_id, {_edge_module_name(name): None})
+
+
+# ---- the edge's read ----------------------------------------------------------------------------
+def _route_order(route: Dict[str, Any]) -> Tuple[int, int, str]:
+    return (0 if route["match_type"] == "exact_path" else 1, -len(route["match"]), route["id"])
+
+
+def edge_for_hostport(hostport: str) -> Optional[Tuple[Dict[str, Any], List[Dict[str, Any]]]]:
+    """The HTTPS edge serving ``hostport`` (canonical ``host:port``, lower-case) and its
+    routes, or None when no HTTPS edge serves it. One GetItem (the hostport's uniqueness item:
+    account and edge) and one Query (the edge with its routes, which follow it in its
+    partition).
+
+    The edge dict: ``{"id", "account_id", "hostports", "tls_termination", "mutual_tls",
+    "description", "metadata", "created_at"}``, modules in their stored form or None:
+    ``tls_termination {"enabled", "min_version": "1.0".."1.3" | None}``, ``mutual_tls
+    {"enabled", "certificate_authority_ids": [ca_…]}`` (PEMs:
+    :func:`chalicelib.certificate_authorities.pems`).
+
+    Routes, in match order (every ``exact_path`` first, then ``path_prefix`` by longest
+    ``match`` first): ``{"id", "edge_id", "match_type", "match", "backend",
+    "ip_restriction", "user_agent_filter", "request_headers", "response_headers",
+    "traffic_policy", ...}``, each module None or its stored form: ``backend {"enabled",
+    "backend_id"}`` (act on it with :func:`chalicelib.backends.resolve`), ``ip_restriction
+    {"enabled", "ip_policy_ids"}`` (:func:`chalicelib.ip_policies.rules_of`),
+    ``user_agent_filter {"enabled", "allow", "deny"}``, ``request_headers``/
+    ``response_headers {"enabled", "add": {name: value}, "remove": [name]}``,
+    ``traffic_policy {"enabled", "value": JSON or YAML text}``.
+    """
+    owner = store.get(store.unique_pk(edge_modules.HOSTPORT_NAMESPACE, hostport),
+                      store.UNIQUE_SK)
+    if owner is None or owner.data.get("kind") != COLLECTION:
+        return None
+    account_id, edge_id = owner.data["account_id"], owner.data["edge_id"]
+    try:
+        item, route_items = _edge_and_routes(account_id, edge_id)
+    except errors.NotFound:
+        return None
+    edge = {"id": edge_id, "account_id": account_id,
+            **{k: v for k, v in item.data.items() if k != "hostport_refs"}}
+    for name in EDGE_MODULES:
+        edge.setdefault(name, None)
+    routes = []
+    for route in route_items:
+        plain = {"id": route.sk.rpartition("#")[2], **route.data}
+        for name in ROUTE_MODULES:
+            plain.setdefault(name, None)
+        routes.append(plain)
+    routes.sort(key=_route_order)
+    return edge, routes
 
 
 EDGE_OPS = rest.Ops(prefix=PREFIX, list_key=LIST_KEY, create=create, get=get,

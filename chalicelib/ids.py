@@ -19,6 +19,11 @@ _RANDOM_MASK = (1 << _RANDOM_BITS) - 1
 
 PREFIXES = {
     "http_response_backend": "bkdhr",
+    "tunnel_group_backend": "bkdtg",
+    "failover_backend": "bkdfo",
+    "weighted_backend": "bkdwt",
+    "reserved_addr": "ra",
+    "certificate_authority": "ca",
     "tcp_edge": "edgtcp",
     "https_edge": "edghts",
     "https_edge_route": "edghtsrt",

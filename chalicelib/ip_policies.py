@@ -184,6 +184,21 @@ def delete_rule(c: Ctx, rule_id: str) -> None:
                                    missing=store.VersionConflict())])
 
 
+# ---- the edge's read ----------------------------------------------------------------------------
+def rules_of(account_id: str, policy_ids: List[str]) -> Dict[str, List[Tuple[str, str]]]:
+    """The rules of each of ``policy_ids`` (an ``ip_restriction`` module's policies) as
+    ``{policy_id: [(action "allow"|"deny", cidr), ...]}``, oldest rule first; a policy
+    without rules (or that no longer exists) maps to ``[]``. One Query of the account's rules
+    (rules are stored per account, each naming its policy), so its cost grows with the
+    account's rule count, not with the request."""
+    wanted: Dict[str, List[Tuple[str, str]]] = {policy_id: [] for policy_id in policy_ids}
+    for item in store.query_all(store.collection_pk(account_id, RULE_COLLECTION)):
+        policy_id = item.data.get("ip_policy_id")
+        if policy_id in wanted:
+            wanted[policy_id].append((item.data["action"], item.data["cidr"]))
+    return wanted
+
+
 POLICY_OPS = rest.Ops(prefix=POLICY_PREFIX, list_key=POLICY_LIST_KEY, create=create_policy,
                       get=get_policy, list_page=list_policies, update=update_policy,
                       delete=delete_policy, create_fields=POLICY_FIELDS,

@@ -115,15 +115,38 @@ def _schemas() -> Dict[str, Schema]:
                          "policy": {"nullable": True, "description": "always null"}}),
         "EndpointUserAgentFilter": _obj({"enabled": BOOL, "allow": STR_LIST, "deny": STR_LIST}),
         "EndpointResponseHeaders": _obj({"enabled": BOOL, "add": STR_MAP, "remove": STR_LIST}),
+        "EndpointRequestHeaders": _obj({"enabled": BOOL, "add": STR_MAP, "remove": STR_LIST}),
+        "EndpointTLSTermination": _obj({"enabled": BOOL, "terminate_at": STR,
+                                        "min_version": _nullable(STR)}),
+        "EndpointMutualTLS": _obj({"enabled": BOOL, "certificate_authorities": {
+            "type": "array", "items": _ref("Ref")}}),
         "HTTPSEdgeRoute": _obj({**_common("https_edge_route"), "edge_id": STR,
                                 "match_type": {"type": "string",
                                                "enum": ["exact_path", "path_prefix"]},
                                 "match": STR,
+                                "backend": _nullable(_ref("EndpointBackend")),
+                                "ip_restriction": _nullable(_ref("EndpointIPPolicy")),
                                 "user_agent_filter": _nullable(_ref("EndpointUserAgentFilter")),
-                                "response_headers": _nullable(_ref("EndpointResponseHeaders"))}),
+                                "request_headers": _nullable(_ref("EndpointRequestHeaders")),
+                                "response_headers": _nullable(_ref("EndpointResponseHeaders")),
+                                "traffic_policy": _nullable(_ref("EndpointTrafficPolicy"))}),
         "HTTPSEdge": _obj({**_common("https_edge"), "hostports": _nullable(STR_LIST),
                            "routes": {"type": "array", "items": _ref("HTTPSEdgeRoute")},
-                           "mutual_tls": {"nullable": True}, "tls_termination": {"nullable": True}}),
+                           "mutual_tls": _nullable(_ref("EndpointMutualTLS")),
+                           "tls_termination": _nullable(_ref("EndpointTLSTermination"))}),
+        "TunnelGroupBackend": _obj({**_common("tunnel_group_backend"), "labels": STR_MAP,
+                                    "tunnels": {"type": "array", "items": _ref("Ref"),
+                                                "description": "online tunnels matching the "
+                                                               "labels (read-only)"}}),
+        "FailoverBackend": _obj({**_common("failover_backend"), "backends": STR_LIST}),
+        "WeightedBackend": _obj({**_common("weighted_backend"), "backends": {
+            "type": "object", "additionalProperties": {"type": "integer", "minimum": 0,
+                                                       "maximum": 10000}}}),
+        "ReservedAddr": _obj({**_common("reserved_addr"), "addr": STR, "region": STR}),
+        "CertificateAuthority": _obj({**_common("certificate_authority"), "ca_pem": STR,
+                                      "subject_common_name": STR, "not_before": TIMESTAMP,
+                                      "not_after": TIMESTAMP, "key_usages": STR_LIST,
+                                      "extended_key_usages": STR_LIST}),
         "AbuseReportHostname": _obj({"hostname": STR, "status": {
             "type": "string", "enum": ["PENDING", "BANNED", "UNBANNED", "IGNORE"]}}),
         "AbuseReport": _obj({**_without(_common("abuse_report"), "description"),
@@ -289,20 +312,35 @@ def _operations() -> Dict[Tuple[str, str], Op]:
                      "https_edges", "https_edges", "https_edge", create="EDGE_FIELDS",
                      update="EDGE_FIELDS", name="HTTPS edge",
                      field_schemas={"hostports": tcp_modules["hostports"],
-                                    "mutual_tls": _UNSUPPORTED, "tls_termination": _UNSUPPORTED}))
+                                    "mutual_tls": _module_body("https_edges:MTLS_FIELDS"),
+                                    "tls_termination": _module_body("https_edges:TLS_FIELDS")}))
+    for module, schema, fields in (
+            ("tls_termination", "EndpointTLSTermination", "https_edges:TLS_FIELDS"),
+            ("mutual_tls", "EndpointMutualTLS", "https_edges:MTLS_FIELDS")):
+        ops.update(_module_ops(f"/edges/https/{{edge_id}}/{module}", "HTTPS edges", schema,
+                               fields, module.replace("_", " ")))
     rh = {"add": {**STR_MAP, "description": "header name → value; names are returned "
                                             "lower-cased"},
           "remove": {**STR_LIST, "description": "header names"}}
-    route_modules = {"user_agent_filter": _module_body("https_edges:UA_FIELDS"),
-                     "response_headers": _module_body("https_edges:RH_FIELDS", rh)}
+    route_modules = {"backend": _module_body("edge_modules:BACKEND_FIELDS"),
+                     "ip_restriction": _module_body("edge_modules:IP_RESTRICTION_FIELDS"),
+                     "user_agent_filter": _module_body("https_edges:UA_FIELDS"),
+                     "request_headers": _module_body("https_edges:RH_FIELDS", rh),
+                     "response_headers": _module_body("https_edges:RH_FIELDS", rh),
+                     "traffic_policy": _module_body("edge_modules:TRAFFIC_POLICY_FIELDS")}
     ops.update(_crud("/edges/https/{edge_id}/routes",
                      "/edges/https/{edge_id}/routes/{route_id}", "HTTPS edge routes",
                      "HTTPSEdgeRoute", "https_edges", "routes", "https_edge_route",
                      create="ROUTE_CREATE_FIELDS", update="ROUTE_UPDATE_FIELDS",
                      name="HTTPS edge route", field_schemas=route_modules))
     for module, schema, fields, extra in (
+            ("backend", "EndpointBackend", "edge_modules:BACKEND_FIELDS", {}),
+            ("ip_restriction", "EndpointIPPolicy", "edge_modules:IP_RESTRICTION_FIELDS", {}),
             ("user_agent_filter", "EndpointUserAgentFilter", "https_edges:UA_FIELDS", {}),
-            ("response_headers", "EndpointResponseHeaders", "https_edges:RH_FIELDS", rh)):
+            ("request_headers", "EndpointRequestHeaders", "https_edges:RH_FIELDS", rh),
+            ("response_headers", "EndpointResponseHeaders", "https_edges:RH_FIELDS", rh),
+            ("traffic_policy", "EndpointTrafficPolicy", "edge_modules:TRAFFIC_POLICY_FIELDS",
+             {})):
         ops.update(_module_ops(f"/edges/https/{{edge_id}}/routes/{{route_id}}/{module}",
                                "HTTPS edge routes", schema, fields,
                                module.replace("_", " "), extra))
@@ -327,6 +365,23 @@ def _operations() -> Dict[Tuple[str, str], Op]:
     ops.update(_crud("/reserved_domains", "/reserved_domains/{domain_id}", "Reserved domains",
                      "ReservedDomain", "reserved_domains", "reserved_domains",
                      "reserved_domain", name="reserved domain"))
+    ops.update(_crud("/reserved_addrs", "/reserved_addrs/{addr_id}", "Reserved addresses",
+                     "ReservedAddr", "reserved_addrs", "reserved_addrs", "reserved_addr",
+                     name="reserved address"))
+    ops.update(_crud("/certificate_authorities", "/certificate_authorities/{ca_id}",
+                     "Certificate authorities", "CertificateAuthority",
+                     "certificate_authorities", "certificate_authorities",
+                     "certificate_authority", name="certificate authority"))
+    for path, kind, schema, fields, name in (
+            ("/backends/tunnel_group", "tunnel_group_backend", "TunnelGroupBackend",
+             "TUNNEL_GROUP_FIELDS", "tunnel group backend"),
+            ("/backends/failover", "failover_backend", "FailoverBackend", "FAILOVER_FIELDS",
+             "failover backend"),
+            ("/backends/weighted", "weighted_backend", "WeightedBackend", "WEIGHTED_FIELDS",
+             "weighted backend")):
+        ops.update(_crud(path, f"{path}/{{backend_id}}", name[0].upper() + name[1:] + "s",
+                         schema, "backends", "backends", kind, create=fields, update=fields,
+                         name=name))
     return ops
 
 

@@ -33,6 +33,8 @@ Rules (CONTRACT.md "Reserved domain"; where it is silent, decided here):
   provisioning status), resolves_to.
 - Every principal of the account (members and bots too) may create, change and delete its
   reserved domains.
+- A reserved domain that an HTTPS edge hostport uses (exactly, or under the wildcard) cannot be
+  deleted (409): the edge's hostport counts in its ``refs``.
 - ``DELETE /reserved_domains/{id}/certificate`` detaches the certificate: there never is one
   here, so it is a 204 that changes nothing (404 for an unknown domain), as a DELETE of an
   unset module is. ``DELETE /reserved_domains/{id}/certificate_management_policy`` stops
@@ -43,7 +45,7 @@ import secrets
 import string
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, hostnames, ids, store, validation, web
+from chalicelib import errors, hostnames, ids, refs, store, validation, web
 from chalicelib.config import get_settings
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
@@ -239,9 +241,41 @@ def update(c: Ctx, domain_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 @store.retrying
 def delete(c: Ctx, domain_id: str) -> None:
-    """Reads first (1 GetItem: the domain whose claim is released), then one transaction."""
+    """Reads first (1 GetItem: the domain whose claim is released), then one transaction;
+    409 while an HTTPS edge hostport uses the domain (its ``refs``)."""
     item = _get(c, domain_id)
-    store.commit([store.delete(item), store.release(DOMAIN_NAMESPACE, item.data["domain"])])
+    in_use = errors.Conflict(f"The reserved domain '{item.data['domain']}' is served by an "
+                             "HTTPS edge; remove the edge's hostports under it first")
+    store.commit([refs.delete_unreferenced(item.pk, item.sk, _get_missing(domain_id), in_use,
+                                           version=item.version or 0),
+                  store.release(DOMAIN_NAMESPACE, item.data["domain"])])
+
+
+def _get_missing(domain_id: str) -> errors.NotFound:
+    return errors.NotFound(f"No reserved domain with id '{domain_id}' exists")
+
+
+# ---- ownership (edges, and the edge's binds) ---------------------------------------------------
+def candidates(hostname: str) -> List[str]:
+    """The reservations that could cover ``hostname``, most specific first: the name itself,
+    then ``*.`` + each parent (``a.b.c`` → ``a.b.c``, ``*.b.c``, ``*.c``)."""
+    labels = hostname.split(".")
+    return [hostname] + ["*." + ".".join(labels[i:]) for i in range(1, len(labels))]
+
+
+def reservation_of(hostname: str) -> Optional[Dict[str, str]]:
+    """The reservation covering ``hostname`` (canonical, lower-case): the exact reservation,
+    else the nearest wildcard, as ``{"account_id", "reserved_domain_id", "domain"}``; None
+    when nobody reserved it. One BatchGetItem of the candidates' uniqueness items."""
+    names = candidates(hostname)
+    keys = [(store.unique_pk(DOMAIN_NAMESPACE, name), store.UNIQUE_SK) for name in names]
+    found = {item.pk: item for item in store.model().batch_get(keys, consistent_read=True)}
+    for name, (pk, _) in zip(names, keys):
+        item = found.get(pk)
+        if item is not None:
+            return {"account_id": item.data["account_id"],
+                    "reserved_domain_id": item.data["reserved_domain_id"], "domain": name}
+    return None
 
 
 # ---- detachable parts: DELETE /reserved_domains/{id}/<part> ---------------------------------

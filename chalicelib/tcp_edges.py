@@ -14,6 +14,9 @@ Rules (where the spec is silent, decided here):
   whole and returns it (200); DELETE removes it (204, also when it was not set: the result
   is the same). A missing edge is 404 on all three.
 - Deleting an edge releases its hostports and its references in the same transaction.
+- A hostport must be exactly an address the account reserved (``/reserved_addrs``); otherwise
+  a 400 naming the hostport. ``backend`` may name any backend kind; the edge carries TCP
+  traffic to tunnel groups (directly, or as members of failover/weighted backends).
 - ``policy`` (what the TypeScript client ``@ngrok/ngrok-api`` sends: the hosted service's
   older traffic policy shape ``{enabled, inbound: [rules], outbound: [rules]}``) is accepted on
   create and PATCH and stored as the ``traffic_policy`` module: ``enabled`` is kept and
@@ -23,10 +26,10 @@ Rules (where the spec is silent, decided here):
   together. Responses show it as ``traffic_policy``; ``policy`` stays null, as in the spec.
 
 Store calls: create 1 (a PutItem, or one transaction with hostport claims and reference
-counters); get 1; list 1 Query; a PATCH of description, metadata or traffic_policy only, and
-PUT/DELETE of the traffic_policy module, 1 UpdateItem; a PATCH or module PUT/DELETE that
-moves hostports or references reads first (1 GetItem: what to release) and then writes one
-transaction (2); delete 2 (GetItem, transaction).
+counters; each new hostport's reservation is read first: 1 GetItem); get 1; list 1 Query; a
+PATCH of description or metadata only 1 UpdateItem; a PATCH or module PUT/DELETE of anything
+else (hostports, modules: the hostport items carry a copy of them for the edge) reads first
+(1 GetItem) and then writes one transaction (2); delete 2 (GetItem, transaction).
 """
 import json
 from typing import Any, Dict, List, Optional, Tuple
@@ -146,8 +149,9 @@ def _replace(c: Ctx, item: store.Item, new: Dict[str, Any], nested: bool = True)
     store.commit([store.save(item)] + ops)
 
 
-# Fields whose change involves no other item (no hostport claim, no reference counter).
-PLAIN_FIELDS = frozenset({"description", "metadata", "traffic_policy"})
+# Fields whose change involves no other item (no hostport claim, no reference counter, and
+# not copied onto the hostport items for the edge: traffic_policy is).
+PLAIN_FIELDS = frozenset({"description", "metadata"})
 
 
 def _set(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> store.Item:
@@ -225,3 +229,30 @@ def _delete_linked_module(c: Ctx, edge_id: str, name: str) -> None:
     item = get_item(c.account_id, edge_id)
     if item.data.get(name) is not None:
         _replace(c, item, {**item.data, name: None})
+
+
+# ---- the edge's read ----------------------------------------------------------------------------
+def edge_for_hostport(hostport: str) -> Optional[Dict[str, Any]]:
+    """The TCP edge serving ``hostport`` (canonical ``host:port``), or None. One GetItem: the
+    hostport's uniqueness item carries a copy of what the edge needs.
+
+    ``{"id", "account_id", "hostports", "backend", "ip_restriction", "traffic_policy"}``;
+    modules None or their stored form: ``backend {"enabled", "backend_id"}``
+    (:func:`chalicelib.backends.resolve`), ``ip_restriction {"enabled", "ip_policy_ids"}``
+    (:func:`chalicelib.ip_policies.rules_of`), ``traffic_policy {"enabled", "value"}``.
+    """
+    owner = store.get(store.unique_pk(edge_modules.HOSTPORT_NAMESPACE, hostport),
+                      store.UNIQUE_SK)
+    if owner is None or owner.data.get("kind") != COLLECTION:
+        return None
+    account_id, edge_id = owner.data["account_id"], owner.data["edge_id"]
+    data = owner.data.get("edge")
+    if data is None:  # claimed before hostport items carried the edge
+        item = store.get(store.collection_pk(account_id, COLLECTION), edge_id)
+        if item is None:
+            return None
+        data = {k: item.data.get(k) for k in edge_modules.TCP_COPY_FIELDS}
+    edge = {"id": edge_id, "account_id": account_id, **data}
+    for name in MODULES:
+        edge.setdefault(name, None)
+    return edge

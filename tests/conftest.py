@@ -9,7 +9,10 @@ import tempfile
 for _name, _value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                       "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-                      "TABLE_NAME": "tunnel-service"}.items():
+                      "TABLE_NAME": "tunnel-service",
+                      # Reserved TCP addresses are never freed by most tests: a wide range,
+                      # inherited by the local stack process, so a session never runs out.
+                      "EDGE_TCP_PORTS": "10000-59999"}.items():
     os.environ[_name] = _value
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 os.environ.pop("PUBLIC_BASE_URL", None)

@@ -55,7 +55,7 @@ def test_ip_policies_and_rules_with_the_reference_client(client):
 def test_tcp_edges_with_the_reference_client(client):
     backend = client.backends.http_response.create(body="x")
     policy = client.ip_policies.create()
-    hostport = f"{ids.new_id('x')[-12:].lower()}.tcp.example.com:20000"
+    hostport = client.reserved_addrs.create().addr
     edge = client.edges.tcp.create(
         description="db", hostports=[hostport],
         backend=EndpointBackendMutate(client, {"backend_id": backend.id}),
@@ -120,3 +120,117 @@ def test_https_edges_routes_and_modules_with_the_reference_client(client):
     client.edges.https.delete(edge.id)
     with pytest.raises(ngrok.NotFoundError):
         client.edges.https_routes.get(edge.id, route.id)
+
+
+# ---- issue 10: backends edges route to, reserved addresses, CAs, the new modules ---------------
+def test_routing_backends_with_the_reference_client(client):
+    tg = client.backends.tunnel_group.create(description="web", labels={"app": "web"})
+    assert tg.labels == {"app": "web"} and tg.tunnels == [] and tg.id.startswith("bkdtg_")
+    hr = client.backends.http_response.create(body="sorry", status_code=503)
+    fo = client.backends.failover.create(backends=[tg.id, hr.id])
+    assert fo.backends == [tg.id, hr.id]
+    wt = client.backends.weighted.create(backends={tg.id: 90, hr.id: 10})
+    assert wt.backends == {tg.id: 90, hr.id: 10}
+    # the client's update sends labels={} / backends=[] / {} unless told: unchanged
+    assert client.backends.tunnel_group.update(tg.id, metadata="m").labels == {"app": "web"}
+    assert client.backends.failover.update(fo.id, description="d").backends == [tg.id, hr.id]
+    assert client.backends.weighted.update(wt.id, metadata="m").backends == {tg.id: 90,
+                                                                            hr.id: 10}
+    assert client.backends.tunnel_group.update(tg.id, labels={"app": "api"}).labels == {
+        "app": "api"}
+    assert [b.id for b in client.backends.tunnel_group.list()] == [tg.id]
+    assert client.backends.failover.get(fo.id).backends == [tg.id, hr.id]
+    with pytest.raises(ngrok.Error) as refused:
+        client.backends.tunnel_group.delete(tg.id)
+    assert refused.value.http_status_code == 409
+    client.backends.failover.delete(fo.id)
+    client.backends.weighted.delete(wt.id)
+    client.backends.tunnel_group.delete(tg.id)
+    with pytest.raises(ngrok.NotFoundError):
+        client.backends.tunnel_group.get(tg.id)
+
+
+def test_reserved_addrs_and_tcp_edges_with_the_reference_client(client):
+    addr = client.reserved_addrs.create(description="db")
+    assert addr.id.startswith("ra_") and addr.description == "db" and ":" in addr.addr
+    assert client.reserved_addrs.update(addr.id, metadata="m").metadata == "m"
+    assert [a.id for a in client.reserved_addrs.list()] == [addr.id]
+    tg = client.backends.tunnel_group.create(labels={"app": "db"})
+    edge = client.edges.tcp.create(hostports=[addr.addr], backend=EndpointBackendMutate(
+        client, {"backend_id": tg.id}))
+    assert edge.hostports == [addr.addr] and edge.backend.backend.id == tg.id
+    with pytest.raises(ngrok.Error) as refused:
+        client.reserved_addrs.delete(addr.id)
+    assert refused.value.http_status_code == 409
+    with pytest.raises(ngrok.Error) as refused:
+        client.edges.tcp.create(hostports=["1.tcp.example.com:12345"])
+    assert refused.value.http_status_code == 400
+    client.edges.tcp.delete(edge.id)
+    client.reserved_addrs.delete(addr.id)
+    with pytest.raises(ngrok.NotFoundError):
+        client.reserved_addrs.get(addr.id)
+
+
+def test_https_edge_modules_with_the_reference_client(client):
+    from ngrok.datatypes import (EndpointMutualTLSMutate, EndpointRequestHeaders,
+                                 EndpointTLSTerminationAtEdge)
+
+    from chalicelib.config import get_settings
+    from tests.functional.test_certificate_authorities import make_cert
+    pem, _ = make_cert("Client CA")
+    ca = client.certificate_authorities.create(ca_pem=pem, description="clients")
+    assert ca.subject_common_name == "Client CA" and ca.ca_pem == pem
+    assert [c.id for c in client.certificate_authorities.list()] == [ca.id]
+    domain = f"{ids.new_id('x')[-12:].lower()}.example.org"
+    client.reserved_domains.create(domain=f"*.{domain}")
+    hostport = f"www.{domain}:443"
+    edge = client.edges.https.create(
+        hostports=[hostport],
+        tls_termination=EndpointTLSTerminationAtEdge(client, {"min_version": "1.2"}),
+        mutual_tls=EndpointMutualTLSMutate(client, {"certificate_authority_ids": [ca.id]}))
+    assert edge.hostports == [hostport]
+    assert edge.tls_termination.min_version == "1.2"
+    assert edge.tls_termination.terminate_at == "edge"
+    assert [c.id for c in edge.mutual_tls.certificate_authorities] == [ca.id]
+    with pytest.raises(ngrok.Error) as refused:
+        client.edges.https.create(hostports=[f"www.unreserved-{domain}:443"])
+    assert refused.value.http_status_code == 400
+    free = client.edges.https.create(
+        hostports=[f"{ids.new_id('x')[-12:].lower()}.{get_settings().base_domain}:443"])
+    modules = client.edge_modules
+    tls = modules.https_edge_tls_termination.replace(
+        edge.id, EndpointTLSTerminationAtEdge(client, {"min_version": "1.3"}))
+    assert tls.min_version == "1.3"
+    assert modules.https_edge_tls_termination.get(edge.id).min_version == "1.3"
+    assert modules.https_edge_mutual_tls.get(edge.id).enabled is True
+    backend = client.backends.http_response.create(body="hi")
+    policy = client.ip_policies.create()
+    route = client.edges.https_routes.create(
+        edge.id, match_type="path_prefix", match="/",
+        backend=EndpointBackendMutate(client, {"backend_id": backend.id}),
+        ip_restriction=EndpointIPPolicyMutate(client, {"ip_policy_ids": [policy.id]}),
+        request_headers=EndpointRequestHeaders(client, {"add": {"X-A": "1"}, "remove": []}),
+        traffic_policy=EndpointTrafficPolicy(client, {"value": POLICY}))
+    assert route.backend.backend.id == backend.id
+    assert [p.id for p in route.ip_restriction.ip_policies] == [policy.id]
+    assert route.request_headers.add == {"x-a": "1"}
+    assert route.traffic_policy.value == POLICY
+    got = modules.https_edge_route_backend.get(edge.id, route.id)
+    assert got.backend.id == backend.id
+    rh = modules.https_edge_route_request_headers.replace(
+        edge.id, route.id, EndpointRequestHeaders(client, {"remove": ["cookie"]}))
+    assert rh.remove == ["cookie"] and rh.add == {}
+    modules.https_edge_route_ip_restriction.delete(edge.id, route.id)
+    with pytest.raises(ngrok.NotFoundError):
+        modules.https_edge_route_ip_restriction.get(edge.id, route.id)
+    tp = modules.https_edge_route_traffic_policy.replace(
+        edge.id, route.id, EndpointTrafficPolicy(client, {"enabled": False, "value": POLICY}))
+    assert tp.enabled is False
+    updated = client.edges.https_routes.update(edge.id, route.id, metadata="m")
+    assert updated.backend.backend.id == backend.id and updated.match == "/"
+    modules.https_edge_mutual_tls.delete(edge.id)
+    client.certificate_authorities.delete(ca.id)
+    client.edges.https.delete(edge.id)
+    client.edges.https.delete(free.id)
+    client.backends.http_response.delete(backend.id)
+    client.ip_policies.delete(policy.id)

@@ -5,6 +5,7 @@ import os
 import pytest
 
 from chalicelib import errors, ids
+from chalicelib.config import get_settings
 
 EDGE_FIELDS = {"id", "uri", "created_at", "description", "metadata", "hostports",
                "mutual_tls", "tls_termination", "routes"}
@@ -17,7 +18,9 @@ _counter = itertools.count()
 
 
 def hostport():
-    return f"h{os.getpid()}-{next(_counter)}-{ids.new_id('x')[-8:].lower()}.example.com:443"
+    """A free name under the base domain (an HTTPS edge may serve those without reserving)."""
+    return f"h{os.getpid()}-{next(_counter)}-{ids.new_id('x')[-8:].lower()}." \
+           f"{get_settings().base_domain}:443"
 
 
 def create_edge(caller, **fields):
@@ -53,22 +56,28 @@ def test_bare_edge_has_null_hostports(account):
     assert create_edge(account.admin)["hostports"] is None
 
 
-def test_hostports_are_shared_with_tcp_edges(account):
+def test_hostports_of_one_edge_kind_are_refused_to_the_other(account):
     hp = hostport()
     create_edge(account.admin, hostports=[hp])
     resp = account.admin.post("/edges/tcp", {"hostports": [hp]})
-    assert resp.status == 409
+    assert resp.status == 400 and resp.json["details"]["hostport"] == hp
     assert account.admin.post(PATH, {"hostports": [hp]}).status == 409
-    tcp_hp = hostport()
+    tcp_hp = account.admin.post("/reserved_addrs", {}).json["addr"]
     assert account.admin.post("/edges/tcp", {"hostports": [tcp_hp]}).status == 201
-    assert account.admin.post(PATH, {"hostports": [tcp_hp]}).status == 409
+    resp = account.admin.post(PATH, {"hostports": [tcp_hp]})
+    assert resp.status == 400 and resp.json["details"]["hostport"] == tcp_hp
 
 
 @pytest.mark.parametrize("body, field", [
     ({"hostports": ["nope"]}, "hostports[0]"),
     ({"hostports": "a.com:1"}, "hostports"),
-    ({"mutual_tls": {"certificate_authority_ids": []}}, "mutual_tls"),
-    ({"tls_termination": {}}, "tls_termination"),
+    ({"mutual_tls": {"certificate_authority_ids": []}}, "mutual_tls.certificate_authority_ids"),
+    ({"mutual_tls": {}}, "mutual_tls.certificate_authority_ids"),
+    ({"mutual_tls": {"certificate_authority_ids": ["ca_0ERYqBR5B9RMvMY4cZCztl2IB7s"]}},
+     "mutual_tls.certificate_authority_ids"),
+    ({"tls_termination": {"min_version": "1.4"}}, "tls_termination.min_version"),
+    ({"tls_termination": {"terminate_at": "upstream"}}, "tls_termination.terminate_at"),
+    ({"tls_termination": "1.2"}, "tls_termination"),
     ({"description": "x" * 256}, "description"),
     ({"routes": []}, "routes"),
 ])
@@ -117,7 +126,11 @@ def test_route_crud_and_edge_embeds_routes(account):
     ({"match": ""}, "match"),
     ({"match": None}, "match"),
     ({"match": "x" * 1025}, "match"),
-    ({"backend": {"backend_id": "bkdhr_x"}}, "backend"),
+    ({"backend": {"backend_id": "bkdhr_x"}}, "backend.backend_id"),
+    ({"backend": {"backend_id": "bkdtg_0ERYqBR5B9RMvMY4cZCztl2IB7s"}}, "backend.backend_id"),
+    ({"ip_restriction": {"ip_policy_ids": []}}, "ip_restriction.ip_policy_ids"),
+    ({"request_headers": {"remove": ["a b"]}}, "request_headers.remove"),
+    ({"traffic_policy": {"value": "[1]"}}, "traffic_policy.value"),
     ({"oauth": {}}, "oauth"),
     ({"user_agent_filter": {"allow": ["("]}}, "user_agent_filter.allow[0]"),
     ({"response_headers": {"add": {"a b": "1"}}}, "response_headers.add"),

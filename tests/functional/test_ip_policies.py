@@ -141,3 +141,20 @@ def test_lists_paginate(account):
     rest = account.admin.get(page["next_page_uri"]).json
     assert [p["id"] for p in rest["ip_policies"]] == created[::-1][3:]
     assert rest["next_page_uri"] is None
+
+
+def test_rules_of_gives_the_edge_each_policys_rules(api, account):
+    if api.level != "inprocess":
+        pytest.skip("a function over the store: called in-process")
+    from chalicelib import ip_policies
+    admin = account.admin
+    p1 = admin.post("/ip_policies", {}).json["id"]
+    p2 = admin.post("/ip_policies", {}).json["id"]
+    empty = admin.post("/ip_policies", {}).json["id"]
+    for policy, cidr, action in ((p1, "10.0.0.0/8", "allow"), (p2, "2001:db8::/32", "deny"),
+                                 (p1, "192.0.2.1", "deny")):
+        assert admin.post("/ip_policy_rules", {"ip_policy_id": policy, "cidr": cidr,
+                                               "action": action}).status == 201
+    assert ip_policies.rules_of(account.id, [p1, empty]) == {
+        p1: [("allow", "10.0.0.0/8"), ("deny", "192.0.2.1/32")], empty: []}
+    assert ip_policies.rules_of(account.id, [p2]) == {p2: [("deny", "2001:db8::/32")]}

@@ -20,10 +20,11 @@ POLICY_YAML = "on_tcp_connect:\n  - name: allow\n    actions:\n      - type: res
 _counter = itertools.count()
 
 
-def hostport():
-    """A hostport no other test (or test run against the same server) uses."""
-    return f"{os.getpid()}-{next(_counter)}-{ids.new_id('x')[-8:].lower()}.tcp.example.com:" \
-           f"{10000 + next(_counter) % 50000}"
+def hostport(caller):
+    """A TCP address reserved by the caller's account (a TCP edge may serve only those)."""
+    resp = caller.post("/reserved_addrs", {})
+    assert resp.status == 201, resp
+    return resp.json["addr"]
 
 
 def backend(caller):
@@ -57,7 +58,7 @@ def test_create_bare_edge_has_every_field_null(account):
 def test_create_with_modules_renders_refs(account):
     admin = account.admin
     bk, p1, p2 = backend(admin), policy(admin), policy(admin)
-    hp = hostport()
+    hp = hostport(admin)
     edge = create_edge(admin, description="db", hostports=[hp.upper()],
                        backend={"backend_id": bk["id"]},
                        ip_restriction={"enabled": False, "ip_policy_ids": [p1["id"], p2["id"]]},
@@ -74,7 +75,7 @@ def test_create_with_modules_renders_refs(account):
 def test_patch_with_only_metadata_leaves_everything_else(account):
     admin = account.admin
     bk, p1 = backend(admin), policy(admin)
-    edge = create_edge(admin, description="d", hostports=[hostport()],
+    edge = create_edge(admin, description="d", hostports=[hostport(admin)],
                        backend={"backend_id": bk["id"]},
                        ip_restriction={"ip_policy_ids": [p1["id"]]},
                        traffic_policy={"enabled": False, "value": POLICY_YAML})
@@ -101,7 +102,7 @@ def test_patch_replaces_a_sent_module_whole(account):
 
 def test_hostports_update_and_clear(account):
     admin = account.admin
-    a, b = hostport(), hostport()
+    a, b = hostport(admin), hostport(admin)
     edge = create_edge(admin, hostports=[a])
     updated = admin.patch(f"{PATH}/{edge['id']}", {"hostports": [a, b]}).json
     assert updated["hostports"] == [a, b]
@@ -112,14 +113,14 @@ def test_hostports_update_and_clear(account):
 
 
 def test_hostport_served_by_another_edge_returns_409(account, other_account):
-    hp = hostport()
+    hp = hostport(account.admin)
     first = create_edge(account.admin, hostports=[hp])
     resp = account.admin.post(PATH, {"hostports": [hp]})
     assert resp.status == 409 and resp.json["error_code"] == errors.CONFLICT
     assert hp in resp.json["msg"]
-    # unique across the whole service, not per account
-    assert other_account.admin.post(PATH, {"hostports": [hp]}).status == 409
-    second = create_edge(account.admin, hostports=[hostport()])
+    # another account may not serve it at all: the address is this account's
+    assert other_account.admin.post(PATH, {"hostports": [hp]}).status == 400
+    second = create_edge(account.admin, hostports=[hostport(account.admin)])
     resp = account.admin.patch(f"{PATH}/{second['id']}", {"hostports": [hp]})
     assert resp.status == 409
     assert account.admin.get(f"{PATH}/{second['id']}").json == second
@@ -143,7 +144,7 @@ def test_bad_hostports_return_400(account, hostports):
 
 
 def test_hostport_limits_are_inclusive(account):
-    hps = [f"h{i}-{ids.new_id('x')[-10:].lower()}.example.com:65535" for i in range(10)]
+    hps = [hostport(account.admin) for _ in range(10)]
     assert create_edge(account.admin, hostports=hps)["hostports"] == hps
 
 
@@ -188,7 +189,7 @@ def test_bad_module_returns_400_and_writes_nothing(account, module, value, field
 def test_bad_reference_in_patch_leaves_edge_and_counters(account):
     admin = account.admin
     bk, p1 = backend(admin), policy(admin)
-    hp = hostport()
+    hp = hostport(admin)
     edge = create_edge(admin, backend={"backend_id": bk["id"]})
     missing = "ipp_0ERYqBR5B9RMvMY4cZCztl2IB7s"
     resp = admin.patch(f"{PATH}/{edge['id']}", {
@@ -342,7 +343,7 @@ def test_concurrent_claims_of_one_hostport_end_with_one_owner(http_api):
     headers = {"Authorization": f"Bearer {account.admin.token}", "Service-Version": "2"}
     url = http_api.base_url + PATH
     for _ in range(4):
-        hp = hostport()
+        hp = hostport(account.admin)
         edges = [requests.post(url, json={}, headers=headers, timeout=30).json()["id"]
                  for _ in range(2)]
         barrier = threading.Barrier(2)

@@ -107,6 +107,9 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
             lambda: admin.delete(f"/reserved_domains/{domain}/{part}"), 204)
     run("DELETE /reserved_domains/{domain_id}",
         lambda: admin.delete(f"/reserved_domains/{domain}"), 204)
+    addr = crud("/reserved_addrs", "addr_id", {"description": "a"}, {"metadata": "m"},
+                delete=False)
+    hostport = admin.get(f"/reserved_addrs/{addr}").json["addr"]
     policy = crud("/ip_policies", "policy_id", {"description": "p"}, {"metadata": "m"},
                   delete=False)
     crud("/ip_policy_rules", "rule_id",
@@ -117,7 +120,7 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
                    {"description": "b"}, delete=False)
     policy = admin.post("/ip_policies", {}).json["id"]
 
-    edge = crud("/edges/tcp", "edge_id", {"hostports": ["costs.example.com:4000"]},
+    edge = crud("/edges/tcp", "edge_id", {"hostports": [hostport]},
                 {"description": "e"}, delete=False)
     modules = {"backend": {"backend_id": backend},
                "ip_restriction": {"ip_policy_ids": [policy]},
@@ -128,11 +131,31 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         run(f"GET {base}", lambda: admin.get(f"/edges/tcp/{edge}/{name}"), 200)
         run(f"DELETE {base}", lambda: admin.delete(f"/edges/tcp/{edge}/{name}"), 204)
     run("DELETE /edges/tcp/{edge_id}", lambda: admin.delete(f"/edges/tcp/{edge}"), 204)
-    run("DELETE /backends/http_response/{backend_id}",
-        lambda: admin.delete(f"/backends/http_response/{backend}"), 204)
+    run("DELETE /reserved_addrs/{addr_id}", lambda: admin.delete(f"/reserved_addrs/{addr}"),
+        204)
+    group = crud("/backends/tunnel_group", "backend_id", {"labels": {"app": "web"}},
+                 {"labels": {"app": "api"}}, delete=False)
+    crud("/backends/failover", "backend_id", {"backends": [group, backend]},
+         {"backends": [backend, group]})
+    crud("/backends/weighted", "backend_id", {"backends": {group: 1, backend: 2}},
+         {"backends": {group: 3}})
+    run("DELETE /backends/tunnel_group/{backend_id}",
+        lambda: admin.delete(f"/backends/tunnel_group/{group}"), 204)
+    from tests.functional.test_certificate_authorities import make_cert
+    ca = crud("/certificate_authorities", "ca_id", {"ca_pem": make_cert()[0]},
+              {"description": "c"}, delete=False)
 
-    edge = crud("/edges/https", "edge_id", {"hostports": ["costs.example.com:443"]},
+    edge = crud("/edges/https", "edge_id", {"hostports": ["costs.tunnels.localhost:443"]},
                 {"description": "e"}, delete=False)
+    edge_modules = {"tls_termination": {"min_version": "1.2"},
+                    "mutual_tls": {"certificate_authority_ids": [ca]}}
+    for name, module in edge_modules.items():
+        base = f"/edges/https/{{edge_id}}/{name}"
+        run(f"PUT {base}", lambda: admin.put(f"/edges/https/{edge}/{name}", module), 200)
+        run(f"GET {base}", lambda: admin.get(f"/edges/https/{edge}/{name}"), 200)
+        run(f"DELETE {base}", lambda: admin.delete(f"/edges/https/{edge}/{name}"), 204)
+    run("DELETE /certificate_authorities/{ca_id}",
+        lambda: admin.delete(f"/certificate_authorities/{ca}"), 204)
     routes = f"/edges/https/{edge}/routes"
     route = run("POST /edges/https/{edge_id}/routes",
                 lambda: admin.post(routes, {"match_type": "path_prefix", "match": "/"}),
@@ -143,12 +166,18 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
     run("PATCH /edges/https/{edge_id}/routes/{route_id}",
         lambda: admin.patch(f"{routes}/{route}", {"description": "r"}), 200)
     route_modules = {"user_agent_filter": {"deny": ["bot.*"]},
-                     "response_headers": {"add": {"x-a": "1"}}}
+                     "response_headers": {"add": {"x-a": "1"}},
+                     "request_headers": {"add": {"x-b": "1"}},
+                     "traffic_policy": {"value": '{"on_http_request": []}'},
+                     "backend": {"backend_id": backend},
+                     "ip_restriction": {"ip_policy_ids": [policy]}}
     for name, module in route_modules.items():
         base = f"/edges/https/{{edge_id}}/routes/{{route_id}}/{name}"
         run(f"PUT {base}", lambda: admin.put(f"{routes}/{route}/{name}", module), 200)
         run(f"GET {base}", lambda: admin.get(f"{routes}/{route}/{name}"), 200)
         run(f"DELETE {base}", lambda: admin.delete(f"{routes}/{route}/{name}"), 204)
+    run("DELETE /backends/http_response/{backend_id}",
+        lambda: admin.delete(f"/backends/http_response/{backend}"), 204)
     run("GET /edges/https/{edge_id}", lambda: admin.get(f"/edges/https/{edge}"), 200)
     run("DELETE /edges/https/{edge_id}/routes/{route_id}",
         lambda: admin.delete(f"{routes}/{route}"), 204)

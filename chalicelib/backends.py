@@ -1,0 +1,344 @@
+"""Backends the edges route to: ``/backends/tunnel_group``, ``/backends/failover`` and
+``/backends/weighted`` (HTTP response backends are :mod:`chalicelib.http_response_backends`),
+every backend kind's id rules, and :func:`resolve`, what the edge reads to act on a backend.
+
+Fields (every one always present):
+- tunnel group: id, uri, created_at, description, metadata, ``labels`` (map key → value),
+  ``tunnels`` (read-only: Refs of the online tunnels whose labels include all of ``labels``,
+  from :func:`chalicelib.online.online_tunnels`).
+- failover: id, uri, created_at, description, metadata, ``backends`` (ids, in order).
+- weighted: id, uri, created_at, description, metadata, ``backends`` (map id → weight).
+
+Rules (the hosted docs give the weight range 0–10000 and name limits without numbers;
+the numbers here are decided):
+- ``labels``: 1 to :data:`MAX_LABELS` pairs; keys 1–:data:`MAX_LABEL_KEY_BYTES` bytes of
+  letters, digits, ``_ . / -`` (not starting with ``.``, ``/`` or ``-``), values
+  1–:data:`MAX_LABEL_VALUE_BYTES` bytes of letters, digits and ``_ . / : @ -`` (the label
+  grammar of credential ACLs, without its ``*``). Keys and values keep their case.
+- failover ``backends``: 1 to :data:`MAX_MEMBERS` distinct ids, tried in order.
+- weighted ``backends``: 1 to :data:`MAX_MEMBERS` ids, each weight an integer 0–10000, at
+  least one weight above 0 (else no request could be sent anywhere).
+- Members of failover and weighted backends are tunnel group or HTTP response backends of
+  the caller's account (400 naming the field and id otherwise). Failover and weighted
+  backends do not nest, so no cycle can be built and :func:`resolve` is two reads at most.
+- Create requires the labels / backends. In a PATCH an absent, null or *empty* ``labels`` /
+  ``backends`` leaves them unchanged: the reference client sends ``{}`` / ``[]`` on every
+  update; a non-empty value replaces them whole.
+- ``tunnels`` is read when a tunnel group is rendered: one Query of the account's tunnels and
+  one BatchGetItem of their sessions per tunnel group (so a list page costs that per item).
+- References are counted like every other: each member's ``refs`` moves in the composite
+  backend's transaction, edges' ``backend`` modules count too, and a backend whose ``refs``
+  is not 0 cannot be deleted (409) until nothing uses it.
+"""
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from chalicelib import acl, errors, http_response_backends, ids, refs, rest, store, validation, web
+from chalicelib.validation import DESCRIPTION, METADATA, Field
+from chalicelib.web import Ctx
+
+MAX_LABELS = 10
+MAX_LABEL_KEY_BYTES = 64
+MAX_LABEL_VALUE_BYTES = 256
+MAX_MEMBERS = 10
+MAX_WEIGHT = 10000
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str        # "http_response" | "tunnel_group" | "failover" | "weighted"
+    collection: str
+    prefix: str
+    path: str
+    what: str
+
+
+HTTP_RESPONSE = Kind("http_response", http_response_backends.COLLECTION,
+                     http_response_backends.PREFIX, http_response_backends.PATH,
+                     "HTTP response backend")
+TUNNEL_GROUP = Kind("tunnel_group", "tunnel_group_backend", ids.PREFIXES["tunnel_group_backend"],
+                    "/backends/tunnel_group", "tunnel group backend")
+FAILOVER = Kind("failover", "failover_backend", ids.PREFIXES["failover_backend"],
+                "/backends/failover", "failover backend")
+WEIGHTED = Kind("weighted", "weighted_backend", ids.PREFIXES["weighted_backend"],
+                "/backends/weighted", "weighted backend")
+KINDS = {kind.prefix: kind for kind in (HTTP_RESPONSE, TUNNEL_GROUP, FAILOVER, WEIGHTED)}
+MEMBER_KINDS = (HTTP_RESPONSE, TUNNEL_GROUP)
+
+
+def kind_of(backend_id: Any) -> Optional[Kind]:
+    """The kind of a well-formed backend id (by its prefix), else None."""
+    if not isinstance(backend_id, str):
+        return None
+    kind = KINDS.get(backend_id.split("_", 1)[0])
+    return kind if kind and ids.is_valid(backend_id, kind.prefix) else None
+
+
+def _bad(field: str, msg: str) -> errors.InvalidField:
+    return errors.InvalidField(f"Field '{field}' {msg}", details={"field": field})
+
+
+def check_backend_id(name: str, value: Any, kinds: Tuple[Kind, ...] = tuple(KINDS.values())) -> str:
+    """A well-formed id of one of ``kinds`` (400 naming ``name`` otherwise)."""
+    kind = kind_of(value)
+    if kind is None or kind not in kinds:
+        allowed = ", ".join(f"{k.what} ({k.prefix}_…)" for k in kinds)
+        raise _bad(name, f"must be the id of a backend: {allowed}; got '{str(value)[:64]}'")
+    return value
+
+
+def missing_backend(field: str) -> refs.Missing:
+    def error(collection: str, resource_id: str) -> errors.ApiError:
+        what = next((k.what for k in KINDS.values() if k.collection == collection), "backend")
+        return errors.InvalidField(f"Field '{field}': no {what} with id '{resource_id}' "
+                                   "exists in this account", details={"field": field})
+    return error
+
+
+# ---- fields -------------------------------------------------------------------------------------
+_LABEL_KEY_RE = acl.LABEL_KEY_RE
+_LABEL_VALUE_RE = acl.LABEL_VALUE_RE
+
+
+def _check_labels(name: str, value: Dict[str, Any]) -> Dict[str, str]:
+    if len(value) > MAX_LABELS:
+        raise _bad(name, f"has {len(value)} labels; the limit is {MAX_LABELS}")
+    for key, label in value.items():
+        if not (0 < validation.utf8_len(key) <= MAX_LABEL_KEY_BYTES) \
+                or not _LABEL_KEY_RE.match(key):
+            raise _bad(f"{name}.{key[:64]}", f"key '{key[:64]}' must be 1 to "
+                       f"{MAX_LABEL_KEY_BYTES} bytes of letters, digits, '_', '.', '/', '-' "
+                       "(starting with a letter, digit or '_')")
+        if not isinstance(label, str) or not (0 < validation.utf8_len(label)
+                                              <= MAX_LABEL_VALUE_BYTES) \
+                or not _LABEL_VALUE_RE.match(label):
+            raise _bad(f"{name}.{key}", f"value must be a string of 1 to "
+                       f"{MAX_LABEL_VALUE_BYTES} bytes of letters, digits, '_', '.', '/', "
+                       "':', '@', '-'")
+    return dict(value)
+
+
+def _check_failover_members(name: str, value: List[Any]) -> List[str]:
+    if len(value) > MAX_MEMBERS:
+        raise _bad(name, f"has {len(value)} backends; the limit is {MAX_MEMBERS}")
+    for index, entry in enumerate(value):
+        check_backend_id(f"{name}[{index}]", entry, MEMBER_KINDS)
+    if len(set(value)) != len(value):
+        raise _bad(name, "lists a backend more than once")
+    return list(value)
+
+
+def _check_weights(name: str, value: Dict[str, Any]) -> Dict[str, int]:
+    if len(value) > MAX_MEMBERS:
+        raise _bad(name, f"has {len(value)} backends; the limit is {MAX_MEMBERS}")
+    for backend_id, weight in value.items():
+        check_backend_id(f"{name}.{backend_id[:64]}", backend_id, MEMBER_KINDS)
+        if isinstance(weight, bool) or not isinstance(weight, int) \
+                or not 0 <= weight <= MAX_WEIGHT:
+            raise _bad(f"{name}.{backend_id}", f"weight must be an integer from 0 to "
+                       f"{MAX_WEIGHT}, got {json_repr(weight)}")
+    if value and not any(value.values()):
+        raise _bad(name, "needs at least one backend with a weight above 0")
+    return dict(value)
+
+
+def json_repr(value: Any) -> str:
+    return "null" if value is None else repr(value)[:32]
+
+
+def _check_failover_field(name: str, value: Any) -> List[str]:
+    if not isinstance(value, list):
+        raise _bad(name, "must be an array of backend ids")
+    return _check_failover_members(name, value)
+
+
+LABELS = Field("labels", "object", check=_check_labels)
+FAILOVER_MEMBERS = Field("backends", "any", check=_check_failover_field)
+WEIGHTS = Field("backends", "object", check=_check_weights)
+
+
+# ---- one composite resource, three kinds --------------------------------------------------------
+def _members(kind: Kind, data: Dict[str, Any]) -> Counter:
+    """(collection, id) of every backend this one refers to."""
+    counts: Counter = Counter()
+    if kind is FAILOVER:
+        members = data.get("backends") or []
+    elif kind is WEIGHTED:
+        members = list(data.get("backends") or {})
+    else:
+        members = []
+    for member in members:
+        member_kind = kind_of(member)
+        if member_kind is not None:
+            counts[(member_kind.collection, member)] += 1
+    return counts
+
+
+_SPEC_FIELD = {TUNNEL_GROUP: "labels", FAILOVER: "backends", WEIGHTED: "backends"}
+
+
+def _online_tunnels(account_id: str, labels: Dict[str, str]) -> List[str]:
+    """Ids of the account's online tunnels whose labels include ``labels``
+    (:func:`chalicelib.online.online_tunnels`: one Query and one BatchGetItem)."""
+    from chalicelib import online  # the edge's online state; imported when first rendered
+    return [t["tunnel_id"] for t in online.online_tunnels(account_id, labels)]
+
+
+def render(c: Ctx, kind: Kind, item: store.Item) -> Dict[str, Any]:
+    data = item.data
+    body = web.resource_fields(c, kind.path, item)
+    if kind is TUNNEL_GROUP:
+        labels = dict(data.get("labels") or {})
+        body["labels"] = labels
+        body["tunnels"] = [c.ref("/tunnels", t) for t in _online_tunnels(c.account_id, labels)]
+    elif kind is FAILOVER:
+        body["backends"] = list(data.get("backends") or [])
+    else:
+        body["backends"] = dict(data.get("backends") or {})
+    return body
+
+
+def get_item(account_id: str, kind: Kind, backend_id: str) -> store.Item:
+    return store.get_by_id(account_id, kind.collection, kind.prefix, backend_id, kind.what)
+
+
+def _create(c: Ctx, kind: Kind, fields: Dict[str, Any]) -> Dict[str, Any]:
+    spec = _SPEC_FIELD[kind]
+    if not fields.get(spec):
+        raise errors.MissingField(f"Field '{spec}' is required and must not be empty",
+                                  details={"field": spec})
+    data = {"description": "", "metadata": "", **fields, "created_at": validation.now_rfc3339()}
+    item = store.new_item(store.collection_pk(c.account_id, kind.collection),
+                          ids.new_id(kind.prefix), kind=kind.collection,
+                          account_id=c.account_id, data=data)
+    store.commit([store.put_new(item)] + refs.move(c.account_id, Counter(), _members(kind, data),
+                                                   missing_backend(spec)))
+    return render(c, kind, item)
+
+
+def _update(c: Ctx, kind: Kind, backend_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    """description/metadata (and labels, which refer to nothing): one UpdateItem; members of
+    a failover or weighted backend: GetItem + one write moving the members' counters."""
+    spec = _SPEC_FIELD[kind]
+    changes = {k: v for k, v in fields.items() if not (k == spec and not v)}
+    if changes and (kind is TUNNEL_GROUP or spec not in changes):
+        missing = errors.NotFound(f"No {kind.what} with id '{backend_id}' exists")
+        if not ids.is_valid(backend_id, kind.prefix):
+            raise missing
+        return render(c, kind, store.write(store.set_fields(
+            store.collection_pk(c.account_id, kind.collection), backend_id, changes,
+            missing=missing)))
+    item = get_item(c.account_id, kind, backend_id)
+    if changes:
+        new = {**item.data, **changes}
+        ops = refs.move(c.account_id, _members(kind, item.data), _members(kind, new),
+                        missing_backend(spec))
+        item.data = new
+        store.commit([store.save(item)] + ops)
+    return render(c, kind, item)
+
+
+def _delete(c: Ctx, kind: Kind, backend_id: str) -> None:
+    """GetItem (its members), then one transaction: the backend, if unchanged and unused
+    (409 while ``refs`` is not 0), and its members' counters - 1."""
+    item = get_item(c.account_id, kind, backend_id)
+    in_use = errors.Conflict(f"The {kind.what} '{backend_id}' is still used by an edge or "
+                             "another backend; remove it from there first")
+    missing = errors.NotFound(f"No {kind.what} with id '{backend_id}' exists")
+    store.commit([refs.delete_unreferenced(item.pk, item.sk, missing, in_use,
+                                           version=item.version or 0)]
+                 + refs.move(c.account_id, _members(kind, item.data), Counter(),
+                             missing_backend(_SPEC_FIELD[kind])))
+
+
+TUNNEL_GROUP_FIELDS = [DESCRIPTION, METADATA, LABELS]
+FAILOVER_FIELDS = [DESCRIPTION, METADATA, FAILOVER_MEMBERS]
+WEIGHTED_FIELDS = [DESCRIPTION, METADATA, WEIGHTS]
+
+
+def _ops(kind: Kind, create_fields: List[Field]) -> rest.Ops:
+
+    def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+        return store.retrying(_create)(c, kind, fields)
+
+    def get(c: Ctx, backend_id: str) -> Dict[str, Any]:
+        return render(c, kind, get_item(c.account_id, kind, backend_id))
+
+    def list_page(c: Ctx, limit: int,
+                  before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
+        return web.rendered_page(c, kind.collection, limit, before_id,
+                                 lambda c_, item: render(c_, kind, item))
+
+    def update(c: Ctx, backend_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+        return store.retrying(_update)(c, kind, backend_id, fields)
+
+    def delete(c: Ctx, backend_id: str) -> None:
+        store.retrying(_delete)(c, kind, backend_id)
+
+    return rest.Ops(prefix=kind.prefix, list_key="backends", create=create, get=get,
+                    list_page=list_page, update=update, delete=delete,
+                    create_fields=create_fields, update_fields=create_fields)
+
+
+TUNNEL_GROUP_OPS = _ops(TUNNEL_GROUP, TUNNEL_GROUP_FIELDS)
+FAILOVER_OPS = _ops(FAILOVER, FAILOVER_FIELDS)
+WEIGHTED_OPS = _ops(WEIGHTED, WEIGHTED_FIELDS)
+
+
+# ---- the edge's read --------------------------------------------------------------------------
+def _plain(kind: Kind, item: store.Item, children: Dict[str, store.Item]) -> Dict[str, Any]:
+    data = item.data
+    if kind is HTTP_RESPONSE:
+        return {"kind": kind.name, "id": item.sk,
+                "status_code": data.get("status_code", http_response_backends.DEFAULT_STATUS),
+                "headers": dict(data.get("headers") or {}), "body": data.get("body", "")}
+    if kind is TUNNEL_GROUP:
+        return {"kind": kind.name, "id": item.sk, "labels": dict(data.get("labels") or {})}
+
+    def child(backend_id: str) -> Optional[Dict[str, Any]]:
+        found = children.get(backend_id)
+        member_kind = kind_of(backend_id)
+        return None if found is None or member_kind is None \
+            else _plain(member_kind, found, {})
+
+    if kind is FAILOVER:
+        members = [child(b) for b in data.get("backends") or []]
+        return {"kind": kind.name, "id": item.sk, "backends": [m for m in members if m]}
+    weighted = []
+    for backend_id, weight in (data.get("backends") or {}).items():
+        member = child(backend_id)
+        if member is not None:
+            weighted.append({"weight": weight, "backend": member})
+    return {"kind": kind.name, "id": item.sk, "backends": weighted}
+
+
+def resolve(account_id: str, backend_id: str) -> Optional[Dict[str, Any]]:
+    """What the edge needs to send traffic to ``backend_id``, as a plain dict, or None when
+    it does not exist (in this account). Shapes, by ``kind``:
+
+    - ``{"kind": "http_response", "id", "status_code": int, "headers": {name: value},
+      "body": str}`` — the edge answers itself;
+    - ``{"kind": "tunnel_group", "id", "labels": {key: value}}`` — the online tunnels of the
+      account whose labels include all of these;
+    - ``{"kind": "failover", "id", "backends": [member, ...]}`` — members in order, each a
+      tunnel_group or http_response dict as above; the first that can serve serves;
+    - ``{"kind": "weighted", "id", "backends": [{"weight": int, "backend": member}, ...]}``.
+
+    Cost: one GetItem, plus one BatchGetItem of the members for failover and weighted (no
+    nesting, so never more). Members deleted meanwhile are left out.
+    """
+    kind = kind_of(backend_id)
+    if kind is None:
+        return None
+    item = store.get(store.collection_pk(account_id, kind.collection), backend_id)
+    if item is None:
+        return None
+    children: Dict[str, store.Item] = {}
+    members = _members(kind, item.data)
+    if members:
+        keys = [(store.collection_pk(account_id, collection), member_id)
+                for collection, member_id in members]
+        for found in store.model().batch_get(keys, consistent_read=True):
+            children[found.sk] = found
+    return _plain(kind, item, children)
