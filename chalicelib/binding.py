@@ -145,12 +145,20 @@ def check_labels(grant: Grant, labels: Mapping[str, str]) -> Dict[str, str]:
     return dict(labels)
 
 
-def check_address(grant: Grant, address: str) -> str:
-    """``host:port`` the grant may bind: allowed by the ACL (TCP addresses are reserved per
-    account through /reserved_addrs once that resource exists; until then any free port of the
-    edge's range that the ACL allows)."""
+def check_address(grant: Grant, address: str, requested: bool = False) -> str:
+    """``host:port`` the grant may bind: allowed by the ACL, and not reserved by another
+    account (/reserved_addrs); an address the agent asked for by name must be reserved by
+    the grant's account (generated ones are free ports nobody reserved)."""
     if not acl.may_bind(grant.acl, address=address):
         raise _acl_refused(grant, "address", address)
+    from chalicelib import reserved_addrs
+    reservation = reserved_addrs.reservation_of(address)
+    if reservation is not None and reservation["account_id"] != grant.account_id:
+        raise Refused("ERR_NGROK_7113", f"The address {address} is reserved for another "
+                                        "account.")
+    if requested and reservation is None:
+        raise Refused("ERR_NGROK_7113", f"The address {address} is not reserved. Reserve one "
+                                        "through POST /reserved_addrs.")
     return address
 
 

@@ -56,7 +56,8 @@ def _cel_string(text: str) -> str:
     return json.dumps(text)  # a JSON string literal is a valid CEL string literal
 
 
-def _ua_rule(module: Dict[str, Any]) -> Dict[str, Any]:
+def ua_rule(module: Dict[str, Any]) -> Dict[str, Any]:
+    """The deny rule of a user agent filter module (``allow`` / ``deny`` RE2 patterns)."""
     allow = [p for p in module.get("allow") or [] if isinstance(p, str)]
     deny = [p for p in module.get("deny") or [] if isinstance(p, str)]
 
@@ -68,13 +69,18 @@ def _ua_rule(module: Dict[str, Any]) -> Dict[str, Any]:
             "actions": [{"type": "deny", "config": {"status_code": 403}}]}
 
 
-def _header_actions(module: Dict[str, Any]) -> List[Dict[str, Any]]:
+def header_actions(module: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """remove-headers then add-headers actions of a headers module (SDK or API shape)."""
     actions = []
     remove = [n for n in module.get("remove") or [] if isinstance(n, str)]
     if remove:
         actions.append({"type": "remove-headers", "config": {"headers": remove}})
     added: Dict[str, str] = {}
-    for entry in module.get("add") or []:
+    add = module.get("add") or []
+    if isinstance(add, dict):   # the API's modules: {name: value}
+        added.update({str(k): str(v) for k, v in add.items()})
+        add = []
+    for entry in add:           # the SDK's Bind option: ["Name:value", ...]
         if isinstance(entry, str) and ":" in entry:
             name, value = entry.split(":", 1)
             added[name.strip()] = value.strip()
@@ -118,11 +124,11 @@ def _module_rules(opts: Dict[str, Any], kind: str) -> Dict[str, List[Dict[str, A
                                                   "secret": hook["secret"]}}])
     ua = opts.get("UserAgentFilter")
     if _is_set(ua):
-        phases.setdefault("on_http_request", []).append(_ua_rule(ua))
+        phases.setdefault("on_http_request", []).append(ua_rule(ua))
     if _is_set(opts.get("RequestHeaders")):
-        add("on_http_request", "request headers", _header_actions(opts["RequestHeaders"]))
+        add("on_http_request", "request headers", header_actions(opts["RequestHeaders"]))
     if _is_set(opts.get("ResponseHeaders")):
-        add("on_http_response", "response headers", _header_actions(opts["ResponseHeaders"]))
+        add("on_http_response", "response headers", header_actions(opts["ResponseHeaders"]))
     if opts.get("Compression") is not None:
         add("on_http_response", "compression", [{"type": "compress-response", "config": {}}])
     return phases
@@ -164,6 +170,12 @@ def build(opts: Dict[str, Any], kind: str) -> Enforcement:
                 phases[phase] = rules  # let the engine name what is wrong with it
     if not phases:
         return Enforcement()
+    return compile_document(phases)
+
+
+def compile_document(phases: Dict[str, Any]) -> Enforcement:
+    """Compile a document of phases (modules' rules and a policy's), or Refused naming the
+    element the engine refuses."""
     document = json.dumps(phases, sort_keys=True)
     try:
         policy = compile_policy(document)

@@ -29,6 +29,7 @@ READ_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT = 30.0     # a request head must arrive whole within this
 IDLE_TIMEOUT = 75.0     # an idle keep-alive connection is closed after this
+FIXED_BODY_DRAIN = 1024 * 1024  # request body read (and dropped) before a fixed answer
 HOP_HEADERS = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
 
 STATUS_TEXT = {400: "Bad Request", 404: "Not Found", 502: "Bad Gateway",
@@ -175,16 +176,25 @@ class HttpFront:
                     return
                 host = request_host(request)
                 tunnel = self.edge.registry.http_tunnel(host)
-                if tunnel is None:
-                    await self._answer(client, writer, 404, "ERR_NGROK_3200",
-                                       f"The endpoint {self.scheme}://{host} is offline.",
-                                       close=True)
-                    return
+                fixed = None
+                if tunnel is not None:
+                    enforcement = tunnel.enforcement
+                    endpoint = (tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.hostname)
+                else:   # not an agent endpoint: an HTTPS edge's hostport?
+                    routed = await self.edge.router.route_http(host, request.target,
+                                                               self.scheme)
+                    if routed is None or routed.error is not None:
+                        status, code, msg = routed.error if routed is not None else (
+                            404, "ERR_NGROK_3200", f"The endpoint {self.scheme}://{host} is "
+                                                   "offline.")
+                        await self._answer(client, writer, status, code, msg, close=True)
+                        return
+                    tunnel, fixed, enforcement = routed.tunnel, routed.fixed, routed.enforcement
+                    endpoint = (routed.endpoint_id, routed.url, routed.host)
                 traffic, prebuffered = None, []
-                enforcement = tunnel.enforcement
                 if enforcement is not None and enforcement.policy is not None:
                     traffic = _Traffic(enforcement.policy,
-                                       self._conn(writer, peer, tunnel), request,
+                                       self._conn(writer, peer, endpoint), request,
                                        self.scheme, host)
                     verdict, prebuffered = await self._request_phase(client, reader, writer,
                                                                      traffic, host)
@@ -193,6 +203,12 @@ class HttpFront:
                         continue
                     if verdict != "proxy":
                         return
+                if fixed is not None:   # an http_response backend: the edge answers
+                    if not await self._answer_fixed(client, reader, writer, fixed, traffic,
+                                                    prebuffered):
+                        return
+                    client.start_next_cycle()
+                    continue
                 if leg is None or leg.tunnel is not tunnel or not leg.reusable:
                     if leg is not None:
                         leg.close()
@@ -361,14 +377,13 @@ class HttpFront:
         return "close"
 
     # ---- traffic policy ---------------------------------------------------------------------
-    def _conn(self, writer, peer, tunnel) -> Any:
+    def _conn(self, writer, peer, endpoint) -> Any:
         sockname = writer.get_extra_info("sockname") or ("", 0)
         ssl_object = writer.get_extra_info("ssl_object")
         conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
                        server_ip=str(sockname[0]), server_port=int(sockname[1] or 0),
-                       endpoint=tp.Endpoint(id=tunnel.endpoint_id or tunnel.id, url=tunnel.url,
-                                            host=tunnel.hostname, port=int(sockname[1] or 0),
-                                            protocol=self.scheme),
+                       endpoint=tp.Endpoint(id=endpoint[0], url=endpoint[1], host=endpoint[2],
+                                            port=int(sockname[1] or 0), protocol=self.scheme),
                        server_region=self.edge.settings.region)
         if ssl_object is not None:
             conn.tls_version = ssl_object.version() or ""
@@ -427,6 +442,35 @@ class HttpFront:
         return h11.Response(status_code=res.status_code, reason=event.reason,
                             headers=[(n.encode("latin-1"), v.encode("latin-1"))
                                      for n, v in res.headers])
+
+    async def _answer_fixed(self, client, reader, writer, fixed, traffic, events) -> bool:
+        """Answer with an http_response backend's status, headers and body (the response
+        phase's rules apply to it too). True when the connection stays usable."""
+        events = await self._buffer_body(client, reader, FIXED_BODY_DRAIN, list(events or []))
+        whole = bool(events) and isinstance(events[-1], h11.EndOfMessage)
+        body = (fixed.get("body") or "").encode("utf-8")
+        headers = [(str(k), str(v)) for k, v in (fixed.get("headers") or {}).items()]
+        status = int(fixed.get("status_code") or 200)
+        if traffic is not None:
+            res = tp.Response(status_code=status, headers=headers)
+            out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+            if out.kind == tp.RESPOND:
+                status, headers, body = out.status_code, out.headers, out.body
+            elif out.kind == tp.CLOSE:
+                return False
+            else:
+                status, headers = res.status_code, res.headers
+                if out.compressor is not None:
+                    body = out.compressor.feed(body) + out.compressor.finish()
+
+        class _Fixed:
+            pass
+        answer = _Fixed()
+        answer.status_code, answer.headers, answer.body = status, headers, body
+        for item in _outcome_response(answer, close=not whole):
+            if item is not None:
+                await self._send(client, writer, item)
+        return whole
 
     async def _buffer_body(self, client, reader, limit: int, events: List[Any]) -> List[Any]:
         """Read the request body until it ends or passes ``limit`` bytes, for the policy; the

@@ -27,7 +27,6 @@ class Tunnel:
     forwards_to: str = ""
     metadata: str = ""
     enforcement: Any = None      # what the edge applies to this endpoint's traffic
-    listener: Any = None         # the TCP listener of a tcp endpoint
 
     @property
     def account_id(self) -> str:

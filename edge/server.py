@@ -11,10 +11,11 @@ import functools
 import logging
 from typing import Any, Callable, List, Optional
 
-from chalicelib import binding, errors, online, policy as tp
+from chalicelib import binding, errors, hostnames, online, policy as tp
 from edge import agents, config
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
+from edge.edges import EdgeRouter, watch_reserved_ports
 from edge.public import HttpFront, splice
 from edge.registry import Registry, Tunnel
 from edge.session import StreamReset
@@ -34,6 +35,10 @@ class Edge:
         self._servers: List[asyncio.AbstractServer] = []
         self._sessions: set = set()
         self.connections: set = set()   # tasks of open connections (agents, public)
+        self.port_listeners: dict = {}   # TCP port -> its listener (agent endpoints, TCP edges)
+        self.reserved_ports: set = set()  # ports of reserved addresses (TCP edges), kept fresh
+        self.router = EdgeRouter(self)
+        self.log = log
         self._checker: Optional[asyncio.Task] = None
         self.agent_port = settings.agent_port
         self.http_port = settings.http_port
@@ -60,9 +65,18 @@ class Edge:
         self.agent_port, self.http_port, self.https_port = (
             srv.sockets[0].getsockname()[1] for srv in self._servers[:3])
         self._checker = asyncio.ensure_future(self._check_loop())
+        self._watcher = asyncio.ensure_future(watch_reserved_ports(self))
 
     def _serves_name(self, name: str) -> bool:
-        return name in self.registry.by_host
+        """Which SNI names get a certificate from the local CA: any well-formed host name
+        (agent endpoints and HTTPS edges alike: an edge's hostport is only known after a
+        store read, which a TLS handshake callback cannot wait for). Issued certificates are
+        cached (1024 names, LRU); with EDGE_TLS_CERT one certificate serves every name."""
+        try:
+            hostnames.parse(name, min_labels=2)
+            return True
+        except hostnames.InvalidHostname:
+            return False
 
     async def stop(self) -> None:
         """Stop accepting, end every session (GOAWAY, online items removed), then cancel the
@@ -71,6 +85,9 @@ class Edge:
             server.close()
         if self._checker is not None:
             self._checker.cancel()
+            self._watcher.cancel()
+        for server in self.port_listeners.values():
+            server.close()
         await asyncio.gather(*(s.end("the edge is shutting down") for s in list(self._sessions)),
                              return_exceptions=True)
         pending = [t for t in self.connections if t is not asyncio.current_task()]
@@ -139,8 +156,6 @@ class Edge:
         if held is not None and held.session is not tunnel.session:
             held.session.tunnels.pop(held.id, None)
             self.registry.remove(held)
-            if held.listener is not None:
-                held.listener.close()
 
     async def bind_http(self, tunnel: Tunnel, requested: str) -> None:
         grant = tunnel.session.grant
@@ -169,6 +184,8 @@ class Edge:
         await self._online(tunnel)
 
     async def bind_tcp(self, tunnel: Tunnel, requested: str) -> None:
+        """A TCP endpoint: the requested address (``host:port`` of this edge's range; when
+        someone reserved it, only its account may bind it) or a free port no one reserved."""
         grant = tunnel.session.grant
         host = self.settings.tcp_host
         await self._take_over(tunnel)
@@ -181,10 +198,11 @@ class Edge:
                                                         "reserved.")
             candidates = [int(port_text)]
         else:
-            candidates = [p for p in range(low, high + 1) if p not in self.registry.by_port]
+            candidates = [p for p in range(low, high + 1)
+                          if p not in self.registry.by_port and p not in self.reserved_ports]
         for port in candidates:
             address = f"{host}:{port}"
-            await self.call(binding.check_address, grant, address)
+            await self.call(binding.check_address, grant, address, bool(requested))
             try:
                 await self._claim(tunnel, address)
             except binding.Refused:
@@ -192,8 +210,7 @@ class Edge:
                     raise
                 continue
             try:
-                tunnel.listener = await asyncio.start_server(
-                    functools.partial(self._tcp_connection, tunnel), self.settings.host, port)
+                await self.ensure_port_listener(port)
             except OSError:
                 await self.call(online.release_hostname, address, endpoint_id=tunnel.endpoint_id)
                 if requested:
@@ -206,6 +223,20 @@ class Edge:
             await self._online(tunnel)
             return
         raise binding.Refused("ERR_NGROK_334", "No TCP port is free in this edge's range.")
+
+    async def ensure_port_listener(self, port: int) -> None:
+        """One listener per TCP port, shared by an agent's TCP endpoint and a TCP edge's
+        reserved address (OSError when the port cannot be bound)."""
+        if port not in self.port_listeners:
+            self.port_listeners[port] = await asyncio.start_server(
+                functools.partial(self._port_connection, port), self.settings.host, port)
+
+    def _release_port(self, port: int) -> None:
+        if port in self.reserved_ports or port in self.registry.by_port:
+            return
+        server = self.port_listeners.pop(port, None)
+        if server is not None:
+            server.close()
 
     async def add_labeled(self, tunnel: Tunnel) -> None:
         self.registry.add(tunnel)
@@ -226,8 +257,8 @@ class Edge:
         if self.registry.by_id.get(tunnel.id) is not tunnel:
             return  # already taken over by a reconnect
         self.registry.remove(tunnel)
-        if tunnel.listener is not None:
-            tunnel.listener.close()
+        if tunnel.port:
+            self._release_port(tunnel.port)
         name = tunnel.hostname or (f"{self.settings.tcp_host}:{tunnel.port}" if tunnel.port
                                    else "")
         try:
@@ -239,21 +270,32 @@ class Edge:
 
     # ---- TCP endpoints ----------------------------------------------------------------------
     @connection_handler
-    async def _tcp_connection(self, tunnel: Tunnel, reader, writer) -> None:
+    async def _port_connection(self, port: int, reader, writer) -> None:
+        """A connection to a TCP port: the agent endpoint bound on it, else the TCP edge of
+        its reserved address; its on_tcp_connect rules first, then raw bytes to the agent."""
         peer = writer.get_extra_info("peername") or ("", 0)
         try:
-            if self.registry.by_id.get(tunnel.id) is not tunnel:
-                return
-            if tunnel.enforcement is not None and tunnel.enforcement.policy is not None:
+            tunnel = self.registry.by_port.get(port)
+            enforcement = tunnel.enforcement if tunnel is not None else None
+            endpoint = (tunnel.endpoint_id or tunnel.id, tunnel.url) if tunnel else ("", "")
+            if tunnel is None:
+                routed = await self.router.route_tcp(f"{self.settings.tcp_host}:{port}")
+                if routed is None:
+                    return
+                tunnel, enforcement = routed.tunnel, routed.enforcement
+                endpoint = (routed.endpoint_id, routed.url)
+            if enforcement is not None and enforcement.policy is not None:
                 sock = writer.get_extra_info("sockname") or ("", 0)
                 conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
                                server_ip=str(sock[0]), server_port=int(sock[1] or 0),
-                               endpoint=tp.Endpoint(id=tunnel.endpoint_id or tunnel.id,
-                                                    url=tunnel.url, host=self.settings.tcp_host,
-                                                    port=tunnel.port, protocol="tcp"),
+                               endpoint=tp.Endpoint(id=endpoint[0], url=endpoint[1],
+                                                    host=self.settings.tcp_host, port=port,
+                                                    protocol="tcp"),
                                server_region=self.settings.region)
-                if tunnel.enforcement.policy.on_tcp_connect(conn).kind != tp.CONTINUE:
+                if enforcement.policy.on_tcp_connect(conn).kind != tp.CONTINUE:
                     return   # refused by ip restriction / policy: the connection is closed
+            if tunnel is None:
+                return       # a TCP edge without an online tunnel: closed
             try:
                 stream = await tunnel.session.open_proxy(tunnel, f"{peer[0]}:{peer[1]}", "tcp")
             except StreamReset:

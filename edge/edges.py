@@ -1,0 +1,245 @@
+"""HTTPS and TCP edges (the API's ``/edges/https`` and ``/edges/tcp``) on the public listeners.
+
+A request whose ``Host`` no agent endpoint serves is looked up as the HTTPS edge hostport
+``<host>:443`` (the public port behind a load balancer, whatever port this edge listens on),
+then routed: ``exact_path`` routes first, then ``path_prefix`` by longest prefix (the order
+``https_edges.edge_for_hostport`` returns); no route matches: 404 in the contract's shape.
+The route's modules run as traffic policy rules in the hosted order, through the same engine
+as endpoints' (ip_restriction, user_agent_filter, request_headers, the route's traffic_policy;
+response_headers on the response), then its ``backend``:
+
+- ``http_response``: the edge answers with its status, headers and body (no agent needed);
+- ``tunnel_group``: one of the account's online labeled tunnels carrying all the labels,
+  spread round robin; none online: 502 ``ERR_NGROK_724``;
+- ``failover``: the first member that can serve; ``weighted``: a member picked at random by
+  weight among those that can serve.
+
+A TCP connection on a reserved address's port reaches the TCP edge of ``<tcp host>:<port>``:
+its ip_restriction and traffic_policy run ``on_tcp_connect``, then its tunnel group backend
+carries the bytes.
+
+Changes through the API take effect within CACHE_SECONDS (1 s): lookups are cached that long
+per hostport, so a busy hostport costs its store reads (1 GetItem + 1 Query for an HTTPS edge,
+1 GetItem per backend, 1 Query for IP policy rules) once a second instead of per request.
+"""
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from edge import enforce
+
+CACHE_SECONDS = 1.0
+NO_BACKEND = ("ERR_NGROK_724", "No backend is available to serve requests for endpoint {url}.")
+
+
+@dataclass
+class Routed:
+    """Where one request goes: a labeled ``tunnel``, or a ``fixed`` answer (http_response
+    backend), with the ``enforcement`` of its route; or an ``error`` (status, code, msg)."""
+
+    endpoint_id: str = ""
+    url: str = ""
+    host: str = ""
+    tunnel: Any = None
+    fixed: Optional[Dict[str, Any]] = None
+    enforcement: Any = None
+    error: Optional[Tuple[int, str, str]] = None
+
+
+class _Cache:
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._values: Dict[Any, Tuple[float, Any]] = {}
+
+    async def get(self, key: Any, load) -> Any:
+        now = time.monotonic()
+        hit = self._values.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        value = await load()
+        self._values[key] = (now + self.seconds, value)
+        if len(self._values) > 10000:
+            self._values = {k: v for k, v in self._values.items() if v[0] > now}
+        return value
+
+
+def _enabled(module: Optional[Dict[str, Any]]) -> bool:
+    return bool(module) and module.get("enabled", True) is not False
+
+
+class EdgeRouter:
+    def __init__(self, edge: Any):
+        self.edge = edge
+        self._cache = _Cache(CACHE_SECONDS)
+
+    # ---- reads (cached) ---------------------------------------------------------------------
+    async def _https_edge(self, hostport: str):
+        from chalicelib import https_edges
+        return await self._cache.get(("https", hostport), lambda: self.edge.call(
+            https_edges.edge_for_hostport, hostport))
+
+    async def _tcp_edge(self, hostport: str):
+        from chalicelib import tcp_edges
+        return await self._cache.get(("tcp", hostport), lambda: self.edge.call(
+            tcp_edges.edge_for_hostport, hostport))
+
+    async def _backend(self, account_id: str, backend_id: str):
+        from chalicelib import backends
+        return await self._cache.get(("backend", account_id, backend_id), lambda: self.edge.call(
+            backends.resolve, account_id, backend_id))
+
+    async def _ip_rules(self, account_id: str, policy_ids: List[str]):
+        from chalicelib import ip_policies
+        return await self._cache.get(("ipp", account_id, tuple(policy_ids)), lambda: self.edge.call(
+            ip_policies.rules_of, account_id, list(policy_ids)))
+
+    # ---- modules as policy ------------------------------------------------------------------
+    async def _enforcement(self, account_id: str, owner_id: str, modules: Dict[str, Any],
+                           kind: str) -> Any:
+        phases: Dict[str, List[Dict[str, Any]]] = {}
+        request_phase = "on_tcp_connect" if kind == "tcp" else "on_http_request"
+        ipr = modules.get("ip_restriction")
+        if _enabled(ipr) and ipr.get("ip_policy_ids"):
+            rules = await self._ip_rules(account_id, list(ipr["ip_policy_ids"]))
+            allow = [cidr for rs in rules.values() for action, cidr in rs if action == "allow"]
+            deny = [cidr for rs in rules.values() for action, cidr in rs if action == "deny"]
+            config: Dict[str, Any] = {}
+            if allow:
+                config["allow"] = allow
+            if deny:
+                config["deny"] = deny
+            if not config:   # policies without rules: nothing is allowed
+                config["deny"] = ["0.0.0.0/0", "::/0"]
+            phases.setdefault(request_phase, []).append(
+                {"name": "ip restriction", "actions": [{"type": "restrict-ips",
+                                                        "config": config}]})
+        ua = modules.get("user_agent_filter")
+        if kind != "tcp" and _enabled(ua) and (ua.get("allow") or ua.get("deny")):
+            phases.setdefault("on_http_request", []).append(enforce.ua_rule(ua))
+        for name, phase in (("request_headers", "on_http_request"),
+                            ("response_headers", "on_http_response")):
+            module = modules.get(name)
+            if kind != "tcp" and _enabled(module):
+                actions = enforce.header_actions(module)
+                if actions:
+                    phases.setdefault(phase, []).append({"name": name.replace("_", " "),
+                                                         "actions": actions})
+        tp_module = modules.get("traffic_policy")
+        if _enabled(tp_module) and tp_module.get("value"):
+            for phase, rules in enforce.parse_document(tp_module["value"]).items():
+                if isinstance(rules, list):
+                    phases.setdefault(phase, []).extend(rules)
+        if not phases:
+            return None
+        key = ("policy", owner_id, json.dumps(phases, sort_keys=True))
+        return await self._cache.get(key, lambda: _compiled(phases))
+
+    # ---- backends ---------------------------------------------------------------------------
+    def _candidates(self, account_id: str, member: Dict[str, Any]) -> List[Any]:
+        if member.get("kind") == "tunnel_group":
+            return self.edge.registry.labeled(account_id, member.get("labels") or {})
+        return []
+
+    def _serve(self, account_id: str, backend: Optional[Dict[str, Any]]
+               ) -> Tuple[Any, Optional[Dict[str, Any]]]:
+        """(labeled tunnel, None) or (None, http_response backend) or (None, None)."""
+        if backend is None:
+            return None, None
+        kind = backend.get("kind")
+        if kind == "http_response":
+            return None, backend
+        if kind == "tunnel_group":
+            return self.edge.registry.pick(self._candidates(account_id, backend)), None
+        if kind == "failover":
+            for member in backend.get("backends") or []:
+                tunnel, fixed = self._serve(account_id, member)
+                if tunnel is not None or fixed is not None:
+                    return tunnel, fixed
+            return None, None
+        if kind == "weighted":
+            able = [(m["weight"], m["backend"]) for m in backend.get("backends") or []
+                    if m.get("weight", 0) > 0 and (m["backend"].get("kind") == "http_response"
+                                                   or self._candidates(account_id, m["backend"]))]
+            if not able:
+                return None, None
+            weights, members = zip(*able)
+            return self._serve(account_id, random.choices(members, weights=weights)[0])
+        return None, None
+
+    # ---- HTTPS edges ------------------------------------------------------------------------
+    async def route_http(self, host: str, target: bytes, scheme: str) -> Optional[Routed]:
+        found = await self._https_edge(f"{host}:443")
+        if found is None:
+            return None
+        edge, routes = found
+        url = f"https://{host}"
+        path = target.split(b"?", 1)[0].decode("latin-1")
+        route = None
+        for candidate in routes:
+            match = candidate.get("match") or ""
+            if candidate.get("match_type") == "exact_path" and path == match or \
+                    candidate.get("match_type") == "path_prefix" and path.startswith(match):
+                route = candidate
+                break
+        routed = Routed(endpoint_id=edge["id"], url=url, host=host)
+        if route is None:
+            routed.error = (404, "ERR_NGROK_3200", f"No route of the edge serving {url} "
+                                                   f"matches {path[:200]}.")
+            return routed
+        account_id = edge["account_id"]
+        try:
+            routed.enforcement = await self._enforcement(account_id, route["id"], route, "http")
+        except Exception as exc:  # a stored policy the engine now refuses: fail closed
+            routed.error = (502, "ERR_NGROK_2201", f"The route's traffic policy cannot be "
+                                                   f"applied: {str(exc)[:200]}")
+            return routed
+        backend_module = route.get("backend")
+        backend = None
+        if _enabled(backend_module) and backend_module.get("backend_id"):
+            backend = await self._backend(account_id, backend_module["backend_id"])
+        routed.tunnel, routed.fixed = self._serve(account_id, backend)
+        if routed.tunnel is None and routed.fixed is None:
+            code, msg = NO_BACKEND
+            routed.error = (502, code, msg.format(url=url))
+        return routed
+
+    # ---- TCP edges --------------------------------------------------------------------------
+    async def route_tcp(self, hostport: str) -> Optional[Routed]:
+        edge = await self._tcp_edge(hostport)
+        if edge is None:
+            return None
+        account_id = edge["account_id"]
+        routed = Routed(endpoint_id=edge["id"], url=f"tcp://{hostport}", host=hostport)
+        routed.enforcement = await self._enforcement(account_id, edge["id"], edge, "tcp")
+        module = edge.get("backend")
+        backend = await self._backend(account_id, module["backend_id"]) \
+            if _enabled(module) and module.get("backend_id") else None
+        routed.tunnel, _ = self._serve(account_id, backend)
+        return routed
+
+
+async def _compiled(phases: Dict[str, Any]) -> Any:
+    return enforce.compile_document(phases)
+
+
+async def watch_reserved_ports(edge: Any, interval: float = 2.0) -> None:
+    """Keep a listener on every reserved TCP address's port of this edge's range (TCP edges)."""
+    from chalicelib import reserved_addrs
+    while True:
+        try:
+            claimed = await edge.call(reserved_addrs.claims)
+            low, high = edge.settings.tcp_ports
+            edge.reserved_ports = {port for port in claimed if low <= port <= high}
+            for port in edge.reserved_ports:
+                try:
+                    await edge.ensure_port_listener(port)
+                except OSError as exc:
+                    edge.log.warning("cannot listen on reserved port %d: %s", port, exc)
+            for port in list(edge.port_listeners):
+                edge._release_port(port)   # no longer reserved, and no agent endpoint on it
+        except Exception as exc:  # the store being away must not stop the loop
+            edge.log.warning("could not read reserved TCP addresses: %r", exc)
+        await asyncio.sleep(interval)
