@@ -47,7 +47,7 @@ class EdgeProcess:
         return f"127.0.0.1:{self.agent_port}"
 
     def start(self, env_base: Dict[str, str], timeout: float = 30.0) -> "EdgeProcess":
-        self.tcp_low = _free_range(5)
+        self.tcp_low = self.tcp_low or _free_range(5)
         env = dict(env_base)
         env.update({"DYNAMODB_ENDPOINT_URL": self.store_url, "DATA_DIR": self.data_dir,
                     "EDGE_AGENT_PORT": str(self.agent_port),
@@ -200,9 +200,14 @@ def edge_stack():
                     "(with the official ngrok SDK) first")
     with tempfile.TemporaryDirectory(prefix="tunnel-edge-test-") as data_dir:
         stack = LocalStack(data_dir=os.path.join(data_dir, "api"))
+        tcp_low = _free_range(5)
+        stack_env = stack.env   # the API allocates reserved addresses from the edge's range
+        stack.env = lambda: {**stack_env(), "EDGE_TCP_PORTS": f"{tcp_low}-{tcp_low + 4}",
+                             "BASE_DOMAIN": BASE_DOMAIN}
         os.makedirs(stack.data_dir)
         stack.start()
-        edge = EdgeProcess(data_dir=os.path.join(data_dir, "edge"), store_url=stack.store_url)
+        edge = EdgeProcess(data_dir=os.path.join(data_dir, "edge"), store_url=stack.store_url,
+                           tcp_low=tcp_low)
         os.makedirs(edge.data_dir)
         env = stack.store_env()   # the stack's store endpoint and this start's secret
         env["BASE_DOMAIN"] = BASE_DOMAIN

@@ -112,7 +112,7 @@ async def main(cfg):
                 lb = session.labeled_listener()
                 for key, value in bind["labels"].items():
                     lb = lb.label(key, value)
-                upstream = f"127.0.0.1:{http_port}"
+                upstream = f"127.0.0.1:{tcp_port if bind.get('upstream') == 'tcp' else http_port}"
             listener = await lb.listen()
             tasks.append(asyncio.ensure_future(listener.forward(upstream)))
             emit({"event": "bound", "url": listener.url(), "id": listener.id()})

@@ -1,0 +1,126 @@
+"""HTTPS and TCP edges (/edges/https, /edges/tcp) carrying traffic: routes, route modules,
+backends (tunnel group of SDK labeled tunnels, failover, weighted, HTTP response) through the
+public listeners; changes through the API in force on the next request."""
+import socket
+import time
+
+from tests.edge.conftest import BASE_DOMAIN
+from tests.edge.test_edge_sdk import _bound, _credential, _wait
+
+
+def _post(account, path, body):
+    resp = account.admin.post(path, body)
+    assert resp.status == 201, resp
+    return resp.json
+
+
+def _https_edge(account, host, routes):
+    edge = _post(account, "/edges/https", {"hostports": [f"{host}:443"]})
+    for route in routes:
+        _post(account, f"/edges/https/{edge['id']}/routes", route)
+    return edge
+
+
+def test_http_response_backend_is_served_with_no_agent_at_all(edge, account):
+    host = f"fixed-{time.time_ns()}.{BASE_DOMAIN}"
+    backend = _post(account, "/backends/http_response",
+                    {"status_code": 203, "body": "from the edge", "headers": {"x-fixed": "1"}})
+    _https_edge(account, host, [{"match_type": "path_prefix", "match": "/",
+                                 "backend": {"backend_id": backend["id"]}}])
+    resp = edge.http("GET", host, "/anything")
+    assert resp.status_code == 203 and resp.text == "from the edge"
+    assert resp.headers["x-fixed"] == "1"
+    done = edge.curl_https(host, "/x")
+    assert done.stdout.rsplit("\n", 1) == ["from the edge", "203"], done.stderr
+
+
+def test_routes_match_exact_before_longest_prefix_and_unmatched_is_404(edge, account):
+    host = f"routes-{time.time_ns()}.{BASE_DOMAIN}"
+    ids = {}
+    for name in ("exact", "short", "long"):
+        ids[name] = _post(account, "/backends/http_response", {"body": name})["id"]
+    _https_edge(account, host, [
+        {"match_type": "path_prefix", "match": "/api", "backend": {"backend_id": ids["short"]}},
+        {"match_type": "path_prefix", "match": "/api/v2", "backend": {"backend_id": ids["long"]}},
+        {"match_type": "exact_path", "match": "/api/v2/x", "backend": {"backend_id": ids["exact"]}},
+    ])
+    assert edge.http("GET", host, "/api/v2/x").text == "exact"
+    assert edge.http("GET", host, "/api/v2/y").text == "long"
+    assert edge.http("GET", host, "/api/v1").text == "short"
+    missing = edge.http("GET", host, "/other")
+    assert missing.status_code == 404 and missing.json()["status_code"] == 404
+
+
+def test_tunnel_group_backend_routes_to_labeled_tunnels_with_route_modules(edge, account, agents):
+    label = f"g{time.time_ns()}"
+    host = f"group-{time.time_ns()}.{BASE_DOMAIN}"
+    group = _post(account, "/backends/tunnel_group", {"labels": {"app": label}})
+    _https_edge(account, host, [{
+        "match_type": "path_prefix", "match": "/",
+        "backend": {"backend_id": group["id"]},
+        "request_headers": {"add": {"x-from-route": "yes"}},
+        "response_headers": {"add": {"x-route-resp": "1"}},
+        "user_agent_filter": {"deny": ["(?i)badbot.*"]}}])
+    offline = edge.http("GET", host, "/echo")
+    assert offline.status_code == 502 and offline.json()["error_code"] == "ERR_NGROK_724"
+    agent = agents(edge, _credential(account)["token"],
+                   [{"proto": "labeled", "labels": {"app": label}}])
+    _bound(agent.start())
+    resp = _wait(lambda: (lambda r: r if r.status_code == 200 else None)(
+        edge.http("GET", host, "/echo")), timeout=10)
+    assert resp, "the labeled tunnel never served"
+    seen = {k.lower(): v for k, v in resp.json()["headers"].items()}
+    assert seen["x-from-route"] == "yes" and resp.headers["x-route-resp"] == "1"
+    assert edge.http("GET", host, "/echo", headers={"User-Agent": "BadBot/1"}).status_code == 403
+
+
+def test_failover_uses_the_next_backend_when_the_group_is_offline(edge, account):
+    host = f"failover-{time.time_ns()}.{BASE_DOMAIN}"
+    group = _post(account, "/backends/tunnel_group", {"labels": {"nobody": "online"}})
+    fallback = _post(account, "/backends/http_response", {"body": "fallback"})
+    failover = _post(account, "/backends/failover", {"backends": [group["id"], fallback["id"]]})
+    _https_edge(account, host, [{"match_type": "path_prefix", "match": "/",
+                                 "backend": {"backend_id": failover["id"]}}])
+    assert edge.http("GET", host, "/").text == "fallback"
+
+
+def test_ip_restriction_route_module_and_a_change_taking_effect(edge, account):
+    host = f"ipr-{time.time_ns()}.{BASE_DOMAIN}"
+    backend = _post(account, "/backends/http_response", {"body": "ok"})
+    policy = _post(account, "/ip_policies", {})
+    rule = _post(account, "/ip_policy_rules", {"ip_policy_id": policy["id"],
+                                               "cidr": "127.0.0.0/8", "action": "deny"})
+    edge_obj = _https_edge(account, host, [{"match_type": "path_prefix", "match": "/",
+                                            "backend": {"backend_id": backend["id"]},
+                                            "ip_restriction": {"ip_policy_ids": [policy["id"]]}}])
+    assert edge.http("GET", host, "/").status_code == 403
+    assert account.admin.patch(f"/ip_policy_rules/{rule['id']}", {"action": "allow"}).status \
+        == 200
+    assert _wait(lambda: edge.http("GET", host, "/").status_code == 200, timeout=3)
+    assert edge_obj["id"]
+
+
+def test_tcp_edge_carries_bytes_to_a_labeled_tunnel(edge, account, agents):
+    label = f"t{time.time_ns()}"
+    addr = _post(account, "/reserved_addrs", {})["addr"]
+    group = _post(account, "/backends/tunnel_group", {"labels": {"tcp": label}})
+    _post(account, "/edges/tcp", {"hostports": [addr], "backend": {"backend_id": group["id"]}})
+    agent = agents(edge, _credential(account)["token"],
+                   [{"proto": "labeled", "labels": {"tcp": label}, "upstream": "tcp"}])
+    _bound(agent.start())
+    port = int(addr.rsplit(":", 1)[1])
+
+    def round_trip():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                sock.sendall(b"through a tcp edge")
+                got = b""
+                while len(got) < 18:
+                    chunk = sock.recv(100)
+                    if not chunk:
+                        break
+                    got += chunk
+                return got
+        except OSError:
+            return b""
+    assert _wait(lambda: round_trip() == b"through a tcp edge", timeout=10)
