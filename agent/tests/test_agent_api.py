@@ -174,11 +174,16 @@ def test_body_that_is_not_a_json_object_or_nested_too_deeply_returns_400(agents,
     assert "Traceback" not in agent.log()
 
 
-def test_body_too_large_returns_413(agents, credential):
+def test_body_of_256_kib_is_read_and_one_byte_more_is_413(agents, credential):
     agent = agents(credential["token"])
-    resp = agent.call("POST", "/tunnels", data=b"{" + b" " * (256 * 1024) + b"}",
+    head, tail = b'{"forwards_to": "127.0.0.1:9"', b"}"
+    exact = head + b" " * (256 * 1024 - len(head) - len(tail)) + tail
+    assert len(exact) == 256 * 1024
+    ok = agent.call("POST", "/tunnels", data=exact, headers={"Content-Type": "application/json"})
+    assert ok.status == 200, ok
+    over = agent.call("POST", "/tunnels", data=exact[:-1] + b" }",
                       headers={"Content-Type": "application/json"})
-    assert resp.status == 413 and resp.json["error_code"] == "ERR_PAYLOAD_TOO_LARGE"
+    assert over.status == 413 and over.json["error_code"] == "ERR_PAYLOAD_TOO_LARGE"
 
 
 def test_delete_stops_the_endpoint_at_once(stack, agents, credential, upstream):

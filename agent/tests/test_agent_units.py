@@ -41,6 +41,12 @@ def test_parse_hostport_rejects_malformed_and_non_ascii_digit_ports(value):
         parse_hostport(value)
 
 
+def test_hostname_labels_of_63_characters_pass_and_64_fail():
+    assert normalize_hostname("x" * 63 + ".localhost") == "x" * 63 + ".localhost"
+    with pytest.raises(HostnameError):
+        normalize_hostname("x" * 64 + ".localhost")
+
+
 def test_normalize_hostname_lowercases_and_drops_trailing_dot():
     assert normalize_hostname("App.Tunnels.LOCALHOST.") == "app.tunnels.localhost"
 
@@ -339,3 +345,22 @@ def test_with_server_addr_and_root_cas_the_session_goes_to_the_edge():
     session._builder()
     assert ("server_addr", ("127.0.0.1:4443",)) in session._sdk.calls
     assert ("root_cas", ("/data/ca.pem",)) in session._sdk.calls
+
+
+def test_policy_outline_refuses_a_document_nested_too_deeply_and_limits_its_size():
+    deep: dict = {}
+    node = deep
+    for _ in range(5000):
+        node["a"] = {}
+        node = node["a"]
+    with pytest.raises(PolicyError, match="nested too deeply"):
+        check_outline({"on_http_request": [deep]})
+
+    def doc(n):
+        return {"on_http_request": [{"actions": [{"type": "add-headers",
+                                                  "config": {"headers": {"x": "v" * n}}}]}]}
+
+    base = len(json.dumps(doc(0)).encode())
+    check_outline(doc(64 * 1024 - base))  # exactly 65536 bytes
+    with pytest.raises(PolicyError, match="at most 65536 bytes"):
+        check_outline(doc(64 * 1024 - base + 1))

@@ -45,7 +45,11 @@ def check_outline(document: Any, where: str = "policy") -> dict[str, Any]:
             if not isinstance(rule, dict):
                 raise PolicyError(f"{where}.{phase}[{index}] must be an object "
                                   "with name, expressions and actions", f"{where}.{phase}[{index}]")
-    if len(encode(document)) > MAX_POLICY_BYTES:
+    try:
+        size = len(encode(document).encode("utf-8"))
+    except RecursionError:  # nested deeper than any policy needs
+        raise PolicyError(f"{where} is nested too deeply", where) from None
+    if size > MAX_POLICY_BYTES:
         raise PolicyError(f"{where} must be at most {MAX_POLICY_BYTES} bytes as JSON", where)
     return document
 

@@ -4,8 +4,9 @@ Every tunnel is an HTTP endpoint of this session: ``session.http_endpoint()`` wi
 tunnel's domain and its effective traffic policy, forwarding to ``forwards_to``. The SDK
 speaks the agent protocol to the edge (``AGENT_SERVER_ADDR`` + ``AGENT_ROOT_CAS``; both
 unset: the hosted service, unchanged) and, when the connection drops, reconnects and binds
-the session's endpoints again by itself. The agent applies nothing to the traffic: the
-edge enforces the policy.
+the session's endpoints again by itself; when its own retries are minutes away the agent
+takes over with a fresh session (see SDK_QUICK_RETRIES). The agent applies nothing to the
+traffic: the edge enforces the policy.
 
 The ``ngrok`` import name is shared with the ``ngrok-api`` REST client; only the SDK has
 ``SessionBuilder``, which is checked at start with a clear message.
