@@ -21,9 +21,9 @@ Online items (sessions, tunnels, endpoints, served-hostname claims; chalicelib.o
 the same keys and carry ``instance_id``, ``owner``, ``heartbeat_at`` and ``expires_at`` (the
 table's TTL attribute) at the top level.
 
-A *collection* is a resource type (``api_key``, ``bot_user``, …). Ids are time-sortable, so a list is one Query on the
-collection's ``pk`` with ``ScanIndexForward=False`` (newest first) and ``sk < before_id``;
-a get is one GetItem. No request path scans.
+A *collection* is a resource type (``api_key``, ``bot_user``, …). Ids are time-sortable,
+so a list is one Query on the collection's ``pk`` with ``ScanIndexForward=False`` (newest
+first) and ``sk < before_id``; a get is one GetItem. No request path scans.
 
 Uniqueness (domains, hostports, bot names) and lookups (API key hash → key) are items of their
 own, written in the same transaction as the resource they belong to. An item's own fields are
