@@ -341,6 +341,12 @@ def http_load() -> Dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-run-") as data_dir:
         env = {**os.environ, "PORT": str(port), "STORE_PORT": str(store_port),
                "DATA_DIR": data_dir, "PYTHONUNBUFFERED": "1"}
+        # make run may also start the edge: its listeners on free ports too
+        tcp = _free_port()
+        env.update(EDGE_AGENT_PORT=str(_free_port()), EDGE_HTTP_PORT=str(_free_port()),
+                   EDGE_HTTPS_PORT=str(_free_port()), EDGE_TCP_PORTS=f"{tcp}-{tcp}")
+        for name in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            env.pop(name, None)  # make run's own store, with its own secret
         proc = subprocess.Popen(["make", "--no-print-directory", "run"], cwd=PROJECT_DIR,
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)

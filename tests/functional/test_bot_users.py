@@ -211,21 +211,21 @@ def test_key_and_credential_created_while_the_bot_is_deleted_are_deleted_too(inp
                                                                              monkeypatch):
     """GIVEN a key and a credential created for the bot after the delete listed what it owns
     (their owner check passes: the bot still exists), THEN the delete still removes them."""
-    from chalicelib import api_keys, bot_users, credentials
+    from chalicelib import api_keys, auth, credentials
     account = inprocess_api.new_account()
     admin = account.admin
     bot = admin.post("/bot_users", {"name": "racing"}).json
-    listed = bot_users._owned_ops
+    listed = auth.owned
     late = {}
 
     def owned_then_a_create_lands(account_id, bot_id):
-        ops = listed(account_id, bot_id)
+        entries = listed(account_id, bot_id)
         if not late:
             late["key"] = api_keys.create_for_owner(account_id, bot_id, "bot")[1]
             late["cred"] = admin.post("/credentials", {"owner_id": bot_id}).json
-        return ops
+        return entries
 
-    monkeypatch.setattr(bot_users, "_owned_ops", owned_then_a_create_lands)
+    monkeypatch.setattr(auth, "owned", owned_then_a_create_lands)
     assert admin.delete(f"/bot_users/{bot['id']}").status == 204
     assert late["cred"]["id"]
     assert api_keys.owned_by(account.id, bot["id"]) == []
