@@ -93,24 +93,25 @@ def run(account_id: str, key: str, digest: str, create: Callable[[], Result],
     deadline = clock() + WAIT_SECONDS
     while True:
         now = clock()
-        existing = _live(store.get(pk, sk), now)
+        if now >= deadline:
+            raise errors.Conflict("A request with this Idempotency-Key is still being "
+                                  "processed; retry it later",
+                                  details={"header": "Idempotency-Key"})
+        stored = store.get(pk, sk)
+        existing = _live(stored, now)
         if existing is not None:
             replay = _replayed(existing, digest)
             if replay is not None:
                 return replay, True
             started = (existing.data or {}).get("started", 0)
             if now - started < PENDING_SECONDS:
-                if now >= deadline:
-                    raise errors.Conflict("A request with this Idempotency-Key is still being "
-                                          "processed; retry it later",
-                                          details={"header": "Idempotency-Key"})
                 time.sleep(POLL_SECONDS)
                 continue
         claim = store.new_item(pk, sk, kind="idempotency", account_id=account_id,
                                data={"digest": digest, "state": "pending", "started": now})
         claim.expires_at = int(now) + ttl_seconds
-        if existing is not None:  # an abandoned claim (or an expired record): take it over
-            claim.version = existing.version
+        if stored is not None:  # an abandoned claim or an expired record: take it over
+            claim.version = stored.version
         try:
             # version None: put-if-absent; else: only if nobody changed it since our read
             store.commit([store.save(claim)])

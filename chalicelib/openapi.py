@@ -393,6 +393,7 @@ _ERROR_STATUSES = {
     "404": "no such resource in the caller's account (or malformed id)",
     "409": "conflict: uniqueness, reference, concurrent change",
     "413": "request body too large",
+    "414": "request target (path and query) too long",
     "415": "a body that is not application/json",
     "500": "unexpected error (details are logged, never returned)",
 }

@@ -162,7 +162,7 @@ def idempotent_create(c: web.Ctx, create: Callable[[], Any]) -> Any:
     if status >= 400:
         body = {**body, "details": {**body.get("details", {}),
                                     "operation_id": web.operation_id()}}
-    response = web.Response(body=body, status_code=status)
+    response = web.json_response(status, body)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return response

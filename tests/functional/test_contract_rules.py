@@ -67,10 +67,14 @@ def test_a_list_without_limit_returns_pages_of_100(account):
 
 
 @pytest.mark.parametrize("query", ["limit=101", "limit=0", "limit=-1", "limit=ten",
-                                   "limit=", "before_id=ak_" + "0" * 27, "before_id=x",
-                                   "page=2"])
-def test_a_list_with_a_bad_query_returns_400(account, query):
+                                   "limit=", "before_id=ak_" + "0" * 27, "before_id=x"])
+def test_a_list_with_a_bad_query_value_returns_400(account, query):
     assert_error(account.admin.get(f"/ip_policies?{query}"), errors.InvalidQuery)
+
+
+def test_a_list_with_an_unknown_query_parameter_returns_400(account):
+    assert_error(account.admin.get("/ip_policies?page=2"), errors.UnknownQuery,
+                 parameter="page")
 
 
 # ---- errors: operation id everywhere, nothing internal in a 500 -----------------------------

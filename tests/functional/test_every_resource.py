@@ -76,19 +76,36 @@ RESOURCES = [
     Resource("bot_user", "bot", "bot_users",
              _simple("/bot_users", lambda: {"name": f"bot-{_n()}"}), patch={"name": "changed"}),
     Resource("reserved_domain", "rd", "reserved_domains",
-             _simple("/reserved_domains", lambda: {"domain": f"d{_n()}.example.com"})),
+             _simple("/reserved_domains", lambda: {"domain": f"d{_n()}.example.com"}),
+             modules=("certificate", "certificate_management_policy")),
     Resource("tcp_edge", "edgtcp", "tcp_edges", _simple("/edges/tcp"),
              modules=("backend", "ip_restriction", "traffic_policy")),
     Resource("https_edge", "edghts", "https_edges", _simple("/edges/https")),
     Resource("https_edge_route", "edghtsrt", None, _make_route,
              modules=("user_agent_filter", "response_headers")),
+    Resource("service_user", "bot", "service_users",
+             _simple("/service_users", lambda: {"name": f"svc-{_n()}"}), patch={"name": "changed"}),
     Resource("abuse_report", "abrp", None,
              _simple("/abuse_reports", lambda: {"urls": ["https://bad.example.com/x"]}),
              patch={}, listed=False, reporter=True),
 ]
 BY_NAME = {r.name: r for r in RESOURCES}
+# Online state the edge writes (no create route): only their id rules are checked here; their
+# lists and contents are the edge suite's (tests/edge).
+ONLINE = {"/endpoints": ("endpoints", []), "/tunnels": ("tunnels", []),
+          "/tunnel_sessions": ("tunnel_sessions", ["restart", "stop", "update"])}
 LISTED = [r for r in RESOURCES if r.listed]
 DOCUMENT = openapi.build(app)
+
+
+def _module_methods(list_path, module):
+    """The methods the OpenAPI document serves on ``<list_path>/{id}/<module>``."""
+    template = re.sub(r"/[a-z]+_[0-9A-Za-z]{27}(?=/|$)", "/{x}", list_path)
+    pattern = re.compile("^" + re.escape(template).replace(r"\{x\}", r"\{\w+\}")
+                         + r"/\{\w+\}/" + re.escape(module) + "$")
+    found = [item for path, item in DOCUMENT["paths"].items() if pattern.match(path)]
+    assert found, f"no route for module {module!r} under {list_path}"
+    return sorted(m.upper() for m in found[0])
 
 
 def _item_routes(resource, list_path, item_id):
@@ -97,15 +114,25 @@ def _item_routes(resource, list_path, item_id):
     methods = ["GET"] if resource.name == "abuse_report" else ["GET", "PATCH", "DELETE"]
     routes = [(m, item) for m in methods]
     for module in resource.modules:
-        routes += [(m, f"{item}/{module}") for m in ("GET", "PUT", "DELETE")]
+        routes += [(m, f"{item}/{module}") for m in _module_methods(list_path, module)]
     return routes
+
+
+# a valid body for each module's PUT, so that only the path's id can be wrong
+MODULE_BODIES = {
+    "backend": {"backend_id": "bkdhr_" + "0" * 27},
+    "ip_restriction": {"ip_policy_ids": ["ipp_" + "0" * 27]},
+    "traffic_policy": {"value": "{}"},
+    "user_agent_filter": {"allow": ["x"]},
+    "response_headers": {"add": {"x-a": "1"}},
+}
 
 
 def _send(caller, method, path, resource):
     if method == "PATCH":
         return caller.patch(path, resource.patch)
     if method == "PUT":
-        return caller.put(path, {"enabled": True})
+        return caller.put(path, MODULE_BODIES.get(path.rsplit("/", 1)[-1], {}))
     return caller.request(method, path)
 
 
@@ -117,10 +144,19 @@ def accounts(module_api):
                    module_api.new_account(reporter=True))}
 
 
+def _doc_prefix(list_path):
+    item = next(p for p in DOCUMENT["paths"] if p.startswith(list_path + "/{"))
+    param = next(p for op in DOCUMENT["paths"][item].values()
+                 for p in op.get("parameters", []) if p.get("in") == "path")
+    return param["schema"]["pattern"].lstrip("^").split("_")[0]
+
+
 def test_the_table_names_every_item_route():
-    """A new resource (or module) route must be added to RESOURCES to be covered here."""
-    prefixes = {r.prefix for r in RESOURCES}
+    """A new resource (or module) route must be added to RESOURCES (or ONLINE) to be covered."""
+    prefixes = {r.prefix for r in RESOURCES} | {_doc_prefix(path) for path in ONLINE}
     for path in DOCUMENT["paths"]:
+        if any(path.startswith(online + "/") for online in ONLINE):
+            continue
         for name in re.findall(r"\{(\w+)\}", path):
             param = next(p for op in DOCUMENT["paths"][path].values()
                          for p in op.get("parameters", []) if p.get("name") == name)
@@ -210,3 +246,16 @@ def test_a_malformed_or_unknown_id_is_404(accounts, resource):
                          errors.NotFound)
             assert_error(owner.admin.get(f"/edges/https/{bad}/routes"), errors.NotFound)
         assert owner.admin.get(f"/edges/https/{edge_id}/routes/{item['id']}").status == 200
+
+
+@pytest.mark.parametrize("list_path", sorted(ONLINE))
+def test_online_state_ids_that_are_malformed_unknown_or_anothers_are_404(accounts, list_path):
+    caller = accounts[False][0].admin
+    key, actions = ONLINE[list_path]
+    listed = caller.get(list_path)
+    assert listed.status == 200 and listed.json[key] == [] and listed.json["next_page_uri"] is None
+    prefix = _doc_prefix(list_path)
+    for bad in _malformed(prefix) + [f"{prefix}_{'0' * 27}"]:
+        assert_error(caller.get(f"{list_path}/{bad}"), errors.NotFound)
+        for action in actions:
+            assert_error(caller.post(f"{list_path}/{bad}/{action}", {}), errors.NotFound)

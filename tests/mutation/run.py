@@ -11,7 +11,14 @@ so a changed constant fails them instead.
 
     make mutate                      # the whole SCOPE
     make mutate MUTATE='chalicelib.acl.*'   # some of it (mutmut's glob over mutant names)
+    MUTATE_REPORT_ONLY=1 make mutate        # print the last run's figures again
+
+Survivors that change only message text (a string literal, or a message replaced by None) are
+counted apart and not listed: the contract fixes error_code, status and details, not msg wording.
 """
+import difflib
+import fnmatch
+import glob
 import os
 import re
 import shutil
@@ -63,41 +70,85 @@ def module_of(mutant: str) -> str:
     return re.sub(r"\.x[_ǁ].*$", "", mutant)
 
 
+_STRING = re.compile(r"""[rbfuRBFU]{0,2}("([^"\\]|\\.)*"|'([^'\\]|\\.)*')""")
+
+
+def _message_only(diff: list) -> bool:
+    """True when the mutant changes nothing but message text: a string literal's content, or a
+    message argument replaced by None (the contract fixes error_code, status and
+    details.field, not the wording of msg)."""
+    def norm(line: str) -> str:
+        line = _STRING.sub("S", line)
+        return re.sub(r"\bstr\((exc|None)\)", "S", line).replace("None", "S")
+    minus = [norm(line[1:]) for line in diff if line.startswith("-")]
+    plus = [norm(line[1:]) for line in diff if line.startswith("+")]
+    return minus == plus
+
+
+def diffs() -> dict:
+    """mutant name -> the changed lines against the original function (from mutants/)."""
+    functions = {}
+    for path in glob.glob(os.path.join(WORK, "mutants", "chalicelib", "*.py")):
+        module = "chalicelib." + os.path.basename(path)[:-3]
+        with open(path) as handle:
+            source = handle.read()
+        for match in re.finditer(r"^def (x\S*?__mutmut_(?:orig|\d+))\(.*?(?=^\S)", source,
+                                 re.S | re.M):
+            functions[f"{module}.{match.group(1)}"] = match.group(0).splitlines()[1:]
+    result = {}
+    for name, lines in functions.items():
+        if name.endswith("__mutmut_orig"):
+            continue
+        original = functions.get(re.sub(r"__mutmut_\d+$", "__mutmut_orig", name), [])
+        result[name] = [line.strip() for line in difflib.unified_diff(original, lines, lineterm="", n=0)
+                        if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    return result
+
+
 def main() -> int:
     scope = os.environ.get("MUTATE", "").split() or SCOPE
     children = os.environ.get("MUTATE_CHILDREN", "2")
-    prepare()
+    if not os.environ.get("MUTATE_REPORT_ONLY"):
+        prepare()
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    run = subprocess.run([MUTMUT, "run", "--max-children", children, *scope], cwd=WORK,
-                         env=env, stdout=subprocess.DEVNULL)
+    if not os.environ.get("MUTATE_REPORT_ONLY"):
+        subprocess.run([MUTMUT, "run", "--max-children", children, *scope], cwd=WORK, env=env,
+                       stdout=subprocess.DEVNULL)
     results = subprocess.run([MUTMUT, "results", "--all", "true"], cwd=WORK, env=env,
                              capture_output=True, text=True).stdout
+    changed = diffs()
     counts = defaultdict(lambda: defaultdict(int))
     survivors = []
     for line in results.splitlines():
         name, _, status = line.strip().rpartition(": ")
-        if not name or status == "not checked":
+        if not name or status == "not checked" \
+                or not any(fnmatch.fnmatch(name, glob_) for glob_ in scope):
             continue
-        counts[module_of(name)][status] += 1
-        if status != "killed":
+        module = module_of(name)
+        counts[module]["total"] += 1
+        if status == "killed":
+            counts[module]["killed"] += 1
+        elif _message_only(changed.get(name, [])):
+            counts[module]["message"] += 1
+        else:
             survivors.append((name, status))
-    print("\nmodule                                   killed / total")
-    all_killed = all_total = 0
+    print("\nmodule                            killed / total   killed+message-only / total")
+    totals = defaultdict(int)
     for module in sorted(counts):
-        total = sum(counts[module].values())
-        killed = counts[module]["killed"]
-        all_killed, all_total = all_killed + killed, all_total + total
-        print(f"{module:40} {killed:4} / {total:<4} {100 * killed / total:5.1f}%")
-    if all_total:
-        print(f"{'all':40} {all_killed:4} / {all_total:<4} {100 * all_killed / all_total:5.1f}%")
-    print(f"\n{len(survivors)} not killed:")
+        c = counts[module]
+        for key in ("killed", "message", "total"):
+            totals[key] += c[key]
+        print(f"{module:32} {c['killed']:4} / {c['total']:<4} {100 * c['killed'] / c['total']:5.1f}%"
+              f"   {100 * (c['killed'] + c['message']) / c['total']:5.1f}%")
+    if totals["total"]:
+        print(f"{'all':32} {totals['killed']:4} / {totals['total']:<4} "
+              f"{100 * totals['killed'] / totals['total']:5.1f}%"
+              f"   {100 * (totals['killed'] + totals['message']) / totals['total']:5.1f}%")
+    print(f"\n{totals['message']} survivors change only message text (not listed); "
+          f"{len(survivors)} others:")
     for name, status in survivors:
-        shown = subprocess.run([MUTMUT, "show", name], cwd=WORK, env=env, capture_output=True,
-                               text=True).stdout
-        changed = [line for line in shown.splitlines()
-                   if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-        print(f"  {name} ({status}): " + " | ".join(c.strip() for c in changed))
-    return run.returncode if not all_total else 0
+        print(f"  {name} ({status}): " + " | ".join(changed.get(name, [])))
+    return 0 if totals["total"] else 1
 
 
 if __name__ == "__main__":

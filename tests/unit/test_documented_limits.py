@@ -19,10 +19,15 @@ def _policy_ids(count):
     return [ids.new_id("ipp") for _ in range(count)]
 
 
-def _refused(call, *args, cls=errors.InvalidField):
+def _refused(call, *args, cls=errors.InvalidField, field=None):
+    """``call(*args)`` raises the catalog error ``cls`` (a 400) naming ``field`` in details."""
     with pytest.raises(cls) as info:
         call(*args)
     assert info.value.status_code == 400
+    assert info.value.msg and info.value.msg != cls.default_msg, info.value.msg
+    if field is not None:
+        assert info.value.details.get("field") == field, info.value.details
+        assert field.split("[")[0].split(".")[-1] in info.value.msg, info.value.msg
     return info.value
 
 
@@ -289,3 +294,126 @@ def test_a_write_that_loses_every_race_is_a_409(monkeypatch):
         write()
     assert info.value.status_code == 409
     assert len(calls) == store.RETRIES
+
+
+# ---- the 400 names the field (details.field), for each rule's error ------------------------
+@pytest.mark.parametrize("call, args, field", [
+    (http_headers.check_name, ("hdr", "bad name"), "hdr"),
+    (http_headers.check_name, ("hdr", 5), "hdr"),
+    (http_headers.check_value, ("hdr", "x", 5), "hdr"),
+    (http_headers.check_value, ("hdr", "x", "a\nb"), "hdr"),
+    (http_headers.check_value, ("hdr", "x", "v" * 1025), "hdr"),
+    (http_headers.check_map, ("hdr", [], 5), "hdr"),
+    (http_headers.check_map, ("hdr", {"a": "1", "b": "2"}, 1), "hdr"),
+    (http_headers.check_map, ("hdr", {"a": "1", "A": "2"}, 5), "hdr"),
+    (http_headers.check_map, ("hdr", {"bad name": "1"}, 5), "hdr"),
+    (http_headers.check_map, ("hdr", {"a": "\r"}, 5), "hdr"),
+    (http_headers.check_names, ("hdr", "x-a", 5), "hdr"),
+    (http_headers.check_names, ("hdr", ["a", "b"], 1), "hdr"),
+    (http_headers.check_names, ("hdr", ["bad name"], 5), "hdr"),
+    (edge_modules.check_hostports, ("hostports", "a.example.com:1"), "hostports"),
+    (edge_modules.check_hostports, ("hostports", ["a.example.com:1"] * 2), "hostports"),
+    (edge_modules.check_hostports, ("hostports", ["x:1"] * 11), "hostports"),
+    (edge_modules.check_hostport, ("hostports[0]", 5), "hostports[0]"),
+    (edge_modules.check_hostport, ("hostports[0]", "nohost"), "hostports[0]"),
+    (edge_modules.check_hostport, ("hostports[0]", "a.com:0"), "hostports[0]"),
+    (edge_modules.check_hostport, ("hostports[0]", "a_b.com:1"), "hostports[0]"),
+    (edge_modules.parse_module, ("backend", [], edge_modules.BACKEND_FIELDS), "backend"),
+    (edge_modules.parse_module, (None, [], edge_modules.BACKEND_FIELDS), "module"),
+    (edge_modules.parse_backend, ("backend", {"backend_id": "x"}), "backend.backend_id"),
+    (edge_modules.parse_backend, (None, {"backend_id": "x"}), "backend_id"),
+    (edge_modules.parse_ip_restriction, ("ip_restriction", {"ip_policy_ids": []}),
+     "ip_restriction.ip_policy_ids"),
+    (edge_modules.parse_ip_restriction, ("ip_restriction", {"ip_policy_ids": ["x"]}),
+     "ip_restriction.ip_policy_ids[0]"),
+    (acl.normalize, (["x"] * 101, "acl"), "acl"),
+    (acl.normalize, (["nope"], "acl"), "acl"),
+    (https_edges.parse_user_agent_filter, ("user_agent_filter", {"deny": ["a", "("]}),
+     "user_agent_filter.deny[1]"),
+    (https_edges.parse_user_agent_filter, (None, {"allow": ["("]}), "allow[0]"),
+])
+def test_a_refused_value_names_its_field(call, args, field):
+    _refused(call, *args, field=field)
+
+
+@pytest.mark.parametrize("fields, body, field", [
+    (http_response_backends.CREATE_FIELDS, {"status_code": 600}, "status_code"),
+    (http_response_backends.CREATE_FIELDS, {"headers": {"a b": "1"}}, "headers"),
+    (reserved_domains.CREATE_FIELDS, {"domain": "a.example.com", "region": "xx"}, "region"),
+    (reserved_domains.CREATE_FIELDS, {"domain": "nodot"}, "domain"),
+    (reserved_domains.UPDATE_FIELDS, {"resolves_to": "eu"}, "resolves_to"),
+    (reserved_domains.UPDATE_FIELDS, {"resolves_to": [{"value": "x"}]}, "resolves_to"),
+    (reserved_domains.UPDATE_FIELDS, {"resolves_to": [{"value": "eu"}] * 11}, "resolves_to"),
+    (reserved_domains.UPDATE_FIELDS, {"certificate_id": "cert_1"}, "certificate_id"),
+    (reserved_domains.UPDATE_FIELDS,
+     {"certificate_management_policy": {"authority": "other"}}, "certificate_management_policy"),
+    (reserved_domains.UPDATE_FIELDS,
+     {"certificate_management_policy": {"private_key_type": "dsa"}},
+     "certificate_management_policy"),
+    (reserved_domains.UPDATE_FIELDS,
+     {"certificate_management_policy": {"other": "x"}}, "certificate_management_policy"),
+    ([Field("n", "integer")], {"n": "1"}, "n"),
+    ([Field("b", "boolean")], {"b": "true"}, "b"),
+    ([Field("s", "string")], {"s": 1}, "s"),
+    ([Field("l", "string_list")], {"l": "x"}, "l"),
+    ([Field("l", "string_list")], {"l": [1]}, "l[0]"),
+    ([Field("l", "string_list", max_items=1)], {"l": ["a", "b"]}, "l"),
+    ([Field("m", "string_map")], {"m": []}, "m"),
+    ([Field("m", "string_map", max_items=1)], {"m": {"a": "1", "b": "2"}}, "m"),
+    ([Field("m", "string_map")], {"m": {"k": 1}}, "m.k"),
+    ([Field("o", "object")], {"o": []}, "o"),
+])
+def test_a_refused_body_field_is_named_in_details(fields, body, field):
+    _refused(parse, body, fields, field=field)
+
+
+def test_a_certificate_policy_fills_in_the_defaults():
+    fields = reserved_domains.UPDATE_FIELDS
+    assert parse({"certificate_management_policy": {}}, fields)[
+        "certificate_management_policy"] == {"authority": "letsencrypt",
+                                             "private_key_type": "ecdsa"}
+    assert parse({"certificate_management_policy": {"private_key_type": "rsa",
+                                                    "authority": ""}}, fields)[
+        "certificate_management_policy"] == {"authority": "letsencrypt", "private_key_type": "rsa"}
+
+
+def test_a_hostport_host_is_at_most_253_bytes():
+    host = ("a" * 63 + ".") * 3 + "b" * 61
+    assert edge_modules.check_hostport("hostports[0]", f"{host}:80") == f"{host}:80"
+    _refused(edge_modules.check_hostport, "hostports[0]", f"{host}b:80")
+
+
+def test_a_domain_must_end_in_a_name_not_a_number():
+    assert hostnames.parse("a.1.example.com", numeric_tld=False) == "a.1.example.com"
+    for bad in ("a.b.123", "example.123"):
+        with pytest.raises(hostnames.InvalidHostname):
+            hostnames.parse(bad, numeric_tld=False)
+    assert hostnames.parse("10.0.0.1") == "10.0.0.1"
+
+
+@pytest.mark.parametrize("rule", ["bind:[::1:80", "bind:::1]:80", "bind:[zz]:80"])
+def test_an_acl_address_host_in_brackets_must_be_ipv6(rule):
+    _refused(acl.normalize, [rule], field="acl")
+
+
+def test_an_acl_ipv6_address_is_stored_compressed():
+    assert acl.normalize(["bind:[2001:DB8:0:0::1]:443"]) == ["bind:[2001:db8::1]:443"]
+
+
+@pytest.mark.parametrize("url", ["https://a.example.com/\x01", "https://a.exam\tple.com/",
+                                 "https://a.example.com/ x"])
+def test_an_abuse_url_with_control_characters_or_spaces_is_400(url):
+    from chalicelib import abuse_reports
+    with pytest.raises(errors.InvalidField) as info:
+        abuse_reports.url_host("urls[0]", url)
+    assert info.value.details == {"field": "urls", "url": url}
+
+
+def test_an_id_decodes_to_its_creation_millisecond():
+    import time
+    before = int(time.time() * 1000)
+    value = ids.new_id("bot")
+    after = int(time.time() * 1000)
+    assert before <= ids.timestamp_millis(value) <= after
+    assert ids.timestamp_millis("cr_" + "0" * 27) == 0
+    assert ids.timestamp_millis("ak_" + "z" * 27) == (62 ** 27 - 1) >> 112
