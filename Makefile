@@ -10,7 +10,7 @@ DATA_DIR ?= .data
 STAMP := $(VENV)/.installed
 AGENT_STAMP := $(AGENT_VENV)/.installed
 
-.PHONY: install run api-key test test-service test-agent reset create-table bench clean \
+.PHONY: install run api-key test test-service test-agent reset create-table bench soak clean \
 	package deploy-aws deploy-localstack resources test-integration mutate
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt
@@ -93,6 +93,10 @@ mutate: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench.py
+
+## soak: 10,000 writes against the make run stack: req/s, RSS per process, list page vs table size
+soak: $(STAMP)
+	$(PY) bench/soak_store.py
 
 clean:
 	rm -rf $(VENV) $(AGENT_VENV) .pytest_cache
