@@ -152,15 +152,15 @@ def patch_moto() -> None:
 
     def delete_item(self: Any, hash_key: Any, range_key: Any) -> Any:
         item = original_delete(self, hash_key, range_key)
-        if item is not None and self.has_range_key:
+        if self.has_range_key:
             indexes = self.__dict__.setdefault("_sort_index", {})
             keys = indexes.get(hash_key)
-            if keys is not None:
+            if item is not None and keys is not None:
                 value = _sort_value(range_key)
                 at = bisect.bisect_left(keys, (value,))
                 if at < len(keys) and keys[at][0] == value:
                     del keys[at]
-            if not self.items.get(hash_key):
+            if not self.items.get(hash_key):  # also the empty one a missed delete leaves
                 self.items.pop(hash_key, None)
                 indexes.pop(hash_key, None)
         return item
@@ -665,7 +665,7 @@ class Store:
                   flush=True)
 
     def _apply_items(self, record: Dict[str, Any]) -> None:
-        from moto.dynamodb.models.dynamo_type import DynamoType
+        from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
         entries = record["w"]
         for entry in entries:
             if len(entry) == 4:  # snapshot entries carry their region
@@ -678,8 +678,19 @@ class Store:
             if table is None:
                 continue
             if item is not None:
-                table.put_item(item)
-                self.items_loaded += 1
+                # Items on disk were validated when first written: straight into the table
+                # (put_item's validation, and Item()'s size check, made start-up 5x slower).
+                hash_value = DynamoType(item[table.hash_key_attr])
+                range_value = DynamoType(item[table.range_key_attr]) \
+                    if table.range_key_attr else None
+                loaded = Item.__new__(Item)  # Item() re-sums the item's size per attribute
+                loaded.hash_key, loaded.range_key = hash_value, range_value
+                loaded.attrs = LimitedSizeDict({k: DynamoType(v) for k, v in item.items()})
+                if range_value is not None:
+                    table.items[hash_value][range_value] = loaded
+                    table.__dict__.get("_sort_index", {}).pop(hash_value, None)
+                else:
+                    table.items[hash_value] = loaded
             else:
                 hash_value = DynamoType(key[table.hash_key_attr])
                 range_value = DynamoType(key[table.range_key_attr]) \
