@@ -50,7 +50,7 @@ def inprocess_api(store_env):
 
 @pytest.fixture(scope="session")
 def local_stack():
-    """scripts/serve.py (chalice local + moto server) as a process, for the whole session."""
+    """scripts/serve.py (the API and the embedded store) as processes, for the whole session."""
     with tempfile.TemporaryDirectory(prefix="tunnel-service-test-") as data_dir:
         stack = LocalStack(data_dir=data_dir).start()
         try:

@@ -2,7 +2,7 @@
 
 ``InProcessApi`` drives the Chalice app through ``chalice.test.Client`` (the authorizer runs)
 over moto's in-process ``mock_aws``; ``HttpApi`` talks real HTTP to ``scripts/serve.py``
-(chalice local + moto server as a separate process). Tests written against ``Api`` run at
+(the API and its embedded store as processes). Tests written against ``Api`` run at
 both levels through the ``api`` fixture (tests/conftest.py).
 """
 import contextlib
