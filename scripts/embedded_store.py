@@ -802,7 +802,7 @@ class Store:
             try:
                 result = subprocess.run(
                     [sys.executable, os.path.abspath(__file__), "compact", self.dir, str(upto)],
-                    capture_output=True, text=True, timeout=600)
+                    capture_output=True, text=True, timeout=600, preexec_fn=_die_with_parent)
                 if result.returncode != 0:
                     print(f"store: warning: compaction failed (the logs are kept): "
                           f"{result.stderr.strip().splitlines()[-1:]}", flush=True)
@@ -823,6 +823,16 @@ class Store:
         thread = self.compacting
         if thread is not None:
             thread.join(timeout=5)
+
+
+def _die_with_parent() -> None:
+    """In the compaction child: die with the store (Linux PR_SET_PDEATHSIG); a compaction cut
+    short leaves only a *.tmp file, removed at the next start."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)
+    except (OSError, AttributeError):
+        pass
 
 
 def dispatch_raw(raw: bytes, headers: Dict[str, str]) -> Tuple[int, Dict[str, str], str]:

@@ -31,6 +31,7 @@ Framing rules (RFC 9112), each with a test in tests/integration/test_http_framin
 ``stop(drain)`` stops accepting, closes idle connections, lets in-flight requests finish
 (each answered with ``Connection: close``) for at most ``drain`` seconds, then closes the rest.
 """
+import errno
 import re
 import socket
 import threading
@@ -347,11 +348,22 @@ class HttpServer:
         self._listener: Optional[socket.socket] = None
         self._acceptor: Optional[threading.Thread] = None
 
-    def start(self) -> "HttpServer":
-        """Bind and listen (raises OSError when the port is taken), then accept in a thread."""
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((self.host, self.port))
+    def start(self, bind_wait: float = 3.0) -> "HttpServer":
+        """Bind and listen, then accept in a thread. A port in use is retried for
+        ``bind_wait`` seconds, then OSError."""
+        deadline = time.monotonic() + bind_wait
+        while True:
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                listener.bind((self.host, self.port))
+                break
+            except OSError as exc:
+                listener.close()
+                # a stack restarted right after kill -9: its old processes are still dying
+                if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
         listener.listen(128)
         self.port = listener.getsockname()[1]
         self._listener = listener
