@@ -34,6 +34,15 @@ from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, SdkAgent  # noqa: E402
 from tests.support.api import HttpApi, LocalStack  # noqa: E402
 
 BIG = os.urandom(1024 * 1024)
+# Five rules that all run on every request and change nothing the upstream sees much.
+FIVE_RULES = {"on_http_request": [
+    {"name": f"r{i}", "expressions": [f"req.url.path.startsWith('/echo') && "
+                                      f"!('x-block-{i}' in req.headers)"],
+     "actions": [{"type": "add-headers", "config": {"headers": {f"x-rule-{i}": "1"}}}]}
+    for i in range(5)]}
+RATE_LIMIT = {"on_http_request": [{"actions": [{"type": "rate-limit", "config": {
+    "name": "bench", "algorithm": "sliding_window", "capacity": 10000000, "rate": "60s",
+    "bucket_key": ["conn.client_ip"]}}]}]}
 
 
 async def _request(reader, writer, host: str, method: str, path: str, body: bytes) -> int:
@@ -122,10 +131,13 @@ def main() -> int:
         try:
             account = HttpApi(stack).new_account()
             token = account.admin.post("/credentials", {"description": "bench"}).json["token"]
-            agent = SdkAgent(edge, token, [{"proto": "http"}])
+            agent = SdkAgent(edge, token, [
+                {"proto": "http"},
+                {"proto": "http", "options": {"traffic_policy": [json.dumps(FIVE_RULES)]}},
+                {"proto": "http", "options": {"traffic_policy": [json.dumps(RATE_LIMIT)]}}])
             bound = agent.start()
-            url = bound[0]["url"]
-            host = url.split("://")[1].split(":")[0]
+            hosts = [b["url"].split("://")[1].split(":")[0] for b in bound]
+            host = hosts[0]
             upstream = agent.seen[-1]["http_port"]
             rows = []
             for label, method, path, body in (("small GET", "GET", "/echo", b""),
@@ -137,6 +149,13 @@ def main() -> int:
                 rows.append({"case": label, "direct": direct, "edge": through,
                              "ratio": round(through["rps"] / direct["rps"], 2)})
             results["throughput"] = rows
+            policy_rows = []
+            for label, policy_host in (("no policy", hosts[0]), ("5-rule policy", hosts[1]),
+                                       ("rate limit", hosts[2])):
+                policy_rows.append({"case": label, **asyncio.run(load(
+                    edge.http_port, policy_host, "GET", "/echo", b"", args.seconds,
+                    args.concurrency))})
+            results["policy"] = policy_rows
             sessions = []
             ctx = ssl.create_default_context(cafile=edge.ca_path)
 
@@ -165,6 +184,11 @@ def main() -> int:
         d, e = row["direct"], row["edge"]
         print(f"{row['case']:<11} {d['rps']:>10} {e['rps']:>9} {row['ratio']:>6} "
               f"{d['p50_ms']:>8}/{d['p99_ms']:<9} {e['p50_ms']:>7}/{e['p99_ms']:<8}")
+    base = results["policy"][0]["rps"]
+    for row in results["policy"]:
+        print(f"through the edge, {row['case']:<13}: {row['rps']:>7} rps "
+              f"(time per request {base / row['rps']:.2f}x no policy) "
+              f"p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms")
     print("idle sessions vs edge RSS: " + ", ".join(
         f"{r['sessions']}: {r['edge_rss_mb']} MB" for r in results["idle_sessions"]))
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "latest.json"), "w") as fh:
