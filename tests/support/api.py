@@ -255,18 +255,28 @@ class HttpApi(Api):
 
     @contextlib.contextmanager
     def service_store(self):
+        """Inside: chalicelib.store talks to the running stack's store, with its endpoint and
+        this start's secret (the store checks every request's signature)."""
         from chalicelib import config, store
-        saved = os.environ.get("DYNAMODB_ENDPOINT_URL")
-        os.environ["DYNAMODB_ENDPOINT_URL"] = self.stack.store_url
+        names = ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                 "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+        saved = {name: os.environ.get(name) for name in names}
+        env = self.stack.store_env()
+        for name in names:
+            if env.get(name):
+                os.environ[name] = env[name]
+            else:
+                os.environ.pop(name, None)
         config.reset_settings()
         store.reset()
         try:
             yield
         finally:
-            if saved is None:
-                os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
-            else:
-                os.environ["DYNAMODB_ENDPOINT_URL"] = saved
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
             config.reset_settings()
             store.reset()
 
