@@ -71,7 +71,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import re2
 
 from chalicelib import (certificate_authorities, edge_modules, errors, http_headers, ids, refs,
-                        rest, store, validation, web)
+                        rest, store, traffic_policy, validation, web)
 from chalicelib.edge_modules import HOSTPORTS
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 from chalicelib.web import Ctx
@@ -152,12 +152,24 @@ def parse_headers(field: Optional[str], value: Any) -> Dict[str, Any]:
 
 parse_response_headers = parse_request_headers = parse_headers
 
+# A route serves HTTP: every phase runs (edge_modules' TRAFFIC_POLICY_FIELDS are TCP edges':
+# on_tcp_connect only).
+ROUTE_TRAFFIC_POLICY_FIELDS = [edge_modules.ENABLED,
+                               Field("value", "string", required=True,
+                                     check=lambda n, v: traffic_policy.check_document(
+                                         n, v, protocol="https"))]
+
+
+def parse_route_traffic_policy(field: Optional[str], value: Any) -> Dict[str, Any]:
+    return edge_modules.parse_module(field, value, ROUTE_TRAFFIC_POLICY_FIELDS)
+
+
 MODULE_PARSERS = {"backend": edge_modules.parse_backend,
                   "ip_restriction": edge_modules.parse_ip_restriction,
                   "user_agent_filter": parse_user_agent_filter,
                   "request_headers": parse_headers,
                   "response_headers": parse_headers,
-                  "traffic_policy": edge_modules.parse_traffic_policy}
+                  "traffic_policy": parse_route_traffic_policy}
 
 
 def _copy(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:

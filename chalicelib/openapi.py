@@ -327,7 +327,7 @@ def _operations() -> Dict[Tuple[str, str], Op]:
                      "user_agent_filter": _module_body("https_edges:UA_FIELDS"),
                      "request_headers": _module_body("https_edges:RH_FIELDS", rh),
                      "response_headers": _module_body("https_edges:RH_FIELDS", rh),
-                     "traffic_policy": _module_body("edge_modules:TRAFFIC_POLICY_FIELDS")}
+                     "traffic_policy": _module_body("https_edges:ROUTE_TRAFFIC_POLICY_FIELDS")}
     ops.update(_crud("/edges/https/{edge_id}/routes",
                      "/edges/https/{edge_id}/routes/{route_id}", "HTTPS edge routes",
                      "HTTPSEdgeRoute", "https_edges", "routes", "https_edge_route",
@@ -339,8 +339,8 @@ def _operations() -> Dict[Tuple[str, str], Op]:
             ("user_agent_filter", "EndpointUserAgentFilter", "https_edges:UA_FIELDS", {}),
             ("request_headers", "EndpointRequestHeaders", "https_edges:RH_FIELDS", rh),
             ("response_headers", "EndpointResponseHeaders", "https_edges:RH_FIELDS", rh),
-            ("traffic_policy", "EndpointTrafficPolicy", "edge_modules:TRAFFIC_POLICY_FIELDS",
-             {})):
+            ("traffic_policy", "EndpointTrafficPolicy",
+             "https_edges:ROUTE_TRAFFIC_POLICY_FIELDS", {})):
         ops.update(_module_ops(f"/edges/https/{{edge_id}}/routes/{{route_id}}/{module}",
                                "HTTPS edge routes", schema, fields,
                                module.replace("_", " "), extra))
