@@ -96,21 +96,6 @@ def _acl_refused(grant: Grant, what: str, value: str) -> Refused:
                                     f"{what.capitalize()}: {value}")
 
 
-def reservation_of(domain: str) -> Optional[Dict[str, str]]:
-    """The reservation covering ``domain``: exact first, then the nearest wildcard. The
-    uniqueness item's data ({account_id, reserved_domain_id}) plus the reserved ``domain``;
-    one GetItem per label of the name at most."""
-    candidates = [domain]
-    labels = domain.split(".")
-    candidates += ["*." + ".".join(labels[i:]) for i in range(1, len(labels))]
-    for name in candidates:
-        item = store.get(store.unique_pk(reserved_domains.DOMAIN_NAMESPACE, name),
-                         store.UNIQUE_SK)
-        if item is not None:
-            return {**item.data, "domain": name}
-    return None
-
-
 def check_domain(grant: Grant, domain: str) -> str:
     """The canonical domain ``grant`` may serve, or Refused (ACL, ownership)."""
     try:
@@ -119,7 +104,7 @@ def check_domain(grant: Grant, domain: str) -> str:
         raise Refused("ERR_NGROK_1602", f"Invalid domain '{domain}': {exc}") from None
     if not acl.may_bind(grant.acl, domain=name):
         raise _acl_refused(grant, "domain", name)
-    reservation = reservation_of(name)
+    reservation = reserved_domains.reservation_of(name)
     if reservation is not None:
         if reservation.get("account_id") != grant.account_id:
             raise Refused("ERR_NGROK_320", "This domain is reserved for another account. "
