@@ -22,8 +22,9 @@ signed with it (AWS Signature V4, verified). Child processes get it in their env
 AWS_DEFAULT_REGION, TABLE_NAME, DATA_DIR. The same variables are written to DATA_DIR/store.env
 (mode 0600) for tools run beside the stack (`make api-key`: ``set -a; . .data/store.env``).
 
-**Stopping.** Ctrl-C or SIGTERM: the API stops accepting and finishes in-flight requests (at
-most 5 s), then the store closes its log; the whole stack is down within 10 s. Children ignore
+**Stopping.** Ctrl-C or SIGTERM: the store's clients are asked to stop at once (the API stops
+accepting and finishes in-flight requests, at most 5 s; the edge closes its sessions), then
+the store closes its log; the whole stack is down within 10 s. Children ignore
 the terminal's Ctrl-C (this process stops them in order) and die with this process if it is
 killed (PR_SET_PDEATHSIG). Every acknowledged write is already on disk, so even kill -9 of
 the whole stack loses none.
@@ -119,12 +120,12 @@ class Component:
         assert self.process is not None and self.process.stdout is not None
         for raw in self.process.stdout:
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            if line.startswith(self.ready_mark) and not self.ready.is_set():
+            is_ready = line.startswith(self.ready_mark) and not self.ready.is_set()
+            if not line.startswith("ready "):
+                self.last_lines = (self.last_lines + [line])[-20:]
+                print(line, flush=True)
+            if is_ready:  # after the line is out, so it comes before "serving on"
                 self.ready.set()
-                if self.ready_mark == "ready ":
-                    continue
-            self.last_lines = (self.last_lines + [line])[-20:]
-            print(line, flush=True)
 
     def release(self) -> None:
         """Let a gated component start serving (the store is prepared)."""
@@ -152,7 +153,12 @@ class Component:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def ask_to_stop(self) -> None:
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+
     def stop(self, budget: float) -> None:
+        """SIGTERM (again: harmless) and wait; SIGKILL once its time is over."""
         if not self.alive():
             return
         self.process.send_signal(signal.SIGTERM)
@@ -319,7 +325,12 @@ def main() -> int:
         status = 1
     finally:
         deadline = time.monotonic() + STOP_BUDGET
-        for component in reversed(started):
+        # The store's clients (API, edge) at once, so their drains overlap; the store last,
+        # with time left to close its log within the 10 s promise.
+        clients = [c for c in reversed(started) if c.name != "store"]
+        for component in clients:
+            component.ask_to_stop()
+        for component in clients + [c for c in started if c.name == "store"]:
             component.stop(deadline - time.monotonic())
         if started:
             print("stopped", flush=True)

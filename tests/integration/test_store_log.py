@@ -163,26 +163,28 @@ def test_read_records_tells_a_torn_tail_from_damage(tmp_path):
 
 def test_compaction_keeps_disk_bounded_and_data_whole(data_dir):
     proc = StoreProcess(data_dir, STORE_COMPACT_BYTES="20000").start()
-    client = proc.client()
-    client.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                   {"AttributeName": "sk", "KeyType": "RANGE"}],
-                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                              {"AttributeName": "sk", "AttributeType": "S"}])
-    store_dir = os.path.join(data_dir, "store")
-    sizes = []
-    for round_ in range(12):  # the same 20 items overwritten again and again
-        for i in range(20):
-            client.put_item(TableName=TABLE, Item={**_key("C", f"{i:02d}"),
-                                                   "round": {"N": str(round_)},
-                                                   "pad": {"S": "p" * 200}})
-        time.sleep(0.3)  # let a compaction child finish
-        sizes.append(sum(os.path.getsize(os.path.join(store_dir, f))
-                         for f in os.listdir(store_dir)))
-    snaps, wals = embedded_store.list_files(store_dir)
-    assert max(snaps) > 0 and len(snaps) <= 2  # compacted, previous snapshot kept as backup
-    assert max(sizes[6:]) < 3 * 20000 + 20 * 400 * 2  # bounded, not growing with writes
-    proc.stop()
+    try:
+        client = proc.client()
+        client.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+                            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                       {"AttributeName": "sk", "KeyType": "RANGE"}],
+                            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                                  {"AttributeName": "sk", "AttributeType": "S"}])
+        store_dir = os.path.join(data_dir, "store")
+        sizes = []
+        for round_ in range(12):  # the same 20 items overwritten again and again
+            for i in range(20):
+                client.put_item(TableName=TABLE, Item={**_key("C", f"{i:02d}"),
+                                                       "round": {"N": str(round_)},
+                                                       "pad": {"S": "p" * 200}})
+            time.sleep(0.3)  # let a compaction child finish
+            sizes.append(sum(os.path.getsize(os.path.join(store_dir, f))
+                             for f in os.listdir(store_dir)))
+        snaps, wals = embedded_store.list_files(store_dir)
+        assert max(snaps) > 0 and len(snaps) <= 2  # compacted, previous snapshot kept as backup
+        assert max(sizes[6:]) < 3 * 20000 + 20 * 400 * 2  # bounded, not growing with writes
+    finally:
+        proc.stop()
     again = StoreProcess(data_dir).start()
     try:
         items = again.client().query(TableName=TABLE, KeyConditionExpression="pk = :p",
