@@ -26,6 +26,7 @@ from ngrok import datatypes as dt
 
 from app import app
 from chalicelib import errors
+from chalicelib.config import get_settings
 
 # client attribute path → collection route in this app. Served now.
 SERVED = {
@@ -166,8 +167,12 @@ class Env:
     def ip_policy(self):
         return self.c.ip_policies.create().id
 
+    def reserved_addr(self):
+        """A TCP edge's hostport must be an address the account reserved."""
+        return self.c.reserved_addrs.create().addr
+
     def tcp_edge(self):
-        return self.c.edges.tcp.create(hostports=[f"{rnd()}.tcp.example.com:20000"]).id
+        return self.c.edges.tcp.create(hostports=[self.reserved_addr()]).id
 
     def https_edge(self):
         return self.c.edges.https.create().id
@@ -286,9 +291,10 @@ RECIPES = {
                             update=lambda env: {"cidr": "10.1.0.0/16"}),
     "backends.http_response": Crud(create=lambda env: {"body": "ok", "status_code": 200}),
     "edges.tcp": Crud(create=lambda env: {
-        "hostports": [f"{rnd()}.tcp.example.com:20000"],
+        "hostports": [env.reserved_addr()],
         "traffic_policy": dt.EndpointTrafficPolicy(env.c, {"enabled": True, "value": POLICY})}),
-    "edges.https": Crud(create=lambda env: {"hostports": [f"{rnd()}.example.com:443"]}),
+    # an HTTPS edge's hostport: a free name under the base domain (or a reserved domain)
+    "edges.https": Crud(create=lambda env: {"hostports": [f"{rnd()}.{get_settings().base_domain}:443"]}),
     "edges.https_routes": Crud(create=lambda env: {"match_type": "path_prefix",
                                                    "match": f"/{rnd()}"},
                                parents=lambda env: (env.https_edge(),)),

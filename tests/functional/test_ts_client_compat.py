@@ -20,6 +20,11 @@ from tests.functional.test_client_compat import LATER, SERVED, app_routes, clien
 
 TS_DIR = os.path.join(os.path.dirname(__file__), "ts_client")
 
+# The client's own defects beyond the delete one: what the request it sends is refused with.
+# Its serializer turns keys to snake_case with Object.keys before its Map replacer runs, so a
+# weighted backend's `backends` map (backend id -> weight) is always sent as {}.
+CLIENT_DEFECTS = {"backends.weightedBackends": "Field 'backends' is required"}
+
 # TypeScript service path → the Python client's attribute for the same resource.
 TS_TO_PY = {
     "apiKeys": "api_keys", "credentials": "credentials", "botUsers": "bot_users",
@@ -107,6 +112,10 @@ def test_typescript_client_service_against_the_service(ts_results, ts_service):
     later = TS_TO_PY[ts_service] in LATER
     failed = [r for r in results if r["status"] == "fail"]
     skipped = [r for r in results if r["status"] == "skip"]
+    if ts_service in CLIENT_DEFECTS:
+        # fails the same way against the hosted service: not ours to fix, checked to stay so
+        assert all(CLIENT_DEFECTS[ts_service] in r["detail"] for r in failed), failed
+        failed = []
     assert not failed, failed
     if skipped and not later:
         pytest.fail(f"served service with unrouted methods: {skipped}")

@@ -56,8 +56,10 @@ async function deleted(call, readBack) {
 const helpers = {
   backend: async () => (await client.backends.httpResponseBackends.create({ body: 'hi' })).id,
   ipPolicy: async () => (await client.ipPolicies.create({})).id,
+  // a TCP edge's hostport must be an address the account reserved
+  reservedAddr: async () => (await client.reservedAddrs.create({})).addr,
   tcpEdge: async () => (await client.edges.edgesTcp.create({
-    hostports: [`${rnd()}.tcp.example.com:20000`] })).id,
+    hostports: [await helpers.reservedAddr()] })).id,
   httpsEdge: async () => (await client.edges.edgesHttps.create({})).id,
   httpsRoute: async () => {
     const edgeId = await helpers.httpsEdge();
@@ -181,10 +183,11 @@ const RECIPES = {
                                      ipPolicyId: await helpers.ipPolicy() }),
                       () => ({ cidr: '10.1.0.0/16' })),
   'backends.httpResponseBackends': crud(() => ({ body: 'ok', statusCode: 200 })),
-  'edges.edgesTcp': crud(() => ({ hostports: [`${rnd()}.tcp.example.com:20000`],
+  'edges.edgesTcp': crud(async () => ({ hostports: [await helpers.reservedAddr()],
                                   policy: { enabled: true, inbound: DENY, outbound: [] } }),
                          () => ({ metadata: 'm', policy: { inbound: DENY, outbound: [] } })),
-  'edges.edgesHttps': crud(() => ({ hostports: [`${rnd()}.example.com:443`] })),
+  // a free name under the base domain (tunnels.localhost by default)
+  'edges.edgesHttps': crud(() => ({ hostports: [`${rnd()}.${process.env.BASE_DOMAIN || 'tunnels.localhost'}:443`] })),
   'edges.edgesHttpsRoutes': routes(),
   'edgeModules.tcpEdgeBackendModule': module_('tcpEdge', async () => ({
     backendId: await helpers.backend() })),
