@@ -19,6 +19,7 @@ import re
 import pytest
 
 from app import app
+from tests.functional.test_certificate_authorities import make_cert
 from chalicelib import errors, openapi
 from tests.support.contract import assert_error
 
@@ -80,11 +81,24 @@ RESOURCES = [
              modules=("certificate", "certificate_management_policy")),
     Resource("tcp_edge", "edgtcp", "tcp_edges", _simple("/edges/tcp"),
              modules=("backend", "ip_restriction", "traffic_policy")),
-    Resource("https_edge", "edghts", "https_edges", _simple("/edges/https")),
+    Resource("https_edge", "edghts", "https_edges", _simple("/edges/https"),
+             modules=("tls_termination", "mutual_tls")),
     Resource("https_edge_route", "edghtsrt", None, _make_route,
-             modules=("user_agent_filter", "response_headers")),
+             modules=("user_agent_filter", "response_headers", "backend", "ip_restriction",
+                      "request_headers", "traffic_policy")),
     Resource("service_user", "bot", "service_users",
              _simple("/service_users", lambda: {"name": f"svc-{_n()}"}), patch={"name": "changed"}),
+    Resource("tunnel_group_backend", "bkdtg", "backends",
+             _simple("/backends/tunnel_group", lambda: {"labels": {"app": f"a{_n()}"}})),
+    Resource("failover_backend", "bkdfo", "backends", lambda caller: (
+        "/backends/failover", caller.post("/backends/failover", {"backends": [
+            caller.post("/backends/http_response", {}).json["id"]]}).json)),
+    Resource("weighted_backend", "bkdwt", "backends", lambda caller: (
+        "/backends/weighted", caller.post("/backends/weighted", {"backends": {
+            caller.post("/backends/http_response", {}).json["id"]: 1}}).json)),
+    Resource("reserved_addr", "ra", "reserved_addrs", _simple("/reserved_addrs")),
+    Resource("certificate_authority", "ca", "certificate_authorities",
+             _simple("/certificate_authorities", lambda: {"ca_pem": make_cert()[0]})),
     Resource("abuse_report", "abrp", None,
              _simple("/abuse_reports", lambda: {"urls": ["https://bad.example.com/x"]}),
              patch={}, listed=False, reporter=True),
@@ -125,6 +139,9 @@ MODULE_BODIES = {
     "traffic_policy": {"value": "{}"},
     "user_agent_filter": {"allow": ["x"]},
     "response_headers": {"add": {"x-a": "1"}},
+    "request_headers": {"add": {"x-a": "1"}},
+    "tls_termination": {"min_version": "1.2"},
+    "mutual_tls": {"certificate_authority_ids": ["ca_" + "0" * 27]},
 }
 
 
