@@ -124,14 +124,17 @@ def test_ip_restriction_takes_ten_policies_over_the_api_not_eleven(admin):
 
 
 def test_a_hostport_is_served_by_one_edge_across_tcp_and_https(module_api, admin):
-    hostport = "shared.example.com:443"
-    tcp = admin.post("/edges/tcp", {"hostports": ["Shared.Example.COM:443"]}).json
+    """One hostport, one edge, service-wide; with ownership a TCP hostport is a reserved
+    address (so another account cannot even name it) and HTTPS edges may not use the TCP host."""
+    hostport = admin.post("/reserved_addrs", {}).json["addr"]
+    tcp = admin.post("/edges/tcp", {"hostports": [hostport.upper()]}).json
     assert tcp["hostports"] == [hostport]
-    assert_error(admin.post("/edges/https", {"hostports": [hostport]}), errors.Conflict)
+    assert_error(admin.post("/edges/tcp", {"hostports": [hostport]}), errors.Conflict)
+    assert_error(admin.post("/edges/https", {"hostports": [hostport]}), errors.InvalidField)
     assert_error(module_api.new_account().admin.post("/edges/tcp", {"hostports": [hostport]}),
-                 errors.Conflict)
+                 errors.InvalidField)
     assert admin.delete(f"/edges/tcp/{tcp['id']}").status == 204
-    assert admin.post("/edges/https", {"hostports": [hostport]}).status == 201
+    assert admin.post("/edges/tcp", {"hostports": [hostport]}).status == 201
 
 
 def test_edge_module_routes_follow_the_spec(admin):
