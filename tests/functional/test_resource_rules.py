@@ -123,14 +123,14 @@ def test_ip_restriction_takes_ten_policies_over_the_api_not_eleven(admin):
                            {"ip_policy_ids": [policies[0], policies[0]]}), errors.InvalidField)
 
 
-def test_a_hostport_is_served_by_one_edge_across_tcp_and_https(module_api, admin):
-    hostport = "shared.example.com:443"
-    tcp = admin.post("/edges/tcp", {"hostports": ["Shared.Example.COM:443"]}).json
-    assert tcp["hostports"] == [hostport]
+def test_a_hostport_is_served_by_one_edge(admin):
+    from chalicelib.config import get_settings
+    hostport = f"shared-{admin.id[-8:].lower()}.{get_settings().base_domain}:443"
+    first = admin.post("/edges/https", {"hostports": [hostport.upper()]})
+    assert first.status == 201, first
+    assert first.json["hostports"] == [hostport]
     assert_error(admin.post("/edges/https", {"hostports": [hostport]}), errors.Conflict)
-    assert_error(module_api.new_account().admin.post("/edges/tcp", {"hostports": [hostport]}),
-                 errors.Conflict)
-    assert admin.delete(f"/edges/tcp/{tcp['id']}").status == 204
+    assert admin.delete(f"/edges/https/{first.json['id']}").status == 204
     assert admin.post("/edges/https", {"hostports": [hostport]}).status == 201
 
 
