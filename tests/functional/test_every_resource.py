@@ -104,6 +104,11 @@ RESOURCES = [
              patch={}, listed=False, reporter=True),
 ]
 BY_NAME = {r.name: r for r in RESOURCES}
+# Resources merged after this table was written, not in it yet (their create bodies are their
+# branches' to supply): the completeness test lets exactly these through. Add each to
+# RESOURCES and remove it here.
+PENDING: dict = {}
+PENDING_MODULES: set = set()
 # Online state the edge writes (no create route): only their id rules are checked here; their
 # lists and contents are the edge suite's (tests/edge).
 ONLINE = {"/endpoints": ("endpoints", []), "/tunnels": ("tunnels", []),
@@ -171,8 +176,10 @@ def _doc_prefix(list_path):
 def test_the_table_names_every_item_route():
     """A new resource (or module) route must be added to RESOURCES (or ONLINE) to be covered."""
     prefixes = {r.prefix for r in RESOURCES} | {_doc_prefix(path) for path in ONLINE}
+    assert not prefixes & set(PENDING), "in RESOURCES now: remove from PENDING"
     for path in DOCUMENT["paths"]:
-        if any(path.startswith(online + "/") for online in ONLINE):
+        if any(path.startswith(online + "/") for online in ONLINE) \
+                or any(path.startswith(pending + "/") for pending in PENDING.values()):
             continue
         for name in re.findall(r"\{(\w+)\}", path):
             param = next(p for op in DOCUMENT["paths"][path].values()
@@ -180,7 +187,8 @@ def test_the_table_names_every_item_route():
             prefix = param["schema"]["pattern"].lstrip("^").split("_")[0]
             assert prefix in prefixes, f"{path}: no resource with prefix {prefix!r} in RESOURCES"
         last = path.rsplit("/", 1)[-1]
-        if path.count("{") and not last.startswith("{") and last != "routes":
+        if path.count("{") and not last.startswith("{") and last != "routes" \
+                and last not in PENDING_MODULES:
             owner = [r for r in RESOURCES if last in r.modules]
             assert owner, f"{path}: module {last!r} missing from RESOURCES"
 

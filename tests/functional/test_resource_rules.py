@@ -137,6 +137,17 @@ def test_a_hostport_is_served_by_one_edge_across_tcp_and_https(module_api, admin
     assert admin.post("/edges/tcp", {"hostports": [hostport]}).status == 201
 
 
+def test_a_hostport_is_served_by_one_edge(admin):
+    from chalicelib.config import get_settings
+    hostport = f"shared-{admin.id[-8:].lower()}.{get_settings().base_domain}:443"
+    first = admin.post("/edges/https", {"hostports": [hostport.upper()]})
+    assert first.status == 201, first
+    assert first.json["hostports"] == [hostport]
+    assert_error(admin.post("/edges/https", {"hostports": [hostport]}), errors.Conflict)
+    assert admin.delete(f"/edges/https/{first.json['id']}").status == 204
+    assert admin.post("/edges/https", {"hostports": [hostport]}).status == 201
+
+
 def test_edge_module_routes_follow_the_spec(admin):
     backend = _backend(admin)["id"]
     edge = admin.post("/edges/tcp", {}).json

@@ -112,8 +112,9 @@ def main() -> int:
         prepare()
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     if not os.environ.get("MUTATE_REPORT_ONLY"):
-        subprocess.run([MUTMUT, "run", "--max-children", children, *scope], cwd=WORK, env=env,
-                       stdout=subprocess.DEVNULL)
+        with open(os.path.join(WORK, "mutmut-run.log"), "w") as log:
+            subprocess.run([MUTMUT, "run", "--max-children", children, *scope], cwd=WORK,
+                           env=env, stdout=log, stderr=subprocess.STDOUT)
     results = subprocess.run([MUTMUT, "results", "--all", "true"], cwd=WORK, env=env,
                              capture_output=True, text=True).stdout
     changed = diffs()
@@ -148,7 +149,12 @@ def main() -> int:
           f"{len(survivors)} others:")
     for name, status in survivors:
         print(f"  {name} ({status}): " + " | ".join(changed.get(name, [])))
-    return 0 if totals["total"] else 1
+    if not totals["total"]:
+        with open(os.path.join(WORK, "mutmut-run.log"), errors="replace") as log:
+            print("no mutant was run; the end of build/mutate/mutmut-run.log:\n"
+                  + log.read()[-3000:].replace("\r", "\n"))
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
