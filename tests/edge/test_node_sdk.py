@@ -17,7 +17,8 @@ NODE_DIR = os.path.join(os.path.dirname(__file__), "node")
 def node_sdk():
     if not shutil.which("node") or not shutil.which("npm"):
         pytest.skip("Node.js/npm not installed: the JavaScript SDK cannot run here")
-    if not os.path.exists(os.path.join(NODE_DIR, "node_modules", "@ngrok", "ngrok")):
+    loads = ["node", "-e", "require('@ngrok/ngrok')"]
+    if subprocess.run(loads, cwd=NODE_DIR, capture_output=True, timeout=60).returncode != 0:
         done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
                               cwd=NODE_DIR, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:

@@ -73,16 +73,23 @@ def _routed(py_attr):
     return routed
 
 
+def _loads(module: str) -> bool:
+    """Whether Node can load the client with all its dependencies."""
+    return subprocess.run(["node", "-e", f"require({json.dumps(module)})"], cwd=TS_DIR,
+                          capture_output=True, timeout=60).returncode == 0
+
+
 @pytest.fixture(scope="module")
 def ts_results(http_api):
     if not shutil.which("node") or not shutil.which("npm"):
         pytest.skip("Node.js/npm not installed: the TypeScript client cannot run here")
     module = os.path.join(TS_DIR, "node_modules", "@ngrok", "ngrok-api")
-    if not os.path.exists(module):
+    if not _loads(module):   # absent, or a partial install left by an interrupted run
         done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
                               cwd=TS_DIR, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             pytest.skip(f"npm install of @ngrok/ngrok-api failed: {done.stderr[-500:]}")
+        assert _loads(module), "npm install succeeded but the client does not load"
     account = http_api.new_account(reporter=True)
     config = {"baseUrl": http_api.base_url, "token": account.admin.token, "modulePath": module,
               "services": [{"name": ts, "routed": _routed(py)} for ts, py in TS_TO_PY.items()]}
