@@ -48,7 +48,7 @@ SCOPE = [
     "chalicelib.https_edges.x__patterns*", "chalicelib.https_edges.x__match_type*",
     "chalicelib.abuse_reports.x_url_host*", "chalicelib.abuse_reports.x__check_urls*",
 ]
-COPY = ["app.py", "chalicelib", "tests", ".chalice", "pytest.ini"]
+COPY = ["app.py", "chalicelib", "tests", "scripts", ".chalice", "pytest.ini"]
 
 
 def prepare() -> None:
