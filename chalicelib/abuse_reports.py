@@ -43,7 +43,7 @@ def _bad_url(name: str, url: Any, why: str) -> errors.InvalidField:
 
 def url_host(name: str, url: str) -> str:
     """The canonical host of an absolute http(s) URL, or a 400 naming the URL."""
-    if any(ch.isspace() or ord(ch) < 0x20 for ch in url):
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):  # C0 and DEL
         raise _bad_url(name, url, "it contains whitespace or control characters")
     try:
         parts = urlsplit(url)

@@ -21,6 +21,14 @@ def test_bad_urls_are_refused_naming_the_url(url):
     assert repr(url) in exc.value.msg and "urls[3]" in exc.value.msg
 
 
+@pytest.mark.parametrize("char", ["\x00", "\x1f", "\x7f"])
+def test_urls_with_control_characters_are_refused(char):
+    with pytest.raises(errors.InvalidField) as exc:
+        abuse_reports.url_host("urls[0]", f"https://a.com/x{char}y")
+    assert "control characters" in exc.value.msg
+    assert abuse_reports.url_host("urls[0]", "https://a.com/x~y") == "a.com"   # 0x7e is fine
+
+
 @pytest.mark.parametrize("statuses, report", [
     (["PENDING"], "PENDING"), (["PENDING", "PENDING"], "PENDING"),
     (["BANNED", "PENDING"], "PARTIALLY_PROCESSED"), (["IGNORE", "PENDING", "UNBANNED"],
