@@ -15,6 +15,7 @@ upstream response) with no upstream bytes and no internal addresses in it.
 import asyncio
 import json
 import logging
+from types import SimpleNamespace
 from typing import Any, List, Optional, Tuple
 
 import h11
@@ -462,11 +463,7 @@ class HttpFront:
                 status, headers = res.status_code, res.headers
                 if out.compressor is not None:
                     body = out.compressor.feed(body) + out.compressor.finish()
-
-        class _Fixed:
-            pass
-        answer = _Fixed()
-        answer.status_code, answer.headers, answer.body = status, headers, body
+        answer = SimpleNamespace(status_code=status, headers=headers, body=body)
         for item in _outcome_response(answer, close=not whole):
             if item is not None:
                 await self._send(client, writer, item)

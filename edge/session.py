@@ -69,10 +69,6 @@ class MuxStream:
             out += chunk
         return bytes(out)
 
-    @property
-    def at_eof(self) -> bool:
-        return self._remote_fin and not self._recv
-
     # ---- writing --------------------------------------------------------------------------
     async def write(self, payload: bytes) -> None:
         view = memoryview(payload)
@@ -239,7 +235,6 @@ class MuxSession:
         elif frame.type == muxado.GOAWAY:
             self.close_reason = (f"peer went away (code {frame.error_code}): "
                                  f"{frame.message.decode('utf-8', 'replace')}")
-            self.closed_by_peer = True
             raise _PeerGoneAway()
 
     def _spawn(self, stream: MuxStream) -> None:
