@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 from types import SimpleNamespace
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import h11
 
@@ -102,11 +102,15 @@ class _Leg:
     def reusable(self) -> bool:
         return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
 
-    async def next_event(self) -> Any:
+    async def next_event(self, before_wait: Optional[Callable[[], None]] = None) -> Any:
+        """The next h11 event from the agent; ``before_wait`` runs before waiting for bytes
+        (the response writer flushes what it holds then)."""
         while True:
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
                 return event
+            if before_wait is not None:
+                before_wait()
             self.conn.receive_data(await self.stream.read(READ_CHUNK))
 
     async def send(self, event: Any) -> None:
@@ -295,37 +299,65 @@ class HttpFront:
 
     async def _response(self, client, writer, leg: _Leg, body_task, host: str, reader,
                         traffic: Optional[_Traffic] = None) -> str:
+        """Relay the agent's response. Its pieces are held and written together (head and
+        body of a small response in one system call), and always before waiting for more
+        from the agent, so a streaming response still arrives as it is produced."""
         started = False
+        held: List[bytes] = []
+        held_size = 0
+
+        def hold(event: Any) -> None:
+            nonlocal held_size
+            data = client.send(event)
+            if data:
+                held.append(data)
+                held_size += len(data)
+
+        def flush() -> None:
+            nonlocal held_size
+            if held:
+                writer.write(b"".join(held))
+                held.clear()
+                held_size = 0
+
         try:
             while True:
-                event = await self._leg_event(leg, body_task)
+                event = await self._leg_event(leg, body_task, flush)
                 if isinstance(event, h11.InformationalResponse):
                     if event.status_code == 101:
+                        flush()
                         return await self._switch(client, reader, writer, leg, event, body_task)
-                    await self._send(client, writer, event)
+                    hold(event)
                 elif isinstance(event, h11.Response):
                     if traffic is not None:
                         event = self._response_phase(traffic, event)
                         if isinstance(event, list):   # the policy answered instead
                             for item in event:
                                 if item is not None:
-                                    await self._send(client, writer, item)
+                                    hold(item)
+                            flush()
+                            await writer.drain()
                             return "close"
                     started = True
-                    await self._send(client, writer, event)
+                    hold(event)
                 elif isinstance(event, h11.Data):
                     if traffic is not None and traffic.compressor is not None:
                         data = traffic.compressor.feed(bytes(event.data))
                         if data:
-                            await self._send(client, writer, h11.Data(data=data))
-                        continue
-                    await self._send(client, writer, event)
+                            hold(h11.Data(data=data))
+                    else:
+                        hold(event)
+                    if held_size >= READ_CHUNK:
+                        flush()
+                        await writer.drain()
                 elif isinstance(event, h11.EndOfMessage):
                     if traffic is not None and traffic.compressor is not None:
                         tail = traffic.compressor.finish()
                         if tail:
-                            await self._send(client, writer, h11.Data(data=tail))
-                    await self._send(client, writer, event)
+                            hold(h11.Data(data=tail))
+                    hold(event)
+                    flush()
+                    await writer.drain()
                     if body_task is not None and (not body_task.done()
                                                   or body_task.exception() is not None):
                         return "close"   # answered before the body was sent: not reusable
@@ -334,6 +366,7 @@ class HttpFront:
                     raise StreamReset("upstream closed")
         except (StreamReset, h11.RemoteProtocolError) as exc:
             if started:
+                flush()
                 return "close"   # mid-body: the client sees the connection end
             if isinstance(exc, h11.RemoteProtocolError):
                 await self._answer(client, writer, 502, "ERR_NGROK_3004",
@@ -345,13 +378,14 @@ class HttpFront:
                                    "its upstream service.", close=True)
             return "close"
 
-    async def _leg_event(self, leg: _Leg, body_task) -> Any:
+    async def _leg_event(self, leg: _Leg, body_task, flush: Callable[[], None]) -> Any:
         """The next event from the agent; a failure of the request body pump (the client
-        went away) ends the exchange too."""
+        went away) ends the exchange too. ``flush`` runs before any wait."""
         if body_task is None or body_task.done():
             if body_task is not None and body_task.exception() is not None:
                 raise _Closed()
-            return await leg.next_event()
+            return await leg.next_event(flush)
+        flush()
         event_task = asyncio.ensure_future(leg.next_event())
         try:
             while True:
@@ -488,7 +522,8 @@ class HttpFront:
             event = client.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            data = await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
+            async with asyncio.timeout(timeout):   # a timer, not a task as wait_for makes
+                data = await reader.read(READ_CHUNK)
             client.receive_data(data)
 
     async def _send(self, client, writer, event) -> None:

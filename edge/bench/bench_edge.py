@@ -5,6 +5,16 @@ and idle agent sessions held vs the edge's RSS. Prints a table; writes edge/benc
         [--sessions 0,100,500,1000]
 
 EDGE_PROFILE=/tmp/edge.prof runs the edge under cProfile (pstats afterwards).
+
+Besides requests/s (which on a shared 2-core machine depend on whatever else runs), each
+case reports the CPU time per request of each process on the path, read from /proc before
+and after the load: ``edge`` (the edge itself), ``agent`` (the SDK process: the official
+SDK's Rust session plus the upstream it forwards to, an aiohttp server), ``upstream`` (the
+same process, in the direct case: the upstream alone) and ``client`` (the load generator).
+CPU per request is what the edge costs whatever the machine's load; and since every process
+shares the same two cores, ``2 cores / (sum of CPU per request)`` bounds the throughput of
+each path, so the ratio the hardware allows with a free edge can be read from the agent's
+figure alone.
 Everything runs on this machine as processes (the measurement shares its cores with them):
 store + API (scripts/serve.py), the edge (python -m edge), an agent on the official Python SDK
 (tests/edge/sdk_agent.py, .venv-agent) forwarding to its aiohttp upstream. Load comes from one
@@ -104,6 +114,27 @@ async def idle_session(edge: EdgeProcess, token: str, ctx: ssl.SSLContext):
     return writer
 
 
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU time of a process (from /proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pids: dict, run) -> dict:
+    """Run ``run()`` (a load, returning its result dict) and add the CPU µs per request of
+    each named process and of this one (the client)."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    own = time.process_time()
+    result = run()
+    n = max(1, result["requests"])
+    cpu = {name: round(1e6 * (cpu_seconds(pid) - before[name]) / n, 1)
+           for name, pid in pids.items()}
+    cpu["client"] = round(1e6 * (time.process_time() - own) / n, 1)
+    result["cpu_us_per_request"] = cpu
+    return result
+
+
 def rss_kb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
@@ -142,19 +173,22 @@ def main() -> int:
             rows = []
             for label, method, path, body in (("small GET", "GET", "/echo", b""),
                                                ("1 MB POST", "POST", "/upload", BIG)):
-                direct = asyncio.run(load(upstream, host, method, path, body, args.seconds,
-                                          args.concurrency))
-                through = asyncio.run(load(edge.http_port, host, method, path, body,
-                                           args.seconds, args.concurrency))
+                direct = measured({"upstream": agent.process.pid}, lambda: asyncio.run(
+                    load(upstream, host, method, path, body, args.seconds, args.concurrency)))
+                through = measured(
+                    {"edge": edge.process.pid, "agent": agent.process.pid},
+                    lambda: asyncio.run(load(edge.http_port, host, method, path, body,
+                                             args.seconds, args.concurrency)))
                 rows.append({"case": label, "direct": direct, "edge": through,
                              "ratio": round(through["rps"] / direct["rps"], 2)})
             results["throughput"] = rows
             policy_rows = []
             for label, policy_host in (("no policy", hosts[0]), ("5-rule policy", hosts[1]),
                                        ("rate limit", hosts[2])):
-                policy_rows.append({"case": label, **asyncio.run(load(
-                    edge.http_port, policy_host, "GET", "/echo", b"", args.seconds,
-                    args.concurrency))})
+                policy_rows.append({"case": label, **measured(
+                    {"edge": edge.process.pid, "agent": agent.process.pid},
+                    lambda: asyncio.run(load(edge.http_port, policy_host, "GET", "/echo", b"",
+                                             args.seconds, args.concurrency)))})
             results["policy"] = policy_rows
             sessions = []
             ctx = ssl.create_default_context(cafile=edge.ca_path)
@@ -184,11 +218,22 @@ def main() -> int:
         d, e = row["direct"], row["edge"]
         print(f"{row['case']:<11} {d['rps']:>10} {e['rps']:>9} {row['ratio']:>6} "
               f"{d['p50_ms']:>8}/{d['p99_ms']:<9} {e['p50_ms']:>7}/{e['p99_ms']:<8}")
-    base = results["policy"][0]["rps"]
+    print("CPU µs per request (from /proc; independent of what else the machine runs):")
+    for row in results["throughput"]:
+        d, e = row["direct"]["cpu_us_per_request"], row["edge"]["cpu_us_per_request"]
+        bound = (d["upstream"] + d["client"]) / (e["edge"] + e["agent"] + e["client"])
+        free = (d["upstream"] + d["client"]) / (e["agent"] + e["client"])
+        print(f"  {row['case']:<10} direct: upstream {d['upstream']}, client {d['client']} | "
+              f"through the edge: edge {e['edge']}, agent+upstream {e['agent']}, "
+              f"client {e['client']} | CPU-bound ratio {bound:.2f} "
+              f"(with a zero-cost edge {free:.2f})")
+    base = results["policy"][0]
     for row in results["policy"]:
+        cpu = row["cpu_us_per_request"]["edge"]
         print(f"through the edge, {row['case']:<13}: {row['rps']:>7} rps "
-              f"(time per request {base / row['rps']:.2f}x no policy) "
-              f"p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms")
+              f"(time per request {base['rps'] / row['rps']:.2f}x no policy) "
+              f"p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms; edge CPU {cpu} µs/request "
+              f"({cpu / base['cpu_us_per_request']['edge']:.2f}x no policy)")
     print("idle sessions vs edge RSS: " + ", ".join(
         f"{r['sessions']}: {r['edge_rss_mb']} MB" for r in results["idle_sessions"]))
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "latest.json"), "w") as fh:
