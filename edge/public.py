@@ -465,6 +465,8 @@ class HttpFront:
         return "close", []
 
     def _response_phase(self, traffic: _Traffic, event: h11.Response) -> Any:
+        if not traffic.policy.has("on_http_response"):
+            return event   # nothing to run: the response goes on as the agent sent it
         res = tp.Response(status_code=event.status_code,
                           headers=[(n.decode("latin-1"), v.decode("latin-1"))
                                    for n, v in event.headers])

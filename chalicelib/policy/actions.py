@@ -192,7 +192,7 @@ class AddHeaders(Action):
         for name, template in self.headers:
             value = _safe_value(r.render(template), name, r.errors)
             if value is not None:
-                message.headers.append((name, value))
+                message.add_header(name, value)
                 added[name] = value
         r.traffic.invalidate()
         r.set_vars("add_headers", headers_added=added)

@@ -6,6 +6,7 @@ directly. Derived views (query parameters, cookies, user agent) are computed on 
 recomputed after a change.
 """
 import datetime
+import functools
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -51,6 +52,7 @@ class Conn:
     tls_alpn: str = ""
 
 
+@functools.lru_cache(maxsize=4096)   # header names repeat from request to request
 def canonical(name: str) -> str:
     """Go's canonical MIME header key: ``x-api-version`` -> ``X-Api-Version``."""
     return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
@@ -95,18 +97,45 @@ class _Message:
     def get_header(self, name: str) -> List[str]:
         return self.header_map().get(name.lower(), [])
 
+    def add_header(self, name: str, value: str) -> None:
+        """Append a value to ``name``'s (add-headers semantics: what was there stays)."""
+        before = tuple(self.headers)
+        self.headers.append((name, value))
+        lowered = name.lower()
+        cache = self.__dict__.get("_hmap")
+        if cache is not None and cache[0] == before:
+            self._patch_map(before, lowered, cache[1].get(lowered, []) + [value])
+
     def set_header(self, name: str, value: str) -> None:
         """Replace every value of ``name`` by ``value`` (add-headers semantics)."""
         lowered = name.lower()
+        before = tuple(self.headers)
         self.headers = [(k, v) for k, v in self.headers if k.lower() != lowered]
         self.headers.append((name, value))
+        self._patch_map(before, lowered, [value])
 
     def remove_header(self, name: str) -> bool:
         lowered = name.lower()
+        before = tuple(self.headers)
         kept = [(k, v) for k, v in self.headers if k.lower() != lowered]
         removed = len(kept) != len(self.headers)
         self.headers = kept
+        self._patch_map(before, lowered, None)
         return removed
+
+    def _patch_map(self, before: tuple, lowered: str, values: Optional[List[str]]) -> None:
+        """Bring a header map computed for ``before`` up to date with one name's change (a
+        policy of several add-headers rules would otherwise rebuild it once per rule)."""
+        cache = self.__dict__.get("_hmap")
+        if cache is None or cache[0] != before:
+            return
+        hmap = dict(cache[1])
+        hmap.pop(lowered, None)
+        hmap.pop(canonical(lowered), None)
+        if values is not None:
+            hmap[lowered] = values
+            hmap.setdefault(canonical(lowered), values)
+        self.__dict__["_hmap"] = (tuple(self.headers), hmap)
 
 
 @dataclass
