@@ -31,7 +31,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from cel_expr_python import cel
-from cel_expr_python.ext import ext_encoders, ext_math, ext_strings
 
 from chalicelib.policy import useragent
 
@@ -439,6 +438,19 @@ def _functions(phase: str) -> List[Any]:
 
 # ---- environments and programs ----------------------------------------------------------
 
+# The standard CEL extensions, enabled by name from the ones compiled into the runtime (cel.so)
+# at the versions the library's ``cel_expr_python.ext`` modules select (ExtStrings: strings
+# v4, ExtMath: math v2, ExtEncoders: encoders; tests/unit/test_policy_cel_extensions.py
+# checks both ways declare the same). Those modules are separate shared objects of 5-7 MB
+# each that carry another copy of cel-cpp; enabling the extensions by name keeps them out of
+# the Lambda package (scripts/vendor_lambda.py leaves them out; `make bench` measures it).
+EXTENSIONS = ("extensions:\n"
+              "  - name: encoders\n"
+              "  - name: math\n"
+              "    version: 2\n"
+              "  - name: strings\n"
+              "    version: 4\n")
+
 _envs: Dict[str, Any] = {}
 _env_lock = threading.Lock()
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*")
@@ -452,9 +464,8 @@ def env_for(phase: str):
             if env is None:
                 variables = {name: kind for name, (kind, phases, _) in VARIABLES.items()
                              if phase in phases}
-                env = cel.NewEnv(variables=variables, functions=_functions(phase),
-                                 extensions=[ext_strings.ExtStrings(),
-                                             ext_encoders.ExtEncoders(), ext_math.ExtMath()])
+                env = cel.NewEnv(config=cel.NewEnvConfigFromYaml(EXTENSIONS),
+                                 variables=variables, functions=_functions(phase))
                 _envs[phase] = env
     return env
 
