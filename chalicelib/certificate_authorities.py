@@ -19,10 +19,6 @@ Rules (where the spec is silent, decided here):
 from datetime import timezone
 from typing import Any, Dict, List, Optional, Tuple
 
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
 from chalicelib import errors, ids, refs, store, validation, web
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
@@ -36,13 +32,15 @@ _BEGIN = "-----BEGIN CERTIFICATE-----"
 
 _KEY_USAGES = ("digital_signature", "content_commitment", "key_encipherment",
                "data_encipherment", "key_agreement", "key_cert_sign", "crl_sign")
+# cryptography's ExtendedKeyUsageOID, by dotted string: cryptography is imported by parse_pem
+# only (about 20 ms at cold start that only a certificate authority's creation should pay).
 _EKU_NAMES = {
-    ExtendedKeyUsageOID.SERVER_AUTH: "server_auth",
-    ExtendedKeyUsageOID.CLIENT_AUTH: "client_auth",
-    ExtendedKeyUsageOID.CODE_SIGNING: "code_signing",
-    ExtendedKeyUsageOID.EMAIL_PROTECTION: "email_protection",
-    ExtendedKeyUsageOID.TIME_STAMPING: "time_stamping",
-    ExtendedKeyUsageOID.OCSP_SIGNING: "ocsp_signing",
+    "1.3.6.1.5.5.7.3.1": "server_auth",
+    "1.3.6.1.5.5.7.3.2": "client_auth",
+    "1.3.6.1.5.5.7.3.3": "code_signing",
+    "1.3.6.1.5.5.7.3.4": "email_protection",
+    "1.3.6.1.5.5.7.3.8": "time_stamping",
+    "1.3.6.1.5.5.7.3.9": "ocsp_signing",
 }
 
 
@@ -56,6 +54,9 @@ def _rfc3339(value: Any) -> str:
 
 def parse_pem(text: str) -> Dict[str, Any]:
     """The stored fields of a CA certificate in PEM form, or a 400 naming ``ca_pem``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+    from cryptography.x509.oid import NameOID
     blocks = text.count(_BEGIN)
     if blocks != 1:
         raise _bad("must hold exactly one PEM certificate ('-----BEGIN CERTIFICATE-----'), "
@@ -84,7 +85,7 @@ def parse_pem(text: str) -> Dict[str, Any]:
     extended: List[str] = []
     try:
         for oid in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value:
-            extended.append(_EKU_NAMES.get(oid, oid.dotted_string))
+            extended.append(_EKU_NAMES.get(oid.dotted_string, oid.dotted_string))
     except x509.ExtensionNotFound:
         pass
     return {"ca_pem": cert.public_bytes(Encoding.PEM).decode("ascii"),

@@ -247,34 +247,98 @@ def test_compose_starts_localstack_and_the_agent_on_loopback(compose):
     assert ports == ["127.0.0.1:4040:4040"]  # tunnel traffic goes through the edge
 
 
-def test_package_leaves_out_the_runtime_sdk_and_still_imports(tmp_path):
-    """The Lambda Python runtime provides botocore and its dependencies; the package leaves
-    them out (16 of 18.4 MB before the policy engine's packages joined) and the app imports
-    from it with only those added."""
+# What the packaged app is run with in the test below: it compiles a traffic policy using the
+# strings, math and encoders CEL extensions (enabled from cel.so, the ext modules left out),
+# parses a CA certificate (cryptography, stripped) and says where its modules came from.
+_PACKAGED_CHECK = """
+import sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import app
+assert app.app.routes
+cold = sorted(m for m in sys.modules if m.split(".")[0] in ("cryptography", "cel_expr_python"))
+from chalicelib.policy import compile_policy
+compile_policy({"on_http_request": [{"expressions": [
+    "req.url.path.upperAscii().split('/').size() > math.greatest(1, 2)",
+    "base64.encode(bytes(req.url.path)) != ''"],
+    "actions": [{"type": "deny"}]}]})
+from chalicelib import certificate_authorities, store
+ca = certificate_authorities.parse_pem(sys.stdin.read())
+import botocore, cel_expr_python.cel, cryptography
+print(repr({"cold": cold, "cn": ca["subject_common_name"], "botocore": botocore.__file__,
+            "cel": cel_expr_python.cel.__file__, "cryptography": cryptography.__file__,
+            "store_cached": store.__cached__}))
+"""
+
+
+def _ca_pem():
+    import datetime
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Packaged CA")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
+    """The package (scripts/deploy_stack.py slim_package, issue 14) leaves out what the Lambda
+    Python runtime provides (botocore and its dependencies), the CEL ext modules (the
+    extensions are enabled from cel.so), PyYAML's unused libyaml binding and type stubs;
+    its shared objects are stripped and every module has unchecked-hash bytecode (the
+    Lambda's code folder is read-only). The app imports from it with only the runtime's
+    packages added, without loading cryptography or CEL at cold start, and its policy engine
+    and certificate parsing work from the package's own (stripped) copies."""
+    import ast
+    import importlib.util
     import site
     import zipfile
     deploy_stack.package("prod", str(tmp_path / "out"))
     archive = tmp_path / "out" / "deployment.zip"
     with zipfile.ZipFile(archive) as zf:
-        tops = {name.split("/")[0] for name in zf.namelist()}
+        names = zf.namelist()
+        tops = {name.split("/")[0] for name in names}
         sdk = sum(i.compress_size for i in zf.infolist()
                   if i.filename.split("/")[0] in deploy_stack.RUNTIME_PROVIDED)
+        store_pyc = zf.read(f"chalicelib/__pycache__/store.{sys.implementation.cache_tag}.pyc")
         zf.extractall(tmp_path / "task")
     assert sdk == 0 and not tops & set(deploy_stack.RUNTIME_PROVIDED)
-    assert "pynamodb" in tops and "chalicelib" in tops
+    assert {"pynamodb", "chalicelib", "cel_expr_python", "cryptography", "jwt"} <= tops
+    assert not [n for n in names if n.startswith("cel_expr_python/ext/")
+                or n.startswith("yaml/_yaml.") or n.endswith(".pyi")]
+    sources = [n for n in names if n.endswith(".py")]
+    pycs = {n for n in names if n.endswith(".pyc")}
+    missing = [n for n in sources if importlib.util.cache_from_source(n) not in pycs]
+    assert missing == []
+    assert store_pyc[:4] == importlib.util.MAGIC_NUMBER
+    assert int.from_bytes(store_pyc[4:8], "little") == 0b01  # hash-based, source not checked
+    for name in ("cel_expr_python/cel.", "cryptography/hazmat/bindings/_rust.abi3.so"):
+        so = next(tmp_path / "task" / n for n in names if n.startswith(name))
+        sections = subprocess.run(["readelf", "-S", str(so)], capture_output=True,
+                                  text=True, check=True).stdout
+        assert ".symtab" not in sections, so
     runtime = tmp_path / "runtime"
     runtime.mkdir()
     packages = site.getsitepackages()[0]
     for name in ("botocore", "dateutil", "urllib3", "jmespath", "six.py"):
         os.symlink(os.path.join(packages, name), runtime / name)
-    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import app; "
-            "assert app.app.routes; import botocore; print(botocore.__file__)")
-    result = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path / "task"),
-                             str(runtime)], capture_output=True, text=True,
-                            env={**os.environ, "AWS_DEFAULT_REGION": "us-east-1"})
+    result = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", _PACKAGED_CHECK,
+                             str(tmp_path / "task"), str(runtime)], input=_ca_pem(),
+                            capture_output=True, text=True,
+                            env={"PATH": os.environ.get("PATH", ""),
+                                 "AWS_DEFAULT_REGION": "us-east-1"})
     assert result.returncode == 0, result.stderr
-    assert str(runtime) in result.stdout
-
+    seen = ast.literal_eval(result.stdout.strip().splitlines()[-1])
+    assert seen["cold"] == [] and seen["cn"] == "Packaged CA"
+    assert seen["botocore"].startswith(str(runtime))
+    for name in ("cel", "cryptography", "store_cached"):
+        assert seen[name].startswith(str(tmp_path / "task")), seen
 
 
 def test_compose_runs_the_agent_against_the_edge_with_a_credential_made_once(compose):
