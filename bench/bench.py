@@ -28,7 +28,10 @@ Prints one table and writes it as JSON (``bench/results.json``, ``BENCH_OUT`` to
 
 Numbers are for this machine and the local stores; they compare the app with itself and with
 its store calls, they do not predict Lambda + DynamoDB latencies. Sizes: BENCH_SECONDS
-(default 5) per HTTP load kind, BENCH_CONCURRENCY (8), BENCH_SAMPLES (300).
+(default 5) per HTTP load kind, BENCH_CONCURRENCY (8), BENCH_SAMPLES (300). BENCH_ONLY
+(comma-separated section names: store_calls, cold_import, warm_handler, list_scaling,
+http_load, package) runs only those and updates them in the JSON, keeping the others' last
+results (``sections_run`` then says which run each section comes from).
 """
 import json
 import os
@@ -546,7 +549,19 @@ def main() -> int:
         print(f"... {name}", file=sys.stderr, flush=True)
         result[name] = run()
     result["machine"] = {"python": sys.version.split()[0], "cpus": os.cpu_count(),
-                         "seconds": round(time.time() - started, 1)}
+                         "seconds": round(time.time() - started, 1),
+                         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if only and os.path.exists(OUT):
+        # BENCH_ONLY re-runs some sections: the others keep their last results.
+        with open(OUT) as handle:
+            previous = json.load(handle)
+        runs = previous.pop("sections_run", {})
+        machine = previous.pop("machine", {})
+        for name, _ in sections:
+            if name in previous and name not in result:
+                runs.setdefault(name, machine)
+        runs.update({name: result["machine"] for name in result if name != "machine"})
+        result = {**previous, **result, "sections_run": runs}
     with open(OUT, "w") as handle:
         json.dump(result, handle, indent=2, sort_keys=True, default=str)
     print(render(result))

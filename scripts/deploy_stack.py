@@ -255,21 +255,15 @@ LAST_SLIM: Dict[str, Any] = {}
 
 
 def _runtime_provided(top: str) -> Optional[str]:
-    """The key strip_runtime_provided counts ``top`` (a zip member's first part) under, or
-    None when the runtime does not provide it."""
+    """The key slim_package counts ``top`` (a zip member's first part) under when the Lambda
+    runtime provides it, else None."""
     names = tuple(n.replace(".py", "") for n in RUNTIME_PROVIDED)
     base = top.split("-")[0].replace(".py", "").lower()
     if top in RUNTIME_PROVIDED:
         return top
-    if top.endswith(".dist-info") and base in ("python_dateutil",) + names:
+    if top.endswith((".dist-info", ".data")) and base in ("python_dateutil",) + names:
         return base + " (dist-info)"
     return None
-
-
-def strip_runtime_provided(zip_path: str) -> Dict[str, int]:
-    """Rewrite the deployment zip without the packages the Lambda runtime provides;
-    returns {package: bytes removed (compressed)}. (slim_package does this and more.)"""
-    return slim_package(zip_path, strip=False, bytecode=False)["removed_runtime_packages"]
 
 
 def _strip_elf(data: bytes, tool: str) -> bytes:
@@ -366,6 +360,11 @@ def package(stage: str, out_dir: str) -> str:
     env = dict(os.environ)
     env.setdefault("AWS_DEFAULT_REGION", env.get("AWS_REGION", "us-east-1"))
     merge = resources_path(stage)
+    # vendor/ as scripts/vendor_lambda.py makes it now (a no-op when it already is: a
+    # checkout vendored before the slimming would otherwise ship the CEL ext modules).
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import vendor_lambda
+    vendor_lambda.main()
     with open(merge) as handle:
         if handle.read() != render_resources(stage):
             raise SystemExit(f"{os.path.relpath(merge, PROJECT_DIR)} is out of date: run "
