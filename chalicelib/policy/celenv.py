@@ -441,7 +441,7 @@ def _functions(phase: str) -> List[Any]:
 # The standard CEL extensions, enabled by name from the ones compiled into the runtime (cel.so)
 # at the versions the library's ``cel_expr_python.ext`` modules select (ExtStrings: strings
 # v4, ExtMath: math v2, ExtEncoders: encoders; tests/unit/test_policy_cel_extensions.py
-# checks both ways declare the same). Those modules are separate shared objects of 5-7 MB
+# checks both ways declare the same). Those modules are separate shared objects of 4-7 MB
 # each that carry another copy of cel-cpp; enabling the extensions by name keeps them out of
 # the Lambda package (scripts/vendor_lambda.py leaves them out; `make bench` measures it).
 EXTENSIONS = ("extensions:\n"
