@@ -247,8 +247,11 @@ def write_generated() -> List[str]:
 RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3",
                     "six.py")
 # Files of the bundled wheels the service never loads: PyYAML's libyaml binding (the policy
-# parser uses yaml.safe_load, the pure-Python SafeLoader) and type stubs.
-LEAVE_OUT_PREFIXES = ("yaml/_yaml.",)
+# parser uses yaml.safe_load, the pure-Python SafeLoader); cffi's and pycparser's Python
+# packages (cryptography's compiled bindings use only the _cffi_backend extension, which
+# stays; cffi and pycparser are for building bindings: never imported, checked by
+# tests/functional/test_packaging.py); type stubs.
+LEAVE_OUT_PREFIXES = ("yaml/_yaml.", "cffi/", "cffi-", "pycparser/", "pycparser-")
 LEAVE_OUT_SUFFIXES = (".pyi",)
 LAST_STRIP: Dict[str, int] = {}
 LAST_SLIM: Dict[str, Any] = {}

@@ -249,9 +249,10 @@ def test_compose_starts_localstack_and_the_agent_on_loopback(compose):
 
 # What the packaged app is run with in the test below: it compiles a traffic policy using the
 # strings, math and encoders CEL extensions (enabled from cel.so, the ext modules left out),
-# parses a CA certificate (cryptography, stripped) and says where its modules came from.
+# parses a CA certificate and checks an inline JWKS (cryptography, stripped, without cffi's
+# Python package) and says where its modules came from.
 _PACKAGED_CHECK = """
-import sys
+import json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import app
 assert app.app.routes
@@ -263,11 +264,34 @@ compile_policy({"on_http_request": [{"expressions": [
     "actions": [{"type": "deny"}]}]})
 from chalicelib import certificate_authorities, store
 ca = certificate_authorities.parse_pem(sys.stdin.read())
+from chalicelib.policy import actions
+from chalicelib.policy.document import PolicyError
+keys = actions.JwtValidation._keyset(json.loads(sys.argv[3]), "jwks")
+try:
+    actions.JwtValidation._keyset({"keys": [{"kty": "EC", "crv": "P-256", "x": "AQ",
+                                             "y": "AQ"}]}, "jwks")
+    off_curve = "accepted"
+except PolicyError as exc:
+    off_curve = str(exc)
 import botocore, cel_expr_python.cel, cryptography
 print(repr({"cold": cold, "cn": ca["subject_common_name"], "botocore": botocore.__file__,
+            "keys": len(keys.keys), "off_curve": off_curve,
+            "loaded": sorted(m for m in sys.modules if m.split(".")[0] in ("cffi", "pycparser")),
             "cel": cel_expr_python.cel.__file__, "cryptography": cryptography.__file__,
             "store_cached": store.__cached__}))
 """
+
+
+def _jwks():
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+    keys = [jwt.algorithms.RSAAlgorithm.to_jwk(rsa.generate_private_key(65537, 2048)
+                                               .public_key()),
+            jwt.algorithms.ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1())
+                                              .public_key()),
+            jwt.algorithms.OKPAlgorithm.to_jwk(ed25519.Ed25519PrivateKey.generate()
+                                               .public_key())]
+    return json.dumps({"keys": [json.loads(key) for key in keys]})
 
 
 def _ca_pem():
@@ -310,8 +334,9 @@ def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
         zf.extractall(tmp_path / "task")
     assert sdk == 0 and not tops & set(deploy_stack.RUNTIME_PROVIDED)
     assert {"pynamodb", "chalicelib", "cel_expr_python", "cryptography", "jwt"} <= tops
-    assert not [n for n in names if n.startswith("cel_expr_python/ext/")
-                or n.startswith("yaml/_yaml.") or n.endswith(".pyi")]
+    assert not [n for n in names if n.startswith(("cel_expr_python/ext/", "yaml/_yaml.",
+                                                   "cffi/", "pycparser/")) or n.endswith(".pyi")]
+    assert [n for n in names if n.startswith("_cffi_backend.")]
     sources = [n for n in names if n.endswith(".py")]
     pycs = {n for n in names if n.endswith(".pyc")}
     missing = [n for n in sources if importlib.util.cache_from_source(n) not in pycs]
@@ -329,13 +354,20 @@ def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
     for name in ("botocore", "dateutil", "urllib3", "jmespath", "six.py"):
         os.symlink(os.path.join(packages, name), runtime / name)
     result = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", _PACKAGED_CHECK,
-                             str(tmp_path / "task"), str(runtime)], input=_ca_pem(),
+                             str(tmp_path / "task"), str(runtime), _jwks()], input=_ca_pem(),
                             capture_output=True, text=True,
                             env={"PATH": os.environ.get("PATH", ""),
                                  "AWS_DEFAULT_REGION": "us-east-1"})
     assert result.returncode == 0, result.stderr
     seen = ast.literal_eval(result.stdout.strip().splitlines()[-1])
     assert seen["cold"] == [] and seen["cn"] == "Packaged CA"
+    from chalicelib.policy import actions
+    from chalicelib.policy.document import PolicyError
+    with pytest.raises(PolicyError) as here:   # the same JWKS, checked in this venv
+        actions.JwtValidation._keyset({"keys": [{"kty": "EC", "crv": "P-256", "x": "AQ",
+                                                 "y": "AQ"}]}, "jwks")
+    assert seen["keys"] == 3 and seen["off_curve"] == str(here.value)
+    assert seen["loaded"] == []
     assert seen["botocore"].startswith(str(runtime))
     for name in ("cel", "cryptography", "store_cached"):
         assert seen[name].startswith(str(tmp_path / "task")), seen
