@@ -1,13 +1,19 @@
 """What the Lambda package holds and what its cold start loads (issue 14; sizes and times are
 measured by `make bench`, never asserted). The package itself is built and run in
 tests/functional/test_packaging.py."""
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
+
+import pytest
 
 from tests.support.api import PROJECT_DIR
 
 sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
+import deploy_stack  # noqa: E402
 import vendor_lambda  # noqa: E402
 
 
@@ -39,3 +45,55 @@ def test_vendoring_leaves_out_the_cel_ext_modules_and_stubs_only():
     assert vendor_lambda.left_out("cel_expr_python/cel.pyi")
     assert not vendor_lambda.left_out("cel_expr_python/cel.cpython-311-x86_64-linux-gnu.so")
     assert not vendor_lambda.left_out("cel_expr_python-0.1.3.dist-info/METADATA")
+
+
+def _zip(path, members):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
+@pytest.mark.skipif(shutil.which("strip") is None, reason="binutils' strip is not installed")
+def test_slim_package_leaves_out_strips_and_adds_unchecked_bytecode(tmp_path):
+    import re2
+    elf = open(re2._re2.__file__, "rb").read()   # a real shared object with its symbols
+    path = tmp_path / "deployment.zip"
+    _zip(path, {
+        "app.py": "import chalicelib\n",
+        "chalicelib/__init__.py": "X = 1\n",
+        "chalicelib/__pycache__/__init__.cpython-311.pyc": b"stale",
+        "botocore/__init__.py": "", "botocore-1.0.dist-info/METADATA": "",
+        "jmespath-1.1.0.data/scripts/jp.py": "",
+        "yaml/__init__.py": "", "yaml/_yaml.cpython-311-x86_64-linux-gnu.so": elf,
+        "cffi/__init__.py": "", "pycparser/__init__.py": "", "jwt/api.pyi": "",
+        "_native.cpython-311-x86_64-linux-gnu.so": elf,
+        "broken.py": "def (:\n",
+    })
+    done = deploy_stack.slim_package(str(path))
+    with zipfile.ZipFile(path) as archive:
+        names = set(archive.namelist())
+        native = archive.read("_native.cpython-311-x86_64-linux-gnu.so")
+        pyc = archive.read(importlib.util.cache_from_source("chalicelib/__init__.py"))
+    tag = sys.implementation.cache_tag
+    assert names == {"app.py", "chalicelib/__init__.py", "yaml/__init__.py", "broken.py",
+                     "_native.cpython-311-x86_64-linux-gnu.so",
+                     f"__pycache__/app.{tag}.pyc", f"chalicelib/__pycache__/__init__.{tag}.pyc",
+                     f"yaml/__pycache__/__init__.{tag}.pyc"}
+    assert set(done["removed_runtime_packages"]) == {"botocore", "botocore (dist-info)",
+                                                      "jmespath (dist-info)"}
+    assert done["strip"] and 0 < len(native) < len(elf)
+    assert done["stripped_bytes_uncompressed"] == len(elf) - len(native)
+    assert pyc[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(pyc[4:8], "little") == 1
+    assert pyc[8:16] == importlib.util.source_hash(b"X = 1\n")
+
+
+def test_slim_package_without_strip_or_bytecode_keeps_them_as_they_are(tmp_path):
+    path = tmp_path / "deployment.zip"
+    _zip(path, {"app.py": "", "chalicelib/__pycache__/x.cpython-311.pyc": b"kept",
+                "lib.so": b"\x7fELF not really", "six.py": ""})
+    done = deploy_stack.slim_package(str(path), strip=False, bytecode=False)
+    with zipfile.ZipFile(path) as archive:
+        assert set(archive.namelist()) == {"app.py", "chalicelib/__pycache__/x.cpython-311.pyc",
+                                           "lib.so"}
+        assert archive.read("lib.so") == b"\x7fELF not really"
+    assert done["strip"] is False and done["bytecode_bytes"] == 0
