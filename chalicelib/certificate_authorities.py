@@ -159,3 +159,11 @@ def pems(account_id: str, ca_ids: List[str]) -> List[str]:
     found = {item.sk: item.data["ca_pem"]
              for item in store.model().batch_get(keys, consistent_read=True)}
     return [found[ca_id] for ca_id in ca_ids if ca_id in found]
+
+
+def pems_by_id(account_id: str, ca_ids: List[str]) -> Dict[str, str]:
+    """CA id → PEM for those of ``ca_ids`` that exist (one BatchGetItem): the edge caches each
+    CA's PEM by id (a CA's certificate never changes)."""
+    keys = [(store.collection_pk(account_id, COLLECTION), ca_id) for ca_id in ca_ids]
+    return {item.sk: item.data["ca_pem"]
+            for item in store.model().batch_get(keys, consistent_read=True)}

@@ -342,7 +342,42 @@ def edge_ops(account_id: str, kind: str, edge_id: str, old: Dict[str, Any],
     before or at that one commit. ``new`` gains ``hostport_refs`` (see
     :func:`hostport_ops`)."""
     ops = hostport_ops(account_id, kind, edge_id, old, new)
+    if kind == HTTPS_EDGE:
+        ops += tls_index_ops(account_id, edge_id, old, new)
     return ref_ops(account_id, old, new, nested=nested) + ops
+
+
+# ---- the TLS index (what the edge's HTTPS listener needs before a handshake) -------------------
+TLS_INDEX_KIND = "https_edge_tls"
+
+
+def tls_of(data: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """What an HTTPS edge's enabled TLS modules ask of the handshake: ``min_version`` (when
+    set) and ``certificate_authority_ids`` (mutual TLS), or None when nothing."""
+    spec: Dict[str, Any] = {}
+    tls = data.get("tls_termination")
+    if tls and tls.get("enabled", True) is not False and tls.get("min_version"):
+        spec["min_version"] = tls["min_version"]
+    mtls = data.get("mutual_tls")
+    if mtls and mtls.get("enabled", True) is not False and mtls.get("certificate_authority_ids"):
+        spec["certificate_authority_ids"] = list(mtls["certificate_authority_ids"])
+    return spec or None
+
+
+def tls_index_ops(account_id: str, edge_id: str, old: Dict[str, Any],
+                  new: Dict[str, Any]) -> List[store.Op]:
+    """Keep one index item per hostport of an edge whose TLS modules ask something
+    (:func:`tls_of`), in the edge's own transaction: dropped for hostports that no longer
+    need one, (re)written for every one that does (so a stored edge from before the index
+    gets its items on its next change; :mod:`chalicelib.migrate` writes the others)."""
+    old_hps = set(old.get("hostports") or []) if tls_of(old) else set()
+    spec = tls_of(new) if new else None
+    new_hps = set(new.get("hostports") or []) if spec else set()
+    ops = [store.drop(store.EDGE_TLS_PK, hp) for hp in sorted(old_hps - new_hps)]
+    for hp in sorted(new_hps):
+        ops.append(store.put_raw(store.EDGE_TLS_PK, hp, TLS_INDEX_KIND,
+                                 {"account_id": account_id, "edge_id": edge_id, **spec}))
+    return ops
 
 
 # ---- module PUT bodies ------------------------------------------------------------------------

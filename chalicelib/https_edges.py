@@ -692,3 +692,12 @@ EDGE_OPS = rest.Ops(prefix=PREFIX, list_key=LIST_KEY, create=create, get=get,
 ROUTE_OPS = rest.Ops(prefix=ROUTE_PREFIX, list_key=ROUTE_LIST_KEY, create=create_route,
                      get=get_route, list_page=list_routes, update=update_route,
                      delete=delete_route)
+
+
+def tls_index() -> Dict[str, Dict[str, Any]]:
+    """Hostport → what its HTTPS edge's TLS modules ask of the handshake, for every hostport
+    whose edge has an enabled ``tls_termination`` with a ``min_version`` or an enabled
+    ``mutual_tls``: ``{"account_id", "edge_id", "min_version"?, "certificate_authority_ids"?}``
+    (:func:`chalicelib.edge_modules.tls_of`). One Query of the index partition (paged past
+    1 MB): the edge reads it in the background, never during a handshake."""
+    return {item.sk: dict(item.data or {}) for item in store.query_all(store.EDGE_TLS_PK)}

@@ -12,7 +12,11 @@ Layout version 2 (issue 14, one store call per operation) changed three things:
 
 The service reads old items correctly without this (old ``data`` strings are parsed, an old
 lookup makes the authorizer read the owner too), except for routes and owner index entries,
-which must be moved or written. :func:`run_if_needed` does it once (a marker item records the
+which must be moved or written.
+
+Layout version 3 (issue 10, TLS modules on the wire) adds the TLS index: one item per hostport
+of an HTTPS edge whose ``tls_termination``/``mutual_tls`` ask something of the handshake
+(:func:`chalicelib.edge_modules.tls_index_ops`); edges stored before it get their items here. :func:`run_if_needed` does it once (a marker item records the
 layout version); ``make run`` calls it at every start, after restoring ``.data``, and
 ``python -m chalicelib.admin migrate`` runs it against any table. It is idempotent: running it
 twice, or on a fresh table, changes nothing.
@@ -21,9 +25,9 @@ It scans the table: an operator action, never a request path.
 """
 from typing import Any, Dict, Iterator
 
-from chalicelib import auth, errors, store
+from chalicelib import auth, edge_modules, errors, store
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 MARKER_PK, MARKER_SK = "META", "LAYOUT"
 _OLD_ROUTES = "#https_edge_route#"
 
@@ -61,7 +65,8 @@ def _put_if_absent(item: store.Item) -> bool:
 
 def run() -> Dict[str, int]:
     """Migrate every item; returns how many of each change were made."""
-    counts = {"data_maps": 0, "lookups": 0, "owner_index": 0, "routes_moved": 0}
+    counts = {"data_maps": 0, "lookups": 0, "owner_index": 0, "routes_moved": 0,
+              "tls_index": 0}
     Model_ = store.model()
     for raw in list(_scan()):
         if "S" in raw.get("data", {}):
@@ -91,6 +96,11 @@ def run() -> Dict[str, int]:
                                    data={"collection": item.kind, "namespace": namespace,
                                          "digest": data["digest"]})
             counts["owner_index"] += _put_if_absent(entry)
+        elif item.kind == edge_modules.HTTPS_EDGE and "#" not in item.sk \
+                and edge_modules.tls_of(data):
+            ops = edge_modules.tls_index_ops(item.account_id, item.sk, {}, data)
+            store.commit(ops)
+            counts["tls_index"] += len(ops)
         elif _OLD_ROUTES in item.pk:
             account_part, _, edge_id = item.pk.partition(_OLD_ROUTES)
             moved = store.new_item(f"{account_part}#https_edge", f"{edge_id}#{item.sk}",

@@ -96,6 +96,11 @@ def idempotency_pk(account_id: str, key_digest: str) -> str:
     return f"I#{account_id}#{key_digest}"
 
 
+# Derived copies of HTTPS edges' TLS modules, one item per hostport (sk): what the edge's
+# TLS listener needs before a handshake, read in one Query (chalicelib.https_edges.tls_index).
+EDGE_TLS_PK = "TLS#https_edge"
+
+
 def rate_limit_pk(account_id: str) -> str:
     return f"RL#{account_id}"
 
@@ -352,6 +357,14 @@ def release(namespace: str, value: str) -> Op:
     """Free a unique value claimed by unique() (idempotent: no condition)."""
     item = new_item(unique_pk(namespace, value), UNIQUE_SK)
     return Op("delete", item, condition=None, error=None)
+
+
+def put_raw(pk: str, sk: str, kind: str, data: Dict[str, Any]) -> Op:
+    """Write an item whatever it held before (no condition): for derived copies rewritten
+    in the transaction of the item they copy, which orders them."""
+    request = {"Item": {**_key(pk, sk), "kind": {"S": kind}, "data": to_av(data),
+                        "refs": {"N": "0"}, "version": {"N": "1"}}}
+    return Op("put", None, raw=request)
 
 
 def save(item: Item, error: Optional[errors.ApiError] = None, condition: Any = None) -> Op:

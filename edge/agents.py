@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 from chalicelib import binding, ids, online
-from edge import enforce, muxado, protocol
+from edge import enforce, muxado, protocol, tls
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset
@@ -220,6 +220,7 @@ class AgentSession:
                         endpoint_id=endpoint_id_of(tunnel_id))
         if proto in ("http", "https"):
             tunnel.enforcement = enforce.http_options(opts)
+            tunnel.tls = tls.spec_of_bind(opts.get("MutualTLSCA"))
             await self.edge.bind_http(tunnel, self._requested_domain(opts))
         elif proto == "tcp":
             tunnel.enforcement = enforce.tcp_options(opts)

@@ -14,7 +14,7 @@ import ssl
 import tempfile
 import threading
 from collections import OrderedDict
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -134,54 +134,61 @@ def _context(cert_pem: bytes, key_pem: bytes, folder: str) -> ssl.SSLContext:
 
 class ServerCertificates:
     """TLS server contexts: a fixed pair when configured, else issued by the local CA per
-    name (SNI), cached (LRU, HOST_CACHE names)."""
+    name (SNI). Issued pairs are cached per names and contexts per (names, what the name
+    requires of the handshake: ``edge.tls.TlsSpec``), both LRU, HOST_CACHE entries."""
 
     def __init__(self, data_dir: str, cert_file: Optional[str] = None,
                  key_file: Optional[str] = None):
         self._folder = data_dir
         self.authority: Optional[Authority] = None
         self._fixed: Optional[ssl.SSLContext] = None
+        self._files = (cert_file, key_file)
         if cert_file and key_file:
             self._fixed = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             self._fixed.minimum_version = ssl.TLSVersion.TLSv1_2
             self._fixed.load_cert_chain(cert_file, key_file)
         else:
             self.authority = Authority(data_dir)
-        self._cache: "OrderedDict[str, ssl.SSLContext]" = OrderedDict()
+        self._cache: "OrderedDict[Any, ssl.SSLContext]" = OrderedDict()
+        self._pairs: "OrderedDict[str, Tuple[bytes, bytes]]" = OrderedDict()
         self._lock = threading.Lock()
 
     @property
     def ca_path(self) -> Optional[str]:
         return self.authority.cert_path if self.authority else None
 
-    def context_for(self, names: List[str]) -> ssl.SSLContext:
-        if self._fixed is not None:
-            return self._fixed
-        key = ",".join(names)
+    def _lru(self, cache: OrderedDict, key: Any, make) -> Any:
         with self._lock:
-            ctx = self._cache.get(key)
-            if ctx is not None:
-                self._cache.move_to_end(key)
-                return ctx
-        cert, private = self.authority.issue(names)
-        ctx = _context(cert, private, self._folder)
+            value = cache.get(key)
+            if value is not None:
+                cache.move_to_end(key)
+                return value
+        value = make()
         with self._lock:
-            self._cache[key] = ctx
-            while len(self._cache) > HOST_CACHE:
-                self._cache.popitem(last=False)
-        return ctx
+            cache[key] = value
+            while len(cache) > HOST_CACHE:
+                cache.popitem(last=False)
+        return value
 
-    def sni_context(self, default_names: List[str], allow) -> ssl.SSLContext:
-        """A context that picks each connection's certificate by SNI; ``allow(name)`` says
-        whether a name may get one (served hostnames only), else the default names' is used."""
-        base = self.context_for(default_names)
+    def context_for(self, names: List[str], spec: Any = None) -> ssl.SSLContext:
+        """The context serving ``names`` with what ``spec`` (an ``edge.tls.TlsSpec``, None:
+        nothing more than TLS 1.2) requires of the handshake."""
+        if spec is None or spec.key == (int(ssl.TLSVersion.TLSv1_2), ""):
+            if self._fixed is not None:
+                return self._fixed
+            spec = None
+        from edge import tls   # edge.tls imports nothing of this module
         if self._fixed is not None:
-            return base
+            def fixed() -> ssl.SSLContext:
+                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                ctx.load_cert_chain(*self._files)
+                return tls.apply(ctx, spec)
+            return self._lru(self._cache, ("", spec.key), fixed)
+        name_key = ",".join(names)
 
-        def pick(sslobj, server_name, _ctx):
-            if server_name and allow(server_name.lower()):
-                sslobj.context = self.context_for([server_name.lower()])
-            return None
-
-        base.sni_callback = pick
-        return base
+        def make() -> ssl.SSLContext:
+            cert, private = self._lru(self._pairs, name_key,
+                                      lambda: self.authority.issue(names))
+            ctx = _context(cert, private, self._folder)
+            return tls.apply(ctx, spec) if spec is not None else ctx
+        return self._lru(self._cache, (name_key, spec.key if spec is not None else None), make)

@@ -13,8 +13,9 @@ way). The rules run in the hosted service's module order, before the endpoint's 
 User agent filter: a User-Agent matching an ``allow`` pattern passes; otherwise one matching
 a ``deny`` pattern, or any when ``allow`` is not empty, is refused with 403.
 
-Options this edge cannot honour (OAuth, OIDC, SAML, CircuitBreaker, MutualTLSCA,
-WebsocketTCPConverter, HostHeaderRewrite, ProxyProto, the legacy ``Auth`` string, hashed basic
+MutualTLSCA is enforced by the HTTPS listener's handshake (``edge.tls``), as the
+``mutual_tls`` module of HTTPS edges. Options this edge cannot honour (OAuth, OIDC, SAML,
+CircuitBreaker, WebsocketTCPConverter, HostHeaderRewrite, ProxyProto, the legacy ``Auth`` string, hashed basic
 auth passwords) refuse the bind with ERR_NGROK_1602 naming them: never accepted and ignored.
 A TrafficPolicy the engine refuses is ERR_NGROK_2201 with the element it names.
 """
@@ -27,7 +28,7 @@ import yaml
 from chalicelib import binding
 from chalicelib.policy import Policy, PolicyError, compile_policy
 
-UNSUPPORTED_HTTP = ("OAuth", "OIDC", "SAML", "CircuitBreaker", "MutualTLSCA",
+UNSUPPORTED_HTTP = ("OAuth", "OIDC", "SAML", "CircuitBreaker",
                     "WebsocketTCPConverter", "HostHeaderRewrite", "ProxyProto", "Auth")
 UNSUPPORTED_TCP = ("ProxyProto",)
 

@@ -22,6 +22,7 @@ import h11
 
 from chalicelib import ids, policy as tp
 from edge.connections import connection_handler
+from edge.tls import MISDIRECTED
 from edge.session import MuxStream, StreamReset
 
 log = logging.getLogger("edge.public")
@@ -180,6 +181,10 @@ class HttpFront:
                 if not isinstance(request, h11.Request):
                     return
                 host = request_host(request)
+                refused = self.edge.tls.misdirected(getattr(writer, "tls_spec", None), host)
+                if refused is not None:   # a name's TLS settings met by another handshake
+                    await self._answer(client, writer, *MISDIRECTED, refused, close=True)
+                    return
                 tunnel = self.edge.registry.http_tunnel(host)
                 fixed = None
                 if tunnel is not None:

@@ -27,6 +27,7 @@ class Tunnel:
     forwards_to: str = ""
     metadata: str = ""
     enforcement: Any = None      # what the edge applies to this endpoint's traffic
+    tls: Any = None              # edge.tls.TlsSpec of its MutualTLSCA option, or None
 
     @property
     def account_id(self) -> str:

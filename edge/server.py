@@ -12,7 +12,7 @@ import logging
 from typing import Any, Callable, List, Optional
 
 from chalicelib import binding, errors, hostnames, online, policy as tp
-from edge import agents, config
+from edge import agents, config, tls
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
 from edge.edges import EdgeRouter, watch_reserved_ports
@@ -38,6 +38,7 @@ class Edge:
         self.port_listeners: dict = {}   # TCP port -> its listener (agent endpoints, TCP edges)
         self.reserved_ports: set = set()  # ports of reserved addresses (TCP edges), kept fresh
         self.router = EdgeRouter(self)
+        self.tls = tls.TlsSettings(self)   # what each name asks of the HTTPS handshake
         self.log = log
         self._checker: Optional[asyncio.Task] = None
         self.agent_port = settings.agent_port
@@ -58,14 +59,15 @@ class Edge:
             ssl_handshake_timeout=15))
         self._servers.append(await asyncio.start_server(
             HttpFront(self, "http").handle, s.host, s.http_port))
-        https_ctx = self.certs.sni_context([s.base_domain], self._serves_name)
-        self._servers.append(await asyncio.start_server(
-            HttpFront(self, "https").handle, s.host, s.https_port, ssl=https_ctx,
-            ssl_handshake_timeout=15))
+        https = tls.HttpsListener(self, HttpFront(self, "https").handle, [s.base_domain],
+                                  self._serves_name)
+        self._servers.append(await asyncio.get_running_loop().create_server(
+            https.protocol, s.host, s.https_port))
         self.agent_port, self.http_port, self.https_port = (
             srv.sockets[0].getsockname()[1] for srv in self._servers[:3])
         self._checker = asyncio.ensure_future(self._check_loop())
         self._watcher = asyncio.ensure_future(watch_reserved_ports(self))
+        self._tls_watcher = asyncio.ensure_future(self.tls.watch())
 
     def _serves_name(self, name: str) -> bool:
         """Which SNI names get a certificate from the local CA: any well-formed host name
@@ -86,6 +88,7 @@ class Edge:
         if self._checker is not None:
             self._checker.cancel()
             self._watcher.cancel()
+            self._tls_watcher.cancel()
         for server in self.port_listeners.values():
             server.close()
         await asyncio.gather(*(s.end("the edge is shutting down") for s in list(self._sessions)),

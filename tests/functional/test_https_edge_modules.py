@@ -167,6 +167,37 @@ def test_edge_for_hostport_is_the_current_edge_and_ordered_routes(api, account):
     assert https_edges.edge_for_hostport(other) is None
 
 
+def test_tls_index_follows_the_tls_modules_hostports_and_deletes(api, account):
+    if api.level != "inprocess":
+        pytest.skip("a function over the store: called in-process")
+    from tests.support.costs import StoreCalls
+    from tests.unit.test_edge_tls import make_ca, pem
+    admin = account.admin
+    hp, other = hostport(), hostport()
+    edge = created(admin.post(PATH, {"hostports": [hp], "tls_termination": {}}))
+    assert hp not in https_edges.tls_index()       # no min_version: nothing asked
+    admin.put(f"{PATH}/{edge['id']}/tls_termination", {"min_version": "1.3"})
+    assert https_edges.tls_index()[hp] == {"account_id": account.id, "edge_id": edge["id"],
+                                           "min_version": "1.3"}
+    ca = created(admin.post("/certificate_authorities", {"ca_pem": pem(make_ca("i")[1])}))
+    admin.put(f"{PATH}/{edge['id']}/mutual_tls", {"certificate_authority_ids": [ca["id"]]})
+    admin.patch(f"{PATH}/{edge['id']}", {"hostports": [hp, other]})
+    index = https_edges.tls_index()
+    assert index[hp] == index[other] == {"account_id": account.id, "edge_id": edge["id"],
+                                         "min_version": "1.3",
+                                         "certificate_authority_ids": [ca["id"]]}
+    admin.delete(f"{PATH}/{edge['id']}/tls_termination")
+    admin.patch(f"{PATH}/{edge['id']}", {"hostports": [other]})
+    index = https_edges.tls_index()
+    assert hp not in index and "min_version" not in index[other]
+    calls = StoreCalls()
+    with calls.active():
+        https_edges.tls_index()
+    assert dict(calls.view) == {"Query": 1}
+    admin.delete(f"{PATH}/{edge['id']}")
+    assert other not in https_edges.tls_index()
+
+
 def test_tcp_edge_for_hostport(api, account):
     if api.level != "inprocess":
         pytest.skip("a function over the store: called in-process")

@@ -44,7 +44,8 @@ def test_old_items_are_read_as_they_are(store_env):
 def test_migration_rewrites_data_lookups_index_and_routes_once(store_env):
     acct = _legacy_account()
     counts = migrate.run_if_needed()
-    assert counts == {"data_maps": 6, "lookups": 1, "owner_index": 1, "routes_moved": 1}
+    assert counts == {"data_maps": 6, "lookups": 1, "owner_index": 1, "routes_moved": 1,
+                      "tls_index": 0}
     raw = store.connection().client.get_item(
         TableName=store.get_settings().table_name,
         Key={"pk": {"S": store.collection_pk(acct, "user")}, "sk": {"S": "usr_1"}})["Item"]
@@ -65,3 +66,21 @@ def test_a_single_field_update_upgrades_an_old_item_first(store_env):
                                         {"name": "b"}))
     assert item.data == {"id": "usr_1", "role": "admin", "name": "b",
                          "created_at": "2026-01-01T00:00:00Z"}
+
+
+def test_migration_writes_the_tls_index_of_edges_stored_before_it(store_env):
+    from chalicelib import https_edges
+    acct = "acct_0000000000000000000000000002"[:32]
+    _put_legacy(store.collection_pk(acct, "https_edge"), "edghts_2", "https_edge", acct,
+                {"description": "", "metadata": "", "created_at": "2026-01-01T00:00:00Z",
+                 "hostports": ["a.example.com:443", "b.example.com:443"],
+                 "tls_termination": {"enabled": True, "min_version": "1.3"}})
+    _put_legacy(store.collection_pk(acct, "https_edge"), "edghts_3", "https_edge", acct,
+                {"description": "", "metadata": "", "created_at": "2026-01-01T00:00:00Z",
+                 "hostports": ["c.example.com:443"],
+                 "tls_termination": {"enabled": False, "min_version": "1.3"}})
+    assert https_edges.tls_index() == {}
+    assert migrate.run_if_needed()["tls_index"] == 2
+    assert https_edges.tls_index() == {
+        hp: {"account_id": acct, "edge_id": "edghts_2", "min_version": "1.3"}
+        for hp in ("a.example.com:443", "b.example.com:443")}

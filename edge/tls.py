@@ -1,0 +1,369 @@
+"""What each name asks of the TLS handshake on the HTTPS listener, and the listener itself.
+
+Two sources say what a hostname requires (a :class:`TlsSpec`):
+
+- an HTTPS edge's modules (``/edges/https/{id}/tls_termination``, ``…/mutual_tls``), read
+  from the store's TLS index (:func:`chalicelib.https_edges.tls_index`, one Query) by a
+  background task every :data:`REFRESH_SECONDS`; the CA certificates of ``mutual_tls`` are
+  read once per CA (:func:`chalicelib.certificate_authorities.pems`: a CA cannot change, and
+  cannot be deleted while an edge uses it);
+- an agent endpoint's ``MutualTLSCA`` Bind option (the SDKs' ``mutual_tlsca``: PEM, or DER
+  certificates end to end), held by the tunnel in memory. An agent endpoint serving the name
+  comes first, as for routing.
+
+``min_version``: ``"1.3"`` refuses TLS 1.2 clients with a ``protocol_version`` alert; ``"1.2"``,
+null (the default) and the older ``"1.0"``/``"1.1"`` (accepted by the API as the hosted one
+does) all mean TLS 1.2: this edge never negotiates below TLS 1.2 (OpenSSL 3's default
+security level refuses TLS 1.0/1.1 anyway). ``mutual_tls``: the handshake requires a client
+certificate that chains to one of the CAs; without one, or with one from another CA, the
+handshake fails (as the hosted service rejects the connection); no CA left (all deleted): every
+client is refused, never let through.
+
+Why not an SNI callback: OpenSSL applies the verify mode and the protocol range of the
+context the connection was created with; a context swapped in from the SNI callback brings
+its certificate only (measured: a callback switching to a CERT_REQUIRED, TLS 1.3-only context
+still completed TLS 1.2 handshakes without a client certificate). So the listener reads the
+ClientHello's server name first (peeking at the socket, nothing consumed), picks the context
+made for what that name requires, then starts TLS with it. No store call happens on that path:
+it reads the in-memory map (until the first load, connections wait for it).
+
+Contexts are cached (LRU, :data:`edge.certs.HOST_CACHE`) keyed by what makes them: the names
+of the certificate, the minimum version and the SHA-256 of the CA set. A change through the
+API is in force for new connections within REFRESH_SECONDS plus one Query; a request on an
+older connection whose Host now requires something else than the handshake it came through
+(or a Host other than the SNI name that requires something) is answered 421 ERR_NGROK_3002,
+so no Host header reaches a protected name past its handshake; the same name over plain HTTP
+is refused the same way.
+"""
+import asyncio
+import base64
+import binascii
+import hashlib
+import logging
+import socket
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from chalicelib import binding
+
+log = logging.getLogger("edge.tls")
+
+REFRESH_SECONDS = 1.0
+HELLO_TIMEOUT = 15.0           # the same as the handshake timeout
+MAX_RECORD = 5 + 16384 + 2048  # a TLS record header + the largest (compressed) fragment
+CA_CACHE = 10000
+
+MIN_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1_2, "1.1": ssl.TLSVersion.TLSv1_2,
+                "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+MISDIRECTED = (421, "ERR_NGROK_3002")
+
+
+@dataclass(frozen=True)
+class TlsSpec:
+    """What a name requires: the minimum TLS version and the CAs a client certificate must
+    chain to (``cadata``: PEM text or DER bytes, as ``load_verify_locations`` takes them;
+    None: no client certificate asked; empty: required, and none can pass)."""
+
+    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    cadata: Optional[Union[str, bytes]] = field(default=None, compare=False)
+    ca_digest: str = ""
+
+    @property
+    def key(self) -> Tuple[int, str]:
+        return int(self.min_version), self.ca_digest
+
+    @property
+    def mutual(self) -> bool:
+        return self.cadata is not None
+
+
+DEFAULT = TlsSpec()
+
+
+def spec_of(min_version: Optional[str], ca_pems: Optional[List[str]]) -> TlsSpec:
+    """The spec of an HTTPS edge's modules: ``min_version`` ("1.0".."1.3" or None) and the
+    PEMs of its mutual_tls CAs (None: no mutual_tls)."""
+    version = MIN_VERSIONS.get(min_version or "1.2", ssl.TLSVersion.TLSv1_2)
+    if ca_pems is None:
+        return TlsSpec(version)
+    text = "".join(p if p.endswith("\n") else p + "\n" for p in sorted(ca_pems))
+    return TlsSpec(version, text, "pem:" + hashlib.sha256(text.encode()).hexdigest())
+
+
+def spec_of_bind(option: Any) -> Optional[TlsSpec]:
+    """The spec of an agent endpoint's ``MutualTLSCA`` Bind option (``{"mutual_tls_ca":
+    base64}``: PEM certificates, or DER certificates end to end, as the Go SDK sends them);
+    None when unset; Refused (ERR_NGROK_1602) when it holds no usable CA certificate."""
+    if option is None or option == {}:
+        return None
+    raw = option.get("mutual_tls_ca") if isinstance(option, dict) else None
+    try:
+        data = base64.b64decode(raw or "", validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        data = b""
+    cadata: Union[str, bytes] = data
+    if b"-----BEGIN" in data:
+        cadata = data.decode("ascii", "replace")
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        if not data:
+            raise ssl.SSLError("empty")
+        probe.load_verify_locations(cadata=cadata)
+    except (ssl.SSLError, ValueError) as exc:
+        raise binding.Refused("ERR_NGROK_1602", "MutualTLSCA must hold one or more CA "
+                                                "certificates (PEM or DER); it could not be "
+                                                f"loaded: {str(exc)[:200]}") from None
+    if not probe.cert_store_stats().get("x509"):
+        raise binding.Refused("ERR_NGROK_1602", "MutualTLSCA holds no certificate")
+    digest = hashlib.sha256(data).hexdigest()
+    return TlsSpec(ssl.TLSVersion.TLSv1_2, cadata, "bind:" + digest)
+
+
+def apply(ctx: ssl.SSLContext, spec: TlsSpec) -> ssl.SSLContext:
+    """Make a fresh server context require what ``spec`` says."""
+    ctx.minimum_version = spec.min_version
+    if spec.mutual:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        if spec.cadata:
+            ctx.load_verify_locations(cadata=spec.cadata)
+    return ctx
+
+
+# ---- the ClientHello's server name ------------------------------------------------------------
+def record_length(head: bytes) -> Optional[int]:
+    """How many bytes the first TLS record takes (None: more bytes needed to say; 0: not a
+    TLS handshake record, nothing to wait for)."""
+    if len(head) < 5:
+        return None if head[:1] in (b"", b"\x16") else 0
+    if head[0] != 0x16:
+        return 0
+    return 5 + int.from_bytes(head[3:5], "big")
+
+
+def server_name(record: bytes) -> str:
+    """The host_name of the server_name extension of a ClientHello record, lower-cased, or
+    "" (none, not a ClientHello, malformed, or split across records)."""
+    try:
+        if len(record) < 9 or record[0] != 0x16 or record[5] != 0x01:
+            return ""
+        body = record[9:5 + int.from_bytes(record[3:5], "big")]
+        pos = 2 + 32                                   # client_version, random
+        pos += 1 + body[pos]                           # session_id
+        pos += 2 + int.from_bytes(body[pos:pos + 2], "big")   # cipher_suites
+        pos += 1 + body[pos]                           # compression_methods
+        end = pos + 2 + int.from_bytes(body[pos:pos + 2], "big")
+        pos += 2
+        while pos + 4 <= min(end, len(body)):
+            kind = int.from_bytes(body[pos:pos + 2], "big")
+            size = int.from_bytes(body[pos + 2:pos + 4], "big")
+            data = body[pos + 4:pos + 4 + size]
+            pos += 4 + size
+            if kind != 0:
+                continue
+            at = 2
+            while at + 3 <= len(data):
+                name_type = data[at]
+                length = int.from_bytes(data[at + 1:at + 3], "big")
+                name = data[at + 3:at + 3 + length]
+                at += 3 + length
+                if name_type == 0:
+                    return name.decode("ascii").lower().rstrip(".")
+            return ""
+    except (IndexError, UnicodeDecodeError):
+        return ""
+    return ""
+
+
+async def peek_server_name(sock: socket.socket, timeout: float = HELLO_TIMEOUT) -> str:
+    """The server name of the ClientHello waiting on ``sock``, read with MSG_PEEK (the TLS
+    layer reads the same bytes afterwards); "" when there is none or it does not come whole in
+    time."""
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + timeout
+    fd = sock.fileno()
+    seen = -1
+    while True:
+        try:
+            head = sock.recv(MAX_RECORD, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            head = None
+        except OSError:
+            return ""
+        if head == b"":
+            return ""                                   # closed before a ClientHello
+        if head is not None:
+            need = record_length(head)
+            if need == 0:
+                return ""
+            if need is not None and len(head) >= need:
+                return server_name(head[:need])
+            if need is not None and need > MAX_RECORD:
+                return ""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return ""
+        if head is not None and len(head) == seen:
+            # part of the record is there (so the socket stays readable): wait a little
+            await asyncio.sleep(min(0.005, remaining))
+            continue
+        seen = len(head) if head is not None else -1
+        ready = loop.create_future()
+        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await asyncio.wait_for(ready, remaining)
+        except asyncio.TimeoutError:
+            return ""
+        finally:
+            loop.remove_reader(fd)
+
+
+# ---- what each name requires -------------------------------------------------------------------
+class TlsSettings:
+    """Hostname → :class:`TlsSpec`: agent endpoints' MutualTLSCA (registry), then HTTPS edges'
+    modules (the TLS index, refreshed in the background)."""
+
+    def __init__(self, edge: Any, refresh_seconds: float = REFRESH_SECONDS):
+        self.edge = edge
+        self.refresh_seconds = refresh_seconds
+        self.by_host: Dict[str, TlsSpec] = {}
+        self.loaded = asyncio.Event()
+        self._pems: Dict[Tuple[str, str], str] = {}
+
+    def spec_for(self, name: str) -> TlsSpec:
+        tunnel = self.edge.registry.http_tunnel(name) if name else None
+        if tunnel is not None:
+            return getattr(tunnel, "tls", None) or DEFAULT
+        return self.by_host.get(name, DEFAULT)
+
+    def misdirected(self, conn_spec: Optional[TlsSpec], host: str) -> Optional[str]:
+        """Why a request for ``host`` may not be served on a connection whose handshake was
+        made for ``conn_spec`` (None: plain HTTP), or None when it may."""
+        wanted = self.spec_for(host)
+        if wanted is DEFAULT or wanted.key == DEFAULT.key:
+            return None
+        if conn_spec is None:
+            return (f"{host} requires TLS (a minimum version or a client certificate); use "
+                    f"https://{host}")
+        if conn_spec.key != wanted.key:
+            return (f"This connection's TLS handshake was not made for {host}'s TLS settings "
+                    "(SNI differs from Host, or the settings changed); open a new connection "
+                    f"to https://{host}")
+        return None
+
+    async def refresh(self) -> None:
+        from chalicelib import certificate_authorities, https_edges
+        index = await self.edge.call(https_edges.tls_index)
+        wanted: Dict[str, List[str]] = {}
+        for entry in index.values():
+            for ca_id in entry.get("certificate_authority_ids") or []:
+                if (entry["account_id"], ca_id) not in self._pems:
+                    wanted.setdefault(entry["account_id"], []).append(ca_id)
+        for account_id, ca_ids in wanted.items():
+            ca_ids = sorted(set(ca_ids))
+            found = await self.edge.call(certificate_authorities.pems_by_id, account_id, ca_ids)
+            if len(self._pems) + len(found) > CA_CACHE:
+                self._pems.clear()
+            for ca_id, pem in found.items():
+                self._pems[(account_id, ca_id)] = pem
+        by_host: Dict[str, TlsSpec] = {}
+        for hostport, entry in index.items():
+            host, _, port = hostport.rpartition(":")
+            if port != "443":
+                continue
+            pems = None
+            if entry.get("certificate_authority_ids") is not None:
+                pems = [self._pems[(entry["account_id"], ca)]
+                        for ca in entry["certificate_authority_ids"]
+                        if (entry["account_id"], ca) in self._pems]
+            by_host[host] = spec_of(entry.get("min_version"), pems)
+        self.by_host = by_host
+        self.loaded.set()
+
+    async def watch(self) -> None:
+        """Refresh every ``refresh_seconds``; when the store cannot be read the last map stays
+        in force (a protected name is never left unprotected by an outage)."""
+        while True:
+            try:
+                await self.refresh()
+            except Exception as exc:  # the store being away must not stop the loop
+                log.warning("could not read the TLS settings of HTTPS edges: %r", exc)
+            await asyncio.sleep(self.refresh_seconds)
+
+
+# ---- the HTTPS listener ------------------------------------------------------------------------
+class _Paused(asyncio.Protocol):
+    """A fresh connection's protocol until TLS starts: reads nothing (the ClientHello stays in
+    the socket for the peek, then for the TLS layer)."""
+
+    def __init__(self, start: Callable[[asyncio.Transport], Any]):
+        self._start = start
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.pause_reading()
+        self._start(transport)
+
+    def connection_lost(self, exc: Optional[BaseException]) -> None:
+        pass
+
+
+class HttpsListener:
+    """``loop.create_server(listener.protocol, …)``: per connection, peek the server name,
+    pick the context for what the name requires, start TLS with it, then hand the streams to
+    ``handler(reader, writer)`` (``writer.tls_spec`` holds the spec)."""
+
+    def __init__(self, edge: Any, handler: Callable[..., Any], default_names: List[str],
+                 allow: Callable[[str], bool], handshake_timeout: float = 15.0):
+        self.edge = edge
+        self.handler = handler
+        self.default_names = default_names
+        self.allow = allow
+        self.handshake_timeout = handshake_timeout
+
+    def protocol(self) -> asyncio.Protocol:
+        return _Paused(self._spawn)
+
+    def _spawn(self, transport: asyncio.Transport) -> None:
+        asyncio.ensure_future(self._connection(transport))
+
+    def context_for(self, name: str) -> Tuple[ssl.SSLContext, TlsSpec]:
+        spec = self.edge.tls.spec_for(name) if name else DEFAULT
+        names = [name] if name and self.allow(name) else self.default_names
+        return self.edge.certs.context_for(names, spec), spec
+
+    async def _connection(self, transport: asyncio.Transport) -> None:
+        task = asyncio.current_task()
+        self.edge.connections.add(task)
+        try:
+            sock = transport.get_extra_info("socket")
+            raw = sock.dup() if sock is not None else None   # the transport owns sock's fd
+            try:
+                name = await peek_server_name(raw, self.handshake_timeout) if raw else ""
+            finally:
+                if raw is not None:
+                    raw.close()
+            if not self.edge.tls.loaded.is_set():
+                await asyncio.wait_for(self.edge.tls.loaded.wait(), self.handshake_timeout)
+            ctx, spec = self.context_for(name)
+            loop = asyncio.get_running_loop()
+            reader = asyncio.StreamReader(loop=loop)
+            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+            tls_transport = await loop.start_tls(transport, protocol, ctx, server_side=True,
+                                                 ssl_handshake_timeout=self.handshake_timeout)
+            writer = asyncio.StreamWriter(tls_transport, protocol, reader, loop)
+            writer.tls_spec = spec
+        except asyncio.CancelledError:
+            transport.abort()
+            return
+        except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
+            log.debug("TLS handshake refused or failed: %r", exc)
+            transport.abort()
+            return
+        except Exception:
+            log.exception("HTTPS connection setup failed")
+            transport.abort()
+            return
+        finally:
+            self.edge.connections.discard(task)
+        await self.handler(reader, writer)
