@@ -44,7 +44,7 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from chalicelib import binding
 
@@ -58,6 +58,8 @@ CA_CACHE = 10000
 MIN_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1_2, "1.1": ssl.TLSVersion.TLSv1_2,
                 "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 MISDIRECTED = (421, "ERR_NGROK_3002")
+TLS1_3 = 0x0304
+ALERT_PROTOCOL_VERSION = bytes([21, 3, 3, 0, 2, 2, 70])   # fatal protocol_version alert
 
 
 @dataclass(frozen=True)
@@ -142,13 +144,16 @@ def record_length(head: bytes) -> Optional[int]:
     return 5 + int.from_bytes(head[3:5], "big")
 
 
-def server_name(record: bytes) -> str:
-    """The host_name of the server_name extension of a ClientHello record, lower-cased, or
-    "" (none, not a ClientHello, malformed, or split across records)."""
+def client_hello(record: bytes) -> Tuple[str, Set[int]]:
+    """(server name, offered versions) of a ClientHello record: the host_name of the
+    server_name extension, lower-cased ("" when none, not a ClientHello, malformed, or split
+    across records), and the versions of supported_versions (else the legacy version)."""
+    name, versions = "", set()
     try:
         if len(record) < 9 or record[0] != 0x16 or record[5] != 0x01:
-            return ""
+            return "", set()
         body = record[9:5 + int.from_bytes(record[3:5], "big")]
+        legacy = int.from_bytes(body[0:2], "big")
         pos = 2 + 32                                   # client_version, random
         pos += 1 + body[pos]                           # session_id
         pos += 2 + int.from_bytes(body[pos:pos + 2], "big")   # cipher_suites
@@ -160,26 +165,28 @@ def server_name(record: bytes) -> str:
             size = int.from_bytes(body[pos + 2:pos + 4], "big")
             data = body[pos + 4:pos + 4 + size]
             pos += 4 + size
-            if kind != 0:
-                continue
-            at = 2
-            while at + 3 <= len(data):
-                name_type = data[at]
-                length = int.from_bytes(data[at + 1:at + 3], "big")
-                name = data[at + 3:at + 3 + length]
-                at += 3 + length
-                if name_type == 0:
-                    return name.decode("ascii").lower().rstrip(".")
-            return ""
+            if kind == 43 and data:                    # supported_versions
+                versions = {int.from_bytes(data[i:i + 2], "big")
+                            for i in range(1, 1 + data[0] - 1, 2)}
+            elif kind == 0:                            # server_name
+                at = 2
+                while at + 3 <= len(data):
+                    name_type = data[at]
+                    length = int.from_bytes(data[at + 1:at + 3], "big")
+                    value = data[at + 3:at + 3 + length]
+                    at += 3 + length
+                    if name_type == 0:
+                        name = value.decode("ascii").lower().rstrip(".")
+                        break
+        return name, versions or {legacy}
     except (IndexError, UnicodeDecodeError):
-        return ""
-    return ""
+        return "", set()
 
 
-async def peek_server_name(sock: socket.socket, timeout: float = HELLO_TIMEOUT) -> str:
-    """The server name of the ClientHello waiting on ``sock``, read with MSG_PEEK (the TLS
-    layer reads the same bytes afterwards); "" when there is none or it does not come whole in
-    time."""
+async def peek_hello(sock: socket.socket, timeout: float = HELLO_TIMEOUT) -> bytes:
+    """The first TLS record waiting on ``sock`` (the ClientHello), read with MSG_PEEK (the
+    TLS layer reads the same bytes afterwards); b"" when it is not a TLS record or does not
+    come whole in time."""
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + timeout
     fd = sock.fileno()
@@ -190,20 +197,20 @@ async def peek_server_name(sock: socket.socket, timeout: float = HELLO_TIMEOUT) 
         except (BlockingIOError, InterruptedError):
             head = None
         except OSError:
-            return ""
+            return b""
         if head == b"":
-            return ""                                   # closed before a ClientHello
+            return b""                                   # closed before a ClientHello
         if head is not None:
             need = record_length(head)
             if need == 0:
-                return ""
+                return b""
             if need is not None and len(head) >= need:
-                return server_name(head[:need])
+                return head[:need]
             if need is not None and need > MAX_RECORD:
-                return ""
+                return b""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return ""
+            return b""
         if head is not None and len(head) == seen:
             # part of the record is there (so the socket stays readable): wait a little
             await asyncio.sleep(min(0.005, remaining))
@@ -214,7 +221,7 @@ async def peek_server_name(sock: socket.socket, timeout: float = HELLO_TIMEOUT) 
         try:
             await asyncio.wait_for(ready, remaining)
         except asyncio.TimeoutError:
-            return ""
+            return b""
         finally:
             loop.remove_reader(fd)
 
@@ -339,13 +346,18 @@ class HttpsListener:
             sock = transport.get_extra_info("socket")
             raw = sock.dup() if sock is not None else None   # the transport owns sock's fd
             try:
-                name = await peek_server_name(raw, self.handshake_timeout) if raw else ""
+                hello = await peek_hello(raw, self.handshake_timeout) if raw else b""
             finally:
                 if raw is not None:
                     raw.close()
+            name, offered = client_hello(hello)
             if not self.edge.tls.loaded.is_set():
                 await asyncio.wait_for(self.edge.tls.loaded.wait(), self.handshake_timeout)
             ctx, spec = self.context_for(name)
+            if spec.min_version == ssl.TLSVersion.TLSv1_3 and TLS1_3 not in offered:
+                transport.write(ALERT_PROTOCOL_VERSION)   # what OpenSSL would send, which
+                transport.close()                        # asyncio drops on a failed handshake
+                return
             loop = asyncio.get_running_loop()
             reader = asyncio.StreamReader(loop=loop)
             protocol = asyncio.StreamReaderProtocol(reader, loop=loop)

@@ -99,6 +99,8 @@ async def main(cfg):
                 if bind.get("domain"):
                     lb = lb.domain(bind["domain"])
                 for option, value in bind.get("options", {}).items():
+                    if option == "mutual_tlsca":   # bytes: sent as text in the JSON config
+                        value = [bytearray(v.encode()) for v in value]
                     lb = getattr(lb, option)(*value)
                 upstream = f"127.0.0.1:{http_port}"
             elif bind["proto"] == "tcp":

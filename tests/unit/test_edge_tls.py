@@ -5,7 +5,6 @@ import asyncio
 import base64
 import datetime
 import hashlib
-import socket
 import ssl
 
 import pytest
@@ -65,18 +64,19 @@ def pem(cert):
 
 
 # ---- the server name of a ClientHello ---------------------------------------------------------
-@pytest.mark.parametrize("maximum", [None, ssl.TLSVersion.TLSv1_2])
-def test_server_name_is_read_from_a_real_client_hello(maximum):
+@pytest.mark.parametrize("maximum, versions", [(None, {0x0304, 0x0303}),
+                                               (ssl.TLSVersion.TLSv1_2, {0x0303})])
+def test_server_name_and_versions_are_read_from_a_real_client_hello(maximum, versions):
     record = _client_hello("Api.Example.COM", maximum)
     assert tls.record_length(record) == len(record)
-    assert tls.server_name(record) == "api.example.com"
+    assert tls.client_hello(record) == ("api.example.com", versions)
 
 
 def test_client_hello_without_sni_or_cut_short_has_no_server_name():
-    assert tls.server_name(_client_hello(None)) == ""
+    assert tls.client_hello(_client_hello(None))[0] == ""
     record = _client_hello("a.example.com")
-    assert tls.server_name(record[:60]) == ""
-    assert tls.server_name(b"GET / HTTP/1.1\r\n\r\n") == ""
+    assert tls.client_hello(record[:60]) == ("", set())
+    assert tls.client_hello(b"GET / HTTP/1.1\r\n\r\n") == ("", set())
 
 
 def test_record_length_waits_for_a_header_and_gives_up_on_non_tls():
@@ -118,7 +118,7 @@ def test_bind_option_takes_pem_or_der_and_refuses_anything_else():
 
 
 # ---- contexts, cached by what makes them --------------------------------------------------------
-def test_contexts_are_cached_by_names_version_and_ca_set(tmp_path, monkeypatch):
+def test_contexts_are_cached_by_names_version_and_ca_set(tmp_path):
     certificates = certs.ServerCertificates(str(tmp_path))
     ca = pem(make_ca("c")[1])
     plain = certificates.context_for(["a.example.com"])
@@ -167,7 +167,7 @@ def test_tls_index_ops_follow_the_edge_modules():
         "delete", "delete"]
 
 
-# ---- the HTTPS listener, over real sockets --------------------------------------------------------
+# ---- the HTTPS listener, over real sockets ----------------------------------------------------
 class _Edge:
     """What HttpsListener and TlsSettings use of the edge."""
 
@@ -267,6 +267,7 @@ def test_listener_enforces_min_version_and_client_certificates_per_name(tmp_path
 
     results = _run(scenario())
     assert results["strict 1.2"].startswith("refused"), results
+    assert "VERSION" in results["strict 1.2"], results            # a protocol_version alert
     assert results["strict 1.3"].startswith("served:(772,"), results
     assert results["plain 1.2"].startswith("served:(771, '')"), results
     assert results["port 1.2"].startswith("served:"), results     # only :443 hostports
