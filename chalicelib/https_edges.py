@@ -46,9 +46,11 @@ Rules (where the spec is silent, decided here):
   1024 bytes, no CR/LF), ``{}`` when none; ``remove``: at most 20 header names, lower-cased,
   duplicates dropped, ``[]`` when none.
 - tls_termination ``{enabled, min_version}``: min_version one of 1.0, 1.1, 1.2, 1.3, or null
-  (the edge's default, TLS 1.2); TLS always terminates at the edge (``terminate_at`` is
-  ``edge`` and is not accepted in bodies: the reference client's ``EndpointTLSTerminationAtEdge``
-  has no such field).
+  (the edge's default, TLS 1.2; "1.0" and "1.1" are accepted as the hosted API does and mean
+  TLS 1.2 on the wire: see edge.tls); TLS always terminates at the edge: ``terminate_at`` is
+  rendered ``edge``; a body may send ``"edge"`` (a GET's module PUT back), ``"upstream"`` is a
+  400 saying pass-through is not served (the reference client's
+  ``EndpointTLSTerminationAtEdge`` has no such field).
 - mutual_tls ``{enabled, certificate_authority_ids}``: 1–10 distinct certificate authorities
   (/certificate_authorities) of the account, counted in their ``refs``.
 
@@ -208,15 +210,31 @@ def _check_ca_ids(name: str, value: List[str]) -> List[str]:
     return value
 
 
+def _check_terminate_at(name: str, value: str) -> str:
+    if value == "upstream":
+        raise errors.InvalidField(
+            f"Field '{name}': 'upstream' is not supported: this edge terminates TLS itself "
+            "(passing TLS through to the agent is not served, and the HTTPS edge's routes "
+            "and mutual_tls need the decrypted traffic); send 'edge' or leave it out",
+            details={"field": name})
+    if value != "edge":
+        raise errors.InvalidField(f"Field '{name}' must be 'edge', got '{value[:16]}'",
+                                  details={"field": name})
+    return value
+
+
 TLS_FIELDS = [edge_modules.ENABLED,
-              Field("min_version", "string", max_bytes=16, check=_check_min_version)]
+              Field("min_version", "string", max_bytes=16, check=_check_min_version),
+              Field("terminate_at", "string", max_bytes=16, check=_check_terminate_at)]
 MTLS_FIELDS = [edge_modules.ENABLED,
                Field("certificate_authority_ids", "string_list", required=True, max_bytes=64,
                      max_items=MAX_CERTIFICATE_AUTHORITIES, check=_check_ca_ids)]
 
 
 def parse_tls_termination(field: Optional[str], value: Any) -> Dict[str, Any]:
-    return edge_modules.parse_module(field, value, TLS_FIELDS, min_version=None)
+    module = edge_modules.parse_module(field, value, TLS_FIELDS, min_version=None)
+    module.pop("terminate_at", None)   # always "edge": rendered, never stored
+    return module
 
 
 def parse_mutual_tls(field: Optional[str], value: Any) -> Dict[str, Any]:

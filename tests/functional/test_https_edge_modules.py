@@ -108,6 +108,15 @@ def test_tls_termination_module(account):
     for bad in ("1.4", "TLSv1.2", "0.9"):
         resp = admin.put(base, {"min_version": bad})
         assert resp.status == 400 and resp.json["details"]["field"] == "min_version"
+    # what a GET shows can be PUT back; TLS pass-through is refused, saying so
+    assert admin.put(base, {"terminate_at": "edge", "min_version": "1.3"}).json == {
+        "enabled": True, "terminate_at": "edge", "min_version": "1.3"}
+    for bad in ("upstream", "agent"):
+        resp = admin.put(base, {"terminate_at": bad, "min_version": "1.2"})
+        assert resp.status == 400 and resp.json["details"]["field"] == "terminate_at", resp
+        assert admin.get(base).json["min_version"] == "1.3"
+    assert "not supported" in admin.put(base, {"terminate_at": "upstream"}).json["msg"]
+    admin.put(base, {})
     assert admin.patch(f"{PATH}/{edge['id']}", {"metadata": "m"}).json["tls_termination"][
         "min_version"] is None
     assert admin.delete(base).status == 204
