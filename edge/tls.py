@@ -190,7 +190,7 @@ async def peek_hello(sock: socket.socket, timeout: float = HELLO_TIMEOUT) -> byt
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + timeout
     fd = sock.fileno()
-    seen = -1
+    seen, pause = -1, 0.005
     while True:
         try:
             head = sock.recv(MAX_RECORD, socket.MSG_PEEK)
@@ -212,8 +212,10 @@ async def peek_hello(sock: socket.socket, timeout: float = HELLO_TIMEOUT) -> byt
         if remaining <= 0:
             return b""
         if head is not None and len(head) == seen:
-            # part of the record is there (so the socket stays readable): wait a little
-            await asyncio.sleep(min(0.005, remaining))
+            # part of the record is there (so the socket stays readable): wait a little,
+            # longer each time (a client trickling its ClientHello costs few wake-ups)
+            await asyncio.sleep(min(pause, remaining))
+            pause = min(pause * 2, 0.25)
             continue
         seen = len(head) if head is not None else -1
         ready = loop.create_future()
@@ -350,6 +352,9 @@ class HttpsListener:
             finally:
                 if raw is not None:
                     raw.close()
+            if not hello:              # closed, not TLS, or no ClientHello in time
+                transport.abort()
+                return
             name, offered = client_hello(hello)
             if not self.edge.tls.loaded.is_set():
                 await asyncio.wait_for(self.edge.tls.loaded.wait(), self.handshake_timeout)
@@ -359,10 +364,12 @@ class HttpsListener:
                 transport.close()                        # asyncio drops on a failed handshake
                 return
             loop = asyncio.get_running_loop()
-            reader = asyncio.StreamReader(loop=loop)
-            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+            reader = asyncio.StreamReader()
+            protocol = asyncio.StreamReaderProtocol(reader)
             tls_transport = await loop.start_tls(transport, protocol, ctx, server_side=True,
                                                  ssl_handshake_timeout=self.handshake_timeout)
+            protocol.connection_made(tls_transport)   # start_tls does not call it: the
+            # reader's flow control (pause_reading) and EOF handling need the transport
             writer = asyncio.StreamWriter(tls_transport, protocol, reader, loop)
             writer.tls_spec = spec
         except asyncio.CancelledError:

@@ -5,6 +5,7 @@ import asyncio
 import base64
 import datetime
 import hashlib
+import socket
 import ssl
 
 import pytest
@@ -85,6 +86,37 @@ def test_record_length_waits_for_a_header_and_gives_up_on_non_tls():
     assert tls.record_length(b"\x16\x03\x01\x02\x00") == 5 + 512
     assert tls.record_length(b"G") == 0
     assert tls.record_length(b"GET / HTTP/1.1") == 0
+
+
+def test_peek_waits_for_a_trickled_client_hello_and_consumes_nothing():
+    record = _client_hello("slow.example.com")
+
+    async def scenario():
+        left, right = socket.socketpair()
+        left.setblocking(False)
+        peek = asyncio.ensure_future(tls.peek_hello(left, timeout=5))
+        for part in (record[:3], record[3:40], record[40:]):
+            await asyncio.sleep(0.05)
+            assert not peek.done()
+            right.send(part)
+        hello = await peek
+        rest = left.recv(len(record) + 10)          # still all there for the TLS layer
+        quiet_left, quiet_right = socket.socketpair()
+        quiet_left.setblocking(False)
+        quiet_right.send(record[:20])               # never completed
+        started = asyncio.get_running_loop().time()
+        cut = await tls.peek_hello(quiet_left, timeout=0.3)
+        waited = asyncio.get_running_loop().time() - started
+        right.send(b"GET / HTTP/1.1\r\n\r\n")
+        plain = await tls.peek_hello(left, timeout=5)
+        for sock in (left, right, quiet_left, quiet_right):
+            sock.close()
+        return hello, rest, cut, waited, plain
+
+    hello, rest, cut, waited, plain = _run(scenario())
+    assert hello == record and rest == record
+    assert cut == b"" and 0.3 <= waited < 1.0
+    assert plain == b""
 
 
 # ---- what a name requires ----------------------------------------------------------------------
