@@ -5,8 +5,8 @@ Two sources say what a hostname requires (a :class:`TlsSpec`):
 - an HTTPS edge's modules (``/edges/https/{id}/tls_termination``, ``…/mutual_tls``), read
   from the store's TLS index (:func:`chalicelib.https_edges.tls_index`, one Query) by a
   background task every :data:`REFRESH_SECONDS`; the CA certificates of ``mutual_tls`` are
-  read once per CA (:func:`chalicelib.certificate_authorities.pems`: a CA cannot change, and
-  cannot be deleted while an edge uses it);
+  read once per CA (:func:`chalicelib.certificate_authorities.pems_by_id`: a CA cannot change,
+  and cannot be deleted while an edge uses it);
 - an agent endpoint's ``MutualTLSCA`` Bind option (the SDKs' ``mutual_tlsca``: PEM, or DER
   certificates end to end), held by the tunnel in memory. An agent endpoint serving the name
   comes first, as for routing.

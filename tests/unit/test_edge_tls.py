@@ -310,3 +310,42 @@ def test_listener_enforces_min_version_and_client_certificates_per_name(tmp_path
     assert results["removed none"].startswith("served:(771, '')"), results
     # a CA's PEM is read once, however many refreshes; a missing one is asked again
     assert edge.calls.count("ca_1") == 1 and edge.calls.count("ca_deleted") > 1
+
+
+def test_a_request_is_misdirected_when_its_host_needs_another_handshake(tmp_path):
+    ca = pem(make_ca("m")[1])
+    edge = _Edge(str(tmp_path))
+    edge.tls.by_host = {"strict.example.com": tls.spec_of("1.3", None),
+                        "mtls.example.com": tls.spec_of(None, [ca]),
+                        "floor.example.com": tls.spec_of("1.2", None)}
+    strict, mutual = edge.tls.by_host["strict.example.com"], edge.tls.by_host["mtls.example.com"]
+    assert edge.tls.misdirected(strict, "strict.example.com") is None
+    assert edge.tls.misdirected(tls.spec_of("1.3", None), "strict.example.com") is None
+    assert edge.tls.misdirected(mutual, "mtls.example.com") is None
+    assert edge.tls.misdirected(strict, "mtls.example.com")           # another handshake
+    assert edge.tls.misdirected(tls.DEFAULT, "mtls.example.com")
+    assert edge.tls.misdirected(None, "mtls.example.com")             # plain HTTP
+    assert edge.tls.misdirected(None, "strict.example.com")
+    for name in ("plain.example.com", "floor.example.com"):           # nothing asked
+        assert edge.tls.misdirected(None, name) is None
+        assert edge.tls.misdirected(mutual, name) is None
+
+
+def test_settings_stay_in_force_while_the_store_cannot_be_read(tmp_path):
+    edge = _Edge(str(tmp_path), {"strict.example.com:443": {
+        "account_id": "acct", "edge_id": "e", "min_version": "1.3"}})
+
+    async def scenario():
+        await edge.tls.refresh()
+        before = edge.tls.spec_for("strict.example.com")
+
+        async def failing(func, *args):
+            raise ConnectionError("store away")
+        edge.call = failing
+        watcher = asyncio.ensure_future(edge.tls.watch())
+        await asyncio.sleep(0.15)
+        watcher.cancel()
+        return before, edge.tls.spec_for("strict.example.com")
+
+    before, during = _run(scenario())
+    assert before.min_version == during.min_version == ssl.TLSVersion.TLSv1_3
