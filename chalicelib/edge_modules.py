@@ -207,6 +207,16 @@ def refs_of(data: Dict[str, Any]) -> Counter:
     return counts
 
 
+def check_policy_refs(account_id: str, fields: Dict[str, Any], nested: bool = True) -> None:
+    """400 when the ``traffic_policy`` module among ``fields`` names, in a restrict-ips
+    action's ``ip_policies``, an IP policy the account does not have (field
+    ``traffic_policy.value``, or ``value`` when not ``nested``, as in a module PUT)."""
+    module = fields.get("traffic_policy")
+    if module and module.get("value"):
+        traffic_policy.check_ip_policies(account_id, "traffic_policy.value" if nested
+                                         else "value", module["value"])
+
+
 def ref_ops(account_id: str, old: Dict[str, Any], new: Dict[str, Any],
             nested: bool = True) -> List[store.Op]:
     """Move the ``refs`` counters from what ``old`` uses to what ``new`` uses.

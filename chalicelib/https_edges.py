@@ -478,6 +478,7 @@ def create_route(c: Ctx, edge_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
     """One transaction: the route, and the edge's route counter + 1 on condition that the
     edge exists (404) and has fewer than MAX_ROUTES routes (400)."""
     fields = route_fields(raw, edge_id)
+    edge_modules.check_policy_refs(c.account_id, fields)
     if not ids.is_valid(edge_id, PREFIX):
         raise _edge_missing(edge_id)
     data = {"edge_id": edge_id, "description": "", "metadata": "",
@@ -542,6 +543,7 @@ def _set_route(c: Ctx, edge_id: str, route_id: str, fields: Dict[str, Any]) -> s
 def update_route(c: Ctx, edge_id: str, route_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
     """One UpdateItem of the sent fields."""
     fields = route_fields(raw, edge_id, route_id)
+    edge_modules.check_policy_refs(c.account_id, fields)
     changes = {k: v for k, v in fields.items()
                if k not in UNSUPPORTED_ROUTE_MODULES
                and not (k in ("match_type", "match") and v == "")}
@@ -600,6 +602,7 @@ def put_module(c: Ctx, edge_id: str, route_id: str, name: str,
     """One UpdateItem of the module (backend, ip_restriction: GetItem + transaction)."""
     body = edge_modules.module_body(raw, {"edge_id": edge_id, "id": route_id})
     module = MODULE_PARSERS[_module_name(name)](None, body)
+    edge_modules.check_policy_refs(c.account_id, {name: module}, nested=False)
     if name in LINKED_ROUTE_MODULES:
         _replace_route(c, edge_id, route_id, {name: module}, nested=False)
     else:

@@ -120,6 +120,7 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
 @store.retrying
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     fields = _policy_as_traffic_policy(fields)
+    edge_modules.check_policy_refs(c.account_id, fields)
     edge_id = ids.new_id(PREFIX)
     data = {"description": "", "metadata": "", **fields,
             "created_at": validation.now_rfc3339()}
@@ -165,6 +166,7 @@ def _set(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> store.Item:
 
 def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     fields = _policy_as_traffic_policy(fields)
+    edge_modules.check_policy_refs(c.account_id, fields)
     if not fields:
         return get(c, edge_id)
     if set(fields) <= PLAIN_FIELDS:
@@ -204,6 +206,7 @@ def get_module(c: Ctx, edge_id: str, name: str) -> Dict[str, Any]:
 def put_module(c: Ctx, edge_id: str, name: str, raw: Dict[str, Any]) -> Dict[str, Any]:
     body = edge_modules.module_body(raw, {"id": edge_id, "edge_id": edge_id})
     module = TCP_MODULES[_module_name(name)](None, body)
+    edge_modules.check_policy_refs(c.account_id, {name: module}, nested=False)
     if name in PLAIN_FIELDS:
         _set(c, edge_id, {name: module})
     else:

@@ -9,6 +9,16 @@ macros of its phase, and every action is one this service runs, in a phase it ru
 a config that matches its schema. Anything else is a 400 naming the field and the element
 (``on_http_request[0].actions[1].config.status_code``). The stored value is the string
 exactly as sent; an empty document (no phases) is allowed and means "no rules".
+
+``restrict-ips`` ``ip_policies`` must name IP policies of the caller's account
+(:func:`check_ip_policies`, called where the account is known: HTTPS edge routes' and TCP
+edges' traffic_policy module on create, update and module PUT; the edge does the same at an
+agent's bind): an id the account does not have is a 400 naming the element, as the hosted
+service refuses an IP restriction naming a policy that "does not exist on your account"
+(ERR_NGROK_1801). The check is at write time only: a policy may be deleted later (traffic
+policies do not hold a reference on it, unlike ``ip_restriction`` modules); from then on the
+action refuses every address (fail closed) and says why in
+``actions.ngrok.restrict_ips.error``.
 """
 from typing import Any, Optional
 
@@ -17,7 +27,7 @@ from chalicelib.policy.document import (MAX_DOCUMENT_BYTES, MAX_RULES_PER_PHASE,
                                         PolicyError)
 
 __all__ = ["MAX_DOCUMENT_BYTES", "MAX_RULES_PER_PHASE", "PHASES", "check_document",
-           "check_tcp_document"]
+           "check_ip_policies", "check_tcp_document"]
 
 
 def check_document(field: str, text: Any, protocol: Optional[str] = None) -> str:
@@ -41,3 +51,26 @@ def check_document(field: str, text: Any, protocol: Optional[str] = None) -> str
 def check_tcp_document(field: str, text: Any) -> str:
     """check_document for a TCP edge or endpoint: only on_tcp_connect runs there."""
     return check_document(field, text, protocol="tcp")
+
+
+def unknown_ip_policy(field: str, path: str, policy_id: str) -> errors.InvalidField:
+    return errors.InvalidField(f"Field '{field}' is not a valid traffic policy at {path}: the "
+                               f"IP policy '{policy_id[:64]}' does not exist in this account",
+                               details={"field": field})
+
+
+def check_ip_policies(account_id: str, field: str, text: Optional[str]) -> None:
+    """A 400 naming ``field`` and the element when a (valid) document's restrict-ips
+    ``ip_policies`` name an IP policy ``account_id`` does not have. One GetItem per distinct
+    id named; nothing read for a document naming none."""
+    if not text:
+        return
+    from chalicelib import ip_policies
+    from chalicelib.policy.engine import compile_policy
+    refs = compile_policy(text).ip_policy_refs
+    if not refs:
+        return
+    missing = set(ip_policies.missing_of(account_id, [ident for _, ident in refs]))
+    for path, ident in refs:
+        if ident in missing:
+            raise unknown_ip_policy(field, path, ident)

@@ -221,9 +221,11 @@ class AgentSession:
         if proto in ("http", "https"):
             tunnel.enforcement = enforce.http_options(opts)
             tunnel.tls = tls.spec_of_bind(opts.get("MutualTLSCA"))
+            await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_http(tunnel, self._requested_domain(opts))
         elif proto == "tcp":
             tunnel.enforcement = enforce.tcp_options(opts)
+            await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
         elif proto == "tls":
             raise binding.Refused("ERR_NGROK_1622", "tls endpoints are not served by this edge "

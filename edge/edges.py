@@ -21,6 +21,12 @@ carries the bytes.
 Changes through the API take effect within CACHE_SECONDS (1 s): lookups are cached that long
 per hostport, so a busy hostport costs its store reads (1 GetItem + 1 Query for an HTTPS edge,
 1 GetItem per backend, 1 Query for IP policy rules) once a second instead of per request.
+
+IP policies are resolved here for every endpoint, not only edges: :meth:`EdgeRouter.
+ip_policy_resolver` gives the engine the account's rules of the ``ip_policies`` a policy's
+``restrict-ips`` actions name (an ``ip_restriction`` module becomes such an action), from the
+same cache (per account and set of ids: 1 Query of the account's rules, plus 1 GetItem per
+named policy without rules, once a second).
 """
 import asyncio
 import json
@@ -43,6 +49,7 @@ class Routed:
     endpoint_id: str = ""
     url: str = ""
     host: str = ""
+    account_id: str = ""
     tunnel: Any = None
     fixed: Optional[Dict[str, Any]] = None
     enforcement: Any = None
@@ -96,6 +103,21 @@ class EdgeRouter:
         return await self._cache.get(("ipp", account_id, tuple(policy_ids)), lambda: self.edge.call(
             ip_policies.rules_of, account_id, list(policy_ids)))
 
+    async def ip_policy_resolver(self, account_id: str, policy: Any) -> Any:
+        """The engine's ``conn.ip_policy_resolver`` for one run of ``policy`` on an endpoint
+        of ``account_id``: the account's rules of the IP policies the policy names, read
+        through the cache (at most CACHE_SECONDS old; no store call on a hit). None when the
+        policy names none. Another account's id, or one that no longer exists, resolves to
+        None (the action refuses)."""
+        wanted = policy.ip_policy_ids
+        if not wanted:
+            return None
+        rules = await self._ip_rules(account_id, list(wanted)) if account_id else {}
+
+        def resolve(account: str, policy_id: str) -> Optional[List[Tuple[str, str]]]:
+            return rules.get(policy_id) if account == account_id else None
+        return resolve
+
     # ---- modules as policy ------------------------------------------------------------------
     async def _enforcement(self, account_id: str, owner_id: str, modules: Dict[str, Any],
                            kind: str) -> Any:
@@ -103,19 +125,11 @@ class EdgeRouter:
         request_phase = "on_tcp_connect" if kind == "tcp" else "on_http_request"
         ipr = modules.get("ip_restriction")
         if _enabled(ipr) and ipr.get("ip_policy_ids"):
-            rules = await self._ip_rules(account_id, list(ipr["ip_policy_ids"]))
-            allow = [cidr for rs in rules.values() for action, cidr in rs if action == "allow"]
-            deny = [cidr for rs in rules.values() for action, cidr in rs if action == "deny"]
-            config: Dict[str, Any] = {}
-            if allow:
-                config["allow"] = allow
-            if deny:
-                config["deny"] = deny
-            if not config:   # policies without rules: nothing is allowed
-                config["deny"] = ["0.0.0.0/0", "::/0"]
+            # Resolved per run like any restrict-ips ip_policies (ip_policy_resolver): the
+            # compiled policy stays the same when a rule changes.
             phases.setdefault(request_phase, []).append(
-                {"name": "ip restriction", "actions": [{"type": "restrict-ips",
-                                                        "config": config}]})
+                {"name": "ip restriction", "actions": [{"type": "restrict-ips", "config": {
+                    "ip_policies": list(ipr["ip_policy_ids"])}}]})
         ua = modules.get("user_agent_filter")
         if kind != "tcp" and _enabled(ua) and (ua.get("allow") or ua.get("deny")):
             phases.setdefault("on_http_request", []).append(enforce.ua_rule(ua))
@@ -184,7 +198,8 @@ class EdgeRouter:
                     candidate.get("match_type") == "path_prefix" and path.startswith(match):
                 route = candidate
                 break
-        routed = Routed(endpoint_id=edge["id"], url=url, host=host)
+        routed = Routed(endpoint_id=edge["id"], url=url, host=host,
+                        account_id=edge["account_id"])
         if route is None:
             routed.error = (404, "ERR_NGROK_3200", f"No route of the edge serving {url} "
                                                    f"matches {path[:200]}.")
@@ -212,7 +227,8 @@ class EdgeRouter:
         if edge is None:
             return None
         account_id = edge["account_id"]
-        routed = Routed(endpoint_id=edge["id"], url=f"tcp://{hostport}", host=hostport)
+        routed = Routed(endpoint_id=edge["id"], url=f"tcp://{hostport}", host=hostport,
+                        account_id=account_id)
         routed.enforcement = await self._enforcement(account_id, edge["id"], edge, "tcp")
         module = edge.get("backend")
         backend = await self._backend(account_id, module["backend_id"]) \

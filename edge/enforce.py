@@ -17,7 +17,10 @@ MutualTLSCA is enforced by the HTTPS listener's handshake (``edge.tls``), as the
 ``mutual_tls`` module of HTTPS edges. Options this edge cannot honour (OAuth, OIDC, SAML,
 CircuitBreaker, WebsocketTCPConverter, HostHeaderRewrite, ProxyProto, the legacy ``Auth`` string, hashed basic
 auth passwords) refuse the bind with ERR_NGROK_1602 naming them: never accepted and ignored.
-A TrafficPolicy the engine refuses is ERR_NGROK_2201 with the element it names.
+A TrafficPolicy the engine refuses is ERR_NGROK_2201 with the element it names, and so is
+one whose restrict-ips ``ip_policies`` name an IP policy the agent's account does not have
+(:func:`check_ip_policies`, as the API refuses such a document). They are resolved per
+request from the edge's cache (edge.edges.EdgeRouter.ip_policy_resolver).
 """
 import json
 from dataclasses import dataclass
@@ -191,3 +194,19 @@ def http_options(opts: Dict[str, Any]) -> Enforcement:
 
 def tcp_options(opts: Dict[str, Any]) -> Enforcement:
     return build(opts, "tcp")
+
+
+async def check_ip_policies(edge: Any, account_id: str, enforcement: Optional[Enforcement]
+                            ) -> None:
+    """Refused (ERR_NGROK_2201 naming the element) when the policy names an IP policy the
+    account does not have; one store read per named policy, at bind only."""
+    policy = enforcement.policy if enforcement is not None else None
+    if policy is None or not policy.ip_policy_ids:
+        return
+    from chalicelib import ip_policies
+    missing = set(await edge.call(ip_policies.missing_of, account_id, list(policy.ip_policy_ids)))
+    for path, ident in policy.ip_policy_refs:
+        if ident in missing:
+            raise binding.Refused("ERR_NGROK_2201", f"Invalid traffic policy: {path}: the IP "
+                                                    f"policy '{ident}' does not exist in this "
+                                                    "account")

@@ -189,7 +189,8 @@ class HttpFront:
                 fixed = None
                 if tunnel is not None:
                     enforcement = tunnel.enforcement
-                    endpoint = (tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.hostname)
+                    endpoint = (tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.hostname,
+                                tunnel.account_id)
                 else:   # not an agent endpoint: an HTTPS edge's hostport?
                     routed = await self.edge.router.route_http(host, request.target,
                                                                self.scheme)
@@ -200,12 +201,14 @@ class HttpFront:
                         await self._answer(client, writer, status, code, msg, close=True)
                         return
                     tunnel, fixed, enforcement = routed.tunnel, routed.fixed, routed.enforcement
-                    endpoint = (routed.endpoint_id, routed.url, routed.host)
+                    endpoint = (routed.endpoint_id, routed.url, routed.host, routed.account_id)
                 traffic, prebuffered = None, []
                 if enforcement is not None and enforcement.policy is not None:
-                    traffic = _Traffic(enforcement.policy,
-                                       self._conn(writer, peer, endpoint), request,
-                                       self.scheme, host)
+                    conn = self._conn(writer, peer, endpoint)
+                    if enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
+                        conn.ip_policy_resolver = await self.edge.router.ip_policy_resolver(
+                            endpoint[3], enforcement.policy)
+                    traffic = _Traffic(enforcement.policy, conn, request, self.scheme, host)
                     verdict, prebuffered = await self._request_phase(client, reader, writer,
                                                                      traffic, host)
                     if verdict == "next":
@@ -423,7 +426,8 @@ class HttpFront:
         conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
                        server_ip=str(sockname[0]), server_port=int(sockname[1] or 0),
                        endpoint=tp.Endpoint(id=endpoint[0], url=endpoint[1], host=endpoint[2],
-                                            port=int(sockname[1] or 0), protocol=self.scheme),
+                                            port=int(sockname[1] or 0), protocol=self.scheme,
+                                            account_id=endpoint[3]),
                        server_region=self.edge.settings.region)
         if ssl_object is not None:
             conn.tls_version = ssl_object.version() or ""

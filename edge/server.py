@@ -280,21 +280,25 @@ class Edge:
         try:
             tunnel = self.registry.by_port.get(port)
             enforcement = tunnel.enforcement if tunnel is not None else None
-            endpoint = (tunnel.endpoint_id or tunnel.id, tunnel.url) if tunnel else ("", "")
+            endpoint = (tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.account_id) \
+                if tunnel else ("", "", "")
             if tunnel is None:
                 routed = await self.router.route_tcp(f"{self.settings.tcp_host}:{port}")
                 if routed is None:
                     return
                 tunnel, enforcement = routed.tunnel, routed.enforcement
-                endpoint = (routed.endpoint_id, routed.url)
+                endpoint = (routed.endpoint_id, routed.url, routed.account_id)
             if enforcement is not None and enforcement.policy is not None:
                 sock = writer.get_extra_info("sockname") or ("", 0)
                 conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
                                server_ip=str(sock[0]), server_port=int(sock[1] or 0),
                                endpoint=tp.Endpoint(id=endpoint[0], url=endpoint[1],
                                                     host=self.settings.tcp_host, port=port,
-                                                    protocol="tcp"),
+                                                    protocol="tcp", account_id=endpoint[2]),
                                server_region=self.settings.region)
+                if enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
+                    conn.ip_policy_resolver = await self.router.ip_policy_resolver(
+                        endpoint[2], enforcement.policy)
                 if enforcement.policy.on_tcp_connect(conn).kind != tp.CONTINUE:
                     return   # refused by ip restriction / policy: the connection is closed
             if tunnel is None:

@@ -14,7 +14,8 @@ Edge-facing interface::
     policy = compile_policy(text_or_mapping)      # PolicyError(path, message) if refused;
                                                   # cached by the document's sha256
     conn = Conn(client_ip, client_port, server_ip, server_port, ts_start,
-                endpoint=Endpoint(id, url, host, port, protocol))
+                endpoint=Endpoint(id, url, host, port, protocol, account_id),
+                ip_policy_resolver=resolve)   # only if policy.ip_policy_ids
     out = policy.on_tcp_connect(conn, state=None)            # per connection
     state = policy.new_state()                               # per HTTP request
     req = Request.from_target(method, scheme, host, target, headers, content_length=n)
@@ -42,7 +43,19 @@ the expressions and interpolations that failed on this traffic (a failing expres
 false).
 
 Rate limits live in :mod:`chalicelib.policy.ratelimit` (per edge instance, see there).
-``set_ip_policy_resolver`` lets the edge resolve ``restrict-ips`` ``ip_policies``.
+
+IP policies (``restrict-ips`` ``ip_policies: [ipp_…]``) are resolved per run, through the run
+context, never a module global: the action calls ``conn.ip_policy_resolver(account_id,
+ipp_id)`` with ``conn.endpoint.account_id`` (the account of the endpoint whose policy runs)
+and gets that account's rules of that policy, ``[(action "allow"|"deny", cidr), …]``, or None
+when the account has no such policy (another account's id included). No resolver, no account
+or None: the action records an error and refuses (fail closed). The engine does no I/O: the
+edge fills the resolver from its cache before the phase runs (``policy.ip_policy_ids`` lists
+what a policy names; :meth:`edge.edges.EdgeRouter.ip_policy_resolver`, the same cached read
+as HTTPS/TCP edges' ``ip_restriction`` modules, at most CACHE_SECONDS = 1 s old), so a rule
+changed through the API is in force within about a second, with no store call per request.
+The API refuses a document naming an id its account does not have
+(:func:`chalicelib.traffic_policy.check_ip_policies`, 400 naming the element).
 """
 import importlib
 from typing import Any
@@ -51,11 +64,12 @@ from typing import Any
 # runtime, RE2 and the actions cost tens of milliseconds that only a request carrying a
 # policy should pay. ``import chalicelib.policy.document`` stays cheap.
 _EXPORTS = {
-    "JWKS": "actions", "set_ip_policy_resolver": "actions",
+    "JWKS": "actions",
     "MAX_DOCUMENT_BYTES": "document", "MAX_RULES_PER_PHASE": "document", "PHASES": "document",
     "PolicyError": "document",
     "Policy": "engine", "State": "engine", "compile_policy": "engine",
-    "Conn": "model", "Endpoint": "model", "Request": "model", "Response": "model",
+    "Conn": "model", "Endpoint": "model", "IpPolicyResolver": "model", "Request": "model",
+    "Response": "model",
     "CLOSE": "outcome", "CONTINUE": "outcome", "FORWARD_INTERNAL": "outcome",
     "NEED_BODY": "outcome", "RESPOND": "outcome", "Outcome": "outcome",
 }

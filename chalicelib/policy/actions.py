@@ -13,10 +13,17 @@ Decisions where the hosted docs are silent, written down here:
   status codes are 100-599.
 - redirect and url-rewrite use RE2 (the hosted service's Go regexp dialect) and Go's ``$1`` /
   ``${name}`` replacement syntax; a static ``from`` that does not compile is a 400.
-- restrict-ips: with no ``allow`` CIDRs every address not denied is allowed;
-  ``ip_policies`` are resolved at run time through :func:`set_ip_policy_resolver` (the edge
-  installs one that reads the store); unresolvable ones count as an error (denied when
-  enforced).
+- restrict-ips: the allow and deny sets are the ``allow``/``deny`` CIDRs plus the rules of
+  the ``ip_policies``, resolved per run through ``conn.ip_policy_resolver`` with the account
+  of the endpoint whose policy runs (``conn.endpoint.account_id``): another account's policy
+  id resolves to nothing. A deny match refuses; otherwise an allow match, or an empty allow
+  set when the deny set is not empty (``deny``-only configs, as the hosted docs' examples
+  use them), lets the address through; with both sets empty (only policies without rules)
+  nothing is allowed. An id that does not resolve (no resolver, no such policy in the
+  account, e.g. deleted since) is an error (``error.code`` ERR_NGROK_1801) and the address
+  is refused (fail closed); with ``enforce: false`` every refusal only sets the variables.
+  A refusal is a 403 with ``ngrok-error-code: ERR_NGROK_3203`` ("Request blocked by IP
+  Policy") and a JSON error body in HTTP phases, a closed connection in on_tcp_connect.
 - verify-webhook reads at most 1 MiB of body (MAX_WEBHOOK_BODY); a longer body fails
   verification. Providers: github, gitlab, stripe, slack, shopify, svix, clerk, linear,
   generic_sha256 (``X-Signature-256: sha256=<hex>``, an extension); others are refused.
@@ -27,6 +34,7 @@ Decisions where the hosted docs are silent, written down here:
   installed; ``compress`` is accepted and never chosen).
 """
 import base64
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -396,14 +404,25 @@ class UrlRewrite(_UrlAction):
 
 # ---- access ---------------------------------------------------------------------------------
 
-_ip_policy_resolver: Optional[Callable[[str], List[Tuple[str, str]]]] = None
+IP_POLICY_ID = re.compile(r"^ipp_[0-9A-Za-z]+$")
+BLOCKED = ("ERR_NGROK_3203", "Request blocked by IP Policy")
 
 
-def set_ip_policy_resolver(resolver: Optional[Callable[[str], List[Tuple[str, str]]]]) -> None:
-    """Install ``resolver(ip_policy_id) -> [(action 'allow'|'deny', cidr), …]`` (raises
-    KeyError for an unknown policy). The edge installs one reading the store."""
-    global _ip_policy_resolver
-    _ip_policy_resolver = resolver
+def _blocked_response() -> Outcome:
+    code, msg = BLOCKED
+    body = json.dumps({"error_code": code, "status_code": 403, "msg": msg,
+                       "details": {}}).encode("utf-8")
+    return _respond(403, [("content-type", "application/json"), ("ngrok-error-code", code)],
+                    body)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rule_network(cidr: str):
+    """An IP policy rule's CIDR, parsed once (the same rules come back on every request)."""
+    try:
+        return ipaddress.ip_network(cidr, strict=False)
+    except (TypeError, ValueError):
+        return None
 
 
 def _network(text: str, where: str):
@@ -430,7 +449,7 @@ class RestrictIps(Action):
             self.lists[key] = entries
         self.ip_policies = c.strings("ip_policies")
         for index, ident in enumerate(self.ip_policies):
-            if not re.match(r"^ipp_[0-9A-Za-z]+$", ident):
+            if not isinstance(ident, str) or not IP_POLICY_ID.match(ident):
                 raise PolicyError(f"{c.at('ip_policies')}[{index}]",
                                   "must be an IP policy id (ipp_…)")
         if not (self.lists["allow"] or self.lists["deny"] or self.ip_policies):
@@ -451,21 +470,28 @@ class RestrictIps(Action):
         allow = list(self._networks(r, "allow"))
         deny = list(self._networks(r, "deny"))
         error = None
-        for ident in self.ip_policies:
-            try:
-                if _ip_policy_resolver is None:
-                    raise KeyError(ident)
-                for action, cidr in _ip_policy_resolver(ident):
-                    (allow if action == "allow" else deny).append(
-                        ipaddress.ip_network(cidr, strict=False))
-            except (KeyError, ValueError):
-                error = ("ERR_NGROK_3205", f"IP policy {ident} could not be resolved")
+        if self.ip_policies:
+            conn = r.traffic.conn
+            resolver = conn.ip_policy_resolver
+            account_id = conn.endpoint.account_id
+            for ident in self.ip_policies:
+                rules = resolver(account_id, ident) if resolver and account_id else None
+                if rules is None:
+                    error = ("ERR_NGROK_1801", f"The policy {ident} does not exist on the "
+                                               "endpoint's account")
+                    continue
+                for action, cidr in rules:
+                    network = _rule_network(cidr)
+                    if network is None:
+                        error = ("ERR_NGROK_1801", f"IP policy {ident} holds a bad CIDR")
+                        continue
+                    (allow if action == "allow" else deny).append(network)
         matched_deny = next((n for n in deny if ip is not None and ip.version == n.version
                              and ip in n), None)
         matched_allow = next((n for n in allow if ip is not None and ip.version == n.version
                               and ip in n), None)
         allowed = error is None and matched_deny is None and (matched_allow is not None
-                                                              or not allow)
+                                                              or (not allow and bool(deny)))
         matched = matched_deny or matched_allow
         r.set_vars("restrict_ips", action="allow" if allowed else "deny",
                    matched_cidr=str(matched) if matched else "",
@@ -473,7 +499,7 @@ class RestrictIps(Action):
                       "error.message": error[1] if error else ""})
         if allowed or not self.enforce:
             return None
-        return Outcome(CLOSE) if r.phase == TCP else _respond(403, [])
+        return Outcome(CLOSE) if r.phase == TCP else _blocked_response()
 
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")

@@ -45,6 +45,9 @@ class Policy:
         self.digest = digest
         self.phases: Dict[str, List[Rule]] = {}
         self.request_body_limit = 0
+        # Every restrict-ips ``ip_policies`` entry as (its path in the document, the id): the
+        # API checks them against the account, the edge resolves ``ip_policy_ids`` per run.
+        self.ip_policy_refs: List[Tuple[str, str]] = []
         for phase in PHASES:
             compiled = []
             for index, rule in document.rules(doc, phase):
@@ -62,10 +65,15 @@ class Policy:
                     act = actions_mod.build(action, a_where, phase)
                     if isinstance(act, actions_mod.RateLimit):
                         act.scope = f"{digest}:{a_where}:{act.name}"
+                    if isinstance(act, actions_mod.RestrictIps):
+                        self.ip_policy_refs.extend(
+                            (f"{a_where}.config.ip_policies[{i}]", ident)
+                            for i, ident in enumerate(act.ip_policies))
                     self.request_body_limit = max(self.request_body_limit, act.needs_body)
                     built.append(act)
                 compiled.append(Rule(rule.get("name") or "", expressions, built))
             self.phases[phase] = compiled
+        self.ip_policy_ids: Tuple[str, ...] = tuple(sorted({i for _, i in self.ip_policy_refs}))
         self.clock: Callable[[], float] = time.time
 
     def check_protocol(self, protocol: str) -> "Policy":

@@ -8,10 +8,14 @@ recomputed after a change.
 import datetime
 import functools
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 Headers = List[Tuple[str, str]]
+
+# (account id, IP policy id) -> that account's rules of that policy as [(action "allow" |
+# "deny", cidr), …] oldest first, or None when the account has no such policy.
+IpPolicyResolver = Callable[[str, str], Optional[List[Tuple[str, str]]]]
 
 
 def utcnow() -> datetime.datetime:
@@ -26,6 +30,7 @@ class Endpoint:
     host: str = ""
     port: int = 0
     protocol: str = "https"   # http, https, tcp, tls
+    account_id: str = ""      # whose endpoint: scopes restrict-ips ``ip_policies``
 
     @property
     def addr(self) -> str:
@@ -50,6 +55,9 @@ class Conn:
     tls_cipher_suite: str = ""
     tls_sni: str = ""
     tls_alpn: str = ""
+    # How restrict-ips resolves ``ip_policies`` for this traffic (called with
+    # ``endpoint.account_id``); None: nothing resolves, such actions deny (fail closed).
+    ip_policy_resolver: Optional[IpPolicyResolver] = None
 
 
 @functools.lru_cache(maxsize=4096)   # header names repeat from request to request

@@ -11,7 +11,7 @@ import zlib
 import pytest
 
 from chalicelib import policy
-from chalicelib.policy import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_BODY, RESPOND,
+from chalicelib.policy import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Endpoint,
                                PolicyError, Response, actions, ratelimit)
 from tests.support.policy import compile_doc, conn, on_request, request, rule
 
@@ -369,16 +369,116 @@ def test_restrict_ips_on_tcp_connect_closes_and_on_response_answers_403():
     assert out.status_code == 403
 
 
-def test_restrict_ips_resolves_ip_policies_through_the_edge_resolver():
-    doc = req_doc({"type": "restrict-ips", "config": {"ip_policies": ["ipp_1"]}})
-    try:
-        policy.set_ip_policy_resolver(lambda ident: {"ipp_1": [("allow", "10.0.0.0/8")]}[ident])
-        assert on_request(doc, c=conn("10.0.0.1"))[0].kind == CONTINUE
-        assert on_request(doc, c=conn("11.0.0.1"))[0].status_code == 403
-        policy.set_ip_policy_resolver(None)
-        assert on_request(doc, c=conn("10.0.0.1"))[0].status_code == 403  # unresolvable
-    finally:
-        policy.set_ip_policy_resolver(None)
+# ---- restrict-ips ip_policies: resolved per account through the run context ----------------
+
+ACCOUNT, OTHER = "ac_owner", "ac_other"
+RULES = {  # what the store holds: (account, policy id) -> rules
+    (ACCOUNT, "ipp_mine"): [("allow", "127.0.0.1/32"), ("allow", "2001:db8::/32")],
+    (ACCOUNT, "ipp_blocks"): [("deny", "10.0.0.0/8")],
+    (ACCOUNT, "ipp_empty"): [],
+    (OTHER, "ipp_theirs"): [("allow", "0.0.0.0/0"), ("allow", "::/0")],
+}
+
+
+def _resolver(account_id, policy_id):
+    return RULES.get((account_id, policy_id))
+
+
+def _ipp_conn(ip, account_id=ACCOUNT, resolver=_resolver):
+    c = conn(ip)
+    c.endpoint = Endpoint(id="ep_test", url="https://app.example.com", host="app.example.com",
+                          port=443, protocol="https", account_id=account_id)
+    c.ip_policy_resolver = resolver
+    return c
+
+
+def _ipp_doc(*ids, enforce=True, **config):
+    return req_doc({"type": "restrict-ips", "config": {"ip_policies": list(ids),
+                                                        "enforce": enforce, **config}},
+                   {"type": "add-headers", "config": {"headers": {
+                       "x-action": "${actions.ngrok.restrict_ips.action}",
+                       "x-error": "${actions.ngrok.restrict_ips.error.code}"}}})
+
+
+@pytest.mark.parametrize("ids, config, ip, allowed", [
+    (["ipp_mine"], {}, "127.0.0.1", True),                 # the /32 itself
+    (["ipp_mine"], {}, "127.0.0.2", False),                # one past it
+    (["ipp_mine"], {}, "2001:db8::1", True),               # IPv6 rule
+    (["ipp_mine"], {}, "2001:db9::1", False),
+    (["ipp_blocks"], {}, "10.255.255.255", False),         # deny-only policy: denied inside
+    (["ipp_blocks"], {}, "11.0.0.0", True),                # and allowed outside
+    (["ipp_mine", "ipp_blocks"], {}, "10.0.0.1", False),   # rules of both policies combine
+    (["ipp_mine"], {"deny": ["127.0.0.1/32"]}, "127.0.0.1", False),   # config deny wins
+    (["ipp_blocks"], {"allow": ["10.1.0.0/16"]}, "10.1.0.1", False),  # policy deny wins
+    (["ipp_mine"], {"allow": ["192.0.2.0/24"]}, "192.0.2.9", True),   # config allow adds
+    (["ipp_empty"], {}, "127.0.0.1", False),               # no rules at all: nothing allowed
+    (["ipp_empty"], {"deny": ["10.0.0.0/8"]}, "127.0.0.1", True),
+])
+def test_restrict_ips_combines_the_accounts_ip_policy_rules(ids, config, ip, allowed):
+    out, req = on_request(_ipp_doc(*ids, **config), c=_ipp_conn(ip))
+    if allowed:
+        assert out.kind == CONTINUE and header(req.headers, "x-action") == ["allow"]
+    else:
+        assert (out.kind, out.status_code) == (RESPOND, 403)
+
+
+def test_an_ip_denied_by_an_ip_policy_gets_403_with_the_hosted_error_code():
+    out, _ = on_request(_ipp_doc("ipp_mine"), c=_ipp_conn("198.51.100.1"))
+    assert out.status_code == 403
+    assert header(out.headers, "ngrok-error-code") == [actions.BLOCKED[0]] == ["ERR_NGROK_3203"]
+    body = json.loads(out.body)
+    assert (body["error_code"], body["status_code"]) == ("ERR_NGROK_3203", 403)
+    assert header(out.headers, "content-length") == [str(len(out.body))]
+
+
+def test_another_accounts_ip_policy_does_not_apply():
+    # ipp_theirs allows everyone, but for OTHER: on ACCOUNT's endpoint it resolves to nothing
+    out, _ = on_request(_ipp_doc("ipp_theirs"), c=_ipp_conn("127.0.0.1"))
+    assert out.status_code == 403
+    # the same document on OTHER's endpoint: it applies
+    assert on_request(_ipp_doc("ipp_theirs"), c=_ipp_conn("127.0.0.1", OTHER))[0].kind \
+        == CONTINUE
+
+
+def test_the_resolver_is_asked_with_the_account_of_the_endpoint_whose_policy_runs():
+    asked = []
+    on_request(_ipp_doc("ipp_mine"), c=_ipp_conn("127.0.0.1", resolver=lambda a, i: (
+        asked.append((a, i)) or RULES.get((a, i)))))
+    assert asked == [(ACCOUNT, "ipp_mine")]
+
+
+@pytest.mark.parametrize("ids, account_id, resolver", [
+    (["ipp_unknown"], ACCOUNT, _resolver),            # no such policy in the account
+    (["ipp_mine", "ipp_unknown"], ACCOUNT, _resolver),  # one known does not save an unknown
+    (["ipp_mine"], ACCOUNT, None),                    # no resolver in the run context
+    (["ipp_mine"], "", _resolver),                    # no account: nothing to resolve with
+])
+def test_an_unresolved_ip_policy_refuses_and_says_why(ids, account_id, resolver):
+    c = _ipp_conn("127.0.0.1", account_id, resolver)
+    assert on_request(_ipp_doc(*ids), c=c)[0].status_code == 403
+    out, req = on_request(_ipp_doc(*ids, enforce=False), c=c)   # not enforced: variables only
+    assert out.kind == CONTINUE
+    assert header(req.headers, "x-action") == ["deny"]
+    assert header(req.headers, "x-error") == ["ERR_NGROK_1801"]
+
+
+def test_ip_policies_on_tcp_connect_close_a_refused_connection():
+    p = compile_doc({"on_tcp_connect": [rule({"type": "restrict-ips", "config": {
+        "ip_policies": ["ipp_mine"]}})]})
+    assert p.on_tcp_connect(_ipp_conn("127.0.0.1")).kind == CONTINUE
+    assert p.on_tcp_connect(_ipp_conn("127.0.0.2")).kind == CLOSE
+
+
+def test_a_compiled_policy_lists_the_ip_policies_it_names_with_their_place():
+    p = compile_doc({"on_tcp_connect": [rule({"type": "restrict-ips", "config": {
+        "ip_policies": ["ipp_b", "ipp_a"]}})], "on_http_request": [rule(
+            {"type": "restrict-ips", "config": {"ip_policies": ["ipp_a"]}})]})
+    assert p.ip_policy_ids == ("ipp_a", "ipp_b")
+    assert p.ip_policy_refs == [
+        ("on_tcp_connect[0].actions[0].config.ip_policies[0]", "ipp_b"),
+        ("on_tcp_connect[0].actions[0].config.ip_policies[1]", "ipp_a"),
+        ("on_http_request[0].actions[0].config.ip_policies[0]", "ipp_a")]
+    assert compile_doc(req_doc({"type": "deny"})).ip_policy_ids == ()
 
 
 RATE = {"type": "rate-limit", "config": {"name": "per-ip", "algorithm": "sliding_window",
