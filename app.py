@@ -91,8 +91,7 @@ rest.collection(route, "/tunnel_sessions", tunnel_sessions, "session_id", name="
 rest.actions(route, "/tunnel_sessions/{session_id}", tunnel_sessions.ACTIONS,
              owner="tunnel_session")
 rest.collection(route, "/tunnels", tunnels, "tunnel_id", name="tunnel", ops=("list", "get"))
-rest.collection(route, "/endpoints", endpoints, "endpoint_id", name="endpoint",
-                ops=("list", "get"))
+rest.collection(route, "/endpoints", endpoints, "endpoint_id", name="endpoint")
 
 
 # ---- docs ----------------------------------------------------------------------------------

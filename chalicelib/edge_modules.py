@@ -339,7 +339,24 @@ def hostport_ops(account_id: str, kind: str, edge_id: str, old: Dict[str, Any],
             continue
         ops.append(store.unique(HOSTPORT_NAMESPACE, hp, owner_data, errors.Conflict(
             f"Hostport '{hp}' is already served by another edge", details={"hostport": hp})))
+        if kind == HTTPS_EDGE and hp.endswith(":443"):
+            ops.append(_no_cloud_endpoint(hp))
     return ops
+
+
+def _no_cloud_endpoint(hostport: str) -> store.Op:
+    """A check, in the edge's transaction, that no cloud endpoint serves the hostport's host
+    (one host, one endpoint: chalicelib.cloud_endpoints; the served-name claim of a cloud
+    endpoint carries ``data.cloud``)."""
+    from chalicelib import online
+    request = {"Key": {"pk": {"S": store.unique_pk(online.CLAIM_NAMESPACE,
+                                                   hostport.rpartition(":")[0])},
+                       "sk": {"S": store.UNIQUE_SK}},
+               "ConditionExpression": "attribute_not_exists(#d.#c)",
+               "ExpressionAttributeNames": {"#d": "data", "#c": "cloud"}}
+    return store.Op("check", None, raw=request, error=errors.Conflict(
+        f"Hostport '{hostport}' is served by a cloud endpoint (/endpoints); delete it first",
+        details={"hostport": hostport}))
 
 
 def edge_ops(account_id: str, kind: str, edge_id: str, old: Dict[str, Any],

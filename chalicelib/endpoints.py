@@ -1,27 +1,36 @@
 """Endpoints: ``/endpoints``.
 
-Today every endpoint is an **agent endpoint** (``type: "agent"``, the hosted service's name
-for endpoints an agent or SDK starts): written by the edge when an agent binds, shown while
-its tunnel session is live (chalicelib.online), gone when the session ends. Cloud endpoints
-(``type: "cloud"``, created through this API) will live in the same collection: an item
-without a session (``owner`` unset) is always live, and :func:`render` reads the fields both
-kinds share from the item's data.
+Two kinds live in the account's ``endpoint`` collection (chalicelib.online):
+
+- **agent endpoints** (``type: "agent"``): written by the edge when an agent binds, shown
+  while its tunnel session is live, gone when the session ends; read-only here (PATCH and
+  DELETE of one are a 400: its agent manages it);
+- **cloud endpoints** (``type: "cloud"``): created, changed and deleted through this API
+  (``POST``, ``PATCH``, ``DELETE``; rules and store calls in chalicelib.cloud_endpoints), no
+  session (``owner`` unset): always live; served by the edge with their traffic policy and
+  no agent.
+
+Agents may also bind **internal** endpoints (``https://<name>.internal``, ``bindings:
+["internal"]``), and cloud endpoints may be internal too: listed like the others, reachable
+only through a ``forward-internal`` action of an endpoint of the same account.
 
 Fields, as the hosted API and its official clients read them: id, region, created_at,
 updated_at, public_url, proto, scheme, hostport, host, port, type, metadata, description,
 domain (Ref to the reserved domain served, or null), tcp_addr (Ref, or null), tunnel (Ref),
 edge (null), upstream_url (what the agent forwards to), upstream_protocol, url, principal
-(Ref to the user or bot owning the session's credential), traffic_policy, bindings
-(``["public"]``), tunnel_session (Ref), uri, name, pooling_enabled (false: one endpoint per
-URL, service-wide).
+(Ref to the user or bot owning the session's credential; for a cloud endpoint the API key's
+principal that created it), traffic_policy, bindings, tunnel_session (Ref), uri, name,
+pooling_enabled (false: one endpoint per URL, service-wide).
 
-Not offered (yet): the list's ``id`` / ``url`` / ``filter`` query parameters (400 like any
-unknown parameter).
+Not offered (yet): the list's ``id`` / ``url`` query parameters (400 like any unknown
+parameter).
 """
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from chalicelib import ids, online, store
+from chalicelib import cloud_endpoints as cloud
+from chalicelib import ids, online, store, validation
+from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
 COLLECTION = online.ENDPOINTS
@@ -30,6 +39,15 @@ PATH = "/endpoints"
 LIST_KEY = "endpoints"
 WHAT = "endpoint"
 DEFAULT_PORTS = {"https": 443, "http": 80, "tls": 443}
+
+URL = Field("url", "string", check=cloud.check_url)
+TRAFFIC_POLICY = Field("traffic_policy", "string", check=cloud.check_policy)
+BINDINGS = Field("bindings", "string_list", check=cloud.check_bindings)
+POOLING = Field("pooling_enabled", "boolean", check=cloud.check_pooling)
+CREATE_FIELDS = [Field("url", "string", required=True, check=cloud.check_url),
+                 Field("type", "string", check=cloud.check_type), TRAFFIC_POLICY,
+                 DESCRIPTION, METADATA, BINDINGS, POOLING]
+UPDATE_FIELDS = [URL, TRAFFIC_POLICY, DESCRIPTION, METADATA, BINDINGS, POOLING]
 
 
 def _principal(c: Ctx, owner_id: Optional[str]) -> Optional[Dict[str, str]]:
@@ -93,3 +111,44 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]
               ) -> Tuple[List[Dict[str, Any]], bool, Optional[str]]:
     pairs, more, cursor = online.live_page(c.account_id, COLLECTION, limit, before_id)
     return [render(c, item, session) for item, session in pairs], more, cursor
+
+
+def _cloud_data(c: Ctx, fields: Dict[str, Any], old: Dict[str, Any]) -> Dict[str, Any]:
+    """The stored data of a cloud endpoint after ``fields`` (sent, checked) over ``old``."""
+    url = fields.get("url", old.get("url"))
+    if "bindings" in fields or "url" in fields:   # not sent: the URL's own binding
+        bindings = cloud.resolve_bindings(url, fields.get("bindings"))
+    else:
+        bindings = old["bindings"]
+    scheme, host = cloud.split(url)
+    data = {**old, **{k: v for k, v in fields.items() if k not in ("type", "bindings")}}
+    data.update(type="cloud", url=url, public_url=url, proto=scheme, hostname=host,
+                bindings=bindings, pooling_enabled=False, updated_at=validation.now_rfc3339())
+    if url != old.get("url"):
+        data["domain_id"] = None if cloud.is_internal(host) else cloud.domain_of(c.account_id,
+                                                                                host)
+    return data
+
+
+def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+    """A cloud endpoint (rules and store calls: chalicelib.cloud_endpoints)."""
+    now = validation.now_rfc3339()
+    data = _cloud_data(c, fields, {"description": "", "metadata": "", "traffic_policy": "",
+                                   "created_at": now, "principal_id": c.principal.id})
+    item = cloud.create(c.account_id, online.new_endpoint_id(), data)
+    return render(c, item, None)
+
+
+@store.retrying
+def update(c: Ctx, endpoint_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    """1 GetItem + 1 TransactWriteItems (+ the reservation read of a new url's host)."""
+    old = cloud.read(c.account_id, endpoint_id)
+    if not fields:
+        return render(c, old, None)
+    return render(c, cloud.update(c.account_id, old, _cloud_data(c, fields, old.data)), None)
+
+
+@store.retrying
+def delete(c: Ctx, endpoint_id: str) -> None:
+    """1 GetItem + 1 TransactWriteItems (the endpoint and its host's claim together)."""
+    cloud.delete(c.account_id, cloud.read(c.account_id, endpoint_id))

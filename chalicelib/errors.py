@@ -33,6 +33,11 @@ place. Catalog (also in the README):
 | RATE_LIMITED        | ERR_NGROK_226              | 429    | the account's API request rate limit is exhausted (`Retry-After`) |
 | INTERNAL            | ERR_INTERNAL               | 500    | anything unexpected (details are logged, never returned) |
 | UNSUPPORTED_OPERATION | ERR_UNSUPPORTED_OPERATION | 400   | an operation of the hosted API this service does not offer |
+| CLOUD_ENDPOINT_EXISTS | ERR_NGROK_18009          | 409    | the account already has a cloud endpoint on this URL      |
+| ENDPOINT_URL_IN_USE | ERR_NGROK_334              | 409    | the URL's host is served by another endpoint or an HTTPS edge |
+| INVALID_CLOUD_POLICY | ERR_NGROK_18002           | 400    | a cloud endpoint's traffic_policy the engine refuses      |
+| DOMAIN_NOT_OWNED    | ERR_NGROK_320              | 400    | an endpoint URL on a domain another account reserved      |
+| DOMAIN_NOT_RESERVED | ERR_NGROK_7117             | 400    | an endpoint URL on a domain nobody reserved (not under the base domain) |
 
 One code for every 401: the hosted service distinguishes a missing header (ERR_NGROK_200), an
 unparsable one (ERR_NGROK_201) and an unknown key (ERR_NGROK_203), but the deployed API
@@ -78,6 +83,11 @@ MISSING_MEDIA_TYPE = "ERR_NGROK_216"
 RATE_LIMITED = "ERR_NGROK_226"
 INTERNAL = "ERR_INTERNAL"
 UNSUPPORTED_OPERATION = "ERR_UNSUPPORTED_OPERATION"
+CLOUD_ENDPOINT_EXISTS = "ERR_NGROK_18009"
+ENDPOINT_URL_IN_USE = "ERR_NGROK_334"
+INVALID_CLOUD_POLICY = "ERR_NGROK_18002"
+DOMAIN_NOT_OWNED = "ERR_NGROK_320"
+DOMAIN_NOT_RESERVED = "ERR_NGROK_7117"
 # the HTTP server's own answers (scripts/http_server.py)
 MALFORMED_REQUEST = "ERR_MALFORMED_REQUEST"
 REQUEST_TIMEOUT = "ERR_REQUEST_TIMEOUT"
@@ -234,6 +244,26 @@ class UnsupportedOperation(BadRequest):
     default_msg = "This operation is not offered by this service"
 
 
+class CloudEndpointExists(Conflict):
+    error_code = CLOUD_ENDPOINT_EXISTS
+
+
+class EndpointUrlInUse(Conflict):
+    error_code = ENDPOINT_URL_IN_USE
+
+
+class InvalidCloudPolicy(InvalidField):
+    error_code = INVALID_CLOUD_POLICY
+
+
+class DomainNotOwned(InvalidField):
+    error_code = DOMAIN_NOT_OWNED
+
+
+class DomainNotReserved(InvalidField):
+    error_code = DOMAIN_NOT_RESERVED
+
+
 class MalformedRequest(BadRequest):
     error_code = MALFORMED_REQUEST
     default_msg = "Malformed HTTP request"
@@ -291,7 +321,8 @@ CATALOG = {cls.error_code: cls.status_code for cls in (
     InvalidJson, UnknownField, MissingField, InvalidField, InvalidQuery, UnknownQuery,
     InvalidFilter, MissingVersion, UnsupportedVersion, Unauthorized, Forbidden, NotFound,
     MethodNotAllowed, Conflict, IdempotencyConflict, PayloadTooLarge, UnsupportedMediaType,
-    MissingMediaType, RateLimited, Internal, UnsupportedOperation, MalformedRequest,
+    MissingMediaType, RateLimited, Internal, UnsupportedOperation, CloudEndpointExists,
+    EndpointUrlInUse, InvalidCloudPolicy, DomainNotOwned, DomainNotReserved, MalformedRequest,
     RequestTimeout, ExpectationFailed, UriTooLong, HeadersTooLarge, NotImplementedByServer,
     Unavailable, HttpVersionNotSupported)}
 

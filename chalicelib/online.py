@@ -337,6 +337,35 @@ def request_restart(account_id: str, session_id: str) -> None:
 
 
 # ---- tunnels and endpoints --------------------------------------------------------------
+INTERNAL_SUFFIX = ".internal"
+
+
+def claim_name(hostname: str, account_id: str) -> str:
+    """The name a hostname's claim is kept under: the hostname itself, service-wide; for an
+    internal name (``*.internal``) ``<name>@<account id>``, since internal names are
+    namespaced per account (chalicelib.cloud_endpoints)."""
+    name = hostname.lower()
+    return f"{name}@{account_id}" if name.endswith(INTERNAL_SUFFIX) else name
+
+
+def _canonical(name: str) -> str:
+    """A claim's name compared case-insensitively, but for the account id of an internal
+    name's namespace (ids are case-sensitive)."""
+    host, at, account = name.partition("@")
+    return host.lower() + at + account
+
+
+def cloud_endpoint_for(name: str) -> Optional[Dict[str, Any]]:
+    """The cloud endpoint serving the claim ``name`` (a hostname, or :func:`claim_name` of an
+    internal one): the copy its claim carries (``id``, ``account_id``, ``url``, ``host``,
+    ``scheme``, ``internal``, ``traffic_policy``), or None. One GetItem; the edge's read."""
+    held = _get_raw(_claim_key(_canonical(name)))
+    if held is None:
+        return None
+    cloud = _data(held).get("cloud")
+    return dict(cloud) if cloud else None
+
+
 def served_name(proto: str, public_url: Optional[str], hostname: Optional[str],
                 port: Optional[int]) -> Optional[str]:
     """The name an endpoint claims: its hostname, or ``host:port`` for TCP."""
@@ -361,7 +390,7 @@ def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance
                    forwards_to: str = "", metadata: str = "", endpoint_id: Optional[str] = None,
                    traffic_policy: str = "", bind_id: Optional[str] = None,
                    domain_id: Optional[str] = None, tcp_addr_id: Optional[str] = None,
-                   description: str = "") -> None:
+                   description: str = "", bindings: Optional[List[str]] = None) -> None:
     """Write the tunnel item and, when ``endpoint_id`` is given, the endpoint item, and add
     both to the session, in one transaction (upserts: a re-bind with the same ids replaces
     them). NotFound when the session item does not exist.
@@ -378,6 +407,8 @@ def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance
     at = now()
     started = _rfc3339(at)
     name = served_name(proto, public_url, hostname, port) if endpoint_id else None
+    if name and proto != "tcp":
+        name = claim_name(name, account_id)
     tunnel = {"session_id": session_id, "proto": proto, "public_url": public_url or "",
               "labels": dict(labels) if labels else None, "forwards_to": forwards_to,
               "metadata": metadata, "started_at": started, "endpoint_id": endpoint_id,
@@ -395,6 +426,7 @@ def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance
                     "metadata": metadata, "description": description,
                     "traffic_policy": traffic_policy, "domain_id": domain_id,
                     "tcp_addr_id": tcp_addr_id, "bind_id": bind_id,
+                    "bindings": list(bindings or ["public"]),
                     "created_at": started, "updated_at": started}
         ops.append({"Put": {"TableName": _table(), "Item": _item(
             store.collection_pk(account_id, ENDPOINTS), endpoint_id, kind=ENDPOINTS,
@@ -455,7 +487,7 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str,
     heartbeat as read, so two edges cannot both take it). Conflict when another live endpoint
     holds it. Names are compared lower-cased.
     """
-    name = hostname.lower()
+    name = _canonical(hostname)
     key = _claim_key(name)
     client = _client()
     for _ in range(store.RETRIES):
@@ -508,13 +540,13 @@ def _claim_is_live(claim: Dict[str, Any]) -> bool:
 
 def release_hostname(hostname: str, *, endpoint_id: str) -> None:
     """Free ``hostname`` if ``endpoint_id`` still holds it (idempotent)."""
-    _delete_if(_claim_key(hostname.lower()), "#o = :o", {":o": {"S": endpoint_id}})
+    _delete_if(_claim_key(_canonical(hostname)), "#o = :o", {":o": {"S": endpoint_id}})
 
 
 def hostname_holder(hostname: str) -> Optional[Dict[str, Any]]:
     """Who serves ``hostname`` now: ``{"account_id", "endpoint_id", "instance_id"}`` of a
     live claim, or None (no claim, or a stale one). For routing across edge instances."""
-    held = _get_raw(_claim_key(hostname.lower()))
+    held = _get_raw(_claim_key(_canonical(hostname)))
     if held is None or not _claim_is_live(held):
         return None
     return {"account_id": _s(held, "account_id"), "endpoint_id": _s(held, "owner"),

@@ -15,6 +15,7 @@ In-process only, on one table for the module (``module_api``): the rules live in
 """
 import itertools
 import re
+import uuid
 
 import pytest
 
@@ -99,6 +100,9 @@ RESOURCES = [
     Resource("reserved_addr", "ra", "reserved_addrs", _simple("/reserved_addrs")),
     Resource("certificate_authority", "ca", "certificate_authorities",
              _simple("/certificate_authorities", lambda: {"ca_pem": make_cert()[0]})),
+    Resource("endpoint", "ep", "endpoints", _simple("/endpoints", lambda: {
+        "url": f"https://e{_n()}-{uuid.uuid4().hex[:12]}.tunnels.localhost", "type": "cloud",
+        "traffic_policy": ""})),
     Resource("abuse_report", "abrp", None,
              _simple("/abuse_reports", lambda: {"urls": ["https://bad.example.com/x"]}),
              patch={}, listed=False, reporter=True),
@@ -111,7 +115,7 @@ PENDING: dict = {}
 PENDING_MODULES: set = set()
 # Online state the edge writes (no create route): only their id rules are checked here; their
 # lists and contents are the edge suite's (tests/edge).
-ONLINE = {"/endpoints": ("endpoints", []), "/tunnels": ("tunnels", []),
+ONLINE = {"/tunnels": ("tunnels", []),
           "/tunnel_sessions": ("tunnel_sessions", ["restart", "stop", "update"])}
 LISTED = [r for r in RESOURCES if r.listed]
 DOCUMENT = openapi.build(app)

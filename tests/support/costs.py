@@ -202,6 +202,12 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
     run("GET /tunnels/{tunnel_id}", lambda: admin.get(f"/tunnels/{tid}"), 200)
     run("GET /endpoints", lambda: admin.get("/endpoints"), 200)
     run("GET /endpoints/{endpoint_id}", lambda: admin.get(f"/endpoints/{eid}"), 200)
+    cloud = run("POST /endpoints", lambda: admin.post("/endpoints", {
+        "url": "https://cloud-costs.tunnels.localhost", "type": "cloud",
+        "traffic_policy": "on_http_request: [{actions: [{type: deny}]}]"}), 201)["id"]
+    run("PATCH /endpoints/{endpoint_id}",
+        lambda: admin.patch(f"/endpoints/{cloud}", {"description": "d"}), 200)
+    run("DELETE /endpoints/{endpoint_id}", lambda: admin.delete(f"/endpoints/{cloud}"), 204)
     for action, status in (("stop", 204), ("restart", 204), ("update", 400)):
         run(f"POST /tunnel_sessions/{{session_id}}/{action}",
             lambda: admin.post(f"/tunnel_sessions/{sid}/{action}", {}), status)

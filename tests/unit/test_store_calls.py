@@ -99,6 +99,11 @@ EXPECTED_VIEW_CALLS = {
     "GET /tunnel_sessions": 1, "GET /tunnel_sessions/{session_id}": 1,
     "GET /tunnels": 2, "GET /tunnels/{tunnel_id}": 2,
     "GET /endpoints": 2, "GET /endpoints/{endpoint_id}": 2,
+    # cloud endpoints (chalicelib.cloud_endpoints): POST reads the reservation covering the
+    # host (1 BatchGetItem) and writes the endpoint and its host's claim in 1 transaction;
+    # PATCH and DELETE read the endpoint (its claim, its version), then 1 transaction
+    "POST /endpoints": 2, "PATCH /endpoints/{endpoint_id}": 2,
+    "DELETE /endpoints/{endpoint_id}": 2,
     "POST /tunnel_sessions/{session_id}/stop": 2, "POST /tunnel_sessions/{session_id}/restart": 2,
     "POST /tunnel_sessions/{session_id}/update": 1,
 }

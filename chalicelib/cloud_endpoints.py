@@ -1,0 +1,351 @@
+"""Cloud endpoints: the writes of ``POST``/``PATCH``/``DELETE /endpoints`` (``type: "cloud"``).
+
+A cloud endpoint is an endpoint item of the account's ``endpoint`` collection (the same
+collection as agent endpoints, chalicelib.online) with no session (``owner`` unset: live while
+it exists), and the **served-name claim** of its host (``unique_pk("served_host", name)``,
+``owner`` = the endpoint id, no TTL), whose data carries ``cloud``: the copy of what the edge
+needs to serve it (id, account, url, host, traffic_policy). The edge finds a cloud endpoint by
+host with one GetItem of that claim (:func:`chalicelib.online.cloud_endpoint_for`); both items
+are written in one transaction, so the copy is never older than the endpoint.
+
+Rules (the hosted API's, where its docs say; decided here where they are silent)
+- ``url``: ``https://host`` or ``http://host`` (a trailing ``/`` is dropped; the scheme's own
+  port may be given and is dropped; any other port, a path, query, fragment or user info is
+  a 400). ``tcp://`` and ``tls://`` cloud endpoints are not served by this edge: 400 saying so.
+- Public host (not ``*.internal``): a domain the account reserved (exactly, or under one of its
+  wildcards, the most specific reservation deciding) or a name under ``BASE_DOMAIN`` (not the
+  base itself, nor ``EDGE_TCP_HOST``) nobody else reserved: the rule of HTTPS edge hostports
+  and agent binds. Another account's domain: 400 ``ERR_NGROK_320``; a domain nobody reserved:
+  400 ``ERR_NGROK_7117``.
+- Internal host (``name.internal``, any name: no reservation needed): needs the ``internal``
+  binding. Internal names are namespaced per account (the hosted docs: "even if another user
+  has the same internal endpoint URL as you, your traffic will never flow to their
+  endpoint"): the claim's name is ``<host>@<account id>``, so two accounts can each have
+  ``https://api.internal``, and within one account one endpoint (cloud or agent) holds it.
+- One host, one endpoint, service-wide (whatever the scheme): a host this account's cloud
+  endpoint already serves is 409 ``ERR_NGROK_18009``; one an online agent endpoint or another
+  account serves, or an HTTPS edge's ``host:443`` hostport, is 409 ``ERR_NGROK_334``. A claim
+  left by an agent endpoint whose session went stale is taken over (the edge's own rule).
+- ``bindings``: one of ``["public"]`` or ``["internal"]``; when not sent, ``internal`` for a
+  ``.internal`` URL and ``public`` otherwise; a binding that does not match the URL is a 400
+  (the hosted docs: internal URLs "must end with .internal and use the internal binding").
+  ``kubernetes`` is not served (400).
+- ``type``: ``cloud`` (the default when not sent); anything else is a 400 (agent endpoints are
+  made by agents).
+- ``traffic_policy``: validated by the engine the edge runs (chalicelib.policy): 400
+  ``ERR_NGROK_18002`` naming the element. ``""`` (or not sent) is stored; the edge then
+  answers every request with ``ERR_NGROK_6029`` (a cloud endpoint's policy must end in a
+  terminating action; the hosted docs check that when traffic arrives, not at creation).
+- ``description`` ≤ 255 bytes, ``metadata`` ≤ 4096 bytes (the API's usual limits).
+- ``pooling_enabled``: ``false`` only (one endpoint per URL); ``true`` is a 400.
+- PATCH changes any of url, traffic_policy, description, metadata, bindings with the same
+  checks (a new url moves the claim in the same transaction). PATCH or DELETE of an **agent**
+  endpoint is a 400 ``ERR_UNSUPPORTED_OPERATION`` (its agent manages it: stop the agent or
+  its tunnel session); of an offline one, or another account's, a 404.
+
+Store calls: POST = 1 BatchGetItem (the reservation covering a public host; none for an
+internal one) + 1 TransactWriteItems. PATCH = 1 GetItem (the endpoint: the claim to move and
+the version to write against) + the reservation read when ``url`` changes + 1
+TransactWriteItems. DELETE = 1 GetItem + 1 TransactWriteItems (endpoint and claim together).
+"""
+from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import urlsplit
+
+from botocore.exceptions import ClientError
+
+from chalicelib import errors, hostnames, online, reserved_domains, store, traffic_policy
+from chalicelib.config import get_settings
+
+INTERNAL_SUFFIX = ".internal"
+MAX_URL_BYTES = 1024
+SCHEMES = {"https": 443, "http": 80}
+NOT_SERVED_SCHEMES = ("tcp", "tls")
+BINDINGS = ("public", "internal")
+HTTPS_EDGE_PORT = 443   # HTTPS edges claim "host:443" (edge_modules.HOSTPORT_NAMESPACE)
+
+
+def _bad(field: str, msg: str, cls=errors.InvalidField) -> errors.ApiError:
+    return cls(f"Field '{field}' {msg}", details={"field": field})
+
+
+def is_internal(host: str) -> bool:
+    return host.endswith(INTERNAL_SUFFIX)
+
+
+# ---- field checks -------------------------------------------------------------------------------
+def check_url(field: str, value: Any) -> str:
+    """The canonical URL (``scheme://host``), or a 400 naming ``field``."""
+    if not isinstance(value, str) or not value.strip():
+        raise _bad(field, "must be a URL such as 'https://example.com'")
+    if len(value.encode("utf-8")) > MAX_URL_BYTES:
+        raise _bad(field, f"is longer than {MAX_URL_BYTES} bytes")
+    text = value.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise _bad(field, f"is not a valid URL: '{text[:300]}'") from None
+    scheme = parts.scheme.lower()
+    if scheme in NOT_SERVED_SCHEMES:
+        raise _bad(field, f"has scheme '{scheme}': this service serves http and https cloud "
+                          "endpoints (tcp and tls ones are not offered)")
+    if scheme not in SCHEMES:
+        raise _bad(field, f"must start with https:// or http://, got '{text[:300]}'")
+    if parts.username is not None or parts.password is not None:
+        raise _bad(field, "must not carry user info")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "#" in text \
+            or text.endswith("?"):
+        raise _bad(field, "must be scheme://host only (no path, query or fragment)")
+    if port is not None and port != SCHEMES[scheme]:
+        raise _bad(field, f"may only use the scheme's own port ({SCHEMES[scheme]}), got {port}")
+    try:
+        host = hostnames.parse(parts.hostname or "", min_labels=2, numeric_tld=False)
+    except hostnames.InvalidHostname as exc:
+        raise _bad(field, f"has an invalid host: {exc}") from None
+    return f"{scheme}://{host}"
+
+
+def check_type(field: str, value: Any) -> str:
+    if value != "cloud":
+        raise _bad(field, f"must be 'cloud' (agent endpoints are started by agents), got "
+                          f"{str(value)[:100]!r}")
+    return value
+
+
+def check_bindings(field: str, value: List[str]) -> List[str]:
+    if len(value) != 1 or value[0] not in BINDINGS:
+        raise _bad(field, "must be [\"public\"] or [\"internal\"] (kubernetes bindings are not "
+                          "served)")
+    return list(value)
+
+
+def check_pooling(field: str, value: bool) -> bool:
+    if value:
+        raise _bad(field, "must be false: one endpoint serves a URL (pooling is not offered)")
+    return value
+
+
+def check_policy(field: str, value: Any) -> str:
+    try:
+        return traffic_policy.check_document(field, value, protocol="http") if value else value
+    except errors.InvalidField as exc:
+        raise errors.InvalidCloudPolicy(exc.msg, details={"field": field}) from None
+
+
+def split(url: str) -> Tuple[str, str]:
+    """(scheme, host) of a canonical URL."""
+    scheme, _, host = url.partition("://")
+    return scheme, host
+
+
+def resolve_bindings(url: str, bindings: Optional[List[str]]) -> List[str]:
+    internal = is_internal(split(url)[1])
+    if bindings is None:
+        return ["internal" if internal else "public"]
+    if (bindings[0] == "internal") != internal:
+        raise _bad("bindings", "must be [\"internal\"] for a URL under .internal and "
+                               "[\"public\"] for any other URL")
+    return bindings
+
+
+def domain_of(account_id: str, host: str) -> Optional[str]:
+    """The reserved domain id a public ``host`` uses (None: a free name under the base
+    domain), or a 400 (another account's domain, a domain nobody reserved)."""
+    settings = get_settings()
+    if host == settings.edge_tcp_host:
+        raise _bad("url", f"has the host of the service's TCP addresses ({host})")
+    found = reserved_domains.reservation_of(host)
+    if found is not None:
+        if found["account_id"] != account_id:
+            raise _bad("url", f"is under '{found['domain']}', a domain reserved for another "
+                              "account", errors.DomainNotOwned)
+        return found["reserved_domain_id"]
+    base = settings.base_domain
+    if host != base and hostnames.is_within(host, base):
+        return None
+    raise _bad("url", f"is not on a domain this account reserved (reserve '{host}' with POST "
+                      f"/reserved_domains) nor a name under '{base}'", errors.DomainNotReserved)
+
+
+# ---- items --------------------------------------------------------------------------------------
+def _endpoint_key(account_id: str, endpoint_id: str) -> Dict[str, Any]:
+    return online._key(store.collection_pk(account_id, online.ENDPOINTS), endpoint_id)
+
+
+def _endpoint_item(account_id: str, endpoint_id: str, data: Dict[str, Any],
+                   version: int) -> Dict[str, Any]:
+    return {**_endpoint_key(account_id, endpoint_id), "kind": {"S": online.ENDPOINTS},
+            "account_id": {"S": account_id}, "data": store.to_av(data), "refs": {"N": "0"},
+            "version": {"N": str(version)}}
+
+
+def claim_of(account_id: str, data: Dict[str, Any]) -> str:
+    return online.claim_name(split(data["url"])[1], account_id)
+
+
+def _claim_item(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> Dict[str, Any]:
+    name = claim_of(account_id, data)
+    scheme, host = split(data["url"])
+    copy = {"id": endpoint_id, "account_id": account_id, "url": data["url"], "host": host,
+            "scheme": scheme, "internal": is_internal(host),
+            "traffic_policy": data.get("traffic_policy", "")}
+    return {**online._claim_key(name), "kind": {"S": online.CLAIM_NAMESPACE},
+            "account_id": {"S": account_id}, "owner": {"S": endpoint_id},
+            "instance_id": {"S": "api"}, "heartbeat_at": {"N": online._ms(online.now())},
+            "data": store.to_av({"endpoint_id": endpoint_id, "account_id": account_id,
+                                 "name": name, "cloud": copy})}
+
+
+def _hostport_free(host: str) -> Dict[str, Any]:
+    from chalicelib import edge_modules
+    key = online._key(store.unique_pk(edge_modules.HOSTPORT_NAMESPACE,
+                                      f"{host}:{HTTPS_EDGE_PORT}"), store.UNIQUE_SK)
+    return {"ConditionCheck": {"TableName": online._table(), "Key": key,
+                               "ConditionExpression": "attribute_not_exists(pk)"}}
+
+
+class _Taken(Exception):
+    """The claim is held; ``raw`` is the holder as it was."""
+
+    def __init__(self, raw: Optional[Dict[str, Any]]):
+        super().__init__("claim held")
+        self.raw = raw
+
+
+def _claim_ops(account_id: str, endpoint_id: str, data: Dict[str, Any],
+               held: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Put the claim: new (nobody holds it), or over ``held`` (a stale holder, as read)."""
+    put = {"TableName": online._table(), "Item": _claim_item(account_id, endpoint_id, data),
+           "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+    if held is None:
+        put["ConditionExpression"] = "attribute_not_exists(pk)"
+    else:
+        put.update(ConditionExpression="#o = :old AND heartbeat_at = :hb",
+                   ExpressionAttributeNames={"#o": "owner"},
+                   ExpressionAttributeValues={":old": held["owner"],
+                                              ":hb": held["heartbeat_at"]})
+    ops = [{"Put": put}]
+    host = split(data["url"])[1]
+    if not is_internal(host):
+        ops.append(_hostport_free(host))
+    return ops
+
+
+def _transact(ops: List[Dict[str, Any]], claim_index: int) -> None:
+    """Run the transaction; _Taken when the claim's condition failed, EndpointUrlInUse when an
+    HTTPS edge holds the hostport, VersionConflict when the endpoint changed meanwhile."""
+    try:
+        online._client().transact_write_items(TransactItems=ops)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        if error.get("Code") in ("TransactionConflictException",
+                                 "TransactionInProgressException"):
+            raise store.VersionConflict() from None
+        if error.get("Code") != "TransactionCanceledException":
+            raise
+        reasons = exc.response.get("CancellationReasons") or []
+        for index, reason in enumerate(reasons):
+            if reason.get("Code") != "ConditionalCheckFailed":
+                continue
+            if index == claim_index:
+                raise _Taken(reason.get("Item")) from None
+            if "ConditionCheck" in ops[index]:
+                raise errors.EndpointUrlInUse(
+                    "The endpoint URL's host is served by an HTTPS edge (its hostport "
+                    f"'{ops[index]['ConditionCheck']['Key']['pk']['S'].split('#')[-1]}'); "
+                    "remove it from the edge first", details={"field": "url"}) from None
+            raise store.VersionConflict() from None
+        raise store.VersionConflict() from None
+
+
+def _write_claiming(account_id: str, endpoint_id: str, data: Dict[str, Any],
+                    other_ops: List[Dict[str, Any]]) -> None:
+    """``other_ops`` and the claim of ``data``'s host in one transaction, taking over a stale
+    holder (re-read only on that failure path); 409 when a live endpoint holds it."""
+    held = None
+    for _ in range(store.RETRIES):
+        ops = other_ops + _claim_ops(account_id, endpoint_id, data, held)
+        try:
+            _transact(ops, len(other_ops))
+            return
+        except _Taken as taken:
+            raw = taken.raw or online._get_raw(online._claim_key(claim_of(account_id, data)))
+            if raw is None:
+                held = None
+                continue
+            holder_data = online._data(raw)
+            if holder_data.get("cloud") and online._s(raw, "account_id") == account_id:
+                raise errors.CloudEndpointExists(
+                    f"This account already has a cloud endpoint on {data['url']} "
+                    f"({online._s(raw, 'owner')})", details={"field": "url"}) from None
+            if online._claim_is_live(raw):
+                raise errors.EndpointUrlInUse(
+                    f"The endpoint URL {data['url']} is already online (served by another "
+                    "endpoint); stop it first or use another URL",
+                    details={"field": "url"}) from None
+            held = raw
+    raise errors.Conflict(f"'{data['url']}' is being claimed by another endpoint at the same "
+                          "time")
+
+
+def create(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> store.Item:
+    put = {"Put": {"TableName": online._table(),
+                   "Item": _endpoint_item(account_id, endpoint_id, data, 1),
+                   "ConditionExpression": "attribute_not_exists(pk)"}}
+    _write_claiming(account_id, endpoint_id, data, [put])
+    return store.model().from_raw_data(_endpoint_item(account_id, endpoint_id, data, 1))
+
+
+def read(account_id: str, endpoint_id: str, what: str = "endpoint") -> store.Item:
+    """The cloud endpoint (1 GetItem); 404 when there is none (or the agent endpoint is
+    offline), 400 when it is a live agent endpoint (its agent manages it)."""
+    item = store.get_by_id(account_id, online.ENDPOINTS, online.ENDPOINT_PREFIX, endpoint_id,
+                           what)
+    if item.owner or (item.data or {}).get("type", "agent") != "cloud":
+        online.live_item(account_id, online.ENDPOINTS, online.ENDPOINT_PREFIX, endpoint_id,
+                         what)   # 404 when offline
+        raise errors.UnsupportedOperation(
+            f"Endpoint '{endpoint_id}' is an agent endpoint: its agent manages it (stop the "
+            "agent, or its tunnel session with POST /tunnel_sessions/{id}/stop); only cloud "
+            "endpoints are changed or deleted through this API")
+    return item
+
+
+def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item:
+    """Write ``data`` over ``old`` (as read): the endpoint conditioned on its version, the
+    claim rewritten (same host) or moved (new host), in one transaction."""
+    version = int(old.version or 0)
+    endpoint_id = old.sk
+    put = {"Put": {"TableName": online._table(),
+                   "Item": _endpoint_item(account_id, endpoint_id, data, version + 1),
+                   "ConditionExpression": "attribute_exists(pk) AND version = :v",
+                   "ExpressionAttributeValues": {":v": {"N": str(version)}}}}
+    old_name, new_name = claim_of(account_id, old.data), claim_of(account_id, data)
+    if old_name == new_name:
+        claim = {"Put": {"TableName": online._table(),
+                         "Item": _claim_item(account_id, endpoint_id, data),
+                         "ConditionExpression": "#o = :o",
+                         "ExpressionAttributeNames": {"#o": "owner"},
+                         "ExpressionAttributeValues": {":o": {"S": endpoint_id}}}}
+        _transact([put, claim], -1)
+        return store.model().from_raw_data(put["Put"]["Item"])
+    release = {"Delete": {"TableName": online._table(), "Key": online._claim_key(old_name),
+                          "ConditionExpression": "#o = :o",
+                          "ExpressionAttributeNames": {"#o": "owner"},
+                          "ExpressionAttributeValues": {":o": {"S": endpoint_id}}}}
+    _write_claiming(account_id, endpoint_id, data, [put, release])
+    return store.model().from_raw_data(put["Put"]["Item"])
+
+
+def delete(account_id: str, old: store.Item) -> None:
+    endpoint_id = old.sk
+    ops = [{"Delete": {"TableName": online._table(),
+                       "Key": _endpoint_key(account_id, endpoint_id),
+                       "ConditionExpression": "version = :v",
+                       "ExpressionAttributeValues": {":v": {"N": str(int(old.version or 0))}}}},
+           {"Delete": {"TableName": online._table(),
+                       "Key": online._claim_key(claim_of(account_id, old.data)),
+                       "ConditionExpression": "attribute_not_exists(pk) OR #o = :o",
+                       "ExpressionAttributeNames": {"#o": "owner"},
+                       "ExpressionAttributeValues": {":o": {"S": endpoint_id}}}}]
+    _transact(ops, -1)
