@@ -18,6 +18,17 @@ A TCP connection on a reserved address's port reaches the TCP edge of ``<tcp hos
 its ip_restriction and traffic_policy run ``on_tcp_connect``, then its tunnel group backend
 carries the bytes.
 
+Cloud endpoints (``POST /endpoints``, type ``cloud``) come before HTTPS edges: a request
+whose ``Host`` no agent endpoint serves is looked up as a cloud endpoint's host (one GetItem
+of the host's served-name claim, which carries the endpoint's url and traffic_policy:
+chalicelib.online.cloud_endpoint_for). Its traffic policy runs with no agent; it must answer
+(custom-response, redirect, deny, …) or ``forward-internal``; a request it lets through is
+answered ``ERR_NGROK_6029`` (502: "the traffic policy configured for cloud endpoint … is
+non-terminating"). Internal endpoints (``*.internal``: an agent's, bound on this edge, or a
+cloud endpoint with the internal binding) are found only by :meth:`EdgeRouter.internal_target`,
+for a ``forward-internal`` of an endpoint of the same account: their claims are namespaced by
+account, so another account's internal name is simply not found (offline).
+
 Changes through the API take effect within CACHE_SECONDS (1 s): lookups are cached that long
 per hostport, so a busy hostport costs its store reads (1 GetItem + 1 Query for an HTTPS edge,
 1 GetItem per backend, 1 Query for IP policy rules) once a second instead of per request.
@@ -35,6 +46,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from urllib.parse import urlsplit
+
+from chalicelib import online
 from edge import enforce
 
 CACHE_SECONDS = 1.0
@@ -50,6 +64,7 @@ class Routed:
     url: str = ""
     host: str = ""
     account_id: str = ""
+    cloud: bool = False          # a cloud endpoint: its policy must answer or forward
     tunnel: Any = None
     fixed: Optional[Dict[str, Any]] = None
     enforcement: Any = None
@@ -183,8 +198,51 @@ class EdgeRouter:
             return self._serve(account_id, random.choices(members, weights=weights)[0])
         return None, None
 
+    # ---- cloud and internal endpoints -------------------------------------------------------
+    async def _cloud(self, name: str) -> Optional[Dict[str, Any]]:
+        return await self._cache.get(("cloud", name), lambda: self.edge.call(
+            online.cloud_endpoint_for, name))
+
+    async def _cloud_routed(self, cloud: Dict[str, Any]) -> Routed:
+        routed = Routed(endpoint_id=cloud["id"], url=cloud["url"], host=cloud["host"],
+                        account_id=cloud["account_id"], cloud=True)
+        text = cloud.get("traffic_policy") or ""
+        try:
+            if text:
+                phases = enforce.parse_document(text)
+                routed.enforcement = await self._cache.get(
+                    ("policy", cloud["id"], text), lambda: _compiled(phases))
+        except Exception as exc:  # a stored policy the engine now refuses: fail closed
+            routed.error = (502, "ERR_NGROK_2201", f"The endpoint's traffic policy cannot be "
+                                                   f"applied: {str(exc)[:200]}")
+        return routed
+
+    async def internal_target(self, account_id: str, url: str) -> Optional[Routed]:
+        """Where a ``forward-internal`` to ``url`` of an endpoint of ``account_id`` goes: the
+        account's internal agent endpoint bound on this edge, else its internal cloud
+        endpoint; None when there is none (offline), also for another account's."""
+        try:
+            host = (urlsplit(url).hostname or "").lower()
+        except ValueError:
+            return None
+        if not host.endswith(online.INTERNAL_SUFFIX):
+            return None
+        tunnel = self.edge.registry.internal.get((account_id, host))
+        if tunnel is not None:
+            return Routed(endpoint_id=tunnel.endpoint_id or tunnel.id, url=tunnel.url,
+                          host=host, account_id=account_id, tunnel=tunnel,
+                          enforcement=tunnel.enforcement)
+        cloud = await self._cloud(online.claim_name(host, account_id))
+        if cloud is None or cloud.get("account_id") != account_id or not cloud.get("internal"):
+            return None
+        return await self._cloud_routed(cloud)
+
     # ---- HTTPS edges ------------------------------------------------------------------------
     async def route_http(self, host: str, target: bytes, scheme: str) -> Optional[Routed]:
+        if "@" not in host:   # an internal claim's name is never a public Host
+            cloud = await self._cloud(host)
+            if cloud is not None and not cloud.get("internal"):
+                return await self._cloud_routed(cloud)
         found = await self._https_edge(f"{host}:443")
         if found is None:
             return None

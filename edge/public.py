@@ -32,6 +32,7 @@ MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT = 30.0     # a request head must arrive whole within this
 IDLE_TIMEOUT = 75.0     # an idle keep-alive connection is closed after this
 FIXED_BODY_DRAIN = 1024 * 1024  # request body read (and dropped) before a fixed answer
+MAX_FORWARDS = 8        # forward-internal hops of one request (a loop of endpoints ends)
 HOP_HEADERS = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
 
 STATUS_TEXT = {400: "Bad Request", 404: "Not Found", 502: "Bad Gateway",
@@ -141,6 +142,12 @@ class _Traffic:
             content_length=length)
         self.compressor = None
 
+    def forwarded_request(self) -> h11.Request:
+        """The request as this policy left it, for the internal endpoint it forwards to."""
+        return h11.Request(method=self.req.method, target=self.req.target.encode("latin-1"),
+                           headers=[(n.encode("latin-1"), v.encode("latin-1"))
+                                    for n, v in self.req.headers])
+
     def upstream_request(self, client_ip: str, scheme: str) -> h11.Request:
         pairs = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in self.req.headers]
         return h11.Request(method=self.req.method, target=self.req.target.encode("latin-1"),
@@ -186,12 +193,13 @@ class HttpFront:
                     await self._answer(client, writer, *MISDIRECTED, refused, close=True)
                     return
                 tunnel = self.edge.registry.http_tunnel(host)
-                fixed = None
+                fixed, cloud = None, False
                 if tunnel is not None:
                     enforcement = tunnel.enforcement
                     endpoint = (tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.hostname,
                                 tunnel.account_id)
-                else:   # not an agent endpoint: an HTTPS edge's hostport?
+                    account_id = tunnel.account_id
+                else:   # not an agent endpoint: a cloud endpoint, an HTTPS edge's hostport?
                     routed = await self.edge.router.route_http(host, request.target,
                                                                self.scheme)
                     if routed is None or routed.error is not None:
@@ -202,20 +210,43 @@ class HttpFront:
                         return
                     tunnel, fixed, enforcement = routed.tunnel, routed.fixed, routed.enforcement
                     endpoint = (routed.endpoint_id, routed.url, routed.host, routed.account_id)
+                    cloud, account_id = routed.cloud, routed.account_id
                 traffic, prebuffered = None, []
-                if enforcement is not None and enforcement.policy is not None:
+                hop_request, forwards = request, 0
+                while enforcement is not None and enforcement.policy is not None:
                     conn = self._conn(writer, peer, endpoint)
                     if enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
                         conn.ip_policy_resolver = await self.edge.router.ip_policy_resolver(
                             endpoint[3], enforcement.policy)
-                    traffic = _Traffic(enforcement.policy, conn, request, self.scheme, host)
-                    verdict, prebuffered = await self._request_phase(client, reader, writer,
-                                                                     traffic, host)
-                    if verdict == "next":
-                        client.start_next_cycle()
-                        continue
-                    if verdict != "proxy":
+                    traffic = _Traffic(enforcement.policy, conn, hop_request, self.scheme, host)
+                    verdict, prebuffered, target = await self._request_phase(
+                        client, reader, writer, traffic, host, prebuffered, account_id)
+                    if verdict in ("next", "proxy"):
+                        break
+                    if verdict != "forward":
                         return
+                    # forward-internal: the internal endpoint's own policy runs next (if it
+                    # has none, the forwarding endpoint's response phase stays in force)
+                    forwards += 1
+                    if target.error is not None or forwards > MAX_FORWARDS:
+                        status, code, msg = target.error or (
+                            502, "ERR_NGROK_3200", f"More than {MAX_FORWARDS} forward-internal "
+                                                   "hops for one request.")
+                        await self._answer(client, writer, status, code, msg, close=True)
+                        return
+                    tunnel, fixed, enforcement = target.tunnel, None, target.enforcement
+                    endpoint = (target.endpoint_id, target.url, target.host, account_id)
+                    cloud, hop_request = target.cloud, traffic.forwarded_request()
+                else:
+                    verdict = "proxy"
+                if verdict == "next":
+                    client.start_next_cycle()
+                    continue
+                if cloud:   # a cloud endpoint's policy let the request through: no upstream
+                    await self._answer(client, writer, 502, "ERR_NGROK_6029",
+                                       f"The traffic policy configured for cloud endpoint "
+                                       f"{endpoint[0]} is non-terminating.", close=True)
+                    return
                 if fixed is not None:   # an http_response backend: the edge answers
                     if not await self._answer_fixed(client, reader, writer, fixed, traffic,
                                                     prebuffered):
@@ -435,13 +466,17 @@ class HttpFront:
             conn.tls_sni = ssl_object.server_hostname or ""
         return conn
 
-    async def _request_phase(self, client, reader, writer, traffic: _Traffic,
-                             host: str) -> Tuple[str, List[Any]]:
-        """Run on_http_request: ("proxy", body events read so far) to go on upstream;
-        ("next", []) when the policy answered and the connection stays usable; ("close", [])
-        when it is done."""
-        events: List[Any] = []
-        while True:   # what of the body is already here (all of it, for a bodiless request)
+    async def _request_phase(self, client, reader, writer, traffic: _Traffic, host: str,
+                             events: Optional[List[Any]] = None, account_id: str = ""
+                             ) -> Tuple[str, List[Any], Any]:
+        """Run on_http_request: ("proxy", body events read so far, None) to go on upstream;
+        ("forward", events, target) for a forward-internal to an endpoint found (an
+        ``edges.Routed``); ("next", [], None) when the policy answered and the connection
+        stays usable; ("close", [], None) when it is done. ``events``: the body events an
+        earlier hop (the endpoint that forwarded here) already read."""
+        events = list(events or [])
+        while not (events and isinstance(events[-1], h11.EndOfMessage)):
+            # what of the body is already here (all of it, for a bodiless request)
             event = client.next_event()
             if event is h11.NEED_DATA:
                 break
@@ -450,28 +485,36 @@ class HttpFront:
             events.append(event)
             if isinstance(event, h11.EndOfMessage):
                 break
-        out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
         asked = False
-        while out.kind == tp.NEED_BODY and not asked:
-            asked = True
-            events = await self._buffer_body(client, reader, out.max_body_bytes, events)
-            body = b"".join(bytes(e.data) for e in events if isinstance(e, h11.Data))
-            traffic.req.body = body[:out.max_body_bytes]
-            traffic.req.body_complete = len(body) <= out.max_body_bytes and \
-                isinstance(events[-1], h11.EndOfMessage)
+        while True:
             out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+            while out.kind == tp.NEED_BODY and not asked:
+                asked = True
+                events = await self._buffer_body(client, reader, out.max_body_bytes, events)
+                body = b"".join(bytes(e.data) for e in events if isinstance(e, h11.Data))
+                traffic.req.body = body[:out.max_body_bytes]
+                traffic.req.body_complete = len(body) <= out.max_body_bytes and \
+                    isinstance(events[-1], h11.EndOfMessage)
+                out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+            if out.kind != tp.FORWARD_INTERNAL:
+                break
+            target = await self.edge.router.internal_target(account_id, out.url)
+            if target is not None:
+                return "forward", events, target
+            if out.on_error != "continue":   # halt: offline, like any unknown endpoint
+                await self._answer(client, writer, 502, "ERR_NGROK_3200",
+                                   f"The internal endpoint {out.url} is offline.", close=True)
+                return "close", [], None
+            # continue: the phase resumes after the forward action (same state)
         if out.kind == tp.CONTINUE:
-            return "proxy", events
+            return "proxy", events, None
         if out.kind == tp.RESPOND:
             whole = bool(events) and isinstance(events[-1], h11.EndOfMessage)
             for item in _outcome_response(out, close=not whole):
                 if item is not None:
                     await self._send(client, writer, item)
-            return ("next" if whole else "close"), []
-        if out.kind == tp.FORWARD_INTERNAL:
-            await self._answer(client, writer, 502, "ERR_NGROK_3200",
-                               f"The internal endpoint {out.url} is offline.", close=True)
-        return "close", []
+            return ("next" if whole else "close"), [], None
+        return "close", [], None
 
     def _response_phase(self, traffic: _Traffic, event: h11.Response) -> Any:
         if not traffic.policy.has("on_http_response"):

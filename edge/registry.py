@@ -8,7 +8,7 @@ instance named by the hostname's claim (docs/DEPLOY.md).
 """
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 
 @dataclass
@@ -28,6 +28,7 @@ class Tunnel:
     metadata: str = ""
     enforcement: Any = None      # what the edge applies to this endpoint's traffic
     tls: Any = None              # edge.tls.TlsSpec of its MutualTLSCA option, or None
+    internal: bool = False       # https://<name>.internal: reached only by forward-internal
 
     @property
     def account_id(self) -> str:
@@ -40,11 +41,15 @@ class Registry:
         self.by_id: Dict[str, Tunnel] = {}
         self.by_host: Dict[str, Tunnel] = {}
         self.by_port: Dict[int, Tunnel] = {}
+        # internal endpoints by (account, name): never found by a public Host
+        self.internal: Dict[Tuple[str, str], Tunnel] = {}
         self._rr = itertools.count()
 
     def add(self, tunnel: Tunnel) -> None:
         self.by_id[tunnel.id] = tunnel
-        if tunnel.hostname:
+        if tunnel.internal:
+            self.internal[(tunnel.account_id, tunnel.hostname)] = tunnel
+        elif tunnel.hostname:
             self.by_host[tunnel.hostname] = tunnel
         if tunnel.port:
             self.by_port[tunnel.port] = tunnel
@@ -52,7 +57,10 @@ class Registry:
     def remove(self, tunnel: Tunnel) -> None:
         if self.by_id.get(tunnel.id) is tunnel:
             del self.by_id[tunnel.id]
-        if tunnel.hostname and self.by_host.get(tunnel.hostname) is tunnel:
+        if tunnel.internal:
+            if self.internal.get((tunnel.account_id, tunnel.hostname)) is tunnel:
+                del self.internal[(tunnel.account_id, tunnel.hostname)]
+        elif tunnel.hostname and self.by_host.get(tunnel.hostname) is tunnel:
             del self.by_host[tunnel.hostname]
         if tunnel.port and self.by_port.get(tunnel.port) is tunnel:
             del self.by_port[tunnel.port]

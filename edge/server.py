@@ -71,7 +71,8 @@ class Edge:
 
     def _serves_name(self, name: str) -> bool:
         """Which SNI names get a certificate from the local CA: any well-formed host name
-        (agent endpoints and HTTPS edges alike: an edge's hostport is only known after a
+        (agent endpoints, cloud endpoints and HTTPS edges alike: a cloud endpoint's host or
+        an edge's hostport is only known after a
         store read, which a TLS handshake callback cannot wait for). Issued certificates are
         cached (1024 names, LRU); with EDGE_TLS_CERT one certificate serves every name."""
         try:
@@ -163,6 +164,9 @@ class Edge:
     async def bind_http(self, tunnel: Tunnel, requested: str) -> None:
         grant = tunnel.session.grant
         await self._take_over(tunnel)
+        if requested.endswith(online.INTERNAL_SUFFIX):
+            await self._bind_internal(tunnel, requested)
+            return
         if requested:
             name = await self.call(binding.check_domain, grant, requested)
             await self._claim(tunnel, name)
@@ -183,6 +187,26 @@ class Edge:
         tunnel.hostname = name
         scheme = "http" if tunnel.proto == "http" else "https"
         tunnel.url = self.settings.http_url(name, scheme)
+        self.registry.add(tunnel)
+        await self._online(tunnel)
+
+    async def _bind_internal(self, tunnel: Tunnel, requested: str) -> None:
+        """An internal endpoint (``https://<name>.internal``): any well-formed name, no
+        reservation (hosted rule); namespaced per account (its claim is ``<name>@<account>``,
+        chalicelib.online.claim_name); reachable only through a ``forward-internal`` action
+        of an endpoint of the same account, never from the public listeners."""
+        try:
+            name = hostnames.parse(requested, min_labels=2)
+        except hostnames.InvalidHostname as exc:
+            raise binding.Refused("ERR_NGROK_1602", f"Invalid domain '{requested}': "
+                                                    f"{exc}") from None
+        if not binding.acl_allows_domain(tunnel.session.grant, name):
+            raise binding.Refused("ERR_NGROK_399", "The credential ACL policy does not permit "
+                                                   f"binding this domain: {name}")
+        tunnel.internal = True
+        tunnel.hostname = name
+        await self._claim(tunnel, online.claim_name(name, tunnel.account_id))
+        tunnel.url = f"{'http' if tunnel.proto == 'http' else 'https'}://{name}"
         self.registry.add(tunnel)
         await self._online(tunnel)
 
@@ -253,7 +277,8 @@ class Edge:
                         port=tunnel.port or None, labels=tunnel.labels or None,
                         forwards_to=tunnel.forwards_to, metadata=tunnel.metadata,
                         endpoint_id=tunnel.endpoint_id if tunnel.url else None,
-                        traffic_policy=str(tunnel.opts.get("TrafficPolicy") or ""))
+                        traffic_policy=str(tunnel.opts.get("TrafficPolicy") or ""),
+                        bindings=["internal"] if tunnel.internal else ["public"])
 
     async def drop_tunnel(self, tunnel: Tunnel) -> None:
         """Stop serving a tunnel: registry, listener, claim and online items."""
@@ -262,8 +287,8 @@ class Edge:
         self.registry.remove(tunnel)
         if tunnel.port:
             self._release_port(tunnel.port)
-        name = tunnel.hostname or (f"{self.settings.tcp_host}:{tunnel.port}" if tunnel.port
-                                   else "")
+        name = (online.claim_name(tunnel.hostname, tunnel.account_id) if tunnel.hostname
+                else f"{self.settings.tcp_host}:{tunnel.port}" if tunnel.port else "")
         try:
             if name:
                 await self.call(online.release_hostname, name, endpoint_id=tunnel.endpoint_id)

@@ -1,0 +1,167 @@
+"""Cloud and internal endpoints through the running stack: cloud endpoints made with the
+official ``ngrok-api`` client answer from their traffic policy with no agent, on the HTTP and
+HTTPS listeners; internal endpoints bound by the official Python SDK (``domain=
+"<name>.internal"``) are reached only through ``forward-internal`` from an endpoint of the
+same account."""
+import json
+import time
+import uuid
+
+import ngrok
+import pytest
+
+from edge.edges import CACHE_SECONDS
+from tests.edge.conftest import BASE_DOMAIN
+from tests.edge.test_edge_sdk import _bound, _credential, _host
+
+# An API change must be in force on the next request after the edge's cache expires.
+IN_FORCE_AFTER = CACHE_SECONDS + 0.5
+
+
+def _answer(body, status=200):
+    return json.dumps({"on_http_request": [{"actions": [{"type": "custom-response", "config": {
+        "status_code": status, "headers": {"content-type": "text/plain"}, "body": body}}]}]})
+
+
+def _forward(url, on_error="halt", then=None):
+    actions = [{"type": "forward-internal", "config": {"url": url, "on_error": on_error}}]
+    if then is not None:
+        actions.append({"type": "custom-response", "config": {"status_code": 299,
+                                                              "body": then}})
+    return json.dumps({"on_http_request": [{"actions": actions}]})
+
+
+def _name(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def client(api, account):
+    return ngrok.Client(account.admin.token, base_url=api.base_url)
+
+
+def _cloud(client, policy, host=None):
+    host = host or f"{_name('cloud')}.{BASE_DOMAIN}"
+    return client.endpoints.create(url=f"https://{host}", type="cloud", traffic_policy=policy)
+
+
+def _internal_agent(edge, account, agents):
+    name = f"{_name('svc')}.internal"
+    agent = agents(edge, _credential(account)["token"], [{"proto": "http", "domain": name}])
+    [bound] = _bound(agent.start())
+    assert _host(bound["url"]) == name, bound
+    return name
+
+
+def test_cloud_endpoint_answers_with_its_policy_over_http_and_https_with_no_agent(edge,
+                                                                                  client):
+    ep = _cloud(client, _answer("hello from the cloud"))
+    resp = edge.http("GET", ep.host, "/anything")
+    assert (resp.status_code, resp.text) == (200, "hello from the cloud")
+    assert resp.headers["content-type"] == "text/plain"
+    https = edge.curl_https(ep.host, "/x")
+    assert https.returncode == 0, https.stderr
+    assert https.stdout == "hello from the cloud\n200"
+
+
+def test_a_patched_policy_is_in_force_after_the_edge_cache_expires(edge, client):
+    ep = _cloud(client, _answer("before"))
+    assert edge.http("GET", ep.host).text == "before"
+    client.endpoints.update(ep.id, traffic_policy=_answer("after", status=201))
+    time.sleep(IN_FORCE_AFTER)
+    resp = edge.http("GET", ep.host)
+    assert (resp.status_code, resp.text) == (201, "after")
+
+
+def test_deleting_a_cloud_endpoint_makes_its_host_offline(edge, client):
+    ep = _cloud(client, _answer("here"))
+    assert edge.http("GET", ep.host).status_code == 200
+    client.endpoints.delete(ep.id)
+    time.sleep(IN_FORCE_AFTER)
+    gone = edge.http("GET", ep.host)
+    assert gone.status_code == 404 and gone.json()["error_code"] == "ERR_NGROK_3200"
+
+
+def test_a_policy_that_does_not_answer_is_6029(edge, client):
+    headers_only = json.dumps({"on_http_request": [{"actions": [
+        {"type": "add-headers", "config": {"headers": {"x-a": "b"}}}]}]})
+    for policy in (headers_only, ""):
+        ep = _cloud(client, policy)
+        resp = edge.http("GET", ep.host)
+        assert resp.status_code == 502 and resp.json()["error_code"] == "ERR_NGROK_6029"
+        assert ep.id in resp.json()["msg"]
+
+
+def test_cloud_endpoint_forwards_to_an_sdk_internal_endpoint_of_its_account(edge, account,
+                                                                            client, agents):
+    name = _internal_agent(edge, account, agents)
+    policy = json.dumps({"on_http_request": [{"actions": [
+        {"type": "add-headers", "config": {"headers": {"x-via": "cloud"}}},
+        {"type": "forward-internal", "config": {"url": f"https://{name}"}}]}]})
+    ep = _cloud(client, policy)
+    resp = edge.http("GET", ep.host, "/echo?q=1")
+    assert resp.status_code == 200, resp.text
+    seen = resp.json()
+    assert seen["path"] == "/echo?q=1"
+    headers = {k.lower(): v for k, v in seen["headers"].items()}
+    assert headers["x-via"] == "cloud" and headers["x-forwarded-for"] == "127.0.0.1"
+    https = edge.curl_https(ep.host, "/echo")
+    assert https.stdout.endswith("\n200") and '"path": "/echo"' in https.stdout
+    # a body goes through too
+    posted = edge.http("POST", ep.host, "/upload", data=b"x" * 100000)
+    assert posted.json()["length"] == 100000
+    # the agent's endpoint is listed as internal
+    listed = {e.url: e for e in client.endpoints.list()}
+    assert listed[f"https://{name}"].bindings == ["internal"]
+    assert listed[f"https://{name}"].type == "agent"
+
+
+def test_an_internal_endpoint_is_not_reachable_from_the_public_listeners(edge, account,
+                                                                         agents):
+    name = _internal_agent(edge, account, agents)
+    for host in (name, f"{name}@{account.id}"):
+        resp = edge.http("GET", host, "/echo")
+        assert resp.status_code == 404 and resp.json()["error_code"] == "ERR_NGROK_3200"
+    https = edge.curl_https(name, "/echo")
+    assert https.stdout.endswith("\n404")
+
+
+def test_another_accounts_cloud_endpoint_cannot_forward_into_it(edge, api, account, agents):
+    name = _internal_agent(edge, account, agents)
+    other = ngrok.Client(api.new_account().admin.token, base_url=api.base_url)
+    halted = _cloud(other, _forward(f"https://{name}"))
+    resp = edge.http("GET", halted.host, "/echo")
+    assert resp.status_code == 502 and resp.json()["error_code"] == "ERR_NGROK_3200"
+    # on_error: continue goes on with the next action, as for any offline internal endpoint
+    went_on = _cloud(other, _forward(f"https://{name}", on_error="continue", then="fallback"))
+    resp = edge.http("GET", went_on.host, "/echo")
+    assert (resp.status_code, resp.text) == (299, "fallback")
+
+
+def test_cloud_endpoint_forwards_to_an_internal_cloud_endpoint(edge, client):
+    inner = client.endpoints.create(url=f"https://{_name('inner')}.internal", type="cloud",
+                                    traffic_policy=_answer("from the inner endpoint"))
+    assert inner.bindings == ["internal"]
+    outer = _cloud(client, _forward(inner.url))
+    resp = edge.http("GET", outer.host)
+    assert (resp.status_code, resp.text) == (200, "from the inner endpoint")
+    assert edge.http("GET", _host(inner.url)).status_code == 404
+
+
+def test_a_forward_loop_ends_with_an_error(edge, client):
+    a_url = f"https://{_name('loop')}.internal"
+    b = client.endpoints.create(url=f"https://{_name('loop')}.internal", type="cloud",
+                                traffic_policy=_forward(a_url))
+    client.endpoints.create(url=a_url, type="cloud", traffic_policy=_forward(b.url))
+    outer = _cloud(client, _forward(a_url))
+    resp = edge.http("GET", outer.host)
+    assert resp.status_code == 502 and "forward-internal" in resp.json()["msg"]
+
+
+def test_an_agent_cannot_bind_a_cloud_endpoints_host(edge, account, client, agents):
+    ep = _cloud(client, _answer("mine"))
+    agent = agents(edge, _credential(account)["token"], [{"proto": "http", "domain": ep.host}])
+    events = agent.start()
+    assert any(e["event"] == "error" and "ERR_NGROK_334" in " ".join(e["args"])
+               for e in events), events
+    assert edge.http("GET", ep.host).text == "mine"
