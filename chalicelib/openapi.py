@@ -177,7 +177,8 @@ def _schemas() -> Dict[str, Schema]:
             "url": STR, "principal": _nullable(_ref("Ref")), "traffic_policy": STR,
             "bindings": STR_LIST, "tunnel_session": _nullable(_ref("Ref")), "name": STR,
             "pooling_enabled": BOOL},
-            "an endpoint; agent endpoints are shown while their session is online"),
+            "an endpoint: a cloud endpoint, or an agent endpoint while its session is "
+            "online"),
         "ReservedDomainCertPolicy": _obj({"authority": STR, "private_key_type": STR}),
         "ReservedDomain": _obj({**_common("reserved_domain"), "domain": STR,
                                 "region": _nullable(STR), "cname_target": _nullable(STR),
@@ -362,6 +363,14 @@ def _operations() -> Dict[Tuple[str, str], Op]:
     ops.update(_online("/tunnels", "Tunnels", "Tunnel", "tunnels", "tunnel", "online tunnel"))
     ops.update(_online("/endpoints", "Endpoints", "Endpoint", "endpoints", "endpoint",
                        "endpoint"))
+    ops[("POST", "/endpoints")] = Op(
+        "Create a cloud endpoint (served by the edge from its traffic_policy, no agent)",
+        "Endpoints", "Endpoint", 201, "endpoints:CREATE_FIELDS")
+    ops[("PATCH", "/endpoints/{endpoint_id}")] = Op(
+        "Update a cloud endpoint (only the fields sent; agent endpoints: 400)", "Endpoints",
+        "Endpoint", fields="endpoints:UPDATE_FIELDS", accepts_id=True)
+    ops[("DELETE", "/endpoints/{endpoint_id}")] = Op(
+        "Delete a cloud endpoint (agent endpoints: 400)", "Endpoints", None, 204)
     ops.update(_crud("/reserved_domains", "/reserved_domains/{domain_id}", "Reserved domains",
                      "ReservedDomain", "reserved_domains", "reserved_domains",
                      "reserved_domain", name="reserved domain"))

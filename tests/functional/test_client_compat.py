@@ -315,7 +315,7 @@ RECIPES = {
     "reserved_addrs": Crud(create=lambda env: {"description": "compat"}),
     "certificate_authorities": Crud(create=lambda env: {"ca_pem": _ca_pem()}),
     "tunnel_sessions": Probe("ts"), "tunnels": Probe("tn"),
-    "endpoints": None,  # below: agent endpoints are read-only views until cloud endpoints come
+    "endpoints": None,  # below: agent endpoints are read-only, cloud endpoints CRUD
     "edge_modules.https_edge_route_backend": Module("https_route", lambda env, c:
         dt.EndpointBackendMutate(c, {"backend_id": env.backend()})),
     "edge_modules.https_edge_route_ip_restriction": Module("https_route", lambda env, c:
@@ -341,7 +341,8 @@ class _Endpoints:
     """Agent endpoints are read (list/get: probed); cloud endpoints, once ``POST /endpoints``
     is routed, go through the CRUD recipe."""
 
-    crud = Crud(create=lambda env: {"url": f"https://{rnd()}.example.com", "type": "cloud",
+    crud = Crud(create=lambda env: {"url": f"https://{rnd()}.{get_settings().base_domain}",
+                                    "type": "cloud",
                                     "traffic_policy": HTTP_POLICY})
     probe = Probe("ep")
 
