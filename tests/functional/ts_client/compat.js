@@ -205,7 +205,12 @@ const RECIPES = {
   reservedAddrs: crud(() => ({ description: 'compat' })),
   tunnelSessions: probe('ts'),
   tunnels: probe('tn'),
-  endpoints: probe('ep'),
+  // cloud endpoints (a free name under the base domain, a policy that answers) where the
+  // client version has create; else (list/get only) agent endpoints are probed
+  endpoints: (svc, method) => (typeof svc.create === 'function' ? crud(() => ({
+    url: `https://${rnd()}.${process.env.BASE_DOMAIN || 'tunnels.localhost'}`, type: 'cloud',
+    trafficPolicy: '{"on_http_request":[{"actions":[{"type":"deny"}]}]}' })) : probe('ep'))(
+    svc, method),
   'edgeModules.edgeRouteBackendModule': module_('httpsRoute', async () => ({
     backendId: await helpers.backend() })),
   'edgeModules.edgeRouteIpRestrictionModule': module_('httpsRoute', async () => ({
