@@ -165,3 +165,23 @@ def test_an_agent_cannot_bind_a_cloud_endpoints_host(edge, account, client, agen
     assert any(e["event"] == "error" and "ERR_NGROK_334" in " ".join(e["args"])
                for e in events), events
     assert edge.http("GET", ep.host).text == "mine"
+
+
+def test_the_internal_endpoints_own_policy_runs_after_the_forward(edge, account, client,
+                                                                  agents):
+    name = f"{_name('guarded')}.internal"
+    inner = json.dumps({"on_http_request": [
+        {"expressions": ["req.url.path == '/secret'"],
+         "actions": [{"type": "deny", "config": {"status_code": 403}}]},
+        {"actions": [{"type": "add-headers", "config": {"headers": {"x-inner": "yes"}}}]}]})
+    agent = agents(edge, _credential(account)["token"], [
+        {"proto": "http", "domain": name, "options": {"traffic_policy": [inner]}}])
+    _bound(agent.start())
+    outer = _cloud(client, json.dumps({"on_http_request": [{"actions": [
+        {"type": "add-headers", "config": {"headers": {"x-outer": "yes"}}},
+        {"type": "forward-internal", "config": {"url": f"https://{name}"}}]}]}))
+    assert edge.http("GET", outer.host, "/secret").status_code == 403
+    seen = {k.lower(): v for k, v in edge.http("GET", outer.host, "/echo").json()["headers"]
+            .items()}
+    assert seen["x-outer"] == "yes" and seen["x-inner"] == "yes"
+    assert "," not in seen["x-forwarded-for"]   # one hop of forwarding headers, not two
