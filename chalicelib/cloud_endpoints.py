@@ -36,6 +36,8 @@ Rules (the hosted API's, where its docs say; decided here where they are silent)
   ``ERR_NGROK_18002`` naming the element. ``""`` (or not sent) is stored; the edge then
   answers every request with ``ERR_NGROK_6029`` (a cloud endpoint's policy must end in a
   terminating action; the hosted docs check that when traffic arrives, not at creation).
+- A reserved domain a cloud endpoint's URL uses counts it in its ``refs`` (moved in the
+  endpoint's transaction): it cannot be deleted (409) while the endpoint serves it.
 - ``description`` ≤ 255 bytes, ``metadata`` ≤ 4096 bytes (the API's usual limits).
 - ``pooling_enabled``: ``false`` only (one endpoint per URL); ``true`` is a 400.
 - PATCH changes any of url, traffic_policy, description, metadata, bindings with the same
@@ -196,6 +198,20 @@ def _claim_item(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> Dict
                                  "name": name, "cloud": copy})}
 
 
+def _domain_ref(account_id: str, data: Dict[str, Any], delta: int) -> List[Dict[str, Any]]:
+    """Move the ``refs`` of the reserved domain ``data``'s host uses (none: no op), so that a
+    domain a cloud endpoint serves cannot be deleted (409, as for edge hostports)."""
+    domain_id = data.get("domain_id")
+    if not domain_id:
+        return []
+    key = online._key(store.collection_pk(account_id, reserved_domains.COLLECTION), domain_id)
+    return [{"Update": {"TableName": online._table(), "Key": key,
+                        "UpdateExpression": "ADD refs :d, version :one",
+                        "ConditionExpression": "attribute_exists(pk)",
+                        "ExpressionAttributeValues": {":d": {"N": str(delta)},
+                                                      ":one": {"N": "1"}}}}]
+
+
 def _hostport_free(host: str) -> Dict[str, Any]:
     from chalicelib import edge_modules
     key = online._key(store.unique_pk(edge_modules.HOSTPORT_NAMESPACE,
@@ -249,6 +265,9 @@ def _transact(ops: List[Dict[str, Any]], claim_index: int) -> None:
                 continue
             if index == claim_index:
                 raise _Taken(reason.get("Item")) from None
+            if "Update" in ops[index]:   # a reserved domain's refs: it was deleted meanwhile
+                raise errors.Conflict("The reserved domain of the endpoint's URL was deleted "
+                                      "meanwhile", details={"field": "url"}) from None
             if "ConditionCheck" in ops[index]:
                 raise errors.EndpointUrlInUse(
                     "The endpoint URL's host is served by an HTTPS edge (its hostport "
@@ -292,7 +311,7 @@ def create(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> store.Ite
     put = {"Put": {"TableName": online._table(),
                    "Item": _endpoint_item(account_id, endpoint_id, data, 1),
                    "ConditionExpression": "attribute_not_exists(pk)"}}
-    _write_claiming(account_id, endpoint_id, data, [put])
+    _write_claiming(account_id, endpoint_id, data, [put] + _domain_ref(account_id, data, 1))
     return store.model().from_raw_data(_endpoint_item(account_id, endpoint_id, data, 1))
 
 
@@ -321,19 +340,21 @@ def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item
                    "ConditionExpression": "attribute_exists(pk) AND version = :v",
                    "ExpressionAttributeValues": {":v": {"N": str(version)}}}}
     old_name, new_name = claim_of(account_id, old.data), claim_of(account_id, data)
+    refs = [] if old.data.get("domain_id") == data.get("domain_id") else \
+        _domain_ref(account_id, old.data, -1) + _domain_ref(account_id, data, 1)
     if old_name == new_name:
         claim = {"Put": {"TableName": online._table(),
                          "Item": _claim_item(account_id, endpoint_id, data),
                          "ConditionExpression": "#o = :o",
                          "ExpressionAttributeNames": {"#o": "owner"},
                          "ExpressionAttributeValues": {":o": {"S": endpoint_id}}}}
-        _transact([put, claim], -1)
+        _transact([put, claim] + refs, -1)
         return store.model().from_raw_data(put["Put"]["Item"])
     release = {"Delete": {"TableName": online._table(), "Key": online._claim_key(old_name),
                           "ConditionExpression": "#o = :o",
                           "ExpressionAttributeNames": {"#o": "owner"},
                           "ExpressionAttributeValues": {":o": {"S": endpoint_id}}}}
-    _write_claiming(account_id, endpoint_id, data, [put, release])
+    _write_claiming(account_id, endpoint_id, data, [put, release] + refs)
     return store.model().from_raw_data(put["Put"]["Item"])
 
 
@@ -348,4 +369,4 @@ def delete(account_id: str, old: store.Item) -> None:
                        "ConditionExpression": "attribute_not_exists(pk) OR #o = :o",
                        "ExpressionAttributeNames": {"#o": "owner"},
                        "ExpressionAttributeValues": {":o": {"S": endpoint_id}}}}]
-    _transact(ops, -1)
+    _transact(ops + _domain_ref(account_id, old.data, -1), -1)

@@ -357,3 +357,17 @@ def test_the_ngrok_api_client_creates_updates_and_deletes(http_api):
     client.endpoints.delete(ep.id)
     with pytest.raises(ngrok.NotFoundError):
         client.endpoints.get(ep.id)
+
+
+def test_a_reserved_domain_a_cloud_endpoint_serves_cannot_be_deleted(api, account):
+    domain = f"{_name()}.example.test"
+    rd = account.admin.post("/reserved_domains", {"domain": domain}).json
+    other = account.admin.post("/reserved_domains", {"domain": f"o{domain}"}).json
+    ep = _create(account.admin, f"https://{domain}").json
+    assert_error(account.admin.delete(f"/reserved_domains/{rd['id']}"), errors.Conflict)
+    moved = account.admin.patch(f"/endpoints/{ep['id']}", {"url": f"https://o{domain}"}).json
+    assert moved["domain"]["id"] == other["id"]
+    assert_error(account.admin.delete(f"/reserved_domains/{other['id']}"), errors.Conflict)
+    assert account.admin.delete(f"/reserved_domains/{rd['id']}").status == 204
+    assert account.admin.delete(f"/endpoints/{ep['id']}").status == 204
+    assert account.admin.delete(f"/reserved_domains/{other['id']}").status == 204
