@@ -371,3 +371,15 @@ def test_a_reserved_domain_a_cloud_endpoint_serves_cannot_be_deleted(api, accoun
     assert account.admin.delete(f"/reserved_domains/{rd['id']}").status == 204
     assert account.admin.delete(f"/endpoints/{ep['id']}").status == 204
     assert account.admin.delete(f"/reserved_domains/{other['id']}").status == 204
+
+
+def test_two_accounts_agents_may_bind_the_same_internal_name(api, account, other_account,
+                                                             edge):
+    name = f"{_name()}.internal"
+    for acct in (account, other_account):
+        edge.call(online.claim_hostname, online.claim_name(name, acct.id), account_id=acct.id,
+                  endpoint_id=online.new_endpoint_id(), instance_id="edge-1")
+    with pytest.raises(errors.Conflict):   # but one per account
+        edge.call(online.claim_hostname, online.claim_name(name.upper(), account.id),
+                  account_id=account.id, endpoint_id=online.new_endpoint_id(),
+                  instance_id="edge-1")
