@@ -185,3 +185,21 @@ def test_the_internal_endpoints_own_policy_runs_after_the_forward(edge, account,
             .items()}
     assert seen["x-outer"] == "yes" and seen["x-inner"] == "yes"
     assert "," not in seen["x-forwarded-for"]   # one hop of forwarding headers, not two
+
+
+def test_the_docs_path_routing_policy_on_a_cloud_endpoint(edge, account, client, agents):
+    """The hosted docs' "route requests by path" example, as published (internal names are
+    per account, so its fixed names are this test account's own)."""
+    from tests.unit.data.policy_docs_examples import PATH_ROUTING
+    client.endpoints.create(url="https://api-v1.internal", type="cloud",
+                            traffic_policy=_answer("legacy v1"))
+    agent = agents(edge, _credential(account)["token"],
+                   [{"proto": "http", "domain": "api-v2.internal"}])
+    _bound(agent.start())
+    ep = _cloud(client, PATH_ROUTING[1])
+    v1 = edge.http("GET", ep.host, "/api/v1/users")
+    assert (v1.status_code, v1.text) == (200, "legacy v1")
+    assert edge.http("GET", ep.host, "/api/v2/users").json()["path"] == "/api/v2/users"
+    assert edge.http("GET", ep.host, "/api/users").json()["path"] == "/api/users"
+    other = edge.http("GET", ep.host, "/elsewhere")
+    assert other.status_code == 502 and other.json()["error_code"] == "ERR_NGROK_6029"
