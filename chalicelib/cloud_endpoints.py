@@ -60,8 +60,8 @@ from chalicelib.config import get_settings
 
 INTERNAL_SUFFIX = ".internal"
 MAX_URL_BYTES = 1024
-SCHEMES = {"https": 443, "http": 80}
-NOT_SERVED_SCHEMES = ("tcp", "tls")
+SCHEMES = {"https": 443, "http": 80, "tcp": None}   # tcp: the port is part of the address
+NOT_SERVED_SCHEMES = ("tls",)
 BINDINGS = ("public", "internal")
 HTTPS_EDGE_PORT = 443   # HTTPS edges claim "host:443" (edge_modules.HOSTPORT_NAMESPACE)
 
@@ -89,22 +89,25 @@ def check_url(field: str, value: Any) -> str:
         raise _bad(field, f"is not a valid URL: '{text[:300]}'") from None
     scheme = parts.scheme.lower()
     if scheme in NOT_SERVED_SCHEMES:
-        raise _bad(field, f"has scheme '{scheme}': this service serves http and https cloud "
-                          "endpoints (tcp and tls ones are not offered)")
+        raise _bad(field, f"has scheme '{scheme}': this service serves https, http and tcp "
+                          "cloud endpoints (tls ones are not offered)")
     if scheme not in SCHEMES:
-        raise _bad(field, f"must start with https:// or http://, got '{text[:300]}'")
+        raise _bad(field, f"must start with https://, http:// or tcp://, got '{text[:300]}'")
     if parts.username is not None or parts.password is not None:
         raise _bad(field, "must not carry user info")
     if parts.path not in ("", "/") or parts.query or parts.fragment or "#" in text \
             or text.endswith("?"):
         raise _bad(field, "must be scheme://host only (no path, query or fragment)")
-    if port is not None and port != SCHEMES[scheme]:
+    if scheme == "tcp":
+        if parts.path or port is None or port == 0:
+            raise _bad(field, "must be tcp://host:port (a TCP address: a port from 1 to 65535)")
+    elif port is not None and port != SCHEMES[scheme]:
         raise _bad(field, f"may only use the scheme's own port ({SCHEMES[scheme]}), got {port}")
     try:
         host = hostnames.parse(parts.hostname or "", min_labels=2, numeric_tld=False)
     except hostnames.InvalidHostname as exc:
         raise _bad(field, f"has an invalid host: {exc}") from None
-    return f"{scheme}://{host}"
+    return f"tcp://{host}:{port}" if scheme == "tcp" else f"{scheme}://{host}"
 
 
 def check_type(field: str, value: Any) -> str:
@@ -127,17 +130,25 @@ def check_pooling(field: str, value: bool) -> bool:
     return value
 
 
-def check_policy(field: str, value: Any) -> str:
+def check_policy(field: str, value: Any, protocol: Optional[str] = None) -> str:
+    """The document if the engine accepts it (for an endpoint of ``protocol``: ``tcp`` runs
+    only on_tcp_connect); else 400 ERR_NGROK_18002 naming the element."""
     try:
-        return traffic_policy.check_document(field, value, protocol="http") if value else value
+        return traffic_policy.check_document(field, value, protocol=protocol) if value \
+            else value
     except errors.InvalidField as exc:
         raise errors.InvalidCloudPolicy(exc.msg, details={"field": field}) from None
 
 
 def split(url: str) -> Tuple[str, str]:
-    """(scheme, host) of a canonical URL."""
-    scheme, _, host = url.partition("://")
-    return scheme, host
+    """(scheme, host) of a canonical URL (the port of a tcp:// one left out)."""
+    scheme, _, rest = url.partition("://")
+    return scheme, rest.rpartition(":")[0] if scheme == "tcp" else rest
+
+
+def address(url: str) -> str:
+    """``host:port`` of a tcp:// URL."""
+    return url.partition("://")[2]
 
 
 def resolve_bindings(url: str, bindings: Optional[List[str]]) -> List[str]:
@@ -148,6 +159,18 @@ def resolve_bindings(url: str, bindings: Optional[List[str]]) -> List[str]:
         raise _bad("bindings", "must be [\"internal\"] for a URL under .internal and "
                                "[\"public\"] for any other URL")
     return bindings
+
+
+def addr_of(account_id: str, url: str) -> str:
+    """The reserved address id a public tcp:// URL uses, or a 400: TCP addresses are served
+    only when the account reserved them (POST /reserved_addrs), as for TCP edges."""
+    from chalicelib import reserved_addrs
+    addr = address(url)
+    found = reserved_addrs.reservation_of(addr)
+    if found is None or found["account_id"] != account_id:
+        raise _bad("url", f"is not a TCP address this account reserved ('{addr}'); reserve "
+                          "one with POST /reserved_addrs and use its 'addr'")
+    return found["reserved_addr_id"]
 
 
 def domain_of(account_id: str, host: str) -> Optional[str]:
@@ -182,13 +205,19 @@ def _endpoint_item(account_id: str, endpoint_id: str, data: Dict[str, Any],
 
 
 def claim_of(account_id: str, data: Dict[str, Any]) -> str:
-    return online.claim_name(split(data["url"])[1], account_id)
+    """The claim's name: the host (http, https), the address (tcp), ``<host>@<account>``
+    (internal, whatever the scheme: one internal name, one endpoint per account)."""
+    scheme, host = split(data["url"])
+    if scheme == "tcp" and not is_internal(host):
+        return address(data["url"])
+    return online.claim_name(host, account_id)
 
 
 def _claim_item(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> Dict[str, Any]:
     name = claim_of(account_id, data)
     scheme, host = split(data["url"])
     copy = {"id": endpoint_id, "account_id": account_id, "url": data["url"], "host": host,
+            "port": data.get("port"),
             "scheme": scheme, "internal": is_internal(host),
             "traffic_policy": data.get("traffic_policy", "")}
     return {**online._claim_key(name), "kind": {"S": online.CLAIM_NAMESPACE},
@@ -199,12 +228,17 @@ def _claim_item(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> Dict
 
 
 def _domain_ref(account_id: str, data: Dict[str, Any], delta: int) -> List[Dict[str, Any]]:
-    """Move the ``refs`` of the reserved domain ``data``'s host uses (none: no op), so that a
-    domain a cloud endpoint serves cannot be deleted (409, as for edge hostports)."""
-    domain_id = data.get("domain_id")
-    if not domain_id:
+    """Move the ``refs`` of the reserved domain (or TCP address) ``data``'s URL uses (none: no
+    op), so that a reservation a cloud endpoint serves cannot be deleted (409, as for edge
+    hostports)."""
+    from chalicelib import reserved_addrs
+    if data.get("domain_id"):
+        collection, rid = reserved_domains.COLLECTION, data["domain_id"]
+    elif data.get("tcp_addr_id"):
+        collection, rid = reserved_addrs.COLLECTION, data["tcp_addr_id"]
+    else:
         return []
-    key = online._key(store.collection_pk(account_id, reserved_domains.COLLECTION), domain_id)
+    key = online._key(store.collection_pk(account_id, collection), rid)
     return [{"Update": {"TableName": online._table(), "Key": key,
                         "UpdateExpression": "ADD refs :d, version :one",
                         "ConditionExpression": "attribute_exists(pk)",
@@ -212,10 +246,10 @@ def _domain_ref(account_id: str, data: Dict[str, Any], delta: int) -> List[Dict[
                                                       ":one": {"N": "1"}}}}]
 
 
-def _hostport_free(host: str) -> Dict[str, Any]:
+def _hostport_free(hostport: str) -> Dict[str, Any]:
     from chalicelib import edge_modules
-    key = online._key(store.unique_pk(edge_modules.HOSTPORT_NAMESPACE,
-                                      f"{host}:{HTTPS_EDGE_PORT}"), store.UNIQUE_SK)
+    key = online._key(store.unique_pk(edge_modules.HOSTPORT_NAMESPACE, hostport),
+                      store.UNIQUE_SK)
     return {"ConditionCheck": {"TableName": online._table(), "Key": key,
                                "ConditionExpression": "attribute_not_exists(pk)"}}
 
@@ -241,9 +275,10 @@ def _claim_ops(account_id: str, endpoint_id: str, data: Dict[str, Any],
                    ExpressionAttributeValues={":old": held["owner"],
                                               ":hb": held["heartbeat_at"]})
     ops = [{"Put": put}]
-    host = split(data["url"])[1]
+    scheme, host = split(data["url"])
     if not is_internal(host):
-        ops.append(_hostport_free(host))
+        ops.append(_hostport_free(address(data["url"]) if scheme == "tcp"
+                                  else f"{host}:{HTTPS_EDGE_PORT}"))
     return ops
 
 
@@ -340,7 +375,8 @@ def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item
                    "ConditionExpression": "attribute_exists(pk) AND version = :v",
                    "ExpressionAttributeValues": {":v": {"N": str(version)}}}}
     old_name, new_name = claim_of(account_id, old.data), claim_of(account_id, data)
-    refs = [] if old.data.get("domain_id") == data.get("domain_id") else \
+    refs = [] if (old.data.get("domain_id"), old.data.get("tcp_addr_id")) == \
+        (data.get("domain_id"), data.get("tcp_addr_id")) else \
         _domain_ref(account_id, old.data, -1) + _domain_ref(account_id, data, 1)
     if old_name == new_name:
         claim = {"Put": {"TableName": online._table(),

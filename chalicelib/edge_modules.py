@@ -340,17 +340,18 @@ def hostport_ops(account_id: str, kind: str, edge_id: str, old: Dict[str, Any],
         ops.append(store.unique(HOSTPORT_NAMESPACE, hp, owner_data, errors.Conflict(
             f"Hostport '{hp}' is already served by another edge", details={"hostport": hp})))
         if kind == HTTPS_EDGE and hp.endswith(":443"):
-            ops.append(_no_cloud_endpoint(hp))
+            ops.append(_no_cloud_endpoint(hp, hp.rpartition(":")[0]))
+        elif kind == TCP_EDGE:
+            ops.append(_no_cloud_endpoint(hp, hp))
     return ops
 
 
-def _no_cloud_endpoint(hostport: str) -> store.Op:
-    """A check, in the edge's transaction, that no cloud endpoint serves the hostport's host
-    (one host, one endpoint: chalicelib.cloud_endpoints; the served-name claim of a cloud
-    endpoint carries ``data.cloud``)."""
+def _no_cloud_endpoint(hostport: str, name: str) -> store.Op:
+    """A check, in the edge's transaction, that no cloud endpoint serves ``name`` (the
+    hostport's host for an HTTPS edge, the address for a TCP edge: one host or address, one
+    endpoint, chalicelib.cloud_endpoints; a cloud endpoint's claim carries ``data.cloud``)."""
     from chalicelib import online
-    request = {"Key": {"pk": {"S": store.unique_pk(online.CLAIM_NAMESPACE,
-                                                   hostport.rpartition(":")[0])},
+    request = {"Key": {"pk": {"S": store.unique_pk(online.CLAIM_NAMESPACE, name)},
                        "sk": {"S": store.UNIQUE_SK}},
                "ConditionExpression": "attribute_not_exists(#d.#c)",
                "ExpressionAttributeNames": {"#d": "data", "#c": "cloud"}}

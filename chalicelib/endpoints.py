@@ -123,10 +123,17 @@ def _cloud_data(c: Ctx, fields: Dict[str, Any], old: Dict[str, Any]) -> Dict[str
     scheme, host = cloud.split(url)
     data = {**old, **{k: v for k, v in fields.items() if k not in ("type", "bindings")}}
     data.update(type="cloud", url=url, public_url=url, proto=scheme, hostname=host,
-                bindings=bindings, pooling_enabled=False, updated_at=validation.now_rfc3339())
+                port=urlsplit(url).port or DEFAULT_PORTS[scheme], bindings=bindings,
+                pooling_enabled=False, updated_at=validation.now_rfc3339())
     if url != old.get("url"):
-        data["domain_id"] = None if cloud.is_internal(host) else cloud.domain_of(c.account_id,
-                                                                                host)
+        public = not cloud.is_internal(host)
+        data["domain_id"] = cloud.domain_of(c.account_id, host) \
+            if public and scheme != "tcp" else None
+        data["tcp_addr_id"] = cloud.addr_of(c.account_id, url) \
+            if public and scheme == "tcp" else None
+    if "traffic_policy" in fields or "url" in fields:   # the phases its protocol runs
+        cloud.check_policy("traffic_policy", data.get("traffic_policy", ""),
+                           "tcp" if scheme == "tcp" else "http")
     return data
 
 

@@ -407,8 +407,8 @@ def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance
     at = now()
     started = _rfc3339(at)
     name = served_name(proto, public_url, hostname, port) if endpoint_id else None
-    if name and proto != "tcp":
-        name = claim_name(name, account_id)
+    if name and hostname and hostname.lower().endswith(INTERNAL_SUFFIX):
+        name = claim_name(hostname, account_id)   # internal, any protocol: per account
     tunnel = {"session_id": session_id, "proto": proto, "public_url": public_url or "",
               "labels": dict(labels) if labels else None, "forwards_to": forwards_to,
               "metadata": metadata, "started_at": started, "endpoint_id": endpoint_id,

@@ -217,10 +217,13 @@ class EdgeRouter:
                                                    f"applied: {str(exc)[:200]}")
         return routed
 
-    async def internal_target(self, account_id: str, url: str) -> Optional[Routed]:
+    async def internal_target(self, account_id: str, url: str,
+                              protocol: str = "http") -> Optional[Routed]:
         """Where a ``forward-internal`` to ``url`` of an endpoint of ``account_id`` goes: the
         account's internal agent endpoint bound on this edge, else its internal cloud
-        endpoint; None when there is none (offline), also for another account's."""
+        endpoint; None when there is none (offline), also for another account's. One of
+        another protocol (``http`` for HTTP(S), ``tcp``) is a Routed with the hosted error
+        ERR_NGROK_3502."""
         try:
             host = (urlsplit(url).hostname or "").lower()
         except ValueError:
@@ -229,13 +232,23 @@ class EdgeRouter:
             return None
         tunnel = self.edge.registry.internal.get((account_id, host))
         if tunnel is not None:
-            return Routed(endpoint_id=tunnel.endpoint_id or tunnel.id, url=tunnel.url,
-                          host=host, account_id=account_id, tunnel=tunnel,
-                          enforcement=tunnel.enforcement)
-        cloud = await self._cloud(online.claim_name(host, account_id))
-        if cloud is None or cloud.get("account_id") != account_id or not cloud.get("internal"):
-            return None
-        return await self._cloud_routed(cloud)
+            routed = Routed(endpoint_id=tunnel.endpoint_id or tunnel.id, url=tunnel.url,
+                            host=host, account_id=account_id, tunnel=tunnel,
+                            enforcement=tunnel.enforcement)
+            theirs = "tcp" if tunnel.proto == "tcp" else "http"
+        else:
+            cloud = await self._cloud(online.claim_name(host, account_id))
+            if cloud is None or cloud.get("account_id") != account_id \
+                    or not cloud.get("internal"):
+                return None
+            routed = await self._cloud_routed(cloud)
+            theirs = "tcp" if cloud.get("scheme") == "tcp" else "http"
+        if theirs != protocol:
+            routed.error = (502, "ERR_NGROK_3502", "The forward-internal action can't forward "
+                                                   "between endpoints that use different "
+                                                   f"protocols. This endpoint uses {protocol}, "
+                                                   f"and {url} uses {theirs}.")
+        return routed
 
     # ---- HTTPS edges ------------------------------------------------------------------------
     async def route_http(self, host: str, target: bytes, scheme: str) -> Optional[Routed]:
@@ -281,6 +294,9 @@ class EdgeRouter:
 
     # ---- TCP edges --------------------------------------------------------------------------
     async def route_tcp(self, hostport: str) -> Optional[Routed]:
+        cloud = await self._cloud(hostport)   # a cloud endpoint on the reserved address?
+        if cloud is not None and not cloud.get("internal"):
+            return await self._cloud_routed(cloud)
         edge = await self._tcp_edge(hostport)
         if edge is None:
             return None

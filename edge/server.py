@@ -23,6 +23,7 @@ from edge.session import StreamReset
 log = logging.getLogger("edge")
 
 MAX_GENERATE_ATTEMPTS = 8
+MAX_FORWARDS = 8        # forward-internal hops of one connection
 HEARTBEAT_EVERY = 3  # online items refreshed every 3 checks (15 s by default; stale after 45)
 
 
@@ -190,9 +191,11 @@ class Edge:
         self.registry.add(tunnel)
         await self._online(tunnel)
 
-    async def _bind_internal(self, tunnel: Tunnel, requested: str) -> None:
+    async def _bind_internal(self, tunnel: Tunnel, requested: str,
+                             port: Optional[int] = None) -> None:
         """An internal endpoint (``https://<name>.internal``): any well-formed name, no
-        reservation (hosted rule); namespaced per account (its claim is ``<name>@<account>``,
+        reservation (hosted rule; ``tcp://<name>.internal:<port>`` for TCP, no listener);
+        namespaced per account (its claim is ``<name>@<account>``,
         chalicelib.online.claim_name); reachable only through a ``forward-internal`` action
         of an endpoint of the same account, never from the public listeners."""
         try:
@@ -206,7 +209,10 @@ class Edge:
         tunnel.internal = True
         tunnel.hostname = name
         await self._claim(tunnel, online.claim_name(name, tunnel.account_id))
-        tunnel.url = f"{'http' if tunnel.proto == 'http' else 'https'}://{name}"
+        if tunnel.proto == "tcp":
+            tunnel.url = f"tcp://{name}:{port}"
+        else:
+            tunnel.url = f"{'http' if tunnel.proto == 'http' else 'https'}://{name}"
         self.registry.add(tunnel)
         await self._online(tunnel)
 
@@ -217,8 +223,16 @@ class Edge:
         host = self.settings.tcp_host
         await self._take_over(tunnel)
         low, high = self.settings.tcp_ports
+        want_host, _, port_text = requested.rpartition(":")
+        if want_host.lower().endswith(online.INTERNAL_SUFFIX):
+            if not (port_text.isascii() and port_text.isdigit()) \
+                    or not 1 <= int(port_text) <= 65535:
+                raise binding.Refused("ERR_NGROK_1602", f"An internal TCP endpoint needs "
+                                                        f"<name>.internal:<port>, got "
+                                                        f"'{requested[:300]}'.")
+            await self._bind_internal(tunnel, want_host, int(port_text))
+            return
         if requested:
-            want_host, _, port_text = requested.rpartition(":")
             if not port_text.isdigit() or not low <= int(port_text) <= high or \
                     want_host.lower() not in (host, ""):
                 raise binding.Refused("ERR_NGROK_7113", f"The address {requested} is not "
@@ -307,13 +321,17 @@ class Edge:
             enforcement = tunnel.enforcement if tunnel is not None else None
             endpoint = (tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.account_id) \
                 if tunnel else ("", "", "")
-            if tunnel is None:
+            account_id = endpoint[2]
+            cloud = False
+            if tunnel is None:   # a cloud endpoint's or a TCP edge's reserved address?
                 routed = await self.router.route_tcp(f"{self.settings.tcp_host}:{port}")
-                if routed is None:
+                if routed is None or routed.error is not None:
                     return
                 tunnel, enforcement = routed.tunnel, routed.enforcement
                 endpoint = (routed.endpoint_id, routed.url, routed.account_id)
-            if enforcement is not None and enforcement.policy is not None:
+                cloud, account_id = routed.cloud, routed.account_id
+            forwards = 0
+            while enforcement is not None and enforcement.policy is not None:
                 sock = writer.get_extra_info("sockname") or ("", 0)
                 conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
                                server_ip=str(sock[0]), server_port=int(sock[1] or 0),
@@ -324,10 +342,28 @@ class Edge:
                 if enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
                     conn.ip_policy_resolver = await self.router.ip_policy_resolver(
                         endpoint[2], enforcement.policy)
-                if enforcement.policy.on_tcp_connect(conn).kind != tp.CONTINUE:
-                    return   # refused by ip restriction / policy: the connection is closed
-            if tunnel is None:
-                return       # a TCP edge without an online tunnel: closed
+                state = enforcement.policy.new_state()
+                out = enforcement.policy.on_tcp_connect(conn, state)
+                target = None
+                while out.kind == tp.FORWARD_INTERNAL:
+                    target = await self.router.internal_target(account_id, out.url, "tcp")
+                    if target is not None:
+                        break
+                    if out.on_error != "continue":
+                        return   # offline internal endpoint, halt: closed
+                    out = enforcement.policy.on_tcp_connect(conn, state)
+                if target is None:
+                    if out.kind != tp.CONTINUE:
+                        return   # refused by ip restriction / policy: the connection is closed
+                    break
+                forwards += 1   # forward-internal: the internal endpoint's own rules next
+                if target.error is not None or forwards > MAX_FORWARDS:
+                    return
+                tunnel, enforcement, cloud = target.tunnel, target.enforcement, target.cloud
+                endpoint = (target.endpoint_id, target.url, account_id)
+            if cloud or tunnel is None:
+                return       # a cloud endpoint that did not forward (non-terminating), or a
+                             # TCP edge without an online tunnel: closed
             try:
                 stream = await tunnel.session.open_proxy(tunnel, f"{peer[0]}:{peer[1]}", "tcp")
             except StreamReset:

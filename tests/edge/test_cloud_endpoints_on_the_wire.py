@@ -203,3 +203,48 @@ def test_the_docs_path_routing_policy_on_a_cloud_endpoint(edge, account, client,
     assert edge.http("GET", ep.host, "/api/users").json()["path"] == "/api/users"
     other = edge.http("GET", ep.host, "/elsewhere")
     assert other.status_code == 502 and other.json()["error_code"] == "ERR_NGROK_6029"
+
+
+def _round_trip(port, data):
+    import socket
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(data)
+            got = b""
+            while len(got) < len(data):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            return got
+    except OSError:
+        return b""
+
+
+def test_tcp_cloud_endpoint_forwards_to_an_sdk_internal_tcp_endpoint(edge, account, client,
+                                                                     agents):
+    from tests.edge.test_edge_sdk import _wait
+    agent = agents(edge, _credential(account)["token"],
+                   [{"proto": "tcp", "remote_addr": "db.internal:5432"}])
+    [bound] = _bound(agent.start())
+    assert bound["url"] == "tcp://db.internal:5432", bound
+    tcp_forward = json.dumps({"on_tcp_connect": [{"actions": [
+        {"type": "forward-internal", "config": {"url": "tcp://db.internal:5432"}}]}]})
+    ra = account.admin.post("/reserved_addrs", {}).json
+    try:
+        ep = client.endpoints.create(url=f"tcp://{ra['addr']}", type="cloud",
+                                     traffic_policy=tcp_forward)
+        port = int(ra["addr"].rsplit(":", 1)[1])
+        assert _wait(lambda: _round_trip(port, b"through a cloud endpoint")
+                     == b"through a cloud endpoint", timeout=10)
+        client.endpoints.update(ep.id, traffic_policy=json.dumps(
+            {"on_tcp_connect": [{"actions": [{"type": "deny"}]}]}))
+        time.sleep(IN_FORCE_AFTER)
+        assert _round_trip(port, b"denied?") == b""
+        client.endpoints.delete(ep.id)
+    finally:
+        account.admin.delete(f"/reserved_addrs/{ra['id']}")
+    # an HTTP endpoint cannot forward to a TCP one (the hosted ERR_NGROK_3502)
+    http_ep = _cloud(client, _forward("https://db.internal"))
+    resp = edge.http("GET", http_ep.host)
+    assert resp.status_code == 502 and resp.json()["error_code"] == "ERR_NGROK_3502"

@@ -383,3 +383,56 @@ def test_two_accounts_agents_may_bind_the_same_internal_name(api, account, other
         edge.call(online.claim_hostname, online.claim_name(name.upper(), account.id),
                   account_id=account.id, endpoint_id=online.new_endpoint_id(),
                   instance_id="edge-1")
+
+
+TCP_POLICY = json.dumps({"on_tcp_connect": [{"actions": [
+    {"type": "forward-internal", "config": {"url": "tcp://db.internal:5432"}}]}]})
+
+
+def test_tcp_cloud_endpoint_on_a_reserved_address(api, account):
+    ra = account.admin.post("/reserved_addrs", {}).json
+    ep = _create(account.admin, f"tcp://{ra['addr']}", traffic_policy=TCP_POLICY)
+    assert ep.status == 201, ep
+    host, port = ra["addr"].rsplit(":", 1)
+    assert (ep.json["url"], ep.json["scheme"], ep.json["host"], ep.json["port"],
+            ep.json["hostport"]) == (f"tcp://{ra['addr']}", "tcp", host, int(port), ra["addr"])
+    assert ep.json["tcp_addr"]["id"] == ra["id"] and ep.json["domain"] is None
+    assert ep.json["bindings"] == ["public"]
+    # the address is in use: not deletable, not for a TCP edge, not for a second endpoint
+    assert_error(account.admin.delete(f"/reserved_addrs/{ra['id']}"), errors.Conflict)
+    assert account.admin.post("/edges/tcp", {"hostports": [ra["addr"]]}).status == 409
+    assert_error(_create(account.admin, f"tcp://{ra['addr']}", traffic_policy=TCP_POLICY),
+                 errors.CloudEndpointExists, field="url")
+    assert account.admin.delete(f"/endpoints/{ep.json['id']}").status == 204
+    assert account.admin.delete(f"/reserved_addrs/{ra['id']}").status == 204
+
+
+def test_tcp_cloud_endpoint_rules(api, account, other_account):
+    theirs = other_account.admin.post("/reserved_addrs", {}).json["addr"]
+    mine = account.admin.post("/reserved_addrs", {}).json["addr"]
+    assert_error(_create(account.admin, f"tcp://{theirs}", traffic_policy=TCP_POLICY),
+                 errors.InvalidField, field="url")
+    host = mine.rsplit(":", 1)[0]
+    assert_error(_create(account.admin, f"tcp://{host}", traffic_policy=TCP_POLICY),
+                 errors.InvalidField, field="url")
+    # HTTP phases never run on a TCP endpoint
+    assert_error(_create(account.admin, f"tcp://{mine}"), errors.InvalidCloudPolicy,
+                 field="traffic_policy")
+    edge = account.admin.post("/edges/tcp", {"hostports": [mine]})
+    assert edge.status == 201
+    assert_error(_create(account.admin, f"tcp://{mine}", traffic_policy=TCP_POLICY),
+                 errors.EndpointUrlInUse, field="url")
+
+
+def test_tcp_internal_cloud_endpoint_and_patch_between_protocols(api, account):
+    ep = _create(account.admin, "tcp://db.internal:5432", traffic_policy=TCP_POLICY)
+    assert ep.status == 201 and ep.json["bindings"] == ["internal"], ep
+    web = _create(account.admin, "https://web.internal").json   # an HTTP policy
+    path = f"/endpoints/{web['id']}"
+    # the stored policy is checked against the URL it would now serve
+    assert_error(account.admin.patch(path, {"url": "tcp://web.internal:80"}),
+                 errors.InvalidCloudPolicy, field="traffic_policy")
+    moved = account.admin.patch(path, {"url": "tcp://web.internal:80",
+                                       "traffic_policy": TCP_POLICY})
+    assert moved.status == 200 and moved.json["port"] == 80, moved
+    assert moved.json["scheme"] == "tcp" and moved.json["bindings"] == ["internal"]
