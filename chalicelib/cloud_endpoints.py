@@ -11,7 +11,11 @@ are written in one transaction, so the copy is never older than the endpoint.
 Rules (the hosted API's, where its docs say; decided here where they are silent)
 - ``url``: ``https://host`` or ``http://host`` (a trailing ``/`` is dropped; the scheme's own
   port may be given and is dropped; any other port, a path, query, fragment or user info is
-  a 400). ``tcp://`` and ``tls://`` cloud endpoints are not served by this edge: 400 saying so.
+  a 400), or ``tcp://host:port``. ``tls://`` cloud endpoints are not served: 400 saying so.
+- A public ``tcp://`` URL must be exactly a TCP address the account reserved
+  (``/reserved_addrs``, as for TCP edges): else a 400. Its policy may use only
+  ``on_tcp_connect`` (and must ``forward-internal`` to a ``tcp://…internal`` endpoint, or the
+  connection is closed).
 - Public host (not ``*.internal``): a domain the account reserved (exactly, or under one of its
   wildcards, the most specific reservation deciding) or a name under ``BASE_DOMAIN`` (not the
   base itself, nor ``EDGE_TCP_HOST``) nobody else reserved: the rule of HTTPS edge hostports
@@ -24,7 +28,8 @@ Rules (the hosted API's, where its docs say; decided here where they are silent)
   ``https://api.internal``, and within one account one endpoint (cloud or agent) holds it.
 - One host, one endpoint, service-wide (whatever the scheme): a host this account's cloud
   endpoint already serves is 409 ``ERR_NGROK_18009``; one an online agent endpoint or another
-  account serves, or an HTTPS edge's ``host:443`` hostport, is 409 ``ERR_NGROK_334``. A claim
+  account serves, or an HTTPS edge's ``host:443`` hostport, is 409 ``ERR_NGROK_334``; a TCP
+  address the same, against agent TCP endpoints and TCP edges on it. A claim
   left by an agent endpoint whose session went stale is taken over (the edge's own rule).
 - ``bindings``: one of ``["public"]`` or ``["internal"]``; when not sent, ``internal`` for a
   ``.internal`` URL and ``public`` otherwise; a binding that does not match the URL is a 400
@@ -33,11 +38,13 @@ Rules (the hosted API's, where its docs say; decided here where they are silent)
 - ``type``: ``cloud`` (the default when not sent); anything else is a 400 (agent endpoints are
   made by agents).
 - ``traffic_policy``: validated by the engine the edge runs (chalicelib.policy): 400
-  ``ERR_NGROK_18002`` naming the element. ``""`` (or not sent) is stored; the edge then
+  ``ERR_NGROK_18002`` naming the element; checked against the URL's protocol (a ``tcp://``
+  endpoint runs only ``on_tcp_connect``), also when a PATCH changes only the url. ``""`` (or not sent) is stored; the edge then
   answers every request with ``ERR_NGROK_6029`` (a cloud endpoint's policy must end in a
   terminating action; the hosted docs check that when traffic arrives, not at creation).
-- A reserved domain a cloud endpoint's URL uses counts it in its ``refs`` (moved in the
-  endpoint's transaction): it cannot be deleted (409) while the endpoint serves it.
+- A reserved domain (or TCP address) a cloud endpoint's URL uses counts it in its ``refs``
+  (moved in the endpoint's transaction): it cannot be deleted (409) while the endpoint serves
+  it.
 - ``description`` ≤ 255 bytes, ``metadata`` ≤ 4096 bytes (the API's usual limits).
 - ``pooling_enabled``: ``false`` only (one endpoint per URL); ``true`` is a 400.
 - PATCH changes any of url, traffic_policy, description, metadata, bindings with the same
