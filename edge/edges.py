@@ -27,7 +27,10 @@ answered ``ERR_NGROK_6029`` (502: "the traffic policy configured for cloud endpo
 non-terminating"). Internal endpoints (``*.internal``: an agent's, bound on this edge, or a
 cloud endpoint with the internal binding) are found only by :meth:`EdgeRouter.internal_target`,
 for a ``forward-internal`` of an endpoint of the same account: their claims are namespaced by
-account, so another account's internal name is simply not found (offline).
+account, so another account's internal name is simply not found (offline). A TCP connection on
+a reserved address's port is looked up the same way (the cloud endpoint ``tcp://<address>``
+first, then the TCP edge): its ``on_tcp_connect`` must forward-internal to an internal TCP
+endpoint, or the connection is closed.
 
 Changes through the API take effect within CACHE_SECONDS (1 s): lookups are cached that long
 per hostport, so a busy hostport costs its store reads (1 GetItem + 1 Query for an HTTPS edge,
