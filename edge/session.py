@@ -17,6 +17,7 @@
 """
 import asyncio
 import logging
+import socket
 from typing import Awaitable, Callable, Dict, Optional
 
 from edge import muxado
@@ -223,9 +224,11 @@ class MuxSession:
     # ---- the read loop ----------------------------------------------------------------------
     async def run(self) -> None:
         parser = muxado.FrameParser()
+        quick_ack = _quick_ack(self._writer)
         try:
             while not self.closed:
                 chunk = await self._reader.read(READ_CHUNK)
+                quick_ack()
                 if not chunk:
                     self.close_reason = self.close_reason or "peer closed the connection"
                     break
@@ -321,6 +324,28 @@ class MuxSession:
             pass
         for task in list(self._tasks):
             task.cancel()
+
+
+def _quick_ack(writer: asyncio.StreamWriter) -> Callable[[], None]:
+    """What to call after each read so the kernel ACKs the peer's next segment at once.
+
+    The official SDKs write without TCP_NODELAY (Nagle's algorithm): a response whose head
+    and body go out as two frames waits, on the agent's side, for the ACK of the first; with
+    the kernel's delayed ACK that is ~40 ms per exchange (measured with edge/bench's
+    one-connection case: 22 requests/s sequentially, 0.65 ms instead of 44 ms per request
+    with this). TCP_QUICKACK is not sticky, so it is set again after every read (one
+    setsockopt). Where the platform has no TCP_QUICKACK, nothing is done."""
+    sock = writer.get_extra_info("socket")
+    option = getattr(socket, "TCP_QUICKACK", None)
+    if sock is None or option is None:
+        return lambda: None
+
+    def set_it() -> None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, option, 1)
+        except OSError:
+            pass
+    return set_it
 
 
 class _PeerGoneAway(ConnectionError):

@@ -2,6 +2,8 @@
 and idle agent sessions held vs the edge's RSS. Prints a table; writes edge/bench/latest.json.
 
     .venv/bin/python edge/bench/bench_edge.py [--seconds 10] [--concurrency 20]
+    (cases: small GET and 1 MB POST at that concurrency, and small GETs one at a time on
+    one connection, which shows per-request latency rather than throughput)
         [--sessions 0,100,500,1000]
 
 EDGE_PROFILE=/tmp/edge.prof runs the edge under cProfile (pstats afterwards).
@@ -171,14 +173,16 @@ def main() -> int:
             host = hosts[0]
             upstream = agent.seen[-1]["http_port"]
             rows = []
-            for label, method, path, body in (("small GET", "GET", "/echo", b""),
-                                               ("1 MB POST", "POST", "/upload", BIG)):
+            for label, method, path, body, clients in (
+                    ("small GET", "GET", "/echo", b"", args.concurrency),
+                    ("1 MB POST", "POST", "/upload", BIG, args.concurrency),
+                    ("GET 1 conn", "GET", "/echo", b"", 1)):   # latency: one at a time
                 direct = measured({"upstream": agent.process.pid}, lambda: asyncio.run(
-                    load(upstream, host, method, path, body, args.seconds, args.concurrency)))
+                    load(upstream, host, method, path, body, args.seconds, clients)))
                 through = measured(
                     {"edge": edge.process.pid, "agent": agent.process.pid},
                     lambda: asyncio.run(load(edge.http_port, host, method, path, body,
-                                             args.seconds, args.concurrency)))
+                                             args.seconds, clients)))
                 rows.append({"case": label, "direct": direct, "edge": through,
                              "ratio": round(through["rps"] / direct["rps"], 2)})
             results["throughput"] = rows
