@@ -79,3 +79,66 @@ def test_create_table_turns_on_point_in_time_recovery_when_asked(store_env):
     assert status["PointInTimeRecoveryStatus"] == "ENABLED"
     table = client.describe_table(TableName="tunnel-service")["Table"]
     assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+
+
+# ---- the retry of a read-modify-write that lost a race (store.retrying, store.backoff) ------------
+def test_a_lost_race_sleeps_a_backoff_between_attempts_but_not_after_the_last(monkeypatch):
+    slept, attempts = [], []
+    monkeypatch.setattr(store.time, "sleep", slept.append)
+    monkeypatch.setattr(store, "backoff", lambda attempt: attempts.append(attempt) or attempt / 10)
+    calls = []
+
+    @store.retrying
+    def write(a, b=None):
+        calls.append((a, b))
+        raise store.VersionConflict()
+
+    with pytest.raises(errors.Conflict) as info:
+        write(1, b=2)
+    assert calls == [(1, 2)] * 8
+    assert attempts == list(range(7)) and slept == [n / 10 for n in range(7)]
+    assert info.value.status_code == 409 and info.value.error_code == errors.CONFLICT
+    assert info.value.msg == ("The resource was changed by another request at the same time; "
+                              "retry the request")
+
+
+def test_a_write_that_wins_returns_its_value_without_sleeping(monkeypatch):
+    slept = []
+    monkeypatch.setattr(store.time, "sleep", slept.append)
+
+    @store.retrying
+    def write(value):
+        """doc"""
+        return value * 2
+
+    assert write(21) == 42 and slept == []
+    assert write.__name__ == "write" and write.__doc__ == "doc"
+
+
+def test_only_a_version_conflict_is_retried(monkeypatch):
+    monkeypatch.setattr(store.time, "sleep", lambda seconds: None)
+    calls = []
+
+    @store.retrying
+    def write():
+        calls.append(1)
+        raise errors.NotFound()
+
+    with pytest.raises(errors.NotFound):
+        write()
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("attempt, cap", [(0, 0.005), (1, 0.01), (3, 0.04), (5, 0.16),
+                                          (6, 0.25), (7, 0.25), (20, 0.25)])
+def test_backoff_is_full_jitter_doubling_from_5_ms_capped_at_250_ms(monkeypatch, attempt, cap):
+    ranges = []
+    monkeypatch.setattr(store.random, "uniform", lambda low, high: ranges.append((low, high)) or high)
+    assert store.backoff(attempt) == pytest.approx(cap)
+    assert ranges == [(0, pytest.approx(cap))]
+
+
+def test_backoff_draws_within_its_range():
+    for attempt in range(8):
+        wait = store.backoff(attempt)
+        assert 0 <= wait <= min(0.25, 0.005 * 2 ** attempt)
