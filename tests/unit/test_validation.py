@@ -204,3 +204,18 @@ def test_now_is_rfc3339_utc_to_the_second():
 def test_utf8_len_counts_bytes():
     from chalicelib.validation import utf8_len
     assert utf8_len("aé€😀") == 1 + 2 + 3 + 4
+
+
+def test_now_is_utc_whatever_the_machine_s_time_zone(monkeypatch):
+    import time
+    from datetime import datetime, timezone
+    from chalicelib.validation import now_rfc3339
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        parsed = datetime.strptime(now_rfc3339(), "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=timezone.utc)
+        assert abs((datetime.now(timezone.utc) - parsed).total_seconds()) < 5
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
