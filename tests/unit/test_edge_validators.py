@@ -105,3 +105,48 @@ def test_module_body_accepts_plain_and_wrapped_shapes():
     for bad in ({"module": {}, "id": "other"}, {"module": {}, "x": 1}, {"module": []}):
         with pytest.raises(errors.BadRequest):
             module_body(bad, {"id": "e"})
+
+
+# ---- header refusals: msg names the field and the header, details.field the field ---------------
+_TOKEN_RULE = ("(a token of letters, digits and !#$%&'*+-.^_`|~, at most 256 bytes)")
+
+
+@pytest.mark.parametrize("call, args, msg", [
+    (http_headers.check_name, ("h", 5), "Field 'h': header names must be strings"),
+    (http_headers.check_name, ("h", "a b"),
+     f"Field 'h': 'a b' is not a valid HTTP header name {_TOKEN_RULE}"),
+    (http_headers.check_name, ("h", "x" * 257),
+     f"Field 'h': '{'x' * 64}' is not a valid HTTP header name {_TOKEN_RULE}"),
+    (http_headers.check_value, ("h", "x-a", 1), "Field 'h': the value of header 'x-a' must be "
+                                                "a string"),
+    (http_headers.check_value, ("h", "x-a", "a\x00"), "Field 'h': the value of header 'x-a' "
+                                                      "must not contain CR, LF or NUL"),
+    (http_headers.check_value, ("h", "x-a", "é" * 513), "Field 'h': the value of header 'x-a' "
+                                                        "is longer than 1024 bytes"),
+    (http_headers.check_map, ("h", ["a"], 5), "Field 'h': must be an object mapping header "
+                                              "names to values"),
+    (http_headers.check_map, ("h", {"a": "1", "b": "2", "c": "3"}, 2),
+     "Field 'h': has 3 headers; the limit is 2"),
+    (http_headers.check_map, ("h", {"X-A": "1", "x-a": "2"}, 5),
+     "Field 'h': header 'x-a' appears more than once (names are case-insensitive)"),
+    (http_headers.check_map, ("h", {"X-A": 1}, 5),
+     "Field 'h': the value of header 'x-a' must be a string"),
+    (http_headers.check_names, ("h", {"a": 1}, 5), "Field 'h': must be an array of header "
+                                                   "names"),
+    (http_headers.check_names, ("h", ["a", "b", "c"], 2),
+     "Field 'h': has 3 entries; the limit is 2"),
+])
+def test_a_refused_header_names_the_field_and_the_header(call, args, msg):
+    with pytest.raises(errors.InvalidField) as info:
+        call(*args)
+    assert info.value.msg == msg
+    assert info.value.details == {"field": "h"}
+
+
+def test_header_limits_pass_at_the_limit():
+    assert http_headers.check_name("h", "X" * 256) == "x" * 256
+    assert http_headers.check_value("h", "x-a", "é" * 512) == "é" * 512
+    assert http_headers.check_map("h", {"A": "1", "B": "2"}, 2) == {"a": "1", "b": "2"}
+    assert http_headers.check_names("h", ["A", "B"], 2) == ["a", "b"]
+    assert http_headers.is_token("a") and not http_headers.is_token(None)
+    assert not http_headers.is_token("x" * 257) and http_headers.is_token("x" * 256)
