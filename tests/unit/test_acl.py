@@ -131,3 +131,63 @@ def test_nothing_to_bind_is_a_programming_error():
 def test_an_unparsable_stored_rule_permits_nothing():
     assert not acl.may_bind(["bind:bad rule"], domain="bad")
     assert acl.may_bind(["bind:bad rule", "bind:ok.com"], domain="ok.com")
+
+
+# ---- the reason of each refusal (the 400's msg after "Invalid ACL rule '…' in 'acl[i]': ") ------
+@pytest.mark.parametrize("rule, reason", [
+    (5, "rules must be strings"),
+    ("bind:k=" + "v" * 506, "a rule may be at most 512 bytes"),
+    ("bind:k=" + "é" * 253, "a rule may be at most 512 bytes"),
+    ("a.example.com", "a rule must be '*' or 'bind:<domain|address|label>'"),
+    ("Bind:a.com", "a rule must be '*' or 'bind:<domain|address|label>'"),
+    ("bind:", "'bind:' needs a target (a domain, an address, a label or '*')"),
+    ("bind:a .com", "rules may not contain whitespace"),
+    ("bind:a.com\t", "rules may not contain whitespace"),
+    ("bind:-k=v", "label key '-k' must be '*' or letters, digits, '_', '.', '/', '-' (starting "
+                  "with a letter, digit or '_')"),
+    ("bind:=v", "label key '' must be '*' or letters, digits, '_', '.', '/', '-' (starting "
+                "with a letter, digit or '_')"),
+    ("bind:k=v!", "label value 'v!' must be '*' or letters, digits and '_', '.', '/', ':', "
+                  "'@', '-'"),
+    ("bind:k=", "label value '' must be '*' or letters, digits and '_', '.', '/', ':', '@', "
+                "'-'"),
+    ("bind::80", "an address must be 'host:port'"),
+    ("bind:[abc", "an address must be 'host:port'"),
+    ("bind:[1.2.3.4]:80", "'[1.2.3.4]' is not an IPv6 address in brackets"),
+    ("bind:a_b.com:80", "address host 'a_b.com' has an invalid label 'a_b' (letters, digits "
+                        "and '-' only, not at either end)"),
+    ("bind:a.com:0", "port '0' must be a number from 1 to 65535"),
+    ("bind:a.com:65536", "port '65536' must be a number from 1 to 65535"),
+    ("bind:a.com:080", "port '080' must be a number from 1 to 65535"),
+    ("bind:a.com:", "port '' must be a number from 1 to 65535"),
+    ("bind:a..com", "domain 'a..com' has an empty label (leading, trailing or double dot)"),
+])
+def test_a_refused_rule_says_why(rule, reason):
+    with pytest.raises(acl.InvalidRule) as info:
+        acl.parse_rule(rule)
+    assert str(info.value) == reason
+
+
+@pytest.mark.parametrize("rule, text", [
+    ("bind:k=" + "v" * 505, "bind:k=" + "v" * 505), ("bind:a.com:1", "bind:a.com:1"),
+    ("bind:A.com:65535", "bind:a.com:65535"), ("bind:[2001:DB8::1]:9", "bind:[2001:db8::1]:9"),
+    ("bind:*=*", "bind:*=*"), ("bind:K=V:x@y", "bind:K=V:x@y"), ("bind:*.A.com", "bind:*.a.com"),
+    ("bind:*", "bind:*"), ("*", "*"), ("bind:*.a.com:22", "bind:*.a.com:22"),
+])
+def test_rules_at_the_limits_pass_in_canonical_spelling(rule, text):
+    assert acl.parse_rule(rule).text == text
+
+
+def test_a_refused_rule_is_a_400_naming_the_rule_its_index_and_the_reason():
+    with pytest.raises(errors.InvalidField) as info:
+        acl.normalize(["*", "bind:a.com:0"], "acl")
+    assert info.value.status_code == 400 and info.value.error_code == errors.INVALID_FIELD
+    assert info.value.msg == ("Invalid ACL rule 'bind:a.com:0' in 'acl[1]': port '0' must be a "
+                              "number from 1 to 65535")
+    assert info.value.details == {"field": "acl", "rule": "bind:a.com:0"}
+    assert acl.check_field("x", ["bind:A.com"]) == ["bind:a.com"]
+    with pytest.raises(errors.InvalidField) as info:
+        acl.check_field("x", ["*"] * 101)
+    assert info.value.msg == "Field 'x' has 101 rules; the limit is 100"
+    assert info.value.details == {"field": "x"}
+    assert acl.normalize(["*"] * 100) == ["*"] * 100
