@@ -67,6 +67,28 @@ MODULES = {
                                  "chalicelib.abuse_reports.x__check_urls*"],
 }
 TESTS = ["tests/unit"]
+
+# mutmut does not mutate decorated functions, so store.retrying's loop (inside a wrapper
+# decorated with functools.wraps) gets no mutant from it. These hand-written mutants of that
+# loop stand in: each is applied to a scratch copy and the store's unit tests must fail on it.
+HAND_FILE = "chalicelib/store.py"
+HAND_TESTS = ["tests/unit/test_store.py", "tests/unit/test_documented_limits.py"]
+HAND_MUTANTS = [
+    ("for attempt in range(RETRIES):", "for attempt in range(RETRIES - 1):"),
+    ("for attempt in range(RETRIES):", "for attempt in range(RETRIES + 1):"),
+    ("            except VersionConflict:\n", "            except Exception:\n"),
+    ("if attempt + 1 < RETRIES:", "if attempt + 1 <= RETRIES:"),
+    ("if attempt + 1 < RETRIES:", "if attempt + 2 < RETRIES:"),
+    ("if attempt + 1 < RETRIES:", "if attempt < RETRIES:"),
+    ("time.sleep(backoff(attempt))", "time.sleep(backoff(attempt + 1))"),
+    ("time.sleep(backoff(attempt))", "pass"),
+    ("return func(*args, **kwargs)", "return func(*args)"),
+    ("return func(*args, **kwargs)", "func(*args, **kwargs)"),
+    ("    @functools.wraps(func)\n    def wrapper", "    def wrapper"),
+    ('        raise errors.Conflict("The resource was changed', '        return None  # ("'),
+    ('        raise errors.Conflict("The resource was changed',
+     '        raise errors.Internal("The resource was changed'),
+]
 COPY = ["app.py", "chalicelib", "tests", "scripts", ".chalice", "pytest.ini"]
 
 
@@ -152,6 +174,43 @@ def run(module: str, globs: list, children: str) -> None:
                        env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+def run_hand_mutants() -> None:
+    """Apply each of HAND_MUTANTS to a scratch copy; record killed/survived in hand.txt."""
+    work = prepare("chalicelib.store_retrying")
+    target = os.path.join(work, HAND_FILE)
+    with open(target) as handle:
+        original = handle.read()
+    lines = []
+    for index, (old, new) in enumerate(HAND_MUTANTS, 1):
+        assert original.count(old) == 1, old
+        with open(target, "w") as handle:
+            handle.write(original.replace(old, new))
+        code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p",
+                               "no:cacheprovider", *HAND_TESTS], cwd=work,
+                              capture_output=True).returncode
+        status = "killed" if code else "survived"
+        flat = [" ".join(text.split()) for text in (old, new)]
+        lines.append(f"chalicelib.store.x_retrying__hand_{index}: {status}: - {flat[0]} | "
+                     f"+ {flat[1]}")
+    with open(target, "w") as handle:
+        handle.write(original)
+    with open(os.path.join(work, "hand.txt"), "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
+def hand_results() -> list:
+    """(name, status, diff) of the last hand-mutant run, if any."""
+    path = os.path.join(workdir("chalicelib.store_retrying"), "hand.txt")
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path) as handle:
+        for line in handle.read().splitlines():
+            name, status, diff = line.split(": ", 2)
+            rows.append((name, status, diff.split(" | ")))
+    return rows
+
+
 def report(modules: list) -> int:
     counts = defaultdict(lambda: defaultdict(int))
     survivors, messages = [], []
@@ -176,6 +235,12 @@ def report(modules: list) -> int:
                 messages.append((name, status, changed.get(name, [])))
             else:
                 survivors.append((name, status, changed.get(name, [])))
+    for name, status, diff in hand_results():
+        counts["chalicelib.store (retrying, by hand)"]["total"] += 1
+        if status == "killed":
+            counts["chalicelib.store (retrying, by hand)"]["killed"] += 1
+        else:
+            survivors.append((name, status, diff))
     print("\nmodule                            killed / total   killed+message-only / total")
     totals = defaultdict(int)
     for module in sorted(counts):
@@ -213,6 +278,8 @@ def main() -> int:
     if not os.environ.get("MUTATE_REPORT_ONLY"):
         for module in modules:
             run(module, scope_of(module, wanted), children)
+        if "chalicelib.store" in modules:
+            run_hand_mutants()
     return report(list(MODULES))
 
 
