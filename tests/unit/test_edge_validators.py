@@ -150,3 +150,78 @@ def test_header_limits_pass_at_the_limit():
     assert http_headers.check_names("h", ["A", "B"], 2) == ["a", "b"]
     assert http_headers.is_token("a") and not http_headers.is_token(None)
     assert not http_headers.is_token("x" * 257) and http_headers.is_token("x" * 256)
+
+
+# ---- hostports and module refusals: msg and details name the field (and the element) -----------
+from chalicelib import edge_modules, ids  # noqa: E402
+
+
+@pytest.mark.parametrize("call, args, msg, field", [
+    (check_hostport, ("hp", 5), "Field 'hp' must be a string 'host:port'", "hp"),
+    (check_hostport, ("hp", "a.com"), "Field 'hp' must be 'host:port', got 'a.com'", "hp"),
+    (check_hostport, ("hp", ".:80"), "Field 'hp' must be 'host:port', got '.:80'", "hp"),
+    (check_hostport, ("hp", "a.com:0"), "Field 'hp' must have a port from 1 to 65535, got "
+                                        "'a.com:0'", "hp"),
+    (check_hostport, ("hp", "a.com:65536"), "Field 'hp' must have a port from 1 to 65535, got "
+                                            "'a.com:65536'", "hp"),
+    (check_hostport, ("hp", "a.com:08"), "Field 'hp' must have a port from 1 to 65535, got "
+                                         "'a.com:08'", "hp"),
+    (check_hostport, ("hp", "a_b.com:1"), "Field 'hp' must have a valid hostname as host, got "
+                                          "'a_b.com:1'", "hp"),
+    (check_hostport, ("hp", "a" * 400 + ":1"), "Field 'hp' must have a valid hostname as host, "
+                                               f"got '{'a' * 300}'", "hp"),
+    (check_hostports, ("hps", "a.com:1"), "Field 'hps' must be an array of 'host:port' strings",
+     "hps"),
+    (check_hostports, ("hps", ["a.com:1"] * 11), "Field 'hps' has 11 entries; the limit is 10",
+     "hps"),
+    (check_hostports, ("hps", ["a.com:1", "b.com:2", "A.com:1"]),
+     "Field 'hps' lists 'a.com:1' more than once", "hps"),
+    (check_hostports, ("hps", ["a.com:1", 5]), "Field 'hps[1]' must be a string 'host:port'",
+     "hps[1]"),
+    (edge_modules.parse_module, ("backend", "x", edge_modules.BACKEND_FIELDS),
+     "Field 'backend' must be an object", "backend"),
+    (edge_modules.parse_module, (None, "x", edge_modules.BACKEND_FIELDS),
+     "Field 'module' must be an object", "module"),
+    (edge_modules.parse_module, ("backend", {"enabled": 1}, edge_modules.BACKEND_FIELDS),
+     "Field 'backend.enabled' must be a boolean, got integer", "backend.enabled"),
+    (edge_modules.parse_module, (None, {"enabled": 1}, edge_modules.BACKEND_FIELDS),
+     "Field 'enabled' must be a boolean, got integer", "enabled"),
+    (edge_modules.parse_ip_restriction, ("ipr", {"ip_policy_ids": []}),
+     "Field 'ipr.ip_policy_ids' must name at least one IP policy", "ipr.ip_policy_ids"),
+    (edge_modules.parse_ip_restriction, ("ipr", {"ip_policy_ids": ["ipp_1"]}),
+     "Field 'ipr.ip_policy_ids[0]' must be the id of an IP policy (ipp_…), got 'ipp_1'",
+     "ipr.ip_policy_ids[0]"),
+])
+def test_a_refused_hostport_or_module_names_the_field(call, args, msg, field):
+    with pytest.raises(errors.InvalidField) as info:
+        call(*args)
+    assert info.value.msg == msg
+    assert info.value.details == {"field": field}
+
+
+def test_hostports_at_the_limits_pass_normalised():
+    assert check_hostports("hps", [f"H{i}.com:{i + 1}" for i in range(10)]) == \
+        [f"h{i}.com:{i + 1}" for i in range(10)]
+    host = ".".join(["a" * 63] * 3 + ["b" * 61])   # 253 bytes
+    assert check_hostport("hp", f" {host}.:65535 ") == f"{host}:65535"
+    with pytest.raises(errors.InvalidField):
+        check_hostport("hp", f"{host}b:1")
+
+
+def test_an_ip_restriction_takes_ten_distinct_policies():
+    policies = [ids.new_id("ipp") for _ in range(10)]
+    assert edge_modules.parse_ip_restriction("ipr", {"ip_policy_ids": policies}) == \
+        {"enabled": True, "ip_policy_ids": policies}
+    with pytest.raises(errors.InvalidField) as info:
+        edge_modules.parse_ip_restriction("ipr", {"ip_policy_ids": policies[:2] + policies[:1]})
+    assert info.value.msg == "Field 'ipr.ip_policy_ids' lists an IP policy more than once"
+    assert info.value.details == {"field": "ipr.ip_policy_ids"}
+
+
+def test_a_module_keeps_enabled_false_and_fills_defaults():
+    backend = ids.new_id("bkdhr")
+    assert edge_modules.parse_module("b", {"enabled": False, "backend_id": backend},
+                                     edge_modules.BACKEND_FIELDS, extra=1) == \
+        {"enabled": False, "backend_id": backend, "extra": 1}
+    assert edge_modules.parse_backend(None, {"backend_id": backend}) == \
+        {"enabled": True, "backend_id": backend}
