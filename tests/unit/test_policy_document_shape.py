@@ -1,0 +1,138 @@
+"""chalicelib.policy.document, where the shape and size rules of a traffic policy live: each
+refusal's path (the element) and message (the rule), and each limit at its boundary. The API
+turns them into "Field 'F' is not a valid traffic policy at PATH: MESSAGE" (last test)."""
+import json
+
+import pytest
+
+from chalicelib import errors, traffic_policy
+from chalicelib.policy import document
+from chalicelib.policy.document import PolicyError
+
+A = {"type": "deny"}
+
+
+def _refused(value):
+    with pytest.raises(PolicyError) as info:
+        if isinstance(value, str):
+            document.check_shape(document.parse(value))
+        else:
+            document.check_shape(value)
+    return info.value.path, info.value.message
+
+
+@pytest.mark.parametrize("doc, path, message", [
+    ([1], "", "the top level must be a mapping of phases (on_tcp_connect, on_http_request, "
+              "on_http_response) to lists of rules"),
+    ({"on_x": []}, "", "unknown phase 'on_x'; accepted: on_tcp_connect, on_http_request, "
+                       "on_http_response"),
+    ({"p" * 100: []}, "", f"unknown phase '{'p' * 64}'; accepted: on_tcp_connect, "
+                          "on_http_request, on_http_response"),
+    ({"on_tcp_connect": {}}, "on_tcp_connect", "must be a list of rules"),
+    ({"on_tcp_connect": [{"actions": [A]}] * 65}, "on_tcp_connect",
+     "has 65 rules; the limit is 64"),
+    ({"on_http_request": [{"actions": [A]}, 5]}, "on_http_request[1]",
+     "a rule must be a mapping with 'name', 'expressions' and 'actions'"),
+    ({"on_http_request": [{"actions": [A], "when": 1}]}, "on_http_request[0]",
+     "unknown key 'when'; accepted: name, expressions, actions"),
+    ({"on_http_request": [{"name": 5, "actions": [A]}]}, "on_http_request[0].name",
+     "must be a string of at most 255 bytes"),
+    ({"on_http_request": [{"name": "é" * 128, "actions": [A]}]}, "on_http_request[0].name",
+     "must be a string of at most 255 bytes"),
+    ({"on_http_request": [{"expressions": "true", "actions": [A]}]},
+     "on_http_request[0].expressions", "must be a list of strings"),
+    ({"on_http_request": [{"expressions": ["true"] * 33, "actions": [A]}]},
+     "on_http_request[0].expressions", "has 33 entries; the limit is 32"),
+    ({"on_http_request": [{"expressions": ["true", 1], "actions": [A]}]},
+     "on_http_request[0].expressions[1]", "must be a string"),
+    ({"on_http_request": [{"expressions": ["true", "é" * 513], "actions": [A]}]},
+     "on_http_request[0].expressions[1]", "is longer than 1024 bytes"),
+    ({"on_http_request": [{"name": "n"}]}, "on_http_request[0].actions",
+     "every rule needs a non-empty list of actions"),
+    ({"on_http_request": [{"actions": {}}]}, "on_http_request[0].actions",
+     "every rule needs a non-empty list of actions"),
+    ({"on_http_request": [{"actions": [A] * 33}]}, "on_http_request[0].actions",
+     "has 33 actions; the limit is 32"),
+    ({"on_http_request": [{"actions": [A, "deny"]}]}, "on_http_request[0].actions[1]",
+     "an action must be a mapping with 'type' and 'config'"),
+    ({"on_http_request": [{"actions": [{"type": "deny", "with": 1}]}]},
+     "on_http_request[0].actions[0]", "unknown key 'with'; accepted: type, config"),
+    ({"on_http_request": [{"actions": [{"type": " "}]}]}, "on_http_request[0].actions[0].type",
+     "must be a non-empty string"),
+    ({"on_http_request": [{"actions": [{"type": 5}]}]}, "on_http_request[0].actions[0].type",
+     "must be a non-empty string"),
+    ({"on_http_request": [{"actions": [{"type": "deny", "config": [1]}]}]},
+     "on_http_request[0].actions[0].config", "must be a mapping"),
+])
+def test_a_refused_shape_names_the_element_and_the_rule(doc, path, message):
+    assert _refused(doc) == (path, message)
+
+
+def test_shapes_at_the_limits_pass():
+    rule = {"name": "é" * 127 + "n", "expressions": ["é" * 512] * 32, "actions": [A] * 32}
+    doc = {"on_tcp_connect": [rule] * 64, "on_http_request": None,
+           "on_http_response": [{"actions": [{"type": "deny", "config": None}]}]}
+    assert document.check_shape(doc) is doc
+    assert document.check_shape(None) == {}
+    assert list(document.rules(doc, "on_tcp_connect"))[63] == (63, rule)
+    assert list(document.rules(doc, "on_http_request")) == []
+    assert list(document.rules({}, "on_tcp_connect")) == []
+
+
+def test_a_document_of_16384_bytes_parses_and_one_more_is_refused_with_its_size():
+    head = '{"on_tcp_connect": [], "x": "'
+    text = head + "é" * ((16384 - len(head) - 2) // 2) + '"}'
+    text = text[:-2] + "a" * (16384 - len(text.encode())) + '"}'
+    assert len(text.encode()) == 16384
+    assert document.parse(text)["on_tcp_connect"] == []
+    with pytest.raises(PolicyError) as info:
+        document.parse(text[:-2] + 'a"}')
+    assert (info.value.path, info.value.message) == \
+        ("", "it is 16385 bytes; the limit is 16384 bytes")
+
+
+def test_json_and_yaml_parse_and_other_text_says_why():
+    assert document.parse('{"on_tcp_connect": []}') == {"on_tcp_connect": []}
+    assert document.parse("on_tcp_connect: []") == {"on_tcp_connect": []}
+    assert document.parse("") is None
+    with pytest.raises(PolicyError) as info:
+        document.parse("a: [b")
+    assert info.value.path == ""
+    assert info.value.message.startswith("it is neither JSON nor YAML (")
+    assert "\n" not in info.value.message and info.value.message.endswith(")")
+    for deep in ("[" * 16000, "a: " + "[" * 5000):
+        with pytest.raises(PolicyError) as info:
+            document.parse(deep)
+        assert (info.value.path, info.value.message) == ("", "it is nested too deeply")
+
+
+def test_a_policy_error_reads_as_its_path_and_message():
+    assert str(PolicyError("a[0]", "bad")) == "a[0]: bad"
+    assert str(PolicyError("", "bad")) == "bad"
+
+
+def test_the_api_names_the_field_the_element_and_the_rule():
+    doc = json.dumps({"on_http_request": [{"actions": [A] * 33}]})
+    with pytest.raises(errors.InvalidField) as info:
+        traffic_policy.check_document("traffic_policy.value", doc)
+    assert info.value.msg == ("Field 'traffic_policy.value' is not a valid traffic policy at "
+                              "on_http_request[0].actions: has 33 actions; the limit is 32")
+    assert info.value.details == {"field": "traffic_policy.value"}
+    with pytest.raises(errors.InvalidField) as info:
+        traffic_policy.check_document("v", "[1]")
+    assert info.value.msg.startswith("Field 'v' is not a valid traffic policy: the top level")
+    with pytest.raises(errors.InvalidField) as info:
+        traffic_policy.check_document("v", {"on_tcp_connect": []})
+    assert info.value.msg == ("Field 'v' must be a string holding a JSON or YAML traffic policy "
+                              "document")
+    assert info.value.details == {"field": "v"}
+
+
+def test_a_tcp_document_refuses_http_phases_naming_the_phase():
+    doc = json.dumps({"on_http_request": [{"actions": [A]}]})
+    assert traffic_policy.check_document("v", doc) == doc
+    with pytest.raises(errors.InvalidField) as info:
+        traffic_policy.check_tcp_document("v", doc)
+    assert info.value.msg.startswith("Field 'v' is not a valid traffic policy at "
+                                     "on_http_request: ")
+    assert info.value.details == {"field": "v"}
