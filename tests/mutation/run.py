@@ -211,6 +211,15 @@ def hand_results() -> list:
     return rows
 
 
+def _explained() -> set:
+    """The mutant names tests/mutation/SURVIVORS.md explains (each in backquotes)."""
+    path = os.path.join(PROJECT, "tests", "mutation", "SURVIVORS.md")
+    if not os.path.exists(path):
+        return set()
+    with open(path) as handle:
+        return set(re.findall(r"`(chalicelib\.[\w.ǁ]+__(?:mutmut|hand)_\d+)`", handle.read()))
+
+
 def report(modules: list) -> int:
     counts = defaultdict(lambda: defaultdict(int))
     survivors, messages = [], []
@@ -241,22 +250,26 @@ def report(modules: list) -> int:
             counts["chalicelib.store (retrying, by hand)"]["killed"] += 1
         else:
             survivors.append((name, status, diff))
-    print("\nmodule                            killed / total   killed+message-only / total")
+    print(f"\n{'module':40} killed / total   killed+message-only / total")
     totals = defaultdict(int)
     for module in sorted(counts):
         c = counts[module]
         for key in ("killed", "message", "total"):
             totals[key] += c[key]
-        print(f"{module:32} {c['killed']:4} / {c['total']:<4} {100 * c['killed'] / c['total']:5.1f}%"
+        print(f"{module:40} {c['killed']:4} / {c['total']:<4} {100 * c['killed'] / c['total']:5.1f}%"
               f"   {100 * (c['killed'] + c['message']) / c['total']:5.1f}%")
     if totals["total"]:
-        print(f"{'all':32} {totals['killed']:4} / {totals['total']:<4} "
+        print(f"{'all':40} {totals['killed']:4} / {totals['total']:<4} "
               f"{100 * totals['killed'] / totals['total']:5.1f}%"
               f"   {100 * (totals['killed'] + totals['message']) / totals['total']:5.1f}%")
+    explained = _explained()
     for title, rows in (("change only message text", messages), ("change more", survivors)):
         print(f"\n{len(rows)} survivors {title}:")
         for name, status, diff in rows:
-            print(f"  {name} ({status}): " + " | ".join(diff))
+            mark = "" if name in explained else "  [not in SURVIVORS.md]"
+            print(f"  {name} ({status}){mark}: " + " | ".join(diff))
+    unexplained = [name for name, _, _ in messages + survivors if name not in explained]
+    print(f"\n{len(unexplained)} survivors are not explained in tests/mutation/SURVIVORS.md")
     if not totals["total"]:
         for module in modules:
             path = os.path.join(workdir(module), "mutmut-run.log")
