@@ -191,3 +191,23 @@ def test_a_refused_rule_is_a_400_naming_the_rule_its_index_and_the_reason():
     assert info.value.msg == "Field 'x' has 101 rules; the limit is 100"
     assert info.value.details == {"field": "x"}
     assert acl.normalize(["*"] * 100) == ["*"] * 100
+
+
+def test_a_label_with_two_equals_signs_is_refused_for_its_value():
+    with pytest.raises(acl.InvalidRule) as info:
+        acl.parse_rule("bind:a=b=c")
+    assert str(info.value) == ("label value 'b=c' must be '*' or letters, digits and '_', '.', "
+                               "'/', ':', '@', '-'")
+
+
+def test_a_bracketed_address_host_must_close_its_bracket_to_match():
+    assert acl.may_bind(["bind:[::1]:80"], address="[::1]:80")
+    assert acl.may_bind(["bind:[::1]:80"], address="[0:0::1]:80")
+    assert not acl.may_bind(["bind:[::1]:80"], address="[::1x:80")
+    assert not acl.may_bind(["bind:[::1]:80"], address="x::1]:80")
+
+
+def test_may_bind_without_anything_to_bind_says_so():
+    with pytest.raises(ValueError) as info:
+        acl.may_bind(["*"])
+    assert str(info.value) == "may_bind needs a domain, an address or labels"

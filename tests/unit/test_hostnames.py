@@ -94,3 +94,11 @@ def test_wildcards_and_suffixes():
     assert hostnames.is_within("a.com", "a.com") and hostnames.is_within("b.a.com", "a.com")
     assert not hostnames.is_within("ba.com", "a.com") and not hostnames.is_within("a.com",
                                                                                   "b.a.com")
+
+
+def test_a_63_byte_label_with_a_bad_character_is_called_invalid_not_too_long():
+    label = "a" * 62 + "_"
+    with pytest.raises(hostnames.InvalidHostname) as info:
+        hostnames.parse(label + ".com")
+    assert str(info.value) == (f"has an invalid label '{label}' (letters, digits and '-' only, "
+                               "not at either end)")
