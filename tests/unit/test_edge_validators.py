@@ -225,3 +225,11 @@ def test_a_module_keeps_enabled_false_and_fills_defaults():
         {"enabled": False, "backend_id": backend, "extra": 1}
     assert edge_modules.parse_backend(None, {"backend_id": backend}) == \
         {"enabled": True, "backend_id": backend}
+
+
+def test_a_header_value_may_hold_any_character_but_cr_lf_and_nul():
+    value = "XML; q=0.5 \t\u00e9" + "".join(chr(c) for c in range(1, 32) if c not in (10, 13))
+    assert http_headers.check_value("h", "x-a", value) == value
+    for bad in ("\r", "\n", "\x00"):
+        with pytest.raises(errors.InvalidField):
+            http_headers.check_value("h", "x-a", f"a{bad}b")

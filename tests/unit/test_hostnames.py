@@ -102,3 +102,9 @@ def test_a_63_byte_label_with_a_bad_character_is_called_invalid_not_too_long():
         hostnames.parse(label + ".com")
     assert str(info.value) == (f"has an invalid label '{label}' (letters, digits and '-' only, "
                                "not at either end)")
+
+
+def test_only_the_last_label_must_not_be_a_number():
+    assert hostnames.parse("a.1.com", numeric_tld=False) == "a.1.com"
+    with pytest.raises(hostnames.InvalidHostname):
+        hostnames.parse("a.b.1", numeric_tld=False)
