@@ -136,3 +136,15 @@ def test_a_tcp_document_refuses_http_phases_naming_the_phase():
     assert info.value.msg.startswith("Field 'v' is not a valid traffic policy at "
                                      "on_http_request: ")
     assert info.value.details == {"field": "v"}
+
+
+def test_text_that_is_neither_json_nor_yaml_gives_the_yaml_parser_s_first_line():
+    with pytest.raises(PolicyError) as info:
+        document.parse("a: [b")
+    assert info.value.message == "it is neither JSON nor YAML (while parsing a flow sequence)"
+
+
+def test_a_phase_without_rules_does_not_stop_the_check_of_the_next_phases():
+    assert _refused({"on_tcp_connect": None, "on_x": []})[1].startswith("unknown phase 'on_x'")
+    assert _refused({"on_tcp_connect": None, "on_http_request": [5]})[0] == \
+        "on_http_request[0]"
