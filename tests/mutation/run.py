@@ -143,9 +143,19 @@ def diffs(work: str) -> dict:
         module = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
         with open(path) as handle:
             source = handle.read()
-        for match in re.finditer(r"^def (x\S*?__mutmut_(?:orig|\d+))\(.*?(?=^\S)", source,
-                                 re.S | re.M):
-            functions[f"{module}.{match.group(1)}"] = match.group(0).splitlines()[1:]
+        lines = source.splitlines()
+        for start, line in enumerate(lines):
+            match = re.match(r"^(\s*)def (x\S*?__mutmut_(?:orig|\d+))\(", line)
+            if not match:
+                continue
+            indent, body = len(match.group(1)), []
+            for following in lines[start + 1:]:   # the def's body: the lines indented deeper
+                if following.strip() and len(following) - len(following.lstrip()) <= indent \
+                        and not following.lstrip().startswith(")"):
+                    break
+                body.append(following)
+            signature = re.sub(r"__mutmut_(orig|\d+)\(", "(", line)  # defaults are mutated too
+            functions[f"{module}.{match.group(2)}"] = [signature] + body
     result = {}
     for name, lines in functions.items():
         if name.endswith("__mutmut_orig"):

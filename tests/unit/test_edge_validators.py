@@ -233,3 +233,43 @@ def test_a_header_value_may_hold_any_character_but_cr_lf_and_nul():
     for bad in ("\r", "\n", "\x00"):
         with pytest.raises(errors.InvalidField):
             http_headers.check_value("h", "x-a", f"a{bad}b")
+
+
+def test_a_hostport_refusal_quotes_at_most_300_characters():
+    for value, rule in (("a" * 400, "must be 'host:port'"),
+                        ("a.com:" + "1" * 400, "must have a port from 1 to 65535")):
+        with pytest.raises(errors.InvalidField) as info:
+            check_hostport("hp", value)
+        assert info.value.msg == f"Field 'hp' {rule}, got '{value[:300]}'"
+
+
+def test_a_hostport_splits_at_its_last_colon():
+    with pytest.raises(errors.InvalidField) as info:
+        check_hostport("hp", "a:b:80")
+    assert info.value.msg == "Field 'hp' must have a valid hostname as host, got 'a:b:80'"
+
+
+def test_an_ip_policy_id_refusal_quotes_at_most_64_characters():
+    entry = "ipp_" + "x" * 100
+    with pytest.raises(errors.InvalidField) as info:
+        edge_modules.parse_ip_restriction(None, {"ip_policy_ids": [entry]})
+    assert info.value.msg.endswith(f"got '{entry[:64]}'")
+
+
+def test_a_module_prefixes_only_the_first_mention_of_a_field_and_only_when_named():
+    from chalicelib.validation import Field
+
+    def twice(name, value):
+        raise errors.InvalidField(f"Field '{name}' must differ from '{name}'",
+                                  details={"field": name})
+
+    def unnamed(name, value):
+        raise errors.InvalidField("no field here")
+
+    with pytest.raises(errors.InvalidField) as info:
+        edge_modules.parse_module("m", {"a": 1}, [Field("a", "any", check=twice)])
+    assert info.value.msg == "Field 'm.a' must differ from 'a'"
+    assert info.value.details == {"field": "m.a"}
+    with pytest.raises(errors.InvalidField) as info:
+        edge_modules.parse_module("m", {"a": 1}, [Field("a", "any", check=unnamed)])
+    assert info.value.msg == "no field here" and info.value.details == {}

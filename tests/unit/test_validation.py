@@ -219,3 +219,33 @@ def test_now_is_utc_whatever_the_machine_s_time_zone(monkeypatch):
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+# ---- the catalog's error classes (chalicelib.errors) ------------------------------------------
+def test_an_error_keeps_its_message_code_and_details_as_strings():
+    error = errors.InvalidField("bad", error_code="ERR_NGROK_9999", details={"field": "f", "n": 3})
+    assert (error.msg, error.error_code, error.details) == \
+        ("bad", "ERR_NGROK_9999", {"field": "f", "n": "3"})
+    assert str(error) == "bad"
+    assert errors.InvalidField("bad").error_code == errors.INVALID_FIELD
+    default = errors.NotFound()
+    assert default.msg == errors.NotFound.default_msg and str(default) == default.msg
+
+
+def test_a_rate_limited_error_is_429_with_a_retry_after_of_at_least_one_second():
+    error = errors.RateLimited("slow down", retry_after=7.9)
+    assert (error.status_code, error.error_code, error.msg, error.retry_after) == \
+        (429, errors.RATE_LIMITED, "slow down", 7)
+    assert str(error) == "slow down"
+    assert errors.RateLimited(retry_after=0).retry_after == 1
+    assert errors.RateLimited(retry_after=-5).retry_after == 1
+    assert errors.RateLimited(retry_after=1).retry_after == 1
+    assert errors.RateLimited(retry_after=2).retry_after == 2
+    default = errors.RateLimited()
+    assert default.retry_after == 1 and default.msg == "Too many requests"
+
+
+def test_the_gateway_s_error_body_has_the_contract_shape():
+    assert errors.error_body(404, errors.NOT_FOUND, "Resource not found", "op_1") == {
+        "error_code": errors.NOT_FOUND, "status_code": 404, "msg": "Resource not found",
+        "details": {"operation_id": "op_1"}}
