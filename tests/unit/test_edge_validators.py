@@ -249,13 +249,6 @@ def test_a_hostport_splits_at_its_last_colon():
     assert info.value.msg == "Field 'hp' must have a valid hostname as host, got 'a:b:80'"
 
 
-def test_an_ip_policy_id_refusal_quotes_at_most_64_characters():
-    entry = "ipp_" + "x" * 100
-    with pytest.raises(errors.InvalidField) as info:
-        edge_modules.parse_ip_restriction(None, {"ip_policy_ids": [entry]})
-    assert info.value.msg.endswith(f"got '{entry[:64]}'")
-
-
 def test_a_module_prefixes_only_the_first_mention_of_a_field_and_only_when_named():
     from chalicelib.validation import Field
 

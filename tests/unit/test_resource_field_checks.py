@@ -198,3 +198,46 @@ def test_a_certificate_id_is_refused_since_certificates_are_managed_here():
     assert refusal.msg == ("Field 'certificate_id': no certificate with id 'cert_1' exists (this "
                            "service manages certificates itself; uploads are not supported)")
     assert refusal.details == {"field": "certificate_id"}
+
+
+# ---- reserved domains: domain ------------------------------------------------------------------
+@pytest.fixture
+def base_domain(monkeypatch):
+    from chalicelib import config
+    monkeypatch.setenv("BASE_DOMAIN", "tunnels.example.test")
+    config.reset_settings()
+    yield "tunnels.example.test"
+    monkeypatch.delenv("BASE_DOMAIN")
+    config.reset_settings()
+
+
+@pytest.mark.parametrize("value, domain", [
+    ("App.Example.COM", "app.example.com"), ("*.example.com", "*.example.com"),
+    ("a.b", "a.b"), ("x.tunnels.example.test", "x.tunnels.example.test"),
+    ("*.x.tunnels.example.test", "*.x.tunnels.example.test"), ("a.1.example", "a.1.example")])
+def test_a_reserved_domain_is_a_lower_cased_name_of_two_labels_or_a_wildcard(base_domain, value,
+                                                                             domain):
+    assert reserved_domains._check_domain("domain", value) == domain
+
+
+@pytest.mark.parametrize("value, reason", [
+    ("com", "must have at least 2 labels"),
+    ("*.com", "must have at least 2 labels"),
+    ("example.123", "must end in a name, not a number"),
+    ("10.0.0.1", "must end in a name, not a number"),
+    ("a.*.com", "may use a wildcard only as a leading '*.'"),
+])
+def test_a_bad_reserved_domain_names_the_field_the_value_and_the_reason(base_domain, value,
+                                                                       reason):
+    refusal = _refusal(reserved_domains._check_domain, "domain", value)
+    assert refusal.msg == f"Field 'domain' ({value!r}) {reason}"
+    assert refusal.details == {"field": "domain"}
+
+
+@pytest.mark.parametrize("value", ["tunnels.example.test", "Tunnels.Example.Test",
+                                   "example.test", "*.example.test", "*.tunnels.example.test"])
+def test_a_domain_that_covers_the_service_s_own_domain_is_refused(base_domain, value):
+    refusal = _refusal(reserved_domains._check_domain, "domain", value)
+    assert refusal.msg == (f"Field 'domain': '{value.lower()}' covers the service's own domain "
+                           "'tunnels.example.test' and cannot be reserved")
+    assert refusal.details == {"field": "domain"}
