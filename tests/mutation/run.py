@@ -62,7 +62,8 @@ MODULES = {
     "chalicelib.ip_policies": ["chalicelib.ip_policies.x_check_cidr*",
                                "chalicelib.ip_policies.x__check_action*"],
     "chalicelib.https_edges": ["chalicelib.https_edges.x__patterns*",
-                               "chalicelib.https_edges.x__match_type*"],
+                               "chalicelib.https_edges.x__match_type*",
+                               "chalicelib.https_edges.x__check_*"],
     "chalicelib.abuse_reports": ["chalicelib.abuse_reports.x_url_host*",
                                  "chalicelib.abuse_reports.x__check_urls*"],
 }

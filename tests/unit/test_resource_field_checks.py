@@ -243,3 +243,56 @@ def test_a_domain_that_covers_the_service_s_own_domain_is_refused(base_domain, v
     assert refusal.msg == (f"Field 'domain': '{value.lower()}' covers the service's own domain "
                            "'tunnels.example.test' and cannot be reserved")
     assert refusal.details == {"field": "domain"}
+
+
+# ---- HTTPS edges' TLS modules: tls_termination, mutual_tls ---------------------------------------
+@pytest.mark.parametrize("value", ["1.0", "1.1", "1.2", "1.3"])
+def test_a_min_version_is_a_supported_tls_version(value):
+    assert https_edges._check_min_version("min_version", value) == value
+    assert https_edges.parse_tls_termination("tls_termination", {"min_version": value}) == \
+        {"enabled": True, "min_version": value}
+
+
+@pytest.mark.parametrize("value", ["1.4", "TLS1.2", "", "1.2 ", "1.3" * 10])
+def test_another_min_version_is_refused_listing_the_supported_ones(value):
+    refusal = _refusal(https_edges._check_min_version, "min_version", value)
+    assert refusal.msg == (f"Field 'min_version': '{value[:16]}' is not a supported TLS "
+                           "version; supported: 1.0, 1.1, 1.2, 1.3")
+    assert refusal.details == {"field": "min_version"}
+
+
+def test_tls_terminates_at_the_edge_and_the_choice_is_not_stored():
+    assert https_edges._check_terminate_at("terminate_at", "edge") == "edge"
+    assert https_edges.parse_tls_termination(None, {"terminate_at": "edge", "enabled": False}) \
+        == {"enabled": False, "min_version": None}
+    refusal = _refusal(https_edges._check_terminate_at, "terminate_at", "upstream")
+    assert refusal.msg.startswith("Field 'terminate_at': 'upstream' is not supported: ")
+    assert refusal.msg.endswith("; send 'edge' or leave it out")
+    assert refusal.details == {"field": "terminate_at"}
+    for value in ("Edge", "agent", "x" * 20):
+        refusal = _refusal(https_edges._check_terminate_at, "terminate_at", value)
+        assert refusal.msg == f"Field 'terminate_at' must be 'edge', got '{value[:16]}'"
+        assert refusal.details == {"field": "terminate_at"}
+
+
+def test_mutual_tls_takes_one_to_ten_distinct_certificate_authorities():
+    from chalicelib import ids
+    cas = [ids.new_id("ca") for _ in range(10)]
+    assert https_edges._check_ca_ids("c", cas) is cas
+    assert https_edges.parse_mutual_tls("mutual_tls", {"certificate_authority_ids": cas}) == \
+        {"enabled": True, "certificate_authority_ids": cas}
+    with pytest.raises(errors.InvalidField) as info:
+        https_edges.parse_mutual_tls("mutual_tls", {"certificate_authority_ids": cas +
+                                                    [ids.new_id("ca")]})
+    assert info.value.details == {"field": "mutual_tls.certificate_authority_ids"}
+    refusal = _refusal(https_edges._check_ca_ids, "c", [])
+    assert refusal.msg == "Field 'c' must name at least one certificate authority"
+    assert refusal.details == {"field": "c"}
+    refusal = _refusal(https_edges._check_ca_ids, "c", [cas[0], cas[1], cas[0]])
+    assert refusal.msg == "Field 'c' lists a certificate authority more than once"
+    assert refusal.details == {"field": "c"}
+    other = ids.new_id("ipp")
+    refusal = _refusal(https_edges._check_ca_ids, "c", [cas[0], other])
+    assert refusal.msg == (f"Field 'c[1]' must be the id of a certificate authority (ca_…), "
+                           f"got '{other}'")
+    assert refusal.details == {"field": "c[1]"}
