@@ -90,7 +90,7 @@ HAND_MUTANTS = [
     ('        raise errors.Conflict("The resource was changed',
      '        raise errors.Internal("The resource was changed'),
 ]
-COPY = ["app.py", "chalicelib", "tests", "scripts", ".chalice", "pytest.ini"]
+COPY = ["app.py", "chalicelib", "edge", "tests", "scripts", ".chalice", "pytest.ini"]
 
 
 def workdir(module: str) -> str:
