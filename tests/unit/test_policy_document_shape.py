@@ -148,3 +148,63 @@ def test_a_phase_without_rules_does_not_stop_the_check_of_the_next_phases():
     assert _refused({"on_tcp_connect": None, "on_x": []})[1].startswith("unknown phase 'on_x'")
     assert _refused({"on_tcp_connect": None, "on_http_request": [5]})[0] == \
         "on_http_request[0]"
+
+
+# ---- restrict-ips' ip_policies must be the caller's (traffic_policy.check_ip_policies) ----------
+def _restrict(*policy_ids):
+    return json.dumps({"on_http_request": [
+        {"actions": [{"type": "restrict-ips", "config": {"ip_policies": list(policy_ids)}}]}]})
+
+
+@pytest.fixture
+def account_policies(monkeypatch):
+    """The account's IP policies, as ip_policies.missing_of sees them; records each call."""
+    from chalicelib import ip_policies
+    owned, calls = set(), []
+
+    def missing_of(account_id, policy_ids):
+        calls.append((account_id, list(policy_ids)))
+        return [p for p in dict.fromkeys(policy_ids) if p not in owned]
+
+    monkeypatch.setattr(ip_policies, "missing_of", missing_of)
+    return owned, calls
+
+
+def test_a_document_naming_only_the_account_s_policies_passes(account_policies):
+    from chalicelib import ids
+    owned, calls = account_policies
+    first, second = ids.new_id("ipp"), ids.new_id("ipp")
+    owned.update({first, second})
+    traffic_policy.check_ip_policies("acct_1", "traffic_policy.value", _restrict(first, second))
+    assert calls == [("acct_1", [first, second])]
+
+
+def test_documents_naming_no_policy_read_nothing(account_policies):
+    owned, calls = account_policies
+    for text in (None, "", json.dumps({"on_http_request": [{"actions": [A]}]})):
+        traffic_policy.check_ip_policies("acct_1", "v", text)
+    assert calls == []
+
+
+def test_a_policy_the_account_does_not_have_is_a_400_naming_the_element(account_policies):
+    from chalicelib import ids
+    owned, calls = account_policies
+    mine, other = ids.new_id("ipp"), ids.new_id("ipp")
+    owned.add(mine)
+    with pytest.raises(errors.InvalidField) as info:
+        traffic_policy.check_ip_policies("acct_1", "traffic_policy.value",
+                                         _restrict(mine, other))
+    assert info.value.status_code == 400 and info.value.error_code == errors.INVALID_FIELD
+    assert info.value.msg == (
+        "Field 'traffic_policy.value' is not a valid traffic policy at "
+        "on_http_request[0].actions[0].config.ip_policies[1]: the IP policy "
+        f"'{other}' does not exist in this account")
+    assert info.value.details == {"field": "traffic_policy.value"}
+    assert calls == [("acct_1", [mine, other])]
+
+
+def test_an_unknown_policy_id_is_quoted_up_to_64_characters():
+    error = traffic_policy.unknown_ip_policy("v", "p[0]", "ipp_" + "x" * 100)
+    assert error.msg == ("Field 'v' is not a valid traffic policy at p[0]: the IP policy "
+                         f"'ipp_{'x' * 60}' does not exist in this account")
+    assert error.details == {"field": "v"}
