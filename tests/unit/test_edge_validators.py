@@ -266,3 +266,17 @@ def test_a_module_prefixes_only_the_first_mention_of_a_field_and_only_when_named
     with pytest.raises(errors.InvalidField) as info:
         edge_modules.parse_module("m", {"a": 1}, [Field("a", "any", check=unnamed)])
     assert info.value.msg == "no field here" and info.value.details == {}
+
+
+def test_an_edge_s_traffic_policy_module_is_checked_for_the_account_s_ip_policies(monkeypatch):
+    from chalicelib import traffic_policy as tp
+    calls = []
+    monkeypatch.setattr(tp, "check_ip_policies", lambda *args: calls.append(args))
+    edge_modules.check_policy_refs("acct_1", {"traffic_policy": {"value": "doc"}})
+    edge_modules.check_policy_refs("acct_2", {"traffic_policy": {"value": "doc2"}},
+                                   nested=False)
+    assert calls == [("acct_1", "traffic_policy.value", "doc"), ("acct_2", "value", "doc2")]
+    for fields in ({}, {"traffic_policy": None}, {"traffic_policy": {"value": ""}},
+                   {"backend": {"value": "doc"}}):
+        edge_modules.check_policy_refs("acct_1", fields)
+    assert len(calls) == 2
