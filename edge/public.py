@@ -143,15 +143,32 @@ class _Traffic:
         self.compressor = None
 
     def forwarded_request(self) -> h11.Request:
-        """The request as this policy left it, for the internal endpoint it forwards to."""
-        return h11.Request(method=self.req.method, target=self.req.target.encode("latin-1"),
-                           headers=[(n.encode("latin-1"), v.encode("latin-1"))
-                                    for n, v in self.req.headers])
+        """The request as this policy left it, for the internal endpoint it forwards to.
+        h11.LocalProtocolError when the policy made it invalid (see PolicyBroke)."""
+        return h11.Request(method=self.req.method, target=_wire(self.req.target),
+                           headers=[(_wire(n), _wire(v)) for n, v in self.req.headers])
 
     def upstream_request(self, client_ip: str, scheme: str) -> h11.Request:
-        pairs = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in self.req.headers]
-        return h11.Request(method=self.req.method, target=self.req.target.encode("latin-1"),
+        pairs = [(_wire(n.lower()), _wire(v)) for n, v in self.req.headers]
+        return h11.Request(method=self.req.method, target=_wire(self.req.target),
                            headers=forwarded_headers(pairs, client_ip, scheme))
+
+
+def _wire(text: str) -> bytes:
+    """A header name or value (or target) as bytes: what came from the client round-trips
+    as Latin-1 (the bytes it sent); a value a policy added beyond Latin-1 goes as UTF-8."""
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text.encode("utf-8")
+
+
+# A request the traffic policy made invalid (a removed Host header, a value with a line break, a
+# name h11 refuses): ERR_NGROK_2300, the hosted "internal gateway error while processing policy
+# action", instead of a closed connection.
+POLICY_BROKE = (502, "ERR_NGROK_2300", "Internal gateway error occurred while processing "
+                                       "policy action: the request it produced is not valid "
+                                       "HTTP/1.1 ({})")
 
 
 def _outcome_response(out: Any, close: bool) -> List[Any]:
@@ -236,7 +253,14 @@ class HttpFront:
                         return
                     tunnel, fixed, enforcement = target.tunnel, None, target.enforcement
                     endpoint = (target.endpoint_id, target.url, target.host, account_id)
-                    cloud, hop_request = target.cloud, traffic.forwarded_request()
+                    try:
+                        hop_request = traffic.forwarded_request()
+                    except h11.LocalProtocolError as exc:
+                        status, code, msg = POLICY_BROKE
+                        await self._answer(client, writer, status, code, msg.format(exc),
+                                           close=True)
+                        return
+                    cloud = target.cloud
                 else:
                     verdict = "proxy"
                 if verdict == "next":
@@ -290,7 +314,12 @@ class HttpFront:
                         client_ip: str, host: str, traffic: Optional[_Traffic] = None,
                         prebuffered: Optional[List[Any]] = None) -> str:
         if traffic is not None:
-            upstream_request = traffic.upstream_request(client_ip, self.scheme)
+            try:
+                upstream_request = traffic.upstream_request(client_ip, self.scheme)
+            except h11.LocalProtocolError as exc:
+                status, code, msg = POLICY_BROKE
+                await self._answer(client, writer, status, code, msg.format(exc), close=True)
+                return "close"
         else:
             upstream_request = h11.Request(method=request.method, target=request.target,
                                            headers=forwarded_headers(request.headers, client_ip,
@@ -386,7 +415,10 @@ class HttpFront:
                             hold(h11.Data(data=data))
                     else:
                         hold(event)
-                    if held_size >= READ_CHUNK:
+                    # Backpressure: a client slower than the agent stops the relay here (and
+                    # so the stream's credit, and so the agent) instead of the edge buffering
+                    # the response. Bytes the socket has not taken yet mean it is behind.
+                    if held_size >= READ_CHUNK or writer.transport.get_write_buffer_size():
                         flush()
                         await writer.drain()
                 elif isinstance(event, h11.EndOfMessage):

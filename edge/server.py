@@ -165,7 +165,7 @@ class Edge:
     async def bind_http(self, tunnel: Tunnel, requested: str) -> None:
         grant = tunnel.session.grant
         await self._take_over(tunnel)
-        if requested.endswith(online.INTERNAL_SUFFIX):
+        if requested.lower().endswith(online.INTERNAL_SUFFIX):
             await self._bind_internal(tunnel, requested)
             return
         if requested:
