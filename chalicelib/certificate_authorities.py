@@ -132,13 +132,7 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
 
 def update(c: Ctx, ca_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     """One UpdateItem of the sent fields (404 when absent)."""
-    if not fields:
-        return get(c, ca_id)
-    missing = errors.NotFound(f"No certificate authority with id '{ca_id}' exists")
-    if not ids.is_valid(ca_id, PREFIX):
-        raise missing
-    return render(c, store.write(store.set_fields(store.collection_pk(c.account_id, COLLECTION),
-                                                  ca_id, fields, missing=missing)))
+    return web.updated(c, COLLECTION, PREFIX, ca_id, fields, "certificate authority", render)
 
 
 def delete(c: Ctx, ca_id: str) -> None:

@@ -132,13 +132,7 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
 
 def update(c: Ctx, addr_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     """One UpdateItem of the sent fields (404 when absent)."""
-    if not fields:
-        return get(c, addr_id)
-    missing = errors.NotFound(f"No reserved address with id '{addr_id}' exists")
-    if not ids.is_valid(addr_id, PREFIX):
-        raise missing
-    return render(c, store.write(store.set_fields(store.collection_pk(c.account_id, COLLECTION),
-                                                  addr_id, fields, missing=missing)))
+    return web.updated(c, COLLECTION, PREFIX, addr_id, fields, "reserved address", render)
 
 
 def delete(c: Ctx, addr_id: str) -> None:

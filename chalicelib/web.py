@@ -383,6 +383,20 @@ def rendered_page(c: Ctx, collection: str, limit: int, before_id: Optional[str],
     return [render(c, item) for item in items], more
 
 
+def updated(c: Ctx, collection: str, prefix: str, item_id: str, fields: Dict[str, Any],
+            what: str, render: Callable[[Ctx, Any], Dict[str, Any]]) -> Dict[str, Any]:
+    """PATCH of plain fields of the caller's item: one UpdateItem of the sent fields (none
+    sent: the item as stored, one GetItem), rendered. Absent, or an id that is not one of
+    ``prefix``'s: 404 "No <what> with id '…' exists"."""
+    if not fields:
+        return render(c, store.get_by_id(c.account_id, collection, prefix, item_id, what))
+    missing = errors.NotFound(f"No {what} with id '{item_id}' exists")
+    if not ids.is_valid(item_id, prefix):
+        raise missing
+    return render(c, store.write(store.set_fields(store.collection_pk(c.account_id, collection),
+                                                  item_id, fields, missing=missing)))
+
+
 def resource_fields(c: Ctx, path: str, item: Any) -> Dict[str, Any]:
     """The fields every described resource starts with: id, uri, created_at, description,
     metadata (``""`` when never set)."""

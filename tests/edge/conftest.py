@@ -104,6 +104,23 @@ class EdgeProcess:
             capture_output=True, text=True, timeout=60)
 
 
+def tcp_round_trip(port: int, data: bytes) -> bytes:
+    """Send ``data`` to a TCP endpoint on the edge and read back as many bytes (an echo
+    upstream); b"" when the edge closed or reset the connection first (a refusal)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(data)
+            got = b""
+            while len(got) < len(data):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            return got
+    except OSError:
+        return b""
+
+
 def _free_range(size: int) -> int:
     for _ in range(50):
         low = free_port()

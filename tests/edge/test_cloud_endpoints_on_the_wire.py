@@ -11,7 +11,7 @@ import ngrok
 import pytest
 
 from edge.edges import CACHE_SECONDS
-from tests.edge.conftest import BASE_DOMAIN
+from tests.edge.conftest import BASE_DOMAIN, tcp_round_trip
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 
 # An API change must be in force on the next request after the edge's cache expires.
@@ -205,22 +205,6 @@ def test_the_docs_path_routing_policy_on_a_cloud_endpoint(edge, account, client,
     assert other.status_code == 502 and other.json()["error_code"] == "ERR_NGROK_6029"
 
 
-def _round_trip(port, data):
-    import socket
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-            sock.sendall(data)
-            got = b""
-            while len(got) < len(data):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                got += chunk
-            return got
-    except OSError:
-        return b""
-
-
 def test_tcp_cloud_endpoint_forwards_to_an_sdk_internal_tcp_endpoint(edge, account, client,
                                                                      agents):
     from tests.edge.test_edge_sdk import _wait
@@ -235,12 +219,12 @@ def test_tcp_cloud_endpoint_forwards_to_an_sdk_internal_tcp_endpoint(edge, accou
         ep = client.endpoints.create(url=f"tcp://{ra['addr']}", type="cloud",
                                      traffic_policy=tcp_forward)
         port = int(ra["addr"].rsplit(":", 1)[1])
-        assert _wait(lambda: _round_trip(port, b"through a cloud endpoint")
+        assert _wait(lambda: tcp_round_trip(port, b"through a cloud endpoint")
                      == b"through a cloud endpoint", timeout=10)
         client.endpoints.update(ep.id, traffic_policy=json.dumps(
             {"on_tcp_connect": [{"actions": [{"type": "deny"}]}]}))
         time.sleep(IN_FORCE_AFTER)
-        assert _round_trip(port, b"denied?") == b""
+        assert tcp_round_trip(port, b"denied?") == b""
         client.endpoints.delete(ep.id)
     finally:
         account.admin.delete(f"/reserved_addrs/{ra['id']}")

@@ -3,9 +3,9 @@ edge resolves the endpoint's account's IP policies from its cache, so a rule cha
 the API is in force within 2 s; a bind naming an IP policy the account does not have is
 refused naming the element."""
 import json
-import socket
 import time
 
+from tests.edge.conftest import tcp_round_trip
 from tests.edge.test_edge_sdk import _bound, _credential, _host, _refusal
 
 FRESH_SECONDS = 2.0   # an API change to an IP policy rule is in force within this
@@ -85,18 +85,7 @@ def test_tcp_endpoint_ip_policy_closes_a_denied_connection_on_tcp_connect(edge, 
     port = int(_bound(agent.start())[0]["url"].rsplit(":", 1)[1])
 
     def echoed():
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-                sock.sendall(b"hello")
-                got = b""
-                while len(got) < 5:
-                    chunk = sock.recv(100)
-                    if not chunk:
-                        break
-                    got += chunk
-                return got
-        except OSError:
-            return b""   # reset: refused too
+        return tcp_round_trip(port, b"hello")   # b"": closed or reset, refused
 
     assert echoed() == b""   # closed without a byte of the upstream
     assert admin.patch(f"/ip_policy_rules/{rule['id']}", {"action": "allow"}).status == 200

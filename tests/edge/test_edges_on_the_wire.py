@@ -1,10 +1,9 @@
 """HTTPS and TCP edges (/edges/https, /edges/tcp) carrying traffic: routes, route modules,
 backends (tunnel group of SDK labeled tunnels, failover, weighted, HTTP response) through the
 public listeners; changes through the API in force on the next request."""
-import socket
 import time
 
-from tests.edge.conftest import BASE_DOMAIN
+from tests.edge.conftest import BASE_DOMAIN, tcp_round_trip
 from tests.edge.test_edge_sdk import _bound, _credential, _wait
 
 
@@ -110,17 +109,5 @@ def test_tcp_edge_carries_bytes_to_a_labeled_tunnel(edge, account, agents):
     _bound(agent.start())
     port = int(addr.rsplit(":", 1)[1])
 
-    def round_trip():
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-                sock.sendall(b"through a tcp edge")
-                got = b""
-                while len(got) < 18:
-                    chunk = sock.recv(100)
-                    if not chunk:
-                        break
-                    got += chunk
-                return got
-        except OSError:
-            return b""
-    assert _wait(lambda: round_trip() == b"through a tcp edge", timeout=10)
+    assert _wait(lambda: tcp_round_trip(port, b"through a tcp edge") == b"through a tcp edge",
+                 timeout=10)
