@@ -119,3 +119,26 @@ def test_tcp_ip_restriction_closes_refused_connections(edge, account, agents):
             assert sock.recv(100) == b""   # closed without a byte of the upstream
         except ConnectionResetError:
             pass                           # or reset: "hello" was never read
+
+
+def test_a_request_the_policy_made_invalid_is_a_502_err_ngrok_2300(edge, account, agents):
+    """A policy that removes Host leaves no valid HTTP/1.1 request to send upstream: the edge
+    answers in the contract's shape instead of dropping the connection."""
+    policy = {"on_http_request": [{"actions": [
+        {"type": "remove-headers", "config": {"headers": ["host"]}}]}]}
+    host = _host(_bound(_serve(edge, account, agents,
+                               {"traffic_policy": [json.dumps(policy)]}))[0]["url"])
+    resp = edge.http("GET", host, "/echo")
+    assert resp.status_code == 502 and resp.json()["error_code"] == "ERR_NGROK_2300"
+
+
+def test_policy_added_header_values_beyond_latin1_reach_the_upstream_as_utf8(edge, account,
+                                                                           agents):
+    policy = {"on_http_request": [{"actions": [
+        {"type": "add-headers", "config": {"headers": {"x-price": "5 €"}}}]}]}
+    host = _host(_bound(_serve(edge, account, agents,
+                               {"traffic_policy": [json.dumps(policy)]}))[0]["url"])
+    resp = edge.http("GET", host, "/echo")
+    assert resp.status_code == 200
+    seen = {k.lower(): v for k, v in resp.json()["headers"].items()}["x-price"]
+    assert seen == "5 €"   # the upstream (aiohttp) reads header bytes as UTF-8
