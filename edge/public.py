@@ -1,9 +1,9 @@
 """The public listeners: HTTP and HTTPS (routed by ``Host``) and raw TCP, proxied to agents.
 
-HTTP/1.1 on both sides is framed by h11 (sans-IO): the client's connection on one side, the
-agent's proxy stream (which the SDK connects to its upstream) on the other. One proxy stream
-serves a client connection for as long as both ends keep the connection alive and the
-requests go to the same endpoint. Bodies stream both ways through bounded buffers (h11
+HTTP/1.1 on both sides is framed by ``edge.http1`` (sans-IO, llhttp): the client's connection
+on one side, the agent's proxy stream (which the SDK connects to its upstream) on the other.
+One proxy stream serves a client connection for as long as both ends keep the connection alive
+and the requests go to the same endpoint. Bodies stream both ways through bounded buffers (http1
 events of at most ``READ_CHUNK`` bytes; the muxado window stops a fast sender); nothing
 reads a whole body. ``Upgrade`` (WebSocket) switches both legs to raw bytes after the 101.
 
@@ -18,9 +18,9 @@ import logging
 from types import SimpleNamespace
 from typing import Any, Callable, List, Optional, Tuple
 
-import h11
 
 from chalicelib import ids, policy as tp
+from edge import http1
 from edge.connections import connection_handler
 from edge.tls import MISDIRECTED
 from edge.session import MuxStream, StreamReset
@@ -56,12 +56,12 @@ def _error_response(status: int, code: str, msg: str, close: bool) -> List[Any]:
                ("ngrok-error-code", code), ("operation-id", op)]
     if close:
         headers.append(("connection", "close"))
-    return [h11.Response(status_code=status, headers=headers,
+    return [http1.Response(status_code=status, headers=headers,
                          reason=STATUS_TEXT.get(status, "").encode()),
-            h11.Data(data=body), h11.EndOfMessage()]
+            http1.Data(data=body), http1.EndOfMessage()]
 
 
-def request_host(request: h11.Request) -> str:
+def request_host(request: http1.Request) -> str:
     for name, value in request.headers:
         if name == b"host":
             host = value.decode("latin-1").strip().lower()
@@ -93,23 +93,23 @@ def forwarded_headers(pairs, client_ip: str, scheme: str) -> List[Tuple[bytes, b
 
 
 class _Leg:
-    """The agent side of a client connection: a proxy stream and its h11 client state."""
+    """The agent side of a client connection: a proxy stream and its HTTP/1.1 client state."""
 
     def __init__(self, tunnel: Any, stream: MuxStream):
         self.tunnel = tunnel
         self.stream = stream
-        self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.conn = http1.Connection(http1.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
 
     @property
     def reusable(self) -> bool:
-        return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
+        return self.conn.our_state is http1.DONE and self.conn.their_state is http1.DONE
 
     async def next_event(self, before_wait: Optional[Callable[[], None]] = None) -> Any:
-        """The next h11 event from the agent; ``before_wait`` runs before waiting for bytes
+        """The next HTTP event from the agent; ``before_wait`` runs before waiting for bytes
         (the response writer flushes what it holds then)."""
         while True:
             event = self.conn.next_event()
-            if event is not h11.NEED_DATA:
+            if event is not http1.NEED_DATA:
                 return event
             if before_wait is not None:
                 before_wait()
@@ -128,7 +128,7 @@ class _Leg:
 class _Traffic:
     """One request's run through its endpoint's traffic policy (modules included)."""
 
-    def __init__(self, policy: Any, conn: Any, request: h11.Request, scheme: str, host: str):
+    def __init__(self, policy: Any, conn: Any, request: http1.Request, scheme: str, host: str):
         self.policy = policy
         self.conn = conn
         self.state = policy.new_state()
@@ -142,16 +142,17 @@ class _Traffic:
             content_length=length)
         self.compressor = None
 
-    def forwarded_request(self) -> h11.Request:
+    def forwarded_request(self) -> http1.Request:
         """The request as this policy left it, for the internal endpoint it forwards to.
-        h11.LocalProtocolError when the policy made it invalid (see PolicyBroke)."""
-        return h11.Request(method=self.req.method, target=_wire(self.req.target),
-                           headers=[(_wire(n), _wire(v)) for n, v in self.req.headers])
+        http1.LocalProtocolError when the policy made it invalid (see PolicyBroke)."""
+        return http1.Request(method=self.req.method, target=_wire(self.req.target),
+                           headers=[(_wire(n), _wire(v)) for n, v in self.req.headers],
+                           checked=True)
 
-    def upstream_request(self, client_ip: str, scheme: str) -> h11.Request:
+    def upstream_request(self, client_ip: str, scheme: str) -> http1.Request:
         pairs = [(_wire(n.lower()), _wire(v)) for n, v in self.req.headers]
-        return h11.Request(method=self.req.method, target=_wire(self.req.target),
-                           headers=forwarded_headers(pairs, client_ip, scheme))
+        return http1.Request(method=self.req.method, target=_wire(self.req.target),
+                           headers=forwarded_headers(pairs, client_ip, scheme), checked=True)
 
 
 def _wire(text: str) -> bytes:
@@ -164,7 +165,7 @@ def _wire(text: str) -> bytes:
 
 
 # A request the traffic policy made invalid (a removed Host header, a value with a line break, a
-# name h11 refuses): ERR_NGROK_2300, the hosted "internal gateway error while processing policy
+# name HTTP/1.1 refuses): ERR_NGROK_2300, the hosted "internal gateway error while processing policy
 # action", instead of a closed connection.
 POLICY_BROKE = (502, "ERR_NGROK_2300", "Internal gateway error occurred while processing "
                                        "policy action: the request it produced is not valid "
@@ -177,8 +178,8 @@ def _outcome_response(out: Any, close: bool) -> List[Any]:
     headers.append(("content-length", str(len(out.body))))
     if close:
         headers.append(("connection", "close"))
-    return [h11.Response(status_code=out.status_code, headers=headers),
-            h11.Data(data=out.body) if out.body else None, h11.EndOfMessage()]
+    return [http1.Response(status_code=out.status_code, headers=headers, checked=True),
+            http1.Data(data=out.body) if out.body else None, http1.EndOfMessage()]
 
 
 class HttpFront:
@@ -192,17 +193,17 @@ class HttpFront:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
         client_ip, client_addr = str(peer[0]), f"{peer[0]}:{peer[1]}"
-        client = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        client = http1.Connection(http1.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         leg: Optional[_Leg] = None
         try:
             while True:
                 try:
                     request = await self._client_event(client, reader, IDLE_TIMEOUT)
-                except h11.RemoteProtocolError as exc:
+                except http1.RemoteProtocolError as exc:
                     await self._answer(client, writer, 400, "ERR_NGROK_3002",
                                        f"The request is not valid HTTP/1.1: {exc}", close=True)
                     return
-                if not isinstance(request, h11.Request):
+                if not isinstance(request, http1.Request):
                     return
                 host = request_host(request)
                 refused = self.edge.tls.misdirected(getattr(writer, "tls_spec", None), host)
@@ -255,7 +256,7 @@ class HttpFront:
                     endpoint = (target.endpoint_id, target.url, target.host, account_id)
                     try:
                         hop_request = traffic.forwarded_request()
-                    except h11.LocalProtocolError as exc:
+                    except http1.LocalProtocolError as exc:
                         status, code, msg = POLICY_BROKE
                         await self._answer(client, writer, status, code, msg.format(exc),
                                            close=True)
@@ -295,14 +296,14 @@ class HttpFront:
                                                client_ip, host, traffic, prebuffered)
                 if outcome != "next":
                     return
-                if client.our_state is h11.DONE and client.their_state is h11.DONE:
+                if client.our_state is http1.DONE and client.their_state is http1.DONE:
                     client.start_next_cycle()
                 else:
                     return
         except (_Closed, ConnectionError, OSError, asyncio.TimeoutError,
                 asyncio.IncompleteReadError):
             pass
-        except h11.LocalProtocolError as exc:
+        except http1.LocalProtocolError as exc:
             log.info("closing a client connection: %s", exc)
         finally:
             if leg is not None:
@@ -310,39 +311,39 @@ class HttpFront:
             writer.close()
 
     # ---- one request/response ---------------------------------------------------------------
-    async def _exchange(self, client, reader, writer, leg: _Leg, request: h11.Request,
+    async def _exchange(self, client, reader, writer, leg: _Leg, request: http1.Request,
                         client_ip: str, host: str, traffic: Optional[_Traffic] = None,
                         prebuffered: Optional[List[Any]] = None) -> str:
         if traffic is not None:
             try:
                 upstream_request = traffic.upstream_request(client_ip, self.scheme)
-            except h11.LocalProtocolError as exc:
+            except http1.LocalProtocolError as exc:
                 status, code, msg = POLICY_BROKE
                 await self._answer(client, writer, status, code, msg.format(exc), close=True)
                 return "close"
         else:
-            upstream_request = h11.Request(method=request.method, target=request.target,
-                                           headers=forwarded_headers(request.headers, client_ip,
-                                                                     self.scheme))
+            headers = forwarded_headers(request.headers, client_ip, self.scheme)
+            upstream_request = http1.Request(method=request.method, target=request.target,
+                                           headers=headers, raw_headers=headers)
         try:
             await leg.send(upstream_request)
             for event in prebuffered or ():
                 await leg.send(event)
-        except (StreamReset, h11.LocalProtocolError):
+        except (StreamReset, http1.LocalProtocolError):
             await self._answer(client, writer, 502, "ERR_NGROK_3200",
                                f"The endpoint {self.scheme}://{host} is offline.", close=True)
             return "close"
         # Whatever of the request body is already buffered goes now; a body still to come
         # is pumped by a task beside the response (a bodiless request never needs one).
         body_task = None
-        while not (prebuffered and isinstance(prebuffered[-1], h11.EndOfMessage)):
+        while not (prebuffered and isinstance(prebuffered[-1], http1.EndOfMessage)):
             event = client.next_event()
-            if event is h11.NEED_DATA:
+            if event is http1.NEED_DATA:
                 body_task = asyncio.ensure_future(self._request_body(client, reader, leg))
                 break
-            if isinstance(event, (h11.Data, h11.EndOfMessage)):
+            if isinstance(event, (http1.Data, http1.EndOfMessage)):
                 await leg.send(event)
-                if isinstance(event, h11.EndOfMessage):
+                if isinstance(event, http1.EndOfMessage):
                     break
             else:
                 raise _Closed()
@@ -357,9 +358,9 @@ class HttpFront:
     async def _request_body(self, client, reader, leg: _Leg) -> None:
         while True:
             event = await self._client_event(client, reader, HEAD_TIMEOUT)
-            if isinstance(event, h11.Data):
+            if isinstance(event, http1.Data):
                 await leg.send(event)
-            elif isinstance(event, h11.EndOfMessage):
+            elif isinstance(event, http1.EndOfMessage):
                 await leg.send(event)
                 return
             else:
@@ -391,12 +392,12 @@ class HttpFront:
         try:
             while True:
                 event = await self._leg_event(leg, body_task, flush)
-                if isinstance(event, h11.InformationalResponse):
+                if isinstance(event, http1.InformationalResponse):
                     if event.status_code == 101:
                         flush()
                         return await self._switch(client, reader, writer, leg, event, body_task)
                     hold(event)
-                elif isinstance(event, h11.Response):
+                elif isinstance(event, http1.Response):
                     if traffic is not None:
                         event = self._response_phase(traffic, event)
                         if isinstance(event, list):   # the policy answered instead
@@ -408,11 +409,11 @@ class HttpFront:
                             return "close"
                     started = True
                     hold(event)
-                elif isinstance(event, h11.Data):
+                elif isinstance(event, http1.Data):
                     if traffic is not None and traffic.compressor is not None:
                         data = traffic.compressor.feed(bytes(event.data))
                         if data:
-                            hold(h11.Data(data=data))
+                            hold(http1.Data(data=data))
                     else:
                         hold(event)
                     # Backpressure: a client slower than the agent stops the relay here (and
@@ -421,11 +422,11 @@ class HttpFront:
                     if held_size >= READ_CHUNK or writer.transport.get_write_buffer_size():
                         flush()
                         await writer.drain()
-                elif isinstance(event, h11.EndOfMessage):
+                elif isinstance(event, http1.EndOfMessage):
                     if traffic is not None and traffic.compressor is not None:
                         tail = traffic.compressor.finish()
                         if tail:
-                            hold(h11.Data(data=tail))
+                            hold(http1.Data(data=tail))
                     hold(event)
                     flush()
                     await writer.drain()
@@ -435,11 +436,11 @@ class HttpFront:
                     return "next"
                 else:  # ConnectionClosed
                     raise StreamReset("upstream closed")
-        except (StreamReset, h11.RemoteProtocolError) as exc:
+        except (StreamReset, http1.RemoteProtocolError) as exc:
             if started:
                 flush()
                 return "close"   # mid-body: the client sees the connection end
-            if isinstance(exc, h11.RemoteProtocolError):
+            if isinstance(exc, http1.RemoteProtocolError):
                 await self._answer(client, writer, 502, "ERR_NGROK_3004",
                                    "The upstream server returned an invalid or incomplete "
                                    "HTTP response.", close=True)
@@ -507,15 +508,15 @@ class HttpFront:
         stays usable; ("close", [], None) when it is done. ``events``: the body events an
         earlier hop (the endpoint that forwarded here) already read."""
         events = list(events or [])
-        while not (events and isinstance(events[-1], h11.EndOfMessage)):
+        while not (events and isinstance(events[-1], http1.EndOfMessage)):
             # what of the body is already here (all of it, for a bodiless request)
             event = client.next_event()
-            if event is h11.NEED_DATA:
+            if event is http1.NEED_DATA:
                 break
-            if not isinstance(event, (h11.Data, h11.EndOfMessage)):
+            if not isinstance(event, (http1.Data, http1.EndOfMessage)):
                 raise _Closed()
             events.append(event)
-            if isinstance(event, h11.EndOfMessage):
+            if isinstance(event, http1.EndOfMessage):
                 break
         asked = False
         while True:
@@ -523,10 +524,10 @@ class HttpFront:
             while out.kind == tp.NEED_BODY and not asked:
                 asked = True
                 events = await self._buffer_body(client, reader, out.max_body_bytes, events)
-                body = b"".join(bytes(e.data) for e in events if isinstance(e, h11.Data))
+                body = b"".join(bytes(e.data) for e in events if isinstance(e, http1.Data))
                 traffic.req.body = body[:out.max_body_bytes]
                 traffic.req.body_complete = len(body) <= out.max_body_bytes and \
-                    isinstance(events[-1], h11.EndOfMessage)
+                    isinstance(events[-1], http1.EndOfMessage)
                 out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
             if out.kind != tp.FORWARD_INTERNAL:
                 break
@@ -541,14 +542,14 @@ class HttpFront:
         if out.kind == tp.CONTINUE:
             return "proxy", events, None
         if out.kind == tp.RESPOND:
-            whole = bool(events) and isinstance(events[-1], h11.EndOfMessage)
+            whole = bool(events) and isinstance(events[-1], http1.EndOfMessage)
             for item in _outcome_response(out, close=not whole):
                 if item is not None:
                     await self._send(client, writer, item)
             return ("next" if whole else "close"), [], None
         return "close", [], None
 
-    def _response_phase(self, traffic: _Traffic, event: h11.Response) -> Any:
+    def _response_phase(self, traffic: _Traffic, event: http1.Response) -> Any:
         if not traffic.policy.has("on_http_response"):
             return event   # nothing to run: the response goes on as the agent sent it
         res = tp.Response(status_code=event.status_code,
@@ -560,15 +561,15 @@ class HttpFront:
         if out.kind == tp.CLOSE:
             raise _Closed()
         traffic.compressor = out.compressor
-        return h11.Response(status_code=res.status_code, reason=event.reason,
-                            headers=[(n.encode("latin-1"), v.encode("latin-1"))
-                                     for n, v in res.headers])
+        return http1.Response(status_code=res.status_code, reason=event.reason,
+                            headers=[(_wire(n), _wire(v)) for n, v in res.headers],
+                            checked=True)
 
     async def _answer_fixed(self, client, reader, writer, fixed, traffic, events) -> bool:
         """Answer with an http_response backend's status, headers and body (the response
         phase's rules apply to it too). True when the connection stays usable."""
         events = await self._buffer_body(client, reader, FIXED_BODY_DRAIN, list(events or []))
-        whole = bool(events) and isinstance(events[-1], h11.EndOfMessage)
+        whole = bool(events) and isinstance(events[-1], http1.EndOfMessage)
         body = (fixed.get("body") or "").encode("utf-8")
         headers = [(str(k), str(v)) for k, v in (fixed.get("headers") or {}).items()]
         status = int(fixed.get("status_code") or 200)
@@ -592,13 +593,13 @@ class HttpFront:
     async def _buffer_body(self, client, reader, limit: int, events: List[Any]) -> List[Any]:
         """Read the request body until it ends or passes ``limit`` bytes, for the policy; the
         events are forwarded upstream afterwards as they came."""
-        size = sum(len(e.data) for e in events if isinstance(e, h11.Data))
-        while size <= limit and not (events and isinstance(events[-1], h11.EndOfMessage)):
+        size = sum(len(e.data) for e in events if isinstance(e, http1.Data))
+        while size <= limit and not (events and isinstance(events[-1], http1.EndOfMessage)):
             event = await self._client_event(client, reader, HEAD_TIMEOUT)
-            if not isinstance(event, (h11.Data, h11.EndOfMessage)):
+            if not isinstance(event, (http1.Data, http1.EndOfMessage)):
                 raise _Closed()
             events.append(event)
-            if isinstance(event, h11.Data):
+            if isinstance(event, http1.Data):
                 size += len(event.data)
         return events
 
@@ -606,7 +607,7 @@ class HttpFront:
     async def _client_event(self, client, reader, timeout: float) -> Any:
         while True:
             event = client.next_event()
-            if event is not h11.NEED_DATA:
+            if event is not http1.NEED_DATA:
                 return event
             async with asyncio.timeout(timeout):   # a timer, not a task as wait_for makes
                 data = await reader.read(READ_CHUNK)
@@ -620,12 +621,12 @@ class HttpFront:
 
     async def _answer(self, client, writer, status: int, code: str, msg: str,
                       close: bool) -> None:
-        if client.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        if client.our_state not in (http1.IDLE, http1.SEND_RESPONSE):
             return
         try:
             for event in _error_response(status, code, msg, close):
                 await self._send(client, writer, event)
-        except h11.LocalProtocolError:
+        except http1.LocalProtocolError:
             return
 
 

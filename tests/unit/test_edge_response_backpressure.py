@@ -2,8 +2,7 @@
 reading stops the relay (and so the stream's credit and the agent), over a real socket."""
 import asyncio
 
-import h11
-
+from edge import http1
 from edge.public import HttpFront
 
 CHUNK = 16 * 1024
@@ -20,14 +19,14 @@ class EndlessLeg:
     async def next_event(self, before_wait=None):
         if not self.started:
             self.started = True
-            return h11.Response(status_code=200, headers=[("transfer-encoding", "chunked")])
+            return http1.Response(status_code=200, headers=[("transfer-encoding", "chunked")])
         if before_wait is not None:
             before_wait()   # as the real leg does before waiting for the agent's bytes
         await asyncio.sleep(0)
         if self.sent >= LIMIT:
-            return h11.EndOfMessage()
+            return http1.EndOfMessage()
         self.sent += CHUNK
-        return h11.Data(data=b"x" * CHUNK)
+        return http1.Data(data=b"x" * CHUNK)
 
 
 def test_a_client_that_does_not_read_stops_the_relay():
@@ -35,10 +34,10 @@ def test_a_client_that_does_not_read_stops_the_relay():
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)  # never reads
         port = server.sockets[0].getsockname()[1]
         _, writer = await asyncio.open_connection("127.0.0.1", port)
-        client = h11.Connection(h11.SERVER)
+        client = http1.Connection(http1.SERVER)
         client.receive_data(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert isinstance(client.next_event(), h11.Request)
-        assert isinstance(client.next_event(), h11.EndOfMessage)
+        assert isinstance(client.next_event(), http1.Request)
+        assert isinstance(client.next_event(), http1.EndOfMessage)
         leg = EndlessLeg()
         front = HttpFront.__new__(HttpFront)
         front.scheme = "http"
@@ -81,7 +80,7 @@ def test_a_request_the_policy_made_invalid_is_answered_with_err_ngrok_2300():
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         _, writer = await asyncio.open_connection("127.0.0.1",
                                                   server.sockets[0].getsockname()[1])
-        client = h11.Connection(h11.SERVER)
+        client = http1.Connection(http1.SERVER)
         client.receive_data(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         request = client.next_event()
         client.next_event()
