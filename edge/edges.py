@@ -95,6 +95,13 @@ def _enabled(module: Optional[Dict[str, Any]]) -> bool:
     return bool(module) and module.get("enabled", True) is not False
 
 
+def _port_of(url: str) -> Optional[int]:
+    try:
+        return urlsplit(url).port
+    except ValueError:
+        return None
+
+
 class EdgeRouter:
     def __init__(self, edge: Any):
         self.edge = edge
@@ -226,9 +233,11 @@ class EdgeRouter:
         account's internal agent endpoint bound on this edge, else its internal cloud
         endpoint; None when there is none (offline), also for another account's. One of
         another protocol (``http`` for HTTP(S), ``tcp``) is a Routed with the hosted error
-        ERR_NGROK_3502."""
+        ERR_NGROK_3502. A TCP endpoint is named by host and port: a URL whose explicit port
+        is not the endpoint's finds nothing (offline)."""
         try:
-            host = (urlsplit(url).hostname or "").lower()
+            parts = urlsplit(url)
+            host, port = (parts.hostname or "").lower(), parts.port
         except ValueError:
             return None
         if not host.endswith(online.INTERNAL_SUFFIX):
@@ -246,6 +255,8 @@ class EdgeRouter:
                 return None
             routed = await self._cloud_routed(cloud)
             theirs = "tcp" if cloud.get("scheme") == "tcp" else "http"
+        if theirs == "tcp" and port is not None and port != _port_of(routed.url):
+            return None
         if theirs != protocol:
             routed.error = (502, "ERR_NGROK_3502", "The forward-internal action can't forward "
                                                    "between endpoints that use different "

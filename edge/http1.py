@@ -203,10 +203,13 @@ def _framing(headers: Pairs, error: type) -> Tuple[str, int]:
     length, chunked = None, False
     for name, value in headers:
         if name == b"content-length":
-            values = {v.strip() for v in value.split(b",")}
-            if len(values) != 1 or not _CONTENT_LENGTH.match(next(iter(values))):
-                raise error("bad Content-Length")
-            number = int(values.pop())
+            if value.isdigit() and len(value) <= 18:
+                number = int(value)
+            else:   # "5, 5" is one length; anything else is not
+                values = {v.strip() for v in value.split(b",")}
+                if len(values) != 1 or not _CONTENT_LENGTH.match(next(iter(values))):
+                    raise error("bad Content-Length")
+                number = int(values.pop())
             if length is not None and length != number:
                 raise error("conflicting Content-Length headers")
             length = number

@@ -195,9 +195,14 @@ class MuxSession:
                 self.close_reason = self.close_reason or f"connection lost: {exc}"
 
     async def send(self, frame: bytes) -> None:
-        """Queue a frame, waiting while the connection's write buffer is full."""
+        """Queue a frame, waiting while the connection's write buffer is full. StreamReset
+        at once when the session is closed or its connection is closing (lost, and the read
+        loop has not seen it yet): the frame could never be sent."""
         if self.closed:
             raise StreamReset("session closed")
+        if self._writer.transport.is_closing():
+            self.close_reason = self.close_reason or "connection lost"
+            raise StreamReset("session connection closing")
         self.send_nowait(frame)
         transport = self._writer.transport
         if transport.get_write_buffer_size() > 0 or self._out_size >= FLUSH_AT:

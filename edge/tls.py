@@ -53,7 +53,6 @@ log = logging.getLogger("edge.tls")
 REFRESH_SECONDS = 1.0
 HELLO_TIMEOUT = 15.0           # the same as the handshake timeout
 MAX_RECORD = 5 + 16384 + 2048  # a TLS record header + the largest (compressed) fragment
-CA_CACHE = 10000
 
 MIN_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1_2, "1.1": ssl.TLSVersion.TLSv1_2,
                 "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
@@ -264,18 +263,22 @@ class TlsSettings:
     async def refresh(self) -> None:
         from chalicelib import certificate_authorities, https_edges
         index = await self.edge.call(https_edges.tls_index)
+        # The PEM cache holds exactly the CAs the index references (bounded by it): one no
+        # longer referenced is dropped, one newly referenced is read once, in one call per
+        # account.
+        referenced = {(entry["account_id"], ca_id) for entry in index.values()
+                      for ca_id in entry.get("certificate_authority_ids") or []}
+        cache = {key: pem for key, pem in self._pems.items() if key in referenced}
         wanted: Dict[str, List[str]] = {}
-        for entry in index.values():
-            for ca_id in entry.get("certificate_authority_ids") or []:
-                if (entry["account_id"], ca_id) not in self._pems:
-                    wanted.setdefault(entry["account_id"], []).append(ca_id)
+        for account_id, ca_id in referenced:
+            if (account_id, ca_id) not in cache:
+                wanted.setdefault(account_id, []).append(ca_id)
         for account_id, ca_ids in wanted.items():
-            ca_ids = sorted(set(ca_ids))
-            found = await self.edge.call(certificate_authorities.pems_by_id, account_id, ca_ids)
-            if len(self._pems) + len(found) > CA_CACHE:
-                self._pems.clear()
+            found = await self.edge.call(certificate_authorities.pems_by_id, account_id,
+                                         sorted(ca_ids))
             for ca_id, pem in found.items():
-                self._pems[(account_id, ca_id)] = pem
+                cache[(account_id, ca_id)] = pem
+        self._pems = cache
         by_host: Dict[str, TlsSpec] = {}
         for hostport, entry in index.items():
             host, _, port = hostport.rpartition(":")

@@ -377,3 +377,15 @@ def test_a_response_is_relayed_with_the_upstreams_header_spelling():
     front = server()
     events(front, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert b"\r\nX-Custom-Thing: 1\r\n" in front.send(evs[0])
+
+
+@pytest.mark.parametrize("value,ok", [(b"5", True), (b"5, 5", True), (b"9" * 18, True),
+                                      (b"9" * 19, False), (b"5, 6", False), (b"-1", False),
+                                      (b"0x5", False)])
+def test_content_length_values(value, ok):
+    headers = [(b"host", b"x"), (b"content-length", value)]
+    if ok:
+        Request(method=b"POST", target=b"/", headers=headers, checked=True)
+    else:
+        with pytest.raises(LocalProtocolError, match="Content-Length"):
+            Request(method=b"POST", target=b"/", headers=headers, checked=True)

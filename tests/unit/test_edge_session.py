@@ -151,3 +151,16 @@ def test_frames_queued_before_close_are_still_sent():
         return [(f.type, f.stream_id) for batch in batches for f in batch]
 
     assert _run(main()) == [(muxado.RST, 2)]
+
+
+def test_a_write_on_a_session_whose_connection_is_closing_raises_at_once():
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        stream = mux.open_stream()
+        await stream.write(b"before")          # a live connection takes it
+        mux._writer.transport.close()          # lost; the read loop has not noticed yet
+        with pytest.raises(session.StreamReset):
+            await asyncio.wait_for(stream.write(b"after"), 1)
+        peer.writer.close()
+        await task
+    _run(main())

@@ -349,3 +349,27 @@ def test_settings_stay_in_force_while_the_store_cannot_be_read(tmp_path):
 
     before, during = _run(scenario())
     assert before.min_version == during.min_version == ssl.TLSVersion.TLSv1_3
+
+
+def test_the_ca_cache_holds_exactly_what_the_index_references(tmp_path):
+    """Every referenced CA stays cached (read once), whatever the number of accounts; one no
+    longer referenced is dropped (it was a whole-cache clear past a bound, which could leave
+    an mTLS name without its CAs until the next refresh)."""
+    def entry(account, cas):
+        return {"account_id": account, "edge_id": "e", "certificate_authority_ids": cas}
+
+    index = {f"m{i}.example.com:443": entry(f"acct{i}", [f"ca_{i}"]) for i in range(50)}
+    edge = _Edge(str(tmp_path), index, {f"ca_{i}": f"pem {i}\n" for i in range(50)})
+
+    async def scenario():
+        await edge.tls.refresh()
+        await edge.tls.refresh()
+        first = dict(edge.tls._pems)
+        del edge.index["m0.example.com:443"]
+        await edge.tls.refresh()
+        return first, dict(edge.tls._pems)
+
+    first, after = _run(scenario())
+    assert len(first) == 50 and sorted(edge.calls) == sorted(f"ca_{i}" for i in range(50))
+    assert ("acct0", "ca_0") not in after and len(after) == 49
+    assert edge.tls.spec_for("m7.example.com").key != tls.DEFAULT.key
