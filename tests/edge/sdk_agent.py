@@ -4,7 +4,8 @@ edge tests with the device agent's virtualenv (where the SDK is installed).
 Usage: ``python sdk_agent.py '<json config>'``; config: ``authtoken``, ``server_addr``,
 ``root_cas``, ``binds`` (list of {"proto": "http"|"tcp"|"labeled", "domain"?, "labels"?,
 "remote_addr"?}). It serves a small upstream on 127.0.0.1 (echo, upload digest, streaming,
-WebSocket echo), forwards every bind to it, and prints one JSON line per event: ``bound``
+WebSocket echo, a flood and how much of it was written), forwards every bind to it, and
+prints one JSON line per event: ``bound``
 (url, id) or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on stdin:
 ``close`` closes the session, ``exit`` ends the program.
 """
@@ -46,6 +47,27 @@ async def stream(request):
     return resp
 
 
+FLOODED = {"bytes": 0}   # what /flood has written so far (read back by /flooded)
+
+
+async def flood(request):
+    """``mb`` MiB as fast as the path takes them: a test of backpressure reads /flooded."""
+    total, chunk = int(request.query.get("mb", "64")) << 20, b"f" * 65536
+    FLOODED["bytes"] = 0
+    resp = web.StreamResponse()
+    resp.content_length = total
+    await resp.prepare(request)
+    while FLOODED["bytes"] < total:
+        await resp.write(chunk)   # waits while the transport's buffer is full
+        FLOODED["bytes"] += len(chunk)
+    await resp.write_eof()
+    return resp
+
+
+async def flooded(request):
+    return web.json_response(FLOODED)
+
+
 async def websocket(request):
     ws = web.WebSocketResponse()
     await ws.prepare(request)
@@ -68,6 +90,7 @@ async def main(cfg):
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.add_routes([web.get("/echo", echo), web.post("/upload", upload),
                     web.get("/stream", stream), web.get("/ws", websocket),
+                    web.get("/flood", flood), web.get("/flooded", flooded),
                     web.route("*", "/{tail:.*}", echo)])
     runner = web.AppRunner(app)
     await runner.setup()

@@ -285,3 +285,24 @@ def test_malformed_frames_end_one_session_not_the_edge(edge, served):
     assert got[3] >> 4 == 3, got  # GOAWAY
     conn.close()
     assert edge.http("GET", host, "/echo").status_code == 200
+
+
+def test_a_client_that_stops_reading_stops_the_agents_upstream(served):
+    """Backpressure end to end: the edge relays no faster than the client reads, so the
+    muxado window stops the SDK, which stops reading its upstream. A client that reads the
+    head of a 64 MiB response and then nothing leaves the upstream at a few MiB (the socket
+    buffers and one stream window on the path), not 64."""
+    edge, host, _ = served
+    sock = socket.create_connection(("127.0.0.1", edge.http_port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    try:
+        sock.sendall(f"GET /flood?mb=64 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        written = []
+        for _ in range(3):   # the upstream stops, whatever the time given
+            time.sleep(1)
+            written.append(edge.http("GET", host, "/flooded").json()["bytes"])
+        assert written[-1] < 16 << 20, f"{written} bytes written for a client reading none"
+        assert written[-1] == written[-2], f"the upstream is still writing: {written}"
+    finally:
+        sock.close()
