@@ -389,3 +389,17 @@ def test_content_length_values(value, ok):
     else:
         with pytest.raises(LocalProtocolError, match="Content-Length"):
             Request(method=b"POST", target=b"/", headers=headers, checked=True)
+
+
+@pytest.mark.parametrize("name, value", [
+    (b"a\tb", b"v"), (b"a b", b"v"), (b"", b"v"), (b"a:b", b"v"), (b"\xe9", b"v"),
+    (b"x", b"a\nb"), (b"x", b"a\rb"), (b"x", b"a\x00b"), (b"x", b"a\x7fb"),
+])
+def test_a_checked_header_is_refused_wherever_it_stands_among_valid_ones(name, value):
+    ok = [(b"host", b"x"), (b"accept", b"*/*")]
+    for headers in ([(name, value)] + ok, ok[:1] + [(name, value)] + ok[1:], ok + [(name, value)]):
+        with pytest.raises(LocalProtocolError):
+            Request(method=b"GET", target=b"/", headers=headers, checked=True)
+    # tabs inside a value, obs-text, and an empty value are allowed
+    Request(method=b"GET", target=b"/", headers=ok + [(b"x", b"a\tb \xe9"), (b"y", b"")],
+            checked=True)
