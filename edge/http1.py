@@ -302,8 +302,18 @@ class Connection:
     def on_header(self, name: bytes, value: bytes) -> None:
         self._raw.append((name, value))
 
+    def _too_large(self) -> "RemoteProtocolError":
+        return RemoteProtocolError(f"message head larger than {self.max_head} bytes")
+
     def on_headers_complete(self) -> None:
         raw = [(name, value.rstrip(b" \t")) for name, value in self._raw]  # llhttp keeps OWS
+        # A complete head is bounded too (an incomplete one is, in _feed): its size as sent
+        # (exact for single spaces and no optional whitespace around values).
+        size = sum(len(name) + len(value) + 4 for name, value in raw) + 2 + (
+            len(self._parser.get_method()) + len(b"".join(self._url)) + 12
+            if self.our_role == SERVER else len(b"".join(self._reason)) + 15)
+        if size > self.max_head:
+            raise self._too_large()
         lower = [(name.lower(), value) for name, value in raw]
         parser = self._parser
         version = parser.get_http_version().encode()
@@ -390,7 +400,7 @@ class Connection:
         if self._in_message and not self._in_body:   # a head is incomplete: bounded
             self._head_bytes += len(data)
             if self._head_bytes > self.max_head:
-                raise RemoteProtocolError("Receive buffer too long")
+                raise self._too_large()
 
     def _feed_head_only(self, data: bytes) -> None:
         """The response to a HEAD: llhttp cannot be told the request's method, so it is fed
@@ -406,7 +416,7 @@ class Connection:
             end = buffer.find(b"\r\n\r\n")
             if end < 0:
                 if len(buffer) > self.max_head:
-                    raise RemoteProtocolError("Receive buffer too long")
+                    raise self._too_large()
                 self._head_buffer = buffer
                 return
             head, buffer = buffer[:end + 4], buffer[end + 4:]
