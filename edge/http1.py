@@ -106,6 +106,12 @@ def _normalize(headers: Iterable[Tuple[Any, Any]], checked: bool) -> Tuple[Pairs
     return [(name.lower(), value) for name, value in raw], raw
 
 
+def checked_headers(headers: Iterable[Tuple[Any, Any]]) -> Pairs:
+    """``headers`` as (lower-case name, value) bytes pairs, LocalProtocolError for a name or
+    value HTTP/1.1 does not allow (values trimmed), as a checked event does."""
+    return _normalize(headers, True)[0]
+
+
 class Event:
     __slots__ = ()
 

@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 from types import SimpleNamespace
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 from chalicelib import ids, policy as tp
@@ -136,23 +136,47 @@ class _Traffic:
         for name, value in request.headers:
             if name == b"content-length":
                 length = int(value)
+        self.request = request
+        self.pairs = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers]
         self.req = tp.Request.from_target(
             request.method.decode("ascii"), scheme, host, request.target.decode("latin-1"),
-            [(n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers],
-            content_length=length)
+            self.pairs, content_length=length)
+        self.target = self.req.target
         self.compressor = None
 
     def forwarded_request(self) -> http1.Request:
         """The request as this policy left it, for the internal endpoint it forwards to.
         http1.LocalProtocolError when the policy made it invalid (see PolicyBroke)."""
         return http1.Request(method=self.req.method, target=_wire(self.req.target),
-                           headers=[(_wire(n), _wire(v)) for n, v in self.req.headers],
-                           checked=True)
+                             headers=[(_wire(n), _wire(v)) for n, v in self.req.headers],
+                             checked=True)
 
     def upstream_request(self, client_ip: str, scheme: str) -> http1.Request:
-        pairs = [(_wire(n.lower()), _wire(v)) for n, v in self.req.headers]
-        return http1.Request(method=self.req.method, target=_wire(self.req.target),
-                           headers=forwarded_headers(pairs, client_ip, scheme), checked=True)
+        """The request as this policy left it, with the X-Forwarded headers.
+        http1.LocalProtocolError when the policy made it invalid (see PolicyBroke).
+        When the policy changed nothing but appending headers (add-headers; none of Host,
+        Content-Length, Transfer-Encoding), only those are checked: the rest is the parsed
+        request's, already valid."""
+        req, count = self.req, len(self.pairs)
+        if req.method == self.pairs_method and req.headers[:count] == self.pairs and \
+                req.target == self.target:
+            added = [(_wire(n.lower()), _wire(v)) for n, v in req.headers[count:]]
+            if not any(n in _FRAMING_HEADERS for n, _ in added):
+                headers = forwarded_headers(
+                    self.request.headers + http1.checked_headers(added) if added
+                    else self.request.headers, client_ip, scheme)
+                return http1.Request(method=self.request.method, target=self.request.target,
+                                     headers=headers, raw_headers=headers)
+        pairs = [(_wire(n.lower()), _wire(v)) for n, v in req.headers]
+        return http1.Request(method=req.method, target=_wire(req.target),
+                             headers=forwarded_headers(pairs, client_ip, scheme), checked=True)
+
+    @property
+    def pairs_method(self) -> str:
+        return self.request.method.decode("ascii")
+
+
+_FRAMING_HEADERS = (b"host", b"content-length", b"transfer-encoding")
 
 
 def _wire(text: str) -> bytes:
@@ -195,6 +219,7 @@ class HttpFront:
         client_ip, client_addr = str(peer[0]), f"{peer[0]}:{peer[1]}"
         client = http1.Connection(http1.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         leg: Optional[_Leg] = None
+        conns: Dict[Any, Any] = {}   # endpoint -> tp.Conn, built once per connection
         try:
             while True:
                 try:
@@ -232,7 +257,12 @@ class HttpFront:
                 traffic, prebuffered = None, []
                 hop_request, forwards = request, 0
                 while enforcement is not None and enforcement.policy is not None:
-                    conn = self._conn(writer, peer, endpoint)
+                    conn = conns.get(endpoint)   # what the policy sees of this connection
+                    if conn is None:
+                        if len(conns) >= 16:
+                            conns.clear()
+                        conn = conns[endpoint] = self._conn(writer, peer, endpoint)
+                    conn.ip_policy_resolver = None
                     if enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
                         conn.ip_policy_resolver = await self.edge.router.ip_policy_resolver(
                             endpoint[3], enforcement.policy)

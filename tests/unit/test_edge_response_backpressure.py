@@ -2,6 +2,8 @@
 reading stops the relay (and so the stream's credit and the agent), over a real socket."""
 import asyncio
 
+import pytest
+
 from edge import http1
 from edge.public import HttpFront
 
@@ -57,17 +59,48 @@ def test_a_client_that_does_not_read_stops_the_relay():
 
 # ---- a request the traffic policy made invalid ------------------------------------------
 
-class _Traffic:
-    def __init__(self, headers):
-        from chalicelib.policy import Request
-        from edge.public import _Traffic as Real
-        self.req = Request(method="GET", url="http://x/", headers=headers)
-        self.upstream_request = Real.upstream_request.__get__(self)
+class _NoPolicy:
+    def new_state(self):
+        return None
+
+
+def _Traffic(headers):
+    """A request ``GET / Host: x`` after a policy left its headers as ``headers``."""
+    from edge.public import _Traffic as Real
+    traffic = Real(_NoPolicy(), None, http1.Request(method=b"GET", target=b"/",
+                                                    headers=[(b"host", b"x")]), "http", "x")
+    traffic.req.headers = list(headers)
+    return traffic
 
 
 def test_a_header_value_beyond_latin1_goes_as_utf8():
-    request = _Traffic([("Host", "x"), ("X-Added", "5 €")]).upstream_request("1.2.3.4", "http")
+    request = _Traffic([("host", "x"), ("X-Added", "5 €")]).upstream_request("1.2.3.4", "http")
     assert (b"x-added", "5 €".encode("utf-8")) in list(request.headers)
+    request = _Traffic([("X-Set", "5 €"), ("host", "x")]).upstream_request("1.2.3.4", "http")
+    assert (b"x-set", "5 €".encode("utf-8")) in list(request.headers)
+
+
+@pytest.mark.parametrize("after, valid", [
+    ([("host", "x")], True),                                  # unchanged
+    ([("host", "x"), ("x-a", "1")], True),                    # appended (the fast path)
+    ([("host", "x"), ("x-a", "a\nb")], False),                # appended, invalid value
+    ([("host", "x"), ("x a", "1")], False),                   # appended, invalid name
+    ([("host", "x"), ("Host", "y")], False),                  # a second Host appended
+    ([("host", "x"), ("content-length", "x")], False),        # framing appended
+    ([("x-a", "1")], False),                                  # Host removed
+    ([("x-a", "1"), ("host", "x")], True),                    # reordered (the full check)
+])
+def test_a_policy_changed_request_is_checked_whichever_way_it_changed(after, valid):
+    traffic = _Traffic(after)
+    if valid:
+        request = traffic.upstream_request("1.2.3.4", "http")
+        names = [n for n, _ in request.headers]
+        assert names[:len(after)] == [n.lower().encode() for n, _ in after]
+        assert names[len(after):] == [b"x-forwarded-for", b"x-forwarded-proto",
+                                      b"x-forwarded-host"]
+    else:
+        with pytest.raises(http1.LocalProtocolError):
+            traffic.upstream_request("1.2.3.4", "http")
 
 
 def test_a_request_the_policy_made_invalid_is_answered_with_err_ngrok_2300():
