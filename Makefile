@@ -13,7 +13,7 @@ AGENT_STAMP := $(AGENT_VENV)/.installed
 .PHONY: install run api-key test test-service test-agent reset create-table bench soak clean \
 	package deploy-aws deploy-localstack resources test-integration mutate
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt
+$(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt edge/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip<26.3"
 	$(PY) -m pip install -q -r requirements-dev.txt

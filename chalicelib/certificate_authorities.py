@@ -5,7 +5,9 @@ not_after (RFC 3339), key_usages, extended_key_usages.
 
 Rules (where the spec is silent, decided here):
 - ``ca_pem`` is required: one X.509 certificate in PEM form (``-----BEGIN CERTIFICATE-----``),
-  at most :data:`MAX_PEM_BYTES` bytes, parsed with ``cryptography``. Anything else (no
+  at most :data:`MAX_PEM_BYTES` bytes, parsed with ``asn1crypto`` (pure Python: the API's
+  Lambda package carries no ``cryptography``, whose 4.2 MB were most of it; the fields are
+  the same as cryptography reads, checked by tests/unit/test_ca_parse_parity.py). Anything else (no
   certificate, several, a private key, garbage) is a 400. A certificate whose basic
   constraints say it is not a CA (``CA:FALSE``) is a 400: it cannot have signed client
   certificates. It cannot be changed; update takes description and metadata.
@@ -29,11 +31,7 @@ PATH = "/certificate_authorities"
 LIST_KEY = "certificate_authorities"
 MAX_PEM_BYTES = 16384
 _BEGIN = "-----BEGIN CERTIFICATE-----"
-
-_KEY_USAGES = ("digital_signature", "content_commitment", "key_encipherment",
-               "data_encipherment", "key_agreement", "key_cert_sign", "crl_sign")
-# cryptography's ExtendedKeyUsageOID, by dotted string: cryptography is imported by parse_pem
-# only (about 20 ms at cold start that only a certificate authority's creation should pay).
+# Extended key usages by dotted OID, named as cryptography's ExtendedKeyUsageOID names them.
 _EKU_NAMES = {
     "1.3.6.1.5.5.7.3.1": "server_auth",
     "1.3.6.1.5.5.7.3.2": "client_auth",
@@ -42,6 +40,15 @@ _EKU_NAMES = {
     "1.3.6.1.5.5.7.3.8": "time_stamping",
     "1.3.6.1.5.5.7.3.9": "ocsp_signing",
 }
+# asn1crypto's KeyUsage bit names -> the stored names (X.509's, as cryptography names them);
+# encipher_only and decipher_only count only with key_agreement (they qualify it)
+_KEY_USAGE_BITS = {"digital_signature": "digital_signature",
+                   "non_repudiation": "content_commitment",
+                   "key_encipherment": "key_encipherment",
+                   "data_encipherment": "data_encipherment", "key_agreement": "key_agreement",
+                   "key_cert_sign": "key_cert_sign", "crl_sign": "crl_sign",
+                   "encipher_only": "encipher_only", "decipher_only": "decipher_only"}
+_COMMON_NAME = "2.5.4.3"
 
 
 def _bad(msg: str) -> errors.InvalidField:
@@ -52,47 +59,63 @@ def _rfc3339(value: Any) -> str:
     return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _certificate(text: str) -> Any:
+    """The one certificate of ``text``, wholly parsed (DER decoding is lazy in asn1crypto:
+    reading ``native`` decodes every field, so a malformed one fails here)."""
+    from asn1crypto import pem, x509
+    data = text.strip().encode("utf-8")
+    start = data.find(_BEGIN.encode())
+    end_marker = b"-----END CERTIFICATE-----"
+    end = data.find(end_marker, start)
+    if end < 0:
+        raise ValueError("no '-----END CERTIFICATE-----' line")
+    kind, _, der = pem.unarmor(data[start:end + len(end_marker)])
+    if kind != "CERTIFICATE":
+        raise ValueError(f"a PEM block of type {kind!r}")
+    cert = x509.Certificate.load(der, strict=True)
+    cert.native   # noqa: B018 (decodes every field)
+    version = cert["tbs_certificate"]["version"].native
+    if version not in ("v1", "v2", "v3"):
+        raise ValueError(f"{version} is not a valid X509 version")
+    # DER is canonical: what asn1crypto (lenient, BER-minded) decoded must encode back to the
+    # same bytes, as a strict DER parser (cryptography's, OpenSSL's) would require
+    if cert.dump(force=True) != der:
+        raise ValueError("not DER-encoded (it does not encode back to the same bytes)")
+    return cert
+
+
 def parse_pem(text: str) -> Dict[str, Any]:
     """The stored fields of a CA certificate in PEM form, or a 400 naming ``ca_pem``."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives.serialization import Encoding
-    from cryptography.x509.oid import NameOID
+    from asn1crypto import pem
     blocks = text.count(_BEGIN)
     if blocks != 1:
         raise _bad("must hold exactly one PEM certificate ('-----BEGIN CERTIFICATE-----'), "
                    f"found {blocks}")
     try:
-        cert = x509.load_pem_x509_certificate(text.strip().encode("utf-8"))
-    except ValueError as exc:
-        raise _bad(f"is not a valid PEM X.509 certificate: {exc}") from None
-    try:
-        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
-        if not constraints.ca:
+        cert = _certificate(text)
+        constraints = cert.basic_constraints_value
+        if constraints is not None and not constraints.native.get("ca"):
             raise _bad("is not a certificate authority (its basic constraints say CA:FALSE)")
-    except x509.ExtensionNotFound:
-        pass
-    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    key_usages: List[str] = []
-    try:
-        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
-        for name in _KEY_USAGES:
-            if getattr(usage, name):
-                key_usages.append(name)
-        if usage.key_agreement:
-            key_usages += [n for n in ("encipher_only", "decipher_only") if getattr(usage, n)]
-    except x509.ExtensionNotFound:
-        pass
-    extended: List[str] = []
-    try:
-        for oid in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value:
-            extended.append(_EKU_NAMES.get(oid.dotted_string, oid.dotted_string))
-    except x509.ExtensionNotFound:
-        pass
-    return {"ca_pem": cert.public_bytes(Encoding.PEM).decode("ascii"),
-            "subject_common_name": str(names[0].value) if names else "",
-            "not_before": _rfc3339(cert.not_valid_before_utc),
-            "not_after": _rfc3339(cert.not_valid_after_utc),
-            "key_usages": key_usages, "extended_key_usages": extended}
+        names = [attribute["value"].native for rdn in cert.subject.chosen for attribute in rdn
+                 if attribute["type"].dotted == _COMMON_NAME]
+        usage = cert.key_usage_value
+        bits = set(usage.native) if usage is not None else set()
+        key_usages = [name for bit, name in _KEY_USAGE_BITS.items()
+                      if bit in bits and (name not in ("encipher_only", "decipher_only")
+                                          or "key_agreement" in bits)]
+        eku = cert.extended_key_usage_value
+        extended = [_EKU_NAMES.get(oid.dotted, oid.dotted) for oid in eku] if eku else []
+        validity = cert["tbs_certificate"]["validity"]
+        fields = {"ca_pem": pem.armor("CERTIFICATE", cert.dump()).decode("ascii"),
+                  "subject_common_name": str(names[0]) if names else "",
+                  "not_before": _rfc3339(validity["not_before"].native),
+                  "not_after": _rfc3339(validity["not_after"].native),
+                  "key_usages": key_usages, "extended_key_usages": extended}
+    except errors.InvalidField:
+        raise
+    except Exception as exc:  # asn1crypto raises ValueError, TypeError, OSError, … on bad DER
+        raise _bad(f"is not a valid PEM X.509 certificate: {exc}") from None
+    return fields
 
 
 CREATE_FIELDS = [DESCRIPTION, METADATA,

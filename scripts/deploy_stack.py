@@ -247,12 +247,12 @@ def write_generated() -> List[str]:
 RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3",
                     "six.py")
 # Files of the bundled wheels the service never loads: PyYAML's libyaml binding (the policy
-# parser uses yaml.safe_load, the pure-Python SafeLoader); cffi's and pycparser's Python
-# packages (cryptography's compiled bindings use only the _cffi_backend extension, which
-# stays; cffi and pycparser are for building bindings: never imported, checked by
-# tests/functional/test_packaging.py); type stubs.
-LEAVE_OUT_PREFIXES = ("yaml/_yaml.", "cffi/", "cffi-", "pycparser/", "pycparser-")
+# parser uses yaml.safe_load, the pure-Python SafeLoader); type stubs. (cryptography, PyJWT,
+# cffi and pycparser are no longer in the Lambda's requirements at all: the API parses CA
+# certificates with asn1crypto and checks inline JWKS in pure Python.)
+LEAVE_OUT_PREFIXES = ("yaml/_yaml.",)
 LEAVE_OUT_SUFFIXES = (".pyi",)
+ZIP_LEVEL = 9   # deflate's best: what Lambda unzips once per cold start, smaller to upload
 LAST_STRIP: Dict[str, int] = {}
 LAST_SLIM: Dict[str, Any] = {}
 
@@ -334,7 +334,7 @@ def slim_package(zip_path: str, strip: bool = True, bytecode: bool = True) -> Di
                 before = len(data)
                 data = _strip_elf(data, tool)
                 stripped_bytes += before - len(data)
-            target.writestr(info, data)
+            target.writestr(info, data, compresslevel=ZIP_LEVEL)
             if bytecode and name.endswith(".py"):
                 folder, _, module = name.rpartition("/")
                 pyc_name = (f"{folder}/" if folder else "") + \
@@ -344,7 +344,7 @@ def slim_package(zip_path: str, strip: bool = True, bytecode: bool = True) -> Di
                     pyc_info = zipfile.ZipInfo(pyc_name, date_time=info.date_time)
                     pyc_info.external_attr = info.external_attr
                     pyc_info.compress_type = zipfile.ZIP_DEFLATED
-                    target.writestr(pyc_info, pyc)
+                    target.writestr(pyc_info, pyc, compresslevel=ZIP_LEVEL)
                     pyc_bytes += target.getinfo(pyc_name).compress_size
     os.replace(slimmed, zip_path)
     result = {"removed_runtime_packages": removed, "left_out": left_out,

@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import re2
 
-from chalicelib.policy import celenv, ratelimit
+from chalicelib.policy import celenv, jwks, ratelimit
 from chalicelib.policy.document import PolicyError
 from chalicelib.policy.outcome import (CLOSE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Outcome)
 from chalicelib.policy.template import Template
@@ -830,8 +830,12 @@ class JwtValidation(Action):
                 raise PolicyError(where, "must be an http or https URL")
             self.jkus.append(template)
         self.inline = keys.get("jwks", dict)
+        self._inline_set = None   # the inline JWKS's PyJWT keys, built on first use (edge)
         if self.inline is not None:
-            self._keyset(self.inline, keys.at("jwks"))
+            try:   # pure Python: the API compiles policies without PyJWT or cryptography
+                jwks.check(self.inline)
+            except jwks.JwksError as exc:
+                raise PolicyError(keys.at("jwks"), f"is not a usable JWKS ({exc})") from None
         if not self.jkus and self.inline is None:
             raise PolicyError(keys.where, "needs sources.additional_jkus or jwks")
 
@@ -908,7 +912,9 @@ class JwtValidation(Action):
         kid = header.get("kid")
         sets = []
         if self.inline is not None:
-            sets.append(self._keyset(self.inline, "jwks"))
+            if self._inline_set is None:
+                self._inline_set = self._keyset(self.inline, "jwks")
+            sets.append(self._inline_set)
         for template in self.jkus:
             url = r.render(template)
             try:  # what a fetch or parse failed on is not echoed (the URL may be internal)

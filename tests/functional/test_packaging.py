@@ -51,7 +51,9 @@ def test_deployment_package_holds_the_policy_engines_runtime(prod_template):
                 .namelist())
     version = f"{sys.version_info.major}{sys.version_info.minor}"
     assert f"cel_expr_python/cel.cpython-{version}-x86_64-linux-gnu.so" in names
-    assert "jwt/__init__.py" in names and "chalicelib/policy/engine.py" in names
+    assert "chalicelib/policy/engine.py" in names and "chalicelib/policy/jwks.py" in names
+    assert "asn1crypto/x509.py" in names
+    assert not [n for n in names if n.startswith(("jwt/", "cryptography/"))]   # the edge's
 
 
 def test_packaged_prod_template_passes_cfn_lint(prod_template):
@@ -249,14 +251,14 @@ def test_compose_starts_localstack_and_the_agent_on_loopback(compose):
 
 # What the packaged app is run with in the test below: it compiles a traffic policy using the
 # strings, math and encoders CEL extensions (enabled from cel.so, the ext modules left out),
-# parses a CA certificate and checks an inline JWKS (cryptography, stripped, without cffi's
-# Python package) and says where its modules came from.
+# parses a CA certificate (asn1crypto) and checks inline JWKS (chalicelib/policy/jwks.py), with
+# no cryptography or PyJWT anywhere on its path, and says where its modules came from.
 _PACKAGED_CHECK = """
 import json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import app
 assert app.app.routes
-cold = sorted(m for m in sys.modules if m.split(".")[0] in ("cryptography", "cel_expr_python"))
+cold = sorted(m for m in sys.modules if m.split(".")[0] in ("asn1crypto", "cel_expr_python"))
 from chalicelib.policy import compile_policy
 compile_policy({"on_http_request": [{"expressions": [
     "req.url.path.upperAscii().split('/').size() > math.greatest(1, 2)",
@@ -264,20 +266,32 @@ compile_policy({"on_http_request": [{"expressions": [
     "actions": [{"type": "deny"}]}]})
 from chalicelib import certificate_authorities, store
 ca = certificate_authorities.parse_pem(sys.stdin.read())
-from chalicelib.policy import actions
 from chalicelib.policy.document import PolicyError
-keys = actions.JwtValidation._keyset(json.loads(sys.argv[3]), "jwks")
+def jwt_policy(jwks):
+    return {"on_http_request": [{"actions": [{"type": "jwt-validation", "config": {
+        "issuer": {"allow_list": [{"value": "https://issuer"}]},
+        "audience": {"allow_list": [{"value": "api"}]},
+        "http": {"tokens": [{"type": "jwt", "method": "header", "name": "Authorization",
+                             "prefix": "Bearer "}]},
+        "jws": {"allowed_algorithms": ["RS256", "ES256", "EdDSA"], "keys": {"jwks": jwks}}}}]}]}
+compile_policy(jwt_policy(json.loads(sys.argv[3])))
 try:
-    actions.JwtValidation._keyset({"keys": [{"kty": "EC", "crv": "P-256", "x": "AQ",
-                                             "y": "AQ"}]}, "jwks")
+    compile_policy(jwt_policy({"keys": [{"kty": "EC", "crv": "P-256", "x": "AQ", "y": "AQ"}]}))
     off_curve = "accepted"
 except PolicyError as exc:
     off_curve = str(exc)
-import botocore, cel_expr_python.cel, cryptography
+import botocore, cel_expr_python.cel, asn1crypto
+for name in ("cryptography", "jwt", "_cffi_backend"):
+    try:
+        __import__(name)
+        print("importable:", name)
+    except ImportError:
+        pass
 print(repr({"cold": cold, "cn": ca["subject_common_name"], "botocore": botocore.__file__,
-            "keys": len(keys.keys), "off_curve": off_curve,
-            "loaded": sorted(m for m in sys.modules if m.split(".")[0] in ("cffi", "pycparser")),
-            "cel": cel_expr_python.cel.__file__, "cryptography": cryptography.__file__,
+            "off_curve": off_curve,
+            "loaded": sorted(m for m in sys.modules
+                             if m.split(".")[0] in ("cffi", "pycparser", "cryptography", "jwt")),
+            "cel": cel_expr_python.cel.__file__, "asn1crypto": asn1crypto.__file__,
             "store_cached": store.__cached__}))
 """
 
@@ -317,8 +331,9 @@ def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
     extensions are enabled from cel.so), PyYAML's unused libyaml binding and type stubs;
     its shared objects are stripped and every module has unchecked-hash bytecode (the
     Lambda's code folder is read-only). The app imports from it with only the runtime's
-    packages added, without loading cryptography or CEL at cold start, and its policy engine
-    and certificate parsing work from the package's own (stripped) copies."""
+    packages added, without loading the certificate parser or CEL at cold start; its policy
+    engine (inline JWKS included) and certificate parsing work from the package's own copies,
+    and neither cryptography nor PyJWT is in it or importable."""
     import ast
     import importlib.util
     import site
@@ -333,17 +348,17 @@ def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
         store_pyc = zf.read(f"chalicelib/__pycache__/store.{sys.implementation.cache_tag}.pyc")
         zf.extractall(tmp_path / "task")
     assert sdk == 0 and not tops & set(deploy_stack.RUNTIME_PROVIDED)
-    assert {"pynamodb", "chalicelib", "cel_expr_python", "cryptography", "jwt"} <= tops
+    assert {"pynamodb", "chalicelib", "cel_expr_python", "asn1crypto"} <= tops
+    assert not tops & {"cryptography", "jwt", "cffi", "pycparser"}
     assert not [n for n in names if n.startswith(("cel_expr_python/ext/", "yaml/_yaml.",
-                                                   "cffi/", "pycparser/")) or n.endswith(".pyi")]
-    assert [n for n in names if n.startswith("_cffi_backend.")]
+                                                   "_cffi_backend.")) or n.endswith(".pyi")]
     sources = [n for n in names if n.endswith(".py")]
     pycs = {n for n in names if n.endswith(".pyc")}
     missing = [n for n in sources if importlib.util.cache_from_source(n) not in pycs]
     assert missing == []
     assert store_pyc[:4] == importlib.util.MAGIC_NUMBER
     assert int.from_bytes(store_pyc[4:8], "little") == 0b01  # hash-based, source not checked
-    for name in ("cel_expr_python/cel.", "cryptography/hazmat/bindings/_rust.abi3.so"):
+    for name in ("cel_expr_python/cel.", "_re2."):
         so = next(tmp_path / "task" / n for n in names if n.startswith(name))
         sections = subprocess.run(["readelf", "-S", str(so)], capture_output=True,
                                   text=True, check=True).stdout
@@ -361,15 +376,21 @@ def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
     assert result.returncode == 0, result.stderr
     seen = ast.literal_eval(result.stdout.strip().splitlines()[-1])
     assert seen["cold"] == [] and seen["cn"] == "Packaged CA"
-    from chalicelib.policy import actions
+    assert "importable" not in result.stdout, result.stdout
     from chalicelib.policy.document import PolicyError
-    with pytest.raises(PolicyError) as here:   # the same JWKS, checked in this venv
-        actions.JwtValidation._keyset({"keys": [{"kty": "EC", "crv": "P-256", "x": "AQ",
-                                                 "y": "AQ"}]}, "jwks")
-    assert seen["keys"] == 3 and seen["off_curve"] == str(here.value)
+    from chalicelib.policy import compile_policy
+    with pytest.raises(PolicyError) as here:   # the same JWKS, refused the same way here
+        compile_policy({"on_http_request": [{"actions": [{"type": "jwt-validation", "config": {
+            "issuer": {"allow_list": [{"value": "https://issuer"}]},
+            "audience": {"allow_list": [{"value": "api"}]},
+            "http": {"tokens": [{"type": "jwt", "method": "header", "name": "Authorization",
+                                 "prefix": "Bearer "}]},
+            "jws": {"allowed_algorithms": ["ES256"], "keys": {"jwks": {"keys": [
+                {"kty": "EC", "crv": "P-256", "x": "AQ", "y": "AQ"}]}}}}}]}]})
+    assert seen["off_curve"] == str(here.value) and "P-256" in seen["off_curve"]
     assert seen["loaded"] == []
     assert seen["botocore"].startswith(str(runtime))
-    for name in ("cel", "cryptography", "store_cached"):
+    for name in ("cel", "asn1crypto", "store_cached"):
         assert seen[name].startswith(str(tmp_path / "task")), seen
 
 
