@@ -7,8 +7,9 @@ Rules (where the spec is silent, decided here):
 - ``ca_pem`` is required: one X.509 certificate in PEM form (``-----BEGIN CERTIFICATE-----``),
   at most :data:`MAX_PEM_BYTES` bytes, parsed with ``asn1crypto`` (pure Python: the API's
   Lambda package carries no ``cryptography``, whose 4.2 MB were most of it; the fields are
-  the same as cryptography reads, checked by tests/unit/test_ca_parse_parity.py). Anything else (no
-  certificate, several, a private key, garbage) is a 400. A certificate whose basic
+  the same as cryptography reads, checked by tests/unit/test_ca_parse_parity.py), strictly:
+  every field decoded, DER that re-encodes to the same bytes, version 1 to 3. Anything else
+  (no certificate, several, a private key, garbage, BER) is a 400. A certificate whose basic
   constraints say it is not a CA (``CA:FALSE``) is a 400: it cannot have signed client
   certificates. It cannot be changed; update takes description and metadata.
 - ``subject_common_name`` is the subject's CN (``""`` when none); ``key_usages`` and

@@ -130,7 +130,8 @@ INVALID = {
     "private key": RSA_KEY.private_bytes(serialization.Encoding.PEM,
                                          serialization.PrivateFormat.PKCS8,
                                          serialization.NoEncryption()).decode(),
-    "garbage base64": "-----BEGIN CERTIFICATE-----\nnot base64 at all!!\n-----END CERTIFICATE-----\n",
+    "garbage base64": ("-----BEGIN CERTIFICATE-----\nnot base64 at all!!\n"
+                       "-----END CERTIFICATE-----\n"),
     "truncated DER": "\n".join(body[:5] + body[-2:]),
     "no end line": "\n".join(body[:-2]),
     "empty block": "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
