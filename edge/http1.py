@@ -9,16 +9,24 @@ It replaced h11 (measured: h11 cost about 80 µs of the edge's ~200 µs of CPU p
 ``Response``, ``Data``, ``EndOfMessage``, ``ConnectionClosed`` (plus ``NEED_DATA`` and
 ``PAUSED``). So are its rules, which ``tests/unit/test_edge_http1.py`` pins:
 
-- Reading (the peer's bytes): a head larger than ``max_incomplete_event_size``, a head llhttp
-  refuses (bad request line, header token, control characters, bare LF, obs-fold, Content-Length
-  together with Transfer-Encoding), a request without exactly one ``Host`` (HTTP/1.1), or a
-  ``Transfer-Encoding`` other than ``chunked`` is a ``RemoteProtocolError``, raised by
-  ``next_event`` after the events before the fault. The peer closing in the middle of a head
-  or a counted body is one too; closing between messages is ``ConnectionClosed``; a response
-  without a length (not chunked, no Content-Length) ends when the peer closes.
-- A response to HEAD, a 1xx, 204 or 304 has no body whatever its headers say. 101 switches
-  protocols: ``trailing_data`` holds what came after the head. An ``Upgrade`` request that gets
-  anything but a 101 closes the connection after that response.
+- Reading (the peer's bytes): a head larger than ``max_incomplete_event_size`` (complete or
+  not), as many bytes of chunk framing or trailers without body bytes between them, a head
+  llhttp refuses (bad request line, a method outside llhttp's list, header token, control
+  characters, bare LF, obs-fold, Content-Length together with Transfer-Encoding), an HTTP
+  version other than 1.0 and 1.1, a request without exactly one ``Host`` (HTTP/1.1), a
+  ``Transfer-Encoding`` other than ``chunked``, an Upgrade or CONNECT request with a body, or a
+  status code below 100 is a ``RemoteProtocolError``, raised by ``next_event`` after the events
+  before the fault. The peer closing in the middle of a head or a counted body is one too;
+  closing between messages is ``ConnectionClosed``; a response without a length (not chunked,
+  no Content-Length) ends when the peer closes. Trailers are read and dropped (not relayed).
+- A response to HEAD, a 1xx, 204 or 304 has no body whatever its headers say (one that
+  declares a body ends its connection's reuse: a body sent anyway must answer nothing).
+  101 switches protocols, only for a request that asked to (``Upgrade`` and ``Connection:
+  upgrade``, both ways): ``trailing_data`` holds what came after the head. An upgrade request
+  that gets anything but a 101 closes the connection after that response.
+- Pipelining: requests parsed ahead wait for ``start_next_cycle``; what a later one says
+  (``Connection: close``, HTTP/1.0, an upgrade) applies when it is returned, never to the
+  response of the one before. ``clean`` tells whether anything of the peer's is pending.
 - Writing (our bytes): a message's body framing comes from its headers (Content-Length,
   ``Transfer-Encoding: chunked``); a response with neither is sent chunked to an HTTP/1.1 client
   and delimited by closing to an HTTP/1.0 one. More or less body than a Content-Length
@@ -128,12 +136,15 @@ class Event:
 
 class Request(Event):
     """A request head. ``checked=True`` validates it as h11 would (LocalProtocolError)."""
-    __slots__ = ("method", "target", "headers", "raw_headers", "http_version")
+    __slots__ = ("method", "target", "headers", "raw_headers", "http_version", "close",
+                 "upgrade")
 
     def __init__(self, *, method: Any, target: Any, headers: Sequence[Tuple[Any, Any]],
                  http_version: bytes = b"1.1", checked: bool = False,
                  raw_headers: Optional[Pairs] = None):
         self.method, self.target, self.http_version = _b(method), _b(target), http_version
+        self.close = False     # parsed: this message ends its connection
+        self.upgrade = False   # parsed: llhttp stopped after this head (Upgrade, CONNECT)
         if raw_headers is not None:   # from the parser: already valid, names lower-cased
             self.headers, self.raw_headers = headers, raw_headers
         else:
@@ -152,11 +163,12 @@ class Request(Event):
 
 
 class _ResponseBase(Event):
-    __slots__ = ("status_code", "reason", "headers", "raw_headers", "http_version")
+    __slots__ = ("status_code", "reason", "headers", "raw_headers", "http_version", "close")
 
     def __init__(self, *, status_code: int, headers: Sequence[Tuple[Any, Any]] = (),
                  reason: Any = b"", http_version: bytes = b"1.1", checked: bool = False,
                  raw_headers: Optional[Pairs] = None):
+        self.close = False     # parsed: this message ends its connection
         self.status_code, self.reason, self.http_version = int(status_code), _b(reason), \
             http_version
         if raw_headers is not None:
@@ -277,6 +289,7 @@ class Connection:
         self._keep_alive = True
         self._request_method = b""       # the current exchange's, for the response's body
         self._peer_version = b"1.1"      # the request's HTTP version (server role)
+        self._upgrade_asked = False      # the current request asked to switch protocols
         # what we write
         self._send_framing = _NONE
         self._send_left = 0
@@ -286,6 +299,9 @@ class Connection:
         self._in_body = False            # ... and its head is done
         self._read_framing = _NONE
         self._head_bytes = 0
+        self._fed_body = 0               # body bytes parsed so far (all messages)
+        self._begun_at: Optional[int] = None   # _fed_body when a message began in this feed
+        self._chunk_overhead = 0         # chunk framing and trailer bytes since body bytes
         self._url: List[bytes] = []
         self._reason: List[bytes] = []
         self._raw: Pairs = []
@@ -297,6 +313,7 @@ class Connection:
     # ---- llhttp callbacks -------------------------------------------------------------------
     def on_message_begin(self) -> None:
         self._in_message, self._in_body, self._head_bytes = True, False, 0
+        self._begun_at, self._chunk_overhead = self._fed_body, 0
         self._url, self._reason, self._raw = [], [], []
 
     def on_url(self, url: bytes) -> None:
@@ -323,6 +340,9 @@ class Connection:
         lower = [(name.lower(), value) for name, value in raw]
         parser = self._parser
         version = parser.get_http_version().encode()
+        if version not in (b"1.0", b"1.1"):
+            raise RemoteProtocolError(f"HTTP/{version.decode()} is not supported")
+        close = version != b"1.1" or _says_close(lower)
         if self.our_role == SERVER:
             method = parser.get_method()
             if version == b"1.1":
@@ -333,16 +353,24 @@ class Connection:
             kind, length = _framing(lower, RemoteProtocolError)
             if kind == _UNTIL_CLOSE:
                 kind = _NONE   # a request without a length has no body
+            if (method == b"CONNECT" or _asks_upgrade(lower)) and (
+                    kind == _CHUNKED or (kind == _LENGTH and length > 0)):
+                # llhttp stops at such a head (the rest is the new protocol's): a body there
+                # cannot be framed as HTTP/1.1
+                raise RemoteProtocolError("an Upgrade or CONNECT request with a body is not "
+                                          "supported")
             self._read_framing = kind
             event: Any = Request(method=method, target=b"".join(self._url), headers=lower,
                                  raw_headers=raw, http_version=version)
         else:
             status = parser.get_status_code()
             reason = b"".join(self._reason)
+            if status < 100:
+                raise RemoteProtocolError(f"status code {status} is not valid")
             if status < 200:   # 1xx (101 included): no body, no end of message
-                if status == 101 and not _asks_upgrade(lower):
-                    raise RemoteProtocolError("101 Switching Protocols without "
-                                              "'Connection: upgrade'")
+                if status == 101 and not (_asks_upgrade(lower) and self._upgrade_asked):
+                    raise RemoteProtocolError("101 Switching Protocols without 'Connection: "
+                                              "upgrade', or to a request that asked for none")
                 self._informational = True
                 self._events.append(InformationalResponse(
                     status_code=status, reason=reason, headers=lower, raw_headers=raw,
@@ -351,16 +379,19 @@ class Connection:
             self._informational = False
             kind, length = _framing(lower, RemoteProtocolError)
             if self._request_method == b"HEAD" or status in (204, 304):
+                # no body, whatever the head declares; one that declares a body may send
+                # it anyway, later: the stream is not reused, so such bytes answer nothing
+                close = close or kind == _CHUNKED or (kind == _LENGTH and length > 0)
                 kind = _NONE
             self._read_framing = kind
             event = Response(status_code=status, reason=reason, headers=lower, raw_headers=raw,
                              http_version=version)
-        if version != b"1.1" or _says_close(lower):
-            self._keep_alive = False
+        event.close = close   # applied when the event is returned (pipelined heads wait)
         self._in_body = True
         self._events.append(event)
 
     def on_body(self, body: bytes) -> None:
+        self._fed_body += len(body)
         self._events.append(Data(body))
 
     def on_message_complete(self) -> None:
@@ -390,23 +421,40 @@ class Connection:
             else:
                 self._feed(data)
         except ProtocolError as exc:
-            self._error = exc
+            self._error = _remote(exc)
         except httptools.HttpParserUpgrade as exc:
             self._switching = True
             self._trailing = data[exc.args[0]:]
+            for event in reversed(self._events):   # the head llhttp stopped after
+                if isinstance(event, Request):
+                    event.upgrade = True
+                    break
         except httptools.HttpParserError as exc:
             context = exc.__context__
-            self._error = context if isinstance(context, ProtocolError) else \
+            self._error = _remote(context) if isinstance(context, ProtocolError) else \
                 RemoteProtocolError(str(exc) or type(exc).__name__)
 
     def _feed(self, data: bytes) -> None:
         if self._parser is None:
             self._parser = httptools.HttpResponseParser(self)
+        body_before, self._begun_at = self._fed_body, None
         self._parser.feed_data(data)
         if self._in_message and not self._in_body:   # a head is incomplete: bounded
-            self._head_bytes += len(data)
+            if self._begun_at is not None:   # it began in this read: after what came before
+                self._head_bytes = len(data) - (self._begun_at - body_before)
+            else:
+                self._head_bytes += len(data)
             if self._head_bytes > self.max_head:
                 raise self._too_large()
+        elif self._in_body and self._read_framing == _CHUNKED:
+            # chunk-size lines, extensions and trailers are bounded like a head: bytes that
+            # are not body since the last body bytes
+            produced = self._fed_body - body_before
+            overhead = len(data) - produced
+            self._chunk_overhead = overhead if produced else self._chunk_overhead + overhead
+            if self._chunk_overhead > self.max_head:
+                raise RemoteProtocolError(f"more than {self.max_head} bytes of chunk framing "
+                                          "or trailers without body bytes")
 
     def _feed_head_only(self, data: bytes) -> None:
         """The response to a HEAD: llhttp cannot be told the request's method, so it is fed
@@ -456,7 +504,8 @@ class Connection:
         """The next event of this cycle, ``NEED_DATA`` or ``PAUSED`` (the peer's message is
         done and the next one waits for ``start_next_cycle``); raises RemoteProtocolError."""
         if self.their_state is DONE or self.their_state is MUST_CLOSE:
-            return PAUSED if (self._read < len(self._events) or self._trailing) else (
+            return PAUSED if (self._read < len(self._events) or self._trailing
+                              or self._error is not None) else (
                 ConnectionClosed() if self._closed else NEED_DATA)
         if self.their_state is SWITCHED_PROTOCOL or (
                 self._switching and self._read >= len(self._events)):
@@ -482,10 +531,15 @@ class Connection:
             self.their_state = SEND_BODY
             self._request_method = event.method
             self._peer_version = event.http_version
+            self._upgrade_asked = event.upgrade
+            if event.close:
+                self._keep_alive = False
             if self.our_state is IDLE:
                 self.our_state = SEND_RESPONSE
         elif isinstance(event, Response):
             self.their_state = SEND_BODY
+            if event.close:
+                self._keep_alive = False
         elif isinstance(event, InformationalResponse):
             if event.status_code == 101:
                 self.their_state = self.our_state = SWITCHED_PROTOCOL
@@ -505,7 +559,7 @@ class Connection:
         if isinstance(event, InformationalResponse):
             if self.our_role != SERVER or self.our_state not in (IDLE, SEND_RESPONSE):
                 raise LocalProtocolError("can't send an InformationalResponse now")
-            if event.status_code == 101 and not self._switching:
+            if event.status_code == 101 and not self._upgrade_asked:
                 raise LocalProtocolError("101 Switching Protocols to a request that did not "
                                          "ask for an upgrade")
             if event.status_code == 101:
@@ -525,6 +579,7 @@ class Connection:
         if _says_close(event.headers):
             self._keep_alive = False
         self._request_method = event.method
+        self._upgrade_asked = _asks_upgrade(event.headers)
         self.our_state, self.their_state = SEND_BODY, SEND_RESPONSE
         return _head(b"%s %s HTTP/1.1\r\n" % (event.method, event.target), event.raw_headers)
 
@@ -541,7 +596,7 @@ class Connection:
         elif kind == _UNTIL_CLOSE and self._peer_version == b"1.1":
             kind = _CHUNKED
             raw = raw + [(b"Transfer-Encoding", b"chunked")]
-        if kind == _UNTIL_CLOSE or _says_close(event.headers) or self._switching:
+        if kind == _UNTIL_CLOSE or _says_close(event.headers) or self._upgrade_asked:
             self._keep_alive = False
         if not self._keep_alive and not _says_close(event.headers):
             raw = [(n, v) for n, v in raw if n.lower() != b"connection"] + \
@@ -590,15 +645,27 @@ class Connection:
         if self.our_state is not DONE or self.their_state is not DONE:
             raise LocalProtocolError("not in a reusable state")
         self.our_state = self.their_state = IDLE
-        self._request_method = b""
+        self._request_method, self._upgrade_asked = b"", False
         self._send_framing, self._send_left = _NONE, 0
         if self.our_role == CLIENT:
             self._parser = None
 
     @property
+    def clean(self) -> bool:
+        """Nothing of the peer's is pending: no parsed event, error, partial message or head
+        (a connection reused otherwise would read those as the next exchange's)."""
+        return (self._read >= len(self._events) and self._error is None
+                and not self._in_message and not self._head_buffer)
+
+    @property
     def trailing_data(self) -> Tuple[bytes, bool]:
         """What the peer sent after a protocol switch, and whether it closed since."""
         return self._trailing, self._closed
+
+
+def _remote(exc: ProtocolError) -> RemoteProtocolError:
+    """An error found while parsing the peer's bytes is the peer's."""
+    return exc if isinstance(exc, RemoteProtocolError) else RemoteProtocolError(str(exc))
 
 
 def _phrase(status: int) -> bytes:

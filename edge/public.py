@@ -102,7 +102,11 @@ class _Leg:
 
     @property
     def reusable(self) -> bool:
-        return self.conn.our_state is http1.DONE and self.conn.their_state is http1.DONE
+        """Both messages done with keep-alive, and nothing more from the agent pending
+        (parsed or still in the stream's buffer): such bytes would be read as the next
+        request's response."""
+        return self.conn.our_state is http1.DONE and self.conn.their_state is http1.DONE \
+            and self.conn.clean and not self.stream.buffered
 
     async def next_event(self, before_wait: Optional[Callable[[], None]] = None) -> Any:
         """The next HTTP event from the agent; ``before_wait`` runs before waiting for bytes

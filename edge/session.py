@@ -143,6 +143,11 @@ class MuxStream:
         self.session.forget(self)
 
     @property
+    def buffered(self) -> int:
+        """Bytes received and not read yet."""
+        return len(self._recv)
+
+    @property
     def done(self) -> bool:
         return self._reset is not None or (self._local_fin and self._remote_fin)
 

@@ -291,7 +291,12 @@ def test_a_response_to_head_has_no_body_whatever_its_content_length():
     conn = client(method=b"HEAD")
     evs = events(conn, b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n")
     assert [type(e) for e in evs] == [Response, EndOfMessage]
-    assert conn.their_state is DONE
+    # it declared a body: if the agent sends one anyway, later, it must answer nothing, so
+    # the stream is not reused
+    assert conn.their_state is MUST_CLOSE
+    conn = client(method=b"HEAD")
+    events(conn, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+    assert conn.their_state is DONE and conn.clean
     # the head in pieces, after a 100
     conn = client(method=b"HEAD")
     evs = events(conn, b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Le",
@@ -417,3 +422,80 @@ def test_a_checked_header_is_refused_wherever_it_stands_among_valid_ones(name, v
     # tabs inside a value, obs-text, and an empty value are allowed
     Request(method=b"GET", target=b"/", headers=ok + [(b"x", b"a\tb \xe9"), (b"y", b"")],
             checked=True)
+
+
+
+# ---- found in review ------------------------------------------------------------------------
+
+def test_chunk_framing_and_trailers_are_bounded_like_a_head():
+    conn = server()
+    start = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-T: "
+    with pytest.raises(RemoteProtocolError, match="trailers"):
+        events(conn, start, *[b"a" * 512] * 3)   # a trailer value that never ends
+    conn = server()                              # many small chunks are body, not overhead
+    evs = events(conn, b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+                 *[b"1\r\nz\r\n" * 150] * 4, b"0\r\nX-T: 1\r\n\r\n")
+    assert body(evs) == b"z" * 600 and evs[-1] == EndOfMessage()
+
+
+def test_a_pipelined_request_does_not_change_how_the_one_before_is_answered():
+    for second in (b"GET /2 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                   b"GET /2 HTTP/1.0\r\n\r\n",
+                   b"GET /2 HTTP/1.1\r\nHost: a\r\nUpgrade: ws\r\nConnection: upgrade\r\n\r\n"):
+        conn = server()
+        conn.receive_data(b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\n" + second)
+        assert conn.next_event().target == b"/1" and conn.next_event() == EndOfMessage()
+        with pytest.raises(LocalProtocolError):   # /1 asked for no upgrade
+            conn.send(InformationalResponse(status_code=101, headers=[]))
+        out = respond(conn)
+        assert b"Connection: close" not in out and conn.our_state is DONE, second
+        conn.start_next_cycle()
+        assert conn.next_event().target == b"/2"
+        assert b"Connection: close" in respond(conn, status=400 if b"pgrade" in second
+                                               else 200)
+
+
+def test_the_agent_cannot_switch_protocols_on_a_request_that_asked_for_none():
+    with pytest.raises(RemoteProtocolError, match="101"):
+        events(client(), b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                         b"Connection: Upgrade\r\n\r\n")
+
+
+@pytest.mark.parametrize("raw", [
+    b"POST /up HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+    b"Content-Length: 3\r\n\r\nabc",
+    b"CONNECT a:443 HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
+])
+def test_an_upgrade_or_connect_request_with_a_body_is_refused(raw):
+    with pytest.raises(RemoteProtocolError, match="with a body"):
+        events(server(), raw)
+
+
+@pytest.mark.parametrize("status", [b"099", b"000"])
+def test_a_status_below_100_is_the_agents_protocol_error(status):
+    with pytest.raises(RemoteProtocolError):
+        events(client(), b"HTTP/1.1 " + status + b" X\r\n\r\n")
+
+
+def test_a_small_head_after_a_large_body_in_one_read_is_not_counted_with_it():
+    conn = server()
+    head = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n\r\n"
+    nxt = b"GET /2 HTTP/1.1\r\nHost: a\r\nX-Pad: " + b"p" * 100
+    evs = events(conn, head, b"b" * 2000 + nxt[:40])   # 2,040 bytes, over the 1,024 limit
+    assert body(evs) == b"b" * 2000
+    conn.receive_data(nxt[40:] + b"\r\n\r\n")
+    respond(conn)
+    conn.start_next_cycle()
+    assert conn.next_event().target == b"/2"
+
+
+@pytest.mark.parametrize("raw", [b"GET /\r\n\r\n", b"GET / HTTP/2.0\r\nHost: a\r\n\r\n"])
+def test_versions_other_than_1_0_and_1_1_are_refused(raw):
+    with pytest.raises(RemoteProtocolError):
+        events(server(), raw)
+
+
+def test_a_connection_with_anything_pending_is_not_clean():
+    conn = client()
+    events(conn, b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxHTTP/1.1 200 OK\r\n")
+    assert conn.their_state is DONE and not conn.clean   # bytes beyond the response
