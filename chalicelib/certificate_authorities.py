@@ -8,7 +8,8 @@ Rules (where the spec is silent, decided here):
   at most :data:`MAX_PEM_BYTES` bytes, parsed with ``asn1crypto`` (pure Python: the API's
   Lambda package carries no ``cryptography``, whose 4.2 MB were most of it; the fields are
   the same as cryptography reads, checked by tests/unit/test_ca_parse_parity.py), strictly:
-  every field decoded, DER that re-encodes to the same bytes, version 1 to 3. Anything else
+  every field decoded, DER that re-encodes to the same bytes, version 1 to 3, no extension
+  twice (RFC 5280 4.2). Anything else
   (no certificate, several, a private key, garbage, BER) is a 400. A certificate whose basic
   constraints say it is not a CA (``CA:FALSE``) is a 400: it cannot have signed client
   certificates. It cannot be changed; update takes description and metadata.
@@ -82,6 +83,12 @@ def _certificate(text: str) -> Any:
     # same bytes, as a strict DER parser (cryptography's, OpenSSL's) would require
     if cert.dump(force=True) != der:
         raise ValueError("not DER-encoded (it does not encode back to the same bytes)")
+    # RFC 5280 4.2: at most one instance of an extension (cryptography refused duplicates;
+    # asn1crypto would read one of them)
+    seen = [extension["extn_id"].dotted for extension in cert["tbs_certificate"]["extensions"]]
+    duplicates = sorted({oid for oid in seen if seen.count(oid) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate extension {', '.join(duplicates)}")
     return cert
 
 

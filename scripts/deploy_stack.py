@@ -249,8 +249,14 @@ RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "
 # Files of the bundled wheels the service never loads: PyYAML's libyaml binding (the policy
 # parser uses yaml.safe_load, the pure-Python SafeLoader); type stubs. (cryptography, PyJWT,
 # cffi and pycparser are no longer in the Lambda's requirements at all: the API parses CA
-# certificates with asn1crypto and checks inline JWKS in pure Python.)
-LEAVE_OUT_PREFIXES = ("yaml/_yaml.",)
+# certificates with asn1crypto and checks inline JWKS in pure Python.) And asn1crypto's
+# modules that its x509 (all the API parses with) never imports, found by an import trace of
+# the app from the package (every chalicelib module, a policy compiled, a CA parsed): cms,
+# crl, csr, ocsp, pdf, pkcs12, tsp, and _inet (util imports it on Windows only); 60 kB zipped
+# with their bytecode. tests/functional/test_packaging.py parses a CA from the package.
+LEAVE_OUT_PREFIXES = ("yaml/_yaml.",) + tuple(
+    f"asn1crypto/{module}.py" for module in ("cms", "crl", "csr", "ocsp", "pdf", "pkcs12",
+                                             "tsp", "_inet"))
 LEAVE_OUT_SUFFIXES = (".pyi",)
 ZIP_LEVEL = 9   # deflate's best: what Lambda unzips once per cold start, smaller to upload
 LAST_STRIP: Dict[str, int] = {}

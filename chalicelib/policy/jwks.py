@@ -65,7 +65,7 @@ def _check_key(key: Any, where: str) -> None:
     alg = key.get("alg")
     if kty == "EC":
         crv = key.get("crv")
-        if crv not in _CURVES:
+        if not isinstance(crv, str) or crv not in _CURVES:
             raise JwksError(f"{where}: 'crv' must be one of {', '.join(_CURVES)}")
         p, a, b, size, signs = _CURVES[crv]
         x, y = _bytes(key, "x", where), _bytes(key, "y", where)

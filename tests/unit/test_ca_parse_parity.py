@@ -2,6 +2,7 @@
 so the API's Lambda package needs no cryptography). These tests hold it to what cryptography
 reads of the same certificates (the parser it replaced, kept here as the oracle): the same
 stored fields, or a 400 for both."""
+import base64
 import datetime
 
 import pytest
@@ -112,6 +113,17 @@ VALID = {
     "BMPString CN": build(subject=x509.Name([x509.NameAttribute(
         CN, "bmp", _type=x509.name._ASN1Type.BMPString)])),
     "generalized time": build(after=datetime.datetime(2051, 1, 1, tzinfo=datetime.timezone.utc)),
+    "UTCTime/GeneralizedTime boundary": build(
+        before=datetime.datetime(2049, 12, 31, 23, 59, 59, tzinfo=datetime.timezone.utc),
+        after=datetime.datetime(2050, 1, 1, tzinfo=datetime.timezone.utc)),
+    "UniversalString CN": build(subject=x509.Name([x509.NameAttribute(
+        CN, "universal 😀", _type=x509.name._ASN1Type.UniversalString)])),
+    "TeletexString CN": build(subject=x509.Name([x509.NameAttribute(
+        CN, "teletex", _type=x509.name._ASN1Type.T61String)])),
+    "PrintableString CN": build(subject=x509.Name([x509.NameAttribute(
+        CN, "printable", _type=x509.name._ASN1Type.PrintableString)])),
+    "IA5String CN": build(subject=x509.Name([x509.NameAttribute(
+        CN, "ia5", _type=x509.name._ASN1Type.IA5String)])),
     "old": build(before=datetime.datetime(1990, 5, 6, 7, 8, 9, tzinfo=datetime.timezone.utc),
                  after=datetime.datetime(1999, 1, 1, tzinfo=datetime.timezone.utc)),
     "other extensions": build(extra=[x509.SubjectAlternativeName([x509.DNSName("a.example")]),
@@ -136,6 +148,37 @@ INVALID = {
     "no end line": "\n".join(body[:-2]),
     "empty block": "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
 }
+
+
+def _armor(der: bytes) -> str:
+    text = base64.b64encode(der).decode()
+    return "-----BEGIN CERTIFICATE-----\n" + "\n".join(
+        text[i:i + 64] for i in range(0, len(text), 64)) + "\n-----END CERTIFICATE-----\n"
+
+
+def _der(text: str) -> bytes:
+    return x509.load_pem_x509_certificate(text.encode()).public_bytes(
+        serialization.Encoding.DER)
+
+
+def _doubled_extension() -> str:
+    """The certificate with its first extension twice (RFC 5280 4.2 forbids it; the builder
+    refuses to make one, so asn1crypto re-encodes it; the signature no longer matches, which
+    neither parser checks)."""
+    from asn1crypto import x509 as asn1_x509
+    cert = asn1_x509.Certificate.load(_der(VALID["usages"]))
+    extensions = cert["tbs_certificate"]["extensions"]
+    extensions.append(extensions[0].copy())
+    return _armor(cert.dump(force=True))
+
+
+_RSA_DER = _der(VALID["rsa"])   # SEQUENCE with a 2-byte length: 30 82 hi lo
+INVALID.update({
+    "duplicate extension": _doubled_extension(),
+    "trailing byte after the DER": _armor(_RSA_DER + b"\x00"),
+    "BER: non-minimal length": _armor(b"\x30\x83\x00" + _RSA_DER[2:]),
+    "BER: indefinite length": _armor(b"\x30\x80" + _RSA_DER[4:] + b"\x00\x00"),
+})
 
 
 @pytest.mark.parametrize("name", sorted(VALID))

@@ -65,6 +65,7 @@ def test_slim_package_leaves_out_strips_and_adds_unchecked_bytecode(tmp_path):
         "botocore/__init__.py": "", "botocore-1.0.dist-info/METADATA": "",
         "jmespath-1.1.0.data/scripts/jp.py": "",
         "yaml/__init__.py": "", "yaml/_yaml.cpython-311-x86_64-linux-gnu.so": elf,
+        "asn1crypto/cms.py": "", "asn1crypto/_inet.py": "", "asn1crypto/x509.py": "",
         "jwt/api.pyi": "",
         "_native.cpython-311-x86_64-linux-gnu.so": elf,
         "broken.py": "def (:\n",
@@ -76,6 +77,7 @@ def test_slim_package_leaves_out_strips_and_adds_unchecked_bytecode(tmp_path):
         pyc = archive.read(importlib.util.cache_from_source("chalicelib/__init__.py"))
     tag = sys.implementation.cache_tag
     assert names == {"app.py", "chalicelib/__init__.py", "yaml/__init__.py", "broken.py",
+                     "asn1crypto/x509.py", f"asn1crypto/__pycache__/x509.{tag}.pyc",
                      "_native.cpython-311-x86_64-linux-gnu.so",
                      f"__pycache__/app.{tag}.pyc", f"chalicelib/__pycache__/__init__.{tag}.pyc",
                      f"yaml/__pycache__/__init__.{tag}.pyc"}
