@@ -477,6 +477,32 @@ def tunnel_stopped(account_id: str, tunnel_id: str) -> None:
             raise
 
 
+# ---- a reconnecting agent gets its generated name back --------------------------------
+REBIND_COLLECTION = "rebind_name"
+REBIND_SECONDS = 3600   # how long a dropped tunnel's generated name is kept for its re-bind
+
+
+def remember_name(account_id: str, tunnel_id: str, name: str) -> None:
+    """Keep the generated hostname (or TCP ``host:port``) a tunnel served when its session
+    ended, so the agent's re-bind of the same tunnel id after a reconnect (the SDKs send the
+    old id and keep showing the old URL) is served at the same name, on any instance."""
+    at = now()
+    _client().put_item(TableName=_table(), Item=_item(
+        store.collection_pk(account_id, REBIND_COLLECTION), tunnel_id, kind=REBIND_COLLECTION,
+        account_id=account_id, data={"name": name}, instance_id="", heartbeat_at=at,
+        expires_at=at + REBIND_SECONDS))
+
+
+def remembered_name(account_id: str, tunnel_id: str) -> Optional[str]:
+    """The name :func:`remember_name` kept for ``tunnel_id`` of ``account_id`` within
+    REBIND_SECONDS, else None."""
+    raw = _get_raw(_key(store.collection_pk(account_id, REBIND_COLLECTION), tunnel_id))
+    if raw is None or (_n(raw, "expires_at") or 0) < now():
+        return None
+    name = _data(raw).get("name")
+    return name if isinstance(name, str) and name else None
+
+
 # ---- served names (hostnames, TCP addresses): one endpoint each, service-wide ------------
 def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str,
                    instance_id: str) -> None:

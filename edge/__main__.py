@@ -20,6 +20,8 @@ async def main() -> int:
           f"http://<name>.{settings.base_domain}:{edge.http_port} and "
           f"https://<name>.{settings.base_domain}:{edge.https_port}, TCP endpoints on "
           f"{settings.tcp_host}:{settings.tcp_ports[0]}-{settings.tcp_ports[1]}", flush=True)
+    if edge.metrics_port is not None:
+        print(f"edge metrics: http://{settings.host}:{edge.metrics_port}/metrics", flush=True)
     ca = edge.certs.ca_path or settings.tls_cert
     print(f"edge CA certificate: {os.path.abspath(ca)} (the SDK's root_cas, curl --cacert)",
           flush=True)

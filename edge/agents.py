@@ -34,6 +34,7 @@ RPC_TIMEOUT = 30.0        # seconds an RPC request may take to arrive whole
 COMMAND_TIMEOUT = 10.0
 AUTH_TIMEOUT = 30.0       # a connection that has not authenticated by then is closed
 DEFAULT_HEARTBEAT = (10.0, 15.0)
+OPEN_WAIT = 10.0          # seconds a public connection waits for a free stream to its agent
 
 
 def _tunnel_id() -> str:
@@ -77,7 +78,7 @@ class AgentSession:
         message = reason if not code else f"{reason}\n{code}"
         await self.mux.go_away(muxado.E_NONE, message)
         for tunnel in list(self.tunnels.values()):
-            await self.edge.drop_tunnel(tunnel)
+            await self.edge.drop_tunnel(tunnel, remember=True)
         self.tunnels.clear()
         if self.id and self.edge.registry.sessions.get(self.id) is self:
             del self.edge.registry.sessions[self.id]
@@ -115,6 +116,8 @@ class AgentSession:
         except MalformedRequest as exc:
             await self.end(f"protocol error: {exc}")
         except binding.Refused as exc:
+            log.info("session %s: request of type %d refused: %s %s", self.id, typ, exc.code,
+                     exc.message)
             await self._reply(stream, protocol.error_reply(exc.message, exc.code))
 
     async def _read_request(self, stream: MuxStream) -> Dict[str, Any]:
@@ -213,11 +216,12 @@ class AgentSession:
         proto = protocol.text(request.get("Proto"))
         opts = protocol.obj(request.get("Opts"))
         extra = protocol.obj(request.get("Extra"))
-        tunnel_id = self._reusable_id(protocol.text(request.get("Id")))
+        asked_id = protocol.text(request.get("Id"))
+        tunnel_id = self._reusable_id(asked_id)
         tunnel = Tunnel(id=tunnel_id, session=self, proto=proto, opts=opts,
                         forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
                         metadata=protocol.text(extra.get("Metadata"))[:4096],
-                        endpoint_id=endpoint_id_of(tunnel_id))
+                        endpoint_id=endpoint_id_of(tunnel_id), rebind=tunnel_id == asked_id)
         if proto in ("http", "https"):
             tunnel.enforcement = enforce.http_options(opts)
             tunnel.tls = tls.spec_of_bind(opts.get("MutualTLSCA"))
@@ -235,6 +239,7 @@ class AgentSession:
                                                     "type. Must be one of 'http', 'https', "
                                                     "'tcp'.")
         self.tunnels[tunnel.id] = tunnel
+        log.info("session %s: tunnel %s bound at %s", self.id, tunnel.id, tunnel.url)
         await self._reply(stream, protocol.reply({
             "Id": tunnel.id, "URL": tunnel.url, "Proto": proto, "Opts": opts,
             "Extra": {"Token": ""}}))
@@ -273,7 +278,10 @@ class AgentSession:
 
     # ---- what the edge sends the agent ------------------------------------------------------
     async def open_proxy(self, tunnel: Tunnel, client_addr: str, proto: str) -> MuxStream:
-        stream = self.mux.open_stream()
+        """A proxy stream for one public connection, its header written. Waits up to
+        OPEN_WAIT for a free slot when the session has MAX_LOCAL_STREAMS open
+        (StreamsExhausted after that)."""
+        stream = await self.mux.open_stream_when_free(OPEN_WAIT)
         await stream.write(protocol.proxy_header(tunnel_id=tunnel.id, client_addr=client_addr,
                                                  proto=proto))
         return stream
@@ -293,7 +301,7 @@ class AgentSession:
                 if body is not None:
                     break
         finally:
-            stream.reset(muxado.E_NONE)
+            stream.finish()
         error = body.get("Error")
         return error if isinstance(error, str) and error else None
 

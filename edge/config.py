@@ -14,6 +14,7 @@
 | EDGE_REGION           | local              | region reported to agents and in the online views    |
 | EDGE_CHECK_SECONDS    | 5                  | how often live sessions re-check their credential    |
 | EDGE_PUBLIC_URL_PORTS | 1                  | 1: public URLs carry the listener port when not 80/443 |
+| EDGE_METRICS_PORT     | (off)              | operator endpoint: /metrics, /sessions/<id> (0: any) |
 | DATA_DIR              | .data              | where the local CA lives (``$DATA_DIR/ca.pem``)      |
 | BASE_DOMAIN           | tunnels.localhost  | generated names (chalicelib.config)                  |
 The store is the API's: TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_* (chalicelib.config).
@@ -21,7 +22,7 @@ The store is the API's: TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_* (chalicelib.con
 import os
 import secrets
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from chalicelib.config import get_settings
 
@@ -43,6 +44,7 @@ class EdgeSettings:
     url_ports: bool
     data_dir: str
     base_domain: str
+    metrics_port: Optional[int] = None
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
@@ -92,6 +94,8 @@ def load(env=None) -> EdgeSettings:
         region=env.get("EDGE_REGION", "local"),
         check_seconds=float(env.get("EDGE_CHECK_SECONDS", "5")),
         url_ports=env.get("EDGE_PUBLIC_URL_PORTS", "1") != "0",
+        metrics_port=_port(env, "EDGE_METRICS_PORT", 0) if env.get("EDGE_METRICS_PORT")
+        else None,
         data_dir=env.get("DATA_DIR", ".data"),
         base_domain=base,
     )

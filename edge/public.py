@@ -23,7 +23,7 @@ from chalicelib import ids, policy as tp
 from edge import http1
 from edge.connections import connection_handler
 from edge.tls import MISDIRECTED
-from edge.session import MuxStream, StreamReset
+from edge.session import MuxStream, StreamReset, StreamsExhausted
 
 log = logging.getLogger("edge.public")
 
@@ -125,8 +125,8 @@ class _Leg:
             await self.stream.write(data)
 
     def close(self) -> None:
-        if not self.stream.done:
-            self.stream.reset()
+        """End the proxy stream: FIN, then the agent's FIN (edge.session: why never RST)."""
+        self.stream.finish()
 
 
 class _Traffic:
@@ -198,6 +198,13 @@ def _wire(text: str) -> bytes:
 POLICY_BROKE = (502, "ERR_NGROK_2300", "Internal gateway error occurred while processing "
                                        "policy action: the request it produced is not valid "
                                        "HTTP/1.1 ({})")
+
+
+# The agent's session has MAX_LOCAL_STREAMS connections open and none ended within
+# OPEN_WAIT: the hosted "too many connections" (ERR_NGROK_702, answered with 429).
+TOO_MANY_STREAMS = (429, "ERR_NGROK_702", "Too many connections! The agent session serving "
+                                          "this endpoint has too many connections open at "
+                                          "once; try again later.")
 
 
 def _outcome_response(out: Any, close: bool) -> List[Any]:
@@ -319,6 +326,9 @@ class HttpFront:
                     try:
                         leg = _Leg(tunnel, await tunnel.session.open_proxy(
                             tunnel, client_addr, self.scheme))
+                    except StreamsExhausted:
+                        await self._answer(client, writer, *TOO_MANY_STREAMS, close=True)
+                        return
                     except StreamReset:
                         await self._answer(client, writer, 502, "ERR_NGROK_3200",
                                            f"The endpoint {self.scheme}://{host} is offline.",
@@ -338,7 +348,7 @@ class HttpFront:
                 asyncio.IncompleteReadError):
             pass
         except http1.LocalProtocolError as exc:
-            log.info("closing a client connection: %s", exc)
+            log.debug("closing a client connection: %s", exc)
         finally:
             if leg is not None:
                 leg.close()
@@ -704,5 +714,4 @@ async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, str
             if not task.done():
                 task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if not stream.done:
-            stream.reset()
+        stream.finish()

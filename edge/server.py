@@ -12,7 +12,7 @@ import logging
 from typing import Any, Callable, List, Optional
 
 from chalicelib import binding, errors, hostnames, online, policy as tp
-from edge import agents, config, tls
+from edge import agents, config, metrics, tls
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
 from edge.edges import EdgeRouter, watch_reserved_ports
@@ -45,6 +45,12 @@ class Edge:
         self.agent_port = settings.agent_port
         self.http_port = settings.http_port
         self.https_port = settings.https_port
+        self.metrics_port: Optional[int] = None
+
+    @property
+    def sessions(self) -> set:
+        """The agent sessions of this instance (authenticated or not yet)."""
+        return self._sessions
 
     async def call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking store function in a worker thread."""
@@ -66,6 +72,9 @@ class Edge:
             https.protocol, s.host, s.https_port))
         self.agent_port, self.http_port, self.https_port = (
             srv.sockets[0].getsockname()[1] for srv in self._servers[:3])
+        if s.metrics_port is not None:
+            self._servers.append(await metrics.start(self, s.host, s.metrics_port))
+            self.metrics_port = self._servers[-1].sockets[0].getsockname()[1]
         self._checker = asyncio.ensure_future(self._check_loop())
         self._watcher = asyncio.ensure_future(watch_reserved_ports(self))
         self._tls_watcher = asyncio.ensure_future(self.tls.watch())
@@ -171,7 +180,10 @@ class Edge:
         if requested:
             name = await self.call(binding.check_domain, grant, requested)
             await self._claim(tunnel, name)
+        elif (name := await self._remembered(tunnel)) is not None:
+            pass
         else:
+            tunnel.generated = True
             for attempt in range(MAX_GENERATE_ATTEMPTS):
                 name = binding.generated_domain()
                 if not binding.acl_allows_domain(grant, name):
@@ -190,6 +202,30 @@ class Edge:
         tunnel.url = self.settings.http_url(name, scheme)
         self.registry.add(tunnel)
         await self._online(tunnel)
+
+    async def _remembered(self, tunnel: Tunnel) -> Optional[str]:
+        """A re-bind (same tunnel id, no name asked) after the agent's session dropped: the
+        generated name it had, claimed again if the ACL still allows it and no one took it
+        meanwhile; None otherwise (a new name is generated)."""
+        if not tunnel.rebind:
+            return None
+        name = await self.call(online.remembered_name, tunnel.account_id, tunnel.id)
+        if not name or ":" in name or \
+                not binding.acl_allows_domain(tunnel.session.grant, name):
+            return None
+        try:
+            await self._claim(tunnel, name)
+        except binding.Refused:
+            return None
+        tunnel.generated = True
+        return name
+
+    async def _remembered_port(self, tunnel: Tunnel) -> Optional[int]:
+        if not tunnel.rebind:
+            return None
+        name = await self.call(online.remembered_name, tunnel.account_id, tunnel.id)
+        host, _, port = (name or "").rpartition(":")
+        return int(port) if host == self.settings.tcp_host and port.isdigit() else None
 
     async def _bind_internal(self, tunnel: Tunnel, requested: str,
                              port: Optional[int] = None) -> None:
@@ -239,8 +275,13 @@ class Edge:
                                                         "reserved.")
             candidates = [int(port_text)]
         else:
+            tunnel.generated = True
             candidates = [p for p in range(low, high + 1)
                           if p not in self.registry.by_port and p not in self.reserved_ports]
+            before = await self._remembered_port(tunnel)
+            if before in candidates:   # a reconnect: the port it had first, if still free
+                candidates.remove(before)
+                candidates.insert(0, before)
         for port in candidates:
             address = f"{host}:{port}"
             await self.call(binding.check_address, grant, address, bool(requested))
@@ -294,8 +335,10 @@ class Edge:
                         traffic_policy=str(tunnel.opts.get("TrafficPolicy") or ""),
                         bindings=["internal"] if tunnel.internal else ["public"])
 
-    async def drop_tunnel(self, tunnel: Tunnel) -> None:
-        """Stop serving a tunnel: registry, listener, claim and online items."""
+    async def drop_tunnel(self, tunnel: Tunnel, remember: bool = False) -> None:
+        """Stop serving a tunnel: registry, listener, claim and online items. ``remember``
+        (its session ended, the agent may reconnect): a generated name or port is kept for
+        the re-bind of the same tunnel id (chalicelib.online.remember_name)."""
         if self.registry.by_id.get(tunnel.id) is not tunnel:
             return  # already taken over by a reconnect
         self.registry.remove(tunnel)
@@ -304,6 +347,9 @@ class Edge:
         name = (online.claim_name(tunnel.hostname, tunnel.account_id) if tunnel.hostname
                 else f"{self.settings.tcp_host}:{tunnel.port}" if tunnel.port else "")
         try:
+            if remember and tunnel.generated and (tunnel.hostname or tunnel.port):
+                await self.call(online.remember_name, tunnel.account_id, tunnel.id,
+                                tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}")
             if name:
                 await self.call(online.release_hostname, name, endpoint_id=tunnel.endpoint_id)
             await self.call(online.tunnel_stopped, tunnel.account_id, tunnel.id)

@@ -1,0 +1,101 @@
+"""The edge's operator endpoint (``EDGE_METRICS_PORT``; off when unset): Prometheus metrics
+and the muxado stream table of one session, on 127.0.0.1 like every listener.
+
+- ``GET /metrics``: the Prometheus text format (``prometheus_client``), computed when scraped:
+  agent sessions, tunnels, muxado streams open by who opened them, finished streams waiting
+  for the agent's FIN, and the process's own metrics (RSS, CPU, open files).
+- ``GET /sessions/<id>``: ``{"streams_open", "edge_opened", "agent_opened", "lingering"}``
+  of that session (404 when this instance does not hold it).
+
+Bounds: a request head of at most 8 KiB that arrives within 5 s; one request per connection.
+"""
+import asyncio
+import json
+import logging
+from typing import Any, Iterator, Tuple
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.process_collector import ProcessCollector
+
+from edge.connections import connection_handler
+
+log = logging.getLogger("edge.metrics")
+
+HEAD_LIMIT = 8 * 1024
+HEAD_TIMEOUT = 5.0
+
+
+class _EdgeCollector:
+    def __init__(self, edge: Any):
+        self.edge = edge
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        sessions = [s for s in list(self.edge.sessions) if not s.ended]
+        yield GaugeMetricFamily("edge_agent_sessions", "Agent sessions open on this instance",
+                                value=len(sessions))
+        yield GaugeMetricFamily("edge_tunnels", "Tunnels bound on this instance",
+                                value=len(self.edge.registry.by_id))
+        streams = GaugeMetricFamily("edge_mux_streams_open",
+                                    "muxado streams in the session tables, by who opened them",
+                                    labels=["opened_by"])
+        streams.add_metric(["edge"], sum(s.mux.local_open for s in sessions))
+        streams.add_metric(["agent"], sum(s.mux.remote_open for s in sessions))
+        yield streams
+        yield GaugeMetricFamily("edge_mux_streams_lingering",
+                                "Streams the edge finished, waiting for the agent's FIN",
+                                value=sum(s.mux.lingering for s in sessions))
+
+
+def session_streams(session: Any) -> dict:
+    mux = session.mux
+    return {"streams_open": mux.open_streams, "edge_opened": mux.local_open,
+            "agent_opened": mux.remote_open, "lingering": mux.lingering}
+
+
+class MetricsServer:
+    def __init__(self, edge: Any):
+        self.edge = edge
+        self.registry = CollectorRegistry()
+        self.registry.register(_EdgeCollector(edge))
+        self.registry.register(ProcessCollector(registry=None))
+
+    @connection_handler
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(HEAD_TIMEOUT):
+                head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, asyncio.TimeoutError,
+                ConnectionError):
+            writer.close()
+            return
+        status, ctype, body = self.answer(head.split(b"\r\n", 1)[0])
+        writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n\r\n" % (status, _REASONS[status], ctype.encode(),
+                                                     len(body)) + body)
+        try:
+            await writer.drain()
+        except ConnectionError:
+            pass
+        writer.close()
+
+    def answer(self, request_line: bytes) -> Tuple[int, str, bytes]:
+        parts = request_line.split(b" ")
+        if len(parts) != 3 or parts[0] != b"GET":
+            return 400, "text/plain", b"GET /metrics or GET /sessions/<id>\n"
+        path = parts[1].decode("latin-1")
+        if path == "/metrics":
+            return 200, "text/plain; version=0.0.4", generate_latest(self.registry)
+        if path.startswith("/sessions/"):
+            session = self.edge.registry.sessions.get(path[len("/sessions/"):])
+            if session is not None:
+                return 200, "application/json", json.dumps(session_streams(session)).encode()
+        return 404, "text/plain", b"not found\n"
+
+
+_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found"}
+
+
+async def start(edge: Any, host: str, port: int) -> asyncio.AbstractServer:
+    server = MetricsServer(edge)
+    return await asyncio.start_server(server.handle, host, port, limit=HEAD_LIMIT)
