@@ -1,5 +1,6 @@
 """``python -m edge``: run the edge until SIGINT/SIGTERM (then it closes every session)."""
 import asyncio
+import asyncio.sslproto
 import logging
 import os
 import signal
@@ -10,7 +11,15 @@ from edge import config
 from edge.server import Edge
 
 
+# asyncio gives every TLS connection a 256 KiB read buffer (sslproto.SSLProtocol.max_size),
+# allocated whole at accept: with thousands of agent sessions and HTTPS clients that is most of
+# the edge's memory, and a connection that never authenticates would hold it too. A TLS record
+# is at most 16 KiB of plaintext, so 32 KiB still takes whole records per read.
+TLS_READ_BUFFER = 32 * 1024
+
+
 async def main() -> int:
+    asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
     settings = config.load()
     store.configure()
     edge = Edge(settings)

@@ -32,13 +32,29 @@ log = logging.getLogger("edge.agents")
 EDGE_VERSION = "tunnel-edge/1"
 RPC_TIMEOUT = 30.0        # seconds an RPC request may take to arrive whole
 COMMAND_TIMEOUT = 10.0
-AUTH_TIMEOUT = 30.0       # a connection that has not authenticated by then is closed
+AUTH_TIMEOUT = 10.0       # a connection that has not authenticated by then is closed
 DEFAULT_HEARTBEAT = (10.0, 15.0)
+# What an agent may ask for in Auth (HeartbeatInterval / HeartbeatTolerance, nanoseconds) is
+# clamped to these seconds: a silent agent is reaped within interval + tolerance + 5 s + one
+# check, at most 125 s + EDGE_CHECK_SECONDS, whatever it asked for.
+HEARTBEAT_INTERVAL_RANGE = (1.0, 60.0)
+HEARTBEAT_TOLERANCE_RANGE = (1.0, 60.0)
 OPEN_WAIT = 10.0          # seconds a public connection waits for a free stream to its agent
 
 
 def _tunnel_id() -> str:
     return ids.new_id(ids.PREFIXES["tunnel"])
+
+
+def heartbeat_of(interval: Any, tolerance: Any) -> tuple:
+    """(interval, tolerance) in seconds from Auth's nanoseconds, each clamped to its range;
+    the defaults when the agent sent none (or not integers)."""
+    if not (isinstance(interval, int) and isinstance(tolerance, int)) or \
+            isinstance(interval, bool) or isinstance(tolerance, bool) or interval <= 0:
+        return DEFAULT_HEARTBEAT
+    low, high = HEARTBEAT_INTERVAL_RANGE
+    t_low, t_high = HEARTBEAT_TOLERANCE_RANGE
+    return (min(max(interval / 1e9, low), high), min(max(tolerance / 1e9, t_low), t_high))
 
 
 def endpoint_id_of(tunnel_id: str) -> str:
@@ -64,9 +80,13 @@ class AgentSession:
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def run(self) -> None:
+        deadline = asyncio.get_running_loop().call_later(
+            AUTH_TIMEOUT, lambda: None if self.grant is not None or self._ending else
+            asyncio.ensure_future(self.end("no Auth in time")))
         try:
             await self.mux.run()
         finally:
+            deadline.cancel()
             await self.end(self.mux.close_reason or "session closed")
 
     async def end(self, reason: str, code: Optional[str] = None) -> None:
@@ -182,12 +202,12 @@ class AgentSession:
                 session_id = ids.new_id(ids.PREFIXES["tunnel_session"])
             else:
                 await old.end("replaced by a reconnect of the same agent")
-        interval = extra.get("HeartbeatInterval")
-        tolerance = extra.get("HeartbeatTolerance")
-        if isinstance(interval, int) and isinstance(tolerance, int) and interval > 0:
-            self.heartbeat = (interval / 1e9, max(tolerance, 0) / 1e9)
+        self.heartbeat = heartbeat_of(extra.get("HeartbeatInterval"),
+                                      extra.get("HeartbeatTolerance"))
         self.grant = grant
         self.id = session_id
+        self.mux.authenticate()
+        self.edge.authenticated(self)
         self.edge.registry.sessions[session_id] = self
         await self.edge.call(
             online.session_started, account_id=grant.account_id, session_id=session_id,

@@ -8,8 +8,9 @@ API; so revocation takes effect within EDGE_CHECK_SECONDS + one store round trip
 """
 import asyncio
 import functools
+import weakref
 import logging
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib import binding, errors, hostnames, online, policy as tp
 from edge import agents, config, metrics, tls
@@ -24,6 +25,8 @@ log = logging.getLogger("edge")
 
 MAX_GENERATE_ATTEMPTS = 8
 MAX_FORWARDS = 8        # forward-internal hops of one connection
+MAX_UNAUTHENTICATED_PER_ADDRESS = 16   # agent connections not yet authenticated, per address
+MAX_UNAUTHENTICATED = 512              # ... and in total
 HEARTBEAT_EVERY = 3  # online items refreshed every 3 checks (15 s by default; stale after 45)
 
 
@@ -35,6 +38,8 @@ class Edge:
                                         settings.tls_key or None)
         self._servers: List[asyncio.AbstractServer] = []
         self._sessions: set = set()
+        self._unauthenticated: Dict[str, int] = {}   # address -> connections not yet authed
+        self._counted: "weakref.WeakSet[Any]" = weakref.WeakSet()  # sessions no longer counted
         self.connections: set = set()   # tasks of open connections (agents, public)
         self.port_listeners: dict = {}   # TCP port -> its listener (agent endpoints, TCP edges)
         self.reserved_ports: set = set()  # ports of reserved addresses (TCP edges), kept fresh
@@ -112,12 +117,35 @@ class Edge:
     # ---- agent sessions ---------------------------------------------------------------------
     @connection_handler
     async def _agent_connection(self, reader, writer) -> None:
+        """One agent connection. Until it authenticates it counts against
+        MAX_UNAUTHENTICATED_PER_ADDRESS and MAX_UNAUTHENTICATED (closed at once beyond them),
+        and edge.session bounds what it may send (PRE_AUTH_STREAMS, PRE_AUTH_BYTES)."""
+        ip = str((writer.get_extra_info("peername") or ("",))[0])
+        if self._unauthenticated.get(ip, 0) >= MAX_UNAUTHENTICATED_PER_ADDRESS or \
+                sum(self._unauthenticated.values()) >= MAX_UNAUTHENTICATED:
+            log.info("agent connection from %s refused: too many unauthenticated", ip)
+            writer.close()
+            return
+        self._unauthenticated[ip] = self._unauthenticated.get(ip, 0) + 1
         session = agents.AgentSession(self, reader, writer)
         self._sessions.add(session)
         try:
             await session.run()
         finally:
             self._sessions.discard(session)
+            self.authenticated(session)
+
+    def authenticated(self, session: "agents.AgentSession") -> None:
+        """``session`` no longer counts as unauthenticated (it authenticated, or it ended)."""
+        if session in self._counted:
+            return
+        self._counted.add(session)
+        ip = session.peer_ip
+        left = self._unauthenticated.get(ip, 0) - 1
+        if left > 0:
+            self._unauthenticated[ip] = left
+        else:
+            self._unauthenticated.pop(ip, None)
 
     async def _check_loop(self) -> None:
         """Every check: each credential in use is re-read once (however many sessions share

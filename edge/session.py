@@ -48,6 +48,9 @@ MAX_STREAMS = 512          # concurrent streams a peer may open (the crate's def
 MAX_LOCAL_STREAMS = 480    # streams the edge keeps open towards one agent (below its 512:
                            # the agent's own heartbeat and RPC streams count there too)
 LINGER_SECONDS = 30.0      # a finished stream waits this long for the peer's FIN
+# Before the peer is authenticated (``MuxSession.authenticated``), what it may make us hold:
+PRE_AUTH_STREAMS = 2       # streams (the SDKs open Auth, and may open Heartbeat, before it)
+PRE_AUTH_BYTES = 32 * 1024  # DATA payload in total, and so the largest frame we buffer
 READ_CHUNK = 64 * 1024
 WRITE_CHUNK = 64 * 1024
 CREDIT_BATCH = muxado.DEFAULT_WINDOW // 4   # consumed bytes returned as credit in one WNDINC
@@ -92,8 +95,11 @@ class MuxStream:
                 return b""
             self._recv_ready.clear()
             await self._recv_ready.wait()
-        chunk = bytes(self._recv[:n])
-        del self._recv[:n]
+        if n >= len(self._recv):   # all of it: a fresh buffer (a drained one keeps its size)
+            chunk, self._recv = bytes(self._recv), bytearray()
+        else:
+            chunk = bytes(self._recv[:n])
+            del self._recv[:n]
         if not self._remote_fin and self._reset is None:
             self._consumed += len(chunk)
             if self._consumed >= CREDIT_BATCH:
@@ -237,6 +243,9 @@ class MuxSession:
         self._last_remote_id = 0
         self.local_open = 0           # streams of ours in the table (MAX_LOCAL_STREAMS)
         self.remote_open = 0          # streams of the peer's in the table (MAX_STREAMS)
+        self._parser = muxado.FrameParser(max_payload=PRE_AUTH_BYTES)
+        self._authenticated = False
+        self._pre_auth_bytes = 0      # DATA payload received before authentication
         self._slot_freed = asyncio.Event()
         self.closed = False
         self.close_reason = ""
@@ -360,8 +369,17 @@ class MuxSession:
         return sum(1 for stream in self._streams.values() if stream.finished)
 
     # ---- the read loop ----------------------------------------------------------------------
+    @property
+    def authenticated(self) -> bool:
+        return self._authenticated
+
+    def authenticate(self) -> None:
+        """The peer proved who it is: the pre-authentication bounds are lifted."""
+        self._authenticated = True
+        self._parser.max_payload = muxado.DEFAULT_WINDOW
+
     async def run(self) -> None:
-        parser = muxado.FrameParser()
+        parser = self._parser
         quick_ack = _quick_ack(self._writer)
         try:
             while not self.closed:
@@ -383,6 +401,14 @@ class MuxSession:
     def _handle(self, frame: muxado.Frame) -> None:
         sid = frame.stream_id
         if frame.type == muxado.DATA:
+            if not self._authenticated:
+                self._pre_auth_bytes += len(frame.payload)
+                if self._pre_auth_bytes > PRE_AUTH_BYTES:
+                    raise ProtocolError(f"more than {PRE_AUTH_BYTES} bytes before "
+                                        "authentication", muxado.E_ENHANCE_YOUR_CALM)
+                if frame.syn and self.remote_open >= PRE_AUTH_STREAMS:
+                    raise ProtocolError(f"more than {PRE_AUTH_STREAMS} streams before "
+                                        "authentication", muxado.E_ENHANCE_YOUR_CALM)
             stream = self._streams.get(sid)
             if frame.syn:
                 if stream is not None or sid % 2 == 0 or sid <= self._last_remote_id:

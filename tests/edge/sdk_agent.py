@@ -111,7 +111,7 @@ async def main(cfg):
                     web.route("*", "/{tail:.*}", echo)])
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)   # bursts of 1,000 (tests)
     await site.start()
     http_port = site._server.sockets[0].getsockname()[1]
     tcp_server = await asyncio.start_server(tcp_echo, "127.0.0.1", 0)

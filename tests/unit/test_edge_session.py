@@ -41,11 +41,13 @@ class Peer:
             batches.append(self.parser.feed(chunk))
 
 
-async def _pair(on_stream):
+async def _pair(on_stream, authenticated=True):
     left, right = socket.socketpair()
     edge_reader, edge_writer = await asyncio.open_connection(sock=left)
     peer_reader, peer_writer = await asyncio.open_connection(sock=right)
     mux = MuxSession(edge_reader, edge_writer, on_stream, name="test")
+    if authenticated:
+        mux.authenticate()
     task = asyncio.ensure_future(mux.run())
     return mux, task, Peer(peer_reader, peer_writer)
 
@@ -348,3 +350,83 @@ def test_a_session_that_ends_releases_openers_waiting_for_a_slot(monkeypatch):
         return type(caught.value), mux.local_open
 
     assert _run(main()) == (session.StreamReset, 0)
+
+
+# ---- before authentication: what a peer may make the edge hold ------------------------------
+def _goaway(batches):
+    return [(f.error_code, f.message.decode()) for batch in batches for f in batch
+            if f.type == muxado.GOAWAY]
+
+
+@pytest.mark.parametrize("sent, refused", [
+    (session.PRE_AUTH_BYTES, False),          # exactly the bound: held
+    (session.PRE_AUTH_BYTES + 1, True),       # one byte more: the session ends
+])
+def test_bytes_before_authentication_are_bounded(sent, refused):
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
+        chunk = 8 * 1024
+        peer.send(muxado.data(1, b"a" * min(chunk, sent), syn=True))
+        at = min(chunk, sent)
+        while at < sent:
+            size = min(chunk, sent - at)
+            peer.send(muxado.data(1, b"a" * size))
+            at += size
+        goaway = _goaway(await peer.collect(0.3))
+        closed = mux.closed
+        await mux.close()
+        task.cancel()
+        return goaway, closed
+
+    goaway, closed = _run(main())
+    assert closed is refused
+    assert goaway == ([(muxado.E_ENHANCE_YOUR_CALM, f"protocol error: more than "
+                        f"{session.PRE_AUTH_BYTES} bytes before authentication")]
+                      if refused else [])
+
+
+def test_a_frame_larger_than_the_pre_authentication_bound_is_refused_at_its_header():
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
+        # only the header of a 64 KiB frame: refused before any of its payload is buffered
+        peer.send(muxado.HEADER.pack((64 * 1024 << 8) | (muxado.DATA << 4) | muxado.SYN, 1))
+        goaway = _goaway(await peer.collect(0.3))
+        await mux.close()
+        task.cancel()
+        return goaway
+
+    assert [code for code, _ in _run(main())] == [muxado.E_FLOW_CONTROL]
+
+
+def test_streams_before_authentication_are_bounded():
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
+        for n in range(session.PRE_AUTH_STREAMS):
+            peer.send(muxado.data(2 * n + 1, b"x", syn=True))
+        early = (_goaway(await peer.collect(0.2)), mux.remote_open)
+        peer.send(muxado.data(2 * session.PRE_AUTH_STREAMS + 1, b"x", syn=True))
+        late = _goaway(await peer.collect(0.2))
+        await mux.close()
+        task.cancel()
+        return early, late
+
+    early, late = _run(main())
+    assert early == ([], session.PRE_AUTH_STREAMS)
+    assert late == [(muxado.E_ENHANCE_YOUR_CALM, f"protocol error: more than "
+                     f"{session.PRE_AUTH_STREAMS} streams before authentication")]
+
+
+def test_authentication_lifts_the_bounds():
+    async def main():
+        mux, task, peer = await _pair(lambda stream: stream.read(1 << 20),
+                                      authenticated=False)
+        mux.authenticate()
+        for sid in (1, 3, 5):
+            peer.send(muxado.data(sid, b"z" * (64 * 1024), syn=True))
+        goaway = _goaway(await peer.collect(0.3))
+        closed = mux.closed
+        await mux.close()
+        task.cancel()
+        return goaway, closed
+
+    assert _run(main()) == ([], False)
