@@ -15,6 +15,10 @@
 | EDGE_CHECK_SECONDS    | 5                  | how often live sessions re-check their credential    |
 | EDGE_PUBLIC_URL_PORTS | 1                  | 1: public URLs carry the listener port when not 80/443 |
 | EDGE_METRICS_PORT     | (off)              | operator endpoint: /metrics, /sessions/<id> (0: any) |
+| EDGE_HEAD_TIMEOUT     | 30                 | seconds for a whole request head (docs/SECURITY.md)  |
+| EDGE_IDLE_TIMEOUT     | 75                 | seconds a keep-alive connection waits for a request  |
+| EDGE_MAX_CONNECTIONS  | 10000              | public connections held at once                      |
+| EDGE_MAX_CONNECTIONS_PER_ADDRESS | 512     | ... from one client address                          |
 | DATA_DIR              | .data              | where the local CA lives (``$DATA_DIR/ca.pem``)      |
 | BASE_DOMAIN           | tunnels.localhost  | generated names (chalicelib.config)                  |
 The store is the API's: TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_* (chalicelib.config).
@@ -45,6 +49,10 @@ class EdgeSettings:
     data_dir: str
     base_domain: str
     metrics_port: Optional[int] = None
+    head_timeout: float = 30.0
+    idle_timeout: float = 75.0
+    max_connections: int = 10_000
+    max_connections_per_address: int = 512
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
@@ -62,6 +70,19 @@ def _port(env, name: str, default: int) -> int:
         raise SystemExit(f"{name}={raw!r}: not a port number") from None
     if not 0 <= value <= 65535:
         raise SystemExit(f"{name}={raw!r}: not a port number")
+    return value
+
+
+def _positive(env, name: str, default: float) -> float:
+    raw = env.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SystemExit(f"{name}={raw!r}: not a number") from None
+    if not value > 0:
+        raise SystemExit(f"{name}={raw!r}: must be above 0")
     return value
 
 
@@ -96,6 +117,11 @@ def load(env=None) -> EdgeSettings:
         url_ports=env.get("EDGE_PUBLIC_URL_PORTS", "1") != "0",
         metrics_port=_port(env, "EDGE_METRICS_PORT", 0) if env.get("EDGE_METRICS_PORT")
         else None,
+        head_timeout=_positive(env, "EDGE_HEAD_TIMEOUT", 30.0),
+        idle_timeout=_positive(env, "EDGE_IDLE_TIMEOUT", 75.0),
+        max_connections=int(_positive(env, "EDGE_MAX_CONNECTIONS", 10_000)),
+        max_connections_per_address=int(_positive(env, "EDGE_MAX_CONNECTIONS_PER_ADDRESS",
+                                                  512)),
         data_dir=env.get("DATA_DIR", ".data"),
         base_domain=base,
     )

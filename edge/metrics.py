@@ -15,7 +15,7 @@ import logging
 from typing import Any, Iterator, Tuple
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from edge.connections import connection_handler
@@ -42,6 +42,14 @@ class _EdgeCollector:
         streams.add_metric(["edge"], sum(s.mux.local_open for s in sessions))
         streams.add_metric(["agent"], sum(s.mux.remote_open for s in sessions))
         yield streams
+        admission = self.edge.admission
+        yield GaugeMetricFamily("edge_public_connections", "Public connections held",
+                                value=admission.total)
+        yield CounterMetricFamily("edge_public_connections_evicted",
+                                  "Waiting public connections closed to make room",
+                                  value=admission.evicted)
+        yield CounterMetricFamily("edge_public_connections_refused",
+                                  "Public connections refused at a cap", value=admission.refused)
         yield GaugeMetricFamily("edge_mux_streams_lingering",
                                 "Streams the edge finished, waiting for the agent's FIN",
                                 value=sum(s.mux.lingering for s in sessions))

@@ -29,8 +29,7 @@ log = logging.getLogger("edge.public")
 
 READ_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024
-HEAD_TIMEOUT = 30.0     # a request head must arrive whole within this
-IDLE_TIMEOUT = 75.0     # an idle keep-alive connection is closed after this
+BODY_TIMEOUT = 30.0     # a request body must progress (one read) within this
 FIXED_BODY_DRAIN = 1024 * 1024  # request body read (and dropped) before a fixed answer
 MAX_FORWARDS = 8        # forward-internal hops of one request (a loop of endpoints ends)
 HOP_HEADERS = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
@@ -228,13 +227,21 @@ class HttpFront:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
         client_ip, client_addr = str(peer[0]), f"{peer[0]}:{peer[1]}"
+        ticket = self.edge.admission.admit(client_ip, writer.transport)
+        if ticket is None:   # at a cap with no waiting connection to make room: refused
+            writer.transport.abort()
+            return
         client = http1.Connection(http1.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         leg: Optional[_Leg] = None
         conns: Dict[Any, Any] = {}   # endpoint -> tp.Conn, built once per connection
+        first = True
         try:
             while True:
                 try:
-                    request = await self._client_event(client, reader, IDLE_TIMEOUT)
+                    self.edge.admission.waiting(ticket)
+                    request = await self._request_head(client, reader, first)
+                    self.edge.admission.busy(ticket)
+                    first = False
                 except http1.RemoteProtocolError as exc:
                     await self._answer(client, writer, 400, "ERR_NGROK_3002",
                                        f"The request is not valid HTTP/1.1: {exc}", close=True)
@@ -350,6 +357,7 @@ class HttpFront:
         except http1.LocalProtocolError as exc:
             log.debug("closing a client connection: %s", exc)
         finally:
+            self.edge.admission.release(ticket)
             if leg is not None:
                 leg.close()
             writer.close()
@@ -401,7 +409,7 @@ class HttpFront:
 
     async def _request_body(self, client, reader, leg: _Leg) -> None:
         while True:
-            event = await self._client_event(client, reader, HEAD_TIMEOUT)
+            event = await self._client_event(client, reader, BODY_TIMEOUT)
             if isinstance(event, http1.Data):
                 await leg.send(event)
             elif isinstance(event, http1.EndOfMessage):
@@ -520,7 +528,7 @@ class HttpFront:
     async def _switch(self, client, reader, writer, leg: _Leg, event, body_task) -> str:
         """101 Switching Protocols: forward it, then carry raw bytes both ways."""
         if body_task is not None and not body_task.done():
-            await asyncio.wait({body_task}, timeout=HEAD_TIMEOUT)
+            await asyncio.wait({body_task}, timeout=BODY_TIMEOUT)
         await self._send(client, writer, event)
         client_rest, _ = client.trailing_data
         leg_rest, _ = leg.conn.trailing_data
@@ -639,7 +647,7 @@ class HttpFront:
         events are forwarded upstream afterwards as they came."""
         size = sum(len(e.data) for e in events if isinstance(e, http1.Data))
         while size <= limit and not (events and isinstance(events[-1], http1.EndOfMessage)):
-            event = await self._client_event(client, reader, HEAD_TIMEOUT)
+            event = await self._client_event(client, reader, BODY_TIMEOUT)
             if not isinstance(event, (http1.Data, http1.EndOfMessage)):
                 raise _Closed()
             events.append(event)
@@ -648,6 +656,27 @@ class HttpFront:
         return events
 
     # ---- I/O helpers ------------------------------------------------------------------------
+    async def _request_head(self, client, reader, first: bool) -> Any:
+        """The next request (or ConnectionClosed). Its first byte must come within
+        EDGE_HEAD_TIMEOUT on a new connection, EDGE_IDLE_TIMEOUT between keep-alive
+        requests; from its first byte, the whole head within EDGE_HEAD_TIMEOUT (a deadline,
+        not a timer that each byte restarts: a head sent a byte at a time is cut off all the
+        same)."""
+        loop = asyncio.get_running_loop()
+        head, idle = self.edge.settings.head_timeout, self.edge.settings.idle_timeout
+        deadline = loop.time() + (head if first else idle)
+        started = False
+        while True:
+            event = client.next_event()
+            if event is not http1.NEED_DATA:
+                return event
+            async with asyncio.timeout_at(deadline):
+                data = await reader.read(READ_CHUNK)
+            if data and not started:
+                started = True
+                deadline = min(deadline, loop.time() + head) if first else loop.time() + head
+            client.receive_data(data)
+
     async def _client_event(self, client, reader, timeout: float) -> Any:
         while True:
             event = client.next_event()

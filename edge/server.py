@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib import binding, errors, hostnames, online, policy as tp
 from edge import agents, config, metrics, tls
+from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
 from edge.edges import EdgeRouter, watch_reserved_ports
@@ -38,6 +39,8 @@ class Edge:
                                         settings.tls_key or None)
         self._servers: List[asyncio.AbstractServer] = []
         self._sessions: set = set()
+        self.admission = Admission(settings.max_connections,   # public connections: caps
+                                   settings.max_connections_per_address)
         self._unauthenticated: Dict[str, int] = {}   # address -> connections not yet authed
         self._counted: "weakref.WeakSet[Any]" = weakref.WeakSet()  # sessions no longer counted
         self.connections: set = set()   # tasks of open connections (agents, public)
@@ -390,6 +393,10 @@ class Edge:
         """A connection to a TCP port: the agent endpoint bound on it, else the TCP edge of
         its reserved address; its on_tcp_connect rules first, then raw bytes to the agent."""
         peer = writer.get_extra_info("peername") or ("", 0)
+        ticket = self.admission.admit(str(peer[0]), writer.transport)   # busy: never evicted
+        if ticket is None:
+            writer.transport.abort()
+            return
         try:
             tunnel = self.registry.by_port.get(port)
             enforcement = tunnel.enforcement if tunnel is not None else None
@@ -444,4 +451,5 @@ class Edge:
                 return
             await splice(reader, writer, stream)
         finally:
+            self.admission.release(ticket)
             writer.close()
