@@ -23,6 +23,7 @@ place. Catalog (also in the README):
 | UNSUPPORTED_VERSION | ERR_NGROK_217              | 400    | version header other than 2                              |
 | UNAUTHORIZED        | ERR_NGROK_203              | 401    | missing, malformed, unknown or revoked API key; inactive bot |
 | FORBIDDEN           | ERR_FORBIDDEN              | 403    | valid key, but the principal may not do this             |
+| NOT_ABUSE_REPORTER  | ERR_NGROK_221              | 403    | /abuse_reports from an account that may not report       |
 | NOT_FOUND           | ERR_NOT_FOUND              | 404    | unknown path, or no such resource in the caller's account |
 | METHOD_NOT_ALLOWED  | ERR_METHOD_NOT_ALLOWED     | 405    | the path exists but not with this method                 |
 | CONFLICT            | ERR_CONFLICT               | 409    | uniqueness or reference conflict, concurrent modification |
@@ -73,6 +74,7 @@ MISSING_VERSION = "ERR_NGROK_218"
 UNSUPPORTED_VERSION = "ERR_NGROK_217"
 UNAUTHORIZED = "ERR_NGROK_203"
 FORBIDDEN = "ERR_FORBIDDEN"
+NOT_ABUSE_REPORTER = "ERR_NGROK_221"
 NOT_FOUND = "ERR_NOT_FOUND"
 METHOD_NOT_ALLOWED = "ERR_METHOD_NOT_ALLOWED"
 CONFLICT = "ERR_CONFLICT"
@@ -180,6 +182,11 @@ class Forbidden(ApiError):
     status_code = 403
     error_code = FORBIDDEN
     default_msg = "This principal is not allowed to perform this operation"
+
+
+class NotAbuseReporter(Forbidden):
+    error_code = NOT_ABUSE_REPORTER
+    default_msg = "This account is not authorized to submit or view abuse reports"
 
 
 class NotFound(ApiError):
@@ -319,7 +326,8 @@ HTTP_ERRORS = {cls.status_code: cls for cls in (
 
 CATALOG = {cls.error_code: cls.status_code for cls in (
     InvalidJson, UnknownField, MissingField, InvalidField, InvalidQuery, UnknownQuery,
-    InvalidFilter, MissingVersion, UnsupportedVersion, Unauthorized, Forbidden, NotFound,
+    InvalidFilter, MissingVersion, UnsupportedVersion, Unauthorized, Forbidden, NotAbuseReporter,
+    NotFound,
     MethodNotAllowed, Conflict, IdempotencyConflict, PayloadTooLarge, UnsupportedMediaType,
     MissingMediaType, RateLimited, Internal, UnsupportedOperation, CloudEndpointExists,
     EndpointUrlInUse, InvalidCloudPolicy, DomainNotOwned, DomainNotReserved, MalformedRequest,

@@ -34,7 +34,8 @@ FIXED_BODY_DRAIN = 1024 * 1024  # request body read (and dropped) before a fixed
 MAX_FORWARDS = 8        # forward-internal hops of one request (a loop of endpoints ends)
 HOP_HEADERS = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
 
-STATUS_TEXT = {400: "Bad Request", 404: "Not Found", 502: "Bad Gateway",
+STATUS_TEXT = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests",
+               502: "Bad Gateway",
                503: "Service Unavailable"}
 
 
@@ -199,6 +200,11 @@ POLICY_BROKE = (502, "ERR_NGROK_2300", "Internal gateway error occurred while pr
                                        "HTTP/1.1 ({})")
 
 
+# A hostname an abuse report bans: the hosted code for a banned name, 403.
+BANNED = ("ERR_NGROK_3208", "This hostname has been banned for violating the terms of "
+                            "service. If you own it and believe this is a mistake, contact the "
+                            "operator of this service.")
+
 # The agent's session has MAX_LOCAL_STREAMS connections open and none ended within
 # OPEN_WAIT: the hosted "too many connections" (ERR_NGROK_702, answered with 429).
 TOO_MANY_STREAMS = (429, "ERR_NGROK_702", "Too many connections! The agent session serving "
@@ -249,6 +255,9 @@ class HttpFront:
                 if not isinstance(request, http1.Request):
                     return
                 host = request_host(request)
+                if host in self.edge.banned:   # an abuse report banned it (docs/SECURITY.md)
+                    await self._answer(client, writer, 403, BANNED[0], BANNED[1], close=True)
+                    return
                 refused = self.edge.tls.misdirected(getattr(writer, "tls_spec", None), host)
                 if refused is not None:   # a name's TLS settings met by another handshake
                     await self._answer(client, writer, *MISDIRECTED, refused, close=True)

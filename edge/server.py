@@ -17,8 +17,8 @@ from edge import agents, config, metrics, tls
 from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
-from edge.edges import EdgeRouter, watch_reserved_ports
-from edge.public import HttpFront, splice
+from edge.edges import EdgeRouter, watch_banned_hosts, watch_reserved_ports
+from edge.public import BANNED, HttpFront, splice
 from edge.registry import Registry, Tunnel
 from edge.session import StreamReset
 
@@ -46,6 +46,7 @@ class Edge:
         self.connections: set = set()   # tasks of open connections (agents, public)
         self.port_listeners: dict = {}   # TCP port -> its listener (agent endpoints, TCP edges)
         self.reserved_ports: set = set()  # ports of reserved addresses (TCP edges), kept fresh
+        self.banned: frozenset = frozenset()  # hostnames an abuse report bans, kept fresh
         self.router = EdgeRouter(self)
         self.tls = tls.TlsSettings(self)   # what each name asks of the HTTPS handshake
         self.log = log
@@ -86,6 +87,7 @@ class Edge:
         self._checker = asyncio.ensure_future(self._check_loop())
         self._watcher = asyncio.ensure_future(watch_reserved_ports(self))
         self._tls_watcher = asyncio.ensure_future(self.tls.watch())
+        self._ban_watcher = asyncio.ensure_future(watch_banned_hosts(self))
 
     def _serves_name(self, name: str) -> bool:
         """Which SNI names get a certificate from the local CA: any well-formed host name
@@ -108,6 +110,7 @@ class Edge:
             self._checker.cancel()
             self._watcher.cancel()
             self._tls_watcher.cancel()
+            self._ban_watcher.cancel()
         for server in self.port_listeners.values():
             server.close()
         await asyncio.gather(*(s.end("the edge is shutting down") for s in list(self._sessions)),
@@ -210,6 +213,8 @@ class Edge:
             return
         if requested:
             name = await self.call(binding.check_domain, grant, requested)
+            if name in self.banned:
+                raise binding.Refused(*BANNED)
             await self._claim(tunnel, name)
         elif (name := await self._remembered(tunnel)) is not None:
             pass
@@ -241,7 +246,7 @@ class Edge:
         if not tunnel.rebind:
             return None
         name = await self.call(online.remembered_name, tunnel.account_id, tunnel.id)
-        if not name or ":" in name or \
+        if not name or ":" in name or name in self.banned or \
                 not binding.acl_allows_domain(tunnel.session.grant, name):
             return None
         try:
