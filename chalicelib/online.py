@@ -477,6 +477,32 @@ def tunnel_stopped(account_id: str, tunnel_id: str) -> None:
             raise
 
 
+# ---- tunnel ids belong to one account -------------------------------------------------
+TUNNEL_ID_NAMESPACE = "tunnel_id"
+TUNNEL_ID_SECONDS = 90 * 24 * 3600   # an id unused this long may be forgotten
+
+
+def claim_tunnel_id(tunnel_id: str, account_id: str) -> bool:
+    """Record that ``tunnel_id`` (and so the endpoint id that follows from it) is
+    ``account_id``'s: True when it was free or already this account's (its record is
+    refreshed), False when another account holds it. An agent re-binds with the id it had, on
+    any instance, however long it was away; another account naming that id gets a new one."""
+    at = now()
+    key = _key(store.unique_pk(TUNNEL_ID_NAMESPACE, tunnel_id), store.UNIQUE_SK)
+    try:
+        _client().put_item(TableName=_table(), Item={
+            **key, "kind": {"S": TUNNEL_ID_NAMESPACE}, "account_id": {"S": account_id},
+            "data": store.to_av({"account_id": account_id}),
+            "expires_at": {"N": _num(at + TUNNEL_ID_SECONDS)}},
+            ConditionExpression="attribute_not_exists(pk) OR account_id = :a",
+            ExpressionAttributeValues={":a": {"S": account_id}})
+        return True
+    except ClientError as exc:
+        if _is_condition_failure(exc):
+            return False
+        raise
+
+
 # ---- a reconnecting agent gets its generated name back --------------------------------
 REBIND_COLLECTION = "rebind_name"
 REBIND_SECONDS = 3600   # how long a dropped tunnel's generated name is kept for its re-bind

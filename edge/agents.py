@@ -225,19 +225,27 @@ class AgentSession:
                       "PlanName": "self-hosted", "Banner": ""}}))
 
     # ---- Bind / Unbind ----------------------------------------------------------------------
-    def _reusable_id(self, requested: str) -> str:
+    async def _reusable_id(self, requested: str) -> str:
+        """The id the agent asked for (its re-bind after a reconnect) when it is this
+        account's or nobody's, else a new one; every id given out is recorded as the account's
+        (chalicelib.online.claim_tunnel_id), so no other account can take it over."""
         if requested and ids.is_valid(requested, ids.PREFIXES["tunnel"]):
             held = self.edge.registry.by_id.get(requested)
-            if held is None or held.account_id == self.grant.account_id:
+            if (held is None or held.account_id == self.grant.account_id) and \
+                    await self.edge.call(online.claim_tunnel_id, requested,
+                                         self.grant.account_id):
                 return requested
-        return _tunnel_id()
+        while True:
+            fresh = _tunnel_id()
+            if await self.edge.call(online.claim_tunnel_id, fresh, self.grant.account_id):
+                return fresh
 
     async def _bind(self, stream: MuxStream, request: Dict[str, Any]) -> None:
         proto = protocol.text(request.get("Proto"))
         opts = protocol.obj(request.get("Opts"))
         extra = protocol.obj(request.get("Extra"))
         asked_id = protocol.text(request.get("Id"))
-        tunnel_id = self._reusable_id(asked_id)
+        tunnel_id = await self._reusable_id(asked_id)
         tunnel = Tunnel(id=tunnel_id, session=self, proto=proto, opts=opts,
                         forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
                         metadata=protocol.text(extra.get("Metadata"))[:4096],

@@ -175,3 +175,42 @@ def test_a_silent_authenticated_agent_is_reaped(edge, account):
 
     reaped, took = asyncio.run(silent())
     assert reaped and took > 1 + 1, took
+
+
+async def _rpc(reader, writer, parser, sid, typ, body):
+    """One RPC on a raw session: stream ``sid`` of type ``typ`` with JSON ``body``; the reply."""
+    writer.write(muxado.data(sid, protocol.stream_type(typ) + json.dumps(body).encode(),
+                             syn=True))
+    await writer.drain()
+    reply = protocol.JsonReader()
+    async with asyncio.timeout(10):
+        while True:
+            for frame in parser.feed(await reader.read(65536)):
+                if frame.stream_id == sid and frame.type == muxado.DATA and frame.payload:
+                    value = reply.feed(frame.payload)
+                    if value is not None:
+                        return value
+
+
+def test_a_tunnel_id_of_another_account_is_never_given_out(edge, account, api, agents):
+    """Another account re-binding an offline tunnel's id (to reach its endpoint id) gets a
+    new id; the owner's own re-bind keeps it."""
+    owner_token = _credential(account)["token"]
+    agent = agents(edge, owner_token, [{"proto": "http"}])
+    tunnel_id = _bound(agent.start())[0]["id"]
+    agent.stop()   # offline: the id is in no edge's memory any more
+
+    async def bind_with(token, source):
+        reader, writer = await _connect(edge, source)
+        parser = muxado.FrameParser()
+        auth = await _rpc(reader, writer, parser, 1, protocol.AUTH, {
+            "Version": ["3", "2"], "ClientId": "", "Extra": {"AuthToken": token}})
+        assert auth.get("ClientId"), auth
+        bound = await _rpc(reader, writer, parser, 3, protocol.BIND, {
+            "Id": tunnel_id, "Proto": "http", "Opts": {}, "Extra": {}})
+        writer.close()
+        return bound.get("Id")
+
+    intruder = _credential(api.new_account())["token"]
+    assert asyncio.run(bind_with(intruder, "127.0.0.40")) not in (None, tunnel_id)
+    assert asyncio.run(bind_with(owner_token, "127.0.0.41")) == tunnel_id

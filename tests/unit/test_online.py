@@ -376,3 +376,10 @@ def test_a_remembered_name_belongs_to_its_account_and_tunnel(clock):
     assert online.remembered_name(ACCT, "tn_b") is None
     online.remember_name(ACCT, "tn_a", "tunnels.localhost:20002")   # the latest drop wins
     assert online.remembered_name(ACCT, "tn_a") == "tunnels.localhost:20002"
+
+
+def test_a_tunnel_id_belongs_to_the_first_account_that_claims_it(clock):
+    assert online.claim_tunnel_id("tn_a", ACCT) is True
+    assert online.claim_tunnel_id("tn_a", ACCT) is True      # its re-bind, again and again
+    assert online.claim_tunnel_id("tn_a", OTHER) is False    # never another account's
+    assert online.claim_tunnel_id("tn_b", OTHER) is True
