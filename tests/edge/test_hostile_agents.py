@@ -214,3 +214,51 @@ def test_a_tunnel_id_of_another_account_is_never_given_out(edge, account, api, a
     intruder = _credential(api.new_account())["token"]
     assert asyncio.run(bind_with(intruder, "127.0.0.40")) not in (None, tunnel_id)
     assert asyncio.run(bind_with(owner_token, "127.0.0.41")) == tunnel_id
+
+
+def test_session_churn_returns_its_memory(edge, account):
+    """10,000 agent sessions that authenticate and drop, 20 at a time: once settled, the edge's
+    RSS is within 20 MB of where it was after a first warm-up round (docs/SECURITY.md)."""
+    token = _credential(account)["token"]
+
+    async def one(n):
+        reader, writer = await _connect(edge, f"127.0.3.{n % 200 + 1}")
+        parser = muxado.FrameParser()
+        auth = await _rpc(reader, writer, parser, 1, protocol.AUTH, {
+            "Version": ["3", "2"], "ClientId": "", "Extra": {"AuthToken": token}})
+        assert auth.get("ClientId"), auth
+        writer.close()
+
+    async def churn(count, concurrency=20):
+        queue = asyncio.Queue()
+        for n in range(count):
+            queue.put_nowait(n)
+
+        async def worker():
+            while not queue.empty():
+                await one(queue.get_nowait())
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    def sessions():
+        for line in edge.metrics().splitlines():
+            if line.startswith("edge_agent_sessions "):
+                return float(line.split()[1])
+        return -1.0
+
+    baseline = sessions()
+
+    def settled_rss():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sessions() > baseline:   # all gone
+            time.sleep(0.5)
+        time.sleep(2)
+        return _rss_kb(edge.process.pid)
+
+    asyncio.run(churn(1000))                 # warm-up: caches, pools, allocator arenas
+    before = settled_rss()
+    started = time.monotonic()
+    asyncio.run(churn(10_000))
+    took = time.monotonic() - started
+    after = settled_rss()
+    print(f"10,000 sessions in {took:.0f} s: RSS {before // 1024} -> {after // 1024} MB")
+    assert after - before < 20 * 1024, (before, after)
