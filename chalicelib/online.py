@@ -633,6 +633,37 @@ def live_sessions(account_id: str, session_ids: Iterable[str]) -> Dict[str, stor
     return live
 
 
+def live_endpoint_count(account_id: str, proto: Optional[str] = None) -> int:
+    """How many of the account's agent endpoints are online (``proto``: only those), service
+    wide: one Query of its endpoints and one BatchGetItem of their sessions (a ghost of an
+    edge that died is not counted once its session is stale). For the edge's quotas."""
+    endpoints = store.query_all(store.collection_pk(account_id, ENDPOINTS))
+    mine = [item for item in endpoints
+            if (item.data or {}).get("type") == "agent"
+            and (proto is None or (item.data or {}).get("proto") == proto)]
+    live = live_sessions(account_id, (session_of(item) for item in mine))
+    return sum(1 for item in mine if session_of(item) in live)
+
+
+def live_credential_sessions(account_id: str, credential_id: str,
+                             exclude: Optional[str] = None) -> int:
+    """How many live agent sessions use ``credential_id`` (one Query of the account's
+    sessions), ``exclude`` (a reconnecting session's own id) left out. For the edge's
+    sessions-per-credential quota."""
+    at = now()
+    return sum(1 for item in store.query_all(store.collection_pk(account_id, SESSIONS))
+               if (item.data or {}).get("credential_id") == credential_id
+               and item.sk != exclude and _fresh(item.heartbeat_at, at))
+
+
+def count_auth(credential_id: str, window: int = 60) -> int:
+    """Count one authentication with ``credential_id`` in the current ``window``-second
+    window (an atomic counter item that expires with it); the count so far."""
+    slot = int(now() // window)
+    return store.increment(store.unique_pk("auth_rate", credential_id), str(slot),
+                           expires_at=(slot + 2) * window)
+
+
 def online_tunnels(account_id: str, labels: Mapping[str, str]) -> List[Dict[str, Any]]:
     """The account's live labeled tunnels whose labels contain every pair of ``labels``
     (a tunnel-group backend's match rule). One Query of the account's tunnels and one

@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 from chalicelib import binding, ids, online
-from edge import enforce, muxado, protocol, tls
+from edge import enforce, muxado, protocol, quotas, tls
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset
@@ -187,15 +187,32 @@ class AgentSession:
                 f"Unsupported protocol version; this edge speaks "
                 f"{', '.join(protocol.SUPPORTED_VERSIONS)}", "ERR_NGROK_1602"))
             return
+        limits = self.edge.settings.limits
+        locked = self.edge.auth_throttle.locked(self.peer_ip)
         try:
-            grant = await self.edge.call(binding.authenticate, token)
+            if locked is not None:   # too many failures from this address: no store read
+                raise binding.Refused("", f"Too many failed authentications from "
+                                          f"{self.peer_ip}; try again in {int(locked) + 1} s.")
+            try:
+                grant = await self.edge.call(binding.authenticate, token)
+            except binding.Refused:
+                self.edge.auth_throttle.failed(self.peer_ip)
+                raise
+            if await self.edge.call(online.count_auth, grant.credential_id) > \
+                    limits.auths_per_credential:
+                raise quotas.auths_per_credential(limits.auths_per_credential)
+            session_id = client_id if ids.is_valid(client_id,
+                                                   ids.PREFIXES["tunnel_session"]) \
+                else ids.new_id(ids.PREFIXES["tunnel_session"])
+            if await self.edge.call(online.live_credential_sessions, grant.account_id,
+                                    grant.credential_id, exclude=session_id) >= \
+                    limits.sessions_per_credential:
+                raise quotas.sessions_per_credential(limits.sessions_per_credential)
         except binding.Refused as exc:
             await self._reply(stream, protocol.error_reply(exc.message, exc.code))
             asyncio.get_running_loop().call_later(
                 1.0, lambda: asyncio.ensure_future(self.end("authentication failed")))
             return
-        session_id = client_id if ids.is_valid(client_id, ids.PREFIXES["tunnel_session"]) \
-            else ids.new_id(ids.PREFIXES["tunnel_session"])
         old = self.edge.registry.sessions.get(session_id)
         if old is not None and old is not self:
             if old.grant.account_id != grant.account_id:
@@ -245,6 +262,7 @@ class AgentSession:
         opts = protocol.obj(request.get("Opts"))
         extra = protocol.obj(request.get("Extra"))
         asked_id = protocol.text(request.get("Id"))
+        await self._check_quotas(proto, asked_id)
         tunnel_id = await self._reusable_id(asked_id)
         tunnel = Tunnel(id=tunnel_id, session=self, proto=proto, opts=opts,
                         forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
@@ -271,6 +289,24 @@ class AgentSession:
         await self._reply(stream, protocol.reply({
             "Id": tunnel.id, "URL": tunnel.url, "Proto": proto, "Opts": opts,
             "Extra": {"Token": ""}}))
+
+    async def _check_quotas(self, proto: str, asked_id: str) -> None:
+        """Endpoints per session, and online endpoints (TCP ones apart) per account
+        (edge.quotas); a re-bind of a tunnel this session already has replaces it."""
+        limits = self.edge.settings.limits
+        if asked_id in self.tunnels:
+            return
+        if len(self.tunnels) >= limits.endpoints_per_session:
+            raise quotas.endpoints_per_session(limits.endpoints_per_session,
+                                               [t.url for t in self.tunnels.values() if t.url])
+        account_id = self.grant.account_id
+        if await self.edge.call(online.live_endpoint_count, account_id) >= \
+                limits.endpoints_per_account:
+            raise quotas.endpoints_per_account(limits.endpoints_per_account)
+        if proto == "tcp" and await self.edge.call(online.live_endpoint_count, account_id,
+                                                   "tcp") >= limits.tcp_endpoints_per_account:
+            raise quotas.endpoints_per_account(limits.tcp_endpoints_per_account,
+                                               "TCP endpoints")
 
     def _requested_domain(self, opts: Dict[str, Any]) -> str:
         """``Domain`` (newer SDKs) or ``Hostname`` (1.4.0), or ``Subdomain`` under the base

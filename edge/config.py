@@ -19,6 +19,9 @@
 | EDGE_IDLE_TIMEOUT     | 75                 | seconds a keep-alive connection waits for a request  |
 | EDGE_MAX_CONNECTIONS  | 10000              | public connections held at once                      |
 | EDGE_MAX_CONNECTIONS_PER_ADDRESS | 512     | ... from one client address                          |
+| EDGE_MAX_ENDPOINTS_PER_SESSION, _PER_ACCOUNT, EDGE_MAX_TCP_ENDPOINTS_PER_ACCOUNT,         |
+| EDGE_MAX_SESSIONS_PER_CREDENTIAL, EDGE_MAX_AUTHS_PER_CREDENTIAL,                          |
+| EDGE_MAX_FAILED_AUTHS_PER_ADDRESS: the quotas (edge/quotas.py, defaults there)            |
 | DATA_DIR              | .data              | where the local CA lives (``$DATA_DIR/ca.pem``)      |
 | BASE_DOMAIN           | tunnels.localhost  | generated names (chalicelib.config)                  |
 The store is the API's: TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_* (chalicelib.config).
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from chalicelib.config import get_settings
+from edge import quotas
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class EdgeSettings:
     idle_timeout: float = 75.0
     max_connections: int = 10_000
     max_connections_per_address: int = 512
+    limits: quotas.Limits = quotas.Limits()
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
@@ -71,6 +76,16 @@ def _port(env, name: str, default: int) -> int:
     if not 0 <= value <= 65535:
         raise SystemExit(f"{name}={raw!r}: not a port number")
     return value
+
+
+QUOTA_VARIABLES = {
+    "endpoints_per_session": "EDGE_MAX_ENDPOINTS_PER_SESSION",
+    "endpoints_per_account": "EDGE_MAX_ENDPOINTS_PER_ACCOUNT",
+    "tcp_endpoints_per_account": "EDGE_MAX_TCP_ENDPOINTS_PER_ACCOUNT",
+    "sessions_per_credential": "EDGE_MAX_SESSIONS_PER_CREDENTIAL",
+    "auths_per_credential": "EDGE_MAX_AUTHS_PER_CREDENTIAL",
+    "failed_auths_per_address": "EDGE_MAX_FAILED_AUTHS_PER_ADDRESS",
+}
 
 
 def _positive(env, name: str, default: float) -> float:
@@ -122,6 +137,9 @@ def load(env=None) -> EdgeSettings:
         max_connections=int(_positive(env, "EDGE_MAX_CONNECTIONS", 10_000)),
         max_connections_per_address=int(_positive(env, "EDGE_MAX_CONNECTIONS_PER_ADDRESS",
                                                   512)),
+        limits=quotas.Limits(**{
+            name: int(_positive(env, variable, getattr(quotas.Limits, name)))
+            for name, variable in QUOTA_VARIABLES.items()}),
         data_dir=env.get("DATA_DIR", ".data"),
         base_domain=base,
     )

@@ -4,12 +4,14 @@ and the muxado stream table of one session, on 127.0.0.1 like every listener.
 - ``GET /metrics``: the Prometheus text format (``prometheus_client``), computed when scraped:
   agent sessions, tunnels, muxado streams open by who opened them, finished streams waiting
   for the agent's FIN, and the process's own metrics (RSS, CPU, open files).
+- ``GET /limits``: every bound and quota in force (JSON).
 - ``GET /sessions/<id>``: ``{"streams_open", "edge_opened", "agent_opened", "lingering"}``
   of that session (404 when this instance does not hold it).
 
 Bounds: a request head of at most 8 KiB that arrives within 5 s; one request per connection.
 """
 import asyncio
+import dataclasses
 import json
 import logging
 from typing import Any, Iterator, Tuple
@@ -55,6 +57,27 @@ class _EdgeCollector:
                                 value=sum(s.mux.lingering for s in sessions))
 
 
+def limits_of(edge: Any) -> dict:
+    """Every bound and quota in force on this instance (docs/SECURITY.md says what each does)."""
+    from edge import agents, server, session
+    settings = edge.settings
+    return {"quotas": dataclasses.asdict(settings.limits),
+            "public_connections": {"max": settings.max_connections,
+                                   "max_per_address": settings.max_connections_per_address,
+                                   "head_timeout_s": settings.head_timeout,
+                                   "idle_timeout_s": settings.idle_timeout},
+            "agent_connections": {
+                "auth_timeout_s": agents.AUTH_TIMEOUT,
+                "max_unauthenticated": server.MAX_UNAUTHENTICATED,
+                "max_unauthenticated_per_address": server.MAX_UNAUTHENTICATED_PER_ADDRESS,
+                "pre_auth_streams": session.PRE_AUTH_STREAMS,
+                "pre_auth_bytes": session.PRE_AUTH_BYTES,
+                "max_agent_streams": session.MAX_STREAMS,
+                "max_edge_streams": session.MAX_LOCAL_STREAMS,
+                "heartbeat_interval_s": list(agents.HEARTBEAT_INTERVAL_RANGE),
+                "heartbeat_tolerance_s": list(agents.HEARTBEAT_TOLERANCE_RANGE)}}
+
+
 def session_streams(session: Any) -> dict:
     mux = session.mux
     return {"streams_open": mux.open_streams, "edge_opened": mux.local_open,
@@ -90,10 +113,12 @@ class MetricsServer:
     def answer(self, request_line: bytes) -> Tuple[int, str, bytes]:
         parts = request_line.split(b" ")
         if len(parts) != 3 or parts[0] != b"GET":
-            return 400, "text/plain", b"GET /metrics or GET /sessions/<id>\n"
+            return 400, "text/plain", b"GET /metrics, /limits or /sessions/<id>\n"
         path = parts[1].decode("latin-1")
         if path == "/metrics":
             return 200, "text/plain; version=0.0.4", generate_latest(self.registry)
+        if path == "/limits":
+            return 200, "application/json", json.dumps(limits_of(self.edge), indent=1).encode()
         if path.startswith("/sessions/"):
             session = self.edge.registry.sessions.get(path[len("/sessions/"):])
             if session is not None:

@@ -13,7 +13,7 @@ import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib import binding, errors, hostnames, online, policy as tp
-from edge import agents, config, metrics, tls
+from edge import agents, config, metrics, quotas, tls
 from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
@@ -39,6 +39,7 @@ class Edge:
                                         settings.tls_key or None)
         self._servers: List[asyncio.AbstractServer] = []
         self._sessions: set = set()
+        self.auth_throttle = quotas.AuthThrottle(settings.limits.failed_auths_per_address)
         self.admission = Admission(settings.max_connections,   # public connections: caps
                                    settings.max_connections_per_address)
         self._unauthenticated: Dict[str, int] = {}   # address -> connections not yet authed
