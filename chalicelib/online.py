@@ -509,9 +509,10 @@ REBIND_SECONDS = 3600   # how long a dropped tunnel's generated name is kept for
 
 
 def remember_name(account_id: str, tunnel_id: str, name: str) -> None:
-    """Keep the generated hostname (or TCP ``host:port``) a tunnel served when its session
-    ended, so the agent's re-bind of the same tunnel id after a reconnect (the SDKs send the
-    old id and keep showing the old URL) is served at the same name, on any instance."""
+    """Keep the generated hostname (or TCP ``host:port``) a tunnel serves, written when it is
+    bound (so an edge that dies still left it) and again when its session ends (REBIND_SECONDS
+    from then), so the agent's re-bind of the same tunnel id after a reconnect (the SDKs send
+    the old id and keep showing the old URL) is served at the same name, on any instance."""
     at = now()
     _client().put_item(TableName=_table(), Item=_item(
         store.collection_pk(account_id, REBIND_COLLECTION), tunnel_id, kind=REBIND_COLLECTION,

@@ -15,6 +15,7 @@
 | EDGE_CHECK_SECONDS    | 5                  | how often live sessions re-check their credential    |
 | EDGE_PUBLIC_URL_PORTS | 1                  | 1: public URLs carry the listener port when not 80/443 |
 | EDGE_METRICS_PORT     | (off)              | operator endpoint: /metrics, /sessions/<id> (0: any) |
+| EDGE_LISTEN_FDS       | (none)             | inherited listening sockets: agent=N,http=N,https=N  |
 | EDGE_HEAD_TIMEOUT     | 30                 | seconds for a whole request head (docs/SECURITY.md)  |
 | EDGE_IDLE_TIMEOUT     | 75                 | seconds a keep-alive connection waits for a request  |
 | EDGE_MAX_CONNECTIONS  | 10000              | public connections held at once                      |
@@ -28,8 +29,8 @@ The store is the API's: TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_* (chalicelib.con
 """
 import os
 import secrets
-from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 from chalicelib.config import get_settings
 from edge import quotas
@@ -58,6 +59,7 @@ class EdgeSettings:
     max_connections: int = 10_000
     max_connections_per_address: int = 512
     limits: quotas.Limits = quotas.Limits()
+    listen_fds: Dict[str, int] = field(default_factory=dict)
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
@@ -76,6 +78,17 @@ def _port(env, name: str, default: int) -> int:
     if not 0 <= value <= 65535:
         raise SystemExit(f"{name}={raw!r}: not a port number")
     return value
+
+
+def _fds(raw: str) -> Dict[str, int]:
+    """``agent=3,http=4,https=5``: listening sockets a supervisor bound (scripts/serve.py)."""
+    fds: Dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        name, _, number = part.partition("=")
+        if name not in ("agent", "http", "https") or not number.isdigit():
+            raise SystemExit(f"EDGE_LISTEN_FDS={raw!r}: expected agent=N,http=N,https=N")
+        fds[name] = int(number)
+    return fds
 
 
 QUOTA_VARIABLES = {
@@ -137,6 +150,7 @@ def load(env=None) -> EdgeSettings:
         max_connections=int(_positive(env, "EDGE_MAX_CONNECTIONS", 10_000)),
         max_connections_per_address=int(_positive(env, "EDGE_MAX_CONNECTIONS_PER_ADDRESS",
                                                   512)),
+        listen_fds=_fds(env.get("EDGE_LISTEN_FDS", "")),
         limits=quotas.Limits(**{
             name: int(_positive(env, variable, getattr(quotas.Limits, name)))
             for name, variable in QUOTA_VARIABLES.items()}),

@@ -8,6 +8,7 @@ API; so revocation takes effect within EDGE_CHECK_SECONDS + one store round trip
 """
 import asyncio
 import functools
+import socket
 import weakref
 import logging
 from typing import Any, Callable, Dict, List, Optional
@@ -72,14 +73,14 @@ class Edge:
         s = self.settings
         agent_ctx = self.certs.context_for(s.agent_hostnames)
         self._servers.append(await asyncio.start_server(
-            self._agent_connection, s.host, s.agent_port, ssl=agent_ctx,
-            ssl_handshake_timeout=15))
+            self._agent_connection, ssl=agent_ctx, ssl_handshake_timeout=15,
+            **self._where("agent", s.agent_port)))
         self._servers.append(await asyncio.start_server(
-            HttpFront(self, "http").handle, s.host, s.http_port))
+            HttpFront(self, "http").handle, **self._where("http", s.http_port)))
         https = tls.HttpsListener(self, HttpFront(self, "https").handle, [s.base_domain],
                                   self._serves_name)
         self._servers.append(await asyncio.get_running_loop().create_server(
-            https.protocol, s.host, s.https_port))
+            https.protocol, **self._where("https", s.https_port)))
         self.agent_port, self.http_port, self.https_port = (
             srv.sockets[0].getsockname()[1] for srv in self._servers[:3])
         if s.metrics_port is not None:
@@ -89,6 +90,14 @@ class Edge:
         self._watcher = asyncio.ensure_future(watch_reserved_ports(self))
         self._tls_watcher = asyncio.ensure_future(self.tls.watch())
         self._ban_watcher = asyncio.ensure_future(watch_banned_hosts(self))
+
+    def _where(self, name: str, port: int) -> dict:
+        """Where a listener listens: the socket a supervisor handed over (EDGE_LISTEN_FDS,
+        kept open across a restart of this process), else host and port."""
+        fd = self.settings.listen_fds.get(name)
+        if fd is None:
+            return {"host": self.settings.host, "port": port}
+        return {"sock": socket.socket(fileno=fd)}
 
     def _serves_name(self, name: str) -> bool:
         """Which SNI names get a certificate from the local CA: any well-formed host name
@@ -362,6 +371,9 @@ class Edge:
         await self._online(tunnel)
 
     async def _online(self, tunnel: Tunnel) -> None:
+        if tunnel.generated:   # kept for a re-bind even if this process dies (kill -9)
+            await self.call(online.remember_name, tunnel.account_id, tunnel.id,
+                            tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}")
         await self.call(online.tunnel_started, account_id=tunnel.account_id,
                         session_id=tunnel.session.id, tunnel_id=tunnel.id,
                         instance_id=self.settings.instance_id, proto=tunnel.proto,
