@@ -39,6 +39,10 @@ place. Catalog (also in the README):
 | INVALID_CLOUD_POLICY | ERR_NGROK_18002           | 400    | a cloud endpoint's traffic_policy the engine refuses      |
 | DOMAIN_NOT_OWNED    | ERR_NGROK_320              | 400    | an endpoint URL on a domain another account reserved      |
 | DOMAIN_NOT_RESERVED | ERR_NGROK_7117             | 400    | an endpoint URL on a domain nobody reserved (not under the base domain) |
+| DOMAIN_RESERVED_BY_YOU | ERR_NGROK_413           | 409    | reserving a domain the account already reserved           |
+| DOMAIN_RESERVED_BY_OTHER | ERR_NGROK_414         | 409    | a domain another account reserved: exactly, by a wildcard over it, or a name it is under or that is under it |
+| WILDCARD_CONFLICT   | ERR_NGROK_417              | 409    | a wildcard over, or under, a domain another account reserved |
+| DOMAIN_IN_USE       | ERR_NGROK_430              | 409    | a domain (or a name it is under) another account serves now |
 
 One code for every 401: the hosted service distinguishes a missing header (ERR_NGROK_200), an
 unparsable one (ERR_NGROK_201) and an unknown key (ERR_NGROK_203), but the deployed API
@@ -90,6 +94,10 @@ ENDPOINT_URL_IN_USE = "ERR_NGROK_334"
 INVALID_CLOUD_POLICY = "ERR_NGROK_18002"
 DOMAIN_NOT_OWNED = "ERR_NGROK_320"
 DOMAIN_NOT_RESERVED = "ERR_NGROK_7117"
+DOMAIN_RESERVED_BY_YOU = "ERR_NGROK_413"
+DOMAIN_RESERVED_BY_OTHER = "ERR_NGROK_414"
+WILDCARD_CONFLICT = "ERR_NGROK_417"
+DOMAIN_IN_USE = "ERR_NGROK_430"
 # the HTTP server's own answers (scripts/http_server.py)
 MALFORMED_REQUEST = "ERR_MALFORMED_REQUEST"
 REQUEST_TIMEOUT = "ERR_REQUEST_TIMEOUT"
@@ -205,6 +213,22 @@ class Conflict(ApiError):
     status_code = 409
     error_code = CONFLICT
     default_msg = "Conflict"
+
+
+class DomainReservedByYou(Conflict):
+    error_code = DOMAIN_RESERVED_BY_YOU
+
+
+class DomainReservedByOther(Conflict):
+    error_code = DOMAIN_RESERVED_BY_OTHER
+
+
+class WildcardConflict(Conflict):
+    error_code = WILDCARD_CONFLICT
+
+
+class DomainInUse(Conflict):
+    error_code = DOMAIN_IN_USE
 
 
 class IdempotencyConflict(Conflict):
@@ -327,7 +351,7 @@ HTTP_ERRORS = {cls.status_code: cls for cls in (
 CATALOG = {cls.error_code: cls.status_code for cls in (
     InvalidJson, UnknownField, MissingField, InvalidField, InvalidQuery, UnknownQuery,
     InvalidFilter, MissingVersion, UnsupportedVersion, Unauthorized, Forbidden, NotAbuseReporter,
-    NotFound,
+    NotFound, DomainReservedByYou, DomainReservedByOther, WildcardConflict, DomainInUse,
     MethodNotAllowed, Conflict, IdempotencyConflict, PayloadTooLarge, UnsupportedMediaType,
     MissingMediaType, RateLimited, Internal, UnsupportedOperation, CloudEndpointExists,
     EndpointUrlInUse, InvalidCloudPolicy, DomainNotOwned, DomainNotReserved, MalformedRequest,

@@ -606,6 +606,20 @@ def hostname_holder(hostname: str) -> Optional[Dict[str, Any]]:
             "instance_id": _s(held, "instance_id")}
 
 
+def hostname_holders(names: List[str]) -> Dict[str, Dict[str, Any]]:
+    """:func:`hostname_holder` of several names: one BatchGetItem of their claims, then the
+    liveness reads of the claims found (usually none)."""
+    keys = [_claim_key(_canonical(name)) for name in names]
+    found = {}
+    for raw in _batch_get(keys):
+        if _claim_is_live(raw):
+            found[_s(raw, "pk")] = {"account_id": _s(raw, "account_id"),
+                                    "endpoint_id": _s(raw, "owner"),
+                                    "instance_id": _s(raw, "instance_id")}
+    return {name: found[key["pk"]["S"]] for name, key in zip(names, keys)
+            if key["pk"]["S"] in found}
+
+
 # ---- reads -------------------------------------------------------------------------------
 def _batch_get(keys: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """BatchGetItem of up to any number of keys (in chunks of 100, unprocessed retried)."""
