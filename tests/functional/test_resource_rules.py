@@ -234,7 +234,7 @@ def test_a_domain_is_unique_across_accounts_by_exact_name(module_api, admin):
     assert admin.post("/reserved_domains", {"domain": "Unique-1.Example.com"}).status == 201
     stranger = module_api.new_account().admin
     assert_error(stranger.post("/reserved_domains", {"domain": "unique-1.example.com"}),
-                 errors.Conflict)
+                 errors.DomainReservedByOther)
     assert admin.post("/reserved_domains", {"domain": "*.unique-1.example.com"}).status == 201
     assert admin.post("/reserved_domains", {"domain": "a.unique-1.example.com"}).status == 201
 
@@ -271,8 +271,9 @@ def test_resolves_to_is_replaced_when_sent(admin):
 
 # ---- abuse reports -------------------------------------------------------------------------
 def test_abuse_reports_are_403_for_other_accounts_before_the_body_is_read(account):
-    assert_error(account.admin.post("/abuse_reports", {"urls": "not a list"}), errors.Forbidden)
-    assert_error(account.admin.get("/abuse_reports/abrp_" + "0" * 27), errors.Forbidden)
+    assert_error(account.admin.post("/abuse_reports", {"urls": "not a list"}),
+                 errors.NotAbuseReporter)
+    assert_error(account.admin.get("/abuse_reports/abrp_" + "0" * 27), errors.NotAbuseReporter)
 
 
 def test_an_abuse_report_takes_100_urls_of_2048_bytes(module_api):
