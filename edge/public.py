@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 from chalicelib import ids, policy as tp
-from edge import http1
+from edge import challenges, http1
 from edge.connections import connection_handler
 from edge.tls import MISDIRECTED
 from edge.session import MuxStream, StreamReset
@@ -235,6 +235,9 @@ class HttpFront:
                 if not isinstance(request, http1.Request):
                     return
                 host = request_host(request)
+                if self.scheme == "http" and await challenges.answer_http01(
+                        self, client, writer, request, host):   # ACME HTTP-01 (edge/challenges.py)
+                    return
                 refused = self.edge.tls.misdirected(getattr(writer, "tls_spec", None), host)
                 if refused is not None:   # a name's TLS settings met by another handshake
                     await self._answer(client, writer, *MISDIRECTED, refused, close=True)
