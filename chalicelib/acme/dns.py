@@ -147,7 +147,7 @@ def serve(listen: str) -> int:
     own = OwnServer()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind((host or "127.0.0.1", int(port)))
-    print(f"ready dns: {zone} on udp {sock.getsockname()[0]}:{sock.getsockname()[1]}",
+    print(f"dns server: authoritative for {zone} on udp {sock.getsockname()[0]}:{sock.getsockname()[1]}",
           flush=True)
     import signal
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))

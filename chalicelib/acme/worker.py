@@ -418,9 +418,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     interval = float(os.environ.get("ACME_WORKER_SECONDS") or 10)
     if settings is None:
-        print("ready acme worker: ACME_DIRECTORY_URL is not set, nothing to do", flush=True)
+        print("acme worker: ACME_DIRECTORY_URL is not set, nothing to do", flush=True)
     else:
-        print(f"ready acme worker {settings.owner}: {settings.directory_url}", flush=True)
+        print(f"acme worker {settings.owner}: managed certificates from "
+              f"{settings.directory_url}, a pass every {interval:g} s", flush=True)
     import signal
     stop = []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
