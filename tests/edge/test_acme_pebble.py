@@ -13,30 +13,55 @@ import pytest
 
 from tests.edge.test_edge_certificates import served, wait_served
 from tests.support import pebble as pebble_support
-from tests.support.api import PROJECT_DIR
+from tests.support.api import PROJECT_DIR, free_port
 
 VALIDITY = 40   # seconds: every certificate Pebble issues here is short-lived (renewal test)
 
 
 @pytest.fixture(scope="module")
-def pebble(edge, tmp_path_factory):
+def own_dns(stack, tmp_path_factory):
+    """The service's own DNS server (chalicelib.acme.dns) on the stack's store, as `make run`
+    starts it with DNS_LISTEN."""
+    port = free_port()
+    env = {**stack.store_env(), "DNS_LISTEN": f"127.0.0.1:{port}", "PYTHONUNBUFFERED": "1"}
+    log = open(tmp_path_factory.mktemp("dns") / "dns.log", "w+")
+    process = subprocess.Popen([sys.executable, "-m", "chalicelib.acme.dns"], cwd=PROJECT_DIR,
+                               env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 30
+    while "dns server" not in open(log.name).read():
+        assert process.poll() is None and time.time() < deadline, open(log.name).read()
+        time.sleep(0.1)
+    yield port
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def pebble(edge, own_dns, tmp_path_factory):
     missing = pebble_support.available()
     if missing:
         pytest.fail(f"{missing} missing: `make test` installs the Debian package (pebble)")
     server = pebble_support.Pebble(str(tmp_path_factory.mktemp("pebble")), edge.http_port,
-                                   edge.https_port, validity_seconds=VALIDITY).start()
+                                   edge.https_port, validity_seconds=VALIDITY)
+    resolver = pebble_support.CnameResolver(upstream=server.dns_port, authority=own_dns)
+    server.resolver_port = resolver.port
+    server.resolver = resolver
+    server.own_dns = own_dns
+    server.start()
     root = tmp_path_factory.mktemp("pebble-root") / "root.pem"
     root.write_text(server.root_pem())
     server.root_path = str(root)
     yield server
     server.stop()
+    resolver.stop()
 
 
 def run_worker(stack, pebble, challenges="http-01,tls-alpn-01", code=None):
     env = stack.store_env()
     env.update({"ACME_DIRECTORY_URL": pebble.directory_url, "ACME_CA_BUNDLE": pebble.ca_bundle,
                 "ACME_EMAIL": "ops@example.com", "ACME_CHALLENGES": challenges,
-                "ACME_ORDER_TIMEOUT": "60", "BASE_DOMAIN": "tunnels.localhost"})
+                "ACME_ORDER_TIMEOUT": "60", "BASE_DOMAIN": "tunnels.localhost",
+                "DNS_LISTEN": f"127.0.0.1:{pebble.own_dns}"})
     args = ["-c", code] if code else ["-m", "chalicelib.acme.worker", "--once"]
     done = subprocess.run([sys.executable, *args], cwd=PROJECT_DIR, env=env,
                           capture_output=True, text=True, timeout=180)
@@ -159,3 +184,31 @@ def test_a_short_lived_certificate_is_renewed_without_dropping_connections(
         assert kept.recv(4096).startswith(b"HTTP/1.1 404")
     finally:
         kept.close()
+
+
+def test_wildcard_by_dns01_through_the_acme_challenge_cname(stack, edge, account, pebble):
+    """The TXT is published by the service's own DNS server at the domain's
+    acme_challenge_cname_target; the user's _acme-challenge CNAME points there."""
+    rd = reserve(account.admin, "*.wild.acme-test.example")
+    target = rd["acme_challenge_cname_target"]
+    assert target.endswith(".acme-challenge.cname.example.test")
+    # without the user's CNAME the validation fails, with the status saying so
+    outcome, _ = run_worker(stack, pebble, "http-01")
+    assert [v for k, v in outcome.items() if k.endswith(rd["id"])] == ["failed"]
+    job = account.admin.get(f"/reserved_domains/{rd['id']}").json[
+        "certificate_management_status"]["provisioning_job"]
+    assert job["error_code"] == "DNS_ERROR" and "dns-01" in job["msg"]
+    pebble.resolver.cnames["_acme-challenge.wild.acme-test.example"] = target
+    run_worker(stack, pebble, code=(
+        "from chalicelib import store; from chalicelib.acme import orders; store.configure();"
+        f"store.write(store.set_fields(orders.QUEUE_PK, '{account.id}#{rd['id']}', "
+        "{'due_at': 0}))\nprint('{}')"))
+    now, cert = issue(stack, pebble, account.admin, rd, "http-01")
+    assert cert["subject_alternative_names"]["dns_names"] == ["*.wild.acme-test.example"]
+    wait_served(edge, "api.wild.acme-test.example", pebble.root_path, cert["fingerprint"])
+    # the answer was removed once validated
+    import dns.message
+    import dns.query
+    reply = dns.query.udp(dns.message.make_query(target, "TXT"), "127.0.0.1",
+                          port=pebble.own_dns, timeout=5)
+    assert not reply.answer

@@ -31,6 +31,7 @@ class Pebble:
     http_port: int
     tls_port: int
     validity_seconds: int = 0
+    resolver_port: Optional[int] = None   # Pebble's DNS (default: challtestsrv itself)
     port: int = field(default_factory=free_port)
     management_port: int = field(default_factory=free_port)
     dns_port: int = field(default_factory=free_port)
@@ -77,7 +78,8 @@ class Pebble:
                "PEBBLE_WFE_NONCEREJECT": "0"}
         log = open(os.path.join(self.folder, "pebble.log"), "wb")
         self.processes.append(subprocess.Popen(
-            ["pebble", "-config", config_path, "-dnsserver", f"127.0.0.1:{self.dns_port}"],
+            ["pebble", "-config", config_path, "-dnsserver",
+             f"127.0.0.1:{self.resolver_port or self.dns_port}"],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.folder))
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -129,3 +131,56 @@ class Pebble:
                     process.wait()
         self.processes.clear()
 
+
+
+class CnameResolver:
+    """A small recursive resolver in front of challtestsrv, for Pebble's DNS-01 lookups (Pebble
+    2.4 does not follow a CNAME itself, and challtestsrv does not recurse): a question for a
+    name in ``cnames`` (the user's ``_acme-challenge`` records) is answered with that CNAME
+    plus the target's records, asked of ``authority`` (the service's own DNS server); every
+    other question is passed to ``upstream``. UDP on 127.0.0.1, in a thread."""
+
+    def __init__(self, upstream: int, authority: int):
+        import socket
+        import threading
+        self.upstream, self.authority = upstream, authority
+        self.cnames: dict = {}
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import dns.message
+        import dns.query
+        import dns.rdataclass
+        import dns.rdatatype
+        import dns.rrset
+        while True:
+            try:
+                wire, peer = self.sock.recvfrom(4096)
+            except OSError:
+                return
+            try:
+                query = dns.message.from_wire(wire)
+                question = query.question[0]
+                name = question.name.to_text().rstrip(".").lower()
+                target = self.cnames.get(name)
+                if target is None:
+                    answer = dns.query.udp(query, "127.0.0.1", port=self.upstream, timeout=5)
+                else:
+                    inner = dns.message.make_query(target, question.rdtype)
+                    found = dns.query.udp(inner, "127.0.0.1", port=self.authority, timeout=5)
+                    answer = dns.message.make_response(query)
+                    answer.answer.append(dns.rrset.from_text(
+                        question.name, 60, dns.rdataclass.IN, dns.rdatatype.CNAME,
+                        target + "."))
+                    answer.answer.extend(found.answer)
+                    answer.set_rcode(found.rcode())
+                self.sock.sendto(answer.to_wire(), peer)
+            except Exception:   # a malformed or unanswerable question: no answer
+                continue
+
+    def stop(self) -> None:
+        self.sock.close()
