@@ -212,3 +212,26 @@ def test_wildcard_by_dns01_through_the_acme_challenge_cname(stack, edge, account
     reply = dns.query.udp(dns.message.make_query(target, "TXT"), "127.0.0.1",
                           port=pebble.own_dns, timeout=5)
     assert not reply.answer
+
+
+def test_rsa_policy_and_the_issued_certificate_goes_with_its_domain(stack, edge, account,
+                                                                    pebble):
+    domain = "rsa.acme-test.example"
+    rd = reserve(account.admin, domain,
+                 certificate_management_policy={"private_key_type": "rsa"})
+    _, cert = issue(stack, pebble, account.admin, rd, "tls-alpn-01")
+    assert cert["private_key_type"] == "rsa"
+    wait_served(edge, domain, pebble.root_path, cert["fingerprint"])
+    # an issued certificate in use cannot be deleted on its own; it goes with the domain
+    assert account.admin.delete(f"/tls_certificates/{cert['id']}").status == 409
+    assert account.admin.delete(f"/reserved_domains/{rd['id']}").status == 204
+    assert account.admin.get(f"/tls_certificates/{cert['id']}").status == 404
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            served(edge, domain, edge.ca_path)   # back to the local CA
+            break
+        except Exception:
+            time.sleep(0.2)
+    else:
+        raise AssertionError("the deleted domain's certificate is still served")

@@ -270,3 +270,28 @@ def test_the_stored_key_is_sealed(inprocess_api, ca):
         keywrap.open_sealed(item.data["private_key"],
                             tls_certificates.key_context("acct_other", made["id"]))
     assert x509.load_pem_x509_certificate(chain.encode()).subject == cert.subject
+
+
+def test_a_policy_puts_the_domain_on_the_acme_queue_and_removing_it_takes_it_off(
+        inprocess_api):
+    from chalicelib import store
+    from chalicelib.acme import orders
+    account = inprocess_api.new_account()
+    admin = account.admin
+    rd = admin.post("/reserved_domains", {"domain": "queued.example.com"}).json
+    sk = orders.queue_sk(account.id, rd["id"])
+    entry = store.get(orders.QUEUE_PK, sk)
+    assert entry is not None and entry.data["domain"] == "queued.example.com"
+    assert entry.data["due_at"] == 0
+    assert admin.delete(f"/reserved_domains/{rd['id']}/certificate_management_policy").status \
+        == 204
+    assert store.get(orders.QUEUE_PK, sk) is None
+    again = admin.patch(f"/reserved_domains/{rd['id']}", {"certificate_management_policy": {}})
+    assert again.status == 200 and store.get(orders.QUEUE_PK, sk) is not None
+    assert again.json["certificate_management_status"]["provisioning_job"]["msg"] == \
+        "Managed certificate provisioning in progress."
+    assert admin.delete(f"/reserved_domains/{rd['id']}").status == 204
+    assert store.get(orders.QUEUE_PK, sk) is None
+    # a domain under the service's own base domain never gets one
+    own = admin.post("/reserved_domains", {"domain": "mine.tunnels.localhost"}).json
+    assert store.get(orders.QUEUE_PK, orders.queue_sk(account.id, own["id"])) is None
