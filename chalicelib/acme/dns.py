@@ -9,7 +9,8 @@ and reads the TXT there. A :class:`Provider` publishes that TXT:
 - :class:`OwnServer` (``DNS_LISTEN`` host:port set): the values are items of the table
   (``ACME#dns`` / name), and :func:`serve` (``python -m chalicelib.acme.dns``, a ``make run``
   component) answers for ``CNAME_ZONE`` authoritatively from them (dnspython), one GetItem per
-  TXT question; other names of the zone are NXDOMAIN, names outside it REFUSED.
+  TXT question; other names of the zone are NXDOMAIN, names outside it REFUSED; UDP answers
+  of at most 512 bytes (or the query's EDNS size), at most ``MAX_VALUES`` TXT values a name.
 """
 import os
 import socket
@@ -22,7 +23,7 @@ from chalicelib.config import get_settings
 
 DNS_PK = "ACME#dns"
 TTL = 60
-MAX_VALUES = 20
+MAX_VALUES = 8    # 8 digests (43 characters each) fit a 512-byte UDP answer
 
 
 class Provider:
@@ -109,6 +110,7 @@ def provider() -> Optional[Provider]:
 # ---- the service's own authoritative server -----------------------------------------------------
 def answer(wire: bytes, zone: str, own: OwnServer) -> Optional[bytes]:
     """The response to one DNS query message (None: not a query worth answering)."""
+    import dns.exception
     import dns.flags
     import dns.message
     import dns.rcode
@@ -137,7 +139,13 @@ def answer(wire: bytes, zone: str, own: OwnServer) -> Optional[bytes]:
             ['"%s"' % v for v in values]))
     elif name != zone and not own.values(name):
         response.set_rcode(dns.rcode.NXDOMAIN)
-    return response.to_wire(max_size=512)
+    size = max(512, query.payload) if query.edns >= 0 else 512
+    try:
+        return response.to_wire(max_size=size)
+    except dns.exception.TooBig:   # truncated: the resolver may ask again over TCP
+        response.answer.clear()
+        response.flags |= dns.flags.TC
+        return response.to_wire(max_size=size)
 
 
 def serve(listen: str) -> int:

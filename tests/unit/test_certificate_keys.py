@@ -169,3 +169,39 @@ def test_two_workers_never_hold_the_same_entry(store_env):
     orders.update_held(sk, "worker_b", {"due_at": 5000.0, "lease_until": 0})
     with pytest.raises(orders.LeaseLost):
         orders.claim(sk, "worker_c", now=2000.0)
+
+
+def test_own_dns_server_answers_only_its_zone(store_env):
+    import dns.flags
+    import dns.message
+    import dns.rcode
+    from chalicelib.acme import dns as own_dns
+    own = own_dns.OwnServer()
+    zone = "cname.example.test"
+    name = f"abc.acme-challenge.{zone}"
+
+    def ask(qname, rdtype="TXT"):
+        return dns.message.from_wire(own_dns.answer(
+            dns.message.make_query(qname, rdtype).to_wire(), zone, own))
+    assert ask(name).rcode() == dns.rcode.NXDOMAIN
+    own.publish(name, "value-1")
+    own.publish(name, "value-2")
+    own.publish(name, "value-1")          # once
+    reply = ask(name.upper())
+    assert reply.flags & dns.flags.AA and reply.rcode() == dns.rcode.NOERROR
+    assert sorted(r.strings[0].decode() for r in reply.answer[0]) == ["value-1", "value-2"]
+    assert ask("example.com").rcode() == dns.rcode.REFUSED
+    assert ask(f"other.{zone}").rcode() == dns.rcode.NXDOMAIN
+    for i in range(30):                   # bounded: the newest 8 values are kept
+        own.publish(name, "x" * 40 + f"{i:03d}")
+    assert len(own.values(name)) == 8
+    full = ask(name)                      # and they fit a plain 512-byte UDP answer
+    assert len(full.answer[0]) == 8 and not full.flags & dns.flags.TC
+    two = dns.message.make_query(name, "TXT")
+    two.question.append(two.question[0])
+    assert dns.message.from_wire(own_dns.answer(two.to_wire(), zone, own)).rcode() == \
+        dns.rcode.FORMERR
+    assert own_dns.answer(b"\x00garbage", zone, own) is None
+    for value in own.values(name):
+        own.remove(name, value)
+    assert ask(name).rcode() == dns.rcode.NXDOMAIN
