@@ -15,7 +15,6 @@ and reads the TXT there. A :class:`Provider` publishes that TXT:
 import os
 import socket
 import sys
-import time
 from typing import List, Optional
 
 from chalicelib import store
@@ -155,8 +154,8 @@ def serve(listen: str) -> int:
     own = OwnServer()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind((host or "127.0.0.1", int(port)))
-    print(f"dns server: authoritative for {zone} on udp {sock.getsockname()[0]}:{sock.getsockname()[1]}",
-          flush=True)
+    bound = "%s:%d" % sock.getsockname()
+    print(f"dns server: authoritative for {zone} on udp {bound}", flush=True)
     import signal
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
     while True:
@@ -175,5 +174,4 @@ if __name__ == "__main__":
     if not listen:
         print("DNS_LISTEN (host:port) is not set", file=sys.stderr)
         sys.exit(2)
-    time.sleep(0)
     sys.exit(serve(listen))

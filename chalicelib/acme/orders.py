@@ -2,12 +2,11 @@
 
 Items (one table, chalicelib.store):
 
-| item | pk | sk | written by |
-|---|---|---|---|
-| work queue entry, one per reserved domain with a policy | ``ACME#queue`` | ``<account>#<domain id>`` | the API (with the domain), workers |
-| challenge answer (HTTP-01) | ``ACME#challenge`` | ``http-01#<token>`` | the worker, read by the edge |
-| challenge answer (TLS-ALPN-01) | ``ACME#challenge`` | ``tls-alpn-01#<domain>`` | the worker, read by the edge |
-| ACME account (key sealed) | ``ACME#account`` | SHA-256 of the directory URL | the first worker |
+- work queue entry, one per reserved domain with a policy: ``ACME#queue`` /
+  ``<account>#<domain id>`` (written by the API with the domain; taken by workers);
+- challenge answers the edge reads: ``ACME#challenge`` / ``http-01#<token>`` (HTTP-01) and
+  ``tls-alpn-01#<domain>`` (TLS-ALPN-01), written by the worker;
+- the ACME account (key sealed): ``ACME#account`` / SHA-256 of the directory URL.
 
 **Leases.** A worker takes an entry with one conditional UpdateItem (``due_at <= now`` and the
 lease free or expired → its owner id and ``lease_until``); only the holder may write the order

@@ -56,9 +56,10 @@ def test_make_run_with_acme_serves_a_trusted_certificate():
             domain = "operator.acme-run.example"
             rd = client.reserved_domains.create(domain=domain)
             assert rd.certificate_management_policy.authority == "letsencrypt"
-            client.endpoints.create(url=f"https://{domain}", type="cloud", traffic_policy=json.dumps(
-                {"on_http_request": [{"actions": [{"type": "custom-response", "config": {
-                    "status_code": 200, "body": "trusted"}}]}]}))
+            policy = {"on_http_request": [{"actions": [{"type": "custom-response", "config": {
+                "status_code": 200, "body": "trusted"}}]}]}
+            client.endpoints.create(url=f"https://{domain}", type="cloud",
+                                    traffic_policy=json.dumps(policy))
             root = os.path.join(folder, "pebble-root.pem")
             with open(root, "w") as fh:
                 fh.write(pebble.root_pem())

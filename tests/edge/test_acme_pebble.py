@@ -4,7 +4,6 @@ edge answers HTTP-01 and TLS-ALPN-01, the certificate is served and verified by 
 trusts only Pebble's root; a domain that does not resolve to the edge fails with the status
 fields set and is retried; a crashed order is resumed; a short-lived certificate is renewed."""
 import json
-import os
 import subprocess
 import sys
 import time
@@ -78,7 +77,8 @@ def reserve(admin, domain, **fields):
 def issue(stack, pebble, admin, rd, challenges):
     outcome, log = run_worker(stack, pebble, challenges)
     key = [k for k in outcome if k.endswith(rd["id"])]
-    assert key and outcome[key[0]] == "issued", (outcome, [line for line in log.splitlines() if "WARNING" in line or "Error" in line], pebble.log()[-1500:])
+    warnings = [line for line in log.splitlines() if "WARNING" in line or "Error" in line]
+    assert key and outcome[key[0]] == "issued", (outcome, warnings, pebble.log()[-1500:])
     now = admin.get(f"/reserved_domains/{rd['id']}").json
     assert now["certificate"] is not None
     status = now["certificate_management_status"]
@@ -152,8 +152,8 @@ def test_an_order_left_by_a_crashed_worker_is_resumed(stack, edge, account, pebb
     assert [v for k, v in outcome.items() if k == sk] == ["issued"], log[-2000:]
     # the same order was finished, not a second one placed
     assert f"resuming order {placed['url']} for {domain}" in log
-    cert = account.admin.get(f"/tls_certificates/"
-                             f"{account.admin.get('/reserved_domains/' + rd['id']).json['certificate']['id']}").json
+    now = account.admin.get(f"/reserved_domains/{rd['id']}").json
+    cert = account.admin.get(f"/tls_certificates/{now['certificate']['id']}").json
     wait_served(edge, domain, pebble.root_path, cert["fingerprint"])
 
 
