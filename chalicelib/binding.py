@@ -105,18 +105,26 @@ def check_domain(grant: Grant, domain: str) -> str:
     if not acl.may_bind(grant.acl, domain=name):
         raise _acl_refused(grant, "domain", name)
     reservation = reserved_domains.reservation_of(name)
+    other = _reserved_for_other(grant, name)
+    if reservation is not None and reservation.get("account_id") != grant.account_id or \
+            reserved_domains.bind_conflict(grant.account_id, name) is not None:
+        raise other
     if reservation is not None:
-        if reservation.get("account_id") != grant.account_id:
-            raise Refused("ERR_NGROK_320", "This domain is reserved for another account. "
-                                           f"Failed to create an endpoint with the domain "
-                                           f"{name} for the account {grant.account_id}.")
         return name
     base = get_settings().base_domain
-    if hostnames.is_within(name, base) and name != base:
-        return name
+    if hostnames.is_within(name, base) and name.count(".") == base.count(".") + 1:
+        return name   # a free name: one label under the base domain
     raise Refused("ERR_NGROK_7117", f"The domain {name} is not reserved. Reserve it through "
-                                    "POST /reserved_domains, or use a name under "
-                                    f"{base}.")
+                                    "POST /reserved_domains, or use a name of one label "
+                                    f"under {base}.")
+
+
+def _reserved_for_other(grant: Grant, name: str) -> Refused:
+    """ERR_NGROK_320: ``name`` is another account's (reserved exactly, under a wildcard of
+    theirs, under a name of theirs, or above one: chalicelib.reserved_domains)."""
+    return Refused("ERR_NGROK_320", "This domain is reserved for another account. Failed to "
+                                    f"create an endpoint with the domain {name} for the "
+                                    f"account {grant.account_id}.")
 
 
 def check_labels(grant: Grant, labels: Mapping[str, str]) -> Dict[str, str]:

@@ -23,6 +23,7 @@ place. Catalog (also in the README):
 | UNSUPPORTED_VERSION | ERR_NGROK_217              | 400    | version header other than 2                              |
 | UNAUTHORIZED        | ERR_NGROK_203              | 401    | missing, malformed, unknown or revoked API key; inactive bot |
 | FORBIDDEN           | ERR_FORBIDDEN              | 403    | valid key, but the principal may not do this             |
+| NOT_ABUSE_REPORTER  | ERR_NGROK_221              | 403    | /abuse_reports from an account that may not report       |
 | NOT_FOUND           | ERR_NOT_FOUND              | 404    | unknown path, or no such resource in the caller's account |
 | METHOD_NOT_ALLOWED  | ERR_METHOD_NOT_ALLOWED     | 405    | the path exists but not with this method                 |
 | CONFLICT            | ERR_CONFLICT               | 409    | uniqueness or reference conflict, concurrent modification |
@@ -38,6 +39,10 @@ place. Catalog (also in the README):
 | INVALID_CLOUD_POLICY | ERR_NGROK_18002           | 400    | a cloud endpoint's traffic_policy the engine refuses      |
 | DOMAIN_NOT_OWNED    | ERR_NGROK_320              | 400    | an endpoint URL on a domain another account reserved      |
 | DOMAIN_NOT_RESERVED | ERR_NGROK_7117             | 400    | an endpoint URL on a domain nobody reserved (not under the base domain) |
+| DOMAIN_RESERVED_BY_YOU | ERR_NGROK_413           | 409    | reserving a domain the account already reserved           |
+| DOMAIN_RESERVED_BY_OTHER | ERR_NGROK_414         | 409    | a domain another account reserved: exactly, by a wildcard over it, or a name it is under or that is under it |
+| WILDCARD_CONFLICT   | ERR_NGROK_417              | 409    | a wildcard over, or under, a domain another account reserved |
+| DOMAIN_IN_USE       | ERR_NGROK_430              | 409    | a domain (or a name it is under) another account serves now |
 
 One code for every 401: the hosted service distinguishes a missing header (ERR_NGROK_200), an
 unparsable one (ERR_NGROK_201) and an unknown key (ERR_NGROK_203), but the deployed API
@@ -73,6 +78,7 @@ MISSING_VERSION = "ERR_NGROK_218"
 UNSUPPORTED_VERSION = "ERR_NGROK_217"
 UNAUTHORIZED = "ERR_NGROK_203"
 FORBIDDEN = "ERR_FORBIDDEN"
+NOT_ABUSE_REPORTER = "ERR_NGROK_221"
 NOT_FOUND = "ERR_NOT_FOUND"
 METHOD_NOT_ALLOWED = "ERR_METHOD_NOT_ALLOWED"
 CONFLICT = "ERR_CONFLICT"
@@ -88,6 +94,10 @@ ENDPOINT_URL_IN_USE = "ERR_NGROK_334"
 INVALID_CLOUD_POLICY = "ERR_NGROK_18002"
 DOMAIN_NOT_OWNED = "ERR_NGROK_320"
 DOMAIN_NOT_RESERVED = "ERR_NGROK_7117"
+DOMAIN_RESERVED_BY_YOU = "ERR_NGROK_413"
+DOMAIN_RESERVED_BY_OTHER = "ERR_NGROK_414"
+WILDCARD_CONFLICT = "ERR_NGROK_417"
+DOMAIN_IN_USE = "ERR_NGROK_430"
 # the HTTP server's own answers (scripts/http_server.py)
 MALFORMED_REQUEST = "ERR_MALFORMED_REQUEST"
 REQUEST_TIMEOUT = "ERR_REQUEST_TIMEOUT"
@@ -182,6 +192,11 @@ class Forbidden(ApiError):
     default_msg = "This principal is not allowed to perform this operation"
 
 
+class NotAbuseReporter(Forbidden):
+    error_code = NOT_ABUSE_REPORTER
+    default_msg = "This account is not authorized to submit or view abuse reports"
+
+
 class NotFound(ApiError):
     status_code = 404
     error_code = NOT_FOUND
@@ -198,6 +213,22 @@ class Conflict(ApiError):
     status_code = 409
     error_code = CONFLICT
     default_msg = "Conflict"
+
+
+class DomainReservedByYou(Conflict):
+    error_code = DOMAIN_RESERVED_BY_YOU
+
+
+class DomainReservedByOther(Conflict):
+    error_code = DOMAIN_RESERVED_BY_OTHER
+
+
+class WildcardConflict(Conflict):
+    error_code = WILDCARD_CONFLICT
+
+
+class DomainInUse(Conflict):
+    error_code = DOMAIN_IN_USE
 
 
 class IdempotencyConflict(Conflict):
@@ -319,7 +350,8 @@ HTTP_ERRORS = {cls.status_code: cls for cls in (
 
 CATALOG = {cls.error_code: cls.status_code for cls in (
     InvalidJson, UnknownField, MissingField, InvalidField, InvalidQuery, UnknownQuery,
-    InvalidFilter, MissingVersion, UnsupportedVersion, Unauthorized, Forbidden, NotFound,
+    InvalidFilter, MissingVersion, UnsupportedVersion, Unauthorized, Forbidden, NotAbuseReporter,
+    NotFound, DomainReservedByYou, DomainReservedByOther, WildcardConflict, DomainInUse,
     MethodNotAllowed, Conflict, IdempotencyConflict, PayloadTooLarge, UnsupportedMediaType,
     MissingMediaType, RateLimited, Internal, UnsupportedOperation, CloudEndpointExists,
     EndpointUrlInUse, InvalidCloudPolicy, DomainNotOwned, DomainNotReserved, MalformedRequest,

@@ -21,13 +21,16 @@ layout version); ``make run`` calls it at every start, after restoring ``.data``
 ``python -m chalicelib.admin migrate`` runs it against any table. It is idempotent: running it
 twice, or on a fresh table, changes nothing.
 
+Layout version 4 (one owner per name) indexes each reserved domain under every name it is under
+(:func:`chalicelib.reserved_domains.under_index_ops`); domains reserved before it get theirs here.
+
 It scans the table: an operator action, never a request path.
 """
 from typing import Any, Dict, Iterator
 
-from chalicelib import auth, edge_modules, errors, store
+from chalicelib import auth, edge_modules, errors, reserved_domains, store
 
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 MARKER_PK, MARKER_SK = "META", "LAYOUT"
 _OLD_ROUTES = "#https_edge_route#"
 
@@ -66,7 +69,7 @@ def _put_if_absent(item: store.Item) -> bool:
 def run() -> Dict[str, int]:
     """Migrate every item; returns how many of each change were made."""
     counts = {"data_maps": 0, "lookups": 0, "owner_index": 0, "routes_moved": 0,
-              "tls_index": 0}
+              "tls_index": 0, "under_index": 0}
     Model_ = store.model()
     for raw in list(_scan()):
         if "S" in raw.get("data", {}):
@@ -101,6 +104,11 @@ def run() -> Dict[str, int]:
             ops = edge_modules.tls_index_ops(item.account_id, item.sk, {}, data)
             store.commit(ops)
             counts["tls_index"] += len(ops)
+        elif item.kind == reserved_domains.COLLECTION and "domain" in data:
+            ops = reserved_domains.under_index_ops(data["domain"], item.account_id)
+            if ops:
+                store.commit(ops)
+                counts["under_index"] += len(ops)
         elif _OLD_ROUTES in item.pk:
             account_part, _, edge_id = item.pk.partition(_OLD_ROUTES)
             moved = store.new_item(f"{account_part}#https_edge", f"{edge_id}#{item.sk}",

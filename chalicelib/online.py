@@ -477,6 +477,59 @@ def tunnel_stopped(account_id: str, tunnel_id: str) -> None:
             raise
 
 
+# ---- tunnel ids belong to one account -------------------------------------------------
+TUNNEL_ID_NAMESPACE = "tunnel_id"
+TUNNEL_ID_SECONDS = 90 * 24 * 3600   # an id unused this long may be forgotten
+
+
+def claim_tunnel_id(tunnel_id: str, account_id: str) -> bool:
+    """Record that ``tunnel_id`` (and so the endpoint id that follows from it) is
+    ``account_id``'s: True when it was free or already this account's (its record is
+    refreshed), False when another account holds it. An agent re-binds with the id it had, on
+    any instance, however long it was away; another account naming that id gets a new one."""
+    at = now()
+    key = _key(store.unique_pk(TUNNEL_ID_NAMESPACE, tunnel_id), store.UNIQUE_SK)
+    try:
+        _client().put_item(TableName=_table(), Item={
+            **key, "kind": {"S": TUNNEL_ID_NAMESPACE}, "account_id": {"S": account_id},
+            "data": store.to_av({"account_id": account_id}),
+            "expires_at": {"N": _num(at + TUNNEL_ID_SECONDS)}},
+            ConditionExpression="attribute_not_exists(pk) OR account_id = :a",
+            ExpressionAttributeValues={":a": {"S": account_id}})
+        return True
+    except ClientError as exc:
+        if _is_condition_failure(exc):
+            return False
+        raise
+
+
+# ---- a reconnecting agent gets its generated name back --------------------------------
+REBIND_COLLECTION = "rebind_name"
+REBIND_SECONDS = 3600   # how long a dropped tunnel's generated name is kept for its re-bind
+
+
+def remember_name(account_id: str, tunnel_id: str, name: str) -> None:
+    """Keep the generated hostname (or TCP ``host:port``) a tunnel serves, written when it is
+    bound (so an edge that dies still left it) and again when its session ends (REBIND_SECONDS
+    from then), so the agent's re-bind of the same tunnel id after a reconnect (the SDKs send
+    the old id and keep showing the old URL) is served at the same name, on any instance."""
+    at = now()
+    _client().put_item(TableName=_table(), Item=_item(
+        store.collection_pk(account_id, REBIND_COLLECTION), tunnel_id, kind=REBIND_COLLECTION,
+        account_id=account_id, data={"name": name}, instance_id="", heartbeat_at=at,
+        expires_at=at + REBIND_SECONDS))
+
+
+def remembered_name(account_id: str, tunnel_id: str) -> Optional[str]:
+    """The name :func:`remember_name` kept for ``tunnel_id`` of ``account_id`` within
+    REBIND_SECONDS, else None."""
+    raw = _get_raw(_key(store.collection_pk(account_id, REBIND_COLLECTION), tunnel_id))
+    if raw is None or (_n(raw, "expires_at") or 0) < now():
+        return None
+    name = _data(raw).get("name")
+    return name if isinstance(name, str) and name else None
+
+
 # ---- served names (hostnames, TCP addresses): one endpoint each, service-wide ------------
 def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str,
                    instance_id: str) -> None:
@@ -553,6 +606,20 @@ def hostname_holder(hostname: str) -> Optional[Dict[str, Any]]:
             "instance_id": _s(held, "instance_id")}
 
 
+def hostname_holders(names: List[str]) -> Dict[str, Dict[str, Any]]:
+    """:func:`hostname_holder` of several names: one BatchGetItem of their claims, then the
+    liveness reads of the claims found (usually none)."""
+    keys = [_claim_key(_canonical(name)) for name in names]
+    found = {}
+    for raw in _batch_get(keys):
+        if _claim_is_live(raw):
+            found[_s(raw, "pk")] = {"account_id": _s(raw, "account_id"),
+                                    "endpoint_id": _s(raw, "owner"),
+                                    "instance_id": _s(raw, "instance_id")}
+    return {name: found[key["pk"]["S"]] for name, key in zip(names, keys)
+            if key["pk"]["S"] in found}
+
+
 # ---- reads -------------------------------------------------------------------------------
 def _batch_get(keys: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """BatchGetItem of up to any number of keys (in chunks of 100, unprocessed retried)."""
@@ -579,6 +646,37 @@ def live_sessions(account_id: str, session_ids: Iterable[str]) -> Dict[str, stor
         if _fresh(item.heartbeat_at, at):
             live[item.sk] = item
     return live
+
+
+def live_endpoint_count(account_id: str, proto: Optional[str] = None) -> int:
+    """How many of the account's agent endpoints are online (``proto``: only those), service
+    wide: one Query of its endpoints and one BatchGetItem of their sessions (a ghost of an
+    edge that died is not counted once its session is stale). For the edge's quotas."""
+    endpoints = store.query_all(store.collection_pk(account_id, ENDPOINTS))
+    mine = [item for item in endpoints
+            if (item.data or {}).get("type") == "agent"
+            and (proto is None or (item.data or {}).get("proto") == proto)]
+    live = live_sessions(account_id, (session_of(item) for item in mine))
+    return sum(1 for item in mine if session_of(item) in live)
+
+
+def live_credential_sessions(account_id: str, credential_id: str,
+                             exclude: Optional[str] = None) -> int:
+    """How many live agent sessions use ``credential_id`` (one Query of the account's
+    sessions), ``exclude`` (a reconnecting session's own id) left out. For the edge's
+    sessions-per-credential quota."""
+    at = now()
+    return sum(1 for item in store.query_all(store.collection_pk(account_id, SESSIONS))
+               if (item.data or {}).get("credential_id") == credential_id
+               and item.sk != exclude and _fresh(item.heartbeat_at, at))
+
+
+def count_auth(credential_id: str, window: int = 60) -> int:
+    """Count one authentication with ``credential_id`` in the current ``window``-second
+    window (an atomic counter item that expires with it); the count so far."""
+    slot = int(now() // window)
+    return store.increment(store.unique_pk("auth_rate", credential_id), str(slot),
+                           expires_at=(slot + 2) * window)
 
 
 def online_tunnels(account_id: str, labels: Mapping[str, str]) -> List[Dict[str, Any]]:

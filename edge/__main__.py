@@ -1,5 +1,6 @@
 """``python -m edge``: run the edge until SIGINT/SIGTERM (then it closes every session)."""
 import asyncio
+import asyncio.sslproto
 import logging
 import os
 import signal
@@ -10,7 +11,15 @@ from edge import config
 from edge.server import Edge
 
 
+# asyncio gives every TLS connection a 256 KiB read buffer (sslproto.SSLProtocol.max_size),
+# allocated whole at accept: with thousands of agent sessions and HTTPS clients that is most of
+# the edge's memory, and a connection that never authenticates would hold it too. A TLS record
+# is at most 16 KiB of plaintext, so 32 KiB still takes whole records per read.
+TLS_READ_BUFFER = 32 * 1024
+
+
 async def main() -> int:
+    asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
     settings = config.load()
     store.configure()
     edge = Edge(settings)
@@ -20,6 +29,8 @@ async def main() -> int:
           f"http://<name>.{settings.base_domain}:{edge.http_port} and "
           f"https://<name>.{settings.base_domain}:{edge.https_port}, TCP endpoints on "
           f"{settings.tcp_host}:{settings.tcp_ports[0]}-{settings.tcp_ports[1]}", flush=True)
+    if edge.metrics_port is not None:
+        print(f"edge metrics: http://{settings.host}:{edge.metrics_port}/metrics", flush=True)
     ca = edge.certs.ca_path or settings.tls_cert
     print(f"edge CA certificate: {os.path.abspath(ca)} (the SDK's root_cas, curl --cacert)",
           flush=True)

@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 from chalicelib import binding, ids, online
-from edge import enforce, muxado, protocol, tls
+from edge import enforce, muxado, protocol, quotas, tls
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset
@@ -32,12 +32,29 @@ log = logging.getLogger("edge.agents")
 EDGE_VERSION = "tunnel-edge/1"
 RPC_TIMEOUT = 30.0        # seconds an RPC request may take to arrive whole
 COMMAND_TIMEOUT = 10.0
-AUTH_TIMEOUT = 30.0       # a connection that has not authenticated by then is closed
+AUTH_TIMEOUT = 10.0       # a connection that has not authenticated by then is closed
 DEFAULT_HEARTBEAT = (10.0, 15.0)
+# What an agent may ask for in Auth (HeartbeatInterval / HeartbeatTolerance, nanoseconds) is
+# clamped to these seconds: a silent agent is reaped within interval + tolerance + 5 s + one
+# check, at most 125 s + EDGE_CHECK_SECONDS, whatever it asked for.
+HEARTBEAT_INTERVAL_RANGE = (1.0, 60.0)
+HEARTBEAT_TOLERANCE_RANGE = (1.0, 60.0)
+OPEN_WAIT = 10.0          # seconds a public connection waits for a free stream to its agent
 
 
 def _tunnel_id() -> str:
     return ids.new_id(ids.PREFIXES["tunnel"])
+
+
+def heartbeat_of(interval: Any, tolerance: Any) -> tuple:
+    """(interval, tolerance) in seconds from Auth's nanoseconds, each clamped to its range;
+    the defaults when the agent sent none (or not integers)."""
+    if not (isinstance(interval, int) and isinstance(tolerance, int)) or \
+            isinstance(interval, bool) or isinstance(tolerance, bool) or interval <= 0:
+        return DEFAULT_HEARTBEAT
+    low, high = HEARTBEAT_INTERVAL_RANGE
+    t_low, t_high = HEARTBEAT_TOLERANCE_RANGE
+    return (min(max(interval / 1e9, low), high), min(max(tolerance / 1e9, t_low), t_high))
 
 
 def endpoint_id_of(tunnel_id: str) -> str:
@@ -63,9 +80,13 @@ class AgentSession:
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def run(self) -> None:
+        deadline = asyncio.get_running_loop().call_later(
+            AUTH_TIMEOUT, lambda: None if self.grant is not None or self._ending else
+            asyncio.ensure_future(self.end("no Auth in time")))
         try:
             await self.mux.run()
         finally:
+            deadline.cancel()
             await self.end(self.mux.close_reason or "session closed")
 
     async def end(self, reason: str, code: Optional[str] = None) -> None:
@@ -77,7 +98,7 @@ class AgentSession:
         message = reason if not code else f"{reason}\n{code}"
         await self.mux.go_away(muxado.E_NONE, message)
         for tunnel in list(self.tunnels.values()):
-            await self.edge.drop_tunnel(tunnel)
+            await self.edge.drop_tunnel(tunnel, remember=True)
         self.tunnels.clear()
         if self.id and self.edge.registry.sessions.get(self.id) is self:
             del self.edge.registry.sessions[self.id]
@@ -115,6 +136,8 @@ class AgentSession:
         except MalformedRequest as exc:
             await self.end(f"protocol error: {exc}")
         except binding.Refused as exc:
+            log.info("session %s: request of type %d refused: %s %s", self.id, typ, exc.code,
+                     exc.message)
             await self._reply(stream, protocol.error_reply(exc.message, exc.code))
 
     async def _read_request(self, stream: MuxStream) -> Dict[str, Any]:
@@ -164,27 +187,44 @@ class AgentSession:
                 f"Unsupported protocol version; this edge speaks "
                 f"{', '.join(protocol.SUPPORTED_VERSIONS)}", "ERR_NGROK_1602"))
             return
+        limits = self.edge.settings.limits
+        locked = self.edge.auth_throttle.locked(self.peer_ip)
         try:
-            grant = await self.edge.call(binding.authenticate, token)
+            if locked is not None:   # too many failures from this address: no store read
+                raise binding.Refused("", f"Too many failed authentications from "
+                                          f"{self.peer_ip}; try again in {int(locked) + 1} s.")
+            try:
+                grant = await self.edge.call(binding.authenticate, token)
+            except binding.Refused:
+                self.edge.auth_throttle.failed(self.peer_ip)
+                raise
+            if await self.edge.call(online.count_auth, grant.credential_id) > \
+                    limits.auths_per_credential:
+                raise quotas.auths_per_credential(limits.auths_per_credential)
+            session_id = client_id if ids.is_valid(client_id,
+                                                   ids.PREFIXES["tunnel_session"]) \
+                else ids.new_id(ids.PREFIXES["tunnel_session"])
+            if await self.edge.call(online.live_credential_sessions, grant.account_id,
+                                    grant.credential_id, exclude=session_id) >= \
+                    limits.sessions_per_credential:
+                raise quotas.sessions_per_credential(limits.sessions_per_credential)
         except binding.Refused as exc:
             await self._reply(stream, protocol.error_reply(exc.message, exc.code))
             asyncio.get_running_loop().call_later(
                 1.0, lambda: asyncio.ensure_future(self.end("authentication failed")))
             return
-        session_id = client_id if ids.is_valid(client_id, ids.PREFIXES["tunnel_session"]) \
-            else ids.new_id(ids.PREFIXES["tunnel_session"])
         old = self.edge.registry.sessions.get(session_id)
         if old is not None and old is not self:
             if old.grant.account_id != grant.account_id:
                 session_id = ids.new_id(ids.PREFIXES["tunnel_session"])
             else:
                 await old.end("replaced by a reconnect of the same agent")
-        interval = extra.get("HeartbeatInterval")
-        tolerance = extra.get("HeartbeatTolerance")
-        if isinstance(interval, int) and isinstance(tolerance, int) and interval > 0:
-            self.heartbeat = (interval / 1e9, max(tolerance, 0) / 1e9)
+        self.heartbeat = heartbeat_of(extra.get("HeartbeatInterval"),
+                                      extra.get("HeartbeatTolerance"))
         self.grant = grant
         self.id = session_id
+        self.mux.authenticate()
+        self.edge.authenticated(self)
         self.edge.registry.sessions[session_id] = self
         await self.edge.call(
             online.session_started, account_id=grant.account_id, session_id=session_id,
@@ -202,22 +242,32 @@ class AgentSession:
                       "PlanName": "self-hosted", "Banner": ""}}))
 
     # ---- Bind / Unbind ----------------------------------------------------------------------
-    def _reusable_id(self, requested: str) -> str:
+    async def _reusable_id(self, requested: str) -> str:
+        """The id the agent asked for (its re-bind after a reconnect) when it is this
+        account's or nobody's, else a new one; every id given out is recorded as the account's
+        (chalicelib.online.claim_tunnel_id), so no other account can take it over."""
         if requested and ids.is_valid(requested, ids.PREFIXES["tunnel"]):
             held = self.edge.registry.by_id.get(requested)
-            if held is None or held.account_id == self.grant.account_id:
+            if (held is None or held.account_id == self.grant.account_id) and \
+                    await self.edge.call(online.claim_tunnel_id, requested,
+                                         self.grant.account_id):
                 return requested
-        return _tunnel_id()
+        while True:
+            fresh = _tunnel_id()
+            if await self.edge.call(online.claim_tunnel_id, fresh, self.grant.account_id):
+                return fresh
 
     async def _bind(self, stream: MuxStream, request: Dict[str, Any]) -> None:
         proto = protocol.text(request.get("Proto"))
         opts = protocol.obj(request.get("Opts"))
         extra = protocol.obj(request.get("Extra"))
-        tunnel_id = self._reusable_id(protocol.text(request.get("Id")))
+        asked_id = protocol.text(request.get("Id"))
+        await self._check_quotas(proto, asked_id)
+        tunnel_id = await self._reusable_id(asked_id)
         tunnel = Tunnel(id=tunnel_id, session=self, proto=proto, opts=opts,
                         forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
                         metadata=protocol.text(extra.get("Metadata"))[:4096],
-                        endpoint_id=endpoint_id_of(tunnel_id))
+                        endpoint_id=endpoint_id_of(tunnel_id), rebind=tunnel_id == asked_id)
         if proto in ("http", "https"):
             tunnel.enforcement = enforce.http_options(opts)
             tunnel.tls = tls.spec_of_bind(opts.get("MutualTLSCA"))
@@ -235,9 +285,28 @@ class AgentSession:
                                                     "type. Must be one of 'http', 'https', "
                                                     "'tcp'.")
         self.tunnels[tunnel.id] = tunnel
+        log.info("session %s: tunnel %s bound at %s", self.id, tunnel.id, tunnel.url)
         await self._reply(stream, protocol.reply({
             "Id": tunnel.id, "URL": tunnel.url, "Proto": proto, "Opts": opts,
             "Extra": {"Token": ""}}))
+
+    async def _check_quotas(self, proto: str, asked_id: str) -> None:
+        """Endpoints per session, and online endpoints (TCP ones apart) per account
+        (edge.quotas); a re-bind of a tunnel this session already has replaces it."""
+        limits = self.edge.settings.limits
+        if asked_id in self.tunnels:
+            return
+        if len(self.tunnels) >= limits.endpoints_per_session:
+            raise quotas.endpoints_per_session(limits.endpoints_per_session,
+                                               [t.url for t in self.tunnels.values() if t.url])
+        account_id = self.grant.account_id
+        if await self.edge.call(online.live_endpoint_count, account_id) >= \
+                limits.endpoints_per_account:
+            raise quotas.endpoints_per_account(limits.endpoints_per_account)
+        if proto == "tcp" and await self.edge.call(online.live_endpoint_count, account_id,
+                                                   "tcp") >= limits.tcp_endpoints_per_account:
+            raise quotas.endpoints_per_account(limits.tcp_endpoints_per_account,
+                                               "TCP endpoints")
 
     def _requested_domain(self, opts: Dict[str, Any]) -> str:
         """``Domain`` (newer SDKs) or ``Hostname`` (1.4.0), or ``Subdomain`` under the base
@@ -273,7 +342,10 @@ class AgentSession:
 
     # ---- what the edge sends the agent ------------------------------------------------------
     async def open_proxy(self, tunnel: Tunnel, client_addr: str, proto: str) -> MuxStream:
-        stream = self.mux.open_stream()
+        """A proxy stream for one public connection, its header written. Waits up to
+        OPEN_WAIT for a free slot when the session has MAX_LOCAL_STREAMS open
+        (StreamsExhausted after that)."""
+        stream = await self.mux.open_stream_when_free(OPEN_WAIT)
         await stream.write(protocol.proxy_header(tunnel_id=tunnel.id, client_addr=client_addr,
                                                  proto=proto))
         return stream
@@ -293,7 +365,7 @@ class AgentSession:
                 if body is not None:
                     break
         finally:
-            stream.reset(muxado.E_NONE)
+            stream.finish()
         error = body.get("Error")
         return error if isinstance(error, str) and error else None
 

@@ -14,16 +14,26 @@
 | EDGE_REGION           | local              | region reported to agents and in the online views    |
 | EDGE_CHECK_SECONDS    | 5                  | how often live sessions re-check their credential    |
 | EDGE_PUBLIC_URL_PORTS | 1                  | 1: public URLs carry the listener port when not 80/443 |
+| EDGE_METRICS_PORT     | (off)              | operator endpoint: /metrics, /sessions/<id> (0: any) |
+| EDGE_LISTEN_FDS       | (none)             | inherited listening sockets: agent=N,http=N,https=N  |
+| EDGE_HEAD_TIMEOUT     | 30                 | seconds for a whole request head (docs/SECURITY.md)  |
+| EDGE_IDLE_TIMEOUT     | 75                 | seconds a keep-alive connection waits for a request  |
+| EDGE_MAX_CONNECTIONS  | 10000              | public connections held at once                      |
+| EDGE_MAX_CONNECTIONS_PER_ADDRESS | 512     | ... from one client address                          |
+| EDGE_MAX_ENDPOINTS_PER_SESSION, _PER_ACCOUNT, EDGE_MAX_TCP_ENDPOINTS_PER_ACCOUNT,         |
+| EDGE_MAX_SESSIONS_PER_CREDENTIAL, EDGE_MAX_AUTHS_PER_CREDENTIAL,                          |
+| EDGE_MAX_FAILED_AUTHS_PER_ADDRESS: the quotas (edge/quotas.py, defaults there)            |
 | DATA_DIR              | .data              | where the local CA lives (``$DATA_DIR/ca.pem``)      |
 | BASE_DOMAIN           | tunnels.localhost  | generated names (chalicelib.config)                  |
 The store is the API's: TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_* (chalicelib.config).
 """
 import os
 import secrets
-from dataclasses import dataclass
-from typing import List, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 from chalicelib.config import get_settings
+from edge import quotas
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,13 @@ class EdgeSettings:
     url_ports: bool
     data_dir: str
     base_domain: str
+    metrics_port: Optional[int] = None
+    head_timeout: float = 30.0
+    idle_timeout: float = 75.0
+    max_connections: int = 10_000
+    max_connections_per_address: int = 512
+    limits: quotas.Limits = quotas.Limits()
+    listen_fds: Dict[str, int] = field(default_factory=dict)
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
@@ -60,6 +77,40 @@ def _port(env, name: str, default: int) -> int:
         raise SystemExit(f"{name}={raw!r}: not a port number") from None
     if not 0 <= value <= 65535:
         raise SystemExit(f"{name}={raw!r}: not a port number")
+    return value
+
+
+def _fds(raw: str) -> Dict[str, int]:
+    """``agent=3,http=4,https=5``: listening sockets a supervisor bound (scripts/serve.py)."""
+    fds: Dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        name, _, number = part.partition("=")
+        if name not in ("agent", "http", "https") or not number.isdigit():
+            raise SystemExit(f"EDGE_LISTEN_FDS={raw!r}: expected agent=N,http=N,https=N")
+        fds[name] = int(number)
+    return fds
+
+
+QUOTA_VARIABLES = {
+    "endpoints_per_session": "EDGE_MAX_ENDPOINTS_PER_SESSION",
+    "endpoints_per_account": "EDGE_MAX_ENDPOINTS_PER_ACCOUNT",
+    "tcp_endpoints_per_account": "EDGE_MAX_TCP_ENDPOINTS_PER_ACCOUNT",
+    "sessions_per_credential": "EDGE_MAX_SESSIONS_PER_CREDENTIAL",
+    "auths_per_credential": "EDGE_MAX_AUTHS_PER_CREDENTIAL",
+    "failed_auths_per_address": "EDGE_MAX_FAILED_AUTHS_PER_ADDRESS",
+}
+
+
+def _positive(env, name: str, default: float) -> float:
+    raw = env.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SystemExit(f"{name}={raw!r}: not a number") from None
+    if not value > 0:
+        raise SystemExit(f"{name}={raw!r}: must be above 0")
     return value
 
 
@@ -92,6 +143,17 @@ def load(env=None) -> EdgeSettings:
         region=env.get("EDGE_REGION", "local"),
         check_seconds=float(env.get("EDGE_CHECK_SECONDS", "5")),
         url_ports=env.get("EDGE_PUBLIC_URL_PORTS", "1") != "0",
+        metrics_port=_port(env, "EDGE_METRICS_PORT", 0) if env.get("EDGE_METRICS_PORT")
+        else None,
+        head_timeout=_positive(env, "EDGE_HEAD_TIMEOUT", 30.0),
+        idle_timeout=_positive(env, "EDGE_IDLE_TIMEOUT", 75.0),
+        max_connections=int(_positive(env, "EDGE_MAX_CONNECTIONS", 10_000)),
+        max_connections_per_address=int(_positive(env, "EDGE_MAX_CONNECTIONS_PER_ADDRESS",
+                                                  512)),
+        listen_fds=_fds(env.get("EDGE_LISTEN_FDS", "")),
+        limits=quotas.Limits(**{
+            name: int(_positive(env, variable, getattr(quotas.Limits, name)))
+            for name, variable in QUOTA_VARIABLES.items()}),
         data_dir=env.get("DATA_DIR", ".data"),
         base_domain=base,
     )

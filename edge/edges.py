@@ -347,3 +347,15 @@ async def watch_reserved_ports(edge: Any, interval: float = 2.0) -> None:
         except Exception as exc:  # the store being away must not stop the loop
             edge.log.warning("could not read reserved TCP addresses: %r", exc)
         await asyncio.sleep(interval)
+
+
+async def watch_banned_hosts(edge: Any, interval: float = 2.0) -> None:
+    """Keep ``edge.banned`` (hostnames an abuse report bans) fresh: their traffic and binds
+    are refused within ``interval`` + one store read of the operator's BANNED."""
+    from chalicelib import abuse_reports
+    while True:
+        try:
+            edge.banned = frozenset(await edge.call(abuse_reports.banned_hosts))
+        except Exception as exc:  # the store being away must not stop the loop
+            edge.log.warning("could not read banned hostnames: %r", exc)
+        await asyncio.sleep(interval)

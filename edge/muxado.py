@@ -109,7 +109,7 @@ class FrameParser:
 
     def __init__(self, max_payload: int = DEFAULT_WINDOW):
         self._buf = bytearray()
-        self._max_payload = max_payload
+        self.max_payload = max_payload
 
     def feed(self, chunk: bytes) -> List[Frame]:
         self._buf += chunk
@@ -122,14 +122,17 @@ class FrameParser:
             while len(buf) - offset >= 8:
                 word, sid = HEADER.unpack_from(buf, offset)
                 length, type_, flags = word >> 8, (word >> 4) & 0xF, word & 0xF
-                _check_header(length, type_, flags, sid & STREAM_ID_MAX, self._max_payload)
+                _check_header(length, type_, flags, sid & STREAM_ID_MAX, self.max_payload)
                 if len(buf) - offset - 8 < length:
                     break
                 start = offset + 8
                 yield Frame(type_, flags, sid & STREAM_ID_MAX, bytes(buf[start:start + length]))
                 offset = start + length
         finally:
-            del buf[:offset]
+            if offset == len(buf):   # all parsed: drop the buffer (a drained one keeps its size)
+                self._buf = bytearray()
+            else:
+                del buf[:offset]
 
 
 def _check_header(length: int, type_: int, flags: int, stream_id: int, max_payload: int) -> None:

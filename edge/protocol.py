@@ -6,6 +6,7 @@ without half-closing; :class:`JsonReader` recognises the end of that object incr
 tells a truncated document (wait for more) from a malformed one (end the session).
 """
 import json
+import re
 import struct
 from typing import Any, Dict, Optional
 
@@ -27,34 +28,86 @@ class MalformedRequest(ValueError):
 
 
 class JsonReader:
-    """Feed bytes of one JSON object; ``feed`` returns it once complete, else None."""
+    """Feed bytes of one JSON object; ``feed`` returns it once complete, else None.
 
+    The end of the object is found by scanning only the bytes each chunk adds (string,
+    escape and nesting state kept between chunks; JSON's structural characters are ASCII, so
+    UTF-8 never hides one), and the document is decoded once, when its closing brace
+    arrives: a request fed one byte at a time costs linear time, not a decode per chunk.
+    Bounds: ``limit`` bytes, ``MAX_DEPTH`` levels of nesting."""
+
+    MAX_DEPTH = 64
     _decoder = json.JSONDecoder()
+    _OUTSIDE = re.compile(rb'[{}\[\]"]')
+    _INSIDE = re.compile(rb'["\\]')
 
     def __init__(self, limit: int = MAX_RPC_BYTES):
         self._buf = bytearray()
         self._limit = limit
+        self._scanned = 0          # bytes of _buf already scanned
+        self._started = False
+        self._depth = 0
+        self._in_string = False
+        self._escape = False
+        self._end: Optional[int] = None   # index just past the object's closing brace
 
     def feed(self, chunk: bytes) -> Optional[Dict[str, Any]]:
         self._buf += chunk
         if len(self._buf) > self._limit:
             raise MalformedRequest(f"request longer than {self._limit} bytes")
-        try:
-            text = self._buf.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            if exc.reason == "unexpected end of data" and exc.end == len(self._buf):
-                return None  # a character cut at the chunk boundary
-            raise MalformedRequest("request is not UTF-8") from None
-        stripped = text.lstrip()
-        if not stripped:
+        if self._end is None:
+            self._scan()
+        if self._end is None:
             return None
-        if stripped[0] != "{":
-            raise MalformedRequest("request is not a JSON object")
+        return self._decode(bytes(self._buf[:self._end]))
+
+    def _scan(self) -> None:
+        buf, at = self._buf, self._scanned
+        if not self._started:
+            while at < len(buf) and buf[at] in b" \t\r\n":
+                at += 1
+            if at == len(buf):
+                self._scanned = at
+                return
+            if buf[at] != ord("{"):
+                raise MalformedRequest("request is not a JSON object")
+            self._started, self._depth, at = True, 1, at + 1
+        while at < len(buf):
+            if self._escape:
+                self._escape, at = False, at + 1
+                continue
+            found = (self._INSIDE if self._in_string else self._OUTSIDE).search(buf, at)
+            if found is None:
+                at = len(buf)
+                break
+            char, at = buf[found.start()], found.start() + 1
+            if self._in_string:
+                if char == ord("\\"):
+                    self._escape = True
+                else:
+                    self._in_string = False
+            elif char == ord('"'):
+                self._in_string = True
+            elif char in b"{[":
+                self._depth += 1
+                if self._depth > self.MAX_DEPTH:
+                    raise MalformedRequest("request nests too deeply")
+            else:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._end = at
+                    break
+        self._scanned = at
+
+    @classmethod
+    def _decode(cls, raw: bytes) -> Dict[str, Any]:
         try:
-            value, _end = self._decoder.raw_decode(stripped)
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MalformedRequest("request is not UTF-8") from None
+        try:
+            value, _end = cls._decoder.raw_decode(text.lstrip())
         except json.JSONDecodeError as exc:
-            if _incomplete(exc, stripped):
-                return None
             raise MalformedRequest(f"request is not JSON: {exc.msg}") from None
         except RecursionError:
             raise MalformedRequest("request nests too deeply") from None
@@ -68,13 +121,6 @@ class JsonReader:
         if value is None:
             raise MalformedRequest("request ended before its JSON object did")
         return value
-
-
-def _incomplete(exc: json.JSONDecodeError, text: str) -> bool:
-    """True when the document may still be completed by more bytes."""
-    if exc.msg.startswith("Unterminated string"):
-        return True
-    return exc.pos >= len(text.rstrip())
 
 
 def error_reply(message: str, code: Optional[str] = None) -> bytes:

@@ -23,19 +23,19 @@ from chalicelib import ids, policy as tp
 from edge import challenges, http1
 from edge.connections import connection_handler
 from edge.tls import MISDIRECTED
-from edge.session import MuxStream, StreamReset
+from edge.session import MuxStream, StreamReset, StreamsExhausted
 
 log = logging.getLogger("edge.public")
 
 READ_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024
-HEAD_TIMEOUT = 30.0     # a request head must arrive whole within this
-IDLE_TIMEOUT = 75.0     # an idle keep-alive connection is closed after this
+BODY_TIMEOUT = 30.0     # a request body must progress (one read) within this
 FIXED_BODY_DRAIN = 1024 * 1024  # request body read (and dropped) before a fixed answer
 MAX_FORWARDS = 8        # forward-internal hops of one request (a loop of endpoints ends)
 HOP_HEADERS = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
 
-STATUS_TEXT = {400: "Bad Request", 404: "Not Found", 502: "Bad Gateway",
+STATUS_TEXT = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests",
+               502: "Bad Gateway",
                503: "Service Unavailable"}
 
 
@@ -125,8 +125,8 @@ class _Leg:
             await self.stream.write(data)
 
     def close(self) -> None:
-        if not self.stream.done:
-            self.stream.reset()
+        """End the proxy stream: FIN, then the agent's FIN (edge.session: why never RST)."""
+        self.stream.finish()
 
 
 class _Traffic:
@@ -200,6 +200,18 @@ POLICY_BROKE = (502, "ERR_NGROK_2300", "Internal gateway error occurred while pr
                                        "HTTP/1.1 ({})")
 
 
+# A hostname an abuse report bans: the hosted code for a banned name, 403.
+BANNED = ("ERR_NGROK_3208", "This hostname has been banned for violating the terms of "
+                            "service. If you own it and believe this is a mistake, contact the "
+                            "operator of this service.")
+
+# The agent's session has MAX_LOCAL_STREAMS connections open and none ended within
+# OPEN_WAIT: the hosted "too many connections" (ERR_NGROK_702, answered with 429).
+TOO_MANY_STREAMS = (429, "ERR_NGROK_702", "Too many connections! The agent session serving "
+                                          "this endpoint has too many connections open at "
+                                          "once; try again later.")
+
+
 def _outcome_response(out: Any, close: bool) -> List[Any]:
     headers = [(n, v) for n, v in out.headers if n.lower() not in ("content-length",
                                                                    "connection")]
@@ -221,13 +233,21 @@ class HttpFront:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
         client_ip, client_addr = str(peer[0]), f"{peer[0]}:{peer[1]}"
+        ticket = self.edge.admission.admit(client_ip, writer.transport)
+        if ticket is None:   # at a cap with no waiting connection to make room: refused
+            writer.transport.abort()
+            return
         client = http1.Connection(http1.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         leg: Optional[_Leg] = None
         conns: Dict[Any, Any] = {}   # endpoint -> tp.Conn, built once per connection
+        first = True
         try:
             while True:
                 try:
-                    request = await self._client_event(client, reader, IDLE_TIMEOUT)
+                    self.edge.admission.waiting(ticket)
+                    request = await self._request_head(client, reader, first)
+                    self.edge.admission.busy(ticket)
+                    first = False
                 except http1.RemoteProtocolError as exc:
                     await self._answer(client, writer, 400, "ERR_NGROK_3002",
                                        f"The request is not valid HTTP/1.1: {exc}", close=True)
@@ -235,6 +255,9 @@ class HttpFront:
                 if not isinstance(request, http1.Request):
                     return
                 host = request_host(request)
+                if host in self.edge.banned:   # an abuse report banned it (docs/SECURITY.md)
+                    await self._answer(client, writer, 403, BANNED[0], BANNED[1], close=True)
+                    return
                 if self.scheme == "http" and await challenges.answer_http01(
                         self, client, writer, request, host):   # ACME HTTP-01 (edge/challenges.py)
                     return
@@ -322,6 +345,9 @@ class HttpFront:
                     try:
                         leg = _Leg(tunnel, await tunnel.session.open_proxy(
                             tunnel, client_addr, self.scheme))
+                    except StreamsExhausted:
+                        await self._answer(client, writer, *TOO_MANY_STREAMS, close=True)
+                        return
                     except StreamReset:
                         await self._answer(client, writer, 502, "ERR_NGROK_3200",
                                            f"The endpoint {self.scheme}://{host} is offline.",
@@ -341,8 +367,9 @@ class HttpFront:
                 asyncio.IncompleteReadError):
             pass
         except http1.LocalProtocolError as exc:
-            log.info("closing a client connection: %s", exc)
+            log.debug("closing a client connection: %s", exc)
         finally:
+            self.edge.admission.release(ticket)
             if leg is not None:
                 leg.close()
             writer.close()
@@ -394,7 +421,7 @@ class HttpFront:
 
     async def _request_body(self, client, reader, leg: _Leg) -> None:
         while True:
-            event = await self._client_event(client, reader, HEAD_TIMEOUT)
+            event = await self._client_event(client, reader, BODY_TIMEOUT)
             if isinstance(event, http1.Data):
                 await leg.send(event)
             elif isinstance(event, http1.EndOfMessage):
@@ -513,7 +540,7 @@ class HttpFront:
     async def _switch(self, client, reader, writer, leg: _Leg, event, body_task) -> str:
         """101 Switching Protocols: forward it, then carry raw bytes both ways."""
         if body_task is not None and not body_task.done():
-            await asyncio.wait({body_task}, timeout=HEAD_TIMEOUT)
+            await asyncio.wait({body_task}, timeout=BODY_TIMEOUT)
         await self._send(client, writer, event)
         client_rest, _ = client.trailing_data
         leg_rest, _ = leg.conn.trailing_data
@@ -632,7 +659,7 @@ class HttpFront:
         events are forwarded upstream afterwards as they came."""
         size = sum(len(e.data) for e in events if isinstance(e, http1.Data))
         while size <= limit and not (events and isinstance(events[-1], http1.EndOfMessage)):
-            event = await self._client_event(client, reader, HEAD_TIMEOUT)
+            event = await self._client_event(client, reader, BODY_TIMEOUT)
             if not isinstance(event, (http1.Data, http1.EndOfMessage)):
                 raise _Closed()
             events.append(event)
@@ -641,6 +668,27 @@ class HttpFront:
         return events
 
     # ---- I/O helpers ------------------------------------------------------------------------
+    async def _request_head(self, client, reader, first: bool) -> Any:
+        """The next request (or ConnectionClosed). Its first byte must come within
+        EDGE_HEAD_TIMEOUT on a new connection, EDGE_IDLE_TIMEOUT between keep-alive
+        requests; from its first byte, the whole head within EDGE_HEAD_TIMEOUT (a deadline,
+        not a timer that each byte restarts: a head sent a byte at a time is cut off all the
+        same)."""
+        loop = asyncio.get_running_loop()
+        head, idle = self.edge.settings.head_timeout, self.edge.settings.idle_timeout
+        deadline = loop.time() + (head if first else idle)
+        started = False
+        while True:
+            event = client.next_event()
+            if event is not http1.NEED_DATA:
+                return event
+            async with asyncio.timeout_at(deadline):
+                data = await reader.read(READ_CHUNK)
+            if data and not started:
+                started = True
+                deadline = min(deadline, loop.time() + head) if first else loop.time() + head
+            client.receive_data(data)
+
     async def _client_event(self, client, reader, timeout: float) -> Any:
         while True:
             event = client.next_event()
@@ -707,5 +755,4 @@ async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, str
             if not task.done():
                 task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if not stream.done:
-            stream.reset()
+        stream.finish()

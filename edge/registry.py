@@ -29,6 +29,8 @@ class Tunnel:
     enforcement: Any = None      # what the edge applies to this endpoint's traffic
     tls: Any = None              # edge.tls.TlsSpec of its MutualTLSCA option, or None
     internal: bool = False       # https://<name>.internal: reached only by forward-internal
+    rebind: bool = False         # bound with the id it had before (an agent's reconnect)
+    generated: bool = False      # its name or port was chosen by the edge, not asked for
 
     @property
     def account_id(self) -> str:

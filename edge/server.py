@@ -8,15 +8,18 @@ API; so revocation takes effect within EDGE_CHECK_SECONDS + one store round trip
 """
 import asyncio
 import functools
+import socket
+import weakref
 import logging
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib import binding, errors, hostnames, online, policy as tp
-from edge import agents, config, tls
+from edge import agents, config, metrics, quotas, tls
+from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
-from edge.edges import EdgeRouter, watch_reserved_ports
-from edge.public import HttpFront, splice
+from edge.edges import EdgeRouter, watch_banned_hosts, watch_reserved_ports
+from edge.public import BANNED, HttpFront, splice
 from edge.registry import Registry, Tunnel
 from edge.session import StreamReset
 
@@ -24,6 +27,8 @@ log = logging.getLogger("edge")
 
 MAX_GENERATE_ATTEMPTS = 8
 MAX_FORWARDS = 8        # forward-internal hops of one connection
+MAX_UNAUTHENTICATED_PER_ADDRESS = 16   # agent connections not yet authenticated, per address
+MAX_UNAUTHENTICATED = 512              # ... and in total
 HEARTBEAT_EVERY = 3  # online items refreshed every 3 checks (15 s by default; stale after 45)
 
 
@@ -35,9 +40,15 @@ class Edge:
                                         settings.tls_key or None)
         self._servers: List[asyncio.AbstractServer] = []
         self._sessions: set = set()
+        self.auth_throttle = quotas.AuthThrottle(settings.limits.failed_auths_per_address)
+        self.admission = Admission(settings.max_connections,   # public connections: caps
+                                   settings.max_connections_per_address)
+        self._unauthenticated: Dict[str, int] = {}   # address -> connections not yet authed
+        self._counted: "weakref.WeakSet[Any]" = weakref.WeakSet()  # sessions no longer counted
         self.connections: set = set()   # tasks of open connections (agents, public)
         self.port_listeners: dict = {}   # TCP port -> its listener (agent endpoints, TCP edges)
         self.reserved_ports: set = set()  # ports of reserved addresses (TCP edges), kept fresh
+        self.banned: frozenset = frozenset()  # hostnames an abuse report bans, kept fresh
         self.router = EdgeRouter(self)
         self.tls = tls.TlsSettings(self)   # what each name asks of the HTTPS handshake
         self.log = log
@@ -45,6 +56,12 @@ class Edge:
         self.agent_port = settings.agent_port
         self.http_port = settings.http_port
         self.https_port = settings.https_port
+        self.metrics_port: Optional[int] = None
+
+    @property
+    def sessions(self) -> set:
+        """The agent sessions of this instance (authenticated or not yet)."""
+        return self._sessions
 
     async def call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking store function in a worker thread."""
@@ -56,19 +73,31 @@ class Edge:
         s = self.settings
         agent_ctx = self.certs.context_for(s.agent_hostnames)
         self._servers.append(await asyncio.start_server(
-            self._agent_connection, s.host, s.agent_port, ssl=agent_ctx,
-            ssl_handshake_timeout=15))
+            self._agent_connection, ssl=agent_ctx, ssl_handshake_timeout=15,
+            **self._where("agent", s.agent_port)))
         self._servers.append(await asyncio.start_server(
-            HttpFront(self, "http").handle, s.host, s.http_port))
+            HttpFront(self, "http").handle, **self._where("http", s.http_port)))
         https = tls.HttpsListener(self, HttpFront(self, "https").handle, [s.base_domain],
                                   self._serves_name)
         self._servers.append(await asyncio.get_running_loop().create_server(
-            https.protocol, s.host, s.https_port))
+            https.protocol, **self._where("https", s.https_port)))
         self.agent_port, self.http_port, self.https_port = (
             srv.sockets[0].getsockname()[1] for srv in self._servers[:3])
+        if s.metrics_port is not None:
+            self._servers.append(await metrics.start(self, s.host, s.metrics_port))
+            self.metrics_port = self._servers[-1].sockets[0].getsockname()[1]
         self._checker = asyncio.ensure_future(self._check_loop())
         self._watcher = asyncio.ensure_future(watch_reserved_ports(self))
         self._tls_watcher = asyncio.ensure_future(self.tls.watch())
+        self._ban_watcher = asyncio.ensure_future(watch_banned_hosts(self))
+
+    def _where(self, name: str, port: int) -> dict:
+        """Where a listener listens: the socket a supervisor handed over (EDGE_LISTEN_FDS,
+        kept open across a restart of this process), else host and port."""
+        fd = self.settings.listen_fds.get(name)
+        if fd is None:
+            return {"host": self.settings.host, "port": port}
+        return {"sock": socket.socket(fileno=fd)}
 
     def _serves_name(self, name: str) -> bool:
         """Which SNI names get a certificate from the local CA: any well-formed host name
@@ -91,6 +120,7 @@ class Edge:
             self._checker.cancel()
             self._watcher.cancel()
             self._tls_watcher.cancel()
+            self._ban_watcher.cancel()
         for server in self.port_listeners.values():
             server.close()
         await asyncio.gather(*(s.end("the edge is shutting down") for s in list(self._sessions)),
@@ -103,12 +133,35 @@ class Edge:
     # ---- agent sessions ---------------------------------------------------------------------
     @connection_handler
     async def _agent_connection(self, reader, writer) -> None:
+        """One agent connection. Until it authenticates it counts against
+        MAX_UNAUTHENTICATED_PER_ADDRESS and MAX_UNAUTHENTICATED (closed at once beyond them),
+        and edge.session bounds what it may send (PRE_AUTH_STREAMS, PRE_AUTH_BYTES)."""
+        ip = str((writer.get_extra_info("peername") or ("",))[0])
+        if self._unauthenticated.get(ip, 0) >= MAX_UNAUTHENTICATED_PER_ADDRESS or \
+                sum(self._unauthenticated.values()) >= MAX_UNAUTHENTICATED:
+            log.info("agent connection from %s refused: too many unauthenticated", ip)
+            writer.close()
+            return
+        self._unauthenticated[ip] = self._unauthenticated.get(ip, 0) + 1
         session = agents.AgentSession(self, reader, writer)
         self._sessions.add(session)
         try:
             await session.run()
         finally:
             self._sessions.discard(session)
+            self.authenticated(session)
+
+    def authenticated(self, session: "agents.AgentSession") -> None:
+        """``session`` no longer counts as unauthenticated (it authenticated, or it ended)."""
+        if session in self._counted:
+            return
+        self._counted.add(session)
+        ip = session.peer_ip
+        left = self._unauthenticated.get(ip, 0) - 1
+        if left > 0:
+            self._unauthenticated[ip] = left
+        else:
+            self._unauthenticated.pop(ip, None)
 
     async def _check_loop(self) -> None:
         """Every check: each credential in use is re-read once (however many sessions share
@@ -170,8 +223,13 @@ class Edge:
             return
         if requested:
             name = await self.call(binding.check_domain, grant, requested)
+            if name in self.banned:
+                raise binding.Refused(*BANNED)
             await self._claim(tunnel, name)
+        elif (name := await self._remembered(tunnel)) is not None:
+            pass
         else:
+            tunnel.generated = True
             for attempt in range(MAX_GENERATE_ATTEMPTS):
                 name = binding.generated_domain()
                 if not binding.acl_allows_domain(grant, name):
@@ -190,6 +248,30 @@ class Edge:
         tunnel.url = self.settings.http_url(name, scheme)
         self.registry.add(tunnel)
         await self._online(tunnel)
+
+    async def _remembered(self, tunnel: Tunnel) -> Optional[str]:
+        """A re-bind (same tunnel id, no name asked) after the agent's session dropped: the
+        generated name it had, claimed again if the ACL still allows it and no one took it
+        meanwhile; None otherwise (a new name is generated)."""
+        if not tunnel.rebind:
+            return None
+        name = await self.call(online.remembered_name, tunnel.account_id, tunnel.id)
+        if not name or ":" in name or name in self.banned or \
+                not binding.acl_allows_domain(tunnel.session.grant, name):
+            return None
+        try:
+            await self._claim(tunnel, name)
+        except binding.Refused:
+            return None
+        tunnel.generated = True
+        return name
+
+    async def _remembered_port(self, tunnel: Tunnel) -> Optional[int]:
+        if not tunnel.rebind:
+            return None
+        name = await self.call(online.remembered_name, tunnel.account_id, tunnel.id)
+        host, _, port = (name or "").rpartition(":")
+        return int(port) if host == self.settings.tcp_host and port.isdigit() else None
 
     async def _bind_internal(self, tunnel: Tunnel, requested: str,
                              port: Optional[int] = None) -> None:
@@ -239,8 +321,13 @@ class Edge:
                                                         "reserved.")
             candidates = [int(port_text)]
         else:
+            tunnel.generated = True
             candidates = [p for p in range(low, high + 1)
                           if p not in self.registry.by_port and p not in self.reserved_ports]
+            before = await self._remembered_port(tunnel)
+            if before in candidates:   # a reconnect: the port it had first, if still free
+                candidates.remove(before)
+                candidates.insert(0, before)
         for port in candidates:
             address = f"{host}:{port}"
             await self.call(binding.check_address, grant, address, bool(requested))
@@ -284,6 +371,9 @@ class Edge:
         await self._online(tunnel)
 
     async def _online(self, tunnel: Tunnel) -> None:
+        if tunnel.generated:   # kept for a re-bind even if this process dies (kill -9)
+            await self.call(online.remember_name, tunnel.account_id, tunnel.id,
+                            tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}")
         await self.call(online.tunnel_started, account_id=tunnel.account_id,
                         session_id=tunnel.session.id, tunnel_id=tunnel.id,
                         instance_id=self.settings.instance_id, proto=tunnel.proto,
@@ -294,8 +384,10 @@ class Edge:
                         traffic_policy=str(tunnel.opts.get("TrafficPolicy") or ""),
                         bindings=["internal"] if tunnel.internal else ["public"])
 
-    async def drop_tunnel(self, tunnel: Tunnel) -> None:
-        """Stop serving a tunnel: registry, listener, claim and online items."""
+    async def drop_tunnel(self, tunnel: Tunnel, remember: bool = False) -> None:
+        """Stop serving a tunnel: registry, listener, claim and online items. ``remember``
+        (its session ended, the agent may reconnect): a generated name or port is kept for
+        the re-bind of the same tunnel id (chalicelib.online.remember_name)."""
         if self.registry.by_id.get(tunnel.id) is not tunnel:
             return  # already taken over by a reconnect
         self.registry.remove(tunnel)
@@ -304,6 +396,9 @@ class Edge:
         name = (online.claim_name(tunnel.hostname, tunnel.account_id) if tunnel.hostname
                 else f"{self.settings.tcp_host}:{tunnel.port}" if tunnel.port else "")
         try:
+            if remember and tunnel.generated and (tunnel.hostname or tunnel.port):
+                await self.call(online.remember_name, tunnel.account_id, tunnel.id,
+                                tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}")
             if name:
                 await self.call(online.release_hostname, name, endpoint_id=tunnel.endpoint_id)
             await self.call(online.tunnel_stopped, tunnel.account_id, tunnel.id)
@@ -316,6 +411,10 @@ class Edge:
         """A connection to a TCP port: the agent endpoint bound on it, else the TCP edge of
         its reserved address; its on_tcp_connect rules first, then raw bytes to the agent."""
         peer = writer.get_extra_info("peername") or ("", 0)
+        ticket = self.admission.admit(str(peer[0]), writer.transport)   # busy: never evicted
+        if ticket is None:
+            writer.transport.abort()
+            return
         try:
             tunnel = self.registry.by_port.get(port)
             enforcement = tunnel.enforcement if tunnel is not None else None
@@ -370,4 +469,5 @@ class Edge:
                 return
             await splice(reader, writer, stream)
         finally:
+            self.admission.release(ticket)
             writer.close()

@@ -14,6 +14,25 @@
 - A frame that breaks the protocol (bad header, DATA beyond the window, SYN for a live or
   wrongly numbered id) ends the session with GOAWAY carrying the muxado error code; it
   never raises out of :meth:`MuxSession.run`.
+
+How a stream ends, and why (docs/AGENT_PROTOCOL.md, "Closing streams"). The agents count a
+stream open until their own side is done with it, and they refuse new streams past 512
+(ngrok-rust's muxado drops the whole session then):
+
+- ngrok-rust removes a stream when the SDK drops it, which happens when its forwarding copy
+  ends: both directions at EOF, or a write that fails. A stream it only received RST on
+  while its upstream is idle is never dropped: an RST without a FIN leaks it.
+- ngrok-go removes a stream when both sides sent FIN, or at once on RST or a local Close.
+
+So the edge ends every stream it is done with by :meth:`MuxStream.finish`, whether the
+exchange completed or was cut short: a FIN (the SDK reads EOF, half-closes its upstream,
+which then closes, and the SDK's FIN follows), and the stream stays in the table until that
+FIN, so the edge's count of open streams never falls below the agent's. Data the agent still
+sends is refused with RST (its next write fails and its copy ends); no FIN within
+``LINGER_SECONDS`` and the stream is reset. An RST alone is never how the edge ends a stream:
+:meth:`MuxStream.reset` sends a FIN first. The streams the edge opens on one session are
+capped at ``MAX_LOCAL_STREAMS``; an opener waits for a slot
+(:meth:`MuxSession.open_stream_when_free`).
 """
 import asyncio
 import logging
@@ -26,6 +45,12 @@ from edge.muxado import ProtocolError
 log = logging.getLogger("edge.mux")
 
 MAX_STREAMS = 512          # concurrent streams a peer may open (the crate's default)
+MAX_LOCAL_STREAMS = 480    # streams the edge keeps open towards one agent (below its 512:
+                           # the agent's own heartbeat and RPC streams count there too)
+LINGER_SECONDS = 30.0      # a finished stream waits this long for the peer's FIN
+# Before the peer is authenticated (``MuxSession.authenticated``), what it may make us hold:
+PRE_AUTH_STREAMS = 2       # streams (the SDKs open Auth, and may open Heartbeat, before it)
+PRE_AUTH_BYTES = 32 * 1024  # DATA payload in total, and so the largest frame we buffer
 READ_CHUNK = 64 * 1024
 WRITE_CHUNK = 64 * 1024
 CREDIT_BATCH = muxado.DEFAULT_WINDOW // 4   # consumed bytes returned as credit in one WNDINC
@@ -34,6 +59,10 @@ FLUSH_AT = 64 * 1024       # buffered frame bytes that are written without waiti
 
 class StreamReset(ConnectionError):
     """The stream was reset (RST from the peer, or the session ended)."""
+
+
+class StreamsExhausted(StreamReset):
+    """MAX_LOCAL_STREAMS of ours are open on the session: no stream opened."""
 
 
 class MuxStream:
@@ -49,9 +78,12 @@ class MuxStream:
         self._send_window = muxado.DEFAULT_WINDOW
         self._recv_window = muxado.DEFAULT_WINDOW  # credit the peer still has
         self._window_ready = asyncio.Event()
+        self.local = local
         self._needs_syn = local
         self._local_fin = False
         self._consumed = 0       # bytes read and not yet returned as credit (WNDINC)
+        self._finished = False   # the owner is done with it: no more reads (see finish)
+        self._linger: Optional[asyncio.TimerHandle] = None
 
     # ---- reading --------------------------------------------------------------------------
     async def read(self, n: int = READ_CHUNK) -> bytes:
@@ -63,8 +95,11 @@ class MuxStream:
                 return b""
             self._recv_ready.clear()
             await self._recv_ready.wait()
-        chunk = bytes(self._recv[:n])
-        del self._recv[:n]
+        if n >= len(self._recv):   # all of it: a fresh buffer (a drained one keeps its size)
+            chunk, self._recv = bytes(self._recv), bytearray()
+        else:
+            chunk = bytes(self._recv[:n])
+            del self._recv[:n]
         if not self._remote_fin and self._reset is None:
             self._consumed += len(chunk)
             if self._consumed >= CREDIT_BATCH:
@@ -111,12 +146,42 @@ class MuxStream:
         self._needs_syn = False
         self.session.maybe_forget(self)
 
+    def _fin_nowait(self) -> None:
+        if not self._local_fin:
+            self._local_fin = True
+            self.session.send_nowait(muxado.data(self.id, b"", fin=True))
+
+    def finish(self) -> None:
+        """The owner is done with the stream, whether its exchange completed or was cut
+        short: FIN on our side (if not sent yet) and no more reads; what was received and
+        not read is dropped. The stream stays in the table until the peer's FIN (its SDK
+        counts it open until then: see the module's docstring); data the peer still sends
+        is refused with RST (E_STREAM_CLOSED), which fails its next write; a peer that
+        sends no FIN within LINGER_SECONDS is reset."""
+        if self._reset is not None or self._finished:
+            return
+        if self._needs_syn:   # the peer never heard of it
+            self._mark_reset("never opened")
+            return
+        self._finished = True
+        self._recv.clear()
+        self._fin_nowait()
+        if self._remote_fin:
+            self.session.forget(self)
+        else:
+            self.session.linger(self)
+
     def reset(self, code: int = muxado.E_STREAM_CANCELLED) -> None:
-        """Abort both directions (RST to the peer)."""
+        """Abort both directions: FIN (if not sent yet, so an SDK reading the stream gets its
+        EOF), then RST (its writes fail). A stream of ours the peer never heard of (no frame
+        sent yet) is just forgotten."""
         if self._reset is None:
+            never_sent = self._needs_syn
             self._mark_reset("reset locally")
-            if not self.session.closed:
-                self.session.send_nowait(muxado.rst(self.id, code))
+            if never_sent or self.session.closed:
+                return
+            self._fin_nowait()
+            self.session.send_nowait(muxado.rst(self.id, code))
 
     # ---- fed by the session ---------------------------------------------------------------
     def _on_data(self, payload: bytes, fin: bool) -> None:
@@ -126,6 +191,9 @@ class MuxStream:
         if self._remote_fin and payload:
             raise ProtocolError(f"stream {self.id} sent data after FIN", muxado.E_STREAM_CLOSED)
         self._recv_window -= len(payload)
+        if payload and self._finished:   # nobody reads it any more: refused
+            self.reset(muxado.E_STREAM_CLOSED)
+            return
         if payload:
             self._recv += payload
         if fin:
@@ -151,6 +219,11 @@ class MuxStream:
     def done(self) -> bool:
         return self._reset is not None or (self._local_fin and self._remote_fin)
 
+    @property
+    def finished(self) -> bool:
+        """finish() was called: the stream only waits for the peer's FIN."""
+        return self._finished
+
 
 StreamHandler = Callable[[MuxStream], Awaitable[None]]
 
@@ -168,6 +241,12 @@ class MuxSession:
         self._tasks: set = set()
         self._next_local_id = 2
         self._last_remote_id = 0
+        self.local_open = 0           # streams of ours in the table (MAX_LOCAL_STREAMS)
+        self.remote_open = 0          # streams of the peer's in the table (MAX_STREAMS)
+        self._parser = muxado.FrameParser(max_payload=PRE_AUTH_BYTES)
+        self._authenticated = False
+        self._pre_auth_bytes = 0      # DATA payload received before authentication
+        self._slot_freed = asyncio.Event()
         self.closed = False
         self.close_reason = ""
         self.name = name
@@ -215,25 +294,92 @@ class MuxSession:
             await self._writer.drain()
 
     def open_stream(self) -> MuxStream:
+        """A new stream of ours (its SYN goes with its first frame). StreamsExhausted when
+        MAX_LOCAL_STREAMS of ours are open: see open_stream_when_free."""
         if self.closed:
             raise StreamReset("session closed")
+        if self.local_open >= MAX_LOCAL_STREAMS:
+            raise StreamsExhausted(f"{self.local_open} streams open towards the agent")
         stream = MuxStream(self, self._next_local_id, local=True)
         self._next_local_id += 2
-        self._streams[stream.id] = stream
+        self._add(stream)
         return stream
 
+    async def open_stream_when_free(self, timeout: float) -> MuxStream:
+        """open_stream, waiting up to ``timeout`` seconds for a slot when all are taken
+        (StreamsExhausted after that; StreamReset when the session ends)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                return self.open_stream()
+            except StreamsExhausted:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise
+            self._slot_freed.clear()
+            try:
+                await asyncio.wait_for(self._slot_freed.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+
     # ---- stream table -----------------------------------------------------------------------
+    def _add(self, stream: MuxStream) -> None:
+        self._streams[stream.id] = stream
+        if stream.local:
+            self.local_open += 1
+        else:
+            self.remote_open += 1
+
     def forget(self, stream: MuxStream) -> None:
         if self._streams.get(stream.id) is stream:
             del self._streams[stream.id]
+            if stream.local:
+                self.local_open -= 1
+                self._slot_freed.set()
+            else:
+                self.remote_open -= 1
+        if stream._linger is not None:
+            stream._linger.cancel()
+            stream._linger = None
 
     def maybe_forget(self, stream: MuxStream) -> None:
         if stream.done:
             self.forget(stream)
 
+    def linger(self, stream: MuxStream) -> None:
+        """A finished stream waits LINGER_SECONDS for the peer's FIN, then is reset."""
+        if stream._linger is None and not self.closed:
+            stream._linger = asyncio.get_running_loop().call_later(
+                LINGER_SECONDS, self._linger_over, stream)
+
+    def _linger_over(self, stream: MuxStream) -> None:
+        stream._linger = None
+        if not stream.done:
+            stream.reset(muxado.E_STREAM_CANCELLED)
+
+    @property
+    def open_streams(self) -> int:
+        """Streams in the table, both sides' (what the soak and the tests watch)."""
+        return len(self._streams)
+
+    @property
+    def lingering(self) -> int:
+        """Finished streams waiting for the peer's FIN."""
+        return sum(1 for stream in self._streams.values() if stream.finished)
+
     # ---- the read loop ----------------------------------------------------------------------
+    @property
+    def authenticated(self) -> bool:
+        return self._authenticated
+
+    def authenticate(self) -> None:
+        """The peer proved who it is: the pre-authentication bounds are lifted."""
+        self._authenticated = True
+        self._parser.max_payload = muxado.DEFAULT_WINDOW
+
     async def run(self) -> None:
-        parser = muxado.FrameParser()
+        parser = self._parser
         quick_ack = _quick_ack(self._writer)
         try:
             while not self.closed:
@@ -255,16 +401,24 @@ class MuxSession:
     def _handle(self, frame: muxado.Frame) -> None:
         sid = frame.stream_id
         if frame.type == muxado.DATA:
+            if not self._authenticated:
+                self._pre_auth_bytes += len(frame.payload)
+                if self._pre_auth_bytes > PRE_AUTH_BYTES:
+                    raise ProtocolError(f"more than {PRE_AUTH_BYTES} bytes before "
+                                        "authentication", muxado.E_ENHANCE_YOUR_CALM)
+                if frame.syn and self.remote_open >= PRE_AUTH_STREAMS:
+                    raise ProtocolError(f"more than {PRE_AUTH_STREAMS} streams before "
+                                        "authentication", muxado.E_ENHANCE_YOUR_CALM)
             stream = self._streams.get(sid)
             if frame.syn:
                 if stream is not None or sid % 2 == 0 or sid <= self._last_remote_id:
                     raise ProtocolError(f"SYN for stream {sid} that cannot be opened")
                 self._last_remote_id = sid
-                if len(self._streams) >= MAX_STREAMS:
+                if self.remote_open >= MAX_STREAMS:
                     self.send_nowait(muxado.rst(sid, muxado.E_STREAMS_EXHAUSTED))
                     return
                 stream = MuxStream(self, sid, local=False)
-                self._streams[sid] = stream
+                self._add(stream)
                 stream._on_data(frame.payload, frame.fin)
                 self._spawn(stream)
                 return
@@ -304,6 +458,8 @@ class MuxSession:
         except Exception:  # a handler bug ends that stream, never the process
             log.exception("session %s: stream %d handler failed", self.name, stream.id)
             stream.reset(muxado.E_INTERNAL)
+        finally:   # a handler that returned is done with its stream
+            stream.finish()
 
     # ---- ending -----------------------------------------------------------------------------
     async def go_away(self, code: int, message: str) -> None:
@@ -328,6 +484,7 @@ class MuxSession:
         for stream in list(self._streams.values()):
             stream._mark_reset("session closed")
         self._streams.clear()
+        self._slot_freed.set()   # openers waiting for a slot see the session closed
         try:
             self._writer.close()
         except (ConnectionError, OSError, RuntimeError):

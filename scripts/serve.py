@@ -32,6 +32,13 @@ the terminal's Ctrl-C (this process stops them in order) and die with this proce
 killed (PR_SET_PDEATHSIG). Every acknowledged write is already on disk, so even kill -9 of
 the whole stack loses none.
 
+**Supervision.** A part that dies (a crash, kill -9) is started again, after 0.25 s, doubling
+with each restart up to 30 s (a minute up starts the count over), with a line saying so. The
+store's acknowledged writes are on disk, so a restarted store has them all. The edge's agent,
+HTTP and HTTPS sockets are bound here and inherited (``EDGE_LISTEN_FDS``), so they stay open
+while the edge restarts: agents reconnecting meanwhile wait in the backlog and are served by
+the new edge (the official SDKs otherwise back off for about two minutes after two refusals).
+
 **Start-up tells the truth**: a damaged or incomplete data directory stops start-up with one
 line naming the file and the way out (`make reset`, or the backup snapshot kept); so does a
 port in use.
@@ -54,6 +61,7 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(PROJECT_DIR, "scripts")
 sys.path.insert(0, PROJECT_DIR)
 STOP_BUDGET = 9.0  # seconds for the whole stack to stop (the promise is 10)
+RESTART_FIRST, RESTART_MAX, RESTART_RESET = 0.25, 30.0, 60.0   # supervision back-off (s)
 
 
 class StartupError(Exception):
@@ -108,15 +116,20 @@ class Component:
     stop_timeout: float = 3.0
     gated: bool = False  # started early (loads in parallel), serves once release() is called
     ready_mark: str = "ready "  # the line that says it serves ("ready …" lines are not shown)
+    pass_fds: tuple = ()   # listening sockets it inherits (kept open here across restarts)
     process: Optional[subprocess.Popen] = None
+    restarts: int = 0
+    started_at: float = 0.0
     ready: threading.Event = field(default_factory=threading.Event)
     last_lines: List[str] = field(default_factory=list)
 
     def start(self) -> None:
+        self.started_at = time.monotonic()
         self.process = subprocess.Popen(self.argv, env=self.env, cwd=PROJECT_DIR,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.PIPE if self.gated
-                                        else subprocess.DEVNULL, preexec_fn=_child_setup)
+                                        else subprocess.DEVNULL, preexec_fn=_child_setup,
+                                        pass_fds=self.pass_fds)
         threading.Thread(target=self._relay, daemon=True, name=f"relay-{self.name}").start()
 
     def _relay(self) -> None:
@@ -156,6 +169,15 @@ class Component:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def restart_delay(self) -> float:
+        """Back-off before restarting it: 0.25 s, doubling with each restart up to 30 s; a
+        run of a minute or more starts the count over."""
+        if time.monotonic() - self.started_at >= RESTART_RESET:
+            self.restarts = 0
+        delay = min(RESTART_FIRST * 2 ** self.restarts, RESTART_MAX)
+        self.restarts += 1
+        return delay
+
     def ask_to_stop(self) -> None:
         if self.alive():
             self.process.send_signal(signal.SIGTERM)
@@ -194,8 +216,12 @@ def build_stack(args: argparse.Namespace, env: Dict[str, str], embedded: bool
                                    "--stage", args.stage, "--drain", "5", "--gated"], env,
                            stop_timeout=6.0, gated=True))
     if args.edge:  # the data plane on the same store (edge/config.py: EDGE_* settings)
-        stack.append(Component("edge", [py, "-m", "edge"], env, stop_timeout=3.0,
-                               ready_mark="edge CA certificate"))
+        fds = edge_sockets(env)
+        edge_env = {**env, "EDGE_LISTEN_FDS": ",".join(f"{name}={fd}"
+                                                       for name, fd in fds.items())}
+        stack.append(Component("edge", [py, "-m", "edge"], edge_env, stop_timeout=3.0,
+                               ready_mark="edge CA certificate",
+                               pass_fds=tuple(fds.values())))
     # managed certificates (docs/CERTIFICATES.md): the ACME worker when a directory is set,
     # the service's own DNS server (DNS-01 answers for CNAME_ZONE) when DNS_LISTEN is set
     if env.get("DNS_LISTEN"):
@@ -205,6 +231,35 @@ def build_stack(args: argparse.Namespace, env: Dict[str, str], embedded: bool
         stack.append(Component("acme", [py, "-m", "chalicelib.acme.worker"], env,
                                stop_timeout=3.0, ready_mark="acme worker"))
     return stack
+
+
+def edge_sockets(env: Dict[str, str]) -> Dict[str, int]:
+    """The edge's agent, HTTP and HTTPS listening sockets, bound here and inherited by the
+    edge (EDGE_LISTEN_FDS): they stay open while a crashed edge restarts, so an agent that
+    reconnects at once (the SDKs retry after 50 ms, then 2.5 s, then about 2 minutes) waits in
+    the backlog for the new edge instead of being refused into a two-minute back-off."""
+    import socket
+    host = env.get("EDGE_HOST", "127.0.0.1")
+    fds = {}
+    for name, variable, default in (("agent", "EDGE_AGENT_PORT", 4443),
+                                    ("http", "EDGE_HTTP_PORT", 8080),
+                                    ("https", "EDGE_HTTPS_PORT", 8443)):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        port = int(env.get(variable) or default)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise StartupError(f"the edge's {name} port {host}:{port} is in use "
+                               f"({exc.strerror}); set {variable} to another") from None
+        sock.listen(1024)
+        os.set_inheritable(sock.fileno(), True)
+        _KEEP.append(sock)
+        fds[name] = sock.fileno()
+    return fds
+
+
+_KEEP: List = []   # the edge's listening sockets live as long as this process
 
 
 def prepare_store(args: argparse.Namespace, key_file: str) -> Optional[Dict[str, str]]:
@@ -282,7 +337,11 @@ def main() -> int:
         base.setdefault("AWS_ACCESS_KEY_ID", "local")
         base.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     env = stack_env(base, args, endpoint)
-    stack = build_stack(args, env, embedded)
+    try:
+        stack = build_stack(args, env, embedded)
+    except StartupError as exc:
+        print(f"error: {exc}", flush=True)
+        return 1
     started: List[Component] = []
     key_file = os.path.join(args.data_dir, "local-admin.json")
     status = 0
@@ -320,13 +379,23 @@ def main() -> int:
             print(f"local account {local_admin['account_id']}; admin API key:\n"
                   f"{local_admin['token']}", flush=True)
         print(f"serving on http://{args.host}:{args.port}", flush=True)
-        while not stopping.wait(0.2):
-            dead = [c for c in started if not c.alive()]
-            if dead:
-                print(f"error: the {dead[0].name} stopped unexpectedly (exit status "
-                      f"{dead[0].process.returncode}); stopping the stack", flush=True)
-                status = 1
-                break
+        restart_at: Dict[str, float] = {}
+        while not stopping.wait(0.1):   # supervision: a part that dies is started again
+            for component in started:
+                if component.alive():
+                    continue
+                if component.name not in restart_at:
+                    delay = component.restart_delay()
+                    restart_at[component.name] = time.monotonic() + delay
+                    print(f"{component.name}: exited with status "
+                          f"{component.process.returncode}; restarting in {delay:g} s",
+                          flush=True)
+                elif time.monotonic() >= restart_at[component.name]:
+                    del restart_at[component.name]
+                    component.ready.clear()
+                    component.start()
+                    component.release()
+                    print(f"{component.name}: restarted", flush=True)
     except StartupError as exc:
         if not exc.quiet:
             print(f"error: {exc}", flush=True)

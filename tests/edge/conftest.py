@@ -3,6 +3,7 @@
 sdk_agent.py run with the device agent's virtualenv, where ``ngrok`` is installed: the SDK and
 the ``ngrok-api`` client share the ``ngrok`` package name, so they cannot share a venv), and
 real HTTP/TLS/TCP clients. Servers start once per session."""
+import collections
 import json
 import os
 import queue
@@ -34,6 +35,7 @@ class EdgeProcess:
     agent_port: int = field(default_factory=free_port)
     http_port: int = field(default_factory=free_port)
     https_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
     tcp_low: int = 0
     process: Optional[subprocess.Popen] = None
     log_path: str = ""
@@ -53,6 +55,7 @@ class EdgeProcess:
                     "EDGE_AGENT_PORT": str(self.agent_port),
                     "EDGE_HTTP_PORT": str(self.http_port),
                     "EDGE_HTTPS_PORT": str(self.https_port),
+                    "EDGE_METRICS_PORT": str(self.metrics_port),
                     "EDGE_TCP_PORTS": f"{self.tcp_low}-{self.tcp_low + 4}",
                     "EDGE_CHECK_SECONDS": "1", "BASE_DOMAIN": BASE_DOMAIN,
                     "PYTHONUNBUFFERED": "1"})
@@ -87,6 +90,17 @@ class EdgeProcess:
                 return handle.read()[-6000:]
         except OSError:
             return ""
+
+    # ---- the operator endpoint (edge/metrics.py) -------------------------------------------
+    def session_streams(self, session_id: str) -> Optional[Dict[str, int]]:
+        """The muxado stream table of one agent session, or None when the edge holds no
+        such session."""
+        resp = requests.get(f"http://127.0.0.1:{self.metrics_port}/sessions/{session_id}",
+                            timeout=10)
+        return resp.json() if resp.status_code == 200 else None
+
+    def metrics(self) -> str:
+        return requests.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
 
     # ---- public clients -------------------------------------------------------------------
     def http(self, method: str, hostname: str, path: str = "/", **kwargs) -> requests.Response:
@@ -150,7 +164,11 @@ class SdkAgent:
                                         stderr=subprocess.PIPE, text=True)
         self.events: "queue.Queue[Dict[str, Any]]" = queue.Queue()
         self.seen: List[Dict[str, Any]] = []
+        # stderr is read as it comes (its last lines kept): a pipe nobody reads fills up and
+        # then blocks the program on its next log line (aiohttp logs each aborted request)
+        self.stderr_tail: "collections.deque[str]" = collections.deque(maxlen=200)
         threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump_stderr, daemon=True).start()
 
     def _pump(self) -> None:
         for line in self.process.stdout:
@@ -158,6 +176,10 @@ class SdkAgent:
                 self.events.put(json.loads(line))
             except ValueError:
                 self.events.put({"event": "output", "line": line})
+
+    def _pump_stderr(self) -> None:
+        for line in self.process.stderr:
+            self.stderr_tail.append(line)
 
     def wait_for(self, name: str, timeout: float = 30.0) -> Dict[str, Any]:
         deadline = time.time() + timeout
@@ -191,9 +213,7 @@ class SdkAgent:
                              f"stderr: {self._stderr()}")
 
     def _stderr(self) -> str:
-        if self.process.poll() is None:
-            return "(running)"
-        return (self.process.stderr.read() or "")[-3000:]
+        return "".join(self.stderr_tail)[-3000:]
 
     def command(self, line: str) -> None:
         self.process.stdin.write(line + "\n")

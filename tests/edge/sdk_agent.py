@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import os
+import socket
 import sys
 
 import ngrok
@@ -68,6 +69,21 @@ async def flooded(request):
     return web.json_response(FLOODED)
 
 
+async def status(request):
+    """An empty response with the status asked for (204, 304, ...)."""
+    return web.Response(status=int(request.match_info["code"]))
+
+
+async def cut(request):
+    """Half a response, then the upstream closes its connection (an upstream that dies)."""
+    resp = web.StreamResponse()
+    resp.content_length = 1 << 20
+    await resp.prepare(request)
+    await resp.write(b"c" * 1000)
+    request.transport.close()
+    return resp
+
+
 async def websocket(request):
     ws = web.WebSocketResponse()
     await ws.prepare(request)
@@ -91,14 +107,18 @@ async def main(cfg):
     app.add_routes([web.get("/echo", echo), web.post("/upload", upload),
                     web.get("/stream", stream), web.get("/ws", websocket),
                     web.get("/flood", flood), web.get("/flooded", flooded),
+                    web.route("*", "/status/{code}", status), web.get("/cut", cut),
                     web.route("*", "/{tail:.*}", echo)])
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)   # bursts of 1,000 (tests)
     await site.start()
     http_port = site._server.sockets[0].getsockname()[1]
     tcp_server = await asyncio.start_server(tcp_echo, "127.0.0.1", 0)
     tcp_port = tcp_server.sockets[0].getsockname()[1]
+    with socket.socket() as probe:   # a port nothing listens on (after this block)
+        probe.bind(("127.0.0.1", 0))
+        dead_port = probe.getsockname()[1]
 
     builder = (ngrok.SessionBuilder().authtoken(cfg["authtoken"])
                .server_addr(cfg["server_addr"]).root_cas(cfg["root_cas"]))
@@ -138,6 +158,8 @@ async def main(cfg):
                 for key, value in bind["labels"].items():
                     lb = lb.label(key, value)
                 upstream = f"127.0.0.1:{tcp_port if bind.get('upstream') == 'tcp' else http_port}"
+            if bind.get("upstream") == "dead":   # nothing listens there: the SDK's 502
+                upstream = f"127.0.0.1:{dead_port}"
             listener = await lb.listen()
             tasks.append(asyncio.ensure_future(listener.forward(upstream)))
             emit({"event": "bound", "url": listener.url(), "id": listener.id()})

@@ -1,5 +1,6 @@
 """/abuse_reports at both levels, and the operator command that sets hostname statuses."""
 import json
+import os
 import subprocess
 import sys
 
@@ -84,7 +85,9 @@ def test_non_reporter_account_gets_403(account, reporter):
     report = reporter.admin.post("/abuse_reports", {"urls": ["https://a.example.com"]}).json
     for caller in (account.admin, account.member):
         resp = caller.post("/abuse_reports", {"urls": ["https://a.example.com"]})
-        assert resp.status == 403 and resp.json["error_code"] == errors.FORBIDDEN
+        assert resp.status == 403 and resp.json["error_code"] == errors.NOT_ABUSE_REPORTER
+        assert resp.json["msg"] == (f"This is a valid API key, but the account {account.id} "
+                                    "is not authorized to submit or view abuse reports.")
         assert caller.post("/abuse_reports", {"bad": 1}).status == 403  # before the body
         assert caller.get(f"/abuse_reports/{report['id']}").status == 403
         assert caller.get("/abuse_reports/abrp_x").status == 403
@@ -135,3 +138,29 @@ def test_operator_sets_hostname_status_and_report_status_follows(api, reporter):
     assert set_status(api, reporter.id, "abrp_0ERYqBR5B9RMvMY4cZCztl2IB7s", "a.example.com",
                       "BANNED")[0] == 1
     assert statuses() == ("PENDING", ["PENDING", "PENDING"])
+
+
+def _banned(api):
+    """The ban index as the edge reads it."""
+    from chalicelib import abuse_reports
+    if api.level == "http":
+        with api.service_store():
+            return sorted(abuse_reports.banned_hosts())
+    return sorted(abuse_reports.banned_hosts())
+
+
+def test_a_hostname_is_banned_while_any_report_bans_it(api, reporter):
+    host = f"ban-{os.urandom(4).hex()}.example.com"
+    first = reporter.admin.post("/abuse_reports", {"urls": [f"https://{host}/a"]}).json
+    second = reporter.admin.post("/abuse_reports", {"urls": [f"https://{host}/b"]}).json
+    assert host not in _banned(api)
+    assert set_status(api, reporter.id, first["id"], host, "BANNED")[0] == 0
+    assert host in _banned(api)
+    assert set_status(api, reporter.id, second["id"], host, "BANNED")[0] == 0
+    assert set_status(api, reporter.id, first["id"], host, "UNBANNED")[0] == 0
+    assert host in _banned(api)                      # the second report still bans it
+    assert set_status(api, reporter.id, second["id"], host, "IGNORE")[0] == 0
+    assert host not in _banned(api)
+    assert set_status(api, reporter.id, second["id"], host, "BANNED")[0] == 0
+    assert set_status(api, reporter.id, second["id"], host, "PENDING")[0] == 0
+    assert host not in _banned(api)

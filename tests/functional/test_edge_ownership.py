@@ -9,7 +9,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 
 from chalicelib import admin as admin_cli
-from chalicelib import ids, store
+from chalicelib import errors, ids, store
 from chalicelib.config import get_settings
 
 HTTPS, TCP = "/edges/https", "/edges/tcp"
@@ -56,14 +56,17 @@ def test_https_hostport_under_a_wildcard_reservation(account, other_account):
                    f"c.{parent}:443")
 
 
-def test_the_most_specific_reservation_decides(account, other_account):
+def test_one_owner_under_a_wildcard(account, other_account):
+    """Another account cannot nest a reservation inside a wildcard (one owner per name); the
+    wildcard's own account may, and its most specific reservation then decides."""
     parent = unique_domain()
     reserve_domain(account.admin, f"*.{parent}")
-    reserve_domain(other_account.admin, f"*.x.{parent}")
-    assert refused(account.admin.post(HTTPS, {"hostports": [f"y.x.{parent}:443"]}),
-                   f"y.x.{parent}:443")
-    assert other_account.admin.post(HTTPS, {"hostports": [f"y.x.{parent}:443"]}).status == 201
-    assert account.admin.post(HTTPS, {"hostports": [f"y.z.{parent}:443"]}).status == 201
+    nested = other_account.admin.post("/reserved_domains", {"domain": f"*.x.{parent}"})
+    assert nested.status == 409 and nested.json["error_code"] == errors.WILDCARD_CONFLICT
+    reserve_domain(account.admin, f"*.x.{parent}")
+    assert account.admin.post(HTTPS, {"hostports": [f"y.x.{parent}:443"]}).status == 201
+    assert refused(other_account.admin.post(HTTPS, {"hostports": [f"y.z.{parent}:443"]}),
+                   f"y.z.{parent}:443")
 
 
 def test_https_hostport_under_the_base_domain(account, other_account):

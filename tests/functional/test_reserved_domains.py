@@ -117,12 +117,19 @@ def test_domain_is_unique_across_accounts_and_delete_frees_it(account, other_acc
     domain = _unique("shared")
     first = account.admin.post("/reserved_domains", {"domain": domain})
     assert first.status == 201
-    for caller, name in ((account.member, domain), (other_account.admin, domain.upper())):
-        again = caller.post("/reserved_domains", {"domain": name})
-        assert again.status == 409 and again.json["error_code"] == errors.CONFLICT
-    # a wildcard of the same name is a different reservation
-    assert other_account.admin.post("/reserved_domains", {"domain": "*." + domain}).status == 201
+    again = account.member.post("/reserved_domains", {"domain": domain})
+    assert again.status == 409 and again.json["error_code"] == errors.DOMAIN_RESERVED_BY_YOU
+    assert again.json["msg"] == (f"This domain is already reserved for your account. Failed "
+                                 f"to reserve {domain}.")
+    taken = other_account.admin.post("/reserved_domains", {"domain": domain.upper()})
+    assert taken.status == 409 and taken.json["error_code"] == errors.DOMAIN_RESERVED_BY_OTHER
+    # the names under it are its owner's: another account's wildcard over them is refused
+    wild = other_account.admin.post("/reserved_domains", {"domain": "*." + domain})
+    assert wild.status == 409 and wild.json["error_code"] == errors.WILDCARD_CONFLICT
+    own_wild = account.admin.post("/reserved_domains", {"domain": "*." + domain})
+    assert own_wild.status == 201
     assert account.admin.delete(f"/reserved_domains/{first.json['id']}").status == 204
+    assert account.admin.delete(f"/reserved_domains/{own_wild.json['id']}").status == 204
     assert other_account.admin.post("/reserved_domains", {"domain": domain}).status == 201
 
 

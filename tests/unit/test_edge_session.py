@@ -41,11 +41,13 @@ class Peer:
             batches.append(self.parser.feed(chunk))
 
 
-async def _pair(on_stream):
+async def _pair(on_stream, authenticated=True):
     left, right = socket.socketpair()
     edge_reader, edge_writer = await asyncio.open_connection(sock=left)
     peer_reader, peer_writer = await asyncio.open_connection(sock=right)
     mux = MuxSession(edge_reader, edge_writer, on_stream, name="test")
+    if authenticated:
+        mux.authenticate()
     task = asyncio.ensure_future(mux.run())
     return mux, task, Peer(peer_reader, peer_writer)
 
@@ -164,3 +166,267 @@ def test_a_write_on_a_session_whose_connection_is_closing_raises_at_once():
         peer.writer.close()
         await task
     _run(main())
+
+
+# ---- how streams end (the agents count a stream open until their side is done) -------------
+def _frames(batches):
+    return [(f.type, f.stream_id, f.flags, f.error_code if f.type == muxado.RST else None)
+            for batch in batches for f in batch]
+
+
+FIN_FRAME = lambda sid: (muxado.DATA, sid, muxado.FIN, None)  # noqa: E731
+RST_FRAME = lambda sid, code: (muxado.RST, sid, 0, code)       # noqa: E731
+
+
+def test_a_finished_stream_sends_fin_and_stays_until_the_peers_fin():
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        stream = mux.open_stream()
+        await stream.write(b"request")
+        stream.finish()
+        sent = _frames(await peer.collect())
+        held = (mux.open_streams, mux.local_open, mux.lingering)
+        peer.send(muxado.data(stream.id, b"", fin=True))
+        await peer.collect(0.1)
+        after = (mux.open_streams, mux.local_open, mux.lingering)
+        await mux.close()
+        task.cancel()
+        return sent, held, after
+
+    sent, held, after = _run(main())
+    assert sent == [(muxado.DATA, 2, muxado.SYN, None), FIN_FRAME(2)]
+    assert held == (1, 1, 1)
+    assert after == (0, 0, 0)
+
+
+def test_data_after_finish_is_refused_with_rst_and_the_stream_leaves():
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        stream = mux.open_stream()
+        await stream.write(b"request")
+        peer.send(muxado.data(stream.id, b"part of a response"))
+        await peer.collect(0.1)
+        stream.finish()                     # unread bytes are dropped, not an error
+        peer.send(muxado.data(stream.id, b"more"))
+        sent = _frames(await peer.collect())
+        table = mux.open_streams
+        await mux.close()
+        task.cancel()
+        return sent, table
+
+    sent, table = _run(main())
+    assert sent[-2:] == [FIN_FRAME(2), RST_FRAME(2, muxado.E_STREAM_CLOSED)]
+    assert table == 0
+
+
+def test_a_finished_stream_without_the_peers_fin_is_reset_after_the_linger(monkeypatch):
+    monkeypatch.setattr(session, "LINGER_SECONDS", 0.3)
+
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        stream = mux.open_stream()
+        await stream.write(b"request")
+        stream.finish()
+        early = (_frames(await peer.collect(0.15)), mux.open_streams)
+        late = (_frames(await peer.collect(0.4)), mux.open_streams)
+        await mux.close()
+        task.cancel()
+        return early, late
+
+    early, late = _run(main())
+    assert early == ([(muxado.DATA, 2, muxado.SYN, None), FIN_FRAME(2)], 1)
+    assert late == ([RST_FRAME(2, muxado.E_STREAM_CANCELLED)], 0)
+
+
+def test_reset_sends_fin_before_rst():
+    """ngrok-rust drops a FIN that arrives after an RST, and never ends a stream it only got
+    an RST on while its upstream is idle: the FIN must come first."""
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        stream = mux.open_stream()
+        await stream.write(b"request")
+        stream.reset()
+        sent = _frames(await peer.collect())
+        table = mux.open_streams
+        await mux.close()
+        task.cancel()
+        return sent, table
+
+    sent, table = _run(main())
+    assert sent == [(muxado.DATA, 2, muxado.SYN, None), FIN_FRAME(2),
+                    RST_FRAME(2, muxado.E_STREAM_CANCELLED)]
+    assert table == 0
+
+
+@pytest.mark.parametrize("end", ["finish", "reset"])
+def test_a_stream_the_peer_never_heard_of_ends_without_a_frame(end):
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        stream = mux.open_stream()
+        getattr(stream, end)()
+        sent = _frames(await peer.collect())
+        table = mux.open_streams
+        await mux.close()
+        task.cancel()
+        return sent, table
+
+    assert _run(main()) == ([], 0)
+
+
+def test_a_handler_that_returns_finishes_its_stream():
+    async def main():
+        mux, task, peer = await _pair(lambda stream: stream.read())
+        peer.send(muxado.data(1, b"x", syn=True))
+        sent = _frames(await peer.collect())
+        held = mux.open_streams
+        peer.send(muxado.data(1, b"", fin=True))
+        await peer.collect(0.1)
+        after = mux.open_streams
+        await mux.close()
+        task.cancel()
+        return sent, held, after
+
+    assert _run(main()) == ([FIN_FRAME(1)], 1, 0)
+
+
+def test_opening_past_the_cap_waits_for_a_slot(monkeypatch):
+    monkeypatch.setattr(session, "MAX_LOCAL_STREAMS", 3)
+
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        streams = [mux.open_stream() for _ in range(3)]
+        for stream in streams:
+            await stream.write(b"x")
+        with pytest.raises(session.StreamsExhausted):
+            mux.open_stream()
+        with pytest.raises(session.StreamsExhausted):
+            await mux.open_stream_when_free(0.1)
+        waiter = asyncio.ensure_future(mux.open_stream_when_free(5))
+        await asyncio.sleep(0.1)
+        pending = not waiter.done()
+        streams[0].finish()                     # a finished stream still holds its slot
+        await asyncio.sleep(0.1)
+        still = not waiter.done()
+        peer.send(muxado.data(streams[0].id, b"", fin=True))   # until the agent's FIN
+        opened = await asyncio.wait_for(waiter, 2)
+        await mux.close()
+        task.cancel()
+        return pending, still, opened.id, mux.local_open
+
+    assert _run(main()) == (True, True, 8, 0)
+
+
+def test_the_peers_stream_limit_counts_only_the_peers_streams(monkeypatch):
+    monkeypatch.setattr(session, "MAX_STREAMS", 2)
+    monkeypatch.setattr(session, "MAX_LOCAL_STREAMS", 2)
+
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5))
+        for _ in range(2):                      # ours, at their own cap
+            await mux.open_stream().write(b"x")
+        for sid in (1, 3, 5):                   # the peer's: two fit, the third is refused
+            peer.send(muxado.data(sid, b"x", syn=True))
+        sent = _frames(await peer.collect())
+        counts = (mux.local_open, mux.remote_open)
+        await mux.close()
+        task.cancel()
+        return [f for f in sent if f[0] == muxado.RST], counts
+
+    assert _run(main()) == ([RST_FRAME(5, muxado.E_STREAMS_EXHAUSTED)], (2, 2))
+
+
+def test_a_session_that_ends_releases_openers_waiting_for_a_slot(monkeypatch):
+    monkeypatch.setattr(session, "MAX_LOCAL_STREAMS", 1)
+
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        await mux.open_stream().write(b"x")
+        waiter = asyncio.ensure_future(mux.open_stream_when_free(5))
+        await asyncio.sleep(0.05)
+        await mux.close()
+        task.cancel()
+        with pytest.raises(session.StreamReset) as caught:
+            await asyncio.wait_for(waiter, 1)
+        return type(caught.value), mux.local_open
+
+    assert _run(main()) == (session.StreamReset, 0)
+
+
+# ---- before authentication: what a peer may make the edge hold ------------------------------
+def _goaway(batches):
+    return [(f.error_code, f.message.decode()) for batch in batches for f in batch
+            if f.type == muxado.GOAWAY]
+
+
+@pytest.mark.parametrize("sent, refused", [
+    (session.PRE_AUTH_BYTES, False),          # exactly the bound: held
+    (session.PRE_AUTH_BYTES + 1, True),       # one byte more: the session ends
+])
+def test_bytes_before_authentication_are_bounded(sent, refused):
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
+        chunk = 8 * 1024
+        peer.send(muxado.data(1, b"a" * min(chunk, sent), syn=True))
+        at = min(chunk, sent)
+        while at < sent:
+            size = min(chunk, sent - at)
+            peer.send(muxado.data(1, b"a" * size))
+            at += size
+        goaway = _goaway(await peer.collect(0.3))
+        closed = mux.closed
+        await mux.close()
+        task.cancel()
+        return goaway, closed
+
+    goaway, closed = _run(main())
+    assert closed is refused
+    assert goaway == ([(muxado.E_ENHANCE_YOUR_CALM, f"protocol error: more than "
+                        f"{session.PRE_AUTH_BYTES} bytes before authentication")]
+                      if refused else [])
+
+
+def test_a_frame_larger_than_the_pre_authentication_bound_is_refused_at_its_header():
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
+        # only the header of a 64 KiB frame: refused before any of its payload is buffered
+        peer.send(muxado.HEADER.pack((64 * 1024 << 8) | (muxado.DATA << 4) | muxado.SYN, 1))
+        goaway = _goaway(await peer.collect(0.3))
+        await mux.close()
+        task.cancel()
+        return goaway
+
+    assert [code for code, _ in _run(main())] == [muxado.E_FLOW_CONTROL]
+
+
+def test_streams_before_authentication_are_bounded():
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
+        for n in range(session.PRE_AUTH_STREAMS):
+            peer.send(muxado.data(2 * n + 1, b"x", syn=True))
+        early = (_goaway(await peer.collect(0.2)), mux.remote_open)
+        peer.send(muxado.data(2 * session.PRE_AUTH_STREAMS + 1, b"x", syn=True))
+        late = _goaway(await peer.collect(0.2))
+        await mux.close()
+        task.cancel()
+        return early, late
+
+    early, late = _run(main())
+    assert early == ([], session.PRE_AUTH_STREAMS)
+    assert late == [(muxado.E_ENHANCE_YOUR_CALM, f"protocol error: more than "
+                     f"{session.PRE_AUTH_STREAMS} streams before authentication")]
+
+
+def test_authentication_lifts_the_bounds():
+    async def main():
+        mux, task, peer = await _pair(lambda stream: stream.read(1 << 20),
+                                      authenticated=False)
+        mux.authenticate()
+        for sid in (1, 3, 5):
+            peer.send(muxado.data(sid, b"z" * (64 * 1024), syn=True))
+        goaway = _goaway(await peer.collect(0.3))
+        closed = mux.closed
+        await mux.close()
+        task.cancel()
+        return goaway, closed
+
+    assert _run(main()) == ([], False)

@@ -45,7 +45,7 @@ def test_migration_rewrites_data_lookups_index_and_routes_once(store_env):
     acct = _legacy_account()
     counts = migrate.run_if_needed()
     assert counts == {"data_maps": 6, "lookups": 1, "owner_index": 1, "routes_moved": 1,
-                      "tls_index": 0}
+                      "tls_index": 0, "under_index": 0}
     raw = store.connection().client.get_item(
         TableName=store.get_settings().table_name,
         Key={"pk": {"S": store.collection_pk(acct, "user")}, "sk": {"S": "usr_1"}})["Item"]
@@ -84,3 +84,20 @@ def test_migration_writes_the_tls_index_of_edges_stored_before_it(store_env):
     assert https_edges.tls_index() == {
         hp: {"account_id": acct, "edge_id": "edghts_2", "min_version": "1.3"}
         for hp in ("a.example.com:443", "b.example.com:443")}
+
+
+def test_migration_indexes_domains_reserved_before_it_under_their_parents(store_env):
+    from chalicelib import reserved_domains
+    acct = "acct_0000000000000000000000000003"[:32]
+    _put_legacy(store.collection_pk(acct, "reserved_domain"), "rd_1", "reserved_domain", acct,
+                {"domain": "app.shop.example.com", "created_at": "2026-01-01T00:00:00Z"})
+    _put_legacy(store.collection_pk(acct, "reserved_domain"), "rd_2", "reserved_domain", acct,
+                {"domain": "*.wild.example.net", "created_at": "2026-01-01T00:00:00Z"})
+    assert reserved_domains.reserved_under("example.com") == []
+    assert migrate.run_if_needed()["under_index"] == 3
+    assert reserved_domains.reserved_under("example.com") == [
+        {"domain": "app.shop.example.com", "account_id": acct}]
+    assert reserved_domains.reserved_under("shop.example.com") == [
+        {"domain": "app.shop.example.com", "account_id": acct}]
+    assert reserved_domains.reserved_under("example.net") == [
+        {"domain": "*.wild.example.net", "account_id": acct}]

@@ -358,3 +358,28 @@ def test_staleness_is_decided_to_the_millisecond(clock):
         online.request_stop(ACCT, sid)
     with pytest.raises(errors.NotFound):
         online.live_item(ACCT, "tunnel_session", "ts", sid, "tunnel session")
+
+
+# ---- a reconnecting agent gets its generated name back ------------------------------------
+def test_a_remembered_name_is_found_for_its_tunnel_until_rebind_seconds_pass(clock):
+    online.remember_name(ACCT, "tn_a", "gen.tunnels.localhost")
+    assert online.remembered_name(ACCT, "tn_a") == "gen.tunnels.localhost"
+    clock["now"] += online.REBIND_SECONDS - 1
+    assert online.remembered_name(ACCT, "tn_a") == "gen.tunnels.localhost"
+    clock["now"] += 2
+    assert online.remembered_name(ACCT, "tn_a") is None
+
+
+def test_a_remembered_name_belongs_to_its_account_and_tunnel(clock):
+    online.remember_name(ACCT, "tn_a", "tunnels.localhost:20001")
+    assert online.remembered_name(OTHER, "tn_a") is None
+    assert online.remembered_name(ACCT, "tn_b") is None
+    online.remember_name(ACCT, "tn_a", "tunnels.localhost:20002")   # the latest drop wins
+    assert online.remembered_name(ACCT, "tn_a") == "tunnels.localhost:20002"
+
+
+def test_a_tunnel_id_belongs_to_the_first_account_that_claims_it(clock):
+    assert online.claim_tunnel_id("tn_a", ACCT) is True
+    assert online.claim_tunnel_id("tn_a", ACCT) is True      # its re-bind, again and again
+    assert online.claim_tunnel_id("tn_a", OTHER) is False    # never another account's
+    assert online.claim_tunnel_id("tn_b", OTHER) is True

@@ -21,7 +21,8 @@ EXPECTED_VIEW_CALLS = {
     "POST /service_users": 1, "GET /service_users": 1,
     "GET /service_users/{service_user_id}": 1, "PATCH /service_users/{service_user_id}": 3,
     "DELETE /service_users/{service_user_id}": 3,
-    "POST /reserved_domains": 1, "GET /reserved_domains": 1,
+    # the ownership reads (reservations over and under it, live claims), then the write
+    "POST /reserved_domains": 4, "GET /reserved_domains": 1,
     "GET /reserved_domains/{domain_id}": 1, "PATCH /reserved_domains/{domain_id}": 1,
     "DELETE /reserved_domains/{domain_id}": 2,
     "DELETE /reserved_domains/{domain_id}/certificate": 1,

@@ -1,6 +1,7 @@
 // An agent program on the official JavaScript SDK (@ngrok/ngrok), run by tests/edge/test_node_sdk.py.
 // argv[2]: JSON {authtoken, server_addr, root_cas, domain?, traffic_policy?}. Prints one JSON line
-// ({url} or {error, code}) and serves until stdin closes.
+// ({url} or {error, code}), then {status} whenever the session is lost ('closed') or back
+// ('connected'), and serves until stdin closes.
 const ngrok = require('@ngrok/ngrok');
 const http = require('http');
 const cfg = JSON.parse(process.argv[2]);
@@ -13,6 +14,7 @@ const server = http.createServer((req, res) => {
       addr: `127.0.0.1:${server.address().port}`, authtoken: cfg.authtoken,
       server_addr: cfg.server_addr, root_cas: cfg.root_cas,
       domain: cfg.domain, traffic_policy: cfg.traffic_policy,
+      onStatusChange: (status) => console.log(JSON.stringify({ status })),
     });
     console.log(JSON.stringify({ url: listener.url() }));
   } catch (e) {
