@@ -10,7 +10,7 @@ DATA_DIR ?= .data
 STAMP := $(VENV)/.installed
 AGENT_STAMP := $(AGENT_VENV)/.installed
 
-.PHONY: install run api-key test test-service test-agent reset create-table bench soak clean \
+.PHONY: install run api-key test test-service test-agent test-deps reset create-table bench soak clean \
 	package deploy-aws deploy-localstack resources test-integration mutate
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt edge/requirements.txt
@@ -55,8 +55,12 @@ reset:
 ## test: the whole suite (service at every level, then the device agent)
 test: test-service test-agent
 
-test-service: $(STAMP) $(AGENT_STAMP)
+test-service: $(STAMP) $(AGENT_STAMP) test-deps
 	$(PY) -m pytest tests
+
+## test-deps: Debian packages the tests run as processes (Pebble, the ACME test CA), when missing
+test-deps:
+	sh scripts/install_test_deps.sh
 
 ## test-agent: the device agent against the real stack (serve.py + edge from .venv, the agent
 ## with the official SDK from .venv-agent)

@@ -12,7 +12,7 @@ from chalicelib import auth, rest, web
 from chalicelib import abuse_reports, api_keys, bot_users, credentials, reserved_domains
 from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges
 from chalicelib import endpoints, tunnel_sessions, tunnels
-from chalicelib import backends, certificate_authorities, reserved_addrs
+from chalicelib import backends, certificate_authorities, reserved_addrs, tls_certificates
 
 app = Chalice(app_name="tunnel-service")
 app.log.setLevel(logging.INFO)
@@ -59,6 +59,9 @@ rest.collection(route, "/reserved_addrs", reserved_addrs, "addr_id", name="reser
 # Certificate authorities (for HTTPS edges' mutual_tls)
 rest.collection(route, "/certificate_authorities", certificate_authorities, "ca_id",
                 name="certificate_authority", plural="certificate_authorities")
+# TLS certificates (uploaded, or issued by ACME for reserved domains: docs/CERTIFICATES.md)
+rest.collection(route, "/tls_certificates", tls_certificates, "certificate_id",
+                name="tls_certificate")
 # IP policies
 rest.collection(route, "/ip_policies", ip_policies.POLICY_OPS, "policy_id", name="ip_policy",
                 plural="ip_policies")

@@ -24,6 +24,7 @@ PREFIXES = {
     "weighted_backend": "bkdwt",
     "reserved_addr": "ra",
     "certificate_authority": "ca",
+    "tls_certificate": "cert",
     "tcp_edge": "edgtcp",
     "https_edge": "edghts",
     "https_edge_route": "edghtsrt",

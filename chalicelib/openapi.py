@@ -147,6 +147,18 @@ def _schemas() -> Dict[str, Schema]:
                                       "subject_common_name": STR, "not_before": TIMESTAMP,
                                       "not_after": TIMESTAMP, "key_usages": STR_LIST,
                                       "extended_key_usages": STR_LIST}),
+        "TLSCertificate": _obj({**_common("tls_certificate"), "certificate_pem": STR,
+                                "subject_common_name": STR,
+                                "subject_alternative_names": _obj({"dns_names": STR_LIST,
+                                                                   "ips": STR_LIST}),
+                                "issued_at": _nullable(TIMESTAMP), "not_before": TIMESTAMP,
+                                "not_after": TIMESTAMP, "key_usages": STR_LIST,
+                                "extended_key_usages": STR_LIST, "private_key_type": STR,
+                                "issuer_common_name": STR, "serial_number": STR,
+                                "subject_organization": STR,
+                                "subject_organizational_unit": STR, "subject_locality": STR,
+                                "subject_province": STR, "subject_country": STR,
+                                "fingerprint": STR}),
         "AbuseReportHostname": _obj({"hostname": STR, "status": {
             "type": "string", "enum": ["PENDING", "BANNED", "UNBANNED", "IGNORE"]}}),
         "AbuseReport": _obj({**_without(_common("abuse_report"), "description"),
@@ -187,6 +199,7 @@ def _schemas() -> Dict[str, Schema]:
                                 "certificate_management_status": {"nullable": True,
                                                                   "type": "object"},
                                 "acme_challenge_cname_target": _nullable(STR),
+                                "certificate": _nullable(_ref("Ref")),
                                 "resolves_to": {"nullable": True}}),
     }
 
@@ -381,6 +394,9 @@ def _operations() -> Dict[Tuple[str, str], Op]:
                      "Certificate authorities", "CertificateAuthority",
                      "certificate_authorities", "certificate_authorities",
                      "certificate_authority", name="certificate authority"))
+    ops.update(_crud("/tls_certificates", "/tls_certificates/{certificate_id}",
+                     "TLS certificates", "TLSCertificate", "tls_certificates",
+                     "tls_certificates", "tls_certificate", name="TLS certificate"))
     for path, kind, schema, fields, name in (
             ("/backends/tunnel_group", "tunnel_group_backend", "TunnelGroupBackend",
              "TUNNEL_GROUP_FIELDS", "tunnel group backend"),

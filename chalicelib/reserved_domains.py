@@ -26,26 +26,40 @@ Rules (CONTRACT.md "Reserved domain"; where it is silent, decided here):
 - ``resolves_to``: a list (at most 10) of ``{"value": <"global" or a region code>}``,
   ``[]`` meaning global resolution (the reference client always sends ``[]``, on create and
   on update). An update that sends it replaces the list, so ``[]`` resets it.
-- ``certificate_id`` is accepted (the reference client may send it) but this service has no
-  uploaded certificates: any non-null value is a 400. ``certificate``,
-  ``http_endpoint_configuration`` and ``https_endpoint_configuration`` are always null.
-- Update: description, metadata, certificate_management_policy (a new policy keeps the
-  provisioning status), resolves_to.
+- ``certificate_id`` names a TLS certificate of the account (``/tls_certificates``) whose DNS
+  names cover the domain (a wildcard reservation needs the wildcard itself); otherwise 400.
+  It and ``certificate_management_policy`` are mutually exclusive (both in one request: 400):
+  attaching an uploaded certificate stops management (policy and status become null);
+  setting a policy on a domain with an uploaded certificate keeps serving that one until the
+  managed certificate is issued, which replaces it. ``certificate`` is the Ref of the
+  certificate served (uploaded or issued), else null; the edge serves it for the domain
+  (docs/CERTIFICATES.md). ``http_endpoint_configuration`` and
+  ``https_endpoint_configuration`` are always null.
+- A policy puts the domain on the ACME work queue (chalicelib.acme.orders), in the same
+  transaction; ``certificate_management_status`` then follows the order (the worker writes it).
+- Update: description, metadata, certificate_id, certificate_management_policy (a new policy
+  on a managed domain keeps the provisioning status and applies to the next order),
+  resolves_to.
 - Every principal of the account (members and bots too) may create, change and delete its
   reserved domains.
 - A reserved domain that an HTTPS edge hostport uses (exactly, or under the wildcard) cannot be
   deleted (409): the edge's hostport counts in its ``refs``.
-- ``DELETE /reserved_domains/{id}/certificate`` detaches the certificate: there never is one
-  here, so it is a 204 that changes nothing (404 for an unknown domain), as a DELETE of an
-  unset module is. ``DELETE /reserved_domains/{id}/certificate_management_policy`` stops
-  managed certificates: the policy and its provisioning status become ``null``; 204 (also
-  when there was none). A later update may set a policy again.
+- ``DELETE /reserved_domains/{id}/certificate`` detaches the certificate (an uploaded one is
+  kept in ``/tls_certificates``; an issued one is deleted; with a policy, a new one is
+  ordered); 204, also when there is none (404 for an unknown domain), as a DELETE of an unset
+  module is. ``DELETE /reserved_domains/{id}/certificate_management_policy`` stops managed
+  certificates: the policy and its provisioning status become ``null`` and the domain leaves
+  the queue (an issued certificate keeps being served until detached); 204 (also when there
+  was none). A later update may set a policy again.
+- Deleting a domain deletes its issued certificate and releases an uploaded one.
 """
 import secrets
 import string
+from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, hostnames, ids, refs, store, validation, web
+from chalicelib import errors, hostnames, ids, refs, store, tls_certificates, validation, web
+from chalicelib.acme import orders
 from chalicelib.config import get_settings
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
@@ -62,7 +76,8 @@ MAX_RESOLVES_TO = 10
 AUTHORITIES = ("letsencrypt",)
 KEY_TYPES = ("ecdsa", "rsa")
 DEFAULT_POLICY = {"authority": "letsencrypt", "private_key_type": "ecdsa"}
-PROVISIONING_MSG = "Managed certificate provisioning in progress."
+PROVISIONING_MSG = orders.PROVISIONING_MSG
+CERT = tls_certificates.COLLECTION
 _ALPHABET = string.ascii_lowercase + string.digits
 
 
@@ -124,9 +139,36 @@ def _check_resolves_to(name: str, value: Any) -> List[Dict[str, str]]:
 
 
 def _check_certificate_id(name: str, value: str) -> str:
-    raise errors.InvalidField(f"Field '{name}': no certificate with id '{value}' exists (this "
-                              "service manages certificates itself; uploads are not supported)",
-                              details={"field": name})
+    if not ids.is_valid(value, tls_certificates.PREFIX):
+        raise _no_certificate(value)
+    return value
+
+
+def _no_certificate(cert_id: str) -> errors.InvalidField:
+    return errors.InvalidField(f"Field 'certificate_id': no TLS certificate with id "
+                               f"'{cert_id}' exists", details={"field": "certificate_id"})
+
+
+def _certificate_for(account_id: str, cert_id: str, domain: str) -> store.Item:
+    """The account's certificate ``cert_id`` if it covers ``domain`` (1 GetItem), else 400."""
+    item = store.get(store.collection_pk(account_id, CERT), cert_id)
+    if item is None:
+        raise _no_certificate(cert_id)
+    if not tls_certificates.covers(item.data, domain):
+        names = ", ".join(item.data["subject_alternative_names"]["dns_names"][:10]) or \
+            item.data.get("subject_common_name") or "none"
+        raise errors.InvalidField(f"Field 'certificate_id': TLS certificate '{cert_id}' does "
+                                  f"not cover '{domain}' (its DNS names: {names})",
+                                  details={"field": "certificate_id"})
+    return item
+
+
+def _exclusive(fields: Dict[str, Any]) -> None:
+    if fields.get("certificate_id") is not None and \
+            fields.get("certificate_management_policy") is not None:
+        raise errors.InvalidField("Fields 'certificate_id' and 'certificate_management_policy' "
+                                  "are mutually exclusive: send one",
+                                  details={"field": "certificate_id"})
 
 
 POLICY = Field("certificate_management_policy", "object", check=_check_policy)
@@ -157,7 +199,8 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
         "cname_target": data.get("cname_target"),
         "http_endpoint_configuration": None,
         "https_endpoint_configuration": None,
-        "certificate": None,
+        "certificate": c.ref(tls_certificates.PATH, data["certificate_id"])
+        if data.get("certificate_id") else None,
         "certificate_management_policy": data.get("certificate_management_policy"),
         "certificate_management_status": data.get("certificate_management_status"),
         "acme_challenge_cname_target": data.get("acme_challenge_cname_target"),
@@ -171,6 +214,10 @@ def _taken(domain: str) -> errors.Conflict:
 
 
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
+    """One transaction: the domain, its uniqueness claim, and with a policy its queue entry;
+    with ``certificate_id`` the certificate is read first (1 GetItem) and its ``refs`` moved
+    and the served index written in the same transaction."""
+    _exclusive(fields)
     domain = fields["domain"]
     zone = get_settings().cname_zone
     data: Dict[str, Any] = {
@@ -179,7 +226,12 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
         "resolves_to": fields.get("resolves_to", []), "created_at": validation.now_rfc3339(),
         "cname_target": None, "acme_challenge_cname_target": None,
         "certificate_management_policy": None, "certificate_management_status": None,
+        "certificate_id": None,
     }
+    cert = None
+    if fields.get("certificate_id") is not None:
+        cert = _certificate_for(c.account_id, fields["certificate_id"], domain)
+        data["certificate_id"] = cert.sk
     if is_service_domain(domain):
         if "certificate_management_policy" in fields:
             raise errors.InvalidField(
@@ -188,12 +240,10 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
                 details={"field": "certificate_management_policy"})
     else:
         data["cname_target"] = f"{_random_label(16)}.{_random_label(10)}.{zone}"
-        data["certificate_management_policy"] = fields.get("certificate_management_policy",
-                                                           dict(DEFAULT_POLICY))
-        data["certificate_management_status"] = {
-            "renews_at": None,
-            "provisioning_job": {"error_code": None, "msg": PROVISIONING_MSG,
-                                 "started_at": data["created_at"], "retries_at": None}}
+        if cert is None:
+            data["certificate_management_policy"] = fields.get("certificate_management_policy",
+                                                               dict(DEFAULT_POLICY))
+            data["certificate_management_status"] = orders.initial_status(data["created_at"])
         if hostnames.is_wildcard(domain):
             data["acme_challenge_cname_target"] = f"{_random_label(16)}.acme-challenge.{zone}"
     conflict = reservation_conflict(c.account_id, domain)
@@ -205,8 +255,42 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     claim = store.unique(DOMAIN_NAMESPACE, domain,
                          {"account_id": c.account_id, "reserved_domain_id": domain_id},
                          _taken(domain))
-    store.commit([store.put_new(item), claim, *under_index_ops(domain, c.account_id)])
+    ops = [store.put_new(item), claim, *under_index_ops(domain, c.account_id)]
+    if data["certificate_management_policy"] is not None:
+        ops.append(orders.enqueue_op(c.account_id, domain_id, domain))
+    if cert is not None:
+        ops += _attach_ops(c.account_id, domain_id, domain, None, cert)
+    store.commit(ops)
     return render(c, item)
+
+
+def _attach_ops(account_id: str, domain_id: str, domain: str, old_cert_id: Optional[str],
+                new_cert: Optional[store.Item], old_managed: bool = False) -> List[store.Op]:
+    """Moving the domain from ``old_cert_id`` to ``new_cert`` (None: detached): ``refs`` of
+    uploaded certificates, an issued one deleted, the served index item."""
+    ops: List[store.Op] = []
+    before: Counter = Counter()
+    if old_cert_id:
+        if old_managed:
+            ops.append(store.drop(store.collection_pk(account_id, CERT), old_cert_id))
+        else:
+            before[(CERT, old_cert_id)] += 1
+    after: Counter = Counter({(CERT, new_cert.sk): 1}) if new_cert is not None else Counter()
+    ops += refs.move(account_id, before, after, lambda kind, rid: _no_certificate(rid))
+    if new_cert is not None:
+        ops.append(tls_certificates.served_op(domain, account_id, domain_id, new_cert.sk,
+                                              new_cert.data))
+    elif old_cert_id:
+        ops.append(tls_certificates.unserved_op(domain))
+    return ops
+
+
+def _managed(account_id: str, cert_id: Optional[str]) -> bool:
+    """True when the domain's certificate was issued for it (ACME), so it goes with it."""
+    if not cert_id:
+        return False
+    item = store.get(store.collection_pk(account_id, CERT), cert_id)
+    return item is not None and bool(item.data.get("managed_for"))
 
 
 def _get(c: Ctx, domain_id: str) -> store.Item:
@@ -222,38 +306,75 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
 
 
 def update(c: Ctx, domain_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
-    """One UpdateItem of the sent fields. A new certificate policy is conditioned on the
-    domain having a CNAME target (a domain outside the service's base domain), 400 if not."""
-    fields = {k: v for k, v in fields.items() if k != "certificate_id"}
+    """Description, metadata, resolves_to alone: one UpdateItem of the sent fields. With
+    ``certificate_id`` or a policy: the domain is read first (what it served, whether it is
+    the service's own), then one transaction (domain conditioned on its version, the
+    certificates' ``refs``, the served index, the queue entry), retried when it lost a race."""
+    _exclusive(fields)
+    fields = {k: v for k, v in fields.items() if v is not None}
     if not fields or not ids.is_valid(domain_id, PREFIX):
         return get(c, domain_id)
-    require = None
-    if "certificate_management_policy" in fields:
-        require = lambda e: f"attribute_type({e.data('cname_target')}, {e.value('S')})"  # noqa
-
-    def explain(old: store.Item) -> Exception:
-        return errors.InvalidField(
-            f"Field 'certificate_management_policy': certificates of '{old.data['domain']}' "
-            "are the service's own", details={"field": "certificate_management_policy"})
-
+    if "certificate_id" in fields or "certificate_management_policy" in fields:
+        return _update_certificate(c, domain_id, fields)
     return render(c, store.write(store.set_fields(
-        store.collection_pk(c.account_id, COLLECTION), domain_id, fields, require=require,
-        explain=explain,
+        store.collection_pk(c.account_id, COLLECTION), domain_id, fields,
         missing=errors.NotFound(f"No reserved domain with id '{domain_id}' exists"))))
 
 
 @store.retrying
+def _update_certificate(c: Ctx, domain_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+    old = _get(c, domain_id)
+    data = old.data
+    domain = data["domain"]
+    changes = dict(fields)
+    ops: List[store.Op] = []
+    if "certificate_id" in fields:
+        cert = _certificate_for(c.account_id, fields["certificate_id"], domain)
+        changes.update(certificate_management_policy=None, certificate_management_status=None)
+        if data.get("certificate_id") != cert.sk:
+            ops += _attach_ops(c.account_id, domain_id, domain, data.get("certificate_id"),
+                               cert, _managed(c.account_id, data.get("certificate_id")))
+        else:
+            ops.append(tls_certificates.served_op(domain, c.account_id, domain_id, cert.sk,
+                                                  cert.data))
+        if data.get("certificate_management_policy") is not None:
+            ops.append(orders.dequeue_op(c.account_id, domain_id))
+    else:
+        if not data.get("cname_target"):
+            raise errors.InvalidField(
+                f"Field 'certificate_management_policy': certificates of '{domain}' are the "
+                "service's own", details={"field": "certificate_management_policy"})
+        if data.get("certificate_management_policy") is None:
+            changes["certificate_management_status"] = orders.initial_status(
+                validation.now_rfc3339())
+            ops.append(orders.enqueue_op(c.account_id, domain_id, domain))
+    version = old.version or 0
+    ops.insert(0, store.set_fields(
+        old.pk, old.sk, changes,
+        require=lambda e: f"{e.path('version')} = {e.value(version)}",
+        missing=_get_missing(domain_id)))
+    store.commit(ops)
+    old.data = {**data, **changes}
+    return render(c, old)
+
+
+@store.retrying
 def delete(c: Ctx, domain_id: str) -> None:
-    """Reads first (1 GetItem: the domain whose claim is released), then one transaction;
-    409 while an HTTPS edge hostport uses the domain (its ``refs``)."""
+    """Reads first (1 GetItem: the domain whose claim is released; +1 GetItem when it has a
+    certificate: issued ones are deleted with it), then one transaction; 409 while an HTTPS
+    edge hostport uses the domain (its ``refs``)."""
     item = _get(c, domain_id)
     in_use = errors.Conflict(f"The reserved domain '{item.data['domain']}' is served by an "
                              "HTTPS edge; remove the edge's hostports under it first")
+    cert_id = item.data.get("certificate_id")
     store.commit([refs.delete_unreferenced(item.pk, item.sk, _get_missing(domain_id), in_use,
                                            version=item.version or 0),
                   store.release(DOMAIN_NAMESPACE, item.data["domain"]),
+                  orders.dequeue_op(c.account_id, domain_id),
                   *[store.drop(store.unique_pk(UNDER_NAMESPACE, ancestor), item.data["domain"])
-                    for ancestor in ancestors(_bare(item.data["domain"]))]])
+                    for ancestor in ancestors(_bare(item.data["domain"]))]]
+                 + _attach_ops(c.account_id, domain_id, item.data["domain"], cert_id, None,
+                               _managed(c.account_id, cert_id)))
 
 
 def _get_missing(domain_id: str) -> errors.NotFound:
@@ -376,16 +497,33 @@ PARTS = ("certificate", "certificate_management_policy")
 
 
 def delete_part(c: Ctx, domain_id: str, part: str) -> None:
-    """``certificate``: 1 GetItem (there is never one to detach). ``certificate_management_
-    policy``: 1 UpdateItem setting the policy and its status to null (404 when no such
-    domain)."""
+    """``certificate``: 1 GetItem, then (when one is attached) one transaction detaching it.
+    ``certificate_management_policy``: one transaction setting the policy and its status to
+    null and removing the queue entry (404 when no such domain)."""
     if part == "certificate":
-        _get(c, domain_id)
+        _detach(c, domain_id)
         return
     missing = errors.NotFound(f"No reserved domain with id '{domain_id}' exists")
     if not ids.is_valid(domain_id, PREFIX):
         raise missing
-    store.write(store.set_fields(
+    store.commit([store.set_fields(
         store.collection_pk(c.account_id, COLLECTION), domain_id,
         {"certificate_management_policy": None, "certificate_management_status": None},
-        missing=missing))
+        missing=missing), orders.dequeue_op(c.account_id, domain_id)])
+
+
+@store.retrying
+def _detach(c: Ctx, domain_id: str) -> None:
+    item = _get(c, domain_id)
+    cert_id = item.data.get("certificate_id")
+    if not cert_id:
+        return
+    version = item.version or 0
+    ops = [store.set_fields(item.pk, item.sk, {"certificate_id": None},
+                            require=lambda e: f"{e.path('version')} = {e.value(version)}",
+                            missing=_get_missing(domain_id))]
+    ops += _attach_ops(c.account_id, domain_id, item.data["domain"], cert_id, None,
+                       _managed(c.account_id, cert_id))
+    if item.data.get("certificate_management_policy") is not None:
+        ops.append(orders.enqueue_op(c.account_id, domain_id, item.data["domain"]))
+    store.commit(ops)

@@ -12,6 +12,8 @@ Layout (single table, ``pk`` hash key + ``sk`` range key, both strings):
 | HTTPS edge route        | ``A#<account id>#https_edge``        | ``<edge id>#<route id>`` |
 | owner index entry       | ``A#<account id>#owned#<owner id>``  | ``<key or credential id>`` |
 | layout marker           | ``META``                             | ``LAYOUT``    |
+| served certificate      | ``TLS#domain_certificate``           | ``<domain>``  |
+| ACME queue / challenge / account / DNS-01 TXT | ``ACME#queue`` / ``ACME#challenge`` / ``ACME#account`` / ``ACME#dns`` | see chalicelib.acme |
 
 Idempotency records and rate-limit windows carry ``expires_at`` (epoch seconds, the table's
 TTL attribute): DynamoDB deletes them some time after it passes; readers treat an expired one

@@ -6,6 +6,15 @@ On first start the edge creates a CA (EC P-256, 10 years) in the data directory:
 on demand through SNI and cached in memory) are signed by it and valid for 90 days. A
 deployment may name its own certificate and key instead (EDGE_TLS_CERT / EDGE_TLS_KEY): then
 that pair serves every name.
+
+**Certificates from the store** come first: a reserved domain's certificate (uploaded through
+``/tls_certificates`` or issued by ACME; chalicelib.tls_certificates) serves the domain's SNI
+name, and a wildcard reservation's (``*.example.com``) serves the names one label under it.
+:meth:`ServerCertificates.refresh_store` reads the served index (1 Query) with the TLS
+settings (edge.tls, every second), and each new certificate once (1 GetItem, its key
+opened); a renewed certificate has a new fingerprint, so new handshakes get it while open
+connections keep theirs. When the store cannot be read the last certificates stay in force.
+The local CA (or EDGE_TLS_CERT) serves only names no stored certificate covers.
 """
 import datetime
 import ipaddress
@@ -14,12 +23,15 @@ import ssl
 import tempfile
 import threading
 from collections import OrderedDict
-from typing import Any, List, Optional, Tuple
+import logging
+from typing import Any, Dict, List, Optional, Tuple
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+log = logging.getLogger("edge.certs")
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca-key.pem"
@@ -117,6 +129,19 @@ class Authority:
                                         serialization.NoEncryption())
 
 
+def context_from_pem(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    """A server context from PEM bytes held in memory only (a memfd: no key on disk)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    fd = os.memfd_create("tls-pair", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, cert_pem + b"\n" + key_pem)
+        ctx.load_cert_chain(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+    return ctx
+
+
 def _context(cert_pem: bytes, key_pem: bytes, folder: str) -> ssl.SSLContext:
     """A server context from PEM bytes (ssl loads chains from files only: a private temp file)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -152,6 +177,48 @@ class ServerCertificates:
         self._cache: "OrderedDict[Any, ssl.SSLContext]" = OrderedDict()
         self._pairs: "OrderedDict[str, Tuple[bytes, bytes]]" = OrderedDict()
         self._lock = threading.Lock()
+        # certificates from the store: domain -> index entry; (account, cert id, fingerprint)
+        # -> (chain PEM, key PEM)
+        self.served: Dict[str, Dict[str, Any]] = {}
+        self._store_pairs: Dict[Tuple[str, str, str], Tuple[bytes, bytes]] = {}
+
+    # ---- certificates from the store --------------------------------------------------------
+    async def refresh_store(self, edge: Any) -> None:
+        """Re-read the served index; load each certificate not seen yet (a bad one is logged
+        and skipped: the local CA serves its name meanwhile)."""
+        from chalicelib import tls_certificates
+        index = await edge.call(tls_certificates.served_index)
+        wanted = {(e["account_id"], e["tls_certificate_id"], e["fingerprint"])
+                  for e in index.values()}
+        pairs = {key: pair for key, pair in self._store_pairs.items() if key in wanted}
+        for key in sorted(wanted - set(pairs)):
+            try:
+                found = await edge.call(tls_certificates.key_pair, key[0], key[1])
+                if found is None or found[2] != key[2]:
+                    continue   # replaced meanwhile: the next refresh sees the new one
+                chain, private, _ = found
+                context_from_pem(chain.encode(), private.encode())   # a pair that loads
+                pairs[key] = (chain.encode(), private.encode())
+            except Exception as exc:
+                log.warning("cannot serve certificate %s: %r", key[1], exc)
+        self._store_pairs = pairs
+        self.served = index
+
+    def stored_pair(self, name: str) -> Optional[Tuple[str, Tuple[bytes, bytes]]]:
+        """(fingerprint, pair) of the stored certificate serving SNI ``name``: the domain's
+        own, else the wildcard reservation one label above it."""
+        if not name:
+            return None
+        head, _, rest = name.partition(".")
+        for candidate in (name, f"*.{rest}" if rest and head != "*" else None):
+            entry = self.served.get(candidate) if candidate else None
+            if entry is None:
+                continue
+            key = (entry["account_id"], entry["tls_certificate_id"], entry["fingerprint"])
+            pair = self._store_pairs.get(key)
+            if pair is not None:
+                return key[2], pair
+        return None
 
     @property
     def ca_path(self) -> Optional[str]:
@@ -173,6 +240,16 @@ class ServerCertificates:
     def context_for(self, names: List[str], spec: Any = None) -> ssl.SSLContext:
         """The context serving ``names`` with what ``spec`` (an ``edge.tls.TlsSpec``, None:
         nothing more than TLS 1.2) requires of the handshake."""
+        stored = self.stored_pair(names[0]) if len(names) == 1 else None
+        if stored is not None:
+            from edge import tls
+            fingerprint, (chain, private) = stored
+
+            def from_store() -> ssl.SSLContext:
+                ctx = context_from_pem(chain, private)
+                return tls.apply(ctx, spec) if spec is not None else ctx
+            return self._lru(self._cache, ("store", fingerprint,
+                                           spec.key if spec is not None else None), from_store)
         if spec is None or spec.key == (int(ssl.TLSVersion.TLSv1_2), ""):
             if self._fixed is not None:
                 return self._fixed

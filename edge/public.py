@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 from chalicelib import ids, policy as tp
-from edge import http1
+from edge import challenges, http1
 from edge.connections import connection_handler
 from edge.tls import MISDIRECTED
 from edge.session import MuxStream, StreamReset, StreamsExhausted
@@ -257,6 +257,9 @@ class HttpFront:
                 host = request_host(request)
                 if host in self.edge.banned:   # an abuse report banned it (docs/SECURITY.md)
                     await self._answer(client, writer, 403, BANNED[0], BANNED[1], close=True)
+                    return
+                if self.scheme == "http" and await challenges.answer_http01(
+                        self, client, writer, request, host):   # ACME HTTP-01 (edge/challenges.py)
                     return
                 refused = self.edge.tls.misdirected(getattr(writer, "tls_spec", None), host)
                 if refused is not None:   # a name's TLS settings met by another handshake

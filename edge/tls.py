@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from chalicelib import binding
+from edge import challenges
 
 log = logging.getLogger("edge.tls")
 
@@ -182,6 +183,35 @@ def client_hello(record: bytes) -> Tuple[str, Set[int]]:
         return "", set()
 
 
+def offered_alpn(record: bytes) -> List[str]:
+    """The protocols of a ClientHello's ALPN extension ([] when none or malformed)."""
+    try:
+        if len(record) < 9 or record[0] != 0x16 or record[5] != 0x01:
+            return []
+        body = record[9:5 + int.from_bytes(record[3:5], "big")]
+        pos = 2 + 32
+        pos += 1 + body[pos]
+        pos += 2 + int.from_bytes(body[pos:pos + 2], "big")
+        pos += 1 + body[pos]
+        end = pos + 2 + int.from_bytes(body[pos:pos + 2], "big")
+        pos += 2
+        while pos + 4 <= min(end, len(body)):
+            kind = int.from_bytes(body[pos:pos + 2], "big")
+            size = int.from_bytes(body[pos + 2:pos + 4], "big")
+            data = body[pos + 4:pos + 4 + size]
+            pos += 4 + size
+            if kind == 16:                              # application_layer_protocol_negotiation
+                names, at = [], 2
+                while at < len(data):
+                    length = data[at]
+                    names.append(data[at + 1:at + 1 + length].decode("ascii", "replace"))
+                    at += 1 + length
+                return names
+        return []
+    except IndexError:
+        return []
+
+
 async def peek_hello(sock: socket.socket, timeout: float = HELLO_TIMEOUT) -> bytes:
     """The first TLS record waiting on ``sock`` (the ClientHello), read with MSG_PEEK (the
     TLS layer reads the same bytes afterwards); b"" when it is not a TLS record or does not
@@ -262,6 +292,10 @@ class TlsSettings:
 
     async def refresh(self) -> None:
         from chalicelib import certificate_authorities, https_edges
+        try:   # the certificates served per name (edge.certs): before the first handshake too
+            await self.edge.certs.refresh_store(self.edge)
+        except Exception as exc:  # the last certificates stay in force
+            log.warning("could not read the served certificates: %r", exc)
         index = await self.edge.call(https_edges.tls_index)
         # The PEM cache holds exactly the CAs the index references (bounded by it): one no
         # longer referenced is dropped, one newly referenced is read once, in one call per
@@ -359,6 +393,9 @@ class HttpsListener:
                 transport.abort()
                 return
             name, offered = client_hello(hello)
+            if offered_alpn(hello) == [challenges.ACME_TLS_ALPN]:   # ACME TLS-ALPN-01
+                await self._acme_tls_alpn(transport, name)
+                return
             if not self.edge.tls.loaded.is_set():
                 await asyncio.wait_for(self.edge.tls.loaded.wait(), self.handshake_timeout)
             ctx, spec = self.context_for(name)
@@ -389,3 +426,21 @@ class HttpsListener:
         finally:
             self.edge.connections.discard(task)
         await self.handler(reader, writer)
+
+    async def _acme_tls_alpn(self, transport: asyncio.Transport, name: str) -> None:
+        """A TLS-ALPN-01 validation (edge.challenges): the challenge certificate for ``name``,
+        then the connection is closed (RFC 8737 3); refused when no answer is stored."""
+        ctx = await challenges.tls_alpn01_context(self.edge, name)
+        if ctx is None:
+            transport.abort()
+            return
+        loop = asyncio.get_running_loop()
+        protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader())
+        try:
+            tls_transport = await loop.start_tls(transport, protocol, ctx, server_side=True,
+                                                 ssl_handshake_timeout=self.handshake_timeout)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
+            log.debug("TLS-ALPN-01 handshake failed: %r", exc)
+            transport.abort()
+            return
+        tls_transport.close()

@@ -11,6 +11,9 @@ reverse order (see ``build_stack``; one more component is one more ``Component(.
    on 127.0.0.1:PORT (default 8000).
 3. ``edge`` (with ``--edge``, what `make run` passes): the data plane, ``python -m edge``, on
    the same store and DATA_DIR (its CA: DATA_DIR/ca.pem; ports: EDGE_* in edge/config.py).
+4. ``dns`` (when DNS_LISTEN is set): the service's own DNS server for DNS-01 answers
+   (chalicelib/acme/dns.py); ``acme`` (when ACME_DIRECTORY_URL is set): the ACME worker
+   (chalicelib/acme/worker.py). docs/CERTIFICATES.md.
 
 Between the two, the table is created if missing and, on first start, a local account is
 bootstrapped; its admin key is written to DATA_DIR/local-admin.json only once the account is
@@ -219,6 +222,14 @@ def build_stack(args: argparse.Namespace, env: Dict[str, str], embedded: bool
         stack.append(Component("edge", [py, "-m", "edge"], edge_env, stop_timeout=3.0,
                                ready_mark="edge CA certificate",
                                pass_fds=tuple(fds.values())))
+    # managed certificates (docs/CERTIFICATES.md): the ACME worker when a directory is set,
+    # the service's own DNS server (DNS-01 answers for CNAME_ZONE) when DNS_LISTEN is set
+    if env.get("DNS_LISTEN"):
+        stack.append(Component("dns", [py, "-m", "chalicelib.acme.dns"], env, stop_timeout=2.0,
+                               ready_mark="dns server"))
+    if env.get("ACME_DIRECTORY_URL"):
+        stack.append(Component("acme", [py, "-m", "chalicelib.acme.worker"], env,
+                               stop_timeout=3.0, ready_mark="acme worker"))
     return stack
 
 

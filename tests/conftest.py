@@ -15,6 +15,11 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "
                       "EDGE_TCP_PORTS": "10000-59999"}.items():
     os.environ[_name] = _value
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
+# Private keys of TLS certificates are sealed with a master key in this file (chalicelib.keywrap)
+# for the whole session: the in-process app, the stack processes and the edge share it.
+os.environ["TLS_KEY_FILE"] = os.path.join(tempfile.mkdtemp(prefix="tunnel-tls-keys-"),
+                                          "tls-keys.secret")
+os.environ.pop("TLS_KMS_KEY_ID", None)
 os.environ.pop("PUBLIC_BASE_URL", None)
 
 import pytest  # noqa: E402

@@ -22,6 +22,7 @@ import pytest
 from app import app
 from tests.functional.test_certificate_authorities import make_cert
 from chalicelib import errors, openapi
+from tests.support.certs import SmallCA
 from tests.support.contract import assert_error
 
 _counter = itertools.count()
@@ -100,6 +101,8 @@ RESOURCES = [
     Resource("reserved_addr", "ra", "reserved_addrs", _simple("/reserved_addrs")),
     Resource("certificate_authority", "ca", "certificate_authorities",
              _simple("/certificate_authorities", lambda: {"ca_pem": make_cert()[0]})),
+    Resource("tls_certificate", "cert", "tls_certificates",
+             _simple("/tls_certificates", lambda: SmallCA().upload_body([f"t{_n()}.example.com"]))),
     Resource("endpoint", "ep", "endpoints", _simple("/endpoints", lambda: {
         "url": f"https://e{_n()}-{uuid.uuid4().hex[:12]}.tunnels.localhost", "type": "cloud",
         "traffic_policy": ""})),

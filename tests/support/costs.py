@@ -142,6 +142,9 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
     run("DELETE /backends/tunnel_group/{backend_id}",
         lambda: admin.delete(f"/backends/tunnel_group/{group}"), 204)
     from tests.functional.test_certificate_authorities import make_cert
+    from tests.support.certs import SmallCA
+    crud("/tls_certificates", "certificate_id",
+         SmallCA().upload_body(["costs.example.com"]), {"description": "t"})
     ca = crud("/certificate_authorities", "ca_id", {"ca_pem": make_cert()[0]},
               {"description": "c"}, delete=False)
 

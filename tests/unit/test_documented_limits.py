@@ -417,3 +417,21 @@ def test_an_id_decodes_to_its_creation_millisecond():
     assert before <= ids.timestamp_millis(value) <= after
     assert ids.timestamp_millis("cr_" + "0" * 27) == 0
     assert ids.timestamp_millis("ak_" + "z" * 27) == (62 ** 27 - 1) >> 112
+
+
+# ---- TLS certificates (chalicelib/tls_certificates.py, docs/CERTIFICATES.md) ---------------------
+def test_tls_certificate_pem_sizes_and_chain_length():
+    from chalicelib import tls_certificates
+    from tests.support.certs import SmallCA, pem
+    fields = tls_certificates.CREATE_FIELDS
+    body = {"private_key_pem": "k"}
+    assert parse({**body, "certificate_pem": "a" * 65536}, fields)
+    _refused(parse, {**body, "certificate_pem": "a" * 65537}, fields, field="certificate_pem")
+    assert parse({"certificate_pem": "c", "private_key_pem": "k" * 16384}, fields)
+    _refused(parse, {"certificate_pem": "c", "private_key_pem": "k" * 16385}, fields,
+             field="private_key_pem")
+    ca = SmallCA()
+    leaf = pem(ca.leaf(["a.example.com"])[0])
+    chain, _ = tls_certificates.parse_chain(leaf + ca.pem * 9)
+    assert len(chain) == 10
+    _refused(tls_certificates.parse_chain, leaf + ca.pem * 10, field="certificate_pem")

@@ -195,11 +195,15 @@ def test_a_bad_resolves_to_names_the_entry(value, msg):
     assert refusal.msg == msg and refusal.details == {"field": "r"}
 
 
-def test_a_certificate_id_is_refused_since_certificates_are_managed_here():
-    refusal = _refusal(reserved_domains._check_certificate_id, "certificate_id", "cert_1")
-    assert refusal.msg == ("Field 'certificate_id': no certificate with id 'cert_1' exists (this "
-                           "service manages certificates itself; uploads are not supported)")
-    assert refusal.details == {"field": "certificate_id"}
+def test_a_certificate_id_must_be_a_tls_certificate_id():
+    """A malformed id (or another resource's) is refused before any read; a well-formed one
+    passes here and is looked up in the account when the domain is written."""
+    for bad in ("cert_1", "ca_" + "0" * 27, ""):
+        refusal = _refusal(reserved_domains._check_certificate_id, "certificate_id", bad)
+        assert refusal.msg == f"Field 'certificate_id': no TLS certificate with id '{bad}' exists"
+        assert refusal.details == {"field": "certificate_id"}
+    good = "cert_" + "0" * 27
+    assert reserved_domains._check_certificate_id("certificate_id", good) == good
 
 
 # ---- reserved domains: domain ------------------------------------------------------------------

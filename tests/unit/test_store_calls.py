@@ -66,6 +66,10 @@ EXPECTED_VIEW_CALLS = {
     "POST /certificate_authorities": 1, "GET /certificate_authorities": 1,
     "GET /certificate_authorities/{ca_id}": 1, "PATCH /certificate_authorities/{ca_id}": 1,
     "DELETE /certificate_authorities/{ca_id}": 1,
+    "POST /tls_certificates": 1, "GET /tls_certificates": 1,
+    "GET /tls_certificates/{certificate_id}": 1,
+    "PATCH /tls_certificates/{certificate_id}": 1,
+    "DELETE /tls_certificates/{certificate_id}": 1,
     # a tunnel group renders its online tunnels: one Query of the account's tunnels (+ one
     # BatchGetItem of their sessions when any match)
     "POST /backends/tunnel_group": 2, "GET /backends/tunnel_group": 2,
