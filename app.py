@@ -38,8 +38,9 @@ def api_key_authorizer(auth_request):
 def route(path, methods, query=(), **kwargs):
     """An authorized route; ``query`` names the query parameters it accepts (others: 400)."""
     web.allow_query(path, methods, query)
-    return app.route(path, methods=methods, authorizer=api_key_authorizer,
-                     content_types=ANY, **kwargs)
+    register = app.route(path, methods=methods, authorizer=api_key_authorizer,
+                         content_types=ANY, **kwargs)
+    return lambda fn: register(web.view(fn))
 
 
 # ---- the resources: one line each (chalicelib.rest registers the routes) ------------------
@@ -99,6 +100,7 @@ rest.collection(route, "/endpoints", endpoints, "endpoint_id", name="endpoint")
 
 # ---- docs ----------------------------------------------------------------------------------
 @app.route("/openapi.json", methods=["GET"], content_types=ANY)
+@web.view
 def get_openapi_document():
     """The OpenAPI 3 document of this API: public (no authorizer, no version header)."""
     from chalicelib import openapi  # built on first request, not at cold start

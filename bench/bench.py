@@ -48,6 +48,7 @@ import zipfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List
+from chalicelib.core import keys
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
@@ -102,7 +103,7 @@ class InProcess:
             from moto import mock_aws
             self._mock = mock_aws()
             self._mock.start()
-        from chalicelib import config, store
+        from chalicelib.core import config, store
         config.reset_settings()
         store.reset()
         store.create_table()
@@ -126,7 +127,7 @@ class InProcess:
             self._server.terminate()
             self._server.wait()
             os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
-        from chalicelib import config, store
+        from chalicelib.core import config, store
         config.reset_settings()
         store.reset()
 
@@ -216,7 +217,8 @@ def proxy_event(method: str, resource: str, path: str, params: Dict[str, str],
 
 
 def warm_handler() -> Dict[str, Any]:
-    from chalicelib import auth, store
+    from chalicelib import auth
+    from chalicelib.core import store
     with InProcess() as env:
         account = env.api.new_account()
         token = account.admin.token
@@ -236,7 +238,7 @@ def warm_handler() -> Dict[str, Any]:
         import app as app_module
         authorize = app_module.api_key_authorizer
         assert authorize(auth_event, ctx)["principalId"] == principal.id
-        lookup = (store.unique_pk(auth.API_KEY_HASH_NAMESPACE, auth.digest(token)),
+        lookup = (store.unique_pk(auth.API_KEY_HASH_NAMESPACE, keys.digest(token)),
                   store.UNIQUE_SK)
         for _ in range(30):  # warm every path
             env.app(event, ctx), store.get(pk, key_id)
@@ -259,7 +261,7 @@ def warm_handler() -> Dict[str, Any]:
 # ---- 4. list page vs collection size -----------------------------------------------------------
 def _fill_keys(account_id: str, owner_id: str, count: int) -> None:
     """``count`` API key items written straight into the collection (25 per BatchWriteItem)."""
-    from chalicelib import ids, store
+    from chalicelib.core import ids, store
     client = store.connection().client
     table = store.get_settings().table_name
     pk = store.collection_pk(account_id, "api_key")

@@ -25,6 +25,7 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "be
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
 from moto import mock_aws  # noqa: E402
+from chalicelib.core import reservations
 
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "300"))
 
@@ -39,8 +40,8 @@ def main() -> None:
         from chalice.test import Client
 
         from app import app
-        from chalicelib import (backends, config, https_edges, reserved_domains, store,
-                                tcp_edges)
+        from chalicelib import backends, https_edges, reserved_domains, tcp_edges
+        from chalicelib.core import config, store
         from tests.support.api import InProcessApi
         from tests.support.seed import make_account
 
@@ -74,7 +75,7 @@ def main() -> None:
                                 lambda b=backend_id: backends.resolve(account.id, b)))
             admin.post("/reserved_domains", {"domain": "*.example.org"})
             lookups.append(("reserved_domains.reservation_of a.b.c.example.org",
-                            lambda: reserved_domains.reservation_of("a.b.c.example.org")))
+                            lambda: reservations.domain_reservation("a.b.c.example.org")))
 
             calls = []
             events = store.connection().client.meta.events

@@ -1,4 +1,4 @@
-"""Online state (chalicelib.online): DynamoDB calls and time per operation.
+"""Online state (chalicelib.core.online): DynamoDB calls and time per operation.
 
 Runs against moto's in-process DynamoDB (no HTTP), and counts the DynamoDB API calls each
 operation makes, which is what it costs on real DynamoDB:
@@ -29,7 +29,7 @@ os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
 from moto import mock_aws  # noqa: E402
 
-from chalicelib import config, online, store  # noqa: E402
+from chalicelib.core import config, online, store
 
 sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
 from embedded_store import patch_moto  # noqa: E402

@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chalicelib import policy  # noqa: E402
-from chalicelib.policy import Conn, Endpoint, Request, Response, engine, ratelimit  # noqa: E402
+from chalicelib.core import policy
+from chalicelib.core.policy import Conn, Endpoint, Request, Response, engine, ratelimit  # noqa: E402
 
 FIVE_RULES = json.dumps({"on_http_request": [
     {"name": "admin is private", "expressions": ["req.url.path.startsWith('/admin')"],

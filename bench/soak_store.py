@@ -115,7 +115,7 @@ def page_p50(stack, token):
 
 def fill(stack, pk, template, count, prefix):
     """``count`` copies of ``template`` under partition ``pk``, straight into the store."""
-    from chalicelib import ids
+    from chalicelib.core import ids
     client = stack.store_client()
     items = []
     for _ in range(count):

@@ -30,7 +30,8 @@ import ipaddress
 from typing import Any, Dict, List
 from urllib.parse import urlsplit
 
-from chalicelib import accounts, errors, hostnames, ids, rest, store, validation
+from chalicelib import accounts, rest, validation
+from chalicelib.core import errors, hostnames, ids, store
 from chalicelib.validation import METADATA, Field
 from chalicelib.web import Ctx
 

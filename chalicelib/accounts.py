@@ -6,8 +6,9 @@ be marked as an abuse reporter, which opens ``/abuse_reports`` to it.
 """
 from typing import Any, Dict, Optional
 
-from chalicelib import api_keys, auth, errors, ids, store, validation
-from chalicelib.auth import USER_COLLECTION
+from chalicelib import api_keys, auth, validation
+from chalicelib.core import errors, ids, store
+from chalicelib.core.keys import USER_COLLECTION
 
 ROLES = ("admin", "member")
 

@@ -32,8 +32,9 @@ import json
 import sys
 from typing import List, Optional
 
-from chalicelib import abuse_reports, accounts, edge_modules, errors, migrate, store
-from chalicelib.config import get_settings
+from chalicelib import abuse_reports, accounts, edge_modules, migrate
+from chalicelib.core import errors, store
+from chalicelib.core.config import get_settings
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -13,7 +13,8 @@ Rules (where the spec is silent, decided here):
 """
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import auth, ids, store, web
+from chalicelib import auth, web
+from chalicelib.core import ids, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 

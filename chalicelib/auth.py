@@ -36,12 +36,13 @@ import secrets
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, ids, store, validation
+from chalicelib import validation
+from chalicelib.core import errors, ids, store
+from chalicelib.core.keys import (BOT_COLLECTION, USER_COLLECTION, digest, lookup_secret,
+                                  usable_owner)
 from chalicelib.web import Ctx, Principal
 
 API_KEY_HASH_NAMESPACE = "api_key_hash"
-USER_COLLECTION = "user"
-BOT_COLLECTION = "bot_user"
 
 
 class AuthFailed(Exception):
@@ -57,10 +58,6 @@ def new_secret() -> str:
     return secrets.token_urlsafe(32)
 
 
-def digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
-
-
 def bearer_token(header: Optional[str]) -> str:
     if not header:
         raise AuthFailed("missing Authorization header")
@@ -69,31 +66,6 @@ def bearer_token(header: Optional[str]) -> str:
     if scheme.lower() != "bearer" or not token or " " in token:
         raise AuthFailed("Authorization header must be 'Bearer <API key>'")
     return token
-
-
-def owner_item(account_id: str, owner_id: str, owner_kind: str) -> Optional[store.Item]:
-    collection = USER_COLLECTION if owner_kind == "user" else BOT_COLLECTION
-    return store.get(store.collection_pk(account_id, collection), owner_id)
-
-
-def lookup_secret(namespace: str, secret: str) -> Optional[Dict[str, Any]]:
-    """The lookup item's data of a secret (account, owner, resource id); None when unknown."""
-    wanted = digest(secret)
-    lookup = store.get(store.unique_pk(namespace, wanted), store.UNIQUE_SK)
-    if lookup is None or not hmac.compare_digest(lookup.data.get("digest", ""), wanted):
-        return None
-    return lookup.data
-
-
-def usable_owner(data: Dict[str, Any]) -> Tuple[Optional[store.Item], str]:
-    """The owner item named by a lookup's data, or (None, why) when it is gone or an
-    inactive bot: then neither its API keys nor its credentials may be used."""
-    owner = owner_item(data["account_id"], data["owner_id"], data["owner_kind"])
-    if owner is None:
-        return None, "the owner no longer exists"
-    if data["owner_kind"] == "bot" and not owner.data.get("active", False):
-        return None, "the owner is an inactive bot user"
-    return owner, ""
 
 
 def resolve(header: Optional[str]) -> Principal:

@@ -5,7 +5,7 @@ every backend kind's id rules, and :func:`resolve`, what the edge reads to act o
 Fields (every one always present):
 - tunnel group: id, uri, created_at, description, metadata, ``labels`` (map key → value),
   ``tunnels`` (read-only: Refs of the online tunnels whose labels include all of ``labels``,
-  from :func:`chalicelib.online.online_tunnels`).
+  from :func:`chalicelib.core.online.online_tunnels`).
 - failover: id, uri, created_at, description, metadata, ``backends`` (ids, in order).
 - weighted: id, uri, created_at, description, metadata, ``backends`` (map id → weight).
 
@@ -34,7 +34,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import acl, errors, http_response_backends, ids, refs, rest, store, validation, web
+from chalicelib import http_response_backends, rest, validation, web
+from chalicelib.core import acl, errors, ids, refs, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -180,8 +181,8 @@ _SPEC_FIELD = {TUNNEL_GROUP: "labels", FAILOVER: "backends", WEIGHTED: "backends
 
 def _online_tunnels(account_id: str, labels: Dict[str, str]) -> List[str]:
     """Ids of the account's online tunnels whose labels include ``labels``
-    (:func:`chalicelib.online.online_tunnels`: one Query and one BatchGetItem)."""
-    from chalicelib import online  # the edge's online state; imported when first rendered
+    (:func:`chalicelib.core.online.online_tunnels`: one Query and one BatchGetItem)."""
+    from chalicelib.core import online
     return [t["tunnel_id"] for t in online.online_tunnels(account_id, labels)]
 
 

@@ -36,11 +36,12 @@ of the owner index, one transaction) while the bot owns at most 32 items.
 """
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import auth, errors, ids, store, validation, web
+from chalicelib import auth, validation, web
+from chalicelib.core import errors, ids, keys, store
 from chalicelib.validation import Field
 from chalicelib.web import Ctx
 
-COLLECTION = auth.BOT_COLLECTION
+COLLECTION = keys.BOT_COLLECTION
 PREFIX = ids.PREFIXES["bot_user"]
 PATH = "/bot_users"
 LIST_KEY = "bot_users"

@@ -23,7 +23,8 @@ Rules (where the spec is silent, decided here):
 from datetime import timezone
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, ids, refs, store, validation, web
+from chalicelib import validation, web
+from chalicelib.core import errors, ids, refs, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 

@@ -1,11 +1,11 @@
 """Cloud endpoints: the writes of ``POST``/``PATCH``/``DELETE /endpoints`` (``type: "cloud"``).
 
 A cloud endpoint is an endpoint item of the account's ``endpoint`` collection (the same
-collection as agent endpoints, chalicelib.online) with no session (``owner`` unset: live while
+collection as agent endpoints, chalicelib.core.online) with no session (``owner`` unset: live while
 it exists), and the **served-name claim** of its host (``unique_pk("served_host", name)``,
 ``owner`` = the endpoint id, no TTL), whose data carries ``cloud``: the copy of what the edge
 needs to serve it (id, account, url, host, traffic_policy). The edge finds a cloud endpoint by
-host with one GetItem of that claim (:func:`chalicelib.online.cloud_endpoint_for`); both items
+host with one GetItem of that claim (:func:`chalicelib.core.online.cloud_endpoint_for`); both items
 are written in one transaction, so the copy is never older than the endpoint.
 
 Rules (the hosted API's, where its docs say; decided here where they are silent)
@@ -37,7 +37,7 @@ Rules (the hosted API's, where its docs say; decided here where they are silent)
   ``kubernetes`` is not served (400).
 - ``type``: ``cloud`` (the default when not sent); anything else is a 400 (agent endpoints are
   made by agents).
-- ``traffic_policy``: validated by the engine the edge runs (chalicelib.policy): 400
+- ``traffic_policy``: validated by the engine the edge runs (chalicelib.core.policy): 400
   ``ERR_NGROK_18002`` naming the element; checked against the URL's protocol (a ``tcp://``
   endpoint runs only ``on_tcp_connect``), also when a PATCH changes only the url. ``""`` (or not sent) is stored; the edge then
   answers every request with ``ERR_NGROK_6029`` (a cloud endpoint's policy must end in a
@@ -62,8 +62,10 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
-from chalicelib import errors, hostnames, online, reserved_domains, store, traffic_policy
-from chalicelib.config import get_settings
+from chalicelib import reserved_domains, traffic_policy
+from chalicelib.core import errors, hostnames, online, store
+from chalicelib.core.config import get_settings
+from chalicelib.core import reservations
 
 INTERNAL_SUFFIX = ".internal"
 MAX_URL_BYTES = 1024
@@ -173,7 +175,7 @@ def addr_of(account_id: str, url: str) -> str:
     only when the account reserved them (POST /reserved_addrs), as for TCP edges."""
     from chalicelib import reserved_addrs
     addr = address(url)
-    found = reserved_addrs.reservation_of(addr)
+    found = reservations.addr_reservation(addr)
     if found is None or found["account_id"] != account_id:
         raise _bad("url", f"is not a TCP address this account reserved ('{addr}'); reserve "
                           "one with POST /reserved_addrs and use its 'addr'")
@@ -186,7 +188,7 @@ def domain_of(account_id: str, host: str) -> Optional[str]:
     settings = get_settings()
     if host == settings.edge_tcp_host:
         raise _bad("url", f"has the host of the service's TCP addresses ({host})")
-    found = reserved_domains.reservation_of(host)
+    found = reservations.domain_reservation(host)
     if found is not None:
         if found["account_id"] != account_id:
             raise _bad("url", f"is under '{found['domain']}', a domain reserved for another "

@@ -9,7 +9,7 @@ Rules (where the spec is silent, decided here):
   account, owner), so an agent's token is found with one GetItem (:func:`credential_may_bind`).
   API keys work the same way; chalicelib.auth holds what the two share (owner rule, secret
   and lookup item, owner check).
-- ``acl``: rules per the grammar in chalicelib.acl (at most 100 rules of at most 512 bytes;
+- ``acl``: rules per the grammar in chalicelib.core.acl (at most 100 rules of at most 512 bytes;
   400 naming the first bad rule); stored and returned in canonical spelling
   (domains lower-cased).
 - ``owner_id`` defaults to the caller (user or bot). Only admins may name another principal
@@ -20,19 +20,20 @@ Rules (where the spec is silent, decided here):
   A member or bot may update or delete only the credentials it owns (403); admins all.
 - Binding: :func:`credential_may_bind` is the one answer the tunnel side and device agents
   use. It refuses an unknown token, a credential whose owner no longer exists, and a
-  credential owned by an inactive bot; otherwise the ACL decides (chalicelib.acl.may_bind).
+  credential owned by an inactive bot; otherwise the ACL decides (chalicelib.core.acl.may_bind).
 """
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from chalicelib import acl, auth, errors, ids, store, web
+from chalicelib import auth, web
+from chalicelib.core import acl, errors, ids, keys, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
-COLLECTION = "credential"
+COLLECTION = keys.CREDENTIAL_COLLECTION
 PREFIX = ids.PREFIXES["credential"]
 PATH = "/credentials"
 LIST_KEY = "credentials"
-TOKEN_NAMESPACE = "credential_token"
+TOKEN_NAMESPACE = keys.TOKEN_NAMESPACE
 
 ACL = Field("acl", "string_list", check=acl.check_field)
 
@@ -117,11 +118,11 @@ def credential_may_bind(token: str, *, domain: Optional[str] = None,
         raise ValueError("credential_may_bind needs a domain, an address or labels")
     if not isinstance(token, str) or not token:
         return False
-    data = auth.lookup_secret(TOKEN_NAMESPACE, token)
+    data = keys.lookup_secret(TOKEN_NAMESPACE, token)
     if data is None:
         return False
     item = store.get(store.collection_pk(data["account_id"], COLLECTION), data["credential_id"])
-    if item is None or auth.usable_owner(data)[0] is None:
+    if item is None or keys.usable_owner(data)[0] is None:
         return False
     return acl.may_bind(item.data.get("acl") or [], domain=domain, address=address,
                         labels=labels)

@@ -38,11 +38,13 @@ import re
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import (backends, certificate_authorities, errors, hostnames, ids, ip_policies,
-                        refs, reserved_addrs, reserved_domains, store, traffic_policy)
-from chalicelib.config import get_settings
+from chalicelib import (backends, certificate_authorities, ip_policies, reserved_addrs, reserved_domains,
+                        traffic_policy)
+from chalicelib.core import errors, hostnames, ids, refs, store
+from chalicelib.core.config import get_settings
 from chalicelib.validation import Field, parse
 from chalicelib.web import Ctx
+from chalicelib.core import reservations
 
 HOSTPORT_NAMESPACE = "hostport"
 MAX_HOSTPORTS = 10
@@ -259,7 +261,7 @@ def hostport_owner(account_id: str, kind: str, hostport: str) -> Optional[Tuple[
                                    details={"field": "hostports", "hostport": hostport})
 
     if kind == TCP_EDGE:
-        found = reserved_addrs.reservation_of(hostport)
+        found = reservations.addr_reservation(hostport)
         if found is None or found["account_id"] != account_id:
             raise refused("is not a TCP address reserved by this account; reserve one with "
                           "POST /reserved_addrs and use its 'addr'")
@@ -269,14 +271,14 @@ def hostport_owner(account_id: str, kind: str, hostport: str) -> Optional[Tuple[
     if host == settings.edge_tcp_host:
         raise refused("has the host of the service's TCP addresses; those are served by TCP "
                       "edges (reserve one with POST /reserved_addrs)")
-    found = reserved_domains.reservation_of(host)
+    found = reservations.domain_reservation(host)
     if found is not None:
         if found["account_id"] != account_id:
             raise refused(f"is under '{found['domain']}', a domain reserved by another account")
         return reserved_domains.COLLECTION, found["reserved_domain_id"]
     base = settings.base_domain
     if host != base and hostnames.is_within(host, base):
-        from chalicelib import online  # the edge's claims of names agents serve
+        from chalicelib.core import online
         holder = online.hostname_holder(host)
         if holder is not None and holder["account_id"] != account_id:
             raise refused("is a name under the base domain that an online endpoint of "
@@ -350,7 +352,7 @@ def _no_cloud_endpoint(hostport: str, name: str) -> store.Op:
     """A check, in the edge's transaction, that no cloud endpoint serves ``name`` (the
     hostport's host for an HTTPS edge, the address for a TCP edge: one host or address, one
     endpoint, chalicelib.cloud_endpoints; a cloud endpoint's claim carries ``data.cloud``)."""
-    from chalicelib import online
+    from chalicelib.core import online
     request = {"Key": {"pk": {"S": store.unique_pk(online.CLAIM_NAMESPACE, name)},
                        "sk": {"S": store.UNIQUE_SK}},
                "ConditionExpression": "attribute_not_exists(#d.#c)",

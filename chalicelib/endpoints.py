@@ -1,6 +1,6 @@
 """Endpoints: ``/endpoints``.
 
-Two kinds live in the account's ``endpoint`` collection (chalicelib.online):
+Two kinds live in the account's ``endpoint`` collection (chalicelib.core.online):
 
 - **agent endpoints** (``type: "agent"``): written by the edge when an agent binds, shown
   while its tunnel session is live, gone when the session ends; read-only here (PATCH and
@@ -29,7 +29,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from chalicelib import cloud_endpoints as cloud
-from chalicelib import ids, online, store, validation
+from chalicelib import validation
+from chalicelib.core import ids, online, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from chalicelib import errors
+from chalicelib.core import errors
 
 MAX_LENGTH = 4096  # bytes of UTF-8
 MAX_DEPTH = 32  # nesting of parentheses, lists, calls and operators

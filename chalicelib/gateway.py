@@ -14,7 +14,8 @@ from typing import Any, Dict, Optional
 
 from chalice.local import LocalGateway, LocalGatewayException
 
-from chalicelib import auth, errors, ids
+from chalicelib import auth
+from chalicelib.core import errors, ids
 
 # What the deployed gateway responses say (kept in step with resources.json).
 NOT_FOUND_MSG = "No such path: check the method and path of the request"

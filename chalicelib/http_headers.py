@@ -9,7 +9,7 @@
 import re
 from typing import Any, Dict, List
 
-from chalicelib import errors
+from chalicelib.core import errors
 
 MAX_NAME_BYTES = 256
 MAX_VALUE_BYTES = 1024

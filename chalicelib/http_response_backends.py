@@ -17,7 +17,8 @@ Rules (where the spec is silent, decided here):
 """
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, http_headers, ids, store, validation, web
+from chalicelib import http_headers, validation, web
+from chalicelib.core import errors, ids, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 

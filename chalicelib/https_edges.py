@@ -72,8 +72,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import re2
 
-from chalicelib import (certificate_authorities, edge_modules, errors, http_headers, ids, refs,
-                        rest, store, traffic_policy, validation, web)
+from chalicelib import (certificate_authorities, edge_modules, http_headers, rest, traffic_policy, validation, web)
+from chalicelib.core import errors, ids, refs, store
 from chalicelib.edge_modules import HOSTPORTS
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 from chalicelib.web import Ctx

@@ -31,8 +31,8 @@ import json
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from chalicelib import errors, store
-from chalicelib.config import get_settings
+from chalicelib.core import errors, store
+from chalicelib.core.config import get_settings
 
 HEADER = "idempotency-key"
 MAX_KEY_LENGTH = 255

@@ -19,7 +19,8 @@ Rules (where the spec is silent, decided here):
 import ipaddress
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, ids, rest, store, validation, web
+from chalicelib import rest, validation, web
+from chalicelib.core import errors, ids, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 

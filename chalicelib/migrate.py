@@ -2,7 +2,7 @@
 
 Layout version 2 (issue 14, one store call per operation) changed three things:
 1. an item's ``data`` is a DynamoDB map (``M``) instead of a JSON string (``S``), so a PATCH
-   can set one field (chalicelib.store.set_fields);
+   can set one field (chalicelib.core.store.set_fields);
 2. an API key's lookup item carries its owner's ``role`` and ``active`` (the authorizer reads
    only that item), and every API key and credential has an owner index entry
    (``A#<account>#owned#<owner>`` / ``<id>``: bot deletion and role/active changes find what
@@ -22,13 +22,15 @@ layout version); ``make run`` calls it at every start, after restoring ``.data``
 twice, or on a fresh table, changes nothing.
 
 Layout version 4 (one owner per name) indexes each reserved domain under every name it is under
-(:func:`chalicelib.reserved_domains.under_index_ops`); domains reserved before it get theirs here.
+(:func:`chalicelib.core.reservations.under_index_ops`); domains reserved before it get theirs here.
 
 It scans the table: an operator action, never a request path.
 """
 from typing import Any, Dict, Iterator
 
-from chalicelib import auth, edge_modules, errors, reserved_domains, store
+from chalicelib import auth, edge_modules, reserved_domains
+from chalicelib.core import errors, keys, store
+from chalicelib.core import reservations
 
 LAYOUT_VERSION = 4
 MARKER_PK, MARKER_SK = "META", "LAYOUT"
@@ -83,7 +85,7 @@ def run() -> Dict[str, int]:
         item = Model_.from_raw_data(raw)
         data = item.data or {}
         if item.kind == auth.API_KEY_HASH_NAMESPACE and "abuse_reporter" not in data:
-            owner = auth.owner_item(data["account_id"], data["owner_id"], data["owner_kind"])
+            owner = keys.owner_item(data["account_id"], data["owner_id"], data["owner_kind"])
             account = store.get(store.account_pk(data["account_id"]), store.ACCOUNT_SK)
             if owner is not None and account is not None:
                 copies = {**auth.owner_state(data["owner_kind"], owner.data),
@@ -105,7 +107,7 @@ def run() -> Dict[str, int]:
             store.commit(ops)
             counts["tls_index"] += len(ops)
         elif item.kind == reserved_domains.COLLECTION and "domain" in data:
-            ops = reserved_domains.under_index_ops(data["domain"], item.account_id)
+            ops = reservations.under_index_ops(data["domain"], item.account_id)
             if ops:
                 store.commit(ops)
                 counts["under_index"] += len(ops)

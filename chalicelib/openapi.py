@@ -22,7 +22,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, filters, ids, validation, web
+from chalicelib import filters, validation, web
+from chalicelib.core import errors, ids
 
 OPENAPI_PATH = "/openapi.json"
 TITLE = "Tunnel management service API"

@@ -1,6 +1,6 @@
 """Per-account API rate limit, for self-hosted operators (off unless configured).
 
-``RATE_LIMIT_PER_MINUTE=N`` (chalicelib.config; 0, the default, turns it off) lets each
+``RATE_LIMIT_PER_MINUTE=N`` (chalicelib.core.config; 0, the default, turns it off) lets each
 account make at most N authenticated API requests per calendar minute (UTC); the next one is
 a 429 ``ERR_NGROK_226`` (the hosted service's code for "Your account is rate limited to MAX
 API requests per INTERVAL") with ``Retry-After``: the whole seconds until the minute ends.
@@ -19,8 +19,8 @@ import math
 import time
 from typing import Callable, Optional
 
-from chalicelib import errors, store
-from chalicelib.config import get_settings
+from chalicelib.core import errors, store
+from chalicelib.core.config import get_settings
 
 WINDOW_SECONDS = 60
 

@@ -24,8 +24,9 @@ Rules (where the spec is silent, decided here):
 import secrets
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from chalicelib import errors, ids, refs, store, validation, web
-from chalicelib.config import get_settings
+from chalicelib import validation, web
+from chalicelib.core import errors, ids, refs, reservations, store
+from chalicelib.core.config import get_settings
 from chalicelib.reserved_domains import REGIONS
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
@@ -34,7 +35,6 @@ COLLECTION = "reserved_addr"
 PREFIX = ids.PREFIXES["reserved_addr"]
 PATH = "/reserved_addrs"
 LIST_KEY = "reserved_addrs"
-PORTS_PK = store.unique_pk("tcp_port", "ports")
 RANDOM_ATTEMPTS = 3
 MAX_ATTEMPTS = 8
 
@@ -50,24 +50,13 @@ CREATE_FIELDS = [DESCRIPTION, METADATA, Field("region", "string", check=_check_r
 UPDATE_FIELDS = [DESCRIPTION, METADATA]
 
 
-def port_sk(port: int) -> str:
-    return f"{port:05d}"
-
-
 def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
     return {**web.resource_fields(c, PATH, item), "addr": item.data["addr"],
             "region": item.data.get("region", "")}
 
 
-def claims() -> Dict[int, Dict[str, Any]]:
-    """Every claimed port → its claim (``{"kind": "reserved_addr", "account_id",
-    "reserved_addr_id", "addr"}``): one Query of the claims partition, whose size is bounded
-    by the configured range. The edge listens on these ports for TCP edges."""
-    return {int(item.sk): dict(item.data or {}) for item in store.query_all(PORTS_PK)}
-
-
 def taken_ports() -> Set[int]:
-    return set(claims())
+    return set(reservations.addr_claims())
 
 
 def _next_port(low: int, high: int, tried: Set[int], attempt: int,
@@ -104,7 +93,8 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
                 "addr": addr, "port": port, "created_at": validation.now_rfc3339()}
         item = store.new_item(store.collection_pk(c.account_id, COLLECTION), addr_id,
                               kind=COLLECTION, account_id=c.account_id, data=data)
-        claim = store.new_item(PORTS_PK, port_sk(port), kind="tcp_port", data={
+        claim = store.new_item(reservations.PORTS_PK, reservations.port_sk(port),
+                               kind="tcp_port", data={
             "kind": "reserved_addr", "account_id": c.account_id, "reserved_addr_id": addr_id,
             "addr": addr})
         try:
@@ -143,20 +133,6 @@ def delete(c: Ctx, addr_id: str) -> None:
                              "edge; remove it from the edge's hostports first")
     missing = errors.NotFound(f"No reserved address with id '{addr_id}' exists")
     store.commit([refs.delete_unreferenced(item.pk, item.sk, missing, in_use),
-                  store.drop(PORTS_PK, port_sk(item.data["port"]))])
+                  store.drop(reservations.PORTS_PK, reservations.port_sk(item.data["port"]))])
 
 
-# ---- ownership (edges, and the edge's binds) ---------------------------------------------------
-def reservation_of(addr: str) -> Optional[Dict[str, str]]:
-    """The reservation of the TCP address ``host:port`` (canonical: lower-case host), as
-    ``{"account_id", "reserved_addr_id", "addr"}``, or None when nobody reserved exactly it.
-    One GetItem (of the port's claim)."""
-    host, sep, port = addr.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
-        return None
-    item = store.get(PORTS_PK, port_sk(int(port)))
-    if item is None or item.data.get("kind") != "reserved_addr" \
-            or item.data.get("addr") != addr:
-        return None
-    return {"account_id": item.data["account_id"],
-            "reserved_addr_id": item.data["reserved_addr_id"], "addr": item.data["addr"]}

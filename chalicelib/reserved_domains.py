@@ -6,7 +6,7 @@ certificate_management_policy, certificate_management_status, acme_challenge_cna
 resolves_to. Every field is always present; unset ones are ``null``.
 
 Rules (CONTRACT.md "Reserved domain"; where it is silent, decided here):
-- ``domain`` is required: a hostname (chalicelib.hostnames) of at least two labels whose
+- ``domain`` is required: a hostname (chalicelib.core.hostnames) of at least two labels whose
   last label is not a number, stored lower-cased; a wildcard only as a leading ``*.``
   (``*.a.example.com``). It cannot be changed (not an update field).
 - A domain is unique across all accounts, by its exact (lower-cased) name: a uniqueness
@@ -58,9 +58,10 @@ import string
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, hostnames, ids, refs, store, tls_certificates, validation, web
+from chalicelib import tls_certificates, validation, web
+from chalicelib.core import errors, hostnames, ids, refs, reservations, store
 from chalicelib.acme import orders
-from chalicelib.config import get_settings
+from chalicelib.core.config import get_settings
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -68,7 +69,6 @@ COLLECTION = "reserved_domain"
 PREFIX = ids.PREFIXES["reserved_domain"]
 PATH = "/reserved_domains"
 LIST_KEY = "reserved_domains"
-DOMAIN_NAMESPACE = "reserved_domain"
 
 REGIONS = ("au", "eu", "ap", "us", "jp", "in", "sa")
 RESOLVES_TO_VALUES = ("global",) + REGIONS
@@ -252,10 +252,10 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     domain_id = ids.new_id(PREFIX)
     item = store.new_item(store.collection_pk(c.account_id, COLLECTION), domain_id,
                           kind=COLLECTION, account_id=c.account_id, data=data)
-    claim = store.unique(DOMAIN_NAMESPACE, domain,
+    claim = store.unique(reservations.DOMAIN_NAMESPACE, domain,
                          {"account_id": c.account_id, "reserved_domain_id": domain_id},
                          _taken(domain))
-    ops = [store.put_new(item), claim, *under_index_ops(domain, c.account_id)]
+    ops = [store.put_new(item), claim, *reservations.under_index_ops(domain, c.account_id)]
     if data["certificate_management_policy"] is not None:
         ops.append(orders.enqueue_op(c.account_id, domain_id, domain))
     if cert is not None:
@@ -369,10 +369,12 @@ def delete(c: Ctx, domain_id: str) -> None:
     cert_id = item.data.get("certificate_id")
     store.commit([refs.delete_unreferenced(item.pk, item.sk, _get_missing(domain_id), in_use,
                                            version=item.version or 0),
-                  store.release(DOMAIN_NAMESPACE, item.data["domain"]),
+                  store.release(reservations.DOMAIN_NAMESPACE, item.data["domain"]),
                   orders.dequeue_op(c.account_id, domain_id),
-                  *[store.drop(store.unique_pk(UNDER_NAMESPACE, ancestor), item.data["domain"])
-                    for ancestor in ancestors(_bare(item.data["domain"]))]]
+                  *[store.drop(store.unique_pk(reservations.UNDER_NAMESPACE, ancestor),
+                               item.data["domain"])
+                    for ancestor in reservations.ancestors(
+                        reservations.bare(item.data["domain"]))]]
                  + _attach_ops(c.account_id, domain_id, item.data["domain"], cert_id, None,
                                _managed(c.account_id, cert_id)))
 
@@ -381,60 +383,19 @@ def _get_missing(domain_id: str) -> errors.NotFound:
     return errors.NotFound(f"No reserved domain with id '{domain_id}' exists")
 
 
-# ---- one owner per name (reservations, and the edge's binds) ---------------------------------
-# A name belongs to one account whatever its form: an exact reservation, a wildcard over it, a
-# name it is under (a parent can set cookies for its children), a reservation under it, or a
-# live endpoint on it or on a name it is under. Reservations are also indexed under each of
-# their ancestors (UNDER_NAMESPACE) so "what is reserved under this name" is one Query.
-UNDER_NAMESPACE = "reserved_domain_under"
-
-
-def _bare(domain: str) -> str:
-    return hostnames.suffix_of_wildcard(domain) or domain
-
-
-def ancestors(name: str) -> List[str]:
-    """The names ``name`` is under, with at least two labels: a.b.example.com ->
-    b.example.com, example.com."""
-    labels = name.split(".")
-    return [".".join(labels[i:]) for i in range(1, len(labels) - 1)]
-
-
-def under_index_ops(domain: str, account_id: str) -> List[store.Op]:
-    return [store.put_raw(store.unique_pk(UNDER_NAMESPACE, ancestor), domain, UNDER_NAMESPACE,
-                          {"account_id": account_id})
-            for ancestor in ancestors(_bare(domain))]
-
-
-def reserved_under(name: str) -> List[Dict[str, str]]:
-    """Reservations (exact or wildcard) strictly under ``name``: ``{"domain", "account_id"}``
-    each (one Query)."""
-    return [{"domain": item.sk, "account_id": (item.data or {}).get("account_id", "")}
-            for item in store.query_all(store.unique_pk(UNDER_NAMESPACE, name))]
-
-
-def _holders(names: List[str]) -> Dict[str, str]:
-    """Reserved name -> its account, for those of ``names`` that are reserved (one
-    BatchGetItem)."""
-    keys = [(store.unique_pk(DOMAIN_NAMESPACE, name), store.UNIQUE_SK) for name in names]
-    by_pk = {pk: name for name, (pk, _) in zip(names, keys)}
-    return {by_pk[item.pk]: item.data["account_id"]
-            for item in store.model().batch_get(keys, consistent_read=True)}
-
-
 def reservation_conflict(account_id: str, domain: str) -> Optional[errors.ApiError]:
     """Why ``account_id`` may not reserve ``domain`` (canonical, maybe ``*.``-wildcard), or
     None. Reads: one BatchGetItem of the reservations that could cover it, one Query of those
     under it, one BatchGetItem of the claims of it and the names it is under."""
-    from chalicelib import online
-    bare, wildcard = _bare(domain), hostnames.is_wildcard(domain)
+    from chalicelib.core import online
+    bare, wildcard = reservations.bare(domain), hostnames.is_wildcard(domain)
     other = errors.WildcardConflict if wildcard else errors.DomainReservedByOther
     refused = (f"This wildcard domain would conflict with a domain reserved for another "
                f"account. Failed to reserve {domain}." if wildcard else
                f"This domain is already reserved for another account. Failed to reserve "
                f"{domain}.")
-    above = ancestors(bare) + ([bare] if wildcard else [])
-    holders = _holders([domain] + candidates(bare)[1:] + above)
+    above = reservations.ancestors(bare) + ([bare] if wildcard else [])
+    holders = reservations.holders([domain] + reservations.candidates(bare)[1:] + above)
     if domain in holders:
         if holders.pop(domain) == account_id:
             return errors.DomainReservedByYou(f"This domain is already reserved for your "
@@ -445,50 +406,13 @@ def reservation_conflict(account_id: str, domain: str) -> Optional[errors.ApiErr
                                             details={"field": "domain"})
     if any(holder != account_id for holder in holders.values()):
         return other(refused, details={"field": "domain"})
-    if any(r["account_id"] != account_id for r in reserved_under(bare)):
+    if any(r["account_id"] != account_id for r in reservations.reserved_under(bare)):
         return other(refused, details={"field": "domain"})
-    for name, holder in online.hostname_holders([bare] + ancestors(bare)).items():
+    for name, holder in online.hostname_holders([bare] + reservations.ancestors(bare)).items():
         if holder.get("account_id") != account_id:
             return errors.DomainInUse(f"Another account is running an active endpoint on the "
                                       f"domain {name}. You may not reserve domains that are "
                                       "actively in use.", details={"field": "domain"})
-    return None
-
-
-def bind_conflict(account_id: str, name: str) -> Optional[str]:
-    """The reserved name of another account that makes ``name`` theirs (``name`` is under
-    it, or it is under ``name``), or None. For the edge's binds (the covering reservation
-    itself is :func:`reservation_of`'s)."""
-    holders = _holders(ancestors(name))
-    for holder_name, holder in holders.items():
-        if holder != account_id:
-            return holder_name
-    for under in reserved_under(name):
-        if under["account_id"] != account_id:
-            return under["domain"]
-    return None
-
-
-# ---- ownership (edges, and the edge's binds) ---------------------------------------------------
-def candidates(hostname: str) -> List[str]:
-    """The reservations that could cover ``hostname``, most specific first: the name itself,
-    then ``*.`` + each parent (``a.b.c`` → ``a.b.c``, ``*.b.c``, ``*.c``)."""
-    labels = hostname.split(".")
-    return [hostname] + ["*." + ".".join(labels[i:]) for i in range(1, len(labels))]
-
-
-def reservation_of(hostname: str) -> Optional[Dict[str, str]]:
-    """The reservation covering ``hostname`` (canonical, lower-case): the exact reservation,
-    else the nearest wildcard, as ``{"account_id", "reserved_domain_id", "domain"}``; None
-    when nobody reserved it. One BatchGetItem of the candidates' uniqueness items."""
-    names = candidates(hostname)
-    keys = [(store.unique_pk(DOMAIN_NAMESPACE, name), store.UNIQUE_SK) for name in names]
-    found = {item.pk: item for item in store.model().batch_get(keys, consistent_read=True)}
-    for name, (pk, _) in zip(names, keys):
-        item = found.get(pk)
-        if item is not None:
-            return {"account_id": item.data["account_id"],
-                    "reserved_domain_id": item.data["reserved_domain_id"], "domain": name}
     return None
 
 

@@ -34,7 +34,8 @@ else (hostports, modules: the hostport items carry a copy of them for the edge) 
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import edge_modules, errors, ids, store, traffic_policy, validation, web
+from chalicelib import edge_modules, traffic_policy, validation, web
+from chalicelib.core import errors, ids, store
 from chalicelib.edge_modules import HOSTPORTS, TCP_MODULES, TCP_RENDERERS
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx

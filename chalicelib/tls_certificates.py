@@ -15,9 +15,9 @@ Rules (where the hosted docs are silent, decided here):
   in it (a key, another block type: 400). Stored re-encoded (canonical PEM).
 - ``private_key_pem``: one unencrypted PEM private key (PKCS#8, PKCS#1 or SEC 1), RSA 2048 to
   8192 bits or ECDSA P-256/P-384, at most :data:`MAX_KEY_PEM_BYTES` bytes; it must be the
-  private half of the leaf's public key (chalicelib.keypairs checks it from the key's own
+  private half of the leaf's public key (chalicelib.core.keypairs checks it from the key's own
   numbers, in pure Python): otherwise 400. It is **never returned** by any call and is stored
-  only sealed (chalicelib.keywrap: KMS envelope encryption in AWS, a key file locally), bound
+  only sealed (chalicelib.core.keywrap: KMS envelope encryption in AWS, a key file locally), bound
   to the account and certificate id.
 - Update: description and metadata. The certificate and key cannot be changed (upload a new
   one and point the reserved domain's ``certificate_id`` at it).
@@ -33,7 +33,8 @@ import hashlib
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, ids, keypairs, keywrap, refs, store, validation, web
+from chalicelib import validation, web
+from chalicelib.core import errors, ids, keypairs, keywrap, refs, store
 from chalicelib.certificate_authorities import (_COMMON_NAME, _EKU_NAMES, _KEY_USAGE_BITS,
                                                 _certificate, _rfc3339)
 from chalicelib.validation import DESCRIPTION, METADATA, Field

@@ -1,6 +1,6 @@
 """Validation of traffic policy documents (``traffic_policy.value`` of edges and endpoints).
 
-The API validates with the same engine the edge enforces with (:mod:`chalicelib.policy`):
+The API validates with the same engine the edge enforces with (:mod:`chalicelib.core.policy`):
 a document is accepted only if the engine compiles it, i.e. its shape is right (phases,
 rules of ``name``/``expressions``/``actions``, limits: at most 16384 bytes, 64 rules per
 phase, 32 expressions of at most 1024 bytes and 32 actions per rule, names of at most 255
@@ -22,8 +22,8 @@ action refuses every address (fail closed) and says why in
 """
 from typing import Any, Optional
 
-from chalicelib import errors
-from chalicelib.policy.document import (MAX_DOCUMENT_BYTES, MAX_RULES_PER_PHASE, PHASES,
+from chalicelib.core import errors
+from chalicelib.core.policy.document import (MAX_DOCUMENT_BYTES, MAX_RULES_PER_PHASE, PHASES,
                                         PolicyError)
 
 __all__ = ["MAX_DOCUMENT_BYTES", "MAX_RULES_PER_PHASE", "PHASES", "check_document",
@@ -36,7 +36,7 @@ def check_document(field: str, text: Any, protocol: Optional[str] = None) -> str
     if not isinstance(text, str):
         raise errors.InvalidField(f"Field '{field}' must be a string holding a JSON or YAML "
                                   "traffic policy document", details={"field": field})
-    from chalicelib.policy.engine import compile_policy  # here: the CEL runtime loads on use
+    from chalicelib.core.policy.engine import compile_policy  # here: the CEL runtime loads on use
     try:
         compiled = compile_policy(text)
         if protocol:
@@ -66,7 +66,7 @@ def check_ip_policies(account_id: str, field: str, text: Optional[str]) -> None:
     if not text:
         return
     from chalicelib import ip_policies
-    from chalicelib.policy.engine import compile_policy
+    from chalicelib.core.policy.engine import compile_policy
     refs = compile_policy(text).ip_policy_refs
     if not refs:
         return

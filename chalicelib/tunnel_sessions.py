@@ -6,7 +6,7 @@ region, started_at, transport.
 
 Rules (where the hosted docs are silent, decided here):
 - Only live sessions are shown: a session whose edge has not refreshed it for
-  ONLINE_STALE_SECONDS (45 s) is offline (chalicelib.online) and is a 404 like an unknown id.
+  ONLINE_STALE_SECONDS (45 s) is offline (chalicelib.core.online) and is a 404 like an unknown id.
 - ``POST /tunnel_sessions/{id}/stop`` and ``/restart`` (204) ask the edge holding the session
   to send Stop / Restart to the agent at its next heartbeat (within a few seconds). Like
   changing a credential, a member or bot may do so only for sessions started with credentials
@@ -18,7 +18,7 @@ Rules (where the hosted docs are silent, decided here):
 """
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import errors, online, store
+from chalicelib.core import errors, online, store
 from chalicelib.web import Ctx
 
 COLLECTION = online.SESSIONS

@@ -5,12 +5,12 @@ metadata, proto, region, tunnel_session (Ref), endpoint (Ref to the agent endpoi
 a labeled tunnel), labels (null for a tunnel that is not labeled), backends (always ``[]``:
 tunnel-group backends are not yet a resource here), forwards_to.
 
-A tunnel is shown while its session is live (chalicelib.online); otherwise it is a 404 like
+A tunnel is shown while its session is live (chalicelib.core.online); otherwise it is a 404 like
 an unknown id.
 """
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import online, store
+from chalicelib.core import online, store
 from chalicelib.web import Ctx
 
 COLLECTION = online.TUNNELS

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from chalicelib import errors
+from chalicelib.core import errors
 
 DESCRIPTION_MAX_BYTES = 255
 METADATA_MAX_BYTES = 4096

@@ -1,7 +1,7 @@
 """The HTTP edge of the service: what every view shares.
 
 - :func:`install` registers the middleware that wraps every view. It is the single
-  translation point from :class:`chalicelib.errors.ApiError` (and anything unexpected) to
+  translation point from :class:`chalicelib.core.errors.ApiError` (and anything unexpected) to
   the wire error body, checks the version header, the body's media type and size, and gives
   every request an ``op_`` operation id (logged, returned in error details and in the
   ``Operation-Id`` response header).
@@ -10,6 +10,7 @@
 - :func:`body`, :func:`list_params` and :func:`page` implement strict bodies and the
   contract's pagination.
 """
+import functools
 import json
 import logging
 import threading
@@ -19,10 +20,11 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from urllib.parse import quote, urlencode
 
 from chalice import Chalice, Response
-from chalice.app import Request
+from chalice.app import ChaliceUnhandledError, Request
 
-from chalicelib import errors, ids, ratelimit, store, validation
-from chalicelib.config import get_settings
+from chalicelib import ratelimit, validation
+from chalicelib.core import errors, ids, store
+from chalicelib.core.config import get_settings
 
 log = logging.getLogger("tunnel_service")
 
@@ -85,6 +87,27 @@ class Ctx:
 
     def ref(self, path: str, resource_id: str) -> Dict[str, str]:
         return {"id": resource_id, "uri": self.uri(f"{path}/{resource_id}")}
+
+
+class _Carried(ChaliceUnhandledError):
+    """An :class:`errors.ApiError` on its way out of a view: Chalice renders any other
+    exception as its own 500, but lets this kind through to the middleware."""
+
+    def __init__(self, error: errors.ApiError) -> None:
+        super().__init__(error.msg)
+        self.error = error
+
+
+def view(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a view so the core's errors reach the middleware (every route is wrapped by the
+    route helper in app.py)."""
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except errors.ApiError as exc:
+            raise _Carried(exc) from exc
+    return wrapped
 
 
 def install(app: Chalice) -> None:
@@ -178,7 +201,10 @@ def _middleware(event: Request, get_response: Callable[[Request], Response]) -> 
         authorizer = (event.context or {}).get("authorizer") or {}
         ratelimit.check(authorizer.get("account_id"), clock=_clock)
         _check_request(event)
-        response = get_response(event)
+        try:
+            response = get_response(event)
+        except _Carried as carried:
+            raise carried.error from None
     except errors.ApiError as exc:
         if exc.status_code >= 500:
             log.error("operation %s failed: %s", operation_id(), exc.msg)
@@ -349,10 +375,10 @@ def no_content() -> Response:
 
 def method_not_allowed(allowed: List[str]) -> Callable[..., Response]:
     """A view for a path's unsupported methods, so every gateway answers 405 the same way."""
-    def view(**_: Any) -> Response:
+    def refuse(**_: Any) -> Response:
         raise errors.MethodNotAllowed(
             f"Method {request().method} is not allowed here; allowed: {', '.join(allowed)}")
-    return view
+    return view(refuse)
 
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 
-from chalicelib import store
+from chalicelib.core import store
 from edge import config
 from edge.server import Edge
 

@@ -6,7 +6,7 @@ The edge opens Proxy streams (one per public connection) and commands (Stop, Res
 Rules (DATA_PLANE.md): the authtoken is a credential token; a domain must pass the
 credential's ACL and be the account's (reserved, or free under the base domain); one hostname
 is served by one endpoint service-wide (claimed in the table); labels must pass the ACL. Every
-refusal goes back as ``{"Error": "<msg>\\nERR_NGROK_<n>"}`` (chalicelib.binding lists codes).
+refusal goes back as ``{"Error": "<msg>\\nERR_NGROK_<n>"}`` (chalicelib.core.binding lists codes).
 
 Anything that is not the protocol (a malformed frame, JSON that is not an object, a stream
 type an agent may not open, an RPC before Auth that is not Auth) ends that session with
@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Any, Dict, Optional
 
-from chalicelib import binding, ids, online
+from chalicelib.core import binding, ids, online
 from edge import enforce, muxado, protocol, quotas, tls
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
@@ -245,7 +245,7 @@ class AgentSession:
     async def _reusable_id(self, requested: str) -> str:
         """The id the agent asked for (its re-bind after a reconnect) when it is this
         account's or nobody's, else a new one; every id given out is recorded as the account's
-        (chalicelib.online.claim_tunnel_id), so no other account can take it over."""
+        (chalicelib.core.online.claim_tunnel_id), so no other account can take it over."""
         if requested and ids.is_valid(requested, ids.PREFIXES["tunnel"]):
             held = self.edge.registry.by_id.get(requested)
             if (held is None or held.account_id == self.grant.account_id) and \

@@ -1,4 +1,4 @@
-"""The edge's settings, read from the environment (like the API's chalicelib.config).
+"""The edge's settings, read from the environment (like the API's chalicelib.core.config).
 
 | variable              | default            | meaning                                              |
 |-----------------------|--------------------|------------------------------------------------------|
@@ -24,15 +24,15 @@
 | EDGE_MAX_SESSIONS_PER_CREDENTIAL, EDGE_MAX_AUTHS_PER_CREDENTIAL,                          |
 | EDGE_MAX_FAILED_AUTHS_PER_ADDRESS: the quotas (edge/quotas.py, defaults there)            |
 | DATA_DIR              | .data              | where the local CA lives (``$DATA_DIR/ca.pem``)      |
-| BASE_DOMAIN           | tunnels.localhost  | generated names (chalicelib.config)                  |
-The store is the API's: TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_* (chalicelib.config).
+| BASE_DOMAIN           | tunnels.localhost  | generated names (chalicelib.core.config)                  |
+The store is the API's: TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_* (chalicelib.core.config).
 """
 import os
 import secrets
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from chalicelib.config import get_settings
+from chalicelib.core.config import get_settings
 from edge import quotas
 
 

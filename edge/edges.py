@@ -21,7 +21,7 @@ carries the bytes.
 Cloud endpoints (``POST /endpoints``, type ``cloud``) come before HTTPS edges: a request
 whose ``Host`` no agent endpoint serves is looked up as a cloud endpoint's host (one GetItem
 of the host's served-name claim, which carries the endpoint's url and traffic_policy:
-chalicelib.online.cloud_endpoint_for). Its traffic policy runs with no agent; it must answer
+chalicelib.core.online.cloud_endpoint_for). Its traffic policy runs with no agent; it must answer
 (custom-response, redirect, deny, …) or ``forward-internal``; a request it lets through is
 answered ``ERR_NGROK_6029`` (502: "the traffic policy configured for cloud endpoint … is
 non-terminating"). Internal endpoints (``*.internal``: an agent's, bound on this edge, or a
@@ -51,7 +51,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from urllib.parse import urlsplit
 
-from chalicelib import online
+from chalicelib.core import online
 from edge import enforce
 
 CACHE_SECONDS = 1.0

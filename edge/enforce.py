@@ -1,7 +1,7 @@
 """What the edge applies to an endpoint's traffic, from the agent's Bind options.
 
 The SDKs apply none of the modules or the traffic policy they send in Bind: the edge must.
-Every module is translated into traffic policy rules, so one engine (chalicelib.policy)
+Every module is translated into traffic policy rules, so one engine (chalicelib.core.policy)
 enforces modules and policies alike (and the route modules of edges, which translate the same
 way). The rules run in the hosted service's module order, before the endpoint's own policy:
 
@@ -28,8 +28,8 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from chalicelib import binding
-from chalicelib.policy import Policy, PolicyError, compile_policy
+from chalicelib.core import binding
+from chalicelib.core.policy import Policy, PolicyError, compile_policy
 
 UNSUPPORTED_HTTP = ("OAuth", "OIDC", "SAML", "CircuitBreaker",
                     "WebsocketTCPConverter", "HostHeaderRewrite", "ProxyProto", "Auth")

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
-from chalicelib import ids, policy as tp
+from chalicelib.core import ids, policy as tp
 from edge import challenges, http1
 from edge.connections import connection_handler
 from edge.tls import MISDIRECTED

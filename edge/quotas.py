@@ -10,14 +10,14 @@
 | failed authentications per source address per minute (EDGE_MAX_FAILED_AUTHS_PER_ADDRESS) | 20 | the address is locked out: 10 s, doubling with each lockout up to 10 min |
 
 The session count is exact (one session lives on one instance); the account and credential
-counts are service-wide (read from the online items in the store: chalicelib.online); the
+counts are service-wide (read from the online items in the store: chalicelib.core.online); the
 per-address lockout is per edge instance, in memory, bounded (``MAX_TRACKED_ADDRESSES``).
 """
 import time
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from chalicelib import binding
+from chalicelib.core import binding
 
 MAX_TRACKED_ADDRESSES = 100_000   # addresses with recent failures kept in memory
 WINDOW = 60.0

@@ -2,7 +2,7 @@
 
 Process memory holds only what this instance itself serves (its own sessions' tunnels); the
 service-wide facts (which endpoint owns a hostname, which sessions are online) are items in
-the table (chalicelib.online), so a second instance never needs this one's memory: a public
+the table (chalicelib.core.online), so a second instance never needs this one's memory: a public
 connection reaching an instance that does not hold the endpoint would be forwarded to the
 instance named by the hostname's claim (docs/DEPLOY.md).
 """

@@ -13,7 +13,7 @@ import weakref
 import logging
 from typing import Any, Callable, Dict, List, Optional
 
-from chalicelib import binding, errors, hostnames, online, policy as tp
+from chalicelib.core import binding, errors, hostnames, online, policy as tp
 from edge import agents, config, metrics, quotas, tls
 from edge.admission import Admission
 from edge.certs import ServerCertificates
@@ -278,7 +278,7 @@ class Edge:
         """An internal endpoint (``https://<name>.internal``): any well-formed name, no
         reservation (hosted rule; ``tcp://<name>.internal:<port>`` for TCP, no listener);
         namespaced per account (its claim is ``<name>@<account>``,
-        chalicelib.online.claim_name); reachable only through a ``forward-internal`` action
+        chalicelib.core.online.claim_name); reachable only through a ``forward-internal`` action
         of an endpoint of the same account, never from the public listeners."""
         try:
             name = hostnames.parse(requested, min_labels=2)
@@ -387,7 +387,7 @@ class Edge:
     async def drop_tunnel(self, tunnel: Tunnel, remember: bool = False) -> None:
         """Stop serving a tunnel: registry, listener, claim and online items. ``remember``
         (its session ended, the agent may reconnect): a generated name or port is kept for
-        the re-bind of the same tunnel id (chalicelib.online.remember_name)."""
+        the re-bind of the same tunnel id (chalicelib.core.online.remember_name)."""
         if self.registry.by_id.get(tunnel.id) is not tunnel:
             return  # already taken over by a reconnect
         self.registry.remove(tunnel)

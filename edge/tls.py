@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
-from chalicelib import binding
+from chalicelib.core import binding
 from edge import challenges
 
 log = logging.getLogger("edge.tls")

@@ -8,7 +8,7 @@ methods API Gateway does not route (TRACE, PROPFIND, …: 405), framing errors (
 414, 431, 501, 505; see scripts/http_server.py). Bodies are refused at the contract's limit
 (chalicelib.web.MAX_BODY_BYTES) while they are read.
 
-Environment: the store and stage settings of chalicelib.config (DYNAMODB_ENDPOINT_URL,
+Environment: the store and stage settings of chalicelib.core.config (DYNAMODB_ENDPOINT_URL,
 AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, TABLE_NAME, …), set by scripts/serve.py.
 SIGTERM: stop accepting, finish in-flight requests (at most --drain seconds), exit 0.
 """
@@ -33,7 +33,7 @@ log = logging.getLogger("api_server")
 
 
 def error_response(status: int, msg: str) -> http_server.Response:
-    from chalicelib import errors, ids
+    from chalicelib.core import errors, ids
     cls = errors.HTTP_ERRORS.get(status, errors.Internal)
     operation_id = ids.new_id("op")
     body = errors.error_body(cls.status_code, cls.error_code, msg, operation_id)

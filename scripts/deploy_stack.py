@@ -20,7 +20,7 @@ their roles and permissions):
   protection and DeletionPolicy/UpdateReplacePolicy ``Retain``.
 - Gateway responses on the RestAPI that give API Gateway's own answers (no route, no or bad
   API key, authorizer failure, too large, wrong media type) the contract's error body. The
-  codes and messages come from chalicelib.gateway / chalicelib.errors, the local twin that
+  codes and messages come from chalicelib.gateway / chalicelib.core.errors, the local twin that
   ``make run`` and the tests use, so the two cannot drift apart.
 - Least privilege: the policies of the two function roles are replaced by ones that allow
   only the DynamoDB actions the code uses on that table (``Fn::GetAtt ServiceTable.Arn``)
@@ -47,16 +47,16 @@ CHALICE_DIR = os.path.join(PROJECT_DIR, ".chalice")
 if PROJECT_DIR not in sys.path:
     sys.path.insert(0, PROJECT_DIR)
 
-DEFAULT_TABLE_NAME = "tunnel-service"  # chalicelib.config's default (stage dev sets none)
+DEFAULT_TABLE_NAME = "tunnel-service"  # chalicelib.core.config's default (stage dev sets none)
 TABLE_RESOURCE = "ServiceTable"
 API_RESOURCE = "RestAPI"
 API_ROLE = "ApiHandlerRole"
 AUTHORIZER_ROLE = "ApiKeyAuthorizerRole"
 
-# Every DynamoDB action the service's code performs (chalicelib.store through PynamoDB:
+# Every DynamoDB action the service's code performs (chalicelib.core.store through PynamoDB:
 # GetItem, Query, TransactWriteItems with Put/Update/Delete/ConditionCheck, DescribeTable
 # from Model.exists; PutItem/UpdateItem/DeleteItem for single-item writes; BatchGetItem for the
-# sessions of a page of online tunnels/endpoints, chalicelib.online).
+# sessions of a page of online tunnels/endpoints, chalicelib.core.online).
 API_ACTIONS = sorted(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                       "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:TransactWriteItems",
                       "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable",
@@ -94,7 +94,8 @@ def gateway_responses() -> Dict[str, Dict[str, Any]]:
     both are the contract's 404. DEFAULT_4XX/5XX catch every other gateway-made error.
     THROTTLED/QUOTA_EXCEEDED are 429 (API Gateway's default 4XX would make them a 400).
     """
-    from chalicelib import errors, gateway
+    from chalicelib import gateway
+    from chalicelib.core import errors
     table = {
         "UNAUTHORIZED": (401, errors.UNAUTHORIZED, gateway.UNAUTHORIZED_MSG),
         "ACCESS_DENIED": (403, errors.Forbidden.error_code, errors.Forbidden.default_msg),
@@ -174,7 +175,7 @@ def merge_template(stage: str) -> Dict[str, Any]:
                           {"AttributeName": "sk", "KeyType": "RANGE"}],
             "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
             # online items of an edge that died, idempotency records and rate-limit windows expire
-            # (chalicelib.online, chalicelib.store)
+            # (chalicelib.core.online, chalicelib.core.store)
             "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
             "SSESpecification": {"SSEEnabled": True},
             "DeletionProtectionEnabled": prod,

@@ -265,7 +265,8 @@ _KEEP: List = []   # the edge's listening sockets live as long as this process
 def prepare_store(args: argparse.Namespace, key_file: str) -> Optional[Dict[str, str]]:
     """Create the table if missing; bootstrap (first start) or check the local admin key."""
     sys.path.insert(0, PROJECT_DIR)
-    from chalicelib import accounts, auth, config, errors, store
+    from chalicelib import accounts, auth
+    from chalicelib.core import config, errors, store
     config.reset_settings()
     store.reset()
     store.create_table()
@@ -363,7 +364,7 @@ def main() -> int:
         if embedded:
             for name in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE"):
                 os.environ.pop(name, None)
-        import chalicelib.store  # noqa: F401  (imported while the store starts)
+        import chalicelib.core.store  # noqa: F401  (imported while the store starts)
         if store_ is not None:
             store_.wait_ready(stopping)
             lines = [f"{k}={env[k]}" for k in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",

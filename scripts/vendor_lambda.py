@@ -8,7 +8,7 @@ slimming below changes).
 Slimmed for the deployment package (issue 14; measured by ``make bench``):
 
 - files the Lambda never loads are left out (:data:`LEAVE_OUT`): cel-expr-python's ``ext``
-  modules (chalicelib.policy.celenv enables the same extensions by name from ``cel.so``'s own
+  modules (chalicelib.core.policy.celenv enables the same extensions by name from ``cel.so``'s own
   copy; each of those modules is another 4-7 MB copy of cel-cpp) and the type stubs;
 - shared objects are stripped of their symbol tables (``strip --strip-unneeded``: what the
   dynamic loader needs stays; only symbols for debuggers and linkers go), when binutils'

@@ -15,7 +15,7 @@ for _name, _value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "
                       "EDGE_TCP_PORTS": "10000-59999"}.items():
     os.environ[_name] = _value
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
-# Private keys of TLS certificates are sealed with a master key in this file (chalicelib.keywrap)
+# Private keys of TLS certificates are sealed with a master key in this file (chalicelib.core.keywrap)
 # for the whole session: the in-process app, the stack processes and the edge share it.
 os.environ["TLS_KEY_FILE"] = os.path.join(tempfile.mkdtemp(prefix="tunnel-tls-keys-"),
                                           "tls-keys.secret")
@@ -32,7 +32,7 @@ def store_env():
     """An empty table in moto's in-process mock, with the store configured for it."""
     from moto import mock_aws
 
-    from chalicelib import config, store
+    from chalicelib.core import config, store
     with mock_aws():
         config.reset_settings()
         store.reset()
@@ -98,7 +98,7 @@ def module_api():
     from moto import mock_aws
 
     from app import app
-    from chalicelib import config, store
+    from chalicelib.core import config, store
     from chalicelib.gateway import ContractGateway
     with mock_aws():
         config.reset_settings()

@@ -17,8 +17,8 @@ import socket
 import sys
 from typing import List, Optional
 
-from chalicelib import store
-from chalicelib.config import get_settings
+from chalicelib.core import store
+from chalicelib.core.config import get_settings
 
 DNS_PK = "ACME#dns"
 TTL = 60

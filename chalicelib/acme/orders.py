@@ -1,6 +1,6 @@
 """The store side of managed certificates (no ACME library here: the API and the edge import it).
 
-Items (one table, chalicelib.store):
+Items (one table, chalicelib.core.store):
 
 - work queue entry, one per reserved domain with a policy: ``ACME#queue`` /
   ``<account>#<domain id>`` (written by the API with the domain; taken by workers);
@@ -20,7 +20,7 @@ import hashlib
 import time
 from typing import Any, Dict, List, Optional
 
-from chalicelib import store
+from chalicelib.core import store
 
 QUEUE_PK = "ACME#queue"
 CHALLENGE_PK = "ACME#challenge"

@@ -45,7 +45,8 @@ from acme import challenges, client, crypto_util, errors as acme_errors, message
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from chalicelib import keywrap, refs, store, tls_certificates, validation
+from chalicelib import tls_certificates, validation
+from chalicelib.core import keywrap, refs, store
 from chalicelib.acme import dns, orders
 
 log = logging.getLogger("acme.worker")

@@ -3,7 +3,7 @@ two accounts, the API over HTTP and the official SDK as a process. Each case of 
 takeover across accounts is refused with the hosted code, and the owner keeps serving."""
 import os
 
-from chalicelib import errors
+from chalicelib.core import errors
 from tests.edge.conftest import BASE_DOMAIN
 from tests.edge.test_edge_sdk import _bound, _credential, _host, _refusal
 

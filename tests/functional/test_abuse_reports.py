@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from chalicelib import errors, ids
+from chalicelib.core import errors, ids
 from tests.support.api import PROJECT_DIR
 
 REPORT_FIELDS = {"id", "uri", "created_at", "urls", "metadata", "status", "hostnames"}

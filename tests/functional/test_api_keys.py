@@ -1,7 +1,7 @@
 """/api_keys at both levels (in-process and over HTTP), and the cross-cutting rules."""
 import pytest
 
-from chalicelib import errors, ids
+from chalicelib.core import errors, ids
 
 KEY_FIELDS = {"id", "uri", "description", "metadata", "created_at", "token", "owner_id"}
 

@@ -1,7 +1,8 @@
 """/backends/tunnel_group, /backends/failover and /backends/weighted at both levels."""
 import pytest
 
-from chalicelib import backends, errors, ids
+from chalicelib import backends
+from chalicelib.core import errors, ids
 
 COMMON = {"id", "uri", "created_at", "description", "metadata"}
 TG, FO, WT = "/backends/tunnel_group", "/backends/failover", "/backends/weighted"
@@ -214,7 +215,7 @@ def test_resolve_gives_the_edge_plain_dicts(api, account):
 def test_tunnel_group_shows_its_online_labeled_tunnels(api, account):
     if api.level != "inprocess":
         pytest.skip("online items are written by the edge: written here in-process")
-    from chalicelib import online
+    from chalicelib.core import online
     admin = account.admin
     sid = online.new_session_id()
     online.session_started(account_id=account.id, session_id=sid, credential_id="cr_x",

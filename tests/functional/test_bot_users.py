@@ -4,7 +4,7 @@ import threading
 import pytest
 import requests
 
-from chalicelib import errors, ids
+from chalicelib.core import errors, ids
 
 BOT_FIELDS = {"id", "uri", "name", "active", "created_at"}
 

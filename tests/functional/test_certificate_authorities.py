@@ -7,7 +7,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from chalicelib import certificate_authorities, ids
+from chalicelib import certificate_authorities
+from chalicelib.core import ids
 
 PATH = "/certificate_authorities"
 FIELDS = {"id", "uri", "created_at", "description", "metadata", "ca_pem",

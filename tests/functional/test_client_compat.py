@@ -25,8 +25,8 @@ import pytest
 from ngrok import datatypes as dt
 
 from app import app
-from chalicelib import errors
-from chalicelib.config import get_settings
+from chalicelib.core import errors
+from chalicelib.core.config import get_settings
 
 # client attribute path → collection route in this app. Served now.
 SERVED = {

@@ -1,11 +1,11 @@
 """Cloud endpoints through the API (``POST``/``PATCH``/``DELETE /endpoints``), at both levels:
 every rule of chalicelib/cloud_endpoints.py at its boundary. Agent endpoints (and internal
-ones) are seeded with chalicelib.online's writers, the functions the edge calls."""
+ones) are seeded with chalicelib.core.online's writers, the functions the edge calls."""
 import json
 
 import pytest
 
-from chalicelib import errors, ids, online
+from chalicelib.core import errors, ids, online
 from tests.functional.test_online_views import ENDPOINT_FIELDS, Edge
 from tests.support.contract import assert_error
 

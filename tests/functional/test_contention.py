@@ -1,6 +1,6 @@
 """Concurrent writers of one resource (issue 14): PATCHes of different fields do not conflict.
 
-Each PATCH is one UpdateItem of the fields it sends (chalicelib.store.set_fields), so 20 at
+Each PATCH is one UpdateItem of the fields it sends (chalicelib.core.store.set_fields), so 20 at
 once all succeed and every field keeps a value one of its writers sent. Over real HTTP
 against the local stack (threaded server, the embedded store).
 """
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from chalicelib import store
+from chalicelib.core import store
 
 WRITERS = 20
 FIELDS = ("description", "metadata", "body", "headers")

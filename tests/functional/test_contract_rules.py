@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from chalicelib import errors
+from chalicelib.core import errors
 from tests.support.contract import assert_error
 
 KIB = 1024
@@ -108,7 +108,7 @@ def test_every_kind_of_error_carries_its_operation_id(module_api, account, monke
     assert len(seen) == len(cases), "every request gets its own operation id"
 
 
-SECRET = "secret-internal-detail at /var/task/chalicelib/store.py line 42"
+SECRET = "secret-internal-detail at /var/task/chalicelib/core/store.py line 42"
 
 
 def _crash(*args, **kwargs):

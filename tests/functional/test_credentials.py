@@ -4,7 +4,7 @@ import json
 import boto3
 import pytest
 
-from chalicelib import errors, ids
+from chalicelib.core import errors, ids
 
 CRED_FIELDS = {"id", "uri", "created_at", "description", "metadata", "token", "acl",
                "owner_id"}
@@ -51,7 +51,7 @@ def _scan_table(api):
     if api.level == "http":
         client = api.stack.store_client()
     else:
-        from chalicelib import store
+        from chalicelib.core import store
         client = store.connection().client
     items, kwargs = [], {"TableName": "tunnel-service"}
     while True:
@@ -245,7 +245,8 @@ def test_inactive_bot_credentials_stop_binding_and_reactivation_restores(inproc_
 
 def test_deleting_a_bot_with_many_credentials_deletes_them_all(inproc_account):
     """More owned items than one transaction holds (2 writes each): chunked deletion."""
-    from chalicelib import credentials, store
+    from chalicelib import credentials
+    from chalicelib.core import store
     admin = inproc_account.admin
     bot = admin.post("/bot_users", {"name": "busy"}).json
     for _ in range(60):

@@ -9,8 +9,8 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 
 from chalicelib import admin as admin_cli
-from chalicelib import errors, ids, store
-from chalicelib.config import get_settings
+from chalicelib.core import errors, ids, store
+from chalicelib.core.config import get_settings
 
 HTTPS, TCP = "/edges/https", "/edges/tcp"
 _counter = itertools.count()
@@ -158,7 +158,7 @@ def test_free_name_served_by_another_accounts_online_endpoint_is_refused(api, ac
                                                                          other_account):
     if api.level != "inprocess":
         pytest.skip("online claims are written by the edge: written here in-process")
-    from chalicelib import online
+    from chalicelib.core import online
     name = unique_domain(get_settings().base_domain)
     sid = online.new_session_id()
     online.session_started(account_id=other_account.id, session_id=sid, credential_id="cr_x",

@@ -8,7 +8,7 @@ from ngrok.datatypes import (EndpointBackendMutate, EndpointIPPolicyMutate,
                              EndpointResponseHeaders, EndpointTrafficPolicy,
                              EndpointUserAgentFilter)
 
-from chalicelib import ids
+from chalicelib.core import ids
 
 POLICY = json.dumps({"on_tcp_connect": [{"name": "r", "actions": [{"type": "deny"}]}]})
 
@@ -175,7 +175,7 @@ def test_https_edge_modules_with_the_reference_client(client):
     from ngrok.datatypes import (EndpointMutualTLSMutate, EndpointRequestHeaders,
                                  EndpointTLSTerminationAtEdge)
 
-    from chalicelib.config import get_settings
+    from chalicelib.core.config import get_settings
     from tests.functional.test_certificate_authorities import make_cert
     pem, _ = make_cert("Client CA")
     ca = client.certificate_authorities.create(ca_pem=pem, description="clients")

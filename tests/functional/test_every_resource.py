@@ -21,7 +21,8 @@ import pytest
 
 from app import app
 from tests.functional.test_certificate_authorities import make_cert
-from chalicelib import errors, openapi
+from chalicelib import openapi
+from chalicelib.core import errors
 from tests.support.certs import SmallCA
 from tests.support.contract import assert_error
 

@@ -27,7 +27,8 @@ from schemathesis.specs.openapi.checks import (content_type_conformance,
                                                status_code_conformance)
 
 from app import app
-from chalicelib import errors, openapi
+from chalicelib import openapi
+from chalicelib.core import errors
 
 MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "6"))
 NEGATIVE_EXAMPLES = max(2, MAX_EXAMPLES * 2 // 3)

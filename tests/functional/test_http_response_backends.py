@@ -1,7 +1,7 @@
 """/backends/http_response at both levels (in-process and over HTTP)."""
 import pytest
 
-from chalicelib import errors, ids
+from chalicelib.core import errors, ids
 
 FIELDS = {"id", "uri", "created_at", "description", "metadata", "body", "headers",
           "status_code"}

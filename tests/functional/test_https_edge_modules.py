@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from chalicelib import https_edges, ids, tcp_edges
-from chalicelib.config import get_settings
+from chalicelib import https_edges, tcp_edges
+from chalicelib.core import ids
+from chalicelib.core.config import get_settings
 
 PATH = "/edges/https"
 POLICY = json.dumps({"on_http_request": [{"name": "r", "actions": [{"type": "deny"}]}]})

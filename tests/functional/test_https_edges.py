@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from chalicelib import errors, ids
-from chalicelib.config import get_settings
+from chalicelib.core import errors, ids
+from chalicelib.core.config import get_settings
 
 EDGE_FIELDS = {"id", "uri", "created_at", "description", "metadata", "hostports",
                "mutual_tls", "tls_termination", "routes"}

@@ -4,7 +4,8 @@ import uuid
 
 import requests
 
-from chalicelib import errors, idempotency
+from chalicelib import idempotency
+from chalicelib.core import errors
 from tests.functional.test_api_keys import assert_contract_error
 
 
@@ -87,7 +88,7 @@ def test_key_length_boundary(account):
 
 
 def test_an_expired_key_is_forgotten(inprocess_api, monkeypatch):
-    from chalicelib import config
+    from chalicelib.core import config
     monkeypatch.setenv("IDEMPOTENCY_TTL_SECONDS", "0")
     config.reset_settings()
     try:

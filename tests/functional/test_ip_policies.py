@@ -1,7 +1,7 @@
 """/ip_policies and /ip_policy_rules at both levels."""
 import pytest
 
-from chalicelib import errors, ids
+from chalicelib.core import errors, ids
 
 POLICY_FIELDS = {"id", "uri", "created_at", "description", "metadata"}
 RULE_FIELDS = {"id", "uri", "created_at", "description", "metadata", "cidr", "ip_policy",

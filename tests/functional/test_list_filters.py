@@ -3,7 +3,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from chalicelib import errors, filters
+from chalicelib import filters
+from chalicelib.core import errors
 from tests.functional.test_api_keys import assert_contract_error
 
 

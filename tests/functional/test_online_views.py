@@ -1,11 +1,11 @@
 """/tunnel_sessions, /tunnels and /endpoints at both levels: the online items are seeded with
-chalicelib.online's writers (the functions the edge calls), into the service's own store."""
+chalicelib.core.online's writers (the functions the edge calls), into the service's own store."""
 import time
 
 import ngrok
 import pytest
 
-from chalicelib import errors, ids, online
+from chalicelib.core import errors, ids, online
 
 SESSION_FIELDS = {"id", "uri", "agent_version", "credential", "ip", "metadata", "os", "region",
                   "started_at", "transport"}

@@ -5,7 +5,8 @@ In-process only: the changes are operator actions on the store (chalicelib.accou
 """
 import pytest
 
-from chalicelib import accounts, auth, store
+from chalicelib import accounts, auth
+from chalicelib.core import store
 from tests.support.api import Caller
 
 REPORT = {"urls": ["https://bad.example.net/x"]}

@@ -16,7 +16,7 @@ import sys
 import pytest
 import yaml
 
-from chalicelib import errors
+from chalicelib.core import errors
 from tests.support.api import PROJECT_DIR
 
 sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
@@ -51,7 +51,7 @@ def test_deployment_package_holds_the_policy_engines_runtime(prod_template):
                 .namelist())
     version = f"{sys.version_info.major}{sys.version_info.minor}"
     assert f"cel_expr_python/cel.cpython-{version}-x86_64-linux-gnu.so" in names
-    assert "chalicelib/policy/engine.py" in names and "chalicelib/policy/jwks.py" in names
+    assert "chalicelib/core/policy/engine.py" in names and "chalicelib/core/policy/jwks.py" in names
     assert "asn1crypto/x509.py" in names
     assert not [n for n in names if n.startswith(("jwt/", "cryptography/"))]   # the edge's
 
@@ -108,7 +108,7 @@ def _gateway_responses(template):
 
 
 def test_gateway_responses_give_the_contract_error_body(prod_template):
-    from chalicelib import errors
+    from chalicelib.core import errors
     _, template = prod_template
     responses = _gateway_responses(template)
     assert set(EXPECTED_GATEWAY) <= set(responses)
@@ -251,7 +251,7 @@ def test_compose_starts_localstack_and_the_agent_on_loopback(compose):
 
 # What the packaged app is run with in the test below: it compiles a traffic policy using the
 # strings, math and encoders CEL extensions (enabled from cel.so, the ext modules left out),
-# parses a CA certificate (asn1crypto) and checks inline JWKS (chalicelib/policy/jwks.py), with
+# parses a CA certificate (asn1crypto) and checks inline JWKS (chalicelib/core/policy/jwks.py), with
 # no cryptography or PyJWT anywhere on its path, and says where its modules came from.
 _PACKAGED_CHECK = """
 import json, sys
@@ -259,14 +259,15 @@ sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import app
 assert app.app.routes
 cold = sorted(m for m in sys.modules if m.split(".")[0] in ("asn1crypto", "cel_expr_python"))
-from chalicelib.policy import compile_policy
+from chalicelib.core.policy import compile_policy
 compile_policy({"on_http_request": [{"expressions": [
     "req.url.path.upperAscii().split('/').size() > math.greatest(1, 2)",
     "base64.encode(bytes(req.url.path)) != ''"],
     "actions": [{"type": "deny"}]}]})
-from chalicelib import certificate_authorities, store
+from chalicelib import certificate_authorities
+from chalicelib.core import store
 ca = certificate_authorities.parse_pem(sys.stdin.read())
-from chalicelib.policy.document import PolicyError
+from chalicelib.core.policy.document import PolicyError
 def jwt_policy(jwks):
     return {"on_http_request": [{"actions": [{"type": "jwt-validation", "config": {
         "issuer": {"allow_list": [{"value": "https://issuer"}]},
@@ -379,8 +380,8 @@ def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
     seen = ast.literal_eval(result.stdout.strip().splitlines()[-1])
     assert seen["cold"] == [] and seen["cn"] == "Packaged CA"
     assert "importable" not in result.stdout, result.stdout
-    from chalicelib.policy.document import PolicyError
-    from chalicelib.policy import compile_policy
+    from chalicelib.core.policy.document import PolicyError
+    from chalicelib.core.policy import compile_policy
     with pytest.raises(PolicyError) as here:   # the same JWKS, refused the same way here
         compile_policy({"on_http_request": [{"actions": [{"type": "jwt-validation", "config": {
             "issuer": {"allow_list": [{"value": "https://issuer"}]},

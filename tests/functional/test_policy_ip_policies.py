@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from chalicelib import errors
+from chalicelib.core import errors
 from tests.functional.test_https_edge_modules import created, edge_and_route
 from tests.functional.test_tcp_edges import hostport as tcp_hostport
 

@@ -1,7 +1,8 @@
 """Per-account rate limiting (chalicelib.ratelimit): in-process, with a fixed clock."""
 import pytest
 
-from chalicelib import config, errors, ratelimit, web
+from chalicelib import ratelimit, web
+from chalicelib.core import config, errors
 from tests.functional.test_api_keys import assert_contract_error
 
 START = 1_800_000_000.0  # a minute boundary (divisible by 60)

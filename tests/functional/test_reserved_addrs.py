@@ -1,8 +1,10 @@
 """/reserved_addrs at both levels, and the port range at its boundary (in-process)."""
 import pytest
 
-from chalicelib import config, errors, ids, reserved_addrs
-from chalicelib.config import get_settings
+from chalicelib import reserved_addrs
+from chalicelib.core import config, errors, ids
+from chalicelib.core.config import get_settings
+from chalicelib.core import reservations
 
 PATH = "/reserved_addrs"
 FIELDS = {"id", "uri", "created_at", "description", "metadata", "addr", "region"}
@@ -94,10 +96,10 @@ def test_every_port_of_the_range_is_handed_out_once_then_409(small_range, accoun
     assert other_account.admin.delete(f"{PATH}/{made[1]['id']}").status == 204
     again = reserve(account.admin)
     assert again["addr"] == made[1]["addr"]
-    assert reserved_addrs.reservation_of(again["addr"]) == {
+    assert reservations.addr_reservation(again["addr"]) == {
         "account_id": account.id, "reserved_addr_id": again["id"], "addr": again["addr"]}
-    assert reserved_addrs.reservation_of("other.host:30001") is None
-    assert reserved_addrs.reservation_of("tcp.example.net:30003") is None
+    assert reservations.addr_reservation("other.host:30001") is None
+    assert reservations.addr_reservation("tcp.example.net:30003") is None
 
 
 def test_port_range_setting_is_checked():

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from chalicelib import errors, ids
+from chalicelib.core import errors, ids
 from tests.functional.test_bot_users import _concurrently
 
 RD_FIELDS = {"id", "uri", "created_at", "description", "metadata", "domain", "region",

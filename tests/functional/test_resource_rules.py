@@ -4,7 +4,7 @@ its own account. Numbers are the README's, written out.
 """
 import pytest
 
-from chalicelib import errors
+from chalicelib.core import errors
 from tests.support.contract import assert_error
 
 
@@ -138,7 +138,7 @@ def test_a_hostport_is_served_by_one_edge_across_tcp_and_https(module_api, admin
 
 
 def test_a_hostport_is_served_by_one_edge(admin):
-    from chalicelib.config import get_settings
+    from chalicelib.core.config import get_settings
     hostport = f"shared-{admin.id[-8:].lower()}.{get_settings().base_domain}:443"
     first = admin.post("/edges/https", {"hostports": [hostport.upper()]})
     assert first.status == 201, first
@@ -240,7 +240,7 @@ def test_a_domain_is_unique_across_accounts_by_exact_name(module_api, admin):
 
 
 def _base_domain():
-    from chalicelib.config import get_settings
+    from chalicelib.core.config import get_settings
     return get_settings().base_domain  # configuration (BASE_DOMAIN), not a rule constant
 
 

@@ -1,5 +1,5 @@
 """/service_users: the hosted service's newer name of /bot_users, the same resource."""
-from chalicelib import errors, ids
+from chalicelib.core import errors, ids
 from tests.functional.test_api_keys import assert_contract_error
 
 

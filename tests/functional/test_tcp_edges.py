@@ -7,7 +7,7 @@ import threading
 import pytest
 import requests
 
-from chalicelib import errors, ids
+from chalicelib.core import errors, ids
 
 FIELDS = {"id", "uri", "created_at", "description", "metadata", "hostports", "backend",
           "ip_restriction", "traffic_policy", "policy"}

@@ -8,7 +8,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from chalicelib import errors, ids, tls_certificates
+from chalicelib import tls_certificates
+from chalicelib.core import errors, ids
 from tests.support.certs import SmallCA, key_pem, pem, rsa_key
 
 PATH = "/tls_certificates"
@@ -252,7 +253,7 @@ def test_the_reference_client(http_api, ca):
 
 def test_the_stored_key_is_sealed(inprocess_api, ca):
     """The item holds no key material in the clear, and the edge's read opens it."""
-    from chalicelib import store
+    from chalicelib.core import store
     account = inprocess_api.new_account()
     cert, key = ca.leaf(["sealed.example.com"])
     made = upload(account.admin, {"certificate_pem": pem(cert), "private_key_pem": key_pem(key)})
@@ -265,7 +266,7 @@ def test_the_stored_key_is_sealed(inprocess_api, ca):
     loaded = serialization.load_pem_private_key(opened.encode(), None)
     assert loaded.private_numbers() == numbers
     # the sealed key does not open as another account's or another certificate's
-    from chalicelib import keywrap
+    from chalicelib.core import keywrap
     with pytest.raises(keywrap.SealError):
         keywrap.open_sealed(item.data["private_key"],
                             tls_certificates.key_context("acct_other", made["id"]))
@@ -274,7 +275,7 @@ def test_the_stored_key_is_sealed(inprocess_api, ca):
 
 def test_a_policy_puts_the_domain_on_the_acme_queue_and_removing_it_takes_it_off(
         inprocess_api):
-    from chalicelib import store
+    from chalicelib.core import store
     from chalicelib.acme import orders
     account = inprocess_api.new_account()
     admin = account.admin

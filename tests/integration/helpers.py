@@ -1,7 +1,7 @@
 """Checks the integration tests share (HTTP only)."""
 import re
 
-from chalicelib.errors import CATALOG
+from chalicelib.core.errors import CATALOG
 
 OP_ID = re.compile(r"^op_[0-9A-Za-z-]+$")  # op_ + base62 id, or op_ + API Gateway's request id
 
@@ -12,7 +12,7 @@ def assert_error(resp, status, code=None):
     body = resp.json()
     assert set(body) == {"error_code", "status_code", "msg", "details"}, body
     assert body["status_code"] == status and body["msg"], body
-    assert body["error_code"] in CATALOG, body  # one of chalicelib.errors' codes
+    assert body["error_code"] in CATALOG, body  # one of chalicelib.core.errors' codes
     if code:
         assert body["error_code"] == code, body
     assert OP_ID.match(body["details"]["operation_id"]), body

@@ -1,7 +1,7 @@
 """Error bodies, auth, version header, pagination and account isolation, over HTTP."""
 import pytest
 
-from chalicelib import errors
+from chalicelib.core import errors
 from tests.integration.helpers import assert_error, fake_id
 
 

@@ -7,7 +7,8 @@ functional test keeps equal to the app's routes: a new route is covered here wit
 import pytest
 
 from app import app
-from chalicelib import errors, openapi
+from chalicelib import openapi
+from chalicelib.core import errors
 from tests.integration.helpers import assert_error, fake_id
 
 DOCUMENT = openapi.build(app)

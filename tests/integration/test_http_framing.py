@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from chalicelib import errors, web
+from chalicelib import web
+from chalicelib.core import errors
 from tests.support.raw_http import RawConnection, request_bytes
 
 

@@ -3,7 +3,7 @@ reserved domains and abuse reports, as a user of that client would call them."""
 import ngrok
 import pytest
 
-from chalicelib import ids
+from chalicelib.core import ids
 
 
 @pytest.fixture

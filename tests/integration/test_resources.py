@@ -6,7 +6,7 @@ resources are 404. Resources whose routes do not exist yet are skipped.
 import pytest
 
 from app import app
-from chalicelib import errors, ids
+from chalicelib.core import errors, ids
 from tests.integration.helpers import assert_error
 
 SERVED = {(m, p) for p, by_method in app.routes.items() for m in by_method}

@@ -15,7 +15,7 @@ the boundary tests (tests/unit/test_documented_limits.py) write the documented n
 so a changed constant fails them instead.
 
     make mutate                                  # every module, one after the other
-    make mutate MUTATE='chalicelib.acl.*'        # some of it (globs over mutant names;
+    make mutate MUTATE='chalicelib.core.acl.*'        # some of it (globs over mutant names;
                                                  # only the modules they reach are re-run)
     MUTATE_REPORT_ONLY=1 make mutate             # print the last runs' figures again
 
@@ -41,14 +41,14 @@ MUTMUT = os.path.join(os.path.dirname(sys.executable), "mutmut")
 # module -> the mutant-name globs in scope: whole rule modules, and the rule checks of others
 MODULES = {
     "chalicelib.validation": ["chalicelib.validation.*"],
-    "chalicelib.acl": ["chalicelib.acl.*"],
-    "chalicelib.hostnames": ["chalicelib.hostnames.*"],
+    "chalicelib.core.acl": ["chalicelib.core.acl.*"],
+    "chalicelib.core.hostnames": ["chalicelib.core.hostnames.*"],
     "chalicelib.http_headers": ["chalicelib.http_headers.*"],
     "chalicelib.traffic_policy": ["chalicelib.traffic_policy.*"],
-    "chalicelib.policy.document": ["chalicelib.policy.document.*"],
-    "chalicelib.ids": ["chalicelib.ids.*"],
-    "chalicelib.errors": ["chalicelib.errors.*"],
-    "chalicelib.store": ["chalicelib.store.x_retrying*", "chalicelib.store.x_backoff*"],
+    "chalicelib.core.policy.document": ["chalicelib.core.policy.document.*"],
+    "chalicelib.core.ids": ["chalicelib.core.ids.*"],
+    "chalicelib.core.errors": ["chalicelib.core.errors.*"],
+    "chalicelib.core.store": ["chalicelib.core.store.x_retrying*", "chalicelib.core.store.x_backoff*"],
     "chalicelib.web": ["chalicelib.web.x__check_request*", "chalicelib.web.x_list_params*",
                        "chalicelib.web.x_page*", "chalicelib.web.x_json_object*",
                        "chalicelib.web.x_reject_query*"],
@@ -73,7 +73,7 @@ TESTS = ["tests/unit"]
 # mutmut does not mutate decorated functions, so store.retrying's loop (inside a wrapper
 # decorated with functools.wraps) gets no mutant from it. These hand-written mutants of that
 # loop stand in: each is applied to a scratch copy and the store's unit tests must fail on it.
-HAND_FILE = "chalicelib/store.py"
+HAND_FILE = "chalicelib/core/store.py"
 HAND_TESTS = ["tests/unit/test_store.py", "tests/unit/test_documented_limits.py"]
 HAND_MUTANTS = [
     ("for attempt in range(RETRIES):", "for attempt in range(RETRIES - 1):"),
@@ -202,7 +202,7 @@ def run_hand_mutants() -> None:
                               capture_output=True).returncode
         status = "killed" if code else "survived"
         flat = [" ".join(text.split()) for text in (old, new)]
-        lines.append(f"chalicelib.store.x_retrying__hand_{index}: {status}: - {flat[0]} | "
+        lines.append(f"chalicelib.core.store.x_retrying__hand_{index}: {status}: - {flat[0]} | "
                      f"+ {flat[1]}")
     with open(target, "w") as handle:
         handle.write(original)
@@ -257,9 +257,9 @@ def report(modules: list) -> int:
             else:
                 survivors.append((name, status, changed.get(name, [])))
     for name, status, diff in hand_results():
-        counts["chalicelib.store (retrying, by hand)"]["total"] += 1
+        counts["chalicelib.core.store (retrying, by hand)"]["total"] += 1
         if status == "killed":
-            counts["chalicelib.store (retrying, by hand)"]["killed"] += 1
+            counts["chalicelib.core.store (retrying, by hand)"]["killed"] += 1
         else:
             survivors.append((name, status, diff))
     print(f"\n{'module':40} killed / total   killed+message-only / total")
@@ -303,7 +303,7 @@ def main() -> int:
     if not os.environ.get("MUTATE_REPORT_ONLY"):
         for module in modules:
             run(module, scope_of(module, wanted), children)
-        if "chalicelib.store" in modules:
+        if "chalicelib.core.store" in modules:
             run_hand_mutants()
     return report(list(MODULES))
 

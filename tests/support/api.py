@@ -106,7 +106,7 @@ class Api:
 
     @contextlib.contextmanager
     def service_store(self) -> Iterator[None]:
-        """Inside: chalicelib.store talks to this service's table (to seed items the way
+        """Inside: chalicelib.core.store talks to this service's table (to seed items the way
         another component, e.g. the edge, writes them)."""
         yield
 
@@ -255,9 +255,9 @@ class HttpApi(Api):
 
     @contextlib.contextmanager
     def service_store(self):
-        """Inside: chalicelib.store talks to the running stack's store, with its endpoint and
+        """Inside: chalicelib.core.store talks to the running stack's store, with its endpoint and
         this start's secret (the store checks every request's signature)."""
-        from chalicelib import config, store
+        from chalicelib.core import config, store
         names = ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                  "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
         saved = {name: os.environ.get(name) for name in names}

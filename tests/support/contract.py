@@ -5,13 +5,13 @@ every 4xx/5xx that any test provokes, at either level, is held to the README's "
 (body ``{error_code, status_code, msg, details: {operation_id, …}}``, the code in the catalog
 with that status, the operation id also in the ``Operation-Id`` header) even where the test
 itself only looks at the status. Tests assert codes through :func:`assert_error` with the
-catalog's classes (chalicelib.errors), so renaming a code renames it here too.
+catalog's classes (chalicelib.core.errors), so renaming a code renames it here too.
 """
 import json
 import re
 from typing import Any, Dict, Optional, Type
 
-from chalicelib import errors
+from chalicelib.core import errors
 
 # op_ + base62 id; behind a deployed API Gateway its own errors carry op_ + the gateway's request id
 OPERATION_ID = re.compile(r"^op_[0-9A-Za-z-]+$")

@@ -187,8 +187,8 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
     admin.post(routes, {"match_type": "exact_path", "match": "/x"})
     run("DELETE /edges/https/{edge_id}", lambda: admin.delete(f"/edges/https/{edge}"), 204)
 
-    # online state, as the edge writes it (chalicelib.online), then its read views
-    from chalicelib import online
+    # online state, as the edge writes it (chalicelib.core.online), then its read views
+    from chalicelib.core import online
     cred = admin.post("/credentials", {}).json
     sid, tid, eid = online.new_session_id(), online.new_tunnel_id(), online.new_endpoint_id()
     online.session_started(account_id=account.id, session_id=sid, credential_id=cred["id"],

@@ -2,8 +2,8 @@
 import json
 from typing import Any, List, Optional, Tuple
 
-from chalicelib import policy
-from chalicelib.policy import Conn, Endpoint, Request, Response
+from chalicelib.core import policy
+from chalicelib.core.policy import Conn, Endpoint, Request, Response
 
 ENDPOINT = Endpoint(id="ep_test", url="https://app.example.com", host="app.example.com",
                     port=443, protocol="https")

@@ -1,7 +1,8 @@
 """Abuse report rules as pure logic: URL hosts and the derived report status."""
 import pytest
 
-from chalicelib import abuse_reports, errors
+from chalicelib import abuse_reports
+from chalicelib.core import errors
 
 
 @pytest.mark.parametrize("url, host", [

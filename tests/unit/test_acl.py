@@ -1,7 +1,7 @@
-"""The ACL grammar and the bind decision (chalicelib.acl), as pure logic."""
+"""The ACL grammar and the bind decision (chalicelib.core.acl), as pure logic."""
 import pytest
 
-from chalicelib import acl, errors
+from chalicelib.core import acl, errors
 
 
 @pytest.mark.parametrize("rule, kind", [

@@ -1,5 +1,5 @@
-"""Keys at rest and key checks: chalicelib.keywrap (sealing, local key file and KMS envelope),
-chalicelib.keypairs (the pure-Python key/certificate match), the ACME queue's leases and
+"""Keys at rest and key checks: chalicelib.core.keywrap (sealing, local key file and KMS envelope),
+chalicelib.core.keypairs (the pure-Python key/certificate match), the ACME queue's leases and
 back-off (chalicelib.acme.orders)."""
 import os
 import random
@@ -10,7 +10,7 @@ from asn1crypto import keys as asn1_keys
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from chalicelib import keypairs, keywrap
+from chalicelib.core import keypairs, keywrap
 from chalicelib.acme import orders
 
 
@@ -150,7 +150,7 @@ def test_http01_tokens_are_bounded_before_any_read(store_env):
 
 
 def test_two_workers_never_hold_the_same_entry(store_env):
-    from chalicelib import store
+    from chalicelib.core import store
     store.commit([orders.enqueue_op("acct_1", "rd_1", "a.example.com")])
     sk = orders.queue_sk("acct_1", "rd_1")
     held = orders.claim(sk, "worker_a", now=1000.0, lease_seconds=60)

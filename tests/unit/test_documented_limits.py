@@ -3,15 +3,15 @@ docstrings promise, checked at its boundary: the limit passes, one past it is a 
 
 The numbers are written here as the documents write them, never read from the modules'
 constants: a test that reads ``MAX_X`` keeps passing when someone changes ``MAX_X``. Errors are
-asserted through the catalog's classes (chalicelib.errors), not their code strings.
+asserted through the catalog's classes (chalicelib.core.errors), not their code strings.
 """
 import base64
 
 import pytest
 
-from chalicelib import (acl, edge_modules, errors, hostnames, http_headers,
-                        http_response_backends, https_edges, ids, reserved_domains, store,
+from chalicelib import (edge_modules, http_headers, http_response_backends, https_edges, reserved_domains,
                         traffic_policy, validation)
+from chalicelib.core import acl, errors, hostnames, ids, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 
 
@@ -277,7 +277,7 @@ def _flaky(losses):
 
 
 def test_the_store_retries_eight_times():
-    assert store.RETRIES == 8   # chalicelib/store.py: after RETRIES lost races, 409
+    assert store.RETRIES == 8   # chalicelib/core/store.py: after RETRIES lost races, 409
 
 
 def test_a_write_that_loses_all_but_one_race_succeeds_on_the_last_attempt(monkeypatch):

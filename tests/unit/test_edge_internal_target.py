@@ -45,7 +45,7 @@ def test_an_agent_tcp_endpoint_is_named_by_host_and_port(url, found):
 
 
 def test_a_cloud_tcp_endpoint_is_named_by_host_and_port():
-    from chalicelib import online
+    from chalicelib.core import online
     cloud = {"id": "ep_c", "url": "tcp://db.internal:6000", "host": "db.internal",
              "account_id": "acct", "internal": True, "scheme": "tcp"}
     edge = _Edge({online.claim_name("db.internal", "acct"): cloud})

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from chalicelib.policy import CONTINUE, RESPOND, compile_policy
+from chalicelib.core.policy import CONTINUE, RESPOND, compile_policy
 from edge import edges
 from tests.support.policy import conn, request
 

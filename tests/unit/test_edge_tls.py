@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from chalicelib import binding, edge_modules, store
+from chalicelib import edge_modules
+from chalicelib.core import binding, store
 from edge import certs, tls
 from edge.registry import Registry
 

@@ -2,7 +2,8 @@
 traffic policy documents."""
 import pytest
 
-from chalicelib import errors, http_headers, traffic_policy
+from chalicelib import http_headers, traffic_policy
+from chalicelib.core import errors
 from chalicelib.edge_modules import check_hostport, check_hostports, module_body
 from chalicelib.ip_policies import check_cidr
 
@@ -153,7 +154,8 @@ def test_header_limits_pass_at_the_limit():
 
 
 # ---- hostports and module refusals: msg and details name the field (and the element) -----------
-from chalicelib import edge_modules, ids  # noqa: E402
+from chalicelib import edge_modules
+from chalicelib.core import ids
 
 
 @pytest.mark.parametrize("call, args, msg, field", [

@@ -3,7 +3,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from chalicelib import errors, filters
+from chalicelib import filters
+from chalicelib.core import errors
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 OBJ = {"id": "cr_1", "description": "ci agent", "metadata": "", "token": None,

@@ -1,7 +1,7 @@
-"""Hostname syntax (chalicelib.hostnames)."""
+"""Hostname syntax (chalicelib.core.hostnames)."""
 import pytest
 
-from chalicelib import hostnames
+from chalicelib.core import hostnames
 
 
 @pytest.mark.parametrize("value, expected", [

@@ -1,6 +1,6 @@
 import time
 
-from chalicelib import ids
+from chalicelib.core import ids
 
 
 def test_new_id_has_prefix_and_27_base62_characters():

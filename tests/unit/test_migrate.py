@@ -2,7 +2,9 @@
 lookups without role/active, no owner index, routes in their own partition) still serves."""
 import json
 
-from chalicelib import auth, migrate, store
+from chalicelib import auth, migrate
+from chalicelib.core import store
+from chalicelib.core import reservations
 
 
 def _put_legacy(pk, sk, kind, account_id, data, refs=0):
@@ -93,11 +95,11 @@ def test_migration_indexes_domains_reserved_before_it_under_their_parents(store_
                 {"domain": "app.shop.example.com", "created_at": "2026-01-01T00:00:00Z"})
     _put_legacy(store.collection_pk(acct, "reserved_domain"), "rd_2", "reserved_domain", acct,
                 {"domain": "*.wild.example.net", "created_at": "2026-01-01T00:00:00Z"})
-    assert reserved_domains.reserved_under("example.com") == []
+    assert reservations.reserved_under("example.com") == []
     assert migrate.run_if_needed()["under_index"] == 3
-    assert reserved_domains.reserved_under("example.com") == [
+    assert reservations.reserved_under("example.com") == [
         {"domain": "app.shop.example.com", "account_id": acct}]
-    assert reserved_domains.reserved_under("shop.example.com") == [
+    assert reservations.reserved_under("shop.example.com") == [
         {"domain": "app.shop.example.com", "account_id": acct}]
-    assert reserved_domains.reserved_under("example.net") == [
+    assert reservations.reserved_under("example.net") == [
         {"domain": "*.wild.example.net", "account_id": acct}]

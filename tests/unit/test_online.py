@@ -1,7 +1,7 @@
-"""Online state items (chalicelib.online) against moto's in-process DynamoDB."""
+"""Online state items (chalicelib.core.online) against moto's in-process DynamoDB."""
 import pytest
 
-from chalicelib import config, errors, ids, online, store
+from chalicelib.core import config, errors, ids, online, store
 
 ACCT = "acct_1"
 OTHER = "acct_2"

@@ -10,8 +10,8 @@ import zlib
 
 import pytest
 
-from chalicelib import policy
-from chalicelib.policy import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Endpoint,
+from chalicelib.core import policy
+from chalicelib.core.policy import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Endpoint,
                                PolicyError, Response, actions, ratelimit)
 from tests.support.policy import compile_doc, conn, on_request, request, rule
 
@@ -933,7 +933,7 @@ def test_jwt_key_urls_must_be_http(url):
 
 
 def test_rate_limits_of_two_endpoints_with_the_same_policy_are_separate():
-    from chalicelib.policy import Endpoint
+    from chalicelib.core.policy import Endpoint
     p = _limited_policy(json.loads(json.dumps({**RATE, "config": {**RATE["config"],
                                                                     "capacity": 1}})))
     a, b = conn("10.0.0.1"), conn("10.0.0.1")

@@ -1,5 +1,5 @@
 """The CEL extensions (strings, math, encoders) enabled by name from the runtime's own copy
-(chalicelib.policy.celenv.EXTENSIONS) are the ones the library's ``cel_expr_python.ext``
+(chalicelib.core.policy.celenv.EXTENSIONS) are the ones the library's ``cel_expr_python.ext``
 modules enable: same declarations, same results and same errors. The Lambda package leaves
 those modules out (each carries another copy of cel-cpp), so this is what keeps the API's
 validation and the edge's evaluation the same as with them.
@@ -10,7 +10,7 @@ from cel_expr_python import cel
 # Installed whole in .venv (pip), left out of the Lambda package only.
 from cel_expr_python.ext import ext_encoders, ext_math, ext_strings
 
-from chalicelib.policy import celenv
+from chalicelib.core.policy import celenv
 
 # Every function of the three extensions at the versions used, with edge cases (errors,
 # unicode, bounds) so that a different version or implementation gives a different answer.

@@ -4,7 +4,7 @@ import gzip
 
 import pytest
 
-from chalicelib.policy import (CLOSE, CONTINUE, FORWARD_INTERNAL, RESPOND, PolicyError,
+from chalicelib.core.policy import (CLOSE, CONTINUE, FORWARD_INTERNAL, RESPOND, PolicyError,
                                Response, compile_policy, ratelimit)
 from tests.support.policy import conn, request
 from tests.unit.data import policy_docs_examples as ex

@@ -1,11 +1,12 @@
 """Traffic policy documents: shape, limits, CEL and action checks, each refusal naming the
-element (chalicelib.policy, as the API and the edge use it)."""
+element (chalicelib.core.policy, as the API and the edge use it)."""
 import json
 
 import pytest
 
-from chalicelib import errors, policy, traffic_policy
-from chalicelib.policy import PolicyError, compile_policy
+from chalicelib import traffic_policy
+from chalicelib.core import errors, policy
+from chalicelib.core.policy import PolicyError, compile_policy
 from tests.support.policy import rule
 
 DENY = {"type": "deny"}

@@ -1,13 +1,14 @@
-"""chalicelib.policy.document, where the shape and size rules of a traffic policy live: each
+"""chalicelib.core.policy.document, where the shape and size rules of a traffic policy live: each
 refusal's path (the element) and message (the rule), and each limit at its boundary. The API
 turns them into "Field 'F' is not a valid traffic policy at PATH: MESSAGE" (last test)."""
 import json
 
 import pytest
 
-from chalicelib import errors, traffic_policy
-from chalicelib.policy import document
-from chalicelib.policy.document import PolicyError
+from chalicelib import traffic_policy
+from chalicelib.core import errors
+from chalicelib.core.policy import document
+from chalicelib.core.policy.document import PolicyError
 
 A = {"type": "deny"}
 
@@ -171,7 +172,7 @@ def account_policies(monkeypatch):
 
 
 def test_a_document_naming_only_the_account_s_policies_passes(account_policies):
-    from chalicelib import ids
+    from chalicelib.core import ids
     owned, calls = account_policies
     first, second = ids.new_id("ipp"), ids.new_id("ipp")
     owned.update({first, second})
@@ -187,7 +188,7 @@ def test_documents_naming_no_policy_read_nothing(account_policies):
 
 
 def test_a_policy_the_account_does_not_have_is_a_400_naming_the_element(account_policies):
-    from chalicelib import ids
+    from chalicelib.core import ids
     owned, calls = account_policies
     mine, other = ids.new_id("ipp"), ids.new_id("ipp")
     owned.add(mine)

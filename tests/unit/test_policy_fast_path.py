@@ -2,7 +2,7 @@
 shape the result must equal CEL's own on the same traffic."""
 import pytest
 
-from chalicelib.policy import celenv
+from chalicelib.core.policy import celenv
 from tests.support.policy import conn, request
 
 EXPRESSIONS = [

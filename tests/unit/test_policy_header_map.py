@@ -1,11 +1,11 @@
-"""chalicelib.policy.model: the header map the engine reads (``req.headers``/``res.headers``)
+"""chalicelib.core.policy.model: the header map the engine reads (``req.headers``/``res.headers``)
 stays what a fresh computation gives after every change, including the in-place updates
 that spare a policy of several add-headers rules a rebuild per rule."""
 import random
 
 import pytest
 
-from chalicelib.policy.model import Request, _header_map
+from chalicelib.core.policy.model import Request, _header_map
 
 NAMES = ["X-Rule", "x-rule", "Content-Type", "ACCEPT", "x-a-b", "123"]
 

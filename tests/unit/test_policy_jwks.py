@@ -1,4 +1,4 @@
-"""chalicelib/policy/jwks.py checks inline JWKS without PyJWT or cryptography (the API's
+"""chalicelib/core/policy/jwks.py checks inline JWKS without PyJWT or cryptography (the API's
 Lambda package has neither). The edge verifies tokens with PyJWT: a document this check
 accepts must be one PyJWT builds every key of, and the refusals are tested rule by rule."""
 import base64
@@ -10,7 +10,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from chalicelib.policy import jwks
+from chalicelib.core.policy import jwks
 
 
 def _jwk(algorithm, public_key, **extra):

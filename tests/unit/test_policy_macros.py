@@ -1,7 +1,7 @@
 """The hosted service's CEL macros this engine offers, and the CEL standard library."""
 import pytest
 
-from chalicelib.policy import Response
+from chalicelib.core.policy import Response
 from tests.support.policy import conn, evaluate, request
 
 REQ = request("/p?a=1&a=2&empty=", headers=[("X-Token", "t1"), ("Cookie", "sid=s1; sid=s2")])

@@ -2,7 +2,7 @@
 import asyncio
 import threading
 
-from chalicelib.policy import CONTINUE, RESPOND, ratelimit
+from chalicelib.core.policy import CONTINUE, RESPOND, ratelimit
 from tests.support.policy import compile_doc, conn, request, rule
 
 DOC = {"on_http_request": [rule({"type": "rate-limit", "config": {

@@ -3,7 +3,7 @@ import datetime
 
 import pytest
 
-from chalicelib.policy import Response, celenv
+from chalicelib.core.policy import Response, celenv
 from tests.support.policy import conn, evaluate, request
 
 UA_CHROME = ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -190,7 +190,7 @@ def test_header_map_has_lower_case_and_canonical_names(expression, expected):
     ("http://other.example", "/", ""),
 ])
 def test_request_targets_of_every_form(target, path, query):
-    from chalicelib.policy import Request
+    from chalicelib.core.policy import Request
     req = Request.from_target("GET", "https", "app.example.com", target, [])
     assert (req.path, req.query, req.url.startswith("https://app.example.com/")) == \
         (path, query, True)

@@ -3,8 +3,8 @@ ERR_INVALID_FIELD whose ``details.field`` names the field and whose ``msg`` name
 rule and (shortened) the value sent; each accepted value comes back normalised."""
 import pytest
 
-from chalicelib import (bot_users, errors, http_response_backends, https_edges, ip_policies,
-                        reserved_domains)
+from chalicelib import (bot_users, http_response_backends, https_edges, ip_policies, reserved_domains)
+from chalicelib.core import errors
 
 
 def _refusal(call, *args):
@@ -209,7 +209,7 @@ def test_a_certificate_id_must_be_a_tls_certificate_id():
 # ---- reserved domains: domain ------------------------------------------------------------------
 @pytest.fixture
 def base_domain(monkeypatch):
-    from chalicelib import config
+    from chalicelib.core import config
     monkeypatch.setenv("BASE_DOMAIN", "tunnels.example.test")
     config.reset_settings()
     yield "tunnels.example.test"
@@ -282,7 +282,7 @@ def test_tls_terminates_at_the_edge_and_the_choice_is_not_stored():
 
 
 def test_mutual_tls_takes_one_to_ten_distinct_certificate_authorities():
-    from chalicelib import ids
+    from chalicelib.core import ids
     cas = [ids.new_id("ca") for _ in range(10)]
     assert https_edges._check_ca_ids("c", cas) is cas
     assert https_edges.parse_mutual_tls("mutual_tls", {"certificate_authority_ids": cas}) == \

@@ -2,7 +2,7 @@
 
 import pytest
 
-from chalicelib import errors, store
+from chalicelib.core import errors, store
 
 
 def _item(pk="A#acct#thing", sk="th_1", **data):

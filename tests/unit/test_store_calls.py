@@ -118,7 +118,7 @@ EXPECTED_VIEW_CALLS = {
 def measured():
     from moto import mock_aws
 
-    from chalicelib import config, store
+    from chalicelib.core import config, store
     with mock_aws():
         config.reset_settings()
         store.reset()

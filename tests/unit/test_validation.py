@@ -1,6 +1,6 @@
 import pytest
 
-from chalicelib import errors
+from chalicelib.core import errors
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 
 FIELDS = [DESCRIPTION, METADATA, Field("active", "boolean"), Field("count", "integer"),
@@ -221,7 +221,7 @@ def test_now_is_utc_whatever_the_machine_s_time_zone(monkeypatch):
         time.tzset()
 
 
-# ---- the catalog's error classes (chalicelib.errors) ------------------------------------------
+# ---- the catalog's error classes (chalicelib.core.errors) ------------------------------------------
 def test_an_error_keeps_its_message_code_and_details_as_strings():
     error = errors.InvalidField("bad", error_code="ERR_NGROK_9999", details={"field": "f", "n": 3})
     assert (error.msg, error.error_code, error.details) == \

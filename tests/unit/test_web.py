@@ -3,7 +3,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from chalicelib import errors, web
+from chalicelib import web
+from chalicelib.core import errors
 
 
 def _request(context=None, headers=None):
@@ -46,7 +47,7 @@ def test_base_url_uses_forwarded_proto_host_and_stage():
 
 
 def test_public_base_url_wins(monkeypatch):
-    from chalicelib import config
+    from chalicelib.core import config
     monkeypatch.setenv("PUBLIC_BASE_URL", "https://api.example.test/")
     config.reset_settings()
     try:

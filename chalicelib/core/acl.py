@@ -8,7 +8,7 @@ Grammar (every rule of a credential's ``acl`` must match it; otherwise 400 namin
                                      value = "*" | [A-Za-z0-9_./:@-]+
     address = host ":" port          host  = ["*."] hostname | IPv4 | "[" IPv6 "]"
                                      port  = 1..65535 (decimal, no sign, no leading zeros)
-    domain  = ["*."] hostname        (RFC 1123 labels, see chalicelib.hostnames)
+    domain  = ["*."] hostname        (RFC 1123 labels, see chalicelib.core.hostnames)
 
 A target containing ``=`` is a label, else one containing ``:`` (or starting with ``[``)
 is an address, else a domain. The prefix ``bind:`` is lower-case; no whitespace anywhere.
@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Mapping, Optional, Tuple
 
-from chalicelib import errors, hostnames
+from chalicelib.core import errors, hostnames
 
 MAX_RULES = 100
 MAX_RULE_BYTES = 512

@@ -6,7 +6,7 @@ The edge (``edge/``) is the only writer of these items; the API reads them for
 .endpoints, through :func:`live_page` and :func:`live_item` at the end of this module). The
 edge should heartbeat a session well within STALE_SECONDS (e.g. every third of it).
 
-Items (keys from chalicelib.store's builders, like every resource)
+Items (keys from chalicelib.core.store's builders, like every resource)
 -----------------------------------------------------------------
 
 | item           | pk                                          | sk          | ``owner``      |
@@ -55,8 +55,8 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
-from chalicelib import errors, ids, store
-from chalicelib.config import get_settings
+from chalicelib.core import errors, ids, store
+from chalicelib.core.config import get_settings
 
 SESSIONS = "tunnel_session"
 TUNNELS = "tunnel"

@@ -11,7 +11,7 @@ and a referenced item cannot be deleted meanwhile (its delete requires ``refs ==
 from collections import Counter
 from typing import Callable, List
 
-from chalicelib import errors, store
+from chalicelib.core import errors, store
 
 Missing = Callable[[str, str], errors.ApiError]
 

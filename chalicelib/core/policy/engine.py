@@ -6,11 +6,11 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from chalicelib.policy import actions as actions_mod
-from chalicelib.policy import celenv, document
-from chalicelib.policy.document import PHASES, PolicyError
-from chalicelib.policy.model import Conn, Request, Response
-from chalicelib.policy.outcome import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_BODY, RESPOND,
+from chalicelib.core.policy import actions as actions_mod
+from chalicelib.core.policy import celenv, document
+from chalicelib.core.policy.document import PHASES, PolicyError
+from chalicelib.core.policy.model import Conn, Request, Response
+from chalicelib.core.policy.outcome import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_BODY, RESPOND,
                                        Outcome)
 
 CACHE_SIZE = 256

@@ -7,8 +7,8 @@ empty string and is reported in the Outcome's ``errors``.
 """
 from typing import Any, List, Optional, Tuple, Union
 
-from chalicelib.policy import celenv
-from chalicelib.policy.document import PolicyError
+from chalicelib.core.policy import celenv
+from chalicelib.core.policy.document import PolicyError
 
 
 def _split(text: str, where: str) -> List[Union[str, Tuple[str]]]:

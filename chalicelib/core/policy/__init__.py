@@ -42,7 +42,7 @@ Every phase returns an :class:`Outcome`:
 the expressions and interpolations that failed on this traffic (a failing expression is
 false).
 
-Rate limits live in :mod:`chalicelib.policy.ratelimit` (per edge instance, see there).
+Rate limits live in :mod:`chalicelib.core.policy.ratelimit` (per edge instance, see there).
 
 IP policies (``restrict-ips`` ``ip_policies: [ipp_…]``) are resolved per run, through the run
 context, never a module global: the action calls ``conn.ip_policy_resolver(account_id,
@@ -62,7 +62,7 @@ from typing import Any
 
 # Loaded on first use (PEP 562): the API imports this package at cold start, and the CEL
 # runtime, RE2 and the actions cost tens of milliseconds that only a request carrying a
-# policy should pay. ``import chalicelib.policy.document`` stays cheap.
+# policy should pay. ``import chalicelib.core.policy.document`` stays cheap.
 _EXPORTS = {
     "JWKS": "actions",
     "MAX_DOCUMENT_BYTES": "document", "MAX_RULES_PER_PHASE": "document", "PHASES": "document",
@@ -79,8 +79,8 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'chalicelib.policy' has no attribute '{name}'")
-    value = getattr(importlib.import_module(f"chalicelib.policy.{module}"), name)
+        raise AttributeError(f"module 'chalicelib.core.policy' has no attribute '{name}'")
+    value = getattr(importlib.import_module(f"chalicelib.core.policy.{module}"), name)
     globals()[name] = value
     return value
 

@@ -38,7 +38,7 @@ PREFIXES = {
     "ip_policy_rule": "ipr",
     "operation": "op",
     "account": "acct",
-    # online state written by the edge (chalicelib.online); the hosted API's prefixes
+    # online state written by the edge (chalicelib.core.online); the hosted API's prefixes
     "tunnel_session": "ts",
     "tunnel": "tn",
     "endpoint": "ep",

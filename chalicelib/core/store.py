@@ -19,7 +19,7 @@ Idempotency records and rate-limit windows carry ``expires_at`` (epoch seconds, 
 TTL attribute): DynamoDB deletes them some time after it passes; readers treat an expired one
 as absent.
 
-Online items (sessions, tunnels, endpoints, served-hostname claims; chalicelib.online) use
+Online items (sessions, tunnels, endpoints, served-hostname claims; chalicelib.core.online) use
 the same keys and carry ``instance_id``, ``owner``, ``heartbeat_at`` and ``expires_at`` (the
 table's TTL attribute) at the top level.
 
@@ -70,8 +70,8 @@ from pynamodb.constants import MAP
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.models import Model
 
-from chalicelib import errors, ids
-from chalicelib.config import get_settings
+from chalicelib.core import errors, ids
+from chalicelib.core.config import get_settings
 
 ACCOUNT_SK = "ACCOUNT"
 UNIQUE_SK = "U"
@@ -179,7 +179,7 @@ class Item(Model):
     data = DataAttribute(null=True)
     refs = NumberAttribute(default=0)
     version = VersionAttribute()
-    # Online state (chalicelib.online): top-level so that one UpdateItem can refresh them and
+    # Online state (chalicelib.core.online): top-level so that one UpdateItem can refresh them and
     # DynamoDB's TTL can expire the item (``expires_at``, epoch seconds).
     instance_id = UnicodeAttribute(null=True)
     owner = UnicodeAttribute(null=True)
@@ -245,7 +245,7 @@ TTL_ATTRIBUTE = "expires_at"
 
 def enable_ttl() -> None:
     """Let DynamoDB delete items whose ``expires_at`` (epoch seconds) has passed: online
-    items of an edge that died (chalicelib.online). Stores without TTL support ignore it."""
+    items of an edge that died (chalicelib.core.online). Stores without TTL support ignore it."""
     from botocore.exceptions import ClientError
     try:
         connection().client.update_time_to_live(

@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from cel_expr_python import cel
 
-from chalicelib.policy import useragent
+from chalicelib.core.policy import useragent
 
 T = cel.Type
 STR, INT, BOOL, DYN, TS = T.STRING, T.INT, T.BOOL, T.DYN, T.TIMESTAMP

@@ -2,7 +2,7 @@
 
 Every action class is built once per compiled policy from its ``config`` (a PolicyError names
 the element when the config is wrong) and run per connection or request. ``run`` returns None
-to go on with the next action, or an :class:`~chalicelib.policy.outcome.Outcome` that ends
+to go on with the next action, or an :class:`~chalicelib.core.policy.outcome.Outcome` that ends
 the phase (answer, close, forward) or pauses it (the request body is needed).
 
 Decisions where the hosted docs are silent, written down here:
@@ -47,10 +47,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import re2
 
-from chalicelib.policy import celenv, jwks, ratelimit
-from chalicelib.policy.document import PolicyError
-from chalicelib.policy.outcome import (CLOSE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Outcome)
-from chalicelib.policy.template import Template
+from chalicelib.core.policy import celenv, jwks, ratelimit
+from chalicelib.core.policy.document import PolicyError
+from chalicelib.core.policy.outcome import (CLOSE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Outcome)
+from chalicelib.core.policy.template import Template
 
 TCP, REQ, RES = "on_tcp_connect", "on_http_request", "on_http_response"
 MAX_HEADERS = 10
@@ -965,7 +965,7 @@ class CompressResponse(Action):
     KNOWN = ("br", "compress", "deflate", "gzip")
 
     def setup(self, c, phase):
-        from chalicelib.policy import compress
+        from chalicelib.core.policy import compress
         names = c.strings("algorithms") or list(self.KNOWN)
         for index, name in enumerate(names):
             if name not in self.KNOWN:
@@ -976,7 +976,7 @@ class CompressResponse(Action):
         self.algorithms = [n for n in names if n in compress.AVAILABLE]
 
     def run(self, r):
-        from chalicelib.policy import compress
+        from chalicelib.core.policy import compress
         req, res = r.traffic.req, r.traffic.res
         already = bool(res.get_header("content-encoding")) and \
             res.get_header("content-encoding")[0].lower() != "identity"

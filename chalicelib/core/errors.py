@@ -64,8 +64,6 @@ HTTP-level errors, answered by the server before any route runs (scripts/http_se
 """
 from typing import Dict, Optional
 
-from chalice.app import ChaliceUnhandledError
-
 # ---- the codes (see the table above) ---------------------------------------------------------
 INVALID_JSON = "ERR_NGROK_213"
 UNKNOWN_FIELD = "ERR_NGROK_214"
@@ -109,11 +107,11 @@ UNAVAILABLE = "ERR_UNAVAILABLE"
 HTTP_VERSION = "ERR_HTTP_VERSION"
 
 
-class ApiError(ChaliceUnhandledError):
+class ApiError(Exception):
     """Base of every error the API returns on purpose.
 
-    It derives from ChaliceUnhandledError so that Chalice lets it propagate to the
-    middleware in chalicelib.web instead of rendering its own 500.
+    A plain exception: this catalog is part of the Chalice-free core. The Chalice layer
+    (``chalicelib.web.view``) carries it out of a view to the middleware that renders it.
     """
 
     status_code = 500

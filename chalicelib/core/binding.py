@@ -22,7 +22,7 @@ Domain ownership: a domain may be bound by an account when it reserved it exactl
 a wildcard that covers it (``*.example.com`` covers ``a.example.com`` and ``b.a.example.com``),
 or when it is a name under the service's base domain that no other account reserved. A name
 under the base domain is otherwise free to any account (first come, first served, one endpoint
-per hostname: that is the edge's claim, see chalicelib.online).
+per hostname: that is the edge's claim, see chalicelib.core.online).
 """
 import re
 import secrets
@@ -30,8 +30,8 @@ import string
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
-from chalicelib import acl, auth, credentials, hostnames, reserved_domains, store
-from chalicelib.config import get_settings
+from chalicelib.core import acl, hostnames, keys, reservations, store
+from chalicelib.core.config import get_settings
 
 _TOKEN_FORM = re.compile(r"^[A-Za-z0-9_\-]{16,256}$")
 _LABEL_ALPHABET = string.ascii_lowercase + string.digits
@@ -66,7 +66,7 @@ def authenticate(token: str) -> Grant:
     if not isinstance(token, str) or not _TOKEN_FORM.match(token):
         raise Refused("ERR_NGROK_105", "The authtoken you specified does not look like a "
                                        "proper authtoken credential.")
-    data = auth.lookup_secret(credentials.TOKEN_NAMESPACE, token)
+    data = keys.lookup_secret(keys.TOKEN_NAMESPACE, token)
     if data is None:
         raise Refused("ERR_NGROK_107", "The authtoken you specified is properly formed, but "
                                        "it is invalid: no such credential (deleted or never "
@@ -77,11 +77,11 @@ def authenticate(token: str) -> Grant:
 
 def recheck(account_id: str, credential_id: str, owner_id: str, owner_kind: str) -> Grant:
     """The grant of a known credential, read afresh, or Refused (deleted, owner unusable)."""
-    item = store.get(store.collection_pk(account_id, credentials.COLLECTION), credential_id)
+    item = store.get(store.collection_pk(account_id, keys.CREDENTIAL_COLLECTION), credential_id)
     if item is None:
         raise Refused("ERR_NGROK_107", f"The authtoken credential {credential_id} has been "
                                        "deleted and is no longer valid.")
-    owner, why = auth.usable_owner({"account_id": account_id, "owner_id": owner_id,
+    owner, why = keys.usable_owner({"account_id": account_id, "owner_id": owner_id,
                                     "owner_kind": owner_kind})
     if owner is None:
         raise Refused("ERR_NGROK_107", f"The authtoken credential {credential_id} cannot be "
@@ -104,10 +104,10 @@ def check_domain(grant: Grant, domain: str) -> str:
         raise Refused("ERR_NGROK_1602", f"Invalid domain '{domain}': {exc}") from None
     if not acl.may_bind(grant.acl, domain=name):
         raise _acl_refused(grant, "domain", name)
-    reservation = reserved_domains.reservation_of(name)
+    reservation = reservations.domain_reservation(name)
     other = _reserved_for_other(grant, name)
     if reservation is not None and reservation.get("account_id") != grant.account_id or \
-            reserved_domains.bind_conflict(grant.account_id, name) is not None:
+            reservations.bind_conflict(grant.account_id, name) is not None:
         raise other
     if reservation is not None:
         return name
@@ -121,7 +121,7 @@ def check_domain(grant: Grant, domain: str) -> str:
 
 def _reserved_for_other(grant: Grant, name: str) -> Refused:
     """ERR_NGROK_320: ``name`` is another account's (reserved exactly, under a wildcard of
-    theirs, under a name of theirs, or above one: chalicelib.reserved_domains)."""
+    theirs, under a name of theirs, or above one: chalicelib.core.reservations)."""
     return Refused("ERR_NGROK_320", "This domain is reserved for another account. Failed to "
                                     f"create an endpoint with the domain {name} for the "
                                     f"account {grant.account_id}.")
@@ -144,8 +144,7 @@ def check_address(grant: Grant, address: str, requested: bool = False) -> str:
     the grant's account (generated ones are free ports nobody reserved)."""
     if not acl.may_bind(grant.acl, address=address):
         raise _acl_refused(grant, "address", address)
-    from chalicelib import reserved_addrs
-    reservation = reserved_addrs.reservation_of(address)
+    reservation = reservations.addr_reservation(address)
     if reservation is not None and reservation["account_id"] != grant.account_id:
         raise Refused("ERR_NGROK_7113", f"The address {address} is reserved for another "
                                         "account.")

@@ -1,0 +1,50 @@
+"""The secrets callers present (API keys, authtokens) and the users and bots that own them.
+
+A secret is never stored: a uniqueness item keyed by its SHA-256 digest in a namespace
+(``api_key_hash``, ``credential_token``) names the account, the owner and the resource. The
+API's authorizer (``chalicelib.auth``) and the edge's session authentication
+(``chalicelib.core.binding``) both look secrets up here.
+"""
+import hashlib
+import hmac
+from typing import Any, Dict, Optional, Tuple
+
+from chalicelib.core import store
+
+CREDENTIAL_COLLECTION = "credential"
+TOKEN_NAMESPACE = "credential_token"
+
+
+USER_COLLECTION = "user"
+
+
+BOT_COLLECTION = "bot_user"
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def owner_item(account_id: str, owner_id: str, owner_kind: str) -> Optional[store.Item]:
+    collection = USER_COLLECTION if owner_kind == "user" else BOT_COLLECTION
+    return store.get(store.collection_pk(account_id, collection), owner_id)
+
+
+def lookup_secret(namespace: str, secret: str) -> Optional[Dict[str, Any]]:
+    """The lookup item's data of a secret (account, owner, resource id); None when unknown."""
+    wanted = digest(secret)
+    lookup = store.get(store.unique_pk(namespace, wanted), store.UNIQUE_SK)
+    if lookup is None or not hmac.compare_digest(lookup.data.get("digest", ""), wanted):
+        return None
+    return lookup.data
+
+
+def usable_owner(data: Dict[str, Any]) -> Tuple[Optional[store.Item], str]:
+    """The owner item named by a lookup's data, or (None, why) when it is gone or an
+    inactive bot: then neither its API keys nor its credentials may be used."""
+    owner = owner_item(data["account_id"], data["owner_id"], data["owner_kind"])
+    if owner is None:
+        return None, "the owner no longer exists"
+    if data["owner_kind"] == "bot" and not owner.data.get("active", False):
+        return None, "the owner is an inactive bot user"
+    return owner, ""
