@@ -26,6 +26,7 @@ os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
 from moto import mock_aws  # noqa: E402
 from chalicelib.core import reservations
+from chalicelib.core import routing
 
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "300"))
 
@@ -40,7 +41,6 @@ def main() -> None:
         from chalice.test import Client
 
         from app import app
-        from chalicelib import backends, https_edges, reserved_domains, tcp_edges
         from chalicelib.core import config, store
         from tests.support.api import InProcessApi
         from tests.support.seed import make_account
@@ -61,10 +61,10 @@ def main() -> None:
                     admin.post(f"/edges/https/{edge['id']}/routes",
                                {"match_type": "path_prefix", "match": f"/{i}"})
                 lookups.append((f"https edge_for_hostport, {count} routes",
-                                lambda hp=hp: https_edges.edge_for_hostport(hp)))
+                                lambda hp=hp: routing.https_edge_for_hostport(hp)))
             addr = admin.post("/reserved_addrs", {}).json["addr"]
             admin.post("/edges/tcp", {"hostports": [addr]})
-            lookups.append(("tcp edge_for_hostport", lambda: tcp_edges.edge_for_hostport(addr)))
+            lookups.append(("tcp edge_for_hostport", lambda: routing.tcp_edge_for_hostport(addr)))
             tg = admin.post("/backends/tunnel_group", {"labels": {"app": "web"}}).json["id"]
             hr = admin.post("/backends/http_response", {"body": "x"}).json["id"]
             fo = admin.post("/backends/failover", {"backends": [tg, hr]}).json["id"]
@@ -72,7 +72,7 @@ def main() -> None:
             for name, backend_id in (("tunnel_group", tg), ("http_response", hr),
                                      ("failover", fo), ("weighted", wt)):
                 lookups.append((f"backends.resolve {name}",
-                                lambda b=backend_id: backends.resolve(account.id, b)))
+                                lambda b=backend_id: routing.resolve_backend(account.id, b)))
             admin.post("/reserved_domains", {"domain": "*.example.org"})
             lookups.append(("reserved_domains.reservation_of a.b.c.example.org",
                             lambda: reservations.domain_reservation("a.b.c.example.org")))

@@ -148,7 +148,7 @@ def pages(stack, token):
     print(f"list page (limit=100), median of {PAGE_SAMPLES}:")
     base = page_p50(stack, token)
     print(f"  {count:>6} items in the table, 100 in the partition: {base:7.2f} ms")
-    fill(stack, f"A#acct_other#api_key", template, FILL, "ak")
+    fill(stack, "A#acct_other#api_key", template, FILL, "ak")
     other = page_p50(stack, token)
     print(f"  +{FILL} items in another partition:              {other:7.2f} ms  "
           f"(ratio {other / base:.2f})")

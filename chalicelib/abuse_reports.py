@@ -19,7 +19,7 @@ Rules (where the spec is silent, decided here):
 - The operator sets a hostname's status (``PENDING``, ``BANNED``, ``UNBANNED``, ``IGNORE``)
   with ``python -m chalicelib.admin set-hostname-status --account ACCT --report abrp_…
   --hostname HOST --status BANNED`` (:func:`set_hostname_status`).
-- A hostname ``BANNED`` in any report is in the ban index (``BANNED_PK``, one item per
+- A hostname ``BANNED`` in any report is in the ban index (``abuse.BANNED_PK``, one item per
   hostname naming the reports that ban it, written in the same transaction as the report):
   the edge reads the index every ``EDGE_CHECK_SECONDS``-ish (edge.edges.watch_banned_hosts)
   and refuses the name's traffic (403 ERR_NGROK_3208) and binds. Another status in every
@@ -34,6 +34,7 @@ from chalicelib import accounts, rest, validation
 from chalicelib.core import errors, hostnames, ids, store
 from chalicelib.validation import METADATA, Field
 from chalicelib.web import Ctx
+from chalicelib.core import abuse
 
 COLLECTION = "abuse_report"
 PREFIX = ids.PREFIXES["abuse_report"]
@@ -41,7 +42,6 @@ PATH = "/abuse_reports"
 MAX_URLS = 100
 MAX_URL_BYTES = 2048
 HOSTNAME_STATUSES = ("PENDING", "BANNED", "UNBANNED", "IGNORE")
-BANNED_PK = store.unique_pk("banned_host", "hosts")   # the ban index: sk = hostname
 
 
 def _bad_url(name: str, url: Any, why: str) -> errors.InvalidField:
@@ -173,22 +173,17 @@ def set_hostname_status(account_id: str, report_id: str, hostname: str,
                               f"has: {', '.join(e['hostname'] for e in entries)}")
     item.data = {**item.data, "hostnames": entries}
     key = f"{account_id}/{report_id}"
-    ban = store.get(BANNED_PK, wanted)
+    ban = store.get(abuse.BANNED_PK, wanted)
     reports = set((ban.data or {}).get("reports", [])) if ban is not None else set()
     reports = reports | {key} if status == "BANNED" else reports - {key}
     ops = [store.save(item)]
     if reports:
-        ops.append(store.put_raw(BANNED_PK, wanted, "banned_host",
+        ops.append(store.put_raw(abuse.BANNED_PK, wanted, "banned_host",
                                  {"reports": sorted(reports)}))
     elif ban is not None:
-        ops.append(store.drop(BANNED_PK, wanted))
+        ops.append(store.drop(abuse.BANNED_PK, wanted))
     store.commit(ops)
     return {"id": report_id, "status": derived_status(entries), "hostnames": entries}
-
-
-def banned_hosts() -> List[str]:
-    """Every hostname some report bans (one Query of the ban index): what the edge refuses."""
-    return [item.sk for item in store.query_all(BANNED_PK)]
 
 
 # Create and get only (the routes in app.py); the create body is parsed by create() itself.

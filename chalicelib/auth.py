@@ -30,8 +30,6 @@ so one cannot stand in for the other. What both share lives here: the owner rule
 (:func:`new_secret_item`), the lookup and owner checks of a presented secret
 (:func:`lookup_secret`, :func:`usable_owner`) and the owner-or-admin rule of changes.
 """
-import hashlib
-import hmac
 import secrets
 import time
 from typing import Any, Dict, List, Optional, Tuple

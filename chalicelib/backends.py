@@ -1,6 +1,7 @@
 """Backends the edges route to: ``/backends/tunnel_group``, ``/backends/failover`` and
 ``/backends/weighted`` (HTTP response backends are :mod:`chalicelib.http_response_backends`),
-every backend kind's id rules, and :func:`resolve`, what the edge reads to act on a backend.
+every backend kind's id rules; what the edge reads to act on a backend is
+:func:`chalicelib.core.routing.resolve_backend`.
 
 Fields (every one always present):
 - tunnel group: id, uri, created_at, description, metadata, ``labels`` (map key → value),
@@ -20,7 +21,8 @@ the numbers here are decided):
   least one weight above 0 (else no request could be sent anywhere).
 - Members of failover and weighted backends are tunnel group or HTTP response backends of
   the caller's account (400 naming the field and id otherwise). Failover and weighted
-  backends do not nest, so no cycle can be built and :func:`resolve` is two reads at most.
+  backends do not nest, so no cycle can be built and
+  :func:`chalicelib.core.routing.resolve_backend` is two reads at most.
 - Create requires the labels / backends. In a PATCH an absent, null or *empty* ``labels`` /
   ``backends`` leaves them unchanged: the reference client sends ``{}`` / ``[]`` on every
   update; a non-empty value replaces them whole.
@@ -31,11 +33,12 @@ the numbers here are decided):
   is not 0 cannot be deleted (409) until nothing uses it.
 """
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import http_response_backends, rest, validation, web
-from chalicelib.core import acl, errors, ids, refs, store
+from chalicelib import rest, validation, web
+from chalicelib.core import acl, errors, ids, refs, routing, store
+from chalicelib.core.routing import (FAILOVER, KINDS, MEMBER_KINDS, TUNNEL_GROUP,
+                                     WEIGHTED, Kind, kind_of)
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -44,36 +47,6 @@ MAX_LABEL_KEY_BYTES = 64
 MAX_LABEL_VALUE_BYTES = 256
 MAX_MEMBERS = 10
 MAX_WEIGHT = 10000
-
-
-@dataclass(frozen=True)
-class Kind:
-    name: str        # "http_response" | "tunnel_group" | "failover" | "weighted"
-    collection: str
-    prefix: str
-    path: str
-    what: str
-
-
-HTTP_RESPONSE = Kind("http_response", http_response_backends.COLLECTION,
-                     http_response_backends.PREFIX, http_response_backends.PATH,
-                     "HTTP response backend")
-TUNNEL_GROUP = Kind("tunnel_group", "tunnel_group_backend", ids.PREFIXES["tunnel_group_backend"],
-                    "/backends/tunnel_group", "tunnel group backend")
-FAILOVER = Kind("failover", "failover_backend", ids.PREFIXES["failover_backend"],
-                "/backends/failover", "failover backend")
-WEIGHTED = Kind("weighted", "weighted_backend", ids.PREFIXES["weighted_backend"],
-                "/backends/weighted", "weighted backend")
-KINDS = {kind.prefix: kind for kind in (HTTP_RESPONSE, TUNNEL_GROUP, FAILOVER, WEIGHTED)}
-MEMBER_KINDS = (HTTP_RESPONSE, TUNNEL_GROUP)
-
-
-def kind_of(backend_id: Any) -> Optional[Kind]:
-    """The kind of a well-formed backend id (by its prefix), else None."""
-    if not isinstance(backend_id, str):
-        return None
-    kind = KINDS.get(backend_id.split("_", 1)[0])
-    return kind if kind and ids.is_valid(backend_id, kind.prefix) else None
 
 
 def _bad(field: str, msg: str) -> errors.InvalidField:
@@ -159,23 +132,6 @@ FAILOVER_MEMBERS = Field("backends", "any", check=_check_failover_field)
 WEIGHTS = Field("backends", "object", check=_check_weights)
 
 
-# ---- one composite resource, three kinds --------------------------------------------------------
-def _members(kind: Kind, data: Dict[str, Any]) -> Counter:
-    """(collection, id) of every backend this one refers to."""
-    counts: Counter = Counter()
-    if kind is FAILOVER:
-        members = data.get("backends") or []
-    elif kind is WEIGHTED:
-        members = list(data.get("backends") or {})
-    else:
-        members = []
-    for member in members:
-        member_kind = kind_of(member)
-        if member_kind is not None:
-            counts[(member_kind.collection, member)] += 1
-    return counts
-
-
 _SPEC_FIELD = {TUNNEL_GROUP: "labels", FAILOVER: "backends", WEIGHTED: "backends"}
 
 
@@ -213,7 +169,8 @@ def _create(c: Ctx, kind: Kind, fields: Dict[str, Any]) -> Dict[str, Any]:
     item = store.new_item(store.collection_pk(c.account_id, kind.collection),
                           ids.new_id(kind.prefix), kind=kind.collection,
                           account_id=c.account_id, data=data)
-    store.commit([store.put_new(item)] + refs.move(c.account_id, Counter(), _members(kind, data),
+    store.commit([store.put_new(item)] + refs.move(c.account_id, Counter(),
+                                                   routing.members(kind, data),
                                                    missing_backend(spec)))
     return render(c, kind, item)
 
@@ -233,7 +190,7 @@ def _update(c: Ctx, kind: Kind, backend_id: str, fields: Dict[str, Any]) -> Dict
     item = get_item(c.account_id, kind, backend_id)
     if changes:
         new = {**item.data, **changes}
-        ops = refs.move(c.account_id, _members(kind, item.data), _members(kind, new),
+        ops = refs.move(c.account_id, routing.members(kind, item.data), routing.members(kind, new),
                         missing_backend(spec))
         item.data = new
         store.commit([store.save(item)] + ops)
@@ -249,7 +206,7 @@ def _delete(c: Ctx, kind: Kind, backend_id: str) -> None:
     missing = errors.NotFound(f"No {kind.what} with id '{backend_id}' exists")
     store.commit([refs.delete_unreferenced(item.pk, item.sk, missing, in_use,
                                            version=item.version or 0)]
-                 + refs.move(c.account_id, _members(kind, item.data), Counter(),
+                 + refs.move(c.account_id, routing.members(kind, item.data), Counter(),
                              missing_backend(_SPEC_FIELD[kind])))
 
 
@@ -287,59 +244,3 @@ FAILOVER_OPS = _ops(FAILOVER, FAILOVER_FIELDS)
 WEIGHTED_OPS = _ops(WEIGHTED, WEIGHTED_FIELDS)
 
 
-# ---- the edge's read --------------------------------------------------------------------------
-def _plain(kind: Kind, item: store.Item, children: Dict[str, store.Item]) -> Dict[str, Any]:
-    data = item.data
-    if kind is HTTP_RESPONSE:
-        return {"kind": kind.name, "id": item.sk,
-                "status_code": data.get("status_code", http_response_backends.DEFAULT_STATUS),
-                "headers": dict(data.get("headers") or {}), "body": data.get("body", "")}
-    if kind is TUNNEL_GROUP:
-        return {"kind": kind.name, "id": item.sk, "labels": dict(data.get("labels") or {})}
-
-    def child(backend_id: str) -> Optional[Dict[str, Any]]:
-        found = children.get(backend_id)
-        member_kind = kind_of(backend_id)
-        return None if found is None or member_kind is None \
-            else _plain(member_kind, found, {})
-
-    if kind is FAILOVER:
-        members = [child(b) for b in data.get("backends") or []]
-        return {"kind": kind.name, "id": item.sk, "backends": [m for m in members if m]}
-    weighted = []
-    for backend_id, weight in (data.get("backends") or {}).items():
-        member = child(backend_id)
-        if member is not None:
-            weighted.append({"weight": weight, "backend": member})
-    return {"kind": kind.name, "id": item.sk, "backends": weighted}
-
-
-def resolve(account_id: str, backend_id: str) -> Optional[Dict[str, Any]]:
-    """What the edge needs to send traffic to ``backend_id``, as a plain dict, or None when
-    it does not exist (in this account). Shapes, by ``kind``:
-
-    - ``{"kind": "http_response", "id", "status_code": int, "headers": {name: value},
-      "body": str}`` — the edge answers itself;
-    - ``{"kind": "tunnel_group", "id", "labels": {key: value}}`` — the online tunnels of the
-      account whose labels include all of these;
-    - ``{"kind": "failover", "id", "backends": [member, ...]}`` — members in order, each a
-      tunnel_group or http_response dict as above; the first that can serve serves;
-    - ``{"kind": "weighted", "id", "backends": [{"weight": int, "backend": member}, ...]}``.
-
-    Cost: one GetItem, plus one BatchGetItem of the members for failover and weighted (no
-    nesting, so never more). Members deleted meanwhile are left out.
-    """
-    kind = kind_of(backend_id)
-    if kind is None:
-        return None
-    item = store.get(store.collection_pk(account_id, kind.collection), backend_id)
-    if item is None:
-        return None
-    children: Dict[str, store.Item] = {}
-    members = _members(kind, item.data)
-    if members:
-        keys = [(store.collection_pk(account_id, collection), member_id)
-                for collection, member_id in members]
-        for found in store.model().batch_get(keys, consistent_read=True):
-            children[found.sk] = found
-    return _plain(kind, item, children)

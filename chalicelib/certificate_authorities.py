@@ -27,8 +27,9 @@ from chalicelib import validation, web
 from chalicelib.core import errors, ids, refs, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
+from chalicelib.core import certs
 
-COLLECTION = "certificate_authority"
+COLLECTION = certs.CA_COLLECTION
 PREFIX = ids.PREFIXES["certificate_authority"]
 PATH = "/certificate_authorities"
 LIST_KEY = "certificate_authorities"
@@ -187,9 +188,3 @@ def pems(account_id: str, ca_ids: List[str]) -> List[str]:
     return [found[ca_id] for ca_id in ca_ids if ca_id in found]
 
 
-def pems_by_id(account_id: str, ca_ids: List[str]) -> Dict[str, str]:
-    """CA id → PEM for those of ``ca_ids`` that exist (one BatchGetItem): the edge caches each
-    CA's PEM by id (a CA's certificate never changes)."""
-    keys = [(store.collection_pk(account_id, COLLECTION), ca_id) for ca_id in ca_ids]
-    return {item.sk: item.data["ca_pem"]
-            for item in store.model().batch_get(keys, consistent_read=True)}

@@ -173,7 +173,6 @@ def resolve_bindings(url: str, bindings: Optional[List[str]]) -> List[str]:
 def addr_of(account_id: str, url: str) -> str:
     """The reserved address id a public tcp:// URL uses, or a 400: TCP addresses are served
     only when the account reserved them (POST /reserved_addrs), as for TCP edges."""
-    from chalicelib import reserved_addrs
     addr = address(url)
     found = reservations.addr_reservation(addr)
     if found is None or found["account_id"] != account_id:

@@ -45,8 +45,9 @@ from chalicelib.core.config import get_settings
 from chalicelib.validation import Field, parse
 from chalicelib.web import Ctx
 from chalicelib.core import reservations
+from chalicelib.core import routing
 
-HOSTPORT_NAMESPACE = "hostport"
+HOSTPORT_NAMESPACE = routing.HOSTPORT_NAMESPACE
 MAX_HOSTPORTS = 10
 MAX_IP_POLICIES = 10
 _LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -155,7 +156,7 @@ TCP_MODULES = {"backend": parse_backend, "ip_restriction": parse_ip_restriction,
 def render_backend(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     if module is None:
         return None
-    kind = backends.kind_of(module["backend_id"]) or backends.HTTP_RESPONSE
+    kind = routing.kind_of(module["backend_id"]) or routing.HTTP_RESPONSE
     return {"enabled": module["enabled"], "backend": c.ref(kind.path, module["backend_id"])}
 
 
@@ -193,7 +194,7 @@ def refs_of(data: Dict[str, Any]) -> Counter:
     counts: Counter = Counter()
     backend = data.get("backend")
     if backend:
-        kind = backends.kind_of(backend["backend_id"])
+        kind = routing.kind_of(backend["backend_id"])
         if kind is not None:
             counts[(kind.collection, backend["backend_id"])] += 1
     restriction = data.get("ip_restriction")
@@ -229,7 +230,7 @@ def ref_ops(account_id: str, old: Dict[str, Any], new: Dict[str, Any],
     when not ``nested``, as in a module PUT) and the id.
     """
     def missing(collection: str, resource_id: str) -> errors.ApiError:
-        backend_kind = next((k for k in backends.KINDS.values() if k.collection == collection),
+        backend_kind = next((k for k in routing.KINDS.values() if k.collection == collection),
                             None)
         module, name, what = ("backend", "backend_id", backend_kind.what) if backend_kind \
             else _REF_FIELDS[collection]
@@ -244,7 +245,7 @@ def ref_ops(account_id: str, old: Dict[str, Any], new: Dict[str, Any],
 TCP_EDGE = "tcp_edge"
 HTTPS_EDGE = "https_edge"
 # What a TCP edge's hostport items carry for the edge process (see the module docstring).
-TCP_COPY_FIELDS = ("hostports", "backend", "ip_restriction", "traffic_policy")
+TCP_COPY_FIELDS = routing.TCP_COPY_FIELDS
 
 
 def hostport_owner(account_id: str, kind: str, hostport: str) -> Optional[Tuple[str, str]]:

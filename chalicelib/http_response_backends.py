@@ -18,18 +18,18 @@ Rules (where the spec is silent, decided here):
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib import http_headers, validation, web
-from chalicelib.core import errors, ids, store
+from chalicelib.core import errors, ids, routing, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
-COLLECTION = "http_response_backend"
+COLLECTION = routing.HTTP_RESPONSE.collection
 PREFIX = ids.PREFIXES["http_response_backend"]
 PATH = "/backends/http_response"
 LIST_KEY = "backends"
 
 MAX_BODY_BYTES = 65536
 MAX_HEADERS = 50
-DEFAULT_STATUS = 200
+DEFAULT_STATUS = routing.DEFAULT_RESPONSE_STATUS
 
 
 def _status(name: str, value: int) -> int:

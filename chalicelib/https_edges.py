@@ -1,7 +1,8 @@
 """HTTPS edges ``/edges/https`` with their modules ``tls_termination`` and ``mutual_tls``
 (``/edges/https/{edge_id}/<module>``), their routes ``/edges/https/{edge_id}/routes`` and the
 route modules ``backend``, ``ip_restriction``, ``user_agent_filter``, ``request_headers``,
-``response_headers`` and ``traffic_policy``; and :func:`edge_for_hostport`, the edge's read.
+``response_headers`` and ``traffic_policy``; the edge's read is
+:func:`chalicelib.core.routing.https_edge_for_hostport`.
 
 HTTPS edge fields: id, uri, created_at, description, metadata, hostports (null when none),
 mutual_tls ``{enabled, certificate_authorities: [Ref]}`` and tls_termination ``{enabled,
@@ -72,13 +73,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import re2
 
-from chalicelib import (certificate_authorities, edge_modules, http_headers, rest, traffic_policy, validation, web)
+from chalicelib import (certificate_authorities, edge_modules, http_headers, rest, traffic_policy, validation)
 from chalicelib.core import errors, ids, refs, store
 from chalicelib.edge_modules import HOSTPORTS
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 from chalicelib.web import Ctx
+from chalicelib.core import routing
 
-COLLECTION = "https_edge"
+COLLECTION = routing.HTTPS_EDGE_COLLECTION
 PREFIX = ids.PREFIXES["https_edge"]
 PATH = "/edges/https"
 LIST_KEY = "https_edges"
@@ -95,11 +97,10 @@ MAX_PATTERN_BYTES = 512
 MAX_ADD_HEADERS = 20
 MAX_REMOVE_HEADERS = 20
 
-ROUTE_MODULES = ("backend", "ip_restriction", "user_agent_filter", "request_headers",
-                 "response_headers", "traffic_policy")
+ROUTE_MODULES = routing.ROUTE_MODULES
 UNSUPPORTED_ROUTE_MODULES = ("circuit_breaker", "compression", "webhook_verification", "oauth",
                              "saml", "oidc", "websocket_tcp_converter")
-EDGE_MODULES = ("tls_termination", "mutual_tls")
+EDGE_MODULES = routing.HTTPS_EDGE_MODULES
 TLS_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
 MAX_CERTIFICATE_AUTHORITIES = 10
 
@@ -656,56 +657,6 @@ def delete_edge_module(c: Ctx, edge_id: str, name: str) -> None:
     _replace_edge(c, edge_id, {_edge_module_name(name): None})
 
 
-# ---- the edge's read ----------------------------------------------------------------------------
-def _route_order(route: Dict[str, Any]) -> Tuple[int, int, str]:
-    return (0 if route["match_type"] == "exact_path" else 1, -len(route["match"]), route["id"])
-
-
-def edge_for_hostport(hostport: str) -> Optional[Tuple[Dict[str, Any], List[Dict[str, Any]]]]:
-    """The HTTPS edge serving ``hostport`` (canonical ``host:port``, lower-case) and its
-    routes, or None when no HTTPS edge serves it. One GetItem (the hostport's uniqueness item:
-    account and edge) and one Query (the edge with its routes, which follow it in its
-    partition).
-
-    The edge dict: ``{"id", "account_id", "hostports", "tls_termination", "mutual_tls",
-    "description", "metadata", "created_at"}``, modules in their stored form or None:
-    ``tls_termination {"enabled", "min_version": "1.0".."1.3" | None}``, ``mutual_tls
-    {"enabled", "certificate_authority_ids": [ca_…]}`` (PEMs:
-    :func:`chalicelib.certificate_authorities.pems`).
-
-    Routes, in match order (every ``exact_path`` first, then ``path_prefix`` by longest
-    ``match`` first): ``{"id", "edge_id", "match_type", "match", "backend",
-    "ip_restriction", "user_agent_filter", "request_headers", "response_headers",
-    "traffic_policy", ...}``, each module None or its stored form: ``backend {"enabled",
-    "backend_id"}`` (act on it with :func:`chalicelib.backends.resolve`), ``ip_restriction
-    {"enabled", "ip_policy_ids"}`` (:func:`chalicelib.ip_policies.rules_of`),
-    ``user_agent_filter {"enabled", "allow", "deny"}``, ``request_headers``/
-    ``response_headers {"enabled", "add": {name: value}, "remove": [name]}``,
-    ``traffic_policy {"enabled", "value": JSON or YAML text}``.
-    """
-    owner = store.get(store.unique_pk(edge_modules.HOSTPORT_NAMESPACE, hostport),
-                      store.UNIQUE_SK)
-    if owner is None or owner.data.get("kind") != COLLECTION:
-        return None
-    account_id, edge_id = owner.data["account_id"], owner.data["edge_id"]
-    try:
-        item, route_items = _edge_and_routes(account_id, edge_id)
-    except errors.NotFound:
-        return None
-    edge = {"id": edge_id, "account_id": account_id,
-            **{k: v for k, v in item.data.items() if k != "hostport_refs"}}
-    for name in EDGE_MODULES:
-        edge.setdefault(name, None)
-    routes = []
-    for route in route_items:
-        plain = {"id": route.sk.rpartition("#")[2], **route.data}
-        for name in ROUTE_MODULES:
-            plain.setdefault(name, None)
-        routes.append(plain)
-    routes.sort(key=_route_order)
-    return edge, routes
-
-
 EDGE_OPS = rest.Ops(prefix=PREFIX, list_key=LIST_KEY, create=create, get=get,
                     list_page=list_page, update=update, delete=delete,
                     create_fields=EDGE_FIELDS, update_fields=EDGE_FIELDS)
@@ -715,10 +666,3 @@ ROUTE_OPS = rest.Ops(prefix=ROUTE_PREFIX, list_key=ROUTE_LIST_KEY, create=create
                      delete=delete_route)
 
 
-def tls_index() -> Dict[str, Dict[str, Any]]:
-    """Hostport → what its HTTPS edge's TLS modules ask of the handshake, for every hostport
-    whose edge has an enabled ``tls_termination`` with a ``min_version`` or an enabled
-    ``mutual_tls``: ``{"account_id", "edge_id", "min_version"?, "certificate_authority_ids"?}``
-    (:func:`chalicelib.edge_modules.tls_of`). One Query of the index partition (paged past
-    1 MB): the edge reads it in the background, never during a handshake."""
-    return {item.sk: dict(item.data or {}) for item in store.query_all(store.EDGE_TLS_PK)}

@@ -23,13 +23,14 @@ from chalicelib import rest, validation, web
 from chalicelib.core import errors, ids, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
+from chalicelib.core import ip_rules
 
-POLICY_COLLECTION = "ip_policy"
+POLICY_COLLECTION = ip_rules.POLICY_COLLECTION
 POLICY_PREFIX = ids.PREFIXES["ip_policy"]
 POLICY_PATH = "/ip_policies"
 POLICY_LIST_KEY = "ip_policies"
 
-RULE_COLLECTION = "ip_policy_rule"
+RULE_COLLECTION = ip_rules.RULE_COLLECTION
 RULE_PREFIX = ids.PREFIXES["ip_policy_rule"]
 RULE_PATH = "/ip_policy_rules"
 RULE_LIST_KEY = "ip_policy_rules"
@@ -183,36 +184,6 @@ def delete_rule(c: Ctx, rule_id: str) -> None:
                   store.set_fields(store.collection_pk(c.account_id, POLICY_COLLECTION),
                                    item.data["ip_policy_id"], {}, refs=-1,
                                    missing=store.VersionConflict())])
-
-
-# ---- the edge's read ----------------------------------------------------------------------------
-def rules_of(account_id: str, policy_ids: List[str]) -> Dict[str, List[Tuple[str, str]]]:
-    """The rules of each of ``policy_ids`` that exists in the account (an ``ip_restriction``
-    module's policies, a ``restrict-ips`` action's ``ip_policies``) as ``{policy_id:
-    [(action "allow"|"deny", cidr), ...]}``, oldest rule first; a policy without rules maps
-    to ``[]``, and an id the account does not have (another account's, a deleted one) is left
-    out. One Query of the account's rules (rules are stored per account, each naming its
-    policy), so its cost grows with the account's rule count, not with the request; plus one
-    GetItem per named policy that has no rules (a policy with rules exists: it cannot be
-    deleted while they do)."""
-    wanted: Dict[str, List[Tuple[str, str]]] = {policy_id: [] for policy_id in policy_ids}
-    for item in store.query_all(store.collection_pk(account_id, RULE_COLLECTION)):
-        policy_id = item.data.get("ip_policy_id")
-        if policy_id in wanted:
-            wanted[policy_id].append((item.data["action"], item.data["cidr"]))
-    return {policy_id: rules for policy_id, rules in wanted.items()
-            if rules or _exists(account_id, policy_id)}
-
-
-def _exists(account_id: str, policy_id: str) -> bool:
-    return ids.is_valid(policy_id, POLICY_PREFIX) and store.get(
-        store.collection_pk(account_id, POLICY_COLLECTION), policy_id) is not None
-
-
-def missing_of(account_id: str, policy_ids: List[str]) -> List[str]:
-    """Those of ``policy_ids`` the account has no IP policy with (one GetItem each)."""
-    return [policy_id for policy_id in dict.fromkeys(policy_ids)
-            if not _exists(account_id, policy_id)]
 
 
 POLICY_OPS = rest.Ops(prefix=POLICY_PREFIX, list_key=POLICY_LIST_KEY, create=create_policy,

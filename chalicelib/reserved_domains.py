@@ -35,7 +35,7 @@ Rules (CONTRACT.md "Reserved domain"; where it is silent, decided here):
   certificate served (uploaded or issued), else null; the edge serves it for the domain
   (docs/CERTIFICATES.md). ``http_endpoint_configuration`` and
   ``https_endpoint_configuration`` are always null.
-- A policy puts the domain on the ACME work queue (chalicelib.acme.orders), in the same
+- A policy puts the domain on the ACME work queue (chalicelib.core.acme_orders), in the same
   transaction; ``certificate_management_status`` then follows the order (the worker writes it).
 - Update: description, metadata, certificate_id, certificate_management_policy (a new policy
   on a managed domain keeps the provisioning status and applies to the next order),
@@ -60,7 +60,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib import tls_certificates, validation, web
 from chalicelib.core import errors, hostnames, ids, refs, reservations, store
-from chalicelib.acme import orders
+from chalicelib.core import acme_orders as orders
 from chalicelib.core.config import get_settings
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx

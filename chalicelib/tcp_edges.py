@@ -39,8 +39,9 @@ from chalicelib.core import errors, ids, store
 from chalicelib.edge_modules import HOSTPORTS, TCP_MODULES, TCP_RENDERERS
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
+from chalicelib.core import routing
 
-COLLECTION = "tcp_edge"
+COLLECTION = routing.TCP_EDGE_COLLECTION
 PREFIX = ids.PREFIXES["tcp_edge"]
 PATH = "/edges/tcp"
 LIST_KEY = "tcp_edges"
@@ -235,28 +236,3 @@ def _delete_linked_module(c: Ctx, edge_id: str, name: str) -> None:
         _replace(c, item, {**item.data, name: None})
 
 
-# ---- the edge's read ----------------------------------------------------------------------------
-def edge_for_hostport(hostport: str) -> Optional[Dict[str, Any]]:
-    """The TCP edge serving ``hostport`` (canonical ``host:port``), or None. One GetItem: the
-    hostport's uniqueness item carries a copy of what the edge needs.
-
-    ``{"id", "account_id", "hostports", "backend", "ip_restriction", "traffic_policy"}``;
-    modules None or their stored form: ``backend {"enabled", "backend_id"}``
-    (:func:`chalicelib.backends.resolve`), ``ip_restriction {"enabled", "ip_policy_ids"}``
-    (:func:`chalicelib.ip_policies.rules_of`), ``traffic_policy {"enabled", "value"}``.
-    """
-    owner = store.get(store.unique_pk(edge_modules.HOSTPORT_NAMESPACE, hostport),
-                      store.UNIQUE_SK)
-    if owner is None or owner.data.get("kind") != COLLECTION:
-        return None
-    account_id, edge_id = owner.data["account_id"], owner.data["edge_id"]
-    data = owner.data.get("edge")
-    if data is None:  # claimed before hostport items carried the edge
-        item = store.get(store.collection_pk(account_id, COLLECTION), edge_id)
-        if item is None:
-            return None
-        data = {k: item.data.get(k) for k in edge_modules.TCP_COPY_FIELDS}
-    edge = {"id": edge_id, "account_id": account_id, **data}
-    for name in MODULES:
-        edge.setdefault(name, None)
-    return edge

@@ -39,18 +39,15 @@ from chalicelib.certificate_authorities import (_COMMON_NAME, _EKU_NAMES, _KEY_U
                                                 _certificate, _rfc3339)
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
+from chalicelib.core import certs
 
-COLLECTION = "tls_certificate"
+COLLECTION = certs.CERTIFICATE_COLLECTION
 PREFIX = ids.PREFIXES["tls_certificate"]
 PATH = "/tls_certificates"
 LIST_KEY = "tls_certificates"
 MAX_CERT_PEM_BYTES = 65536
 MAX_KEY_PEM_BYTES = 16384
 MAX_CHAIN = 10
-# Derived copies, one per reserved domain that has a certificate (sk: the domain), written in
-# the transaction that attaches or replaces it: what the edge's HTTPS listener serves.
-SERVED_PK = "TLS#domain_certificate"
-SERVED_KIND = "domain_certificate"
 
 _BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)-----END \1-----", re.S)
 _SUBJECT_OIDS = {"subject_organization": "2.5.4.10", "subject_organizational_unit": "2.5.4.11",
@@ -160,10 +157,6 @@ def covers(fields: Dict[str, Any], name: str) -> bool:
     return head != "*" and bool(rest) and f"*.{rest}" in names
 
 
-def key_context(account_id: str, cert_id: str) -> Dict[str, str]:
-    return {"account_id": account_id, "tls_certificate_id": cert_id}
-
-
 # ---- the API ----------------------------------------------------------------------------------
 CREATE_FIELDS = [DESCRIPTION, METADATA,
                  Field("certificate_pem", "string", required=True, max_bytes=MAX_CERT_PEM_BYTES),
@@ -189,7 +182,7 @@ def new_item(account_id: str, fields: Dict[str, Any], key_pem: str, *, descripti
     cert_id = ids.new_id(PREFIX)
     data = {"description": description, "metadata": metadata, **fields,
             "created_at": validation.now_rfc3339(),
-            "private_key": keywrap.seal(key_pem.encode("ascii"), key_context(account_id, cert_id))}
+            "private_key": keywrap.seal(key_pem.encode("ascii"), certs.key_context(account_id, cert_id))}
     if issued_at is not None:
         data["issued_at"] = issued_at
         data["managed_for"] = domain_id
@@ -238,30 +231,13 @@ def delete(c: Ctx, cert_id: str) -> None:
 # ---- the served index (written with reserved domains) ----------------------------------------
 def served_op(domain: str, account_id: str, domain_id: str, cert_id: str,
               fields: Dict[str, Any]) -> store.Op:
-    return store.put_raw(SERVED_PK, domain, SERVED_KIND, {
+    return store.put_raw(certs.SERVED_PK, domain, certs.SERVED_KIND, {
         "account_id": account_id, "reserved_domain_id": domain_id,
         "tls_certificate_id": cert_id, "fingerprint": fields["fingerprint"],
         "not_after": fields["not_after"]})
 
 
 def unserved_op(domain: str) -> store.Op:
-    return store.drop(SERVED_PK, domain)
+    return store.drop(certs.SERVED_PK, domain)
 
 
-# ---- what the edge reads ----------------------------------------------------------------------
-def served_index() -> Dict[str, Dict[str, Any]]:
-    """Domain (exact or ``*.`` wildcard) → ``{account_id, reserved_domain_id,
-    tls_certificate_id, fingerprint, not_after}`` for every reserved domain with a
-    certificate; one Query (paged by DynamoDB beyond 1 MB)."""
-    return {item.sk: dict(item.data) for item in store.query_all(SERVED_PK)}
-
-
-def key_pair(account_id: str, cert_id: str) -> Optional[Tuple[str, str, str]]:
-    """(certificate chain PEM, private key PEM, fingerprint) of a certificate, its key
-    opened (1 GetItem; in AWS also 1 KMS Decrypt); None when it no longer exists."""
-    item = store.get(store.collection_pk(account_id, COLLECTION), cert_id)
-    if item is None:
-        return None
-    data = item.data
-    key = keywrap.open_sealed(data["private_key"], key_context(account_id, cert_id))
-    return data["certificate_pem"], key.decode("ascii"), data["fingerprint"]

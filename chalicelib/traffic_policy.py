@@ -25,6 +25,7 @@ from typing import Any, Optional
 from chalicelib.core import errors
 from chalicelib.core.policy.document import (MAX_DOCUMENT_BYTES, MAX_RULES_PER_PHASE, PHASES,
                                         PolicyError)
+from chalicelib.core import ip_rules
 
 __all__ = ["MAX_DOCUMENT_BYTES", "MAX_RULES_PER_PHASE", "PHASES", "check_document",
            "check_ip_policies", "check_tcp_document"]
@@ -65,12 +66,11 @@ def check_ip_policies(account_id: str, field: str, text: Optional[str]) -> None:
     id named; nothing read for a document naming none."""
     if not text:
         return
-    from chalicelib import ip_policies
     from chalicelib.core.policy.engine import compile_policy
     refs = compile_policy(text).ip_policy_refs
     if not refs:
         return
-    missing = set(ip_policies.missing_of(account_id, [ident for _, ident in refs]))
+    missing = set(ip_rules.missing_of(account_id, [ident for _, ident in refs]))
     for path, ident in refs:
         if ident in missing:
             raise unknown_ip_policy(field, path, ident)

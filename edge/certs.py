@@ -8,7 +8,7 @@ deployment may name its own certificate and key instead (EDGE_TLS_CERT / EDGE_TL
 that pair serves every name.
 
 **Certificates from the store** come first: a reserved domain's certificate (uploaded through
-``/tls_certificates`` or issued by ACME; chalicelib.tls_certificates) serves the domain's SNI
+``/tls_certificates`` or issued by ACME; chalicelib.core.certs) serves the domain's SNI
 name, and a wildcard reservation's (``*.example.com``) serves the names one label under it.
 :meth:`ServerCertificates.refresh_store` reads the served index (1 Query) with the TLS
 settings (edge.tls, every second), and each new certificate once (1 GetItem, its key
@@ -30,6 +30,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from chalicelib.core import certs as stored
 
 log = logging.getLogger("edge.certs")
 
@@ -186,14 +188,13 @@ class ServerCertificates:
     async def refresh_store(self, edge: Any) -> None:
         """Re-read the served index; load each certificate not seen yet (a bad one is logged
         and skipped: the local CA serves its name meanwhile)."""
-        from chalicelib import tls_certificates
-        index = await edge.call(tls_certificates.served_index)
+        index = await edge.call(stored.served_index)
         wanted = {(e["account_id"], e["tls_certificate_id"], e["fingerprint"])
                   for e in index.values()}
         pairs = {key: pair for key, pair in self._store_pairs.items() if key in wanted}
         for key in sorted(wanted - set(pairs)):
             try:
-                found = await edge.call(tls_certificates.key_pair, key[0], key[1])
+                found = await edge.call(stored.key_pair, key[0], key[1])
                 if found is None or found[2] != key[2]:
                     continue   # replaced meanwhile: the next refresh sees the new one
                 chain, private, _ = found

@@ -2,7 +2,7 @@
 
 - **HTTP-01** (RFC 8555 8.3) on the public HTTP listener: ``GET
   /.well-known/acme-challenge/<token>`` for a host whose answer is stored
-  (chalicelib.acme.orders.http01_answer: 1 GetItem) is answered 200 with the key
+  (chalicelib.core.acme_orders.http01_answer: 1 GetItem) is answered 200 with the key
   authorization, ahead of any endpoint serving the host; any other request on that path is
   routed as usual (an endpoint may run its own ACME client).
 - **TLS-ALPN-01** (RFC 8737) on the HTTPS listener: a ClientHello offering only the
@@ -16,7 +16,7 @@ import hashlib
 import ssl
 from typing import Any, Optional
 
-from chalicelib.acme import orders
+from chalicelib.core import acme_orders as orders
 from edge import http1
 
 ACME_PATH = b"/.well-known/acme-challenge/"

@@ -3,7 +3,7 @@
 A request whose ``Host`` no agent endpoint serves is looked up as the HTTPS edge hostport
 ``<host>:443`` (the public port behind a load balancer, whatever port this edge listens on),
 then routed: ``exact_path`` routes first, then ``path_prefix`` by longest prefix (the order
-``https_edges.edge_for_hostport`` returns); no route matches: 404 in the contract's shape.
+``chalicelib.core.routing.https_edge_for_hostport`` returns); no route matches: 404 in the contract's shape.
 The route's modules run as traffic policy rules in the hosted order, through the same engine
 as endpoints' (ip_restriction, user_agent_filter, request_headers, the route's traffic_policy;
 response_headers on the response), then its ``backend``:
@@ -51,7 +51,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from urllib.parse import urlsplit
 
-from chalicelib.core import online
+from chalicelib.core import abuse, ip_rules, online, reservations, routing
 from edge import enforce
 
 CACHE_SECONDS = 1.0
@@ -109,24 +109,20 @@ class EdgeRouter:
 
     # ---- reads (cached) ---------------------------------------------------------------------
     async def _https_edge(self, hostport: str):
-        from chalicelib import https_edges
         return await self._cache.get(("https", hostport), lambda: self.edge.call(
-            https_edges.edge_for_hostport, hostport))
+            routing.https_edge_for_hostport, hostport))
 
     async def _tcp_edge(self, hostport: str):
-        from chalicelib import tcp_edges
         return await self._cache.get(("tcp", hostport), lambda: self.edge.call(
-            tcp_edges.edge_for_hostport, hostport))
+            routing.tcp_edge_for_hostport, hostport))
 
     async def _backend(self, account_id: str, backend_id: str):
-        from chalicelib import backends
         return await self._cache.get(("backend", account_id, backend_id), lambda: self.edge.call(
-            backends.resolve, account_id, backend_id))
+            routing.resolve_backend, account_id, backend_id))
 
     async def _ip_rules(self, account_id: str, policy_ids: List[str]):
-        from chalicelib import ip_policies
         return await self._cache.get(("ipp", account_id, tuple(policy_ids)), lambda: self.edge.call(
-            ip_policies.rules_of, account_id, list(policy_ids)))
+            ip_rules.rules_of, account_id, list(policy_ids)))
 
     async def ip_policy_resolver(self, account_id: str, policy: Any) -> Any:
         """The engine's ``conn.ip_policy_resolver`` for one run of ``policy`` on an endpoint
@@ -331,10 +327,9 @@ async def _compiled(phases: Dict[str, Any]) -> Any:
 
 async def watch_reserved_ports(edge: Any, interval: float = 2.0) -> None:
     """Keep a listener on every reserved TCP address's port of this edge's range (TCP edges)."""
-    from chalicelib import reserved_addrs
     while True:
         try:
-            claimed = await edge.call(reserved_addrs.claims)
+            claimed = await edge.call(reservations.addr_claims)
             low, high = edge.settings.tcp_ports
             edge.reserved_ports = {port for port in claimed if low <= port <= high}
             for port in edge.reserved_ports:
@@ -352,10 +347,9 @@ async def watch_reserved_ports(edge: Any, interval: float = 2.0) -> None:
 async def watch_banned_hosts(edge: Any, interval: float = 2.0) -> None:
     """Keep ``edge.banned`` (hostnames an abuse report bans) fresh: their traffic and binds
     are refused within ``interval`` + one store read of the operator's BANNED."""
-    from chalicelib import abuse_reports
     while True:
         try:
-            edge.banned = frozenset(await edge.call(abuse_reports.banned_hosts))
+            edge.banned = frozenset(await edge.call(abuse.banned_hosts))
         except Exception as exc:  # the store being away must not stop the loop
             edge.log.warning("could not read banned hostnames: %r", exc)
         await asyncio.sleep(interval)

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from chalicelib.core import binding
+from chalicelib.core import binding, ip_rules
 from chalicelib.core.policy import Policy, PolicyError, compile_policy
 
 UNSUPPORTED_HTTP = ("OAuth", "OIDC", "SAML", "CircuitBreaker",
@@ -203,8 +203,7 @@ async def check_ip_policies(edge: Any, account_id: str, enforcement: Optional[En
     policy = enforcement.policy if enforcement is not None else None
     if policy is None or not policy.ip_policy_ids:
         return
-    from chalicelib import ip_policies
-    missing = set(await edge.call(ip_policies.missing_of, account_id, list(policy.ip_policy_ids)))
+    missing = set(await edge.call(ip_rules.missing_of, account_id, list(policy.ip_policy_ids)))
     for path, ident in policy.ip_policy_refs:
         if ident in missing:
             raise binding.Refused("ERR_NGROK_2201", f"Invalid traffic policy: {path}: the IP "

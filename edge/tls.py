@@ -3,9 +3,9 @@
 Two sources say what a hostname requires (a :class:`TlsSpec`):
 
 - an HTTPS edge's modules (``/edges/https/{id}/tls_termination``, ``…/mutual_tls``), read
-  from the store's TLS index (:func:`chalicelib.https_edges.tls_index`, one Query) by a
+  from the store's TLS index (:func:`chalicelib.core.routing.tls_index`, one Query) by a
   background task every :data:`REFRESH_SECONDS`; the CA certificates of ``mutual_tls`` are
-  read once per CA (:func:`chalicelib.certificate_authorities.pems_by_id`: a CA cannot change,
+  read once per CA (:func:`chalicelib.core.certs.pems_by_id`: a CA cannot change,
   and cannot be deleted while an edge uses it);
 - an agent endpoint's ``MutualTLSCA`` Bind option (the SDKs' ``mutual_tlsca``: PEM, or DER
   certificates end to end), held by the tunnel in memory. An agent endpoint serving the name
@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
-from chalicelib.core import binding
+from chalicelib.core import binding, certs, routing
 from edge import challenges
 
 log = logging.getLogger("edge.tls")
@@ -291,12 +291,11 @@ class TlsSettings:
         return None
 
     async def refresh(self) -> None:
-        from chalicelib import certificate_authorities, https_edges
         try:   # the certificates served per name (edge.certs): before the first handshake too
             await self.edge.certs.refresh_store(self.edge)
         except Exception as exc:  # the last certificates stay in force
             log.warning("could not read the served certificates: %r", exc)
-        index = await self.edge.call(https_edges.tls_index)
+        index = await self.edge.call(routing.tls_index)
         # The PEM cache holds exactly the CAs the index references (bounded by it): one no
         # longer referenced is dropped, one newly referenced is read once, in one call per
         # account.
@@ -308,7 +307,7 @@ class TlsSettings:
             if (account_id, ca_id) not in cache:
                 wanted.setdefault(account_id, []).append(ca_id)
         for account_id, ca_ids in wanted.items():
-            found = await self.edge.call(certificate_authorities.pems_by_id, account_id,
+            found = await self.edge.call(certs.pems_by_id, account_id,
                                          sorted(ca_ids))
             for ca_id, pem in found.items():
                 cache[(account_id, ca_id)] = pem

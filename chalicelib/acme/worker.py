@@ -2,7 +2,8 @@
 
 Runs as a component of ``make run`` (``python -m chalicelib.acme.worker``: a pass every
 ``ACME_WORKER_SECONDS``) and as a Chalice scheduled function in AWS (``app.acme_worker``).
-Several may run at once: each queue entry is taken under a lease (chalicelib.acme.orders), so a
+Several may run at once: each queue entry is taken under a lease
+(chalicelib.core.acme_orders), so a
 certificate is ordered by one worker at a time; an order in progress is kept on the entry, so
 a worker that dies mid-order is followed by one that resumes that same order.
 
@@ -47,7 +48,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from chalicelib import tls_certificates, validation
 from chalicelib.core import keywrap, refs, store
-from chalicelib.acme import dns, orders
+from chalicelib.acme import dns
+from chalicelib.core import acme_orders as orders
 
 log = logging.getLogger("acme.worker")
 

@@ -28,7 +28,7 @@ import re
 import secrets
 import string
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping
 
 from chalicelib.core import acl, hostnames, keys, reservations, store
 from chalicelib.core.config import get_settings

@@ -61,8 +61,7 @@ def bind_conflict(account_id: str, name: str) -> Optional[str]:
     """The reserved name of another account that makes ``name`` theirs (``name`` is under
     it, or it is under ``name``), or None. For the edge's binds (the covering reservation
     itself is :func:`domain_reservation`'s)."""
-    holders = holders(ancestors(name))
-    for holder_name, holder in holders.items():
+    for holder_name, holder in holders(ancestors(name)).items():
         if holder != account_id:
             return holder_name
     for under in reserved_under(name):

@@ -29,7 +29,6 @@ import asyncio
 import json
 import os
 import ssl
-import statistics
 import sys
 import tempfile
 import time
@@ -42,7 +41,7 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
 from edge import muxado  # noqa: E402
-from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, SdkAgent  # noqa: E402
+from tests.edge.conftest import EdgeProcess, SdkAgent  # noqa: E402
 from tests.support.api import HttpApi, LocalStack  # noqa: E402
 
 BIG = os.urandom(1024 * 1024)

@@ -34,7 +34,7 @@ os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
 from edge.bench.bench_edge import rss_kb  # noqa: E402
 from tests.edge import test_edge_streams as kinds  # noqa: E402
-from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, SdkAgent  # noqa: E402
+from tests.edge.conftest import EdgeProcess, SdkAgent  # noqa: E402
 from tests.support.api import HttpApi, LocalStack  # noqa: E402
 
 

@@ -8,7 +8,6 @@ import json
 import os
 import queue
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,8 @@ class EdgeProcess:
     tcp_low: int = 0
     process: Optional[subprocess.Popen] = None
     log_path: str = ""
+    python: str = sys.executable   # another interpreter: the edge image's environment
+    cwd: str = PROJECT_DIR         # another tree: only what the edge image copies
 
     @property
     def ca_path(self) -> str:
@@ -62,9 +63,9 @@ class EdgeProcess:
         self.log_path = os.path.join(self.data_dir, "edge.log")
         log = open(self.log_path, "wb")
         prefix = os.environ.get("EDGE_PROFILE")  # a cProfile output path (edge/bench)
-        command = [sys.executable] + (["-m", "cProfile", "-o", prefix] if prefix else []) + \
+        command = [self.python] + (["-m", "cProfile", "-o", prefix] if prefix else []) + \
             ["-m", "edge"]
-        self.process = subprocess.Popen(command, cwd=PROJECT_DIR,
+        self.process = subprocess.Popen(command, cwd=self.cwd,
                                         env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -124,7 +124,7 @@ def test_a_domain_that_does_not_reach_the_edge_fails_with_status_and_retries(
     # once due again (moved forward here) and the name reaches the edge, it is issued
     pebble.set_a(domain, [])
     run_worker(stack, pebble, code=(
-        "from chalicelib import store; from chalicelib.acme import orders; store.configure();"
+        "from chalicelib.core import store, acme_orders as orders; store.configure();"
         f"store.write(store.set_fields(orders.QUEUE_PK, '{account.id}#{rd['id']}', "
         "{'due_at': 0}))\nprint('{}')"))
     now, cert = issue(stack, pebble, account.admin, rd, "http-01")
@@ -138,8 +138,9 @@ def test_an_order_left_by_a_crashed_worker_is_resumed(stack, edge, account, pebb
     # a worker takes the entry with a 1 s lease, places the order, and dies
     placed, _ = run_worker(stack, pebble, code=(
         "import json, sys\n"
-        "from chalicelib import store\n"
-        "from chalicelib.acme import orders, worker\n"
+        "from chalicelib.core import store\n"
+        "from chalicelib.acme import worker\n"
+        "from chalicelib.core import acme_orders as orders\n"
         "store.configure()\n"
         "s = worker.Settings.from_env(); s.lease_seconds = 1\n"
         f"entry = orders.claim('{sk}', s.owner, lease_seconds=1)\n"
@@ -213,7 +214,7 @@ def test_wildcard_by_dns01_through_the_acme_challenge_cname(stack, edge, account
     assert job["error_code"] == "DNS_ERROR" and "dns-01" in job["msg"]
     pebble.resolver.cnames["_acme-challenge.wild.acme-test.example"] = target
     run_worker(stack, pebble, code=(
-        "from chalicelib import store; from chalicelib.acme import orders; store.configure();"
+        "from chalicelib.core import store, acme_orders as orders; store.configure();"
         f"store.write(store.set_fields(orders.QUEUE_PK, '{account.id}#{rd['id']}', "
         "{'due_at': 0}))\nprint('{}')"))
     now, cert = issue(stack, pebble, account.admin, rd, "http-01")

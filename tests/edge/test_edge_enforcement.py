@@ -1,6 +1,5 @@
 """Bind options the SDKs send (modules, traffic policy) enforced by the edge, through the
 official Python SDK as a process; options the edge cannot honour refuse the bind."""
-import base64
 import gzip
 import json
 import socket

@@ -8,6 +8,7 @@ import pytest
 
 from chalicelib.core import errors, ids
 from tests.support.api import PROJECT_DIR
+from chalicelib.core import abuse
 
 REPORT_FIELDS = {"id", "uri", "created_at", "urls", "metadata", "status", "hostnames"}
 
@@ -142,11 +143,10 @@ def test_operator_sets_hostname_status_and_report_status_follows(api, reporter):
 
 def _banned(api):
     """The ban index as the edge reads it."""
-    from chalicelib import abuse_reports
     if api.level == "http":
         with api.service_store():
-            return sorted(abuse_reports.banned_hosts())
-    return sorted(abuse_reports.banned_hosts())
+            return sorted(abuse.banned_hosts())
+    return sorted(abuse.banned_hosts())
 
 
 def test_a_hostname_is_banned_while_any_report_bans_it(api, reporter):

@@ -1,8 +1,8 @@
 """/backends/tunnel_group, /backends/failover and /backends/weighted at both levels."""
 import pytest
 
-from chalicelib import backends
 from chalicelib.core import errors, ids
+from chalicelib.core import routing
 
 COMMON = {"id", "uri", "created_at", "description", "metadata"}
 TG, FO, WT = "/backends/tunnel_group", "/backends/failover", "/backends/weighted"
@@ -200,16 +200,16 @@ def test_resolve_gives_the_edge_plain_dicts(api, account):
     plain_tg = {"kind": "tunnel_group", "id": tg["id"], "labels": {"app": "web"}}
     plain_hr = {"kind": "http_response", "id": hr["id"], "status_code": 503,
                 "headers": {"x-a": "1"}, "body": "down"}
-    assert backends.resolve(account.id, tg["id"]) == plain_tg
-    assert backends.resolve(account.id, hr["id"]) == plain_hr
-    assert backends.resolve(account.id, fo["id"]) == {"kind": "failover", "id": fo["id"],
+    assert routing.resolve_backend(account.id, tg["id"]) == plain_tg
+    assert routing.resolve_backend(account.id, hr["id"]) == plain_hr
+    assert routing.resolve_backend(account.id, fo["id"]) == {"kind": "failover", "id": fo["id"],
                                                       "backends": [plain_tg, plain_hr]}
-    assert backends.resolve(account.id, wt["id"]) == {
+    assert routing.resolve_backend(account.id, wt["id"]) == {
         "kind": "weighted", "id": wt["id"],
         "backends": [{"weight": 3, "backend": plain_tg}, {"weight": 1, "backend": plain_hr}]}
-    assert backends.resolve("acct_0ERYqBR5B9RMvMY4cZCztl2IB7s", tg["id"]) is None
-    assert backends.resolve(account.id, MISSING_TG) is None
-    assert backends.resolve(account.id, "nope") is None
+    assert routing.resolve_backend("acct_0ERYqBR5B9RMvMY4cZCztl2IB7s", tg["id"]) is None
+    assert routing.resolve_backend(account.id, MISSING_TG) is None
+    assert routing.resolve_backend(account.id, "nope") is None
 
 
 def test_tunnel_group_shows_its_online_labeled_tunnels(api, account):

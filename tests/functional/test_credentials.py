@@ -1,7 +1,6 @@
 """/credentials at both levels, the token's secrecy, ownership and the bind decision."""
 import json
 
-import boto3
 import pytest
 
 from chalicelib.core import errors, ids

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from chalicelib import https_edges, tcp_edges
 from chalicelib.core import ids
 from chalicelib.core.config import get_settings
+from chalicelib.core import routing
 
 PATH = "/edges/https"
 POLICY = json.dumps({"on_http_request": [{"name": "r", "actions": [{"type": "deny"}]}]})
@@ -153,7 +153,7 @@ def test_edge_for_hostport_is_the_current_edge_and_ordered_routes(api, account):
                               ("exact_path", "/health"), ("path_prefix", "/api")):
         routes[match] = created(admin.post(f"{PATH}/{edge['id']}/routes", {
             "match_type": match_type, "match": match}))["id"]
-    found, found_routes = https_edges.edge_for_hostport(hp)
+    found, found_routes = routing.https_edge_for_hostport(hp)
     assert found["id"] == edge["id"] and found["account_id"] == account.id
     assert found["hostports"] == [hp] and found["mutual_tls"] is None
     assert found["tls_termination"] == {"enabled": True, "min_version": None}
@@ -164,17 +164,17 @@ def test_edge_for_hostport_is_the_current_edge_and_ordered_routes(api, account):
     admin.put(f"{PATH}/{edge['id']}/tls_termination", {"min_version": "1.3"})
     admin.put(f"{PATH}/{edge['id']}/routes/{routes['/']}/request_headers",
               {"add": {"x-a": "1"}})
-    found, found_routes = https_edges.edge_for_hostport(hp)
+    found, found_routes = routing.https_edge_for_hostport(hp)
     assert found["tls_termination"]["min_version"] == "1.3"
     assert found_routes[-1]["request_headers"] == {"enabled": True, "add": {"x-a": "1"},
                                                    "remove": []}
     other = hostport()
     admin.patch(f"{PATH}/{edge['id']}", {"hostports": [other]})
-    assert https_edges.edge_for_hostport(hp) is None
-    assert https_edges.edge_for_hostport(other)[0]["hostports"] == [other]
-    assert tcp_edges.edge_for_hostport(other) is None
+    assert routing.https_edge_for_hostport(hp) is None
+    assert routing.https_edge_for_hostport(other)[0]["hostports"] == [other]
+    assert routing.tcp_edge_for_hostport(other) is None
     admin.delete(f"{PATH}/{edge['id']}")
-    assert https_edges.edge_for_hostport(other) is None
+    assert routing.https_edge_for_hostport(other) is None
 
 
 def test_tls_index_follows_the_tls_modules_hostports_and_deletes(api, account):
@@ -185,27 +185,27 @@ def test_tls_index_follows_the_tls_modules_hostports_and_deletes(api, account):
     admin = account.admin
     hp, other = hostport(), hostport()
     edge = created(admin.post(PATH, {"hostports": [hp], "tls_termination": {}}))
-    assert hp not in https_edges.tls_index()       # no min_version: nothing asked
+    assert hp not in routing.tls_index()       # no min_version: nothing asked
     admin.put(f"{PATH}/{edge['id']}/tls_termination", {"min_version": "1.3"})
-    assert https_edges.tls_index()[hp] == {"account_id": account.id, "edge_id": edge["id"],
+    assert routing.tls_index()[hp] == {"account_id": account.id, "edge_id": edge["id"],
                                            "min_version": "1.3"}
     ca = created(admin.post("/certificate_authorities", {"ca_pem": pem(make_ca("i")[1])}))
     admin.put(f"{PATH}/{edge['id']}/mutual_tls", {"certificate_authority_ids": [ca["id"]]})
     admin.patch(f"{PATH}/{edge['id']}", {"hostports": [hp, other]})
-    index = https_edges.tls_index()
+    index = routing.tls_index()
     assert index[hp] == index[other] == {"account_id": account.id, "edge_id": edge["id"],
                                          "min_version": "1.3",
                                          "certificate_authority_ids": [ca["id"]]}
     admin.delete(f"{PATH}/{edge['id']}/tls_termination")
     admin.patch(f"{PATH}/{edge['id']}", {"hostports": [other]})
-    index = https_edges.tls_index()
+    index = routing.tls_index()
     assert hp not in index and "min_version" not in index[other]
     calls = StoreCalls()
     with calls.active():
-        https_edges.tls_index()
+        routing.tls_index()
     assert dict(calls.view) == {"Query": 1}
     admin.delete(f"{PATH}/{edge['id']}")
-    assert other not in https_edges.tls_index()
+    assert other not in routing.tls_index()
 
 
 def test_tcp_edge_for_hostport(api, account):
@@ -214,16 +214,16 @@ def test_tcp_edge_for_hostport(api, account):
     admin = account.admin
     addr = created(admin.post("/reserved_addrs", {}))["addr"]
     edge = created(admin.post("/edges/tcp", {"hostports": [addr]}))
-    found = tcp_edges.edge_for_hostport(addr)
+    found = routing.tcp_edge_for_hostport(addr)
     assert found["id"] == edge["id"] and found["account_id"] == account.id
     assert found["backend"] is None and found["ip_restriction"] is None
     tg = created(admin.post("/backends/tunnel_group", {"labels": {"app": "db"}}))
     admin.put(f"/edges/tcp/{edge['id']}/backend", {"backend_id": tg["id"]})
-    assert tcp_edges.edge_for_hostport(addr)["backend"] == {"enabled": True,
+    assert routing.tcp_edge_for_hostport(addr)["backend"] == {"enabled": True,
                                                             "backend_id": tg["id"]}
-    assert https_edges.edge_for_hostport(addr) is None
+    assert routing.https_edge_for_hostport(addr) is None
     admin.delete(f"/edges/tcp/{edge['id']}")
-    assert tcp_edges.edge_for_hostport(addr) is None
+    assert routing.tcp_edge_for_hostport(addr) is None
 
 
 def test_edge_reads_cost_one_get_and_one_query(api, account):
@@ -239,11 +239,11 @@ def test_edge_reads_cost_one_get_and_one_query(api, account):
     created(admin.post("/edges/tcp", {"hostports": [addr]}))
     calls = StoreCalls()
     with calls.active():
-        assert https_edges.edge_for_hostport(hp)[0]["id"] == edge["id"]
+        assert routing.https_edge_for_hostport(hp)[0]["id"] == edge["id"]
     assert dict(calls.view) == {"GetItem": 1, "Query": 1}
     calls.reset()
     with calls.active():
-        assert tcp_edges.edge_for_hostport(addr) is not None
+        assert routing.tcp_edge_for_hostport(addr) is not None
     assert dict(calls.view) == {"GetItem": 1}
 
 

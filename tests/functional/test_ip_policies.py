@@ -2,6 +2,7 @@
 import pytest
 
 from chalicelib.core import errors, ids
+from chalicelib.core import ip_rules
 
 POLICY_FIELDS = {"id", "uri", "created_at", "description", "metadata"}
 RULE_FIELDS = {"id", "uri", "created_at", "description", "metadata", "cidr", "ip_policy",
@@ -146,7 +147,6 @@ def test_lists_paginate(account):
 def test_rules_of_gives_the_edge_each_policys_rules(api, account):
     if api.level != "inprocess":
         pytest.skip("a function over the store: called in-process")
-    from chalicelib import ip_policies
     admin = account.admin
     p1 = admin.post("/ip_policies", {}).json["id"]
     p2 = admin.post("/ip_policies", {}).json["id"]
@@ -155,6 +155,6 @@ def test_rules_of_gives_the_edge_each_policys_rules(api, account):
                                  (p1, "192.0.2.1", "deny")):
         assert admin.post("/ip_policy_rules", {"ip_policy_id": policy, "cidr": cidr,
                                                "action": action}).status == 201
-    assert ip_policies.rules_of(account.id, [p1, empty]) == {
+    assert ip_rules.rules_of(account.id, [p1, empty]) == {
         p1: [("allow", "10.0.0.0/8"), ("deny", "192.0.2.1/32")], empty: []}
-    assert ip_policies.rules_of(account.id, [p2]) == {p2: [("deny", "2001:db8::/32")]}
+    assert ip_rules.rules_of(account.id, [p2]) == {p2: [("deny", "2001:db8::/32")]}

@@ -9,6 +9,7 @@ import pytest
 from chalicelib.core import errors
 from tests.functional.test_https_edge_modules import created, edge_and_route
 from tests.functional.test_tcp_edges import hostport as tcp_hostport
+from chalicelib.core import ip_rules
 
 
 def _doc(phase, *ids):
@@ -82,7 +83,6 @@ def test_https_route_traffic_policy_ip_policies_are_checked_on_create_update_and
 def test_rules_of_leaves_out_ids_the_account_does_not_have(api, account, other_account):
     if api.level != "inprocess":
         pytest.skip("a function over the store: called in-process")
-    from chalicelib import ip_policies
     mine = created(account.admin.post("/ip_policies", {}))["id"]
     empty = created(account.admin.post("/ip_policies", {}))["id"]
     theirs = created(other_account.admin.post("/ip_policies", {}))["id"]
@@ -91,7 +91,7 @@ def test_rules_of_leaves_out_ids_the_account_does_not_have(api, account, other_a
                                                        "cidr": "127.0.0.1/32",
                                                        "action": "allow"}))
     unknown = "ipp_" + "0" * 27
-    assert ip_policies.rules_of(account.id, [mine, empty, theirs, unknown]) == {
+    assert ip_rules.rules_of(account.id, [mine, empty, theirs, unknown]) == {
         mine: [("allow", "127.0.0.1/32")], empty: []}
-    assert ip_policies.missing_of(account.id, [mine, theirs, unknown, theirs]) == [theirs,
+    assert ip_rules.missing_of(account.id, [mine, theirs, unknown, theirs]) == [theirs,
                                                                                     unknown]

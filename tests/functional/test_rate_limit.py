@@ -1,7 +1,7 @@
 """Per-account rate limiting (chalicelib.ratelimit): in-process, with a fixed clock."""
 import pytest
 
-from chalicelib import ratelimit, web
+from chalicelib import web
 from chalicelib.core import config, errors
 from tests.functional.test_api_keys import assert_contract_error
 

@@ -1,7 +1,6 @@
 """/edges/tcp and its module sub-resources at both levels."""
 import itertools
 import json
-import os
 import threading
 
 import pytest

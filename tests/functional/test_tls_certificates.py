@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from chalicelib import tls_certificates
 from chalicelib.core import errors, ids
 from tests.support.certs import SmallCA, key_pem, pem, rsa_key
+from chalicelib.core import certs
 
 PATH = "/tls_certificates"
 FIELDS = {"id", "uri", "created_at", "description", "metadata", "certificate_pem",
@@ -261,7 +262,7 @@ def test_the_stored_key_is_sealed(inprocess_api, ca):
     raw = repr(item.data)
     numbers = key.private_numbers()
     assert "PRIVATE KEY" not in raw and format(numbers.private_value, "x") not in raw
-    chain, opened, fingerprint = tls_certificates.key_pair(account.id, made["id"])
+    chain, opened, fingerprint = certs.key_pair(account.id, made["id"])
     assert fingerprint == made["fingerprint"] and chain == made["certificate_pem"]
     loaded = serialization.load_pem_private_key(opened.encode(), None)
     assert loaded.private_numbers() == numbers
@@ -269,14 +270,14 @@ def test_the_stored_key_is_sealed(inprocess_api, ca):
     from chalicelib.core import keywrap
     with pytest.raises(keywrap.SealError):
         keywrap.open_sealed(item.data["private_key"],
-                            tls_certificates.key_context("acct_other", made["id"]))
+                            certs.key_context("acct_other", made["id"]))
     assert x509.load_pem_x509_certificate(chain.encode()).subject == cert.subject
 
 
 def test_a_policy_puts_the_domain_on_the_acme_queue_and_removing_it_takes_it_off(
         inprocess_api):
     from chalicelib.core import store
-    from chalicelib.acme import orders
+    from chalicelib.core import acme_orders as orders
     account = inprocess_api.new_account()
     admin = account.admin
     rd = admin.post("/reserved_domains", {"domain": "queued.example.com"}).json

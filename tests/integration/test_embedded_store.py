@@ -1,7 +1,6 @@
 """The embedded store of `make run` (scripts/embedded_store.py) keeps DynamoDB's promises."""
 import concurrent.futures
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 

@@ -3,7 +3,6 @@ import json
 import os
 import subprocess
 
-import boto3
 import ngrok
 import pytest
 import requests

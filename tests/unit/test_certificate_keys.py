@@ -1,6 +1,6 @@
 """Keys at rest and key checks: chalicelib.core.keywrap (sealing, local key file and KMS envelope),
 chalicelib.core.keypairs (the pure-Python key/certificate match), the ACME queue's leases and
-back-off (chalicelib.acme.orders)."""
+back-off (chalicelib.core.acme_orders)."""
 import os
 import random
 import stat
@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from chalicelib.core import keypairs, keywrap
-from chalicelib.acme import orders
+from chalicelib.core import acme_orders as orders
 
 
 @pytest.fixture

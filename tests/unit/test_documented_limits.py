@@ -10,7 +10,7 @@ import base64
 import pytest
 
 from chalicelib import (edge_modules, http_headers, http_response_backends, https_edges, reserved_domains,
-                        traffic_policy, validation)
+                        traffic_policy)
 from chalicelib.core import acl, errors, hostnames, ids, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 

@@ -5,6 +5,7 @@ import json
 from chalicelib import auth, migrate
 from chalicelib.core import store
 from chalicelib.core import reservations
+from chalicelib.core import routing
 
 
 def _put_legacy(pk, sk, kind, account_id, data, refs=0):
@@ -71,7 +72,6 @@ def test_a_single_field_update_upgrades_an_old_item_first(store_env):
 
 
 def test_migration_writes_the_tls_index_of_edges_stored_before_it(store_env):
-    from chalicelib import https_edges
     acct = "acct_0000000000000000000000000002"[:32]
     _put_legacy(store.collection_pk(acct, "https_edge"), "edghts_2", "https_edge", acct,
                 {"description": "", "metadata": "", "created_at": "2026-01-01T00:00:00Z",
@@ -81,15 +81,14 @@ def test_migration_writes_the_tls_index_of_edges_stored_before_it(store_env):
                 {"description": "", "metadata": "", "created_at": "2026-01-01T00:00:00Z",
                  "hostports": ["c.example.com:443"],
                  "tls_termination": {"enabled": False, "min_version": "1.3"}})
-    assert https_edges.tls_index() == {}
+    assert routing.tls_index() == {}
     assert migrate.run_if_needed()["tls_index"] == 2
-    assert https_edges.tls_index() == {
+    assert routing.tls_index() == {
         hp: {"account_id": acct, "edge_id": "edghts_2", "min_version": "1.3"}
         for hp in ("a.example.com:443", "b.example.com:443")}
 
 
 def test_migration_indexes_domains_reserved_before_it_under_their_parents(store_env):
-    from chalicelib import reserved_domains
     acct = "acct_0000000000000000000000000003"[:32]
     _put_legacy(store.collection_pk(acct, "reserved_domain"), "rd_1", "reserved_domain", acct,
                 {"domain": "app.shop.example.com", "created_at": "2026-01-01T00:00:00Z"})

@@ -159,15 +159,15 @@ def _restrict(*policy_ids):
 
 @pytest.fixture
 def account_policies(monkeypatch):
-    """The account's IP policies, as ip_policies.missing_of sees them; records each call."""
-    from chalicelib import ip_policies
+    """The account's IP policies, as chalicelib.core.ip_rules.missing_of sees them; records each call."""
+    from chalicelib.core import ip_rules
     owned, calls = set(), []
 
     def missing_of(account_id, policy_ids):
         calls.append((account_id, list(policy_ids)))
         return [p for p in dict.fromkeys(policy_ids) if p not in owned]
 
-    monkeypatch.setattr(ip_policies, "missing_of", missing_of)
+    monkeypatch.setattr(ip_rules, "missing_of", missing_of)
     return owned, calls
 
 

@@ -41,8 +41,6 @@ import ipaddress
 import json
 import re
 import threading
-import time
-import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import re2

@@ -10,8 +10,7 @@ from chalicelib.core.policy import actions as actions_mod
 from chalicelib.core.policy import celenv, document
 from chalicelib.core.policy.document import PHASES, PolicyError
 from chalicelib.core.policy.model import Conn, Request, Response
-from chalicelib.core.policy.outcome import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_BODY, RESPOND,
-                                       Outcome)
+from chalicelib.core.policy.outcome import (FORWARD_INTERNAL, NEED_BODY, Outcome)
 
 CACHE_SIZE = 256
 HTTP_PHASES = PHASES[1:]

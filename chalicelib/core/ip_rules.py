@@ -1,0 +1,39 @@
+"""The rules of IP policies, as the edge applies them (an ``ip_restriction`` module's policies,
+a ``restrict-ips`` action's ``ip_policies``). Written by ``chalicelib.ip_policies``."""
+from typing import Dict, List, Tuple
+
+from chalicelib.core import ids, store
+
+POLICY_COLLECTION = "ip_policy"
+RULE_COLLECTION = "ip_policy_rule"
+POLICY_PREFIX = ids.PREFIXES["ip_policy"]
+
+
+# ---- the edge's read ----------------------------------------------------------------------------
+def rules_of(account_id: str, policy_ids: List[str]) -> Dict[str, List[Tuple[str, str]]]:
+    """The rules of each of ``policy_ids`` that exists in the account (an ``ip_restriction``
+    module's policies, a ``restrict-ips`` action's ``ip_policies``) as ``{policy_id:
+    [(action "allow"|"deny", cidr), ...]}``, oldest rule first; a policy without rules maps
+    to ``[]``, and an id the account does not have (another account's, a deleted one) is left
+    out. One Query of the account's rules (rules are stored per account, each naming its
+    policy), so its cost grows with the account's rule count, not with the request; plus one
+    GetItem per named policy that has no rules (a policy with rules exists: it cannot be
+    deleted while they do)."""
+    wanted: Dict[str, List[Tuple[str, str]]] = {policy_id: [] for policy_id in policy_ids}
+    for item in store.query_all(store.collection_pk(account_id, RULE_COLLECTION)):
+        policy_id = item.data.get("ip_policy_id")
+        if policy_id in wanted:
+            wanted[policy_id].append((item.data["action"], item.data["cidr"]))
+    return {policy_id: rules for policy_id, rules in wanted.items()
+            if rules or exists(account_id, policy_id)}
+
+
+def exists(account_id: str, policy_id: str) -> bool:
+    return ids.is_valid(policy_id, POLICY_PREFIX) and store.get(
+        store.collection_pk(account_id, POLICY_COLLECTION), policy_id) is not None
+
+
+def missing_of(account_id: str, policy_ids: List[str]) -> List[str]:
+    """Those of ``policy_ids`` the account has no IP policy with (one GetItem each)."""
+    return [policy_id for policy_id in dict.fromkeys(policy_ids)
+            if not exists(account_id, policy_id)]

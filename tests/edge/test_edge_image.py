@@ -1,0 +1,71 @@
+"""The edge image's environment, built as the image builds it: a clean virtualenv with exactly
+the requirement files edge/Dockerfile installs, and only the folders it copies (chalicelib/,
+edge/). `python -m edge` from there serves an official SDK agent against the stack's store.
+The packaging test's twin: a module the edge needs but the image lacks fails here."""
+import os
+import re
+import shutil
+import subprocess
+import venv
+
+import pytest
+
+from tests.edge.conftest import BASE_DOMAIN, PROJECT_DIR, EdgeProcess
+from tests.edge.test_edge_sdk import _bound, _credential, _host
+
+DOCKERFILE = os.path.join(PROJECT_DIR, "edge", "Dockerfile")
+
+
+def _image_plan():
+    """(requirement files, copied folders) as the Dockerfile names them."""
+    text = open(DOCKERFILE).read()
+    install = re.search(r"RUN pip install ((?:-r \S+\s*)+)", text)
+    assert install, "edge/Dockerfile no longer installs requirement files with pip -r"
+    files = re.findall(r"-r (\S+)", install.group(1))
+    copied = re.findall(r"^COPY (\w+) \./\1$", text, re.M)
+    return files, copied
+
+
+@pytest.fixture(scope="module")
+def image_tree(tmp_path_factory):
+    files, copied = _image_plan()
+    root = tmp_path_factory.mktemp("edge-image")
+    app = root / "app"
+    app.mkdir()
+    for folder in copied:
+        shutil.copytree(os.path.join(PROJECT_DIR, folder), app / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "tests"))
+    env_dir = root / "venv"
+    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    python = str(env_dir / "bin" / "python")
+    args = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    for name in files:
+        args += ["-r", os.path.join(PROJECT_DIR, name)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return python, str(app), copied
+
+
+def test_the_image_copies_the_core_and_the_edge_and_installs_no_chalice(image_tree):
+    python, app, copied = image_tree
+    assert set(copied) == {"chalicelib", "edge"}
+    found = subprocess.run([python, "-c", "import chalice"], capture_output=True, text=True)
+    assert found.returncode != 0 and "No module named 'chalice'" in found.stderr
+
+
+def test_the_edge_from_the_image_environment_serves_an_sdk_agent(image_tree, stack, edge,
+                                                                  account, agents, tmp_path):
+    python, app, _ = image_tree
+    alone = EdgeProcess(data_dir=str(tmp_path), store_url=edge.store_url, python=python,
+                        cwd=app)
+    env = stack.store_env()
+    env["BASE_DOMAIN"] = BASE_DOMAIN
+    try:
+        alone.start(env)
+        agent = agents(alone, _credential(account)["token"], [{"proto": "http"}])
+        url = _bound(agent.start())[0]["url"]
+        resp = alone.http("GET", _host(url), "/echo")
+        assert resp.status_code == 200, alone.log()
+    finally:
+        alone.stop()
+    assert "Traceback" not in alone.log()

@@ -1,0 +1,74 @@
+"""The house's one import rule: the shared core (chalicelib/core/) and the edge (edge/) never
+import Chalice, the core never imports the Chalice layer (the rest of chalicelib/), and the edge
+imports nothing of chalicelib outside the core. Read from the source (every import statement,
+at any depth, including those inside functions), so a lazy import breaks it too."""
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _imports(path: pathlib.Path):
+    tree = ast.parse(path.read_text(), str(path))
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            yield node.lineno, module
+            for alias in node.names:   # `from chalicelib import web` names a module
+                yield node.lineno, f"{module}.{alias.name}"
+
+
+def _files(folder: str):
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def _refused(module: str, allowed_chalicelib: str) -> bool:
+    if module == "chalice" or module.startswith("chalice."):
+        return True
+    if module.startswith("chalicelib."):
+        return not (module == allowed_chalicelib or module.startswith(allowed_chalicelib + "."))
+    return False
+
+
+@pytest.mark.parametrize("folder", ["chalicelib/core", "edge"])
+def test_the_core_and_the_edge_import_neither_chalice_nor_the_chalice_layer(folder):
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {module}"
+           for path in _files(folder) for line, module in _imports(path)
+           if _refused(module, "chalicelib.core")]
+    assert bad == []
+
+
+def test_the_rule_sees_a_lazy_import_inside_a_function(tmp_path, monkeypatch):
+    sample = ROOT / "edge" / "_sample_for_the_rule.py"
+    sample.write_text("def f():\n    from chalicelib import web\n    return web\n")
+    try:
+        found = [m for _, m in _imports(sample) if _refused(m, "chalicelib.core")]
+    finally:
+        sample.unlink()
+    assert found == ["chalicelib.web"]
+
+
+def test_the_edge_process_loads_no_chalice_module():
+    """Importing every edge module (what `python -m edge` can reach) leaves Chalice unloaded."""
+    import subprocess
+    import sys
+    modules = sorted(p.stem for p in _files("edge") if p.parent == ROOT / "edge"
+                     and p.stem != "__init__")
+    code = ("import sys\n" + "".join(f"import edge.{m}\n" for m in modules)
+            + "print(sorted(m for m in sys.modules if m == 'chalice' or "
+              "m.startswith('chalice.') or (m.startswith('chalicelib.') and "
+              "not m.startswith('chalicelib.core'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
