@@ -58,9 +58,12 @@ test: test-service test-agent
 test-service: $(STAMP) $(AGENT_STAMP) test-deps
 	$(PY) -m pytest tests
 
-## test-deps: Debian packages the tests run as processes (Pebble, the ACME test CA), when missing
+## test-deps: Debian packages the tests run as processes (Pebble, the ACME test CA), when
+## missing, and the official TypeScript API client from npm (its lockfile, not tracked files)
 test-deps:
 	sh scripts/install_test_deps.sh
+	if [ ! -d tests/functional/ts_client/node_modules/@ngrok/ngrok-api ]; then \
+	  cd tests/functional/ts_client && npm ci --no-audit --no-fund --silent; fi
 
 ## test-agent: the device agent against the real stack (serve.py + edge from .venv, the agent
 ## with the official SDK from .venv-agent)
