@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Any, Dict, Optional
 
-from chalicelib.core import binding, ids, online
+from chalicelib.core import binding, edge_errors, ids, online
 from edge import enforce, muxado, protocol, quotas, tls
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
@@ -185,7 +185,7 @@ class AgentSession:
         if version is None:
             await self._reply(stream, protocol.error_reply(
                 f"Unsupported protocol version; this edge speaks "
-                f"{', '.join(protocol.SUPPORTED_VERSIONS)}", "ERR_NGROK_1602"))
+                f"{', '.join(protocol.SUPPORTED_VERSIONS)}", edge_errors.INVALID_OPTION))
             return
         limits = self.edge.settings.limits
         locked = self.edge.auth_throttle.locked(self.peer_ip)
@@ -278,12 +278,14 @@ class AgentSession:
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
         elif proto == "tls":
-            raise binding.Refused("ERR_NGROK_1622", "tls endpoints are not served by this edge "
-                                                    "(http, https and tcp are).")
+            raise binding.Refused(edge_errors.INVALID_PROTOCOL,
+                                  "tls endpoints are not served by this edge "
+                                  "(http, https and tcp are).")
         else:
-            raise binding.Refused("ERR_NGROK_1622", f"'{proto}' is not a valid endpoint "
-                                                    "type. Must be one of 'http', 'https', "
-                                                    "'tcp'.")
+            raise binding.Refused(edge_errors.INVALID_PROTOCOL,
+                                  f"'{proto}' is not a valid endpoint "
+                                  "type. Must be one of 'http', 'https', "
+                                  "'tcp'.")
         self.tunnels[tunnel.id] = tunnel
         log.info("session %s: tunnel %s bound at %s", self.id, tunnel.id, tunnel.url)
         await self._reply(stream, protocol.reply({
@@ -335,7 +337,7 @@ class AgentSession:
         tunnel = self.tunnels.pop(protocol.text(request.get("Id")), None)
         if tunnel is None:
             await self._reply(stream, protocol.error_reply(
-                "No tunnel with that id is bound on this session", "ERR_NGROK_1602"))
+                "No tunnel with that id is bound on this session", edge_errors.INVALID_OPTION))
             return
         await self.edge.drop_tunnel(tunnel)
         await self._reply(stream, protocol.reply({}))

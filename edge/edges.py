@@ -51,11 +51,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from urllib.parse import urlsplit
 
-from chalicelib.core import abuse, ip_rules, online, reservations, routing
+from chalicelib.core import abuse, edge_errors, ip_rules, online, reservations, routing
 from edge import enforce
 
 CACHE_SECONDS = 1.0
-NO_BACKEND = ("ERR_NGROK_724", "No backend is available to serve requests for endpoint {url}.")
+NO_BACKEND = (edge_errors.NO_BACKEND,
+              "No backend is available to serve requests for endpoint {url}.")
 
 
 @dataclass
@@ -219,8 +220,9 @@ class EdgeRouter:
                 routed.enforcement = await self._cache.get(
                     ("policy", cloud["id"], text), lambda: _compiled(phases))
         except Exception as exc:  # a stored policy the engine now refuses: fail closed
-            routed.error = (502, "ERR_NGROK_2201", f"The endpoint's traffic policy cannot be "
-                                                   f"applied: {str(exc)[:200]}")
+            routed.error = (502, edge_errors.INVALID_TRAFFIC_POLICY,
+                                 f"The endpoint's traffic policy cannot be "
+                                 f"applied: {str(exc)[:200]}")
         return routed
 
     async def internal_target(self, account_id: str, url: str,
@@ -254,10 +256,11 @@ class EdgeRouter:
         if theirs == "tcp" and port is not None and port != _port_of(routed.url):
             return None
         if theirs != protocol:
-            routed.error = (502, "ERR_NGROK_3502", "The forward-internal action can't forward "
-                                                   "between endpoints that use different "
-                                                   f"protocols. This endpoint uses {protocol}, "
-                                                   f"and {url} uses {theirs}.")
+            routed.error = (502, edge_errors.FORWARD_INTERNAL_FAILED,
+                                 "The forward-internal action can't forward "
+                                 "between endpoints that use different "
+                                 f"protocols. This endpoint uses {protocol}, "
+                                 f"and {url} uses {theirs}.")
         return routed
 
     # ---- HTTPS edges ------------------------------------------------------------------------
@@ -282,15 +285,17 @@ class EdgeRouter:
         routed = Routed(endpoint_id=edge["id"], url=url, host=host,
                         account_id=edge["account_id"])
         if route is None:
-            routed.error = (404, "ERR_NGROK_3200", f"No route of the edge serving {url} "
-                                                   f"matches {path[:200]}.")
+            routed.error = (404, edge_errors.ENDPOINT_OFFLINE,
+                                 f"No route of the edge serving {url} "
+                                 f"matches {path[:200]}.")
             return routed
         account_id = edge["account_id"]
         try:
             routed.enforcement = await self._enforcement(account_id, route["id"], route, "http")
         except Exception as exc:  # a stored policy the engine now refuses: fail closed
-            routed.error = (502, "ERR_NGROK_2201", f"The route's traffic policy cannot be "
-                                                   f"applied: {str(exc)[:200]}")
+            routed.error = (502, edge_errors.INVALID_TRAFFIC_POLICY,
+                                 f"The route's traffic policy cannot be "
+                                 f"applied: {str(exc)[:200]}")
             return routed
         backend_module = route.get("backend")
         backend = None

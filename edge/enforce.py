@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from chalicelib.core import binding, ip_rules
+from chalicelib.core import binding, edge_errors, ip_rules
 from chalicelib.core.policy import Policy, PolicyError, compile_policy
 
 UNSUPPORTED_HTTP = ("OAuth", "OIDC", "SAML", "CircuitBreaker",
@@ -51,9 +51,10 @@ def _is_set(value: Any) -> bool:
 
 
 def _refuse(names: List[str]) -> binding.Refused:
-    return binding.Refused("ERR_NGROK_1602", "This edge cannot honour the endpoint option(s) "
-                                             f"{', '.join(names)}; the bind is refused rather "
-                                             "than served without them.")
+    return binding.Refused(edge_errors.INVALID_OPTION,
+                           "This edge cannot honour the endpoint option(s) "
+                           f"{', '.join(names)}; the bind is refused rather "
+                           "than served without them.")
 
 
 def _cel_string(text: str) -> str:
@@ -143,17 +144,20 @@ def parse_document(text: Any) -> Dict[str, Any]:
     if isinstance(text, dict):
         return text
     if not isinstance(text, str):
-        raise binding.Refused("ERR_NGROK_2201", "TrafficPolicy must be a JSON or YAML document")
+        raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
+                              "TrafficPolicy must be a JSON or YAML document")
     try:
         doc = json.loads(text)
     except ValueError:
         try:
             doc = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise binding.Refused("ERR_NGROK_2201", f"TrafficPolicy is not JSON or YAML: "
-                                                    f"{str(exc)[:200]}") from None
+            raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
+                                  f"TrafficPolicy is not JSON or YAML: "
+                                  f"{str(exc)[:200]}") from None
     if not isinstance(doc, dict):
-        raise binding.Refused("ERR_NGROK_2201", "TrafficPolicy must be a mapping of phases")
+        raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
+                              "TrafficPolicy must be a mapping of phases")
     return doc
 
 
@@ -184,7 +188,8 @@ def compile_document(phases: Dict[str, Any]) -> Enforcement:
     try:
         policy = compile_policy(document)
     except PolicyError as exc:
-        raise binding.Refused("ERR_NGROK_2201", f"Invalid traffic policy: {exc}") from None
+        raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
+                              f"Invalid traffic policy: {exc}") from None
     return Enforcement(policy=policy, document=document)
 
 
@@ -206,6 +211,7 @@ async def check_ip_policies(edge: Any, account_id: str, enforcement: Optional[En
     missing = set(await edge.call(ip_rules.missing_of, account_id, list(policy.ip_policy_ids)))
     for path, ident in policy.ip_policy_refs:
         if ident in missing:
-            raise binding.Refused("ERR_NGROK_2201", f"Invalid traffic policy: {path}: the IP "
-                                                    f"policy '{ident}' does not exist in this "
-                                                    "account")
+            raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
+                                  f"Invalid traffic policy: {path}: the IP "
+                                  f"policy '{ident}' does not exist in this "
+                                  "account")

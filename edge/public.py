@@ -24,6 +24,7 @@ from edge import challenges, http1
 from edge.connections import connection_handler
 from edge.tls import MISDIRECTED
 from edge.session import MuxStream, StreamReset, StreamsExhausted
+from chalicelib.core import edge_errors
 
 log = logging.getLogger("edge.public")
 
@@ -195,21 +196,22 @@ def _wire(text: str) -> bytes:
 # A request the traffic policy made invalid (a removed Host header, a value with a line break, a
 # name HTTP/1.1 refuses): ERR_NGROK_2300, the hosted "internal gateway error while processing policy
 # action", instead of a closed connection.
-POLICY_BROKE = (502, "ERR_NGROK_2300", "Internal gateway error occurred while processing "
+POLICY_BROKE = (502, edge_errors.POLICY_FAILED, "Internal gateway error occurred while processing "
                                        "policy action: the request it produced is not valid "
                                        "HTTP/1.1 ({})")
 
 
 # A hostname an abuse report bans: the hosted code for a banned name, 403.
-BANNED = ("ERR_NGROK_3208", "This hostname has been banned for violating the terms of "
+BANNED = (edge_errors.HOST_BANNED, "This hostname has been banned for violating the terms of "
                             "service. If you own it and believe this is a mistake, contact the "
                             "operator of this service.")
 
 # The agent's session has MAX_LOCAL_STREAMS connections open and none ended within
 # OPEN_WAIT: the hosted "too many connections" (ERR_NGROK_702, answered with 429).
-TOO_MANY_STREAMS = (429, "ERR_NGROK_702", "Too many connections! The agent session serving "
-                                          "this endpoint has too many connections open at "
-                                          "once; try again later.")
+TOO_MANY_STREAMS = (429, edge_errors.TOO_MANY_CONNECTIONS,
+                         "Too many connections! The agent session serving "
+                         "this endpoint has too many connections open at "
+                         "once; try again later.")
 
 
 def _outcome_response(out: Any, close: bool) -> List[Any]:
@@ -249,7 +251,7 @@ class HttpFront:
                     self.edge.admission.busy(ticket)
                     first = False
                 except http1.RemoteProtocolError as exc:
-                    await self._answer(client, writer, 400, "ERR_NGROK_3002",
+                    await self._answer(client, writer, 400, edge_errors.MISDIRECTED,
                                        f"The request is not valid HTTP/1.1: {exc}", close=True)
                     return
                 if not isinstance(request, http1.Request):
@@ -277,8 +279,9 @@ class HttpFront:
                                                                self.scheme)
                     if routed is None or routed.error is not None:
                         status, code, msg = routed.error if routed is not None else (
-                            404, "ERR_NGROK_3200", f"The endpoint {self.scheme}://{host} is "
-                                                   "offline.")
+                            404, edge_errors.ENDPOINT_OFFLINE,
+                                 f"The endpoint {self.scheme}://{host} is "
+                                 "offline.")
                         await self._answer(client, writer, status, code, msg, close=True)
                         return
                     tunnel, fixed, enforcement = routed.tunnel, routed.fixed, routed.enforcement
@@ -308,8 +311,9 @@ class HttpFront:
                     forwards += 1
                     if target.error is not None or forwards > MAX_FORWARDS:
                         status, code, msg = target.error or (
-                            502, "ERR_NGROK_3200", f"More than {MAX_FORWARDS} forward-internal "
-                                                   "hops for one request.")
+                            502, edge_errors.ENDPOINT_OFFLINE,
+                                 f"More than {MAX_FORWARDS} forward-internal "
+                                 "hops for one request.")
                         await self._answer(client, writer, status, code, msg, close=True)
                         return
                     tunnel, fixed, enforcement = target.tunnel, None, target.enforcement
@@ -328,7 +332,7 @@ class HttpFront:
                     client.start_next_cycle()
                     continue
                 if cloud:   # a cloud endpoint's policy let the request through: no upstream
-                    await self._answer(client, writer, 502, "ERR_NGROK_6029",
+                    await self._answer(client, writer, 502, edge_errors.CLOUD_POLICY_FAILED,
                                        f"The traffic policy configured for cloud endpoint "
                                        f"{endpoint[0]} is non-terminating.", close=True)
                     return
@@ -349,7 +353,7 @@ class HttpFront:
                         await self._answer(client, writer, *TOO_MANY_STREAMS, close=True)
                         return
                     except StreamReset:
-                        await self._answer(client, writer, 502, "ERR_NGROK_3200",
+                        await self._answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
                                            f"The endpoint {self.scheme}://{host} is offline.",
                                            close=True)
                         return
@@ -394,7 +398,7 @@ class HttpFront:
             for event in prebuffered or ():
                 await leg.send(event)
         except (StreamReset, http1.LocalProtocolError):
-            await self._answer(client, writer, 502, "ERR_NGROK_3200",
+            await self._answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
                                f"The endpoint {self.scheme}://{host} is offline.", close=True)
             return "close"
         # Whatever of the request body is already buffered goes now; a body still to come
@@ -505,11 +509,11 @@ class HttpFront:
                 flush()
                 return "close"   # mid-body: the client sees the connection end
             if isinstance(exc, http1.RemoteProtocolError):
-                await self._answer(client, writer, 502, "ERR_NGROK_3004",
+                await self._answer(client, writer, 502, edge_errors.BAD_UPSTREAM_RESPONSE,
                                    "The upstream server returned an invalid or incomplete "
                                    "HTTP response.", close=True)
             else:
-                await self._answer(client, writer, 502, "ERR_NGROK_8012",
+                await self._answer(client, writer, 502, edge_errors.UPSTREAM_UNREACHABLE,
                                    f"The agent serving {self.scheme}://{host} could not reach "
                                    "its upstream service.", close=True)
             return "close"
@@ -599,7 +603,7 @@ class HttpFront:
             if target is not None:
                 return "forward", events, target
             if out.on_error != "continue":   # halt: offline, like any unknown endpoint
-                await self._answer(client, writer, 502, "ERR_NGROK_3200",
+                await self._answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
                                    f"The internal endpoint {out.url} is offline.", close=True)
                 return "close", [], None
             # continue: the phase resumes after the forward action (same state)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from chalicelib.core import binding
+from chalicelib.core import binding, edge_errors
 
 MAX_TRACKED_ADDRESSES = 100_000   # addresses with recent failures kept in memory
 WINDOW = 60.0
@@ -37,20 +37,22 @@ class Limits:
 
 def endpoints_per_session(limit: int, urls: list) -> binding.Refused:
     shown = ", ".join(urls[:10]) + (", …" if len(urls) > 10 else "")
-    return binding.Refused("ERR_NGROK_324", f"Your account may not run more than {limit} "
-                                            "endpoints over a single agent session. The "
-                                            f"endpoints already running on this session are: "
-                                            f"{shown}.")
+    return binding.Refused(edge_errors.SESSION_ENDPOINT_LIMIT,
+                           f"Your account may not run more than {limit} "
+                           "endpoints over a single agent session. The "
+                           f"endpoints already running on this session are: "
+                           f"{shown}.")
 
 
 def endpoints_per_account(limit: int, what: str = "endpoints") -> binding.Refused:
-    return binding.Refused("ERR_NGROK_18021", f"You have exceeded the maximum number of "
-                                              f"concurrent {what} allowed for this account "
-                                              f"({limit}).")
+    return binding.Refused(edge_errors.ACCOUNT_ENDPOINT_LIMIT,
+                           f"You have exceeded the maximum number of "
+                           f"concurrent {what} allowed for this account "
+                           f"({limit}).")
 
 
 def sessions_per_credential(limit: int) -> binding.Refused:
-    return binding.Refused("ERR_NGROK_108", f"This credential is limited to {limit} "
+    return binding.Refused(edge_errors.SESSION_LIMIT, f"This credential is limited to {limit} "
                                             "simultaneous agent sessions. Stop one of them "
                                             "first, or run several endpoints in one session.")
 

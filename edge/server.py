@@ -22,6 +22,7 @@ from edge.edges import EdgeRouter, watch_banned_hosts, watch_reserved_ports
 from edge.public import BANNED, HttpFront, splice
 from edge.registry import Registry, Tunnel
 from edge.session import StreamReset
+from chalicelib.core import edge_errors
 
 log = logging.getLogger("edge")
 
@@ -204,9 +205,10 @@ class Edge:
                             endpoint_id=tunnel.endpoint_id,
                             instance_id=self.settings.instance_id)
         except errors.Conflict:
-            raise binding.Refused("ERR_NGROK_334", f"The endpoint '{name}' is already online. "
-                                                   "Stop the agent serving it first, or use "
-                                                   "another name.") from None
+            raise binding.Refused(edge_errors.ENDPOINT_IN_USE,
+                                  f"The endpoint '{name}' is already online. "
+                                  "Stop the agent serving it first, or use "
+                                  "another name.") from None
 
     async def _take_over(self, tunnel: Tunnel) -> None:
         """A re-bind of a tunnel id another (stale) session of this instance still holds."""
@@ -234,7 +236,8 @@ class Edge:
                 name = binding.generated_domain()
                 if not binding.acl_allows_domain(grant, name):
                     raise binding.Refused(
-                        "ERR_NGROK_399", "The credential ACL policy does not permit binding a "
+                        edge_errors.ACL_REFUSED,
+                        "The credential ACL policy does not permit binding a "
                         f"generated name under {self.settings.base_domain}; ask for a domain "
                         "the ACL allows.")
                 try:
@@ -283,11 +286,12 @@ class Edge:
         try:
             name = hostnames.parse(requested, min_labels=2)
         except hostnames.InvalidHostname as exc:
-            raise binding.Refused("ERR_NGROK_1602", f"Invalid domain '{requested}': "
+            raise binding.Refused(edge_errors.INVALID_OPTION, f"Invalid domain '{requested}': "
                                                     f"{exc}") from None
         if not binding.acl_allows_domain(tunnel.session.grant, name):
-            raise binding.Refused("ERR_NGROK_399", "The credential ACL policy does not permit "
-                                                   f"binding this domain: {name}")
+            raise binding.Refused(edge_errors.ACL_REFUSED,
+                                  "The credential ACL policy does not permit "
+                                  f"binding this domain: {name}")
         tunnel.internal = True
         tunnel.hostname = name
         await self._claim(tunnel, online.claim_name(name, tunnel.account_id))
@@ -309,16 +313,18 @@ class Edge:
         if want_host.lower().endswith(online.INTERNAL_SUFFIX):
             if not (port_text.isascii() and port_text.isdigit()) \
                     or not 1 <= int(port_text) <= 65535:
-                raise binding.Refused("ERR_NGROK_1602", f"An internal TCP endpoint needs "
-                                                        f"<name>.internal:<port>, got "
-                                                        f"'{requested[:300]}'.")
+                raise binding.Refused(edge_errors.INVALID_OPTION,
+                                      f"An internal TCP endpoint needs "
+                                      f"<name>.internal:<port>, got "
+                                      f"'{requested[:300]}'.")
             await self._bind_internal(tunnel, want_host, int(port_text))
             return
         if requested:
             if not port_text.isdigit() or not low <= int(port_text) <= high or \
                     want_host.lower() not in (host, ""):
-                raise binding.Refused("ERR_NGROK_7113", f"The address {requested} is not "
-                                                        "reserved.")
+                raise binding.Refused(edge_errors.ADDRESS_NOT_RESERVED,
+                                      f"The address {requested} is not "
+                                      "reserved.")
             candidates = [int(port_text)]
         else:
             tunnel.generated = True
@@ -342,15 +348,17 @@ class Edge:
             except OSError:
                 await self.call(online.release_hostname, address, endpoint_id=tunnel.endpoint_id)
                 if requested:
-                    raise binding.Refused("ERR_NGROK_334", f"The address {address} is in "
-                                                           "use.") from None
+                    raise binding.Refused(edge_errors.ENDPOINT_IN_USE,
+                                          f"The address {address} is in "
+                                          "use.") from None
                 continue
             tunnel.port = port
             tunnel.url = f"tcp://{address}"
             self.registry.add(tunnel)
             await self._online(tunnel)
             return
-        raise binding.Refused("ERR_NGROK_334", "No TCP port is free in this edge's range.")
+        raise binding.Refused(edge_errors.ENDPOINT_IN_USE,
+                              "No TCP port is free in this edge's range.")
 
     async def ensure_port_listener(self, port: int) -> None:
         """One listener per TCP port, shared by an agent's TCP endpoint and a TCP edge's

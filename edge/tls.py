@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
-from chalicelib.core import binding, certs, routing
+from chalicelib.core import binding, certs, edge_errors, routing
 from edge import challenges
 
 log = logging.getLogger("edge.tls")
@@ -57,7 +57,7 @@ MAX_RECORD = 5 + 16384 + 2048  # a TLS record header + the largest (compressed) 
 
 MIN_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1_2, "1.1": ssl.TLSVersion.TLSv1_2,
                 "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
-MISDIRECTED = (421, "ERR_NGROK_3002")
+MISDIRECTED = (421, edge_errors.MISDIRECTED)
 TLS1_3 = 0x0304
 ALERT_PROTOCOL_VERSION = bytes([21, 3, 3, 0, 2, 2, 70])   # fatal protocol_version alert
 
@@ -114,11 +114,11 @@ def spec_of_bind(option: Any) -> Optional[TlsSpec]:
             raise ssl.SSLError("empty")
         probe.load_verify_locations(cadata=cadata)
     except (ssl.SSLError, ValueError) as exc:
-        raise binding.Refused("ERR_NGROK_1602", "MutualTLSCA must hold one or more CA "
+        raise binding.Refused(edge_errors.INVALID_OPTION, "MutualTLSCA must hold one or more CA "
                                                 "certificates (PEM or DER); it could not be "
                                                 f"loaded: {str(exc)[:200]}") from None
     if not probe.cert_store_stats().get("x509"):
-        raise binding.Refused("ERR_NGROK_1602", "MutualTLSCA holds no certificate")
+        raise binding.Refused(edge_errors.INVALID_OPTION, "MutualTLSCA holds no certificate")
     digest = hashlib.sha256(data).hexdigest()
     return TlsSpec(ssl.TLSVersion.TLSv1_2, cadata, "bind:" + digest)
 

@@ -2,7 +2,7 @@
 
 The Chalice layer (``app.py``, ``chalicelib.web``, the resource modules, the gateway) imports
 this package; nothing here imports Chalice or the Chalice layer, and ``edge/`` imports only
-this package of ``chalicelib`` (tests/unit/test_core_imports.py holds both to it). The edge's
+this package of ``chalicelib`` (tests/unit/test_house_rules.py holds both to it). The edge's
 container installs no Chalice at all.
 
 Modules: ``config`` (settings both planes read), ``ids``, ``errors`` (the API's error catalog),

@@ -30,7 +30,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping
 
-from chalicelib.core import acl, hostnames, keys, reservations, store
+from chalicelib.core import acl, edge_errors, hostnames, keys, reservations, store
 from chalicelib.core.config import get_settings
 
 _TOKEN_FORM = re.compile(r"^[A-Za-z0-9_\-]{16,256}$")
@@ -64,13 +64,15 @@ def authenticate(token: str) -> Grant:
     again periodically by the edge so that deleting a credential or deactivating its bot
     ends live sessions."""
     if not isinstance(token, str) or not _TOKEN_FORM.match(token):
-        raise Refused("ERR_NGROK_105", "The authtoken you specified does not look like a "
-                                       "proper authtoken credential.")
+        raise Refused(edge_errors.AUTHTOKEN_MALFORMED,
+                      "The authtoken you specified does not look like a "
+                      "proper authtoken credential.")
     data = keys.lookup_secret(keys.TOKEN_NAMESPACE, token)
     if data is None:
-        raise Refused("ERR_NGROK_107", "The authtoken you specified is properly formed, but "
-                                       "it is invalid: no such credential (deleted or never "
-                                       "issued).")
+        raise Refused(edge_errors.AUTHTOKEN_INVALID,
+                      "The authtoken you specified is properly formed, but "
+                      "it is invalid: no such credential (deleted or never "
+                      "issued).")
     return recheck(data["account_id"], data["credential_id"], data["owner_id"],
                    data["owner_kind"])
 
@@ -79,21 +81,24 @@ def recheck(account_id: str, credential_id: str, owner_id: str, owner_kind: str)
     """The grant of a known credential, read afresh, or Refused (deleted, owner unusable)."""
     item = store.get(store.collection_pk(account_id, keys.CREDENTIAL_COLLECTION), credential_id)
     if item is None:
-        raise Refused("ERR_NGROK_107", f"The authtoken credential {credential_id} has been "
-                                       "deleted and is no longer valid.")
+        raise Refused(edge_errors.AUTHTOKEN_INVALID,
+                      f"The authtoken credential {credential_id} has been "
+                      "deleted and is no longer valid.")
     owner, why = keys.usable_owner({"account_id": account_id, "owner_id": owner_id,
                                     "owner_kind": owner_kind})
     if owner is None:
-        raise Refused("ERR_NGROK_107", f"The authtoken credential {credential_id} cannot be "
-                                       f"used: {why}.")
+        raise Refused(edge_errors.AUTHTOKEN_INVALID,
+                      f"The authtoken credential {credential_id} cannot be "
+                      f"used: {why}.")
     return Grant(account_id=account_id, credential_id=credential_id, owner_id=owner_id,
                  owner_kind=owner_kind, acl=list(item.data.get("acl") or []))
 
 
 def _acl_refused(grant: Grant, what: str, value: str) -> Refused:
-    return Refused("ERR_NGROK_399", f"The credential ACL policy does not permit binding this "
-                                    f"{what}. Credential ID: {grant.credential_id} "
-                                    f"{what.capitalize()}: {value}")
+    return Refused(edge_errors.ACL_REFUSED,
+                   f"The credential ACL policy does not permit binding this "
+                   f"{what}. Credential ID: {grant.credential_id} "
+                   f"{what.capitalize()}: {value}")
 
 
 def check_domain(grant: Grant, domain: str) -> str:
@@ -101,7 +106,7 @@ def check_domain(grant: Grant, domain: str) -> str:
     try:
         name = hostnames.parse(domain, min_labels=2)
     except hostnames.InvalidHostname as exc:
-        raise Refused("ERR_NGROK_1602", f"Invalid domain '{domain}': {exc}") from None
+        raise Refused(edge_errors.INVALID_OPTION, f"Invalid domain '{domain}': {exc}") from None
     if not acl.may_bind(grant.acl, domain=name):
         raise _acl_refused(grant, "domain", name)
     reservation = reservations.domain_reservation(name)
@@ -114,25 +119,28 @@ def check_domain(grant: Grant, domain: str) -> str:
     base = get_settings().base_domain
     if hostnames.is_within(name, base) and name.count(".") == base.count(".") + 1:
         return name   # a free name: one label under the base domain
-    raise Refused("ERR_NGROK_7117", f"The domain {name} is not reserved. Reserve it through "
-                                    "POST /reserved_domains, or use a name of one label "
-                                    f"under {base}.")
+    raise Refused(edge_errors.DOMAIN_NOT_RESERVED,
+                  f"The domain {name} is not reserved. Reserve it through "
+                  "POST /reserved_domains, or use a name of one label "
+                  f"under {base}.")
 
 
 def _reserved_for_other(grant: Grant, name: str) -> Refused:
     """ERR_NGROK_320: ``name`` is another account's (reserved exactly, under a wildcard of
     theirs, under a name of theirs, or above one: chalicelib.core.reservations)."""
-    return Refused("ERR_NGROK_320", "This domain is reserved for another account. Failed to "
-                                    f"create an endpoint with the domain {name} for the "
-                                    f"account {grant.account_id}.")
+    return Refused(edge_errors.DOMAIN_OF_ANOTHER_ACCOUNT,
+                   "This domain is reserved for another account. Failed to "
+                   f"create an endpoint with the domain {name} for the "
+                   f"account {grant.account_id}.")
 
 
 def check_labels(grant: Grant, labels: Mapping[str, str]) -> Dict[str, str]:
     if not labels:
-        raise Refused("ERR_NGROK_1602", "A labeled tunnel needs at least one label.")
+        raise Refused(edge_errors.INVALID_OPTION, "A labeled tunnel needs at least one label.")
     for key, value in labels.items():
         if not isinstance(key, str) or not isinstance(value, str) or not key or not value:
-            raise Refused("ERR_NGROK_1602", "Labels are non-empty string keys and values.")
+            raise Refused(edge_errors.INVALID_OPTION,
+                          "Labels are non-empty string keys and values.")
         if not acl.may_bind(grant.acl, labels={key: value}):
             raise _acl_refused(grant, "label", f"{key}={value}")
     return dict(labels)
@@ -146,11 +154,13 @@ def check_address(grant: Grant, address: str, requested: bool = False) -> str:
         raise _acl_refused(grant, "address", address)
     reservation = reservations.addr_reservation(address)
     if reservation is not None and reservation["account_id"] != grant.account_id:
-        raise Refused("ERR_NGROK_7113", f"The address {address} is reserved for another "
-                                        "account.")
+        raise Refused(edge_errors.ADDRESS_NOT_RESERVED,
+                      f"The address {address} is reserved for another "
+                      "account.")
     if requested and reservation is None:
-        raise Refused("ERR_NGROK_7113", f"The address {address} is not reserved. Reserve one "
-                                        "through POST /reserved_addrs.")
+        raise Refused(edge_errors.ADDRESS_NOT_RESERVED,
+                      f"The address {address} is not reserved. Reserve one "
+                      "through POST /reserved_addrs.")
     return address
 
 

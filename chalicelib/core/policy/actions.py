@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import re2
 
+from chalicelib.core import edge_errors
 from chalicelib.core.policy import celenv, jwks, ratelimit
 from chalicelib.core.policy.document import PolicyError
 from chalicelib.core.policy.outcome import (CLOSE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Outcome)
@@ -341,7 +342,7 @@ class _UrlAction(Action):
         try:
             regex = self.static_regex or _regex(r.render(self.from_), "from")
         except PolicyError as exc:
-            r.set_vars(self.var, **{"error.code": "ERR_NGROK_20000",
+            r.set_vars(self.var, **{"error.code": edge_errors.RATE_LIMITED,
                                     "error.message": exc.message})
             r.errors.append(f"{self.type}: from {exc.message}")
             return None
@@ -403,7 +404,7 @@ class UrlRewrite(_UrlAction):
 # ---- access ---------------------------------------------------------------------------------
 
 IP_POLICY_ID = re.compile(r"^ipp_[0-9A-Za-z]+$")
-BLOCKED = ("ERR_NGROK_3203", "Request blocked by IP Policy")
+BLOCKED = (edge_errors.IP_BLOCKED, "Request blocked by IP Policy")
 
 
 def _blocked_response() -> Outcome:
@@ -475,13 +476,14 @@ class RestrictIps(Action):
             for ident in self.ip_policies:
                 rules = resolver(account_id, ident) if resolver and account_id else None
                 if rules is None:
-                    error = ("ERR_NGROK_1801", f"The policy {ident} does not exist on the "
-                                               "endpoint's account")
+                    error = (edge_errors.IP_POLICY_MISSING,
+                             f"The policy {ident} does not exist on the endpoint's account")
                     continue
                 for action, cidr in rules:
                     network = _rule_network(cidr)
                     if network is None:
-                        error = ("ERR_NGROK_1801", f"IP policy {ident} holds a bad CIDR")
+                        error = (edge_errors.IP_POLICY_MISSING,
+                                 f"IP policy {ident} holds a bad CIDR")
                         continue
                     (allow if action == "allow" else deny).append(network)
         matched_deny = next((n for n in deny if ip is not None and ip.version == n.version
@@ -729,12 +731,13 @@ class VerifyWebhook(Action):
         error = ("", "")
         if not req.body_complete:
             verified = False
-            error = ("ERR_NGROK_3303", f"the body is larger than {self.needs_body} bytes")
+            error = (edge_errors.WEBHOOK_REFUSED,
+                     f"the body is larger than {self.needs_body} bytes")
         else:
             secret = r.render(self.secret).encode()
             verified = bool(self.verify(req, req.body, secret, r.clock()))
             if not verified:
-                error = ("ERR_NGROK_3303", "the webhook signature is not valid")
+                error = (edge_errors.WEBHOOK_REFUSED, "the webhook signature is not valid")
         r.set_vars("verify_webhook", verified=verified,
                    **{"error.code": error[0], "error.message": error[1]})
         if verified or not self.enforce:
@@ -885,7 +888,7 @@ class JwtValidation(Action):
         token = self._token(r)
         error = None
         if token is None:
-            error = ("ERR_NGROK_3401", "no JWT was presented")
+            error = (edge_errors.JWT_MISSING, "no JWT was presented")
         else:
             try:
                 header = jwt.get_unverified_header(token)
@@ -896,9 +899,9 @@ class JwtValidation(Action):
                            issuer=issuers, audience=audiences or None,
                            options={"verify_aud": bool(audiences), "require": ["exp"]})
             except _KeysUnavailable:
-                error = ("ERR_NGROK_3403", "the signing keys could not be fetched")
+                error = (edge_errors.JWKS_UNAVAILABLE, "the signing keys could not be fetched")
             except (jwt.PyJWTError, ValueError, KeyError) as exc:
-                error = ("ERR_NGROK_3402", f"the JWT is not valid ({exc})")
+                error = (edge_errors.JWT_INVALID, f"the JWT is not valid ({exc})")
         r.set_vars("jwt_validation", **{"error.code": error[0] if error else "",
                                         "error.message": error[1] if error else ""})
         if error is None:

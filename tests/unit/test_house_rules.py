@@ -4,6 +4,7 @@ imports nothing of chalicelib outside the core. Read from the source (every impo
 at any depth, including those inside functions), so a lazy import breaks it too."""
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -72,3 +73,36 @@ def test_the_edge_process_loads_no_chalice_module():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+CATALOGS = {ROOT / "chalicelib" / "core" / "errors.py",
+            ROOT / "chalicelib" / "core" / "edge_errors.py"}
+
+
+def _code_literals(path: pathlib.Path):
+    """``ERR_…`` string literals in code (docstrings, which document codes, left out)."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                       ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in docstrings and re.fullmatch(r"ERR_[A-Z0-9_]+", node.value):
+            yield node.lineno, node.value
+
+
+@pytest.mark.parametrize("folder", ["chalicelib/core", "edge"])
+def test_error_codes_are_named_from_a_catalog_never_written_as_literals(folder):
+    bad = [f"{path.relative_to(ROOT)}:{line} {code}"
+           for path in _files(folder) if path not in CATALOGS and "bench" not in path.parts
+           for line, code in _code_literals(path)]
+    assert bad == []
+
+
+def test_the_literal_rule_sees_a_code_in_a_call_but_not_in_a_docstring(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('"""ERR_NGROK_1 is documented here."""\n'
+                      'raise Refused("ERR_NGROK_334", "x")\n')
+    assert list(_code_literals(sample)) == [(2, "ERR_NGROK_334")]

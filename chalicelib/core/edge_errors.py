@@ -1,0 +1,71 @@
+"""The data plane's error catalog: every ``ERR_NGROK_…`` code the edge answers with, to an agent
+(a refused auth or bind: the SDK shows the code with the message) or to a public client (an
+HTTP error page or JSON body, a refused TLS handshake). Codes are the hosted service's
+(https://ngrok.com/docs/errors/) for the same situation; code names them through these
+constants, never as literals (tests/unit/test_house_rules.py holds the edge and the core to
+it). The API's own catalog is :mod:`chalicelib.core.errors`.
+
+| constant                   | code             | to     | when                                                     |
+|----------------------------|------------------|--------|----------------------------------------------------------|
+| AUTHTOKEN_MALFORMED        | ERR_NGROK_105    | agent  | an authtoken that cannot be a credential's                |
+| AUTHTOKEN_INVALID          | ERR_NGROK_107    | agent  | unknown or deleted credential, owner gone or inactive bot |
+| SESSION_LIMIT              | ERR_NGROK_108    | agent  | the credential has its maximum of live sessions           |
+| DOMAIN_OF_ANOTHER_ACCOUNT  | ERR_NGROK_320    | agent  | a domain another account reserved (or is above/under)     |
+| SESSION_ENDPOINT_LIMIT     | ERR_NGROK_324    | agent  | the session has its maximum of endpoints                  |
+| ENDPOINT_IN_USE            | ERR_NGROK_334    | agent  | the name or address is served by another endpoint         |
+| ACL_REFUSED                | ERR_NGROK_399    | agent  | outside the credential's ACL                              |
+| INVALID_OPTION             | ERR_NGROK_1602   | agent  | an option the edge cannot honour or a malformed one       |
+| INVALID_PROTOCOL           | ERR_NGROK_1622   | agent  | an endpoint protocol the edge does not serve              |
+| INVALID_TRAFFIC_POLICY     | ERR_NGROK_2201   | both   | a traffic policy the engine refuses                       |
+| ADDRESS_NOT_RESERVED       | ERR_NGROK_7113   | agent  | a TCP address the account did not reserve                 |
+| DOMAIN_NOT_RESERVED        | ERR_NGROK_7117   | agent  | a custom domain nobody reserved                           |
+| ACCOUNT_ENDPOINT_LIMIT     | ERR_NGROK_18021  | agent  | the account has its maximum of online endpoints           |
+| TOO_MANY_CONNECTIONS       | ERR_NGROK_702    | public | the agent session has its maximum of open streams (429)   |
+| NO_BACKEND                 | ERR_NGROK_724    | public | no online tunnel can serve an edge's backend (502)        |
+| POLICY_FAILED              | ERR_NGROK_2300   | public | the traffic policy broke while running (502)              |
+| MISDIRECTED                | ERR_NGROK_3002   | public | Host other than the TLS name, or a bad request head (421/400) |
+| BAD_UPSTREAM_RESPONSE      | ERR_NGROK_3004   | public | the upstream's response is not valid HTTP (502)           |
+| ENDPOINT_OFFLINE           | ERR_NGROK_3200   | public | no endpoint serves the name, or it went away (404/502)    |
+| HOST_BANNED                | ERR_NGROK_3208   | both   | the name is banned by an abuse report (403)               |
+| FORWARD_INTERNAL_FAILED    | ERR_NGROK_3502   | public | a forward-internal action names no usable endpoint (502)  |
+| CLOUD_POLICY_FAILED        | ERR_NGROK_6029   | public | a cloud endpoint's policy did not answer (502)            |
+| UPSTREAM_UNREACHABLE       | ERR_NGROK_8012   | public | the agent could not reach its upstream (502)              |
+| IP_POLICY_MISSING          | ERR_NGROK_1801   | public | a restrict-ips action names a policy gone or broken       |
+| IP_BLOCKED                 | ERR_NGROK_3203   | public | the client address is refused by an IP policy (403)       |
+| WEBHOOK_REFUSED            | ERR_NGROK_3303   | public | a webhook body too large or its signature invalid         |
+| JWT_MISSING                | ERR_NGROK_3401   | public | jwt-validation: no token presented                        |
+| JWT_INVALID                | ERR_NGROK_3402   | public | jwt-validation: the token is not valid                    |
+| JWKS_UNAVAILABLE           | ERR_NGROK_3403   | public | jwt-validation: the signing keys could not be fetched     |
+| RATE_LIMITED               | ERR_NGROK_20000  | public | a rate-limit action refused the request (429)             |
+"""
+
+AUTHTOKEN_MALFORMED = "ERR_NGROK_105"
+AUTHTOKEN_INVALID = "ERR_NGROK_107"
+SESSION_LIMIT = "ERR_NGROK_108"
+DOMAIN_OF_ANOTHER_ACCOUNT = "ERR_NGROK_320"
+SESSION_ENDPOINT_LIMIT = "ERR_NGROK_324"
+ENDPOINT_IN_USE = "ERR_NGROK_334"
+ACL_REFUSED = "ERR_NGROK_399"
+INVALID_OPTION = "ERR_NGROK_1602"
+INVALID_PROTOCOL = "ERR_NGROK_1622"
+INVALID_TRAFFIC_POLICY = "ERR_NGROK_2201"
+ADDRESS_NOT_RESERVED = "ERR_NGROK_7113"
+DOMAIN_NOT_RESERVED = "ERR_NGROK_7117"
+ACCOUNT_ENDPOINT_LIMIT = "ERR_NGROK_18021"
+TOO_MANY_CONNECTIONS = "ERR_NGROK_702"
+NO_BACKEND = "ERR_NGROK_724"
+POLICY_FAILED = "ERR_NGROK_2300"
+MISDIRECTED = "ERR_NGROK_3002"
+BAD_UPSTREAM_RESPONSE = "ERR_NGROK_3004"
+ENDPOINT_OFFLINE = "ERR_NGROK_3200"
+HOST_BANNED = "ERR_NGROK_3208"
+FORWARD_INTERNAL_FAILED = "ERR_NGROK_3502"
+CLOUD_POLICY_FAILED = "ERR_NGROK_6029"
+UPSTREAM_UNREACHABLE = "ERR_NGROK_8012"
+IP_POLICY_MISSING = "ERR_NGROK_1801"
+IP_BLOCKED = "ERR_NGROK_3203"
+WEBHOOK_REFUSED = "ERR_NGROK_3303"
+JWT_MISSING = "ERR_NGROK_3401"
+JWT_INVALID = "ERR_NGROK_3402"
+JWKS_UNAVAILABLE = "ERR_NGROK_3403"
+RATE_LIMITED = "ERR_NGROK_20000"
