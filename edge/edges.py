@@ -55,8 +55,38 @@ from chalicelib.core import abuse, edge_errors, ip_rules, online, reservations, 
 from edge import enforce
 
 CACHE_SECONDS = 1.0
+MAX_FORWARDS = 8   # forward-internal hops of one request or connection (a loop ends)
 NO_BACKEND = (edge_errors.NO_BACKEND,
               "No backend is available to serve requests for endpoint {url}.")
+
+
+@dataclass(frozen=True)
+class Hop:
+    """The endpoint a request or a connection is at: the one it reached, or the internal one
+    a ``forward-internal`` sent it to. Its policy sees it as ``endpoint.*``."""
+
+    endpoint_id: str
+    url: str
+    host: str
+    account_id: str
+
+    @classmethod
+    def of_tunnel(cls, tunnel: Any) -> "Hop":
+        return cls(tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.hostname,
+                   tunnel.account_id)
+
+
+def forward_refused(target: "Routed", forwards: int) -> Optional[Tuple[int, str, str]]:
+    """Why the ``forwards``-th forward-internal hop (counted from 1) to ``target`` may not be
+    taken, as (status, code, msg); None when it may. The one rule of both the HTTP and the TCP
+    listeners: a target of another protocol is its own error, and no request or connection
+    takes more than :data:`MAX_FORWARDS` hops."""
+    if target.error is not None:
+        return target.error
+    if forwards > MAX_FORWARDS:
+        return (502, edge_errors.ENDPOINT_OFFLINE,
+                f"More than {MAX_FORWARDS} forward-internal hops for one request.")
+    return None
 
 
 @dataclass
@@ -73,6 +103,10 @@ class Routed:
     fixed: Optional[Dict[str, Any]] = None
     enforcement: Any = None
     error: Optional[Tuple[int, str, str]] = None
+
+    @property
+    def hop(self) -> Hop:
+        return Hop(self.endpoint_id, self.url, self.host, self.account_id)
 
 
 class _Cache:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from chalicelib.core import ids, policy as tp
 from edge import challenges, http1
 from edge.connections import connection_handler
+from edge.edges import Hop, forward_refused
 from edge.tls import MISDIRECTED
 from edge.session import MuxStream, StreamReset, StreamsExhausted
 from chalicelib.core import edge_errors
@@ -32,7 +33,6 @@ READ_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024
 BODY_TIMEOUT = 30.0     # a request body must progress (one read) within this
 FIXED_BODY_DRAIN = 1024 * 1024  # request body read (and dropped) before a fixed answer
-MAX_FORWARDS = 8        # forward-internal hops of one request (a loop of endpoints ends)
 HOP_HEADERS = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
 
 STATUS_TEXT = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests",
@@ -271,8 +271,7 @@ class HttpFront:
                 fixed, cloud = None, False
                 if tunnel is not None:
                     enforcement = tunnel.enforcement
-                    endpoint = (tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.hostname,
-                                tunnel.account_id)
+                    endpoint = Hop.of_tunnel(tunnel)
                     account_id = tunnel.account_id
                 else:   # not an agent endpoint: a cloud endpoint, an HTTPS edge's hostport?
                     routed = await self.edge.router.route_http(host, request.target,
@@ -285,7 +284,7 @@ class HttpFront:
                         await self._answer(client, writer, status, code, msg, close=True)
                         return
                     tunnel, fixed, enforcement = routed.tunnel, routed.fixed, routed.enforcement
-                    endpoint = (routed.endpoint_id, routed.url, routed.host, routed.account_id)
+                    endpoint = routed.hop
                     cloud, account_id = routed.cloud, routed.account_id
                 traffic, prebuffered = None, []
                 hop_request, forwards = request, 0
@@ -298,7 +297,7 @@ class HttpFront:
                     conn.ip_policy_resolver = None
                     if enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
                         conn.ip_policy_resolver = await self.edge.router.ip_policy_resolver(
-                            endpoint[3], enforcement.policy)
+                            endpoint.account_id, enforcement.policy)
                     traffic = _Traffic(enforcement.policy, conn, hop_request, self.scheme, host)
                     verdict, prebuffered, target = await self._request_phase(
                         client, reader, writer, traffic, host, prebuffered, account_id)
@@ -309,15 +308,12 @@ class HttpFront:
                     # forward-internal: the internal endpoint's own policy runs next (if it
                     # has none, the forwarding endpoint's response phase stays in force)
                     forwards += 1
-                    if target.error is not None or forwards > MAX_FORWARDS:
-                        status, code, msg = target.error or (
-                            502, edge_errors.ENDPOINT_OFFLINE,
-                                 f"More than {MAX_FORWARDS} forward-internal "
-                                 "hops for one request.")
-                        await self._answer(client, writer, status, code, msg, close=True)
+                    refused = forward_refused(target, forwards)
+                    if refused is not None:
+                        await self._answer(client, writer, *refused, close=True)
                         return
                     tunnel, fixed, enforcement = target.tunnel, None, target.enforcement
-                    endpoint = (target.endpoint_id, target.url, target.host, account_id)
+                    endpoint = target.hop
                     try:
                         hop_request = traffic.forwarded_request()
                     except http1.LocalProtocolError as exc:
@@ -334,7 +330,7 @@ class HttpFront:
                 if cloud:   # a cloud endpoint's policy let the request through: no upstream
                     await self._answer(client, writer, 502, edge_errors.CLOUD_POLICY_FAILED,
                                        f"The traffic policy configured for cloud endpoint "
-                                       f"{endpoint[0]} is non-terminating.", close=True)
+                                       f"{endpoint.endpoint_id} is non-terminating.", close=True)
                     return
                 if fixed is not None:   # an http_response backend: the edge answers
                     if not await self._answer_fixed(client, reader, writer, fixed, traffic,
@@ -552,14 +548,15 @@ class HttpFront:
         return "close"
 
     # ---- traffic policy ---------------------------------------------------------------------
-    def _conn(self, writer, peer, endpoint) -> Any:
+    def _conn(self, writer, peer, endpoint: Hop) -> Any:
         sockname = writer.get_extra_info("sockname") or ("", 0)
         ssl_object = writer.get_extra_info("ssl_object")
         conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
                        server_ip=str(sockname[0]), server_port=int(sockname[1] or 0),
-                       endpoint=tp.Endpoint(id=endpoint[0], url=endpoint[1], host=endpoint[2],
-                                            port=int(sockname[1] or 0), protocol=self.scheme,
-                                            account_id=endpoint[3]),
+                       endpoint=tp.Endpoint(id=endpoint.endpoint_id, url=endpoint.url,
+                                            host=endpoint.host, port=int(sockname[1] or 0),
+                                            protocol=self.scheme,
+                                            account_id=endpoint.account_id),
                        server_region=self.edge.settings.region)
         if ssl_object is not None:
             conn.tls_version = ssl_object.version() or ""

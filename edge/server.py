@@ -18,7 +18,7 @@ from edge import agents, config, metrics, quotas, tls
 from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
-from edge.edges import EdgeRouter, watch_banned_hosts, watch_reserved_ports
+from edge.edges import EdgeRouter, Hop, forward_refused, watch_banned_hosts, watch_reserved_ports
 from edge.public import BANNED, HttpFront, splice
 from edge.registry import Registry, Tunnel
 from edge.session import StreamReset
@@ -27,7 +27,6 @@ from chalicelib.core import edge_errors
 log = logging.getLogger("edge")
 
 MAX_GENERATE_ATTEMPTS = 8
-MAX_FORWARDS = 8        # forward-internal hops of one connection
 MAX_UNAUTHENTICATED_PER_ADDRESS = 16   # agent connections not yet authenticated, per address
 MAX_UNAUTHENTICATED = 512              # ... and in total
 HEARTBEAT_EVERY = 3  # online items refreshed every 3 checks (15 s by default; stale after 45)
@@ -426,29 +425,29 @@ class Edge:
         try:
             tunnel = self.registry.by_port.get(port)
             enforcement = tunnel.enforcement if tunnel is not None else None
-            endpoint = (tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.account_id) \
-                if tunnel else ("", "", "")
-            account_id = endpoint[2]
+            endpoint = Hop.of_tunnel(tunnel) if tunnel else Hop("", "", "", "")
+            account_id = endpoint.account_id
             cloud = False
             if tunnel is None:   # a cloud endpoint's or a TCP edge's reserved address?
                 routed = await self.router.route_tcp(f"{self.settings.tcp_host}:{port}")
                 if routed is None or routed.error is not None:
                     return
                 tunnel, enforcement = routed.tunnel, routed.enforcement
-                endpoint = (routed.endpoint_id, routed.url, routed.account_id)
+                endpoint = routed.hop
                 cloud, account_id = routed.cloud, routed.account_id
             forwards = 0
             while enforcement is not None and enforcement.policy is not None:
                 sock = writer.get_extra_info("sockname") or ("", 0)
                 conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
                                server_ip=str(sock[0]), server_port=int(sock[1] or 0),
-                               endpoint=tp.Endpoint(id=endpoint[0], url=endpoint[1],
+                               endpoint=tp.Endpoint(id=endpoint.endpoint_id, url=endpoint.url,
                                                     host=self.settings.tcp_host, port=port,
-                                                    protocol="tcp", account_id=endpoint[2]),
+                                                    protocol="tcp",
+                                                    account_id=endpoint.account_id),
                                server_region=self.settings.region)
                 if enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
                     conn.ip_policy_resolver = await self.router.ip_policy_resolver(
-                        endpoint[2], enforcement.policy)
+                        endpoint.account_id, enforcement.policy)
                 state = enforcement.policy.new_state()
                 out = enforcement.policy.on_tcp_connect(conn, state)
                 target = None
@@ -464,10 +463,10 @@ class Edge:
                         return   # refused by ip restriction / policy: the connection is closed
                     break
                 forwards += 1   # forward-internal: the internal endpoint's own rules next
-                if target.error is not None or forwards > MAX_FORWARDS:
+                if forward_refused(target, forwards) is not None:
                     return
                 tunnel, enforcement, cloud = target.tunnel, target.enforcement, target.cloud
-                endpoint = (target.endpoint_id, target.url, account_id)
+                endpoint = target.hop
             if cloud or tunnel is None:
                 return       # a cloud endpoint that did not forward (non-terminating), or a
                              # TCP edge without an online tunnel: closed
