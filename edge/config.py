@@ -6,8 +6,8 @@
 | EDGE_AGENT_PORT       | 4443               | agent listener (TLS): the SDK's ``server_addr``      |
 | EDGE_HTTP_PORT        | 8080               | public HTTP listener                                 |
 | EDGE_HTTPS_PORT       | 8443               | public HTTPS listener (SNI)                          |
-| EDGE_TCP_PORTS        | 20000-20099        | ports TCP endpoints are given from (``a-b``)         |
-| EDGE_TCP_HOST         | (BASE_DOMAIN)      | host name in ``tcp://host:port`` URLs                |
+| EDGE_TCP_PORTS        | 20000-20099        | ports TCP endpoints are given from (``a-b``) (*)     |
+| EDGE_TCP_HOST         | (BASE_DOMAIN)      | host name in ``tcp://host:port`` URLs (*)            |
 | EDGE_AGENT_HOSTNAMES  | localhost,127.0.0.1| names on the agent listener's certificate            |
 | EDGE_TLS_CERT/KEY     | (local CA)         | a certificate + key pair to serve instead of the CA's |
 | EDGE_INSTANCE_ID      | edge_<random>      | this instance's id in the online items               |
@@ -26,6 +26,8 @@
 | DATA_DIR              | .data              | where the local CA lives (``$DATA_DIR/ca.pem``)      |
 | BASE_DOMAIN           | tunnels.localhost  | generated names (chalicelib.core.config)                  |
 The store is the API's: TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_* (chalicelib.core.config).
+(*) Read once, by chalicelib.core.config, for both planes: the API allocates reserved
+addresses from the range the edge listens on.
 """
 import os
 import secrets
@@ -114,26 +116,23 @@ def _positive(env, name: str, default: float) -> float:
     return value
 
 
-def _range(raw: str) -> Tuple[int, int]:
-    try:
-        low, high = (int(part) for part in raw.split("-", 1))
-    except ValueError:
-        raise SystemExit(f"EDGE_TCP_PORTS={raw!r}: expected 'low-high'") from None
-    if not 1 <= low <= high <= 65535:
-        raise SystemExit(f"EDGE_TCP_PORTS={raw!r}: expected 1 <= low <= high <= 65535")
-    return low, high
-
-
 def load(env=None) -> EdgeSettings:
+    """The edge's settings. What the API reads too (the store, BASE_DOMAIN, EDGE_TCP_HOST,
+    EDGE_TCP_PORTS) comes from :func:`chalicelib.core.config.get_settings`, with its rules,
+    so the two planes never disagree on them; the rest is the edge's own."""
     env = os.environ if env is None else env
-    base = get_settings().base_domain
+    try:
+        shared = get_settings()
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    base = shared.base_domain
     return EdgeSettings(
         host=env.get("EDGE_HOST", "127.0.0.1"),
         agent_port=_port(env, "EDGE_AGENT_PORT", 4443),
         http_port=_port(env, "EDGE_HTTP_PORT", 8080),
         https_port=_port(env, "EDGE_HTTPS_PORT", 8443),
-        tcp_ports=_range(env.get("EDGE_TCP_PORTS", "20000-20099")),
-        tcp_host=env.get("EDGE_TCP_HOST", base),
+        tcp_ports=shared.edge_tcp_ports,
+        tcp_host=shared.edge_tcp_host,
         agent_hostnames=[n.strip() for n in
                          env.get("EDGE_AGENT_HOSTNAMES", "localhost,127.0.0.1").split(",")
                          if n.strip()],
