@@ -26,10 +26,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-import yaml
-
 from chalicelib.core import binding, edge_errors, ip_rules
 from chalicelib.core.policy import Policy, PolicyError, compile_policy
+from chalicelib.core.policy import document as policy_document
 
 UNSUPPORTED_HTTP = ("OAuth", "OIDC", "SAML", "CircuitBreaker",
                     "WebsocketTCPConverter", "HostHeaderRewrite", "ProxyProto", "Auth")
@@ -140,21 +139,19 @@ def _module_rules(opts: Dict[str, Any], kind: str) -> Dict[str, List[Dict[str, A
 
 
 def parse_document(text: Any) -> Dict[str, Any]:
-    """A TrafficPolicy option (JSON or YAML text, or already a mapping) as a mapping."""
+    """A TrafficPolicy option (JSON or YAML text, or already a mapping) as a mapping, parsed by
+    the engine's own parser (:func:`chalicelib.core.policy.document.parse`: its size limit and
+    nesting guard), or Refused saying why."""
     if isinstance(text, dict):
         return text
     if not isinstance(text, str):
         raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
                               "TrafficPolicy must be a JSON or YAML document")
     try:
-        doc = json.loads(text)
-    except ValueError:
-        try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
-                                  f"TrafficPolicy is not JSON or YAML: "
-                                  f"{str(exc)[:200]}") from None
+        doc = policy_document.parse(text)
+    except PolicyError as exc:
+        raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
+                              f"Invalid traffic policy: {str(exc)[:300]}") from None
     if not isinstance(doc, dict):
         raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
                               "TrafficPolicy must be a mapping of phases")
