@@ -10,7 +10,7 @@ DATA_DIR ?= .data
 STAMP := $(VENV)/.installed
 AGENT_STAMP := $(AGENT_VENV)/.installed
 
-.PHONY: install run api-key test test-service test-agent test-deps reset create-table bench soak clean \
+.PHONY: install run api-key test lint test-service test-agent test-deps reset create-table bench soak clean \
 	package deploy-aws deploy-localstack resources test-integration mutate
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt edge/requirements.txt
@@ -52,8 +52,13 @@ create-table: $(STAMP)
 reset:
 	rm -rf $(DATA_DIR)
 
-## test: the whole suite (service at every level, then the device agent)
-test: test-service test-agent
+## test: the whole suite (lint, service at every level, then the device agent)
+test: lint test-service test-agent
+
+## lint: ruff (pyflakes rules) over the repository, mypy over the shared core (pyproject.toml)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check --no-cache .
+	$(VENV)/bin/mypy chalicelib/core
 
 test-service: $(STAMP) $(AGENT_STAMP) test-deps
 	$(PY) -m pytest tests

@@ -87,20 +87,26 @@ def claim(sk: str, owner: str, now: Optional[float] = None,
                 f"{e.data('lease_until')} < {e.value(now)}")
 
     try:
-        return store.write(store.set_fields(
+        return _updated(store.write(store.set_fields(
             QUEUE_PK, sk, {"lease_owner": owner, "lease_until": now + lease_seconds},
-            require=require, missing=LeaseLost(sk), explain=lambda old: LeaseLost(sk)))
+            require=require, missing=LeaseLost(sk), explain=lambda old: LeaseLost(sk))))
     except store.VersionConflict:
         raise LeaseLost(sk) from None
+
+
+def _updated(item: Optional[store.Item]) -> store.Item:
+    """An update's ``write`` returns the item as it is now, never None."""
+    assert item is not None
+    return item
 
 
 def update_held(sk: str, owner: str, fields: Dict[str, Any]) -> store.Item:
     """Write fields of an entry this worker holds (LeaseLost when it does not any more)."""
     try:
-        return store.write(store.set_fields(
+        return _updated(store.write(store.set_fields(
             QUEUE_PK, sk, fields,
             require=lambda e: f"{e.data('lease_owner')} = {e.value(owner)}",
-            missing=LeaseLost(sk), explain=lambda old: LeaseLost(sk)))
+            missing=LeaseLost(sk), explain=lambda old: LeaseLost(sk))))
     except store.VersionConflict:
         raise LeaseLost(sk) from None
 

@@ -78,7 +78,7 @@ def is_valid(value: object, prefix: str) -> bool:
     if not isinstance(value, str):
         return False
     match = _ID_RE.match(value)
-    return bool(match) and match.group(1) == prefix
+    return match is not None and match.group(1) == prefix
 
 
 def timestamp_millis(value: str) -> int:

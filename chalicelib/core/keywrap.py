@@ -140,7 +140,7 @@ def _kms() -> Any:
 
 
 # ---- sealing --------------------------------------------------------------------------------
-def seal(plaintext: bytes, context: Dict[str, str]) -> Dict[str, str]:
+def seal(plaintext: bytes, context: Dict[str, str]) -> Dict[str, Any]:
     """``plaintext`` sealed for storage, bound to ``context`` (e.g. account and certificate
     ids: the same context must be given to open it)."""
     if len(plaintext) > MAX_PLAINTEXT:

@@ -413,8 +413,9 @@ def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance
               "labels": dict(labels) if labels else None, "forwards_to": forwards_to,
               "metadata": metadata, "started_at": started, "endpoint_id": endpoint_id,
               "bind_id": bind_id}
-    common = dict(account_id=account_id, instance_id=instance_id, heartbeat_at=at,
-                  expires_at=at + CHILD_TTL_SECONDS, owner=session_id)
+    common: Dict[str, Any] = dict(account_id=account_id, instance_id=instance_id,
+                                  heartbeat_at=at, expires_at=at + CHILD_TTL_SECONDS,
+                                  owner=session_id)
     ops: List[Dict[str, Any]] = [{"Put": {"TableName": _table(), "Item": _item(
         store.collection_pk(account_id, TUNNELS), tunnel_id, kind=TUNNELS, data=tunnel,
         **common)}}]
@@ -587,7 +588,7 @@ def _claim_is_live(claim: Dict[str, Any]) -> bool:
     session_id = _s(endpoint, "owner")
     if session_id is None:  # an endpoint without a session (cloud): live while it exists
         return True
-    session = _get_raw(_session_key(account_id, session_id))
+    session = _get_raw(_session_key(account_id or "", session_id))
     return session is not None and _fresh(_n(session, "heartbeat_at"))
 
 
@@ -656,7 +657,7 @@ def live_endpoint_count(account_id: str, proto: Optional[str] = None) -> int:
     mine = [item for item in endpoints
             if (item.data or {}).get("type") == "agent"
             and (proto is None or (item.data or {}).get("proto") == proto)]
-    live = live_sessions(account_id, (session_of(item) for item in mine))
+    live = live_sessions(account_id, (sid for sid in map(session_of, mine) if sid))
     return sum(1 for item in mine if session_of(item) in live)
 
 
@@ -735,7 +736,7 @@ def live_page(account_id: str, collection: str, limit: int, before_id: Optional[
             at = now()
             sessions.update({i.sk: (i if _fresh(i.heartbeat_at, at) else None) for i in chunk})
         else:
-            wanted = {session_of(i) for i in chunk} - set(sessions) - {None}
+            wanted = {sid for sid in map(session_of, chunk) if sid} - set(sessions)
             live = live_sessions(account_id, wanted)
             sessions.update({sid: live.get(sid) for sid in wanted})
         for item in chunk:

@@ -60,7 +60,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, TypeVar
 
 from botocore.exceptions import ClientError
 from pynamodb.attributes import (Attribute, NumberAttribute, UnicodeAttribute,
@@ -171,6 +171,7 @@ class Item(Model):
     class Meta:
         table_name = "tunnel-service"  # replaced by configure() before first use
         region = "us-east-1"
+        host: Optional[str] = None
 
     pk = UnicodeAttribute(hash_key=True)
     sk = UnicodeAttribute(range_key=True)
@@ -214,7 +215,7 @@ def reset() -> None:
     Item._connection = None
 
 
-def model() -> type:
+def model() -> Type[Item]:
     configure()
     return Item
 
@@ -319,7 +320,8 @@ class VersionConflict(Exception):
     """An item changed between our read and our write; retrying() reads again."""
 
 
-Explain = Callable[[Optional[Item]], errors.ApiError]
+Explain = Callable[[Item], Exception]          # the item as it was -> the error to raise
+_Why = Callable[[Optional[Item]], Exception]    # the same, told also of a missing item
 
 
 @dataclass
@@ -336,7 +338,7 @@ class Op:
     condition: Any = None
     actions: List[Any] = field(default_factory=list)
     error: Optional[errors.ApiError] = None
-    explain: Optional[Explain] = None
+    explain: Optional[_Why] = None
     raw: Optional[Dict[str, Any]] = None
 
 
@@ -491,8 +493,8 @@ def require_item(pk: str, sk: str, *, require: Condition = None,
     return Op("check", None, raw=request, explain=_explain(missing, explain))
 
 
-def _explain(missing: Optional[Exception], explain: Optional[Explain]) -> Explain:
-    def why(old: Optional[Item]) -> errors.ApiError:
+def _explain(missing: Optional[Exception], explain: Optional[Explain]) -> _Why:
+    def why(old: Optional[Item]) -> Exception:
         if old is None:
             return missing or errors.NotFound("No such resource exists")
         if explain is not None:
@@ -513,6 +515,8 @@ def _request(op: Op) -> Tuple[str, Dict[str, Any]]:
     """(DynamoDB action, request) of one op; PynamoDB builds those of item-based ops."""
     if op.raw is not None:
         request = dict(op.raw)
+    elif op.item is None:
+        raise ValueError(f"a {op.action} op needs an item or a raw request")
     elif op.action == "check":
         request = model().get_operation_kwargs_from_class(op.item.pk, op.item.sk,
                                                           condition=op.condition)
@@ -540,7 +544,7 @@ def _failed(op: Op, old_av: Optional[Dict[str, Any]]) -> Exception:
         old_av = connection().client.get_item(TableName=get_settings().table_name,
                                               Key=op.raw["Key"], ConsistentRead=True).get("Item")
     old = model().from_raw_data(old_av) if old_av else None
-    if old is not None and "S" in old_av.get("data", {}) and op.raw is not None \
+    if old is not None and old_av and "S" in old_av.get("data", {}) and op.raw is not None \
             and "attribute_type" in op.raw.get("ConditionExpression", ""):
         return _Legacy(old)
     try:

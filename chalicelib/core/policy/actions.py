@@ -323,7 +323,7 @@ def _regex(pattern: str, where: str):
 
 
 class _UrlAction(Action):
-    fields = ("from", "to")
+    fields: Tuple[str, ...] = ("from", "to")
     var = ""
 
     def setup(self, c, phase):
@@ -347,7 +347,7 @@ class _UrlAction(Action):
             r.errors.append(f"{self.type}: from {exc.message}")
             return None
         expand = go_replacement(to)
-        first = []
+        first: List[List[str]] = []
 
         def replace(match) -> str:  # one pass (the RE2 binding costs ~15 us a call)
             if not first:
@@ -851,7 +851,9 @@ class JwtValidation(Action):
             if not isinstance(entry, dict):
                 raise PolicyError(where, "must be a mapping with 'value'")
             e = Config(entry, where, ("value",))
-            out.append(e.template("value", phase, required=True))
+            value = e.template("value", phase, required=True)
+            assert value is not None   # required: a missing value raised PolicyError
+            out.append(value)
         return out
 
     @staticmethod

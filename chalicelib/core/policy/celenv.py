@@ -544,8 +544,9 @@ def _fast_path(text: str, phase: str) -> Optional[Callable[["Traffic"], Any]]:
     if parts is None:
         return None
     if len(parts) > 1:
-        closures = [_fast_single(part, phase) for part in parts]
-        if any(c is None for c in closures):
+        found = [_fast_single(part, phase) for part in parts]
+        closures = [c for c in found if c is not None]
+        if len(closures) != len(found):
             return None
         return lambda t: _and(closures, t)
     return _fast_single(text, phase)

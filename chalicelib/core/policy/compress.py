@@ -1,10 +1,10 @@
 """Streaming response compression for compress-response: the edge feeds body chunks."""
 import zlib
-from typing import List
+from typing import Any, List
 
 AVAILABLE = ["gzip", "deflate"]
 try:  # optional: br only when the brotli module is installed
-    import brotli  # type: ignore
+    import brotli
     AVAILABLE.append("br")
 except ImportError:  # pragma: no cover - depends on the environment
     brotli = None
@@ -40,6 +40,7 @@ class Compressor:
 
     def __init__(self, algorithm: str) -> None:
         self.algorithm = algorithm
+        self._z: Any
         if algorithm == "gzip":
             self._z = zlib.compressobj(6, zlib.DEFLATED, 31)
         elif algorithm == "deflate":

@@ -18,7 +18,7 @@ Rules, per key (``keys[i]``):
 """
 import base64
 import re
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 _B64URL = re.compile(r"[A-Za-z0-9_-]*\Z")
 _PRIVATE = ("d", "p", "q", "dp", "dq", "qi", "oth")
@@ -35,7 +35,7 @@ _CURVES = {
                   "3F00", 16), 66, "ES512"),
     "secp256k1": (2 ** 256 - 2 ** 32 - 977, 0, 7, 32, "ES256K"),
 }
-_ALGS = {"RSA": ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
+_ALGS: Dict[str, Tuple[str, ...]] = {"RSA": ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
          "OKP": ("EdDSA",), "oct": ("HS256", "HS384", "HS512")}
 
 
@@ -74,7 +74,7 @@ def _check_key(key: Any, where: str) -> None:
         xi, yi = int.from_bytes(x, "big"), int.from_bytes(y, "big")
         if xi >= p or yi >= p or (yi * yi - (xi * xi * xi + a * xi + b)) % p:
             raise JwksError(f"{where}: ('x', 'y') is not a point on {crv}")
-        allowed = (signs,)
+        allowed: Tuple[str, ...] = (signs,)
     elif kty == "RSA":
         n = int.from_bytes(_bytes(key, "n", where), "big")
         e = int.from_bytes(_bytes(key, "e", where), "big")

@@ -13,7 +13,8 @@ from chalicelib.core.policy.document import PolicyError
 
 def _split(text: str, where: str) -> List[Union[str, Tuple[str]]]:
     parts: List[Union[str, Tuple[str]]] = []
-    literal, i, n = [], 0, len(text)
+    literal: List[str] = []
+    i, n = 0, len(text)
     while i < n:
         if text.startswith("${", i):
             depth, j, quote = 1, i + 2, None
