@@ -185,7 +185,10 @@ async def _rpc(reader, writer, parser, sid, typ, body):
     reply = protocol.JsonReader()
     async with asyncio.timeout(10):
         while True:
-            for frame in parser.feed(await reader.read(65536)):
+            data = await reader.read(65536)
+            if not data:   # at EOF read() returns at once: without this the loop would spin
+                raise ConnectionError("the edge closed the session before its reply")
+            for frame in parser.feed(data):
                 if frame.stream_id == sid and frame.type == muxado.DATA and frame.payload:
                     value = reply.feed(frame.payload)
                     if value is not None:
