@@ -101,7 +101,7 @@ def stack(dns_server):
                 proc.wait()
 
 
-def _driver(width: int, height: int):
+def _driver(width: int, height: int, tz: str = ""):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     options = webdriver.ChromeOptions()
@@ -111,7 +111,9 @@ def _driver(width: int, height: int):
                 f"--window-size={width},{height}", "--lang=en-US"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    env = {**os.environ, "TZ": tz} if tz else None   # the browser's own time zone
+    return webdriver.Chrome(options=options,
+                            service=Service(executable_path=CHROMEDRIVER, env=env))
 
 
 class ExpectedErrors:
@@ -142,8 +144,8 @@ def browser_factory(request, expected_errors):
     final page is saved and its console checked for errors."""
     made = []
 
-    def make(width: int = 1440, height: int = 900):
-        driver = _driver(width, height)
+    def make(width: int = 1440, height: int = 900, tz: str = ""):
+        driver = _driver(width, height, tz)
         made.append(driver)
         return driver
 
@@ -166,6 +168,14 @@ def browser_factory(request, expected_errors):
 @pytest.fixture
 def browser(browser_factory):
     return browser_factory()
+
+
+def snapshot(driver, name: str) -> str:
+    """A screenshot of the page as it is now (besides the final one every test keeps)."""
+    os.makedirs(OUTPUT_DIR, exist_ok=True)
+    path = os.path.join(OUTPUT_DIR, f"{name}.png")
+    driver.save_screenshot(path)
+    return path
 
 
 def console_errors(driver) -> list:

@@ -1,8 +1,14 @@
 """The dashboard in headless Chromium against `make run`: what a person does, page by page."""
-from selenium.webdriver.common.by import By
+from datetime import datetime, timedelta, timezone
 
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+
+from tests.dashboard.conftest import snapshot
 from tests.dashboard.support import (accept_confirm, all_of, find, go, loaded, sign_in, text_of,
-                                     wait, wait_text)
+                                     until, wait, wait_text)
+from tests.edge.conftest import SdkAgent
 
 ROUTES = ["overview", "endpoints", "agents", "credentials", "api_keys", "bot_users",
           "reserved_domains", "reserved_addrs", "ip_policies", "legacy"]
@@ -16,6 +22,8 @@ def test_sign_in_and_every_page_without_console_errors(stack, browser):
         go(browser, route)
         assert not all_of(browser, ".state.error"), text_of(browser)
         assert browser.find_element(By.CSS_SELECTOR, "h1").text
+        assert stack.key not in browser.current_url
+        snapshot(browser, f"1440-{route}")
     # the key is in this tab's sessionStorage only
     assert browser.execute_script("return window.localStorage.length") == 0
     assert browser.execute_script(
@@ -32,6 +40,7 @@ def test_credential_token_is_shown_once_and_not_after_a_reload(stack, browser):
     form.find_element(By.CSS_SELECTOR, "input.acl-rule").send_keys("bind:browser.tunnels.localhost")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     token = find(browser, ".secret .secret-value").text.strip()
+    snapshot(browser, "credential-token-once")
     assert len(token) > 20
     made = [c for c in stack.api("GET", "/credentials")["credentials"]
             if c["description"] == "browser-made"]
@@ -86,6 +95,7 @@ def test_reserved_domain_create_dns_check_missing_and_delete(stack, browser):
     checks = all_of(browser, f"tr[data-id='{domain['id']}'] li.check")
     assert [c.get_attribute("data-status") for c in checks] == ["missing", "missing"]
     assert "Missing" in checks[0].text and "*.shop.example.com" in checks[0].text
+    snapshot(browser, "reserved-domain-dns-check")
     assert "certificate" in row.text.lower() or "provisioning" in row.text.lower()
     row.find_element(By.CSS_SELECTOR, "button.danger").click()
     accept_confirm(browser)
@@ -110,3 +120,121 @@ def test_cloud_endpoint_policy_error_is_shown_at_the_policy(stack, browser, expe
                                                  "textarea[name=traffic_policy]")
     assert area.get_attribute("aria-invalid") == "true"
     assert browser.switch_to.active_element == area
+
+
+def test_online_sdk_agent_appears_on_the_overview_and_leaves_without_a_reload(stack, browser):
+    cred = stack.api("POST", "/credentials", {"description": "overview agent"})
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "overview")
+    wait_text(browser, "No agent is online")
+    marker = browser.execute_script("window.__sameDocument = 'yes'; return 1")
+    agent = SdkAgent(_EdgeOf(stack), cred["token"], [{"proto": "http"}])
+    try:
+        url = [e for e in agent.start() if e["event"] == "bound"][0]["url"]
+        session = wait_for_session(stack, cred["id"])
+        wait(browser, lambda d: all_of(d, f"[data-list=tunnel_sessions] tr[data-id='{session}']"),
+             30, "the agent's session never showed")
+        wait_text(browser, url.split("://")[1])               # its endpoint too
+        snapshot(browser, "overview-agent-online")
+    finally:
+        agent.stop()
+    wait(browser, lambda d: not all_of(d, f"tr[data-id='{session}']"), 60,
+         "the stopped agent's session is still shown")
+    wait_text(browser, "No agent is online")
+    assert marker == 1 and browser.execute_script("return window.__sameDocument") == "yes"
+
+
+class _EdgeOf:
+    """What SdkAgent needs of an edge, from `make run`'s printed lines."""
+
+    def __init__(self, stack):
+        self.server_addr, self.ca_path = stack.agent_addr, stack.ca_path
+
+
+def wait_for_session(stack, credential_id: str) -> str:
+    found = []
+
+    def online() -> bool:
+        found[:] = [s["id"] for s in stack.api("GET", "/tunnel_sessions")["tunnel_sessions"]
+                    if (s.get("credential") or {}).get("id") == credential_id]
+        return bool(found)
+    assert until(online, 30), "the API never listed the agent's session"
+    return found[0]
+
+
+def test_readable_at_360_px(stack, browser_factory):
+    """Every page fits a 360 px wide window: nothing wider than the window."""
+    browser = browser_factory(width=360, height=780)
+    # headless windows are at least 500 px wide: the page is laid out as a 360 px phone's
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": 360, "height": 780, "deviceScaleFactor": 1, "mobile": True})
+    stack.api("POST", "/reserved_domains", {"domain": "narrow.example.com"})
+    sign_in(browser, stack.dashboard_url, stack.key)
+    for route in ROUTES:
+        browser.get(f"{stack.dashboard_url}#/{route}")
+        wait(browser, lambda d: all_of(d, f".page-{route}"))
+        loaded(browser)
+        width = browser.execute_script("return document.documentElement.scrollWidth")
+        inner = browser.execute_script("return window.innerWidth")
+        snapshot(browser, f"360-{route}")
+        assert inner == 360 and width <= inner, f"{route}: {width} px wide in {inner} px"
+
+
+def test_sign_out_forgets_the_key(stack, browser):
+    sign_in(browser, stack.dashboard_url, stack.key)
+    find(browser, "#sign-out").click()
+    find(browser, "#sign-in input[name=api_key]")
+    assert browser.execute_script("return window.sessionStorage.length") == 0
+    assert browser.execute_script("return window.localStorage.length") == 0
+    browser.refresh()
+    find(browser, "#sign-in input[name=api_key]")
+    assert not all_of(browser, "#sign-out")
+
+
+def test_a_wrong_key_gets_the_apis_message_at_the_field(stack, browser, expected_errors):
+    expected_errors.expect(401)
+    browser.get(stack.dashboard_url)
+    find(browser, "#sign-in input[name=api_key]").send_keys("not-a-key")
+    browser.find_element(By.CSS_SELECTOR, "#sign-in button[type=submit]").click()
+    error = find(browser, "#sign-in [data-field=api_key] .field-error")
+    assert "ERR_NGROK" in error.text
+    assert browser.execute_script("return window.sessionStorage.length") == 0
+
+
+def test_keyboard_only(stack, browser):
+    """Sign in with the keyboard, then every page link and the sign-out button are reached
+    with Tab, and a link is followed with Enter."""
+    browser.get(stack.dashboard_url)
+    box = find(browser, "#sign-in input[name=api_key]")
+    assert browser.switch_to.active_element == box          # focus starts in the field
+    box.send_keys(stack.key, Keys.ENTER)
+    find(browser, "#sign-out")
+    loaded(browser)
+    body = browser.find_element(By.TAG_NAME, "body")
+    browser.execute_script("document.activeElement.blur(); window.scrollTo(0, 0)")
+    reached = set()
+    for _ in range(40):
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+        active = browser.switch_to.active_element
+        reached.add(active.get_attribute("href") or active.get_attribute("id") or active.text)
+    for route in ROUTES:
+        assert any(r and r.endswith(f"#/{route}") for r in reached), (route, reached)
+    assert "sign-out" in reached
+    link = browser.find_element(By.CSS_SELECTOR, '#nav a[href="#/reserved_domains"]')
+    browser.execute_script("arguments[0].focus()", link)
+    link.send_keys(Keys.ENTER)
+    find(browser, ".page-reserved_domains")
+    assert body is not None
+
+
+def test_times_are_shown_in_the_browsers_zone(stack, browser_factory):
+    browser = browser_factory(tz="Asia/Tokyo")
+    made = stack.api("POST", "/reserved_addrs", {"description": "zone check"})
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "reserved_addrs")
+    cell = find(browser, f"tr[data-id='{made['id']}'] time")
+    assert cell.get_attribute("datetime") == made["created_at"]
+    utc = datetime.strptime(made["created_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    tokyo = utc.astimezone(timezone(timedelta(hours=9)))
+    hour = tokyo.hour % 12 or 12
+    assert f"{hour}:{tokyo:%M:%S}" in cell.text, (cell.text, tokyo)
