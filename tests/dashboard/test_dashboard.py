@@ -238,3 +238,92 @@ def test_times_are_shown_in_the_browsers_zone(stack, browser_factory):
     tokyo = utc.astimezone(timezone(timedelta(hours=9)))
     hour = tokyo.hour % 12 or 12
     assert f"{hour}:{tokyo:%M:%S}" in cell.text, (cell.text, tokyo)
+
+
+def test_stop_an_agent_from_the_agents_page(stack, browser):
+    cred = stack.api("POST", "/credentials", {"description": "agents page"})
+    agent = SdkAgent(_EdgeOf(stack), cred["token"], [{"proto": "http"}])
+    try:
+        agent.start()
+        session = wait_for_session(stack, cred["id"])
+        sign_in(browser, stack.dashboard_url, stack.key)
+        go(browser, "agents")
+        row = find(browser, f"tr[data-id='{session}']")
+        snapshot(browser, "agents-online")
+        row.find_element(By.XPATH, ".//button[text()='Stop']").click()
+        accept_confirm(browser)
+        assert until(lambda: agent.process.poll() is not None, 30), "the agent did not stop"
+        browser.refresh()
+        loaded(browser)
+        wait(browser, lambda d: not all_of(d, f"tr[data-id='{session}']"), 60)
+        assert not all_of(browser, ".action-error")
+    finally:
+        agent.stop()
+
+
+def test_edit_a_cloud_endpoints_policy(stack, browser):
+    made = stack.api("POST", "/endpoints", {
+        "url": "https://policy-edit.tunnels.localhost", "type": "cloud",
+        "traffic_policy": "on_http_request:\n  - actions:\n      - type: deny\n"})
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "endpoints")
+    row = find(browser, f"tr[data-id='{made['id']}']")
+    row.find_element(By.CSS_SELECTOR, "button.edit-policy").click()
+    area = find(browser, f"tr[data-id='{made['id']}'] textarea[name=traffic_policy]")
+    assert browser.switch_to.active_element == area
+    area.clear()
+    area.send_keys("on_http_request:\n  - actions:\n      - type: custom-response\n"
+                   "        config:\n          status_code: 418\n")
+    browser.find_element(By.CSS_SELECTOR, f"tr[data-id='{made['id']}'] form "
+                                          "button[type=submit]").click()
+    wait(browser, lambda d: "418" in stack.api("GET", f"/endpoints/{made['id']}")["traffic_policy"])
+    wait(browser, lambda d: "status_code: 418" in find(d, f"tr[data-id='{made['id']}'] pre").text)
+    snapshot(browser, "endpoint-policy-edited")
+    stack.api("DELETE", f"/endpoints/{made['id']}")
+
+
+def test_bot_user_with_an_api_key_shown_once(stack, browser):
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "bot_users")
+    form = find(browser, "form[aria-label='New bot user']")
+    form.find_element(By.NAME, "name").send_keys("ci-bot")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_text(browser, "ci-bot")
+    bot = [b for b in stack.api("GET", "/bot_users")["bot_users"] if b["name"] == "ci-bot"][0]
+    go(browser, "api_keys")
+    form = find(browser, "form[aria-label='New API key']")
+    form.find_element(By.NAME, "description").send_keys("for the bot")
+    form.find_element(By.NAME, "owner_id").send_keys(bot["id"])
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    token = find(browser, ".secret .secret-value").text.strip()
+    key = [k for k in stack.api("GET", "/api_keys")["keys"] if k["description"] == "for the bot"][0]
+    assert key["owner_id"] == bot["id"] and key["token"] is None
+    wait_text(browser, key["id"])
+    go(browser, "bot_users")
+    go(browser, "api_keys")
+    assert token not in browser.page_source
+
+
+def test_ip_policy_with_a_rule_and_a_tcp_address(stack, browser):
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "ip_policies")
+    form = find(browser, "form[aria-label='New IP policy']")
+    form.find_element(By.NAME, "description").send_keys("office")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    rule_form = find(browser, "form[aria-label='New rule']")
+    rule_form.find_element(By.NAME, "cidr").send_keys("203.0.113.0/24")
+    rule_form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_text(browser, "203.0.113.0/24")
+    [rule] = [r for r in stack.api("GET", "/ip_policy_rules")["ip_policy_rules"]
+              if r["cidr"] == "203.0.113.0/24"]
+    assert rule["action"] == "allow"
+    go(browser, "reserved_addrs")
+    form = find(browser, "form[aria-label='Reserve a TCP address']")
+    form.find_element(By.NAME, "description").send_keys("db")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    addr = wait(browser, lambda d: [a for a in stack.api("GET", "/reserved_addrs")["reserved_addrs"]
+                                    if a["description"] == "db"])[0]
+    wait_text(browser, addr["addr"])
+    find(browser, f"tr[data-id='{addr['id']}'] button.danger").click()
+    accept_confirm(browser)
+    wait(browser, lambda d: not all_of(d, f"tr[data-id='{addr['id']}']"))
