@@ -63,7 +63,12 @@ export async function request(method, path, body, key) {
     try { parsed = JSON.parse(text); } catch (err) { parsed = null; }
   }
   if (!response.ok) {
-    throw new ApiError(response.status, parsed);
+    const error = new ApiError(response.status, parsed);
+    if (response.status === 401 && !key) {
+      // the stored key stopped working (deleted, revoked): the page asks for a key again
+      window.dispatchEvent(new CustomEvent("dashboard:unauthorized", { detail: error }));
+    }
+    throw error;
   }
   return parsed;
 }

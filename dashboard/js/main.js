@@ -87,10 +87,17 @@ function route() {
   document.title = `${page.title} · Tunnel service dashboard`;
   const container = h("div", { class: `page page-${page.route}` });
   clear(main, container);
-  cleanup = page.render(container, { onUnauthorized: () => showSignIn() }) || null;
+  cleanup = page.render(container) || null;
   const heading = container.querySelector("h1");
   if (heading && document.activeElement !== document.body) heading.focus({ preventScroll: true });
 }
 
 window.addEventListener("hashchange", route);
+window.addEventListener("dashboard:unauthorized", (event) => {
+  if (!api.apiKey()) return;
+  api.forgetApiKey();
+  if (cleanup) cleanup();
+  cleanup = null;
+  showSignIn(event.detail);
+});
 route();

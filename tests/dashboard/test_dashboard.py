@@ -364,3 +364,15 @@ def test_no_layout_shift_when_data_arrives(stack, browser):
                            "Object.assign(document.createElement('div'), "
                            "{className: 'card', textContent: 'x'.repeat(3000)})), 50)")
     assert browser.execute_async_script(CLS_SCRIPT) > 0.01
+
+
+def test_a_deleted_key_signs_the_page_out_with_the_apis_message(stack, browser,
+                                                                expected_errors):
+    expected_errors.expect(401)
+    made = stack.api("POST", "/api_keys", {"description": "short-lived"})
+    sign_in(browser, stack.dashboard_url, made["token"])
+    go(browser, "overview")
+    stack.api("DELETE", f"/api_keys/{made['id']}")
+    find(browser, "#sign-in input[name=api_key]", timeout=30)   # the next poll is refused
+    assert "ERR_NGROK" in find(browser, ".sign-in-page .state.error").text
+    assert browser.execute_script("return window.sessionStorage.length") == 0
