@@ -28,8 +28,11 @@ export default {
   render(container) {
     container.append(pageHead("Edges & backends", "The legacy edges, their routes and modules, and backends: read and delete."));
     for (const [title, path, key, extra] of KINDS) {
+      // "HTTPS edges" keeps its acronym, "Failover backends" reads "failover backends"
+      const first = title.split(" ")[0];
+      const lower = first === first.toUpperCase() ? title : title[0].toLowerCase() + title.slice(1);
       const list = listView({
-        path, key, what: title.toLowerCase(), emptyText: `No ${title.toLowerCase()}.`,
+        path, key, what: lower, emptyText: `No ${lower}.`,
         columns: [ID, DESCRIPTION, ...extra, { label: "Created", cell: (x) => time(x.created_at) }],
         actions: (x, reload) => confirmButton("Delete", `Delete ${x.id}?`, async () => { await api.del(`${path}/${x.id}`); await reload(); }),
       });
