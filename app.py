@@ -8,14 +8,15 @@ import logging
 
 from chalice import AuthResponse, Chalice
 
-from chalicelib import auth, rest, web
+from chalicelib import auth, cors, rest, web
 from chalicelib import abuse_reports, api_keys, bot_users, credentials, reserved_domains
 from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges
-from chalicelib import endpoints, tunnel_sessions, tunnels
+from chalicelib import dns_check, endpoints, tunnel_sessions, tunnels
 from chalicelib import backends, certificate_authorities, reserved_addrs, tls_certificates
 
 app = Chalice(app_name="tunnel-service")
 app.log.setLevel(logging.INFO)
+cors.install(app)  # the outer middleware: DASHBOARD_ORIGIN only
 web.install(app)
 
 ANY = ["*/*"]  # media types are checked by chalicelib.web, not by Chalice's router
@@ -56,6 +57,15 @@ rest.collection(route, "/abuse_reports", abuse_reports.OPS, "report_id", name="a
 rest.collection(route, "/reserved_domains", reserved_domains, "domain_id", name="reserved_domain")
 rest.modules(route, "/reserved_domains/{domain_id}", reserved_domains.PARTS,
              owner="reserved_domain", delete=reserved_domains.delete_part)
+
+
+@route("/reserved_domains/{domain_id}/dns_check", ["POST"])
+def dns_check_reserved_domain(domain_id):
+    """Resolve the domain's CNAME records: found / missing / wrong target, per record."""
+    web.body([], path_id=domain_id)
+    return dns_check.check(web.ctx(), domain_id)
+
+
 rest.collection(route, "/reserved_addrs", reserved_addrs, "addr_id", name="reserved_addr")
 # Certificate authorities (for HTTPS edges' mutual_tls)
 rest.collection(route, "/certificate_authorities", certificate_authorities, "ca_id",
@@ -111,3 +121,4 @@ def get_openapi_document():
 
 # ---- every other method of a known path: 405 with the contract's body ------------------------
 web.add_method_not_allowed_routes(app)
+cors.add_preflight_routes(app)

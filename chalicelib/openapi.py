@@ -192,6 +192,18 @@ def _schemas() -> Dict[str, Schema]:
             "pooling_enabled": BOOL},
             "an endpoint: a cloud endpoint, or an agent endpoint while its session is "
             "online"),
+        "ReservedDomainDNSCheck": _obj({
+            "id": _id("reserved_domain"), "uri": URI, "domain": STR, "checked_at": TIMESTAMP,
+            "ok": {"type": "boolean", "description": "every record found"},
+            "records": {"type": "array", "items": _obj({
+                "type": {"type": "string", "enum": ["CNAME"]}, "name": STR,
+                "expected_target": STR,
+                "status": {"type": "string",
+                           "enum": ["found", "missing", "wrong_target", "unknown"],
+                           "description": "unknown: the resolver did not answer (see msg)"},
+                "found_targets": STR_LIST, "msg": STR})}},
+            "the DNS check of a reserved domain: one record per CNAME it needs (none for a "
+            "domain under the service's base domain)"),
         "ReservedDomainCertPolicy": _obj({"authority": STR, "private_key_type": STR}),
         "ReservedDomain": _obj({**_common("reserved_domain"), "domain": STR,
                                 "region": _nullable(STR), "cname_target": _nullable(STR),
@@ -299,6 +311,10 @@ def _operations() -> Dict[Tuple[str, str], Op]:
     ops.update(_crud("/service_users", "/service_users/{service_user_id}", "Service users",
                      "BotUser", "bot_users", "service_users", "bot_user",
                      name="service user"))
+    ops[("POST", "/reserved_domains/{domain_id}/dns_check")] = Op(
+        "Check the domain's CNAME records in DNS (found, missing or wrong target per "
+        "record; no body; the resolver is the service's DNS_CHECK_RESOLVER)",
+        "Reserved domains", "ReservedDomainDNSCheck", 200)
     for part in ("certificate", "certificate_management_policy"):
         ops[("DELETE", f"/reserved_domains/{{domain_id}}/{part}")] = Op(
             f"Detach the {part.replace('_', ' ')} of a reserved domain", "Reserved domains",

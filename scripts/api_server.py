@@ -25,6 +25,7 @@ from typing import Dict, List, Tuple
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
+import dashboard_static  # noqa: E402
 import http_server  # noqa: E402
 
 # The methods API Gateway (REST) routes; anything else never reaches a view.
@@ -57,6 +58,9 @@ def make_app(project_dir: str, stage: str):
     local = threading.local()
 
     def app(req: http_server.Request) -> http_server.Response:
+        static = dashboard_static.handle(req.method, req.target)  # /dashboard/: its files
+        if static is not None:
+            return http_server.Response(*static)
         if req.method not in GATEWAY_METHODS:
             return error_response(405, f"The method {req.method} is not supported")
         gateway = getattr(local, "gateway", None)

@@ -42,6 +42,8 @@ import time
 import zipfile
 from typing import Any, Dict, List, Optional
 
+import dashboard_site  # scripts/: the dashboard as a static site (docs/DASHBOARD.md)
+
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHALICE_DIR = os.path.join(PROJECT_DIR, ".chalice")
 if PROJECT_DIR not in sys.path:
@@ -421,9 +423,12 @@ def deploy(stage: str, localstack: bool, bucket: Optional[str], stack_name: Opti
     template_path = package(stage, out_dir)
 
     s3 = session.client("s3")
+    account = session.client("sts").get_caller_identity()["Account"]
     if not bucket:
-        account = session.client("sts").get_caller_identity()["Account"]
         bucket = f"tunnel-service-artifacts-{account}-{region}"
+    # the dashboard's static site: its origin is told to the API (CORS) before the deploy
+    site_bucket = dashboard_site.bucket_name(stage, account, region)
+    site_origin = dashboard_site.origin(site_bucket, region, endpoint)
     print(f"2/5 uploading the code to s3://{bucket}", flush=True)
     try:
         s3.head_bucket(Bucket=bucket)
@@ -440,6 +445,7 @@ def deploy(stage: str, localstack: bool, bucket: Optional[str], stack_name: Opti
     for resource in template["Resources"].values():
         if resource["Type"] == "AWS::Serverless::Function":
             resource["Properties"]["CodeUri"] = f"s3://{bucket}/{key}"
+    dashboard_site.with_dashboard_origin(template, site_origin)
     body_key = f"{stack_name}/template-{int(time.time())}.json"
     s3.put_object(Bucket=bucket, Key=body_key, Body=json.dumps(template).encode())
     template_url = (f"{endpoint}/{bucket}/{body_key}" if endpoint else
@@ -480,6 +486,9 @@ def deploy(stage: str, localstack: bool, bucket: Optional[str], stack_name: Opti
         url = f"{endpoint}/restapis/{outputs['RestAPIId']}/api/_user_request_"
     print(f"4/5 stack ready: API {url}  table {outputs.get('TableName')}", flush=True)
     result = {"stack": stack_name, "url": url.rstrip("/"), "table": outputs.get("TableName", "")}
+    result["dashboard"] = dashboard_site.publish(s3, site_bucket, region, result["url"],
+                                                 endpoint)
+    print(f"    dashboard: {result['dashboard']} (CORS for {site_origin})", flush=True)
     if bootstrap:
         print("5/5 bootstrapping an account (admin API key below, shown only now)", flush=True)
         env = dict(os.environ, TABLE_NAME=result["table"], AWS_DEFAULT_REGION=region)

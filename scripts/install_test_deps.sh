@@ -1,17 +1,25 @@
 #!/bin/sh
-# Test dependencies from Debian that pip cannot install: Pebble (the ACME test CA) and its mock
-# DNS server pebble-challtestsrv (tests/edge/test_acme_pebble.py). Idempotent: nothing is done
-# when both are on PATH. Debian bookworm ships both in the `pebble` package; later releases
-# split out `pebble-challtestsrv`.
+# Test dependencies from Debian that pip cannot install. Idempotent: nothing is done when
+# every command is on PATH.
+# - Pebble (the ACME test CA) and its mock DNS server pebble-challtestsrv
+#   (tests/edge/test_acme_pebble.py). Debian bookworm ships both in the `pebble` package;
+#   later releases split out `pebble-challtestsrv`.
+# - Chromium and its WebDriver (tests/dashboard: the dashboard in a real browser, headless).
 set -e
-if command -v pebble >/dev/null 2>&1 && command -v pebble-challtestsrv >/dev/null 2>&1; then
+have() { command -v "$1" >/dev/null 2>&1; }
+if have pebble && have pebble-challtestsrv && have chromium && have chromedriver; then
     exit 0
 fi
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq pebble
-if ! command -v pebble-challtestsrv >/dev/null 2>&1; then
+if ! have pebble; then
+    $SUDO apt-get install -y -qq pebble
+fi
+if ! have pebble-challtestsrv; then
     $SUDO apt-get install -y -qq pebble-challtestsrv
 fi
-command -v pebble >/dev/null && command -v pebble-challtestsrv >/dev/null
+if ! have chromium || ! have chromedriver; then
+    $SUDO apt-get install -y -qq chromium chromium-driver
+fi
+have pebble && have pebble-challtestsrv && have chromium && have chromedriver

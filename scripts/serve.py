@@ -379,6 +379,8 @@ def main() -> int:
         if local_admin is not None:
             print(f"local account {local_admin['account_id']}; admin API key:\n"
                   f"{local_admin['token']}", flush=True)
+        print(f"dashboard: http://{args.host}:{args.port}/dashboard/ (sign in with the admin "
+              f"API key)", flush=True)
         print(f"serving on http://{args.host}:{args.port}", flush=True)
         restart_at: Dict[str, float] = {}
         while not stopping.wait(0.1):   # supervision: a part that dies is started again

@@ -17,6 +17,8 @@ sets them per stage for deployed stacks.
 | IDEMPOTENCY_TTL_SECONDS  | 86400                   | how long an `Idempotency-Key` is remembered     |
 | EDGE_TCP_HOST            | (BASE_DOMAIN)           | host of every reserved TCP address (`host:port`) |
 | EDGE_TCP_PORTS           | 20000-20099             | ports reserved TCP addresses are allocated from (`low-high`) |
+| DNS_CHECK_RESOLVER       | (system resolvers)      | `host` or `host:port` of the DNS resolver the reserved domains' DNS check asks |
+| DASHBOARD_ORIGIN         | (none: no CORS)         | the dashboard's origin (`https://host`): the one origin answered CORS |
 
 The two EDGE_TCP_* settings are shared with the edge (edge/config.py reads the same variables):
 the API allocates reserved addresses from the range, the edge listens on them.
@@ -41,6 +43,8 @@ class Settings:
     idempotency_ttl_seconds: int = 86400
     edge_tcp_host: str = ""
     edge_tcp_ports: Tuple[int, int] = (20000, 20099)
+    dns_check_resolver: str = ""
+    dashboard_origin: str = ""
 
 
 def _int(env: "os._Environ[str]", name: str, default: int) -> int:
@@ -84,6 +88,8 @@ def get_settings() -> Settings:
         idempotency_ttl_seconds=_int(env, "IDEMPOTENCY_TTL_SECONDS", 86400),
         edge_tcp_host=(env.get("EDGE_TCP_HOST") or base_domain).lower(),
         edge_tcp_ports=parse_port_range(env.get("EDGE_TCP_PORTS", "20000-20099")),
+        dns_check_resolver=(env.get("DNS_CHECK_RESOLVER") or "").strip(),
+        dashboard_origin=(env.get("DASHBOARD_ORIGIN") or "").strip().rstrip("/"),
     )
 
 

@@ -27,6 +27,7 @@ EXPECTED_VIEW_CALLS = {
     "DELETE /reserved_domains/{domain_id}": 2,
     "DELETE /reserved_domains/{domain_id}/certificate": 1,
     "DELETE /reserved_domains/{domain_id}/certificate_management_policy": 1,
+    "POST /reserved_domains/{domain_id}/dns_check": 1,   # the domain; then DNS, no store
     "POST /ip_policies": 1, "GET /ip_policies": 1, "GET /ip_policies/{policy_id}": 1,
     "PATCH /ip_policies/{policy_id}": 1, "DELETE /ip_policies/{policy_id}": 1,
     "POST /ip_policy_rules": 1, "GET /ip_policy_rules": 1, "GET /ip_policy_rules/{rule_id}": 1,

@@ -1,0 +1,195 @@
+// DOM helpers: elements are built with textContent only (never innerHTML with data).
+
+export function h(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith("on") && typeof value === "function") {
+      node.addEventListener(name.slice(2), value);
+    } else if (name === "class") {
+      node.className = value;
+    } else if (name === "dataset") {
+      Object.assign(node.dataset, value);
+    } else if (value === true) {
+      node.setAttribute(name, "");
+    } else {
+      node.setAttribute(name, String(value));
+    }
+  }
+  append(node, children);
+  return node;
+}
+
+function append(node, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+export function clear(node, ...children) {
+  node.replaceChildren();
+  append(node, children);
+  return node;
+}
+
+let uniqueCounter = 0;
+export function uid(prefix) {
+  uniqueCounter += 1;
+  return `${prefix}-${uniqueCounter}`;
+}
+
+// A time the API gave (RFC 3339, UTC), shown in the browser's own zone.
+export function time(value) {
+  if (!value) return h("span", { class: "muted" }, "—");
+  const date = new Date(value);
+  if (Number.isNaN(date.getTime())) return h("span", {}, value);
+  return h("time", { datetime: value, title: `${value} (UTC)` },
+           date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" }));
+}
+
+export function code(text) {
+  return h("code", {}, text === undefined || text === null || text === "" ? "—" : text);
+}
+
+export function loading(what) {
+  return h("p", { class: "state loading", role: "status" }, `Loading ${what}…`);
+}
+
+export function empty(message) {
+  return h("p", { class: "state empty" }, message);
+}
+
+// The API's own error message, with its code and operation id.
+export function errorBox(err) {
+  const parts = [err.message];
+  const facts = [];
+  if (err.code) facts.push(err.code);
+  if (err.details && err.details.operation_id) facts.push(`operation ${err.details.operation_id}`);
+  return h("div", { class: "state error", role: "alert" }, h("strong", {}, "Error: "), parts,
+           facts.length ? h("span", { class: "muted" }, ` (${facts.join(", ")})`) : null);
+}
+
+// A labelled form field. kind: text | textarea | select | checkbox.
+export function field(name, label, opts = {}) {
+  const id = uid(`f-${name}`);
+  const hintId = `${id}-hint`;
+  const errId = `${id}-error`;
+  let input;
+  if (opts.kind === "textarea") {
+    input = h("textarea", { id, name, rows: opts.rows || 6, spellcheck: "false",
+                            placeholder: opts.placeholder }, opts.value || "");
+  } else if (opts.kind === "select") {
+    input = h("select", { id, name },
+              opts.options.map(([value, text]) =>
+                h("option", { value, selected: value === opts.value }, text)));
+  } else if (opts.kind === "checkbox") {
+    input = h("input", { id, name, type: "checkbox", checked: !!opts.value });
+  } else {
+    input = h("input", { id, name, type: opts.type || "text", value: opts.value || "",
+                         placeholder: opts.placeholder, required: opts.required,
+                         autocomplete: opts.autocomplete || "off", spellcheck: "false" });
+  }
+  input.setAttribute("aria-describedby", `${opts.hint ? hintId + " " : ""}${errId}`);
+  const wrap = h("div", { class: `field field-${opts.kind || "text"}`, dataset: { field: name } },
+                 h("label", { for: id }, label), input,
+                 opts.hint ? h("p", { class: "hint", id: hintId }, opts.hint) : null,
+                 h("p", { class: "field-error", id: errId, role: "alert" }));
+  return wrap;
+}
+
+// Show an API error at the form element it names (details.field), else at the form.
+export function showFormError(form, err) {
+  clearFormErrors(form);
+  const target = err.field ? form.querySelector(`[data-field="${CSS.escape(err.field)}"]`) : null;
+  if (target) {
+    const input = target.querySelector("input, textarea, select");
+    target.classList.add("invalid");
+    if (input) input.setAttribute("aria-invalid", "true");
+    target.querySelector(".field-error").textContent = `${err.message}${err.code ? ` (${err.code})` : ""}`;
+    if (input) input.focus();
+  } else {
+    form.querySelector(".form-error").replaceChildren(errorBox(err));
+  }
+}
+
+export function clearFormErrors(form) {
+  form.querySelectorAll(".invalid").forEach((node) => node.classList.remove("invalid"));
+  form.querySelectorAll("[aria-invalid]").forEach((node) => node.removeAttribute("aria-invalid"));
+  form.querySelectorAll(".field-error").forEach((node) => { node.textContent = ""; });
+  const box = form.querySelector(".form-error");
+  if (box) box.replaceChildren();
+}
+
+// A form whose submit calls `onSubmit(values)`; API errors are shown at their element.
+export function form(title, fields, submitLabel, onSubmit) {
+  const node = h("form", { class: "card form", novalidate: true, "aria-label": title },
+                 h("h3", {}, title), fields, h("div", { class: "form-error" }),
+                 h("div", { class: "actions" }, h("button", { type: "submit" }, submitLabel)));
+  node.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearFormErrors(node);
+    const button = node.querySelector("button[type=submit]");
+    button.disabled = true;
+    try {
+      await onSubmit(values(node), node);
+    } catch (err) {
+      showFormError(node, err);
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return node;
+}
+
+export function values(formNode) {
+  const out = {};
+  for (const input of formNode.querySelectorAll("input[name], textarea[name], select[name]")) {
+    out[input.name] = input.type === "checkbox" ? input.checked : input.value;
+  }
+  return out;
+}
+
+// A new secret: shown once, with a copy button; nothing keeps it after this view.
+export function secretOnce(what, secret) {
+  const id = uid("secret");
+  const status = h("span", { class: "copy-status", role: "status" });
+  return h("section", { class: "card secret", "aria-labelledby": `${id}-title` },
+    h("h3", { id: `${id}-title` }, `Your new ${what}`),
+    h("p", {}, "Copy it now: it is shown only this once and cannot be shown again."),
+    h("div", { class: "secret-row" },
+      h("code", { class: "secret-value", id, tabindex: "0" }, secret),
+      h("button", { type: "button", onclick: async () => {
+        try {
+          await navigator.clipboard.writeText(secret);
+          status.textContent = "Copied";
+        } catch (err) {
+          status.textContent = "Copy failed: select the text and copy it";
+        }
+      } }, "Copy")),
+    status);
+}
+
+// A button running an API call; its error is shown beside it. `question`: confirm first.
+export function actionButton(label, action, { question = "", cls = "secondary small" } = {}) {
+  const button = h("button", { type: "button", class: cls });
+  button.textContent = label;
+  button.addEventListener("click", async () => {
+    if (question && !window.confirm(question)) return;
+    const old = button.parentNode && button.parentNode.querySelector(".action-error");
+    if (old) old.remove();
+    button.disabled = true;
+    try {
+      await action();
+    } catch (err) {
+      if (button.isConnected) button.after(h("div", { class: "action-error" }, errorBox(err)));
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return button;
+}
+
+export function confirmButton(label, question, action) {
+  return actionButton(label, action, { question, cls: "danger small" });
+}
