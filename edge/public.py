@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from chalicelib import ids, policy as tp
 from edge import challenges, http1
 from edge.connections import connection_handler
+from edge.h2leg import H2Leg
 from edge.tls import MISDIRECTED
 from edge.session import MuxStream, StreamReset, StreamsExhausted
 
@@ -229,6 +230,17 @@ class HttpFront:
         self.edge = edge
         self.scheme = scheme
 
+    def client_connection(self, reader: Any) -> Any:
+        """The client side's framing (edge.h2front gives each HTTP/2 stream its own)."""
+        return http1.Connection(http1.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+
+    def new_leg(self, tunnel: Any, stream: MuxStream) -> Any:
+        """The agent side: HTTP/1.1, or HTTP/2 for an endpoint bound with app_protocol
+        "http2" (edge.h2leg)."""
+        if getattr(tunnel, "forwards_proto", "") == "http2":
+            return H2Leg(tunnel, stream)
+        return _Leg(tunnel, stream)
+
     @connection_handler
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
@@ -237,7 +249,7 @@ class HttpFront:
         if ticket is None:   # at a cap with no waiting connection to make room: refused
             writer.transport.abort()
             return
-        client = http1.Connection(http1.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        client = self.client_connection(reader)
         leg: Optional[_Leg] = None
         conns: Dict[Any, Any] = {}   # endpoint -> tp.Conn, built once per connection
         first = True
@@ -343,7 +355,7 @@ class HttpFront:
                         leg.close()
                     leg = None
                     try:
-                        leg = _Leg(tunnel, await tunnel.session.open_proxy(
+                        leg = self.new_leg(tunnel, await tunnel.session.open_proxy(
                             tunnel, client_addr, self.scheme))
                     except StreamsExhausted:
                         await self._answer(client, writer, *TOO_MANY_STREAMS, close=True)

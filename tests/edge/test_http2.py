@@ -1,0 +1,104 @@
+"""HTTP/2 to clients on the HTTPS listener (edge/h2front.py), with real clients as processes:
+curl (nghttp2) negotiating ``h2`` by ALPN against an official SDK agent, HTTP/1.1 still
+negotiated for clients that offer only it, multiplexed streams, flow control both ways, and the
+request path's rules (traffic policy, errors) as over HTTP/1.1."""
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+from tests.edge.conftest import BASE_DOMAIN
+
+
+def _credential(account):
+    resp = account.admin.post("/credentials", {"description": "h2 test"})
+    assert resp.status == 201, resp.text
+    return resp.json["token"]
+
+
+def _host(url):
+    return url.split("://", 1)[1].split(":", 1)[0]
+
+
+def _agent(edge, account, agents, binds=None):
+    agent = agents(edge, _credential(account), binds or [{"proto": "http"}])
+    events = agent.start()
+    bound = [e for e in events if e["event"] == "bound"]
+    assert bound, events
+    return agent, [_host(b["url"]) for b in bound]
+
+
+def curl(edge, host, path="/", *args, timeout=60):
+    return subprocess.run(
+        ["curl", "-sS", "--max-time", "30", "--cacert", edge.ca_path,
+         "--resolve", f"{host}:{edge.https_port}:127.0.0.1", *args,
+         f"https://{host}:{edge.https_port}{path}"],
+        capture_output=True, text=True, timeout=timeout)
+
+
+def test_curl_negotiates_h2_and_gets_the_agents_answer(edge, account, agents):
+    _, (host,) = _agent(edge, account, agents)
+    out = curl(edge, host, "/echo?x=1", "--http2", "-v", "-H", "X-Test: yes")
+    assert out.returncode == 0, out.stderr
+    assert "ALPN: server accepted h2" in out.stderr, out.stderr
+    assert "< HTTP/2 200" in out.stderr, out.stderr
+    body = json.loads(out.stdout)
+    assert body["path"] == "/echo?x=1"
+    headers = {k.lower(): v for k, v in body["headers"].items()}
+    assert headers["host"] == f"{host}:{edge.https_port}"
+    assert headers["x-test"] == "yes"
+    assert headers["x-forwarded-proto"] == "https"
+    assert headers["x-forwarded-for"] == "127.0.0.1"
+
+
+def test_a_client_offering_only_http11_gets_http11(edge, account, agents):
+    _, (host,) = _agent(edge, account, agents)
+    out = curl(edge, host, "/echo", "--http1.1", "-v")
+    assert out.returncode == 0, out.stderr
+    assert "< HTTP/1.1 200" in out.stderr, out.stderr
+
+
+def test_upload_and_streamed_download_over_h2(edge, account, agents):
+    _, (host,) = _agent(edge, account, agents)
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(data)
+        f.flush()
+        out = curl(edge, host, "/upload", "--http2", "--data-binary", f"@{f.name}")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"length": len(data),
+                                      "sha256": hashlib.sha256(data).hexdigest()}
+    out = subprocess.run(
+        ["curl", "-sS", "--http2", "--max-time", "30", "--cacert", edge.ca_path,
+         "--resolve", f"{host}:{edge.https_port}:127.0.0.1",
+         f"https://{host}:{edge.https_port}/flood?mb=8"], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout) == 8 << 20
+
+
+def test_many_streams_on_one_connection(edge, account, agents):
+    """curl multiplexes --parallel transfers over one connection: every answer is right."""
+    _, (host,) = _agent(edge, account, agents)
+    urls = [f"https://{host}:{edge.https_port}/echo?n={i}" for i in range(40)]
+    args = []
+    for url in urls:
+        args += ["-o", "/dev/null", url]
+    out = subprocess.run(
+        ["curl", "-sS", "--http2", "--parallel", "--parallel-max", "40", "--max-time", "60",
+         "--cacert", edge.ca_path, "--resolve", f"{host}:{edge.https_port}:127.0.0.1",
+         "-w", "%{http_version} %{http_code} %{num_connects}\n", *args],
+        capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    lines = [line for line in lines if line.strip()]
+    assert len(lines) == 40 and all(line.startswith("2 200") for line in lines), out.stdout
+    assert sum(int(line.split()[2]) for line in lines) <= 2, out.stdout
+
+
+def test_offline_endpoint_over_h2_is_the_contract_error(edge):
+    out = curl(edge, f"nothing-here.{BASE_DOMAIN}", "/", "--http2", "-v")
+    assert "< HTTP/2 404" in out.stderr, out.stderr
+    assert json.loads(out.stdout)["error_code"] == "ERR_NGROK_3200"
