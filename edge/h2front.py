@@ -53,6 +53,7 @@ BUDGET_SECONDS = 10.0
 MAX_RESETS = 200             # client RST_STREAMs per BUDGET_SECONDS (rapid reset)
 MAX_CONTROL = 1000           # control frames per BUDGET_SECONDS (settings/ping floods)
 MAX_TASKS = 2 * MAX_CONCURRENT_STREAMS   # stream tasks alive (reset ones winding down too)
+HEAD_MARKER = b"h"           # what _Stream.send returns for a response head it holds
 GRPC_ERROR_BODY = 4096       # of an edge error body, read for its message
 
 # HTTP status of an edge answer -> gRPC status (gRPC's "HTTP to gRPC Status Code Mapping";
@@ -162,8 +163,9 @@ class _Writer:
         return self.real.get_extra_info(name, default)
 
     def write(self, data: bytes) -> None:
+        """The request path flushing what it holds: only ever HEAD_MARKERs."""
         if data:
-            raise ConnectionResetError("raw bytes on an HTTP/2 stream")
+            self.stream.release_head()
 
     def can_write_eof(self) -> bool:
         return False
@@ -207,6 +209,7 @@ class _Stream:
         self.task: Optional["asyncio.Task[None]"] = None
         self.stall: Optional[asyncio.TimerHandle] = None
         self.trailers_in: Optional[List[Any]] = None
+        self.head: Optional[List[Any]] = None   # response fields not sent yet
 
     # ---- the request, as http1 events -------------------------------------------------------
     def next_event(self) -> Any:
@@ -246,14 +249,18 @@ class _Stream:
             if self.grpc and not self.upstream_answered and event.status_code != 200:
                 self.grpc_error = event
                 return b""
-            fields = [(b":status", str(event.status_code).encode())] + \
+            # held until the request path flushes (writes the marker) or the message ends:
+            # a response with no body goes as one HEADERS frame with END_STREAM (gRPC's
+            # trailers-only answer stays one)
+            self.head = [(b":status", str(event.status_code).encode())] + \
                 h2wire.h2_fields(event.headers)
-            self.server.send_headers(self, fields, end=False)
+            return HEAD_MARKER
         elif isinstance(event, http1.InformationalResponse):
             if event.status_code != 101:
                 self.server.send_headers(self, [(b":status", str(event.status_code).encode())]
                                          + h2wire.h2_fields(event.headers), end=False)
         elif isinstance(event, http1.Data):
+            self.release_head()
             if self.grpc_error is not None:
                 self.grpc_body = (self.grpc_body + bytes(event.data))[:GRPC_ERROR_BODY]
             elif event.data:
@@ -267,10 +274,21 @@ class _Stream:
                 self.server.send_headers(self, grpc_status(self.grpc_error, self.grpc_body),
                                          end=True)
                 self.ended = True
+            elif self.head is not None and not self.outbox and \
+                    not getattr(event, "trailers", None):
+                head, self.head = self.head, None
+                self.server.send_headers(self, head, end=True)
+                self.server.finish_if_done(self)
             else:
+                self.release_head()
                 self.end = h2wire.h2_fields(getattr(event, "trailers", None) or [])
                 self.server.flush(self)
         return b""
+
+    def release_head(self) -> None:
+        if self.head is not None and not self.gone:
+            head, self.head = self.head, None
+            self.server.send_headers(self, head, end=False)
 
 
 def grpc_status(response: http1.Response, body: bytes) -> List[Any]:
@@ -587,6 +605,9 @@ class H2Server:
             return
         stream.moved.set()
         self.write_out()
+        self.finish_if_done(stream)
+
+    def finish_if_done(self, stream: _Stream) -> None:
         if stream.ended and (stream.task is None or stream.task.done()):
             self.finish(stream)
 
