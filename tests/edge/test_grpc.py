@@ -3,6 +3,8 @@
 client through the HTTPS listener trusting only the edge's CA: every call shape, deadlines,
 cancellation, status and message intact, trailing metadata relayed; the edge's own errors as
 gRPC statuses."""
+import json
+import subprocess
 import time
 
 import grpc
@@ -110,3 +112,34 @@ def test_edge_errors_are_grpc_statuses(edge):
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     assert info.value.details().startswith("ERR_NGROK_3200: ")
     assert "offline" in info.value.details()
+
+
+def test_policy_deny_of_a_grpc_call_is_permission_denied(edge, account, agents):
+    policy = {"on_http_request": [{"expressions": ["req.url.path.endsWith('/Unary')"],
+                                   "actions": [{"type": "deny"}]}]}
+    agent = agents(edge, _credential(account), [
+        {"proto": "http", "upstream": "grpc",
+         "options": {"app_protocol": ["http2"], "traffic_policy": [json.dumps(policy)]}}])
+    host = _host([e for e in agent.start() if e["event"] == "bound"][0]["url"])
+    with channel(edge, host) as ch:
+        with pytest.raises(grpc.RpcError) as info:
+            _m(ch, "unary_unary", "Unary")(b"x", timeout=10)
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert list(_m(ch, "unary_stream", "ServerStream")(b"2", timeout=10)) == [b"0", b"1"]
+
+
+def test_http11_client_to_an_http2_upstream_gets_the_answer_and_trailers(edge, grpc_host):
+    """curl over HTTP/1.1 with a gRPC frame: the edge speaks h2c to the upstream and relays
+    its trailers as chunked trailers."""
+    frame = b"\x00" + len(b"hi").to_bytes(4, "big") + b"hi"
+    out = subprocess.run(
+        ["curl", "-sS", "--http1.1", "--max-time", "30", "--cacert", edge.ca_path,
+         "--resolve", f"{grpc_host}:{edge.https_port}:127.0.0.1", "-i", "--raw",
+         "-H", "content-type: application/grpc", "-H", "te: trailers",
+         "--data-binary", "@-", f"https://{grpc_host}:{edge.https_port}/test.Echo/Unary"],
+        input=frame, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert text.startswith(b"HTTP/1.1 200"), text
+    assert b"echo:hi" in text
+    assert b"\r\n0\r\ngrpc-status: 0\r\n" in text, text

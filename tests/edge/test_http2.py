@@ -102,3 +102,49 @@ def test_offline_endpoint_over_h2_is_the_contract_error(edge):
     out = curl(edge, f"nothing-here.{BASE_DOMAIN}", "/", "--http2", "-v")
     assert "< HTTP/2 404" in out.stderr, out.stderr
     assert json.loads(out.stdout)["error_code"] == "ERR_NGROK_3200"
+
+
+POLICY = {
+    "on_http_request": [
+        {"expressions": ["req.url.path.startsWith('/admin')"],
+         "actions": [{"type": "custom-response",
+                      "config": {"status_code": 418, "body": "no admin for ${conn.client_ip}"}}]},
+        {"expressions": ["req.url.path.startsWith('/denied')"], "actions": [{"type": "deny"}]},
+        {"actions": [{"type": "add-headers", "config": {"headers": {"x-policy": "applied"}}}]},
+    ],
+    "on_http_response": [
+        {"actions": [{"type": "add-headers", "config": {"headers": {"x-served-by": "edge"}}}]},
+    ],
+}
+
+
+def test_traffic_policy_over_h2_as_over_http11(edge, account, agents):
+    _, (host,) = _agent(edge, account, agents,
+                        [{"proto": "http", "options": {"traffic_policy": [json.dumps(POLICY)]}}])
+    for version in ("--http2", "--http1.1"):
+        out = curl(edge, host, "/admin/x", version, "-i")
+        assert out.stdout.split()[1] == "418", out.stdout
+        assert out.stdout.endswith("no admin for 127.0.0.1"), out.stdout
+        out = curl(edge, host, "/denied", version, "-i")
+        assert out.stdout.split()[1] == "403", out.stdout
+        out = curl(edge, host, "/echo", version, "-i")
+        head, body = out.stdout.split("\n\n", 1)
+        assert "x-served-by: edge" in head.lower(), head
+        assert {k.lower(): v for k, v in json.loads(body)["headers"].items()}["x-policy"] == \
+            "applied"
+
+
+def test_modules_over_h2(edge, account, agents):
+    _, (auth, gz, denied) = _agent(edge, account, agents, [
+        {"proto": "http", "options": {"basic_auth": ["user", "s3cret-pass"]}},
+        {"proto": "http", "options": {"compression": []}},
+        {"proto": "http", "options": {"deny_cidr": ["127.0.0.1/32"]}}])
+    assert curl(edge, auth, "/echo", "--http2", "-o", "/dev/null", "-w",
+                "%{http_code}").stdout == "401"
+    assert curl(edge, auth, "/echo", "--http2", "-u", "user:s3cret-pass", "-o", "/dev/null",
+                "-w", "%{http_code}").stdout == "200"
+    out = curl(edge, gz, "/echo", "--http2", "-H", "Accept-Encoding: gzip", "-D", "-",
+               "-o", "/dev/null")
+    assert "content-encoding: gzip" in out.stdout.lower(), out.stdout
+    assert curl(edge, denied, "/echo", "--http2", "-o", "/dev/null", "-w",
+                "%{http_code}").stdout == "403"
