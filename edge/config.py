@@ -56,6 +56,7 @@ class EdgeSettings:
     metrics_port: Optional[int] = None
     head_timeout: float = 30.0
     idle_timeout: float = 75.0
+    h2_stall_timeout: float = 30.0   # HTTP/2 response held by zero windows (edge.h2front)
     max_connections: int = 10_000
     max_connections_per_address: int = 512
     limits: quotas.Limits = quotas.Limits()
@@ -147,6 +148,7 @@ def load(env=None) -> EdgeSettings:
         else None,
         head_timeout=_positive(env, "EDGE_HEAD_TIMEOUT", 30.0),
         idle_timeout=_positive(env, "EDGE_IDLE_TIMEOUT", 75.0),
+        h2_stall_timeout=_positive(env, "EDGE_H2_STALL_TIMEOUT", 30.0),
         max_connections=int(_positive(env, "EDGE_MAX_CONNECTIONS", 10_000)),
         max_connections_per_address=int(_positive(env, "EDGE_MAX_CONNECTIONS_PER_ADDRESS",
                                                   512)),

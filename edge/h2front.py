@@ -49,6 +49,7 @@ MAX_CONCURRENT_STREAMS = 100
 LOW_WATER = 64 * 1024        # response bytes queued per stream beyond the windows
 READ_CHUNK = 64 * 1024
 STALL_TIMEOUT = 30.0         # a response that cannot move (flow control) for this long: reset
+                             # (EDGE_H2_STALL_TIMEOUT)
 BUDGET_SECONDS = 10.0
 MAX_RESETS = 200             # client RST_STREAMs per BUDGET_SECONDS (rapid reset)
 MAX_CONTROL = 1000           # control frames per BUDGET_SECONDS (settings/ping floods)
@@ -176,7 +177,7 @@ class _Writer:
     async def drain(self) -> None:
         stream = self.stream
         if stream.queued > LOW_WATER and not stream.gone:
-            async with asyncio.timeout(STALL_TIMEOUT):
+            async with asyncio.timeout(stream.server.stall_timeout):
                 while stream.queued > LOW_WATER and not stream.gone:
                     stream.moved.clear()
                     await stream.moved.wait()
@@ -328,6 +329,7 @@ class H2Server:
         self.resets = 0
         self.control = 0
         self.closing = False
+        self.stall_timeout = getattr(edge.settings, "h2_stall_timeout", STALL_TIMEOUT)
 
     # ---- the connection ---------------------------------------------------------------------
     @connection_handler
@@ -512,7 +514,7 @@ class H2Server:
             self.finish(stream)
         else:
             stream.stall = asyncio.get_running_loop().call_later(
-                STALL_TIMEOUT, self.reset, stream, ErrorCodes.CANCEL)
+                self.stall_timeout, self.reset, stream, ErrorCodes.CANCEL)
         self.write_out()
 
     def finish(self, stream: _Stream) -> None:
