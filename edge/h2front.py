@@ -41,7 +41,7 @@ from h2.errors import ErrorCodes
 
 from edge import admission, h2wire, http1
 from edge.connections import connection_handler
-from edge.public import HttpFront
+from edge.public import HttpFront, request_host
 
 log = logging.getLogger("edge.h2")
 
@@ -113,15 +113,25 @@ class _StreamFront(HttpFront):
 
     def new_leg(self, tunnel: Any, mux: Any) -> Any:
         leg = super().new_leg(tunnel, mux)
-        relay, stream = leg.next_event, self.stream
+        relay = leg.next_event
+        leg.owner = self.stream
 
         async def next_event(before_wait=None):
             event = await relay(before_wait)
             if isinstance(event, (http1.Response, http1.InformationalResponse)):
-                stream.upstream_answered = True
+                leg.owner.upstream_answered = True
             return event
         leg.next_event = next_event
         return leg
+
+    def idle_leg(self) -> Any:
+        leg = self.stream.server.pool_take(self.stream.host)
+        if leg is not None:
+            leg.owner = self.stream
+        return leg
+
+    def release_leg(self, leg: Any) -> None:
+        self.stream.server.pool_put(self.stream.host, leg)
 
 
 class _Reader:
@@ -211,6 +221,7 @@ class _Stream:
         self.stall: Optional[asyncio.TimerHandle] = None
         self.trailers_in: Optional[List[Any]] = None
         self.head: Optional[List[Any]] = None   # response fields not sent yet
+        self.host = ""
 
     # ---- the request, as http1 events -------------------------------------------------------
     def next_event(self) -> Any:
@@ -330,6 +341,34 @@ class H2Server:
         self.control = 0
         self.closing = False
         self.stall_timeout = getattr(edge.settings, "h2_stall_timeout", STALL_TIMEOUT)
+        self.pool: Dict[str, List[Any]] = {}   # host -> idle proxy streams (legs)
+        self.pooled = 0
+        self.completed = 0   # streams answered in this budget window
+
+    # ---- proxy streams kept between streams ---------------------------------------------------
+    def pool_take(self, host: str) -> Any:
+        legs = self.pool.get(host)
+        while legs:
+            leg = legs.pop()
+            self.pooled -= 1
+            if _alive(leg):
+                return leg
+            leg.close()
+        return None
+
+    def pool_put(self, host: str, leg: Any) -> None:
+        if self.closing or self.pooled >= MAX_CONCURRENT_STREAMS or not _alive(leg):
+            leg.close()
+            return
+        self.pool.setdefault(host, []).append(leg)
+        self.pooled += 1
+
+    def pool_close(self) -> None:
+        for legs in self.pool.values():
+            for leg in legs:
+                leg.close()
+        self.pool.clear()
+        self.pooled = 0
 
     # ---- the connection ---------------------------------------------------------------------
     @connection_handler
@@ -388,17 +427,22 @@ class H2Server:
                 self.forget(stream)
             for task in list(self.tasks):
                 task.cancel()
+            self.closing = True
+            if self.tasks:
+                await asyncio.gather(*self.tasks, return_exceptions=True)
+            self.pool_close()
             self.writer.close()
 
     def last_id(self) -> int:
         return self.conn.highest_inbound_stream_id
 
     def over_budget(self) -> bool:
-        if self.resets > MAX_RESETS or self.control > MAX_CONTROL:
+        earned = self.completed // 2   # a busy client's cancels and pings are its due
+        if self.resets > MAX_RESETS + earned or self.control > MAX_CONTROL + earned:
             return True
         now = time.monotonic()
         if now - self.budget_start > BUDGET_SECONDS:
-            self.budget_start, self.resets, self.control = now, 0, 0
+            self.budget_start, self.resets, self.control, self.completed = now, 0, 0, 0
         return False
 
     def write_out(self) -> None:
@@ -438,7 +482,6 @@ class H2Server:
             if stream is not None:
                 self.forget(stream)
         elif isinstance(event, h2.events.WindowUpdated):
-            self.control += 1
             if event.stream_id:
                 stream = self.streams.get(event.stream_id)
                 if stream is not None:
@@ -472,6 +515,7 @@ class H2Server:
             task = asyncio.ensure_future(self._refuse(stream, str(exc)))
         else:
             stream.grpc = h2wire.is_grpc(request.headers)
+            stream.host = request_host(request)
             stream.push(request)
             if ended:
                 stream.push(h2wire.EndOfMessage())
@@ -519,6 +563,7 @@ class H2Server:
 
     def finish(self, stream: _Stream) -> None:
         """The response is all sent: a request still coming is refused (RST NO_ERROR)."""
+        self.completed += 1
         if stream.their_state is not http1.DONE and not stream.gone:
             try:
                 self.conn.reset_stream(stream.id, ErrorCodes.NO_ERROR)
@@ -612,6 +657,13 @@ class H2Server:
     def finish_if_done(self, stream: _Stream) -> None:
         if stream.ended and (stream.task is None or stream.task.done()):
             self.finish(stream)
+
+
+def _alive(leg: Any) -> bool:
+    """A proxy stream fit for another exchange: both messages done, nothing pending, the
+    agent has not ended or reset it."""
+    mux = leg.stream
+    return leg.reusable and not mux.buffered and mux._reset is None and not mux._remote_fin
 
 
 def _request_of(fields: List[Any], ended: bool) -> http1.Request:

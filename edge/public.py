@@ -241,6 +241,14 @@ class HttpFront:
             return H2Leg(tunnel, stream)
         return _Leg(tunnel, stream)
 
+    def idle_leg(self) -> Any:
+        """A proxy stream kept from an earlier exchange (edge.h2front pools them per HTTP/2
+        connection, as a keep-alive connection keeps its own), or None."""
+        return None
+
+    def release_leg(self, leg: Any) -> None:
+        leg.close()
+
     @connection_handler
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
@@ -250,7 +258,7 @@ class HttpFront:
             writer.transport.abort()
             return
         client = self.client_connection(reader)
-        leg: Optional[_Leg] = None
+        leg: Optional[_Leg] = self.idle_leg()
         conns: Dict[Any, Any] = {}   # endpoint -> tp.Conn, built once per connection
         first = True
         try:
@@ -383,7 +391,7 @@ class HttpFront:
         finally:
             self.edge.admission.release(ticket)
             if leg is not None:
-                leg.close()
+                self.release_leg(leg)
             writer.close()
 
     # ---- one request/response ---------------------------------------------------------------

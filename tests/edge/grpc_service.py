@@ -85,5 +85,5 @@ async def start() -> int:
     server.add_generic_rpc_handlers((handler(),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    STATE["server"] = server
+    STATE["server"], STATE["port"] = server, port
     return port

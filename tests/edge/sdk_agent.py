@@ -163,13 +163,16 @@ async def main(cfg):
                 upstream = f"127.0.0.1:{dead_port}"
             if bind.get("upstream") == "grpc":   # grpcio (tests/edge/grpc_service.py), h2c
                 import grpc_service
-                upstream = f"http://127.0.0.1:{await grpc_service.start()}"
+                grpc_port = grpc_service.STATE.get("port") or await grpc_service.start()
+                upstream = f"http://127.0.0.1:{grpc_port}"
             listener = await lb.listen()
             tasks.append(asyncio.ensure_future(listener.forward(upstream)))
             emit({"event": "bound", "url": listener.url(), "id": listener.id()})
         except Exception as exc:
             emit({"event": "error", "stage": "bind", "args": [str(a) for a in exc.args]})
-    emit({"event": "ready", "http_port": http_port, "tcp_port": tcp_port})
+    emit({"event": "ready", "http_port": http_port, "tcp_port": tcp_port,
+          "grpc_port": sys.modules["grpc_service"].STATE["port"]
+          if "grpc_service" in sys.modules else None})
     loop = asyncio.get_running_loop()
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)

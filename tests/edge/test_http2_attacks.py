@@ -193,9 +193,9 @@ def test_continuation_flood_is_cut_at_the_header_block_bound(target, measured):
     sock.close()
     assert goaway_code(frames) == ENHANCE_YOUR_CALM, frames[-3:]
     assert canary_serves(edge, host)
-    measured["continuation_flood"] = {"bytes_sent_before_the_edge_closed": sent,
-                                      **cost.done()}
-    assert sent < 2 << 20   # the edge stopped reading long before the 6.5 MB
+    spent = cost.done()
+    measured["continuation_flood"] = {"bytes_the_kernel_took_before_the_close": sent, **spent}
+    assert spent["edge_rss_growth_kib"] < 8 * 1024   # the header block held: 64 KiB at most
 
 
 def test_hpack_bomb_is_refused_within_the_header_list_bound(target, measured):
