@@ -341,6 +341,7 @@ class H2Server:
         self.control = 0
         self.closing = False
         self.stall_timeout = getattr(edge.settings, "h2_stall_timeout", STALL_TIMEOUT)
+        self.write_scheduled = False
         self.pool: Dict[str, List[Any]] = {}   # host -> idle proxy streams (legs)
         self.pooled = 0
         self.completed = 0   # streams answered in this budget window
@@ -401,7 +402,7 @@ class H2Server:
                     events = self.conn.receive_data(data)
                 except h2.exceptions.ProtocolError as exc:
                     log.debug("h2 connection error: %s", exc)
-                    self.write_out()
+                    self.write_now()
                     await self.writer.drain()
                     return
                 for event in events:
@@ -409,10 +410,10 @@ class H2Server:
                 if self.over_budget():
                     self.conn.close_connection(ErrorCodes.ENHANCE_YOUR_CALM,
                                                last_stream_id=self.last_id())
-                    self.write_out()
+                    self.write_now()
                     await self.writer.drain()
                     return
-                self.write_out()
+                self.write_now()
                 await self.writer.drain()   # a client not reading our output stops being read
         except (asyncio.TimeoutError, ConnectionError, OSError):
             pass
@@ -420,7 +421,7 @@ class H2Server:
             self.edge.admission.release(ticket)
             try:
                 self.conn.close_connection(ErrorCodes.NO_ERROR, last_stream_id=self.last_id())
-                self.write_out()
+                self.write_now()
             except (h2.exceptions.ProtocolError, ConnectionError, OSError, RuntimeError):
                 pass
             for stream in list(self.streams.values()):
@@ -446,8 +447,17 @@ class H2Server:
         return False
 
     def write_out(self) -> None:
+        """Write what the state machine has queued at the end of this event-loop turn: the
+        frames of every stream served in the turn go in one TLS record and one system call
+        (one each measured 100 µs of the edge's CPU per request more)."""
+        if not self.write_scheduled:
+            self.write_scheduled = True
+            asyncio.get_running_loop().call_soon(self.write_now)
+
+    def write_now(self) -> None:
+        self.write_scheduled = False
         data = self.conn.data_to_send()
-        if data:
+        if data and not self.writer.transport.is_closing():
             self.writer.write(data)
 
     def on_event(self, event: Any) -> None:
