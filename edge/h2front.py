@@ -16,8 +16,9 @@ let through, then the relay from the agent waits (and so the agent, by its windo
 Bounds (docs/HTTP2.md states them with what the tests measured): ``MAX_CONCURRENT_STREAMS``
 streams (SETTINGS; a stream beyond it is refused with RST_STREAM REFUSED_STREAM), a header
 block of ``h2wire.MAX_HEADER_BLOCK`` encoded and ``h2wire.MAX_HEADER_LIST_SIZE`` decoded bytes,
-16 KiB frames, ``MAX_RESETS`` streams the client resets and ``MAX_CONTROL`` control frames
-(SETTINGS, PING, PRIORITY, empty DATA, WINDOW_UPDATE) per ``BUDGET_SECONDS`` (then GOAWAY
+16 KiB frames, ``MAX_RESETS`` streams the client resets and ``MAX_CONTROL`` frames that cost
+an answer or carry nothing (SETTINGS, PING, PRIORITY, empty DATA, unknown types) per
+``BUDGET_SECONDS``, each plus half the streams answered meanwhile (then GOAWAY
 ENHANCE_YOUR_CALM), a stream whose response cannot move (zero window) for ``STALL_TIMEOUT``
 reset. The connection counts once against the admission caps, waiting while it has no stream
 open (head timeout first, then the idle timeout), and ends with GOAWAY.
@@ -37,6 +38,7 @@ from typing import Any, Deque, Dict, List, Optional
 
 import h2.events
 import h2.exceptions
+from h2.connection import ConnectionState
 from h2.errors import ErrorCodes
 
 from edge import admission, h2wire, http1
@@ -406,7 +408,11 @@ class H2Server:
                     await self.writer.drain()
                     return
                 for event in events:
-                    self.on_event(event)
+                    try:
+                        self.on_event(event)
+                    except h2.exceptions.ProtocolError as exc:
+                        # events come after the whole read: a stream they name may be gone
+                        log.debug("h2 event on a closed stream: %s", exc)
                 if self.over_budget():
                     self.conn.close_connection(ErrorCodes.ENHANCE_YOUR_CALM,
                                                last_stream_id=self.last_id())
@@ -420,7 +426,9 @@ class H2Server:
         finally:
             self.edge.admission.release(ticket)
             try:
-                self.conn.close_connection(ErrorCodes.NO_ERROR, last_stream_id=self.last_id())
+                if self.conn.state_machine.state is not ConnectionState.CLOSED:
+                    self.conn.close_connection(ErrorCodes.NO_ERROR,
+                                               last_stream_id=self.last_id())
                 self.write_now()
             except (h2.exceptions.ProtocolError, ConnectionError, OSError, RuntimeError):
                 pass
@@ -515,7 +523,10 @@ class H2Server:
         sid = event.stream_id
         stream = _Stream(self, sid)
         if self.closing or len(self.tasks) >= MAX_TASKS:
-            self.conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+            try:
+                self.conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+            except h2.exceptions.ProtocolError:   # reset by the client in the same read
+                pass
             return
         self.streams[sid] = stream
         ended = event.stream_ended is not None

@@ -4,6 +4,7 @@ client through the HTTPS listener trusting only the edge's CA: every call shape,
 cancellation, status and message intact, trailing metadata relayed; the edge's own errors as
 gRPC statuses."""
 import json
+import os
 import subprocess
 import time
 
@@ -11,6 +12,16 @@ import grpc
 import pytest
 
 from tests.edge.conftest import BASE_DOMAIN
+
+
+@pytest.fixture(autouse=True)
+def no_edge_traceback(edge):
+    """Nothing the test did made an exception escape in the edge (its log from here on)."""
+    start = os.path.getsize(edge.log_path)
+    yield
+    with open(edge.log_path, errors="replace") as fh:
+        fh.seek(start)
+        assert "Traceback" not in fh.read()
 
 
 def _credential(account):

@@ -13,6 +13,16 @@ import pytest
 from tests.edge.conftest import BASE_DOMAIN
 
 
+@pytest.fixture(autouse=True)
+def no_edge_traceback(edge):
+    """Nothing the test did made an exception escape in the edge (its log from here on)."""
+    start = os.path.getsize(edge.log_path)
+    yield
+    with open(edge.log_path, errors="replace") as fh:
+        fh.seek(start)
+        assert "Traceback" not in fh.read()
+
+
 def _credential(account):
     resp = account.admin.post("/credentials", {"description": "h2 test"})
     assert resp.status == 201, resp.text

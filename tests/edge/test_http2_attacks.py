@@ -309,3 +309,20 @@ def test_shutdown_sends_goaway_to_open_h2_connections(stack, api, tmp_path_facto
         assert goaway_code(frames) == 0, frames   # NO_ERROR
     finally:
         edge.stop()
+
+
+def test_a_request_the_request_path_cannot_carry_is_a_400_on_its_stream(target):
+    """CONNECT: HTTP/2 allows it, the request path does not serve it; the stream gets the
+    contract's 400 and the connection goes on serving. (No :authority and no Host at all is
+    h2's own connection error.)"""
+    edge, host = target
+    sock = connect(edge, host)
+    block = _hpack_literal(b":method", b"CONNECT") + _hpack_literal(b":authority", b"a:1")
+    send_quietly(sock, headers(1, block) + headers(3, request_block(host)))
+    frames = read_frames(sock, 3)
+    sock.close()
+    statuses = {f[2]: f[3] for f in frames if f != "closed" and f[0] == 0x1}
+    bodies = b"".join(f[3] for f in frames if f != "closed" and f[0] == 0x0 and f[2] == 1)
+    assert set(statuses) == {1, 3}, frames
+    assert json.loads(bodies)["error_code"] == "ERR_NGROK_3002"
+    assert goaway_code(frames) is None
