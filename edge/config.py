@@ -18,6 +18,7 @@
 | EDGE_LISTEN_FDS       | (none)             | inherited listening sockets: agent=N,http=N,https=N  |
 | EDGE_HEAD_TIMEOUT     | 30                 | seconds for a whole request head (docs/SECURITY.md)  |
 | EDGE_IDLE_TIMEOUT     | 75                 | seconds a keep-alive connection waits for a request  |
+| EDGE_H2_STALL_TIMEOUT | 30                 | seconds an HTTP/2 response may wait for windows      |
 | EDGE_MAX_CONNECTIONS  | 10000              | public connections held at once                      |
 | EDGE_MAX_CONNECTIONS_PER_ADDRESS | 512     | ... from one client address                          |
 | EDGE_MAX_ENDPOINTS_PER_SESSION, _PER_ACCOUNT, EDGE_MAX_TCP_ENDPOINTS_PER_ACCOUNT,         |
