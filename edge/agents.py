@@ -266,6 +266,7 @@ class AgentSession:
         tunnel_id = await self._reusable_id(asked_id)
         tunnel = Tunnel(id=tunnel_id, session=self, proto=proto, opts=opts,
                         forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
+                        forwards_proto=protocol.text(request.get("ForwardsProto"))[:16],
                         metadata=protocol.text(extra.get("Metadata"))[:4096],
                         endpoint_id=endpoint_id_of(tunnel_id), rebind=tunnel_id == asked_id)
         if proto in ("http", "https"):
@@ -328,6 +329,7 @@ class AgentSession:
         tunnel_id = _tunnel_id()
         tunnel = Tunnel(id=tunnel_id, session=self, proto="", labels=labels,
                         forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
+                        forwards_proto=protocol.text(request.get("ForwardsProto"))[:16],
                         metadata=protocol.text(request.get("Metadata"))[:4096])
         await self.edge.add_labeled(tunnel)
         self.tunnels[tunnel.id] = tunnel

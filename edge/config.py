@@ -18,6 +18,7 @@
 | EDGE_LISTEN_FDS       | (none)             | inherited listening sockets: agent=N,http=N,https=N  |
 | EDGE_HEAD_TIMEOUT     | 30                 | seconds for a whole request head (docs/SECURITY.md)  |
 | EDGE_IDLE_TIMEOUT     | 75                 | seconds a keep-alive connection waits for a request  |
+| EDGE_H2_STALL_TIMEOUT | 30                 | seconds an HTTP/2 response may wait for windows      |
 | EDGE_MAX_CONNECTIONS  | 10000              | public connections held at once                      |
 | EDGE_MAX_CONNECTIONS_PER_ADDRESS | 512     | ... from one client address                          |
 | EDGE_MAX_ENDPOINTS_PER_SESSION, _PER_ACCOUNT, EDGE_MAX_TCP_ENDPOINTS_PER_ACCOUNT,         |
@@ -58,6 +59,7 @@ class EdgeSettings:
     metrics_port: Optional[int] = None
     head_timeout: float = 30.0
     idle_timeout: float = 75.0
+    h2_stall_timeout: float = 30.0   # HTTP/2 response held by zero windows (edge.h2front)
     max_connections: int = 10_000
     max_connections_per_address: int = 512
     limits: quotas.Limits = quotas.Limits()
@@ -146,6 +148,7 @@ def load(env=None) -> EdgeSettings:
         else None,
         head_timeout=_positive(env, "EDGE_HEAD_TIMEOUT", 30.0),
         idle_timeout=_positive(env, "EDGE_IDLE_TIMEOUT", 75.0),
+        h2_stall_timeout=_positive(env, "EDGE_H2_STALL_TIMEOUT", 30.0),
         max_connections=int(_positive(env, "EDGE_MAX_CONNECTIONS", 10_000)),
         max_connections_per_address=int(_positive(env, "EDGE_MAX_CONNECTIONS_PER_ADDRESS",
                                                   512)),

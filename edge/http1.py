@@ -553,7 +553,7 @@ class Connection:
         if isinstance(event, Data):
             return self._send_data(event.data)
         if event is _EOM or isinstance(event, EndOfMessage):
-            return self._send_end()
+            return self._send_end(getattr(event, "trailers", None))
         if isinstance(event, Response):
             return self._send_response(event)
         if isinstance(event, InformationalResponse):
@@ -623,13 +623,17 @@ class Connection:
             return bytes(data)
         raise LocalProtocolError("Too much data for declared Content-Length")
 
-    def _send_end(self) -> bytes:
+    def _send_end(self, trailers: Optional[Pairs] = None) -> bytes:
+        """The end of the body; ``trailers`` (checked pairs, edge.h2wire.EndOfMessage) go
+        after the last chunk of a chunked body, and nowhere else."""
         if self.our_state is not SEND_BODY:
             raise LocalProtocolError("can't end a message now")
         if self._send_framing == _LENGTH and self._send_left:
             raise LocalProtocolError("Too little data for declared Content-Length")
         self.our_state = DONE if self._keep_alive else MUST_CLOSE
         self._settle()
+        if self._send_framing == _CHUNKED and trailers:
+            return _head(b"0\r\n", trailers)
         return b"0\r\n\r\n" if self._send_framing == _CHUNKED else b""
 
     def _settle(self) -> None:

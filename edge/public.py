@@ -23,6 +23,7 @@ from chalicelib.core import ids, policy as tp
 from edge import challenges, http1
 from edge.connections import connection_handler
 from edge.edges import Hop, forward_refused
+from edge.h2leg import H2Leg
 from edge.tls import MISDIRECTED
 from edge.session import MuxStream, StreamReset, StreamsExhausted
 from chalicelib.core import edge_errors
@@ -231,6 +232,25 @@ class HttpFront:
         self.edge = edge
         self.scheme = scheme
 
+    def client_connection(self, reader: Any) -> Any:
+        """The client side's framing (edge.h2front gives each HTTP/2 stream its own)."""
+        return http1.Connection(http1.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+
+    def new_leg(self, tunnel: Any, stream: MuxStream) -> Any:
+        """The agent side: HTTP/1.1, or HTTP/2 for an endpoint bound with app_protocol
+        "http2" (edge.h2leg)."""
+        if getattr(tunnel, "forwards_proto", "") == "http2":
+            return H2Leg(tunnel, stream)
+        return _Leg(tunnel, stream)
+
+    def idle_leg(self) -> Any:
+        """A proxy stream kept from an earlier exchange (edge.h2front pools them per HTTP/2
+        connection, as a keep-alive connection keeps its own), or None."""
+        return None
+
+    def release_leg(self, leg: Any) -> None:
+        leg.close()
+
     @connection_handler
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
@@ -239,8 +259,8 @@ class HttpFront:
         if ticket is None:   # at a cap with no waiting connection to make room: refused
             writer.transport.abort()
             return
-        client = http1.Connection(http1.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-        leg: Optional[_Leg] = None
+        client = self.client_connection(reader)
+        leg: Optional[_Leg] = self.idle_leg()
         conns: Dict[Any, Any] = {}   # endpoint -> tp.Conn, built once per connection
         first = True
         try:
@@ -343,7 +363,7 @@ class HttpFront:
                         leg.close()
                     leg = None
                     try:
-                        leg = _Leg(tunnel, await tunnel.session.open_proxy(
+                        leg = self.new_leg(tunnel, await tunnel.session.open_proxy(
                             tunnel, client_addr, self.scheme))
                     except StreamsExhausted:
                         await self._answer(client, writer, *TOO_MANY_STREAMS, close=True)
@@ -371,7 +391,7 @@ class HttpFront:
         finally:
             self.edge.admission.release(ticket)
             if leg is not None:
-                leg.close()
+                self.release_leg(leg)
             writer.close()
 
     # ---- one request/response ---------------------------------------------------------------

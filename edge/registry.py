@@ -25,6 +25,7 @@ class Tunnel:
     labels: Dict[str, str] = field(default_factory=dict)
     opts: Dict[str, Any] = field(default_factory=dict)
     forwards_to: str = ""
+    forwards_proto: str = ""     # the Bind's ForwardsProto (SDK app_protocol): "http2" or ""
     metadata: str = ""
     enforcement: Any = None      # what the edge applies to this endpoint's traffic
     tls: Any = None              # edge.tls.TlsSpec of its MutualTLSCA option, or None

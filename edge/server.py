@@ -14,7 +14,7 @@ import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import binding, errors, hostnames, online, policy as tp
-from edge import agents, config, metrics, quotas, tls
+from edge import agents, config, h2front, metrics, quotas, tls
 from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
@@ -77,8 +77,8 @@ class Edge:
             **self._where("agent", s.agent_port)))
         self._servers.append(await asyncio.start_server(
             HttpFront(self, "http").handle, **self._where("http", s.http_port)))
-        https = tls.HttpsListener(self, HttpFront(self, "https").handle, [s.base_domain],
-                                  self._serves_name)
+        https = tls.HttpsListener(self, h2front.https_handler(   # h2 by ALPN, else HTTP/1.1
+            self, HttpFront(self, "https").handle), [s.base_domain], self._serves_name)
         self._servers.append(await asyncio.get_running_loop().create_server(
             https.protocol, **self._where("https", s.https_port)))
         self.agent_port, self.http_port, self.https_port = (

@@ -353,6 +353,9 @@ class _Paused(asyncio.Protocol):
         pass
 
 
+ALPN = ["h2", "http/1.1"]
+
+
 class HttpsListener:
     """``loop.create_server(listener.protocol, …)``: per connection, peek the server name,
     pick the context for what the name requires, start TLS with it, then hand the streams to
@@ -375,7 +378,9 @@ class HttpsListener:
     def context_for(self, name: str) -> Tuple[ssl.SSLContext, TlsSpec]:
         spec = self.edge.tls.spec_for(name) if name else DEFAULT
         names = [name] if name and self.allow(name) else self.default_names
-        return self.edge.certs.context_for(names, spec), spec
+        ctx = self.edge.certs.context_for(names, spec)
+        ctx.set_alpn_protocols(ALPN)   # HTTP/2 (edge.h2front), else HTTP/1.1
+        return ctx, spec
 
     async def _connection(self, transport: asyncio.Transport) -> None:
         task = asyncio.current_task()

@@ -3,7 +3,8 @@ edge tests with the device agent's virtualenv (where the SDK is installed).
 
 Usage: ``python sdk_agent.py '<json config>'``; config: ``authtoken``, ``server_addr``,
 ``root_cas``, ``binds`` (list of {"proto": "http"|"tcp"|"labeled", "domain"?, "labels"?,
-"remote_addr"?}). It serves a small upstream on 127.0.0.1 (echo, upload digest, streaming,
+"remote_addr"?, "options"? (SDK builder calls), "upstream"?: "dead" | "grpc"}). It serves a
+small upstream on 127.0.0.1 (echo, upload digest, streaming,
 WebSocket echo, a flood and how much of it was written), forwards every bind to it, and
 prints one JSON line per event: ``bound``
 (url, id) or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on stdin:
@@ -160,12 +161,18 @@ async def main(cfg):
                 upstream = f"127.0.0.1:{tcp_port if bind.get('upstream') == 'tcp' else http_port}"
             if bind.get("upstream") == "dead":   # nothing listens there: the SDK's 502
                 upstream = f"127.0.0.1:{dead_port}"
+            if bind.get("upstream") == "grpc":   # grpcio (tests/edge/grpc_service.py), h2c
+                import grpc_service
+                grpc_port = grpc_service.STATE.get("port") or await grpc_service.start()
+                upstream = f"http://127.0.0.1:{grpc_port}"
             listener = await lb.listen()
             tasks.append(asyncio.ensure_future(listener.forward(upstream)))
             emit({"event": "bound", "url": listener.url(), "id": listener.id()})
         except Exception as exc:
             emit({"event": "error", "stage": "bind", "args": [str(a) for a in exc.args]})
-    emit({"event": "ready", "http_port": http_port, "tcp_port": tcp_port})
+    emit({"event": "ready", "http_port": http_port, "tcp_port": tcp_port,
+          "grpc_port": sys.modules["grpc_service"].STATE["port"]
+          if "grpc_service" in sys.modules else None})
     loop = asyncio.get_running_loop()
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)
