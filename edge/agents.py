@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 from chalicelib import binding, ids, online
-from edge import enforce, muxado, protocol, quotas, tls
+from edge import enforce, legacy, muxado, protocol, quotas, tls
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset
@@ -71,6 +71,7 @@ class AgentSession:
         self.mux = MuxSession(reader, writer, self._on_stream, name=f"{peer[0]}:{peer[1]}")
         self.id: Optional[str] = None
         self.grant: Optional[binding.Grant] = None
+        self.version = ""         # the protocol version Auth chose ("2": the CLI 2.x)
         self.tunnels: Dict[str, Tunnel] = {}
         self.heartbeat = DEFAULT_HEARTBEAT
         self.last_heartbeat = time.monotonic()
@@ -180,7 +181,8 @@ class AgentSession:
             raise MalformedRequest("a second Auth on one session")
         version = protocol.choose_version(request.get("Version"))
         extra = protocol.obj(request.get("Extra"))
-        token = protocol.text(extra.get("AuthToken"))
+        # AuthToken (the SDKs), Authtoken (the CLI 2.x and ngrok-go's legacy client)
+        token = protocol.text(extra.get("AuthToken")) or protocol.text(extra.get("Authtoken"))
         client_id = protocol.text(request.get("ClientId"))
         if version is None:
             await self._reply(stream, protocol.error_reply(
@@ -223,6 +225,7 @@ class AgentSession:
                                       extra.get("HeartbeatTolerance"))
         self.grant = grant
         self.id = session_id
+        self.version = version
         self.mux.authenticate()
         self.edge.authenticated(self)
         self.edge.registry.sessions[session_id] = self
@@ -267,9 +270,10 @@ class AgentSession:
         tunnel = Tunnel(id=tunnel_id, session=self, proto=proto, opts=opts,
                         forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
                         metadata=protocol.text(extra.get("Metadata"))[:4096],
-                        endpoint_id=endpoint_id_of(tunnel_id), rebind=tunnel_id == asked_id)
+                        endpoint_id=endpoint_id_of(tunnel_id), rebind=tunnel_id == asked_id,
+                        scheme_only=self.version == legacy.PROTOCOL_VERSION)
         if proto in ("http", "https"):
-            tunnel.enforcement = enforce.http_options(opts)
+            tunnel.enforcement = enforce.http_options(legacy.http_options(opts))
             tunnel.tls = tls.spec_of_bind(opts.get("MutualTLSCA"))
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_http(tunnel, self._requested_domain(opts))

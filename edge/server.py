@@ -14,7 +14,7 @@ import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib import binding, errors, hostnames, online, policy as tp
-from edge import agents, config, metrics, quotas, tls
+from edge import agents, config, legacy, metrics, quotas, tls
 from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
@@ -221,11 +221,16 @@ class Edge:
         if requested.lower().endswith(online.INTERNAL_SUFFIX):
             await self._bind_internal(tunnel, requested)
             return
+        sibling = None   # the other scheme's endpoint of this name, this session (edge.legacy)
         if requested:
             name = await self.call(binding.check_domain, grant, requested)
             if name in self.banned:
                 raise binding.Refused(*BANNED)
-            await self._claim(tunnel, name)
+            sibling = legacy.sibling_for(tunnel, self.registry, name)
+            if sibling is None:
+                await self._claim(tunnel, name)
+        elif (sibling := legacy.generated_partner(tunnel)) is not None:
+            name, tunnel.generated = sibling.hostname, True
         elif (name := await self._remembered(tunnel)) is not None:
             pass
         else:
@@ -243,6 +248,8 @@ class Edge:
                 except binding.Refused:
                     if attempt == MAX_GENERATE_ATTEMPTS - 1:
                         raise
+        if sibling is not None:
+            legacy.pair(tunnel, sibling)
         tunnel.hostname = name
         scheme = "http" if tunnel.proto == "http" else "https"
         tunnel.url = self.settings.http_url(name, scheme)
@@ -390,6 +397,7 @@ class Edge:
         the re-bind of the same tunnel id (chalicelib.online.remember_name)."""
         if self.registry.by_id.get(tunnel.id) is not tunnel:
             return  # already taken over by a reconnect
+        partner = tunnel.sibling
         self.registry.remove(tunnel)
         if tunnel.port:
             self._release_port(tunnel.port)
@@ -399,9 +407,12 @@ class Edge:
             if remember and tunnel.generated and (tunnel.hostname or tunnel.port):
                 await self.call(online.remember_name, tunnel.account_id, tunnel.id,
                                 tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}")
-            if name:
+            if name and tunnel.holds_claim:
                 await self.call(online.release_hostname, name, endpoint_id=tunnel.endpoint_id)
             await self.call(online.tunnel_stopped, tunnel.account_id, tunnel.id)
+            if partner is not None and tunnel.holds_claim and not partner.session.ended:
+                partner.holds_claim = True   # the other scheme's endpoint keeps serving it
+                await self._claim(partner, name)
         except Exception:  # the store being down must not keep a dead tunnel routed
             log.exception("could not record that tunnel %s stopped", tunnel.id)
 
