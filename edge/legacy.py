@@ -76,16 +76,19 @@ def _comparable(opts: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def generated_partner(tunnel: Any) -> Any:
-    """For a CLI 2.x bind that asks for no name: the endpoint of the other scheme its session
-    bound just before with a generated name and the same options (the CLI binds ``https``,
-    then ``http``, for one ``-bind-tls=both`` tunnel, each answered before the next is sent),
-    whose name it shares, as the hosted service gave one name to both; None otherwise."""
+    """For a CLI 2.x bind that asks for no name: the one endpoint of the other scheme its
+    session bound with a generated name and the same options, not paired yet, whose name it
+    then shares (the CLI binds ``https``, then ``http``, for one ``-bind-tls=both`` tunnel,
+    and the hosted service gave both one name). The Bind carries nothing that ties the two
+    together, and ``ngrok start`` binds several tunnels at once: with more than one such
+    candidate the pairing would be a guess, so the bind gets a name of its own (None)."""
     if not tunnel.scheme_only:
         return None
-    for other in reversed(list(tunnel.session.tunnels.values())):
-        if _pairs(tunnel, other) and other.generated and other.hostname:
-            return other if _comparable(other.opts) == _comparable(tunnel.opts) else None
-    return None
+    mine = _comparable(tunnel.opts)
+    candidates = [other for other in tunnel.session.tunnels.values()
+                  if _pairs(tunnel, other) and other.generated and other.hostname
+                  and _comparable(other.opts) == mine]
+    return candidates[0] if len(candidates) == 1 else None
 
 
 def pair(tunnel: Any, sibling: Any) -> None:

@@ -337,7 +337,12 @@ class Edge:
                 candidates.insert(0, before)
         for port in candidates:
             address = f"{host}:{port}"
-            await self.call(binding.check_address, grant, address, bool(requested))
+            try:
+                await self.call(binding.check_address, grant, address, bool(requested))
+            except binding.Refused:
+                if requested:
+                    raise
+                continue   # reserved since the edge last read the reservations: not free
             try:
                 await self._claim(tunnel, address)
             except binding.Refused:

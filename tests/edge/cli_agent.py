@@ -116,3 +116,14 @@ class CliAgent:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+    # ---- its local inspector (web_addr's API) ------------------------------------------
+    def inspected(self):
+        """The requests the inspector captured ([] when inspection is off)."""
+        resp = requests.get(f"http://127.0.0.1:{self.web_port}/api/requests/http", timeout=5)
+        return resp.json().get("requests") or [] if resp.status_code == 200 else []
+
+    def replay(self, request_id: str) -> None:
+        resp = requests.post(f"http://127.0.0.1:{self.web_port}/api/requests/http",
+                             json={"id": request_id}, timeout=5)
+        assert resp.status_code in (200, 204), resp.text

@@ -146,3 +146,166 @@ def test_cli_logs_in_and_serves_http_and_https_of_one_generated_name(run_cli, ed
     assert [(s["agent_version"], s["os"]) for s in sessions] == [("2.3.41", "linux")]
     endpoints = account.admin.get("/endpoints").json["endpoints"]
     assert sorted(e["public_url"] for e in endpoints) == sorted(urls.values())
+
+
+# ---- ngrok http's flags --------------------------------------------------------------------
+@pytest.mark.parametrize("bind_tls,schemes", [("both", {"http", "https"}), ("true", {"https"}),
+                                              ("false", {"http"})])
+def test_subdomain_with_each_bind_tls(run_cli, edge, account, upstream, bind_tls, schemes):
+    """``-subdomain`` under the base domain; ``-bind-tls``: both endpoints, the https one
+    alone, or the http one alone; the scheme not bound is not served on that name."""
+    sub = f"cli{bind_tls}{time.time_ns() % 10**9}"
+    agent = run_cli(_credential(account)["token"],
+                    ["http", "-subdomain", sub, "-bind-tls", bind_tls,
+                     _addr(upstream.server_port)])
+    urls = _by_scheme(agent.wait_tunnels(len(schemes)))
+    assert set(urls) == schemes
+    host = f"{sub}.tunnels.localhost"
+    assert {_host(u) for u in urls.values()} == {host}
+    plain = edge.http("GET", host, "/x")
+    status, _ = _https(edge, f"https://{host}", "/x")
+    assert (plain.status_code == 200) == ("http" in schemes), plain.text
+    assert (status == 200) == ("https" in schemes)
+    if "http" not in schemes:
+        assert "ERR_NGROK_3200" in plain.text
+    if schemes == {"http", "https"}:   # one name, one owner: a second agent is refused
+        other = run_cli(_credential(account)["token"],
+                        ["http", "-subdomain", sub, _addr(upstream.server_port)])
+        assert "ERR_NGROK_334" in other.refusal()
+        assert other.process.wait(timeout=15) != 0
+
+
+def test_hostname_reserved_exact_and_under_a_wildcard(run_cli, edge, account, upstream):
+    exact = f"cli-exact-{time.time_ns()}.example.com"
+    wild = f"cliw{time.time_ns()}.example.net"
+    assert account.admin.post("/reserved_domains", {"domain": exact}).status == 201
+    assert account.admin.post("/reserved_domains", {"domain": f"*.{wild}"}).status == 201
+    token = _credential(account)["token"]
+    for name in (exact, f"app.{wild}"):
+        agent = run_cli(token, ["http", "-hostname", name, _addr(upstream.server_port)])
+        urls = _by_scheme(agent.wait_tunnels(2))
+        assert {_host(u) for u in urls.values()} == {name}
+        assert edge.http("GET", name, "/h").json()["path"] == "/h"
+        assert _https(edge, urls["https"], "/h")[0] == 200
+        agent.stop()
+
+
+def test_hostname_not_reserved_is_refused_with_the_cli_showing_why(run_cli, account):
+    agent = run_cli(_credential(account)["token"],
+                    ["http", "-hostname", "not-mine.example.org", "8080"])
+    error = agent.refusal()
+    assert "ERR_NGROK_7117" in error and "not-mine.example.org" in error
+    assert agent.process.wait(timeout=15) != 0
+    assert "ERR_NGROK_7117" in agent.output()
+
+
+def test_auth_is_basic_auth_at_the_edge(run_cli, edge, account, upstream):
+    agent = run_cli(_credential(account)["token"],
+                    ["http", "-auth", f"alice:{PASSWORD}", _addr(upstream.server_port)])
+    urls = _by_scheme(agent.wait_tunnels(2))
+    host = _host(urls["http"])
+    before = len(upstream.seen)
+    refused = edge.http("GET", host, "/private")
+    assert refused.status_code == 401
+    assert refused.headers["www-authenticate"].startswith("Basic")
+    assert edge.http("GET", host, "/private", auth=("alice", "wrong-password")).status_code \
+        == 401
+    assert len(upstream.seen) == before   # nothing reached the upstream
+    ok = edge.http("GET", host, "/private", auth=("alice", PASSWORD))
+    assert ok.status_code == 200 and ok.json()["path"] == "/private"
+    assert _https(edge, urls["https"], "/private", "-u", f"alice:{PASSWORD}")[0] == 200
+    assert _https(edge, urls["https"], "/private")[0] == 401
+
+
+def test_auth_with_a_short_password_is_refused(run_cli, account):
+    agent = run_cli(_credential(account)["token"], ["http", "-auth", "alice:short", "8080"])
+    error = agent.refusal()
+    assert "ERR_NGROK_1602" in error and "8 to 128 characters" in error
+
+
+@pytest.mark.parametrize("flag,expected", [("rewrite", "upstream"),
+                                           ("example.test", "example.test")])
+def test_host_header(run_cli, edge, account, upstream, flag, expected):
+    agent = run_cli(_credential(account)["token"],
+                    ["http", "-host-header", flag, _addr(upstream.server_port)])
+    urls = _by_scheme(agent.wait_tunnels(2))
+    got = edge.http("GET", _host(urls["http"]), "/hh").json()["host"]
+    want = _addr(upstream.server_port) if expected == "upstream" else expected
+    assert got == want
+
+
+def test_inspect_false_serves_without_the_inspector(run_cli, edge, account, upstream):
+    agent = run_cli(_credential(account)["token"],
+                    ["http", "-inspect=false", "-bind-tls", "false",
+                     _addr(upstream.server_port)])
+    urls = _by_scheme(agent.wait_tunnels(1))
+    assert edge.http("GET", _host(urls["http"]), "/ni").status_code == 200
+    assert agent.inspected() == []
+
+
+def test_the_inspector_shows_requests_and_replays_them(run_cli, edge, account, upstream):
+    agent = run_cli(_credential(account)["token"],
+                    ["http", "-bind-tls", "false", _addr(upstream.server_port)])
+    urls = _by_scheme(agent.wait_tunnels(1))
+    assert edge.http("POST", _host(urls["http"]), "/inspected", data=b"hello").status_code \
+        == 200
+    deadline = time.time() + 10
+    while time.time() < deadline and not agent.inspected():
+        time.sleep(0.2)
+    captured = agent.inspected()
+    assert [r["request"]["uri"] for r in captured] == ["/inspected"]
+    before = len(upstream.seen)
+    agent.replay(captured[0]["id"])
+    deadline = time.time() + 10
+    while time.time() < deadline and len(upstream.seen) == before:
+        time.sleep(0.2)
+    assert upstream.seen[-1]["path"] == "/inspected" and upstream.seen[-1]["body"] == "hello"
+
+
+# ---- ngrok tcp -----------------------------------------------------------------------------
+def test_tcp_with_a_reserved_remote_addr(run_cli, edge, account, tcp_echo):
+    addr = account.admin.post("/reserved_addrs", {}).json["addr"]
+    agent = run_cli(_credential(account)["token"],
+                    ["tcp", "-remote-addr", addr, _addr(tcp_echo)])
+    urls = agent.wait_tunnels(1)
+    assert list(urls.values()) == [f"tcp://{addr}"]
+    port = int(addr.rsplit(":", 1)[1])
+    assert tcp_round_trip(port, b"ping over tcp") == b"ping over tcp"
+
+
+def test_tcp_remote_addr_not_reserved_is_refused(run_cli, edge, account, tcp_echo):
+    agent = run_cli(_credential(account)["token"],
+                    ["tcp", "-remote-addr", "tunnels.localhost:1", _addr(tcp_echo)])
+    assert "ERR_NGROK_7113" in agent.refusal()
+
+
+def test_plain_tcp(run_cli, edge, account, tcp_echo):
+    agent = run_cli(_credential(account)["token"], ["tcp", _addr(tcp_echo)])
+    url = list(agent.wait_tunnels(1).values())[0]
+    assert tcp_round_trip(int(url.rsplit(":", 1)[1]), b"x" * 1000) == b"x" * 1000
+
+
+# ---- ngrok start ---------------------------------------------------------------------------
+def test_start_names_and_all_from_the_config_file(run_cli, edge, account, upstream,
+                                                  upstream_two, tcp_echo):
+    sub = f"clistart{time.time_ns() % 10**9}"
+    tunnels = {"web": {"proto": "http", "addr": _addr(upstream.server_port),
+                       "subdomain": sub},
+               "api": {"proto": "http", "addr": _addr(upstream_two.server_port),
+                       "bind_tls": False},
+               "raw": {"proto": "tcp", "addr": _addr(tcp_echo)}}
+    token = _credential(account)["token"]
+    one = run_cli(token, ["start", "web"], tunnels=tunnels)
+    urls = one.wait_tunnels(2)
+    assert {_host(u) for u in urls.values()} == {f"{sub}.tunnels.localhost"}
+    assert edge.http("GET", f"{sub}.tunnels.localhost", "/").json()["name"] == "one"
+    one.stop()
+    every = run_cli(token, ["start", "--all"], tunnels=tunnels)
+    urls = every.wait_tunnels(4)
+    by_name = {name.split(" ")[0]: url for name, url in urls.items()}
+    assert set(by_name) == {"web", "api", "raw"}
+    api_url = [u for n, u in urls.items() if n.startswith("api")][0]
+    assert edge.http("GET", _host(api_url), "/").json()["name"] == "two"
+    assert edge.http("GET", f"{sub}.tunnels.localhost", "/").json()["name"] == "one"
+    raw = [u for n, u in urls.items() if n.startswith("raw")][0]
+    assert tcp_round_trip(int(raw.rsplit(":", 1)[1]), b"all") == b"all"
