@@ -309,3 +309,47 @@ def test_start_names_and_all_from_the_config_file(run_cli, edge, account, upstre
     assert edge.http("GET", f"{sub}.tunnels.localhost", "/").json()["name"] == "one"
     raw = [u for n, u in urls.items() if n.startswith("raw")][0]
     assert tcp_round_trip(int(raw.rsplit(":", 1)[1]), b"all") == b"all"
+
+
+def test_start_all_with_two_unnamed_tunnels_routes_each_url_to_its_own_upstream(
+        run_cli, edge, account, upstream, upstream_two):
+    """``ngrok start --all`` binds its tunnels at once and its Binds carry nothing that ties
+    a tunnel's http bind to its https bind: each URL the CLI shows reaches that tunnel's
+    upstream, over its own scheme."""
+    tunnels = {"a": {"proto": "http", "addr": _addr(upstream.server_port)},
+               "b": {"proto": "http", "addr": _addr(upstream_two.server_port)}}
+    agent = run_cli(_credential(account)["token"], ["start", "--all"], tunnels=tunnels)
+    urls = agent.wait_tunnels(4)
+    for name, url in urls.items():
+        want = "one" if name.split(" ")[0] == "a" else "two"
+        if url.startswith("http://"):
+            assert edge.http("GET", _host(url), "/").json()["name"] == want, (name, urls)
+        else:
+            status, body = _https(edge, url, "/")
+            assert status == 200 and json.loads(body)["name"] == want, (name, urls)
+
+
+# ---- the edge restarts (last: it restarts the session's edge) ------------------------------
+def test_cli_reconnects_after_the_edge_restarts(run_cli, stack, edge, account, upstream):
+    sub = f"clire{time.time_ns() % 10**9}"
+    agent = run_cli(_credential(account)["token"],
+                    ["http", "-subdomain", sub, _addr(upstream.server_port)])
+    urls = _by_scheme(agent.wait_tunnels(2))
+    host = _host(urls["http"])
+    assert edge.http("GET", host, "/before").status_code == 200
+    edge.stop()
+    edge.start({**stack.store_env(), "BASE_DOMAIN": "tunnels.localhost"})
+    deadline = time.time() + 60
+    status = None
+    while time.time() < deadline:
+        try:
+            status = edge.http("GET", host, "/after").status_code
+        except requests.RequestException:
+            status = None
+        if status == 200 and _https(edge, urls["https"], "/after")[0] == 200:
+            break
+        time.sleep(0.5)
+    assert status == 200, agent.output()
+    assert _by_scheme(agent.wait_tunnels(2)) == urls
+    sessions = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
+    assert len(sessions) == 1
