@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 from chalicelib import binding, ids, online
-from edge import enforce, legacy, muxado, protocol, quotas, tls
+from edge import enforce, legacy, muxado, passthrough, protocol, quotas, tls
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset
@@ -281,13 +281,14 @@ class AgentSession:
             tunnel.enforcement = enforce.tcp_options(opts)
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
-        elif proto == "tls":
-            raise binding.Refused("ERR_NGROK_1622", "tls endpoints are not served by this edge "
-                                                    "(http, https and tcp are).")
+        elif proto == passthrough.PROTO:   # SNI-routed, not terminated (edge.passthrough)
+            tunnel.enforcement = passthrough.options(opts)
+            await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
+            await self.edge.bind_http(tunnel, self._requested_domain(opts))
         else:
             raise binding.Refused("ERR_NGROK_1622", f"'{proto}' is not a valid endpoint "
                                                     "type. Must be one of 'http', 'https', "
-                                                    "'tcp'.")
+                                                    "'tcp', 'tls'.")
         self.tunnels[tunnel.id] = tunnel
         log.info("session %s: tunnel %s bound at %s", self.id, tunnel.id, tunnel.url)
         await self._reply(stream, protocol.reply({
@@ -345,13 +346,14 @@ class AgentSession:
         await self._reply(stream, protocol.reply({}))
 
     # ---- what the edge sends the agent ------------------------------------------------------
-    async def open_proxy(self, tunnel: Tunnel, client_addr: str, proto: str) -> MuxStream:
+    async def open_proxy(self, tunnel: Tunnel, client_addr: str, proto: str,
+                         passthrough_tls: bool = False) -> MuxStream:
         """A proxy stream for one public connection, its header written. Waits up to
         OPEN_WAIT for a free slot when the session has MAX_LOCAL_STREAMS open
         (StreamsExhausted after that)."""
         stream = await self.mux.open_stream_when_free(OPEN_WAIT)
         await stream.write(protocol.proxy_header(tunnel_id=tunnel.id, client_addr=client_addr,
-                                                 proto=proto))
+                                                 proto=proto, passthrough_tls=passthrough_tls))
         return stream
 
     async def command(self, typ: int) -> Optional[str]:

@@ -86,6 +86,8 @@ class Registry:
         that scheme when the name has an http and an https endpoint, and none when the only
         one is ``scheme_only`` of the other scheme."""
         tunnel = self.by_host.get(hostname)
+        if tunnel is not None and tunnel.proto == "tls":   # no HTTP: edge.passthrough
+            return None
         if tunnel is None or not scheme or tunnel.proto == scheme:
             return tunnel
         if tunnel.sibling is not None:

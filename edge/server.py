@@ -253,6 +253,8 @@ class Edge:
         tunnel.hostname = name
         scheme = "http" if tunnel.proto == "http" else "https"
         tunnel.url = self.settings.http_url(name, scheme)
+        if tunnel.proto == "tls":   # served on the HTTPS listener (edge.passthrough)
+            tunnel.url = "tls" + tunnel.url[len("https"):]
         self.registry.add(tunnel)
         await self._online(tunnel)
 
