@@ -148,6 +148,37 @@ def test_cli_logs_in_and_serves_http_and_https_of_one_generated_name(run_cli, ed
     assert sorted(e["public_url"] for e in endpoints) == sorted(urls.values())
 
 
+
+@pytest.mark.parametrize("token,code", [("not-a-token", "ERR_NGROK_105"),
+                                        ("2abcdefghijklmnopqrstuvwxyz_0123456789ABCDEFGH",
+                                         "ERR_NGROK_107")])
+def test_a_bad_authtoken_is_refused_with_the_cli_showing_why(run_cli, token, code):
+    agent = run_cli(token, ["http", "8080"])
+    assert code in agent.refusal()
+    assert agent.process.wait(timeout=20) != 0
+
+
+def test_session_metadata_from_the_config_file(run_cli, account, upstream):
+    agent = run_cli(_credential(account)["token"], ["http", _addr(upstream.server_port)],
+                    extra_config={"metadata": "cli-box-7"})
+    agent.wait_tunnels(2)
+    sessions = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
+    assert [s["metadata"] for s in sessions] == ["cli-box-7"]
+
+
+def test_stop_through_the_api_ends_the_cli(run_cli, account, upstream):
+    agent = run_cli(_credential(account)["token"], ["http", _addr(upstream.server_port)])
+    agent.wait_tunnels(2)
+    session = account.admin.get("/tunnel_sessions").json["tunnel_sessions"][0]
+    assert account.admin.post(f"/tunnel_sessions/{session['id']}/stop").status == 204
+    agent.process.wait(timeout=30)
+    deadline = time.time() + 20
+    while time.time() < deadline and account.admin.get("/tunnel_sessions").json[
+            "tunnel_sessions"]:
+        time.sleep(0.5)
+    assert account.admin.get("/tunnel_sessions").json["tunnel_sessions"] == []
+    assert account.admin.get("/endpoints").json["endpoints"] == []
+
 # ---- ngrok http's flags --------------------------------------------------------------------
 @pytest.mark.parametrize("bind_tls,schemes", [("both", {"http", "https"}), ("true", {"https"}),
                                               ("false", {"http"})])
