@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 from chalicelib import binding, ids, online
-from edge import enforce, legacy, muxado, passthrough, protocol, quotas, tls
+from edge import enforce, legacy, muxado, passthrough, pools, protocol, quotas, tls
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset
@@ -271,7 +271,8 @@ class AgentSession:
                         forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
                         metadata=protocol.text(extra.get("Metadata"))[:4096],
                         endpoint_id=endpoint_id_of(tunnel_id), rebind=tunnel_id == asked_id,
-                        scheme_only=self.version == legacy.PROTOCOL_VERSION)
+                        scheme_only=self.version == legacy.PROTOCOL_VERSION,
+                        pooled=pools.wants_pooling(extra))
         if proto in ("http", "https"):
             tunnel.enforcement = enforce.http_options(legacy.http_options(opts))
             tunnel.tls = tls.spec_of_bind(opts.get("MutualTLSCA"))

@@ -44,7 +44,9 @@ def options(opts: Dict[str, Any]) -> enforce.Enforcement:
 
 def tunnel_for(edge: Any, name: str) -> Any:
     tunnel = edge.registry.by_host.get(name) if name else None
-    return tunnel if tunnel is not None and tunnel.proto == PROTO else None
+    if tunnel is None or tunnel.proto != PROTO:
+        return None
+    return edge.registry.pick(tunnel.pool) if tunnel.pool else tunnel
 
 
 async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:

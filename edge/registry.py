@@ -37,6 +37,11 @@ class Tunnel:
     sibling: Optional["Tunnel"] = None
     holds_claim: bool = True
     scheme_only: bool = False    # served on its own scheme's listener only (CLI 2.x binds)
+    # Endpoint pooling (the Bind's PoolingEnabled): endpoints of one account bound with it on
+    # one URL share its traffic (round robin); ``pool`` is the list they all share, its first
+    # member holds the name's claim (edge.pools).
+    pooled: bool = False
+    pool: Optional[List["Tunnel"]] = None
 
     @property
     def account_id(self) -> str:
@@ -59,7 +64,8 @@ class Registry:
             self.internal[(tunnel.account_id, tunnel.hostname)] = tunnel
         elif tunnel.hostname:
             held = self.by_host.get(tunnel.hostname)
-            if held is None or held is not tunnel.sibling:   # the claim holder stays first
+            if held is None or held is not tunnel.sibling and \
+                    not (tunnel.pool and held in tunnel.pool):   # the claim holder stays first
                 self.by_host[tunnel.hostname] = tunnel
         if tunnel.port:
             self.by_port[tunnel.port] = tunnel
@@ -71,13 +77,20 @@ class Registry:
             if self.internal.get((tunnel.account_id, tunnel.hostname)) is tunnel:
                 del self.internal[(tunnel.account_id, tunnel.hostname)]
         elif tunnel.hostname and self.by_host.get(tunnel.hostname) is tunnel:
-            if tunnel.sibling is not None:   # the other scheme's endpoint keeps the name
+            heirs = [t for t in tunnel.pool or () if t is not tunnel]
+            if heirs:   # the pool keeps the name
+                self.by_host[tunnel.hostname] = heirs[0]
+            elif tunnel.sibling is not None:   # the other scheme's endpoint keeps the name
                 self.by_host[tunnel.hostname] = tunnel.sibling
             else:
                 del self.by_host[tunnel.hostname]
         if tunnel.sibling is not None:
             tunnel.sibling.sibling = None
             tunnel.sibling = None
+        if tunnel.pool is not None:
+            if tunnel in tunnel.pool:
+                tunnel.pool.remove(tunnel)
+            tunnel.pool = None
         if tunnel.port and self.by_port.get(tunnel.port) is tunnel:
             del self.by_port[tunnel.port]
 
@@ -88,6 +101,8 @@ class Registry:
         tunnel = self.by_host.get(hostname)
         if tunnel is not None and tunnel.proto == "tls":   # no HTTP: edge.passthrough
             return None
+        if tunnel is not None and tunnel.pool and scheme:   # routing a connection: its turn
+            tunnel = self.pick(tunnel.pool)
         if tunnel is None or not scheme or tunnel.proto == scheme:
             return tunnel
         if tunnel.sibling is not None:

@@ -14,7 +14,7 @@ import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib import binding, errors, hostnames, online, policy as tp
-from edge import agents, config, legacy, metrics, quotas, tls
+from edge import agents, config, legacy, metrics, pools, quotas, tls
 from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
@@ -227,8 +227,11 @@ class Edge:
             if name in self.banned:
                 raise binding.Refused(*BANNED)
             sibling = legacy.sibling_for(tunnel, self.registry, name)
-            if sibling is None:
-                await self._claim(tunnel, name)
+            if sibling is None and pools.join(self.registry, tunnel, name) is None:
+                try:
+                    await self._claim(tunnel, name)
+                except binding.Refused as exc:
+                    raise pools.refusal(exc, tunnel, self.registry.by_host.get(name), name)
         elif (sibling := legacy.generated_partner(tunnel)) is not None:
             name, tunnel.generated = sibling.hostname, True
         elif (name := await self._remembered(tunnel)) is not None:
@@ -396,6 +399,7 @@ class Edge:
                         forwards_to=tunnel.forwards_to, metadata=tunnel.metadata,
                         endpoint_id=tunnel.endpoint_id if tunnel.url else None,
                         traffic_policy=str(tunnel.opts.get("TrafficPolicy") or ""),
+                        pooling_enabled=tunnel.pooled,
                         bindings=["internal"] if tunnel.internal else ["public"])
 
     async def drop_tunnel(self, tunnel: Tunnel, remember: bool = False) -> None:
@@ -404,7 +408,8 @@ class Edge:
         the re-bind of the same tunnel id (chalicelib.online.remember_name)."""
         if self.registry.by_id.get(tunnel.id) is not tunnel:
             return  # already taken over by a reconnect
-        partner = tunnel.sibling
+        partner = tunnel.sibling or next((t for t in tunnel.pool or () if t is not tunnel),
+                                         None)   # who keeps serving the name (its claim)
         self.registry.remove(tunnel)
         if tunnel.port:
             self._release_port(tunnel.port)
