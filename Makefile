@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 AGENT_STAMP := $(AGENT_VENV)/.installed
 
 .PHONY: install run api-key test lint test-service test-agent test-deps reset create-table bench soak clean \
-	package deploy-aws deploy-localstack resources test-integration mutate
+	package deploy-aws deploy-localstack resources test-integration mutate agent-cli
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt edge/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,11 @@ $(AGENT_STAMP): agent/requirements.txt agent/requirements-dev.txt
 	$(AGENT_VENV)/bin/python -m pip install -q -r agent/requirements.txt -r agent/requirements-dev.txt
 	touch $@
 
-install: $(STAMP) $(AGENT_STAMP)
+install: $(STAMP) $(AGENT_STAMP) agent-cli
+
+## agent-cli: the official agent CLI 2.x the edge tests run (npm registry, into tests/edge/cli/)
+agent-cli:
+	sh scripts/fetch_agent_cli.sh
 
 ## run: the stack on this machine: embedded store, the API on 127.0.0.1:$(PORT) and the edge
 ## (agents on 127.0.0.1:$$EDGE_AGENT_PORT, default 4443); data and the edge CA in $(DATA_DIR)/
@@ -60,7 +64,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/mypy chalicelib/core
 
-test-service: $(STAMP) $(AGENT_STAMP) test-deps
+test-service: $(STAMP) $(AGENT_STAMP) test-deps agent-cli
 	$(PY) -m pytest tests
 
 ## test-deps: Debian packages the tests run as processes (Pebble, the ACME test CA), when

@@ -45,6 +45,8 @@ URL = Field("url", "string", check=cloud.check_url)
 TRAFFIC_POLICY = Field("traffic_policy", "string", check=cloud.check_policy)
 BINDINGS = Field("bindings", "string_list", check=cloud.check_bindings)
 POOLING = Field("pooling_enabled", "boolean", check=cloud.check_pooling)
+# GET /endpoints?id=…&url=… (what the official clients send; chalicelib.list_filters)
+LIST_QUERY_FILTERS = {"id": "id", "url": "url"}
 CREATE_FIELDS = [Field("url", "string", required=True, check=cloud.check_url),
                  Field("type", "string", check=cloud.check_type), TRAFFIC_POLICY,
                  DESCRIPTION, METADATA, BINDINGS, POOLING]

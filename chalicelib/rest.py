@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
-from chalicelib import filters, idempotency, web
+from chalicelib import filters, idempotency, list_filters, web
 
 ALL = ("create", "list", "get", "update", "delete")
 _PARAM = re.compile(r"{(\w+)}")
@@ -86,11 +86,14 @@ def collection(route: Callable[..., Any], path: str, resource: Any, id_param: st
                                                          _body(o.create_fields)))
 
     if "list" in wanted:
-        @route(path, ["GET"], query=web.LIST_QUERY, name=f"list_{plural}")
+        by_field = getattr(resource, "LIST_QUERY_FILTERS", {})   # chalicelib.list_filters
+
+        @route(path, ["GET"], query=web.LIST_QUERY + tuple(by_field), name=f"list_{plural}")
         def list_(**params):
             c = web.ctx()
-            limit, before_id = web.list_params(o.prefix)
-            text = (web.request().query_params or {}).get("filter")
+            limit, before_id = web.list_params(o.prefix, tuple(by_field))
+            query = web.request().query_params
+            text = list_filters.expression(query, by_field, (query or {}).get("filter"))
             if text is None:
                 # (items, more) or, for lists that skip items, (items, more, cursor)
                 items, more, *cursor = o.list_page(c, *parent_values(params), limit, before_id)

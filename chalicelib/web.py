@@ -317,12 +317,14 @@ def reject_query(allowed: Iterable[str] = ()) -> Dict[str, str]:
     return params
 
 
-def list_params(prefix: str) -> Tuple[int, Optional[str]]:
+def list_params(prefix: str, extra: Iterable[str] = ()) -> Tuple[int, Optional[str]]:
     """``limit`` (1–100, default 100) and ``before_id`` (an id with this prefix) of a list.
 
     ``beforeId`` is accepted as the same parameter (the TypeScript client sends it); both at
     once with different values is a 400."""
-    params = reject_query(LIST_QUERY)
+    params = reject_query(LIST_QUERY + tuple(extra))   # extra: the list's own filters
+    for name in extra:
+        params.pop(name, None)
     if "beforeId" in params:
         camel = params.pop("beforeId")
         if params.get("before_id", camel) != camel:

@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 from chalicelib.core import binding, edge_errors, ids, online
-from edge import enforce, muxado, protocol, quotas, tls
+from edge import enforce, legacy, muxado, passthrough, pools, protocol, quotas, tls
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset
@@ -71,6 +71,7 @@ class AgentSession:
         self.mux = MuxSession(reader, writer, self._on_stream, name=f"{peer[0]}:{peer[1]}")
         self.id: Optional[str] = None
         self.grant: Optional[binding.Grant] = None
+        self.version = ""         # the protocol version Auth chose ("2": the CLI 2.x)
         self.tunnels: Dict[str, Tunnel] = {}
         self.heartbeat = DEFAULT_HEARTBEAT
         self.last_heartbeat = time.monotonic()
@@ -180,7 +181,8 @@ class AgentSession:
             raise MalformedRequest("a second Auth on one session")
         version = protocol.choose_version(request.get("Version"))
         extra = protocol.obj(request.get("Extra"))
-        token = protocol.text(extra.get("AuthToken"))
+        # AuthToken (the SDKs), Authtoken (the CLI 2.x and ngrok-go's legacy client)
+        token = protocol.text(extra.get("AuthToken")) or protocol.text(extra.get("Authtoken"))
         client_id = protocol.text(request.get("ClientId"))
         if version is None:
             await self._reply(stream, protocol.error_reply(
@@ -223,6 +225,7 @@ class AgentSession:
                                       extra.get("HeartbeatTolerance"))
         self.grant = grant
         self.id = session_id
+        self.version = version
         self.mux.authenticate()
         self.edge.authenticated(self)
         self.edge.registry.sessions[session_id] = self
@@ -268,9 +271,11 @@ class AgentSession:
                         forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
                         forwards_proto=protocol.text(request.get("ForwardsProto"))[:16],
                         metadata=protocol.text(extra.get("Metadata"))[:4096],
-                        endpoint_id=endpoint_id_of(tunnel_id), rebind=tunnel_id == asked_id)
+                        endpoint_id=endpoint_id_of(tunnel_id), rebind=tunnel_id == asked_id,
+                        scheme_only=self.version == legacy.PROTOCOL_VERSION,
+                        pooled=pools.wants_pooling(extra))
         if proto in ("http", "https"):
-            tunnel.enforcement = enforce.http_options(opts)
+            tunnel.enforcement = enforce.http_options(legacy.http_options(opts))
             tunnel.tls = tls.spec_of_bind(opts.get("MutualTLSCA"))
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_http(tunnel, self._requested_domain(opts))
@@ -278,15 +283,14 @@ class AgentSession:
             tunnel.enforcement = enforce.tcp_options(opts)
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
-        elif proto == "tls":
-            raise binding.Refused(edge_errors.INVALID_PROTOCOL,
-                                  "tls endpoints are not served by this edge "
-                                  "(http, https and tcp are).")
+        elif proto == passthrough.PROTO:   # SNI-routed, not terminated (edge.passthrough)
+            tunnel.enforcement = passthrough.options(opts)
+            await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
+            await self.edge.bind_http(tunnel, self._requested_domain(opts))
         else:
             raise binding.Refused(edge_errors.INVALID_PROTOCOL,
-                                  f"'{proto}' is not a valid endpoint "
-                                  "type. Must be one of 'http', 'https', "
-                                  "'tcp'.")
+                                  f"'{proto}' is not a valid endpoint type. Must be one of "
+                                  "'http', 'https', 'tcp', 'tls'.")
         self.tunnels[tunnel.id] = tunnel
         log.info("session %s: tunnel %s bound at %s", self.id, tunnel.id, tunnel.url)
         await self._reply(stream, protocol.reply({
@@ -345,13 +349,14 @@ class AgentSession:
         await self._reply(stream, protocol.reply({}))
 
     # ---- what the edge sends the agent ------------------------------------------------------
-    async def open_proxy(self, tunnel: Tunnel, client_addr: str, proto: str) -> MuxStream:
+    async def open_proxy(self, tunnel: Tunnel, client_addr: str, proto: str,
+                         passthrough_tls: bool = False) -> MuxStream:
         """A proxy stream for one public connection, its header written. Waits up to
         OPEN_WAIT for a free slot when the session has MAX_LOCAL_STREAMS open
         (StreamsExhausted after that)."""
         stream = await self.mux.open_stream_when_free(OPEN_WAIT)
         await stream.write(protocol.proxy_header(tunnel_id=tunnel.id, client_addr=client_addr,
-                                                 proto=proto))
+                                                 proto=proto, passthrough_tls=passthrough_tls))
         return stream
 
     async def command(self, typ: int) -> Optional[str]:

@@ -287,7 +287,7 @@ class HttpFront:
                 if refused is not None:   # a name's TLS settings met by another handshake
                     await self._answer(client, writer, *MISDIRECTED, refused, close=True)
                     return
-                tunnel = self.edge.registry.http_tunnel(host)
+                tunnel = self.edge.registry.http_tunnel(host, self.scheme)
                 fixed, cloud = None, False
                 if tunnel is not None:
                     enforcement = tunnel.enforcement

@@ -32,6 +32,17 @@ class Tunnel:
     internal: bool = False       # https://<name>.internal: reached only by forward-internal
     rebind: bool = False         # bound with the id it had before (an agent's reconnect)
     generated: bool = False      # its name or port was chosen by the edge, not asked for
+    # The http and the https endpoint of one name bound by one session (the CLI 2.x's
+    # -bind-tls=both): one owner. The first bound holds the name's claim; each listener
+    # routes to the endpoint of its own scheme (http_tunnel).
+    sibling: Optional["Tunnel"] = None
+    holds_claim: bool = True
+    scheme_only: bool = False    # served on its own scheme's listener only (CLI 2.x binds)
+    # Endpoint pooling (the Bind's PoolingEnabled): endpoints of one account bound with it on
+    # one URL share its traffic (round robin); ``pool`` is the list they all share, its first
+    # member holds the name's claim (edge.pools).
+    pooled: bool = False
+    pool: Optional[List["Tunnel"]] = None
 
     @property
     def account_id(self) -> str:
@@ -53,7 +64,10 @@ class Registry:
         if tunnel.internal:
             self.internal[(tunnel.account_id, tunnel.hostname)] = tunnel
         elif tunnel.hostname:
-            self.by_host[tunnel.hostname] = tunnel
+            held = self.by_host.get(tunnel.hostname)
+            if held is None or held is not tunnel.sibling and \
+                    not (tunnel.pool and held in tunnel.pool):   # the claim holder stays first
+                self.by_host[tunnel.hostname] = tunnel
         if tunnel.port:
             self.by_port[tunnel.port] = tunnel
 
@@ -64,12 +78,37 @@ class Registry:
             if self.internal.get((tunnel.account_id, tunnel.hostname)) is tunnel:
                 del self.internal[(tunnel.account_id, tunnel.hostname)]
         elif tunnel.hostname and self.by_host.get(tunnel.hostname) is tunnel:
-            del self.by_host[tunnel.hostname]
+            heirs = [t for t in tunnel.pool or () if t is not tunnel]
+            if heirs:   # the pool keeps the name
+                self.by_host[tunnel.hostname] = heirs[0]
+            elif tunnel.sibling is not None:   # the other scheme's endpoint keeps the name
+                self.by_host[tunnel.hostname] = tunnel.sibling
+            else:
+                del self.by_host[tunnel.hostname]
+        if tunnel.sibling is not None:
+            tunnel.sibling.sibling = None
+            tunnel.sibling = None
+        if tunnel.pool is not None:
+            if tunnel in tunnel.pool:
+                tunnel.pool.remove(tunnel)
+            tunnel.pool = None
         if tunnel.port and self.by_port.get(tunnel.port) is tunnel:
             del self.by_port[tunnel.port]
 
-    def http_tunnel(self, hostname: str) -> Optional[Tunnel]:
-        return self.by_host.get(hostname)
+    def http_tunnel(self, hostname: str, scheme: str = "") -> Optional[Tunnel]:
+        """The endpoint serving ``hostname``; with ``scheme`` (the listener's), the one of
+        that scheme when the name has an http and an https endpoint, and none when the only
+        one is ``scheme_only`` of the other scheme."""
+        tunnel = self.by_host.get(hostname)
+        if tunnel is not None and tunnel.proto == "tls":   # no HTTP: edge.passthrough
+            return None
+        if tunnel is not None and tunnel.pool and scheme:   # routing a connection: its turn
+            tunnel = self.pick(tunnel.pool)
+        if tunnel is None or not scheme or tunnel.proto == scheme:
+            return tunnel
+        if tunnel.sibling is not None:
+            return tunnel.sibling
+        return None if tunnel.scheme_only else tunnel
 
     def labeled(self, account_id: str, labels: Dict[str, str]) -> List[Tunnel]:
         """Live labeled tunnels of the account carrying every label of ``labels``."""

@@ -14,7 +14,7 @@ import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import binding, errors, hostnames, online, policy as tp
-from edge import agents, config, h2front, metrics, quotas, tls
+from edge import agents, config, h2front, legacy, metrics, pools, quotas, tls
 from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
@@ -222,11 +222,19 @@ class Edge:
         if requested.lower().endswith(online.INTERNAL_SUFFIX):
             await self._bind_internal(tunnel, requested)
             return
+        sibling = None   # the other scheme's endpoint of this name, this session (edge.legacy)
         if requested:
             name = await self.call(binding.check_domain, grant, requested)
             if name in self.banned:
                 raise binding.Refused(*BANNED)
-            await self._claim(tunnel, name)
+            sibling = legacy.sibling_for(tunnel, self.registry, name)
+            if sibling is None and pools.join(self.registry, tunnel, name) is None:
+                try:
+                    await self._claim(tunnel, name)
+                except binding.Refused as exc:
+                    raise pools.refusal(exc, tunnel, self.registry.by_host.get(name), name)
+        elif (sibling := legacy.generated_partner(tunnel)) is not None:
+            name, tunnel.generated = sibling.hostname, True
         elif (name := await self._remembered(tunnel)) is not None:
             pass
         else:
@@ -245,9 +253,13 @@ class Edge:
                 except binding.Refused:
                     if attempt == MAX_GENERATE_ATTEMPTS - 1:
                         raise
+        if sibling is not None:
+            legacy.pair(tunnel, sibling)
         tunnel.hostname = name
         scheme = "http" if tunnel.proto == "http" else "https"
         tunnel.url = self.settings.http_url(name, scheme)
+        if tunnel.proto == "tls":   # served on the HTTPS listener (edge.passthrough)
+            tunnel.url = "tls" + tunnel.url[len("https"):]
         self.registry.add(tunnel)
         await self._online(tunnel)
 
@@ -335,7 +347,12 @@ class Edge:
                 candidates.insert(0, before)
         for port in candidates:
             address = f"{host}:{port}"
-            await self.call(binding.check_address, grant, address, bool(requested))
+            try:
+                await self.call(binding.check_address, grant, address, bool(requested))
+            except binding.Refused:
+                if requested:
+                    raise
+                continue   # reserved since the edge last read the reservations: not free
             try:
                 await self._claim(tunnel, address)
             except binding.Refused:
@@ -389,6 +406,7 @@ class Edge:
                         forwards_to=tunnel.forwards_to, metadata=tunnel.metadata,
                         endpoint_id=tunnel.endpoint_id if tunnel.url else None,
                         traffic_policy=str(tunnel.opts.get("TrafficPolicy") or ""),
+                        pooling_enabled=tunnel.pooled,
                         bindings=["internal"] if tunnel.internal else ["public"])
 
     async def drop_tunnel(self, tunnel: Tunnel, remember: bool = False) -> None:
@@ -397,6 +415,8 @@ class Edge:
         the re-bind of the same tunnel id (chalicelib.core.online.remember_name)."""
         if self.registry.by_id.get(tunnel.id) is not tunnel:
             return  # already taken over by a reconnect
+        partner = tunnel.sibling or next((t for t in tunnel.pool or () if t is not tunnel),
+                                         None)   # who keeps serving the name (its claim)
         self.registry.remove(tunnel)
         if tunnel.port:
             self._release_port(tunnel.port)
@@ -406,9 +426,12 @@ class Edge:
             if remember and tunnel.generated and (tunnel.hostname or tunnel.port):
                 await self.call(online.remember_name, tunnel.account_id, tunnel.id,
                                 tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}")
-            if name:
+            if name and tunnel.holds_claim:
                 await self.call(online.release_hostname, name, endpoint_id=tunnel.endpoint_id)
             await self.call(online.tunnel_stopped, tunnel.account_id, tunnel.id)
+            if partner is not None and tunnel.holds_claim and not partner.session.ended:
+                partner.holds_claim = True   # the other scheme's endpoint keeps serving it
+                await self._claim(partner, name)
         except Exception:  # the store being down must not keep a dead tunnel routed
             log.exception("could not record that tunnel %s stopped", tunnel.id)
 

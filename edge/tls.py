@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from chalicelib.core import binding, certs, edge_errors, routing
-from edge import challenges
+from edge import challenges, passthrough
 
 log = logging.getLogger("edge.tls")
 
@@ -399,6 +399,8 @@ class HttpsListener:
             name, offered = client_hello(hello)
             if offered_alpn(hello) == [challenges.ACME_TLS_ALPN]:   # ACME TLS-ALPN-01
                 await self._acme_tls_alpn(transport, name)
+                return
+            if await passthrough.serve(self.edge, transport, name):   # a TLS endpoint's
                 return
             if not self.edge.tls.loaded.is_set():
                 await asyncio.wait_for(self.edge.tls.loaded.wait(), self.handshake_timeout)

@@ -390,7 +390,8 @@ def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance
                    forwards_to: str = "", metadata: str = "", endpoint_id: Optional[str] = None,
                    traffic_policy: str = "", bind_id: Optional[str] = None,
                    domain_id: Optional[str] = None, tcp_addr_id: Optional[str] = None,
-                   description: str = "", bindings: Optional[List[str]] = None) -> None:
+                   description: str = "", bindings: Optional[List[str]] = None,
+                   pooling_enabled: bool = False) -> None:
     """Write the tunnel item and, when ``endpoint_id`` is given, the endpoint item, and add
     both to the session, in one transaction (upserts: a re-bind with the same ids replaces
     them). NotFound when the session item does not exist.
@@ -428,6 +429,7 @@ def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance
                     "traffic_policy": traffic_policy, "domain_id": domain_id,
                     "tcp_addr_id": tcp_addr_id, "bind_id": bind_id,
                     "bindings": list(bindings or ["public"]),
+                    "pooling_enabled": pooling_enabled,
                     "created_at": started, "updated_at": started}
         ops.append({"Put": {"TableName": _table(), "Item": _item(
             store.collection_pk(account_id, ENDPOINTS), endpoint_id, kind=ENDPOINTS,

@@ -2,9 +2,10 @@
 edge tests with the device agent's virtualenv (where the SDK is installed).
 
 Usage: ``python sdk_agent.py '<json config>'``; config: ``authtoken``, ``server_addr``,
-``root_cas``, ``binds`` (list of {"proto": "http"|"tcp"|"labeled", "domain"?, "labels"?,
-"remote_addr"?, "options"? (SDK builder calls), "upstream"?: "dead" | "grpc"}). It serves a
-small upstream on 127.0.0.1 (echo, upload digest, streaming,
+``root_cas``, ``binds`` (list of {"proto": "http"|"tcp"|"tls"|"labeled", "domain"?,
+"labels"?, "remote_addr"?, "options"? (SDK builder calls), "upstream"?: "dead" | "grpc",
+"upstream_addr"? (tls: where to forward)}). It serves a small upstream on 127.0.0.1 (echo,
+upload digest, streaming,
 WebSocket echo, a flood and how much of it was written), forwards every bind to it, and
 prints one JSON line per event: ``bound``
 (url, id) or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on stdin:
@@ -154,6 +155,13 @@ async def main(cfg):
                 for option, value in bind.get("options", {}).items():
                     lb = getattr(lb, option)(*value)
                 upstream = f"127.0.0.1:{tcp_port}"
+            elif bind["proto"] == "tls":   # forwards to the test's own TLS server
+                lb = session.tls_endpoint()
+                if bind.get("domain"):
+                    lb = lb.domain(bind["domain"])
+                for option, value in bind.get("options", {}).items():
+                    lb = getattr(lb, option)(*value)
+                upstream = bind["upstream_addr"]
             else:
                 lb = session.labeled_listener()
                 for key, value in bind["labels"].items():

@@ -1,5 +1,6 @@
 // An agent program on the official JavaScript SDK (@ngrok/ngrok), run by tests/edge/test_node_sdk.py.
-// argv[2]: JSON {authtoken, server_addr, root_cas, domain?, traffic_policy?}. Prints one JSON line
+// argv[2]: JSON {authtoken, server_addr, root_cas, domain?, traffic_policy?, pooling_enabled?,
+// name? (answered as `agent`)}. Prints one JSON line
 // ({url} or {error, code}), then {status} whenever the session is lost ('closed') or back
 // ('connected'), and serves until stdin closes.
 const ngrok = require('@ngrok/ngrok');
@@ -7,10 +8,11 @@ const http = require('http');
 const cfg = JSON.parse(process.argv[2]);
 const server = http.createServer((req, res) => {
   res.setHeader('content-type', 'application/json');
-  res.end(JSON.stringify({ sdk: 'node', path: req.url, headers: req.headers }));
+  res.end(JSON.stringify({ sdk: 'node', agent: cfg.name, path: req.url, headers: req.headers }));
 }).listen(0, '127.0.0.1', async () => {
   try {
-    const listener = await ngrok.forward({
+    const listener = cfg.pooling_enabled ? await pooled(`127.0.0.1:${server.address().port}`)
+      : await ngrok.forward({
       addr: `127.0.0.1:${server.address().port}`, authtoken: cfg.authtoken,
       server_addr: cfg.server_addr, root_cas: cfg.root_cas,
       domain: cfg.domain, traffic_policy: cfg.traffic_policy,
@@ -23,3 +25,13 @@ const server = http.createServer((req, res) => {
 });
 process.stdin.on('end', () => process.exit(0));
 process.stdin.resume();
+
+// forward()'s pooling_enabled is not sent by this SDK version: the listener builder's is
+async function pooled(addr) {
+  const session = await new ngrok.SessionBuilder().authtoken(cfg.authtoken)
+    .serverAddr(cfg.server_addr).rootCas(cfg.root_cas)
+    .connect();
+  const listener = await session.httpEndpoint().domain(cfg.domain).poolingEnabled(true).listen();
+  listener.forward(addr);   // resolves when forwarding ends: not awaited
+  return listener;
+}

@@ -1,0 +1,104 @@
+"""TLS endpoints (``tls://<name>``): connections to the HTTPS listener routed by the SNI name of
+their ClientHello, passed to the agent without being terminated.
+
+The HTTPS listener (``edge.tls.HttpsListener``) peeks at the ClientHello before it starts
+TLS. When a TLS endpoint (an agent's Bind with proto ``tls``: the CLI's ``ngrok tls``, the
+SDKs' ``tls_endpoint()``) serves that name, :func:`serve` takes the connection instead: the
+raw bytes, ClientHello included (it was only peeked at), go to the agent on a proxy stream
+whose header says ``Proto: tls``, ``EdgeType: 2`` and ``PassthroughTLS: true``; the agent's
+upstream (or the agent itself) does the handshake, so the client sees the agent's own
+certificate and the edge never holds a key.
+
+The endpoint's ``on_tcp_connect`` rules (``IPRestriction``, a ``TrafficPolicy``) are enforced
+before anything is forwarded, as for TCP endpoints. A TLS endpoint is never reached through the
+HTTP listener (there is no HTTP to route by). Options that ask the edge to terminate TLS
+(``TLSTermination``, ``MutualTLSAtEdge``) are refused at Bind (ERR_NGROK_1602, naming them):
+this edge passes TLS through and does not terminate it for TLS endpoints.
+"""
+import asyncio
+import logging
+from typing import Any, Dict
+
+from chalicelib.core import binding, edge_errors
+from chalicelib.core import policy as tp
+from edge import enforce
+
+log = logging.getLogger("edge.passthrough")
+
+PROTO = "tls"
+EDGE_TYPE_TLS = "2"
+TERMINATING = ("TLSTermination", "MutualTLSAtEdge")
+
+
+def options(opts: Dict[str, Any]) -> enforce.Enforcement:
+    """The enforcement of a TLS endpoint's Bind options, or Refused."""
+    refused = [name for name in TERMINATING if enforce._is_set(opts.get(name))]
+    if refused:
+        raise binding.Refused(edge_errors.INVALID_OPTION,
+                              "This edge passes TLS endpoints' traffic through to the agent "
+                              f"and cannot terminate it: option(s) {', '.join(refused)} "
+                              "refused.")
+    rest = {k: v for k, v in opts.items() if k not in ("MutualTLSAtAgent",)}
+    return enforce.tcp_options(rest)
+
+
+def tunnel_for(edge: Any, name: str) -> Any:
+    tunnel = edge.registry.by_host.get(name) if name else None
+    if tunnel is None or tunnel.proto != PROTO:
+        return None
+    return edge.registry.pick(tunnel.pool) if tunnel.pool else tunnel
+
+
+async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
+    """Pass the connection to the TLS endpoint serving ``name``; False (nothing done) when
+    no TLS endpoint serves it."""
+    from edge.public import splice   # the HTTP front's raw splice (imported late: no cycle)
+    tunnel = tunnel_for(edge, name)
+    if tunnel is None:
+        return False
+    peer = transport.get_extra_info("peername") or ("", 0)
+    ticket = edge.admission.admit(str(peer[0]), transport)
+    if ticket is None:
+        transport.abort()
+        return True
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    protocol = asyncio.StreamReaderProtocol(reader)
+    transport.set_protocol(protocol)
+    protocol.connection_made(transport)
+    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+    try:
+        if not await _allowed(edge, tunnel, transport, peer, name):
+            return True
+        transport.resume_reading()
+        try:
+            stream = await tunnel.session.open_proxy(tunnel, f"{peer[0]}:{peer[1]}", PROTO,
+                                                     passthrough_tls=True)
+        except ConnectionError:   # StreamReset / StreamsExhausted: the agent is gone or full
+            return True
+        await splice(reader, writer, stream)
+    finally:
+        edge.admission.release(ticket)
+        writer.close()
+    return True
+
+
+async def _allowed(edge: Any, tunnel: Any, transport: asyncio.Transport, peer: Any,
+                   name: str) -> bool:
+    """The endpoint's on_tcp_connect rules let the connection through (restrict-ips, with
+    IP policies from the edge's cache; any other outcome than continue closes it)."""
+    enforcement = tunnel.enforcement
+    if enforcement is None or enforcement.policy is None:
+        return True
+    sock = transport.get_extra_info("sockname") or ("", 0)
+    conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
+                   server_ip=str(sock[0]), server_port=int(sock[1] or 0),
+                   endpoint=tp.Endpoint(id=tunnel.endpoint_id or tunnel.id, url=tunnel.url,
+                                        host=name, port=int(sock[1] or 0), protocol=PROTO,
+                                        account_id=tunnel.account_id),
+                   server_region=edge.settings.region)
+    if enforcement.policy.ip_policy_ids:
+        conn.ip_policy_resolver = await edge.router.ip_policy_resolver(tunnel.account_id,
+                                                                       enforcement.policy)
+    out = enforcement.policy.on_tcp_connect(conn, enforcement.policy.new_state())
+    return out.kind == tp.CONTINUE
