@@ -376,3 +376,27 @@ def test_a_deleted_key_signs_the_page_out_with_the_apis_message(stack, browser,
     find(browser, "#sign-in input[name=api_key]", timeout=30)   # the next poll is refused
     assert "ERR_NGROK" in find(browser, ".sign-in-page .state.error").text
     assert browser.execute_script("return window.sessionStorage.length") == 0
+
+
+def test_lists_page_over_the_apis_cursors(stack, browser):
+    """More bot users than a page holds: the first page, then "Load more" follows
+    next_page_uri until the last one."""
+    names = [f"pager-{i:03d}" for i in range(101)]
+    for name in names:
+        stack.api("POST", "/bot_users", {"name": name})
+    total = len(stack.api("GET", "/bot_users?limit=100")["bot_users"])
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "bot_users")
+    rows = lambda d: all_of(d, "[data-list=bot_users] tbody tr")  # noqa: E731
+    assert len(rows(browser)) == total == 100
+    for _ in range(5):   # follow "Load more" to the last page
+        buttons = all_of(browser, "[data-list=bot_users] .more button")
+        if not buttons:
+            break
+        before = len(rows(browser))
+        buttons[0].click()
+        wait(browser, lambda d: len(rows(d)) > before)
+    shown = [r.find_elements(By.CSS_SELECTOR, "td")[1].text for r in rows(browser)]
+    assert set(names) <= set(shown) and len(shown) == len(set(r.get_attribute("data-id")
+                                                               for r in rows(browser)))
+    assert not all_of(browser, "[data-list=bot_users] .more button")
