@@ -400,3 +400,36 @@ def test_lists_page_over_the_apis_cursors(stack, browser):
     assert set(names) <= set(shown) and len(shown) == len(set(r.get_attribute("data-id")
                                                                for r in rows(browser)))
     assert not all_of(browser, "[data-list=bot_users] .more button")
+
+
+def test_legacy_edge_route_module_and_backend_read_and_delete(stack, browser, expected_errors):
+    expected_errors.expect(409)    # the backend is still used by the route
+    backend = stack.api("POST", "/backends/http_response", {"body": "hi", "status_code": 200})
+    edge = stack.api("POST", "/edges/https", {"hostports": ["legacy-ui.tunnels.localhost:443"]})
+    route = stack.api("POST", f"/edges/https/{edge['id']}/routes", {
+        "match_type": "path_prefix", "match": "/app", "backend": {"backend_id": backend["id"]}})
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "legacy")
+    edge_row = f"[data-list=https_edges] tr[data-id='{edge['id']}']"
+    route_item = f"{edge_row} li[data-route='{route['id']}']"
+    assert "legacy-ui.tunnels.localhost:443" in find(browser, edge_row).text
+    assert "/app" in find(browser, route_item).text and "backend" in find(browser, route_item).text
+    backend_row = f"[data-list=backends_http_response] tr[data-id='{backend['id']}']"
+    find(browser, f"{backend_row} button.danger").click()
+    accept_confirm(browser)
+    refused = find(browser, f"{backend_row} .action-error")       # the API's 409, at the button
+    assert "still used" in refused.text and "ERR_CONFLICT" in refused.text
+    find(browser, f"{route_item} .modules button").click()           # remove the route's backend
+    accept_confirm(browser)
+    wait(browser, lambda d: "no module" in find(d, route_item).text)
+    assert stack.api("GET", f"/edges/https/{edge['id']}/routes/{route['id']}")["backend"] is None
+    find(browser, f"{route_item} > button").click()                  # delete the route
+    accept_confirm(browser)
+    wait(browser, lambda d: "no route" in find(d, edge_row).text)
+    snapshot(browser, "legacy-edges")
+    find(browser, f"{edge_row} .row-actions button").click()         # delete the edge
+    accept_confirm(browser)
+    wait(browser, lambda d: not all_of(d, edge_row))
+    find(browser, f"{backend_row} .row-actions button.danger").click()
+    accept_confirm(browser)
+    wait(browser, lambda d: not all_of(d, backend_row))
