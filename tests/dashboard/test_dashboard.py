@@ -14,6 +14,21 @@ ROUTES = ["overview", "endpoints", "agents", "credentials", "api_keys", "bot_use
           "reserved_domains", "reserved_addrs", "ip_policies", "legacy"]
 
 
+# Form controls without a label, and buttons or links without a name, on the page.
+UNLABELLED = """
+const bad = [];
+for (const el of document.querySelectorAll("input, select, textarea")) {
+  const labelled = (el.id && document.querySelector(`label[for="${el.id}"]`)) ||
+                   el.getAttribute("aria-label") || el.closest("label");
+  if (!labelled) bad.push(el.outerHTML.slice(0, 80));
+}
+for (const el of document.querySelectorAll("button, a[href]")) {
+  if (!(el.textContent.trim() || el.getAttribute("aria-label"))) bad.push(el.outerHTML.slice(0, 80));
+}
+return bad;
+"""
+
+
 def test_sign_in_and_every_page_without_console_errors(stack, browser):
     sign_in(browser, stack.dashboard_url, stack.key)
     assert browser.current_url.startswith(stack.dashboard_url)
@@ -23,6 +38,7 @@ def test_sign_in_and_every_page_without_console_errors(stack, browser):
         assert not all_of(browser, ".state.error"), text_of(browser)
         assert browser.find_element(By.CSS_SELECTOR, "h1").text
         assert stack.key not in browser.current_url
+        assert browser.execute_script(UNLABELLED) == [], route
         snapshot(browser, f"1440-{route}")
     # the key is in this tab's sessionStorage only
     assert browser.execute_script("return window.localStorage.length") == 0
