@@ -14,6 +14,21 @@ ROUTES = ["overview", "endpoints", "agents", "credentials", "api_keys", "bot_use
           "reserved_domains", "reserved_addrs", "ip_policies", "legacy"]
 
 
+# Form controls without a label, and buttons or links without a name, on the page.
+UNLABELLED = """
+const bad = [];
+for (const el of document.querySelectorAll("input, select, textarea")) {
+  const labelled = (el.id && document.querySelector(`label[for="${el.id}"]`)) ||
+                   el.getAttribute("aria-label") || el.closest("label");
+  if (!labelled) bad.push(el.outerHTML.slice(0, 80));
+}
+for (const el of document.querySelectorAll("button, a[href]")) {
+  if (!(el.textContent.trim() || el.getAttribute("aria-label"))) bad.push(el.outerHTML.slice(0, 80));
+}
+return bad;
+"""
+
+
 def test_sign_in_and_every_page_without_console_errors(stack, browser):
     sign_in(browser, stack.dashboard_url, stack.key)
     assert browser.current_url.startswith(stack.dashboard_url)
@@ -23,6 +38,7 @@ def test_sign_in_and_every_page_without_console_errors(stack, browser):
         assert not all_of(browser, ".state.error"), text_of(browser)
         assert browser.find_element(By.CSS_SELECTOR, "h1").text
         assert stack.key not in browser.current_url
+        assert browser.execute_script(UNLABELLED) == [], route
         snapshot(browser, f"1440-{route}")
     # the key is in this tab's sessionStorage only
     assert browser.execute_script("return window.localStorage.length") == 0
@@ -358,7 +374,7 @@ def test_no_layout_shift_when_data_arrives(stack, browser):
         wait(browser, lambda d: all_of(d, f".page-{route}"))
         loaded(browser)
         scores[route] = browser.execute_async_script(CLS_SCRIPT)
-    assert all(score < 0.1 for score in scores.values()), scores
+    assert all(score < 0.1 for score in scores.values()), sorted(scores.items(), key=lambda kv: -kv[1])
     # the measure itself: a block pushed in above the lists is seen as a shift
     browser.execute_script("setTimeout(() => document.querySelector('main').prepend("
                            "Object.assign(document.createElement('div'), "
@@ -376,3 +392,60 @@ def test_a_deleted_key_signs_the_page_out_with_the_apis_message(stack, browser,
     find(browser, "#sign-in input[name=api_key]", timeout=30)   # the next poll is refused
     assert "ERR_NGROK" in find(browser, ".sign-in-page .state.error").text
     assert browser.execute_script("return window.sessionStorage.length") == 0
+
+
+def test_lists_page_over_the_apis_cursors(stack, browser):
+    """More bot users than a page holds: the first page, then "Load more" follows
+    next_page_uri until the last one."""
+    names = [f"pager-{i:03d}" for i in range(101)]
+    for name in names:
+        stack.api("POST", "/bot_users", {"name": name})
+    total = len(stack.api("GET", "/bot_users?limit=100")["bot_users"])
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "bot_users")
+    rows = lambda d: all_of(d, "[data-list=bot_users] tbody tr")  # noqa: E731
+    assert len(rows(browser)) == total == 100
+    for _ in range(5):   # follow "Load more" to the last page
+        buttons = all_of(browser, "[data-list=bot_users] .more button")
+        if not buttons:
+            break
+        before = len(rows(browser))
+        buttons[0].click()
+        wait(browser, lambda d: len(rows(d)) > before)
+    shown = [r.find_elements(By.CSS_SELECTOR, "td")[1].text for r in rows(browser)]
+    assert set(names) <= set(shown) and len(shown) == len(set(r.get_attribute("data-id")
+                                                               for r in rows(browser)))
+    assert not all_of(browser, "[data-list=bot_users] .more button")
+
+
+def test_legacy_edge_route_module_and_backend_read_and_delete(stack, browser, expected_errors):
+    expected_errors.expect(409)    # the backend is still used by the route
+    backend = stack.api("POST", "/backends/http_response", {"body": "hi", "status_code": 200})
+    edge = stack.api("POST", "/edges/https", {"hostports": ["legacy-ui.tunnels.localhost:443"]})
+    route = stack.api("POST", f"/edges/https/{edge['id']}/routes", {
+        "match_type": "path_prefix", "match": "/app", "backend": {"backend_id": backend["id"]}})
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "legacy")
+    edge_row = f"[data-list=https_edges] tr[data-id='{edge['id']}']"
+    route_item = f"{edge_row} li[data-route='{route['id']}']"
+    assert "legacy-ui.tunnels.localhost:443" in find(browser, edge_row).text
+    assert "/app" in find(browser, route_item).text and "backend" in find(browser, route_item).text
+    backend_row = f"[data-list=backends_http_response] tr[data-id='{backend['id']}']"
+    find(browser, f"{backend_row} button.danger").click()
+    accept_confirm(browser)
+    refused = find(browser, f"{backend_row} .action-error")       # the API's 409, at the button
+    assert "still used" in refused.text and "ERR_CONFLICT" in refused.text
+    find(browser, f"{route_item} .modules button").click()           # remove the route's backend
+    accept_confirm(browser)
+    wait(browser, lambda d: "no module" in find(d, route_item).text)
+    assert stack.api("GET", f"/edges/https/{edge['id']}/routes/{route['id']}")["backend"] is None
+    find(browser, f"{route_item} > button").click()                  # delete the route
+    accept_confirm(browser)
+    wait(browser, lambda d: "no route" in find(d, edge_row).text)
+    snapshot(browser, "legacy-edges")
+    find(browser, f"{edge_row} .row-actions button").click()         # delete the edge
+    accept_confirm(browser)
+    wait(browser, lambda d: not all_of(d, edge_row))
+    find(browser, f"{backend_row} .row-actions button.danger").click()
+    accept_confirm(browser)
+    wait(browser, lambda d: not all_of(d, backend_row))

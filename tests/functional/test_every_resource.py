@@ -81,7 +81,8 @@ RESOURCES = [
              _simple("/bot_users", lambda: {"name": f"bot-{_n()}"}), patch={"name": "changed"}),
     Resource("reserved_domain", "rd", "reserved_domains",
              _simple("/reserved_domains", lambda: {"domain": f"d{_n()}.example.com"}),
-             modules=("certificate", "certificate_management_policy")),
+             # dns_check: a POST under the item (an action), held to the same id rules
+             modules=("certificate", "certificate_management_policy", "dns_check")),
     Resource("tcp_edge", "edgtcp", "tcp_edges", _simple("/edges/tcp"),
              modules=("backend", "ip_restriction", "traffic_policy")),
     Resource("https_edge", "edghts", "https_edges", _simple("/edges/https"),

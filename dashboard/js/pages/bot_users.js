@@ -26,7 +26,7 @@ export default {
         node.reset();
         await list.reload();
       });
-    container.append(pageHead("Bot users", "Users for automation. Give one an authtoken or API key by naming its id as owner."),
+    container.append(pageHead("Bot users", "Users for automation (the API also calls them service users: /service_users is the same list). Give one an authtoken or API key by naming its id as owner."),
                      create, section("Bot users", list.node));
     list.reload();
   },
