@@ -158,3 +158,14 @@ def test_modules_over_h2(edge, account, agents):
     assert "content-encoding: gzip" in out.stdout.lower(), out.stdout
     assert curl(edge, denied, "/echo", "--http2", "-o", "/dev/null", "-w",
                 "%{http_code}").stdout == "403"
+
+
+def test_head_and_bodiless_statuses_over_h2(edge, account, agents):
+    _, (host,) = _agent(edge, account, agents)
+    out = curl(edge, host, "/echo", "--http2", "-I")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("HTTP/2 200"), out.stdout
+    for code in ("204", "304"):
+        out = curl(edge, host, f"/status/{code}", "--http2", "-o", "/dev/null", "-w",
+                   "%{http_version} %{http_code}")
+        assert out.returncode == 0 and out.stdout == f"2 {code}", (out.stdout, out.stderr)
