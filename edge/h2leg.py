@@ -81,15 +81,16 @@ class H2Leg:
             if self._reader is None:
                 self._reader = asyncio.ensure_future(self._read_loop())
             return
+        # frames are gathered and written once at the end (the head with the first data)
         if isinstance(event, http1.Data):
-            await self._send_head(end=False)
+            await self._send_head(end=False, flush=False)
             await self._send_data(bytes(event.data))
         elif isinstance(event, http1.EndOfMessage):
             trailers = h2wire.h2_fields(getattr(event, "trailers", None) or [])
             if self._head is not None and not trailers:
-                await self._send_head(end=True)
+                await self._send_head(end=True, flush=False)
             else:
-                await self._send_head(end=False)
+                await self._send_head(end=False, flush=False)
                 self._call(lambda: self.h2.send_headers(self.sid, trailers, end_stream=True)
                            if trailers else self.h2.end_stream(self.sid))
             self.our_state = http1.DONE
@@ -153,28 +154,34 @@ class H2Leg:
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError) as exc:
             raise StreamReset(f"upstream stream closed: {exc}")
 
-    async def _send_head(self, end: bool) -> None:
+    async def _send_head(self, end: bool, flush: bool = True) -> None:
         if self._head is None:
             return
         fields, _ = self._head
         self._head = None
         self._call(lambda: self.h2.send_headers(self.sid, fields, end_stream=end))
-        await self._flush()
+        if flush:
+            await self._flush()
 
     async def _send_data(self, data: bytes) -> None:
-        view = memoryview(data)
+        view, unflushed = memoryview(data), 0
         while view:
             window = self.h2.local_flow_control_window(self.sid)
             if window <= 0:
+                await self._flush()
                 if self._failed is not None:
                     raise StreamReset("upstream gone")
                 self._window.clear()
                 await self._window.wait()
+                unflushed = 0
                 continue
             size = min(len(view), window, self.h2.max_outbound_frame_size)
             self._call(lambda: self.h2.send_data(self.sid, bytes(view[:size])))
             view = view[size:]
-            await self._flush()
+            unflushed += size
+            if unflushed >= READ_CHUNK:
+                await self._flush()
+                unflushed = 0
 
     async def _flush(self) -> None:
         async with self._lock:   # one writer at a time: frames stay whole and in order

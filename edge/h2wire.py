@@ -10,7 +10,7 @@ decoded list at ``MAX_HEADER_LIST_SIZE`` (``hpack``'s own check, advertised in S
 CONTINUATION flood or an HPACK bomb ends the connection with ENHANCE_YOUR_CALM /
 COMPRESSION_ERROR after at most that much.
 """
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Iterable, List, Tuple
 
 import h2.config
 import h2.connection
@@ -35,12 +35,7 @@ CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connectio
 Pairs = List[Tuple[bytes, bytes]]
 
 
-class EndOfMessage(http1.EndOfMessage):
-    """The end of a message with its trailers (HTTP/2; HTTP/1.1 chunked)."""
-    __slots__ = ("trailers",)
-
-    def __init__(self, trailers: Optional[Pairs] = None):
-        self.trailers = trailers or []
+EndOfMessage = http1.EndOfMessage   # with its trailers (HTTP/2; HTTP/1.1 chunked)
 
 
 class BoundedFrameBuffer(FrameBuffer):

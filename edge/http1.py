@@ -18,7 +18,9 @@ It replaced h11 (measured: h11 cost about 80 µs of the edge's ~200 µs of CPU p
   status code below 100 is a ``RemoteProtocolError``, raised by ``next_event`` after the events
   before the fault. The peer closing in the middle of a head or a counted body is one too;
   closing between messages is ``ConnectionClosed``; a response without a length (not chunked,
-  no Content-Length) ends when the peer closes. Trailers are read and dropped (not relayed).
+  no Content-Length) ends when the peer closes. A chunked body's trailers come with its
+  ``EndOfMessage`` (``trailers``, framing and routing fields dropped) and are written after the
+  last chunk when the message sent is chunked (an HTTP/2 peer's too: edge.h2front, edge.h2leg).
 - A response to HEAD, a 1xx, 204 or 304 has no body whatever its headers say (one that
   declares a body ends its connection's reuse: a body sent anyway must answer nothing).
   101 switches protocols, only for a request that asked to (``Upgrade`` and ``Connection:
@@ -211,7 +213,11 @@ class Data(Event):
 
 
 class EndOfMessage(Event):
-    __slots__ = ()
+    """The end of a message, with its trailers (lower-case pairs; [] when none)."""
+    __slots__ = ("trailers",)
+
+    def __init__(self, trailers: Optional[Pairs] = None):
+        self.trailers = trailers or []
 
 
 class ConnectionClosed(Event):
@@ -219,6 +225,11 @@ class ConnectionClosed(Event):
 
 
 _EOM = EndOfMessage()
+# Fields a trailer section may not carry (framing, routing, the connection: RFC 9110 6.5.1).
+_NOT_TRAILERS = frozenset((b"content-length", b"transfer-encoding", b"host", b"connection",
+                           b"keep-alive", b"te", b"trailer", b"upgrade", b"content-encoding",
+                           b"content-type", b"content-range", b"authorization", b"set-cookie",
+                           b"cache-control", b"expires", b"proxy-connection"))
 _CHUNKED, _LENGTH, _UNTIL_CLOSE, _NONE = "chunked", "length", "until-close", "none"
 
 
@@ -305,6 +316,7 @@ class Connection:
         self._url: List[bytes] = []
         self._reason: List[bytes] = []
         self._raw: Pairs = []
+        self._trailers_from = 0
         self._informational = False
         self._head_buffer = b""          # CLIENT role, HEAD exchange: head bytes so far
         if our_role == SERVER:
@@ -338,6 +350,7 @@ class Connection:
         if size > self.max_head:
             raise self._too_large()
         lower = [(name.lower(), value) for name, value in raw]
+        self._trailers_from = len(self._raw)   # what llhttp reports after this: trailers
         parser = self._parser
         version = parser.get_http_version().encode()
         if version not in (b"1.0", b"1.1"):
@@ -401,7 +414,10 @@ class Connection:
         self._in_message = self._in_body = False
         if self._read_framing == _UNTIL_CLOSE:
             self._keep_alive = False
-        self._events.append(_EOM)
+        trailers = self._raw[self._trailers_from:] if self._read_framing == _CHUNKED else None
+        self._events.append(EndOfMessage(
+            [(name.lower(), value.strip(b" \t")) for name, value in trailers
+             if name.lower() not in _NOT_TRAILERS]) if trailers else _EOM)
 
     # ---- reading ----------------------------------------------------------------------------
     def receive_data(self, data: bytes) -> None:
@@ -543,7 +559,7 @@ class Connection:
         elif isinstance(event, InformationalResponse):
             if event.status_code == 101:
                 self.their_state = self.our_state = SWITCHED_PROTOCOL
-        elif event is _EOM:
+        elif isinstance(event, EndOfMessage):
             self.their_state = DONE if self._keep_alive else MUST_CLOSE
             self._settle()
 
@@ -624,8 +640,8 @@ class Connection:
         raise LocalProtocolError("Too much data for declared Content-Length")
 
     def _send_end(self, trailers: Optional[Pairs] = None) -> bytes:
-        """The end of the body; ``trailers`` (checked pairs, edge.h2wire.EndOfMessage) go
-        after the last chunk of a chunked body, and nowhere else."""
+        """The end of the body; ``trailers`` (checked pairs) go after the last chunk of a
+        chunked body, and nowhere else."""
         if self.our_state is not SEND_BODY:
             raise LocalProtocolError("can't end a message now")
         if self._send_framing == _LENGTH and self._send_left:

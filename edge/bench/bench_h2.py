@@ -10,13 +10,19 @@ agent with its aiohttp upstream and a grpcio server), requests/s depend on whate
 2 shared cores run, and the CPU time per request of each process (from /proc) is what each
 path costs whatever the load: ``edge``, ``agent`` (the SDK process with its upstreams),
 ``client`` (this process: the load generator; its h2 client is python-hyper's h2, so the
-client's figure is high for HTTP/2 and for grpcio's Python layer).
+client's figure is high for HTTP/2 and for grpcio's Python layer). When nghttp2's ``h2load``
+is on PATH (Debian ``nghttp2-client``) the GET cases run again with it as the client (C; its
+CPU from the children's rusage).
 """
 import argparse
 import asyncio
 import json
 import os
+import re
+import resource
+import shutil
 import ssl
+import subprocess
 import statistics
 import sys
 import tempfile
@@ -152,6 +158,24 @@ async def load_grpc(target, creds, options, seconds, concurrency):
     return _summary(latencies, bad, seconds)
 
 
+def load_h2load(edge, host, seconds, args):
+    """nghttp2's h2load (C; Debian nghttp2-client) as the client: requests/s and the
+    child's CPU (rusage) as the client's. ``args``: ``--h1 -c N`` or ``-c 1 -m N``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(
+        ["h2load", *args, "-D", str(int(seconds)), "-H", f":authority: {host}:{edge.https_port}",
+         f"https://127.0.0.1:{edge.https_port}/echo"],
+        capture_output=True, text=True, timeout=seconds + 60)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = int(re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded",
+                         out.stdout).group(2))
+    protocol = re.search(r"Application protocol: (\S+)", out.stdout).group(1)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"requests": done, "errors": 0, "rps": round(done / seconds), "p50_ms": None,
+            "p99_ms": None, "protocol": protocol,
+            "h2load_cpu_us_per_request": round(1e6 * cpu / max(1, done), 1)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
@@ -190,6 +214,14 @@ def main() -> int:
                     ("GET, HTTP/2, 100 streams on 1 connection",
                      lambda: load_h2(edge, ctx2, host, args.seconds, 100))):
                 rows.append({"case": label, **measured(pids, lambda: asyncio.run(run()))})
+            if shutil.which("h2load"):   # the same with a client in C
+                for label, h2args in (("GET, h2load --h1, 20 connections", ["--h1", "-c", "20"]),
+                                      ("GET, h2load, 20 streams on 1 connection",
+                                       ["-c", "1", "-m", "20"]),
+                                      ("GET, h2load, 100 streams on 1 connection",
+                                       ["-c", "1", "-m", "100"])):
+                    rows.append({"case": label, **measured(
+                        pids, lambda: load_h2load(edge, host, args.seconds, h2args))})
             with open(edge.ca_path, "rb") as fh:
                 creds = grpc.ssl_channel_credentials(root_certificates=fh.read())
             options = [("grpc.ssl_target_name_override", grpc_host),
@@ -209,8 +241,10 @@ def main() -> int:
     print(f"{'case':<50} {'rps':>6} {'err':>4} {'p50 ms':>7} {'p99 ms':>7}  CPU µs/request")
     for row in results["rows"]:
         cpu = ", ".join(f"{k} {v}" for k, v in row["cpu_us_per_request"].items())
-        print(f"{row['case']:<50} {row['rps']:>6} {row['errors']:>4} {row['p50_ms']:>7} "
-              f"{row['p99_ms']:>7}  {cpu}")
+        if "h2load_cpu_us_per_request" in row:
+            cpu += f" (h2load {row['h2load_cpu_us_per_request']})"
+        print(f"{row['case']:<50} {row['rps']:>6} {row['errors']:>4} {row['p50_ms']!s:>7} "
+              f"{row['p99_ms']!s:>7}  {cpu}")
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "h2_latest.json"),
               "w") as fh:
         json.dump(results, fh, indent=2)

@@ -3,13 +3,12 @@ edge tests with the device agent's virtualenv (where the SDK is installed).
 
 Usage: ``python sdk_agent.py '<json config>'``; config: ``authtoken``, ``server_addr``,
 ``root_cas``, ``binds`` (list of {"proto": "http"|"tcp"|"tls"|"labeled", "domain"?,
-"labels"?, "remote_addr"?, "options"? (SDK builder calls), "upstream"?: "dead" | "grpc",
-"upstream_addr"? (tls: where to forward)}). It serves a small upstream on 127.0.0.1 (echo,
-upload digest, streaming,
-WebSocket echo, a flood and how much of it was written), forwards every bind to it, and
-prints one JSON line per event: ``bound``
-(url, id) or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on stdin:
-``close`` closes the session, ``exit`` ends the program.
+"labels"?, "remote_addr"?, "options"? (SDK builder calls), "upstream"?: "dead" | "grpc" |
+"trailers", "upstream_addr"? (tls: where to forward)}). It serves a small upstream on
+127.0.0.1 (echo, upload digest, streaming, WebSocket echo, a flood and how much of it was
+written), forwards every bind to it, and prints one JSON line per event: ``bound`` (url, id)
+or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on stdin: ``close``
+closes the session, ``exit`` ends the program.
 """
 import asyncio
 import hashlib
@@ -104,6 +103,28 @@ async def tcp_echo(reader, writer):
     writer.close()
 
 
+KEEP = []   # servers started for binds (referenced for the program's life)
+
+
+async def trailers_upstream(reader, writer):
+    """A raw HTTP/1.1 upstream answering every request with a chunked body and trailers
+    (aiohttp cannot send trailers)."""
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                         b"Transfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"
+                         b"5\r\nhello\r\n0\r\nX-Checksum: abc123\r\n\r\n")
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        writer.close()
+
+
 async def main(cfg):
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.add_routes([web.get("/echo", echo), web.post("/upload", upload),
@@ -169,6 +190,10 @@ async def main(cfg):
                 upstream = f"127.0.0.1:{tcp_port if bind.get('upstream') == 'tcp' else http_port}"
             if bind.get("upstream") == "dead":   # nothing listens there: the SDK's 502
                 upstream = f"127.0.0.1:{dead_port}"
+            if bind.get("upstream") == "trailers":   # chunked answers with trailers
+                server = await asyncio.start_server(trailers_upstream, "127.0.0.1", 0)
+                KEEP.append(server)
+                upstream = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
             if bind.get("upstream") == "grpc":   # grpcio (tests/edge/grpc_service.py), h2c
                 import grpc_service
                 grpc_port = grpc_service.STATE.get("port") or await grpc_service.start()

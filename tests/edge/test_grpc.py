@@ -6,6 +6,7 @@ gRPC statuses."""
 import json
 import os
 import subprocess
+import tempfile
 import time
 
 import grpc
@@ -154,3 +155,33 @@ def test_http11_client_to_an_http2_upstream_gets_the_answer_and_trailers(edge, g
     assert text.startswith(b"HTTP/1.1 200"), text
     assert b"echo:hi" in text
     assert b"\r\n0\r\ngrpc-status: 0\r\n" in text, text
+
+
+def test_large_messages_cross_both_flow_controls(edge, grpc_host):
+    """1.5 MiB each way: more than every window on the path (64 KiB streams, 1 MiB
+    connections, the 256 KiB proxy stream), so both sides wait for credit and get it."""
+    big = os.urandom(1536 * 1024)
+    with channel(edge, grpc_host) as ch:
+        assert _m(ch, "unary_unary", "Unary")(big, timeout=30) == b"echo:" + big
+        got = list(_m(ch, "stream_stream", "Bidi")(iter([big[:700000], big[700000:]]),
+                                                   timeout=30))
+        assert got == [b"bidi:" + big[:700000], b"bidi:" + big[700000:]]
+
+
+def test_http11_keep_alive_requests_to_an_http2_upstream(edge, grpc_host):
+    """Three requests on one HTTP/1.1 connection (curl's num_connects 1, 0, 0), each an
+    HTTP/2 stream on the proxy stream the first opened."""
+    frame = b"\x00" + (2).to_bytes(4, "big") + b"hi"
+    url = f"https://{grpc_host}:{edge.https_port}/test.Echo/Unary"
+    with tempfile.NamedTemporaryFile() as body:
+        body.write(frame)
+        body.flush()
+        out = subprocess.run(
+            ["curl", "-sS", "--http1.1", "--max-time", "30", "--cacert", edge.ca_path,
+             "--resolve", f"{grpc_host}:{edge.https_port}:127.0.0.1",
+             "-H", "content-type: application/grpc", "-H", "te: trailers",
+             "--data-binary", f"@{body.name}", "-w", "%{num_connects}\n", url, url, url],
+            capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count(b"echo:hi") == 3, out.stdout
+    assert out.stdout.endswith(b"hi1\n\x00\x00\x00\x00\x07echo:hi0\n\x00\x00\x00\x00\x07echo:hi0\n")

@@ -158,3 +158,27 @@ def test_modules_over_h2(edge, account, agents):
     assert "content-encoding: gzip" in out.stdout.lower(), out.stdout
     assert curl(edge, denied, "/echo", "--http2", "-o", "/dev/null", "-w",
                 "%{http_code}").stdout == "403"
+
+
+def test_head_and_bodiless_statuses_over_h2(edge, account, agents):
+    _, (host,) = _agent(edge, account, agents)
+    out = curl(edge, host, "/echo", "--http2", "-I")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("HTTP/2 200"), out.stdout
+    for code in ("204", "304"):
+        out = curl(edge, host, f"/status/{code}", "--http2", "-o", "/dev/null", "-w",
+                   "%{http_version} %{http_code}")
+        assert out.returncode == 0 and out.stdout == f"2 {code}", (out.stdout, out.stderr)
+
+
+def test_trailers_of_an_http11_upstream_reach_h2_and_http11_clients(edge, account, agents):
+    _, (host,) = _agent(edge, account, agents, [{"proto": "http", "upstream": "trailers"}])
+    out = curl(edge, host, "/", "--http2", "-v")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "hello"
+    assert "< x-checksum: abc123" in out.stderr.lower(), out.stderr
+    out = subprocess.run(
+        ["curl", "-sS", "--http1.1", "--raw", "--max-time", "30", "--cacert", edge.ca_path,
+         "--resolve", f"{host}:{edge.https_port}:127.0.0.1", "-H", "TE: trailers",
+         f"https://{host}:{edge.https_port}/"], capture_output=True, timeout=60)
+    assert out.stdout.endswith(b"0\r\nx-checksum: abc123\r\n\r\n"), out.stdout

@@ -326,3 +326,25 @@ def test_a_request_the_request_path_cannot_carry_is_a_400_on_its_stream(target):
     assert set(statuses) == {1, 3}, frames
     assert json.loads(bodies)["error_code"] == "ERR_NGROK_3002"
     assert goaway_code(frames) is None
+
+
+def test_an_h2_client_that_stops_reading_stops_the_agents_upstream(target, measured):
+    """Back-pressure to the agent over HTTP/2: a stream whose window the client never
+    credits (default 64 KiB, no WINDOW_UPDATE) leaves the upstream of a 64 MiB answer at a few
+    MiB (socket buffers and one muxado window on the path), as over HTTP/1.1; the other
+    streams of the same connection are served meanwhile."""
+    edge, host = target
+    sock = connect(edge, host, {SettingsFrame.INITIAL_WINDOW_SIZE: 65535})
+    sock.sendall(WindowUpdateFrame(0, window_increment=64 << 20).serialize() +   # connection
+                 headers(1, request_block(host, b"/flood?mb=64")))
+    written = []
+    for i in range(3):
+        time.sleep(1)
+        sock.sendall(headers(3 + 2 * i, request_block(host, b"/flooded")))
+        frames = read_frames(sock, 1)
+        data = b"".join(f[3] for f in frames if f != "closed" and f[0] == 0 and f[2] == 3 + 2 * i)
+        written.append(json.loads(data)["bytes"])
+    sock.close()
+    measured["stalled_stream_upstream_bytes"] = written[-1]
+    assert written[-1] < 16 << 20, written
+    assert written[-1] == written[-2], f"the upstream is still writing: {written}"

@@ -435,7 +435,32 @@ def test_chunk_framing_and_trailers_are_bounded_like_a_head():
     conn = server()                              # many small chunks are body, not overhead
     evs = events(conn, b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
                  *[b"1\r\nz\r\n" * 150] * 4, b"0\r\nX-T: 1\r\n\r\n")
-    assert body(evs) == b"z" * 600 and evs[-1] == EndOfMessage()
+    assert body(evs) == b"z" * 600 and evs[-1] == EndOfMessage([(b"x-t", b"1")])
+
+
+def test_trailers_come_with_the_end_of_message_and_go_after_the_last_chunk():
+    conn = client()
+    conn.receive_data(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n"
+                      b"0\r\nGrpc-Status: 0\r\nSet-Cookie: a=b\r\nX-T:  y \r\n\r\n")
+    evs = [conn.next_event() for _ in range(3)]
+    assert evs[1] == Data(b"hi")
+    # framing and routing fields are not trailers: dropped
+    assert evs[2] == EndOfMessage([(b"grpc-status", b"0"), (b"x-t", b"y")])
+    peer = server()
+    peer.receive_data(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+    peer.next_event()
+    out = peer.send(Response(status_code=200, headers=[(b"transfer-encoding", b"chunked")]))
+    out += peer.send(Data(b"hi")) + peer.send(evs[2])
+    assert out.endswith(b"2\r\nhi\r\n0\r\ngrpc-status: 0\r\nx-t: y\r\n\r\n")
+    peer = server()   # a body with a length has nowhere to put them
+    peer.receive_data(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+    peer.next_event()
+    assert respond(peer, data=b"ok").endswith(b"\r\n\r\nok")
+    peer = server()
+    peer.receive_data(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+    peer.next_event()
+    peer.send(Response(status_code=200, headers=[(b"content-length", b"2")]))
+    assert peer.send(Data(b"ok")) + peer.send(evs[2]) == b"ok"
 
 
 def test_a_pipelined_request_does_not_change_how_the_one_before_is_answered():
