@@ -72,8 +72,10 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
             return True
         transport.resume_reading()
         try:
+            sock = transport.get_extra_info("sockname") or ("", 0)
             stream = await tunnel.session.open_proxy(tunnel, f"{peer[0]}:{peer[1]}", PROTO,
-                                                     passthrough_tls=True)
+                                                     passthrough_tls=True,
+                                                     server_addr=f"{sock[0]}:{sock[1]}")
         except ConnectionError:   # StreamReset / StreamsExhausted: the agent is gone or full
             return True
         await splice(reader, writer, stream)

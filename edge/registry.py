@@ -41,6 +41,7 @@ class Tunnel:
     # one URL share its traffic (round robin); ``pool`` is the list they all share, its first
     # member holds the name's claim (edge.pools).
     pooled: bool = False
+    proxy_proto: int = 0         # PROXY protocol version written towards the agent (0: none)
     pool: Optional[List["Tunnel"]] = None
 
     @property
