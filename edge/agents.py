@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 from chalicelib import binding, ids, online
-from edge import enforce, legacy, muxado, passthrough, pools, protocol, proxyproto, quotas, tls
+from edge import breaker, enforce, legacy, muxado, passthrough, pools, protocol, proxyproto, quotas, tls
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset
@@ -275,6 +275,8 @@ class AgentSession:
                         scheme_only=self.version == legacy.PROTOCOL_VERSION,
                         pooled=pools.wants_pooling(extra), proxy_proto=proxy_proto)
         if proto in ("http", "https"):
+            tunnel.breaker = breaker.of_option(opts_in.get("CircuitBreaker"))
+            opts_in = {k: v for k, v in opts_in.items() if k != "CircuitBreaker"}
             tunnel.enforcement = enforce.http_options(legacy.http_options(opts_in))
             tunnel.tls = tls.spec_of_bind(opts.get("MutualTLSCA"))
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)

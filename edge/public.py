@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 from chalicelib import ids, policy as tp
-from edge import challenges, http1
+from edge import breaker, challenges, http1
 from edge.connections import connection_handler
 from edge.tls import MISDIRECTED
 from edge.session import MuxStream, StreamReset, StreamsExhausted
@@ -338,6 +338,9 @@ class HttpFront:
                         return
                     client.start_next_cycle()
                     continue
+                if not breaker.allows(tunnel):   # its circuit breaker tripped (edge.breaker)
+                    await self._answer(client, writer, *breaker.TRIPPED_ANSWER, close=True)
+                    return
                 if leg is None or leg.tunnel is not tunnel or not leg.reusable:
                     if leg is not None:
                         leg.close()
@@ -472,6 +475,7 @@ class HttpFront:
                             await writer.drain()
                             return "close"
                     started = True
+                    breaker.record(leg.tunnel, event.status_code)
                     hold(event)
                 elif isinstance(event, http1.Data):
                     if traffic is not None and traffic.compressor is not None:
@@ -509,6 +513,7 @@ class HttpFront:
                                    "The upstream server returned an invalid or incomplete "
                                    "HTTP response.", close=True)
             else:
+                breaker.record(leg.tunnel, 502)
                 await self._answer(client, writer, 502, "ERR_NGROK_8012",
                                    f"The agent serving {self.scheme}://{host} could not reach "
                                    "its upstream service.", close=True)

@@ -42,6 +42,7 @@ class Tunnel:
     # member holds the name's claim (edge.pools).
     pooled: bool = False
     proxy_proto: int = 0         # PROXY protocol version written towards the agent (0: none)
+    breaker: Any = None          # edge.breaker.Breaker of its CircuitBreaker option
     pool: Optional[List["Tunnel"]] = None
 
     @property
