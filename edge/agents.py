@@ -276,7 +276,9 @@ class AgentSession:
                         pooled=pools.wants_pooling(extra), proxy_proto=proxy_proto)
         if proto in ("http", "https"):
             tunnel.breaker = breaker.of_option(opts_in.get("CircuitBreaker"))
-            opts_in = {k: v for k, v in opts_in.items() if k != "CircuitBreaker"}
+            tunnel.ws_tcp = opts_in.get("WebsocketTCPConverter") is not None
+            opts_in = {k: v for k, v in opts_in.items()
+                       if k not in ("CircuitBreaker", "WebsocketTCPConverter")}
             tunnel.enforcement = enforce.http_options(legacy.http_options(opts_in))
             tunnel.tls = tls.spec_of_bind(opts.get("MutualTLSCA"))
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 from chalicelib import ids, policy as tp
-from edge import breaker, challenges, http1
+from edge import breaker, challenges, http1, wstcp
 from edge.connections import connection_handler
 from edge.tls import MISDIRECTED
 from edge.session import MuxStream, StreamReset, StreamsExhausted
@@ -340,6 +340,10 @@ class HttpFront:
                     continue
                 if not breaker.allows(tunnel):   # its circuit breaker tripped (edge.breaker)
                     await self._answer(client, writer, *breaker.TRIPPED_ANSWER, close=True)
+                    return
+                if getattr(tunnel, "ws_tcp", False):   # WebSocket-to-TCP (edge.wstcp)
+                    await wstcp.serve(self, client, reader, writer, tunnel, request,
+                                      client_addr)
                     return
                 if leg is None or leg.tunnel is not tunnel or not leg.reusable:
                     if leg is not None:

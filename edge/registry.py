@@ -43,6 +43,7 @@ class Tunnel:
     pooled: bool = False
     proxy_proto: int = 0         # PROXY protocol version written towards the agent (0: none)
     breaker: Any = None          # edge.breaker.Breaker of its CircuitBreaker option
+    ws_tcp: bool = False         # WebsocketTCPConverter: edge.wstcp
     pool: Optional[List["Tunnel"]] = None
 
     @property
