@@ -44,6 +44,7 @@ class Tunnel:
     proxy_proto: int = 0         # PROXY protocol version written towards the agent (0: none)
     breaker: Any = None          # edge.breaker.Breaker of its CircuitBreaker option
     ws_tcp: bool = False         # WebsocketTCPConverter: edge.wstcp
+    termination: Any = None      # a TLS endpoint's TLSTermination (edge.passthrough)
     pool: Optional[List["Tunnel"]] = None
 
     @property

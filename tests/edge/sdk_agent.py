@@ -158,8 +158,11 @@ async def main(cfg):
                 if bind.get("domain"):
                     lb = lb.domain(bind["domain"])
                 for option, value in bind.get("options", {}).items():
+                    if option == "termination":   # PEM bytes: sent as text in the JSON config
+                        value = [bytearray(v.encode()) for v in value]
                     lb = getattr(lb, option)(*value)
-                upstream = bind["upstream_addr"]
+                upstream = f"127.0.0.1:{tcp_port}" if bind.get("upstream") == "tcp" \
+                    else bind["upstream_addr"]
             else:
                 lb = session.labeled_listener()
                 for key, value in bind["labels"].items():

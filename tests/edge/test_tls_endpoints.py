@@ -132,3 +132,27 @@ def test_sdk_tls_endpoint_ip_restriction(edge, account, agents, domain, upstream
     _bound(agent.start())
     with pytest.raises((ssl.SSLError, OSError)):
         _through_edge(edge, domain, upstream.cert)
+
+
+def test_sdk_tls_termination_at_the_edge_with_the_agents_pair(edge, account, agents, domain,
+                                                               tmp_path):
+    """``termination(cert, key)``: the edge completes the handshake with the agent's
+    certificate; the agent's upstream (a plain TCP echo) gets the plaintext."""
+    cert, key = _certificate(str(tmp_path), domain)
+    cert_pem, key_pem = open(cert).read(), open(key).read()
+    agent = agents(edge, _credential(account)["token"],
+                   [{"proto": "tls", "domain": domain, "upstream": "tcp",
+                     "options": {"termination": [cert_pem, key_pem]}}])
+    _bound(agent.start())
+    assert _through_edge(edge, domain, cert, b"plain at the agent") == b"plain at the agent"
+
+
+def test_sdk_tls_termination_with_a_key_that_is_not_the_certificates_is_refused(
+        edge, account, agents, domain, tmp_path):
+    cert, _ = _certificate(str(tmp_path), domain)
+    _, other_key = _certificate(str(tmp_path), "other.example")
+    agent = agents(edge, _credential(account)["token"],
+                   [{"proto": "tls", "domain": domain, "upstream": "tcp",
+                     "options": {"termination": [open(cert).read(), open(other_key).read()]}}])
+    events = agent.start()
+    assert any("ERR_NGROK_1602" in " ".join(e.get("args", [])) for e in events), events
