@@ -179,6 +179,23 @@ def test_stop_through_the_api_ends_the_cli(run_cli, account, upstream):
     assert account.admin.get("/tunnel_sessions").json["tunnel_sessions"] == []
     assert account.admin.get("/endpoints").json["endpoints"] == []
 
+
+def test_restart_through_the_api_brings_the_cli_back(run_cli, edge, account, upstream):
+    sub = f"clirs{time.time_ns() % 10**9}"
+    agent = run_cli(_credential(account)["token"],
+                    ["http", "-subdomain", sub, "-bind-tls", "false",
+                     _addr(upstream.server_port)])
+    agent.wait_tunnels(1)
+    first = account.admin.get("/tunnel_sessions").json["tunnel_sessions"][0]["id"]
+    assert account.admin.post(f"/tunnel_sessions/{first}/restart").status == 204
+    agent.wait_log(lambda line: "restart" in str(line.get("msg", "")).lower(), timeout=30)
+    deadline = time.time() + 30
+    status = None
+    while time.time() < deadline and status != 200:
+        status = edge.http("GET", f"{sub}.tunnels.localhost", "/again").status_code
+        time.sleep(0.3)
+    assert status == 200, agent.output()
+
 # ---- ngrok http's flags --------------------------------------------------------------------
 @pytest.mark.parametrize("bind_tls,schemes", [("both", {"http", "https"}), ("true", {"https"}),
                                               ("false", {"http"})])
