@@ -22,7 +22,8 @@ import time
 from typing import Any, Dict, Optional
 
 from chalicelib import binding, ids, online
-from edge import breaker, enforce, legacy, muxado, passthrough, pools, protocol, proxyproto, quotas, tls
+from edge import (breaker, enforce, legacy, muxado, passthrough, pools, protocol, proxyproto,
+                  quotas, tls)
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset

@@ -41,11 +41,11 @@ class Tunnel:
     # one URL share its traffic (round robin); ``pool`` is the list they all share, its first
     # member holds the name's claim (edge.pools).
     pooled: bool = False
+    pool: Optional[List["Tunnel"]] = None
     proxy_proto: int = 0         # PROXY protocol version written towards the agent (0: none)
     breaker: Any = None          # edge.breaker.Breaker of its CircuitBreaker option
     ws_tcp: bool = False         # WebsocketTCPConverter: edge.wstcp
     termination: Any = None      # a TLS endpoint's TLSTermination (edge.passthrough)
-    pool: Optional[List["Tunnel"]] = None
 
     @property
     def account_id(self) -> str:

@@ -3,7 +3,8 @@ edge tests with the device agent's virtualenv (where the SDK is installed).
 
 Usage: ``python sdk_agent.py '<json config>'``; config: ``authtoken``, ``server_addr``,
 ``root_cas``, ``binds`` (list of {"proto": "http"|"tcp"|"tls"|"labeled", "domain"?,
-"labels"?, "remote_addr"?, "upstream_addr"? (tls: where to forward)}). It serves a small upstream on 127.0.0.1 (echo, upload digest, streaming,
+"labels"?, "remote_addr"?, "upstream"? ("tcp": to the TCP echo), "upstream_addr"? (tls: where
+to forward)}). It serves a small upstream on 127.0.0.1 (echo, upload digest, streaming,
 WebSocket echo, a flood and how much of it was written), forwards every bind to it, and
 prints one JSON line per event: ``bound``
 (url, id) or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on stdin:

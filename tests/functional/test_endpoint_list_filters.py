@@ -3,12 +3,9 @@ parameters), at both levels and through the ngrok-api client; their bounds."""
 import json
 
 import ngrok
-import pytest
 
-from chalicelib import ids, list_filters
+from chalicelib import errors, ids, list_filters
 from tests.support.contract import assert_error
-
-from chalicelib import errors
 
 POLICY = json.dumps({"on_http_request": [{"actions": [
     {"type": "custom-response", "config": {"status_code": 200, "body": "hi"}}]}]})
