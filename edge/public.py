@@ -479,7 +479,7 @@ class HttpFront:
                             await writer.drain()
                             return "close"
                     started = True
-                    breaker.record(leg.tunnel, event.status_code)
+                    breaker.record(getattr(leg, "tunnel", None), event.status_code)
                     hold(event)
                 elif isinstance(event, http1.Data):
                     if traffic is not None and traffic.compressor is not None:
@@ -517,7 +517,7 @@ class HttpFront:
                                    "The upstream server returned an invalid or incomplete "
                                    "HTTP response.", close=True)
             else:
-                breaker.record(leg.tunnel, 502)
+                breaker.record(getattr(leg, "tunnel", None), 502)
                 await self._answer(client, writer, 502, "ERR_NGROK_8012",
                                    f"The agent serving {self.scheme}://{host} could not reach "
                                    "its upstream service.", close=True)
