@@ -290,7 +290,10 @@ class AgentSession:
             await self.edge.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
         elif proto == passthrough.PROTO:   # SNI-routed, not terminated (edge.passthrough)
             tunnel.enforcement = passthrough.options(opts_in)
-            tunnel.termination = passthrough.termination(opts_in.get("TLSTermination"))
+            tunnel.tls = passthrough.client_certificates(
+                opts_in.get("MutualTLSAtEdge"), opts_in.get("TLSTermination") is not None)
+            tunnel.termination = passthrough.termination(opts_in.get("TLSTermination"),
+                                                         tunnel.tls)
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_http(tunnel, self._requested_domain(opts))
         else:

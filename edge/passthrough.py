@@ -18,8 +18,10 @@ SDKs' ``tls_endpoint()``) serves that name, :func:`serve` takes the connection i
 The endpoint's ``on_tcp_connect`` rules (``IPRestriction``, a ``TrafficPolicy``) are enforced
 before anything is forwarded or any handshake is made, as for TCP endpoints. A TLS endpoint
 is never reached through the HTTP listener (there is no HTTP to route by). ``MutualTLSAtEdge``
-(client certificates checked by the edge on a TLS endpoint) is refused at Bind
-(ERR_NGROK_1602 naming it); HTTP endpoints have it (``MutualTLSCA``, edge.tls).
+(client certificates checked by the edge, the SDKs' ``mutual_tlsca`` on a TLS endpoint)
+is enforced by the edge's handshake when it terminates (a client without a certificate from
+those CAs fails the handshake), and refused at Bind without ``TLSTermination``
+(ERR_NGROK_1602): a passed-through handshake is the agent's.
 """
 import asyncio
 import base64
@@ -30,13 +32,12 @@ from typing import Any, Dict
 
 from chalicelib import binding
 from chalicelib import policy as tp
-from edge import certs, enforce
+from edge import certs, enforce, tls
 
 log = logging.getLogger("edge.passthrough")
 
 PROTO = "tls"
 EDGE_TYPE_TLS = "2"
-TERMINATING = ("MutualTLSAtEdge",)
 INVALID_OPTION = "ERR_NGROK_1602"
 EDGE_CERTIFICATE = "edge"
 HANDSHAKE_TIMEOUT = 15.0     # TLSTermination without a pair: the edge's own certificate
@@ -44,20 +45,29 @@ HANDSHAKE_TIMEOUT = 15.0     # TLSTermination without a pair: the edge's own cer
 
 def options(opts: Dict[str, Any]) -> enforce.Enforcement:
     """The enforcement of a TLS endpoint's Bind options, or Refused."""
-    refused = [name for name in TERMINATING if enforce._is_set(opts.get(name))]
-    if refused:
-        raise binding.Refused(INVALID_OPTION, "This edge does not check client certificates "
-                                              "on TLS endpoints: option(s) "
-                                              f"{', '.join(refused)} refused.")
-    rest = {k: v for k, v in opts.items() if k not in ("MutualTLSAtAgent", "TLSTermination")}
+    rest = {k: v for k, v in opts.items()
+            if k not in ("MutualTLSAtAgent", "TLSTermination", "MutualTLSAtEdge")}
     return enforce.tcp_options(rest)
 
 
-def termination(option: Any) -> Any:
+def client_certificates(option: Any, terminated: bool) -> Any:
+    """The ``edge.tls.TlsSpec`` of ``MutualTLSAtEdge`` (client certificates checked by the
+    edge's handshake; the same shape as HTTP endpoints' ``MutualTLSCA``), None when unset;
+    Refused without ``TLSTermination``: a passed-through handshake is not the edge's."""
+    spec = tls.spec_of_bind(option)
+    if spec is not None and not terminated:
+        raise binding.Refused(INVALID_OPTION, "MutualTLSAtEdge needs TLSTermination: the edge "
+                                              "checks client certificates only on a handshake "
+                                              "it makes, not on one it passes through.")
+    return spec
+
+
+def termination(option: Any, spec: Any = None) -> Any:
     """What a ``TLSTermination`` option asks: None (absent: pass through), EDGE_CERTIFICATE
     (present without a pair: terminate with the edge's certificate for the name), or a server
     context of the agent's certificate and key (PEM, base64 in the JSON as ngrok-go sends
-    bytes); Refused when they cannot be loaded together."""
+    bytes), requiring a client certificate when ``spec`` says so; Refused when they cannot be
+    loaded together."""
     if option is None:
         return None
     if not isinstance(option, dict):
@@ -71,7 +81,8 @@ def termination(option: Any) -> Any:
     try:
         cert_pem, key_pem = (base64.b64decode(v, validate=True) if isinstance(v, str)
                              else bytes(v) for v in (cert, key))
-        return certs.context_from_pem(cert_pem, key_pem)
+        ctx = certs.context_from_pem(cert_pem, key_pem)
+        return tls.apply(ctx, spec) if spec is not None else ctx
     except (ValueError, TypeError, ssl.SSLError, binascii.Error) as exc:
         raise binding.Refused(INVALID_OPTION, "TLSTermination's certificate and key could not "
                                               f"be loaded together: {str(exc)[:200]}") from None
@@ -111,7 +122,8 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
             transport.resume_reading()
         else:                # terminated here (TLSTermination), plaintext to the agent
-            ctx = edge.certs.context_for([name]) if ending == EDGE_CERTIFICATE else ending
+            ctx = edge.certs.context_for([name], tunnel.tls) if ending == EDGE_CERTIFICATE \
+                else ending
             try:
                 tls_transport = await loop.start_tls(transport, protocol, ctx,
                                                      server_side=True,

@@ -159,7 +159,7 @@ async def main(cfg):
                 if bind.get("domain"):
                     lb = lb.domain(bind["domain"])
                 for option, value in bind.get("options", {}).items():
-                    if option == "termination":   # PEM bytes: sent as text in the JSON config
+                    if option in ("termination", "mutual_tlsca"):   # PEM bytes, as text
                         value = [bytearray(v.encode()) for v in value]
                     lb = getattr(lb, option)(*value)
                 upstream = f"127.0.0.1:{tcp_port}" if bind.get("upstream") == "tcp" \
