@@ -22,7 +22,8 @@ import time
 from typing import Any, Dict, Optional
 
 from chalicelib.core import binding, edge_errors, ids, online
-from edge import enforce, legacy, muxado, passthrough, pools, protocol, quotas, tls
+from edge import (breaker, enforce, legacy, muxado, passthrough, pools, protocol, proxyproto,
+                  quotas, tls)
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset
@@ -265,6 +266,7 @@ class AgentSession:
         opts = protocol.obj(request.get("Opts"))
         extra = protocol.obj(request.get("Extra"))
         asked_id = protocol.text(request.get("Id"))
+        proxy_proto, opts_in = proxyproto.version_of(opts)   # edge.proxyproto
         await self._check_quotas(proto, asked_id)
         tunnel_id = await self._reusable_id(asked_id)
         tunnel = Tunnel(id=tunnel_id, session=self, proto=proto, opts=opts,
@@ -273,18 +275,26 @@ class AgentSession:
                         metadata=protocol.text(extra.get("Metadata"))[:4096],
                         endpoint_id=endpoint_id_of(tunnel_id), rebind=tunnel_id == asked_id,
                         scheme_only=self.version == legacy.PROTOCOL_VERSION,
-                        pooled=pools.wants_pooling(extra))
+                        pooled=pools.wants_pooling(extra), proxy_proto=proxy_proto)
         if proto in ("http", "https"):
-            tunnel.enforcement = enforce.http_options(legacy.http_options(opts))
+            tunnel.breaker = breaker.of_option(opts_in.get("CircuitBreaker"))
+            tunnel.ws_tcp = opts_in.get("WebsocketTCPConverter") is not None
+            opts_in = {k: v for k, v in opts_in.items()
+                       if k not in ("CircuitBreaker", "WebsocketTCPConverter")}
+            tunnel.enforcement = enforce.http_options(legacy.http_options(opts_in))
             tunnel.tls = tls.spec_of_bind(opts.get("MutualTLSCA"))
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_http(tunnel, self._requested_domain(opts))
         elif proto == "tcp":
-            tunnel.enforcement = enforce.tcp_options(opts)
+            tunnel.enforcement = enforce.tcp_options(opts_in)
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
         elif proto == passthrough.PROTO:   # SNI-routed, not terminated (edge.passthrough)
-            tunnel.enforcement = passthrough.options(opts)
+            tunnel.enforcement = passthrough.options(opts_in)
+            tunnel.tls = passthrough.client_certificates(
+                opts_in.get("MutualTLSAtEdge"), opts_in.get("TLSTermination") is not None)
+            tunnel.termination = passthrough.termination(opts_in.get("TLSTermination"),
+                                                         tunnel.tls)
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_http(tunnel, self._requested_domain(opts))
         else:
@@ -350,14 +360,24 @@ class AgentSession:
 
     # ---- what the edge sends the agent ------------------------------------------------------
     async def open_proxy(self, tunnel: Tunnel, client_addr: str, proto: str,
-                         passthrough_tls: bool = False) -> MuxStream:
-        """A proxy stream for one public connection, its header written. Waits up to
-        OPEN_WAIT for a free slot when the session has MAX_LOCAL_STREAMS open
-        (StreamsExhausted after that)."""
+                         passthrough_tls: bool = False, server_addr: str = "") -> MuxStream:
+        """A proxy stream for one public connection, its header written (and the PROXY
+        protocol header when the endpoint asked for one: ``server_addr``, else the address of
+        the listener of ``proto``). Waits up to OPEN_WAIT for a free slot when the session
+        has MAX_LOCAL_STREAMS open (StreamsExhausted after that)."""
         stream = await self.mux.open_stream_when_free(OPEN_WAIT)
-        await stream.write(protocol.proxy_header(tunnel_id=tunnel.id, client_addr=client_addr,
-                                                 proto=proto, passthrough_tls=passthrough_tls))
+        head = protocol.proxy_header(tunnel_id=tunnel.id, client_addr=client_addr,
+                                     proto=proto, passthrough_tls=passthrough_tls)
+        if tunnel.proxy_proto:
+            head += proxyproto.header(tunnel.proxy_proto, client_addr,
+                                      server_addr or self._listener_addr(tunnel, proto))
+        await stream.write(head)
         return stream
+
+    def _listener_addr(self, tunnel: Tunnel, proto: str) -> str:
+        port = tunnel.port if proto == "tcp" else \
+            self.edge.http_port if proto == "http" else self.edge.https_port
+        return f"{self.edge.settings.host}:{port}"
 
     async def command(self, typ: int) -> Optional[str]:
         """Send Stop / Restart; the agent's error string, or None when it accepted."""

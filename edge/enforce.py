@@ -14,9 +14,13 @@ User agent filter: a User-Agent matching an ``allow`` pattern passes; otherwise 
 a ``deny`` pattern, or any when ``allow`` is not empty, is refused with 403.
 
 MutualTLSCA is enforced by the HTTPS listener's handshake (``edge.tls``), as the
-``mutual_tls`` module of HTTPS edges. Options this edge cannot honour (OAuth, OIDC, SAML,
-CircuitBreaker, WebsocketTCPConverter, HostHeaderRewrite, ProxyProto, the legacy ``Auth`` string, hashed basic
-auth passwords) refuse the bind with ERR_NGROK_1602 naming them: never accepted and ignored.
+``mutual_tls`` module of HTTPS edges. Options enforced elsewhere are taken out of the options
+before they reach this module (edge.agents): CircuitBreaker (``edge.breaker``),
+WebsocketTCPConverter (``edge.wstcp``), ProxyProto (``edge.proxyproto``), the CLI 2.x's
+``Auth`` string (turned into BasicAuth) and HostHeaderRewrite (``edge.legacy``). Options this
+edge cannot honour (OAuth, OIDC, SAML: an identity provider; hashed basic auth passwords), or
+one of the former reaching here by another path, refuse the bind with ERR_NGROK_1602 naming
+them: never accepted and ignored.
 A TrafficPolicy the engine refuses is ERR_NGROK_2201 with the element it names, and so is
 one whose restrict-ips ``ip_policies`` name an IP policy the agent's account does not have
 (:func:`check_ip_policies`, as the API refuses such a document). They are resolved per

@@ -47,9 +47,9 @@ def http_options(opts: Dict[str, Any]) -> Dict[str, Any]:
     rewrite = out.pop("HostHeaderRewrite", None)
     if rewrite is not None and not isinstance(rewrite, bool):
         raise _refuse("HostHeaderRewrite must be a boolean.")
-    scheme = out.pop("LocalURLScheme", None)
-    if scheme is not None and scheme not in ("", "http", "https"):
-        raise _refuse("LocalURLScheme must be 'http' or 'https'.")
+    scheme = out.pop("LocalURLScheme", None)   # http, https, file (``ngrok http file://``)
+    if scheme is not None and not (isinstance(scheme, str) and len(scheme) <= 64):
+        raise _refuse("LocalURLScheme must be a scheme name.")
     return out
 
 

@@ -1,45 +1,93 @@
 """TLS endpoints (``tls://<name>``): connections to the HTTPS listener routed by the SNI name of
-their ClientHello, passed to the agent without being terminated.
+their ClientHello, to the agent.
 
 The HTTPS listener (``edge.tls.HttpsListener``) peeks at the ClientHello before it starts
 TLS. When a TLS endpoint (an agent's Bind with proto ``tls``: the CLI's ``ngrok tls``, the
-SDKs' ``tls_endpoint()``) serves that name, :func:`serve` takes the connection instead: the
-raw bytes, ClientHello included (it was only peeked at), go to the agent on a proxy stream
-whose header says ``Proto: tls``, ``EdgeType: 2`` and ``PassthroughTLS: true``; the agent's
-upstream (or the agent itself) does the handshake, so the client sees the agent's own
-certificate and the edge never holds a key.
+SDKs' ``tls_endpoint()``) serves that name, :func:`serve` takes the connection instead:
+
+- by default (passthrough) the raw bytes, ClientHello included (it was only peeked at), go to
+  the agent on a proxy stream whose header says ``Proto: tls``, ``EdgeType: 2`` and
+  ``PassthroughTLS: true``; the agent's upstream (or the agent itself, the SDKs' agent-side
+  termination) does the handshake, so the client sees the agent's own certificate and the
+  edge never holds its key;
+- with ``TLSTermination`` (the SDKs' ``termination(cert, key)``) the edge completes the
+  handshake with that certificate and key (held in memory only), or with its own certificate
+  for the name when the option carries no pair, and the agent gets the plaintext
+  (``PassthroughTLS: false``).
 
 The endpoint's ``on_tcp_connect`` rules (``IPRestriction``, a ``TrafficPolicy``) are enforced
-before anything is forwarded, as for TCP endpoints. A TLS endpoint is never reached through the
-HTTP listener (there is no HTTP to route by). Options that ask the edge to terminate TLS
-(``TLSTermination``, ``MutualTLSAtEdge``) are refused at Bind (ERR_NGROK_1602, naming them):
-this edge passes TLS through and does not terminate it for TLS endpoints.
+before anything is forwarded or any handshake is made, as for TCP endpoints. A TLS endpoint
+is never reached through the HTTP listener (there is no HTTP to route by). ``MutualTLSAtEdge``
+(client certificates checked by the edge, the SDKs' ``mutual_tlsca`` on a TLS endpoint)
+is enforced by the edge's handshake when it terminates (a client without a certificate from
+those CAs fails the handshake), and refused at Bind without ``TLSTermination``
+(ERR_NGROK_1602): a passed-through handshake is the agent's.
 """
 import asyncio
+import base64
+import binascii
 import logging
+import ssl
 from typing import Any, Dict
 
 from chalicelib.core import binding, edge_errors
 from chalicelib.core import policy as tp
-from edge import enforce
+from edge import certs, enforce, tls
 
 log = logging.getLogger("edge.passthrough")
 
 PROTO = "tls"
 EDGE_TYPE_TLS = "2"
-TERMINATING = ("TLSTermination", "MutualTLSAtEdge")
+EDGE_CERTIFICATE = "edge"
+HANDSHAKE_TIMEOUT = 15.0     # TLSTermination without a pair: the edge's own certificate
 
 
 def options(opts: Dict[str, Any]) -> enforce.Enforcement:
     """The enforcement of a TLS endpoint's Bind options, or Refused."""
-    refused = [name for name in TERMINATING if enforce._is_set(opts.get(name))]
-    if refused:
-        raise binding.Refused(edge_errors.INVALID_OPTION,
-                              "This edge passes TLS endpoints' traffic through to the agent "
-                              f"and cannot terminate it: option(s) {', '.join(refused)} "
-                              "refused.")
-    rest = {k: v for k, v in opts.items() if k not in ("MutualTLSAtAgent",)}
+    rest = {k: v for k, v in opts.items()
+            if k not in ("MutualTLSAtAgent", "TLSTermination", "MutualTLSAtEdge")}
     return enforce.tcp_options(rest)
+
+
+def client_certificates(option: Any, terminated: bool) -> Any:
+    """The ``edge.tls.TlsSpec`` of ``MutualTLSAtEdge`` (client certificates checked by the
+    edge's handshake; the same shape as HTTP endpoints' ``MutualTLSCA``), None when unset;
+    Refused without ``TLSTermination``: a passed-through handshake is not the edge's."""
+    spec = tls.spec_of_bind(option)
+    if spec is not None and not terminated:
+        raise binding.Refused(edge_errors.INVALID_OPTION,
+                              "MutualTLSAtEdge needs TLSTermination: the edge checks client "
+                              "certificates only on a handshake it makes, not on one it passes "
+                              "through.")
+    return spec
+
+
+def termination(option: Any, spec: Any = None) -> Any:
+    """What a ``TLSTermination`` option asks: None (absent: pass through), EDGE_CERTIFICATE
+    (present without a pair: terminate with the edge's certificate for the name), or a server
+    context of the agent's certificate and key (PEM, base64 in the JSON as ngrok-go sends
+    bytes), requiring a client certificate when ``spec`` says so; Refused when they cannot be
+    loaded together."""
+    if option is None:
+        return None
+    if not isinstance(option, dict):
+        raise binding.Refused(edge_errors.INVALID_OPTION, "TLSTermination must be an object.")
+    cert, key = option.get("cert"), option.get("key")
+    if not cert and not key:
+        if option.get("sealed_key"):
+            raise binding.Refused(edge_errors.INVALID_OPTION,
+                                  "TLSTermination with a sealed key is not supported; send the "
+                                  "key itself.")
+        return EDGE_CERTIFICATE
+    try:
+        cert_pem, key_pem = (base64.b64decode(v, validate=True) if isinstance(v, str)
+                             else bytes(v) for v in (cert, key))
+        ctx = certs.context_from_pem(cert_pem, key_pem)
+        return tls.apply(ctx, spec) if spec is not None else ctx
+    except (ValueError, TypeError, ssl.SSLError, binascii.Error) as exc:
+        raise binding.Refused(edge_errors.INVALID_OPTION,
+                              "TLSTermination's certificate and key could not be loaded "
+                              f"together: {str(exc)[:200]}") from None
 
 
 def tunnel_for(edge: Any, name: str) -> Any:
@@ -64,22 +112,41 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     protocol = asyncio.StreamReaderProtocol(reader)
-    transport.set_protocol(protocol)
-    protocol.connection_made(transport)
-    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+    writer = None
     try:
         if not await _allowed(edge, tunnel, transport, peer, name):
+            transport.abort()
             return True
-        transport.resume_reading()
+        ending = tunnel.termination
+        if ending is None:   # passthrough: the bytes as they come, ClientHello first
+            transport.set_protocol(protocol)
+            protocol.connection_made(transport)
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            transport.resume_reading()
+        else:                # terminated here (TLSTermination), plaintext to the agent
+            ctx = edge.certs.context_for([name], tunnel.tls) if ending == EDGE_CERTIFICATE \
+                else ending
+            try:
+                tls_transport = await loop.start_tls(transport, protocol, ctx,
+                                                     server_side=True,
+                                                     ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+            except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError):
+                transport.abort()
+                return True
+            protocol.connection_made(tls_transport)
+            writer = asyncio.StreamWriter(tls_transport, protocol, reader, loop)
         try:
+            sock = transport.get_extra_info("sockname") or ("", 0)
             stream = await tunnel.session.open_proxy(tunnel, f"{peer[0]}:{peer[1]}", PROTO,
-                                                     passthrough_tls=True)
+                                                     passthrough_tls=ending is None,
+                                                     server_addr=f"{sock[0]}:{sock[1]}")
         except ConnectionError:   # StreamReset / StreamsExhausted: the agent is gone or full
             return True
         await splice(reader, writer, stream)
     finally:
         edge.admission.release(ticket)
-        writer.close()
+        if writer is not None:
+            writer.close()
     return True
 
 

@@ -19,14 +19,13 @@ from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
-from chalicelib.core import ids, policy as tp
-from edge import challenges, http1
+from chalicelib.core import edge_errors, ids, policy as tp
+from edge import breaker, challenges, http1, wstcp
 from edge.connections import connection_handler
 from edge.edges import Hop, forward_refused
 from edge.h2leg import H2Leg
 from edge.tls import MISDIRECTED
 from edge.session import MuxStream, StreamReset, StreamsExhausted
-from chalicelib.core import edge_errors
 
 log = logging.getLogger("edge.public")
 
@@ -358,6 +357,13 @@ class HttpFront:
                         return
                     client.start_next_cycle()
                     continue
+                if not breaker.allows(tunnel):   # its circuit breaker tripped (edge.breaker)
+                    await self._answer(client, writer, *breaker.TRIPPED_ANSWER, close=True)
+                    return
+                if getattr(tunnel, "ws_tcp", False):   # WebSocket-to-TCP (edge.wstcp)
+                    await wstcp.serve(self, client, reader, writer, tunnel, request,
+                                      client_addr)
+                    return
                 if leg is None or leg.tunnel is not tunnel or not leg.reusable:
                     if leg is not None:
                         leg.close()
@@ -492,6 +498,7 @@ class HttpFront:
                             await writer.drain()
                             return "close"
                     started = True
+                    breaker.record(getattr(leg, "tunnel", None), event.status_code)
                     hold(event)
                 elif isinstance(event, http1.Data):
                     if traffic is not None and traffic.compressor is not None:
@@ -529,6 +536,7 @@ class HttpFront:
                                    "The upstream server returned an invalid or incomplete "
                                    "HTTP response.", close=True)
             else:
+                breaker.record(getattr(leg, "tunnel", None), 502)
                 await self._answer(client, writer, 502, edge_errors.UPSTREAM_UNREACHABLE,
                                    f"The agent serving {self.scheme}://{host} could not reach "
                                    "its upstream service.", close=True)

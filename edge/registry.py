@@ -43,6 +43,10 @@ class Tunnel:
     # member holds the name's claim (edge.pools).
     pooled: bool = False
     pool: Optional[List["Tunnel"]] = None
+    proxy_proto: int = 0         # PROXY protocol version written towards the agent (0: none)
+    breaker: Any = None          # edge.breaker.Breaker of its CircuitBreaker option
+    ws_tcp: bool = False         # WebsocketTCPConverter: edge.wstcp
+    termination: Any = None      # a TLS endpoint's TLSTermination (edge.passthrough)
 
     @property
     def account_id(self) -> str:

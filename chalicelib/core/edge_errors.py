@@ -37,6 +37,8 @@ it). The API's own catalog is :mod:`chalicelib.core.errors`.
 | JWT_INVALID                | ERR_NGROK_3402   | public | jwt-validation: the token is not valid                    |
 | JWKS_UNAVAILABLE           | ERR_NGROK_3403   | public | jwt-validation: the signing keys could not be fetched     |
 | RATE_LIMITED               | ERR_NGROK_20000  | public | a rate-limit action refused the request (429)             |
+| INVALID_CIRCUIT_BREAKER    | ERR_NGROK_361    | agent  | a circuit breaker threshold outside 0..1                  |
+| CIRCUIT_BREAKER_TRIPPED    | ERR_NGROK_3202   | public | the endpoint's circuit breaker is open (503)              |
 """
 
 AUTHTOKEN_MALFORMED = "ERR_NGROK_105"
@@ -69,3 +71,5 @@ JWT_MISSING = "ERR_NGROK_3401"
 JWT_INVALID = "ERR_NGROK_3402"
 JWKS_UNAVAILABLE = "ERR_NGROK_3403"
 RATE_LIMITED = "ERR_NGROK_20000"
+INVALID_CIRCUIT_BREAKER = "ERR_NGROK_361"
+CIRCUIT_BREAKER_TRIPPED = "ERR_NGROK_3202"

@@ -4,11 +4,11 @@ edge tests with the device agent's virtualenv (where the SDK is installed).
 Usage: ``python sdk_agent.py '<json config>'``; config: ``authtoken``, ``server_addr``,
 ``root_cas``, ``binds`` (list of {"proto": "http"|"tcp"|"tls"|"labeled", "domain"?,
 "labels"?, "remote_addr"?, "options"? (SDK builder calls), "upstream"?: "dead" | "grpc" |
-"trailers", "upstream_addr"? (tls: where to forward)}). It serves a small upstream on
-127.0.0.1 (echo, upload digest, streaming, WebSocket echo, a flood and how much of it was
-written), forwards every bind to it, and prints one JSON line per event: ``bound`` (url, id)
-or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on stdin: ``close``
-closes the session, ``exit`` ends the program.
+"trailers" | "tcp" (to the TCP echo), "upstream_addr"? (tls: where to forward)}). It serves a
+small upstream on 127.0.0.1 (echo, upload digest, streaming, WebSocket echo, a flood and how
+much of it was written), forwards every bind to it, and prints one JSON line per event:
+``bound`` (url, id) or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on
+stdin: ``close`` closes the session, ``exit`` ends the program.
 """
 import asyncio
 import hashlib
@@ -168,7 +168,7 @@ async def main(cfg):
                     if option == "mutual_tlsca":   # bytes: sent as text in the JSON config
                         value = [bytearray(v.encode()) for v in value]
                     lb = getattr(lb, option)(*value)
-                upstream = f"127.0.0.1:{http_port}"
+                upstream = f"127.0.0.1:{tcp_port if bind.get('upstream') == 'tcp' else http_port}"
             elif bind["proto"] == "tcp":
                 lb = session.tcp_endpoint()
                 if bind.get("remote_addr"):
@@ -181,8 +181,11 @@ async def main(cfg):
                 if bind.get("domain"):
                     lb = lb.domain(bind["domain"])
                 for option, value in bind.get("options", {}).items():
+                    if option in ("termination", "mutual_tlsca"):   # PEM bytes, as text
+                        value = [bytearray(v.encode()) for v in value]
                     lb = getattr(lb, option)(*value)
-                upstream = bind["upstream_addr"]
+                upstream = f"127.0.0.1:{tcp_port}" if bind.get("upstream") == "tcp" \
+                    else bind["upstream_addr"]
             else:
                 lb = session.labeled_listener()
                 for key, value in bind["labels"].items():

@@ -179,6 +179,23 @@ def test_stop_through_the_api_ends_the_cli(run_cli, account, upstream):
     assert account.admin.get("/tunnel_sessions").json["tunnel_sessions"] == []
     assert account.admin.get("/endpoints").json["endpoints"] == []
 
+
+def test_restart_through_the_api_brings_the_cli_back(run_cli, edge, account, upstream):
+    sub = f"clirs{time.time_ns() % 10**9}"
+    agent = run_cli(_credential(account)["token"],
+                    ["http", "-subdomain", sub, "-bind-tls", "false",
+                     _addr(upstream.server_port)])
+    agent.wait_tunnels(1)
+    first = account.admin.get("/tunnel_sessions").json["tunnel_sessions"][0]["id"]
+    assert account.admin.post(f"/tunnel_sessions/{first}/restart").status == 204
+    agent.wait_log(lambda line: "restart" in str(line.get("msg", "")).lower(), timeout=30)
+    deadline = time.time() + 30
+    status = None
+    while time.time() < deadline and status != 200:
+        status = edge.http("GET", f"{sub}.tunnels.localhost", "/again").status_code
+        time.sleep(0.3)
+    assert status == 200, agent.output()
+
 # ---- ngrok http's flags --------------------------------------------------------------------
 @pytest.mark.parametrize("bind_tls,schemes", [("both", {"http", "https"}), ("true", {"https"}),
                                               ("false", {"http"})])
@@ -292,6 +309,69 @@ def test_the_inspector_shows_requests_and_replays_them(run_cli, edge, account, u
         time.sleep(0.2)
     assert upstream.seen[-1]["path"] == "/inspected" and upstream.seen[-1]["body"] == "hello"
 
+
+
+def test_file_server(run_cli, edge, account, tmp_path):
+    """``ngrok http file:///dir``: the CLI's own file server, through the edge. (``-region``
+    is refused by the CLI itself next to a ``server_addr``: it never reaches an edge.)"""
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "hello.txt").write_text("served by the CLI")
+    agent = run_cli(_credential(account)["token"],
+                    ["http", "-bind-tls", "false", f"file://{folder}"])
+    urls = _by_scheme(agent.wait_tunnels(1))
+    resp = edge.http("GET", _host(urls["http"]), "/hello.txt")
+    assert resp.status_code == 200 and resp.text == "served by the CLI"
+
+
+def test_authtoken_command_saves_the_token_the_cli_then_uses(cli, edge, account, tmp_path,
+                                                              upstream):
+    import subprocess
+    from tests.edge.cli_agent import CLI_BIN
+    token = _credential(account)["token"]
+    config = tmp_path / "saved.yml"
+    config.write_text(f"server_addr: {edge.server_addr}\nroot_cas: {edge.ca_path}\n")
+    done = subprocess.run([CLI_BIN, "authtoken", "-config", str(config), token],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert token in config.read_text()
+    proc = subprocess.Popen([CLI_BIN, "http", "-config", str(config), "-log", "stdout",
+                             "-bind-tls", "false", _addr(upstream.server_port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not account.admin.get("/endpoints").json["endpoints"]:
+            time.sleep(0.3)
+        url = account.admin.get("/endpoints").json["endpoints"][0]["public_url"]
+        assert edge.http("GET", _host(url), "/saved").json()["path"] == "/saved"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_local_https_upstream(run_cli, edge, account, tmp_path):
+    """``ngrok http https://127.0.0.1:port``: LocalURLScheme https, the CLI speaks TLS to its
+    upstream itself (it does not verify the local certificate, as documented for 2.x)."""
+    import ssl
+    import subprocess
+    cert, key = str(tmp_path / "local.crt"), str(tmp_path / "local.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+                    "/CN=localhost", "-keyout", key, "-out", cert], check=True,
+                   capture_output=True)
+    server = _upstream("tls")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    try:
+        agent = run_cli(_credential(account)["token"],
+                        ["http", "-bind-tls", "false",
+                         f"https://127.0.0.1:{server.server_port}"])
+        urls = _by_scheme(agent.wait_tunnels(1))
+        got = edge.http("GET", _host(urls["http"]), "/over-tls").json()
+        assert got["name"] == "tls" and got["path"] == "/over-tls"
+    finally:
+        server.shutdown()
 
 # ---- ngrok tcp -----------------------------------------------------------------------------
 def test_tcp_with_a_reserved_remote_addr(run_cli, edge, account, tcp_echo):

@@ -102,7 +102,7 @@ def test_compression_module_gzips_the_response(edge, account, agents):
 
 @pytest.mark.parametrize("options, named", [
     ({"oauth": ["google"]}, "OAuth"),
-    ({"websocket_tcp_conversion": []}, "WebsocketTCPConverter"),
+    ({"oidc": ["https://issuer.example", "client", "secret"]}, "OIDC"),
 ])
 def test_options_the_edge_cannot_honour_refuse_the_bind(edge, account, agents, options, named):
     message = _refusal(_serve(edge, account, agents, options), "bind")

@@ -132,3 +132,68 @@ def test_sdk_tls_endpoint_ip_restriction(edge, account, agents, domain, upstream
     _bound(agent.start())
     with pytest.raises((ssl.SSLError, OSError)):
         _through_edge(edge, domain, upstream.cert)
+
+
+def test_sdk_tls_termination_at_the_edge_with_the_agents_pair(edge, account, agents, domain,
+                                                               tmp_path):
+    """``termination(cert, key)``: the edge completes the handshake with the agent's
+    certificate; the agent's upstream (a plain TCP echo) gets the plaintext."""
+    cert, key = _certificate(str(tmp_path), domain)
+    cert_pem, key_pem = open(cert).read(), open(key).read()
+    agent = agents(edge, _credential(account)["token"],
+                   [{"proto": "tls", "domain": domain, "upstream": "tcp",
+                     "options": {"termination": [cert_pem, key_pem]}}])
+    _bound(agent.start())
+    assert _through_edge(edge, domain, cert, b"plain at the agent") == b"plain at the agent"
+
+
+def test_sdk_tls_termination_with_a_key_that_is_not_the_certificates_is_refused(
+        edge, account, agents, domain, tmp_path):
+    cert, _ = _certificate(str(tmp_path), domain)
+    _, other_key = _certificate(str(tmp_path), "other.example")
+    agent = agents(edge, _credential(account)["token"],
+                   [{"proto": "tls", "domain": domain, "upstream": "tcp",
+                     "options": {"termination": [open(cert).read(), open(other_key).read()]}}])
+    events = agent.start()
+    assert any("ERR_NGROK_1602" in " ".join(e.get("args", [])) for e in events), events
+
+
+def test_sdk_mutual_tlsca_on_a_terminated_tls_endpoint(edge, account, agents, domain,
+                                                       tmp_path):
+    """``mutual_tlsca`` with ``termination``: the edge's handshake requires a client
+    certificate from those CAs; without termination the option is refused."""
+    from tests.unit.test_edge_tls import make_ca, make_client_cert, pem
+    allowed, other = make_ca("tls clients"), make_ca("other")
+    cert, key = _certificate(str(tmp_path), domain)
+    agent = agents(edge, _credential(account)["token"],
+                   [{"proto": "tls", "domain": domain, "upstream": "tcp",
+                     "options": {"termination": [open(cert).read(), open(key).read()],
+                                 "mutual_tlsca": [pem(allowed[1])]}}])
+    _bound(agent.start())
+
+    def attempt(client):
+        ctx = ssl.create_default_context(cafile=cert)
+        if client is not None:
+            chain, private = client
+            (tmp_path / "c.pem").write_bytes(chain)
+            (tmp_path / "k.pem").write_bytes(private)
+            ctx.load_cert_chain(str(tmp_path / "c.pem"), str(tmp_path / "k.pem"))
+        try:
+            with socket.create_connection(("127.0.0.1", edge.https_port), timeout=10) as raw:
+                with ctx.wrap_socket(raw, server_hostname=domain) as conn:
+                    conn.sendall(b"mtls")
+                    # TLS 1.3: the client's handshake ends before the edge checks its
+                    # certificate; a refusal is then an alert, read as EOF or an error
+                    return conn.recv(100) or b"refused"
+        except (ssl.SSLError, OSError):
+            return b"refused"
+
+    assert attempt(make_client_cert(allowed)) == b"mtls"
+    assert attempt(make_client_cert(other)) == b"refused"
+    assert attempt(None) == b"refused"
+    passthrough = agents(edge, _credential(account)["token"],
+                         [{"proto": "tls", "domain": domain, "upstream": "tcp",
+                           "options": {"mutual_tlsca": [pem(allowed[1])]}}])
+    events = passthrough.start()
+    assert any("MutualTLSAtEdge needs TLSTermination" in " ".join(e.get("args", []))
+               for e in events), events

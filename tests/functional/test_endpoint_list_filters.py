@@ -5,11 +5,8 @@ import json
 import ngrok
 
 from chalicelib import list_filters
-from chalicelib.core import ids
+from chalicelib.core import errors, ids
 from tests.support.contract import assert_error
-
-from chalicelib.core import errors
-
 POLICY = json.dumps({"on_http_request": [{"actions": [
     {"type": "custom-response", "config": {"status_code": 200, "body": "hi"}}]}]})
 
