@@ -346,7 +346,7 @@ def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
         tops = {name.split("/")[0] for name in names}
         sdk = sum(i.compress_size for i in zf.infolist()
                   if i.filename.split("/")[0] in deploy_stack.RUNTIME_PROVIDED)
-        store_pyc = zf.read(f"chalicelib/__pycache__/store.{sys.implementation.cache_tag}.pyc")
+        store_pyc = zf.read(f"chalicelib/core/__pycache__/store.{sys.implementation.cache_tag}.pyc")
         zf.extractall(tmp_path / "task")
     assert sdk == 0 and not tops & set(deploy_stack.RUNTIME_PROVIDED)
     assert {"pynamodb", "chalicelib", "cel_expr_python", "asn1crypto"} <= tops
