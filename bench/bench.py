@@ -1,4 +1,4 @@
-"""`make bench`: the cost table a serverless API is judged by (issue 14).
+"""`make bench`: the cost table a serverless API is judged by.
 
 Prints one table and writes it as JSON (``bench/results.json``, ``BENCH_OUT`` to change):
 

@@ -1,6 +1,6 @@
 """Bring a table written by an earlier version of the service to the current layout.
 
-Layout version 2 (issue 14, one store call per operation) changed three things:
+Layout version 2 (one store call per operation) changed three things:
 1. an item's ``data`` is a DynamoDB map (``M``) instead of a JSON string (``S``), so a PATCH
    can set one field (chalicelib.core.store.set_fields);
 2. an API key's lookup item carries its owner's ``role`` and ``active`` (the authorizer reads
@@ -14,7 +14,7 @@ The service reads old items correctly without this (old ``data`` strings are par
 lookup makes the authorizer read the owner too), except for routes and owner index entries,
 which must be moved or written.
 
-Layout version 3 (issue 10, TLS modules on the wire) adds the TLS index: one item per hostport
+Layout version 3 (TLS modules on the wire) adds the TLS index: one item per hostport
 of an HTTPS edge whose ``tls_termination``/``mutual_tls`` ask something of the handshake
 (:func:`chalicelib.edge_modules.tls_index_ops`); edges stored before it get their items here. :func:`run_if_needed` does it once (a marker item records the
 layout version); ``make run`` calls it at every start, after restoring ``.data``, and

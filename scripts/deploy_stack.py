@@ -306,7 +306,7 @@ def _bytecode(name: str, source: bytes, scratch: str) -> Optional[bytes]:
 
 
 def slim_package(zip_path: str, strip: bool = True, bytecode: bool = True) -> Dict[str, Any]:
-    """Rewrite the deployment zip for the Lambda (issue 14, every choice measured by `make
+    """Rewrite the deployment zip for the Lambda (every choice measured by `make
     bench`): without what the runtime provides (RUNTIME_PROVIDED) or what the service never
     loads (LEAVE_OUT_*), with shared objects stripped of their symbol tables (binutils'
     ``strip`` when installed), with the local ``__pycache__`` folders replaced by bytecode

@@ -5,7 +5,7 @@ x86_64, this interpreter's CPython version) with pip and unpacked there. Run by
 ``make install``; safe to run again (vendor/ is rebuilt when requirements-vendor.txt or the
 slimming below changes).
 
-Slimmed for the deployment package (issue 14; measured by ``make bench``):
+Slimmed for the deployment package (measured by ``make bench``):
 
 - files the Lambda never loads are left out (:data:`LEAVE_OUT`): cel-expr-python's ``ext``
   modules (chalicelib.core.policy.celenv enables the same extensions by name from ``cel.so``'s own

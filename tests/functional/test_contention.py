@@ -1,4 +1,4 @@
-"""Concurrent writers of one resource (issue 14): PATCHes of different fields do not conflict.
+"""Concurrent writers of one resource: PATCHes of different fields do not conflict.
 
 Each PATCH is one UpdateItem of the fields it sends (chalicelib.core.store.set_fields), so 20 at
 once all succeed and every field keeps a value one of its writers sent. Over real HTTP

@@ -122,7 +122,7 @@ def test_https_edges_routes_and_modules_with_the_reference_client(client):
         client.edges.https_routes.get(edge.id, route.id)
 
 
-# ---- issue 10: backends edges route to, reserved addresses, CAs, the new modules ---------------
+# ---- backends edges route to, reserved addresses, CAs, the newer modules -----------------------
 def test_routing_backends_with_the_reference_client(client):
     tg = client.backends.tunnel_group.create(description="web", labels={"app": "web"})
     assert tg.labels == {"app": "web"} and tg.tunnels == [] and tg.id.startswith("bkdtg_")

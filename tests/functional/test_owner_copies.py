@@ -1,5 +1,5 @@
 """The authorizer reads one item (the key's lookup); what it needs of the owner and the
-account is copied there and must follow every change at once (issue 14).
+account is copied there and must follow every change at once.
 
 In-process only: the changes are operator actions on the store (chalicelib.accounts).
 """

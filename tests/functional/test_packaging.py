@@ -327,7 +327,7 @@ def _ca_pem():
 
 
 def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
-    """The package (scripts/deploy_stack.py slim_package, issue 14) leaves out what the Lambda
+    """The package (scripts/deploy_stack.py slim_package) leaves out what the Lambda
     Python runtime provides (botocore and its dependencies), the CEL ext modules (the
     extensions are enabled from cel.so), PyYAML's unused libyaml binding and type stubs;
     its shared objects are stripped and every module has unchecked-hash bytecode (the

@@ -1,4 +1,4 @@
-"""What the Lambda package holds and what its cold start loads (issue 14; sizes and times are
+"""What the Lambda package holds and what its cold start loads (sizes and times are
 measured by `make bench`, never asserted). The package itself is built and run in
 tests/functional/test_packaging.py."""
 import importlib.util

@@ -1,7 +1,7 @@
 """Store calls per route, pinned: a change that adds a DynamoDB call to a route fails here.
 
 Counted on the botocore client (tests/support/costs.py), in-process, the authorizer apart
-from the view. The goal (issue 14): the authorizer makes 1 call on every route; a view makes
+from the view. The goal: the authorizer makes 1 call on every route; a view makes
 1 call when its operation touches one item; the routes that must read first or change
 several items say so in their docstrings, with the count pinned here. Nothing scans.
 """
@@ -57,7 +57,7 @@ EXPECTED_VIEW_CALLS = {
     "GET /edges/https/{edge_id}/routes/{route_id}/response_headers": 1,
     "DELETE /edges/https/{edge_id}/routes/{route_id}/response_headers": 1,
     "POST /abuse_reports": 1, "GET /abuse_reports/{report_id}": 1,
-    # issue 10. Edges: claiming a hostport reads its reservation first (TCP: the port's
+    # Edges: claiming a hostport reads its reservation first (TCP: the port's
     # claim, 1 GetItem; HTTPS: 1 BatchGetItem of the exact and wildcard names + the online
     # claim of a base-domain name, 1 GetItem); a TCP edge's hostport items carry a copy of
     # its modules, so a traffic_policy change is a read + transaction like the others; a
