@@ -106,3 +106,23 @@ def test_the_literal_rule_sees_a_code_in_a_call_but_not_in_a_docstring(tmp_path)
     sample.write_text('"""ERR_NGROK_1 is documented here."""\n'
                       'raise Refused("ERR_NGROK_334", "x")\n')
     assert list(_code_literals(sample)) == [(2, "ERR_NGROK_334")]
+
+
+def test_the_repository_names_no_file_outside_it_and_no_tracker_issue():
+    """A clone stands alone: no text sends the reader to files beside the repository
+    (``../shared/…``) or to a tracker's issue numbers."""
+    import subprocess
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    pattern = re.compile(r"\.\./shared|\b[Ii]ssue [0-9]+\b")
+    bad = []
+    for name in files:
+        if name.endswith((".png", ".jpg", ".ico", ".pem", ".zip", ".json")):
+            continue
+        try:
+            text = (ROOT / name).read_text()
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+        bad += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1)
+                if pattern.search(line) and name != "tests/unit/test_house_rules.py"]
+    assert bad == []
