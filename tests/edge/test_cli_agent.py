@@ -411,6 +411,12 @@ def test_start_names_and_all_from_the_config_file(run_cli, edge, account, upstre
     assert {_host(u) for u in urls.values()} == {f"{sub}.tunnels.localhost"}
     assert edge.http("GET", f"{sub}.tunnels.localhost", "/").json()["name"] == "one"
     one.stop()
+    # the first CLI's session ends when the edge reads its connection's close: until then its
+    # name is still served (a second session asking for it would be refused as in use)
+    deadline = time.time() + 15
+    while time.time() < deadline and \
+            edge.http("GET", f"{sub}.tunnels.localhost", "/").status_code != 404:
+        time.sleep(0.2)
     every = run_cli(token, ["start", "--all"], tunnels=tunnels)
     urls = every.wait_tunnels(4)
     by_name = {name.split(" ")[0]: url for name, url in urls.items()}
