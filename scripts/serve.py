@@ -15,8 +15,10 @@ reverse order (see ``build_stack``; one more component is one more ``Component(.
    (chalicelib/acme/dns.py); ``acme`` (when ACME_DIRECTORY_URL is set): the ACME worker
    (chalicelib/acme/worker.py). docs/CERTIFICATES.md.
 
-Between the two, the table is created if missing and, on first start, a local account is
-bootstrapped; its admin key is written to DATA_DIR/local-admin.json only once the account is
+The store and the API start at once (the API loads in parallel and serves once released);
+the edge, DNS and ACME parts read the store as soon as they run, so they start once the
+table exists. In between, the table is created if missing and, on first start, a local
+account is bootstrapped; its admin key is written to DATA_DIR/local-admin.json only once the account is
 on disk (atomically), checked against the store at every start, and printed.
 
 **The store is closed.** Each start generates a fresh secret; the store accepts only requests
@@ -115,6 +117,7 @@ class Component:
     ready_timeout: float = 60.0
     stop_timeout: float = 3.0
     gated: bool = False  # started early (loads in parallel), serves once release() is called
+    after_store: bool = False  # started once the table exists (it reads the store at once)
     ready_mark: str = "ready "  # the line that says it serves ("ready …" lines are not shown)
     pass_fds: tuple = ()   # listening sockets it inherits (kept open here across restarts)
     process: Optional[subprocess.Popen] = None
@@ -220,16 +223,16 @@ def build_stack(args: argparse.Namespace, env: Dict[str, str], embedded: bool
         edge_env = {**env, "EDGE_LISTEN_FDS": ",".join(f"{name}={fd}"
                                                        for name, fd in fds.items())}
         stack.append(Component("edge", [py, "-m", "edge"], edge_env, stop_timeout=3.0,
-                               ready_mark="edge CA certificate",
+                               ready_mark="edge CA certificate", after_store=True,
                                pass_fds=tuple(fds.values())))
     # managed certificates (docs/CERTIFICATES.md): the ACME worker when a directory is set,
     # the service's own DNS server (DNS-01 answers for CNAME_ZONE) when DNS_LISTEN is set
     if env.get("DNS_LISTEN"):
         stack.append(Component("dns", [py, "-m", "chalicelib.acme.dns"], env, stop_timeout=2.0,
-                               ready_mark="dns server"))
+                               ready_mark="dns server", after_store=True))
     if env.get("ACME_DIRECTORY_URL"):
         stack.append(Component("acme", [py, "-m", "chalicelib.acme.worker"], env,
-                               stop_timeout=3.0, ready_mark="acme worker"))
+                               stop_timeout=3.0, ready_mark="acme worker", after_store=True))
     return stack
 
 
@@ -347,10 +350,13 @@ def main() -> int:
     key_file = os.path.join(args.data_dir, "local-admin.json")
     status = 0
     try:
-        # Every component starts loading now; gated ones serve once the store is prepared.
+        # The store and the API start loading now (the API serves once the store is
+        # prepared); the edge and the ACME parts read the store as soon as they run, so they
+        # start once the table exists (before it, a first start logged ResourceNotFound).
         for component in stack:
-            component.start()
-            started.append(component)
+            if not component.after_store:
+                component.start()
+                started.append(component)
         store_ = next((c for c in stack if c.name == "store"), None)
         if store_ is not None:
             print(f"store: embedded, on {endpoint}, data in "
@@ -373,6 +379,10 @@ def main() -> int:
             _atomic_write(os.path.join(args.data_dir, "store.env"),
                           ("\n".join(lines) + "\n").encode())
         local_admin = prepare_store(args, key_file)
+        for component in stack:
+            if component.after_store:
+                component.start()
+                started.append(component)
         for component in stack:
             component.release()
             component.wait_ready(stopping)

@@ -61,6 +61,9 @@ def test_serve_with_edge_prints_what_an_sdk_needs_and_serves_it():
             assert proc.wait(timeout=20) == 0
             rest = proc.stdout.read()
             assert rest.rstrip().endswith("stopped") and "Traceback" not in rest, rest
+            # a first start is clean: no part reads the store before its table exists
+            assert "ResourceNotFound" not in out + rest, out + rest
+            assert "could not read" not in out + rest, out + rest
         finally:
             if proc.poll() is None:
                 proc.kill()
