@@ -26,7 +26,7 @@ THROTTLED_MSG = "Too many requests: the API's request rate limit is exhausted; r
 def _response(status: int, error_code: str, msg: str) -> Dict[str, Any]:
     operation_id = ids.new_id("op")
     body = errors.error_body(status, error_code, msg, operation_id)
-    # "Every response carries the operation id in the Operation-Id header too" (README).
+    # "Every response carries the operation id in the Operation-Id header too" (docs/CONTRACT.md).
     return {"statusCode": status,
             "headers": {"Content-Type": "application/json", "Operation-Id": operation_id},
             "multiValueHeaders": {}, "body": json.dumps(body)}

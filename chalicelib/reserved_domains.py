@@ -5,7 +5,7 @@ http_endpoint_configuration, https_endpoint_configuration, certificate,
 certificate_management_policy, certificate_management_status, acme_challenge_cname_target,
 resolves_to. Every field is always present; unset ones are ``null``.
 
-Rules (CONTRACT.md "Reserved domain"; where it is silent, decided here):
+Rules (docs/CONTRACT.md; where the API reference is silent, decided here):
 - ``domain`` is required: a hostname (chalicelib.core.hostnames) of at least two labels whose
   last label is not a number, stored lower-cased; a wildcard only as a leading ``*.``
   (``*.a.example.com``). It cannot be changed (not an update field).

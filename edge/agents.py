@@ -3,7 +3,7 @@
 Stream types the agent opens: Auth (first), Bind, Unbind, StartTunnelWithLabel, Heartbeat.
 The edge opens Proxy streams (one per public connection) and commands (Stop, Restart).
 
-Rules (DATA_PLANE.md): the authtoken is a credential token; a domain must pass the
+Rules (docs/DATA_PLANE.md): the authtoken is a credential token; a domain must pass the
 credential's ACL and be the account's (reserved, or free under the base domain); one hostname
 is served by one endpoint service-wide (claimed in the table); labels must pass the ACL. Every
 refusal goes back as ``{"Error": "<msg>\\nERR_NGROK_<n>"}`` (chalicelib.core.binding lists codes).

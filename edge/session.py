@@ -15,7 +15,7 @@
   wrongly numbered id) ends the session with GOAWAY carrying the muxado error code; it
   never raises out of :meth:`MuxSession.run`.
 
-How a stream ends, and why (docs/AGENT_PROTOCOL.md, "Closing streams"). The agents count a
+How a stream ends, and why (docs/AGENT_PROTOCOL.md, "How a stream ends"). The agents count a
 stream open until their own side is done with it, and they refuse new streams past 512
 (ngrok-rust's muxado drops the whole session then):
 

@@ -64,7 +64,7 @@ class PersistFailed(AgentError):
 class EdgeRefused(AgentError):
     """The edge refused the endpoint: the edge's ``ERR_NGROK_…`` code is the error code.
 
-    Status by what the code means (see README "Errors"): 409 when the name is served or
+    Status by what the code means (agent/README.md, "Errors"): 409 when the name is served or
     reserved by someone else, 403 when the credential may not bind it, 400 otherwise (the
     edge found the endpoint's definition invalid, e.g. its traffic policy)."""
 

@@ -1,7 +1,7 @@
 """Traffic policy documents: read the default policy file, check a document's outline.
 
 The agent applies no policy itself: the edge does (the hosted service's traffic policy
-language; DATA_PLANE.md). The agent sends each tunnel's effective policy with its endpoint
+language; docs/DATA_PLANE.md). The agent sends each tunnel's effective policy with its endpoint
 (the SDK's ``traffic_policy``) and the edge's answer decides whether the document is valid:
 a bind the edge refuses is an error of the API call and nothing is saved.
 

@@ -8,7 +8,7 @@ place that turns it into that body. ``details`` values are always strings.
 Codes: where the hosted ngrok API documents an ``ERR_NGROK_…`` code for the situation
 (https://ngrok.com/docs/errors/), that code; elsewhere a stable string of ours. Code (and
 tests) name codes through the constants below, never as literals, so a rename touches one
-place. Catalog (also in the README):
+place. Catalog (also in docs/CONTRACT.md, "Error catalog"):
 
 | constant            | error_code                 | status | when                                                    |
 |---------------------|----------------------------|--------|---------------------------------------------------------|

@@ -1,5 +1,5 @@
 """Does a private key belong to a certificate? Pure Python (asn1crypto + integers), because the
-API's Lambda package carries no ``cryptography`` (README "Deployment package").
+API's Lambda package carries no ``cryptography`` (docs/BENCHMARKS.md, "The deployment package").
 
 :func:`load_private_key` reads one unencrypted PEM private key: PKCS#8 (``PRIVATE KEY``),
 PKCS#1 (``RSA PRIVATE KEY``) or SEC 1 (``EC PRIVATE KEY``, optionally after an ``EC

@@ -12,8 +12,8 @@ data key itself is stored only wrapped:
   mode 0600 (exclusively: two processes creating it at once agree on one).
 
 The cipher is built from the standard library (the API's Lambda package carries no
-``cryptography``; README "Deployment package"): HMAC-SHA256 as a pseudo-random function in
-counter mode for the keystream, then HMAC-SHA256 over the context, nonce and ciphertext
+``cryptography``; docs/BENCHMARKS.md, "The deployment package"): HMAC-SHA256 as a
+pseudo-random function in counter mode for the keystream, then HMAC-SHA256 over the context, nonce and ciphertext
 (encrypt-then-MAC; separate encryption and MAC keys derived from the data key). A changed
 byte anywhere, another context, or another master key makes :func:`open_sealed` raise
 :class:`SealError`; nothing partial is returned.

@@ -1,10 +1,10 @@
-"""The wire contract's own rules at their boundaries (README "Wire contract"): body size, list
+"""The wire contract's own rules at their boundaries (docs/CONTRACT.md): body size, list
 page size, the operation id in every error, no internals in a 500, secrets of 256 bits, bot
 names unique and case-sensitive.
 
 In-process only, on one table for the module (``module_api``): these rules live in chalicelib
 and run the same at both levels; each test makes its own account, so tests do not see each
-other's resources. The numbers are the README's, written out (not read from the modules).
+other's resources. The numbers are the documented ones, written out (not read from the modules).
 """
 import base64
 import json

@@ -1,6 +1,6 @@
-"""README "Resource rules decided here", one test (or a few) per rule, at its boundary where
-it has one. In-process only, on one table for the module (``module_api``); each test makes
-its own account. Numbers are the README's, written out.
+"""docs/CONTRACT.md "Resource rules decided here", one test (or a few) per rule, at its
+boundary where it has one. In-process only, on one table for the module (``module_api``); each test makes
+its own account. Numbers are the documented ones, written out.
 """
 import pytest
 

@@ -38,7 +38,7 @@ TS_TO_PY = {
     "edgeModules.edgeRouteUserAgentFilterModule":
         "edge_modules.https_edge_route_user_agent_filter",
     "edgeModules.edgeRouteResponseHeadersModule": "edge_modules.https_edge_route_response_headers",
-    # expected later
+    # in LATER (test_client_compat): run when routed
     "backends.tunnelGroupBackends": "backends.tunnel_group",
     "backends.failoverBackends": "backends.failover",
     "backends.weightedBackends": "backends.weighted", "reservedAddrs": "reserved_addrs",

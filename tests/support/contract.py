@@ -1,7 +1,7 @@
 """The contract's error body, checked on every non-2xx response a test receives.
 
 ``Api.request`` (tests/support/api.py) calls :func:`check_error_response` on each response, so
-every 4xx/5xx that any test provokes, at either level, is held to the README's "Errors" rule
+every 4xx/5xx that any test provokes, at either level, is held to docs/CONTRACT.md's "Errors" rule
 (body ``{error_code, status_code, msg, details: {operation_id, …}}``, the code in the catalog
 with that status, the operation id also in the ``Operation-Id`` header) even where the test
 itself only looks at the status. Tests assert codes through :func:`assert_error` with the

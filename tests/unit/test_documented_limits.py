@@ -1,5 +1,5 @@
-"""Every limit the README ("Wire contract", "Resource rules decided here") and the modules'
-docstrings promise, checked at its boundary: the limit passes, one past it is a 400.
+"""Every limit docs/CONTRACT.md ("Requests and responses", "Resource rules decided here") and
+the modules' docstrings promise, checked at its boundary: the limit passes, one past it is a 400.
 
 The numbers are written here as the documents write them, never read from the modules'
 constants: a test that reads ``MAX_X`` keeps passing when someone changes ``MAX_X``. Errors are

@@ -197,7 +197,7 @@ const RECIPES = {
     allow: ['^curl'], deny: [] })),
   'edgeModules.edgeRouteResponseHeadersModule': module_('httpsRoute', async () => ({
     add: { 'x-a': '1' }, remove: ['server'] })),
-  // ---- expected later ----
+  // ---- in LATER (test_client_compat.py): run when routed ----
   'backends.tunnelGroupBackends': crud(() => ({ labels: { edge: rnd() } })),
   'backends.failoverBackends': crud(async () => ({ backends: [await helpers.backend()] })),
   'backends.weightedBackends': crud(async () => ({
