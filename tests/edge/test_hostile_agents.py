@@ -220,7 +220,7 @@ def test_a_tunnel_id_of_another_account_is_never_given_out(edge, account, api, a
 
 
 def test_session_churn_returns_its_memory(edge, account):
-    """10,000 agent sessions that authenticate and drop, 20 at a time: once settled, the edge's
+    """10,000 agent sessions that authenticate and drop, 8 at a time: once settled, the edge's
     RSS is within 20 MB of where it was after a first warm-up round (docs/SECURITY.md). The
     sessions use 100 credentials, so none passes the authentications-per-credential quota."""
     tokens = [_credential(account)["token"] for _ in range(100)]
@@ -234,7 +234,8 @@ def test_session_churn_returns_its_memory(edge, account):
         assert auth.get("ClientId"), auth
         writer.close()
 
-    async def churn(count, concurrency=20):
+    async def churn(count, concurrency=8):   # 8 at once: a loaded machine kept 20 waiting
+        # past the edge's 10 s authentication deadline
         queue = asyncio.Queue()
         for n in range(count):
             queue.put_nowait(n)
