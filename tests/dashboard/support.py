@@ -2,6 +2,7 @@
 import time
 from typing import Callable, List
 
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
@@ -10,7 +11,11 @@ WAIT = 20.0
 
 
 def wait(driver, condition: Callable, timeout: float = WAIT, message: str = ""):
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition, message)
+    # a page that re-renders between finding an element and reading it leaves the element
+    # stale: the condition is asked again, as a person would look again
+    return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                         ignored_exceptions=[StaleElementReferenceException]
+                         ).until(condition, message)
 
 
 def find(driver, css: str, timeout: float = WAIT):
