@@ -110,11 +110,11 @@ def test_the_literal_rule_sees_a_code_in_a_call_but_not_in_a_docstring(tmp_path)
 
 def test_the_repository_names_no_file_outside_it_and_no_tracker_issue():
     """A clone stands alone: no text sends the reader to files beside the repository
-    (``../shared/…``) or to a tracker's issue numbers."""
+    (the design folder shared beside it) or to a tracker's issue numbers."""
     import subprocess
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.split()
-    pattern = re.compile(r"\.\./shared|\b[Ii]ssue [0-9]+\b")
+    pattern = re.compile(r"\.\./shared|\b[Ii]ssue #?[0-9]+\b")
     bad = []
     for name in files:
         if name.endswith((".png", ".jpg", ".ico", ".pem", ".zip", ".json")):
