@@ -1,8 +1,9 @@
 """The OpenAPI 3 document of the whole API, served at ``/openapi.json``.
 
 It is generated from the app's routes (``app.routes``, minus the 405 views that
-chalicelib.web adds) and the table below, which says per operation what its body and its
-response are. Request bodies are built from the resource modules' ``validation.Field`` lists
+chalicelib.web adds) and the resource table the app registers them from
+(chalicelib.resources), which says per operation what its body and its response are; the
+response shapes are the component schemas below. Request bodies are built from the resource modules' ``validation.Field`` lists
 (the same lists the views parse with), so a field added to a resource shows up here.
 A route the table does not describe still appears (with a generic body), and is listed by
 :func:`undescribed_routes`, which a test keeps empty; a table entry the app does not serve
@@ -17,12 +18,12 @@ by code (ACL syntax, CIDRs, RE2 patterns, …) are named in descriptions, and th
 are the documented 400.
 """
 import copy
-import importlib
+import dataclasses
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from chalicelib import filters, validation, web
+from chalicelib import filters, resources, validation, web
 from chalicelib.core import errors, ids
 
 OPENAPI_PATH = "/openapi.json"
@@ -217,13 +218,12 @@ def _schemas() -> Dict[str, Schema]:
     }
 
 
-# ---- the operation table -----------------------------------------------------------------
+# ---- the operation table (from chalicelib.resources) --------------------------------------------------------------
 @dataclass(frozen=True)
 class Op:
     """How one (method, path) is described.
 
-    ``fields`` names a validation.Field list as ``"module:ATTRIBUTE"`` (the body the view
-    parses); ``response`` a component schema; ``list_key`` makes the response a list page of
+    ``fields`` is the validation.Field list of the body the view parses; ``response`` a component schema; ``list_key`` makes the response a list page of
     that schema; ``status`` the success status.
     """
 
@@ -231,199 +231,71 @@ class Op:
     tag: str
     response: Optional[str] = None
     status: int = 200
-    fields: Optional[str] = None
+    fields: Optional[Sequence[validation.Field]] = None
     list_key: Optional[str] = None
     list_prefix: Optional[str] = None  # id prefix of before_id
     accepts_id: bool = False  # PATCH bodies may repeat the path's id
     field_schemas: Dict[str, Schema] = field(default_factory=dict)
 
 
-def _crud(path: str, item: str, tag: str, schema: str, module: str, list_key: str,
-          kind: str, create: str = "CREATE_FIELDS", update: str = "UPDATE_FIELDS",
-          name: str = "", field_schemas: Optional[Dict[str, Schema]] = None,
-          ) -> Dict[Tuple[str, str], Op]:
-    """Create, list, get, update, delete of one collection."""
-    name = name or tag
-    extra = field_schemas or {}
-    return {
-        ("POST", path): Op(f"Create {name}", tag, schema, 201, f"{module}:{create}",
-                           field_schemas=extra),
-        ("GET", path): Op(f"List {name}s, newest first", tag, schema, list_key=list_key,
-                          list_prefix=ids.PREFIXES[kind]),
-        ("GET", item): Op(f"Get {name}", tag, schema),
-        ("PATCH", item): Op(f"Update {name} (only the fields sent)", tag, schema,
-                            fields=f"{module}:{update}", accepts_id=True, field_schemas=extra),
-        ("DELETE", item): Op(f"Delete {name}", tag, None, 204),
+def _collection_ops(c: resources.Collection) -> Dict[Tuple[str, str], Op]:
+    """The described operations of one collection (only those it serves)."""
+    o = c.resource_ops
+    titles = c.titles or c.title + "s"
+    online = "online " if c.online else ""
+    create_fields = o.create_fields if o.create_fields is not None else c.create_doc
+    update_fields = o.update_fields if o.update_fields is not None else c.update_doc
+    described = {
+        "create": (("POST", c.path), Op(f"Create {c.title}", c.tag, c.schema, 201,
+                                        create_fields, field_schemas=dict(c.field_schemas))),
+        "list": (("GET", c.path), Op(f"List {online}{titles}, newest first", c.tag, c.schema,
+                                     list_key=o.list_key, list_prefix=o.prefix)),
+        "get": (("GET", c.item_path), Op(f"Get {'an online ' if c.online else ''}{c.title}",
+                                         c.tag, c.schema)),
+        "update": (("PATCH", c.item_path), Op(f"Update {c.title} (only the fields sent)",
+                                              c.tag, c.schema, fields=update_fields,
+                                              accepts_id=True,
+                                              field_schemas=dict(c.field_schemas))),
+        "delete": (("DELETE", c.item_path), Op(f"Delete {c.title}", c.tag, None, 204)),
     }
+    ops = {}
+    for name in c.ops:
+        key, op = described[name]
+        if name in c.summaries:
+            op = dataclasses.replace(op, summary=c.summaries[name])
+        ops[key] = op
+    return ops
 
 
-def _online(path: str, tag: str, schema: str, list_key: str, kind: str, name: str
-            ) -> Dict[Tuple[str, str], Op]:
-    """List and get of an online (edge-written, read-only) collection."""
-    id_param = {"tunnel_session": "session_id", "tunnel": "tunnel_id",
-                "endpoint": "endpoint_id"}[kind]
-    return {
-        ("GET", path): Op(f"List online {name}s, newest first", tag, schema,
-                          list_key=list_key, list_prefix=ids.PREFIXES[kind]),
-        ("GET", f"{path}/{{{id_param}}}"): Op(f"Get an online {name}", tag, schema),
-    }
-
-
-def _module_ops(path: str, tag: str, schema: str, fields: str, name: str,
-                field_schemas: Optional[Dict[str, Schema]] = None
-                ) -> Dict[Tuple[str, str], Op]:
-    """GET/PUT/DELETE of a module sub-resource (GET of an unset module: 404)."""
-    return {
-        ("GET", path): Op(f"Get the {name} module", tag, schema),
-        ("PUT", path): Op(f"Set the {name} module", tag, schema, fields=fields,
-                          field_schemas=field_schemas or {}),
-        ("DELETE", path): Op(f"Remove the {name} module", tag, None, 204),
-    }
-
-
-def _module_body(fields_ref: str, overrides: Optional[Dict[str, Schema]] = None) -> Schema:
-    """A module object inside a resource body, built from the module's own Field list."""
-    return {"lazy_fields": fields_ref, "overrides": overrides or {}}
-
-
-_UNSUPPORTED = {"nullable": True, "description": "not supported: only null is accepted"}
+def _parts_ops(p: resources.Parts) -> Dict[Tuple[str, str], Op]:
+    """GET/PUT/DELETE of each part a Parts entry serves (GET of an unset module: 404)."""
+    ops = {}
+    for name, part in p.parts.items():
+        path, label = f"{p.path}/{name}", name.replace("_", " ")
+        if p.get is not None:
+            ops[("GET", path)] = Op(f"Get the {label} module", p.tag, part.schema)
+        if p.put is not None:
+            ops[("PUT", path)] = Op(f"Set the {label} module", p.tag, part.schema,
+                                    fields=part.fields, field_schemas=dict(part.field_schemas))
+        if p.delete is not None:
+            ops[("DELETE", path)] = Op(p.delete_summary.format(part=label), p.tag, None, 204)
+    return ops
 
 
 def _operations() -> Dict[Tuple[str, str], Op]:
+    """Every operation of chalicelib.resources' table, described."""
     ops: Dict[Tuple[str, str], Op] = {}
-    ops.update(_crud("/api_keys", "/api_keys/{key_id}", "API keys", "APIKey", "api_keys",
-                     "keys", "api_key", name="API key"))
-    ops.update(_crud("/backends/http_response", "/backends/http_response/{backend_id}",
-                     "HTTP response backends", "HTTPResponseBackend", "http_response_backends",
-                     "backends", "http_response_backend", name="HTTP response backend"))
-    ops.update(_crud("/ip_policies", "/ip_policies/{policy_id}", "IP policies", "IPPolicy",
-                     "ip_policies", "ip_policies", "ip_policy", create="POLICY_FIELDS",
-                     update="POLICY_FIELDS", name="IP policy"))
-    ops.update(_crud("/ip_policy_rules", "/ip_policy_rules/{rule_id}", "IP policy rules",
-                     "IPPolicyRule", "ip_policies", "ip_policy_rules", "ip_policy_rule",
-                     create="RULE_CREATE_FIELDS", update="RULE_UPDATE_FIELDS",
-                     name="IP policy rule"))
-    ops.update(_crud("/credentials", "/credentials/{credential_id}", "Credentials",
-                     "Credential", "credentials", "credentials", "credential",
-                     name="credential", field_schemas={"owner_id": STR}))
-    ops.update(_crud("/bot_users", "/bot_users/{bot_id}", "Bot users", "BotUser", "bot_users",
-                     "bot_users", "bot_user", name="bot user"))
-    ops.update(_crud("/service_users", "/service_users/{service_user_id}", "Service users",
-                     "BotUser", "bot_users", "service_users", "bot_user",
-                     name="service user"))
-    ops[("POST", "/reserved_domains/{domain_id}/dns_check")] = Op(
-        "Check the domain's CNAME records in DNS (found, missing or wrong target per "
-        "record; no body; the resolver is the service's DNS_CHECK_RESOLVER)",
-        "Reserved domains", "ReservedDomainDNSCheck", 200)
-    for part in ("certificate", "certificate_management_policy"):
-        ops[("DELETE", f"/reserved_domains/{{domain_id}}/{part}")] = Op(
-            f"Detach the {part.replace('_', ' ')} of a reserved domain", "Reserved domains",
-            None, 204)
-    tcp_modules = {
-        "hostports": {"type": "array", "items": STR, "nullable": True,
-                      "description": "host:port entries, each served by one edge at most"},
-        "backend": _module_body("edge_modules:BACKEND_FIELDS"),
-        "ip_restriction": _module_body("edge_modules:IP_RESTRICTION_FIELDS"),
-        "traffic_policy": _module_body("edge_modules:TRAFFIC_POLICY_FIELDS"),
-        "policy": {"type": "object", "nullable": True,
-                   "properties": {"enabled": BOOL, "inbound": {"type": "array"},
-                                  "outbound": {"type": "array", "maxItems": 0}},
-                   "description": "the older traffic policy shape (TypeScript client): stored "
-                                  "as traffic_policy, inbound rules as on_tcp_connect"},
-    }
-    ops.update(_crud("/edges/tcp", "/edges/tcp/{edge_id}", "TCP edges", "TCPEdge", "tcp_edges",
-                     "tcp_edges", "tcp_edge", name="TCP edge", field_schemas=tcp_modules))
-    for module, schema in (("backend", "EndpointBackend"),
-                           ("ip_restriction", "EndpointIPPolicy"),
-                           ("traffic_policy", "EndpointTrafficPolicy")):
-        ops.update(_module_ops(f"/edges/tcp/{{edge_id}}/{module}", "TCP edges", schema,
-                               f"edge_modules:{module.upper()}_FIELDS",
-                               module.replace("_", " ")))
-    ops.update(_crud("/edges/https", "/edges/https/{edge_id}", "HTTPS edges", "HTTPSEdge",
-                     "https_edges", "https_edges", "https_edge", create="EDGE_FIELDS",
-                     update="EDGE_FIELDS", name="HTTPS edge",
-                     field_schemas={"hostports": tcp_modules["hostports"],
-                                    "mutual_tls": _module_body("https_edges:MTLS_FIELDS"),
-                                    "tls_termination": _module_body("https_edges:TLS_FIELDS")}))
-    for module, schema, fields in (
-            ("tls_termination", "EndpointTLSTermination", "https_edges:TLS_FIELDS"),
-            ("mutual_tls", "EndpointMutualTLS", "https_edges:MTLS_FIELDS")):
-        ops.update(_module_ops(f"/edges/https/{{edge_id}}/{module}", "HTTPS edges", schema,
-                               fields, module.replace("_", " ")))
-    rh = {"add": {**STR_MAP, "description": "header name → value; names are returned "
-                                            "lower-cased"},
-          "remove": {**STR_LIST, "description": "header names"}}
-    route_modules = {"backend": _module_body("edge_modules:BACKEND_FIELDS"),
-                     "ip_restriction": _module_body("edge_modules:IP_RESTRICTION_FIELDS"),
-                     "user_agent_filter": _module_body("https_edges:UA_FIELDS"),
-                     "request_headers": _module_body("https_edges:RH_FIELDS", rh),
-                     "response_headers": _module_body("https_edges:RH_FIELDS", rh),
-                     "traffic_policy": _module_body("https_edges:ROUTE_TRAFFIC_POLICY_FIELDS")}
-    ops.update(_crud("/edges/https/{edge_id}/routes",
-                     "/edges/https/{edge_id}/routes/{route_id}", "HTTPS edge routes",
-                     "HTTPSEdgeRoute", "https_edges", "routes", "https_edge_route",
-                     create="ROUTE_CREATE_FIELDS", update="ROUTE_UPDATE_FIELDS",
-                     name="HTTPS edge route", field_schemas=route_modules))
-    for module, schema, fields, extra in (
-            ("backend", "EndpointBackend", "edge_modules:BACKEND_FIELDS", {}),
-            ("ip_restriction", "EndpointIPPolicy", "edge_modules:IP_RESTRICTION_FIELDS", {}),
-            ("user_agent_filter", "EndpointUserAgentFilter", "https_edges:UA_FIELDS", {}),
-            ("request_headers", "EndpointRequestHeaders", "https_edges:RH_FIELDS", rh),
-            ("response_headers", "EndpointResponseHeaders", "https_edges:RH_FIELDS", rh),
-            ("traffic_policy", "EndpointTrafficPolicy",
-             "https_edges:ROUTE_TRAFFIC_POLICY_FIELDS", {})):
-        ops.update(_module_ops(f"/edges/https/{{edge_id}}/routes/{{route_id}}/{module}",
-                               "HTTPS edge routes", schema, fields,
-                               module.replace("_", " "), extra))
-    ops.update(_crud("/abuse_reports", "/abuse_reports/{report_id}", "Abuse reports",
-                     "AbuseReport", "abuse_reports", "abuse_reports", "abuse_report",
-                     name="abuse report"))
-    ops.update(_online("/tunnel_sessions", "Tunnel sessions", "TunnelSession",
-                       "tunnel_sessions", "tunnel_session", "tunnel session"))
-    item = "/tunnel_sessions/{session_id}"
-    ops[("POST", f"{item}/stop")] = Op(
-        "Stop the session's agent (sent at the edge's next heartbeat)", "Tunnel sessions",
-        None, 204)
-    ops[("POST", f"{item}/restart")] = Op(
-        "Restart the session's agent (sent at the edge's next heartbeat)", "Tunnel sessions",
-        None, 204)
-    ops[("POST", f"{item}/update")] = Op(
-        "Update the session's agent: not offered by this service (400 "
-        "ERR_UNSUPPORTED_OPERATION)", "Tunnel sessions", None, 204)
-    ops.update(_online("/tunnels", "Tunnels", "Tunnel", "tunnels", "tunnel", "online tunnel"))
-    ops.update(_online("/endpoints", "Endpoints", "Endpoint", "endpoints", "endpoint",
-                       "endpoint"))
-    ops[("POST", "/endpoints")] = Op(
-        "Create a cloud endpoint (served by the edge from its traffic_policy, no agent)",
-        "Endpoints", "Endpoint", 201, "endpoints:CREATE_FIELDS")
-    ops[("PATCH", "/endpoints/{endpoint_id}")] = Op(
-        "Update a cloud endpoint (only the fields sent; agent endpoints: 400)", "Endpoints",
-        "Endpoint", fields="endpoints:UPDATE_FIELDS", accepts_id=True)
-    ops[("DELETE", "/endpoints/{endpoint_id}")] = Op(
-        "Delete a cloud endpoint (agent endpoints: 400)", "Endpoints", None, 204)
-    ops.update(_crud("/reserved_domains", "/reserved_domains/{domain_id}", "Reserved domains",
-                     "ReservedDomain", "reserved_domains", "reserved_domains",
-                     "reserved_domain", name="reserved domain"))
-    ops.update(_crud("/reserved_addrs", "/reserved_addrs/{addr_id}", "Reserved addresses",
-                     "ReservedAddr", "reserved_addrs", "reserved_addrs", "reserved_addr",
-                     name="reserved address"))
-    ops.update(_crud("/certificate_authorities", "/certificate_authorities/{ca_id}",
-                     "Certificate authorities", "CertificateAuthority",
-                     "certificate_authorities", "certificate_authorities",
-                     "certificate_authority", name="certificate authority"))
-    ops.update(_crud("/tls_certificates", "/tls_certificates/{certificate_id}",
-                     "TLS certificates", "TLSCertificate", "tls_certificates",
-                     "tls_certificates", "tls_certificate", name="TLS certificate"))
-    for path, kind, schema, fields, name in (
-            ("/backends/tunnel_group", "tunnel_group_backend", "TunnelGroupBackend",
-             "TUNNEL_GROUP_FIELDS", "tunnel group backend"),
-            ("/backends/failover", "failover_backend", "FailoverBackend", "FAILOVER_FIELDS",
-             "failover backend"),
-            ("/backends/weighted", "weighted_backend", "WeightedBackend", "WEIGHTED_FIELDS",
-             "weighted backend")):
-        ops.update(_crud(path, f"{path}/{{backend_id}}", name[0].upper() + name[1:] + "s",
-                         schema, "backends", "backends", kind, create=fields, update=fields,
-                         name=name))
+    for entry in resources.REGISTRY:
+        if isinstance(entry, resources.Collection):
+            ops.update(_collection_ops(entry))
+        elif isinstance(entry, resources.Parts):
+            ops.update(_parts_ops(entry))
+        elif isinstance(entry, resources.Actions):
+            for action in entry.handlers:
+                ops[("POST", f"{entry.path}/{action}")] = Op(entry.summaries[action],
+                                                             entry.tag, None, 204)
+        else:
+            ops[("POST", entry.path)] = Op(entry.summary, entry.tag, entry.schema, 200)
     return ops
 
 
@@ -472,26 +344,15 @@ def _field_schema(f: validation.Field) -> Schema:
     return schema
 
 
-def _load_fields(ref: str) -> Optional[List[validation.Field]]:
-    module_name, attr = ref.split(":")
-    try:
-        module = importlib.import_module(f"chalicelib.{module_name}")
-    except ImportError:
-        return None
-    return getattr(module, attr, None)
-
-
-def _body_schema(ref: str, overrides: Dict[str, Schema], accepts_id: bool) -> Optional[Schema]:
-    fields = _load_fields(ref)
-    if fields is None:
-        return None
+def _body_schema(fields: Sequence[validation.Field], overrides: Mapping[str, Schema],
+                 accepts_id: bool) -> Schema:
     properties: Dict[str, Schema] = {}
     required = []
     for f in fields:
         schema = overrides.get(f.name)
-        if schema is not None and "lazy_fields" in schema:
-            nested = _body_schema(schema["lazy_fields"], schema["overrides"], False)
-            schema = _nullable(nested) if nested is not None else {}
+        if schema is not None and "nested_fields" in schema:
+            schema = _nullable(_body_schema(schema["nested_fields"], schema["overrides"],
+                                            False))
         elif schema is None:
             schema = _field_schema(f)
             if not f.required:
@@ -509,13 +370,9 @@ def _body_schema(ref: str, overrides: Dict[str, Schema], accepts_id: bool) -> Op
 
 def _path_param(name: str, path: str) -> Schema:
     # The id kind of a path parameter is the one of the collection it follows.
-    kind = None
     segments = path.split("/")
     index = segments.index("{" + name + "}")
-    collection = "/".join(segments[:index])
-    for (_, op_path), op in _operations().items():
-        if op_path == collection and op.list_prefix:
-            kind = op.list_prefix
+    kind = resources.collection_prefix("/".join(segments[:index]))
     schema = {"type": "string"}
     if kind:
         schema = {"type": "string", "pattern": f"^{kind}_[0-9A-Za-z]{{27}}$"}
@@ -590,7 +447,7 @@ def undescribed_routes(app: Any) -> List[Tuple[str, str]]:
     missing = []
     for (method, path) in sorted(_service_routes(app)):
         op = table.get((method, path))
-        if op is None or (op.fields and _load_fields(op.fields) is None):
+        if op is None:
             missing.append((method, path))
     return missing
 

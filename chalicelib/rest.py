@@ -14,13 +14,14 @@ where ``parents`` are the path's own parameters (``/edges/https/{edge_id}/routes
 
 A resource module that follows the naming convention (``PREFIX``, ``LIST_KEY``,
 ``CREATE_FIELDS``, ``UPDATE_FIELDS``, ``create``, ``get``, ``list_page``, ``update``,
-``delete``) is registered with one line in ``app.py``::
+``delete``) is one entry of ``chalicelib.resources``::
 
-    rest.collection(route, "/api_keys", api_keys, "key_id", name="api_key")
+    Collection("/api_keys", api_keys, "key_id", "api_key", "API key", "API keys", "APIKey")
 
 A module holding two resources, or with other function names, hands an :class:`Ops` instead.
 *Modules* (``/edges/tcp/{edge_id}/backend`` …) are GET/PUT/DELETE of one named part of a
-resource: :func:`modules`. View names (and so OpenAPI operation ids) are
+resource: :func:`modules`; :func:`actions` and :func:`command` are POSTs on one resource.
+``chalicelib.resources`` lists every resource with its shape; ``app.py`` registers them all. View names (and so OpenAPI operation ids) are
 ``create_<name>``, ``list_<plural>``, ``get_<name>``, ``update_<name>``, ``delete_<name>``.
 """
 import json
@@ -144,6 +145,19 @@ def _action_route(route, path, name, params_of, handler) -> None:
             web.body([], path_id=values[-1] if values else None)
         handler(c, *values)
         return web.no_content()
+
+
+def command(route: Callable[..., Any], path: str, handler: Callable[..., Any], *,
+            name: str) -> None:
+    """``POST {path}`` with no body (or ``{}``, or ``{"id": <the path's id>}``): 200 with
+    ``handler(c, *params)``."""
+    params_of = _PARAM.findall(path)
+
+    @route(path, ["POST"], name=name)
+    def run(**params):
+        values = [params[p] for p in params_of]
+        web.body([], path_id=values[-1] if values else None)
+        return handler(web.ctx(), *values)
 
 
 def idempotent_create(c: web.Ctx, create: Callable[[], Any]) -> Any:
