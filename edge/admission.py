@@ -21,7 +21,7 @@ class Ticket:
 
     __slots__ = ("address", "transport", "waiting")
 
-    def __init__(self, address: str, transport: asyncio.BaseTransport):
+    def __init__(self, address: str, transport: Optional[asyncio.Transport]):
         self.address = address
         self.transport = transport
         self.waiting = False
@@ -40,7 +40,7 @@ class Admission:
         self.evicted = 0
         self.refused = 0
 
-    def admit(self, address: str, transport: asyncio.BaseTransport) -> Optional[Ticket]:
+    def admit(self, address: str, transport: asyncio.Transport) -> Optional[Ticket]:
         """A ticket for a new connection from ``address``, or None (refused: close it)."""
         if self._per_address.get(address, 0) >= self.max_per_address and \
                 not self._evict(self._waiting_by_address.get(address)):
@@ -60,7 +60,8 @@ class Admission:
         oldest = next(iter(waiting))
         transport = oldest.transport
         self.release(oldest)
-        transport.abort()
+        if transport is not None:
+            transport.abort()
         self.evicted += 1
         return True
 

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from chalicelib.core import certs as stored
@@ -70,7 +70,10 @@ class Authority:
         key_path = os.path.join(folder, CA_KEY)
         if os.path.exists(self.cert_path) and os.path.exists(key_path):
             with open(key_path, "rb") as fh:
-                self._key = serialization.load_pem_private_key(fh.read(), None)
+                key = serialization.load_pem_private_key(fh.read(), None)
+            if not isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
+                raise ValueError(f"{key_path}: the edge CA's key must be an EC or RSA key")
+            self._key: "ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey" = key
             with open(self.cert_path, "rb") as fh:
                 self._cert = x509.load_pem_x509_certificate(fh.read())
             self.created = False
@@ -169,8 +172,9 @@ class ServerCertificates:
         self._folder = data_dir
         self.authority: Optional[Authority] = None
         self._fixed: Optional[ssl.SSLContext] = None
-        self._files = (cert_file, key_file)
+        self._files: Tuple[str, str] = ("", "")
         if cert_file and key_file:
+            self._files = (cert_file, key_file)
             self._fixed = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             self._fixed.minimum_version = ssl.TLSVersion.TLSv1_2
             self._fixed.load_cert_chain(cert_file, key_file)
@@ -264,9 +268,12 @@ class ServerCertificates:
             return self._lru(self._cache, ("", spec.key), fixed)
         name_key = ",".join(names)
 
+        authority = self.authority
+        if authority is None:
+            raise RuntimeError("no fixed certificate and no authority")
+
         def make() -> ssl.SSLContext:
-            cert, private = self._lru(self._pairs, name_key,
-                                      lambda: self.authority.issue(names))
+            cert, private = self._lru(self._pairs, name_key, lambda: authority.issue(names))
             ctx = _context(cert, private, self._folder)
             return tls.apply(ctx, spec) if spec is not None else ctx
         return self._lru(self._cache, (name_key, spec.key if spec is not None else None), make)

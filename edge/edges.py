@@ -47,7 +47,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, TypeGuard
 
 from urllib.parse import urlsplit
 
@@ -126,8 +126,8 @@ class _Cache:
         return value
 
 
-def _enabled(module: Optional[Dict[str, Any]]) -> bool:
-    return bool(module) and module.get("enabled", True) is not False
+def _enabled(module: Optional[Dict[str, Any]]) -> TypeGuard[Dict[str, Any]]:
+    return module is not None and bool(module) and module.get("enabled", True) is not False
 
 
 def _port_of(url: str) -> Optional[int]:

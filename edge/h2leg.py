@@ -229,7 +229,7 @@ class H2Leg:
                 self._fail(StreamReset(f"upstream GOAWAY ({event.error_code!r})"))
             return
         if sid is None or sid != self.sid:
-            if isinstance(event, h2.events.DataReceived):   # a stream we gave up on
+            if isinstance(event, h2.events.DataReceived) and sid is not None:   # given up on
                 try:
                     self.h2.acknowledge_received_data(event.flow_controlled_length, sid)
                 except h2.exceptions.ProtocolError:

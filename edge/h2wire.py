@@ -82,7 +82,7 @@ def h2_fields(pairs: Iterable[Tuple[bytes, bytes]]) -> Pairs:
     """HTTP/1.1 header pairs (lower-case names) as HTTP/2 fields: connection-specific ones
     dropped (and those the Connection header names), ``te`` only as ``trailers``."""
     pairs = list(pairs)
-    named = set()
+    named: set = set()
     for name, value in pairs:
         if name == b"connection":
             named.update(token.strip().lower() for token in value.split(b","))

@@ -18,7 +18,7 @@ import asyncio
 import base64
 import hashlib
 import struct
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from chalicelib.core import edge_errors
 from edge import http1
@@ -35,7 +35,7 @@ CONT, TEXT, BINARY, CLOSE, PING, PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
 
 def accept_key(request: http1.Request) -> Optional[str]:
     """The Sec-WebSocket-Accept of a valid upgrade request, None when it is not one."""
-    headers = {}
+    headers: Dict[bytes, bytes] = {}
     for name, value in request.headers:
         headers.setdefault(name, value)
     upgrade = headers.get(b"upgrade", b"").lower()
