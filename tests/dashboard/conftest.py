@@ -12,20 +12,18 @@ After each test: its final page is kept as a screenshot in test-output/dashboard
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Any, Dict
 
 import pytest
 import requests
 
-from tests.edge.conftest import SDK_PYTHON, _free_range
-from tests.support.api import PROJECT_DIR, free_port
+from tests.edge.conftest import SDK_PYTHON
+from tests.support.api import PROJECT_DIR
 from tests.support.dns_server import LoopbackDns
+from tests.support.make_run import MakeRun
 
 OUTPUT_DIR = os.path.join(os.environ.get("TEST_OUTPUT_DIR") or os.path.join(PROJECT_DIR, "test-output"),
                           "dashboard")
@@ -63,42 +61,14 @@ def stack(dns_server):
     if not os.path.exists(SDK_PYTHON):
         pytest.fail(f"{SDK_PYTHON} missing: `make install` makes the agent virtualenv")
     with tempfile.TemporaryDirectory(prefix="dashboard-") as data_dir:
-        low = _free_range(3)
-        ports = {"PORT": free_port(), "STORE_PORT": free_port(), "EDGE_AGENT_PORT": free_port(),
-                 "EDGE_HTTP_PORT": free_port(), "EDGE_HTTPS_PORT": free_port(),
-                 "EDGE_METRICS_PORT": free_port()}
-        env = {k: v for k, v in os.environ.items() if k != "DYNAMODB_ENDPOINT_URL"}
-        env.update({k: str(v) for k, v in ports.items()})
-        env.update({"DATA_DIR": data_dir, "EDGE_TCP_PORTS": f"{low}-{low + 2}",
-                    "PYTHONUNBUFFERED": "1", "DNS_CHECK_RESOLVER": dns_server.address,
-                    "EDGE_CHECK_SECONDS": "1"})
-        proc = subprocess.Popen([sys.executable, "scripts/serve.py", "--edge"], cwd=PROJECT_DIR,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
-        lines = []
-        deadline = time.time() + 120
-        while time.time() < deadline and not any("serving on" in l for l in lines):
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-        out = "".join(lines)
-        try:
-            assert "serving on" in out, out
-            key = out.split("admin API key:\n", 1)[1].split("\n", 1)[0].strip()
-            url = re.search(r"dashboard: (http://\S+)", out).group(1)
-            yield Stack(process=proc, output=out, key=key, dashboard_url=url,
-                        api_url=f"http://127.0.0.1:{ports['PORT']}",
-                        agent_addr=re.search(r"agents connect to (\S+) \(TLS", out).group(1),
-                        ca_path=re.search(r"edge CA certificate: (\S+)", out).group(1),
-                        http_port=ports["EDGE_HTTP_PORT"])
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        run = MakeRun(data_dir, ports=("EDGE_METRICS_PORT",), env={
+            "DNS_CHECK_RESOLVER": dns_server.address, "EDGE_CHECK_SECONDS": "1"})
+        with run:
+            yield Stack(process=run.proc, output=run.banner, key=run.key,
+                        dashboard_url=run.dashboard_url, api_url=run.api_url,
+                        agent_addr=run.agent_addr, ca_path=run.ca_path,
+                        http_port=run.ports["EDGE_HTTP_PORT"])
+
 
 
 def _driver(width: int, height: int, tz: str = ""):

@@ -20,6 +20,7 @@ import pytest
 import requests
 
 from tests.support.api import PROJECT_DIR, HttpApi, LocalStack, free_port
+from tests.support.api import free_range as _free_range  # the name other test files import
 
 SDK_PYTHON = os.environ.get("SDK_PYTHON") or os.path.join(PROJECT_DIR, ".venv-agent", "bin",
                                                           "python")
@@ -134,24 +135,6 @@ def tcp_round_trip(port: int, data: bytes) -> bytes:
             return got
     except OSError:
         return b""
-
-
-def _free_range(size: int) -> int:
-    for _ in range(50):
-        low = free_port()
-        if low + size > 65535:
-            continue
-        ok = True
-        for port in range(low, low + size):
-            with socket.socket() as sock:
-                try:
-                    sock.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return low
-    raise RuntimeError("no free port range")
 
 
 class SdkAgent:

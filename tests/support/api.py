@@ -150,6 +150,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_range(size: int) -> int:
+    """The first of ``size`` consecutive free ports."""
+    for _ in range(50):
+        low = free_port()
+        if low + size > 65535:
+            continue
+        ok = True
+        for port in range(low, low + size):
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return low
+    raise RuntimeError("no free port range")
+
+
 @dataclass
 class LocalStack:
     """``scripts/serve.py`` as a process: the API and the embedded store (child processes)."""
