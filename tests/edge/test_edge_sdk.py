@@ -10,43 +10,9 @@ import time
 import pytest
 
 from tests.edge.conftest import BASE_DOMAIN
-
-
-def _credential(account, acl=None, owner_id=None):
-    body = {"description": "edge test"}
-    if acl is not None:
-        body["acl"] = acl
-    if owner_id is not None:
-        body["owner_id"] = owner_id
-    resp = account.admin.post("/credentials", body)
-    assert resp.status == 201, resp.text
-    return resp.json
-
-
-def _bound(events):
-    bound = [e for e in events if e["event"] == "bound"]
-    assert bound, events
-    return bound
-
-
-def _refusal(events, stage):
-    errors = [e for e in events if e["event"] == "error" and e["stage"] == stage]
-    assert errors, events
-    return " ".join(errors[0]["args"])
-
-
-def _host(url):
-    return url.split("://", 1)[1].split(":", 1)[0].split("/", 1)[0]
-
-
-def _wait(predicate, timeout=15.0, step=0.25):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
+# the names other edge test files import from here
+from tests.edge.support import bound as _bound, credential as _credential, host as _host
+from tests.edge.support import refusal as _refusal, wait as _wait
 
 
 # ---- sessions ------------------------------------------------------------------------------

@@ -12,27 +12,18 @@ import time
 import grpc
 import pytest
 
+from tests.edge import support
 from tests.edge.conftest import BASE_DOMAIN
 
 
 @pytest.fixture(autouse=True)
 def no_edge_traceback(edge):
     """Nothing the test did made an exception escape in the edge (its log from here on)."""
-    start = os.path.getsize(edge.log_path)
-    yield
-    with open(edge.log_path, errors="replace") as fh:
-        fh.seek(start)
-        assert "Traceback" not in fh.read()
+    yield from support.no_traceback_after(edge)
 
 
 def _credential(account):
-    resp = account.admin.post("/credentials", {"description": "grpc test"})
-    assert resp.status == 201, resp.text
-    return resp.json["token"]
-
-
-def _host(url):
-    return url.split("://", 1)[1].split(":", 1)[0]
+    return support.credential(account, description="grpc test")["token"]
 
 
 def channel(edge, host):
@@ -54,7 +45,7 @@ def grpc_host(edge, account, agents):
         {"proto": "http", "upstream": "grpc", "options": {"app_protocol": ["http2"]}}])
     bound = [e for e in agent.start() if e["event"] == "bound"]
     assert bound, agent.seen
-    return _host(bound[0]["url"])
+    return support.host(bound[0]["url"])
 
 
 def test_unary_server_client_and_bidi_streaming(edge, grpc_host):
@@ -132,7 +123,7 @@ def test_policy_deny_of_a_grpc_call_is_permission_denied(edge, account, agents):
     agent = agents(edge, _credential(account), [
         {"proto": "http", "upstream": "grpc",
          "options": {"app_protocol": ["http2"], "traffic_policy": [json.dumps(policy)]}}])
-    host = _host([e for e in agent.start() if e["event"] == "bound"][0]["url"])
+    host = support.host([e for e in agent.start() if e["event"] == "bound"][0]["url"])
     with channel(edge, host) as ch:
         with pytest.raises(grpc.RpcError) as info:
             _m(ch, "unary_unary", "Unary")(b"x", timeout=10)

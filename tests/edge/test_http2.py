@@ -10,27 +10,18 @@ import tempfile
 
 import pytest
 
+from tests.edge import support
 from tests.edge.conftest import BASE_DOMAIN
 
 
 @pytest.fixture(autouse=True)
 def no_edge_traceback(edge):
     """Nothing the test did made an exception escape in the edge (its log from here on)."""
-    start = os.path.getsize(edge.log_path)
-    yield
-    with open(edge.log_path, errors="replace") as fh:
-        fh.seek(start)
-        assert "Traceback" not in fh.read()
+    yield from support.no_traceback_after(edge)
 
 
 def _credential(account):
-    resp = account.admin.post("/credentials", {"description": "h2 test"})
-    assert resp.status == 201, resp.text
-    return resp.json["token"]
-
-
-def _host(url):
-    return url.split("://", 1)[1].split(":", 1)[0]
+    return support.credential(account, description="h2 test")["token"]
 
 
 def _agent(edge, account, agents, binds=None):
@@ -38,7 +29,7 @@ def _agent(edge, account, agents, binds=None):
     events = agent.start()
     bound = [e for e in events if e["event"] == "bound"]
     assert bound, events
-    return agent, [_host(b["url"]) for b in bound]
+    return agent, [support.host(b["url"]) for b in bound]
 
 
 def curl(edge, host, path="/", *args, timeout=60):

@@ -19,6 +19,7 @@ import pytest
 from hyperframe.frame import (ContinuationFrame, GoAwayFrame, HeadersFrame, PingFrame,
                               RstStreamFrame, SettingsFrame, WindowUpdateFrame)
 
+from tests.edge import support
 from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, SdkAgent
 from tests.edge.test_hostile_agents import _rss_kb
 
@@ -28,9 +29,7 @@ RESULTS = os.environ.get("H2_ATTACK_RESULTS")   # where to write what was measur
 
 
 def _credential(account):
-    resp = account.admin.post("/credentials", {"description": "h2 attacks"})
-    assert resp.status == 201, resp.text
-    return resp.json["token"]
+    return support.credential(account, description="h2 attacks")["token"]
 
 
 @pytest.fixture(scope="module")

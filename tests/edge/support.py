@@ -1,0 +1,58 @@
+"""What the edge test files share beyond the fixtures of conftest.py: a credential, the
+events of an SDK agent read (bound, refused), a URL's host, a wait, and a check that nothing
+a test did made an exception escape in the edge."""
+import os
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+
+def credential(account: Any, acl: Optional[List[str]] = None, owner_id: Optional[str] = None,
+               description: str = "edge test") -> Dict[str, Any]:
+    """A new credential of ``account`` through its admin API key (its ``token`` is the
+    authtoken)."""
+    body: Dict[str, Any] = {"description": description}
+    if acl is not None:
+        body["acl"] = acl
+    if owner_id is not None:
+        body["owner_id"] = owner_id
+    resp = account.admin.post("/credentials", body)
+    assert resp.status == 201, resp.text
+    return resp.json
+
+
+def bound(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The agent's ``bound`` events (at least one)."""
+    found = [e for e in events if e["event"] == "bound"]
+    assert found, events
+    return found
+
+
+def refusal(events: List[Dict[str, Any]], stage: str) -> str:
+    """The text of the agent's first error at ``stage`` (there is one)."""
+    errors = [e for e in events if e["event"] == "error" and e["stage"] == stage]
+    assert errors, events
+    return " ".join(errors[0]["args"])
+
+
+def host(url: str) -> str:
+    return url.split("://", 1)[1].split(":", 1)[0].split("/", 1)[0]
+
+
+def wait(predicate: Callable[[], Any], timeout: float = 15.0, step: float = 0.25) -> Any:
+    """``predicate()``'s first true value within ``timeout``, else its last value."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def no_traceback_after(edge: Any) -> Iterator[None]:
+    """For an autouse fixture: the edge's log gains no traceback while the test runs."""
+    start = os.path.getsize(edge.log_path)
+    yield
+    with open(edge.log_path, errors="replace") as fh:
+        fh.seek(start)
+        assert "Traceback" not in fh.read()
