@@ -6,7 +6,7 @@ chalicelib.web (installed as middleware); identity in chalicelib.auth.
 """
 import logging
 
-from chalice import AuthResponse, Chalice
+from chalice import AuthResponse, Chalice, Rate
 
 from chalicelib import auth, cors, resources, web
 
@@ -53,6 +53,15 @@ def get_openapi_document():
     web.reject_query()
     return openapi.document(app, web.base_url())
 
+
+
+# ---- managed certificates (AWS: a scheduled function; `make run`: a process) ---------------
+@app.schedule(Rate(1, unit=Rate.MINUTES), name="acme_worker")
+def acme_worker(event):
+    """One pass of the ACME worker (docs/CERTIFICATES.md). Its libraries (acme, cryptography)
+    are not in the API's package: the function has its own layer (scripts/deploy_stack.py)."""
+    from chalicelib.acme import worker   # imported here: the API's functions never load it
+    return worker.scheduled_pass()
 
 
 # ---- every other method of a known path: 405 with the contract's body ------------------------

@@ -52,8 +52,22 @@ if PROJECT_DIR not in sys.path:
 DEFAULT_TABLE_NAME = "tunnel-service"  # chalicelib.core.config's default (stage dev sets none)
 TABLE_RESOURCE = "ServiceTable"
 API_RESOURCE = "RestAPI"
+API_FUNCTION = "APIHandler"
 API_ROLE = "ApiHandlerRole"
 AUTHORIZER_ROLE = "ApiKeyAuthorizerRole"
+# The ACME worker: app.py's scheduled function `acme_worker`, with its own role and a layer
+# holding acme and cryptography (the API's package leaves them out: docs/CERTIFICATES.md).
+WORKER_FUNCTION = "AcmeWorker"
+WORKER_ROLE = "AcmeWorkerRole"
+ACME_LAYER = "AcmeLayer"
+LAYER_ZIP = "acme-layer.zip"
+LAYER_REQUIREMENTS = os.path.join(PROJECT_DIR, "requirements-acme-layer.txt")
+LAYER_PLATFORM = "manylinux2014_x86_64"   # the python3.11 runtime: Amazon Linux 2, glibc 2.26
+# The KMS key that seals certificates' private keys (chalicelib.core.keywrap, TLS_KMS_KEY_ID):
+# the API seals uploaded ones, the worker issued ones, the edge opens them.
+KMS_KEY = "TlsKeysKey"
+KMS_ACTIONS = ["kms:Decrypt", "kms:GenerateDataKey"]
+ROUTE53_ACTIONS = ["route53:ChangeResourceRecordSets", "route53:ListResourceRecordSets"]
 
 # Every DynamoDB action the service's code performs (chalicelib.core.store through PynamoDB:
 # GetItem, Query, TransactWriteItems with Put/Update/Delete/ConditionCheck, DescribeTable
@@ -81,10 +95,7 @@ def stages() -> List[str]:
 
 
 def table_name(stage: str) -> str:
-    config = load_config()
-    env = dict(config.get("environment_variables", {}))
-    env.update(config["stages"][stage].get("environment_variables", {}))
-    return env.get("TABLE_NAME", DEFAULT_TABLE_NAME)
+    return stage_env(stage).get("TABLE_NAME", DEFAULT_TABLE_NAME)
 
 
 # ---- the merge template ------------------------------------------------------------------
@@ -146,7 +157,8 @@ def _gateway_response_resource(response_type: str, spec: Dict[str, Any]) -> Dict
     }
 
 
-def _role_policies(name: str, actions: List[str]) -> List[Dict[str, Any]]:
+def _role_policies(name: str, actions: List[str],
+                   more: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
     return [{
         "PolicyName": name,
         "PolicyDocument": {
@@ -157,9 +169,34 @@ def _role_policies(name: str, actions: List[str]) -> List[Dict[str, Any]]:
                 {"Sid": "OwnLogs", "Effect": "Allow", "Action": LOG_ACTIONS,
                  "Resource": {"Fn::Sub": "arn:${AWS::Partition}:logs:${AWS::Region}:"
                                          "${AWS::AccountId}:*"}},
+                *(more or []),
             ],
         },
     }]
+
+
+def stage_env(stage: str) -> Dict[str, str]:
+    config = load_config()
+    env = dict(config.get("environment_variables", {}))
+    env.update(config["stages"][stage].get("environment_variables", {}))
+    return env
+
+
+def _kms_statement() -> Dict[str, Any]:
+    return {"Sid": "SealedKeys", "Effect": "Allow", "Action": KMS_ACTIONS,
+            "Resource": {"Fn::GetAtt": [KMS_KEY, "Arn"]}}
+
+
+def _worker_statements(stage: str) -> List[Dict[str, Any]]:
+    """The worker's rights beyond the table: the sealing key, and the Route 53 zone it
+    publishes DNS-01 answers in when the stage names one (DNS_ROUTE53_ZONE_ID)."""
+    statements = [_kms_statement()]
+    zone = stage_env(stage).get("DNS_ROUTE53_ZONE_ID")
+    if zone:
+        statements.append({"Sid": "ChallengeZone", "Effect": "Allow", "Action": ROUTE53_ACTIONS,
+                           "Resource": {"Fn::Sub": "arn:${AWS::Partition}:route53:::"
+                                                   f"hostedzone/{zone}"}})
+    return statements
 
 
 def merge_template(stage: str) -> Dict[str, Any]:
@@ -196,13 +233,39 @@ def merge_template(stage: str) -> Dict[str, Any]:
         "ThrottlingRateLimit": THROTTLE_RATE_LIMIT,
         "ThrottlingBurstLimit": THROTTLE_BURST_LIMIT}]}}
     resources[API_ROLE] = {"Properties": {
-        "Policies": _role_policies("ApiHandlerTableAccess", API_ACTIONS)}}
+        "Policies": _role_policies("ApiHandlerTableAccess", API_ACTIONS, [_kms_statement()])}}
     resources[AUTHORIZER_ROLE] = {"Properties": {
         "Policies": _role_policies("ApiKeyAuthorizerTableAccess", AUTHORIZER_ACTIONS)}}
+    # The key that seals private keys: rotated yearly, administered by the account (IAM
+    # policies grant its use: the two statements above and below; the edge's task role too).
+    resources[KMS_KEY] = {
+        "Type": "AWS::KMS::Key",
+        "DeletionPolicy": "Retain" if prod else "Delete",
+        "UpdateReplacePolicy": "Retain" if prod else "Delete",
+        "Properties": {
+            "Description": f"tunnel-service {stage}: seals TLS certificates' private keys",
+            "EnableKeyRotation": True,
+            "KeyPolicy": {"Version": "2012-10-17", "Statement": [{
+                "Sid": "AccountAdministers", "Effect": "Allow",
+                "Principal": {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::"
+                                                 "${AWS::AccountId}:root"}},
+                "Action": "kms:*", "Resource": "*"}]}}}
+    sealing = {"Environment": {"Variables": {"TLS_KMS_KEY_ID": {"Ref": KMS_KEY}}}}
+    resources[API_FUNCTION] = {"Properties": dict(sealing)}
+    # The worker: its layer (acme, cryptography; build_acme_layer) and its role.
+    resources[ACME_LAYER] = {
+        "Type": "AWS::Serverless::LayerVersion",
+        "Properties": {"ContentUri": f"./{LAYER_ZIP}", "CompatibleRuntimes": ["python3.11"],
+                       "Description": "acme and cryptography for the ACME worker",
+                       "RetentionPolicy": "Delete"}}
+    resources[WORKER_FUNCTION] = {"Properties": {**sealing, "Layers": [{"Ref": ACME_LAYER}]}}
+    resources[WORKER_ROLE] = {"Properties": {
+        "Policies": _role_policies("AcmeWorkerAccess", API_ACTIONS, _worker_statements(stage))}}
     return {
         "Resources": resources,
         "Outputs": {"TableName": {"Value": {"Ref": TABLE_RESOURCE}},
-                    "TableArn": {"Value": {"Fn::GetAtt": [TABLE_RESOURCE, "Arn"]}}},
+                    "TableArn": {"Value": {"Fn::GetAtt": [TABLE_RESOURCE, "Arn"]}},
+                    "TlsKeysKeyArn": {"Value": {"Fn::GetAtt": [KMS_KEY, "Arn"]}}},
     }
 
 
@@ -232,6 +295,8 @@ def generated_files() -> Dict[str, str]:
             policy_document(stage, API_ACTIONS), indent=2) + "\n"
         files[os.path.join(CHALICE_DIR, f"policy-authorizer-{stage}.json")] = json.dumps(
             policy_document(stage, AUTHORIZER_ACTIONS), indent=2) + "\n"
+        files[os.path.join(CHALICE_DIR, f"policy-acme-worker-{stage}.json")] = json.dumps(
+            policy_document(stage, API_ACTIONS), indent=2) + "\n"
     return files
 
 
@@ -396,7 +461,37 @@ def package(stage: str, out_dir: str) -> str:
                     for r in json.load(handle)["Resources"].values()} - {None}
     here = f"python{sys.version_info.major}.{sys.version_info.minor}"
     slim_package(os.path.join(out_dir, "deployment.zip"), bytecode=runtimes == {here})
+    build_acme_layer(os.path.join(out_dir, LAYER_ZIP))
     return os.path.join(out_dir, "sam.json")
+
+
+def build_acme_layer(zip_path: str) -> Dict[str, Any]:
+    """The ACME worker's layer: requirements-acme-layer.txt as manylinux2014 wheels for the
+    python3.11 runtime (pip, --no-deps: the file pins every package), under ``python/`` as
+    Lambda layers are laid out, without bytecode caches or type stubs. Returns
+    ``{"packages": [...], "bytes": size}``."""
+    with tempfile.TemporaryDirectory(prefix="acme-layer-") as scratch:
+        target = os.path.join(scratch, "python")
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+               "--only-binary=:all:", "--platform", LAYER_PLATFORM, "--implementation", "cp",
+               "--python-version", "3.11", "--target", target, "-r", LAYER_REQUIREMENTS]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise SystemExit(f"the ACME layer could not be built:\n{result.stderr}")
+        packages = []
+        with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED,
+                             compresslevel=ZIP_LEVEL) as layer:
+            for folder, dirs, files in os.walk(target):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                for name in sorted(files):
+                    if name.endswith(LEAVE_OUT_SUFFIXES):
+                        continue
+                    path = os.path.join(folder, name)
+                    layer.write(path, os.path.relpath(path, scratch))
+        for entry in sorted(os.listdir(target)):
+            if entry.endswith(".dist-info"):
+                packages.append(entry[:-len(".dist-info")])
+    return {"packages": packages, "bytes": os.path.getsize(zip_path)}
 
 
 # ---- deploy ------------------------------------------------------------------------------
@@ -442,9 +537,13 @@ def deploy(stage: str, localstack: bool, bucket: Optional[str], stack_name: Opti
     s3.upload_file(zip_path, bucket, key)
     with open(template_path) as handle:
         template = json.load(handle)
+    layer_key = f"{stack_name}/acme-layer-{int(time.time())}.zip"
+    s3.upload_file(os.path.join(out_dir, LAYER_ZIP), bucket, layer_key)
     for resource in template["Resources"].values():
         if resource["Type"] == "AWS::Serverless::Function":
             resource["Properties"]["CodeUri"] = f"s3://{bucket}/{key}"
+        elif resource["Type"] == "AWS::Serverless::LayerVersion":
+            resource["Properties"]["ContentUri"] = f"s3://{bucket}/{layer_key}"
     dashboard_site.with_dashboard_origin(template, site_origin)
     body_key = f"{stack_name}/template-{int(time.time())}.json"
     s3.put_object(Bucket=bucket, Key=body_key, Body=json.dumps(template).encode())

@@ -408,6 +408,19 @@ def run_once(settings: Optional[Settings] = None, now: Optional[float] = None) -
     return results
 
 
+def scheduled_pass() -> Dict[str, str]:
+    """One pass, as the Chalice scheduled function ``acme_worker`` runs it in AWS (app.py):
+    the settings from the function's environment, its outcomes logged and returned."""
+    store.configure()
+    settings = Settings.from_env()
+    if settings is None:
+        log.info("ACME_DIRECTORY_URL is not set: nothing to do")
+        return {}
+    outcomes = run_once(settings)
+    log.info("acme pass: %s", outcomes or "nothing due")
+    return outcomes
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """The worker loop; ``--once``: one pass, its outcomes printed as JSON."""
     import json

@@ -4,6 +4,7 @@ edge answers HTTP-01 and TLS-ALPN-01, the certificate is served and verified by 
 trusts only Pebble's root; a domain that does not resolve to the edge fails with the status
 fields set and is retried; a crashed order is resumed; a short-lived certificate is renewed."""
 import json
+import os
 import subprocess
 import sys
 import time
@@ -249,3 +250,69 @@ def test_rsa_policy_and_the_issued_certificate_goes_with_its_domain(stack, edge,
             time.sleep(0.2)
     else:
         raise AssertionError("the deleted domain's certificate is still served")
+
+
+# ---- the worker as AWS runs it: the scheduled function, from the package and its layer ------
+_LAMBDA_PASS = """
+import json, sys
+sys.path[:0] = sys.argv[1:4]   # the function's code, its layer, the runtime's SDK
+import app
+outcome = app.acme_worker({   # an EventBridge scheduled event, as the runtime passes it
+    "version": "0", "id": "7bf73129-1428-4cd3-a780-95db273d1602", "source": "aws.events",
+    "detail-type": "Scheduled Event", "account": "123456789012", "region": "us-east-1",
+    "time": "2026-01-01T00:00:00Z", "detail": {},
+    "resources": ["arn:aws:events:us-east-1:123456789012:rule/acme_worker"]}, None)
+loaded = {name: sys.modules[name].__file__ for name in ("acme", "cryptography", "app")}
+print(json.dumps({"outcome": outcome, "loaded": loaded}))
+"""
+
+
+@pytest.fixture(scope="module")
+def lambda_bundle(tmp_path_factory):
+    """`make deploy-aws`'s package: the deployment zip and the ACME layer, unpacked as Lambda
+    lays them out (/var/task and /opt), plus the SDK the Lambda runtime provides."""
+    import site
+    import zipfile
+    sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
+    import deploy_stack
+    root = tmp_path_factory.mktemp("lambda")
+    deploy_stack.package("prod", str(root / "out"))
+    with zipfile.ZipFile(root / "out" / "deployment.zip") as zf:
+        zf.extractall(root / "task")
+    with zipfile.ZipFile(root / "out" / deploy_stack.LAYER_ZIP) as zf:
+        zf.extractall(root / "opt")
+    runtime = root / "runtime"
+    runtime.mkdir()
+    packages = site.getsitepackages()[0]
+    for name in ("boto3", "botocore", "s3transfer", "dateutil", "urllib3", "jmespath",
+                 "six.py"):
+        os.symlink(os.path.join(packages, name), runtime / name)
+    return str(root / "task"), str(root / "opt" / "python"), str(runtime)
+
+
+def test_the_scheduled_function_from_the_package_and_its_layer_issues(
+        stack, edge, account, pebble, lambda_bundle):
+    """app.acme_worker as the Lambda runtime calls it, in an interpreter that sees only the
+    deployment package, the layer and the runtime's SDK: acme and cryptography come from the
+    layer (manylinux2014 wheels), and the pass issues a certificate the edge serves."""
+    task, layer, runtime = lambda_bundle
+    domain = "lambda.acme-test.example"
+    rd = reserve(account.admin, domain)
+    env = stack.store_env()
+    env.update({"ACME_DIRECTORY_URL": pebble.directory_url, "ACME_CA_BUNDLE": pebble.ca_bundle,
+                "ACME_EMAIL": "ops@example.com", "ACME_CHALLENGES": "http-01",
+                "ACME_ORDER_TIMEOUT": "60", "BASE_DOMAIN": "tunnels.localhost",
+                "AWS_DEFAULT_REGION": "us-east-1"})
+    done = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", _LAMBDA_PASS, task, layer,
+                           runtime], cwd=task, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [v for k, v in seen["outcome"].items() if k.endswith(rd["id"])] == ["issued"], \
+        (seen, done.stderr[-2000:])
+    assert seen["loaded"]["acme"].startswith(layer)
+    assert seen["loaded"]["cryptography"].startswith(layer)
+    assert seen["loaded"]["app"].startswith(task)
+    now = account.admin.get(f"/reserved_domains/{rd['id']}").json
+    cert = account.admin.get(f"/tls_certificates/{now['certificate']['id']}").json
+    wait_served(edge, domain, pebble.root_path, cert["fingerprint"])

@@ -83,7 +83,7 @@ def test_functions_use_the_stage_table_name(prod_template):
     _, template = prod_template
     functions = {k: v for k, v in template["Resources"].items()
                  if v["Type"] == "AWS::Serverless::Function"}
-    assert set(functions) == {"APIHandler", "ApiKeyAuthorizer"}
+    assert set(functions) == {"APIHandler", "ApiKeyAuthorizer", "AcmeWorker"}
     for function in functions.values():
         assert function["Properties"]["Environment"]["Variables"]["TABLE_NAME"] == \
             template["Resources"]["ServiceTable"]["Properties"]["TableName"]
@@ -150,15 +150,16 @@ def test_roles_allow_only_the_table_actions_on_the_table(prod_template):
     _, template = prod_template
     resources = template["Resources"]
     roles = {k: v for k, v in resources.items() if v["Type"] == "AWS::IAM::Role"}
-    assert set(roles) == {"ApiHandlerRole", "ApiKeyAuthorizerRole"}
-    used = {"ApiHandlerRole": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
-                               "dynamodb:DeleteItem", "dynamodb:Query",
-                               "dynamodb:TransactWriteItems", "dynamodb:ConditionCheckItem",
-                               "dynamodb:DescribeTable", "dynamodb:BatchGetItem"},
-            "ApiKeyAuthorizerRole": {"dynamodb:GetItem"}}
+    assert set(roles) == {"ApiHandlerRole", "ApiKeyAuthorizerRole", "AcmeWorkerRole"}
+    table = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+             "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:TransactWriteItems",
+             "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable", "dynamodb:BatchGetItem"}
+    used = {"ApiHandlerRole": table, "ApiKeyAuthorizerRole": {"dynamodb:GetItem"},
+            "AcmeWorkerRole": table}
+    seals = {"ApiHandlerRole", "AcmeWorkerRole"}   # they seal private keys (KMS)
     for name, role in roles.items():
         assert "ManagedPolicyArns" not in role["Properties"]
-        dynamodb, logs = set(), set()
+        dynamodb, logs, kms = set(), set(), set()
         for statement in _statements(role):
             assert statement["Effect"] == "Allow"
             actions = set(statement["Action"])
@@ -166,15 +167,60 @@ def test_roles_allow_only_the_table_actions_on_the_table(prod_template):
             if all(a.startswith("dynamodb:") for a in actions):
                 assert statement["Resource"] == {"Fn::GetAtt": ["ServiceTable", "Arn"]}
                 dynamodb |= actions
-            else:
+            elif all(a.startswith("kms:") for a in actions):
+                assert statement["Resource"] == {"Fn::GetAtt": ["TlsKeysKey", "Arn"]}
+                kms |= actions
+            else:   # the prod stage names no Route 53 zone: no route53 rights
                 assert actions <= {"logs:CreateLogGroup", "logs:CreateLogStream",
                                    "logs:PutLogEvents"}, statement
                 logs |= actions
         assert dynamodb == used[name], name
         assert logs, name
-    for function in ("APIHandler", "ApiKeyAuthorizer"):
+        assert kms == ({"kms:Decrypt", "kms:GenerateDataKey"} if name in seals else set())
+    for function in ("APIHandler", "ApiKeyAuthorizer", "AcmeWorker"):
         role = resources[function]["Properties"]["Role"]["Fn::GetAtt"][0]
         assert role in roles
+
+
+def test_the_acme_worker_is_a_scheduled_function_with_its_own_layer(prod_template):
+    """acme and cryptography reach the worker through its layer, never the API's package;
+    the API and the worker seal private keys with the stack's KMS key, the authorizer has
+    no use for it."""
+    _, template = prod_template
+    resources = template["Resources"]
+    worker = resources["AcmeWorker"]["Properties"]
+    assert worker["Handler"] == "app.acme_worker"
+    assert worker["Events"]["AcmeWorkerEvent"] == {
+        "Type": "Schedule", "Properties": {"Schedule": "rate(1 minute)"}}
+    assert worker["Timeout"] == 300
+    assert worker["Layers"] == [{"Ref": "AcmeLayer"}]
+    layer = resources["AcmeLayer"]
+    assert layer["Type"] == "AWS::Serverless::LayerVersion"
+    assert layer["Properties"]["CompatibleRuntimes"] == [worker["Runtime"]]
+    key = resources["TlsKeysKey"]
+    assert key["Type"] == "AWS::KMS::Key" and key["Properties"]["EnableKeyRotation"] is True
+    assert key["DeletionPolicy"] == "Retain"
+    for function in ("APIHandler", "AcmeWorker"):
+        variables = resources[function]["Properties"]["Environment"]["Variables"]
+        assert variables["TLS_KMS_KEY_ID"] == {"Ref": "TlsKeysKey"}
+        assert variables["TABLE_NAME"] == "tunnel-service-prod"
+    assert "TLS_KMS_KEY_ID" not in json.dumps(resources["ApiKeyAuthorizer"])
+    assert "Layers" not in resources["APIHandler"]["Properties"]
+
+
+def test_a_stage_that_names_a_route53_zone_lets_the_worker_change_only_that_zone(monkeypatch):
+    config = deploy_stack.load_config()
+    config["stages"]["dev"]["environment_variables"]["DNS_ROUTE53_ZONE_ID"] = "Z0123456789"
+    monkeypatch.setattr(deploy_stack, "load_config", lambda: config)
+    role = deploy_stack.merge_template("dev")["Resources"]["AcmeWorkerRole"]
+    zone = [s for s in _statements(role) if s["Sid"] == "ChallengeZone"]
+    assert zone == [{"Sid": "ChallengeZone", "Effect": "Allow",
+                     "Action": ["route53:ChangeResourceRecordSets",
+                                "route53:ListResourceRecordSets"],
+                     "Resource": {"Fn::Sub": "arn:${AWS::Partition}:route53:::"
+                                             "hostedzone/Z0123456789"}}]
+    api = deploy_stack.merge_template("dev")["Resources"]["ApiHandlerRole"]
+    assert "route53" not in json.dumps(api)
 
 
 def test_generated_chalice_files_are_up_to_date():
@@ -196,6 +242,8 @@ def test_stages_are_configured_for_least_privilege_and_their_tables():
         assert settings["iam_policy_file"] == f"policy-{stage}.json"
         assert settings["lambda_functions"]["api_key_authorizer"]["iam_policy_file"] == \
             f"policy-authorizer-{stage}.json"
+        assert settings["lambda_functions"]["acme_worker"]["iam_policy_file"] == \
+            f"policy-acme-worker-{stage}.json"
         assert settings["api_gateway_stage"] == "api"
         assert settings["environment_variables"]["STAGE"] == stage
         merge = deploy_stack.merge_template(stage)
@@ -350,7 +398,7 @@ def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
         zf.extractall(tmp_path / "task")
     assert sdk == 0 and not tops & set(deploy_stack.RUNTIME_PROVIDED)
     assert {"pynamodb", "chalicelib", "cel_expr_python", "asn1crypto"} <= tops
-    assert not tops & {"cryptography", "jwt", "cffi", "pycparser"}
+    assert not tops & {"cryptography", "jwt", "cffi", "pycparser", "acme", "josepy"}
     assert not [n for n in names if n.startswith(("asn1crypto/cms.", "asn1crypto/tsp.",
                                                   "asn1crypto/__pycache__/cms."))]
     assert not [n for n in names if n.startswith(("cel_expr_python/ext/", "yaml/_yaml.",
