@@ -91,7 +91,12 @@ HAND_MUTANTS = [
     ('        raise errors.Conflict("The resource was changed',
      '        raise errors.Internal("The resource was changed'),
 ]
-COPY = ["app.py", "chalicelib", "edge", "tests", "scripts", ".chalice", "pytest.ini"]
+# What the scratch copy holds: every tracked file (the unit tests read docs, the dashboard's
+# pages, requirement files and the repository's own text), none of the untracked ones.
+def tracked() -> list:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=PROJECT, capture_output=True,
+                            check=True).stdout.decode()
+    return [name for name in listed.split("\0") if name]
 
 
 def workdir(module: str) -> str:
@@ -102,18 +107,17 @@ def prepare(module: str) -> str:
     work = workdir(module)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    for name in COPY:
-        source = os.path.join(PROJECT, name)
+    for name in tracked():
         target = os.path.join(work, name)
-        if os.path.isdir(source):
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns(
-                "__pycache__", "deployments", "deployed", "venv"))
-        else:
-            shutil.copy(source, target)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(os.path.join(PROJECT, name), target)
     config = configparser.ConfigParser()
     config.read(os.path.join(PROJECT, "tests", "mutation", "setup.cfg"))
     config["mutmut"]["only_mutate"] = module.replace(".", "/") + ".py"
     config["mutmut"]["pytest_add_cli_args_test_selection"] = "\n" + "\n".join(TESTS)
+    # mutmut runs the tests in its own copy (mutants/): every tracked top-level entry goes in
+    tops = sorted({name.split("/")[0] for name in tracked()} - {"chalicelib", "tests"})
+    config["mutmut"]["also_copy"] = "\n" + "\n".join(tops)
     with open(os.path.join(work, "setup.cfg"), "w") as handle:
         config.write(handle)
     return work
