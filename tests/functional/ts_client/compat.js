@@ -197,7 +197,7 @@ const RECIPES = {
     allow: ['^curl'], deny: [] })),
   'edgeModules.edgeRouteResponseHeadersModule': module_('httpsRoute', async () => ({
     add: { 'x-a': '1' }, remove: ['server'] })),
-  // ---- in LATER (test_client_compat.py): run when routed ----
+  // ---- routed since the table was first written ----
   'backends.tunnelGroupBackends': crud(() => ({ labels: { edge: rnd() } })),
   'backends.failoverBackends': crud(async () => ({ backends: [await helpers.backend()] })),
   'backends.weightedBackends': crud(async () => ({
