@@ -1,34 +1,10 @@
 """The edge's settings, read from the environment (like the API's chalicelib.core.config).
 
-| variable              | default            | meaning                                              |
-|-----------------------|--------------------|------------------------------------------------------|
-| EDGE_HOST             | 127.0.0.1          | address every listener binds                         |
-| EDGE_AGENT_PORT       | 4443               | agent listener (TLS): the SDK's ``server_addr``      |
-| EDGE_HTTP_PORT        | 8080               | public HTTP listener                                 |
-| EDGE_HTTPS_PORT       | 8443               | public HTTPS listener (SNI)                          |
-| EDGE_TCP_PORTS        | 20000-20099        | ports TCP endpoints are given from (``a-b``) (*)     |
-| EDGE_TCP_HOST         | (BASE_DOMAIN)      | host name in ``tcp://host:port`` URLs (*)            |
-| EDGE_AGENT_HOSTNAMES  | localhost,127.0.0.1| names on the agent listener's certificate            |
-| EDGE_TLS_CERT/KEY     | (local CA)         | a certificate + key pair to serve instead of the CA's |
-| EDGE_INSTANCE_ID      | edge_<random>      | this instance's id in the online items               |
-| EDGE_REGION           | local              | region reported to agents and in the online views    |
-| EDGE_CHECK_SECONDS    | 5                  | how often live sessions re-check their credential    |
-| EDGE_PUBLIC_URL_PORTS | 1                  | 1: public URLs carry the listener port when not 80/443 |
-| EDGE_METRICS_PORT     | (off)              | operator endpoint: /metrics, /sessions/<id> (0: any) |
-| EDGE_LISTEN_FDS       | (none)             | inherited listening sockets: agent=N,http=N,https=N  |
-| EDGE_HEAD_TIMEOUT     | 30                 | seconds for a whole request head (docs/SECURITY.md)  |
-| EDGE_IDLE_TIMEOUT     | 75                 | seconds a keep-alive connection waits for a request  |
-| EDGE_H2_STALL_TIMEOUT | 30                 | seconds an HTTP/2 response may wait for windows      |
-| EDGE_MAX_CONNECTIONS  | 10000              | public connections held at once                      |
-| EDGE_MAX_CONNECTIONS_PER_ADDRESS | 512     | ... from one client address                          |
-| EDGE_MAX_ENDPOINTS_PER_SESSION, _PER_ACCOUNT, EDGE_MAX_TCP_ENDPOINTS_PER_ACCOUNT,         |
-| EDGE_MAX_SESSIONS_PER_CREDENTIAL, EDGE_MAX_AUTHS_PER_CREDENTIAL,                          |
-| EDGE_MAX_FAILED_AUTHS_PER_ADDRESS: the quotas (edge/quotas.py, defaults there)            |
-| DATA_DIR              | .data              | where the local CA lives (``$DATA_DIR/ca.pem``)      |
-| BASE_DOMAIN           | tunnels.localhost  | generated names (chalicelib.core.config)                  |
-The store is the API's: TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_* (chalicelib.core.config).
-(*) Read once, by chalicelib.core.config, for both planes: the API allocates reserved
-addresses from the range the edge listens on.
+Every variable, its default and its meaning: docs/CONFIGURATION.md ("The edge"), the one
+table (tests/unit/test_settings_documented.py fails on a setting read here and missing
+there). The store is the API's (TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_*), and
+EDGE_TCP_PORTS / EDGE_TCP_HOST are read once, by chalicelib.core.config, for both planes: the
+API allocates reserved addresses from the range the edge listens on.
 """
 import os
 import secrets

@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the management API's base URL (env API_URL)")
     parser.add_argument("--api-key", default=os.environ.get("API_KEY"),
                         help="an admin's API key (env API_KEY)")
-    parser.add_argument("--bot-name", default=os.environ.get("AGENT_BOT_NAME", "device-agent"))
+    parser.add_argument("--bot-name", default=os.environ.get("AGENT_BOT_NAME", "device-agent"),
+                        help="the bot user owning the credential (env AGENT_BOT_NAME)")
     parser.add_argument("--acl", action="append", default=None,
                         help="an ACL rule, e.g. 'bind:*.tunnels.localhost' (repeatable; "
                              "env AGENT_ACL, comma-separated; none: no restriction)")

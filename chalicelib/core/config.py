@@ -1,26 +1,11 @@
 """Configuration, read from the environment when first asked for (never at import).
 
 Every setting has a default that works for `make run` and the tests; `.chalice/config.json`
-sets them per stage for deployed stacks.
+sets them per stage for deployed stacks. Every variable, its default and its meaning:
+docs/CONFIGURATION.md, the one table (tests/unit/test_settings_documented.py fails on a
+setting read in the code and missing there).
 
-| variable                 | default                 | meaning                                         |
-|--------------------------|-------------------------|-------------------------------------------------|
-| TABLE_NAME               | tunnel-service          | the one DynamoDB table                          |
-| DYNAMODB_ENDPOINT_URL    | (AWS)                   | another store: moto server, LocalStack, DDB Local |
-| AWS_REGION / AWS_DEFAULT_REGION | us-east-1        | region of the table                             |
-| PUBLIC_BASE_URL          | (from the request)      | base of every `uri` when set                    |
-| BASE_DOMAIN              | tunnels.localhost       | the service's own domain: generated endpoint names, reserved domains (under .localhost: resolves to the loopback without DNS) |
-| CNAME_ZONE               | cname.example.test      | zone of generated CNAME targets                 |
-| STAGE                    | dev                     | dev, localstack or prod                         |
-| ONLINE_STALE_SECONDS     | 45                      | heartbeat age after which online items are offline |
-| RATE_LIMIT_PER_MINUTE    | 0 (off)                 | API requests per account per minute (429 above) |
-| IDEMPOTENCY_TTL_SECONDS  | 86400                   | how long an `Idempotency-Key` is remembered     |
-| EDGE_TCP_HOST            | (BASE_DOMAIN)           | host of every reserved TCP address (`host:port`) |
-| EDGE_TCP_PORTS           | 20000-20099             | ports reserved TCP addresses are allocated from (`low-high`) |
-| DNS_CHECK_RESOLVER       | (system resolvers)      | `host` or `host:port` of the DNS resolver the reserved domains' DNS check asks |
-| DASHBOARD_ORIGIN         | (none: no CORS)         | the dashboard's origin (`https://host`): the one origin answered CORS |
-
-The two EDGE_TCP_* settings are shared with the edge (edge/config.py reads the same variables):
+The two EDGE_TCP_* settings are shared with the edge (edge/config.py reads them from here):
 the API allocates reserved addresses from the range, the edge listens on them.
 """
 import functools
