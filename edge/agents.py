@@ -33,7 +33,8 @@ log = logging.getLogger("edge.agents")
 EDGE_VERSION = "tunnel-edge/1"
 RPC_TIMEOUT = 30.0        # seconds an RPC request may take to arrive whole
 COMMAND_TIMEOUT = 10.0
-AUTH_TIMEOUT = 10.0       # a connection that has not authenticated by then is closed
+AUTH_TIMEOUT = 10.0       # a connection whose Auth has not arrived by then is closed
+AUTH_ANSWER_TIMEOUT = 60.0  # seconds from the start by which an arrived Auth is answered
 DEFAULT_HEARTBEAT = (10.0, 15.0)
 # What an agent may ask for in Auth (HeartbeatInterval / HeartbeatTolerance, nanoseconds) is
 # clamped to these seconds: a silent agent is reaped within interval + tolerance + 5 s + one
@@ -78,13 +79,14 @@ class AgentSession:
         self.last_heartbeat = time.monotonic()
         self.started = time.monotonic()
         self._auth_lock = asyncio.Lock()
+        self._auth_arrived = False   # an Auth request was read whole: its answer may take time
         self._ending = False
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def run(self) -> None:
         deadline = asyncio.get_running_loop().call_later(
-            AUTH_TIMEOUT, lambda: None if self.grant is not None or self._ending else
-            asyncio.ensure_future(self.end("no Auth in time")))
+            AUTH_TIMEOUT, lambda: None if self.grant is not None or self._auth_arrived or
+            self._ending else asyncio.ensure_future(self.end("no Auth in time")))
         try:
             await self.mux.run()
         finally:
@@ -123,6 +125,9 @@ class AgentSession:
         try:
             request = await self._read_request(stream)
             if typ == protocol.AUTH:
+                # The deadline is for the request to arrive; answering it reads the store,
+                # which a loaded store may make slow (AUTH_ANSWER_TIMEOUT bounds that).
+                self._auth_arrived = True
                 async with self._auth_lock:
                     await self._auth(stream, request)
                 return
@@ -407,8 +412,10 @@ class AgentSession:
         """Credential still usable (``fresh``: the grant re-read this round, a Refused, or
         None when it could not be read)? Heartbeats still coming? Stop asked through the API?"""
         if self.grant is None:
-            if time.monotonic() - self.started > AUTH_TIMEOUT:
-                await self.end("no Auth in time")
+            waited = time.monotonic() - self.started
+            if waited > (AUTH_ANSWER_TIMEOUT if self._auth_arrived else AUTH_TIMEOUT):
+                await self.end("Auth not answered in time" if self._auth_arrived else
+                               "no Auth in time")
             return
         interval, tolerance = self.heartbeat
         if time.monotonic() - self.last_heartbeat > interval + tolerance + 5:
