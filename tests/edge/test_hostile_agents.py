@@ -6,6 +6,7 @@ canary) must keep serving throughout.
 Source addresses: the loopback is a /8, so distinct client addresses are 127.0.0.N.
 """
 import asyncio
+import collections
 import json
 import socket
 import ssl
@@ -183,12 +184,15 @@ async def _rpc(reader, writer, parser, sid, typ, body):
                              syn=True))
     await writer.drain()
     reply = protocol.JsonReader()
+    said = ""   # the GOAWAY's message, when the edge ends the session
     async with asyncio.timeout(10):
         while True:
             data = await reader.read(65536)
             if not data:   # at EOF read() returns at once: without this the loop would spin
-                raise ConnectionError("the edge closed the session before its reply")
+                raise ConnectionError(f"the edge closed the session before its reply: {said!r}")
             for frame in parser.feed(data):
+                if frame.type == muxado.GOAWAY:
+                    said = frame.message.decode(errors="replace")
                 if frame.stream_id == sid and frame.type == muxado.DATA and frame.payload:
                     value = reply.feed(frame.payload)
                     if value is not None:
@@ -234,11 +238,10 @@ def test_session_churn_returns_its_memory(edge, account):
             auth = await _rpc(reader, writer, parser, 1, protocol.AUTH, {
                 "Version": ["3", "2"], "ClientId": "",
                 "Extra": {"AuthToken": tokens[n % len(tokens)]}})
-        except ConnectionError:
-            # full-suite runs on this machine saw a few authentications pass the deadline
-            # while the embedded store was slow; the memory measure stands, the count is
-            # bounded below
-            cut.append(n)
+        except ConnectionError as exc:
+            # loaded full-suite runs see a few sessions ended before their answer; the memory
+            # measure stands, the count is bounded below and the reasons printed
+            cut.append(str(exc))
             writer.close()
             return
         assert auth.get("ClientId"), auth
@@ -277,6 +280,6 @@ def test_session_churn_returns_its_memory(edge, account):
     took = time.monotonic() - started
     after = settled_rss()
     print(f"10,000 sessions in {took:.0f} s: RSS {before // 1024} -> {after // 1024} MB, "
-          f"{len(cut)} cut before their answer")
+          f"{len(cut)} cut before their answer: {collections.Counter(cut).most_common(5)}")
     assert after - before < 20 * 1024, (before, after)
     assert len(cut) < 100, f"{len(cut)} of 11,000 sessions cut before their answer"
