@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional
 
 from chalicelib.core import binding, edge_errors, ids, online
 from edge import (breaker, enforce, legacy, muxado, passthrough, pools, protocol, proxyproto,
-                  quotas, tls)
+                  quotas, tls_spec)
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset
@@ -287,7 +287,7 @@ class AgentSession:
             opts_in = {k: v for k, v in opts_in.items()
                        if k not in ("CircuitBreaker", "WebsocketTCPConverter")}
             tunnel.enforcement = enforce.http_options(legacy.http_options(opts_in))
-            tunnel.tls = tls.spec_of_bind(opts.get("MutualTLSCA"))
+            tunnel.tls = tls_spec.spec_of_bind(opts.get("MutualTLSCA"))
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_http(tunnel, self._requested_domain(opts))
         elif proto == "tcp":

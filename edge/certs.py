@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from chalicelib.core import certs as stored
+from edge import tls_spec
 
 log = logging.getLogger("edge.certs")
 
@@ -165,7 +166,7 @@ def _context(cert_pem: bytes, key_pem: bytes, folder: str) -> ssl.SSLContext:
 class ServerCertificates:
     """TLS server contexts: a fixed pair when configured, else issued by the local CA per
     name (SNI). Issued pairs are cached per names and contexts per (names, what the name
-    requires of the handshake: ``edge.tls.TlsSpec``), both LRU, HOST_CACHE entries."""
+    requires of the handshake: ``edge.tls_spec.TlsSpec``), both LRU, HOST_CACHE entries."""
 
     def __init__(self, data_dir: str, cert_file: Optional[str] = None,
                  key_file: Optional[str] = None):
@@ -243,28 +244,26 @@ class ServerCertificates:
         return value
 
     def context_for(self, names: List[str], spec: Any = None) -> ssl.SSLContext:
-        """The context serving ``names`` with what ``spec`` (an ``edge.tls.TlsSpec``, None:
+        """The context serving ``names`` with what ``spec`` (an ``edge.tls_spec.TlsSpec``, None:
         nothing more than TLS 1.2) requires of the handshake."""
         stored = self.stored_pair(names[0]) if len(names) == 1 else None
         if stored is not None:
-            from edge import tls
             fingerprint, (chain, private) = stored
 
             def from_store() -> ssl.SSLContext:
                 ctx = context_from_pem(chain, private)
-                return tls.apply(ctx, spec) if spec is not None else ctx
+                return tls_spec.apply(ctx, spec) if spec is not None else ctx
             return self._lru(self._cache, ("store", fingerprint,
                                            spec.key if spec is not None else None), from_store)
         if spec is None or spec.key == (int(ssl.TLSVersion.TLSv1_2), ""):
             if self._fixed is not None:
                 return self._fixed
             spec = None
-        from edge import tls   # edge.tls imports nothing of this module
         if self._fixed is not None:
             def fixed() -> ssl.SSLContext:
                 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
                 ctx.load_cert_chain(*self._files)
-                return tls.apply(ctx, spec)
+                return tls_spec.apply(ctx, spec)
             return self._lru(self._cache, ("", spec.key), fixed)
         name_key = ",".join(names)
 
@@ -275,5 +274,5 @@ class ServerCertificates:
         def make() -> ssl.SSLContext:
             cert, private = self._lru(self._pairs, name_key, lambda: authority.issue(names))
             ctx = _context(cert, private, self._folder)
-            return tls.apply(ctx, spec) if spec is not None else ctx
+            return tls_spec.apply(ctx, spec) if spec is not None else ctx
         return self._lru(self._cache, (name_key, spec.key if spec is not None else None), make)

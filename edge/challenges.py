@@ -17,21 +17,21 @@ import ssl
 from typing import Any, Optional
 
 from chalicelib.core import acme_orders as orders
-from edge import http1
+from edge import http1, http_io
 
 ACME_PATH = b"/.well-known/acme-challenge/"
 ACME_TLS_ALPN = "acme-tls/1"
 ACME_IDENTIFIER_OID = "1.3.6.1.5.5.7.1.31"
 
 
-async def answer_http01(front: Any, client: Any, writer: Any, request: Any, host: str) -> bool:
+async def answer_http01(edge: Any, client: Any, writer: Any, request: Any, host: str) -> bool:
     """Answer an HTTP-01 validation request (True), or leave it to routing (False)."""
     target = request.target
     if request.method != b"GET" or not target.startswith(ACME_PATH):
         return False
     token = target[len(ACME_PATH):].decode("ascii", "replace")
     try:
-        answer = await front.edge.call(orders.http01_answer, host, token)
+        answer = await edge.call(orders.http01_answer, host, token)
     except Exception:   # the store being away: routed as usual, the CA will retry
         return False
     if answer is None:
@@ -40,7 +40,7 @@ async def answer_http01(front: Any, client: Any, writer: Any, request: Any, host
     for event in (http1.Response(status_code=200, reason=b"OK", headers=[
             ("content-type", "text/plain"), ("content-length", str(len(body))),
             ("connection", "close")]), http1.Data(data=body), http1.EndOfMessage()):
-        await front._send(client, writer, event)
+        await http_io.send(client, writer, event)
     return True
 
 

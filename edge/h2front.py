@@ -557,9 +557,9 @@ class H2Server:
         """A request HTTP/2 allowed but HTTP/1.1 semantics do not (no :authority, a
         CONNECT, a field value with a line break): 400, as over HTTP/1.1."""
         try:
-            from edge.public import _error_response
+            from edge.http_io import error_response
             stream.inbox.clear()
-            for item in _error_response(400, edge_errors.MISDIRECTED,
+            for item in error_response(400, edge_errors.MISDIRECTED,
                                         f"The request is not valid HTTP: {why}", close=False):
                 stream.send(item)
         except ConnectionError:

@@ -32,7 +32,8 @@ from typing import Any, Dict
 
 from chalicelib.core import binding, edge_errors
 from chalicelib.core import policy as tp
-from edge import certs, enforce, tls
+from edge import certs, enforce, tls_spec
+from edge.http_io import splice
 
 log = logging.getLogger("edge.passthrough")
 
@@ -50,10 +51,10 @@ def options(opts: Dict[str, Any]) -> enforce.Enforcement:
 
 
 def client_certificates(option: Any, terminated: bool) -> Any:
-    """The ``edge.tls.TlsSpec`` of ``MutualTLSAtEdge`` (client certificates checked by the
+    """The ``edge.tls_spec.TlsSpec`` of ``MutualTLSAtEdge`` (client certificates checked by the
     edge's handshake; the same shape as HTTP endpoints' ``MutualTLSCA``), None when unset;
     Refused without ``TLSTermination``: a passed-through handshake is not the edge's."""
-    spec = tls.spec_of_bind(option)
+    spec = tls_spec.spec_of_bind(option)
     if spec is not None and not terminated:
         raise binding.Refused(edge_errors.INVALID_OPTION,
                               "MutualTLSAtEdge needs TLSTermination: the edge checks client "
@@ -83,7 +84,7 @@ def termination(option: Any, spec: Any = None) -> Any:
         cert_pem, key_pem = (base64.b64decode(v, validate=True) if isinstance(v, str)
                              else bytes(v) for v in (cert, key))
         ctx = certs.context_from_pem(cert_pem, key_pem)
-        return tls.apply(ctx, spec) if spec is not None else ctx
+        return tls_spec.apply(ctx, spec) if spec is not None else ctx
     except (ValueError, TypeError, ssl.SSLError, binascii.Error) as exc:
         raise binding.Refused(edge_errors.INVALID_OPTION,
                               "TLSTermination's certificate and key could not be loaded "
@@ -100,7 +101,6 @@ def tunnel_for(edge: Any, name: str) -> Any:
 async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
     """Pass the connection to the TLS endpoint serving ``name``; False (nothing done) when
     no TLS endpoint serves it."""
-    from edge.public import splice   # the HTTP front's raw splice (imported late: no cycle)
     tunnel = tunnel_for(edge, name)
     if tunnel is None:
         return False

@@ -1,4 +1,5 @@
-"""The public listeners: HTTP and HTTPS (routed by ``Host``) and raw TCP, proxied to agents.
+"""The HTTP front: a public HTTP(S) connection's requests, each routed (edge/http_routing.py),
+run through its endpoint's traffic policy (edge/http_policy.py) and proxied to the agent here.
 
 HTTP/1.1 on both sides is framed by ``edge.http1`` (sans-IO, llhttp): the client's connection
 on one side, the agent's proxy stream (which the SDK connects to its upstream) on the other.
@@ -13,53 +14,19 @@ When nothing serves the host, or the agent is gone, the answer is the contract's
 upstream response) with no upstream bytes and no internal addresses in it.
 """
 import asyncio
-import json
 import logging
-from types import SimpleNamespace
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
-
-from chalicelib.core import edge_errors, ids, policy as tp
-from edge import breaker, challenges, http1, wstcp
+from chalicelib.core import edge_errors
+from edge import breaker, http1, http_policy, http_routing, wstcp
 from edge.connections import connection_handler
-from edge.edges import Hop, forward_refused
 from edge.h2leg import H2Leg
-from edge.tls import MISDIRECTED
+from edge.http_io import BODY_TIMEOUT, READ_CHUNK, Closed, answer, client_event, send, splice
 from edge.session import MuxStream, StreamReset, StreamsExhausted
 
 log = logging.getLogger("edge.public")
 
-READ_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024
-BODY_TIMEOUT = 30.0     # a request body must progress (one read) within this
-FIXED_BODY_DRAIN = 1024 * 1024  # request body read (and dropped) before a fixed answer
-HOP_HEADERS = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
-
-STATUS_TEXT = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests",
-               502: "Bad Gateway",
-               503: "Service Unavailable"}
-
-
-class _Closed(Exception):
-    """The client went away or broke HTTP: close the connection, nothing to answer."""
-
-
-def error_body(status: int, code: str, msg: str) -> Tuple[bytes, str]:
-    op = ids.new_id(ids.PREFIXES["operation"])
-    body = json.dumps({"error_code": code, "status_code": status, "msg": msg,
-                       "details": {"operation_id": op}}).encode("utf-8")
-    return body, op
-
-
-def _error_response(status: int, code: str, msg: str, close: bool) -> List[Any]:
-    body, op = error_body(status, code, msg)
-    headers = [("content-type", "application/json"), ("content-length", str(len(body))),
-               ("ngrok-error-code", code), ("operation-id", op)]
-    if close:
-        headers.append(("connection", "close"))
-    return [http1.Response(status_code=status, headers=headers,
-                         reason=STATUS_TEXT.get(status, "").encode()),
-            http1.Data(data=body), http1.EndOfMessage()]
 
 
 def request_host(request: http1.Request) -> str:
@@ -70,27 +37,6 @@ def request_host(request: http1.Request) -> str:
                 return host.split("]", 1)[0] + "]"
             return host.rsplit(":", 1)[0] if ":" in host else host
     return ""
-
-
-def forwarded_headers(pairs, client_ip: str, scheme: str) -> List[Tuple[bytes, bytes]]:
-    """The request's headers (lower-case bytes pairs) plus X-Forwarded-For (appended),
-    -Proto and -Host."""
-    headers = []
-    xff = []
-    host = b""
-    for name, value in pairs:
-        if name == b"x-forwarded-for":
-            xff.append(value)
-        if name == b"host":
-            host = value
-        if name not in HOP_HEADERS:
-            headers.append((name, value))
-    xff.append(client_ip.encode())
-    headers.append((b"x-forwarded-for", b", ".join(xff)))
-    headers.append((b"x-forwarded-proto", scheme.encode()))
-    if host:
-        headers.append((b"x-forwarded-host", host))
-    return headers
 
 
 class _Leg:
@@ -130,98 +76,12 @@ class _Leg:
         self.stream.finish()
 
 
-class _Traffic:
-    """One request's run through its endpoint's traffic policy (modules included)."""
-
-    def __init__(self, policy: Any, conn: Any, request: http1.Request, scheme: str, host: str):
-        self.policy = policy
-        self.conn = conn
-        self.state = policy.new_state()
-        length = None
-        for name, value in request.headers:
-            if name == b"content-length":
-                length = int(value)
-        self.request = request
-        self.pairs = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers]
-        self.req = tp.Request.from_target(
-            request.method.decode("ascii"), scheme, host, request.target.decode("latin-1"),
-            self.pairs, content_length=length)
-        self.target = self.req.target
-        self.compressor = None
-
-    def forwarded_request(self) -> http1.Request:
-        """The request as this policy left it, for the internal endpoint it forwards to.
-        http1.LocalProtocolError when the policy made it invalid (see PolicyBroke)."""
-        return http1.Request(method=self.req.method, target=_wire(self.req.target),
-                             headers=[(_wire(n), _wire(v)) for n, v in self.req.headers],
-                             checked=True)
-
-    def upstream_request(self, client_ip: str, scheme: str) -> http1.Request:
-        """The request as this policy left it, with the X-Forwarded headers.
-        http1.LocalProtocolError when the policy made it invalid (see PolicyBroke).
-        When the policy changed nothing but appending headers (add-headers; none of Host,
-        Content-Length, Transfer-Encoding), only those are checked: the rest is the parsed
-        request's, already valid."""
-        req, count = self.req, len(self.pairs)
-        if req.method == self.pairs_method and req.headers[:count] == self.pairs and \
-                req.target == self.target:
-            added = [(_wire(n.lower()), _wire(v)) for n, v in req.headers[count:]]
-            if not any(n in _FRAMING_HEADERS for n, _ in added):
-                headers = forwarded_headers(
-                    self.request.headers + http1.checked_headers(added) if added
-                    else self.request.headers, client_ip, scheme)
-                return http1.Request(method=self.request.method, target=self.request.target,
-                                     headers=headers, raw_headers=headers)
-        pairs = [(_wire(n.lower()), _wire(v)) for n, v in req.headers]
-        return http1.Request(method=req.method, target=_wire(req.target),
-                             headers=forwarded_headers(pairs, client_ip, scheme), checked=True)
-
-    @property
-    def pairs_method(self) -> str:
-        return self.request.method.decode("ascii")
-
-
-_FRAMING_HEADERS = (b"host", b"content-length", b"transfer-encoding")
-
-
-def _wire(text: str) -> bytes:
-    """A header name or value (or target) as bytes: what came from the client round-trips
-    as Latin-1 (the bytes it sent); a value a policy added beyond Latin-1 goes as UTF-8."""
-    try:
-        return text.encode("latin-1")
-    except UnicodeEncodeError:
-        return text.encode("utf-8")
-
-
-# A request the traffic policy made invalid (a removed Host header, a value with a line break, a
-# name HTTP/1.1 refuses): ERR_NGROK_2300, the hosted "internal gateway error while processing policy
-# action", instead of a closed connection.
-POLICY_BROKE = (502, edge_errors.POLICY_FAILED, "Internal gateway error occurred while processing "
-                                       "policy action: the request it produced is not valid "
-                                       "HTTP/1.1 ({})")
-
-
-# A hostname an abuse report bans: the hosted code for a banned name, 403.
-BANNED = (edge_errors.HOST_BANNED, "This hostname has been banned for violating the terms of "
-                            "service. If you own it and believe this is a mistake, contact the "
-                            "operator of this service.")
-
 # The agent's session has MAX_LOCAL_STREAMS connections open and none ended within
 # OPEN_WAIT: the hosted "too many connections" (ERR_NGROK_702, answered with 429).
 TOO_MANY_STREAMS = (429, edge_errors.TOO_MANY_CONNECTIONS,
                          "Too many connections! The agent session serving "
                          "this endpoint has too many connections open at "
                          "once; try again later.")
-
-
-def _outcome_response(out: Any, close: bool) -> List[Any]:
-    headers = [(n, v) for n, v in out.headers if n.lower() not in ("content-length",
-                                                                   "connection")]
-    headers.append(("content-length", str(len(out.body))))
-    if close:
-        headers.append(("connection", "close"))
-    return [http1.Response(status_code=out.status_code, headers=headers, checked=True),
-            http1.Data(data=out.body) if out.body else None, http1.EndOfMessage()]
 
 
 class HttpFront:
@@ -270,95 +130,38 @@ class HttpFront:
                     self.edge.admission.busy(ticket)
                     first = False
                 except http1.RemoteProtocolError as exc:
-                    await self._answer(client, writer, 400, edge_errors.MISDIRECTED,
-                                       f"The request is not valid HTTP/1.1: {exc}", close=True)
+                    await answer(client, writer, 400, edge_errors.MISDIRECTED,
+                                 f"The request is not valid HTTP/1.1: {exc}", close=True)
                     return
                 if not isinstance(request, http1.Request):
                     return
                 host = request_host(request)
-                if host in self.edge.banned:   # an abuse report banned it (docs/SECURITY.md)
-                    await self._answer(client, writer, 403, BANNED[0], BANNED[1], close=True)
+                routed = await http_routing.route(self.edge, self.scheme, client, writer,
+                                                  request, host)
+                if routed is None:
                     return
-                if self.scheme == "http" and await challenges.answer_http01(
-                        self, client, writer, request, host):   # ACME HTTP-01 (edge/challenges.py)
+                ran = await http_policy.run(self.edge, self.scheme, client, reader, writer,
+                                            peer, request, host, routed, conns)
+                verdict, traffic, prebuffered = ran.verdict, ran.traffic, ran.prebuffered
+                tunnel, fixed, endpoint = ran.route.tunnel, ran.route.fixed, ran.route.endpoint
+                if verdict == "close":
                     return
-                refused = self.edge.tls.misdirected(getattr(writer, "tls_spec", None), host)
-                if refused is not None:   # a name's TLS settings met by another handshake
-                    await self._answer(client, writer, *MISDIRECTED, refused, close=True)
-                    return
-                tunnel = self.edge.registry.http_tunnel(host, self.scheme)
-                fixed, cloud = None, False
-                if tunnel is not None:
-                    enforcement = tunnel.enforcement
-                    endpoint = Hop.of_tunnel(tunnel)
-                    account_id = tunnel.account_id
-                else:   # not an agent endpoint: a cloud endpoint, an HTTPS edge's hostport?
-                    routed = await self.edge.router.route_http(host, request.target,
-                                                               self.scheme)
-                    if routed is None or routed.error is not None:
-                        status, code, msg = routed.error if routed is not None else (
-                            404, edge_errors.ENDPOINT_OFFLINE,
-                                 f"The endpoint {self.scheme}://{host} is "
-                                 "offline.")
-                        await self._answer(client, writer, status, code, msg, close=True)
-                        return
-                    tunnel, fixed, enforcement = routed.tunnel, routed.fixed, routed.enforcement
-                    endpoint = routed.hop
-                    cloud, account_id = routed.cloud, routed.account_id
-                traffic, prebuffered = None, []
-                hop_request, forwards = request, 0
-                while enforcement is not None and enforcement.policy is not None:
-                    conn = conns.get(endpoint)   # what the policy sees of this connection
-                    if conn is None:
-                        if len(conns) >= 16:
-                            conns.clear()
-                        conn = conns[endpoint] = self._conn(writer, peer, endpoint)
-                    conn.ip_policy_resolver = None
-                    if enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
-                        conn.ip_policy_resolver = await self.edge.router.ip_policy_resolver(
-                            endpoint.account_id, enforcement.policy)
-                    traffic = _Traffic(enforcement.policy, conn, hop_request, self.scheme, host)
-                    verdict, prebuffered, target = await self._request_phase(
-                        client, reader, writer, traffic, host, prebuffered, account_id)
-                    if verdict in ("next", "proxy"):
-                        break
-                    if verdict != "forward":
-                        return
-                    # forward-internal: the internal endpoint's own policy runs next (if it
-                    # has none, the forwarding endpoint's response phase stays in force)
-                    forwards += 1
-                    refused = forward_refused(target, forwards)
-                    if refused is not None:
-                        await self._answer(client, writer, *refused, close=True)
-                        return
-                    tunnel, fixed, enforcement = target.tunnel, None, target.enforcement
-                    endpoint = target.hop
-                    try:
-                        hop_request = traffic.forwarded_request()
-                    except http1.LocalProtocolError as exc:
-                        status, code, msg = POLICY_BROKE
-                        await self._answer(client, writer, status, code, msg.format(exc),
-                                           close=True)
-                        return
-                    cloud = target.cloud
-                else:
-                    verdict = "proxy"
                 if verdict == "next":
                     client.start_next_cycle()
                     continue
-                if cloud:   # a cloud endpoint's policy let the request through: no upstream
-                    await self._answer(client, writer, 502, edge_errors.CLOUD_POLICY_FAILED,
-                                       f"The traffic policy configured for cloud endpoint "
-                                       f"{endpoint.endpoint_id} is non-terminating.", close=True)
+                if ran.route.cloud:   # its policy let the request through: no upstream
+                    await answer(client, writer, 502, edge_errors.CLOUD_POLICY_FAILED,
+                                 f"The traffic policy configured for cloud endpoint "
+                                 f"{endpoint.endpoint_id} is non-terminating.", close=True)
                     return
                 if fixed is not None:   # an http_response backend: the edge answers
-                    if not await self._answer_fixed(client, reader, writer, fixed, traffic,
-                                                    prebuffered):
+                    if not await http_policy.answer_fixed(client, reader, writer, fixed,
+                                                          traffic, prebuffered):
                         return
                     client.start_next_cycle()
                     continue
                 if not breaker.allows(tunnel):   # its circuit breaker tripped (edge.breaker)
-                    await self._answer(client, writer, *breaker.TRIPPED_ANSWER, close=True)
+                    await answer(client, writer, *breaker.TRIPPED_ANSWER, close=True)
                     return
                 if getattr(tunnel, "ws_tcp", False):   # WebSocket-to-TCP (edge.wstcp)
                     await wstcp.serve(self, client, reader, writer, tunnel, request,
@@ -372,12 +175,12 @@ class HttpFront:
                         leg = self.new_leg(tunnel, await tunnel.session.open_proxy(
                             tunnel, client_addr, self.scheme))
                     except StreamsExhausted:
-                        await self._answer(client, writer, *TOO_MANY_STREAMS, close=True)
+                        await answer(client, writer, *TOO_MANY_STREAMS, close=True)
                         return
                     except StreamReset:
-                        await self._answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
-                                           f"The endpoint {self.scheme}://{host} is offline.",
-                                           close=True)
+                        await answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
+                                     f"The endpoint {self.scheme}://{host} is offline.",
+                                     close=True)
                         return
                 else:
                     leg.conn.start_next_cycle()
@@ -389,7 +192,7 @@ class HttpFront:
                     client.start_next_cycle()
                 else:
                     return
-        except (_Closed, ConnectionError, OSError, asyncio.TimeoutError,
+        except (Closed, ConnectionError, OSError, asyncio.TimeoutError,
                 asyncio.IncompleteReadError):
             pass
         except http1.LocalProtocolError as exc:
@@ -402,17 +205,17 @@ class HttpFront:
 
     # ---- one request/response ---------------------------------------------------------------
     async def _exchange(self, client, reader, writer, leg: _Leg, request: http1.Request,
-                        client_ip: str, host: str, traffic: Optional[_Traffic] = None,
+                        client_ip: str, host: str, traffic: Optional[http_policy.Traffic] = None,
                         prebuffered: Optional[List[Any]] = None) -> str:
         if traffic is not None:
             try:
                 upstream_request = traffic.upstream_request(client_ip, self.scheme)
             except http1.LocalProtocolError as exc:
-                status, code, msg = POLICY_BROKE
-                await self._answer(client, writer, status, code, msg.format(exc), close=True)
+                status, code, msg = http_policy.POLICY_BROKE
+                await answer(client, writer, status, code, msg.format(exc), close=True)
                 return "close"
         else:
-            headers = forwarded_headers(request.headers, client_ip, self.scheme)
+            headers = http_policy.forwarded_headers(request.headers, client_ip, self.scheme)
             upstream_request = http1.Request(method=request.method, target=request.target,
                                            headers=headers, raw_headers=headers)
         try:
@@ -420,8 +223,8 @@ class HttpFront:
             for event in prebuffered or ():
                 await leg.send(event)
         except (StreamReset, http1.LocalProtocolError):
-            await self._answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
-                               f"The endpoint {self.scheme}://{host} is offline.", close=True)
+            await answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
+                         f"The endpoint {self.scheme}://{host} is offline.", close=True)
             return "close"
         # Whatever of the request body is already buffered goes now; a body still to come
         # is pumped by a task beside the response (a bodiless request never needs one).
@@ -436,7 +239,7 @@ class HttpFront:
                 if isinstance(event, http1.EndOfMessage):
                     break
             else:
-                raise _Closed()
+                raise Closed()
         try:
             return await self._response(client, writer, leg, body_task, host, reader, traffic)
         finally:
@@ -447,17 +250,17 @@ class HttpFront:
 
     async def _request_body(self, client, reader, leg: _Leg) -> None:
         while True:
-            event = await self._client_event(client, reader, BODY_TIMEOUT)
+            event = await client_event(client, reader, BODY_TIMEOUT)
             if isinstance(event, http1.Data):
                 await leg.send(event)
             elif isinstance(event, http1.EndOfMessage):
                 await leg.send(event)
                 return
             else:
-                raise _Closed()
+                raise Closed()
 
     async def _response(self, client, writer, leg: _Leg, body_task, host: str, reader,
-                        traffic: Optional[_Traffic] = None) -> str:
+                        traffic: Optional[http_policy.Traffic] = None) -> str:
         """Relay the agent's response. Its pieces are held and written together (head and
         body of a small response in one system call), and always before waiting for more
         from the agent, so a streaming response still arrives as it is produced."""
@@ -489,7 +292,7 @@ class HttpFront:
                     hold(event)
                 elif isinstance(event, http1.Response):
                     if traffic is not None:
-                        event = self._response_phase(traffic, event)
+                        event = http_policy.response_phase(traffic, event)
                         if isinstance(event, list):   # the policy answered instead
                             for item in event:
                                 if item is not None:
@@ -532,14 +335,14 @@ class HttpFront:
                 flush()
                 return "close"   # mid-body: the client sees the connection end
             if isinstance(exc, http1.RemoteProtocolError):
-                await self._answer(client, writer, 502, edge_errors.BAD_UPSTREAM_RESPONSE,
-                                   "The upstream server returned an invalid or incomplete "
-                                   "HTTP response.", close=True)
+                await answer(client, writer, 502, edge_errors.BAD_UPSTREAM_RESPONSE,
+                             "The upstream server returned an invalid or incomplete "
+                             "HTTP response.", close=True)
             else:
                 breaker.record(getattr(leg, "tunnel", None), 502)
-                await self._answer(client, writer, 502, edge_errors.UPSTREAM_UNREACHABLE,
-                                   f"The agent serving {self.scheme}://{host} could not reach "
-                                   "its upstream service.", close=True)
+                await answer(client, writer, 502, edge_errors.UPSTREAM_UNREACHABLE,
+                             f"The agent serving {self.scheme}://{host} could not reach "
+                             "its upstream service.", close=True)
             return "close"
 
     async def _leg_event(self, leg: _Leg, body_task, flush: Callable[[], None]) -> Any:
@@ -547,7 +350,7 @@ class HttpFront:
         went away) ends the exchange too. ``flush`` runs before any wait."""
         if body_task is None or body_task.done():
             if body_task is not None and body_task.exception() is not None:
-                raise _Closed()
+                raise Closed()
             return await leg.next_event(flush)
         flush()
         event_task = asyncio.ensure_future(leg.next_event())
@@ -559,7 +362,7 @@ class HttpFront:
                 if event_task in done:
                     return event_task.result()
                 if body_task.exception() is not None:
-                    raise _Closed()
+                    raise Closed()
         finally:
             if not event_task.done():
                 event_task.cancel()
@@ -569,132 +372,11 @@ class HttpFront:
         """101 Switching Protocols: forward it, then carry raw bytes both ways."""
         if body_task is not None and not body_task.done():
             await asyncio.wait({body_task}, timeout=BODY_TIMEOUT)
-        await self._send(client, writer, event)
+        await send(client, writer, event)
         client_rest, _ = client.trailing_data
         leg_rest, _ = leg.conn.trailing_data
         await splice(reader, writer, leg.stream, to_stream=client_rest, to_client=leg_rest)
         return "close"
-
-    # ---- traffic policy ---------------------------------------------------------------------
-    def _conn(self, writer, peer, endpoint: Hop) -> Any:
-        sockname = writer.get_extra_info("sockname") or ("", 0)
-        ssl_object = writer.get_extra_info("ssl_object")
-        conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
-                       server_ip=str(sockname[0]), server_port=int(sockname[1] or 0),
-                       endpoint=tp.Endpoint(id=endpoint.endpoint_id, url=endpoint.url,
-                                            host=endpoint.host, port=int(sockname[1] or 0),
-                                            protocol=self.scheme,
-                                            account_id=endpoint.account_id),
-                       server_region=self.edge.settings.region)
-        if ssl_object is not None:
-            conn.tls_version = ssl_object.version() or ""
-            conn.tls_cipher_suite = (ssl_object.cipher() or ("",))[0]
-            conn.tls_sni = ssl_object.server_hostname or ""
-        return conn
-
-    async def _request_phase(self, client, reader, writer, traffic: _Traffic, host: str,
-                             events: Optional[List[Any]] = None, account_id: str = ""
-                             ) -> Tuple[str, List[Any], Any]:
-        """Run on_http_request: ("proxy", body events read so far, None) to go on upstream;
-        ("forward", events, target) for a forward-internal to an endpoint found (an
-        ``edges.Routed``); ("next", [], None) when the policy answered and the connection
-        stays usable; ("close", [], None) when it is done. ``events``: the body events an
-        earlier hop (the endpoint that forwarded here) already read."""
-        events = list(events or [])
-        while not (events and isinstance(events[-1], http1.EndOfMessage)):
-            # what of the body is already here (all of it, for a bodiless request)
-            event = client.next_event()
-            if event is http1.NEED_DATA:
-                break
-            if not isinstance(event, (http1.Data, http1.EndOfMessage)):
-                raise _Closed()
-            events.append(event)
-            if isinstance(event, http1.EndOfMessage):
-                break
-        asked = False
-        while True:
-            out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
-            while out.kind == tp.NEED_BODY and not asked:
-                asked = True
-                events = await self._buffer_body(client, reader, out.max_body_bytes, events)
-                body = b"".join(bytes(e.data) for e in events if isinstance(e, http1.Data))
-                traffic.req.body = body[:out.max_body_bytes]
-                traffic.req.body_complete = len(body) <= out.max_body_bytes and \
-                    isinstance(events[-1], http1.EndOfMessage)
-                out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
-            if out.kind != tp.FORWARD_INTERNAL:
-                break
-            target = await self.edge.router.internal_target(account_id, out.url)
-            if target is not None:
-                return "forward", events, target
-            if out.on_error != "continue":   # halt: offline, like any unknown endpoint
-                await self._answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
-                                   f"The internal endpoint {out.url} is offline.", close=True)
-                return "close", [], None
-            # continue: the phase resumes after the forward action (same state)
-        if out.kind == tp.CONTINUE:
-            return "proxy", events, None
-        if out.kind == tp.RESPOND:
-            whole = bool(events) and isinstance(events[-1], http1.EndOfMessage)
-            for item in _outcome_response(out, close=not whole):
-                if item is not None:
-                    await self._send(client, writer, item)
-            return ("next" if whole else "close"), [], None
-        return "close", [], None
-
-    def _response_phase(self, traffic: _Traffic, event: http1.Response) -> Any:
-        if not traffic.policy.has("on_http_response"):
-            return event   # nothing to run: the response goes on as the agent sent it
-        res = tp.Response(status_code=event.status_code,
-                          headers=[(n.decode("latin-1"), v.decode("latin-1"))
-                                   for n, v in event.headers])
-        out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
-        if out.kind == tp.RESPOND:
-            return _outcome_response(out, close=True)
-        if out.kind == tp.CLOSE:
-            raise _Closed()
-        traffic.compressor = out.compressor
-        return http1.Response(status_code=res.status_code, reason=event.reason,
-                            headers=[(_wire(n), _wire(v)) for n, v in res.headers],
-                            checked=True)
-
-    async def _answer_fixed(self, client, reader, writer, fixed, traffic, events) -> bool:
-        """Answer with an http_response backend's status, headers and body (the response
-        phase's rules apply to it too). True when the connection stays usable."""
-        events = await self._buffer_body(client, reader, FIXED_BODY_DRAIN, list(events or []))
-        whole = bool(events) and isinstance(events[-1], http1.EndOfMessage)
-        body = (fixed.get("body") or "").encode("utf-8")
-        headers = [(str(k), str(v)) for k, v in (fixed.get("headers") or {}).items()]
-        status = int(fixed.get("status_code") or 200)
-        if traffic is not None:
-            res = tp.Response(status_code=status, headers=headers)
-            out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
-            if out.kind == tp.RESPOND:
-                status, headers, body = out.status_code, out.headers, out.body
-            elif out.kind == tp.CLOSE:
-                return False
-            else:
-                status, headers = res.status_code, res.headers
-                if out.compressor is not None:
-                    body = out.compressor.feed(body) + out.compressor.finish()
-        answer = SimpleNamespace(status_code=status, headers=headers, body=body)
-        for item in _outcome_response(answer, close=not whole):
-            if item is not None:
-                await self._send(client, writer, item)
-        return whole
-
-    async def _buffer_body(self, client, reader, limit: int, events: List[Any]) -> List[Any]:
-        """Read the request body until it ends or passes ``limit`` bytes, for the policy; the
-        events are forwarded upstream afterwards as they came."""
-        size = sum(len(e.data) for e in events if isinstance(e, http1.Data))
-        while size <= limit and not (events and isinstance(events[-1], http1.EndOfMessage)):
-            event = await self._client_event(client, reader, BODY_TIMEOUT)
-            if not isinstance(event, (http1.Data, http1.EndOfMessage)):
-                raise _Closed()
-            events.append(event)
-            if isinstance(event, http1.Data):
-                size += len(event.data)
-        return events
 
     # ---- I/O helpers ------------------------------------------------------------------------
     async def _request_head(self, client, reader, first: bool) -> Any:
@@ -717,71 +399,3 @@ class HttpFront:
                 started = True
                 deadline = min(deadline, loop.time() + head) if first else loop.time() + head
             client.receive_data(data)
-
-    async def _client_event(self, client, reader, timeout: float) -> Any:
-        while True:
-            event = client.next_event()
-            if event is not http1.NEED_DATA:
-                return event
-            async with asyncio.timeout(timeout):   # a timer, not a task as wait_for makes
-                data = await reader.read(READ_CHUNK)
-            client.receive_data(data)
-
-    async def _send(self, client, writer, event) -> None:
-        data = client.send(event)
-        if data:
-            writer.write(data)
-            await writer.drain()
-
-    async def _answer(self, client, writer, status: int, code: str, msg: str,
-                      close: bool) -> None:
-        if client.our_state not in (http1.IDLE, http1.SEND_RESPONSE):
-            return
-        try:
-            for event in _error_response(status, code, msg, close):
-                await self._send(client, writer, event)
-        except http1.LocalProtocolError:
-            return
-
-
-async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stream: MuxStream,
-                 *, to_stream: bytes = b"", to_client: bytes = b"") -> None:
-    """Raw bytes both ways between a client connection and a proxy stream, each direction
-    ending with a half-close, until both are done (or either side fails)."""
-
-    async def up() -> None:
-        if to_stream:
-            await stream.write(to_stream)
-        while True:
-            data = await reader.read(READ_CHUNK)
-            if not data:
-                break
-            await stream.write(data)
-        await stream.close_write()
-
-    async def down() -> None:
-        if to_client:
-            writer.write(to_client)
-        while True:
-            data = await stream.read(READ_CHUNK)
-            if not data:
-                break
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-
-    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
-    try:
-        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            if task.exception() is not None:
-                raise task.exception()
-    except (ConnectionError, OSError, StreamReset):
-        pass
-    finally:
-        for task in tasks:
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        stream.finish()

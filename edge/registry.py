@@ -28,7 +28,7 @@ class Tunnel:
     forwards_proto: str = ""     # the Bind's ForwardsProto (SDK app_protocol): "http2" or ""
     metadata: str = ""
     enforcement: Any = None      # what the edge applies to this endpoint's traffic
-    tls: Any = None              # edge.tls.TlsSpec of its MutualTLSCA option, or None
+    tls: Any = None              # edge.tls_spec.TlsSpec of its MutualTLSCA option, or None
     internal: bool = False       # https://<name>.internal: reached only by forward-internal
     rebind: bool = False         # bound with the id it had before (an agent's reconnect)
     generated: bool = False      # its name or port was chosen by the edge, not asked for

@@ -19,7 +19,9 @@ from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
 from edge.edges import EdgeRouter, Hop, forward_refused, watch_banned_hosts, watch_reserved_ports
-from edge.public import BANNED, HttpFront, splice
+from edge.http_routing import BANNED
+from edge.http_io import splice
+from edge.public import HttpFront
 from edge.registry import Registry, Tunnel
 from edge.session import StreamReset
 from chalicelib.core import edge_errors

@@ -1,6 +1,6 @@
 """What each name asks of the TLS handshake on the HTTPS listener, and the listener itself.
 
-Two sources say what a hostname requires (a :class:`TlsSpec`):
+Two sources say what a hostname requires (a :class:`edge.tls_spec.TlsSpec`):
 
 - an HTTPS edge's modules (``/edges/https/{id}/tls_termination``, ``…/mutual_tls``), read
   from the store's TLS index (:func:`chalicelib.core.routing.tls_index`, one Query) by a
@@ -36,18 +36,15 @@ so no Host header reaches a protected name past its handshake; the same name ove
 is refused the same way.
 """
 import asyncio
-import base64
-import binascii
-import hashlib
 import logging
 import socket
 import ssl
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from chalicelib.core import binding, certs, edge_errors, routing
+from chalicelib.core import certs, edge_errors, routing
 from edge import challenges, passthrough
+from edge.tls_spec import DEFAULT, TlsSpec, spec_of
 
 log = logging.getLogger("edge.tls")
 
@@ -55,82 +52,9 @@ REFRESH_SECONDS = 1.0
 HELLO_TIMEOUT = 15.0           # the same as the handshake timeout
 MAX_RECORD = 5 + 16384 + 2048  # a TLS record header + the largest (compressed) fragment
 
-MIN_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1_2, "1.1": ssl.TLSVersion.TLSv1_2,
-                "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 MISDIRECTED = (421, edge_errors.MISDIRECTED)
 TLS1_3 = 0x0304
 ALERT_PROTOCOL_VERSION = bytes([21, 3, 3, 0, 2, 2, 70])   # fatal protocol_version alert
-
-
-@dataclass(frozen=True)
-class TlsSpec:
-    """What a name requires: the minimum TLS version and the CAs a client certificate must
-    chain to (``cadata``: PEM text or DER bytes, as ``load_verify_locations`` takes them;
-    None: no client certificate asked; empty: required, and none can pass)."""
-
-    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
-    cadata: Optional[Union[str, bytes]] = field(default=None, compare=False)
-    ca_digest: str = ""
-
-    @property
-    def key(self) -> Tuple[int, str]:
-        return int(self.min_version), self.ca_digest
-
-    @property
-    def mutual(self) -> bool:
-        return self.cadata is not None
-
-
-DEFAULT = TlsSpec()
-
-
-def spec_of(min_version: Optional[str], ca_pems: Optional[List[str]]) -> TlsSpec:
-    """The spec of an HTTPS edge's modules: ``min_version`` ("1.0".."1.3" or None) and the
-    PEMs of its mutual_tls CAs (None: no mutual_tls)."""
-    version = MIN_VERSIONS.get(min_version or "1.2", ssl.TLSVersion.TLSv1_2)
-    if ca_pems is None:
-        return TlsSpec(version)
-    text = "".join(p if p.endswith("\n") else p + "\n" for p in sorted(ca_pems))
-    return TlsSpec(version, text, "pem:" + hashlib.sha256(text.encode()).hexdigest())
-
-
-def spec_of_bind(option: Any) -> Optional[TlsSpec]:
-    """The spec of an agent endpoint's ``MutualTLSCA`` Bind option (``{"mutual_tls_ca":
-    base64}``: PEM certificates, or DER certificates end to end, as the Go SDK sends them);
-    None when unset; Refused (ERR_NGROK_1602) when it holds no usable CA certificate."""
-    if option is None or option == {}:
-        return None
-    raw = option.get("mutual_tls_ca") if isinstance(option, dict) else None
-    try:
-        data = base64.b64decode(raw or "", validate=True)
-    except (binascii.Error, ValueError, TypeError):
-        data = b""
-    cadata: Union[str, bytes] = data
-    if b"-----BEGIN" in data:
-        cadata = data.decode("ascii", "replace")
-    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        if not data:
-            raise ssl.SSLError("empty")
-        probe.load_verify_locations(cadata=cadata)
-    except (ssl.SSLError, ValueError) as exc:
-        raise binding.Refused(edge_errors.INVALID_OPTION, "MutualTLSCA must hold one or more CA "
-                                                "certificates (PEM or DER); it could not be "
-                                                f"loaded: {str(exc)[:200]}") from None
-    if not probe.cert_store_stats().get("x509"):
-        raise binding.Refused(edge_errors.INVALID_OPTION, "MutualTLSCA holds no certificate")
-    digest = hashlib.sha256(data).hexdigest()
-    return TlsSpec(ssl.TLSVersion.TLSv1_2, cadata, "bind:" + digest)
-
-
-def apply(ctx: ssl.SSLContext, spec: TlsSpec) -> ssl.SSLContext:
-    """Make a fresh server context require what ``spec`` says."""
-    ctx.minimum_version = spec.min_version
-    if spec.mutual:
-        ctx.verify_mode = ssl.CERT_REQUIRED
-        if spec.cadata:
-            ctx.load_verify_locations(cadata=spec.cadata)
-    return ctx
 
 
 # ---- the ClientHello's server name ------------------------------------------------------------

@@ -21,7 +21,7 @@ import struct
 from typing import Any, Dict, Optional, Tuple
 
 from chalicelib.core import edge_errors
-from edge import http1
+from edge import http1, http_io
 from edge.session import StreamReset
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -109,15 +109,15 @@ async def serve(front: Any, client: Any, reader: asyncio.StreamReader,
     """Answer the upgrade and convert, or refuse; the connection ends with it either way."""
     key = accept_key(request)
     if key is None:
-        await front._answer(client, writer, *NOT_UPGRADE, close=True)
+        await http_io.answer(client, writer, *NOT_UPGRADE, close=True)
         return
     try:
         stream = await tunnel.session.open_proxy(tunnel, client_addr, front.scheme)
     except StreamReset:
-        await front._answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
-                            "The endpoint is offline.", close=True)
+        await http_io.answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
+                             "The endpoint is offline.", close=True)
         return
-    await front._send(client, writer, http1.InformationalResponse(
+    await http_io.send(client, writer, http1.InformationalResponse(
         status_code=101, headers=[("upgrade", "websocket"), ("connection", "Upgrade"),
                                   ("sec-websocket-accept", key)]))
     rest, _ = client.trailing_data

@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 
 
 def _serve(mode, folder, ca_pem, port_queue):
-    from edge import certs, tls
+    from edge import certs, tls, tls_spec
     from edge.registry import Registry
 
     class Edge:
@@ -34,7 +34,7 @@ def _serve(mode, folder, ca_pem, port_queue):
             self.registry = Registry()
             self.connections = set()
             self.tls = tls.TlsSettings(self)
-            self.tls.by_host = {"mtls.example.com": tls.spec_of(None, [ca_pem])}
+            self.tls.by_host = {"mtls.example.com": tls_spec.spec_of(None, [ca_pem])}
             self.tls.loaded.set()
 
     async def handler(reader, writer):

@@ -8,7 +8,7 @@ import pytest
 from hyperframe.frame import ContinuationFrame, HeadersFrame
 
 from edge import h2front, h2wire, http1
-from edge.public import _error_response
+from edge.http_io import error_response
 
 
 def test_an_h2_request_becomes_the_request_the_path_takes():
@@ -57,7 +57,7 @@ def test_connection_specific_fields_do_not_cross_to_http2():
                                                 (400, "ERR_NGROK_3002", 13),
                                                 (418, "ERR_NGROK_X", 2)])
 def test_edge_answers_to_grpc_requests_are_grpc_statuses(status, code, grpc):
-    head, data, _ = _error_response(status, code, "It is 100% offline: ünïcode", close=True)
+    head, data, _ = error_response(status, code, "It is 100% offline: ünïcode", close=True)
     fields = dict(h2front.grpc_status(head, data.data))
     assert fields[b":status"] == b"200" and fields[b"content-type"] == b"application/grpc"
     assert fields[b"grpc-status"] == str(grpc).encode()

@@ -66,7 +66,7 @@ class _NoPolicy:
 
 def _Traffic(headers):
     """A request ``GET / Host: x`` after a policy left its headers as ``headers``."""
-    from edge.public import _Traffic as Real
+    from edge.http_policy import Traffic as Real
     traffic = Real(_NoPolicy(), None, http1.Request(method=b"GET", target=b"/",
                                                     headers=[(b"host", b"x")]), "http", "x")
     traffic.req.headers = list(headers)

@@ -16,7 +16,7 @@ from cryptography.x509.oid import NameOID
 
 from chalicelib import edge_modules
 from chalicelib.core import binding, store
-from edge import certs, tls
+from edge import certs, tls, tls_spec
 from edge.registry import Registry
 
 
@@ -123,17 +123,17 @@ def test_peek_waits_for_a_trickled_client_hello_and_consumes_nothing():
 # ---- what a name requires ----------------------------------------------------------------------
 @pytest.mark.parametrize("version", [None, "1.0", "1.1", "1.2"])
 def test_min_version_up_to_1_2_is_the_default_handshake(version):
-    assert tls.spec_of(version, None).key == tls.DEFAULT.key
+    assert tls_spec.spec_of(version, None).key == tls_spec.DEFAULT.key
 
 
 def test_min_version_1_3_and_ca_sets_make_distinct_specs():
     ca1, ca2 = pem(make_ca("one")[1]), pem(make_ca("two")[1])
-    assert tls.spec_of("1.3", None).min_version == ssl.TLSVersion.TLSv1_3
-    assert tls.spec_of("1.3", None).key != tls.DEFAULT.key
-    assert tls.spec_of(None, [ca1, ca2]).key == tls.spec_of(None, [ca2, ca1]).key
-    assert tls.spec_of(None, [ca1]).key != tls.spec_of(None, [ca1, ca2]).key
-    assert tls.spec_of(None, [ca1]).mutual and not tls.spec_of("1.3", None).mutual
-    assert tls.spec_of(None, []).mutual   # every CA gone: still required, none can pass
+    assert tls_spec.spec_of("1.3", None).min_version == ssl.TLSVersion.TLSv1_3
+    assert tls_spec.spec_of("1.3", None).key != tls_spec.DEFAULT.key
+    assert tls_spec.spec_of(None, [ca1, ca2]).key == tls_spec.spec_of(None, [ca2, ca1]).key
+    assert tls_spec.spec_of(None, [ca1]).key != tls_spec.spec_of(None, [ca1, ca2]).key
+    assert tls_spec.spec_of(None, [ca1]).mutual and not tls_spec.spec_of("1.3", None).mutual
+    assert tls_spec.spec_of(None, []).mutual   # every CA gone: still required, none can pass
 
 
 def test_bind_option_takes_pem_or_der_and_refuses_anything_else():
@@ -141,12 +141,12 @@ def test_bind_option_takes_pem_or_der_and_refuses_anything_else():
     as_pem = {"mutual_tls_ca": base64.b64encode(pem(ca).encode()).decode()}
     as_der = {"mutual_tls_ca": base64.b64encode(
         ca.public_bytes(serialization.Encoding.DER)).decode()}
-    assert tls.spec_of_bind(as_pem).mutual and tls.spec_of_bind(as_der).mutual
-    assert tls.spec_of_bind(None) is None and tls.spec_of_bind({}) is None
+    assert tls_spec.spec_of_bind(as_pem).mutual and tls_spec.spec_of_bind(as_der).mutual
+    assert tls_spec.spec_of_bind(None) is None and tls_spec.spec_of_bind({}) is None
     for bad in ({"mutual_tls_ca": base64.b64encode(b"not a certificate").decode()},
                 {"mutual_tls_ca": "%%%"}, {"mutual_tls_ca": ""}):
         with pytest.raises(binding.Refused) as refused:
-            tls.spec_of_bind(bad)
+            tls_spec.spec_of_bind(bad)
         assert refused.value.code == "ERR_NGROK_1602"
 
 
@@ -155,12 +155,12 @@ def test_contexts_are_cached_by_names_version_and_ca_set(tmp_path):
     certificates = certs.ServerCertificates(str(tmp_path))
     ca = pem(make_ca("c")[1])
     plain = certificates.context_for(["a.example.com"])
-    assert certificates.context_for(["a.example.com"], tls.DEFAULT) is plain
-    assert certificates.context_for(["a.example.com"], tls.spec_of("1.2", None)) is plain
-    strict = certificates.context_for(["a.example.com"], tls.spec_of("1.3", None))
+    assert certificates.context_for(["a.example.com"], tls_spec.DEFAULT) is plain
+    assert certificates.context_for(["a.example.com"], tls_spec.spec_of("1.2", None)) is plain
+    strict = certificates.context_for(["a.example.com"], tls_spec.spec_of("1.3", None))
     assert strict is not plain and strict.minimum_version == ssl.TLSVersion.TLSv1_3
-    assert certificates.context_for(["a.example.com"], tls.spec_of("1.3", None)) is strict
-    mutual = certificates.context_for(["a.example.com"], tls.spec_of(None, [ca]))
+    assert certificates.context_for(["a.example.com"], tls_spec.spec_of("1.3", None)) is strict
+    mutual = certificates.context_for(["a.example.com"], tls_spec.spec_of(None, [ca]))
     assert mutual.verify_mode == ssl.CERT_REQUIRED and plain.verify_mode == ssl.CERT_NONE
     assert mutual.cert_store_stats()["x509_ca"] == 1
     assert certificates.context_for(["b.example.com"]) is not plain
@@ -316,15 +316,15 @@ def test_listener_enforces_min_version_and_client_certificates_per_name(tmp_path
 def test_a_request_is_misdirected_when_its_host_needs_another_handshake(tmp_path):
     ca = pem(make_ca("m")[1])
     edge = _Edge(str(tmp_path))
-    edge.tls.by_host = {"strict.example.com": tls.spec_of("1.3", None),
-                        "mtls.example.com": tls.spec_of(None, [ca]),
-                        "floor.example.com": tls.spec_of("1.2", None)}
+    edge.tls.by_host = {"strict.example.com": tls_spec.spec_of("1.3", None),
+                        "mtls.example.com": tls_spec.spec_of(None, [ca]),
+                        "floor.example.com": tls_spec.spec_of("1.2", None)}
     strict, mutual = edge.tls.by_host["strict.example.com"], edge.tls.by_host["mtls.example.com"]
     assert edge.tls.misdirected(strict, "strict.example.com") is None
-    assert edge.tls.misdirected(tls.spec_of("1.3", None), "strict.example.com") is None
+    assert edge.tls.misdirected(tls_spec.spec_of("1.3", None), "strict.example.com") is None
     assert edge.tls.misdirected(mutual, "mtls.example.com") is None
     assert edge.tls.misdirected(strict, "mtls.example.com")           # another handshake
-    assert edge.tls.misdirected(tls.DEFAULT, "mtls.example.com")
+    assert edge.tls.misdirected(tls_spec.DEFAULT, "mtls.example.com")
     assert edge.tls.misdirected(None, "mtls.example.com")             # plain HTTP
     assert edge.tls.misdirected(None, "strict.example.com")
     for name in ("plain.example.com", "floor.example.com"):           # nothing asked
@@ -373,4 +373,4 @@ def test_the_ca_cache_holds_exactly_what_the_index_references(tmp_path):
     first, after = _run(scenario())
     assert len(first) == 50 and sorted(edge.calls) == sorted(f"ca_{i}" for i in range(50))
     assert ("acct0", "ca_0") not in after and len(after) == 49
-    assert edge.tls.spec_for("m7.example.com").key != tls.DEFAULT.key
+    assert edge.tls.spec_for("m7.example.com").key != tls_spec.DEFAULT.key

@@ -1,0 +1,128 @@
+"""The client side of an HTTP exchange at the edge: reading its events, writing events to it,
+and the answers the edge gives by itself (the contract's error body, a policy's response).
+
+Shared by the HTTP front's rooms (edge/public.py proxying, edge/http_routing.py,
+edge/http_policy.py) and the features that answer on the client connection (edge/wstcp.py,
+edge/challenges.py, edge/h2front.py); ``splice`` carries raw bytes both ways once a
+connection is no longer HTTP (an upgrade, a TLS passthrough, a TCP endpoint).
+"""
+import asyncio
+import json
+from typing import Any, List, Tuple
+
+from chalicelib.core import ids
+from edge import http1
+from edge.session import MuxStream, StreamReset
+
+READ_CHUNK = 64 * 1024
+BODY_TIMEOUT = 30.0     # a request body must progress (one read) within this
+
+STATUS_TEXT = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests",
+               502: "Bad Gateway",
+               503: "Service Unavailable"}
+
+
+class Closed(Exception):
+    """The client went away or broke HTTP: close the connection, nothing to answer."""
+
+
+def error_body(status: int, code: str, msg: str) -> Tuple[bytes, str]:
+    op = ids.new_id(ids.PREFIXES["operation"])
+    body = json.dumps({"error_code": code, "status_code": status, "msg": msg,
+                       "details": {"operation_id": op}}).encode("utf-8")
+    return body, op
+
+
+def error_response(status: int, code: str, msg: str, close: bool) -> List[Any]:
+    body, op = error_body(status, code, msg)
+    headers = [("content-type", "application/json"), ("content-length", str(len(body))),
+               ("ngrok-error-code", code), ("operation-id", op)]
+    if close:
+        headers.append(("connection", "close"))
+    return [http1.Response(status_code=status, headers=headers,
+                         reason=STATUS_TEXT.get(status, "").encode()),
+            http1.Data(data=body), http1.EndOfMessage()]
+
+
+def outcome_response(out: Any, close: bool) -> List[Any]:
+    headers = [(n, v) for n, v in out.headers if n.lower() not in ("content-length",
+                                                                   "connection")]
+    headers.append(("content-length", str(len(out.body))))
+    if close:
+        headers.append(("connection", "close"))
+    return [http1.Response(status_code=out.status_code, headers=headers, checked=True),
+            http1.Data(data=out.body) if out.body else None, http1.EndOfMessage()]
+
+
+async def client_event(client: Any, reader: Any, timeout: float) -> Any:
+    """The client's next HTTP event, waiting at most ``timeout`` for each read."""
+    while True:
+        event = client.next_event()
+        if event is not http1.NEED_DATA:
+            return event
+        async with asyncio.timeout(timeout):   # a timer, not a task as wait_for makes
+            data = await reader.read(READ_CHUNK)
+        client.receive_data(data)
+
+
+async def send(client: Any, writer: Any, event: Any) -> None:
+    """One event to the client, written and drained."""
+    data = client.send(event)
+    if data:
+        writer.write(data)
+        await writer.drain()
+
+
+async def answer(client: Any, writer: Any, status: int, code: str, msg: str,
+                 close: bool) -> None:
+    """The contract's error body, unless a response has already begun."""
+    if client.our_state not in (http1.IDLE, http1.SEND_RESPONSE):
+        return
+    try:
+        for event in error_response(status, code, msg, close):
+            await send(client, writer, event)
+    except http1.LocalProtocolError:
+        return
+
+
+async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stream: MuxStream,
+                 *, to_stream: bytes = b"", to_client: bytes = b"") -> None:
+    """Raw bytes both ways between a client connection and a proxy stream, each direction
+    ending with a half-close, until both are done (or either side fails)."""
+
+    async def up() -> None:
+        if to_stream:
+            await stream.write(to_stream)
+        while True:
+            data = await reader.read(READ_CHUNK)
+            if not data:
+                break
+            await stream.write(data)
+        await stream.close_write()
+
+    async def down() -> None:
+        if to_client:
+            writer.write(to_client)
+        while True:
+            data = await stream.read(READ_CHUNK)
+            if not data:
+                break
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if task.exception() is not None:
+                raise task.exception()
+    except (ConnectionError, OSError, StreamReset):
+        pass
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        stream.finish()

@@ -1,0 +1,294 @@
+"""The traffic policy's part in an HTTP exchange: the request phase (with forward-internal
+hops from one endpoint's policy to an internal endpoint's), the response phase, answers from
+an http_response backend, and the request as the policy leaves it for the upstream.
+
+``run`` is what the HTTP front (edge/public.py) calls once a request is routed: it returns the
+verdict and the route the request ends on (an internal endpoint after forward-internal).
+"""
+import dataclasses
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Dict, List, Optional, Tuple
+
+from chalicelib.core import edge_errors, policy as tp
+from edge import http1
+from edge.edges import Hop, forward_refused
+from edge.http_io import BODY_TIMEOUT, Closed, answer, client_event, outcome_response, send
+from edge.http_routing import Route
+
+FIXED_BODY_DRAIN = 1024 * 1024  # request body read (and dropped) before a fixed answer
+HOP_HEADERS = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
+MAX_CONNS = 16   # policy views of one client connection kept (one per endpoint it reached)
+
+
+def forwarded_headers(pairs, client_ip: str, scheme: str) -> List[Tuple[bytes, bytes]]:
+    """The request's headers (lower-case bytes pairs) plus X-Forwarded-For (appended),
+    -Proto and -Host."""
+    headers = []
+    xff = []
+    host = b""
+    for name, value in pairs:
+        if name == b"x-forwarded-for":
+            xff.append(value)
+        if name == b"host":
+            host = value
+        if name not in HOP_HEADERS:
+            headers.append((name, value))
+    xff.append(client_ip.encode())
+    headers.append((b"x-forwarded-for", b", ".join(xff)))
+    headers.append((b"x-forwarded-proto", scheme.encode()))
+    if host:
+        headers.append((b"x-forwarded-host", host))
+    return headers
+
+
+class Traffic:
+    """One request's run through its endpoint's traffic policy (modules included)."""
+
+    def __init__(self, policy: Any, conn: Any, request: http1.Request, scheme: str, host: str):
+        self.policy = policy
+        self.conn = conn
+        self.state = policy.new_state()
+        length = None
+        for name, value in request.headers:
+            if name == b"content-length":
+                length = int(value)
+        self.request = request
+        self.pairs = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers]
+        self.req = tp.Request.from_target(
+            request.method.decode("ascii"), scheme, host, request.target.decode("latin-1"),
+            self.pairs, content_length=length)
+        self.target = self.req.target
+        self.compressor = None
+
+    def forwarded_request(self) -> http1.Request:
+        """The request as this policy left it, for the internal endpoint it forwards to.
+        http1.LocalProtocolError when the policy made it invalid (see PolicyBroke)."""
+        return http1.Request(method=self.req.method, target=wire(self.req.target),
+                             headers=[(wire(n), wire(v)) for n, v in self.req.headers],
+                             checked=True)
+
+    def upstream_request(self, client_ip: str, scheme: str) -> http1.Request:
+        """The request as this policy left it, with the X-Forwarded headers.
+        http1.LocalProtocolError when the policy made it invalid (see PolicyBroke).
+        When the policy changed nothing but appending headers (add-headers; none of Host,
+        Content-Length, Transfer-Encoding), only those are checked: the rest is the parsed
+        request's, already valid."""
+        req, count = self.req, len(self.pairs)
+        if req.method == self.pairs_method and req.headers[:count] == self.pairs and \
+                req.target == self.target:
+            added = [(wire(n.lower()), wire(v)) for n, v in req.headers[count:]]
+            if not any(n in FRAMING_HEADERS for n, _ in added):
+                headers = forwarded_headers(
+                    self.request.headers + http1.checked_headers(added) if added
+                    else self.request.headers, client_ip, scheme)
+                return http1.Request(method=self.request.method, target=self.request.target,
+                                     headers=headers, raw_headers=headers)
+        pairs = [(wire(n.lower()), wire(v)) for n, v in req.headers]
+        return http1.Request(method=req.method, target=wire(req.target),
+                             headers=forwarded_headers(pairs, client_ip, scheme), checked=True)
+
+    @property
+    def pairs_method(self) -> str:
+        return self.request.method.decode("ascii")
+
+
+FRAMING_HEADERS = (b"host", b"content-length", b"transfer-encoding")
+
+
+def wire(text: str) -> bytes:
+    """A header name or value (or target) as bytes: what came from the client round-trips
+    as Latin-1 (the bytes it sent); a value a policy added beyond Latin-1 goes as UTF-8."""
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text.encode("utf-8")
+
+
+# A request the traffic policy made invalid (a removed Host header, a value with a line break, a
+# name HTTP/1.1 refuses): ERR_NGROK_2300, the hosted "internal gateway error while processing policy
+# action", instead of a closed connection.
+POLICY_BROKE = (502, edge_errors.POLICY_FAILED, "Internal gateway error occurred while processing "
+                                       "policy action: the request it produced is not valid "
+                                       "HTTP/1.1 ({})")
+
+
+@dataclass
+class PolicyRun:
+    """How the request phase ended: ``verdict`` "proxy" (on to ``route``'s upstream with
+    ``prebuffered`` body events already read), "next" (the policy answered; the connection
+    stays usable) or "close"; ``traffic`` is the last policy's run (its response phase)."""
+
+    verdict: str
+    route: Route
+    traffic: Optional[Traffic] = None
+    prebuffered: List[Any] = dataclasses.field(default_factory=list)
+
+
+async def run(edge: Any, scheme: str, client: Any, reader: Any, writer: Any, peer: Any,
+              request: http1.Request, host: str, route: Route, conns: Dict[Any, Any]
+              ) -> PolicyRun:
+    """The routed endpoint's request phase, and each internal endpoint's a forward-internal
+    reaches (at most MAX_FORWARDS hops: edges.forward_refused). ``conns`` keeps the policy's
+    view of this client connection per endpoint (built once per connection)."""
+    traffic: Optional[Traffic] = None
+    prebuffered: List[Any] = []
+    hop_request, forwards = request, 0
+    while route.enforcement is not None and route.enforcement.policy is not None:
+        endpoint = route.endpoint
+        conn = conns.get(endpoint)   # what the policy sees of this connection
+        if conn is None:
+            if len(conns) >= MAX_CONNS:
+                conns.clear()
+            conn = conns[endpoint] = policy_conn(scheme, edge.settings.region, writer, peer,
+                                                 endpoint)
+        conn.ip_policy_resolver = None
+        if route.enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
+            conn.ip_policy_resolver = await edge.router.ip_policy_resolver(
+                endpoint.account_id, route.enforcement.policy)
+        traffic = Traffic(route.enforcement.policy, conn, hop_request, scheme, host)
+        verdict, prebuffered, target = await request_phase(
+            edge.router, client, reader, writer, traffic, prebuffered, route.account_id)
+        if verdict != "forward":
+            return PolicyRun(verdict, route, traffic, prebuffered)
+        # forward-internal: the internal endpoint's own policy runs next (if it has none, the
+        # forwarding endpoint's response phase stays in force)
+        forwards += 1
+        refused = forward_refused(target, forwards)
+        if refused is not None:
+            await answer(client, writer, *refused, close=True)
+            return PolicyRun("close", route, traffic)
+        try:
+            hop_request = traffic.forwarded_request()
+        except http1.LocalProtocolError as exc:
+            status, code, msg = POLICY_BROKE
+            await answer(client, writer, status, code, msg.format(exc), close=True)
+            return PolicyRun("close", route, traffic)
+        route = Route(target.tunnel, None, target.enforcement, target.hop, target.cloud,
+                      route.account_id)
+    return PolicyRun("proxy", route, traffic, prebuffered)
+
+
+def policy_conn(scheme: str, region: str, writer: Any, peer: Any, endpoint: Hop) -> Any:
+    """What the policy sees of the client connection (``conn.*``, ``endpoint.*``)."""
+    sockname = writer.get_extra_info("sockname") or ("", 0)
+    ssl_object = writer.get_extra_info("ssl_object")
+    conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
+                   server_ip=str(sockname[0]), server_port=int(sockname[1] or 0),
+                   endpoint=tp.Endpoint(id=endpoint.endpoint_id, url=endpoint.url,
+                                        host=endpoint.host, port=int(sockname[1] or 0),
+                                        protocol=scheme,
+                                        account_id=endpoint.account_id),
+                   server_region=region)
+    if ssl_object is not None:
+        conn.tls_version = ssl_object.version() or ""
+        conn.tls_cipher_suite = (ssl_object.cipher() or ("",))[0]
+        conn.tls_sni = ssl_object.server_hostname or ""
+    return conn
+
+async def request_phase(router: Any, client: Any, reader: Any, writer: Any, traffic: Traffic,
+                        events: Optional[List[Any]] = None, account_id: str = ""
+                        ) -> Tuple[str, List[Any], Any]:
+    """Run on_http_request: ("proxy", body events read so far, None) to go on upstream;
+    ("forward", events, target) for a forward-internal to an endpoint found (an
+    ``edges.Routed``); ("next", [], None) when the policy answered and the connection
+    stays usable; ("close", [], None) when it is done. ``events``: the body events an
+    earlier hop (the endpoint that forwarded here) already read."""
+    events = list(events or [])
+    while not (events and isinstance(events[-1], http1.EndOfMessage)):
+        # what of the body is already here (all of it, for a bodiless request)
+        event = client.next_event()
+        if event is http1.NEED_DATA:
+            break
+        if not isinstance(event, (http1.Data, http1.EndOfMessage)):
+            raise Closed()
+        events.append(event)
+        if isinstance(event, http1.EndOfMessage):
+            break
+    asked = False
+    while True:
+        out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+        while out.kind == tp.NEED_BODY and not asked:
+            asked = True
+            events = await buffer_body(client, reader, out.max_body_bytes, events)
+            body = b"".join(bytes(e.data) for e in events if isinstance(e, http1.Data))
+            traffic.req.body = body[:out.max_body_bytes]
+            traffic.req.body_complete = len(body) <= out.max_body_bytes and \
+                isinstance(events[-1], http1.EndOfMessage)
+            out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+        if out.kind != tp.FORWARD_INTERNAL:
+            break
+        target = await router.internal_target(account_id, out.url)
+        if target is not None:
+            return "forward", events, target
+        if out.on_error != "continue":   # halt: offline, like any unknown endpoint
+            await answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
+                         f"The internal endpoint {out.url} is offline.", close=True)
+            return "close", [], None
+        # continue: the phase resumes after the forward action (same state)
+    if out.kind == tp.CONTINUE:
+        return "proxy", events, None
+    if out.kind == tp.RESPOND:
+        whole = bool(events) and isinstance(events[-1], http1.EndOfMessage)
+        for item in outcome_response(out, close=not whole):
+            if item is not None:
+                await send(client, writer, item)
+        return ("next" if whole else "close"), [], None
+    return "close", [], None
+
+def response_phase(traffic: Traffic, event: http1.Response) -> Any:
+    """Run on_http_response on the agent's response head: the head to send, or the policy's
+    own answer (a list of events), or Closed."""
+    if not traffic.policy.has("on_http_response"):
+        return event   # nothing to run: the response goes on as the agent sent it
+    res = tp.Response(status_code=event.status_code,
+                      headers=[(n.decode("latin-1"), v.decode("latin-1"))
+                               for n, v in event.headers])
+    out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+    if out.kind == tp.RESPOND:
+        return outcome_response(out, close=True)
+    if out.kind == tp.CLOSE:
+        raise Closed()
+    traffic.compressor = out.compressor
+    return http1.Response(status_code=res.status_code, reason=event.reason,
+                        headers=[(wire(n), wire(v)) for n, v in res.headers],
+                        checked=True)
+
+async def answer_fixed(client: Any, reader: Any, writer: Any, fixed: Dict[str, Any],
+                       traffic: Optional[Traffic], events: Optional[List[Any]]) -> bool:
+    """Answer with an http_response backend's status, headers and body (the response
+    phase's rules apply to it too). True when the connection stays usable."""
+    events = await buffer_body(client, reader, FIXED_BODY_DRAIN, list(events or []))
+    whole = bool(events) and isinstance(events[-1], http1.EndOfMessage)
+    body = (fixed.get("body") or "").encode("utf-8")
+    headers = [(str(k), str(v)) for k, v in (fixed.get("headers") or {}).items()]
+    status = int(fixed.get("status_code") or 200)
+    if traffic is not None:
+        res = tp.Response(status_code=status, headers=headers)
+        out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+        if out.kind == tp.RESPOND:
+            status, headers, body = out.status_code, out.headers, out.body
+        elif out.kind == tp.CLOSE:
+            return False
+        else:
+            status, headers = res.status_code, res.headers
+            if out.compressor is not None:
+                body = out.compressor.feed(body) + out.compressor.finish()
+    answer = SimpleNamespace(status_code=status, headers=headers, body=body)
+    for item in outcome_response(answer, close=not whole):
+        if item is not None:
+            await send(client, writer, item)
+    return whole
+
+async def buffer_body(client: Any, reader: Any, limit: int, events: List[Any]) -> List[Any]:
+    """Read the request body until it ends or passes ``limit`` bytes, for the policy; the
+    events are forwarded upstream afterwards as they came."""
+    size = sum(len(e.data) for e in events if isinstance(e, http1.Data))
+    while size <= limit and not (events and isinstance(events[-1], http1.EndOfMessage)):
+        event = await client_event(client, reader, BODY_TIMEOUT)
+        if not isinstance(event, (http1.Data, http1.EndOfMessage)):
+            raise Closed()
+        events.append(event)
+        if isinstance(event, http1.Data):
+            size += len(event.data)
+    return events

@@ -1,0 +1,90 @@
+"""What a name asks of the TLS handshake (:class:`TlsSpec`): the minimum version and the CAs a
+client certificate must chain to, from an HTTPS edge's modules or an agent endpoint's
+``MutualTLSCA`` Bind option, and :func:`apply` to make a server context require it.
+
+Read by the HTTPS listener (edge/tls.py), the certificate cache (edge/certs.py) and TLS
+passthrough (edge/passthrough.py); why the spec is chosen before the handshake starts:
+edge/tls.py.
+"""
+import base64
+import binascii
+import hashlib
+import ssl
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Tuple, Union
+
+from chalicelib.core import binding, edge_errors
+
+MIN_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1_2, "1.1": ssl.TLSVersion.TLSv1_2,
+                "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+
+
+@dataclass(frozen=True)
+class TlsSpec:
+    """What a name requires: the minimum TLS version and the CAs a client certificate must
+    chain to (``cadata``: PEM text or DER bytes, as ``load_verify_locations`` takes them;
+    None: no client certificate asked; empty: required, and none can pass)."""
+
+    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    cadata: Optional[Union[str, bytes]] = field(default=None, compare=False)
+    ca_digest: str = ""
+
+    @property
+    def key(self) -> Tuple[int, str]:
+        return int(self.min_version), self.ca_digest
+
+    @property
+    def mutual(self) -> bool:
+        return self.cadata is not None
+
+
+DEFAULT = TlsSpec()
+
+
+def spec_of(min_version: Optional[str], ca_pems: Optional[List[str]]) -> TlsSpec:
+    """The spec of an HTTPS edge's modules: ``min_version`` ("1.0".."1.3" or None) and the
+    PEMs of its mutual_tls CAs (None: no mutual_tls)."""
+    version = MIN_VERSIONS.get(min_version or "1.2", ssl.TLSVersion.TLSv1_2)
+    if ca_pems is None:
+        return TlsSpec(version)
+    text = "".join(p if p.endswith("\n") else p + "\n" for p in sorted(ca_pems))
+    return TlsSpec(version, text, "pem:" + hashlib.sha256(text.encode()).hexdigest())
+
+
+def spec_of_bind(option: Any) -> Optional[TlsSpec]:
+    """The spec of an agent endpoint's ``MutualTLSCA`` Bind option (``{"mutual_tls_ca":
+    base64}``: PEM certificates, or DER certificates end to end, as the Go SDK sends them);
+    None when unset; Refused (ERR_NGROK_1602) when it holds no usable CA certificate."""
+    if option is None or option == {}:
+        return None
+    raw = option.get("mutual_tls_ca") if isinstance(option, dict) else None
+    try:
+        data = base64.b64decode(raw or "", validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        data = b""
+    cadata: Union[str, bytes] = data
+    if b"-----BEGIN" in data:
+        cadata = data.decode("ascii", "replace")
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        if not data:
+            raise ssl.SSLError("empty")
+        probe.load_verify_locations(cadata=cadata)
+    except (ssl.SSLError, ValueError) as exc:
+        raise binding.Refused(edge_errors.INVALID_OPTION, "MutualTLSCA must hold one or more CA "
+                                                "certificates (PEM or DER); it could not be "
+                                                f"loaded: {str(exc)[:200]}") from None
+    if not probe.cert_store_stats().get("x509"):
+        raise binding.Refused(edge_errors.INVALID_OPTION, "MutualTLSCA holds no certificate")
+    digest = hashlib.sha256(data).hexdigest()
+    return TlsSpec(ssl.TLSVersion.TLSv1_2, cadata, "bind:" + digest)
+
+
+def apply(ctx: ssl.SSLContext, spec: TlsSpec) -> ssl.SSLContext:
+    """Make a fresh server context require what ``spec`` says."""
+    ctx.minimum_version = spec.min_version
+    if spec.mutual:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        if spec.cadata:
+            ctx.load_verify_locations(cadata=spec.cadata)
+    return ctx
