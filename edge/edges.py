@@ -377,7 +377,7 @@ async def watch_reserved_ports(edge: Any, interval: float = 2.0) -> None:
                 except OSError as exc:
                     edge.log.warning("cannot listen on reserved port %d: %s", port, exc)
             for port in list(edge.port_listeners):
-                edge._release_port(port)   # no longer reserved, and no agent endpoint on it
+                edge.release_port(port)   # no longer reserved, and no agent endpoint on it
         except Exception as exc:  # the store being away must not stop the loop
             edge.log.warning("could not read reserved TCP addresses: %r", exc)
         await asyncio.sleep(interval)

@@ -685,7 +685,7 @@ def _alive(leg: Any) -> bool:
     """A proxy stream fit for another exchange: both messages done, nothing pending, the
     agent has not ended or reset it."""
     mux = leg.stream
-    return leg.reusable and not mux.buffered and mux._reset is None and not mux._remote_fin
+    return leg.reusable and not mux.buffered and mux.peer_open
 
 
 def _request_of(fields: List[Any], ended: bool) -> http1.Request:

@@ -385,7 +385,7 @@ class Edge:
             self.port_listeners[port] = await asyncio.start_server(
                 functools.partial(self._port_connection, port), self.settings.host, port)
 
-    def _release_port(self, port: int) -> None:
+    def release_port(self, port: int) -> None:
         if port in self.reserved_ports or port in self.registry.by_port:
             return
         server = self.port_listeners.pop(port, None)
@@ -421,7 +421,7 @@ class Edge:
                                          None)   # who keeps serving the name (its claim)
         self.registry.remove(tunnel)
         if tunnel.port:
-            self._release_port(tunnel.port)
+            self.release_port(tunnel.port)
         name = (online.claim_name(tunnel.hostname, tunnel.account_id) if tunnel.hostname
                 else f"{self.settings.tcp_host}:{tunnel.port}" if tunnel.port else "")
         try:

@@ -85,6 +85,11 @@ class MuxStream:
         self._finished = False   # the owner is done with it: no more reads (see finish)
         self._linger: Optional[asyncio.TimerHandle] = None
 
+    @property
+    def peer_open(self) -> bool:
+        """The peer has neither ended its side (FIN) nor reset the stream."""
+        return self._reset is None and not self._remote_fin
+
     # ---- reading --------------------------------------------------------------------------
     async def read(self, n: int = READ_CHUNK) -> bytes:
         """Up to ``n`` bytes; b"" at the end of the peer's side. StreamReset if reset."""

@@ -1,10 +1,13 @@
-"""The house's one import rule: the shared core (chalicelib/core/) and the edge (edge/) never
-import Chalice, the core never imports the Chalice layer (the rest of chalicelib/), and the edge
-imports nothing of chalicelib outside the core. Read from the source (every import statement,
-at any depth, including those inside functions), so a lazy import breaks it too."""
+"""The house's rules, read from the source. Imports: the shared core (chalicelib/core/) and the
+edge (edge/) never import Chalice, the core never imports the Chalice layer (the rest of
+chalicelib/), and the edge imports nothing of chalicelib outside the core (every import
+statement, at any depth, including those inside functions, so a lazy import breaks it too).
+Error codes come from catalogs, never literals. No module of the edge or the core reaches into
+another's private names. The repository names nothing outside it."""
 import ast
 import pathlib
 import re
+import sys
 
 import pytest
 
@@ -126,3 +129,55 @@ def test_the_repository_names_no_file_outside_it_and_no_tracker_issue():
         bad += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1)
                 if pattern.search(line) and name != "tests/unit/test_house_rules.py"]
     assert bad == []
+
+
+# ---- no private names across modules ---------------------------------------------------------
+def _privates_defined(tree: ast.AST) -> set:
+    """The ``_names`` a module defines: functions, classes, module names, attributes it sets."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def _private_reaches(paths) -> list:
+    """``x._name`` where ``_name`` is one of our modules' private names that the module doing
+    it does not define itself (``self``, ``cls`` and ``super()`` excepted)."""
+    trees = {path: ast.parse(path.read_text()) for path in paths}
+    defined = {path: _privates_defined(tree) for path, tree in trees.items()}
+    ours = set().union(*defined.values())
+    found = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr in ours) or \
+                    node.attr in defined[path]:
+                continue
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if isinstance(owner, ast.Call) and getattr(owner.func, "id", "") == "super":
+                continue
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_of_the_edge_or_the_core_reaches_into_anothers_private_names():
+    """A private name (``_x``) is its module's own: another module calling ``front._send`` or
+    ``edge._release_port`` leans on what its owner may change; it asks for a public name."""
+    paths = [*_files("edge"), *_files("chalicelib/core")]
+    assert _private_reaches(paths) == []
+
+
+def test_the_private_rule_sees_a_call_into_another_module(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "owner.py").write_text("class Front:\n    def _send(self):\n        pass\n")
+    (tmp_path / "user.py").write_text("def go(front):\n    front._send()\n")
+    (tmp_path / "own.py").write_text("class A:\n    def _x(self):\n        self._x()\n")
+    found = _private_reaches([tmp_path / "owner.py", tmp_path / "user.py",
+                              tmp_path / "own.py"])
+    assert found == ["user.py:2: front._send"]

@@ -465,7 +465,7 @@ class RestrictIps(Action):
                 yield entry
 
     def run(self, r):
-        ip = celenv._ip(r.traffic.conn.client_ip)
+        ip = celenv.parse_ip(r.traffic.conn.client_ip)
         allow = list(self._networks(r, "allow"))
         deny = list(self._networks(r, "deny"))
         error = None

@@ -236,7 +236,8 @@ for _action, (_members, _phases) in ACTION_VARIABLES.items():
 
 # ---- macros -----------------------------------------------------------------------------
 
-def _ip(text: str):
+def parse_ip(text: str):
+    """The IP address ``text`` names (surrounding space allowed), or None."""
     try:
         return ipaddress.ip_address(text.strip())
     except ValueError:
@@ -244,7 +245,7 @@ def _ip(text: str):
 
 
 def in_cidr_range(ip: str, cidr: str) -> bool:
-    address = _ip(ip)
+    address = parse_ip(ip)
     try:
         return address is not None and address in ipaddress.ip_network(cidr.strip(),
                                                                         strict=False)
@@ -260,7 +261,7 @@ _PRIVATE = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "19
 
 
 def _is_private(text: str) -> bool:
-    address = _ip(text)
+    address = parse_ip(text)
     return address is not None and address.version == 4 and any(address in n
                                                                  for n in _PRIVATE)
 
