@@ -116,8 +116,9 @@ async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, str
     try:
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for task in done:
-            if task.exception() is not None:
-                raise task.exception()
+            failure = task.exception()
+            if failure is not None:
+                raise failure
     except (ConnectionError, OSError, StreamReset):
         pass
     finally:

@@ -28,11 +28,11 @@ import base64
 import binascii
 import logging
 import ssl
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from chalicelib.core import binding, edge_errors
 from chalicelib.core import policy as tp
-from edge import certs, enforce, tls_spec
+from edge import certs, connections, enforce, tls_spec
 from edge.http_io import splice
 
 log = logging.getLogger("edge.passthrough")
@@ -82,7 +82,7 @@ def termination(option: Any, spec: Any = None) -> Any:
         return EDGE_CERTIFICATE
     try:
         cert_pem, key_pem = (base64.b64decode(v, validate=True) if isinstance(v, str)
-                             else bytes(v) for v in (cert, key))
+                             else bytes(v or b"") for v in (cert, key))
         ctx = certs.context_from_pem(cert_pem, key_pem)
         return tls_spec.apply(ctx, spec) if spec is not None else ctx
     except (ValueError, TypeError, ssl.SSLError, binascii.Error) as exc:
@@ -109,32 +109,29 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
     if ticket is None:
         transport.abort()
         return True
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    protocol = asyncio.StreamReaderProtocol(reader)
-    writer = None
+    writer: Optional[asyncio.StreamWriter] = None
     try:
         if not await _allowed(edge, tunnel, transport, peer, name):
             transport.abort()
             return True
         ending = tunnel.termination
         if ending is None:   # passthrough: the bytes as they come, ClientHello first
+            reader = asyncio.StreamReader()
+            protocol = asyncio.StreamReaderProtocol(reader)
             transport.set_protocol(protocol)
             protocol.connection_made(transport)
-            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            writer = asyncio.StreamWriter(transport, protocol, reader,
+                                          asyncio.get_running_loop())
             transport.resume_reading()
         else:                # terminated here (TLSTermination), plaintext to the agent
             ctx = edge.certs.context_for([name], tunnel.tls) if ending == EDGE_CERTIFICATE \
                 else ending
             try:
-                tls_transport = await loop.start_tls(transport, protocol, ctx,
-                                                     server_side=True,
-                                                     ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+                reader, writer = await connections.start_server_tls(transport, ctx,
+                                                                    HANDSHAKE_TIMEOUT)
             except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError):
                 transport.abort()
                 return True
-            protocol.connection_made(tls_transport)
-            writer = asyncio.StreamWriter(tls_transport, protocol, reader, loop)
         try:
             sock = transport.get_extra_info("sockname") or ("", 0)
             stream = await tunnel.session.open_proxy(tunnel, f"{peer[0]}:{peer[1]}", PROTO,

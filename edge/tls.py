@@ -40,10 +40,10 @@ import logging
 import socket
 import ssl
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, cast
 
 from chalicelib.core import certs, edge_errors, routing
-from edge import challenges, passthrough
+from edge import challenges, connections, passthrough
 from edge.tls_spec import DEFAULT, TlsSpec, spec_of
 
 log = logging.getLogger("edge.tls")
@@ -172,7 +172,11 @@ async def peek_hello(sock: socket.socket, timeout: float = HELLO_TIMEOUT) -> byt
             continue
         seen = len(head) if head is not None else -1
         ready = loop.create_future()
-        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+
+        def readable(ready: asyncio.Future = ready) -> None:
+            if not ready.done():
+                ready.set_result(None)
+        loop.add_reader(fd, readable)
         try:
             await asyncio.wait_for(ready, remaining)
         except asyncio.TimeoutError:
@@ -270,8 +274,9 @@ class _Paused(asyncio.Protocol):
         self._start = start
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.pause_reading()
-        self._start(transport)
+        accepted = cast(asyncio.Transport, transport)   # a server socket's: a Transport
+        accepted.pause_reading()
+        self._start(accepted)
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
         pass
@@ -333,14 +338,8 @@ class HttpsListener:
                 transport.write(ALERT_PROTOCOL_VERSION)   # what OpenSSL would send, which
                 transport.close()                        # asyncio drops on a failed handshake
                 return
-            loop = asyncio.get_running_loop()
-            reader = asyncio.StreamReader()
-            protocol = asyncio.StreamReaderProtocol(reader)
-            tls_transport = await loop.start_tls(transport, protocol, ctx, server_side=True,
-                                                 ssl_handshake_timeout=self.handshake_timeout)
-            protocol.connection_made(tls_transport)   # start_tls does not call it: the
-            # reader's flow control (pause_reading) and EOF handling need the transport
-            writer = asyncio.StreamWriter(tls_transport, protocol, reader, loop)
+            reader, writer = await connections.start_server_tls(transport, ctx,
+                                                                self.handshake_timeout)
             writer.tls_spec = spec
         except asyncio.CancelledError:
             transport.abort()
@@ -364,13 +363,11 @@ class HttpsListener:
         if ctx is None:
             transport.abort()
             return
-        loop = asyncio.get_running_loop()
-        protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader())
         try:
-            tls_transport = await loop.start_tls(transport, protocol, ctx, server_side=True,
-                                                 ssl_handshake_timeout=self.handshake_timeout)
+            _, writer = await connections.start_server_tls(transport, ctx,
+                                                           self.handshake_timeout)
         except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
             log.debug("TLS-ALPN-01 handshake failed: %r", exc)
             transport.abort()
             return
-        tls_transport.close()
+        writer.close()
