@@ -181,3 +181,32 @@ def test_the_private_rule_sees_a_call_into_another_module(tmp_path, monkeypatch)
     found = _private_reaches([tmp_path / "owner.py", tmp_path / "user.py",
                               tmp_path / "own.py"])
     assert found == ["user.py:2: front._send"]
+
+
+# ---- scripts run as files -------------------------------------------------------------------
+_PROJECT_IMPORT = re.compile(r"(from (chalicelib|edge|tests|app)\b|import (chalicelib|edge|app)\b)")
+
+
+def _imports_before_path(path: pathlib.Path) -> list:
+    """Project imports at module level above the script's ``sys.path.insert`` of the root
+    (run as ``python bench/x.py``, the root is not on the path until that line)."""
+    lines = path.read_text().split("\n")
+    inserts = [n for n, line in enumerate(lines) if line.startswith("sys.path.insert")]
+    if not inserts:
+        return []
+    return [f"{path.relative_to(ROOT)}:{n + 1}" for n, line in enumerate(lines[:inserts[0]])
+            if _PROJECT_IMPORT.match(line)]
+
+
+def test_scripts_put_the_project_on_the_path_before_importing_from_it():
+    """`make bench` runs ``python bench/bench.py``: an import of chalicelib above the line
+    that puts the project root on sys.path fails with ModuleNotFoundError (it did)."""
+    scripts = [p for folder in ("bench", "edge/bench", "scripts") for p in _files(folder)]
+    assert [hit for path in scripts for hit in _imports_before_path(path)] == []
+
+
+def test_the_script_rule_sees_an_import_above_the_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    script = tmp_path / "x.py"
+    script.write_text("import os\nfrom chalicelib.core import keys\nsys.path.insert(0, '.')\n")
+    assert _imports_before_path(script) == ["x.py:2"]
