@@ -80,6 +80,7 @@ class AgentSession:
         self.started = time.monotonic()
         self._auth_lock = asyncio.Lock()
         self._auth_arrived = False   # an Auth request was read whole: its answer may take time
+        self._online = False         # its online item is written: the checks may refresh it
         self._ending = False
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -242,6 +243,7 @@ class AgentSession:
             os=protocol.text(extra.get("OS"))[:64], ip=self.peer_ip,
             metadata=protocol.text(extra.get("Metadata"))[:4096],
             region=self.edge.settings.region, owner_id=grant.owner_id)
+        self._online = True
         log.info("session %s authenticated (credential %s, account %s)", session_id,
                  grant.credential_id, grant.account_id)
         await self._reply(stream, protocol.reply({
@@ -411,8 +413,8 @@ class AgentSession:
     async def check(self, fresh: Any, heartbeat: bool) -> None:
         """Credential still usable (``fresh``: the grant re-read this round, a Refused, or
         None when it could not be read)? Heartbeats still coming? Stop asked through the API?"""
-        if self.grant is None:
-            waited = time.monotonic() - self.started
+        if self.grant is None or not self._online:   # still authenticating: no item to
+            waited = time.monotonic() - self.started  # refresh yet (a heartbeat would end it)
             if waited > (AUTH_ANSWER_TIMEOUT if self._auth_arrived else AUTH_TIMEOUT):
                 await self.end("Auth not answered in time" if self._auth_arrived else
                                "no Auth in time")

@@ -229,7 +229,7 @@ def test_session_churn_returns_its_memory(edge, account):
     sessions use 100 credentials, so none passes the authentications-per-credential quota."""
     tokens = [_credential(account)["token"] for _ in range(100)]
 
-    cut = []   # sessions the edge closed before answering (its 10 s authentication deadline)
+    cut = []   # sessions the edge closed before answering, with the GOAWAY's reason
 
     async def one(n):
         reader, writer = await _connect(edge, f"127.0.3.{n % 200 + 1}")
@@ -239,8 +239,9 @@ def test_session_churn_returns_its_memory(edge, account):
                 "Version": ["3", "2"], "ClientId": "",
                 "Extra": {"AuthToken": tokens[n % len(tokens)]}})
         except ConnectionError as exc:
-            # loaded full-suite runs see a few sessions ended before their answer; the memory
-            # measure stands, the count is bounded below and the reasons printed
+            # none may be: loaded runs showed sessions ended before their answer by the Auth
+            # deadline counting the store's reads, and by a check that ran before the
+            # session's online item was written (tests/unit/test_edge_auth_deadline.py)
             cut.append(str(exc))
             writer.close()
             return
@@ -282,4 +283,4 @@ def test_session_churn_returns_its_memory(edge, account):
     print(f"10,000 sessions in {took:.0f} s: RSS {before // 1024} -> {after // 1024} MB, "
           f"{len(cut)} cut before their answer: {collections.Counter(cut).most_common(5)}")
     assert after - before < 20 * 1024, (before, after)
-    assert len(cut) < 100, f"{len(cut)} of 11,000 sessions cut before their answer"
+    assert cut == [], f"{len(cut)} of 11,000 sessions cut before their answer"

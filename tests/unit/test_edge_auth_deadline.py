@@ -1,7 +1,8 @@
 """The Auth deadline of an agent session (edge/agents.py): the request must *arrive* within
 AUTH_TIMEOUT; once it has, a slow store does not cut the session before its answer (it has
 until AUTH_ANSWER_TIMEOUT); a session that ends while its Auth reads the store registers
-nothing (ending cancels its streams' handlers). The agent is played over a real socket pair; the edge around the session is a
+nothing (ending cancels its streams' handlers); the periodic check leaves a session alone
+until its online item is written (a heartbeat before that found no item and ended it). The agent is played over a real socket pair; the edge around the session is a
 recorder whose store calls take the time the test gives them."""
 import asyncio
 import socket
@@ -26,6 +27,10 @@ class SlowEdge:
         self.started_sessions = []
 
     async def call(self, fn, *args, **kwargs):
+        if fn is online.session_heartbeat:   # None: the session's item is not in the store
+            found = {} if self.started_sessions else None   # (as the call reaches the store)
+            await asyncio.sleep(self.delay)
+            return found
         await asyncio.sleep(self.delay)
         if fn is binding.authenticate:
             return binding.Grant("acct_1", "cr_1", "usr_1", "user")
@@ -136,5 +141,23 @@ def test_an_arrived_auth_still_unanswered_at_the_answer_deadline_ends_the_sessio
         assert session.ended
         kind, message = await _answer(reader, 3)
         assert (kind, message) == ("goaway", "Auth not answered in time")
+        task.cancel()
+    asyncio.run(run())
+
+
+def test_a_check_while_the_online_item_is_being_written_leaves_the_session(short_deadlines):
+    async def run():
+        edge = SlowEdge(delay=0.3)
+        session, task, reader, writer = await _session(edge)
+        writer.write(_auth_frames())
+        await asyncio.sleep(1.05)    # three reads done (0.9 s), session_started under way
+        assert session.grant is not None and edge.started_sessions == []
+        await session.check(None, heartbeat=True)   # the edge's periodic check, this moment
+        assert not session.ended
+        kind, body = await _answer(reader, 5)
+        assert kind == "reply", (kind, body)
+        await session.check(None, heartbeat=True)   # from now on it refreshes the item
+        assert not session.ended
+        await session.end("test over")
         task.cancel()
     asyncio.run(run())
