@@ -34,7 +34,7 @@ from chalicelib.core import binding, edge_errors, ip_rules
 from chalicelib.core.policy import Policy, PolicyError, compile_policy
 from chalicelib.core.policy import document as policy_document
 
-UNSUPPORTED_HTTP = ("OAuth", "OIDC", "SAML", "CircuitBreaker",
+UNSUPPORTED_HTTP = ("SAML", "CircuitBreaker",
                     "WebsocketTCPConverter", "HostHeaderRewrite", "ProxyProto", "Auth")
 UNSUPPORTED_TCP = ("ProxyProto",)
 
@@ -75,6 +75,40 @@ def ua_rule(module: Dict[str, Any]) -> Dict[str, Any]:
     expression = f"!({any_of(allow)})" if allow else any_of(deny)
     return {"name": "user agent filter", "expressions": [expression],
             "actions": [{"type": "deny", "config": {"status_code": 403}}]}
+
+
+def identity_rules(option: str, module: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The rules of an agent's ``OAuth`` (``provider``) or ``OIDC`` (``issuer_url``) option:
+    the sign-in action with the option's client id, secret and scopes, then, when the option
+    lists ``allow_emails`` or ``allow_domains``, a 403 for a signed-in visitor matching none
+    (case-insensitive, as the hosted module compares them)."""
+    if not isinstance(module, dict):
+        raise _refuse([option])
+    if module.get("sealed_client_secret"):
+        raise _refuse([f"{option} with a sealed client secret"])
+    kind = "oidc" if option == "OIDC" else "oauth"
+    config: Dict[str, Any] = {key: module[key] for key in ("client_id", "client_secret")
+                              if module.get(key)}
+    if module.get("scopes"):
+        config["scopes"] = [s for s in module["scopes"] if isinstance(s, str)]
+    if kind == "oidc":
+        config["issuer_url"] = module.get("issuer_url") or ""
+        action = {"type": "openid-connect", "config": config}
+    else:
+        config["provider"] = module.get("provider") or ""
+        action = {"type": "oauth", "config": config}
+    rules: List[Dict[str, Any]] = [{"name": f"{kind} sign-in", "actions": [action]}]
+    emails = [e.lower() for e in module.get("allow_emails") or [] if isinstance(e, str)]
+    domains = [d.lower().lstrip("@") for d in module.get("allow_domains") or []
+               if isinstance(d, str)]
+    if emails or domains:
+        email = f"actions.ngrok.{kind}.identity.email.lower()"
+        tests = [f"{email} == {_cel_string(e)}" for e in emails] + \
+            [f"{email}.endsWith({_cel_string('@' + d)})" for d in domains]
+        rules.append({"name": f"{kind} allowed emails",
+                      "expressions": [f"!({' || '.join(tests)})"],
+                      "actions": [{"type": "deny", "config": {"status_code": 403}}]})
+    return rules
 
 
 def header_actions(module: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -123,6 +157,10 @@ def _module_rules(opts: Dict[str, Any], kind: str) -> Dict[str, List[Dict[str, A
             creds.append(f"{cred.get('username', '')}:{cred['cleartext_password']}")
         add("on_http_request", "basic auth", [{"type": "basic-auth",
                                                "config": {"credentials": creds}}])
+    for option in ("OAuth", "OIDC"):   # sign-in: the openid-connect / oauth actions
+        if _is_set(opts.get(option)):
+            phases.setdefault("on_http_request", []).extend(
+                identity_rules(option, opts[option]))
     hook = opts.get("WebhookVerification")
     if _is_set(hook):
         if not hook.get("secret"):

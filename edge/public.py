@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 from chalicelib.core import edge_errors, ids, policy as tp
-from edge import breaker, challenges, http1, wstcp
+from edge import breaker, challenges, http1, identity, wstcp
 from edge.connections import connection_handler
 from edge.edges import Hop, forward_refused
 from edge.h2leg import H2Leg
@@ -622,6 +622,10 @@ class HttpFront:
                 traffic.req.body_complete = len(body) <= out.max_body_bytes and \
                     isinstance(events[-1], http1.EndOfMessage)
                 out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+            while out.kind == tp.IDENTITY:   # openid-connect / oauth sign-in (edge/identity.py)
+                answer = await identity.handle(traffic, out)
+                out = answer if answer is not None else traffic.policy.on_http_request(
+                    traffic.conn, traffic.req, traffic.state)
             if out.kind != tp.FORWARD_INTERNAL:
                 break
             target = await self.edge.router.internal_target(account_id, out.url)
@@ -643,6 +647,8 @@ class HttpFront:
         return "close", [], None
 
     def _response_phase(self, traffic: _Traffic, event: http1.Response) -> Any:
+        if getattr(traffic, "set_cookies", None):   # a session refreshed (edge/identity.py)
+            event = identity.with_cookies(event, traffic)
         if not traffic.policy.has("on_http_response"):
             return event   # nothing to run: the response goes on as the agent sent it
         res = tp.Response(status_code=event.status_code,

@@ -205,6 +205,11 @@ ACTION_VARIABLES: Dict[str, Tuple[Dict[str, Any], Tuple[str, ...]]] = {
     "compress": ({"already_compressed": BOOL, "negotiated_algorithm": STR},
                  ("on_http_response",)),
     "log": ({"metadata": DYN_MAP}, PHASES),
+    # openid-connect and oauth (chalicelib.core.policy.identity, edge/identity.py)
+    "oidc": ({"identity.email": STR, "identity.name": STR, "identity.provider_user_id": STR,
+              "identity.session_id": STR, **_ERR}, ("on_http_request",)),
+    "oauth": ({"identity.email": STR, "identity.name": STR, "identity.provider_user_id": STR,
+               "identity.session_id": STR, **_ERR}, ("on_http_request",)),
 }
 ZERO = {id(STR): "", id(INT): 0, id(BOOL): False}
 

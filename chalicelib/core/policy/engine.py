@@ -10,7 +10,7 @@ from chalicelib.core.policy import actions as actions_mod
 from chalicelib.core.policy import celenv, document
 from chalicelib.core.policy.document import PHASES, PolicyError
 from chalicelib.core.policy.model import Conn, Request, Response
-from chalicelib.core.policy.outcome import (FORWARD_INTERNAL, NEED_BODY, Outcome)
+from chalicelib.core.policy.outcome import (FORWARD_INTERNAL, IDENTITY, NEED_BODY, Outcome)
 
 CACHE_SIZE = 256
 HTTP_PHASES = PHASES[1:]
@@ -115,8 +115,9 @@ class Policy:
         if resume is not None:
             start_rule, start_action, reason = resume
             skip_expressions = True
-            if reason == FORWARD_INTERNAL:
-                start_action += 1   # the forward failed and on_error is continue: go on after
+            if reason in (FORWARD_INTERNAL, IDENTITY):
+                start_action += 1   # the forward failed and on_error is continue, or the
+                # visitor is signed in (edge/identity.py): go on after the action
         for r_index in range(start_rule, len(rules)):
             rule = rules[r_index]
             first_action = 0
@@ -133,6 +134,8 @@ class Policy:
                 result.compressor = outcome.compressor
                 if result.kind == NEED_BODY:
                     state.resume[phase] = (r_index, a_index, NEED_BODY)
+                elif result.kind == IDENTITY:
+                    state.resume[phase] = (r_index, a_index, IDENTITY)
                 elif result.kind == FORWARD_INTERNAL and result.on_error == "continue":
                     state.resume[phase] = (r_index, a_index, FORWARD_INTERNAL)
                 return result

@@ -1,0 +1,283 @@
+"""Sign-in at the edge (edge/identity.py, docs/IDENTITY.md) with a real identity provider as
+a process (tests/edge/oidc_provider.py: authlib's authorization server), the official Python
+SDK serving the endpoint, and a browser-like client (cookies per host, redirects followed)."""
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+
+import pytest
+import requests
+
+from tests.edge.conftest import BASE_DOMAIN
+from tests.edge.test_edge_sdk import _bound, _credential, _host
+from tests.support.api import free_port
+
+PROVIDER = os.path.join(os.path.dirname(__file__), "oidc_provider.py")
+CLIENT_ID, CLIENT_SECRET = "edge-client", "edge-secret-123"
+
+
+@pytest.fixture(scope="module")
+def idp():
+    port = free_port()
+    cfg = {"port": port, "clients": [{"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
+                                      "redirect_uris": [f"http://*.{BASE_DOMAIN}:*/ngrok/callback"]}]}
+    process = subprocess.Popen([sys.executable, PROVIDER, json.dumps(cfg)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout.readline().strip() == "ready"
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            requests.get(url + "/jwks", timeout=5)
+            break
+        except requests.ConnectionError:
+            time.sleep(0.2)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+
+
+class Browser:
+    """Cookies per host name, redirects followed; names under BASE_DOMAIN go to the edge."""
+
+    def __init__(self, edge):
+        self.edge = edge
+        self.jar = {}
+        self.visited = []
+
+    def request(self, method, url, data=None, follow=True, headers=None):
+        for _ in range(10):
+            parts = urllib.parse.urlsplit(url)
+            host = parts.hostname
+            target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+            sent = dict(headers or {})
+            if host.endswith(BASE_DOMAIN):
+                wire = f"http://127.0.0.1:{self.edge.http_port}{target}"
+                sent["Host"] = parts.netloc
+            else:
+                wire = url
+            cookies = self.jar.get(host, {})
+            if cookies:
+                sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
+            try:
+                resp = requests.request(method, wire, data=data, headers=sent,
+                                        allow_redirects=False, timeout=30)
+            except requests.ConnectionError as exc:
+                raise AssertionError(f"{exc} after {self.visited}; edge log: "
+                                     f"{self.edge.log()[-3000:]}") from None
+            self.visited.append((method, url, resp.status_code))
+            for line in resp.raw.headers.getlist("Set-Cookie"):
+                pair, _, attrs = line.partition(";")
+                name, _, value = pair.strip().partition("=")
+                if "max-age=0" in attrs.lower().replace(" ", ""):
+                    self.jar.setdefault(host, {}).pop(name, None)
+                else:
+                    self.jar.setdefault(host, {})[name] = value
+            if not follow or resp.status_code not in (301, 302, 303, 307, 308):
+                return resp
+            url = urllib.parse.urljoin(url, resp.headers["location"])
+            method, data = "GET", None
+        raise AssertionError(f"too many redirects: {self.visited}")
+
+    def sign_in(self, url, email):
+        """Open ``url``; at the provider's form, sign in as ``email``; the final answer."""
+        form = self.request("GET", url)
+        assert "<form" in form.text, (form.status_code, form.text[:500], self.visited,
+                                      self.edge.log()[-2500:])
+        action = form.text.split('action="', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+        authorize = urllib.parse.urljoin(self.visited[-1][1], action)
+        return self.request("POST", authorize, data={"email": email})
+
+
+def _policy(idp, extra_rules=(), **config):
+    action = {"type": "openid-connect",
+              "config": {"issuer_url": idp, "client_id": CLIENT_ID,
+                         "client_secret": CLIENT_SECRET, **config}}
+    return {"on_http_request": [{"actions": [action]}, *extra_rules,
+                                {"actions": [{"type": "add-headers", "config": {"headers": {
+                                    "x-who": "${actions.ngrok.oidc.identity.email}"}}}]}]}
+
+
+def _endpoint(edge, account, agents, options):
+    agent = agents(edge, _credential(account)["token"], [{"proto": "http", "options": options}])
+    return _host(_bound(agent.start())[0]["url"])
+
+
+def _origin(edge, host):
+    return f"http://{host}:{edge.http_port}"
+
+
+def _headers(resp):
+    return {k.lower(): v for k, v in resp.json()["headers"].items()}
+
+
+def test_sign_in_through_the_edge_reaches_the_upstream_with_the_identity(edge, account,
+                                                                        agents, idp):
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    browser = Browser(edge)
+    resp = browser.sign_in(_origin(edge, host) + "/echo?x=1", "alice@example.com")
+    assert resp.status_code == 200, (resp.text, browser.visited)
+    seen = _headers(resp)
+    assert seen["ngrok-auth-user-email"] == "alice@example.com"
+    assert seen["ngrok-auth-user-id"] == "u-alice"
+    assert seen["ngrok-auth-user-name"] == "Alice"
+    assert seen["x-who"] == "alice@example.com"        # a later rule saw the variable
+    assert resp.json()["path"].startswith("/echo") if "path" in resp.json() else True
+    # went: endpoint -> provider -> callback -> back to the page asked for, query included
+    assert browser.visited[-1][1].endswith("/echo?x=1")
+    # the authorization request carried state, nonce and PKCE (S256)
+    authorize = [u for _, u, _ in browser.visited if "/authorize?" in u][0]
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(authorize).query)
+    assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) == 43
+    assert query["state"][0] and query["nonce"][0]
+    assert query["redirect_uri"] == [_origin(edge, host) + "/ngrok/callback"]
+    # signed in: the next request goes straight through, no provider involved
+    before = len(browser.visited)
+    again = browser.request("GET", _origin(edge, host) + "/echo")
+    assert again.status_code == 200 and len(browser.visited) == before + 1
+    # a visitor's own identity headers never reach the upstream
+    spoof = browser.request("GET", _origin(edge, host) + "/echo",
+                            headers={"ngrok-auth-user-email": "mallory@evil.test"})
+    assert _headers(spoof)["ngrok-auth-user-email"] == "alice@example.com"
+
+
+def test_not_signed_in_is_sent_to_the_provider_and_the_upstream_never_sees_it(edge, account,
+                                                                             agents, idp):
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    resp = edge.http("GET", host, "/echo", allow_redirects=False)
+    assert resp.status_code == 302
+    assert resp.headers["location"].startswith(idp + "/authorize?")
+    assert "ngrok_login_oidc=" in resp.headers["set-cookie"]
+    assert "HttpOnly" in resp.headers["set-cookie"] and "SameSite=Lax" in resp.headers["set-cookie"]
+
+
+def test_wrong_email_domain_is_denied_by_an_expression(edge, account, agents, idp):
+    deny = {"expressions": ["!actions.ngrok.oidc.identity.email.endsWith('@example.com')"],
+            "actions": [{"type": "deny", "config": {"status_code": 403}}]}
+    host = _endpoint(edge, account, agents,
+                     {"traffic_policy": [json.dumps(_policy(idp, [deny]))]})
+    assert Browser(edge).sign_in(_origin(edge, host) + "/echo",
+                                 "eve@other.test").status_code == 403
+    assert Browser(edge).sign_in(_origin(edge, host) + "/echo",
+                                 "bob@example.com").status_code == 200
+
+
+def test_sdk_oidc_option_becomes_the_same_rules_with_allowed_domains(edge, account, agents,
+                                                                     idp):
+    host = _endpoint(edge, account, agents,
+                     {"oidc": [idp, CLIENT_ID, CLIENT_SECRET, None, ["example.com"]]})
+    ok = Browser(edge).sign_in(_origin(edge, host) + "/echo", "carol@example.com")
+    assert ok.status_code == 200 and _headers(ok)["ngrok-auth-user-email"] == "carol@example.com"
+    assert Browser(edge).sign_in(_origin(edge, host) + "/echo",
+                                 "dave@elsewhere.test").status_code == 403
+
+
+def _session_cookie(browser, host):
+    return browser.jar[host]["ngrok_session_oidc"]
+
+
+def test_a_tampered_session_cookie_is_refused(edge, account, agents, idp):
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    browser = Browser(edge)
+    assert browser.sign_in(_origin(edge, host) + "/echo", "alice@example.com").status_code == 200
+    good = _session_cookie(browser, host)
+    raw = bytearray(base64.urlsafe_b64decode(good + "=" * (-len(good) % 4)))
+    for index in (0, 13, len(raw) // 2, len(raw) - 1):   # nonce, ciphertext, tag
+        changed = bytearray(raw)
+        changed[index] ^= 0x01
+        bad = base64.urlsafe_b64encode(bytes(changed)).decode().rstrip("=")
+        resp = edge.http("GET", host, "/echo", allow_redirects=False,
+                         headers={"Cookie": f"ngrok_session_oidc={bad}"})
+        assert resp.status_code == 302 and resp.headers["location"].startswith(idp)
+    resp = edge.http("GET", host, "/echo", headers={"Cookie": f"ngrok_session_oidc={good}"})
+    assert resp.status_code == 200
+
+
+def test_a_session_of_one_endpoint_does_not_open_another(edge, account, agents, idp):
+    first = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    second = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    browser = Browser(edge)
+    assert browser.sign_in(_origin(edge, first) + "/echo", "alice@example.com").status_code == 200
+    cookie = _session_cookie(browser, first)
+    resp = edge.http("GET", second, "/echo", allow_redirects=False,
+                     headers={"Cookie": f"ngrok_session_oidc={cookie}"})
+    assert resp.status_code == 302
+
+
+def test_logout_clears_the_session(edge, account, agents, idp):
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    browser = Browser(edge)
+    assert browser.sign_in(_origin(edge, host) + "/echo", "alice@example.com").status_code == 200
+    out = browser.request("GET", _origin(edge, host) + "/ngrok/logout")
+    assert out.status_code == 200 and "signed out" in out.text
+    assert "ngrok_session_oidc" not in browser.jar[host]
+    resp = browser.request("GET", _origin(edge, host) + "/echo", follow=False)
+    assert resp.status_code == 302 and resp.headers["location"].startswith(idp)
+
+
+def _start_login(edge, host):
+    resp = edge.http("GET", host, "/echo", allow_redirects=False)
+    login = resp.headers["set-cookie"].split(";", 1)[0]
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(resp.headers["location"]).query)
+    return login, query["state"][0]
+
+
+def test_a_callback_whose_state_does_not_match_is_refused(edge, account, agents, idp):
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    login, state = _start_login(edge, host)
+    redeemed = requests.get(idp + "/codes", timeout=10).json()["redeemed"]
+    wrong = edge.http("GET", host, f"/ngrok/callback?code=abc&state={state}x",
+                      headers={"Cookie": login})
+    assert wrong.status_code == 400 and wrong.headers["ngrok-error-code"] == "ERR_NGROK_3124"
+    missing = edge.http("GET", host, f"/ngrok/callback?code=abc&state={state}")
+    assert missing.status_code == 400 and missing.headers["ngrok-error-code"] == "ERR_NGROK_3120"
+    # a forged code with the right state goes to the provider, which refuses it
+    forged = edge.http("GET", host, f"/ngrok/callback?code=forged&state={state}",
+                       headers={"Cookie": login})
+    assert forged.status_code == 403 and forged.headers["ngrok-error-code"] == "ERR_NGROK_3300"
+    assert requests.get(idp + "/codes", timeout=10).json()["redeemed"] == redeemed
+
+
+@pytest.mark.parametrize("back", ["//evil.test/x", "https://evil.test/", "/\\evil.test",
+                                  "http:evil.test"])
+def test_no_open_redirect_after_sign_in(edge, account, agents, idp, back):
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    browser = Browser(edge)
+    resp = browser.sign_in(_origin(edge, host) + "/ngrok/login?redirect_path=" +
+                           urllib.parse.quote(back, safe=""), "alice@example.com")
+    assert resp.status_code == 200
+    assert browser.visited[-1][1] == _origin(edge, host) + "/"
+
+
+def test_login_path_forces_reauthentication_and_goes_back_to_the_path(edge, account, agents,
+                                                                      idp):
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    resp = edge.http("GET", host, "/ngrok/login?redirect_path=/echo/here",
+                     allow_redirects=False)
+    assert resp.status_code == 302
+    assert "prompt=login" in resp.headers["location"]
+    browser = Browser(edge)
+    final = browser.sign_in(_origin(edge, host) + "/ngrok/login?redirect_path=/echo/here",
+                            "alice@example.com")
+    assert final.status_code == 200 and browser.visited[-1][1].endswith("/echo/here")
+
+
+def test_oauth_action_against_the_provider_as_an_oauth2_server(edge, account, agents, idp):
+    action = {"type": "oauth", "config": {
+        "provider": "oauth2", "client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
+        "authorization_url": idp + "/authorize", "token_url": idp + "/token",
+        "userinfo_url": idp + "/userinfo", "scopes": ["email", "profile"]}}
+    policy = {"on_http_request": [
+        {"actions": [action]},
+        {"expressions": ["actions.ngrok.oauth.identity.email != 'alice@example.com'"],
+         "actions": [{"type": "deny", "config": {"status_code": 403}}]}]}
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(policy)]})
+    ok = Browser(edge).sign_in(_origin(edge, host) + "/echo", "alice@example.com")
+    assert ok.status_code == 200
+    assert _headers(ok)["ngrok-auth-user-email"] == "alice@example.com"
+    assert Browser(edge).sign_in(_origin(edge, host) + "/echo",
+                                 "bob@example.com").status_code == 403
