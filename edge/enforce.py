@@ -5,7 +5,7 @@ Every module is translated into traffic policy rules, so one engine (chalicelib.
 enforces modules and policies alike (and the route modules of edges, which translate the same
 way). The rules run in the hosted service's module order, before the endpoint's own policy:
 
-    on_http_request:  IPRestriction, BasicAuth, WebhookVerification, UserAgentFilter,
+    on_http_request:  IPRestriction, BasicAuth, OAuth, OIDC, WebhookVerification, UserAgentFilter,
                       RequestHeaders, then the TrafficPolicy's rules
     on_http_response: ResponseHeaders, Compression, then the TrafficPolicy's rules
     on_tcp_connect:   IPRestriction, then the TrafficPolicy's rules
@@ -17,8 +17,11 @@ MutualTLSCA is enforced by the HTTPS listener's handshake (``edge.tls``), as the
 ``mutual_tls`` module of HTTPS edges. Options enforced elsewhere are taken out of the options
 before they reach this module (edge.agents): CircuitBreaker (``edge.breaker``),
 WebsocketTCPConverter (``edge.wstcp``), ProxyProto (``edge.proxyproto``), the CLI 2.x's
-``Auth`` string (turned into BasicAuth) and HostHeaderRewrite (``edge.legacy``). Options this
-edge cannot honour (OAuth, OIDC, SAML: an identity provider; hashed basic auth passwords), or
+``Auth`` string (turned into BasicAuth) and HostHeaderRewrite (``edge.legacy``). OAuth and OIDC
+become the ``oauth`` / ``openid-connect`` actions (:func:`identity_rules`, run by
+``edge.identity``), after BasicAuth. Options this edge cannot honour (SAML; OAuth or OIDC
+without the operator's own client id and secret, or with a sealed one; hashed basic auth
+passwords), or
 one of the former reaching here by another path, refuse the bind with ERR_NGROK_1602 naming
 them: never accepted and ignored.
 A TrafficPolicy the engine refuses is ERR_NGROK_2201 with the element it names, and so is
@@ -86,6 +89,9 @@ def identity_rules(option: str, module: Dict[str, Any]) -> List[Dict[str, Any]]:
         raise _refuse([option])
     if module.get("sealed_client_secret"):
         raise _refuse([f"{option} with a sealed client secret"])
+    if not module.get("client_id") or not module.get("client_secret"):
+        raise _refuse([f"{option} without client_id and client_secret (this edge has no "
+                       "managed OAuth applications)"])
     kind = "oidc" if option == "OIDC" else "oauth"
     config: Dict[str, Any] = {key: module[key] for key in ("client_id", "client_secret")
                               if module.get(key)}

@@ -35,7 +35,7 @@ LOGOUT_PATH = "/ngrok/logout"
 CALLBACK_PATH = "/ngrok/callback"
 STATE_LIFETIME = 600.0          # seconds a pending login (its cookie) is good for
 MAX_COOKIE_BYTES = 3800         # a sealed cookie value, under browsers' 4096 per cookie
-MAX_CLAIM_CHARS = 256           # email, name, subject each cut to this (characters)
+MAX_CLAIM_BYTES = 256           # email, name, subject each cut to this (UTF-8 bytes)
 MAX_PROVIDER_BYTES = 1 << 20    # a discovery document, JWKS, token or user info answer
 FETCH_TIMEOUT = 10.0            # seconds for one call to the provider
 DOC_TTL = 3600.0                # discovery documents and JWKS are cached this long
@@ -84,7 +84,7 @@ def seal(binding: bytes, purpose: str, payload: Dict[str, Any]) -> str:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     key = hmac.new(root_key(), purpose.encode() + b"\0" + binding, hashlib.sha256).digest()
     nonce = secrets.token_bytes(12)
-    data = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     box = AESGCM(key).encrypt(nonce, data, purpose.encode())
     return base64.urlsafe_b64encode(nonce + box).decode("ascii").rstrip("=")
 
@@ -424,7 +424,7 @@ async def _callback(ctx: _Ctx, now: float) -> tpo.Outcome:
     session = {"sid": secrets.token_urlsafe(12), "iat": int(now), "seen": int(now),
                "exp": int(now + action.max_session), **identity}
     value = seal(ctx.binding, "session", session)
-    if len(value) > MAX_COOKIE_BYTES:   # cannot happen with claims cut to MAX_CLAIM_CHARS
+    if len(value) > MAX_COOKIE_BYTES:   # cannot happen with claims cut to MAX_CLAIM_BYTES
         return _error(502, edge_errors.SIGNIN_FAILED, "The session is too large.", clear)
     return _answer(302, [("location", safe_path(str(pending.get("bk", "/")))),
                          ("cache-control", "no-store"),
@@ -434,7 +434,10 @@ async def _callback(ctx: _Ctx, now: float) -> tpo.Outcome:
 
 
 def _cut(value: Any) -> str:
-    return str(value or "")[:MAX_CLAIM_CHARS]
+    """A claim as kept in the session: control characters dropped, at most MAX_CLAIM_BYTES
+    bytes of UTF-8 (never half a character)."""
+    text = "".join(ch for ch in str(value or "") if ch >= " " and ch != "\x7f")
+    return text.encode("utf-8")[:MAX_CLAIM_BYTES].decode("utf-8", "ignore")
 
 
 def _finish(ctx: _Ctx, pending: Dict[str, Any], now: float) -> Dict[str, str]:
