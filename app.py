@@ -13,6 +13,7 @@ from chalicelib import abuse_reports, api_keys, bot_users, credentials, reserved
 from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges
 from chalicelib import dns_check, endpoints, tunnel_sessions, tunnels
 from chalicelib import backends, certificate_authorities, reserved_addrs, tls_certificates
+from chalicelib import vaults
 
 app = Chalice(app_name="tunnel-service")
 app.log.setLevel(logging.INFO)
@@ -106,6 +107,11 @@ rest.actions(route, "/tunnel_sessions/{session_id}", tunnel_sessions.ACTIONS,
              owner="tunnel_session")
 rest.collection(route, "/tunnels", tunnels, "tunnel_id", name="tunnel", ops=("list", "get"))
 rest.collection(route, "/endpoints", endpoints, "endpoint_id", name="endpoint")
+# Vaults and secrets (traffic policies' ${secrets.get('vault', 'name')}: docs/IDENTITY.md)
+rest.collection(route, "/vaults", vaults.VAULT_OPS, "vault_id", name="vault")
+rest.collection(route, "/vaults/{vault_id}/secrets", vaults.BY_VAULT_OPS, "secret_id",
+                name="vault_secret", plural="secrets_by_vault", ops=("list",))
+rest.collection(route, "/vault_secrets", vaults.SECRET_OPS, "secret_id", name="vault_secret")
 
 
 # ---- docs ----------------------------------------------------------------------------------

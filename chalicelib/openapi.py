@@ -204,6 +204,13 @@ def _schemas() -> Dict[str, Schema]:
                 "found_targets": STR_LIST, "msg": STR})}},
             "the DNS check of a reserved domain: one record per CNAME it needs (none for a "
             "domain under the service's base domain)"),
+        "Vault": _obj({**_common("vault"), "updated_at": TIMESTAMP, "name": STR,
+                       "created_by": STR, "last_updated_by": STR},
+                      "a vault of secrets (docs/IDENTITY.md)"),
+        "Secret": _obj({**_common("vault_secret"), "updated_at": TIMESTAMP, "name": STR,
+                        "created_by": _ref("Ref"), "last_updated_by": _ref("Ref"),
+                        "vault": _ref("Ref"), "vault_name": STR},
+                       "a secret of a vault; its value is write-only, never returned"),
         "ReservedDomainCertPolicy": _obj({"authority": STR, "private_key_type": STR}),
         "ReservedDomain": _obj({**_common("reserved_domain"), "domain": STR,
                                 "region": _nullable(STR), "cname_target": _nullable(STR),
@@ -401,6 +408,14 @@ def _operations() -> Dict[Tuple[str, str], Op]:
         "Endpoint", fields="endpoints:UPDATE_FIELDS", accepts_id=True)
     ops[("DELETE", "/endpoints/{endpoint_id}")] = Op(
         "Delete a cloud endpoint (agent endpoints: 400)", "Endpoints", None, 204)
+    ops.update(_crud("/vaults", "/vaults/{vault_id}", "Vaults", "Vault", "vaults", "vaults",
+                     "vault", create="VAULT_CREATE", update="VAULT_UPDATE", name="vault"))
+    ops[("GET", "/vaults/{vault_id}/secrets")] = Op(
+        "List the secrets of a vault, newest first", "Vaults", "Secret", list_key="secrets",
+        list_prefix=ids.PREFIXES["vault_secret"])
+    ops.update(_crud("/vault_secrets", "/vault_secrets/{secret_id}", "Vault secrets", "Secret",
+                     "vaults", "secrets", "vault_secret", create="SECRET_CREATE",
+                     update="SECRET_UPDATE", name="vault secret"))
     ops.update(_crud("/reserved_domains", "/reserved_domains/{domain_id}", "Reserved domains",
                      "ReservedDomain", "reserved_domains", "reserved_domains",
                      "reserved_domain", name="reserved domain"))

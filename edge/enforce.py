@@ -251,6 +251,16 @@ async def check_ip_policies(edge: Any, account_id: str, enforcement: Optional[En
     """Refused (ERR_NGROK_2201 naming the element) when the policy names an IP policy the
     account does not have; one store read per named policy, at bind only."""
     policy = enforcement.policy if enforcement is not None else None
+    if policy is not None and policy.secret_refs:   # ${secrets.get(...)}: same refusal
+        from chalicelib.core import vault_secrets
+        missing_secrets = await edge.call(vault_secrets.missing_of, account_id,
+                                          [(v, n) for _, v, n in policy.secret_refs])
+        for path, vault, name in policy.secret_refs:
+            if (vault, name) in missing_secrets:
+                raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
+                                      f"Invalid traffic policy: {path}: the secret "
+                                      f"'{name[:64]}' does not exist in a vault "
+                                      f"'{vault[:64]}' of this account")
     if policy is None or not policy.ip_policy_ids:
         return
     missing = set(await edge.call(ip_rules.missing_of, account_id, list(policy.ip_policy_ids)))

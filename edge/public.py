@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 from chalicelib.core import edge_errors, ids, policy as tp
-from edge import breaker, challenges, http1, identity, wstcp
+from edge import breaker, challenges, http1, identity, secrets, wstcp
 from edge.connections import connection_handler
 from edge.edges import Hop, forward_refused
 from edge.h2leg import H2Leg
@@ -317,6 +317,9 @@ class HttpFront:
                     if enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
                         conn.ip_policy_resolver = await self.edge.router.ip_policy_resolver(
                             endpoint.account_id, enforcement.policy)
+                    conn.secret_resolver = None if not enforcement.policy.secret_refs else \
+                        await secrets.resolver(self.edge, endpoint.account_id,
+                                               enforcement.policy)   # edge/secrets.py
                     traffic = _Traffic(enforcement.policy, conn, hop_request, self.scheme, host)
                     verdict, prebuffered, target = await self._request_phase(
                         client, reader, writer, traffic, host, prebuffered, account_id)

@@ -281,3 +281,30 @@ def test_oauth_action_against_the_provider_as_an_oauth2_server(edge, account, ag
     assert _headers(ok)["ngrok-auth-user-email"] == "alice@example.com"
     assert Browser(edge).sign_in(_origin(edge, host) + "/echo",
                                  "bob@example.com").status_code == 403
+
+
+def _vault_secret(account, vault, name, value):
+    assert account.admin.post("/vaults", {"name": vault}).status == 201
+    vault_id = account.admin.get("/vaults").json["vaults"][0]["id"]
+    resp = account.admin.post("/vault_secrets", {"name": name, "value": value,
+                                                 "vault_id": vault_id})
+    assert resp.status == 201, resp.json
+    return resp.json["id"]
+
+
+def test_the_client_secret_comes_from_a_vault(edge, account, agents, idp):
+    _vault_secret(account, "oidc", "client-secret", CLIENT_SECRET)
+    policy = _policy(idp, client_secret="${secrets.get('oidc', 'client-secret')}")
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(policy)]})
+    resp = Browser(edge).sign_in(_origin(edge, host) + "/echo", "alice@example.com")
+    assert resp.status_code == 200, resp.text
+    assert _headers(resp)["ngrok-auth-user-email"] == "alice@example.com"
+
+
+def test_a_policy_naming_a_missing_secret_refuses_the_bind(edge, account, agents, idp):
+    from tests.edge.test_edge_sdk import _refusal
+    policy = _policy(idp, client_secret="${secrets.get('nowhere', 'client-secret')}")
+    agent = agents(edge, _credential(account)["token"],
+                   [{"proto": "http", "options": {"traffic_policy": [json.dumps(policy)]}}])
+    message = _refusal(agent.start(), "bind")
+    assert "ERR_NGROK_2201" in message and "client-secret" in message

@@ -7,7 +7,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from chalicelib.core.policy import actions as actions_mod
-from chalicelib.core.policy import celenv, document
+from chalicelib.core.policy import celenv, document, secrets
 from chalicelib.core.policy.document import PHASES, PolicyError
 from chalicelib.core.policy.model import Conn, Request, Response
 from chalicelib.core.policy.outcome import (FORWARD_INTERNAL, IDENTITY, NEED_BODY, Outcome)
@@ -47,6 +47,9 @@ class Policy:
         # Every restrict-ips ``ip_policies`` entry as (its path in the document, the id): the
         # API checks them against the account, the edge resolves ``ip_policy_ids`` per run.
         self.ip_policy_refs: List[Tuple[str, str]] = []
+        # Every literal ${secrets.get('vault', 'name')} as (path, vault, name): the API checks
+        # them against the account, the edge resolves them per run (conn.secret_resolver).
+        self.secret_refs: List[Tuple[str, str, str]] = []
         for phase in PHASES:
             compiled = []
             for index, rule in document.rules(doc, phase):
@@ -62,6 +65,8 @@ class Policy:
                 for a_index, action in enumerate(rule["actions"]):
                     a_where = f"{where}.actions[{a_index}]"
                     act = actions_mod.build(action, a_where, phase)
+                    self.secret_refs.extend(secrets.refs_in(action.get("config"),
+                                                            f"{a_where}.config"))
                     if isinstance(act, actions_mod.RateLimit):
                         act.scope = f"{digest}:{a_where}:{act.name}"
                     if isinstance(act, actions_mod.RestrictIps):
