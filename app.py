@@ -13,7 +13,7 @@ from chalicelib import abuse_reports, api_keys, bot_users, credentials, reserved
 from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges
 from chalicelib import dns_check, endpoints, tunnel_sessions, tunnels
 from chalicelib import backends, certificate_authorities, reserved_addrs, tls_certificates
-from chalicelib import vaults
+from chalicelib import app_sessions, vaults
 
 app = Chalice(app_name="tunnel-service")
 app.log.setLevel(logging.INFO)
@@ -112,6 +112,11 @@ rest.collection(route, "/vaults", vaults.VAULT_OPS, "vault_id", name="vault")
 rest.collection(route, "/vaults/{vault_id}/secrets", vaults.BY_VAULT_OPS, "secret_id",
                 name="vault_secret", plural="secrets_by_vault", ops=("list",))
 rest.collection(route, "/vault_secrets", vaults.SECRET_OPS, "secret_id", name="vault_secret")
+# People signed in through the openid-connect / oauth actions (written by the edge)
+rest.collection(route, "/app/sessions", app_sessions.SESSION_OPS, "app_session_id",
+                name="application_session", ops=("list", "get", "delete"))
+rest.collection(route, "/app/users", app_sessions.USER_OPS, "app_user_id",
+                name="application_user", ops=("list", "get", "delete"))
 
 
 # ---- docs ----------------------------------------------------------------------------------

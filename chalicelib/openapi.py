@@ -211,6 +211,18 @@ def _schemas() -> Dict[str, Schema]:
                         "created_by": _ref("Ref"), "last_updated_by": _ref("Ref"),
                         "vault": _ref("Ref"), "vault_name": STR},
                        "a secret of a vault; its value is write-only, never returned"),
+        "ApplicationSession": _obj({
+            "id": _id("app_session"), "uri": URI, "public_url": STR,
+            "browser_session": {"type": "object"}, "application_user": _ref("Ref"),
+            "created_at": TIMESTAMP, "last_active": TIMESTAMP, "expires_at": TIMESTAMP,
+            "endpoint": _ref("Ref"), "edge": _nullable(_ref("Ref")),
+            "route": _nullable(_ref("Ref"))},
+            "a session of a person signed in through an openid-connect or oauth action"),
+        "ApplicationUser": _obj({
+            "id": _id("app_user"), "uri": URI, "identity_provider": {"type": "object"},
+            "provider_user_id": STR, "username": STR, "email": STR, "name": STR,
+            "created_at": TIMESTAMP, "last_active": TIMESTAMP, "last_login": TIMESTAMP},
+            "a person who signed in through an openid-connect or oauth action"),
         "ReservedDomainCertPolicy": _obj({"authority": STR, "private_key_type": STR}),
         "ReservedDomain": _obj({**_common("reserved_domain"), "domain": STR,
                                 "region": _nullable(STR), "cname_target": _nullable(STR),
@@ -416,6 +428,17 @@ def _operations() -> Dict[Tuple[str, str], Op]:
     ops.update(_crud("/vault_secrets", "/vault_secrets/{secret_id}", "Vault secrets", "Secret",
                      "vaults", "secrets", "vault_secret", create="SECRET_CREATE",
                      update="SECRET_UPDATE", name="vault secret"))
+    for path, kind, schema, key, what in (
+            ("/app/sessions", "app_session", "ApplicationSession", "application_sessions",
+             "application session"),
+            ("/app/users", "app_user", "ApplicationUser", "application_users",
+             "application user")):
+        item = f"{path}/{{{kind}_id}}"
+        ops[("GET", path)] = Op(f"List {what}s, newest first", "Application sessions",
+                                schema, list_key=key, list_prefix=ids.PREFIXES[kind])
+        ops[("GET", item)] = Op(f"Get an {what}", "Application sessions", schema)
+        ops[("DELETE", item)] = Op(f"Delete (revoke) an {what}", "Application sessions",
+                                   None, 204)
     ops.update(_crud("/reserved_domains", "/reserved_domains/{domain_id}", "Reserved domains",
                      "ReservedDomain", "reserved_domains", "reserved_domains",
                      "reserved_domain", name="reserved domain"))

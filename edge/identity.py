@@ -25,9 +25,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib.core import edge_errors
+from chalicelib.core import app_sessions, edge_errors
 from chalicelib.core.policy import outcome as tpo
 
 LOGIN_PATH = "/ngrok/login"
@@ -41,6 +42,8 @@ FETCH_TIMEOUT = 10.0            # seconds for one call to the provider
 DOC_TTL = 3600.0                # discovery documents and JWKS are cached this long
 CACHE_ENTRIES = 256             # provider documents cached (oldest dropped first)
 REFRESH_EVERY = 60.0            # a session cookie's last-seen time is rewritten this often
+REVOCATION_SECONDS = 5.0        # a revoked session is refused by every instance within this
+REVOCATION_ENTRIES = 65536      # sessions whose liveness an instance remembers (LRU)
 IDENTITY_HEADERS = ("ngrok-auth-user-email", "ngrok-auth-user-id", "ngrok-auth-user-name")
 ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
               "ES512", "EdDSA")
@@ -319,7 +322,7 @@ async def _handle(traffic: Any, out: tpo.Outcome, clock) -> Optional[tpo.Outcome
     now = clock()
     if ctx.path == CALLBACK_PATH and ctx.targets_us() and \
             (ctx.param("state") or _cookie_value(ctx.req, ctx.login_name)):
-        return await _callback(ctx, now)
+        return await _callback(traffic, ctx, now)
     if ctx.path == LOGOUT_PATH and ctx.targets_us():
         body = b"<!doctype html><title>Signed out</title><p>You have been signed out.</p>\n"
         return _answer(200, [("content-type", "text/html; charset=utf-8"),
@@ -328,15 +331,38 @@ async def _handle(traffic: Any, out: tpo.Outcome, clock) -> Optional[tpo.Outcome
     if ctx.path == LOGIN_PATH and ctx.targets_us():
         return await _start(ctx, now, safe_path(ctx.param("redirect_path")), force=True)
     session = unseal(ctx.binding, "session", _cookie_value(ctx.req, ctx.session_name))
-    if session is not None and _live(session, action, now):
+    account_id = traffic.conn.endpoint.account_id
+    if session is not None and _live(session, action, now) and \
+            await not_revoked(account_id, str(session.get("sid", ""))):
         _signed_in(traffic, ctx, session)
-        if now - float(session.get("seen", 0)) >= REFRESH_EVERY and action.idle_session:
-            session["seen"] = int(now)
+        if now - float(session.get("seen", 0)) >= REFRESH_EVERY:
+            session["seen"] = int(now)   # idle timeout: the cookie's last-seen moves on
             traffic.set_cookies = getattr(traffic, "set_cookies", None) or []
             traffic.set_cookies.append(_cookie(ctx.session_name, seal(
-                ctx.binding, "session", session), ctx.secure, None))
+                ctx.binding, "session", session), ctx.secure, int(session["exp"] - now)))
+            asyncio.get_running_loop().run_in_executor(   # last_active, best effort
+                None, app_sessions.touch, account_id, str(session["sid"]), now)
         return None
     return await _start(ctx, now, safe_path(ctx.req.target), force=False)
+
+
+_revocations: "OrderedDict[Tuple[str, str], Tuple[float, bool]]" = OrderedDict()
+
+
+async def not_revoked(account_id: str, sid: str, clock=time.monotonic) -> bool:
+    """The session still exists in the store (not deleted through /app/sessions or
+    /app/users): one GetItem per session per REVOCATION_SECONDS at most, per instance."""
+    key = (account_id, sid)
+    now = clock()
+    hit = _revocations.get(key)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    live = await asyncio.to_thread(app_sessions.is_live, account_id, sid)
+    _revocations[key] = (now + REVOCATION_SECONDS, live)
+    _revocations.move_to_end(key)
+    while len(_revocations) > REVOCATION_ENTRIES:
+        _revocations.popitem(last=False)
+    return live
 
 
 def _live(session: Dict[str, Any], action: Any, now: float) -> bool:
@@ -402,7 +428,7 @@ async def _start(ctx: _Ctx, now: float, back: str, force: bool) -> tpo.Outcome:
                                                 int(STATE_LIFETIME)))])
 
 
-async def _callback(ctx: _Ctx, now: float) -> tpo.Outcome:
+async def _callback(traffic: Any, ctx: _Ctx, now: float) -> tpo.Outcome:
     clear = [ctx.clear(ctx.login_name)]
     pending = unseal(ctx.binding, "login", _cookie_value(ctx.req, ctx.login_name))
     if pending is None or now >= float(pending.get("exp", 0)):
@@ -421,7 +447,14 @@ async def _callback(ctx: _Ctx, now: float) -> tpo.Outcome:
         return _error(502 if "reached" in str(exc) else 403, edge_errors.SIGNIN_FAILED,
                       f"Sign-in failed: {exc}.", clear)
     action = ctx.action
-    session = {"sid": secrets.token_urlsafe(12), "iat": int(now), "seen": int(now),
+    endpoint = traffic.conn.endpoint
+    provider = (urllib.parse.urlsplit(action.issuer_url).hostname or "", action.issuer_url) \
+        if ctx.kind == "oidc" else (action.provider, action.endpoints[0])
+    sid, _ = await asyncio.to_thread(   # /app/sessions, /app/users (the API revokes there)
+        app_sessions.record_signin, endpoint.account_id, endpoint.id, ctx.origin, provider,
+        identity, (ctx.req.get_header("user-agent") or [""])[0], traffic.conn.client_ip, now,
+        now + action.max_session)
+    session = {"sid": sid, "iat": int(now), "seen": int(now),
                "exp": int(now + action.max_session), **identity}
     value = seal(ctx.binding, "session", session)
     if len(value) > MAX_COOKIE_BYTES:   # cannot happen with claims cut to MAX_CLAIM_BYTES

@@ -308,3 +308,60 @@ def test_a_policy_naming_a_missing_secret_refuses_the_bind(edge, account, agents
                    [{"proto": "http", "options": {"traffic_policy": [json.dumps(policy)]}}])
     message = _refusal(agent.start(), "bind")
     assert "ERR_NGROK_2201" in message and "client-secret" in message
+
+
+def _client(api, account):
+    import ngrok   # the official API client (ngrok-api)
+    return ngrok.Client(account.admin.token, base_url=api.base_url)
+
+
+def test_sessions_and_users_are_listed_and_revoking_signs_out_at_the_edge(edge, account,
+                                                                          agents, idp, api):
+    from edge.identity import REVOCATION_SECONDS
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    browser, other = Browser(edge), Browser(edge)
+    assert browser.sign_in(_origin(edge, host) + "/echo", "alice@example.com").status_code == 200
+    assert other.sign_in(_origin(edge, host) + "/echo", "bob@example.com").status_code == 200
+    client = _client(api, account)
+    sessions = client.application_sessions.list().application_sessions
+    assert len(sessions) == 2
+    users = {u.email: u for u in client.application_users.list().application_users}
+    assert set(users) == {"alice@example.com", "bob@example.com"}
+    alice = users["alice@example.com"]
+    assert alice.provider_user_id == "u-alice" and alice.identity_provider.url == idp
+    mine = [s for s in sessions if s.application_user.id == alice.id][0]
+    assert mine.public_url == _origin(edge, host)
+    assert client.application_sessions.get(mine.id).id == mine.id
+    # revoke alice's session: she is signed out at the edge within the bound; bob is not
+    client.application_sessions.delete(mine.id)
+    deadline = time.time() + REVOCATION_SECONDS + 20   # the bound, plus a loaded machine
+    while time.time() < deadline:
+        resp = browser.request("GET", _origin(edge, host) + "/echo", follow=False)
+        if resp.status_code == 302:
+            break
+        time.sleep(0.5)
+    assert resp.status_code == 302 and resp.headers["location"].startswith(idp)
+    assert other.request("GET", _origin(edge, host) + "/echo").status_code == 200
+    # deleting a user deletes its sessions
+    client.application_users.delete(users["bob@example.com"].id)
+    assert client.application_sessions.list().application_sessions == []
+    deadline = time.time() + REVOCATION_SECONDS + 20
+    while time.time() < deadline:
+        resp = other.request("GET", _origin(edge, host) + "/echo", follow=False)
+        if resp.status_code == 302:
+            break
+        time.sleep(0.5)
+    assert resp.status_code == 302
+
+
+def test_sessions_of_one_account_are_not_another_accounts(edge, account, agents, idp, api):
+    import ngrok
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    assert Browser(edge).sign_in(_origin(edge, host) + "/echo",
+                                 "alice@example.com").status_code == 200
+    session = _client(api, account).application_sessions.list().application_sessions[0]
+    stranger = _client(api, api.new_account())
+    assert stranger.application_sessions.list().application_sessions == []
+    with pytest.raises(ngrok.Error) as info:
+        stranger.application_sessions.delete(session.id)
+    assert info.value.http_status_code == 404

@@ -13,8 +13,9 @@ stack (scripts/serve.py over HTTP) with a recipe that checks its result:
   compression, circuit breaker, WebSocket-TCP converter, webhook verification, OAuth, OIDC and
   SAML, which the service does not offer as sub-resources (docs/TESTING.md).
 
-Resources of the client outside the table (TLS edges, SSH, vaults, event streams, …) are not
-part of this service.
+Resources of the client outside the table (TLS edges, SSH, event streams, …) are not part of
+this service; vaults and secrets are, tested through this client in tests/functional/
+test_vaults.py.
 """
 import inspect
 import json

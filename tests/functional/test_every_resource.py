@@ -108,6 +108,12 @@ RESOURCES = [
     Resource("endpoint", "ep", "endpoints", _simple("/endpoints", lambda: {
         "url": f"https://e{_n()}-{uuid.uuid4().hex[:12]}.tunnels.localhost", "type": "cloud",
         "traffic_policy": ""})),
+    Resource("vault", "vault", "vaults", _simple("/vaults", lambda: {"name": f"v{_n()}"}),
+             modules=("secrets",)),
+    Resource("vault_secret", "secret", "secrets", lambda caller: (
+        "/vault_secrets", caller.post("/vault_secrets", {
+            "name": f"s{_n()}", "value": "v",
+            "vault_id": caller.post("/vaults", {"name": f"v{_n()}"}).json["id"]}).json)),
     Resource("abuse_report", "abrp", None,
              _simple("/abuse_reports", lambda: {"urls": ["https://bad.example.com/x"]}),
              patch={}, listed=False, reporter=True),

@@ -137,7 +137,7 @@ def test_the_largest_session_fits_the_cookie_bound(char):
     escapes) still seals under MAX_COOKIE_BYTES, and a longer cookie is not even opened."""
     worst = identity._cut(char * 10_000)
     assert len(worst.encode("utf-8")) <= identity.MAX_CLAIM_BYTES
-    session = {"sid": "x" * 16, "iat": 2 ** 40, "seen": 2 ** 40, "exp": 2 ** 40,
+    session = {"sid": "appses_" + "x" * 27, "iat": 2 ** 40, "seen": 2 ** 40, "exp": 2 ** 40,
                "sub": worst, "em": worst, "nm": worst}
     sealed = identity.seal(_binding(), "session", session)
     assert len(sealed) <= identity.MAX_COOKIE_BYTES, len(sealed)
