@@ -127,7 +127,10 @@ PENDING_MODULES: set = set()
 # Online state the edge writes (no create route): only their id rules are checked here; their
 # lists and contents are the edge suite's (tests/edge).
 ONLINE = {"/tunnels": ("tunnels", []),
-          "/tunnel_sessions": ("tunnel_sessions", ["restart", "stop", "update"])}
+          "/tunnel_sessions": ("tunnel_sessions", ["restart", "stop", "update"]),
+          # written by the edge at sign-in (tests/edge/test_identity.py)
+          "/app/sessions": ("application_sessions", []),
+          "/app/users": ("application_users", [])}
 LISTED = [r for r in RESOURCES if r.listed]
 DOCUMENT = openapi.build(app)
 
