@@ -365,3 +365,45 @@ def test_sessions_of_one_account_are_not_another_accounts(edge, account, agents,
     with pytest.raises(ngrok.Error) as info:
         stranger.application_sessions.delete(session.id)
     assert info.value.http_status_code == 404
+
+
+def test_over_https_and_http2_the_same_session_serves(edge, account, agents, idp):
+    """HTTP/2 streams run the same request path (edge.h2front): not signed in is the
+    redirect, the session cookie signed in over HTTP/1.1 serves there too."""
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+    done = edge.curl_https(host, "/echo", "--http2", "-o", "/dev/null", "-D", "-")
+    assert done.returncode == 0, done.stderr
+    assert "HTTP/2 302" in done.stdout and f"location: {idp}/authorize?" in done.stdout
+    browser = Browser(edge)
+    assert browser.sign_in(_origin(edge, host) + "/echo", "alice@example.com").status_code == 200
+    cookie = _session_cookie(browser, host)
+    done = edge.curl_https(host, "/echo", "--http2", "-H", f"Cookie: ngrok_session_oidc={cookie}")
+    body, code = done.stdout.rsplit("\n", 1)
+    assert code == "200", done.stdout[-500:]
+    assert json.loads(body)["headers"].get("Ngrok-Auth-User-Email", json.loads(body)[
+        "headers"].get("ngrok-auth-user-email")) == "alice@example.com"
+
+
+def test_javascript_sdk_oidc_option_signs_in_through_the_edge(edge, account, idp):
+    """The official JavaScript SDK's forward() with oidc_* options (what a user walks
+    through in a browser)."""
+    import shutil
+    from tests.edge.test_node_sdk import NODE_DIR, _run
+    from tests.functional.test_ts_client_compat import node_install
+    if not shutil.which("node") or not shutil.which("npm"):
+        pytest.skip("Node.js/npm not installed: the JavaScript SDK cannot run here")
+    assert not node_install(NODE_DIR, "@ngrok/ngrok")
+    proc, out = _run(NODE_DIR, edge, _credential(account)["token"], options={
+        "oidc_issuer_url": idp, "oidc_client_id": CLIENT_ID,
+        "oidc_client_secret": CLIENT_SECRET, "oidc_allow_domains": ["example.com"]})
+    try:
+        assert "url" in out, out
+        host = _host(out["url"])
+        ok = Browser(edge).sign_in(_origin(edge, host) + "/from-node", "erin@example.com")
+        assert ok.status_code == 200 and ok.json()["sdk"] == "node"
+        assert ok.json()["headers"]["ngrok-auth-user-email"] == "erin@example.com"
+        assert Browser(edge).sign_in(_origin(edge, host) + "/",
+                                     "frank@other.test").status_code == 403
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
