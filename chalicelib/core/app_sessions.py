@@ -9,7 +9,8 @@ Layout (docs/IDENTITY.md, "Sessions and users"):
   ``U#app_user#<account>#<sha256 of provider URL and user id>``;
 - an application session: ``A#<account>#app_sessions`` / ``appses_…``; data public_url,
   browser_session {user_agent {raw, …}, ip_address}, application_user_id, endpoint_id,
-  created_at, last_active, expires_at.
+  created_at, last_active, expires_at; the item's TTL attribute is its end, so the store
+  deletes ended sessions (DynamoDB: within days of the end; the edge refuses them at once).
 
 A session cookie names its session id: the edge serves a signed-in request only while that
 item exists (:func:`is_live`, cached at the edge for at most REVOCATION_SECONDS), so
@@ -87,6 +88,7 @@ def record_signin(account_id: str, endpoint_id: str, public_url: str,
                                                   "ip_address": ip_address},
                               "created_at": _rfc3339(now), "last_active": _rfc3339(now),
                               "expires_at": _rfc3339(expires_at)})
+    item.expires_at = int(expires_at)   # DynamoDB's TTL deletes the session after it ends
     store.commit([store.put_new(item)])
     return session_id, user_id
 
