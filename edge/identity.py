@@ -79,16 +79,32 @@ def root_key() -> bytes:
 
 
 def _binding(endpoint: Any, kind: str, auth_id: str) -> bytes:
-    return json.dumps([endpoint.account_id, endpoint.url or endpoint.host, kind, auth_id],
-                      separators=(",", ":")).encode("utf-8")
+    return "\0".join((endpoint.account_id, endpoint.url or endpoint.host, kind,
+                      auth_id)).encode("utf-8")
+
+
+_ciphers: "OrderedDict[Tuple[bytes, bytes, str], Any]" = OrderedDict()
+CIPHER_ENTRIES = 4096   # derived keys kept (per endpoint, provider and purpose; LRU)
+
+
+def _cipher(binding: bytes, purpose: str) -> Any:
+    """The AES-GCM cipher of one binding and purpose (its key derived once, then kept)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    root = root_key()
+    cache_key = (root, binding, purpose)
+    cipher = _ciphers.get(cache_key)
+    if cipher is None:
+        key = hmac.new(root, purpose.encode() + b"\0" + binding, hashlib.sha256).digest()
+        cipher = _ciphers[cache_key] = AESGCM(key)
+        while len(_ciphers) > CIPHER_ENTRIES:
+            _ciphers.popitem(last=False)
+    return cipher
 
 
 def seal(binding: bytes, purpose: str, payload: Dict[str, Any]) -> str:
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-    key = hmac.new(root_key(), purpose.encode() + b"\0" + binding, hashlib.sha256).digest()
     nonce = secrets.token_bytes(12)
     data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    box = AESGCM(key).encrypt(nonce, data, purpose.encode())
+    box = _cipher(binding, purpose).encrypt(nonce, data, purpose.encode())
     return base64.urlsafe_b64encode(nonce + box).decode("ascii").rstrip("=")
 
 
@@ -96,7 +112,6 @@ def unseal(binding: bytes, purpose: str, text: str) -> Optional[Dict[str, Any]]:
     """The payload of a cookie :func:`seal` made for this binding and purpose; None for
     anything else (changed, another endpoint or provider, too long, not ours)."""
     from cryptography.exceptions import InvalidTag
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     if not text or len(text) > MAX_COOKIE_BYTES:
         return None
     try:
@@ -105,9 +120,8 @@ def unseal(binding: bytes, purpose: str, text: str) -> Optional[Dict[str, Any]]:
         return None
     if len(raw) < 12 + 16:
         return None
-    key = hmac.new(root_key(), purpose.encode() + b"\0" + binding, hashlib.sha256).digest()
     try:
-        data = AESGCM(key).decrypt(raw[:12], raw[12:], purpose.encode())
+        data = _cipher(binding, purpose).decrypt(raw[:12], raw[12:], purpose.encode())
         payload = json.loads(data)
     except (InvalidTag, ValueError):
         return None
@@ -385,8 +399,9 @@ def _signed_in(traffic: Any, ctx: _Ctx, session: Dict[str, Any]) -> None:
     for key, value in values.items():
         action_vars[f"actions.ngrok.{ctx.kind}.{key}"] = value
     req = ctx.req
-    for name in IDENTITY_HEADERS:   # a visitor's own copies never reach the upstream
-        req.remove_header(name)
+    if any(n.lower().startswith("ngrok-auth-user-") for n, _ in req.headers):
+        for name in IDENTITY_HEADERS:   # a visitor's own copies never reach the upstream
+            req.remove_header(name)
     for name, key in zip(IDENTITY_HEADERS, ("identity.email", "identity.provider_user_id",
                                             "identity.name")):
         value = "".join(ch for ch in values[key] if ch >= " " and ch != "\x7f")
