@@ -407,3 +407,35 @@ def test_javascript_sdk_oidc_option_signs_in_through_the_edge(edge, account, idp
     finally:
         proc.stdin.close()
         proc.wait(timeout=10)
+
+
+def test_a_cloud_endpoint_with_openid_connect_and_a_vault_secret(edge, account, agents, idp,
+                                                                  api):
+    """Made with the official API client: the vault, the secret, a cloud endpoint whose
+    policy signs in with the vault-held client secret, then forwards to an agent's internal
+    endpoint with the identity."""
+    import uuid
+    client = _client(api, account)
+    vault = client.vaults.create(name="idp")
+    client.secrets.create(name="oidc-secret", value=CLIENT_SECRET, vault_id=vault.id)
+    internal = f"svc-{uuid.uuid4().hex[:8]}.internal"
+    agent = agents(edge, _credential(account)["token"], [{"proto": "http", "domain": internal}])
+    _bound(agent.start())
+    policy = {"on_http_request": [
+        {"actions": [{"type": "openid-connect", "config": {
+            "issuer_url": idp, "client_id": CLIENT_ID,
+            "client_secret": "${secrets.get('idp', 'oidc-secret')}"}}]},
+        {"expressions": ["!actions.ngrok.oidc.identity.email.endsWith('@example.com')"],
+         "actions": [{"type": "deny", "config": {"status_code": 403}}]},
+        {"actions": [{"type": "forward-internal", "config": {"url": f"https://{internal}"}}]}]}
+    host = f"cloud-{uuid.uuid4().hex[:8]}.{BASE_DOMAIN}"
+    client.endpoints.create(url=f"https://{host}", type="cloud",
+                            traffic_policy=json.dumps(policy))
+    deadline = time.time() + 30
+    while edge.http("GET", host, "/").status_code == 404 and time.time() < deadline:
+        time.sleep(0.5)   # the edge's routing cache
+    ok = Browser(edge).sign_in(_origin(edge, host) + "/via-cloud", "gina@example.com")
+    assert ok.status_code == 200, ok.text
+    assert _headers(ok)["ngrok-auth-user-email"] == "gina@example.com"
+    assert Browser(edge).sign_in(_origin(edge, host) + "/",
+                                 "hank@other.test").status_code == 403
