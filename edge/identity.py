@@ -338,6 +338,11 @@ async def _handle(traffic: Any, out: tpo.Outcome, clock) -> Optional[tpo.Outcome
             (ctx.param("state") or _cookie_value(ctx.req, ctx.login_name)):
         return await _callback(traffic, ctx, now)
     if ctx.path == LOGOUT_PATH and ctx.targets_us():
+        ending = unseal(ctx.binding, "session", _cookie_value(ctx.req, ctx.session_name))
+        if ending is not None and ending.get("sid"):   # the session ends everywhere, too
+            account_id, sid = traffic.conn.endpoint.account_id, str(ending["sid"])
+            await asyncio.to_thread(app_sessions.end, account_id, sid)
+            _revocations[(account_id, sid)] = (time.monotonic() + REVOCATION_SECONDS, False)
         body = b"<!doctype html><title>Signed out</title><p>You have been signed out.</p>\n"
         return _answer(200, [("content-type", "text/html; charset=utf-8"),
                              ("cache-control", "no-store"),

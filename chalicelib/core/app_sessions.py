@@ -125,3 +125,9 @@ def touch(account_id: str, session_id: str, now: float) -> Any:
         except errors.NotFound:
             pass
     return item
+
+
+def end(account_id: str, session_id: str) -> None:
+    """The session deleted (a visitor's logout): its cookie, replayed, serves no more."""
+    if ids.is_valid(session_id, SESSION_PREFIX):
+        store.commit([store.drop(store.collection_pk(account_id, SESSIONS), session_id)])

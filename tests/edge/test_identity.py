@@ -212,11 +212,16 @@ def test_logout_clears_the_session(edge, account, agents, idp):
     host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
     browser = Browser(edge)
     assert browser.sign_in(_origin(edge, host) + "/echo", "alice@example.com").status_code == 200
+    stolen = _session_cookie(browser, host)
     out = browser.request("GET", _origin(edge, host) + "/ngrok/logout")
     assert out.status_code == 200 and "signed out" in out.text
     assert "ngrok_session_oidc" not in browser.jar[host]
     resp = browser.request("GET", _origin(edge, host) + "/echo", follow=False)
     assert resp.status_code == 302 and resp.headers["location"].startswith(idp)
+    # the session ended in the store too: its cookie, replayed, serves no more
+    replay = edge.http("GET", host, "/echo", allow_redirects=False,
+                       headers={"Cookie": f"ngrok_session_oidc={stolen}"})
+    assert replay.status_code == 302
 
 
 def _start_login(edge, host):
