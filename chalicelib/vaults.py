@@ -114,8 +114,8 @@ def update_vault(c: Ctx, vault_id: str, fields: Dict[str, Any]) -> Dict[str, Any
     fields = {**fields, "updated_at": validation.now_rfc3339(),
               "last_updated_by": c.principal.id}
     pk = store.collection_pk(c.account_id, vs.VAULTS)
-    old = _vault_item(c.account_id, vault_id)
-    if "name" in fields and fields["name"] != old.data["name"]:
+    old = _vault_item(c.account_id, vault_id) if "name" in fields else None
+    if old is not None and fields["name"] != old.data["name"]:
         store.commit([
             store.set_fields(pk, vault_id, fields, missing=store.VersionConflict(),
                              require=lambda e: f"{e.path('version')} = {e.value(old.version)}"),
@@ -243,7 +243,14 @@ def get_secret(c: Ctx, secret_id: str) -> Dict[str, Any]:
 
 def list_secrets(c: Ctx, limit: int,
                  before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-    return web.rendered_page(c, vs.SECRETS, limit, before_id, render_secret)
+    """One Query of the page, then one BatchGetItem of its vaults (their names)."""
+    items, more = store.query_page(store.collection_pk(c.account_id, vs.SECRETS), limit,
+                                   before_id)
+    pk = store.collection_pk(c.account_id, vs.VAULTS)
+    wanted = sorted({i.data["vault_id"] for i in items})
+    names = {v.sk: v.data["name"] for v in store.model().batch_get(
+        [(pk, vault_id) for vault_id in wanted], consistent_read=True)} if wanted else {}
+    return [render_secret(c, i, names.get(i.data["vault_id"], "")) for i in items], more
 
 
 @store.retrying
@@ -268,7 +275,8 @@ def update_secret(c: Ctx, secret_id: str, fields: Dict[str, Any]) -> Dict[str, A
                              {"account_id": c.account_id, "secret_id": secret_id},
                              _secret_taken(fields["name"]))]
     store.commit(ops)
-    return get_secret(c, secret_id)
+    old.data.update(changes)   # as written (rendered without reading it again)
+    return render_secret(c, old)
 
 
 @store.retrying
