@@ -341,8 +341,12 @@ async def _handle(traffic: Any, out: tpo.Outcome, clock) -> Optional[tpo.Outcome
         ending = unseal(ctx.binding, "session", _cookie_value(ctx.req, ctx.session_name))
         if ending is not None and ending.get("sid"):   # the session ends everywhere, too
             account_id, sid = traffic.conn.endpoint.account_id, str(ending["sid"])
-            await asyncio.to_thread(app_sessions.end, account_id, sid)
             _revocations[(account_id, sid)] = (time.monotonic() + REVOCATION_SECONDS, False)
+            try:
+                await asyncio.to_thread(app_sessions.end, account_id, sid)
+            except Exception:   # noqa: BLE001 (the cookie is cleared all the same)
+                log.warning("logout: session %s of %s not deleted from the store", sid,
+                            account_id, exc_info=True)
         body = b"<!doctype html><title>Signed out</title><p>You have been signed out.</p>\n"
         return _answer(200, [("content-type", "text/html; charset=utf-8"),
                              ("cache-control", "no-store"),

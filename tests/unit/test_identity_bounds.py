@@ -237,3 +237,44 @@ def test_identity_headers_sent_by_the_visitor_are_replaced():
     assert asyncio.run(identity.handle(traffic, out, clock=lambda: T0)) is None
     assert req.get_header("ngrok-auth-user-email") == ["a@x.test"]
     assert policy.on_http_request(conn, req, state).kind != RESPOND   # resumes after it
+
+
+def test_cors_preflight_passes_only_when_allowed():
+    for allowed, expected in ((True, "continue"), (False, IDENTITY)):
+        policy = _action(allow_cors_preflight=allowed)
+        req = Request.from_target("OPTIONS", "http", "app.test", "/api", [
+            ("host", "app.test"), ("access-control-request-method", "POST")])
+        conn = Conn("10.0.0.1", 1, endpoint=Endpoint(url="http://app.test",
+                                                     account_id="acct_1"))
+        assert policy.on_http_request(conn, req, policy.new_state()).kind == expected
+
+
+def test_auth_id_scopes_the_cookies_and_the_special_paths(monkeypatch):
+    ended = []
+    monkeypatch.setattr(identity.app_sessions, "end", lambda a, s: ended.append(s))
+    policy = _action(auth_id="corp")
+    answer, _ = _run(policy, "/page")
+    assert "ngrok_login_oauth_corp" in _set_cookies(answer)
+    cookie = identity.seal(identity._binding(Endpoint(url="http://app.test:8080",
+                                                      account_id="acct_1"), "oauth", "corp"),
+                           "session", {"sid": "appses_" + "b" * 27, "iat": T0, "seen": T0,
+                                       "exp": T0 + 600, "sub": "u", "em": "", "nm": ""})
+    # a logout for another provider is not this action's: the session stays
+    other, _ = _run(policy, "/ngrok/logout?auth_id=other", {"ngrok_session_oauth_corp": cookie})
+    assert other is None
+    mine, _ = _run(policy, "/ngrok/logout?auth_id=corp", {"ngrok_session_oauth_corp": cookie})
+    assert mine.status_code == 200
+    assert "ngrok_session_oauth_corp=;" in dict(mine.headers)["set-cookie"]
+    assert ended == ["appses_" + "b" * 27]   # and the session ended in the store
+
+
+def test_logout_clears_the_cookie_even_when_the_store_fails(monkeypatch):
+    def broken(account, sid):
+        raise OSError("store down")
+    monkeypatch.setattr(identity.app_sessions, "end", broken)
+    policy = _action()
+    cookie = _session(policy, T0, T0, T0 + 600)
+    out, _ = _run(policy, "/ngrok/logout", {"ngrok_session_oauth": cookie})
+    assert out.status_code == 200 and "Max-Age=0" in dict(out.headers)["set-cookie"]
+    # this instance refuses the session at once, whatever the store says
+    assert asyncio.run(identity.not_revoked("acct_1", "appses_" + "a" * 27)) is False
