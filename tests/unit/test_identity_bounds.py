@@ -278,3 +278,14 @@ def test_logout_clears_the_cookie_even_when_the_store_fails(monkeypatch):
     assert out.status_code == 200 and "Max-Age=0" in dict(out.headers)["set-cookie"]
     # this instance refuses the session at once, whatever the store says
     assert asyncio.run(identity.not_revoked("acct_1", "appses_" + "a" * 27)) is False
+
+
+def test_the_derived_cipher_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(identity, "CIPHER_ENTRIES", 5)
+    identity._ciphers.clear()
+    for index in range(12):
+        binding = identity._binding(Endpoint(url=f"http://e{index}.test", account_id="a"),
+                                    "oidc", "")
+        sealed = identity.seal(binding, "session", {"n": index})
+        assert identity.unseal(binding, "session", sealed) == {"n": index}
+    assert len(identity._ciphers) == 5
