@@ -350,7 +350,16 @@ def _write_claiming(account_id: str, endpoint_id: str, data: Dict[str, Any],
                           "time")
 
 
+def check_secrets(account_id: str, data: Dict[str, Any]) -> None:
+    """400 ERR_NGROK_18002 when the policy reads a vault secret the account does not have."""
+    try:
+        traffic_policy.check_secrets(account_id, "traffic_policy", data.get("traffic_policy"))
+    except errors.InvalidField as exc:
+        raise errors.InvalidCloudPolicy(exc.msg, details={"field": "traffic_policy"}) from None
+
+
 def create(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> store.Item:
+    check_secrets(account_id, data)
     put = {"Put": {"TableName": online._table(),
                    "Item": _endpoint_item(account_id, endpoint_id, data, 1),
                    "ConditionExpression": "attribute_not_exists(pk)"}}
@@ -376,6 +385,7 @@ def read(account_id: str, endpoint_id: str, what: str = "endpoint") -> store.Ite
 def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item:
     """Write ``data`` over ``old`` (as read): the endpoint conditioned on its version, the
     claim rewritten (same host) or moved (new host), in one transaction."""
+    check_secrets(account_id, data)
     version = int(old.version or 0)
     endpoint_id = old.sk
     put = {"Put": {"TableName": online._table(),

@@ -16,7 +16,8 @@ field lists of bodies a module parses itself.
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-from chalicelib import abuse_reports, api_keys, backends, bot_users, certificate_authorities
+from chalicelib import abuse_reports, api_keys, app_sessions, backends, bot_users
+from chalicelib import certificate_authorities, vaults
 from chalicelib import credentials, dns_check, edge_modules, endpoints, http_response_backends
 from chalicelib import https_edges, ip_policies, reserved_addrs, reserved_domains, rest
 from chalicelib import tcp_edges, tls_certificates, tunnel_sessions, tunnels
@@ -248,6 +249,24 @@ REGISTRY: Tuple[Entry, ...] = (
                    "update": "Update a cloud endpoint (only the fields sent; agent endpoints: "
                              "400)",
                    "delete": "Delete a cloud endpoint (agent endpoints: 400)"}),
+    # Vaults and secrets (traffic policies' ${secrets.get('vault', 'name')}: docs/IDENTITY.md)
+    Collection("/vaults", vaults.VAULT_OPS, "vault_id", "vault", "vault", "Vaults", "Vault"),
+    Collection("/vaults/{vault_id}/secrets", vaults.BY_VAULT_OPS, "secret_id", "vault_secret",
+               "secret of a vault", "Vaults", "Secret", plural="secrets_by_vault",
+               titles="secrets of a vault", ops=("list",)),
+    Collection("/vault_secrets", vaults.SECRET_OPS, "secret_id", "vault_secret", "vault secret",
+               "Vault secrets", "Secret"),
+    # People signed in through the openid-connect / oauth actions (written by the edge)
+    Collection("/app/sessions", app_sessions.SESSION_OPS, "app_session_id",
+               "application_session", "application session", "Application sessions",
+               "ApplicationSession", ops=("list", "get", "delete"), summaries={
+                   "get": "Get an application session",
+                   "delete": "Delete (revoke) an application session"}),
+    Collection("/app/users", app_sessions.USER_OPS, "app_user_id", "application_user",
+               "application user", "Application sessions", "ApplicationUser",
+               ops=("list", "get", "delete"), summaries={
+                   "get": "Get an application user",
+                   "delete": "Delete (revoke) an application user"}),
 )
 
 

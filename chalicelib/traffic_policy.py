@@ -28,7 +28,7 @@ from chalicelib.core.policy.document import (MAX_DOCUMENT_BYTES, MAX_RULES_PER_P
 from chalicelib.core import ip_rules
 
 __all__ = ["MAX_DOCUMENT_BYTES", "MAX_RULES_PER_PHASE", "PHASES", "check_document",
-           "check_ip_policies", "check_tcp_document"]
+           "check_ip_policies", "check_secrets", "check_tcp_document"]
 
 
 def check_document(field: str, text: Any, protocol: Optional[str] = None) -> str:
@@ -67,6 +67,7 @@ def check_ip_policies(account_id: str, field: str, text: Optional[str]) -> None:
     if not text:
         return
     from chalicelib.core.policy.engine import compile_policy
+    check_secrets(account_id, field, text)
     refs = compile_policy(text).ip_policy_refs
     if not refs:
         return
@@ -74,3 +75,25 @@ def check_ip_policies(account_id: str, field: str, text: Optional[str]) -> None:
     for path, ident in refs:
         if ident in missing:
             raise unknown_ip_policy(field, path, ident)
+
+
+def check_secrets(account_id: str, field: str, text: Optional[str]) -> None:
+    """A 400 naming ``field`` and the element when a (valid) document reads
+    ``${secrets.get('vault', 'name')}`` of a secret ``account_id`` does not have (at most
+    three GetItems per distinct secret named; nothing read for a document naming none).
+    Checked at write time only, as IP policies: a secret deleted later fails at the edge
+    (the value renders empty and the outcome records why)."""
+    if not text:
+        return
+    from chalicelib.core.policy.engine import compile_policy
+    refs = compile_policy(text).secret_refs
+    if not refs:
+        return
+    from chalicelib.core import vault_secrets
+    missing = vault_secrets.missing_of(account_id, [(v, n) for _, v, n in refs])
+    for path, vault, name in refs:
+        if (vault, name) in missing:
+            raise errors.InvalidField(
+                f"Field '{field}' is not a valid traffic policy at {path}: the secret "
+                f"'{name[:64]}' does not exist in a vault '{vault[:64]}' of this account",
+                details={"field": field})

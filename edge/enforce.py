@@ -5,7 +5,7 @@ Every module is translated into traffic policy rules, so one engine (chalicelib.
 enforces modules and policies alike (and the route modules of edges, which translate the same
 way). The rules run in the hosted service's module order, before the endpoint's own policy:
 
-    on_http_request:  IPRestriction, BasicAuth, WebhookVerification, UserAgentFilter,
+    on_http_request:  IPRestriction, BasicAuth, OAuth, OIDC, WebhookVerification, UserAgentFilter,
                       RequestHeaders, then the TrafficPolicy's rules
     on_http_response: ResponseHeaders, Compression, then the TrafficPolicy's rules
     on_tcp_connect:   IPRestriction, then the TrafficPolicy's rules
@@ -17,8 +17,11 @@ MutualTLSCA is enforced by the HTTPS listener's handshake (``edge.tls``), as the
 ``mutual_tls`` module of HTTPS edges. Options enforced elsewhere are taken out of the options
 before they reach this module (edge.agents): CircuitBreaker (``edge.breaker``),
 WebsocketTCPConverter (``edge.wstcp``), ProxyProto (``edge.proxyproto``), the CLI 2.x's
-``Auth`` string (turned into BasicAuth) and HostHeaderRewrite (``edge.legacy``). Options this
-edge cannot honour (OAuth, OIDC, SAML: an identity provider; hashed basic auth passwords), or
+``Auth`` string (turned into BasicAuth) and HostHeaderRewrite (``edge.legacy``). OAuth and OIDC
+become the ``oauth`` / ``openid-connect`` actions (:func:`identity_rules`, run by
+``edge.identity``), after BasicAuth. Options this edge cannot honour (SAML; OAuth or OIDC
+without the operator's own client id and secret, or with a sealed one; hashed basic auth
+passwords), or
 one of the former reaching here by another path, refuse the bind with ERR_NGROK_1602 naming
 them: never accepted and ignored.
 A TrafficPolicy the engine refuses is ERR_NGROK_2201 with the element it names, and so is
@@ -34,7 +37,7 @@ from chalicelib.core import binding, edge_errors, ip_rules
 from chalicelib.core.policy import Policy, PolicyError, compile_policy
 from chalicelib.core.policy import document as policy_document
 
-UNSUPPORTED_HTTP = ("OAuth", "OIDC", "SAML", "CircuitBreaker",
+UNSUPPORTED_HTTP = ("SAML", "CircuitBreaker",
                     "WebsocketTCPConverter", "HostHeaderRewrite", "ProxyProto", "Auth")
 UNSUPPORTED_TCP = ("ProxyProto",)
 
@@ -75,6 +78,43 @@ def ua_rule(module: Dict[str, Any]) -> Dict[str, Any]:
     expression = f"!({any_of(allow)})" if allow else any_of(deny)
     return {"name": "user agent filter", "expressions": [expression],
             "actions": [{"type": "deny", "config": {"status_code": 403}}]}
+
+
+def identity_rules(option: str, module: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The rules of an agent's ``OAuth`` (``provider``) or ``OIDC`` (``issuer_url``) option:
+    the sign-in action with the option's client id, secret and scopes, then, when the option
+    lists ``allow_emails`` or ``allow_domains``, a 403 for a signed-in visitor matching none
+    (case-insensitive, as the hosted module compares them)."""
+    if not isinstance(module, dict):
+        raise _refuse([option])
+    if module.get("sealed_client_secret"):
+        raise _refuse([f"{option} with a sealed client secret"])
+    if not module.get("client_id") or not module.get("client_secret"):
+        raise _refuse([f"{option} without client_id and client_secret (this edge has no "
+                       "managed OAuth applications)"])
+    kind = "oidc" if option == "OIDC" else "oauth"
+    config: Dict[str, Any] = {key: module[key] for key in ("client_id", "client_secret")
+                              if module.get(key)}
+    if module.get("scopes"):
+        config["scopes"] = [s for s in module["scopes"] if isinstance(s, str)]
+    if kind == "oidc":
+        config["issuer_url"] = module.get("issuer_url") or ""
+        action = {"type": "openid-connect", "config": config}
+    else:
+        config["provider"] = module.get("provider") or ""
+        action = {"type": "oauth", "config": config}
+    rules: List[Dict[str, Any]] = [{"name": f"{kind} sign-in", "actions": [action]}]
+    emails = [e.lower() for e in module.get("allow_emails") or [] if isinstance(e, str)]
+    domains = [d.lower().lstrip("@") for d in module.get("allow_domains") or []
+               if isinstance(d, str)]
+    if emails or domains:
+        email = f"actions.ngrok.{kind}.identity.email.lower()"
+        tests = [f"{email} == {_cel_string(e)}" for e in emails] + \
+            [f"{email}.endsWith({_cel_string('@' + d)})" for d in domains]
+        rules.append({"name": f"{kind} allowed emails",
+                      "expressions": [f"!({' || '.join(tests)})"],
+                      "actions": [{"type": "deny", "config": {"status_code": 403}}]})
+    return rules
 
 
 def header_actions(module: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -123,6 +163,10 @@ def _module_rules(opts: Dict[str, Any], kind: str) -> Dict[str, List[Dict[str, A
             creds.append(f"{cred.get('username', '')}:{cred['cleartext_password']}")
         add("on_http_request", "basic auth", [{"type": "basic-auth",
                                                "config": {"credentials": creds}}])
+    for option in ("OAuth", "OIDC"):   # sign-in: the openid-connect / oauth actions
+        if _is_set(opts.get(option)):
+            phases.setdefault("on_http_request", []).extend(
+                identity_rules(option, opts[option]))
     hook = opts.get("WebhookVerification")
     if _is_set(hook):
         if not hook.get("secret"):
@@ -207,6 +251,16 @@ async def check_ip_policies(edge: Any, account_id: str, enforcement: Optional[En
     """Refused (ERR_NGROK_2201 naming the element) when the policy names an IP policy the
     account does not have; one store read per named policy, at bind only."""
     policy = enforcement.policy if enforcement is not None else None
+    if policy is not None and policy.secret_refs:   # ${secrets.get(...)}: same refusal
+        from chalicelib.core import vault_secrets
+        missing_secrets = await edge.call(vault_secrets.missing_of, account_id,
+                                          [(v, n) for _, v, n in policy.secret_refs])
+        for path, vault, name in policy.secret_refs:
+            if (vault, name) in missing_secrets:
+                raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
+                                      f"Invalid traffic policy: {path}: the secret "
+                                      f"'{name[:64]}' does not exist in a vault "
+                                      f"'{vault[:64]}' of this account")
     if policy is None or not policy.ip_policy_ids:
         return
     missing = set(await edge.call(ip_rules.missing_of, account_id, list(policy.ip_policy_ids)))

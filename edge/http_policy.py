@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import edge_errors, policy as tp
-from edge import http1
+from edge import http1, identity, secrets
 from edge.edges import Hop, forward_refused
 from edge.http_io import BODY_TIMEOUT, Closed, answer, client_event, outcome_response, send
 from edge.http_routing import Route
@@ -146,6 +146,9 @@ async def run(edge: Any, scheme: str, client: Any, reader: Any, writer: Any, pee
         if route.enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
             conn.ip_policy_resolver = await edge.router.ip_policy_resolver(
                 endpoint.account_id, route.enforcement.policy)
+        conn.secret_resolver = None if not route.enforcement.policy.secret_refs else \
+            await secrets.resolver(edge, endpoint.account_id,
+                                   route.enforcement.policy)   # edge/secrets.py
         traffic = Traffic(route.enforcement.policy, conn, hop_request, scheme, host)
         verdict, prebuffered, target = await request_phase(
             edge.router, client, reader, writer, traffic, prebuffered, route.account_id)
@@ -216,6 +219,10 @@ async def request_phase(router: Any, client: Any, reader: Any, writer: Any, traf
             traffic.req.body_complete = len(body) <= out.max_body_bytes and \
                 isinstance(events[-1], http1.EndOfMessage)
             out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+        while out.kind == tp.IDENTITY:   # openid-connect / oauth sign-in (edge/identity.py)
+            answered = await identity.handle(traffic, out)
+            out = answered if answered is not None else traffic.policy.on_http_request(
+                traffic.conn, traffic.req, traffic.state)
         if out.kind != tp.FORWARD_INTERNAL:
             break
         target = await router.internal_target(account_id, out.url)
@@ -239,6 +246,8 @@ async def request_phase(router: Any, client: Any, reader: Any, writer: Any, traf
 def response_phase(traffic: Traffic, event: http1.Response) -> Any:
     """Run on_http_response on the agent's response head: the head to send, or the policy's
     own answer (a list of events), or Closed."""
+    if getattr(traffic, "set_cookies", None):   # a session refreshed (edge/identity.py)
+        event = identity.with_cookies(event, traffic)
     if not traffic.policy.has("on_http_response"):
         return event   # nothing to run: the response goes on as the agent sent it
     res = tp.Response(status_code=event.status_code,

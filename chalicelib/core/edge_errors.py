@@ -39,6 +39,9 @@ it). The API's own catalog is :mod:`chalicelib.core.errors`.
 | RATE_LIMITED               | ERR_NGROK_20000  | public | a rate-limit action refused the request (429)             |
 | INVALID_CIRCUIT_BREAKER    | ERR_NGROK_361    | agent  | a circuit breaker threshold outside 0..1                  |
 | CIRCUIT_BREAKER_TRIPPED    | ERR_NGROK_3202   | public | the endpoint's circuit breaker is open (503)              |
+| SIGNIN_STATE_MISSING       | ERR_NGROK_3120   | public | openid-connect/oauth callback without its pending login   |
+| SIGNIN_STATE_MISMATCH      | ERR_NGROK_3124   | public | the callback's state is not the pending login's (400)     |
+| SIGNIN_FAILED              | ERR_NGROK_3300   | public | the sign-in could not finish (provider, token, ID token)  |
 """
 
 AUTHTOKEN_MALFORMED = "ERR_NGROK_105"
@@ -73,3 +76,6 @@ JWKS_UNAVAILABLE = "ERR_NGROK_3403"
 RATE_LIMITED = "ERR_NGROK_20000"
 INVALID_CIRCUIT_BREAKER = "ERR_NGROK_361"
 CIRCUIT_BREAKER_TRIPPED = "ERR_NGROK_3202"
+SIGNIN_STATE_MISSING = "ERR_NGROK_3120"
+SIGNIN_STATE_MISMATCH = "ERR_NGROK_3124"
+SIGNIN_FAILED = "ERR_NGROK_3300"

@@ -38,6 +38,10 @@ PREFIXES = {
     "ip_policy_rule": "ipr",
     "operation": "op",
     "account": "acct",
+    "vault": "vault",
+    "vault_secret": "secret",
+    "app_user": "appusr",
+    "app_session": "appses",
     # online state written by the edge (chalicelib.core.online); the hosted API's prefixes
     "tunnel_session": "ts",
     "tunnel": "tn",

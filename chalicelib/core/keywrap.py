@@ -100,7 +100,9 @@ def key_file() -> str:
     return os.path.join(os.environ.get("DATA_DIR") or ".data", "tls-keys.secret")
 
 
-def _master_key(create: bool) -> bytes:
+def master_key(create: bool) -> bytes:
+    """The local master key (TLS_KEY_FILE), created on first use when ``create``; also the
+    root the edge derives its sign-in cookie keys from when EDGE_IDENTITY_KEY is unset."""
     path = key_file()
     if create and not os.path.exists(path):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -154,7 +156,7 @@ def seal(plaintext: bytes, context: Dict[str, str]) -> Dict[str, Any]:
                                                   "key_id": answer.get("KeyId", kms_id)}
     else:
         data_key = secrets.token_bytes(KEY_BYTES)
-        master = _master_key(create=True)
+        master = master_key(create=True)
         wrapped = {"local": encrypt(master, data_key, aad),
                    "key_id": hashlib.sha256(master).hexdigest()[:16]}
     return {"alg": ALG, "wrapped_key": wrapped, **encrypt(data_key, plaintext, aad)}
@@ -178,7 +180,7 @@ def open_sealed(sealed: Dict[str, Any], context: Dict[str, str]) -> bytes:
                 raise SealError("KMS refused the wrapped key (another context)") from None
             raise
     elif "local" in wrapped:
-        data_key = decrypt(_master_key(create=False), wrapped["local"], aad)
+        data_key = decrypt(master_key(create=False), wrapped["local"], aad)
     else:
         raise SealError("the sealed secret names no key")
     return decrypt(data_key, sealed, aad)

@@ -101,8 +101,9 @@ def test_compression_module_gzips_the_response(edge, account, agents):
 
 
 @pytest.mark.parametrize("options, named", [
+    # no client id and secret: the hosted service's managed OAuth applications (none here);
+    # with them the option becomes the oauth action (tests/edge/test_identity.py)
     ({"oauth": ["google"]}, "OAuth"),
-    ({"oidc": ["https://issuer.example", "client", "secret"]}, "OIDC"),
 ])
 def test_options_the_edge_cannot_honour_refuse_the_bind(edge, account, agents, options, named):
     message = _refusal(_serve(edge, account, agents, options), "bind")

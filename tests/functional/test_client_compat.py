@@ -13,8 +13,9 @@ stack (scripts/serve.py over HTTP) with a recipe that checks its result:
   offers as traffic policy actions, not as sub-resources: docs/TESTING.md) skip each method,
   with the reason, and fail if the app ever routes one.
 
-Resources of the client outside the table (TLS edges, SSH, vaults, event streams, …) are not
-part of this service.
+Resources of the client outside the table (TLS edges, SSH, event streams, …) are not part of
+this service; vaults and secrets are, tested through this client in tests/functional/
+test_vaults.py.
 """
 import inspect
 import json

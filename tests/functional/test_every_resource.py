@@ -108,6 +108,12 @@ RESOURCES = [
     Resource("endpoint", "ep", "endpoints", _simple("/endpoints", lambda: {
         "url": f"https://e{_n()}-{uuid.uuid4().hex[:12]}.tunnels.localhost", "type": "cloud",
         "traffic_policy": ""})),
+    Resource("vault", "vault", "vaults", _simple("/vaults", lambda: {"name": f"v{_n()}"}),
+             modules=("secrets",)),
+    Resource("vault_secret", "secret", "secrets", lambda caller: (
+        "/vault_secrets", caller.post("/vault_secrets", {
+            "name": f"s{_n()}", "value": "v",
+            "vault_id": caller.post("/vaults", {"name": f"v{_n()}"}).json["id"]}).json)),
     Resource("abuse_report", "abrp", None,
              _simple("/abuse_reports", lambda: {"urls": ["https://bad.example.com/x"]}),
              patch={}, listed=False, reporter=True),
@@ -121,7 +127,10 @@ PENDING_MODULES: set = set()
 # Online state the edge writes (no create route): only their id rules are checked here; their
 # lists and contents are the edge suite's (tests/edge).
 ONLINE = {"/tunnels": ("tunnels", []),
-          "/tunnel_sessions": ("tunnel_sessions", ["restart", "stop", "update"])}
+          "/tunnel_sessions": ("tunnel_sessions", ["restart", "stop", "update"]),
+          # written by the edge at sign-in (tests/edge/test_identity.py)
+          "/app/sessions": ("application_sessions", []),
+          "/app/users": ("application_users", [])}
 LISTED = [r for r in RESOURCES if r.listed]
 DOCUMENT = openapi.build(app)
 

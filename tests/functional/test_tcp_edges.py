@@ -404,8 +404,10 @@ def test_policy_and_traffic_policy_together_return_400(account):
     assert resp.status == 400 and resp.json["details"]["field"] == "policy"
 
 @pytest.mark.parametrize("policy_doc, element, words", [
+    ({"on_tcp_connect": [{"actions": [{"type": "saml"}]}]},
+     "on_tcp_connect[0].actions[0].type", "'saml' is not supported"),
     ({"on_tcp_connect": [{"actions": [{"type": "oauth"}]}]},
-     "on_tcp_connect[0].actions[0].type", "'oauth' is not supported"),
+     "on_tcp_connect[0].actions[0].type", "cannot run in on_tcp_connect"),
     ({"on_tcp_connect": [{"expressions": ["conn.nope == 1"], "actions": [{"type": "deny"}]}]},
      "on_tcp_connect[0].expressions[0]", "conn.nope"),
     ({"on_tcp_connect": [{"expressions": ["conn.client_ip =="],

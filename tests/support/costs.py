@@ -241,6 +241,25 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
                  lambda: admin.post("/abuse_reports", {"urls": ["https://bad.example.net/"]}),
                  201)["id"]
     run("GET /abuse_reports/{report_id}", lambda: admin.get(f"/abuse_reports/{report}"), 200)
+
+    # vaults and secrets (chalicelib/vaults.py)
+    vault = crud("/vaults", "vault_id", {"name": "costs"}, {"description": "v"}, delete=False)
+    crud("/vault_secrets", "secret_id", {"name": "s", "value": "v", "vault_id": vault},
+         {"value": "w"})
+    run("GET /vaults/{vault_id}/secrets", lambda: admin.get(f"/vaults/{vault}/secrets"), 200)
+    run("DELETE /vaults/{vault_id}", lambda: admin.delete(f"/vaults/{vault}"), 204)
+    # sign-ins as the edge records them (chalicelib.core.app_sessions), then their views
+    import time as _time
+    from chalicelib.core import app_sessions
+    session_id, user_id = app_sessions.record_signin(
+        account.id, "ep_x", "https://costs.tunnels.localhost", ("idp", "https://idp.test"),
+        {"sub": "u1", "em": "a@x.test", "nm": "A"}, "ua", "127.0.0.1", _time.time(),
+        _time.time() + 60)
+    for path, rid in (("/app/sessions", session_id), ("/app/users", user_id)):
+        param = "app_session_id" if "sessions" in path else "app_user_id"
+        run(f"GET {path}", lambda: admin.get(path), 200)
+        run(f"GET {path}/{{{param}}}", lambda: admin.get(f"{path}/{rid}"), 200)
+        run(f"DELETE {path}/{{{param}}}", lambda: admin.delete(f"{path}/{rid}"), 204)
     return rows
 
 

@@ -52,8 +52,8 @@ def test_sealed_secrets_open_only_with_their_context_and_key(key_file):
 
 
 def test_two_processes_creating_the_key_file_agree(key_file):
-    first = keywrap._master_key(create=True)
-    assert keywrap._master_key(create=True) == first
+    first = keywrap.master_key(create=True)
+    assert keywrap.master_key(create=True) == first
     assert [p.name for p in key_file.parent.iterdir()] == [key_file.name]   # no temp left
 
 

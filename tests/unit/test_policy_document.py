@@ -119,7 +119,7 @@ def test_bad_shapes_are_refused_naming_the_element(doc, path, words):
     assert error.path == path and words in error.message
 
 
-@pytest.mark.parametrize("kind", ["oauth", "oidc", "saml", "http-request", "circuit-breaker",
+@pytest.mark.parametrize("kind", ["oidc", "saml", "http-request", "circuit-breaker",
                                   "owasp-crs-request", "terminate-tls",
                                   "request-body-find-replace"])
 def test_documented_actions_this_service_does_not_run_are_refused_by_name(kind):

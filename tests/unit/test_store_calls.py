@@ -112,6 +112,21 @@ EXPECTED_VIEW_CALLS = {
     "DELETE /endpoints/{endpoint_id}": 2,
     "POST /tunnel_sessions/{session_id}/stop": 2, "POST /tunnel_sessions/{session_id}/restart": 2,
     "POST /tunnel_sessions/{session_id}/update": 1,
+    # vaults and secrets (chalicelib/vaults.py): a secret renders its vault's name (1 GetItem;
+    # a list page: 1 BatchGetItem of the page's vaults); creating a secret reads its vault
+    # first; PATCH and DELETE of a secret read it first (its name claim, its vault); a vault's
+    # delete reads it (its name claim); its secrets are one Query of the account's secrets
+    "POST /vaults": 1, "GET /vaults": 1, "GET /vaults/{vault_id}": 1,
+    "PATCH /vaults/{vault_id}": 1, "DELETE /vaults/{vault_id}": 2,
+    "GET /vaults/{vault_id}/secrets": 2,
+    "POST /vault_secrets": 2, "GET /vault_secrets": 2, "GET /vault_secrets/{secret_id}": 2,
+    "PATCH /vault_secrets/{secret_id}": 3, "DELETE /vault_secrets/{secret_id}": 2,
+    # sign-ins (chalicelib/app_sessions.py): a user's delete reads the user and the account's
+    # sessions (the user's to delete with it), then one transaction
+    "GET /app/sessions": 1, "GET /app/sessions/{app_session_id}": 1,
+    "DELETE /app/sessions/{app_session_id}": 1,
+    "GET /app/users": 1, "GET /app/users/{app_user_id}": 1,
+    "DELETE /app/users/{app_user_id}": 3,
 }
 
 

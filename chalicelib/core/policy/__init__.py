@@ -71,7 +71,7 @@ _EXPORTS = {
     "Conn": "model", "Endpoint": "model", "IpPolicyResolver": "model", "Request": "model",
     "Response": "model",
     "CLOSE": "outcome", "CONTINUE": "outcome", "FORWARD_INTERNAL": "outcome",
-    "NEED_BODY": "outcome", "RESPOND": "outcome", "Outcome": "outcome",
+    "NEED_BODY": "outcome", "IDENTITY": "outcome", "RESPOND": "outcome", "Outcome": "outcome",
 }
 __all__ = sorted(_EXPORTS)
 

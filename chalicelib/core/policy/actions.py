@@ -46,7 +46,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import re2
 
 from chalicelib.core import edge_errors
-from chalicelib.core.policy import celenv, jwks, ratelimit
+from chalicelib.core.policy import celenv, identity, jwks, ratelimit
 from chalicelib.core.policy.document import PolicyError
 from chalicelib.core.policy.outcome import (CLOSE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Outcome)
 from chalicelib.core.policy.template import Template
@@ -59,7 +59,7 @@ _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
 
 # Documented by the hosted service, not run here: refused at creation, by name.
-UNSUPPORTED = ("ai-gateway", "circuit-breaker", "http-request", "oauth", "openid-connect",
+UNSUPPORTED = ("ai-gateway", "circuit-breaker", "http-request",
                "oidc", "owasp-crs-request", "owasp-crs-response", "request-body-find-replace",
                "response-body-find-replace", "saml", "sse-find-replace", "terminate-tls")
 
@@ -1102,7 +1102,7 @@ def check_internal_url(url: str, where: str) -> None:
 ACTIONS = {cls.type: cls for cls in (
     AddHeaders, RemoveHeaders, CustomResponse, Deny, CloseConnection, Redirect, UrlRewrite,
     RestrictIps, RateLimit, BasicAuth, VerifyWebhook, JwtValidation, CompressResponse, SetVars,
-    Log, ForwardInternal)}
+    Log, ForwardInternal) + identity.build_classes(Action)}
 
 
 def build(action: dict, where: str, phase: str) -> Action:

@@ -205,6 +205,11 @@ ACTION_VARIABLES: Dict[str, Tuple[Dict[str, Any], Tuple[str, ...]]] = {
     "compress": ({"already_compressed": BOOL, "negotiated_algorithm": STR},
                  ("on_http_response",)),
     "log": ({"metadata": DYN_MAP}, PHASES),
+    # openid-connect and oauth (chalicelib.core.policy.identity, edge/identity.py)
+    "oidc": ({"identity.email": STR, "identity.name": STR, "identity.provider_user_id": STR,
+              "identity.session_id": STR, **_ERR}, ("on_http_request",)),
+    "oauth": ({"identity.email": STR, "identity.name": STR, "identity.provider_user_id": STR,
+               "identity.session_id": STR, **_ERR}, ("on_http_request",)),
 }
 ZERO = {id(STR): "", id(INT): 0, id(BOOL): False}
 
@@ -331,6 +336,16 @@ def _traffic() -> Traffic:
     return _current.traffic
 
 
+def _secret(vault: str, name: str) -> str:
+    """``secrets.get(vault, name)``: a vault secret of the endpoint's account, through the
+    run's resolver (chalicelib.core.policy.secrets); an error when none answers."""
+    resolver = getattr(_traffic().conn, "secret_resolver", None)
+    value = resolver(vault, name) if resolver is not None else None
+    if value is None:
+        raise ValueError(f"no secret '{name[:64]}' in vault '{vault[:64]}'")
+    return value
+
+
 def _req_header(name: str) -> List[str]:
     return list(_traffic().req.get_header(name))
 
@@ -401,6 +416,8 @@ def _functions(phase: str) -> List[Any]:
         decl("basic_auth.encode", [_overload(
             "basic_auth_encode_string_string", STR, [STR, STR],
             lambda u, p: base64.b64encode(f"{u}:{p}".encode()).decode())]),
+        decl("secrets.get", [_overload("secrets_get_string_string", STR, [STR, STR],
+                                       _secret)]),
         decl("rand.double", [_overload("rand_double", T.DOUBLE, [], random.random)]),
         decl("rand.int", [_overload("rand_int_int_int", INT, [INT, INT],
                                     lambda a, b: random.randint(min(a, b), max(a, b)))]),

@@ -7,10 +7,10 @@ from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from chalicelib.core.policy import actions as actions_mod
-from chalicelib.core.policy import celenv, document
+from chalicelib.core.policy import celenv, document, secrets
 from chalicelib.core.policy.document import PHASES, PolicyError
 from chalicelib.core.policy.model import Conn, Request, Response
-from chalicelib.core.policy.outcome import (FORWARD_INTERNAL, NEED_BODY, Outcome)
+from chalicelib.core.policy.outcome import (FORWARD_INTERNAL, IDENTITY, NEED_BODY, Outcome)
 
 CACHE_SIZE = 256
 HTTP_PHASES = PHASES[1:]
@@ -47,6 +47,9 @@ class Policy:
         # Every restrict-ips ``ip_policies`` entry as (its path in the document, the id): the
         # API checks them against the account, the edge resolves ``ip_policy_ids`` per run.
         self.ip_policy_refs: List[Tuple[str, str]] = []
+        # Every literal ${secrets.get('vault', 'name')} as (path, vault, name): the API checks
+        # them against the account, the edge resolves them per run (conn.secret_resolver).
+        self.secret_refs: List[Tuple[str, str, str]] = []
         for phase in PHASES:
             compiled = []
             for index, rule in document.rules(doc, phase):
@@ -62,6 +65,8 @@ class Policy:
                 for a_index, action in enumerate(rule["actions"]):
                     a_where = f"{where}.actions[{a_index}]"
                     act = actions_mod.build(action, a_where, phase)
+                    self.secret_refs.extend(secrets.refs_in(action.get("config"),
+                                                            f"{a_where}.config"))
                     if isinstance(act, actions_mod.RateLimit):
                         act.scope = f"{digest}:{a_where}:{act.name}"
                     if isinstance(act, actions_mod.RestrictIps):
@@ -115,8 +120,9 @@ class Policy:
         if resume is not None:
             start_rule, start_action, reason = resume
             skip_expressions = True
-            if reason == FORWARD_INTERNAL:
-                start_action += 1   # the forward failed and on_error is continue: go on after
+            if reason in (FORWARD_INTERNAL, IDENTITY):
+                start_action += 1   # the forward failed and on_error is continue, or the
+                # visitor is signed in (edge/identity.py): go on after the action
         for r_index in range(start_rule, len(rules)):
             rule = rules[r_index]
             first_action = 0
@@ -133,6 +139,8 @@ class Policy:
                 result.compressor = outcome.compressor
                 if result.kind == NEED_BODY:
                     state.resume[phase] = (r_index, a_index, NEED_BODY)
+                elif result.kind == IDENTITY:
+                    state.resume[phase] = (r_index, a_index, IDENTITY)
                 elif result.kind == FORWARD_INTERNAL and result.on_error == "continue":
                     state.resume[phase] = (r_index, a_index, FORWARD_INTERNAL)
                 return result

@@ -58,6 +58,10 @@ class Conn:
     # How restrict-ips resolves ``ip_policies`` for this traffic (called with
     # ``endpoint.account_id``); None: nothing resolves, such actions deny (fail closed).
     ip_policy_resolver: Optional[IpPolicyResolver] = None
+    # How ``secrets.get(vault, name)`` reads a vault secret of ``endpoint.account_id``: the
+    # value, or None when the account has no such secret (the call then fails). None: no
+    # secret resolves (the edge sets it for policies that name secrets, edge/secrets.py).
+    secret_resolver: Optional[Callable[[str, str], Optional[str]]] = None
 
 
 @functools.lru_cache(maxsize=4096)   # header names repeat from request to request

@@ -7,6 +7,7 @@ RESPOND = "respond"                # answer with status_code, headers, body; ups
 CLOSE = "close"                    # close the connection without an answer
 FORWARD_INTERNAL = "forward_internal"  # send the traffic to the internal endpoint ``url``
 NEED_BODY = "need_body"            # read up to max_body_bytes of request body, call again
+IDENTITY = "identity"              # a sign-in action (edge/identity.py): answer or resume
 
 
 @dataclass
@@ -21,3 +22,4 @@ class Outcome:
     compressor: Optional[Any] = None
     logs: List[Dict[str, Any]] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
+    identity: Optional[Any] = None   # IDENTITY: (the action, its rendered fields)

@@ -1,6 +1,6 @@
 // An agent program on the official JavaScript SDK (@ngrok/ngrok), run by tests/edge/test_node_sdk.py.
 // argv[2]: JSON {authtoken, server_addr, root_cas, domain?, traffic_policy?, pooling_enabled?,
-// name? (answered as `agent`)}. Prints one JSON line
+// name? (answered as `agent`), options? (more forward() options)}. Prints one JSON line
 // ({url} or {error, code}), then {status} whenever the session is lost ('closed') or back
 // ('connected'), and serves until stdin closes.
 const ngrok = require('@ngrok/ngrok');
@@ -17,6 +17,7 @@ const server = http.createServer((req, res) => {
       server_addr: cfg.server_addr, root_cas: cfg.root_cas,
       domain: cfg.domain, traffic_policy: cfg.traffic_policy,
       onStatusChange: (status) => console.log(JSON.stringify({ status })),
+      ...(cfg.options || {}),   // any other forward() option (oidc_issuer_url, ...)
     });
     console.log(JSON.stringify({ url: listener.url() }));
   } catch (e) {

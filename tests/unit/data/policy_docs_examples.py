@@ -290,7 +290,7 @@ on_http_request:
       - type: oauth
         config:
           provider: google
-""", "on_http_request[0].actions[0].type", "not supported"),
+""", "on_http_request[0].actions[0].config.client_id", "no managed OAuth applications"),
     (f"{DOCS}/examples/add-and-remove-headers/", """
 on_http_request:
 - actions:
