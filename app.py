@@ -13,6 +13,7 @@ from chalicelib import abuse_reports, api_keys, bot_users, credentials, reserved
 from chalicelib import http_response_backends, https_edges, ip_policies, tcp_edges
 from chalicelib import dns_check, endpoints, tunnel_sessions, tunnels
 from chalicelib import backends, certificate_authorities, reserved_addrs, tls_certificates
+from chalicelib import event_routes
 
 app = Chalice(app_name="tunnel-service")
 app.log.setLevel(logging.INFO)
@@ -106,6 +107,8 @@ rest.actions(route, "/tunnel_sessions/{session_id}", tunnel_sessions.ACTIONS,
              owner="tunnel_session")
 rest.collection(route, "/tunnels", tunnels, "tunnel_id", name="tunnel", ops=("list", "get"))
 rest.collection(route, "/endpoints", endpoints, "endpoint_id", name="endpoint")
+# Event destinations and subscriptions (chalicelib/event_routes.py registers them)
+event_routes.register(route)
 
 
 # ---- docs ----------------------------------------------------------------------------------

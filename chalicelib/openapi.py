@@ -217,6 +217,11 @@ def _schemas() -> Dict[str, Schema]:
     }
 
 
+def _event_schemas() -> Dict[str, Schema]:
+    from chalicelib import openapi_events
+    return openapi_events.schemas()
+
+
 # ---- the operation table -----------------------------------------------------------------
 @dataclass(frozen=True)
 class Op:
@@ -424,6 +429,8 @@ def _operations() -> Dict[Tuple[str, str], Op]:
         ops.update(_crud(path, f"{path}/{{backend_id}}", name[0].upper() + name[1:] + "s",
                          schema, "backends", "backends", kind, create=fields, update=fields,
                          name=name))
+    from chalicelib import openapi_events   # event destinations, subscriptions, sources
+    ops.update(openapi_events.operations())
     return ops
 
 
@@ -652,7 +659,7 @@ def build(app: Any) -> Dict[str, Any]:
             "responses": {f"E{status}": {"description": description,
                                          "content": error_content}
                           for status, description in _ERROR_STATUSES.items()},
-            "schemas": _schemas(),
+            "schemas": {**_schemas(), **_event_schemas()},
         },
     }
 

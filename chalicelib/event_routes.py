@@ -1,0 +1,43 @@
+"""The routes of event destinations, subscriptions and their sources (one call in app.py).
+
+``/event_destinations`` and ``/event_subscriptions`` are collections (chalicelib.rest);
+``/event_subscriptions/{subscription_id}/sources`` and ``…/sources/{type}`` are the hosted
+API's event sources: POST (201), GET (list: ``{"sources": […], "uri"}``), GET/PATCH one
+(the source), DELETE one (204).
+"""
+from typing import Any, Callable
+
+from chalicelib import event_destinations, event_subscriptions, rest, web
+
+SOURCES = "/event_subscriptions/{subscription_id}/sources"
+
+
+def register(route: Callable[..., Any]) -> None:
+    rest.collection(route, "/event_destinations", event_destinations, "destination_id",
+                    name="event_destination")
+    rest.collection(route, "/event_subscriptions", event_subscriptions, "subscription_id",
+                    name="event_subscription")
+
+    @route(SOURCES, ["POST"], name="create_event_source")
+    def create_event_source(subscription_id):
+        c = web.ctx()
+        return rest.idempotent_create(c, lambda: event_subscriptions.create_source(
+            c, subscription_id, web.body(event_subscriptions.SOURCE_FIELDS)))
+
+    @route(SOURCES, ["GET"], name="list_event_sources")
+    def list_event_sources(subscription_id):
+        return event_subscriptions.list_sources(web.ctx(), subscription_id)
+
+    @route(SOURCES + "/{type}", ["GET"], name="get_event_source")
+    def get_event_source(subscription_id, type):
+        return event_subscriptions.get_source(web.ctx(), subscription_id, type)
+
+    @route(SOURCES + "/{type}", ["PATCH"], name="update_event_source")
+    def update_event_source(subscription_id, type):
+        web.body([])   # a source has no field to change but its type (in the path)
+        return event_subscriptions.get_source(web.ctx(), subscription_id, type)
+
+    @route(SOURCES + "/{type}", ["DELETE"], name="delete_event_source")
+    def delete_event_source(subscription_id, type):
+        event_subscriptions.delete_source(web.ctx(), subscription_id, type)
+        return web.no_content()
