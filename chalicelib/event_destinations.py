@@ -20,7 +20,7 @@ chalicelib.core.event_targets):
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib import validation, web
-from chalicelib.core import errors, event_targets, ids, keywrap, store
+from chalicelib.core import errors, event_targets, ids, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -43,34 +43,12 @@ CREATE_FIELDS = [DESCRIPTION, METADATA, FORMAT, Field("target", "object", requir
 UPDATE_FIELDS = [DESCRIPTION, METADATA, FORMAT, TARGET]
 
 
-def _context(account_id: str, destination_id: str) -> Dict[str, str]:
-    return {"account": account_id, "event_destination": destination_id}
-
-
 def _sealed(account_id: str, destination_id: str, target: Dict[str, Any]) -> Dict[str, Any]:
     """The target as stored: a creds secret sealed (``aws_secret_access_key_sealed``)."""
-    kind = event_targets.kind_of(target)
-    auth = target[kind]["auth"]
-    creds = auth.get("creds")
-    if creds is None or "aws_secret_access_key_sealed" in creds:
-        return target
-    sealed = keywrap.seal(creds["aws_secret_access_key"].encode("utf-8"),
-                          _context(account_id, destination_id))
-    return {kind: {**target[kind], "auth": {"creds": {
-        "aws_access_key_id": creds["aws_access_key_id"],
-        "aws_secret_access_key_sealed": sealed}}}}
+    return event_targets.seal_target(account_id, destination_id, target)
 
 
-def open_target(account_id: str, destination_id: str, target: Dict[str, Any]) -> Dict[str, Any]:
-    """A stored target with its secret in clear (what the edge's delivery worker uses)."""
-    kind = event_targets.kind_of(target)
-    creds = target[kind]["auth"].get("creds")
-    if creds is None or "aws_secret_access_key_sealed" not in creds:
-        return target
-    secret = keywrap.open_sealed(creds["aws_secret_access_key_sealed"],
-                                 _context(account_id, destination_id)).decode("utf-8")
-    return {kind: {**target[kind], "auth": {"creds": {
-        "aws_access_key_id": creds["aws_access_key_id"], "aws_secret_access_key": secret}}}}
+open_target = event_targets.open_target
 
 
 def render(c: Ctx, item: store.Item) -> Dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from chalicelib.core import edge_errors, ids, policy as tp
 from edge import breaker, challenges, http1, wstcp
+from edge import observe   # traffic events, metrics and the inspector (edge/events.py)
 from edge.connections import connection_handler
 from edge.edges import Hop, forward_refused
 from edge.h2leg import H2Leg
@@ -258,7 +259,8 @@ class HttpFront:
         if ticket is None:   # at a cap with no waiting connection to make room: refused
             writer.transport.abort()
             return
-        client = self.client_connection(reader)
+        client = observe.tap(self.client_connection(reader), self.edge, peer, writer,
+                             self.scheme)
         leg: Optional[_Leg] = self.idle_leg()
         conns: Dict[Any, Any] = {}   # endpoint -> tp.Conn, built once per connection
         first = True
@@ -305,6 +307,7 @@ class HttpFront:
                     tunnel, fixed, enforcement = routed.tunnel, routed.fixed, routed.enforcement
                     endpoint = routed.hop
                     cloud, account_id = routed.cloud, routed.account_id
+                observe.routed(client, endpoint, cloud)
                 traffic, prebuffered = None, []
                 hop_request, forwards = request, 0
                 while enforcement is not None and enforcement.policy is not None:
@@ -318,6 +321,7 @@ class HttpFront:
                         conn.ip_policy_resolver = await self.edge.router.ip_policy_resolver(
                             endpoint.account_id, enforcement.policy)
                     traffic = _Traffic(enforcement.policy, conn, hop_request, self.scheme, host)
+                    observe.policy(client, traffic)
                     verdict, prebuffered, target = await self._request_phase(
                         client, reader, writer, traffic, host, prebuffered, account_id)
                     if verdict in ("next", "proxy"):

@@ -14,7 +14,7 @@ exactly one of ``role`` (``role_arn``: AssumeRole) or ``creds`` (``aws_access_ke
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib.core import errors
+from chalicelib.core import errors, keywrap
 
 COLLECTION_DESTINATION = "event_destination"
 COLLECTION_SUBSCRIPTION = "event_subscription"
@@ -186,3 +186,32 @@ def check_sources(name: str, value: Any) -> List[str]:
             raise _bad(where, f"repeats the type '{kind}'")
         types.append(kind)
     return types
+
+
+def _context(account_id: str, destination_id: str) -> Dict[str, str]:
+    return {"account": account_id, "event_destination": destination_id}
+
+
+def seal_target(account_id: str, destination_id: str, target: Dict[str, Any]) -> Dict[str, Any]:
+    """The target as stored: a creds secret sealed (``aws_secret_access_key_sealed``)."""
+    kind = kind_of(target)
+    creds = target[kind]["auth"].get("creds")
+    if creds is None or "aws_secret_access_key_sealed" in creds:
+        return target
+    sealed = keywrap.seal(creds["aws_secret_access_key"].encode("utf-8"),
+                          _context(account_id, destination_id))
+    return {kind: {**target[kind], "auth": {"creds": {
+        "aws_access_key_id": creds["aws_access_key_id"],
+        "aws_secret_access_key_sealed": sealed}}}}
+
+
+def open_target(account_id: str, destination_id: str, target: Dict[str, Any]) -> Dict[str, Any]:
+    """A stored target with its secret in clear (what the edge's delivery worker uses)."""
+    kind = kind_of(target)
+    creds = target[kind]["auth"].get("creds")
+    if creds is None or "aws_secret_access_key_sealed" not in creds:
+        return target
+    secret = keywrap.open_sealed(creds["aws_secret_access_key_sealed"],
+                                 _context(account_id, destination_id)).decode("utf-8")
+    return {kind: {**target[kind], "auth": {"creds": {
+        "aws_access_key_id": creds["aws_access_key_id"], "aws_secret_access_key": secret}}}}
