@@ -4,7 +4,6 @@ boto3 from moto's server (a process) as Kinesis records, CloudWatch Logs events 
 objects; a destination that refuses does not change a request's status; /metrics parses and
 moves with traffic."""
 import json
-import os
 import socket
 import subprocess
 import sys
