@@ -1,4 +1,5 @@
-"""The routes of event destinations, subscriptions and their sources (one call in app.py).
+"""The routes of event destinations, subscriptions and their sources, and of the traffic
+inspector (chalicelib/captured_requests.py): one call in app.py.
 
 ``/event_destinations`` and ``/event_subscriptions`` are collections (chalicelib.rest);
 ``/event_subscriptions/{subscription_id}/sources`` and ``…/sources/{type}`` are the hosted
@@ -7,9 +8,10 @@ API's event sources: POST (201), GET (list: ``{"sources": […], "uri"}``), GET/
 """
 from typing import Any, Callable
 
-from chalicelib import event_destinations, event_subscriptions, rest, web
+from chalicelib import captured_requests, event_destinations, event_subscriptions, rest, web
 
 SOURCES = "/event_subscriptions/{subscription_id}/sources"
+CAPTURED = "/endpoints/{endpoint_id}/captured_requests"
 
 
 def register(route: Callable[..., Any]) -> None:
@@ -41,3 +43,26 @@ def register(route: Callable[..., Any]) -> None:
     def delete_event_source(subscription_id, type):
         event_subscriptions.delete_source(web.ctx(), subscription_id, type)
         return web.no_content()
+
+    @route(CAPTURED, ["GET"], query=("limit", "before_id", "beforeId"),
+           name="list_captured_requests")
+    def list_captured_requests(endpoint_id):
+        return captured_requests.list_page(web.ctx(), endpoint_id)
+
+    @route(CAPTURED + "/{request_id}", ["GET"], name="get_captured_request")
+    def get_captured_request(endpoint_id, request_id):
+        return captured_requests.get(web.ctx(), endpoint_id, request_id)
+
+    @route(CAPTURED + "/{request_id}/replay", ["POST"], name="replay_captured_request")
+    def replay_captured_request(endpoint_id, request_id):
+        web.body([])
+        return captured_requests.replay(web.ctx(), endpoint_id, request_id)
+
+    @route("/endpoints/{endpoint_id}/capture", ["GET"], name="get_endpoint_capture")
+    def get_endpoint_capture(endpoint_id):
+        return captured_requests.get_settings(web.ctx(), endpoint_id)
+
+    @route("/endpoints/{endpoint_id}/capture", ["PUT"], name="replace_endpoint_capture")
+    def replace_endpoint_capture(endpoint_id):
+        return captured_requests.put_settings(web.ctx(), endpoint_id,
+                                              web.body(captured_requests.SETTINGS_FIELDS))

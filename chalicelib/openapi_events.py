@@ -26,6 +26,23 @@ def schemas() -> Dict[str, Schema]:
         "EventSource": _obj({"type": STR, "uri": URI}),
         "EventSourceList": _obj({"sources": {"type": "array", "items": _ref("EventSource")},
                                  "uri": URI}),
+        "CapturedRequest": _obj({
+            "id": STR, "uri": URI, "endpoint_id": STR, "endpoint_url": STR, "start": STR,
+            "duration_ms": {"type": "number"}, "method": STR, "target": STR, "host": STR,
+            "proto": STR, "http_version": STR, "client_addr": STR,
+            "status_code": {"type": "integer"},
+            "request_headers": {"type": "object", "additionalProperties": {
+                "type": "array", "items": STR}},
+            "response_headers": {"type": "object", "additionalProperties": {
+                "type": "array", "items": STR}},
+            "request_body_size": {"type": "integer"}, "response_body_size": {"type": "integer"},
+            "bodies_captured": {"type": "boolean"}, "request_body": _nullable(STR),
+            "response_body": _nullable(STR), "request_body_truncated": {"type": "boolean"},
+            "response_body_truncated": {"type": "boolean"}},
+            "a request the edge captured (traffic inspector); bodies base64"),
+        "CaptureSetting": _obj({"capture_bodies": {"type": "boolean"}, "uri": URI}),
+        "ReplayResult": _obj({"status_code": {"type": "integer"},
+                              "duration_ms": {"type": "number"}}),
         "EventSubscription": _obj({**_common("event_subscription"),
                                    "sources": {"type": "array", "items": _ref("EventSource")},
                                    "destinations": {"type": "array", "items": _ref("Ref")}}),
@@ -56,4 +73,18 @@ def operations() -> Dict[Tuple[str, str], Any]:
                                              tag, "EventSource")
     ops[("DELETE", sources + "/{type}")] = Op("Remove an event type from the subscription",
                                               tag, None, 204)
+    captured = "/endpoints/{endpoint_id}/captured_requests"
+    tag = "Traffic inspector"
+    ops[("GET", captured)] = Op("List the endpoint's captured requests, newest first", tag,
+                                "CapturedRequest", list_key="captured_requests",
+                                list_prefix="req")
+    ops[("GET", captured + "/{request_id}")] = Op("Get a captured request", tag,
+                                                  "CapturedRequest")
+    ops[("POST", captured + "/{request_id}/replay")] = Op(
+        "Replay a captured request through the edge", tag, "ReplayResult")
+    ops[("GET", "/endpoints/{endpoint_id}/capture")] = Op(
+        "Get the endpoint's capture setting", tag, "CaptureSetting")
+    ops[("PUT", "/endpoints/{endpoint_id}/capture")] = Op(
+        "Set whether the edge captures the endpoint's bodies", tag, "CaptureSetting",
+        fields="captured_requests:SETTINGS_FIELDS")
     return ops
