@@ -23,6 +23,7 @@ def register(route: Callable[..., Any]) -> None:
     @route(SOURCES, ["POST"], name="create_event_source")
     def create_event_source(subscription_id):
         c = web.ctx()
+        event_subscriptions.get_item(c.account_id, subscription_id)   # 404 before the body
         return rest.idempotent_create(c, lambda: event_subscriptions.create_source(
             c, subscription_id, web.body(event_subscriptions.SOURCE_FIELDS)))
 
