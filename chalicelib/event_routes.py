@@ -22,10 +22,9 @@ def register(route: Callable[..., Any]) -> None:
 
     @route(SOURCES, ["POST"], name="create_event_source")
     def create_event_source(subscription_id):
-        c = web.ctx()
-        event_subscriptions.get_item(c.account_id, subscription_id)   # 404 before the body
+        c = web.ctx()   # the body is read after the subscription: another account's is a 404
         return rest.idempotent_create(c, lambda: event_subscriptions.create_source(
-            c, subscription_id, web.body(event_subscriptions.SOURCE_FIELDS)))
+            c, subscription_id, lambda: web.body(event_subscriptions.SOURCE_FIELDS)))
 
     @route(SOURCES, ["GET"], name="list_event_sources")
     def list_event_sources(subscription_id):

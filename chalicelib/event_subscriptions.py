@@ -25,7 +25,7 @@ Store calls: create 1 Query + 1 TransactWriteItems (the subscription, each desti
 ``refs`` + 1); update 1 GetItem + 1 TransactWriteItems (moved ``refs``) or 1 UpdateItem;
 delete 1 GetItem + 1 TransactWriteItems; sources 1 GetItem (+ 1 conditional UpdateItem).
 """
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from chalicelib import validation, web
 from chalicelib.core import errors, event_targets, ids, store
@@ -157,9 +157,11 @@ SOURCE_FIELDS = [Field("type", "string", required=True, max_bytes=64,
 
 
 @store.retrying
-def create_source(c: Ctx, subscription_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
+def create_source(c: Ctx, subscription_id: str,
+                  fields: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    """Read the subscription (404 first), then the body (``fields()``), then one write."""
     item = get_item(c.account_id, subscription_id)
-    kind = fields["type"]
+    kind = fields()["type"]
     sources = list(item.data.get("sources", []))
     if kind in sources:
         raise errors.Conflict(f"Event subscription '{subscription_id}' already has a source "
