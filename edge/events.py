@@ -16,8 +16,9 @@ request path:
    ``EDGE_EVENTS_CACHE_SECONDS`` (10 s) in an LRU of ``EDGE_EVENTS_CACHE_ACCOUNTS`` (1024)
    accounts; reads happen in a worker thread.
 4. **Delivery** (:class:`Destination`): per destination, a bounded outbox
-   (``EDGE_EVENTS_OUTBOX``, 2000 events), batches (≤ 100 events, and at most every
-   ``EDGE_EVENTS_FLUSH_SECONDS``), sent with boto3 from a pool of 4 threads: Kinesis
+   (``EDGE_EVENTS_OUTBOX``, 2000 events), batches (≤ 500 events and ≤ 800 KiB, one call in
+   flight per destination, the next as soon as it returns), sent with boto3 from a pool of
+   4 threads: Kinesis
    ``PutRecords`` (partition key: the event id), Firehose ``PutRecordBatch`` (one JSON line per
    record), CloudWatch Logs ``PutLogEvents`` (log stream ``<edge instance id>``, created on
    first use). Credentials: the destination's key pair, or AssumeRole (STS, with the edge's
@@ -62,7 +63,8 @@ SECRET_HEADERS = frozenset(("authorization", "cookie", "set-cookie", "proxy-auth
 MAX_HEADERS = 64
 MAX_HEADER_VALUE = 1024
 MAX_URL = 4096
-BATCH = 100
+BATCH = 500               # events per call: PutRecords' and PutRecordBatch's most
+BATCH_BYTES = 800 * 1024  # and bytes (PutLogEvents takes at most 1 MiB)
 SEND_THREADS = 4
 
 
@@ -329,7 +331,7 @@ class Destination:
         self.kind = event_targets.kind_of(target)
         self.settings = settings
         self.instance_id = instance_id
-        self.outbox: Deque[Tuple[int, Dict[str, Any]]] = collections.deque()
+        self.outbox: Deque[Tuple[int, Encoded]] = collections.deque()
         self.sending = False
         self.failures = 0
         self.next_try = 0.0
@@ -337,7 +339,7 @@ class Destination:
         self._client_expires = 0.0
         self._stream_ready = False
 
-    def offer(self, event: Dict[str, Any], attempts: int = 0) -> None:
+    def offer(self, event: "Encoded", attempts: int = 0) -> None:
         if len(self.outbox) >= self.settings.outbox:
             EVENTS_DROPPED.labels("outbox_full").inc()
             return
@@ -377,23 +379,21 @@ class Destination:
         self._client_expires = expires
         return self._client
 
-    def send(self, batch: List[Dict[str, Any]]) -> List[int]:
+    def send(self, batch: List["Encoded"]) -> List[int]:
         """Send ``batch``; the indexes of the events the service did not take (raises when
         the call failed as a whole)."""
         client = self.client()
         body = self.target[self.kind]
         arn = body[event_targets.ARN_FIELD[self.kind]]
         _, _, name = event_targets.parse_arn(self.kind, arn)
-        lines = [json.dumps(e, separators=(",", ":")) for e in batch]
         if self.kind == "kinesis":
             answer = client.put_records(StreamARN=arn, Records=[
-                {"Data": line.encode(), "PartitionKey": e["event_id"]}
-                for line, e in zip(lines, batch)])
+                {"Data": e.line, "PartitionKey": e.event_id} for e in batch])
             return [i for i, r in enumerate(answer.get("Records", []))
                     if r.get("ErrorCode")] if answer.get("FailedRecordCount") else []
         if self.kind == "firehose":
             answer = client.put_record_batch(DeliveryStreamName=name, Records=[
-                {"Data": (line + "\n").encode()} for line in lines])
+                {"Data": e.line + b"\n"} for e in batch])
             return [i for i, r in enumerate(answer.get("RequestResponses", []))
                     if r.get("ErrorCode")] if answer.get("FailedPutCount") else []
         stream = self.instance_id
@@ -403,16 +403,25 @@ class Destination:
             except client.exceptions.ResourceAlreadyExistsException:
                 pass
             self._stream_ready = True
-        entries = sorted(((int(_parse_ts(e["event_timestamp"]) * 1000), line)
-                          for e, line in zip(batch, lines)), key=lambda x: x[0])
         client.put_log_events(logGroupName=name, logStreamName=stream, logEvents=[
-            {"timestamp": ts, "message": line} for ts, line in entries])
+            {"timestamp": e.ts_ms, "message": e.line.decode("utf-8")}
+            for e in sorted(batch, key=lambda e: e.ts_ms)])
         return []
 
 
-def _parse_ts(text: str) -> float:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=timezone.utc).timestamp()
+@dataclass(frozen=True)
+class Encoded:
+    """One event as delivered: its JSON line (made once, whatever the destinations), id and
+    time (the Kinesis partition key, the CloudWatch Logs timestamp)."""
+
+    line: bytes
+    event_id: str
+    ts_ms: int
+
+    @classmethod
+    def of(cls, event: Dict[str, Any], ended: float) -> "Encoded":
+        return cls(json.dumps(event, separators=(",", ":")).encode("utf-8"),
+                   event["event_id"], int(ended * 1000))
 
 
 @dataclass
@@ -474,12 +483,13 @@ class Hub:
             keys = account.routes.get(kind)
             if not keys:
                 continue
-            event = http_event(record) if record.kind == "http" else tcp_event(record)
+            event = Encoded.of(http_event(record) if record.kind == "http"
+                               else tcp_event(record), record.ended)
             for key in keys:
                 destination = self.destinations.get(key)
                 if destination is not None:
                     destination.offer(event)
-            if taken % 200 == 0:
+            if taken % 50 == 0:
                 await asyncio.sleep(0)   # let traffic run between chunks
 
     async def subscriptions(self, account_id: str, now: float) -> Optional[_Account]:
@@ -515,17 +525,37 @@ class Hub:
 
     async def deliver(self) -> None:
         now = time.monotonic()
-        loop = asyncio.get_running_loop()
         for destination in list(self.destinations.values()):
-            if not destination.due(now):
-                continue
-            batch = [destination.outbox.popleft()
-                     for _ in range(min(BATCH, len(destination.outbox)))]
-            destination.sending = True
-            loop.run_in_executor(self.pool, self._send, destination, batch).add_done_callback(
-                lambda f, d=destination: d.__setattr__("sending", False))
+            if destination.due(now):
+                self.kick(destination)
 
-    def _send(self, destination: Destination, batch: List[Tuple[int, Dict[str, Any]]]) -> None:
+    def kick(self, destination: Destination) -> None:
+        """Send the next batch of ``destination`` (one call in flight per destination; when
+        it ends, the next goes at once if the outbox holds more and no back-off waits)."""
+        batch: List[Tuple[int, Encoded]] = []
+        size = 0
+        while destination.outbox and len(batch) < BATCH:
+            entry = destination.outbox[0]
+            weight = len(entry[1].line)
+            if batch and size + weight > BATCH_BYTES:
+                break
+            destination.outbox.popleft()
+            batch.append(entry)
+            size += weight
+        if not batch:
+            return
+        destination.sending = True
+        future = asyncio.get_running_loop().run_in_executor(self.pool, self._send, destination,
+                                                            batch)
+        future.add_done_callback(lambda f, d=destination: self._sent(d))
+
+    def _sent(self, destination: Destination) -> None:
+        destination.sending = False
+        if destination.due(time.monotonic()) and self.destinations.get(destination.key) \
+                is destination:
+            self.kick(destination)
+
+    def _send(self, destination: Destination, batch: List[Tuple[int, Encoded]]) -> None:
         events = [e for _, e in batch]
         try:
             failed = destination.send(events)

@@ -5,7 +5,7 @@ import asyncio
 import base64
 
 from edge import events, http1, inspector, observe
-from edge.events import Destination, Hub, Record, Settings
+from edge.events import Destination, Encoded, Hub, Record, Settings
 
 
 def record(**overrides):
@@ -39,7 +39,7 @@ def test_a_destination_outbox_holds_at_most_its_bound():
     destination = Destination(("acct_1", "ed_1"), target, Settings(outbox=3), "edge_test")
     before = dropped("outbox_full")
     for index in range(10):
-        destination.offer({"event_id": str(index)})
+        destination.offer(Encoded(b"{}", str(index), 0))
     assert len(destination.outbox) == 3
     assert dropped("outbox_full") - before == 7
 
@@ -56,7 +56,7 @@ def test_a_refused_batch_is_retried_then_dropped_after_the_attempts():
     hub = Hub("edge_test", settings)
     destination = _Refusing(("acct_1", "ed_1"), target, settings, "edge_test")
     for index in range(4):
-        destination.offer({"event_id": str(index)})
+        destination.offer(Encoded(b"{}", str(index), 0))
     before_retried = events.EVENTS_RETRIED.labels("kinesis")._value.get()
     before = dropped("attempts")
     for _ in range(3):
@@ -150,3 +150,28 @@ def test_the_tap_records_one_request_per_response_end_and_passes_everything_thro
     assert (rec.method, rec.target, rec.status, rec.bytes_in, rec.bytes_out) == \
         ("POST", "/p", 201, 3, 5)
     assert rec.client_ip == "10.0.0.1" and rec.endpoint_kind == "none" and rec.host == "a.example"
+
+
+def test_a_batch_holds_at_most_500_events_and_800_kib():
+    async def run():
+        target = {"kinesis": {"stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
+                              "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}}}}
+        hub = Hub("edge_test", Settings(outbox=5000))
+        sizes = []
+        destination = Destination(("a", "d"), target, hub.settings, "edge_test")
+        destination.send = lambda batch: sizes.append((len(batch), sum(len(e.line)
+                                                                       for e in batch))) or []
+        for index in range(1200):
+            destination.offer(Encoded(b"x" * 100, str(index), 0))
+        for index in range(20):
+            destination.offer(Encoded(b"y" * 100_000, str(index), 0))
+        hub.destinations[destination.key] = destination
+        while destination.outbox or destination.sending:
+            if not destination.sending:
+                hub.kick(destination)
+            await asyncio.sleep(0.01)
+        return sizes
+    sizes = asyncio.run(run())
+    assert sum(n for n, _ in sizes) == 1220
+    assert max(n for n, _ in sizes) == events.BATCH
+    assert max(b for _, b in sizes) <= events.BATCH_BYTES
