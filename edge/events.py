@@ -72,7 +72,7 @@ SEND_THREADS = 4
 class Settings:
     queue: int = 10_000
     outbox: int = 2_000
-    flush_seconds: float = 1.0
+    flush_seconds: float = 0.25
     attempts: int = 5
     backoff_base: float = 0.2
     backoff_cap: float = 10.0
@@ -101,7 +101,7 @@ def load_settings(env: Any = None) -> Settings:
     return Settings(
         queue=_number(env, "EDGE_EVENTS_QUEUE", 10_000),
         outbox=_number(env, "EDGE_EVENTS_OUTBOX", 2_000),
-        flush_seconds=_number(env, "EDGE_EVENTS_FLUSH_SECONDS", 1.0, integer=False),
+        flush_seconds=_number(env, "EDGE_EVENTS_FLUSH_SECONDS", 0.25, integer=False),
         attempts=_number(env, "EDGE_EVENTS_ATTEMPTS", 5),
         backoff_base=_number(env, "EDGE_EVENTS_BACKOFF_SECONDS", 0.2, integer=False),
         cache_seconds=_number(env, "EDGE_EVENTS_CACHE_SECONDS", 10.0, integer=False),
@@ -464,7 +464,7 @@ class Hub:
                 raise
             except Exception:   # the worker never dies: log and go on
                 log.exception("event worker")
-            await asyncio.sleep(min(self.settings.flush_seconds, 0.25))
+            await asyncio.sleep(self.settings.flush_seconds)
 
     async def drain(self) -> None:
         now = time.monotonic()

@@ -175,3 +175,29 @@ def test_a_batch_holds_at_most_500_events_and_800_kib():
     assert sum(n for n, _ in sizes) == 1220
     assert max(n for n, _ in sizes) == events.BATCH
     assert max(b for _, b in sizes) <= events.BATCH_BYTES
+
+
+def test_the_grafana_dashboard_queries_only_metrics_that_exist():
+    import json
+    import os
+    import re
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.join(root, "scripts"))
+    import api_metrics
+    from prometheus_client import CollectorRegistry
+    from edge import metrics as edge_metrics
+    with open(os.path.join(root, "docs", "grafana-dashboard.json")) as fh:
+        dashboard = json.load(fh)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {re.sub(r"_(bucket|total)$", "", m) for e in exprs
+            for m in re.findall(r"\b((?:edge|api|store)_[a-z_]+)\b", e)}
+    known = set()
+    registry = CollectorRegistry()
+    registry.register(events.Collector(object()))
+    registry.register(api_metrics._Collector())
+    for family in registry.collect():
+        known.add(family.name)
+    known |= {"edge_agent_sessions", "edge_tunnels", "edge_public_connections"}  # edge/metrics
+    assert edge_metrics._EdgeCollector   # (those three are yielded there, per edge)
+    assert used and used <= known, used - known
