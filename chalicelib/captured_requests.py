@@ -38,6 +38,7 @@ not answer is a 502 ``ERR_REPLAY_FAILED``.
 import base64
 import http.client
 import os
+import socket
 import time
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
@@ -148,6 +149,18 @@ def _put(item: store.Item) -> None:
         store.commit([store.put_new(item)])
 
 
+class _Https(http.client.HTTPSConnection):
+    """HTTPS to ``connect`` (an address) with the endpoint's name as SNI and verified name."""
+
+    def __init__(self, connect: str, port: int, server_name: str, context: Any):
+        super().__init__(connect, port, timeout=REPLAY_TIMEOUT, context=context)
+        self._server_name = server_name
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self.host, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self._server_name)
+
+
 def _tls_context() -> Any:
     """The system's CAs, plus the local CA of `make run`'s edge (``$DATA_DIR/ca.pem``, the
     data directory API and edge share there) when that file exists."""
@@ -184,8 +197,7 @@ def replay(c: Ctx, endpoint_id: str, request_id: str) -> Dict[str, Any]:
     started = time.perf_counter()
     try:
         if tls:
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                connect, port, timeout=REPLAY_TIMEOUT, context=_tls_context())
+            conn: http.client.HTTPConnection = _Https(connect, port, host, _tls_context())
         else:
             conn = http.client.HTTPConnection(connect, port, timeout=REPLAY_TIMEOUT)
         try:
