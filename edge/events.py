@@ -17,8 +17,11 @@ request path:
    accounts; reads happen in a worker thread.
 4. **Delivery** (:class:`Destination`): per destination, a bounded outbox
    (``EDGE_EVENTS_OUTBOX``, 2000 events), batches (≤ 500 events and ≤ 800 KiB, one call in
-   flight per destination, the next as soon as it returns), sent with boto3 from a pool of
-   4 threads: Kinesis
+   flight per destination, the next as soon as it returns), built, encoded and sent with
+   boto3 by the **delivery process** (one child process, spawned on first use; the edge
+   hands it records and targets and gets back events and results, so JSON and boto3's
+   signing never hold the edge's interpreter lock; ``EDGE_EVENTS_PROCESS=0`` keeps it all in
+   the edge's own threads): Kinesis
    ``PutRecords`` (partition key: the event id), Firehose ``PutRecordBatch`` (one JSON line per
    record), CloudWatch Logs ``PutLogEvents`` (log stream ``<edge instance id>``, created on
    first use). Credentials: the destination's key pair, or AssumeRole (STS, with the edge's
@@ -34,7 +37,8 @@ Bounds (each proven by tests/edge/test_events.py or tests/unit/test_events_unit.
 - the record queue holds at most ``EDGE_EVENTS_QUEUE`` (10000) records; a record that finds
   it full is dropped (``edge_events_dropped_total{reason="queue_full"}``);
 - each destination's outbox holds at most ``EDGE_EVENTS_OUTBOX`` (2000) events (then
-  ``reason="outbox_full"``);
+  ``reason="outbox_full"``); a delivery process that dies costs the events it held
+  (``reason="encoding"`` or a failed call, retried) and is spawned again;
 - one event is at most 64 request and 64 response headers, each value cut at 1024 bytes,
   the URL cut at 4096 bytes; ``Authorization``, ``Cookie``, ``Set-Cookie`` (and
   ``Proxy-Authorization``) values are replaced by ``[redacted]``.
@@ -80,6 +84,7 @@ class Settings:
     cache_accounts: int = 1024
     aws_endpoint_url: Optional[str] = None
     send_timeout: float = 5.0
+    process: bool = False   # deliver from a child process (load_settings: on by default)
 
 
 def _number(env: Any, name: str, default: float, integer: bool = True) -> Any:
@@ -106,7 +111,8 @@ def load_settings(env: Any = None) -> Settings:
         backoff_base=_number(env, "EDGE_EVENTS_BACKOFF_SECONDS", 0.2, integer=False),
         cache_seconds=_number(env, "EDGE_EVENTS_CACHE_SECONDS", 10.0, integer=False),
         cache_accounts=_number(env, "EDGE_EVENTS_CACHE_ACCOUNTS", 1024),
-        aws_endpoint_url=(env.get("EVENTS_AWS_ENDPOINT_URL") or "").strip() or None)
+        aws_endpoint_url=(env.get("EVENTS_AWS_ENDPOINT_URL") or "").strip() or None,
+        process=(env.get("EDGE_EVENTS_PROCESS") or "1").strip() != "0")
 
 
 # ---- metrics (no registry of their own: edge/metrics.py and the API server collect them) ---
@@ -348,7 +354,30 @@ class Destination:
     def due(self, now: float) -> bool:
         return bool(self.outbox) and not self.sending and now >= self.next_try
 
-    # -- in a sender thread --
+    def send(self, batch: List["Encoded"]) -> List[int]:
+        """Send ``batch`` from this process (a sender thread): see :func:`deliver`."""
+        return deliver(self.key, self.target, self.settings.aws_endpoint_url,
+                       self.settings.send_timeout, self.instance_id, batch)
+
+
+# ---- the AWS calls: in a sender thread, or in the delivery process -------------------------
+_SENDERS: Dict[Tuple[str, str], "_Sender"] = {}
+_SENDERS_LOCK = threading.Lock()
+
+
+class _Sender:
+    """A destination's boto3 client (refreshed before assumed credentials expire) and calls."""
+
+    def __init__(self, target: Dict[str, Any], endpoint_url: Optional[str], timeout: float,
+                 instance_id: str):
+        self.target, self.endpoint_url, self.timeout = target, endpoint_url, timeout
+        self.instance_id = instance_id
+        self.kind = event_targets.kind_of(target)
+        self._client: Any = None
+        self._client_expires = 0.0
+        self._stream_ready = False
+        self.lock = threading.Lock()
+
     def client(self) -> Any:
         import boto3
         from botocore.config import Config
@@ -356,7 +385,7 @@ class Destination:
             return self._client
         body = self.target[self.kind]
         region, _, _ = event_targets.parse_arn(self.kind, body[event_targets.ARN_FIELD[self.kind]])
-        config = Config(connect_timeout=2, read_timeout=self.settings.send_timeout,
+        config = Config(connect_timeout=2, read_timeout=self.timeout,
                         retries={"max_attempts": 1})
         auth = body["auth"]
         expires = time.time() + 3600
@@ -365,7 +394,7 @@ class Destination:
                      "aws_secret_access_key": auth["creds"]["aws_secret_access_key"]}
         else:
             sts = boto3.client("sts", region_name=region, config=config,
-                               endpoint_url=self.settings.aws_endpoint_url)
+                               endpoint_url=self.endpoint_url)
             answer = sts.assume_role(RoleArn=auth["role"]["role_arn"],
                                      RoleSessionName=f"tunnel-events-{self.instance_id}"[:64])
             got = answer["Credentials"]
@@ -375,13 +404,11 @@ class Destination:
             expires = got["Expiration"].timestamp() - 300
         service = {"kinesis": "kinesis", "firehose": "firehose", "cloudwatch_logs": "logs"}
         self._client = boto3.client(service[self.kind], region_name=region, config=config,
-                                    endpoint_url=self.settings.aws_endpoint_url, **creds)
+                                    endpoint_url=self.endpoint_url, **creds)
         self._client_expires = expires
         return self._client
 
     def send(self, batch: List["Encoded"]) -> List[int]:
-        """Send ``batch``; the indexes of the events the service did not take (raises when
-        the call failed as a whole)."""
         client = self.client()
         body = self.target[self.kind]
         arn = body[event_targets.ARN_FIELD[self.kind]]
@@ -407,6 +434,27 @@ class Destination:
             {"timestamp": e.ts_ms, "message": e.line.decode("utf-8")}
             for e in sorted(batch, key=lambda e: e.ts_ms)])
         return []
+
+
+def encode_many(records: List["Record"]) -> List["Encoded"]:
+    """The events of ``records``, encoded (in the delivery process, or inline)."""
+    return [Encoded.of(http_event(r) if r.kind == "http" else tcp_event(r), r.ended)
+            for r in records]
+
+
+def deliver(key: Tuple[str, str], target: Dict[str, Any], endpoint_url: Optional[str],
+            timeout: float, instance_id: str, batch: List["Encoded"]) -> List[int]:
+    """Send ``batch`` to one destination; the indexes of the events the service did not take
+    (raises when the call failed as a whole). Runs in a sender thread of the edge, or in the
+    delivery process (``EDGE_EVENTS_PROCESS``): clients are cached per destination there."""
+    with _SENDERS_LOCK:
+        sender = _SENDERS.get(key)
+        if sender is None or sender.target != target or sender.endpoint_url != endpoint_url:
+            sender = _SENDERS[key] = _Sender(target, endpoint_url, timeout, instance_id)
+            if len(_SENDERS) > 4096:   # destinations gone from the hub's cache
+                _SENDERS.pop(next(iter(_SENDERS)))
+    with sender.lock:
+        return sender.send(batch)
 
 
 @dataclass(frozen=True)
@@ -443,6 +491,7 @@ class Hub:
         self.fetching: Dict[str, asyncio.Future] = {}
         self.inspector = inspector
         self.pool = ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="events")
+        self.process_pool: Any = None
         self.task: Optional[asyncio.Task] = None
 
     # -- the request path: no await, no I/O --
@@ -469,6 +518,7 @@ class Hub:
     async def drain(self) -> None:
         now = time.monotonic()
         taken = 0
+        wanted: List[Tuple[Record, List[Tuple[str, str]]]] = []
         while self.queue and taken < self.settings.queue:
             record = self.queue.popleft()
             taken += 1
@@ -476,21 +526,41 @@ class Hub:
             if self.inspector is not None and record.kind == "http":
                 self.inspector.offer(record)
             account = await self.subscriptions(record.account_id, now)
-            if account is None:
-                continue
-            kind = event_targets.HTTP_REQUEST_COMPLETE if record.kind == "http" \
-                else event_targets.TCP_CONNECTION_CLOSED
-            keys = account.routes.get(kind)
-            if not keys:
-                continue
-            event = Encoded.of(http_event(record) if record.kind == "http"
-                               else tcp_event(record), record.ended)
+            if account is not None:
+                kind = event_targets.HTTP_REQUEST_COMPLETE if record.kind == "http" \
+                    else event_targets.TCP_CONNECTION_CLOSED
+                keys = account.routes.get(kind)
+                if keys:
+                    wanted.append((record, keys))
+            if taken % 50 == 0:
+                await asyncio.sleep(0)   # let traffic run between chunks
+            if len(wanted) >= BATCH:
+                await self._encode(wanted)
+                wanted = []
+        if wanted:
+            await self._encode(wanted)
+
+    async def _encode(self, wanted: List[Tuple["Record", List[Tuple[str, str]]]]) -> None:
+        """Build and encode the events of ``wanted`` (in the delivery process when there is
+        one: the edge only pickles the records), then offer each to its destinations."""
+        records = [record for record, _ in wanted]
+        if self.settings.process:
+            try:
+                encoded = await asyncio.get_running_loop().run_in_executor(
+                    self._processes(), encode_many, records)
+            except Exception as exc:   # the process died: these events are lost, counted
+                log.warning("encoding events: %s", exc)
+                if type(exc).__name__ == "BrokenProcessPool":
+                    self.process_pool = None
+                EVENTS_DROPPED.labels("encoding").inc(len(records))
+                return
+        else:
+            encoded = encode_many(records)
+        for (_, keys), event in zip(wanted, encoded):
             for key in keys:
                 destination = self.destinations.get(key)
                 if destination is not None:
                     destination.offer(event)
-            if taken % 50 == 0:
-                await asyncio.sleep(0)   # let traffic run between chunks
 
     async def subscriptions(self, account_id: str, now: float) -> Optional[_Account]:
         if not account_id:
@@ -545,9 +615,37 @@ class Hub:
         if not batch:
             return
         destination.sending = True
-        future = asyncio.get_running_loop().run_in_executor(self.pool, self._send, destination,
-                                                            batch)
-        future.add_done_callback(lambda f, d=destination: self._sent(d))
+        loop = asyncio.get_running_loop()
+        if self.settings.process:
+            events = [e for _, e in batch]
+            future = loop.run_in_executor(self._processes(), deliver, destination.key,
+                                          destination.target, self.settings.aws_endpoint_url,
+                                          self.settings.send_timeout, self.instance_id, events)
+        else:
+            future = loop.run_in_executor(self.pool, destination.send, [e for _, e in batch])
+        future.add_done_callback(lambda f, d=destination, b=batch: self._done(d, b, f))
+
+    def _processes(self) -> Any:
+        """The delivery process (spawned on first use): boto3's signing and I/O run there,
+        off the edge's interpreter lock; it gets targets and encoded events, nothing else."""
+        if self.process_pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+            self.process_pool = ProcessPoolExecutor(
+                1, mp_context=multiprocessing.get_context("spawn"))
+        return self.process_pool
+
+    def _done(self, destination: Destination, batch: List[Tuple[int, Encoded]],
+              future: Any) -> None:
+        try:
+            failed = future.result()
+        except Exception as exc:
+            log.info("event delivery to %s failed: %s", destination.key[1], exc)
+            failed = list(range(len(batch)))
+            if type(exc).__name__ == "BrokenProcessPool":
+                self.process_pool = None   # the next delivery spawns a new one
+        self._settle(destination, batch, failed)
+        self._sent(destination)
 
     def _sent(self, destination: Destination) -> None:
         destination.sending = False
@@ -556,12 +654,18 @@ class Hub:
             self.kick(destination)
 
     def _send(self, destination: Destination, batch: List[Tuple[int, Encoded]]) -> None:
-        events = [e for _, e in batch]
+        """Send and settle in the calling thread (tests; the hub settles in its loop)."""
         try:
-            failed = destination.send(events)
+            failed = destination.send([e for _, e in batch])
         except Exception as exc:
             log.info("event delivery to %s failed: %s", destination.key[1], exc)
             failed = list(range(len(batch)))
+        self._settle(destination, batch, failed)
+
+    def _settle(self, destination: Destination, batch: List[Tuple[int, Encoded]],
+                failed: List[int]) -> None:
+        """Count what was sent; put back what failed (after a back-off), or drop it after its
+        last try."""
         sent = len(batch) - len(failed)
         if sent:
             EVENTS_SENT.labels(destination.kind).inc(sent)

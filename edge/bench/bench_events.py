@@ -7,7 +7,8 @@ endpoints, side by side, interleaved (A B C A B C …, so the machine's load hit
   exist: every PutRecords fails, is retried with back-off, then dropped).
 
 Reports requests/s, p50/p99 latency, non-200 answers (must be 0: a destination never changes
-a status) and the edge's CPU µs per request, plus the events sent / retried / dropped the
+a status), the edge's CPU µs per request and its delivery process's (built, encoded and sent
+there), plus the events sent / retried / dropped the
 edge's /metrics counted. Writes edge/bench/events_latest.json.
 
     .venv/bin/python edge/bench/bench_events.py [--seconds 8] [--concurrency 10] [--rounds 3]
@@ -50,6 +51,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def children(pid: int) -> list:
+    """The child processes of ``pid`` (the edge's delivery process)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as fh:
+            found += [int(c) for c in fh.read().split()]
+    return found
 
 
 def counters(edge: EdgeProcess) -> dict:
@@ -115,10 +125,12 @@ def main() -> int:
             runs: dict = {case: [] for case in hosts}
             for _ in range(args.rounds):
                 for case, (host, agent) in hosts.items():
-                    runs[case].append(measured(
-                        {"edge": edge.process.pid, "agent": agent.process.pid},
-                        lambda: asyncio.run(load(edge.http_port, host, "GET", "/echo", b"",
-                                                 args.seconds, args.concurrency))))
+                    pids = {"edge": edge.process.pid, "agent": agent.process.pid}
+                    for number, child in enumerate(children(edge.process.pid)):
+                        pids[f"delivery{number}"] = child
+                    runs[case].append(measured(pids, lambda: asyncio.run(
+                        load(edge.http_port, host, "GET", "/echo", b"", args.seconds,
+                             args.concurrency))))
             time.sleep(5)   # let the worker deliver, retry and drop what it holds
             after = counters(edge)
             rows = []
@@ -131,7 +143,10 @@ def main() -> int:
                     "p99_ms": round(sorted(r["p99_ms"] for r in got)[len(got) // 2], 2),
                     "non_200": sum(r["non_200"] for r in got),
                     "edge_cpu_us": round(sorted(r["cpu_us_per_request"]["edge"]
-                                                for r in got)[len(got) // 2], 1)})
+                                                for r in got)[len(got) // 2], 1),
+                    "delivery_process_cpu_us": round(sorted(
+                        sum(v for k, v in r["cpu_us_per_request"].items()
+                            if k.startswith("delivery")) for r in got)[len(got) // 2], 1)})
             results["cases"] = rows
             results["events"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         finally:
@@ -143,10 +158,11 @@ def main() -> int:
             moto.wait(timeout=15)
     base = results["cases"][0]
     print(f"{'case':<9} {'rps':>7} {'p50 ms':>7} {'p99 ms':>7} {'non-200':>7} "
-          f"{'edge CPU µs/req':>15}  vs none")
+          f"{'edge CPU µs/req':>15} {'delivery µs/req':>15}  vs none")
     for row in results["cases"]:
         print(f"{row['case']:<9} {row['rps']:>7} {row['p50_ms']:>7} {row['p99_ms']:>7} "
-              f"{row['non_200']:>7} {row['edge_cpu_us']:>15}  "
+              f"{row['non_200']:>7} {row['edge_cpu_us']:>15} "
+              f"{row['delivery_process_cpu_us']:>15}  "
               f"p50 {row['p50_ms'] / base['p50_ms']:.2f}x, CPU "
               f"{row['edge_cpu_us'] / base['edge_cpu_us']:.2f}x")
     print("events during the runs:", results["events"])

@@ -156,7 +156,7 @@ def test_a_batch_holds_at_most_500_events_and_800_kib():
     async def run():
         target = {"kinesis": {"stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
                               "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}}}}
-        hub = Hub("edge_test", Settings(outbox=5000))
+        hub = Hub("edge_test", Settings(outbox=5000, process=False))
         sizes = []
         destination = Destination(("a", "d"), target, hub.settings, "edge_test")
         destination.send = lambda batch: sizes.append((len(batch), sum(len(e.line)
