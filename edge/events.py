@@ -218,6 +218,35 @@ class Record:
     capture: bool = False
 
 
+def http_record(raw: Tuple[Any, ...]) -> Record:
+    """The Record of what edge/observe.py's tap appended for one HTTP request: (peer, writer,
+    scheme, hop, endpoint kind, policy state, start wall time, start perf time, end perf time,
+    end wall time, bytes in, bytes out, request, response, kept bodies or None)."""
+    (peer, writer, scheme, hop, kind, state, wall, started, ended_perf, ended, bytes_in,
+     bytes_out, request, response, bodies) = raw
+    sock = writer.get_extra_info("sockname") or ("", 0)
+    host = ""
+    for name, value in request.headers:
+        if name == b"host":
+            host = value.decode("latin-1").lower()
+            break
+    return Record(
+        kind="http", account_id=hop.account_id if hop else "",
+        endpoint_id=hop.endpoint_id if hop else "", endpoint_url=hop.url if hop else "",
+        endpoint_host=hop.host if hop else "", endpoint_kind=kind, scheme=scheme,
+        client_ip=str(peer[0]), client_port=int(peer[1] or 0), server_ip=str(sock[0]),
+        server_port=int(sock[1] or 0), started=wall, ended=ended,
+        duration=ended_perf - started, bytes_in=bytes_in, bytes_out=bytes_out,
+        method=request.method.decode("ascii", "replace"),
+        target=request.target.decode("latin-1"), host=host,
+        version=request.http_version.decode("ascii", "replace"),
+        request_headers=list(request.headers), status=response.status_code,
+        response_headers=list(response.headers),
+        action_vars=getattr(state, "action_vars", None), capture=bodies is not None,
+        request_body=b"".join(bodies[0]) if bodies else b"",
+        response_body=b"".join(bodies[1]) if bodies else b"")
+
+
 def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
@@ -495,13 +524,17 @@ class Hub:
         self.task: Optional[asyncio.Task] = None
 
     # -- the request path: no await, no I/O --
-    def record(self, record: Record) -> None:
+    def record(self, record: Any) -> None:
+        """A finished connection's :class:`Record` (or an HTTP request's raw tuple, see
+        :func:`http_record`) into the bounded queue."""
         if len(self.queue) >= self.settings.queue:
             EVENTS_DROPPED.labels("queue_full").inc()
             return
         self.queue.append(record)
         if self.task is None:
             self.task = asyncio.ensure_future(self.run())
+
+    record_http = record
 
     # -- the worker --
     async def run(self) -> None:
@@ -521,6 +554,8 @@ class Hub:
         wanted: List[Tuple[Record, List[Tuple[str, str]]]] = []
         while self.queue and taken < self.settings.queue:
             record = self.queue.popleft()
+            if type(record) is tuple:
+                record = http_record(record)
             taken += 1
             observe_metrics(record)
             if self.inspector is not None and record.kind == "http":

@@ -87,45 +87,23 @@ class Tap:
         return data
 
     def _finish(self) -> None:
-        request, response, hop = self._request, self._response, self._hop
+        """Hand what this request left to the hub: one tuple appended (the Record is made by
+        the worker, off the request path)."""
+        request, response = self._request, self._response
         self._response = None
         if request is None:
             return
-        peer = self._peer
-        sock = self._writer.get_extra_info("sockname") or ("", 0)
-        bodies = self._bodies
-        self._bodies = None
-        record = Record(
-            kind="http", account_id=hop.account_id if hop else "",
-            endpoint_id=hop.endpoint_id if hop else "", endpoint_url=hop.url if hop else "",
-            endpoint_host=hop.host if hop else "", endpoint_kind=self._kind,
-            scheme=self._scheme, client_ip=str(peer[0]), client_port=int(peer[1] or 0),
-            server_ip=str(sock[0]), server_port=int(sock[1] or 0), started=self._wall,
-            ended=time.time(), duration=time.perf_counter() - self._started,
-            bytes_in=self._in, bytes_out=self._out,
-            method=request.method.decode("ascii", "replace"),
-            target=request.target.decode("latin-1"), host=_host(request),
-            version=request.http_version.decode("ascii", "replace"),
-            request_headers=list(request.headers), status=response.status_code,
-            response_headers=list(response.headers),
-            action_vars=getattr(self._state, "action_vars", None),
-            capture=bodies is not None,
-            request_body=b"".join(bodies[0]) if bodies else b"",
-            response_body=b"".join(bodies[1]) if bodies else b"")
-        hub_of(self._edge).record(record)
+        bodies, self._bodies = self._bodies, None
+        hub = self._edge._events_hub if hasattr(self._edge, "_events_hub") else hub_of(self._edge)
+        hub.record_http((self._peer, self._writer, self._scheme, self._hop, self._kind,
+                         self._state, self._wall, self._started, time.perf_counter(),
+                         time.time(), self._in, self._out, request, response, bodies))
 
 
 def _keep(kept: List[bytes], data: Any) -> None:
     size = sum(len(k) for k in kept)
     if size <= layout.BODY_BYTES:   # one byte more than kept tells "truncated"
         kept.append(bytes(data[:layout.BODY_BYTES + 1 - size]))
-
-
-def _host(request: Any) -> str:
-    for name, value in request.headers:
-        if name == b"host":
-            return value.decode("latin-1").lower()
-    return ""
 
 
 def tap(conn: Any, edge: Any, peer: Any, writer: Any, scheme: str) -> Tap:
