@@ -107,7 +107,7 @@ rest.actions(route, "/tunnel_sessions/{session_id}", tunnel_sessions.ACTIONS,
              owner="tunnel_session")
 rest.collection(route, "/tunnels", tunnels, "tunnel_id", name="tunnel", ops=("list", "get"))
 rest.collection(route, "/endpoints", endpoints, "endpoint_id", name="endpoint")
-# Event destinations and subscriptions (chalicelib/event_routes.py registers them)
+# Event destinations, subscriptions, sources; the traffic inspector (chalicelib/event_routes.py)
 event_routes.register(route)
 
 
