@@ -219,12 +219,11 @@ class Record:
 
 
 def http_record(raw: Tuple[Any, ...]) -> Record:
-    """The Record of what edge/observe.py's tap appended for one HTTP request: (peer, writer,
-    scheme, hop, endpoint kind, policy state, start wall time, start perf time, end perf time,
+    """The Record of what edge/observe.py's tap appended for one HTTP request: (peer, the
+    listener's address, scheme, hop, endpoint kind, policy state, start wall time, start perf time, end perf time,
     end wall time, bytes in, bytes out, request, response, kept bodies or None)."""
-    (peer, writer, scheme, hop, kind, state, wall, started, ended_perf, ended, bytes_in,
+    (peer, sock, scheme, hop, kind, state, wall, started, ended_perf, ended, bytes_in,
      bytes_out, request, response, bodies) = raw
-    sock = writer.get_extra_info("sockname") or ("", 0)
     host = ""
     for name, value in request.headers:
         if name == b"host":
@@ -554,9 +553,14 @@ class Hub:
         wanted: List[Tuple[Record, List[Tuple[str, str]]]] = []
         while self.queue and taken < self.settings.queue:
             record = self.queue.popleft()
-            if type(record) is tuple:
-                record = http_record(record)
             taken += 1
+            if type(record) is tuple:
+                try:
+                    record = http_record(record)
+                except Exception:   # one odd request never costs the others
+                    log.exception("an HTTP record")
+                    EVENTS_DROPPED.labels("record").inc()
+                    continue
             observe_metrics(record)
             if self.inspector is not None and record.kind == "http":
                 self.inspector.offer(record)

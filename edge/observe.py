@@ -37,7 +37,8 @@ class Tap:
         self._conn = conn
         self._edge = edge
         self._peer = peer
-        self._writer = writer
+        # the listener's address, read now: a closed TLS transport cannot answer later
+        self._sock = writer.get_extra_info("sockname") or ("", 0)
         self._scheme = scheme
         self._hop: Any = None
         self._kind = "none"
@@ -95,7 +96,7 @@ class Tap:
             return
         bodies, self._bodies = self._bodies, None
         hub = self._edge._events_hub if hasattr(self._edge, "_events_hub") else hub_of(self._edge)
-        hub.record_http((self._peer, self._writer, self._scheme, self._hop, self._kind,
+        hub.record_http((self._peer, self._sock, self._scheme, self._hop, self._kind,
                          self._state, self._wall, self._started, time.perf_counter(),
                          time.time(), self._in, self._out, request, response, bodies))
 
