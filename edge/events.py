@@ -464,6 +464,13 @@ class _Sender:
         return []
 
 
+def _child_start() -> None:
+    """The delivery process ignores SIGINT: a Ctrl-C of `make run` reaches the whole process
+    group, and the edge, not its child, decides when delivery ends."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def encode_many(records: List["Record"]) -> List["Encoded"]:
     """The events of ``records``, encoded (in the delivery process, or inline)."""
     return [Encoded.of(http_event(r) if r.kind == "http" else tcp_event(r), r.ended)
@@ -671,7 +678,7 @@ class Hub:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
             self.process_pool = ProcessPoolExecutor(
-                1, mp_context=multiprocessing.get_context("spawn"))
+                1, mp_context=multiprocessing.get_context("spawn"), initializer=_child_start)
         return self.process_pool
 
     def _done(self, destination: Destination, batch: List[Tuple[int, Encoded]],
