@@ -2,6 +2,7 @@
 traffic through the edge shows up with its headers redacted, bodies once capture is on, and
 a replay through the edge (an https:// endpoint: the API verifies it with make run's CA)."""
 import requests
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
@@ -51,19 +52,26 @@ def test_traffic_page_shows_requests_and_replays_one(stack, browser):
                 and any(r["bodies_captured"] for r in stack.api(
                     "GET", f"/endpoints/{endpoint}/captured_requests")["captured_requests"])
         wait(browser, body_shown, 60, "no body captured after capture was turned on")
-        wait(browser, lambda d: any("page=2" in r.text and "a body" not in r.text
-                                    for r in d.find_elements(By.CSS_SELECTOR,
-                                                             "[data-list=captured_requests] tbody tr")),
-             30)
-        rows = [r for r in browser.find_elements(By.CSS_SELECTOR,
-                                                 "[data-list=captured_requests] tbody tr")
-                if "page=2" in r.text]
-        request_id = rows[0].get_attribute("data-id")
+        request_id = [r for r in stack.api("GET", f"/endpoints/{endpoint}/captured_requests")
+                      ["captured_requests"] if r["bodies_captured"]][0]["id"]
         assert stack.api("POST", f"/endpoints/{endpoint}/captured_requests/{request_id}/replay",
                          {})["status_code"] == 200   # the API's answer, as the page shows it
-        rows[0].find_element(By.CSS_SELECTOR, ".row-actions button").click()
-        wait(browser, lambda d: "replayed: 200" in find(d, f"tr[data-id='{request_id}']").text,
-             30, "the replay did not answer")
+
+        def click_replay(driver):
+            # the list is re-rendered every 2 s: a row found a moment ago may be gone
+            try:
+                find(driver, f"tr[data-id='{request_id}'] .row-actions button", 10).click()
+                return True
+            except StaleElementReferenceException:
+                return False
+        wait(browser, click_replay, 30, "the captured request's Replay button never took a click")
+
+        def replayed(driver):
+            try:
+                return "replayed: 200" in find(driver, f"tr[data-id='{request_id}']").text
+            except StaleElementReferenceException:
+                return False
+        wait(browser, replayed, 30, "the replay did not answer")
         snapshot(browser, "traffic-replayed")
     finally:
         agent.stop()
