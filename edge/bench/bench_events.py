@@ -8,7 +8,8 @@ endpoints, side by side, interleaved (A B C A B C …, so the machine's load hit
 
 Reports requests/s, p50/p99 latency, non-200 answers (must be 0: a destination never changes
 a status), the edge's CPU µs per request and its delivery process's (built, encoded and sent
-there), plus the events sent / retried / dropped the
+there) and moto's (the stand-in for AWS, on the same two cores: it takes CPU a real
+Kinesis would not), plus the events sent / retried / dropped the
 edge's /metrics counted. Writes edge/bench/events_latest.json.
 
     .venv/bin/python edge/bench/bench_events.py [--seconds 8] [--concurrency 10] [--rounds 3]
@@ -125,7 +126,8 @@ def main() -> int:
             runs: dict = {case: [] for case in hosts}
             for _ in range(args.rounds):
                 for case, (host, agent) in hosts.items():
-                    pids = {"edge": edge.process.pid, "agent": agent.process.pid}
+                    pids = {"edge": edge.process.pid, "agent": agent.process.pid,
+                            "moto": moto.pid}
                     for number, child in enumerate(children(edge.process.pid)):
                         pids[f"delivery{number}"] = child
                     runs[case].append(measured(pids, lambda: asyncio.run(
@@ -146,7 +148,9 @@ def main() -> int:
                                                 for r in got)[len(got) // 2], 1),
                     "delivery_process_cpu_us": round(sorted(
                         sum(v for k, v in r["cpu_us_per_request"].items()
-                            if k.startswith("delivery")) for r in got)[len(got) // 2], 1)})
+                            if k.startswith("delivery")) for r in got)[len(got) // 2], 1),
+                    "moto_cpu_us": round(sorted(r["cpu_us_per_request"]["moto"]
+                                                for r in got)[len(got) // 2], 1)})
             results["cases"] = rows
             results["events"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         finally:
@@ -158,11 +162,11 @@ def main() -> int:
             moto.wait(timeout=15)
     base = results["cases"][0]
     print(f"{'case':<9} {'rps':>7} {'p50 ms':>7} {'p99 ms':>7} {'non-200':>7} "
-          f"{'edge CPU µs/req':>15} {'delivery µs/req':>15}  vs none")
+          f"{'edge CPU µs/req':>15} {'delivery µs/req':>15} {'moto µs/req':>11}  vs none")
     for row in results["cases"]:
         print(f"{row['case']:<9} {row['rps']:>7} {row['p50_ms']:>7} {row['p99_ms']:>7} "
               f"{row['non_200']:>7} {row['edge_cpu_us']:>15} "
-              f"{row['delivery_process_cpu_us']:>15}  "
+              f"{row['delivery_process_cpu_us']:>15} {row['moto_cpu_us']:>11}  "
               f"p50 {row['p50_ms'] / base['p50_ms']:.2f}x, CPU "
               f"{row['edge_cpu_us'] / base['edge_cpu_us']:.2f}x")
     print("events during the runs:", results["events"])
