@@ -36,7 +36,7 @@ agent-cli:
 ## (agents on 127.0.0.1:$$EDGE_AGENT_PORT, default 4443); data and the edge CA in $(DATA_DIR)/
 run: $(STAMP)
 	PORT=$(PORT) STORE_PORT=$(STORE_PORT) DATA_DIR=$(DATA_DIR) \
-	  API_METRICS_PORT=$${API_METRICS_PORT-8002} EDGE_METRICS_PORT=$${EDGE_METRICS_PORT-8003} \
+	  API_METRICS_PORT=$${API_METRICS_PORT-0} EDGE_METRICS_PORT=$${EDGE_METRICS_PORT-0} \
 	  exec $(PY) scripts/serve.py --edge
 
 ## api-key: a new account in the store `make run` uses; its admin API key is the last line

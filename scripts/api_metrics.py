@@ -1,7 +1,7 @@
 """`make run`'s API server's operator listener: ``GET /metrics`` in the Prometheus text format
 (``prometheus_client``) on 127.0.0.1:``API_METRICS_PORT`` (off when unset; ``0``: any free
-port; the Makefile's ``run`` sets 8002). Never on the API's own port, so an API exposed beyond
-the loopback does not expose its metrics.
+port, printed at start: what the Makefile's ``run`` sets). Never on the API's own port, so
+an API exposed beyond the loopback does not expose its metrics.
 
 Metrics: ``api_requests_total{method, status_class}``, ``api_request_duration_seconds``
 (histogram by method), ``store_call_duration_seconds{operation}`` (every DynamoDB call of the

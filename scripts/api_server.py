@@ -123,8 +123,12 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # serve.py decides when the API stops
     if metrics_port:
-        admin = api_metrics.start(int(metrics_port), http_server, error_response)
-        print(f"api metrics: http://127.0.0.1:{admin.port}/metrics", flush=True)
+        try:
+            admin = api_metrics.start(int(metrics_port), http_server, error_response)
+            print(f"api metrics: http://127.0.0.1:{admin.port}/metrics", flush=True)
+        except OSError as exc:   # the API serves on without its metrics
+            print(f"api metrics: cannot listen on 127.0.0.1:{metrics_port} ({exc.strerror}); "
+                  "set API_METRICS_PORT to a free port", flush=True)
     print(f"ready http://{args.host}:{server.port}", flush=True)
     while not stop.wait(0.5):
         pass
