@@ -35,7 +35,9 @@ agent-cli:
 ## run: the stack on this machine: embedded store, the API on 127.0.0.1:$(PORT) and the edge
 ## (agents on 127.0.0.1:$$EDGE_AGENT_PORT, default 4443); data and the edge CA in $(DATA_DIR)/
 run: $(STAMP)
-	PORT=$(PORT) STORE_PORT=$(STORE_PORT) DATA_DIR=$(DATA_DIR) exec $(PY) scripts/serve.py --edge
+	PORT=$(PORT) STORE_PORT=$(STORE_PORT) DATA_DIR=$(DATA_DIR) \
+	  API_METRICS_PORT=$${API_METRICS_PORT-0} EDGE_METRICS_PORT=$${EDGE_METRICS_PORT-0} \
+	  exec $(PY) scripts/serve.py --edge
 
 ## api-key: a new account in the store `make run` uses; its admin API key is the last line
 ## (the running stack's store endpoint and secret come from $(DATA_DIR)/store.env)

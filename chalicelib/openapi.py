@@ -237,6 +237,11 @@ def _schemas() -> Dict[str, Schema]:
     }
 
 
+def _event_schemas() -> Dict[str, Schema]:
+    from chalicelib import openapi_events
+    return openapi_events.schemas()
+
+
 # ---- the operation table (from chalicelib.resources) --------------------------------------------------------------
 @dataclass(frozen=True)
 class Op:
@@ -313,6 +318,8 @@ def _operations() -> Dict[Tuple[str, str], Op]:
             for action in entry.handlers:
                 ops[("POST", f"{entry.path}/{action}")] = Op(entry.summaries[action],
                                                              entry.tag, None, 204)
+        elif isinstance(entry, resources.Routes):
+            ops.update(entry.describe())
         else:
             ops[("POST", entry.path)] = Op(entry.summary, entry.tag, entry.schema, 200)
     return ops
@@ -528,7 +535,7 @@ def build(app: Any) -> Dict[str, Any]:
             "responses": {f"E{status}": {"description": description,
                                          "content": error_content}
                           for status, description in _ERROR_STATUSES.items()},
-            "schemas": _schemas(),
+            "schemas": {**_schemas(), **_event_schemas()},
         },
     }
 

@@ -7,7 +7,9 @@ An entry is one of four shapes (chalicelib.rest registers each):
 - :class:`Collection`: create, list, get, update, delete of one resource (``ops`` says which);
 - :class:`Parts`: GET/PUT/DELETE of named parts of one resource (edge modules, …);
 - :class:`Actions`: ``POST {path}/<action>`` commands answering 204 (stop a session, …);
-- :class:`Command`: one ``POST`` with an empty body that answers a document (a DNS check).
+- :class:`Command`: one ``POST`` with an empty body that answers a document (a DNS check);
+- :class:`Routes`: routes of other shapes, registered and described by their own module
+  (event sources, the traffic inspector).
 
 What the document needs beyond the routes is said here too: the tag, the response schema's
 name (its shape lives in chalicelib.openapi), the human name used in summaries, and the
@@ -17,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from chalicelib import abuse_reports, api_keys, app_sessions, backends, bot_users
-from chalicelib import certificate_authorities, vaults
+from chalicelib import certificate_authorities, event_destinations, event_routes
+from chalicelib import event_subscriptions, openapi_events, vaults
 from chalicelib import credentials, dns_check, edge_modules, endpoints, http_response_backends
 from chalicelib import https_edges, ip_policies, reserved_addrs, reserved_domains, rest
 from chalicelib import tcp_edges, tls_certificates, tunnel_sessions, tunnels
@@ -102,7 +105,16 @@ class Command:
     summary: str
 
 
-Entry = Union[Collection, Parts, Actions, Command]
+@dataclass(frozen=True)
+class Routes:
+    """Routes a module registers itself (``register(route)``), with their description
+    (``describe()``: chalicelib.openapi operations by (method, path))."""
+
+    register: Callable[[Callable[..., Any]], None]
+    describe: Callable[[], Dict[Tuple[str, str], Any]]
+
+
+Entry = Union[Collection, Parts, Actions, Command, Routes]
 
 
 # ---- schema pieces the entries below use (chalicelib.openapi renders them) -----------------
@@ -267,6 +279,17 @@ REGISTRY: Tuple[Entry, ...] = (
                ops=("list", "get", "delete"), summaries={
                    "get": "Get an application user",
                    "delete": "Delete (revoke) an application user"}),
+    # Events (docs/EVENTS.md): destinations, subscriptions, their sources; the inspector
+    Collection("/event_destinations", event_destinations, "destination_id",
+               "event_destination", "event destination", "Event destinations",
+               "EventDestination",
+               field_schemas={"target": {"$ref": "#/components/schemas/EventTarget"}}),
+    Collection("/event_subscriptions", event_subscriptions, "subscription_id",
+               "event_subscription", "event subscription", "Event subscriptions",
+               "EventSubscription", field_schemas={"sources": {
+                   "type": "array", "nullable": True,
+                   "items": {"type": "object", "properties": {"type": {"type": "string"}}}}}),
+    Routes(event_routes.register, openapi_events.operations),
 )
 
 
@@ -281,6 +304,8 @@ def register(route: Callable[..., Any]) -> None:
                          get=entry.get, put=entry.put, delete=entry.delete)
         elif isinstance(entry, Actions):
             rest.actions(route, entry.path, dict(entry.handlers), owner=entry.owner)
+        elif isinstance(entry, Routes):
+            entry.register(route)
         else:
             rest.command(route, entry.path, entry.handler, name=entry.name)
 

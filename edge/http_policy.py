@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import edge_errors, policy as tp
-from edge import http1, identity, secrets
+from edge import http1, identity, observe, secrets
 from edge.edges import Hop, forward_refused
 from edge.http_io import BODY_TIMEOUT, Closed, answer, client_event, outcome_response, send
 from edge.http_routing import Route
@@ -150,6 +150,7 @@ async def run(edge: Any, scheme: str, client: Any, reader: Any, writer: Any, pee
             await secrets.resolver(edge, endpoint.account_id,
                                    route.enforcement.policy)   # edge/secrets.py
         traffic = Traffic(route.enforcement.policy, conn, hop_request, scheme, host)
+        observe.policy(client, traffic)
         verdict, prebuffered, target = await request_phase(
             edge.router, client, reader, writer, traffic, prebuffered, route.account_id)
         if verdict != "forward":

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
+from edge import events
 from edge.connections import connection_handler
 
 log = logging.getLogger("edge.metrics")
@@ -90,6 +91,7 @@ class MetricsServer:
         self.registry = CollectorRegistry()
         self.registry.register(_EdgeCollector(edge))
         self.registry.register(ProcessCollector(registry=None))
+        self.registry.register(events.Collector(edge))   # requests, latency, events, store
 
     @connection_handler
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

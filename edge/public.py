@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import edge_errors
 from edge import breaker, http1, http_policy, http_routing, wstcp
+from edge import observe   # traffic events, metrics and the inspector (edge/events.py)
 from edge.connections import connection_handler
 from edge.h2leg import H2Leg
 from edge.http_io import BODY_TIMEOUT, READ_CHUNK, Closed, answer, client_event, send, splice
@@ -118,7 +119,8 @@ class HttpFront:
         if ticket is None:   # at a cap with no waiting connection to make room: refused
             writer.transport.abort()
             return
-        client = self.client_connection(reader)
+        client = observe.tap(self.client_connection(reader), self.edge, peer, writer,
+                             self.scheme)
         leg: Optional[_Leg] = self.idle_leg()
         conns: Dict[Any, Any] = {}   # endpoint -> tp.Conn, built once per connection
         first = True
@@ -140,6 +142,7 @@ class HttpFront:
                                                   request, host)
                 if routed is None:
                     return
+                observe.routed(client, routed.endpoint, routed.cloud)
                 ran = await http_policy.run(self.edge, self.scheme, client, reader, writer,
                                             peer, request, host, routed, conns)
                 verdict, traffic, prebuffered = ran.verdict, ran.traffic, ran.prebuffered

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import binding, errors, hostnames, online, policy as tp
 from edge import agents, config, h2front, legacy, metrics, pools, quotas, tls
+from edge import observe   # traffic events (edge/events.py)
 from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
@@ -447,6 +448,8 @@ class Edge:
         if ticket is None:
             writer.transport.abort()
             return
+        counted = observe.counting(reader, writer)   # bytes, for tcp_connection_closed.v0
+        reader, writer, endpoint, cloud, state = counted.reader, counted.writer, None, False, None
         try:
             tunnel = self.registry.by_port.get(port)
             enforcement = tunnel.enforcement if tunnel is not None else None
@@ -503,3 +506,4 @@ class Edge:
         finally:
             self.admission.release(ticket)
             writer.close()
+            observe.tcp_closed(self, counted, peer, writer, endpoint, cloud, state)

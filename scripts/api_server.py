@@ -107,6 +107,10 @@ def main() -> int:
 
     if args.gated and not sys.stdin.readline():
         return 0  # serve.py went away before the stack was ready
+    metrics_port = os.environ.get("API_METRICS_PORT", "").strip()   # scripts/api_metrics.py
+    if metrics_port:
+        import api_metrics
+        app = api_metrics.timed(app)
     server = http_server.HttpServer(args.host, args.port, app, error_response,
                                     max_body=web.MAX_BODY_BYTES, log_exception=log_exception)
     try:
@@ -118,6 +122,13 @@ def main() -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # serve.py decides when the API stops
+    if metrics_port:
+        try:
+            admin = api_metrics.start(int(metrics_port), http_server, error_response)
+            print(f"api metrics: http://127.0.0.1:{admin.port}/metrics", flush=True)
+        except OSError as exc:   # the API serves on without its metrics
+            print(f"api metrics: cannot listen on 127.0.0.1:{metrics_port} ({exc.strerror}); "
+                  "set API_METRICS_PORT to a free port", flush=True)
     print(f"ready http://{args.host}:{server.port}", flush=True)
     while not stop.wait(0.5):
         pass

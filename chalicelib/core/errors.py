@@ -361,3 +361,17 @@ def error_body(status_code: int, error_code: str, msg: str, operation_id: str) -
     """The wire error body for errors produced outside a view (gateway, router)."""
     return {"error_code": error_code, "status_code": status_code, "msg": msg,
             "details": {"operation_id": operation_id}}
+
+
+# The traffic inspector's replay (chalicelib/captured_requests.py).
+REPLAY_FAILED = "ERR_REPLAY_FAILED"
+
+
+class ReplayFailed(ApiError):
+    """502: the replayed request did not reach the edge or got no answer from it."""
+    status_code = 502
+    error_code = REPLAY_FAILED
+    default_msg = "The captured request could not be replayed through the edge"
+
+
+CATALOG[ReplayFailed.error_code] = ReplayFailed.status_code

@@ -37,6 +37,12 @@ PREFIXES = {
     "ip_policy": "ipp",
     "ip_policy_rule": "ipr",
     "operation": "op",
+    # event subscriptions (chalicelib.event_destinations, chalicelib.event_subscriptions),
+    # the events the edge and the API send (edge.events) and captured requests (inspector)
+    "event_destination": "ed",
+    "event_subscription": "esb",
+    "event": "ev",
+    "captured_request": "req",
     "account": "acct",
     "vault": "vault",
     "vault_secret": "secret",

@@ -11,9 +11,10 @@ import reservedDomains from "./pages/reserved_domains.js";
 import reservedAddrs from "./pages/reserved_addrs.js";
 import ipPolicies from "./pages/ip_policies.js";
 import legacy from "./pages/legacy.js";
+import traffic from "./pages/traffic.js";
 
-const PAGES = [overview, endpoints, agents, credentials, apiKeys, botUsers, reservedDomains,
-               reservedAddrs, ipPolicies, legacy];
+const PAGES = [overview, endpoints, traffic, agents, credentials, apiKeys, botUsers,
+               reservedDomains, reservedAddrs, ipPolicies, legacy];
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
 const account = document.getElementById("account");

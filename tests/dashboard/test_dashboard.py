@@ -10,7 +10,7 @@ from tests.dashboard.support import (accept_confirm, all_of, find, go, loaded, s
                                      until, wait, wait_text)
 from tests.edge.conftest import SdkAgent
 
-ROUTES = ["overview", "endpoints", "agents", "credentials", "api_keys", "bot_users",
+ROUTES = ["overview", "endpoints", "traffic", "agents", "credentials", "api_keys", "bot_users",
           "reserved_domains", "reserved_addrs", "ip_policies", "legacy"]
 
 

@@ -107,13 +107,22 @@ RESOURCES = [
              _simple("/tls_certificates", lambda: SmallCA().upload_body([f"t{_n()}.example.com"]))),
     Resource("endpoint", "ep", "endpoints", _simple("/endpoints", lambda: {
         "url": f"https://e{_n()}-{uuid.uuid4().hex[:12]}.tunnels.localhost", "type": "cloud",
-        "traffic_policy": ""})),
+        "traffic_policy": ""}),
+        # the traffic inspector (chalicelib/captured_requests.py) hangs under the endpoint
+        modules=("captured_requests", "capture")),
     Resource("vault", "vault", "vaults", _simple("/vaults", lambda: {"name": f"v{_n()}"}),
              modules=("secrets",)),
     Resource("vault_secret", "secret", "secrets", lambda caller: (
         "/vault_secrets", caller.post("/vault_secrets", {
             "name": f"s{_n()}", "value": "v",
             "vault_id": caller.post("/vaults", {"name": f"v{_n()}"}).json["id"]}).json)),
+    Resource("event_destination", "ed", "event_destinations", _simple(
+        "/event_destinations", lambda: {"target": {"kinesis": {
+            "stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
+            "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}}}}})),
+    Resource("event_subscription", "esb", "event_subscriptions", _simple(
+        "/event_subscriptions", lambda: {"sources": [{"type": "http_request_complete.v0"}]}),
+        modules=("sources",)),
     Resource("abuse_report", "abrp", None,
              _simple("/abuse_reports", lambda: {"urls": ["https://bad.example.com/x"]}),
              patch={}, listed=False, reporter=True),
@@ -131,6 +140,9 @@ ONLINE = {"/tunnels": ("tunnels", []),
           # written by the edge at sign-in (tests/edge/test_identity.py)
           "/app/sessions": ("application_sessions", []),
           "/app/users": ("application_users", [])}
+# Ids of items under another resource that no create route makes: captured requests (the
+# edge writes them; tests/edge/test_inspector.py checks another account's are a 404).
+CHILD_PREFIXES = {"req"}
 LISTED = [r for r in RESOURCES if r.listed]
 DOCUMENT = openapi.build(app)
 
@@ -165,6 +177,7 @@ MODULE_BODIES = {
     "request_headers": {"add": {"x-a": "1"}},
     "tls_termination": {"min_version": "1.2"},
     "mutual_tls": {"certificate_authority_ids": ["ca_" + "0" * 27]},
+    "capture": {"capture_bodies": True},
 }
 
 
@@ -199,14 +212,20 @@ def test_the_table_names_every_item_route():
         if any(path.startswith(online + "/") for online in ONLINE) \
                 or any(path.startswith(pending + "/") for pending in PENDING.values()):
             continue
+        child = False
         for name in re.findall(r"\{(\w+)\}", path):
             param = next(p for op in DOCUMENT["paths"][path].values()
                          for p in op.get("parameters", []) if p.get("name") == name)
+            if "pattern" not in param["schema"]:
+                continue   # not an id: an event source's {type}
             prefix = param["schema"]["pattern"].lstrip("^").split("_")[0]
+            if prefix in CHILD_PREFIXES:   # held to the id rules by their own tests
+                child = True
+                continue
             assert prefix in prefixes, f"{path}: no resource with prefix {prefix!r} in RESOURCES"
         last = path.rsplit("/", 1)[-1]
         if path.count("{") and not last.startswith("{") and last != "routes" \
-                and last not in PENDING_MODULES:
+                and last not in PENDING_MODULES and not child:
             owner = [r for r in RESOURCES if last in r.modules]
             assert owner, f"{path}: module {last!r} missing from RESOURCES"
 

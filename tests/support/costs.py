@@ -237,6 +237,8 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         run(f"POST /tunnel_sessions/{{session_id}}/{action}",
             lambda: admin.post(f"/tunnel_sessions/{sid}/{action}", {}), status)
 
+    _events_and_inspector(run, crud, admin, account, cloud_url="https://costs-insp.tunnels.localhost")
+
     report = run("POST /abuse_reports",
                  lambda: admin.post("/abuse_reports", {"urls": ["https://bad.example.net/"]}),
                  201)["id"]
@@ -261,6 +263,70 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         run(f"GET {path}/{{{param}}}", lambda: admin.get(f"{path}/{rid}"), 200)
         run(f"DELETE {path}/{{{param}}}", lambda: admin.delete(f"{path}/{rid}"), 204)
     return rows
+
+
+def _events_and_inspector(run: Callable[..., Any], crud: Callable[..., Any], admin: Any,
+                          account: Any, cloud_url: str) -> None:
+    """Event destinations, subscriptions and sources; the traffic inspector (a captured
+    request written as the edge writes it, its endpoint URL a loopback server for replay)."""
+    import http.server
+    import threading
+    import time as _time
+    target = {"kinesis": {"stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
+                          "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}}}}
+    dest = crud("/event_destinations", "destination_id", {"target": target},
+                {"metadata": "m"}, delete=False)
+    sub = crud("/event_subscriptions", "subscription_id", {"destination_ids": [dest]},
+               {"metadata": "m"}, delete=False)
+    sources = f"/event_subscriptions/{sub}/sources"
+    base = "/event_subscriptions/{subscription_id}/sources"
+    kind = "http_request_complete.v0"
+    run(f"POST {base}", lambda: admin.post(sources, {"type": kind}), 201)
+    run(f"GET {base}", lambda: admin.get(sources), 200)
+    run(f"GET {base}/{{type}}", lambda: admin.get(f"{sources}/{kind}"), 200)
+    run(f"PATCH {base}/{{type}}", lambda: admin.patch(f"{sources}/{kind}"), 200)
+    run(f"DELETE {base}/{{type}}", lambda: admin.delete(f"{sources}/{kind}"), 204)
+    run("DELETE /event_subscriptions/{subscription_id}",
+        lambda: admin.delete(f"/event_subscriptions/{sub}"), 204)
+    run("DELETE /event_destinations/{destination_id}",
+        lambda: admin.delete(f"/event_destinations/{dest}"), 204)
+
+    from chalicelib.core import ids, store
+    from chalicelib.core import inspector as layout
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = admin.post("/endpoints", {"url": cloud_url, "type": "cloud",
+                                         "traffic_policy": ""}).json["id"]
+    request_id = ids.new_id("req")
+    item = store.new_item(layout.pk(account.id, endpoint), request_id, kind=layout.KIND,
+                          account_id=account.id, data={
+                              "id": request_id, "endpoint_id": endpoint,
+                              "endpoint_url": f"http://127.0.0.1:{server.server_port}",
+                              "method": "GET", "target": "/", "host": "costs.example",
+                              "request_headers": {}, "request_body": None})
+    item.expires_at = int(_time.time()) + 60
+    item.save()
+    captured = "/endpoints/{endpoint_id}/captured_requests"
+    path = f"/endpoints/{endpoint}/captured_requests"
+    run(f"GET {captured}", lambda: admin.get(path), 200)
+    run(f"GET {captured}/{{request_id}}", lambda: admin.get(f"{path}/{request_id}"), 200)
+    run(f"POST {captured}/{{request_id}}/replay",
+        lambda: admin.post(f"{path}/{request_id}/replay", {}), 200)
+    run("PUT /endpoints/{endpoint_id}/capture",
+        lambda: admin.put(f"/endpoints/{endpoint}/capture", {"capture_bodies": True}), 200)
+    run("GET /endpoints/{endpoint_id}/capture",
+        lambda: admin.get(f"/endpoints/{endpoint}/capture"), 200)
+    server.shutdown()
+
+
+class _Ok(__import__("http.server").server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
 
 
 def app_routes() -> List[Tuple[str, str]]:

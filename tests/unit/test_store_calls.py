@@ -127,6 +127,29 @@ EXPECTED_VIEW_CALLS = {
     "DELETE /app/sessions/{app_session_id}": 1,
     "GET /app/users": 1, "GET /app/users/{app_user_id}": 1,
     "DELETE /app/users/{app_user_id}": 3,
+    # event destinations and subscriptions: a create counts the account's items first (one
+    # Query: at most 100 each); a subscription's create and delete move its destinations'
+    # refs in one transaction; a source is a field of its subscription (read, then written)
+    "POST /event_destinations": 2, "GET /event_destinations": 1,
+    "GET /event_destinations/{destination_id}": 1,
+    "PATCH /event_destinations/{destination_id}": 1,
+    "DELETE /event_destinations/{destination_id}": 1,
+    "POST /event_subscriptions": 2, "GET /event_subscriptions": 1,
+    "GET /event_subscriptions/{subscription_id}": 1,
+    "PATCH /event_subscriptions/{subscription_id}": 1,
+    "DELETE /event_subscriptions/{subscription_id}": 2,
+    "POST /event_subscriptions/{subscription_id}/sources": 2,
+    "GET /event_subscriptions/{subscription_id}/sources": 1,
+    "GET /event_subscriptions/{subscription_id}/sources/{type}": 1,
+    "PATCH /event_subscriptions/{subscription_id}/sources/{type}": 1,
+    "DELETE /event_subscriptions/{subscription_id}/sources/{type}": 2,
+    # the traffic inspector: a list and the capture setting read the endpoint (a cloud
+    # endpoint: 1 GetItem) then its captured requests (1 Query) or setting (1 GetItem, +1
+    # PutItem); a captured request and its replay are 1 GetItem
+    "GET /endpoints/{endpoint_id}/captured_requests": 2,
+    "GET /endpoints/{endpoint_id}/captured_requests/{request_id}": 1,
+    "POST /endpoints/{endpoint_id}/captured_requests/{request_id}/replay": 1,
+    "GET /endpoints/{endpoint_id}/capture": 2, "PUT /endpoints/{endpoint_id}/capture": 3,
 }
 
 
