@@ -125,6 +125,12 @@ class _Leg:
         if data:
             await self.stream.write(data)
 
+    async def send_many(self, events: List[Any]) -> None:
+        """Several events in one stream write (see HttpFront._exchange)."""
+        data = b"".join([self.conn.send(event) for event in events])
+        if data:
+            await self.stream.write(data)
+
     def close(self) -> None:
         """End the proxy stream: FIN, then the agent's FIN (edge.session: why never RST)."""
         self.stream.finish()
@@ -415,28 +421,30 @@ class HttpFront:
             headers = forwarded_headers(request.headers, client_ip, self.scheme)
             upstream_request = http1.Request(method=request.method, target=request.target,
                                            headers=headers, raw_headers=headers)
+        # The head and whatever of the body is already here go in one write (one muxado frame
+        # up to its size): the SDK writes each frame to its upstream as it comes, without
+        # TCP_NODELAY, so a body in a frame of its own waited there for the ACK of the head,
+        # which a delayed ACK held ~40 ms (docs/BENCHMARKS.md, "The 40 ms stall"). A body
+        # still to come is pumped by a task beside the response.
+        events = [upstream_request, *(prebuffered or ())]
+        body_pending = False
+        while not isinstance(events[-1], http1.EndOfMessage):
+            event = client.next_event()
+            if event is http1.NEED_DATA:
+                body_pending = True
+                break
+            if not isinstance(event, (http1.Data, http1.EndOfMessage)):
+                raise _Closed()
+            events.append(event)
         try:
-            await leg.send(upstream_request)
-            for event in prebuffered or ():
-                await leg.send(event)
+            await send_events(leg, events)
         except (StreamReset, http1.LocalProtocolError):
             await self._answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
                                f"The endpoint {self.scheme}://{host} is offline.", close=True)
             return "close"
-        # Whatever of the request body is already buffered goes now; a body still to come
-        # is pumped by a task beside the response (a bodiless request never needs one).
         body_task = None
-        while not (prebuffered and isinstance(prebuffered[-1], http1.EndOfMessage)):
-            event = client.next_event()
-            if event is http1.NEED_DATA:
-                body_task = asyncio.ensure_future(self._request_body(client, reader, leg))
-                break
-            if isinstance(event, (http1.Data, http1.EndOfMessage)):
-                await leg.send(event)
-                if isinstance(event, http1.EndOfMessage):
-                    break
-            else:
-                raise _Closed()
+        if body_pending:
+            body_task = asyncio.ensure_future(self._request_body(client, reader, leg))
         try:
             return await self._response(client, writer, leg, body_task, host, reader, traffic)
         finally:
@@ -742,6 +750,16 @@ class HttpFront:
                 await self._send(client, writer, event)
         except http1.LocalProtocolError:
             return
+
+
+async def send_events(leg: Any, events: List[Any]) -> None:
+    """``events`` to the agent, in one write where the leg can (HTTP/1.1 legs)."""
+    many = getattr(leg, "send_many", None)
+    if many is not None:
+        await many(events)
+        return
+    for event in events:
+        await leg.send(event)
 
 
 async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stream: MuxStream,

@@ -595,6 +595,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="get20,get1,sweep,post20,bulk,https,policy,growth")
     parser.add_argument("--paths", default="edge,ssh,nginx,direct")
+    parser.add_argument("--sizes", default=",".join(str(n) for n in SWEEP),
+                        help="the POST sweep's body sizes, bytes")
     parser.add_argument("--bulk-server", type=int, default=0)
     parser.add_argument("--keep", action="store_true",
                         help="print the ports and wait for Enter before stopping")
@@ -628,7 +630,7 @@ def main() -> int:
                 print_http("small GET, 1 connection", results["get1"])
             if "sweep" in only:
                 results["sweep"] = {}
-                for size in SWEEP:
+                for size in [int(n) for n in args.sizes.split(",")]:
                     rows = http_case(stack, paths, 1, args.sweep_seconds, 1, "/upload", size)
                     results["sweep"][size_label(size)] = rows
                     print_http(f"POST {size_label(size)}, 1 connection", rows)
