@@ -419,6 +419,12 @@ class Stack:
         self.ssh_http, self.ssh_bulk = free_port(), free_port()
         self.sshd, self.ssh = start_ssh(procs, tmp, [(self.ssh_http, self.up_port),
                                                      (self.ssh_bulk, self.bulk_port)])
+        # the growth case binds 1,000 endpoints on one session and opens 1,000 sessions with
+        # one credential: the edge's quotas (edge/quotas.py) raised for the bench
+        os.environ.update({"EDGE_MAX_ENDPOINTS_PER_SESSION": "5000",
+                           "EDGE_MAX_ENDPOINTS_PER_ACCOUNT": "5000",
+                           "EDGE_MAX_SESSIONS_PER_CREDENTIAL": "5000",
+                           "EDGE_MAX_AUTHS_PER_CREDENTIAL": "100000"})
         self.api = LocalStack(data_dir=os.path.join(tmp, "api"))
         os.makedirs(self.api.data_dir)
         self.api.start()
@@ -597,6 +603,8 @@ def main() -> int:
     parser.add_argument("--paths", default="edge,ssh,nginx,direct")
     parser.add_argument("--sizes", default=",".join(str(n) for n in SWEEP),
                         help="the POST sweep's body sizes, bytes")
+    parser.add_argument("--endpoints", type=int, default=200, help="growth: endpoints bound")
+    parser.add_argument("--sessions", type=int, default=1000, help="growth: idle sessions")
     parser.add_argument("--bulk-server", type=int, default=0)
     parser.add_argument("--keep", action="store_true",
                         help="print the ports and wait for Enter before stopping")
@@ -658,7 +666,8 @@ def main() -> int:
                            results["policy"], base="edge")
             if "growth" in only:
                 from edge.bench import peers_growth
-                results["growth"] = peers_growth.run(stack, procs, args.seconds, args.runs)
+                results["growth"] = peers_growth.run(stack, procs, args.seconds, args.runs,
+                                                      args.endpoints, args.sessions)
         finally:
             procs.stop()
             if "stack" in locals():
