@@ -113,7 +113,7 @@ bench: $(STAMP)
 ## bench-peers: the edge + the Python SDK side by side with ssh -R, nginx and direct (docs/BENCHMARKS.md)
 bench-peers: $(STAMP)
 	sh scripts/install_bench_deps.sh
-	$(PY) edge/bench/bench_peers.py $(BENCH_ARGS)
+	$(PY) -u edge/bench/bench_peers.py $(BENCH_ARGS)
 
 ## soak: 10,000 writes against the make run stack: req/s, RSS per process, list page vs table size
 soak: $(STAMP)

@@ -93,6 +93,27 @@ def forwarded_headers(pairs, client_ip: str, scheme: str) -> List[Tuple[bytes, b
     return headers
 
 
+# A request whose body may not reach the SDK's upstream in one write goes on a proxy stream of
+# its own, so the SDK opens a new upstream connection for it (docs/BENCHMARKS.md, "The 40 ms
+# stall"): the official SDKs copy a stream to their upstream through an 8 KiB buffer without
+# TCP_NODELAY, and on a kept-alive upstream connection (delayed ACKs) the second write waited
+# ~40 ms for the ACK of the first; a new connection ACKs at once (quick-ACK mode).
+SDK_COPY_BUFFER = 8 * 1024
+FRESH_STREAM_BODY = SDK_COPY_BUFFER // 2   # body bytes past which a head + body may not fit
+
+
+def needs_fresh_stream(leg: Any, request: http1.Request) -> bool:
+    """True when ``request`` should not reuse ``leg``'s stream (HTTP/1.1 legs only)."""
+    if not isinstance(leg, _Leg):
+        return False
+    for name, value in request.headers:
+        if name == b"content-length":
+            return not value.isdigit() or int(value) > FRESH_STREAM_BODY
+        if name == b"transfer-encoding":
+            return True
+    return False
+
+
 class _Leg:
     """The agent side of a client connection: a proxy stream and its HTTP/1.1 client state."""
 
@@ -370,7 +391,8 @@ class HttpFront:
                     await wstcp.serve(self, client, reader, writer, tunnel, request,
                                       client_addr)
                     return
-                if leg is None or leg.tunnel is not tunnel or not leg.reusable:
+                if leg is None or leg.tunnel is not tunnel or not leg.reusable or \
+                        needs_fresh_stream(leg, request):
                     if leg is not None:
                         leg.close()
                     leg = None

@@ -94,3 +94,21 @@ def test_a_get_goes_in_one_write():
     outcome, writes, _ = _exchange(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
     assert outcome == "next" and len(writes) == 1
     assert b"x-forwarded-for: 1.2.3.4\r\n" in writes[0]
+
+
+# ---- a request body that may not fit the SDK's one write: a proxy stream of its own -------
+
+def _request(*headers):
+    return http1.Request(method=b"POST", target=b"/", headers=[(b"host", b"x"), *headers])
+
+
+def test_a_body_past_half_the_sdks_copy_buffer_takes_a_fresh_stream():
+    from edge.public import FRESH_STREAM_BODY, needs_fresh_stream
+    leg = _Leg(None, RecordingStream(tail=b""))
+    assert FRESH_STREAM_BODY == 4096
+    assert not needs_fresh_stream(leg, _request())                                # no body
+    assert not needs_fresh_stream(leg, _request((b"content-length", b"4096")))
+    assert needs_fresh_stream(leg, _request((b"content-length", b"4097")))
+    assert needs_fresh_stream(leg, _request((b"content-length", b"1048576")))
+    assert needs_fresh_stream(leg, _request((b"transfer-encoding", b"chunked")))  # unknown size
+    assert not needs_fresh_stream(object(), _request((b"content-length", b"1048576")))  # h2 leg
