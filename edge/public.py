@@ -100,15 +100,19 @@ def forwarded_headers(pairs, client_ip: str, scheme: str) -> List[Tuple[bytes, b
 # ~40 ms for the ACK of the first; a new connection ACKs at once (quick-ACK mode).
 SDK_COPY_BUFFER = 8 * 1024
 FRESH_STREAM_BODY = SDK_COPY_BUFFER // 2   # body bytes past which a head + body may not fit
+# (the default of EDGE_FRESH_STREAM_BODY; 0 turns it off: each such request costs the SDK a new
+# upstream connection, and so a TIME_WAIT socket on its side)
 
 
-def needs_fresh_stream(leg: Any, request: http1.Request) -> bool:
-    """True when ``request`` should not reuse ``leg``'s stream (HTTP/1.1 legs only)."""
-    if not isinstance(leg, _Leg):
+def needs_fresh_stream(leg: Any, request: http1.Request,
+                       limit: int = FRESH_STREAM_BODY) -> bool:
+    """True when ``request`` should not reuse ``leg``'s stream (HTTP/1.1 legs only; a body
+    past ``limit`` bytes, or of unknown size; ``limit`` 0: never, EDGE_FRESH_STREAM_BODY)."""
+    if not limit or not isinstance(leg, _Leg):
         return False
     for name, value in request.headers:
         if name == b"content-length":
-            return not value.isdigit() or int(value) > FRESH_STREAM_BODY
+            return not value.isdigit() or int(value) > limit
         if name == b"transfer-encoding":
             return True
     return False
@@ -392,7 +396,8 @@ class HttpFront:
                                       client_addr)
                     return
                 if leg is None or leg.tunnel is not tunnel or not leg.reusable or \
-                        needs_fresh_stream(leg, request):
+                        needs_fresh_stream(leg, request, getattr(
+                            self.edge.settings, "fresh_stream_body", FRESH_STREAM_BODY)):
                     if leg is not None:
                         leg.close()
                     leg = None

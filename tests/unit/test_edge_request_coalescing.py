@@ -112,3 +112,21 @@ def test_a_body_past_half_the_sdks_copy_buffer_takes_a_fresh_stream():
     assert needs_fresh_stream(leg, _request((b"content-length", b"1048576")))
     assert needs_fresh_stream(leg, _request((b"transfer-encoding", b"chunked")))  # unknown size
     assert not needs_fresh_stream(object(), _request((b"content-length", b"1048576")))  # h2 leg
+    big = _request((b"content-length", b"1048576"))
+    assert not needs_fresh_stream(leg, big, 0)                  # EDGE_FRESH_STREAM_BODY=0: off
+    assert needs_fresh_stream(leg, big, 65536) and not needs_fresh_stream(leg, big, 1 << 20)
+
+
+def test_edge_fresh_stream_body_is_read_from_the_environment():
+    from edge import config
+    assert config.EdgeSettings.fresh_stream_body == 4096
+    base = {"BASE_DOMAIN": "tunnels.localhost"}
+    assert config.load({**base, "EDGE_FRESH_STREAM_BODY": "0"}).fresh_stream_body == 0
+    assert config.load({**base, "EDGE_FRESH_STREAM_BODY": "65536"}).fresh_stream_body == 65536
+    for bad in ("-1", "4k", "1.5"):
+        try:
+            config.load({**base, "EDGE_FRESH_STREAM_BODY": bad})
+        except ValueError as exc:
+            assert "EDGE_FRESH_STREAM_BODY" in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} accepted")
