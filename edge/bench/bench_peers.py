@@ -559,7 +559,7 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
                      f"{s['cpu_us']['sshd'] + s['cpu_us']['ssh']:.1f}); p50 "
                      f"{ratio(e['p50_us'], s['p50_us'])}× ssh -R's")
     sweep = results.get("sweep")
-    if sweep:
+    if sweep and all("edge" in rows and "direct" in rows for rows in sweep.values()):
         worst = max(sweep.items(), key=lambda kv: kv[1]["edge"]["p50_us"] /
                     max(1, kv[1]["direct"]["p50_us"]))
         stalls = [size for size, rows in sweep.items() if rows["edge"]["p50_us"] >= 30000
@@ -567,12 +567,17 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
         lines.append(f"POST sweep at 1 connection: edge p50 over 30 ms where direct is under "
                      f"10 ms at: {', '.join(stalls) or 'no size'} (worst edge/direct p50: "
                      f"{worst[0]})")
-        if "1 MiB" in sweep:
-            lines.append(f"1 MiB POST, 1 connection: {ratio(sweep['1 MiB']['edge']['rps'], sweep['1 MiB']['ssh']['rps'])}× ssh -R")
+    if sweep and "1 MiB" in sweep and "ssh" in sweep["1 MiB"]:
+        one = sweep["1 MiB"]
+        lines.append(f"1 MiB POST, 1 connection: {ratio(one['edge']['rps'], one['ssh']['rps'])}× "
+                     "ssh -R")
     if results.get("post20"):
         rows = results["post20"]
-        lines.append(f"1 MiB POST, 20 connections: {ratio(rows['edge']['rps'], rows['ssh']['rps'])}× ssh -R; "
-                     f"upstream CPU behind the edge {ratio(rows['edge']['cpu_us']['upstream'], rows['ssh']['cpu_us']['upstream'])}× behind ssh")
+        if "ssh" in rows:
+            lines.append(f"1 MiB POST, 20 connections: {ratio(rows['edge']['rps'], rows['ssh']['rps'])}× "
+                         f"ssh -R; upstream CPU behind the edge "
+                         f"{ratio(rows['edge']['cpu_us']['upstream'], rows['ssh']['cpu_us']['upstream'])}× "
+                         "behind ssh")
     if results.get("bulk"):
         for label, rows in results["bulk"].items():
             lines.append(f"TCP bulk {label}: {ratio(rows['edge']['mbps'], rows['ssh']['mbps'])}× ssh -R "
