@@ -10,7 +10,7 @@ DATA_DIR ?= .data
 STAMP := $(VENV)/.installed
 AGENT_STAMP := $(AGENT_VENV)/.installed
 
-.PHONY: install run api-key test lint test-service test-agent test-deps reset create-table bench soak clean \
+.PHONY: install run api-key test lint test-service test-agent test-deps reset create-table bench bench-peers soak clean \
 	package deploy-aws deploy-localstack resources test-integration mutate agent-cli
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt edge/requirements.txt
@@ -111,6 +111,11 @@ mutate: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench.py
+
+## bench-peers: the edge + the Python SDK side by side with ssh -R, nginx and direct (docs/BENCHMARKS.md)
+bench-peers: $(STAMP)
+	sh scripts/install_bench_deps.sh
+	$(PY) -u edge/bench/bench_peers.py $(BENCH_ARGS)
 
 ## soak: 10,000 writes against the make run stack: req/s, RSS per process, list page vs table size
 soak: $(STAMP)

@@ -36,6 +36,7 @@ class EdgeSettings:
     head_timeout: float = 30.0
     idle_timeout: float = 75.0
     h2_stall_timeout: float = 30.0   # HTTP/2 response held by zero windows (edge.h2front)
+    fresh_stream_body: int = 4096    # request body bytes past which a proxy stream is not reused
     max_connections: int = 10_000
     max_connections_per_address: int = 512
     limits: quotas.Limits = quotas.Limits()
@@ -79,6 +80,15 @@ QUOTA_VARIABLES = {
     "auths_per_credential": "EDGE_MAX_AUTHS_PER_CREDENTIAL",
     "failed_auths_per_address": "EDGE_MAX_FAILED_AUTHS_PER_ADDRESS",
 }
+
+
+def _not_negative_int(env, name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if raw == "":
+        return default
+    if not raw.isdigit():
+        raise ValueError(f"{name} must be a whole number of bytes (0 turns it off), not {raw!r}")
+    return int(raw)
 
 
 def _positive(env, name: str, default: float) -> float:
@@ -125,6 +135,7 @@ def load(env=None) -> EdgeSettings:
         head_timeout=_positive(env, "EDGE_HEAD_TIMEOUT", 30.0),
         idle_timeout=_positive(env, "EDGE_IDLE_TIMEOUT", 75.0),
         h2_stall_timeout=_positive(env, "EDGE_H2_STALL_TIMEOUT", 30.0),
+        fresh_stream_body=_not_negative_int(env, "EDGE_FRESH_STREAM_BODY", 4096),
         max_connections=int(_positive(env, "EDGE_MAX_CONNECTIONS", 10_000)),
         max_connections_per_address=int(_positive(env, "EDGE_MAX_CONNECTIONS_PER_ADDRESS",
                                                   512)),

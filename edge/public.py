@@ -40,6 +40,31 @@ def request_host(request: http1.Request) -> str:
     return ""
 
 
+# A request whose body may not reach the SDK's upstream in one write goes on a proxy stream of
+# its own, so the SDK opens a new upstream connection for it (docs/BENCHMARKS.md, "The 40 ms
+# stall"): the official SDKs copy a stream to their upstream through an 8 KiB buffer without
+# TCP_NODELAY, and on a kept-alive upstream connection (delayed ACKs) the second write waited
+# ~40 ms for the ACK of the first; a new connection ACKs at once (quick-ACK mode).
+SDK_COPY_BUFFER = 8 * 1024
+FRESH_STREAM_BODY = SDK_COPY_BUFFER // 2   # body bytes past which a head + body may not fit
+# (the default of EDGE_FRESH_STREAM_BODY; 0 turns it off: each such request costs the SDK a new
+# upstream connection, and so a TIME_WAIT socket on its side)
+
+
+def needs_fresh_stream(leg: Any, request: http1.Request,
+                       limit: int = FRESH_STREAM_BODY) -> bool:
+    """True when ``request`` should not reuse ``leg``'s stream (HTTP/1.1 legs only; a body
+    past ``limit`` bytes, or of unknown size; ``limit`` 0: never, EDGE_FRESH_STREAM_BODY)."""
+    if not limit or not isinstance(leg, _Leg):
+        return False
+    for name, value in request.headers:
+        if name == b"content-length":
+            return not value.isdigit() or int(value) > limit
+        if name == b"transfer-encoding":
+            return True
+    return False
+
+
 class _Leg:
     """The agent side of a client connection: a proxy stream and its HTTP/1.1 client state."""
 
@@ -69,6 +94,12 @@ class _Leg:
 
     async def send(self, event: Any) -> None:
         data = self.conn.send(event)
+        if data:
+            await self.stream.write(data)
+
+    async def send_many(self, events: List[Any]) -> None:
+        """Several events in one stream write (see HttpFront._exchange)."""
+        data = b"".join([self.conn.send(event) for event in events])
         if data:
             await self.stream.write(data)
 
@@ -170,7 +201,9 @@ class HttpFront:
                     await wstcp.serve(self, client, reader, writer, tunnel, request,
                                       client_addr)
                     return
-                if leg is None or leg.tunnel is not tunnel or not leg.reusable:
+                if leg is None or leg.tunnel is not tunnel or not leg.reusable or \
+                        needs_fresh_stream(leg, request, getattr(
+                            self.edge.settings, "fresh_stream_body", FRESH_STREAM_BODY)):
                     if leg is not None:
                         leg.close()
                     leg = None
@@ -221,28 +254,30 @@ class HttpFront:
             headers = http_policy.forwarded_headers(request.headers, client_ip, self.scheme)
             upstream_request = http1.Request(method=request.method, target=request.target,
                                            headers=headers, raw_headers=headers)
+        # The head and whatever of the body is already here go in one write (one muxado frame
+        # up to its size): the SDK writes each frame to its upstream as it comes, without
+        # TCP_NODELAY, so a body in a frame of its own waited there for the ACK of the head,
+        # which a delayed ACK held ~40 ms (docs/BENCHMARKS.md, "The 40 ms stall"). A body
+        # still to come is pumped by a task beside the response.
+        events = [upstream_request, *(prebuffered or ())]
+        body_pending = False
+        while not isinstance(events[-1], http1.EndOfMessage):
+            event = client.next_event()
+            if event is http1.NEED_DATA:
+                body_pending = True
+                break
+            if not isinstance(event, (http1.Data, http1.EndOfMessage)):
+                raise Closed()
+            events.append(event)
         try:
-            await leg.send(upstream_request)
-            for event in prebuffered or ():
-                await leg.send(event)
+            await send_events(leg, events)
         except (StreamReset, http1.LocalProtocolError):
             await answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
                          f"The endpoint {self.scheme}://{host} is offline.", close=True)
             return "close"
-        # Whatever of the request body is already buffered goes now; a body still to come
-        # is pumped by a task beside the response (a bodiless request never needs one).
         body_task = None
-        while not (prebuffered and isinstance(prebuffered[-1], http1.EndOfMessage)):
-            event = client.next_event()
-            if event is http1.NEED_DATA:
-                body_task = asyncio.ensure_future(self._request_body(client, reader, leg))
-                break
-            if isinstance(event, (http1.Data, http1.EndOfMessage)):
-                await leg.send(event)
-                if isinstance(event, http1.EndOfMessage):
-                    break
-            else:
-                raise Closed()
+        if body_pending:
+            body_task = asyncio.ensure_future(self._request_body(client, reader, leg))
         try:
             return await self._response(client, writer, leg, body_task, host, reader, traffic)
         finally:
@@ -402,3 +437,13 @@ class HttpFront:
                 started = True
                 deadline = min(deadline, loop.time() + head) if first else loop.time() + head
             client.receive_data(data)
+
+
+async def send_events(leg: Any, events: List[Any]) -> None:
+    """``events`` to the agent, in one write where the leg can (HTTP/1.1 legs)."""
+    many = getattr(leg, "send_many", None)
+    if many is not None:
+        await many(events)
+        return
+    for event in events:
+        await leg.send(event)

@@ -1,0 +1,691 @@
+"""The edge side by side with what a user would pick instead, in one run, against one upstream:
+
+- ``edge``: this edge (python -m edge) with the official Python SDK (edge/bench/peer_agent.py)
+  forwarding to the upstream;
+- ``ssh``: OpenSSH's tunnel, ``ssh -R`` to an ``sshd`` on 127.0.0.1 (a throwaway host and user
+  key, defaults otherwise: the cipher OpenSSH picks);
+- ``nginx``: nginx as a reverse proxy (one worker; keep-alive towards the upstream, request and
+  response streamed rather than buffered, as a tunnel does);
+- ``direct``: the load generator against the upstream itself.
+
+The upstream is one nginx (one worker): ``GET /echo`` answers 12 bytes, ``POST /upload`` reads
+the whole body (the echo module's ``echo_read_request_body``) then answers. Load comes from
+``wrk`` (one thread); TCP bulk from this script (256 MiB up, then 256 MiB down, through a TCP
+endpoint / a second ``-R`` forward to a sink-and-source server of this script's own).
+
+    make bench-peers           (installs openssh-server, nginx, wrk: scripts/install_bench_deps.sh)
+    .venv/bin/python edge/bench/bench_peers.py [--seconds 5] [--runs 3] [--only get20,get1,...]
+
+Cases (``--only``): get20, get1 (small GET at 20 and 1 connections), sweep (POST 1 KiB-16 MiB at
+one connection), post20 (1 MiB POST at 20 connections), bulk (TCP 256 MiB each way), https (a
+new TLS connection per request: edge vs nginx), policy (a 5-rule traffic policy vs none, edge),
+growth (edge CPU per request with 1 and 1,000 endpoints, 1 and 1,000 sessions; memory per idle
+session and per in-flight request).
+
+Every figure is the median of ``--runs`` interleaved runs (each path in turn, then again).
+Besides requests/s and wrk's p50/p99, each row gives the CPU time per request of every process
+on the path, read from /proc (utime + stime of the process and its children's threads) before
+and after the run: on a shared machine throughput moves with the other load, CPU per request
+much less. Ratios are to ``ssh -R`` (and to nginx for HTTPS). Results: edge/bench/peers_latest.json.
+"""
+import argparse
+import json
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+    os.environ.setdefault(_name, "local")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLK = os.sysconf("SC_CLK_TCK")
+BULK = 256 << 20
+SWEEP = [1 << 10, 16 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
+FIVE_RULES = {"on_http_request": [
+    {"name": f"r{i}", "expressions": [f"req.url.path.startsWith('/echo') && "
+                                      f"!('x-block-{i}' in req.headers)"],
+     "actions": [{"type": "add-headers", "config": {"headers": {f"x-rule-{i}": "1"}}}]}
+    for i in range(5)]}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port} after {timeout}s")
+
+
+# ---- /proc -----------------------------------------------------------------------------------
+def _stat(pid: int) -> List[str]:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()
+
+
+def tree(root: int) -> List[int]:
+    """``root`` and its descendants (scanned now)."""
+    children: Dict[int, List[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                children.setdefault(int(_stat(int(name))[1]), []).append(int(name))
+            except (OSError, IndexError):
+                pass
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def cpu(pids: List[int]) -> float:
+    """utime + stime (seconds) of these processes (all their threads)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = _stat(pid)
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLK
+    return total
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+class Group:
+    """Named process trees whose CPU a measurement reads."""
+
+    def __init__(self, roots: Dict[str, int]):
+        self.roots = roots
+
+    def snapshot(self) -> Dict[str, float]:
+        return {name: cpu(tree(pid)) for name, pid in self.roots.items()}
+
+
+# ---- wrk -------------------------------------------------------------------------------------
+def _duration_us(text: str) -> float:
+    for unit, scale in (("us", 1.0), ("ms", 1e3), ("s", 1e6), ("m", 6e7)):
+        if text.endswith(unit):
+            return float(text[:-len(unit)]) * scale
+    return float(text)
+
+
+def wrk(url: str, conns: int, seconds: float, tmp: str, host: str = "", body: int = 0,
+        close: bool = False) -> Dict[str, Any]:
+    cmd = ["wrk", "-t1", f"-c{conns}", f"-d{int(round(seconds))}s", "--latency", "--timeout", "10s"]
+    if host:
+        cmd += ["-H", f"Host: {host}"]
+    if close:
+        cmd += ["-H", "Connection: close"]
+    if body:
+        script = os.path.join(tmp, f"post{body}.lua")
+        if not os.path.exists(script):
+            with open(script, "w") as fh:
+                fh.write(f'wrk.method = "POST"\nwrk.body = string.rep("a", {body})\n'
+                         'wrk.headers["Content-Type"] = "application/octet-stream"\n')
+        cmd += ["-s", script]
+    proc = subprocess.Popen(cmd + [url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    out, _ = proc.communicate(timeout=seconds + 60)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result: Dict[str, Any] = {"requests": 0, "rps": 0.0, "p50_us": 0.0, "p99_us": 0.0,
+                              "errors": 0, "_usage": usage.ru_utime + usage.ru_stime}
+    for line in out.splitlines():
+        parts = line.split()
+        if line.strip().startswith("50%"):
+            result["p50_us"] = _duration_us(parts[1])
+        elif line.strip().startswith("99%"):
+            result["p99_us"] = _duration_us(parts[1])
+        elif "requests in" in line:
+            result["requests"] = int(parts[0])
+        elif line.startswith("Requests/sec:"):
+            result["rps"] = float(parts[1])
+        elif line.strip().startswith("Non-2xx"):
+            result["errors"] += int(parts[-1])
+        elif line.strip().startswith("Socket errors"):
+            result["errors"] += sum(int(p.strip(",")) for p in parts if p.strip(",").isdigit())
+    if not result["requests"]:
+        raise RuntimeError(f"wrk failed: {' '.join(cmd)} {url}\n{out}")
+    return result
+
+
+def measure(group: Group, run: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    before = group.snapshot()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = run()
+    after = group.snapshot()
+    n = max(1, result["requests"])
+    result["cpu_us"] = {name: 1e6 * (after[name] - before[name]) / n for name in before}
+    client = result.pop("_usage", None)
+    if client is not None:
+        result["cpu_us"]["client"] = 1e6 * (client - usage.ru_utime - usage.ru_stime) / n
+    return result
+
+
+def median_of(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key in ("requests", "rps", "p50_us", "p99_us", "errors", "mbps"):
+        if key in runs[0]:
+            out[key] = statistics.median(r[key] for r in runs)
+    out["cpu_us"] = {name: statistics.median(r["cpu_us"][name] for r in runs)
+                     for name in runs[0]["cpu_us"]}
+    out["runs"] = len(runs)
+    if "rps" in runs[0]:
+        out["rps_range"] = [min(r["rps"] for r in runs), max(r["rps"] for r in runs)]
+    return out
+
+
+# ---- the peers -------------------------------------------------------------------------------
+NGINX_UPSTREAM = """
+load_module /usr/lib/nginx/modules/ngx_http_echo_module.so;
+worker_processes 1;
+error_log {tmp}/up-error.log warn;
+pid {tmp}/up.pid;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/up-body;
+  keepalive_requests 1000000;
+  server {{
+    listen 127.0.0.1:{port} backlog=1024;
+    location /echo {{ return 200 "hello world\\n"; }}
+    location /upload {{
+      client_max_body_size 0;
+      client_body_buffer_size 32m;
+      echo_read_request_body;
+      echo "ok";
+    }}
+  }}
+}}
+"""
+
+NGINX_PROXY = """
+worker_processes 1;
+error_log {tmp}/rp-error.log warn;
+pid {tmp}/rp.pid;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/rp-body;
+  proxy_temp_path {tmp}/rp-proxy;
+  keepalive_requests 1000000;
+  upstream up {{ server 127.0.0.1:{up}; keepalive 64; keepalive_requests 1000000; }}
+  server {{
+    listen 127.0.0.1:{port} backlog=1024;
+    listen 127.0.0.1:{tls_port} ssl backlog=1024;
+    ssl_certificate {tmp}/rp.crt;
+    ssl_certificate_key {tmp}/rp.key;
+    ssl_session_cache off;
+    ssl_session_tickets off;
+    client_max_body_size 0;
+    location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_request_buffering off;
+      proxy_buffering off;
+    }}
+  }}
+}}
+"""
+
+SSHD_CONFIG = """
+Port {port}
+ListenAddress 127.0.0.1
+HostKey {tmp}/ssh_host_ed25519_key
+PidFile {tmp}/sshd.pid
+AuthorizedKeysFile {tmp}/authorized_keys
+StrictModes no
+UsePAM no
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+AllowTcpForwarding yes
+"""
+
+
+class Procs:
+    """Processes this bench started, stopped at the end (in reverse)."""
+
+    def __init__(self):
+        self.items: List[subprocess.Popen] = []
+
+    def start(self, cmd: List[str], **kwargs: Any) -> subprocess.Popen:
+        proc = subprocess.Popen(cmd, **kwargs)
+        self.items.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.items):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def start_nginx(procs: Procs, tmp: str, name: str, text: str) -> subprocess.Popen:
+    conf = os.path.join(tmp, f"{name}.conf")
+    with open(conf, "w") as fh:
+        fh.write(text)
+    return procs.start(["nginx", "-c", conf, "-p", tmp, "-g", "daemon off;"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_ssh(procs: Procs, tmp: str, forwards: List[tuple]) -> tuple:
+    """sshd on 127.0.0.1 and ``ssh -N -R`` for each (remote port, local port)."""
+    os.makedirs("/run/sshd", exist_ok=True)   # sshd's privilege separation directory
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                    f"{tmp}/ssh_host_ed25519_key"], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", f"{tmp}/user_key"],
+                   check=True)
+    shutil.copy(f"{tmp}/user_key.pub", f"{tmp}/authorized_keys")
+    port = free_port()
+    with open(f"{tmp}/sshd_config", "w") as fh:
+        fh.write(SSHD_CONFIG.format(port=port, tmp=tmp))
+    sshd = procs.start(["/usr/sbin/sshd", "-D", "-e", "-f", f"{tmp}/sshd_config"],
+                       stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/sshd.log", "wb"))
+    wait_port(port)
+    cmd = ["ssh", "-N", "-T", "-i", f"{tmp}/user_key", "-p", str(port),
+           "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+           "-o", "ExitOnForwardFailure=yes", "-o", "LogLevel=ERROR"]
+    for remote, local in forwards:
+        cmd += ["-R", f"127.0.0.1:{remote}:127.0.0.1:{local}"]
+    ssh = procs.start(cmd + [f"{os.environ.get('USER') or 'root'}@127.0.0.1"],
+                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                      stderr=open(f"{tmp}/ssh.log", "wb"))
+    for remote, _ in forwards:
+        wait_port(remote)
+    return sshd, ssh
+
+
+# ---- TCP bulk --------------------------------------------------------------------------------
+def bulk_server(port: int) -> None:
+    """Sink and source: 'U' + size: read size bytes, answer b"k"; 'D' + size: send size bytes,
+    close. One thread per connection."""
+    chunk = b"b" * (1 << 20)
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while len(head) < 9:
+                more = conn.recv(9 - len(head))
+                if not more:
+                    return
+                head += more
+            size = int.from_bytes(head[1:], "big")
+            if head[:1] == b"U":
+                buf = bytearray(1 << 20)
+                left = size
+                while left > 0:
+                    got = conn.recv_into(buf)
+                    if not got:
+                        return
+                    left -= got
+                conn.sendall(b"k")
+            else:
+                left = size
+                view = memoryview(chunk)
+                while left > 0:
+                    left -= conn.send(view[:min(left, len(chunk))])
+                conn.shutdown(socket.SHUT_WR)
+                conn.recv(1)
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen(64)
+    while True:
+        conn, _ = server.accept()
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+def bulk(port: int, direction: str, size: int = BULK) -> Dict[str, Any]:
+    started = time.perf_counter()
+    own = time.process_time()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(direction.encode() + size.to_bytes(8, "big"))
+        if direction == "U":
+            chunk = memoryview(b"u" * (1 << 20))
+            left = size
+            while left > 0:
+                left -= sock.send(chunk[:min(left, len(chunk))])
+            if sock.recv(1) != b"k":
+                raise RuntimeError("bulk upload not acknowledged")
+        else:
+            buf = bytearray(1 << 20)
+            got = 0
+            while got < size:
+                n = sock.recv_into(buf)
+                if not n:
+                    raise RuntimeError(f"bulk download ended at {got} of {size} bytes")
+                got += n
+    elapsed = time.perf_counter() - started
+    mib = size / (1 << 20)
+    return {"requests": int(mib), "mbps": round(size / elapsed / 1e6, 1),
+            "_usage": None, "_own": time.process_time() - own}
+
+
+# ---- the stack -------------------------------------------------------------------------------
+class Stack:
+    def __init__(self, tmp: str, procs: Procs, growth: bool = False):
+        from tests.edge.conftest import EdgeProcess
+        from tests.support.api import HttpApi, LocalStack
+        self.tmp = tmp
+        self.up_port, self.rp_port, self.rp_tls = free_port(), free_port(), free_port()
+        self.bulk_port = free_port()
+        self.upstream = start_nginx(procs, tmp, "up", NGINX_UPSTREAM.format(
+            tmp=tmp, port=self.up_port))
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-subj",
+                        "/CN=127.0.0.1", "-keyout", f"{tmp}/rp.key", "-out", f"{tmp}/rp.crt"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proxy = start_nginx(procs, tmp, "rp", NGINX_PROXY.format(
+            tmp=tmp, port=self.rp_port, tls_port=self.rp_tls, up=self.up_port))
+        self.bulk = procs.start([sys.executable, __file__, "--bulk-server", str(self.bulk_port)])
+        wait_port(self.up_port)
+        wait_port(self.rp_port)
+        wait_port(self.bulk_port)
+        self.ssh_http, self.ssh_bulk = free_port(), free_port()
+        self.sshd, self.ssh = start_ssh(procs, tmp, [(self.ssh_http, self.up_port),
+                                                     (self.ssh_bulk, self.bulk_port)])
+        # the growth case binds 1,000 endpoints on one session and opens 1,000 sessions with
+        # one credential: the edge's quotas (edge/quotas.py) raised for the bench
+        os.environ.update({"EDGE_MAX_ENDPOINTS_PER_SESSION": "5000",
+                           "EDGE_MAX_ENDPOINTS_PER_ACCOUNT": "5000",
+                           "EDGE_MAX_SESSIONS_PER_CREDENTIAL": "5000",
+                           "EDGE_MAX_AUTHS_PER_CREDENTIAL": "100000"})
+        self.api = LocalStack(data_dir=os.path.join(tmp, "api"))
+        os.makedirs(self.api.data_dir)
+        self.api.start()
+        self.edge = EdgeProcess(data_dir=os.path.join(tmp, "edge"), store_url=self.api.store_url)
+        os.makedirs(self.edge.data_dir)
+        self.edge.start(self.api.store_env())
+        self.http_api = HttpApi(self.api)
+        account = self.http_api.new_account()
+        self.account = account
+        self.token = account.admin.post("/credentials", {"description": "bench"}).json["token"]
+        self.agent, bound = self.start_agent([
+            {"proto": "http", "upstream": f"http://127.0.0.1:{self.up_port}"},
+            {"proto": "http", "upstream": f"http://127.0.0.1:{self.up_port}",
+             "policy": json.dumps(FIVE_RULES)},
+            {"proto": "tcp", "upstream": f"127.0.0.1:{self.bulk_port}"}], procs)
+        self.host = bound[0].split("://")[1].split(":")[0]
+        self.policy_host = bound[1].split("://")[1].split(":")[0]
+        self.edge_tcp = int(bound[2].rsplit(":", 1)[1])
+
+    def start_agent(self, binds: List[Dict[str, Any]], procs: Procs) -> tuple:
+        from tests.edge.conftest import SDK_PYTHON
+        cfg = {"authtoken": self.token, "server_addr": self.edge.server_addr,
+               "root_cas": self.edge.ca_path, "binds": binds}
+        agent = procs.start([SDK_PYTHON, os.path.join(HERE, "peer_agent.py"), json.dumps(cfg)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        bound = []
+        while True:
+            line = agent.stdout.readline()
+            if not line:
+                raise RuntimeError("the SDK agent ended before it was ready")
+            event = json.loads(line)
+            if event["event"] == "ready":
+                return agent, bound
+            bound.append(event["url"])
+
+    # process groups of each path
+    def groups(self) -> Dict[str, Group]:
+        up = self.upstream.pid
+        return {"edge": Group({"edge": self.edge.process.pid, "sdk": self.agent.pid,
+                               "upstream": up}),
+                "ssh": Group({"sshd": self.sshd.pid, "ssh": self.ssh.pid, "upstream": up}),
+                "nginx": Group({"nginx": self.proxy.pid, "upstream": up}),
+                "direct": Group({"upstream": up})}
+
+    def url(self, path: str, route: str, tls: bool = False) -> str:
+        port = {"edge": self.edge.https_port if tls else self.edge.http_port,
+                "ssh": self.ssh_http, "nginx": self.rp_tls if tls else self.rp_port,
+                "direct": self.up_port}[path]
+        return f"{'https' if tls else 'http'}://127.0.0.1:{port}{route}"
+
+
+# ---- the cases -------------------------------------------------------------------------------
+def http_case(stack: Stack, paths: List[str], runs: int, seconds: float, conns: int,
+              route: str, body: int = 0, tls: bool = False, close: bool = False,
+              host: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    groups = stack.groups()
+    results: Dict[str, List[Dict[str, Any]]] = {p: [] for p in paths}
+    for _ in range(runs):
+        for path in paths:
+            name = path.split(":")[0]
+            results[path].append(measure(groups[name], lambda: wrk(
+                stack.url(name, route, tls), conns, seconds, stack.tmp,
+                (host or {}).get(path, stack.host), body, close)))
+    return {path: median_of(rs) for path, rs in results.items()}
+
+
+def bulk_case(stack: Stack, runs: int) -> Dict[str, Any]:
+    groups = stack.groups()
+    bulk_group = {"edge": Group({"edge": stack.edge.process.pid, "sdk": stack.agent.pid,
+                                 "upstream": stack.bulk.pid}),
+                  "ssh": Group({"sshd": stack.sshd.pid, "ssh": stack.ssh.pid,
+                                "upstream": stack.bulk.pid}),
+                  "direct": Group({"upstream": stack.bulk.pid})}
+    del groups
+    ports = {"edge": stack.edge_tcp, "ssh": stack.ssh_bulk, "direct": stack.bulk_port}
+    out = {}
+    for direction, label in (("U", "up"), ("D", "down")):
+        results: Dict[str, List[Dict[str, Any]]] = {p: [] for p in ports}
+        for _ in range(runs):
+            for path, port in ports.items():
+                def run() -> Dict[str, Any]:
+                    result = bulk(port, direction)
+                    result["_usage"] = None
+                    return result
+                r = measure(bulk_group[path], run)
+                r["cpu_us"]["client"] = 1e6 * r.pop("_own") / r["requests"]
+                results[path].append(r)
+        out[label] = {path: median_of(rs) for path, rs in results.items()}
+    return out
+
+
+# ---- printing --------------------------------------------------------------------------------
+PROXY = {"edge": ("edge", "sdk"), "ssh": ("sshd", "ssh"), "nginx": ("nginx",), "direct": ()}
+
+
+def fmt_us(value: float) -> str:
+    return f"{value / 1000:.2f} ms" if value >= 1000 else f"{value:.0f} µs"
+
+
+def print_http(title: str, rows: Dict[str, Any], base: str = "ssh") -> None:
+    print(f"\n{title}")
+    print(f"  {'path':<14} {'req/s':>9} {'×' + base:>7} {'p50':>10} {'p99':>10}   "
+          "CPU µs per request (proxy: its processes; upstream; client)")
+    ref = rows.get(base)
+    for path, row in rows.items():
+        ratio = f"{row['rps'] / ref['rps']:.2f}" if ref and ref["rps"] else "-"
+        cpu_us = row["cpu_us"]
+        name = path.split(":")[0]
+        proxy = sum(cpu_us.get(p, 0) for p in PROXY.get(name, ()))
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in cpu_us.items())
+        print(f"  {path:<14} {row['rps']:>9.0f} {ratio:>7} {fmt_us(row['p50_us']):>10} "
+              f"{fmt_us(row['p99_us']):>10}   proxy {proxy:.1f} | {parts}"
+              + (f" | errors {row['errors']:.0f}" if row.get("errors") else ""))
+
+
+def goal_lines(results: Dict[str, Any]) -> List[str]:
+    """The issue's goals as ratios from this run."""
+    lines = []
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}" if b else "-"
+    for case, label in (("get20", "small GET, 20 connections"),
+                        ("get1", "small GET, 1 connection")):
+        rows = results.get(case)
+        if not rows:
+            continue
+        e, s = rows["edge"], rows["ssh"]
+        lines.append(f"{label}: requests/s {ratio(e['rps'], s['rps'])}× ssh -R; edge CPU "
+                     f"{e['cpu_us']['edge']:.1f} µs = {ratio(e['cpu_us']['edge'], s['cpu_us']['sshd'])}× "
+                     f"sshd's {s['cpu_us']['sshd']:.1f} (edge+SDK "
+                     f"{e['cpu_us']['edge'] + e['cpu_us']['sdk']:.1f} vs sshd+ssh "
+                     f"{s['cpu_us']['sshd'] + s['cpu_us']['ssh']:.1f}); p50 "
+                     f"{ratio(e['p50_us'], s['p50_us'])}× ssh -R's")
+    sweep = results.get("sweep")
+    if sweep and all("edge" in rows and "direct" in rows for rows in sweep.values()):
+        worst = max(sweep.items(), key=lambda kv: kv[1]["edge"]["p50_us"] /
+                    max(1, kv[1]["direct"]["p50_us"]))
+        stalls = [size for size, rows in sweep.items() if rows["edge"]["p50_us"] >= 30000
+                  and rows["direct"]["p50_us"] < 10000]
+        lines.append(f"POST sweep at 1 connection: edge p50 over 30 ms where direct is under "
+                     f"10 ms at: {', '.join(stalls) or 'no size'} (worst edge/direct p50: "
+                     f"{worst[0]})")
+    if sweep and "1 MiB" in sweep and "ssh" in sweep["1 MiB"]:
+        one = sweep["1 MiB"]
+        lines.append(f"1 MiB POST, 1 connection: {ratio(one['edge']['rps'], one['ssh']['rps'])}× "
+                     "ssh -R")
+    if results.get("post20"):
+        rows = results["post20"]
+        if "ssh" in rows:
+            lines.append(f"1 MiB POST, 20 connections: {ratio(rows['edge']['rps'], rows['ssh']['rps'])}× "
+                         f"ssh -R; upstream CPU behind the edge "
+                         f"{ratio(rows['edge']['cpu_us']['upstream'], rows['ssh']['cpu_us']['upstream'])}× "
+                         "behind ssh")
+    if results.get("bulk"):
+        for label, rows in results["bulk"].items():
+            lines.append(f"TCP bulk {label}: {ratio(rows['edge']['mbps'], rows['ssh']['mbps'])}× ssh -R "
+                         f"({rows['edge']['mbps']:.0f} vs {rows['ssh']['mbps']:.0f} MB/s)")
+    if results.get("https"):
+        rows = results["https"]
+        e, n = rows["edge"]["cpu_us"], rows["nginx"]["cpu_us"]
+        lines.append(f"HTTPS, new TLS connection per request: edge CPU {e['edge']:.0f} µs = "
+                     f"{ratio(e['edge'], n['nginx'])}× nginx's {n['nginx']:.0f} µs")
+    if results.get("policy"):
+        rows = results["policy"]
+        lines.append(f"5-rule policy vs none: edge CPU per request "
+                     f"{ratio(rows['edge:policy']['cpu_us']['edge'], rows['edge']['cpu_us']['edge'])}× "
+                     f"({rows['edge:policy']['cpu_us']['edge']:.0f} vs {rows['edge']['cpu_us']['edge']:.0f} µs)")
+    return lines
+
+
+def size_label(size: int) -> str:
+    return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--sweep-seconds", type=float, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", default="get20,get1,sweep,post20,bulk,https,policy,growth")
+    parser.add_argument("--paths", default="edge,ssh,nginx,direct")
+    parser.add_argument("--sizes", default=",".join(str(n) for n in SWEEP),
+                        help="the POST sweep's body sizes, bytes")
+    parser.add_argument("--endpoints", type=int, default=200, help="growth: endpoints bound")
+    parser.add_argument("--sessions", type=int, default=1000, help="growth: idle sessions")
+    parser.add_argument("--bulk-server", type=int, default=0)
+    parser.add_argument("--keep", action="store_true",
+                        help="print the ports and wait for Enter before stopping")
+    args = parser.parse_args()
+    if args.bulk_server:
+        bulk_server(args.bulk_server)
+        return 0
+    for tool in ("wrk", "nginx", "ssh", "ssh-keygen", "openssl"):
+        if shutil.which(tool) is None:
+            print(f"{tool} is not installed: run scripts/install_bench_deps.sh (make bench-peers)")
+            return 2
+    only = set(args.only.split(","))
+    paths = args.paths.split(",")
+    results: Dict[str, Any] = {"machine": f"{os.cpu_count()} cores", "seconds": args.seconds,
+                               "runs": args.runs, "load_before": os.getloadavg()[0]}
+    procs = Procs()
+    with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
+        try:
+            stack = Stack(tmp, procs)
+            if args.keep:
+                print(json.dumps({"edge_http": stack.edge.http_port, "host": stack.host,
+                                  "ssh": stack.ssh_http, "nginx": stack.rp_port,
+                                  "direct": stack.up_port, "edge_pid": stack.edge.process.pid,
+                                  "sdk_pid": stack.agent.pid, "sshd_pid": stack.sshd.pid}))
+                input()
+            if "get20" in only:
+                results["get20"] = http_case(stack, paths, args.runs, args.seconds, 20, "/echo")
+                print_http("small GET, 20 connections", results["get20"])
+            if "get1" in only:
+                results["get1"] = http_case(stack, paths, args.runs, args.seconds, 1, "/echo")
+                print_http("small GET, 1 connection", results["get1"])
+            if "sweep" in only:
+                results["sweep"] = {}
+                for size in [int(n) for n in args.sizes.split(",")]:
+                    rows = http_case(stack, paths, 1, args.sweep_seconds, 1, "/upload", size)
+                    results["sweep"][size_label(size)] = rows
+                    print_http(f"POST {size_label(size)}, 1 connection", rows)
+            if "post20" in only:
+                results["post20"] = http_case(stack, paths, args.runs, args.seconds, 20,
+                                              "/upload", 1 << 20)
+                print_http("POST 1 MiB, 20 connections", results["post20"])
+            if "bulk" in only:
+                results["bulk"] = bulk_case(stack, args.runs)
+                for label, rows in results["bulk"].items():
+                    print(f"\nTCP bulk, 256 MiB {label}")
+                    for path, row in rows.items():
+                        parts = ", ".join(f"{k} {v:.0f}" for k, v in row["cpu_us"].items())
+                        print(f"  {path:<8} {row['mbps']:>8.0f} MB/s   CPU µs per MiB: {parts}")
+            if "https" in only:
+                results["https"] = http_case(stack, ["edge", "nginx"], args.runs, args.seconds,
+                                             20, "/echo", tls=True, close=True)
+                print_http("HTTPS, a new TLS connection per request (20 at a time)",
+                           results["https"], base="nginx")
+            if "policy" in only:
+                results["policy"] = http_case(
+                    stack, ["edge", "edge:policy"], args.runs, args.seconds, 20, "/echo",
+                    host={"edge": stack.host, "edge:policy": stack.policy_host})
+                print_http("small GET, 20 connections: no policy vs a 5-rule policy",
+                           results["policy"], base="edge")
+            if "growth" in only:
+                from edge.bench import peers_growth
+                results["growth"] = peers_growth.run(stack, procs, args.seconds, args.runs,
+                                                      args.endpoints, args.sessions)
+        finally:
+            procs.stop()
+            if "stack" in locals():
+                stack.edge.stop()
+                stack.api.stop()
+    print("\nGoals, as ratios from this run:")
+    for line in goal_lines(results):
+        print("  " + line)
+    out = os.path.join(HERE, "peers_latest.json")
+    with open(out, "w") as fh:
+        json.dump(results, fh, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
