@@ -273,3 +273,30 @@ def agents():
     yield start
     for agent in started:
         agent.stop()
+
+
+# ---- a real identity provider (the sign-in tests) ----------------------------------------
+PROVIDER = os.path.join(os.path.dirname(__file__), "oidc_provider.py")
+CLIENT_ID, CLIENT_SECRET = "edge-client", "edge-secret-123"
+
+
+@pytest.fixture(scope="module")
+def idp():
+    """tests/edge/oidc_provider.py as a process (authlib), with one client for the edge."""
+    port = free_port()
+    cfg = {"port": port, "clients": [{"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
+                                      "redirect_uris": [f"http://*.{BASE_DOMAIN}:*/ngrok/callback"]}]}
+    process = subprocess.Popen([sys.executable, PROVIDER, json.dumps(cfg)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout.readline().strip() == "ready"
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            requests.get(url + "/jwks", timeout=5)
+            break
+        except requests.ConnectionError:
+            time.sleep(0.2)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)

@@ -3,43 +3,14 @@ a process (tests/edge/oidc_provider.py: authlib's authorization server), the off
 SDK serving the endpoint, and a browser-like client (cookies per host, redirects followed)."""
 import base64
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.parse
 
 import pytest
 import requests
 
-from tests.edge.conftest import BASE_DOMAIN
+from tests.edge.conftest import BASE_DOMAIN, CLIENT_ID, CLIENT_SECRET
 from tests.edge.test_edge_sdk import _bound, _credential, _host
-from tests.support.api import free_port
-
-PROVIDER = os.path.join(os.path.dirname(__file__), "oidc_provider.py")
-CLIENT_ID, CLIENT_SECRET = "edge-client", "edge-secret-123"
-
-
-@pytest.fixture(scope="module")
-def idp():
-    port = free_port()
-    cfg = {"port": port, "clients": [{"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
-                                      "redirect_uris": [f"http://*.{BASE_DOMAIN}:*/ngrok/callback"]}]}
-    process = subprocess.Popen([sys.executable, PROVIDER, json.dumps(cfg)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert process.stdout.readline().strip() == "ready"
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            requests.get(url + "/jwks", timeout=5)
-            break
-        except requests.ConnectionError:
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(timeout=10)
-
 
 class Browser:
     """Cookies per host name, redirects followed; names under BASE_DOMAIN go to the edge."""
