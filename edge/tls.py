@@ -418,6 +418,7 @@ class HttpsListener:
             # reader's flow control (pause_reading) and EOF handling need the transport
             writer = asyncio.StreamWriter(tls_transport, protocol, reader, loop)
             writer.tls_spec = spec
+            writer.server_name = name   # edge.cluster: where a relayed connection goes
         except asyncio.CancelledError:
             transport.abort()
             return
