@@ -7,7 +7,9 @@ Off unless ``EDGE_CLUSTER_SECRET`` is set (then a single instance costs nothing 
 - it listens on ``EDGE_RELAY_HOST:EDGE_RELAY_PORT`` (127.0.0.1, any free port by default),
   the **relay listener**, separate from every public listener: a connection there must open
   with ``NGRELAY1 <secret> <kind> <arg> <client ip> <client port>\\r\\n`` (the secret compared
-  in constant time; anything else is closed at once, nothing read past the first line);
+  in constant time; anything else is closed at once, nothing read past the first line); it
+  answers ``HERE`` (it serves the connection) or ``MOVED`` (it no longer holds the endpoint:
+  the relaying instance reads the claim again) before any byte of the client's is sent;
 - a public connection whose endpoint this instance does not hold is carried to the instance
   that does: HTTP by the first request's Host, HTTPS by the handshake's server name (the
   relayed bytes are the decrypted stream; HTTP/2 when the client chose it), TCP by the
@@ -26,13 +28,15 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from chalicelib.core import instances, online
 
 log = logging.getLogger("edge.cluster")
 
 PREAMBLE = b"NGRELAY1"
+ACK_HERE = b"HERE\r\n"       # the holder serves the connection
+ACK_MOVED = b"MOVED\r\n"     # it no longer holds the endpoint: the claim is read again
 MAX_PREAMBLE = 512            # bytes of the relay line (closed past it)
 PREAMBLE_TIMEOUT = 10.0       # seconds for the relay line
 CONNECT_TIMEOUT = 5.0         # seconds to open a relay connection to the holder
@@ -41,7 +45,8 @@ MAX_PEEK = 64 * 1024          # bytes of the first request head read to find its
 CHUNK = 64 * 1024
 HOLD_SECONDS = 15.0           # a connection waits this long for a moving endpoint
 HOLD_POLL = 0.25
-DRAIN_SECONDS = 5.0           # SIGTERM: longest wait for in-flight requests              # seconds between the store reads while it waits
+DRAIN_SECONDS = 5.0           # SIGTERM: longest wait for in-flight requests
+REBIND_GRACE = 2.0            # ... then for the agents' re-binds before the items go              # seconds between the store reads while it waits
 _HOST = re.compile(rb"\r\nhost:[ \t]*([^\r\n]*)", re.IGNORECASE)
 
 
@@ -100,6 +105,7 @@ class Cluster:
         self._server: Optional[asyncio.AbstractServer] = None
         self._lease: Optional[asyncio.Task] = None
         self._holders: Dict[str, Tuple[float, Optional[str]]] = {}   # name -> (at, address)
+        self._ended: List[Tuple[str, str]] = []   # sessions a drain ended (defer_end)
         self._dead: Dict[str, float] = {}   # relay addresses that refused (kill -9), when
         self.relayed_out = 0
         self.held = 0
@@ -157,6 +163,21 @@ class Cluster:
         while left and loop.time() < deadline:   # relayed and public exchanges finishing
             await asyncio.sleep(0.05)
             left = [t for t in left if not t.done()]
+        if self._ended:
+            await asyncio.sleep(max(0.0, min(REBIND_GRACE, deadline + 1 - loop.time())))
+        for account_id, session_id in self._ended:
+            try:
+                await self.edge.call(online.session_ended, account_id, session_id)
+            except Exception as exc:   # stale after ONLINE_STALE_SECONDS all the same
+                log.warning("cluster: session %s not removed: %r", session_id, exc)
+
+    def defer_end(self, account_id: str, session_id: str) -> bool:
+        """While draining, a session's online items are removed only at the end of the
+        drain (REBIND_GRACE later): online.session_ended removes only what the session
+        still owns, so what the agent's new session re-bound meanwhile is left alone."""
+        if self.draining:
+            self._ended.append((account_id, session_id))
+        return self.draining
 
     def keep_claims(self) -> bool:
         """A draining instance keeps the claims of the sessions it ends (their agents are
@@ -235,11 +256,21 @@ class Cluster:
             self._dead[address] = time.monotonic()
             self._holders.clear()
             return False
-        self.relayed_out += 1
         line = b" ".join([PREAMBLE, self.settings.secret.encode(), kind.encode(),
                           (arg or "-").encode(), str(peer[0] or "-").encode(),
                           str(peer[1] or 0).encode()]) + b"\r\n"
-        up_writer.write(line + first)
+        up_writer.write(line)
+        try:   # the holder says whether it still holds the endpoint before any byte goes
+            ack = await asyncio.wait_for(up_reader.readuntil(b"\r\n"), CONNECT_TIMEOUT)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError):
+            ack = b""
+        if ack != ACK_HERE:   # moved away meanwhile (it drains, its agent reconnects)
+            up_writer.close()
+            self._holders.clear()
+            return False
+        self.relayed_out += 1
+        up_writer.write(first)
         try:
             await pipe(reader, writer, up_reader, up_writer)
         finally:
@@ -325,10 +356,21 @@ class Cluster:
             except ValueError:
                 writer.transport.abort()
                 return
+            if not self._holds(kind, arg):
+                writer.write(ACK_MOVED)
+                writer.close()
+                return
+            writer.write(ACK_HERE)
             self.relayed_in += 1
             await self._serve(kind, arg, peer, reader, writer)
         finally:
             self.edge.connections.discard(task)
+
+    def _holds(self, kind: str, arg: str) -> bool:
+        registry = self.edge.registry
+        if kind == "tcp":
+            return arg.isdigit() and int(arg) in registry.by_port
+        return registry.http_tunnel(arg, "http" if kind == "http" else "https") is not None
 
     async def _serve(self, kind: str, arg: str, peer: Tuple[str, int],
                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -439,8 +439,9 @@ class Edge:
             if remember and tunnel.generated and (tunnel.hostname or tunnel.port):
                 await self.call(online.remember_name, tunnel.account_id, tunnel.id,
                                 tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}")
-            if name and tunnel.holds_claim and not (
-                    remember and self.cluster is not None and self.cluster.keep_claims()):
+            if remember and self.cluster is not None and self.cluster.keep_claims():
+                return   # draining: the agent's re-bind elsewhere takes its items over
+            if name and tunnel.holds_claim:
                 await self.call(online.release_hostname, name, endpoint_id=tunnel.endpoint_id)
             await self.call(online.tunnel_stopped, tunnel.account_id, tunnel.id)
             if partner is not None and tunnel.holds_claim and not partner.session.ended:

@@ -96,7 +96,9 @@ class Instance:
         while time.time() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise SystemExit(f"edge {self.index} exited at start; see {self.log_path}")
+                with open(self.log_path, errors="replace") as handle:
+                    tail = handle.read()[-2000:]
+                raise SystemExit(f"edge {self.index} exited at start: {tail}")
             if self.serving():
                 self.mark_ready()
                 return
@@ -151,6 +153,10 @@ def up(args: argparse.Namespace) -> int:
                 "EDGE_TCP_PORTS": env.get("EDGE_TCP_PORTS") or f"{low}-{low + 99}"})
     if args.check_seconds:
         env["EDGE_CHECK_SECONDS"] = str(args.check_seconds)
+    front = {"agent": args.agent_port or free_port(), "http": args.http_port or free_port(),
+             "https": args.https_port or free_port()}
+    env.update({"EDGE_PUBLIC_HTTP_PORT": str(front["http"]),   # the URLs name HAProxy's ports
+                "EDGE_PUBLIC_HTTPS_PORT": str(front["https"])})
     instances = [Instance(k, data_dir, env) for k in range(args.n)]
     instances[0].start()
     instances[0].wait_serving()
@@ -161,8 +167,6 @@ def up(args: argparse.Namespace) -> int:
         inst.start()
     for inst in instances[1:]:
         inst.wait_serving()
-    front = {"agent": args.agent_port or free_port(), "http": args.http_port or free_port(),
-             "https": args.https_port or free_port()}
     cfg_path = os.path.join(data_dir, "haproxy.cfg")
     with open(cfg_path, "w") as handle:
         handle.write(haproxy_config(front, instances))
