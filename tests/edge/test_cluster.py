@@ -318,3 +318,32 @@ def test_rolling_restart_under_load_loses_no_request(cluster, api, agents):
     assert out.returncode == 0, out.stdout + out.stderr
     assert results["ok"] > 30
     assert failures == []
+
+
+RATE_POLICY = {"on_http_request": [{"actions": [{"type": "rate-limit", "config": {
+    "name": "cluster", "algorithm": "sliding_window", "capacity": 5, "rate": "60s",
+    "bucket_key": ["req.url.path"]}}]}]}
+
+
+def test_a_rate_limit_holds_across_instances(cluster, token, agents):
+    """An endpoint's requests are all served (policy included) by the instance holding it,
+    whichever instance they land on: its limit is exact across instances, no shared counter."""
+    agent = agents(cluster.agent_target(0), token,
+                   [{"proto": "http", "options": {"traffic_policy": [json.dumps(RATE_POLICY)]}}])
+    host = _host(_bound(agent.start())[0]["url"])
+    codes = [cluster.get(host, "/limited", i % 3).status_code for i in range(12)]
+    assert codes == [200] * 5 + [429] * 7, codes
+
+
+def test_stopping_a_session_reaches_the_instance_holding_it(cluster, api, agents):
+    account = api.new_account()
+    agent = agents(cluster.agent_target(2), _credential(account)["token"], [{"proto": "http"}])
+    host = _host(_bound(agent.start())[0]["url"])
+    sessions = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
+    assert len(sessions) == 1
+    resp = account.admin.post(f"/tunnel_sessions/{sessions[0]['id']}/stop", {})
+    assert resp.status == 204, resp.text
+    deadline = time.time() + 30
+    while time.time() < deadline and cluster.get(host, "/echo", 0).status_code == 200:
+        time.sleep(0.25)
+    assert cluster.get(host, "/echo", 0).status_code == 404
