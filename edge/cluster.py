@@ -152,13 +152,15 @@ class Cluster:
         deadline = loop.time() + DRAIN_SECONDS
 
         async def drain_one(session: Any) -> None:
-            mux = getattr(session, "mux", None)
-            while mux is not None and mux.open_streams() > 0 and loop.time() < deadline:
+            while in_flight(session) and loop.time() < deadline:
                 await asyncio.sleep(0.05)
             await session.end("the edge instance is restarting; reconnect")
 
-        await asyncio.gather(*(drain_one(s) for s in list(self.edge.sessions)),
-                             return_exceptions=True)
+        results = await asyncio.gather(*(drain_one(s) for s in list(self.edge.sessions)),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception):
+                log.warning("cluster: drain of a session failed: %r", result)
         left = [t for t in self.edge.connections if t is not asyncio.current_task()]
         while left and loop.time() < deadline:   # relayed and public exchanges finishing
             await asyncio.sleep(0.05)
@@ -389,6 +391,15 @@ class Cluster:
             await edge._port_connection(int(arg), reader, _RelayedWriter(writer, peer))
         else:
             writer.transport.abort()
+
+
+def in_flight(session: Any) -> int:
+    """Proxy streams the edge opened on ``session`` that are not finished (the agent's own
+    streams, its heartbeat stream among them, do not count)."""
+    mux = getattr(session, "mux", None)
+    streams = getattr(mux, "_streams", {})
+    return sum(1 for stream in list(streams.values())
+               if getattr(stream, "local", False) and not getattr(stream, "finished", True))
 
 
 def host_of(head: bytes) -> str:

@@ -347,3 +347,32 @@ def test_stopping_a_session_reaches_the_instance_holding_it(cluster, api, agents
     while time.time() < deadline and cluster.get(host, "/echo", 0).status_code == 200:
         time.sleep(0.25)
     assert cluster.get(host, "/echo", 0).status_code == 404
+
+
+def test_the_agent_cli_moves_when_its_instance_drains(cluster, token, tmp_path):
+    """The agent CLI 2.x answers the draining instance's GOAWAY as the SDKs do: it reconnects
+    through HAProxy to another instance and serves the same URL again."""
+    from tests.edge.cli_agent import CliAgent, cli_binary
+    from tests.edge.test_cli_agent import _upstream
+    if not cli_binary():
+        pytest.skip("the agent CLI 2.x is not available on this platform")
+    server = _upstream("cli")
+    agent = CliAgent(cluster.agent_target(), token,
+                     ["http", f"127.0.0.1:{server.server_port}"], workdir=str(tmp_path))
+    try:
+        urls = sorted(agent.wait_tunnels(2).values())   # the CLI 2.x: http and https
+        host = _host(urls[0])
+        _until_ok(cluster, host, 30)
+        holder = cluster.holder_index(host)
+        out = subprocess.run([sys.executable, os.path.join(PROJECT_DIR, "scripts",
+                                                           "cluster.py"),
+                              "restart", "--data-dir", cluster.data_dir, "--instance",
+                              str(holder), "--pause", "0"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        _until_ok(cluster, host, 60)
+        assert sorted(agent.wait_tunnels(2).values()) == urls
+        assert "restarting; reconnect" in cluster.log(holder), cluster.log(holder)[-3000:]
+    finally:
+        agent.stop()
+        server.shutdown()
