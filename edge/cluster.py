@@ -149,11 +149,20 @@ class Cluster:
         again. The sessions' claims are kept (keep_claims) for those re-binds to take over."""
         await self.drain()
         loop = asyncio.get_running_loop()
+        # Connections routed here before "draining" was written (other instances' holder
+        # caches, HAProxy's last connects) arrive within HOLDER_CACHE_SECONDS: they are
+        # served by the sessions still up, whose agents are asked to move only after.
+        await asyncio.sleep(HOLDER_CACHE_SECONDS + 0.5)
         deadline = loop.time() + DRAIN_SECONDS
 
         async def drain_one(session: Any) -> None:
-            while in_flight(session) and loop.time() < deadline:
-                await asyncio.sleep(0.05)
+            idle_since = loop.time()
+            while loop.time() < deadline:   # idle for 100 ms running
+                if in_flight(session):
+                    idle_since = loop.time()
+                elif loop.time() - idle_since >= 0.1:
+                    break
+                await asyncio.sleep(0.02)
             await session.end("the edge instance is restarting; reconnect")
 
         results = await asyncio.gather(*(drain_one(s) for s in list(self.edge.sessions)),
@@ -168,8 +177,8 @@ class Cluster:
         if self._ended:
             await asyncio.sleep(max(0.0, min(REBIND_GRACE, deadline + 1 - loop.time())))
         for account_id, session_id in self._ended:
-            try:
-                await self.edge.call(online.session_ended, account_id, session_id)
+            try:   # the agent resumed the same session id elsewhere: its items are that one's
+                await self.edge.call(self._session_ended_here, account_id, session_id)
             except Exception as exc:   # stale after ONLINE_STALE_SECONDS all the same
                 log.warning("cluster: session %s not removed: %r", session_id, exc)
 
@@ -180,6 +189,11 @@ class Cluster:
         if self.draining:
             self._ended.append((account_id, session_id))
         return self.draining
+
+    def _session_ended_here(self, account_id: str, session_id: str) -> None:
+        raw = online._get_raw(online._session_key(account_id, session_id))
+        if raw is not None and online._s(raw, "instance_id") == self.instance_id:
+            online.session_ended(account_id, session_id)
 
     def keep_claims(self) -> bool:
         """A draining instance keeps the claims of the sessions it ends (their agents are
@@ -201,11 +215,14 @@ class Cluster:
         """Where ``name`` is served: ("local", None) when no other instance claims it (no
         claim item: this instance answers, offline if it holds nothing); ("relay", address)
         when a serving instance holds its claim; ("moving", None) when the claim names an
-        instance that drains or died (its agent is reconnecting elsewhere)."""
+        instance that drains or died (its agent is reconnecting elsewhere), or this one
+        while the endpoint is not routed here yet (a bind in progress)."""
         claim = await self.edge.call(online._get_raw, online._claim_key(online._canonical(name)))
         instance = online._s(claim, "instance_id") if claim else None
-        if not instance or instance == self.instance_id:
+        if not instance:
             return "local", None
+        if instance == self.instance_id:   # claimed here, bind still in progress (the
+            return "moving", None          # claim is written before the tunnel is routed)
         address = await self.edge.call(instances.address_of, instance)
         if address is None:
             return "moving", None
@@ -399,7 +416,7 @@ def in_flight(session: Any) -> int:
     mux = getattr(session, "mux", None)
     streams = getattr(mux, "_streams", {})
     return sum(1 for stream in list(streams.values())
-               if getattr(stream, "local", False) and not getattr(stream, "finished", True))
+               if getattr(stream, "local", False) and not getattr(stream, "done", True))
 
 
 def host_of(head: bytes) -> str:

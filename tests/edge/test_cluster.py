@@ -317,7 +317,9 @@ def test_rolling_restart_under_load_loses_no_request(cluster, api, agents):
     print(out.stdout, results)
     assert out.returncode == 0, out.stdout + out.stderr
     assert results["ok"] > 30
-    assert failures == []
+    logs = "\n".join(line for i in (0, 1, 2) for line in cluster.log(i).splitlines()
+                     if "cluster:" in line or " ends:" in line or "bound at" in line)
+    assert failures == [], logs[-6000:]
 
 
 RATE_POLICY = {"on_http_request": [{"actions": [{"type": "rate-limit", "config": {
