@@ -357,13 +357,11 @@ class Cluster:
         self.edge.connections.add(task)
         try:
             try:
-                line = await asyncio.wait_for(reader.readuntil(b"\r\n"), PREAMBLE_TIMEOUT)
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                    asyncio.TimeoutError, OSError):
-                writer.transport.abort()
-                return
-            parts = line[:MAX_PREAMBLE].split()
-            if len(line) > MAX_PREAMBLE or len(parts) != 6 or parts[0] != PREAMBLE or \
+                line = await asyncio.wait_for(_read_line(reader), PREAMBLE_TIMEOUT)
+            except (asyncio.TimeoutError, OSError):
+                line = b""
+            parts = line.split()
+            if len(parts) != 6 or parts[0] != PREAMBLE or \
                     not hmac.compare_digest(parts[1], self.settings.secret.encode()):
                 log.warning("cluster: relay connection refused (bad preamble) from %s",
                             writer.get_extra_info("peername"))
@@ -408,6 +406,24 @@ class Cluster:
             await edge._port_connection(int(arg), reader, _RelayedWriter(writer, peer))
         else:
             writer.transport.abort()
+
+
+async def _read_line(reader: asyncio.StreamReader) -> bytes:
+    """The relay line (without its CRLF), or b"" when the peer closed or sent MAX_PREAMBLE
+    bytes without one. The sender waits for the answer before sending more, so nothing
+    follows the line; anything that does is put back for the connection's reader."""
+    line = b""
+    while b"\r\n" not in line:
+        if len(line) >= MAX_PREAMBLE:
+            return b""
+        data = await reader.read(MAX_PREAMBLE - len(line))
+        if not data:
+            return b""
+        line += data
+    head, _, rest = line.partition(b"\r\n")
+    if rest:
+        reader._buffer[0:0] = rest   # type: ignore[attr-defined]
+    return head
 
 
 def in_flight(session: Any) -> int:

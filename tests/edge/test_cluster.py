@@ -25,6 +25,7 @@ from tests.edge.conftest import BASE_DOMAIN, SDK_PYTHON, SdkAgent, _free_range, 
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 from tests.support.api import PROJECT_DIR, HttpApi, LocalStack
 
+SECRET = "test-cluster-secret-" + os.urandom(8).hex()
 STALE = 8   # ONLINE_STALE_SECONDS of this stack (the default 45 would make the test slow)
 
 
@@ -67,6 +68,11 @@ class Cluster:
                                Key={"pk": {"S": f"U#served_host#{name}"}, "sk": {"S": "U"}})
         return int(item["Item"]["instance_id"]["S"].split("_")[1])
 
+    def relay_port(self, index: int) -> int:
+        """Instance ``index``'s relay listener (its log's last "relays at" line)."""
+        line = [x for x in self.log(index).splitlines() if "relays at" in x][-1]
+        return int(line.rsplit(":", 1)[1])
+
     def log(self, index: int) -> str:
         with open(self.instances[index]["log"], errors="replace") as handle:
             return handle.read()
@@ -86,7 +92,7 @@ def cluster():
         os.makedirs(stack.data_dir)
         stack.start()
         data_dir = os.path.join(tmp, "cluster")
-        env = {**stack.store_env(), **extra}
+        env = {**stack.store_env(), **extra, "EDGE_CLUSTER_SECRET": SECRET}
         log = open(os.path.join(tmp, "cluster.out"), "wb")
         proc = subprocess.Popen([sys.executable, os.path.join(PROJECT_DIR, "scripts",
                                                               "cluster.py"),
@@ -378,3 +384,46 @@ def test_the_agent_cli_moves_when_its_instance_drains(cluster, token, tmp_path):
     finally:
         agent.stop()
         server.shutdown()
+
+
+def _relay_exchange(port: int, data: bytes) -> bytes:
+    """Send ``data`` to a relay listener; what it answers before closing (b"": nothing)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(data)
+        got = b""
+        while True:
+            try:
+                chunk = sock.recv(4096)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            got += chunk
+        return got
+
+
+def test_the_relay_listener_refuses_what_is_not_a_relay(cluster, on_first):
+    """Wrong secret, a line past 512 bytes, public traffic sent to it: closed at once with
+    nothing answered; the right secret for a name the instance does not hold: MOVED."""
+    _, host = on_first
+    port = cluster.relay_port(1)
+    started = time.monotonic()
+    assert _relay_exchange(port, b"NGRELAY1 wrong-secret-000000000 http " + host.encode() +
+                           b" 127.0.0.1 1\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n") == b""
+    assert _relay_exchange(port, b"A" * 600) == b""
+    assert _relay_exchange(port, b"GET / HTTP/1.1\r\nHost: " + host.encode() +
+                           b"\r\n\r\n") == b""
+    assert time.monotonic() - started < 10   # none waited for the 10 s line deadline
+    line = f"NGRELAY1 {SECRET} http {host} 127.0.0.1 1\r\n".encode()
+    assert _relay_exchange(port, line) == b"MOVED\r\n"   # instance 1 does not hold it
+    with socket.create_connection(("127.0.0.1", cluster.relay_port(0)), timeout=30) as sock:
+        sock.sendall(f"NGRELAY1 {SECRET} http {host} 203.0.113.9 4444\r\n".encode())
+        assert sock.recv(6) == b"HERE\r\n"
+        sock.sendall(b"GET /echo HTTP/1.1\r\nHost: " + host.encode() +
+                     b"\r\nConnection: close\r\n\r\n")
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 200")
+    assert json.loads(got.split(b"\r\n\r\n", 1)[1])["headers"]["X-Forwarded-For"] == \
+        "203.0.113.9"   # the original client's address, from the relay line
