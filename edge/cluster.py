@@ -300,13 +300,22 @@ class Cluster:
                    reader: asyncio.StreamReader, writer: Any) -> None:
         """The public HTTP listener in a cluster: the first request's Host decides where
         the connection is served (this instance, or the holder's by relay)."""
+        peer = writer.get_extra_info("peername") or ("", 0)
+        admission = self.edge.admission   # the head is awaited under the same caps as
+        ticket = admission.admit(str(peer[0]), writer.transport)   # HttpFront's
+        if ticket is None:
+            writer.transport.abort()
+            return
         try:
+            admission.waiting(ticket)   # evictable while no byte of a request came
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"),
                                           self.edge.settings.head_timeout)
         except asyncio.IncompleteReadError as exc:
             head = exc.partial
         except (asyncio.LimitOverrunError, asyncio.TimeoutError, OSError):
             head = b""
+        finally:
+            admission.release(ticket)   # HttpFront.handle, or the holder, admits it again
         host = host_of(head)
         if host and await self._carry(host, lambda: self.edge.registry.http_tunnel(
                 host, scheme) is not None, scheme, host, reader, writer, head):
