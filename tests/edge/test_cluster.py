@@ -402,11 +402,12 @@ def _relay_exchange(port: int, data: bytes) -> bytes:
         return got
 
 
-def test_the_relay_listener_refuses_what_is_not_a_relay(cluster, on_first):
+def test_the_relay_listener_refuses_what_is_not_a_relay(cluster, token, agents):
     """Wrong secret, a line past 512 bytes, public traffic sent to it: closed at once with
     nothing answered; the right secret for a name the instance does not hold: MOVED."""
-    _, host = on_first
-    _until_ok(cluster, host, 60)   # (its agent may have moved: a restart test ran before)
+    agent = agents(cluster.agent_target(), token, [{"proto": "http"}])
+    host = _host(_bound(agent.start())[0]["url"])
+    _until_ok(cluster, host, 60)
     holder = cluster.holder_index(host)
     other = (holder + 1) % 3
     port = cluster.relay_port(other)
