@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 AGENT_STAMP := $(AGENT_VENV)/.installed
 
 .PHONY: install run api-key test lint test-service test-agent test-deps reset create-table bench bench-peers soak clean \
-	package deploy-aws deploy-localstack resources test-integration mutate agent-cli
+	package deploy-aws deploy-localstack resources test-integration mutate agent-cli cluster cluster-restart
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt edge/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,22 @@ run: $(STAMP)
 	PORT=$(PORT) STORE_PORT=$(STORE_PORT) DATA_DIR=$(DATA_DIR) \
 	  API_METRICS_PORT=$${API_METRICS_PORT-0} EDGE_METRICS_PORT=$${EDGE_METRICS_PORT-0} \
 	  exec $(PY) scripts/serve.py --edge
+
+## cluster: N edge instances (default 3) behind HAProxy (TCP) beside the store and the API, on
+## 127.0.0.1 (scripts/cluster.py, docs/CLUSTER.md); agents at :$(EDGE_AGENT_PORT), HTTP :$(EDGE_HTTP_PORT)
+N ?= 3
+EDGE_AGENT_PORT ?= 4443
+EDGE_HTTP_PORT ?= 8080
+EDGE_HTTPS_PORT ?= 8443
+cluster: $(STAMP)
+	PORT=$(PORT) exec $(PY) scripts/cluster.py up -n $(N) --data-dir $(DATA_DIR)/cluster \
+	  --api-port $(PORT) --agent-port $(EDGE_AGENT_PORT) --http-port $(EDGE_HTTP_PORT) \
+	  --https-port $(EDGE_HTTPS_PORT)
+
+## cluster-restart: restart the instances of `make cluster` one at a time (each drains first);
+## INSTANCE=K restarts one
+cluster-restart: $(STAMP)
+	$(PY) scripts/cluster.py restart --data-dir $(DATA_DIR)/cluster $(if $(INSTANCE),--instance $(INSTANCE))
 
 ## api-key: a new account in the store `make run` uses; its admin API key is the last line
 ## (the running stack's store endpoint and secret come from $(DATA_DIR)/store.env)

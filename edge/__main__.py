@@ -39,7 +39,7 @@ async def main() -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await asyncio.wait_for(edge.stop(), 8)
+    await asyncio.wait_for(edge.stop(), 8 if edge.cluster is None else 20)   # 20: a drain
     return 0
 
 

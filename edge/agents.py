@@ -107,7 +107,9 @@ class AgentSession:
         self.tunnels.clear()
         if self.id and self.edge.registry.sessions.get(self.id) is self:
             del self.edge.registry.sessions[self.id]
-            await self.edge.call(online.session_ended, self.grant.account_id, self.id)
+            cluster = self.edge.cluster   # draining: removed after the agents re-bound
+            if cluster is None or not cluster.defer_end(self.grant.account_id, self.id):
+                await self.edge.call(online.session_ended, self.grant.account_id, self.id)
 
     # ---- streams the agent opens --------------------------------------------------------------
     async def _on_stream(self, stream: MuxStream) -> None:

@@ -41,9 +41,11 @@ class EdgeSettings:
     max_connections_per_address: int = 512
     limits: quotas.Limits = quotas.Limits()
     listen_fds: Dict[str, int] = field(default_factory=dict)
+    public_ports: Dict[str, int] = field(default_factory=dict)   # a load balancer's (URLs)
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
+        port = self.public_ports.get(scheme, port)
         default = 443 if scheme == "https" else 80
         if self.url_ports and port != default:
             return f"{scheme}://{hostname}:{port}"
@@ -130,6 +132,9 @@ def load(env=None) -> EdgeSettings:
         region=env.get("EDGE_REGION", "local"),
         check_seconds=float(env.get("EDGE_CHECK_SECONDS", "5")),
         url_ports=env.get("EDGE_PUBLIC_URL_PORTS", "1") != "0",
+        public_ports={scheme: _port(env, f"EDGE_PUBLIC_{scheme.upper()}_PORT", 0)
+                      for scheme in ("http", "https")
+                      if env.get(f"EDGE_PUBLIC_{scheme.upper()}_PORT")},
         metrics_port=_port(env, "EDGE_METRICS_PORT", 0) if env.get("EDGE_METRICS_PORT")
         else None,
         head_timeout=_positive(env, "EDGE_HEAD_TIMEOUT", 30.0),

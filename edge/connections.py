@@ -11,6 +11,7 @@ class SpecWriter(asyncio.StreamWriter):
     a request whose Host requires something else is misdirected, edge/http_routing.py)."""
 
     tls_spec: Optional[Any] = None
+    server_name: str = ""   # the SNI name (edge.cluster: where a relayed connection goes)
 
 
 async def start_server_tls(transport: asyncio.Transport, ctx: ssl.SSLContext,

@@ -14,7 +14,7 @@ import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import binding, errors, hostnames, online, policy as tp
-from edge import agents, config, h2front, legacy, metrics, pools, quotas, tls
+from edge import agents, cluster, config, h2front, legacy, metrics, pools, quotas, tls
 from edge import observe   # traffic events (edge/events.py)
 from edge.admission import Admission
 from edge.certs import ServerCertificates
@@ -60,6 +60,8 @@ class Edge:
         self.http_port = settings.http_port
         self.https_port = settings.https_port
         self.metrics_port: Optional[int] = None
+        cluster_settings = cluster.ClusterSettings.from_env()   # EDGE_CLUSTER_SECRET set
+        self.cluster = cluster.Cluster(self, cluster_settings) if cluster_settings else None
 
     @property
     def sessions(self) -> set:
@@ -75,13 +77,20 @@ class Edge:
     async def start(self) -> None:
         s = self.settings
         agent_ctx = self.certs.context_for(s.agent_hostnames)
+        if self.cluster is not None:   # the registry item and the relay listener
+            await self.cluster.start()
         self._servers.append(await asyncio.start_server(
             self._agent_connection, ssl=agent_ctx, ssl_handshake_timeout=15,
             **self._where("agent", s.agent_port)))
+        http_handle = HttpFront(self, "http").handle
+        https_handle = h2front.https_handler(   # h2 by ALPN, else HTTP/1.1
+            self, HttpFront(self, "https").handle)
+        if self.cluster is not None:   # a connection for another instance's endpoint: relayed
+            http_handle = functools.partial(self.cluster.http, http_handle, "http")
+            https_handle = functools.partial(self.cluster.https, https_handle)
         self._servers.append(await asyncio.start_server(
-            HttpFront(self, "http").handle, **self._where("http", s.http_port)))
-        https = tls.HttpsListener(self, h2front.https_handler(   # h2 by ALPN, else HTTP/1.1
-            self, HttpFront(self, "https").handle), [s.base_domain], self._serves_name)
+            http_handle, **self._where("http", s.http_port)))
+        https = tls.HttpsListener(self, https_handle, [s.base_domain], self._serves_name)
         self._servers.append(await asyncio.get_running_loop().create_server(
             https.protocol, **self._where("https", s.https_port)))
         self.agent_port, self.http_port, self.https_port = (
@@ -126,6 +135,9 @@ class Edge:
             self._ban_watcher.cancel()
         for server in self.port_listeners.values():
             server.close()
+        if self.cluster is not None:   # drain: agents asked to reconnect when idle
+            await self.cluster.drain_sessions()
+            await self.cluster.stop()
         await asyncio.gather(*(s.end("the edge is shutting down") for s in list(self._sessions)),
                              return_exceptions=True)
         pending = [t for t in self.connections if t is not asyncio.current_task()]
@@ -384,7 +396,8 @@ class Edge:
         reserved address (OSError when the port cannot be bound)."""
         if port not in self.port_listeners:
             self.port_listeners[port] = await asyncio.start_server(
-                functools.partial(self._port_connection, port), self.settings.host, port)
+                functools.partial(self._port_connection, port), self.settings.host, port,
+                reuse_port=self.cluster is not None)   # every instance: edge.cluster
 
     def release_port(self, port: int) -> None:
         if port in self.reserved_ports or port in self.registry.by_port:
@@ -429,6 +442,8 @@ class Edge:
             if remember and tunnel.generated and (tunnel.hostname or tunnel.port):
                 await self.call(online.remember_name, tunnel.account_id, tunnel.id,
                                 tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}")
+            if remember and self.cluster is not None and self.cluster.keep_claims():
+                return   # draining: the agent's re-bind elsewhere takes its items over
             if name and tunnel.holds_claim:
                 await self.call(online.release_hostname, name, endpoint_id=tunnel.endpoint_id)
             await self.call(online.tunnel_stopped, tunnel.account_id, tunnel.id)
@@ -456,6 +471,9 @@ class Edge:
             endpoint = Hop.of_tunnel(tunnel) if tunnel else Hop("", "", "", "")
             account_id = endpoint.account_id
             cloud = False
+            if tunnel is None and self.cluster is not None and \
+                    await self.cluster.tcp(port, reader, writer):   # another instance's
+                return
             if tunnel is None:   # a cloud endpoint's or a TCP edge's reserved address?
                 routed = await self.router.route_tcp(f"{self.settings.tcp_host}:{port}")
                 if routed is None or routed.error is not None:

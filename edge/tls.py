@@ -341,6 +341,7 @@ class HttpsListener:
             reader, writer = await connections.start_server_tls(transport, ctx,
                                                                 self.handshake_timeout)
             writer.tls_spec = spec
+            writer.server_name = name   # edge.cluster: where a relayed connection goes
         except asyncio.CancelledError:
             transport.abort()
             return

@@ -5,9 +5,12 @@
 #   (tests/edge/test_acme_pebble.py). Debian bookworm ships both in the `pebble` package;
 #   later releases split out `pebble-challtestsrv`.
 # - Chromium and its WebDriver (tests/dashboard: the dashboard in a real browser, headless).
+# - HAProxy: the TCP load balancer in front of several edge instances (make cluster,
+#   tests/edge/test_cluster.py).
 set -e
 have() { command -v "$1" >/dev/null 2>&1; }
-if have pebble && have pebble-challtestsrv && have chromium && have chromedriver; then
+if have pebble && have pebble-challtestsrv && have chromium && have chromedriver && \
+        have haproxy; then
     exit 0
 fi
 SUDO=""
@@ -22,4 +25,7 @@ fi
 if ! have chromium || ! have chromedriver; then
     $SUDO apt-get install -y -qq chromium chromium-driver
 fi
-have pebble && have pebble-challtestsrv && have chromium && have chromedriver
+if ! have haproxy; then
+    $SUDO apt-get install -y -qq haproxy
+fi
+have pebble && have pebble-challtestsrv && have chromium && have chromedriver && have haproxy

@@ -771,3 +771,18 @@ def live_item(account_id: str, collection: str, prefix: str, item_id: str,
         if session is not None and _fresh(session.heartbeat_at):
             return item, session
     raise errors.NotFound(f"No {what} with id '{item_id}' exists")
+
+
+# ---- which instance holds what (edge/cluster.py) --------------------------------------------
+def session_instance(account_id: str, session_id: str) -> Optional[str]:
+    """The instance id a session's online item names (None: no item). One GetItem."""
+    raw = _get_raw(_session_key(account_id, session_id))
+    return _s(raw, "instance_id") if raw is not None else None
+
+
+def claim_instance(name: str) -> Optional[str]:
+    """The instance id the claim of a served name (hostname or host:port) names (None: no
+    claim). One GetItem."""
+    raw = _get_raw(_claim_key(_canonical(name)))
+    return _s(raw, "instance_id") if raw else None
+

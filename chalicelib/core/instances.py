@@ -1,0 +1,67 @@
+"""The edge instance registry: one item per running edge instance (docs/CLUSTER.md).
+
+``pk = EDGE_INSTANCE``, ``sk = <instance id>``; ``data.address`` is the instance's internal
+relay address (``host:port``, never a public listener), ``heartbeat_at`` its lease: an
+instance renews it every :data:`RENEW_SECONDS` and counts as live while it is at most
+:data:`LEASE_SECONDS` old. An instance that drains (SIGTERM) deletes its item first, so no
+other instance relays to it any more; one killed (``kill -9``) stops renewing and is skipped
+once its lease ends. One partition holds the whole fleet (100 instances: 100 items).
+"""
+from typing import Any, Dict, List, Optional
+
+from chalicelib.core import online, store
+
+PK = "EDGE_INSTANCE"
+LEASE_SECONDS = 15.0
+RENEW_SECONDS = 5.0
+TTL_SECONDS = 3600
+
+
+def register(instance_id: str, address: str, state: str = "serving") -> None:
+    """Write (or renew) this instance's item: one PutItem."""
+    at = online.now()
+    online._client().put_item(TableName=online._table(), Item=online._item(
+        PK, instance_id, kind="edge_instance", account_id="", instance_id=instance_id,
+        data={"address": address, "state": state}, heartbeat_at=at,
+        expires_at=at + TTL_SECONDS))
+
+
+def deregister(instance_id: str) -> None:
+    online._client().delete_item(TableName=online._table(), Key=online._key(PK, instance_id))
+
+
+def _live(raw: Dict[str, Any], at: float) -> bool:
+    heartbeat = online._n(raw, "heartbeat_at")
+    return heartbeat is not None and heartbeat >= at - LEASE_SECONDS
+
+
+def address_of(instance_id: str) -> Optional[str]:
+    """The relay address of a live, serving instance, else None (one GetItem)."""
+    raw = online._get_raw(online._key(PK, instance_id))
+    if raw is None or not _live(raw, online.now()):
+        return None
+    data = online._data(raw)
+    if data.get("state") != "serving":
+        return None
+    address = data.get("address")
+    return address if isinstance(address, str) and address else None
+
+
+def is_live(instance_id: str) -> bool:
+    """True while ``instance_id``'s lease holds (draining instances count: their sessions
+    still run until their agents moved)."""
+    raw = online._get_raw(online._key(PK, instance_id))
+    return raw is not None and _live(raw, online.now())
+
+
+def live_instances() -> List[Dict[str, Any]]:
+    """Every instance whose lease holds: ``{"instance_id", "address", "state"}``."""
+    at = online.now()
+    out = []
+    for item in store.query_all(PK):
+        raw = {"heartbeat_at": {"N": str(item.heartbeat_at)}} \
+            if getattr(item, "heartbeat_at", None) is not None else {}
+        if raw and _live(raw, at):
+            out.append({"instance_id": item.sk, "address": item.data.get("address"),
+                        "state": item.data.get("state")})
+    return out

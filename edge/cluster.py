@@ -1,0 +1,486 @@
+"""Many edge instances as one edge: the instance registry and the relay between instances.
+
+Off unless ``EDGE_CLUSTER_SECRET`` is set (then a single instance costs nothing more). With it:
+
+- the instance registers ``instance id -> relay address`` in the store
+  (chalicelib.core.instances) and renews that lease every few seconds;
+- it listens on ``EDGE_RELAY_HOST:EDGE_RELAY_PORT`` (127.0.0.1, any free port by default),
+  the **relay listener**, separate from every public listener: a connection there must open
+  with ``NGRELAY1 <secret> <kind> <arg> <client ip> <client port>\\r\\n`` (the secret compared
+  in constant time; anything else is closed at once, nothing read past the first line); it
+  answers ``HERE`` (it serves the connection) or ``MOVED`` (it no longer holds the endpoint:
+  the relaying instance reads the claim again) before any byte of the client's is sent;
+- a public connection whose endpoint this instance does not hold is carried to the instance
+  that does: HTTP by the first request's Host, HTTPS by the handshake's server name (the
+  relayed bytes are the decrypted stream; HTTP/2 when the client chose it), TCP by the
+  port. The holder is the ``instance_id`` of the name's (or ``host:port``'s) live claim;
+  the holder then serves the connection exactly as one of its own public connections (same
+  policy, same error bodies), so the relaying instance only copies bytes, with TCP
+  back-pressure both ways (StreamReader limits, ``drain``).
+
+A relayed connection is never relayed again (one hop at most): an instance that is named by
+the claim but no longer holds the endpoint answers as for any offline endpoint.
+"""
+import asyncio
+import hmac
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+
+from chalicelib.core import instances, online
+
+log = logging.getLogger("edge.cluster")
+
+PREAMBLE = b"NGRELAY1"
+ACK_HERE = b"HERE\r\n"       # the holder serves the connection
+ACK_MOVED = b"MOVED\r\n"     # it no longer holds the endpoint: the claim is read again
+MAX_PREAMBLE = 512            # bytes of the relay line (closed past it)
+PREAMBLE_TIMEOUT = 10.0       # seconds for the relay line
+CONNECT_TIMEOUT = 5.0         # seconds to open a relay connection to the holder
+HOLDER_CACHE_SECONDS = 2.0    # a name's holder, cached (a moved endpoint is found within it)
+MAX_PEEK = 64 * 1024          # bytes of the first request head read to find its Host
+CHUNK = 64 * 1024
+HOLD_SECONDS = 15.0           # a connection waits this long for a moving endpoint
+HOLD_POLL = 0.25
+DRAIN_SECONDS = 5.0           # SIGTERM: longest wait for in-flight requests
+REBIND_GRACE = 2.0            # ... then for the agents' re-binds before the items go              # seconds between the store reads while it waits
+_HOST = re.compile(rb"\r\nhost:[ \t]*([^\r\n]*)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    secret: str
+    relay_host: str
+    relay_port: int
+    advertise: str   # host the other instances reach this one's relay listener at
+
+    @classmethod
+    def from_env(cls, env: Optional[Dict[str, str]] = None) -> Optional["ClusterSettings"]:
+        env = dict(os.environ) if env is None else env
+        secret = env.get("EDGE_CLUSTER_SECRET", "")
+        if not secret:
+            return None
+        if len(secret) < 16:
+            raise SystemExit("EDGE_CLUSTER_SECRET: at least 16 characters")
+        host = env.get("EDGE_RELAY_HOST", "127.0.0.1")
+        return cls(secret=secret, relay_host=host,
+                   relay_port=int(env.get("EDGE_RELAY_PORT", "0")),
+                   advertise=env.get("EDGE_RELAY_ADVERTISE", host))
+
+
+class _RelayedWriter:
+    """A relay listener's writer as the serving code sees it: the original client's address
+    (from the relay line), and the TLS settings of the name it was handshaken for."""
+
+    relayed = True
+
+    def __init__(self, writer: asyncio.StreamWriter, peer: Tuple[str, int],
+                 tls_spec: Any = None):
+        self._writer = writer
+        self._peer = peer
+        if tls_spec is not None:
+            self.tls_spec = tls_spec
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "peername":
+            return self._peer
+        if name in ("ssl_object", "sslcontext", "peercert"):
+            return default
+        return self._writer.get_extra_info(name, default)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
+
+
+class Cluster:
+    def __init__(self, edge: Any, settings: ClusterSettings):
+        self.edge = edge
+        self.settings = settings
+        self.instance_id = edge.settings.instance_id
+        self.address = ""
+        self.draining = False
+        self._server: Optional[asyncio.AbstractServer] = None
+        self._lease: Optional[asyncio.Task] = None
+        self._holders: Dict[str, Tuple[float, Optional[str]]] = {}   # name -> (at, address)
+        self._ended: List[Tuple[str, str]] = []   # sessions a drain ended (defer_end)
+        self._dead: Dict[str, float] = {}   # relay addresses that refused (kill -9), when
+        self.relayed_out = 0
+        self.held = 0
+        self.relayed_in = 0
+
+    # ---- life ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        s = self.settings
+        self._server = await asyncio.start_server(self._relay_connection, s.relay_host,
+                                                  s.relay_port)
+        port = self._server.sockets[0].getsockname()[1]
+        self.address = f"{s.advertise}:{port}"
+        await self.edge.call(instances.register, self.instance_id, self.address)
+        self._lease = asyncio.ensure_future(self._renew())
+        log.info("cluster: instance %s relays at %s", self.instance_id, self.address)
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(instances.RENEW_SECONDS)
+            try:
+                await self.edge.call(instances.register, self.instance_id, self.address,
+                                     "draining" if self.draining else "serving")
+            except Exception as exc:   # the store away: the next round tries again
+                log.warning("cluster: lease renewal failed: %r", exc)
+
+    async def drain(self) -> None:
+        """Stop being a relay target (other instances stop sending it connections)."""
+        self.draining = True
+        try:
+            await self.edge.call(instances.register, self.instance_id, self.address,
+                                 "draining")
+        except Exception as exc:
+            log.warning("cluster: could not mark the instance draining: %r", exc)
+
+    async def drain_sessions(self) -> None:
+        """SIGTERM in a cluster (the listeners are closed already): marked draining, so the
+        other instances hold connections for its endpoints instead of relaying here; then
+        each agent session, as soon as no request is in flight on it (at most
+        DRAIN_SECONDS), gets GOAWAY, which the official agents answer by reconnecting
+        (through the load balancer: to another instance) and binding the same tunnels
+        again. The sessions' claims are kept (keep_claims) for those re-binds to take over."""
+        await self.drain()
+        loop = asyncio.get_running_loop()
+        # Connections routed here before "draining" was written (other instances' holder
+        # caches, HAProxy's last connects) arrive within HOLDER_CACHE_SECONDS: they are
+        # served by the sessions still up, whose agents are asked to move only after.
+        await asyncio.sleep(HOLDER_CACHE_SECONDS + 0.5)
+        deadline = loop.time() + DRAIN_SECONDS
+
+        async def drain_one(session: Any) -> None:
+            idle_since = loop.time()
+            while loop.time() < deadline:   # idle for 100 ms running
+                if in_flight(session):
+                    idle_since = loop.time()
+                elif loop.time() - idle_since >= 0.1:
+                    break
+                await asyncio.sleep(0.02)
+            await session.end("the edge instance is restarting; reconnect")
+
+        results = await asyncio.gather(*(drain_one(s) for s in list(self.edge.sessions)),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception):
+                log.warning("cluster: drain of a session failed: %r", result)
+        left = [t for t in self.edge.connections if t is not asyncio.current_task()]
+        while left and loop.time() < deadline:   # relayed and public exchanges finishing
+            await asyncio.sleep(0.05)
+            left = [t for t in left if not t.done()]
+        if self._ended:
+            await asyncio.sleep(max(0.0, min(REBIND_GRACE, deadline + 1 - loop.time())))
+        for account_id, session_id in self._ended:
+            try:   # the agent resumed the same session id elsewhere: its items are that one's
+                await self.edge.call(self._session_ended_here, account_id, session_id)
+            except Exception as exc:   # stale after ONLINE_STALE_SECONDS all the same
+                log.warning("cluster: session %s not removed: %r", session_id, exc)
+
+    def defer_end(self, account_id: str, session_id: str) -> bool:
+        """While draining, a session's online items are removed only at the end of the
+        drain (REBIND_GRACE later): online.session_ended removes only what the session
+        still owns, so what the agent's new session re-bound meanwhile is left alone."""
+        if self.draining:
+            self._ended.append((account_id, session_id))
+        return self.draining
+
+    def _session_ended_here(self, account_id: str, session_id: str) -> None:
+        if online.session_instance(account_id, session_id) == self.instance_id:
+            online.session_ended(account_id, session_id)
+
+    def keep_claims(self) -> bool:
+        """A draining instance keeps the claims of the sessions it ends (their agents are
+        reconnecting elsewhere and take them over)."""
+        return self.draining
+
+    async def stop(self) -> None:
+        if self._lease is not None:
+            self._lease.cancel()
+        if self._server is not None:
+            self._server.close()
+        try:
+            await self.edge.call(instances.deregister, self.instance_id)
+        except Exception as exc:
+            log.warning("cluster: could not deregister: %r", exc)
+
+    # ---- finding the holder --------------------------------------------------------------
+    async def _lookup(self, name: str) -> Tuple[str, Optional[str]]:
+        """Where ``name`` is served: ("local", None) when no other instance claims it (no
+        claim item: this instance answers, offline if it holds nothing); ("relay", address)
+        when a serving instance holds its claim; ("moving", None) when the claim names an
+        instance that drains or died (its agent is reconnecting elsewhere), or this one
+        while the endpoint is not routed here yet (a bind in progress)."""
+        instance = await self.edge.call(online.claim_instance, name)
+        if not instance:
+            return "local", None
+        if instance == self.instance_id:   # claimed here, bind still in progress (the
+            return "moving", None          # claim is written before the tunnel is routed)
+        address = await self.edge.call(instances.address_of, instance)
+        if address is None:
+            return "moving", None
+        return "relay", address
+
+    async def holder_address(self, name: str, local: Callable[[], bool]) -> Optional[str]:
+        """The relay address of the other instance holding ``name``'s claim, or None (served
+        here). Cached HOLDER_CACHE_SECONDS. While the claim names an instance that drains or
+        died, the connection waits (up to HOLD_SECONDS, the store read every HOLD_POLL) for
+        the agent's reconnect to move the claim, instead of being answered offline;
+        ``local()`` says whether the endpoint came back on this very instance."""
+        now = time.monotonic()
+        cached = self._holders.get(name)
+        if cached is not None and now - cached[0] < HOLDER_CACHE_SECONDS:
+            return cached[1]
+        deadline = now + HOLD_SECONDS
+        address: Optional[str] = None
+        while True:
+            try:
+                state, address = await self._lookup(name)
+            except Exception as exc:   # the store away: served here (offline answer)
+                log.warning("cluster: holder of %s unknown: %r", name, exc)
+                state, address = "local", None
+            if state == "relay" and address in self._dead:
+                if time.monotonic() - self._dead[address] < HOLD_SECONDS:
+                    state, address = "moving", None
+            if state != "moving" or local() or time.monotonic() >= deadline:
+                break
+            self.held += 1
+            await asyncio.sleep(HOLD_POLL)
+        if state == "moving":
+            address = None
+        if len(self._holders) > 4096:
+            self._holders.clear()
+        if state != "moving":
+            self._holders[name] = (time.monotonic(), address)
+        return address
+
+    # ---- relaying out ----------------------------------------------------------------------
+    async def relay(self, address: str, kind: str, arg: str, peer: Tuple[str, int],
+                    reader: asyncio.StreamReader, writer: Any, first: bytes = b"") -> bool:
+        """Carry a public connection to the instance at ``address``: False when it cannot
+        be reached (the caller serves the connection itself)."""
+        host, _, port = address.rpartition(":")
+        try:
+            up_reader, up_writer = await asyncio.wait_for(
+                asyncio.open_connection(host, int(port), limit=CHUNK), CONNECT_TIMEOUT)
+        except (OSError, asyncio.TimeoutError) as exc:
+            log.warning("cluster: relay to %s failed: %r", address, exc)
+            self._dead[address] = time.monotonic()
+            self._holders.clear()
+            return False
+        line = b" ".join([PREAMBLE, self.settings.secret.encode(), kind.encode(),
+                          (arg or "-").encode(), str(peer[0] or "-").encode(),
+                          str(peer[1] or 0).encode()]) + b"\r\n"
+        up_writer.write(line)
+        try:   # the holder says whether it still holds the endpoint before any byte goes
+            ack = await asyncio.wait_for(up_reader.readuntil(b"\r\n"), CONNECT_TIMEOUT)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError):
+            ack = b""
+        if ack != ACK_HERE:   # moved away meanwhile (it drains, its agent reconnects)
+            up_writer.close()
+            self._holders.clear()
+            return False
+        self.relayed_out += 1
+        up_writer.write(first)
+        try:
+            await pipe(reader, writer, up_reader, up_writer)
+        finally:
+            writer.close()
+        return True
+
+    async def http(self, handle: Callable[..., Awaitable[None]], scheme: str,
+                   reader: asyncio.StreamReader, writer: Any) -> None:
+        """The public HTTP listener in a cluster: the first request's Host decides where
+        the connection is served (this instance, or the holder's by relay)."""
+        peer = writer.get_extra_info("peername") or ("", 0)
+        admission = self.edge.admission   # the head is awaited under the same caps as
+        ticket = admission.admit(str(peer[0]), writer.transport)   # HttpFront's
+        if ticket is None:
+            writer.transport.abort()
+            return
+        try:
+            admission.waiting(ticket)   # evictable while no byte of a request came
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"),
+                                          self.edge.settings.head_timeout)
+        except asyncio.IncompleteReadError as exc:
+            head = exc.partial
+        except (asyncio.LimitOverrunError, asyncio.TimeoutError, OSError):
+            head = b""
+        finally:
+            admission.release(ticket)   # HttpFront.handle, or the holder, admits it again
+        host = host_of(head)
+        if host and await self._carry(host, lambda: self.edge.registry.http_tunnel(
+                host, scheme) is not None, scheme, host, reader, writer, head):
+            return
+        if head:
+            reader._buffer[0:0] = head   # type: ignore[attr-defined]  # unread: served here
+        await handle(reader, writer)
+
+    async def https(self, handle: Callable[..., Awaitable[None]],
+                    reader: asyncio.StreamReader, writer: Any) -> None:
+        """The HTTPS listener (after the handshake) in a cluster: the server name decides."""
+        name = getattr(writer, "server_name", "") or ""
+        ssl_object = writer.get_extra_info("ssl_object")
+        kind = "h2" if ssl_object is not None and \
+            ssl_object.selected_alpn_protocol() == "h2" else "https"
+        if name and await self._carry(name, lambda: self.edge.registry.http_tunnel(
+                name, "https") is not None, kind, name, reader, writer):
+            return
+        await handle(reader, writer)
+
+    async def tcp(self, port: int, reader: asyncio.StreamReader, writer: Any) -> bool:
+        """A TCP port's connection this instance holds no endpoint for: relayed (True) to
+        the holder of ``<tcp host>:<port>``'s claim, if another instance holds it."""
+        if getattr(writer, "relayed", False):
+            return False
+        return await self._carry(f"{self.edge.settings.tcp_host}:{port}",
+                                 lambda: port in self.edge.registry.by_port, "tcp", str(port),
+                                 reader, writer)
+
+    async def _carry(self, name: str, local: Callable[[], bool], kind: str, arg: str,
+                     reader: asyncio.StreamReader, writer: Any, first: bytes = b"") -> bool:
+        """Relay the connection to ``name``'s holder (True), or False: served here."""
+        peer = writer.get_extra_info("peername") or ("", 0)
+        for _ in range(3):   # a holder that refuses is skipped: the claim is waited on
+            if local():
+                return False
+            address = await self.holder_address(name, local)
+            if address is None:
+                return False
+            if await self.relay(address, kind, arg, peer, reader, writer, first):
+                return True
+        return False
+
+    # ---- relaying in -----------------------------------------------------------------------
+    async def _relay_connection(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self.edge.connections.add(task)
+        try:
+            try:
+                line = await asyncio.wait_for(_read_line(reader), PREAMBLE_TIMEOUT)
+            except (asyncio.TimeoutError, OSError):
+                line = b""
+            parts = line.split()
+            if len(parts) != 6 or parts[0] != PREAMBLE or \
+                    not hmac.compare_digest(parts[1], self.settings.secret.encode()):
+                log.warning("cluster: relay connection refused (bad preamble) from %s",
+                            writer.get_extra_info("peername"))
+                writer.transport.abort()
+                return
+            kind, arg = parts[2].decode("ascii", "replace"), parts[3].decode("ascii", "replace")
+            try:
+                peer = (parts[4].decode("ascii"), int(parts[5]))
+            except ValueError:
+                writer.transport.abort()
+                return
+            if not self._holds(kind, arg):
+                writer.write(ACK_MOVED)
+                writer.close()
+                return
+            writer.write(ACK_HERE)
+            self.relayed_in += 1
+            await self._serve(kind, arg, peer, reader, writer)
+        finally:
+            self.edge.connections.discard(task)
+
+    def _holds(self, kind: str, arg: str) -> bool:
+        registry = self.edge.registry
+        if kind == "tcp":
+            return arg.isdigit() and int(arg) in registry.by_port
+        return registry.http_tunnel(arg, "http" if kind == "http" else "https") is not None
+
+    async def _serve(self, kind: str, arg: str, peer: Tuple[str, int],
+                     reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        from edge import h2front
+        from edge.public import HttpFront
+        edge = self.edge
+        if kind == "http":
+            await HttpFront(edge, "http").handle(reader, _RelayedWriter(writer, peer))
+        elif kind in ("https", "h2"):
+            relayed: Any = _RelayedWriter(writer, peer, edge.tls.spec_for(arg))
+            if kind == "h2":
+                await h2front.H2Server(edge, reader, relayed).run()
+            else:
+                await HttpFront(edge, "https").handle(reader, relayed)
+        elif kind == "tcp" and arg.isdigit():
+            await edge._port_connection(int(arg), reader, _RelayedWriter(writer, peer))
+        else:
+            writer.transport.abort()
+
+
+async def _read_line(reader: asyncio.StreamReader) -> bytes:
+    """The relay line (without its CRLF), or b"" when the peer closed or sent MAX_PREAMBLE
+    bytes without one. The sender waits for the answer before sending more, so nothing
+    follows the line; anything that does is put back for the connection's reader."""
+    line = b""
+    while b"\r\n" not in line:
+        if len(line) >= MAX_PREAMBLE:
+            return b""
+        data = await reader.read(MAX_PREAMBLE - len(line))
+        if not data:
+            return b""
+        line += data
+    head, _, rest = line.partition(b"\r\n")
+    if rest:
+        reader._buffer[0:0] = rest   # type: ignore[attr-defined]
+    return head
+
+
+def in_flight(session: Any) -> int:
+    """Proxy streams the edge opened on ``session`` that are not finished (the agent's own
+    streams, its heartbeat stream among them, do not count)."""
+    mux = getattr(session, "mux", None)
+    streams = getattr(mux, "_streams", {})
+    return sum(1 for stream in list(streams.values())
+               if getattr(stream, "local", False) and not getattr(stream, "done", True))
+
+
+def host_of(head: bytes) -> str:
+    """The lower-cased host (no port) of a request head's Host header ("" when none)."""
+    match = _HOST.search(head)
+    if match is None:
+        return ""
+    host = match.group(1).strip().decode("ascii", "replace").lower()
+    if host.startswith("["):
+        return host
+    return host.rsplit(":", 1)[0] if ":" in host else host
+
+
+async def pipe(reader: asyncio.StreamReader, writer: Any, up_reader: asyncio.StreamReader,
+               up_writer: asyncio.StreamWriter) -> None:
+    """Bytes both ways until both directions end (each half-closed in turn), or either side
+    fails; ``drain`` after every write is the back-pressure."""
+
+    async def copy(src: asyncio.StreamReader, dst: Any) -> None:
+        try:
+            while True:
+                data = await src.read(CHUNK)
+                if not data:
+                    break
+                dst.write(data)
+                await dst.drain()
+            if dst.can_write_eof():
+                dst.write_eof()
+        except (ConnectionError, OSError, RuntimeError):
+            raise ConnectionError("relay side closed") from None
+
+    tasks = [asyncio.ensure_future(copy(reader, up_writer)),
+             asyncio.ensure_future(copy(up_reader, writer))]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if task.exception() is not None:
+                break
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        up_writer.close()

@@ -1,0 +1,453 @@
+"""Three edge instances behind HAProxy (scripts/cluster.py, edge/cluster.py), as processes,
+with the official Python SDK as agents: public traffic that lands on an instance not holding
+its endpoint is relayed to the one that does (HTTP, HTTPS over HTTP/1.1 and HTTP/2,
+WebSocket, a 64 MiB streaming response, TCP on a reserved address's port that every
+instance listens on), a kill -9 fails over, and a rolling restart loses no request.
+One cluster for the module."""
+import base64
+import hashlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List
+
+import pytest
+import requests
+
+from tests.edge.conftest import BASE_DOMAIN, SDK_PYTHON, SdkAgent, _free_range, tcp_round_trip
+from tests.edge.test_edge_sdk import _bound, _credential, _host
+from tests.support.api import PROJECT_DIR, HttpApi, LocalStack
+
+SECRET = "test-cluster-secret-" + os.urandom(8).hex()
+STALE = 8   # ONLINE_STALE_SECONDS of this stack (the default 45 would make the test slow)
+
+
+@dataclass
+class Target:
+    """Where an SDK agent connects: one instance's agent port, or HAProxy's."""
+    server_addr: str
+    ca_path: str
+
+
+class Cluster:
+    def __init__(self, data_dir: str, info: Dict[str, Any], stack: LocalStack, proc: Any):
+        self.data_dir, self.info, self.stack, self.proc = data_dir, info, stack, proc
+        self.ca = info["ca"]
+        self.front = info["front"]
+        self.instances = info["instances"]
+
+    def agent_target(self, index: int = -1) -> Target:
+        port = self.front["agent"] if index < 0 else self.instances[index]["ports"]["agent"]
+        return Target(f"127.0.0.1:{port}", self.ca)
+
+    def http_port(self, index: int = -1) -> int:
+        return self.front["http"] if index < 0 else self.instances[index]["ports"]["http"]
+
+    def https_port(self, index: int = -1) -> int:
+        return self.front["https"] if index < 0 else self.instances[index]["ports"]["https"]
+
+    def get(self, host: str, path: str = "/echo", index: int = -1, **kw) -> requests.Response:
+        return requests.get(f"http://127.0.0.1:{self.http_port(index)}{path}",
+                            headers={"Host": host, "Connection": "close"}, timeout=60, **kw)
+
+    def pid(self, index: int) -> int:
+        with open(self.instances[index]["pid_path"]) as handle:
+            return int(handle.read().split()[0])
+
+    def holder_index(self, name: str) -> int:
+        """Which instance holds ``name``'s claim (its id: edge_<index>_<random>)."""
+        client = self.stack.store_client()
+        item = client.get_item(TableName="tunnel-service", ConsistentRead=True,
+                               Key={"pk": {"S": f"U#served_host#{name}"}, "sk": {"S": "U"}})
+        return int(item["Item"]["instance_id"]["S"].split("_")[1])
+
+    def relay_port(self, index: int) -> int:
+        """Instance ``index``'s relay listener (its log's last "relays at" line)."""
+        line = [x for x in self.log(index).splitlines() if "relays at" in x][-1]
+        return int(line.rsplit(":", 1)[1])
+
+    def log(self, index: int) -> str:
+        with open(self.instances[index]["log"], errors="replace") as handle:
+            return handle.read()
+
+
+def _range_outside_ephemeral(size: int) -> int:
+    """Free ports below the kernel's ephemeral range: the relays and HAProxy open many
+    outgoing connections, and one whose ephemeral port is a TCP endpoint's would keep the
+    endpoint's listener from binding."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+        low_ephemeral = int(handle.read().split()[0])
+    for _ in range(100):
+        low = random.randrange(20000, low_ephemeral - size)
+        try:
+            for port in range(low, low + size):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+            return low
+        except OSError:
+            continue
+    return _free_range(size)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not os.path.exists(SDK_PYTHON):
+        pytest.fail(f"{SDK_PYTHON} missing: `make install` first")
+    with tempfile.TemporaryDirectory(prefix="tunnel-cluster-test-") as tmp:
+        tcp_low = _range_outside_ephemeral(5)
+        extra = {"EDGE_TCP_PORTS": f"{tcp_low}-{tcp_low + 4}", "BASE_DOMAIN": BASE_DOMAIN,
+                 "ONLINE_STALE_SECONDS": str(STALE)}
+        stack = LocalStack(data_dir=os.path.join(tmp, "api"))
+        stack_env = stack.env
+        stack.env = lambda: {**stack_env(), **extra}
+        os.makedirs(stack.data_dir)
+        stack.start()
+        data_dir = os.path.join(tmp, "cluster")
+        env = {**stack.store_env(), **extra, "EDGE_CLUSTER_SECRET": SECRET}
+        log = open(os.path.join(tmp, "cluster.out"), "wb")
+        proc = subprocess.Popen([sys.executable, os.path.join(PROJECT_DIR, "scripts",
+                                                              "cluster.py"),
+                                 "up", "-n", "3", "--data-dir", data_dir, "--store-env",
+                                 os.path.join(stack.data_dir, "store.env"),
+                                 "--check-seconds", "1"],
+                                cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            info_path = os.path.join(data_dir, "cluster.json")
+            deadline = time.time() + 120
+            while not os.path.exists(info_path):
+                assert proc.poll() is None and time.time() < deadline, \
+                    open(os.path.join(tmp, "cluster.out")).read()[-3000:]
+                time.sleep(0.2)
+            with open(info_path) as handle:
+                yield Cluster(data_dir, json.load(handle), stack, proc)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            stack.stop()
+
+
+@pytest.fixture(scope="module")
+def api(cluster):
+    return HttpApi(cluster.stack)
+
+
+@pytest.fixture(scope="module")
+def token(api):
+    return _credential(api.new_account())["token"]
+
+
+@pytest.fixture
+def agents():
+    started: List[SdkAgent] = []
+
+    def start(target, token, binds):
+        agent = SdkAgent(target, token, binds)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        agent.stop()
+
+
+@pytest.fixture(scope="module")
+def on_first(cluster, token):
+    """An SDK agent connected to instance 0 only, with an HTTP endpoint."""
+    agent = SdkAgent(cluster.agent_target(0), token, [{"proto": "http"}])
+    host = _host(_bound(agent.start())[0]["url"])
+    yield agent, host
+    agent.stop()
+
+
+def test_http_is_relayed_to_the_holding_instance(cluster, on_first):
+    _, host = on_first
+    for index in (0, 1, 2):
+        resp = cluster.get(host, "/echo?from=%d" % index, index)
+        assert resp.status_code == 200, (index, resp.text)
+        assert resp.json()["path"] == "/echo?from=%d" % index
+    assert "cluster: instance" in cluster.log(1)
+
+
+def test_an_unknown_name_gets_the_same_offline_answer_everywhere(cluster):
+    answers = [cluster.get("nobody-here." + BASE_DOMAIN, "/", i) for i in (0, 1, 2)]
+    assert {r.status_code for r in answers} == {404}
+    bodies = [r.json() for r in answers]
+    for body in bodies:
+        body["details"].pop("operation_id")   # unique per request
+    assert bodies[0] == bodies[1] == bodies[2] and bodies[0]["error_code"] == "ERR_NGROK_3200"
+
+
+def test_https_http1_and_http2_are_relayed(cluster, on_first):
+    _, host = on_first
+    for index in (1, 2):
+        port = cluster.https_port(index)
+        for flag in ("--http1.1", "--http2"):
+            out = subprocess.run(
+                ["curl", "-sS", flag, "--max-time", "30", "--cacert", cluster.ca,
+                 "--resolve", f"{host}:{port}:127.0.0.1", "-w", "\n%{http_code} %{http_version}",
+                 f"https://{host}:{port}/echo?tls=1"],
+                capture_output=True, text=True, timeout=60)
+            body, status = out.stdout.rsplit("\n", 1)
+            assert status == ("200 1.1" if flag == "--http1.1" else "200 2"), out
+            got = json.loads(body)
+            assert got["path"] == "/echo?tls=1"
+            assert got["headers"].get("X-Forwarded-Proto") == "https"
+
+
+def test_websocket_through_a_relay(cluster, on_first):
+    _, host = on_first
+    key = base64.b64encode(os.urandom(16))
+    with socket.create_connection(("127.0.0.1", cluster.http_port(2)), timeout=30) as sock:
+        sock.sendall(b"GET /ws HTTP/1.1\r\nHost: " + host.encode() +
+                     b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key + b"\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(4096)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        reply = head.split(b"\r\n\r\n", 1)[1]
+        for word in (b"hi", b"again"):
+            mask = os.urandom(4)
+            payload = bytes(b ^ mask[j % 4] for j, b in enumerate(word))
+            sock.sendall(bytes([0x81, 0x80 | len(word)]) + mask + payload)
+            want = 2 + len(b"echo:" + word)
+            while len(reply) < want:
+                reply += sock.recv(4096)
+            assert reply[2:want] == b"echo:" + word
+            reply = reply[want:]
+
+
+def test_64_mib_streams_through_a_relay_with_backpressure(cluster, on_first):
+    _, host = on_first
+    total, digest = 0, hashlib.sha256()
+    with cluster.get(host, "/flood?mb=64", 1, stream=True) as resp:
+        assert resp.status_code == 200
+        first = resp.raw.read(65536)
+        total += len(first)
+        time.sleep(2)   # the client stops reading: the upstream must not run ahead
+        flooded = cluster.get(host, "/flooded", 0).json()
+        assert flooded["bytes"] < 48 << 20, flooded   # held back (windows + socket buffers)
+        for chunk in resp.iter_content(1 << 20):
+            total += len(chunk)
+            digest.update(chunk)
+    assert total == 64 << 20
+
+
+def test_tcp_on_a_reserved_port_is_relayed(cluster, api, agents):
+    account = api.new_account()
+    addr = account.admin.post("/reserved_addrs", {}).json["addr"]
+    port = int(addr.rsplit(":", 1)[1])
+    agent = agents(cluster.agent_target(0), _credential(account)["token"],
+                   [{"proto": "tcp", "remote_addr": addr, "upstream": "tcp"}])
+    assert _bound(agent.start())[0]["url"] == f"tcp://{addr}"
+    time.sleep(3)   # every instance listens on the reserved port (SO_REUSEPORT) within 2 s
+    got = [tcp_round_trip(port, b"ping %d" % i) for i in range(24)]
+    assert got == [b"ping %d" % i for i in range(24)]
+
+
+def _until_ok(cluster: Cluster, host: str, timeout: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            if cluster.get(host, "/echo").status_code == 200:
+                return time.monotonic() - start
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{host} not served again within {timeout}s")
+
+
+def test_kill_9_fails_over_with_the_same_url(cluster, api, agents):
+    account = api.new_account()
+    agent = agents(cluster.agent_target(), _credential(account)["token"], [{"proto": "http"}])
+    url = _bound(agent.start())[0]["url"]
+    host = _host(url)
+    holder = cluster.holder_index(host)
+    killed = time.monotonic()
+    os.kill(cluster.pid(holder), signal.SIGKILL)
+    took = _until_ok(cluster, host, 60) + 0.0
+    print(f"kill -9 -> serving again: {time.monotonic() - killed:.2f}s")
+    assert cluster.holder_index(host) != holder
+    for index in (0, 1, 2):   # every instance routes it (the supervisor restarted the dead)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if cluster.get(host, "/echo", index).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"instance {index} does not route {host}")
+    time.sleep(STALE + 2)   # the dead instance's session item is stale by now
+    sessions = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
+    assert len(sessions) == 1, sessions
+    tunnels = account.admin.get("/tunnels").json["tunnels"]
+    assert [t["public_url"] for t in tunnels] == [url]
+    assert took < 60
+
+
+def test_rolling_restart_under_load_loses_no_request(cluster, api, agents):
+    account = api.new_account()
+    token = _credential(account)["token"]
+    hosts = []
+    for _ in range(3):
+        agent = agents(cluster.agent_target(), token, [{"proto": "http"}])
+        hosts.append(_host(_bound(agent.start())[0]["url"]))
+    for host in hosts:
+        _until_ok(cluster, host, 30)
+    results: Dict[str, int] = {"ok": 0, "retried": 0}
+    failures: List[str] = []
+    stop = threading.Event()
+
+    def client(host: str) -> None:
+        while not stop.is_set():
+            for attempt in range(50):   # retries on connect errors only
+                try:
+                    resp = cluster.get(host, "/echo")
+                except requests.ConnectionError:
+                    results["retried"] += 1
+                    time.sleep(0.1)
+                    continue
+                if resp.status_code == 200:
+                    results["ok"] += 1
+                else:
+                    failures.append(f"{host}: {resp.status_code} {resp.text[:200]}")
+                break
+            else:
+                failures.append(f"{host}: no connection in 50 attempts")
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=client, args=(h,), daemon=True) for h in hosts]
+    for thread in threads:
+        thread.start()
+    out = subprocess.run([sys.executable, os.path.join(PROJECT_DIR, "scripts", "cluster.py"),
+                          "restart", "--data-dir", cluster.data_dir, "--pause", "3"],
+                         capture_output=True, text=True, timeout=300)
+    time.sleep(2)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=90)
+    print(out.stdout, results)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert results["ok"] > 30
+    logs = "\n".join(line for i in (0, 1, 2) for line in cluster.log(i).splitlines()
+                     if "cluster:" in line or " ends:" in line or "bound at" in line)
+    assert failures == [], logs[-6000:]
+
+
+RATE_POLICY = {"on_http_request": [{"actions": [{"type": "rate-limit", "config": {
+    "name": "cluster", "algorithm": "sliding_window", "capacity": 5, "rate": "60s",
+    "bucket_key": ["req.url.path"]}}]}]}
+
+
+def test_a_rate_limit_holds_across_instances(cluster, token, agents):
+    """An endpoint's requests are all served (policy included) by the instance holding it,
+    whichever instance they land on: its limit is exact across instances, no shared counter."""
+    agent = agents(cluster.agent_target(0), token,
+                   [{"proto": "http", "options": {"traffic_policy": [json.dumps(RATE_POLICY)]}}])
+    host = _host(_bound(agent.start())[0]["url"])
+    codes = [cluster.get(host, "/limited", i % 3).status_code for i in range(12)]
+    assert codes == [200] * 5 + [429] * 7, codes
+
+
+def test_stopping_a_session_reaches_the_instance_holding_it(cluster, api, agents):
+    account = api.new_account()
+    agent = agents(cluster.agent_target(2), _credential(account)["token"], [{"proto": "http"}])
+    host = _host(_bound(agent.start())[0]["url"])
+    sessions = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
+    assert len(sessions) == 1
+    resp = account.admin.post(f"/tunnel_sessions/{sessions[0]['id']}/stop", {})
+    assert resp.status == 204, resp.text
+    deadline = time.time() + 30
+    while time.time() < deadline and cluster.get(host, "/echo", 0).status_code == 200:
+        time.sleep(0.25)
+    assert cluster.get(host, "/echo", 0).status_code == 404
+
+
+def test_the_agent_cli_moves_when_its_instance_drains(cluster, token, tmp_path):
+    """The agent CLI 2.x answers the draining instance's GOAWAY as the SDKs do: it reconnects
+    through HAProxy to another instance and serves the same URL again."""
+    from tests.edge.cli_agent import CliAgent, cli_binary
+    from tests.edge.test_cli_agent import _upstream
+    if not cli_binary():
+        pytest.skip("the agent CLI 2.x is not available on this platform")
+    server = _upstream("cli")
+    agent = CliAgent(cluster.agent_target(), token,
+                     ["http", f"127.0.0.1:{server.server_port}"], workdir=str(tmp_path))
+    try:
+        urls = sorted(agent.wait_tunnels(2).values())   # the CLI 2.x: http and https
+        host = _host(urls[0])
+        _until_ok(cluster, host, 30)
+        holder = cluster.holder_index(host)
+        out = subprocess.run([sys.executable, os.path.join(PROJECT_DIR, "scripts",
+                                                           "cluster.py"),
+                              "restart", "--data-dir", cluster.data_dir, "--instance",
+                              str(holder), "--pause", "0"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        _until_ok(cluster, host, 60)
+        assert sorted(agent.wait_tunnels(2).values()) == urls
+        assert "restarting; reconnect" in cluster.log(holder), cluster.log(holder)[-3000:]
+    finally:
+        agent.stop()
+        server.shutdown()
+
+
+def _relay_exchange(port: int, data: bytes) -> bytes:
+    """Send ``data`` to a relay listener; what it answers before closing (b"": nothing)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(data)
+        got = b""
+        while True:
+            try:
+                chunk = sock.recv(4096)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            got += chunk
+        return got
+
+
+def test_the_relay_listener_refuses_what_is_not_a_relay(cluster, token, agents):
+    """Wrong secret, a line past 512 bytes, public traffic sent to it: closed at once with
+    nothing answered; the right secret for a name the instance does not hold: MOVED."""
+    agent = agents(cluster.agent_target(), token, [{"proto": "http"}])
+    host = _host(_bound(agent.start())[0]["url"])
+    _until_ok(cluster, host, 60)
+    holder = cluster.holder_index(host)
+    other = (holder + 1) % 3
+    port = cluster.relay_port(other)
+    started = time.monotonic()
+    assert _relay_exchange(port, b"NGRELAY1 wrong-secret-000000000 http " + host.encode() +
+                           b" 127.0.0.1 1\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n") == b""
+    assert _relay_exchange(port, b"A" * 600) == b""
+    assert _relay_exchange(port, b"GET / HTTP/1.1\r\nHost: " + host.encode() +
+                           b"\r\n\r\n") == b""
+    assert time.monotonic() - started < 10   # none waited for the 10 s line deadline
+    line = f"NGRELAY1 {SECRET} http {host} 127.0.0.1 1\r\n".encode()
+    assert _relay_exchange(port, line) == b"MOVED\r\n"   # that instance does not hold it
+    with socket.create_connection(("127.0.0.1", cluster.relay_port(holder)),
+                                  timeout=30) as sock:
+        sock.sendall(f"NGRELAY1 {SECRET} http {host} 203.0.113.9 4444\r\n".encode())
+        assert sock.recv(6) == b"HERE\r\n"
+        sock.sendall(b"GET /echo HTTP/1.1\r\nHost: " + host.encode() +
+                     b"\r\nConnection: close\r\n\r\n")
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 200")
+    assert json.loads(got.split(b"\r\n\r\n", 1)[1])["headers"]["X-Forwarded-For"] == \
+        "203.0.113.9"   # the original client's address, from the relay line
