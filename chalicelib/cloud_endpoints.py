@@ -202,7 +202,7 @@ def domain_of(account_id: str, host: str) -> Optional[str]:
 
 # ---- items --------------------------------------------------------------------------------------
 def _endpoint_key(account_id: str, endpoint_id: str) -> Dict[str, Any]:
-    return online._key(store.collection_pk(account_id, online.ENDPOINTS), endpoint_id)
+    return online.raw_key(store.collection_pk(account_id, online.ENDPOINTS), endpoint_id)
 
 
 def _endpoint_item(account_id: str, endpoint_id: str, data: Dict[str, Any],
@@ -246,8 +246,8 @@ def _domain_ref(account_id: str, data: Dict[str, Any], delta: int) -> List[Dict[
         collection, rid = reserved_addrs.COLLECTION, data["tcp_addr_id"]
     else:
         return []
-    key = online._key(store.collection_pk(account_id, collection), rid)
-    return [{"Update": {"TableName": online._table(), "Key": key,
+    key = online.raw_key(store.collection_pk(account_id, collection), rid)
+    return [{"Update": {"TableName": online.raw_table(), "Key": key,
                         "UpdateExpression": "ADD refs :d, version :one",
                         "ConditionExpression": "attribute_exists(pk)",
                         "ExpressionAttributeValues": {":d": {"N": str(delta)},
@@ -256,9 +256,9 @@ def _domain_ref(account_id: str, data: Dict[str, Any], delta: int) -> List[Dict[
 
 def _hostport_free(hostport: str) -> Dict[str, Any]:
     from chalicelib import edge_modules
-    key = online._key(store.unique_pk(edge_modules.HOSTPORT_NAMESPACE, hostport),
+    key = online.raw_key(store.unique_pk(edge_modules.HOSTPORT_NAMESPACE, hostport),
                       store.UNIQUE_SK)
-    return {"ConditionCheck": {"TableName": online._table(), "Key": key,
+    return {"ConditionCheck": {"TableName": online.raw_table(), "Key": key,
                                "ConditionExpression": "attribute_not_exists(pk)"}}
 
 
@@ -273,7 +273,7 @@ class _Taken(Exception):
 def _claim_ops(account_id: str, endpoint_id: str, data: Dict[str, Any],
                held: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Put the claim: new (nobody holds it), or over ``held`` (a stale holder, as read)."""
-    put = {"TableName": online._table(), "Item": _claim_item(account_id, endpoint_id, data),
+    put = {"TableName": online.raw_table(), "Item": _claim_item(account_id, endpoint_id, data),
            "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
     if held is None:
         put["ConditionExpression"] = "attribute_not_exists(pk)"
@@ -294,7 +294,7 @@ def _transact(ops: List[Dict[str, Any]], claim_index: int) -> None:
     """Run the transaction; _Taken when the claim's condition failed, EndpointUrlInUse when an
     HTTPS edge holds the hostport, VersionConflict when the endpoint changed meanwhile."""
     try:
-        online._client().transact_write_items(TransactItems=ops)
+        online.raw_client().transact_write_items(TransactItems=ops)
     except ClientError as exc:
         error = exc.response.get("Error", {})
         if error.get("Code") in ("TransactionConflictException",
@@ -331,11 +331,11 @@ def _write_claiming(account_id: str, endpoint_id: str, data: Dict[str, Any],
             _transact(ops, len(other_ops))
             return
         except _Taken as taken:
-            raw = taken.raw or online._get_raw(online._claim_key(claim_of(account_id, data)))
+            raw = taken.raw or online.get_raw(online._claim_key(claim_of(account_id, data)))
             if raw is None:
                 held = None
                 continue
-            holder_data = online._data(raw)
+            holder_data = online.data_of(raw)
             if holder_data.get("cloud") and online._s(raw, "account_id") == account_id:
                 raise errors.CloudEndpointExists(
                     f"This account already has a cloud endpoint on {data['url']} "
@@ -360,7 +360,7 @@ def check_secrets(account_id: str, data: Dict[str, Any]) -> None:
 
 def create(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> store.Item:
     check_secrets(account_id, data)
-    put = {"Put": {"TableName": online._table(),
+    put = {"Put": {"TableName": online.raw_table(),
                    "Item": _endpoint_item(account_id, endpoint_id, data, 1),
                    "ConditionExpression": "attribute_not_exists(pk)"}}
     _write_claiming(account_id, endpoint_id, data, [put] + _domain_ref(account_id, data, 1))
@@ -388,7 +388,7 @@ def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item
     check_secrets(account_id, data)
     version = int(old.version or 0)
     endpoint_id = old.sk
-    put = {"Put": {"TableName": online._table(),
+    put = {"Put": {"TableName": online.raw_table(),
                    "Item": _endpoint_item(account_id, endpoint_id, data, version + 1),
                    "ConditionExpression": "attribute_exists(pk) AND version = :v",
                    "ExpressionAttributeValues": {":v": {"N": str(version)}}}}
@@ -397,14 +397,14 @@ def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item
         (data.get("domain_id"), data.get("tcp_addr_id")) else \
         _domain_ref(account_id, old.data, -1) + _domain_ref(account_id, data, 1)
     if old_name == new_name:
-        claim = {"Put": {"TableName": online._table(),
+        claim = {"Put": {"TableName": online.raw_table(),
                          "Item": _claim_item(account_id, endpoint_id, data),
                          "ConditionExpression": "#o = :o",
                          "ExpressionAttributeNames": {"#o": "owner"},
                          "ExpressionAttributeValues": {":o": {"S": endpoint_id}}}}
         _transact([put, claim] + refs, -1)
         return store.model().from_raw_data(put["Put"]["Item"])
-    release = {"Delete": {"TableName": online._table(), "Key": online._claim_key(old_name),
+    release = {"Delete": {"TableName": online.raw_table(), "Key": online._claim_key(old_name),
                           "ConditionExpression": "#o = :o",
                           "ExpressionAttributeNames": {"#o": "owner"},
                           "ExpressionAttributeValues": {":o": {"S": endpoint_id}}}}
@@ -414,11 +414,11 @@ def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item
 
 def delete(account_id: str, old: store.Item) -> None:
     endpoint_id = old.sk
-    ops = [{"Delete": {"TableName": online._table(),
+    ops = [{"Delete": {"TableName": online.raw_table(),
                        "Key": _endpoint_key(account_id, endpoint_id),
                        "ConditionExpression": "version = :v",
                        "ExpressionAttributeValues": {":v": {"N": str(int(old.version or 0))}}}},
-           {"Delete": {"TableName": online._table(),
+           {"Delete": {"TableName": online.raw_table(),
                        "Key": online._claim_key(claim_of(account_id, old.data)),
                        "ConditionExpression": "attribute_not_exists(pk) OR #o = :o",
                        "ExpressionAttributeNames": {"#o": "owner"},

@@ -410,7 +410,7 @@ class Cluster:
             else:
                 await HttpFront(edge, "https").handle(reader, relayed)
         elif kind == "tcp" and arg.isdigit():
-            await edge._port_connection(int(arg), reader, _RelayedWriter(writer, peer))
+            await edge.port_connection(int(arg), reader, _RelayedWriter(writer, peer))
         else:
             writer.transport.abort()
 

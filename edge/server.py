@@ -396,7 +396,7 @@ class Edge:
         reserved address (OSError when the port cannot be bound)."""
         if port not in self.port_listeners:
             self.port_listeners[port] = await asyncio.start_server(
-                functools.partial(self._port_connection, port), self.settings.host, port,
+                functools.partial(self.port_connection, port), self.settings.host, port,
                 reuse_port=self.cluster is not None)   # every instance: edge.cluster
 
     def release_port(self, port: int) -> None:
@@ -455,7 +455,7 @@ class Edge:
 
     # ---- TCP endpoints ----------------------------------------------------------------------
     @connection_handler
-    async def _port_connection(self, port: int, reader, writer) -> None:
+    async def port_connection(self, port: int, reader, writer) -> None:
         """A connection to a TCP port: the agent endpoint bound on it, else the TCP edge of
         its reserved address; its on_tcp_connect rules first, then raw bytes to the agent."""
         peer = writer.get_extra_info("peername") or ("", 0)

@@ -20,27 +20,27 @@ TTL_SECONDS = 3600
 def register(instance_id: str, address: str, state: str = "serving") -> None:
     """Write (or renew) this instance's item: one PutItem."""
     at = online.now()
-    online._client().put_item(TableName=online._table(), Item=online._item(
+    online.raw_client().put_item(TableName=online.raw_table(), Item=online.raw_item(
         PK, instance_id, kind="edge_instance", account_id="", instance_id=instance_id,
         data={"address": address, "state": state}, heartbeat_at=at,
         expires_at=at + TTL_SECONDS))
 
 
 def deregister(instance_id: str) -> None:
-    online._client().delete_item(TableName=online._table(), Key=online._key(PK, instance_id))
+    online.raw_client().delete_item(TableName=online.raw_table(), Key=online.raw_key(PK, instance_id))
 
 
 def _live(raw: Dict[str, Any], at: float) -> bool:
-    heartbeat = online._n(raw, "heartbeat_at")
+    heartbeat = online.num_attr(raw, "heartbeat_at")
     return heartbeat is not None and heartbeat >= at - LEASE_SECONDS
 
 
 def address_of(instance_id: str) -> Optional[str]:
     """The relay address of a live, serving instance, else None (one GetItem)."""
-    raw = online._get_raw(online._key(PK, instance_id))
+    raw = online.get_raw(online.raw_key(PK, instance_id))
     if raw is None or not _live(raw, online.now()):
         return None
-    data = online._data(raw)
+    data = online.data_of(raw)
     if data.get("state") != "serving":
         return None
     address = data.get("address")
@@ -50,7 +50,7 @@ def address_of(instance_id: str) -> Optional[str]:
 def is_live(instance_id: str) -> bool:
     """True while ``instance_id``'s lease holds (draining instances count: their sessions
     still run until their agents moved)."""
-    raw = online._get_raw(online._key(PK, instance_id))
+    raw = online.get_raw(online.raw_key(PK, instance_id))
     return raw is not None and _live(raw, online.now())
 
 

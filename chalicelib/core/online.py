@@ -106,29 +106,30 @@ def _rfc3339(epoch: float) -> str:
 
 
 # ---- low-level access: online items are written without the version protocol ----------
+# (public: the instance registry, chalicelib/core/instances.py, keeps its items the same way)
 # The edge is the only writer of its items and each write is either an upsert or guarded by
 # an explicit condition, so the raw client is used (ReturnValues, ADD/REMOVE on sets).
-def _client() -> Any:
+def raw_client() -> Any:
     return store.connection().client
 
 
-def _table() -> str:
+def raw_table() -> str:
     return get_settings().table_name
 
 
-def _key(pk: str, sk: str) -> Dict[str, Any]:
+def raw_key(pk: str, sk: str) -> Dict[str, Any]:
     return {"pk": {"S": pk}, "sk": {"S": sk}}
 
 
 def _session_key(account_id: str, session_id: str) -> Dict[str, Any]:
-    return _key(store.collection_pk(account_id, SESSIONS), session_id)
+    return raw_key(store.collection_pk(account_id, SESSIONS), session_id)
 
 
 def _claim_key(name: str) -> Dict[str, Any]:
-    return _key(store.unique_pk(CLAIM_NAMESPACE, name), store.UNIQUE_SK)
+    return raw_key(store.unique_pk(CLAIM_NAMESPACE, name), store.UNIQUE_SK)
 
 
-def _item(pk: str, sk: str, *, kind: str, account_id: str, data: Dict[str, Any],
+def raw_item(pk: str, sk: str, *, kind: str, account_id: str, data: Dict[str, Any],
           instance_id: str, heartbeat_at: float, expires_at: float,
           owner: Optional[str] = None) -> Dict[str, Any]:
     item = {"pk": {"S": pk}, "sk": {"S": sk}, "kind": {"S": kind},
@@ -150,11 +151,11 @@ def _ms(value: float) -> str:
     return f"{value:.3f}"
 
 
-def _get_raw(key: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    return _client().get_item(TableName=_table(), Key=key, ConsistentRead=True).get("Item")
+def get_raw(key: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    return raw_client().get_item(TableName=raw_table(), Key=key, ConsistentRead=True).get("Item")
 
 
-def _data(raw: Dict[str, Any]) -> Dict[str, Any]:
+def data_of(raw: Dict[str, Any]) -> Dict[str, Any]:
     """``data`` as the store keeps it: a map (a JSON string in items of the first layout)."""
     if "data" not in raw:
         return {}
@@ -162,7 +163,7 @@ def _data(raw: Dict[str, Any]) -> Dict[str, Any]:
         store.from_av(raw["data"])
 
 
-def _n(raw: Dict[str, Any], name: str) -> Optional[float]:
+def num_attr(raw: Dict[str, Any], name: str) -> Optional[float]:
     value = raw.get(name)
     return float(value["N"]) if value else None
 
@@ -180,7 +181,7 @@ def _delete_if(key: Dict[str, Any], condition: str, values: Dict[str, Any]) -> b
     """Delete ``key`` when ``condition`` holds (``#o`` names ``owner``, a DynamoDB reserved
     word); False, and nothing changed, otherwise."""
     try:
-        _client().delete_item(TableName=_table(), Key=key, ConditionExpression=condition,
+        raw_client().delete_item(TableName=raw_table(), Key=key, ConditionExpression=condition,
                               ExpressionAttributeNames={"#o": "owner"},
                               ExpressionAttributeValues=values)
         return True
@@ -213,11 +214,11 @@ def session_started(*, account_id: str, session_id: str, credential_id: str, ins
     data = {"credential_id": credential_id, "agent_version": agent_version, "os": os,
             "ip": ip, "metadata": metadata, "region": region, "transport": transport,
             "started_at": _rfc3339(at), "owner_id": owner_id}
-    item = _item(store.collection_pk(account_id, SESSIONS), session_id, kind=SESSIONS,
+    item = raw_item(store.collection_pk(account_id, SESSIONS), session_id, kind=SESSIONS,
                  account_id=account_id, data=data, instance_id=instance_id, heartbeat_at=at,
                  expires_at=at + EXPIRE_AFTER_SECONDS)
     item["children_refresh_at"] = {"N": _num(at + CHILD_TTL_SECONDS / 2)}
-    _client().put_item(TableName=_table(), Item=item)
+    raw_client().put_item(TableName=raw_table(), Item=item)
 
 
 def session_heartbeat(account_id: str, session_id: str,
@@ -230,8 +231,8 @@ def session_heartbeat(account_id: str, session_id: str,
     """
     at = now()
     try:
-        old = _client().update_item(
-            TableName=_table(), Key=_session_key(account_id, session_id),
+        old = raw_client().update_item(
+            TableName=raw_table(), Key=_session_key(account_id, session_id),
             UpdateExpression="SET heartbeat_at = :hb, expires_at = :exp, instance_id = :i "
                              "REMOVE stop_requested, restart_requested",
             ConditionExpression="attribute_exists(pk)",
@@ -243,7 +244,7 @@ def session_heartbeat(account_id: str, session_id: str,
         if _is_condition_failure(exc):
             return None
         raise
-    refresh_at = _n(old, "children_refresh_at")
+    refresh_at = num_attr(old, "children_refresh_at")
     if refresh_at is not None and refresh_at <= at:
         _refresh_children(account_id, session_id, old, at)
     return {"stop_requested": "stop_requested" in old,
@@ -254,7 +255,7 @@ def _refresh_children(account_id: str, session_id: str, session: Dict[str, Any],
                       at: float) -> None:
     """Push the TTL of the session's tunnels, endpoints and claims forward (one UpdateItem
     each, skipped for items that are gone or no longer this session's)."""
-    client = _client()
+    client = raw_client()
     exp = {":exp": {"N": _num(at + CHILD_TTL_SECONDS)}}
     for child in sorted(session.get("children", {}).get("SS", [])):
         if child.startswith("claim|"):
@@ -263,7 +264,7 @@ def _refresh_children(account_id: str, session_id: str, session: Dict[str, Any],
         else:
             key, owner = _child_key(account_id, child), session_id
         try:
-            client.update_item(TableName=_table(), Key=key,
+            client.update_item(TableName=raw_table(), Key=key,
                                UpdateExpression="SET expires_at = :exp",
                                ConditionExpression="attribute_exists(pk) AND #o = :o",
                                ExpressionAttributeNames={"#o": "owner"},
@@ -271,7 +272,7 @@ def _refresh_children(account_id: str, session_id: str, session: Dict[str, Any],
         except ClientError as exc:
             if not _is_condition_failure(exc):
                 raise
-    client.update_item(TableName=_table(), Key=_session_key(account_id, session_id),
+    client.update_item(TableName=raw_table(), Key=_session_key(account_id, session_id),
                        UpdateExpression="SET children_refresh_at = :r",
                        ConditionExpression="attribute_exists(pk)",
                        ExpressionAttributeValues={":r": {"N": _num(at + CHILD_TTL_SECONDS / 2)}})
@@ -279,7 +280,7 @@ def _refresh_children(account_id: str, session_id: str, session: Dict[str, Any],
 
 def _child_key(account_id: str, child_id: str) -> Dict[str, Any]:
     collection = TUNNELS if child_id.startswith(TUNNEL_PREFIX + "_") else ENDPOINTS
-    return _key(store.collection_pk(account_id, collection), child_id)
+    return raw_key(store.collection_pk(account_id, collection), child_id)
 
 
 def session_ended(account_id: str, session_id: str) -> None:
@@ -288,7 +289,7 @@ def session_ended(account_id: str, session_id: str) -> None:
     Only items that still belong to this session are removed: a tunnel or endpoint re-bound by
     a reconnected agent's new session (same id, new owner) is left alone, and so is its claim.
     """
-    raw = _get_raw(_session_key(account_id, session_id))
+    raw = get_raw(_session_key(account_id, session_id))
     if raw is not None:
         children = raw.get("children", {}).get("SS", [])
         owner = {":o": {"S": session_id}}
@@ -304,14 +305,14 @@ def session_ended(account_id: str, session_id: str) -> None:
                 _, endpoint_id, name = child.split("|", 2)
                 if endpoint_id in removed_endpoints:
                     release_hostname(name, endpoint_id=endpoint_id)
-    _client().delete_item(TableName=_table(), Key=_session_key(account_id, session_id))
+    raw_client().delete_item(TableName=raw_table(), Key=_session_key(account_id, session_id))
 
 
 def _update_session(account_id: str, session_id: str, flag: str) -> None:
     """Set a command flag on a live session; NotFound when there is none."""
     try:
-        _client().update_item(
-            TableName=_table(), Key=_session_key(account_id, session_id),
+        raw_client().update_item(
+            TableName=raw_table(), Key=_session_key(account_id, session_id),
             UpdateExpression=f"SET {flag} = :t",
             ConditionExpression="attribute_exists(pk) AND heartbeat_at >= :fresh",
             ExpressionAttributeValues={":t": {"BOOL": True},
@@ -359,10 +360,10 @@ def cloud_endpoint_for(name: str) -> Optional[Dict[str, Any]]:
     """The cloud endpoint serving the claim ``name`` (a hostname, or :func:`claim_name` of an
     internal one): the copy its claim carries (``id``, ``account_id``, ``url``, ``host``,
     ``scheme``, ``internal``, ``traffic_policy``), or None. One GetItem; the edge's read."""
-    held = _get_raw(_claim_key(_canonical(name)))
+    held = get_raw(_claim_key(_canonical(name)))
     if held is None:
         return None
-    cloud = _data(held).get("cloud")
+    cloud = data_of(held).get("cloud")
     return dict(cloud) if cloud else None
 
 
@@ -417,7 +418,7 @@ def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance
     common: Dict[str, Any] = dict(account_id=account_id, instance_id=instance_id,
                                   heartbeat_at=at, expires_at=at + CHILD_TTL_SECONDS,
                                   owner=session_id)
-    ops: List[Dict[str, Any]] = [{"Put": {"TableName": _table(), "Item": _item(
+    ops: List[Dict[str, Any]] = [{"Put": {"TableName": raw_table(), "Item": raw_item(
         store.collection_pk(account_id, TUNNELS), tunnel_id, kind=TUNNELS, data=tunnel,
         **common)}}]
     children = [tunnel_id]
@@ -431,18 +432,18 @@ def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance
                     "bindings": list(bindings or ["public"]),
                     "pooling_enabled": pooling_enabled,
                     "created_at": started, "updated_at": started}
-        ops.append({"Put": {"TableName": _table(), "Item": _item(
+        ops.append({"Put": {"TableName": raw_table(), "Item": raw_item(
             store.collection_pk(account_id, ENDPOINTS), endpoint_id, kind=ENDPOINTS,
             data=endpoint, **common)}})
         children.append(endpoint_id)
         if name:
             children.append(f"claim|{endpoint_id}|{name}")
     ops.append({"Update": {
-        "TableName": _table(), "Key": _session_key(account_id, session_id),
+        "TableName": raw_table(), "Key": _session_key(account_id, session_id),
         "UpdateExpression": "ADD children :c", "ConditionExpression": "attribute_exists(pk)",
         "ExpressionAttributeValues": {":c": {"SS": children}}}})
     try:
-        _client().transact_write_items(TransactItems=ops)
+        raw_client().transact_write_items(TransactItems=ops)
     except ClientError as exc:
         reasons = exc.response.get("CancellationReasons") or []
         if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
@@ -452,26 +453,26 @@ def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance
 
 def tunnel_stopped(account_id: str, tunnel_id: str) -> None:
     """Remove the tunnel, its endpoint and the endpoint's claim (idempotent)."""
-    raw = _get_raw(_key(store.collection_pk(account_id, TUNNELS), tunnel_id))
+    raw = get_raw(raw_key(store.collection_pk(account_id, TUNNELS), tunnel_id))
     if raw is None:
         return
-    data = _data(raw)
+    data = data_of(raw)
     session_id = data["session_id"]
     owner = {":o": {"S": session_id}}
     removed = [tunnel_id]
-    _delete_if(_key(store.collection_pk(account_id, TUNNELS), tunnel_id), "#o = :o", owner)
+    _delete_if(raw_key(store.collection_pk(account_id, TUNNELS), tunnel_id), "#o = :o", owner)
     endpoint_id = data.get("endpoint_id")
     if endpoint_id:
-        ep = _get_raw(_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id))
+        ep = get_raw(raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id))
         if ep is not None and _delete_if(
-                _key(store.collection_pk(account_id, ENDPOINTS), endpoint_id), "#o = :o", owner):
+                raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id), "#o = :o", owner):
             removed.append(endpoint_id)
-            name = _data(ep).get("served_name")
+            name = data_of(ep).get("served_name")
             if name:
                 release_hostname(name, endpoint_id=endpoint_id)
                 removed.append(f"claim|{endpoint_id}|{name}")
     try:
-        _client().update_item(TableName=_table(), Key=_session_key(account_id, session_id),
+        raw_client().update_item(TableName=raw_table(), Key=_session_key(account_id, session_id),
                               UpdateExpression="DELETE children :c",
                               ConditionExpression="attribute_exists(pk)",
                               ExpressionAttributeValues={":c": {"SS": removed}})
@@ -491,9 +492,9 @@ def claim_tunnel_id(tunnel_id: str, account_id: str) -> bool:
     refreshed), False when another account holds it. An agent re-binds with the id it had, on
     any instance, however long it was away; another account naming that id gets a new one."""
     at = now()
-    key = _key(store.unique_pk(TUNNEL_ID_NAMESPACE, tunnel_id), store.UNIQUE_SK)
+    key = raw_key(store.unique_pk(TUNNEL_ID_NAMESPACE, tunnel_id), store.UNIQUE_SK)
     try:
-        _client().put_item(TableName=_table(), Item={
+        raw_client().put_item(TableName=raw_table(), Item={
             **key, "kind": {"S": TUNNEL_ID_NAMESPACE}, "account_id": {"S": account_id},
             "data": store.to_av({"account_id": account_id}),
             "expires_at": {"N": _num(at + TUNNEL_ID_SECONDS)}},
@@ -517,7 +518,7 @@ def remember_name(account_id: str, tunnel_id: str, name: str) -> None:
     from then), so the agent's re-bind of the same tunnel id after a reconnect (the SDKs send
     the old id and keep showing the old URL) is served at the same name, on any instance."""
     at = now()
-    _client().put_item(TableName=_table(), Item=_item(
+    raw_client().put_item(TableName=raw_table(), Item=raw_item(
         store.collection_pk(account_id, REBIND_COLLECTION), tunnel_id, kind=REBIND_COLLECTION,
         account_id=account_id, data={"name": name}, instance_id="", heartbeat_at=at,
         expires_at=at + REBIND_SECONDS))
@@ -526,10 +527,10 @@ def remember_name(account_id: str, tunnel_id: str, name: str) -> None:
 def remembered_name(account_id: str, tunnel_id: str) -> Optional[str]:
     """The name :func:`remember_name` kept for ``tunnel_id`` of ``account_id`` within
     REBIND_SECONDS, else None."""
-    raw = _get_raw(_key(store.collection_pk(account_id, REBIND_COLLECTION), tunnel_id))
-    if raw is None or (_n(raw, "expires_at") or 0) < now():
+    raw = get_raw(raw_key(store.collection_pk(account_id, REBIND_COLLECTION), tunnel_id))
+    if raw is None or (num_attr(raw, "expires_at") or 0) < now():
         return None
-    name = _data(raw).get("name")
+    name = data_of(raw).get("name")
     return name if isinstance(name, str) and name else None
 
 
@@ -545,17 +546,17 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str,
     """
     name = _canonical(hostname)
     key = _claim_key(name)
-    client = _client()
+    client = raw_client()
     for _ in range(store.RETRIES):
         at = now()
-        item = _item(key["pk"]["S"], store.UNIQUE_SK, kind="served_host",
+        item = raw_item(key["pk"]["S"], store.UNIQUE_SK, kind="served_host",
                      account_id=account_id,
                      data={"endpoint_id": endpoint_id, "account_id": account_id,
                            "instance_id": instance_id, "name": name},
                      instance_id=instance_id, heartbeat_at=at,
                      expires_at=at + CHILD_TTL_SECONDS, owner=endpoint_id)
         try:
-            client.put_item(TableName=_table(), Item=item,
+            client.put_item(TableName=raw_table(), Item=item,
                             ConditionExpression="attribute_not_exists(pk) OR #o = :o",
                             ExpressionAttributeNames={"#o": "owner"},
                             ExpressionAttributeValues={":o": {"S": endpoint_id}})
@@ -563,13 +564,13 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str,
         except ClientError as exc:
             if not _is_condition_failure(exc):
                 raise
-        held = _get_raw(key)
+        held = get_raw(key)
         if held is None:
             continue
         if _claim_is_live(held):
             raise errors.Conflict(f"'{name}' is already served by another endpoint")
         try:
-            client.put_item(TableName=_table(), Item=item,
+            client.put_item(TableName=raw_table(), Item=item,
                             ConditionExpression="#o = :old AND heartbeat_at = :hb",
                             ExpressionAttributeNames={"#o": "owner"},
                             ExpressionAttributeValues={":old": held["owner"],
@@ -583,15 +584,15 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str,
 
 def _claim_is_live(claim: Dict[str, Any]) -> bool:
     account_id, endpoint_id = _s(claim, "account_id"), _s(claim, "owner")
-    endpoint = _get_raw(_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id)) \
+    endpoint = get_raw(raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id)) \
         if account_id and endpoint_id else None
     if endpoint is None:
-        return _fresh(_n(claim, "heartbeat_at"))
+        return _fresh(num_attr(claim, "heartbeat_at"))
     session_id = _s(endpoint, "owner")
     if session_id is None:  # an endpoint without a session (cloud): live while it exists
         return True
-    session = _get_raw(_session_key(account_id or "", session_id))
-    return session is not None and _fresh(_n(session, "heartbeat_at"))
+    session = get_raw(_session_key(account_id or "", session_id))
+    return session is not None and _fresh(num_attr(session, "heartbeat_at"))
 
 
 def release_hostname(hostname: str, *, endpoint_id: str) -> None:
@@ -602,7 +603,7 @@ def release_hostname(hostname: str, *, endpoint_id: str) -> None:
 def hostname_holder(hostname: str) -> Optional[Dict[str, Any]]:
     """Who serves ``hostname`` now: ``{"account_id", "endpoint_id", "instance_id"}`` of a
     live claim, or None (no claim, or a stale one). For routing across edge instances."""
-    held = _get_raw(_claim_key(_canonical(hostname)))
+    held = get_raw(_claim_key(_canonical(hostname)))
     if held is None or not _claim_is_live(held):
         return None
     return {"account_id": _s(held, "account_id"), "endpoint_id": _s(held, "owner"),
@@ -628,13 +629,13 @@ def _batch_get(keys: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """BatchGetItem of up to any number of keys (in chunks of 100, unprocessed retried)."""
     pending = list({(k["pk"]["S"], k["sk"]["S"]): k for k in keys}.values())
     found: List[Dict[str, Any]] = []
-    client = _client()
+    client = raw_client()
     while pending:
         chunk, pending = pending[:BATCH_GET_KEYS], pending[BATCH_GET_KEYS:]
-        request = {_table(): {"Keys": chunk, "ConsistentRead": True}}
+        request = {raw_table(): {"Keys": chunk, "ConsistentRead": True}}
         while request:
             answer = client.batch_get_item(RequestItems=request)
-            found.extend(answer.get("Responses", {}).get(_table(), []))
+            found.extend(answer.get("Responses", {}).get(raw_table(), []))
             request = answer.get("UnprocessedKeys") or {}
     return found
 
@@ -776,13 +777,13 @@ def live_item(account_id: str, collection: str, prefix: str, item_id: str,
 # ---- which instance holds what (edge/cluster.py) --------------------------------------------
 def session_instance(account_id: str, session_id: str) -> Optional[str]:
     """The instance id a session's online item names (None: no item). One GetItem."""
-    raw = _get_raw(_session_key(account_id, session_id))
+    raw = get_raw(_session_key(account_id, session_id))
     return _s(raw, "instance_id") if raw is not None else None
 
 
 def claim_instance(name: str) -> Optional[str]:
     """The instance id the claim of a served name (hostname or host:port) names (None: no
     claim). One GetItem."""
-    raw = _get_raw(_claim_key(_canonical(name)))
+    raw = get_raw(_claim_key(_canonical(name)))
     return _s(raw, "instance_id") if raw else None
 

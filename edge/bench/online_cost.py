@@ -91,7 +91,7 @@ def main() -> int:
         store.configure()
         store.create_table()
         counter = Counter()
-        client = online._client()
+        client = online.raw_client()
         client.meta.events.register("before-call.dynamodb.*", counter)
         clock = [time.time()]
         online.now = lambda: clock[0]   # simulated time

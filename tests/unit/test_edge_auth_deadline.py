@@ -24,6 +24,7 @@ class SlowEdge:
         self.settings = SimpleNamespace(limits=quotas.Limits(), instance_id="edge_test",
                                         region="local")
         self.auth_throttle = quotas.AuthThrottle(20)
+        self.cluster = None   # one instance
         self.started_sessions = []
 
     async def call(self, fn, *args, **kwargs):
