@@ -4,6 +4,7 @@ Every view reads its path, query and body, calls one function of a resource modu
 chalicelib/, and returns what it returns. Errors, version and media-type checks live in
 chalicelib.web (installed as middleware); identity in chalicelib.auth.
 """
+
 import logging
 
 from chalice import AuthResponse, Chalice, Rate
@@ -26,17 +27,26 @@ def api_key_authorizer(auth_request):
     except auth.AuthFailed as exc:
         app.log.info("authorizer refused a request: %s", exc.reason)
         raise
-    return AuthResponse(routes=["*"], principal_id=principal.id, context={
-        "account_id": principal.account_id, "principal_id": principal.id,
-        "principal_kind": principal.kind, "role": principal.role,
-        "api_key_id": principal.api_key_id, **principal.extra_context()})
+    return AuthResponse(
+        routes=["*"],
+        principal_id=principal.id,
+        context={
+            "account_id": principal.account_id,
+            "principal_id": principal.id,
+            "principal_kind": principal.kind,
+            "role": principal.role,
+            "api_key_id": principal.api_key_id,
+            **principal.extra_context(),
+        },
+    )
 
 
 def route(path, methods, query=(), **kwargs):
     """An authorized route; ``query`` names the query parameters it accepts (others: 400)."""
     web.allow_query(path, methods, query)
-    register = app.route(path, methods=methods, authorizer=api_key_authorizer,
-                         content_types=ANY, **kwargs)
+    register = app.route(
+        path, methods=methods, authorizer=api_key_authorizer, content_types=ANY, **kwargs
+    )
     return lambda fn: register(web.view(fn))
 
 
@@ -50,9 +60,9 @@ resources.register(route)
 def get_openapi_document():
     """The OpenAPI 3 document of this API: public (no authorizer, no version header)."""
     from chalicelib import openapi  # built on first request, not at cold start
+
     web.reject_query()
     return openapi.document(app, web.base_url())
-
 
 
 # ---- managed certificates (AWS: a scheduled function; `make run`: a process) ---------------
@@ -60,7 +70,8 @@ def get_openapi_document():
 def acme_worker(event):
     """One pass of the ACME worker (docs/CERTIFICATES.md). Its libraries (acme, cryptography)
     are not in the API's package: the function has its own layer (scripts/deploy_stack.py)."""
-    from chalicelib.acme import worker   # imported here: the API's functions never load it
+    from chalicelib.acme import worker  # imported here: the API's functions never load it
+
     return worker.scheduled_pass()
 
 

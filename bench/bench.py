@@ -33,6 +33,7 @@ its store calls, they do not predict Lambda + DynamoDB latencies. Sizes: BENCH_S
 http_load, package) runs only those and updates them in the JSON, keeping the others' last
 results (``sections_run`` then says which run each section comes from).
 """
+
 import json
 import os
 import re
@@ -52,9 +53,14 @@ from typing import Any, Callable, Dict, List
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
 from chalicelib.core import keys  # noqa: E402 (the project root is on the path from here)
-for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-                      "TABLE_NAME": "tunnel-service"}.items():
+
+for _name, _value in {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "TABLE_NAME": "tunnel-service",
+}.items():
     os.environ.setdefault(_name, _value)
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
@@ -94,16 +100,20 @@ class InProcess:
         if self.external:
             port = _free_port()
             moto = os.path.join(os.path.dirname(PY), "moto_server")
-            self._server = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)],
-                                            stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL)
+            self._server = subprocess.Popen(
+                [moto, "-H", "127.0.0.1", "-p", str(port)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             os.environ["DYNAMODB_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
             _wait_port(port)
         else:
             from moto import mock_aws
+
             self._mock = mock_aws()
             self._mock.start()
         from chalicelib.core import config, store
+
         config.reset_settings()
         store.reset()
         store.create_table()
@@ -112,6 +122,7 @@ class InProcess:
         from app import app
         from chalicelib.gateway import ContractGateway
         from tests.support.api import InProcessApi
+
         self.app = app
         self._client = Client(app, stage_name="dev", project_dir=PROJECT_DIR)
         self._client.__enter__()
@@ -128,12 +139,14 @@ class InProcess:
             self._server.wait()
             os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
         from chalicelib.core import config, store
+
         config.reset_settings()
         store.reset()
 
 
 def _wait_port(port: int, timeout: float = 30) -> None:
     import socket
+
     deadline = time.time() + timeout
     while time.time() < deadline:
         with socket.socket() as sock:
@@ -146,6 +159,7 @@ def _wait_port(port: int, timeout: float = 30) -> None:
 # ---- 1. store calls per route ------------------------------------------------------------------
 def store_calls() -> Dict[str, Any]:
     from tests.support.costs import measure_routes
+
     with InProcess() as env:
         rows = measure_routes(env.api, env.api.new_account(reporter=True))
     auth = [r["authorizer"] for r in rows.values()]
@@ -155,26 +169,38 @@ def store_calls() -> Dict[str, Any]:
         ops.update(r["view_ops"])
         ops.update(r["authorizer_ops"])
     over = {route: r["view"] for route, r in sorted(rows.items()) if r["view"] > 1}
-    return {"routes": len(rows), "authorizer_calls_max": max(auth),
-            "authorizer_calls_mean": statistics.mean(auth),
-            "view_calls_mean": statistics.mean(view),
-            "calls_per_request_mean": statistics.mean(a + v for a, v in zip(auth, view)),
-            "routes_with_one_view_call": sum(1 for v in view if v == 1),
-            "routes_over_one_view_call": over, "scans": ops.get("Scan", 0),
-            "transactions": ops.get("TransactWriteItems", 0), "ops": dict(ops),
-            "per_route": rows}
+    return {
+        "routes": len(rows),
+        "authorizer_calls_max": max(auth),
+        "authorizer_calls_mean": statistics.mean(auth),
+        "view_calls_mean": statistics.mean(view),
+        "calls_per_request_mean": statistics.mean(a + v for a, v in zip(auth, view)),
+        "routes_with_one_view_call": sum(1 for v in view if v == 1),
+        "routes_over_one_view_call": over,
+        "scans": ops.get("Scan", 0),
+        "transactions": ops.get("TransactWriteItems", 0),
+        "ops": dict(ops),
+        "per_route": rows,
+    }
 
 
 # ---- 2. cold import ----------------------------------------------------------------------------
-_IMPORT = ("import time, sys; sys.path.insert(0, {root!r}); t = time.perf_counter(); {stmt}; "
-           "print((time.perf_counter() - t) * 1000)")
+_IMPORT = (
+    "import time, sys; sys.path.insert(0, {root!r}); t = time.perf_counter(); {stmt}; "
+    "print((time.perf_counter() - t) * 1000)"
+)
 _BARE = "import chalice, chalice.app, pynamodb.models, pynamodb.connection, botocore.session, re2"
 
 
 def cold_import(runs: int = 11) -> Dict[str, Any]:
     def once(stmt: str) -> float:
-        out = subprocess.run([PY, "-c", _IMPORT.format(root=PROJECT_DIR, stmt=stmt)],
-                             cwd=PROJECT_DIR, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [PY, "-c", _IMPORT.format(root=PROJECT_DIR, stmt=stmt)],
+            cwd=PROJECT_DIR,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return float(out.stdout.strip().splitlines()[-1])
 
     app_ms, bare_ms = [], []
@@ -182,8 +208,7 @@ def cold_import(runs: int = 11) -> Dict[str, Any]:
         bare_ms.append(once(_BARE))
         app_ms.append(once("import app"))
     app_p50, bare_p50 = statistics.median(app_ms), statistics.median(bare_ms)
-    return {"app_ms": app_p50, "bare_deps_ms": bare_p50, "ratio": app_p50 / bare_p50,
-            "runs": runs}
+    return {"app_ms": app_p50, "bare_deps_ms": bare_p50, "ratio": app_p50 / bare_p50, "runs": runs}
 
 
 # ---- 3. warm handler vs bare store call --------------------------------------------------------
@@ -196,85 +221,148 @@ class _Context:
         return 30000
 
 
-def proxy_event(method: str, resource: str, path: str, params: Dict[str, str],
-                principal: Any, query: Dict[str, str] = None) -> Dict[str, Any]:
+def proxy_event(
+    method: str,
+    resource: str,
+    path: str,
+    params: Dict[str, str],
+    principal: Any,
+    query: Dict[str, str] = None,
+) -> Dict[str, Any]:
     """An API Gateway REST proxy event, with the authorizer's context as API Gateway sends it."""
-    context = {"account_id": principal.account_id, "principal_id": principal.id,
-               "principal_kind": principal.kind, "role": principal.role,
-               "api_key_id": principal.api_key_id, **principal.extra_context()}
-    headers = {"Host": "bench.example.test", "Service-Version": "2",
-               "X-Forwarded-Proto": "https", "Authorization": "Bearer x"}
-    return {"resource": resource, "path": path, "httpMethod": method, "headers": headers,
-            "multiValueHeaders": {k: [v] for k, v in headers.items()},
-            "queryStringParameters": query or None,
-            "multiValueQueryStringParameters": {k: [v] for k, v in (query or {}).items()}
-            or None,
-            "pathParameters": params or None, "stageVariables": None,
-            "requestContext": {"resourcePath": resource, "httpMethod": method,
-                               "path": f"/api{path}", "stage": "api",
-                               "authorizer": context, "requestId": "bench"},
-            "body": None, "isBase64Encoded": False}
+    context = {
+        "account_id": principal.account_id,
+        "principal_id": principal.id,
+        "principal_kind": principal.kind,
+        "role": principal.role,
+        "api_key_id": principal.api_key_id,
+        **principal.extra_context(),
+    }
+    headers = {
+        "Host": "bench.example.test",
+        "Service-Version": "2",
+        "X-Forwarded-Proto": "https",
+        "Authorization": "Bearer x",
+    }
+    return {
+        "resource": resource,
+        "path": path,
+        "httpMethod": method,
+        "headers": headers,
+        "multiValueHeaders": {k: [v] for k, v in headers.items()},
+        "queryStringParameters": query or None,
+        "multiValueQueryStringParameters": {k: [v] for k, v in (query or {}).items()} or None,
+        "pathParameters": params or None,
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": resource,
+            "httpMethod": method,
+            "path": f"/api{path}",
+            "stage": "api",
+            "authorizer": context,
+            "requestId": "bench",
+        },
+        "body": None,
+        "isBase64Encoded": False,
+    }
 
 
 def warm_handler() -> Dict[str, Any]:
     from chalicelib import auth
     from chalicelib.core import store
+
     with InProcess() as env:
         account = env.api.new_account()
         token = account.admin.token
         principal = auth.resolve(f"Bearer {token}")
         key_id = account.admin.api_key_id
-        event = proxy_event("GET", "/api_keys/{key_id}", f"/api_keys/{key_id}",
-                            {"key_id": key_id}, principal)
+        event = proxy_event(
+            "GET", "/api_keys/{key_id}", f"/api_keys/{key_id}", {"key_id": key_id}, principal
+        )
         ctx = _Context()
         first = env.app(event, ctx)
         assert first["statusCode"] == 200, first
         pk = store.collection_pk(account.id, "api_key")
         client = store.connection().client
         table = store.get_settings().table_name
-        auth_event = {"type": "TOKEN", "authorizationToken": f"Bearer {token}",
-                      "methodArn": "arn:aws:execute-api:us-east-1:123456789012:abc/api/GET/"
-                                   "api_keys"}
+        auth_event = {
+            "type": "TOKEN",
+            "authorizationToken": f"Bearer {token}",
+            "methodArn": "arn:aws:execute-api:us-east-1:123456789012:abc/api/GET/api_keys",
+        }
         import app as app_module
+
         authorize = app_module.api_key_authorizer
         assert authorize(auth_event, ctx)["principalId"] == principal.id
-        lookup = (store.unique_pk(auth.API_KEY_HASH_NAMESPACE, keys.digest(token)),
-                  store.UNIQUE_SK)
+        lookup = (
+            store.unique_pk(auth.API_KEY_HASH_NAMESPACE, keys.digest(token)),
+            store.UNIQUE_SK,
+        )
         for _ in range(30):  # warm every path
             env.app(event, ctx), store.get(pk, key_id)
         handler, bare, raw, authorizer, auth_bare = [], [], [], [], []
         for _ in range(SAMPLES):  # interleaved, so drift affects all alike
             handler += timed(lambda: env.app(event, ctx), 1)
             bare += timed(lambda: store.get(pk, key_id), 1)
-            raw += timed(lambda: client.get_item(TableName=table, ConsistentRead=True, Key={
-                "pk": {"S": pk}, "sk": {"S": key_id}}), 1)
+            raw += timed(
+                lambda: client.get_item(
+                    TableName=table,
+                    ConsistentRead=True,
+                    Key={"pk": {"S": pk}, "sk": {"S": key_id}},
+                ),
+                1,
+            )
             authorizer += timed(lambda: authorize(auth_event, ctx), 1)
             auth_bare += timed(lambda: store.get(*lookup), 1)
     h, b = statistics.median(handler), statistics.median(bare)
     a, ab = statistics.median(authorizer), statistics.median(auth_bare)
-    return {"route": "GET /api_keys/{key_id}", "handler_ms": h, "bare_get_item_ms": b,
-            "raw_botocore_get_item_ms": statistics.median(raw), "ratio": h / b,
-            "authorizer_ms": a, "authorizer_bare_get_item_ms": ab, "authorizer_ratio": a / ab,
-            "samples": SAMPLES}
+    return {
+        "route": "GET /api_keys/{key_id}",
+        "handler_ms": h,
+        "bare_get_item_ms": b,
+        "raw_botocore_get_item_ms": statistics.median(raw),
+        "ratio": h / b,
+        "authorizer_ms": a,
+        "authorizer_bare_get_item_ms": ab,
+        "authorizer_ratio": a / ab,
+        "samples": SAMPLES,
+    }
 
 
 # ---- 4. list page vs collection size -----------------------------------------------------------
 def _fill_keys(account_id: str, owner_id: str, count: int) -> None:
     """``count`` API key items written straight into the collection (25 per BatchWriteItem)."""
     from chalicelib.core import ids, store
+
     client = store.connection().client
     table = store.get_settings().table_name
     pk = store.collection_pk(account_id, "api_key")
     batch = []
     for i in range(count):
         key_id = ids.new_id(ids.PREFIXES["api_key"])
-        data = {"description": f"bench {i}", "metadata": "", "owner_id": owner_id,
-                "owner_kind": "user", "digest": f"{i:064x}",
-                "created_at": "2026-01-01T00:00:00Z"}
-        batch.append({"PutRequest": {"Item": {
-            "pk": {"S": pk}, "sk": {"S": key_id}, "kind": {"S": "api_key"},
-            "account_id": {"S": account_id}, "data": store.to_av(data), "refs": {"N": "0"},
-            "version": {"N": "1"}}}})
+        data = {
+            "description": f"bench {i}",
+            "metadata": "",
+            "owner_id": owner_id,
+            "owner_kind": "user",
+            "digest": f"{i:064x}",
+            "created_at": "2026-01-01T00:00:00Z",
+        }
+        batch.append(
+            {
+                "PutRequest": {
+                    "Item": {
+                        "pk": {"S": pk},
+                        "sk": {"S": key_id},
+                        "kind": {"S": "api_key"},
+                        "account_id": {"S": account_id},
+                        "data": store.to_av(data),
+                        "refs": {"N": "0"},
+                        "version": {"N": "1"},
+                    }
+                }
+            }
+        )
         if len(batch) == 25 or i == count - 1:
             pending = {table: batch}
             while pending:
@@ -289,6 +377,7 @@ def list_scaling(small: int = 100, large: int = 20000, samples: int = 30) -> Dic
 
     from chalicelib import auth
     from tests.support.costs import StoreCalls
+
     events = {}
     with InProcess(external=True) as env:
         ctx = _Context()
@@ -296,8 +385,9 @@ def list_scaling(small: int = 100, large: int = 20000, samples: int = 30) -> Dic
             account = env.api.new_account()  # holds 2 keys already (admin, member)
             _fill_keys(account.id, account.admin.id, size - 2)
             principal = auth.resolve(f"Bearer {account.admin.token}")
-            events[size] = proxy_event("GET", "/api_keys", "/api_keys", {}, principal,
-                                       {"limit": "100"})
+            events[size] = proxy_event(
+                "GET", "/api_keys", "/api_keys", {}, principal, {"limit": "100"}
+            )
             body = json.loads(env.app(events[size], ctx)["body"])
             assert len(body["keys"]) == 100 and (body["next_page_uri"] is None) == (size == 100)
         calls = {}
@@ -328,40 +418,68 @@ def list_scaling(small: int = 100, large: int = 20000, samples: int = 30) -> Dic
                     outside[size].append(total - sum(in_store))
         finally:
             BaseClient._make_api_call = original
-    results = {size: {"total_ms": statistics.median(totals[size]),
-                      "outside_store_ms": statistics.median(outside[size]),
-                      "store_calls": calls[size]} for size in (small, large)}
+    results = {
+        size: {
+            "total_ms": statistics.median(totals[size]),
+            "outside_store_ms": statistics.median(outside[size]),
+            "store_calls": calls[size],
+        }
+        for size in (small, large)
+    }
     s, l = results[small], results[large]
-    return {"items_small": small, "items_large": large, "small": s, "large": l,
-            "total_ratio": l["total_ms"] / s["total_ms"],
-            "outside_store_ratio": l["outside_store_ms"] / s["outside_store_ms"],
-            "samples": samples}
+    return {
+        "items_small": small,
+        "items_large": large,
+        "small": s,
+        "large": l,
+        "total_ratio": l["total_ms"] / s["total_ms"],
+        "outside_store_ratio": l["outside_store_ms"] / s["outside_store_ms"],
+        "samples": samples,
+    }
 
 
 # ---- 5. HTTP load against `make run` -----------------------------------------------------------
 def _free_port() -> int:
     from tests.support.api import free_port
+
     return free_port()
 
 
 def http_load() -> Dict[str, Any]:
     import requests
+
     port, store_port = _free_port(), _free_port()
     with tempfile.TemporaryDirectory(prefix="bench-run-") as data_dir:
-        env = {**os.environ, "PORT": str(port), "STORE_PORT": str(store_port),
-               "DATA_DIR": data_dir, "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "PORT": str(port),
+            "STORE_PORT": str(store_port),
+            "DATA_DIR": data_dir,
+            "PYTHONUNBUFFERED": "1",
+        }
         # make run may also start the edge: its listeners on free ports too
         tcp = _free_port()
-        env.update(EDGE_AGENT_PORT=str(_free_port()), EDGE_HTTP_PORT=str(_free_port()),
-                   EDGE_HTTPS_PORT=str(_free_port()), EDGE_TCP_PORTS=f"{tcp}-{tcp}")
+        env.update(
+            EDGE_AGENT_PORT=str(_free_port()),
+            EDGE_HTTP_PORT=str(_free_port()),
+            EDGE_HTTPS_PORT=str(_free_port()),
+            EDGE_TCP_PORTS=f"{tcp}-{tcp}",
+        )
         for name in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             env.pop(name, None)  # make run's own store, with its own secret
-        proc = subprocess.Popen(["make", "--no-print-directory", "run"], cwd=PROJECT_DIR,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            ["make", "--no-print-directory", "run"],
+            cwd=PROJECT_DIR,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         lines: List[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
-                                  daemon=True)
+        reader = threading.Thread(
+            target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True
+        )
         reader.start()
         try:
             base = f"http://127.0.0.1:{port}"
@@ -397,6 +515,7 @@ def _wait_for_key(lines: List[str], proc: subprocess.Popen) -> str:
 
 def _load(base: str, token: str) -> Dict[str, Any]:
     import requests
+
     headers = {"Authorization": f"Bearer {token}", "Service-Version": "2"}
     sessions = threading.local()
 
@@ -407,12 +526,19 @@ def _load(base: str, token: str) -> Dict[str, Any]:
 
     def call(method: str, path: str, body: Any = None) -> int:
         kwargs = {"json": body} if body is not None else {}
-        return session().request(method, base + path, headers=headers, timeout=30,
-                                 **kwargs).status_code
+        return (
+            session()
+            .request(method, base + path, headers=headers, timeout=30, **kwargs)
+            .status_code
+        )
 
-    ids = [requests.post(base + "/backends/http_response", json={"body": f"b{i}"},
-                         headers=headers, timeout=30).json()["id"] for i in range(20)]
-    counter = iter(range(10 ** 9))
+    ids = [
+        requests.post(
+            base + "/backends/http_response", json={"body": f"b{i}"}, headers=headers, timeout=30
+        ).json()["id"]
+        for i in range(20)
+    ]
+    counter = iter(range(10**9))
 
     def mixed() -> tuple:
         i = next(counter)
@@ -423,15 +549,18 @@ def _load(base: str, token: str) -> Dict[str, Any]:
             return call("GET", f"/backends/http_response/{ids[i % 20]}"), 200
         if kind == 2:
             return call("GET", "/backends/http_response?limit=20"), 200
-        return call("PATCH", f"/backends/http_response/{ids[i % 20]}",
-                    {"description": f"d{i}"}), 200
+        return call(
+            "PATCH", f"/backends/http_response/{ids[i % 20]}", {"description": f"d{i}"}
+        ), 200
 
     kinds = {
         "mixed (create/get/list/patch)": mixed,
         "get": lambda: (call("GET", f"/backends/http_response/{ids[next(counter) % 20]}"), 200),
         "list (limit 20)": lambda: (call("GET", "/backends/http_response?limit=20"), 200),
         "ceiling: /openapi.json (no store)": lambda: (
-            session().get(base + "/openapi.json", timeout=30).status_code, 200),
+            session().get(base + "/openapi.json", timeout=30).status_code,
+            200,
+        ),
     }
     results = {}
     for name, one in kinds.items():
@@ -452,16 +581,22 @@ def _load(base: str, token: str) -> Dict[str, Any]:
             for _ in range(CONCURRENCY):
                 pool.submit(worker)
         wall = time.perf_counter() - start
-        results[name] = {"requests": len(latencies), "rps": len(latencies) / wall,
-                         "p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99),
-                         "unexpected": dict(unexpected)}
+        results[name] = {
+            "requests": len(latencies),
+            "rps": len(latencies) / wall,
+            "p50_ms": pct(latencies, 50),
+            "p99_ms": pct(latencies, 99),
+            "unexpected": dict(unexpected),
+        }
     return {"concurrency": CONCURRENCY, "seconds": SECONDS, "kinds": results}
 
 
 # ---- 6. deployment package ---------------------------------------------------------------------
-_PACKAGED_IMPORT = ("import sys, time; sys.path[:0] = [sys.argv[1], sys.argv[2]]; "
-                    "t = time.perf_counter(); import app; "
-                    "print((time.perf_counter() - t) * 1000)")
+_PACKAGED_IMPORT = (
+    "import sys, time; sys.path[:0] = [sys.argv[1], sys.argv[2]]; "
+    "t = time.perf_counter(); import app; "
+    "print((time.perf_counter() - t) * 1000)"
+)
 
 
 def _part(name: str) -> str:
@@ -476,6 +611,7 @@ def _runtime_dir(root: str) -> str:
     """A folder holding what the Lambda Python runtime provides (botocore and its
     dependencies, from this venv), as the function sees it next to /var/task."""
     import deploy_stack
+
     runtime = os.path.join(root, "runtime")
     os.mkdir(runtime)
     packages = os.path.dirname(os.path.dirname(__import__("botocore").__file__))
@@ -490,27 +626,39 @@ def packaged_cold_import(task: str, runtime: str, runs: int = 9) -> Dict[str, An
     bytecode (the Lambda's code folder is read-only), with the package's bytecode vs the
     same package without it (every module compiled at each cold start), alternating runs."""
     bare = task + "-without-bytecode"
-    shutil.copytree(task, bare, symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(task, bare, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
 
     def once(folder: str) -> float:
-        env = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1",
-               "TABLE_NAME": "tunnel-service-prod", "STAGE": "prod"}
-        out = subprocess.run([PY, "-I", "-S", "-B", "-c", _PACKAGED_IMPORT, folder, runtime],
-                             capture_output=True, text=True, check=True, env=env)
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "TABLE_NAME": "tunnel-service-prod",
+            "STAGE": "prod",
+        }
+        out = subprocess.run(
+            [PY, "-I", "-S", "-B", "-c", _PACKAGED_IMPORT, folder, runtime],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        )
         return float(out.stdout.strip().splitlines()[-1])
 
     with_pyc, without = [], []
     for _ in range(runs):
         with_pyc.append(once(task))
         without.append(once(bare))
-    return {"with_bytecode_ms": statistics.median(with_pyc),
-            "without_bytecode_ms": statistics.median(without), "runs": runs}
+    return {
+        "with_bytecode_ms": statistics.median(with_pyc),
+        "without_bytecode_ms": statistics.median(without),
+        "runs": runs,
+    }
 
 
 def package() -> Dict[str, Any]:
     sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
     import deploy_stack
+
     with tempfile.TemporaryDirectory(prefix="bench-package-") as out:
         deploy_stack.package("prod", out)
         path = os.path.join(out, "deployment.zip")
@@ -525,32 +673,45 @@ def package() -> Dict[str, Any]:
             started = time.perf_counter()
             archive.extractall(task)
             unzip_ms = (time.perf_counter() - started) * 1000
-            bare_zip = os.path.join(out, "without-bytecode.zip")   # the same, no .pyc
+            bare_zip = os.path.join(out, "without-bytecode.zip")  # the same, no .pyc
             with zipfile.ZipFile(bare_zip, "w", zipfile.ZIP_DEFLATED) as bare:
                 for info in archive.infolist():
                     if not info.filename.endswith(".pyc"):
-                        bare.writestr(info, archive.read(info.filename),
-                                      compresslevel=deploy_stack.ZIP_LEVEL)
+                        bare.writestr(
+                            info, archive.read(info.filename), compresslevel=deploy_stack.ZIP_LEVEL
+                        )
             bare_size = os.path.getsize(bare_zip)
         slim = dict(deploy_stack.LAST_SLIM)
         cold = packaged_cold_import(task, _runtime_dir(out))
-    return {"bytes": size, "mb": size / 1e6, "without_bytecode_mb": bare_size / 1e6,
-            "unzipped_bytes": sum(unzipped.values()),
-            "unzipped_mb": sum(unzipped.values()) / 1e6, "unzip_ms": unzip_ms,
-            "parts": dict(parts.most_common(10)),
-            "parts_unzipped": {k: unzipped[k] for k, _ in parts.most_common(10)},
-            "removed_runtime_packages": slim["removed_runtime_packages"],
-            "left_out": slim["left_out"], "stripped": slim["strip"],
-            "stripped_bytes_uncompressed": slim["stripped_bytes_uncompressed"],
-            "bytecode_bytes": slim["bytecode_bytes"], "cold_import": cold}
+    return {
+        "bytes": size,
+        "mb": size / 1e6,
+        "without_bytecode_mb": bare_size / 1e6,
+        "unzipped_bytes": sum(unzipped.values()),
+        "unzipped_mb": sum(unzipped.values()) / 1e6,
+        "unzip_ms": unzip_ms,
+        "parts": dict(parts.most_common(10)),
+        "parts_unzipped": {k: unzipped[k] for k, _ in parts.most_common(10)},
+        "removed_runtime_packages": slim["removed_runtime_packages"],
+        "left_out": slim["left_out"],
+        "stripped": slim["strip"],
+        "stripped_bytes_uncompressed": slim["stripped_bytes_uncompressed"],
+        "bytecode_bytes": slim["bytecode_bytes"],
+        "cold_import": cold,
+    }
 
 
 # ---- the table ---------------------------------------------------------------------------------
 def main() -> int:
     started = time.time()
-    sections = [("store_calls", store_calls), ("cold_import", cold_import),
-                ("warm_handler", warm_handler), ("list_scaling", list_scaling),
-                ("http_load", http_load), ("package", package)]
+    sections = [
+        ("store_calls", store_calls),
+        ("cold_import", cold_import),
+        ("warm_handler", warm_handler),
+        ("list_scaling", list_scaling),
+        ("http_load", http_load),
+        ("package", package),
+    ]
     only = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
     result: Dict[str, Any] = {}
     for name, run in sections:
@@ -558,9 +719,12 @@ def main() -> int:
             continue
         print(f"... {name}", file=sys.stderr, flush=True)
         result[name] = run()
-    result["machine"] = {"python": sys.version.split()[0], "cpus": os.cpu_count(),
-                         "seconds": round(time.time() - started, 1),
-                         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    result["machine"] = {
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "seconds": round(time.time() - started, 1),
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     if only and os.path.exists(OUT):
         # BENCH_ONLY re-runs some sections: the others keep their last results.
         with open(OUT) as handle:
@@ -587,59 +751,105 @@ def render(r: Dict[str, Any]) -> str:
             ("routes measured", f"{s['routes']}", "every route"),
             ("authorizer store calls / request", f"{s['authorizer_calls_max']} (max)", "1"),
             ("view store calls / request (mean)", f"{s['view_calls_mean']:.2f}", ""),
-            ("all store calls / request (mean)", f"{s['calls_per_request_mean']:.2f}",
-             "(3.91 before)"),
-            ("routes at 1 view call", f"{s['routes_with_one_view_call']}/{s['routes']}",
-             "single-item ops"),
+            (
+                "all store calls / request (mean)",
+                f"{s['calls_per_request_mean']:.2f}",
+                "(3.91 before)",
+            ),
+            (
+                "routes at 1 view call",
+                f"{s['routes_with_one_view_call']}/{s['routes']}",
+                "single-item ops",
+            ),
             ("Scans", f"{s['scans']}", "0"),
-            ("routes over 1 view call", f"{len(s['routes_over_one_view_call'])} (below)",
-             "documented"),
+            (
+                "routes over 1 view call",
+                f"{len(s['routes_over_one_view_call'])} (below)",
+                "documented",
+            ),
         ]
     if "cold_import" in r:
         c = r["cold_import"]
-        rows.append(("cold import app / bare deps",
-                     f"{c['ratio']:.2f}x ({c['app_ms']:.0f} / {c['bare_deps_ms']:.0f} ms)", ""))
+        rows.append(
+            (
+                "cold import app / bare deps",
+                f"{c['ratio']:.2f}x ({c['app_ms']:.0f} / {c['bare_deps_ms']:.0f} ms)",
+                "",
+            )
+        )
     if "warm_handler" in r:
         w = r["warm_handler"]
-        rows.append(("warm handler / its GetItem", f"{w['ratio']:.2f}x ({w['handler_ms']:.2f} / "
-                     f"{w['bare_get_item_ms']:.2f} ms)", "<= 1.3x"))
-        rows.append(("warm authorizer / its GetItem", f"{w['authorizer_ratio']:.2f}x "
-                     f"({w['authorizer_ms']:.2f} / {w['authorizer_bare_get_item_ms']:.2f} ms)",
-                     "<= 1.3x"))
+        rows.append(
+            (
+                "warm handler / its GetItem",
+                f"{w['ratio']:.2f}x ({w['handler_ms']:.2f} / {w['bare_get_item_ms']:.2f} ms)",
+                "<= 1.3x",
+            )
+        )
+        rows.append(
+            (
+                "warm authorizer / its GetItem",
+                f"{w['authorizer_ratio']:.2f}x "
+                f"({w['authorizer_ms']:.2f} / {w['authorizer_bare_get_item_ms']:.2f} ms)",
+                "<= 1.3x",
+            )
+        )
     if "list_scaling" in r:
         ls = r["list_scaling"]
-        rows.append((f"list page, {ls['items_large']} vs {ls['items_small']} items",
-                     f"{ls['total_ratio']:.2f}x total ({ls['large']['total_ms']:.1f} / "
-                     f"{ls['small']['total_ms']:.1f} ms)", "<= 1.2x"))
-        rows.append(("  same, outside the store",
-                     f"{ls['outside_store_ratio']:.2f}x ({ls['large']['outside_store_ms']:.2f}"
-                     f" / {ls['small']['outside_store_ms']:.2f} ms); "
-                     f"{ls['large']['store_calls']} call", "<= 1.2x"))
+        rows.append(
+            (
+                f"list page, {ls['items_large']} vs {ls['items_small']} items",
+                f"{ls['total_ratio']:.2f}x total ({ls['large']['total_ms']:.1f} / "
+                f"{ls['small']['total_ms']:.1f} ms)",
+                "<= 1.2x",
+            )
+        )
+        rows.append(
+            (
+                "  same, outside the store",
+                f"{ls['outside_store_ratio']:.2f}x ({ls['large']['outside_store_ms']:.2f}"
+                f" / {ls['small']['outside_store_ms']:.2f} ms); "
+                f"{ls['large']['store_calls']} call",
+                "<= 1.2x",
+            )
+        )
     if "http_load" in r:
         h = r["http_load"]
         for name, k in h["kinds"].items():
-            rows.append((f"HTTP {name}", f"{k['rps']:.0f} req/s p50 {k['p50_ms']:.1f} ms "
-                         f"p99 {k['p99_ms']:.1f} ms unexpected {sum(k['unexpected'].values())}",
-                         f"c={h['concurrency']}"))
+            rows.append(
+                (
+                    f"HTTP {name}",
+                    f"{k['rps']:.0f} req/s p50 {k['p50_ms']:.1f} ms "
+                    f"p99 {k['p99_ms']:.1f} ms unexpected {sum(k['unexpected'].values())}",
+                    f"c={h['concurrency']}",
+                )
+            )
     if "package" in r:
         p = r["package"]
         parts = sorted(p["parts"].items(), key=lambda kv: -kv[1])[:5]
-        top = ", ".join(f"{k.split('.')[0] if not k.startswith('bytecode') else k} "
-                        f"{v / 1e6:.2f}" for k, v in parts)
-        rows.append(("deployment package (zipped)", f"{p['mb']:.2f} MB ({top} MB)",
-                     "<= 5 MB"))
+        top = ", ".join(
+            f"{k.split('.')[0] if not k.startswith('bytecode') else k} {v / 1e6:.2f}"
+            for k, v in parts
+        )
+        rows.append(("deployment package (zipped)", f"{p['mb']:.2f} MB ({top} MB)", "<= 5 MB"))
         if "without_bytecode_mb" in p:
-            rows.append(("  same, without its bytecode", f"{p['without_bytecode_mb']:.2f} MB",
-                         "<= 5 MB"))
-        rows.append(("  same, unzipped", f"{p['unzipped_mb']:.1f} MB (unzip "
-                     f"{p['unzip_ms']:.0f} ms)", ""))
+            rows.append(
+                ("  same, without its bytecode", f"{p['without_bytecode_mb']:.2f} MB", "<= 5 MB")
+            )
+        rows.append(
+            ("  same, unzipped", f"{p['unzipped_mb']:.1f} MB (unzip {p['unzip_ms']:.0f} ms)", "")
+        )
         c = p.get("cold_import")
         if c:
-            rows.append(("  cold import from it, bytecode / none",
-                         f"{c['with_bytecode_ms'] / c['without_bytecode_ms']:.2f}x "
-                         f"({c['with_bytecode_ms']:.0f} / {c['without_bytecode_ms']:.0f} ms; "
-                         f"bytecode {p['bytecode_bytes'] / 1e6:.2f} MB)",
-                         "bigger if faster"))
+            rows.append(
+                (
+                    "  cold import from it, bytecode / none",
+                    f"{c['with_bytecode_ms'] / c['without_bytecode_ms']:.2f}x "
+                    f"({c['with_bytecode_ms']:.0f} / {c['without_bytecode_ms']:.0f} ms; "
+                    f"bytecode {p['bytecode_bytes'] / 1e6:.2f} MB)",
+                    "bigger if faster",
+                )
+            )
     width = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = []
     for index, row in enumerate(rows):
@@ -647,8 +857,12 @@ def render(r: Dict[str, Any]) -> str:
         if index == 0:
             lines.append("|" + "|".join("-" * (w + 2) for w in width) + "|")
     if "store_calls" in r and r["store_calls"]["routes_over_one_view_call"]:
-        lines.append("\nroutes over 1 view call (why: each module's docstring): " + "; ".join(
-            f"{k} {v}" for k, v in r["store_calls"]["routes_over_one_view_call"].items()))
+        lines.append(
+            "\nroutes over 1 view call (why: each module's docstring): "
+            + "; ".join(
+                f"{k} {v}" for k, v in r["store_calls"]["routes_over_one_view_call"].items()
+            )
+        )
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ can declare both, so the other two get the members as nested maps (the closest t
 "eval" is one request: build the variables from a request and evaluate all seven programs, as
 the edge does per request. Compile and eval are the mean over many runs, in microseconds.
 """
+
 import statistics
 import time
 
@@ -23,17 +24,20 @@ EXPRESSIONS = [
     "conn.client_port > 1024 && req.url.scheme == 'https'",
 ]
 REQUEST = {
-    "req.method": "GET", "req.url": "https://app.example.com/api/v1/items?debug=true",
-    "req.url.path": "/api/v1/items", "req.url.scheme": "https",
+    "req.method": "GET",
+    "req.url": "https://app.example.com/api/v1/items?debug=true",
+    "req.url.path": "/api/v1/items",
+    "req.url.scheme": "https",
     "req.url.query_params": {"debug": ["true"]},
-    "req.headers": {"user-agent": ["curl/8.5.0"], "accept": ["*/*"],
-                    "host": ["app.example.com"]},
-    "conn.client_ip": "10.1.2.3", "conn.client_port": 51515,
+    "req.headers": {"user-agent": ["curl/8.5.0"], "accept": ["*/*"], "host": ["app.example.com"]},
+    "conn.client_ip": "10.1.2.3",
+    "conn.client_port": 51515,
 }
 
 
 def in_cidr_range(ip, cidr):
     import ipaddress
+
     return ipaddress.ip_address(ip) in ipaddress.ip_network(cidr, strict=False)
 
 
@@ -54,34 +58,58 @@ def nested(flat):
 def bench_cel_expr_python():
     from cel_expr_python import cel
     from cel_expr_python.ext import ext_strings  # noqa: F401 (the strings extension exists)
+
     t = cel.Type
     strs = t.Map(t.STRING, t.List(t.STRING))
     env = cel.NewEnv(
-        variables={"req.method": t.STRING, "req.url": t.STRING, "req.url.path": t.STRING,
-                   "req.url.scheme": t.STRING, "req.url.query_params": strs,
-                   "req.headers": strs, "conn.client_ip": t.STRING, "conn.client_port": t.INT},
-        functions=[cel.FunctionDecl("inCidrRange", [cel.Overload(
-            "inCidrRange_string_string", t.BOOL, [t.STRING, t.STRING], impl=in_cidr_range)])])
+        variables={
+            "req.method": t.STRING,
+            "req.url": t.STRING,
+            "req.url.path": t.STRING,
+            "req.url.scheme": t.STRING,
+            "req.url.query_params": strs,
+            "req.headers": strs,
+            "conn.client_ip": t.STRING,
+            "conn.client_port": t.INT,
+        },
+        functions=[
+            cel.FunctionDecl(
+                "inCidrRange",
+                [
+                    cel.Overload(
+                        "inCidrRange_string_string",
+                        t.BOOL,
+                        [t.STRING, t.STRING],
+                        impl=in_cidr_range,
+                    )
+                ],
+            )
+        ],
+    )
     compile_one = env.compile
 
     def run(programs):
         activation = env.Activation(dict(REQUEST))  # one per request, shared by its programs
         return [p.eval(activation).value() for p in programs]
+
     return "cel-expr-python", compile_one, run
 
 
 def bench_rust_cel():
     import cel
+
     ctx_functions = {"inCidrRange": in_cidr_range}
 
     def run(programs):
         ctx = cel.Context(nested(REQUEST), ctx_functions)
         return [p.execute(ctx) for p in programs]
+
     return "common-expression-language", cel.compile, run
 
 
 def bench_celpy():
     import celpy
+
     env = celpy.Environment()
     functions = {"inCidrRange": lambda ip, cidr: celpy.celtypes.BoolType(in_cidr_range(ip, cidr))}
 
@@ -91,6 +119,7 @@ def bench_celpy():
     def run(programs):
         activation = celpy.json_to_cel(nested(REQUEST))
         return [p.evaluate(activation) for p in programs]
+
     return "cel-python (celpy)", compile_one, run
 
 
@@ -112,8 +141,10 @@ def measure(factory, rounds=200):
     for _ in range(rounds):
         run(programs)
     eval_us = (time.perf_counter() - start) / rounds * 1e6
-    print(f"{name:28s} compile {compile_us:8.0f} us/expression   eval {eval_us:8.1f} us/request "
-          f"({len(EXPRESSIONS)} expressions)")
+    print(
+        f"{name:28s} compile {compile_us:8.0f} us/expression   eval {eval_us:8.1f} us/request "
+        f"({len(EXPRESSIONS)} expressions)"
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ other; against DynamoDB each call is a network round trip (a few ms), so calls m
 
     .venv/bin/python bench/bench_edge_reads.py   (BENCH_SAMPLES=… to change)
 """
+
 import os
 import statistics
 import sys
@@ -18,9 +19,13 @@ import time
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
-for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-                      "TABLE_NAME": "bench-edge-reads"}.items():
+for _name, _value in {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "TABLE_NAME": "bench-edge-reads",
+}.items():
     os.environ[_name] = _value
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
@@ -58,10 +63,16 @@ def main() -> None:
                 hp = f"r{count}.{base}:443"
                 edge = admin.post("/edges/https", {"hostports": [hp]}).json
                 for i in range(count):
-                    admin.post(f"/edges/https/{edge['id']}/routes",
-                               {"match_type": "path_prefix", "match": f"/{i}"})
-                lookups.append((f"https edge_for_hostport, {count} routes",
-                                lambda hp=hp: routing.https_edge_for_hostport(hp)))
+                    admin.post(
+                        f"/edges/https/{edge['id']}/routes",
+                        {"match_type": "path_prefix", "match": f"/{i}"},
+                    )
+                lookups.append(
+                    (
+                        f"https edge_for_hostport, {count} routes",
+                        lambda hp=hp: routing.https_edge_for_hostport(hp),
+                    )
+                )
             addr = admin.post("/reserved_addrs", {}).json["addr"]
             admin.post("/edges/tcp", {"hostports": [addr]})
             lookups.append(("tcp edge_for_hostport", lambda: routing.tcp_edge_for_hostport(addr)))
@@ -69,18 +80,29 @@ def main() -> None:
             hr = admin.post("/backends/http_response", {"body": "x"}).json["id"]
             fo = admin.post("/backends/failover", {"backends": [tg, hr]}).json["id"]
             wt = admin.post("/backends/weighted", {"backends": {tg: 1, hr: 1}}).json["id"]
-            for name, backend_id in (("tunnel_group", tg), ("http_response", hr),
-                                     ("failover", fo), ("weighted", wt)):
-                lookups.append((f"backends.resolve {name}",
-                                lambda b=backend_id: routing.resolve_backend(account.id, b)))
+            for name, backend_id in (
+                ("tunnel_group", tg),
+                ("http_response", hr),
+                ("failover", fo),
+                ("weighted", wt),
+            ):
+                lookups.append(
+                    (
+                        f"backends.resolve {name}",
+                        lambda b=backend_id: routing.resolve_backend(account.id, b),
+                    )
+                )
             admin.post("/reserved_domains", {"domain": "*.example.org"})
-            lookups.append(("reserved_domains.reservation_of a.b.c.example.org",
-                            lambda: reservations.domain_reservation("a.b.c.example.org")))
+            lookups.append(
+                (
+                    "reserved_domains.reservation_of a.b.c.example.org",
+                    lambda: reservations.domain_reservation("a.b.c.example.org"),
+                )
+            )
 
             calls = []
             events = store.connection().client.meta.events
-            events.register("before-call.dynamodb", lambda **kw: calls.append(
-                kw["model"].name))
+            events.register("before-call.dynamodb", lambda **kw: calls.append(kw["model"].name))
             print(f"{'lookup':55s} {'calls':>22s} {'p50 ms':>8s} {'p99 ms':>8s}")
             for name, lookup in lookups:
                 assert lookup() is not None, name
@@ -92,8 +114,10 @@ def main() -> None:
                     start = time.perf_counter()
                     lookup()
                     times.append((time.perf_counter() - start) * 1000)
-                print(f"{name:55s} {per_lookup:>22s} {statistics.median(times):8.2f} "
-                      f"{percentile(times, 99):8.2f}")
+                print(
+                    f"{name:55s} {per_lookup:>22s} {statistics.median(times):8.2f} "
+                    f"{percentile(times, 99):8.2f}"
+                )
 
 
 if __name__ == "__main__":

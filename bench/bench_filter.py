@@ -6,6 +6,7 @@ Run: ``.venv/bin/python bench/bench_filter.py``. Times are the median of several
 cel-expr-python gets ``obj`` as a ``map(string, dyn)``; it has no ``time.now`` nor
 ``.subtract("7d")`` (the hosted docs' time helpers), so those shapes run only on ours.
 """
+
 import os
 import statistics
 import sys
@@ -15,10 +16,19 @@ from datetime import datetime, timezone
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from chalicelib import filters  # noqa: E402
 
-ITEMS = [{"id": f"cr_{i:027d}", "uri": f"http://x/credentials/cr_{i}", "description": f"ci-{i % 7}",
-          "metadata": "" if i % 3 else "m", "created_at": "2026-11-20T10:00:00Z",
-          "acl": ["bind:*.example.com"], "owner_id": "usr_1", "token": None}
-         for i in range(filters.SCAN_LIMIT)]
+ITEMS = [
+    {
+        "id": f"cr_{i:027d}",
+        "uri": f"http://x/credentials/cr_{i}",
+        "description": f"ci-{i % 7}",
+        "metadata": "" if i % 3 else "m",
+        "created_at": "2026-11-20T10:00:00Z",
+        "acl": ["bind:*.example.com"],
+        "owner_id": "usr_1",
+        "token": None,
+    }
+    for i in range(filters.SCAN_LIMIT)
+]
 COMMON = [
     'obj.description == "ci-3"',
     'obj.description.startsWith("ci") && obj.metadata == ""',
@@ -47,12 +57,14 @@ def ours(expr):
 
 def cel_expr_python(expr):
     from cel_expr_python import cel
+
     t = cel.Type
     env = cel.NewEnv(variables={"obj": t.Map(t.STRING, t.DYN)})
     compile_s = _median(lambda: env.compile(expr), 50)
     program = env.compile(expr)
-    eval_s = _median(lambda: [program.eval(env.Activation({"obj": item})).value()
-                              for item in ITEMS])
+    eval_s = _median(
+        lambda: [program.eval(env.Activation({"obj": item})).value() for item in ITEMS]
+    )
     return compile_s, eval_s
 
 

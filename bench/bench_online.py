@@ -13,6 +13,7 @@ operation makes, which is what it costs on real DynamoDB:
 Times are moto's (a Python dict, with `make run`'s patches: scripts/embedded_store.py), good
 for comparing operations, not for predicting DynamoDB; the call counts carry over.
 """
+
 import os
 import statistics
 import sys
@@ -21,9 +22,13 @@ from collections import Counter
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
-for _name, _value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-                      "TABLE_NAME": "tunnel-service-bench"}.items():
+for _name, _value in {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "TABLE_NAME": "tunnel-service-bench",
+}.items():
     os.environ[_name] = _value
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
@@ -52,8 +57,10 @@ def measure(label, func, samples=SAMPLES):
         per_call = dict(calls)
     ordered = sorted(times)
     p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
-    print(f"{label:<52} p50={statistics.median(times):7.2f} ms  p99={p99:7.2f} ms  "
-          f"calls={per_call}", flush=True)
+    print(
+        f"{label:<52} p50={statistics.median(times):7.2f} ms  p99={p99:7.2f} ms  calls={per_call}",
+        flush=True,
+    )
 
 
 def session(account, ago=0.0):
@@ -61,9 +68,18 @@ def session(account, ago=0.0):
     real = online.now
     online.now = lambda: time.time() - ago
     try:
-        online.session_started(account_id=account, session_id=sid, credential_id="cr_x",
-                               instance_id="edge-1", agent_version="1.4.0", os="linux",
-                               ip="127.0.0.1", metadata="", region="local", owner_id="usr_x")
+        online.session_started(
+            account_id=account,
+            session_id=sid,
+            credential_id="cr_x",
+            instance_id="edge-1",
+            agent_version="1.4.0",
+            os="linux",
+            ip="127.0.0.1",
+            metadata="",
+            region="local",
+            owner_id="usr_x",
+        )
     finally:
         online.now = real
     return sid
@@ -71,10 +87,16 @@ def session(account, ago=0.0):
 
 def tunnel(account, sid, n):
     eid = online.new_endpoint_id()
-    online.tunnel_started(account_id=account, session_id=sid, tunnel_id=online.new_tunnel_id(),
-                          instance_id="edge-1", proto="https",
-                          public_url=f"https://h{n}-{eid[-8:].lower()}.example.test",
-                          endpoint_id=eid, forwards_to="http://localhost:80")
+    online.tunnel_started(
+        account_id=account,
+        session_id=sid,
+        tunnel_id=online.new_tunnel_id(),
+        instance_id="edge-1",
+        proto="https",
+        public_url=f"https://h{n}-{eid[-8:].lower()}.example.test",
+        endpoint_id=eid,
+        forwards_to="http://localhost:80",
+    )
     return eid
 
 
@@ -89,51 +111,80 @@ def main():
         sid = session("acct_hb")
         for n in range(10):
             tunnel("acct_hb", sid, n)
-        measure("heartbeat (10 children, refresh not due)",
-                lambda: online.session_heartbeat("acct_hb", sid, "edge-1"))
+        measure(
+            "heartbeat (10 children, refresh not due)",
+            lambda: online.session_heartbeat("acct_hb", sid, "edge-1"),
+        )
 
         def due():
             store.connection().client.update_item(
                 TableName=config.get_settings().table_name,
-                Key={"pk": {"S": store.collection_pk("acct_hb", online.SESSIONS)},
-                     "sk": {"S": sid}},
+                Key={
+                    "pk": {"S": store.collection_pk("acct_hb", online.SESSIONS)},
+                    "sk": {"S": sid},
+                },
                 UpdateExpression="SET children_refresh_at = :z",
-                ExpressionAttributeValues={":z": {"N": "0"}})
+                ExpressionAttributeValues={":z": {"N": "0"}},
+            )
             calls.clear()
             online.session_heartbeat("acct_hb", sid, "edge-1")
+
         measure("heartbeat when the TTL refresh is due (+1 setup call)", due, samples=20)
 
         measure("session_started", lambda: session("acct_w"))
         sw = session("acct_w")
-        counter = iter(range(10 ** 9))
+        counter = iter(range(10**9))
         measure("tunnel_started (tunnel + endpoint)", lambda: tunnel("acct_w", sw, next(counter)))
-        measure("claim_hostname (free name)", lambda: online.claim_hostname(
-            f"c{next(counter)}.example.test", account_id="acct_w",
-            endpoint_id=online.new_endpoint_id(), instance_id="edge-1"))
+        measure(
+            "claim_hostname (free name)",
+            lambda: online.claim_hostname(
+                f"c{next(counter)}.example.test",
+                account_id="acct_w",
+                endpoint_id=online.new_endpoint_id(),
+                instance_id="edge-1",
+            ),
+        )
         held = tunnel("acct_w", sw, -1)
-        online.claim_hostname("held.example.test", account_id="acct_w", endpoint_id=held,
-                              instance_id="edge-1")
+        online.claim_hostname(
+            "held.example.test", account_id="acct_w", endpoint_id=held, instance_id="edge-1"
+        )
 
         def contested():
             try:
-                online.claim_hostname("held.example.test", account_id="acct_x",
-                                      endpoint_id=online.new_endpoint_id(), instance_id="edge-2")
+                online.claim_hostname(
+                    "held.example.test",
+                    account_id="acct_x",
+                    endpoint_id=online.new_endpoint_id(),
+                    instance_id="edge-2",
+                )
             except Exception:  # noqa: BLE001 - the Conflict is the expected answer
                 pass
+
         measure("claim_hostname (held by a live endpoint: 409)", contested)
 
         dead = session("acct_w", ago=3600)
+
         def take_over():
             eid = online.new_endpoint_id()
             name = f"t{next(counter)}.example.test"
-            online.tunnel_started(account_id="acct_w", session_id=dead,
-                                  tunnel_id=online.new_tunnel_id(), instance_id="edge-1",
-                                  proto="https", hostname=name, endpoint_id=eid)
-            online.claim_hostname(name, account_id="acct_w", endpoint_id=eid,
-                                  instance_id="edge-1")
+            online.tunnel_started(
+                account_id="acct_w",
+                session_id=dead,
+                tunnel_id=online.new_tunnel_id(),
+                instance_id="edge-1",
+                proto="https",
+                hostname=name,
+                endpoint_id=eid,
+            )
+            online.claim_hostname(name, account_id="acct_w", endpoint_id=eid, instance_id="edge-1")
             calls.clear()
-            online.claim_hostname(name, account_id="acct_w",
-                                  endpoint_id=online.new_endpoint_id(), instance_id="edge-2")
+            online.claim_hostname(
+                name,
+                account_id="acct_w",
+                endpoint_id=online.new_endpoint_id(),
+                instance_id="edge-2",
+            )
+
         measure("claim_hostname (holder's session stale: take over)", take_over, samples=50)
 
         for offline in (0, 100, 1000):
@@ -145,14 +196,19 @@ def main():
                 gone = [session(account, ago=3600) for _ in range(max(1, offline // 10))]
                 for n in range(offline):
                     tunnel(account, gone[n % len(gone)], n)
+
             def page():
                 calls.clear()
                 online.session_heartbeat(account, live, "edge-1")  # keep it live while we measure
                 calls.clear()
                 pairs, more, _ = online.live_page(account, online.ENDPOINTS, 10, None)
                 assert more and (len(pairs) == 10 or offline >= online.MAX_EXAMINED_PER_PAGE)
-            measure(f"/endpoints page (limit 10), 100 live + {offline} newer offline", page,
-                    samples=50 if offline < 1000 else 10)
+
+            measure(
+                f"/endpoints page (limit 10), 100 live + {offline} newer offline",
+                page,
+                samples=50 if offline < 1000 else 10,
+            )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ has one), and look the compiled policy up by document (compile_policy is cached 
 The edge's own per-request cost (sockets, parsing, upstream) comes on top and is measured by
 edge/bench; the goal there is the 5-rule policy ≤ 1.3× the no-policy time per request.
 """
+
 import json
 import statistics
 import sys
@@ -18,35 +19,110 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from chalicelib.core import policy
 from chalicelib.core.policy import Conn, Endpoint, Request, Response, engine, ratelimit  # noqa: E402
 
-FIVE_RULES = json.dumps({"on_http_request": [
-    {"name": "admin is private", "expressions": ["req.url.path.startsWith('/admin')"],
-     "actions": [{"type": "deny", "config": {"status_code": 404}}]},
-    {"name": "api needs a key", "expressions": ["req.url.path.startsWith('/api/')",
-                                                "!('x-api-key' in req.headers)"],
-     "actions": [{"type": "custom-response", "config": {"status_code": 401,
-                                                        "body": "{\"error\": \"no key\"}"}}]},
-    {"name": "no big uploads", "expressions": ["req.method == 'POST'",
-                                               "req.content_length > 1000000"],
-     "actions": [{"type": "deny", "config": {"status_code": 413}}]},
-    {"name": "v1 is v2", "expressions": ["req.url.path.startsWith('/v1/')"],
-     "actions": [{"type": "url-rewrite", "config": {"from": "/v1/", "to": "/v2/"}}]},
-    {"name": "tell upstream", "actions": [{"type": "add-headers", "config": {"headers": {
-        "x-client-ip": "${conn.client_ip}", "x-endpoint": "${endpoint.id}"}}}]},
-]})
-RATE_LIMIT = json.dumps({"on_http_request": [{"actions": [{"type": "rate-limit", "config": {
-    "name": "per ip", "algorithm": "sliding_window", "capacity": 2_000_000_000, "rate": "60s",
-    "bucket_key": ["conn.client_ip"]}}]}]})
+FIVE_RULES = json.dumps(
+    {
+        "on_http_request": [
+            {
+                "name": "admin is private",
+                "expressions": ["req.url.path.startsWith('/admin')"],
+                "actions": [{"type": "deny", "config": {"status_code": 404}}],
+            },
+            {
+                "name": "api needs a key",
+                "expressions": [
+                    "req.url.path.startsWith('/api/')",
+                    "!('x-api-key' in req.headers)",
+                ],
+                "actions": [
+                    {
+                        "type": "custom-response",
+                        "config": {"status_code": 401, "body": '{"error": "no key"}'},
+                    }
+                ],
+            },
+            {
+                "name": "no big uploads",
+                "expressions": ["req.method == 'POST'", "req.content_length > 1000000"],
+                "actions": [{"type": "deny", "config": {"status_code": 413}}],
+            },
+            {
+                "name": "v1 is v2",
+                "expressions": ["req.url.path.startsWith('/v1/')"],
+                "actions": [{"type": "url-rewrite", "config": {"from": "/v1/", "to": "/v2/"}}],
+            },
+            {
+                "name": "tell upstream",
+                "actions": [
+                    {
+                        "type": "add-headers",
+                        "config": {
+                            "headers": {
+                                "x-client-ip": "${conn.client_ip}",
+                                "x-endpoint": "${endpoint.id}",
+                            }
+                        },
+                    }
+                ],
+            },
+        ]
+    }
+)
+RATE_LIMIT = json.dumps(
+    {
+        "on_http_request": [
+            {
+                "actions": [
+                    {
+                        "type": "rate-limit",
+                        "config": {
+                            "name": "per ip",
+                            "algorithm": "sliding_window",
+                            "capacity": 2_000_000_000,
+                            "rate": "60s",
+                            "bucket_key": ["conn.client_ip"],
+                        },
+                    }
+                ]
+            }
+        ]
+    }
+)
 # restrict-ips with the same 3 CIDRs inline and through an IP policy (the edge's resolver: a
 # dict lookup of rules it read through its cache)
 IPP_RULES = [("allow", "203.0.113.0/24"), ("allow", "2001:db8::/32"), ("deny", "203.0.113.9/32")]
-RESTRICT_INLINE = json.dumps({"on_http_request": [{"actions": [{"type": "restrict-ips", "config": {
-    "allow": ["203.0.113.0/24", "2001:db8::/32"], "deny": ["203.0.113.9/32"]}}]}]})
-RESTRICT_IPP = json.dumps({"on_http_request": [{"actions": [{"type": "restrict-ips", "config": {
-    "ip_policies": ["ipp_bench"]}}]}]})
-HEAD = [("Host", "app.example.com"), ("User-Agent", "curl/8.5.0"), ("Accept", "*/*"),
-        ("X-Api-Key", "k")]
-ENDPOINT = Endpoint("ep_bench", "https://app.example.com", "app.example.com", 443, "https",
-                    account_id="ac_bench")
+RESTRICT_INLINE = json.dumps(
+    {
+        "on_http_request": [
+            {
+                "actions": [
+                    {
+                        "type": "restrict-ips",
+                        "config": {
+                            "allow": ["203.0.113.0/24", "2001:db8::/32"],
+                            "deny": ["203.0.113.9/32"],
+                        },
+                    }
+                ]
+            }
+        ]
+    }
+)
+RESTRICT_IPP = json.dumps(
+    {
+        "on_http_request": [
+            {"actions": [{"type": "restrict-ips", "config": {"ip_policies": ["ipp_bench"]}}]}
+        ]
+    }
+)
+HEAD = [
+    ("Host", "app.example.com"),
+    ("User-Agent", "curl/8.5.0"),
+    ("Accept", "*/*"),
+    ("X-Api-Key", "k"),
+]
+ENDPOINT = Endpoint(
+    "ep_bench", "https://app.example.com", "app.example.com", 443, "https", account_id="ac_bench"
+)
 
 
 def one_request(doc, conn, target):
@@ -66,8 +142,9 @@ def _resolver(account_id, policy_id):
 
 
 def per_request_us(doc, rounds=20000):
-    conn = Conn("203.0.113.7", 50000, "127.0.0.1", 8443, endpoint=ENDPOINT,
-                ip_policy_resolver=_resolver)
+    conn = Conn(
+        "203.0.113.7", 50000, "127.0.0.1", 8443, endpoint=ENDPOINT, ip_policy_resolver=_resolver
+    )
     targets = ["/api/items?x=1", "/v1/thing", "/", "/static/app.js"]
     for i in range(200):
         one_request(doc, conn, targets[i % 4])
@@ -101,8 +178,12 @@ if __name__ == "__main__":
     inline = per_request_us(RESTRICT_INLINE)
     ipp = per_request_us(RESTRICT_IPP)
     print(f"restrict-ips, 3 CIDRs      {inline:7.1f} us/request  (+{inline - none:.1f} us)")
-    print(f"restrict-ips, ip_policies  {ipp:7.1f} us/request  (+{ipp - none:.1f} us; the same "
-          f"3 rules through the resolver)")
-    print(f"compile 5-rule policy      {compile_ms(FIVE_RULES):7.2f} ms (uncached; cached: "
-          f"one sha256 of the document)")
+    print(
+        f"restrict-ips, ip_policies  {ipp:7.1f} us/request  (+{ipp - none:.1f} us; the same "
+        f"3 rules through the resolver)"
+    )
+    print(
+        f"compile 5-rule policy      {compile_ms(FIVE_RULES):7.2f} ms (uncached; cached: "
+        f"one sha256 of the document)"
+    )
     print(f"compile rate-limit policy  {compile_ms(RATE_LIMIT):7.2f} ms")

@@ -13,6 +13,7 @@
 
 Numbers are for this machine (2 shared cores, loopback); run it alone for clean numbers.
 """
+
 import json
 import os
 import re
@@ -54,13 +55,20 @@ def stack_pids(stack):
 
 
 def dir_kb(path):
-    return sum(os.path.getsize(os.path.join(root, f))
-               for root, _, files in os.walk(path) for f in files) // 1024
+    return (
+        sum(
+            os.path.getsize(os.path.join(root, f))
+            for root, _, files in os.walk(path)
+            for f in files
+        )
+        // 1024
+    )
 
 
 def rss_line(stack):
-    return "  ".join(f"{name} {rss_kb(pid) / 1024:6.1f} MB"
-                     for name, pid in sorted(stack_pids(stack).items()))
+    return "  ".join(
+        f"{name} {rss_kb(pid) / 1024:6.1f} MB" for name, pid in sorted(stack_pids(stack).items())
+    )
 
 
 def soak(stack, token):
@@ -70,8 +78,9 @@ def soak(stack, token):
 
     def pair(i):
         session = sessions[i % CONCURRENCY]
-        resp = session.post(stack.base_url + "/api_keys", headers=headers,
-                            json={"description": "soak"}, timeout=30)
+        resp = session.post(
+            stack.base_url + "/api_keys", headers=headers, json={"description": "soak"}, timeout=30
+        )
         if resp.status_code != 201:
             errors.append(resp.status_code)
             return
@@ -80,7 +89,9 @@ def soak(stack, token):
             errors.append(gone.status_code)
 
     print(f"soak: {WRITES} writes (create + delete pairs), {CONCURRENCY} clients")
-    print(f"  {'writes':>7}  {'req/s':>7}  RSS: {rss_line(stack)}  data {dir_kb(stack.data_dir)} KB")
+    print(
+        f"  {'writes':>7}  {'req/s':>7}  RSS: {rss_line(stack)}  data {dir_kb(stack.data_dir)} KB"
+    )
     first = {name: rss_kb(pid) for name, pid in stack_pids(stack).items()}
     done, step = 0, 2000
     rates = []
@@ -92,13 +103,18 @@ def soak(stack, token):
             rate = pairs * 2 / (time.perf_counter() - start)
             rates.append(rate)
             done += pairs * 2
-            print(f"  {done:>7}  {rate:7.1f}  RSS: {rss_line(stack)}  "
-                  f"data {dir_kb(stack.data_dir)} KB", flush=True)
+            print(
+                f"  {done:>7}  {rate:7.1f}  RSS: {rss_line(stack)}  "
+                f"data {dir_kb(stack.data_dir)} KB",
+                flush=True,
+            )
     last = {name: rss_kb(pid) for name, pid in stack_pids(stack).items()}
-    print("  RSS growth over the soak: " + "  ".join(
-        f"{n} {(last[n] - first[n]) / 1024:+.1f} MB" for n in sorted(last))
+    print(
+        "  RSS growth over the soak: "
+        + "  ".join(f"{n} {(last[n] - first[n]) / 1024:+.1f} MB" for n in sorted(last))
         + f"; mean {statistics.mean(rates):.1f} req/s"
-        + (f"; ERRORS {len(errors)}: {errors[:5]}" if errors else "; no errors"))
+        + (f"; ERRORS {len(errors)}: {errors[:5]}" if errors else "; no errors")
+    )
 
 
 def page_p50(stack, token):
@@ -116,6 +132,7 @@ def page_p50(stack, token):
 def fill(stack, pk, template, count, prefix):
     """``count`` copies of ``template`` under partition ``pk``, straight into the store."""
     from chalicelib.core import ids
+
     client = stack.store_client()
     items = []
     for _ in range(count):
@@ -125,8 +142,9 @@ def fill(stack, pk, template, count, prefix):
         item["sk"] = {"S": key_id}
         items.append(item)
     for start in range(0, len(items), 25):
-        pending = {"tunnel-service": [{"PutRequest": {"Item": i}}
-                                      for i in items[start:start + 25]]}
+        pending = {
+            "tunnel-service": [{"PutRequest": {"Item": i}} for i in items[start : start + 25]]
+        }
         while pending:
             pending = client.batch_write_item(RequestItems=pending)["UnprocessedItems"]
 
@@ -140,22 +158,28 @@ def pages(stack, token):
     session.post(stack.base_url + "/api_keys", headers=headers, json={}, timeout=30)
     one = session.get(stack.base_url + "/api_keys?limit=1", headers=headers, timeout=30).json()
     account_id = json.loads(open(os.path.join(stack.data_dir, "local-admin.json")).read())[
-        "account_id"]
+        "account_id"
+    ]
     pk = f"A#{account_id}#api_key"
-    template = client.get_item(TableName="tunnel-service",
-                               Key={"pk": {"S": pk}, "sk": {"S": one["keys"][0]["id"]}})["Item"]
+    template = client.get_item(
+        TableName="tunnel-service", Key={"pk": {"S": pk}, "sk": {"S": one["keys"][0]["id"]}}
+    )["Item"]
     count = client.scan(TableName="tunnel-service", Select="COUNT")["Count"]
     print(f"list page (limit=100), median of {PAGE_SAMPLES}:")
     base = page_p50(stack, token)
     print(f"  {count:>6} items in the table, 100 in the partition: {base:7.2f} ms")
     fill(stack, "A#acct_other#api_key", template, FILL, "ak")
     other = page_p50(stack, token)
-    print(f"  +{FILL} items in another partition:              {other:7.2f} ms  "
-          f"(ratio {other / base:.2f})")
+    print(
+        f"  +{FILL} items in another partition:              {other:7.2f} ms  "
+        f"(ratio {other / base:.2f})"
+    )
     fill(stack, pk, template, FILL, "ak")
     same = page_p50(stack, token)
-    print(f"  +{FILL} items in the listed partition itself:    {same:7.2f} ms  "
-          f"(ratio {same / base:.2f})")
+    print(
+        f"  +{FILL} items in the listed partition itself:    {same:7.2f} ms  "
+        f"(ratio {same / base:.2f})"
+    )
 
 
 def main():

@@ -26,6 +26,7 @@ Rules (where the spec is silent, decided here):
   report that named it lifts the ban. An account without the reporter flag gets 403
   ERR_NGROK_221, the hosted code.
 """
+
 import ipaddress
 from typing import Any, Dict, List
 from urllib.parse import urlsplit
@@ -45,8 +46,9 @@ HOSTNAME_STATUSES = ("PENDING", "BANNED", "UNBANNED", "IGNORE")
 
 
 def _bad_url(name: str, url: Any, why: str) -> errors.InvalidField:
-    return errors.InvalidField(f"Invalid URL {url!r} in '{name}': {why}",
-                               details={"field": "urls", "url": str(url)[:200]})
+    return errors.InvalidField(
+        f"Invalid URL {url!r} in '{name}': {why}", details={"field": "urls", "url": str(url)[:200]}
+    )
 
 
 def url_host(name: str, url: str) -> str:
@@ -86,9 +88,17 @@ def _check_urls(name: str, value: List[str]) -> List[str]:
     return value
 
 
-CREATE_FIELDS = [Field("urls", "string_list", required=True, max_items=MAX_URLS,
-                       max_bytes=MAX_URL_BYTES, check=_check_urls),
-                 METADATA]
+CREATE_FIELDS = [
+    Field(
+        "urls",
+        "string_list",
+        required=True,
+        max_items=MAX_URLS,
+        max_bytes=MAX_URL_BYTES,
+        check=_check_urls,
+    ),
+    METADATA,
+]
 
 
 def derived_status(hostname_entries: List[Dict[str, str]]) -> str:
@@ -121,9 +131,11 @@ def _require_reporter(c: Ctx) -> None:
     if reporter is None:
         reporter = accounts.is_abuse_reporter(c.account_id)
     if not reporter:
-        raise errors.NotAbuseReporter(f"This is a valid API key, but the account "
-                                      f"{c.account_id} is not authorized to submit or view "
-                                      "abuse reports.")
+        raise errors.NotAbuseReporter(
+            f"This is a valid API key, but the account "
+            f"{c.account_id} is not authorized to submit or view "
+            "abuse reports."
+        )
 
 
 def create(c: Ctx, body: Dict[str, Any]) -> Dict[str, Any]:
@@ -136,12 +148,18 @@ def create(c: Ctx, body: Dict[str, Any]) -> Dict[str, Any]:
         if host not in seen:
             seen.append(host)
     report_id = ids.new_id(PREFIX)
-    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), report_id,
-                          kind=COLLECTION, account_id=c.account_id,
-                          data={"urls": fields["urls"], "metadata": fields.get("metadata", ""),
-                                "hostnames": [{"hostname": h, "status": "PENDING"}
-                                              for h in seen],
-                                "created_at": validation.now_rfc3339()})
+    item = store.new_item(
+        store.collection_pk(c.account_id, COLLECTION),
+        report_id,
+        kind=COLLECTION,
+        account_id=c.account_id,
+        data={
+            "urls": fields["urls"],
+            "metadata": fields.get("metadata", ""),
+            "hostnames": [{"hostname": h, "status": "PENDING"} for h in seen],
+            "created_at": validation.now_rfc3339(),
+        },
+    )
     store.commit([store.put_new(item)])
     return render(c, item)
 
@@ -154,8 +172,9 @@ def get(c: Ctx, report_id: str) -> Dict[str, Any]:
 
 
 @store.retrying
-def set_hostname_status(account_id: str, report_id: str, hostname: str,
-                        status: str) -> Dict[str, Any]:
+def set_hostname_status(
+    account_id: str, report_id: str, hostname: str, status: str
+) -> Dict[str, Any]:
     """Operator action: set one hostname's status; returns {id, status, hostnames}."""
     if status not in HOSTNAME_STATUSES:
         raise errors.InvalidField(f"status must be one of {', '.join(HOSTNAME_STATUSES)}")
@@ -169,8 +188,10 @@ def set_hostname_status(account_id: str, report_id: str, hostname: str,
             entry["status"] = status
             break
     else:
-        raise errors.NotFound(f"Abuse report '{report_id}' has no hostname '{hostname}'; it "
-                              f"has: {', '.join(e['hostname'] for e in entries)}")
+        raise errors.NotFound(
+            f"Abuse report '{report_id}' has no hostname '{hostname}'; it "
+            f"has: {', '.join(e['hostname'] for e in entries)}"
+        )
     item.data = {**item.data, "hostnames": entries}
     key = f"{account_id}/{report_id}"
     ban = store.get(abuse.BANNED_PK, wanted)
@@ -178,8 +199,9 @@ def set_hostname_status(account_id: str, report_id: str, hostname: str,
     reports = reports | {key} if status == "BANNED" else reports - {key}
     ops = [store.save(item)]
     if reports:
-        ops.append(store.put_raw(abuse.BANNED_PK, wanted, "banned_host",
-                                 {"reports": sorted(reports)}))
+        ops.append(
+            store.put_raw(abuse.BANNED_PK, wanted, "banned_host", {"reports": sorted(reports)})
+        )
     elif ban is not None:
         ops.append(store.drop(abuse.BANNED_PK, wanted))
     store.commit(ops)

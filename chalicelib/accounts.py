@@ -4,6 +4,7 @@ An account is the tenant every resource belongs to. Its users have a role, ``adm
 ``member``. Bot users (chalicelib.bot_users) are the other kind of principal. An account may
 be marked as an abuse reporter, which opens ``/abuse_reports`` to it.
 """
+
 from typing import Any, Dict, Optional
 
 from chalicelib import api_keys, auth, validation
@@ -15,10 +16,17 @@ ROLES = ("admin", "member")
 
 def create_account(name: str = "", abuse_reporter: bool = False) -> str:
     account_id = ids.new_id(ids.PREFIXES["account"])
-    item = store.new_item(store.account_pk(account_id), store.ACCOUNT_SK, kind="account",
-                          account_id=account_id,
-                          data={"name": name, "abuse_reporter": abuse_reporter,
-                                "created_at": validation.now_rfc3339()})
+    item = store.new_item(
+        store.account_pk(account_id),
+        store.ACCOUNT_SK,
+        kind="account",
+        account_id=account_id,
+        data={
+            "name": name,
+            "abuse_reporter": abuse_reporter,
+            "created_at": validation.now_rfc3339(),
+        },
+    )
     store.commit([store.put_new(item)])
     return account_id
 
@@ -60,10 +68,13 @@ def create_user(account_id: str, role: str, name: str = "") -> str:
         raise errors.InvalidField(f"role must be one of {', '.join(ROLES)}")
     get_account(account_id)
     user_id = ids.new_id(ids.PREFIXES["user"])
-    item = store.new_item(store.collection_pk(account_id, USER_COLLECTION), user_id,
-                          kind="user", account_id=account_id,
-                          data={"id": user_id, "role": role, "name": name,
-                                "created_at": validation.now_rfc3339()})
+    item = store.new_item(
+        store.collection_pk(account_id, USER_COLLECTION),
+        user_id,
+        kind="user",
+        account_id=account_id,
+        data={"id": user_id, "role": role, "name": name, "created_at": validation.now_rfc3339()},
+    )
     store.commit([store.put_new(item)])
     return user_id
 
@@ -80,19 +91,26 @@ def set_role(account_id: str, user_id: str, role: str) -> None:
     auth.owner_change(item, "user", {**item.data, "role": role}, [])
 
 
-def user_with_key(account_id: str, role: str, name: str = "",
-                  description: str = "") -> Dict[str, Any]:
+def user_with_key(
+    account_id: str, role: str, name: str = "", description: str = ""
+) -> Dict[str, Any]:
     """A new user of the account with one API key; the key's token is in the result."""
     user_id = create_user(account_id, role, name)
-    key_id, token = api_keys.create_for_owner(account_id, user_id, "user",
-                                              description=description or f"{role} key",
-                                              role=role)
-    return {"account_id": account_id, "user_id": user_id, "role": role,
-            "api_key_id": key_id, "token": token}
+    key_id, token = api_keys.create_for_owner(
+        account_id, user_id, "user", description=description or f"{role} key", role=role
+    )
+    return {
+        "account_id": account_id,
+        "user_id": user_id,
+        "role": role,
+        "api_key_id": key_id,
+        "token": token,
+    }
 
 
-def bootstrap(name: str = "", abuse_reporter: bool = False,
-              admin_name: Optional[str] = None) -> Dict[str, Any]:
+def bootstrap(
+    name: str = "", abuse_reporter: bool = False, admin_name: Optional[str] = None
+) -> Dict[str, Any]:
     """A new account with an admin user and that user's first API key."""
     account_id = create_account(name, abuse_reporter)
     return user_with_key(account_id, "admin", admin_name or "admin", "bootstrap admin key")

@@ -27,6 +27,7 @@ Commands:
                                             TCP: an address the account reserved); exit
                                             status 1 when there is any. Nothing is changed.
 """
+
 import argparse
 import json
 import sys
@@ -38,8 +39,9 @@ from chalicelib.core.config import get_settings
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chalicelib.admin",
-                                     description="Operator commands of the tunnel service")
+    parser = argparse.ArgumentParser(
+        prog="python -m chalicelib.admin", description="Operator commands of the tunnel service"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     table = sub.add_parser("create-table", help="create the table if it does not exist")
     table.add_argument("--pitr", action="store_true", help="turn on point-in-time recovery")
@@ -68,21 +70,25 @@ def main(argv: Optional[List[str]] = None) -> int:
         "set-hostname-status",
         help="set the action taken on one hostname of an abuse report",
         description="Set the status of one hostname of an abuse report (PENDING, BANNED, "
-                    "UNBANNED or IGNORE). The report's status follows: PENDING while all "
-                    "hostnames are PENDING, PROCESSED when none is, PARTIALLY_PROCESSED "
-                    "otherwise. Prints the report's id, status and hostnames as JSON.")
+        "UNBANNED or IGNORE). The report's status follows: PENDING while all "
+        "hostnames are PENDING, PROCESSED when none is, PARTIALLY_PROCESSED "
+        "otherwise. Prints the report's id, status and hostnames as JSON.",
+    )
     hostname.add_argument("--account", required=True, help="the reporting account (acct_...)")
     hostname.add_argument("--report", required=True, help="the abuse report id (abrp_...)")
     hostname.add_argument("--hostname", required=True, help="a hostname of that report")
-    hostname.add_argument("--status", required=True, type=str.upper,
-                          choices=abuse_reports.HOSTNAME_STATUSES)
+    hostname.add_argument(
+        "--status", required=True, type=str.upper, choices=abuse_reports.HOSTNAME_STATUSES
+    )
     check = sub.add_parser(
-        "check-edges", help="report edges whose hostports break the ownership rule",
+        "check-edges",
+        help="report edges whose hostports break the ownership rule",
         description="List every stored edge hostport the edge's account may not serve (an "
-                    "HTTPS hostport not under a domain the account reserved nor a free name "
-                    "under the base domain; a TCP hostport that is not an address the "
-                    "account reserved). Changes nothing; exit status 1 when any is found. "
-                    "Scans the table.")
+        "HTTPS hostport not under a domain the account reserved nor a free name "
+        "under the base domain; a TCP hostport that is not an address the "
+        "account reserved). Changes nothing; exit status 1 when any is found. "
+        "Scans the table.",
+    )
     check.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args(argv)
 
@@ -108,8 +114,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             accounts.set_role(args.account, args.user, role)
             print(f"user {args.user}: role {role}")
         elif args.command == "set-hostname-status":
-            print(json.dumps(abuse_reports.set_hostname_status(
-                args.account, args.report, args.hostname, args.status)))
+            print(
+                json.dumps(
+                    abuse_reports.set_hostname_status(
+                        args.account, args.report, args.hostname, args.status
+                    )
+                )
+            )
         elif args.command == "check-edges":
             return _check_edges(args.json)
     except errors.ApiError as exc:
@@ -121,8 +132,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _check_edges(as_json: bool) -> int:
     violations = edge_modules.ownership_violations()
     for v in violations:
-        print(json.dumps(v) if as_json else
-              f"{v['account_id']} {v['kind']} {v['edge_id']} {v['hostport']}: {v['reason']}")
+        print(
+            json.dumps(v)
+            if as_json
+            else f"{v['account_id']} {v['kind']} {v['edge_id']} {v['hostport']}: {v['reason']}"
+        )
     if not as_json:
         print(f"{len(violations)} hostport(s) break the ownership rule", file=sys.stderr)
     return 1 if violations else 0

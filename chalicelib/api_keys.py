@@ -11,6 +11,7 @@ Rules (where the spec is silent, decided here):
 - Deleting a key revokes it at once (the next request with it gets 401). A principal may
   delete the key it is calling with.
 """
+
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib import auth, web
@@ -40,13 +41,24 @@ def render(c: Ctx, item: store.Item, token: Optional[str] = None) -> Dict[str, A
     }
 
 
-def create_for_owner(account_id: str, owner_id: str, owner_kind: str, description: str = "",
-                     metadata: str = "", role: Optional[str] = None) -> Tuple[str, str]:
+def create_for_owner(
+    account_id: str,
+    owner_id: str,
+    owner_kind: str,
+    description: str = "",
+    metadata: str = "",
+    role: Optional[str] = None,
+) -> Tuple[str, str]:
     """A new key for a known owner (admin command and bootstrap); (key id, token)."""
-    item, token = auth.create_secret(account_id, COLLECTION, auth.API_KEY_HASH_NAMESPACE,
-                                     owner_id, owner_kind,
-                                     {"description": description, "metadata": metadata},
-                                     state={"role": role, "active": True} if role else None)
+    item, token = auth.create_secret(
+        account_id,
+        COLLECTION,
+        auth.API_KEY_HASH_NAMESPACE,
+        owner_id,
+        owner_kind,
+        {"description": description, "metadata": metadata},
+        state={"role": role, "active": True} if role else None,
+    )
     return item.sk, token
 
 
@@ -54,11 +66,15 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     """One transaction (key, lookup, owner index entry, owner check); one more when the owner
     is another principal whose role/active state differs from the first guess."""
     owner_id, owner_kind = auth.new_owner(c, fields.get("owner_id"), "API keys")
-    item, token = auth.create_secret(c.account_id, COLLECTION, auth.API_KEY_HASH_NAMESPACE,
-                                     owner_id, owner_kind,
-                                     {"description": fields.get("description", ""),
-                                      "metadata": fields.get("metadata", "")},
-                                     state=auth.caller_state(c, owner_id))
+    item, token = auth.create_secret(
+        c.account_id,
+        COLLECTION,
+        auth.API_KEY_HASH_NAMESPACE,
+        owner_id,
+        owner_kind,
+        {"description": fields.get("description", ""), "metadata": fields.get("metadata", "")},
+        state=auth.caller_state(c, owner_id),
+    )
     return render(c, item, token)
 
 
@@ -76,8 +92,9 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
 
 def update(c: Ctx, key_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     """One UpdateItem of the sent fields (owner-conditioned for members)."""
-    return render(c, auth.update_owned(c, COLLECTION, PREFIX, key_id, fields, "API key",
-                                       "API keys"))
+    return render(
+        c, auth.update_owned(c, COLLECTION, PREFIX, key_id, fields, "API key", "API keys")
+    )
 
 
 def delete_ops(item: store.Item) -> List[store.Op]:

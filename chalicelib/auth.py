@@ -30,14 +30,20 @@ so one cannot stand in for the other. What both share lives here: the owner rule
 (:func:`new_secret_item`), the lookup and owner checks of a presented secret
 (:func:`lookup_secret`, :func:`usable_owner`) and the owner-or-admin rule of changes.
 """
+
 import secrets
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib import validation
 from chalicelib.core import errors, ids, store
-from chalicelib.core.keys import (BOT_COLLECTION, USER_COLLECTION, digest, lookup_secret,
-                                  usable_owner)
+from chalicelib.core.keys import (
+    BOT_COLLECTION,
+    USER_COLLECTION,
+    digest,
+    lookup_secret,
+    usable_owner,
+)
 from chalicelib.web import Ctx, Principal
 
 API_KEY_HASH_NAMESPACE = "api_key_hash"
@@ -81,9 +87,14 @@ def resolve(header: Optional[str]) -> Principal:
             raise AuthFailed(f"the key cannot be used: {why}")
         role = "member" if data["owner_kind"] == "bot" else owner.data.get("role", "member")
     reporter = data.get("abuse_reporter")
-    return Principal(account_id=data["account_id"], id=data["owner_id"],
-                     kind=data["owner_kind"], role=role, api_key_id=data["api_key_id"],
-                     abuse_reporter=reporter if isinstance(reporter, bool) else None)
+    return Principal(
+        account_id=data["account_id"],
+        id=data["owner_id"],
+        kind=data["owner_kind"],
+        role=role,
+        api_key_id=data["api_key_id"],
+        abuse_reporter=reporter if isinstance(reporter, bool) else None,
+    )
 
 
 # ---- what API keys and credentials share: an owner and a secret -------------------------------
@@ -97,8 +108,10 @@ def owner_kind_of(owner_id: str) -> Optional[str]:
 
 
 def _not_an_owner(owner_id: str) -> errors.InvalidField:
-    return errors.InvalidField(f"owner_id '{owner_id}' is not a user or bot user of this "
-                               "account", details={"field": "owner_id"})
+    return errors.InvalidField(
+        f"owner_id '{owner_id}' is not a user or bot user of this account",
+        details={"field": "owner_id"},
+    )
 
 
 def new_owner(c: Ctx, owner_id: Optional[str], what: str) -> Tuple[str, str]:
@@ -126,8 +139,9 @@ def owned_pk(account_id: str, owner_id: str) -> str:
 
 
 def owner_pk(account_id: str, owner_kind: str) -> str:
-    return store.collection_pk(account_id, USER_COLLECTION if owner_kind == "user"
-                               else BOT_COLLECTION)
+    return store.collection_pk(
+        account_id, USER_COLLECTION if owner_kind == "user" else BOT_COLLECTION
+    )
 
 
 def owner_state(owner_kind: str, owner_data: Dict[str, Any]) -> Dict[str, Any]:
@@ -145,10 +159,15 @@ class OwnerChanged(Exception):
         self.state = state
 
 
-def new_secret_item(account_id: str, collection: str, namespace: str, owner_id: str,
-                    owner_kind: str, data: Dict[str, Any],
-                    state: Optional[Dict[str, Any]] = None
-                    ) -> Tuple[store.Item, List[store.Op], str]:
+def new_secret_item(
+    account_id: str,
+    collection: str,
+    namespace: str,
+    owner_id: str,
+    owner_kind: str,
+    data: Dict[str, Any],
+    state: Optional[Dict[str, Any]] = None,
+) -> Tuple[store.Item, List[store.Op], str]:
     """A new resource of ``collection`` that holds a secret (an API key, a credential).
 
     Returns the item, the ops of its one transaction and the secret itself, to be shown once.
@@ -162,54 +181,92 @@ def new_secret_item(account_id: str, collection: str, namespace: str, owner_id: 
     token = new_secret()
     hashed = digest(token)
     owner = {"owner_id": owner_id, "owner_kind": owner_kind}
-    item = store.new_item(store.collection_pk(account_id, collection), resource_id,
-                          kind=collection, account_id=account_id,
-                          data={**data, **owner, "digest": hashed,
-                                "created_at": validation.now_rfc3339()})
-    lookup_data = {"digest": hashed, "account_id": account_id,
-                   f"{collection}_id": resource_id, **owner}
+    item = store.new_item(
+        store.collection_pk(account_id, collection),
+        resource_id,
+        kind=collection,
+        account_id=account_id,
+        data={**data, **owner, "digest": hashed, "created_at": validation.now_rfc3339()},
+    )
+    lookup_data = {
+        "digest": hashed,
+        "account_id": account_id,
+        f"{collection}_id": resource_id,
+        **owner,
+    }
     require = None
     extra: List[store.Op] = []
     if namespace == API_KEY_HASH_NAMESPACE:
         state = {"role": "member", "active": True, "abuse_reporter": False, **(state or {})}
-        lookup_data.update(role=state["role"], active=state["active"],
-                           abuse_reporter=state["abuse_reporter"])
+        lookup_data.update(
+            role=state["role"], active=state["active"], abuse_reporter=state["abuse_reporter"]
+        )
         reporter = state["abuse_reporter"]
-        extra.append(store.require_item(
-            store.account_pk(account_id), store.ACCOUNT_SK,
-            require=lambda e: f"{e.data('abuse_reporter')} = {e.value(reporter)}",
-            missing=_not_an_owner(owner_id),
-            explain=lambda old: OwnerChanged(
-                {**state, "abuse_reporter": bool(old.data.get("abuse_reporter"))})))
+        extra.append(
+            store.require_item(
+                store.account_pk(account_id),
+                store.ACCOUNT_SK,
+                require=lambda e: f"{e.data('abuse_reporter')} = {e.value(reporter)}",
+                missing=_not_an_owner(owner_id),
+                explain=lambda old: OwnerChanged(
+                    {**state, "abuse_reporter": bool(old.data.get("abuse_reporter"))}
+                ),
+            )
+        )
         if owner_kind == "bot":
             require = lambda e: f"{e.data('active')} = {e.value(state['active'])}"  # noqa: E731
         else:
             require = lambda e: f"{e.data('role')} = {e.value(state['role'])}"  # noqa: E731
-    lookup = store.new_item(store.unique_pk(namespace, hashed), store.UNIQUE_SK, kind=namespace,
-                            account_id=account_id, data=lookup_data)
-    index = store.new_item(owned_pk(account_id, owner_id), resource_id, kind=OWNED_COLLECTION,
-                           account_id=account_id,
-                           data={"collection": collection, "namespace": namespace,
-                                 "digest": hashed})
-    ops = [store.put_new(item), store.put_new(lookup), store.put_new(index),
-           store.set_fields(owner_pk(account_id, owner_kind), owner_id, {}, require=require,
-                            missing=_not_an_owner(owner_id),
-                            explain=lambda old: OwnerChanged(
-                                {**(state or {}), **owner_state(owner_kind, old.data)}))]
+    lookup = store.new_item(
+        store.unique_pk(namespace, hashed),
+        store.UNIQUE_SK,
+        kind=namespace,
+        account_id=account_id,
+        data=lookup_data,
+    )
+    index = store.new_item(
+        owned_pk(account_id, owner_id),
+        resource_id,
+        kind=OWNED_COLLECTION,
+        account_id=account_id,
+        data={"collection": collection, "namespace": namespace, "digest": hashed},
+    )
+    ops = [
+        store.put_new(item),
+        store.put_new(lookup),
+        store.put_new(index),
+        store.set_fields(
+            owner_pk(account_id, owner_kind),
+            owner_id,
+            {},
+            require=require,
+            missing=_not_an_owner(owner_id),
+            explain=lambda old: OwnerChanged(
+                {**(state or {}), **owner_state(owner_kind, old.data)}
+            ),
+        ),
+    ]
     return item, ops + extra, token
 
 
-def create_secret(account_id: str, collection: str, namespace: str, owner_id: str,
-                  owner_kind: str, data: Dict[str, Any],
-                  state: Optional[Dict[str, Any]] = None) -> Tuple[store.Item, str]:
+def create_secret(
+    account_id: str,
+    collection: str,
+    namespace: str,
+    owner_id: str,
+    owner_kind: str,
+    data: Dict[str, Any],
+    state: Optional[Dict[str, Any]] = None,
+) -> Tuple[store.Item, str]:
     """Create a secret-holding item in one transaction; (item, secret).
 
     ``state`` is the owner's role/active as the caller knows it (its own, from the
     authorizer); when the owner turns out to differ, the create is built again with the
     owner's actual state (one more call)."""
     for attempt in range(store.RETRIES):
-        item, ops, token = new_secret_item(account_id, collection, namespace, owner_id,
-                                           owner_kind, data, state)
+        item, ops, token = new_secret_item(
+            account_id, collection, namespace, owner_id, owner_kind, data, state
+        )
         try:
             store.commit(ops)
             return item, token
@@ -217,8 +274,9 @@ def create_secret(account_id: str, collection: str, namespace: str, owner_id: st
             state = changed.state
         except store.VersionConflict:  # another create bumped the owner at the same time
             time.sleep(store.backoff(attempt))
-    raise errors.Conflict("The owner was changed by another request at the same time; "
-                          "retry the request")
+    raise errors.Conflict(
+        "The owner was changed by another request at the same time; retry the request"
+    )
 
 
 def caller_state(c: Ctx, owner_id: str) -> Optional[Dict[str, Any]]:
@@ -234,8 +292,11 @@ def caller_state(c: Ctx, owner_id: str) -> Optional[Dict[str, Any]]:
 
 def secret_delete_ops(item: store.Item, namespace: str) -> List[store.Op]:
     """The writes that delete a secret-holding item, its lookup item and its index item."""
-    return [store.delete(item), store.release(namespace, item.data["digest"]),
-            store.drop(owned_pk(item.account_id, item.data["owner_id"]), item.sk)]
+    return [
+        store.delete(item),
+        store.release(namespace, item.data["digest"]),
+        store.drop(owned_pk(item.account_id, item.data["owner_id"]), item.sk),
+    ]
 
 
 def owned(account_id: str, owner_id: str) -> List[store.Item]:
@@ -248,14 +309,16 @@ def owned_delete_ops(entry: store.Item) -> List[store.Op]:
     """The writes that delete what an index entry names: the resource, its lookup, the entry
     (none conditioned: deleting what is already gone is a no-op)."""
     data = entry.data
-    return [store.drop(store.collection_pk(entry.account_id, data["collection"]),
-                               entry.sk),
-            store.release(data["namespace"], data["digest"]),
-            store.drop(entry.pk, entry.sk)]
+    return [
+        store.drop(store.collection_pk(entry.account_id, data["collection"]), entry.sk),
+        store.release(data["namespace"], data["digest"]),
+        store.drop(entry.pk, entry.sk),
+    ]
 
 
-def owner_change(owner: store.Item, owner_kind: str, new_data: Dict[str, Any],
-                 extra_ops: List[store.Op]) -> None:
+def owner_change(
+    owner: store.Item, owner_kind: str, new_data: Dict[str, Any], extra_ops: List[store.Op]
+) -> None:
     """Save an owner read earlier with ``new_data`` (version-conditioned), with ``extra_ops``,
     and when its role/active change, rewrite the copies on the lookups of its API keys.
 
@@ -271,20 +334,32 @@ def owner_change(owner: store.Item, owner_kind: str, new_data: Dict[str, Any],
     if old_state != new_state:
         for entry in owned(owner.account_id, owner.sk):
             if entry.data.get("namespace") == API_KEY_HASH_NAMESPACE:
-                lookups.append(store.set_fields(
-                    store.unique_pk(API_KEY_HASH_NAMESPACE, entry.data["digest"]),
-                    store.UNIQUE_SK, new_state, missing=store.VersionConflict()))
+                lookups.append(
+                    store.set_fields(
+                        store.unique_pk(API_KEY_HASH_NAMESPACE, entry.data["digest"]),
+                        store.UNIQUE_SK,
+                        new_state,
+                        missing=store.VersionConflict(),
+                    )
+                )
     owner.data = new_data
     head = [store.save(owner)] + extra_ops
     room = store.MAX_TRANSACTION_OPS - len(head)
     while len(lookups) > room:
-        store.commit(lookups[:store.MAX_TRANSACTION_OPS])
-        lookups = lookups[store.MAX_TRANSACTION_OPS:]
+        store.commit(lookups[: store.MAX_TRANSACTION_OPS])
+        lookups = lookups[store.MAX_TRANSACTION_OPS :]
     store.commit(head + lookups)
 
 
-def update_owned(c: Ctx, collection: str, prefix: str, resource_id: str,
-                 fields: Dict[str, Any], what: str, plural: str) -> store.Item:
+def update_owned(
+    c: Ctx,
+    collection: str,
+    prefix: str,
+    resource_id: str,
+    fields: Dict[str, Any],
+    what: str,
+    plural: str,
+) -> store.Item:
     """Set ``fields`` of a secret-holding item: one UpdateItem returning the item, conditioned
     on the owner for members and bots (403 when another principal owns it, 404 when absent)."""
     missing = errors.NotFound(f"No {what} with id '{resource_id}' exists")
@@ -301,10 +376,18 @@ def update_owned(c: Ctx, collection: str, prefix: str, resource_id: str,
     if not c.principal.is_admin:
         me = c.principal.id
         require = lambda e: f"{e.data('owner_id')} = {e.value(me)}"  # noqa: E731
-    return store.write(store.set_fields(
-        pk, resource_id, fields, require=require, missing=missing,
-        explain=lambda old: errors.Forbidden(
-            f"Only admins may change {plural} owned by another user or bot")))
+    return store.write(
+        store.set_fields(
+            pk,
+            resource_id,
+            fields,
+            require=require,
+            missing=missing,
+            explain=lambda old: errors.Forbidden(
+                f"Only admins may change {plural} owned by another user or bot"
+            ),
+        )
+    )
 
 
 def require_owner_or_admin(c: Ctx, item: store.Item, what: str) -> None:
@@ -326,9 +409,14 @@ def set_account_copies(account_id: str, fields: Dict[str, Any]) -> int:
                 if entry.data.get("namespace") != API_KEY_HASH_NAMESPACE:
                     continue
                 try:
-                    store.write(store.set_fields(
-                        store.unique_pk(API_KEY_HASH_NAMESPACE, entry.data["digest"]),
-                        store.UNIQUE_SK, fields, missing=store.VersionConflict()))
+                    store.write(
+                        store.set_fields(
+                            store.unique_pk(API_KEY_HASH_NAMESPACE, entry.data["digest"]),
+                            store.UNIQUE_SK,
+                            fields,
+                            missing=store.VersionConflict(),
+                        )
+                    )
                     written += 1
                 except store.VersionConflict:
                     pass  # the key was deleted meanwhile

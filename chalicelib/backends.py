@@ -32,13 +32,21 @@ the numbers here are decided):
   backend's transaction, edges' ``backend`` modules count too, and a backend whose ``refs``
   is not 0 cannot be deleted (409) until nothing uses it.
 """
+
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib import rest, validation, web
 from chalicelib.core import acl, errors, ids, refs, routing, store
-from chalicelib.core.routing import (FAILOVER, KINDS, MEMBER_KINDS, TUNNEL_GROUP,
-                                     WEIGHTED, Kind, kind_of)
+from chalicelib.core.routing import (
+    FAILOVER,
+    KINDS,
+    MEMBER_KINDS,
+    TUNNEL_GROUP,
+    WEIGHTED,
+    Kind,
+    kind_of,
+)
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -53,7 +61,9 @@ def _bad(field: str, msg: str) -> errors.InvalidField:
     return errors.InvalidField(f"Field '{field}' {msg}", details={"field": field})
 
 
-def check_backend_id(name: str, value: Any, kinds: Tuple[Kind, ...] = tuple(KINDS.values())) -> str:
+def check_backend_id(
+    name: str, value: Any, kinds: Tuple[Kind, ...] = tuple(KINDS.values())
+) -> str:
     """A well-formed id of one of ``kinds`` (400 naming ``name`` otherwise)."""
     kind = kind_of(value)
     if kind is None or kind not in kinds:
@@ -65,8 +75,11 @@ def check_backend_id(name: str, value: Any, kinds: Tuple[Kind, ...] = tuple(KIND
 def missing_backend(field: str) -> refs.Missing:
     def error(collection: str, resource_id: str) -> errors.ApiError:
         what = next((k.what for k in KINDS.values() if k.collection == collection), "backend")
-        return errors.InvalidField(f"Field '{field}': no {what} with id '{resource_id}' "
-                                   "exists in this account", details={"field": field})
+        return errors.InvalidField(
+            f"Field '{field}': no {what} with id '{resource_id}' exists in this account",
+            details={"field": field},
+        )
+
     return error
 
 
@@ -79,17 +92,26 @@ def _check_labels(name: str, value: Dict[str, Any]) -> Dict[str, str]:
     if len(value) > MAX_LABELS:
         raise _bad(name, f"has {len(value)} labels; the limit is {MAX_LABELS}")
     for key, label in value.items():
-        if not (0 < validation.utf8_len(key) <= MAX_LABEL_KEY_BYTES) \
-                or not _LABEL_KEY_RE.match(key):
-            raise _bad(f"{name}.{key[:64]}", f"key '{key[:64]}' must be 1 to "
-                       f"{MAX_LABEL_KEY_BYTES} bytes of letters, digits, '_', '.', '/', '-' "
-                       "(starting with a letter, digit or '_')")
-        if not isinstance(label, str) or not (0 < validation.utf8_len(label)
-                                              <= MAX_LABEL_VALUE_BYTES) \
-                or not _LABEL_VALUE_RE.match(label):
-            raise _bad(f"{name}.{key}", f"value must be a string of 1 to "
-                       f"{MAX_LABEL_VALUE_BYTES} bytes of letters, digits, '_', '.', '/', "
-                       "':', '@', '-'")
+        if not (0 < validation.utf8_len(key) <= MAX_LABEL_KEY_BYTES) or not _LABEL_KEY_RE.match(
+            key
+        ):
+            raise _bad(
+                f"{name}.{key[:64]}",
+                f"key '{key[:64]}' must be 1 to "
+                f"{MAX_LABEL_KEY_BYTES} bytes of letters, digits, '_', '.', '/', '-' "
+                "(starting with a letter, digit or '_')",
+            )
+        if (
+            not isinstance(label, str)
+            or not (0 < validation.utf8_len(label) <= MAX_LABEL_VALUE_BYTES)
+            or not _LABEL_VALUE_RE.match(label)
+        ):
+            raise _bad(
+                f"{name}.{key}",
+                f"value must be a string of 1 to "
+                f"{MAX_LABEL_VALUE_BYTES} bytes of letters, digits, '_', '.', '/', "
+                "':', '@', '-'",
+            )
     return dict(value)
 
 
@@ -108,10 +130,15 @@ def _check_weights(name: str, value: Dict[str, Any]) -> Dict[str, int]:
         raise _bad(name, f"has {len(value)} backends; the limit is {MAX_MEMBERS}")
     for backend_id, weight in value.items():
         check_backend_id(f"{name}.{backend_id[:64]}", backend_id, MEMBER_KINDS)
-        if isinstance(weight, bool) or not isinstance(weight, int) \
-                or not 0 <= weight <= MAX_WEIGHT:
-            raise _bad(f"{name}.{backend_id}", f"weight must be an integer from 0 to "
-                       f"{MAX_WEIGHT}, got {json_repr(weight)}")
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int)
+            or not 0 <= weight <= MAX_WEIGHT
+        ):
+            raise _bad(
+                f"{name}.{backend_id}",
+                f"weight must be an integer from 0 to {MAX_WEIGHT}, got {json_repr(weight)}",
+            )
     if value and not any(value.values()):
         raise _bad(name, "needs at least one backend with a weight above 0")
     return dict(value)
@@ -139,6 +166,7 @@ def _online_tunnels(account_id: str, labels: Dict[str, str]) -> List[str]:
     """Ids of the account's online tunnels whose labels include ``labels``
     (:func:`chalicelib.core.online.online_tunnels`: one Query and one BatchGetItem)."""
     from chalicelib.core import online
+
     return [t["tunnel_id"] for t in online.online_tunnels(account_id, labels)]
 
 
@@ -163,15 +191,21 @@ def get_item(account_id: str, kind: Kind, backend_id: str) -> store.Item:
 def _create(c: Ctx, kind: Kind, fields: Dict[str, Any]) -> Dict[str, Any]:
     spec = _SPEC_FIELD[kind]
     if not fields.get(spec):
-        raise errors.MissingField(f"Field '{spec}' is required and must not be empty",
-                                  details={"field": spec})
+        raise errors.MissingField(
+            f"Field '{spec}' is required and must not be empty", details={"field": spec}
+        )
     data = {"description": "", "metadata": "", **fields, "created_at": validation.now_rfc3339()}
-    item = store.new_item(store.collection_pk(c.account_id, kind.collection),
-                          ids.new_id(kind.prefix), kind=kind.collection,
-                          account_id=c.account_id, data=data)
-    store.commit([store.put_new(item)] + refs.move(c.account_id, Counter(),
-                                                   routing.members(kind, data),
-                                                   missing_backend(spec)))
+    item = store.new_item(
+        store.collection_pk(c.account_id, kind.collection),
+        ids.new_id(kind.prefix),
+        kind=kind.collection,
+        account_id=c.account_id,
+        data=data,
+    )
+    store.commit(
+        [store.put_new(item)]
+        + refs.move(c.account_id, Counter(), routing.members(kind, data), missing_backend(spec))
+    )
     return render(c, kind, item)
 
 
@@ -184,14 +218,27 @@ def _update(c: Ctx, kind: Kind, backend_id: str, fields: Dict[str, Any]) -> Dict
         missing = errors.NotFound(f"No {kind.what} with id '{backend_id}' exists")
         if not ids.is_valid(backend_id, kind.prefix):
             raise missing
-        return render(c, kind, store.write(store.set_fields(
-            store.collection_pk(c.account_id, kind.collection), backend_id, changes,
-            missing=missing)))
+        return render(
+            c,
+            kind,
+            store.write(
+                store.set_fields(
+                    store.collection_pk(c.account_id, kind.collection),
+                    backend_id,
+                    changes,
+                    missing=missing,
+                )
+            ),
+        )
     item = get_item(c.account_id, kind, backend_id)
     if changes:
         new = {**item.data, **changes}
-        ops = refs.move(c.account_id, routing.members(kind, item.data), routing.members(kind, new),
-                        missing_backend(spec))
+        ops = refs.move(
+            c.account_id,
+            routing.members(kind, item.data),
+            routing.members(kind, new),
+            missing_backend(spec),
+        )
         item.data = new
         store.commit([store.save(item)] + ops)
     return render(c, kind, item)
@@ -201,13 +248,20 @@ def _delete(c: Ctx, kind: Kind, backend_id: str) -> None:
     """GetItem (its members), then one transaction: the backend, if unchanged and unused
     (409 while ``refs`` is not 0), and its members' counters - 1."""
     item = get_item(c.account_id, kind, backend_id)
-    in_use = errors.Conflict(f"The {kind.what} '{backend_id}' is still used by an edge or "
-                             "another backend; remove it from there first")
+    in_use = errors.Conflict(
+        f"The {kind.what} '{backend_id}' is still used by an edge or "
+        "another backend; remove it from there first"
+    )
     missing = errors.NotFound(f"No {kind.what} with id '{backend_id}' exists")
-    store.commit([refs.delete_unreferenced(item.pk, item.sk, missing, in_use,
-                                           version=item.version or 0)]
-                 + refs.move(c.account_id, routing.members(kind, item.data), Counter(),
-                             missing_backend(_SPEC_FIELD[kind])))
+    store.commit(
+        [refs.delete_unreferenced(item.pk, item.sk, missing, in_use, version=item.version or 0)]
+        + refs.move(
+            c.account_id,
+            routing.members(kind, item.data),
+            Counter(),
+            missing_backend(_SPEC_FIELD[kind]),
+        )
+    )
 
 
 TUNNEL_GROUP_FIELDS = [DESCRIPTION, METADATA, LABELS]
@@ -216,17 +270,18 @@ WEIGHTED_FIELDS = [DESCRIPTION, METADATA, WEIGHTS]
 
 
 def _ops(kind: Kind, create_fields: List[Field]) -> rest.Ops:
-
     def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
         return store.retrying(_create)(c, kind, fields)
 
     def get(c: Ctx, backend_id: str) -> Dict[str, Any]:
         return render(c, kind, get_item(c.account_id, kind, backend_id))
 
-    def list_page(c: Ctx, limit: int,
-                  before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
-        return web.rendered_page(c, kind.collection, limit, before_id,
-                                 lambda c_, item: render(c_, kind, item))
+    def list_page(
+        c: Ctx, limit: int, before_id: Optional[str]
+    ) -> Tuple[List[Dict[str, Any]], bool]:
+        return web.rendered_page(
+            c, kind.collection, limit, before_id, lambda c_, item: render(c_, kind, item)
+        )
 
     def update(c: Ctx, backend_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
         return store.retrying(_update)(c, kind, backend_id, fields)
@@ -234,13 +289,19 @@ def _ops(kind: Kind, create_fields: List[Field]) -> rest.Ops:
     def delete(c: Ctx, backend_id: str) -> None:
         store.retrying(_delete)(c, kind, backend_id)
 
-    return rest.Ops(prefix=kind.prefix, list_key="backends", create=create, get=get,
-                    list_page=list_page, update=update, delete=delete,
-                    create_fields=create_fields, update_fields=create_fields)
+    return rest.Ops(
+        prefix=kind.prefix,
+        list_key="backends",
+        create=create,
+        get=get,
+        list_page=list_page,
+        update=update,
+        delete=delete,
+        create_fields=create_fields,
+        update_fields=create_fields,
+    )
 
 
 TUNNEL_GROUP_OPS = _ops(TUNNEL_GROUP, TUNNEL_GROUP_FIELDS)
 FAILOVER_OPS = _ops(FAILOVER, FAILOVER_FIELDS)
 WEIGHTED_OPS = _ops(WEIGHTED, WEIGHTED_FIELDS)
-
-

@@ -34,6 +34,7 @@ the authorizer reads ``active`` from them), a rename 2 (GetItem for the old name
 transaction claiming the new name and releasing the old), both 3; delete 3 (GetItem, Query
 of the owner index, one transaction) while the bot owns at most 32 items.
 """
+
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib import auth, validation, web
@@ -56,9 +57,10 @@ def _check_name(name: str, value: str) -> str:
 
 
 NAME = Field("name", "string", max_bytes=NAME_MAX_BYTES, check=_check_name)
-CREATE_FIELDS = [Field("name", "string", required=True, max_bytes=NAME_MAX_BYTES,
-                       check=_check_name),
-                 Field("active", "boolean")]
+CREATE_FIELDS = [
+    Field("name", "string", required=True, max_bytes=NAME_MAX_BYTES, check=_check_name),
+    Field("active", "boolean"),
+]
 UPDATE_FIELDS = [NAME, Field("active", "boolean")]
 
 
@@ -74,13 +76,18 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
 
 
 def _name_taken(name: str) -> errors.Conflict:
-    return errors.Conflict(f"A bot user named '{name}' already exists in this account",
-                           details={"field": "name"})
+    return errors.Conflict(
+        f"A bot user named '{name}' already exists in this account", details={"field": "name"}
+    )
 
 
 def _claim(account_id: str, bot_id: str, name: str) -> store.Op:
-    return store.unique(NAME_NAMESPACE, f"{account_id}#{name}",
-                        {"account_id": account_id, "bot_user_id": bot_id}, _name_taken(name))
+    return store.unique(
+        NAME_NAMESPACE,
+        f"{account_id}#{name}",
+        {"account_id": account_id, "bot_user_id": bot_id},
+        _name_taken(name),
+    )
 
 
 def _release(account_id: str, name: str) -> store.Op:
@@ -91,10 +98,18 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     c.principal.require_admin("create bot users")
     bot_id = ids.new_id(PREFIX)
     name = fields["name"]
-    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), bot_id,
-                          kind=COLLECTION, account_id=c.account_id,
-                          data={"id": bot_id, "name": name, "active": fields.get("active", True),
-                                "created_at": validation.now_rfc3339()})
+    item = store.new_item(
+        store.collection_pk(c.account_id, COLLECTION),
+        bot_id,
+        kind=COLLECTION,
+        account_id=c.account_id,
+        data={
+            "id": bot_id,
+            "name": name,
+            "active": fields.get("active", True),
+            "created_at": validation.now_rfc3339(),
+        },
+    )
     store.commit([store.put_new(item), _claim(c.account_id, bot_id, name)])
     return render(c, item)
 
@@ -162,8 +177,9 @@ def _service_get(c: Ctx, bot_id: str) -> Dict[str, Any]:
     return _as_service_user(c, get(c, bot_id))
 
 
-def _service_list_page(c: Ctx, limit: int, before_id: Optional[str]
-                       ) -> Tuple[List[Dict[str, Any]], bool]:
+def _service_list_page(
+    c: Ctx, limit: int, before_id: Optional[str]
+) -> Tuple[List[Dict[str, Any]], bool]:
     items, more = list_page(c, limit, before_id)
     return [_as_service_user(c, item) for item in items], more
 
@@ -174,9 +190,18 @@ def _service_update(c: Ctx, bot_id: str, fields: Dict[str, Any]) -> Dict[str, An
 
 def _service_ops() -> Any:
     from chalicelib import rest
-    return rest.Ops(prefix=PREFIX, list_key=SERVICE_LIST_KEY, create=_service_create,
-                    get=_service_get, list_page=_service_list_page, update=_service_update,
-                    delete=delete, create_fields=CREATE_FIELDS, update_fields=UPDATE_FIELDS)
+
+    return rest.Ops(
+        prefix=PREFIX,
+        list_key=SERVICE_LIST_KEY,
+        create=_service_create,
+        get=_service_get,
+        list_page=_service_list_page,
+        update=_service_update,
+        delete=delete,
+        create_fields=CREATE_FIELDS,
+        update_fields=UPDATE_FIELDS,
+    )
 
 
 SERVICE_USER_OPS = _service_ops()

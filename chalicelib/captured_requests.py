@@ -35,6 +35,7 @@ the local CA `make run`'s edge serves). A ``*.localhost`` host is reached on the
 (RFC 6761). 10 s timeout; an edge that cannot be reached or does
 not answer is a 502 ``ERR_REPLAY_FAILED``.
 """
+
 import base64
 import http.client
 import os
@@ -54,9 +55,20 @@ ENDPOINT_PREFIX = ids.PREFIXES["endpoint"]
 LIST_KEY = "captured_requests"
 SETTINGS_FIELDS = [Field("capture_bodies", "boolean", required=True)]
 REPLAY_TIMEOUT = 10.0
-SKIPPED_ON_REPLAY = {"authorization", "cookie", "proxy-authorization", "connection",
-                     "keep-alive", "transfer-encoding", "te", "upgrade", "content-length",
-                     "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"}
+SKIPPED_ON_REPLAY = {
+    "authorization",
+    "cookie",
+    "proxy-authorization",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "upgrade",
+    "content-length",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+}
 
 
 def _path(endpoint_id: str) -> str:
@@ -98,13 +110,21 @@ def list_page(c: Ctx, endpoint_id: str) -> Dict[str, Any]:
     if endpoint is None and not items and before_id is None:
         raise _no_endpoint(endpoint_id)
     live = _live(items)
-    return web.page(c, _path(endpoint_id), LIST_KEY, [render(c, i) for i in live], more,
-                    limit, cursor=items[-1].sk if items else None)
+    return web.page(
+        c,
+        _path(endpoint_id),
+        LIST_KEY,
+        [render(c, i) for i in live],
+        more,
+        limit,
+        cursor=items[-1].sk if items else None,
+    )
 
 
 def _item(c: Ctx, endpoint_id: str, request_id: str) -> store.Item:
-    missing = errors.NotFound(f"No captured request with id '{request_id[:64]}' exists for "
-                              f"endpoint '{endpoint_id[:64]}'")
+    missing = errors.NotFound(
+        f"No captured request with id '{request_id[:64]}' exists for endpoint '{endpoint_id[:64]}'"
+    )
     if not ids.is_valid(endpoint_id, ENDPOINT_PREFIX) or not ids.is_valid(request_id, PREFIX):
         raise missing
     item = store.get(layout.pk(c.account_id, endpoint_id), request_id)
@@ -121,21 +141,28 @@ def get_settings(c: Ctx, endpoint_id: str) -> Dict[str, Any]:
     if _endpoint(c, endpoint_id) is None:
         raise _no_endpoint(endpoint_id)
     item = store.get(layout.pk(c.account_id, endpoint_id), layout.SETTINGS_SK)
-    return {"capture_bodies": bool(item and item.data.get("capture_bodies")),
-            "uri": c.uri(f"/endpoints/{endpoint_id}/capture")}
+    return {
+        "capture_bodies": bool(item and item.data.get("capture_bodies")),
+        "uri": c.uri(f"/endpoints/{endpoint_id}/capture"),
+    }
 
 
 def put_settings(c: Ctx, endpoint_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     """One PutItem of the setting (the endpoint must be one of the account's, live)."""
     if _endpoint(c, endpoint_id) is None:
         raise _no_endpoint(endpoint_id)
-    item = store.new_item(layout.pk(c.account_id, endpoint_id), layout.SETTINGS_SK,
-                          kind="capture_setting", account_id=c.account_id,
-                          data={"capture_bodies": fields["capture_bodies"],
-                                "updated_at": validation.now_rfc3339()})
+    item = store.new_item(
+        layout.pk(c.account_id, endpoint_id),
+        layout.SETTINGS_SK,
+        kind="capture_setting",
+        account_id=c.account_id,
+        data={"capture_bodies": fields["capture_bodies"], "updated_at": validation.now_rfc3339()},
+    )
     _put(item)
-    return {"capture_bodies": fields["capture_bodies"],
-            "uri": c.uri(f"/endpoints/{endpoint_id}/capture")}
+    return {
+        "capture_bodies": fields["capture_bodies"],
+        "uri": c.uri(f"/endpoints/{endpoint_id}/capture"),
+    }
 
 
 @store.retrying
@@ -165,6 +192,7 @@ def _tls_context() -> Any:
     """The system's CAs, plus the local CA of `make run`'s edge (``$DATA_DIR/ca.pem``, the
     data directory API and edge share there) when that file exists."""
     import ssl
+
     context = ssl.create_default_context()
     local = os.path.join(os.environ.get("DATA_DIR") or ".data", "ca.pem")
     if os.path.exists(local):
@@ -201,8 +229,9 @@ def replay(c: Ctx, endpoint_id: str, request_id: str) -> Dict[str, Any]:
         else:
             conn = http.client.HTTPConnection(connect, port, timeout=REPLAY_TIMEOUT)
         try:
-            conn.putrequest(data["method"], data["target"], skip_host=True,
-                            skip_accept_encoding=True)
+            conn.putrequest(
+                data["method"], data["target"], skip_host=True, skip_accept_encoding=True
+            )
             conn.putheader("Host", data.get("host") or host)
             for name, value in headers:
                 conn.putheader(name, value)
@@ -215,7 +244,7 @@ def replay(c: Ctx, endpoint_id: str, request_id: str) -> Dict[str, Any]:
         finally:
             conn.close()
     except (OSError, http.client.HTTPException) as exc:
-        raise errors.ReplayFailed(f"The captured request could not be replayed through the "
-                                  f"edge at {url}: {exc}") from None
-    return {"status_code": status,
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3)}
+        raise errors.ReplayFailed(
+            f"The captured request could not be replayed through the edge at {url}: {exc}"
+        ) from None
+    return {"status_code": status, "duration_ms": round((time.perf_counter() - started) * 1000, 3)}

@@ -57,6 +57,7 @@ internal one) + 1 TransactWriteItems. PATCH = 1 GetItem (the endpoint: the claim
 the version to write against) + the reservation read when ``url`` changes + 1
 TransactWriteItems. DELETE = 1 GetItem + 1 TransactWriteItems (endpoint and claim together).
 """
+
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
@@ -69,10 +70,10 @@ from chalicelib.core import reservations
 
 INTERNAL_SUFFIX = ".internal"
 MAX_URL_BYTES = 1024
-SCHEMES = {"https": 443, "http": 80, "tcp": None}   # tcp: the port is part of the address
+SCHEMES = {"https": 443, "http": 80, "tcp": None}  # tcp: the port is part of the address
 NOT_SERVED_SCHEMES = ("tls",)
 BINDINGS = ("public", "internal")
-HTTPS_EDGE_PORT = 443   # HTTPS edges claim "host:443" (edge_modules.HOSTPORT_NAMESPACE)
+HTTPS_EDGE_PORT = 443  # HTTPS edges claim "host:443" (edge_modules.HOSTPORT_NAMESPACE)
 
 
 def _bad(field: str, msg: str, cls=errors.InvalidField) -> errors.ApiError:
@@ -98,14 +99,22 @@ def check_url(field: str, value: Any) -> str:
         raise _bad(field, f"is not a valid URL: '{text[:300]}'") from None
     scheme = parts.scheme.lower()
     if scheme in NOT_SERVED_SCHEMES:
-        raise _bad(field, f"has scheme '{scheme}': this service serves https, http and tcp "
-                          "cloud endpoints (tls ones are not offered)")
+        raise _bad(
+            field,
+            f"has scheme '{scheme}': this service serves https, http and tcp "
+            "cloud endpoints (tls ones are not offered)",
+        )
     if scheme not in SCHEMES:
         raise _bad(field, f"must start with https://, http:// or tcp://, got '{text[:300]}'")
     if parts.username is not None or parts.password is not None:
         raise _bad(field, "must not carry user info")
-    if parts.path not in ("", "/") or parts.query or parts.fragment or "#" in text \
-            or text.endswith("?"):
+    if (
+        parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or "#" in text
+        or text.endswith("?")
+    ):
         raise _bad(field, "must be scheme://host only (no path, query or fragment)")
     if scheme == "tcp":
         if parts.path or port is None or port == 0:
@@ -121,15 +130,18 @@ def check_url(field: str, value: Any) -> str:
 
 def check_type(field: str, value: Any) -> str:
     if value != "cloud":
-        raise _bad(field, f"must be 'cloud' (agent endpoints are started by agents), got "
-                          f"{str(value)[:100]!r}")
+        raise _bad(
+            field,
+            f"must be 'cloud' (agent endpoints are started by agents), got {str(value)[:100]!r}",
+        )
     return value
 
 
 def check_bindings(field: str, value: List[str]) -> List[str]:
     if len(value) != 1 or value[0] not in BINDINGS:
-        raise _bad(field, "must be [\"public\"] or [\"internal\"] (kubernetes bindings are not "
-                          "served)")
+        raise _bad(
+            field, 'must be ["public"] or ["internal"] (kubernetes bindings are not served)'
+        )
     return list(value)
 
 
@@ -143,8 +155,7 @@ def check_policy(field: str, value: Any, protocol: Optional[str] = None) -> str:
     """The document if the engine accepts it (for an endpoint of ``protocol``: ``tcp`` runs
     only on_tcp_connect); else 400 ERR_NGROK_18002 naming the element."""
     try:
-        return traffic_policy.check_document(field, value, protocol=protocol) if value \
-            else value
+        return traffic_policy.check_document(field, value, protocol=protocol) if value else value
     except errors.InvalidField as exc:
         raise errors.InvalidCloudPolicy(exc.msg, details={"field": field}) from None
 
@@ -165,8 +176,10 @@ def resolve_bindings(url: str, bindings: Optional[List[str]]) -> List[str]:
     if bindings is None:
         return ["internal" if internal else "public"]
     if (bindings[0] == "internal") != internal:
-        raise _bad("bindings", "must be [\"internal\"] for a URL under .internal and "
-                               "[\"public\"] for any other URL")
+        raise _bad(
+            "bindings",
+            'must be ["internal"] for a URL under .internal and ["public"] for any other URL',
+        )
     return bindings
 
 
@@ -176,8 +189,11 @@ def addr_of(account_id: str, url: str) -> str:
     addr = address(url)
     found = reservations.addr_reservation(addr)
     if found is None or found["account_id"] != account_id:
-        raise _bad("url", f"is not a TCP address this account reserved ('{addr}'); reserve "
-                          "one with POST /reserved_addrs and use its 'addr'")
+        raise _bad(
+            "url",
+            f"is not a TCP address this account reserved ('{addr}'); reserve "
+            "one with POST /reserved_addrs and use its 'addr'",
+        )
     return found["reserved_addr_id"]
 
 
@@ -190,14 +206,21 @@ def domain_of(account_id: str, host: str) -> Optional[str]:
     found = reservations.domain_reservation(host)
     if found is not None:
         if found["account_id"] != account_id:
-            raise _bad("url", f"is under '{found['domain']}', a domain reserved for another "
-                              "account", errors.DomainNotOwned)
+            raise _bad(
+                "url",
+                f"is under '{found['domain']}', a domain reserved for another account",
+                errors.DomainNotOwned,
+            )
         return found["reserved_domain_id"]
     base = settings.base_domain
     if host != base and hostnames.is_within(host, base):
         return None
-    raise _bad("url", f"is not on a domain this account reserved (reserve '{host}' with POST "
-                      f"/reserved_domains) nor a name under '{base}'", errors.DomainNotReserved)
+    raise _bad(
+        "url",
+        f"is not on a domain this account reserved (reserve '{host}' with POST "
+        f"/reserved_domains) nor a name under '{base}'",
+        errors.DomainNotReserved,
+    )
 
 
 # ---- items --------------------------------------------------------------------------------------
@@ -205,11 +228,17 @@ def _endpoint_key(account_id: str, endpoint_id: str) -> Dict[str, Any]:
     return online.raw_key(store.collection_pk(account_id, online.ENDPOINTS), endpoint_id)
 
 
-def _endpoint_item(account_id: str, endpoint_id: str, data: Dict[str, Any],
-                   version: int) -> Dict[str, Any]:
-    return {**_endpoint_key(account_id, endpoint_id), "kind": {"S": online.ENDPOINTS},
-            "account_id": {"S": account_id}, "data": store.to_av(data), "refs": {"N": "0"},
-            "version": {"N": str(version)}}
+def _endpoint_item(
+    account_id: str, endpoint_id: str, data: Dict[str, Any], version: int
+) -> Dict[str, Any]:
+    return {
+        **_endpoint_key(account_id, endpoint_id),
+        "kind": {"S": online.ENDPOINTS},
+        "account_id": {"S": account_id},
+        "data": store.to_av(data),
+        "refs": {"N": "0"},
+        "version": {"N": str(version)},
+    }
 
 
 def claim_of(account_id: str, data: Dict[str, Any]) -> str:
@@ -224,15 +253,27 @@ def claim_of(account_id: str, data: Dict[str, Any]) -> str:
 def _claim_item(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> Dict[str, Any]:
     name = claim_of(account_id, data)
     scheme, host = split(data["url"])
-    copy = {"id": endpoint_id, "account_id": account_id, "url": data["url"], "host": host,
-            "port": data.get("port"),
-            "scheme": scheme, "internal": is_internal(host),
-            "traffic_policy": data.get("traffic_policy", "")}
-    return {**online._claim_key(name), "kind": {"S": online.CLAIM_NAMESPACE},
-            "account_id": {"S": account_id}, "owner": {"S": endpoint_id},
-            "instance_id": {"S": "api"}, "heartbeat_at": {"N": online._ms(online.now())},
-            "data": store.to_av({"endpoint_id": endpoint_id, "account_id": account_id,
-                                 "name": name, "cloud": copy})}
+    copy = {
+        "id": endpoint_id,
+        "account_id": account_id,
+        "url": data["url"],
+        "host": host,
+        "port": data.get("port"),
+        "scheme": scheme,
+        "internal": is_internal(host),
+        "traffic_policy": data.get("traffic_policy", ""),
+    }
+    return {
+        **online._claim_key(name),
+        "kind": {"S": online.CLAIM_NAMESPACE},
+        "account_id": {"S": account_id},
+        "owner": {"S": endpoint_id},
+        "instance_id": {"S": "api"},
+        "heartbeat_at": {"N": online._ms(online.now())},
+        "data": store.to_av(
+            {"endpoint_id": endpoint_id, "account_id": account_id, "name": name, "cloud": copy}
+        ),
+    }
 
 
 def _domain_ref(account_id: str, data: Dict[str, Any], delta: int) -> List[Dict[str, Any]]:
@@ -240,6 +281,7 @@ def _domain_ref(account_id: str, data: Dict[str, Any], delta: int) -> List[Dict[
     op), so that a reservation a cloud endpoint serves cannot be deleted (409, as for edge
     hostports)."""
     from chalicelib import reserved_addrs
+
     if data.get("domain_id"):
         collection, rid = reserved_domains.COLLECTION, data["domain_id"]
     elif data.get("tcp_addr_id"):
@@ -247,19 +289,32 @@ def _domain_ref(account_id: str, data: Dict[str, Any], delta: int) -> List[Dict[
     else:
         return []
     key = online.raw_key(store.collection_pk(account_id, collection), rid)
-    return [{"Update": {"TableName": online.raw_table(), "Key": key,
-                        "UpdateExpression": "ADD refs :d, version :one",
-                        "ConditionExpression": "attribute_exists(pk)",
-                        "ExpressionAttributeValues": {":d": {"N": str(delta)},
-                                                      ":one": {"N": "1"}}}}]
+    return [
+        {
+            "Update": {
+                "TableName": online.raw_table(),
+                "Key": key,
+                "UpdateExpression": "ADD refs :d, version :one",
+                "ConditionExpression": "attribute_exists(pk)",
+                "ExpressionAttributeValues": {":d": {"N": str(delta)}, ":one": {"N": "1"}},
+            }
+        }
+    ]
 
 
 def _hostport_free(hostport: str) -> Dict[str, Any]:
     from chalicelib import edge_modules
-    key = online.raw_key(store.unique_pk(edge_modules.HOSTPORT_NAMESPACE, hostport),
-                      store.UNIQUE_SK)
-    return {"ConditionCheck": {"TableName": online.raw_table(), "Key": key,
-                               "ConditionExpression": "attribute_not_exists(pk)"}}
+
+    key = online.raw_key(
+        store.unique_pk(edge_modules.HOSTPORT_NAMESPACE, hostport), store.UNIQUE_SK
+    )
+    return {
+        "ConditionCheck": {
+            "TableName": online.raw_table(),
+            "Key": key,
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+    }
 
 
 class _Taken(Exception):
@@ -270,23 +325,31 @@ class _Taken(Exception):
         self.raw = raw
 
 
-def _claim_ops(account_id: str, endpoint_id: str, data: Dict[str, Any],
-               held: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def _claim_ops(
+    account_id: str, endpoint_id: str, data: Dict[str, Any], held: Optional[Dict[str, Any]]
+) -> List[Dict[str, Any]]:
     """Put the claim: new (nobody holds it), or over ``held`` (a stale holder, as read)."""
-    put = {"TableName": online.raw_table(), "Item": _claim_item(account_id, endpoint_id, data),
-           "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+    put = {
+        "TableName": online.raw_table(),
+        "Item": _claim_item(account_id, endpoint_id, data),
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
     if held is None:
         put["ConditionExpression"] = "attribute_not_exists(pk)"
     else:
-        put.update(ConditionExpression="#o = :old AND heartbeat_at = :hb",
-                   ExpressionAttributeNames={"#o": "owner"},
-                   ExpressionAttributeValues={":old": held["owner"],
-                                              ":hb": held["heartbeat_at"]})
+        put.update(
+            ConditionExpression="#o = :old AND heartbeat_at = :hb",
+            ExpressionAttributeNames={"#o": "owner"},
+            ExpressionAttributeValues={":old": held["owner"], ":hb": held["heartbeat_at"]},
+        )
     ops = [{"Put": put}]
     scheme, host = split(data["url"])
     if not is_internal(host):
-        ops.append(_hostport_free(address(data["url"]) if scheme == "tcp"
-                                  else f"{host}:{HTTPS_EDGE_PORT}"))
+        ops.append(
+            _hostport_free(
+                address(data["url"]) if scheme == "tcp" else f"{host}:{HTTPS_EDGE_PORT}"
+            )
+        )
     return ops
 
 
@@ -297,8 +360,7 @@ def _transact(ops: List[Dict[str, Any]], claim_index: int) -> None:
         online.raw_client().transact_write_items(TransactItems=ops)
     except ClientError as exc:
         error = exc.response.get("Error", {})
-        if error.get("Code") in ("TransactionConflictException",
-                                 "TransactionInProgressException"):
+        if error.get("Code") in ("TransactionConflictException", "TransactionInProgressException"):
             raise store.VersionConflict() from None
         if error.get("Code") != "TransactionCanceledException":
             raise
@@ -308,20 +370,25 @@ def _transact(ops: List[Dict[str, Any]], claim_index: int) -> None:
                 continue
             if index == claim_index:
                 raise _Taken(reason.get("Item")) from None
-            if "Update" in ops[index]:   # a reserved domain's refs: it was deleted meanwhile
-                raise errors.Conflict("The reserved domain of the endpoint's URL was deleted "
-                                      "meanwhile", details={"field": "url"}) from None
+            if "Update" in ops[index]:  # a reserved domain's refs: it was deleted meanwhile
+                raise errors.Conflict(
+                    "The reserved domain of the endpoint's URL was deleted meanwhile",
+                    details={"field": "url"},
+                ) from None
             if "ConditionCheck" in ops[index]:
                 raise errors.EndpointUrlInUse(
                     "The endpoint URL's host is served by an HTTPS edge (its hostport "
                     f"'{ops[index]['ConditionCheck']['Key']['pk']['S'].split('#')[-1]}'); "
-                    "remove it from the edge first", details={"field": "url"}) from None
+                    "remove it from the edge first",
+                    details={"field": "url"},
+                ) from None
             raise store.VersionConflict() from None
         raise store.VersionConflict() from None
 
 
-def _write_claiming(account_id: str, endpoint_id: str, data: Dict[str, Any],
-                    other_ops: List[Dict[str, Any]]) -> None:
+def _write_claiming(
+    account_id: str, endpoint_id: str, data: Dict[str, Any], other_ops: List[Dict[str, Any]]
+) -> None:
     """``other_ops`` and the claim of ``data``'s host in one transaction, taking over a stale
     holder (re-read only on that failure path); 409 when a live endpoint holds it."""
     held = None
@@ -339,15 +406,17 @@ def _write_claiming(account_id: str, endpoint_id: str, data: Dict[str, Any],
             if holder_data.get("cloud") and online._s(raw, "account_id") == account_id:
                 raise errors.CloudEndpointExists(
                     f"This account already has a cloud endpoint on {data['url']} "
-                    f"({online._s(raw, 'owner')})", details={"field": "url"}) from None
+                    f"({online._s(raw, 'owner')})",
+                    details={"field": "url"},
+                ) from None
             if online._claim_is_live(raw):
                 raise errors.EndpointUrlInUse(
                     f"The endpoint URL {data['url']} is already online (served by another "
                     "endpoint); stop it first or use another URL",
-                    details={"field": "url"}) from None
+                    details={"field": "url"},
+                ) from None
             held = raw
-    raise errors.Conflict(f"'{data['url']}' is being claimed by another endpoint at the same "
-                          "time")
+    raise errors.Conflict(f"'{data['url']}' is being claimed by another endpoint at the same time")
 
 
 def check_secrets(account_id: str, data: Dict[str, Any]) -> None:
@@ -360,9 +429,13 @@ def check_secrets(account_id: str, data: Dict[str, Any]) -> None:
 
 def create(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> store.Item:
     check_secrets(account_id, data)
-    put = {"Put": {"TableName": online.raw_table(),
-                   "Item": _endpoint_item(account_id, endpoint_id, data, 1),
-                   "ConditionExpression": "attribute_not_exists(pk)"}}
+    put = {
+        "Put": {
+            "TableName": online.raw_table(),
+            "Item": _endpoint_item(account_id, endpoint_id, data, 1),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+    }
     _write_claiming(account_id, endpoint_id, data, [put] + _domain_ref(account_id, data, 1))
     return store.model().from_raw_data(_endpoint_item(account_id, endpoint_id, data, 1))
 
@@ -370,15 +443,16 @@ def create(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> store.Ite
 def read(account_id: str, endpoint_id: str, what: str = "endpoint") -> store.Item:
     """The cloud endpoint (1 GetItem); 404 when there is none (or the agent endpoint is
     offline), 400 when it is a live agent endpoint (its agent manages it)."""
-    item = store.get_by_id(account_id, online.ENDPOINTS, online.ENDPOINT_PREFIX, endpoint_id,
-                           what)
+    item = store.get_by_id(account_id, online.ENDPOINTS, online.ENDPOINT_PREFIX, endpoint_id, what)
     if item.owner or (item.data or {}).get("type", "agent") != "cloud":
-        online.live_item(account_id, online.ENDPOINTS, online.ENDPOINT_PREFIX, endpoint_id,
-                         what)   # 404 when offline
+        online.live_item(
+            account_id, online.ENDPOINTS, online.ENDPOINT_PREFIX, endpoint_id, what
+        )  # 404 when offline
         raise errors.UnsupportedOperation(
             f"Endpoint '{endpoint_id}' is an agent endpoint: its agent manages it (stop the "
             "agent, or its tunnel session with POST /tunnel_sessions/{id}/stop); only cloud "
-            "endpoints are changed or deleted through this API")
+            "endpoints are changed or deleted through this API"
+        )
     return item
 
 
@@ -388,39 +462,65 @@ def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item
     check_secrets(account_id, data)
     version = int(old.version or 0)
     endpoint_id = old.sk
-    put = {"Put": {"TableName": online.raw_table(),
-                   "Item": _endpoint_item(account_id, endpoint_id, data, version + 1),
-                   "ConditionExpression": "attribute_exists(pk) AND version = :v",
-                   "ExpressionAttributeValues": {":v": {"N": str(version)}}}}
+    put = {
+        "Put": {
+            "TableName": online.raw_table(),
+            "Item": _endpoint_item(account_id, endpoint_id, data, version + 1),
+            "ConditionExpression": "attribute_exists(pk) AND version = :v",
+            "ExpressionAttributeValues": {":v": {"N": str(version)}},
+        }
+    }
     old_name, new_name = claim_of(account_id, old.data), claim_of(account_id, data)
-    refs = [] if (old.data.get("domain_id"), old.data.get("tcp_addr_id")) == \
-        (data.get("domain_id"), data.get("tcp_addr_id")) else \
-        _domain_ref(account_id, old.data, -1) + _domain_ref(account_id, data, 1)
+    refs = (
+        []
+        if (old.data.get("domain_id"), old.data.get("tcp_addr_id"))
+        == (data.get("domain_id"), data.get("tcp_addr_id"))
+        else _domain_ref(account_id, old.data, -1) + _domain_ref(account_id, data, 1)
+    )
     if old_name == new_name:
-        claim = {"Put": {"TableName": online.raw_table(),
-                         "Item": _claim_item(account_id, endpoint_id, data),
-                         "ConditionExpression": "#o = :o",
-                         "ExpressionAttributeNames": {"#o": "owner"},
-                         "ExpressionAttributeValues": {":o": {"S": endpoint_id}}}}
+        claim = {
+            "Put": {
+                "TableName": online.raw_table(),
+                "Item": _claim_item(account_id, endpoint_id, data),
+                "ConditionExpression": "#o = :o",
+                "ExpressionAttributeNames": {"#o": "owner"},
+                "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
+            }
+        }
         _transact([put, claim] + refs, -1)
         return store.model().from_raw_data(put["Put"]["Item"])
-    release = {"Delete": {"TableName": online.raw_table(), "Key": online._claim_key(old_name),
-                          "ConditionExpression": "#o = :o",
-                          "ExpressionAttributeNames": {"#o": "owner"},
-                          "ExpressionAttributeValues": {":o": {"S": endpoint_id}}}}
+    release = {
+        "Delete": {
+            "TableName": online.raw_table(),
+            "Key": online._claim_key(old_name),
+            "ConditionExpression": "#o = :o",
+            "ExpressionAttributeNames": {"#o": "owner"},
+            "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
+        }
+    }
     _write_claiming(account_id, endpoint_id, data, [put, release] + refs)
     return store.model().from_raw_data(put["Put"]["Item"])
 
 
 def delete(account_id: str, old: store.Item) -> None:
     endpoint_id = old.sk
-    ops = [{"Delete": {"TableName": online.raw_table(),
-                       "Key": _endpoint_key(account_id, endpoint_id),
-                       "ConditionExpression": "version = :v",
-                       "ExpressionAttributeValues": {":v": {"N": str(int(old.version or 0))}}}},
-           {"Delete": {"TableName": online.raw_table(),
-                       "Key": online._claim_key(claim_of(account_id, old.data)),
-                       "ConditionExpression": "attribute_not_exists(pk) OR #o = :o",
-                       "ExpressionAttributeNames": {"#o": "owner"},
-                       "ExpressionAttributeValues": {":o": {"S": endpoint_id}}}}]
+    ops = [
+        {
+            "Delete": {
+                "TableName": online.raw_table(),
+                "Key": _endpoint_key(account_id, endpoint_id),
+                "ConditionExpression": "version = :v",
+                "ExpressionAttributeValues": {":v": {"N": str(int(old.version or 0))}},
+            }
+        },
+        {
+            "Delete": {
+                "TableName": online.raw_table(),
+                "Key": online._claim_key(claim_of(account_id, old.data)),
+                "ConditionExpression": "attribute_not_exists(pk) OR #o = :o",
+                "ExpressionAttributeNames": {"#o": "owner"},
+                "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
+            }
+        },
+    ]
     _transact(ops + _domain_ref(account_id, old.data, -1), -1)

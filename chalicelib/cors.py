@@ -14,6 +14,7 @@ dashboard authenticates with the ``Authorization`` header, not cookies.
 Installed before chalicelib.web's middleware, so it is the outer one: a preflight is answered
 before the version-header check, and errors answered by chalicelib.web get the header too.
 """
+
 from typing import Callable, Dict
 
 from chalice import Chalice, Response
@@ -35,18 +36,28 @@ def _origin(event: Request) -> str:
 
 
 def cors_headers(origin: str) -> Dict[str, str]:
-    return {"Access-Control-Allow-Origin": origin,
-            "Access-Control-Expose-Headers": EXPOSE_HEADERS, "Vary": "Origin"}
+    return {
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Expose-Headers": EXPOSE_HEADERS,
+        "Vary": "Origin",
+    }
 
 
 def _middleware(event: Request, get_response: Callable[[Request], Response]) -> Response:
     origin = _origin(event)
     if event.method == "OPTIONS":
         if origin and (event.headers or {}).get("access-control-request-method"):
-            return Response(body="", status_code=204, headers={
-                **cors_headers(origin), "Access-Control-Allow-Methods": ALLOW_METHODS,
-                "Access-Control-Allow-Headers": ALLOW_HEADERS,
-                "Access-Control-Max-Age": MAX_AGE, "Content-Type": "application/json"})
+            return Response(
+                body="",
+                status_code=204,
+                headers={
+                    **cors_headers(origin),
+                    "Access-Control-Allow-Methods": ALLOW_METHODS,
+                    "Access-Control-Allow-Headers": ALLOW_HEADERS,
+                    "Access-Control-Max-Age": MAX_AGE,
+                    "Content-Type": "application/json",
+                },
+            )
     response = get_response(event)
     response.headers["Vary"] = "Origin"
     if origin:
@@ -72,5 +83,7 @@ def add_preflight_routes(app: Chalice) -> None:
 
         def view(_allowed=allowed, **_):
             raise errors.MethodNotAllowed(
-                f"Method OPTIONS is not allowed here; allowed: {', '.join(_allowed)}")
+                f"Method OPTIONS is not allowed here; allowed: {', '.join(_allowed)}"
+            )
+
         app.route(path, methods=["OPTIONS"], content_types=["*/*"], name=name)(view)

@@ -22,6 +22,7 @@ Rules (where the spec is silent, decided here):
   use. It refuses an unknown token, a credential whose owner no longer exists, and a
   credential owned by an inactive bot; otherwise the ACL decides (chalicelib.core.acl.may_bind).
 """
+
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from chalicelib import auth, web
@@ -39,8 +40,9 @@ ACL = Field("acl", "string_list", check=acl.check_field)
 
 
 def _owner_not_updatable(name: str, value: Any) -> Any:
-    raise errors.InvalidField("Field 'owner_id' is set at creation and cannot be changed",
-                              details={"field": name})
+    raise errors.InvalidField(
+        "Field 'owner_id' is set at creation and cannot be changed", details={"field": name}
+    )
 
 
 CREATE_FIELDS = [DESCRIPTION, METADATA, ACL, Field("owner_id", "string")]
@@ -59,11 +61,18 @@ def render(c: Ctx, item: store.Item, token: Optional[str] = None) -> Dict[str, A
 
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     owner_id, owner_kind = auth.new_owner(c, fields.get("owner_id"), "credentials")
-    item, token = auth.create_secret(c.account_id, COLLECTION, TOKEN_NAMESPACE, owner_id,
-                                     owner_kind,
-                                     {"description": fields.get("description", ""),
-                                      "metadata": fields.get("metadata", ""),
-                                      "acl": fields.get("acl", [])})
+    item, token = auth.create_secret(
+        c.account_id,
+        COLLECTION,
+        TOKEN_NAMESPACE,
+        owner_id,
+        owner_kind,
+        {
+            "description": fields.get("description", ""),
+            "metadata": fields.get("metadata", ""),
+            "acl": fields.get("acl", []),
+        },
+    )
     return render(c, item, token)
 
 
@@ -81,8 +90,12 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
 
 def update(c: Ctx, credential_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     """One UpdateItem of the sent fields (owner-conditioned for members and bots)."""
-    return render(c, auth.update_owned(c, COLLECTION, PREFIX, credential_id, fields,
-                                       "credential", "credentials"))
+    return render(
+        c,
+        auth.update_owned(
+            c, COLLECTION, PREFIX, credential_id, fields, "credential", "credentials"
+        ),
+    )
 
 
 def delete_ops(item: store.Item) -> List[store.Op]:
@@ -104,9 +117,13 @@ def owned_by(account_id: str, owner_id: str) -> List[store.Item]:
     return auth.owned_by(account_id, COLLECTION, owner_id)
 
 
-def credential_may_bind(token: str, *, domain: Optional[str] = None,
-                        address: Optional[str] = None,
-                        labels: Optional[Mapping[str, str]] = None) -> bool:
+def credential_may_bind(
+    token: str,
+    *,
+    domain: Optional[str] = None,
+    address: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+) -> bool:
     """May the agent holding ``token`` bind ``domain`` / ``address`` / ``labels``?
 
     False for an unknown or deleted token, a credential whose owner no longer exists, or one
@@ -124,5 +141,4 @@ def credential_may_bind(token: str, *, domain: Optional[str] = None,
     item = store.get(store.collection_pk(data["account_id"], COLLECTION), data["credential_id"])
     if item is None or keys.usable_owner(data)[0] is None:
         return False
-    return acl.may_bind(item.data.get("acl") or [], domain=domain, address=address,
-                        labels=labels)
+    return acl.may_bind(item.data.get("acl") or [], domain=domain, address=address, labels=labels)

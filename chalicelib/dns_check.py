@@ -27,6 +27,7 @@ time), so a call takes at most ``MAX_RECORDS * QUERY_TIMEOUT`` seconds of resolv
 the resolver does. Nothing is written. A record's name and target are the domain's own
 (validated at reservation), never taken from the request, which has no body.
 """
+
 from typing import Any, Dict, List, Tuple
 
 from chalicelib import reserved_domains, validation, web
@@ -76,6 +77,7 @@ def parse_resolver(raw: str) -> Tuple[str, int]:
 
 def _resolver() -> Any:
     import dns.resolver  # imported on first check, not at cold start
+
     configured = get_settings().dns_check_resolver
     if configured:
         host, port = parse_resolver(configured)
@@ -94,8 +96,15 @@ def check_record(resolver: Any, name: str, expected: str) -> Dict[str, Any]:
     """The status of one CNAME record (never raises for what the resolver answers)."""
     import dns.exception
     import dns.resolver
-    result: Dict[str, Any] = {"type": "CNAME", "name": name, "expected_target": expected,
-                              "status": UNKNOWN, "found_targets": [], "msg": ""}
+
+    result: Dict[str, Any] = {
+        "type": "CNAME",
+        "name": name,
+        "expected_target": expected,
+        "status": UNKNOWN,
+        "found_targets": [],
+        "msg": "",
+    }
     try:
         answer = resolver.resolve(name, "CNAME", search=False, raise_on_no_answer=False)
     except dns.resolver.NXDOMAIN:
@@ -117,8 +126,10 @@ def check_record(resolver: Any, name: str, expected: str) -> Dict[str, Any]:
     elif _bare(expected) in targets:
         result.update(status=FOUND, msg="")
     else:
-        result.update(status=WRONG_TARGET,
-                      msg=f"{name} points at {', '.join(targets)}, not {_bare(expected)}")
+        result.update(
+            status=WRONG_TARGET,
+            msg=f"{name} points at {', '.join(targets)}, not {_bare(expected)}",
+        )
     return result
 
 

@@ -34,12 +34,19 @@ Modules (stored form → response form)
 Module bodies of PUT: the module object itself, or ``{"module": {...}}`` with optional
 ``id``/``edge_id`` naming the path's resources (other clients of the API family send that).
 """
+
 import re
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib import (backends, certificate_authorities, ip_policies, reserved_addrs, reserved_domains,
-                        traffic_policy)
+from chalicelib import (
+    backends,
+    certificate_authorities,
+    ip_policies,
+    reserved_addrs,
+    reserved_domains,
+    traffic_policy,
+)
 from chalicelib.core import errors, hostnames, ids, refs, store
 from chalicelib.core.config import get_settings
 from chalicelib.validation import Field, parse
@@ -66,8 +73,11 @@ def check_hostport(field: str, value: Any) -> str:
     if not sep or not host:
         raise _bad(field, f"must be 'host:port', got '{value[:300]}'")
     # isascii: str.isdigit() is also true for '²' and other digits int() refuses.
-    if not (port.isascii() and port.isdigit()) or str(int(port)) != port \
-            or not 1 <= int(port) <= 65535:
+    if (
+        not (port.isascii() and port.isdigit())
+        or str(int(port)) != port
+        or not 1 <= int(port) <= 65535
+    ):
         raise _bad(field, f"must have a port from 1 to 65535, got '{value[:300]}'")
     if len(host) > 253 or not all(_LABEL_RE.match(label) for label in host.split(".")):
         raise _bad(field, f"must have a valid hostname as host, got '{value[:300]}'")
@@ -92,8 +102,9 @@ HOSTPORTS = Field("hostports", "any", check=check_hostports)
 
 
 # ---- modules: parsing -------------------------------------------------------------------------
-def parse_module(field: Optional[str], value: Any, fields: List[Field],
-                 **defaults: Any) -> Dict[str, Any]:
+def parse_module(
+    field: Optional[str], value: Any, fields: List[Field], **defaults: Any
+) -> Dict[str, Any]:
     """Parse a module object: ``enabled`` defaults to true, other absent fields to
     ``defaults``. Errors name ``<field>.<name>`` (just ``<name>`` for a PUT, ``field=None``).
     Shared by the TCP modules here and the HTTPS route modules."""
@@ -119,21 +130,36 @@ def _check_policy_ids(name: str, value: List[str]) -> List[str]:
         raise _bad(name, "must name at least one IP policy")
     for index, entry in enumerate(value):
         if not ids.is_valid(entry, ip_policies.POLICY_PREFIX):
-            raise _bad(f"{name}[{index}]", f"must be the id of an IP policy "
-                                           f"({ip_policies.POLICY_PREFIX}_…), got '{entry[:64]}'")
+            raise _bad(
+                f"{name}[{index}]",
+                f"must be the id of an IP policy "
+                f"({ip_policies.POLICY_PREFIX}_…), got '{entry[:64]}'",
+            )
     if len(set(value)) != len(value):
         raise _bad(name, "lists an IP policy more than once")
     return value
 
 
 ENABLED = Field("enabled", "boolean")
-BACKEND_FIELDS = [ENABLED, Field("backend_id", "string", required=True, max_bytes=64,
-                                 check=_check_backend_id)]
-IP_RESTRICTION_FIELDS = [ENABLED, Field("ip_policy_ids", "string_list", required=True,
-                                        max_bytes=64, max_items=MAX_IP_POLICIES,
-                                        check=_check_policy_ids)]
-TRAFFIC_POLICY_FIELDS = [ENABLED, Field("value", "string", required=True,
-                                        check=traffic_policy.check_tcp_document)]
+BACKEND_FIELDS = [
+    ENABLED,
+    Field("backend_id", "string", required=True, max_bytes=64, check=_check_backend_id),
+]
+IP_RESTRICTION_FIELDS = [
+    ENABLED,
+    Field(
+        "ip_policy_ids",
+        "string_list",
+        required=True,
+        max_bytes=64,
+        max_items=MAX_IP_POLICIES,
+        check=_check_policy_ids,
+    ),
+]
+TRAFFIC_POLICY_FIELDS = [
+    ENABLED,
+    Field("value", "string", required=True, check=traffic_policy.check_tcp_document),
+]
 
 
 def parse_backend(field: Optional[str], value: Any) -> Dict[str, Any]:
@@ -148,8 +174,11 @@ def parse_traffic_policy(field: Optional[str], value: Any) -> Dict[str, Any]:
     return parse_module(field, value, TRAFFIC_POLICY_FIELDS)
 
 
-TCP_MODULES = {"backend": parse_backend, "ip_restriction": parse_ip_restriction,
-               "traffic_policy": parse_traffic_policy}
+TCP_MODULES = {
+    "backend": parse_backend,
+    "ip_restriction": parse_ip_restriction,
+    "traffic_policy": parse_traffic_policy,
+}
 
 
 # ---- modules: rendering -----------------------------------------------------------------------
@@ -163,8 +192,10 @@ def render_backend(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[st
 def render_ip_restriction(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     if module is None:
         return None
-    return {"enabled": module["enabled"],
-            "ip_policies": [c.ref(ip_policies.POLICY_PATH, p) for p in module["ip_policy_ids"]]}
+    return {
+        "enabled": module["enabled"],
+        "ip_policies": [c.ref(ip_policies.POLICY_PATH, p) for p in module["ip_policy_ids"]],
+    }
 
 
 def render_traffic_policy(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -173,16 +204,22 @@ def render_traffic_policy(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[
     return {"enabled": module["enabled"], "value": module["value"]}
 
 
-TCP_RENDERERS = {"backend": render_backend, "ip_restriction": render_ip_restriction,
-                 "traffic_policy": render_traffic_policy}
+TCP_RENDERERS = {
+    "backend": render_backend,
+    "ip_restriction": render_ip_restriction,
+    "traffic_policy": render_traffic_policy,
+}
 
 
 # ---- references -------------------------------------------------------------------------------
 _REF_FIELDS = {
     # collection: (module, field in the module, what it is)
     ip_policies.POLICY_COLLECTION: ("ip_restriction", "ip_policy_ids", "IP policy"),
-    certificate_authorities.COLLECTION: ("mutual_tls", "certificate_authority_ids",
-                                         "certificate authority"),
+    certificate_authorities.COLLECTION: (
+        "mutual_tls",
+        "certificate_authority_ids",
+        "certificate authority",
+    ),
     reserved_domains.COLLECTION: ("hostports", "", "reserved domain"),
     reserved_addrs.COLLECTION: ("hostports", "", "reserved address"),
 }
@@ -216,12 +253,14 @@ def check_policy_refs(account_id: str, fields: Dict[str, Any], nested: bool = Tr
     ``traffic_policy.value``, or ``value`` when not ``nested``, as in a module PUT)."""
     module = fields.get("traffic_policy")
     if module and module.get("value"):
-        traffic_policy.check_ip_policies(account_id, "traffic_policy.value" if nested
-                                         else "value", module["value"])
+        traffic_policy.check_ip_policies(
+            account_id, "traffic_policy.value" if nested else "value", module["value"]
+        )
 
 
-def ref_ops(account_id: str, old: Dict[str, Any], new: Dict[str, Any],
-            nested: bool = True) -> List[store.Op]:
+def ref_ops(
+    account_id: str, old: Dict[str, Any], new: Dict[str, Any], nested: bool = True
+) -> List[store.Op]:
     """Move the ``refs`` counters from what ``old`` uses to what ``new`` uses.
 
     Reads nothing: each counter that changes is an update in the edge's transaction,
@@ -229,15 +268,22 @@ def ref_ops(account_id: str, old: Dict[str, Any], new: Dict[str, Any],
     exist fails it with a 400 naming the field (``backend.backend_id``, or ``backend_id``
     when not ``nested``, as in a module PUT) and the id.
     """
+
     def missing(collection: str, resource_id: str) -> errors.ApiError:
-        backend_kind = next((k for k in routing.KINDS.values() if k.collection == collection),
-                            None)
-        module, name, what = ("backend", "backend_id", backend_kind.what) if backend_kind \
+        backend_kind = next(
+            (k for k in routing.KINDS.values() if k.collection == collection), None
+        )
+        module, name, what = (
+            ("backend", "backend_id", backend_kind.what)
+            if backend_kind
             else _REF_FIELDS[collection]
+        )
         field = (f"{module}.{name}" if nested else name) if name else module
         return errors.InvalidField(
             f"Field '{field}': no {what} with id '{resource_id}' exists in this account",
-            details={"field": field})
+            details={"field": field},
+        )
+
     return refs.move(account_id, refs_of(old), refs_of(new), missing)
 
 
@@ -257,21 +303,27 @@ def hostport_owner(account_id: str, kind: str, hostport: str) -> Optional[Tuple[
       that no other account reserved and no other account's online endpoint serves.
     - TCP: ``host:port`` must be exactly an address the account reserved (/reserved_addrs).
     """
+
     def refused(why: str) -> errors.InvalidField:
-        return errors.InvalidField(f"Hostport '{hostport}' {why}",
-                                   details={"field": "hostports", "hostport": hostport})
+        return errors.InvalidField(
+            f"Hostport '{hostport}' {why}", details={"field": "hostports", "hostport": hostport}
+        )
 
     if kind == TCP_EDGE:
         found = reservations.addr_reservation(hostport)
         if found is None or found["account_id"] != account_id:
-            raise refused("is not a TCP address reserved by this account; reserve one with "
-                          "POST /reserved_addrs and use its 'addr'")
+            raise refused(
+                "is not a TCP address reserved by this account; reserve one with "
+                "POST /reserved_addrs and use its 'addr'"
+            )
         return reserved_addrs.COLLECTION, found["reserved_addr_id"]
     host = hostport.rpartition(":")[0]
     settings = get_settings()
     if host == settings.edge_tcp_host:
-        raise refused("has the host of the service's TCP addresses; those are served by TCP "
-                      "edges (reserve one with POST /reserved_addrs)")
+        raise refused(
+            "has the host of the service's TCP addresses; those are served by TCP "
+            "edges (reserve one with POST /reserved_addrs)"
+        )
     found = reservations.domain_reservation(host)
     if found is not None:
         if found["account_id"] != account_id:
@@ -280,13 +332,17 @@ def hostport_owner(account_id: str, kind: str, hostport: str) -> Optional[Tuple[
     base = settings.base_domain
     if host != base and hostnames.is_within(host, base):
         from chalicelib.core import online
+
         holder = online.hostname_holder(host)
         if holder is not None and holder["account_id"] != account_id:
-            raise refused("is a name under the base domain that an online endpoint of "
-                          "another account serves")
+            raise refused(
+                "is a name under the base domain that an online endpoint of another account serves"
+            )
         return None
-    raise refused(f"is not under a domain reserved by this account (reserve '{host}' with POST "
-                  f"/reserved_domains) nor a name under '{base}'")
+    raise refused(
+        f"is not under a domain reserved by this account (reserve '{host}' with POST "
+        f"/reserved_domains) nor a name under '{base}'"
+    )
 
 
 def ownership_violations() -> List[Dict[str, str]]:
@@ -302,13 +358,21 @@ def ownership_violations() -> List[Dict[str, str]]:
             try:
                 hostport_owner(item.account_id, item.kind, hp)
             except errors.InvalidField as exc:
-                found.append({"account_id": item.account_id, "kind": item.kind,
-                              "edge_id": item.sk, "hostport": hp, "reason": exc.msg})
+                found.append(
+                    {
+                        "account_id": item.account_id,
+                        "kind": item.kind,
+                        "edge_id": item.sk,
+                        "hostport": hp,
+                        "reason": exc.msg,
+                    }
+                )
     return sorted(found, key=lambda v: (v["account_id"], v["edge_id"], v["hostport"]))
 
 
-def hostport_ops(account_id: str, kind: str, edge_id: str, old: Dict[str, Any],
-                 new: Dict[str, Any]) -> List[store.Op]:
+def hostport_ops(
+    account_id: str, kind: str, edge_id: str, old: Dict[str, Any], new: Dict[str, Any]
+) -> List[store.Op]:
     """Release the hostports no longer served and claim the new ones (409 when taken, 400 when
     the account may not serve them); for a TCP edge, also rewrite the kept ones' copy of the
     edge (see the module docstring).
@@ -336,12 +400,25 @@ def hostport_ops(account_id: str, kind: str, edge_id: str, old: Dict[str, Any],
         if hp in old_list:
             if kind == TCP_EDGE:
                 # Ours: the edge's own version condition, in this transaction, proves it.
-                ops.append(store.set_fields(store.unique_pk(HOSTPORT_NAMESPACE, hp),
-                                            store.UNIQUE_SK, owner_data,
-                                            missing=store.VersionConflict()))
+                ops.append(
+                    store.set_fields(
+                        store.unique_pk(HOSTPORT_NAMESPACE, hp),
+                        store.UNIQUE_SK,
+                        owner_data,
+                        missing=store.VersionConflict(),
+                    )
+                )
             continue
-        ops.append(store.unique(HOSTPORT_NAMESPACE, hp, owner_data, errors.Conflict(
-            f"Hostport '{hp}' is already served by another edge", details={"hostport": hp})))
+        ops.append(
+            store.unique(
+                HOSTPORT_NAMESPACE,
+                hp,
+                owner_data,
+                errors.Conflict(
+                    f"Hostport '{hp}' is already served by another edge", details={"hostport": hp}
+                ),
+            )
+        )
         if kind == HTTPS_EDGE and hp.endswith(":443"):
             ops.append(_no_cloud_endpoint(hp, hp.rpartition(":")[0]))
         elif kind == TCP_EDGE:
@@ -354,17 +431,34 @@ def _no_cloud_endpoint(hostport: str, name: str) -> store.Op:
     hostport's host for an HTTPS edge, the address for a TCP edge: one host or address, one
     endpoint, chalicelib.cloud_endpoints; a cloud endpoint's claim carries ``data.cloud``)."""
     from chalicelib.core import online
-    request = {"Key": {"pk": {"S": store.unique_pk(online.CLAIM_NAMESPACE, name)},
-                       "sk": {"S": store.UNIQUE_SK}},
-               "ConditionExpression": "attribute_not_exists(#d.#c)",
-               "ExpressionAttributeNames": {"#d": "data", "#c": "cloud"}}
-    return store.Op("check", None, raw=request, error=errors.Conflict(
-        f"Hostport '{hostport}' is served by a cloud endpoint (/endpoints); delete it first",
-        details={"hostport": hostport}))
+
+    request = {
+        "Key": {
+            "pk": {"S": store.unique_pk(online.CLAIM_NAMESPACE, name)},
+            "sk": {"S": store.UNIQUE_SK},
+        },
+        "ConditionExpression": "attribute_not_exists(#d.#c)",
+        "ExpressionAttributeNames": {"#d": "data", "#c": "cloud"},
+    }
+    return store.Op(
+        "check",
+        None,
+        raw=request,
+        error=errors.Conflict(
+            f"Hostport '{hostport}' is served by a cloud endpoint (/endpoints); delete it first",
+            details={"hostport": hostport},
+        ),
+    )
 
 
-def edge_ops(account_id: str, kind: str, edge_id: str, old: Dict[str, Any],
-             new: Dict[str, Any], nested: bool = True) -> List[store.Op]:
+def edge_ops(
+    account_id: str,
+    kind: str,
+    edge_id: str,
+    old: Dict[str, Any],
+    new: Dict[str, Any],
+    nested: bool = True,
+) -> List[store.Op]:
     """The writes that go with an edge's own write, in its transaction, when its data goes
     from ``old`` to ``new`` (``{}`` for a create or a delete): hostports released, claimed
     (and for TCP edges rewritten), ``refs`` counters moved (backends, IP policies,
@@ -395,8 +489,9 @@ def tls_of(data: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return spec or None
 
 
-def tls_index_ops(account_id: str, edge_id: str, old: Dict[str, Any],
-                  new: Dict[str, Any]) -> List[store.Op]:
+def tls_index_ops(
+    account_id: str, edge_id: str, old: Dict[str, Any], new: Dict[str, Any]
+) -> List[store.Op]:
     """Keep one index item per hostport of an edge whose TLS modules ask something
     (:func:`tls_of`), in the edge's own transaction: dropped for hostports that no longer
     need one, (re)written for every one that does (so a stored edge from before the index
@@ -406,8 +501,14 @@ def tls_index_ops(account_id: str, edge_id: str, old: Dict[str, Any],
     new_hps = set(new.get("hostports") or []) if spec else set()
     ops = [store.drop(store.EDGE_TLS_PK, hp) for hp in sorted(old_hps - new_hps)]
     for hp in sorted(new_hps):
-        ops.append(store.put_raw(store.EDGE_TLS_PK, hp, TLS_INDEX_KIND,
-                                 {"account_id": account_id, "edge_id": edge_id, **spec}))
+        ops.append(
+            store.put_raw(
+                store.EDGE_TLS_PK,
+                hp,
+                TLS_INDEX_KIND,
+                {"account_id": account_id, "edge_id": edge_id, **spec},
+            )
+        )
     return ops
 
 
@@ -420,13 +521,15 @@ def module_body(raw: Dict[str, Any], path_ids: Dict[str, str]) -> Dict[str, Any]
         if key == "module":
             continue
         if key not in path_ids:
-            raise errors.UnknownField(f"Unknown field '{key}'; accepted fields: module, "
-                                      f"{', '.join(sorted(path_ids))}", details={"field": key})
+            raise errors.UnknownField(
+                f"Unknown field '{key}'; accepted fields: module, {', '.join(sorted(path_ids))}",
+                details={"field": key},
+            )
         if value is not None and value != path_ids[key]:
-            raise errors.InvalidField(f"Field '{key}' ({value!r}) does not match the path",
-                                      details={"field": key})
+            raise errors.InvalidField(
+                f"Field '{key}' ({value!r}) does not match the path", details={"field": key}
+            )
     module = raw["module"]
     if not isinstance(module, dict):
         raise _bad("module", "must be an object")
     return module
-

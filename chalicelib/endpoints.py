@@ -25,6 +25,7 @@ pooling_enabled (false: one endpoint per URL, service-wide).
 Not offered (yet): the list's ``id`` / ``url`` query parameters (400 like any unknown
 parameter).
 """
+
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
@@ -47,9 +48,15 @@ BINDINGS = Field("bindings", "string_list", check=cloud.check_bindings)
 POOLING = Field("pooling_enabled", "boolean", check=cloud.check_pooling)
 # GET /endpoints?id=…&url=… (what the official clients send; chalicelib.list_filters)
 LIST_QUERY_FILTERS = {"id": "id", "url": "url"}
-CREATE_FIELDS = [Field("url", "string", required=True, check=cloud.check_url),
-                 Field("type", "string", check=cloud.check_type), TRAFFIC_POLICY,
-                 DESCRIPTION, METADATA, BINDINGS, POOLING]
+CREATE_FIELDS = [
+    Field("url", "string", required=True, check=cloud.check_url),
+    Field("type", "string", check=cloud.check_type),
+    TRAFFIC_POLICY,
+    DESCRIPTION,
+    METADATA,
+    BINDINGS,
+    POOLING,
+]
 UPDATE_FIELDS = [URL, TRAFFIC_POLICY, DESCRIPTION, METADATA, BINDINGS, POOLING]
 
 
@@ -89,8 +96,9 @@ def render(c: Ctx, item: store.Item, session: Optional[store.Item]) -> Dict[str,
         "metadata": data.get("metadata", ""),
         "description": data.get("description", ""),
         "domain": c.ref("/reserved_domains", data["domain_id"]) if data.get("domain_id") else None,
-        "tcp_addr": (c.ref("/reserved_addrs", data["tcp_addr_id"])
-                     if data.get("tcp_addr_id") else None),
+        "tcp_addr": (
+            c.ref("/reserved_addrs", data["tcp_addr_id"]) if data.get("tcp_addr_id") else None
+        ),
         "tunnel": c.ref("/tunnels", tunnel_id) if tunnel_id else None,
         "edge": None,
         "upstream_url": data.get("forwards_to", ""),
@@ -110,8 +118,9 @@ def get(c: Ctx, endpoint_id: str) -> Dict[str, Any]:
     return render(c, *online.live_item(c.account_id, COLLECTION, PREFIX, endpoint_id, WHAT))
 
 
-def list_page(c: Ctx, limit: int, before_id: Optional[str]
-              ) -> Tuple[List[Dict[str, Any]], bool, Optional[str]]:
+def list_page(
+    c: Ctx, limit: int, before_id: Optional[str]
+) -> Tuple[List[Dict[str, Any]], bool, Optional[str]]:
     pairs, more, cursor = online.live_page(c.account_id, COLLECTION, limit, before_id)
     return [render(c, item, session) for item, session in pairs], more, cursor
 
@@ -119,32 +128,52 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]
 def _cloud_data(c: Ctx, fields: Dict[str, Any], old: Dict[str, Any]) -> Dict[str, Any]:
     """The stored data of a cloud endpoint after ``fields`` (sent, checked) over ``old``."""
     url = fields.get("url", old.get("url"))
-    if "bindings" in fields or "url" in fields:   # not sent: the URL's own binding
+    if "bindings" in fields or "url" in fields:  # not sent: the URL's own binding
         bindings = cloud.resolve_bindings(url, fields.get("bindings"))
     else:
         bindings = old["bindings"]
     scheme, host = cloud.split(url)
     data = {**old, **{k: v for k, v in fields.items() if k not in ("type", "bindings")}}
-    data.update(type="cloud", url=url, public_url=url, proto=scheme, hostname=host,
-                port=urlsplit(url).port or DEFAULT_PORTS[scheme], bindings=bindings,
-                pooling_enabled=False, updated_at=validation.now_rfc3339())
+    data.update(
+        type="cloud",
+        url=url,
+        public_url=url,
+        proto=scheme,
+        hostname=host,
+        port=urlsplit(url).port or DEFAULT_PORTS[scheme],
+        bindings=bindings,
+        pooling_enabled=False,
+        updated_at=validation.now_rfc3339(),
+    )
     if url != old.get("url"):
         public = not cloud.is_internal(host)
-        data["domain_id"] = cloud.domain_of(c.account_id, host) \
-            if public and scheme != "tcp" else None
-        data["tcp_addr_id"] = cloud.addr_of(c.account_id, url) \
-            if public and scheme == "tcp" else None
-    if "traffic_policy" in fields or "url" in fields:   # the phases its protocol runs
-        cloud.check_policy("traffic_policy", data.get("traffic_policy", ""),
-                           "tcp" if scheme == "tcp" else "http")
+        data["domain_id"] = (
+            cloud.domain_of(c.account_id, host) if public and scheme != "tcp" else None
+        )
+        data["tcp_addr_id"] = (
+            cloud.addr_of(c.account_id, url) if public and scheme == "tcp" else None
+        )
+    if "traffic_policy" in fields or "url" in fields:  # the phases its protocol runs
+        cloud.check_policy(
+            "traffic_policy", data.get("traffic_policy", ""), "tcp" if scheme == "tcp" else "http"
+        )
     return data
 
 
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     """A cloud endpoint (rules and store calls: chalicelib.cloud_endpoints)."""
     now = validation.now_rfc3339()
-    data = _cloud_data(c, fields, {"description": "", "metadata": "", "traffic_policy": "",
-                                   "created_at": now, "principal_id": c.principal.id})
+    data = _cloud_data(
+        c,
+        fields,
+        {
+            "description": "",
+            "metadata": "",
+            "traffic_policy": "",
+            "created_at": now,
+            "principal_id": c.principal.id,
+        },
+    )
     item = cloud.create(c.account_id, online.new_endpoint_id(), data)
     return render(c, item, None)
 

@@ -17,6 +17,7 @@ chalicelib.core.event_targets):
 - A destination used by a subscription cannot be deleted (409; ``refs`` counts the
   subscriptions naming it, moved in their transactions).
 """
+
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib import validation, web
@@ -31,9 +32,10 @@ LIST_KEY = "event_destinations"
 
 
 def _check_format(name: str, value: str) -> str:
-    if value.lower() not in ("json", ""):   # "": the reference client's default
-        raise errors.InvalidField(f"Field '{name}' must be 'json' (the only format offered)",
-                                  details={"field": name})
+    if value.lower() not in ("json", ""):  # "": the reference client's default
+        raise errors.InvalidField(
+            f"Field '{name}' must be 'json' (the only format offered)", details={"field": name}
+        )
     return "json"
 
 
@@ -53,29 +55,47 @@ open_target = event_targets.open_target
 
 def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
     data = item.data
-    return {"id": item.sk, "uri": c.uri(f"{PATH}/{item.sk}"), "created_at": data["created_at"],
-            "description": data.get("description", ""), "metadata": data.get("metadata", ""),
-            "format": data.get("format", "json"),
-            "target": event_targets.rendered_target(data["target"])}
+    return {
+        "id": item.sk,
+        "uri": c.uri(f"{PATH}/{item.sk}"),
+        "created_at": data["created_at"],
+        "description": data.get("description", ""),
+        "metadata": data.get("metadata", ""),
+        "format": data.get("format", "json"),
+        "target": event_targets.rendered_target(data["target"]),
+    }
 
 
 def _room(account_id: str, collection: str, what: str) -> None:
-    items, _ = store.query_page(store.collection_pk(account_id, collection),
-                                event_targets.MAX_PER_ACCOUNT)
+    items, _ = store.query_page(
+        store.collection_pk(account_id, collection), event_targets.MAX_PER_ACCOUNT
+    )
     if len(items) >= event_targets.MAX_PER_ACCOUNT:
-        raise errors.Conflict(f"This account has {event_targets.MAX_PER_ACCOUNT} {what}s, the "
-                              "most it may have; delete one first")
+        raise errors.Conflict(
+            f"This account has {event_targets.MAX_PER_ACCOUNT} {what}s, the "
+            "most it may have; delete one first"
+        )
 
 
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     target = event_targets.check_target(fields.pop("target"))
     _room(c.account_id, COLLECTION, "event destination")
     destination_id = ids.new_id(PREFIX)
-    data = {"description": "", "metadata": "", "format": "json", **fields,
-            "target": _sealed(c.account_id, destination_id, target),
-            "created_at": validation.now_rfc3339()}
-    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), destination_id,
-                          kind=COLLECTION, account_id=c.account_id, data=data)
+    data = {
+        "description": "",
+        "metadata": "",
+        "format": "json",
+        **fields,
+        "target": _sealed(c.account_id, destination_id, target),
+        "created_at": validation.now_rfc3339(),
+    }
+    item = store.new_item(
+        store.collection_pk(c.account_id, COLLECTION),
+        destination_id,
+        kind=COLLECTION,
+        account_id=c.account_id,
+        data=data,
+    )
     store.commit([store.put_new(item)])
     return render(c, item)
 
@@ -104,20 +124,35 @@ def update(c: Ctx, destination_id: str, fields: Dict[str, Any]) -> Dict[str, Any
     if "target" in fields:
         # the stored target: its sealed secret is kept as it is when the key id is unchanged
         old = get_item(c.account_id, destination_id).data["target"]
-        fields["target"] = _sealed(c.account_id, destination_id,
-                                   event_targets.check_target(fields["target"], old))
-    return render(c, store.write(store.set_fields(
-        store.collection_pk(c.account_id, COLLECTION), destination_id, fields,
-        missing=_missing(destination_id))))
+        fields["target"] = _sealed(
+            c.account_id, destination_id, event_targets.check_target(fields["target"], old)
+        )
+    return render(
+        c,
+        store.write(
+            store.set_fields(
+                store.collection_pk(c.account_id, COLLECTION),
+                destination_id,
+                fields,
+                missing=_missing(destination_id),
+            )
+        ),
+    )
 
 
 def delete(c: Ctx, destination_id: str) -> None:
     """One conditional DeleteItem: 404 when absent, 409 while subscriptions use it."""
     if not ids.is_valid(destination_id, PREFIX):
         raise _missing(destination_id)
-    store.write(store.remove_item(
-        store.collection_pk(c.account_id, COLLECTION), destination_id,
-        require=lambda e: f"{e.path('refs')} = {e.value(0)}", missing=_missing(destination_id),
-        explain=lambda old: errors.Conflict(
-            f"Event destination '{destination_id}' is still used by {old.refs} event "
-            "subscription(s); remove it from them first")))
+    store.write(
+        store.remove_item(
+            store.collection_pk(c.account_id, COLLECTION),
+            destination_id,
+            require=lambda e: f"{e.path('refs')} = {e.value(0)}",
+            missing=_missing(destination_id),
+            explain=lambda old: errors.Conflict(
+                f"Event destination '{destination_id}' is still used by {old.refs} event "
+                "subscription(s); remove it from them first"
+            ),
+        )
+    )

@@ -6,6 +6,7 @@
 API's event sources: POST (201), GET (list: ``{"sources": […], "uri"}``), GET/PATCH one
 (the source), DELETE one (204).
 """
+
 from typing import Any, Callable
 
 from chalicelib import captured_requests, event_subscriptions, rest, web
@@ -20,9 +21,13 @@ def register(route: Callable[..., Any]) -> None:
 
     @route(SOURCES, ["POST"], name="create_event_source")
     def create_event_source(subscription_id):
-        c = web.ctx()   # the body is read after the subscription: another account's is a 404
-        return rest.idempotent_create(c, lambda: event_subscriptions.create_source(
-            c, subscription_id, lambda: web.body(event_subscriptions.SOURCE_FIELDS)))
+        c = web.ctx()  # the body is read after the subscription: another account's is a 404
+        return rest.idempotent_create(
+            c,
+            lambda: event_subscriptions.create_source(
+                c, subscription_id, lambda: web.body(event_subscriptions.SOURCE_FIELDS)
+            ),
+        )
 
     @route(SOURCES, ["GET"], name="list_event_sources")
     def list_event_sources(subscription_id):
@@ -34,7 +39,7 @@ def register(route: Callable[..., Any]) -> None:
 
     @route(SOURCES + "/{type}", ["PATCH"], name="update_event_source")
     def update_event_source(subscription_id, type):
-        web.body([])   # a source has no field to change but its type (in the path)
+        web.body([])  # a source has no field to change but its type (in the path)
         return event_subscriptions.get_source(web.ctx(), subscription_id, type)
 
     @route(SOURCES + "/{type}", ["DELETE"], name="delete_event_source")
@@ -42,8 +47,9 @@ def register(route: Callable[..., Any]) -> None:
         event_subscriptions.delete_source(web.ctx(), subscription_id, type)
         return web.no_content()
 
-    @route(CAPTURED, ["GET"], query=("limit", "before_id", "beforeId"),
-           name="list_captured_requests")
+    @route(
+        CAPTURED, ["GET"], query=("limit", "before_id", "beforeId"), name="list_captured_requests"
+    )
     def list_captured_requests(endpoint_id):
         return captured_requests.list_page(web.ctx(), endpoint_id)
 
@@ -62,5 +68,6 @@ def register(route: Callable[..., Any]) -> None:
 
     @route("/endpoints/{endpoint_id}/capture", ["PUT"], name="replace_endpoint_capture")
     def replace_endpoint_capture(endpoint_id):
-        return captured_requests.put_settings(web.ctx(), endpoint_id,
-                                              web.body(captured_requests.SETTINGS_FIELDS))
+        return captured_requests.put_settings(
+            web.ctx(), endpoint_id, web.body(captured_requests.SETTINGS_FIELDS)
+        )

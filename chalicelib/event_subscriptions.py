@@ -25,6 +25,7 @@ Store calls: create 1 Query + 1 TransactWriteItems (the subscription, each desti
 ``refs`` + 1); update 1 GetItem + 1 TransactWriteItems (moved ``refs``) or 1 UpdateItem;
 delete 1 GetItem + 1 TransactWriteItems; sources 1 GetItem (+ 1 conditional UpdateItem).
 """
+
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from chalicelib import validation, web
@@ -46,8 +47,13 @@ def _check_ids(name: str, value: List[str]) -> List[str]:
 
 
 SOURCES = Field("sources", "any", check=event_targets.check_sources)
-DESTINATION_IDS = Field("destination_ids", "string_list", max_bytes=64,
-                        max_items=event_targets.MAX_DESTINATIONS, check=_check_ids)
+DESTINATION_IDS = Field(
+    "destination_ids",
+    "string_list",
+    max_bytes=64,
+    max_items=event_targets.MAX_DESTINATIONS,
+    check=_check_ids,
+)
 CREATE_FIELDS = [DESCRIPTION, METADATA, SOURCES, DESTINATION_IDS]
 UPDATE_FIELDS = CREATE_FIELDS
 
@@ -58,18 +64,27 @@ def source_uri(c: Ctx, subscription_id: str, kind: str) -> str:
 
 def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
     data = item.data
-    return {"id": item.sk, "uri": c.uri(f"{PATH}/{item.sk}"), "created_at": data["created_at"],
-            "description": data.get("description", ""), "metadata": data.get("metadata", ""),
-            "sources": [{"type": t, "uri": source_uri(c, item.sk, t)}
-                        for t in data.get("sources", [])],
-            "destinations": [c.ref(event_destinations.PATH, d)
-                             for d in data.get("destination_ids", [])]}
+    return {
+        "id": item.sk,
+        "uri": c.uri(f"{PATH}/{item.sk}"),
+        "created_at": data["created_at"],
+        "description": data.get("description", ""),
+        "metadata": data.get("metadata", ""),
+        "sources": [
+            {"type": t, "uri": source_uri(c, item.sk, t)} for t in data.get("sources", [])
+        ],
+        "destinations": [
+            c.ref(event_destinations.PATH, d) for d in data.get("destination_ids", [])
+        ],
+    }
 
 
 def _bad_destination(destination_id: str) -> errors.InvalidField:
-    return errors.InvalidField(f"Field 'destination_ids': no event destination with id "
-                               f"'{destination_id[:64]}' exists in this account",
-                               details={"field": "destination_ids"})
+    return errors.InvalidField(
+        f"Field 'destination_ids': no event destination with id "
+        f"'{destination_id[:64]}' exists in this account",
+        details={"field": "destination_ids"},
+    )
 
 
 def _refs(account_id: str, destination_ids: List[str], step: int) -> List[store.Op]:
@@ -78,8 +93,15 @@ def _refs(account_id: str, destination_ids: List[str], step: int) -> List[store.
         if not ids.is_valid(destination_id, event_destinations.PREFIX):
             raise _bad_destination(destination_id)
         missing = _bad_destination(destination_id) if step > 0 else store.VersionConflict()
-        ops.append(store.set_fields(store.collection_pk(account_id, event_destinations.COLLECTION),
-                                    destination_id, {}, refs=step, missing=missing))
+        ops.append(
+            store.set_fields(
+                store.collection_pk(account_id, event_destinations.COLLECTION),
+                destination_id,
+                {},
+                refs=step,
+                missing=missing,
+            )
+        )
     return ops
 
 
@@ -89,10 +111,21 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     destinations = fields.get("destination_ids") or []
     refs = _refs(c.account_id, destinations, 1)
     event_destinations._room(c.account_id, COLLECTION, "event subscription")
-    data = {"description": "", "metadata": "", "sources": [], "destination_ids": [], **fields,
-            "created_at": validation.now_rfc3339()}
-    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), ids.new_id(PREFIX),
-                          kind=COLLECTION, account_id=c.account_id, data=data)
+    data = {
+        "description": "",
+        "metadata": "",
+        "sources": [],
+        "destination_ids": [],
+        **fields,
+        "created_at": validation.now_rfc3339(),
+    }
+    item = store.new_item(
+        store.collection_pk(c.account_id, COLLECTION),
+        ids.new_id(PREFIX),
+        kind=COLLECTION,
+        account_id=c.account_id,
+        data=data,
+    )
     store.commit([store.put_new(item)] + refs)
     return render(c, item)
 
@@ -114,22 +147,24 @@ def update(c: Ctx, subscription_id: str, fields: Dict[str, Any]) -> Dict[str, An
     """Plain fields: one UpdateItem. New ``destination_ids``: read, then one transaction of
     the subscription (unchanged since read) and the moved ``refs``."""
     if not fields.get("sources"):
-        fields.pop("sources", None)   # the reference client sends [] when not updating them
+        fields.pop("sources", None)  # the reference client sends [] when not updating them
     if not ids.is_valid(subscription_id, PREFIX) or not fields:
         return get(c, subscription_id)
     pk = store.collection_pk(c.account_id, COLLECTION)
     missing = errors.NotFound(f"No event subscription with id '{subscription_id}' exists")
     if "destination_ids" not in fields:
-        return render(c, store.write(store.set_fields(pk, subscription_id, fields,
-                                                      missing=missing)))
+        return render(
+            c, store.write(store.set_fields(pk, subscription_id, fields, missing=missing))
+        )
     item = get_item(c.account_id, subscription_id)
     old = item.data.get("destination_ids", [])
     new = fields["destination_ids"]
     added = [d for d in new if d not in old]
     removed = [d for d in old if d not in new]
     item.data = {**item.data, **fields}
-    store.commit([store.save(item)] + _refs(c.account_id, added, 1)
-                 + _refs(c.account_id, removed, -1))
+    store.commit(
+        [store.save(item)] + _refs(c.account_id, added, 1) + _refs(c.account_id, removed, -1)
+    )
     return render(c, item)
 
 
@@ -138,8 +173,9 @@ def delete(c: Ctx, subscription_id: str) -> None:
     """Read (which destinations it counts in), then one transaction: the subscription and
     each destination's ``refs`` - 1."""
     item = get_item(c.account_id, subscription_id)
-    store.commit([store.delete(item)]
-                 + _refs(c.account_id, item.data.get("destination_ids", []), -1))
+    store.commit(
+        [store.delete(item)] + _refs(c.account_id, item.data.get("destination_ids", []), -1)
+    )
 
 
 # ---- sources ------------------------------------------------------------------------------
@@ -148,24 +184,28 @@ def _source(c: Ctx, subscription_id: str, kind: str) -> Dict[str, Any]:
 
 
 def _no_source(subscription_id: str, kind: str) -> errors.NotFound:
-    return errors.NotFound(f"Event subscription '{subscription_id}' has no source of type "
-                           f"'{kind[:64]}'")
+    return errors.NotFound(
+        f"Event subscription '{subscription_id}' has no source of type '{kind[:64]}'"
+    )
 
 
-SOURCE_FIELDS = [Field("type", "string", required=True, max_bytes=64,
-                       check=event_targets.check_source_type)]
+SOURCE_FIELDS = [
+    Field("type", "string", required=True, max_bytes=64, check=event_targets.check_source_type)
+]
 
 
 @store.retrying
-def create_source(c: Ctx, subscription_id: str,
-                  fields: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+def create_source(
+    c: Ctx, subscription_id: str, fields: Callable[[], Dict[str, Any]]
+) -> Dict[str, Any]:
     """Read the subscription (404 first), then the body (``fields()``), then one write."""
     item = get_item(c.account_id, subscription_id)
     kind = fields()["type"]
     sources = list(item.data.get("sources", []))
     if kind in sources:
-        raise errors.Conflict(f"Event subscription '{subscription_id}' already has a source "
-                              f"of type '{kind}'")
+        raise errors.Conflict(
+            f"Event subscription '{subscription_id}' already has a source of type '{kind}'"
+        )
     item.data = {**item.data, "sources": sources + [kind]}
     store.commit([store.save(item)])
     return _source(c, subscription_id, kind)
@@ -173,8 +213,10 @@ def create_source(c: Ctx, subscription_id: str,
 
 def list_sources(c: Ctx, subscription_id: str) -> Dict[str, Any]:
     item = get_item(c.account_id, subscription_id)
-    return {"sources": [_source(c, subscription_id, t) for t in item.data.get("sources", [])],
-            "uri": c.uri(f"{PATH}/{subscription_id}/sources")}
+    return {
+        "sources": [_source(c, subscription_id, t) for t in item.data.get("sources", [])],
+        "uri": c.uri(f"{PATH}/{subscription_id}/sources"),
+    }
 
 
 def get_source(c: Ctx, subscription_id: str, kind: str) -> Dict[str, Any]:

@@ -34,6 +34,7 @@ comparison does not accept (``obj.description > 3``). Deviation from CEL: an ord
 comparison (``<`` …) with ``null`` on one side is false rather than an error, so a filter on
 an optional field skips the items where it is unset.
 """
+
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -48,18 +49,28 @@ SCAN_LIMIT = 500  # items one filtered page reads at most (5 Queries of 100)
 Env = Dict[str, Any]  # {"obj": <rendered resource>, "now": datetime}
 Node = Callable[[Env], Any]
 
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<ws>\s+)
   | (?P<float>\d+\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
   | (?P<int>\d+)
   | (?P<str>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<op>&&|\|\||==|!=|<=|>=|[<>!().,\[\]-])
-""", re.VERBOSE)
+""",
+    re.VERBOSE,
+)
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "/": "/"}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|ns|d|h|m|s)")
-_DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6,
-                   "ns": 1e-9}
+_DURATION_UNITS = {
+    "d": 86400.0,
+    "h": 3600.0,
+    "m": 60.0,
+    "s": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "ns": 1e-9,
+}
 _METHODS = {"startsWith": 1, "endsWith": 1, "contains": 1, "size": 0, "subtract": 1, "add": 1}
 _FUNCTIONS = {"size": 1, "timestamp": 1}
 
@@ -103,8 +114,8 @@ def _unquote(tok: _Tok) -> str:
                 out.append(_ESCAPES[nxt])
                 i += 2
                 continue
-            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[i + 2:i + 6]):
-                out.append(chr(int(body[i + 2:i + 6], 16)))
+            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[i + 2 : i + 6]):
+                out.append(chr(int(body[i + 2 : i + 6], 16)))
                 i += 6
                 continue
             raise _fail(f"unknown escape '\\{nxt}' in string", tok.pos + 1 + i)
@@ -269,7 +280,8 @@ class _Parser:
         while (tok := self.take("||")) is not None:
             left, right, pos = node, self.and_(), tok.pos
             node = (lambda l, r, p: lambda env: _truth(l(env), p) or _truth(r(env), p))(
-                left, right, pos)
+                left, right, pos
+            )
         return node
 
     def and_(self) -> Node:
@@ -277,7 +289,8 @@ class _Parser:
         while (tok := self.take("&&")) is not None:
             left, right, pos = node, self.relation(), tok.pos
             node = (lambda l, r, p: lambda env: _truth(l(env), p) and _truth(r(env), p))(
-                left, right, pos)
+                left, right, pos
+            )
         return node
 
     def relation(self) -> Node:
@@ -309,6 +322,7 @@ class _Parser:
                 if _kind(value) != "number":
                     raise _fail(f"cannot negate {_kind(value)}", tok.pos)
                 return -value
+
             return negate
         return self.postfix()
 
@@ -345,12 +359,15 @@ class _Parser:
 
     def method(self, target: Node, name: _Tok) -> Node:
         if name.text not in _METHODS:
-            raise _fail(f"unknown method '{name.text}' (supported: "
-                        f"{', '.join(sorted(_METHODS))})", name.pos)
+            raise _fail(
+                f"unknown method '{name.text}' (supported: {', '.join(sorted(_METHODS))})",
+                name.pos,
+            )
         args = self.args()
         if len(args) != _METHODS[name.text]:
-            raise _fail(f"{name.text}() takes {_METHODS[name.text]} argument(s), got "
-                        f"{len(args)}", name.pos)
+            raise _fail(
+                f"{name.text}() takes {_METHODS[name.text]} argument(s), got {len(args)}", name.pos
+            )
         return _method(name.text, target, args, name.pos)
 
     def primary(self) -> Node:
@@ -405,13 +422,16 @@ class _Parser:
             return lambda env: _Now()
         if self.tok.text == "(" and self.tok.kind == "op":
             if text not in _FUNCTIONS:
-                raise _fail(f"unknown function '{text}' (supported: "
-                            f"{', '.join(sorted(_FUNCTIONS))})", tok.pos)
+                raise _fail(
+                    f"unknown function '{text}' (supported: {', '.join(sorted(_FUNCTIONS))})",
+                    tok.pos,
+                )
             self.i += 1
             args = self.args()
             if len(args) != _FUNCTIONS[text]:
-                raise _fail(f"{text}() takes {_FUNCTIONS[text]} argument(s), got {len(args)}",
-                            tok.pos)
+                raise _fail(
+                    f"{text}() takes {_FUNCTIONS[text]} argument(s), got {len(args)}", tok.pos
+                )
             return _function(text, args[0], tok.pos)
         raise _fail(f"unknown name '{text}': fields are read as 'obj.<field>'", tok.pos)
 
@@ -434,6 +454,7 @@ def _membership(needle: Node, haystack: Node, pos: int) -> Node:
         if container is None:
             return False
         raise _fail(f"'in' needs a list or a map on its right, got {_kind(container)}", pos)
+
     return run
 
 
@@ -449,6 +470,7 @@ def _field(target: Node, name: str, pos: int) -> Node:
         if isinstance(value, _Now) and name:
             raise _fail("time.now has no fields", pos)
         raise _fail(f"'.{name}' on a {_kind(value)}", pos)
+
     return run
 
 
@@ -462,6 +484,7 @@ def _index(target: Node, index: Node, pos: int) -> Node:
         if value is None:
             return None
         raise _fail(f"cannot index {_kind(value)} with {_kind(key)}", pos)
+
     return run
 
 
@@ -479,6 +502,7 @@ def _method(name: str, target: Node, args: List[Node], pos: int) -> Node:
             if not isinstance(value, datetime):
                 raise _fail(f"{name}() applies to a timestamp, not {_kind(value)}", pos)
             return value + sign * duration
+
         return shift
     arg = args[0]
 
@@ -493,6 +517,7 @@ def _method(name: str, target: Node, args: List[Node], pos: int) -> Node:
         if name == "endsWith":
             return value.endswith(other)
         return other in value
+
     return check
 
 
@@ -503,8 +528,7 @@ def _literal_duration(arg: Node, pos: int) -> timedelta:
         text = None
     duration = parse_duration(text) if isinstance(text, str) else None
     if duration is None:
-        raise _fail("the duration must be a string literal such as \"7d\", \"1h30m\" or \"90s\"",
-                    pos)
+        raise _fail('the duration must be a string literal such as "7d", "1h30m" or "90s"', pos)
     return duration
 
 
@@ -530,6 +554,7 @@ def _function(name: str, arg: Node, pos: int) -> Node:
         if isinstance(value, str) and parse_timestamp(value) is not None:
             return parse_timestamp(value)
         raise _fail(f"timestamp() of {_kind(value)}", pos)
+
     return run
 
 

@@ -9,6 +9,7 @@ LocalGateway, which ``make run`` serves and the functional tests' chalice.test.C
 One deviation from the deployed stack: there, ``details.operation_id`` of a gateway-made
 error is API Gateway's request id (``op_`` + its UUID), because no view runs to mint one.
 """
+
 import json
 from typing import Any, Dict, Optional
 
@@ -27,14 +28,18 @@ def _response(status: int, error_code: str, msg: str) -> Dict[str, Any]:
     operation_id = ids.new_id("op")
     body = errors.error_body(status, error_code, msg, operation_id)
     # "Every response carries the operation id in the Operation-Id header too" (docs/CONTRACT.md).
-    return {"statusCode": status,
-            "headers": {"Content-Type": "application/json", "Operation-Id": operation_id},
-            "multiValueHeaders": {}, "body": json.dumps(body)}
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": "application/json", "Operation-Id": operation_id},
+        "multiValueHeaders": {},
+        "body": json.dumps(body),
+    }
 
 
 class ContractGateway(LocalGateway):
-    def handle_request(self, method: str, path: str, headers: Dict[str, Any],
-                       body: Optional[bytes]) -> Dict[str, Any]:
+    def handle_request(
+        self, method: str, path: str, headers: Dict[str, Any], body: Optional[bytes]
+    ) -> Dict[str, Any]:
         try:
             return super().handle_request(method, path, headers, body)
         except auth.AuthFailed:
@@ -42,8 +47,11 @@ class ContractGateway(LocalGateway):
         except LocalGatewayException as exc:
             if exc.CODE == 401:
                 return _response(401, errors.UNAUTHORIZED, UNAUTHORIZED_MSG)
-            if exc.CODE == 403 and b"Missing Authentication Token" in exc.body \
-                    or b"Authorization header requires" in exc.body:
+            if (
+                exc.CODE == 403
+                and b"Missing Authentication Token" in exc.body
+                or b"Authorization header requires" in exc.body
+            ):
                 return _response(404, errors.NOT_FOUND, NOT_FOUND_MSG)
             if exc.CODE == 403:
                 return _response(403, errors.FORBIDDEN, errors.Forbidden.default_msg)

@@ -6,6 +6,7 @@
 - A value is a string without CR, LF or NUL (they would split or truncate the header), at
   most :data:`MAX_VALUE_BYTES` bytes.
 """
+
 import re
 from typing import Any, Dict, List
 
@@ -21,8 +22,7 @@ def _bad(field: str, msg: str) -> errors.InvalidField:
 
 
 def is_token(name: Any) -> bool:
-    return isinstance(name, str) and bool(_TOKEN_RE.match(name)) and \
-        len(name) <= MAX_NAME_BYTES
+    return isinstance(name, str) and bool(_TOKEN_RE.match(name)) and len(name) <= MAX_NAME_BYTES
 
 
 def check_name(field: str, name: Any) -> str:
@@ -30,8 +30,11 @@ def check_name(field: str, name: Any) -> str:
     if not isinstance(name, str):
         raise _bad(field, "header names must be strings")
     if not is_token(name):
-        raise _bad(field, f"'{name[:64]}' is not a valid HTTP header name (a token of letters, "
-                          f"digits and !#$%&'*+-.^_`|~, at most {MAX_NAME_BYTES} bytes)")
+        raise _bad(
+            field,
+            f"'{name[:64]}' is not a valid HTTP header name (a token of letters, "
+            f"digits and !#$%&'*+-.^_`|~, at most {MAX_NAME_BYTES} bytes)",
+        )
     return name.lower()
 
 
@@ -55,8 +58,9 @@ def check_map(field: str, value: Any, max_items: int) -> Dict[str, str]:
     for name, entry in value.items():
         lower = check_name(field, name)
         if lower in result:
-            raise _bad(field, f"header '{lower}' appears more than once (names are "
-                              "case-insensitive)")
+            raise _bad(
+                field, f"header '{lower}' appears more than once (names are case-insensitive)"
+            )
         result[lower] = check_value(field, lower, entry)
     return result
 

@@ -15,6 +15,7 @@ Rules (where the spec is silent, decided here):
 - A backend used by an edge's ``backend`` module, or by a failover or weighted backend, cannot
   be deleted (409) until nothing uses it (its ``refs`` counter is kept by their writes).
 """
+
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib import http_headers, validation, web
@@ -34,8 +35,9 @@ DEFAULT_STATUS = routing.DEFAULT_RESPONSE_STATUS
 
 def _status(name: str, value: int) -> int:
     if not 100 <= value <= 599:
-        raise errors.InvalidField(f"Field '{name}' must be from 100 to 599, got {value}",
-                                  details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}' must be from 100 to 599, got {value}", details={"field": name}
+        )
     return value
 
 
@@ -43,9 +45,13 @@ def _headers(name: str, value: Dict[str, str]) -> Dict[str, str]:
     return http_headers.check_map(name, value, MAX_HEADERS)
 
 
-FIELDS = [DESCRIPTION, METADATA, Field("body", "string", max_bytes=MAX_BODY_BYTES),
-          Field("headers", "object", check=_headers),
-          Field("status_code", "integer", check=_status)]
+FIELDS = [
+    DESCRIPTION,
+    METADATA,
+    Field("body", "string", max_bytes=MAX_BODY_BYTES),
+    Field("headers", "object", check=_headers),
+    Field("status_code", "integer", check=_status),
+]
 CREATE_FIELDS = FIELDS
 UPDATE_FIELDS = FIELDS
 
@@ -65,15 +71,28 @@ def _check_body_allowed(data: Dict[str, Any]) -> None:
     if data.get("body") and (status < 200 or status in (204, 304)):
         raise errors.InvalidField(
             f"A backend with status_code {status} cannot have a body: HTTP forbids a body "
-            "with 1xx, 204 and 304 responses", details={"field": "body"})
+            "with 1xx, 204 and 304 responses",
+            details={"field": "body"},
+        )
 
 
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
-    data = {"description": "", "metadata": "", "body": "", "status_code": DEFAULT_STATUS,
-            **fields, "created_at": validation.now_rfc3339()}
+    data = {
+        "description": "",
+        "metadata": "",
+        "body": "",
+        "status_code": DEFAULT_STATUS,
+        **fields,
+        "created_at": validation.now_rfc3339(),
+    }
     _check_body_allowed(data)
-    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), ids.new_id(PREFIX),
-                          kind=COLLECTION, account_id=c.account_id, data=data)
+    item = store.new_item(
+        store.collection_pk(c.account_id, COLLECTION),
+        ids.new_id(PREFIX),
+        kind=COLLECTION,
+        account_id=c.account_id,
+        data=data,
+    )
     store.commit([store.put_new(item)])
     return render(c, item)
 
@@ -97,13 +116,16 @@ def _body_rule(fields: Dict[str, Any]):
         return None
     status = fields.get("status_code")
     if status is not None and (status < 200 or status in (204, 304)):
-        return lambda e: (f"attribute_not_exists({e.data('body')}) OR "
-                          f"{e.data('body')} = {e.value('')}")
+        return lambda e: (
+            f"attribute_not_exists({e.data('body')}) OR {e.data('body')} = {e.value('')}"
+        )
     if fields.get("body"):
-        return lambda e: (f"attribute_not_exists({e.data('status_code')}) OR "
-                          f"({e.data('status_code')} >= {e.value(200)} AND "
-                          f"{e.data('status_code')} <> {e.value(204)} AND "
-                          f"{e.data('status_code')} <> {e.value(304)})")
+        return lambda e: (
+            f"attribute_not_exists({e.data('status_code')}) OR "
+            f"({e.data('status_code')} >= {e.value(200)} AND "
+            f"{e.data('status_code')} <> {e.value(204)} AND "
+            f"{e.data('status_code')} <> {e.value(304)})"
+        )
     return None
 
 
@@ -123,9 +145,16 @@ def update(c: Ctx, backend_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
         _check_body_allowed({**old.data, **fields})
         return store.VersionConflict()
 
-    item = store.write(store.set_fields(store.collection_pk(c.account_id, COLLECTION),
-                                        backend_id, fields, require=_body_rule(fields),
-                                        explain=explain, missing=_missing(backend_id)))
+    item = store.write(
+        store.set_fields(
+            store.collection_pk(c.account_id, COLLECTION),
+            backend_id,
+            fields,
+            require=_body_rule(fields),
+            explain=explain,
+            missing=_missing(backend_id),
+        )
+    )
     return render(c, item)
 
 
@@ -133,9 +162,15 @@ def delete(c: Ctx, backend_id: str) -> None:
     """One conditional DeleteItem: absent is 404, still used by an edge (``refs`` > 0) 409."""
     if not ids.is_valid(backend_id, PREFIX):
         raise _missing(backend_id)
-    store.write(store.remove_item(
-        store.collection_pk(c.account_id, COLLECTION), backend_id,
-        require=lambda e: f"{e.path('refs')} = {e.value(0)}", missing=_missing(backend_id),
-        explain=lambda old: errors.Conflict(
-            f"HTTP response backend '{backend_id}' is still used by an edge or another "
-            "backend; remove it from there first")))
+    store.write(
+        store.remove_item(
+            store.collection_pk(c.account_id, COLLECTION),
+            backend_id,
+            require=lambda e: f"{e.path('refs')} = {e.value(0)}",
+            missing=_missing(backend_id),
+            explain=lambda old: errors.Conflict(
+                f"HTTP response backend '{backend_id}' is still used by an edge or another "
+                "backend; remove it from there first"
+            ),
+        )
+    )

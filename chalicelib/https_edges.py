@@ -68,12 +68,20 @@ change of ``backend`` or ``ip_restriction`` reads the route first (its old refer
 writes a transaction; route list 1 Query; route delete: GetItem + transaction (route,
 counter, references).
 """
+
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 import re2
 
-from chalicelib import (certificate_authorities, edge_modules, http_headers, rest, traffic_policy, validation)
+from chalicelib import (
+    certificate_authorities,
+    edge_modules,
+    http_headers,
+    rest,
+    traffic_policy,
+    validation,
+)
 from chalicelib.core import errors, ids, refs, store
 from chalicelib.edge_modules import HOSTPORTS
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
@@ -98,8 +106,15 @@ MAX_ADD_HEADERS = 20
 MAX_REMOVE_HEADERS = 20
 
 ROUTE_MODULES = routing.ROUTE_MODULES
-UNSUPPORTED_ROUTE_MODULES = ("circuit_breaker", "compression", "webhook_verification", "oauth",
-                             "saml", "oidc", "websocket_tcp_converter")
+UNSUPPORTED_ROUTE_MODULES = (
+    "circuit_breaker",
+    "compression",
+    "webhook_verification",
+    "oauth",
+    "saml",
+    "oidc",
+    "websocket_tcp_converter",
+)
 EDGE_MODULES = routing.HTTPS_EDGE_MODULES
 TLS_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
 MAX_CERTIFICATE_AUTHORITIES = 10
@@ -110,8 +125,10 @@ def _no_missing(collection: str, resource_id: str) -> errors.ApiError:
 
 
 def _unsupported(name: str, value: Any) -> Any:
-    raise errors.InvalidField(f"Field '{name}': this module is not offered by this service; "
-                              "send null or leave it out", details={"field": name})
+    raise errors.InvalidField(
+        f"Field '{name}': this module is not offered by this service; send null or leave it out",
+        details={"field": name},
+    )
 
 
 # ---- route modules: parsing and rendering ------------------------------------------------------
@@ -124,24 +141,35 @@ def _patterns(name: str, value: List[str]) -> List[str]:
         try:
             re2.compile(pattern, _RE2_OPTIONS)
         except re2.error as exc:
-            reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) \
-                else str(exc)
+            reason = (
+                exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+            )
             raise errors.InvalidField(
                 f"Field '{name}[{index}]': pattern '{pattern}' is not a valid RE2 regular "
-                f"expression ({reason})", details={"field": f"{name}[{index}]"}) from None
+                f"expression ({reason})",
+                details={"field": f"{name}[{index}]"},
+            ) from None
     return value
 
 
-UA_FIELDS = [edge_modules.ENABLED,
-             Field("allow", "string_list", max_bytes=MAX_PATTERN_BYTES, max_items=MAX_PATTERNS,
-                   check=_patterns),
-             Field("deny", "string_list", max_bytes=MAX_PATTERN_BYTES, max_items=MAX_PATTERNS,
-                   check=_patterns)]
-RH_FIELDS = [edge_modules.ENABLED,
-             Field("add", "any", check=lambda n, v: http_headers.check_map(n, v,
-                                                                            MAX_ADD_HEADERS)),
-             Field("remove", "any", check=lambda n, v: http_headers.check_names(
-                 n, v, MAX_REMOVE_HEADERS))]
+UA_FIELDS = [
+    edge_modules.ENABLED,
+    Field(
+        "allow",
+        "string_list",
+        max_bytes=MAX_PATTERN_BYTES,
+        max_items=MAX_PATTERNS,
+        check=_patterns,
+    ),
+    Field(
+        "deny", "string_list", max_bytes=MAX_PATTERN_BYTES, max_items=MAX_PATTERNS, check=_patterns
+    ),
+]
+RH_FIELDS = [
+    edge_modules.ENABLED,
+    Field("add", "any", check=lambda n, v: http_headers.check_map(n, v, MAX_ADD_HEADERS)),
+    Field("remove", "any", check=lambda n, v: http_headers.check_names(n, v, MAX_REMOVE_HEADERS)),
+]
 
 
 def parse_user_agent_filter(field: Optional[str], value: Any) -> Dict[str, Any]:
@@ -157,57 +185,72 @@ parse_response_headers = parse_request_headers = parse_headers
 
 # A route serves HTTP: every phase runs (edge_modules' TRAFFIC_POLICY_FIELDS are TCP edges':
 # on_tcp_connect only).
-ROUTE_TRAFFIC_POLICY_FIELDS = [edge_modules.ENABLED,
-                               Field("value", "string", required=True,
-                                     check=lambda n, v: traffic_policy.check_document(
-                                         n, v, protocol="https"))]
+ROUTE_TRAFFIC_POLICY_FIELDS = [
+    edge_modules.ENABLED,
+    Field(
+        "value",
+        "string",
+        required=True,
+        check=lambda n, v: traffic_policy.check_document(n, v, protocol="https"),
+    ),
+]
 
 
 def parse_route_traffic_policy(field: Optional[str], value: Any) -> Dict[str, Any]:
     return edge_modules.parse_module(field, value, ROUTE_TRAFFIC_POLICY_FIELDS)
 
 
-MODULE_PARSERS = {"backend": edge_modules.parse_backend,
-                  "ip_restriction": edge_modules.parse_ip_restriction,
-                  "user_agent_filter": parse_user_agent_filter,
-                  "request_headers": parse_headers,
-                  "response_headers": parse_headers,
-                  "traffic_policy": parse_route_traffic_policy}
+MODULE_PARSERS = {
+    "backend": edge_modules.parse_backend,
+    "ip_restriction": edge_modules.parse_ip_restriction,
+    "user_agent_filter": parse_user_agent_filter,
+    "request_headers": parse_headers,
+    "response_headers": parse_headers,
+    "traffic_policy": parse_route_traffic_policy,
+}
 
 
 def _copy(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     return None if module is None else dict(module)
 
 
-MODULE_RENDERERS = {"backend": edge_modules.render_backend,
-                    "ip_restriction": edge_modules.render_ip_restriction,
-                    "user_agent_filter": _copy, "request_headers": _copy,
-                    "response_headers": _copy,
-                    "traffic_policy": edge_modules.render_traffic_policy}
+MODULE_RENDERERS = {
+    "backend": edge_modules.render_backend,
+    "ip_restriction": edge_modules.render_ip_restriction,
+    "user_agent_filter": _copy,
+    "request_headers": _copy,
+    "response_headers": _copy,
+    "traffic_policy": edge_modules.render_traffic_policy,
+}
 
 
 # ---- edge modules -------------------------------------------------------------------------------
 def _check_min_version(name: str, value: str) -> str:
     if value not in TLS_VERSIONS:
-        raise errors.InvalidField(f"Field '{name}': '{value[:16]}' is not a supported TLS "
-                                  f"version; supported: {', '.join(TLS_VERSIONS)}",
-                                  details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}': '{value[:16]}' is not a supported TLS "
+            f"version; supported: {', '.join(TLS_VERSIONS)}",
+            details={"field": name},
+        )
     return value
 
 
 def _check_ca_ids(name: str, value: List[str]) -> List[str]:
     if not value:
-        raise errors.InvalidField(f"Field '{name}' must name at least one certificate "
-                                  "authority", details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}' must name at least one certificate authority", details={"field": name}
+        )
     for index, entry in enumerate(value):
         if not ids.is_valid(entry, certificate_authorities.PREFIX):
             raise errors.InvalidField(
                 f"Field '{name}[{index}]' must be the id of a certificate authority "
                 f"({certificate_authorities.PREFIX}_…), got '{entry[:64]}'",
-                details={"field": f"{name}[{index}]"})
+                details={"field": f"{name}[{index}]"},
+            )
     if len(set(value)) != len(value):
-        raise errors.InvalidField(f"Field '{name}' lists a certificate authority more than "
-                                  "once", details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}' lists a certificate authority more than once", details={"field": name}
+        )
     return value
 
 
@@ -217,24 +260,36 @@ def _check_terminate_at(name: str, value: str) -> str:
             f"Field '{name}': 'upstream' is not supported: this edge terminates TLS itself "
             "(passing TLS through to the agent is not served, and the HTTPS edge's routes "
             "and mutual_tls need the decrypted traffic); send 'edge' or leave it out",
-            details={"field": name})
+            details={"field": name},
+        )
     if value != "edge":
-        raise errors.InvalidField(f"Field '{name}' must be 'edge', got '{value[:16]}'",
-                                  details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}' must be 'edge', got '{value[:16]}'", details={"field": name}
+        )
     return value
 
 
-TLS_FIELDS = [edge_modules.ENABLED,
-              Field("min_version", "string", max_bytes=16, check=_check_min_version),
-              Field("terminate_at", "string", max_bytes=16, check=_check_terminate_at)]
-MTLS_FIELDS = [edge_modules.ENABLED,
-               Field("certificate_authority_ids", "string_list", required=True, max_bytes=64,
-                     max_items=MAX_CERTIFICATE_AUTHORITIES, check=_check_ca_ids)]
+TLS_FIELDS = [
+    edge_modules.ENABLED,
+    Field("min_version", "string", max_bytes=16, check=_check_min_version),
+    Field("terminate_at", "string", max_bytes=16, check=_check_terminate_at),
+]
+MTLS_FIELDS = [
+    edge_modules.ENABLED,
+    Field(
+        "certificate_authority_ids",
+        "string_list",
+        required=True,
+        max_bytes=64,
+        max_items=MAX_CERTIFICATE_AUTHORITIES,
+        check=_check_ca_ids,
+    ),
+]
 
 
 def parse_tls_termination(field: Optional[str], value: Any) -> Dict[str, Any]:
     module = edge_modules.parse_module(field, value, TLS_FIELDS, min_version=None)
-    module.pop("terminate_at", None)   # always "edge": rendered, never stored
+    module.pop("terminate_at", None)  # always "edge": rendered, never stored
     return module
 
 
@@ -245,46 +300,65 @@ def parse_mutual_tls(field: Optional[str], value: Any) -> Dict[str, Any]:
 def render_tls_termination(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     if module is None:
         return None
-    return {"enabled": module["enabled"], "terminate_at": "edge",
-            "min_version": module.get("min_version")}
+    return {
+        "enabled": module["enabled"],
+        "terminate_at": "edge",
+        "min_version": module.get("min_version"),
+    }
 
 
 def render_mutual_tls(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     if module is None:
         return None
-    return {"enabled": module["enabled"],
-            "certificate_authorities": [c.ref(certificate_authorities.PATH, ca)
-                                        for ca in module["certificate_authority_ids"]]}
+    return {
+        "enabled": module["enabled"],
+        "certificate_authorities": [
+            c.ref(certificate_authorities.PATH, ca) for ca in module["certificate_authority_ids"]
+        ],
+    }
 
 
-EDGE_MODULE_PARSERS = {"tls_termination": parse_tls_termination,
-                       "mutual_tls": parse_mutual_tls}
-EDGE_MODULE_RENDERERS = {"tls_termination": render_tls_termination,
-                         "mutual_tls": render_mutual_tls}
+EDGE_MODULE_PARSERS = {"tls_termination": parse_tls_termination, "mutual_tls": parse_mutual_tls}
+EDGE_MODULE_RENDERERS = {
+    "tls_termination": render_tls_termination,
+    "mutual_tls": render_mutual_tls,
+}
 
 
 # ---- fields -------------------------------------------------------------------------------------
 def _match_type(name: str, value: str) -> str:
     if value not in MATCH_TYPES:
-        raise errors.InvalidField(f"Field '{name}' must be 'exact_path' or 'path_prefix', got "
-                                  f"'{value[:64]}'", details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}' must be 'exact_path' or 'path_prefix', got '{value[:64]}'",
+            details={"field": name},
+        )
     return value
 
 
 EDGE_FIELDS = [DESCRIPTION, METADATA, HOSTPORTS] + [
-    Field(name, "any", check=parser) for name, parser in EDGE_MODULE_PARSERS.items()]
-_MODULE_FIELDS = [Field(name, "any", check=parser) for name, parser in MODULE_PARSERS.items()] \
-    + [Field(name, "any", check=_unsupported) for name in UNSUPPORTED_ROUTE_MODULES]
-ROUTE_CREATE_FIELDS = [DESCRIPTION, METADATA,
-                       Field("match_type", "string", required=True, max_bytes=32,
-                             check=_match_type),
-                       Field("match", "string", required=True, max_bytes=MAX_MATCH_BYTES,
-                             check=lambda n, v: validation.require_non_empty(n, v))
-                       ] + _MODULE_FIELDS
-ROUTE_UPDATE_FIELDS = [DESCRIPTION, METADATA,
-                       Field("match_type", "string", max_bytes=32,
-                             check=lambda n, v: _match_type(n, v) if v else v),
-                       Field("match", "string", max_bytes=MAX_MATCH_BYTES)] + _MODULE_FIELDS
+    Field(name, "any", check=parser) for name, parser in EDGE_MODULE_PARSERS.items()
+]
+_MODULE_FIELDS = [Field(name, "any", check=parser) for name, parser in MODULE_PARSERS.items()] + [
+    Field(name, "any", check=_unsupported) for name in UNSUPPORTED_ROUTE_MODULES
+]
+ROUTE_CREATE_FIELDS = [
+    DESCRIPTION,
+    METADATA,
+    Field("match_type", "string", required=True, max_bytes=32, check=_match_type),
+    Field(
+        "match",
+        "string",
+        required=True,
+        max_bytes=MAX_MATCH_BYTES,
+        check=lambda n, v: validation.require_non_empty(n, v),
+    ),
+] + _MODULE_FIELDS
+ROUTE_UPDATE_FIELDS = [
+    DESCRIPTION,
+    METADATA,
+    Field("match_type", "string", max_bytes=32, check=lambda n, v: _match_type(n, v) if v else v),
+    Field("match", "string", max_bytes=MAX_MATCH_BYTES),
+] + _MODULE_FIELDS
 
 
 # ---- rendering ----------------------------------------------------------------------------------
@@ -336,8 +410,11 @@ def _edge_and_routes(account_id: str, edge_id: str) -> Tuple[store.Item, List[st
     if not ids.is_valid(edge_id, PREFIX):
         raise _edge_missing(edge_id)
     Model_ = store.model()
-    items = list(Model_.query(_edge_pk(account_id), Model_.sk.between(edge_id, edge_id + "$"),
-                              consistent_read=True))
+    items = list(
+        Model_.query(
+            _edge_pk(account_id), Model_.sk.between(edge_id, edge_id + "$"), consistent_read=True
+        )
+    )
     if not items or items[0].sk != edge_id:
         raise _edge_missing(edge_id)
     return items[0], items[1:]
@@ -362,14 +439,19 @@ def render(c: Ctx, item: store.Item, routes: List[store.Item]) -> Dict[str, Any]
 @store.retrying
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     edge_id = ids.new_id(PREFIX)
-    data = {"description": fields.get("description", ""), "metadata": fields.get("metadata", ""),
-            "hostports": fields.get("hostports") or None,
-            **{name: fields[name] for name in EDGE_MODULES if name in fields},
-            "created_at": validation.now_rfc3339()}
-    item = store.new_item(_edge_pk(c.account_id), edge_id, kind=COLLECTION,
-                          account_id=c.account_id, data=data)
-    store.commit([store.put_new(item)]
-                 + edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, {}, data))
+    data = {
+        "description": fields.get("description", ""),
+        "metadata": fields.get("metadata", ""),
+        "hostports": fields.get("hostports") or None,
+        **{name: fields[name] for name in EDGE_MODULES if name in fields},
+        "created_at": validation.now_rfc3339(),
+    }
+    item = store.new_item(
+        _edge_pk(c.account_id), edge_id, kind=COLLECTION, account_id=c.account_id, data=data
+    )
+    store.commit(
+        [store.put_new(item)] + edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, {}, data)
+    )
     return render(c, item, routes=[])
 
 
@@ -391,8 +473,13 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[s
     edges: List[Dict[str, Any]] = []
     pending: List[store.Item] = []
     more = False
-    for item in Model_.query(_edge_pk(c.account_id), condition, scan_index_forward=False,
-                             page_size=page_size, consistent_read=True):
+    for item in Model_.query(
+        _edge_pk(c.account_id),
+        condition,
+        scan_index_forward=False,
+        page_size=page_size,
+        consistent_read=True,
+    ):
         if len(edges) == limit:
             more = True  # any further item: another edge (a route implies its edge)
             break
@@ -423,8 +510,11 @@ def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     else:
         if not ids.is_valid(edge_id, PREFIX):
             raise _edge_missing(edge_id)
-        store.write(store.set_fields(_edge_pk(c.account_id), edge_id, fields,
-                                     missing=_edge_missing(edge_id)))
+        store.write(
+            store.set_fields(
+                _edge_pk(c.account_id), edge_id, fields, missing=_edge_missing(edge_id)
+            )
+        )
     return _replace_routes(c, edge_id)
 
 
@@ -448,8 +538,12 @@ def delete(c: Ctx, edge_id: str) -> None:
     item, routes = _edge_and_routes(c.account_id, edge_id)
     ops = [store.delete(item)] + [store.drop(route.pk, route.sk) for route in routes]
     ops += edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, {})
-    ops += refs.move(c.account_id, sum((edge_modules.refs_of(r.data) for r in routes),
-                                       Counter()), Counter(), _no_missing)
+    ops += refs.move(
+        c.account_id,
+        sum((edge_modules.refs_of(r.data) for r in routes), Counter()),
+        Counter(),
+        _no_missing,
+    )
     if len(ops) <= store.MAX_TRANSACTION_OPS:
         store.commit(ops)
         return
@@ -459,8 +553,9 @@ def delete(c: Ctx, edge_id: str) -> None:
 
 
 # ---- routes -------------------------------------------------------------------------------------
-def route_fields(raw: Dict[str, Any], edge_id: str,
-                 route_id: Optional[str] = None) -> Dict[str, Any]:
+def route_fields(
+    raw: Dict[str, Any], edge_id: str, route_id: Optional[str] = None
+) -> Dict[str, Any]:
     """The checked fields of a route create (no ``route_id``) or update body.
 
     ``edge_id`` (and ``id`` in an update) may be sent when they equal the path's.
@@ -468,8 +563,10 @@ def route_fields(raw: Dict[str, Any], edge_id: str,
     raw = dict(raw)
     sent_edge = raw.pop("edge_id", None)
     if sent_edge is not None and sent_edge != edge_id:
-        raise errors.InvalidField(f"Field 'edge_id' ({sent_edge!r}) does not match the edge in "
-                                  "the path", details={"field": "edge_id"})
+        raise errors.InvalidField(
+            f"Field 'edge_id' ({sent_edge!r}) does not match the edge in the path",
+            details={"field": "edge_id"},
+        )
     if route_id is None:
         return parse(raw, ROUTE_CREATE_FIELDS)
     return parse(raw, ROUTE_UPDATE_FIELDS, path_id=route_id)
@@ -482,20 +579,40 @@ def create_route(c: Ctx, edge_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
     edge_modules.check_policy_refs(c.account_id, fields)
     if not ids.is_valid(edge_id, PREFIX):
         raise _edge_missing(edge_id)
-    data = {"edge_id": edge_id, "description": "", "metadata": "",
-            **{k: v for k, v in fields.items() if k not in UNSUPPORTED_ROUTE_MODULES},
-            "created_at": validation.now_rfc3339()}
+    data = {
+        "edge_id": edge_id,
+        "description": "",
+        "metadata": "",
+        **{k: v for k, v in fields.items() if k not in UNSUPPORTED_ROUTE_MODULES},
+        "created_at": validation.now_rfc3339(),
+    }
     route_id = ids.new_id(ROUTE_PREFIX)
     references = edge_modules.ref_ops(c.account_id, {}, data)
-    route = store.new_item(_edge_pk(c.account_id), _route_sk(edge_id, route_id),
-                           kind=ROUTE_COLLECTION, account_id=c.account_id, data=data)
-    full = errors.BadRequest(f"HTTPS edge '{edge_id}' already has {MAX_ROUTES} routes, the "
-                             "limit; delete one first")
-    store.commit([store.put_new(route),
-                  store.set_fields(_edge_pk(c.account_id), edge_id, {}, refs=1,
-                                   require=lambda e: f"{e.path('refs')} < {e.value(MAX_ROUTES)}",
-                                   explain=lambda old: full, missing=_edge_missing(edge_id))]
-                 + references)
+    route = store.new_item(
+        _edge_pk(c.account_id),
+        _route_sk(edge_id, route_id),
+        kind=ROUTE_COLLECTION,
+        account_id=c.account_id,
+        data=data,
+    )
+    full = errors.BadRequest(
+        f"HTTPS edge '{edge_id}' already has {MAX_ROUTES} routes, the limit; delete one first"
+    )
+    store.commit(
+        [
+            store.put_new(route),
+            store.set_fields(
+                _edge_pk(c.account_id),
+                edge_id,
+                {},
+                refs=1,
+                require=lambda e: f"{e.path('refs')} < {e.value(MAX_ROUTES)}",
+                explain=lambda old: full,
+                missing=_edge_missing(edge_id),
+            ),
+        ]
+        + references
+    )
     return render_route(c, route)
 
 
@@ -518,17 +635,25 @@ def get_route(c: Ctx, edge_id: str, route_id: str) -> Dict[str, Any]:
     return render_route(c, get_route_item(c.account_id, edge_id, route_id))
 
 
-def list_routes(c: Ctx, edge_id: str, limit: int,
-                before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
+def list_routes(
+    c: Ctx, edge_id: str, limit: int, before_id: Optional[str]
+) -> Tuple[List[Dict[str, Any]], bool]:
     """One Query, newest first, of the edge's routes and then the edge itself (so a missing
     edge is a 404 without a second read)."""
     if not ids.is_valid(edge_id, PREFIX):
         raise _edge_missing(edge_id)
     Model_ = store.model()
     high = _route_sk(edge_id, before_id) if before_id else edge_id + "$"
-    items = list(Model_.query(_edge_pk(c.account_id), Model_.sk.between(edge_id, high),
-                              scan_index_forward=False, limit=limit + 2, page_size=limit + 2,
-                              consistent_read=True))
+    items = list(
+        Model_.query(
+            _edge_pk(c.account_id),
+            Model_.sk.between(edge_id, high),
+            scan_index_forward=False,
+            limit=limit + 2,
+            page_size=limit + 2,
+            consistent_read=True,
+        )
+    )
     routes = [i for i in items if i.sk != edge_id and i.sk != high]
     seen_edge = any(i.sk == edge_id for i in items)
     if not seen_edge and len(routes) <= limit:
@@ -537,17 +662,22 @@ def list_routes(c: Ctx, edge_id: str, limit: int,
 
 
 def _set_route(c: Ctx, edge_id: str, route_id: str, fields: Dict[str, Any]) -> store.Item:
-    return store.write(store.set_fields(*_route_key(c.account_id, edge_id, route_id), fields,
-                                        missing=_route_missing(route_id)))
+    return store.write(
+        store.set_fields(
+            *_route_key(c.account_id, edge_id, route_id), fields, missing=_route_missing(route_id)
+        )
+    )
 
 
 def update_route(c: Ctx, edge_id: str, route_id: str, raw: Dict[str, Any]) -> Dict[str, Any]:
     """One UpdateItem of the sent fields."""
     fields = route_fields(raw, edge_id, route_id)
     edge_modules.check_policy_refs(c.account_id, fields)
-    changes = {k: v for k, v in fields.items()
-               if k not in UNSUPPORTED_ROUTE_MODULES
-               and not (k in ("match_type", "match") and v == "")}
+    changes = {
+        k: v
+        for k, v in fields.items()
+        if k not in UNSUPPORTED_ROUTE_MODULES and not (k in ("match_type", "match") and v == "")
+    }
     if not changes:
         return get_route(c, edge_id, route_id)
     if LINKED_ROUTE_MODULES & set(changes):
@@ -560,8 +690,9 @@ LINKED_ROUTE_MODULES = frozenset({"backend", "ip_restriction"})
 
 
 @store.retrying
-def _replace_route(c: Ctx, edge_id: str, route_id: str, changes: Dict[str, Any],
-                   nested: bool = True) -> store.Item:
+def _replace_route(
+    c: Ctx, edge_id: str, route_id: str, changes: Dict[str, Any], nested: bool = True
+) -> store.Item:
     """GetItem of the route, then one transaction: the route (version-checked) and the
     reference counters moved from its old modules to the new ones."""
     route = get_route_item(c.account_id, edge_id, route_id)
@@ -577,10 +708,13 @@ def delete_route(c: Ctx, edge_id: str, route_id: str) -> None:
     """GetItem of the route (404 when absent), then one transaction: the route, the edge's
     route counter - 1 and the route's reference counters."""
     route = get_route_item(c.account_id, edge_id, route_id)
-    store.commit([store.delete(route),
-                  store.set_fields(route.pk, edge_id, {}, refs=-1,
-                                   missing=store.VersionConflict())]
-                 + edge_modules.ref_ops(c.account_id, route.data, {}))
+    store.commit(
+        [
+            store.delete(route),
+            store.set_fields(route.pk, edge_id, {}, refs=-1, missing=store.VersionConflict()),
+        ]
+        + edge_modules.ref_ops(c.account_id, route.data, {})
+    )
 
 
 # ---- route modules ------------------------------------------------------------------------------
@@ -598,8 +732,9 @@ def get_module(c: Ctx, edge_id: str, route_id: str, name: str) -> Dict[str, Any]
     return MODULE_RENDERERS[name](c, module)
 
 
-def put_module(c: Ctx, edge_id: str, route_id: str, name: str,
-               raw: Dict[str, Any]) -> Dict[str, Any]:
+def put_module(
+    c: Ctx, edge_id: str, route_id: str, name: str, raw: Dict[str, Any]
+) -> Dict[str, Any]:
     """One UpdateItem of the module (backend, ip_restriction: GetItem + transaction)."""
     body = edge_modules.module_body(raw, {"edge_id": edge_id, "id": route_id})
     module = MODULE_PARSERS[_module_name(name)](None, body)
@@ -657,12 +792,24 @@ def delete_edge_module(c: Ctx, edge_id: str, name: str) -> None:
     _replace_edge(c, edge_id, {_edge_module_name(name): None})
 
 
-EDGE_OPS = rest.Ops(prefix=PREFIX, list_key=LIST_KEY, create=create, get=get,
-                    list_page=list_page, update=update, delete=delete,
-                    create_fields=EDGE_FIELDS, update_fields=EDGE_FIELDS)
+EDGE_OPS = rest.Ops(
+    prefix=PREFIX,
+    list_key=LIST_KEY,
+    create=create,
+    get=get,
+    list_page=list_page,
+    update=update,
+    delete=delete,
+    create_fields=EDGE_FIELDS,
+    update_fields=EDGE_FIELDS,
+)
 # Route bodies are parsed by route_fields() (create and update differ in defaults).
-ROUTE_OPS = rest.Ops(prefix=ROUTE_PREFIX, list_key=ROUTE_LIST_KEY, create=create_route,
-                     get=get_route, list_page=list_routes, update=update_route,
-                     delete=delete_route)
-
-
+ROUTE_OPS = rest.Ops(
+    prefix=ROUTE_PREFIX,
+    list_key=ROUTE_LIST_KEY,
+    create=create_route,
+    get=get_route,
+    list_page=list_routes,
+    update=update_route,
+    delete=delete_route,
+)

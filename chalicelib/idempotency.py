@@ -26,6 +26,7 @@ is run at most once per key:
   keys and credentials) is replayed with ``token: null``; the secret is only in the first
   response (the store keeps secrets as digests only, see chalicelib.auth).
 """
+
 import hashlib
 import json
 import time
@@ -47,15 +48,20 @@ Result = Tuple[int, Dict[str, Any]]  # status, body
 def check_key(key: str) -> str:
     if not 1 <= len(key) <= MAX_KEY_LENGTH or not all(" " <= ch <= "~" for ch in key):
         raise errors.BadRequest(
-            f"Header 'Idempotency-Key' must be 1 to {MAX_KEY_LENGTH} printable ASCII "
-            "characters", error_code=errors.INVALID_FIELD,
-            details={"header": "Idempotency-Key"})
+            f"Header 'Idempotency-Key' must be 1 to {MAX_KEY_LENGTH} printable ASCII characters",
+            error_code=errors.INVALID_FIELD,
+            details={"header": "Idempotency-Key"},
+        )
     return key
 
 
 def request_digest(principal_id: str, method: str, path: str, body: Any) -> str:
-    canonical = json.dumps([principal_id, method, path, body], sort_keys=True,
-                           separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(
+        [principal_id, method, path, body],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -64,8 +70,10 @@ def _without_secrets(body: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _record(account_id: str, key: str) -> Tuple[str, str]:
-    return (store.idempotency_pk(account_id, hashlib.sha256(key.encode()).hexdigest()),
-            store.IDEMPOTENCY_SK)
+    return (
+        store.idempotency_pk(account_id, hashlib.sha256(key.encode()).hexdigest()),
+        store.IDEMPOTENCY_SK,
+    )
 
 
 def _live(item: Optional[store.Item], now: float) -> Optional[store.Item]:
@@ -79,14 +87,21 @@ def _replayed(item: store.Item, digest: str) -> Optional[Result]:
     if data.get("digest") != digest:
         raise errors.IdempotencyConflict(
             "This Idempotency-Key was already used with a different request; use a new key "
-            "for a new request", details={"header": "Idempotency-Key"})
+            "for a new request",
+            details={"header": "Idempotency-Key"},
+        )
     if data.get("state") == "done":
         return data["status"], data["body"]
     return None
 
 
-def run(account_id: str, key: str, digest: str, create: Callable[[], Result],
-        clock: Callable[[], float] = time.time) -> Tuple[Result, bool]:
+def run(
+    account_id: str,
+    key: str,
+    digest: str,
+    create: Callable[[], Result],
+    clock: Callable[[], float] = time.time,
+) -> Tuple[Result, bool]:
     """The response for this request and whether it is a replay."""
     pk, sk = _record(account_id, key)
     ttl_seconds = get_settings().idempotency_ttl_seconds
@@ -94,9 +109,10 @@ def run(account_id: str, key: str, digest: str, create: Callable[[], Result],
     while True:
         now = clock()
         if now >= deadline:
-            raise errors.Conflict("A request with this Idempotency-Key is still being "
-                                  "processed; retry it later",
-                                  details={"header": "Idempotency-Key"})
+            raise errors.Conflict(
+                "A request with this Idempotency-Key is still being processed; retry it later",
+                details={"header": "Idempotency-Key"},
+            )
         stored = store.get(pk, sk)
         existing = _live(stored, now)
         if existing is not None:
@@ -107,8 +123,13 @@ def run(account_id: str, key: str, digest: str, create: Callable[[], Result],
             if now - started < PENDING_SECONDS:
                 time.sleep(POLL_SECONDS)
                 continue
-        claim = store.new_item(pk, sk, kind="idempotency", account_id=account_id,
-                               data={"digest": digest, "state": "pending", "started": now})
+        claim = store.new_item(
+            pk,
+            sk,
+            kind="idempotency",
+            account_id=account_id,
+            data={"digest": digest, "state": "pending", "started": now},
+        )
         claim.expires_at = int(now) + ttl_seconds
         if stored is not None:  # an abandoned claim or an expired record: take it over
             claim.version = stored.version

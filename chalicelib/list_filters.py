@@ -10,6 +10,7 @@ parameters must all hold, and a ``filter`` sent too must hold as well. So their 
 (400 ERR_NGROK_215 beyond). A ``url`` is compared as the API shows it (``public_url`` /
 ``url``: scheme, host, and the port when not the scheme's default), a trailing ``/`` ignored.
 """
+
 import json
 from typing import Any, Dict, List, Optional
 
@@ -23,17 +24,22 @@ def _values(query: Any, name: str) -> List[str]:
     if query is None or name not in query:
         return []
     getlist = getattr(query, "getlist", None)
-    values = list(getlist(name)) if getlist is not None else (
-        [query[name]] if name in query else [])
+    values = (
+        list(getlist(name)) if getlist is not None else ([query[name]] if name in query else [])
+    )
     if len(values) > MAX_VALUES:
-        raise errors.InvalidQuery(f"Query parameter '{name}' given {len(values)} times; at "
-                                  f"most {MAX_VALUES} values", details={"parameter": name})
+        raise errors.InvalidQuery(
+            f"Query parameter '{name}' given {len(values)} times; at most {MAX_VALUES} values",
+            details={"parameter": name},
+        )
     out = []
     for value in values:
         if len(value) > MAX_VALUE_LENGTH:
-            raise errors.InvalidQuery(f"A value of query parameter '{name}' is longer than "
-                                      f"{MAX_VALUE_LENGTH} characters",
-                                      details={"parameter": name})
+            raise errors.InvalidQuery(
+                f"A value of query parameter '{name}' is longer than "
+                f"{MAX_VALUE_LENGTH} characters",
+                details={"parameter": name},
+            )
         out.append(value)
     return out
 

@@ -26,6 +26,7 @@ Layout version 4 (one owner per name) indexes each reserved domain under every n
 
 It scans the table: an operator action, never a request path.
 """
+
 from typing import Any, Dict, Iterator
 
 from chalicelib import auth, edge_modules, reserved_domains
@@ -39,8 +40,7 @@ _OLD_ROUTES = "#https_edge_route#"
 
 def _scan() -> Iterator[Dict[str, Any]]:
     client = store.connection().client
-    kwargs: Dict[str, Any] = {"TableName": store.get_settings().table_name,
-                              "ConsistentRead": True}
+    kwargs: Dict[str, Any] = {"TableName": store.get_settings().table_name, "ConsistentRead": True}
     while True:
         page = client.scan(**kwargs)
         yield from page.get("Items", [])
@@ -70,8 +70,14 @@ def _put_if_absent(item: store.Item) -> bool:
 
 def run() -> Dict[str, int]:
     """Migrate every item; returns how many of each change were made."""
-    counts = {"data_maps": 0, "lookups": 0, "owner_index": 0, "routes_moved": 0,
-              "tls_index": 0, "under_index": 0}
+    counts = {
+        "data_maps": 0,
+        "lookups": 0,
+        "owner_index": 0,
+        "routes_moved": 0,
+        "tls_index": 0,
+        "under_index": 0,
+    }
     Model_ = store.model()
     for raw in list(_scan()):
         if "S" in raw.get("data", {}):
@@ -88,21 +94,31 @@ def run() -> Dict[str, int]:
             owner = keys.owner_item(data["account_id"], data["owner_id"], data["owner_kind"])
             account = store.get(store.account_pk(data["account_id"]), store.ACCOUNT_SK)
             if owner is not None and account is not None:
-                copies = {**auth.owner_state(data["owner_kind"], owner.data),
-                          "abuse_reporter": bool(account.data.get("abuse_reporter"))}
-                store.commit([store.set_fields(item.pk, item.sk, copies,
-                                               missing=store.VersionConflict())])
+                copies = {
+                    **auth.owner_state(data["owner_kind"], owner.data),
+                    "abuse_reporter": bool(account.data.get("abuse_reporter")),
+                }
+                store.commit(
+                    [store.set_fields(item.pk, item.sk, copies, missing=store.VersionConflict())]
+                )
                 counts["lookups"] += 1
         elif item.kind in ("api_key", "credential") and "owner_id" in data:
-            namespace = (auth.API_KEY_HASH_NAMESPACE if item.kind == "api_key"
-                         else "credential_token")
-            entry = store.new_item(auth.owned_pk(item.account_id, data["owner_id"]), item.sk,
-                                   kind=auth.OWNED_COLLECTION, account_id=item.account_id,
-                                   data={"collection": item.kind, "namespace": namespace,
-                                         "digest": data["digest"]})
+            namespace = (
+                auth.API_KEY_HASH_NAMESPACE if item.kind == "api_key" else "credential_token"
+            )
+            entry = store.new_item(
+                auth.owned_pk(item.account_id, data["owner_id"]),
+                item.sk,
+                kind=auth.OWNED_COLLECTION,
+                account_id=item.account_id,
+                data={"collection": item.kind, "namespace": namespace, "digest": data["digest"]},
+            )
             counts["owner_index"] += _put_if_absent(entry)
-        elif item.kind == edge_modules.HTTPS_EDGE and "#" not in item.sk \
-                and edge_modules.tls_of(data):
+        elif (
+            item.kind == edge_modules.HTTPS_EDGE
+            and "#" not in item.sk
+            and edge_modules.tls_of(data)
+        ):
             ops = edge_modules.tls_index_ops(item.account_id, item.sk, {}, data)
             store.commit(ops)
             counts["tls_index"] += len(ops)
@@ -113,16 +129,21 @@ def run() -> Dict[str, int]:
                 counts["under_index"] += len(ops)
         elif _OLD_ROUTES in item.pk:
             account_part, _, edge_id = item.pk.partition(_OLD_ROUTES)
-            moved = store.new_item(f"{account_part}#https_edge", f"{edge_id}#{item.sk}",
-                                   kind=item.kind, account_id=item.account_id, data=data)
+            moved = store.new_item(
+                f"{account_part}#https_edge",
+                f"{edge_id}#{item.sk}",
+                kind=item.kind,
+                account_id=item.account_id,
+                data=data,
+            )
             moved.refs = item.refs
-            store.commit([store.put_new(moved, errors.Conflict("moved")), store.drop(item.pk,
-                                                                                    item.sk)]
-                         if store.get(moved.pk, moved.sk) is None
-                         else [store.drop(item.pk, item.sk)])
+            store.commit(
+                [store.put_new(moved, errors.Conflict("moved")), store.drop(item.pk, item.sk)]
+                if store.get(moved.pk, moved.sk) is None
+                else [store.drop(item.pk, item.sk)]
+            )
             counts["routes_moved"] += 1
-    marker = store.get(MARKER_PK, MARKER_SK) or store.new_item(MARKER_PK, MARKER_SK,
-                                                               kind="meta")
+    marker = store.get(MARKER_PK, MARKER_SK) or store.new_item(MARKER_PK, MARKER_SK, kind="meta")
     marker.data = {"version": LAYOUT_VERSION}
     store.commit([store.save(marker)])
     return counts

@@ -15,6 +15,7 @@ for one write per request. In the deployed stack API Gateway's stage throttling
 (scripts/deploy_stack.py) is a second, service-wide limit in front of this one; it answers
 429 with the same code.
 """
+
 import math
 import time
 from typing import Callable, Optional
@@ -32,10 +33,13 @@ def check(account_id: Optional[str], clock: Callable[[], float] = time.time) -> 
         return
     now = clock()
     window = int(now // WINDOW_SECONDS)
-    count = store.increment(store.rate_limit_pk(account_id), str(window),
-                            expires_at=(window + 2) * WINDOW_SECONDS)
+    count = store.increment(
+        store.rate_limit_pk(account_id), str(window), expires_at=(window + 2) * WINDOW_SECONDS
+    )
     if count > limit:
         retry_after = max(1, math.ceil((window + 1) * WINDOW_SECONDS - now))
         raise errors.RateLimited(
             f"Your account is rate limited to {limit} API requests per minute; retry in "
-            f"{retry_after} seconds", retry_after=retry_after)
+            f"{retry_after} seconds",
+            retry_after=retry_after,
+        )

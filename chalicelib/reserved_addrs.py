@@ -21,6 +21,7 @@ Rules (where the spec is silent, decided here):
   hostport counts in its ``refs``. Deleting it frees the port.
 - Every principal of the account may manage them (as reserved domains).
 """
+
 import secrets
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -41,8 +42,9 @@ MAX_ATTEMPTS = 8
 
 def _check_region(name: str, value: str) -> str:
     if value not in ("",) + REGIONS:
-        raise errors.InvalidField(f"Field '{name}' must be \"\" or one of {', '.join(REGIONS)}",
-                                  details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}' must be \"\" or one of {', '.join(REGIONS)}", details={"field": name}
+        )
     return value
 
 
@@ -51,16 +53,20 @@ UPDATE_FIELDS = [DESCRIPTION, METADATA]
 
 
 def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
-    return {**web.resource_fields(c, PATH, item), "addr": item.data["addr"],
-            "region": item.data.get("region", "")}
+    return {
+        **web.resource_fields(c, PATH, item),
+        "addr": item.data["addr"],
+        "region": item.data.get("region", ""),
+    }
 
 
 def taken_ports() -> Set[int]:
     return set(reservations.addr_claims())
 
 
-def _next_port(low: int, high: int, tried: Set[int], attempt: int,
-               known: Optional[Set[int]]) -> Optional[int]:
+def _next_port(
+    low: int, high: int, tried: Set[int], attempt: int, known: Optional[Set[int]]
+) -> Optional[int]:
     """A random port to try: any of the range first, then one not claimed (``known``)."""
     if known is None:
         return low + secrets.randbelow(high - low + 1)
@@ -74,8 +80,9 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     host = settings.edge_tcp_host
     tried: Set[int] = set()
     taken = errors.Conflict("port taken")  # identity marks a lost claim, never returned
-    full = errors.Conflict(f"No TCP address is free: every port of the configured range "
-                           f"{low}-{high} is reserved")
+    full = errors.Conflict(
+        f"No TCP address is free: every port of the configured range {low}-{high} is reserved"
+    )
     known: Optional[Set[int]] = None
     for attempt in range(MAX_ATTEMPTS):
         if attempt == RANDOM_ATTEMPTS:
@@ -88,15 +95,32 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
         tried.add(port)
         addr_id = ids.new_id(PREFIX)
         addr = f"{host}:{port}"
-        data = {"description": fields.get("description", ""),
-                "metadata": fields.get("metadata", ""), "region": fields.get("region", ""),
-                "addr": addr, "port": port, "created_at": validation.now_rfc3339()}
-        item = store.new_item(store.collection_pk(c.account_id, COLLECTION), addr_id,
-                              kind=COLLECTION, account_id=c.account_id, data=data)
-        claim = store.new_item(reservations.PORTS_PK, reservations.port_sk(port),
-                               kind="tcp_port", data={
-            "kind": "reserved_addr", "account_id": c.account_id, "reserved_addr_id": addr_id,
-            "addr": addr})
+        data = {
+            "description": fields.get("description", ""),
+            "metadata": fields.get("metadata", ""),
+            "region": fields.get("region", ""),
+            "addr": addr,
+            "port": port,
+            "created_at": validation.now_rfc3339(),
+        }
+        item = store.new_item(
+            store.collection_pk(c.account_id, COLLECTION),
+            addr_id,
+            kind=COLLECTION,
+            account_id=c.account_id,
+            data=data,
+        )
+        claim = store.new_item(
+            reservations.PORTS_PK,
+            reservations.port_sk(port),
+            kind="tcp_port",
+            data={
+                "kind": "reserved_addr",
+                "account_id": c.account_id,
+                "reserved_addr_id": addr_id,
+                "addr": addr,
+            },
+        )
         try:
             store.commit([store.put_new(item), store.put_new(claim, taken)])
         except errors.Conflict as exc:
@@ -104,8 +128,10 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
                 raise
             continue
         return render(c, item)
-    raise errors.Conflict(f"No free TCP address could be claimed after {MAX_ATTEMPTS} attempts "
-                          "(many reservations at the same time); retry the request")
+    raise errors.Conflict(
+        f"No free TCP address could be claimed after {MAX_ATTEMPTS} attempts "
+        "(many reservations at the same time); retry the request"
+    )
 
 
 def get_item(account_id: str, addr_id: str) -> store.Item:
@@ -129,10 +155,14 @@ def delete(c: Ctx, addr_id: str) -> None:
     """GetItem (its port), then one transaction: the address (409 while a TCP edge serves
     it) and its port's claim."""
     item = get_item(c.account_id, addr_id)
-    in_use = errors.Conflict(f"The reserved address '{item.data['addr']}' is served by a TCP "
-                             "edge; remove it from the edge's hostports first")
+    in_use = errors.Conflict(
+        f"The reserved address '{item.data['addr']}' is served by a TCP "
+        "edge; remove it from the edge's hostports first"
+    )
     missing = errors.NotFound(f"No reserved address with id '{addr_id}' exists")
-    store.commit([refs.delete_unreferenced(item.pk, item.sk, missing, in_use),
-                  store.drop(reservations.PORTS_PK, reservations.port_sk(item.data["port"]))])
-
-
+    store.commit(
+        [
+            refs.delete_unreferenced(item.pk, item.sk, missing, in_use),
+            store.drop(reservations.PORTS_PK, reservations.port_sk(item.data["port"])),
+        ]
+    )

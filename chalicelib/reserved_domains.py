@@ -53,6 +53,7 @@ Rules (docs/CONTRACT.md; where the API reference is silent, decided here):
   was none). A later update may set a policy again.
 - Deleting a domain deletes its issued certificate and releases an uploaded one.
 """
+
 import secrets
 import string
 from collections import Counter
@@ -85,55 +86,71 @@ def _check_domain(name: str, value: str) -> str:
     try:
         domain = hostnames.parse(value, wildcard=True, min_labels=2, numeric_tld=False)
     except hostnames.InvalidHostname as exc:
-        raise errors.InvalidField(f"Field '{name}' ({value!r}) {exc}",
-                                  details={"field": name}) from None
+        raise errors.InvalidField(
+            f"Field '{name}' ({value!r}) {exc}", details={"field": name}
+        ) from None
     base = get_settings().base_domain
     bare = hostnames.suffix_of_wildcard(domain) or domain
     if domain == base or hostnames.is_within(base, bare):
-        raise errors.InvalidField(f"Field '{name}': '{domain}' covers the service's own domain "
-                                  f"'{base}' and cannot be reserved", details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}': '{domain}' covers the service's own domain "
+            f"'{base}' and cannot be reserved",
+            details={"field": name},
+        )
     return domain
 
 
 def _check_region(name: str, value: str) -> str:
     if value not in ("",) + REGIONS:
-        raise errors.InvalidField(f"Field '{name}' must be \"\" or one of {', '.join(REGIONS)}",
-                                  details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}' must be \"\" or one of {', '.join(REGIONS)}", details={"field": name}
+        )
     return value
 
 
 def _check_policy(name: str, value: Dict[str, Any]) -> Dict[str, str]:
     unknown = sorted(set(value) - set(DEFAULT_POLICY))
     if unknown:
-        raise errors.InvalidField(f"Field '{name}.{unknown[0]}' is unknown; accepted: "
-                                  "authority, private_key_type", details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}.{unknown[0]}' is unknown; accepted: authority, private_key_type",
+            details={"field": name},
+        )
     policy = dict(DEFAULT_POLICY)
     for key, allowed in (("authority", AUTHORITIES), ("private_key_type", KEY_TYPES)):
         sent = value.get(key)
         if sent is None or sent == "":
             continue
         if sent not in allowed:
-            raise errors.InvalidField(f"Field '{name}.{key}' must be one of "
-                                      f"{', '.join(allowed)}, got {sent!r}",
-                                      details={"field": name})
+            raise errors.InvalidField(
+                f"Field '{name}.{key}' must be one of {', '.join(allowed)}, got {sent!r}",
+                details={"field": name},
+            )
         policy[key] = sent
     return policy
 
 
 def _check_resolves_to(name: str, value: Any) -> List[Dict[str, str]]:
     if not isinstance(value, list):
-        raise errors.InvalidField(f"Field '{name}' must be an array of {{\"value\": …}} objects",
-                                  details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}' must be an array of {{\"value\": …}} objects", details={"field": name}
+        )
     if len(value) > MAX_RESOLVES_TO:
-        raise errors.InvalidField(f"Field '{name}' has {len(value)} entries; the limit is "
-                                  f"{MAX_RESOLVES_TO}", details={"field": name})
+        raise errors.InvalidField(
+            f"Field '{name}' has {len(value)} entries; the limit is {MAX_RESOLVES_TO}",
+            details={"field": name},
+        )
     result = []
     for index, entry in enumerate(value):
-        if not isinstance(entry, dict) or set(entry) != {"value"} \
-                or entry["value"] not in RESOLVES_TO_VALUES:
+        if (
+            not isinstance(entry, dict)
+            or set(entry) != {"value"}
+            or entry["value"] not in RESOLVES_TO_VALUES
+        ):
             raise errors.InvalidField(
                 f"Field '{name}[{index}]' must be {{\"value\": v}} with v one of "
-                f"{', '.join(RESOLVES_TO_VALUES)}", details={"field": name})
+                f"{', '.join(RESOLVES_TO_VALUES)}",
+                details={"field": name},
+            )
         result.append({"value": entry["value"]})
     return result
 
@@ -145,8 +162,10 @@ def _check_certificate_id(name: str, value: str) -> str:
 
 
 def _no_certificate(cert_id: str) -> errors.InvalidField:
-    return errors.InvalidField(f"Field 'certificate_id': no TLS certificate with id "
-                               f"'{cert_id}' exists", details={"field": "certificate_id"})
+    return errors.InvalidField(
+        f"Field 'certificate_id': no TLS certificate with id '{cert_id}' exists",
+        details={"field": "certificate_id"},
+    )
 
 
 def _certificate_for(account_id: str, cert_id: str, domain: str) -> store.Item:
@@ -155,28 +174,43 @@ def _certificate_for(account_id: str, cert_id: str, domain: str) -> store.Item:
     if item is None:
         raise _no_certificate(cert_id)
     if not tls_certificates.covers(item.data, domain):
-        names = ", ".join(item.data["subject_alternative_names"]["dns_names"][:10]) or \
-            item.data.get("subject_common_name") or "none"
-        raise errors.InvalidField(f"Field 'certificate_id': TLS certificate '{cert_id}' does "
-                                  f"not cover '{domain}' (its DNS names: {names})",
-                                  details={"field": "certificate_id"})
+        names = (
+            ", ".join(item.data["subject_alternative_names"]["dns_names"][:10])
+            or item.data.get("subject_common_name")
+            or "none"
+        )
+        raise errors.InvalidField(
+            f"Field 'certificate_id': TLS certificate '{cert_id}' does "
+            f"not cover '{domain}' (its DNS names: {names})",
+            details={"field": "certificate_id"},
+        )
     return item
 
 
 def _exclusive(fields: Dict[str, Any]) -> None:
-    if fields.get("certificate_id") is not None and \
-            fields.get("certificate_management_policy") is not None:
-        raise errors.InvalidField("Fields 'certificate_id' and 'certificate_management_policy' "
-                                  "are mutually exclusive: send one",
-                                  details={"field": "certificate_id"})
+    if (
+        fields.get("certificate_id") is not None
+        and fields.get("certificate_management_policy") is not None
+    ):
+        raise errors.InvalidField(
+            "Fields 'certificate_id' and 'certificate_management_policy' "
+            "are mutually exclusive: send one",
+            details={"field": "certificate_id"},
+        )
 
 
 POLICY = Field("certificate_management_policy", "object", check=_check_policy)
 RESOLVES_TO = Field("resolves_to", "any", check=_check_resolves_to)
 CERTIFICATE_ID = Field("certificate_id", "string", check=_check_certificate_id)
-CREATE_FIELDS = [Field("domain", "string", required=True, check=_check_domain),
-                 Field("region", "string", check=_check_region),
-                 DESCRIPTION, METADATA, CERTIFICATE_ID, POLICY, RESOLVES_TO]
+CREATE_FIELDS = [
+    Field("domain", "string", required=True, check=_check_domain),
+    Field("region", "string", check=_check_region),
+    DESCRIPTION,
+    METADATA,
+    CERTIFICATE_ID,
+    POLICY,
+    RESOLVES_TO,
+]
 UPDATE_FIELDS = [DESCRIPTION, METADATA, CERTIFICATE_ID, POLICY, RESOLVES_TO]
 
 
@@ -200,7 +234,8 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
         "http_endpoint_configuration": None,
         "https_endpoint_configuration": None,
         "certificate": c.ref(tls_certificates.PATH, data["certificate_id"])
-        if data.get("certificate_id") else None,
+        if data.get("certificate_id")
+        else None,
         "certificate_management_policy": data.get("certificate_management_policy"),
         "certificate_management_status": data.get("certificate_management_status"),
         "acme_challenge_cname_target": data.get("acme_challenge_cname_target"),
@@ -209,8 +244,9 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
 
 
 def _taken(domain: str) -> errors.Conflict:
-    return errors.Conflict(f"The domain '{domain}' is already reserved",
-                           details={"field": "domain"})
+    return errors.Conflict(
+        f"The domain '{domain}' is already reserved", details={"field": "domain"}
+    )
 
 
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
@@ -221,11 +257,16 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     domain = fields["domain"]
     zone = get_settings().cname_zone
     data: Dict[str, Any] = {
-        "domain": domain, "region": fields.get("region", ""),
-        "description": fields.get("description", ""), "metadata": fields.get("metadata", ""),
-        "resolves_to": fields.get("resolves_to", []), "created_at": validation.now_rfc3339(),
-        "cname_target": None, "acme_challenge_cname_target": None,
-        "certificate_management_policy": None, "certificate_management_status": None,
+        "domain": domain,
+        "region": fields.get("region", ""),
+        "description": fields.get("description", ""),
+        "metadata": fields.get("metadata", ""),
+        "resolves_to": fields.get("resolves_to", []),
+        "created_at": validation.now_rfc3339(),
+        "cname_target": None,
+        "acme_challenge_cname_target": None,
+        "certificate_management_policy": None,
+        "certificate_management_status": None,
         "certificate_id": None,
     }
     cert = None
@@ -237,12 +278,14 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
             raise errors.InvalidField(
                 f"Field 'certificate_management_policy': certificates of '{domain}' are the "
                 "service's own; a policy applies only to your own domains",
-                details={"field": "certificate_management_policy"})
+                details={"field": "certificate_management_policy"},
+            )
     else:
         data["cname_target"] = f"{_random_label(16)}.{_random_label(10)}.{zone}"
         if cert is None:
-            data["certificate_management_policy"] = fields.get("certificate_management_policy",
-                                                               dict(DEFAULT_POLICY))
+            data["certificate_management_policy"] = fields.get(
+                "certificate_management_policy", dict(DEFAULT_POLICY)
+            )
             data["certificate_management_status"] = orders.initial_status(data["created_at"])
         if hostnames.is_wildcard(domain):
             data["acme_challenge_cname_target"] = f"{_random_label(16)}.acme-challenge.{zone}"
@@ -250,11 +293,19 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     if conflict is not None:
         raise conflict
     domain_id = ids.new_id(PREFIX)
-    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), domain_id,
-                          kind=COLLECTION, account_id=c.account_id, data=data)
-    claim = store.unique(reservations.DOMAIN_NAMESPACE, domain,
-                         {"account_id": c.account_id, "reserved_domain_id": domain_id},
-                         _taken(domain))
+    item = store.new_item(
+        store.collection_pk(c.account_id, COLLECTION),
+        domain_id,
+        kind=COLLECTION,
+        account_id=c.account_id,
+        data=data,
+    )
+    claim = store.unique(
+        reservations.DOMAIN_NAMESPACE,
+        domain,
+        {"account_id": c.account_id, "reserved_domain_id": domain_id},
+        _taken(domain),
+    )
     ops = [store.put_new(item), claim, *reservations.under_index_ops(domain, c.account_id)]
     if data["certificate_management_policy"] is not None:
         ops.append(orders.enqueue_op(c.account_id, domain_id, domain))
@@ -264,8 +315,14 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     return render(c, item)
 
 
-def _attach_ops(account_id: str, domain_id: str, domain: str, old_cert_id: Optional[str],
-                new_cert: Optional[store.Item], old_managed: bool = False) -> List[store.Op]:
+def _attach_ops(
+    account_id: str,
+    domain_id: str,
+    domain: str,
+    old_cert_id: Optional[str],
+    new_cert: Optional[store.Item],
+    old_managed: bool = False,
+) -> List[store.Op]:
     """Moving the domain from ``old_cert_id`` to ``new_cert`` (None: detached): ``refs`` of
     uploaded certificates, an issued one deleted, the served index item."""
     ops: List[store.Op] = []
@@ -278,8 +335,9 @@ def _attach_ops(account_id: str, domain_id: str, domain: str, old_cert_id: Optio
     after: Counter = Counter({(CERT, new_cert.sk): 1}) if new_cert is not None else Counter()
     ops += refs.move(account_id, before, after, lambda kind, rid: _no_certificate(rid))
     if new_cert is not None:
-        ops.append(tls_certificates.served_op(domain, account_id, domain_id, new_cert.sk,
-                                              new_cert.data))
+        ops.append(
+            tls_certificates.served_op(domain, account_id, domain_id, new_cert.sk, new_cert.data)
+        )
     elif old_cert_id:
         ops.append(tls_certificates.unserved_op(domain))
     return ops
@@ -316,9 +374,17 @@ def update(c: Ctx, domain_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
         return get(c, domain_id)
     if "certificate_id" in fields or "certificate_management_policy" in fields:
         return _update_certificate(c, domain_id, fields)
-    return render(c, store.write(store.set_fields(
-        store.collection_pk(c.account_id, COLLECTION), domain_id, fields,
-        missing=errors.NotFound(f"No reserved domain with id '{domain_id}' exists"))))
+    return render(
+        c,
+        store.write(
+            store.set_fields(
+                store.collection_pk(c.account_id, COLLECTION),
+                domain_id,
+                fields,
+                missing=errors.NotFound(f"No reserved domain with id '{domain_id}' exists"),
+            )
+        ),
+    )
 
 
 @store.retrying
@@ -332,27 +398,43 @@ def _update_certificate(c: Ctx, domain_id: str, fields: Dict[str, Any]) -> Dict[
         cert = _certificate_for(c.account_id, fields["certificate_id"], domain)
         changes.update(certificate_management_policy=None, certificate_management_status=None)
         if data.get("certificate_id") != cert.sk:
-            ops += _attach_ops(c.account_id, domain_id, domain, data.get("certificate_id"),
-                               cert, _managed(c.account_id, data.get("certificate_id")))
+            ops += _attach_ops(
+                c.account_id,
+                domain_id,
+                domain,
+                data.get("certificate_id"),
+                cert,
+                _managed(c.account_id, data.get("certificate_id")),
+            )
         else:
-            ops.append(tls_certificates.served_op(domain, c.account_id, domain_id, cert.sk,
-                                                  cert.data))
+            ops.append(
+                tls_certificates.served_op(domain, c.account_id, domain_id, cert.sk, cert.data)
+            )
         if data.get("certificate_management_policy") is not None:
             ops.append(orders.dequeue_op(c.account_id, domain_id))
     else:
         if not data.get("cname_target"):
             raise errors.InvalidField(
                 f"Field 'certificate_management_policy': certificates of '{domain}' are the "
-                "service's own", details={"field": "certificate_management_policy"})
+                "service's own",
+                details={"field": "certificate_management_policy"},
+            )
         if data.get("certificate_management_policy") is None:
             changes["certificate_management_status"] = orders.initial_status(
-                validation.now_rfc3339())
+                validation.now_rfc3339()
+            )
             ops.append(orders.enqueue_op(c.account_id, domain_id, domain))
     version = old.version or 0
-    ops.insert(0, store.set_fields(
-        old.pk, old.sk, changes,
-        require=lambda e: f"{e.path('version')} = {e.value(version)}",
-        missing=_get_missing(domain_id)))
+    ops.insert(
+        0,
+        store.set_fields(
+            old.pk,
+            old.sk,
+            changes,
+            require=lambda e: f"{e.path('version')} = {e.value(version)}",
+            missing=_get_missing(domain_id),
+        ),
+    )
     store.commit(ops)
     old.data = {**data, **changes}
     return render(c, old)
@@ -364,19 +446,34 @@ def delete(c: Ctx, domain_id: str) -> None:
     certificate: issued ones are deleted with it), then one transaction; 409 while an HTTPS
     edge hostport uses the domain (its ``refs``)."""
     item = _get(c, domain_id)
-    in_use = errors.Conflict(f"The reserved domain '{item.data['domain']}' is served by an "
-                             "HTTPS edge; remove the edge's hostports under it first")
+    in_use = errors.Conflict(
+        f"The reserved domain '{item.data['domain']}' is served by an "
+        "HTTPS edge; remove the edge's hostports under it first"
+    )
     cert_id = item.data.get("certificate_id")
-    store.commit([refs.delete_unreferenced(item.pk, item.sk, _get_missing(domain_id), in_use,
-                                           version=item.version or 0),
-                  store.release(reservations.DOMAIN_NAMESPACE, item.data["domain"]),
-                  orders.dequeue_op(c.account_id, domain_id),
-                  *[store.drop(store.unique_pk(reservations.UNDER_NAMESPACE, ancestor),
-                               item.data["domain"])
-                    for ancestor in reservations.ancestors(
-                        reservations.bare(item.data["domain"]))]]
-                 + _attach_ops(c.account_id, domain_id, item.data["domain"], cert_id, None,
-                               _managed(c.account_id, cert_id)))
+    store.commit(
+        [
+            refs.delete_unreferenced(
+                item.pk, item.sk, _get_missing(domain_id), in_use, version=item.version or 0
+            ),
+            store.release(reservations.DOMAIN_NAMESPACE, item.data["domain"]),
+            orders.dequeue_op(c.account_id, domain_id),
+            *[
+                store.drop(
+                    store.unique_pk(reservations.UNDER_NAMESPACE, ancestor), item.data["domain"]
+                )
+                for ancestor in reservations.ancestors(reservations.bare(item.data["domain"]))
+            ],
+        ]
+        + _attach_ops(
+            c.account_id,
+            domain_id,
+            item.data["domain"],
+            cert_id,
+            None,
+            _managed(c.account_id, cert_id),
+        )
+    )
 
 
 def _get_missing(domain_id: str) -> errors.NotFound:
@@ -388,31 +485,39 @@ def reservation_conflict(account_id: str, domain: str) -> Optional[errors.ApiErr
     None. Reads: one BatchGetItem of the reservations that could cover it, one Query of those
     under it, one BatchGetItem of the claims of it and the names it is under."""
     from chalicelib.core import online
+
     bare, wildcard = reservations.bare(domain), hostnames.is_wildcard(domain)
     other = errors.WildcardConflict if wildcard else errors.DomainReservedByOther
-    refused = (f"This wildcard domain would conflict with a domain reserved for another "
-               f"account. Failed to reserve {domain}." if wildcard else
-               f"This domain is already reserved for another account. Failed to reserve "
-               f"{domain}.")
+    refused = (
+        f"This wildcard domain would conflict with a domain reserved for another "
+        f"account. Failed to reserve {domain}."
+        if wildcard
+        else f"This domain is already reserved for another account. Failed to reserve {domain}."
+    )
     above = reservations.ancestors(bare) + ([bare] if wildcard else [])
     holders = reservations.holders([domain] + reservations.candidates(bare)[1:] + above)
     if domain in holders:
         if holders.pop(domain) == account_id:
-            return errors.DomainReservedByYou(f"This domain is already reserved for your "
-                                              f"account. Failed to reserve {domain}.",
-                                              details={"field": "domain"})
-        return errors.DomainReservedByOther(f"This domain is already reserved for another "
-                                            f"account. Failed to reserve {domain}.",
-                                            details={"field": "domain"})
+            return errors.DomainReservedByYou(
+                f"This domain is already reserved for your account. Failed to reserve {domain}.",
+                details={"field": "domain"},
+            )
+        return errors.DomainReservedByOther(
+            f"This domain is already reserved for another account. Failed to reserve {domain}.",
+            details={"field": "domain"},
+        )
     if any(holder != account_id for holder in holders.values()):
         return other(refused, details={"field": "domain"})
     if any(r["account_id"] != account_id for r in reservations.reserved_under(bare)):
         return other(refused, details={"field": "domain"})
     for name, holder in online.hostname_holders([bare] + reservations.ancestors(bare)).items():
         if holder.get("account_id") != account_id:
-            return errors.DomainInUse(f"Another account is running an active endpoint on the "
-                                      f"domain {name}. You may not reserve domains that are "
-                                      "actively in use.", details={"field": "domain"})
+            return errors.DomainInUse(
+                f"Another account is running an active endpoint on the "
+                f"domain {name}. You may not reserve domains that are "
+                "actively in use.",
+                details={"field": "domain"},
+            )
     return None
 
 
@@ -430,10 +535,17 @@ def delete_part(c: Ctx, domain_id: str, part: str) -> None:
     missing = errors.NotFound(f"No reserved domain with id '{domain_id}' exists")
     if not ids.is_valid(domain_id, PREFIX):
         raise missing
-    store.commit([store.set_fields(
-        store.collection_pk(c.account_id, COLLECTION), domain_id,
-        {"certificate_management_policy": None, "certificate_management_status": None},
-        missing=missing), orders.dequeue_op(c.account_id, domain_id)])
+    store.commit(
+        [
+            store.set_fields(
+                store.collection_pk(c.account_id, COLLECTION),
+                domain_id,
+                {"certificate_management_policy": None, "certificate_management_status": None},
+                missing=missing,
+            ),
+            orders.dequeue_op(c.account_id, domain_id),
+        ]
+    )
 
 
 @store.retrying
@@ -443,11 +555,23 @@ def _detach(c: Ctx, domain_id: str) -> None:
     if not cert_id:
         return
     version = item.version or 0
-    ops = [store.set_fields(item.pk, item.sk, {"certificate_id": None},
-                            require=lambda e: f"{e.path('version')} = {e.value(version)}",
-                            missing=_get_missing(domain_id))]
-    ops += _attach_ops(c.account_id, domain_id, item.data["domain"], cert_id, None,
-                       _managed(c.account_id, cert_id))
+    ops = [
+        store.set_fields(
+            item.pk,
+            item.sk,
+            {"certificate_id": None},
+            require=lambda e: f"{e.path('version')} = {e.value(version)}",
+            missing=_get_missing(domain_id),
+        )
+    ]
+    ops += _attach_ops(
+        c.account_id,
+        domain_id,
+        item.data["domain"],
+        cert_id,
+        None,
+        _managed(c.account_id, cert_id),
+    )
     if item.data.get("certificate_management_policy") is not None:
         ops.append(orders.enqueue_op(c.account_id, domain_id, item.data["domain"]))
     store.commit(ops)

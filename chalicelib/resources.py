@@ -15,6 +15,7 @@ What the document needs beyond the routes is said here too: the tag, the respons
 name (its shape lives in chalicelib.openapi), the human name used in summaries, and the
 field lists of bodies a module parses itself.
 """
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -129,22 +130,33 @@ def nested(fields: Fields, overrides: Optional[Mapping[str, Schema]] = None) -> 
     return {"nested_fields": fields, "overrides": dict(overrides or {})}
 
 
-HOSTPORTS: Schema = {"type": "array", "items": STR, "nullable": True,
-                     "description": "host:port entries, each served by one edge at most"}
+HOSTPORTS: Schema = {
+    "type": "array",
+    "items": STR,
+    "nullable": True,
+    "description": "host:port entries, each served by one edge at most",
+}
 TCP_EDGE_MODULES: Dict[str, Schema] = {
     "hostports": HOSTPORTS,
     "backend": nested(edge_modules.BACKEND_FIELDS),
     "ip_restriction": nested(edge_modules.IP_RESTRICTION_FIELDS),
     "traffic_policy": nested(edge_modules.TRAFFIC_POLICY_FIELDS),
-    "policy": {"type": "object", "nullable": True,
-               "properties": {"enabled": BOOL, "inbound": {"type": "array"},
-                              "outbound": {"type": "array", "maxItems": 0}},
-               "description": "the older traffic policy shape (TypeScript client): stored "
-                              "as traffic_policy, inbound rules as on_tcp_connect"},
+    "policy": {
+        "type": "object",
+        "nullable": True,
+        "properties": {
+            "enabled": BOOL,
+            "inbound": {"type": "array"},
+            "outbound": {"type": "array", "maxItems": 0},
+        },
+        "description": "the older traffic policy shape (TypeScript client): stored "
+        "as traffic_policy, inbound rules as on_tcp_connect",
+    },
 }
 HEADER_CHANGES: Dict[str, Schema] = {
     "add": {**STR_MAP, "description": "header name → value; names are returned lower-cased"},
-    "remove": {**STR_LIST, "description": "header names"}}
+    "remove": {**STR_LIST, "description": "header names"},
+}
 ROUTE_PARTS: Dict[str, Part] = {
     "backend": Part("EndpointBackend", edge_modules.BACKEND_FIELDS),
     "ip_restriction": Part("EndpointIPPolicy", edge_modules.IP_RESTRICTION_FIELDS),
@@ -168,127 +180,352 @@ assert tuple(HTTPS_EDGE_PARTS) == tuple(https_edges.EDGE_MODULES)
 
 
 def _backend(path: str, ops: rest.Ops, name: str, title: str, schema: str) -> Collection:
-    return Collection(path, ops, "backend_id", name, title, title[0].upper() + title[1:] + "s",
-                      schema)
+    return Collection(
+        path, ops, "backend_id", name, title, title[0].upper() + title[1:] + "s", schema
+    )
 
 
 # ---- the table, in the order the routes are registered -----------------------------------
 REGISTRY: Tuple[Entry, ...] = (
     # Identity
     Collection("/api_keys", api_keys, "key_id", "api_key", "API key", "API keys", "APIKey"),
-    Collection("/credentials", credentials, "credential_id", "credential", "credential",
-               "Credentials", "Credential", field_schemas={"owner_id": STR}),
-    Collection("/bot_users", bot_users, "bot_id", "bot_user", "bot user", "Bot users",
-               "BotUser"),
-    Collection("/service_users", bot_users.SERVICE_USER_OPS, "service_user_id",
-               "service_user", "service user", "Service users", "BotUser"),
-    Collection("/abuse_reports", abuse_reports.OPS, "report_id", "abuse_report",
-               "abuse report", "Abuse reports", "AbuseReport", ops=("create", "get"),
-               create_doc=abuse_reports.CREATE_FIELDS),
+    Collection(
+        "/credentials",
+        credentials,
+        "credential_id",
+        "credential",
+        "credential",
+        "Credentials",
+        "Credential",
+        field_schemas={"owner_id": STR},
+    ),
+    Collection("/bot_users", bot_users, "bot_id", "bot_user", "bot user", "Bot users", "BotUser"),
+    Collection(
+        "/service_users",
+        bot_users.SERVICE_USER_OPS,
+        "service_user_id",
+        "service_user",
+        "service user",
+        "Service users",
+        "BotUser",
+    ),
+    Collection(
+        "/abuse_reports",
+        abuse_reports.OPS,
+        "report_id",
+        "abuse_report",
+        "abuse report",
+        "Abuse reports",
+        "AbuseReport",
+        ops=("create", "get"),
+        create_doc=abuse_reports.CREATE_FIELDS,
+    ),
     # Domains
-    Collection("/reserved_domains", reserved_domains, "domain_id", "reserved_domain",
-               "reserved domain", "Reserved domains", "ReservedDomain"),
-    Parts("/reserved_domains/{domain_id}", {part: Part() for part in reserved_domains.PARTS},
-          owner="reserved_domain", tag="Reserved domains", delete=reserved_domains.delete_part,
-          delete_summary="Detach the {part} of a reserved domain"),
-    Command("/reserved_domains/{domain_id}/dns_check", dns_check.check,
-            "dns_check_reserved_domain", "Reserved domains", "ReservedDomainDNSCheck",
-            "Check the domain's CNAME records in DNS (found, missing or wrong target per "
-            "record; no body; the resolver is the service's DNS_CHECK_RESOLVER)"),
-    Collection("/reserved_addrs", reserved_addrs, "addr_id", "reserved_addr",
-               "reserved address", "Reserved addresses", "ReservedAddr",
-               titles="reserved addresses"),
+    Collection(
+        "/reserved_domains",
+        reserved_domains,
+        "domain_id",
+        "reserved_domain",
+        "reserved domain",
+        "Reserved domains",
+        "ReservedDomain",
+    ),
+    Parts(
+        "/reserved_domains/{domain_id}",
+        {part: Part() for part in reserved_domains.PARTS},
+        owner="reserved_domain",
+        tag="Reserved domains",
+        delete=reserved_domains.delete_part,
+        delete_summary="Detach the {part} of a reserved domain",
+    ),
+    Command(
+        "/reserved_domains/{domain_id}/dns_check",
+        dns_check.check,
+        "dns_check_reserved_domain",
+        "Reserved domains",
+        "ReservedDomainDNSCheck",
+        "Check the domain's CNAME records in DNS (found, missing or wrong target per "
+        "record; no body; the resolver is the service's DNS_CHECK_RESOLVER)",
+    ),
+    Collection(
+        "/reserved_addrs",
+        reserved_addrs,
+        "addr_id",
+        "reserved_addr",
+        "reserved address",
+        "Reserved addresses",
+        "ReservedAddr",
+        titles="reserved addresses",
+    ),
     # Certificate authorities (for HTTPS edges' mutual_tls)
-    Collection("/certificate_authorities", certificate_authorities, "ca_id",
-               "certificate_authority", "certificate authority", "Certificate authorities",
-               "CertificateAuthority", plural="certificate_authorities",
-               titles="certificate authorities"),
+    Collection(
+        "/certificate_authorities",
+        certificate_authorities,
+        "ca_id",
+        "certificate_authority",
+        "certificate authority",
+        "Certificate authorities",
+        "CertificateAuthority",
+        plural="certificate_authorities",
+        titles="certificate authorities",
+    ),
     # TLS certificates (uploaded, or issued by ACME for reserved domains: docs/CERTIFICATES.md)
-    Collection("/tls_certificates", tls_certificates, "certificate_id", "tls_certificate",
-               "TLS certificate", "TLS certificates", "TLSCertificate"),
+    Collection(
+        "/tls_certificates",
+        tls_certificates,
+        "certificate_id",
+        "tls_certificate",
+        "TLS certificate",
+        "TLS certificates",
+        "TLSCertificate",
+    ),
     # IP policies
-    Collection("/ip_policies", ip_policies.POLICY_OPS, "policy_id", "ip_policy", "IP policy",
-               "IP policies", "IPPolicy", plural="ip_policies", titles="IP policies"),
-    Collection("/ip_policy_rules", ip_policies.RULE_OPS, "rule_id", "ip_policy_rule",
-               "IP policy rule", "IP policy rules", "IPPolicyRule"),
+    Collection(
+        "/ip_policies",
+        ip_policies.POLICY_OPS,
+        "policy_id",
+        "ip_policy",
+        "IP policy",
+        "IP policies",
+        "IPPolicy",
+        plural="ip_policies",
+        titles="IP policies",
+    ),
+    Collection(
+        "/ip_policy_rules",
+        ip_policies.RULE_OPS,
+        "rule_id",
+        "ip_policy_rule",
+        "IP policy rule",
+        "IP policy rules",
+        "IPPolicyRule",
+    ),
     # Backends
-    _backend("/backends/http_response", rest.Ops.of(http_response_backends),
-             "http_response_backend", "HTTP response backend", "HTTPResponseBackend"),
-    _backend("/backends/tunnel_group", backends.TUNNEL_GROUP_OPS, "tunnel_group_backend",
-             "tunnel group backend", "TunnelGroupBackend"),
-    _backend("/backends/failover", backends.FAILOVER_OPS, "failover_backend",
-             "failover backend", "FailoverBackend"),
-    _backend("/backends/weighted", backends.WEIGHTED_OPS, "weighted_backend",
-             "weighted backend", "WeightedBackend"),
+    _backend(
+        "/backends/http_response",
+        rest.Ops.of(http_response_backends),
+        "http_response_backend",
+        "HTTP response backend",
+        "HTTPResponseBackend",
+    ),
+    _backend(
+        "/backends/tunnel_group",
+        backends.TUNNEL_GROUP_OPS,
+        "tunnel_group_backend",
+        "tunnel group backend",
+        "TunnelGroupBackend",
+    ),
+    _backend(
+        "/backends/failover",
+        backends.FAILOVER_OPS,
+        "failover_backend",
+        "failover backend",
+        "FailoverBackend",
+    ),
+    _backend(
+        "/backends/weighted",
+        backends.WEIGHTED_OPS,
+        "weighted_backend",
+        "weighted backend",
+        "WeightedBackend",
+    ),
     # Edges, routes and modules
-    Collection("/edges/tcp", tcp_edges, "edge_id", "tcp_edge", "TCP edge", "TCP edges",
-               "TCPEdge", field_schemas=TCP_EDGE_MODULES),
-    Parts("/edges/tcp/{edge_id}", TCP_PARTS, owner="tcp_edge", tag="TCP edges",
-          get=tcp_edges.get_module, put=tcp_edges.put_module, delete=tcp_edges.delete_module),
-    Collection("/edges/https", https_edges.EDGE_OPS, "edge_id", "https_edge", "HTTPS edge",
-               "HTTPS edges", "HTTPSEdge",
-               field_schemas={"hostports": HOSTPORTS,
-                              "mutual_tls": nested(https_edges.MTLS_FIELDS),
-                              "tls_termination": nested(https_edges.TLS_FIELDS)}),
-    Parts("/edges/https/{edge_id}", HTTPS_EDGE_PARTS, owner="https_edge", tag="HTTPS edges",
-          get=https_edges.get_edge_module, put=https_edges.put_edge_module,
-          delete=https_edges.delete_edge_module),
-    Collection("/edges/https/{edge_id}/routes", https_edges.ROUTE_OPS, "route_id",
-               "https_edge_route", "HTTPS edge route", "HTTPS edge routes", "HTTPSEdgeRoute",
-               create_doc=https_edges.ROUTE_CREATE_FIELDS,
-               update_doc=https_edges.ROUTE_UPDATE_FIELDS,
-               field_schemas={name: nested(part.fields or (), part.field_schemas)
-                              for name, part in ROUTE_PARTS.items()}),
-    Parts("/edges/https/{edge_id}/routes/{route_id}", ROUTE_PARTS, owner="https_edge_route",
-          tag="HTTPS edge routes", get=https_edges.get_module, put=https_edges.put_module,
-          delete=https_edges.delete_module),
+    Collection(
+        "/edges/tcp",
+        tcp_edges,
+        "edge_id",
+        "tcp_edge",
+        "TCP edge",
+        "TCP edges",
+        "TCPEdge",
+        field_schemas=TCP_EDGE_MODULES,
+    ),
+    Parts(
+        "/edges/tcp/{edge_id}",
+        TCP_PARTS,
+        owner="tcp_edge",
+        tag="TCP edges",
+        get=tcp_edges.get_module,
+        put=tcp_edges.put_module,
+        delete=tcp_edges.delete_module,
+    ),
+    Collection(
+        "/edges/https",
+        https_edges.EDGE_OPS,
+        "edge_id",
+        "https_edge",
+        "HTTPS edge",
+        "HTTPS edges",
+        "HTTPSEdge",
+        field_schemas={
+            "hostports": HOSTPORTS,
+            "mutual_tls": nested(https_edges.MTLS_FIELDS),
+            "tls_termination": nested(https_edges.TLS_FIELDS),
+        },
+    ),
+    Parts(
+        "/edges/https/{edge_id}",
+        HTTPS_EDGE_PARTS,
+        owner="https_edge",
+        tag="HTTPS edges",
+        get=https_edges.get_edge_module,
+        put=https_edges.put_edge_module,
+        delete=https_edges.delete_edge_module,
+    ),
+    Collection(
+        "/edges/https/{edge_id}/routes",
+        https_edges.ROUTE_OPS,
+        "route_id",
+        "https_edge_route",
+        "HTTPS edge route",
+        "HTTPS edge routes",
+        "HTTPSEdgeRoute",
+        create_doc=https_edges.ROUTE_CREATE_FIELDS,
+        update_doc=https_edges.ROUTE_UPDATE_FIELDS,
+        field_schemas={
+            name: nested(part.fields or (), part.field_schemas)
+            for name, part in ROUTE_PARTS.items()
+        },
+    ),
+    Parts(
+        "/edges/https/{edge_id}/routes/{route_id}",
+        ROUTE_PARTS,
+        owner="https_edge_route",
+        tag="HTTPS edge routes",
+        get=https_edges.get_module,
+        put=https_edges.put_module,
+        delete=https_edges.delete_module,
+    ),
     # Online (written by the edge; read-only here, plus commands to a session's agent)
-    Collection("/tunnel_sessions", tunnel_sessions, "session_id", "tunnel_session",
-               "tunnel session", "Tunnel sessions", "TunnelSession", ops=("list", "get"),
-               online=True),
-    Actions("/tunnel_sessions/{session_id}", tunnel_sessions.ACTIONS, owner="tunnel_session",
-            tag="Tunnel sessions", summaries={
-                "stop": "Stop the session's agent (sent at the edge's next heartbeat)",
-                "restart": "Restart the session's agent (sent at the edge's next heartbeat)",
-                "update": "Update the session's agent: not offered by this service (400 "
-                          "ERR_UNSUPPORTED_OPERATION)"}),
-    Collection("/tunnels", tunnels, "tunnel_id", "tunnel", "tunnel", "Tunnels", "Tunnel",
-               ops=("list", "get"), online=True),
-    Collection("/endpoints", endpoints, "endpoint_id", "endpoint", "endpoint", "Endpoints",
-               "Endpoint", online=True, summaries={
-                   "create": "Create a cloud endpoint (served by the edge from its "
-                             "traffic_policy, no agent)",
-                   "update": "Update a cloud endpoint (only the fields sent; agent endpoints: "
-                             "400)",
-                   "delete": "Delete a cloud endpoint (agent endpoints: 400)"}),
+    Collection(
+        "/tunnel_sessions",
+        tunnel_sessions,
+        "session_id",
+        "tunnel_session",
+        "tunnel session",
+        "Tunnel sessions",
+        "TunnelSession",
+        ops=("list", "get"),
+        online=True,
+    ),
+    Actions(
+        "/tunnel_sessions/{session_id}",
+        tunnel_sessions.ACTIONS,
+        owner="tunnel_session",
+        tag="Tunnel sessions",
+        summaries={
+            "stop": "Stop the session's agent (sent at the edge's next heartbeat)",
+            "restart": "Restart the session's agent (sent at the edge's next heartbeat)",
+            "update": "Update the session's agent: not offered by this service (400 "
+            "ERR_UNSUPPORTED_OPERATION)",
+        },
+    ),
+    Collection(
+        "/tunnels",
+        tunnels,
+        "tunnel_id",
+        "tunnel",
+        "tunnel",
+        "Tunnels",
+        "Tunnel",
+        ops=("list", "get"),
+        online=True,
+    ),
+    Collection(
+        "/endpoints",
+        endpoints,
+        "endpoint_id",
+        "endpoint",
+        "endpoint",
+        "Endpoints",
+        "Endpoint",
+        online=True,
+        summaries={
+            "create": "Create a cloud endpoint (served by the edge from its "
+            "traffic_policy, no agent)",
+            "update": "Update a cloud endpoint (only the fields sent; agent endpoints: 400)",
+            "delete": "Delete a cloud endpoint (agent endpoints: 400)",
+        },
+    ),
     # Vaults and secrets (traffic policies' ${secrets.get('vault', 'name')}: docs/IDENTITY.md)
     Collection("/vaults", vaults.VAULT_OPS, "vault_id", "vault", "vault", "Vaults", "Vault"),
-    Collection("/vaults/{vault_id}/secrets", vaults.BY_VAULT_OPS, "secret_id", "vault_secret",
-               "secret of a vault", "Vaults", "Secret", plural="secrets_by_vault",
-               titles="secrets of a vault", ops=("list",)),
-    Collection("/vault_secrets", vaults.SECRET_OPS, "secret_id", "vault_secret", "vault secret",
-               "Vault secrets", "Secret"),
+    Collection(
+        "/vaults/{vault_id}/secrets",
+        vaults.BY_VAULT_OPS,
+        "secret_id",
+        "vault_secret",
+        "secret of a vault",
+        "Vaults",
+        "Secret",
+        plural="secrets_by_vault",
+        titles="secrets of a vault",
+        ops=("list",),
+    ),
+    Collection(
+        "/vault_secrets",
+        vaults.SECRET_OPS,
+        "secret_id",
+        "vault_secret",
+        "vault secret",
+        "Vault secrets",
+        "Secret",
+    ),
     # People signed in through the openid-connect / oauth actions (written by the edge)
-    Collection("/app/sessions", app_sessions.SESSION_OPS, "app_session_id",
-               "application_session", "application session", "Application sessions",
-               "ApplicationSession", ops=("list", "get", "delete"), summaries={
-                   "get": "Get an application session",
-                   "delete": "Delete (revoke) an application session"}),
-    Collection("/app/users", app_sessions.USER_OPS, "app_user_id", "application_user",
-               "application user", "Application sessions", "ApplicationUser",
-               ops=("list", "get", "delete"), summaries={
-                   "get": "Get an application user",
-                   "delete": "Delete (revoke) an application user"}),
+    Collection(
+        "/app/sessions",
+        app_sessions.SESSION_OPS,
+        "app_session_id",
+        "application_session",
+        "application session",
+        "Application sessions",
+        "ApplicationSession",
+        ops=("list", "get", "delete"),
+        summaries={
+            "get": "Get an application session",
+            "delete": "Delete (revoke) an application session",
+        },
+    ),
+    Collection(
+        "/app/users",
+        app_sessions.USER_OPS,
+        "app_user_id",
+        "application_user",
+        "application user",
+        "Application sessions",
+        "ApplicationUser",
+        ops=("list", "get", "delete"),
+        summaries={
+            "get": "Get an application user",
+            "delete": "Delete (revoke) an application user",
+        },
+    ),
     # Events (docs/EVENTS.md): destinations, subscriptions, their sources; the inspector
-    Collection("/event_destinations", event_destinations, "destination_id",
-               "event_destination", "event destination", "Event destinations",
-               "EventDestination",
-               field_schemas={"target": {"$ref": "#/components/schemas/EventTarget"}}),
-    Collection("/event_subscriptions", event_subscriptions, "subscription_id",
-               "event_subscription", "event subscription", "Event subscriptions",
-               "EventSubscription", field_schemas={"sources": {
-                   "type": "array", "nullable": True,
-                   "items": {"type": "object", "properties": {"type": {"type": "string"}}}}}),
+    Collection(
+        "/event_destinations",
+        event_destinations,
+        "destination_id",
+        "event_destination",
+        "event destination",
+        "Event destinations",
+        "EventDestination",
+        field_schemas={"target": {"$ref": "#/components/schemas/EventTarget"}},
+    ),
+    Collection(
+        "/event_subscriptions",
+        event_subscriptions,
+        "subscription_id",
+        "event_subscription",
+        "event subscription",
+        "Event subscriptions",
+        "EventSubscription",
+        field_schemas={
+            "sources": {
+                "type": "array",
+                "nullable": True,
+                "items": {"type": "object", "properties": {"type": {"type": "string"}}},
+            }
+        },
+    ),
     Routes(event_routes.register, openapi_events.operations),
 )
 
@@ -297,11 +534,25 @@ def register(route: Callable[..., Any]) -> None:
     """Register every entry's routes through ``route`` (app.py's authorized route)."""
     for entry in REGISTRY:
         if isinstance(entry, Collection):
-            rest.collection(route, entry.path, entry.resource, entry.id_param, name=entry.name,
-                            plural=entry.plural, ops=entry.ops)
+            rest.collection(
+                route,
+                entry.path,
+                entry.resource,
+                entry.id_param,
+                name=entry.name,
+                plural=entry.plural,
+                ops=entry.ops,
+            )
         elif isinstance(entry, Parts):
-            rest.modules(route, entry.path, tuple(entry.parts), owner=entry.owner,
-                         get=entry.get, put=entry.put, delete=entry.delete)
+            rest.modules(
+                route,
+                entry.path,
+                tuple(entry.parts),
+                owner=entry.owner,
+                get=entry.get,
+                put=entry.put,
+                delete=entry.delete,
+            )
         elif isinstance(entry, Actions):
             rest.actions(route, entry.path, dict(entry.handlers), owner=entry.owner)
         elif isinstance(entry, Routes):

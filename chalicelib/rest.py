@@ -24,6 +24,7 @@ resource: :func:`modules`; :func:`actions` and :func:`command` are POSTs on one 
 ``chalicelib.resources`` lists every resource with its shape; ``app.py`` registers them all. View names (and so OpenAPI operation ids) are
 ``create_<name>``, ``list_<plural>``, ``get_<name>``, ``update_<name>``, ``delete_<name>``.
 """
+
 import json
 import re
 from dataclasses import dataclass
@@ -52,13 +53,17 @@ class Ops:
     @classmethod
     def of(cls, module: Any) -> "Ops":
         """The conventional names of a resource module."""
-        return cls(prefix=module.PREFIX, list_key=module.LIST_KEY,
-                   create=getattr(module, "create", None), get=getattr(module, "get", None),
-                   list_page=getattr(module, "list_page", None),
-                   update=getattr(module, "update", None),
-                   delete=getattr(module, "delete", None),
-                   create_fields=getattr(module, "CREATE_FIELDS", None),
-                   update_fields=getattr(module, "UPDATE_FIELDS", None))
+        return cls(
+            prefix=module.PREFIX,
+            list_key=module.LIST_KEY,
+            create=getattr(module, "create", None),
+            get=getattr(module, "get", None),
+            list_page=getattr(module, "list_page", None),
+            update=getattr(module, "update", None),
+            delete=getattr(module, "delete", None),
+            create_fields=getattr(module, "CREATE_FIELDS", None),
+            update_fields=getattr(module, "UPDATE_FIELDS", None),
+        )
 
 
 def _body(fields: Optional[Sequence[Any]], path_id: Optional[str] = None) -> Any:
@@ -67,8 +72,16 @@ def _body(fields: Optional[Sequence[Any]], path_id: Optional[str] = None) -> Any
     return web.body(fields, path_id=path_id)
 
 
-def collection(route: Callable[..., Any], path: str, resource: Any, id_param: str, *,
-               name: str, plural: Optional[str] = None, ops: Iterable[str] = ALL) -> None:
+def collection(
+    route: Callable[..., Any],
+    path: str,
+    resource: Any,
+    id_param: str,
+    *,
+    name: str,
+    plural: Optional[str] = None,
+    ops: Iterable[str] = ALL,
+) -> None:
     """Register the collection routes of ``resource`` (a module or an :class:`Ops`) at ``path``."""
     o = resource if isinstance(resource, Ops) else Ops.of(resource)
     plural = plural or name + "s"
@@ -80,14 +93,16 @@ def collection(route: Callable[..., Any], path: str, resource: Any, id_param: st
         return [params[p] for p in parents]
 
     if "create" in wanted:
+
         @route(path, ["POST"], name=f"create_{name}")
         def create(**params):
             c = web.ctx()
-            return idempotent_create(c, lambda: o.create(c, *parent_values(params),
-                                                         _body(o.create_fields)))
+            return idempotent_create(
+                c, lambda: o.create(c, *parent_values(params), _body(o.create_fields))
+            )
 
     if "list" in wanted:
-        by_field = getattr(resource, "LIST_QUERY_FILTERS", {})   # chalicelib.list_filters
+        by_field = getattr(resource, "LIST_QUERY_FILTERS", {})  # chalicelib.list_filters
 
         @route(path, ["GET"], query=web.LIST_QUERY + tuple(by_field), name=f"list_{plural}")
         def list_(**params):
@@ -98,32 +113,45 @@ def collection(route: Callable[..., Any], path: str, resource: Any, id_param: st
             if text is None:
                 # (items, more) or, for lists that skip items, (items, more, cursor)
                 items, more, *cursor = o.list_page(c, *parent_values(params), limit, before_id)
-                return web.page(c, path.format(**params), o.list_key, items, more, limit,
-                                cursor=cursor[0] if cursor else None)
-            return filtered_page(c, o, parent_values(params), path.format(**params), limit,
-                                 before_id, text)
+                return web.page(
+                    c,
+                    path.format(**params),
+                    o.list_key,
+                    items,
+                    more,
+                    limit,
+                    cursor=cursor[0] if cursor else None,
+                )
+            return filtered_page(
+                c, o, parent_values(params), path.format(**params), limit, before_id, text
+            )
 
     if "get" in wanted:
+
         @route(item_path, ["GET"], name=f"get_{name}")
         def get(**params):
             return o.get(web.ctx(), *parent_values(params), params[id_param])
 
     if "update" in wanted:
+
         @route(item_path, ["PATCH"], name=f"update_{name}")
         def update(**params):
             rid = params[id_param]
-            return o.update(web.ctx(), *parent_values(params), rid,
-                            _body(o.update_fields, path_id=rid))
+            return o.update(
+                web.ctx(), *parent_values(params), rid, _body(o.update_fields, path_id=rid)
+            )
 
     if "delete" in wanted:
+
         @route(item_path, ["DELETE"], name=f"delete_{name}")
         def delete(**params):
             o.delete(web.ctx(), *parent_values(params), params[id_param])
             return web.no_content()
 
 
-def actions(route: Callable[..., Any], path: str, handlers: Dict[str, Callable[..., Any]], *,
-            owner: str) -> None:
+def actions(
+    route: Callable[..., Any], path: str, handlers: Dict[str, Callable[..., Any]], *, owner: str
+) -> None:
     """``POST {path}/<action>`` for each named handler: ``handler(c, *params)``, then 204.
 
     The body may be absent, ``{}``, or ``{"id": <the path's id>}`` (the hosted API's
@@ -147,8 +175,9 @@ def _action_route(route, path, name, params_of, handler) -> None:
         return web.no_content()
 
 
-def command(route: Callable[..., Any], path: str, handler: Callable[..., Any], *,
-            name: str) -> None:
+def command(
+    route: Callable[..., Any], path: str, handler: Callable[..., Any], *, name: str
+) -> None:
     """``POST {path}`` with no body (or ``{}``, or ``{"id": <the path's id>}``): 200 with
     ``handler(c, *params)``."""
     params_of = _PARAM.findall(path)
@@ -174,19 +203,18 @@ def idempotent_create(c: web.Ctx, create: Callable[[], Any]) -> Any:
     except (ValueError, UnicodeDecodeError):
         sent = raw.decode("utf-8", errors="replace")
     digest = idempotency.request_digest(c.principal.id, req.method, req.path, sent)
-    (status, body), replayed = idempotency.run(c.account_id, key, digest,
-                                               lambda: (201, create()))
+    (status, body), replayed = idempotency.run(c.account_id, key, digest, lambda: (201, create()))
     if status >= 400:
-        body = {**body, "details": {**body.get("details", {}),
-                                    "operation_id": web.operation_id()}}
+        body = {**body, "details": {**body.get("details", {}), "operation_id": web.operation_id()}}
     response = web.json_response(status, body)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return response
 
 
-def filtered_page(c: web.Ctx, o: Ops, parents: list, path: str, limit: int,
-                  before_id: Optional[str], text: str) -> dict:
+def filtered_page(
+    c: web.Ctx, o: Ops, parents: list, path: str, limit: int, before_id: Optional[str], text: str
+) -> dict:
     """A list page of the items ``filter`` accepts (see chalicelib.filters).
 
     The filter is compiled once; the collection is read newest first in chunks of at most
@@ -217,13 +245,21 @@ def filtered_page(c: web.Ctx, o: Ops, parents: list, path: str, limit: int,
                 cursor = skipped_to[0]
         if len(matched) == limit or not chunk_more:
             break
-    return web.page(c, path, o.list_key, matched, more, limit, cursor=cursor,
-                    extra={"filter": text})
+    return web.page(
+        c, path, o.list_key, matched, more, limit, cursor=cursor, extra={"filter": text}
+    )
 
 
-def modules(route: Callable[..., Any], path: str, names: Iterable[str], *, owner: str,
-            get: Optional[Callable[..., Any]] = None, put: Optional[Callable[..., Any]] = None,
-            delete: Optional[Callable[..., Any]] = None) -> None:
+def modules(
+    route: Callable[..., Any],
+    path: str,
+    names: Iterable[str],
+    *,
+    owner: str,
+    get: Optional[Callable[..., Any]] = None,
+    put: Optional[Callable[..., Any]] = None,
+    delete: Optional[Callable[..., Any]] = None,
+) -> None:
     """GET/PUT/DELETE ``{path}/<module>`` for each module name; views get the path's params
     in order and the module name: ``get(c, *params, module)``, ``put(c, *params, module, raw)``.
     A method whose function is None is not served (405), e.g. a part that can only be
@@ -238,16 +274,19 @@ def _module_routes(route, path, module, owner, params_of, get, put, delete) -> N
         return [params[p] for p in params_of]
 
     if get is not None:
+
         @route(path, ["GET"], name=f"get_{owner}_{module}")
         def get_module(**params):
             return get(web.ctx(), *values(params), module)
 
     if put is not None:
+
         @route(path, ["PUT"], name=f"replace_{owner}_{module}")
         def replace_module(**params):
             return put(web.ctx(), *values(params), module, web.json_object())
 
     if delete is not None:
+
         @route(path, ["DELETE"], name=f"delete_{owner}_{module}")
         def delete_module(**params):
             delete(web.ctx(), *values(params), module)

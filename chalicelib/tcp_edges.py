@@ -31,6 +31,7 @@ PATCH of description or metadata only 1 UpdateItem; a PATCH or module PUT/DELETE
 else (hostports, modules: the hostport items carry a copy of them for the edge) reads first
 (1 GetItem) and then writes one transaction (2); delete 2 (GetItem, transaction).
 """
+
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -60,8 +61,9 @@ def parse_policy(name: str, value: Any) -> Dict[str, Any]:
         raise _bad_policy(name, "must be an object {enabled, inbound, outbound}")
     for key in value:
         if key not in POLICY_KEYS:
-            raise _bad_policy(f"{name}.{key}", f"is not accepted; accepted: "
-                                               f"{', '.join(POLICY_KEYS)}")
+            raise _bad_policy(
+                f"{name}.{key}", f"is not accepted; accepted: {', '.join(POLICY_KEYS)}"
+            )
     enabled = value.get("enabled")
     if enabled is None:
         enabled = True
@@ -76,8 +78,10 @@ def parse_policy(name: str, value: Any) -> Dict[str, Any]:
             raise _bad_policy(f"{name}.{key}", "must be a list of rules")
         phases[key] = rules
     if phases["outbound"]:
-        raise _bad_policy(f"{name}.outbound", "must be empty: a TCP edge has no outbound "
-                                              "(response) phase; use inbound rules")
+        raise _bad_policy(
+            f"{name}.outbound",
+            "must be empty: a TCP edge has no outbound (response) phase; use inbound rules",
+        )
     document = {"on_tcp_connect": phases["inbound"]} if phases["inbound"] else {}
     text = json.dumps(document)
     traffic_policy.check_document(name, text)
@@ -90,15 +94,19 @@ def _policy_as_traffic_policy(fields: Dict[str, Any]) -> Dict[str, Any]:
     fields = dict(fields)
     module = fields.pop("policy")
     if fields.get("traffic_policy") is not None:
-        raise errors.InvalidField("Fields 'policy' and 'traffic_policy' set the same module; "
-                                  "send one of them", details={"field": "policy"})
+        raise errors.InvalidField(
+            "Fields 'policy' and 'traffic_policy' set the same module; send one of them",
+            details={"field": "policy"},
+        )
     fields["traffic_policy"] = module
     return fields
 
 
-FIELDS = [DESCRIPTION, METADATA, HOSTPORTS] + [
-    Field(name, "any", check=parse) for name, parse in TCP_MODULES.items()] + [
-    Field("policy", "any", check=parse_policy)]
+FIELDS = (
+    [DESCRIPTION, METADATA, HOSTPORTS]
+    + [Field(name, "any", check=parse) for name, parse in TCP_MODULES.items()]
+    + [Field("policy", "any", check=parse_policy)]
+)
 CREATE_FIELDS = FIELDS
 UPDATE_FIELDS = FIELDS
 
@@ -124,12 +132,17 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     fields = _policy_as_traffic_policy(fields)
     edge_modules.check_policy_refs(c.account_id, fields)
     edge_id = ids.new_id(PREFIX)
-    data = {"description": "", "metadata": "", **fields,
-            "created_at": validation.now_rfc3339()}
-    item = store.new_item(store.collection_pk(c.account_id, COLLECTION), edge_id,
-                          kind=COLLECTION, account_id=c.account_id, data=data)
-    store.commit([store.put_new(item)]
-                 + edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, {}, data))
+    data = {"description": "", "metadata": "", **fields, "created_at": validation.now_rfc3339()}
+    item = store.new_item(
+        store.collection_pk(c.account_id, COLLECTION),
+        edge_id,
+        kind=COLLECTION,
+        account_id=c.account_id,
+        data=data,
+    )
+    store.commit(
+        [store.put_new(item)] + edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, {}, data)
+    )
     return render(c, item)
 
 
@@ -162,8 +175,11 @@ def _set(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> store.Item:
     missing = errors.NotFound(f"No TCP edge with id '{edge_id}' exists")
     if not ids.is_valid(edge_id, PREFIX):
         raise missing
-    return store.write(store.set_fields(store.collection_pk(c.account_id, COLLECTION), edge_id,
-                                        fields, missing=missing))
+    return store.write(
+        store.set_fields(
+            store.collection_pk(c.account_id, COLLECTION), edge_id, fields, missing=missing
+        )
+    )
 
 
 def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
@@ -186,8 +202,10 @@ def _update_linked(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, An
 @store.retrying
 def delete(c: Ctx, edge_id: str) -> None:
     item = get_item(c.account_id, edge_id)
-    store.commit([store.delete(item)]
-                 + edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, {}))
+    store.commit(
+        [store.delete(item)]
+        + edge_modules.edge_ops(c.account_id, COLLECTION, edge_id, item.data, {})
+    )
 
 
 # ---- module sub-resources ---------------------------------------------------------------------
@@ -234,5 +252,3 @@ def _delete_linked_module(c: Ctx, edge_id: str, name: str) -> None:
     item = get_item(c.account_id, edge_id)
     if item.data.get(name) is not None:
         _replace(c, item, {**item.data, name: None})
-
-

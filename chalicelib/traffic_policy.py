@@ -20,32 +20,49 @@ policies do not hold a reference on it, unlike ``ip_restriction`` modules); from
 action refuses every address (fail closed) and says why in
 ``actions.ngrok.restrict_ips.error``.
 """
+
 from typing import Any, Optional
 
 from chalicelib.core import errors
-from chalicelib.core.policy.document import (MAX_DOCUMENT_BYTES, MAX_RULES_PER_PHASE, PHASES,
-                                        PolicyError)
+from chalicelib.core.policy.document import (
+    MAX_DOCUMENT_BYTES,
+    MAX_RULES_PER_PHASE,
+    PHASES,
+    PolicyError,
+)
 from chalicelib.core import ip_rules
 
-__all__ = ["MAX_DOCUMENT_BYTES", "MAX_RULES_PER_PHASE", "PHASES", "check_document",
-           "check_ip_policies", "check_secrets", "check_tcp_document"]
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "MAX_RULES_PER_PHASE",
+    "PHASES",
+    "check_document",
+    "check_ip_policies",
+    "check_secrets",
+    "check_tcp_document",
+]
 
 
 def check_document(field: str, text: Any, protocol: Optional[str] = None) -> str:
     """``text`` if it is a valid policy document (for an endpoint of ``protocol``: ``tcp`` or
     ``tls`` refuse the HTTP phases); a 400 naming ``field`` and the place."""
     if not isinstance(text, str):
-        raise errors.InvalidField(f"Field '{field}' must be a string holding a JSON or YAML "
-                                  "traffic policy document", details={"field": field})
+        raise errors.InvalidField(
+            f"Field '{field}' must be a string holding a JSON or YAML traffic policy document",
+            details={"field": field},
+        )
     from chalicelib.core.policy.engine import compile_policy  # here: the CEL runtime loads on use
+
     try:
         compiled = compile_policy(text)
         if protocol:
             compiled.check_protocol(protocol)
     except PolicyError as exc:
         location = f" at {exc.path}" if exc.path else ""
-        raise errors.InvalidField(f"Field '{field}' is not a valid traffic policy{location}: "
-                                  f"{exc.message}", details={"field": field}) from None
+        raise errors.InvalidField(
+            f"Field '{field}' is not a valid traffic policy{location}: {exc.message}",
+            details={"field": field},
+        ) from None
     return text
 
 
@@ -55,9 +72,11 @@ def check_tcp_document(field: str, text: Any) -> str:
 
 
 def unknown_ip_policy(field: str, path: str, policy_id: str) -> errors.InvalidField:
-    return errors.InvalidField(f"Field '{field}' is not a valid traffic policy at {path}: the "
-                               f"IP policy '{policy_id[:64]}' does not exist in this account",
-                               details={"field": field})
+    return errors.InvalidField(
+        f"Field '{field}' is not a valid traffic policy at {path}: the "
+        f"IP policy '{policy_id[:64]}' does not exist in this account",
+        details={"field": field},
+    )
 
 
 def check_ip_policies(account_id: str, field: str, text: Optional[str]) -> None:
@@ -67,6 +86,7 @@ def check_ip_policies(account_id: str, field: str, text: Optional[str]) -> None:
     if not text:
         return
     from chalicelib.core.policy.engine import compile_policy
+
     check_secrets(account_id, field, text)
     refs = compile_policy(text).ip_policy_refs
     if not refs:
@@ -86,14 +106,17 @@ def check_secrets(account_id: str, field: str, text: Optional[str]) -> None:
     if not text:
         return
     from chalicelib.core.policy.engine import compile_policy
+
     refs = compile_policy(text).secret_refs
     if not refs:
         return
     from chalicelib.core import vault_secrets
+
     missing = vault_secrets.missing_of(account_id, [(v, n) for _, v, n in refs])
     for path, vault, name in refs:
         if (vault, name) in missing:
             raise errors.InvalidField(
                 f"Field '{field}' is not a valid traffic policy at {path}: the secret "
                 f"'{name[:64]}' does not exist in a vault '{vault[:64]}' of this account",
-                details={"field": field})
+                details={"field": field},
+            )

@@ -16,6 +16,7 @@ Rules (where the hosted docs are silent, decided here):
   failure): this service does not distribute agent binaries. Update the agent or SDK package,
   then restart it. An unknown or offline session is a 404 first.
 """
+
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import errors, online, store
@@ -50,8 +51,9 @@ def get(c: Ctx, session_id: str) -> Dict[str, Any]:
     return render(c, item)
 
 
-def list_page(c: Ctx, limit: int, before_id: Optional[str]
-              ) -> Tuple[List[Dict[str, Any]], bool, Optional[str]]:
+def list_page(
+    c: Ctx, limit: int, before_id: Optional[str]
+) -> Tuple[List[Dict[str, Any]], bool, Optional[str]]:
     pairs, more, cursor = online.live_page(c.account_id, COLLECTION, limit, before_id)
     return [render(c, item) for item, _ in pairs], more, cursor
 
@@ -59,8 +61,9 @@ def list_page(c: Ctx, limit: int, before_id: Optional[str]
 def _live_owned(c: Ctx, session_id: str) -> store.Item:
     item, _ = online.live_item(c.account_id, COLLECTION, PREFIX, session_id, WHAT)
     if item.data.get("owner_id") != c.principal.id:
-        c.principal.require_admin("stop or restart tunnel sessions of another user's or bot's "
-                                  "credentials")
+        c.principal.require_admin(
+            "stop or restart tunnel sessions of another user's or bot's credentials"
+        )
     return item
 
 
@@ -78,7 +81,8 @@ def request_update(c: Ctx, session_id: str) -> None:
     online.live_item(c.account_id, COLLECTION, PREFIX, session_id, WHAT)
     raise errors.UnsupportedOperation(
         "Agent updates are not offered by this service: update the agent (or SDK) package "
-        f"where it runs, then restart it (POST {PATH}/{session_id}/restart)")
+        f"where it runs, then restart it (POST {PATH}/{session_id}/restart)"
+    )
 
 
 ACTIONS = {"stop": stop, "restart": restart, "update": request_update}

@@ -8,6 +8,7 @@ tunnel-group backends are not yet a resource here), forwards_to.
 A tunnel is shown while its session is live (chalicelib.core.online); otherwise it is a 404 like
 an unknown id.
 """
+
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import online, store
@@ -42,7 +43,8 @@ def get(c: Ctx, tunnel_id: str) -> Dict[str, Any]:
     return render(c, *online.live_item(c.account_id, COLLECTION, PREFIX, tunnel_id, WHAT))
 
 
-def list_page(c: Ctx, limit: int, before_id: Optional[str]
-              ) -> Tuple[List[Dict[str, Any]], bool, Optional[str]]:
+def list_page(
+    c: Ctx, limit: int, before_id: Optional[str]
+) -> Tuple[List[Dict[str, Any]], bool, Optional[str]]:
     pairs, more, cursor = online.live_page(c.account_id, COLLECTION, limit, before_id)
     return [render(c, item, session) for item, session in pairs], more, cursor

@@ -11,6 +11,7 @@ field and the rule. Rules common to every operation:
 - ``id`` may appear in a body when it equals the id in the path (clients of this family send
   it in PATCH bodies); any other value is a 400.
 """
+
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Optional
@@ -38,11 +39,21 @@ def utf8_len(value: str) -> int:
 
 
 def _type_error(name: str, expected: str, value: Any) -> errors.InvalidField:
-    got = "null" if value is None else {bool: "boolean", int: "integer", float: "number",
-                                        str: "string", list: "array", dict: "object"}.get(
-        type(value), type(value).__name__)
-    return errors.InvalidField(f"Field '{name}' must be {expected}, got {got}",
-                               details={"field": name})
+    got = (
+        "null"
+        if value is None
+        else {
+            bool: "boolean",
+            int: "integer",
+            float: "number",
+            str: "string",
+            list: "array",
+            dict: "object",
+        }.get(type(value), type(value).__name__)
+    )
+    return errors.InvalidField(
+        f"Field '{name}' must be {expected}, got {got}", details={"field": name}
+    )
 
 
 def check_string(name: str, value: Any, max_bytes: Optional[int] = None) -> str:
@@ -51,7 +62,8 @@ def check_string(name: str, value: Any, max_bytes: Optional[int] = None) -> str:
     if max_bytes is not None and utf8_len(value) > max_bytes:
         raise errors.InvalidField(
             f"Field '{name}' is {utf8_len(value)} bytes; the limit is {max_bytes} bytes (UTF-8)",
-            details={"field": name})
+            details={"field": name},
+        )
     return value
 
 
@@ -69,16 +81,20 @@ def check_value(f: Field, value: Any) -> Any:
         if not isinstance(value, list):
             raise _type_error(name, "an array of strings", value)
         if f.max_items is not None and len(value) > f.max_items:
-            raise errors.InvalidField(f"Field '{name}' has {len(value)} entries; the limit is "
-                                      f"{f.max_items}", details={"field": name})
+            raise errors.InvalidField(
+                f"Field '{name}' has {len(value)} entries; the limit is {f.max_items}",
+                details={"field": name},
+            )
         for index, entry in enumerate(value):
             check_string(f"{name}[{index}]", entry, f.max_bytes)
     elif f.type == "string_map":
         if not isinstance(value, dict):
             raise _type_error(name, "an object of string values", value)
         if f.max_items is not None and len(value) > f.max_items:
-            raise errors.InvalidField(f"Field '{name}' has {len(value)} entries; the limit is "
-                                      f"{f.max_items}", details={"field": name})
+            raise errors.InvalidField(
+                f"Field '{name}' has {len(value)} entries; the limit is {f.max_items}",
+                details={"field": name},
+            )
         for key, entry in value.items():
             check_string(f"{name}.{key}", entry, f.max_bytes)
     elif f.type == "object":
@@ -89,8 +105,9 @@ def check_value(f: Field, value: Any) -> Any:
     return value
 
 
-def parse(body: Optional[Dict[str, Any]], fields: Iterable[Field],
-          path_id: Optional[str] = None) -> Dict[str, Any]:
+def parse(
+    body: Optional[Dict[str, Any]], fields: Iterable[Field], path_id: Optional[str] = None
+) -> Dict[str, Any]:
     """The sent fields of ``body``, checked; raises a 400 naming the first bad field."""
     fields = list(fields)
     by_name = {f.name: f for f in fields}
@@ -100,19 +117,24 @@ def parse(body: Optional[Dict[str, Any]], fields: Iterable[Field],
         if path_id is None or sent != path_id:
             raise errors.InvalidField(
                 f"Field 'id' ({sent!r}) does not match the id in the path"
-                if path_id else "Field 'id' cannot be set by the caller", details={"field": "id"})
+                if path_id
+                else "Field 'id' cannot be set by the caller",
+                details={"field": "id"},
+            )
     for name in body:
         if name not in by_name:
             accepted = ", ".join(sorted(by_name)) or "none"
-            raise errors.UnknownField(f"Unknown field '{name}'; accepted fields: {accepted}",
-                                      details={"field": name})
+            raise errors.UnknownField(
+                f"Unknown field '{name}'; accepted fields: {accepted}", details={"field": name}
+            )
     result: Dict[str, Any] = {}
     for f in fields:
         value = body.get(f.name)
         if value is None:
             if f.required:
-                raise errors.MissingField(f"Field '{f.name}' is required",
-                                          details={"field": f.name})
+                raise errors.MissingField(
+                    f"Field '{f.name}' is required", details={"field": f.name}
+                )
             continue
         result[f.name] = check_value(f, value)
     return result

@@ -10,6 +10,7 @@
 - :func:`body`, :func:`list_params` and :func:`page` implement strict bodies and the
   contract's pagination.
 """
+
 import functools
 import json
 import logging
@@ -101,12 +102,14 @@ class _Carried(ChaliceUnhandledError):
 def view(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a view so the core's errors reach the middleware (every route is wrapped by the
     route helper in app.py)."""
+
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except errors.ApiError as exc:
             raise _Carried(exc) from exc
+
     return wrapped
 
 
@@ -137,8 +140,11 @@ def json_response(status: int, body: Dict[str, Any]) -> Response:
 
 
 def _json_response(status: int, body: Dict[str, Any]) -> Response:
-    return Response(body=json.dumps(body), status_code=status,
-                    headers={"Content-Type": "application/json", "Operation-Id": operation_id()})
+    return Response(
+        body=json.dumps(body),
+        status_code=status,
+        headers={"Content-Type": "application/json", "Operation-Id": operation_id()},
+    )
 
 
 def error_response(exc: errors.ApiError) -> Response:
@@ -150,9 +156,14 @@ def error_response(exc: errors.ApiError) -> Response:
 
 
 _CHALICE_STATUS_TO_ERROR = {
-    400: errors.BadRequest, 401: errors.Unauthorized, 403: errors.Forbidden,
-    404: errors.NotFound, 405: errors.MethodNotAllowed, 409: errors.Conflict,
-    413: errors.PayloadTooLarge, 415: errors.UnsupportedMediaType,
+    400: errors.BadRequest,
+    401: errors.Unauthorized,
+    403: errors.Forbidden,
+    404: errors.NotFound,
+    405: errors.MethodNotAllowed,
+    409: errors.Conflict,
+    413: errors.PayloadTooLarge,
+    415: errors.UnsupportedMediaType,
 }
 
 
@@ -164,11 +175,13 @@ def _check_request(req: Request) -> None:
             version = headers.get("ngrok-version")
         if version is None:
             raise errors.MissingVersion(
-                "Missing version header: send 'Service-Version: 2' (or 'Ngrok-Version: 2')")
+                "Missing version header: send 'Service-Version: 2' (or 'Ngrok-Version: 2')"
+            )
         if version.strip() not in SUPPORTED_VERSIONS:
             raise errors.UnsupportedVersion(
                 f"Unsupported API version '{version}'; supported versions: "
-                f"{', '.join(SUPPORTED_VERSIONS)}")
+                f"{', '.join(SUPPORTED_VERSIONS)}"
+            )
     params = req.query_params or {}
     if params:
         allowed = _query_allowed.get(((req.context or {}).get("resourcePath"), req.method))
@@ -176,23 +189,30 @@ def _check_request(req: Request) -> None:
         if unknown:
             raise errors.UnknownQuery(
                 f"Unknown query parameter '{unknown[0]}'"
-                + (f"; accepted: {', '.join(sorted(allowed))}" if allowed
-                   else "; this operation takes no query parameters"),
-                details={"parameter": unknown[0]})
+                + (
+                    f"; accepted: {', '.join(sorted(allowed))}"
+                    if allowed
+                    else "; this operation takes no query parameters"
+                ),
+                details={"parameter": unknown[0]},
+            )
     raw = req.raw_body or b""
     if len(raw) > MAX_BODY_BYTES:
         raise errors.PayloadTooLarge(
-            f"Request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES} bytes")
+            f"Request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES} bytes"
+        )
     if raw.strip():
         content_type = (req.headers.get("content-type") or "").split(";")[0].strip().lower()
         if not content_type:
             raise errors.MissingMediaType(
                 "A request body was sent without a Content-Type; send "
-                "'Content-Type: application/json'")
+                "'Content-Type: application/json'"
+            )
         if content_type != "application/json":
             raise errors.UnsupportedMediaType(
                 "Request bodies must be sent with 'Content-Type: application/json'"
-                + (f", not '{content_type}'" if content_type else ""))
+                + (f", not '{content_type}'" if content_type else "")
+            )
 
 
 def _middleware(event: Request, get_response: Callable[[Request], Response]) -> Response:
@@ -220,8 +240,9 @@ def _middleware(event: Request, get_response: Callable[[Request], Response]) -> 
             message = response.body.get("Message")
         return error_response(cls(message))
     response.headers.setdefault("Operation-Id", operation_id())
-    log.info("operation %s %s %s -> %s", operation_id(), event.method, event.path,
-             response.status_code)
+    log.info(
+        "operation %s %s %s -> %s", operation_id(), event.method, event.path, response.status_code
+    )
     return response
 
 
@@ -257,11 +278,16 @@ def principal(req: Optional[Request] = None) -> Principal:
     req = req or request()
     context = (req.context or {}).get("authorizer") or {}
     try:
-        found = Principal(account_id=context["account_id"], id=context["principal_id"],
-                          kind=context["principal_kind"], role=context["role"],
-                          api_key_id=context["api_key_id"],
-                          abuse_reporter={"true": True, "false": False}.get(
-                              str(context.get("abuse_reporter")).lower()))
+        found = Principal(
+            account_id=context["account_id"],
+            id=context["principal_id"],
+            kind=context["principal_kind"],
+            role=context["role"],
+            api_key_id=context["api_key_id"],
+            abuse_reporter={"true": True, "false": False}.get(
+                str(context.get("abuse_reporter")).lower()
+            ),
+        )
     except (KeyError, TypeError):
         raise errors.Unauthorized() from None
     if not (found.account_id and found.id and found.role in ("admin", "member")):
@@ -295,8 +321,10 @@ def json_object() -> Dict[str, Any]:
     except RecursionError:
         raise errors.InvalidJson("Request body is nested too deeply") from None
     except UnicodeEncodeError:
-        raise errors.InvalidJson("Request body holds a string with an unpaired UTF-16 surrogate "
-                                 "escape (\\ud800-\\udfff); strings must be valid Unicode") from None
+        raise errors.InvalidJson(
+            "Request body holds a string with an unpaired UTF-16 surrogate "
+            "escape (\\ud800-\\udfff); strings must be valid Unicode"
+        ) from None
     return value
 
 
@@ -313,7 +341,8 @@ def reject_query(allowed: Iterable[str] = ()) -> Dict[str, str]:
             raise errors.UnknownQuery(
                 f"Unknown query parameter '{name}'"
                 + (f"; accepted: {', '.join(sorted(allowed))}" if allowed else ""),
-                details={"parameter": name})
+                details={"parameter": name},
+            )
     return params
 
 
@@ -322,15 +351,17 @@ def list_params(prefix: str, extra: Iterable[str] = ()) -> Tuple[int, Optional[s
 
     ``beforeId`` is accepted as the same parameter (the TypeScript client sends it); both at
     once with different values is a 400."""
-    params = reject_query(LIST_QUERY + tuple(extra))   # extra: the list's own filters
+    params = reject_query(LIST_QUERY + tuple(extra))  # extra: the list's own filters
     for name in extra:
         params.pop(name, None)
     if "beforeId" in params:
         camel = params.pop("beforeId")
         if params.get("before_id", camel) != camel:
-            raise errors.InvalidQuery("Query parameters 'before_id' and 'beforeId' are the same "
-                                      "parameter and were sent with different values",
-                                      details={"parameter": "beforeId"})
+            raise errors.InvalidQuery(
+                "Query parameters 'before_id' and 'beforeId' are the same "
+                "parameter and were sent with different values",
+                details={"parameter": "beforeId"},
+            )
         params["before_id"] = camel
     raw_limit = params.get("limit")
     limit = DEFAULT_LIMIT
@@ -339,19 +370,30 @@ def list_params(prefix: str, extra: Iterable[str] = ()) -> Tuple[int, Optional[s
         if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_LIMIT:
             raise errors.InvalidQuery(
                 f"Query parameter 'limit' must be an integer from 1 to {MAX_LIMIT}, "
-                f"got '{raw_limit}'", details={"parameter": "limit"})
+                f"got '{raw_limit}'",
+                details={"parameter": "limit"},
+            )
         limit = int(text)
     before_id = params.get("before_id")
     if before_id is not None and not ids.is_valid(before_id, prefix):
         raise errors.InvalidQuery(
             f"Query parameter 'before_id' must be an id of the form '{prefix}_…', "
-            f"got '{before_id}'", details={"parameter": "before_id"})
+            f"got '{before_id}'",
+            details={"parameter": "before_id"},
+        )
     return limit, before_id
 
 
-def page(c: Ctx, path: str, items_key: str, items: List[Dict[str, Any]], more: bool,
-         limit: int, cursor: Optional[str] = None,
-         extra: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+def page(
+    c: Ctx,
+    path: str,
+    items_key: str,
+    items: List[Dict[str, Any]],
+    more: bool,
+    limit: int,
+    cursor: Optional[str] = None,
+    extra: Optional[Dict[str, str]] = None,
+) -> Dict[str, Any]:
     """A list body: the items, the list's ``uri`` and ``next_page_uri`` (null on the last page).
 
     The next page starts before ``cursor`` (default: the last item returned); ``extra`` are
@@ -377,9 +419,12 @@ def no_content() -> Response:
 
 def method_not_allowed(allowed: List[str]) -> Callable[..., Response]:
     """A view for a path's unsupported methods, so every gateway answers 405 the same way."""
+
     def refuse(**_: Any) -> Response:
         raise errors.MethodNotAllowed(
-            f"Method {request().method} is not allowed here; allowed: {', '.join(allowed)}")
+            f"Method {request().method} is not allowed here; allowed: {', '.join(allowed)}"
+        )
+
     return view(refuse)
 
 
@@ -400,19 +445,31 @@ def add_method_not_allowed_routes(app: Chalice) -> None:
         allowed = sorted(by_method)
         name = "method_not_allowed_" + "".join(c if c.isalnum() else "_" for c in path)
         app.route(path, methods=missing, content_types=["*/*"], name=name)(
-            method_not_allowed(allowed))
+            method_not_allowed(allowed)
+        )
 
 
-def rendered_page(c: Ctx, collection: str, limit: int, before_id: Optional[str],
-                  render: Callable[[Ctx, Any], Dict[str, Any]]) -> Tuple[List[Dict[str, Any]], bool]:
+def rendered_page(
+    c: Ctx,
+    collection: str,
+    limit: int,
+    before_id: Optional[str],
+    render: Callable[[Ctx, Any], Dict[str, Any]],
+) -> Tuple[List[Dict[str, Any]], bool]:
     """One newest-first page of the caller's ``collection``, each item rendered."""
-    items, more = store.query_page(store.collection_pk(c.account_id, collection), limit,
-                                   before_id)
+    items, more = store.query_page(store.collection_pk(c.account_id, collection), limit, before_id)
     return [render(c, item) for item in items], more
 
 
-def updated(c: Ctx, collection: str, prefix: str, item_id: str, fields: Dict[str, Any],
-            what: str, render: Callable[[Ctx, Any], Dict[str, Any]]) -> Dict[str, Any]:
+def updated(
+    c: Ctx,
+    collection: str,
+    prefix: str,
+    item_id: str,
+    fields: Dict[str, Any],
+    what: str,
+    render: Callable[[Ctx, Any], Dict[str, Any]],
+) -> Dict[str, Any]:
     """PATCH of plain fields of the caller's item: one UpdateItem of the sent fields (none
     sent: the item as stored, one GetItem), rendered. Absent, or an id that is not one of
     ``prefix``'s: 404 "No <what> with id '…' exists"."""
@@ -421,13 +478,24 @@ def updated(c: Ctx, collection: str, prefix: str, item_id: str, fields: Dict[str
     missing = errors.NotFound(f"No {what} with id '{item_id}' exists")
     if not ids.is_valid(item_id, prefix):
         raise missing
-    return render(c, store.write(store.set_fields(store.collection_pk(c.account_id, collection),
-                                                  item_id, fields, missing=missing)))
+    return render(
+        c,
+        store.write(
+            store.set_fields(
+                store.collection_pk(c.account_id, collection), item_id, fields, missing=missing
+            )
+        ),
+    )
 
 
 def resource_fields(c: Ctx, path: str, item: Any) -> Dict[str, Any]:
     """The fields every described resource starts with: id, uri, created_at, description,
     metadata (``""`` when never set)."""
     data = item.data
-    return {"id": item.sk, "uri": c.uri(f"{path}/{item.sk}"), "created_at": data["created_at"],
-            "description": data.get("description", ""), "metadata": data.get("metadata", "")}
+    return {
+        "id": item.sk,
+        "uri": c.uri(f"{path}/{item.sk}"),
+        "created_at": data["created_at"],
+        "description": data.get("description", ""),
+        "metadata": data.get("metadata", ""),
+    }

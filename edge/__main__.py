@@ -1,4 +1,5 @@
 """``python -m edge``: run the edge until SIGINT/SIGTERM (then it closes every session)."""
+
 import asyncio
 import asyncio.sslproto
 import logging
@@ -24,25 +25,32 @@ async def main() -> int:
     store.configure()
     edge = Edge(settings)
     await edge.start()
-    print(f"edge {settings.instance_id}: agents connect to {settings.host}:{edge.agent_port} "
-          f"(TLS; the SDK's server_addr), endpoints are served at "
-          f"http://<name>.{settings.base_domain}:{edge.http_port} and "
-          f"https://<name>.{settings.base_domain}:{edge.https_port}, TCP endpoints on "
-          f"{settings.tcp_host}:{settings.tcp_ports[0]}-{settings.tcp_ports[1]}", flush=True)
+    print(
+        f"edge {settings.instance_id}: agents connect to {settings.host}:{edge.agent_port} "
+        f"(TLS; the SDK's server_addr), endpoints are served at "
+        f"http://<name>.{settings.base_domain}:{edge.http_port} and "
+        f"https://<name>.{settings.base_domain}:{edge.https_port}, TCP endpoints on "
+        f"{settings.tcp_host}:{settings.tcp_ports[0]}-{settings.tcp_ports[1]}",
+        flush=True,
+    )
     if edge.metrics_port is not None:
         print(f"edge metrics: http://{settings.host}:{edge.metrics_port}/metrics", flush=True)
     ca = edge.certs.ca_path or settings.tls_cert
-    print(f"edge CA certificate: {os.path.abspath(ca)} (the SDK's root_cas, curl --cacert)",
-          flush=True)
+    print(
+        f"edge CA certificate: {os.path.abspath(ca)} (the SDK's root_cas, curl --cacert)",
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await asyncio.wait_for(edge.stop(), 8 if edge.cluster is None else 20)   # 20: a drain
+    await asyncio.wait_for(edge.stop(), 8 if edge.cluster is None else 20)  # 20: a drain
     return 0
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     sys.exit(asyncio.run(main()))

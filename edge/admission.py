@@ -8,12 +8,13 @@ connection that has been waiting longest is closed to make room for the new one 
 client address's connections for the per-address cap, among all for the total); when none is
 waiting, the new connection is refused (closed at once). A busy connection is never evicted.
 """
+
 import asyncio
 import collections
 from typing import Dict, Optional
 
-MAX_PUBLIC_CONNECTIONS = 10_000        # public connections held at once, all addresses
-MAX_CONNECTIONS_PER_ADDRESS = 512      # ... from one client address
+MAX_PUBLIC_CONNECTIONS = 10_000  # public connections held at once, all addresses
+MAX_CONNECTIONS_PER_ADDRESS = 512  # ... from one client address
 
 
 class Ticket:
@@ -28,8 +29,11 @@ class Ticket:
 
 
 class Admission:
-    def __init__(self, max_total: int = MAX_PUBLIC_CONNECTIONS,
-                 max_per_address: int = MAX_CONNECTIONS_PER_ADDRESS):
+    def __init__(
+        self,
+        max_total: int = MAX_PUBLIC_CONNECTIONS,
+        max_per_address: int = MAX_CONNECTIONS_PER_ADDRESS,
+    ):
         self.max_total = max_total
         self.max_per_address = max_per_address
         self.total = 0
@@ -42,8 +46,9 @@ class Admission:
 
     def admit(self, address: str, transport: asyncio.Transport) -> Optional[Ticket]:
         """A ticket for a new connection from ``address``, or None (refused: close it)."""
-        if self._per_address.get(address, 0) >= self.max_per_address and \
-                not self._evict(self._waiting_by_address.get(address)):
+        if self._per_address.get(address, 0) >= self.max_per_address and not self._evict(
+            self._waiting_by_address.get(address)
+        ):
             self.refused += 1
             return None
         if self.total >= self.max_total and not self._evict(self._waiting):
@@ -71,8 +76,9 @@ class Admission:
             return
         ticket.waiting = True
         self._waiting[ticket] = None
-        self._waiting_by_address.setdefault(ticket.address, collections.OrderedDict())[
-            ticket] = None
+        self._waiting_by_address.setdefault(ticket.address, collections.OrderedDict())[ticket] = (
+            None
+        )
 
     def busy(self, ticket: Ticket) -> None:
         """A request is being served on it (never evicted while so)."""

@@ -16,14 +16,25 @@ Bind options that change traffic (modules, traffic policy) are enforced by the e
 option this edge cannot honour refuses the bind with ERR_NGROK_1602 naming it, never
 accepted and ignored (see ``edge.enforce``).
 """
+
 import asyncio
 import logging
 import time
 from typing import Any, Dict, Optional
 
 from chalicelib.core import binding, edge_errors, ids, online
-from edge import (breaker, enforce, legacy, muxado, passthrough, pools, protocol, proxyproto,
-                  quotas, tls_spec)
+from edge import (
+    breaker,
+    enforce,
+    legacy,
+    muxado,
+    passthrough,
+    pools,
+    protocol,
+    proxyproto,
+    quotas,
+    tls_spec,
+)
 from edge.protocol import MalformedRequest
 from edge.registry import Tunnel
 from edge.session import MuxSession, MuxStream, StreamReset
@@ -31,9 +42,9 @@ from edge.session import MuxSession, MuxStream, StreamReset
 log = logging.getLogger("edge.agents")
 
 EDGE_VERSION = "tunnel-edge/1"
-RPC_TIMEOUT = 30.0        # seconds an RPC request may take to arrive whole
+RPC_TIMEOUT = 30.0  # seconds an RPC request may take to arrive whole
 COMMAND_TIMEOUT = 10.0
-AUTH_TIMEOUT = 10.0       # a connection whose Auth has not arrived by then is closed
+AUTH_TIMEOUT = 10.0  # a connection whose Auth has not arrived by then is closed
 AUTH_ANSWER_TIMEOUT = 60.0  # seconds from the start by which an arrived Auth is answered
 DEFAULT_HEARTBEAT = (10.0, 15.0)
 # What an agent may ask for in Auth (HeartbeatInterval / HeartbeatTolerance, nanoseconds) is
@@ -41,7 +52,7 @@ DEFAULT_HEARTBEAT = (10.0, 15.0)
 # check, at most 125 s + EDGE_CHECK_SECONDS, whatever it asked for.
 HEARTBEAT_INTERVAL_RANGE = (1.0, 60.0)
 HEARTBEAT_TOLERANCE_RANGE = (1.0, 60.0)
-OPEN_WAIT = 10.0          # seconds a public connection waits for a free stream to its agent
+OPEN_WAIT = 10.0  # seconds a public connection waits for a free stream to its agent
 
 
 def _tunnel_id() -> str:
@@ -51,8 +62,12 @@ def _tunnel_id() -> str:
 def heartbeat_of(interval: Any, tolerance: Any) -> tuple:
     """(interval, tolerance) in seconds from Auth's nanoseconds, each clamped to its range;
     the defaults when the agent sent none (or not integers)."""
-    if not (isinstance(interval, int) and isinstance(tolerance, int)) or \
-            isinstance(interval, bool) or isinstance(tolerance, bool) or interval <= 0:
+    if (
+        not (isinstance(interval, int) and isinstance(tolerance, int))
+        or isinstance(interval, bool)
+        or isinstance(tolerance, bool)
+        or interval <= 0
+    ):
         return DEFAULT_HEARTBEAT
     low, high = HEARTBEAT_INTERVAL_RANGE
     t_low, t_high = HEARTBEAT_TOLERANCE_RANGE
@@ -73,21 +88,24 @@ class AgentSession:
         self.mux = MuxSession(reader, writer, self._on_stream, name=f"{peer[0]}:{peer[1]}")
         self.id: Optional[str] = None
         self.grant: Optional[binding.Grant] = None
-        self.version = ""         # the protocol version Auth chose ("2": the CLI 2.x)
+        self.version = ""  # the protocol version Auth chose ("2": the CLI 2.x)
         self.tunnels: Dict[str, Tunnel] = {}
         self.heartbeat = DEFAULT_HEARTBEAT
         self.last_heartbeat = time.monotonic()
         self.started = time.monotonic()
         self._auth_lock = asyncio.Lock()
-        self._auth_arrived = False   # an Auth request was read whole: its answer may take time
-        self._online = False         # its online item is written: the checks may refresh it
+        self._auth_arrived = False  # an Auth request was read whole: its answer may take time
+        self._online = False  # its online item is written: the checks may refresh it
         self._ending = False
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def run(self) -> None:
         deadline = asyncio.get_running_loop().call_later(
-            AUTH_TIMEOUT, lambda: None if self.grant is not None or self._auth_arrived or
-            self._ending else asyncio.ensure_future(self.end("no Auth in time")))
+            AUTH_TIMEOUT,
+            lambda: None
+            if self.grant is not None or self._auth_arrived or self._ending
+            else asyncio.ensure_future(self.end("no Auth in time")),
+        )
         try:
             await self.mux.run()
         finally:
@@ -107,7 +125,7 @@ class AgentSession:
         self.tunnels.clear()
         if self.id and self.edge.registry.sessions.get(self.id) is self:
             del self.edge.registry.sessions[self.id]
-            cluster = self.edge.cluster   # draining: removed after the agents re-bound
+            cluster = self.edge.cluster  # draining: removed after the agents re-bound
             if cluster is None or not cluster.defer_end(self.grant.account_id, self.id):
                 await self.edge.call(online.session_ended, self.grant.account_id, self.id)
 
@@ -146,8 +164,13 @@ class AgentSession:
         except MalformedRequest as exc:
             await self.end(f"protocol error: {exc}")
         except binding.Refused as exc:
-            log.info("session %s: request of type %d refused: %s %s", self.id, typ, exc.code,
-                     exc.message)
+            log.info(
+                "session %s: request of type %d refused: %s %s",
+                self.id,
+                typ,
+                exc.code,
+                exc.message,
+            )
             await self._reply(stream, protocol.error_reply(exc.message, exc.code))
 
     async def _read_request(self, stream: MuxStream) -> Dict[str, Any]:
@@ -194,35 +217,54 @@ class AgentSession:
         token = protocol.text(extra.get("AuthToken")) or protocol.text(extra.get("Authtoken"))
         client_id = protocol.text(request.get("ClientId"))
         if version is None:
-            await self._reply(stream, protocol.error_reply(
-                f"Unsupported protocol version; this edge speaks "
-                f"{', '.join(protocol.SUPPORTED_VERSIONS)}", edge_errors.INVALID_OPTION))
+            await self._reply(
+                stream,
+                protocol.error_reply(
+                    f"Unsupported protocol version; this edge speaks "
+                    f"{', '.join(protocol.SUPPORTED_VERSIONS)}",
+                    edge_errors.INVALID_OPTION,
+                ),
+            )
             return
         limits = self.edge.settings.limits
         locked = self.edge.auth_throttle.locked(self.peer_ip)
         try:
-            if locked is not None:   # too many failures from this address: no store read
-                raise binding.Refused("", f"Too many failed authentications from "
-                                          f"{self.peer_ip}; try again in {int(locked) + 1} s.")
+            if locked is not None:  # too many failures from this address: no store read
+                raise binding.Refused(
+                    "",
+                    f"Too many failed authentications from "
+                    f"{self.peer_ip}; try again in {int(locked) + 1} s.",
+                )
             try:
                 grant = await self.edge.call(binding.authenticate, token)
             except binding.Refused:
                 self.edge.auth_throttle.failed(self.peer_ip)
                 raise
-            if await self.edge.call(online.count_auth, grant.credential_id) > \
-                    limits.auths_per_credential:
+            if (
+                await self.edge.call(online.count_auth, grant.credential_id)
+                > limits.auths_per_credential
+            ):
                 raise quotas.auths_per_credential(limits.auths_per_credential)
-            session_id = client_id if ids.is_valid(client_id,
-                                                   ids.PREFIXES["tunnel_session"]) \
+            session_id = (
+                client_id
+                if ids.is_valid(client_id, ids.PREFIXES["tunnel_session"])
                 else ids.new_id(ids.PREFIXES["tunnel_session"])
-            if await self.edge.call(online.live_credential_sessions, grant.account_id,
-                                    grant.credential_id, exclude=session_id) >= \
-                    limits.sessions_per_credential:
+            )
+            if (
+                await self.edge.call(
+                    online.live_credential_sessions,
+                    grant.account_id,
+                    grant.credential_id,
+                    exclude=session_id,
+                )
+                >= limits.sessions_per_credential
+            ):
                 raise quotas.sessions_per_credential(limits.sessions_per_credential)
         except binding.Refused as exc:
             await self._reply(stream, protocol.error_reply(exc.message, exc.code))
             asyncio.get_running_loop().call_later(
-                1.0, lambda: asyncio.ensure_future(self.end("authentication failed")))
+                1.0, lambda: asyncio.ensure_future(self.end("authentication failed"))
+            )
             return
         old = self.edge.registry.sessions.get(session_id)
         if old is not None and old is not self:
@@ -230,8 +272,9 @@ class AgentSession:
                 session_id = ids.new_id(ids.PREFIXES["tunnel_session"])
             else:
                 await old.end("replaced by a reconnect of the same agent")
-        self.heartbeat = heartbeat_of(extra.get("HeartbeatInterval"),
-                                      extra.get("HeartbeatTolerance"))
+        self.heartbeat = heartbeat_of(
+            extra.get("HeartbeatInterval"), extra.get("HeartbeatTolerance")
+        )
         self.grant = grant
         self.id = session_id
         self.version = version
@@ -239,20 +282,43 @@ class AgentSession:
         self.edge.authenticated(self)
         self.edge.registry.sessions[session_id] = self
         await self.edge.call(
-            online.session_started, account_id=grant.account_id, session_id=session_id,
-            credential_id=grant.credential_id, instance_id=self.edge.settings.instance_id,
+            online.session_started,
+            account_id=grant.account_id,
+            session_id=session_id,
+            credential_id=grant.credential_id,
+            instance_id=self.edge.settings.instance_id,
             agent_version=protocol.text(extra.get("Version"))[:64],
-            os=protocol.text(extra.get("OS"))[:64], ip=self.peer_ip,
+            os=protocol.text(extra.get("OS"))[:64],
+            ip=self.peer_ip,
             metadata=protocol.text(extra.get("Metadata"))[:4096],
-            region=self.edge.settings.region, owner_id=grant.owner_id)
+            region=self.edge.settings.region,
+            owner_id=grant.owner_id,
+        )
         self._online = True
-        log.info("session %s authenticated (credential %s, account %s)", session_id,
-                 grant.credential_id, grant.account_id)
-        await self._reply(stream, protocol.reply({
-            "Version": version, "ClientId": session_id,
-            "Extra": {"Version": EDGE_VERSION, "Region": self.edge.settings.region,
-                      "Cookie": "", "AccountName": grant.account_id, "SessionDuration": 0,
-                      "PlanName": "self-hosted", "Banner": ""}}))
+        log.info(
+            "session %s authenticated (credential %s, account %s)",
+            session_id,
+            grant.credential_id,
+            grant.account_id,
+        )
+        await self._reply(
+            stream,
+            protocol.reply(
+                {
+                    "Version": version,
+                    "ClientId": session_id,
+                    "Extra": {
+                        "Version": EDGE_VERSION,
+                        "Region": self.edge.settings.region,
+                        "Cookie": "",
+                        "AccountName": grant.account_id,
+                        "SessionDuration": 0,
+                        "PlanName": "self-hosted",
+                        "Banner": "",
+                    },
+                }
+            ),
+        )
 
     # ---- Bind / Unbind ----------------------------------------------------------------------
     async def _reusable_id(self, requested: str) -> str:
@@ -261,9 +327,9 @@ class AgentSession:
         (chalicelib.core.online.claim_tunnel_id), so no other account can take it over."""
         if requested and ids.is_valid(requested, ids.PREFIXES["tunnel"]):
             held = self.edge.registry.by_id.get(requested)
-            if (held is None or held.account_id == self.grant.account_id) and \
-                    await self.edge.call(online.claim_tunnel_id, requested,
-                                         self.grant.account_id):
+            if (held is None or held.account_id == self.grant.account_id) and await self.edge.call(
+                online.claim_tunnel_id, requested, self.grant.account_id
+            ):
                 return requested
         while True:
             fresh = _tunnel_id()
@@ -275,21 +341,31 @@ class AgentSession:
         opts = protocol.obj(request.get("Opts"))
         extra = protocol.obj(request.get("Extra"))
         asked_id = protocol.text(request.get("Id"))
-        proxy_proto, opts_in = proxyproto.version_of(opts)   # edge.proxyproto
+        proxy_proto, opts_in = proxyproto.version_of(opts)  # edge.proxyproto
         await self._check_quotas(proto, asked_id)
         tunnel_id = await self._reusable_id(asked_id)
-        tunnel = Tunnel(id=tunnel_id, session=self, proto=proto, opts=opts,
-                        forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
-                        forwards_proto=protocol.text(request.get("ForwardsProto"))[:16],
-                        metadata=protocol.text(extra.get("Metadata"))[:4096],
-                        endpoint_id=endpoint_id_of(tunnel_id), rebind=tunnel_id == asked_id,
-                        scheme_only=self.version == legacy.PROTOCOL_VERSION,
-                        pooled=pools.wants_pooling(extra), proxy_proto=proxy_proto)
+        tunnel = Tunnel(
+            id=tunnel_id,
+            session=self,
+            proto=proto,
+            opts=opts,
+            forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
+            forwards_proto=protocol.text(request.get("ForwardsProto"))[:16],
+            metadata=protocol.text(extra.get("Metadata"))[:4096],
+            endpoint_id=endpoint_id_of(tunnel_id),
+            rebind=tunnel_id == asked_id,
+            scheme_only=self.version == legacy.PROTOCOL_VERSION,
+            pooled=pools.wants_pooling(extra),
+            proxy_proto=proxy_proto,
+        )
         if proto in ("http", "https"):
             tunnel.breaker = breaker.of_option(opts_in.get("CircuitBreaker"))
             tunnel.ws_tcp = opts_in.get("WebsocketTCPConverter") is not None
-            opts_in = {k: v for k, v in opts_in.items()
-                       if k not in ("CircuitBreaker", "WebsocketTCPConverter")}
+            opts_in = {
+                k: v
+                for k, v in opts_in.items()
+                if k not in ("CircuitBreaker", "WebsocketTCPConverter")
+            }
             tunnel.enforcement = enforce.http_options(legacy.http_options(opts_in))
             tunnel.tls = tls_spec.spec_of_bind(opts.get("MutualTLSCA"))
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
@@ -298,23 +374,34 @@ class AgentSession:
             tunnel.enforcement = enforce.tcp_options(opts_in)
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
-        elif proto == passthrough.PROTO:   # SNI-routed, not terminated (edge.passthrough)
+        elif proto == passthrough.PROTO:  # SNI-routed, not terminated (edge.passthrough)
             tunnel.enforcement = passthrough.options(opts_in)
             tunnel.tls = passthrough.client_certificates(
-                opts_in.get("MutualTLSAtEdge"), opts_in.get("TLSTermination") is not None)
-            tunnel.termination = passthrough.termination(opts_in.get("TLSTermination"),
-                                                         tunnel.tls)
+                opts_in.get("MutualTLSAtEdge"), opts_in.get("TLSTermination") is not None
+            )
+            tunnel.termination = passthrough.termination(opts_in.get("TLSTermination"), tunnel.tls)
             await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
             await self.edge.bind_http(tunnel, self._requested_domain(opts))
         else:
-            raise binding.Refused(edge_errors.INVALID_PROTOCOL,
-                                  f"'{proto}' is not a valid endpoint type. Must be one of "
-                                  "'http', 'https', 'tcp', 'tls'.")
+            raise binding.Refused(
+                edge_errors.INVALID_PROTOCOL,
+                f"'{proto}' is not a valid endpoint type. Must be one of "
+                "'http', 'https', 'tcp', 'tls'.",
+            )
         self.tunnels[tunnel.id] = tunnel
         log.info("session %s: tunnel %s bound at %s", self.id, tunnel.id, tunnel.url)
-        await self._reply(stream, protocol.reply({
-            "Id": tunnel.id, "URL": tunnel.url, "Proto": proto, "Opts": opts,
-            "Extra": {"Token": ""}}))
+        await self._reply(
+            stream,
+            protocol.reply(
+                {
+                    "Id": tunnel.id,
+                    "URL": tunnel.url,
+                    "Proto": proto,
+                    "Opts": opts,
+                    "Extra": {"Token": ""},
+                }
+            ),
+        )
 
     async def _check_quotas(self, proto: str, asked_id: str) -> None:
         """Endpoints per session, and online endpoints (TCP ones apart) per account
@@ -323,16 +410,21 @@ class AgentSession:
         if asked_id in self.tunnels:
             return
         if len(self.tunnels) >= limits.endpoints_per_session:
-            raise quotas.endpoints_per_session(limits.endpoints_per_session,
-                                               [t.url for t in self.tunnels.values() if t.url])
+            raise quotas.endpoints_per_session(
+                limits.endpoints_per_session, [t.url for t in self.tunnels.values() if t.url]
+            )
         account_id = self.grant.account_id
-        if await self.edge.call(online.live_endpoint_count, account_id) >= \
-                limits.endpoints_per_account:
+        if (
+            await self.edge.call(online.live_endpoint_count, account_id)
+            >= limits.endpoints_per_account
+        ):
             raise quotas.endpoints_per_account(limits.endpoints_per_account)
-        if proto == "tcp" and await self.edge.call(online.live_endpoint_count, account_id,
-                                                   "tcp") >= limits.tcp_endpoints_per_account:
-            raise quotas.endpoints_per_account(limits.tcp_endpoints_per_account,
-                                               "TCP endpoints")
+        if (
+            proto == "tcp"
+            and await self.edge.call(online.live_endpoint_count, account_id, "tcp")
+            >= limits.tcp_endpoints_per_account
+        ):
+            raise quotas.endpoints_per_account(limits.tcp_endpoints_per_account, "TCP endpoints")
 
     def _requested_domain(self, opts: Dict[str, Any]) -> str:
         """``Domain`` (newer SDKs) or ``Hostname`` (1.4.0), or ``Subdomain`` under the base
@@ -350,10 +442,15 @@ class AgentSession:
         labels = protocol.obj(request.get("Labels"))
         labels = binding.check_labels(self.grant, labels)
         tunnel_id = _tunnel_id()
-        tunnel = Tunnel(id=tunnel_id, session=self, proto="", labels=labels,
-                        forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
-                        forwards_proto=protocol.text(request.get("ForwardsProto"))[:16],
-                        metadata=protocol.text(request.get("Metadata"))[:4096])
+        tunnel = Tunnel(
+            id=tunnel_id,
+            session=self,
+            proto="",
+            labels=labels,
+            forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
+            forwards_proto=protocol.text(request.get("ForwardsProto"))[:16],
+            metadata=protocol.text(request.get("Metadata"))[:4096],
+        )
         await self.edge.add_labeled(tunnel)
         self.tunnels[tunnel.id] = tunnel
         await self._reply(stream, protocol.reply({"Id": tunnel.id}))
@@ -361,31 +458,51 @@ class AgentSession:
     async def _unbind(self, stream: MuxStream, request: Dict[str, Any]) -> None:
         tunnel = self.tunnels.pop(protocol.text(request.get("Id")), None)
         if tunnel is None:
-            await self._reply(stream, protocol.error_reply(
-                "No tunnel with that id is bound on this session", edge_errors.INVALID_OPTION))
+            await self._reply(
+                stream,
+                protocol.error_reply(
+                    "No tunnel with that id is bound on this session", edge_errors.INVALID_OPTION
+                ),
+            )
             return
         await self.edge.drop_tunnel(tunnel)
         await self._reply(stream, protocol.reply({}))
 
     # ---- what the edge sends the agent ------------------------------------------------------
-    async def open_proxy(self, tunnel: Tunnel, client_addr: str, proto: str,
-                         passthrough_tls: bool = False, server_addr: str = "") -> MuxStream:
+    async def open_proxy(
+        self,
+        tunnel: Tunnel,
+        client_addr: str,
+        proto: str,
+        passthrough_tls: bool = False,
+        server_addr: str = "",
+    ) -> MuxStream:
         """A proxy stream for one public connection, its header written (and the PROXY
         protocol header when the endpoint asked for one: ``server_addr``, else the address of
         the listener of ``proto``). Waits up to OPEN_WAIT for a free slot when the session
         has MAX_LOCAL_STREAMS open (StreamsExhausted after that)."""
         stream = await self.mux.open_stream_when_free(OPEN_WAIT)
-        head = protocol.proxy_header(tunnel_id=tunnel.id, client_addr=client_addr,
-                                     proto=proto, passthrough_tls=passthrough_tls)
+        head = protocol.proxy_header(
+            tunnel_id=tunnel.id,
+            client_addr=client_addr,
+            proto=proto,
+            passthrough_tls=passthrough_tls,
+        )
         if tunnel.proxy_proto:
-            head += proxyproto.header(tunnel.proxy_proto, client_addr,
-                                      server_addr or self._listener_addr(tunnel, proto))
+            head += proxyproto.header(
+                tunnel.proxy_proto, client_addr, server_addr or self._listener_addr(tunnel, proto)
+            )
         await stream.write(head)
         return stream
 
     def _listener_addr(self, tunnel: Tunnel, proto: str) -> str:
-        port = tunnel.port if proto == "tcp" else \
-            self.edge.http_port if proto == "http" else self.edge.https_port
+        port = (
+            tunnel.port
+            if proto == "tcp"
+            else self.edge.http_port
+            if proto == "http"
+            else self.edge.https_port
+        )
         return f"{self.edge.settings.host}:{port}"
 
     async def command(self, typ: int) -> Optional[str]:
@@ -415,11 +532,12 @@ class AgentSession:
     async def check(self, fresh: Any, heartbeat: bool) -> None:
         """Credential still usable (``fresh``: the grant re-read this round, a Refused, or
         None when it could not be read)? Heartbeats still coming? Stop asked through the API?"""
-        if self.grant is None or not self._online:   # still authenticating: no item to
+        if self.grant is None or not self._online:  # still authenticating: no item to
             waited = time.monotonic() - self.started  # refresh yet (a heartbeat would end it)
             if waited > (AUTH_ANSWER_TIMEOUT if self._auth_arrived else AUTH_TIMEOUT):
-                await self.end("Auth not answered in time" if self._auth_arrived else
-                               "no Auth in time")
+                await self.end(
+                    "Auth not answered in time" if self._auth_arrived else "no Auth in time"
+                )
             return
         interval, tolerance = self.heartbeat
         if time.monotonic() - self.last_heartbeat > interval + tolerance + 5:
@@ -432,8 +550,12 @@ class AgentSession:
             self.grant = fresh
         if not heartbeat:
             return
-        flags = await self.edge.call(online.session_heartbeat, self.grant.account_id, self.id,
-                                     self.edge.settings.instance_id)
+        flags = await self.edge.call(
+            online.session_heartbeat,
+            self.grant.account_id,
+            self.id,
+            self.edge.settings.instance_id,
+        )
         if flags is None:
             await self.end("the session was removed")
         elif flags.get("stop_requested"):
@@ -448,4 +570,3 @@ class AgentSession:
             return await self.command(typ)
         except (StreamReset, MalformedRequest, asyncio.TimeoutError) as exc:
             return str(exc) or type(exc).__name__
-

@@ -14,6 +14,7 @@ action describe it:
 ``error_threshold`` must be within 0.0 to 1.0 (ERR_NGROK_361 otherwise, as hosted). Memory:
 one breaker per endpoint that asked for it, :data:`BUCKETS` pairs of counters.
 """
+
 import time
 from typing import Any, List, Optional
 
@@ -23,9 +24,12 @@ WINDOW = 10.0
 BUCKETS = 10
 VOLUME = 10
 TRIPPED = 10.0
-TRIPPED_ANSWER = (503, edge_errors.CIRCUIT_BREAKER_TRIPPED,
-                  "Circuit breaker tripped: the endpoint's upstream answered too many 5xx "
-                  "responses; try again later.")
+TRIPPED_ANSWER = (
+    503,
+    edge_errors.CIRCUIT_BREAKER_TRIPPED,
+    "Circuit breaker tripped: the endpoint's upstream answered too many 5xx "
+    "responses; try again later.",
+)
 INVALID = edge_errors.INVALID_CIRCUIT_BREAKER
 
 
@@ -34,7 +38,7 @@ class Breaker:
         self.threshold = threshold
         self.clock = clock
         self._span = WINDOW / BUCKETS
-        self._buckets: List[List[int]] = [[0, 0] for _ in range(BUCKETS)]   # [total, errors]
+        self._buckets: List[List[int]] = [[0, 0] for _ in range(BUCKETS)]  # [total, errors]
         self._stamps: List[int] = [-1] * BUCKETS
         self.tripped_until = 0.0
 
@@ -72,11 +76,13 @@ def of_option(option: Any) -> Optional[Breaker]:
     if option is None or option is False:
         return None
     value = option.get("error_threshold") if isinstance(option, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not 0.0 <= value <= 1.0:
-        raise binding.Refused(INVALID, "Invalid circuit breaker configuration, error threshold "
-                                       "percentage must be between 0.0 and 1.0 inclusive, was "
-                                       f"{str(value)[:40]}.")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise binding.Refused(
+            INVALID,
+            "Invalid circuit breaker configuration, error threshold "
+            "percentage must be between 0.0 and 1.0 inclusive, was "
+            f"{str(value)[:40]}.",
+        )
     return Breaker(float(value))
 
 

@@ -16,6 +16,7 @@ opened); a renewed certificate has a new fingerprint, so new handshakes get it w
 connections keep theirs. When the store cannot be read the last certificates stay in force.
 The local CA (or EDGE_TLS_CERT) serves only names no stored certificate covers.
 """
+
 import datetime
 import ipaddress
 import os
@@ -80,26 +81,50 @@ class Authority:
             self.created = False
         else:
             self._key = ec.generate_private_key(ec.SECP256R1())
-            name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tunnel edge local CA"),
-                              x509.NameAttribute(NameOID.ORGANIZATION_NAME, "tunnel-service")])
+            name = x509.Name(
+                [
+                    x509.NameAttribute(NameOID.COMMON_NAME, "tunnel edge local CA"),
+                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "tunnel-service"),
+                ]
+            )
             self._cert = (
-                x509.CertificateBuilder().subject_name(name).issuer_name(name)
-                .public_key(self._key.public_key()).serial_number(x509.random_serial_number())
+                x509.CertificateBuilder()
+                .subject_name(name)
+                .issuer_name(name)
+                .public_key(self._key.public_key())
+                .serial_number(x509.random_serial_number())
                 .not_valid_before(_now() - datetime.timedelta(minutes=5))
                 .not_valid_after(_now() + datetime.timedelta(days=3650))
                 .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
-                                             crl_sign=True, content_commitment=False,
-                                             key_encipherment=False, data_encipherment=False,
-                                             key_agreement=False, encipher_only=False,
-                                             decipher_only=False), critical=True)
-                .add_extension(x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()),
-                               critical=False)
-                .sign(self._key, hashes.SHA256()))
+                .add_extension(
+                    x509.KeyUsage(
+                        digital_signature=True,
+                        key_cert_sign=True,
+                        crl_sign=True,
+                        content_commitment=False,
+                        key_encipherment=False,
+                        data_encipherment=False,
+                        key_agreement=False,
+                        encipher_only=False,
+                        decipher_only=False,
+                    ),
+                    critical=True,
+                )
+                .add_extension(
+                    x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()),
+                    critical=False,
+                )
+                .sign(self._key, hashes.SHA256())
+            )
             # key first: a CA certificate without its key on disk is never left behind
-            _write_private(key_path, self._key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption()))
+            _write_private(
+                key_path,
+                self._key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                ),
+            )
             _write_private(self.cert_path, self._cert.public_bytes(serialization.Encoding.PEM))
             os.chmod(self.cert_path, 0o644)
             self.created = True
@@ -117,22 +142,30 @@ class Authority:
         cert = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0][:64])]))
-            .issuer_name(self._cert.subject).public_key(key.public_key())
+            .issuer_name(self._cert.subject)
+            .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(_now() - datetime.timedelta(minutes=5))
             .not_valid_after(_now() + datetime.timedelta(days=90))
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                self._key.public_key()), critical=False)
-            .sign(self._key, hashes.SHA256()))
-        chain = cert.public_bytes(serialization.Encoding.PEM) + \
-            self._cert.public_bytes(serialization.Encoding.PEM)
-        return chain, key.private_bytes(serialization.Encoding.PEM,
-                                        serialization.PrivateFormat.PKCS8,
-                                        serialization.NoEncryption())
+            .add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+            )
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()),
+                critical=False,
+            )
+            .sign(self._key, hashes.SHA256())
+        )
+        chain = cert.public_bytes(serialization.Encoding.PEM) + self._cert.public_bytes(
+            serialization.Encoding.PEM
+        )
+        return chain, key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
 
 
 def context_from_pem(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
@@ -168,8 +201,9 @@ class ServerCertificates:
     name (SNI). Issued pairs are cached per names and contexts per (names, what the name
     requires of the handshake: ``edge.tls_spec.TlsSpec``), both LRU, HOST_CACHE entries."""
 
-    def __init__(self, data_dir: str, cert_file: Optional[str] = None,
-                 key_file: Optional[str] = None):
+    def __init__(
+        self, data_dir: str, cert_file: Optional[str] = None, key_file: Optional[str] = None
+    ):
         self._folder = data_dir
         self.authority: Optional[Authority] = None
         self._fixed: Optional[ssl.SSLContext] = None
@@ -194,16 +228,17 @@ class ServerCertificates:
         """Re-read the served index; load each certificate not seen yet (a bad one is logged
         and skipped: the local CA serves its name meanwhile)."""
         index = await edge.call(stored.served_index)
-        wanted = {(e["account_id"], e["tls_certificate_id"], e["fingerprint"])
-                  for e in index.values()}
+        wanted = {
+            (e["account_id"], e["tls_certificate_id"], e["fingerprint"]) for e in index.values()
+        }
         pairs = {key: pair for key, pair in self._store_pairs.items() if key in wanted}
         for key in sorted(wanted - set(pairs)):
             try:
                 found = await edge.call(stored.key_pair, key[0], key[1])
                 if found is None or found[2] != key[2]:
-                    continue   # replaced meanwhile: the next refresh sees the new one
+                    continue  # replaced meanwhile: the next refresh sees the new one
                 chain, private, _ = found
-                context_from_pem(chain.encode(), private.encode())   # a pair that loads
+                context_from_pem(chain.encode(), private.encode())  # a pair that loads
                 pairs[key] = (chain.encode(), private.encode())
             except Exception as exc:
                 log.warning("cannot serve certificate %s: %r", key[1], exc)
@@ -253,17 +288,23 @@ class ServerCertificates:
             def from_store() -> ssl.SSLContext:
                 ctx = context_from_pem(chain, private)
                 return tls_spec.apply(ctx, spec) if spec is not None else ctx
-            return self._lru(self._cache, ("store", fingerprint,
-                                           spec.key if spec is not None else None), from_store)
+
+            return self._lru(
+                self._cache,
+                ("store", fingerprint, spec.key if spec is not None else None),
+                from_store,
+            )
         if spec is None or spec.key == (int(ssl.TLSVersion.TLSv1_2), ""):
             if self._fixed is not None:
                 return self._fixed
             spec = None
         if self._fixed is not None:
+
             def fixed() -> ssl.SSLContext:
                 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
                 ctx.load_cert_chain(*self._files)
                 return tls_spec.apply(ctx, spec)
+
             return self._lru(self._cache, ("", spec.key), fixed)
         name_key = ",".join(names)
 
@@ -275,4 +316,5 @@ class ServerCertificates:
             cert, private = self._lru(self._pairs, name_key, lambda: authority.issue(names))
             ctx = _context(cert, private, self._folder)
             return tls_spec.apply(ctx, spec) if spec is not None else ctx
+
         return self._lru(self._cache, (name_key, spec.key if spec is not None else None), make)

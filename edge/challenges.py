@@ -11,6 +11,7 @@
   connection is closed after the handshake, as the RFC asks. No stored answer: the handshake
   is refused.
 """
+
 import datetime
 import hashlib
 import ssl
@@ -29,17 +30,27 @@ async def answer_http01(edge: Any, client: Any, writer: Any, request: Any, host:
     target = request.target
     if request.method != b"GET" or not target.startswith(ACME_PATH):
         return False
-    token = target[len(ACME_PATH):].decode("ascii", "replace")
+    token = target[len(ACME_PATH) :].decode("ascii", "replace")
     try:
         answer = await edge.call(orders.http01_answer, host, token)
-    except Exception:   # the store being away: routed as usual, the CA will retry
+    except Exception:  # the store being away: routed as usual, the CA will retry
         return False
     if answer is None:
         return False
     body = answer.encode("ascii")
-    for event in (http1.Response(status_code=200, reason=b"OK", headers=[
-            ("content-type", "text/plain"), ("content-length", str(len(body))),
-            ("connection", "close")]), http1.Data(data=body), http1.EndOfMessage()):
+    for event in (
+        http1.Response(
+            status_code=200,
+            reason=b"OK",
+            headers=[
+                ("content-type", "text/plain"),
+                ("content-length", str(len(body))),
+                ("connection", "close"),
+            ],
+        ),
+        http1.Data(data=body),
+        http1.EndOfMessage(),
+    ):
         await http_io.send(client, writer, event)
     return True
 
@@ -54,21 +65,32 @@ def challenge_context(domain: str, key_authorization: str) -> ssl.SSLContext:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     digest = hashlib.sha256(key_authorization.encode("ascii")).digest()
-    extension = x509.UnrecognizedExtension(x509.ObjectIdentifier(ACME_IDENTIFIER_OID),
-                                           b"\x04\x20" + digest)   # DER OCTET STRING
+    extension = x509.UnrecognizedExtension(
+        x509.ObjectIdentifier(ACME_IDENTIFIER_OID), b"\x04\x20" + digest
+    )  # DER OCTET STRING
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, domain[:64])])
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(domain)]), critical=False)
-            .add_extension(extension, critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(domain)]), critical=False)
+        .add_extension(extension, critical=True)
+        .sign(key, hashes.SHA256())
+    )
     from edge.certs import context_from_pem
-    ctx = context_from_pem(cert.public_bytes(serialization.Encoding.PEM),
-                           key.private_bytes(serialization.Encoding.PEM,
-                                             serialization.PrivateFormat.PKCS8,
-                                             serialization.NoEncryption()))
+
+    ctx = context_from_pem(
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
     ctx.set_alpn_protocols([ACME_TLS_ALPN])
     return ctx
 

@@ -21,6 +21,7 @@ Off unless ``EDGE_CLUSTER_SECRET`` is set (then a single instance costs nothing 
 A relayed connection is never relayed again (one hop at most): an instance that is named by
 the claim but no longer holds the endpoint answers as for any offline endpoint.
 """
+
 import asyncio
 import hmac
 import logging
@@ -35,18 +36,18 @@ from chalicelib.core import instances, online
 log = logging.getLogger("edge.cluster")
 
 PREAMBLE = b"NGRELAY1"
-ACK_HERE = b"HERE\r\n"       # the holder serves the connection
-ACK_MOVED = b"MOVED\r\n"     # it no longer holds the endpoint: the claim is read again
-MAX_PREAMBLE = 512            # bytes of the relay line (closed past it)
-PREAMBLE_TIMEOUT = 10.0       # seconds for the relay line
-CONNECT_TIMEOUT = 5.0         # seconds to open a relay connection to the holder
-HOLDER_CACHE_SECONDS = 2.0    # a name's holder, cached (a moved endpoint is found within it)
-MAX_PEEK = 64 * 1024          # bytes of the first request head read to find its Host
+ACK_HERE = b"HERE\r\n"  # the holder serves the connection
+ACK_MOVED = b"MOVED\r\n"  # it no longer holds the endpoint: the claim is read again
+MAX_PREAMBLE = 512  # bytes of the relay line (closed past it)
+PREAMBLE_TIMEOUT = 10.0  # seconds for the relay line
+CONNECT_TIMEOUT = 5.0  # seconds to open a relay connection to the holder
+HOLDER_CACHE_SECONDS = 2.0  # a name's holder, cached (a moved endpoint is found within it)
+MAX_PEEK = 64 * 1024  # bytes of the first request head read to find its Host
 CHUNK = 64 * 1024
-HOLD_SECONDS = 15.0           # a connection waits this long for a moving endpoint
+HOLD_SECONDS = 15.0  # a connection waits this long for a moving endpoint
 HOLD_POLL = 0.25
-DRAIN_SECONDS = 5.0           # SIGTERM: longest wait for in-flight requests
-REBIND_GRACE = 2.0            # ... then for the agents' re-binds before the items go              # seconds between the store reads while it waits
+DRAIN_SECONDS = 5.0  # SIGTERM: longest wait for in-flight requests
+REBIND_GRACE = 2.0  # ... then for the agents' re-binds before the items go              # seconds between the store reads while it waits
 _HOST = re.compile(rb"\r\nhost:[ \t]*([^\r\n]*)", re.IGNORECASE)
 
 
@@ -55,7 +56,7 @@ class ClusterSettings:
     secret: str
     relay_host: str
     relay_port: int
-    advertise: str   # host the other instances reach this one's relay listener at
+    advertise: str  # host the other instances reach this one's relay listener at
 
     @classmethod
     def from_env(cls, env: Optional[Dict[str, str]] = None) -> Optional["ClusterSettings"]:
@@ -66,9 +67,12 @@ class ClusterSettings:
         if len(secret) < 16:
             raise SystemExit("EDGE_CLUSTER_SECRET: at least 16 characters")
         host = env.get("EDGE_RELAY_HOST", "127.0.0.1")
-        return cls(secret=secret, relay_host=host,
-                   relay_port=int(env.get("EDGE_RELAY_PORT", "0")),
-                   advertise=env.get("EDGE_RELAY_ADVERTISE", host))
+        return cls(
+            secret=secret,
+            relay_host=host,
+            relay_port=int(env.get("EDGE_RELAY_PORT", "0")),
+            advertise=env.get("EDGE_RELAY_ADVERTISE", host),
+        )
 
 
 class _RelayedWriter:
@@ -77,8 +81,7 @@ class _RelayedWriter:
 
     relayed = True
 
-    def __init__(self, writer: asyncio.StreamWriter, peer: Tuple[str, int],
-                 tls_spec: Any = None):
+    def __init__(self, writer: asyncio.StreamWriter, peer: Tuple[str, int], tls_spec: Any = None):
         self._writer = writer
         self._peer = peer
         if tls_spec is not None:
@@ -104,9 +107,9 @@ class Cluster:
         self.draining = False
         self._server: Optional[asyncio.AbstractServer] = None
         self._lease: Optional[asyncio.Task] = None
-        self._holders: Dict[str, Tuple[float, Optional[str]]] = {}   # name -> (at, address)
-        self._ended: List[Tuple[str, str]] = []   # sessions a drain ended (defer_end)
-        self._dead: Dict[str, float] = {}   # relay addresses that refused (kill -9), when
+        self._holders: Dict[str, Tuple[float, Optional[str]]] = {}  # name -> (at, address)
+        self._ended: List[Tuple[str, str]] = []  # sessions a drain ended (defer_end)
+        self._dead: Dict[str, float] = {}  # relay addresses that refused (kill -9), when
         self.relayed_out = 0
         self.held = 0
         self.relayed_in = 0
@@ -114,8 +117,9 @@ class Cluster:
     # ---- life ---------------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
-        self._server = await asyncio.start_server(self._relay_connection, s.relay_host,
-                                                  s.relay_port)
+        self._server = await asyncio.start_server(
+            self._relay_connection, s.relay_host, s.relay_port
+        )
         port = self._server.sockets[0].getsockname()[1]
         self.address = f"{s.advertise}:{port}"
         await self.edge.call(instances.register, self.instance_id, self.address)
@@ -126,17 +130,20 @@ class Cluster:
         while True:
             await asyncio.sleep(instances.RENEW_SECONDS)
             try:
-                await self.edge.call(instances.register, self.instance_id, self.address,
-                                     "draining" if self.draining else "serving")
-            except Exception as exc:   # the store away: the next round tries again
+                await self.edge.call(
+                    instances.register,
+                    self.instance_id,
+                    self.address,
+                    "draining" if self.draining else "serving",
+                )
+            except Exception as exc:  # the store away: the next round tries again
                 log.warning("cluster: lease renewal failed: %r", exc)
 
     async def drain(self) -> None:
         """Stop being a relay target (other instances stop sending it connections)."""
         self.draining = True
         try:
-            await self.edge.call(instances.register, self.instance_id, self.address,
-                                 "draining")
+            await self.edge.call(instances.register, self.instance_id, self.address, "draining")
         except Exception as exc:
             log.warning("cluster: could not mark the instance draining: %r", exc)
 
@@ -157,7 +164,7 @@ class Cluster:
 
         async def drain_one(session: Any) -> None:
             idle_since = loop.time()
-            while loop.time() < deadline:   # idle for 100 ms running
+            while loop.time() < deadline:  # idle for 100 ms running
                 if in_flight(session):
                     idle_since = loop.time()
                 elif loop.time() - idle_since >= 0.1:
@@ -165,21 +172,22 @@ class Cluster:
                 await asyncio.sleep(0.02)
             await session.end("the edge instance is restarting; reconnect")
 
-        results = await asyncio.gather(*(drain_one(s) for s in list(self.edge.sessions)),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(drain_one(s) for s in list(self.edge.sessions)), return_exceptions=True
+        )
         for result in results:
             if isinstance(result, Exception):
                 log.warning("cluster: drain of a session failed: %r", result)
         left = [t for t in self.edge.connections if t is not asyncio.current_task()]
-        while left and loop.time() < deadline:   # relayed and public exchanges finishing
+        while left and loop.time() < deadline:  # relayed and public exchanges finishing
             await asyncio.sleep(0.05)
             left = [t for t in left if not t.done()]
         if self._ended:
             await asyncio.sleep(max(0.0, min(REBIND_GRACE, deadline + 1 - loop.time())))
         for account_id, session_id in self._ended:
-            try:   # the agent resumed the same session id elsewhere: its items are that one's
+            try:  # the agent resumed the same session id elsewhere: its items are that one's
                 await self.edge.call(self._session_ended_here, account_id, session_id)
-            except Exception as exc:   # stale after ONLINE_STALE_SECONDS all the same
+            except Exception as exc:  # stale after ONLINE_STALE_SECONDS all the same
                 log.warning("cluster: session %s not removed: %r", session_id, exc)
 
     def defer_end(self, account_id: str, session_id: str) -> bool:
@@ -219,8 +227,8 @@ class Cluster:
         instance = await self.edge.call(online.claim_instance, name)
         if not instance:
             return "local", None
-        if instance == self.instance_id:   # claimed here, bind still in progress (the
-            return "moving", None          # claim is written before the tunnel is routed)
+        if instance == self.instance_id:  # claimed here, bind still in progress (the
+            return "moving", None  # claim is written before the tunnel is routed)
         address = await self.edge.call(instances.address_of, instance)
         if address is None:
             return "moving", None
@@ -241,7 +249,7 @@ class Cluster:
         while True:
             try:
                 state, address = await self._lookup(name)
-            except Exception as exc:   # the store away: served here (offline answer)
+            except Exception as exc:  # the store away: served here (offline answer)
                 log.warning("cluster: holder of %s unknown: %r", name, exc)
                 state, address = "local", None
             if state == "relay" and address in self._dead:
@@ -260,29 +268,52 @@ class Cluster:
         return address
 
     # ---- relaying out ----------------------------------------------------------------------
-    async def relay(self, address: str, kind: str, arg: str, peer: Tuple[str, int],
-                    reader: asyncio.StreamReader, writer: Any, first: bytes = b"") -> bool:
+    async def relay(
+        self,
+        address: str,
+        kind: str,
+        arg: str,
+        peer: Tuple[str, int],
+        reader: asyncio.StreamReader,
+        writer: Any,
+        first: bytes = b"",
+    ) -> bool:
         """Carry a public connection to the instance at ``address``: False when it cannot
         be reached (the caller serves the connection itself)."""
         host, _, port = address.rpartition(":")
         try:
             up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(host, int(port), limit=CHUNK), CONNECT_TIMEOUT)
+                asyncio.open_connection(host, int(port), limit=CHUNK), CONNECT_TIMEOUT
+            )
         except (OSError, asyncio.TimeoutError) as exc:
             log.warning("cluster: relay to %s failed: %r", address, exc)
             self._dead[address] = time.monotonic()
             self._holders.clear()
             return False
-        line = b" ".join([PREAMBLE, self.settings.secret.encode(), kind.encode(),
-                          (arg or "-").encode(), str(peer[0] or "-").encode(),
-                          str(peer[1] or 0).encode()]) + b"\r\n"
+        line = (
+            b" ".join(
+                [
+                    PREAMBLE,
+                    self.settings.secret.encode(),
+                    kind.encode(),
+                    (arg or "-").encode(),
+                    str(peer[0] or "-").encode(),
+                    str(peer[1] or 0).encode(),
+                ]
+            )
+            + b"\r\n"
+        )
         up_writer.write(line)
-        try:   # the holder says whether it still holds the endpoint before any byte goes
+        try:  # the holder says whether it still holds the endpoint before any byte goes
             ack = await asyncio.wait_for(up_reader.readuntil(b"\r\n"), CONNECT_TIMEOUT)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError,
-                asyncio.LimitOverrunError):
+        except (
+            OSError,
+            asyncio.TimeoutError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+        ):
             ack = b""
-        if ack != ACK_HERE:   # moved away meanwhile (it drains, its agent reconnects)
+        if ack != ACK_HERE:  # moved away meanwhile (it drains, its agent reconnects)
             up_writer.close()
             self._holders.clear()
             return False
@@ -294,43 +325,66 @@ class Cluster:
             writer.close()
         return True
 
-    async def http(self, handle: Callable[..., Awaitable[None]], scheme: str,
-                   reader: asyncio.StreamReader, writer: Any) -> None:
+    async def http(
+        self,
+        handle: Callable[..., Awaitable[None]],
+        scheme: str,
+        reader: asyncio.StreamReader,
+        writer: Any,
+    ) -> None:
         """The public HTTP listener in a cluster: the first request's Host decides where
         the connection is served (this instance, or the holder's by relay)."""
         peer = writer.get_extra_info("peername") or ("", 0)
-        admission = self.edge.admission   # the head is awaited under the same caps as
-        ticket = admission.admit(str(peer[0]), writer.transport)   # HttpFront's
+        admission = self.edge.admission  # the head is awaited under the same caps as
+        ticket = admission.admit(str(peer[0]), writer.transport)  # HttpFront's
         if ticket is None:
             writer.transport.abort()
             return
         try:
-            admission.waiting(ticket)   # evictable while no byte of a request came
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"),
-                                          self.edge.settings.head_timeout)
+            admission.waiting(ticket)  # evictable while no byte of a request came
+            head = await asyncio.wait_for(
+                reader.readuntil(b"\r\n\r\n"), self.edge.settings.head_timeout
+            )
         except asyncio.IncompleteReadError as exc:
             head = exc.partial
         except (asyncio.LimitOverrunError, asyncio.TimeoutError, OSError):
             head = b""
         finally:
-            admission.release(ticket)   # HttpFront.handle, or the holder, admits it again
+            admission.release(ticket)  # HttpFront.handle, or the holder, admits it again
         host = host_of(head)
-        if host and await self._carry(host, lambda: self.edge.registry.http_tunnel(
-                host, scheme) is not None, scheme, host, reader, writer, head):
+        if host and await self._carry(
+            host,
+            lambda: self.edge.registry.http_tunnel(host, scheme) is not None,
+            scheme,
+            host,
+            reader,
+            writer,
+            head,
+        ):
             return
         if head:
-            reader._buffer[0:0] = head   # type: ignore[attr-defined]  # unread: served here
+            reader._buffer[0:0] = head  # type: ignore[attr-defined]  # unread: served here
         await handle(reader, writer)
 
-    async def https(self, handle: Callable[..., Awaitable[None]],
-                    reader: asyncio.StreamReader, writer: Any) -> None:
+    async def https(
+        self, handle: Callable[..., Awaitable[None]], reader: asyncio.StreamReader, writer: Any
+    ) -> None:
         """The HTTPS listener (after the handshake) in a cluster: the server name decides."""
         name = getattr(writer, "server_name", "") or ""
         ssl_object = writer.get_extra_info("ssl_object")
-        kind = "h2" if ssl_object is not None and \
-            ssl_object.selected_alpn_protocol() == "h2" else "https"
-        if name and await self._carry(name, lambda: self.edge.registry.http_tunnel(
-                name, "https") is not None, kind, name, reader, writer):
+        kind = (
+            "h2"
+            if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2"
+            else "https"
+        )
+        if name and await self._carry(
+            name,
+            lambda: self.edge.registry.http_tunnel(name, "https") is not None,
+            kind,
+            name,
+            reader,
+            writer,
+        ):
             return
         await handle(reader, writer)
 
@@ -339,15 +393,28 @@ class Cluster:
         the holder of ``<tcp host>:<port>``'s claim, if another instance holds it."""
         if getattr(writer, "relayed", False):
             return False
-        return await self._carry(f"{self.edge.settings.tcp_host}:{port}",
-                                 lambda: port in self.edge.registry.by_port, "tcp", str(port),
-                                 reader, writer)
+        return await self._carry(
+            f"{self.edge.settings.tcp_host}:{port}",
+            lambda: port in self.edge.registry.by_port,
+            "tcp",
+            str(port),
+            reader,
+            writer,
+        )
 
-    async def _carry(self, name: str, local: Callable[[], bool], kind: str, arg: str,
-                     reader: asyncio.StreamReader, writer: Any, first: bytes = b"") -> bool:
+    async def _carry(
+        self,
+        name: str,
+        local: Callable[[], bool],
+        kind: str,
+        arg: str,
+        reader: asyncio.StreamReader,
+        writer: Any,
+        first: bytes = b"",
+    ) -> bool:
         """Relay the connection to ``name``'s holder (True), or False: served here."""
         peer = writer.get_extra_info("peername") or ("", 0)
-        for _ in range(3):   # a holder that refuses is skipped: the claim is waited on
+        for _ in range(3):  # a holder that refuses is skipped: the claim is waited on
             if local():
                 return False
             address = await self.holder_address(name, local)
@@ -358,8 +425,9 @@ class Cluster:
         return False
 
     # ---- relaying in -----------------------------------------------------------------------
-    async def _relay_connection(self, reader: asyncio.StreamReader,
-                                writer: asyncio.StreamWriter) -> None:
+    async def _relay_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         task = asyncio.current_task()
         self.edge.connections.add(task)
         try:
@@ -368,10 +436,15 @@ class Cluster:
             except (asyncio.TimeoutError, OSError):
                 line = b""
             parts = line.split()
-            if len(parts) != 6 or parts[0] != PREAMBLE or \
-                    not hmac.compare_digest(parts[1], self.settings.secret.encode()):
-                log.warning("cluster: relay connection refused (bad preamble) from %s",
-                            writer.get_extra_info("peername"))
+            if (
+                len(parts) != 6
+                or parts[0] != PREAMBLE
+                or not hmac.compare_digest(parts[1], self.settings.secret.encode())
+            ):
+                log.warning(
+                    "cluster: relay connection refused (bad preamble) from %s",
+                    writer.get_extra_info("peername"),
+                )
                 writer.transport.abort()
                 return
             kind, arg = parts[2].decode("ascii", "replace"), parts[3].decode("ascii", "replace")
@@ -396,10 +469,17 @@ class Cluster:
             return arg.isdigit() and int(arg) in registry.by_port
         return registry.http_tunnel(arg, "http" if kind == "http" else "https") is not None
 
-    async def _serve(self, kind: str, arg: str, peer: Tuple[str, int],
-                     reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self,
+        kind: str,
+        arg: str,
+        peer: Tuple[str, int],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
         from edge import h2front
         from edge.public import HttpFront
+
         edge = self.edge
         if kind == "http":
             await HttpFront(edge, "http").handle(reader, _RelayedWriter(writer, peer))
@@ -429,7 +509,7 @@ async def _read_line(reader: asyncio.StreamReader) -> bytes:
         line += data
     head, _, rest = line.partition(b"\r\n")
     if rest:
-        reader._buffer[0:0] = rest   # type: ignore[attr-defined]
+        reader._buffer[0:0] = rest  # type: ignore[attr-defined]
     return head
 
 
@@ -438,8 +518,11 @@ def in_flight(session: Any) -> int:
     streams, its heartbeat stream among them, do not count)."""
     mux = getattr(session, "mux", None)
     streams = getattr(mux, "_streams", {})
-    return sum(1 for stream in list(streams.values())
-               if getattr(stream, "local", False) and not getattr(stream, "done", True))
+    return sum(
+        1
+        for stream in list(streams.values())
+        if getattr(stream, "local", False) and not getattr(stream, "done", True)
+    )
 
 
 def host_of(head: bytes) -> str:
@@ -453,8 +536,12 @@ def host_of(head: bytes) -> str:
     return host.rsplit(":", 1)[0] if ":" in host else host
 
 
-async def pipe(reader: asyncio.StreamReader, writer: Any, up_reader: asyncio.StreamReader,
-               up_writer: asyncio.StreamWriter) -> None:
+async def pipe(
+    reader: asyncio.StreamReader,
+    writer: Any,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+) -> None:
     """Bytes both ways until both directions end (each half-closed in turn), or either side
     fails; ``drain`` after every write is the back-pressure."""
 
@@ -471,8 +558,10 @@ async def pipe(reader: asyncio.StreamReader, writer: Any, up_reader: asyncio.Str
         except (ConnectionError, OSError, RuntimeError):
             raise ConnectionError("relay side closed") from None
 
-    tasks = [asyncio.ensure_future(copy(reader, up_writer)),
-             asyncio.ensure_future(copy(up_reader, writer))]
+    tasks = [
+        asyncio.ensure_future(copy(reader, up_writer)),
+        asyncio.ensure_future(copy(up_reader, writer)),
+    ]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for task in done:

@@ -6,6 +6,7 @@ there). The store is the API's (TABLE_NAME, DYNAMODB_ENDPOINT_URL, AWS_*), and
 EDGE_TCP_PORTS / EDGE_TCP_HOST are read once, by chalicelib.core.config, for both planes: the
 API allocates reserved addresses from the range the edge listens on.
 """
+
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -35,13 +36,13 @@ class EdgeSettings:
     metrics_port: Optional[int] = None
     head_timeout: float = 30.0
     idle_timeout: float = 75.0
-    h2_stall_timeout: float = 30.0   # HTTP/2 response held by zero windows (edge.h2front)
-    fresh_stream_body: int = 4096    # request body bytes past which a proxy stream is not reused
+    h2_stall_timeout: float = 30.0  # HTTP/2 response held by zero windows (edge.h2front)
+    fresh_stream_body: int = 4096  # request body bytes past which a proxy stream is not reused
     max_connections: int = 10_000
     max_connections_per_address: int = 512
     limits: quotas.Limits = quotas.Limits()
     listen_fds: Dict[str, int] = field(default_factory=dict)
-    public_ports: Dict[str, int] = field(default_factory=dict)   # a load balancer's (URLs)
+    public_ports: Dict[str, int] = field(default_factory=dict)  # a load balancer's (URLs)
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
@@ -123,31 +124,36 @@ def load(env=None) -> EdgeSettings:
         https_port=_port(env, "EDGE_HTTPS_PORT", 8443),
         tcp_ports=shared.edge_tcp_ports,
         tcp_host=shared.edge_tcp_host,
-        agent_hostnames=[n.strip() for n in
-                         env.get("EDGE_AGENT_HOSTNAMES", "localhost,127.0.0.1").split(",")
-                         if n.strip()],
+        agent_hostnames=[
+            n.strip()
+            for n in env.get("EDGE_AGENT_HOSTNAMES", "localhost,127.0.0.1").split(",")
+            if n.strip()
+        ],
         tls_cert=env.get("EDGE_TLS_CERT", ""),
         tls_key=env.get("EDGE_TLS_KEY", ""),
         instance_id=env.get("EDGE_INSTANCE_ID") or f"edge_{secrets.token_hex(6)}",
         region=env.get("EDGE_REGION", "local"),
         check_seconds=float(env.get("EDGE_CHECK_SECONDS", "5")),
         url_ports=env.get("EDGE_PUBLIC_URL_PORTS", "1") != "0",
-        public_ports={scheme: _port(env, f"EDGE_PUBLIC_{scheme.upper()}_PORT", 0)
-                      for scheme in ("http", "https")
-                      if env.get(f"EDGE_PUBLIC_{scheme.upper()}_PORT")},
-        metrics_port=_port(env, "EDGE_METRICS_PORT", 0) if env.get("EDGE_METRICS_PORT")
-        else None,
+        public_ports={
+            scheme: _port(env, f"EDGE_PUBLIC_{scheme.upper()}_PORT", 0)
+            for scheme in ("http", "https")
+            if env.get(f"EDGE_PUBLIC_{scheme.upper()}_PORT")
+        },
+        metrics_port=_port(env, "EDGE_METRICS_PORT", 0) if env.get("EDGE_METRICS_PORT") else None,
         head_timeout=_positive(env, "EDGE_HEAD_TIMEOUT", 30.0),
         idle_timeout=_positive(env, "EDGE_IDLE_TIMEOUT", 75.0),
         h2_stall_timeout=_positive(env, "EDGE_H2_STALL_TIMEOUT", 30.0),
         fresh_stream_body=_not_negative_int(env, "EDGE_FRESH_STREAM_BODY", 4096),
         max_connections=int(_positive(env, "EDGE_MAX_CONNECTIONS", 10_000)),
-        max_connections_per_address=int(_positive(env, "EDGE_MAX_CONNECTIONS_PER_ADDRESS",
-                                                  512)),
+        max_connections_per_address=int(_positive(env, "EDGE_MAX_CONNECTIONS_PER_ADDRESS", 512)),
         listen_fds=_fds(env.get("EDGE_LISTEN_FDS", "")),
-        limits=quotas.Limits(**{
-            name: int(_positive(env, variable, getattr(quotas.Limits, name)))
-            for name, variable in QUOTA_VARIABLES.items()}),
+        limits=quotas.Limits(
+            **{
+                name: int(_positive(env, variable, getattr(quotas.Limits, name)))
+                for name, variable in QUOTA_VARIABLES.items()
+            }
+        ),
         data_dir=env.get("DATA_DIR", ".data"),
         base_domain=base,
     )

@@ -42,6 +42,7 @@ ip_policy_resolver` gives the engine the account's rules of the ``ip_policies`` 
 same cache (per account and set of ids: 1 Query of the account's rules, plus 1 GetItem per
 named policy without rules, once a second).
 """
+
 import asyncio
 import json
 import random
@@ -55,9 +56,11 @@ from chalicelib.core import abuse, edge_errors, ip_rules, online, reservations, 
 from edge import enforce
 
 CACHE_SECONDS = 1.0
-MAX_FORWARDS = 8   # forward-internal hops of one request or connection (a loop ends)
-NO_BACKEND = (edge_errors.NO_BACKEND,
-              "No backend is available to serve requests for endpoint {url}.")
+MAX_FORWARDS = 8  # forward-internal hops of one request or connection (a loop ends)
+NO_BACKEND = (
+    edge_errors.NO_BACKEND,
+    "No backend is available to serve requests for endpoint {url}.",
+)
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,7 @@ class Hop:
 
     @classmethod
     def of_tunnel(cls, tunnel: Any) -> "Hop":
-        return cls(tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.hostname,
-                   tunnel.account_id)
+        return cls(tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.hostname, tunnel.account_id)
 
 
 def forward_refused(target: "Routed", forwards: int) -> Optional[Tuple[int, str, str]]:
@@ -84,8 +86,11 @@ def forward_refused(target: "Routed", forwards: int) -> Optional[Tuple[int, str,
     if target.error is not None:
         return target.error
     if forwards > MAX_FORWARDS:
-        return (502, edge_errors.ENDPOINT_OFFLINE,
-                f"More than {MAX_FORWARDS} forward-internal hops for one request.")
+        return (
+            502,
+            edge_errors.ENDPOINT_OFFLINE,
+            f"More than {MAX_FORWARDS} forward-internal hops for one request.",
+        )
     return None
 
 
@@ -98,7 +103,7 @@ class Routed:
     url: str = ""
     host: str = ""
     account_id: str = ""
-    cloud: bool = False          # a cloud endpoint: its policy must answer or forward
+    cloud: bool = False  # a cloud endpoint: its policy must answer or forward
     tunnel: Any = None
     fixed: Optional[Dict[str, Any]] = None
     enforcement: Any = None
@@ -144,20 +149,26 @@ class EdgeRouter:
 
     # ---- reads (cached) ---------------------------------------------------------------------
     async def _https_edge(self, hostport: str):
-        return await self._cache.get(("https", hostport), lambda: self.edge.call(
-            routing.https_edge_for_hostport, hostport))
+        return await self._cache.get(
+            ("https", hostport), lambda: self.edge.call(routing.https_edge_for_hostport, hostport)
+        )
 
     async def _tcp_edge(self, hostport: str):
-        return await self._cache.get(("tcp", hostport), lambda: self.edge.call(
-            routing.tcp_edge_for_hostport, hostport))
+        return await self._cache.get(
+            ("tcp", hostport), lambda: self.edge.call(routing.tcp_edge_for_hostport, hostport)
+        )
 
     async def _backend(self, account_id: str, backend_id: str):
-        return await self._cache.get(("backend", account_id, backend_id), lambda: self.edge.call(
-            routing.resolve_backend, account_id, backend_id))
+        return await self._cache.get(
+            ("backend", account_id, backend_id),
+            lambda: self.edge.call(routing.resolve_backend, account_id, backend_id),
+        )
 
     async def _ip_rules(self, account_id: str, policy_ids: List[str]):
-        return await self._cache.get(("ipp", account_id, tuple(policy_ids)), lambda: self.edge.call(
-            ip_rules.rules_of, account_id, list(policy_ids)))
+        return await self._cache.get(
+            ("ipp", account_id, tuple(policy_ids)),
+            lambda: self.edge.call(ip_rules.rules_of, account_id, list(policy_ids)),
+        )
 
     async def ip_policy_resolver(self, account_id: str, policy: Any) -> Any:
         """The engine's ``conn.ip_policy_resolver`` for one run of ``policy`` on an endpoint
@@ -172,11 +183,13 @@ class EdgeRouter:
 
         def resolve(account: str, policy_id: str) -> Optional[List[Tuple[str, str]]]:
             return rules.get(policy_id) if account == account_id else None
+
         return resolve
 
     # ---- modules as policy ------------------------------------------------------------------
-    async def _enforcement(self, account_id: str, owner_id: str, modules: Dict[str, Any],
-                           kind: str) -> Any:
+    async def _enforcement(
+        self, account_id: str, owner_id: str, modules: Dict[str, Any], kind: str
+    ) -> Any:
         phases: Dict[str, List[Dict[str, Any]]] = {}
         request_phase = "on_tcp_connect" if kind == "tcp" else "on_http_request"
         ipr = modules.get("ip_restriction")
@@ -184,19 +197,30 @@ class EdgeRouter:
             # Resolved per run like any restrict-ips ip_policies (ip_policy_resolver): the
             # compiled policy stays the same when a rule changes.
             phases.setdefault(request_phase, []).append(
-                {"name": "ip restriction", "actions": [{"type": "restrict-ips", "config": {
-                    "ip_policies": list(ipr["ip_policy_ids"])}}]})
+                {
+                    "name": "ip restriction",
+                    "actions": [
+                        {
+                            "type": "restrict-ips",
+                            "config": {"ip_policies": list(ipr["ip_policy_ids"])},
+                        }
+                    ],
+                }
+            )
         ua = modules.get("user_agent_filter")
         if kind != "tcp" and _enabled(ua) and (ua.get("allow") or ua.get("deny")):
             phases.setdefault("on_http_request", []).append(enforce.ua_rule(ua))
-        for name, phase in (("request_headers", "on_http_request"),
-                            ("response_headers", "on_http_response")):
+        for name, phase in (
+            ("request_headers", "on_http_request"),
+            ("response_headers", "on_http_response"),
+        ):
             module = modules.get(name)
             if kind != "tcp" and _enabled(module):
                 actions = enforce.header_actions(module)
                 if actions:
-                    phases.setdefault(phase, []).append({"name": name.replace("_", " "),
-                                                         "actions": actions})
+                    phases.setdefault(phase, []).append(
+                        {"name": name.replace("_", " "), "actions": actions}
+                    )
         tp_module = modules.get("traffic_policy")
         if _enabled(tp_module) and tp_module.get("value"):
             for phase, rules in enforce.parse_document(tp_module["value"]).items():
@@ -213,8 +237,9 @@ class EdgeRouter:
             return self.edge.registry.labeled(account_id, member.get("labels") or {})
         return []
 
-    def _serve(self, account_id: str, backend: Optional[Dict[str, Any]]
-               ) -> Tuple[Any, Optional[Dict[str, Any]]]:
+    def _serve(
+        self, account_id: str, backend: Optional[Dict[str, Any]]
+    ) -> Tuple[Any, Optional[Dict[str, Any]]]:
         """(labeled tunnel, None) or (None, http_response backend) or (None, None)."""
         if backend is None:
             return None, None
@@ -230,9 +255,15 @@ class EdgeRouter:
                     return tunnel, fixed
             return None, None
         if kind == "weighted":
-            able = [(m["weight"], m["backend"]) for m in backend.get("backends") or []
-                    if m.get("weight", 0) > 0 and (m["backend"].get("kind") == "http_response"
-                                                   or self._candidates(account_id, m["backend"]))]
+            able = [
+                (m["weight"], m["backend"])
+                for m in backend.get("backends") or []
+                if m.get("weight", 0) > 0
+                and (
+                    m["backend"].get("kind") == "http_response"
+                    or self._candidates(account_id, m["backend"])
+                )
+            ]
             if not able:
                 return None, None
             weights, members = zip(*able)
@@ -241,26 +272,36 @@ class EdgeRouter:
 
     # ---- cloud and internal endpoints -------------------------------------------------------
     async def _cloud(self, name: str) -> Optional[Dict[str, Any]]:
-        return await self._cache.get(("cloud", name), lambda: self.edge.call(
-            online.cloud_endpoint_for, name))
+        return await self._cache.get(
+            ("cloud", name), lambda: self.edge.call(online.cloud_endpoint_for, name)
+        )
 
     async def _cloud_routed(self, cloud: Dict[str, Any]) -> Routed:
-        routed = Routed(endpoint_id=cloud["id"], url=cloud["url"], host=cloud["host"],
-                        account_id=cloud["account_id"], cloud=True)
+        routed = Routed(
+            endpoint_id=cloud["id"],
+            url=cloud["url"],
+            host=cloud["host"],
+            account_id=cloud["account_id"],
+            cloud=True,
+        )
         text = cloud.get("traffic_policy") or ""
         try:
             if text:
                 phases = enforce.parse_document(text)
                 routed.enforcement = await self._cache.get(
-                    ("policy", cloud["id"], text), lambda: _compiled(phases))
+                    ("policy", cloud["id"], text), lambda: _compiled(phases)
+                )
         except Exception as exc:  # a stored policy the engine now refuses: fail closed
-            routed.error = (502, edge_errors.INVALID_TRAFFIC_POLICY,
-                                 f"The endpoint's traffic policy cannot be "
-                                 f"applied: {str(exc)[:200]}")
+            routed.error = (
+                502,
+                edge_errors.INVALID_TRAFFIC_POLICY,
+                f"The endpoint's traffic policy cannot be applied: {str(exc)[:200]}",
+            )
         return routed
 
-    async def internal_target(self, account_id: str, url: str,
-                              protocol: str = "http") -> Optional[Routed]:
+    async def internal_target(
+        self, account_id: str, url: str, protocol: str = "http"
+    ) -> Optional[Routed]:
         """Where a ``forward-internal`` to ``url`` of an endpoint of ``account_id`` goes: the
         account's internal agent endpoint bound on this edge, else its internal cloud
         endpoint; None when there is none (offline), also for another account's. One of
@@ -276,30 +317,37 @@ class EdgeRouter:
             return None
         tunnel = self.edge.registry.internal.get((account_id, host))
         if tunnel is not None:
-            routed = Routed(endpoint_id=tunnel.endpoint_id or tunnel.id, url=tunnel.url,
-                            host=host, account_id=account_id, tunnel=tunnel,
-                            enforcement=tunnel.enforcement)
+            routed = Routed(
+                endpoint_id=tunnel.endpoint_id or tunnel.id,
+                url=tunnel.url,
+                host=host,
+                account_id=account_id,
+                tunnel=tunnel,
+                enforcement=tunnel.enforcement,
+            )
             theirs = "tcp" if tunnel.proto == "tcp" else "http"
         else:
             cloud = await self._cloud(online.claim_name(host, account_id))
-            if cloud is None or cloud.get("account_id") != account_id \
-                    or not cloud.get("internal"):
+            if cloud is None or cloud.get("account_id") != account_id or not cloud.get("internal"):
                 return None
             routed = await self._cloud_routed(cloud)
             theirs = "tcp" if cloud.get("scheme") == "tcp" else "http"
         if theirs == "tcp" and port is not None and port != _port_of(routed.url):
             return None
         if theirs != protocol:
-            routed.error = (502, edge_errors.FORWARD_INTERNAL_FAILED,
-                                 "The forward-internal action can't forward "
-                                 "between endpoints that use different "
-                                 f"protocols. This endpoint uses {protocol}, "
-                                 f"and {url} uses {theirs}.")
+            routed.error = (
+                502,
+                edge_errors.FORWARD_INTERNAL_FAILED,
+                "The forward-internal action can't forward "
+                "between endpoints that use different "
+                f"protocols. This endpoint uses {protocol}, "
+                f"and {url} uses {theirs}.",
+            )
         return routed
 
     # ---- HTTPS edges ------------------------------------------------------------------------
     async def route_http(self, host: str, target: bytes, scheme: str) -> Optional[Routed]:
-        if "@" not in host:   # an internal claim's name is never a public Host
+        if "@" not in host:  # an internal claim's name is never a public Host
             cloud = await self._cloud(host)
             if cloud is not None and not cloud.get("internal"):
                 return await self._cloud_routed(cloud)
@@ -312,24 +360,31 @@ class EdgeRouter:
         route = None
         for candidate in routes:
             match = candidate.get("match") or ""
-            if candidate.get("match_type") == "exact_path" and path == match or \
-                    candidate.get("match_type") == "path_prefix" and path.startswith(match):
+            if (
+                candidate.get("match_type") == "exact_path"
+                and path == match
+                or candidate.get("match_type") == "path_prefix"
+                and path.startswith(match)
+            ):
                 route = candidate
                 break
-        routed = Routed(endpoint_id=edge["id"], url=url, host=host,
-                        account_id=edge["account_id"])
+        routed = Routed(endpoint_id=edge["id"], url=url, host=host, account_id=edge["account_id"])
         if route is None:
-            routed.error = (404, edge_errors.ENDPOINT_OFFLINE,
-                                 f"No route of the edge serving {url} "
-                                 f"matches {path[:200]}.")
+            routed.error = (
+                404,
+                edge_errors.ENDPOINT_OFFLINE,
+                f"No route of the edge serving {url} matches {path[:200]}.",
+            )
             return routed
         account_id = edge["account_id"]
         try:
             routed.enforcement = await self._enforcement(account_id, route["id"], route, "http")
         except Exception as exc:  # a stored policy the engine now refuses: fail closed
-            routed.error = (502, edge_errors.INVALID_TRAFFIC_POLICY,
-                                 f"The route's traffic policy cannot be "
-                                 f"applied: {str(exc)[:200]}")
+            routed.error = (
+                502,
+                edge_errors.INVALID_TRAFFIC_POLICY,
+                f"The route's traffic policy cannot be applied: {str(exc)[:200]}",
+            )
             return routed
         backend_module = route.get("backend")
         backend = None
@@ -343,19 +398,23 @@ class EdgeRouter:
 
     # ---- TCP edges --------------------------------------------------------------------------
     async def route_tcp(self, hostport: str) -> Optional[Routed]:
-        cloud = await self._cloud(hostport)   # a cloud endpoint on the reserved address?
+        cloud = await self._cloud(hostport)  # a cloud endpoint on the reserved address?
         if cloud is not None and not cloud.get("internal"):
             return await self._cloud_routed(cloud)
         edge = await self._tcp_edge(hostport)
         if edge is None:
             return None
         account_id = edge["account_id"]
-        routed = Routed(endpoint_id=edge["id"], url=f"tcp://{hostport}", host=hostport,
-                        account_id=account_id)
+        routed = Routed(
+            endpoint_id=edge["id"], url=f"tcp://{hostport}", host=hostport, account_id=account_id
+        )
         routed.enforcement = await self._enforcement(account_id, edge["id"], edge, "tcp")
         module = edge.get("backend")
-        backend = await self._backend(account_id, module["backend_id"]) \
-            if _enabled(module) and module.get("backend_id") else None
+        backend = (
+            await self._backend(account_id, module["backend_id"])
+            if _enabled(module) and module.get("backend_id")
+            else None
+        )
         routed.tunnel, _ = self._serve(account_id, backend)
         return routed
 
@@ -377,7 +436,7 @@ async def watch_reserved_ports(edge: Any, interval: float = 2.0) -> None:
                 except OSError as exc:
                     edge.log.warning("cannot listen on reserved port %d: %s", port, exc)
             for port in list(edge.port_listeners):
-                edge.release_port(port)   # no longer reserved, and no agent endpoint on it
+                edge.release_port(port)  # no longer reserved, and no agent endpoint on it
         except Exception as exc:  # the store being away must not stop the loop
             edge.log.warning("could not read reserved TCP addresses: %r", exc)
         await asyncio.sleep(interval)

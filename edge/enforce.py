@@ -29,6 +29,7 @@ one whose restrict-ips ``ip_policies`` name an IP policy the agent's account doe
 (:func:`check_ip_policies`, as the API refuses such a document). They are resolved per
 request from the edge's cache (edge.edges.EdgeRouter.ip_policy_resolver).
 """
+
 import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
@@ -37,8 +38,14 @@ from chalicelib.core import binding, edge_errors, ip_rules
 from chalicelib.core.policy import Policy, PolicyError, compile_policy
 from chalicelib.core.policy import document as policy_document
 
-UNSUPPORTED_HTTP = ("SAML", "CircuitBreaker",
-                    "WebsocketTCPConverter", "HostHeaderRewrite", "ProxyProto", "Auth")
+UNSUPPORTED_HTTP = (
+    "SAML",
+    "CircuitBreaker",
+    "WebsocketTCPConverter",
+    "HostHeaderRewrite",
+    "ProxyProto",
+    "Auth",
+)
 UNSUPPORTED_TCP = ("ProxyProto",)
 
 
@@ -57,10 +64,12 @@ def _is_set(value: Any) -> bool:
 
 
 def _refuse(names: List[str]) -> binding.Refused:
-    return binding.Refused(edge_errors.INVALID_OPTION,
-                           "This edge cannot honour the endpoint option(s) "
-                           f"{', '.join(names)}; the bind is refused rather "
-                           "than served without them.")
+    return binding.Refused(
+        edge_errors.INVALID_OPTION,
+        "This edge cannot honour the endpoint option(s) "
+        f"{', '.join(names)}; the bind is refused rather "
+        "than served without them.",
+    )
 
 
 def _cel_string(text: str) -> str:
@@ -76,8 +85,11 @@ def ua_rule(module: Dict[str, Any]) -> Dict[str, Any]:
         return " || ".join(f"req.user_agent.matches({_cel_string(p)})" for p in patterns)
 
     expression = f"!({any_of(allow)})" if allow else any_of(deny)
-    return {"name": "user agent filter", "expressions": [expression],
-            "actions": [{"type": "deny", "config": {"status_code": 403}}]}
+    return {
+        "name": "user agent filter",
+        "expressions": [expression],
+        "actions": [{"type": "deny", "config": {"status_code": 403}}],
+    }
 
 
 def identity_rules(option: str, module: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -90,11 +102,16 @@ def identity_rules(option: str, module: Dict[str, Any]) -> List[Dict[str, Any]]:
     if module.get("sealed_client_secret"):
         raise _refuse([f"{option} with a sealed client secret"])
     if not module.get("client_id") or not module.get("client_secret"):
-        raise _refuse([f"{option} without client_id and client_secret (this edge has no "
-                       "managed OAuth applications)"])
+        raise _refuse(
+            [
+                f"{option} without client_id and client_secret (this edge has no "
+                "managed OAuth applications)"
+            ]
+        )
     kind = "oidc" if option == "OIDC" else "oauth"
-    config: Dict[str, Any] = {key: module[key] for key in ("client_id", "client_secret")
-                              if module.get(key)}
+    config: Dict[str, Any] = {
+        key: module[key] for key in ("client_id", "client_secret") if module.get(key)
+    }
     if module.get("scopes"):
         config["scopes"] = [s for s in module["scopes"] if isinstance(s, str)]
     if kind == "oidc":
@@ -105,15 +122,21 @@ def identity_rules(option: str, module: Dict[str, Any]) -> List[Dict[str, Any]]:
         action = {"type": "oauth", "config": config}
     rules: List[Dict[str, Any]] = [{"name": f"{kind} sign-in", "actions": [action]}]
     emails = [e.lower() for e in module.get("allow_emails") or [] if isinstance(e, str)]
-    domains = [d.lower().lstrip("@") for d in module.get("allow_domains") or []
-               if isinstance(d, str)]
+    domains = [
+        d.lower().lstrip("@") for d in module.get("allow_domains") or [] if isinstance(d, str)
+    ]
     if emails or domains:
         email = f"actions.ngrok.{kind}.identity.email.lower()"
-        tests = [f"{email} == {_cel_string(e)}" for e in emails] + \
-            [f"{email}.endsWith({_cel_string('@' + d)})" for d in domains]
-        rules.append({"name": f"{kind} allowed emails",
-                      "expressions": [f"!({' || '.join(tests)})"],
-                      "actions": [{"type": "deny", "config": {"status_code": 403}}]})
+        tests = [f"{email} == {_cel_string(e)}" for e in emails] + [
+            f"{email}.endsWith({_cel_string('@' + d)})" for d in domains
+        ]
+        rules.append(
+            {
+                "name": f"{kind} allowed emails",
+                "expressions": [f"!({' || '.join(tests)})"],
+                "actions": [{"type": "deny", "config": {"status_code": 403}}],
+            }
+        )
     return rules
 
 
@@ -125,10 +148,10 @@ def header_actions(module: Dict[str, Any]) -> List[Dict[str, Any]]:
         actions.append({"type": "remove-headers", "config": {"headers": remove}})
     added: Dict[str, str] = {}
     add = module.get("add") or []
-    if isinstance(add, dict):   # the API's modules: {name: value}
+    if isinstance(add, dict):  # the API's modules: {name: value}
         added.update({str(k): str(v) for k, v in add.items()})
         add = []
-    for entry in add:           # the SDK's Bind option: ["Name:value", ...]
+    for entry in add:  # the SDK's Bind option: ["Name:value", ...]
         if isinstance(entry, str) and ":" in entry:
             name, value = entry.split(":", 1)
             added[name.strip()] = value.strip()
@@ -148,10 +171,16 @@ def _module_rules(opts: Dict[str, Any], kind: str) -> Dict[str, List[Dict[str, A
 
     ipr = opts.get("IPRestriction")
     if _is_set(ipr):
-        config = {k: [c for c in ipr.get(src) or []] for k, src in
-                  (("allow", "allow_cidrs"), ("deny", "deny_cidrs")) if ipr.get(src)}
-        add("on_tcp_connect" if kind == "tcp" else "on_http_request", "ip restriction",
-            [{"type": "restrict-ips", "config": config}])
+        config = {
+            k: [c for c in ipr.get(src) or []]
+            for k, src in (("allow", "allow_cidrs"), ("deny", "deny_cidrs"))
+            if ipr.get(src)
+        }
+        add(
+            "on_tcp_connect" if kind == "tcp" else "on_http_request",
+            "ip restriction",
+            [{"type": "restrict-ips", "config": config}],
+        )
     if kind == "tcp":
         return phases
     basic = opts.get("BasicAuth")
@@ -161,19 +190,28 @@ def _module_rules(opts: Dict[str, Any], kind: str) -> Dict[str, List[Dict[str, A
             if not cred.get("cleartext_password"):
                 raise _refuse(["BasicAuth with hashed passwords"])
             creds.append(f"{cred.get('username', '')}:{cred['cleartext_password']}")
-        add("on_http_request", "basic auth", [{"type": "basic-auth",
-                                               "config": {"credentials": creds}}])
-    for option in ("OAuth", "OIDC"):   # sign-in: the openid-connect / oauth actions
+        add(
+            "on_http_request",
+            "basic auth",
+            [{"type": "basic-auth", "config": {"credentials": creds}}],
+        )
+    for option in ("OAuth", "OIDC"):  # sign-in: the openid-connect / oauth actions
         if _is_set(opts.get(option)):
-            phases.setdefault("on_http_request", []).extend(
-                identity_rules(option, opts[option]))
+            phases.setdefault("on_http_request", []).extend(identity_rules(option, opts[option]))
     hook = opts.get("WebhookVerification")
     if _is_set(hook):
         if not hook.get("secret"):
             raise _refuse(["WebhookVerification with a sealed secret"])
-        add("on_http_request", "webhook verification", [
-            {"type": "verify-webhook", "config": {"provider": hook.get("provider", ""),
-                                                  "secret": hook["secret"]}}])
+        add(
+            "on_http_request",
+            "webhook verification",
+            [
+                {
+                    "type": "verify-webhook",
+                    "config": {"provider": hook.get("provider", ""), "secret": hook["secret"]},
+                }
+            ],
+        )
     ua = opts.get("UserAgentFilter")
     if _is_set(ua):
         phases.setdefault("on_http_request", []).append(ua_rule(ua))
@@ -193,16 +231,19 @@ def parse_document(text: Any) -> Dict[str, Any]:
     if isinstance(text, dict):
         return text
     if not isinstance(text, str):
-        raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
-                              "TrafficPolicy must be a JSON or YAML document")
+        raise binding.Refused(
+            edge_errors.INVALID_TRAFFIC_POLICY, "TrafficPolicy must be a JSON or YAML document"
+        )
     try:
         doc = policy_document.parse(text)
     except PolicyError as exc:
-        raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
-                              f"Invalid traffic policy: {str(exc)[:300]}") from None
+        raise binding.Refused(
+            edge_errors.INVALID_TRAFFIC_POLICY, f"Invalid traffic policy: {str(exc)[:300]}"
+        ) from None
     if not isinstance(doc, dict):
-        raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
-                              "TrafficPolicy must be a mapping of phases")
+        raise binding.Refused(
+            edge_errors.INVALID_TRAFFIC_POLICY, "TrafficPolicy must be a mapping of phases"
+        )
     return doc
 
 
@@ -233,8 +274,9 @@ def compile_document(phases: Dict[str, Any]) -> Enforcement:
     try:
         policy = compile_policy(document)
     except PolicyError as exc:
-        raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
-                              f"Invalid traffic policy: {exc}") from None
+        raise binding.Refused(
+            edge_errors.INVALID_TRAFFIC_POLICY, f"Invalid traffic policy: {exc}"
+        ) from None
     return Enforcement(policy=policy, document=document)
 
 
@@ -246,27 +288,34 @@ def tcp_options(opts: Dict[str, Any]) -> Enforcement:
     return build(opts, "tcp")
 
 
-async def check_ip_policies(edge: Any, account_id: str, enforcement: Optional[Enforcement]
-                            ) -> None:
+async def check_ip_policies(
+    edge: Any, account_id: str, enforcement: Optional[Enforcement]
+) -> None:
     """Refused (ERR_NGROK_2201 naming the element) when the policy names an IP policy the
     account does not have; one store read per named policy, at bind only."""
     policy = enforcement.policy if enforcement is not None else None
-    if policy is not None and policy.secret_refs:   # ${secrets.get(...)}: same refusal
+    if policy is not None and policy.secret_refs:  # ${secrets.get(...)}: same refusal
         from chalicelib.core import vault_secrets
-        missing_secrets = await edge.call(vault_secrets.missing_of, account_id,
-                                          [(v, n) for _, v, n in policy.secret_refs])
+
+        missing_secrets = await edge.call(
+            vault_secrets.missing_of, account_id, [(v, n) for _, v, n in policy.secret_refs]
+        )
         for path, vault, name in policy.secret_refs:
             if (vault, name) in missing_secrets:
-                raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
-                                      f"Invalid traffic policy: {path}: the secret "
-                                      f"'{name[:64]}' does not exist in a vault "
-                                      f"'{vault[:64]}' of this account")
+                raise binding.Refused(
+                    edge_errors.INVALID_TRAFFIC_POLICY,
+                    f"Invalid traffic policy: {path}: the secret "
+                    f"'{name[:64]}' does not exist in a vault "
+                    f"'{vault[:64]}' of this account",
+                )
     if policy is None or not policy.ip_policy_ids:
         return
     missing = set(await edge.call(ip_rules.missing_of, account_id, list(policy.ip_policy_ids)))
     for path, ident in policy.ip_policy_refs:
         if ident in missing:
-            raise binding.Refused(edge_errors.INVALID_TRAFFIC_POLICY,
-                                  f"Invalid traffic policy: {path}: the IP "
-                                  f"policy '{ident}' does not exist in this "
-                                  "account")
+            raise binding.Refused(
+                edge_errors.INVALID_TRAFFIC_POLICY,
+                f"Invalid traffic policy: {path}: the IP "
+                f"policy '{ident}' does not exist in this "
+                "account",
+            )

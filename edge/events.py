@@ -43,6 +43,7 @@ Bounds (each proven by tests/edge/test_events.py or tests/unit/test_events_unit.
   the URL cut at 4096 bytes; ``Authorization``, ``Cookie``, ``Set-Cookie`` (and
   ``Proxy-Authorization``) values are replaced by ``[redacted]``.
 """
+
 import asyncio
 import collections
 import json
@@ -67,7 +68,7 @@ SECRET_HEADERS = frozenset(("authorization", "cookie", "set-cookie", "proxy-auth
 MAX_HEADERS = 64
 MAX_HEADER_VALUE = 1024
 MAX_URL = 4096
-BATCH = 500               # events per call: PutRecords' and PutRecordBatch's most
+BATCH = 500  # events per call: PutRecords' and PutRecordBatch's most
 BATCH_BYTES = 800 * 1024  # and bytes (PutLogEvents takes at most 1 MiB)
 SEND_THREADS = 4
 
@@ -84,7 +85,7 @@ class Settings:
     cache_accounts: int = 1024
     aws_endpoint_url: Optional[str] = None
     send_timeout: float = 5.0
-    process: bool = False   # deliver from a child process (load_settings: on by default)
+    process: bool = False  # deliver from a child process (load_settings: on by default)
 
 
 def _number(env: Any, name: str, default: float, integer: bool = True) -> Any:
@@ -112,54 +113,91 @@ def load_settings(env: Any = None) -> Settings:
         cache_seconds=_number(env, "EDGE_EVENTS_CACHE_SECONDS", 10.0, integer=False),
         cache_accounts=_number(env, "EDGE_EVENTS_CACHE_ACCOUNTS", 1024),
         aws_endpoint_url=(env.get("EVENTS_AWS_ENDPOINT_URL") or "").strip() or None,
-        process=(env.get("EDGE_EVENTS_PROCESS") or "1").strip() != "0")
+        process=(env.get("EDGE_EVENTS_PROCESS") or "1").strip() != "0",
+    )
 
 
 # ---- metrics (no registry of their own: edge/metrics.py and the API server collect them) ---
-REQUESTS = Counter("edge_http_requests", "HTTP requests answered, by status class and "
-                   "endpoint kind", ["status_class", "endpoint_kind"], registry=None)
-LATENCY = Histogram("edge_http_request_duration_seconds", "From the request head to the "
-                    "response's end, by endpoint kind", ["endpoint_kind"], registry=None,
-                    buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
-                             30))
-HTTP_BYTES = Counter("edge_http_bytes", "HTTP message bytes (bodies) through the edge",
-                     ["direction"], registry=None)
-TCP_CLOSED = Counter("edge_tcp_connections_closed", "TCP endpoint connections closed",
-                     registry=None)
+REQUESTS = Counter(
+    "edge_http_requests",
+    "HTTP requests answered, by status class and endpoint kind",
+    ["status_class", "endpoint_kind"],
+    registry=None,
+)
+LATENCY = Histogram(
+    "edge_http_request_duration_seconds",
+    "From the request head to the response's end, by endpoint kind",
+    ["endpoint_kind"],
+    registry=None,
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+HTTP_BYTES = Counter(
+    "edge_http_bytes", "HTTP message bytes (bodies) through the edge", ["direction"], registry=None
+)
+TCP_CLOSED = Counter(
+    "edge_tcp_connections_closed", "TCP endpoint connections closed", registry=None
+)
 TCP_BYTES = Counter("edge_tcp_bytes", "TCP endpoint bytes", ["direction"], registry=None)
-DECISIONS = Counter("edge_policy_decisions", "Traffic policy action results, by action and "
-                    "decision", ["action", "decision"], registry=None)
-EVENTS_SENT = Counter("edge_events_sent", "Events a destination accepted, by target kind",
-                      ["target"], registry=None)
-EVENTS_RETRIED = Counter("edge_events_retried", "Events sent again after a failure",
-                         ["target"], registry=None)
-EVENTS_DROPPED = Counter("edge_events_dropped", "Records or events given up, by reason",
-                         ["reason"], registry=None)
-STORE_LATENCY = Histogram("store_call_duration_seconds", "DynamoDB calls of this process, "
-                          "by operation", ["operation"], registry=None,
-                          buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
-METRICS = (REQUESTS, LATENCY, HTTP_BYTES, TCP_CLOSED, TCP_BYTES, DECISIONS, EVENTS_SENT,
-           EVENTS_RETRIED, EVENTS_DROPPED, STORE_LATENCY)
+DECISIONS = Counter(
+    "edge_policy_decisions",
+    "Traffic policy action results, by action and decision",
+    ["action", "decision"],
+    registry=None,
+)
+EVENTS_SENT = Counter(
+    "edge_events_sent", "Events a destination accepted, by target kind", ["target"], registry=None
+)
+EVENTS_RETRIED = Counter(
+    "edge_events_retried", "Events sent again after a failure", ["target"], registry=None
+)
+EVENTS_DROPPED = Counter(
+    "edge_events_dropped", "Records or events given up, by reason", ["reason"], registry=None
+)
+STORE_LATENCY = Histogram(
+    "store_call_duration_seconds",
+    "DynamoDB calls of this process, by operation",
+    ["operation"],
+    registry=None,
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+METRICS = (
+    REQUESTS,
+    LATENCY,
+    HTTP_BYTES,
+    TCP_CLOSED,
+    TCP_BYTES,
+    DECISIONS,
+    EVENTS_SENT,
+    EVENTS_RETRIED,
+    EVENTS_DROPPED,
+    STORE_LATENCY,
+)
 
 
 class Collector:
     """A prometheus_client collector of this module's metrics (for any registry)."""
 
     def __init__(self, owner: Any = None) -> None:
-        self.owner = owner   # the edge (its hub is made on first traffic), or None
+        self.owner = owner  # the edge (its hub is made on first traffic), or None
 
     def collect(self) -> Any:
         from prometheus_client.core import GaugeMetricFamily
+
         for metric in METRICS:
             yield from metric.collect()
         if self.owner is None:
             return
         hub = getattr(self.owner, "_events_hub", None)
-        yield GaugeMetricFamily("edge_events_queued", "Records waiting for the worker",
-                                value=len(hub.queue) if hub else 0)
-        yield GaugeMetricFamily("edge_events_outbox", "Events waiting for delivery",
-                                value=sum(len(d.outbox) for d in list(hub.destinations.values()))
-                                if hub else 0)
+        yield GaugeMetricFamily(
+            "edge_events_queued",
+            "Records waiting for the worker",
+            value=len(hub.queue) if hub else 0,
+        )
+        yield GaugeMetricFamily(
+            "edge_events_outbox",
+            "Events waiting for delivery",
+            value=sum(len(d.outbox) for d in list(hub.destinations.values())) if hub else 0,
+        )
 
 
 _timed = threading.Lock()
@@ -169,6 +207,7 @@ def time_store_calls() -> None:
     """Observe every DynamoDB call of this process (PynamoDB's one call site) in
     ``store_call_duration_seconds``. Idempotent."""
     from pynamodb.connection import base
+
     with _timed:
         if getattr(base.Connection._make_api_call, "_timed", False):
             return
@@ -180,8 +219,9 @@ def time_store_calls() -> None:
                 return original(self, operation_name, *args, **kwargs)
             finally:
                 STORE_LATENCY.labels(operation_name).observe(time.perf_counter() - started)
-        timed._timed = True   # type: ignore[attr-defined]
-        base.Connection._make_api_call = timed   # type: ignore[method-assign]
+
+        timed._timed = True  # type: ignore[attr-defined]
+        base.Connection._make_api_call = timed  # type: ignore[method-assign]
 
 
 # ---- what the request path records -------------------------------------------------------
@@ -189,20 +229,20 @@ def time_store_calls() -> None:
 class Record:
     """One finished HTTP request or TCP connection, as the request path saw it."""
 
-    kind: str                      # "http" or "tcp"
+    kind: str  # "http" or "tcp"
     account_id: str
     endpoint_id: str
     endpoint_url: str
     endpoint_host: str
-    endpoint_kind: str             # agent, cloud, edge
+    endpoint_kind: str  # agent, cloud, edge
     scheme: str
     client_ip: str
     client_port: int
     server_ip: str
     server_port: int
-    started: float                 # time.time() at the request head / connection
+    started: float  # time.time() at the request head / connection
     ended: float
-    duration: float                # perf_counter difference, seconds
+    duration: float  # perf_counter difference, seconds
     bytes_in: int = 0
     bytes_out: int = 0
     method: str = ""
@@ -222,28 +262,57 @@ def http_record(raw: Tuple[Any, ...]) -> Record:
     """The Record of what edge/observe.py's tap appended for one HTTP request: (peer, the
     listener's address, scheme, hop, endpoint kind, policy state, start wall time, start perf time, end perf time,
     end wall time, bytes in, bytes out, request, response, kept bodies or None)."""
-    (peer, sock, scheme, hop, kind, state, wall, started, ended_perf, ended, bytes_in,
-     bytes_out, request, response, bodies) = raw
+    (
+        peer,
+        sock,
+        scheme,
+        hop,
+        kind,
+        state,
+        wall,
+        started,
+        ended_perf,
+        ended,
+        bytes_in,
+        bytes_out,
+        request,
+        response,
+        bodies,
+    ) = raw
     host = ""
     for name, value in request.headers:
         if name == b"host":
             host = value.decode("latin-1").lower()
             break
     return Record(
-        kind="http", account_id=hop.account_id if hop else "",
-        endpoint_id=hop.endpoint_id if hop else "", endpoint_url=hop.url if hop else "",
-        endpoint_host=hop.host if hop else "", endpoint_kind=kind, scheme=scheme,
-        client_ip=str(peer[0]), client_port=int(peer[1] or 0), server_ip=str(sock[0]),
-        server_port=int(sock[1] or 0), started=wall, ended=ended,
-        duration=ended_perf - started, bytes_in=bytes_in, bytes_out=bytes_out,
+        kind="http",
+        account_id=hop.account_id if hop else "",
+        endpoint_id=hop.endpoint_id if hop else "",
+        endpoint_url=hop.url if hop else "",
+        endpoint_host=hop.host if hop else "",
+        endpoint_kind=kind,
+        scheme=scheme,
+        client_ip=str(peer[0]),
+        client_port=int(peer[1] or 0),
+        server_ip=str(sock[0]),
+        server_port=int(sock[1] or 0),
+        started=wall,
+        ended=ended,
+        duration=ended_perf - started,
+        bytes_in=bytes_in,
+        bytes_out=bytes_out,
         method=request.method.decode("ascii", "replace"),
-        target=request.target.decode("latin-1"), host=host,
+        target=request.target.decode("latin-1"),
+        host=host,
         version=request.http_version.decode("ascii", "replace"),
-        request_headers=list(request.headers), status=response.status_code,
+        request_headers=list(request.headers),
+        status=response.status_code,
         response_headers=list(response.headers),
-        action_vars=getattr(state, "action_vars", None), capture=bodies is not None,
+        action_vars=getattr(state, "action_vars", None),
+        capture=bodies is not None,
         request_body=b"".join(bodies[0]) if bodies else b"",
-        response_body=b"".join(bodies[1]) if bodies else b"")
+        response_body=b"".join(bodies[1]) if bodies else b"",
+    )
 
 
 def rfc3339(ts: float) -> str:
@@ -255,8 +324,7 @@ def headers_map(pairs: List[Tuple[bytes, bytes]]) -> Dict[str, List[str]]:
     out: Dict[str, List[str]] = {}
     for name, value in pairs[:MAX_HEADERS]:
         key = name.decode("latin-1").lower()
-        text = REDACTED if key in SECRET_HEADERS else \
-            value[:MAX_HEADER_VALUE].decode("latin-1")
+        text = REDACTED if key in SECRET_HEADERS else value[:MAX_HEADER_VALUE].decode("latin-1")
         out.setdefault(key, []).append(text)
     return out
 
@@ -267,8 +335,10 @@ def _policy(record: Record) -> Dict[str, Any]:
         metadata = phase_vars.get("actions.ngrok.log.metadata")
         if metadata is not None:
             logs.append({"metadata": metadata})
-    return {"logs": logs, "decisions": [{"action": a, "decision": d}
-                                        for a, d in decisions(record)]}
+    return {
+        "logs": logs,
+        "decisions": [{"action": a, "decision": d} for a, d in decisions(record)],
+    }
 
 
 def decisions(record: Record) -> List[Tuple[str, str]]:
@@ -279,70 +349,127 @@ def decisions(record: Record) -> List[Tuple[str, str]]:
         if "actions.ngrok.restrict_ips.action" in phase_vars:
             found.append(("restrict_ips", str(phase_vars["actions.ngrok.restrict_ips.action"])))
         if "actions.ngrok.rate_limit.limited" in phase_vars:
-            found.append(("rate_limit", "deny" if phase_vars["actions.ngrok.rate_limit.limited"]
-                          else "allow"))
+            found.append(
+                (
+                    "rate_limit",
+                    "deny" if phase_vars["actions.ngrok.rate_limit.limited"] else "allow",
+                )
+            )
         if "actions.ngrok.verify_webhook.verified" in phase_vars:
-            found.append(("verify_webhook",
-                          "allow" if phase_vars["actions.ngrok.verify_webhook.verified"]
-                          else "deny"))
+            found.append(
+                (
+                    "verify_webhook",
+                    "allow" if phase_vars["actions.ngrok.verify_webhook.verified"] else "deny",
+                )
+            )
         if "actions.ngrok.jwt_validation.error.code" in phase_vars:
-            found.append(("jwt_validation",
-                          "deny" if phase_vars["actions.ngrok.jwt_validation.error.code"]
-                          else "allow"))
+            found.append(
+                (
+                    "jwt_validation",
+                    "deny" if phase_vars["actions.ngrok.jwt_validation.error.code"] else "allow",
+                )
+            )
     return found
 
 
 def _conn(record: Record) -> Dict[str, Any]:
-    return {"client_ip": record.client_ip, "client_port": record.client_port,
-            "server_ip": record.server_ip, "server_port": record.server_port,
-            "server_name": record.host or record.endpoint_host,
-            "start_ts": rfc3339(record.started), "end_ts": rfc3339(record.ended),
-            "bytes_in": record.bytes_in, "bytes_out": record.bytes_out}
+    return {
+        "client_ip": record.client_ip,
+        "client_port": record.client_port,
+        "server_ip": record.server_ip,
+        "server_port": record.server_port,
+        "server_name": record.host or record.endpoint_host,
+        "start_ts": rfc3339(record.started),
+        "end_ts": rfc3339(record.ended),
+        "bytes_in": record.bytes_in,
+        "bytes_out": record.bytes_out,
+    }
 
 
 def _endpoint(record: Record) -> Dict[str, Any]:
-    return {"id": record.endpoint_id, "url": record.endpoint_url, "host": record.endpoint_host,
-            "proto": record.scheme, "kind": record.endpoint_kind}
+    return {
+        "id": record.endpoint_id,
+        "url": record.endpoint_url,
+        "host": record.endpoint_host,
+        "proto": record.scheme,
+        "kind": record.endpoint_kind,
+    }
 
 
 def _envelope(kind: str, record: Record, obj: Dict[str, Any]) -> Dict[str, Any]:
-    return {"event_id": ids.new_id(ids.PREFIXES["event"]), "event_type": kind,
-            "event_timestamp": rfc3339(record.ended), "account_id": record.account_id,
-            "object": obj}
+    return {
+        "event_id": ids.new_id(ids.PREFIXES["event"]),
+        "event_type": kind,
+        "event_timestamp": rfc3339(record.ended),
+        "account_id": record.account_id,
+        "object": obj,
+    }
 
 
 def http_event(record: Record) -> Dict[str, Any]:
     """``http_request_complete.v0`` of a record (docs/EVENTS.md lists every field)."""
     path, _, query = record.target.partition("?")
     raw = f"{record.scheme}://{record.host}{record.target}"[:MAX_URL]
-    request = {"method": record.method, "version": record.version,
-               "url": {"raw": raw, "scheme": record.scheme, "host": record.host,
-                       "path": path[:MAX_URL], "query": query[:MAX_URL]},
-               "headers": headers_map(record.request_headers),
-               "user_agent": next((v.decode("latin-1")[:MAX_HEADER_VALUE]
-                                   for n, v in record.request_headers
-                                   if n.lower() == b"user-agent"), ""),
-               "body_size": record.bytes_in}
-    response = {"status_code": record.status, "headers": headers_map(record.response_headers),
-                "body_size": record.bytes_out}
-    return _envelope(event_targets.HTTP_REQUEST_COMPLETE, record, {
-        "conn": _conn(record), "endpoint": _endpoint(record),
-        "http": {"request": request, "response": response,
-                 "duration_ms": round(record.duration * 1000, 3)},
-        "traffic_policy": _policy(record)})
+    request = {
+        "method": record.method,
+        "version": record.version,
+        "url": {
+            "raw": raw,
+            "scheme": record.scheme,
+            "host": record.host,
+            "path": path[:MAX_URL],
+            "query": query[:MAX_URL],
+        },
+        "headers": headers_map(record.request_headers),
+        "user_agent": next(
+            (
+                v.decode("latin-1")[:MAX_HEADER_VALUE]
+                for n, v in record.request_headers
+                if n.lower() == b"user-agent"
+            ),
+            "",
+        ),
+        "body_size": record.bytes_in,
+    }
+    response = {
+        "status_code": record.status,
+        "headers": headers_map(record.response_headers),
+        "body_size": record.bytes_out,
+    }
+    return _envelope(
+        event_targets.HTTP_REQUEST_COMPLETE,
+        record,
+        {
+            "conn": _conn(record),
+            "endpoint": _endpoint(record),
+            "http": {
+                "request": request,
+                "response": response,
+                "duration_ms": round(record.duration * 1000, 3),
+            },
+            "traffic_policy": _policy(record),
+        },
+    )
 
 
 def tcp_event(record: Record) -> Dict[str, Any]:
     """``tcp_connection_closed.v0`` of a record."""
-    return _envelope(event_targets.TCP_CONNECTION_CLOSED, record, {
-        "conn": {**_conn(record), "duration_ms": round(record.duration * 1000, 3)},
-        "endpoint": _endpoint(record), "traffic_policy": _policy(record)})
+    return _envelope(
+        event_targets.TCP_CONNECTION_CLOSED,
+        record,
+        {
+            "conn": {**_conn(record), "duration_ms": round(record.duration * 1000, 3)},
+            "endpoint": _endpoint(record),
+            "traffic_policy": _policy(record),
+        },
+    )
 
 
 def observe_metrics(record: Record) -> None:
     if record.kind == "http":
-        REQUESTS.labels(f"{record.status // 100}xx" if record.status else "none",
-                        record.endpoint_kind).inc()
+        REQUESTS.labels(
+            f"{record.status // 100}xx" if record.status else "none", record.endpoint_kind
+        ).inc()
         LATENCY.labels(record.endpoint_kind).observe(record.duration)
         HTTP_BYTES.labels("in").inc(record.bytes_in)
         HTTP_BYTES.labels("out").inc(record.bytes_out)
@@ -358,8 +485,9 @@ def observe_metrics(record: Record) -> None:
 class Destination:
     """One event destination of this process: its outbox, client and back-off."""
 
-    def __init__(self, key: Tuple[str, str], target: Dict[str, Any], settings: Settings,
-                 instance_id: str):
+    def __init__(
+        self, key: Tuple[str, str], target: Dict[str, Any], settings: Settings, instance_id: str
+    ):
         self.key = key
         self.target = target
         self.kind = event_targets.kind_of(target)
@@ -384,8 +512,14 @@ class Destination:
 
     def send(self, batch: List["Encoded"]) -> List[int]:
         """Send ``batch`` from this process (a sender thread): see :func:`deliver`."""
-        return deliver(self.key, self.target, self.settings.aws_endpoint_url,
-                       self.settings.send_timeout, self.instance_id, batch)
+        return deliver(
+            self.key,
+            self.target,
+            self.settings.aws_endpoint_url,
+            self.settings.send_timeout,
+            self.instance_id,
+            batch,
+        )
 
 
 # ---- the AWS calls: in a sender thread, or in the delivery process -------------------------
@@ -396,8 +530,9 @@ _SENDERS_LOCK = threading.Lock()
 class _Sender:
     """A destination's boto3 client (refreshed before assumed credentials expire) and calls."""
 
-    def __init__(self, target: Dict[str, Any], endpoint_url: Optional[str], timeout: float,
-                 instance_id: str):
+    def __init__(
+        self, target: Dict[str, Any], endpoint_url: Optional[str], timeout: float, instance_id: str
+    ):
         self.target, self.endpoint_url, self.timeout = target, endpoint_url, timeout
         self.instance_id = instance_id
         self.kind = event_targets.kind_of(target)
@@ -409,30 +544,42 @@ class _Sender:
     def client(self) -> Any:
         import boto3
         from botocore.config import Config
+
         if self._client is not None and time.time() < self._client_expires:
             return self._client
         body = self.target[self.kind]
         region, _, _ = event_targets.parse_arn(self.kind, body[event_targets.ARN_FIELD[self.kind]])
-        config = Config(connect_timeout=2, read_timeout=self.timeout,
-                        retries={"max_attempts": 1})
+        config = Config(connect_timeout=2, read_timeout=self.timeout, retries={"max_attempts": 1})
         auth = body["auth"]
         expires = time.time() + 3600
         if "creds" in auth:
-            creds = {"aws_access_key_id": auth["creds"]["aws_access_key_id"],
-                     "aws_secret_access_key": auth["creds"]["aws_secret_access_key"]}
+            creds = {
+                "aws_access_key_id": auth["creds"]["aws_access_key_id"],
+                "aws_secret_access_key": auth["creds"]["aws_secret_access_key"],
+            }
         else:
-            sts = boto3.client("sts", region_name=region, config=config,
-                               endpoint_url=self.endpoint_url)
-            answer = sts.assume_role(RoleArn=auth["role"]["role_arn"],
-                                     RoleSessionName=f"tunnel-events-{self.instance_id}"[:64])
+            sts = boto3.client(
+                "sts", region_name=region, config=config, endpoint_url=self.endpoint_url
+            )
+            answer = sts.assume_role(
+                RoleArn=auth["role"]["role_arn"],
+                RoleSessionName=f"tunnel-events-{self.instance_id}"[:64],
+            )
             got = answer["Credentials"]
-            creds = {"aws_access_key_id": got["AccessKeyId"],
-                     "aws_secret_access_key": got["SecretAccessKey"],
-                     "aws_session_token": got["SessionToken"]}
+            creds = {
+                "aws_access_key_id": got["AccessKeyId"],
+                "aws_secret_access_key": got["SecretAccessKey"],
+                "aws_session_token": got["SessionToken"],
+            }
             expires = got["Expiration"].timestamp() - 300
         service = {"kinesis": "kinesis", "firehose": "firehose", "cloudwatch_logs": "logs"}
-        self._client = boto3.client(service[self.kind], region_name=region, config=config,
-                                    endpoint_url=self.endpoint_url, **creds)
+        self._client = boto3.client(
+            service[self.kind],
+            region_name=region,
+            config=config,
+            endpoint_url=self.endpoint_url,
+            **creds,
+        )
         self._client_expires = expires
         return self._client
 
@@ -442,15 +589,24 @@ class _Sender:
         arn = body[event_targets.ARN_FIELD[self.kind]]
         _, _, name = event_targets.parse_arn(self.kind, arn)
         if self.kind == "kinesis":
-            answer = client.put_records(StreamARN=arn, Records=[
-                {"Data": e.line, "PartitionKey": e.event_id} for e in batch])
-            return [i for i, r in enumerate(answer.get("Records", []))
-                    if r.get("ErrorCode")] if answer.get("FailedRecordCount") else []
+            answer = client.put_records(
+                StreamARN=arn,
+                Records=[{"Data": e.line, "PartitionKey": e.event_id} for e in batch],
+            )
+            return (
+                [i for i, r in enumerate(answer.get("Records", [])) if r.get("ErrorCode")]
+                if answer.get("FailedRecordCount")
+                else []
+            )
         if self.kind == "firehose":
-            answer = client.put_record_batch(DeliveryStreamName=name, Records=[
-                {"Data": e.line + b"\n"} for e in batch])
-            return [i for i, r in enumerate(answer.get("RequestResponses", []))
-                    if r.get("ErrorCode")] if answer.get("FailedPutCount") else []
+            answer = client.put_record_batch(
+                DeliveryStreamName=name, Records=[{"Data": e.line + b"\n"} for e in batch]
+            )
+            return (
+                [i for i, r in enumerate(answer.get("RequestResponses", [])) if r.get("ErrorCode")]
+                if answer.get("FailedPutCount")
+                else []
+            )
         stream = self.instance_id
         if not self._stream_ready:
             try:
@@ -458,9 +614,14 @@ class _Sender:
             except client.exceptions.ResourceAlreadyExistsException:
                 pass
             self._stream_ready = True
-        client.put_log_events(logGroupName=name, logStreamName=stream, logEvents=[
-            {"timestamp": e.ts_ms, "message": e.line.decode("utf-8")}
-            for e in sorted(batch, key=lambda e: e.ts_ms)])
+        client.put_log_events(
+            logGroupName=name,
+            logStreamName=stream,
+            logEvents=[
+                {"timestamp": e.ts_ms, "message": e.line.decode("utf-8")}
+                for e in sorted(batch, key=lambda e: e.ts_ms)
+            ],
+        )
         return []
 
 
@@ -468,17 +629,25 @@ def _child_start() -> None:
     """The delivery process ignores SIGINT: a Ctrl-C of `make run` reaches the whole process
     group, and the edge, not its child, decides when delivery ends."""
     import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def encode_many(records: List["Record"]) -> List["Encoded"]:
     """The events of ``records``, encoded (in the delivery process, or inline)."""
-    return [Encoded.of(http_event(r) if r.kind == "http" else tcp_event(r), r.ended)
-            for r in records]
+    return [
+        Encoded.of(http_event(r) if r.kind == "http" else tcp_event(r), r.ended) for r in records
+    ]
 
 
-def deliver(key: Tuple[str, str], target: Dict[str, Any], endpoint_url: Optional[str],
-            timeout: float, instance_id: str, batch: List["Encoded"]) -> List[int]:
+def deliver(
+    key: Tuple[str, str],
+    target: Dict[str, Any],
+    endpoint_url: Optional[str],
+    timeout: float,
+    instance_id: str,
+    batch: List["Encoded"],
+) -> List[int]:
     """Send ``batch`` to one destination; the indexes of the events the service did not take
     (raises when the call failed as a whole). Runs in a sender thread of the edge, or in the
     delivery process (``EDGE_EVENTS_PROCESS``): clients are cached per destination there."""
@@ -486,7 +655,7 @@ def deliver(key: Tuple[str, str], target: Dict[str, Any], endpoint_url: Optional
         sender = _SENDERS.get(key)
         if sender is None or sender.target != target or sender.endpoint_url != endpoint_url:
             sender = _SENDERS[key] = _Sender(target, endpoint_url, timeout, instance_id)
-            if len(_SENDERS) > 4096:   # destinations gone from the hub's cache
+            if len(_SENDERS) > 4096:  # destinations gone from the hub's cache
                 _SENDERS.pop(next(iter(_SENDERS)))
     with sender.lock:
         return sender.send(batch)
@@ -503,21 +672,25 @@ class Encoded:
 
     @classmethod
     def of(cls, event: Dict[str, Any], ended: float) -> "Encoded":
-        return cls(json.dumps(event, separators=(",", ":")).encode("utf-8"),
-                   event["event_id"], int(ended * 1000))
+        return cls(
+            json.dumps(event, separators=(",", ":")).encode("utf-8"),
+            event["event_id"],
+            int(ended * 1000),
+        )
 
 
 @dataclass
 class _Account:
     fetched: float
-    routes: Dict[str, List[Tuple[str, str]]]   # event type -> destination keys
+    routes: Dict[str, List[Tuple[str, str]]]  # event type -> destination keys
 
 
 class Hub:
     """The edge process's records queue, subscription cache and delivery."""
 
-    def __init__(self, instance_id: str, settings: Optional[Settings] = None,
-                 inspector: Any = None):
+    def __init__(
+        self, instance_id: str, settings: Optional[Settings] = None, inspector: Any = None
+    ):
         self.settings = settings or load_settings()
         self.instance_id = instance_id
         self.queue: Deque[Record] = collections.deque()
@@ -550,7 +723,7 @@ class Hub:
                 await self.deliver()
             except asyncio.CancelledError:
                 raise
-            except Exception:   # the worker never dies: log and go on
+            except Exception:  # the worker never dies: log and go on
                 log.exception("event worker")
             await asyncio.sleep(self.settings.flush_seconds)
 
@@ -564,7 +737,7 @@ class Hub:
             if type(record) is tuple:
                 try:
                     record = http_record(record)
-                except Exception:   # one odd request never costs the others
+                except Exception:  # one odd request never costs the others
                     log.exception("an HTTP record")
                     EVENTS_DROPPED.labels("record").inc()
                     continue
@@ -573,13 +746,16 @@ class Hub:
                 self.inspector.offer(record)
             account = await self.subscriptions(record.account_id, now)
             if account is not None:
-                kind = event_targets.HTTP_REQUEST_COMPLETE if record.kind == "http" \
+                kind = (
+                    event_targets.HTTP_REQUEST_COMPLETE
+                    if record.kind == "http"
                     else event_targets.TCP_CONNECTION_CLOSED
+                )
                 keys = account.routes.get(kind)
                 if keys:
                     wanted.append((record, keys))
             if taken % 50 == 0:
-                await asyncio.sleep(0)   # let traffic run between chunks
+                await asyncio.sleep(0)  # let traffic run between chunks
             if len(wanted) >= BATCH:
                 await self._encode(wanted)
                 wanted = []
@@ -593,8 +769,9 @@ class Hub:
         if self.settings.process:
             try:
                 encoded = await asyncio.get_running_loop().run_in_executor(
-                    self._processes(), encode_many, records)
-            except Exception as exc:   # the process died: these events are lost, counted
+                    self._processes(), encode_many, records
+                )
+            except Exception as exc:  # the process died: these events are lost, counted
                 log.warning("encoding events: %s", exc)
                 if type(exc).__name__ == "BrokenProcessPool":
                     self.process_pool = None
@@ -617,8 +794,9 @@ class Hub:
             return cached
         try:
             routes, targets = await asyncio.get_running_loop().run_in_executor(
-                None, read_subscriptions, account_id)
-        except Exception as exc:   # the store is down: keep what we had, retry later
+                None, read_subscriptions, account_id
+            )
+        except Exception as exc:  # the store is down: keep what we had, retry later
             log.warning("reading event subscriptions of %s: %s", account_id, exc)
             if cached is not None:
                 cached.fetched = now
@@ -664,9 +842,16 @@ class Hub:
         loop = asyncio.get_running_loop()
         if self.settings.process:
             events = [e for _, e in batch]
-            future = loop.run_in_executor(self._processes(), deliver, destination.key,
-                                          destination.target, self.settings.aws_endpoint_url,
-                                          self.settings.send_timeout, self.instance_id, events)
+            future = loop.run_in_executor(
+                self._processes(),
+                deliver,
+                destination.key,
+                destination.target,
+                self.settings.aws_endpoint_url,
+                self.settings.send_timeout,
+                self.instance_id,
+                events,
+            )
         else:
             future = loop.run_in_executor(self.pool, destination.send, [e for _, e in batch])
         future.add_done_callback(lambda f, d=destination, b=batch: self._done(d, b, f))
@@ -677,26 +862,31 @@ class Hub:
         if self.process_pool is None:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
+
             self.process_pool = ProcessPoolExecutor(
-                1, mp_context=multiprocessing.get_context("spawn"), initializer=_child_start)
+                1, mp_context=multiprocessing.get_context("spawn"), initializer=_child_start
+            )
         return self.process_pool
 
-    def _done(self, destination: Destination, batch: List[Tuple[int, Encoded]],
-              future: Any) -> None:
+    def _done(
+        self, destination: Destination, batch: List[Tuple[int, Encoded]], future: Any
+    ) -> None:
         try:
             failed = future.result()
         except Exception as exc:
             log.info("event delivery to %s failed: %s", destination.key[1], exc)
             failed = list(range(len(batch)))
             if type(exc).__name__ == "BrokenProcessPool":
-                self.process_pool = None   # the next delivery spawns a new one
+                self.process_pool = None  # the next delivery spawns a new one
         self._settle(destination, batch, failed)
         self._sent(destination)
 
     def _sent(self, destination: Destination) -> None:
         destination.sending = False
-        if destination.due(time.monotonic()) and self.destinations.get(destination.key) \
-                is destination:
+        if (
+            destination.due(time.monotonic())
+            and self.destinations.get(destination.key) is destination
+        ):
             self.kick(destination)
 
     def _send(self, destination: Destination, batch: List[Tuple[int, Encoded]]) -> None:
@@ -708,8 +898,9 @@ class Hub:
             failed = list(range(len(batch)))
         self._settle(destination, batch, failed)
 
-    def _settle(self, destination: Destination, batch: List[Tuple[int, Encoded]],
-                failed: List[int]) -> None:
+    def _settle(
+        self, destination: Destination, batch: List[Tuple[int, Encoded]], failed: List[int]
+    ) -> None:
         """Count what was sent; put back what failed (after a back-off), or drop it after its
         last try."""
         sent = len(batch) - len(failed)
@@ -720,8 +911,9 @@ class Hub:
             destination.next_try = 0.0
             return
         destination.failures += 1
-        delay = min(self.settings.backoff_cap,
-                    self.settings.backoff_base * 2 ** (destination.failures - 1))
+        delay = min(
+            self.settings.backoff_cap, self.settings.backoff_base * 2 ** (destination.failures - 1)
+        )
         destination.next_try = time.monotonic() + delay * random.uniform(0.5, 1.0)
         for index in reversed(failed):
             attempts, event = batch[index]
@@ -738,36 +930,42 @@ class Hub:
         """Wait until every record is drained and every outbox empty (or ``timeout``)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self.queue and not any(d.outbox or d.sending
-                                          for d in self.destinations.values()):
+            if not self.queue and not any(
+                d.outbox or d.sending for d in self.destinations.values()
+            ):
                 return
             await asyncio.sleep(0.05)
 
 
-def read_subscriptions(account_id: str) -> Tuple[Dict[str, List[Tuple[str, str]]],
-                                                 Dict[Tuple[str, str], Dict[str, Any]]]:
+def read_subscriptions(
+    account_id: str,
+) -> Tuple[Dict[str, List[Tuple[str, str]]], Dict[Tuple[str, str], Dict[str, Any]]]:
     """(event type → destination keys, destination key → opened target) of an account: one
     Query (its newest 100 subscriptions, the most it may have) and one GetItem per distinct
     destination (at most 10 per subscription)."""
-    items, _ = store.query_page(store.collection_pk(account_id,
-                                                    event_targets.COLLECTION_SUBSCRIPTION),
-                                event_targets.MAX_PER_ACCOUNT)
+    items, _ = store.query_page(
+        store.collection_pk(account_id, event_targets.COLLECTION_SUBSCRIPTION),
+        event_targets.MAX_PER_ACCOUNT,
+    )
     wanted: Dict[str, List[str]] = {}
     for item in items:
         for kind in item.data.get("sources", []):
             wanted.setdefault(kind, []).extend(item.data.get("destination_ids", []))
     targets: Dict[Tuple[str, str], Dict[str, Any]] = {}
     for destination_id in {d for ds in wanted.values() for d in ds}:
-        item = store.get(store.collection_pk(account_id, event_targets.COLLECTION_DESTINATION),
-                         destination_id)
+        item = store.get(
+            store.collection_pk(account_id, event_targets.COLLECTION_DESTINATION), destination_id
+        )
         if item is None:
             continue
         try:
             targets[(account_id, destination_id)] = event_targets.open_target(
-                account_id, destination_id, item.data["target"])
-        except Exception as exc:   # a secret that does not open: that destination is skipped
+                account_id, destination_id, item.data["target"]
+            )
+        except Exception as exc:  # a secret that does not open: that destination is skipped
             log.warning("event destination %s: %s", destination_id, exc)
-    routes = {kind: list(dict.fromkeys((account_id, d) for d in ds
-                                       if (account_id, d) in targets))
-              for kind, ds in wanted.items()}
+    routes = {
+        kind: list(dict.fromkeys((account_id, d) for d in ds if (account_id, d) in targets))
+        for kind, ds in wanted.items()
+    }
     return routes, targets

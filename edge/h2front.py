@@ -28,6 +28,7 @@ itself (no endpoint, policy deny, too many connections, agent unreachable...), t
 gRPC status (trailers-only HEADERS with ``grpc-status`` and ``grpc-message``) instead of an HTTP
 error page a gRPC client cannot read.
 """
+
 import asyncio
 import collections
 import json
@@ -49,16 +50,16 @@ from edge.public import HttpFront, request_host
 log = logging.getLogger("edge.h2")
 
 MAX_CONCURRENT_STREAMS = 100
-LOW_WATER = 64 * 1024        # response bytes queued per stream beyond the windows
+LOW_WATER = 64 * 1024  # response bytes queued per stream beyond the windows
 READ_CHUNK = 64 * 1024
-STALL_TIMEOUT = 30.0         # a response that cannot move (flow control) for this long: reset
-                             # (EDGE_H2_STALL_TIMEOUT)
+STALL_TIMEOUT = 30.0  # a response that cannot move (flow control) for this long: reset
+# (EDGE_H2_STALL_TIMEOUT)
 BUDGET_SECONDS = 10.0
-MAX_RESETS = 200             # client RST_STREAMs per BUDGET_SECONDS (rapid reset)
-MAX_CONTROL = 1000           # control frames per BUDGET_SECONDS (settings/ping floods)
-MAX_TASKS = 2 * MAX_CONCURRENT_STREAMS   # stream tasks alive (reset ones winding down too)
-HEAD_MARKER = b"h"           # what _Stream.send returns for a response head it holds
-GRPC_ERROR_BODY = 4096       # of an edge error body, read for its message
+MAX_RESETS = 200  # client RST_STREAMs per BUDGET_SECONDS (rapid reset)
+MAX_CONTROL = 1000  # control frames per BUDGET_SECONDS (settings/ping floods)
+MAX_TASKS = 2 * MAX_CONCURRENT_STREAMS  # stream tasks alive (reset ones winding down too)
+HEAD_MARKER = b"h"  # what _Stream.send returns for a response head it holds
+GRPC_ERROR_BODY = 4096  # of an edge error body, read for its message
 
 # HTTP status of an edge answer -> gRPC status (gRPC's "HTTP to gRPC Status Code Mapping";
 # an offline endpoint is UNAVAILABLE, as the agent being unreachable is)
@@ -68,12 +69,14 @@ GRPC_BY_ERROR = {edge_errors.ENDPOINT_OFFLINE: 14, edge_errors.TOO_MANY_CONNECTI
 
 def https_handler(edge: Any, http1_handle: Any) -> Any:
     """The HTTPS listener's handler: HTTP/2 when the handshake chose ``h2``, else HTTP/1.1."""
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         ssl_object = writer.get_extra_info("ssl_object")
         if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
             await H2Server(edge, reader, writer).run()
         else:
             await http1_handle(reader, writer)
+
     return handle
 
 
@@ -124,6 +127,7 @@ class _StreamFront(HttpFront):
             if isinstance(event, (http1.Response, http1.InformationalResponse)):
                 leg.owner.upstream_answered = True
             return event
+
         leg.next_event = next_event
         return leg
 
@@ -205,17 +209,17 @@ class _Stream:
     def __init__(self, server: "H2Server", stream_id: int):
         self.server = server
         self.id = stream_id
-        self.inbox: Deque[Any] = collections.deque()    # (event, flow-controlled length)
+        self.inbox: Deque[Any] = collections.deque()  # (event, flow-controlled length)
         self.arrived = asyncio.Event()
         self.moved = asyncio.Event()
-        self.gone = False           # reset (either side) or the connection ended
+        self.gone = False  # reset (either side) or the connection ended
         self.cycled = False
         self.our_state = http1.SEND_RESPONSE
         self.their_state = http1.SEND_BODY
         self.outbox: Deque[memoryview] = collections.deque()
         self.queued = 0
-        self.end: Optional[List[Any]] = None   # trailers to end with (queued after the data)
-        self.ended = False          # END_STREAM sent
+        self.end: Optional[List[Any]] = None  # trailers to end with (queued after the data)
+        self.ended = False  # END_STREAM sent
         self.grpc = False
         self.upstream_answered = False
         self.grpc_error: Optional[Any] = None  # an edge answer being turned into a gRPC status
@@ -223,7 +227,7 @@ class _Stream:
         self.task: Optional["asyncio.Task[None]"] = None
         self.stall: Optional[asyncio.TimerHandle] = None
         self.trailers_in: Optional[List[Any]] = None
-        self.head: Optional[List[Any]] = None   # response fields not sent yet
+        self.head: Optional[List[Any]] = None  # response fields not sent yet
         self.host = ""
 
     # ---- the request, as http1 events -------------------------------------------------------
@@ -245,7 +249,7 @@ class _Stream:
         pass
 
     def start_next_cycle(self) -> None:
-        self.cycled = True   # one exchange per stream: the next "request" is the end
+        self.cycled = True  # one exchange per stream: the next "request" is the end
 
     @property
     def trailing_data(self):
@@ -267,13 +271,18 @@ class _Stream:
             # held until the request path flushes (writes the marker) or the message ends:
             # a response with no body goes as one HEADERS frame with END_STREAM (gRPC's
             # trailers-only answer stays one)
-            self.head = [(b":status", str(event.status_code).encode())] + \
-                h2wire.h2_fields(event.headers)
+            self.head = [(b":status", str(event.status_code).encode())] + h2wire.h2_fields(
+                event.headers
+            )
             return HEAD_MARKER
         elif isinstance(event, http1.InformationalResponse):
             if event.status_code != 101:
-                self.server.send_headers(self, [(b":status", str(event.status_code).encode())]
-                                         + h2wire.h2_fields(event.headers), end=False)
+                self.server.send_headers(
+                    self,
+                    [(b":status", str(event.status_code).encode())]
+                    + h2wire.h2_fields(event.headers),
+                    end=False,
+                )
         elif isinstance(event, http1.Data):
             self.release_head()
             if self.grpc_error is not None:
@@ -286,11 +295,13 @@ class _Stream:
         elif isinstance(event, http1.EndOfMessage):
             self.our_state = http1.DONE
             if self.grpc_error is not None:
-                self.server.send_headers(self, grpc_status(self.grpc_error, self.grpc_body),
-                                         end=True)
+                self.server.send_headers(
+                    self, grpc_status(self.grpc_error, self.grpc_body), end=True
+                )
                 self.ended = True
-            elif self.head is not None and not self.outbox and \
-                    not getattr(event, "trailers", None):
+            elif (
+                self.head is not None and not self.outbox and not getattr(event, "trailers", None)
+            ):
                 head, self.head = self.head, None
                 self.server.send_headers(self, head, end=True)
                 self.server.finish_if_done(self)
@@ -319,9 +330,12 @@ def grpc_status(response: http1.Response, body: bytes) -> List[Any]:
             code = value.decode("latin-1")
     status = GRPC_BY_ERROR.get(code) or GRPC_CODES.get(response.status_code, 2)
     text = f"{code}: {msg}" if code else (msg or f"HTTP status {response.status_code}")
-    fields = [(b":status", b"200"), (b"content-type", b"application/grpc"),
-              (b"grpc-status", str(status).encode()),
-              (b"grpc-message", urllib.parse.quote(text, safe=" !#$&'()*+,/:;=?@[]~").encode())]
+    fields = [
+        (b":status", b"200"),
+        (b"content-type", b"application/grpc"),
+        (b"grpc-status", str(status).encode()),
+        (b"grpc-message", urllib.parse.quote(text, safe=" !#$&'()*+,/:;=?@[]~").encode()),
+    ]
     if code:
         fields.append((b"ngrok-error-code", code.encode()))
     return fields
@@ -335,8 +349,7 @@ class H2Server:
         self.reader = reader
         self.writer = writer
         self.view = _EdgeView(edge)
-        self.conn = h2wire.new_connection(client_side=False,
-                                          max_streams=MAX_CONCURRENT_STREAMS)
+        self.conn = h2wire.new_connection(client_side=False, max_streams=MAX_CONCURRENT_STREAMS)
         self.streams: Dict[int, _Stream] = {}
         self.tasks: set = set()
         self.budget_start = time.monotonic()
@@ -345,9 +358,9 @@ class H2Server:
         self.closing = False
         self.stall_timeout = getattr(edge.settings, "h2_stall_timeout", STALL_TIMEOUT)
         self.write_scheduled = False
-        self.pool: Dict[str, List[Any]] = {}   # host -> idle proxy streams (legs)
+        self.pool: Dict[str, List[Any]] = {}  # host -> idle proxy streams (legs)
         self.pooled = 0
-        self.completed = 0   # streams answered in this budget window
+        self.completed = 0  # streams answered in this budget window
 
     # ---- proxy streams kept between streams ---------------------------------------------------
     def pool_take(self, host: str) -> Any:
@@ -391,8 +404,9 @@ class H2Server:
                 idle = not self.streams and not self.tasks
                 if idle:
                     self.edge.admission.waiting(ticket)
-                    deadline = loop.time() + (settings.head_timeout if first
-                                              else settings.idle_timeout)
+                    deadline = loop.time() + (
+                        settings.head_timeout if first else settings.idle_timeout
+                    )
                 else:
                     self.edge.admission.busy(ticket)
                     deadline = None
@@ -415,21 +429,21 @@ class H2Server:
                         # events come after the whole read: a stream they name may be gone
                         log.debug("h2 event on a closed stream: %s", exc)
                 if self.over_budget():
-                    self.conn.close_connection(ErrorCodes.ENHANCE_YOUR_CALM,
-                                               last_stream_id=self.last_id())
+                    self.conn.close_connection(
+                        ErrorCodes.ENHANCE_YOUR_CALM, last_stream_id=self.last_id()
+                    )
                     self.write_now()
                     await self.writer.drain()
                     return
                 self.write_now()
-                await self.writer.drain()   # a client not reading our output stops being read
+                await self.writer.drain()  # a client not reading our output stops being read
         except (asyncio.TimeoutError, ConnectionError, OSError):
             pass
         finally:
             self.edge.admission.release(ticket)
             try:
                 if self.conn.state_machine.state is not ConnectionState.CLOSED:
-                    self.conn.close_connection(ErrorCodes.NO_ERROR,
-                                               last_stream_id=self.last_id())
+                    self.conn.close_connection(ErrorCodes.NO_ERROR, last_stream_id=self.last_id())
                 self.write_now()
             except (h2.exceptions.ProtocolError, ConnectionError, OSError, RuntimeError):
                 pass
@@ -447,7 +461,7 @@ class H2Server:
         return self.conn.highest_inbound_stream_id
 
     def over_budget(self) -> bool:
-        earned = self.completed // 2   # a busy client's cancels and pings are its due
+        earned = self.completed // 2  # a busy client's cancels and pings are its due
         if self.resets > MAX_RESETS + earned or self.control > MAX_CONTROL + earned:
             return True
         now = time.monotonic()
@@ -514,8 +528,10 @@ class H2Server:
             for stream in list(self.streams.values()):
                 if stream.outbox:
                     self.flush(stream)
-        elif isinstance(event, (h2.events.PingReceived, h2.events.PriorityUpdated,
-                                h2.events.UnknownFrameReceived)):
+        elif isinstance(
+            event,
+            (h2.events.PingReceived, h2.events.PriorityUpdated, h2.events.UnknownFrameReceived),
+        ):
             self.control += 1
         elif isinstance(event, h2.events.ConnectionTerminated):
             self.closing = True
@@ -526,7 +542,7 @@ class H2Server:
         if self.closing or len(self.tasks) >= MAX_TASKS:
             try:
                 self.conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
-            except h2.exceptions.ProtocolError:   # reset by the client in the same read
+            except h2.exceptions.ProtocolError:  # reset by the client in the same read
                 pass
             return
         self.streams[sid] = stream
@@ -548,8 +564,9 @@ class H2Server:
 
     async def _serve(self, stream: _Stream) -> None:
         try:
-            await _StreamFront(self.view, stream).handle(_Reader(stream),
-                                                         _Writer(stream, self.writer))
+            await _StreamFront(self.view, stream).handle(
+                _Reader(stream), _Writer(stream, self.writer)
+            )
         finally:
             self.done(stream)
 
@@ -558,9 +575,11 @@ class H2Server:
         CONNECT, a field value with a line break): 400, as over HTTP/1.1."""
         try:
             from edge.http_io import error_response
+
             stream.inbox.clear()
-            for item in error_response(400, edge_errors.MISDIRECTED,
-                                        f"The request is not valid HTTP: {why}", close=False):
+            for item in error_response(
+                400, edge_errors.MISDIRECTED, f"The request is not valid HTTP: {why}", close=False
+            ):
                 stream.send(item)
         except ConnectionError:
             pass
@@ -574,13 +593,18 @@ class H2Server:
             self.forget(stream)
             return
         if stream.our_state is not http1.DONE:
-            self.reset(stream, ErrorCodes.INTERNAL_ERROR if stream.our_state is http1.SEND_BODY
-                       else ErrorCodes.CANCEL)
+            self.reset(
+                stream,
+                ErrorCodes.INTERNAL_ERROR
+                if stream.our_state is http1.SEND_BODY
+                else ErrorCodes.CANCEL,
+            )
         elif stream.ended:
             self.finish(stream)
         else:
             stream.stall = asyncio.get_running_loop().call_later(
-                self.stall_timeout, self.reset, stream, ErrorCodes.CANCEL)
+                self.stall_timeout, self.reset, stream, ErrorCodes.CANCEL
+            )
         self.write_out()
 
     def finish(self, stream: _Stream) -> None:
@@ -609,8 +633,11 @@ class H2Server:
         stream.queued = 0
         if credit:
             self.ack(stream.id, credit)
-        if stream.task is not None and not stream.task.done() and \
-                stream.task is not asyncio.current_task():
+        if (
+            stream.task is not None
+            and not stream.task.done()
+            and stream.task is not asyncio.current_task()
+        ):
             stream.task.cancel()
 
     def reset(self, stream: _Stream, code: int) -> None:
@@ -651,8 +678,9 @@ class H2Server:
         conn = self.conn
         try:
             while stream.outbox:
-                window = min(conn.local_flow_control_window(stream.id),
-                             conn.max_outbound_frame_size)
+                window = min(
+                    conn.local_flow_control_window(stream.id), conn.max_outbound_frame_size
+                )
                 if window <= 0:
                     break
                 chunk = stream.outbox[0]

@@ -16,6 +16,7 @@ credited back (WINDOW_UPDATE) only as the front consumes it, so a slow client ho
 upstream back by HTTP/2 flow control, and the request body waits for the upstream's window.
 One proxy stream carries the exchanges of one client connection in turn, as HTTP/1.1 does.
 """
+
 import asyncio
 import collections
 from typing import Any, Callable, Deque, Optional, Set, Tuple
@@ -29,16 +30,17 @@ from edge.session import MuxStream, StreamReset
 
 READ_CHUNK = 64 * 1024
 CLOSE_WRITE_TIMEOUT = 5.0
-_closing: Set["asyncio.Future[Any]"] = set()   # RST_STREAM + FIN writes after a cut exchange
+_closing: Set["asyncio.Future[Any]"] = set()  # RST_STREAM + FIN writes after a cut exchange
 
 
 class H2Leg:
     def __init__(self, tunnel: Any, stream: MuxStream):
         self.tunnel = tunnel
         self.stream = stream
-        self.conn = self     # what the front calls ``leg.conn``
-        self.scheme = b"https" if str(getattr(tunnel, "forwards_to", "")).startswith(
-            "https://") else b"http"
+        self.conn = self  # what the front calls ``leg.conn``
+        self.scheme = (
+            b"https" if str(getattr(tunnel, "forwards_to", "")).startswith("https://") else b"http"
+        )
         self.h2 = h2wire.new_connection(client_side=True, max_streams=100)
         self._events: Deque[Tuple[Any, int]] = collections.deque()
         self._ready = asyncio.Event()
@@ -47,7 +49,7 @@ class H2Leg:
         self._reader: Optional["asyncio.Task[None]"] = None
         self._failed: Optional[BaseException] = None
         self._terminated = False
-        self._head: Optional[Tuple[Any, bool]] = None   # request fields not sent yet
+        self._head: Optional[Tuple[Any, bool]] = None  # request fields not sent yet
         self._trailers: Optional[list] = None
         self.sid = 0
         self.our_state = self.their_state = http1.IDLE
@@ -55,8 +57,13 @@ class H2Leg:
     # ---- the front's interface --------------------------------------------------------------
     @property
     def reusable(self) -> bool:
-        return self.our_state is http1.DONE and self.their_state is http1.DONE and \
-            self._failed is None and not self._terminated and self.sid < 2 ** 30
+        return (
+            self.our_state is http1.DONE
+            and self.their_state is http1.DONE
+            and self._failed is None
+            and not self._terminated
+            and self.sid < 2**30
+        )
 
     @property
     def trailing_data(self) -> Tuple[bytes, bool]:
@@ -74,8 +81,12 @@ class H2Leg:
             for name, value in event.headers:
                 if name == b"host":
                     host = value
-            fields = [(b":method", event.method), (b":scheme", self.scheme),
-                      (b":authority", host), (b":path", event.target)]
+            fields = [
+                (b":method", event.method),
+                (b":scheme", self.scheme),
+                (b":authority", host),
+                (b":path", event.target),
+            ]
             self._head = (fields + h2wire.h2_fields(event.headers), False)
             self.our_state, self.their_state = http1.SEND_BODY, http1.SEND_RESPONSE
             if self._reader is None:
@@ -91,8 +102,11 @@ class H2Leg:
                 await self._send_head(end=True, flush=False)
             else:
                 await self._send_head(end=False, flush=False)
-                self._call(lambda: self.h2.send_headers(self.sid, trailers, end_stream=True)
-                           if trailers else self.h2.end_stream(self.sid))
+                self._call(
+                    lambda: self.h2.send_headers(self.sid, trailers, end_stream=True)
+                    if trailers
+                    else self.h2.end_stream(self.sid)
+                )
             self.our_state = http1.DONE
         await self._flush()
 
@@ -124,8 +138,11 @@ class H2Leg:
         if self._reader is not None:
             self._reader.cancel()
         data = b""
-        if self.sid and (self.our_state is not http1.DONE or self.their_state is not http1.DONE) \
-                and self._failed is None:
+        if (
+            self.sid
+            and (self.our_state is not http1.DONE or self.their_state is not http1.DONE)
+            and self._failed is None
+        ):
             try:
                 self.h2.reset_stream(self.sid, ErrorCodes.CANCEL)
                 self.h2.close_connection()
@@ -143,6 +160,7 @@ class H2Leg:
                 pass
             finally:
                 self.stream.finish()
+
         task = asyncio.ensure_future(last_words())
         _closing.add(task)
         task.add_done_callback(_closing.discard)
@@ -184,7 +202,7 @@ class H2Leg:
                 unflushed = 0
 
     async def _flush(self) -> None:
-        async with self._lock:   # one writer at a time: frames stay whole and in order
+        async with self._lock:  # one writer at a time: frames stay whole and in order
             data = self.h2.data_to_send()
             if data:
                 await self.stream.write(data)
@@ -197,7 +215,7 @@ class H2Leg:
         self._window.set()
 
     async def _read_loop(self) -> None:
-        await self._flush()   # the preface and SETTINGS, before anything is read
+        await self._flush()  # the preface and SETTINGS, before anything is read
         try:
             while True:
                 data = await self.stream.read(READ_CHUNK)
@@ -224,12 +242,15 @@ class H2Leg:
             return
         if isinstance(event, h2.events.ConnectionTerminated):
             self._terminated = True
-            if self.sid and (event.last_stream_id is None or self.sid > event.last_stream_id
-                             or event.error_code != ErrorCodes.NO_ERROR):
+            if self.sid and (
+                event.last_stream_id is None
+                or self.sid > event.last_stream_id
+                or event.error_code != ErrorCodes.NO_ERROR
+            ):
                 self._fail(StreamReset(f"upstream GOAWAY ({event.error_code!r})"))
             return
         if sid is None or sid != self.sid:
-            if isinstance(event, h2.events.DataReceived) and sid is not None:   # given up on
+            if isinstance(event, h2.events.DataReceived) and sid is not None:  # given up on
                 try:
                     self.h2.acknowledge_received_data(event.flow_controlled_length, sid)
                 except h2.exceptions.ProtocolError:
@@ -239,12 +260,13 @@ class H2Leg:
             if isinstance(event, h2.events.ResponseReceived):
                 self._events.append((self._head_event(event.headers, http1.Response), 0))
             elif isinstance(event, h2.events.InformationalResponseReceived):
-                self._events.append((self._head_event(event.headers,
-                                                      http1.InformationalResponse), 0))
+                self._events.append(
+                    (self._head_event(event.headers, http1.InformationalResponse), 0)
+                )
             elif isinstance(event, h2.events.DataReceived):
                 if event.data:
                     self._events.append((http1.Data(event.data), event.flow_controlled_length))
-                elif event.flow_controlled_length:   # padding only
+                elif event.flow_controlled_length:  # padding only
                     self.h2.acknowledge_received_data(event.flow_controlled_length, sid)
             elif isinstance(event, h2.events.TrailersReceived):
                 self._trailers = h2wire.http1_fields(event.headers)

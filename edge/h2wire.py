@@ -10,6 +10,7 @@ decoded list at ``MAX_HEADER_LIST_SIZE`` (``hpack``'s own check, advertised in S
 CONTINUATION flood or an HPACK bomb ends the connection with ENHANCE_YOUR_CALM /
 COMPRESSION_ERROR after at most that much.
 """
+
 from typing import Any, Iterable, List, Tuple
 
 import h2.config
@@ -22,20 +23,21 @@ from hyperframe.frame import ContinuationFrame, HeadersFrame
 
 from edge import http1
 
-MAX_HEADER_BLOCK = 64 * 1024        # encoded bytes of one header block (HEADERS + CONTINUATION)
-MAX_HEADER_LIST_SIZE = 64 * 1024    # decoded: names + values + 32 per field (RFC 9113 6.5.2)
-MAX_FRAME_SIZE = 16384              # the protocol's default; never raised
-STREAM_WINDOW = 65535               # per stream: request (or upstream response) body bytes held
-CONNECTION_WINDOW = 1024 * 1024     # per connection: what all its streams hold at most
+MAX_HEADER_BLOCK = 64 * 1024  # encoded bytes of one header block (HEADERS + CONTINUATION)
+MAX_HEADER_LIST_SIZE = 64 * 1024  # decoded: names + values + 32 per field (RFC 9113 6.5.2)
+MAX_FRAME_SIZE = 16384  # the protocol's default; never raised
+STREAM_WINDOW = 65535  # per stream: request (or upstream response) body bytes held
+CONNECTION_WINDOW = 1024 * 1024  # per connection: what all its streams hold at most
 
 # Fields HTTP/2 forbids (RFC 9113 8.2.2): dropped when a message crosses to HTTP/2.
-CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connection",
-                                 b"transfer-encoding", b"upgrade", b"host"))
+CONNECTION_SPECIFIC = frozenset(
+    (b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"host")
+)
 
 Pairs = List[Tuple[bytes, bytes]]
 
 
-EndOfMessage = http1.EndOfMessage   # with its trailers (HTTP/2; HTTP/1.1 chunked)
+EndOfMessage = http1.EndOfMessage  # with its trailers (HTTP/2; HTTP/1.1 chunked)
 
 
 class BoundedFrameBuffer(FrameBuffer):
@@ -52,26 +54,32 @@ class BoundedFrameBuffer(FrameBuffer):
             self._block += len(f.data)
             if self._block > MAX_HEADER_BLOCK:
                 raise h2.exceptions.DenialOfServiceError(
-                    f"header block over {MAX_HEADER_BLOCK} bytes (CONTINUATION)")
+                    f"header block over {MAX_HEADER_BLOCK} bytes (CONTINUATION)"
+                )
         return super()._update_header_buffer(f)
 
 
 def new_connection(client_side: bool, max_streams: int) -> h2.connection.H2Connection:
     """An h2 state machine with the edge's limits, its preface queued."""
-    config = h2.config.H2Configuration(client_side=client_side, header_encoding=None,
-                                       validate_inbound_headers=True,
-                                       validate_outbound_headers=True,
-                                       normalize_outbound_headers=False)
+    config = h2.config.H2Configuration(
+        client_side=client_side,
+        header_encoding=None,
+        validate_inbound_headers=True,
+        validate_outbound_headers=True,
+        normalize_outbound_headers=False,
+    )
     conn = h2.connection.H2Connection(config=config)
     conn.incoming_buffer = BoundedFrameBuffer(server=not client_side)
-    values = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_streams,
-              h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
-              h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-              h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE}
+    values = {
+        h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_streams,
+        h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
+        h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+        h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE,
+    }
     if client_side:
         values[h2.settings.SettingCodes.ENABLE_PUSH] = 0
     conn.local_settings = h2.settings.Settings(client=client_side, initial_values=values)
-    conn.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE   # before the ACK, too
+    conn.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE  # before the ACK, too
     conn.initiate_connection()
     if CONNECTION_WINDOW > 65535:
         conn.increment_flow_control_window(CONNECTION_WINDOW - 65535)

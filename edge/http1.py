@@ -42,6 +42,7 @@ It replaced h11 (measured: h11 cost about 80 µs of the edge's ~200 µs of CPU p
   value) pairs, and keep the peer's own spelling (``raw_headers``) for writing. A response is
   relayed with its upstream's header spelling; a request goes upstream with lower-case names.
 """
+
 import re
 from http import HTTPStatus
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, cast
@@ -61,8 +62,18 @@ class _Sentinel:
 
 NEED_DATA, PAUSED = _Sentinel("NEED_DATA"), _Sentinel("PAUSED")
 IDLE, SEND_RESPONSE, SEND_BODY, DONE, MUST_CLOSE, CLOSED, SWITCHED_PROTOCOL, ERROR = (
-    _Sentinel(n) for n in ("IDLE", "SEND_RESPONSE", "SEND_BODY", "DONE", "MUST_CLOSE",
-                           "CLOSED", "SWITCHED_PROTOCOL", "ERROR"))
+    _Sentinel(n)
+    for n in (
+        "IDLE",
+        "SEND_RESPONSE",
+        "SEND_BODY",
+        "DONE",
+        "MUST_CLOSE",
+        "CLOSED",
+        "SWITCHED_PROTOCOL",
+        "ERROR",
+    )
+)
 
 
 class ProtocolError(Exception):
@@ -104,8 +115,11 @@ def _normalize(headers: Iterable[Tuple[Any, Any]], checked: bool) -> Tuple[Pairs
     if checked:
         raw = [(_b(name), _b(value).strip(b" \t")) for name, value in headers]
         names = b"\t".join([n for n, _ in raw])
-        if raw and (not _TOKENS.match(names) or names.count(b"\t") != len(raw) - 1
-                    or _BAD_VALUE.search(b"\t".join([v for _, v in raw]))):
+        if raw and (
+            not _TOKENS.match(names)
+            or names.count(b"\t") != len(raw) - 1
+            or _BAD_VALUE.search(b"\t".join([v for _, v in raw]))
+        ):
             for name, value in raw:
                 if not _TOKEN.match(name):
                     raise LocalProtocolError(f"Illegal header name {name!r}")
@@ -131,23 +145,31 @@ class Event:
 
     def __eq__(self, other: Any) -> bool:
         return type(self) is type(other) and all(
-            getattr(self, s) == getattr(other, s) for s in self.__slots__)
+            getattr(self, s) == getattr(other, s) for s in self.__slots__
+        )
 
     __hash__ = None  # type: ignore
 
 
 class Request(Event):
     """A request head. ``checked=True`` validates it as h11 would (LocalProtocolError)."""
-    __slots__ = ("method", "target", "headers", "raw_headers", "http_version", "close",
-                 "upgrade")
 
-    def __init__(self, *, method: Any, target: Any, headers: Sequence[Tuple[Any, Any]],
-                 http_version: bytes = b"1.1", checked: bool = False,
-                 raw_headers: Optional[Pairs] = None):
+    __slots__ = ("method", "target", "headers", "raw_headers", "http_version", "close", "upgrade")
+
+    def __init__(
+        self,
+        *,
+        method: Any,
+        target: Any,
+        headers: Sequence[Tuple[Any, Any]],
+        http_version: bytes = b"1.1",
+        checked: bool = False,
+        raw_headers: Optional[Pairs] = None,
+    ):
         self.method, self.target, self.http_version = _b(method), _b(target), http_version
-        self.close = False     # parsed: this message ends its connection
-        self.upgrade = False   # parsed: llhttp stopped after this head (Upgrade, CONNECT)
-        if raw_headers is not None:   # from the parser: already valid, names lower-cased
+        self.close = False  # parsed: this message ends its connection
+        self.upgrade = False  # parsed: llhttp stopped after this head (Upgrade, CONNECT)
+        if raw_headers is not None:  # from the parser: already valid, names lower-cased
             self.headers, self.raw_headers = cast(Pairs, headers), raw_headers
         else:
             self.headers, self.raw_headers = _normalize(headers, checked)
@@ -167,12 +189,22 @@ class Request(Event):
 class _ResponseBase(Event):
     __slots__ = ("status_code", "reason", "headers", "raw_headers", "http_version", "close")
 
-    def __init__(self, *, status_code: int, headers: Sequence[Tuple[Any, Any]] = (),
-                 reason: Any = b"", http_version: bytes = b"1.1", checked: bool = False,
-                 raw_headers: Optional[Pairs] = None):
-        self.close = False     # parsed: this message ends its connection
-        self.status_code, self.reason, self.http_version = int(status_code), _b(reason), \
-            http_version
+    def __init__(
+        self,
+        *,
+        status_code: int,
+        headers: Sequence[Tuple[Any, Any]] = (),
+        reason: Any = b"",
+        http_version: bytes = b"1.1",
+        checked: bool = False,
+        raw_headers: Optional[Pairs] = None,
+    ):
+        self.close = False  # parsed: this message ends its connection
+        self.status_code, self.reason, self.http_version = (
+            int(status_code),
+            _b(reason),
+            http_version,
+        )
         if raw_headers is not None:
             self.headers, self.raw_headers = cast(Pairs, headers), raw_headers
         else:
@@ -185,24 +217,29 @@ class _ResponseBase(Event):
 
 class InformationalResponse(_ResponseBase):
     """A 1xx head."""
+
     __slots__ = ()
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         if not 100 <= self.status_code < 200:
-            raise LocalProtocolError("InformationalResponse status_code should be in range "
-                                     f"[100, 200), not {self.status_code}")
+            raise LocalProtocolError(
+                "InformationalResponse status_code should be in range "
+                f"[100, 200), not {self.status_code}"
+            )
 
 
 class Response(_ResponseBase):
     """A final response head."""
+
     __slots__ = ()
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         if not 200 <= self.status_code < 1000:
-            raise LocalProtocolError("Response status_code should be in range [200, 1000), "
-                                     f"not {self.status_code}")
+            raise LocalProtocolError(
+                f"Response status_code should be in range [200, 1000), not {self.status_code}"
+            )
 
 
 class Data(Event):
@@ -214,6 +251,7 @@ class Data(Event):
 
 class EndOfMessage(Event):
     """The end of a message, with its trailers (lower-case pairs; [] when none)."""
+
     __slots__ = ("trailers",)
 
     def __init__(self, trailers: Optional[Pairs] = None):
@@ -226,10 +264,26 @@ class ConnectionClosed(Event):
 
 _EOM = EndOfMessage()
 # Fields a trailer section may not carry (framing, routing, the connection: RFC 9110 6.5.1).
-_NOT_TRAILERS = frozenset((b"content-length", b"transfer-encoding", b"host", b"connection",
-                           b"keep-alive", b"te", b"trailer", b"upgrade", b"content-encoding",
-                           b"content-type", b"content-range", b"authorization", b"set-cookie",
-                           b"cache-control", b"expires", b"proxy-connection"))
+_NOT_TRAILERS = frozenset(
+    (
+        b"content-length",
+        b"transfer-encoding",
+        b"host",
+        b"connection",
+        b"keep-alive",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"content-encoding",
+        b"content-type",
+        b"content-range",
+        b"authorization",
+        b"set-cookie",
+        b"cache-control",
+        b"expires",
+        b"proxy-connection",
+    )
+)
 _CHUNKED, _LENGTH, _UNTIL_CLOSE, _NONE = "chunked", "length", "until-close", "none"
 
 
@@ -241,7 +295,7 @@ def _framing(headers: Pairs, error: type) -> Tuple[str, int]:
         if name == b"content-length":
             if value.isdigit() and len(value) <= 18:
                 number = int(value)
-            else:   # "5, 5" is one length; anything else is not
+            else:  # "5, 5" is one length; anything else is not
                 values = {v.strip() for v in value.split(b",")}
                 if len(values) != 1 or not _CONTENT_LENGTH.match(next(iter(values))):
                     raise error("bad Content-Length")
@@ -275,7 +329,8 @@ def _asks_upgrade(headers: Pairs) -> bool:
     """Both ``Upgrade`` and ``Connection: upgrade``: what makes llhttp stop at a head (a
     CONNECT request does too: it is answered, then the connection closes)."""
     return any(name == b"upgrade" for name, _ in headers) and any(
-        name == b"connection" and b"upgrade" in value.lower() for name, value in headers)
+        name == b"connection" and b"upgrade" in value.lower() for name, value in headers
+    )
 
 
 def _head(first: bytes, raw: Pairs) -> bytes:
@@ -291,34 +346,34 @@ class Connection:
         self.max_head = max_incomplete_event_size
         self.our_state = IDLE
         self.their_state = IDLE
-        self._events: List[Any] = []     # parsed, not yet returned (this cycle's and after)
-        self._read = 0                   # index of the next event to return
+        self._events: List[Any] = []  # parsed, not yet returned (this cycle's and after)
+        self._read = 0  # index of the next event to return
         self._error: Optional[ProtocolError] = None
-        self._closed = False             # the peer closed its side
-        self._trailing = b""             # bytes after a protocol switch
-        self._switching = False          # parser stopped at an upgrade
+        self._closed = False  # the peer closed its side
+        self._trailing = b""  # bytes after a protocol switch
+        self._switching = False  # parser stopped at an upgrade
         self._keep_alive = True
-        self._request_method = b""       # the current exchange's, for the response's body
-        self._peer_version = b"1.1"      # the request's HTTP version (server role)
-        self._upgrade_asked = False      # the current request asked to switch protocols
+        self._request_method = b""  # the current exchange's, for the response's body
+        self._peer_version = b"1.1"  # the request's HTTP version (server role)
+        self._upgrade_asked = False  # the current request asked to switch protocols
         # what we write
         self._send_framing = _NONE
         self._send_left = 0
         # what we read
         self._parser: Any = None
-        self._in_message = False         # the peer's message has begun, not ended
-        self._in_body = False            # ... and its head is done
+        self._in_message = False  # the peer's message has begun, not ended
+        self._in_body = False  # ... and its head is done
         self._read_framing = _NONE
         self._head_bytes = 0
-        self._fed_body = 0               # body bytes parsed so far (all messages)
-        self._begun_at: Optional[int] = None   # _fed_body when a message began in this feed
-        self._chunk_overhead = 0         # chunk framing and trailer bytes since body bytes
+        self._fed_body = 0  # body bytes parsed so far (all messages)
+        self._begun_at: Optional[int] = None  # _fed_body when a message began in this feed
+        self._chunk_overhead = 0  # chunk framing and trailer bytes since body bytes
         self._url: List[bytes] = []
         self._reason: List[bytes] = []
         self._raw: Pairs = []
         self._trailers_from = 0
         self._informational = False
-        self._head_buffer = b""          # CLIENT role, HEAD exchange: head bytes so far
+        self._head_buffer = b""  # CLIENT role, HEAD exchange: head bytes so far
         if our_role == SERVER:
             self._parser = httptools.HttpRequestParser(self)
 
@@ -344,13 +399,19 @@ class Connection:
         raw = [(name, value.rstrip(b" \t")) for name, value in self._raw]  # llhttp keeps OWS
         # A complete head is bounded too (an incomplete one is, in _feed): its size as sent
         # (exact for single spaces and no optional whitespace around values).
-        size = sum(len(name) + len(value) + 4 for name, value in raw) + 2 + (
-            len(self._parser.get_method()) + len(b"".join(self._url)) + 12
-            if self.our_role == SERVER else len(b"".join(self._reason)) + 15)
+        size = (
+            sum(len(name) + len(value) + 4 for name, value in raw)
+            + 2
+            + (
+                len(self._parser.get_method()) + len(b"".join(self._url)) + 12
+                if self.our_role == SERVER
+                else len(b"".join(self._reason)) + 15
+            )
+        )
         if size > self.max_head:
             raise self._too_large()
         lower = [(name.lower(), value) for name, value in raw]
-        self._trailers_from = len(self._raw)   # what llhttp reports after this: trailers
+        self._trailers_from = len(self._raw)  # what llhttp reports after this: trailers
         parser = self._parser
         version = parser.get_http_version().encode()
         if version not in (b"1.0", b"1.1"):
@@ -361,33 +422,51 @@ class Connection:
             if version == b"1.1":
                 hosts = sum(1 for name, _ in lower if name == b"host")
                 if hosts != 1:
-                    raise RemoteProtocolError("Missing mandatory Host: header" if not hosts
-                                              else "Found multiple Host: headers")
+                    raise RemoteProtocolError(
+                        "Missing mandatory Host: header"
+                        if not hosts
+                        else "Found multiple Host: headers"
+                    )
             kind, length = _framing(lower, RemoteProtocolError)
             if kind == _UNTIL_CLOSE:
-                kind = _NONE   # a request without a length has no body
+                kind = _NONE  # a request without a length has no body
             if (method == b"CONNECT" or _asks_upgrade(lower)) and (
-                    kind == _CHUNKED or (kind == _LENGTH and length > 0)):
+                kind == _CHUNKED or (kind == _LENGTH and length > 0)
+            ):
                 # llhttp stops at such a head (the rest is the new protocol's): a body there
                 # cannot be framed as HTTP/1.1
-                raise RemoteProtocolError("an Upgrade or CONNECT request with a body is not "
-                                          "supported")
+                raise RemoteProtocolError(
+                    "an Upgrade or CONNECT request with a body is not supported"
+                )
             self._read_framing = kind
-            event: Any = Request(method=method, target=b"".join(self._url), headers=lower,
-                                 raw_headers=raw, http_version=version)
+            event: Any = Request(
+                method=method,
+                target=b"".join(self._url),
+                headers=lower,
+                raw_headers=raw,
+                http_version=version,
+            )
         else:
             status = parser.get_status_code()
             reason = b"".join(self._reason)
             if status < 100:
                 raise RemoteProtocolError(f"status code {status} is not valid")
-            if status < 200:   # 1xx (101 included): no body, no end of message
+            if status < 200:  # 1xx (101 included): no body, no end of message
                 if status == 101 and not (_asks_upgrade(lower) and self._upgrade_asked):
-                    raise RemoteProtocolError("101 Switching Protocols without 'Connection: "
-                                              "upgrade', or to a request that asked for none")
+                    raise RemoteProtocolError(
+                        "101 Switching Protocols without 'Connection: "
+                        "upgrade', or to a request that asked for none"
+                    )
                 self._informational = True
-                self._events.append(InformationalResponse(
-                    status_code=status, reason=reason, headers=lower, raw_headers=raw,
-                    http_version=version))
+                self._events.append(
+                    InformationalResponse(
+                        status_code=status,
+                        reason=reason,
+                        headers=lower,
+                        raw_headers=raw,
+                        http_version=version,
+                    )
+                )
                 return
             self._informational = False
             kind, length = _framing(lower, RemoteProtocolError)
@@ -397,9 +476,14 @@ class Connection:
                 close = close or kind == _CHUNKED or (kind == _LENGTH and length > 0)
                 kind = _NONE
             self._read_framing = kind
-            event = Response(status_code=status, reason=reason, headers=lower, raw_headers=raw,
-                             http_version=version)
-        event.close = close   # applied when the event is returned (pipelined heads wait)
+            event = Response(
+                status_code=status,
+                reason=reason,
+                headers=lower,
+                raw_headers=raw,
+                http_version=version,
+            )
+        event.close = close  # applied when the event is returned (pipelined heads wait)
         self._in_body = True
         self._events.append(event)
 
@@ -410,14 +494,22 @@ class Connection:
     def on_message_complete(self) -> None:
         if self.our_role == CLIENT and self._informational:
             self._informational = False
-            return    # a 1xx has no end of message of its own; the final response follows
+            return  # a 1xx has no end of message of its own; the final response follows
         self._in_message = self._in_body = False
         if self._read_framing == _UNTIL_CLOSE:
             self._keep_alive = False
-        trailers = self._raw[self._trailers_from:] if self._read_framing == _CHUNKED else None
-        self._events.append(EndOfMessage(
-            [(name.lower(), value.strip(b" \t")) for name, value in trailers
-             if name.lower() not in _NOT_TRAILERS]) if trailers else _EOM)
+        trailers = self._raw[self._trailers_from :] if self._read_framing == _CHUNKED else None
+        self._events.append(
+            EndOfMessage(
+                [
+                    (name.lower(), value.strip(b" \t"))
+                    for name, value in trailers
+                    if name.lower() not in _NOT_TRAILERS
+                ]
+            )
+            if trailers
+            else _EOM
+        )
 
     # ---- reading ----------------------------------------------------------------------------
     def receive_data(self, data: bytes) -> None:
@@ -440,23 +532,26 @@ class Connection:
             self._error = _remote(exc)
         except httptools.HttpParserUpgrade as exc:
             self._switching = True
-            self._trailing = data[exc.args[0]:]
-            for event in reversed(self._events):   # the head llhttp stopped after
+            self._trailing = data[exc.args[0] :]
+            for event in reversed(self._events):  # the head llhttp stopped after
                 if isinstance(event, Request):
                     event.upgrade = True
                     break
         except httptools.HttpParserError as exc:
             context = exc.__context__
-            self._error = _remote(context) if isinstance(context, ProtocolError) else \
-                RemoteProtocolError(str(exc) or type(exc).__name__)
+            self._error = (
+                _remote(context)
+                if isinstance(context, ProtocolError)
+                else RemoteProtocolError(str(exc) or type(exc).__name__)
+            )
 
     def _feed(self, data: bytes) -> None:
         if self._parser is None:
             self._parser = httptools.HttpResponseParser(self)
         body_before, self._begun_at = self._fed_body, None
         self._parser.feed_data(data)
-        if self._in_message and not self._in_body:   # a head is incomplete: bounded
-            if self._begun_at is not None:   # it began in this read: after what came before
+        if self._in_message and not self._in_body:  # a head is incomplete: bounded
+            if self._begun_at is not None:  # it began in this read: after what came before
                 self._head_bytes = len(data) - (self._begun_at - body_before)
             else:
                 self._head_bytes += len(data)
@@ -469,8 +564,10 @@ class Connection:
             overhead = len(data) - produced
             self._chunk_overhead = overhead if produced else self._chunk_overhead + overhead
             if self._chunk_overhead > self.max_head:
-                raise RemoteProtocolError(f"more than {self.max_head} bytes of chunk framing "
-                                          "or trailers without body bytes")
+                raise RemoteProtocolError(
+                    f"more than {self.max_head} bytes of chunk framing "
+                    "or trailers without body bytes"
+                )
 
     def _feed_head_only(self, data: bytes) -> None:
         """The response to a HEAD: llhttp cannot be told the request's method, so it is fed
@@ -489,7 +586,7 @@ class Connection:
                     raise self._too_large()
                 self._head_buffer = buffer
                 return
-            head, buffer = buffer[:end + 4], buffer[end + 4:]
+            head, buffer = buffer[: end + 4], buffer[end + 4 :]
             self._parser = httptools.HttpResponseParser(self)
             try:
                 self._parser.feed_data(head)
@@ -497,7 +594,7 @@ class Connection:
                 self._switching, self._trailing = True, buffer
                 return
             if self._events and isinstance(self._events[-1], Response):
-                self._in_message = self._in_body = False   # its body never comes
+                self._in_message = self._in_body = False  # its body never comes
                 self._events.append(_EOM)
             if self._events and self._events[-1] is _EOM:
                 self._request_method, self._parser = b"", None
@@ -514,17 +611,21 @@ class Connection:
                 self._events.append(_EOM)
             else:
                 self._error = RemoteProtocolError(
-                    "peer closed connection without sending complete message body")
+                    "peer closed connection without sending complete message body"
+                )
 
     def next_event(self) -> Any:
         """The next event of this cycle, ``NEED_DATA`` or ``PAUSED`` (the peer's message is
         done and the next one waits for ``start_next_cycle``); raises RemoteProtocolError."""
         if self.their_state is DONE or self.their_state is MUST_CLOSE:
-            return PAUSED if (self._read < len(self._events) or self._trailing
-                              or self._error is not None) else (
-                ConnectionClosed() if self._closed else NEED_DATA)
+            return (
+                PAUSED
+                if (self._read < len(self._events) or self._trailing or self._error is not None)
+                else (ConnectionClosed() if self._closed else NEED_DATA)
+            )
         if self.their_state is SWITCHED_PROTOCOL or (
-                self._switching and self._read >= len(self._events)):
+            self._switching and self._read >= len(self._events)
+        ):
             return PAUSED
         if self._read < len(self._events):
             event = self._events[self._read]
@@ -576,12 +677,16 @@ class Connection:
             if self.our_role != SERVER or self.our_state not in (IDLE, SEND_RESPONSE):
                 raise LocalProtocolError("can't send an InformationalResponse now")
             if event.status_code == 101 and not self._upgrade_asked:
-                raise LocalProtocolError("101 Switching Protocols to a request that did not "
-                                         "ask for an upgrade")
+                raise LocalProtocolError(
+                    "101 Switching Protocols to a request that did not ask for an upgrade"
+                )
             if event.status_code == 101:
                 self.our_state = self.their_state = SWITCHED_PROTOCOL
-            return _head(b"HTTP/1.1 %d %s\r\n" % (event.status_code, event.reason or _phrase(
-                event.status_code)), event.raw_headers)
+            return _head(
+                b"HTTP/1.1 %d %s\r\n"
+                % (event.status_code, event.reason or _phrase(event.status_code)),
+                event.raw_headers,
+            )
         if isinstance(event, Request):
             return self._send_request(event)
         raise LocalProtocolError(f"can't send {event!r}")
@@ -590,8 +695,9 @@ class Connection:
         if self.our_role != CLIENT or self.our_state is not IDLE:
             raise LocalProtocolError("can't send a Request now")
         kind, length = _framing(event.headers, LocalProtocolError)
-        self._send_framing, self._send_left = (_NONE, 0) if kind == _UNTIL_CLOSE else (kind,
-                                                                                      length)
+        self._send_framing, self._send_left = (
+            (_NONE, 0) if kind == _UNTIL_CLOSE else (kind, length)
+        )
         if _says_close(event.headers):
             self._keep_alive = False
         self._request_method = event.method
@@ -607,7 +713,7 @@ class Connection:
         if self._request_method == b"HEAD" or event.status_code in (204, 304):
             kind = _NONE
         elif kind == _CHUNKED and self._peer_version != b"1.1":
-            kind = _UNTIL_CLOSE   # an HTTP/1.0 client knows no chunks
+            kind = _UNTIL_CLOSE  # an HTTP/1.0 client knows no chunks
             raw = [(n, v) for n, v in raw if n.lower() != b"transfer-encoding"]
         elif kind == _UNTIL_CLOSE and self._peer_version == b"1.1":
             kind = _CHUNKED
@@ -615,12 +721,16 @@ class Connection:
         if kind == _UNTIL_CLOSE or _says_close(event.headers) or self._upgrade_asked:
             self._keep_alive = False
         if not self._keep_alive and not _says_close(event.headers):
-            raw = [(n, v) for n, v in raw if n.lower() != b"connection"] + \
-                [(b"Connection", b"close")]
+            raw = [(n, v) for n, v in raw if n.lower() != b"connection"] + [
+                (b"Connection", b"close")
+            ]
         self._send_framing, self._send_left = kind, length
         self.our_state = SEND_BODY
-        return _head(b"HTTP/1.1 %d %s\r\n" % (event.status_code, event.reason or _phrase(
-            event.status_code)), raw)
+        return _head(
+            b"HTTP/1.1 %d %s\r\n"
+            % (event.status_code, event.reason or _phrase(event.status_code)),
+            raw,
+        )
 
     def _send_data(self, data: bytes) -> bytes:
         if self.our_state is not SEND_BODY:
@@ -674,8 +784,12 @@ class Connection:
     def clean(self) -> bool:
         """Nothing of the peer's is pending: no parsed event, error, partial message or head
         (a connection reused otherwise would read those as the next exchange's)."""
-        return (self._read >= len(self._events) and self._error is None
-                and not self._in_message and not self._head_buffer)
+        return (
+            self._read >= len(self._events)
+            and self._error is None
+            and not self._in_message
+            and not self._head_buffer
+        )
 
     @property
     def trailing_data(self) -> Tuple[bytes, bool]:

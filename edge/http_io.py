@@ -6,6 +6,7 @@ edge/http_policy.py) and the features that answer on the client connection (edge
 edge/challenges.py, edge/h2front.py); ``splice`` carries raw bytes both ways once a
 connection is no longer HTTP (an upgrade, a TLS passthrough, a TCP endpoint).
 """
+
 import asyncio
 import json
 from typing import Any, List, Tuple
@@ -15,11 +16,16 @@ from edge import http1
 from edge.session import MuxStream, StreamReset
 
 READ_CHUNK = 64 * 1024
-BODY_TIMEOUT = 30.0     # a request body must progress (one read) within this
+BODY_TIMEOUT = 30.0  # a request body must progress (one read) within this
 
-STATUS_TEXT = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests",
-               502: "Bad Gateway",
-               503: "Service Unavailable"}
+STATUS_TEXT = {
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    429: "Too Many Requests",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
 
 
 class Closed(Exception):
@@ -28,30 +34,41 @@ class Closed(Exception):
 
 def error_body(status: int, code: str, msg: str) -> Tuple[bytes, str]:
     op = ids.new_id(ids.PREFIXES["operation"])
-    body = json.dumps({"error_code": code, "status_code": status, "msg": msg,
-                       "details": {"operation_id": op}}).encode("utf-8")
+    body = json.dumps(
+        {"error_code": code, "status_code": status, "msg": msg, "details": {"operation_id": op}}
+    ).encode("utf-8")
     return body, op
 
 
 def error_response(status: int, code: str, msg: str, close: bool) -> List[Any]:
     body, op = error_body(status, code, msg)
-    headers = [("content-type", "application/json"), ("content-length", str(len(body))),
-               ("ngrok-error-code", code), ("operation-id", op)]
+    headers = [
+        ("content-type", "application/json"),
+        ("content-length", str(len(body))),
+        ("ngrok-error-code", code),
+        ("operation-id", op),
+    ]
     if close:
         headers.append(("connection", "close"))
-    return [http1.Response(status_code=status, headers=headers,
-                         reason=STATUS_TEXT.get(status, "").encode()),
-            http1.Data(data=body), http1.EndOfMessage()]
+    return [
+        http1.Response(
+            status_code=status, headers=headers, reason=STATUS_TEXT.get(status, "").encode()
+        ),
+        http1.Data(data=body),
+        http1.EndOfMessage(),
+    ]
 
 
 def outcome_response(out: Any, close: bool) -> List[Any]:
-    headers = [(n, v) for n, v in out.headers if n.lower() not in ("content-length",
-                                                                   "connection")]
+    headers = [(n, v) for n, v in out.headers if n.lower() not in ("content-length", "connection")]
     headers.append(("content-length", str(len(out.body))))
     if close:
         headers.append(("connection", "close"))
-    return [http1.Response(status_code=out.status_code, headers=headers, checked=True),
-            http1.Data(data=out.body) if out.body else None, http1.EndOfMessage()]
+    return [
+        http1.Response(status_code=out.status_code, headers=headers, checked=True),
+        http1.Data(data=out.body) if out.body else None,
+        http1.EndOfMessage(),
+    ]
 
 
 async def client_event(client: Any, reader: Any, timeout: float) -> Any:
@@ -60,7 +77,7 @@ async def client_event(client: Any, reader: Any, timeout: float) -> Any:
         event = client.next_event()
         if event is not http1.NEED_DATA:
             return event
-        async with asyncio.timeout(timeout):   # a timer, not a task as wait_for makes
+        async with asyncio.timeout(timeout):  # a timer, not a task as wait_for makes
             data = await reader.read(READ_CHUNK)
         client.receive_data(data)
 
@@ -73,8 +90,7 @@ async def send(client: Any, writer: Any, event: Any) -> None:
         await writer.drain()
 
 
-async def answer(client: Any, writer: Any, status: int, code: str, msg: str,
-                 close: bool) -> None:
+async def answer(client: Any, writer: Any, status: int, code: str, msg: str, close: bool) -> None:
     """The contract's error body, unless a response has already begun."""
     if client.our_state not in (http1.IDLE, http1.SEND_RESPONSE):
         return
@@ -85,8 +101,14 @@ async def answer(client: Any, writer: Any, status: int, code: str, msg: str,
         return
 
 
-async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stream: MuxStream,
-                 *, to_stream: bytes = b"", to_client: bytes = b"") -> None:
+async def splice(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    stream: MuxStream,
+    *,
+    to_stream: bytes = b"",
+    to_client: bytes = b"",
+) -> None:
     """Raw bytes both ways between a client connection and a proxy stream, each direction
     ending with a half-close, until both are done (or either side fails)."""
 

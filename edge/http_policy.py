@@ -5,6 +5,7 @@ an http_response backend, and the request as the policy leaves it for the upstre
 ``run`` is what the HTTP front (edge/public.py) calls once a request is routed: it returns the
 verdict and the route the request ends on (an internal endpoint after forward-internal).
 """
+
 import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -18,7 +19,7 @@ from edge.http_routing import Route
 
 FIXED_BODY_DRAIN = 1024 * 1024  # request body read (and dropped) before a fixed answer
 HOP_HEADERS = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
-MAX_CONNS = 16   # policy views of one client connection kept (one per endpoint it reached)
+MAX_CONNS = 16  # policy views of one client connection kept (one per endpoint it reached)
 
 
 def forwarded_headers(pairs, client_ip: str, scheme: str) -> List[Tuple[bytes, bytes]]:
@@ -56,17 +57,25 @@ class Traffic:
         self.request = request
         self.pairs = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers]
         self.req = tp.Request.from_target(
-            request.method.decode("ascii"), scheme, host, request.target.decode("latin-1"),
-            self.pairs, content_length=length)
+            request.method.decode("ascii"),
+            scheme,
+            host,
+            request.target.decode("latin-1"),
+            self.pairs,
+            content_length=length,
+        )
         self.target = self.req.target
         self.compressor = None
 
     def forwarded_request(self) -> http1.Request:
         """The request as this policy left it, for the internal endpoint it forwards to.
         http1.LocalProtocolError when the policy made it invalid (see PolicyBroke)."""
-        return http1.Request(method=self.req.method, target=wire(self.req.target),
-                             headers=[(wire(n), wire(v)) for n, v in self.req.headers],
-                             checked=True)
+        return http1.Request(
+            method=self.req.method,
+            target=wire(self.req.target),
+            headers=[(wire(n), wire(v)) for n, v in self.req.headers],
+            checked=True,
+        )
 
     def upstream_request(self, client_ip: str, scheme: str) -> http1.Request:
         """The request as this policy left it, with the X-Forwarded headers.
@@ -75,18 +84,33 @@ class Traffic:
         Content-Length, Transfer-Encoding), only those are checked: the rest is the parsed
         request's, already valid."""
         req, count = self.req, len(self.pairs)
-        if req.method == self.pairs_method and req.headers[:count] == self.pairs and \
-                req.target == self.target:
+        if (
+            req.method == self.pairs_method
+            and req.headers[:count] == self.pairs
+            and req.target == self.target
+        ):
             added = [(wire(n.lower()), wire(v)) for n, v in req.headers[count:]]
             if not any(n in FRAMING_HEADERS for n, _ in added):
                 headers = forwarded_headers(
-                    self.request.headers + http1.checked_headers(added) if added
-                    else self.request.headers, client_ip, scheme)
-                return http1.Request(method=self.request.method, target=self.request.target,
-                                     headers=headers, raw_headers=headers)
+                    self.request.headers + http1.checked_headers(added)
+                    if added
+                    else self.request.headers,
+                    client_ip,
+                    scheme,
+                )
+                return http1.Request(
+                    method=self.request.method,
+                    target=self.request.target,
+                    headers=headers,
+                    raw_headers=headers,
+                )
         pairs = [(wire(n.lower()), wire(v)) for n, v in req.headers]
-        return http1.Request(method=req.method, target=wire(req.target),
-                             headers=forwarded_headers(pairs, client_ip, scheme), checked=True)
+        return http1.Request(
+            method=req.method,
+            target=wire(req.target),
+            headers=forwarded_headers(pairs, client_ip, scheme),
+            checked=True,
+        )
 
     @property
     def pairs_method(self) -> str:
@@ -108,9 +132,13 @@ def wire(text: str) -> bytes:
 # A request the traffic policy made invalid (a removed Host header, a value with a line break, a
 # name HTTP/1.1 refuses): ERR_NGROK_2300, the hosted "internal gateway error while processing policy
 # action", instead of a closed connection.
-POLICY_BROKE = (502, edge_errors.POLICY_FAILED, "Internal gateway error occurred while processing "
-                                       "policy action: the request it produced is not valid "
-                                       "HTTP/1.1 ({})")
+POLICY_BROKE = (
+    502,
+    edge_errors.POLICY_FAILED,
+    "Internal gateway error occurred while processing "
+    "policy action: the request it produced is not valid "
+    "HTTP/1.1 ({})",
+)
 
 
 @dataclass
@@ -125,9 +153,18 @@ class PolicyRun:
     prebuffered: List[Any] = dataclasses.field(default_factory=list)
 
 
-async def run(edge: Any, scheme: str, client: Any, reader: Any, writer: Any, peer: Any,
-              request: http1.Request, host: str, route: Route, conns: Dict[Any, Any]
-              ) -> PolicyRun:
+async def run(
+    edge: Any,
+    scheme: str,
+    client: Any,
+    reader: Any,
+    writer: Any,
+    peer: Any,
+    request: http1.Request,
+    host: str,
+    route: Route,
+    conns: Dict[Any, Any],
+) -> PolicyRun:
     """The routed endpoint's request phase, and each internal endpoint's a forward-internal
     reaches (at most MAX_FORWARDS hops: edges.forward_refused). ``conns`` keeps the policy's
     view of this client connection per endpoint (built once per connection)."""
@@ -136,23 +173,28 @@ async def run(edge: Any, scheme: str, client: Any, reader: Any, writer: Any, pee
     hop_request, forwards = request, 0
     while route.enforcement is not None and route.enforcement.policy is not None:
         endpoint = route.endpoint
-        conn = conns.get(endpoint)   # what the policy sees of this connection
+        conn = conns.get(endpoint)  # what the policy sees of this connection
         if conn is None:
             if len(conns) >= MAX_CONNS:
                 conns.clear()
-            conn = conns[endpoint] = policy_conn(scheme, edge.settings.region, writer, peer,
-                                                 endpoint)
+            conn = conns[endpoint] = policy_conn(
+                scheme, edge.settings.region, writer, peer, endpoint
+            )
         conn.ip_policy_resolver = None
-        if route.enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
+        if route.enforcement.policy.ip_policy_ids:  # restrict-ips ip_policies, cached
             conn.ip_policy_resolver = await edge.router.ip_policy_resolver(
-                endpoint.account_id, route.enforcement.policy)
-        conn.secret_resolver = None if not route.enforcement.policy.secret_refs else \
-            await secrets.resolver(edge, endpoint.account_id,
-                                   route.enforcement.policy)   # edge/secrets.py
+                endpoint.account_id, route.enforcement.policy
+            )
+        conn.secret_resolver = (
+            None
+            if not route.enforcement.policy.secret_refs
+            else await secrets.resolver(edge, endpoint.account_id, route.enforcement.policy)
+        )  # edge/secrets.py
         traffic = Traffic(route.enforcement.policy, conn, hop_request, scheme, host)
         observe.policy(client, traffic)
         verdict, prebuffered, target = await request_phase(
-            edge.router, client, reader, writer, traffic, prebuffered, route.account_id)
+            edge.router, client, reader, writer, traffic, prebuffered, route.account_id
+        )
         if verdict != "forward":
             return PolicyRun(verdict, route, traffic, prebuffered)
         # forward-internal: the internal endpoint's own policy runs next (if it has none, the
@@ -168,8 +210,9 @@ async def run(edge: Any, scheme: str, client: Any, reader: Any, writer: Any, pee
             status, code, msg = POLICY_BROKE
             await answer(client, writer, status, code, msg.format(exc), close=True)
             return PolicyRun("close", route, traffic)
-        route = Route(target.tunnel, None, target.enforcement, target.hop, target.cloud,
-                      route.account_id)
+        route = Route(
+            target.tunnel, None, target.enforcement, target.hop, target.cloud, route.account_id
+        )
     return PolicyRun("proxy", route, traffic, prebuffered)
 
 
@@ -177,22 +220,37 @@ def policy_conn(scheme: str, region: str, writer: Any, peer: Any, endpoint: Hop)
     """What the policy sees of the client connection (``conn.*``, ``endpoint.*``)."""
     sockname = writer.get_extra_info("sockname") or ("", 0)
     ssl_object = writer.get_extra_info("ssl_object")
-    conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
-                   server_ip=str(sockname[0]), server_port=int(sockname[1] or 0),
-                   endpoint=tp.Endpoint(id=endpoint.endpoint_id, url=endpoint.url,
-                                        host=endpoint.host, port=int(sockname[1] or 0),
-                                        protocol=scheme,
-                                        account_id=endpoint.account_id),
-                   server_region=region)
+    conn = tp.Conn(
+        client_ip=str(peer[0]),
+        client_port=int(peer[1] or 0),
+        server_ip=str(sockname[0]),
+        server_port=int(sockname[1] or 0),
+        endpoint=tp.Endpoint(
+            id=endpoint.endpoint_id,
+            url=endpoint.url,
+            host=endpoint.host,
+            port=int(sockname[1] or 0),
+            protocol=scheme,
+            account_id=endpoint.account_id,
+        ),
+        server_region=region,
+    )
     if ssl_object is not None:
         conn.tls_version = ssl_object.version() or ""
         conn.tls_cipher_suite = (ssl_object.cipher() or ("",))[0]
         conn.tls_sni = ssl_object.server_hostname or ""
     return conn
 
-async def request_phase(router: Any, client: Any, reader: Any, writer: Any, traffic: Traffic,
-                        events: Optional[List[Any]] = None, account_id: str = ""
-                        ) -> Tuple[str, List[Any], Any]:
+
+async def request_phase(
+    router: Any,
+    client: Any,
+    reader: Any,
+    writer: Any,
+    traffic: Traffic,
+    events: Optional[List[Any]] = None,
+    account_id: str = "",
+) -> Tuple[str, List[Any], Any]:
     """Run on_http_request: ("proxy", body events read so far, None) to go on upstream;
     ("forward", events, target) for a forward-internal to an endpoint found (an
     ``edges.Routed``); ("next", [], None) when the policy answered and the connection
@@ -216,22 +274,32 @@ async def request_phase(router: Any, client: Any, reader: Any, writer: Any, traf
             asked = True
             events = await buffer_body(client, reader, out.max_body_bytes, events)
             body = b"".join(bytes(e.data) for e in events if isinstance(e, http1.Data))
-            traffic.req.body = body[:out.max_body_bytes]
-            traffic.req.body_complete = len(body) <= out.max_body_bytes and \
-                isinstance(events[-1], http1.EndOfMessage)
+            traffic.req.body = body[: out.max_body_bytes]
+            traffic.req.body_complete = len(body) <= out.max_body_bytes and isinstance(
+                events[-1], http1.EndOfMessage
+            )
             out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
-        while out.kind == tp.IDENTITY:   # openid-connect / oauth sign-in (edge/identity.py)
+        while out.kind == tp.IDENTITY:  # openid-connect / oauth sign-in (edge/identity.py)
             answered = await identity.handle(traffic, out)
-            out = answered if answered is not None else traffic.policy.on_http_request(
-                traffic.conn, traffic.req, traffic.state)
+            out = (
+                answered
+                if answered is not None
+                else traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+            )
         if out.kind != tp.FORWARD_INTERNAL:
             break
         target = await router.internal_target(account_id, out.url)
         if target is not None:
             return "forward", events, target
-        if out.on_error != "continue":   # halt: offline, like any unknown endpoint
-            await answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
-                         f"The internal endpoint {out.url} is offline.", close=True)
+        if out.on_error != "continue":  # halt: offline, like any unknown endpoint
+            await answer(
+                client,
+                writer,
+                502,
+                edge_errors.ENDPOINT_OFFLINE,
+                f"The internal endpoint {out.url} is offline.",
+                close=True,
+            )
             return "close", [], None
         # continue: the phase resumes after the forward action (same state)
     if out.kind == tp.CONTINUE:
@@ -244,28 +312,40 @@ async def request_phase(router: Any, client: Any, reader: Any, writer: Any, traf
         return ("next" if whole else "close"), [], None
     return "close", [], None
 
+
 def response_phase(traffic: Traffic, event: http1.Response) -> Any:
     """Run on_http_response on the agent's response head: the head to send, or the policy's
     own answer (a list of events), or Closed."""
-    if getattr(traffic, "set_cookies", None):   # a session refreshed (edge/identity.py)
+    if getattr(traffic, "set_cookies", None):  # a session refreshed (edge/identity.py)
         event = identity.with_cookies(event, traffic)
     if not traffic.policy.has("on_http_response"):
-        return event   # nothing to run: the response goes on as the agent sent it
-    res = tp.Response(status_code=event.status_code,
-                      headers=[(n.decode("latin-1"), v.decode("latin-1"))
-                               for n, v in event.headers])
+        return event  # nothing to run: the response goes on as the agent sent it
+    res = tp.Response(
+        status_code=event.status_code,
+        headers=[(n.decode("latin-1"), v.decode("latin-1")) for n, v in event.headers],
+    )
     out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
     if out.kind == tp.RESPOND:
         return outcome_response(out, close=True)
     if out.kind == tp.CLOSE:
         raise Closed()
     traffic.compressor = out.compressor
-    return http1.Response(status_code=res.status_code, reason=event.reason,
-                        headers=[(wire(n), wire(v)) for n, v in res.headers],
-                        checked=True)
+    return http1.Response(
+        status_code=res.status_code,
+        reason=event.reason,
+        headers=[(wire(n), wire(v)) for n, v in res.headers],
+        checked=True,
+    )
 
-async def answer_fixed(client: Any, reader: Any, writer: Any, fixed: Dict[str, Any],
-                       traffic: Optional[Traffic], events: Optional[List[Any]]) -> bool:
+
+async def answer_fixed(
+    client: Any,
+    reader: Any,
+    writer: Any,
+    fixed: Dict[str, Any],
+    traffic: Optional[Traffic],
+    events: Optional[List[Any]],
+) -> bool:
     """Answer with an http_response backend's status, headers and body (the response
     phase's rules apply to it too). True when the connection stays usable."""
     events = await buffer_body(client, reader, FIXED_BODY_DRAIN, list(events or []))
@@ -289,6 +369,7 @@ async def answer_fixed(client: Any, reader: Any, writer: Any, fixed: Dict[str, A
         if item is not None:
             await send(client, writer, item)
     return whole
+
 
 async def buffer_body(client: Any, reader: Any, limit: int, events: List[Any]) -> List[Any]:
     """Read the request body until it ends or passes ``limit`` bytes, for the policy; the

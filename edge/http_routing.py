@@ -6,6 +6,7 @@ name nothing serves: 404 endpoint offline, or the router's own refusal) and othe
 the :class:`Route`: the agent endpoint on this instance (``Registry.http_tunnel``), else what
 the router finds in the store (a cloud endpoint, an HTTPS edge's route, a fixed response).
 """
+
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -16,46 +17,61 @@ from edge.http_io import answer
 from edge.tls import MISDIRECTED
 
 # A hostname an abuse report bans: the hosted code for a banned name, 403.
-BANNED = (edge_errors.HOST_BANNED, "This hostname has been banned for violating the terms of "
-                            "service. If you own it and believe this is a mistake, contact the "
-                            "operator of this service.")
+BANNED = (
+    edge_errors.HOST_BANNED,
+    "This hostname has been banned for violating the terms of "
+    "service. If you own it and believe this is a mistake, contact the "
+    "operator of this service.",
+)
 
 
 @dataclass
 class Route:
     """The endpoint a request goes to and what applies there."""
 
-    tunnel: Any            # the agent tunnel that serves it (None: answered at the edge)
-    fixed: Any             # an http_response backend's answer (a dict), else None
-    enforcement: Any       # its traffic policy (edges.Enforcement), or None
-    endpoint: Hop          # the endpoint as the policy sees it
-    cloud: bool            # a cloud endpoint: its policy must answer, there is no upstream
+    tunnel: Any  # the agent tunnel that serves it (None: answered at the edge)
+    fixed: Any  # an http_response backend's answer (a dict), else None
+    enforcement: Any  # its traffic policy (edges.Enforcement), or None
+    endpoint: Hop  # the endpoint as the policy sees it
+    cloud: bool  # a cloud endpoint: its policy must answer, there is no upstream
     account_id: str
 
 
-async def route(edge: Any, scheme: str, client: Any, writer: Any, request: http1.Request,
-                host: str) -> Optional[Route]:
+async def route(
+    edge: Any, scheme: str, client: Any, writer: Any, request: http1.Request, host: str
+) -> Optional[Route]:
     """The request's route, or None when the edge answered it (the connection then ends)."""
-    if host in edge.banned:   # an abuse report banned it (docs/SECURITY.md)
+    if host in edge.banned:  # an abuse report banned it (docs/SECURITY.md)
         await answer(client, writer, 403, BANNED[0], BANNED[1], close=True)
         return None
     if scheme == "http" and await challenges.answer_http01(
-            edge, client, writer, request, host):   # ACME HTTP-01 (edge/challenges.py)
+        edge, client, writer, request, host
+    ):  # ACME HTTP-01 (edge/challenges.py)
         return None
     refused = edge.tls.misdirected(getattr(writer, "tls_spec", None), host)
-    if refused is not None:   # a name's TLS settings met by another handshake
+    if refused is not None:  # a name's TLS settings met by another handshake
         await answer(client, writer, *MISDIRECTED, refused, close=True)
         return None
     tunnel = edge.registry.http_tunnel(host, scheme)
     if tunnel is not None:
-        return Route(tunnel, None, tunnel.enforcement, Hop.of_tunnel(tunnel), False,
-                     tunnel.account_id)
+        return Route(
+            tunnel, None, tunnel.enforcement, Hop.of_tunnel(tunnel), False, tunnel.account_id
+        )
     # not an agent endpoint: a cloud endpoint, an HTTPS edge's hostport?
     routed = await edge.router.route_http(host, request.target, scheme)
     if routed is None or routed.error is not None:
-        status, code, msg = routed.error if routed is not None else (
-            404, edge_errors.ENDPOINT_OFFLINE, f"The endpoint {scheme}://{host} is offline.")
+        status, code, msg = (
+            routed.error
+            if routed is not None
+            else (404, edge_errors.ENDPOINT_OFFLINE, f"The endpoint {scheme}://{host} is offline.")
+        )
         await answer(client, writer, status, code, msg, close=True)
         return None
-    return Route(routed.tunnel, routed.fixed, routed.enforcement, routed.hop, routed.cloud,
-                 routed.account_id)
+    return Route(
+        routed.tunnel,
+        routed.fixed,
+        routed.enforcement,
+        routed.hop,
+        routed.cloud,
+        routed.account_id,
+    )

@@ -12,6 +12,7 @@ edge's identity key (:func:`root_key`) for the endpoint (its URL and account), t
 kind and ``auth_id``: a cookie of another endpoint, another provider or another kind does
 not open. Nothing is kept per pending login at the edge, so pending logins cost no memory.
 """
+
 import asyncio
 import base64
 import hashlib
@@ -34,19 +35,29 @@ from chalicelib.core.policy import outcome as tpo
 LOGIN_PATH = "/ngrok/login"
 LOGOUT_PATH = "/ngrok/logout"
 CALLBACK_PATH = "/ngrok/callback"
-STATE_LIFETIME = 600.0          # seconds a pending login (its cookie) is good for
-MAX_COOKIE_BYTES = 3800         # a sealed cookie value, under browsers' 4096 per cookie
-MAX_CLAIM_BYTES = 256           # email, name, subject each cut to this (UTF-8 bytes)
-MAX_PROVIDER_BYTES = 1 << 20    # a discovery document, JWKS, token or user info answer
-FETCH_TIMEOUT = 10.0            # seconds for one call to the provider
-DOC_TTL = 3600.0                # discovery documents and JWKS are cached this long
-CACHE_ENTRIES = 256             # provider documents cached (oldest dropped first)
-REFRESH_EVERY = 60.0            # a session cookie's last-seen time is rewritten this often
-REVOCATION_SECONDS = 5.0        # a revoked session is refused by every instance within this
-REVOCATION_ENTRIES = 65536      # sessions whose liveness an instance remembers (LRU)
+STATE_LIFETIME = 600.0  # seconds a pending login (its cookie) is good for
+MAX_COOKIE_BYTES = 3800  # a sealed cookie value, under browsers' 4096 per cookie
+MAX_CLAIM_BYTES = 256  # email, name, subject each cut to this (UTF-8 bytes)
+MAX_PROVIDER_BYTES = 1 << 20  # a discovery document, JWKS, token or user info answer
+FETCH_TIMEOUT = 10.0  # seconds for one call to the provider
+DOC_TTL = 3600.0  # discovery documents and JWKS are cached this long
+CACHE_ENTRIES = 256  # provider documents cached (oldest dropped first)
+REFRESH_EVERY = 60.0  # a session cookie's last-seen time is rewritten this often
+REVOCATION_SECONDS = 5.0  # a revoked session is refused by every instance within this
+REVOCATION_ENTRIES = 65536  # sessions whose liveness an instance remembers (LRU)
 IDENTITY_HEADERS = ("ngrok-auth-user-email", "ngrok-auth-user-id", "ngrok-auth-user-name")
-ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
-              "ES512", "EdDSA")
+ASYMMETRIC = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+)
 
 log = logging.getLogger(__name__)
 _root: Optional[bytes] = None
@@ -73,23 +84,26 @@ def root_key() -> bytes:
                     raise ValueError("EDGE_IDENTITY_KEY must be 64 hex digits")
             else:
                 from chalicelib.core import keywrap
+
                 master = keywrap.master_key(create=True)
             _root = hmac.new(master, b"edge identity cookies v1", hashlib.sha256).digest()
         return _root
 
 
 def _binding(endpoint: Any, kind: str, auth_id: str) -> bytes:
-    return "\0".join((endpoint.account_id, endpoint.url or endpoint.host, kind,
-                      auth_id)).encode("utf-8")
+    return "\0".join((endpoint.account_id, endpoint.url or endpoint.host, kind, auth_id)).encode(
+        "utf-8"
+    )
 
 
 _ciphers: "OrderedDict[Tuple[bytes, bytes, str], Any]" = OrderedDict()
-CIPHER_ENTRIES = 4096   # derived keys kept (per endpoint, provider and purpose; LRU)
+CIPHER_ENTRIES = 4096  # derived keys kept (per endpoint, provider and purpose; LRU)
 
 
 def _cipher(binding: bytes, purpose: str) -> Any:
     """The AES-GCM cipher of one binding and purpose (its key derived once, then kept)."""
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     root = root_key()
     cache_key = (root, binding, purpose)
     cipher = _ciphers.get(cache_key)
@@ -112,6 +126,7 @@ def unseal(binding: bytes, purpose: str, text: str) -> Optional[Dict[str, Any]]:
     """The payload of a cookie :func:`seal` made for this binding and purpose; None for
     anything else (changed, another endpoint or provider, too long, not ours)."""
     from cryptography.exceptions import InvalidTag
+
     if not text or len(text) > MAX_COOKIE_BYTES:
         return None
     try:
@@ -147,8 +162,9 @@ _cache: Dict[str, Tuple[float, Any]] = {}
 _cache_lock = threading.Lock()
 
 
-def _http(url: str, data: Optional[bytes] = None, headers: Optional[Dict[str, str]] = None
-          ) -> Tuple[int, bytes, str]:
+def _http(
+    url: str, data: Optional[bytes] = None, headers: Optional[Dict[str, str]] = None
+) -> Tuple[int, bytes, str]:
     request = urllib.request.Request(url, data=data, headers=dict(headers or {}))
     request.add_header("Accept", "application/json")
     request.add_header("User-Agent", "tunnel-edge-identity")
@@ -157,11 +173,15 @@ def _http(url: str, data: Optional[bytes] = None, headers: Optional[Dict[str, st
             body = answer.read(MAX_PROVIDER_BYTES + 1)
             status, media = answer.status, answer.headers.get("content-type", "")
     except urllib.error.HTTPError as exc:
-        body, status, media = exc.read(MAX_PROVIDER_BYTES + 1), exc.code, \
-            exc.headers.get("content-type", "")
+        body, status, media = (
+            exc.read(MAX_PROVIDER_BYTES + 1),
+            exc.code,
+            exc.headers.get("content-type", ""),
+        )
     except (OSError, ValueError) as exc:
-        raise SigninError(f"the identity provider could not be reached "
-                          f"({type(exc).__name__})") from None
+        raise SigninError(
+            f"the identity provider could not be reached ({type(exc).__name__})"
+        ) from None
     if len(body) > MAX_PROVIDER_BYTES:
         raise SigninError("the identity provider's answer is too large")
     return status, body, media
@@ -201,22 +221,25 @@ def discovery(issuer: str, now: float) -> Dict[str, Any]:
     return doc
 
 
-def verify_id_token(token: str, doc: Dict[str, Any], client_id: str, nonce: str,
-                    now: float) -> Dict[str, Any]:
+def verify_id_token(
+    token: str, doc: Dict[str, Any], client_id: str, nonce: str, now: float
+) -> Dict[str, Any]:
     """The claims of an ID token signed by a key of the provider's JWKS, for this client,
     of this issuer, not expired, with this login's nonce; SigninError otherwise."""
     import jwt
+
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError:
         raise SigninError("the ID token is not a JWT") from None
     alg = header.get("alg")
-    allowed = [a for a in doc.get("id_token_signing_alg_values_supported") or ["RS256"]
-               if a in ASYMMETRIC]
+    allowed = [
+        a for a in doc.get("id_token_signing_alg_values_supported") or ["RS256"] if a in ASYMMETRIC
+    ]
     if alg not in allowed:
         raise SigninError(f"the ID token's algorithm {str(alg)[:16]!r} is not accepted")
     key = None
-    for refresh in (False, True):   # a key not found: the provider rotated, fetch once more
+    for refresh in (False, True):  # a key not found: the provider rotated, fetch once more
         keys = jwt.PyJWKSet.from_dict(_cached(doc["jwks_uri"], now, "JWKS", refresh))
         for candidate in keys.keys:
             if header.get("kid") in (None, candidate.key_id):
@@ -227,9 +250,15 @@ def verify_id_token(token: str, doc: Dict[str, Any], client_id: str, nonce: str,
     if key is None:
         raise SigninError("no key of the provider's JWKS signed the ID token")
     try:
-        claims = jwt.decode(token, key=key, algorithms=[alg], audience=client_id,
-                            issuer=doc["issuer"], leeway=60,
-                            options={"require": ["exp", "iat", "sub"]})
+        claims = jwt.decode(
+            token,
+            key=key,
+            algorithms=[alg],
+            audience=client_id,
+            issuer=doc["issuer"],
+            leeway=60,
+            options={"require": ["exp", "iat", "sub"]},
+        )
     except jwt.PyJWTError as exc:
         raise SigninError(f"the ID token is not valid ({exc})") from None
     if not hmac.compare_digest(str(claims.get("nonce", "")), nonce):
@@ -237,15 +266,26 @@ def verify_id_token(token: str, doc: Dict[str, Any], client_id: str, nonce: str,
     return claims
 
 
-def exchange(token_url: str, client_id: str, client_secret: str, code: str,
-             redirect_uri: str, verifier: str) -> Dict[str, Any]:
-    form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
-            "code_verifier": verifier, "client_id": client_id}
-    basic = base64.b64encode(f"{urllib.parse.quote(client_id, safe='')}:"
-                             f"{urllib.parse.quote(client_secret, safe='')}".encode()).decode()
-    status, body, media = _http(token_url, urllib.parse.urlencode(form).encode(), {
-        "Content-Type": "application/x-www-form-urlencoded", "Authorization": f"Basic {basic}"})
-    if "json" not in media and status == 200:   # GitHub without Accept: form-encoded
+def exchange(
+    token_url: str, client_id: str, client_secret: str, code: str, redirect_uri: str, verifier: str
+) -> Dict[str, Any]:
+    form = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": redirect_uri,
+        "code_verifier": verifier,
+        "client_id": client_id,
+    }
+    basic = base64.b64encode(
+        f"{urllib.parse.quote(client_id, safe='')}:"
+        f"{urllib.parse.quote(client_secret, safe='')}".encode()
+    ).decode()
+    status, body, media = _http(
+        token_url,
+        urllib.parse.urlencode(form).encode(),
+        {"Content-Type": "application/x-www-form-urlencoded", "Authorization": f"Basic {basic}"},
+    )
+    if "json" not in media and status == 200:  # GitHub without Accept: form-encoded
         return {k: v[0] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace")).items()}
     doc = _json(status, body, "token endpoint")
     if doc.get("error"):
@@ -260,22 +300,39 @@ def userinfo(url: str, access_token: str) -> Dict[str, Any]:
 
 # ---- one request ---------------------------------------------------------------------------
 def _answer(status: int, headers: List[Tuple[str, str]], body: bytes = b"") -> tpo.Outcome:
-    return tpo.Outcome(tpo.RESPOND, status_code=status,
-                       headers=headers + [("content-length", str(len(body)))], body=body)
+    return tpo.Outcome(
+        tpo.RESPOND,
+        status_code=status,
+        headers=headers + [("content-length", str(len(body)))],
+        body=body,
+    )
 
 
 def _error(status: int, code: str, message: str, clear: List[str]) -> tpo.Outcome:
     body = json.dumps({"error_code": code, "status_code": status, "msg": message}).encode()
-    return _answer(status, [("content-type", "application/json"), ("ngrok-error-code", code),
-                            ("cache-control", "no-store")] +
-                   [("set-cookie", c) for c in clear], body)
+    return _answer(
+        status,
+        [
+            ("content-type", "application/json"),
+            ("ngrok-error-code", code),
+            ("cache-control", "no-store"),
+        ]
+        + [("set-cookie", c) for c in clear],
+        body,
+    )
 
 
 def safe_path(value: str) -> str:
     """A path on this endpoint to go back to: a relative reference starting with one '/',
     no backslash and no control characters; anything else is '/' (no open redirect)."""
-    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value \
-            or any(ord(ch) < 0x20 or ord(ch) == 0x7f for ch in value) or len(value) > 2048:
+    if (
+        not value
+        or not value.startswith("/")
+        or value.startswith("//")
+        or "\\" in value
+        or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value)
+        or len(value) > 2048
+    ):
         return "/"
     parts = urllib.parse.urlsplit(value)
     if parts.scheme or parts.netloc:
@@ -325,7 +382,7 @@ async def handle(traffic: Any, out: tpo.Outcome, clock=time.time) -> Optional[tp
     its own is a 502 (never a pass)."""
     try:
         return await _handle(traffic, out, clock)
-    except Exception:   # noqa: BLE001 (fail closed, and say so in the log)
+    except Exception:  # noqa: BLE001 (fail closed, and say so in the log)
         log.exception("sign-in action failed")
         return _error(502, edge_errors.SIGNIN_FAILED, "Sign-in failed at the edge.", [])
 
@@ -334,37 +391,60 @@ async def _handle(traffic: Any, out: tpo.Outcome, clock) -> Optional[tpo.Outcome
     action, rendered = out.identity
     ctx = _Ctx(traffic, action, rendered)
     now = clock()
-    if ctx.path == CALLBACK_PATH and ctx.targets_us() and \
-            (ctx.param("state") or _cookie_value(ctx.req, ctx.login_name)):
+    if (
+        ctx.path == CALLBACK_PATH
+        and ctx.targets_us()
+        and (ctx.param("state") or _cookie_value(ctx.req, ctx.login_name))
+    ):
         return await _callback(traffic, ctx, now)
     if ctx.path == LOGOUT_PATH and ctx.targets_us():
         ending = unseal(ctx.binding, "session", _cookie_value(ctx.req, ctx.session_name))
-        if ending is not None and ending.get("sid"):   # the session ends everywhere, too
+        if ending is not None and ending.get("sid"):  # the session ends everywhere, too
             account_id, sid = traffic.conn.endpoint.account_id, str(ending["sid"])
             _revocations[(account_id, sid)] = (time.monotonic() + REVOCATION_SECONDS, False)
             try:
                 await asyncio.to_thread(app_sessions.end, account_id, sid)
-            except Exception:   # noqa: BLE001 (the cookie is cleared all the same)
-                log.warning("logout: session %s of %s not deleted from the store", sid,
-                            account_id, exc_info=True)
+            except Exception:  # noqa: BLE001 (the cookie is cleared all the same)
+                log.warning(
+                    "logout: session %s of %s not deleted from the store",
+                    sid,
+                    account_id,
+                    exc_info=True,
+                )
         body = b"<!doctype html><title>Signed out</title><p>You have been signed out.</p>\n"
-        return _answer(200, [("content-type", "text/html; charset=utf-8"),
-                             ("cache-control", "no-store"),
-                             ("set-cookie", ctx.clear(ctx.session_name))], body)
+        return _answer(
+            200,
+            [
+                ("content-type", "text/html; charset=utf-8"),
+                ("cache-control", "no-store"),
+                ("set-cookie", ctx.clear(ctx.session_name)),
+            ],
+            body,
+        )
     if ctx.path == LOGIN_PATH and ctx.targets_us():
         return await _start(ctx, now, safe_path(ctx.param("redirect_path")), force=True)
     session = unseal(ctx.binding, "session", _cookie_value(ctx.req, ctx.session_name))
     account_id = traffic.conn.endpoint.account_id
-    if session is not None and _live(session, action, now) and \
-            await not_revoked(account_id, str(session.get("sid", ""))):
+    if (
+        session is not None
+        and _live(session, action, now)
+        and await not_revoked(account_id, str(session.get("sid", "")))
+    ):
         _signed_in(traffic, ctx, session)
         if now - float(session.get("seen", 0)) >= REFRESH_EVERY:
-            session["seen"] = int(now)   # idle timeout: the cookie's last-seen moves on
+            session["seen"] = int(now)  # idle timeout: the cookie's last-seen moves on
             traffic.set_cookies = getattr(traffic, "set_cookies", None) or []
-            traffic.set_cookies.append(_cookie(ctx.session_name, seal(
-                ctx.binding, "session", session), ctx.secure, int(session["exp"] - now)))
-            asyncio.get_running_loop().run_in_executor(   # last_active, best effort
-                None, app_sessions.touch, account_id, str(session["sid"]), now)
+            traffic.set_cookies.append(
+                _cookie(
+                    ctx.session_name,
+                    seal(ctx.binding, "session", session),
+                    ctx.secure,
+                    int(session["exp"] - now),
+                )
+            )
+            asyncio.get_running_loop().run_in_executor(  # last_active, best effort
+                None, app_sessions.touch, account_id, str(session["sid"]), now
+            )
         return None
     return await _start(ctx, now, safe_path(ctx.req.target), force=False)
 
@@ -400,19 +480,22 @@ def _live(session: Dict[str, Any], action: Any, now: float) -> bool:
 
 
 def _signed_in(traffic: Any, ctx: _Ctx, session: Dict[str, Any]) -> None:
-    values = {"identity.email": str(session.get("em", "")),
-              "identity.name": str(session.get("nm", "")),
-              "identity.provider_user_id": str(session.get("sub", "")),
-              "identity.session_id": str(session.get("sid", ""))}
+    values = {
+        "identity.email": str(session.get("em", "")),
+        "identity.name": str(session.get("nm", "")),
+        "identity.provider_user_id": str(session.get("sub", "")),
+        "identity.session_id": str(session.get("sid", "")),
+    }
     action_vars = traffic.state.action_vars["on_http_request"]
     for key, value in values.items():
         action_vars[f"actions.ngrok.{ctx.kind}.{key}"] = value
     req = ctx.req
     if any(n.lower().startswith("ngrok-auth-user-") for n, _ in req.headers):
-        for name in IDENTITY_HEADERS:   # a visitor's own copies never reach the upstream
+        for name in IDENTITY_HEADERS:  # a visitor's own copies never reach the upstream
             req.remove_header(name)
-    for name, key in zip(IDENTITY_HEADERS, ("identity.email", "identity.provider_user_id",
-                                            "identity.name")):
+    for name, key in zip(
+        IDENTITY_HEADERS, ("identity.email", "identity.provider_user_id", "identity.name")
+    ):
         value = "".join(ch for ch in values[key] if ch >= " " and ch != "\x7f")
         req.add_header(name, value)
 
@@ -423,8 +506,9 @@ async def _start(ctx: _Ctx, now: float, back: str, force: bool) -> tpo.Outcome:
         if ctx.kind == "oidc":
             doc = await asyncio.to_thread(discovery, action.issuer_url, now)
             authorize = doc["authorization_endpoint"]
-            scopes = ["openid", "email", "profile"] + \
-                [s for s in action.scopes if s not in ("openid", "email", "profile")]
+            scopes = ["openid", "email", "profile"] + [
+                s for s in action.scopes if s not in ("openid", "email", "profile")
+            ]
         else:
             authorize = action.endpoints[0]
             scopes = list(action.scopes)
@@ -432,12 +516,18 @@ async def _start(ctx: _Ctx, now: float, back: str, force: bool) -> tpo.Outcome:
         return _error(502, edge_errors.SIGNIN_FAILED, str(exc), [])
     state, nonce = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     verifier = secrets.token_urlsafe(48)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()) \
-        .decode().rstrip("=")
-    query = [("response_type", "code"), ("client_id", ctx.client_id),
-             ("redirect_uri", ctx.origin + CALLBACK_PATH), ("scope", " ".join(scopes)),
-             ("state", state), ("code_challenge", challenge),
-             ("code_challenge_method", "S256")]
+    challenge = (
+        base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
+    )
+    query = [
+        ("response_type", "code"),
+        ("client_id", ctx.client_id),
+        ("redirect_uri", ctx.origin + CALLBACK_PATH),
+        ("scope", " ".join(scopes)),
+        ("state", state),
+        ("code_challenge", challenge),
+        ("code_challenge_method", "S256"),
+    ]
     if ctx.kind == "oidc":
         query.append(("nonce", nonce))
     if force:
@@ -445,49 +535,95 @@ async def _start(ctx: _Ctx, now: float, back: str, force: bool) -> tpo.Outcome:
     query.extend(action.authz_url_params)
     sep = "&" if "?" in authorize else "?"
     location = authorize + sep + urllib.parse.urlencode(query)
-    pending = seal(ctx.binding, "login", {"st": state, "no": nonce, "pk": verifier,
-                                          "bk": back, "exp": int(now + STATE_LIFETIME)})
-    return _answer(302, [("location", location), ("cache-control", "no-store"),
-                         ("set-cookie", _cookie(ctx.login_name, pending, ctx.secure,
-                                                int(STATE_LIFETIME)))])
+    pending = seal(
+        ctx.binding,
+        "login",
+        {"st": state, "no": nonce, "pk": verifier, "bk": back, "exp": int(now + STATE_LIFETIME)},
+    )
+    return _answer(
+        302,
+        [
+            ("location", location),
+            ("cache-control", "no-store"),
+            ("set-cookie", _cookie(ctx.login_name, pending, ctx.secure, int(STATE_LIFETIME))),
+        ],
+    )
 
 
 async def _callback(traffic: Any, ctx: _Ctx, now: float) -> tpo.Outcome:
     clear = [ctx.clear(ctx.login_name)]
     pending = unseal(ctx.binding, "login", _cookie_value(ctx.req, ctx.login_name))
     if pending is None or now >= float(pending.get("exp", 0)):
-        return _error(400, edge_errors.SIGNIN_STATE_MISSING, "The state parameter required "
-                      "to finish authorization is missing or expired. Start over to try "
-                      "again.", clear)
+        return _error(
+            400,
+            edge_errors.SIGNIN_STATE_MISSING,
+            "The state parameter required "
+            "to finish authorization is missing or expired. Start over to try "
+            "again.",
+            clear,
+        )
     if not hmac.compare_digest(ctx.param("state"), str(pending.get("st", ""))):
-        return _error(400, edge_errors.SIGNIN_STATE_MISMATCH, "The state parameter required "
-                      "to finish authorization does not match this host. Try again.", clear)
+        return _error(
+            400,
+            edge_errors.SIGNIN_STATE_MISMATCH,
+            "The state parameter required "
+            "to finish authorization does not match this host. Try again.",
+            clear,
+        )
     if ctx.param("error") or not ctx.param("code"):
-        return _error(403, edge_errors.SIGNIN_FAILED, "The identity provider did not sign "
-                      f"you in ({ctx.param('error')[:64] or 'no code'}).", clear)
+        return _error(
+            403,
+            edge_errors.SIGNIN_FAILED,
+            f"The identity provider did not sign you in ({ctx.param('error')[:64] or 'no code'}).",
+            clear,
+        )
     try:
         identity = await asyncio.to_thread(_finish, ctx, pending, now)
     except SigninError as exc:
-        return _error(502 if "reached" in str(exc) else 403, edge_errors.SIGNIN_FAILED,
-                      f"Sign-in failed: {exc}.", clear)
+        return _error(
+            502 if "reached" in str(exc) else 403,
+            edge_errors.SIGNIN_FAILED,
+            f"Sign-in failed: {exc}.",
+            clear,
+        )
     action = ctx.action
     endpoint = traffic.conn.endpoint
-    provider = (urllib.parse.urlsplit(action.issuer_url).hostname or "", action.issuer_url) \
-        if ctx.kind == "oidc" else (action.provider, action.endpoints[0])
-    sid, _ = await asyncio.to_thread(   # /app/sessions, /app/users (the API revokes there)
-        app_sessions.record_signin, endpoint.account_id, endpoint.id, ctx.origin, provider,
-        identity, (ctx.req.get_header("user-agent") or [""])[0], traffic.conn.client_ip, now,
-        now + action.max_session)
-    session = {"sid": sid, "iat": int(now), "seen": int(now),
-               "exp": int(now + action.max_session), **identity}
+    provider = (
+        (urllib.parse.urlsplit(action.issuer_url).hostname or "", action.issuer_url)
+        if ctx.kind == "oidc"
+        else (action.provider, action.endpoints[0])
+    )
+    sid, _ = await asyncio.to_thread(  # /app/sessions, /app/users (the API revokes there)
+        app_sessions.record_signin,
+        endpoint.account_id,
+        endpoint.id,
+        ctx.origin,
+        provider,
+        identity,
+        (ctx.req.get_header("user-agent") or [""])[0],
+        traffic.conn.client_ip,
+        now,
+        now + action.max_session,
+    )
+    session = {
+        "sid": sid,
+        "iat": int(now),
+        "seen": int(now),
+        "exp": int(now + action.max_session),
+        **identity,
+    }
     value = seal(ctx.binding, "session", session)
-    if len(value) > MAX_COOKIE_BYTES:   # cannot happen with claims cut to MAX_CLAIM_BYTES
+    if len(value) > MAX_COOKIE_BYTES:  # cannot happen with claims cut to MAX_CLAIM_BYTES
         return _error(502, edge_errors.SIGNIN_FAILED, "The session is too large.", clear)
-    return _answer(302, [("location", safe_path(str(pending.get("bk", "/")))),
-                         ("cache-control", "no-store"),
-                         ("set-cookie", _cookie(ctx.session_name, value, ctx.secure,
-                                                int(action.max_session)))] +
-                   [("set-cookie", c) for c in clear])
+    return _answer(
+        302,
+        [
+            ("location", safe_path(str(pending.get("bk", "/")))),
+            ("cache-control", "no-store"),
+            ("set-cookie", _cookie(ctx.session_name, value, ctx.secure, int(action.max_session))),
+        ]
+        + [("set-cookie", c) for c in clear],
+    )
 
 
 def _cut(value: Any) -> str:
@@ -503,21 +639,39 @@ def _finish(ctx: _Ctx, pending: Dict[str, Any], now: float) -> Dict[str, str]:
     redirect_uri = ctx.origin + CALLBACK_PATH
     if ctx.kind == "oidc":
         doc = discovery(action.issuer_url, now)
-        tokens = exchange(doc["token_endpoint"], ctx.client_id, ctx.client_secret,
-                          ctx.param("code"), redirect_uri, str(pending.get("pk", "")))
+        tokens = exchange(
+            doc["token_endpoint"],
+            ctx.client_id,
+            ctx.client_secret,
+            ctx.param("code"),
+            redirect_uri,
+            str(pending.get("pk", "")),
+        )
         id_token = tokens.get("id_token")
         if not isinstance(id_token, str):
             raise SigninError("the token endpoint returned no ID token")
         claims = verify_id_token(id_token, doc, ctx.client_id, str(pending.get("no", "")), now)
-        if not claims.get("email") and isinstance(doc.get("userinfo_endpoint"), str) and \
-                isinstance(tokens.get("access_token"), str):
+        if (
+            not claims.get("email")
+            and isinstance(doc.get("userinfo_endpoint"), str)
+            and isinstance(tokens.get("access_token"), str)
+        ):
             info = userinfo(doc["userinfo_endpoint"], tokens["access_token"])
             if str(info.get("sub")) == str(claims["sub"]):
                 claims.update({k: info[k] for k in ("email", "name") if k in info})
-        return {"sub": _cut(claims["sub"]), "em": _cut(claims.get("email")),
-                "nm": _cut(claims.get("name") or claims.get("preferred_username"))}
-    tokens = exchange(action.endpoints[1], ctx.client_id, ctx.client_secret,
-                      ctx.param("code"), redirect_uri, str(pending.get("pk", "")))
+        return {
+            "sub": _cut(claims["sub"]),
+            "em": _cut(claims.get("email")),
+            "nm": _cut(claims.get("name") or claims.get("preferred_username")),
+        }
+    tokens = exchange(
+        action.endpoints[1],
+        ctx.client_id,
+        ctx.client_secret,
+        ctx.param("code"),
+        redirect_uri,
+        str(pending.get("pk", "")),
+    )
     access = tokens.get("access_token")
     if not isinstance(access, str) or not access:
         raise SigninError("the token endpoint returned no access token")
@@ -525,17 +679,22 @@ def _finish(ctx: _Ctx, pending: Dict[str, Any], now: float) -> Dict[str, str]:
     subject = info.get("sub") or info.get("id")
     if subject in (None, ""):
         raise SigninError("the user info names no user")
-    return {"sub": _cut(subject), "em": _cut(info.get("email")),
-            "nm": _cut(info.get("name") or info.get("login") or
-                       info.get("preferred_username"))}
+    return {
+        "sub": _cut(subject),
+        "em": _cut(info.get("email")),
+        "nm": _cut(info.get("name") or info.get("login") or info.get("preferred_username")),
+    }
 
 
 def with_cookies(event: Any, traffic: Any) -> Any:
     """The upstream's response head with the refreshed session cookie added (idle timeout:
     the cookie's last-seen time moves on)."""
     from edge import http1
+
     cookies, traffic.set_cookies = traffic.set_cookies, None
-    return http1.Response(status_code=event.status_code, reason=event.reason,
-                          headers=list(event.headers) +
-                          [(b"set-cookie", c.encode("latin-1")) for c in cookies],
-                          checked=True)
+    return http1.Response(
+        status_code=event.status_code,
+        reason=event.reason,
+        headers=list(event.headers) + [(b"set-cookie", c.encode("latin-1")) for c in cookies],
+        checked=True,
+    )

@@ -8,6 +8,7 @@ request. Whether an endpoint captures bodies is its capture setting, read from t
 cached 10 s per endpoint (at most 10000 endpoints); until the first read answers, bodies are
 not captured.
 """
+
 import asyncio
 import base64
 import collections
@@ -29,34 +30,49 @@ CACHE_ENDPOINTS = 10_000
 PENDING = 1000
 WRITE_BATCH = 25
 
-CAPTURED = Counter("edge_inspector_captured", "Requests written to the traffic inspector",
-                   registry=None)
-DROPPED = Counter("edge_inspector_dropped", "Requests the inspector did not keep, by reason",
-                  ["reason"], registry=None)
+CAPTURED = Counter(
+    "edge_inspector_captured", "Requests written to the traffic inspector", registry=None
+)
+DROPPED = Counter(
+    "edge_inspector_dropped",
+    "Requests the inspector did not keep, by reason",
+    ["reason"],
+    registry=None,
+)
 events.METRICS = events.METRICS + (CAPTURED, DROPPED)
 
 
 def _body(data: bytes) -> Tuple[str, bool]:
-    return base64.b64encode(data[:layout.BODY_BYTES]).decode("ascii"), \
-        len(data) > layout.BODY_BYTES
+    return base64.b64encode(data[: layout.BODY_BYTES]).decode("ascii"), len(
+        data
+    ) > layout.BODY_BYTES
 
 
 def captured_item(record: events.Record, request_id: str) -> Dict[str, Any]:
     """The stored form of one captured request (what the API returns, less uri)."""
     data: Dict[str, Any] = {
-        "id": request_id, "endpoint_id": record.endpoint_id, "endpoint_url": record.endpoint_url,
+        "id": request_id,
+        "endpoint_id": record.endpoint_id,
+        "endpoint_url": record.endpoint_url,
         "start": events.rfc3339(record.started),
         "duration_ms": round(record.duration * 1000, 3),
-        "method": record.method, "target": record.target[:events.MAX_URL], "host": record.host,
-        "proto": record.scheme, "http_version": record.version,
+        "method": record.method,
+        "target": record.target[: events.MAX_URL],
+        "host": record.host,
+        "proto": record.scheme,
+        "http_version": record.version,
         "client_addr": f"{record.client_ip}:{record.client_port}",
         "status_code": record.status,
         "request_headers": events.headers_map(record.request_headers),
         "response_headers": events.headers_map(record.response_headers),
-        "request_body_size": record.bytes_in, "response_body_size": record.bytes_out,
+        "request_body_size": record.bytes_in,
+        "response_body_size": record.bytes_out,
         "bodies_captured": record.capture,
-        "request_body": None, "request_body_truncated": False,
-        "response_body": None, "response_body_truncated": False}
+        "request_body": None,
+        "request_body_truncated": False,
+        "response_body": None,
+        "response_body_truncated": False,
+    }
     if record.capture:
         data["request_body"], data["request_body_truncated"] = _body(record.request_body)
         data["response_body"], data["response_body_truncated"] = _body(record.response_body)
@@ -66,9 +82,10 @@ def captured_item(record: events.Record, request_id: str) -> Dict[str, Any]:
 class Inspector:
     def __init__(self) -> None:
         self.pending: Deque[store.Item] = collections.deque()
-        self.window: Dict[str, Tuple[int, int]] = {}     # endpoint -> (minute, count)
-        self.capture: "collections.OrderedDict[Tuple[str, str], Tuple[bool, float]]" = \
+        self.window: Dict[str, Tuple[int, int]] = {}  # endpoint -> (minute, count)
+        self.capture: "collections.OrderedDict[Tuple[str, str], Tuple[bool, float]]" = (
             collections.OrderedDict()
+        )
         self.asked: set = set()
         self.writing = False
         self._lock = threading.Lock()
@@ -117,9 +134,13 @@ class Inspector:
             DROPPED.labels("pending_full").inc()
             return
         request_id = ids.new_id(ids.PREFIXES["captured_request"])
-        item = store.new_item(layout.pk(record.account_id, record.endpoint_id), request_id,
-                              kind=layout.KIND, account_id=record.account_id,
-                              data=captured_item(record, request_id))
+        item = store.new_item(
+            layout.pk(record.account_id, record.endpoint_id),
+            request_id,
+            kind=layout.KIND,
+            account_id=record.account_id,
+            data=captured_item(record, request_id),
+        )
         item.expires_at = int(time.time()) + layout.TTL_SECONDS
         self.pending.append(item)
         if not self.writing:

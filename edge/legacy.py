@@ -15,11 +15,12 @@ The CLI 2.x speaks protocol version "2" and sends, for ``ngrok http``, Opts
 ``-bind-tls=both`` (the default) makes the CLI bind the same name twice in one session, once
 ``http`` and once ``https``: see ``edge.server.Edge.bind_http`` (one owner, two listeners).
 """
+
 from typing import Any, Dict
 
 from chalicelib.core import binding, edge_errors
 
-PROTOCOL_VERSION = "2"             # what the CLI 2.x offers in Auth.Version (alone)
+PROTOCOL_VERSION = "2"  # what the CLI 2.x offers in Auth.Version (alone)
 MIN_PASSWORD, MAX_PASSWORD = 8, 128
 
 
@@ -38,16 +39,19 @@ def http_options(opts: Dict[str, Any]) -> Dict[str, Any]:
         if not sep or not user:
             raise _refuse("Invalid basic auth credential: it must be 'user:password'.")
         if not MIN_PASSWORD <= len(password) <= MAX_PASSWORD:
-            raise _refuse(f"Invalid basic auth credential: the password must be "
-                          f"{MIN_PASSWORD} to {MAX_PASSWORD} characters.")
+            raise _refuse(
+                f"Invalid basic auth credential: the password must be "
+                f"{MIN_PASSWORD} to {MAX_PASSWORD} characters."
+            )
         basic = dict(out.get("BasicAuth") or {})
         basic["credentials"] = list(basic.get("credentials") or []) + [
-            {"username": user, "cleartext_password": password}]
+            {"username": user, "cleartext_password": password}
+        ]
         out["BasicAuth"] = basic
     rewrite = out.pop("HostHeaderRewrite", None)
     if rewrite is not None and not isinstance(rewrite, bool):
         raise _refuse("HostHeaderRewrite must be a boolean.")
-    scheme = out.pop("LocalURLScheme", None)   # http, https, file (``ngrok http file://``)
+    scheme = out.pop("LocalURLScheme", None)  # http, https, file (``ngrok http file://``)
     if scheme is not None and not (isinstance(scheme, str) and len(scheme) <= 64):
         raise _refuse("LocalURLScheme must be a scheme name.")
     return out
@@ -58,9 +62,15 @@ HTTP_PAIR = ("http", "https")
 
 
 def _pairs(tunnel: Any, other: Any) -> bool:
-    return (other is not tunnel and other.session is tunnel.session and other.sibling is None
-            and not other.internal and other.proto in HTTP_PAIR and tunnel.proto in HTTP_PAIR
-            and other.proto != tunnel.proto)
+    return (
+        other is not tunnel
+        and other.session is tunnel.session
+        and other.sibling is None
+        and not other.internal
+        and other.proto in HTTP_PAIR
+        and tunnel.proto in HTTP_PAIR
+        and other.proto != tunnel.proto
+    )
 
 
 def sibling_for(tunnel: Any, registry: Any, name: str) -> Any:
@@ -84,9 +94,14 @@ def generated_partner(tunnel: Any) -> Any:
     if not tunnel.scheme_only:
         return None
     mine = _comparable(tunnel.opts)
-    candidates = [other for other in tunnel.session.tunnels.values()
-                  if _pairs(tunnel, other) and other.generated and other.hostname
-                  and _comparable(other.opts) == mine]
+    candidates = [
+        other
+        for other in tunnel.session.tunnels.values()
+        if _pairs(tunnel, other)
+        and other.generated
+        and other.hostname
+        and _comparable(other.opts) == mine
+    ]
     return candidates[0] if len(candidates) == 1 else None
 
 

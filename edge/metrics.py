@@ -10,6 +10,7 @@ and the muxado stream table of one session, on 127.0.0.1 like every listener.
 
 Bounds: a request head of at most 8 KiB that arrives within 5 s; one request per connection.
 """
+
 import asyncio
 import dataclasses
 import json
@@ -35,54 +36,76 @@ class _EdgeCollector:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         sessions = [s for s in list(self.edge.sessions) if not s.ended]
-        yield GaugeMetricFamily("edge_agent_sessions", "Agent sessions open on this instance",
-                                value=len(sessions))
-        yield GaugeMetricFamily("edge_tunnels", "Tunnels bound on this instance",
-                                value=len(self.edge.registry.by_id))
-        streams = GaugeMetricFamily("edge_mux_streams_open",
-                                    "muxado streams in the session tables, by who opened them",
-                                    labels=["opened_by"])
+        yield GaugeMetricFamily(
+            "edge_agent_sessions", "Agent sessions open on this instance", value=len(sessions)
+        )
+        yield GaugeMetricFamily(
+            "edge_tunnels", "Tunnels bound on this instance", value=len(self.edge.registry.by_id)
+        )
+        streams = GaugeMetricFamily(
+            "edge_mux_streams_open",
+            "muxado streams in the session tables, by who opened them",
+            labels=["opened_by"],
+        )
         streams.add_metric(["edge"], sum(s.mux.local_open for s in sessions))
         streams.add_metric(["agent"], sum(s.mux.remote_open for s in sessions))
         yield streams
         admission = self.edge.admission
-        yield GaugeMetricFamily("edge_public_connections", "Public connections held",
-                                value=admission.total)
-        yield CounterMetricFamily("edge_public_connections_evicted",
-                                  "Waiting public connections closed to make room",
-                                  value=admission.evicted)
-        yield CounterMetricFamily("edge_public_connections_refused",
-                                  "Public connections refused at a cap", value=admission.refused)
-        yield GaugeMetricFamily("edge_mux_streams_lingering",
-                                "Streams the edge finished, waiting for the agent's FIN",
-                                value=sum(s.mux.lingering for s in sessions))
+        yield GaugeMetricFamily(
+            "edge_public_connections", "Public connections held", value=admission.total
+        )
+        yield CounterMetricFamily(
+            "edge_public_connections_evicted",
+            "Waiting public connections closed to make room",
+            value=admission.evicted,
+        )
+        yield CounterMetricFamily(
+            "edge_public_connections_refused",
+            "Public connections refused at a cap",
+            value=admission.refused,
+        )
+        yield GaugeMetricFamily(
+            "edge_mux_streams_lingering",
+            "Streams the edge finished, waiting for the agent's FIN",
+            value=sum(s.mux.lingering for s in sessions),
+        )
 
 
 def limits_of(edge: Any) -> dict:
     """Every bound and quota in force on this instance (docs/SECURITY.md says what each does)."""
     from edge import agents, server, session
+
     settings = edge.settings
-    return {"quotas": dataclasses.asdict(settings.limits),
-            "public_connections": {"max": settings.max_connections,
-                                   "max_per_address": settings.max_connections_per_address,
-                                   "head_timeout_s": settings.head_timeout,
-                                   "idle_timeout_s": settings.idle_timeout},
-            "agent_connections": {
-                "auth_timeout_s": agents.AUTH_TIMEOUT,
-                "max_unauthenticated": server.MAX_UNAUTHENTICATED,
-                "max_unauthenticated_per_address": server.MAX_UNAUTHENTICATED_PER_ADDRESS,
-                "pre_auth_streams": session.PRE_AUTH_STREAMS,
-                "pre_auth_bytes": session.PRE_AUTH_BYTES,
-                "max_agent_streams": session.MAX_STREAMS,
-                "max_edge_streams": session.MAX_LOCAL_STREAMS,
-                "heartbeat_interval_s": list(agents.HEARTBEAT_INTERVAL_RANGE),
-                "heartbeat_tolerance_s": list(agents.HEARTBEAT_TOLERANCE_RANGE)}}
+    return {
+        "quotas": dataclasses.asdict(settings.limits),
+        "public_connections": {
+            "max": settings.max_connections,
+            "max_per_address": settings.max_connections_per_address,
+            "head_timeout_s": settings.head_timeout,
+            "idle_timeout_s": settings.idle_timeout,
+        },
+        "agent_connections": {
+            "auth_timeout_s": agents.AUTH_TIMEOUT,
+            "max_unauthenticated": server.MAX_UNAUTHENTICATED,
+            "max_unauthenticated_per_address": server.MAX_UNAUTHENTICATED_PER_ADDRESS,
+            "pre_auth_streams": session.PRE_AUTH_STREAMS,
+            "pre_auth_bytes": session.PRE_AUTH_BYTES,
+            "max_agent_streams": session.MAX_STREAMS,
+            "max_edge_streams": session.MAX_LOCAL_STREAMS,
+            "heartbeat_interval_s": list(agents.HEARTBEAT_INTERVAL_RANGE),
+            "heartbeat_tolerance_s": list(agents.HEARTBEAT_TOLERANCE_RANGE),
+        },
+    }
 
 
 def session_streams(session: Any) -> dict:
     mux = session.mux
-    return {"streams_open": mux.open_streams, "edge_opened": mux.local_open,
-            "agent_opened": mux.remote_open, "lingering": mux.lingering}
+    return {
+        "streams_open": mux.open_streams,
+        "edge_opened": mux.local_open,
+        "agent_opened": mux.remote_open,
+        "lingering": mux.lingering,
+    }
 
 
 class MetricsServer:
@@ -91,21 +114,28 @@ class MetricsServer:
         self.registry = CollectorRegistry()
         self.registry.register(_EdgeCollector(edge))
         self.registry.register(ProcessCollector(registry=None))
-        self.registry.register(events.Collector(edge))   # requests, latency, events, store
+        self.registry.register(events.Collector(edge))  # requests, latency, events, store
 
     @connection_handler
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             async with asyncio.timeout(HEAD_TIMEOUT):
                 head = await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, asyncio.TimeoutError,
-                ConnectionError):
+        except (
+            asyncio.LimitOverrunError,
+            asyncio.IncompleteReadError,
+            asyncio.TimeoutError,
+            ConnectionError,
+        ):
             writer.close()
             return
         status, ctype, body = self.answer(head.split(b"\r\n", 1)[0])
-        writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-                     b"Connection: close\r\n\r\n" % (status, _REASONS[status], ctype.encode(),
-                                                     len(body)) + body)
+        writer.write(
+            b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n"
+            % (status, _REASONS[status], ctype.encode(), len(body))
+            + body
+        )
         try:
             await writer.drain()
         except ConnectionError:
@@ -122,7 +152,7 @@ class MetricsServer:
         if path == "/limits":
             return 200, "application/json", json.dumps(limits_of(self.edge), indent=1).encode()
         if path.startswith("/sessions/"):
-            session = self.edge.registry.sessions.get(path[len("/sessions/"):])
+            session = self.edge.registry.sessions.get(path[len("/sessions/") :])
             if session is not None:
                 return 200, "application/json", json.dumps(session_streams(session)).encode()
         return 404, "text/plain", b"not found\n"

@@ -13,6 +13,7 @@ id, error code, message). Flags: FIN 0x1, SYN 0x2. A malformed frame (unknown ty
 length for its type, SYN on a non-DATA frame, stream id 0 on a stream frame) raises
 :class:`ProtocolError`; the session answers with GOAWAY and ends.
 """
+
 import struct
 from dataclasses import dataclass
 from typing import Iterator, List
@@ -82,8 +83,12 @@ class Frame:
 def encode(type_: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     if len(payload) > LENGTH_MAX:
         raise ValueError("payload longer than a frame can carry")
-    return HEADER.pack((len(payload) << 8) | ((type_ & 0xF) << 4) | (flags & 0xF),
-                       stream_id & STREAM_ID_MAX) + payload
+    return (
+        HEADER.pack(
+            (len(payload) << 8) | ((type_ & 0xF) << 4) | (flags & 0xF), stream_id & STREAM_ID_MAX
+        )
+        + payload
+    )
 
 
 def data(stream_id: int, payload: bytes = b"", *, syn: bool = False, fin: bool = False) -> bytes:
@@ -99,8 +104,12 @@ def wndinc(stream_id: int, increment: int) -> bytes:
 
 
 def goaway(last_stream_id: int, code: int, message: bytes = b"") -> bytes:
-    return encode(GOAWAY, 0, 0, U32.pack(last_stream_id & STREAM_ID_MAX) + U32.pack(code)
-                  + message[:LENGTH_MAX - 8])
+    return encode(
+        GOAWAY,
+        0,
+        0,
+        U32.pack(last_stream_id & STREAM_ID_MAX) + U32.pack(code) + message[: LENGTH_MAX - 8],
+    )
 
 
 class FrameParser:
@@ -126,10 +135,10 @@ class FrameParser:
                 if len(buf) - offset - 8 < length:
                     break
                 start = offset + 8
-                yield Frame(type_, flags, sid & STREAM_ID_MAX, bytes(buf[start:start + length]))
+                yield Frame(type_, flags, sid & STREAM_ID_MAX, bytes(buf[start : start + length]))
                 offset = start + length
         finally:
-            if offset == len(buf):   # all parsed: drop the buffer (a drained one keeps its size)
+            if offset == len(buf):  # all parsed: drop the buffer (a drained one keeps its size)
                 self._buf = bytearray()
             else:
                 del buf[:offset]
@@ -140,15 +149,15 @@ def _check_header(length: int, type_: int, flags: int, stream_id: int, max_paylo
         if stream_id == 0:
             raise ProtocolError("DATA frame on stream 0")
         if length > max_payload:
-            raise ProtocolError(f"DATA frame of {length} bytes exceeds the window",
-                                E_FLOW_CONTROL)
+            raise ProtocolError(f"DATA frame of {length} bytes exceeds the window", E_FLOW_CONTROL)
         return
     if flags & SYN:
         raise ProtocolError(f"SYN flag on a frame of type {type_}")
     if type_ in (RST, WNDINC):
         if length != 4:
-            raise ProtocolError(f"frame of type {type_} must carry 4 bytes, not {length}",
-                                E_FRAME_SIZE)
+            raise ProtocolError(
+                f"frame of type {type_} must carry 4 bytes, not {length}", E_FRAME_SIZE
+            )
         if stream_id == 0:
             raise ProtocolError(f"frame of type {type_} on stream 0")
     elif type_ == GOAWAY:

@@ -10,6 +10,7 @@ queue. Nothing here awaits, reads the store or touches the network.
 ``counting(reader, writer)`` does the same for TCP endpoints' bytes; ``tcp_closed`` records
 the connection when it ends.
 """
+
 import time
 from typing import Any, List, Optional, Tuple
 
@@ -64,7 +65,7 @@ class Tap:
                 _keep(self._bodies[0], event.data)
         elif kind is http1.Request:
             self._request, self._response, self._hop, self._state = event, None, None, None
-            self._kind = "none"   # until routed: an unknown host, a ban, a bad request
+            self._kind = "none"  # until routed: an unknown host, a ban, a bad request
             self._started, self._wall = time.perf_counter(), time.time()
             self._in = self._out = 0
             self._bodies = None
@@ -96,15 +97,31 @@ class Tap:
             return
         bodies, self._bodies = self._bodies, None
         hub = self._edge._events_hub if hasattr(self._edge, "_events_hub") else hub_of(self._edge)
-        hub.record_http((self._peer, self._sock, self._scheme, self._hop, self._kind,
-                         self._state, self._wall, self._started, time.perf_counter(),
-                         time.time(), self._in, self._out, request, response, bodies))
+        hub.record_http(
+            (
+                self._peer,
+                self._sock,
+                self._scheme,
+                self._hop,
+                self._kind,
+                self._state,
+                self._wall,
+                self._started,
+                time.perf_counter(),
+                time.time(),
+                self._in,
+                self._out,
+                request,
+                response,
+                bodies,
+            )
+        )
 
 
 def _keep(kept: List[bytes], data: Any) -> None:
     size = sum(len(k) for k in kept)
-    if size <= layout.BODY_BYTES:   # one byte more than kept tells "truncated"
-        kept.append(bytes(data[:layout.BODY_BYTES + 1 - size]))
+    if size <= layout.BODY_BYTES:  # one byte more than kept tells "truncated"
+        kept.append(bytes(data[: layout.BODY_BYTES + 1 - size]))
 
 
 def tap(conn: Any, edge: Any, peer: Any, writer: Any, scheme: str) -> Tap:
@@ -115,11 +132,14 @@ def routed(client: Any, hop: Any, cloud: bool) -> None:
     """The endpoint a request reached (its account, id and URL for the record)."""
     if type(client) is Tap:
         client._hop = hop
-        client._kind = "cloud" if cloud else (
-            "edge" if hop.endpoint_id.startswith("edghts") else "agent")
-        if hop.endpoint_id and client._bodies is None and \
-                hub_of(client._edge).inspector.captures_bodies(hop.account_id,
-                                                               hop.endpoint_id):
+        client._kind = (
+            "cloud" if cloud else ("edge" if hop.endpoint_id.startswith("edghts") else "agent")
+        )
+        if (
+            hop.endpoint_id
+            and client._bodies is None
+            and hub_of(client._edge).inspector.captures_bodies(hop.account_id, hop.endpoint_id)
+        ):
             client._bodies = ([], [])
 
 
@@ -162,17 +182,37 @@ def counting(reader: Any, writer: Any) -> TcpConn:
     return TcpConn(reader, writer)
 
 
-def tcp_closed(edge: Any, conn: TcpConn, peer: Any, writer: Any, hop: Any,
-               cloud: bool = False, state: Any = None) -> None:
+def tcp_closed(
+    edge: Any,
+    conn: TcpConn,
+    peer: Any,
+    writer: Any,
+    hop: Any,
+    cloud: bool = False,
+    state: Any = None,
+) -> None:
     """A TCP endpoint connection ended: one record (none when no endpoint took it)."""
     if hop is None or not hop.account_id:
         return
     sock = writer.get_extra_info("sockname") or ("", 0)
-    hub_of(edge).record(Record(
-        kind="tcp", account_id=hop.account_id, endpoint_id=hop.endpoint_id,
-        endpoint_url=hop.url, endpoint_host=hop.host,
-        endpoint_kind="cloud" if cloud else "agent", scheme="tcp", client_ip=str(peer[0]),
-        client_port=int(peer[1] or 0), server_ip=str(sock[0]), server_port=int(sock[1] or 0),
-        started=conn.wall, ended=time.time(), duration=time.perf_counter() - conn.started,
-        bytes_in=conn.reader.count, bytes_out=conn.writer.count,
-        action_vars=getattr(state, "action_vars", None)))
+    hub_of(edge).record(
+        Record(
+            kind="tcp",
+            account_id=hop.account_id,
+            endpoint_id=hop.endpoint_id,
+            endpoint_url=hop.url,
+            endpoint_host=hop.host,
+            endpoint_kind="cloud" if cloud else "agent",
+            scheme="tcp",
+            client_ip=str(peer[0]),
+            client_port=int(peer[1] or 0),
+            server_ip=str(sock[0]),
+            server_port=int(sock[1] or 0),
+            started=conn.wall,
+            ended=time.time(),
+            duration=time.perf_counter() - conn.started,
+            bytes_in=conn.reader.count,
+            bytes_out=conn.writer.count,
+            action_vars=getattr(state, "action_vars", None),
+        )
+    )

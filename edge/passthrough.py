@@ -23,6 +23,7 @@ is enforced by the edge's handshake when it terminates (a client without a certi
 those CAs fails the handshake), and refused at Bind without ``TLSTermination``
 (ERR_NGROK_1602): a passed-through handshake is the agent's.
 """
+
 import asyncio
 import base64
 import binascii
@@ -40,13 +41,16 @@ log = logging.getLogger("edge.passthrough")
 PROTO = "tls"
 EDGE_TYPE_TLS = "2"
 EDGE_CERTIFICATE = "edge"
-HANDSHAKE_TIMEOUT = 15.0     # TLSTermination without a pair: the edge's own certificate
+HANDSHAKE_TIMEOUT = 15.0  # TLSTermination without a pair: the edge's own certificate
 
 
 def options(opts: Dict[str, Any]) -> enforce.Enforcement:
     """The enforcement of a TLS endpoint's Bind options, or Refused."""
-    rest = {k: v for k, v in opts.items()
-            if k not in ("MutualTLSAtAgent", "TLSTermination", "MutualTLSAtEdge")}
+    rest = {
+        k: v
+        for k, v in opts.items()
+        if k not in ("MutualTLSAtAgent", "TLSTermination", "MutualTLSAtEdge")
+    }
     return enforce.tcp_options(rest)
 
 
@@ -56,10 +60,12 @@ def client_certificates(option: Any, terminated: bool) -> Any:
     Refused without ``TLSTermination``: a passed-through handshake is not the edge's."""
     spec = tls_spec.spec_of_bind(option)
     if spec is not None and not terminated:
-        raise binding.Refused(edge_errors.INVALID_OPTION,
-                              "MutualTLSAtEdge needs TLSTermination: the edge checks client "
-                              "certificates only on a handshake it makes, not on one it passes "
-                              "through.")
+        raise binding.Refused(
+            edge_errors.INVALID_OPTION,
+            "MutualTLSAtEdge needs TLSTermination: the edge checks client "
+            "certificates only on a handshake it makes, not on one it passes "
+            "through.",
+        )
     return spec
 
 
@@ -76,19 +82,23 @@ def termination(option: Any, spec: Any = None) -> Any:
     cert, key = option.get("cert"), option.get("key")
     if not cert and not key:
         if option.get("sealed_key"):
-            raise binding.Refused(edge_errors.INVALID_OPTION,
-                                  "TLSTermination with a sealed key is not supported; send the "
-                                  "key itself.")
+            raise binding.Refused(
+                edge_errors.INVALID_OPTION,
+                "TLSTermination with a sealed key is not supported; send the key itself.",
+            )
         return EDGE_CERTIFICATE
     try:
-        cert_pem, key_pem = (base64.b64decode(v, validate=True) if isinstance(v, str)
-                             else bytes(v or b"") for v in (cert, key))
+        cert_pem, key_pem = (
+            base64.b64decode(v, validate=True) if isinstance(v, str) else bytes(v or b"")
+            for v in (cert, key)
+        )
         ctx = certs.context_from_pem(cert_pem, key_pem)
         return tls_spec.apply(ctx, spec) if spec is not None else ctx
     except (ValueError, TypeError, ssl.SSLError, binascii.Error) as exc:
-        raise binding.Refused(edge_errors.INVALID_OPTION,
-                              "TLSTermination's certificate and key could not be loaded "
-                              f"together: {str(exc)[:200]}") from None
+        raise binding.Refused(
+            edge_errors.INVALID_OPTION,
+            f"TLSTermination's certificate and key could not be loaded together: {str(exc)[:200]}",
+        ) from None
 
 
 def tunnel_for(edge: Any, name: str) -> Any:
@@ -115,29 +125,36 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
             transport.abort()
             return True
         ending = tunnel.termination
-        if ending is None:   # passthrough: the bytes as they come, ClientHello first
+        if ending is None:  # passthrough: the bytes as they come, ClientHello first
             reader = asyncio.StreamReader()
             protocol = asyncio.StreamReaderProtocol(reader)
             transport.set_protocol(protocol)
             protocol.connection_made(transport)
-            writer = asyncio.StreamWriter(transport, protocol, reader,
-                                          asyncio.get_running_loop())
+            writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
             transport.resume_reading()
-        else:                # terminated here (TLSTermination), plaintext to the agent
-            ctx = edge.certs.context_for([name], tunnel.tls) if ending == EDGE_CERTIFICATE \
+        else:  # terminated here (TLSTermination), plaintext to the agent
+            ctx = (
+                edge.certs.context_for([name], tunnel.tls)
+                if ending == EDGE_CERTIFICATE
                 else ending
+            )
             try:
-                reader, writer = await connections.start_server_tls(transport, ctx,
-                                                                    HANDSHAKE_TIMEOUT)
+                reader, writer = await connections.start_server_tls(
+                    transport, ctx, HANDSHAKE_TIMEOUT
+                )
             except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError):
                 transport.abort()
                 return True
         try:
             sock = transport.get_extra_info("sockname") or ("", 0)
-            stream = await tunnel.session.open_proxy(tunnel, f"{peer[0]}:{peer[1]}", PROTO,
-                                                     passthrough_tls=ending is None,
-                                                     server_addr=f"{sock[0]}:{sock[1]}")
-        except ConnectionError:   # StreamReset / StreamsExhausted: the agent is gone or full
+            stream = await tunnel.session.open_proxy(
+                tunnel,
+                f"{peer[0]}:{peer[1]}",
+                PROTO,
+                passthrough_tls=ending is None,
+                server_addr=f"{sock[0]}:{sock[1]}",
+            )
+        except ConnectionError:  # StreamReset / StreamsExhausted: the agent is gone or full
             return True
         await splice(reader, writer, stream)
     finally:
@@ -147,22 +164,33 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
     return True
 
 
-async def _allowed(edge: Any, tunnel: Any, transport: asyncio.Transport, peer: Any,
-                   name: str) -> bool:
+async def _allowed(
+    edge: Any, tunnel: Any, transport: asyncio.Transport, peer: Any, name: str
+) -> bool:
     """The endpoint's on_tcp_connect rules let the connection through (restrict-ips, with
     IP policies from the edge's cache; any other outcome than continue closes it)."""
     enforcement = tunnel.enforcement
     if enforcement is None or enforcement.policy is None:
         return True
     sock = transport.get_extra_info("sockname") or ("", 0)
-    conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
-                   server_ip=str(sock[0]), server_port=int(sock[1] or 0),
-                   endpoint=tp.Endpoint(id=tunnel.endpoint_id or tunnel.id, url=tunnel.url,
-                                        host=name, port=int(sock[1] or 0), protocol=PROTO,
-                                        account_id=tunnel.account_id),
-                   server_region=edge.settings.region)
+    conn = tp.Conn(
+        client_ip=str(peer[0]),
+        client_port=int(peer[1] or 0),
+        server_ip=str(sock[0]),
+        server_port=int(sock[1] or 0),
+        endpoint=tp.Endpoint(
+            id=tunnel.endpoint_id or tunnel.id,
+            url=tunnel.url,
+            host=name,
+            port=int(sock[1] or 0),
+            protocol=PROTO,
+            account_id=tunnel.account_id,
+        ),
+        server_region=edge.settings.region,
+    )
     if enforcement.policy.ip_policy_ids:
-        conn.ip_policy_resolver = await edge.router.ip_policy_resolver(tunnel.account_id,
-                                                                       enforcement.policy)
+        conn.ip_policy_resolver = await edge.router.ip_policy_resolver(
+            tunnel.account_id, enforcement.policy
+        )
     out = enforcement.policy.on_tcp_connect(conn, enforcement.policy.new_state())
     return out.kind == tp.CONTINUE

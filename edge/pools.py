@@ -17,6 +17,7 @@ pooled endpoint whose URL is held by an endpoint of another instance is refused 
 conflict (``make run`` runs one instance; docs/DEPLOY.md says how several would forward).
 TCP addresses and internal endpoints are not pooled here.
 """
+
 from typing import Any, Dict, Optional
 
 from chalicelib.core import binding
@@ -32,9 +33,13 @@ def join(registry: Any, tunnel: Any, name: str) -> Optional[Any]:
     """Add ``tunnel`` to the pool serving ``name`` on this instance when both enable pooling
     (same account, same protocol); the pool's first member, or None (not joined)."""
     holder = registry.by_host.get(name)
-    if holder is None or not (holder.pooled and tunnel.pooled) or \
-            holder.account_id != tunnel.account_id or holder.proto != tunnel.proto or \
-            tunnel.proto not in POOLABLE:
+    if (
+        holder is None
+        or not (holder.pooled and tunnel.pooled)
+        or holder.account_id != tunnel.account_id
+        or holder.proto != tunnel.proto
+        or tunnel.proto not in POOLABLE
+    ):
         return None
     if holder.pool is None:
         holder.pool = [holder]
@@ -44,15 +49,22 @@ def join(registry: Any, tunnel: Any, name: str) -> Optional[Any]:
     return holder
 
 
-def refusal(exc: binding.Refused, tunnel: Any, holder: Optional[Any], name: str
-            ) -> binding.Refused:
+def refusal(
+    exc: binding.Refused, tunnel: Any, holder: Optional[Any], name: str
+) -> binding.Refused:
     """The claim's conflict, said the way hosted says it when pooling is involved."""
     if holder is not None and holder.pooled and not tunnel.pooled:
-        return binding.Refused(exc.code, f"The endpoint '{name}' is already online as a pool "
-                                         "of endpoints with pooling enabled; enable pooling "
-                                         "on this endpoint to join it.")
+        return binding.Refused(
+            exc.code,
+            f"The endpoint '{name}' is already online as a pool "
+            "of endpoints with pooling enabled; enable pooling "
+            "on this endpoint to join it.",
+        )
     if tunnel.pooled:
-        return binding.Refused(exc.code, f"The endpoint '{name}' is already online without "
-                                         "pooling enabled (or through another protocol or "
-                                         "account); every endpoint of a pool enables pooling.")
+        return binding.Refused(
+            exc.code,
+            f"The endpoint '{name}' is already online without "
+            "pooling enabled (or through another protocol or "
+            "account); every endpoint of a pool enables pooling.",
+        )
     return exc

@@ -5,12 +5,23 @@ RPC requests (Auth, Bind, Unbind, StartTunnelWithLabel) are one JSON object the 
 without half-closing; :class:`JsonReader` recognises the end of that object incrementally and
 tells a truncated document (wait for more) from a malformed one (end the session).
 """
+
 import json
 import re
 import struct
 from typing import Any, Dict, Optional
 
-AUTH, BIND, UNBIND, PROXY, RESTART, STOP, UPDATE, BIND_LABELED, STOP_TUNNEL = 0, 1, 2, 3, 4, 5, 6, 7, 9
+AUTH, BIND, UNBIND, PROXY, RESTART, STOP, UPDATE, BIND_LABELED, STOP_TUNNEL = (
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    9,
+)
 HEARTBEAT = 0xFFFFFFFF
 AGENT_STREAM_TYPES = {AUTH, BIND, UNBIND, BIND_LABELED, HEARTBEAT}
 
@@ -44,12 +55,12 @@ class JsonReader:
     def __init__(self, limit: int = MAX_RPC_BYTES):
         self._buf = bytearray()
         self._limit = limit
-        self._scanned = 0          # bytes of _buf already scanned
+        self._scanned = 0  # bytes of _buf already scanned
         self._started = False
         self._depth = 0
         self._in_string = False
         self._escape = False
-        self._end: Optional[int] = None   # index just past the object's closing brace
+        self._end: Optional[int] = None  # index just past the object's closing brace
 
     def feed(self, chunk: bytes) -> Optional[Dict[str, Any]]:
         self._buf += chunk
@@ -59,7 +70,7 @@ class JsonReader:
             self._scan()
         if self._end is None:
             return None
-        return self._decode(bytes(self._buf[:self._end]))
+        return self._decode(bytes(self._buf[: self._end]))
 
     def _scan(self) -> None:
         buf, at = self._buf, self._scanned
@@ -137,12 +148,24 @@ def stream_type(typ: int) -> bytes:
     return U32.pack(typ)
 
 
-def proxy_header(*, tunnel_id: str, client_addr: str, proto: str, edge_type: str = "",
-                 passthrough_tls: bool = False) -> bytes:
+def proxy_header(
+    *,
+    tunnel_id: str,
+    client_addr: str,
+    proto: str,
+    edge_type: str = "",
+    passthrough_tls: bool = False,
+) -> bytes:
     """Type 3, then an i64 little-endian length, then the JSON header."""
-    header = json.dumps({"Id": tunnel_id, "ClientAddr": client_addr, "Proto": proto,
-                         "EdgeType": edge_type or EDGE_TYPE.get(proto, "0"),
-                         "PassthroughTLS": passthrough_tls}).encode("utf-8")
+    header = json.dumps(
+        {
+            "Id": tunnel_id,
+            "ClientAddr": client_addr,
+            "Proto": proto,
+            "EdgeType": edge_type or EDGE_TYPE.get(proto, "0"),
+            "PassthroughTLS": passthrough_tls,
+        }
+    ).encode("utf-8")
     return U32.pack(PROXY) + I64LE.pack(len(header)) + header
 
 

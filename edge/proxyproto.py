@@ -10,6 +10,7 @@ keep-alive connection is one proxy stream, so one header, before its first reque
 Source: the public client's address; destination: the address of the edge's listener the
 client reached (its host setting and port), the same for every connection of a listener.
 """
+
 import ipaddress
 import struct
 from typing import Any, Dict, Tuple
@@ -28,8 +29,9 @@ def version_of(opts: Dict[str, Any]) -> Tuple[int, Dict[str, Any]]:
         return 0, rest
     if value in (1, 2, "1", "2") and not isinstance(value, bool):
         return int(value), rest
-    raise binding.Refused(INVALID_OPTION, "ProxyProto must be 1 or 2 (PROXY protocol version), "
-                                          "or 0 for none.")
+    raise binding.Refused(
+        INVALID_OPTION, "ProxyProto must be 1 or 2 (PROXY protocol version), or 0 for none."
+    )
 
 
 def _split(addr: str) -> Tuple[str, int]:
@@ -47,12 +49,20 @@ def header(version: int, client_addr: str, server_addr: str) -> bytes:
     src, sport = _split(client_addr)
     dst, dport = _split(server_addr)
     six = ":" in src or ":" in dst
-    if six:   # both sides in one family: an IPv4 one mapped into IPv6
-        src, dst = (str(ipaddress.IPv6Address(f"::ffff:{a}")) if ":" not in a else a
-                    for a in (src, dst))
+    if six:  # both sides in one family: an IPv4 one mapped into IPv6
+        src, dst = (
+            str(ipaddress.IPv6Address(f"::ffff:{a}")) if ":" not in a else a for a in (src, dst)
+        )
     if version == 1:
         return f"PROXY {'TCP6' if six else 'TCP4'} {src} {dst} {sport} {dport}\r\n".encode()
-    packed = ipaddress.ip_address(src).packed + ipaddress.ip_address(dst).packed + \
-        struct.pack(">HH", sport, dport)
-    return V2_SIGNATURE + bytes([0x21, 0x21 if six else 0x11]) + \
-        struct.pack(">H", len(packed)) + packed
+    packed = (
+        ipaddress.ip_address(src).packed
+        + ipaddress.ip_address(dst).packed
+        + struct.pack(">HH", sport, dport)
+    )
+    return (
+        V2_SIGNATURE
+        + bytes([0x21, 0x21 if six else 0x11])
+        + struct.pack(">H", len(packed))
+        + packed
+    )

@@ -13,13 +13,14 @@ When nothing serves the host, or the agent is gone, the answer is the contract's
 (``error_code`` ERR_NGROK_3200 endpoint offline, 8012 upstream unreachable, 3004 bad
 upstream response) with no upstream bytes and no internal addresses in it.
 """
+
 import asyncio
 import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import edge_errors
 from edge import breaker, http1, http_policy, http_routing, wstcp
-from edge import observe   # traffic events, metrics and the inspector (edge/events.py)
+from edge import observe  # traffic events, metrics and the inspector (edge/events.py)
 from edge.connections import connection_handler
 from edge.h2leg import H2Leg
 from edge.http_io import BODY_TIMEOUT, READ_CHUNK, Closed, answer, client_event, send, splice
@@ -46,13 +47,12 @@ def request_host(request: http1.Request) -> str:
 # TCP_NODELAY, and on a kept-alive upstream connection (delayed ACKs) the second write waited
 # ~40 ms for the ACK of the first; a new connection ACKs at once (quick-ACK mode).
 SDK_COPY_BUFFER = 8 * 1024
-FRESH_STREAM_BODY = SDK_COPY_BUFFER // 2   # body bytes past which a head + body may not fit
+FRESH_STREAM_BODY = SDK_COPY_BUFFER // 2  # body bytes past which a head + body may not fit
 # (the default of EDGE_FRESH_STREAM_BODY; 0 turns it off: each such request costs the SDK a new
 # upstream connection, and so a TIME_WAIT socket on its side)
 
 
-def needs_fresh_stream(leg: Any, request: http1.Request,
-                       limit: int = FRESH_STREAM_BODY) -> bool:
+def needs_fresh_stream(leg: Any, request: http1.Request, limit: int = FRESH_STREAM_BODY) -> bool:
     """True when ``request`` should not reuse ``leg``'s stream (HTTP/1.1 legs only; a body
     past ``limit`` bytes, or of unknown size; ``limit`` 0: never, EDGE_FRESH_STREAM_BODY)."""
     if not limit or not isinstance(leg, _Leg):
@@ -78,8 +78,12 @@ class _Leg:
         """Both messages done with keep-alive, and nothing more from the agent pending
         (parsed or still in the stream's buffer): such bytes would be read as the next
         request's response."""
-        return self.conn.our_state is http1.DONE and self.conn.their_state is http1.DONE \
-            and self.conn.clean and not self.stream.buffered
+        return (
+            self.conn.our_state is http1.DONE
+            and self.conn.their_state is http1.DONE
+            and self.conn.clean
+            and not self.stream.buffered
+        )
 
     async def next_event(self, before_wait: Optional[Callable[[], None]] = None) -> Any:
         """The next HTTP event from the agent; ``before_wait`` runs before waiting for bytes
@@ -110,10 +114,13 @@ class _Leg:
 
 # The agent's session has MAX_LOCAL_STREAMS connections open and none ended within
 # OPEN_WAIT: the hosted "too many connections" (ERR_NGROK_702, answered with 429).
-TOO_MANY_STREAMS = (429, edge_errors.TOO_MANY_CONNECTIONS,
-                         "Too many connections! The agent session serving "
-                         "this endpoint has too many connections open at "
-                         "once; try again later.")
+TOO_MANY_STREAMS = (
+    429,
+    edge_errors.TOO_MANY_CONNECTIONS,
+    "Too many connections! The agent session serving "
+    "this endpoint has too many connections open at "
+    "once; try again later.",
+)
 
 
 class HttpFront:
@@ -147,13 +154,12 @@ class HttpFront:
         peer = writer.get_extra_info("peername") or ("", 0)
         client_ip, client_addr = str(peer[0]), f"{peer[0]}:{peer[1]}"
         ticket = self.edge.admission.admit(client_ip, writer.transport)
-        if ticket is None:   # at a cap with no waiting connection to make room: refused
+        if ticket is None:  # at a cap with no waiting connection to make room: refused
             writer.transport.abort()
             return
-        client = observe.tap(self.client_connection(reader), self.edge, peer, writer,
-                             self.scheme)
+        client = observe.tap(self.client_connection(reader), self.edge, peer, writer, self.scheme)
         leg: Optional[_Leg] = self.idle_leg()
-        conns: Dict[Any, Any] = {}   # endpoint -> tp.Conn, built once per connection
+        conns: Dict[Any, Any] = {}  # endpoint -> tp.Conn, built once per connection
         first = True
         try:
             while True:
@@ -163,19 +169,36 @@ class HttpFront:
                     self.edge.admission.busy(ticket)
                     first = False
                 except http1.RemoteProtocolError as exc:
-                    await answer(client, writer, 400, edge_errors.MISDIRECTED,
-                                 f"The request is not valid HTTP/1.1: {exc}", close=True)
+                    await answer(
+                        client,
+                        writer,
+                        400,
+                        edge_errors.MISDIRECTED,
+                        f"The request is not valid HTTP/1.1: {exc}",
+                        close=True,
+                    )
                     return
                 if not isinstance(request, http1.Request):
                     return
                 host = request_host(request)
-                routed = await http_routing.route(self.edge, self.scheme, client, writer,
-                                                  request, host)
+                routed = await http_routing.route(
+                    self.edge, self.scheme, client, writer, request, host
+                )
                 if routed is None:
                     return
                 observe.routed(client, routed.endpoint, routed.cloud)
-                ran = await http_policy.run(self.edge, self.scheme, client, reader, writer,
-                                            peer, request, host, routed, conns)
+                ran = await http_policy.run(
+                    self.edge,
+                    self.scheme,
+                    client,
+                    reader,
+                    writer,
+                    peer,
+                    request,
+                    host,
+                    routed,
+                    conns,
+                )
                 verdict, traffic, prebuffered = ran.verdict, ran.traffic, ran.prebuffered
                 tunnel, fixed, endpoint = ran.route.tunnel, ran.route.fixed, ran.route.endpoint
                 if verdict == "close":
@@ -183,53 +206,79 @@ class HttpFront:
                 if verdict == "next":
                     client.start_next_cycle()
                     continue
-                if ran.route.cloud:   # its policy let the request through: no upstream
-                    await answer(client, writer, 502, edge_errors.CLOUD_POLICY_FAILED,
-                                 f"The traffic policy configured for cloud endpoint "
-                                 f"{endpoint.endpoint_id} is non-terminating.", close=True)
+                if ran.route.cloud:  # its policy let the request through: no upstream
+                    await answer(
+                        client,
+                        writer,
+                        502,
+                        edge_errors.CLOUD_POLICY_FAILED,
+                        f"The traffic policy configured for cloud endpoint "
+                        f"{endpoint.endpoint_id} is non-terminating.",
+                        close=True,
+                    )
                     return
-                if fixed is not None:   # an http_response backend: the edge answers
-                    if not await http_policy.answer_fixed(client, reader, writer, fixed,
-                                                          traffic, prebuffered):
+                if fixed is not None:  # an http_response backend: the edge answers
+                    if not await http_policy.answer_fixed(
+                        client, reader, writer, fixed, traffic, prebuffered
+                    ):
                         return
                     client.start_next_cycle()
                     continue
-                if not breaker.allows(tunnel):   # its circuit breaker tripped (edge.breaker)
+                if not breaker.allows(tunnel):  # its circuit breaker tripped (edge.breaker)
                     await answer(client, writer, *breaker.TRIPPED_ANSWER, close=True)
                     return
-                if getattr(tunnel, "ws_tcp", False):   # WebSocket-to-TCP (edge.wstcp)
-                    await wstcp.serve(self, client, reader, writer, tunnel, request,
-                                      client_addr)
+                if getattr(tunnel, "ws_tcp", False):  # WebSocket-to-TCP (edge.wstcp)
+                    await wstcp.serve(self, client, reader, writer, tunnel, request, client_addr)
                     return
-                if leg is None or leg.tunnel is not tunnel or not leg.reusable or \
-                        needs_fresh_stream(leg, request, getattr(
-                            self.edge.settings, "fresh_stream_body", FRESH_STREAM_BODY)):
+                if (
+                    leg is None
+                    or leg.tunnel is not tunnel
+                    or not leg.reusable
+                    or needs_fresh_stream(
+                        leg,
+                        request,
+                        getattr(self.edge.settings, "fresh_stream_body", FRESH_STREAM_BODY),
+                    )
+                ):
                     if leg is not None:
                         leg.close()
                     leg = None
                     try:
-                        leg = self.new_leg(tunnel, await tunnel.session.open_proxy(
-                            tunnel, client_addr, self.scheme))
+                        leg = self.new_leg(
+                            tunnel,
+                            await tunnel.session.open_proxy(tunnel, client_addr, self.scheme),
+                        )
                     except StreamsExhausted:
                         await answer(client, writer, *TOO_MANY_STREAMS, close=True)
                         return
                     except StreamReset:
-                        await answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
-                                     f"The endpoint {self.scheme}://{host} is offline.",
-                                     close=True)
+                        await answer(
+                            client,
+                            writer,
+                            502,
+                            edge_errors.ENDPOINT_OFFLINE,
+                            f"The endpoint {self.scheme}://{host} is offline.",
+                            close=True,
+                        )
                         return
                 else:
                     leg.conn.start_next_cycle()
-                outcome = await self._exchange(client, reader, writer, leg, request,
-                                               client_ip, host, traffic, prebuffered)
+                outcome = await self._exchange(
+                    client, reader, writer, leg, request, client_ip, host, traffic, prebuffered
+                )
                 if outcome != "next":
                     return
                 if client.our_state is http1.DONE and client.their_state is http1.DONE:
                     client.start_next_cycle()
                 else:
                     return
-        except (Closed, ConnectionError, OSError, asyncio.TimeoutError,
-                asyncio.IncompleteReadError):
+        except (
+            Closed,
+            ConnectionError,
+            OSError,
+            asyncio.TimeoutError,
+            asyncio.IncompleteReadError,
+        ):
             pass
         except http1.LocalProtocolError as exc:
             log.debug("closing a client connection: %s", exc)
@@ -240,9 +289,18 @@ class HttpFront:
             writer.close()
 
     # ---- one request/response ---------------------------------------------------------------
-    async def _exchange(self, client, reader, writer, leg: _Leg, request: http1.Request,
-                        client_ip: str, host: str, traffic: Optional[http_policy.Traffic] = None,
-                        prebuffered: Optional[List[Any]] = None) -> str:
+    async def _exchange(
+        self,
+        client,
+        reader,
+        writer,
+        leg: _Leg,
+        request: http1.Request,
+        client_ip: str,
+        host: str,
+        traffic: Optional[http_policy.Traffic] = None,
+        prebuffered: Optional[List[Any]] = None,
+    ) -> str:
         if traffic is not None:
             try:
                 upstream_request = traffic.upstream_request(client_ip, self.scheme)
@@ -252,8 +310,9 @@ class HttpFront:
                 return "close"
         else:
             headers = http_policy.forwarded_headers(request.headers, client_ip, self.scheme)
-            upstream_request = http1.Request(method=request.method, target=request.target,
-                                           headers=headers, raw_headers=headers)
+            upstream_request = http1.Request(
+                method=request.method, target=request.target, headers=headers, raw_headers=headers
+            )
         # The head and whatever of the body is already here go in one write (one muxado frame
         # up to its size): the SDK writes each frame to its upstream as it comes, without
         # TCP_NODELAY, so a body in a frame of its own waited there for the ACK of the head,
@@ -272,8 +331,14 @@ class HttpFront:
         try:
             await send_events(leg, events)
         except (StreamReset, http1.LocalProtocolError):
-            await answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
-                         f"The endpoint {self.scheme}://{host} is offline.", close=True)
+            await answer(
+                client,
+                writer,
+                502,
+                edge_errors.ENDPOINT_OFFLINE,
+                f"The endpoint {self.scheme}://{host} is offline.",
+                close=True,
+            )
             return "close"
         body_task = None
         if body_pending:
@@ -297,8 +362,16 @@ class HttpFront:
             else:
                 raise Closed()
 
-    async def _response(self, client, writer, leg: _Leg, body_task, host: str, reader,
-                        traffic: Optional[http_policy.Traffic] = None) -> str:
+    async def _response(
+        self,
+        client,
+        writer,
+        leg: _Leg,
+        body_task,
+        host: str,
+        reader,
+        traffic: Optional[http_policy.Traffic] = None,
+    ) -> str:
         """Relay the agent's response. Its pieces are held and written together (head and
         body of a small response in one system call), and always before waiting for more
         from the agent, so a streaming response still arrives as it is produced."""
@@ -331,7 +404,7 @@ class HttpFront:
                 elif isinstance(event, http1.Response):
                     if traffic is not None:
                         event = http_policy.response_phase(traffic, event)
-                        if isinstance(event, list):   # the policy answered instead
+                        if isinstance(event, list):  # the policy answered instead
                             for item in event:
                                 if item is not None:
                                     hold(item)
@@ -362,25 +435,37 @@ class HttpFront:
                     hold(event)
                     flush()
                     await writer.drain()
-                    if body_task is not None and (not body_task.done()
-                                                  or body_task.exception() is not None):
-                        return "close"   # answered before the body was sent: not reusable
+                    if body_task is not None and (
+                        not body_task.done() or body_task.exception() is not None
+                    ):
+                        return "close"  # answered before the body was sent: not reusable
                     return "next"
                 else:  # ConnectionClosed
                     raise StreamReset("upstream closed")
         except (StreamReset, http1.RemoteProtocolError) as exc:
             if started:
                 flush()
-                return "close"   # mid-body: the client sees the connection end
+                return "close"  # mid-body: the client sees the connection end
             if isinstance(exc, http1.RemoteProtocolError):
-                await answer(client, writer, 502, edge_errors.BAD_UPSTREAM_RESPONSE,
-                             "The upstream server returned an invalid or incomplete "
-                             "HTTP response.", close=True)
+                await answer(
+                    client,
+                    writer,
+                    502,
+                    edge_errors.BAD_UPSTREAM_RESPONSE,
+                    "The upstream server returned an invalid or incomplete HTTP response.",
+                    close=True,
+                )
             else:
                 breaker.record(getattr(leg, "tunnel", None), 502)
-                await answer(client, writer, 502, edge_errors.UPSTREAM_UNREACHABLE,
-                             f"The agent serving {self.scheme}://{host} could not reach "
-                             "its upstream service.", close=True)
+                await answer(
+                    client,
+                    writer,
+                    502,
+                    edge_errors.UPSTREAM_UNREACHABLE,
+                    f"The agent serving {self.scheme}://{host} could not reach "
+                    "its upstream service.",
+                    close=True,
+                )
             return "close"
 
     async def _leg_event(self, leg: _Leg, body_task, flush: Callable[[], None]) -> Any:
@@ -394,9 +479,10 @@ class HttpFront:
         event_task = asyncio.ensure_future(leg.next_event())
         try:
             while True:
-                done, _ = await asyncio.wait({event_task, body_task} if not body_task.done()
-                                             else {event_task},
-                                             return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {event_task, body_task} if not body_task.done() else {event_task},
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 if event_task in done:
                     return event_task.result()
                 if body_task.exception() is not None:

@@ -13,13 +13,14 @@ The session count is exact (one session lives on one instance); the account and 
 counts are service-wide (read from the online items in the store: chalicelib.core.online); the
 per-address lockout is per edge instance, in memory, bounded (``MAX_TRACKED_ADDRESSES``).
 """
+
 import time
 from dataclasses import dataclass
 from typing import Dict, Optional
 
 from chalicelib.core import binding, edge_errors
 
-MAX_TRACKED_ADDRESSES = 100_000   # addresses with recent failures kept in memory
+MAX_TRACKED_ADDRESSES = 100_000  # addresses with recent failures kept in memory
 WINDOW = 60.0
 LOCKOUT_FIRST = 10.0
 LOCKOUT_MAX = 600.0
@@ -37,29 +38,39 @@ class Limits:
 
 def endpoints_per_session(limit: int, urls: list) -> binding.Refused:
     shown = ", ".join(urls[:10]) + (", …" if len(urls) > 10 else "")
-    return binding.Refused(edge_errors.SESSION_ENDPOINT_LIMIT,
-                           f"Your account may not run more than {limit} "
-                           "endpoints over a single agent session. The "
-                           f"endpoints already running on this session are: "
-                           f"{shown}.")
+    return binding.Refused(
+        edge_errors.SESSION_ENDPOINT_LIMIT,
+        f"Your account may not run more than {limit} "
+        "endpoints over a single agent session. The "
+        f"endpoints already running on this session are: "
+        f"{shown}.",
+    )
 
 
 def endpoints_per_account(limit: int, what: str = "endpoints") -> binding.Refused:
-    return binding.Refused(edge_errors.ACCOUNT_ENDPOINT_LIMIT,
-                           f"You have exceeded the maximum number of "
-                           f"concurrent {what} allowed for this account "
-                           f"({limit}).")
+    return binding.Refused(
+        edge_errors.ACCOUNT_ENDPOINT_LIMIT,
+        f"You have exceeded the maximum number of "
+        f"concurrent {what} allowed for this account "
+        f"({limit}).",
+    )
 
 
 def sessions_per_credential(limit: int) -> binding.Refused:
-    return binding.Refused(edge_errors.SESSION_LIMIT, f"This credential is limited to {limit} "
-                                            "simultaneous agent sessions. Stop one of them "
-                                            "first, or run several endpoints in one session.")
+    return binding.Refused(
+        edge_errors.SESSION_LIMIT,
+        f"This credential is limited to {limit} "
+        "simultaneous agent sessions. Stop one of them "
+        "first, or run several endpoints in one session.",
+    )
 
 
 def auths_per_credential(limit: int) -> binding.Refused:
-    return binding.Refused("", f"This credential authenticated more than {limit} times in "
-                               "the last minute; try again in a minute.")
+    return binding.Refused(
+        "",
+        f"This credential authenticated more than {limit} times in "
+        "the last minute; try again in a minute.",
+    )
 
 
 class _Address:
@@ -105,15 +116,16 @@ class AuthThrottle:
             state.window_start, state.failures = at, 0
         state.failures += 1
         if state.failures > self.limit:
-            state.locked_until = at + min(LOCKOUT_FIRST * 2 ** state.lockouts, LOCKOUT_MAX)
+            state.locked_until = at + min(LOCKOUT_FIRST * 2**state.lockouts, LOCKOUT_MAX)
             state.lockouts += 1
             state.window_start, state.failures = at, 0
 
     def _prune(self, at: float) -> None:
-        for address in [a for a, s in self._by_address.items()
-                        if s.locked_until < at and at - s.last > WINDOW]:
+        for address in [
+            a for a, s in self._by_address.items() if s.locked_until < at and at - s.last > WINDOW
+        ]:
             del self._by_address[address]
-        if len(self._by_address) >= MAX_TRACKED_ADDRESSES:   # still full: forget the oldest
+        if len(self._by_address) >= MAX_TRACKED_ADDRESSES:  # still full: forget the oldest
             oldest = sorted(self._by_address, key=lambda a: self._by_address[a].last)
-            for address in oldest[:len(oldest) // 2]:
+            for address in oldest[: len(oldest) // 2]:
                 del self._by_address[address]

@@ -6,6 +6,7 @@ the table (chalicelib.core.online), so a second instance never needs this one's 
 connection reaching an instance that does not hold the endpoint would be forwarded to the
 instance named by the hostname's claim (docs/DEPLOY.md).
 """
+
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -15,9 +16,9 @@ from typing import Any, Dict, List, Optional, Tuple
 class Tunnel:
     """One bound endpoint (``hostname``/``port``) or labeled tunnel (``labels``)."""
 
-    id: str                      # what the agent knows it by (Bind reply Id, proxy header Id)
-    session: Any                 # edge.agents.AgentSession
-    proto: str                   # http, https, tcp, or "" for labeled tunnels
+    id: str  # what the agent knows it by (Bind reply Id, proxy header Id)
+    session: Any  # edge.agents.AgentSession
+    proto: str  # http, https, tcp, or "" for labeled tunnels
     url: str = ""
     hostname: str = ""
     port: int = 0
@@ -25,28 +26,28 @@ class Tunnel:
     labels: Dict[str, str] = field(default_factory=dict)
     opts: Dict[str, Any] = field(default_factory=dict)
     forwards_to: str = ""
-    forwards_proto: str = ""     # the Bind's ForwardsProto (SDK app_protocol): "http2" or ""
+    forwards_proto: str = ""  # the Bind's ForwardsProto (SDK app_protocol): "http2" or ""
     metadata: str = ""
-    enforcement: Any = None      # what the edge applies to this endpoint's traffic
-    tls: Any = None              # edge.tls_spec.TlsSpec of its MutualTLSCA option, or None
-    internal: bool = False       # https://<name>.internal: reached only by forward-internal
-    rebind: bool = False         # bound with the id it had before (an agent's reconnect)
-    generated: bool = False      # its name or port was chosen by the edge, not asked for
+    enforcement: Any = None  # what the edge applies to this endpoint's traffic
+    tls: Any = None  # edge.tls_spec.TlsSpec of its MutualTLSCA option, or None
+    internal: bool = False  # https://<name>.internal: reached only by forward-internal
+    rebind: bool = False  # bound with the id it had before (an agent's reconnect)
+    generated: bool = False  # its name or port was chosen by the edge, not asked for
     # The http and the https endpoint of one name bound by one session (the CLI 2.x's
     # -bind-tls=both): one owner. The first bound holds the name's claim; each listener
     # routes to the endpoint of its own scheme (http_tunnel).
     sibling: Optional["Tunnel"] = None
     holds_claim: bool = True
-    scheme_only: bool = False    # served on its own scheme's listener only (CLI 2.x binds)
+    scheme_only: bool = False  # served on its own scheme's listener only (CLI 2.x binds)
     # Endpoint pooling (the Bind's PoolingEnabled): endpoints of one account bound with it on
     # one URL share its traffic (round robin); ``pool`` is the list they all share, its first
     # member holds the name's claim (edge.pools).
     pooled: bool = False
     pool: Optional[List["Tunnel"]] = None
-    proxy_proto: int = 0         # PROXY protocol version written towards the agent (0: none)
-    breaker: Any = None          # edge.breaker.Breaker of its CircuitBreaker option
-    ws_tcp: bool = False         # WebsocketTCPConverter: edge.wstcp
-    termination: Any = None      # a TLS endpoint's TLSTermination (edge.passthrough)
+    proxy_proto: int = 0  # PROXY protocol version written towards the agent (0: none)
+    breaker: Any = None  # edge.breaker.Breaker of its CircuitBreaker option
+    ws_tcp: bool = False  # WebsocketTCPConverter: edge.wstcp
+    termination: Any = None  # a TLS endpoint's TLSTermination (edge.passthrough)
 
     @property
     def account_id(self) -> str:
@@ -69,8 +70,11 @@ class Registry:
             self.internal[(tunnel.account_id, tunnel.hostname)] = tunnel
         elif tunnel.hostname:
             held = self.by_host.get(tunnel.hostname)
-            if held is None or held is not tunnel.sibling and \
-                    not (tunnel.pool and held in tunnel.pool):   # the claim holder stays first
+            if (
+                held is None
+                or held is not tunnel.sibling
+                and not (tunnel.pool and held in tunnel.pool)
+            ):  # the claim holder stays first
                 self.by_host[tunnel.hostname] = tunnel
         if tunnel.port:
             self.by_port[tunnel.port] = tunnel
@@ -83,9 +87,9 @@ class Registry:
                 del self.internal[(tunnel.account_id, tunnel.hostname)]
         elif tunnel.hostname and self.by_host.get(tunnel.hostname) is tunnel:
             heirs = [t for t in tunnel.pool or () if t is not tunnel]
-            if heirs:   # the pool keeps the name
+            if heirs:  # the pool keeps the name
                 self.by_host[tunnel.hostname] = heirs[0]
-            elif tunnel.sibling is not None:   # the other scheme's endpoint keeps the name
+            elif tunnel.sibling is not None:  # the other scheme's endpoint keeps the name
                 self.by_host[tunnel.hostname] = tunnel.sibling
             else:
                 del self.by_host[tunnel.hostname]
@@ -104,9 +108,9 @@ class Registry:
         that scheme when the name has an http and an https endpoint, and none when the only
         one is ``scheme_only`` of the other scheme."""
         tunnel = self.by_host.get(hostname)
-        if tunnel is not None and tunnel.proto == "tls":   # no HTTP: edge.passthrough
+        if tunnel is not None and tunnel.proto == "tls":  # no HTTP: edge.passthrough
             return None
-        if tunnel is not None and tunnel.pool and scheme:   # routing a connection: its turn
+        if tunnel is not None and tunnel.pool and scheme:  # routing a connection: its turn
             tunnel = self.pick(tunnel.pool)
         if tunnel is None or not scheme or tunnel.proto == scheme:
             return tunnel
@@ -116,9 +120,13 @@ class Registry:
 
     def labeled(self, account_id: str, labels: Dict[str, str]) -> List[Tunnel]:
         """Live labeled tunnels of the account carrying every label of ``labels``."""
-        return [t for t in self.by_id.values()
-                if t.labels and t.account_id == account_id
-                and all(t.labels.get(k) == v for k, v in labels.items())]
+        return [
+            t
+            for t in self.by_id.values()
+            if t.labels
+            and t.account_id == account_id
+            and all(t.labels.get(k) == v for k, v in labels.items())
+        ]
 
     def pick(self, tunnels: List[Tunnel]) -> Optional[Tunnel]:
         """Spread connections across ``tunnels`` (round robin)."""

@@ -6,6 +6,7 @@ instance within CACHE_SECONDS. A missing secret (or one that does not open) reso
 nothing: the template renders empty and the outcome records the error (for a sign-in
 action's client_secret, the provider then refuses the code: fail closed).
 """
+
 import logging
 import time
 from collections import OrderedDict
@@ -27,8 +28,9 @@ def _read(account_id: str, vault: str, name: str) -> Optional[str]:
         return None
 
 
-async def value(edge: Any, account_id: str, vault: str, name: str,
-                clock: Callable[[], float] = time.monotonic) -> Optional[str]:
+async def value(
+    edge: Any, account_id: str, vault: str, name: str, clock: Callable[[], float] = time.monotonic
+) -> Optional[str]:
     key = (account_id, vault, name)
     now = clock()
     hit = _cache.get(key)
@@ -42,8 +44,7 @@ async def value(edge: Any, account_id: str, vault: str, name: str,
     return found
 
 
-async def resolver(edge: Any, account_id: str, policy: Any
-                   ) -> Callable[[str, str], Optional[str]]:
+async def resolver(edge: Any, account_id: str, policy: Any) -> Callable[[str, str], Optional[str]]:
     """``conn.secret_resolver`` for one run of ``policy`` (which names secrets)."""
     values: Dict[Tuple[str, str], Optional[str]] = {}
     for _, vault, name in policy.secret_refs:

@@ -6,6 +6,7 @@ credential (deleted credential, deleted owner or deactivated bot: the session is
 the refusal's code), refreshes its online item and acts on a stop/restart asked through the
 API; so revocation takes effect within EDGE_CHECK_SECONDS + one store round trip.
 """
+
 import asyncio
 import functools
 import socket
@@ -15,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import binding, errors, hostnames, online, policy as tp
 from edge import agents, cluster, config, h2front, legacy, metrics, pools, quotas, tls
-from edge import observe   # traffic events (edge/events.py)
+from edge import observe  # traffic events (edge/events.py)
 from edge.admission import Admission
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
@@ -30,8 +31,8 @@ from chalicelib.core import edge_errors
 log = logging.getLogger("edge")
 
 MAX_GENERATE_ATTEMPTS = 8
-MAX_UNAUTHENTICATED_PER_ADDRESS = 16   # agent connections not yet authenticated, per address
-MAX_UNAUTHENTICATED = 512              # ... and in total
+MAX_UNAUTHENTICATED_PER_ADDRESS = 16  # agent connections not yet authenticated, per address
+MAX_UNAUTHENTICATED = 512  # ... and in total
 HEARTBEAT_EVERY = 3  # online items refreshed every 3 checks (15 s by default; stale after 45)
 
 
@@ -39,28 +40,31 @@ class Edge:
     def __init__(self, settings: config.EdgeSettings):
         self.settings = settings
         self.registry = Registry()
-        self.certs = ServerCertificates(settings.data_dir, settings.tls_cert or None,
-                                        settings.tls_key or None)
+        self.certs = ServerCertificates(
+            settings.data_dir, settings.tls_cert or None, settings.tls_key or None
+        )
         self._servers: List[asyncio.AbstractServer] = []
         self._sessions: set = set()
         self.auth_throttle = quotas.AuthThrottle(settings.limits.failed_auths_per_address)
-        self.admission = Admission(settings.max_connections,   # public connections: caps
-                                   settings.max_connections_per_address)
-        self._unauthenticated: Dict[str, int] = {}   # address -> connections not yet authed
+        self.admission = Admission(
+            settings.max_connections,  # public connections: caps
+            settings.max_connections_per_address,
+        )
+        self._unauthenticated: Dict[str, int] = {}  # address -> connections not yet authed
         self._counted: "weakref.WeakSet[Any]" = weakref.WeakSet()  # sessions no longer counted
-        self.connections: set = set()   # tasks of open connections (agents, public)
-        self.port_listeners: dict = {}   # TCP port -> its listener (agent endpoints, TCP edges)
+        self.connections: set = set()  # tasks of open connections (agents, public)
+        self.port_listeners: dict = {}  # TCP port -> its listener (agent endpoints, TCP edges)
         self.reserved_ports: set = set()  # ports of reserved addresses (TCP edges), kept fresh
         self.banned: frozenset = frozenset()  # hostnames an abuse report bans, kept fresh
         self.router = EdgeRouter(self)
-        self.tls = tls.TlsSettings(self)   # what each name asks of the HTTPS handshake
+        self.tls = tls.TlsSettings(self)  # what each name asks of the HTTPS handshake
         self.log = log
         self._checker: Optional[asyncio.Task] = None
         self.agent_port = settings.agent_port
         self.http_port = settings.http_port
         self.https_port = settings.https_port
         self.metrics_port: Optional[int] = None
-        cluster_settings = cluster.ClusterSettings.from_env()   # EDGE_CLUSTER_SECRET set
+        cluster_settings = cluster.ClusterSettings.from_env()  # EDGE_CLUSTER_SECRET set
         self.cluster = cluster.Cluster(self, cluster_settings) if cluster_settings else None
 
     @property
@@ -71,30 +75,42 @@ class Edge:
     async def call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking store function in a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(
-            None, functools.partial(func, *args, **kwargs))
+            None, functools.partial(func, *args, **kwargs)
+        )
 
     # ---- start / stop -----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
         agent_ctx = self.certs.context_for(s.agent_hostnames)
-        if self.cluster is not None:   # the registry item and the relay listener
+        if self.cluster is not None:  # the registry item and the relay listener
             await self.cluster.start()
-        self._servers.append(await asyncio.start_server(
-            self._agent_connection, ssl=agent_ctx, ssl_handshake_timeout=15,
-            **self._where("agent", s.agent_port)))
+        self._servers.append(
+            await asyncio.start_server(
+                self._agent_connection,
+                ssl=agent_ctx,
+                ssl_handshake_timeout=15,
+                **self._where("agent", s.agent_port),
+            )
+        )
         http_handle = HttpFront(self, "http").handle
-        https_handle = h2front.https_handler(   # h2 by ALPN, else HTTP/1.1
-            self, HttpFront(self, "https").handle)
-        if self.cluster is not None:   # a connection for another instance's endpoint: relayed
+        https_handle = h2front.https_handler(  # h2 by ALPN, else HTTP/1.1
+            self, HttpFront(self, "https").handle
+        )
+        if self.cluster is not None:  # a connection for another instance's endpoint: relayed
             http_handle = functools.partial(self.cluster.http, http_handle, "http")
             https_handle = functools.partial(self.cluster.https, https_handle)
-        self._servers.append(await asyncio.start_server(
-            http_handle, **self._where("http", s.http_port)))
+        self._servers.append(
+            await asyncio.start_server(http_handle, **self._where("http", s.http_port))
+        )
         https = tls.HttpsListener(self, https_handle, [s.base_domain], self._serves_name)
-        self._servers.append(await asyncio.get_running_loop().create_server(
-            https.protocol, **self._where("https", s.https_port)))
+        self._servers.append(
+            await asyncio.get_running_loop().create_server(
+                https.protocol, **self._where("https", s.https_port)
+            )
+        )
         self.agent_port, self.http_port, self.https_port = (
-            srv.sockets[0].getsockname()[1] for srv in self._servers[:3])
+            srv.sockets[0].getsockname()[1] for srv in self._servers[:3]
+        )
         if s.metrics_port is not None:
             self._servers.append(await metrics.start(self, s.host, s.metrics_port))
             self.metrics_port = self._servers[-1].sockets[0].getsockname()[1]
@@ -135,11 +151,13 @@ class Edge:
             self._ban_watcher.cancel()
         for server in self.port_listeners.values():
             server.close()
-        if self.cluster is not None:   # drain: agents asked to reconnect when idle
+        if self.cluster is not None:  # drain: agents asked to reconnect when idle
             await self.cluster.drain_sessions()
             await self.cluster.stop()
-        await asyncio.gather(*(s.end("the edge is shutting down") for s in list(self._sessions)),
-                             return_exceptions=True)
+        await asyncio.gather(
+            *(s.end("the edge is shutting down") for s in list(self._sessions)),
+            return_exceptions=True,
+        )
         pending = [t for t in self.connections if t is not asyncio.current_task()]
         for task in pending:
             task.cancel()
@@ -152,8 +170,10 @@ class Edge:
         MAX_UNAUTHENTICATED_PER_ADDRESS and MAX_UNAUTHENTICATED (closed at once beyond them),
         and edge.session bounds what it may send (PRE_AUTH_STREAMS, PRE_AUTH_BYTES)."""
         ip = str((writer.get_extra_info("peername") or ("",))[0])
-        if self._unauthenticated.get(ip, 0) >= MAX_UNAUTHENTICATED_PER_ADDRESS or \
-                sum(self._unauthenticated.values()) >= MAX_UNAUTHENTICATED:
+        if (
+            self._unauthenticated.get(ip, 0) >= MAX_UNAUTHENTICATED_PER_ADDRESS
+            or sum(self._unauthenticated.values()) >= MAX_UNAUTHENTICATED
+        ):
             log.info("agent connection from %s refused: too many unauthenticated", ip)
             writer.close()
             return
@@ -190,12 +210,19 @@ class Edge:
             for session in sessions:
                 if session.grant is not None:
                     grants.setdefault(session.grant.credential_id, session.grant)
-            fresh = dict(zip(grants, await asyncio.gather(
-                *(self._recheck(g) for g in grants.values()))))
+            fresh = dict(
+                zip(grants, await asyncio.gather(*(self._recheck(g) for g in grants.values())))
+            )
             results = await asyncio.gather(
-                *(s.check(fresh.get(s.grant.credential_id) if s.grant else None,
-                          heartbeat=round_no % HEARTBEAT_EVERY == 0) for s in sessions),
-                return_exceptions=True)
+                *(
+                    s.check(
+                        fresh.get(s.grant.credential_id) if s.grant else None,
+                        heartbeat=round_no % HEARTBEAT_EVERY == 0,
+                    )
+                    for s in sessions
+                ),
+                return_exceptions=True,
+            )
             for session, result in zip(sessions, results):
                 if isinstance(result, Exception):
                     log.warning("session check failed for %s: %r", session.id, result)
@@ -204,8 +231,13 @@ class Edge:
         """The grant read afresh, the Refused that ends its sessions, or None when the store
         could not be read (the sessions keep running; the next round tries again)."""
         try:
-            return await self.call(binding.recheck, grant.account_id, grant.credential_id,
-                                   grant.owner_id, grant.owner_kind)
+            return await self.call(
+                binding.recheck,
+                grant.account_id,
+                grant.credential_id,
+                grant.owner_id,
+                grant.owner_kind,
+            )
         except binding.Refused as exc:
             return exc
         except Exception as exc:
@@ -215,14 +247,20 @@ class Edge:
     # ---- binds ------------------------------------------------------------------------------
     async def _claim(self, tunnel: Tunnel, name: str) -> None:
         try:
-            await self.call(online.claim_hostname, name, account_id=tunnel.account_id,
-                            endpoint_id=tunnel.endpoint_id,
-                            instance_id=self.settings.instance_id)
+            await self.call(
+                online.claim_hostname,
+                name,
+                account_id=tunnel.account_id,
+                endpoint_id=tunnel.endpoint_id,
+                instance_id=self.settings.instance_id,
+            )
         except errors.Conflict:
-            raise binding.Refused(edge_errors.ENDPOINT_IN_USE,
-                                  f"The endpoint '{name}' is already online. "
-                                  "Stop the agent serving it first, or use "
-                                  "another name.") from None
+            raise binding.Refused(
+                edge_errors.ENDPOINT_IN_USE,
+                f"The endpoint '{name}' is already online. "
+                "Stop the agent serving it first, or use "
+                "another name.",
+            ) from None
 
     async def _take_over(self, tunnel: Tunnel) -> None:
         """A re-bind of a tunnel id another (stale) session of this instance still holds."""
@@ -237,7 +275,7 @@ class Edge:
         if requested.lower().endswith(online.INTERNAL_SUFFIX):
             await self._bind_internal(tunnel, requested)
             return
-        sibling = None   # the other scheme's endpoint of this name, this session (edge.legacy)
+        sibling = None  # the other scheme's endpoint of this name, this session (edge.legacy)
         if requested:
             name = await self.call(binding.check_domain, grant, requested)
             if name in self.banned:
@@ -261,7 +299,8 @@ class Edge:
                         edge_errors.ACL_REFUSED,
                         "The credential ACL policy does not permit binding a "
                         f"generated name under {self.settings.base_domain}; ask for a domain "
-                        "the ACL allows.")
+                        "the ACL allows.",
+                    )
                 try:
                     await self._claim(tunnel, name)
                     break
@@ -273,8 +312,8 @@ class Edge:
         tunnel.hostname = name
         scheme = "http" if tunnel.proto == "http" else "https"
         tunnel.url = self.settings.http_url(name, scheme)
-        if tunnel.proto == "tls":   # served on the HTTPS listener (edge.passthrough)
-            tunnel.url = "tls" + tunnel.url[len("https"):]
+        if tunnel.proto == "tls":  # served on the HTTPS listener (edge.passthrough)
+            tunnel.url = "tls" + tunnel.url[len("https") :]
         self.registry.add(tunnel)
         await self._online(tunnel)
 
@@ -285,8 +324,12 @@ class Edge:
         if not tunnel.rebind:
             return None
         name = await self.call(online.remembered_name, tunnel.account_id, tunnel.id)
-        if not name or ":" in name or name in self.banned or \
-                not binding.acl_allows_domain(tunnel.session.grant, name):
+        if (
+            not name
+            or ":" in name
+            or name in self.banned
+            or not binding.acl_allows_domain(tunnel.session.grant, name)
+        ):
             return None
         try:
             await self._claim(tunnel, name)
@@ -302,8 +345,9 @@ class Edge:
         host, _, port = (name or "").rpartition(":")
         return int(port) if host == self.settings.tcp_host and port.isdigit() else None
 
-    async def _bind_internal(self, tunnel: Tunnel, requested: str,
-                             port: Optional[int] = None) -> None:
+    async def _bind_internal(
+        self, tunnel: Tunnel, requested: str, port: Optional[int] = None
+    ) -> None:
         """An internal endpoint (``https://<name>.internal``): any well-formed name, no
         reservation (hosted rule; ``tcp://<name>.internal:<port>`` for TCP, no listener);
         namespaced per account (its claim is ``<name>@<account>``,
@@ -312,12 +356,14 @@ class Edge:
         try:
             name = hostnames.parse(requested, min_labels=2)
         except hostnames.InvalidHostname as exc:
-            raise binding.Refused(edge_errors.INVALID_OPTION, f"Invalid domain '{requested}': "
-                                                    f"{exc}") from None
+            raise binding.Refused(
+                edge_errors.INVALID_OPTION, f"Invalid domain '{requested}': {exc}"
+            ) from None
         if not binding.acl_allows_domain(tunnel.session.grant, name):
-            raise binding.Refused(edge_errors.ACL_REFUSED,
-                                  "The credential ACL policy does not permit "
-                                  f"binding this domain: {name}")
+            raise binding.Refused(
+                edge_errors.ACL_REFUSED,
+                f"The credential ACL policy does not permit binding this domain: {name}",
+            )
         tunnel.internal = True
         tunnel.hostname = name
         await self._claim(tunnel, online.claim_name(name, tunnel.account_id))
@@ -337,27 +383,37 @@ class Edge:
         low, high = self.settings.tcp_ports
         want_host, _, port_text = requested.rpartition(":")
         if want_host.lower().endswith(online.INTERNAL_SUFFIX):
-            if not (port_text.isascii() and port_text.isdigit()) \
-                    or not 1 <= int(port_text) <= 65535:
-                raise binding.Refused(edge_errors.INVALID_OPTION,
-                                      f"An internal TCP endpoint needs "
-                                      f"<name>.internal:<port>, got "
-                                      f"'{requested[:300]}'.")
+            if (
+                not (port_text.isascii() and port_text.isdigit())
+                or not 1 <= int(port_text) <= 65535
+            ):
+                raise binding.Refused(
+                    edge_errors.INVALID_OPTION,
+                    f"An internal TCP endpoint needs "
+                    f"<name>.internal:<port>, got "
+                    f"'{requested[:300]}'.",
+                )
             await self._bind_internal(tunnel, want_host, int(port_text))
             return
         if requested:
-            if not port_text.isdigit() or not low <= int(port_text) <= high or \
-                    want_host.lower() not in (host, ""):
-                raise binding.Refused(edge_errors.ADDRESS_NOT_RESERVED,
-                                      f"The address {requested} is not "
-                                      "reserved.")
+            if (
+                not port_text.isdigit()
+                or not low <= int(port_text) <= high
+                or want_host.lower() not in (host, "")
+            ):
+                raise binding.Refused(
+                    edge_errors.ADDRESS_NOT_RESERVED, f"The address {requested} is not reserved."
+                )
             candidates = [int(port_text)]
         else:
             tunnel.generated = True
-            candidates = [p for p in range(low, high + 1)
-                          if p not in self.registry.by_port and p not in self.reserved_ports]
+            candidates = [
+                p
+                for p in range(low, high + 1)
+                if p not in self.registry.by_port and p not in self.reserved_ports
+            ]
             before = await self._remembered_port(tunnel)
-            if before in candidates:   # a reconnect: the port it had first, if still free
+            if before in candidates:  # a reconnect: the port it had first, if still free
                 candidates.remove(before)
                 candidates.insert(0, before)
         for port in candidates:
@@ -367,7 +423,7 @@ class Edge:
             except binding.Refused:
                 if requested:
                     raise
-                continue   # reserved since the edge last read the reservations: not free
+                continue  # reserved since the edge last read the reservations: not free
             try:
                 await self._claim(tunnel, address)
             except binding.Refused:
@@ -379,25 +435,29 @@ class Edge:
             except OSError:
                 await self.call(online.release_hostname, address, endpoint_id=tunnel.endpoint_id)
                 if requested:
-                    raise binding.Refused(edge_errors.ENDPOINT_IN_USE,
-                                          f"The address {address} is in "
-                                          "use.") from None
+                    raise binding.Refused(
+                        edge_errors.ENDPOINT_IN_USE, f"The address {address} is in use."
+                    ) from None
                 continue
             tunnel.port = port
             tunnel.url = f"tcp://{address}"
             self.registry.add(tunnel)
             await self._online(tunnel)
             return
-        raise binding.Refused(edge_errors.ENDPOINT_IN_USE,
-                              "No TCP port is free in this edge's range.")
+        raise binding.Refused(
+            edge_errors.ENDPOINT_IN_USE, "No TCP port is free in this edge's range."
+        )
 
     async def ensure_port_listener(self, port: int) -> None:
         """One listener per TCP port, shared by an agent's TCP endpoint and a TCP edge's
         reserved address (OSError when the port cannot be bound)."""
         if port not in self.port_listeners:
             self.port_listeners[port] = await asyncio.start_server(
-                functools.partial(self.port_connection, port), self.settings.host, port,
-                reuse_port=self.cluster is not None)   # every instance: edge.cluster
+                functools.partial(self.port_connection, port),
+                self.settings.host,
+                port,
+                reuse_port=self.cluster is not None,
+            )  # every instance: edge.cluster
 
     def release_port(self, port: int) -> None:
         if port in self.reserved_ports or port in self.registry.by_port:
@@ -411,19 +471,31 @@ class Edge:
         await self._online(tunnel)
 
     async def _online(self, tunnel: Tunnel) -> None:
-        if tunnel.generated:   # kept for a re-bind even if this process dies (kill -9)
-            await self.call(online.remember_name, tunnel.account_id, tunnel.id,
-                            tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}")
-        await self.call(online.tunnel_started, account_id=tunnel.account_id,
-                        session_id=tunnel.session.id, tunnel_id=tunnel.id,
-                        instance_id=self.settings.instance_id, proto=tunnel.proto,
-                        public_url=tunnel.url or None, hostname=tunnel.hostname or None,
-                        port=tunnel.port or None, labels=tunnel.labels or None,
-                        forwards_to=tunnel.forwards_to, metadata=tunnel.metadata,
-                        endpoint_id=tunnel.endpoint_id if tunnel.url else None,
-                        traffic_policy=str(tunnel.opts.get("TrafficPolicy") or ""),
-                        pooling_enabled=tunnel.pooled,
-                        bindings=["internal"] if tunnel.internal else ["public"])
+        if tunnel.generated:  # kept for a re-bind even if this process dies (kill -9)
+            await self.call(
+                online.remember_name,
+                tunnel.account_id,
+                tunnel.id,
+                tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}",
+            )
+        await self.call(
+            online.tunnel_started,
+            account_id=tunnel.account_id,
+            session_id=tunnel.session.id,
+            tunnel_id=tunnel.id,
+            instance_id=self.settings.instance_id,
+            proto=tunnel.proto,
+            public_url=tunnel.url or None,
+            hostname=tunnel.hostname or None,
+            port=tunnel.port or None,
+            labels=tunnel.labels or None,
+            forwards_to=tunnel.forwards_to,
+            metadata=tunnel.metadata,
+            endpoint_id=tunnel.endpoint_id if tunnel.url else None,
+            traffic_policy=str(tunnel.opts.get("TrafficPolicy") or ""),
+            pooling_enabled=tunnel.pooled,
+            bindings=["internal"] if tunnel.internal else ["public"],
+        )
 
     async def drop_tunnel(self, tunnel: Tunnel, remember: bool = False) -> None:
         """Stop serving a tunnel: registry, listener, claim and online items. ``remember``
@@ -431,24 +503,34 @@ class Edge:
         the re-bind of the same tunnel id (chalicelib.core.online.remember_name)."""
         if self.registry.by_id.get(tunnel.id) is not tunnel:
             return  # already taken over by a reconnect
-        partner = tunnel.sibling or next((t for t in tunnel.pool or () if t is not tunnel),
-                                         None)   # who keeps serving the name (its claim)
+        partner = tunnel.sibling or next(
+            (t for t in tunnel.pool or () if t is not tunnel), None
+        )  # who keeps serving the name (its claim)
         self.registry.remove(tunnel)
         if tunnel.port:
             self.release_port(tunnel.port)
-        name = (online.claim_name(tunnel.hostname, tunnel.account_id) if tunnel.hostname
-                else f"{self.settings.tcp_host}:{tunnel.port}" if tunnel.port else "")
+        name = (
+            online.claim_name(tunnel.hostname, tunnel.account_id)
+            if tunnel.hostname
+            else f"{self.settings.tcp_host}:{tunnel.port}"
+            if tunnel.port
+            else ""
+        )
         try:
             if remember and tunnel.generated and (tunnel.hostname or tunnel.port):
-                await self.call(online.remember_name, tunnel.account_id, tunnel.id,
-                                tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}")
+                await self.call(
+                    online.remember_name,
+                    tunnel.account_id,
+                    tunnel.id,
+                    tunnel.hostname or f"{self.settings.tcp_host}:{tunnel.port}",
+                )
             if remember and self.cluster is not None and self.cluster.keep_claims():
-                return   # draining: the agent's re-bind elsewhere takes its items over
+                return  # draining: the agent's re-bind elsewhere takes its items over
             if name and tunnel.holds_claim:
                 await self.call(online.release_hostname, name, endpoint_id=tunnel.endpoint_id)
             await self.call(online.tunnel_stopped, tunnel.account_id, tunnel.id)
             if partner is not None and tunnel.holds_claim and not partner.session.ended:
-                partner.holds_claim = True   # the other scheme's endpoint keeps serving it
+                partner.holds_claim = True  # the other scheme's endpoint keeps serving it
                 await self._claim(partner, name)
         except Exception:  # the store being down must not keep a dead tunnel routed
             log.exception("could not record that tunnel %s stopped", tunnel.id)
@@ -459,11 +541,11 @@ class Edge:
         """A connection to a TCP port: the agent endpoint bound on it, else the TCP edge of
         its reserved address; its on_tcp_connect rules first, then raw bytes to the agent."""
         peer = writer.get_extra_info("peername") or ("", 0)
-        ticket = self.admission.admit(str(peer[0]), writer.transport)   # busy: never evicted
+        ticket = self.admission.admit(str(peer[0]), writer.transport)  # busy: never evicted
         if ticket is None:
             writer.transport.abort()
             return
-        counted = observe.counting(reader, writer)   # bytes, for tcp_connection_closed.v0
+        counted = observe.counting(reader, writer)  # bytes, for tcp_connection_closed.v0
         reader, writer, endpoint, cloud, state = counted.reader, counted.writer, None, False, None
         try:
             tunnel = self.registry.by_port.get(port)
@@ -471,10 +553,13 @@ class Edge:
             endpoint = Hop.of_tunnel(tunnel) if tunnel else Hop("", "", "", "")
             account_id = endpoint.account_id
             cloud = False
-            if tunnel is None and self.cluster is not None and \
-                    await self.cluster.tcp(port, reader, writer):   # another instance's
+            if (
+                tunnel is None
+                and self.cluster is not None
+                and await self.cluster.tcp(port, reader, writer)
+            ):  # another instance's
                 return
-            if tunnel is None:   # a cloud endpoint's or a TCP edge's reserved address?
+            if tunnel is None:  # a cloud endpoint's or a TCP edge's reserved address?
                 routed = await self.router.route_tcp(f"{self.settings.tcp_host}:{port}")
                 if routed is None or routed.error is not None:
                     return
@@ -484,16 +569,25 @@ class Edge:
             forwards = 0
             while enforcement is not None and enforcement.policy is not None:
                 sock = writer.get_extra_info("sockname") or ("", 0)
-                conn = tp.Conn(client_ip=str(peer[0]), client_port=int(peer[1] or 0),
-                               server_ip=str(sock[0]), server_port=int(sock[1] or 0),
-                               endpoint=tp.Endpoint(id=endpoint.endpoint_id, url=endpoint.url,
-                                                    host=self.settings.tcp_host, port=port,
-                                                    protocol="tcp",
-                                                    account_id=endpoint.account_id),
-                               server_region=self.settings.region)
-                if enforcement.policy.ip_policy_ids:   # restrict-ips ip_policies, cached
+                conn = tp.Conn(
+                    client_ip=str(peer[0]),
+                    client_port=int(peer[1] or 0),
+                    server_ip=str(sock[0]),
+                    server_port=int(sock[1] or 0),
+                    endpoint=tp.Endpoint(
+                        id=endpoint.endpoint_id,
+                        url=endpoint.url,
+                        host=self.settings.tcp_host,
+                        port=port,
+                        protocol="tcp",
+                        account_id=endpoint.account_id,
+                    ),
+                    server_region=self.settings.region,
+                )
+                if enforcement.policy.ip_policy_ids:  # restrict-ips ip_policies, cached
                     conn.ip_policy_resolver = await self.router.ip_policy_resolver(
-                        endpoint.account_id, enforcement.policy)
+                        endpoint.account_id, enforcement.policy
+                    )
                 state = enforcement.policy.new_state()
                 out = enforcement.policy.on_tcp_connect(conn, state)
                 target = None
@@ -502,20 +596,20 @@ class Edge:
                     if target is not None:
                         break
                     if out.on_error != "continue":
-                        return   # offline internal endpoint, halt: closed
+                        return  # offline internal endpoint, halt: closed
                     out = enforcement.policy.on_tcp_connect(conn, state)
                 if target is None:
                     if out.kind != tp.CONTINUE:
-                        return   # refused by ip restriction / policy: the connection is closed
+                        return  # refused by ip restriction / policy: the connection is closed
                     break
-                forwards += 1   # forward-internal: the internal endpoint's own rules next
+                forwards += 1  # forward-internal: the internal endpoint's own rules next
                 if forward_refused(target, forwards) is not None:
                     return
                 tunnel, enforcement, cloud = target.tunnel, target.enforcement, target.cloud
                 endpoint = target.hop
             if cloud or tunnel is None:
-                return       # a cloud endpoint that did not forward (non-terminating), or a
-                             # TCP edge without an online tunnel: closed
+                return  # a cloud endpoint that did not forward (non-terminating), or a
+                # TCP edge without an online tunnel: closed
             try:
                 stream = await tunnel.session.open_proxy(tunnel, f"{peer[0]}:{peer[1]}", "tcp")
             except StreamReset:

@@ -34,6 +34,7 @@ sends is refused with RST (its next write fails and its copy ends); no FIN withi
 capped at ``MAX_LOCAL_STREAMS``; an opener waits for a slot
 (:meth:`MuxSession.open_stream_when_free`).
 """
+
 import asyncio
 import logging
 import socket
@@ -44,17 +45,17 @@ from edge.muxado import ProtocolError
 
 log = logging.getLogger("edge.mux")
 
-MAX_STREAMS = 512          # concurrent streams a peer may open (the crate's default)
-MAX_LOCAL_STREAMS = 480    # streams the edge keeps open towards one agent (below its 512:
-                           # the agent's own heartbeat and RPC streams count there too)
-LINGER_SECONDS = 30.0      # a finished stream waits this long for the peer's FIN
+MAX_STREAMS = 512  # concurrent streams a peer may open (the crate's default)
+MAX_LOCAL_STREAMS = 480  # streams the edge keeps open towards one agent (below its 512:
+# the agent's own heartbeat and RPC streams count there too)
+LINGER_SECONDS = 30.0  # a finished stream waits this long for the peer's FIN
 # Before the peer is authenticated (``MuxSession.authenticated``), what it may make us hold:
-PRE_AUTH_STREAMS = 2       # streams (the SDKs open Auth, and may open Heartbeat, before it)
+PRE_AUTH_STREAMS = 2  # streams (the SDKs open Auth, and may open Heartbeat, before it)
 PRE_AUTH_BYTES = 32 * 1024  # DATA payload in total, and so the largest frame we buffer
 READ_CHUNK = 64 * 1024
 WRITE_CHUNK = 64 * 1024
-CREDIT_BATCH = muxado.DEFAULT_WINDOW // 4   # consumed bytes returned as credit in one WNDINC
-FLUSH_AT = 64 * 1024       # buffered frame bytes that are written without waiting for the turn
+CREDIT_BATCH = muxado.DEFAULT_WINDOW // 4  # consumed bytes returned as credit in one WNDINC
+FLUSH_AT = 64 * 1024  # buffered frame bytes that are written without waiting for the turn
 
 
 class StreamReset(ConnectionError):
@@ -81,8 +82,8 @@ class MuxStream:
         self.local = local
         self._needs_syn = local
         self._local_fin = False
-        self._consumed = 0       # bytes read and not yet returned as credit (WNDINC)
-        self._finished = False   # the owner is done with it: no more reads (see finish)
+        self._consumed = 0  # bytes read and not yet returned as credit (WNDINC)
+        self._finished = False  # the owner is done with it: no more reads (see finish)
         self._linger: Optional[asyncio.TimerHandle] = None
 
     @property
@@ -100,7 +101,7 @@ class MuxStream:
                 return b""
             self._recv_ready.clear()
             await self._recv_ready.wait()
-        if n >= len(self._recv):   # all of it: a fresh buffer (a drained one keeps its size)
+        if n >= len(self._recv):  # all of it: a fresh buffer (a drained one keeps its size)
             chunk, self._recv = bytes(self._recv), bytearray()
         else:
             chunk = bytes(self._recv[:n])
@@ -165,7 +166,7 @@ class MuxStream:
         sends no FIN within LINGER_SECONDS is reset."""
         if self._reset is not None or self._finished:
             return
-        if self._needs_syn:   # the peer never heard of it
+        if self._needs_syn:  # the peer never heard of it
             self._mark_reset("never opened")
             return
         self._finished = True
@@ -191,12 +192,15 @@ class MuxStream:
     # ---- fed by the session ---------------------------------------------------------------
     def _on_data(self, payload: bytes, fin: bool) -> None:
         if len(payload) > self._recv_window:
-            raise ProtocolError(f"stream {self.id} sent {len(payload)} bytes with "
-                                f"{self._recv_window} of window left", muxado.E_FLOW_CONTROL)
+            raise ProtocolError(
+                f"stream {self.id} sent {len(payload)} bytes with "
+                f"{self._recv_window} of window left",
+                muxado.E_FLOW_CONTROL,
+            )
         if self._remote_fin and payload:
             raise ProtocolError(f"stream {self.id} sent data after FIN", muxado.E_STREAM_CLOSED)
         self._recv_window -= len(payload)
-        if payload and self._finished:   # nobody reads it any more: refused
+        if payload and self._finished:  # nobody reads it any more: refused
             self.reset(muxado.E_STREAM_CLOSED)
             return
         if payload:
@@ -237,8 +241,14 @@ class MuxSession:
     """Runs one muxado session; ``on_stream`` is started as a task for each stream the peer
     opens. ``run()`` returns when the session ends, whatever the reason."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 on_stream: StreamHandler, *, name: str = ""):
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        on_stream: StreamHandler,
+        *,
+        name: str = "",
+    ):
         self._reader = reader
         self._writer = writer
         self._on_stream = on_stream
@@ -246,16 +256,16 @@ class MuxSession:
         self._tasks: set = set()
         self._next_local_id = 2
         self._last_remote_id = 0
-        self.local_open = 0           # streams of ours in the table (MAX_LOCAL_STREAMS)
-        self.remote_open = 0          # streams of the peer's in the table (MAX_STREAMS)
+        self.local_open = 0  # streams of ours in the table (MAX_LOCAL_STREAMS)
+        self.remote_open = 0  # streams of the peer's in the table (MAX_STREAMS)
         self._parser = muxado.FrameParser(max_payload=PRE_AUTH_BYTES)
         self._authenticated = False
-        self._pre_auth_bytes = 0      # DATA payload received before authentication
+        self._pre_auth_bytes = 0  # DATA payload received before authentication
         self._slot_freed = asyncio.Event()
         self.closed = False
         self.close_reason = ""
         self.name = name
-        self._out: list = []          # frames queued this turn (see send_nowait)
+        self._out: list = []  # frames queued this turn (see send_nowait)
         self._out_size = 0
         self._flush_scheduled = False
 
@@ -356,7 +366,8 @@ class MuxSession:
         """A finished stream waits LINGER_SECONDS for the peer's FIN, then is reset."""
         if stream._linger is None and not self.closed:
             stream._linger = asyncio.get_running_loop().call_later(
-                LINGER_SECONDS, self._linger_over, stream)
+                LINGER_SECONDS, self._linger_over, stream
+            )
 
     def _linger_over(self, stream: MuxStream) -> None:
         stream._linger = None
@@ -409,11 +420,15 @@ class MuxSession:
             if not self._authenticated:
                 self._pre_auth_bytes += len(frame.payload)
                 if self._pre_auth_bytes > PRE_AUTH_BYTES:
-                    raise ProtocolError(f"more than {PRE_AUTH_BYTES} bytes before "
-                                        "authentication", muxado.E_ENHANCE_YOUR_CALM)
+                    raise ProtocolError(
+                        f"more than {PRE_AUTH_BYTES} bytes before authentication",
+                        muxado.E_ENHANCE_YOUR_CALM,
+                    )
                 if frame.syn and self.remote_open >= PRE_AUTH_STREAMS:
-                    raise ProtocolError(f"more than {PRE_AUTH_STREAMS} streams before "
-                                        "authentication", muxado.E_ENHANCE_YOUR_CALM)
+                    raise ProtocolError(
+                        f"more than {PRE_AUTH_STREAMS} streams before authentication",
+                        muxado.E_ENHANCE_YOUR_CALM,
+                    )
             stream = self._streams.get(sid)
             if frame.syn:
                 if stream is not None or sid % 2 == 0 or sid <= self._last_remote_id:
@@ -428,8 +443,12 @@ class MuxSession:
                 self._spawn(stream)
                 return
             if stream is None:
-                if sid % 2 == 0 and sid >= self._next_local_id or \
-                        sid % 2 == 1 and sid > self._last_remote_id:
+                if (
+                    sid % 2 == 0
+                    and sid >= self._next_local_id
+                    or sid % 2 == 1
+                    and sid > self._last_remote_id
+                ):
                     raise ProtocolError(f"DATA for stream {sid} that was never opened")
                 return  # late data for a stream we already closed: dropped
             stream._on_data(frame.payload, frame.fin)
@@ -443,8 +462,10 @@ class MuxSession:
             if stream is not None:
                 stream._mark_reset(f"reset by peer (code {frame.error_code})")
         elif frame.type == muxado.GOAWAY:
-            self.close_reason = (f"peer went away (code {frame.error_code}): "
-                                 f"{frame.message.decode('utf-8', 'replace')}")
+            self.close_reason = (
+                f"peer went away (code {frame.error_code}): "
+                f"{frame.message.decode('utf-8', 'replace')}"
+            )
             raise _PeerGoneAway()
 
     def _spawn(self, stream: MuxStream) -> None:
@@ -463,7 +484,7 @@ class MuxSession:
         except Exception:  # a handler bug ends that stream, never the process
             log.exception("session %s: stream %d handler failed", self.name, stream.id)
             stream.reset(muxado.E_INTERNAL)
-        finally:   # a handler that returned is done with its stream
+        finally:  # a handler that returned is done with its stream
             stream.finish()
 
     # ---- ending -----------------------------------------------------------------------------
@@ -474,8 +495,9 @@ class MuxSession:
         self.close_reason = self.close_reason or message
         try:
             self._flush()
-            self._writer.write(muxado.goaway(self._last_remote_id, code,
-                                             message.encode("utf-8")[:1024]))
+            self._writer.write(
+                muxado.goaway(self._last_remote_id, code, message.encode("utf-8")[:1024])
+            )
             await asyncio.wait_for(self._writer.drain(), 2)
         except (ConnectionError, OSError, asyncio.TimeoutError):
             pass
@@ -484,12 +506,12 @@ class MuxSession:
     async def close(self) -> None:
         if self.closed:
             return
-        self._flush()     # what was queued before the end (an RST, a last frame) still goes
+        self._flush()  # what was queued before the end (an RST, a last frame) still goes
         self.closed = True
         for stream in list(self._streams.values()):
             stream._mark_reset("session closed")
         self._streams.clear()
-        self._slot_freed.set()   # openers waiting for a slot see the session closed
+        self._slot_freed.set()  # openers waiting for a slot see the session closed
         try:
             self._writer.close()
         except (ConnectionError, OSError, RuntimeError):
@@ -517,6 +539,7 @@ def _quick_ack(writer: asyncio.StreamWriter) -> Callable[[], None]:
             sock.setsockopt(socket.IPPROTO_TCP, option, 1)
         except OSError:
             pass
+
     return set_it
 
 

@@ -35,6 +35,7 @@ older connection whose Host now requires something else than the handshake it ca
 so no Host header reaches a protected name past its handshake; the same name over plain HTTP
 is refused the same way.
 """
+
 import asyncio
 import logging
 import socket
@@ -49,12 +50,12 @@ from edge.tls_spec import DEFAULT, TlsSpec, spec_of
 log = logging.getLogger("edge.tls")
 
 REFRESH_SECONDS = 1.0
-HELLO_TIMEOUT = 15.0           # the same as the handshake timeout
+HELLO_TIMEOUT = 15.0  # the same as the handshake timeout
 MAX_RECORD = 5 + 16384 + 2048  # a TLS record header + the largest (compressed) fragment
 
 MISDIRECTED = (421, edge_errors.MISDIRECTED)
 TLS1_3 = 0x0304
-ALERT_PROTOCOL_VERSION = bytes([21, 3, 3, 0, 2, 2, 70])   # fatal protocol_version alert
+ALERT_PROTOCOL_VERSION = bytes([21, 3, 3, 0, 2, 2, 70])  # fatal protocol_version alert
 
 
 # ---- the ClientHello's server name ------------------------------------------------------------
@@ -76,28 +77,29 @@ def client_hello(record: bytes) -> Tuple[str, Set[int]]:
     try:
         if len(record) < 9 or record[0] != 0x16 or record[5] != 0x01:
             return "", set()
-        body = record[9:5 + int.from_bytes(record[3:5], "big")]
+        body = record[9 : 5 + int.from_bytes(record[3:5], "big")]
         legacy = int.from_bytes(body[0:2], "big")
-        pos = 2 + 32                                   # client_version, random
-        pos += 1 + body[pos]                           # session_id
-        pos += 2 + int.from_bytes(body[pos:pos + 2], "big")   # cipher_suites
-        pos += 1 + body[pos]                           # compression_methods
-        end = pos + 2 + int.from_bytes(body[pos:pos + 2], "big")
+        pos = 2 + 32  # client_version, random
+        pos += 1 + body[pos]  # session_id
+        pos += 2 + int.from_bytes(body[pos : pos + 2], "big")  # cipher_suites
+        pos += 1 + body[pos]  # compression_methods
+        end = pos + 2 + int.from_bytes(body[pos : pos + 2], "big")
         pos += 2
         while pos + 4 <= min(end, len(body)):
-            kind = int.from_bytes(body[pos:pos + 2], "big")
-            size = int.from_bytes(body[pos + 2:pos + 4], "big")
-            data = body[pos + 4:pos + 4 + size]
+            kind = int.from_bytes(body[pos : pos + 2], "big")
+            size = int.from_bytes(body[pos + 2 : pos + 4], "big")
+            data = body[pos + 4 : pos + 4 + size]
             pos += 4 + size
-            if kind == 43 and data:                    # supported_versions
-                versions = {int.from_bytes(data[i:i + 2], "big")
-                            for i in range(1, 1 + data[0] - 1, 2)}
-            elif kind == 0:                            # server_name
+            if kind == 43 and data:  # supported_versions
+                versions = {
+                    int.from_bytes(data[i : i + 2], "big") for i in range(1, 1 + data[0] - 1, 2)
+                }
+            elif kind == 0:  # server_name
                 at = 2
                 while at + 3 <= len(data):
                     name_type = data[at]
-                    length = int.from_bytes(data[at + 1:at + 3], "big")
-                    value = data[at + 3:at + 3 + length]
+                    length = int.from_bytes(data[at + 1 : at + 3], "big")
+                    value = data[at + 3 : at + 3 + length]
                     at += 3 + length
                     if name_type == 0:
                         name = value.decode("ascii").lower().rstrip(".")
@@ -112,23 +114,23 @@ def offered_alpn(record: bytes) -> List[str]:
     try:
         if len(record) < 9 or record[0] != 0x16 or record[5] != 0x01:
             return []
-        body = record[9:5 + int.from_bytes(record[3:5], "big")]
+        body = record[9 : 5 + int.from_bytes(record[3:5], "big")]
         pos = 2 + 32
         pos += 1 + body[pos]
-        pos += 2 + int.from_bytes(body[pos:pos + 2], "big")
+        pos += 2 + int.from_bytes(body[pos : pos + 2], "big")
         pos += 1 + body[pos]
-        end = pos + 2 + int.from_bytes(body[pos:pos + 2], "big")
+        end = pos + 2 + int.from_bytes(body[pos : pos + 2], "big")
         pos += 2
         while pos + 4 <= min(end, len(body)):
-            kind = int.from_bytes(body[pos:pos + 2], "big")
-            size = int.from_bytes(body[pos + 2:pos + 4], "big")
-            data = body[pos + 4:pos + 4 + size]
+            kind = int.from_bytes(body[pos : pos + 2], "big")
+            size = int.from_bytes(body[pos + 2 : pos + 4], "big")
+            data = body[pos + 4 : pos + 4 + size]
             pos += 4 + size
-            if kind == 16:                              # application_layer_protocol_negotiation
+            if kind == 16:  # application_layer_protocol_negotiation
                 names, at = [], 2
                 while at < len(data):
                     length = data[at]
-                    names.append(data[at + 1:at + 1 + length].decode("ascii", "replace"))
+                    names.append(data[at + 1 : at + 1 + length].decode("ascii", "replace"))
                     at += 1 + length
                 return names
         return []
@@ -152,7 +154,7 @@ async def peek_hello(sock: socket.socket, timeout: float = HELLO_TIMEOUT) -> byt
         except OSError:
             return b""
         if head == b"":
-            return b""                                   # closed before a ClientHello
+            return b""  # closed before a ClientHello
         if head is not None:
             need = record_length(head)
             if need == 0:
@@ -176,6 +178,7 @@ async def peek_hello(sock: socket.socket, timeout: float = HELLO_TIMEOUT) -> byt
         def readable(ready: asyncio.Future = ready) -> None:
             if not ready.done():
                 ready.set_result(None)
+
         loop.add_reader(fd, readable)
         try:
             await asyncio.wait_for(ready, remaining)
@@ -210,16 +213,20 @@ class TlsSettings:
         if wanted is DEFAULT or wanted.key == DEFAULT.key:
             return None
         if conn_spec is None:
-            return (f"{host} requires TLS (a minimum version or a client certificate); use "
-                    f"https://{host}")
+            return (
+                f"{host} requires TLS (a minimum version or a client certificate); use "
+                f"https://{host}"
+            )
         if conn_spec.key != wanted.key:
-            return (f"This connection's TLS handshake was not made for {host}'s TLS settings "
-                    "(SNI differs from Host, or the settings changed); open a new connection "
-                    f"to https://{host}")
+            return (
+                f"This connection's TLS handshake was not made for {host}'s TLS settings "
+                "(SNI differs from Host, or the settings changed); open a new connection "
+                f"to https://{host}"
+            )
         return None
 
     async def refresh(self) -> None:
-        try:   # the certificates served per name (edge.certs): before the first handshake too
+        try:  # the certificates served per name (edge.certs): before the first handshake too
             await self.edge.certs.refresh_store(self.edge)
         except Exception as exc:  # the last certificates stay in force
             log.warning("could not read the served certificates: %r", exc)
@@ -227,16 +234,18 @@ class TlsSettings:
         # The PEM cache holds exactly the CAs the index references (bounded by it): one no
         # longer referenced is dropped, one newly referenced is read once, in one call per
         # account.
-        referenced = {(entry["account_id"], ca_id) for entry in index.values()
-                      for ca_id in entry.get("certificate_authority_ids") or []}
+        referenced = {
+            (entry["account_id"], ca_id)
+            for entry in index.values()
+            for ca_id in entry.get("certificate_authority_ids") or []
+        }
         cache = {key: pem for key, pem in self._pems.items() if key in referenced}
         wanted: Dict[str, List[str]] = {}
         for account_id, ca_id in referenced:
             if (account_id, ca_id) not in cache:
                 wanted.setdefault(account_id, []).append(ca_id)
         for account_id, ca_ids in wanted.items():
-            found = await self.edge.call(certs.pems_by_id, account_id,
-                                         sorted(ca_ids))
+            found = await self.edge.call(certs.pems_by_id, account_id, sorted(ca_ids))
             for ca_id, pem in found.items():
                 cache[(account_id, ca_id)] = pem
         self._pems = cache
@@ -247,9 +256,11 @@ class TlsSettings:
                 continue
             pems = None
             if entry.get("certificate_authority_ids") is not None:
-                pems = [self._pems[(entry["account_id"], ca)]
-                        for ca in entry["certificate_authority_ids"]
-                        if (entry["account_id"], ca) in self._pems]
+                pems = [
+                    self._pems[(entry["account_id"], ca)]
+                    for ca in entry["certificate_authority_ids"]
+                    if (entry["account_id"], ca) in self._pems
+                ]
             by_host[host] = spec_of(entry.get("min_version"), pems)
         self.by_host = by_host
         self.loaded.set()
@@ -274,7 +285,7 @@ class _Paused(asyncio.Protocol):
         self._start = start
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        accepted = cast(asyncio.Transport, transport)   # a server socket's: a Transport
+        accepted = cast(asyncio.Transport, transport)  # a server socket's: a Transport
         accepted.pause_reading()
         self._start(accepted)
 
@@ -290,8 +301,14 @@ class HttpsListener:
     pick the context for what the name requires, start TLS with it, then hand the streams to
     ``handler(reader, writer)`` (``writer.tls_spec`` holds the spec)."""
 
-    def __init__(self, edge: Any, handler: Callable[..., Any], default_names: List[str],
-                 allow: Callable[[str], bool], handshake_timeout: float = 15.0):
+    def __init__(
+        self,
+        edge: Any,
+        handler: Callable[..., Any],
+        default_names: List[str],
+        allow: Callable[[str], bool],
+        handshake_timeout: float = 15.0,
+    ):
         self.edge = edge
         self.handler = handler
         self.default_names = default_names
@@ -308,7 +325,7 @@ class HttpsListener:
         spec = self.edge.tls.spec_for(name) if name else DEFAULT
         names = [name] if name and self.allow(name) else self.default_names
         ctx = self.edge.certs.context_for(names, spec)
-        ctx.set_alpn_protocols(ALPN)   # HTTP/2 (edge.h2front), else HTTP/1.1
+        ctx.set_alpn_protocols(ALPN)  # HTTP/2 (edge.h2front), else HTTP/1.1
         return ctx, spec
 
     async def _connection(self, transport: asyncio.Transport) -> None:
@@ -316,32 +333,33 @@ class HttpsListener:
         self.edge.connections.add(task)
         try:
             sock = transport.get_extra_info("socket")
-            raw = sock.dup() if sock is not None else None   # the transport owns sock's fd
+            raw = sock.dup() if sock is not None else None  # the transport owns sock's fd
             try:
                 hello = await peek_hello(raw, self.handshake_timeout) if raw else b""
             finally:
                 if raw is not None:
                     raw.close()
-            if not hello:              # closed, not TLS, or no ClientHello in time
+            if not hello:  # closed, not TLS, or no ClientHello in time
                 transport.abort()
                 return
             name, offered = client_hello(hello)
-            if offered_alpn(hello) == [challenges.ACME_TLS_ALPN]:   # ACME TLS-ALPN-01
+            if offered_alpn(hello) == [challenges.ACME_TLS_ALPN]:  # ACME TLS-ALPN-01
                 await self._acme_tls_alpn(transport, name)
                 return
-            if await passthrough.serve(self.edge, transport, name):   # a TLS endpoint's
+            if await passthrough.serve(self.edge, transport, name):  # a TLS endpoint's
                 return
             if not self.edge.tls.loaded.is_set():
                 await asyncio.wait_for(self.edge.tls.loaded.wait(), self.handshake_timeout)
             ctx, spec = self.context_for(name)
             if spec.min_version == ssl.TLSVersion.TLSv1_3 and TLS1_3 not in offered:
-                transport.write(ALERT_PROTOCOL_VERSION)   # what OpenSSL would send, which
-                transport.close()                        # asyncio drops on a failed handshake
+                transport.write(ALERT_PROTOCOL_VERSION)  # what OpenSSL would send, which
+                transport.close()  # asyncio drops on a failed handshake
                 return
-            reader, writer = await connections.start_server_tls(transport, ctx,
-                                                                self.handshake_timeout)
+            reader, writer = await connections.start_server_tls(
+                transport, ctx, self.handshake_timeout
+            )
             writer.tls_spec = spec
-            writer.server_name = name   # edge.cluster: where a relayed connection goes
+            writer.server_name = name  # edge.cluster: where a relayed connection goes
         except asyncio.CancelledError:
             transport.abort()
             return
@@ -365,8 +383,7 @@ class HttpsListener:
             transport.abort()
             return
         try:
-            _, writer = await connections.start_server_tls(transport, ctx,
-                                                           self.handshake_timeout)
+            _, writer = await connections.start_server_tls(transport, ctx, self.handshake_timeout)
         except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
             log.debug("TLS-ALPN-01 handshake failed: %r", exc)
             transport.abort()

@@ -6,6 +6,7 @@ Read by the HTTPS listener (edge/tls.py), the certificate cache (edge/certs.py) 
 passthrough (edge/passthrough.py); why the spec is chosen before the handshake starts:
 edge/tls.py.
 """
+
 import base64
 import binascii
 import hashlib
@@ -15,8 +16,12 @@ from typing import Any, List, Optional, Tuple, Union
 
 from chalicelib.core import binding, edge_errors
 
-MIN_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1_2, "1.1": ssl.TLSVersion.TLSv1_2,
-                "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+MIN_VERSIONS = {
+    "1.0": ssl.TLSVersion.TLSv1_2,
+    "1.1": ssl.TLSVersion.TLSv1_2,
+    "1.2": ssl.TLSVersion.TLSv1_2,
+    "1.3": ssl.TLSVersion.TLSv1_3,
+}
 
 
 @dataclass(frozen=True)
@@ -71,9 +76,12 @@ def spec_of_bind(option: Any) -> Optional[TlsSpec]:
             raise ssl.SSLError("empty")
         probe.load_verify_locations(cadata=cadata)
     except (ssl.SSLError, ValueError) as exc:
-        raise binding.Refused(edge_errors.INVALID_OPTION, "MutualTLSCA must hold one or more CA "
-                                                "certificates (PEM or DER); it could not be "
-                                                f"loaded: {str(exc)[:200]}") from None
+        raise binding.Refused(
+            edge_errors.INVALID_OPTION,
+            "MutualTLSCA must hold one or more CA "
+            "certificates (PEM or DER); it could not be "
+            f"loaded: {str(exc)[:200]}",
+        ) from None
     if not probe.cert_store_stats().get("x509"):
         raise binding.Refused(edge_errors.INVALID_OPTION, "MutualTLSCA holds no certificate")
     digest = hashlib.sha256(data).hexdigest()

@@ -14,6 +14,7 @@ A request that is not a WebSocket upgrade (GET, ``Upgrade: websocket``, a
 a client frame larger than :data:`MAX_FRAME` is answered with close code 1009 and the
 connection ends; an unmasked client frame (the RFC requires masking) with close 1002.
 """
+
 import asyncio
 import base64
 import hashlib
@@ -25,11 +26,13 @@ from edge import http1, http_io
 from edge.session import StreamReset
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-MAX_FRAME = 1 << 20        # bytes of one client frame's payload
+MAX_FRAME = 1 << 20  # bytes of one client frame's payload
 READ_CHUNK = 64 * 1024
-NOT_UPGRADE = (400, edge_errors.MISDIRECTED,
-               "This endpoint converts WebSocket connections to TCP: send a WebSocket upgrade "
-               "request.")
+NOT_UPGRADE = (
+    400,
+    edge_errors.MISDIRECTED,
+    "This endpoint converts WebSocket connections to TCP: send a WebSocket upgrade request.",
+)
 CONT, TEXT, BINARY, CLOSE, PING, PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
 
 
@@ -41,8 +44,13 @@ def accept_key(request: http1.Request) -> Optional[str]:
     upgrade = headers.get(b"upgrade", b"").lower()
     connection = [t.strip() for t in headers.get(b"connection", b"").lower().split(b",")]
     key = headers.get(b"sec-websocket-key", b"").strip()
-    if request.method != b"GET" or upgrade != b"websocket" or b"upgrade" not in connection \
-            or headers.get(b"sec-websocket-version", b"").strip() != b"13" or not key:
+    if (
+        request.method != b"GET"
+        or upgrade != b"websocket"
+        or b"upgrade" not in connection
+        or headers.get(b"sec-websocket-version", b"").strip() != b"13"
+        or not key
+    ):
         return None
     return base64.b64encode(hashlib.sha1(key + GUID).digest()).decode("ascii")
 
@@ -93,19 +101,26 @@ class FrameReader:
             raise FrameError(1002, "client frames must be masked")
         if len(buf) < at + 4 + size:
             return None
-        mask = bytes(buf[at:at + 4])
-        data = bytes(buf[at + 4:at + 4 + size])
-        del buf[:at + 4 + size]
+        mask = bytes(buf[at : at + 4])
+        data = bytes(buf[at + 4 : at + 4 + size])
+        del buf[: at + 4 + size]
         if size:
             repeated = (mask * (size // 4 + 1))[:size]
-            data = (int.from_bytes(data, "big") ^ int.from_bytes(repeated, "big")
-                    ).to_bytes(size, "big")
+            data = (int.from_bytes(data, "big") ^ int.from_bytes(repeated, "big")).to_bytes(
+                size, "big"
+            )
         return opcode, data
 
 
-async def serve(front: Any, client: Any, reader: asyncio.StreamReader,
-                writer: asyncio.StreamWriter, tunnel: Any, request: http1.Request,
-                client_addr: str) -> None:
+async def serve(
+    front: Any,
+    client: Any,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    tunnel: Any,
+    request: http1.Request,
+    client_addr: str,
+) -> None:
     """Answer the upgrade and convert, or refuse; the connection ends with it either way."""
     key = accept_key(request)
     if key is None:
@@ -114,12 +129,27 @@ async def serve(front: Any, client: Any, reader: asyncio.StreamReader,
     try:
         stream = await tunnel.session.open_proxy(tunnel, client_addr, front.scheme)
     except StreamReset:
-        await http_io.answer(client, writer, 502, edge_errors.ENDPOINT_OFFLINE,
-                             "The endpoint is offline.", close=True)
+        await http_io.answer(
+            client,
+            writer,
+            502,
+            edge_errors.ENDPOINT_OFFLINE,
+            "The endpoint is offline.",
+            close=True,
+        )
         return
-    await http_io.send(client, writer, http1.InformationalResponse(
-        status_code=101, headers=[("upgrade", "websocket"), ("connection", "Upgrade"),
-                                  ("sec-websocket-accept", key)]))
+    await http_io.send(
+        client,
+        writer,
+        http1.InformationalResponse(
+            status_code=101,
+            headers=[
+                ("upgrade", "websocket"),
+                ("connection", "Upgrade"),
+                ("sec-websocket-accept", key),
+            ],
+        ),
+    )
     rest, _ = client.trailing_data
     frames = FrameReader(bytes(rest))
 

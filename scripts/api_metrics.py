@@ -7,6 +7,7 @@ Metrics: ``api_requests_total{method, status_class}``, ``api_request_duration_se
 (histogram by method), ``store_call_duration_seconds{operation}`` (every DynamoDB call of the
 process: edge.events.time_store_calls), and the process's own (RSS, CPU, open files).
 """
+
 import time
 from typing import Any, Callable, Optional
 
@@ -15,11 +16,19 @@ from prometheus_client.process_collector import ProcessCollector
 
 from edge import events
 
-REQUESTS = Counter("api_requests", "API requests answered, by method and status class",
-                   ["method", "status_class"], registry=None)
-LATENCY = Histogram("api_request_duration_seconds", "API request handling time, by method",
-                    ["method"], registry=None,
-                    buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+REQUESTS = Counter(
+    "api_requests",
+    "API requests answered, by method and status class",
+    ["method", "status_class"],
+    registry=None,
+)
+LATENCY = Histogram(
+    "api_request_duration_seconds",
+    "API request handling time, by method",
+    ["method"],
+    registry=None,
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 
 
 class _Collector:
@@ -46,6 +55,7 @@ def timed(app: Callable[[Any], Any]) -> Callable[[Any], Any]:
         LATENCY.labels(req.method).observe(time.perf_counter() - started)
         REQUESTS.labels(req.method, f"{response.status // 100}xx").inc()
         return response
+
     return run
 
 
@@ -57,7 +67,9 @@ def start(port: Optional[int], http_server: Any, error: Any) -> Optional[Any]:
 
     def answer(req: Any) -> Any:
         if req.method == "GET" and req.target == "/metrics":
-            return http_server.Response(200, [("Content-Type", "text/plain; version=0.0.4")],
-                                        generate_latest(reg))
+            return http_server.Response(
+                200, [("Content-Type", "text/plain; version=0.0.4")], generate_latest(reg)
+            )
         return http_server.Response(404, [("Content-Type", "text/plain")], b"GET /metrics\n")
+
     return http_server.HttpServer("127.0.0.1", port, answer, error, max_body=0).start()

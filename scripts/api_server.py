@@ -12,6 +12,7 @@ Environment: the store and stage settings of chalicelib.core.config (DYNAMODB_EN
 AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, TABLE_NAME, …), set by scripts/serve.py.
 SIGTERM: stop accepting, finish in-flight requests (at most --drain seconds), exit 0.
 """
+
 import argparse
 import base64
 import json
@@ -35,12 +36,15 @@ log = logging.getLogger("api_server")
 
 def error_response(status: int, msg: str) -> http_server.Response:
     from chalicelib.core import errors, ids
+
     cls = errors.HTTP_ERRORS.get(status, errors.Internal)
     operation_id = ids.new_id("op")
     body = errors.error_body(cls.status_code, cls.error_code, msg, operation_id)
-    return http_server.Response(cls.status_code, [("Content-Type", "application/json"),
-                                                  ("Operation-Id", operation_id)],
-                                json.dumps(body).encode())
+    return http_server.Response(
+        cls.status_code,
+        [("Content-Type", "application/json"), ("Operation-Id", operation_id)],
+        json.dumps(body).encode(),
+    )
 
 
 def _headers(req: http_server.Request) -> Dict[str, str]:
@@ -54,6 +58,7 @@ def _headers(req: http_server.Request) -> Dict[str, str]:
 
 def make_app(project_dir: str, stage: str):
     from chalicelib.gateway import ContractGateway, load_local_app
+
     app_obj, config = load_local_app(project_dir, stage)
     local = threading.local()
 
@@ -72,7 +77,7 @@ def make_app(project_dir: str, stage: str):
         result = gateway.handle_request(req.method, path, _headers(req), req.body or None)
         headers: List[Tuple[str, str]] = []
         for name, value in {**result["headers"], **result.get("multiValueHeaders", {})}.items():
-            for one in (value if isinstance(value, list) else [value]):
+            for one in value if isinstance(value, list) else [value]:
                 headers.append((name, str(one)))
         if not any(name.lower() == "content-type" for name, _ in headers):
             headers.append(("Content-Type", "application/json"))
@@ -94,12 +99,16 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--stage", default="dev")
     parser.add_argument("--drain", type=float, default=5.0)
-    parser.add_argument("--gated", action="store_true",
-                        help="after loading the app, wait for a line on stdin before listening "
-                             "(serve.py loads the API while the store starts)")
+    parser.add_argument(
+        "--gated",
+        action="store_true",
+        help="after loading the app, wait for a line on stdin before listening "
+        "(serve.py loads the API while the store starts)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="api: %(levelname)s %(message)s")
     from chalicelib import web
+
     app = make_app(PROJECT_DIR, args.stage)
 
     def log_exception(req: http_server.Request) -> None:
@@ -107,17 +116,27 @@ def main() -> int:
 
     if args.gated and not sys.stdin.readline():
         return 0  # serve.py went away before the stack was ready
-    metrics_port = os.environ.get("API_METRICS_PORT", "").strip()   # scripts/api_metrics.py
+    metrics_port = os.environ.get("API_METRICS_PORT", "").strip()  # scripts/api_metrics.py
     if metrics_port:
         import api_metrics
+
         app = api_metrics.timed(app)
-    server = http_server.HttpServer(args.host, args.port, app, error_response,
-                                    max_body=web.MAX_BODY_BYTES, log_exception=log_exception)
+    server = http_server.HttpServer(
+        args.host,
+        args.port,
+        app,
+        error_response,
+        max_body=web.MAX_BODY_BYTES,
+        log_exception=log_exception,
+    )
     try:
         server.start()
     except OSError as exc:
-        print(f"error: the API cannot listen on {args.host}:{args.port} ({exc.strerror}); "
-              f"set PORT to a free port", flush=True)
+        print(
+            f"error: the API cannot listen on {args.host}:{args.port} ({exc.strerror}); "
+            f"set PORT to a free port",
+            flush=True,
+        )
         return 4
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -126,9 +145,12 @@ def main() -> int:
         try:
             admin = api_metrics.start(int(metrics_port), http_server, error_response)
             print(f"api metrics: http://127.0.0.1:{admin.port}/metrics", flush=True)
-        except OSError as exc:   # the API serves on without its metrics
-            print(f"api metrics: cannot listen on 127.0.0.1:{metrics_port} ({exc.strerror}); "
-                  "set API_METRICS_PORT to a free port", flush=True)
+        except OSError as exc:  # the API serves on without its metrics
+            print(
+                f"api metrics: cannot listen on 127.0.0.1:{metrics_port} ({exc.strerror}); "
+                "set API_METRICS_PORT to a free port",
+                flush=True,
+            )
     print(f"ready http://{args.host}:{server.port}", flush=True)
     while not stop.wait(0.5):
         pass

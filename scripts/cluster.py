@@ -16,6 +16,7 @@ says where everything is; DIR/edge-K.pid is instance K's process.
 ``restart`` sends SIGTERM to one instance (it drains: edge.cluster) and waits until the
 supervisor has started it again and it serves; without ``--instance``, every instance in turn.
 """
+
 import argparse
 import json
 import os
@@ -55,13 +56,21 @@ class Instance:
         os.makedirs(self.data_dir, exist_ok=True)
         self.pid_path = os.path.join(data_dir, f"edge-{index}.pid")
         self.log_path = os.path.join(data_dir, f"edge-{index}.log")
-        self.ports = {"agent": free_port(), "http": free_port(), "https": free_port(),
-                      "metrics": free_port()}
-        self.env = dict(env, DATA_DIR=self.data_dir,
-                        EDGE_AGENT_PORT=str(self.ports["agent"]),
-                        EDGE_HTTP_PORT=str(self.ports["http"]),
-                        EDGE_HTTPS_PORT=str(self.ports["https"]),
-                        EDGE_METRICS_PORT=str(self.ports["metrics"]), PYTHONUNBUFFERED="1")
+        self.ports = {
+            "agent": free_port(),
+            "http": free_port(),
+            "https": free_port(),
+            "metrics": free_port(),
+        }
+        self.env = dict(
+            env,
+            DATA_DIR=self.data_dir,
+            EDGE_AGENT_PORT=str(self.ports["agent"]),
+            EDGE_HTTP_PORT=str(self.ports["http"]),
+            EDGE_HTTPS_PORT=str(self.ports["https"]),
+            EDGE_METRICS_PORT=str(self.ports["metrics"]),
+            PYTHONUNBUFFERED="1",
+        )
         self.process: Optional[subprocess.Popen] = None
         self.starts = 0
 
@@ -71,8 +80,13 @@ class Instance:
         with open(self.log_path, "ab") as log:
             log.write(f"--- start {self.starts}\n".encode())
             log.flush()
-            self.process = subprocess.Popen([sys.executable, "-m", "edge"], cwd=PROJECT_DIR,
-                                            env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "edge"],
+                cwd=PROJECT_DIR,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         with open(self.pid_path + ".tmp", "w") as handle:
             handle.write(f"{self.process.pid} starting\n")
         os.replace(self.pid_path + ".tmp", self.pid_path)
@@ -107,18 +121,32 @@ class Instance:
 
 
 def haproxy_config(front: Dict[str, int], instances: List[Instance]) -> str:
-    lines = ["global", "    maxconn 8000", "defaults", "    mode tcp",
-             "    timeout connect 2s", "    timeout client 1h", "    timeout server 1h",
-             "    timeout client-fin 30s", "    timeout server-fin 30s",
-             "    option redispatch", "    retries 3"]
-    for name, balance in (("agent", "leastconn"), ("http", "roundrobin"),
-                          ("https", "roundrobin")):
-        lines += [f"frontend {name}", f"    bind 127.0.0.1:{front[name]}",
-                  f"    default_backend {name}_edges", f"backend {name}_edges",
-                  f"    balance {balance}"]
+    lines = [
+        "global",
+        "    maxconn 8000",
+        "defaults",
+        "    mode tcp",
+        "    timeout connect 2s",
+        "    timeout client 1h",
+        "    timeout server 1h",
+        "    timeout client-fin 30s",
+        "    timeout server-fin 30s",
+        "    option redispatch",
+        "    retries 3",
+    ]
+    for name, balance in (("agent", "leastconn"), ("http", "roundrobin"), ("https", "roundrobin")):
+        lines += [
+            f"frontend {name}",
+            f"    bind 127.0.0.1:{front[name]}",
+            f"    default_backend {name}_edges",
+            f"backend {name}_edges",
+            f"    balance {balance}",
+        ]
         for inst in instances:
-            lines.append(f"    server edge{inst.index} 127.0.0.1:{inst.ports[name]} "
-                         "check inter 1s fall 1 rise 1")
+            lines.append(
+                f"    server edge{inst.index} 127.0.0.1:{inst.ports[name]} "
+                "check inter 1s fall 1 rise 1"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -133,12 +161,19 @@ def up(args: argparse.Namespace) -> int:
         stack_dir = os.path.join(data_dir, "stack")
         os.makedirs(stack_dir, exist_ok=True)
         api_port = args.api_port or free_port()
-        env = {**os.environ, "PORT": str(api_port), "STORE_PORT": str(free_port()),
-               "DATA_DIR": stack_dir, "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "PORT": str(api_port),
+            "STORE_PORT": str(free_port()),
+            "DATA_DIR": stack_dir,
+            "PYTHONUNBUFFERED": "1",
+        }
         env.pop("DYNAMODB_ENDPOINT_URL", None)
-        stack = subprocess.Popen([sys.executable, os.path.join(PROJECT_DIR, "scripts",
-                                                               "serve.py")],
-                                 cwd=PROJECT_DIR, env=env)
+        stack = subprocess.Popen(
+            [sys.executable, os.path.join(PROJECT_DIR, "scripts", "serve.py")],
+            cwd=PROJECT_DIR,
+            env=env,
+        )
         children.append(stack)
         store_env = os.path.join(stack_dir, "store.env")
         deadline = time.time() + 120
@@ -148,22 +183,34 @@ def up(args: argparse.Namespace) -> int:
         env = {**env, **read_env(store_env)}
         print(f"cluster: API at http://127.0.0.1:{api_port}", flush=True)
     low = args.tcp_low
-    env.update({"EDGE_CLUSTER_SECRET": os.environ.get("EDGE_CLUSTER_SECRET")
-                or secrets.token_urlsafe(32),
-                "EDGE_TCP_PORTS": env.get("EDGE_TCP_PORTS") or f"{low}-{low + 99}"})
+    env.update(
+        {
+            "EDGE_CLUSTER_SECRET": os.environ.get("EDGE_CLUSTER_SECRET")
+            or secrets.token_urlsafe(32),
+            "EDGE_TCP_PORTS": env.get("EDGE_TCP_PORTS") or f"{low}-{low + 99}",
+        }
+    )
     if args.check_seconds:
         env["EDGE_CHECK_SECONDS"] = str(args.check_seconds)
-    front = {"agent": args.agent_port or free_port(), "http": args.http_port or free_port(),
-             "https": args.https_port or free_port()}
-    env.update({"EDGE_PUBLIC_HTTP_PORT": str(front["http"]),   # the URLs name HAProxy's ports
-                "EDGE_PUBLIC_HTTPS_PORT": str(front["https"])})
+    front = {
+        "agent": args.agent_port or free_port(),
+        "http": args.http_port or free_port(),
+        "https": args.https_port or free_port(),
+    }
+    env.update(
+        {
+            "EDGE_PUBLIC_HTTP_PORT": str(front["http"]),  # the URLs name HAProxy's ports
+            "EDGE_PUBLIC_HTTPS_PORT": str(front["https"]),
+        }
+    )
     instances = [Instance(k, data_dir, env) for k in range(args.n)]
     instances[0].start()
     instances[0].wait_serving()
-    for inst in instances[1:]:   # one CA for the fleet: the agents verify any instance
+    for inst in instances[1:]:  # one CA for the fleet: the agents verify any instance
         for name in ("ca.pem", "ca-key.pem"):
-            shutil.copy2(os.path.join(instances[0].data_dir, name),
-                         os.path.join(inst.data_dir, name))
+            shutil.copy2(
+                os.path.join(instances[0].data_dir, name), os.path.join(inst.data_dir, name)
+            )
         inst.start()
     for inst in instances[1:]:
         inst.wait_serving()
@@ -172,27 +219,38 @@ def up(args: argparse.Namespace) -> int:
         handle.write(haproxy_config(front, instances))
     haproxy = subprocess.Popen(["haproxy", "-db", "-f", cfg_path], cwd=data_dir)
     children.append(haproxy)
-    info = {"front": front, "ca": os.path.join(instances[0].data_dir, "ca.pem"),
-            "tcp_ports": env["EDGE_TCP_PORTS"], "haproxy_pid": haproxy.pid,
-            "instances": [{"index": i.index, "ports": i.ports, "pid_path": i.pid_path,
-                           "log": i.log_path} for i in instances]}
+    info = {
+        "front": front,
+        "ca": os.path.join(instances[0].data_dir, "ca.pem"),
+        "tcp_ports": env["EDGE_TCP_PORTS"],
+        "haproxy_pid": haproxy.pid,
+        "instances": [
+            {"index": i.index, "ports": i.ports, "pid_path": i.pid_path, "log": i.log_path}
+            for i in instances
+        ],
+    }
     with open(os.path.join(data_dir, "cluster.json.tmp"), "w") as handle:
         json.dump(info, handle)
-    time.sleep(0.5)   # HAProxy's first checks
-    os.replace(os.path.join(data_dir, "cluster.json.tmp"),
-               os.path.join(data_dir, "cluster.json"))
-    print(f"cluster: {args.n} edges; agents at 127.0.0.1:{front['agent']}, HTTP at "
-          f"127.0.0.1:{front['http']}, HTTPS at 127.0.0.1:{front['https']}; "
-          f"{data_dir}/cluster.json", flush=True)
+    time.sleep(0.5)  # HAProxy's first checks
+    os.replace(os.path.join(data_dir, "cluster.json.tmp"), os.path.join(data_dir, "cluster.json"))
+    print(
+        f"cluster: {args.n} edges; agents at 127.0.0.1:{front['agent']}, HTTP at "
+        f"127.0.0.1:{front['http']}, HTTPS at 127.0.0.1:{front['https']}; "
+        f"{data_dir}/cluster.json",
+        flush=True,
+    )
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     try:
         while not stopping:
-            for inst in instances:   # the supervisor: an instance that exits starts again
+            for inst in instances:  # the supervisor: an instance that exits starts again
                 assert inst.process is not None
                 if inst.process.poll() is not None:
-                    print(f"cluster: edge {inst.index} exited ({inst.process.returncode});"
-                          " starting it again", flush=True)
+                    print(
+                        f"cluster: edge {inst.index} exited ({inst.process.returncode});"
+                        " starting it again",
+                        flush=True,
+                    )
                     inst.start()
                 elif not inst.serving():
                     continue
@@ -233,8 +291,9 @@ def restart(args: argparse.Namespace) -> int:
     data_dir = os.path.abspath(args.data_dir)
     with open(os.path.join(data_dir, "cluster.json")) as handle:
         info = json.load(handle)
-    order = [args.instance] if args.instance is not None else \
-        [i["index"] for i in info["instances"]]
+    order = (
+        [args.instance] if args.instance is not None else [i["index"] for i in info["instances"]]
+    )
     for index in order:
         path = os.path.join(data_dir, f"edge-{index}.pid")
         old = _pid_state(path)
@@ -272,8 +331,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p_re.add_argument("--data-dir", default=os.environ.get("DATA_DIR", ".data/cluster"))
     p_re.add_argument("--instance", type=int, default=None)
     p_re.add_argument("--timeout", type=float, default=60.0)
-    p_re.add_argument("--pause", type=float, default=2.0,
-                      help="seconds between instances (agents settle on the others)")
+    p_re.add_argument(
+        "--pause",
+        type=float,
+        default=2.0,
+        help="seconds between instances (agents settle on the others)",
+    )
     args = parser.parse_args(argv)
     return up(args) if args.command == "up" else restart(args)
 

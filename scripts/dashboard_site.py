@@ -15,6 +15,7 @@ and the API told its origin (docs/DASHBOARD.md "Deployed").
   made readable by anyone (a bucket policy on GetObject; its public-access block is lifted
   for that bucket only): the files hold no secret, the API key is entered in the page.
 """
+
 import json
 import os
 import re
@@ -23,20 +24,29 @@ from urllib.parse import urlsplit
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.join(PROJECT_DIR, "dashboard")
-TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-         ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png",
-         ".txt": "text/plain; charset=utf-8", ".json": "application/json"}
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".txt": "text/plain; charset=utf-8",
+    ".json": "application/json",
+}
 
 
 def bucket_name(stage: str, account: str, region: str) -> str:
-    return os.environ.get("DASHBOARD_BUCKET") or f"tunnel-service-dashboard-{stage}-{account}-{region}"
+    return (
+        os.environ.get("DASHBOARD_BUCKET")
+        or f"tunnel-service-dashboard-{stage}-{account}-{region}"
+    )
 
 
 def origin(bucket: str, region: str, endpoint: Optional[str] = None) -> str:
     configured = (os.environ.get("DASHBOARD_ORIGIN") or "").strip().rstrip("/")
     if configured:
         return configured
-    if endpoint:   # LocalStack: path-style, on its one endpoint
+    if endpoint:  # LocalStack: path-style, on its one endpoint
         return endpoint.rstrip("/")
     return f"https://{bucket}.s3.{region}.amazonaws.com"
 
@@ -59,10 +69,14 @@ def render_index(html: str, api_url: str) -> str:
     api_url = api_url.rstrip("/")
     if '"' in api_url or "<" in api_url or " " in api_url:
         raise ValueError(f"not a URL: {api_url!r}")
-    html, named = re.subn(r'<meta name="api-base-url" content="[^"]*">',
-                          f'<meta name="api-base-url" content="{api_url}">', html)
-    html, allowed = re.subn(r"connect-src 'self'", f"connect-src 'self' {_origin_of(api_url)}",
-                            html)
+    html, named = re.subn(
+        r'<meta name="api-base-url" content="[^"]*">',
+        f'<meta name="api-base-url" content="{api_url}">',
+        html,
+    )
+    html, allowed = re.subn(
+        r"connect-src 'self'", f"connect-src 'self' {_origin_of(api_url)}", html
+    )
     if named != 1 or allowed != 1:
         raise ValueError("dashboard/index.html lost its api-base-url or CSP meta tag")
     return html
@@ -102,8 +116,9 @@ def with_dashboard_origin(template: Dict[str, Any], site_origin: str) -> None:
             params["gatewayresponse.header.Vary"] = "'Origin'"
 
 
-def publish(s3: Any, bucket: str, region: str, api_url: str,
-            endpoint: Optional[str] = None) -> str:
+def publish(
+    s3: Any, bucket: str, region: str, api_url: str, endpoint: Optional[str] = None
+) -> str:
     """Upload the site to ``bucket`` (created when missing, made publicly readable); its URL."""
     try:
         s3.head_bucket(Bucket=bucket)
@@ -112,14 +127,34 @@ def publish(s3: Any, bucket: str, region: str, api_url: str,
         if region != "us-east-1":
             kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
         s3.create_bucket(**kwargs)
-    s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
-        "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": False,
-        "RestrictPublicBuckets": False})
-    s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{"Sid": "DashboardFilesArepublic", "Effect": "Allow", "Principal": "*",
-                       "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/*"}]}))
+    s3.put_public_access_block(
+        Bucket=bucket,
+        PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": False,
+            "RestrictPublicBuckets": False,
+        },
+    )
+    s3.put_bucket_policy(
+        Bucket=bucket,
+        Policy=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Sid": "DashboardFilesArepublic",
+                        "Effect": "Allow",
+                        "Principal": "*",
+                        "Action": "s3:GetObject",
+                        "Resource": f"arn:aws:s3:::{bucket}/*",
+                    }
+                ],
+            }
+        ),
+    )
     for key, body, content_type in site_files(api_url):
-        s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type,
-                      CacheControl="no-cache")
+        s3.put_object(
+            Bucket=bucket, Key=key, Body=body, ContentType=content_type, CacheControl="no-cache"
+        )
     return site_url(bucket, region, endpoint)

@@ -9,6 +9,7 @@ Content-Security-Policy :data:`CSP` (scripts, styles, images and API calls from 
 only; no inline script or style, no eval, no frames, no form posts, no plugins) and headers
 that keep it out of frames and its address out of Referer headers.
 """
+
 import os
 import posixpath
 from typing import List, Optional, Tuple
@@ -17,23 +18,35 @@ from urllib.parse import unquote
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.join(PROJECT_DIR, "dashboard")
 PREFIX = "/dashboard"
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-       "connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; "
-       "frame-ancestors 'none'; object-src 'none'")
-TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-         ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml",
-         ".png": "image/png", ".txt": "text/plain; charset=utf-8",
-         ".json": "application/json"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'; object-src 'none'"
+)
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".txt": "text/plain; charset=utf-8",
+    ".json": "application/json",
+}
 MAX_FILE_BYTES = 1024 * 1024
 
 Headers = List[Tuple[str, str]]
 
 
 def _headers(content_type: str) -> Headers:
-    return [("Content-Type", content_type), ("Content-Security-Policy", CSP),
-            ("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
-            ("Referrer-Policy", "no-referrer"), ("Cache-Control", "no-cache"),
-            ("Cross-Origin-Opener-Policy", "same-origin")]
+    return [
+        ("Content-Type", content_type),
+        ("Content-Security-Policy", CSP),
+        ("X-Content-Type-Options", "nosniff"),
+        ("X-Frame-Options", "DENY"),
+        ("Referrer-Policy", "no-referrer"),
+        ("Cache-Control", "no-cache"),
+        ("Cross-Origin-Opener-Policy", "same-origin"),
+    ]
 
 
 def _text(status: int, message: str) -> Tuple[int, Headers, bytes]:
@@ -51,7 +64,7 @@ def handle(method: str, target: str) -> Optional[Tuple[int, Headers, bytes]]:
     if path == PREFIX:
         status, headers, body = _text(308, "Moved to /dashboard/")
         return status, headers + [("Location", PREFIX + "/")], body
-    relative = unquote(path[len(PREFIX) + 1:]) or "index.html"
+    relative = unquote(path[len(PREFIX) + 1 :]) or "index.html"
     if relative.endswith("/"):
         relative += "index.html"
     parts = relative.split("/")

@@ -37,6 +37,7 @@ hours; this module adds them:
    partition left behind by a GetItem miss, and a Query that reads only the queried partition
    through a sorted index of its sort keys (moto sorts the whole table on every Query).
 """
+
 import argparse
 import base64
 import bisect
@@ -62,14 +63,36 @@ import http_server  # noqa: E402  (scripts/http_server.py)
 _lock = threading.RLock()
 _patched = [False]
 
-READ_ACTIONS = {"GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems",
-                "DescribeTable", "ListTables", "DescribeContinuousBackups",
-                "DescribeTimeToLive", "ListTagsOfResource", "DescribeEndpoints",
-                "DescribeLimits"}
-ITEM_WRITE_ACTIONS = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems",
-                      "BatchWriteItem"}
-TABLE_ACTIONS = {"CreateTable", "DeleteTable", "UpdateTable", "UpdateTimeToLive",
-                 "UpdateContinuousBackups", "TagResource", "UntagResource"}
+READ_ACTIONS = {
+    "GetItem",
+    "BatchGetItem",
+    "Query",
+    "Scan",
+    "TransactGetItems",
+    "DescribeTable",
+    "ListTables",
+    "DescribeContinuousBackups",
+    "DescribeTimeToLive",
+    "ListTagsOfResource",
+    "DescribeEndpoints",
+    "DescribeLimits",
+}
+ITEM_WRITE_ACTIONS = {
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "TransactWriteItems",
+    "BatchWriteItem",
+}
+TABLE_ACTIONS = {
+    "CreateTable",
+    "DeleteTable",
+    "UpdateTable",
+    "UpdateTimeToLive",
+    "UpdateContinuousBackups",
+    "TagResource",
+    "UntagResource",
+}
 TARGET_PREFIX = "DynamoDB_20120810."
 ACCOUNT = "123456789012"  # moto's default account: every caller of this store is "local"
 MAX_BODY = 16 * 1024 * 1024  # DynamoDB's own request limit
@@ -95,8 +118,12 @@ def _sort_value(value: Any) -> Any:
 
 
 _OPS = {"=": "EQ", "<": "LT", "<=": "LE", ">": "GT", ">=": "GE"}
-_QUERY_KWARGS = {"hash_key_conditions", "range_key_conditions", "consistent_read",
-                 "filter_expression"}
+_QUERY_KWARGS = {
+    "hash_key_conditions",
+    "range_key_conditions",
+    "consistent_read",
+    "filter_expression",
+}
 
 
 def patch_moto() -> None:
@@ -113,13 +140,15 @@ def patch_moto() -> None:
     # moto's dashboard registry of every instance ever made: gone (memory grew per write).
     def _new(cls: Any, *args: Any, **kwargs: Any) -> Any:
         return object.__new__(cls)
+
     BaseModel.__new__ = staticmethod(_new)  # type: ignore[assignment]
 
     # A GetItem miss must not leave an empty partition behind (items is a defaultdict).
     original_get_item = Table.get_item
 
-    def get_item(self: Any, hash_key: Any, range_key: Any = None,
-                 projection_expression: Any = None) -> Any:
+    def get_item(
+        self: Any, hash_key: Any, range_key: Any = None, projection_expression: Any = None
+    ) -> Any:
         if self.has_range_key and range_key and hash_key not in self.items:
             return None
         return original_get_item(self, hash_key, range_key, projection_expression)
@@ -174,14 +203,39 @@ def patch_moto() -> None:
             return candidates
         return original_all_items(self)
 
-    def query(self: Any, hash_key: Any, range_comparison: Any, range_objs: Any, limit: Any,
-              exclusive_start_key: Any, scan_index_forward: Any, projection_expressions: Any,
-              index_name: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if index_name or hash_key is None or not self.has_range_key \
-                or kwargs.get("range_key_conditions") and len(kwargs["range_key_conditions"]) > 1:
-            return original_query(self, hash_key, range_comparison, range_objs, limit,
-                                  exclusive_start_key, scan_index_forward,
-                                  projection_expressions, index_name, *args, **kwargs)
+    def query(
+        self: Any,
+        hash_key: Any,
+        range_comparison: Any,
+        range_objs: Any,
+        limit: Any,
+        exclusive_start_key: Any,
+        scan_index_forward: Any,
+        projection_expressions: Any,
+        index_name: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        if (
+            index_name
+            or hash_key is None
+            or not self.has_range_key
+            or kwargs.get("range_key_conditions")
+            and len(kwargs["range_key_conditions"]) > 1
+        ):
+            return original_query(
+                self,
+                hash_key,
+                range_comparison,
+                range_objs,
+                limit,
+                exclusive_start_key,
+                scan_index_forward,
+                projection_expressions,
+                index_name,
+                *args,
+                **kwargs,
+            )
         keys = _index(self, hash_key)
         lo, hi = 0, len(keys)
         op = _OPS.get(range_comparison or "", (range_comparison or "").upper())
@@ -207,6 +261,7 @@ def patch_moto() -> None:
             start = exclusive_start_key.get(self.range_key_attr)
             if start is not None:
                 from moto.dynamodb.models.dynamo_type import DynamoType
+
                 value = _sort_value(DynamoType(start))
                 if scan_index_forward is False:
                     hi = min(hi, bisect.bisect_left(keys, (value,)))
@@ -215,14 +270,23 @@ def patch_moto() -> None:
         window = keys[lo:hi] if scan_index_forward is not False else keys[lo:hi][::-1]
         legacy_filters = set(kwargs) - _QUERY_KWARGS
         if limit and narrowed and not legacy_filters:
-            window = window[:int(limit) + 1]
+            window = window[: int(limit) + 1]
         partition = self.items.get(hash_key) or {}
-        self.__dict__["_query_candidates"] = [partition[rk] for _, rk in window
-                                              if rk in partition]
+        self.__dict__["_query_candidates"] = [partition[rk] for _, rk in window if rk in partition]
         try:
-            return original_query(self, hash_key, range_comparison, range_objs, limit, None,
-                                  scan_index_forward, projection_expressions, index_name,
-                                  *args, **kwargs)
+            return original_query(
+                self,
+                hash_key,
+                range_comparison,
+                range_objs,
+                limit,
+                None,
+                scan_index_forward,
+                projection_expressions,
+                index_name,
+                *args,
+                **kwargs,
+            )
         finally:
             self.__dict__.pop("_query_candidates", None)
 
@@ -258,8 +322,15 @@ def patch_moto() -> None:
                     current = self.get_item(name, key)
                 except Exception:  # noqa: BLE001 - moto reports malformed ops itself
                     continue
-                backups.append((name, key, copy.deepcopy(current.to_json()["Attributes"])
-                                if current is not None else None))
+                backups.append(
+                    (
+                        name,
+                        key,
+                        copy.deepcopy(current.to_json()["Attributes"])
+                        if current is not None
+                        else None,
+                    )
+                )
             saved_copy = ddb_models.copy
             ddb_models.copy = _NoTableCopy()
             try:
@@ -330,7 +401,7 @@ def read_records(path: str, tail_ok: bool) -> Tuple[List[Dict[str, Any]], int, b
             elif end > len(data):
                 bad = "a cut-off record"
             else:
-                payload = data[offset + _HEADER.size:end]
+                payload = data[offset + _HEADER.size : end]
                 if zlib.crc32(payload) != crc:
                     bad = "a record with a wrong checksum"
                 else:
@@ -342,12 +413,16 @@ def read_records(path: str, tail_ok: bool) -> Tuple[List[Dict[str, Any]], int, b
             offset = end
             continue
         rest = data[offset:]
-        torn = (bad.startswith("a cut-off") or not rest.strip(b"\0")
-                or (bad == "a record with a wrong checksum" and end == len(data)))
+        torn = (
+            bad.startswith("a cut-off")
+            or not rest.strip(b"\0")
+            or (bad == "a record with a wrong checksum" and end == len(data))
+        )
         if tail_ok and torn:
             return records, offset, True
-        raise DataError(f"{path} is damaged at byte {offset} ({bad}, not a write cut short "
-                        f"by a crash)")
+        raise DataError(
+            f"{path} is damaged at byte {offset} ({bad}, not a write cut short by a crash)"
+        )
     return records, offset, False
 
 
@@ -387,8 +462,9 @@ def read_snapshot(path: str) -> Tuple[Dict[str, Any], Iterator[Dict[str, Any]]]:
     return records[0], iter(records[1:-1])
 
 
-def write_snapshot(store_dir: str, seq: int, tables: List[Dict[str, Any]],
-                   items: Iterator[List[Any]]) -> str:
+def write_snapshot(
+    store_dir: str, seq: int, tables: List[Dict[str, Any]], items: Iterator[List[Any]]
+) -> str:
     """Write snapshot-<seq>.db atomically (temp file, fsync, rename, fsync the directory)."""
     path = snapshot_path(store_dir, seq)
     tmp = path + ".tmp"
@@ -453,8 +529,7 @@ def compact(store_dir: str, upto: int) -> str:
     for seq in range(base + 1, upto + 1):
         for record in read_records(wal_path(store_dir, seq), tail_ok=False)[0]:
             apply(record)
-    path = write_snapshot(store_dir, upto, tables,
-                          ([r, t, k, i] for r, t, k, i in items.values()))
+    path = write_snapshot(store_dir, upto, tables, ([r, t, k, i] for r, t, k, i in items.values()))
     # Keep the previous snapshot and the logs after it (the backup); drop what is older.
     for seq in snaps:
         if seq < base:
@@ -472,8 +547,7 @@ class Wal:
 
     def __init__(self, store_dir: str, seq: int) -> None:
         self.store_dir, self.seq = store_dir, seq
-        self.fd = os.open(wal_path(store_dir, seq), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                          0o600)
+        self.fd = os.open(wal_path(store_dir, seq), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self.size = os.fstat(self.fd).st_size
         self.written = 0  # logical position over all files (for group commit)
         self.synced = 0
@@ -526,8 +600,11 @@ class Wal:
             self.synced = self.written
             closed = self.seq
             self.seq += 1
-            self.fd = os.open(wal_path(self.store_dir, self.seq),
-                              os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+            self.fd = os.open(
+                wal_path(self.store_dir, self.seq),
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL,
+                0o600,
+            )
             self.size = 0
             _fsync_dir(self.store_dir)
             return closed
@@ -559,10 +636,13 @@ class Store:
         patch_moto()
         legacy = os.path.join(self.data_dir, "dynamodb.json")
         if not os.path.isdir(self.dir):
-            if os.path.exists(os.path.join(self.data_dir, "local-admin.json")) \
-                    and not os.path.exists(legacy):
-                raise DataError(f"{self.dir} is missing but {self.data_dir}/local-admin.json "
-                                f"exists (the data directory is incomplete)")
+            if os.path.exists(
+                os.path.join(self.data_dir, "local-admin.json")
+            ) and not os.path.exists(legacy):
+                raise DataError(
+                    f"{self.dir} is missing but {self.data_dir}/local-admin.json "
+                    f"exists (the data directory is incomplete)"
+                )
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
             items: List[List[Any]] = []
             tables: List[Dict[str, Any]] = []
@@ -573,25 +653,30 @@ class Store:
             _fsync_dir(self.dir)
             if os.path.exists(legacy):
                 os.replace(legacy, legacy + ".imported")
-                print(f"store: imported {len(items)} items from {legacy} (kept as "
-                      f"{legacy}.imported)", flush=True)
+                print(
+                    f"store: imported {len(items)} items from {legacy} (kept as "
+                    f"{legacy}.imported)",
+                    flush=True,
+                )
         for tmp in glob.glob(os.path.join(self.dir, "*.tmp")):
             os.unlink(tmp)  # a compaction cut short: its inputs are all still there
         snaps, wals = list_files(self.dir)
         if not snaps:
-            raise DataError(f"{self.dir} has no snapshot-*.db (the data directory is "
-                            f"incomplete)")
+            raise DataError(f"{self.dir} has no snapshot-*.db (the data directory is incomplete)")
         base = snaps[-1]
         path = snapshot_path(self.dir, base)
         try:
             header, records = read_snapshot(path)
         except DataError as exc:
             older = [s for s in snaps if s < base]
-            if older and all(os.path.exists(wal_path(self.dir, s))
-                             for s in range(older[-1] + 1, base + 1)):
-                raise DataError(f"{exc}; delete it to start from the backup "
-                                f"{snapshot_path(self.dir, older[-1])} and the logs kept "
-                                f"after it (nothing is lost)") from None
+            if older and all(
+                os.path.exists(wal_path(self.dir, s)) for s in range(older[-1] + 1, base + 1)
+            ):
+                raise DataError(
+                    f"{exc}; delete it to start from the backup "
+                    f"{snapshot_path(self.dir, older[-1])} and the logs kept "
+                    f"after it (nothing is lost)"
+                ) from None
             raise
         started = time.monotonic()
         self.snapshot_bytes = os.path.getsize(path)
@@ -603,8 +688,10 @@ class Store:
         expected = list(range(base + 1, (needed[-1] if needed else base + 1) + 1))
         missing = [s for s in expected if s not in needed]
         if missing:
-            raise DataError(f"{wal_path(self.dir, missing[0])} is missing (the logs after "
-                            f"{path} must all be there)")
+            raise DataError(
+                f"{wal_path(self.dir, missing[0])} is missing (the logs after "
+                f"{path} must all be there)"
+            )
         last = expected[-1]
         for seq in expected:
             wpath = wal_path(self.dir, seq)
@@ -617,16 +704,25 @@ class Store:
                     handle.truncate(good)
                     handle.flush()
                     os.fsync(handle.fileno())
-                print(f"store: cut off a write that a crash left unfinished at the end of "
-                      f"{wpath} (it had not been acknowledged)", flush=True)
+                print(
+                    f"store: cut off a write that a crash left unfinished at the end of "
+                    f"{wpath} (it had not been acknowledged)",
+                    flush=True,
+                )
         self.wal = Wal(self.dir, last)
         _fsync_dir(self.dir)
         from moto.dynamodb.models import dynamodb_backends
-        self.items_loaded = sum(len(p) if t.has_range_key else 1
-                                for b in dynamodb_backends[ACCOUNT].values()
-                                for t in b.tables.values() for p in t.items.values())
-        return (f"restored {self.items_loaded} items and {self.records_replayed} log records "
-                f"in {time.monotonic() - started:.2f}s")
+
+        self.items_loaded = sum(
+            len(p) if t.has_range_key else 1
+            for b in dynamodb_backends[ACCOUNT].values()
+            for t in b.tables.values()
+            for p in t.items.values()
+        )
+        return (
+            f"restored {self.items_loaded} items and {self.records_replayed} log records "
+            f"in {time.monotonic() - started:.2f}s"
+        )
 
     @staticmethod
     def _legacy_items(path: str) -> Tuple[List[Dict[str, Any]], List[List[Any]]]:
@@ -637,19 +733,30 @@ class Store:
                 items = json.load(handle)["items"]
             table = os.environ.get("TABLE_NAME", "tunnel-service")
             region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
-            create = {"t": "table", "action": "CreateTable", "r": region, "body": {
-                "TableName": table, "BillingMode": "PAY_PER_REQUEST",
-                "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"},
-                              {"AttributeName": "sk", "KeyType": "RANGE"}],
-                "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"},
-                                         {"AttributeName": "sk", "AttributeType": "S"}]}}
-            return [create], [[region, table, {"pk": i["pk"], "sk": i["sk"]}, i]
-                              for i in items]
+            create = {
+                "t": "table",
+                "action": "CreateTable",
+                "r": region,
+                "body": {
+                    "TableName": table,
+                    "BillingMode": "PAY_PER_REQUEST",
+                    "KeySchema": [
+                        {"AttributeName": "pk", "KeyType": "HASH"},
+                        {"AttributeName": "sk", "KeyType": "RANGE"},
+                    ],
+                    "AttributeDefinitions": [
+                        {"AttributeName": "pk", "AttributeType": "S"},
+                        {"AttributeName": "sk", "AttributeType": "S"},
+                    ],
+                },
+            }
+            return [create], [[region, table, {"pk": i["pk"], "sk": i["sk"]}, i] for i in items]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DataError(f"{path} cannot be read ({exc})") from None
 
     def _backend(self, region: str) -> Any:
         from moto.dynamodb.models import dynamodb_backends
+
         return dynamodb_backends[ACCOUNT][region]
 
     def _apply(self, record: Dict[str, Any]) -> None:
@@ -661,11 +768,11 @@ class Store:
     def _apply_table(self, record: Dict[str, Any]) -> None:
         status, _, body = dispatch(record["action"], record["body"], record.get("r", "us-east-1"))
         if status != 200:
-            print(f"store: warning: replaying {record['action']} failed: {body[:200]}",
-                  flush=True)
+            print(f"store: warning: replaying {record['action']} failed: {body[:200]}", flush=True)
 
     def _apply_items(self, record: Dict[str, Any]) -> None:
         from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+
         entries = record["w"]
         for entry in entries:
             if len(entry) == 4:  # snapshot entries carry their region
@@ -681,8 +788,9 @@ class Store:
                 # Items on disk were validated when first written: straight into the table
                 # (put_item's validation, and Item()'s size check, made start-up 5x slower).
                 hash_value = DynamoType(item[table.hash_key_attr])
-                range_value = DynamoType(item[table.range_key_attr]) \
-                    if table.range_key_attr else None
+                range_value = (
+                    DynamoType(item[table.range_key_attr]) if table.range_key_attr else None
+                )
                 loaded = Item.__new__(Item)  # Item() re-sums the item's size per attribute
                 loaded.hash_key, loaded.range_key = hash_value, range_value
                 loaded.attrs = LimitedSizeDict({k: DynamoType(v) for k, v in item.items()})
@@ -693,13 +801,15 @@ class Store:
                     table.items[hash_value] = loaded
             else:
                 hash_value = DynamoType(key[table.hash_key_attr])
-                range_value = DynamoType(key[table.range_key_attr]) \
-                    if table.range_key_attr else None
+                range_value = (
+                    DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+                )
                 table.delete_item(hash_value, range_value)
 
     # -- serving ----------------------------------------------------------------------------
-    def handle(self, action: str, body: Dict[str, Any], region: str,
-               raw: bytes, headers: Dict[str, str]) -> Tuple[int, Dict[str, str], str]:
+    def handle(
+        self, action: str, body: Dict[str, Any], region: str, raw: bytes, headers: Dict[str, str]
+    ) -> Tuple[int, Dict[str, str], str]:
         if action in READ_ACTIONS:
             with _lock:
                 return dispatch_raw(raw, headers)
@@ -708,8 +818,9 @@ class Store:
                 status, out_headers, out = dispatch_raw(raw, headers)
                 position = 0
                 if status == 200:
-                    position = self.wal.append({"t": "table", "action": action, "body": body,
-                                                "r": region})
+                    position = self.wal.append(
+                        {"t": "table", "action": action, "body": body, "r": region}
+                    )
             if position:
                 self.wal.sync(position)
             return status, out_headers, out
@@ -726,20 +837,30 @@ class Store:
                 position = 0
                 if changes:
                     position = self.wal.append({"t": "items", "r": region, "w": changes})
-                rotate = self.wal.size > max(COMPACT_MIN_BYTES, self.snapshot_bytes) \
+                rotate = (
+                    self.wal.size > max(COMPACT_MIN_BYTES, self.snapshot_bytes)
                     and self.compacting is None
+                )
                 if rotate:
                     closed = self.wal.rotate()
                     self._start_compaction(closed)
             if position:
                 self.wal.sync(position)
             return status, out_headers, out
-        return 400, {}, json.dumps({
-            "__type": "com.amazon.coral.validate#ValidationException",
-            "message": f"The embedded store does not support {action or 'this request'}"})
+        return (
+            400,
+            {},
+            json.dumps(
+                {
+                    "__type": "com.amazon.coral.validate#ValidationException",
+                    "message": f"The embedded store does not support {action or 'this request'}",
+                }
+            ),
+        )
 
-    def _touched(self, action: str, body: Dict[str, Any], region: str
-                 ) -> List[Tuple[str, Dict[str, Any]]]:
+    def _touched(
+        self, action: str, body: Dict[str, Any], region: str
+    ) -> List[Tuple[str, Dict[str, Any]]]:
         """(table, key) of every item the call may change; malformed parts are skipped
         (moto refuses them itself)."""
         backend = self._backend(region)
@@ -752,8 +873,9 @@ class Store:
             source = key if key is not None else item
             if not isinstance(source, dict):
                 return
-            names = [table.hash_key_attr] + ([table.range_key_attr]
-                                             if table.range_key_attr else [])
+            names = [table.hash_key_attr] + (
+                [table.range_key_attr] if table.range_key_attr else []
+            )
             if not all(isinstance(source.get(n), dict) for n in names):
                 return
             entry = (table_name, {n: source[n] for n in names})
@@ -783,9 +905,11 @@ class Store:
             pass
         return found
 
-    def _image(self, region: str, table_name: str, key: Dict[str, Any]
-               ) -> Optional[Dict[str, Any]]:
+    def _image(
+        self, region: str, table_name: str, key: Dict[str, Any]
+    ) -> Optional[Dict[str, Any]]:
         from moto.dynamodb.models.dynamo_type import DynamoType
+
         table = self._backend(region).tables.get(table_name)
         if table is None:
             return None
@@ -802,10 +926,17 @@ class Store:
             try:
                 result = subprocess.run(
                     [sys.executable, os.path.abspath(__file__), "compact", self.dir, str(upto)],
-                    capture_output=True, text=True, timeout=600, preexec_fn=_die_with_parent)
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                    preexec_fn=_die_with_parent,
+                )
                 if result.returncode != 0:
-                    print(f"store: warning: compaction failed (the logs are kept): "
-                          f"{result.stderr.strip().splitlines()[-1:]}", flush=True)
+                    print(
+                        f"store: warning: compaction failed (the logs are kept): "
+                        f"{result.stderr.strip().splitlines()[-1:]}",
+                        flush=True,
+                    )
                 else:
                     self.snapshot_bytes = os.path.getsize(snapshot_path(self.dir, upto))
                     self.compactions += 1
@@ -830,6 +961,7 @@ def _die_with_parent() -> None:
     short leaves only a *.tmp file, removed at the next start."""
     try:
         import ctypes
+
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)
     except (OSError, AttributeError):
         pass
@@ -838,6 +970,7 @@ def _die_with_parent() -> None:
 def dispatch_raw(raw: bytes, headers: Dict[str, str]) -> Tuple[int, Dict[str, str], str]:
     from moto.core.request import Request
     from moto.dynamodb.responses import DynamoHandler
+
     request = Request.from_primitives("POST", "http://localhost/", headers, raw)
     status, out_headers, body = DynamoHandler.dispatch(request)
     if isinstance(body, bytes):
@@ -847,17 +980,21 @@ def dispatch_raw(raw: bytes, headers: Dict[str, str]) -> Tuple[int, Dict[str, st
 
 def dispatch(action: str, body: Dict[str, Any], region: str) -> Tuple[int, Dict[str, str], str]:
     """Run one call as if it came from a client (used to replay table-level calls)."""
-    headers = {"X-Amz-Target": TARGET_PREFIX + action,
-               "Content-Type": "application/x-amz-json-1.0",
-               "Authorization": f"AWS4-HMAC-SHA256 Credential=replay/20200101/{region}/"
-                                f"dynamodb/aws4_request, SignedHeaders=host, Signature=0"}
+    headers = {
+        "X-Amz-Target": TARGET_PREFIX + action,
+        "Content-Type": "application/x-amz-json-1.0",
+        "Authorization": f"AWS4-HMAC-SHA256 Credential=replay/20200101/{region}/"
+        f"dynamodb/aws4_request, SignedHeaders=host, Signature=0",
+    }
     with _lock:
         return dispatch_raw(json.dumps(body).encode(), headers)
 
 
 # ---- AWS Signature V4, checked --------------------------------------------------------------
-_AUTH = re.compile(r"^AWS4-HMAC-SHA256 Credential=([^/,\s]+)/(\d{8})/([^/,\s]+)/([^/,\s]+)/"
-                   r"aws4_request,\s*SignedHeaders=([a-z0-9\-;]+),\s*Signature=([0-9a-f]{64})$")
+_AUTH = re.compile(
+    r"^AWS4-HMAC-SHA256 Credential=([^/,\s]+)/(\d{8})/([^/,\s]+)/([^/,\s]+)/"
+    r"aws4_request,\s*SignedHeaders=([a-z0-9\-;]+),\s*Signature=([0-9a-f]{64})$"
+)
 MAX_SKEW = datetime.timedelta(minutes=5)
 
 
@@ -871,35 +1008,47 @@ def _hmac(key: bytes, msg: str) -> bytes:
     return hmac.new(key, msg.encode(), hashlib.sha256).digest()
 
 
-def verify_sigv4(req: http_server.Request, path: str, access_key: str, secret: str,
-                 now: Optional[datetime.datetime] = None) -> str:
+def verify_sigv4(
+    req: http_server.Request,
+    path: str,
+    access_key: str,
+    secret: str,
+    now: Optional[datetime.datetime] = None,
+) -> str:
     """Check the request's Signature V4; returns its region. Raises AuthError."""
     auth = req.header("authorization")
     if not auth:
-        raise AuthError("MissingAuthenticationTokenException",
-                        "Request is missing Authentication Token")
+        raise AuthError(
+            "MissingAuthenticationTokenException", "Request is missing Authentication Token"
+        )
     match = _AUTH.match(auth.strip())
     if not match:
-        raise AuthError("IncompleteSignatureException",
-                        "The Authorization header is not a valid AWS Signature V4")
+        raise AuthError(
+            "IncompleteSignatureException",
+            "The Authorization header is not a valid AWS Signature V4",
+        )
     key_id, day, region, service, signed, signature = match.groups()
     if not hmac.compare_digest(key_id, access_key):
-        raise AuthError("UnrecognizedClientException",
-                        "The security token included in the request is invalid.")
+        raise AuthError(
+            "UnrecognizedClientException", "The security token included in the request is invalid."
+        )
     amz_date = req.header("x-amz-date") or ""
     try:
         when = datetime.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(
-            tzinfo=datetime.timezone.utc)
+            tzinfo=datetime.timezone.utc
+        )
     except ValueError:
-        raise AuthError("IncompleteSignatureException", "X-Amz-Date is missing or malformed") \
-            from None
+        raise AuthError(
+            "IncompleteSignatureException", "X-Amz-Date is missing or malformed"
+        ) from None
     now = now or datetime.datetime.now(datetime.timezone.utc)
     if abs(now - when) > MAX_SKEW or amz_date[:8] != day:
         raise AuthError("InvalidSignatureException", "Signature expired or not yet valid")
     names = signed.split(";")
     if "host" not in names or "x-amz-date" not in names or names != sorted(names):
-        raise AuthError("IncompleteSignatureException",
-                        "SignedHeaders must include host and x-amz-date")
+        raise AuthError(
+            "IncompleteSignatureException", "SignedHeaders must include host and x-amz-date"
+        )
     canonical_headers = ""
     for name in names:
         value = req.header(name)
@@ -907,26 +1056,38 @@ def verify_sigv4(req: http_server.Request, path: str, access_key: str, secret: s
             raise AuthError("IncompleteSignatureException", f"Signed header {name} is missing")
         canonical_headers += f"{name}:{' '.join(value.split())}\n"
     payload_hash = hashlib.sha256(req.body).hexdigest()
-    canonical = "\n".join(["POST" if req.method == "POST" else req.method, path, "",
-                           canonical_headers, signed, payload_hash])
+    canonical = "\n".join(
+        [
+            "POST" if req.method == "POST" else req.method,
+            path,
+            "",
+            canonical_headers,
+            signed,
+            payload_hash,
+        ]
+    )
     scope = f"{day}/{region}/{service}/aws4_request"
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
-                         hashlib.sha256(canonical.encode()).hexdigest()])
-    key = _hmac(_hmac(_hmac(_hmac(("AWS4" + secret).encode(), day), region), service),
-                "aws4_request")
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    key = _hmac(
+        _hmac(_hmac(_hmac(("AWS4" + secret).encode(), day), region), service), "aws4_request"
+    )
     expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected, signature):
-        raise AuthError("InvalidSignatureException",
-                        "The request signature we calculated does not match the signature "
-                        "you provided.")
+        raise AuthError(
+            "InvalidSignatureException",
+            "The request signature we calculated does not match the signature you provided.",
+        )
     return region
 
 
 # ---- the HTTP face ---------------------------------------------------------------------------
 def _json_error(status: int, kind: str, message: str) -> http_server.Response:
     body = json.dumps({"__type": f"com.amazon.coral.service#{kind}", "message": message})
-    return http_server.Response(status, [("Content-Type", "application/x-amz-json-1.0")],
-                                body.encode())
+    return http_server.Response(
+        status, [("Content-Type", "application/x-amz-json-1.0")], body.encode()
+    )
 
 
 def make_app(store: Store, access_key: str, secret: str):
@@ -935,14 +1096,19 @@ def make_app(store: Store, access_key: str, secret: str):
         try:
             region = verify_sigv4(req, req.target, access_key, secret)
         except AuthError as exc:
-            return _json_error(400 if exc.kind != "MissingAuthenticationTokenException"
-                               else 403, exc.kind, exc.message)
+            return _json_error(
+                400 if exc.kind != "MissingAuthenticationTokenException" else 403,
+                exc.kind,
+                exc.message,
+            )
         target = req.header("x-amz-target") or ""
         if req.method != "POST" or path != "/" or not target.startswith(TARGET_PREFIX):
-            return _json_error(404, "UnknownOperationException",
-                               "Only DynamoDB's JSON protocol (POST / with X-Amz-Target) is "
-                               "served here")
-        action = target[len(TARGET_PREFIX):]
+            return _json_error(
+                404,
+                "UnknownOperationException",
+                "Only DynamoDB's JSON protocol (POST / with X-Amz-Target) is served here",
+            )
+        action = target[len(TARGET_PREFIX) :]
         try:
             body = json.loads(req.body or b"{}")
             if not isinstance(body, dict):
@@ -951,8 +1117,11 @@ def make_app(store: Store, access_key: str, secret: str):
             return _json_error(400, "SerializationException", "The body is not a JSON object")
         headers = {name: value for name, value in req.headers}
         status, out_headers, out = store.handle(action, body, region, req.body, headers)
-        keep = [(k, v) for k, v in out_headers.items()
-                if k.lower() in ("content-type", "x-amzn-requestid", "x-amz-crc32")]
+        keep = [
+            (k, v)
+            for k, v in out_headers.items()
+            if k.lower() in ("content-type", "x-amzn-requestid", "x-amz-crc32")
+        ]
         if not any(k.lower() == "content-type" for k, _ in keep):
             keep.append(("Content-Type", "application/x-amz-json-1.0"))
         return http_server.Response(status, keep, out.encode())
@@ -961,8 +1130,9 @@ def make_app(store: Store, access_key: str, secret: str):
 
 
 def _error_renderer(status: int, reason: str) -> http_server.Response:
-    return _json_error(status, "SerializationException" if status < 500
-                       else "InternalServerError", reason)
+    return _json_error(
+        status, "SerializationException" if status < 500 else "InternalServerError", reason
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -978,30 +1148,45 @@ def main(argv: Optional[List[str]] = None) -> int:
     access_key = os.environ.get("AWS_ACCESS_KEY_ID", "")
     secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
     if len(secret) < 32 or not access_key:
-        print("store: error: AWS_ACCESS_KEY_ID and a generated AWS_SECRET_ACCESS_KEY (32+ "
-              "characters) must be set; start the store through scripts/serve.py", flush=True)
+        print(
+            "store: error: AWS_ACCESS_KEY_ID and a generated AWS_SECRET_ACCESS_KEY (32+ "
+            "characters) must be set; start the store through scripts/serve.py",
+            flush=True,
+        )
         return 2
     import logging
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     store = Store(args.data_dir)
     try:
         summary = store.open()
     except DataError as exc:
-        print(f"error: {exc}; or `make reset` (DATA_DIR={args.data_dir}) to start empty",
-              flush=True)
+        print(
+            f"error: {exc}; or `make reset` (DATA_DIR={args.data_dir}) to start empty", flush=True
+        )
         return 3
-    server = http_server.HttpServer(args.host, args.port, make_app(store, access_key, secret),
-                                    _error_renderer, max_body=MAX_BODY, idle_timeout=60.0)
+    server = http_server.HttpServer(
+        args.host,
+        args.port,
+        make_app(store, access_key, secret),
+        _error_renderer,
+        max_body=MAX_BODY,
+        idle_timeout=60.0,
+    )
     try:
         server.start()
     except OSError as exc:
-        print(f"error: the store cannot listen on {args.host}:{args.port} ({exc.strerror}); "
-              f"set STORE_PORT to a free port", flush=True)
+        print(
+            f"error: the store cannot listen on {args.host}:{args.port} ({exc.strerror}); "
+            f"set STORE_PORT to a free port",
+            flush=True,
+        )
         store.close()
         return 4
     stop = threading.Event()
 
     import signal
+
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # serve.py decides when the store stops
     print(f"store: {summary}", flush=True)

@@ -31,6 +31,7 @@ Framing rules (RFC 9112), each with a test in tests/integration/test_http_framin
 ``stop(drain)`` stops accepting, closes idle connections, lets in-flight requests finish
 (each answered with ``Connection: close``) for at most ``drain`` seconds, then closes the rest.
 """
+
 import errno
 import re
 import socket
@@ -67,14 +68,29 @@ class Response:
     body: bytes = b""
 
 
-REASONS = {100: "Continue", 200: "OK", 201: "Created", 204: "No Content",
-           400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-           405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
-           411: "Length Required", 413: "Content Too Large", 414: "URI Too Long",
-           415: "Unsupported Media Type", 417: "Expectation Failed",
-           431: "Request Header Fields Too Large", 500: "Internal Server Error",
-           501: "Not Implemented", 503: "Service Unavailable",
-           505: "HTTP Version Not Supported"}
+REASONS = {
+    100: "Continue",
+    200: "OK",
+    201: "Created",
+    204: "No Content",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    409: "Conflict",
+    411: "Length Required",
+    413: "Content Too Large",
+    414: "URI Too Long",
+    415: "Unsupported Media Type",
+    417: "Expectation Failed",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
 
 
 class HttpError(Exception):
@@ -104,8 +120,11 @@ class _Conn:
     def _recv(self, deadline: float, status_on_timeout: Optional[int]) -> bytes:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise HttpError(408, "The request was not received in time") \
-                if status_on_timeout else _Closed()
+            raise (
+                HttpError(408, "The request was not received in time")
+                if status_on_timeout
+                else _Closed()
+            )
         self.sock.settimeout(remaining)
         try:
             data = self.sock.recv(65536)
@@ -142,15 +161,17 @@ class _Conn:
             if line_len > srv.max_target + 64:
                 raise HttpError(414, f"The request target is longer than {srv.max_target} bytes")
             if end >= 0:
-                sep = 4 if stripped[end:end + 4] == b"\r\n\r\n" else 2
-                head, self.buf = stripped[:end], stripped[end + sep:]
+                sep = 4 if stripped[end : end + 4] == b"\r\n\r\n" else 2
+                head, self.buf = stripped[:end], stripped[end + sep :]
                 if len(head) - line_len - 1 > srv.max_head:
-                    raise HttpError(431, f"The request's header fields are larger than "
-                                         f"{srv.max_head} bytes")
+                    raise HttpError(
+                        431, f"The request's header fields are larger than {srv.max_head} bytes"
+                    )
                 return head
             if len(stripped) > line_len + srv.max_head + 8:
-                raise HttpError(431, f"The request's header fields are larger than "
-                                     f"{srv.max_head} bytes")
+                raise HttpError(
+                    431, f"The request's header fields are larger than {srv.max_head} bytes"
+                )
             self.buf += self._recv(deadline, 408)
 
     def _read_exact(self, n: int, deadline: float) -> bytes:
@@ -163,7 +184,7 @@ class _Conn:
         while True:
             i = self.buf.find(b"\n")
             if i >= 0:
-                line, self.buf = self.buf[:i], self.buf[i + 1:]
+                line, self.buf = self.buf[:i], self.buf[i + 1 :]
                 return line.rstrip(b"\r")
             if len(self.buf) > limit:
                 raise HttpError(400, "A chunk header line is too long")
@@ -181,8 +202,12 @@ class _Conn:
             raise HttpError(414, f"The request target is longer than {srv.max_target} bytes")
         if (int(major), int(minor)) not in ((1, 0), (1, 1)):
             raise HttpError(505, "Only HTTP/1.0 and HTTP/1.1 are supported")
-        if not (target.startswith(b"/") or target == b"*"
-                or target.startswith(b"http://") or target.startswith(b"https://")):
+        if not (
+            target.startswith(b"/")
+            or target == b"*"
+            or target.startswith(b"http://")
+            or target.startswith(b"https://")
+        ):
             raise HttpError(400, "Malformed request target")
         headers: List[Tuple[str, str]] = []
         for line in lines[1:]:
@@ -199,10 +224,16 @@ class _Conn:
         try:
             target_text = target.decode("ascii")
         except UnicodeDecodeError:
-            raise HttpError(400, "The request target must be ASCII (percent-encode the rest)") \
-                from None
-        return Request(method.decode("ascii"), target_text, (int(major), int(minor)), headers,
-                       client=self.addr)
+            raise HttpError(
+                400, "The request target must be ASCII (percent-encode the rest)"
+            ) from None
+        return Request(
+            method.decode("ascii"),
+            target_text,
+            (int(major), int(minor)),
+            headers,
+            client=self.addr,
+        )
 
     def _read_body(self, req: Request) -> None:
         srv = self.server
@@ -328,12 +359,24 @@ class _Conn:
 
 
 class HttpServer:
-    def __init__(self, host: str, port: int, app: App, error: ErrorRenderer, *,
-                 max_body: int, max_target: int = 8192, max_head: int = 10240,
-                 max_headers: int = 100, head_timeout: float = 10.0,
-                 body_timeout: float = 30.0, idle_timeout: float = 30.0,
-                 write_timeout: float = 30.0, max_connections: int = 256,
-                 log_exception: Optional[Callable[[Request], None]] = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        app: App,
+        error: ErrorRenderer,
+        *,
+        max_body: int,
+        max_target: int = 8192,
+        max_head: int = 10240,
+        max_headers: int = 100,
+        head_timeout: float = 10.0,
+        body_timeout: float = 30.0,
+        idle_timeout: float = 30.0,
+        write_timeout: float = 30.0,
+        max_connections: int = 256,
+        log_exception: Optional[Callable[[Request], None]] = None,
+    ) -> None:
         self.host, self.port, self.app, self.error = host, port, app, error
         self.max_body, self.max_target, self.max_head = max_body, max_target, max_head
         self.max_headers = max_headers
@@ -367,8 +410,9 @@ class HttpServer:
         listener.listen(128)
         self.port = listener.getsockname()[1]
         self._listener = listener
-        self._acceptor = threading.Thread(target=self._accept_loop, name="http-accept",
-                                          daemon=True)
+        self._acceptor = threading.Thread(
+            target=self._accept_loop, name="http-accept", daemon=True
+        )
         self._acceptor.start()
         return self
 
@@ -393,8 +437,9 @@ class HttpServer:
             if refuse:
                 threading.Thread(target=self._refuse, args=(conn,), daemon=True).start()
                 continue
-            thread = threading.Thread(target=self._run, args=(conn,), daemon=True,
-                                      name=f"http-{addr[1]}")
+            thread = threading.Thread(
+                target=self._run, args=(conn,), daemon=True, name=f"http-{addr[1]}"
+            )
             with self.lock:
                 self._threads[conn] = thread
             thread.start()

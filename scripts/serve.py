@@ -45,6 +45,7 @@ the new edge (the official SDKs otherwise back off for about two minutes after t
 line naming the file and the way out (`make reset`, or the backup snapshot kept); so does a
 port in use.
 """
+
 import argparse
 import ctypes
 import json
@@ -63,7 +64,7 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(PROJECT_DIR, "scripts")
 sys.path.insert(0, PROJECT_DIR)
 STOP_BUDGET = 9.0  # seconds for the whole stack to stop (the promise is 10)
-RESTART_FIRST, RESTART_MAX, RESTART_RESET = 0.25, 30.0, 60.0   # supervision back-off (s)
+RESTART_FIRST, RESTART_MAX, RESTART_RESET = 0.25, 30.0, 60.0  # supervision back-off (s)
 
 
 class StartupError(Exception):
@@ -119,7 +120,7 @@ class Component:
     gated: bool = False  # started early (loads in parallel), serves once release() is called
     after_store: bool = False  # started once the table exists (it reads the store at once)
     ready_mark: str = "ready "  # the line that says it serves ("ready …" lines are not shown)
-    pass_fds: tuple = ()   # listening sockets it inherits (kept open here across restarts)
+    pass_fds: tuple = ()  # listening sockets it inherits (kept open here across restarts)
     process: Optional[subprocess.Popen] = None
     restarts: int = 0
     started_at: float = 0.0
@@ -128,11 +129,16 @@ class Component:
 
     def start(self) -> None:
         self.started_at = time.monotonic()
-        self.process = subprocess.Popen(self.argv, env=self.env, cwd=PROJECT_DIR,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.PIPE if self.gated
-                                        else subprocess.DEVNULL, preexec_fn=_child_setup,
-                                        pass_fds=self.pass_fds)
+        self.process = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            cwd=PROJECT_DIR,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE if self.gated else subprocess.DEVNULL,
+            preexec_fn=_child_setup,
+            pass_fds=self.pass_fds,
+        )
         threading.Thread(target=self._relay, daemon=True, name=f"relay-{self.name}").start()
 
     def _relay(self) -> None:
@@ -161,13 +167,16 @@ class Component:
             if self.process.poll() is not None:
                 time.sleep(0.2)  # let the relay print the child's last words
                 said = any(line.startswith("error:") for line in self.last_lines)
-                raise StartupError(f"the {self.name} did not start (exit status "
-                                   f"{self.process.returncode})", quiet=said)
+                raise StartupError(
+                    f"the {self.name} did not start (exit status {self.process.returncode})",
+                    quiet=said,
+                )
             if stopping.is_set():
                 raise StartupError("stopped during start-up")
             if time.monotonic() > deadline:
-                raise StartupError(f"the {self.name} did not start within "
-                                   f"{self.ready_timeout:.0f}s")
+                raise StartupError(
+                    f"the {self.name} did not start within {self.ready_timeout:.0f}s"
+                )
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -177,7 +186,7 @@ class Component:
         run of a minute or more starts the count over."""
         if time.monotonic() - self.started_at >= RESTART_RESET:
             self.restarts = 0
-        delay = min(RESTART_FIRST * 2 ** self.restarts, RESTART_MAX)
+        delay = min(RESTART_FIRST * 2**self.restarts, RESTART_MAX)
         self.restarts += 1
         return delay
 
@@ -201,38 +210,96 @@ class Component:
 def stack_env(base: Dict[str, str], args: argparse.Namespace, endpoint: str) -> Dict[str, str]:
     """What every child of the stack gets (the edge will reuse the same variables)."""
     env = dict(base)
-    env.update({"DYNAMODB_ENDPOINT_URL": endpoint, "DATA_DIR": os.path.abspath(args.data_dir),
-                "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "DYNAMODB_ENDPOINT_URL": endpoint,
+            "DATA_DIR": os.path.abspath(args.data_dir),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
-def build_stack(args: argparse.Namespace, env: Dict[str, str], embedded: bool
-                ) -> List[Component]:
+def build_stack(args: argparse.Namespace, env: Dict[str, str], embedded: bool) -> List[Component]:
     py = sys.executable
     stack = []
     if embedded:
-        stack.append(Component("store", [py, os.path.join(SCRIPTS, "embedded_store.py"),
-                                         "--host", "127.0.0.1", "--port", str(args.store_port),
-                                         "--data-dir", args.data_dir], env, stop_timeout=3.0))
-    stack.append(Component("api", [py, os.path.join(SCRIPTS, "api_server.py"),
-                                   "--host", args.host, "--port", str(args.port),
-                                   "--stage", args.stage, "--drain", "5", "--gated"], env,
-                           stop_timeout=6.0, gated=True))
+        stack.append(
+            Component(
+                "store",
+                [
+                    py,
+                    os.path.join(SCRIPTS, "embedded_store.py"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(args.store_port),
+                    "--data-dir",
+                    args.data_dir,
+                ],
+                env,
+                stop_timeout=3.0,
+            )
+        )
+    stack.append(
+        Component(
+            "api",
+            [
+                py,
+                os.path.join(SCRIPTS, "api_server.py"),
+                "--host",
+                args.host,
+                "--port",
+                str(args.port),
+                "--stage",
+                args.stage,
+                "--drain",
+                "5",
+                "--gated",
+            ],
+            env,
+            stop_timeout=6.0,
+            gated=True,
+        )
+    )
     if args.edge:  # the data plane on the same store (edge/config.py: EDGE_* settings)
         fds = edge_sockets(env)
-        edge_env = {**env, "EDGE_LISTEN_FDS": ",".join(f"{name}={fd}"
-                                                       for name, fd in fds.items())}
-        stack.append(Component("edge", [py, "-m", "edge"], edge_env, stop_timeout=3.0,
-                               ready_mark="edge CA certificate", after_store=True,
-                               pass_fds=tuple(fds.values())))
+        edge_env = {**env, "EDGE_LISTEN_FDS": ",".join(f"{name}={fd}" for name, fd in fds.items())}
+        stack.append(
+            Component(
+                "edge",
+                [py, "-m", "edge"],
+                edge_env,
+                stop_timeout=3.0,
+                ready_mark="edge CA certificate",
+                after_store=True,
+                pass_fds=tuple(fds.values()),
+            )
+        )
     # managed certificates (docs/CERTIFICATES.md): the ACME worker when a directory is set,
     # the service's own DNS server (DNS-01 answers for CNAME_ZONE) when DNS_LISTEN is set
     if env.get("DNS_LISTEN"):
-        stack.append(Component("dns", [py, "-m", "chalicelib.acme.dns"], env, stop_timeout=2.0,
-                               ready_mark="dns server", after_store=True))
+        stack.append(
+            Component(
+                "dns",
+                [py, "-m", "chalicelib.acme.dns"],
+                env,
+                stop_timeout=2.0,
+                ready_mark="dns server",
+                after_store=True,
+            )
+        )
     if env.get("ACME_DIRECTORY_URL"):
-        stack.append(Component("acme", [py, "-m", "chalicelib.acme.worker"], env,
-                               stop_timeout=3.0, ready_mark="acme worker", after_store=True))
+        stack.append(
+            Component(
+                "acme",
+                [py, "-m", "chalicelib.acme.worker"],
+                env,
+                stop_timeout=3.0,
+                ready_mark="acme worker",
+                after_store=True,
+            )
+        )
     return stack
 
 
@@ -242,19 +309,24 @@ def edge_sockets(env: Dict[str, str]) -> Dict[str, int]:
     reconnects at once (the SDKs retry after 50 ms, then 2.5 s, then about 2 minutes) waits in
     the backlog for the new edge instead of being refused into a two-minute back-off."""
     import socket
+
     host = env.get("EDGE_HOST", "127.0.0.1")
     fds = {}
-    for name, variable, default in (("agent", "EDGE_AGENT_PORT", 4443),
-                                    ("http", "EDGE_HTTP_PORT", 8080),
-                                    ("https", "EDGE_HTTPS_PORT", 8443)):
+    for name, variable, default in (
+        ("agent", "EDGE_AGENT_PORT", 4443),
+        ("http", "EDGE_HTTP_PORT", 8080),
+        ("https", "EDGE_HTTPS_PORT", 8443),
+    ):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         port = int(env.get(variable) or default)
         try:
             sock.bind((host, port))
         except OSError as exc:
-            raise StartupError(f"the edge's {name} port {host}:{port} is in use "
-                               f"({exc.strerror}); set {variable} to another") from None
+            raise StartupError(
+                f"the edge's {name} port {host}:{port} is in use "
+                f"({exc.strerror}); set {variable} to another"
+            ) from None
         sock.listen(1024)
         os.set_inheritable(sock.fileno(), True)
         _KEEP.append(sock)
@@ -262,7 +334,7 @@ def edge_sockets(env: Dict[str, str]) -> Dict[str, int]:
     return fds
 
 
-_KEEP: List = []   # the edge's listening sockets live as long as this process
+_KEEP: List = []  # the edge's listening sockets live as long as this process
 
 
 def prepare_store(args: argparse.Namespace, key_file: str) -> Optional[Dict[str, str]]:
@@ -270,10 +342,12 @@ def prepare_store(args: argparse.Namespace, key_file: str) -> Optional[Dict[str,
     sys.path.insert(0, PROJECT_DIR)
     from chalicelib import accounts, auth
     from chalicelib.core import config, errors, store
+
     config.reset_settings()
     store.reset()
     store.create_table()
     from chalicelib import migrate
+
     changed = migrate.run_if_needed()
     if any(changed.values()):
         print(f"store: migrated to layout {migrate.LAYOUT_VERSION}: {changed}", flush=True)
@@ -290,14 +364,18 @@ def prepare_store(args: argparse.Namespace, key_file: str) -> Optional[Dict[str,
             local_admin = json.load(handle)
         token = local_admin["token"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StartupError(f"{key_file} cannot be read ({exc}); delete it to bootstrap a new "
-                           f"local account, or `make reset`") from None
+        raise StartupError(
+            f"{key_file} cannot be read ({exc}); delete it to bootstrap a new "
+            f"local account, or `make reset`"
+        ) from None
     try:
         auth.resolve(f"Bearer {token}")
     except (auth.AuthFailed, errors.Unauthorized):
-        raise StartupError(f"{key_file} holds an admin key the store does not know (the "
-                           f"store was reset or replaced); delete it to bootstrap a new local "
-                           f"account, or `make reset`") from None
+        raise StartupError(
+            f"{key_file} holds an admin key the store does not know (the "
+            f"store was reset or replaced); delete it to bootstrap a new local "
+            f"account, or `make reset`"
+        ) from None
     return local_admin
 
 
@@ -305,15 +383,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-    parser.add_argument("--store-port", type=int,
-                        default=int(os.environ.get("STORE_PORT", "8001")))
-    parser.add_argument("--data-dir", default=os.environ.get(
-        "DATA_DIR", os.path.join(PROJECT_DIR, ".data")))
+    parser.add_argument(
+        "--store-port", type=int, default=int(os.environ.get("STORE_PORT", "8001"))
+    )
+    parser.add_argument(
+        "--data-dir", default=os.environ.get("DATA_DIR", os.path.join(PROJECT_DIR, ".data"))
+    )
     parser.add_argument("--stage", default=os.environ.get("STAGE", "dev"))
-    parser.add_argument("--no-bootstrap", action="store_true",
-                        help="do not create the local account on first start")
-    parser.add_argument("--edge", action="store_true",
-                        help="also run the edge (python -m edge) on the same store (make run)")
+    parser.add_argument(
+        "--no-bootstrap",
+        action="store_true",
+        help="do not create the local account on first start",
+    )
+    parser.add_argument(
+        "--edge",
+        action="store_true",
+        help="also run the edge (python -m edge) on the same store (make run)",
+    )
     args = parser.parse_args()
     args.data_dir = os.path.abspath(args.data_dir)
 
@@ -359,25 +445,45 @@ def main() -> int:
                 started.append(component)
         store_ = next((c for c in stack if c.name == "store"), None)
         if store_ is not None:
-            print(f"store: embedded, on {endpoint}, data in "
-                  f"{os.path.join(args.data_dir, 'store')}", flush=True)
+            print(
+                f"store: embedded, on {endpoint}, data in {os.path.join(args.data_dir, 'store')}",
+                flush=True,
+            )
         else:
             print(f"store: {endpoint}", flush=True)
         # This process talks to the store as the children do.
-        os.environ.update({k: env[k] for k in (
-            "DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-            "AWS_DEFAULT_REGION", "TABLE_NAME")})
+        os.environ.update(
+            {
+                k: env[k]
+                for k in (
+                    "DYNAMODB_ENDPOINT_URL",
+                    "AWS_ACCESS_KEY_ID",
+                    "AWS_SECRET_ACCESS_KEY",
+                    "AWS_DEFAULT_REGION",
+                    "TABLE_NAME",
+                )
+            }
+        )
         if embedded:
             for name in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE"):
                 os.environ.pop(name, None)
         import chalicelib.core.store  # noqa: F401  (imported while the store starts)
+
         if store_ is not None:
             store_.wait_ready(stopping)
-            lines = [f"{k}={env[k]}" for k in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
-                                               "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
-                                               "TABLE_NAME")]
-            _atomic_write(os.path.join(args.data_dir, "store.env"),
-                          ("\n".join(lines) + "\n").encode())
+            lines = [
+                f"{k}={env[k]}"
+                for k in (
+                    "DYNAMODB_ENDPOINT_URL",
+                    "AWS_ACCESS_KEY_ID",
+                    "AWS_SECRET_ACCESS_KEY",
+                    "AWS_DEFAULT_REGION",
+                    "TABLE_NAME",
+                )
+            ]
+            _atomic_write(
+                os.path.join(args.data_dir, "store.env"), ("\n".join(lines) + "\n").encode()
+            )
         local_admin = prepare_store(args, key_file)
         for component in stack:
             if component.after_store:
@@ -387,22 +493,30 @@ def main() -> int:
             component.release()
             component.wait_ready(stopping)
         if local_admin is not None:
-            print(f"local account {local_admin['account_id']}; admin API key:\n"
-                  f"{local_admin['token']}", flush=True)
-        print(f"dashboard: http://{args.host}:{args.port}/dashboard/ (sign in with the admin "
-              f"API key)", flush=True)
+            print(
+                f"local account {local_admin['account_id']}; admin API key:\n"
+                f"{local_admin['token']}",
+                flush=True,
+            )
+        print(
+            f"dashboard: http://{args.host}:{args.port}/dashboard/ (sign in with the admin "
+            f"API key)",
+            flush=True,
+        )
         print(f"serving on http://{args.host}:{args.port}", flush=True)
         restart_at: Dict[str, float] = {}
-        while not stopping.wait(0.1):   # supervision: a part that dies is started again
+        while not stopping.wait(0.1):  # supervision: a part that dies is started again
             for component in started:
                 if component.alive():
                     continue
                 if component.name not in restart_at:
                     delay = component.restart_delay()
                     restart_at[component.name] = time.monotonic() + delay
-                    print(f"{component.name}: exited with status "
-                          f"{component.process.returncode}; restarting in {delay:g} s",
-                          flush=True)
+                    print(
+                        f"{component.name}: exited with status "
+                        f"{component.process.returncode}; restarting in {delay:g} s",
+                        flush=True,
+                    )
                 elif time.monotonic() >= restart_at[component.name]:
                     del restart_at[component.name]
                     component.ready.clear()

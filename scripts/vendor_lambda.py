@@ -14,6 +14,7 @@ Slimmed for the deployment package (measured by ``make bench``):
   dynamic loader needs stays; only symbols for debuggers and linkers go), when binutils'
   ``strip`` is on the PATH; without it they are kept whole and a line says so.
 """
+
 import pathlib
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ STAMP = VENDOR / ".requirements"
 # Paths (relative to vendor/) the Lambda does not need; a trailing slash names a folder.
 LEAVE_OUT = ("cel_expr_python/ext/",)
 LEAVE_OUT_SUFFIXES = (".pyi",)
-SLIMMING = "slim-1"   # part of the stamp: changing what is left out rebuilds vendor/
+SLIMMING = "slim-1"  # part of the stamp: changing what is left out rebuilds vendor/
 
 
 def left_out(name: str) -> bool:
@@ -40,8 +41,10 @@ def strip_shared_objects(root: pathlib.Path) -> int:
     """Strip every ``*.so`` under root; the bytes saved (0 when ``strip`` is not installed)."""
     tool = shutil.which("strip")
     if tool is None:
-        print("vendor_lambda: 'strip' (binutils) not found: shared objects kept unstripped",
-              file=sys.stderr)
+        print(
+            "vendor_lambda: 'strip' (binutils) not found: shared objects kept unstripped",
+            file=sys.stderr,
+        )
         return 0
     saved = 0
     for path in sorted(root.rglob("*.so")):
@@ -63,17 +66,38 @@ def main() -> int:
         return 0
     version = f"{sys.version_info.major}{sys.version_info.minor}"
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-               "--implementation", "cp", "--python-version", version, "--abi", f"cp{version}",
-               "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_27_x86_64",
-               "--platform", "manylinux2014_x86_64", "-d", tmp, *specs]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--implementation",
+            "cp",
+            "--python-version",
+            version,
+            "--abi",
+            f"cp{version}",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "manylinux_2_27_x86_64",
+            "--platform",
+            "manylinux2014_x86_64",
+            "-d",
+            tmp,
+            *specs,
+        ]
         subprocess.run(cmd, check=True)
         shutil.rmtree(VENDOR, ignore_errors=True)
         VENDOR.mkdir()
         for wheel in sorted(pathlib.Path(tmp).glob("*.whl")):
             with zipfile.ZipFile(wheel) as archive:
-                archive.extractall(VENDOR, [name for name in archive.namelist()
-                                            if not left_out(name)])
+                archive.extractall(
+                    VENDOR, [name for name in archive.namelist() if not left_out(name)]
+                )
         strip_shared_objects(VENDOR)
     STAMP.write_text(stamp)
     return 0

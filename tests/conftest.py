@@ -3,22 +3,29 @@
 The environment is set here, before anything imports the app: PynamoDB reads host and
 region when a model's connection is first built.
 """
+
 import os
 import tempfile
 
-for _name, _value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                      "AWS_SECURITY_TOKEN": "testing", "AWS_SESSION_TOKEN": "testing",
-                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-                      "TABLE_NAME": "tunnel-service",
-                      # Reserved TCP addresses are never freed by most tests: a wide range,
-                      # inherited by the local stack process, so a session never runs out.
-                      "EDGE_TCP_PORTS": "10000-59999"}.items():
+for _name, _value in {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "TABLE_NAME": "tunnel-service",
+    # Reserved TCP addresses are never freed by most tests: a wide range,
+    # inherited by the local stack process, so a session never runs out.
+    "EDGE_TCP_PORTS": "10000-59999",
+}.items():
     os.environ[_name] = _value
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 # Private keys of TLS certificates are sealed with a master key in this file (chalicelib.core.keywrap)
 # for the whole session: the in-process app, the stack processes and the edge share it.
-os.environ["TLS_KEY_FILE"] = os.path.join(tempfile.mkdtemp(prefix="tunnel-tls-keys-"),
-                                          "tls-keys.secret")
+os.environ["TLS_KEY_FILE"] = os.path.join(
+    tempfile.mkdtemp(prefix="tunnel-tls-keys-"), "tls-keys.secret"
+)
 os.environ.pop("TLS_KMS_KEY_ID", None)
 os.environ.pop("PUBLIC_BASE_URL", None)
 
@@ -33,6 +40,7 @@ def store_env():
     from moto import mock_aws
 
     from chalicelib.core import config, store
+
     with mock_aws():
         config.reset_settings()
         store.reset()
@@ -47,6 +55,7 @@ def inprocess_api(store_env):
 
     from app import app
     from chalicelib.gateway import ContractGateway
+
     with Client(app, stage_name="dev", project_dir=PROJECT_DIR) as client:
         # The same gateway behaviour as `make run` and the deployed gateway responses.
         client.http._local_gateway = ContractGateway(app, client.http._config)
@@ -100,6 +109,7 @@ def module_api():
     from app import app
     from chalicelib.core import config, store
     from chalicelib.gateway import ContractGateway
+
     with mock_aws():
         config.reset_settings()
         store.reset()

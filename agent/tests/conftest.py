@@ -40,9 +40,14 @@ class _Echo(http.server.BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        payload = json.dumps({"method": self.command, "path": self.path,
-                              "headers": {k.lower(): v for k, v in self.headers.items()},
-                              "body": body.decode("utf-8", "replace")}).encode()
+        payload = json.dumps(
+            {
+                "method": self.command,
+                "path": self.path,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "body": body.decode("utf-8", "replace"),
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))

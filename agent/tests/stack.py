@@ -24,8 +24,9 @@ from typing import Any
 
 AGENT_DIR = Path(__file__).resolve().parent.parent
 REPO_DIR = AGENT_DIR.parent
-SERVICE_PYTHON = os.path.abspath(os.environ.get("SERVICE_PYTHON")
-                                 or str(REPO_DIR / ".venv" / "bin" / "python"))
+SERVICE_PYTHON = os.path.abspath(
+    os.environ.get("SERVICE_PYTHON") or str(REPO_DIR / ".venv" / "bin" / "python")
+)
 BASE_DOMAIN = "tunnels.localhost"
 
 
@@ -68,9 +69,15 @@ class Resp:
         return f"<Resp {self.status} {self.text[:400]}>"
 
 
-def request(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None,
-            data: bytes | None = None, timeout: float = 30.0,
-            context: ssl.SSLContext | None = None) -> Resp:
+def request(
+    method: str,
+    url: str,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+    data: bytes | None = None,
+    timeout: float = 30.0,
+    context: ssl.SSLContext | None = None,
+) -> Resp:
     headers = dict(headers or {})
     if body is not None:
         data = json.dumps(body).encode()
@@ -78,8 +85,7 @@ def request(method: str, url: str, body: Any = None, headers: dict[str, str] | N
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
-            return Resp(resp.status, {k.lower(): v for k, v in resp.headers.items()},
-                        resp.read())
+            return Resp(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read())
     except urllib.error.HTTPError as err:
         return Resp(err.code, {k.lower(): v for k, v in err.headers.items()}, err.read())
 
@@ -100,8 +106,9 @@ class Process:
     def __init__(self, args: list[str], cwd: Path, env: dict[str, str], log_path: Path):
         self.log_path = log_path
         self._log = open(log_path, "wb")
-        self.process = subprocess.Popen(args, cwd=cwd, env=env, stdout=self._log,
-                                        stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            args, cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT
+        )
 
     def log(self) -> str:
         try:
@@ -160,26 +167,42 @@ class Stack:
         return str(self.data_dir / "edge" / "ca.pem")
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("AGENT_", "NGROK_", "EDGE_")) and k != "DYNAMODB_ENDPOINT_URL"}
-        env.update({"PORT": str(self.api_port), "STORE_PORT": str(self.store_port),
-                    "TABLE_NAME": "tunnel-service", "BASE_DOMAIN": BASE_DOMAIN,
-                    "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-                    "AWS_DEFAULT_REGION": "us-east-1", "PYTHONUNBUFFERED": "1"})
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AGENT_", "NGROK_", "EDGE_")) and k != "DYNAMODB_ENDPOINT_URL"
+        }
+        env.update(
+            {
+                "PORT": str(self.api_port),
+                "STORE_PORT": str(self.store_port),
+                "TABLE_NAME": "tunnel-service",
+                "BASE_DOMAIN": BASE_DOMAIN,
+                "AWS_ACCESS_KEY_ID": "local",
+                "AWS_SECRET_ACCESS_KEY": "local",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.pop("PUBLIC_BASE_URL", None)
         env.pop("VIRTUAL_ENV", None)
         return env
 
     def start(self) -> "Stack":
         if not os.path.exists(SERVICE_PYTHON):
-            raise RuntimeError(f"{SERVICE_PYTHON} is missing: run `make install` (or set "
-                               "SERVICE_PYTHON to the service's virtualenv python)")
+            raise RuntimeError(
+                f"{SERVICE_PYTHON} is missing: run `make install` (or set "
+                "SERVICE_PYTHON to the service's virtualenv python)"
+            )
         (self.data_dir / "api").mkdir(parents=True)
         (self.data_dir / "edge").mkdir(parents=True)
         env = self.env()
-        self.api = Process([SERVICE_PYTHON, "scripts/serve.py", "--no-bootstrap"], REPO_DIR,
-                           {**env, "DATA_DIR": str(self.data_dir / "api")},
-                           self.data_dir / "serve.log")
+        self.api = Process(
+            [SERVICE_PYTHON, "scripts/serve.py", "--no-bootstrap"],
+            REPO_DIR,
+            {**env, "DATA_DIR": str(self.data_dir / "api")},
+            self.data_dir / "serve.log",
+        )
         deadline = time.time() + 90
         while True:
             try:
@@ -190,9 +213,22 @@ class Stack:
                     raise RuntimeError(f"serve.py did not start:\n{self.api.log()}") from None
                 time.sleep(0.2)
         store_env = self.store_env()
-        out = subprocess.run([SERVICE_PYTHON, "-m", "chalicelib.admin", "bootstrap", "--name",
-                              "agent-tests", "--json"], cwd=REPO_DIR, env=store_env,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                SERVICE_PYTHON,
+                "-m",
+                "chalicelib.admin",
+                "bootstrap",
+                "--name",
+                "agent-tests",
+                "--json",
+            ],
+            cwd=REPO_DIR,
+            env=store_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"bootstrap failed: {out.stdout}\n{out.stderr}")
         self.admin_key = _key_of(out.stdout)
@@ -218,14 +254,20 @@ class Stack:
     def start_edge(self) -> None:
         self.edge_starts += 1
         store_env = self.store_env()
-        self.edge = Process([SERVICE_PYTHON, "-m", "edge"], REPO_DIR,
-                            {**store_env, "DATA_DIR": str(self.data_dir / "edge"),
-                             "EDGE_AGENT_PORT": str(self.agent_port),
-                             "EDGE_HTTP_PORT": str(self.http_port),
-                             "EDGE_HTTPS_PORT": str(self.https_port),
-                             "EDGE_TCP_PORTS": f"{self.tcp_low}-{self.tcp_low + 2}",
-                             "EDGE_CHECK_SECONDS": "1"},
-                            self.data_dir / f"edge-{self.edge_starts}.log")
+        self.edge = Process(
+            [SERVICE_PYTHON, "-m", "edge"],
+            REPO_DIR,
+            {
+                **store_env,
+                "DATA_DIR": str(self.data_dir / "edge"),
+                "EDGE_AGENT_PORT": str(self.agent_port),
+                "EDGE_HTTP_PORT": str(self.http_port),
+                "EDGE_HTTPS_PORT": str(self.https_port),
+                "EDGE_TCP_PORTS": f"{self.tcp_low}-{self.tcp_low + 2}",
+                "EDGE_CHECK_SECONDS": "1",
+            },
+            self.data_dir / f"edge-{self.edge_starts}.log",
+        )
         self.edge.wait_for_line("edge CA certificate")
 
     def stop(self) -> None:
@@ -235,9 +277,12 @@ class Stack:
 
     # ---- the management API ------------------------------------------------------
     def call(self, method: str, path: str, body: Any = None) -> Resp:
-        return request(method, self.api_url + path, body=body,
-                       headers={"Authorization": f"Bearer {self.admin_key}",
-                                "Ngrok-Version": "2"})
+        return request(
+            method,
+            self.api_url + path,
+            body=body,
+            headers={"Authorization": f"Bearer {self.admin_key}", "Ngrok-Version": "2"},
+        )
 
     def bot_credential(self, acl: list[str] | None = None) -> dict[str, Any]:
         """A credential owned by a new bot user (the spec's recommended arrangement)."""
@@ -261,10 +306,16 @@ class Stack:
         if parts.scheme == "https":
             context = ssl.create_default_context(cafile=self.ca_path)
             context.check_hostname = False  # the name is checked by the SNI test below
-            return request(method, f"https://127.0.0.1:{self.https_port}{path}",
-                           headers=headers, context=context, **kwargs)
-        return request(method, f"http://127.0.0.1:{self.http_port}{path}", headers=headers,
-                       **kwargs)
+            return request(
+                method,
+                f"https://127.0.0.1:{self.https_port}{path}",
+                headers=headers,
+                context=context,
+                **kwargs,
+            )
+        return request(
+            method, f"http://127.0.0.1:{self.http_port}{path}", headers=headers, **kwargs
+        )
 
 
 def _key_of(output: str) -> str:
@@ -300,20 +351,29 @@ class Agent:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_", "NGROK_"))}
-        env.update({"AGENT_AUTHTOKEN": self.authtoken,
-                    "AGENT_SERVER_ADDR": self.stack.server_addr,
-                    "AGENT_ROOT_CAS": self.stack.ca_path,
-                    "AGENT_API_PORT": str(self.port),
-                    "AGENT_TUNNELS_FILE": str(self.tunnels_file),
-                    "AGENT_CONNECT_TIMEOUT": "20", "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                "AGENT_AUTHTOKEN": self.authtoken,
+                "AGENT_SERVER_ADDR": self.stack.server_addr,
+                "AGENT_ROOT_CAS": self.stack.ca_path,
+                "AGENT_API_PORT": str(self.port),
+                "AGENT_TUNNELS_FILE": str(self.tunnels_file),
+                "AGENT_CONNECT_TIMEOUT": "20",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.update(self.extra_env)
         return env
 
     def launch(self) -> Process:
         self.port = self.port or free_port()
         self.starts += 1
-        self.proc = Process([sys.executable, "-m", "tunnel_agent"], AGENT_DIR, self.env(),
-                            self.workdir / f"agent-{self.starts}.log")
+        self.proc = Process(
+            [sys.executable, "-m", "tunnel_agent"],
+            AGENT_DIR,
+            self.env(),
+            self.workdir / f"agent-{self.starts}.log",
+        )
         return self.proc
 
     def start(self) -> "Agent":

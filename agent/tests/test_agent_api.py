@@ -26,7 +26,8 @@ def test_list_is_empty_at_first(agents, credential):
 
 
 def test_create_without_domain_gets_the_edges_generated_url_and_carries_traffic(
-        stack, agents, credential, upstream):
+    stack, agents, credential, upstream
+):
     agent = agents(credential["token"])
     resp = agent.call("POST", "/tunnels", {"forwards_to": upstream})
     assert resp.status == 200, resp
@@ -41,11 +42,13 @@ def test_create_without_domain_gets_the_edges_generated_url_and_carries_traffic(
 
 
 def test_create_with_a_domain_under_the_base_domain_serves_it_over_https_and_http(
-        stack, agents, credential, upstream):
+    stack, agents, credential, upstream
+):
     agent = agents(credential["token"])
     domain = f"{_name()}.{BASE_DOMAIN}"
-    resp = agent.call("POST", "/tunnels", {"protocol": "http", "forwards_to": upstream,
-                                           "domain": domain.upper()})
+    resp = agent.call(
+        "POST", "/tunnels", {"protocol": "http", "forwards_to": upstream, "domain": domain.upper()}
+    )
     assert resp.status == 200, resp
     assert resp.json["domain"] == domain
     assert resp.json["url"] == f"https://{domain}:{stack.https_port}"
@@ -53,8 +56,9 @@ def test_create_with_a_domain_under_the_base_domain_serves_it_over_https_and_htt
     assert stack.public("GET", f"http://{domain}:{stack.http_port}", "/b").json["path"] == "/b"
 
 
-def test_create_with_a_domain_reserved_by_the_account_is_served(stack, agents, credential,
-                                                                 upstream):
+def test_create_with_a_domain_reserved_by_the_account_is_served(
+    stack, agents, credential, upstream
+):
     domain = f"{_name()}.example.com"
     reserved = stack.call("POST", "/reserved_domains", {"domain": domain, "region": "us"})
     assert reserved.status == 201, reserved
@@ -64,8 +68,9 @@ def test_create_with_a_domain_reserved_by_the_account_is_served(stack, agents, c
     assert stack.public("GET", resp.json["url"], "/r").json["path"] == "/r"
 
 
-def test_list_shows_the_tunnel_with_its_effective_policy_as_a_json_string(agents, credential,
-                                                                           upstream):
+def test_list_shows_the_tunnel_with_its_effective_policy_as_a_json_string(
+    agents, credential, upstream
+):
     agent = agents(credential["token"])
     created = agent.call("POST", "/tunnels", {"forwards_to": upstream}).json
     listed = agent.call("GET", "/tunnels").json
@@ -78,17 +83,21 @@ def test_list_shows_the_tunnel_with_its_effective_policy_as_a_json_string(agents
 
 
 def test_domain_outside_the_credentials_acl_is_refused_403_with_the_edge_code_and_not_saved(
-        stack, agents, upstream):
+    stack, agents, upstream
+):
     cred = stack.bot_credential(acl=[f"bind:allowed-{_name()}.{BASE_DOMAIN}"])
     agent = agents(cred["token"])
-    resp = agent.call("POST", "/tunnels", {"forwards_to": upstream,
-                                           "domain": f"other-{_name()}.{BASE_DOMAIN}"})
+    resp = agent.call(
+        "POST", "/tunnels", {"forwards_to": upstream, "domain": f"other-{_name()}.{BASE_DOMAIN}"}
+    )
     assert resp.status == 403, resp
     assert resp.json["error_code"] == "ERR_NGROK_399"
     assert resp.json["status_code"] == 403 and "ACL" in resp.json["msg"]
     assert agent.call("GET", "/tunnels").json == []
-    assert not agent.tunnels_file.exists() or json.loads(
-        agent.tunnels_file.read_text())["tunnels"] == []
+    assert (
+        not agent.tunnels_file.exists()
+        or json.loads(agent.tunnels_file.read_text())["tunnels"] == []
+    )
 
 
 def test_domain_inside_the_credentials_wildcard_acl_is_allowed(stack, agents, upstream):
@@ -99,16 +108,23 @@ def test_domain_inside_the_credentials_wildcard_acl_is_allowed(stack, agents, up
     assert reserved.status == 201, reserved
     cred = stack.bot_credential(acl=[f"bind:*.{zone}"])
     agent = agents(cred["token"])
-    assert agent.call("POST", "/tunnels", {"forwards_to": upstream,
-                                           "domain": f"app.{zone}"}).status == 200
-    assert agent.call("POST", "/tunnels", {"forwards_to": upstream,
-                                           "domain": f"app.other{zone}"}).status == 403
+    assert (
+        agent.call("POST", "/tunnels", {"forwards_to": upstream, "domain": f"app.{zone}"}).status
+        == 200
+    )
+    assert (
+        agent.call(
+            "POST", "/tunnels", {"forwards_to": upstream, "domain": f"app.other{zone}"}
+        ).status
+        == 403
+    )
 
 
 def test_custom_domain_nobody_reserved_is_refused_403(agents, credential, upstream):
     agent = agents(credential["token"])
-    resp = agent.call("POST", "/tunnels", {"forwards_to": upstream,
-                                           "domain": f"{_name()}.example.org"})
+    resp = agent.call(
+        "POST", "/tunnels", {"forwards_to": upstream, "domain": f"{_name()}.example.org"}
+    )
     assert resp.status == 403 and resp.json["error_code"] == "ERR_NGROK_7117", resp
     assert agent.call("GET", "/tunnels").json == []
 
@@ -117,8 +133,9 @@ def test_domain_served_by_another_agent_is_409_with_the_edge_code(stack, agents,
     domain = f"{_name()}.{BASE_DOMAIN}"
     first = agents(stack.bot_credential()["token"], name="first")
     second = agents(stack.bot_credential()["token"], name="second")
-    assert first.call("POST", "/tunnels", {"forwards_to": upstream,
-                                           "domain": domain}).status == 200
+    assert (
+        first.call("POST", "/tunnels", {"forwards_to": upstream, "domain": domain}).status == 200
+    )
     resp = second.call("POST", "/tunnels", {"forwards_to": upstream, "domain": domain})
     assert resp.status == 409 and resp.json["error_code"] == "ERR_NGROK_334", resp
     assert second.call("GET", "/tunnels").json == []
@@ -127,31 +144,36 @@ def test_domain_served_by_another_agent_is_409_with_the_edge_code(stack, agents,
 def test_domain_already_served_by_this_agent_is_409(agents, credential, upstream):
     agent = agents(credential["token"])
     domain = f"{_name()}.{BASE_DOMAIN}"
-    assert agent.call("POST", "/tunnels", {"forwards_to": upstream,
-                                           "domain": domain}).status == 200
+    assert (
+        agent.call("POST", "/tunnels", {"forwards_to": upstream, "domain": domain}).status == 200
+    )
     resp = agent.call("POST", "/tunnels", {"forwards_to": upstream, "domain": domain})
     assert resp.status == 409 and resp.json["error_code"] == "ERR_CONFLICT"
     assert len(agent.call("GET", "/tunnels").json) == 1
 
 
-@pytest.mark.parametrize("body, field", [
-    ({}, "forwards_to"),
-    ({"forwards_to": None}, "forwards_to"),
-    ({"forwards_to": "127.0.0.1"}, "forwards_to"),
-    ({"forwards_to": "127.0.0.1:0"}, "forwards_to"),
-    ({"forwards_to": "127.0.0.1:65536"}, "forwards_to"),
-    ({"forwards_to": "127.0.0.1:\u0669\u0665\u0660\u0661"}, "forwards_to"),
-    ({"forwards_to": "http://127.0.0.1:80"}, "forwards_to"),
-    ({"forwards_to": 8080}, "forwards_to"),
-    ({"forwards_to": "h:1", "protocol": "ftp"}, "protocol"),
-    ({"forwards_to": "h:1", "domain": "bad domain"}, "domain"),
-    ({"forwards_to": "h:1", "domain": "1.2.3.4"}, "domain"),
-    ({"forwards_to": "h:1", "policy": []}, "policy"),
-    ({"forwards_to": "h:1", "policy": {"inbound": []}}, "policy"),
-    ({"forwards_to": "h:1", "url": "x"}, "url"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "forwards_to"),
+        ({"forwards_to": None}, "forwards_to"),
+        ({"forwards_to": "127.0.0.1"}, "forwards_to"),
+        ({"forwards_to": "127.0.0.1:0"}, "forwards_to"),
+        ({"forwards_to": "127.0.0.1:65536"}, "forwards_to"),
+        ({"forwards_to": "127.0.0.1:\u0669\u0665\u0660\u0661"}, "forwards_to"),
+        ({"forwards_to": "http://127.0.0.1:80"}, "forwards_to"),
+        ({"forwards_to": 8080}, "forwards_to"),
+        ({"forwards_to": "h:1", "protocol": "ftp"}, "protocol"),
+        ({"forwards_to": "h:1", "domain": "bad domain"}, "domain"),
+        ({"forwards_to": "h:1", "domain": "1.2.3.4"}, "domain"),
+        ({"forwards_to": "h:1", "policy": []}, "policy"),
+        ({"forwards_to": "h:1", "policy": {"inbound": []}}, "policy"),
+        ({"forwards_to": "h:1", "url": "x"}, "url"),
+    ],
+)
 def test_create_with_invalid_input_returns_400_naming_the_field_and_changes_nothing(
-        agents, credential, body, field):
+    agents, credential, body, field
+):
     agent = agents(credential["token"])
     resp = agent.call("POST", "/tunnels", body)
     assert resp.status == 400, resp
@@ -165,14 +187,14 @@ def test_port_65535_is_accepted(agents, credential):
     assert agent.call("POST", "/tunnels", {"forwards_to": "127.0.0.1:65535"}).status == 200
 
 
-@pytest.mark.parametrize("raw", [b"[1, 2]", b'"x"', b"{bad", b"", b"[" * 100000,
-                                 b'{"policy": ' * 20000],
-                         ids=["array", "string", "broken", "empty", "deep-array", "deep-object"])
-def test_body_that_is_not_a_json_object_or_nested_too_deeply_returns_400(agents, credential,
-                                                                          raw):
+@pytest.mark.parametrize(
+    "raw",
+    [b"[1, 2]", b'"x"', b"{bad", b"", b"[" * 100000, b'{"policy": ' * 20000],
+    ids=["array", "string", "broken", "empty", "deep-array", "deep-object"],
+)
+def test_body_that_is_not_a_json_object_or_nested_too_deeply_returns_400(agents, credential, raw):
     agent = agents(credential["token"])
-    resp = agent.call("POST", "/tunnels", data=raw,
-                      headers={"Content-Type": "application/json"})
+    resp = agent.call("POST", "/tunnels", data=raw, headers={"Content-Type": "application/json"})
     assert resp.status == 400, resp
     assert resp.json["error_code"] == "ERR_INVALID_REQUEST"
     assert "Traceback" not in agent.log()
@@ -185,8 +207,9 @@ def test_body_of_256_kib_is_read_and_one_byte_more_is_413(agents, credential):
     assert len(exact) == 256 * 1024
     ok = agent.call("POST", "/tunnels", data=exact, headers={"Content-Type": "application/json"})
     assert ok.status == 200, ok
-    over = agent.call("POST", "/tunnels", data=exact[:-1] + b" }",
-                      headers={"Content-Type": "application/json"})
+    over = agent.call(
+        "POST", "/tunnels", data=exact[:-1] + b" }", headers={"Content-Type": "application/json"}
+    )
     assert over.status == 413 and over.json["error_code"] == "ERR_PAYLOAD_TOO_LARGE"
 
 
@@ -206,9 +229,12 @@ def test_delete_stops_the_endpoint_at_once(stack, agents, credential, upstream):
 def test_delete_by_full_host_label_or_url(agents, credential, upstream, how):
     agent = agents(credential["token"])
     created = agent.call("POST", "/tunnels", {"forwards_to": upstream}).json
-    part = {"host": created["domain"], "label": created["domain"].split(".")[0],
-            "url": created["url"].replace("://", "%3A%2F%2F").replace(":", "%3A"),
-            "upper": created["domain"].upper()}[how]
+    part = {
+        "host": created["domain"],
+        "label": created["domain"].split(".")[0],
+        "url": created["url"].replace("://", "%3A%2F%2F").replace(":", "%3A"),
+        "upper": created["domain"].upper(),
+    }[how]
     assert agent.call("DELETE", "/tunnels/" + part).status == 204
     assert agent.call("GET", "/tunnels").json == []
 
@@ -222,8 +248,9 @@ def test_delete_never_matches_a_substring_and_unknown_is_404(agents, credential,
     assert len(agent.call("GET", "/tunnels").json) == 1
 
 
-def test_delete_by_a_label_two_tunnels_share_is_409_and_deletes_nothing(stack, agents,
-                                                                        credential, upstream):
+def test_delete_by_a_label_two_tunnels_share_is_409_and_deletes_nothing(
+    stack, agents, credential, upstream
+):
     domain = f"{_name()}.example.com"
     assert stack.call("POST", "/reserved_domains", {"domain": domain}).status == 201
     label = _name()
@@ -231,10 +258,15 @@ def test_delete_by_a_label_two_tunnels_share_is_409_and_deletes_nothing(stack, a
     # two tunnels whose first label is the same: <label>.tunnels.localhost and
     # <label>.<reserved> (a wildcard reservation covers the second)
     assert stack.call("POST", "/reserved_domains", {"domain": f"*.{domain}"}).status == 201
-    assert agent.call("POST", "/tunnels", {"forwards_to": upstream,
-                                           "domain": f"{label}.{BASE_DOMAIN}"}).status == 200
-    second = agent.call("POST", "/tunnels", {"forwards_to": upstream,
-                                             "domain": f"{label}.{domain}"})
+    assert (
+        agent.call(
+            "POST", "/tunnels", {"forwards_to": upstream, "domain": f"{label}.{BASE_DOMAIN}"}
+        ).status
+        == 200
+    )
+    second = agent.call(
+        "POST", "/tunnels", {"forwards_to": upstream, "domain": f"{label}.{domain}"}
+    )
     assert second.status == 200, second
     resp = agent.call("DELETE", "/tunnels/" + label)
     assert resp.status == 409 and resp.json["error_code"] == "ERR_CONFLICT"
@@ -244,8 +276,7 @@ def test_delete_by_a_label_two_tunnels_share_is_409_and_deletes_nothing(stack, a
 def test_unknown_path_is_404_and_wrong_method_405_in_the_error_shape(agents, credential):
     agent = agents(credential["token"])
     resp = agent.call("GET", "/nope")
-    assert resp.status == 404 and set(resp.json) == {"error_code", "status_code", "msg",
-                                                     "details"}
+    assert resp.status == 404 and set(resp.json) == {"error_code", "status_code", "msg", "details"}
     resp = agent.call("PUT", "/tunnels", {})
     assert resp.status == 405 and resp.json["error_code"] == "ERR_METHOD_NOT_ALLOWED"
     assert "GET" in resp.headers["allow"] and "POST" in resp.headers["allow"]
@@ -254,17 +285,18 @@ def test_unknown_path_is_404_and_wrong_method_405_in_the_error_shape(agents, cre
 def test_with_an_api_token_calls_need_the_bearer(agents, credential):
     agent = agents(credential["token"], AGENT_API_TOKEN="s3cret")
     assert agent.call("GET", "/tunnels").status == 401
-    assert agent.call("GET", "/tunnels",
-                      headers={"Authorization": "Bearer wrong"}).status == 401
-    assert agent.call("GET", "/tunnels",
-                      headers={"Authorization": "Bearer s3cret"}).status == 200
+    assert agent.call("GET", "/tunnels", headers={"Authorization": "Bearer wrong"}).status == 401
+    assert agent.call("GET", "/tunnels", headers={"Authorization": "Bearer s3cret"}).status == 200
     assert agent.call("GET", "/healthz").status == 200
 
 
 def test_the_api_listens_on_loopback_only_by_default(agents, credential):
     agent = agents(credential["token"])
-    addresses = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)
-                 if info[0] == socket.AF_INET} - {"127.0.0.1"}
+    addresses = {
+        info[4][0]
+        for info in socket.getaddrinfo(socket.gethostname(), None)
+        if info[0] == socket.AF_INET
+    } - {"127.0.0.1"}
     for address in addresses:
         with socket.socket() as sock:
             sock.settimeout(2)
@@ -273,7 +305,8 @@ def test_the_api_listens_on_loopback_only_by_default(agents, credential):
 
 
 def test_an_upstream_that_is_down_gets_the_edges_error_without_internal_addresses(
-        stack, agents, credential):
+    stack, agents, credential
+):
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         dead = sock.getsockname()[1]
@@ -286,7 +319,8 @@ def test_an_upstream_that_is_down_gets_the_edges_error_without_internal_addresse
 
 
 def test_an_upstream_answering_garbage_gets_the_edges_502_without_the_upstream_bytes(
-        stack, agents, credential):
+    stack, agents, credential
+):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(4)
@@ -318,8 +352,11 @@ def test_an_upstream_answering_garbage_gets_the_edges_502_without_the_upstream_b
 def test_twenty_concurrent_creates_lose_no_tunnel(stack, agents, credential, upstream):
     agent = agents(credential["token"])
     with ThreadPoolExecutor(max_workers=20) as pool:
-        results = list(pool.map(lambda _: agent.call("POST", "/tunnels",
-                                                     {"forwards_to": upstream}), range(20)))
+        results = list(
+            pool.map(
+                lambda _: agent.call("POST", "/tunnels", {"forwards_to": upstream}), range(20)
+            )
+        )
     assert [r.status for r in results] == [200] * 20
     urls = {r.json["url"] for r in results}
     assert len(urls) == 20

@@ -14,12 +14,19 @@ from stack import AGENT_DIR, BASE_DOMAIN
 def _run(stack, *args, env_extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_", "API_"))}
     env.update({"API_URL": stack.api_url, "API_KEY": stack.admin_key, **(env_extra or {})})
-    return subprocess.run([sys.executable, "-m", "tunnel_agent.credential", *args],
-                          cwd=AGENT_DIR, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "tunnel_agent.credential", *args],
+        cwd=AGENT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_command_makes_a_bot_owned_credential_whose_token_runs_the_agent(
-        stack, agents, tmp_path, upstream):
+    stack, agents, tmp_path, upstream
+):
     name = f"bot-{time.time_ns()}"
     out = tmp_path / "secrets" / "authtoken"
     result = _run(stack, "--bot-name", name, "--acl", f"bind:*.{BASE_DOMAIN}", "--out", str(out))

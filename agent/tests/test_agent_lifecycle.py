@@ -17,15 +17,23 @@ def _name() -> str:
 
 
 def _run_expecting_failure(env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tunnel_agent"], cwd=AGENT_DIR, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tunnel_agent"],
+        cwd=AGENT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_restarted_agent_recreates_its_tunnels_with_the_same_urls_and_traffic_flows(
-        stack, agents, credential, upstream):
+    stack, agents, credential, upstream
+):
     agent = agents(credential["token"])
-    named = agent.call("POST", "/tunnels", {"forwards_to": upstream,
-                                            "domain": f"{_name()}.{BASE_DOMAIN}"}).json
+    named = agent.call(
+        "POST", "/tunnels", {"forwards_to": upstream, "domain": f"{_name()}.{BASE_DOMAIN}"}
+    ).json
     generated = agent.call("POST", "/tunnels", {"forwards_to": upstream}).json
     before = agent.call("GET", "/tunnels").json
     assert agent.stop() == 0
@@ -39,7 +47,8 @@ def test_restarted_agent_recreates_its_tunnels_with_the_same_urls_and_traffic_fl
 
 
 def test_a_tunnel_the_edge_refuses_at_restart_is_listed_with_its_error_and_others_come_back(
-        stack, agents, upstream):
+    stack, agents, upstream
+):
     taken = f"{_name()}.{BASE_DOMAIN}"
     kept = f"{_name()}k.{BASE_DOMAIN}"
     agent = agents(stack.bot_credential()["token"], name="first")
@@ -77,7 +86,8 @@ def test_stale_temp_files_from_a_crash_are_removed_at_start(agents, credential, 
 
 
 def test_corrupt_tunnels_file_stops_the_agent_with_a_message_and_is_left_untouched(
-        agents, credential, tmp_path):
+    agents, credential, tmp_path
+):
     workdir = tmp_path / "agent"
     workdir.mkdir()
     path = workdir / "tunnels.json"
@@ -97,15 +107,21 @@ def test_an_authtoken_the_edge_refuses_stops_the_agent_with_the_edge_code(stack,
     assert "ERR_NGROK_107" in agent.log() and "Traceback" not in agent.log()
 
 
-def test_an_unreachable_edge_stops_the_agent_after_the_connect_timeout(stack, credential,
-                                                                      tmp_path):
+def test_an_unreachable_edge_stops_the_agent_after_the_connect_timeout(
+    stack, credential, tmp_path
+):
     with socket.socket() as held:  # bound, never listening: refused, and nobody else gets it
         held.bind(("127.0.0.1", 0))
         dead = held.getsockname()[1]
-        env = {"AGENT_AUTHTOKEN": credential["token"], "AGENT_SERVER_ADDR": f"127.0.0.1:{dead}",
-               "AGENT_ROOT_CAS": stack.ca_path, "AGENT_CONNECT_TIMEOUT": "3",
-               "AGENT_API_PORT": "0", "AGENT_TUNNELS_FILE": str(tmp_path / "t.json"),
-               "PATH": "/usr/bin:/bin"}
+        env = {
+            "AGENT_AUTHTOKEN": credential["token"],
+            "AGENT_SERVER_ADDR": f"127.0.0.1:{dead}",
+            "AGENT_ROOT_CAS": stack.ca_path,
+            "AGENT_CONNECT_TIMEOUT": "3",
+            "AGENT_API_PORT": "0",
+            "AGENT_TUNNELS_FILE": str(tmp_path / "t.json"),
+            "PATH": "/usr/bin:/bin",
+        }
         started = time.monotonic()
         result = _run_expecting_failure(env)
     assert result.returncode == 2, result.stderr
@@ -113,8 +129,9 @@ def test_an_unreachable_edge_stops_the_agent_after_the_connect_timeout(stack, cr
     assert time.monotonic() - started < 30
 
 
-def test_sigterm_stops_the_agent_within_10_seconds_with_connections_open(agents, credential,
-                                                                         upstream):
+def test_sigterm_stops_the_agent_within_10_seconds_with_connections_open(
+    agents, credential, upstream
+):
     agent = agents(credential["token"])
     assert agent.call("POST", "/tunnels", {"forwards_to": upstream}).status == 200
     idle = socket.create_connection(("127.0.0.1", agent.port))
@@ -133,18 +150,23 @@ def test_sigterm_stops_the_agent_within_10_seconds_with_connections_open(agents,
 
 
 def test_revoking_the_credential_takes_the_tunnels_offline_and_the_agent_reports_it(
-        stack, agents, upstream):
+    stack, agents, upstream
+):
     cred = stack.bot_credential()
     agent = agents(cred["token"])
     created = agent.call("POST", "/tunnels", {"forwards_to": upstream}).json
     assert stack.public("GET", created["url"]).status == 200
     assert stack.call("DELETE", f"/credentials/{cred['id']}").status == 204
     assert wait_for(lambda: stack.public("GET", created["url"]).status == 404, timeout=20)
-    health = wait_for(lambda: (lambda r: r if r.status == 503 else None)(
-        agent.call("GET", "/healthz")), timeout=30)
+    health = wait_for(
+        lambda: (lambda r: r if r.status == 503 else None)(agent.call("GET", "/healthz")),
+        timeout=30,
+    )
     assert health is not None and health.json["session"]["connected"] is False
-    assert wait_for(lambda: "ERR_NGROK_107" in str(
-        agent.call("GET", "/healthz").json["session"]["error"]), timeout=30)
+    assert wait_for(
+        lambda: "ERR_NGROK_107" in str(agent.call("GET", "/healthz").json["session"]["error"]),
+        timeout=30,
+    )
     resp = agent.call("POST", "/tunnels", {"forwards_to": upstream})
     assert resp.status == 503 and resp.json["error_code"] == "ERR_EDGE_UNAVAILABLE", resp
     assert "ERR_NGROK_107" in resp.json["msg"]
@@ -164,8 +186,9 @@ def test_after_the_edge_restarts_the_sdk_reconnects_and_the_tunnels_serve_again(
             own.edge.stop()
             assert wait_for(lambda: agent.call("GET", "/healthz").status == 503, timeout=20)
             own.start_edge()
-            assert wait_for(lambda: own.public("GET", created["url"], "/back").status == 200,
-                            timeout=60), agent.log()
+            assert wait_for(
+                lambda: own.public("GET", created["url"], "/back").status == 200, timeout=60
+            ), agent.log()
             assert wait_for(lambda: agent.call("GET", "/healthz").status == 200, timeout=30)
             assert agent.call("GET", "/tunnels").json[0]["url"] == created["url"]
             assert agent.call("POST", "/tunnels", {"forwards_to": upstream}).status == 200

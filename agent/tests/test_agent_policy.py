@@ -12,12 +12,24 @@ import pytest
 from stack import AGENT_DIR, BASE_DOMAIN
 
 POLICY = {
-    "on_http_request": [{"name": "tag", "expressions": ["req.method == 'GET'"],
-                         "actions": [{"type": "add-headers",
-                                      "config": {"headers": {"x-from-policy": "request"}}}]}],
-    "on_http_response": [{"name": "mark", "expressions": [],
-                          "actions": [{"type": "add-headers",
-                                       "config": {"headers": {"x-policy-response": "yes"}}}]}],
+    "on_http_request": [
+        {
+            "name": "tag",
+            "expressions": ["req.method == 'GET'"],
+            "actions": [
+                {"type": "add-headers", "config": {"headers": {"x-from-policy": "request"}}}
+            ],
+        }
+    ],
+    "on_http_response": [
+        {
+            "name": "mark",
+            "expressions": [],
+            "actions": [
+                {"type": "add-headers", "config": {"headers": {"x-policy-response": "yes"}}}
+            ],
+        }
+    ],
 }
 
 
@@ -25,8 +37,9 @@ def _name() -> str:
     return f"t{time.time_ns() % 10**12}"
 
 
-def test_a_given_policy_is_enforced_by_the_edge_and_shown_once_encoded(stack, agents,
-                                                                       credential, upstream):
+def test_a_given_policy_is_enforced_by_the_edge_and_shown_once_encoded(
+    stack, agents, credential, upstream
+):
     agent = agents(credential["token"])
     resp = agent.call("POST", "/tunnels", {"forwards_to": upstream, "policy": POLICY})
     assert resp.status == 200, resp
@@ -41,8 +54,9 @@ def test_a_given_policy_is_enforced_by_the_edge_and_shown_once_encoded(stack, ag
     assert "x-from-policy" not in posted.json["headers"]  # the expression did not match
 
 
-def test_without_a_policy_the_default_file_applies_and_policy_is_null(stack, agents,
-                                                                      credential, upstream):
+def test_without_a_policy_the_default_file_applies_and_policy_is_null(
+    stack, agents, credential, upstream
+):
     default = AGENT_DIR / "examples" / "default-policy.yaml"
     agent = agents(credential["token"], AGENT_DEFAULT_POLICY_FILE=str(default))
     resp = agent.call("POST", "/tunnels", {"forwards_to": upstream})
@@ -58,7 +72,8 @@ def test_without_a_policy_the_default_file_applies_and_policy_is_null(stack, age
 
 
 def test_tunnels_without_their_own_policy_follow_the_default_file_after_a_restart(
-        stack, agents, credential, upstream, tmp_path):
+    stack, agents, credential, upstream, tmp_path
+):
     first = tmp_path / "first.json"
     first.write_text(json.dumps(POLICY))
     agent = agents(credential["token"], AGENT_DEFAULT_POLICY_FILE=str(first))
@@ -69,25 +84,51 @@ def test_tunnels_without_their_own_policy_follow_the_default_file_after_a_restar
     agent.start()
     assert "x-policy-response" not in stack.public("GET", created["url"]).headers
     assert json.loads(agent.call("GET", "/tunnels").json[0]["traffic_policy"]) == {
-        "on_http_response": []}
+        "on_http_response": []
+    }
 
 
-@pytest.mark.parametrize("policy", [
-    {"on_http_request": [{"actions": [{"type": "no-such-action"}]}]},
-    {"on_http_request": [{"expressions": ["req.method =="], "actions": [
-        {"type": "add-headers", "config": {"headers": {"a": "b"}}}]}]},
-    {"on_http_request": [{"actions": [{"type": "add-headers", "config": {"headers": "x"}}]}]},
-    {"on_http_request": [{"expressions": ["req.no_such_member == 'x'"], "actions": [
-        {"type": "add-headers", "config": {"headers": {"a": "b"}}}]}]},
-    {"on_http_request": [{"actions": [{"type": "add-headers",
-                                       "config": {"headers": {"a": "b"}, "extra": 1}}]}]},
-], ids=["unknown-action", "bad-expression", "bad-config", "unknown-member", "unknown-config-key"])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"on_http_request": [{"actions": [{"type": "no-such-action"}]}]},
+        {
+            "on_http_request": [
+                {
+                    "expressions": ["req.method =="],
+                    "actions": [{"type": "add-headers", "config": {"headers": {"a": "b"}}}],
+                }
+            ]
+        },
+        {"on_http_request": [{"actions": [{"type": "add-headers", "config": {"headers": "x"}}]}]},
+        {
+            "on_http_request": [
+                {
+                    "expressions": ["req.no_such_member == 'x'"],
+                    "actions": [{"type": "add-headers", "config": {"headers": {"a": "b"}}}],
+                }
+            ]
+        },
+        {
+            "on_http_request": [
+                {
+                    "actions": [
+                        {"type": "add-headers", "config": {"headers": {"a": "b"}, "extra": 1}}
+                    ]
+                }
+            ]
+        },
+    ],
+    ids=["unknown-action", "bad-expression", "bad-config", "unknown-member", "unknown-config-key"],
+)
 def test_a_policy_the_edge_refuses_is_400_with_the_edge_code_and_nothing_is_saved(
-        stack, agents, credential, upstream, policy):
+    stack, agents, credential, upstream, policy
+):
     domain = f"{_name()}.{BASE_DOMAIN}"
     agent = agents(credential["token"])
-    resp = agent.call("POST", "/tunnels", {"forwards_to": upstream, "domain": domain,
-                                           "policy": policy})
+    resp = agent.call(
+        "POST", "/tunnels", {"forwards_to": upstream, "domain": domain, "policy": policy}
+    )
     assert resp.status == 400, resp
     assert resp.json["error_code"].startswith("ERR_NGROK_"), resp
     assert agent.call("GET", "/tunnels").json == []
@@ -95,11 +136,13 @@ def test_a_policy_the_edge_refuses_is_400_with_the_edge_code_and_nothing_is_save
     assert stack.public("GET", f"https://{domain}:{stack.https_port}").status == 404
 
 
-def test_an_empty_policy_object_is_sent_as_no_policy_and_listed_as_given(stack, agents,
-                                                                         credential, upstream):
+def test_an_empty_policy_object_is_sent_as_no_policy_and_listed_as_given(
+    stack, agents, credential, upstream
+):
     agent = agents(credential["token"])
-    resp = agent.call("POST", "/tunnels", {"forwards_to": upstream,
-                                           "policy": {"on_http_request": []}})
+    resp = agent.call(
+        "POST", "/tunnels", {"forwards_to": upstream, "policy": {"on_http_request": []}}
+    )
     assert resp.status == 200, resp
     assert resp.json["policy"] == {"on_http_request": []}
     assert agent.call("GET", "/tunnels").json[0]["traffic_policy"] == '{"on_http_request": []}'

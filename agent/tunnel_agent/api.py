@@ -62,7 +62,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPMethodNotAllowed as exc:
         allowed = ", ".join(sorted(exc.allowed_methods))
         response = error_response(
-            MethodNotAllowed(f"method {request.method} is not allowed on {request.path}; allowed: {allowed}"),
+            MethodNotAllowed(
+                f"method {request.method} is not allowed on {request.path}; allowed: {allowed}"
+            ),
             operation_id,
         )
         response.headers["Allow"] = ",".join(sorted(exc.allowed_methods))
@@ -116,10 +118,15 @@ async def healthz(request: web.Request) -> web.Response:
     ERR_NGROK_107)."""
     service = request.app[SERVICE_KEY]
     session = request.app[SESSION_KEY].state()
-    return json_response({"status": "ok" if session["connected"] else "degraded",
-                          "session": session, "tunnels": len(service),
-                          "tunnels_failed": service.failed()},
-                         status=200 if session["connected"] else 503)
+    return json_response(
+        {
+            "status": "ok" if session["connected"] else "degraded",
+            "session": session,
+            "tunnels": len(service),
+            "tunnels_failed": service.failed(),
+        },
+        status=200 if session["connected"] else 503,
+    )
 
 
 async def _json_body(request: web.Request) -> Any:
@@ -135,8 +142,9 @@ async def _json_body(request: web.Request) -> Any:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
 
 
-def create_api_app(service: TunnelService, session: EdgeSession,
-                   api_token: str | None = None) -> web.Application:
+def create_api_app(
+    service: TunnelService, session: EdgeSession, api_token: str | None = None
+) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
     app[SERVICE_KEY] = service
     app[SESSION_KEY] = session

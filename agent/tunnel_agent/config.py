@@ -68,18 +68,22 @@ def load_settings(
     parser = argparse.ArgumentParser(
         prog="python -m tunnel_agent",
         description="Device agent: a local REST API whose tunnels are endpoints of the "
-                    "official ngrok agent SDK on the edge.",
+        "official ngrok agent SDK on the edge.",
     )
-    parser.add_argument("--authtoken", default=None,
-                        help="credential token (prefer AGENT_AUTHTOKEN: flags show in ps)")
+    parser.add_argument(
+        "--authtoken",
+        default=None,
+        help="credential token (prefer AGENT_AUTHTOKEN: flags show in ps)",
+    )
     parser.add_argument("--authtoken-file", default=env.get("AGENT_AUTHTOKEN_FILE") or None)
     parser.add_argument("--server-addr", default=env.get("AGENT_SERVER_ADDR") or None)
     parser.add_argument("--root-cas", default=env.get("AGENT_ROOT_CAS") or None)
     parser.add_argument("--host", default=env.get("AGENT_HOST", "127.0.0.1"))
     parser.add_argument("--api-port", default=env.get("AGENT_API_PORT", "4040"))
     parser.add_argument("--tunnels-file", default=env.get("AGENT_TUNNELS_FILE", "tunnels.json"))
-    parser.add_argument("--default-policy-file",
-                        default=env.get("AGENT_DEFAULT_POLICY_FILE") or None)
+    parser.add_argument(
+        "--default-policy-file", default=env.get("AGENT_DEFAULT_POLICY_FILE") or None
+    )
     parser.add_argument("--connect-timeout", default=env.get("AGENT_CONNECT_TIMEOUT", "60"))
     parser.add_argument("--bind-timeout", default=env.get("AGENT_BIND_TIMEOUT", "20"))
     parser.add_argument("--log-level", default=env.get("AGENT_LOG_LEVEL", "INFO"))
@@ -90,16 +94,21 @@ def load_settings(
         try:
             authtoken = open(args.authtoken_file, encoding="utf-8").read().strip()
         except (OSError, UnicodeDecodeError) as exc:
-            raise StartupError(f"AGENT_AUTHTOKEN_FILE {args.authtoken_file!r} cannot be read: "
-                               f"{getattr(exc, 'strerror', None) or exc}") from None
+            raise StartupError(
+                f"AGENT_AUTHTOKEN_FILE {args.authtoken_file!r} cannot be read: "
+                f"{getattr(exc, 'strerror', None) or exc}"
+            ) from None
     authtoken = authtoken or (env.get("NGROK_AUTHTOKEN") or "").strip()
     if not authtoken:
         raise StartupError(
             "no authtoken: set AGENT_AUTHTOKEN to a credential token (POST /credentials; "
-            "agent/README.md shows the one-shot command that makes a bot-owned one)")
+            "agent/README.md shows the one-shot command that makes a bot-owned one)"
+        )
     if args.root_cas and not os.path.isfile(args.root_cas):
-        raise StartupError(f"AGENT_ROOT_CAS {args.root_cas!r} is not a readable file "
-                           "(the edge prints its CA path at start: $DATA_DIR/ca.pem)")
+        raise StartupError(
+            f"AGENT_ROOT_CAS {args.root_cas!r} is not a readable file "
+            "(the edge prints its CA path at start: $DATA_DIR/ca.pem)"
+        )
     server_addr = args.server_addr.strip() if args.server_addr else None
     if server_addr is not None and not re.match(r"^[^\s:/]+:[0-9]{1,5}\Z", server_addr):
         raise StartupError(f"AGENT_SERVER_ADDR must be 'host:port', got {server_addr!r}")

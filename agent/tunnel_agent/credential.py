@@ -32,9 +32,15 @@ class ApiFailure(Exception):
 def _call(base: str, key: str, method: str, path: str, body: Any = None) -> Any:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(
-        base.rstrip("/") + path, data=data, method=method,
-        headers={"Authorization": f"Bearer {key}", "Ngrok-Version": "2",
-                 **({"Content-Type": "application/json"} if data is not None else {})})
+        base.rstrip("/") + path,
+        data=data,
+        method=method,
+        headers={
+            "Authorization": f"Bearer {key}",
+            "Ngrok-Version": "2",
+            **({"Content-Type": "application/json"} if data is not None else {}),
+        },
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             raw = resp.read()
@@ -63,18 +69,25 @@ def _bot(base: str, key: str, name: str) -> dict[str, Any]:
             if bot.get("name") == name:
                 return bot
         next_uri = page.get("next_page_uri")
-        path = urllib.parse.urlsplit(next_uri)._replace(scheme="", netloc="").geturl() \
-            if next_uri else ""
+        path = (
+            urllib.parse.urlsplit(next_uri)._replace(scheme="", netloc="").geturl()
+            if next_uri
+            else ""
+        )
     raise ApiFailure(f"bot user {name!r} exists but was not found in the list")
 
 
-def make_credential(base: str, key: str, bot_name: str, acl: list[str],
-                    description: str) -> str:
+def make_credential(base: str, key: str, bot_name: str, acl: list[str], description: str) -> str:
     bot = _bot(base, key, bot_name)
     if not bot.get("active", True):
         raise ApiFailure(f"bot user {bot_name!r} ({bot['id']}) is deactivated")
-    cred = _call(base, key, "POST", "/credentials",
-                 {"description": description, "owner_id": bot["id"], "acl": acl})
+    cred = _call(
+        base,
+        key,
+        "POST",
+        "/credentials",
+        {"description": description, "owner_id": bot["id"], "acl": acl},
+    )
     return cred["token"]
 
 
@@ -96,40 +109,58 @@ def _write_secret(path: str, token: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tunnel_agent.credential",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--api-url", default=os.environ.get("API_URL"),
-                        help="the management API's base URL (env API_URL)")
-    parser.add_argument("--api-key", default=os.environ.get("API_KEY"),
-                        help="an admin's API key (env API_KEY)")
-    parser.add_argument("--bot-name", default=os.environ.get("AGENT_BOT_NAME", "device-agent"),
-                        help="the bot user owning the credential (env AGENT_BOT_NAME)")
-    parser.add_argument("--acl", action="append", default=None,
-                        help="an ACL rule, e.g. 'bind:*.tunnels.localhost' (repeatable; "
-                             "env AGENT_ACL, comma-separated; none: no restriction)")
+    parser = argparse.ArgumentParser(
+        prog="python -m tunnel_agent.credential", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--api-url",
+        default=os.environ.get("API_URL"),
+        help="the management API's base URL (env API_URL)",
+    )
+    parser.add_argument(
+        "--api-key", default=os.environ.get("API_KEY"), help="an admin's API key (env API_KEY)"
+    )
+    parser.add_argument(
+        "--bot-name",
+        default=os.environ.get("AGENT_BOT_NAME", "device-agent"),
+        help="the bot user owning the credential (env AGENT_BOT_NAME)",
+    )
+    parser.add_argument(
+        "--acl",
+        action="append",
+        default=None,
+        help="an ACL rule, e.g. 'bind:*.tunnels.localhost' (repeatable; "
+        "env AGENT_ACL, comma-separated; none: no restriction)",
+    )
     parser.add_argument("--description", default="device agent (tunnel_agent.credential)")
-    parser.add_argument("--out", default=os.environ.get("AGENT_AUTHTOKEN_FILE"),
-                        help="write the token to this file (kept if it already holds one)")
+    parser.add_argument(
+        "--out",
+        default=os.environ.get("AGENT_AUTHTOKEN_FILE"),
+        help="write the token to this file (kept if it already holds one)",
+    )
     args = parser.parse_args(argv)
     if not args.api_url or not args.api_key:
-        print("credential: --api-url and --api-key (or API_URL and API_KEY) are required",
-              file=sys.stderr)
+        print(
+            "credential: --api-url and --api-key (or API_URL and API_KEY) are required",
+            file=sys.stderr,
+        )
         return 2
-    acl = args.acl if args.acl is not None else [
-        rule.strip() for rule in os.environ.get("AGENT_ACL", "").split(",") if rule.strip()]
+    acl = (
+        args.acl
+        if args.acl is not None
+        else [rule.strip() for rule in os.environ.get("AGENT_ACL", "").split(",") if rule.strip()]
+    )
     if args.out and os.path.exists(args.out) and open(args.out).read().strip():
         print(f"credential: {args.out} already holds a token; left as it is", file=sys.stderr)
         return 0
     try:
-        token = make_credential(args.api_url, args.api_key, args.bot_name, acl,
-                                args.description)
+        token = make_credential(args.api_url, args.api_key, args.bot_name, acl, args.description)
     except ApiFailure as exc:
         print(f"credential: {exc}", file=sys.stderr)
         return 1
     if args.out:
         _write_secret(args.out, token)
-        print(f"credential: token of bot {args.bot_name!r} written to {args.out}",
-              file=sys.stderr)
+        print(f"credential: token of bot {args.bot_name!r} written to {args.out}", file=sys.stderr)
     else:
         print(token)
     return 0

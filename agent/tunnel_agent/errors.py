@@ -69,8 +69,16 @@ class EdgeRefused(AgentError):
     edge found the endpoint's definition invalid, e.g. its traffic policy)."""
 
     CONFLICT = frozenset({"ERR_NGROK_334", "ERR_NGROK_320"})
-    FORBIDDEN = frozenset({"ERR_NGROK_105", "ERR_NGROK_107", "ERR_NGROK_399", "ERR_NGROK_7113",
-                           "ERR_NGROK_7117", "ERR_NGROK_1622"})
+    FORBIDDEN = frozenset(
+        {
+            "ERR_NGROK_105",
+            "ERR_NGROK_107",
+            "ERR_NGROK_399",
+            "ERR_NGROK_7113",
+            "ERR_NGROK_7117",
+            "ERR_NGROK_1622",
+        }
+    )
 
     def __init__(self, edge_code: str, msg: str, **details: Any) -> None:
         super().__init__(msg, **details)

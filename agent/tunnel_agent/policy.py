@@ -38,13 +38,18 @@ def check_outline(document: Any, where: str = "policy") -> dict[str, Any]:
         if phase not in HTTP_PHASES:
             raise PolicyError(
                 f"{where} has unknown phase {phase!r}; an http tunnel's phases are "
-                f"{', '.join(HTTP_PHASES)}", f"{where}.{phase}")
+                f"{', '.join(HTTP_PHASES)}",
+                f"{where}.{phase}",
+            )
         if not isinstance(rules, list):
             raise PolicyError(f"{where}.{phase} must be a list of rules", f"{where}.{phase}")
         for index, rule in enumerate(rules):
             if not isinstance(rule, dict):
-                raise PolicyError(f"{where}.{phase}[{index}] must be an object "
-                                  "with name, expressions and actions", f"{where}.{phase}[{index}]")
+                raise PolicyError(
+                    f"{where}.{phase}[{index}] must be an object "
+                    "with name, expressions and actions",
+                    f"{where}.{phase}[{index}]",
+                )
     try:
         size = len(encode(document).encode("utf-8"))
     except RecursionError:  # nested deeper than any policy needs
@@ -71,8 +76,9 @@ def load_default_policy(path: str | None) -> dict[str, Any]:
     try:
         raw = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise StartupError(f"default policy file {path!r} cannot be read: "
-                           f"{getattr(exc, 'strerror', None) or exc}") from None
+        raise StartupError(
+            f"default policy file {path!r} cannot be read: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
     try:
         if path.endswith(".json"):
             document = json.loads(raw)
@@ -81,8 +87,10 @@ def load_default_policy(path: str | None) -> dict[str, Any]:
 
             document = yaml.safe_load(raw)
     except (ValueError, RecursionError, Exception) as exc:  # yaml.YAMLError, JSONDecodeError
-        raise StartupError(f"default policy file {path!r} is not valid "
-                           f"{'JSON' if path.endswith('.json') else 'YAML'}: {exc}") from None
+        raise StartupError(
+            f"default policy file {path!r} is not valid "
+            f"{'JSON' if path.endswith('.json') else 'YAML'}: {exc}"
+        ) from None
     if document is None:
         document = {}
     try:

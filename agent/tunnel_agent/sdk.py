@@ -79,8 +79,14 @@ WATCH_SECONDS = 1.0
 
 
 class EdgeSession:
-    def __init__(self, authtoken: str, server_addr: str | None, root_cas: str | None,
-                 connect_timeout: float = 60.0, bind_timeout: float = 20.0) -> None:
+    def __init__(
+        self,
+        authtoken: str,
+        server_addr: str | None,
+        root_cas: str | None,
+        connect_timeout: float = 60.0,
+        bind_timeout: float = 20.0,
+    ) -> None:
         self.authtoken = authtoken
         self.server_addr = server_addr
         self.root_cas = root_cas
@@ -121,8 +127,11 @@ class EdgeSession:
         now = time.monotonic()
         with self._lock:
             self._state.beat_at = now
-            if self._state.connected or now - self._state.lost_at < UP_AFTER_SECONDS \
-                    or self._state.failures >= SDK_QUICK_RETRIES:
+            if (
+                self._state.connected
+                or now - self._state.lost_at < UP_AFTER_SECONDS
+                or self._state.failures >= SDK_QUICK_RETRIES
+            ):
                 return
             lost_at = self._state.lost_at
             self._state.connected, self._state.error = True, None
@@ -137,14 +146,19 @@ class EdgeSession:
             now = time.monotonic()
             with self._lock:
                 state = SessionState(**vars(self._state))
-            if state.connected or now - state.lost_at < WATCH_SECONDS \
-                    or now - self._tried_at < RETRY_SECONDS:
+            if (
+                state.connected
+                or now - state.lost_at < WATCH_SECONDS
+                or now - self._tried_at < RETRY_SECONDS
+            ):
                 continue
             self._tried_at = now
             # Not yet silent: the SDK may still be reconnecting by itself; only learn why
             # the session is down (the edge's code, e.g. a revoked authtoken's).
-            adopt = (state.failures >= SDK_QUICK_RETRIES
-                     or now - max(state.beat_at, state.lost_at) >= SILENT_SECONDS)
+            adopt = (
+                state.failures >= SDK_QUICK_RETRIES
+                or now - max(state.beat_at, state.lost_at) >= SILENT_SECONDS
+            )
             try:
                 await self._replace(adopt)
             except asyncio.CancelledError:
@@ -168,8 +182,10 @@ class EdgeSession:
             old, self.session, self._generation = self.session, fresh, generation
             with self._lock:
                 self._state = SessionState(True, None, 0.0, time.monotonic())
-            log.info("session to the edge is up again (a new session: the SDK's next retry "
-                     "was minutes away)")
+            log.info(
+                "session to the edge is up again (a new session: the SDK's next retry "
+                "was minutes away)"
+            )
             if old is not None:
                 try:
                     await asyncio.wait_for(old.close(), 3.0)
@@ -188,11 +204,14 @@ class EdgeSession:
         try:
             sdk = importlib.import_module("ngrok")
         except ImportError:
-            raise StartupError("the 'ngrok' agent SDK is not installed: "
-                               "pip install -r agent/requirements.txt") from None
+            raise StartupError(
+                "the 'ngrok' agent SDK is not installed: pip install -r agent/requirements.txt"
+            ) from None
         if not hasattr(sdk, "SessionBuilder"):
-            raise StartupError("the importable 'ngrok' module is not the agent SDK (is the "
-                               "'ngrok-api' REST client installed instead?): pip install ngrok")
+            raise StartupError(
+                "the importable 'ngrok' module is not the agent SDK (is the "
+                "'ngrok-api' REST client installed instead?): pip install ngrok"
+            )
         return sdk
 
     def _builder(self, generation: int = 0) -> Any:
@@ -203,7 +222,8 @@ class EdgeSession:
             builder = builder.root_cas(self.root_cas)
         builder = builder.client_info("tunnel-agent", __version__)
         builder = builder.handle_disconnection(
-            lambda addr, error: self._on_disconnection(generation, error))
+            lambda addr, error: self._on_disconnection(generation, error)
+        )
         builder = builder.handle_heartbeat(lambda latency: self._on_heartbeat(generation))
         return builder
 
@@ -217,7 +237,8 @@ class EdgeSession:
             try:
                 self.session = await asyncio.wait_for(
                     self._builder(self._generation).connect(),
-                    max(1.0, deadline - time.monotonic()))
+                    max(1.0, deadline - time.monotonic()),
+                )
                 with self._lock:
                     self._state = SessionState(True, None, 0.0, time.monotonic())
                 log.info("session to the edge %s is up", self.server_addr or "(SDK default)")
@@ -232,7 +253,8 @@ class EdgeSession:
             if time.monotonic() + delay >= deadline:
                 raise StartupError(
                     f"cannot reach the edge at {self.server_addr or 'the SDK default'} in "
-                    f"{self.connect_timeout:g}s: {message}{f' ({code})' if code else ''}")
+                    f"{self.connect_timeout:g}s: {message}{f' ({code})' if code else ''}"
+                )
             log.warning("edge not reachable yet (%s); retrying in %.1fs", message, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -257,25 +279,30 @@ class EdgeSession:
             raise EdgeUnavailable("the agent has no session on the edge")
         state = self.state()
         if not state["connected"]:
-            raise EdgeUnavailable(f"the agent's session to the edge is down ({state['error']}); "
-                                  "the SDK is reconnecting, try again later")
+            raise EdgeUnavailable(
+                f"the agent's session to the edge is down ({state['error']}); "
+                "the SDK is reconnecting, try again later"
+            )
         builder = self.session.http_endpoint().forwards_to(forwards_to)
         if domain:
             builder = builder.domain(domain)
         if policy:
             builder = builder.traffic_policy(policy)
         try:
-            return await asyncio.wait_for(builder.listen_and_forward(f"http://{forwards_to}"),
-                                          self.bind_timeout)
+            return await asyncio.wait_for(
+                builder.listen_and_forward(f"http://{forwards_to}"), self.bind_timeout
+            )
         except asyncio.TimeoutError:
-            raise EdgeUnavailable(f"the edge did not answer the bind in "
-                                  f"{self.bind_timeout:g}s; try again") from None
+            raise EdgeUnavailable(
+                f"the edge did not answer the bind in {self.bind_timeout:g}s; try again"
+            ) from None
         except Exception as exc:
             code, message = sdk_error(exc)
             if code is None:
                 log.warning("bind failed without an edge error code: %r", exc)
-                raise EdgeUnavailable("the edge could not be reached to start the tunnel; "
-                                      "see the agent's log") from None
+                raise EdgeUnavailable(
+                    "the edge could not be reached to start the tunnel; see the agent's log"
+                ) from None
             raise EdgeRefused(code, message) from None
 
     async def unbind(self, listener: Any) -> None:

@@ -61,26 +61,38 @@ async def start_agent(settings: Settings) -> RunningAgent:
     for stale in store.clean_stale_temp_files():
         log.warning("removed %s, a temporary file a crash left behind", stale)
     store.load()  # a corrupt file stops the agent before it touches the edge
-    session = EdgeSession(settings.authtoken, settings.server_addr, settings.root_cas,
-                          settings.connect_timeout, settings.bind_timeout)
+    session = EdgeSession(
+        settings.authtoken,
+        settings.server_addr,
+        settings.root_cas,
+        settings.connect_timeout,
+        settings.bind_timeout,
+    )
     await session.connect()
     try:
         service = TunnelService(store, default_policy, session)
         session.on_replaced = service.rebind_all
         await service.restore()
         if not settings.api_token and not _is_loopback(settings.host):
-            log.warning("the API listens on %s without AGENT_API_TOKEN: anyone who reaches it "
-                        "can create tunnels", settings.host)
-        api_runner = web.AppRunner(create_api_app(service, session, settings.api_token),
-                                   access_log=None, handle_signals=False,
-                                   shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+            log.warning(
+                "the API listens on %s without AGENT_API_TOKEN: anyone who reaches it "
+                "can create tunnels",
+                settings.host,
+            )
+        api_runner = web.AppRunner(
+            create_api_app(service, session, settings.api_token),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
+        )
         await api_runner.setup()
         try:
             await web.TCPSite(api_runner, settings.host, settings.api_port).start()
         except OSError as exc:
             await api_runner.cleanup()
-            raise StartupError(f"cannot listen on {settings.host}:{settings.api_port}: "
-                               f"{exc.strerror or exc}") from None
+            raise StartupError(
+                f"cannot listen on {settings.host}:{settings.api_port}: {exc.strerror or exc}"
+            ) from None
     except BaseException:
         await session.close()
         raise
@@ -90,9 +102,12 @@ async def start_agent(settings: Settings) -> RunningAgent:
 async def serve(settings: Settings) -> None:
     agent = await start_agent(settings)
     # Tests and scripts wait for this exact line (the port may be 0 = ephemeral).
-    print(f"tunnel-agent ready api=http://{settings.host}:{agent.api_port} "
-          f"tunnels={len(agent.service)} failed={agent.service.failed()} "
-          f"file={agent.service.store.path}", flush=True)
+    print(
+        f"tunnel-agent ready api=http://{settings.host}:{agent.api_port} "
+        f"tunnels={len(agent.service)} failed={agent.service.failed()} "
+        f"file={agent.service.store.path}",
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -72,14 +72,13 @@ class TunnelsFile:
 
     def save(self, records: list[dict[str, Any]]) -> None:
         """Replace the file atomically with ``records``. Raises OSError on failure."""
-        data = json.dumps(
-            {"version": FORMAT_VERSION, "tunnels": records}, indent=2
-        ).encode("utf-8") + b"\n"
+        data = (
+            json.dumps({"version": FORMAT_VERSION, "tunnels": records}, indent=2).encode("utf-8")
+            + b"\n"
+        )
         directory = self.path.parent
         directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(
-            dir=directory, prefix=f".{self.path.name}.", suffix=".tmp"
-        )
+        fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as tmp:
                 tmp.write(data)

@@ -20,8 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from .errors import (AgentError, BadRequest, Conflict, PersistFailed, StartupError,
-                     TunnelNotFound)
+from .errors import AgentError, BadRequest, Conflict, PersistFailed, StartupError, TunnelNotFound
 from .policy import PolicyError, check_outline, encode, has_rules
 from .store import TunnelsFile
 from .validation import HostnameError, normalize_hostname, parse_hostport
@@ -53,10 +52,15 @@ class Tunnel:
     error: dict[str, str] | None = None  # the edge's refusal when restored
 
     def record(self) -> dict[str, Any]:
-        return {"domain": self.domain, "protocol": self.protocol,
-                "forwards_to": self.forwards_to, "policy": self.policy,
-                "created_at": self.created_at, "generated_domain": self.generated_domain,
-                "url": self.url}
+        return {
+            "domain": self.domain,
+            "protocol": self.protocol,
+            "forwards_to": self.forwards_to,
+            "policy": self.policy,
+            "created_at": self.created_at,
+            "generated_domain": self.generated_domain,
+            "url": self.url,
+        }
 
 
 def _now() -> str:
@@ -77,9 +81,13 @@ class TunnelService:
 
     # ---- reading -------------------------------------------------------------------
     def view(self, tunnel: Tunnel) -> dict[str, Any]:
-        return {"url": tunnel.url, "protocol": tunnel.protocol,
-                "forwards_to": tunnel.forwards_to, "domain": tunnel.domain,
-                "policy": tunnel.policy}
+        return {
+            "url": tunnel.url,
+            "protocol": tunnel.protocol,
+            "forwards_to": tunnel.forwards_to,
+            "domain": tunnel.domain,
+            "policy": tunnel.policy,
+        }
 
     def list_view(self) -> list[dict[str, Any]]:
         out = []
@@ -100,20 +108,23 @@ class TunnelService:
     def _build(self, body: Any, *, restoring: bool = False) -> Tunnel:
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
-        allowed = set(CREATE_FIELDS) | ({"created_at", "generated_domain", "url"}
-                                        if restoring else set())
+        allowed = set(CREATE_FIELDS) | (
+            {"created_at", "generated_domain", "url"} if restoring else set()
+        )
         unknown = sorted(set(body) - allowed)
         if unknown:
             raise BadRequest(
                 f"unknown field {unknown[0]!r}; accepted fields: {', '.join(CREATE_FIELDS)}",
-                field=unknown[0])
+                field=unknown[0],
+            )
         protocol = body.get("protocol")
         if protocol is None:
             protocol = "http"
         if not isinstance(protocol, str) or protocol.lower() not in PROTOCOLS:
             raise BadRequest(
                 f"protocol {protocol!r} is not supported; supported: {', '.join(PROTOCOLS)}",
-                field="protocol")
+                field="protocol",
+            )
 
         forwards_to = body.get("forwards_to")
         if forwards_to in (None, ""):
@@ -123,8 +134,9 @@ class TunnelService:
         try:
             parse_hostport(forwards_to)
         except ValueError as exc:
-            raise BadRequest(f"forwards_to {forwards_to!r} is invalid: {exc}",
-                             field="forwards_to") from None
+            raise BadRequest(
+                f"forwards_to {forwards_to!r} is invalid: {exc}", field="forwards_to"
+            ) from None
 
         domain = body.get("domain")
         generated = bool(body.get("generated_domain")) if restoring else False
@@ -136,8 +148,9 @@ class TunnelService:
             try:
                 domain = normalize_hostname(domain)
             except HostnameError as exc:
-                raise BadRequest(f"domain {body['domain']!r} is invalid: {exc}",
-                                 field="domain") from None
+                raise BadRequest(
+                    f"domain {body['domain']!r} is invalid: {exc}", field="domain"
+                ) from None
 
         policy = body.get("policy")
         if policy is None:
@@ -146,13 +159,20 @@ class TunnelService:
             try:
                 effective = check_outline(policy)
             except PolicyError as exc:
-                raise BadRequest(f"policy is invalid: {exc}", field="policy",
-                                 path=exc.path) from None
+                raise BadRequest(
+                    f"policy is invalid: {exc}", field="policy", path=exc.path
+                ) from None
         url = body.get("url") if restoring and isinstance(body.get("url"), str) else None
-        return Tunnel(protocol=protocol.lower(), forwards_to=forwards_to.strip(),
-                      policy=policy, effective=effective,
-                      created_at=(body.get("created_at") if restoring else None) or _now(),
-                      domain=domain, generated_domain=generated, url=url)
+        return Tunnel(
+            protocol=protocol.lower(),
+            forwards_to=forwards_to.strip(),
+            policy=policy,
+            effective=effective,
+            created_at=(body.get("created_at") if restoring else None) or _now(),
+            domain=domain,
+            generated_domain=generated,
+            url=url,
+        )
 
     async def _bind(self, tunnel: Tunnel) -> None:
         """Start the tunnel's endpoint on the edge; sets url/domain (the edge's answer)."""
@@ -187,14 +207,18 @@ class TunnelService:
         tunnel = self._build(body)
         async with self._lock:
             if tunnel.domain is not None and tunnel.domain in self._tunnels:
-                raise Conflict(f"domain {tunnel.domain!r} is already served by another tunnel "
-                               "of this agent", field="domain")
+                raise Conflict(
+                    f"domain {tunnel.domain!r} is already served by another tunnel of this agent",
+                    field="domain",
+                )
             await self._bind(tunnel)  # EdgeRefused / EdgeUnavailable: nothing saved
             assert tunnel.domain is not None
             if tunnel.domain in self._tunnels:  # a generated name equal to a saved one
                 await self._unbind(tunnel)
-                raise Conflict(f"domain {tunnel.domain!r} is already served by another tunnel "
-                               "of this agent", field="domain")
+                raise Conflict(
+                    f"domain {tunnel.domain!r} is already served by another tunnel of this agent",
+                    field="domain",
+                )
             updated = dict(self._tunnels)
             updated[tunnel.domain] = tunnel
             try:
@@ -213,7 +237,7 @@ class TunnelService:
         part = url_part.strip().lower()
         for scheme in ("http://", "https://"):
             if part.startswith(scheme):
-                part = part[len(scheme):]
+                part = part[len(scheme) :]
         part = part.rstrip("/").rstrip(".")
         if part.count(":") == 1:
             part = part.split(":", 1)[0]
@@ -227,7 +251,8 @@ class TunnelService:
                 raise Conflict(
                     f"{url_part!r} matches several tunnels "
                     f"({', '.join(sorted(str(t.domain) for t in matches))}); use the full host",
-                    url_part=url_part)
+                    url_part=url_part,
+                )
         raise TunnelNotFound(f"no tunnel matches {url_part!r}", url_part=url_part)
 
     async def delete(self, url_part: str) -> Tunnel:
@@ -256,26 +281,37 @@ class TunnelService:
             if tunnel.domain is None:
                 raise StartupError(
                     f"tunnels file {str(self.store.path)!r} is corrupt (tunnels[{index}] has "
-                    "no domain); fix or remove it (it was left untouched)")
+                    "no domain); fix or remove it (it was left untouched)"
+                )
             if tunnel.domain in restored:
                 raise StartupError(
                     f"tunnels file {str(self.store.path)!r} is corrupt (domain "
-                    f"{tunnel.domain!r} appears twice); fix or remove it (it was left untouched)")
+                    f"{tunnel.domain!r} appears twice); fix or remove it (it was left untouched)"
+                )
             restored[tunnel.domain] = tunnel
         for domain, tunnel in restored.items():
             try:
                 await self._bind(tunnel)
             except AgentError as exc:
                 tunnel.error = {"error_code": exc.code, "msg": exc.msg}
-                log.error("tunnel %s -> %s could not be recreated: %s (%s); it stays listed "
-                          "with this error until deleted", domain, tunnel.forwards_to,
-                          exc.msg, exc.code)
+                log.error(
+                    "tunnel %s -> %s could not be recreated: %s (%s); it stays listed "
+                    "with this error until deleted",
+                    domain,
+                    tunnel.forwards_to,
+                    exc.msg,
+                    exc.code,
+                )
             else:
                 if tunnel.domain != domain:
                     log.warning("tunnel %s came back as %s", domain, tunnel.url)
         self._tunnels = {str(t.domain): t for t in restored.values()}
-        log.info("restored %d tunnel(s) from %s (%d refused by the edge)",
-                 len(restored), self.store.path, self.failed())
+        log.info(
+            "restored %d tunnel(s) from %s (%d refused by the edge)",
+            len(restored),
+            self.store.path,
+            self.failed(),
+        )
 
     async def rebind_all(self) -> None:
         """Bind every tunnel again on a new session (sdk.EdgeSession replaced a lost one);
@@ -295,7 +331,14 @@ class TunnelService:
                             await asyncio.sleep(1.0)
                 except AgentError as exc:
                     tunnel.error = {"error_code": exc.code, "msg": exc.msg}
-                    log.error("tunnel %s could not be bound again: %s (%s)", tunnel.domain,
-                              exc.msg, exc.code)
-        log.info("bound %d tunnel(s) again on the new session (%d refused)",
-                 len(self._tunnels), self.failed())
+                    log.error(
+                        "tunnel %s could not be bound again: %s (%s)",
+                        tunnel.domain,
+                        exc.msg,
+                        exc.code,
+                    )
+        log.info(
+            "bound %d tunnel(s) again on the new session (%d refused)",
+            len(self._tunnels),
+            self.failed(),
+        )

@@ -70,4 +70,3 @@ def parse_hostport(value: str) -> tuple[str, int]:
     if not _PORT.match(port_s) or not 1 <= int(port_s) <= 65535:
         raise ValueError(f"port {port_s!r} must be a number between 1 and 65535")
     return host, int(port_s)
-

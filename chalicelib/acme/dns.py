@@ -12,6 +12,7 @@ and reads the TXT there. A :class:`Provider` publishes that TXT:
   TXT question; other names of the zone are NXDOMAIN, names outside it REFUSED; UDP answers
   of at most 512 bytes (or the query's EDNS size), at most ``MAX_VALUES`` TXT values a name.
 """
+
 import os
 import socket
 import sys
@@ -22,7 +23,7 @@ from chalicelib.core.config import get_settings
 
 DNS_PK = "ACME#dns"
 TTL = 60
-MAX_VALUES = 8    # 8 digests (43 characters each) fit a 512-byte UDP answer
+MAX_VALUES = 8  # 8 digests (43 characters each) fit a 512-byte UDP answer
 
 
 class Provider:
@@ -46,8 +47,9 @@ class OwnServer(Provider):
 
     def _write(self, name: str, values: List[str]) -> None:
         if values:
-            store.commit([store.put_raw(DNS_PK, _name(name), "acme_dns",
-                                        {"txt": values[-MAX_VALUES:]})])
+            store.commit(
+                [store.put_raw(DNS_PK, _name(name), "acme_dns", {"txt": values[-MAX_VALUES:]})]
+            )
         else:
             store.commit([store.drop(DNS_PK, _name(name))])
 
@@ -63,23 +65,39 @@ class OwnServer(Provider):
 class Route53(Provider):
     def __init__(self, zone_id: str):
         import boto3
+
         self.zone_id = zone_id
         self.client = boto3.client("route53")
 
     def _current(self, name: str) -> List[str]:
         answer = self.client.list_resource_record_sets(
-            HostedZoneId=self.zone_id, StartRecordName=_name(name) + ".", StartRecordType="TXT",
-            MaxItems="1")
+            HostedZoneId=self.zone_id,
+            StartRecordName=_name(name) + ".",
+            StartRecordType="TXT",
+            MaxItems="1",
+        )
         for rrset in answer.get("ResourceRecordSets", []):
             if rrset["Name"].rstrip(".") == _name(name) and rrset["Type"] == "TXT":
                 return [r["Value"].strip('"') for r in rrset["ResourceRecords"]]
         return []
 
     def _change(self, name: str, values: List[str], action: str) -> None:
-        self.client.change_resource_record_sets(HostedZoneId=self.zone_id, ChangeBatch={
-            "Changes": [{"Action": action, "ResourceRecordSet": {
-                "Name": _name(name) + ".", "Type": "TXT", "TTL": TTL,
-                "ResourceRecords": [{"Value": f'"{v}"'} for v in values]}}]})
+        self.client.change_resource_record_sets(
+            HostedZoneId=self.zone_id,
+            ChangeBatch={
+                "Changes": [
+                    {
+                        "Action": action,
+                        "ResourceRecordSet": {
+                            "Name": _name(name) + ".",
+                            "Type": "TXT",
+                            "TTL": TTL,
+                            "ResourceRecords": [{"Value": f'"{v}"'} for v in values],
+                        },
+                    }
+                ]
+            },
+        )
 
     def publish(self, name: str, value: str) -> None:
         values = self._current(name)
@@ -116,6 +134,7 @@ def answer(wire: bytes, zone: str, own: OwnServer) -> Optional[bytes]:
     import dns.rdataclass
     import dns.rdatatype
     import dns.rrset
+
     try:
         query = dns.message.from_wire(wire)
     except Exception:
@@ -130,18 +149,23 @@ def answer(wire: bytes, zone: str, own: OwnServer) -> Optional[bytes]:
         response.set_rcode(dns.rcode.REFUSED)
         return response.to_wire()
     response.flags |= dns.flags.AA
-    values = own.values(name) if question.rdtype in (dns.rdatatype.TXT,
-                                                     dns.rdatatype.ANY) else []
+    values = own.values(name) if question.rdtype in (dns.rdatatype.TXT, dns.rdatatype.ANY) else []
     if values:
-        response.answer.append(dns.rrset.from_text_list(
-            question.name, TTL, dns.rdataclass.IN, dns.rdatatype.TXT,
-            ['"%s"' % v for v in values]))
+        response.answer.append(
+            dns.rrset.from_text_list(
+                question.name,
+                TTL,
+                dns.rdataclass.IN,
+                dns.rdatatype.TXT,
+                ['"%s"' % v for v in values],
+            )
+        )
     elif name != zone and not own.values(name):
         response.set_rcode(dns.rcode.NXDOMAIN)
     size = max(512, query.payload) if query.edns >= 0 else 512
     try:
         return response.to_wire(max_size=size)
-    except dns.exception.TooBig:   # truncated: the resolver may ask again over TCP
+    except dns.exception.TooBig:  # truncated: the resolver may ask again over TCP
         response.answer.clear()
         response.flags |= dns.flags.TC
         return response.to_wire(max_size=size)
@@ -157,12 +181,13 @@ def serve(listen: str) -> int:
     bound = "%s:%d" % sock.getsockname()
     print(f"dns server: authoritative for {zone} on udp {bound}", flush=True)
     import signal
+
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
     while True:
         wire, peer = sock.recvfrom(4096)
         try:
             out = answer(wire, zone, own)
-        except Exception as exc:   # the store away: no answer, the resolver retries
+        except Exception as exc:  # the store away: no answer, the resolver retries
             print(f"dns: {exc!r}", file=sys.stderr, flush=True)
             out = None
         if out is not None:

@@ -32,6 +32,7 @@ of the directory's own TLS, e.g. Pebble's), ``ACME_EMAIL`` (account contact, opt
 ``ACME_CHALLENGES`` (default ``http-01,tls-alpn-01``), ``ACME_WORKER_SECONDS`` (10),
 ``ACME_ORDER_TIMEOUT`` (seconds an order may take to validate and finalize, 120).
 """
+
 import datetime
 import logging
 import os
@@ -55,20 +56,31 @@ log = logging.getLogger("acme.worker")
 
 DOMAIN_COLLECTION = "reserved_domain"
 CERT = tls_certificates.COLLECTION
-VALIDATION_PROBLEMS = {"connection", "dns", "unauthorized", "incorrectResponse", "tls", "caa",
-                       "rejectedIdentifier", "unknownHost"}
+VALIDATION_PROBLEMS = {
+    "connection",
+    "dns",
+    "unauthorized",
+    "incorrectResponse",
+    "tls",
+    "caa",
+    "rejectedIdentifier",
+    "unknownHost",
+}
 
 
 # ---- TLS-ALPN-01 (RFC 8737): acme 5.x dropped the challenge class; registered here --------------
 if "tls-alpn-01" not in challenges.Challenge.TYPES:
+
     @challenges.ChallengeResponse.register
     class TLSALPN01Response(challenges.KeyAuthorizationChallengeResponse):
         """The (empty) response to a TLS-ALPN-01 challenge."""
+
         typ = "tls-alpn-01"
 
     @challenges.Challenge.register
     class TLSALPN01(challenges.KeyAuthorizationChallenge):
         """RFC 8737: the server presents a certificate with the key authorization's digest."""
+
         response_cls = TLSALPN01Response
         typ = response_cls.typ
 
@@ -92,15 +104,24 @@ class Settings:
         url = (env.get("ACME_DIRECTORY_URL") or "").strip()
         if not url:
             return None
-        wanted = [c.strip() for c in (env.get("ACME_CHALLENGES") or
-                                      "http-01,tls-alpn-01").split(",") if c.strip()]
+        wanted = [
+            c.strip()
+            for c in (env.get("ACME_CHALLENGES") or "http-01,tls-alpn-01").split(",")
+            if c.strip()
+        ]
         unknown = [c for c in wanted if c not in ("http-01", "tls-alpn-01")]
         if unknown or not wanted:
-            raise ValueError(f"ACME_CHALLENGES: {','.join(unknown) or 'empty'}; use http-01 "
-                             "and/or tls-alpn-01 (DNS-01 is used for wildcards)")
-        return cls(directory_url=url, ca_bundle=(env.get("ACME_CA_BUNDLE") or None),
-                   email=(env.get("ACME_EMAIL") or None), challenges=wanted,
-                   order_timeout=float(env.get("ACME_ORDER_TIMEOUT") or 120))
+            raise ValueError(
+                f"ACME_CHALLENGES: {','.join(unknown) or 'empty'}; use http-01 "
+                "and/or tls-alpn-01 (DNS-01 is used for wildcards)"
+            )
+        return cls(
+            directory_url=url,
+            ca_bundle=(env.get("ACME_CA_BUNDLE") or None),
+            email=(env.get("ACME_EMAIL") or None),
+            challenges=wanted,
+            order_timeout=float(env.get("ACME_ORDER_TIMEOUT") or 120),
+        )
 
 
 def _now() -> float:
@@ -109,12 +130,16 @@ def _now() -> float:
 
 def _rfc3339(epoch: float) -> str:
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime(
-        "%Y-%m-%dT%H:%M:%SZ")
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
 
 
 def _epoch(text: str) -> float:
-    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=datetime.timezone.utc).timestamp()
+    return (
+        datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+        .replace(tzinfo=datetime.timezone.utc)
+        .timestamp()
+    )
 
 
 # ---- the ACME account (one per directory, shared by every worker) -----------------------------
@@ -125,26 +150,37 @@ def _acme_client(settings: Settings) -> client.ClientV2:
     verify: Any = settings.ca_bundle or True
     if item is not None:
         key = jose.JWK.json_loads(keywrap.open_sealed(item.data["key"], context))
-        net = client.ClientNetwork(key, alg=jose.ES256, user_agent="tunnel-service-acme",
-                                    verify_ssl=verify)
+        net = client.ClientNetwork(
+            key, alg=jose.ES256, user_agent="tunnel-service-acme", verify_ssl=verify
+        )
         directory = client.ClientV2.get_directory(settings.directory_url, net)
         acme = client.ClientV2(directory, net)
-        net.account = messages.RegistrationResource(body=messages.Registration(),
-                                                    uri=item.data["uri"])
+        net.account = messages.RegistrationResource(
+            body=messages.Registration(), uri=item.data["uri"]
+        )
         return acme
     key = jose.JWKEC(key=ec.generate_private_key(ec.SECP256R1()))
-    net = client.ClientNetwork(key, alg=jose.ES256, user_agent="tunnel-service-acme",
-                                    verify_ssl=verify)
+    net = client.ClientNetwork(
+        key, alg=jose.ES256, user_agent="tunnel-service-acme", verify_ssl=verify
+    )
     directory = client.ClientV2.get_directory(settings.directory_url, net)
     acme = client.ClientV2(directory, net)
-    regr = acme.new_account(messages.NewRegistration.from_data(
-        email=settings.email, terms_of_service_agreed=True))
-    account = store.new_item(orders.ACCOUNT_PK, sk, kind="acme_account", data={
-        "uri": regr.uri, "directory": settings.directory_url,
-        "key": keywrap.seal(key.json_dumps().encode(), context)})
+    regr = acme.new_account(
+        messages.NewRegistration.from_data(email=settings.email, terms_of_service_agreed=True)
+    )
+    account = store.new_item(
+        orders.ACCOUNT_PK,
+        sk,
+        kind="acme_account",
+        data={
+            "uri": regr.uri,
+            "directory": settings.directory_url,
+            "key": keywrap.seal(key.json_dumps().encode(), context),
+        },
+    )
     try:
         store.commit([store.put_new(account)])
-    except Exception:   # another worker registered first: use its account
+    except Exception:  # another worker registered first: use its account
         return _acme_client(settings)
     return acme
 
@@ -160,11 +196,17 @@ class _PolicyGone(Exception):
 
 def _set_status(account_id: str, domain_id: str, status: Dict[str, Any]) -> None:
     try:
-        store.write(store.set_fields(
-            _domain_pk(account_id), domain_id, {"certificate_management_status": status},
-            require=lambda e: f"attribute_type({e.data('certificate_management_policy')}, "
-                              f"{e.value('M')})",
-            missing=_PolicyGone(), explain=lambda old: _PolicyGone()))
+        store.write(
+            store.set_fields(
+                _domain_pk(account_id),
+                domain_id,
+                {"certificate_management_status": status},
+                require=lambda e: f"attribute_type({e.data('certificate_management_policy')}, "
+                f"{e.value('M')})",
+                missing=_PolicyGone(),
+                explain=lambda old: _PolicyGone(),
+            )
+        )
     except store.VersionConflict:
         raise _PolicyGone() from None
 
@@ -177,12 +219,14 @@ def _new_key(policy: Dict[str, Any]) -> Any:
 
 
 def _key_pem(key: Any) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
-def _begin(acme: client.ClientV2, entry: store.Item, domain: Dict[str, Any],
-           owner: str) -> Tuple[messages.OrderResource, Dict[str, Any]]:
+def _begin(
+    acme: client.ClientV2, entry: store.Item, domain: Dict[str, Any], owner: str
+) -> Tuple[messages.OrderResource, Dict[str, Any]]:
     """Place a new order and write it to the entry (before any challenge is answered)."""
     data = entry.data
     key = _new_key(domain.get("certificate_management_policy") or {})
@@ -190,8 +234,11 @@ def _begin(acme: client.ClientV2, entry: store.Item, domain: Dict[str, Any],
     csr_pem = crypto_util.make_csr(key_pem, [domain["domain"]])
     orderr = acme.new_order(csr_pem)
     context = {"acme_order": entry.sk}
-    order = {"url": orderr.uri, "csr": csr_pem.decode("ascii"),
-             "key": keywrap.seal(key_pem, context)}
+    order = {
+        "url": orderr.uri,
+        "csr": csr_pem.decode("ascii"),
+        "key": keywrap.seal(key_pem, context),
+    }
     orders.update_held(entry.sk, owner, {"order": order})
     data["order"] = order
     return orderr, order
@@ -201,14 +248,24 @@ def _resume(acme: client.ClientV2, order: Dict[str, Any]) -> messages.OrderResou
     """The order an earlier worker placed, read back from the CA (POST-as-GET)."""
     response = acme._post_as_get(order["url"])
     body = messages.Order.from_json(response.json())
-    authorizations = [acme._authzr_from_response(acme._post_as_get(url), uri=url)
-                      for url in body.authorizations]
-    return messages.OrderResource(body=body, uri=order["url"], authorizations=authorizations,
-                                  csr_pem=order["csr"].encode("ascii"))
+    authorizations = [
+        acme._authzr_from_response(acme._post_as_get(url), uri=url) for url in body.authorizations
+    ]
+    return messages.OrderResource(
+        body=body,
+        uri=order["url"],
+        authorizations=authorizations,
+        csr_pem=order["csr"].encode("ascii"),
+    )
 
 
-def _answer(acme: client.ClientV2, orderr: messages.OrderResource, domain: Dict[str, Any],
-            kinds: List[str], published: List[Tuple[str, Any]]) -> None:
+def _answer(
+    acme: client.ClientV2,
+    orderr: messages.OrderResource,
+    domain: Dict[str, Any],
+    kinds: List[str],
+    published: List[Tuple[str, Any]],
+) -> None:
     """Publish and answer one challenge of each pending authorization."""
     account_key = acme.net.key
     for authzr in orderr.authorizations:
@@ -220,8 +277,10 @@ def _answer(acme: client.ClientV2, orderr: messages.OrderResource, domain: Dict[
         wanted = ["dns-01"] if wildcard else kinds
         challb = next((offered[k] for k in wanted if k in offered), None)
         if challb is None:
-            raise RuntimeError(f"the CA offers {', '.join(sorted(offered))} for {name}; this "
-                               f"service answers {', '.join(wanted)}")
+            raise RuntimeError(
+                f"the CA offers {', '.join(sorted(offered))} for {name}; this "
+                f"service answers {', '.join(wanted)}"
+            )
         response, validation_text = challb.chall.response_and_validation(account_key)
         if challb.chall.typ == "http-01":
             sk = orders.http01_sk(challb.chall.encode("token"))
@@ -235,8 +294,10 @@ def _answer(acme: client.ClientV2, orderr: messages.OrderResource, domain: Dict[
             target = domain.get("acme_challenge_cname_target")
             provider = dns.provider()
             if not target or provider is None:
-                raise RuntimeError("a wildcard domain is validated by DNS-01, and no DNS "
-                                   "provider is configured (DNS_LISTEN or DNS_ROUTE53_ZONE_ID)")
+                raise RuntimeError(
+                    "a wildcard domain is validated by DNS-01, and no DNS "
+                    "provider is configured (DNS_LISTEN or DNS_ROUTE53_ZONE_ID)"
+                )
             provider.publish(target, validation_text)
             published.append(("dns", (provider, target, validation_text)))
         acme.answer_challenge(challb, response)
@@ -249,10 +310,13 @@ def _problem(exc: BaseException) -> Tuple[str, str]:
             for challb in authzr.body.challenges:
                 if challb.error is not None:
                     kind = (challb.error.typ or "").rsplit(":", 1)[-1]
-                    code = orders.DNS_ERROR if kind in VALIDATION_PROBLEMS \
-                        else orders.INTERNAL_ERROR
-                    return code, (f"{authzr.body.identifier.value}: {challb.chall.typ} failed: "
-                                  f"{challb.error.detail or kind}")[:1000]
+                    code = (
+                        orders.DNS_ERROR if kind in VALIDATION_PROBLEMS else orders.INTERNAL_ERROR
+                    )
+                    return code, (
+                        f"{authzr.body.identifier.value}: {challb.chall.typ} failed: "
+                        f"{challb.error.detail or kind}"
+                    )[:1000]
         return orders.DNS_ERROR, "validation failed"
     if isinstance(exc, messages.Error):
         kind = (exc.typ or "").rsplit(":", 1)[-1]
@@ -274,23 +338,41 @@ def _install(entry: store.Item, owner: str, fullchain: str, key_pem: str) -> str
     fields, key_text = tls_certificates.parse(fullchain, key_pem)
     issued = _now()
     fields["issued_at"] = _rfc3339(issued)
-    cert = tls_certificates.new_item(account_id, fields, key_text, issued_at=fields["issued_at"],
-                                     domain_id=domain_id,
-                                     description=f"managed certificate for {domain.data['domain']}")
+    cert = tls_certificates.new_item(
+        account_id,
+        fields,
+        key_text,
+        issued_at=fields["issued_at"],
+        domain_id=domain_id,
+        description=f"managed certificate for {domain.data['domain']}",
+    )
     cert.refs = 1
     start, end = _epoch(fields["not_before"]), _epoch(fields["not_after"])
     renews = start + (end - start) * 2 / 3
     status = {"renews_at": _rfc3339(renews), "provisioning_job": None}
     version = domain.version or 0
-    ops = [store.put_new(cert),
-           store.set_fields(domain.pk, domain.sk, {"certificate_id": cert.sk,
-                                                   "certificate_management_status": status},
-                            require=lambda e: f"{e.path('version')} = {e.value(version)}",
-                            missing=_PolicyGone()),
-           tls_certificates.served_op(domain.data["domain"], account_id, domain_id, cert.sk,
-                                      fields),
-           orders.held_op(entry.sk, owner, {"due_at": renews, "attempts": 0, "order": None,
-                                            "lease_owner": None, "lease_until": 0})]
+    ops = [
+        store.put_new(cert),
+        store.set_fields(
+            domain.pk,
+            domain.sk,
+            {"certificate_id": cert.sk, "certificate_management_status": status},
+            require=lambda e: f"{e.path('version')} = {e.value(version)}",
+            missing=_PolicyGone(),
+        ),
+        tls_certificates.served_op(domain.data["domain"], account_id, domain_id, cert.sk, fields),
+        orders.held_op(
+            entry.sk,
+            owner,
+            {
+                "due_at": renews,
+                "attempts": 0,
+                "order": None,
+                "lease_owner": None,
+                "lease_until": 0,
+            },
+        ),
+    ]
     old = domain.data.get("certificate_id")
     if old:
         old_item = store.get(store.collection_pk(account_id, CERT), old)
@@ -302,8 +384,7 @@ def _install(entry: store.Item, owner: str, fullchain: str, key_pem: str) -> str
     return cert.sk
 
 
-def process(settings: Settings, entry: store.Item, acme: Optional[client.ClientV2] = None
-            ) -> str:
+def process(settings: Settings, entry: store.Item, acme: Optional[client.ClientV2] = None) -> str:
     """Work on one claimed entry; returns what happened (``issued``, ``failed``, ``dropped``,
     ``lost``)."""
     owner = settings.owner
@@ -312,9 +393,15 @@ def process(settings: Settings, entry: store.Item, acme: Optional[client.ClientV
     domain_item = store.get(_domain_pk(account_id), domain_id)
     if domain_item is None or domain_item.data.get("certificate_management_policy") is None:
         try:
-            store.commit([store.remove_item(orders.QUEUE_PK, entry.sk,
-                                            require=lambda e: f"{e.data('lease_owner')} = "
-                                                              f"{e.value(owner)}")])
+            store.commit(
+                [
+                    store.remove_item(
+                        orders.QUEUE_PK,
+                        entry.sk,
+                        require=lambda e: f"{e.data('lease_owner')} = {e.value(owner)}",
+                    )
+                ]
+            )
         except Exception:
             pass
         return "dropped"
@@ -326,22 +413,35 @@ def process(settings: Settings, entry: store.Item, acme: Optional[client.ClientV
     started = started or validation.now_rfc3339()
     published: List[Tuple[str, Any]] = []
     try:
-        _set_status(account_id, domain_id, {
-            "renews_at": status.get("renews_at"),
-            "provisioning_job": {"error_code": None, "msg": msg, "started_at": started,
-                                 "retries_at": None}})
+        _set_status(
+            account_id,
+            domain_id,
+            {
+                "renews_at": status.get("renews_at"),
+                "provisioning_job": {
+                    "error_code": None,
+                    "msg": msg,
+                    "started_at": started,
+                    "retries_at": None,
+                },
+            },
+        )
         acme = acme or _acme_client(settings)
         order = data.get("order")
         if order:
             log.info("resuming order %s for %s", order["url"], domain["domain"])
             orderr = _resume(acme, order)
             if orderr.body.status == messages.STATUS_INVALID:
-                raise messages.Error(typ="urn:ietf:params:acme:error:malformed",
-                                     detail="the order in progress became invalid")
+                raise messages.Error(
+                    typ="urn:ietf:params:acme:error:malformed",
+                    detail="the order in progress became invalid",
+                )
         else:
             orderr, order = _begin(acme, entry, domain, owner)
-        kinds = settings.challenges[int(data.get("attempts") or 0) % len(settings.challenges):] \
-            + settings.challenges[:int(data.get("attempts") or 0) % len(settings.challenges)]
+        kinds = (
+            settings.challenges[int(data.get("attempts") or 0) % len(settings.challenges) :]
+            + settings.challenges[: int(data.get("attempts") or 0) % len(settings.challenges)]
+        )
         _answer(acme, orderr, domain, kinds, published)
         deadline = datetime.datetime.now() + datetime.timedelta(seconds=settings.order_timeout)
         orderr = acme.poll_and_finalize(orderr, deadline)
@@ -357,13 +457,30 @@ def process(settings: Settings, entry: store.Item, acme: Optional[client.ClientV
         retries = _now() + orders.retry_delay(attempts)
         log.warning("order for %s failed (%s): %s", domain["domain"], code, text)
         try:
-            _set_status(account_id, domain_id, {
-                "renews_at": status.get("renews_at"),
-                "provisioning_job": {"error_code": code, "msg": text, "started_at": started,
-                                     "retries_at": _rfc3339(retries)}})
-            orders.update_held(entry.sk, owner, {"attempts": attempts, "due_at": retries,
-                                                 "order": None, "lease_owner": None,
-                                                 "lease_until": 0})
+            _set_status(
+                account_id,
+                domain_id,
+                {
+                    "renews_at": status.get("renews_at"),
+                    "provisioning_job": {
+                        "error_code": code,
+                        "msg": text,
+                        "started_at": started,
+                        "retries_at": _rfc3339(retries),
+                    },
+                },
+            )
+            orders.update_held(
+                entry.sk,
+                owner,
+                {
+                    "attempts": attempts,
+                    "due_at": retries,
+                    "order": None,
+                    "lease_owner": None,
+                    "lease_until": 0,
+                },
+            )
         except (orders.LeaseLost, _PolicyGone):
             return "lost"
         return "failed"
@@ -398,10 +515,11 @@ def run_once(settings: Optional[Settings] = None, now: Optional[float] = None) -
         if acme is None:
             try:
                 acme = _acme_client(settings)
-            except Exception as exc:   # the CA is away: this entry waits for the next pass
+            except Exception as exc:  # the CA is away: this entry waits for the next pass
                 log.warning("cannot reach the ACME directory: %r", exc)
-                orders.update_held(entry.sk, settings.owner, {"lease_until": 0,
-                                                              "lease_owner": None})
+                orders.update_held(
+                    entry.sk, settings.owner, {"lease_until": 0, "lease_owner": None}
+                )
                 results[entry.sk] = "unreachable"
                 break
         results[entry.sk] = process(settings, claimed, acme)
@@ -424,9 +542,11 @@ def scheduled_pass() -> Dict[str, str]:
 def main(argv: Optional[List[str]] = None) -> int:
     """The worker loop; ``--once``: one pass, its outcomes printed as JSON."""
     import json
+
     argv = sys.argv[1:] if argv is None else argv
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     store.configure()
     settings = Settings.from_env()
     if "--once" in argv:
@@ -436,9 +556,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if settings is None:
         print("acme worker: ACME_DIRECTORY_URL is not set, nothing to do", flush=True)
     else:
-        print(f"acme worker {settings.owner}: managed certificates from "
-              f"{settings.directory_url}, a pass every {interval:g} s", flush=True)
+        print(
+            f"acme worker {settings.owner}: managed certificates from "
+            f"{settings.directory_url}, a pass every {interval:g} s",
+            flush=True,
+        )
     import signal
+
     stop = []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     signal.signal(signal.SIGINT, lambda *a: stop.append(1))

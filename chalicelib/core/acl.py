@@ -30,6 +30,7 @@ Matching (:func:`may_bind`):
     rule key or value of ``*`` matches any key or value.
 - A bind of several things at once (e.g. domain and labels) needs all of them permitted.
 """
+
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -107,7 +108,7 @@ def parse_rule(text: Any) -> Rule:
         return ALL
     if not text.startswith(BIND):
         raise InvalidRule("a rule must be '*' or 'bind:<domain|address|label>'")
-    target = text[len(BIND):]
+    target = text[len(BIND) :]
     if not target:
         raise InvalidRule("'bind:' needs a target (a domain, an address, a label or '*')")
     if any(ch.isspace() for ch in target):
@@ -117,11 +118,15 @@ def parse_rule(text: Any) -> Rule:
     if "=" in target:
         key, _, value = target.partition("=")
         if key != "*" and not _KEY_RE.match(key):
-            raise InvalidRule(f"label key '{key}' must be '*' or letters, digits, '_', '.', "
-                              "'/', '-' (starting with a letter, digit or '_')")
+            raise InvalidRule(
+                f"label key '{key}' must be '*' or letters, digits, '_', '.', "
+                "'/', '-' (starting with a letter, digit or '_')"
+            )
         if value != "*" and not _VALUE_RE.match(value):
-            raise InvalidRule(f"label value '{value}' must be '*' or letters, digits and "
-                              "'_', '.', '/', ':', '@', '-'")
+            raise InvalidRule(
+                f"label value '{value}' must be '*' or letters, digits and "
+                "'_', '.', '/', ':', '@', '-'"
+            )
         return Rule("label", key=key, value=value)
     if target.startswith("[") or ":" in target:
         host, sep, port = target.rpartition(":")
@@ -138,15 +143,19 @@ def normalize(rules: Iterable[Any], field: str = "acl") -> List[str]:
     """The canonical rules of a request body; 400 naming the first bad rule."""
     rules = list(rules)
     if len(rules) > MAX_RULES:
-        raise errors.InvalidField(f"Field '{field}' has {len(rules)} rules; the limit is "
-                                  f"{MAX_RULES}", details={"field": field})
+        raise errors.InvalidField(
+            f"Field '{field}' has {len(rules)} rules; the limit is {MAX_RULES}",
+            details={"field": field},
+        )
     result = []
     for index, text in enumerate(rules):
         try:
             result.append(parse_rule(text).text)
         except InvalidRule as exc:
-            raise errors.InvalidField(f"Invalid ACL rule {text!r} in '{field}[{index}]': {exc}",
-                                      details={"field": field, "rule": str(text)}) from None
+            raise errors.InvalidField(
+                f"Invalid ACL rule {text!r} in '{field}[{index}]': {exc}",
+                details={"field": field, "rule": str(text)},
+            ) from None
     return result
 
 
@@ -190,9 +199,13 @@ def _parsed(rules: Iterable[str]) -> List[Rule]:
     return parsed
 
 
-def may_bind(rules: Optional[Iterable[str]], *, domain: Optional[str] = None,
-             address: Optional[str] = None,
-             labels: Optional[Mapping[str, str]] = None) -> bool:
+def may_bind(
+    rules: Optional[Iterable[str]],
+    *,
+    domain: Optional[str] = None,
+    address: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+) -> bool:
     """Whether an ACL permits binding ``domain``, ``address`` (``host:port``) and ``labels``.
 
     At least one of them must be given (ValueError otherwise); all given must be permitted.
@@ -207,21 +220,25 @@ def may_bind(rules: Optional[Iterable[str]], *, domain: Optional[str] = None,
         return True
     if domain is not None:
         wanted = _canonical_host(domain)
-        if not wanted or not any(rule.kind == "domain" and _host_matches(rule.host, wanted)
-                                 for rule in parsed):
+        if not wanted or not any(
+            rule.kind == "domain" and _host_matches(rule.host, wanted) for rule in parsed
+        ):
             return False
     if address is not None:
         split = _split_address(address)
         if split is None:
             return False
         host, port = split
-        if not any(rule.kind == "address" and rule.port == port
-                   and _host_matches(rule.host, host) for rule in parsed):
+        if not any(
+            rule.kind == "address" and rule.port == port and _host_matches(rule.host, host)
+            for rule in parsed
+        ):
             return False
     if labels is not None:
         label_rules = [rule for rule in parsed if rule.kind == "label"]
         for key, value in labels.items():
-            if not any(rule.key in ("*", key) and rule.value in ("*", value)
-                       for rule in label_rules):
+            if not any(
+                rule.key in ("*", key) and rule.value in ("*", value) for rule in label_rules
+            ):
                 return False
     return True

@@ -16,6 +16,7 @@ to the entry before its challenges are answered, so a worker that dies mid-order
 the next one once the lease expires (``LEASE_SECONDS``), which resumes that order instead of
 placing another.
 """
+
 import hashlib
 import time
 from typing import Any, Dict, List, Optional
@@ -54,10 +55,21 @@ def retry_delay(attempts: int) -> int:
 # ---- what the API writes with a reserved domain ----------------------------------------------
 def enqueue_op(account_id: str, domain_id: str, domain: str, due_at: float = 0.0) -> store.Op:
     """The domain's queue entry, due at ``due_at`` (0: now), no order in progress."""
-    return store.put_raw(QUEUE_PK, queue_sk(account_id, domain_id), QUEUE_KIND, {
-        "account_id": account_id, "domain_id": domain_id, "domain": domain,
-        "due_at": due_at, "attempts": 0, "lease_owner": None, "lease_until": 0,
-        "order": None})
+    return store.put_raw(
+        QUEUE_PK,
+        queue_sk(account_id, domain_id),
+        QUEUE_KIND,
+        {
+            "account_id": account_id,
+            "domain_id": domain_id,
+            "domain": domain,
+            "due_at": due_at,
+            "attempts": 0,
+            "lease_owner": None,
+            "lease_until": 0,
+            "order": None,
+        },
+    )
 
 
 def dequeue_op(account_id: str, domain_id: str) -> store.Op:
@@ -65,9 +77,15 @@ def dequeue_op(account_id: str, domain_id: str) -> store.Op:
 
 
 def initial_status(now_rfc3339: str) -> Dict[str, Any]:
-    return {"renews_at": None,
-            "provisioning_job": {"error_code": None, "msg": PROVISIONING_MSG,
-                                 "started_at": now_rfc3339, "retries_at": None}}
+    return {
+        "renews_at": None,
+        "provisioning_job": {
+            "error_code": None,
+            "msg": PROVISIONING_MSG,
+            "started_at": now_rfc3339,
+            "retries_at": None,
+        },
+    }
 
 
 # ---- the worker's side ------------------------------------------------------------------------
@@ -76,20 +94,29 @@ def entries() -> List[store.Item]:
     return store.query_all(QUEUE_PK)
 
 
-def claim(sk: str, owner: str, now: Optional[float] = None,
-          lease_seconds: int = LEASE_SECONDS) -> store.Item:
+def claim(
+    sk: str, owner: str, now: Optional[float] = None, lease_seconds: int = LEASE_SECONDS
+) -> store.Item:
     """Take the entry for ``owner`` if it is due and its lease is free or expired (one
     conditional UpdateItem); LeaseLost otherwise."""
     now = time.time() if now is None else now
 
     def require(e: store.Expr) -> str:
-        return (f"{e.data('due_at')} <= {e.value(now)} AND "
-                f"{e.data('lease_until')} < {e.value(now)}")
+        return f"{e.data('due_at')} <= {e.value(now)} AND {e.data('lease_until')} < {e.value(now)}"
 
     try:
-        return _updated(store.write(store.set_fields(
-            QUEUE_PK, sk, {"lease_owner": owner, "lease_until": now + lease_seconds},
-            require=require, missing=LeaseLost(sk), explain=lambda old: LeaseLost(sk))))
+        return _updated(
+            store.write(
+                store.set_fields(
+                    QUEUE_PK,
+                    sk,
+                    {"lease_owner": owner, "lease_until": now + lease_seconds},
+                    require=require,
+                    missing=LeaseLost(sk),
+                    explain=lambda old: LeaseLost(sk),
+                )
+            )
+        )
     except store.VersionConflict:
         raise LeaseLost(sk) from None
 
@@ -103,19 +130,32 @@ def _updated(item: Optional[store.Item]) -> store.Item:
 def update_held(sk: str, owner: str, fields: Dict[str, Any]) -> store.Item:
     """Write fields of an entry this worker holds (LeaseLost when it does not any more)."""
     try:
-        return _updated(store.write(store.set_fields(
-            QUEUE_PK, sk, fields,
-            require=lambda e: f"{e.data('lease_owner')} = {e.value(owner)}",
-            missing=LeaseLost(sk), explain=lambda old: LeaseLost(sk))))
+        return _updated(
+            store.write(
+                store.set_fields(
+                    QUEUE_PK,
+                    sk,
+                    fields,
+                    require=lambda e: f"{e.data('lease_owner')} = {e.value(owner)}",
+                    missing=LeaseLost(sk),
+                    explain=lambda old: LeaseLost(sk),
+                )
+            )
+        )
     except store.VersionConflict:
         raise LeaseLost(sk) from None
 
 
 def held_op(sk: str, owner: str, fields: Dict[str, Any]) -> store.Op:
     """The same as a transaction part."""
-    return store.set_fields(QUEUE_PK, sk, fields,
-                            require=lambda e: f"{e.data('lease_owner')} = {e.value(owner)}",
-                            missing=LeaseLost(sk), explain=lambda old: LeaseLost(sk))
+    return store.set_fields(
+        QUEUE_PK,
+        sk,
+        fields,
+        require=lambda e: f"{e.data('lease_owner')} = {e.value(owner)}",
+        missing=LeaseLost(sk),
+        explain=lambda old: LeaseLost(sk),
+    )
 
 
 # ---- challenge answers (the edge reads them) --------------------------------------------------
@@ -128,9 +168,20 @@ def tls_alpn01_sk(domain: str) -> str:
 
 
 def put_challenge(sk: str, domain: str, key_authorization: str) -> None:
-    store.commit([store.put_raw(CHALLENGE_PK, sk, CHALLENGE_KIND, {
-        "domain": domain, "key_authorization": key_authorization,
-        "expires": time.time() + CHALLENGE_TTL})])
+    store.commit(
+        [
+            store.put_raw(
+                CHALLENGE_PK,
+                sk,
+                CHALLENGE_KIND,
+                {
+                    "domain": domain,
+                    "key_authorization": key_authorization,
+                    "expires": time.time() + CHALLENGE_TTL,
+                },
+            )
+        ]
+    )
 
 
 def drop_challenge(sk: str) -> None:
@@ -150,8 +201,7 @@ def challenge(sk: str) -> Optional[Dict[str, Any]]:
 def http01_answer(host: str, token: str) -> Optional[str]:
     """The key authorization for an HTTP-01 request of ``token`` on ``host``, or None (the
     token is bounded and must be base64url, as RFC 8555 8.3 makes it)."""
-    if not token or len(token) > 128 or \
-            any(ch not in _B64URL for ch in token):
+    if not token or len(token) > 128 or any(ch not in _B64URL for ch in token):
         return None
     found = challenge(http01_sk(token))
     if found is None or found.get("domain") != host:

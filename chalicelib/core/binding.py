@@ -24,6 +24,7 @@ or when it is a name under the service's base domain that no other account reser
 under the base domain is otherwise free to any account (first come, first served, one endpoint
 per hostname: that is the edge's claim, see chalicelib.core.online).
 """
+
 import re
 import secrets
 import string
@@ -64,41 +65,53 @@ def authenticate(token: str) -> Grant:
     again periodically by the edge so that deleting a credential or deactivating its bot
     ends live sessions."""
     if not isinstance(token, str) or not _TOKEN_FORM.match(token):
-        raise Refused(edge_errors.AUTHTOKEN_MALFORMED,
-                      "The authtoken you specified does not look like a "
-                      "proper authtoken credential.")
+        raise Refused(
+            edge_errors.AUTHTOKEN_MALFORMED,
+            "The authtoken you specified does not look like a proper authtoken credential.",
+        )
     data = keys.lookup_secret(keys.TOKEN_NAMESPACE, token)
     if data is None:
-        raise Refused(edge_errors.AUTHTOKEN_INVALID,
-                      "The authtoken you specified is properly formed, but "
-                      "it is invalid: no such credential (deleted or never "
-                      "issued).")
-    return recheck(data["account_id"], data["credential_id"], data["owner_id"],
-                   data["owner_kind"])
+        raise Refused(
+            edge_errors.AUTHTOKEN_INVALID,
+            "The authtoken you specified is properly formed, but "
+            "it is invalid: no such credential (deleted or never "
+            "issued).",
+        )
+    return recheck(data["account_id"], data["credential_id"], data["owner_id"], data["owner_kind"])
 
 
 def recheck(account_id: str, credential_id: str, owner_id: str, owner_kind: str) -> Grant:
     """The grant of a known credential, read afresh, or Refused (deleted, owner unusable)."""
     item = store.get(store.collection_pk(account_id, keys.CREDENTIAL_COLLECTION), credential_id)
     if item is None:
-        raise Refused(edge_errors.AUTHTOKEN_INVALID,
-                      f"The authtoken credential {credential_id} has been "
-                      "deleted and is no longer valid.")
-    owner, why = keys.usable_owner({"account_id": account_id, "owner_id": owner_id,
-                                    "owner_kind": owner_kind})
+        raise Refused(
+            edge_errors.AUTHTOKEN_INVALID,
+            f"The authtoken credential {credential_id} has been deleted and is no longer valid.",
+        )
+    owner, why = keys.usable_owner(
+        {"account_id": account_id, "owner_id": owner_id, "owner_kind": owner_kind}
+    )
     if owner is None:
-        raise Refused(edge_errors.AUTHTOKEN_INVALID,
-                      f"The authtoken credential {credential_id} cannot be "
-                      f"used: {why}.")
-    return Grant(account_id=account_id, credential_id=credential_id, owner_id=owner_id,
-                 owner_kind=owner_kind, acl=list(item.data.get("acl") or []))
+        raise Refused(
+            edge_errors.AUTHTOKEN_INVALID,
+            f"The authtoken credential {credential_id} cannot be used: {why}.",
+        )
+    return Grant(
+        account_id=account_id,
+        credential_id=credential_id,
+        owner_id=owner_id,
+        owner_kind=owner_kind,
+        acl=list(item.data.get("acl") or []),
+    )
 
 
 def _acl_refused(grant: Grant, what: str, value: str) -> Refused:
-    return Refused(edge_errors.ACL_REFUSED,
-                   f"The credential ACL policy does not permit binding this "
-                   f"{what}. Credential ID: {grant.credential_id} "
-                   f"{what.capitalize()}: {value}")
+    return Refused(
+        edge_errors.ACL_REFUSED,
+        f"The credential ACL policy does not permit binding this "
+        f"{what}. Credential ID: {grant.credential_id} "
+        f"{what.capitalize()}: {value}",
+    )
 
 
 def check_domain(grant: Grant, domain: str) -> str:
@@ -111,27 +124,34 @@ def check_domain(grant: Grant, domain: str) -> str:
         raise _acl_refused(grant, "domain", name)
     reservation = reservations.domain_reservation(name)
     other = _reserved_for_other(grant, name)
-    if reservation is not None and reservation.get("account_id") != grant.account_id or \
-            reservations.bind_conflict(grant.account_id, name) is not None:
+    if (
+        reservation is not None
+        and reservation.get("account_id") != grant.account_id
+        or reservations.bind_conflict(grant.account_id, name) is not None
+    ):
         raise other
     if reservation is not None:
         return name
     base = get_settings().base_domain
     if hostnames.is_within(name, base) and name.count(".") == base.count(".") + 1:
-        return name   # a free name: one label under the base domain
-    raise Refused(edge_errors.DOMAIN_NOT_RESERVED,
-                  f"The domain {name} is not reserved. Reserve it through "
-                  "POST /reserved_domains, or use a name of one label "
-                  f"under {base}.")
+        return name  # a free name: one label under the base domain
+    raise Refused(
+        edge_errors.DOMAIN_NOT_RESERVED,
+        f"The domain {name} is not reserved. Reserve it through "
+        "POST /reserved_domains, or use a name of one label "
+        f"under {base}.",
+    )
 
 
 def _reserved_for_other(grant: Grant, name: str) -> Refused:
     """ERR_NGROK_320: ``name`` is another account's (reserved exactly, under a wildcard of
     theirs, under a name of theirs, or above one: chalicelib.core.reservations)."""
-    return Refused(edge_errors.DOMAIN_OF_ANOTHER_ACCOUNT,
-                   "This domain is reserved for another account. Failed to "
-                   f"create an endpoint with the domain {name} for the "
-                   f"account {grant.account_id}.")
+    return Refused(
+        edge_errors.DOMAIN_OF_ANOTHER_ACCOUNT,
+        "This domain is reserved for another account. Failed to "
+        f"create an endpoint with the domain {name} for the "
+        f"account {grant.account_id}.",
+    )
 
 
 def check_labels(grant: Grant, labels: Mapping[str, str]) -> Dict[str, str]:
@@ -139,8 +159,9 @@ def check_labels(grant: Grant, labels: Mapping[str, str]) -> Dict[str, str]:
         raise Refused(edge_errors.INVALID_OPTION, "A labeled tunnel needs at least one label.")
     for key, value in labels.items():
         if not isinstance(key, str) or not isinstance(value, str) or not key or not value:
-            raise Refused(edge_errors.INVALID_OPTION,
-                          "Labels are non-empty string keys and values.")
+            raise Refused(
+                edge_errors.INVALID_OPTION, "Labels are non-empty string keys and values."
+            )
         if not acl.may_bind(grant.acl, labels={key: value}):
             raise _acl_refused(grant, "label", f"{key}={value}")
     return dict(labels)
@@ -154,13 +175,15 @@ def check_address(grant: Grant, address: str, requested: bool = False) -> str:
         raise _acl_refused(grant, "address", address)
     reservation = reservations.addr_reservation(address)
     if reservation is not None and reservation["account_id"] != grant.account_id:
-        raise Refused(edge_errors.ADDRESS_NOT_RESERVED,
-                      f"The address {address} is reserved for another "
-                      "account.")
+        raise Refused(
+            edge_errors.ADDRESS_NOT_RESERVED,
+            f"The address {address} is reserved for another account.",
+        )
     if requested and reservation is None:
-        raise Refused(edge_errors.ADDRESS_NOT_RESERVED,
-                      f"The address {address} is not reserved. Reserve one "
-                      "through POST /reserved_addrs.")
+        raise Refused(
+            edge_errors.ADDRESS_NOT_RESERVED,
+            f"The address {address} is not reserved. Reserve one through POST /reserved_addrs.",
+        )
     return address
 
 

@@ -3,6 +3,7 @@
 authorities an HTTPS edge's ``mutual_tls`` names. Written by ``chalicelib.tls_certificates``,
 ``chalicelib.reserved_domains`` and ``chalicelib.certificate_authorities``.
 """
+
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import keywrap, store
@@ -46,5 +47,7 @@ def pems_by_id(account_id: str, ca_ids: List[str]) -> Dict[str, str]:
     """CA id → PEM for those of ``ca_ids`` that exist (one BatchGetItem): the edge caches each
     CA's PEM by id (a CA's certificate never changes)."""
     keys = [(store.collection_pk(account_id, CA_COLLECTION), ca_id) for ca_id in ca_ids]
-    return {item.sk: item.data["ca_pem"]
-            for item in store.model().batch_get(keys, consistent_read=True)}
+    return {
+        item.sk: item.data["ca_pem"]
+        for item in store.model().batch_get(keys, consistent_read=True)
+    }

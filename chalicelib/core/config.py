@@ -8,6 +8,7 @@ setting read in the code and missing there).
 The two EDGE_TCP_* settings are shared with the edge (edge/config.py reads them from here):
 the API allocates reserved addresses from the range, the edge listens on them.
 """
+
 import functools
 import os
 from dataclasses import dataclass

@@ -62,6 +62,7 @@ HTTP-level errors, answered by the server before any route runs (scripts/http_se
 | ERR_UNAVAILABLE            | 503    | too many open connections                                   |
 | ERR_HTTP_VERSION           | 505    | an HTTP version other than 1.0 and 1.1                      |
 """
+
 from typing import Dict, Optional
 
 # ---- the codes (see the table above) ---------------------------------------------------------
@@ -118,8 +119,12 @@ class ApiError(Exception):
     error_code = INTERNAL
     default_msg = "Internal server error"
 
-    def __init__(self, msg: Optional[str] = None, error_code: Optional[str] = None,
-                 details: Optional[Dict[str, str]] = None) -> None:
+    def __init__(
+        self,
+        msg: Optional[str] = None,
+        error_code: Optional[str] = None,
+        details: Optional[Dict[str, str]] = None,
+    ) -> None:
         self.msg = msg or self.default_msg
         if error_code:
             self.error_code = error_code
@@ -159,6 +164,7 @@ class InvalidField(BadRequest):
 
 class InvalidQuery(BadRequest):
     """A bad value of a known query parameter."""
+
     error_code = INVALID_QUERY
 
 
@@ -181,7 +187,9 @@ class UnsupportedVersion(BadRequest):
 class Unauthorized(ApiError):
     status_code = 401
     error_code = UNAUTHORIZED
-    default_msg = "Authentication required: send 'Authorization: Bearer <API key>' with a valid key"
+    default_msg = (
+        "Authentication required: send 'Authorization: Bearer <API key>' with a valid key"
+    )
 
 
 class Forbidden(ApiError):
@@ -251,6 +259,7 @@ class MissingMediaType(UnsupportedMediaType):
 
 class RateLimited(ApiError):
     """429; ``retry_after`` (whole seconds) becomes the ``Retry-After`` header."""
+
     status_code = 429
     error_code = RATE_LIMITED
     default_msg = "Too many requests"
@@ -269,6 +278,7 @@ class Internal(ApiError):
 class UnsupportedOperation(BadRequest):
     """A 4xx, not 501: the official clients report 5xx as a server failure, 4xx as an API
     error carrying this message."""
+
     error_code = UNSUPPORTED_OPERATION
     default_msg = "This operation is not offered by this service"
 
@@ -341,26 +351,77 @@ class HttpVersionNotSupported(ApiError):
 
 
 # The server's own answers (scripts/http_server.py), by status.
-HTTP_ERRORS = {cls.status_code: cls for cls in (
-    MalformedRequest, RequestTimeout, ExpectationFailed, UriTooLong, HeadersTooLarge,
-    NotImplementedByServer, Unavailable, HttpVersionNotSupported, MethodNotAllowed,
-    PayloadTooLarge, Internal)}
+HTTP_ERRORS = {
+    cls.status_code: cls
+    for cls in (
+        MalformedRequest,
+        RequestTimeout,
+        ExpectationFailed,
+        UriTooLong,
+        HeadersTooLarge,
+        NotImplementedByServer,
+        Unavailable,
+        HttpVersionNotSupported,
+        MethodNotAllowed,
+        PayloadTooLarge,
+        Internal,
+    )
+}
 
-CATALOG = {cls.error_code: cls.status_code for cls in (
-    InvalidJson, UnknownField, MissingField, InvalidField, InvalidQuery, UnknownQuery,
-    InvalidFilter, MissingVersion, UnsupportedVersion, Unauthorized, Forbidden, NotAbuseReporter,
-    NotFound, DomainReservedByYou, DomainReservedByOther, WildcardConflict, DomainInUse,
-    MethodNotAllowed, Conflict, IdempotencyConflict, PayloadTooLarge, UnsupportedMediaType,
-    MissingMediaType, RateLimited, Internal, UnsupportedOperation, CloudEndpointExists,
-    EndpointUrlInUse, InvalidCloudPolicy, DomainNotOwned, DomainNotReserved, MalformedRequest,
-    RequestTimeout, ExpectationFailed, UriTooLong, HeadersTooLarge, NotImplementedByServer,
-    Unavailable, HttpVersionNotSupported)}
+CATALOG = {
+    cls.error_code: cls.status_code
+    for cls in (
+        InvalidJson,
+        UnknownField,
+        MissingField,
+        InvalidField,
+        InvalidQuery,
+        UnknownQuery,
+        InvalidFilter,
+        MissingVersion,
+        UnsupportedVersion,
+        Unauthorized,
+        Forbidden,
+        NotAbuseReporter,
+        NotFound,
+        DomainReservedByYou,
+        DomainReservedByOther,
+        WildcardConflict,
+        DomainInUse,
+        MethodNotAllowed,
+        Conflict,
+        IdempotencyConflict,
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        MissingMediaType,
+        RateLimited,
+        Internal,
+        UnsupportedOperation,
+        CloudEndpointExists,
+        EndpointUrlInUse,
+        InvalidCloudPolicy,
+        DomainNotOwned,
+        DomainNotReserved,
+        MalformedRequest,
+        RequestTimeout,
+        ExpectationFailed,
+        UriTooLong,
+        HeadersTooLarge,
+        NotImplementedByServer,
+        Unavailable,
+        HttpVersionNotSupported,
+    )
+}
 
 
 def error_body(status_code: int, error_code: str, msg: str, operation_id: str) -> dict:
     """The wire error body for errors produced outside a view (gateway, router)."""
-    return {"error_code": error_code, "status_code": status_code, "msg": msg,
-            "details": {"operation_id": operation_id}}
+    return {
+        "error_code": error_code,
+        "status_code": status_code,
+        "msg": msg,
+        "details": {"operation_id": operation_id},
+    }
 
 
 # The traffic inspector's replay (chalicelib/captured_requests.py).
@@ -369,6 +430,7 @@ REPLAY_FAILED = "ERR_REPLAY_FAILED"
 
 class ReplayFailed(ApiError):
     """502: the replayed request did not reach the edge or got no answer from it."""
+
     status_code = 502
     error_code = REPLAY_FAILED
     default_msg = "The captured request could not be replayed through the edge"

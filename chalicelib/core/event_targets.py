@@ -11,6 +11,7 @@ exactly one of ``role`` (``role_arn``: AssumeRole) or ``creds`` (``aws_access_ke
 (chalicelib.core.keywrap, bound to the account and destination id) and never returned
 (``null`` in every response).
 """
+
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -21,8 +22,11 @@ COLLECTION_SUBSCRIPTION = "event_subscription"
 
 KINDS = ("kinesis", "firehose", "cloudwatch_logs")
 NOT_OFFERED = ("datadog", "azure_logs_ingestion", "s3", "debug")
-ARN_FIELD = {"kinesis": "stream_arn", "firehose": "delivery_stream_arn",
-             "cloudwatch_logs": "log_group_arn"}
+ARN_FIELD = {
+    "kinesis": "stream_arn",
+    "firehose": "delivery_stream_arn",
+    "cloudwatch_logs": "log_group_arn",
+}
 
 # Event types this service emits (and so accepts as a subscription's source).
 HTTP_REQUEST_COMPLETE = "http_request_complete.v0"
@@ -33,19 +37,25 @@ TRAFFIC_TYPES = (HTTP_REQUEST_COMPLETE, TCP_CONNECTION_CLOSED)
 EVENT_TYPES = TRAFFIC_TYPES
 
 MAX_SOURCES = len(EVENT_TYPES)
-MAX_DESTINATIONS = 10          # destination ids per subscription
-MAX_PER_ACCOUNT = 100          # subscriptions (and destinations) per account: one Query page
+MAX_DESTINATIONS = 10  # destination ids per subscription
+MAX_PER_ACCOUNT = 100  # subscriptions (and destinations) per account: one Query page
 
 _PARTITION = r"arn:(aws|aws-cn|aws-us-gov)"
 _REGION = r"([a-z]{2}(-[a-z]+)+-\d)"
 _ACCOUNT = r"(\d{12})"
 _ARN_RE = {
-    "kinesis": re.compile(rf"^{_PARTITION}:kinesis:{_REGION}:{_ACCOUNT}:stream/"
-                          r"([A-Za-z0-9_.-]{1,128})$"),
-    "firehose": re.compile(rf"^{_PARTITION}:firehose:{_REGION}:{_ACCOUNT}:deliverystream/"
-                           r"([A-Za-z0-9_.-]{1,64})$"),
-    "cloudwatch_logs": re.compile(rf"^{_PARTITION}:logs:{_REGION}:{_ACCOUNT}:log-group:"
-                                  r"([A-Za-z0-9_./#-]{1,512})(:\*)?$"),
+    "kinesis": re.compile(
+        rf"^{_PARTITION}:kinesis:{_REGION}:{_ACCOUNT}:stream/"
+        r"([A-Za-z0-9_.-]{1,128})$"
+    ),
+    "firehose": re.compile(
+        rf"^{_PARTITION}:firehose:{_REGION}:{_ACCOUNT}:deliverystream/"
+        r"([A-Za-z0-9_.-]{1,64})$"
+    ),
+    "cloudwatch_logs": re.compile(
+        rf"^{_PARTITION}:logs:{_REGION}:{_ACCOUNT}:log-group:"
+        r"([A-Za-z0-9_./#-]{1,512})(:\*)?$"
+    ),
 }
 _ROLE_RE = re.compile(rf"^{_PARTITION}:iam::{_ACCOUNT}:role/[A-Za-z0-9+=,.@_/-]{{1,512}}$")
 _KEY_ID_RE = re.compile(r"^[A-Z0-9]{16,128}$")
@@ -64,8 +74,10 @@ def _object(field: str, value: Any) -> Dict[str, Any]:
 def _only(field: str, value: Dict[str, Any], allowed: Tuple[str, ...]) -> None:
     for key in value:
         if key not in allowed:
-            raise errors.UnknownField(f"Unknown field '{field}.{key}'; accepted fields: "
-                                      f"{', '.join(allowed)}", details={"field": f"{field}.{key}"})
+            raise errors.UnknownField(
+                f"Unknown field '{field}.{key}'; accepted fields: {', '.join(allowed)}",
+                details={"field": f"{field}.{key}"},
+            )
 
 
 def check_auth(field: str, value: Any, old: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -83,21 +95,27 @@ def check_auth(field: str, value: Any, old: Optional[Dict[str, Any]] = None) -> 
         _only(f"{field}.role", role, ("role_arn",))
         arn = role.get("role_arn")
         if not isinstance(arn, str) or not _ROLE_RE.match(arn):
-            raise _bad(f"{field}.role.role_arn",
-                       "must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>)")
+            raise _bad(
+                f"{field}.role.role_arn",
+                "must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>)",
+            )
         return {"role": {"role_arn": arn}}
     creds = _object(f"{field}.creds", auth["creds"])
     _only(f"{field}.creds", creds, ("aws_access_key_id", "aws_secret_access_key"))
     key_id, secret = creds.get("aws_access_key_id"), creds.get("aws_secret_access_key")
     if not isinstance(key_id, str) or not _KEY_ID_RE.match(key_id):
-        raise _bad(f"{field}.creds.aws_access_key_id",
-                   "must be an AWS access key id (16-128 upper-case letters and digits)")
-    if secret is None and old is not None and (old.get("creds") or {}).get(
-            "aws_access_key_id") == key_id:
+        raise _bad(
+            f"{field}.creds.aws_access_key_id",
+            "must be an AWS access key id (16-128 upper-case letters and digits)",
+        )
+    if (
+        secret is None
+        and old is not None
+        and (old.get("creds") or {}).get("aws_access_key_id") == key_id
+    ):
         return {"creds": dict(old["creds"])}
     if not isinstance(secret, str) or not 1 <= len(secret) <= 128 or not secret.isprintable():
-        raise _bad(f"{field}.creds.aws_secret_access_key",
-                   "must be 1-128 printable characters")
+        raise _bad(f"{field}.creds.aws_secret_access_key", "must be 1-128 printable characters")
     return {"creds": {"aws_access_key_id": key_id, "aws_secret_access_key": secret}}
 
 
@@ -107,11 +125,15 @@ def check_target(value: Any, old: Optional[Dict[str, Any]] = None) -> Dict[str, 
     present = [k for k, v in target.items() if v is not None]
     for key in present:
         if key in NOT_OFFERED:
-            raise _bad(f"target.{key}", "is not offered by this service; use kinesis, "
-                       "firehose or cloudwatch_logs")
+            raise _bad(
+                f"target.{key}",
+                "is not offered by this service; use kinesis, firehose or cloudwatch_logs",
+            )
         if key not in KINDS:
-            raise errors.UnknownField(f"Unknown field 'target.{key}'; accepted fields: "
-                                      f"{', '.join(KINDS)}", details={"field": f"target.{key}"})
+            raise errors.UnknownField(
+                f"Unknown field 'target.{key}'; accepted fields: {', '.join(KINDS)}",
+                details={"field": f"target.{key}"},
+            )
     if len(present) != 1:
         raise _bad("target", "must have exactly one of kinesis, firehose or cloudwatch_logs")
     kind = present[0]
@@ -120,20 +142,27 @@ def check_target(value: Any, old: Optional[Dict[str, Any]] = None) -> Dict[str, 
     _only(f"target.{kind}", body, ("auth", arn_field))
     arn = body.get(arn_field)
     if not isinstance(arn, str) or not _ARN_RE[kind].match(arn):
-        raise _bad(f"target.{kind}.{arn_field}", f"must be an ARN of a {kind} "
-                   f"{'log group' if kind == 'cloudwatch_logs' else 'stream'}, e.g. "
-                   f"{EXAMPLE_ARN[kind]}")
+        raise _bad(
+            f"target.{kind}.{arn_field}",
+            f"must be an ARN of a {kind} "
+            f"{'log group' if kind == 'cloudwatch_logs' else 'stream'}, e.g. "
+            f"{EXAMPLE_ARN[kind]}",
+        )
     if body.get("auth") is None:
-        raise errors.MissingField(f"Field 'target.{kind}.auth' is required",
-                                  details={"field": f"target.{kind}.auth"})
+        raise errors.MissingField(
+            f"Field 'target.{kind}.auth' is required", details={"field": f"target.{kind}.auth"}
+        )
     old_auth = ((old or {}).get(kind) or {}).get("auth")
-    return {kind: {arn_field: arn, "auth": check_auth(f"target.{kind}.auth", body["auth"],
-                                                      old_auth)}}
+    return {
+        kind: {arn_field: arn, "auth": check_auth(f"target.{kind}.auth", body["auth"], old_auth)}
+    }
 
 
-EXAMPLE_ARN = {"kinesis": "arn:aws:kinesis:us-east-1:123456789012:stream/events",
-               "firehose": "arn:aws:firehose:us-east-1:123456789012:deliverystream/events",
-               "cloudwatch_logs": "arn:aws:logs:us-east-1:123456789012:log-group:events"}
+EXAMPLE_ARN = {
+    "kinesis": "arn:aws:kinesis:us-east-1:123456789012:stream/events",
+    "firehose": "arn:aws:firehose:us-east-1:123456789012:deliverystream/events",
+    "cloudwatch_logs": "arn:aws:logs:us-east-1:123456789012:log-group:events",
+}
 
 
 def kind_of(target: Dict[str, Any]) -> str:
@@ -159,16 +188,22 @@ def rendered_target(target: Dict[str, Any]) -> Dict[str, Any]:
     if "role" in auth:
         shown = {"role": dict(auth["role"]), "creds": None}
     else:
-        shown = {"role": None, "creds": {"aws_access_key_id": auth["creds"]["aws_access_key_id"],
-                                         "aws_secret_access_key": None}}
+        shown = {
+            "role": None,
+            "creds": {
+                "aws_access_key_id": auth["creds"]["aws_access_key_id"],
+                "aws_secret_access_key": None,
+            },
+        }
     out[kind] = {ARN_FIELD[kind]: body[ARN_FIELD[kind]], "auth": shown}
     return out
 
 
 def check_source_type(field: str, value: Any) -> str:
     if not isinstance(value, str) or value not in EVENT_TYPES:
-        raise _bad(field, f"must be one of the event types this service emits: "
-                   f"{', '.join(EVENT_TYPES)}")
+        raise _bad(
+            field, f"must be one of the event types this service emits: {', '.join(EVENT_TYPES)}"
+        )
     return value
 
 
@@ -198,11 +233,20 @@ def seal_target(account_id: str, destination_id: str, target: Dict[str, Any]) ->
     creds = target[kind]["auth"].get("creds")
     if creds is None or "aws_secret_access_key_sealed" in creds:
         return target
-    sealed = keywrap.seal(creds["aws_secret_access_key"].encode("utf-8"),
-                          _context(account_id, destination_id))
-    return {kind: {**target[kind], "auth": {"creds": {
-        "aws_access_key_id": creds["aws_access_key_id"],
-        "aws_secret_access_key_sealed": sealed}}}}
+    sealed = keywrap.seal(
+        creds["aws_secret_access_key"].encode("utf-8"), _context(account_id, destination_id)
+    )
+    return {
+        kind: {
+            **target[kind],
+            "auth": {
+                "creds": {
+                    "aws_access_key_id": creds["aws_access_key_id"],
+                    "aws_secret_access_key_sealed": sealed,
+                }
+            },
+        }
+    }
 
 
 def open_target(account_id: str, destination_id: str, target: Dict[str, Any]) -> Dict[str, Any]:
@@ -211,7 +255,17 @@ def open_target(account_id: str, destination_id: str, target: Dict[str, Any]) ->
     creds = target[kind]["auth"].get("creds")
     if creds is None or "aws_secret_access_key_sealed" not in creds:
         return target
-    secret = keywrap.open_sealed(creds["aws_secret_access_key_sealed"],
-                                 _context(account_id, destination_id)).decode("utf-8")
-    return {kind: {**target[kind], "auth": {"creds": {
-        "aws_access_key_id": creds["aws_access_key_id"], "aws_secret_access_key": secret}}}}
+    secret = keywrap.open_sealed(
+        creds["aws_secret_access_key_sealed"], _context(account_id, destination_id)
+    ).decode("utf-8")
+    return {
+        kind: {
+            **target[kind],
+            "auth": {
+                "creds": {
+                    "aws_access_key_id": creds["aws_access_key_id"],
+                    "aws_secret_access_key": secret,
+                }
+            },
+        }
+    }

@@ -9,6 +9,7 @@ whole leading ``*.`` label (``*.example.com``; never ``a*.example.com`` or ``a.*
 Functions raise :class:`InvalidHostname` with the reason; callers turn it into a 400 that
 names their field.
 """
+
 import re
 from typing import Optional
 
@@ -23,8 +24,9 @@ class InvalidHostname(ValueError):
     """The value is not a hostname; ``str(exc)`` says why."""
 
 
-def parse(value: str, *, wildcard: bool = False, min_labels: int = 1,
-          numeric_tld: bool = True) -> str:
+def parse(
+    value: str, *, wildcard: bool = False, min_labels: int = 1, numeric_tld: bool = True
+) -> str:
     """``value`` as a canonical (lower-case) hostname, or InvalidHostname.
 
     ``wildcard``: accept a leading ``*.``. ``min_labels``: labels required after the
@@ -40,7 +42,7 @@ def parse(value: str, *, wildcard: bool = False, min_labels: int = 1,
     if name.startswith(WILDCARD_PREFIX):
         if not wildcard:
             raise InvalidHostname("may not be a wildcard")
-        rest = name[len(WILDCARD_PREFIX):]
+        rest = name[len(WILDCARD_PREFIX) :]
     labels = rest.split(".")
     for label in labels:
         if label == "*":
@@ -51,8 +53,8 @@ def parse(value: str, *, wildcard: bool = False, min_labels: int = 1,
             if len(label) > MAX_LABEL_BYTES:
                 raise InvalidHostname(f"has a label longer than {MAX_LABEL_BYTES} bytes")
             raise InvalidHostname(
-                f"has an invalid label '{label}' (letters, digits and '-' only, not at "
-                "either end)")
+                f"has an invalid label '{label}' (letters, digits and '-' only, not at either end)"
+            )
     if len(labels) < min_labels:
         raise InvalidHostname(f"must have at least {min_labels} labels")
     if not numeric_tld and labels[-1].isdigit():
@@ -71,4 +73,4 @@ def is_within(name: str, domain: str) -> bool:
 
 def suffix_of_wildcard(name: str) -> Optional[str]:
     """``example.com`` for ``*.example.com``; None for a name without wildcard."""
-    return name[len(WILDCARD_PREFIX):] if is_wildcard(name) else None
+    return name[len(WILDCARD_PREFIX) :] if is_wildcard(name) else None

@@ -7,6 +7,7 @@ part instead of drawing a new one, so they stay strictly increasing (ULID's mono
 across processes, ids of the same millisecond order randomly, which is what "time-sortable
 with millisecond resolution" promises.
 """
+
 import re
 import secrets
 import threading

@@ -18,6 +18,7 @@ headers (values cut at 1024 bytes, ``Authorization``, ``Cookie``, ``Set-Cookie``
 capture setting has ``capture_bodies`` on, the first :data:`BODY_BYTES` (4096) bytes of each
 body (``*_body_truncated`` says when more was sent).
 """
+
 TTL_SECONDS = 15 * 60
 PER_MINUTE = 120
 BODY_BYTES = 4096

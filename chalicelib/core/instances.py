@@ -7,6 +7,7 @@ instance renews it every :data:`RENEW_SECONDS` and counts as live while it is at
 other instance relays to it any more; one killed (``kill -9``) stops renewing and is skipped
 once its lease ends. One partition holds the whole fleet (100 instances: 100 items).
 """
+
 from typing import Any, Dict, List, Optional
 
 from chalicelib.core import online, store
@@ -20,14 +21,25 @@ TTL_SECONDS = 3600
 def register(instance_id: str, address: str, state: str = "serving") -> None:
     """Write (or renew) this instance's item: one PutItem."""
     at = online.now()
-    online.raw_client().put_item(TableName=online.raw_table(), Item=online.raw_item(
-        PK, instance_id, kind="edge_instance", account_id="", instance_id=instance_id,
-        data={"address": address, "state": state}, heartbeat_at=at,
-        expires_at=at + TTL_SECONDS))
+    online.raw_client().put_item(
+        TableName=online.raw_table(),
+        Item=online.raw_item(
+            PK,
+            instance_id,
+            kind="edge_instance",
+            account_id="",
+            instance_id=instance_id,
+            data={"address": address, "state": state},
+            heartbeat_at=at,
+            expires_at=at + TTL_SECONDS,
+        ),
+    )
 
 
 def deregister(instance_id: str) -> None:
-    online.raw_client().delete_item(TableName=online.raw_table(), Key=online.raw_key(PK, instance_id))
+    online.raw_client().delete_item(
+        TableName=online.raw_table(), Key=online.raw_key(PK, instance_id)
+    )
 
 
 def _live(raw: Dict[str, Any], at: float) -> bool:
@@ -59,9 +71,17 @@ def live_instances() -> List[Dict[str, Any]]:
     at = online.now()
     out = []
     for item in store.query_all(PK):
-        raw = {"heartbeat_at": {"N": str(item.heartbeat_at)}} \
-            if getattr(item, "heartbeat_at", None) is not None else {}
+        raw = (
+            {"heartbeat_at": {"N": str(item.heartbeat_at)}}
+            if getattr(item, "heartbeat_at", None) is not None
+            else {}
+        )
         if raw and _live(raw, at):
-            out.append({"instance_id": item.sk, "address": item.data.get("address"),
-                        "state": item.data.get("state")})
+            out.append(
+                {
+                    "instance_id": item.sk,
+                    "address": item.data.get("address"),
+                    "state": item.data.get("state"),
+                }
+            )
     return out

@@ -1,5 +1,6 @@
 """The rules of IP policies, as the edge applies them (an ``ip_restriction`` module's policies,
 a ``restrict-ips`` action's ``ip_policies``). Written by ``chalicelib.ip_policies``."""
+
 from typing import Dict, List, Tuple
 
 from chalicelib.core import ids, store
@@ -24,16 +25,22 @@ def rules_of(account_id: str, policy_ids: List[str]) -> Dict[str, List[Tuple[str
         policy_id = item.data.get("ip_policy_id")
         if policy_id in wanted:
             wanted[policy_id].append((item.data["action"], item.data["cidr"]))
-    return {policy_id: rules for policy_id, rules in wanted.items()
-            if rules or exists(account_id, policy_id)}
+    return {
+        policy_id: rules
+        for policy_id, rules in wanted.items()
+        if rules or exists(account_id, policy_id)
+    }
 
 
 def exists(account_id: str, policy_id: str) -> bool:
-    return ids.is_valid(policy_id, POLICY_PREFIX) and store.get(
-        store.collection_pk(account_id, POLICY_COLLECTION), policy_id) is not None
+    return (
+        ids.is_valid(policy_id, POLICY_PREFIX)
+        and store.get(store.collection_pk(account_id, POLICY_COLLECTION), policy_id) is not None
+    )
 
 
 def missing_of(account_id: str, policy_ids: List[str]) -> List[str]:
     """Those of ``policy_ids`` the account has no IP policy with (one GetItem each)."""
-    return [policy_id for policy_id in dict.fromkeys(policy_ids)
-            if not exists(account_id, policy_id)]
+    return [
+        policy_id for policy_id in dict.fromkeys(policy_ids) if not exists(account_id, policy_id)
+    ]

@@ -5,6 +5,7 @@ A secret is never stored: a uniqueness item keyed by its SHA-256 digest in a nam
 API's authorizer (``chalicelib.auth``) and the edge's session authentication
 (``chalicelib.core.binding``) both look secrets up here.
 """
+
 import hashlib
 import hmac
 from typing import Any, Dict, Optional, Tuple

@@ -18,6 +18,7 @@ pseudo-random function in counter mode for the keystream, then HMAC-SHA256 over 
 byte anywhere, another context, or another master key makes :func:`open_sealed` raise
 :class:`SealError`; nothing partial is returned.
 """
+
 import base64
 import hashlib
 import hmac
@@ -61,8 +62,10 @@ def _keystream_xor(key: bytes, nonce: bytes, data: bytes) -> bytes:
 
 
 def _subkeys(key: bytes) -> tuple:
-    return (hmac.new(key, b"tunnel-service keywrap enc", hashlib.sha256).digest(),
-            hmac.new(key, b"tunnel-service keywrap mac", hashlib.sha256).digest())
+    return (
+        hmac.new(key, b"tunnel-service keywrap enc", hashlib.sha256).digest(),
+        hmac.new(key, b"tunnel-service keywrap mac", hashlib.sha256).digest(),
+    )
 
 
 def encrypt(key: bytes, plaintext: bytes, aad: bytes) -> Dict[str, str]:
@@ -72,19 +75,22 @@ def encrypt(key: bytes, plaintext: bytes, aad: bytes) -> Dict[str, str]:
     enc, mac = _subkeys(key)
     nonce = secrets.token_bytes(NONCE_BYTES)
     ciphertext = _keystream_xor(enc, nonce, plaintext)
-    tag = hmac.new(mac, len(aad).to_bytes(8, "big") + aad + nonce + ciphertext,
-                   hashlib.sha256).digest()
+    tag = hmac.new(
+        mac, len(aad).to_bytes(8, "big") + aad + nonce + ciphertext, hashlib.sha256
+    ).digest()
     return {"nonce": _b64(nonce), "ciphertext": _b64(ciphertext), "tag": _b64(tag)}
 
 
 def decrypt(key: bytes, box: Dict[str, Any], aad: bytes) -> bytes:
     enc, mac = _subkeys(key)
     nonce, ciphertext, tag = (_unb64(box.get(k)) for k in ("nonce", "ciphertext", "tag"))
-    want = hmac.new(mac, len(aad).to_bytes(8, "big") + aad + nonce + ciphertext,
-                    hashlib.sha256).digest()
+    want = hmac.new(
+        mac, len(aad).to_bytes(8, "big") + aad + nonce + ciphertext, hashlib.sha256
+    ).digest()
     if not hmac.compare_digest(want, tag):
-        raise SealError("the sealed secret does not authenticate (changed, or another "
-                        "context or key)")
+        raise SealError(
+            "the sealed secret does not authenticate (changed, or another context or key)"
+        )
     return _keystream_xor(enc, nonce, ciphertext)
 
 
@@ -116,7 +122,7 @@ def master_key(create: bool) -> bytes:
                 fh.write(secrets.token_hex(KEY_BYTES) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.link(tmp, path)   # exclusive: the first process to link wins, others read it
+            os.link(tmp, path)  # exclusive: the first process to link wins, others read it
         except FileExistsError:
             pass
         finally:
@@ -125,8 +131,7 @@ def master_key(create: bool) -> bytes:
         with open(path) as fh:
             key = bytes.fromhex(fh.read().strip())
     except FileNotFoundError:
-        raise SealError(f"the key file {path} does not exist (TLS_KEY_FILE / DATA_DIR)") \
-            from None
+        raise SealError(f"the key file {path} does not exist (TLS_KEY_FILE / DATA_DIR)") from None
     except ValueError:
         raise SealError(f"the key file {path} is not a hex key") from None
     if len(key) != KEY_BYTES:
@@ -136,9 +141,11 @@ def master_key(create: bool) -> bytes:
 
 def _kms() -> Any:
     import boto3
+
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return boto3.client("kms", region_name=region,
-                        endpoint_url=os.environ.get("KMS_ENDPOINT_URL") or None)
+    return boto3.client(
+        "kms", region_name=region, endpoint_url=os.environ.get("KMS_ENDPOINT_URL") or None
+    )
 
 
 # ---- sealing --------------------------------------------------------------------------------
@@ -150,15 +157,20 @@ def seal(plaintext: bytes, context: Dict[str, str]) -> Dict[str, Any]:
     aad = _aad(context)
     kms_id = kms_key_id()
     if kms_id:
-        answer = _kms().generate_data_key(KeyId=kms_id, KeySpec="AES_256",
-                                          EncryptionContext=dict(context))
-        data_key, wrapped = answer["Plaintext"], {"kms": _b64(answer["CiphertextBlob"]),
-                                                  "key_id": answer.get("KeyId", kms_id)}
+        answer = _kms().generate_data_key(
+            KeyId=kms_id, KeySpec="AES_256", EncryptionContext=dict(context)
+        )
+        data_key, wrapped = (
+            answer["Plaintext"],
+            {"kms": _b64(answer["CiphertextBlob"]), "key_id": answer.get("KeyId", kms_id)},
+        )
     else:
         data_key = secrets.token_bytes(KEY_BYTES)
         master = master_key(create=True)
-        wrapped = {"local": encrypt(master, data_key, aad),
-                   "key_id": hashlib.sha256(master).hexdigest()[:16]}
+        wrapped = {
+            "local": encrypt(master, data_key, aad),
+            "key_id": hashlib.sha256(master).hexdigest()[:16],
+        }
     return {"alg": ALG, "wrapped_key": wrapped, **encrypt(data_key, plaintext, aad)}
 
 
@@ -170,13 +182,15 @@ def open_sealed(sealed: Dict[str, Any], context: Dict[str, str]) -> bytes:
     wrapped = sealed.get("wrapped_key") or {}
     if "kms" in wrapped:
         try:
-            data_key = _kms().decrypt(CiphertextBlob=_unb64(wrapped["kms"]),
-                                      EncryptionContext=dict(context))["Plaintext"]
+            data_key = _kms().decrypt(
+                CiphertextBlob=_unb64(wrapped["kms"]), EncryptionContext=dict(context)
+            )["Plaintext"]
         except SealError:
             raise
         except Exception as exc:
-            if type(exc).__name__ in ("InvalidCiphertextException",) or \
-                    "InvalidCiphertext" in str(exc):
+            if type(exc).__name__ in ("InvalidCiphertextException",) or "InvalidCiphertext" in str(
+                exc
+            ):
                 raise SealError("KMS refused the wrapped key (another context)") from None
             raise
     elif "local" in wrapped:

@@ -49,6 +49,7 @@ Multi-instance: nothing here lives in process memory. Each item names the instan
 the session, so an instance that receives a public connection for an endpoint it does not
 hold finds the holder in the endpoint's ``instance_id``.
 """
+
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
@@ -129,13 +130,29 @@ def _claim_key(name: str) -> Dict[str, Any]:
     return raw_key(store.unique_pk(CLAIM_NAMESPACE, name), store.UNIQUE_SK)
 
 
-def raw_item(pk: str, sk: str, *, kind: str, account_id: str, data: Dict[str, Any],
-          instance_id: str, heartbeat_at: float, expires_at: float,
-          owner: Optional[str] = None) -> Dict[str, Any]:
-    item = {"pk": {"S": pk}, "sk": {"S": sk}, "kind": {"S": kind},
-            "account_id": {"S": account_id}, "data": store.to_av(data),
-            "refs": {"N": "0"}, "instance_id": {"S": instance_id},
-            "heartbeat_at": {"N": _ms(heartbeat_at)}, "expires_at": {"N": _num(expires_at)}}
+def raw_item(
+    pk: str,
+    sk: str,
+    *,
+    kind: str,
+    account_id: str,
+    data: Dict[str, Any],
+    instance_id: str,
+    heartbeat_at: float,
+    expires_at: float,
+    owner: Optional[str] = None,
+) -> Dict[str, Any]:
+    item = {
+        "pk": {"S": pk},
+        "sk": {"S": sk},
+        "kind": {"S": kind},
+        "account_id": {"S": account_id},
+        "data": store.to_av(data),
+        "refs": {"N": "0"},
+        "instance_id": {"S": instance_id},
+        "heartbeat_at": {"N": _ms(heartbeat_at)},
+        "expires_at": {"N": _num(expires_at)},
+    }
     if owner is not None:
         item["owner"] = {"S": owner}
     return item
@@ -159,8 +176,11 @@ def data_of(raw: Dict[str, Any]) -> Dict[str, Any]:
     """``data`` as the store keeps it: a map (a JSON string in items of the first layout)."""
     if "data" not in raw:
         return {}
-    return store.Item.data.deserialize(raw["data"]) if "S" in raw["data"] else \
-        store.from_av(raw["data"])
+    return (
+        store.Item.data.deserialize(raw["data"])
+        if "S" in raw["data"]
+        else store.from_av(raw["data"])
+    )
 
 
 def num_attr(raw: Dict[str, Any], name: str) -> Optional[float]:
@@ -181,9 +201,13 @@ def _delete_if(key: Dict[str, Any], condition: str, values: Dict[str, Any]) -> b
     """Delete ``key`` when ``condition`` holds (``#o`` names ``owner``, a DynamoDB reserved
     word); False, and nothing changed, otherwise."""
     try:
-        raw_client().delete_item(TableName=raw_table(), Key=key, ConditionExpression=condition,
-                              ExpressionAttributeNames={"#o": "owner"},
-                              ExpressionAttributeValues=values)
+        raw_client().delete_item(
+            TableName=raw_table(),
+            Key=key,
+            ConditionExpression=condition,
+            ExpressionAttributeNames={"#o": "owner"},
+            ExpressionAttributeValues=values,
+        )
         return True
     except ClientError as exc:
         if _is_condition_failure(exc):
@@ -197,9 +221,20 @@ def _fresh(heartbeat_at: Optional[float], at: Optional[float] = None) -> bool:
 
 
 # ---- sessions --------------------------------------------------------------------------
-def session_started(*, account_id: str, session_id: str, credential_id: str, instance_id: str,
-                    agent_version: str, os: str, ip: str, metadata: str, region: str,
-                    transport: str = "ngrok/2", owner_id: Optional[str] = None) -> None:
+def session_started(
+    *,
+    account_id: str,
+    session_id: str,
+    credential_id: str,
+    instance_id: str,
+    agent_version: str,
+    os: str,
+    ip: str,
+    metadata: str,
+    region: str,
+    transport: str = "ngrok/2",
+    owner_id: Optional[str] = None,
+) -> None:
     """Write the session item (an upsert: a session id written again is replaced).
 
     ``owner_id`` is the credential's owner (user or bot; shown as the ``principal`` of the
@@ -211,18 +246,34 @@ def session_started(*, account_id: str, session_id: str, credential_id: str, ins
         cred = store.get(store.collection_pk(account_id, "credential"), credential_id)
         owner_id = cred.data.get("owner_id") if cred is not None else None
     at = now()
-    data = {"credential_id": credential_id, "agent_version": agent_version, "os": os,
-            "ip": ip, "metadata": metadata, "region": region, "transport": transport,
-            "started_at": _rfc3339(at), "owner_id": owner_id}
-    item = raw_item(store.collection_pk(account_id, SESSIONS), session_id, kind=SESSIONS,
-                 account_id=account_id, data=data, instance_id=instance_id, heartbeat_at=at,
-                 expires_at=at + EXPIRE_AFTER_SECONDS)
+    data = {
+        "credential_id": credential_id,
+        "agent_version": agent_version,
+        "os": os,
+        "ip": ip,
+        "metadata": metadata,
+        "region": region,
+        "transport": transport,
+        "started_at": _rfc3339(at),
+        "owner_id": owner_id,
+    }
+    item = raw_item(
+        store.collection_pk(account_id, SESSIONS),
+        session_id,
+        kind=SESSIONS,
+        account_id=account_id,
+        data=data,
+        instance_id=instance_id,
+        heartbeat_at=at,
+        expires_at=at + EXPIRE_AFTER_SECONDS,
+    )
     item["children_refresh_at"] = {"N": _num(at + CHILD_TTL_SECONDS / 2)}
     raw_client().put_item(TableName=raw_table(), Item=item)
 
 
-def session_heartbeat(account_id: str, session_id: str,
-                      instance_id: str) -> Optional[Dict[str, bool]]:
+def session_heartbeat(
+    account_id: str, session_id: str, instance_id: str
+) -> Optional[Dict[str, bool]]:
     """Refresh the session (one UpdateItem) and take its pending commands.
 
     Returns ``{"stop_requested": bool, "restart_requested": bool}`` (the flags are cleared by
@@ -232,14 +283,18 @@ def session_heartbeat(account_id: str, session_id: str,
     at = now()
     try:
         old = raw_client().update_item(
-            TableName=raw_table(), Key=_session_key(account_id, session_id),
+            TableName=raw_table(),
+            Key=_session_key(account_id, session_id),
             UpdateExpression="SET heartbeat_at = :hb, expires_at = :exp, instance_id = :i "
-                             "REMOVE stop_requested, restart_requested",
+            "REMOVE stop_requested, restart_requested",
             ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeValues={":hb": {"N": _ms(at)},
-                                       ":exp": {"N": _num(at + EXPIRE_AFTER_SECONDS)},
-                                       ":i": {"S": instance_id}},
-            ReturnValues="ALL_OLD")["Attributes"]
+            ExpressionAttributeValues={
+                ":hb": {"N": _ms(at)},
+                ":exp": {"N": _num(at + EXPIRE_AFTER_SECONDS)},
+                ":i": {"S": instance_id},
+            },
+            ReturnValues="ALL_OLD",
+        )["Attributes"]
     except ClientError as exc:
         if _is_condition_failure(exc):
             return None
@@ -247,12 +302,15 @@ def session_heartbeat(account_id: str, session_id: str,
     refresh_at = num_attr(old, "children_refresh_at")
     if refresh_at is not None and refresh_at <= at:
         _refresh_children(account_id, session_id, old, at)
-    return {"stop_requested": "stop_requested" in old,
-            "restart_requested": "restart_requested" in old}
+    return {
+        "stop_requested": "stop_requested" in old,
+        "restart_requested": "restart_requested" in old,
+    }
 
 
-def _refresh_children(account_id: str, session_id: str, session: Dict[str, Any],
-                      at: float) -> None:
+def _refresh_children(
+    account_id: str, session_id: str, session: Dict[str, Any], at: float
+) -> None:
     """Push the TTL of the session's tunnels, endpoints and claims forward (one UpdateItem
     each, skipped for items that are gone or no longer this session's)."""
     client = raw_client()
@@ -264,18 +322,24 @@ def _refresh_children(account_id: str, session_id: str, session: Dict[str, Any],
         else:
             key, owner = _child_key(account_id, child), session_id
         try:
-            client.update_item(TableName=raw_table(), Key=key,
-                               UpdateExpression="SET expires_at = :exp",
-                               ConditionExpression="attribute_exists(pk) AND #o = :o",
-                               ExpressionAttributeNames={"#o": "owner"},
-                               ExpressionAttributeValues={**exp, ":o": {"S": owner}})
+            client.update_item(
+                TableName=raw_table(),
+                Key=key,
+                UpdateExpression="SET expires_at = :exp",
+                ConditionExpression="attribute_exists(pk) AND #o = :o",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={**exp, ":o": {"S": owner}},
+            )
         except ClientError as exc:
             if not _is_condition_failure(exc):
                 raise
-    client.update_item(TableName=raw_table(), Key=_session_key(account_id, session_id),
-                       UpdateExpression="SET children_refresh_at = :r",
-                       ConditionExpression="attribute_exists(pk)",
-                       ExpressionAttributeValues={":r": {"N": _num(at + CHILD_TTL_SECONDS / 2)}})
+    client.update_item(
+        TableName=raw_table(),
+        Key=_session_key(account_id, session_id),
+        UpdateExpression="SET children_refresh_at = :r",
+        ConditionExpression="attribute_exists(pk)",
+        ExpressionAttributeValues={":r": {"N": _num(at + CHILD_TTL_SECONDS / 2)}},
+    )
 
 
 def _child_key(account_id: str, child_id: str) -> Dict[str, Any]:
@@ -297,8 +361,9 @@ def session_ended(account_id: str, session_id: str) -> None:
         for child in children:
             if child.startswith("claim|"):
                 continue
-            if _delete_if(_child_key(account_id, child), "#o = :o", owner) \
-                    and child.startswith(ENDPOINT_PREFIX + "_"):
+            if _delete_if(_child_key(account_id, child), "#o = :o", owner) and child.startswith(
+                ENDPOINT_PREFIX + "_"
+            ):
                 removed_endpoints.add(child)
         for child in children:
             if child.startswith("claim|"):
@@ -312,11 +377,15 @@ def _update_session(account_id: str, session_id: str, flag: str) -> None:
     """Set a command flag on a live session; NotFound when there is none."""
     try:
         raw_client().update_item(
-            TableName=raw_table(), Key=_session_key(account_id, session_id),
+            TableName=raw_table(),
+            Key=_session_key(account_id, session_id),
             UpdateExpression=f"SET {flag} = :t",
             ConditionExpression="attribute_exists(pk) AND heartbeat_at >= :fresh",
-            ExpressionAttributeValues={":t": {"BOOL": True},
-                                       ":fresh": {"N": _ms(now() - stale_seconds())}})
+            ExpressionAttributeValues={
+                ":t": {"BOOL": True},
+                ":fresh": {"N": _ms(now() - stale_seconds())},
+            },
+        )
     except ClientError as exc:
         if _is_condition_failure(exc):
             raise errors.NotFound(f"No tunnel session with id '{session_id}' exists") from None
@@ -367,8 +436,9 @@ def cloud_endpoint_for(name: str) -> Optional[Dict[str, Any]]:
     return dict(cloud) if cloud else None
 
 
-def served_name(proto: str, public_url: Optional[str], hostname: Optional[str],
-                port: Optional[int]) -> Optional[str]:
+def served_name(
+    proto: str, public_url: Optional[str], hostname: Optional[str], port: Optional[int]
+) -> Optional[str]:
     """The name an endpoint claims: its hostname, or ``host:port`` for TCP."""
     host, url_port = None, None
     if public_url:
@@ -385,14 +455,28 @@ def served_name(proto: str, public_url: Optional[str], hostname: Optional[str],
     return host
 
 
-def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance_id: str,
-                   proto: str, public_url: Optional[str] = None, hostname: Optional[str] = None,
-                   port: Optional[int] = None, labels: Optional[Mapping[str, str]] = None,
-                   forwards_to: str = "", metadata: str = "", endpoint_id: Optional[str] = None,
-                   traffic_policy: str = "", bind_id: Optional[str] = None,
-                   domain_id: Optional[str] = None, tcp_addr_id: Optional[str] = None,
-                   description: str = "", bindings: Optional[List[str]] = None,
-                   pooling_enabled: bool = False) -> None:
+def tunnel_started(
+    *,
+    account_id: str,
+    session_id: str,
+    tunnel_id: str,
+    instance_id: str,
+    proto: str,
+    public_url: Optional[str] = None,
+    hostname: Optional[str] = None,
+    port: Optional[int] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    forwards_to: str = "",
+    metadata: str = "",
+    endpoint_id: Optional[str] = None,
+    traffic_policy: str = "",
+    bind_id: Optional[str] = None,
+    domain_id: Optional[str] = None,
+    tcp_addr_id: Optional[str] = None,
+    description: str = "",
+    bindings: Optional[List[str]] = None,
+    pooling_enabled: bool = False,
+) -> None:
     """Write the tunnel item and, when ``endpoint_id`` is given, the endpoint item, and add
     both to the session, in one transaction (upserts: a re-bind with the same ids replaces
     them). NotFound when the session item does not exist.
@@ -410,38 +494,90 @@ def tunnel_started(*, account_id: str, session_id: str, tunnel_id: str, instance
     started = _rfc3339(at)
     name = served_name(proto, public_url, hostname, port) if endpoint_id else None
     if name and hostname and hostname.lower().endswith(INTERNAL_SUFFIX):
-        name = claim_name(hostname, account_id)   # internal, any protocol: per account
-    tunnel = {"session_id": session_id, "proto": proto, "public_url": public_url or "",
-              "labels": dict(labels) if labels else None, "forwards_to": forwards_to,
-              "metadata": metadata, "started_at": started, "endpoint_id": endpoint_id,
-              "bind_id": bind_id}
-    common: Dict[str, Any] = dict(account_id=account_id, instance_id=instance_id,
-                                  heartbeat_at=at, expires_at=at + CHILD_TTL_SECONDS,
-                                  owner=session_id)
-    ops: List[Dict[str, Any]] = [{"Put": {"TableName": raw_table(), "Item": raw_item(
-        store.collection_pk(account_id, TUNNELS), tunnel_id, kind=TUNNELS, data=tunnel,
-        **common)}}]
+        name = claim_name(hostname, account_id)  # internal, any protocol: per account
+    tunnel = {
+        "session_id": session_id,
+        "proto": proto,
+        "public_url": public_url or "",
+        "labels": dict(labels) if labels else None,
+        "forwards_to": forwards_to,
+        "metadata": metadata,
+        "started_at": started,
+        "endpoint_id": endpoint_id,
+        "bind_id": bind_id,
+    }
+    common: Dict[str, Any] = dict(
+        account_id=account_id,
+        instance_id=instance_id,
+        heartbeat_at=at,
+        expires_at=at + CHILD_TTL_SECONDS,
+        owner=session_id,
+    )
+    ops: List[Dict[str, Any]] = [
+        {
+            "Put": {
+                "TableName": raw_table(),
+                "Item": raw_item(
+                    store.collection_pk(account_id, TUNNELS),
+                    tunnel_id,
+                    kind=TUNNELS,
+                    data=tunnel,
+                    **common,
+                ),
+            }
+        }
+    ]
     children = [tunnel_id]
     if endpoint_id is not None:
-        endpoint = {"type": "agent", "session_id": session_id, "tunnel_id": tunnel_id,
-                    "proto": proto, "public_url": public_url or "", "hostname": hostname,
-                    "port": port, "served_name": name, "forwards_to": forwards_to,
-                    "metadata": metadata, "description": description,
-                    "traffic_policy": traffic_policy, "domain_id": domain_id,
-                    "tcp_addr_id": tcp_addr_id, "bind_id": bind_id,
-                    "bindings": list(bindings or ["public"]),
-                    "pooling_enabled": pooling_enabled,
-                    "created_at": started, "updated_at": started}
-        ops.append({"Put": {"TableName": raw_table(), "Item": raw_item(
-            store.collection_pk(account_id, ENDPOINTS), endpoint_id, kind=ENDPOINTS,
-            data=endpoint, **common)}})
+        endpoint = {
+            "type": "agent",
+            "session_id": session_id,
+            "tunnel_id": tunnel_id,
+            "proto": proto,
+            "public_url": public_url or "",
+            "hostname": hostname,
+            "port": port,
+            "served_name": name,
+            "forwards_to": forwards_to,
+            "metadata": metadata,
+            "description": description,
+            "traffic_policy": traffic_policy,
+            "domain_id": domain_id,
+            "tcp_addr_id": tcp_addr_id,
+            "bind_id": bind_id,
+            "bindings": list(bindings or ["public"]),
+            "pooling_enabled": pooling_enabled,
+            "created_at": started,
+            "updated_at": started,
+        }
+        ops.append(
+            {
+                "Put": {
+                    "TableName": raw_table(),
+                    "Item": raw_item(
+                        store.collection_pk(account_id, ENDPOINTS),
+                        endpoint_id,
+                        kind=ENDPOINTS,
+                        data=endpoint,
+                        **common,
+                    ),
+                }
+            }
+        )
         children.append(endpoint_id)
         if name:
             children.append(f"claim|{endpoint_id}|{name}")
-    ops.append({"Update": {
-        "TableName": raw_table(), "Key": _session_key(account_id, session_id),
-        "UpdateExpression": "ADD children :c", "ConditionExpression": "attribute_exists(pk)",
-        "ExpressionAttributeValues": {":c": {"SS": children}}}})
+    ops.append(
+        {
+            "Update": {
+                "TableName": raw_table(),
+                "Key": _session_key(account_id, session_id),
+                "UpdateExpression": "ADD children :c",
+                "ConditionExpression": "attribute_exists(pk)",
+                "ExpressionAttributeValues": {":c": {"SS": children}},
+            }
+        }
+    )
     try:
         raw_client().transact_write_items(TransactItems=ops)
     except ClientError as exc:
@@ -465,17 +601,21 @@ def tunnel_stopped(account_id: str, tunnel_id: str) -> None:
     if endpoint_id:
         ep = get_raw(raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id))
         if ep is not None and _delete_if(
-                raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id), "#o = :o", owner):
+            raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id), "#o = :o", owner
+        ):
             removed.append(endpoint_id)
             name = data_of(ep).get("served_name")
             if name:
                 release_hostname(name, endpoint_id=endpoint_id)
                 removed.append(f"claim|{endpoint_id}|{name}")
     try:
-        raw_client().update_item(TableName=raw_table(), Key=_session_key(account_id, session_id),
-                              UpdateExpression="DELETE children :c",
-                              ConditionExpression="attribute_exists(pk)",
-                              ExpressionAttributeValues={":c": {"SS": removed}})
+        raw_client().update_item(
+            TableName=raw_table(),
+            Key=_session_key(account_id, session_id),
+            UpdateExpression="DELETE children :c",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":c": {"SS": removed}},
+        )
     except ClientError as exc:
         if not _is_condition_failure(exc):
             raise
@@ -483,7 +623,7 @@ def tunnel_stopped(account_id: str, tunnel_id: str) -> None:
 
 # ---- tunnel ids belong to one account -------------------------------------------------
 TUNNEL_ID_NAMESPACE = "tunnel_id"
-TUNNEL_ID_SECONDS = 90 * 24 * 3600   # an id unused this long may be forgotten
+TUNNEL_ID_SECONDS = 90 * 24 * 3600  # an id unused this long may be forgotten
 
 
 def claim_tunnel_id(tunnel_id: str, account_id: str) -> bool:
@@ -494,12 +634,18 @@ def claim_tunnel_id(tunnel_id: str, account_id: str) -> bool:
     at = now()
     key = raw_key(store.unique_pk(TUNNEL_ID_NAMESPACE, tunnel_id), store.UNIQUE_SK)
     try:
-        raw_client().put_item(TableName=raw_table(), Item={
-            **key, "kind": {"S": TUNNEL_ID_NAMESPACE}, "account_id": {"S": account_id},
-            "data": store.to_av({"account_id": account_id}),
-            "expires_at": {"N": _num(at + TUNNEL_ID_SECONDS)}},
+        raw_client().put_item(
+            TableName=raw_table(),
+            Item={
+                **key,
+                "kind": {"S": TUNNEL_ID_NAMESPACE},
+                "account_id": {"S": account_id},
+                "data": store.to_av({"account_id": account_id}),
+                "expires_at": {"N": _num(at + TUNNEL_ID_SECONDS)},
+            },
             ConditionExpression="attribute_not_exists(pk) OR account_id = :a",
-            ExpressionAttributeValues={":a": {"S": account_id}})
+            ExpressionAttributeValues={":a": {"S": account_id}},
+        )
         return True
     except ClientError as exc:
         if _is_condition_failure(exc):
@@ -509,7 +655,7 @@ def claim_tunnel_id(tunnel_id: str, account_id: str) -> bool:
 
 # ---- a reconnecting agent gets its generated name back --------------------------------
 REBIND_COLLECTION = "rebind_name"
-REBIND_SECONDS = 3600   # how long a dropped tunnel's generated name is kept for its re-bind
+REBIND_SECONDS = 3600  # how long a dropped tunnel's generated name is kept for its re-bind
 
 
 def remember_name(account_id: str, tunnel_id: str, name: str) -> None:
@@ -518,10 +664,19 @@ def remember_name(account_id: str, tunnel_id: str, name: str) -> None:
     from then), so the agent's re-bind of the same tunnel id after a reconnect (the SDKs send
     the old id and keep showing the old URL) is served at the same name, on any instance."""
     at = now()
-    raw_client().put_item(TableName=raw_table(), Item=raw_item(
-        store.collection_pk(account_id, REBIND_COLLECTION), tunnel_id, kind=REBIND_COLLECTION,
-        account_id=account_id, data={"name": name}, instance_id="", heartbeat_at=at,
-        expires_at=at + REBIND_SECONDS))
+    raw_client().put_item(
+        TableName=raw_table(),
+        Item=raw_item(
+            store.collection_pk(account_id, REBIND_COLLECTION),
+            tunnel_id,
+            kind=REBIND_COLLECTION,
+            account_id=account_id,
+            data={"name": name},
+            instance_id="",
+            heartbeat_at=at,
+            expires_at=at + REBIND_SECONDS,
+        ),
+    )
 
 
 def remembered_name(account_id: str, tunnel_id: str) -> Optional[str]:
@@ -535,8 +690,7 @@ def remembered_name(account_id: str, tunnel_id: str) -> Optional[str]:
 
 
 # ---- served names (hostnames, TCP addresses): one endpoint each, service-wide ------------
-def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str,
-                   instance_id: str) -> None:
+def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str, instance_id: str) -> None:
     """Claim ``hostname`` (or a ``host:port`` TCP address) for ``endpoint_id``.
 
     Succeeds when nobody holds it, when ``endpoint_id`` already holds it (a reconnect), or
@@ -549,17 +703,30 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str,
     client = raw_client()
     for _ in range(store.RETRIES):
         at = now()
-        item = raw_item(key["pk"]["S"], store.UNIQUE_SK, kind="served_host",
-                     account_id=account_id,
-                     data={"endpoint_id": endpoint_id, "account_id": account_id,
-                           "instance_id": instance_id, "name": name},
-                     instance_id=instance_id, heartbeat_at=at,
-                     expires_at=at + CHILD_TTL_SECONDS, owner=endpoint_id)
+        item = raw_item(
+            key["pk"]["S"],
+            store.UNIQUE_SK,
+            kind="served_host",
+            account_id=account_id,
+            data={
+                "endpoint_id": endpoint_id,
+                "account_id": account_id,
+                "instance_id": instance_id,
+                "name": name,
+            },
+            instance_id=instance_id,
+            heartbeat_at=at,
+            expires_at=at + CHILD_TTL_SECONDS,
+            owner=endpoint_id,
+        )
         try:
-            client.put_item(TableName=raw_table(), Item=item,
-                            ConditionExpression="attribute_not_exists(pk) OR #o = :o",
-                            ExpressionAttributeNames={"#o": "owner"},
-                            ExpressionAttributeValues={":o": {"S": endpoint_id}})
+            client.put_item(
+                TableName=raw_table(),
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk) OR #o = :o",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={":o": {"S": endpoint_id}},
+            )
             return
         except ClientError as exc:
             if not _is_condition_failure(exc):
@@ -570,11 +737,13 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str,
         if _claim_is_live(held):
             raise errors.Conflict(f"'{name}' is already served by another endpoint")
         try:
-            client.put_item(TableName=raw_table(), Item=item,
-                            ConditionExpression="#o = :old AND heartbeat_at = :hb",
-                            ExpressionAttributeNames={"#o": "owner"},
-                            ExpressionAttributeValues={":old": held["owner"],
-                                                       ":hb": held["heartbeat_at"]})
+            client.put_item(
+                TableName=raw_table(),
+                Item=item,
+                ConditionExpression="#o = :old AND heartbeat_at = :hb",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={":old": held["owner"], ":hb": held["heartbeat_at"]},
+            )
             return
         except ClientError as exc:
             if not _is_condition_failure(exc):
@@ -584,8 +753,11 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str,
 
 def _claim_is_live(claim: Dict[str, Any]) -> bool:
     account_id, endpoint_id = _s(claim, "account_id"), _s(claim, "owner")
-    endpoint = get_raw(raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id)) \
-        if account_id and endpoint_id else None
+    endpoint = (
+        get_raw(raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id))
+        if account_id and endpoint_id
+        else None
+    )
     if endpoint is None:
         return _fresh(num_attr(claim, "heartbeat_at"))
     session_id = _s(endpoint, "owner")
@@ -606,8 +778,11 @@ def hostname_holder(hostname: str) -> Optional[Dict[str, Any]]:
     held = get_raw(_claim_key(_canonical(hostname)))
     if held is None or not _claim_is_live(held):
         return None
-    return {"account_id": _s(held, "account_id"), "endpoint_id": _s(held, "owner"),
-            "instance_id": _s(held, "instance_id")}
+    return {
+        "account_id": _s(held, "account_id"),
+        "endpoint_id": _s(held, "owner"),
+        "instance_id": _s(held, "instance_id"),
+    }
 
 
 def hostname_holders(names: List[str]) -> Dict[str, Dict[str, Any]]:
@@ -617,11 +792,14 @@ def hostname_holders(names: List[str]) -> Dict[str, Dict[str, Any]]:
     found = {}
     for raw in _batch_get(keys):
         if _claim_is_live(raw):
-            found[_s(raw, "pk")] = {"account_id": _s(raw, "account_id"),
-                                    "endpoint_id": _s(raw, "owner"),
-                                    "instance_id": _s(raw, "instance_id")}
-    return {name: found[key["pk"]["S"]] for name, key in zip(names, keys)
-            if key["pk"]["S"] in found}
+            found[_s(raw, "pk")] = {
+                "account_id": _s(raw, "account_id"),
+                "endpoint_id": _s(raw, "owner"),
+                "instance_id": _s(raw, "instance_id"),
+            }
+    return {
+        name: found[key["pk"]["S"]] for name, key in zip(names, keys) if key["pk"]["S"] in found
+    }
 
 
 # ---- reads -------------------------------------------------------------------------------
@@ -657,30 +835,39 @@ def live_endpoint_count(account_id: str, proto: Optional[str] = None) -> int:
     wide: one Query of its endpoints and one BatchGetItem of their sessions (a ghost of an
     edge that died is not counted once its session is stale). For the edge's quotas."""
     endpoints = store.query_all(store.collection_pk(account_id, ENDPOINTS))
-    mine = [item for item in endpoints
-            if (item.data or {}).get("type") == "agent"
-            and (proto is None or (item.data or {}).get("proto") == proto)]
+    mine = [
+        item
+        for item in endpoints
+        if (item.data or {}).get("type") == "agent"
+        and (proto is None or (item.data or {}).get("proto") == proto)
+    ]
     live = live_sessions(account_id, (sid for sid in map(session_of, mine) if sid))
     return sum(1 for item in mine if session_of(item) in live)
 
 
-def live_credential_sessions(account_id: str, credential_id: str,
-                             exclude: Optional[str] = None) -> int:
+def live_credential_sessions(
+    account_id: str, credential_id: str, exclude: Optional[str] = None
+) -> int:
     """How many live agent sessions use ``credential_id`` (one Query of the account's
     sessions), ``exclude`` (a reconnecting session's own id) left out. For the edge's
     sessions-per-credential quota."""
     at = now()
-    return sum(1 for item in store.query_all(store.collection_pk(account_id, SESSIONS))
-               if (item.data or {}).get("credential_id") == credential_id
-               and item.sk != exclude and _fresh(item.heartbeat_at, at))
+    return sum(
+        1
+        for item in store.query_all(store.collection_pk(account_id, SESSIONS))
+        if (item.data or {}).get("credential_id") == credential_id
+        and item.sk != exclude
+        and _fresh(item.heartbeat_at, at)
+    )
 
 
 def count_auth(credential_id: str, window: int = 60) -> int:
     """Count one authentication with ``credential_id`` in the current ``window``-second
     window (an atomic counter item that expires with it); the count so far."""
     slot = int(now() // window)
-    return store.increment(store.unique_pk("auth_rate", credential_id), str(slot),
-                           expires_at=(slot + 2) * window)
+    return store.increment(
+        store.unique_pk("auth_rate", credential_id), str(slot), expires_at=(slot + 2) * window
+    )
 
 
 def online_tunnels(account_id: str, labels: Mapping[str, str]) -> List[Dict[str, Any]]:
@@ -695,12 +882,20 @@ def online_tunnels(account_id: str, labels: Mapping[str, str]) -> List[Dict[str,
         if have and all(have.get(k) == v for k, v in wanted.items()):
             matches.append(item)
     live = live_sessions(account_id, (i.data["session_id"] for i in matches))
-    return [{"tunnel_id": i.sk, "session_id": i.data["session_id"],
-             "instance_id": live[i.data["session_id"]].instance_id,
-             "labels": i.data["labels"], "forwards_to": i.data.get("forwards_to", ""),
-             "proto": i.data.get("proto", ""), "metadata": i.data.get("metadata", ""),
-             "started_at": i.data.get("started_at")}
-            for i in matches if i.data["session_id"] in live]
+    return [
+        {
+            "tunnel_id": i.sk,
+            "session_id": i.data["session_id"],
+            "instance_id": live[i.data["session_id"]].instance_id,
+            "labels": i.data["labels"],
+            "forwards_to": i.data.get("forwards_to", ""),
+            "proto": i.data.get("proto", ""),
+            "metadata": i.data.get("metadata", ""),
+            "started_at": i.data.get("started_at"),
+        }
+        for i in matches
+        if i.data["session_id"] in live
+    ]
 
 
 # Views page through items that may be offline, so a page is filled from more than one
@@ -717,8 +912,9 @@ def session_of(item: store.Item) -> Optional[str]:
     return item.sk if item.kind == SESSIONS else item.owner
 
 
-def live_page(account_id: str, collection: str, limit: int, before_id: Optional[str]
-              ) -> Tuple[List[Tuple[store.Item, Optional[store.Item]]], bool, Optional[str]]:
+def live_page(
+    account_id: str, collection: str, limit: int, before_id: Optional[str]
+) -> Tuple[List[Tuple[store.Item, Optional[store.Item]]], bool, Optional[str]]:
     """One newest-first page of the live items of ``collection``, each with its live session.
 
     Returns ``(pairs, more, cursor)``: ``cursor`` is None when the next page starts after the
@@ -756,8 +952,9 @@ def live_page(account_id: str, collection: str, limit: int, before_id: Optional[
             return found, True, cursor
 
 
-def live_item(account_id: str, collection: str, prefix: str, item_id: str,
-              what: str) -> Tuple[store.Item, Optional[store.Item]]:
+def live_item(
+    account_id: str, collection: str, prefix: str, item_id: str, what: str
+) -> Tuple[store.Item, Optional[store.Item]]:
     """A live item by id with its live session, or NotFound (also when offline, malformed or
     another account's)."""
     item = store.get_by_id(account_id, collection, prefix, item_id, what)
@@ -786,4 +983,3 @@ def claim_instance(name: str) -> Optional[str]:
     claim). One GetItem."""
     raw = get_raw(_claim_key(_canonical(name)))
     return _s(raw, "instance_id") if raw else None
-

@@ -8,6 +8,7 @@ transaction. Nothing is read: each update is conditioned on the referenced item 
 a new reference to an item that does not exist fails the transaction with the caller's 400,
 and a referenced item cannot be deleted meanwhile (its delete requires ``refs == 0``).
 """
+
 from collections import Counter
 from typing import Callable, List
 
@@ -26,18 +27,28 @@ def move(account_id: str, before: Counter, after: Counter, missing: Missing) -> 
         if delta == 0:
             continue
         collection, resource_id = key
-        error: Exception = missing(collection, resource_id) if delta > 0 \
-            else store.VersionConflict()
-        ops.append(store.set_fields(store.collection_pk(account_id, collection), resource_id,
-                                    {}, refs=delta, missing=error))
+        error: Exception = (
+            missing(collection, resource_id) if delta > 0 else store.VersionConflict()
+        )
+        ops.append(
+            store.set_fields(
+                store.collection_pk(account_id, collection),
+                resource_id,
+                {},
+                refs=delta,
+                missing=error,
+            )
+        )
     return ops
 
 
-def delete_unreferenced(pk: str, sk: str, missing: errors.ApiError, in_use: errors.ApiError,
-                        version: int = 0) -> store.Op:
+def delete_unreferenced(
+    pk: str, sk: str, missing: errors.ApiError, in_use: errors.ApiError, version: int = 0
+) -> store.Op:
     """Delete an item only while nothing refers to it: absent is ``missing``, ``refs`` not 0
     is ``in_use`` (one conditional DeleteItem, or one part of a transaction). With
     ``version`` the item must also be unchanged since it was read (else retried)."""
+
     def require(e: store.Expr) -> str:
         condition = f"{e.path('refs')} = {e.value(0)}"
         if version:

@@ -8,6 +8,7 @@ claim item of its port in one partition (``PORTS_PK``). The resource modules
 (``chalicelib.reserved_domains``, ``chalicelib.reserved_addrs``) write these; this module
 reads them for the API and the edge alike.
 """
+
 from typing import Any, Dict, List, Optional
 
 from chalicelib.core import hostnames, store
@@ -36,16 +37,24 @@ def ancestors(name: str) -> List[str]:
 
 
 def under_index_ops(domain: str, account_id: str) -> List[store.Op]:
-    return [store.put_raw(store.unique_pk(UNDER_NAMESPACE, ancestor), domain, UNDER_NAMESPACE,
-                          {"account_id": account_id})
-            for ancestor in ancestors(bare(domain))]
+    return [
+        store.put_raw(
+            store.unique_pk(UNDER_NAMESPACE, ancestor),
+            domain,
+            UNDER_NAMESPACE,
+            {"account_id": account_id},
+        )
+        for ancestor in ancestors(bare(domain))
+    ]
 
 
 def reserved_under(name: str) -> List[Dict[str, str]]:
     """Reservations (exact or wildcard) strictly under ``name``: ``{"domain", "account_id"}``
     each (one Query)."""
-    return [{"domain": item.sk, "account_id": (item.data or {}).get("account_id", "")}
-            for item in store.query_all(store.unique_pk(UNDER_NAMESPACE, name))]
+    return [
+        {"domain": item.sk, "account_id": (item.data or {}).get("account_id", "")}
+        for item in store.query_all(store.unique_pk(UNDER_NAMESPACE, name))
+    ]
 
 
 def holders(names: List[str]) -> Dict[str, str]:
@@ -53,8 +62,10 @@ def holders(names: List[str]) -> Dict[str, str]:
     BatchGetItem)."""
     keys = [(store.unique_pk(DOMAIN_NAMESPACE, name), store.UNIQUE_SK) for name in names]
     by_pk = {pk: name for name, (pk, _) in zip(names, keys)}
-    return {by_pk[item.pk]: item.data["account_id"]
-            for item in store.model().batch_get(keys, consistent_read=True)}
+    return {
+        by_pk[item.pk]: item.data["account_id"]
+        for item in store.model().batch_get(keys, consistent_read=True)
+    }
 
 
 def bind_conflict(account_id: str, name: str) -> Optional[str]:
@@ -88,8 +99,11 @@ def domain_reservation(hostname: str) -> Optional[Dict[str, str]]:
     for name, (pk, _) in zip(names, keys):
         item = found.get(pk)
         if item is not None:
-            return {"account_id": item.data["account_id"],
-                    "reserved_domain_id": item.data["reserved_domain_id"], "domain": name}
+            return {
+                "account_id": item.data["account_id"],
+                "reserved_domain_id": item.data["reserved_domain_id"],
+                "domain": name,
+            }
     return None
 
 
@@ -113,8 +127,10 @@ def addr_reservation(addr: str) -> Optional[Dict[str, str]]:
     if not sep or not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
         return None
     item = store.get(PORTS_PK, port_sk(int(port)))
-    if item is None or item.data.get("kind") != "reserved_addr" \
-            or item.data.get("addr") != addr:
+    if item is None or item.data.get("kind") != "reserved_addr" or item.data.get("addr") != addr:
         return None
-    return {"account_id": item.data["account_id"],
-            "reserved_addr_id": item.data["reserved_addr_id"], "addr": item.data["addr"]}
+    return {
+        "account_id": item.data["account_id"],
+        "reserved_addr_id": item.data["reserved_addr_id"],
+        "addr": item.data["addr"],
+    }

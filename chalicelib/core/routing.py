@@ -7,6 +7,7 @@ its edge (``kind``: ``https_edge`` or ``tcp_edge``); an HTTPS edge's routes foll
 account's partition (sort keys ``<edge id>#<route id>``); a TCP edge's hostport item carries a
 copy of what the edge needs.
 """
+
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -17,8 +18,14 @@ HOSTPORT_NAMESPACE = "hostport"
 HTTPS_EDGE_COLLECTION = "https_edge"
 TCP_EDGE_COLLECTION = "tcp_edge"
 HTTPS_EDGE_MODULES = ("tls_termination", "mutual_tls")
-ROUTE_MODULES = ("backend", "ip_restriction", "user_agent_filter", "request_headers",
-                 "response_headers", "traffic_policy")
+ROUTE_MODULES = (
+    "backend",
+    "ip_restriction",
+    "user_agent_filter",
+    "request_headers",
+    "response_headers",
+    "traffic_policy",
+)
 TCP_EDGE_MODULES = ("backend", "ip_restriction", "traffic_policy")
 TCP_COPY_FIELDS = ("hostports",) + TCP_EDGE_MODULES
 DEFAULT_RESPONSE_STATUS = 200
@@ -29,8 +36,9 @@ def _route_order(route: Dict[str, Any]) -> Tuple[int, int, str]:
     return (0 if route["match_type"] == "exact_path" else 1, -len(route["match"]), route["id"])
 
 
-def https_edge_for_hostport(hostport: str
-                            ) -> Optional[Tuple[Dict[str, Any], List[Dict[str, Any]]]]:
+def https_edge_for_hostport(
+    hostport: str,
+) -> Optional[Tuple[Dict[str, Any], List[Dict[str, Any]]]]:
     """The HTTPS edge serving ``hostport`` (canonical ``host:port``, lower-case) and its
     routes, or None when no HTTPS edge serves it. One GetItem (the hostport's uniqueness item:
     account and edge) and one Query (the edge with its routes, which follow it in its
@@ -59,12 +67,20 @@ def https_edge_for_hostport(hostport: str
     if not ids.is_valid(edge_id, ids.PREFIXES["https_edge"]):
         return None
     model = store.model()
-    items = list(model.query(store.collection_pk(account_id, HTTPS_EDGE_COLLECTION),
-                             model.sk.between(edge_id, edge_id + "$"), consistent_read=True))
+    items = list(
+        model.query(
+            store.collection_pk(account_id, HTTPS_EDGE_COLLECTION),
+            model.sk.between(edge_id, edge_id + "$"),
+            consistent_read=True,
+        )
+    )
     if not items or items[0].sk != edge_id:
         return None
-    edge = {"id": edge_id, "account_id": account_id,
-            **{k: v for k, v in items[0].data.items() if k != "hostport_refs"}}
+    edge = {
+        "id": edge_id,
+        "account_id": account_id,
+        **{k: v for k, v in items[0].data.items() if k != "hostport_refs"},
+    }
     for name in HTTPS_EDGE_MODULES:
         edge.setdefault(name, None)
     routes = []
@@ -114,28 +130,47 @@ def tls_index() -> Dict[str, Dict[str, Any]]:
 # ---- backends --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Kind:
-    name: str        # "http_response" | "tunnel_group" | "failover" | "weighted"
+    name: str  # "http_response" | "tunnel_group" | "failover" | "weighted"
     collection: str
     prefix: str
     path: str
     what: str
 
 
-HTTP_RESPONSE = Kind("http_response", "http_response_backend",
-                     ids.PREFIXES["http_response_backend"], "/backends/http_response",
-                     "HTTP response backend")
+HTTP_RESPONSE = Kind(
+    "http_response",
+    "http_response_backend",
+    ids.PREFIXES["http_response_backend"],
+    "/backends/http_response",
+    "HTTP response backend",
+)
 
 
-TUNNEL_GROUP = Kind("tunnel_group", "tunnel_group_backend", ids.PREFIXES["tunnel_group_backend"],
-                    "/backends/tunnel_group", "tunnel group backend")
+TUNNEL_GROUP = Kind(
+    "tunnel_group",
+    "tunnel_group_backend",
+    ids.PREFIXES["tunnel_group_backend"],
+    "/backends/tunnel_group",
+    "tunnel group backend",
+)
 
 
-FAILOVER = Kind("failover", "failover_backend", ids.PREFIXES["failover_backend"],
-                "/backends/failover", "failover backend")
+FAILOVER = Kind(
+    "failover",
+    "failover_backend",
+    ids.PREFIXES["failover_backend"],
+    "/backends/failover",
+    "failover backend",
+)
 
 
-WEIGHTED = Kind("weighted", "weighted_backend", ids.PREFIXES["weighted_backend"],
-                "/backends/weighted", "weighted backend")
+WEIGHTED = Kind(
+    "weighted",
+    "weighted_backend",
+    ids.PREFIXES["weighted_backend"],
+    "/backends/weighted",
+    "weighted backend",
+)
 
 
 KINDS = {kind.prefix: kind for kind in (HTTP_RESPONSE, TUNNEL_GROUP, FAILOVER, WEIGHTED)}
@@ -173,17 +208,20 @@ def members(kind: Kind, data: Dict[str, Any]) -> Counter:
 def plain(kind: Kind, item: store.Item, children: Dict[str, store.Item]) -> Dict[str, Any]:
     data = item.data
     if kind is HTTP_RESPONSE:
-        return {"kind": kind.name, "id": item.sk,
-                "status_code": data.get("status_code", DEFAULT_RESPONSE_STATUS),
-                "headers": dict(data.get("headers") or {}), "body": data.get("body", "")}
+        return {
+            "kind": kind.name,
+            "id": item.sk,
+            "status_code": data.get("status_code", DEFAULT_RESPONSE_STATUS),
+            "headers": dict(data.get("headers") or {}),
+            "body": data.get("body", ""),
+        }
     if kind is TUNNEL_GROUP:
         return {"kind": kind.name, "id": item.sk, "labels": dict(data.get("labels") or {})}
 
     def child(backend_id: str) -> Optional[Dict[str, Any]]:
         found = children.get(backend_id)
         member_kind = kind_of(backend_id)
-        return None if found is None or member_kind is None \
-            else plain(member_kind, found, {})
+        return None if found is None or member_kind is None else plain(member_kind, found, {})
 
     if kind is FAILOVER:
         members = [child(b) for b in data.get("backends") or []]
@@ -220,8 +258,10 @@ def resolve_backend(account_id: str, backend_id: str) -> Optional[Dict[str, Any]
     children: Dict[str, store.Item] = {}
     wanted = members(kind, item.data)
     if wanted:
-        keys = [(store.collection_pk(account_id, collection), member_id)
-                for collection, member_id in wanted]
+        keys = [
+            (store.collection_pk(account_id, collection), member_id)
+            for collection, member_id in wanted
+        ]
         for found in store.model().batch_get(keys, consistent_read=True):
             children[found.sk] = found
     return plain(kind, item, children)

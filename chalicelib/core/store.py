@@ -55,6 +55,7 @@ backoff. Use it only where a write needs what it read (what to release, referenc
 ``refs`` counts the resources that refer to an item (an edge to its backend); an item whose
 ``refs`` is not 0 cannot be deleted (see the conditions resource modules put on deletes).
 """
+
 import functools
 import json
 import random
@@ -63,8 +64,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, TypeVar
 
 from botocore.exceptions import ClientError
-from pynamodb.attributes import (Attribute, NumberAttribute, UnicodeAttribute,
-                                 UnicodeSetAttribute, VersionAttribute)
+from pynamodb.attributes import (
+    Attribute,
+    NumberAttribute,
+    UnicodeAttribute,
+    UnicodeSetAttribute,
+    VersionAttribute,
+)
 from pynamodb.connection import Connection
 from pynamodb.constants import MAP
 from pynamodb.exceptions import DoesNotExist
@@ -127,7 +133,7 @@ def to_av(value: Any) -> Dict[str, Any]:
 
 def from_av(av: Dict[str, Any]) -> Any:
     """The JSON value of a typed DynamoDB attribute value (numbers: int when integral)."""
-    (kind, value), = av.items()
+    ((kind, value),) = av.items()
     if kind == "S":
         return value
     if kind == "N":
@@ -237,7 +243,8 @@ def create_table(point_in_time_recovery: bool = False) -> bool:
         client = connection().client
         client.update_continuous_backups(
             TableName=get_settings().table_name,
-            PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
+            PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True},
+        )
     return created
 
 
@@ -248,10 +255,12 @@ def enable_ttl() -> None:
     """Let DynamoDB delete items whose ``expires_at`` (epoch seconds) has passed: online
     items of an edge that died (chalicelib.core.online). Stores without TTL support ignore it."""
     from botocore.exceptions import ClientError
+
     try:
         connection().client.update_time_to_live(
             TableName=get_settings().table_name,
-            TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE})
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+        )
     except ClientError:
         pass
 
@@ -269,19 +278,22 @@ def get_resource(account_id: str, collection: str, resource_id: str) -> Item:
     """The resource item, or NotFound (also for another account's id: same key miss)."""
     item = get(collection_pk(account_id, collection), resource_id)
     if item is None:
-        raise errors.NotFound(f"No {collection.split('#')[0].replace('_', ' ')} with id "
-                              f"'{resource_id}' exists")
+        raise errors.NotFound(
+            f"No {collection.split('#')[0].replace('_', ' ')} with id '{resource_id}' exists"
+        )
     return item
 
 
-def get_by_id(account_id: str, collection: str, prefix: str, resource_id: str,
-              what: str) -> Item:
+def get_by_id(account_id: str, collection: str, prefix: str, resource_id: str, what: str) -> Item:
     """The resource whose id came from a path, or NotFound "No <what> with id …".
 
     A malformed id, or one with another type's prefix, is the same 404 as an unknown one
     (and costs no read)."""
-    item = get(collection_pk(account_id, collection), resource_id) \
-        if ids.is_valid(resource_id, prefix) else None
+    item = (
+        get(collection_pk(account_id, collection), resource_id)
+        if ids.is_valid(resource_id, prefix)
+        else None
+    )
     if item is None:
         raise errors.NotFound(f"No {what} with id '{resource_id}' exists")
     return item
@@ -294,8 +306,16 @@ def query_page(pk: str, limit: int, before_id: Optional[str] = None) -> Tuple[Li
     """
     Model_ = model()
     condition = Model_.sk < before_id if before_id else None
-    items = list(Model_.query(pk, condition, scan_index_forward=False, limit=limit + 1,
-                              page_size=limit + 1, consistent_read=True))
+    items = list(
+        Model_.query(
+            pk,
+            condition,
+            scan_index_forward=False,
+            limit=limit + 1,
+            page_size=limit + 1,
+            consistent_read=True,
+        )
+    )
     return items[:limit], len(items) > limit
 
 
@@ -309,9 +329,12 @@ def increment(pk: str, sk: str, expires_at: int) -> int:
     One UpdateItem, atomic under concurrency."""
     Model_ = model()
     result = connection().update_item(
-        Model_.Meta.table_name, pk, sk,
+        Model_.Meta.table_name,
+        pk,
+        sk,
         actions=[Model_.refs.add(1), Model_.expires_at.set(expires_at)],
-        return_values="UPDATED_NEW")
+        return_values="UPDATED_NEW",
+    )
     return int(result["Attributes"]["refs"]["N"])
 
 
@@ -320,8 +343,8 @@ class VersionConflict(Exception):
     """An item changed between our read and our write; retrying() reads again."""
 
 
-Explain = Callable[[Item], Exception]          # the item as it was -> the error to raise
-_Why = Callable[[Optional[Item]], Exception]    # the same, told also of a missing item
+Explain = Callable[[Item], Exception]  # the item as it was -> the error to raise
+_Why = Callable[[Optional[Item]], Exception]  # the same, told also of a missing item
 
 
 @dataclass
@@ -342,8 +365,14 @@ class Op:
     raw: Optional[Dict[str, Any]] = None
 
 
-def new_item(pk: str, sk: str, *, kind: Optional[str] = None, account_id: Optional[str] = None,
-             data: Optional[Dict[str, Any]] = None) -> Item:
+def new_item(
+    pk: str,
+    sk: str,
+    *,
+    kind: Optional[str] = None,
+    account_id: Optional[str] = None,
+    data: Optional[Dict[str, Any]] = None,
+) -> Item:
     return model()(pk, sk, kind=kind, account_id=account_id, data=data, refs=0)
 
 
@@ -354,7 +383,9 @@ def put_new(item: Item, error: Optional[errors.ApiError] = None) -> Op:
 
 def unique(namespace: str, value: str, owner: Dict[str, str], error: errors.ApiError) -> Op:
     """Claim a unique value (domain, hostport, bot name); ``error`` when someone holds it."""
-    return put_new(new_item(unique_pk(namespace, value), UNIQUE_SK, kind="unique", data=owner), error)
+    return put_new(
+        new_item(unique_pk(namespace, value), UNIQUE_SK, kind="unique", data=owner), error
+    )
 
 
 def release(namespace: str, value: str) -> Op:
@@ -366,8 +397,15 @@ def release(namespace: str, value: str) -> Op:
 def put_raw(pk: str, sk: str, kind: str, data: Dict[str, Any]) -> Op:
     """Write an item whatever it held before (no condition): for derived copies rewritten
     in the transaction of the item they copy, which orders them."""
-    request = {"Item": {**_key(pk, sk), "kind": {"S": kind}, "data": to_av(data),
-                        "refs": {"N": "0"}, "version": {"N": "1"}}}
+    request = {
+        "Item": {
+            **_key(pk, sk),
+            "kind": {"S": kind},
+            "data": to_av(data),
+            "refs": {"N": "0"},
+            "version": {"N": "1"},
+        }
+    }
     return Op("put", None, raw=request)
 
 
@@ -376,8 +414,9 @@ def save(item: Item, error: Optional[errors.ApiError] = None, condition: Any = N
     return Op("put", item, condition=condition, error=error)
 
 
-def update(item: Item, actions: List[Any], condition: Any = None,
-           error: Optional[errors.ApiError] = None) -> Op:
+def update(
+    item: Item, actions: List[Any], condition: Any = None, error: Optional[errors.ApiError] = None
+) -> Op:
     """Update attributes of an item read earlier (e.g. ``Item.refs.add(1)``)."""
     return Op("update", item, condition=condition, actions=actions, error=error)
 
@@ -441,9 +480,16 @@ def _key(pk: str, sk: str) -> Dict[str, Any]:
     return {"pk": {"S": pk}, "sk": {"S": sk}}
 
 
-def set_fields(pk: str, sk: str, fields: Dict[str, Any], *, refs: int = 0,
-               require: Condition = None, explain: Optional[Explain] = None,
-               missing: Optional[Exception] = None) -> Op:
+def set_fields(
+    pk: str,
+    sk: str,
+    fields: Dict[str, Any],
+    *,
+    refs: int = 0,
+    require: Condition = None,
+    explain: Optional[Explain] = None,
+    missing: Optional[Exception] = None,
+) -> Op:
     """Set some fields of an existing item's data (and move its ``refs`` by ``refs``), leaving
     every other field as it is: two writers of different fields never conflict. Bumps the
     version, so a read-modify-write of the same item elsewhere notices the change.
@@ -464,14 +510,20 @@ def set_fields(pk: str, sk: str, fields: Dict[str, Any], *, refs: int = 0,
         condition += f" AND attribute_type({e.path('data')}, {e.value('M')})"
     if require is not None:
         condition += f" AND ({require(e)})"
-    request = e.finish({"Key": _key(pk, sk), "UpdateExpression": expression,
-                        "ConditionExpression": condition})
+    request = e.finish(
+        {"Key": _key(pk, sk), "UpdateExpression": expression, "ConditionExpression": condition}
+    )
     return Op("update", None, raw=request, explain=_explain(missing, explain))
 
 
-def remove_item(pk: str, sk: str, *, require: Condition = None,
-                explain: Optional[Explain] = None,
-                missing: Optional[Exception] = None) -> Op:
+def remove_item(
+    pk: str,
+    sk: str,
+    *,
+    require: Condition = None,
+    explain: Optional[Explain] = None,
+    missing: Optional[Exception] = None,
+) -> Op:
     """Delete an existing item (else ``missing``) if ``require`` holds (else ``explain``)."""
     e = Expr()
     condition = f"attribute_exists({e.path('pk')})"
@@ -481,9 +533,14 @@ def remove_item(pk: str, sk: str, *, require: Condition = None,
     return Op("delete", None, raw=request, explain=_explain(missing, explain))
 
 
-def require_item(pk: str, sk: str, *, require: Condition = None,
-                 explain: Optional[Explain] = None,
-                 missing: Optional[Exception] = None) -> Op:
+def require_item(
+    pk: str,
+    sk: str,
+    *,
+    require: Condition = None,
+    explain: Optional[Explain] = None,
+    missing: Optional[Exception] = None,
+) -> Op:
     """A transaction part that only checks: the item exists and ``require`` holds."""
     e = Expr()
     condition = f"attribute_exists({e.path('pk')})"
@@ -500,6 +557,7 @@ def _explain(missing: Optional[Exception], explain: Optional[Explain]) -> _Why:
         if explain is not None:
             return explain(old)
         raise VersionConflict()
+
     return why
 
 
@@ -518,20 +576,22 @@ def _request(op: Op) -> Tuple[str, Dict[str, Any]]:
     elif op.item is None:
         raise ValueError(f"a {op.action} op needs an item or a raw request")
     elif op.action == "check":
-        request = model().get_operation_kwargs_from_class(op.item.pk, op.item.sk,
-                                                          condition=op.condition)
+        request = model().get_operation_kwargs_from_class(
+            op.item.pk, op.item.sk, condition=op.condition
+        )
     elif op.action == "delete":
         request = op.item.get_delete_kwargs_from_instance(
-            condition=op.condition, add_version_condition=op.item.version is not None)
+            condition=op.condition, add_version_condition=op.item.version is not None
+        )
     elif op.action == "put":
         request = op.item.get_save_kwargs_from_instance(condition=op.condition)
     else:
-        request = op.item.get_update_kwargs_from_instance(list(op.actions),
-                                                          condition=op.condition)
+        request = op.item.get_update_kwargs_from_instance(list(op.actions), condition=op.condition)
     request.pop("ReturnValuesOnConditionCheckFailure", None)
     request["TableName"] = get_settings().table_name
-    action = {"check": "ConditionCheck", "delete": "Delete", "put": "Put",
-              "update": "Update"}[op.action]
+    action = {"check": "ConditionCheck", "delete": "Delete", "put": "Put", "update": "Update"}[
+        op.action
+    ]
     return action, request
 
 
@@ -541,11 +601,21 @@ def _failed(op: Op, old_av: Optional[Dict[str, Any]]) -> Exception:
     if op.explain is None:
         return op.error if op.error is not None else VersionConflict()
     if old_av is None and op.raw is not None:
-        old_av = connection().client.get_item(TableName=get_settings().table_name,
-                                              Key=op.raw["Key"], ConsistentRead=True).get("Item")
+        old_av = (
+            connection()
+            .client.get_item(
+                TableName=get_settings().table_name, Key=op.raw["Key"], ConsistentRead=True
+            )
+            .get("Item")
+        )
     old = model().from_raw_data(old_av) if old_av else None
-    if old is not None and old_av and "S" in old_av.get("data", {}) and op.raw is not None \
-            and "attribute_type" in op.raw.get("ConditionExpression", ""):
+    if (
+        old is not None
+        and old_av
+        and "S" in old_av.get("data", {})
+        and op.raw is not None
+        and "attribute_type" in op.raw.get("ConditionExpression", "")
+    ):
         return _Legacy(old)
     try:
         return op.explain(old)
@@ -638,16 +708,19 @@ def _transact(ops: List[Op]) -> None:
     except ClientError as exc:
         error = exc.response.get("Error", {})
         if error.get("Code") != "TransactionCanceledException":
-            if error.get("Code") in ("TransactionConflictException",
-                                     "TransactionInProgressException"):
+            if error.get("Code") in (
+                "TransactionConflictException",
+                "TransactionInProgressException",
+            ):
                 raise VersionConflict() from None
             raise
         reasons = exc.response.get("CancellationReasons") or []
         for op, reason in zip(ops, reasons):
             if reason.get("Code") == "ConditionalCheckFailed":
                 raise _failed(op, reason.get("Item")) from None
-        if any(r.get("Code") in ("TransactionConflict", "ConditionalCheckFailed")
-               for r in reasons):
+        if any(
+            r.get("Code") in ("TransactionConflict", "ConditionalCheckFailed") for r in reasons
+        ):
             raise VersionConflict() from None
         raise
     for op in ops:
@@ -664,7 +737,7 @@ BACKOFF_CAP = 0.25
 
 def backoff(attempt: int) -> float:
     """Full-jitter exponential backoff: a random wait in [0, min(cap, base * 2**attempt))."""
-    return random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * (2 ** attempt)))
+    return random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * (2**attempt)))
 
 
 def retrying(func: Callable[..., T]) -> Callable[..., T]:
@@ -674,6 +747,7 @@ def retrying(func: Callable[..., T]) -> Callable[..., T]:
     After RETRIES lost races the caller gets 409 rather than a write based on stale data.
     Writes of single fields (:func:`set_fields`) do not race, so they rarely get here.
     """
+
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         for attempt in range(RETRIES):
@@ -682,6 +756,8 @@ def retrying(func: Callable[..., T]) -> Callable[..., T]:
             except VersionConflict:
                 if attempt + 1 < RETRIES:
                     time.sleep(backoff(attempt))
-        raise errors.Conflict("The resource was changed by another request at the same time; "
-                              "retry the request")
+        raise errors.Conflict(
+            "The resource was changed by another request at the same time; retry the request"
+        )
+
     return wrapper

@@ -16,6 +16,7 @@ Layout (docs/IDENTITY.md, "Vaults and secrets"):
 A lookup by names is three GetItems (the vault's name, the secret's name, the secret); the
 edge caches the answer (edge/secrets.py).
 """
+
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from chalicelib.core import ids, keywrap, store
@@ -41,8 +42,9 @@ def seal_context(account_id: str, secret_id: str) -> Dict[str, str]:
 
 
 def vault_id_of(account_id: str, vault_name: str) -> Optional[str]:
-    item = store.get(store.unique_pk(VAULT_NAMES, vault_name_key(account_id, vault_name)),
-                     store.UNIQUE_SK)
+    item = store.get(
+        store.unique_pk(VAULT_NAMES, vault_name_key(account_id, vault_name)), store.UNIQUE_SK
+    )
     return None if item is None else (item.data or {}).get("vault_id")
 
 
@@ -52,8 +54,9 @@ def lookup(account_id: str, vault_name: str, name: str) -> Optional[Tuple[str, D
     vault_id = vault_id_of(account_id, vault_name)
     if not vault_id:
         return None
-    owner = store.get(store.unique_pk(SECRET_NAMES, secret_name_key(vault_id, name)),
-                      store.UNIQUE_SK)
+    owner = store.get(
+        store.unique_pk(SECRET_NAMES, secret_name_key(vault_id, name)), store.UNIQUE_SK
+    )
     secret_id = None if owner is None else (owner.data or {}).get("secret_id")
     if not secret_id:
         return None
@@ -65,8 +68,7 @@ def lookup(account_id: str, vault_name: str, name: str) -> Optional[Tuple[str, D
 
 def reveal(account_id: str, secret_id: str, data: Dict[str, Any]) -> str:
     """The value of a secret read by :func:`lookup` (keywrap.SealError if it does not open)."""
-    return keywrap.open_sealed(data["sealed"], seal_context(account_id, secret_id)) \
-        .decode("utf-8")
+    return keywrap.open_sealed(data["sealed"], seal_context(account_id, secret_id)).decode("utf-8")
 
 
 def value_of(account_id: str, vault_name: str, name: str) -> Optional[str]:

@@ -24,6 +24,7 @@ asyncio client process with ``concurrency`` keep-alive connections; "direct" is 
 against the upstream's own port. Idle sessions are raw protocol clients (TLS + muxado + Auth
 with a long heartbeat interval) from this process: a load generator, not a test of the edge.
 """
+
 import argparse
 import asyncio
 import json
@@ -46,19 +47,43 @@ from tests.support.api import HttpApi, LocalStack  # noqa: E402
 
 BIG = os.urandom(1024 * 1024)
 # Five rules that all run on every request and change nothing the upstream sees much.
-FIVE_RULES = {"on_http_request": [
-    {"name": f"r{i}", "expressions": [f"req.url.path.startsWith('/echo') && "
-                                      f"!('x-block-{i}' in req.headers)"],
-     "actions": [{"type": "add-headers", "config": {"headers": {f"x-rule-{i}": "1"}}}]}
-    for i in range(5)]}
-RATE_LIMIT = {"on_http_request": [{"actions": [{"type": "rate-limit", "config": {
-    "name": "bench", "algorithm": "sliding_window", "capacity": 10000000, "rate": "60s",
-    "bucket_key": ["conn.client_ip"]}}]}]}
+FIVE_RULES = {
+    "on_http_request": [
+        {
+            "name": f"r{i}",
+            "expressions": [
+                f"req.url.path.startsWith('/echo') && !('x-block-{i}' in req.headers)"
+            ],
+            "actions": [{"type": "add-headers", "config": {"headers": {f"x-rule-{i}": "1"}}}],
+        }
+        for i in range(5)
+    ]
+}
+RATE_LIMIT = {
+    "on_http_request": [
+        {
+            "actions": [
+                {
+                    "type": "rate-limit",
+                    "config": {
+                        "name": "bench",
+                        "algorithm": "sliding_window",
+                        "capacity": 10000000,
+                        "rate": "60s",
+                        "bucket_key": ["conn.client_ip"],
+                    },
+                }
+            ]
+        }
+    ]
+}
 
 
 async def _request(reader, writer, host: str, method: str, path: str, body: bytes) -> int:
-    head = (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n"
-            "Content-Type: application/octet-stream\r\n\r\n").encode()
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n"
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
     writer.write(head + body)
     await writer.drain()
     raw = await reader.readuntil(b"\r\n\r\n")
@@ -71,8 +96,9 @@ async def _request(reader, writer, host: str, method: str, path: str, body: byte
     return status
 
 
-async def load(port: int, host: str, method: str, path: str, body: bytes, seconds: float,
-               concurrency: int) -> dict:
+async def load(
+    port: int, host: str, method: str, path: str, body: bytes, seconds: float, concurrency: int
+) -> dict:
     latencies, bad = [], 0
     stop_at = time.perf_counter() + seconds
 
@@ -91,18 +117,32 @@ async def load(port: int, host: str, method: str, path: str, body: bytes, second
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
     latencies.sort()
-    return {"requests": len(latencies), "rps": round(len(latencies) / elapsed, 1),
-            "p50_ms": round(1000 * latencies[len(latencies) // 2], 2),
-            "p99_ms": round(1000 * latencies[int(len(latencies) * 0.99) - 1], 2),
-            "non_200": bad}
+    return {
+        "requests": len(latencies),
+        "rps": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(1000 * latencies[len(latencies) // 2], 2),
+        "p99_ms": round(1000 * latencies[int(len(latencies) * 0.99) - 1], 2),
+        "non_200": bad,
+    }
 
 
 async def idle_session(edge: EdgeProcess, token: str, ctx: ssl.SSLContext):
-    reader, writer = await asyncio.open_connection("127.0.0.1", edge.agent_port, ssl=ctx,
-                                                   server_hostname="127.0.0.1")
-    auth = json.dumps({"Version": ["2"], "ClientId": "", "Extra": {
-        "AuthToken": token, "OS": "bench", "Version": "bench", "HeartbeatInterval": 600 * 10**9,
-        "HeartbeatTolerance": 600 * 10**9}}).encode()
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", edge.agent_port, ssl=ctx, server_hostname="127.0.0.1"
+    )
+    auth = json.dumps(
+        {
+            "Version": ["2"],
+            "ClientId": "",
+            "Extra": {
+                "AuthToken": token,
+                "OS": "bench",
+                "Version": "bench",
+                "HeartbeatInterval": 600 * 10**9,
+                "HeartbeatTolerance": 600 * 10**9,
+            },
+        }
+    ).encode()
     writer.write(muxado.data(1, (0).to_bytes(4, "big") + auth, syn=True))
     await writer.drain()
     parser, reply = muxado.FrameParser(), b""
@@ -129,8 +169,9 @@ def measured(pids: dict, run) -> dict:
     own = time.process_time()
     result = run()
     n = max(1, result["requests"])
-    cpu = {name: round(1e6 * (cpu_seconds(pid) - before[name]) / n, 1)
-           for name, pid in pids.items()}
+    cpu = {
+        name: round(1e6 * (cpu_seconds(pid) - before[name]) / n, 1) for name, pid in pids.items()
+    }
     cpu["client"] = round(1e6 * (time.process_time() - own) / n, 1)
     result["cpu_us_per_request"] = cpu
     return result
@@ -163,35 +204,71 @@ def main() -> int:
         try:
             account = HttpApi(stack).new_account()
             token = account.admin.post("/credentials", {"description": "bench"}).json["token"]
-            agent = SdkAgent(edge, token, [
-                {"proto": "http"},
-                {"proto": "http", "options": {"traffic_policy": [json.dumps(FIVE_RULES)]}},
-                {"proto": "http", "options": {"traffic_policy": [json.dumps(RATE_LIMIT)]}}])
+            agent = SdkAgent(
+                edge,
+                token,
+                [
+                    {"proto": "http"},
+                    {"proto": "http", "options": {"traffic_policy": [json.dumps(FIVE_RULES)]}},
+                    {"proto": "http", "options": {"traffic_policy": [json.dumps(RATE_LIMIT)]}},
+                ],
+            )
             bound = agent.start()
             hosts = [b["url"].split("://")[1].split(":")[0] for b in bound]
             host = hosts[0]
             upstream = agent.seen[-1]["http_port"]
             rows = []
             for label, method, path, body, clients in (
-                    ("small GET", "GET", "/echo", b"", args.concurrency),
-                    ("1 MB POST", "POST", "/upload", BIG, args.concurrency),
-                    ("GET 1 conn", "GET", "/echo", b"", 1)):   # latency: one at a time
-                direct = measured({"upstream": agent.process.pid}, lambda: asyncio.run(
-                    load(upstream, host, method, path, body, args.seconds, clients)))
+                ("small GET", "GET", "/echo", b"", args.concurrency),
+                ("1 MB POST", "POST", "/upload", BIG, args.concurrency),
+                ("GET 1 conn", "GET", "/echo", b"", 1),
+            ):  # latency: one at a time
+                direct = measured(
+                    {"upstream": agent.process.pid},
+                    lambda: asyncio.run(
+                        load(upstream, host, method, path, body, args.seconds, clients)
+                    ),
+                )
                 through = measured(
                     {"edge": edge.process.pid, "agent": agent.process.pid},
-                    lambda: asyncio.run(load(edge.http_port, host, method, path, body,
-                                             args.seconds, clients)))
-                rows.append({"case": label, "direct": direct, "edge": through,
-                             "ratio": round(through["rps"] / direct["rps"], 2)})
+                    lambda: asyncio.run(
+                        load(edge.http_port, host, method, path, body, args.seconds, clients)
+                    ),
+                )
+                rows.append(
+                    {
+                        "case": label,
+                        "direct": direct,
+                        "edge": through,
+                        "ratio": round(through["rps"] / direct["rps"], 2),
+                    }
+                )
             results["throughput"] = rows
             policy_rows = []
-            for label, policy_host in (("no policy", hosts[0]), ("5-rule policy", hosts[1]),
-                                       ("rate limit", hosts[2])):
-                policy_rows.append({"case": label, **measured(
-                    {"edge": edge.process.pid, "agent": agent.process.pid},
-                    lambda: asyncio.run(load(edge.http_port, policy_host, "GET", "/echo", b"",
-                                             args.seconds, args.concurrency)))})
+            for label, policy_host in (
+                ("no policy", hosts[0]),
+                ("5-rule policy", hosts[1]),
+                ("rate limit", hosts[2]),
+            ):
+                policy_rows.append(
+                    {
+                        "case": label,
+                        **measured(
+                            {"edge": edge.process.pid, "agent": agent.process.pid},
+                            lambda: asyncio.run(
+                                load(
+                                    edge.http_port,
+                                    policy_host,
+                                    "GET",
+                                    "/echo",
+                                    b"",
+                                    args.seconds,
+                                    args.concurrency,
+                                )
+                            ),
+                        ),
+                    }
+                )
             results["policy"] = policy_rows
             sessions = []
             ctx = ssl.create_default_context(cafile=edge.ca_path)
@@ -200,14 +277,23 @@ def main() -> int:
                 writers, out = [], []
                 for count in counts:
                     while len(writers) < count:
-                        writers += await asyncio.gather(*(idle_session(edge, token, ctx)
-                                                          for _ in range(min(50, count - len(writers)))))
+                        writers += await asyncio.gather(
+                            *(
+                                idle_session(edge, token, ctx)
+                                for _ in range(min(50, count - len(writers)))
+                            )
+                        )
                     await asyncio.sleep(2)
-                    out.append({"sessions": count, "edge_rss_mb":
-                                round(rss_kb(edge.process.pid) / 1024, 1)})
+                    out.append(
+                        {
+                            "sessions": count,
+                            "edge_rss_mb": round(rss_kb(edge.process.pid) / 1024, 1),
+                        }
+                    )
                 for w in writers:
                     w.close()
                 return out
+
             sessions = asyncio.run(hold([int(n) for n in args.sessions.split(",")]))
             results["idle_sessions"] = sessions
         finally:
@@ -215,30 +301,40 @@ def main() -> int:
                 agent.stop()
             edge.stop()
             stack.stop()
-    print(f"{'case':<11} {'direct rps':>10} {'edge rps':>9} {'ratio':>6} "
-          f"{'direct p50/p99 ms':>18} {'edge p50/p99 ms':>16}")
+    print(
+        f"{'case':<11} {'direct rps':>10} {'edge rps':>9} {'ratio':>6} "
+        f"{'direct p50/p99 ms':>18} {'edge p50/p99 ms':>16}"
+    )
     for row in results["throughput"]:
         d, e = row["direct"], row["edge"]
-        print(f"{row['case']:<11} {d['rps']:>10} {e['rps']:>9} {row['ratio']:>6} "
-              f"{d['p50_ms']:>8}/{d['p99_ms']:<9} {e['p50_ms']:>7}/{e['p99_ms']:<8}")
+        print(
+            f"{row['case']:<11} {d['rps']:>10} {e['rps']:>9} {row['ratio']:>6} "
+            f"{d['p50_ms']:>8}/{d['p99_ms']:<9} {e['p50_ms']:>7}/{e['p99_ms']:<8}"
+        )
     print("CPU µs per request (from /proc; independent of what else the machine runs):")
     for row in results["throughput"]:
         d, e = row["direct"]["cpu_us_per_request"], row["edge"]["cpu_us_per_request"]
         bound = (d["upstream"] + d["client"]) / (e["edge"] + e["agent"] + e["client"])
         free = (d["upstream"] + d["client"]) / (e["agent"] + e["client"])
-        print(f"  {row['case']:<10} direct: upstream {d['upstream']}, client {d['client']} | "
-              f"through the edge: edge {e['edge']}, agent+upstream {e['agent']}, "
-              f"client {e['client']} | CPU-bound ratio {bound:.2f} "
-              f"(with a zero-cost edge {free:.2f})")
+        print(
+            f"  {row['case']:<10} direct: upstream {d['upstream']}, client {d['client']} | "
+            f"through the edge: edge {e['edge']}, agent+upstream {e['agent']}, "
+            f"client {e['client']} | CPU-bound ratio {bound:.2f} "
+            f"(with a zero-cost edge {free:.2f})"
+        )
     base = results["policy"][0]
     for row in results["policy"]:
         cpu = row["cpu_us_per_request"]["edge"]
-        print(f"through the edge, {row['case']:<13}: {row['rps']:>7} rps "
-              f"(time per request {base['rps'] / row['rps']:.2f}x no policy) "
-              f"p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms; edge CPU {cpu} µs/request "
-              f"({cpu / base['cpu_us_per_request']['edge']:.2f}x no policy)")
-    print("idle sessions vs edge RSS: " + ", ".join(
-        f"{r['sessions']}: {r['edge_rss_mb']} MB" for r in results["idle_sessions"]))
+        print(
+            f"through the edge, {row['case']:<13}: {row['rps']:>7} rps "
+            f"(time per request {base['rps'] / row['rps']:.2f}x no policy) "
+            f"p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms; edge CPU {cpu} µs/request "
+            f"({cpu / base['cpu_us_per_request']['edge']:.2f}x no policy)"
+        )
+    print(
+        "idle sessions vs edge RSS: "
+        + ", ".join(f"{r['sessions']}: {r['edge_rss_mb']} MB" for r in results["idle_sessions"])
+    )
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "latest.json"), "w") as fh:
         json.dump(results, fh, indent=2)
     return 0

@@ -17,6 +17,7 @@ edge's /metrics counted. Writes edge/bench/events_latest.json.
 Everything runs here as processes: store + API (scripts/serve.py), moto's server (Kinesis),
 the edge (EVENTS_AWS_ENDPOINT_URL at moto), one SDK agent per account.
 """
+
 import argparse
 import asyncio
 import json
@@ -43,8 +44,10 @@ from bench_edge import load, measured  # noqa: E402
 from tests.edge.conftest import EdgeProcess, SdkAgent  # noqa: E402
 from tests.support.api import HttpApi, LocalStack  # noqa: E402
 
-KEYS = {"aws_access_key_id": "AKIAIOSFODNN7EXAMPLE",
-        "aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}
+KEYS = {
+    "aws_access_key_id": "AKIAIOSFODNN7EXAMPLE",
+    "aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+}
 ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/{}"
 
 
@@ -68,8 +71,7 @@ def counters(edge: EdgeProcess) -> dict:
     out: dict = {}
     for family in text_string_to_metric_families(text):
         if family.name in ("edge_events_sent", "edge_events_retried", "edge_events_dropped"):
-            out[family.name] = sum(s.value for s in family.samples
-                                   if s.name.endswith("_total"))
+            out[family.name] = sum(s.value for s in family.samples if s.name.endswith("_total"))
     return out
 
 
@@ -79,16 +81,22 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    results: dict = {"machine": f"{os.cpu_count()} cores", "concurrency": args.concurrency,
-                     "seconds_per_run": args.seconds, "rounds": args.rounds}
+    results: dict = {
+        "machine": f"{os.cpu_count()} cores",
+        "concurrency": args.concurrency,
+        "seconds_per_run": args.seconds,
+        "rounds": args.rounds,
+    }
     with tempfile.TemporaryDirectory(prefix="events-bench-") as tmp:
         # API and edge share the sealing key (the API seals a destination's secret, the edge
         # opens it), as `make run` does through its one DATA_DIR
         os.environ["TLS_KEY_FILE"] = os.path.join(tmp, "tls-keys.secret")
         moto_port = free_port()
-        moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                                 "-p", str(moto_port)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        moto = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(moto_port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         moto_url = f"http://127.0.0.1:{moto_port}"
         stack = LocalStack(data_dir=os.path.join(tmp, "api"))
         os.makedirs(stack.data_dir)
@@ -108,15 +116,31 @@ def main() -> int:
             edge.start({**stack.store_env(), "EVENTS_AWS_ENDPOINT_URL": moto_url})
             api = HttpApi(stack)
             hosts = {}
-            for case, stream in (("none", None), ("kinesis", "bench"),
-                                 ("refusing", "no-such-stream")):
+            for case, stream in (
+                ("none", None),
+                ("kinesis", "bench"),
+                ("refusing", "no-such-stream"),
+            ):
                 account = api.new_account()
                 if stream is not None:
-                    dest = account.admin.post("/event_destinations", {"target": {"kinesis": {
-                        "stream_arn": ARN.format(stream), "auth": {"creds": KEYS}}}}).json
-                    account.admin.post("/event_subscriptions", {
-                        "sources": [{"type": "http_request_complete.v0"}],
-                        "destination_ids": [dest["id"]]})
+                    dest = account.admin.post(
+                        "/event_destinations",
+                        {
+                            "target": {
+                                "kinesis": {
+                                    "stream_arn": ARN.format(stream),
+                                    "auth": {"creds": KEYS},
+                                }
+                            }
+                        },
+                    ).json
+                    account.admin.post(
+                        "/event_subscriptions",
+                        {
+                            "sources": [{"type": "http_request_complete.v0"}],
+                            "destination_ids": [dest["id"]],
+                        },
+                    )
                 token = account.admin.post("/credentials", {}).json["token"]
                 agent = SdkAgent(edge, token, [{"proto": "http"}])
                 agents.append(agent)
@@ -126,31 +150,57 @@ def main() -> int:
             runs: dict = {case: [] for case in hosts}
             for _ in range(args.rounds):
                 for case, (host, agent) in hosts.items():
-                    pids = {"edge": edge.process.pid, "agent": agent.process.pid,
-                            "moto": moto.pid}
+                    pids = {"edge": edge.process.pid, "agent": agent.process.pid, "moto": moto.pid}
                     for number, child in enumerate(children(edge.process.pid)):
                         pids[f"delivery{number}"] = child
-                    runs[case].append(measured(pids, lambda: asyncio.run(
-                        load(edge.http_port, host, "GET", "/echo", b"", args.seconds,
-                             args.concurrency))))
-            time.sleep(5)   # let the worker deliver, retry and drop what it holds
+                    runs[case].append(
+                        measured(
+                            pids,
+                            lambda: asyncio.run(
+                                load(
+                                    edge.http_port,
+                                    host,
+                                    "GET",
+                                    "/echo",
+                                    b"",
+                                    args.seconds,
+                                    args.concurrency,
+                                )
+                            ),
+                        )
+                    )
+            time.sleep(5)  # let the worker deliver, retry and drop what it holds
             after = counters(edge)
             rows = []
             for case, got in runs.items():
                 total = sum(r["requests"] for r in got)
-                rows.append({
-                    "case": case, "requests": total,
-                    "rps": round(sum(r["rps"] for r in got) / len(got), 1),
-                    "p50_ms": round(sorted(r["p50_ms"] for r in got)[len(got) // 2], 2),
-                    "p99_ms": round(sorted(r["p99_ms"] for r in got)[len(got) // 2], 2),
-                    "non_200": sum(r["non_200"] for r in got),
-                    "edge_cpu_us": round(sorted(r["cpu_us_per_request"]["edge"]
-                                                for r in got)[len(got) // 2], 1),
-                    "delivery_process_cpu_us": round(sorted(
-                        sum(v for k, v in r["cpu_us_per_request"].items()
-                            if k.startswith("delivery")) for r in got)[len(got) // 2], 1),
-                    "moto_cpu_us": round(sorted(r["cpu_us_per_request"]["moto"]
-                                                for r in got)[len(got) // 2], 1)})
+                rows.append(
+                    {
+                        "case": case,
+                        "requests": total,
+                        "rps": round(sum(r["rps"] for r in got) / len(got), 1),
+                        "p50_ms": round(sorted(r["p50_ms"] for r in got)[len(got) // 2], 2),
+                        "p99_ms": round(sorted(r["p99_ms"] for r in got)[len(got) // 2], 2),
+                        "non_200": sum(r["non_200"] for r in got),
+                        "edge_cpu_us": round(
+                            sorted(r["cpu_us_per_request"]["edge"] for r in got)[len(got) // 2], 1
+                        ),
+                        "delivery_process_cpu_us": round(
+                            sorted(
+                                sum(
+                                    v
+                                    for k, v in r["cpu_us_per_request"].items()
+                                    if k.startswith("delivery")
+                                )
+                                for r in got
+                            )[len(got) // 2],
+                            1,
+                        ),
+                        "moto_cpu_us": round(
+                            sorted(r["cpu_us_per_request"]["moto"] for r in got)[len(got) // 2], 1
+                        ),
+                    }
+                )
             results["cases"] = rows
             results["events"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         finally:
@@ -161,17 +211,22 @@ def main() -> int:
             moto.terminate()
             moto.wait(timeout=15)
     base = results["cases"][0]
-    print(f"{'case':<9} {'rps':>7} {'p50 ms':>7} {'p99 ms':>7} {'non-200':>7} "
-          f"{'edge CPU µs/req':>15} {'delivery µs/req':>15} {'moto µs/req':>11}  vs none")
+    print(
+        f"{'case':<9} {'rps':>7} {'p50 ms':>7} {'p99 ms':>7} {'non-200':>7} "
+        f"{'edge CPU µs/req':>15} {'delivery µs/req':>15} {'moto µs/req':>11}  vs none"
+    )
     for row in results["cases"]:
-        print(f"{row['case']:<9} {row['rps']:>7} {row['p50_ms']:>7} {row['p99_ms']:>7} "
-              f"{row['non_200']:>7} {row['edge_cpu_us']:>15} "
-              f"{row['delivery_process_cpu_us']:>15} {row['moto_cpu_us']:>11}  "
-              f"p50 {row['p50_ms'] / base['p50_ms']:.2f}x, CPU "
-              f"{row['edge_cpu_us'] / base['edge_cpu_us']:.2f}x")
+        print(
+            f"{row['case']:<9} {row['rps']:>7} {row['p50_ms']:>7} {row['p99_ms']:>7} "
+            f"{row['non_200']:>7} {row['edge_cpu_us']:>15} "
+            f"{row['delivery_process_cpu_us']:>15} {row['moto_cpu_us']:>11}  "
+            f"p50 {row['p50_ms'] / base['p50_ms']:.2f}x, CPU "
+            f"{row['edge_cpu_us'] / base['edge_cpu_us']:.2f}x"
+        )
     print("events during the runs:", results["events"])
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "events_latest.json"),
-              "w") as fh:
+    with open(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "events_latest.json"), "w"
+    ) as fh:
         json.dump(results, fh, indent=2)
     return 0
 

@@ -14,6 +14,7 @@ client's figure is high for HTTP/2 and for grpcio's Python layer). When nghttp2'
 is on PATH (Debian ``nghttp2-client``) the GET cases run again with it as the client (C; its
 CPU from the children's rusage).
 """
+
 import argparse
 import asyncio
 import json
@@ -48,9 +49,13 @@ from tests.support.api import HttpApi, LocalStack  # noqa: E402
 def _summary(latencies, bad, seconds):
     latencies.sort()
     n = len(latencies)
-    return {"requests": n, "errors": bad, "rps": round(n / seconds),
-            "p50_ms": round(1000 * statistics.median(latencies), 2) if n else None,
-            "p99_ms": round(1000 * latencies[int(n * 0.99) - 1], 2) if n else None}
+    return {
+        "requests": n,
+        "errors": bad,
+        "rps": round(n / seconds),
+        "p50_ms": round(1000 * statistics.median(latencies), 2) if n else None,
+        "p99_ms": round(1000 * latencies[int(n * 0.99) - 1], 2) if n else None,
+    }
 
 
 async def load_h1(edge, ctx, host, seconds, connections):
@@ -62,7 +67,8 @@ async def load_h1(edge, ctx, host, seconds, connections):
     async def worker():
         nonlocal bad
         reader, writer = await asyncio.open_connection(
-            "127.0.0.1", edge.https_port, ssl=ctx, server_hostname=host)
+            "127.0.0.1", edge.https_port, ssl=ctx, server_hostname=host
+        )
         while time.perf_counter() < stop_at:
             started = time.perf_counter()
             writer.write(head)
@@ -76,6 +82,7 @@ async def load_h1(edge, ctx, host, seconds, connections):
                 bad += 1
             latencies.append(time.perf_counter() - started)
         writer.close()
+
     await asyncio.gather(*(worker() for _ in range(connections)))
     return _summary(latencies, bad, seconds)
 
@@ -83,10 +90,12 @@ async def load_h1(edge, ctx, host, seconds, connections):
 async def load_h2(edge, ctx, host, seconds, streams):
     """One TLS connection (ALPN h2), ``streams`` requests in flight on it at all times."""
     reader, writer = await asyncio.open_connection(
-        "127.0.0.1", edge.https_port, ssl=ctx, server_hostname=host)
+        "127.0.0.1", edge.https_port, ssl=ctx, server_hostname=host
+    )
     assert writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
-                                                                header_encoding=None))
+    conn = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=True, header_encoding=None)
+    )
     conn.initiate_connection()
     conn.increment_flow_control_window(16 << 20)
     writer.write(conn.data_to_send())
@@ -94,8 +103,12 @@ async def load_h2(edge, ctx, host, seconds, streams):
     latencies, bad = [], 0
     stop_at = time.perf_counter() + seconds
     authority = f"{host}:{edge.https_port}".encode()
-    fields = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", authority),
-              (b":path", b"/echo")]
+    fields = [
+        (b":method", b"GET"),
+        (b":scheme", b"https"),
+        (b":authority", authority),
+        (b":path", b"/echo"),
+    ]
 
     async def pump():
         while True:
@@ -107,8 +120,7 @@ async def load_h2(edge, ctx, host, seconds, streams):
                     status = dict(event.headers)[b":status"]
                     waiting[event.stream_id][1] = status
                 elif isinstance(event, h2.events.DataReceived):
-                    conn.acknowledge_received_data(event.flow_controlled_length,
-                                                   event.stream_id)
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
                     future = waiting.pop(event.stream_id)[0]
                     if not future.done():
@@ -140,8 +152,11 @@ async def load_h2(edge, ctx, host, seconds, streams):
 async def load_grpc(target, creds, options, seconds, concurrency):
     latencies, bad = [], 0
     stop_at = time.perf_counter() + seconds
-    channel = grpc.aio.secure_channel(target, creds, options=options) if creds else \
-        grpc.aio.insecure_channel(target)
+    channel = (
+        grpc.aio.secure_channel(target, creds, options=options)
+        if creds
+        else grpc.aio.insecure_channel(target)
+    )
     unary = channel.unary_unary("/test.Echo/Unary")
 
     async def worker():
@@ -153,6 +168,7 @@ async def load_grpc(target, creds, options, seconds, concurrency):
             except grpc.RpcError:
                 bad += 1
             latencies.append(time.perf_counter() - started)
+
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     await channel.close()
     return _summary(latencies, bad, seconds)
@@ -163,17 +179,36 @@ def load_h2load(edge, host, seconds, args):
     child's CPU (rusage) as the client's. ``args``: ``--h1 -c N`` or ``-c 1 -m N``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
-        ["h2load", *args, "-D", str(int(seconds)), "-H", f":authority: {host}:{edge.https_port}",
-         f"https://127.0.0.1:{edge.https_port}/echo"],
-        capture_output=True, text=True, timeout=seconds + 60)
+        [
+            "h2load",
+            *args,
+            "-D",
+            str(int(seconds)),
+            "-H",
+            f":authority: {host}:{edge.https_port}",
+            f"https://127.0.0.1:{edge.https_port}/echo",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = int(re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded",
-                         out.stdout).group(2))
+    done = int(
+        re.search(
+            r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out.stdout
+        ).group(2)
+    )
     protocol = re.search(r"Application protocol: (\S+)", out.stdout).group(1)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return {"requests": done, "errors": 0, "rps": round(done / seconds), "p50_ms": None,
-            "p99_ms": None, "protocol": protocol,
-            "h2load_cpu_us_per_request": round(1e6 * cpu / max(1, done), 1)}
+    return {
+        "requests": done,
+        "errors": 0,
+        "rps": round(done / seconds),
+        "p50_ms": None,
+        "p99_ms": None,
+        "protocol": protocol,
+        "h2load_cpu_us_per_request": round(1e6 * cpu / max(1, done), 1),
+    }
 
 
 def main() -> int:
@@ -192,9 +227,14 @@ def main() -> int:
         try:
             account = HttpApi(stack).new_account()
             token = account.admin.post("/credentials", {"description": "bench"}).json["token"]
-            agent = SdkAgent(edge, token, [
-                {"proto": "http"},
-                {"proto": "http", "upstream": "grpc", "options": {"app_protocol": ["http2"]}}])
+            agent = SdkAgent(
+                edge,
+                token,
+                [
+                    {"proto": "http"},
+                    {"proto": "http", "upstream": "grpc", "options": {"app_protocol": ["http2"]}},
+                ],
+            )
             bound = agent.start()
             host, grpc_host = [b["url"].split("://")[1].split(":")[0] for b in bound]
             grpc_port = agent.seen[-1]["grpc_port"]
@@ -205,33 +245,68 @@ def main() -> int:
             ctx2.set_alpn_protocols(["h2"])
             rows = []
             for label, run in (
-                    ("GET, HTTP/1.1, 20 connections",
-                     lambda: load_h1(edge, ctx1, host, args.seconds, 20)),
-                    ("GET, HTTP/2, 20 streams on 1 connection",
-                     lambda: load_h2(edge, ctx2, host, args.seconds, 20)),
-                    ("GET, HTTP/1.1, 100 connections",
-                     lambda: load_h1(edge, ctx1, host, args.seconds, 100)),
-                    ("GET, HTTP/2, 100 streams on 1 connection",
-                     lambda: load_h2(edge, ctx2, host, args.seconds, 100))):
+                (
+                    "GET, HTTP/1.1, 20 connections",
+                    lambda: load_h1(edge, ctx1, host, args.seconds, 20),
+                ),
+                (
+                    "GET, HTTP/2, 20 streams on 1 connection",
+                    lambda: load_h2(edge, ctx2, host, args.seconds, 20),
+                ),
+                (
+                    "GET, HTTP/1.1, 100 connections",
+                    lambda: load_h1(edge, ctx1, host, args.seconds, 100),
+                ),
+                (
+                    "GET, HTTP/2, 100 streams on 1 connection",
+                    lambda: load_h2(edge, ctx2, host, args.seconds, 100),
+                ),
+            ):
                 rows.append({"case": label, **measured(pids, lambda: asyncio.run(run()))})
-            if shutil.which("h2load"):   # the same with a client in C
-                for label, h2args in (("GET, h2load --h1, 20 connections", ["--h1", "-c", "20"]),
-                                      ("GET, h2load, 20 streams on 1 connection",
-                                       ["-c", "1", "-m", "20"]),
-                                      ("GET, h2load, 100 streams on 1 connection",
-                                       ["-c", "1", "-m", "100"])):
-                    rows.append({"case": label, **measured(
-                        pids, lambda: load_h2load(edge, host, args.seconds, h2args))})
+            if shutil.which("h2load"):  # the same with a client in C
+                for label, h2args in (
+                    ("GET, h2load --h1, 20 connections", ["--h1", "-c", "20"]),
+                    ("GET, h2load, 20 streams on 1 connection", ["-c", "1", "-m", "20"]),
+                    ("GET, h2load, 100 streams on 1 connection", ["-c", "1", "-m", "100"]),
+                ):
+                    rows.append(
+                        {
+                            "case": label,
+                            **measured(
+                                pids, lambda: load_h2load(edge, host, args.seconds, h2args)
+                            ),
+                        }
+                    )
             with open(edge.ca_path, "rb") as fh:
                 creds = grpc.ssl_channel_credentials(root_certificates=fh.read())
-            options = [("grpc.ssl_target_name_override", grpc_host),
-                       ("grpc.default_authority", f"{grpc_host}:{edge.https_port}")]
-            rows.append({"case": "gRPC unary direct to grpcio (h2c), 20 in flight", **measured(
-                {"agent": agent.process.pid}, lambda: asyncio.run(load_grpc(
-                    f"127.0.0.1:{grpc_port}", None, None, args.seconds, 20)))})
-            rows.append({"case": "gRPC unary through the edge (TLS), 20 in flight", **measured(
-                pids, lambda: asyncio.run(load_grpc(
-                    f"127.0.0.1:{edge.https_port}", creds, options, args.seconds, 20)))})
+            options = [
+                ("grpc.ssl_target_name_override", grpc_host),
+                ("grpc.default_authority", f"{grpc_host}:{edge.https_port}"),
+            ]
+            rows.append(
+                {
+                    "case": "gRPC unary direct to grpcio (h2c), 20 in flight",
+                    **measured(
+                        {"agent": agent.process.pid},
+                        lambda: asyncio.run(
+                            load_grpc(f"127.0.0.1:{grpc_port}", None, None, args.seconds, 20)
+                        ),
+                    ),
+                }
+            )
+            rows.append(
+                {
+                    "case": "gRPC unary through the edge (TLS), 20 in flight",
+                    **measured(
+                        pids,
+                        lambda: asyncio.run(
+                            load_grpc(
+                                f"127.0.0.1:{edge.https_port}", creds, options, args.seconds, 20
+                            )
+                        ),
+                    ),
+                }
+            )
             results["rows"] = rows
         finally:
             if agent is not None:
@@ -243,10 +318,13 @@ def main() -> int:
         cpu = ", ".join(f"{k} {v}" for k, v in row["cpu_us_per_request"].items())
         if "h2load_cpu_us_per_request" in row:
             cpu += f" (h2load {row['h2load_cpu_us_per_request']})"
-        print(f"{row['case']:<50} {row['rps']:>6} {row['errors']:>4} {row['p50_ms']!s:>7} "
-              f"{row['p99_ms']!s:>7}  {cpu}")
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "h2_latest.json"),
-              "w") as fh:
+        print(
+            f"{row['case']:<50} {row['rps']:>6} {row['errors']:>4} {row['p50_ms']!s:>7} "
+            f"{row['p99_ms']!s:>7}  {cpu}"
+        )
+    with open(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "h2_latest.json"), "w"
+    ) as fh:
         json.dump(results, fh, indent=2)
     return 0
 

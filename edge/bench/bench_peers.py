@@ -28,6 +28,7 @@ on the path, read from /proc (utime + stime of the process and its children's th
 and after the run: on a shared machine throughput moves with the other load, CPU per request
 much less. Ratios are to ``ssh -R`` (and to nginx for HTTPS). Results: edge/bench/peers_latest.json.
 """
+
 import argparse
 import json
 import os
@@ -53,11 +54,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CLK = os.sysconf("SC_CLK_TCK")
 BULK = 256 << 20
 SWEEP = [1 << 10, 16 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
-FIVE_RULES = {"on_http_request": [
-    {"name": f"r{i}", "expressions": [f"req.url.path.startsWith('/echo') && "
-                                      f"!('x-block-{i}' in req.headers)"],
-     "actions": [{"type": "add-headers", "config": {"headers": {f"x-rule-{i}": "1"}}}]}
-    for i in range(5)]}
+FIVE_RULES = {
+    "on_http_request": [
+        {
+            "name": f"r{i}",
+            "expressions": [
+                f"req.url.path.startsWith('/echo') && !('x-block-{i}' in req.headers)"
+            ],
+            "actions": [{"type": "add-headers", "config": {"headers": {f"x-rule-{i}": "1"}}}],
+        }
+        for i in range(5)
+    ]
+}
 
 
 def free_port() -> int:
@@ -134,13 +142,28 @@ class Group:
 def _duration_us(text: str) -> float:
     for unit, scale in (("us", 1.0), ("ms", 1e3), ("s", 1e6), ("m", 6e7)):
         if text.endswith(unit):
-            return float(text[:-len(unit)]) * scale
+            return float(text[: -len(unit)]) * scale
     return float(text)
 
 
-def wrk(url: str, conns: int, seconds: float, tmp: str, host: str = "", body: int = 0,
-        close: bool = False) -> Dict[str, Any]:
-    cmd = ["wrk", "-t1", f"-c{conns}", f"-d{int(round(seconds))}s", "--latency", "--timeout", "10s"]
+def wrk(
+    url: str,
+    conns: int,
+    seconds: float,
+    tmp: str,
+    host: str = "",
+    body: int = 0,
+    close: bool = False,
+) -> Dict[str, Any]:
+    cmd = [
+        "wrk",
+        "-t1",
+        f"-c{conns}",
+        f"-d{int(round(seconds))}s",
+        "--latency",
+        "--timeout",
+        "10s",
+    ]
     if host:
         cmd += ["-H", f"Host: {host}"]
     if close:
@@ -149,15 +172,24 @@ def wrk(url: str, conns: int, seconds: float, tmp: str, host: str = "", body: in
         script = os.path.join(tmp, f"post{body}.lua")
         if not os.path.exists(script):
             with open(script, "w") as fh:
-                fh.write(f'wrk.method = "POST"\nwrk.body = string.rep("a", {body})\n'
-                         'wrk.headers["Content-Type"] = "application/octet-stream"\n')
+                fh.write(
+                    f'wrk.method = "POST"\nwrk.body = string.rep("a", {body})\n'
+                    'wrk.headers["Content-Type"] = "application/octet-stream"\n'
+                )
         cmd += ["-s", script]
-    proc = subprocess.Popen(cmd + [url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        cmd + [url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     out, _ = proc.communicate(timeout=seconds + 60)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result: Dict[str, Any] = {"requests": 0, "rps": 0.0, "p50_us": 0.0, "p99_us": 0.0,
-                              "errors": 0, "_usage": usage.ru_utime + usage.ru_stime}
+    result: Dict[str, Any] = {
+        "requests": 0,
+        "rps": 0.0,
+        "p50_us": 0.0,
+        "p99_us": 0.0,
+        "errors": 0,
+        "_usage": usage.ru_utime + usage.ru_stime,
+    }
     for line in out.splitlines():
         parts = line.split()
         if line.strip().startswith("50%"):
@@ -195,8 +227,9 @@ def median_of(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     for key in ("requests", "rps", "p50_us", "p99_us", "errors", "mbps"):
         if key in runs[0]:
             out[key] = statistics.median(r[key] for r in runs)
-    out["cpu_us"] = {name: statistics.median(r["cpu_us"][name] for r in runs)
-                     for name in runs[0]["cpu_us"]}
+    out["cpu_us"] = {
+        name: statistics.median(r["cpu_us"][name] for r in runs) for name in runs[0]["cpu_us"]
+    }
     out["runs"] = len(runs)
     if "rps" in runs[0]:
         out["rps_range"] = [min(r["rps"] for r in runs), max(r["rps"] for r in runs)]
@@ -298,32 +331,58 @@ def start_nginx(procs: Procs, tmp: str, name: str, text: str) -> subprocess.Pope
     conf = os.path.join(tmp, f"{name}.conf")
     with open(conf, "w") as fh:
         fh.write(text)
-    return procs.start(["nginx", "-c", conf, "-p", tmp, "-g", "daemon off;"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return procs.start(
+        ["nginx", "-c", conf, "-p", tmp, "-g", "daemon off;"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def start_ssh(procs: Procs, tmp: str, forwards: List[tuple]) -> tuple:
     """sshd on 127.0.0.1 and ``ssh -N -R`` for each (remote port, local port)."""
-    os.makedirs("/run/sshd", exist_ok=True)   # sshd's privilege separation directory
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
-                    f"{tmp}/ssh_host_ed25519_key"], check=True)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", f"{tmp}/user_key"],
-                   check=True)
+    os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", f"{tmp}/ssh_host_ed25519_key"],
+        check=True,
+    )
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", f"{tmp}/user_key"], check=True
+    )
     shutil.copy(f"{tmp}/user_key.pub", f"{tmp}/authorized_keys")
     port = free_port()
     with open(f"{tmp}/sshd_config", "w") as fh:
         fh.write(SSHD_CONFIG.format(port=port, tmp=tmp))
-    sshd = procs.start(["/usr/sbin/sshd", "-D", "-e", "-f", f"{tmp}/sshd_config"],
-                       stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/sshd.log", "wb"))
+    sshd = procs.start(
+        ["/usr/sbin/sshd", "-D", "-e", "-f", f"{tmp}/sshd_config"],
+        stdout=subprocess.DEVNULL,
+        stderr=open(f"{tmp}/sshd.log", "wb"),
+    )
     wait_port(port)
-    cmd = ["ssh", "-N", "-T", "-i", f"{tmp}/user_key", "-p", str(port),
-           "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-           "-o", "ExitOnForwardFailure=yes", "-o", "LogLevel=ERROR"]
+    cmd = [
+        "ssh",
+        "-N",
+        "-T",
+        "-i",
+        f"{tmp}/user_key",
+        "-p",
+        str(port),
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "ExitOnForwardFailure=yes",
+        "-o",
+        "LogLevel=ERROR",
+    ]
     for remote, local in forwards:
         cmd += ["-R", f"127.0.0.1:{remote}:127.0.0.1:{local}"]
-    ssh = procs.start(cmd + [f"{os.environ.get('USER') or 'root'}@127.0.0.1"],
-                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                      stderr=open(f"{tmp}/ssh.log", "wb"))
+    ssh = procs.start(
+        cmd + [f"{os.environ.get('USER') or 'root'}@127.0.0.1"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(f"{tmp}/ssh.log", "wb"),
+    )
     for remote, _ in forwards:
         wait_port(remote)
     return sshd, ssh
@@ -357,7 +416,7 @@ def bulk_server(port: int) -> None:
                 left = size
                 view = memoryview(chunk)
                 while left > 0:
-                    left -= conn.send(view[:min(left, len(chunk))])
+                    left -= conn.send(view[: min(left, len(chunk))])
                 conn.shutdown(socket.SHUT_WR)
                 conn.recv(1)
 
@@ -379,7 +438,7 @@ def bulk(port: int, direction: str, size: int = BULK) -> Dict[str, Any]:
             chunk = memoryview(b"u" * (1 << 20))
             left = size
             while left > 0:
-                left -= sock.send(chunk[:min(left, len(chunk))])
+                left -= sock.send(chunk[: min(left, len(chunk))])
             if sock.recv(1) != b"k":
                 raise RuntimeError("bulk upload not acknowledged")
         else:
@@ -392,8 +451,12 @@ def bulk(port: int, direction: str, size: int = BULK) -> Dict[str, Any]:
                 got += n
     elapsed = time.perf_counter() - started
     mib = size / (1 << 20)
-    return {"requests": int(mib), "mbps": round(size / elapsed / 1e6, 1),
-            "_usage": None, "_own": time.process_time() - own}
+    return {
+        "requests": int(mib),
+        "mbps": round(size / elapsed / 1e6, 1),
+        "_usage": None,
+        "_own": time.process_time() - own,
+    }
 
 
 # ---- the stack -------------------------------------------------------------------------------
@@ -401,30 +464,60 @@ class Stack:
     def __init__(self, tmp: str, procs: Procs, growth: bool = False):
         from tests.edge.conftest import EdgeProcess
         from tests.support.api import HttpApi, LocalStack
+
         self.tmp = tmp
         self.up_port, self.rp_port, self.rp_tls = free_port(), free_port(), free_port()
         self.bulk_port = free_port()
-        self.upstream = start_nginx(procs, tmp, "up", NGINX_UPSTREAM.format(
-            tmp=tmp, port=self.up_port))
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                        "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-subj",
-                        "/CN=127.0.0.1", "-keyout", f"{tmp}/rp.key", "-out", f"{tmp}/rp.crt"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.proxy = start_nginx(procs, tmp, "rp", NGINX_PROXY.format(
-            tmp=tmp, port=self.rp_port, tls_port=self.rp_tls, up=self.up_port))
+        self.upstream = start_nginx(
+            procs, tmp, "up", NGINX_UPSTREAM.format(tmp=tmp, port=self.up_port)
+        )
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                f"{tmp}/rp.key",
+                "-out",
+                f"{tmp}/rp.crt",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.proxy = start_nginx(
+            procs,
+            tmp,
+            "rp",
+            NGINX_PROXY.format(tmp=tmp, port=self.rp_port, tls_port=self.rp_tls, up=self.up_port),
+        )
         self.bulk = procs.start([sys.executable, __file__, "--bulk-server", str(self.bulk_port)])
         wait_port(self.up_port)
         wait_port(self.rp_port)
         wait_port(self.bulk_port)
         self.ssh_http, self.ssh_bulk = free_port(), free_port()
-        self.sshd, self.ssh = start_ssh(procs, tmp, [(self.ssh_http, self.up_port),
-                                                     (self.ssh_bulk, self.bulk_port)])
+        self.sshd, self.ssh = start_ssh(
+            procs, tmp, [(self.ssh_http, self.up_port), (self.ssh_bulk, self.bulk_port)]
+        )
         # the growth case binds 1,000 endpoints on one session and opens 1,000 sessions with
         # one credential: the edge's quotas (edge/quotas.py) raised for the bench
-        os.environ.update({"EDGE_MAX_ENDPOINTS_PER_SESSION": "5000",
-                           "EDGE_MAX_ENDPOINTS_PER_ACCOUNT": "5000",
-                           "EDGE_MAX_SESSIONS_PER_CREDENTIAL": "5000",
-                           "EDGE_MAX_AUTHS_PER_CREDENTIAL": "100000"})
+        os.environ.update(
+            {
+                "EDGE_MAX_ENDPOINTS_PER_SESSION": "5000",
+                "EDGE_MAX_ENDPOINTS_PER_ACCOUNT": "5000",
+                "EDGE_MAX_SESSIONS_PER_CREDENTIAL": "5000",
+                "EDGE_MAX_AUTHS_PER_CREDENTIAL": "100000",
+            }
+        )
         self.api = LocalStack(data_dir=os.path.join(tmp, "api"))
         os.makedirs(self.api.data_dir)
         self.api.start()
@@ -435,21 +528,37 @@ class Stack:
         account = self.http_api.new_account()
         self.account = account
         self.token = account.admin.post("/credentials", {"description": "bench"}).json["token"]
-        self.agent, bound = self.start_agent([
-            {"proto": "http", "upstream": f"http://127.0.0.1:{self.up_port}"},
-            {"proto": "http", "upstream": f"http://127.0.0.1:{self.up_port}",
-             "policy": json.dumps(FIVE_RULES)},
-            {"proto": "tcp", "upstream": f"127.0.0.1:{self.bulk_port}"}], procs)
+        self.agent, bound = self.start_agent(
+            [
+                {"proto": "http", "upstream": f"http://127.0.0.1:{self.up_port}"},
+                {
+                    "proto": "http",
+                    "upstream": f"http://127.0.0.1:{self.up_port}",
+                    "policy": json.dumps(FIVE_RULES),
+                },
+                {"proto": "tcp", "upstream": f"127.0.0.1:{self.bulk_port}"},
+            ],
+            procs,
+        )
         self.host = bound[0].split("://")[1].split(":")[0]
         self.policy_host = bound[1].split("://")[1].split(":")[0]
         self.edge_tcp = int(bound[2].rsplit(":", 1)[1])
 
     def start_agent(self, binds: List[Dict[str, Any]], procs: Procs) -> tuple:
         from tests.edge.conftest import SDK_PYTHON
-        cfg = {"authtoken": self.token, "server_addr": self.edge.server_addr,
-               "root_cas": self.edge.ca_path, "binds": binds}
-        agent = procs.start([SDK_PYTHON, os.path.join(HERE, "peer_agent.py"), json.dumps(cfg)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+        cfg = {
+            "authtoken": self.token,
+            "server_addr": self.edge.server_addr,
+            "root_cas": self.edge.ca_path,
+            "binds": binds,
+        }
+        agent = procs.start(
+            [SDK_PYTHON, os.path.join(HERE, "peer_agent.py"), json.dumps(cfg)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         bound = []
         while True:
             line = agent.stdout.readline()
@@ -463,41 +572,67 @@ class Stack:
     # process groups of each path
     def groups(self) -> Dict[str, Group]:
         up = self.upstream.pid
-        return {"edge": Group({"edge": self.edge.process.pid, "sdk": self.agent.pid,
-                               "upstream": up}),
-                "ssh": Group({"sshd": self.sshd.pid, "ssh": self.ssh.pid, "upstream": up}),
-                "nginx": Group({"nginx": self.proxy.pid, "upstream": up}),
-                "direct": Group({"upstream": up})}
+        return {
+            "edge": Group({"edge": self.edge.process.pid, "sdk": self.agent.pid, "upstream": up}),
+            "ssh": Group({"sshd": self.sshd.pid, "ssh": self.ssh.pid, "upstream": up}),
+            "nginx": Group({"nginx": self.proxy.pid, "upstream": up}),
+            "direct": Group({"upstream": up}),
+        }
 
     def url(self, path: str, route: str, tls: bool = False) -> str:
-        port = {"edge": self.edge.https_port if tls else self.edge.http_port,
-                "ssh": self.ssh_http, "nginx": self.rp_tls if tls else self.rp_port,
-                "direct": self.up_port}[path]
+        port = {
+            "edge": self.edge.https_port if tls else self.edge.http_port,
+            "ssh": self.ssh_http,
+            "nginx": self.rp_tls if tls else self.rp_port,
+            "direct": self.up_port,
+        }[path]
         return f"{'https' if tls else 'http'}://127.0.0.1:{port}{route}"
 
 
 # ---- the cases -------------------------------------------------------------------------------
-def http_case(stack: Stack, paths: List[str], runs: int, seconds: float, conns: int,
-              route: str, body: int = 0, tls: bool = False, close: bool = False,
-              host: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+def http_case(
+    stack: Stack,
+    paths: List[str],
+    runs: int,
+    seconds: float,
+    conns: int,
+    route: str,
+    body: int = 0,
+    tls: bool = False,
+    close: bool = False,
+    host: Optional[Dict[str, str]] = None,
+) -> Dict[str, Any]:
     groups = stack.groups()
     results: Dict[str, List[Dict[str, Any]]] = {p: [] for p in paths}
     for _ in range(runs):
         for path in paths:
             name = path.split(":")[0]
-            results[path].append(measure(groups[name], lambda: wrk(
-                stack.url(name, route, tls), conns, seconds, stack.tmp,
-                (host or {}).get(path, stack.host), body, close)))
+            results[path].append(
+                measure(
+                    groups[name],
+                    lambda: wrk(
+                        stack.url(name, route, tls),
+                        conns,
+                        seconds,
+                        stack.tmp,
+                        (host or {}).get(path, stack.host),
+                        body,
+                        close,
+                    ),
+                )
+            )
     return {path: median_of(rs) for path, rs in results.items()}
 
 
 def bulk_case(stack: Stack, runs: int) -> Dict[str, Any]:
     groups = stack.groups()
-    bulk_group = {"edge": Group({"edge": stack.edge.process.pid, "sdk": stack.agent.pid,
-                                 "upstream": stack.bulk.pid}),
-                  "ssh": Group({"sshd": stack.sshd.pid, "ssh": stack.ssh.pid,
-                                "upstream": stack.bulk.pid}),
-                  "direct": Group({"upstream": stack.bulk.pid})}
+    bulk_group = {
+        "edge": Group(
+            {"edge": stack.edge.process.pid, "sdk": stack.agent.pid, "upstream": stack.bulk.pid}
+        ),
+        "ssh": Group({"sshd": stack.sshd.pid, "ssh": stack.ssh.pid, "upstream": stack.bulk.pid}),
+        "direct": Group({"upstream": stack.bulk.pid}),
+    }
     del groups
     ports = {"edge": stack.edge_tcp, "ssh": stack.ssh_bulk, "direct": stack.bulk_port}
     out = {}
@@ -505,10 +640,12 @@ def bulk_case(stack: Stack, runs: int) -> Dict[str, Any]:
         results: Dict[str, List[Dict[str, Any]]] = {p: [] for p in ports}
         for _ in range(runs):
             for path, port in ports.items():
+
                 def run() -> Dict[str, Any]:
                     result = bulk(port, direction)
                     result["_usage"] = None
                     return result
+
                 r = measure(bulk_group[path], run)
                 r["cpu_us"]["client"] = 1e6 * r.pop("_own") / r["requests"]
                 results[path].append(r)
@@ -526,8 +663,10 @@ def fmt_us(value: float) -> str:
 
 def print_http(title: str, rows: Dict[str, Any], base: str = "ssh") -> None:
     print(f"\n{title}")
-    print(f"  {'path':<14} {'req/s':>9} {'×' + base:>7} {'p50':>10} {'p99':>10}   "
-          "CPU µs per request (proxy: its processes; upstream; client)")
+    print(
+        f"  {'path':<14} {'req/s':>9} {'×' + base:>7} {'p50':>10} {'p99':>10}   "
+        "CPU µs per request (proxy: its processes; upstream; client)"
+    )
     ref = rows.get(base)
     for path, row in rows.items():
         ratio = f"{row['rps'] / ref['rps']:.2f}" if ref and ref["rps"] else "-"
@@ -535,9 +674,11 @@ def print_http(title: str, rows: Dict[str, Any], base: str = "ssh") -> None:
         name = path.split(":")[0]
         proxy = sum(cpu_us.get(p, 0) for p in PROXY.get(name, ()))
         parts = ", ".join(f"{k} {v:.1f}" for k, v in cpu_us.items())
-        print(f"  {path:<14} {row['rps']:>9.0f} {ratio:>7} {fmt_us(row['p50_us']):>10} "
-              f"{fmt_us(row['p99_us']):>10}   proxy {proxy:.1f} | {parts}"
-              + (f" | errors {row['errors']:.0f}" if row.get("errors") else ""))
+        print(
+            f"  {path:<14} {row['rps']:>9.0f} {ratio:>7} {fmt_us(row['p50_us']):>10} "
+            f"{fmt_us(row['p99_us']):>10}   proxy {proxy:.1f} | {parts}"
+            + (f" | errors {row['errors']:.0f}" if row.get("errors") else "")
+        )
 
 
 def goal_lines(results: Dict[str, Any]) -> List[str]:
@@ -546,52 +687,73 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
 
     def ratio(a: float, b: float) -> str:
         return f"{a / b:.2f}" if b else "-"
-    for case, label in (("get20", "small GET, 20 connections"),
-                        ("get1", "small GET, 1 connection")):
+
+    for case, label in (
+        ("get20", "small GET, 20 connections"),
+        ("get1", "small GET, 1 connection"),
+    ):
         rows = results.get(case)
         if not rows:
             continue
         e, s = rows["edge"], rows["ssh"]
-        lines.append(f"{label}: requests/s {ratio(e['rps'], s['rps'])}× ssh -R; edge CPU "
-                     f"{e['cpu_us']['edge']:.1f} µs = {ratio(e['cpu_us']['edge'], s['cpu_us']['sshd'])}× "
-                     f"sshd's {s['cpu_us']['sshd']:.1f} (edge+SDK "
-                     f"{e['cpu_us']['edge'] + e['cpu_us']['sdk']:.1f} vs sshd+ssh "
-                     f"{s['cpu_us']['sshd'] + s['cpu_us']['ssh']:.1f}); p50 "
-                     f"{ratio(e['p50_us'], s['p50_us'])}× ssh -R's")
+        lines.append(
+            f"{label}: requests/s {ratio(e['rps'], s['rps'])}× ssh -R; edge CPU "
+            f"{e['cpu_us']['edge']:.1f} µs = {ratio(e['cpu_us']['edge'], s['cpu_us']['sshd'])}× "
+            f"sshd's {s['cpu_us']['sshd']:.1f} (edge+SDK "
+            f"{e['cpu_us']['edge'] + e['cpu_us']['sdk']:.1f} vs sshd+ssh "
+            f"{s['cpu_us']['sshd'] + s['cpu_us']['ssh']:.1f}); p50 "
+            f"{ratio(e['p50_us'], s['p50_us'])}× ssh -R's"
+        )
     sweep = results.get("sweep")
     if sweep and all("edge" in rows and "direct" in rows for rows in sweep.values()):
-        worst = max(sweep.items(), key=lambda kv: kv[1]["edge"]["p50_us"] /
-                    max(1, kv[1]["direct"]["p50_us"]))
-        stalls = [size for size, rows in sweep.items() if rows["edge"]["p50_us"] >= 30000
-                  and rows["direct"]["p50_us"] < 10000]
-        lines.append(f"POST sweep at 1 connection: edge p50 over 30 ms where direct is under "
-                     f"10 ms at: {', '.join(stalls) or 'no size'} (worst edge/direct p50: "
-                     f"{worst[0]})")
+        worst = max(
+            sweep.items(),
+            key=lambda kv: kv[1]["edge"]["p50_us"] / max(1, kv[1]["direct"]["p50_us"]),
+        )
+        stalls = [
+            size
+            for size, rows in sweep.items()
+            if rows["edge"]["p50_us"] >= 30000 and rows["direct"]["p50_us"] < 10000
+        ]
+        lines.append(
+            f"POST sweep at 1 connection: edge p50 over 30 ms where direct is under "
+            f"10 ms at: {', '.join(stalls) or 'no size'} (worst edge/direct p50: "
+            f"{worst[0]})"
+        )
     if sweep and "1 MiB" in sweep and "ssh" in sweep["1 MiB"]:
         one = sweep["1 MiB"]
-        lines.append(f"1 MiB POST, 1 connection: {ratio(one['edge']['rps'], one['ssh']['rps'])}× "
-                     "ssh -R")
+        lines.append(
+            f"1 MiB POST, 1 connection: {ratio(one['edge']['rps'], one['ssh']['rps'])}× ssh -R"
+        )
     if results.get("post20"):
         rows = results["post20"]
         if "ssh" in rows:
-            lines.append(f"1 MiB POST, 20 connections: {ratio(rows['edge']['rps'], rows['ssh']['rps'])}× "
-                         f"ssh -R; upstream CPU behind the edge "
-                         f"{ratio(rows['edge']['cpu_us']['upstream'], rows['ssh']['cpu_us']['upstream'])}× "
-                         "behind ssh")
+            lines.append(
+                f"1 MiB POST, 20 connections: {ratio(rows['edge']['rps'], rows['ssh']['rps'])}× "
+                f"ssh -R; upstream CPU behind the edge "
+                f"{ratio(rows['edge']['cpu_us']['upstream'], rows['ssh']['cpu_us']['upstream'])}× "
+                "behind ssh"
+            )
     if results.get("bulk"):
         for label, rows in results["bulk"].items():
-            lines.append(f"TCP bulk {label}: {ratio(rows['edge']['mbps'], rows['ssh']['mbps'])}× ssh -R "
-                         f"({rows['edge']['mbps']:.0f} vs {rows['ssh']['mbps']:.0f} MB/s)")
+            lines.append(
+                f"TCP bulk {label}: {ratio(rows['edge']['mbps'], rows['ssh']['mbps'])}× ssh -R "
+                f"({rows['edge']['mbps']:.0f} vs {rows['ssh']['mbps']:.0f} MB/s)"
+            )
     if results.get("https"):
         rows = results["https"]
         e, n = rows["edge"]["cpu_us"], rows["nginx"]["cpu_us"]
-        lines.append(f"HTTPS, new TLS connection per request: edge CPU {e['edge']:.0f} µs = "
-                     f"{ratio(e['edge'], n['nginx'])}× nginx's {n['nginx']:.0f} µs")
+        lines.append(
+            f"HTTPS, new TLS connection per request: edge CPU {e['edge']:.0f} µs = "
+            f"{ratio(e['edge'], n['nginx'])}× nginx's {n['nginx']:.0f} µs"
+        )
     if results.get("policy"):
         rows = results["policy"]
-        lines.append(f"5-rule policy vs none: edge CPU per request "
-                     f"{ratio(rows['edge:policy']['cpu_us']['edge'], rows['edge']['cpu_us']['edge'])}× "
-                     f"({rows['edge:policy']['cpu_us']['edge']:.0f} vs {rows['edge']['cpu_us']['edge']:.0f} µs)")
+        lines.append(
+            f"5-rule policy vs none: edge CPU per request "
+            f"{ratio(rows['edge:policy']['cpu_us']['edge'], rows['edge']['cpu_us']['edge'])}× "
+            f"({rows['edge:policy']['cpu_us']['edge']:.0f} vs {rows['edge']['cpu_us']['edge']:.0f} µs)"
+        )
     return lines
 
 
@@ -606,13 +768,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="get20,get1,sweep,post20,bulk,https,policy,growth")
     parser.add_argument("--paths", default="edge,ssh,nginx,direct")
-    parser.add_argument("--sizes", default=",".join(str(n) for n in SWEEP),
-                        help="the POST sweep's body sizes, bytes")
+    parser.add_argument(
+        "--sizes",
+        default=",".join(str(n) for n in SWEEP),
+        help="the POST sweep's body sizes, bytes",
+    )
     parser.add_argument("--endpoints", type=int, default=200, help="growth: endpoints bound")
     parser.add_argument("--sessions", type=int, default=1000, help="growth: idle sessions")
     parser.add_argument("--bulk-server", type=int, default=0)
-    parser.add_argument("--keep", action="store_true",
-                        help="print the ports and wait for Enter before stopping")
+    parser.add_argument(
+        "--keep", action="store_true", help="print the ports and wait for Enter before stopping"
+    )
     args = parser.parse_args()
     if args.bulk_server:
         bulk_server(args.bulk_server)
@@ -623,17 +789,31 @@ def main() -> int:
             return 2
     only = set(args.only.split(","))
     paths = args.paths.split(",")
-    results: Dict[str, Any] = {"machine": f"{os.cpu_count()} cores", "seconds": args.seconds,
-                               "runs": args.runs, "load_before": os.getloadavg()[0]}
+    results: Dict[str, Any] = {
+        "machine": f"{os.cpu_count()} cores",
+        "seconds": args.seconds,
+        "runs": args.runs,
+        "load_before": os.getloadavg()[0],
+    }
     procs = Procs()
     with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
         try:
             stack = Stack(tmp, procs)
             if args.keep:
-                print(json.dumps({"edge_http": stack.edge.http_port, "host": stack.host,
-                                  "ssh": stack.ssh_http, "nginx": stack.rp_port,
-                                  "direct": stack.up_port, "edge_pid": stack.edge.process.pid,
-                                  "sdk_pid": stack.agent.pid, "sshd_pid": stack.sshd.pid}))
+                print(
+                    json.dumps(
+                        {
+                            "edge_http": stack.edge.http_port,
+                            "host": stack.host,
+                            "ssh": stack.ssh_http,
+                            "nginx": stack.rp_port,
+                            "direct": stack.up_port,
+                            "edge_pid": stack.edge.process.pid,
+                            "sdk_pid": stack.agent.pid,
+                            "sshd_pid": stack.sshd.pid,
+                        }
+                    )
+                )
                 input()
             if "get20" in only:
                 results["get20"] = http_case(stack, paths, args.runs, args.seconds, 20, "/echo")
@@ -648,8 +828,9 @@ def main() -> int:
                     results["sweep"][size_label(size)] = rows
                     print_http(f"POST {size_label(size)}, 1 connection", rows)
             if "post20" in only:
-                results["post20"] = http_case(stack, paths, args.runs, args.seconds, 20,
-                                              "/upload", 1 << 20)
+                results["post20"] = http_case(
+                    stack, paths, args.runs, args.seconds, 20, "/upload", 1 << 20
+                )
                 print_http("POST 1 MiB, 20 connections", results["post20"])
             if "bulk" in only:
                 results["bulk"] = bulk_case(stack, args.runs)
@@ -659,20 +840,42 @@ def main() -> int:
                         parts = ", ".join(f"{k} {v:.0f}" for k, v in row["cpu_us"].items())
                         print(f"  {path:<8} {row['mbps']:>8.0f} MB/s   CPU µs per MiB: {parts}")
             if "https" in only:
-                results["https"] = http_case(stack, ["edge", "nginx"], args.runs, args.seconds,
-                                             20, "/echo", tls=True, close=True)
-                print_http("HTTPS, a new TLS connection per request (20 at a time)",
-                           results["https"], base="nginx")
+                results["https"] = http_case(
+                    stack,
+                    ["edge", "nginx"],
+                    args.runs,
+                    args.seconds,
+                    20,
+                    "/echo",
+                    tls=True,
+                    close=True,
+                )
+                print_http(
+                    "HTTPS, a new TLS connection per request (20 at a time)",
+                    results["https"],
+                    base="nginx",
+                )
             if "policy" in only:
                 results["policy"] = http_case(
-                    stack, ["edge", "edge:policy"], args.runs, args.seconds, 20, "/echo",
-                    host={"edge": stack.host, "edge:policy": stack.policy_host})
-                print_http("small GET, 20 connections: no policy vs a 5-rule policy",
-                           results["policy"], base="edge")
+                    stack,
+                    ["edge", "edge:policy"],
+                    args.runs,
+                    args.seconds,
+                    20,
+                    "/echo",
+                    host={"edge": stack.host, "edge:policy": stack.policy_host},
+                )
+                print_http(
+                    "small GET, 20 connections: no policy vs a 5-rule policy",
+                    results["policy"],
+                    base="edge",
+                )
             if "growth" in only:
                 from edge.bench import peers_growth
-                results["growth"] = peers_growth.run(stack, procs, args.seconds, args.runs,
-                                                      args.endpoints, args.sessions)
+
+                results["growth"] = peers_growth.run(
+                    stack, procs, args.seconds, args.runs, args.endpoints, args.sessions
+                )
         finally:
             procs.stop()
             if "stack" in locals():

@@ -8,6 +8,7 @@ port (local) and to instance 1's (relayed to instance 0), on keep-alive connecti
 new connection per request; CPU time of both edge processes is read from /proc before and
 after, and printed in µs per request (what the relay costs whatever else the machine runs).
 """
+
 import argparse
 import json
 import os
@@ -42,6 +43,7 @@ def load(port: int, host: str, total: int, clients: int, keep_alive: bool) -> fl
             getter = session.get if session is not None else requests.get
             resp = getter(f"http://127.0.0.1:{port}/echo", headers=headers, timeout=30)
             assert resp.status_code == 200, resp.text
+
     threads = [threading.Thread(target=client, args=(total // clients,)) for _ in range(clients)]
     start = time.monotonic()
     for thread in threads:
@@ -61,11 +63,23 @@ def main() -> int:
         os.makedirs(stack.data_dir)
         stack.start()
         data_dir = os.path.join(tmp, "cluster")
-        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "cluster.py"),
-                                 "up", "-n", "2", "--data-dir", data_dir, "--store-env",
-                                 os.path.join(stack.data_dir, "store.env")],
-                                cwd=ROOT, env=stack.store_env(), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(ROOT, "scripts", "cluster.py"),
+                "up",
+                "-n",
+                "2",
+                "--data-dir",
+                data_dir,
+                "--store-env",
+                os.path.join(stack.data_dir, "store.env"),
+            ],
+            cwd=ROOT,
+            env=stack.store_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         agent = None
         try:
             info_path = os.path.join(data_dir, "cluster.json")
@@ -81,25 +95,34 @@ def main() -> int:
                     pids.append(int(handle.read().split()[0]))
             account = HttpApi(stack).new_account()
             token = account.admin.post("/credentials", {"description": "bench"}).json["token"]
-            agent = SdkAgent(Target(f"127.0.0.1:{inst[0]['ports']['agent']}", info["ca"]),
-                             token, [{"proto": "http"}])
+            agent = SdkAgent(
+                Target(f"127.0.0.1:{inst[0]['ports']['agent']}", info["ca"]),
+                token,
+                [{"proto": "http"}],
+            )
             host = agent.start()[0]["url"].split("://")[1].split(":")[0]
-            load(inst[1]["ports"]["http"], host, 200, 2, True)   # warm up both paths
+            load(inst[1]["ports"]["http"], host, 200, 2, True)  # warm up both paths
             load(inst[0]["ports"]["http"], host, 200, 2, True)
-            print(f"{'case':<28} {'req/s':>7} {'edge0 µs/req':>13} {'edge1 µs/req':>13} "
-                  f"{'total µs/req':>13}")
+            print(
+                f"{'case':<28} {'req/s':>7} {'edge0 µs/req':>13} {'edge1 µs/req':>13} "
+                f"{'total µs/req':>13}"
+            )
             results = {}
             for keep_alive in (True, False):
                 for label, index in (("local", 0), ("relayed", 1)):
                     before = [cpu_seconds(p) for p in pids]
-                    took = load(inst[index]["ports"]["http"], host, args.requests,
-                                args.clients, keep_alive)
-                    used = [(cpu_seconds(p) - b) * 1e6 / args.requests
-                            for p, b in zip(pids, before)]
+                    took = load(
+                        inst[index]["ports"]["http"], host, args.requests, args.clients, keep_alive
+                    )
+                    used = [
+                        (cpu_seconds(p) - b) * 1e6 / args.requests for p, b in zip(pids, before)
+                    ]
                     name = f"{label}, {'keep-alive' if keep_alive else 'new connection'}"
                     results[name] = sum(used)
-                    print(f"{name:<28} {args.requests / took:>7.0f} {used[0]:>13.0f} "
-                          f"{used[1]:>13.0f} {sum(used):>13.0f}")
+                    print(
+                        f"{name:<28} {args.requests / took:>7.0f} {used[0]:>13.0f} "
+                        f"{used[1]:>13.0f} {sum(used):>13.0f}"
+                    )
             for mode in ("keep-alive", "new connection"):
                 added = results[f"relayed, {mode}"] - results[f"local, {mode}"]
                 print(f"CPU added by the relay ({mode}): {added:.0f} µs per request")

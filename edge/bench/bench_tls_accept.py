@@ -10,6 +10,7 @@ Each mode's server runs in its own process (one core of its own, as the edge has
 run here (asyncio, ``concurrency`` loops of connect + handshake + read one answer + close).
 A measurement on a shared 2-core machine: compare modes within one run, not across runs.
 """
+
 import argparse
 import asyncio
 import multiprocessing
@@ -50,12 +51,14 @@ def _serve(mode, folder, ca_pem, port_queue):
             def pick(sslobj, name, _ctx):
                 if name:
                     sslobj.context = edge.certs.context_for([name.lower()])
+
             base.sni_callback = pick
             server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=base)
         else:
             listener = tls.HttpsListener(edge, handler, ["edge.example.com"], lambda n: True)
-            server = await asyncio.get_running_loop().create_server(listener.protocol,
-                                                                    "127.0.0.1", 0)
+            server = await asyncio.get_running_loop().create_server(
+                listener.protocol, "127.0.0.1", 0
+            )
         port_queue.put(server.sockets[0].getsockname()[1])
         await asyncio.sleep(3600)
 
@@ -73,7 +76,8 @@ async def _load(port, name, ctx, seconds, concurrency):
             started = time.perf_counter()
             try:
                 reader, writer = await asyncio.open_connection(
-                    "127.0.0.1", port, ssl=ctx, server_hostname=name)
+                    "127.0.0.1", port, ssl=ctx, server_hostname=name
+                )
                 data = await reader.read()
                 writer.close()
                 if data != b"ok":
@@ -94,6 +98,7 @@ def main():
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
     from tests.unit.test_edge_tls import make_ca, make_client_cert, pem
+
     ca = make_ca("bench clients")
     cert, key = make_client_cert(ca)
     rows = []
@@ -101,28 +106,40 @@ def main():
         client_pem = os.path.join(folder, "client.pem")
         with open(client_pem, "wb") as fh:
             fh.write(cert + key)
-        for mode, name in (("sni", "plain.example.com"), ("peek", "plain.example.com"),
-                           ("peek", "mtls.example.com")):
+        for mode, name in (
+            ("sni", "plain.example.com"),
+            ("peek", "plain.example.com"),
+            ("peek", "mtls.example.com"),
+        ):
             server_dir = tempfile.mkdtemp(dir=folder)
             ports = multiprocessing.Queue()
-            proc = multiprocessing.Process(target=_serve,
-                                           args=(mode, server_dir, pem(ca[1]), ports))
+            proc = multiprocessing.Process(
+                target=_serve, args=(mode, server_dir, pem(ca[1]), ports)
+            )
             proc.start()
             try:
                 port = ports.get(timeout=30)
                 ctx = ssl.create_default_context(cafile=os.path.join(server_dir, "ca.pem"))
                 if name.startswith("mtls"):
                     ctx.load_cert_chain(client_pem)
-                asyncio.run(_load(port, name, ctx, 1, args.concurrency))   # warm the caches
-                latencies, failures = asyncio.run(_load(port, name, ctx, args.seconds,
-                                                        args.concurrency))
+                asyncio.run(_load(port, name, ctx, 1, args.concurrency))  # warm the caches
+                latencies, failures = asyncio.run(
+                    _load(port, name, ctx, args.seconds, args.concurrency)
+                )
             finally:
                 proc.terminate()
                 proc.join()
             latencies.sort()
-            rows.append((mode, name, len(latencies) / args.seconds,
-                         statistics.median(latencies) * 1000,
-                         latencies[int(len(latencies) * 0.99) - 1] * 1000, failures))
+            rows.append(
+                (
+                    mode,
+                    name,
+                    len(latencies) / args.seconds,
+                    statistics.median(latencies) * 1000,
+                    latencies[int(len(latencies) * 0.99) - 1] * 1000,
+                    failures,
+                )
+            )
     print(f"{'mode':6} {'name':20} {'conn/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'failed':>7}")
     for mode, name, rate, p50, p99, failed in rows:
         print(f"{mode:6} {name:20} {rate:8.0f} {p50:8.2f} {p99:8.2f} {failed:7d}")

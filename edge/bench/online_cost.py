@@ -12,6 +12,7 @@ Simulated time: the clock of chalicelib.core.online is advanced by the script (h
 15 s: EDGE_CHECK_SECONDS 5 x HEARTBEAT_EVERY 3; lease renewal every RENEW_SECONDS), so the
 run takes the store's time for the calls, not wall time.
 """
+
 import argparse
 import os
 import secrets
@@ -26,7 +27,7 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__
 sys.path.insert(0, PROJECT_DIR)
 
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
-PRICE_PER_MILLION_WRITES = 0.625   # USD, DynamoDB on-demand, us-east-1 standard (Nov 2024)
+PRICE_PER_MILLION_WRITES = 0.625  # USD, DynamoDB on-demand, us-east-1 standard (Nov 2024)
 MONTH = 30 * 86400
 HEARTBEAT_SECONDS = 15.0
 
@@ -48,8 +49,9 @@ class Counter:
         name = getattr(model, "name", "")
         body = params.get("body", {}) if isinstance(params, dict) else {}
         if name == "TransactWriteItems":
-            self.writes += 2 * len(body.get("TransactItems", []) if isinstance(body, dict)
-                                   else []) or 2
+            self.writes += (
+                2 * len(body.get("TransactItems", []) if isinstance(body, dict) else []) or 2
+            )
         elif name == "BatchWriteItem":
             items = body.get("RequestItems", {}) if isinstance(body, dict) else {}
             self.writes += sum(len(v) for v in items.values()) or 1
@@ -72,13 +74,27 @@ def main() -> int:
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="online-cost-")
     port = free_port()
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "bench" + secrets.token_hex(4),
-           "AWS_SECRET_ACCESS_KEY": secrets.token_hex(16), "AWS_DEFAULT_REGION": "us-east-1",
-           "DYNAMODB_ENDPOINT_URL": f"http://127.0.0.1:{port}", "TABLE_NAME": "online-cost"}
-    store_proc = subprocess.Popen([sys.executable, os.path.join(PROJECT_DIR, "scripts",
-                                                                "embedded_store.py"),
-                                   "--port", str(port), "--data-dir", tmp],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "bench" + secrets.token_hex(4),
+        "AWS_SECRET_ACCESS_KEY": secrets.token_hex(16),
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "DYNAMODB_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "TABLE_NAME": "online-cost",
+    }
+    store_proc = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(PROJECT_DIR, "scripts", "embedded_store.py"),
+            "--port",
+            str(port),
+            "--data-dir",
+            tmp,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     os.environ.update(env)
     try:
         for _ in range(200):
@@ -88,13 +104,14 @@ def main() -> int:
             except OSError:
                 time.sleep(0.1)
         from chalicelib.core import instances, online, store
+
         store.configure()
         store.create_table()
         counter = Counter()
         client = online.raw_client()
         client.meta.events.register("before-call.dynamodb.*", counter)
         clock = [time.time()]
-        online.now = lambda: clock[0]   # simulated time
+        online.now = lambda: clock[0]  # simulated time
 
         # connect: what a session's start writes (session, tunnel + endpoint, claim)
         before = counter.writes
@@ -102,19 +119,39 @@ def main() -> int:
         for i in range(args.sessions):
             account, sid = f"acct_{i % 50}", online.new_session_id()
             instance = f"edge_{i % args.instances}"
-            online.session_started(account_id=account, session_id=sid, credential_id="cr_x",
-                                   instance_id=instance, agent_version="1", os="linux",
-                                   ip="127.0.0.1", metadata="", region="local")
+            online.session_started(
+                account_id=account,
+                session_id=sid,
+                credential_id="cr_x",
+                instance_id=instance,
+                agent_version="1",
+                os="linux",
+                ip="127.0.0.1",
+                metadata="",
+                region="local",
+            )
             tid = online.new_tunnel_id()
             name = f"s{i}.tunnels.localhost"
-            online.claim_hostname(name, account_id=account, endpoint_id="ep_" + tid[3:],
-                                  instance_id=instance)
-            online.tunnel_started(account_id=account, session_id=sid, tunnel_id=tid,
-                                  instance_id=instance, proto="https",
-                                  public_url=f"https://{name}", hostname=name, port=None,
-                                  labels=None, forwards_to="", metadata="",
-                                  endpoint_id="ep_" + tid[3:], traffic_policy="",
-                                  pooling_enabled=False, bindings=["public"])
+            online.claim_hostname(
+                name, account_id=account, endpoint_id="ep_" + tid[3:], instance_id=instance
+            )
+            online.tunnel_started(
+                account_id=account,
+                session_id=sid,
+                tunnel_id=tid,
+                instance_id=instance,
+                proto="https",
+                public_url=f"https://{name}",
+                hostname=name,
+                port=None,
+                labels=None,
+                forwards_to="",
+                metadata="",
+                endpoint_id="ep_" + tid[3:],
+                traffic_policy="",
+                pooling_enabled=False,
+                bindings=["public"],
+            )
             sessions.append((account, sid, instance))
         connect_writes = (counter.writes - before) / args.sessions
 
@@ -146,24 +183,34 @@ def main() -> int:
         store_proc.terminate()
         store_proc.wait()
     transitions = connect_writes + end_writes
-    print(f"sessions driven: {args.sessions} on {args.instances} instances, "
-          f"{args.simulated_seconds:.0f} simulated seconds ({took:.1f}s of heartbeats)")
+    print(
+        f"sessions driven: {args.sessions} on {args.instances} instances, "
+        f"{args.simulated_seconds:.0f} simulated seconds ({took:.1f}s of heartbeats)"
+    )
     print(f"write units per connect: {connect_writes:.1f}; per disconnect: {end_writes:.1f}")
-    print(f"today:    {today_per_session:.4f} writes/s per session (heartbeat every "
-          f"{HEARTBEAT_SECONDS:.0f} s)")
+    print(
+        f"today:    {today_per_session:.4f} writes/s per session (heartbeat every "
+        f"{HEARTBEAT_SECONDS:.0f} s)"
+    )
     per_day = args.reconnects_per_day / 86400
-    print(f"proposed: {lease_per_instance:.3f} writes/s per instance (lease) + "
-          f"{transitions * per_day:.6f} writes/s per session "
-          f"({args.reconnects_per_day:g} reconnect a day x {transitions:.1f} writes)")
-    print(f"{'agents':>10} {'today w/s':>11} {'today $/mo':>11} {'proposed w/s':>13} "
-          f"{'proposed $/mo':>14}   (100 instances, ${PRICE_PER_MILLION_WRITES}/M writes)")
+    print(
+        f"proposed: {lease_per_instance:.3f} writes/s per instance (lease) + "
+        f"{transitions * per_day:.6f} writes/s per session "
+        f"({args.reconnects_per_day:g} reconnect a day x {transitions:.1f} writes)"
+    )
+    print(
+        f"{'agents':>10} {'today w/s':>11} {'today $/mo':>11} {'proposed w/s':>13} "
+        f"{'proposed $/mo':>14}   (100 instances, ${PRICE_PER_MILLION_WRITES}/M writes)"
+    )
     rows: Dict[int, tuple] = {}
     for agents in (1_000, 100_000, 1_000_000):
         today = agents * today_per_session
         proposed = 100 * lease_per_instance + agents * transitions * per_day
         rows[agents] = (today, proposed)
-        print(f"{agents:>10,} {today:>11,.1f} {monthly(today):>11,.0f} {proposed:>13,.1f} "
-              f"{monthly(proposed):>14,.0f}")
+        print(
+            f"{agents:>10,} {today:>11,.1f} {monthly(today):>11,.0f} {proposed:>13,.1f} "
+            f"{monthly(proposed):>14,.0f}"
+        )
     return 0
 
 

@@ -7,6 +7,7 @@ Usage: ``python peer_agent.py '<json config>'``; config: ``authtoken``, ``server
 "127.0.0.1:P", "policy"?: a traffic policy as JSON text}. Prints one JSON line per bound
 endpoint ({"event": "bound", "url": ...}), then {"event": "ready"}; exits when stdin closes.
 """
+
 import asyncio
 import json
 import sys
@@ -19,8 +20,13 @@ def emit(event):
 
 
 async def main(cfg):
-    session = await (ngrok.SessionBuilder().authtoken(cfg["authtoken"])
-                     .server_addr(cfg["server_addr"]).root_cas(cfg["root_cas"]).connect())
+    session = await (
+        ngrok.SessionBuilder()
+        .authtoken(cfg["authtoken"])
+        .server_addr(cfg["server_addr"])
+        .root_cas(cfg["root_cas"])
+        .connect()
+    )
     tasks = []
     for bind in cfg["binds"]:
         builder = session.http_endpoint() if bind["proto"] == "http" else session.tcp_endpoint()

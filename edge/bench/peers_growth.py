@@ -9,6 +9,7 @@
   never ends: the client connection, its proxy stream and the SDK's upstream connection held
   open), per request.
 """
+
 import asyncio
 import json
 import ssl
@@ -18,19 +19,30 @@ from typing import Any, Dict, List
 
 from edge import muxado, protocol
 
-ENDPOINTS = 200   # binding is the embedded store's cost (its Query is O(n) in Python): 1,000
-                  # took over 10 minutes on the shared machine; --endpoints sets it
-SESSIONS = 1000   # idle sessions send no heartbeat: measured within the edge's 125 s
+ENDPOINTS = 200  # binding is the embedded store's cost (its Query is O(n) in Python): 1,000
+# took over 10 minutes on the shared machine; --endpoints sets it
+SESSIONS = 1000  # idle sessions send no heartbeat: measured within the edge's 125 s
 HEARTBEAT_EVERY = 20.0
-IN_FLIGHT = 400   # under the edge's streams per session (480) and connections per address (512)
+IN_FLIGHT = 400  # under the edge's streams per session (480) and connections per address (512)
 
 
 async def _idle_session(port: int, token: str, ctx: ssl.SSLContext):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx,
-                                                   server_hostname="127.0.0.1")
-    auth = json.dumps({"Version": ["2"], "ClientId": "", "Extra": {
-        "AuthToken": token, "OS": "bench", "Version": "bench", "HeartbeatInterval": 30 * 10**9,
-        "HeartbeatTolerance": 60 * 10**9}}).encode()
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1"
+    )
+    auth = json.dumps(
+        {
+            "Version": ["2"],
+            "ClientId": "",
+            "Extra": {
+                "AuthToken": token,
+                "OS": "bench",
+                "Version": "bench",
+                "HeartbeatInterval": 30 * 10**9,
+                "HeartbeatTolerance": 60 * 10**9,
+            },
+        }
+    ).encode()
     writer.write(muxado.data(1, (0).to_bytes(4, "big") + auth, syn=True))
     await writer.drain()
     parser, reply = muxado.FrameParser(), b""
@@ -60,8 +72,10 @@ async def _beat(writer) -> None:
 
 async def _in_flight(port: int, host: str):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"POST /upload HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1048576\r\n\r\n"
-                 .encode() + b"x" * 1024)
+    writer.write(
+        f"POST /upload HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1048576\r\n\r\n".encode()
+        + b"x" * 1024
+    )
     await writer.drain()
     return reader, writer
 
@@ -80,11 +94,15 @@ class _Holder:
     def open(self, make, count: int, batch: int = 10) -> None:
         """``count`` connections, ``batch`` at a time (an edge whose store is slow on a loaded
         machine closes a session not authenticated within 10 s: those are opened again)."""
+
         async def go():
             while len(self.held) < count:
-                got = await asyncio.gather(*(make() for _ in range(
-                    min(batch, count - len(self.held)))), return_exceptions=True)
+                got = await asyncio.gather(
+                    *(make() for _ in range(min(batch, count - len(self.held)))),
+                    return_exceptions=True,
+                )
                 self.held += [g for g in got if not isinstance(g, BaseException)]
+
         self.run(go())
 
     def close(self) -> None:
@@ -92,27 +110,43 @@ class _Holder:
             for _, writer in self.held:
                 writer.close()
             self.held = []
+
         self.run(go())
 
 
-def run(stack: Any, procs: Any, seconds: float, runs: int, endpoints: int = ENDPOINTS,
-        sessions: int = SESSIONS) -> Dict[str, Any]:
-    from edge.bench.bench_peers import (Group, measure, median_of, print_http, rss_kb, tree,
-                                        wrk)
+def run(
+    stack: Any,
+    procs: Any,
+    seconds: float,
+    runs: int,
+    endpoints: int = ENDPOINTS,
+    sessions: int = SESSIONS,
+) -> Dict[str, Any]:
+    from edge.bench.bench_peers import Group, measure, median_of, print_http, rss_kb, tree, wrk
+
     del tree
     edge_pid = stack.edge.process.pid
     group = Group({"edge": edge_pid, "sdk": stack.agent.pid, "upstream": stack.upstream.pid})
 
     def get20() -> Dict[str, Any]:
-        return median_of([measure(group, lambda: wrk(stack.url("edge", "/echo"), 20, seconds,
-                                                     stack.tmp, stack.host))
-                          for _ in range(runs)])
+        return median_of(
+            [
+                measure(
+                    group,
+                    lambda: wrk(stack.url("edge", "/echo"), 20, seconds, stack.tmp, stack.host),
+                )
+                for _ in range(runs)
+            ]
+        )
+
     rows: Dict[str, Any] = {}
     out: Dict[str, Any] = {"rows": rows}
     rows["edge: 3 endpoints, 1 session"] = get20()
     started = time.time()
-    binds = [{"proto": "http", "upstream": f"http://127.0.0.1:{stack.up_port}"}
-             for _ in range(endpoints)]
+    binds = [
+        {"proto": "http", "upstream": f"http://127.0.0.1:{stack.up_port}"}
+        for _ in range(endpoints)
+    ]
     stack.start_agent(binds, procs)
     out["bind_seconds"] = round(time.time() - started, 1)
     rows[f"edge: {endpoints + 3} endpoints, 2 sessions"] = get20()
@@ -133,14 +167,21 @@ def run(stack: Any, procs: Any, seconds: float, runs: int, endpoints: int = ENDP
     rss3 = rss_kb(edge_pid)
     out["in_flight_request_kb"] = round((rss3 - rss2) / IN_FLIGHT, 1)
     holder.close()
-    out["edge_rss_mb"] = {"before sessions": round(rss0 / 1024, 1),
-                          f"{sessions} idle sessions": round(rss1 / 1024, 1),
-                          f"{IN_FLIGHT} requests in flight": round(rss3 / 1024, 1)}
-    print_http("growth: small GET, 20 connections, to one endpoint", rows,
-               base="edge: 3 endpoints, 1 session")
-    print(f"  memory: {out['idle_session_kb']} KiB per idle agent session ({sessions} held; "
-          f"edge RSS {rss0 / 1024:.0f} -> {rss1 / 1024:.0f} MB), "
-          f"{out['in_flight_request_kb']} KiB per request in flight ({IN_FLIGHT} held: "
-          f"{rss2 / 1024:.0f} -> {rss3 / 1024:.0f} MB); {endpoints} endpoints bound in "
-          f"{out['bind_seconds']} s")
+    out["edge_rss_mb"] = {
+        "before sessions": round(rss0 / 1024, 1),
+        f"{sessions} idle sessions": round(rss1 / 1024, 1),
+        f"{IN_FLIGHT} requests in flight": round(rss3 / 1024, 1),
+    }
+    print_http(
+        "growth: small GET, 20 connections, to one endpoint",
+        rows,
+        base="edge: 3 endpoints, 1 session",
+    )
+    print(
+        f"  memory: {out['idle_session_kb']} KiB per idle agent session ({sessions} held; "
+        f"edge RSS {rss0 / 1024:.0f} -> {rss1 / 1024:.0f} MB), "
+        f"{out['in_flight_request_kb']} KiB per request in flight ({IN_FLIGHT} held: "
+        f"{rss2 / 1024:.0f} -> {rss3 / 1024:.0f} MB); {endpoints} endpoints bound in "
+        f"{out['bind_seconds']} s"
+    )
     return out

@@ -16,6 +16,7 @@ aborts mid-body, a streamed response the client aborts, an upstream that closes 
 a WebSocket echo, a TCP echo, a forward-internal hop, a policy deny and a policy answer.
 The stack is the tests' (tests/edge): store + API, the edge and the SDK agent, as processes.
 """
+
 import argparse
 import json
 import os
@@ -45,16 +46,21 @@ def traffic(edge, hosts, tcp_port):
     http = hosts["http"]
 
     def status(host, request, want, ctx=None, port=None):
-        return lambda: kinds._status(kinds._http(port or edge.http_port, host, request, ctx)) \
-            == want
+        return (
+            lambda: kinds._status(kinds._http(port or edge.http_port, host, request, ctx)) == want
+        )
 
     def three():
-        data = kinds._http(edge.http_port, http, b"GET /echo HTTP/1.1\r\nHost: {host}\r\n\r\n"
-                           * 2 + kinds.GET_CLOSE)
+        data = kinds._http(
+            edge.http_port,
+            http,
+            b"GET /echo HTTP/1.1\r\nHost: {host}\r\n\r\n" * 2 + kinds.GET_CLOSE,
+        )
         return data.count(b"HTTP/1.1 200 OK") == 3
 
     def tcp():
         import socket
+
         with socket.create_connection(("127.0.0.1", tcp_port), timeout=20) as sock:
             sock.sendall(b"soak")
             sock.shutdown(socket.SHUT_WR)
@@ -62,17 +68,24 @@ def traffic(edge, hosts, tcp_port):
 
     def abort_body():
         import socket
+
         with socket.create_connection(("127.0.0.1", edge.http_port), timeout=20) as sock:
-            sock.sendall(b"POST /upload HTTP/1.1\r\nHost: " + http.encode() +
-                         b"\r\nContent-Length: 100000\r\n\r\n" + b"x" * 5000)
+            sock.sendall(
+                b"POST /upload HTTP/1.1\r\nHost: "
+                + http.encode()
+                + b"\r\nContent-Length: 100000\r\n\r\n"
+                + b"x" * 5000
+            )
             kinds._abort(sock)
         return True
 
     def abort_response():
         import socket
+
         with socket.create_connection(("127.0.0.1", edge.http_port), timeout=20) as sock:
-            sock.sendall(b"GET /stream?n=20&size=4096 HTTP/1.1\r\nHost: " + http.encode() +
-                         b"\r\n\r\n")
+            sock.sendall(
+                b"GET /stream?n=20&size=4096 HTTP/1.1\r\nHost: " + http.encode() + b"\r\n\r\n"
+            )
             ok = sock.recv(4096).startswith(b"HTTP/1.1 200")
             kinds._abort(sock)
         return ok
@@ -84,11 +97,16 @@ def traffic(edge, hosts, tcp_port):
     def websocket():
         import base64
         import socket
+
         with socket.create_connection(("127.0.0.1", edge.http_port), timeout=20) as sock:
-            sock.sendall(b"GET /ws HTTP/1.1\r\nHost: " + http.encode() +
-                         b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                         b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " +
-                         base64.b64encode(os.urandom(16)) + b"\r\n\r\n")
+            sock.sendall(
+                b"GET /ws HTTP/1.1\r\nHost: "
+                + http.encode()
+                + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: "
+                + base64.b64encode(os.urandom(16))
+                + b"\r\n\r\n"
+            )
             head = b""
             while b"\r\n\r\n" not in head:
                 chunk = sock.recv(4096)
@@ -96,8 +114,7 @@ def traffic(edge, hosts, tcp_port):
                     return False
                 head += chunk
             mask = os.urandom(4)
-            sock.sendall(b"\x81\x82" + mask + bytes(b ^ mask[j % 4] for j, b in
-                                                    enumerate(b"hi")))
+            sock.sendall(b"\x81\x82" + mask + bytes(b ^ mask[j % 4] for j, b in enumerate(b"hi")))
             reply = head.split(b"\r\n\r\n", 1)[1]
             while len(reply) < 9:
                 chunk = sock.recv(4096)
@@ -107,20 +124,34 @@ def traffic(edge, hosts, tcp_port):
             sock.sendall(b"\x88\x80" + mask)
             return reply[2:9] == b"echo:hi"
 
-    return [status(http, kinds.GET_CLOSE, 200), three,
-            status(http, kinds.GET_CLOSE, 200, tls, edge.https_port),
-            status(http, b"HEAD /echo HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
-                   200),
-            status(http, b"GET /status/204 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
-                   204),
-            status(http, b"GET /status/304 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
-                   304),
-            abort_body, abort_response, cut, websocket, tcp,
-            status(hosts["forwarding"], kinds.GET_CLOSE, 200),
-            status(hosts["answering"], b"GET /deny HTTP/1.1\r\nHost: {host}\r\n"
-                   b"Connection: close\r\n\r\n", 403),
-            status(hosts["answering"], b"GET /answer HTTP/1.1\r\nHost: {host}\r\n"
-                   b"Connection: close\r\n\r\n", 200)]
+    return [
+        status(http, kinds.GET_CLOSE, 200),
+        three,
+        status(http, kinds.GET_CLOSE, 200, tls, edge.https_port),
+        status(http, b"HEAD /echo HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n", 200),
+        status(
+            http, b"GET /status/204 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n", 204
+        ),
+        status(
+            http, b"GET /status/304 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n", 304
+        ),
+        abort_body,
+        abort_response,
+        cut,
+        websocket,
+        tcp,
+        status(hosts["forwarding"], kinds.GET_CLOSE, 200),
+        status(
+            hosts["answering"],
+            b"GET /deny HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
+            403,
+        ),
+        status(
+            hosts["answering"],
+            b"GET /answer HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
+            200,
+        ),
+    ]
 
 
 def main() -> int:
@@ -142,20 +173,47 @@ def main() -> int:
             account = HttpApi(stack).new_account()
             token = account.admin.post("/credentials", {"description": "soak"}).json["token"]
             internal = f"soak-{time.time_ns()}.internal"
-            forwarding = {"on_http_request": [{"actions": [
-                {"type": "forward-internal", "config": {"url": f"https://{internal}"}}]}]}
-            answering = {"on_http_request": [
-                {"expressions": ["req.url.path == '/deny'"], "actions": [{"type": "deny"}]},
-                {"expressions": ["req.url.path == '/answer'"], "actions": [
-                    {"type": "custom-response", "config": {"status_code": 200,
-                                                           "body": "policy"}}]}]}
-            agent = SdkAgent(edge, token, [
-                {"proto": "http"}, {"proto": "tcp"}, {"proto": "http", "domain": internal},
-                {"proto": "http", "options": {"traffic_policy": [json.dumps(forwarding)]}},
-                {"proto": "http", "options": {"traffic_policy": [json.dumps(answering)]}}])
+            forwarding = {
+                "on_http_request": [
+                    {
+                        "actions": [
+                            {"type": "forward-internal", "config": {"url": f"https://{internal}"}}
+                        ]
+                    }
+                ]
+            }
+            answering = {
+                "on_http_request": [
+                    {"expressions": ["req.url.path == '/deny'"], "actions": [{"type": "deny"}]},
+                    {
+                        "expressions": ["req.url.path == '/answer'"],
+                        "actions": [
+                            {
+                                "type": "custom-response",
+                                "config": {"status_code": 200, "body": "policy"},
+                            }
+                        ],
+                    },
+                ]
+            }
+            agent = SdkAgent(
+                edge,
+                token,
+                [
+                    {"proto": "http"},
+                    {"proto": "tcp"},
+                    {"proto": "http", "domain": internal},
+                    {"proto": "http", "options": {"traffic_policy": [json.dumps(forwarding)]}},
+                    {"proto": "http", "options": {"traffic_policy": [json.dumps(answering)]}},
+                ],
+            )
             bound = [e for e in agent.start() if e["event"] == "bound"]
-            urls = dict(zip(("http", "tcp", "internal", "forwarding", "answering"),
-                            (b["url"] for b in bound)))
+            urls = dict(
+                zip(
+                    ("http", "tcp", "internal", "forwarding", "answering"),
+                    (b["url"] for b in bound),
+                )
+            )
             hosts = {k: v.split("://")[1].split(":")[0] for k, v in urls.items()}
             session_id = account.admin.get("/tunnel_sessions").json["tunnel_sessions"][0]["id"]
             kinds_list = traffic(edge, hosts, int(urls["tcp"].rsplit(":", 1)[1]))
@@ -175,36 +233,51 @@ def main() -> int:
                         counts["failed"] += not ok
                     i += 1
 
-            threads = [threading.Thread(target=worker, args=(n,), daemon=True)
-                       for n in range(args.workers)]
+            threads = [
+                threading.Thread(target=worker, args=(n,), daemon=True)
+                for n in range(args.workers)
+            ]
             start = time.monotonic()
             for thread in threads:
                 thread.start()
-            print(f"{'minutes':>8} {'connections':>12} {'per s':>7} {'failed':>7} "
-                  f"{'streams (edge/agent/lingering)':>31} {'edge RSS MB':>12} "
-                  f"{'SDK RSS MB':>11} {'drops':>6}", flush=True)
+            print(
+                f"{'minutes':>8} {'connections':>12} {'per s':>7} {'failed':>7} "
+                f"{'streams (edge/agent/lingering)':>31} {'edge RSS MB':>12} "
+                f"{'SDK RSS MB':>11} {'drops':>6}",
+                flush=True,
+            )
             last = (start, 0)
             while any(t.is_alive() for t in threads):
                 time.sleep(min(args.every, max(0.1, stop - time.monotonic() + 0.5)))
                 now = time.monotonic()
                 table = edge.session_streams(session_id) or {}
-                drops = sum(1 for e in agent.seen + list(agent.events.queue)
-                            if e.get("event") == "disconnected")
-                row = {"minutes": round((now - start) / 60, 2), "connections": counts["done"],
-                       "per_second": round((counts["done"] - last[1]) / (now - last[0]), 1),
-                       "failed": counts["failed"], "streams": table,
-                       "edge_rss_mb": round(rss_kb(edge.process.pid) / 1024, 1),
-                       "sdk_rss_mb": round(rss_kb(agent.process.pid) / 1024, 1),
-                       "disconnects": drops}
+                drops = sum(
+                    1
+                    for e in agent.seen + list(agent.events.queue)
+                    if e.get("event") == "disconnected"
+                )
+                row = {
+                    "minutes": round((now - start) / 60, 2),
+                    "connections": counts["done"],
+                    "per_second": round((counts["done"] - last[1]) / (now - last[0]), 1),
+                    "failed": counts["failed"],
+                    "streams": table,
+                    "edge_rss_mb": round(rss_kb(edge.process.pid) / 1024, 1),
+                    "sdk_rss_mb": round(rss_kb(agent.process.pid) / 1024, 1),
+                    "disconnects": drops,
+                }
                 last = (now, counts["done"])
                 series.append(row)
-                print(f"{row['minutes']:>8} {row['connections']:>12} {row['per_second']:>7} "
-                      f"{row['failed']:>7} "
-                      f"{table.get('streams_open', '-'):>8} ({table.get('edge_opened', '-')}/"
-                      f"{table.get('agent_opened', '-')}/{table.get('lingering', '-')})"
-                      f"{'':>13} {row['edge_rss_mb']:>12} {row['sdk_rss_mb']:>11} "
-                      f"{drops:>6}", flush=True)
-            time.sleep(3)   # the traffic has stopped: what is still held
+                print(
+                    f"{row['minutes']:>8} {row['connections']:>12} {row['per_second']:>7} "
+                    f"{row['failed']:>7} "
+                    f"{table.get('streams_open', '-'):>8} ({table.get('edge_opened', '-')}/"
+                    f"{table.get('agent_opened', '-')}/{table.get('lingering', '-')})"
+                    f"{'':>13} {row['edge_rss_mb']:>12} {row['sdk_rss_mb']:>11} "
+                    f"{drops:>6}",
+                    flush=True,
+                )
+            time.sleep(3)  # the traffic has stopped: what is still held
             settled = edge.session_streams(session_id)
             print(f"settled, 3 s after the last connection: streams {settled}", flush=True)
             series.append({"settled": settled})
@@ -214,8 +287,9 @@ def main() -> int:
             edge.stop()
             stack.stop()
     with open(os.path.join(os.path.dirname(__file__), "soak_streams.json"), "w") as out:
-        json.dump({"minutes": args.minutes, "workers": args.workers, "series": series}, out,
-                  indent=1)
+        json.dump(
+            {"minutes": args.minutes, "workers": args.workers, "series": series}, out, indent=1
+        )
     return 0
 
 

@@ -9,6 +9,7 @@ The reserved domains' DNS check asks a DNS server of the tests' own on the loopb
 After each test: its final page is kept as a screenshot in test-output/dashboard/<test>.png
 (TEST_OUTPUT_DIR overrides test-output/), and the browser's console must hold no error.
 """
+
 import os
 import re
 import shutil
@@ -25,8 +26,9 @@ from tests.support.api import PROJECT_DIR
 from tests.support.dns_server import LoopbackDns
 from tests.support.make_run import MakeRun
 
-OUTPUT_DIR = os.path.join(os.environ.get("TEST_OUTPUT_DIR") or os.path.join(PROJECT_DIR, "test-output"),
-                          "dashboard")
+OUTPUT_DIR = os.path.join(
+    os.environ.get("TEST_OUTPUT_DIR") or os.path.join(PROJECT_DIR, "test-output"), "dashboard"
+)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
@@ -43,8 +45,13 @@ class Stack:
     http_port: int
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
-        resp = requests.request(method, self.api_url + path, json=body, timeout=30, headers={
-            "Authorization": f"Bearer {self.key}", "Ngrok-Version": "2"})
+        resp = requests.request(
+            method,
+            self.api_url + path,
+            json=body,
+            timeout=30,
+            headers={"Authorization": f"Bearer {self.key}", "Ngrok-Version": "2"},
+        )
         assert resp.status_code < 300, resp.text
         return resp.json() if resp.text else None
 
@@ -61,29 +68,47 @@ def stack(dns_server):
     if not os.path.exists(SDK_PYTHON):
         pytest.fail(f"{SDK_PYTHON} missing: `make install` makes the agent virtualenv")
     with tempfile.TemporaryDirectory(prefix="dashboard-") as data_dir:
-        run = MakeRun(data_dir, ports=("EDGE_METRICS_PORT",), env={
-            "DNS_CHECK_RESOLVER": dns_server.address, "EDGE_CHECK_SECONDS": "1"})
+        run = MakeRun(
+            data_dir,
+            ports=("EDGE_METRICS_PORT",),
+            env={"DNS_CHECK_RESOLVER": dns_server.address, "EDGE_CHECK_SECONDS": "1"},
+        )
         with run:
-            yield Stack(process=run.proc, output=run.banner, key=run.key,
-                        dashboard_url=run.dashboard_url, api_url=run.api_url,
-                        agent_addr=run.agent_addr, ca_path=run.ca_path,
-                        http_port=run.ports["EDGE_HTTP_PORT"])
-
+            yield Stack(
+                process=run.proc,
+                output=run.banner,
+                key=run.key,
+                dashboard_url=run.dashboard_url,
+                api_url=run.api_url,
+                agent_addr=run.agent_addr,
+                ca_path=run.ca_path,
+                http_port=run.ports["EDGE_HTTP_PORT"],
+            )
 
 
 def _driver(width: int, height: int, tz: str = ""):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--no-first-run", "--disable-extensions", "--password-store=basic",
-                f"--window-size={width},{height}", "--lang=en-US"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-extensions",
+        "--password-store=basic",
+        f"--window-size={width},{height}",
+        "--lang=en-US",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    env = {**os.environ, "TZ": tz} if tz else None   # the browser's own time zone
-    return webdriver.Chrome(options=options,
-                            service=Service(executable_path=CHROMEDRIVER, env=env))
+    env = {**os.environ, "TZ": tz} if tz else None  # the browser's own time zone
+    return webdriver.Chrome(
+        options=options, service=Service(executable_path=CHROMEDRIVER, env=env)
+    )
 
 
 class ExpectedErrors:
@@ -100,7 +125,8 @@ class ExpectedErrors:
     def forgiven(self, entry: Dict[str, Any]) -> bool:
         message = entry.get("message", "")
         return entry.get("source") == "network" and any(
-            f"status of {status} " in message for status in self.statuses)
+            f"status of {status} " in message for status in self.statuses
+        )
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 """What the dashboard tests do in the page, as a person would: wait for text, click, type."""
+
 import time
 from typing import Callable, List
 
@@ -13,14 +14,18 @@ WAIT = 20.0
 def wait(driver, condition: Callable, timeout: float = WAIT, message: str = ""):
     # a page that re-renders between finding an element and reading it leaves the element
     # stale: the condition is asked again, as a person would look again
-    return WebDriverWait(driver, timeout, poll_frequency=0.1,
-                         ignored_exceptions=[StaleElementReferenceException]
-                         ).until(condition, message)
+    return WebDriverWait(
+        driver, timeout, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException]
+    ).until(condition, message)
 
 
 def find(driver, css: str, timeout: float = WAIT):
-    return wait(driver, EC.visibility_of_element_located((By.CSS_SELECTOR, css)), timeout,
-                f"no visible {css}")
+    return wait(
+        driver,
+        EC.visibility_of_element_located((By.CSS_SELECTOR, css)),
+        timeout,
+        f"no visible {css}",
+    )
 
 
 def all_of(driver, css: str) -> List:

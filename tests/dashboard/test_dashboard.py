@@ -1,4 +1,5 @@
 """The dashboard in headless Chromium against `make run`: what a person does, page by page."""
+
 from datetime import datetime, timedelta, timezone
 
 from selenium.webdriver.common.action_chains import ActionChains
@@ -6,12 +7,33 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from tests.dashboard.conftest import snapshot
-from tests.dashboard.support import (accept_confirm, all_of, find, go, loaded, sign_in, text_of,
-                                     until, wait, wait_text)
+from tests.dashboard.support import (
+    accept_confirm,
+    all_of,
+    find,
+    go,
+    loaded,
+    sign_in,
+    text_of,
+    until,
+    wait,
+    wait_text,
+)
 from tests.edge.conftest import SdkAgent
 
-ROUTES = ["overview", "endpoints", "traffic", "agents", "credentials", "api_keys", "bot_users",
-          "reserved_domains", "reserved_addrs", "ip_policies", "legacy"]
+ROUTES = [
+    "overview",
+    "endpoints",
+    "traffic",
+    "agents",
+    "credentials",
+    "api_keys",
+    "bot_users",
+    "reserved_domains",
+    "reserved_addrs",
+    "ip_policies",
+    "legacy",
+]
 
 
 # Form controls without a label, and buttons or links without a name, on the page.
@@ -42,8 +64,10 @@ def test_sign_in_and_every_page_without_console_errors(stack, browser):
         snapshot(browser, f"1440-{route}")
     # the key is in this tab's sessionStorage only
     assert browser.execute_script("return window.localStorage.length") == 0
-    assert browser.execute_script(
-        "return window.sessionStorage.getItem('dashboard.apiKey')") == stack.key
+    assert (
+        browser.execute_script("return window.sessionStorage.getItem('dashboard.apiKey')")
+        == stack.key
+    )
     assert stack.key not in browser.execute_script("return document.cookie")
 
 
@@ -53,21 +77,26 @@ def test_credential_token_is_shown_once_and_not_after_a_reload(stack, browser):
     form = find(browser, "form[aria-label='New authtoken']")
     form.find_element(By.NAME, "description").send_keys("browser-made")
     form.find_element(By.CSS_SELECTOR, ".add-rule").click()
-    form.find_element(By.CSS_SELECTOR, "input.acl-rule").send_keys("bind:browser.tunnels.localhost")
+    form.find_element(By.CSS_SELECTOR, "input.acl-rule").send_keys(
+        "bind:browser.tunnels.localhost"
+    )
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     token = find(browser, ".secret .secret-value").text.strip()
     snapshot(browser, "credential-token-once")
     assert len(token) > 20
-    made = [c for c in stack.api("GET", "/credentials")["credentials"]
-            if c["description"] == "browser-made"]
+    made = [
+        c
+        for c in stack.api("GET", "/credentials")["credentials"]
+        if c["description"] == "browser-made"
+    ]
     assert len(made) == 1 and made[0]["acl"] == ["bind:browser.tunnels.localhost"]
-    assert made[0]["token"] is None      # the API never shows it again either
+    assert made[0]["token"] is None  # the API never shows it again either
     wait_text(browser, made[0]["id"])
     browser.refresh()
     loaded(browser)
-    find(browser, "#sign-out")           # still signed in (sessionStorage) …
+    find(browser, "#sign-out")  # still signed in (sessionStorage) …
     wait_text(browser, made[0]["id"])
-    assert token not in browser.page_source   # … and the token is gone
+    assert token not in browser.page_source  # … and the token is gone
     assert not all_of(browser, ".secret")
 
 
@@ -88,8 +117,10 @@ def test_acl_edit_shows_the_api_error_at_the_editor(stack, browser, expected_err
     editor.find_element(By.CSS_SELECTOR, "input.acl-rule").clear()
     editor.find_element(By.CSS_SELECTOR, "input.acl-rule").send_keys("bind:*.example.com")
     editor.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait(browser, lambda d: stack.api("GET", f"/credentials/{cred['id']}")["acl"] == [
-        "bind:*.example.com"])
+    wait(
+        browser,
+        lambda d: stack.api("GET", f"/credentials/{cred['id']}")["acl"] == ["bind:*.example.com"],
+    )
     wait_text(browser, "bind:*.example.com")
 
 
@@ -100,10 +131,13 @@ def test_reserved_domain_create_dns_check_missing_and_delete(stack, browser):
     form.find_element(By.NAME, "domain").send_keys("*.shop.example.com")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait_text(browser, "*.shop.example.com")
-    domain = [d for d in stack.api("GET", "/reserved_domains")["reserved_domains"]
-              if d["domain"] == "*.shop.example.com"][0]
+    domain = [
+        d
+        for d in stack.api("GET", "/reserved_domains")["reserved_domains"]
+        if d["domain"] == "*.shop.example.com"
+    ][0]
     row = find(browser, f"tr[data-id='{domain['id']}']")
-    assert domain["cname_target"] in row.text                     # both records to add
+    assert domain["cname_target"] in row.text  # both records to add
     assert domain["acme_challenge_cname_target"] in row.text
     assert "_acme-challenge.shop.example.com" in row.text
     row.find_element(By.CSS_SELECTOR, "button.dns-check").click()
@@ -116,8 +150,9 @@ def test_reserved_domain_create_dns_check_missing_and_delete(stack, browser):
     row.find_element(By.CSS_SELECTOR, "button.danger").click()
     accept_confirm(browser)
     wait(browser, lambda d: not all_of(d, f"tr[data-id='{domain['id']}']"))
-    assert all(d["id"] != domain["id"]
-               for d in stack.api("GET", "/reserved_domains")["reserved_domains"])
+    assert all(
+        d["id"] != domain["id"] for d in stack.api("GET", "/reserved_domains")["reserved_domains"]
+    )
 
 
 def test_cloud_endpoint_policy_error_is_shown_at_the_policy(stack, browser, expected_errors):
@@ -127,13 +162,16 @@ def test_cloud_endpoint_policy_error_is_shown_at_the_policy(stack, browser, expe
     form = find(browser, "form[aria-label='New cloud endpoint']")
     form.find_element(By.NAME, "url").send_keys("https://cloud-ui.tunnels.localhost")
     form.find_element(By.NAME, "traffic_policy").send_keys(
-        "on_http_request:\n  - actions:\n      - type: no-such-action\n")
+        "on_http_request:\n  - actions:\n      - type: no-such-action\n"
+    )
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    error = find(browser, "form[aria-label='New cloud endpoint'] [data-field=traffic_policy] "
-                          ".field-error")
+    error = find(
+        browser, "form[aria-label='New cloud endpoint'] [data-field=traffic_policy] .field-error"
+    )
     assert error.text and "ERR_" in error.text
-    area = browser.find_element(By.CSS_SELECTOR, "form[aria-label='New cloud endpoint'] "
-                                                 "textarea[name=traffic_policy]")
+    area = browser.find_element(
+        By.CSS_SELECTOR, "form[aria-label='New cloud endpoint'] textarea[name=traffic_policy]"
+    )
     assert area.get_attribute("aria-invalid") == "true"
     assert browser.switch_to.active_element == area
 
@@ -148,14 +186,22 @@ def test_online_sdk_agent_appears_on_the_overview_and_leaves_without_a_reload(st
     try:
         url = [e for e in agent.start() if e["event"] == "bound"][0]["url"]
         session = wait_for_session(stack, cred["id"])
-        wait(browser, lambda d: all_of(d, f"[data-list=tunnel_sessions] tr[data-id='{session}']"),
-             30, "the agent's session never showed")
-        wait_text(browser, url.split("://")[1])               # its endpoint too
+        wait(
+            browser,
+            lambda d: all_of(d, f"[data-list=tunnel_sessions] tr[data-id='{session}']"),
+            30,
+            "the agent's session never showed",
+        )
+        wait_text(browser, url.split("://")[1])  # its endpoint too
         snapshot(browser, "overview-agent-online")
     finally:
         agent.stop()
-    wait(browser, lambda d: not all_of(d, f"tr[data-id='{session}']"), 60,
-         "the stopped agent's session is still shown")
+    wait(
+        browser,
+        lambda d: not all_of(d, f"tr[data-id='{session}']"),
+        60,
+        "the stopped agent's session is still shown",
+    )
     wait_text(browser, "No agent is online")
     assert marker == 1 and browser.execute_script("return window.__sameDocument") == "yes"
 
@@ -171,9 +217,13 @@ def wait_for_session(stack, credential_id: str) -> str:
     found = []
 
     def online() -> bool:
-        found[:] = [s["id"] for s in stack.api("GET", "/tunnel_sessions")["tunnel_sessions"]
-                    if (s.get("credential") or {}).get("id") == credential_id]
+        found[:] = [
+            s["id"]
+            for s in stack.api("GET", "/tunnel_sessions")["tunnel_sessions"]
+            if (s.get("credential") or {}).get("id") == credential_id
+        ]
         return bool(found)
+
     assert until(online, 30), "the API never listed the agent's session"
     return found[0]
 
@@ -182,8 +232,10 @@ def test_readable_at_360_px(stack, browser_factory):
     """Every page fits a 360 px wide window: nothing wider than the window."""
     browser = browser_factory(width=360, height=780)
     # headless windows are at least 500 px wide: the page is laid out as a 360 px phone's
-    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-        "width": 360, "height": 780, "deviceScaleFactor": 1, "mobile": True})
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 360, "height": 780, "deviceScaleFactor": 1, "mobile": True},
+    )
     stack.api("POST", "/reserved_domains", {"domain": "narrow.example.com"})
     sign_in(browser, stack.dashboard_url, stack.key)
     for route in ROUTES:
@@ -222,7 +274,7 @@ def test_keyboard_only(stack, browser):
     with Tab, and a link is followed with Enter."""
     browser.get(stack.dashboard_url)
     box = find(browser, "#sign-in input[name=api_key]")
-    assert browser.switch_to.active_element == box          # focus starts in the field
+    assert browser.switch_to.active_element == box  # focus starts in the field
     box.send_keys(stack.key, Keys.ENTER)
     find(browser, "#sign-out")
     loaded(browser)
@@ -278,9 +330,15 @@ def test_stop_an_agent_from_the_agents_page(stack, browser):
 
 
 def test_edit_a_cloud_endpoints_policy(stack, browser):
-    made = stack.api("POST", "/endpoints", {
-        "url": "https://policy-edit.tunnels.localhost", "type": "cloud",
-        "traffic_policy": "on_http_request:\n  - actions:\n      - type: deny\n"})
+    made = stack.api(
+        "POST",
+        "/endpoints",
+        {
+            "url": "https://policy-edit.tunnels.localhost",
+            "type": "cloud",
+            "traffic_policy": "on_http_request:\n  - actions:\n      - type: deny\n",
+        },
+    )
     sign_in(browser, stack.dashboard_url, stack.key)
     go(browser, "endpoints")
     row = find(browser, f"tr[data-id='{made['id']}']")
@@ -288,11 +346,16 @@ def test_edit_a_cloud_endpoints_policy(stack, browser):
     area = find(browser, f"tr[data-id='{made['id']}'] textarea[name=traffic_policy]")
     assert browser.switch_to.active_element == area
     area.clear()
-    area.send_keys("on_http_request:\n  - actions:\n      - type: custom-response\n"
-                   "        config:\n          status_code: 418\n")
-    browser.find_element(By.CSS_SELECTOR, f"tr[data-id='{made['id']}'] form "
-                                          "button[type=submit]").click()
-    wait(browser, lambda d: "418" in stack.api("GET", f"/endpoints/{made['id']}")["traffic_policy"])
+    area.send_keys(
+        "on_http_request:\n  - actions:\n      - type: custom-response\n"
+        "        config:\n          status_code: 418\n"
+    )
+    browser.find_element(
+        By.CSS_SELECTOR, f"tr[data-id='{made['id']}'] form button[type=submit]"
+    ).click()
+    wait(
+        browser, lambda d: "418" in stack.api("GET", f"/endpoints/{made['id']}")["traffic_policy"]
+    )
     wait(browser, lambda d: "status_code: 418" in find(d, f"tr[data-id='{made['id']}'] pre").text)
     snapshot(browser, "endpoint-policy-edited")
     stack.api("DELETE", f"/endpoints/{made['id']}")
@@ -312,7 +375,9 @@ def test_bot_user_with_an_api_key_shown_once(stack, browser):
     form.find_element(By.NAME, "owner_id").send_keys(bot["id"])
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     token = find(browser, ".secret .secret-value").text.strip()
-    key = [k for k in stack.api("GET", "/api_keys")["keys"] if k["description"] == "for the bot"][0]
+    key = [k for k in stack.api("GET", "/api_keys")["keys"] if k["description"] == "for the bot"][
+        0
+    ]
     assert key["owner_id"] == bot["id"] and key["token"] is None
     wait_text(browser, key["id"])
     go(browser, "bot_users")
@@ -330,15 +395,24 @@ def test_ip_policy_with_a_rule_and_a_tcp_address(stack, browser):
     rule_form.find_element(By.NAME, "cidr").send_keys("203.0.113.0/24")
     rule_form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait_text(browser, "203.0.113.0/24")
-    [rule] = [r for r in stack.api("GET", "/ip_policy_rules")["ip_policy_rules"]
-              if r["cidr"] == "203.0.113.0/24"]
+    [rule] = [
+        r
+        for r in stack.api("GET", "/ip_policy_rules")["ip_policy_rules"]
+        if r["cidr"] == "203.0.113.0/24"
+    ]
     assert rule["action"] == "allow"
     go(browser, "reserved_addrs")
     form = find(browser, "form[aria-label='Reserve a TCP address']")
     form.find_element(By.NAME, "description").send_keys("db")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    addr = wait(browser, lambda d: [a for a in stack.api("GET", "/reserved_addrs")["reserved_addrs"]
-                                    if a["description"] == "db"])[0]
+    addr = wait(
+        browser,
+        lambda d: [
+            a
+            for a in stack.api("GET", "/reserved_addrs")["reserved_addrs"]
+            if a["description"] == "db"
+        ],
+    )[0]
     wait_text(browser, addr["addr"])
     find(browser, f"tr[data-id='{addr['id']}'] button.danger").click()
     accept_confirm(browser)
@@ -365,31 +439,36 @@ def test_no_layout_shift_when_data_arrives(stack, browser):
     sign_in(browser, stack.dashboard_url, stack.key)
     # every request takes 300 ms more: the loading states are painted before the data comes
     browser.execute_cdp_cmd("Network.enable", {})
-    browser.execute_cdp_cmd("Network.emulateNetworkConditions", {
-        "offline": False, "latency": 300, "downloadThroughput": -1, "uploadThroughput": -1})
+    browser.execute_cdp_cmd(
+        "Network.emulateNetworkConditions",
+        {"offline": False, "latency": 300, "downloadThroughput": -1, "uploadThroughput": -1},
+    )
     scores = {}
     for route in ROUTES:
         browser.get(f"{stack.dashboard_url}#/{route}")
-        browser.refresh()                       # a fresh document: its own shift record
+        browser.refresh()  # a fresh document: its own shift record
         wait(browser, lambda d: all_of(d, f".page-{route}"))
         loaded(browser)
         scores[route] = browser.execute_async_script(CLS_SCRIPT)
-    assert all(score < 0.1 for score in scores.values()), sorted(scores.items(), key=lambda kv: -kv[1])
+    assert all(score < 0.1 for score in scores.values()), sorted(
+        scores.items(), key=lambda kv: -kv[1]
+    )
     # the measure itself: a block pushed in above the lists is seen as a shift
-    browser.execute_script("setTimeout(() => document.querySelector('main').prepend("
-                           "Object.assign(document.createElement('div'), "
-                           "{className: 'card', textContent: 'x'.repeat(3000)})), 50)")
+    browser.execute_script(
+        "setTimeout(() => document.querySelector('main').prepend("
+        "Object.assign(document.createElement('div'), "
+        "{className: 'card', textContent: 'x'.repeat(3000)})), 50)"
+    )
     assert browser.execute_async_script(CLS_SCRIPT) > 0.01
 
 
-def test_a_deleted_key_signs_the_page_out_with_the_apis_message(stack, browser,
-                                                                expected_errors):
+def test_a_deleted_key_signs_the_page_out_with_the_apis_message(stack, browser, expected_errors):
     expected_errors.expect(401)
     made = stack.api("POST", "/api_keys", {"description": "short-lived"})
     sign_in(browser, stack.dashboard_url, made["token"])
     go(browser, "overview")
     stack.api("DELETE", f"/api_keys/{made['id']}")
-    find(browser, "#sign-in input[name=api_key]", timeout=30)   # the next poll is refused
+    find(browser, "#sign-in input[name=api_key]", timeout=30)  # the next poll is refused
     assert "ERR_NGROK" in find(browser, ".sign-in-page .state.error").text
     assert browser.execute_script("return window.sessionStorage.length") == 0
 
@@ -405,7 +484,7 @@ def test_lists_page_over_the_apis_cursors(stack, browser):
     go(browser, "bot_users")
     rows = lambda d: all_of(d, "[data-list=bot_users] tbody tr")  # noqa: E731
     assert len(rows(browser)) == total == 100
-    for _ in range(5):   # follow "Load more" to the last page
+    for _ in range(5):  # follow "Load more" to the last page
         buttons = all_of(browser, "[data-list=bot_users] .more button")
         if not buttons:
             break
@@ -413,17 +492,21 @@ def test_lists_page_over_the_apis_cursors(stack, browser):
         buttons[0].click()
         wait(browser, lambda d: len(rows(d)) > before)
     shown = [r.find_elements(By.CSS_SELECTOR, "td")[1].text for r in rows(browser)]
-    assert set(names) <= set(shown) and len(shown) == len(set(r.get_attribute("data-id")
-                                                               for r in rows(browser)))
+    assert set(names) <= set(shown) and len(shown) == len(
+        set(r.get_attribute("data-id") for r in rows(browser))
+    )
     assert not all_of(browser, "[data-list=bot_users] .more button")
 
 
 def test_legacy_edge_route_module_and_backend_read_and_delete(stack, browser, expected_errors):
-    expected_errors.expect(409)    # the backend is still used by the route
+    expected_errors.expect(409)  # the backend is still used by the route
     backend = stack.api("POST", "/backends/http_response", {"body": "hi", "status_code": 200})
     edge = stack.api("POST", "/edges/https", {"hostports": ["legacy-ui.tunnels.localhost:443"]})
-    route = stack.api("POST", f"/edges/https/{edge['id']}/routes", {
-        "match_type": "path_prefix", "match": "/app", "backend": {"backend_id": backend["id"]}})
+    route = stack.api(
+        "POST",
+        f"/edges/https/{edge['id']}/routes",
+        {"match_type": "path_prefix", "match": "/app", "backend": {"backend_id": backend["id"]}},
+    )
     sign_in(browser, stack.dashboard_url, stack.key)
     go(browser, "legacy")
     edge_row = f"[data-list=https_edges] tr[data-id='{edge['id']}']"
@@ -433,17 +516,17 @@ def test_legacy_edge_route_module_and_backend_read_and_delete(stack, browser, ex
     backend_row = f"[data-list=backends_http_response] tr[data-id='{backend['id']}']"
     find(browser, f"{backend_row} button.danger").click()
     accept_confirm(browser)
-    refused = find(browser, f"{backend_row} .action-error")       # the API's 409, at the button
+    refused = find(browser, f"{backend_row} .action-error")  # the API's 409, at the button
     assert "still used" in refused.text and "ERR_CONFLICT" in refused.text
-    find(browser, f"{route_item} .modules button").click()           # remove the route's backend
+    find(browser, f"{route_item} .modules button").click()  # remove the route's backend
     accept_confirm(browser)
     wait(browser, lambda d: "no module" in find(d, route_item).text)
     assert stack.api("GET", f"/edges/https/{edge['id']}/routes/{route['id']}")["backend"] is None
-    find(browser, f"{route_item} > button").click()                  # delete the route
+    find(browser, f"{route_item} > button").click()  # delete the route
     accept_confirm(browser)
     wait(browser, lambda d: "no route" in find(d, edge_row).text)
     snapshot(browser, "legacy-edges")
-    find(browser, f"{edge_row} .row-actions button").click()         # delete the edge
+    find(browser, f"{edge_row} .row-actions button").click()  # delete the edge
     accept_confirm(browser)
     wait(browser, lambda d: not all_of(d, edge_row))
     find(browser, f"{backend_row} .row-actions button.danger").click()

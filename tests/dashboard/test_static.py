@@ -1,5 +1,6 @@
 """How `make run` serves the dashboard's files (scripts/dashboard_static.py): under
 /dashboard/ only, with a strict Content-Security-Policy, nothing outside the folder."""
+
 import os
 import re
 import sys
@@ -18,9 +19,12 @@ def _get(stack, path, method="GET"):
 
 def test_index_and_files_with_the_strict_policy(stack):
     assert stack.dashboard_url == stack.api_url + "/dashboard/"
-    for path, kind in (("/dashboard/", "text/html"), ("/dashboard/js/main.js", "text/javascript"),
-                       ("/dashboard/app.css", "text/css"),
-                       ("/dashboard/favicon.svg", "image/svg+xml")):
+    for path, kind in (
+        ("/dashboard/", "text/html"),
+        ("/dashboard/js/main.js", "text/javascript"),
+        ("/dashboard/app.css", "text/css"),
+        ("/dashboard/favicon.svg", "image/svg+xml"),
+    ):
         resp = _get(stack, path)
         assert resp.status_code == 200, path
         assert resp.headers["Content-Type"].startswith(kind)
@@ -36,9 +40,16 @@ def test_index_and_files_with_the_strict_policy(stack):
 def test_redirect_and_refusals(stack):
     resp = _get(stack, "/dashboard")
     assert resp.status_code == 308 and resp.headers["Location"] == "/dashboard/"
-    for path in ("/dashboard/../app.py", "/dashboard/%2e%2e/app.py", "/dashboard/js/../../app.py",
-                 "/dashboard/.hidden", "/dashboard/nope.html", "/dashboard/js/",
-                 "/dashboard/%00", "/dashboard//etc/passwd"):
+    for path in (
+        "/dashboard/../app.py",
+        "/dashboard/%2e%2e/app.py",
+        "/dashboard/js/../../app.py",
+        "/dashboard/.hidden",
+        "/dashboard/nope.html",
+        "/dashboard/js/",
+        "/dashboard/%00",
+        "/dashboard//etc/passwd",
+    ):
         assert _get(stack, path).status_code == 404, path
     post = _get(stack, "/dashboard/", method="POST")
     assert post.status_code == 405 and post.headers["Allow"] == "GET, HEAD"
@@ -56,5 +67,6 @@ def test_no_file_names_another_origin():
         for name in names:
             text = open(os.path.join(folder, name), encoding="utf-8").read()
             # the SVG namespace and example.com placeholders name no server
-            assert not re.search(r"https?://(?!www\.w3\.org/2000/svg|[a-z0-9.-]*example\.com)",
-                                 text), name
+            assert not re.search(
+                r"https?://(?!www\.w3\.org/2000/svg|[a-z0-9.-]*example\.com)", text
+            ), name

@@ -1,6 +1,7 @@
 """The Traffic page (the traffic inspector) in headless Chromium against `make run`: SDK
 traffic through the edge shows up with its headers redacted, bodies once capture is on, and
 a replay through the edge (an https:// endpoint: the API verifies it with make run's CA)."""
+
 import requests
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
@@ -18,21 +19,29 @@ def test_traffic_page_shows_requests_and_replays_one(stack, browser):
     try:
         url = [e for e in agent.start() if e["event"] == "bound"][0]["url"]
         host = url.split("://")[1].split(":")[0]
-        endpoint = [e for e in stack.api("GET", "/endpoints")["endpoints"]
-                    if e["public_url"] == url][0]["id"]
+        endpoint = [
+            e for e in stack.api("GET", "/endpoints")["endpoints"] if e["public_url"] == url
+        ][0]["id"]
 
         def send(path, body=b""):
-            return requests.post(f"http://127.0.0.1:{stack.http_port}{path}", data=body,
-                                 timeout=30, headers={"Host": host,
-                                                      "Authorization": "Bearer page-secret"})
+            return requests.post(
+                f"http://127.0.0.1:{stack.http_port}{path}",
+                data=body,
+                timeout=30,
+                headers={"Host": host, "Authorization": "Bearer page-secret"},
+            )
+
         assert send("/echo?page=1").status_code == 200
         sign_in(browser, stack.dashboard_url, stack.key)
         go(browser, "traffic")
-        find(browser, f"select[name=endpoint] option[value='{endpoint}']")   # listed
+        find(browser, f"select[name=endpoint] option[value='{endpoint}']")  # listed
         Select(find(browser, "select[name=endpoint]")).select_by_value(endpoint)
-        wait(browser, lambda d: "/echo?page=1" in d.find_element(By.CSS_SELECTOR,
-                                                                 ".inspector").text,
-             60, "the captured request never showed")
+        wait(
+            browser,
+            lambda d: "/echo?page=1" in d.find_element(By.CSS_SELECTOR, ".inspector").text,
+            60,
+            "the captured request never showed",
+        )
         row = find(browser, "[data-list=captured_requests] tbody tr")
         assert "POST" in row.text and "200" in row.text
         row.find_element(By.CSS_SELECTOR, "details summary").click()
@@ -42,20 +51,39 @@ def test_traffic_page_shows_requests_and_replays_one(stack, browser):
         # capture on, from the page; then a body shows
         box = find(browser, "input[name=capture_bodies]")
         box.click()
-        wait(browser, lambda d: stack.api("GET", f"/endpoints/{endpoint}/capture")
-             ["capture_bodies"], 30, "capture was not turned on")
-        row.find_element(By.CSS_SELECTOR, "details summary").click()   # close: updates resume
+        wait(
+            browser,
+            lambda d: stack.api("GET", f"/endpoints/{endpoint}/capture")["capture_bodies"],
+            30,
+            "capture was not turned on",
+        )
+        row.find_element(By.CSS_SELECTOR, "details summary").click()  # close: updates resume
 
         def body_shown(driver):
             send("/echo?page=2", b"a body from the page test")
-            return "/echo?page=2" in driver.find_element(By.CSS_SELECTOR, ".inspector").text \
-                and any(r["bodies_captured"] for r in stack.api(
-                    "GET", f"/endpoints/{endpoint}/captured_requests")["captured_requests"])
+            return "/echo?page=2" in driver.find_element(
+                By.CSS_SELECTOR, ".inspector"
+            ).text and any(
+                r["bodies_captured"]
+                for r in stack.api("GET", f"/endpoints/{endpoint}/captured_requests")[
+                    "captured_requests"
+                ]
+            )
+
         wait(browser, body_shown, 60, "no body captured after capture was turned on")
-        request_id = [r for r in stack.api("GET", f"/endpoints/{endpoint}/captured_requests")
-                      ["captured_requests"] if r["bodies_captured"]][0]["id"]
-        assert stack.api("POST", f"/endpoints/{endpoint}/captured_requests/{request_id}/replay",
-                         {})["status_code"] == 200   # the API's answer, as the page shows it
+        request_id = [
+            r
+            for r in stack.api("GET", f"/endpoints/{endpoint}/captured_requests")[
+                "captured_requests"
+            ]
+            if r["bodies_captured"]
+        ][0]["id"]
+        assert (
+            stack.api("POST", f"/endpoints/{endpoint}/captured_requests/{request_id}/replay", {})[
+                "status_code"
+            ]
+            == 200
+        )  # the API's answer, as the page shows it
 
         def click_replay(driver):
             # the list is re-rendered every 2 s: a row found a moment ago may be gone
@@ -64,6 +92,7 @@ def test_traffic_page_shows_requests_and_replays_one(stack, browser):
                 return True
             except StaleElementReferenceException:
                 return False
+
         wait(browser, click_replay, 30, "the captured request's Replay button never took a click")
 
         def replayed(driver):
@@ -71,6 +100,7 @@ def test_traffic_page_shows_requests_and_replays_one(stack, browser):
                 return "replayed: 200" in find(driver, f"tr[data-id='{request_id}']").text
             except StaleElementReferenceException:
                 return False
+
         wait(browser, replayed, 30, "the replay did not answer")
         snapshot(browser, "traffic-replayed")
     finally:

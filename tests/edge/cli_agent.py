@@ -2,6 +2,7 @@
 (``server_addr``, ``root_cas``, ``authtoken``; ``web_addr`` for its local inspector and API),
 logging JSON lines to stdout. scripts/fetch_agent_cli.sh puts the binary in tests/edge/cli/
 (``make install`` / ``make test`` run it; so does :func:`cli_binary` when it is missing)."""
+
 import collections
 import json
 import os
@@ -28,23 +29,38 @@ def cli_binary() -> str:
 
 
 def _yaml_value(value: Any) -> str:
-    return json.dumps(value)   # JSON scalars, lists and maps are YAML flow values
+    return json.dumps(value)  # JSON scalars, lists and maps are YAML flow values
 
 
 class CliAgent:
     """``ngrok <args>`` with a config file written for the edge under test."""
 
-    def __init__(self, edge: Any, authtoken: str, args: List[str], *, workdir: str,
-                 tunnels: Optional[Dict[str, Dict[str, Any]]] = None,
-                 extra_config: Optional[Dict[str, Any]] = None, inspector: bool = True):
+    def __init__(
+        self,
+        edge: Any,
+        authtoken: str,
+        args: List[str],
+        *,
+        workdir: str,
+        tunnels: Optional[Dict[str, Dict[str, Any]]] = None,
+        extra_config: Optional[Dict[str, Any]] = None,
+        inspector: bool = True,
+    ):
         self.edge = edge
         self.web_port = free_port()
         self.config_path = os.path.join(workdir, f"ngrok-{self.web_port}.yml")
-        config = {"server_addr": edge.server_addr, "root_cas": edge.ca_path,
-                  "authtoken": authtoken, "update_check": False, "console_ui": False,
-                  "log": "stdout", "log_format": "json", "log_level": "debug",
-                  "web_addr": f"127.0.0.1:{self.web_port}" if inspector else False,
-                  **(extra_config or {})}
+        config = {
+            "server_addr": edge.server_addr,
+            "root_cas": edge.ca_path,
+            "authtoken": authtoken,
+            "update_check": False,
+            "console_ui": False,
+            "log": "stdout",
+            "log_format": "json",
+            "log_level": "debug",
+            "web_addr": f"127.0.0.1:{self.web_port}" if inspector else False,
+            **(extra_config or {}),
+        }
         if tunnels:
             config["tunnels"] = tunnels
         with open(self.config_path, "w") as handle:
@@ -52,8 +68,11 @@ class CliAgent:
                 handle.write(f"{key}: {_yaml_value(value)}\n")
         self.process = subprocess.Popen(
             [CLI_BIN, *args[:1], "-config", self.config_path, *args[1:]],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.lines: "collections.deque[Dict[str, Any]]" = collections.deque(maxlen=5000)
         self.raw_tail: "collections.deque[str]" = collections.deque(maxlen=200)
         threading.Thread(target=self._pump, daemon=True).start()
@@ -88,8 +107,9 @@ class CliAgent:
             if len(seen) >= count:
                 return {t["name"]: t["public_url"] for t in seen}
             time.sleep(0.2)
-        raise AssertionError(f"the CLI did not list {count} tunnels in {timeout}s: {seen}; "
-                             f"output: {self.output()}")
+        raise AssertionError(
+            f"the CLI did not list {count} tunnels in {timeout}s: {seen}; output: {self.output()}"
+        )
 
     def wait_log(self, predicate, timeout: float = 30.0) -> Dict[str, Any]:
         deadline = time.time() + timeout
@@ -104,16 +124,19 @@ class CliAgent:
 
     def refusal(self, timeout: float = 30.0) -> str:
         """The error the CLI reports for a refused tunnel or session (its log's ``err``)."""
+
         def failed(x):
             return x.get("lvl") in ("eror", "crit") and x.get("err")
+
         first = self.wait_log(failed, timeout)
         if "ERR_NGROK" in str(first["err"]):
             return str(first["err"])
         # the CLI may log the session's close before the refusal it read (a loaded machine
         # showed "session closed" first): the refusal itself, when it comes, is the answer
         try:
-            return str(self.wait_log(lambda x: failed(x) and "ERR_NGROK" in str(x["err"]),
-                                     5.0)["err"])
+            return str(
+                self.wait_log(lambda x: failed(x) and "ERR_NGROK" in str(x["err"]), 5.0)["err"]
+            )
         except AssertionError:
             return str(first["err"])
 
@@ -133,6 +156,9 @@ class CliAgent:
         return resp.json().get("requests") or [] if resp.status_code == 200 else []
 
     def replay(self, request_id: str) -> None:
-        resp = requests.post(f"http://127.0.0.1:{self.web_port}/api/requests/http",
-                             json={"id": request_id}, timeout=5)
+        resp = requests.post(
+            f"http://127.0.0.1:{self.web_port}/api/requests/http",
+            json={"id": request_id},
+            timeout=5,
+        )
         assert resp.status_code in (200, 204), resp.text

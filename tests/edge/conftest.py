@@ -3,6 +3,7 @@
 sdk_agent.py run with the device agent's virtualenv, where ``ngrok`` is installed: the SDK and
 the ``ngrok-api`` client share the ``ngrok`` package name, so they cannot share a venv), and
 real HTTP/TLS/TCP clients. Servers start once per session."""
+
 import collections
 import json
 import os
@@ -22,8 +23,9 @@ import requests
 from tests.support.api import PROJECT_DIR, HttpApi, LocalStack, free_port
 from tests.support.api import free_range as _free_range  # the name other test files import
 
-SDK_PYTHON = os.environ.get("SDK_PYTHON") or os.path.join(PROJECT_DIR, ".venv-agent", "bin",
-                                                          "python")
+SDK_PYTHON = os.environ.get("SDK_PYTHON") or os.path.join(
+    PROJECT_DIR, ".venv-agent", "bin", "python"
+)
 SDK_AGENT = os.path.join(os.path.dirname(__file__), "sdk_agent.py")
 BASE_DOMAIN = "tunnels.localhost"
 
@@ -39,8 +41,8 @@ class EdgeProcess:
     tcp_low: int = 0
     process: Optional[subprocess.Popen] = None
     log_path: str = ""
-    python: str = sys.executable   # another interpreter: the edge image's environment
-    cwd: str = PROJECT_DIR         # another tree: only what the edge image copies
+    python: str = sys.executable  # another interpreter: the edge image's environment
+    cwd: str = PROJECT_DIR  # another tree: only what the edge image copies
 
     @property
     def ca_path(self) -> str:
@@ -53,21 +55,29 @@ class EdgeProcess:
     def start(self, env_base: Dict[str, str], timeout: float = 30.0) -> "EdgeProcess":
         self.tcp_low = self.tcp_low or _free_range(5)
         env = dict(env_base)
-        env.update({"DYNAMODB_ENDPOINT_URL": self.store_url, "DATA_DIR": self.data_dir,
-                    "EDGE_AGENT_PORT": str(self.agent_port),
-                    "EDGE_HTTP_PORT": str(self.http_port),
-                    "EDGE_HTTPS_PORT": str(self.https_port),
-                    "EDGE_METRICS_PORT": str(self.metrics_port),
-                    "EDGE_TCP_PORTS": f"{self.tcp_low}-{self.tcp_low + 4}",
-                    "EDGE_CHECK_SECONDS": "1", "BASE_DOMAIN": BASE_DOMAIN,
-                    "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                "DYNAMODB_ENDPOINT_URL": self.store_url,
+                "DATA_DIR": self.data_dir,
+                "EDGE_AGENT_PORT": str(self.agent_port),
+                "EDGE_HTTP_PORT": str(self.http_port),
+                "EDGE_HTTPS_PORT": str(self.https_port),
+                "EDGE_METRICS_PORT": str(self.metrics_port),
+                "EDGE_TCP_PORTS": f"{self.tcp_low}-{self.tcp_low + 4}",
+                "EDGE_CHECK_SECONDS": "1",
+                "BASE_DOMAIN": BASE_DOMAIN,
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         self.log_path = os.path.join(self.data_dir, "edge.log")
         log = open(self.log_path, "wb")
         prefix = os.environ.get("EDGE_PROFILE")  # a cProfile output path (edge/bench)
-        command = [self.python] + (["-m", "cProfile", "-o", prefix] if prefix else []) + \
-            ["-m", "edge"]
-        self.process = subprocess.Popen(command, cwd=self.cwd,
-                                        env=env, stdout=log, stderr=subprocess.STDOUT)
+        command = (
+            [self.python] + (["-m", "cProfile", "-o", prefix] if prefix else []) + ["-m", "edge"]
+        )
+        self.process = subprocess.Popen(
+            command, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:
@@ -97,8 +107,9 @@ class EdgeProcess:
     def session_streams(self, session_id: str) -> Optional[Dict[str, int]]:
         """The muxado stream table of one agent session, or None when the edge holds no
         such session."""
-        resp = requests.get(f"http://127.0.0.1:{self.metrics_port}/sessions/{session_id}",
-                            timeout=10)
+        resp = requests.get(
+            f"http://127.0.0.1:{self.metrics_port}/sessions/{session_id}", timeout=10
+        )
         return resp.json() if resp.status_code == 200 else None
 
     def metrics(self) -> str:
@@ -107,17 +118,38 @@ class EdgeProcess:
     # ---- public clients -------------------------------------------------------------------
     def http(self, method: str, hostname: str, path: str = "/", **kwargs) -> requests.Response:
         headers = {"Host": hostname, **kwargs.pop("headers", {})}
-        return requests.request(method, f"http://127.0.0.1:{self.http_port}{path}",
-                                headers=headers, timeout=30, **kwargs)
+        return requests.request(
+            method,
+            f"http://127.0.0.1:{self.http_port}{path}",
+            headers=headers,
+            timeout=30,
+            **kwargs,
+        )
 
-    def curl_https(self, hostname: str, path: str = "/", *args: str) -> subprocess.CompletedProcess:
+    def curl_https(
+        self, hostname: str, path: str = "/", *args: str
+    ) -> subprocess.CompletedProcess:
         """curl over the HTTPS listener, verifying the edge's CA, the name resolved to the
         loopback (as *.localhost does)."""
         return subprocess.run(
-            ["curl", "-sS", "--max-time", "30", "--cacert", self.ca_path,
-             "--resolve", f"{hostname}:{self.https_port}:127.0.0.1",
-             "-w", "\n%{http_code}", *args, f"https://{hostname}:{self.https_port}{path}"],
-            capture_output=True, text=True, timeout=60)
+            [
+                "curl",
+                "-sS",
+                "--max-time",
+                "30",
+                "--cacert",
+                self.ca_path,
+                "--resolve",
+                f"{hostname}:{self.https_port}:127.0.0.1",
+                "-w",
+                "\n%{http_code}",
+                *args,
+                f"https://{hostname}:{self.https_port}{path}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
 
 def tcp_round_trip(port: int, data: bytes) -> bytes:
@@ -141,11 +173,19 @@ class SdkAgent:
     """tests/edge/sdk_agent.py as a process: the official SDK connecting to the edge."""
 
     def __init__(self, edge: EdgeProcess, authtoken: str, binds: List[Dict[str, Any]]):
-        cfg = {"authtoken": authtoken, "server_addr": edge.server_addr,
-               "root_cas": edge.ca_path, "binds": binds}
-        self.process = subprocess.Popen([SDK_PYTHON, SDK_AGENT, json.dumps(cfg)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+        cfg = {
+            "authtoken": authtoken,
+            "server_addr": edge.server_addr,
+            "root_cas": edge.ca_path,
+            "binds": binds,
+        }
+        self.process = subprocess.Popen(
+            [SDK_PYTHON, SDK_AGENT, json.dumps(cfg)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.events: "queue.Queue[Dict[str, Any]]" = queue.Queue()
         self.seen: List[Dict[str, Any]] = []
         # stderr is read as it comes (its last lines kept): a pipe nobody reads fills up and
@@ -175,8 +215,9 @@ class SdkAgent:
             self.seen.append(event)
             if event.get("event") == name:
                 return event
-        raise AssertionError(f"no {name!r} event in {timeout}s; seen {self.seen}; "
-                             f"stderr: {self._stderr()}")
+        raise AssertionError(
+            f"no {name!r} event in {timeout}s; seen {self.seen}; stderr: {self._stderr()}"
+        )
 
     def start(self, timeout: float = 30.0) -> List[Dict[str, Any]]:
         """Events up to ``ready`` (bound / error), or the connect error."""
@@ -193,8 +234,9 @@ class SdkAgent:
             out.append(event)
             if event["event"] == "error" and event.get("stage") == "connect":
                 return out
-        raise AssertionError(f"agent did not get ready; seen {self.seen}; "
-                             f"stderr: {self._stderr()}")
+        raise AssertionError(
+            f"agent did not get ready; seen {self.seen}; stderr: {self._stderr()}"
+        )
 
     def _stderr(self) -> str:
         return "".join(self.stderr_tail)[-3000:]
@@ -217,20 +259,26 @@ class SdkAgent:
 def edge_stack():
     """Store + API (serve.py) and the edge, as processes, for the whole session."""
     if not os.path.exists(SDK_PYTHON):
-        pytest.fail(f"{SDK_PYTHON} missing: `make test` installs the agent virtualenv "
-                    "(with the official ngrok SDK) first")
+        pytest.fail(
+            f"{SDK_PYTHON} missing: `make test` installs the agent virtualenv "
+            "(with the official ngrok SDK) first"
+        )
     with tempfile.TemporaryDirectory(prefix="tunnel-edge-test-") as data_dir:
         stack = LocalStack(data_dir=os.path.join(data_dir, "api"))
         tcp_low = _free_range(5)
-        stack_env = stack.env   # the API allocates reserved addresses from the edge's range
-        stack.env = lambda: {**stack_env(), "EDGE_TCP_PORTS": f"{tcp_low}-{tcp_low + 4}",
-                             "BASE_DOMAIN": BASE_DOMAIN}
+        stack_env = stack.env  # the API allocates reserved addresses from the edge's range
+        stack.env = lambda: {
+            **stack_env(),
+            "EDGE_TCP_PORTS": f"{tcp_low}-{tcp_low + 4}",
+            "BASE_DOMAIN": BASE_DOMAIN,
+        }
         os.makedirs(stack.data_dir)
         stack.start()
-        edge = EdgeProcess(data_dir=os.path.join(data_dir, "edge"), store_url=stack.store_url,
-                           tcp_low=tcp_low)
+        edge = EdgeProcess(
+            data_dir=os.path.join(data_dir, "edge"), store_url=stack.store_url, tcp_low=tcp_low
+        )
         os.makedirs(edge.data_dir)
-        env = stack.store_env()   # the stack's store endpoint and this start's secret
+        env = stack.store_env()  # the stack's store endpoint and this start's secret
         env["BASE_DOMAIN"] = BASE_DOMAIN
         try:
             edge.start(env)
@@ -284,10 +332,22 @@ CLIENT_ID, CLIENT_SECRET = "edge-client", "edge-secret-123"
 def idp():
     """tests/edge/oidc_provider.py as a process (authlib), with one client for the edge."""
     port = free_port()
-    cfg = {"port": port, "clients": [{"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
-                                      "redirect_uris": [f"http://*.{BASE_DOMAIN}:*/ngrok/callback"]}]}
-    process = subprocess.Popen([sys.executable, PROVIDER, json.dumps(cfg)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cfg = {
+        "port": port,
+        "clients": [
+            {
+                "client_id": CLIENT_ID,
+                "client_secret": CLIENT_SECRET,
+                "redirect_uris": [f"http://*.{BASE_DOMAIN}:*/ngrok/callback"],
+            }
+        ],
+    }
+    process = subprocess.Popen(
+        [sys.executable, PROVIDER, json.dumps(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert process.stdout.readline().strip() == "ready"
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 30

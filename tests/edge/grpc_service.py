@@ -13,6 +13,7 @@ server need no generated code. Methods of ``test.Echo``:
 - ``Bidi``: each message back as it comes.
 - ``Cancelled``: how many calls ended cancelled so far (what a client's cancel reached).
 """
+
 import asyncio
 
 import grpc
@@ -36,8 +37,9 @@ async def unary(request, context):
     if request == b"trailer":
         context.set_trailing_metadata((("x-trailer", "yes"),))
     if request == b"peer":
-        return repr(sorted((k, v) for k, v in context.invocation_metadata()
-                           if isinstance(v, str))).encode()
+        return repr(
+            sorted((k, v) for k, v in context.invocation_metadata() if isinstance(v, str))
+        ).encode()
     return b"echo:" + request
 
 
@@ -70,13 +72,16 @@ async def cancelled(request, context):
 
 def handler():
     kw = {"request_deserializer": _ident, "response_serializer": _ident}
-    return grpc.method_handlers_generic_handler("test.Echo", {
-        "Unary": grpc.unary_unary_rpc_method_handler(unary, **kw),
-        "ServerStream": grpc.unary_stream_rpc_method_handler(server_stream, **kw),
-        "ClientStream": grpc.stream_unary_rpc_method_handler(client_stream, **kw),
-        "Bidi": grpc.stream_stream_rpc_method_handler(bidi, **kw),
-        "Cancelled": grpc.unary_unary_rpc_method_handler(cancelled, **kw),
-    })
+    return grpc.method_handlers_generic_handler(
+        "test.Echo",
+        {
+            "Unary": grpc.unary_unary_rpc_method_handler(unary, **kw),
+            "ServerStream": grpc.unary_stream_rpc_method_handler(server_stream, **kw),
+            "ClientStream": grpc.stream_unary_rpc_method_handler(client_stream, **kw),
+            "Bidi": grpc.stream_stream_rpc_method_handler(bidi, **kw),
+            "Cancelled": grpc.unary_unary_rpc_method_handler(cancelled, **kw),
+        },
+    )
 
 
 async def start() -> int:

@@ -10,6 +10,7 @@ the ``oauth`` action), and a login form that signs in whoever types an email add
 It prints ``ready`` once it listens. ``GET /codes`` says how many codes were issued and
 redeemed (the tests check that a refused callback never redeemed one).
 """
+
 import fnmatch
 import hmac
 import html
@@ -29,7 +30,7 @@ from authlib.oidc.core.grants import OpenIDCode
 from flask import Flask, jsonify, request
 
 CFG = json.loads(sys.argv[1])
-os.environ["AUTHLIB_INSECURE_TRANSPORT"] = "1"   # 127.0.0.1 over plain HTTP, a test
+os.environ["AUTHLIB_INSECURE_TRANSPORT"] = "1"  # 127.0.0.1 over plain HTTP, a test
 ISSUER = f"http://127.0.0.1:{CFG['port']}"
 KEY = JsonWebKey.generate_key("RSA", 2048, is_private=True, options={"kid": "test-key-1"})
 PRIVATE = KEY.as_dict(is_private=True)
@@ -67,10 +68,11 @@ class Client(ClientMixin):
         return self.redirect_uris[0]
 
     def get_allowed_scope(self, scope):
-        return " ".join(s for s in (scope or "").split() if s in (
-            "openid", "email", "profile", "extra"))
+        return " ".join(
+            s for s in (scope or "").split() if s in ("openid", "email", "profile", "extra")
+        )
 
-    def check_redirect_uri(self, redirect_uri):   # patterns: the endpoints' names vary
+    def check_redirect_uri(self, redirect_uri):  # patterns: the endpoints' names vary
         return any(fnmatch.fnmatchcase(redirect_uri, p) for p in self.redirect_uris)
 
     def has_client_secret(self):
@@ -123,12 +125,17 @@ class CodeGrant(grants.AuthorizationCodeGrant):
 
     def save_authorization_code(self, code, req):
         STATS["issued"] += 1
-        CODES[code] = Code(code=code, client_id=req.client.client_id,
-                           redirect_uri=req.redirect_uri, scope=req.scope,
-                           user_id=req.user.email, nonce=req.data.get("nonce"),
-                           auth_time=int(time.time()),
-                           code_challenge=req.data.get("code_challenge"),
-                           code_challenge_method=req.data.get("code_challenge_method"))
+        CODES[code] = Code(
+            code=code,
+            client_id=req.client.client_id,
+            redirect_uri=req.redirect_uri,
+            scope=req.scope,
+            user_id=req.user.email,
+            nonce=req.data.get("nonce"),
+            auth_time=int(time.time()),
+            code_challenge=req.data.get("code_challenge"),
+            code_challenge_method=req.data.get("code_challenge_method"),
+        )
 
     def query_authorization_code(self, code, client):
         item = CODES.get(code)
@@ -168,15 +175,20 @@ server.register_grant(CodeGrant, [OpenID(require_nonce=False), CodeChallenge(req
 
 @app.get("/.well-known/openid-configuration")
 def discovery():
-    return jsonify({"issuer": ISSUER, "authorization_endpoint": f"{ISSUER}/authorize",
-                    "token_endpoint": f"{ISSUER}/token", "jwks_uri": f"{ISSUER}/jwks",
-                    "userinfo_endpoint": f"{ISSUER}/userinfo",
-                    "response_types_supported": ["code"],
-                    "subject_types_supported": ["public"],
-                    "id_token_signing_alg_values_supported": ["RS256"],
-                    "code_challenge_methods_supported": ["S256"],
-                    "token_endpoint_auth_methods_supported": ["client_secret_basic",
-                                                              "client_secret_post"]})
+    return jsonify(
+        {
+            "issuer": ISSUER,
+            "authorization_endpoint": f"{ISSUER}/authorize",
+            "token_endpoint": f"{ISSUER}/token",
+            "jwks_uri": f"{ISSUER}/jwks",
+            "userinfo_endpoint": f"{ISSUER}/userinfo",
+            "response_types_supported": ["code"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["RS256"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+        }
+    )
 
 
 @app.get("/jwks")
@@ -193,10 +205,12 @@ def codes():
 def authorize():
     if request.method == "GET":
         STATS["authorize_requests"] += 1
-        server.get_consent_grant(end_user=None)   # refuses a bad client or redirect_uri
+        server.get_consent_grant(end_user=None)  # refuses a bad client or redirect_uri
         action = html.escape("/authorize?" + request.query_string.decode(), quote=True)
-        return (f'<!doctype html><form method="post" action="{action}">'
-                '<input name="email"><button>Sign in</button></form>')
+        return (
+            f'<!doctype html><form method="post" action="{action}">'
+            '<input name="email"><button>Sign in</button></form>'
+        )
     email = request.form.get("email", "")
     user = USERS.setdefault(email, User(email))
     return server.create_authorization_response(grant_user=user)
@@ -213,12 +227,21 @@ def userinfo():
     user = TOKENS.get(auth[7:]) if auth.startswith("Bearer ") else None
     if user is None:
         return jsonify({"error": "invalid_token"}), 401
-    return jsonify({"sub": user.id, "id": user.id, "email": user.email, "name": user.name,
-                    "login": user.email.split("@")[0], "nonce_check": str(uuid.uuid4())})
+    return jsonify(
+        {
+            "sub": user.id,
+            "id": user.id,
+            "email": user.email,
+            "name": user.name,
+            "login": user.email.split("@")[0],
+            "nonce_check": str(uuid.uuid4()),
+        }
+    )
 
 
 if __name__ == "__main__":
     import logging
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     print("ready", flush=True)
     app.run(host="127.0.0.1", port=CFG["port"], threaded=True)

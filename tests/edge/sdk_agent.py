@@ -10,6 +10,7 @@ much of it was written), forwards every bind to it, and prints one JSON line per
 ``bound`` (url, id) or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on
 stdin: ``close`` closes the session, ``exit`` ends the program.
 """
+
 import asyncio
 import hashlib
 import json
@@ -26,8 +27,9 @@ def emit(event):
 
 
 async def echo(request):
-    return web.json_response({"method": request.method, "path": request.path_qs,
-                              "headers": dict(request.headers)})
+    return web.json_response(
+        {"method": request.method, "path": request.path_qs, "headers": dict(request.headers)}
+    )
 
 
 async def upload(request):
@@ -49,7 +51,7 @@ async def stream(request):
     return resp
 
 
-FLOODED = {"bytes": 0}   # what /flood has written so far (read back by /flooded)
+FLOODED = {"bytes": 0}  # what /flood has written so far (read back by /flooded)
 
 
 async def flood(request):
@@ -60,7 +62,7 @@ async def flood(request):
     resp.content_length = total
     await resp.prepare(request)
     while FLOODED["bytes"] < total:
-        await resp.write(chunk)   # waits while the transport's buffer is full
+        await resp.write(chunk)  # waits while the transport's buffer is full
         FLOODED["bytes"] += len(chunk)
     await resp.write_eof()
     return resp
@@ -103,7 +105,7 @@ async def tcp_echo(reader, writer):
     writer.close()
 
 
-KEEP = []   # servers started for binds (referenced for the program's life)
+KEEP = []  # servers started for binds (referenced for the program's life)
 
 
 async def trailers_upstream(reader, writer):
@@ -117,9 +119,11 @@ async def trailers_upstream(reader, writer):
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":", 1)[1])
             await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
-                         b"Transfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"
-                         b"5\r\nhello\r\n0\r\nX-Checksum: abc123\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                b"Transfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"
+                b"5\r\nhello\r\n0\r\nX-Checksum: abc123\r\n\r\n"
+            )
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         writer.close()
@@ -127,26 +131,40 @@ async def trailers_upstream(reader, writer):
 
 async def main(cfg):
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app.add_routes([web.get("/echo", echo), web.post("/upload", upload),
-                    web.get("/stream", stream), web.get("/ws", websocket),
-                    web.get("/flood", flood), web.get("/flooded", flooded),
-                    web.route("*", "/status/{code}", status), web.get("/cut", cut),
-                    web.route("*", "/{tail:.*}", echo)])
+    app.add_routes(
+        [
+            web.get("/echo", echo),
+            web.post("/upload", upload),
+            web.get("/stream", stream),
+            web.get("/ws", websocket),
+            web.get("/flood", flood),
+            web.get("/flooded", flooded),
+            web.route("*", "/status/{code}", status),
+            web.get("/cut", cut),
+            web.route("*", "/{tail:.*}", echo),
+        ]
+    )
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)   # bursts of 1,000 (tests)
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)  # bursts of 1,000 (tests)
     await site.start()
     http_port = site._server.sockets[0].getsockname()[1]
     tcp_server = await asyncio.start_server(tcp_echo, "127.0.0.1", 0)
     tcp_port = tcp_server.sockets[0].getsockname()[1]
-    with socket.socket() as probe:   # a port nothing listens on (after this block)
+    with socket.socket() as probe:  # a port nothing listens on (after this block)
         probe.bind(("127.0.0.1", 0))
         dead_port = probe.getsockname()[1]
 
-    builder = (ngrok.SessionBuilder().authtoken(cfg["authtoken"])
-               .server_addr(cfg["server_addr"]).root_cas(cfg["root_cas"]))
-    builder.handle_disconnection(lambda addr, err: emit({"event": "disconnected",
-                                                         "error": str(err)}))
+    builder = (
+        ngrok.SessionBuilder()
+        .authtoken(cfg["authtoken"])
+        .server_addr(cfg["server_addr"])
+        .root_cas(cfg["root_cas"])
+    )
+    builder.handle_disconnection(
+        lambda addr, err: emit({"event": "disconnected", "error": str(err)})
+    )
+
     def on_stop():  # what the command means: the agent exits
         emit({"event": "stop_command"})
         os._exit(0)
@@ -165,7 +183,7 @@ async def main(cfg):
                 if bind.get("domain"):
                     lb = lb.domain(bind["domain"])
                 for option, value in bind.get("options", {}).items():
-                    if option == "mutual_tlsca":   # bytes: sent as text in the JSON config
+                    if option == "mutual_tlsca":  # bytes: sent as text in the JSON config
                         value = [bytearray(v.encode()) for v in value]
                     lb = getattr(lb, option)(*value)
                 upstream = f"127.0.0.1:{tcp_port if bind.get('upstream') == 'tcp' else http_port}"
@@ -176,29 +194,33 @@ async def main(cfg):
                 for option, value in bind.get("options", {}).items():
                     lb = getattr(lb, option)(*value)
                 upstream = f"127.0.0.1:{tcp_port}"
-            elif bind["proto"] == "tls":   # forwards to the test's own TLS server
+            elif bind["proto"] == "tls":  # forwards to the test's own TLS server
                 lb = session.tls_endpoint()
                 if bind.get("domain"):
                     lb = lb.domain(bind["domain"])
                 for option, value in bind.get("options", {}).items():
-                    if option in ("termination", "mutual_tlsca"):   # PEM bytes, as text
+                    if option in ("termination", "mutual_tlsca"):  # PEM bytes, as text
                         value = [bytearray(v.encode()) for v in value]
                     lb = getattr(lb, option)(*value)
-                upstream = f"127.0.0.1:{tcp_port}" if bind.get("upstream") == "tcp" \
+                upstream = (
+                    f"127.0.0.1:{tcp_port}"
+                    if bind.get("upstream") == "tcp"
                     else bind["upstream_addr"]
+                )
             else:
                 lb = session.labeled_listener()
                 for key, value in bind["labels"].items():
                     lb = lb.label(key, value)
                 upstream = f"127.0.0.1:{tcp_port if bind.get('upstream') == 'tcp' else http_port}"
-            if bind.get("upstream") == "dead":   # nothing listens there: the SDK's 502
+            if bind.get("upstream") == "dead":  # nothing listens there: the SDK's 502
                 upstream = f"127.0.0.1:{dead_port}"
-            if bind.get("upstream") == "trailers":   # chunked answers with trailers
+            if bind.get("upstream") == "trailers":  # chunked answers with trailers
                 server = await asyncio.start_server(trailers_upstream, "127.0.0.1", 0)
                 KEEP.append(server)
                 upstream = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
-            if bind.get("upstream") == "grpc":   # grpcio (tests/edge/grpc_service.py), h2c
+            if bind.get("upstream") == "grpc":  # grpcio (tests/edge/grpc_service.py), h2c
                 import grpc_service
+
                 grpc_port = grpc_service.STATE.get("port") or await grpc_service.start()
                 upstream = f"http://127.0.0.1:{grpc_port}"
             listener = await lb.listen()
@@ -206,9 +228,16 @@ async def main(cfg):
             emit({"event": "bound", "url": listener.url(), "id": listener.id()})
         except Exception as exc:
             emit({"event": "error", "stage": "bind", "args": [str(a) for a in exc.args]})
-    emit({"event": "ready", "http_port": http_port, "tcp_port": tcp_port,
-          "grpc_port": sys.modules["grpc_service"].STATE["port"]
-          if "grpc_service" in sys.modules else None})
+    emit(
+        {
+            "event": "ready",
+            "http_port": http_port,
+            "tcp_port": tcp_port,
+            "grpc_port": sys.modules["grpc_service"].STATE["port"]
+            if "grpc_service" in sys.modules
+            else None,
+        }
+    )
     loop = asyncio.get_running_loop()
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)

@@ -1,13 +1,18 @@
 """What the edge test files share beyond the fixtures of conftest.py: a credential, the
 events of an SDK agent read (bound, refused), a URL's host, a wait, and a check that nothing
 a test did made an exception escape in the edge."""
+
 import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 
-def credential(account: Any, acl: Optional[List[str]] = None, owner_id: Optional[str] = None,
-               description: str = "edge test") -> Dict[str, Any]:
+def credential(
+    account: Any,
+    acl: Optional[List[str]] = None,
+    owner_id: Optional[str] = None,
+    description: str = "edge test",
+) -> Dict[str, Any]:
     """A new credential of ``account`` through its admin API key (its ``token`` is the
     authtoken)."""
     body: Dict[str, Any] = {"description": description}

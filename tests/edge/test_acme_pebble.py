@@ -3,6 +3,7 @@ worker, run as ``python -m chalicelib.acme.worker --once``) orders for reserved 
 edge answers HTTP-01 and TLS-ALPN-01, the certificate is served and verified by a client that
 trusts only Pebble's root; a domain that does not resolve to the edge fails with the status
 fields set and is retried; a crashed order is resumed; a short-lived certificate is renewed."""
+
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ from tests.edge.test_edge_certificates import served, wait_served
 from tests.support import pebble as pebble_support
 from tests.support.api import PROJECT_DIR, free_port
 
-VALIDITY = 40   # seconds: every certificate Pebble issues here is short-lived (renewal test)
+VALIDITY = 40  # seconds: every certificate Pebble issues here is short-lived (renewal test)
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +26,13 @@ def own_dns(stack, tmp_path_factory):
     port = free_port()
     env = {**stack.store_env(), "DNS_LISTEN": f"127.0.0.1:{port}", "PYTHONUNBUFFERED": "1"}
     log = open(tmp_path_factory.mktemp("dns") / "dns.log", "w+")
-    process = subprocess.Popen([sys.executable, "-m", "chalicelib.acme.dns"], cwd=PROJECT_DIR,
-                               env=env, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "chalicelib.acme.dns"],
+        cwd=PROJECT_DIR,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.time() + 30
     while "dns server" not in open(log.name).read():
         assert process.poll() is None and time.time() < deadline, open(log.name).read()
@@ -41,8 +47,12 @@ def pebble(edge, own_dns, tmp_path_factory):
     missing = pebble_support.available()
     if missing:
         pytest.fail(f"{missing} missing: `make test` installs the Debian package (pebble)")
-    server = pebble_support.Pebble(str(tmp_path_factory.mktemp("pebble")), edge.http_port,
-                                   edge.https_port, validity_seconds=VALIDITY)
+    server = pebble_support.Pebble(
+        str(tmp_path_factory.mktemp("pebble")),
+        edge.http_port,
+        edge.https_port,
+        validity_seconds=VALIDITY,
+    )
     resolver = pebble_support.CnameResolver(upstream=server.dns_port, authority=own_dns)
     server.resolver_port = resolver.port
     server.resolver = resolver
@@ -58,13 +68,26 @@ def pebble(edge, own_dns, tmp_path_factory):
 
 def run_worker(stack, pebble, challenges="http-01,tls-alpn-01", code=None):
     env = stack.store_env()
-    env.update({"ACME_DIRECTORY_URL": pebble.directory_url, "ACME_CA_BUNDLE": pebble.ca_bundle,
-                "ACME_EMAIL": "ops@example.com", "ACME_CHALLENGES": challenges,
-                "ACME_ORDER_TIMEOUT": "60", "BASE_DOMAIN": "tunnels.localhost",
-                "DNS_LISTEN": f"127.0.0.1:{pebble.own_dns}"})
+    env.update(
+        {
+            "ACME_DIRECTORY_URL": pebble.directory_url,
+            "ACME_CA_BUNDLE": pebble.ca_bundle,
+            "ACME_EMAIL": "ops@example.com",
+            "ACME_CHALLENGES": challenges,
+            "ACME_ORDER_TIMEOUT": "60",
+            "BASE_DOMAIN": "tunnels.localhost",
+            "DNS_LISTEN": f"127.0.0.1:{pebble.own_dns}",
+        }
+    )
     args = ["-c", code] if code else ["-m", "chalicelib.acme.worker", "--once"]
-    done = subprocess.run([sys.executable, *args], cwd=PROJECT_DIR, env=env,
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
@@ -90,12 +113,15 @@ def issue(stack, pebble, admin, rd, challenges):
 
 
 @pytest.mark.parametrize("challenge", ["http-01", "tls-alpn-01"])
-def test_issuance_served_and_verified_against_pebbles_root(stack, edge, account, pebble,
-                                                           challenge):
+def test_issuance_served_and_verified_against_pebbles_root(
+    stack, edge, account, pebble, challenge
+):
     domain = f"{challenge.replace('-', '')}.acme-test.example"
     rd = reserve(account.admin, domain)
-    assert rd["certificate_management_status"]["provisioning_job"]["msg"] == \
-        "Managed certificate provisioning in progress."
+    assert (
+        rd["certificate_management_status"]["provisioning_job"]["msg"]
+        == "Managed certificate provisioning in progress."
+    )
     now, cert = issue(stack, pebble, account.admin, rd, challenge)
     wait_served(edge, domain, pebble.root_path, cert["fingerprint"])
     renews = now["certificate_management_status"]["renews_at"]
@@ -106,28 +132,35 @@ def test_issuance_served_and_verified_against_pebbles_root(stack, edge, account,
 
 
 def test_a_domain_that_does_not_reach_the_edge_fails_with_status_and_retries(
-        stack, edge, account, pebble):
+    stack, edge, account, pebble
+):
     domain = "elsewhere.acme-test.example"
-    pebble.set_a(domain, ["127.0.0.2"])    # nothing listens there
+    pebble.set_a(domain, ["127.0.0.2"])  # nothing listens there
     rd = reserve(account.admin, domain)
     started = time.time()
     outcome, _ = run_worker(stack, pebble, "http-01")
     assert [v for k, v in outcome.items() if k.endswith(rd["id"])] == ["failed"]
-    job = account.admin.get(f"/reserved_domains/{rd['id']}").json[
-        "certificate_management_status"]["provisioning_job"]
+    job = account.admin.get(f"/reserved_domains/{rd['id']}").json["certificate_management_status"][
+        "provisioning_job"
+    ]
     assert job["error_code"] == "DNS_ERROR"
     assert domain in job["msg"] and "http-01" in job["msg"]
     retries = time.mktime(time.strptime(job["retries_at"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
-    assert started < retries <= time.time() + 300   # the first retry within 5 minutes
+    assert started < retries <= time.time() + 300  # the first retry within 5 minutes
     # not due before retries_at: a pass now leaves it alone
     outcome, _ = run_worker(stack, pebble, "http-01")
     assert not [k for k in outcome if k.endswith(rd["id"])]
     # once due again (moved forward here) and the name reaches the edge, it is issued
     pebble.set_a(domain, [])
-    run_worker(stack, pebble, code=(
-        "from chalicelib.core import store, acme_orders as orders; store.configure();"
-        f"store.write(store.set_fields(orders.QUEUE_PK, '{account.id}#{rd['id']}', "
-        "{'due_at': 0}))\nprint('{}')"))
+    run_worker(
+        stack,
+        pebble,
+        code=(
+            "from chalicelib.core import store, acme_orders as orders; store.configure();"
+            f"store.write(store.set_fields(orders.QUEUE_PK, '{account.id}#{rd['id']}', "
+            "{'due_at': 0}))\nprint('{}')"
+        ),
+    )
     now, cert = issue(stack, pebble, account.admin, rd, "http-01")
     wait_served(edge, domain, pebble.root_path, cert["fingerprint"])
 
@@ -137,18 +170,23 @@ def test_an_order_left_by_a_crashed_worker_is_resumed(stack, edge, account, pebb
     rd = reserve(account.admin, domain)
     sk = f"{account.id}#{rd['id']}"
     # a worker takes the entry with a 1 s lease, places the order, and dies
-    placed, _ = run_worker(stack, pebble, code=(
-        "import json, sys\n"
-        "from chalicelib.core import store\n"
-        "from chalicelib.acme import worker\n"
-        "from chalicelib.core import acme_orders as orders\n"
-        "store.configure()\n"
-        "s = worker.Settings.from_env(); s.lease_seconds = 1\n"
-        f"entry = orders.claim('{sk}', s.owner, lease_seconds=1)\n"
-        f"domain = store.get(store.collection_pk('{account.id}', 'reserved_domain'), "
-        f"'{rd['id']}').data\n"
-        "orderr, order = worker._begin(worker._acme_client(s), entry, domain, s.owner)\n"
-        "print(json.dumps({'url': order['url']}))\n"))
+    placed, _ = run_worker(
+        stack,
+        pebble,
+        code=(
+            "import json, sys\n"
+            "from chalicelib.core import store\n"
+            "from chalicelib.acme import worker\n"
+            "from chalicelib.core import acme_orders as orders\n"
+            "store.configure()\n"
+            "s = worker.Settings.from_env(); s.lease_seconds = 1\n"
+            f"entry = orders.claim('{sk}', s.owner, lease_seconds=1)\n"
+            f"domain = store.get(store.collection_pk('{account.id}', 'reserved_domain'), "
+            f"'{rd['id']}').data\n"
+            "orderr, order = worker._begin(worker._acme_client(s), entry, domain, s.owner)\n"
+            "print(json.dumps({'url': order['url']}))\n"
+        ),
+    )
     time.sleep(1.5)
     outcome, log = run_worker(stack, pebble, "http-01")
     assert [v for k, v in outcome.items() if k == sk] == ["issued"], log[-2000:]
@@ -160,22 +198,38 @@ def test_an_order_left_by_a_crashed_worker_is_resumed(stack, edge, account, pebb
 
 
 def test_a_short_lived_certificate_is_renewed_without_dropping_connections(
-        stack, edge, account, pebble):
+    stack, edge, account, pebble
+):
     import http.client
     import socket
     import ssl
+
     domain = "renew.acme-test.example"
     rd = reserve(account.admin, domain)
     now, first = issue(stack, pebble, account.admin, rd, "http-01")
     wait_served(edge, domain, pebble.root_path, first["fingerprint"])
-    answer = {"on_http_request": [{"actions": [{"type": "custom-response", "config": {
-        "status_code": 200, "body": "kept"}}]}]}
-    assert account.admin.post("/endpoints", {"url": f"https://{domain}", "type": "cloud",
-                                             "traffic_policy": json.dumps(answer)}).status == 201
+    answer = {
+        "on_http_request": [
+            {
+                "actions": [
+                    {"type": "custom-response", "config": {"status_code": 200, "body": "kept"}}
+                ]
+            }
+        ]
+    }
+    assert (
+        account.admin.post(
+            "/endpoints",
+            {"url": f"https://{domain}", "type": "cloud", "traffic_policy": json.dumps(answer)},
+        ).status
+        == 201
+    )
     ctx = ssl.create_default_context(cafile=pebble.root_path)
-    time.sleep(1.5)   # the edge's endpoint lookups are cached for a second
-    kept = ctx.wrap_socket(socket.create_connection(("127.0.0.1", edge.https_port), timeout=10),
-                           server_hostname=domain)
+    time.sleep(1.5)  # the edge's endpoint lookups are cached for a second
+    kept = ctx.wrap_socket(
+        socket.create_connection(("127.0.0.1", edge.https_port), timeout=10),
+        server_hostname=domain,
+    )
 
     def request_on_kept() -> int:
         kept.sendall(f"GET / HTTP/1.1\r\nHost: {domain}\r\n\r\n".encode())
@@ -183,10 +237,17 @@ def test_a_short_lived_certificate_is_renewed_without_dropping_connections(
         response.begin()
         response.read()
         return response.status
+
     try:
-        assert request_on_kept() == 200   # kept alive (a request now, another after renewal)
-        renews = time.mktime(time.strptime(now["certificate_management_status"]["renews_at"],
-                                           "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        assert request_on_kept() == 200  # kept alive (a request now, another after renewal)
+        renews = (
+            time.mktime(
+                time.strptime(
+                    now["certificate_management_status"]["renews_at"], "%Y-%m-%dT%H:%M:%SZ"
+                )
+            )
+            - time.timezone
+        )
         time.sleep(max(0.0, renews - time.time()) + 1)
         outcome, log = run_worker(stack, pebble, "http-01")
         assert [v for k, v in outcome.items() if k.endswith(rd["id"])] == ["issued"], log
@@ -196,7 +257,7 @@ def test_a_short_lived_certificate_is_renewed_without_dropping_connections(
         assert account.admin.get(f"/tls_certificates/{first['id']}").status == 404
         second = account.admin.get(f"/tls_certificates/{renewed['certificate']['id']}").json
         wait_served(edge, domain, pebble.root_path, second["fingerprint"])
-        assert request_on_kept() == 200   # the connection from before the renewal goes on
+        assert request_on_kept() == 200  # the connection from before the renewal goes on
     finally:
         kept.close()
 
@@ -210,30 +271,36 @@ def test_wildcard_by_dns01_through_the_acme_challenge_cname(stack, edge, account
     # without the user's CNAME the validation fails, with the status saying so
     outcome, _ = run_worker(stack, pebble, "http-01")
     assert [v for k, v in outcome.items() if k.endswith(rd["id"])] == ["failed"]
-    job = account.admin.get(f"/reserved_domains/{rd['id']}").json[
-        "certificate_management_status"]["provisioning_job"]
+    job = account.admin.get(f"/reserved_domains/{rd['id']}").json["certificate_management_status"][
+        "provisioning_job"
+    ]
     assert job["error_code"] == "DNS_ERROR" and "dns-01" in job["msg"]
     pebble.resolver.cnames["_acme-challenge.wild.acme-test.example"] = target
-    run_worker(stack, pebble, code=(
-        "from chalicelib.core import store, acme_orders as orders; store.configure();"
-        f"store.write(store.set_fields(orders.QUEUE_PK, '{account.id}#{rd['id']}', "
-        "{'due_at': 0}))\nprint('{}')"))
+    run_worker(
+        stack,
+        pebble,
+        code=(
+            "from chalicelib.core import store, acme_orders as orders; store.configure();"
+            f"store.write(store.set_fields(orders.QUEUE_PK, '{account.id}#{rd['id']}', "
+            "{'due_at': 0}))\nprint('{}')"
+        ),
+    )
     now, cert = issue(stack, pebble, account.admin, rd, "http-01")
     assert cert["subject_alternative_names"]["dns_names"] == ["*.wild.acme-test.example"]
     wait_served(edge, "api.wild.acme-test.example", pebble.root_path, cert["fingerprint"])
     # the answer was removed once validated
     import dns.message
     import dns.query
-    reply = dns.query.udp(dns.message.make_query(target, "TXT"), "127.0.0.1",
-                          port=pebble.own_dns, timeout=5)
+
+    reply = dns.query.udp(
+        dns.message.make_query(target, "TXT"), "127.0.0.1", port=pebble.own_dns, timeout=5
+    )
     assert not reply.answer
 
 
-def test_rsa_policy_and_the_issued_certificate_goes_with_its_domain(stack, edge, account,
-                                                                    pebble):
+def test_rsa_policy_and_the_issued_certificate_goes_with_its_domain(stack, edge, account, pebble):
     domain = "rsa.acme-test.example"
-    rd = reserve(account.admin, domain,
-                 certificate_management_policy={"private_key_type": "rsa"})
+    rd = reserve(account.admin, domain, certificate_management_policy={"private_key_type": "rsa"})
     _, cert = issue(stack, pebble, account.admin, rd, "tls-alpn-01")
     assert cert["private_key_type"] == "rsa"
     wait_served(edge, domain, pebble.root_path, cert["fingerprint"])
@@ -244,7 +311,7 @@ def test_rsa_policy_and_the_issued_certificate_goes_with_its_domain(stack, edge,
     deadline = time.time() + 10
     while time.time() < deadline:
         try:
-            served(edge, domain, edge.ca_path)   # back to the local CA
+            served(edge, domain, edge.ca_path)  # back to the local CA
             break
         except Exception:
             time.sleep(0.2)
@@ -273,8 +340,10 @@ def lambda_bundle(tmp_path_factory):
     lays them out (/var/task and /opt), plus the SDK the Lambda runtime provides."""
     import site
     import zipfile
+
     sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
     import deploy_stack
+
     root = tmp_path_factory.mktemp("lambda")
     deploy_stack.package("prod", str(root / "out"))
     with zipfile.ZipFile(root / "out" / "deployment.zip") as zf:
@@ -284,14 +353,14 @@ def lambda_bundle(tmp_path_factory):
     runtime = root / "runtime"
     runtime.mkdir()
     packages = site.getsitepackages()[0]
-    for name in ("boto3", "botocore", "s3transfer", "dateutil", "urllib3", "jmespath",
-                 "six.py"):
+    for name in ("boto3", "botocore", "s3transfer", "dateutil", "urllib3", "jmespath", "six.py"):
         os.symlink(os.path.join(packages, name), runtime / name)
     return str(root / "task"), str(root / "opt" / "python"), str(runtime)
 
 
 def test_the_scheduled_function_from_the_package_and_its_layer_issues(
-        stack, edge, account, pebble, lambda_bundle):
+    stack, edge, account, pebble, lambda_bundle
+):
     """app.acme_worker as the Lambda runtime calls it, in an interpreter that sees only the
     deployment package, the layer and the runtime's SDK: acme and cryptography come from the
     layer (manylinux2014 wheels), and the pass issues a certificate the edge serves."""
@@ -299,17 +368,31 @@ def test_the_scheduled_function_from_the_package_and_its_layer_issues(
     domain = "lambda.acme-test.example"
     rd = reserve(account.admin, domain)
     env = stack.store_env()
-    env.update({"ACME_DIRECTORY_URL": pebble.directory_url, "ACME_CA_BUNDLE": pebble.ca_bundle,
-                "ACME_EMAIL": "ops@example.com", "ACME_CHALLENGES": "http-01",
-                "ACME_ORDER_TIMEOUT": "60", "BASE_DOMAIN": "tunnels.localhost",
-                "AWS_DEFAULT_REGION": "us-east-1"})
-    done = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", _LAMBDA_PASS, task, layer,
-                           runtime], cwd=task, env=env, capture_output=True, text=True,
-                          timeout=180)
+    env.update(
+        {
+            "ACME_DIRECTORY_URL": pebble.directory_url,
+            "ACME_CA_BUNDLE": pebble.ca_bundle,
+            "ACME_EMAIL": "ops@example.com",
+            "ACME_CHALLENGES": "http-01",
+            "ACME_ORDER_TIMEOUT": "60",
+            "BASE_DOMAIN": "tunnels.localhost",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", _LAMBDA_PASS, task, layer, runtime],
+        cwd=task,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert [v for k, v in seen["outcome"].items() if k.endswith(rd["id"])] == ["issued"], \
-        (seen, done.stderr[-2000:])
+    assert [v for k, v in seen["outcome"].items() if k.endswith(rd["id"])] == ["issued"], (
+        seen,
+        done.stderr[-2000:],
+    )
     assert seen["loaded"]["acme"].startswith(layer)
     assert seen["loaded"]["cryptography"].startswith(layer)
     assert seen["loaded"]["app"].startswith(task)

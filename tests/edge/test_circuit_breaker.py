@@ -1,6 +1,7 @@
 """The circuit breaker (edge/breaker.py): the Python SDK's ``circuit_breaker`` as a process
 trips it with 5xx answers; then the edge answers 503 ERR_NGROK_3202 without forwarding. The
 window, the volume and the recovery are unit-tested with a clock of the test's."""
+
 import pytest
 
 from chalicelib.core import binding
@@ -9,19 +10,25 @@ from tests.edge.test_edge_sdk import _bound, _credential, _host, _refusal
 
 
 def test_the_sdk_circuit_breaker_trips_on_5xx(edge, account, agents):
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "http", "options": {"circuit_breaker": [0.5]}}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "http", "options": {"circuit_breaker": [0.5]}}],
+    )
     host = _host(_bound(agent.start())[0]["url"])
     for _ in range(breaker.VOLUME - 1):
         assert edge.http("GET", host, "/status/500").status_code == 500
-    assert edge.http("GET", host, "/echo").status_code == 200   # 9 errors of 10: trips
+    assert edge.http("GET", host, "/echo").status_code == 200  # 9 errors of 10: trips
     refused = edge.http("GET", host, "/echo")
     assert refused.status_code == 503 and "ERR_NGROK_3202" in refused.text
 
 
 def test_an_invalid_threshold_is_refused(edge, account, agents):
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "http", "options": {"circuit_breaker": [1.5]}}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "http", "options": {"circuit_breaker": [1.5]}}],
+    )
     assert "ERR_NGROK_361" in _refusal(agent.start(), "bind")
 
 
@@ -38,19 +45,19 @@ def test_window_volume_and_recovery():
     b = breaker.Breaker(0.5, clock=clock)
     for _ in range(breaker.VOLUME - 1):
         b.record(500)
-    assert b.allow()                      # below the volume: never trips
-    clock.now += breaker.WINDOW + 1       # those errors leave the window
+    assert b.allow()  # below the volume: never trips
+    clock.now += breaker.WINDOW + 1  # those errors leave the window
     for _ in range(breaker.VOLUME - 1):
         b.record(200)
     b.record(500)
-    assert b.allow()                      # 1 error in 10: under the threshold
+    assert b.allow()  # 1 error in 10: under the threshold
     for _ in range(breaker.VOLUME):
         b.record(503)
-    assert not b.allow()                  # 11 errors in 20: tripped
+    assert not b.allow()  # 11 errors in 20: tripped
     clock.now += breaker.TRIPPED - 0.1
     assert not b.allow()
     clock.now += 0.2
-    assert b.allow()                      # re-evaluated with a fresh window
+    assert b.allow()  # re-evaluated with a fresh window
     b.record(200)
     assert b.allow()
 
@@ -59,8 +66,13 @@ def test_threshold_bounds():
     assert breaker.of_option(None) is None
     assert breaker.of_option({"error_threshold": 0}).threshold == 0.0
     assert breaker.of_option({"error_threshold": 1}).threshold == 1.0
-    for bad in ({"error_threshold": -0.1}, {"error_threshold": 1.01}, {}, {"error_threshold":
-                                                                            True}, "x"):
+    for bad in (
+        {"error_threshold": -0.1},
+        {"error_threshold": 1.01},
+        {},
+        {"error_threshold": True},
+        "x",
+    ):
         with pytest.raises(binding.Refused) as exc:
             breaker.of_option(bad)
         assert exc.value.code == "ERR_NGROK_361"

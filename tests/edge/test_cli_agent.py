@@ -3,6 +3,7 @@ edge, configured only by its config file: its auth and session, ``ngrok http`` w
 flags, ``ngrok tcp``, ``ngrok start``, its local inspector and replay, its error text on
 refusals, and its reconnect after the edge restarts (last in this module: it restarts the
 session's edge)."""
+
 import http.server
 import json
 import socket
@@ -22,8 +23,9 @@ PASSWORD = "s3cret-pass"
 @pytest.fixture(scope="module")
 def cli():
     if not cli_binary():
-        pytest.skip("the agent CLI 2.x is not available on this platform (see "
-                    "scripts/fetch_agent_cli.sh)")
+        pytest.skip(
+            "the agent CLI 2.x is not available on this platform (see scripts/fetch_agent_cli.sh)"
+        )
 
 
 @pytest.fixture
@@ -42,15 +44,21 @@ def run_cli(edge, tmp_path, cli):
 
 class _Echo(http.server.BaseHTTPRequestHandler):
     """An upstream that answers what it received: method, path, Host, Authorization."""
+
     protocol_version = "HTTP/1.1"
     seen: list = []
 
     def _answer(self):
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else b""
-        info = {"name": self.server.name, "method": self.command, "path": self.path,
-                "host": self.headers.get("host"), "body": body.decode("latin-1"),
-                "authorization": self.headers.get("authorization")}
+        info = {
+            "name": self.server.name,
+            "method": self.command,
+            "path": self.path,
+            "host": self.headers.get("host"),
+            "body": body.decode("latin-1"),
+            "authorization": self.headers.get("authorization"),
+        }
         self.server.seen.append(info)
         out = json.dumps(info).encode()
         self.send_response(200)
@@ -130,8 +138,9 @@ def _addr(port):
 
 
 # ---- the session ---------------------------------------------------------------------------
-def test_cli_logs_in_and_serves_http_and_https_of_one_generated_name(run_cli, edge, account,
-                                                                     upstream):
+def test_cli_logs_in_and_serves_http_and_https_of_one_generated_name(
+    run_cli, edge, account, upstream
+):
     """Plain ``ngrok http``: the CLI binds https, then http, asking no name; both get one
     generated name (hosted), each listener routes to its own endpoint; the session shows
     the CLI's version and OS."""
@@ -148,10 +157,13 @@ def test_cli_logs_in_and_serves_http_and_https_of_one_generated_name(run_cli, ed
     assert sorted(e["public_url"] for e in endpoints) == sorted(urls.values())
 
 
-
-@pytest.mark.parametrize("token,code", [("not-a-token", "ERR_NGROK_105"),
-                                        ("2abcdefghijklmnopqrstuvwxyz_0123456789ABCDEFGH",
-                                         "ERR_NGROK_107")])
+@pytest.mark.parametrize(
+    "token,code",
+    [
+        ("not-a-token", "ERR_NGROK_105"),
+        ("2abcdefghijklmnopqrstuvwxyz_0123456789ABCDEFGH", "ERR_NGROK_107"),
+    ],
+)
 def test_a_bad_authtoken_is_refused_with_the_cli_showing_why(run_cli, token, code):
     agent = run_cli(token, ["http", "8080"])
     assert code in agent.refusal()
@@ -159,8 +171,11 @@ def test_a_bad_authtoken_is_refused_with_the_cli_showing_why(run_cli, token, cod
 
 
 def test_session_metadata_from_the_config_file(run_cli, account, upstream):
-    agent = run_cli(_credential(account)["token"], ["http", _addr(upstream.server_port)],
-                    extra_config={"metadata": "cli-box-7"})
+    agent = run_cli(
+        _credential(account)["token"],
+        ["http", _addr(upstream.server_port)],
+        extra_config={"metadata": "cli-box-7"},
+    )
     agent.wait_tunnels(2)
     sessions = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
     assert [s["metadata"] for s in sessions] == ["cli-box-7"]
@@ -173,8 +188,7 @@ def test_stop_through_the_api_ends_the_cli(run_cli, account, upstream):
     assert account.admin.post(f"/tunnel_sessions/{session['id']}/stop").status == 204
     agent.process.wait(timeout=30)
     deadline = time.time() + 20
-    while time.time() < deadline and account.admin.get("/tunnel_sessions").json[
-            "tunnel_sessions"]:
+    while time.time() < deadline and account.admin.get("/tunnel_sessions").json["tunnel_sessions"]:
         time.sleep(0.5)
     assert account.admin.get("/tunnel_sessions").json["tunnel_sessions"] == []
     assert account.admin.get("/endpoints").json["endpoints"] == []
@@ -182,9 +196,10 @@ def test_stop_through_the_api_ends_the_cli(run_cli, account, upstream):
 
 def test_restart_through_the_api_brings_the_cli_back(run_cli, edge, account, upstream):
     sub = f"clirs{time.time_ns() % 10**9}"
-    agent = run_cli(_credential(account)["token"],
-                    ["http", "-subdomain", sub, "-bind-tls", "false",
-                     _addr(upstream.server_port)])
+    agent = run_cli(
+        _credential(account)["token"],
+        ["http", "-subdomain", sub, "-bind-tls", "false", _addr(upstream.server_port)],
+    )
     agent.wait_tunnels(1)
     first = account.admin.get("/tunnel_sessions").json["tunnel_sessions"][0]["id"]
     assert account.admin.post(f"/tunnel_sessions/{first}/restart").status == 204
@@ -196,16 +211,19 @@ def test_restart_through_the_api_brings_the_cli_back(run_cli, edge, account, ups
         time.sleep(0.3)
     assert status == 200, agent.output()
 
+
 # ---- ngrok http's flags --------------------------------------------------------------------
-@pytest.mark.parametrize("bind_tls,schemes", [("both", {"http", "https"}), ("true", {"https"}),
-                                              ("false", {"http"})])
+@pytest.mark.parametrize(
+    "bind_tls,schemes", [("both", {"http", "https"}), ("true", {"https"}), ("false", {"http"})]
+)
 def test_subdomain_with_each_bind_tls(run_cli, edge, account, upstream, bind_tls, schemes):
     """``-subdomain`` under the base domain; ``-bind-tls``: both endpoints, the https one
     alone, or the http one alone; the scheme not bound is not served on that name."""
     sub = f"cli{bind_tls}{time.time_ns() % 10**9}"
-    agent = run_cli(_credential(account)["token"],
-                    ["http", "-subdomain", sub, "-bind-tls", bind_tls,
-                     _addr(upstream.server_port)])
+    agent = run_cli(
+        _credential(account)["token"],
+        ["http", "-subdomain", sub, "-bind-tls", bind_tls, _addr(upstream.server_port)],
+    )
     urls = _by_scheme(agent.wait_tunnels(len(schemes)))
     assert set(urls) == schemes
     host = f"{sub}.tunnels.localhost"
@@ -216,9 +234,10 @@ def test_subdomain_with_each_bind_tls(run_cli, edge, account, upstream, bind_tls
     assert (status == 200) == ("https" in schemes)
     if "http" not in schemes:
         assert "ERR_NGROK_3200" in plain.text
-    if schemes == {"http", "https"}:   # one name, one owner: a second agent is refused
-        other = run_cli(_credential(account)["token"],
-                        ["http", "-subdomain", sub, _addr(upstream.server_port)])
+    if schemes == {"http", "https"}:  # one name, one owner: a second agent is refused
+        other = run_cli(
+            _credential(account)["token"], ["http", "-subdomain", sub, _addr(upstream.server_port)]
+        )
         assert "ERR_NGROK_334" in other.refusal()
         assert other.process.wait(timeout=15) != 0
 
@@ -239,8 +258,9 @@ def test_hostname_reserved_exact_and_under_a_wildcard(run_cli, edge, account, up
 
 
 def test_hostname_not_reserved_is_refused_with_the_cli_showing_why(run_cli, account):
-    agent = run_cli(_credential(account)["token"],
-                    ["http", "-hostname", "not-mine.example.org", "8080"])
+    agent = run_cli(
+        _credential(account)["token"], ["http", "-hostname", "not-mine.example.org", "8080"]
+    )
     error = agent.refusal()
     assert "ERR_NGROK_7117" in error and "not-mine.example.org" in error
     assert agent.process.wait(timeout=15) != 0
@@ -248,17 +268,18 @@ def test_hostname_not_reserved_is_refused_with_the_cli_showing_why(run_cli, acco
 
 
 def test_auth_is_basic_auth_at_the_edge(run_cli, edge, account, upstream):
-    agent = run_cli(_credential(account)["token"],
-                    ["http", "-auth", f"alice:{PASSWORD}", _addr(upstream.server_port)])
+    agent = run_cli(
+        _credential(account)["token"],
+        ["http", "-auth", f"alice:{PASSWORD}", _addr(upstream.server_port)],
+    )
     urls = _by_scheme(agent.wait_tunnels(2))
     host = _host(urls["http"])
     before = len(upstream.seen)
     refused = edge.http("GET", host, "/private")
     assert refused.status_code == 401
     assert refused.headers["www-authenticate"].startswith("Basic")
-    assert edge.http("GET", host, "/private", auth=("alice", "wrong-password")).status_code \
-        == 401
-    assert len(upstream.seen) == before   # nothing reached the upstream
+    assert edge.http("GET", host, "/private", auth=("alice", "wrong-password")).status_code == 401
+    assert len(upstream.seen) == before  # nothing reached the upstream
     ok = edge.http("GET", host, "/private", auth=("alice", PASSWORD))
     assert ok.status_code == 200 and ok.json()["path"] == "/private"
     assert _https(edge, urls["https"], "/private", "-u", f"alice:{PASSWORD}")[0] == 200
@@ -271,11 +292,13 @@ def test_auth_with_a_short_password_is_refused(run_cli, account):
     assert "ERR_NGROK_1602" in error and "8 to 128 characters" in error
 
 
-@pytest.mark.parametrize("flag,expected", [("rewrite", "upstream"),
-                                           ("example.test", "example.test")])
+@pytest.mark.parametrize(
+    "flag,expected", [("rewrite", "upstream"), ("example.test", "example.test")]
+)
 def test_host_header(run_cli, edge, account, upstream, flag, expected):
-    agent = run_cli(_credential(account)["token"],
-                    ["http", "-host-header", flag, _addr(upstream.server_port)])
+    agent = run_cli(
+        _credential(account)["token"], ["http", "-host-header", flag, _addr(upstream.server_port)]
+    )
     urls = _by_scheme(agent.wait_tunnels(2))
     got = edge.http("GET", _host(urls["http"]), "/hh").json()["host"]
     want = _addr(upstream.server_port) if expected == "upstream" else expected
@@ -283,20 +306,21 @@ def test_host_header(run_cli, edge, account, upstream, flag, expected):
 
 
 def test_inspect_false_serves_without_the_inspector(run_cli, edge, account, upstream):
-    agent = run_cli(_credential(account)["token"],
-                    ["http", "-inspect=false", "-bind-tls", "false",
-                     _addr(upstream.server_port)])
+    agent = run_cli(
+        _credential(account)["token"],
+        ["http", "-inspect=false", "-bind-tls", "false", _addr(upstream.server_port)],
+    )
     urls = _by_scheme(agent.wait_tunnels(1))
     assert edge.http("GET", _host(urls["http"]), "/ni").status_code == 200
     assert agent.inspected() == []
 
 
 def test_the_inspector_shows_requests_and_replays_them(run_cli, edge, account, upstream):
-    agent = run_cli(_credential(account)["token"],
-                    ["http", "-bind-tls", "false", _addr(upstream.server_port)])
+    agent = run_cli(
+        _credential(account)["token"], ["http", "-bind-tls", "false", _addr(upstream.server_port)]
+    )
     urls = _by_scheme(agent.wait_tunnels(1))
-    assert edge.http("POST", _host(urls["http"]), "/inspected", data=b"hello").status_code \
-        == 200
+    assert edge.http("POST", _host(urls["http"]), "/inspected", data=b"hello").status_code == 200
     deadline = time.time() + 10
     while time.time() < deadline and not agent.inspected():
         time.sleep(0.2)
@@ -310,34 +334,52 @@ def test_the_inspector_shows_requests_and_replays_them(run_cli, edge, account, u
     assert upstream.seen[-1]["path"] == "/inspected" and upstream.seen[-1]["body"] == "hello"
 
 
-
 def test_file_server(run_cli, edge, account, tmp_path):
     """``ngrok http file:///dir``: the CLI's own file server, through the edge. (``-region``
     is refused by the CLI itself next to a ``server_addr``: it never reaches an edge.)"""
     folder = tmp_path / "site"
     folder.mkdir()
     (folder / "hello.txt").write_text("served by the CLI")
-    agent = run_cli(_credential(account)["token"],
-                    ["http", "-bind-tls", "false", f"file://{folder}"])
+    agent = run_cli(
+        _credential(account)["token"], ["http", "-bind-tls", "false", f"file://{folder}"]
+    )
     urls = _by_scheme(agent.wait_tunnels(1))
     resp = edge.http("GET", _host(urls["http"]), "/hello.txt")
     assert resp.status_code == 200 and resp.text == "served by the CLI"
 
 
-def test_authtoken_command_saves_the_token_the_cli_then_uses(cli, edge, account, tmp_path,
-                                                              upstream):
+def test_authtoken_command_saves_the_token_the_cli_then_uses(
+    cli, edge, account, tmp_path, upstream
+):
     import subprocess
     from tests.edge.cli_agent import CLI_BIN
+
     token = _credential(account)["token"]
     config = tmp_path / "saved.yml"
     config.write_text(f"server_addr: {edge.server_addr}\nroot_cas: {edge.ca_path}\n")
-    done = subprocess.run([CLI_BIN, "authtoken", "-config", str(config), token],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [CLI_BIN, "authtoken", "-config", str(config), token],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert token in config.read_text()
-    proc = subprocess.Popen([CLI_BIN, "http", "-config", str(config), "-log", "stdout",
-                             "-bind-tls", "false", _addr(upstream.server_port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            CLI_BIN,
+            "http",
+            "-config",
+            str(config),
+            "-log",
+            "stdout",
+            "-bind-tls",
+            "false",
+            _addr(upstream.server_port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 30
         while time.time() < deadline and not account.admin.get("/endpoints").json["endpoints"]:
@@ -354,30 +396,50 @@ def test_a_local_https_upstream(run_cli, edge, account, tmp_path):
     upstream itself (it does not verify the local certificate, as documented for 2.x)."""
     import ssl
     import subprocess
+
     cert, key = str(tmp_path / "local.crt"), str(tmp_path / "local.key")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
-                    "/CN=localhost", "-keyout", key, "-out", cert], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+        ],
+        check=True,
+        capture_output=True,
+    )
     server = _upstream("tls")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     server.socket = ctx.wrap_socket(server.socket, server_side=True)
     try:
-        agent = run_cli(_credential(account)["token"],
-                        ["http", "-bind-tls", "false",
-                         f"https://127.0.0.1:{server.server_port}"])
+        agent = run_cli(
+            _credential(account)["token"],
+            ["http", "-bind-tls", "false", f"https://127.0.0.1:{server.server_port}"],
+        )
         urls = _by_scheme(agent.wait_tunnels(1))
         got = edge.http("GET", _host(urls["http"]), "/over-tls").json()
         assert got["name"] == "tls" and got["path"] == "/over-tls"
     finally:
         server.shutdown()
 
+
 # ---- ngrok tcp -----------------------------------------------------------------------------
 def test_tcp_with_a_reserved_remote_addr(run_cli, edge, account, tcp_echo):
     addr = account.admin.post("/reserved_addrs", {}).json["addr"]
-    agent = run_cli(_credential(account)["token"],
-                    ["tcp", "-remote-addr", addr, _addr(tcp_echo)])
+    agent = run_cli(_credential(account)["token"], ["tcp", "-remote-addr", addr, _addr(tcp_echo)])
     urls = agent.wait_tunnels(1)
     assert list(urls.values()) == [f"tcp://{addr}"]
     port = int(addr.rsplit(":", 1)[1])
@@ -385,8 +447,10 @@ def test_tcp_with_a_reserved_remote_addr(run_cli, edge, account, tcp_echo):
 
 
 def test_tcp_remote_addr_not_reserved_is_refused(run_cli, edge, account, tcp_echo):
-    agent = run_cli(_credential(account)["token"],
-                    ["tcp", "-remote-addr", "tunnels.localhost:1", _addr(tcp_echo)])
+    agent = run_cli(
+        _credential(account)["token"],
+        ["tcp", "-remote-addr", "tunnels.localhost:1", _addr(tcp_echo)],
+    )
     assert "ERR_NGROK_7113" in agent.refusal()
 
 
@@ -397,14 +461,15 @@ def test_plain_tcp(run_cli, edge, account, tcp_echo):
 
 
 # ---- ngrok start ---------------------------------------------------------------------------
-def test_start_names_and_all_from_the_config_file(run_cli, edge, account, upstream,
-                                                  upstream_two, tcp_echo):
+def test_start_names_and_all_from_the_config_file(
+    run_cli, edge, account, upstream, upstream_two, tcp_echo
+):
     sub = f"clistart{time.time_ns() % 10**9}"
-    tunnels = {"web": {"proto": "http", "addr": _addr(upstream.server_port),
-                       "subdomain": sub},
-               "api": {"proto": "http", "addr": _addr(upstream_two.server_port),
-                       "bind_tls": False},
-               "raw": {"proto": "tcp", "addr": _addr(tcp_echo)}}
+    tunnels = {
+        "web": {"proto": "http", "addr": _addr(upstream.server_port), "subdomain": sub},
+        "api": {"proto": "http", "addr": _addr(upstream_two.server_port), "bind_tls": False},
+        "raw": {"proto": "tcp", "addr": _addr(tcp_echo)},
+    }
     token = _credential(account)["token"]
     one = run_cli(token, ["start", "web"], tunnels=tunnels)
     urls = one.wait_tunnels(2)
@@ -414,8 +479,10 @@ def test_start_names_and_all_from_the_config_file(run_cli, edge, account, upstre
     # the first CLI's session ends when the edge reads its connection's close: until then its
     # name is still served (a second session asking for it would be refused as in use)
     deadline = time.time() + 15
-    while time.time() < deadline and \
-            edge.http("GET", f"{sub}.tunnels.localhost", "/").status_code != 404:
+    while (
+        time.time() < deadline
+        and edge.http("GET", f"{sub}.tunnels.localhost", "/").status_code != 404
+    ):
         time.sleep(0.2)
     every = run_cli(token, ["start", "--all"], tunnels=tunnels)
     urls = every.wait_tunnels(4)
@@ -429,12 +496,15 @@ def test_start_names_and_all_from_the_config_file(run_cli, edge, account, upstre
 
 
 def test_start_all_with_two_unnamed_tunnels_routes_each_url_to_its_own_upstream(
-        run_cli, edge, account, upstream, upstream_two):
+    run_cli, edge, account, upstream, upstream_two
+):
     """``ngrok start --all`` binds its tunnels at once and its Binds carry nothing that ties
     a tunnel's http bind to its https bind: each URL the CLI shows reaches that tunnel's
     upstream, over its own scheme."""
-    tunnels = {"a": {"proto": "http", "addr": _addr(upstream.server_port)},
-               "b": {"proto": "http", "addr": _addr(upstream_two.server_port)}}
+    tunnels = {
+        "a": {"proto": "http", "addr": _addr(upstream.server_port)},
+        "b": {"proto": "http", "addr": _addr(upstream_two.server_port)},
+    }
     agent = run_cli(_credential(account)["token"], ["start", "--all"], tunnels=tunnels)
     urls = agent.wait_tunnels(4)
     for name, url in urls.items():
@@ -449,8 +519,9 @@ def test_start_all_with_two_unnamed_tunnels_routes_each_url_to_its_own_upstream(
 # ---- the edge restarts (last: it restarts the session's edge) ------------------------------
 def test_cli_reconnects_after_the_edge_restarts(run_cli, stack, edge, account, upstream):
     sub = f"clire{time.time_ns() % 10**9}"
-    agent = run_cli(_credential(account)["token"],
-                    ["http", "-subdomain", sub, _addr(upstream.server_port)])
+    agent = run_cli(
+        _credential(account)["token"], ["http", "-subdomain", sub, _addr(upstream.server_port)]
+    )
     urls = _by_scheme(agent.wait_tunnels(2))
     host = _host(urls["http"])
     assert edge.http("GET", host, "/before").status_code == 200

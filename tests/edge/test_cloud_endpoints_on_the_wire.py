@@ -3,6 +3,7 @@ official ``ngrok-api`` client answer from their traffic policy with no agent, on
 HTTPS listeners; internal endpoints bound by the official Python SDK (``domain=
 "<name>.internal"``) are reached only through ``forward-internal`` from an endpoint of the
 same account."""
+
 import json
 import time
 import uuid
@@ -19,15 +20,30 @@ IN_FORCE_AFTER = CACHE_SECONDS + 0.5
 
 
 def _answer(body, status=200):
-    return json.dumps({"on_http_request": [{"actions": [{"type": "custom-response", "config": {
-        "status_code": status, "headers": {"content-type": "text/plain"}, "body": body}}]}]})
+    return json.dumps(
+        {
+            "on_http_request": [
+                {
+                    "actions": [
+                        {
+                            "type": "custom-response",
+                            "config": {
+                                "status_code": status,
+                                "headers": {"content-type": "text/plain"},
+                                "body": body,
+                            },
+                        }
+                    ]
+                }
+            ]
+        }
+    )
 
 
 def _forward(url, on_error="halt", then=None):
     actions = [{"type": "forward-internal", "config": {"url": url, "on_error": on_error}}]
     if then is not None:
-        actions.append({"type": "custom-response", "config": {"status_code": 299,
-                                                              "body": then}})
+        actions.append({"type": "custom-response", "config": {"status_code": 299, "body": then}})
     return json.dumps({"on_http_request": [{"actions": actions}]})
 
 
@@ -53,8 +69,7 @@ def _internal_agent(edge, account, agents):
     return name
 
 
-def test_cloud_endpoint_answers_with_its_policy_over_http_and_https_with_no_agent(edge,
-                                                                                  client):
+def test_cloud_endpoint_answers_with_its_policy_over_http_and_https_with_no_agent(edge, client):
     ep = _cloud(client, _answer("hello from the cloud"))
     resp = edge.http("GET", ep.host, "/anything")
     assert (resp.status_code, resp.text) == (200, "hello from the cloud")
@@ -83,8 +98,13 @@ def test_deleting_a_cloud_endpoint_makes_its_host_offline(edge, client):
 
 
 def test_a_policy_that_does_not_answer_is_6029(edge, client):
-    headers_only = json.dumps({"on_http_request": [{"actions": [
-        {"type": "add-headers", "config": {"headers": {"x-a": "b"}}}]}]})
+    headers_only = json.dumps(
+        {
+            "on_http_request": [
+                {"actions": [{"type": "add-headers", "config": {"headers": {"x-a": "b"}}}]}
+            ]
+        }
+    )
     for policy in (headers_only, ""):
         ep = _cloud(client, policy)
         resp = edge.http("GET", ep.host)
@@ -92,12 +112,22 @@ def test_a_policy_that_does_not_answer_is_6029(edge, client):
         assert ep.id in resp.json()["msg"]
 
 
-def test_cloud_endpoint_forwards_to_an_sdk_internal_endpoint_of_its_account(edge, account,
-                                                                            client, agents):
+def test_cloud_endpoint_forwards_to_an_sdk_internal_endpoint_of_its_account(
+    edge, account, client, agents
+):
     name = _internal_agent(edge, account, agents)
-    policy = json.dumps({"on_http_request": [{"actions": [
-        {"type": "add-headers", "config": {"headers": {"x-via": "cloud"}}},
-        {"type": "forward-internal", "config": {"url": f"https://{name}"}}]}]})
+    policy = json.dumps(
+        {
+            "on_http_request": [
+                {
+                    "actions": [
+                        {"type": "add-headers", "config": {"headers": {"x-via": "cloud"}}},
+                        {"type": "forward-internal", "config": {"url": f"https://{name}"}},
+                    ]
+                }
+            ]
+        }
+    )
     ep = _cloud(client, policy)
     resp = edge.http("GET", ep.host, "/echo?q=1")
     assert resp.status_code == 200, resp.text
@@ -116,8 +146,7 @@ def test_cloud_endpoint_forwards_to_an_sdk_internal_endpoint_of_its_account(edge
     assert listed[f"https://{name}"].type == "agent"
 
 
-def test_an_internal_endpoint_is_not_reachable_from_the_public_listeners(edge, account,
-                                                                         agents):
+def test_an_internal_endpoint_is_not_reachable_from_the_public_listeners(edge, account, agents):
     name = _internal_agent(edge, account, agents)
     for host in (name, f"{name}@{account.id}"):
         resp = edge.http("GET", host, "/echo")
@@ -139,8 +168,11 @@ def test_another_accounts_cloud_endpoint_cannot_forward_into_it(edge, api, accou
 
 
 def test_cloud_endpoint_forwards_to_an_internal_cloud_endpoint(edge, client):
-    inner = client.endpoints.create(url=f"https://{_name('inner')}.internal", type="cloud",
-                                    traffic_policy=_answer("from the inner endpoint"))
+    inner = client.endpoints.create(
+        url=f"https://{_name('inner')}.internal",
+        type="cloud",
+        traffic_policy=_answer("from the inner endpoint"),
+    )
     assert inner.bindings == ["internal"]
     outer = _cloud(client, _forward(inner.url))
     resp = edge.http("GET", outer.host)
@@ -150,8 +182,9 @@ def test_cloud_endpoint_forwards_to_an_internal_cloud_endpoint(edge, client):
 
 def test_a_forward_loop_ends_with_an_error(edge, client):
     a_url = f"https://{_name('loop')}.internal"
-    b = client.endpoints.create(url=f"https://{_name('loop')}.internal", type="cloud",
-                                traffic_policy=_forward(a_url))
+    b = client.endpoints.create(
+        url=f"https://{_name('loop')}.internal", type="cloud", traffic_policy=_forward(a_url)
+    )
     client.endpoints.create(url=a_url, type="cloud", traffic_policy=_forward(b.url))
     outer = _cloud(client, _forward(a_url))
     resp = edge.http("GET", outer.host)
@@ -162,39 +195,65 @@ def test_an_agent_cannot_bind_a_cloud_endpoints_host(edge, account, client, agen
     ep = _cloud(client, _answer("mine"))
     agent = agents(edge, _credential(account)["token"], [{"proto": "http", "domain": ep.host}])
     events = agent.start()
-    assert any(e["event"] == "error" and "ERR_NGROK_334" in " ".join(e["args"])
-               for e in events), events
+    assert any(e["event"] == "error" and "ERR_NGROK_334" in " ".join(e["args"]) for e in events), (
+        events
+    )
     assert edge.http("GET", ep.host).text == "mine"
 
 
-def test_the_internal_endpoints_own_policy_runs_after_the_forward(edge, account, client,
-                                                                  agents):
+def test_the_internal_endpoints_own_policy_runs_after_the_forward(edge, account, client, agents):
     name = f"{_name('guarded')}.internal"
-    inner = json.dumps({"on_http_request": [
-        {"expressions": ["req.url.path == '/secret'"],
-         "actions": [{"type": "deny", "config": {"status_code": 403}}]},
-        {"actions": [{"type": "add-headers", "config": {"headers": {"x-inner": "yes"}}}]}]})
-    agent = agents(edge, _credential(account)["token"], [
-        {"proto": "http", "domain": name, "options": {"traffic_policy": [inner]}}])
+    inner = json.dumps(
+        {
+            "on_http_request": [
+                {
+                    "expressions": ["req.url.path == '/secret'"],
+                    "actions": [{"type": "deny", "config": {"status_code": 403}}],
+                },
+                {"actions": [{"type": "add-headers", "config": {"headers": {"x-inner": "yes"}}}]},
+            ]
+        }
+    )
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "http", "domain": name, "options": {"traffic_policy": [inner]}}],
+    )
     _bound(agent.start())
-    outer = _cloud(client, json.dumps({"on_http_request": [{"actions": [
-        {"type": "add-headers", "config": {"headers": {"x-outer": "yes"}}},
-        {"type": "forward-internal", "config": {"url": f"https://{name}"}}]}]}))
+    outer = _cloud(
+        client,
+        json.dumps(
+            {
+                "on_http_request": [
+                    {
+                        "actions": [
+                            {"type": "add-headers", "config": {"headers": {"x-outer": "yes"}}},
+                            {"type": "forward-internal", "config": {"url": f"https://{name}"}},
+                        ]
+                    }
+                ]
+            }
+        ),
+    )
     assert edge.http("GET", outer.host, "/secret").status_code == 403
-    seen = {k.lower(): v for k, v in edge.http("GET", outer.host, "/echo").json()["headers"]
-            .items()}
+    seen = {
+        k.lower(): v for k, v in edge.http("GET", outer.host, "/echo").json()["headers"].items()
+    }
     assert seen["x-outer"] == "yes" and seen["x-inner"] == "yes"
-    assert "," not in seen["x-forwarded-for"]   # one hop of forwarding headers, not two
+    assert "," not in seen["x-forwarded-for"]  # one hop of forwarding headers, not two
 
 
 def test_the_docs_path_routing_policy_on_a_cloud_endpoint(edge, account, client, agents):
     """The hosted docs' "route requests by path" example, as published (internal names are
     per account, so its fixed names are this test account's own)."""
     from tests.unit.data.policy_docs_examples import PATH_ROUTING
-    client.endpoints.create(url="https://api-v1.internal", type="cloud",
-                            traffic_policy=_answer("legacy v1"))
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "http", "domain": "api-v2.internal"}])
+
+    client.endpoints.create(
+        url="https://api-v1.internal", type="cloud", traffic_policy=_answer("legacy v1")
+    )
+    agent = agents(
+        edge, _credential(account)["token"], [{"proto": "http", "domain": "api-v2.internal"}]
+    )
     _bound(agent.start())
     ep = _cloud(client, PATH_ROUTING[1])
     v1 = edge.http("GET", ep.host, "/api/v1/users")
@@ -205,24 +264,41 @@ def test_the_docs_path_routing_policy_on_a_cloud_endpoint(edge, account, client,
     assert other.status_code == 502 and other.json()["error_code"] == "ERR_NGROK_6029"
 
 
-def test_tcp_cloud_endpoint_forwards_to_an_sdk_internal_tcp_endpoint(edge, account, client,
-                                                                     agents):
+def test_tcp_cloud_endpoint_forwards_to_an_sdk_internal_tcp_endpoint(
+    edge, account, client, agents
+):
     from tests.edge.test_edge_sdk import _wait
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "tcp", "remote_addr": "db.internal:5432"}])
+
+    agent = agents(
+        edge, _credential(account)["token"], [{"proto": "tcp", "remote_addr": "db.internal:5432"}]
+    )
     [bound] = _bound(agent.start())
     assert bound["url"] == "tcp://db.internal:5432", bound
-    tcp_forward = json.dumps({"on_tcp_connect": [{"actions": [
-        {"type": "forward-internal", "config": {"url": "tcp://db.internal:5432"}}]}]})
+    tcp_forward = json.dumps(
+        {
+            "on_tcp_connect": [
+                {
+                    "actions": [
+                        {"type": "forward-internal", "config": {"url": "tcp://db.internal:5432"}}
+                    ]
+                }
+            ]
+        }
+    )
     ra = account.admin.post("/reserved_addrs", {}).json
     try:
-        ep = client.endpoints.create(url=f"tcp://{ra['addr']}", type="cloud",
-                                     traffic_policy=tcp_forward)
+        ep = client.endpoints.create(
+            url=f"tcp://{ra['addr']}", type="cloud", traffic_policy=tcp_forward
+        )
         port = int(ra["addr"].rsplit(":", 1)[1])
-        assert _wait(lambda: tcp_round_trip(port, b"through a cloud endpoint")
-                     == b"through a cloud endpoint", timeout=10)
-        client.endpoints.update(ep.id, traffic_policy=json.dumps(
-            {"on_tcp_connect": [{"actions": [{"type": "deny"}]}]}))
+        assert _wait(
+            lambda: tcp_round_trip(port, b"through a cloud endpoint")
+            == b"through a cloud endpoint",
+            timeout=10,
+        )
+        client.endpoints.update(
+            ep.id, traffic_policy=json.dumps({"on_tcp_connect": [{"actions": [{"type": "deny"}]}]})
+        )
         time.sleep(IN_FORCE_AFTER)
         assert tcp_round_trip(port, b"denied?") == b""
         client.endpoints.delete(ep.id)

@@ -4,6 +4,7 @@ its endpoint is relayed to the one that does (HTTP, HTTPS over HTTP/1.1 and HTTP
 WebSocket, a 64 MiB streaming response, TCP on a reserved address's port that every
 instance listens on), a kill -9 fails over, and a rolling restart loses no request.
 One cluster for the module."""
+
 import base64
 import hashlib
 import json
@@ -27,12 +28,13 @@ from tests.edge.test_edge_sdk import _bound, _credential, _host
 from tests.support.api import PROJECT_DIR, HttpApi, LocalStack
 
 SECRET = "test-cluster-secret-" + os.urandom(8).hex()
-STALE = 8   # ONLINE_STALE_SECONDS of this stack (the default 45 would make the test slow)
+STALE = 8  # ONLINE_STALE_SECONDS of this stack (the default 45 would make the test slow)
 
 
 @dataclass
 class Target:
     """Where an SDK agent connects: one instance's agent port, or HAProxy's."""
+
     server_addr: str
     ca_path: str
 
@@ -55,8 +57,12 @@ class Cluster:
         return self.front["https"] if index < 0 else self.instances[index]["ports"]["https"]
 
     def get(self, host: str, path: str = "/echo", index: int = -1, **kw) -> requests.Response:
-        return requests.get(f"http://127.0.0.1:{self.http_port(index)}{path}",
-                            headers={"Host": host, "Connection": "close"}, timeout=60, **kw)
+        return requests.get(
+            f"http://127.0.0.1:{self.http_port(index)}{path}",
+            headers={"Host": host, "Connection": "close"},
+            timeout=60,
+            **kw,
+        )
 
     def pid(self, index: int) -> int:
         with open(self.instances[index]["pid_path"]) as handle:
@@ -65,8 +71,11 @@ class Cluster:
     def holder_index(self, name: str) -> int:
         """Which instance holds ``name``'s claim (its id: edge_<index>_<random>)."""
         client = self.stack.store_client()
-        item = client.get_item(TableName="tunnel-service", ConsistentRead=True,
-                               Key={"pk": {"S": f"U#served_host#{name}"}, "sk": {"S": "U"}})
+        item = client.get_item(
+            TableName="tunnel-service",
+            ConsistentRead=True,
+            Key={"pk": {"S": f"U#served_host#{name}"}, "sk": {"S": "U"}},
+        )
         return int(item["Item"]["instance_id"]["S"].split("_")[1])
 
     def relay_port(self, index: int) -> int:
@@ -103,8 +112,11 @@ def cluster():
         pytest.fail(f"{SDK_PYTHON} missing: `make install` first")
     with tempfile.TemporaryDirectory(prefix="tunnel-cluster-test-") as tmp:
         tcp_low = _range_outside_ephemeral(5)
-        extra = {"EDGE_TCP_PORTS": f"{tcp_low}-{tcp_low + 4}", "BASE_DOMAIN": BASE_DOMAIN,
-                 "ONLINE_STALE_SECONDS": str(STALE)}
+        extra = {
+            "EDGE_TCP_PORTS": f"{tcp_low}-{tcp_low + 4}",
+            "BASE_DOMAIN": BASE_DOMAIN,
+            "ONLINE_STALE_SECONDS": str(STALE),
+        }
         stack = LocalStack(data_dir=os.path.join(tmp, "api"))
         stack_env = stack.env
         stack.env = lambda: {**stack_env(), **extra}
@@ -113,18 +125,32 @@ def cluster():
         data_dir = os.path.join(tmp, "cluster")
         env = {**stack.store_env(), **extra, "EDGE_CLUSTER_SECRET": SECRET}
         log = open(os.path.join(tmp, "cluster.out"), "wb")
-        proc = subprocess.Popen([sys.executable, os.path.join(PROJECT_DIR, "scripts",
-                                                              "cluster.py"),
-                                 "up", "-n", "3", "--data-dir", data_dir, "--store-env",
-                                 os.path.join(stack.data_dir, "store.env"),
-                                 "--check-seconds", "1"],
-                                cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(PROJECT_DIR, "scripts", "cluster.py"),
+                "up",
+                "-n",
+                "3",
+                "--data-dir",
+                data_dir,
+                "--store-env",
+                os.path.join(stack.data_dir, "store.env"),
+                "--check-seconds",
+                "1",
+            ],
+            cwd=PROJECT_DIR,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             info_path = os.path.join(data_dir, "cluster.json")
             deadline = time.time() + 120
             while not os.path.exists(info_path):
-                assert proc.poll() is None and time.time() < deadline, \
-                    open(os.path.join(tmp, "cluster.out")).read()[-3000:]
+                assert proc.poll() is None and time.time() < deadline, open(
+                    os.path.join(tmp, "cluster.out")
+                ).read()[-3000:]
                 time.sleep(0.2)
             with open(info_path) as handle:
                 yield Cluster(data_dir, json.load(handle), stack, proc)
@@ -184,7 +210,7 @@ def test_an_unknown_name_gets_the_same_offline_answer_everywhere(cluster):
     assert {r.status_code for r in answers} == {404}
     bodies = [r.json() for r in answers]
     for body in bodies:
-        body["details"].pop("operation_id")   # unique per request
+        body["details"].pop("operation_id")  # unique per request
     assert bodies[0] == bodies[1] == bodies[2] and bodies[0]["error_code"] == "ERR_NGROK_3200"
 
 
@@ -194,10 +220,24 @@ def test_https_http1_and_http2_are_relayed(cluster, on_first):
         port = cluster.https_port(index)
         for flag in ("--http1.1", "--http2"):
             out = subprocess.run(
-                ["curl", "-sS", flag, "--max-time", "30", "--cacert", cluster.ca,
-                 "--resolve", f"{host}:{port}:127.0.0.1", "-w", "\n%{http_code} %{http_version}",
-                 f"https://{host}:{port}/echo?tls=1"],
-                capture_output=True, text=True, timeout=60)
+                [
+                    "curl",
+                    "-sS",
+                    flag,
+                    "--max-time",
+                    "30",
+                    "--cacert",
+                    cluster.ca,
+                    "--resolve",
+                    f"{host}:{port}:127.0.0.1",
+                    "-w",
+                    "\n%{http_code} %{http_version}",
+                    f"https://{host}:{port}/echo?tls=1",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             body, status = out.stdout.rsplit("\n", 1)
             assert status == ("200 1.1" if flag == "--http1.1" else "200 2"), out
             got = json.loads(body)
@@ -209,9 +249,12 @@ def test_websocket_through_a_relay(cluster, on_first):
     _, host = on_first
     key = base64.b64encode(os.urandom(16))
     with socket.create_connection(("127.0.0.1", cluster.http_port(2)), timeout=30) as sock:
-        sock.sendall(b"GET /ws HTTP/1.1\r\nHost: " + host.encode() +
-                     b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key + b"\r\n\r\n")
+        sock.sendall(
+            b"GET /ws HTTP/1.1\r\nHost: "
+            + host.encode()
+            + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key + b"\r\n\r\n"
+        )
         head = b""
         while b"\r\n\r\n" not in head:
             head += sock.recv(4096)
@@ -235,9 +278,9 @@ def test_64_mib_streams_through_a_relay_with_backpressure(cluster, on_first):
         assert resp.status_code == 200
         first = resp.raw.read(65536)
         total += len(first)
-        time.sleep(2)   # the client stops reading: the upstream must not run ahead
+        time.sleep(2)  # the client stops reading: the upstream must not run ahead
         flooded = cluster.get(host, "/flooded", 0).json()
-        assert flooded["bytes"] < 48 << 20, flooded   # held back (windows + socket buffers)
+        assert flooded["bytes"] < 48 << 20, flooded  # held back (windows + socket buffers)
         for chunk in resp.iter_content(1 << 20):
             total += len(chunk)
             digest.update(chunk)
@@ -248,10 +291,13 @@ def test_tcp_on_a_reserved_port_is_relayed(cluster, api, agents):
     account = api.new_account()
     addr = account.admin.post("/reserved_addrs", {}).json["addr"]
     port = int(addr.rsplit(":", 1)[1])
-    agent = agents(cluster.agent_target(0), _credential(account)["token"],
-                   [{"proto": "tcp", "remote_addr": addr, "upstream": "tcp"}])
+    agent = agents(
+        cluster.agent_target(0),
+        _credential(account)["token"],
+        [{"proto": "tcp", "remote_addr": addr, "upstream": "tcp"}],
+    )
     assert _bound(agent.start())[0]["url"] == f"tcp://{addr}"
-    time.sleep(3)   # every instance listens on the reserved port (SO_REUSEPORT) within 2 s
+    time.sleep(3)  # every instance listens on the reserved port (SO_REUSEPORT) within 2 s
     got = [tcp_round_trip(port, b"ping %d" % i) for i in range(24)]
     assert got == [b"ping %d" % i for i in range(24)]
 
@@ -279,7 +325,7 @@ def test_kill_9_fails_over_with_the_same_url(cluster, api, agents):
     took = _until_ok(cluster, host, 60) + 0.0
     print(f"kill -9 -> serving again: {time.monotonic() - killed:.2f}s")
     assert cluster.holder_index(host) != holder
-    for index in (0, 1, 2):   # every instance routes it (the supervisor restarted the dead)
+    for index in (0, 1, 2):  # every instance routes it (the supervisor restarted the dead)
         deadline = time.time() + 60
         while time.time() < deadline:
             try:
@@ -290,7 +336,7 @@ def test_kill_9_fails_over_with_the_same_url(cluster, api, agents):
             time.sleep(0.5)
         else:
             raise AssertionError(f"instance {index} does not route {host}")
-    time.sleep(STALE + 2)   # the dead instance's session item is stale by now
+    time.sleep(STALE + 2)  # the dead instance's session item is stale by now
     sessions = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
     assert len(sessions) == 1, sessions
     tunnels = account.admin.get("/tunnels").json["tunnels"]
@@ -313,7 +359,7 @@ def test_rolling_restart_under_load_loses_no_request(cluster, api, agents):
 
     def client(host: str) -> None:
         while not stop.is_set():
-            for attempt in range(50):   # retries on connect errors only
+            for attempt in range(50):  # retries on connect errors only
                 try:
                     resp = cluster.get(host, "/echo")
                 except requests.ConnectionError:
@@ -332,9 +378,20 @@ def test_rolling_restart_under_load_loses_no_request(cluster, api, agents):
     threads = [threading.Thread(target=client, args=(h,), daemon=True) for h in hosts]
     for thread in threads:
         thread.start()
-    out = subprocess.run([sys.executable, os.path.join(PROJECT_DIR, "scripts", "cluster.py"),
-                          "restart", "--data-dir", cluster.data_dir, "--pause", "3"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(PROJECT_DIR, "scripts", "cluster.py"),
+            "restart",
+            "--data-dir",
+            cluster.data_dir,
+            "--pause",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     time.sleep(2)
     stop.set()
     for thread in threads:
@@ -342,21 +399,43 @@ def test_rolling_restart_under_load_loses_no_request(cluster, api, agents):
     print(out.stdout, results)
     assert out.returncode == 0, out.stdout + out.stderr
     assert results["ok"] > 30
-    logs = "\n".join(line for i in (0, 1, 2) for line in cluster.log(i).splitlines()
-                     if "cluster:" in line or " ends:" in line or "bound at" in line)
+    logs = "\n".join(
+        line
+        for i in (0, 1, 2)
+        for line in cluster.log(i).splitlines()
+        if "cluster:" in line or " ends:" in line or "bound at" in line
+    )
     assert failures == [], logs[-6000:]
 
 
-RATE_POLICY = {"on_http_request": [{"actions": [{"type": "rate-limit", "config": {
-    "name": "cluster", "algorithm": "sliding_window", "capacity": 5, "rate": "60s",
-    "bucket_key": ["req.url.path"]}}]}]}
+RATE_POLICY = {
+    "on_http_request": [
+        {
+            "actions": [
+                {
+                    "type": "rate-limit",
+                    "config": {
+                        "name": "cluster",
+                        "algorithm": "sliding_window",
+                        "capacity": 5,
+                        "rate": "60s",
+                        "bucket_key": ["req.url.path"],
+                    },
+                }
+            ]
+        }
+    ]
+}
 
 
 def test_a_rate_limit_holds_across_instances(cluster, token, agents):
     """An endpoint's requests are all served (policy included) by the instance holding it,
     whichever instance they land on: its limit is exact across instances, no shared counter."""
-    agent = agents(cluster.agent_target(0), token,
-                   [{"proto": "http", "options": {"traffic_policy": [json.dumps(RATE_POLICY)]}}])
+    agent = agents(
+        cluster.agent_target(0),
+        token,
+        [{"proto": "http", "options": {"traffic_policy": [json.dumps(RATE_POLICY)]}}],
+    )
     host = _host(_bound(agent.start())[0]["url"])
     codes = [cluster.get(host, "/limited", i % 3).status_code for i in range(12)]
     assert codes == [200] * 5 + [429] * 7, codes
@@ -381,21 +460,37 @@ def test_the_agent_cli_moves_when_its_instance_drains(cluster, token, tmp_path):
     through HAProxy to another instance and serves the same URL again."""
     from tests.edge.cli_agent import CliAgent, cli_binary
     from tests.edge.test_cli_agent import _upstream
+
     if not cli_binary():
         pytest.skip("the agent CLI 2.x is not available on this platform")
     server = _upstream("cli")
-    agent = CliAgent(cluster.agent_target(), token,
-                     ["http", f"127.0.0.1:{server.server_port}"], workdir=str(tmp_path))
+    agent = CliAgent(
+        cluster.agent_target(),
+        token,
+        ["http", f"127.0.0.1:{server.server_port}"],
+        workdir=str(tmp_path),
+    )
     try:
-        urls = sorted(agent.wait_tunnels(2).values())   # the CLI 2.x: http and https
+        urls = sorted(agent.wait_tunnels(2).values())  # the CLI 2.x: http and https
         host = _host(urls[0])
         _until_ok(cluster, host, 30)
         holder = cluster.holder_index(host)
-        out = subprocess.run([sys.executable, os.path.join(PROJECT_DIR, "scripts",
-                                                           "cluster.py"),
-                              "restart", "--data-dir", cluster.data_dir, "--instance",
-                              str(holder), "--pause", "0"],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                os.path.join(PROJECT_DIR, "scripts", "cluster.py"),
+                "restart",
+                "--data-dir",
+                cluster.data_dir,
+                "--instance",
+                str(holder),
+                "--pause",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         _until_ok(cluster, host, 60)
         assert sorted(agent.wait_tunnels(2).values()) == urls
@@ -431,23 +526,30 @@ def test_the_relay_listener_refuses_what_is_not_a_relay(cluster, token, agents):
     other = (holder + 1) % 3
     port = cluster.relay_port(other)
     started = time.monotonic()
-    assert _relay_exchange(port, b"NGRELAY1 wrong-secret-000000000 http " + host.encode() +
-                           b" 127.0.0.1 1\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n") == b""
+    assert (
+        _relay_exchange(
+            port,
+            b"NGRELAY1 wrong-secret-000000000 http "
+            + host.encode()
+            + b" 127.0.0.1 1\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+        == b""
+    )
     assert _relay_exchange(port, b"A" * 600) == b""
-    assert _relay_exchange(port, b"GET / HTTP/1.1\r\nHost: " + host.encode() +
-                           b"\r\n\r\n") == b""
-    assert time.monotonic() - started < 10   # none waited for the 10 s line deadline
+    assert _relay_exchange(port, b"GET / HTTP/1.1\r\nHost: " + host.encode() + b"\r\n\r\n") == b""
+    assert time.monotonic() - started < 10  # none waited for the 10 s line deadline
     line = f"NGRELAY1 {SECRET} http {host} 127.0.0.1 1\r\n".encode()
-    assert _relay_exchange(port, line) == b"MOVED\r\n"   # that instance does not hold it
-    with socket.create_connection(("127.0.0.1", cluster.relay_port(holder)),
-                                  timeout=30) as sock:
+    assert _relay_exchange(port, line) == b"MOVED\r\n"  # that instance does not hold it
+    with socket.create_connection(("127.0.0.1", cluster.relay_port(holder)), timeout=30) as sock:
         sock.sendall(f"NGRELAY1 {SECRET} http {host} 203.0.113.9 4444\r\n".encode())
         assert sock.recv(6) == b"HERE\r\n"
-        sock.sendall(b"GET /echo HTTP/1.1\r\nHost: " + host.encode() +
-                     b"\r\nConnection: close\r\n\r\n")
+        sock.sendall(
+            b"GET /echo HTTP/1.1\r\nHost: " + host.encode() + b"\r\nConnection: close\r\n\r\n"
+        )
         got = b""
         while chunk := sock.recv(65536):
             got += chunk
     assert got.startswith(b"HTTP/1.1 200")
-    assert json.loads(got.split(b"\r\n\r\n", 1)[1])["headers"]["X-Forwarded-For"] == \
-        "203.0.113.9"   # the original client's address, from the relay line
+    assert (
+        json.loads(got.split(b"\r\n\r\n", 1)[1])["headers"]["X-Forwarded-For"] == "203.0.113.9"
+    )  # the original client's address, from the relay line

@@ -1,6 +1,7 @@
 """The edge serves the certificates the store holds, per SNI name: a reserved domain's uploaded
 certificate (exact, and one label under a wildcard reservation), the local CA for every other
 name; a replaced certificate is picked up by new handshakes while open connections go on."""
+
 import hashlib
 import socket
 import ssl
@@ -47,8 +48,10 @@ def ca(tmp_path_factory):
 
 def upload(admin, authority, names):
     cert, key = authority.leaf(names)
-    resp = admin.post("/tls_certificates", {"certificate_pem": pem(cert) + authority.pem,
-                                            "private_key_pem": key_pem(key)})
+    resp = admin.post(
+        "/tls_certificates",
+        {"certificate_pem": pem(cert) + authority.pem, "private_key_pem": key_pem(key)},
+    )
     assert resp.status == 201, resp
     return resp.json
 
@@ -58,10 +61,16 @@ def test_uploaded_certificates_are_served_by_sni(edge, account, ca):
     admin = account.admin
     exact = upload(admin, authority, ["shop.upload-test.example"])
     wild = upload(admin, authority, ["*.apps.upload-test.example"])
-    assert admin.post("/reserved_domains", {"domain": "shop.upload-test.example",
-                                            "certificate_id": exact["id"]}).status == 201
-    rd = admin.post("/reserved_domains", {"domain": "*.apps.upload-test.example",
-                                          "certificate_id": wild["id"]})
+    assert (
+        admin.post(
+            "/reserved_domains",
+            {"domain": "shop.upload-test.example", "certificate_id": exact["id"]},
+        ).status
+        == 201
+    )
+    rd = admin.post(
+        "/reserved_domains", {"domain": "*.apps.upload-test.example", "certificate_id": wild["id"]}
+    )
     assert rd.status == 201
     wait_served(edge, "shop.upload-test.example", cafile, exact["fingerprint"])
     wait_served(edge, "a.apps.upload-test.example", cafile, wild["fingerprint"])
@@ -90,16 +99,19 @@ def test_a_replaced_certificate_is_picked_up_without_dropping_connections(edge, 
     authority, cafile = ca
     admin = account.admin
     first = upload(admin, authority, ["swap.upload-test.example"])
-    rd = admin.post("/reserved_domains", {"domain": "swap.upload-test.example",
-                                          "certificate_id": first["id"]}).json
+    rd = admin.post(
+        "/reserved_domains", {"domain": "swap.upload-test.example", "certificate_id": first["id"]}
+    ).json
     wait_served(edge, "swap.upload-test.example", cafile, first["fingerprint"])
     ctx = ssl.create_default_context(cafile=cafile)
     raw = socket.create_connection(("127.0.0.1", edge.https_port), timeout=10)
     kept = ctx.wrap_socket(raw, server_hostname="swap.upload-test.example")
     try:
         second = upload(admin, authority, ["swap.upload-test.example"])
-        assert admin.patch(f"/reserved_domains/{rd['id']}",
-                           {"certificate_id": second["id"]}).status == 200
+        assert (
+            admin.patch(f"/reserved_domains/{rd['id']}", {"certificate_id": second["id"]}).status
+            == 200
+        )
         wait_served(edge, "swap.upload-test.example", cafile, second["fingerprint"])
         # the connection made before the swap still carries requests
         kept.sendall(b"GET / HTTP/1.1\r\nHost: swap.upload-test.example\r\n\r\n")
@@ -116,10 +128,17 @@ def test_another_accounts_certificate_never_serves_my_name(edge, api, ca):
     authority, cafile = ca
     owner, intruder = api.new_account(), api.new_account()
     mine = upload(owner.admin, authority, ["owned.upload-test.example"])
-    assert owner.admin.post("/reserved_domains", {"domain": "owned.upload-test.example",
-                                                  "certificate_id": mine["id"]}).status == 201
+    assert (
+        owner.admin.post(
+            "/reserved_domains",
+            {"domain": "owned.upload-test.example", "certificate_id": mine["id"]},
+        ).status
+        == 201
+    )
     theirs = upload(intruder.admin, authority, ["owned.upload-test.example"])
-    taken = intruder.admin.post("/reserved_domains", {"domain": "owned.upload-test.example",
-                                                      "certificate_id": theirs["id"]})
+    taken = intruder.admin.post(
+        "/reserved_domains",
+        {"domain": "owned.upload-test.example", "certificate_id": theirs["id"]},
+    )
     assert taken.status == 409
     wait_served(edge, "owned.upload-test.example", cafile, mine["fingerprint"])

@@ -2,6 +2,7 @@
 the requirement files edge/Dockerfile installs, and only the folders it copies (chalicelib/,
 edge/). `python -m edge` from there serves an official SDK agent against the stack's store.
 The packaging test's twin: a module the edge needs but the image lacks fails here."""
+
 import os
 import re
 import shutil
@@ -33,8 +34,11 @@ def image_tree(tmp_path_factory):
     app = root / "app"
     app.mkdir()
     for folder in copied:
-        shutil.copytree(os.path.join(PROJECT_DIR, folder), app / folder,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "tests"))
+        shutil.copytree(
+            os.path.join(PROJECT_DIR, folder),
+            app / folder,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "tests"),
+        )
     env_dir = root / "venv"
     venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
     python = str(env_dir / "bin" / "python")
@@ -53,11 +57,11 @@ def test_the_image_copies_the_core_and_the_edge_and_installs_no_chalice(image_tr
     assert found.returncode != 0 and "No module named 'chalice'" in found.stderr
 
 
-def test_the_edge_from_the_image_environment_serves_an_sdk_agent(image_tree, stack, edge,
-                                                                  account, agents, tmp_path):
+def test_the_edge_from_the_image_environment_serves_an_sdk_agent(
+    image_tree, stack, edge, account, agents, tmp_path
+):
     python, app, _ = image_tree
-    alone = EdgeProcess(data_dir=str(tmp_path), store_url=edge.store_url, python=python,
-                        cwd=app)
+    alone = EdgeProcess(data_dir=str(tmp_path), store_url=edge.store_url, python=python, cwd=app)
     env = stack.store_env()
     env["BASE_DOMAIN"] = BASE_DOMAIN
     try:

@@ -1,5 +1,6 @@
 """The edge with the official Python SDK as a process: sessions, binds, refusals, traffic,
 revocation and the online views through the official API client."""
+
 import base64
 import hashlib
 import json
@@ -10,14 +11,16 @@ import time
 import pytest
 
 from tests.edge.conftest import BASE_DOMAIN
+
 # the names other edge test files import from here
 from tests.edge.support import bound as _bound, credential as _credential, host as _host
 from tests.edge.support import refusal as _refusal, wait as _wait
 
 
 # ---- sessions ------------------------------------------------------------------------------
-def test_sdk_connects_with_a_credential_token_and_gets_a_generated_https_url(edge, account,
-                                                                              agents):
+def test_sdk_connects_with_a_credential_token_and_gets_a_generated_https_url(
+    edge, account, agents
+):
     token = _credential(account)["token"]
     agent = agents(edge, token, [{"proto": "http"}])
     url = _bound(agent.start())[0]["url"]
@@ -25,8 +28,9 @@ def test_sdk_connects_with_a_credential_token_and_gets_a_generated_https_url(edg
     assert url.endswith(f":{edge.https_port}")
 
 
-@pytest.mark.parametrize("token, code", [("not-a-token", "ERR_NGROK_105"),
-                                         ("A" * 43, "ERR_NGROK_107")])
+@pytest.mark.parametrize(
+    "token, code", [("not-a-token", "ERR_NGROK_105"), ("A" * 43, "ERR_NGROK_107")]
+)
 def test_sdk_with_a_bad_token_is_refused_with_the_hosted_error_code(edge, agents, token, code):
     agent = agents(edge, token, [{"proto": "http"}])
     assert code in _refusal(agent.start(), "connect")
@@ -50,8 +54,14 @@ def test_token_of_an_inactive_bot_is_refused(edge, account, agents):
 # ---- binds ---------------------------------------------------------------------------------
 def test_bind_outside_the_acl_is_refused_with_err_ngrok_399(edge, account, agents):
     token = _credential(account, acl=[f"bind:allowed.{BASE_DOMAIN}"])["token"]
-    agent = agents(edge, token, [{"proto": "http", "domain": f"other.{BASE_DOMAIN}"},
-                                 {"proto": "http", "domain": f"allowed.{BASE_DOMAIN}"}])
+    agent = agents(
+        edge,
+        token,
+        [
+            {"proto": "http", "domain": f"other.{BASE_DOMAIN}"},
+            {"proto": "http", "domain": f"allowed.{BASE_DOMAIN}"},
+        ],
+    )
     events = agent.start()
     assert "ERR_NGROK_399" in _refusal(events, "bind")
     assert _host(_bound(events)[0]["url"]) == f"allowed.{BASE_DOMAIN}"
@@ -66,8 +76,11 @@ def test_bind_of_another_accounts_reserved_domain_is_refused(edge, api, account,
 
 
 def test_bind_of_an_unreserved_custom_domain_is_refused(edge, account, agents):
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "http", "domain": f"nobody-{time.time_ns()}.example.org"}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "http", "domain": f"nobody-{time.time_ns()}.example.org"}],
+    )
     assert "ERR_NGROK_7117" in _refusal(agent.start(), "bind")
 
 
@@ -75,8 +88,9 @@ def test_bind_of_a_hostname_already_served_is_refused(edge, api, account, agents
     name = f"taken-{time.time_ns()}.{BASE_DOMAIN}"
     first = agents(edge, _credential(account)["token"], [{"proto": "http", "domain": name}])
     _bound(first.start())
-    second = agents(edge, _credential(api.new_account())["token"],
-                    [{"proto": "http", "domain": name}])
+    second = agents(
+        edge, _credential(api.new_account())["token"], [{"proto": "http", "domain": name}]
+    )
     assert "ERR_NGROK_334" in _refusal(second.start(), "bind")
 
 
@@ -85,9 +99,11 @@ def test_reserved_domain_and_wildcard_reservation_serve(edge, account, agents):
     wild = f"w{time.time_ns()}.example.net"
     assert account.admin.post("/reserved_domains", {"domain": exact}).status == 201
     assert account.admin.post("/reserved_domains", {"domain": f"*.{wild}"}).status == 201
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "http", "domain": exact},
-                    {"proto": "http", "domain": f"deep.api.{wild}"}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "http", "domain": exact}, {"proto": "http", "domain": f"deep.api.{wild}"}],
+    )
     bound = _bound(agent.start())
     assert [_host(b["url"]) for b in bound] == [exact, f"deep.api.{wild}"]
     for b in bound:
@@ -100,6 +116,7 @@ def served(edge_stack):
     """One agent serving a generated name for the traffic tests."""
     from tests.edge.conftest import SdkAgent
     from tests.support.api import HttpApi
+
     stack, edge = edge_stack
     account = HttpApi(stack).new_account()
     agent = SdkAgent(edge, _credential(account)["token"], [{"proto": "http"}])
@@ -123,11 +140,13 @@ def test_get_through_http_reaches_the_upstream_with_forwarded_headers(served):
 
 def test_keep_alive_connection_carries_many_requests(served):
     import requests
+
     edge, host, _ = served
     with requests.Session() as session:
         for i in range(20):
-            resp = session.get(f"http://127.0.0.1:{edge.http_port}/echo?i={i}",
-                               headers={"Host": host}, timeout=10)
+            resp = session.get(
+                f"http://127.0.0.1:{edge.http_port}/echo?i={i}", headers={"Host": host}, timeout=10
+            )
             assert resp.json()["path"] == f"/echo?i={i}"
 
 
@@ -165,21 +184,28 @@ def test_websocket_upgrade_echoes_through_the_edge(served):
     edge, host, _ = served
     sock = socket.create_connection(("127.0.0.1", edge.http_port), timeout=10)
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
-                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                  "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+    sock.sendall(
+        (
+            f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
     head = b""
     while b"\r\n\r\n" not in head:
         head += sock.recv(4096)
     assert head.startswith(b"HTTP/1.1 101"), head
     payload = b"hello edge"
     mask = os.urandom(4)
-    sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask +
-                 bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    sock.sendall(
+        bytes([0x81, 0x80 | len(payload)])
+        + mask
+        + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    )
     frame = head.split(b"\r\n\r\n", 1)[1]
     while len(frame) < 2 or len(frame) < 2 + frame[1]:
         frame += sock.recv(4096)
-    assert frame[0] == 0x81 and frame[2:2 + frame[1]] == b"echo:hello edge"
+    assert frame[0] == 0x81 and frame[2 : 2 + frame[1]] == b"echo:hello edge"
     sock.close()
 
 
@@ -191,21 +217,25 @@ def test_unknown_host_is_a_404_in_the_contract_shape(edge):
     assert body["details"]["operation_id"].startswith("op_")
 
 
-@pytest.mark.parametrize("head", [
-    b"GET / HTTP/1.1\r\nHost: {host}\r\nBad Header\r\n\r\n",
-    b"GET / HTTP/1.1\r\nX: 1\r\n\r\n",                                  # no Host
-    b"POST / HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: gzip\r\n\r\n",
-    b"POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1\r\nTransfer-Encoding: chunked"
-    b"\r\n\r\n",
-    b"GET / HTTP/1.1\r\nHost: {host}\r\nX: " + b"a" * (64 * 1024) + b"\r\n\r\n",  # > 64 KiB
-], ids=["bad-header", "no-host", "gzip-te", "cl-and-te", "head-over-64k"])
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET / HTTP/1.1\r\nHost: {host}\r\nBad Header\r\n\r\n",
+        b"GET / HTTP/1.1\r\nX: 1\r\n\r\n",  # no Host
+        b"POST / HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: gzip\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1\r\nTransfer-Encoding: chunked"
+        b"\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: {host}\r\nX: " + b"a" * (64 * 1024) + b"\r\n\r\n",  # > 64 KiB
+    ],
+    ids=["bad-header", "no-host", "gzip-te", "cl-and-te", "head-over-64k"],
+)
 def test_malformed_http_is_a_400_and_the_edge_keeps_serving(served, head):
     edge, host, _ = served
     sock = socket.create_connection(("127.0.0.1", edge.http_port), timeout=10)
     try:
         sock.sendall(head.replace(b"{host}", host.encode()))
     except OSError:
-        pass   # the edge may answer and close before the whole head is sent
+        pass  # the edge may answer and close before the whole head is sent
     answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 400") and b"ERR_NGROK_3002" in answer, answer[:200]
     sock.close()
@@ -249,6 +279,7 @@ def test_deactivating_the_bot_ends_its_sessions(edge, account, agents):
 def test_malformed_frames_end_one_session_not_the_edge(edge, served):
     """Garbage after TLS: the edge answers GOAWAY and closes that connection only."""
     import ssl as ssl_module
+
     _, host, _ = served
     ctx = ssl_module.create_default_context(cafile=edge.ca_path)
     raw = socket.create_connection(("127.0.0.1", edge.agent_port), timeout=10)
@@ -277,7 +308,7 @@ def test_a_client_that_stops_reading_stops_the_agents_upstream(served):
         sock.sendall(f"GET /flood?mb=64 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         written = []
-        for _ in range(3):   # the upstream stops, whatever the time given
+        for _ in range(3):  # the upstream stops, whatever the time given
             time.sleep(1)
             written.append(edge.http("GET", host, "/flooded").json()["bytes"])
         assert written[-1] < 16 << 20, f"{written} bytes written for a client reading none"

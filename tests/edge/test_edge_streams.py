@@ -13,6 +13,7 @@ The edge's stream table is read from its operator endpoint (/sessions/<id>, edge
 the SDK's from its behaviour: its disconnect callback never fires and the endpoint keeps
 serving.
 """
+
 import base64
 import dataclasses
 import json
@@ -97,38 +98,52 @@ def agent(edge, api):
     account = api.new_account()
     token = _credential(account)["token"]
     internal = f"streams-{time.time_ns()}.internal"
-    forwarding = {"on_http_request": [{"actions": [
-        {"type": "forward-internal", "config": {"url": f"https://{internal}"}}]}]}
-    answering = {"on_http_request": [
-        {"expressions": ["req.url.path == '/deny'"], "actions": [{"type": "deny"}]},
-        {"expressions": ["req.url.path == '/answer'"], "actions": [
-            {"type": "custom-response", "config": {"status_code": 200, "body": "policy"}}]}]}
+    forwarding = {
+        "on_http_request": [
+            {"actions": [{"type": "forward-internal", "config": {"url": f"https://{internal}"}}]}
+        ]
+    }
+    answering = {
+        "on_http_request": [
+            {"expressions": ["req.url.path == '/deny'"], "actions": [{"type": "deny"}]},
+            {
+                "expressions": ["req.url.path == '/answer'"],
+                "actions": [
+                    {"type": "custom-response", "config": {"status_code": 200, "body": "policy"}}
+                ],
+            },
+        ]
+    }
     label = f"streams{time.time_ns()}"
-    binds = [{"proto": "http"},
-             {"proto": "tcp"},
-             {"proto": "http", "domain": internal},
-             {"proto": "http", "options": {"traffic_policy": [json.dumps(forwarding)]}},
-             {"proto": "http", "options": {"traffic_policy": [json.dumps(answering)]}},
-             {"proto": "http", "upstream": "dead"},
-             {"proto": "labeled", "labels": {"app": label}}]
+    binds = [
+        {"proto": "http"},
+        {"proto": "tcp"},
+        {"proto": "http", "domain": internal},
+        {"proto": "http", "options": {"traffic_policy": [json.dumps(forwarding)]}},
+        {"proto": "http", "options": {"traffic_policy": [json.dumps(answering)]}},
+        {"proto": "http", "upstream": "dead"},
+        {"proto": "labeled", "labels": {"app": label}},
+    ]
     sdk = SdkAgent(edge, token, binds)
     events = sdk.start()
     bound = _bound(events)
     assert len(bound) == len(binds), events
     found = Agent(edge, account, sdk)
-    for name, event in zip(("http", "tcp", "internal", "forwarding", "answering", "dead"),
-                           bound):
+    for name, event in zip(("http", "tcp", "internal", "forwarding", "answering", "dead"), bound):
         found.urls[name] = event["url"]
     # the labeled tunnel, reached through an HTTPS edge whose backend is its tunnel group
     group = account.admin.post("/backends/tunnel_group", {"labels": {"app": label}}).json
     host = f"labeled-{time.time_ns()}.{BASE_DOMAIN}"
     https_edge = account.admin.post("/edges/https", {"hostports": [f"{host}:443"]}).json
-    account.admin.post(f"/edges/https/{https_edge['id']}/routes", {
-        "match_type": "path_prefix", "match": "/", "backend": {"backend_id": group["id"]}})
+    account.admin.post(
+        f"/edges/https/{https_edge['id']}/routes",
+        {"match_type": "path_prefix", "match": "/", "backend": {"backend_id": group["id"]}},
+    )
     found.urls["labeled"] = f"https://{host}"
     assert _wait(lambda: edge.http("GET", host, "/echo").status_code == 200, timeout=15)
-    found.baseline = _wait(lambda: (lambda t: t if t and t["edge_opened"] == 0 else None)(
-        found.streams()))
+    found.baseline = _wait(
+        lambda: (lambda t: t if t and t["edge_opened"] == 0 else None)(found.streams())
+    )
     assert found.baseline, found.streams()
     found.checked = len(sdk.seen)
     yield found
@@ -138,16 +153,24 @@ def agent(edge, api):
 def _settled(agent, timeout=20.0):
     """The edge's stream table back to the baseline (the agent's heartbeat stream), the SDK
     never disconnected, and the plain endpoint still serving."""
-    table = _wait(lambda: (lambda t: t if t == agent.baseline else None)(agent.streams()),
-                  timeout=timeout)
+    table = _wait(
+        lambda: (lambda t: t if t == agent.baseline else None)(agent.streams()), timeout=timeout
+    )
     assert table == agent.baseline, (agent.streams(), agent.baseline)
     _drain(agent.sdk)
-    dropped = [e for e in agent.sdk.seen[agent.checked:] if e["event"] == "disconnected"]
+    dropped = [e for e in agent.sdk.seen[agent.checked :] if e["event"] == "disconnected"]
     agent.checked = len(agent.sdk.seen)
     assert not dropped, dropped
-    assert _status(_http(agent.edge.http_port, agent.host("http"),
-                         b"GET /echo HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")) \
+    assert (
+        _status(
+            _http(
+                agent.edge.http_port,
+                agent.host("http"),
+                b"GET /echo HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
+            )
+        )
         == 200
+    )
 
 
 def _drain(sdk):
@@ -173,6 +196,7 @@ def test_http_keep_alive_connections_of_three_requests(edge, agent):
 
     def one(i):
         return _http(edge.http_port, agent.host("http"), three).count(b"HTTP/1.1 200 OK")
+
     assert _many(one) == [3] * CONNECTIONS
     _settled(agent)
 
@@ -190,9 +214,13 @@ def test_head_204_and_304_responses(edge, agent):
     def one(i):
         start, want = kinds[i % 3]
         # keep-alive: a bodiless response must leave the stream usable for the next request
-        data = _http(edge.http_port, agent.host("http"),
-                     start + b" HTTP/1.1\r\nHost: {host}\r\n\r\n" + GET_CLOSE)
+        data = _http(
+            edge.http_port,
+            agent.host("http"),
+            start + b" HTTP/1.1\r\nHost: {host}\r\n\r\n" + GET_CLOSE,
+        )
         return (_status(data), data.count(b"HTTP/1.1 200 OK") + (want != 200)) == (want, 2)
+
     assert all(_many(one))
     _settled(agent)
 
@@ -200,11 +228,16 @@ def test_head_204_and_304_responses(edge, agent):
 def test_clients_that_abort_mid_request_body(edge, agent):
     def one(i):
         with socket.create_connection(("127.0.0.1", edge.http_port), timeout=20) as sock:
-            sock.sendall(b"POST /upload HTTP/1.1\r\nHost: " + agent.host("http").encode() +
-                         b"\r\nContent-Length: 100000\r\n\r\n" + b"x" * 5000)
+            sock.sendall(
+                b"POST /upload HTTP/1.1\r\nHost: "
+                + agent.host("http").encode()
+                + b"\r\nContent-Length: 100000\r\n\r\n"
+                + b"x" * 5000
+            )
             time.sleep(0.001)
             _abort(sock)
         return True
+
     assert all(_many(one))
     _settled(agent)
 
@@ -212,21 +245,27 @@ def test_clients_that_abort_mid_request_body(edge, agent):
 def test_clients_that_abort_mid_response(edge, agent):
     def one(i):
         with socket.create_connection(("127.0.0.1", edge.http_port), timeout=20) as sock:
-            sock.sendall(b"GET /stream?n=20&size=4096 HTTP/1.1\r\nHost: " +
-                         agent.host("http").encode() + b"\r\n\r\n")
+            sock.sendall(
+                b"GET /stream?n=20&size=4096 HTTP/1.1\r\nHost: "
+                + agent.host("http").encode()
+                + b"\r\n\r\n"
+            )
             first = sock.recv(4096)
             _abort(sock)
         return _status(first)
+
     assert _many(one) == [200] * CONNECTIONS
     _settled(agent)
 
 
 def test_an_upstream_that_closes_mid_response(edge, agent):
     def one(i):
-        data = _http(edge.http_port, agent.host("http"),
-                     b"GET /cut HTTP/1.1\r\nHost: {host}\r\n\r\n")
+        data = _http(
+            edge.http_port, agent.host("http"), b"GET /cut HTTP/1.1\r\nHost: {host}\r\n\r\n"
+        )
         # the head and part of the body arrived, then the connection ended short of its length
         return _status(data) == 200 and len(data.split(b"\r\n\r\n", 1)[1]) < 1 << 20
+
     assert all(_many(one))
     _settled(agent)
 
@@ -242,21 +281,24 @@ def test_websocket_upgrades(edge, agent):
 
     def one(i):
         with socket.create_connection(("127.0.0.1", edge.http_port), timeout=20) as sock:
-            sock.sendall(b"GET /ws HTTP/1.1\r\nHost: " + agent.host("http").encode() +
-                         b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                         b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key +
-                         b"\r\n\r\n")
+            sock.sendall(
+                b"GET /ws HTTP/1.1\r\nHost: "
+                + agent.host("http").encode()
+                + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key + b"\r\n\r\n"
+            )
             head = b""
             while b"\r\n\r\n" not in head:
                 head += sock.recv(4096)
             mask = os.urandom(4)
             payload = bytes(b ^ mask[j % 4] for j, b in enumerate(b"hi"))
-            sock.sendall(b"\x81\x82" + mask + payload)          # masked text frame "hi"
+            sock.sendall(b"\x81\x82" + mask + payload)  # masked text frame "hi"
             reply = head.split(b"\r\n\r\n", 1)[1]
             while len(reply) < 9:
                 reply += sock.recv(4096)
-            sock.sendall(b"\x88\x80" + mask)                    # close frame
+            sock.sendall(b"\x88\x80" + mask)  # close frame
             return _status(head) == 101 and reply[2:9] == b"echo:hi"
+
     assert all(_many(one))
     _settled(agent)
 
@@ -269,6 +311,7 @@ def test_tcp_endpoint_connections(edge, agent):
             sock.sendall(b"ping %d" % i)
             sock.shutdown(socket.SHUT_WR)
             return _recv_all(sock) == b"ping %d" % i
+
     assert all(_many(one))
     _settled(agent)
 
@@ -282,9 +325,14 @@ def test_forward_internal_hops(edge, agent):
 def test_policy_denied_and_policy_answered_requests(edge, agent):
     def one(i):
         path = b"/deny" if i % 2 else b"/answer"
-        return _status(_http(edge.http_port, agent.host("answering"),
-                             b"GET " + path + b" HTTP/1.1\r\nHost: {host}\r\n"
-                             b"Connection: close\r\n\r\n"))
+        return _status(
+            _http(
+                edge.http_port,
+                agent.host("answering"),
+                b"GET " + path + b" HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
+            )
+        )
+
     assert _many(one) == [403 if i % 2 else 200 for i in range(CONNECTIONS)]
     _settled(agent)
 
@@ -349,8 +397,9 @@ class Relay:
 
 
 @pytest.mark.parametrize("proto", ["http", "tcp"])
-def test_an_endpoint_comes_back_at_its_url_when_the_agents_session_drops(edge, account, agents,
-                                                                         proto):
+def test_an_endpoint_comes_back_at_its_url_when_the_agents_session_drops(
+    edge, account, agents, proto
+):
     """The SDK reconnects (same session id) and re-binds the same tunnel id; a generated name
     or port is served again at the URL the program still shows, within seconds."""
     relay = Relay(edge.agent_port)
@@ -362,11 +411,13 @@ def test_an_endpoint_comes_back_at_its_url_when_the_agents_session_drops(edge, a
         def serves():
             if proto == "http":
                 return _status(_http(edge.http_port, _host(url), GET_CLOSE)) == 200
-            with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])),
-                                          timeout=5) as sock:
+            with socket.create_connection(
+                ("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=5
+            ) as sock:
                 sock.sendall(b"x")
                 sock.shutdown(socket.SHUT_WR)
                 return _recv_all(sock) == b"x"
+
         assert serves()
         relay.cut()
         sdk.wait_for("disconnected", timeout=15)
@@ -397,7 +448,7 @@ def test_a_burst_of_1000_concurrent_requests_is_answered_and_the_session_stays(e
     barrier = threading.Barrier(1000, timeout=60)
 
     def one(i):
-        barrier.wait()   # 1,000 clients from 4 addresses (one address holds at most 512)
+        barrier.wait()  # 1,000 clients from 4 addresses (one address holds at most 512)
         with socket.socket() as raw:
             raw.bind((f"127.0.5.{i % 4 + 1}", 0))
             raw.settimeout(20)
@@ -405,14 +456,20 @@ def test_a_burst_of_1000_concurrent_requests_is_answered_and_the_session_stays(e
             raw.sendall(slow.replace(b"{host}", agent.host("http").encode()))
             data = _recv_all(raw)
         status = _status(data)
-        return status if status == 200 else \
-            (status, data.split(b'"error_code": "', 1)[-1].split(b'"', 1)[0])
+        return (
+            status
+            if status == 200
+            else (status, data.split(b'"error_code": "', 1)[-1].split(b'"', 1)[0])
+        )
+
     with ThreadPoolExecutor(1000) as pool:
         got = list(pool.map(one, range(1000)))
     # 429: no slot within OPEN_WAIT; 502 ERR_NGROK_8012: the SDK could not reach its upstream
     # (an aiohttp server taking 480 new connections at once on a loaded machine, rarely)
     answers = (200, (429, b"ERR_NGROK_702"), (502, b"ERR_NGROK_8012"))
-    assert all(g in answers for g in got), ([g for g in got if g not in answers][:3],
-                                            "".join(agent.sdk.stderr_tail)[-1500:])
+    assert all(g in answers for g in got), (
+        [g for g in got if g not in answers][:3],
+        "".join(agent.sdk.stderr_tail)[-1500:],
+    )
     assert got.count(200) >= 900, [g for g in got if g != 200][:5]
     _settled(agent)

@@ -3,6 +3,7 @@
 (ngrok-api), and an SDK endpoint's ``mutual_tlsca`` Bind option; real TLS clients (Python's
 ssl, capped at TLS 1.2, with and without client certificates made with ``cryptography``);
 changes through the API in force on the next connection within 2 s."""
+
 import socket
 import ssl
 import time
@@ -25,8 +26,11 @@ def _fixed_edge(client, host, body):
     backend = client.backends.http_response.create(body=body, status_code=200)
     edge = client.edges.https.create(hostports=[f"{host}:443"])
     client.edges.https_routes.create(
-        edge.id, match_type="path_prefix", match="/",
-        backend=ngrok.datatypes.EndpointBackendMutate(client, {"backend_id": backend.id}))
+        edge.id,
+        match_type="path_prefix",
+        match="/",
+        backend=ngrok.datatypes.EndpointBackendMutate(client, {"backend_id": backend.id}),
+    )
     return edge
 
 
@@ -44,8 +48,9 @@ def _get(edge, host, path="/", maximum=None, cert=None, tmp_path=None, sni=None)
     try:
         with socket.create_connection(("127.0.0.1", edge.https_port), timeout=10) as raw:
             with ctx.wrap_socket(raw, server_hostname=sni or host) as conn:
-                conn.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close"
-                             "\r\n\r\n".encode())
+                conn.sendall(
+                    f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+                )
                 data = b""
                 while chunk := conn.recv(65536):
                     data += chunk
@@ -74,39 +79,47 @@ def test_min_version_1_3_refuses_a_tls_1_2_client_and_accepts_1_3(stack, edge, a
     # before the module: TLS 1.2 is served
     assert _get(edge, host, maximum=ssl.TLSVersion.TLSv1_2) == (200, "modern")
     client.edge_modules.https_edge_tls_termination.replace(
-        https_edge.id, EndpointTLSTerminationAtEdge(client, {"min_version": "1.3"}))
-    took = _until(lambda: _get(edge, host, maximum=ssl.TLSVersion.TLSv1_2)[0] == "refused",
-                  CHANGE_WITHIN + 1)
+        https_edge.id, EndpointTLSTerminationAtEdge(client, {"min_version": "1.3"})
+    )
+    took = _until(
+        lambda: _get(edge, host, maximum=ssl.TLSVersion.TLSv1_2)[0] == "refused", CHANGE_WITHIN + 1
+    )
     assert took is not None and took <= CHANGE_WITHIN, took
     status, why = _get(edge, host, maximum=ssl.TLSVersion.TLSv1_2)
     assert status == "refused" and "VERSION" in why.upper(), why
-    assert _get(edge, host) == (200, "modern")          # TLS 1.3
+    assert _get(edge, host) == (200, "modern")  # TLS 1.3
     # 1.2 is the default: the same as no module
     client.edge_modules.https_edge_tls_termination.replace(
-        https_edge.id, EndpointTLSTerminationAtEdge(client, {"min_version": "1.2"}))
-    took = _until(lambda: _get(edge, host, maximum=ssl.TLSVersion.TLSv1_2) == (200, "modern"),
-                  CHANGE_WITHIN + 1)
+        https_edge.id, EndpointTLSTerminationAtEdge(client, {"min_version": "1.2"})
+    )
+    took = _until(
+        lambda: _get(edge, host, maximum=ssl.TLSVersion.TLSv1_2) == (200, "modern"),
+        CHANGE_WITHIN + 1,
+    )
     assert took is not None and took <= CHANGE_WITHIN, took
 
 
-def test_mutual_tls_requires_a_client_certificate_from_the_edge_cas(stack, edge, account,
-                                                                    tmp_path):
+def test_mutual_tls_requires_a_client_certificate_from_the_edge_cas(
+    stack, edge, account, tmp_path
+):
     client = _client(stack, account)
     host = f"mtls-{time.time_ns()}.{BASE_DOMAIN}"
     https_edge = _fixed_edge(client, host, "upstream answer")
     allowed, other = make_ca("allowed clients"), make_ca("other clients")
     ca = client.certificate_authorities.create(ca_pem=pem(allowed[1]))
     client.edge_modules.https_edge_mutual_tls.replace(
-        https_edge.id, EndpointMutualTLSMutate(client, {"certificate_authority_ids": [ca.id]}))
+        https_edge.id, EndpointMutualTLSMutate(client, {"certificate_authority_ids": [ca.id]})
+    )
     good, stranger = make_client_cert(allowed), make_client_cert(other)
     took = _until(lambda: _get(edge, host)[0] == "refused", CHANGE_WITHIN + 1)
     assert took is not None and took <= CHANGE_WITHIN, took
     for maximum in (None, ssl.TLSVersion.TLSv1_2):
         assert _get(edge, host, maximum=maximum)[0] == "refused"
-        assert _get(edge, host, maximum=maximum, cert=stranger, tmp_path=tmp_path)[0] == \
-            "refused"
-        assert _get(edge, host, maximum=maximum, cert=good, tmp_path=tmp_path) == \
-            (200, "upstream answer")
+        assert _get(edge, host, maximum=maximum, cert=stranger, tmp_path=tmp_path)[0] == "refused"
+        assert _get(edge, host, maximum=maximum, cert=good, tmp_path=tmp_path) == (
+            200,
+            "upstream answer",
+        )
     # the protected name reached through another name's handshake, or plain HTTP: refused
     status, body = _get(edge, host, sni=f"elsewhere-{time.time_ns()}.{BASE_DOMAIN}")
     assert status == 421 and "ERR_NGROK_3002" in body, body
@@ -123,20 +136,25 @@ def test_mutual_tls_requires_a_client_certificate_from_the_edge_cas(stack, edge,
 def test_sdk_mutual_tlsca_option_is_enforced_on_the_endpoint(edge, account, agents, tmp_path):
     allowed, other = make_ca("sdk clients"), make_ca("other")
     cred = _credential(account)
-    agent = agents(edge, cred["token"], [{"proto": "http", "options": {
-        "mutual_tlsca": [pem(allowed[1])]}}])
+    agent = agents(
+        edge, cred["token"], [{"proto": "http", "options": {"mutual_tlsca": [pem(allowed[1])]}}]
+    )
     host = _host(_bound(agent.start())[0]["url"])
     assert _get(edge, host, "/echo")[0] == "refused"
-    assert _get(edge, host, "/echo", cert=make_client_cert(other), tmp_path=tmp_path)[0] == \
-        "refused"
+    assert (
+        _get(edge, host, "/echo", cert=make_client_cert(other), tmp_path=tmp_path)[0] == "refused"
+    )
     status, body = _get(edge, host, "/echo", cert=make_client_cert(allowed), tmp_path=tmp_path)
     assert status == 200 and '"path": "/echo"' in body, body
 
 
 def test_sdk_mutual_tlsca_that_is_not_a_certificate_refuses_the_bind(edge, account, agents):
     cred = _credential(account)
-    agent = agents(edge, cred["token"], [{"proto": "http", "options": {
-        "mutual_tlsca": ["not a certificate"]}}])
+    agent = agents(
+        edge,
+        cred["token"],
+        [{"proto": "http", "options": {"mutual_tlsca": ["not a certificate"]}}],
+    )
     events = agent.start()
     errors = [e for e in events if e["event"] == "error" and e["stage"] == "bind"]
     assert errors and "ERR_NGROK_1602" in " ".join(errors[0]["args"]), events

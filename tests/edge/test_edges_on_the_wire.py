@@ -1,6 +1,7 @@
 """HTTPS and TCP edges (/edges/https, /edges/tcp) carrying traffic: routes, route modules,
 backends (tunnel group of SDK labeled tunnels, failover, weighted, HTTP response) through the
 public listeners; changes through the API in force on the next request."""
+
 import time
 
 from tests.edge.conftest import BASE_DOMAIN, tcp_round_trip
@@ -22,10 +23,16 @@ def _https_edge(account, host, routes):
 
 def test_http_response_backend_is_served_with_no_agent_at_all(edge, account):
     host = f"fixed-{time.time_ns()}.{BASE_DOMAIN}"
-    backend = _post(account, "/backends/http_response",
-                    {"status_code": 203, "body": "from the edge", "headers": {"x-fixed": "1"}})
-    _https_edge(account, host, [{"match_type": "path_prefix", "match": "/",
-                                 "backend": {"backend_id": backend["id"]}}])
+    backend = _post(
+        account,
+        "/backends/http_response",
+        {"status_code": 203, "body": "from the edge", "headers": {"x-fixed": "1"}},
+    )
+    _https_edge(
+        account,
+        host,
+        [{"match_type": "path_prefix", "match": "/", "backend": {"backend_id": backend["id"]}}],
+    )
     resp = edge.http("GET", host, "/anything")
     assert resp.status_code == 203 and resp.text == "from the edge"
     assert resp.headers["x-fixed"] == "1"
@@ -38,11 +45,27 @@ def test_routes_match_exact_before_longest_prefix_and_unmatched_is_404(edge, acc
     ids = {}
     for name in ("exact", "short", "long"):
         ids[name] = _post(account, "/backends/http_response", {"body": name})["id"]
-    _https_edge(account, host, [
-        {"match_type": "path_prefix", "match": "/api", "backend": {"backend_id": ids["short"]}},
-        {"match_type": "path_prefix", "match": "/api/v2", "backend": {"backend_id": ids["long"]}},
-        {"match_type": "exact_path", "match": "/api/v2/x", "backend": {"backend_id": ids["exact"]}},
-    ])
+    _https_edge(
+        account,
+        host,
+        [
+            {
+                "match_type": "path_prefix",
+                "match": "/api",
+                "backend": {"backend_id": ids["short"]},
+            },
+            {
+                "match_type": "path_prefix",
+                "match": "/api/v2",
+                "backend": {"backend_id": ids["long"]},
+            },
+            {
+                "match_type": "exact_path",
+                "match": "/api/v2/x",
+                "backend": {"backend_id": ids["exact"]},
+            },
+        ],
+    )
     assert edge.http("GET", host, "/api/v2/x").text == "exact"
     assert edge.http("GET", host, "/api/v2/y").text == "long"
     assert edge.http("GET", host, "/api/v1").text == "short"
@@ -54,19 +77,30 @@ def test_tunnel_group_backend_routes_to_labeled_tunnels_with_route_modules(edge,
     label = f"g{time.time_ns()}"
     host = f"group-{time.time_ns()}.{BASE_DOMAIN}"
     group = _post(account, "/backends/tunnel_group", {"labels": {"app": label}})
-    _https_edge(account, host, [{
-        "match_type": "path_prefix", "match": "/",
-        "backend": {"backend_id": group["id"]},
-        "request_headers": {"add": {"x-from-route": "yes"}},
-        "response_headers": {"add": {"x-route-resp": "1"}},
-        "user_agent_filter": {"deny": ["(?i)badbot.*"]}}])
+    _https_edge(
+        account,
+        host,
+        [
+            {
+                "match_type": "path_prefix",
+                "match": "/",
+                "backend": {"backend_id": group["id"]},
+                "request_headers": {"add": {"x-from-route": "yes"}},
+                "response_headers": {"add": {"x-route-resp": "1"}},
+                "user_agent_filter": {"deny": ["(?i)badbot.*"]},
+            }
+        ],
+    )
     offline = edge.http("GET", host, "/echo")
     assert offline.status_code == 502 and offline.json()["error_code"] == "ERR_NGROK_724"
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "labeled", "labels": {"app": label}}])
+    agent = agents(
+        edge, _credential(account)["token"], [{"proto": "labeled", "labels": {"app": label}}]
+    )
     _bound(agent.start())
-    resp = _wait(lambda: (lambda r: r if r.status_code == 200 else None)(
-        edge.http("GET", host, "/echo")), timeout=10)
+    resp = _wait(
+        lambda: (lambda r: r if r.status_code == 200 else None)(edge.http("GET", host, "/echo")),
+        timeout=10,
+    )
     assert resp, "the labeled tunnel never served"
     seen = {k.lower(): v for k, v in resp.json()["headers"].items()}
     assert seen["x-from-route"] == "yes" and resp.headers["x-route-resp"] == "1"
@@ -78,8 +112,11 @@ def test_failover_uses_the_next_backend_when_the_group_is_offline(edge, account)
     group = _post(account, "/backends/tunnel_group", {"labels": {"nobody": "online"}})
     fallback = _post(account, "/backends/http_response", {"body": "fallback"})
     failover = _post(account, "/backends/failover", {"backends": [group["id"], fallback["id"]]})
-    _https_edge(account, host, [{"match_type": "path_prefix", "match": "/",
-                                 "backend": {"backend_id": failover["id"]}}])
+    _https_edge(
+        account,
+        host,
+        [{"match_type": "path_prefix", "match": "/", "backend": {"backend_id": failover["id"]}}],
+    )
     assert edge.http("GET", host, "/").text == "fallback"
 
 
@@ -87,14 +124,25 @@ def test_ip_restriction_route_module_and_a_change_taking_effect(edge, account):
     host = f"ipr-{time.time_ns()}.{BASE_DOMAIN}"
     backend = _post(account, "/backends/http_response", {"body": "ok"})
     policy = _post(account, "/ip_policies", {})
-    rule = _post(account, "/ip_policy_rules", {"ip_policy_id": policy["id"],
-                                               "cidr": "127.0.0.0/8", "action": "deny"})
-    edge_obj = _https_edge(account, host, [{"match_type": "path_prefix", "match": "/",
-                                            "backend": {"backend_id": backend["id"]},
-                                            "ip_restriction": {"ip_policy_ids": [policy["id"]]}}])
+    rule = _post(
+        account,
+        "/ip_policy_rules",
+        {"ip_policy_id": policy["id"], "cidr": "127.0.0.0/8", "action": "deny"},
+    )
+    edge_obj = _https_edge(
+        account,
+        host,
+        [
+            {
+                "match_type": "path_prefix",
+                "match": "/",
+                "backend": {"backend_id": backend["id"]},
+                "ip_restriction": {"ip_policy_ids": [policy["id"]]},
+            }
+        ],
+    )
     assert edge.http("GET", host, "/").status_code == 403
-    assert account.admin.patch(f"/ip_policy_rules/{rule['id']}", {"action": "allow"}).status \
-        == 200
+    assert account.admin.patch(f"/ip_policy_rules/{rule['id']}", {"action": "allow"}).status == 200
     assert _wait(lambda: edge.http("GET", host, "/").status_code == 200, timeout=3)
     assert edge_obj["id"]
 
@@ -104,13 +152,17 @@ def test_tcp_edge_carries_bytes_to_a_labeled_tunnel(edge, account, agents):
     addr = _post(account, "/reserved_addrs", {})["addr"]
     group = _post(account, "/backends/tunnel_group", {"labels": {"tcp": label}})
     _post(account, "/edges/tcp", {"hostports": [addr], "backend": {"backend_id": group["id"]}})
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "labeled", "labels": {"tcp": label}, "upstream": "tcp"}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "labeled", "labels": {"tcp": label}, "upstream": "tcp"}],
+    )
     _bound(agent.start())
     port = int(addr.rsplit(":", 1)[1])
 
     # the edge listens on a newly reserved port at its next read of the reservations
     # (EDGE_CHECK_SECONDS=1); a loaded machine (a suite of 5,000-connection tests before this
     # one) has been seen to need more than 10 s, so the wait is generous
-    assert _wait(lambda: tcp_round_trip(port, b"through a tcp edge") == b"through a tcp edge",
-                 timeout=30), edge.log()[-3000:]
+    assert _wait(
+        lambda: tcp_round_trip(port, b"through a tcp edge") == b"through a tcp edge", timeout=30
+    ), edge.log()[-3000:]

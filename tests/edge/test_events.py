@@ -3,6 +3,7 @@
 boto3 from moto's server (a process) as Kinesis records, CloudWatch Logs events and Firehose
 objects; a destination that refuses does not change a request's status; /metrics parses and
 moves with traffic."""
+
 import json
 import socket
 import subprocess
@@ -21,9 +22,11 @@ from tests.edge.test_edge_sdk import _bound, _credential, _host
 
 REGION = "us-east-1"
 AWS_ACCOUNT = "123456789012"
-KEYS = {"aws_access_key_id": "AKIAIOSFODNN7EXAMPLE",
-        "aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}
-WAIT = 60.0   # generous: the machine is shared; the edge flushes every 0.2 s here
+KEYS = {
+    "aws_access_key_id": "AKIAIOSFODNN7EXAMPLE",
+    "aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+}
+WAIT = 60.0  # generous: the machine is shared; the edge flushes every 0.2 s here
 
 
 def _free_port():
@@ -37,8 +40,11 @@ def moto_url(tmp_path_factory):
     """moto's server as a process (Kinesis, Firehose, CloudWatch Logs, S3, STS)."""
     port = _free_port()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                                "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -57,19 +63,32 @@ def moto_url(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def events_edge(stack, moto_url, tmp_path_factory):
-    edge = EdgeProcess(data_dir=str(tmp_path_factory.mktemp("events-edge")),
-                       store_url=stack.store_url, tcp_low=0)
-    edge.start({**stack.store_env(), "BASE_DOMAIN": BASE_DOMAIN,
-                "EVENTS_AWS_ENDPOINT_URL": moto_url, "EDGE_EVENTS_FLUSH_SECONDS": "0.2",
-                "EDGE_EVENTS_BACKOFF_SECONDS": "0.05", "EDGE_EVENTS_ATTEMPTS": "3",
-                "EDGE_EVENTS_CACHE_SECONDS": "1"})
+    edge = EdgeProcess(
+        data_dir=str(tmp_path_factory.mktemp("events-edge")), store_url=stack.store_url, tcp_low=0
+    )
+    edge.start(
+        {
+            **stack.store_env(),
+            "BASE_DOMAIN": BASE_DOMAIN,
+            "EVENTS_AWS_ENDPOINT_URL": moto_url,
+            "EDGE_EVENTS_FLUSH_SECONDS": "0.2",
+            "EDGE_EVENTS_BACKOFF_SECONDS": "0.05",
+            "EDGE_EVENTS_ATTEMPTS": "3",
+            "EDGE_EVENTS_CACHE_SECONDS": "1",
+        }
+    )
     yield edge
     edge.stop()
 
 
 def aws(service, moto_url):
-    return boto3.client(service, region_name=REGION, endpoint_url=moto_url,
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    return boto3.client(
+        service,
+        region_name=REGION,
+        endpoint_url=moto_url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 class Raw:
@@ -83,8 +102,10 @@ def kinesis_stream(moto_url, name):
     client = aws("kinesis", moto_url)
     client.create_stream(StreamName=name, ShardCount=1)
     for _ in range(100):
-        if client.describe_stream(StreamName=name)["StreamDescription"]["StreamStatus"] == \
-                "ACTIVE":
+        if (
+            client.describe_stream(StreamName=name)["StreamDescription"]["StreamStatus"]
+            == "ACTIVE"
+        ):
             break
         time.sleep(0.1)
     return f"arn:aws:kinesis:{REGION}:{AWS_ACCOUNT}:stream/{name}"
@@ -93,8 +114,9 @@ def kinesis_stream(moto_url, name):
 def kinesis_events(moto_url, name):
     client = aws("kinesis", moto_url)
     shard = client.describe_stream(StreamName=name)["StreamDescription"]["Shards"][0]
-    iterator = client.get_shard_iterator(StreamName=name, ShardId=shard["ShardId"],
-                                         ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    iterator = client.get_shard_iterator(
+        StreamName=name, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
     found = []
     while iterator:
         answer = client.get_records(ShardIterator=iterator, Limit=1000)
@@ -131,46 +153,65 @@ def client_of(account, api):
 
 
 def subscribe(client, types, *targets):
-    destinations = [client.event_destinations.create(description="test", target=Raw(t)).id
-                    for t in targets]
+    destinations = [
+        client.event_destinations.create(description="test", target=Raw(t)).id for t in targets
+    ]
     return client.event_subscriptions.create(
         sources=[EventSourceReplace(None, {"type": t}) for t in types],
-        destination_ids=destinations)
+        destination_ids=destinations,
+    )
 
 
 def metric(text, name, **labels):
     total = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v
-                                           for k, v in labels.items()):
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
 
 
 def test_http_requests_arrive_in_kinesis_and_cloudwatch_logs_with_the_documented_fields(
-        events_edge, moto_url, account, api, agents):
+    events_edge, moto_url, account, api, agents
+):
     stream, group = f"events-{account.id[-8:]}", f"/tunnel/{account.id[-8:]}"
     stream_arn, group_arn = kinesis_stream(moto_url, stream), log_group(moto_url, group)
     client = client_of(account, api)
-    subscribe(client, ["http_request_complete.v0"],
-              {"kinesis": {"stream_arn": stream_arn, "auth": {"creds": KEYS}}},
-              {"cloudwatch_logs": {"log_group_arn": group_arn, "auth": {"creds": KEYS}}})
-    url = _bound(agents(events_edge, _credential(account)["token"],
-                        [{"proto": "http"}]).start())[0]["url"]
+    subscribe(
+        client,
+        ["http_request_complete.v0"],
+        {"kinesis": {"stream_arn": stream_arn, "auth": {"creds": KEYS}}},
+        {"cloudwatch_logs": {"log_group_arn": group_arn, "auth": {"creds": KEYS}}},
+    )
+    url = _bound(agents(events_edge, _credential(account)["token"], [{"proto": "http"}]).start())[
+        0
+    ]["url"]
     host = _host(url)
     endpoint = [e for e in client.endpoints.list() if e.public_url == url][0]
     sent = 5
     for index in range(sent):
-        resp = events_edge.http("GET", host, f"/echo?n={index}",
-                                headers={"Authorization": "Bearer secret",
-                                         "Cookie": "session=secret", "User-Agent": "events/1"})
+        resp = events_edge.http(
+            "GET",
+            host,
+            f"/echo?n={index}",
+            headers={
+                "Authorization": "Bearer secret",
+                "Cookie": "session=secret",
+                "User-Agent": "events/1",
+            },
+        )
         assert resp.status_code == 200
     assert events_edge.http("GET", host, "/status/404").status_code == 404
 
-    found = wait_for(lambda: [e for e in kinesis_events(moto_url, stream)
-                              if e["object"]["http"]["request"]["url"]["path"] == "/echo"]
-                     if len(kinesis_events(moto_url, stream)) >= sent + 1 else None)
+    found = wait_for(
+        lambda: [
+            e
+            for e in kinesis_events(moto_url, stream)
+            if e["object"]["http"]["request"]["url"]["path"] == "/echo"
+        ]
+        if len(kinesis_events(moto_url, stream)) >= sent + 1
+        else None
+    )
     assert found and len(found) == sent, kinesis_events(moto_url, stream)
     event = found[0]
     assert event["event_type"] == "http_request_complete.v0"
@@ -182,8 +223,13 @@ def test_http_requests_arrive_in_kinesis_and_cloudwatch_logs_with_the_documented
     assert obj["conn"]["server_port"] == events_edge.http_port
     assert obj["conn"]["server_name"] == host
     assert obj["conn"]["start_ts"] <= obj["conn"]["end_ts"]
-    assert obj["endpoint"] == {"id": endpoint.id, "url": url, "host": host, "proto": "http",
-                               "kind": "agent"}
+    assert obj["endpoint"] == {
+        "id": endpoint.id,
+        "url": url,
+        "host": host,
+        "proto": "http",
+        "kind": "agent",
+    }
     request = obj["http"]["request"]
     assert request["method"] == "GET" and request["url"]["query"].startswith("n=")
     assert request["url"]["raw"].startswith(f"http://{host}/echo?n=")
@@ -195,31 +241,50 @@ def test_http_requests_arrive_in_kinesis_and_cloudwatch_logs_with_the_documented
     assert "content-type" in response["headers"]
     assert obj["http"]["duration_ms"] >= 0
     assert obj["traffic_policy"] == {"logs": [], "decisions": []}
-    statuses = sorted(e["object"]["http"]["response"]["status_code"]
-                      for e in kinesis_events(moto_url, stream))
+    statuses = sorted(
+        e["object"]["http"]["response"]["status_code"] for e in kinesis_events(moto_url, stream)
+    )
     assert statuses == [200] * sent + [404]
 
-    logged = wait_for(lambda: [e for e in log_events(moto_url, group)
-                               if e["event_type"] == "http_request_complete.v0"]
-                      if len(log_events(moto_url, group)) >= sent + 1 else None)
+    logged = wait_for(
+        lambda: [
+            e for e in log_events(moto_url, group) if e["event_type"] == "http_request_complete.v0"
+        ]
+        if len(log_events(moto_url, group)) >= sent + 1
+        else None
+    )
     assert logged and len(logged) == sent + 1
-    assert {e["event_id"] for e in logged} == {e["event_id"] for e in
-                                               kinesis_events(moto_url, stream)}
+    assert {e["event_id"] for e in logged} == {
+        e["event_id"] for e in kinesis_events(moto_url, stream)
+    }
 
 
 def test_tcp_connections_arrive_through_an_assumed_role_and_policy_logs_are_in_events(
-        events_edge, moto_url, account, api, agents):
+    events_edge, moto_url, account, api, agents
+):
     stream = f"tcp-{account.id[-8:]}"
     stream_arn = kinesis_stream(moto_url, stream)
     client = client_of(account, api)
     role = f"arn:aws:iam::{AWS_ACCOUNT}:role/tunnel-events"
-    subscribe(client, ["tcp_connection_closed.v0"],
-              {"kinesis": {"stream_arn": stream_arn, "auth": {"role": {"role_arn": role}}}})
-    policy = json.dumps({"on_tcp_connect": [{"actions": [
-        {"type": "log", "config": {"metadata": {"message": "connected"}}}]}]})
-    url = _bound(agents(events_edge, _credential(account)["token"],
-                        [{"proto": "tcp", "upstream": "tcp",
-                          "options": {"traffic_policy": [policy]}}]).start())[0]["url"]
+    subscribe(
+        client,
+        ["tcp_connection_closed.v0"],
+        {"kinesis": {"stream_arn": stream_arn, "auth": {"role": {"role_arn": role}}}},
+    )
+    policy = json.dumps(
+        {
+            "on_tcp_connect": [
+                {"actions": [{"type": "log", "config": {"metadata": {"message": "connected"}}}]}
+            ]
+        }
+    )
+    url = _bound(
+        agents(
+            events_edge,
+            _credential(account)["token"],
+            [{"proto": "tcp", "upstream": "tcp", "options": {"traffic_policy": [policy]}}],
+        ).start()
+    )[0]["url"]
     port = int(url.rsplit(":", 1)[1])
     assert tcp_round_trip(port, b"hello") == b"hello"
     found = wait_for(lambda: kinesis_events(moto_url, stream))
@@ -238,15 +303,28 @@ def test_firehose_delivery(events_edge, moto_url, account, api, agents):
     bucket = f"bucket-{account.id[-8:].lower()}"
     aws("s3", moto_url).create_bucket(Bucket=bucket)
     aws("firehose", moto_url).create_delivery_stream(
-        DeliveryStreamName=name, ExtendedS3DestinationConfiguration={
+        DeliveryStreamName=name,
+        ExtendedS3DestinationConfiguration={
             "RoleARN": f"arn:aws:iam::{AWS_ACCOUNT}:role/firehose",
-            "BucketARN": f"arn:aws:s3:::{bucket}"})
+            "BucketARN": f"arn:aws:s3:::{bucket}",
+        },
+    )
     client = client_of(account, api)
-    subscribe(client, ["http_request_complete.v0"], {"firehose": {
-        "delivery_stream_arn": f"arn:aws:firehose:{REGION}:{AWS_ACCOUNT}:deliverystream/{name}",
-        "auth": {"creds": KEYS}}})
-    host = _host(_bound(agents(events_edge, _credential(account)["token"],
-                               [{"proto": "http"}]).start())[0]["url"])
+    subscribe(
+        client,
+        ["http_request_complete.v0"],
+        {
+            "firehose": {
+                "delivery_stream_arn": f"arn:aws:firehose:{REGION}:{AWS_ACCOUNT}:deliverystream/{name}",
+                "auth": {"creds": KEYS},
+            }
+        },
+    )
+    host = _host(
+        _bound(agents(events_edge, _credential(account)["token"], [{"proto": "http"}]).start())[0][
+            "url"
+        ]
+    )
     assert events_edge.http("POST", host, "/echo", data=b"x" * 10).status_code == 200
 
     def delivered():
@@ -256,6 +334,7 @@ def test_firehose_delivery(events_edge, moto_url, account, api, agents):
             body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read().decode()
             lines += [json.loads(line) for line in body.splitlines() if line.strip()]
         return lines
+
     lines = wait_for(delivered)
     assert lines and lines[0]["event_type"] == "http_request_complete.v0"
     assert lines[0]["object"]["http"]["request"]["method"] == "POST"
@@ -263,28 +342,43 @@ def test_firehose_delivery(events_edge, moto_url, account, api, agents):
 
 
 def test_a_refusing_destination_changes_no_status_and_its_events_are_counted_dropped(
-        events_edge, moto_url, account, api, agents):
+    events_edge, moto_url, account, api, agents
+):
     before = events_edge.metrics()
     client = client_of(account, api)
     missing = f"arn:aws:kinesis:{REGION}:{AWS_ACCOUNT}:stream/no-such-stream"
-    subscribe(client, ["http_request_complete.v0"],
-              {"kinesis": {"stream_arn": missing, "auth": {"creds": KEYS}}})
-    host = _host(_bound(agents(events_edge, _credential(account)["token"],
-                               [{"proto": "http"}]).start())[0]["url"])
+    subscribe(
+        client,
+        ["http_request_complete.v0"],
+        {"kinesis": {"stream_arn": missing, "auth": {"creds": KEYS}}},
+    )
+    host = _host(
+        _bound(agents(events_edge, _credential(account)["token"], [{"proto": "http"}]).start())[0][
+            "url"
+        ]
+    )
     for _ in range(3):
         assert events_edge.http("GET", host, "/echo").status_code == 200
-    dropped = wait_for(lambda: metric(events_edge.metrics(), "edge_events_dropped_total",
-                                      reason="attempts")
-                       - metric(before, "edge_events_dropped_total", reason="attempts") >= 3)
+    dropped = wait_for(
+        lambda: metric(events_edge.metrics(), "edge_events_dropped_total", reason="attempts")
+        - metric(before, "edge_events_dropped_total", reason="attempts")
+        >= 3
+    )
     assert dropped
     after = events_edge.metrics()
-    assert metric(after, "edge_events_retried_total", target="kinesis") - \
-        metric(before, "edge_events_retried_total", target="kinesis") >= 3
+    assert (
+        metric(after, "edge_events_retried_total", target="kinesis")
+        - metric(before, "edge_events_retried_total", target="kinesis")
+        >= 3
+    )
 
 
 def test_metrics_parse_and_move_with_traffic(events_edge, account, agents):
-    host = _host(_bound(agents(events_edge, _credential(account)["token"],
-                               [{"proto": "http"}]).start())[0]["url"])
+    host = _host(
+        _bound(agents(events_edge, _credential(account)["token"], [{"proto": "http"}]).start())[0][
+            "url"
+        ]
+    )
     before = events_edge.metrics()
     for _ in range(4):
         assert events_edge.http("GET", host, "/echo").status_code == 200
@@ -293,22 +387,37 @@ def test_metrics_parse_and_move_with_traffic(events_edge, account, agents):
 
     def moved():
         text = events_edge.metrics()
-        ok = metric(text, "edge_http_requests_total", status_class="2xx",
-                    endpoint_kind="agent") - metric(before, "edge_http_requests_total",
-                                                    status_class="2xx",
-                                                    endpoint_kind="agent") >= 4
+        ok = (
+            metric(text, "edge_http_requests_total", status_class="2xx", endpoint_kind="agent")
+            - metric(before, "edge_http_requests_total", status_class="2xx", endpoint_kind="agent")
+            >= 4
+        )
         return text if ok else None
+
     text = wait_for(moved)
     assert text, events_edge.metrics()
     names = {f.name for f in text_string_to_metric_families(text)}
-    assert {"edge_http_requests", "edge_http_request_duration_seconds", "edge_http_bytes",
-            "edge_events_sent", "edge_events_dropped", "store_call_duration_seconds",
-            "edge_agent_sessions", "edge_events_queued"} <= names
-    assert metric(text, "edge_http_requests_total", status_class="5xx", endpoint_kind="agent") \
-        - metric(before, "edge_http_requests_total", status_class="5xx",
-                 endpoint_kind="agent") >= 1
-    assert metric(text, "edge_http_request_duration_seconds_count", endpoint_kind="agent") - \
-        metric(before, "edge_http_request_duration_seconds_count", endpoint_kind="agent") >= 5
-    assert metric(text, "edge_http_bytes_total", direction="out") > \
-        metric(before, "edge_http_bytes_total", direction="out")
+    assert {
+        "edge_http_requests",
+        "edge_http_request_duration_seconds",
+        "edge_http_bytes",
+        "edge_events_sent",
+        "edge_events_dropped",
+        "store_call_duration_seconds",
+        "edge_agent_sessions",
+        "edge_events_queued",
+    } <= names
+    assert (
+        metric(text, "edge_http_requests_total", status_class="5xx", endpoint_kind="agent")
+        - metric(before, "edge_http_requests_total", status_class="5xx", endpoint_kind="agent")
+        >= 1
+    )
+    assert (
+        metric(text, "edge_http_request_duration_seconds_count", endpoint_kind="agent")
+        - metric(before, "edge_http_request_duration_seconds_count", endpoint_kind="agent")
+        >= 5
+    )
+    assert metric(text, "edge_http_bytes_total", direction="out") > metric(
+        before, "edge_http_bytes_total", direction="out"
+    )
     assert metric(text, "store_call_duration_seconds_count") > 0

@@ -3,6 +3,7 @@
 client through the HTTPS listener trusting only the edge's CA: every call shape, deadlines,
 cancellation, status and message intact, trailing metadata relayed; the edge's own errors as
 gRPC statuses."""
+
 import json
 import os
 import subprocess
@@ -29,9 +30,14 @@ def _credential(account):
 def channel(edge, host):
     with open(edge.ca_path, "rb") as f:
         creds = grpc.ssl_channel_credentials(root_certificates=f.read())
-    return grpc.secure_channel(f"127.0.0.1:{edge.https_port}", creds, options=[
-        ("grpc.ssl_target_name_override", host),
-        ("grpc.default_authority", f"{host}:{edge.https_port}")])
+    return grpc.secure_channel(
+        f"127.0.0.1:{edge.https_port}",
+        creds,
+        options=[
+            ("grpc.ssl_target_name_override", host),
+            ("grpc.default_authority", f"{host}:{edge.https_port}"),
+        ],
+    )
 
 
 def _m(ch, kind, name):
@@ -41,8 +47,11 @@ def _m(ch, kind, name):
 
 @pytest.fixture
 def grpc_host(edge, account, agents):
-    agent = agents(edge, _credential(account), [
-        {"proto": "http", "upstream": "grpc", "options": {"app_protocol": ["http2"]}}])
+    agent = agents(
+        edge,
+        _credential(account),
+        [{"proto": "http", "upstream": "grpc", "options": {"app_protocol": ["http2"]}}],
+    )
     bound = [e for e in agent.start() if e["event"] == "bound"]
     assert bound, agent.seen
     return support.host(bound[0]["url"])
@@ -51,10 +60,17 @@ def grpc_host(edge, account, agents):
 def test_unary_server_client_and_bidi_streaming(edge, grpc_host):
     with channel(edge, grpc_host) as ch:
         assert _m(ch, "unary_unary", "Unary")(b"hello", timeout=10) == b"echo:hello"
-        assert list(_m(ch, "unary_stream", "ServerStream")(b"5", timeout=10)) == \
-            [b"0", b"1", b"2", b"3", b"4"]
-        assert _m(ch, "stream_unary", "ClientStream")(iter([b"a", b"b", b"c"]),
-                                                        timeout=10) == b"3:a,b,c"
+        assert list(_m(ch, "unary_stream", "ServerStream")(b"5", timeout=10)) == [
+            b"0",
+            b"1",
+            b"2",
+            b"3",
+            b"4",
+        ]
+        assert (
+            _m(ch, "stream_unary", "ClientStream")(iter([b"a", b"b", b"c"]), timeout=10)
+            == b"3:a,b,c"
+        )
         got = list(_m(ch, "stream_stream", "Bidi")(iter([b"x", b"y"]), timeout=10))
         assert got == [b"bidi:x", b"bidi:y"]
 
@@ -88,7 +104,7 @@ def test_deadline_exceeded_and_the_server_sees_the_call_end(edge, grpc_host):
             unary(b"sleep:30", timeout=1.0)
         assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         assert time.monotonic() - started < 5
-        deadline = time.monotonic() + 10   # the server's own deadline or the edge's reset
+        deadline = time.monotonic() + 10  # the server's own deadline or the edge's reset
         while int(_m(ch, "unary_unary", "Cancelled")(b"", timeout=10)) <= before:
             assert time.monotonic() < deadline, "the server never saw the call end"
             time.sleep(0.2)
@@ -118,11 +134,22 @@ def test_edge_errors_are_grpc_statuses(edge):
 
 
 def test_policy_deny_of_a_grpc_call_is_permission_denied(edge, account, agents):
-    policy = {"on_http_request": [{"expressions": ["req.url.path.endsWith('/Unary')"],
-                                   "actions": [{"type": "deny"}]}]}
-    agent = agents(edge, _credential(account), [
-        {"proto": "http", "upstream": "grpc",
-         "options": {"app_protocol": ["http2"], "traffic_policy": [json.dumps(policy)]}}])
+    policy = {
+        "on_http_request": [
+            {"expressions": ["req.url.path.endsWith('/Unary')"], "actions": [{"type": "deny"}]}
+        ]
+    }
+    agent = agents(
+        edge,
+        _credential(account),
+        [
+            {
+                "proto": "http",
+                "upstream": "grpc",
+                "options": {"app_protocol": ["http2"], "traffic_policy": [json.dumps(policy)]},
+            }
+        ],
+    )
     host = support.host([e for e in agent.start() if e["event"] == "bound"][0]["url"])
     with channel(edge, host) as ch:
         with pytest.raises(grpc.RpcError) as info:
@@ -136,11 +163,30 @@ def test_http11_client_to_an_http2_upstream_gets_the_answer_and_trailers(edge, g
     its trailers as chunked trailers."""
     frame = b"\x00" + len(b"hi").to_bytes(4, "big") + b"hi"
     out = subprocess.run(
-        ["curl", "-sS", "--http1.1", "--max-time", "30", "--cacert", edge.ca_path,
-         "--resolve", f"{grpc_host}:{edge.https_port}:127.0.0.1", "-i", "--raw",
-         "-H", "content-type: application/grpc", "-H", "te: trailers",
-         "--data-binary", "@-", f"https://{grpc_host}:{edge.https_port}/test.Echo/Unary"],
-        input=frame, capture_output=True, timeout=60)
+        [
+            "curl",
+            "-sS",
+            "--http1.1",
+            "--max-time",
+            "30",
+            "--cacert",
+            edge.ca_path,
+            "--resolve",
+            f"{grpc_host}:{edge.https_port}:127.0.0.1",
+            "-i",
+            "--raw",
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "te: trailers",
+            "--data-binary",
+            "@-",
+            f"https://{grpc_host}:{edge.https_port}/test.Echo/Unary",
+        ],
+        input=frame,
+        capture_output=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert text.startswith(b"HTTP/1.1 200"), text
@@ -154,8 +200,7 @@ def test_large_messages_cross_both_flow_controls(edge, grpc_host):
     big = os.urandom(1536 * 1024)
     with channel(edge, grpc_host) as ch:
         assert _m(ch, "unary_unary", "Unary")(big, timeout=30) == b"echo:" + big
-        got = list(_m(ch, "stream_stream", "Bidi")(iter([big[:700000], big[700000:]]),
-                                                   timeout=30))
+        got = list(_m(ch, "stream_stream", "Bidi")(iter([big[:700000], big[700000:]]), timeout=30))
         assert got == [b"bidi:" + big[:700000], b"bidi:" + big[700000:]]
 
 
@@ -168,11 +213,33 @@ def test_http11_keep_alive_requests_to_an_http2_upstream(edge, grpc_host):
         body.write(frame)
         body.flush()
         out = subprocess.run(
-            ["curl", "-sS", "--http1.1", "--max-time", "30", "--cacert", edge.ca_path,
-             "--resolve", f"{grpc_host}:{edge.https_port}:127.0.0.1",
-             "-H", "content-type: application/grpc", "-H", "te: trailers",
-             "--data-binary", f"@{body.name}", "-w", "%{num_connects}\n", url, url, url],
-            capture_output=True, timeout=60)
+            [
+                "curl",
+                "-sS",
+                "--http1.1",
+                "--max-time",
+                "30",
+                "--cacert",
+                edge.ca_path,
+                "--resolve",
+                f"{grpc_host}:{edge.https_port}:127.0.0.1",
+                "-H",
+                "content-type: application/grpc",
+                "-H",
+                "te: trailers",
+                "--data-binary",
+                f"@{body.name}",
+                "-w",
+                "%{num_connects}\n",
+                url,
+                url,
+                url,
+            ],
+            capture_output=True,
+            timeout=60,
+        )
     assert out.returncode == 0, out.stderr
     assert out.stdout.count(b"echo:hi") == 3, out.stdout
-    assert out.stdout.endswith(b"hi1\n\x00\x00\x00\x00\x07echo:hi0\n\x00\x00\x00\x00\x07echo:hi0\n")
+    assert out.stdout.endswith(
+        b"hi1\n\x00\x00\x00\x00\x07echo:hi0\n\x00\x00\x00\x00\x07echo:hi0\n"
+    )

@@ -5,6 +5,7 @@ canary) must keep serving throughout.
 
 Source addresses: the loopback is a /8, so distinct client addresses are 127.0.0.N.
 """
+
 import asyncio
 import collections
 import json
@@ -58,12 +59,14 @@ def canary(edge, account, agents):
         started = time.monotonic()
         ok = _status(_http(edge.http_port, host, GET_CLOSE)) == 200
         return ok and time.monotonic() - started < seconds
+
     assert serves_within(5)
     return serves_within
 
 
 def test_unauthenticated_connections_hold_bounded_memory_and_are_closed_at_the_deadline(
-        edge, canary):
+    edge, canary
+):
     """20 addresses x 16 connections (the per-address cap), each holding the most a
     connection may before Auth: two streams and PRE_AUTH_BYTES of an unfinished Auth. The
     edge's RSS grows by a bounded amount per connection, the canary serves meanwhile, and
@@ -77,28 +80,33 @@ def test_unauthenticated_connections_hold_bounded_memory_and_are_closed_at_the_d
         for source in sources:
             for _ in range(per_address):
                 reader, writer = await _connect(edge, source)
-                unfinished = b'{"Version":["3"],"Extra":{"Metadata":"' + \
-                    b"m" * (session.PRE_AUTH_BYTES - 4 - 1024 - 64)
-                writer.write(muxado.data(1, protocol.stream_type(protocol.AUTH) + unfinished,
-                                         syn=True))
-                writer.write(muxado.data(3, protocol.stream_type(protocol.HEARTBEAT) +
-                                         b"h" * 1024, syn=True))
+                unfinished = b'{"Version":["3"],"Extra":{"Metadata":"' + b"m" * (
+                    session.PRE_AUTH_BYTES - 4 - 1024 - 64
+                )
+                writer.write(
+                    muxado.data(1, protocol.stream_type(protocol.AUTH) + unfinished, syn=True)
+                )
+                writer.write(
+                    muxado.data(
+                        3, protocol.stream_type(protocol.HEARTBEAT) + b"h" * 1024, syn=True
+                    )
+                )
                 conns.append((reader, writer))
         for _, writer in conns:
             await writer.drain()
         await asyncio.sleep(1.0)
         held = _rss_kb(edge.process.pid) - before
         canary_ok = await asyncio.to_thread(canary)
-        closed = await asyncio.gather(*(_closed_within(r, agents.AUTH_TIMEOUT + 5)
-                                        for r, _ in conns))
+        closed = await asyncio.gather(
+            *(_closed_within(r, agents.AUTH_TIMEOUT + 5) for r, _ in conns)
+        )
         for _, writer in conns:
             writer.close()
         return held, len(conns), canary_ok, closed
 
     held, count, canary_ok, closed = asyncio.run(attack())
     per_connection = held / count
-    print(f"{count} unauthenticated connections: +{held} KiB RSS, "
-          f"{per_connection:.0f} KiB each")
+    print(f"{count} unauthenticated connections: +{held} KiB RSS, {per_connection:.0f} KiB each")
     # docs/SECURITY.md: at most 200 KiB each (a fresh TLS connection alone is ~100 KiB here)
     assert per_connection < 200, per_connection
     assert canary_ok
@@ -107,12 +115,14 @@ def test_unauthenticated_connections_hold_bounded_memory_and_are_closed_at_the_d
 
 def test_connections_past_the_per_address_cap_are_closed_at_once(edge, canary):
     async def attack():
-        held = [await _connect(edge, "127.0.0.30")
-                for _ in range(server.MAX_UNAUTHENTICATED_PER_ADDRESS)]
+        held = [
+            await _connect(edge, "127.0.0.30")
+            for _ in range(server.MAX_UNAUTHENTICATED_PER_ADDRESS)
+        ]
         await asyncio.sleep(0.3)
         reader, writer = await _connect(edge, "127.0.0.30")
         refused = await _closed_within(reader, 2)
-        other_reader, _ = await _connect(edge, "127.0.0.31")   # another address is not
+        other_reader, _ = await _connect(edge, "127.0.0.31")  # another address is not
         other_open = not await _closed_within(other_reader, 1)
         for _, w in held + [(reader, writer)]:
             w.close()
@@ -139,20 +149,23 @@ def test_a_third_stream_before_auth_ends_the_session(edge):
         writer.close()
         return [(f.error_code, f.message) for f in frames if f.type == muxado.GOAWAY]
 
-    assert asyncio.run(attack()) == [(muxado.E_ENHANCE_YOUR_CALM,
-                                      b"protocol error: more than 2 streams before "
-                                      b"authentication")]
+    assert asyncio.run(attack()) == [
+        (muxado.E_ENHANCE_YOUR_CALM, b"protocol error: more than 2 streams before authentication")
+    ]
 
 
-@pytest.mark.parametrize("interval, tolerance, want", [
-    (None, None, agents.DEFAULT_HEARTBEAT),
-    (10**18, 10**18, (60.0, 60.0)),            # an agent that asks never to be reaped
-    (1, 1, (1.0, 1.0)),                        # one nanosecond: as often as the edge allows
-    (30 * 10**9, 5 * 10**9, (30.0, 5.0)),      # within the ranges: as asked
-    (0, 10**9, agents.DEFAULT_HEARTBEAT),
-    (True, True, agents.DEFAULT_HEARTBEAT),
-    ("10", "10", agents.DEFAULT_HEARTBEAT),
-])
+@pytest.mark.parametrize(
+    "interval, tolerance, want",
+    [
+        (None, None, agents.DEFAULT_HEARTBEAT),
+        (10**18, 10**18, (60.0, 60.0)),  # an agent that asks never to be reaped
+        (1, 1, (1.0, 1.0)),  # one nanosecond: as often as the edge allows
+        (30 * 10**9, 5 * 10**9, (30.0, 5.0)),  # within the ranges: as asked
+        (0, 10**9, agents.DEFAULT_HEARTBEAT),
+        (True, True, agents.DEFAULT_HEARTBEAT),
+        ("10", "10", agents.DEFAULT_HEARTBEAT),
+    ],
+)
 def test_heartbeat_timers_an_agent_asks_for_are_clamped(interval, tolerance, want):
     assert agents.heartbeat_of(interval, tolerance) == want
 
@@ -164,10 +177,16 @@ def test_a_silent_authenticated_agent_is_reaped(edge, account):
 
     async def silent():
         reader, writer = await _connect(edge, "127.0.0.33")
-        auth = {"Version": ["3", "2"], "ClientId": "", "Extra": {
-            "AuthToken": token, "HeartbeatInterval": 1, "HeartbeatTolerance": 1}}
-        writer.write(muxado.data(1, protocol.stream_type(protocol.AUTH) +
-                                 json.dumps(auth).encode(), syn=True))
+        auth = {
+            "Version": ["3", "2"],
+            "ClientId": "",
+            "Extra": {"AuthToken": token, "HeartbeatInterval": 1, "HeartbeatTolerance": 1},
+        }
+        writer.write(
+            muxado.data(
+                1, protocol.stream_type(protocol.AUTH) + json.dumps(auth).encode(), syn=True
+            )
+        )
         await writer.drain()
         started = time.monotonic()
         reaped = await _closed_within(reader, 1 + 1 + 5 + 5 + 5)
@@ -180,15 +199,14 @@ def test_a_silent_authenticated_agent_is_reaped(edge, account):
 
 async def _rpc(reader, writer, parser, sid, typ, body):
     """One RPC on a raw session: stream ``sid`` of type ``typ`` with JSON ``body``; the reply."""
-    writer.write(muxado.data(sid, protocol.stream_type(typ) + json.dumps(body).encode(),
-                             syn=True))
+    writer.write(muxado.data(sid, protocol.stream_type(typ) + json.dumps(body).encode(), syn=True))
     await writer.drain()
     reply = protocol.JsonReader()
-    said = ""   # the GOAWAY's message, when the edge ends the session
+    said = ""  # the GOAWAY's message, when the edge ends the session
     async with asyncio.timeout(10):
         while True:
             data = await reader.read(65536)
-            if not data:   # at EOF read() returns at once: without this the loop would spin
+            if not data:  # at EOF read() returns at once: without this the loop would spin
                 raise ConnectionError(f"the edge closed the session before its reply: {said!r}")
             for frame in parser.feed(data):
                 if frame.type == muxado.GOAWAY:
@@ -205,16 +223,28 @@ def test_a_tunnel_id_of_another_account_is_never_given_out(edge, account, api, a
     owner_token = _credential(account)["token"]
     agent = agents(edge, owner_token, [{"proto": "http"}])
     tunnel_id = _bound(agent.start())[0]["id"]
-    agent.stop()   # offline: the id is in no edge's memory any more
+    agent.stop()  # offline: the id is in no edge's memory any more
 
     async def bind_with(token, source):
         reader, writer = await _connect(edge, source)
         parser = muxado.FrameParser()
-        auth = await _rpc(reader, writer, parser, 1, protocol.AUTH, {
-            "Version": ["3", "2"], "ClientId": "", "Extra": {"AuthToken": token}})
+        auth = await _rpc(
+            reader,
+            writer,
+            parser,
+            1,
+            protocol.AUTH,
+            {"Version": ["3", "2"], "ClientId": "", "Extra": {"AuthToken": token}},
+        )
         assert auth.get("ClientId"), auth
-        bound = await _rpc(reader, writer, parser, 3, protocol.BIND, {
-            "Id": tunnel_id, "Proto": "http", "Opts": {}, "Extra": {}})
+        bound = await _rpc(
+            reader,
+            writer,
+            parser,
+            3,
+            protocol.BIND,
+            {"Id": tunnel_id, "Proto": "http", "Opts": {}, "Extra": {}},
+        )
         writer.close()
         return bound.get("Id")
 
@@ -229,15 +259,24 @@ def test_session_churn_returns_its_memory(edge, account):
     sessions use 100 credentials, so none passes the authentications-per-credential quota."""
     tokens = [_credential(account)["token"] for _ in range(100)]
 
-    cut = []   # sessions the edge closed before answering, with the GOAWAY's reason
+    cut = []  # sessions the edge closed before answering, with the GOAWAY's reason
 
     async def one(n):
         reader, writer = await _connect(edge, f"127.0.3.{n % 200 + 1}")
         parser = muxado.FrameParser()
         try:
-            auth = await _rpc(reader, writer, parser, 1, protocol.AUTH, {
-                "Version": ["3", "2"], "ClientId": "",
-                "Extra": {"AuthToken": tokens[n % len(tokens)]}})
+            auth = await _rpc(
+                reader,
+                writer,
+                parser,
+                1,
+                protocol.AUTH,
+                {
+                    "Version": ["3", "2"],
+                    "ClientId": "",
+                    "Extra": {"AuthToken": tokens[n % len(tokens)]},
+                },
+            )
         except ConnectionError as exc:
             # none may be: loaded runs showed sessions ended before their answer by the Auth
             # deadline counting the store's reads, and by a check that ran before the
@@ -248,7 +287,7 @@ def test_session_churn_returns_its_memory(edge, account):
         assert auth.get("ClientId"), auth
         writer.close()
 
-    async def churn(count, concurrency=8):   # 8 at once: a loaded machine kept 20 waiting
+    async def churn(count, concurrency=8):  # 8 at once: a loaded machine kept 20 waiting
         # past the edge's 10 s authentication deadline
         queue = asyncio.Queue()
         for n in range(count):
@@ -257,6 +296,7 @@ def test_session_churn_returns_its_memory(edge, account):
         async def worker():
             while not queue.empty():
                 await one(queue.get_nowait())
+
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
     def sessions():
@@ -269,18 +309,20 @@ def test_session_churn_returns_its_memory(edge, account):
 
     def settled_rss():
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and sessions() > baseline:   # all gone
+        while time.monotonic() < deadline and sessions() > baseline:  # all gone
             time.sleep(0.5)
         time.sleep(2)
         return _rss_kb(edge.process.pid)
 
-    asyncio.run(churn(1000))                 # warm-up: caches, pools, allocator arenas
+    asyncio.run(churn(1000))  # warm-up: caches, pools, allocator arenas
     before = settled_rss()
     started = time.monotonic()
     asyncio.run(churn(10_000))
     took = time.monotonic() - started
     after = settled_rss()
-    print(f"10,000 sessions in {took:.0f} s: RSS {before // 1024} -> {after // 1024} MB, "
-          f"{len(cut)} cut before their answer: {collections.Counter(cut).most_common(5)}")
+    print(
+        f"10,000 sessions in {took:.0f} s: RSS {before // 1024} -> {after // 1024} MB, "
+        f"{len(cut)} cut before their answer: {collections.Counter(cut).most_common(5)}"
+    )
     assert after - before < 20 * 1024, (before, after)
     assert cut == [], f"{len(cut)} of 11,000 sessions cut before their answer"

@@ -5,6 +5,7 @@ Two edges on the session's store: the shared one with the default bounds (3,000 
 fit under them), and a tight one (EDGE_HEAD_TIMEOUT 2 s, 60 connections per address, 150 in
 all) where the deadlines and caps are reached within a test's time.
 """
+
 import asyncio
 import os
 import socket
@@ -17,8 +18,11 @@ from tests.edge.test_edge_sdk import _bound, _credential, _host
 from tests.edge.test_edge_streams import GET_CLOSE, _http, _recv_all, _status
 from tests.edge.test_hostile_agents import _rss_kb
 
-TIGHT = {"EDGE_HEAD_TIMEOUT": "2", "EDGE_MAX_CONNECTIONS_PER_ADDRESS": "60",
-         "EDGE_MAX_CONNECTIONS": "150"}
+TIGHT = {
+    "EDGE_HEAD_TIMEOUT": "2",
+    "EDGE_MAX_CONNECTIONS_PER_ADDRESS": "60",
+    "EDGE_MAX_CONNECTIONS": "150",
+}
 
 
 def _canary(edge, token):
@@ -30,6 +34,7 @@ def _canary(edge, token):
         started = time.monotonic()
         ok = _status(_http(edge.http_port, host, GET_CLOSE)) == 200
         return ok and time.monotonic() - started < seconds
+
     assert serves_within(5)
     return agent, serves_within, tcp
 
@@ -72,15 +77,16 @@ def test_3000_slow_clients_are_held_and_the_canary_still_serves(edge, account):
     another client is served within 1 s meanwhile."""
     agent, serves_within, _ = _canary(edge, _credential(account)["token"])
     try:
+
         async def attack():
             before = _rss_kb(edge.process.pid)
             conns = []
             for n in range(3000):
                 conns.append(await _open(edge.http_port, f"127.0.1.{n % 8 + 1}"))
             head = b"GET / HTTP/1.1\r\nHost: slow.example\r\n"
-            for at in range(4):   # a byte each, four rounds
+            for at in range(4):  # a byte each, four rounds
                 for _, writer in conns:
-                    writer.write(head[at:at + 1])
+                    writer.write(head[at : at + 1])
                 await asyncio.sleep(0.5)
             held = _rss_kb(edge.process.pid) - before
             canary_ok = await asyncio.to_thread(serves_within, 1.0)
@@ -93,7 +99,7 @@ def test_3000_slow_clients_are_held_and_the_canary_still_serves(edge, account):
         print(f"3000 slow clients: {per_connection:.1f} KiB of edge RSS each")
         assert canary_ok
         assert all_open
-        assert per_connection < 32, per_connection   # docs/SECURITY.md
+        assert per_connection < 32, per_connection  # docs/SECURITY.md
     finally:
         agent.stop()
 
@@ -105,7 +111,7 @@ def test_a_head_sent_a_byte_at_a_time_is_cut_off_at_the_head_deadline(tight):
         reader, writer = await _open(edge.http_port, "127.0.2.1")
         started = time.monotonic()
         head = b"GET / HTTP/1.1\r\nHost: x.example\r\nX-Slow: " + b"a" * 100
-        for byte in head:   # a byte every 0.25 s: each read well within any per-read timer
+        for byte in head:  # a byte every 0.25 s: each read well within any per-read timer
             if reader.at_eof():
                 break
             writer.write(bytes([byte]))
@@ -142,18 +148,24 @@ def test_at_the_per_address_cap_the_oldest_waiting_connection_makes_room(tight):
     async def flood():
         conns = [await _open(edge.http_port, "127.0.2.3") for _ in range(cap)]
         await asyncio.sleep(0.3)
-        newest = await asyncio.to_thread(lambda: _status(_http_from(
-            edge.http_port, "127.0.2.3", b"GET / HTTP/1.1\r\nHost: nobody.example\r\n"
-                                         b"Connection: close\r\n\r\n")))
-        await asyncio.sleep(0.2)   # well within the 2 s head deadline of the others
-        oldest_closed = conns[0][0].at_eof()   # EOF or reset reached the reader
+        newest = await asyncio.to_thread(
+            lambda: _status(
+                _http_from(
+                    edge.http_port,
+                    "127.0.2.3",
+                    b"GET / HTTP/1.1\r\nHost: nobody.example\r\nConnection: close\r\n\r\n",
+                )
+            )
+        )
+        await asyncio.sleep(0.2)  # well within the 2 s head deadline of the others
+        oldest_closed = conns[0][0].at_eof()  # EOF or reset reached the reader
         others_open = [not r.at_eof() for r, _ in conns[1:]]
         for _, writer in conns:
             writer.close()
         return newest, oldest_closed, all(others_open)
 
     newest, oldest_closed, others_open = asyncio.run(flood())
-    assert newest == 404          # served (no endpoint there): the cap made room for it
+    assert newest == 404  # served (no endpoint there): the cap made room for it
     assert oldest_closed and others_open
     assert serves_within()
 
@@ -166,7 +178,7 @@ def test_busy_connections_are_never_evicted_and_one_more_is_refused(tight):
 
     async def flood():
         conns = [await _open(tcp_port, "127.0.2.4") for _ in range(cap)]
-        for reader, writer in conns:          # each one live through the agent
+        for reader, writer in conns:  # each one live through the agent
             writer.write(b"ping")
             await writer.drain()
             assert await reader.readexactly(4) == b"ping"
@@ -196,7 +208,10 @@ def _http_from(port, source, request):
 def test_the_edge_answers_its_operator_with_the_admission_counters(tight):
     edge, _, _ = tight
     metrics = edge.metrics()
-    for name in ("edge_public_connections ", "edge_public_connections_evicted_total",
-                 "edge_public_connections_refused_total"):
+    for name in (
+        "edge_public_connections ",
+        "edge_public_connections_evicted_total",
+        "edge_public_connections_refused_total",
+    ):
         assert name in metrics, name
     assert os.path.exists(edge.log_path)

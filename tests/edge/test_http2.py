@@ -2,6 +2,7 @@
 curl (nghttp2) negotiating ``h2`` by ALPN against an official SDK agent, HTTP/1.1 still
 negotiated for clients that offer only it, multiplexed streams, flow control both ways, and the
 request path's rules (traffic policy, errors) as over HTTP/1.1."""
+
 import hashlib
 import json
 import os
@@ -34,10 +35,22 @@ def _agent(edge, account, agents, binds=None):
 
 def curl(edge, host, path="/", *args, timeout=60):
     return subprocess.run(
-        ["curl", "-sS", "--max-time", "30", "--cacert", edge.ca_path,
-         "--resolve", f"{host}:{edge.https_port}:127.0.0.1", *args,
-         f"https://{host}:{edge.https_port}{path}"],
-        capture_output=True, text=True, timeout=timeout)
+        [
+            "curl",
+            "-sS",
+            "--max-time",
+            "30",
+            "--cacert",
+            edge.ca_path,
+            "--resolve",
+            f"{host}:{edge.https_port}:127.0.0.1",
+            *args,
+            f"https://{host}:{edge.https_port}{path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_curl_negotiates_h2_and_gets_the_agents_answer(edge, account, agents):
@@ -70,12 +83,26 @@ def test_upload_and_streamed_download_over_h2(edge, account, agents):
         f.flush()
         out = curl(edge, host, "/upload", "--http2", "--data-binary", f"@{f.name}")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"length": len(data),
-                                      "sha256": hashlib.sha256(data).hexdigest()}
+    assert json.loads(out.stdout) == {
+        "length": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
     out = subprocess.run(
-        ["curl", "-sS", "--http2", "--max-time", "30", "--cacert", edge.ca_path,
-         "--resolve", f"{host}:{edge.https_port}:127.0.0.1",
-         f"https://{host}:{edge.https_port}/flood?mb=8"], capture_output=True, timeout=60)
+        [
+            "curl",
+            "-sS",
+            "--http2",
+            "--max-time",
+            "30",
+            "--cacert",
+            edge.ca_path,
+            "--resolve",
+            f"{host}:{edge.https_port}:127.0.0.1",
+            f"https://{host}:{edge.https_port}/flood?mb=8",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert len(out.stdout) == 8 << 20
 
@@ -88,10 +115,27 @@ def test_many_streams_on_one_connection(edge, account, agents):
     for url in urls:
         args += ["-o", "/dev/null", url]
     out = subprocess.run(
-        ["curl", "-sS", "--http2", "--parallel", "--parallel-max", "40", "--max-time", "60",
-         "--cacert", edge.ca_path, "--resolve", f"{host}:{edge.https_port}:127.0.0.1",
-         "-w", "%{http_version} %{http_code} %{num_connects}\n", *args],
-        capture_output=True, text=True, timeout=90)
+        [
+            "curl",
+            "-sS",
+            "--http2",
+            "--parallel",
+            "--parallel-max",
+            "40",
+            "--max-time",
+            "60",
+            "--cacert",
+            edge.ca_path,
+            "--resolve",
+            f"{host}:{edge.https_port}:127.0.0.1",
+            "-w",
+            "%{http_version} %{http_code} %{num_connects}\n",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.split("\n")
     lines = [line for line in lines if line.strip()]
@@ -107,9 +151,15 @@ def test_offline_endpoint_over_h2_is_the_contract_error(edge):
 
 POLICY = {
     "on_http_request": [
-        {"expressions": ["req.url.path.startsWith('/admin')"],
-         "actions": [{"type": "custom-response",
-                      "config": {"status_code": 418, "body": "no admin for ${conn.client_ip}"}}]},
+        {
+            "expressions": ["req.url.path.startsWith('/admin')"],
+            "actions": [
+                {
+                    "type": "custom-response",
+                    "config": {"status_code": 418, "body": "no admin for ${conn.client_ip}"},
+                }
+            ],
+        },
         {"expressions": ["req.url.path.startsWith('/denied')"], "actions": [{"type": "deny"}]},
         {"actions": [{"type": "add-headers", "config": {"headers": {"x-policy": "applied"}}}]},
     ],
@@ -120,8 +170,12 @@ POLICY = {
 
 
 def test_traffic_policy_over_h2_as_over_http11(edge, account, agents):
-    _, (host,) = _agent(edge, account, agents,
-                        [{"proto": "http", "options": {"traffic_policy": [json.dumps(POLICY)]}}])
+    _, (host,) = _agent(
+        edge,
+        account,
+        agents,
+        [{"proto": "http", "options": {"traffic_policy": [json.dumps(POLICY)]}}],
+    )
     for version in ("--http2", "--http1.1"):
         out = curl(edge, host, "/admin/x", version, "-i")
         assert out.stdout.split()[1] == "418", out.stdout
@@ -131,24 +185,49 @@ def test_traffic_policy_over_h2_as_over_http11(edge, account, agents):
         out = curl(edge, host, "/echo", version, "-i")
         head, body = out.stdout.split("\n\n", 1)
         assert "x-served-by: edge" in head.lower(), head
-        assert {k.lower(): v for k, v in json.loads(body)["headers"].items()}["x-policy"] == \
-            "applied"
+        assert {k.lower(): v for k, v in json.loads(body)["headers"].items()}[
+            "x-policy"
+        ] == "applied"
 
 
 def test_modules_over_h2(edge, account, agents):
-    _, (auth, gz, denied) = _agent(edge, account, agents, [
-        {"proto": "http", "options": {"basic_auth": ["user", "s3cret-pass"]}},
-        {"proto": "http", "options": {"compression": []}},
-        {"proto": "http", "options": {"deny_cidr": ["127.0.0.1/32"]}}])
-    assert curl(edge, auth, "/echo", "--http2", "-o", "/dev/null", "-w",
-                "%{http_code}").stdout == "401"
-    assert curl(edge, auth, "/echo", "--http2", "-u", "user:s3cret-pass", "-o", "/dev/null",
-                "-w", "%{http_code}").stdout == "200"
-    out = curl(edge, gz, "/echo", "--http2", "-H", "Accept-Encoding: gzip", "-D", "-",
-               "-o", "/dev/null")
+    _, (auth, gz, denied) = _agent(
+        edge,
+        account,
+        agents,
+        [
+            {"proto": "http", "options": {"basic_auth": ["user", "s3cret-pass"]}},
+            {"proto": "http", "options": {"compression": []}},
+            {"proto": "http", "options": {"deny_cidr": ["127.0.0.1/32"]}},
+        ],
+    )
+    assert (
+        curl(edge, auth, "/echo", "--http2", "-o", "/dev/null", "-w", "%{http_code}").stdout
+        == "401"
+    )
+    assert (
+        curl(
+            edge,
+            auth,
+            "/echo",
+            "--http2",
+            "-u",
+            "user:s3cret-pass",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ).stdout
+        == "200"
+    )
+    out = curl(
+        edge, gz, "/echo", "--http2", "-H", "Accept-Encoding: gzip", "-D", "-", "-o", "/dev/null"
+    )
     assert "content-encoding: gzip" in out.stdout.lower(), out.stdout
-    assert curl(edge, denied, "/echo", "--http2", "-o", "/dev/null", "-w",
-                "%{http_code}").stdout == "403"
+    assert (
+        curl(edge, denied, "/echo", "--http2", "-o", "/dev/null", "-w", "%{http_code}").stdout
+        == "403"
+    )
 
 
 def test_head_and_bodiless_statuses_over_h2(edge, account, agents):
@@ -157,8 +236,16 @@ def test_head_and_bodiless_statuses_over_h2(edge, account, agents):
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("HTTP/2 200"), out.stdout
     for code in ("204", "304"):
-        out = curl(edge, host, f"/status/{code}", "--http2", "-o", "/dev/null", "-w",
-                   "%{http_version} %{http_code}")
+        out = curl(
+            edge,
+            host,
+            f"/status/{code}",
+            "--http2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code}",
+        )
         assert out.returncode == 0 and out.stdout == f"2 {code}", (out.stdout, out.stderr)
 
 
@@ -169,7 +256,22 @@ def test_trailers_of_an_http11_upstream_reach_h2_and_http11_clients(edge, accoun
     assert out.stdout == "hello"
     assert "< x-checksum: abc123" in out.stderr.lower(), out.stderr
     out = subprocess.run(
-        ["curl", "-sS", "--http1.1", "--raw", "--max-time", "30", "--cacert", edge.ca_path,
-         "--resolve", f"{host}:{edge.https_port}:127.0.0.1", "-H", "TE: trailers",
-         f"https://{host}:{edge.https_port}/"], capture_output=True, timeout=60)
+        [
+            "curl",
+            "-sS",
+            "--http1.1",
+            "--raw",
+            "--max-time",
+            "30",
+            "--cacert",
+            edge.ca_path,
+            "--resolve",
+            f"{host}:{edge.https_port}:127.0.0.1",
+            "-H",
+            "TE: trailers",
+            f"https://{host}:{edge.https_port}/",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
     assert out.stdout.endswith(b"0\r\nx-checksum: abc123\r\n\r\n"), out.stdout

@@ -7,6 +7,7 @@ over HTTP/2 within a second. docs/HTTP2.md states the bounds and the measured nu
 
 An edge of its own (EDGE_H2_STALL_TIMEOUT 3 s, so a stalled stream's reset comes within a
 test's time) on the session's store."""
+
 import json
 import os
 import socket
@@ -16,16 +17,23 @@ import subprocess
 import time
 
 import pytest
-from hyperframe.frame import (ContinuationFrame, GoAwayFrame, HeadersFrame, PingFrame,
-                              RstStreamFrame, SettingsFrame, WindowUpdateFrame)
+from hyperframe.frame import (
+    ContinuationFrame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
 
 from tests.edge import support
 from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, SdkAgent
 from tests.edge.test_hostile_agents import _rss_kb
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-ENHANCE_YOUR_CALM, COMPRESSION_ERROR, PROTOCOL_ERROR = 0xb, 0x9, 0x1
-RESULTS = os.environ.get("H2_ATTACK_RESULTS")   # where to write what was measured (docs)
+ENHANCE_YOUR_CALM, COMPRESSION_ERROR, PROTOCOL_ERROR = 0xB, 0x9, 0x1
+RESULTS = os.environ.get("H2_ATTACK_RESULTS")  # where to write what was measured (docs)
 
 
 def _credential(account):
@@ -34,8 +42,7 @@ def _credential(account):
 
 @pytest.fixture(scope="module")
 def target(stack, api, tmp_path_factory):
-    edge = EdgeProcess(data_dir=str(tmp_path_factory.mktemp("h2-edge")),
-                       store_url=stack.store_url)
+    edge = EdgeProcess(data_dir=str(tmp_path_factory.mktemp("h2-edge")), store_url=stack.store_url)
     edge.start({**stack.store_env(), "BASE_DOMAIN": BASE_DOMAIN, "EDGE_H2_STALL_TIMEOUT": "3"})
     agent = SdkAgent(edge, _credential(api.new_account()), [{"proto": "http"}])
     events = agent.start()
@@ -60,10 +67,26 @@ def canary_serves(edge, host, seconds=1.0):
     """curl --http2 on a new connection gets the agent's answer within ``seconds``."""
     started = time.monotonic()
     out = subprocess.run(
-        ["curl", "-sS", "--http2", "--max-time", str(seconds + 4), "--cacert", edge.ca_path,
-         "--resolve", f"{host}:{edge.https_port}:127.0.0.1", "-o", "/dev/null",
-         "-w", "%{http_version} %{http_code}", f"https://{host}:{edge.https_port}/echo"],
-        capture_output=True, text=True, timeout=30)
+        [
+            "curl",
+            "-sS",
+            "--http2",
+            "--max-time",
+            str(seconds + 4),
+            "--cacert",
+            edge.ca_path,
+            "--resolve",
+            f"{host}:{edge.https_port}:127.0.0.1",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code}",
+            f"https://{host}:{edge.https_port}/echo",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return out.stdout == "2 200" and time.monotonic() - started < seconds
 
 
@@ -108,9 +131,9 @@ def read_frames(sock, seconds):
             if len(buf) < 9 + length:
                 break
             kind, flags = buf[3], buf[4]
-            sid = struct.unpack(">I", buf[5:9])[0] & 0x7fffffff
-            out.append((kind, flags, sid, buf[9:9 + length]))
-            buf = buf[9 + length:]
+            sid = struct.unpack(">I", buf[5:9])[0] & 0x7FFFFFFF
+            out.append((kind, flags, sid, buf[9 : 9 + length]))
+            buf = buf[9 + length :]
     return out
 
 
@@ -135,8 +158,12 @@ def _hpack_literal(name, value):
 
 
 def request_block(host, path=b"/echo"):
-    return (b"\x82" + b"\x87" + _hpack_literal(b":path", path) +   # GET, https
-            _hpack_literal(b":authority", host.encode()))
+    return (
+        b"\x82"
+        + b"\x87"
+        + _hpack_literal(b":path", path)  # GET, https
+        + _hpack_literal(b":authority", host.encode())
+    )
 
 
 def headers(sid, block, end_stream=True, end_headers=True):
@@ -155,8 +182,10 @@ class Cost:
         self.cpu, self.rss = cpu_seconds(self.pid), _rss_kb(self.pid)
 
     def done(self):
-        return {"edge_cpu_seconds": round(cpu_seconds(self.pid) - self.cpu, 3),
-                "edge_rss_growth_kib": _rss_kb(self.pid) - self.rss}
+        return {
+            "edge_cpu_seconds": round(cpu_seconds(self.pid) - self.cpu, 3),
+            "edge_rss_growth_kib": _rss_kb(self.pid) - self.rss,
+        }
 
 
 def test_rapid_reset_ends_the_connection_with_enhance_your_calm(target, measured):
@@ -164,15 +193,16 @@ def test_rapid_reset_ends_the_connection_with_enhance_your_calm(target, measured
     cost = Cost(edge)
     sock = connect(edge, host)
     block = request_block(host, b"/stream?n=50&size=1000")
-    burst = b"".join(headers(2 * i + 1, block) + RstStreamFrame(2 * i + 1, error_code=8)
-                     .serialize() for i in range(5000))
+    burst = b"".join(
+        headers(2 * i + 1, block) + RstStreamFrame(2 * i + 1, error_code=8).serialize()
+        for i in range(5000)
+    )
     sent = send_quietly(sock, burst)
     frames = read_frames(sock, 10)
     sock.close()
     assert goaway_code(frames) == ENHANCE_YOUR_CALM, frames[-3:]
     assert canary_serves(edge, host)
-    measured["rapid_reset"] = {"streams_opened_and_reset": 5000, "all_sent": sent,
-                               **cost.done()}
+    measured["rapid_reset"] = {"streams_opened_and_reset": 5000, "all_sent": sent, **cost.done()}
 
 
 def test_continuation_flood_is_cut_at_the_header_block_bound(target, measured):
@@ -182,9 +212,9 @@ def test_continuation_flood_is_cut_at_the_header_block_bound(target, measured):
     send_quietly(sock, headers(1, request_block(host), end_headers=False))
     sent = 0
     piece = ContinuationFrame(1)
-    piece.data = b"\x00" * 16384   # never END_HEADERS
+    piece.data = b"\x00" * 16384  # never END_HEADERS
     frame = piece.serialize()
-    for _ in range(400):   # 6.5 MB if the edge read it all
+    for _ in range(400):  # 6.5 MB if the edge read it all
         if not send_quietly(sock, frame):
             break
         sent += len(frame)
@@ -194,7 +224,7 @@ def test_continuation_flood_is_cut_at_the_header_block_bound(target, measured):
     assert canary_serves(edge, host)
     spent = cost.done()
     measured["continuation_flood"] = {"bytes_the_kernel_took_before_the_close": sent, **spent}
-    assert spent["edge_rss_growth_kib"] < 8 * 1024   # the header block held: 64 KiB at most
+    assert spent["edge_rss_growth_kib"] < 8 * 1024  # the header block held: 64 KiB at most
 
 
 def test_hpack_bomb_is_refused_within_the_header_list_bound(target, measured):
@@ -221,9 +251,12 @@ def test_hpack_bomb_is_refused_within_the_header_list_bound(target, measured):
     assert code in (COMPRESSION_ERROR, PROTOCOL_ERROR, ENHANCE_YOUR_CALM), frames[-3:]
     assert not any(f != "closed" and f[0] == 0x1 and f[2] == 1 for f in frames)  # no answer
     assert canary_serves(edge, host)
-    measured["hpack_bomb"] = {"goaway_code": code, "encoded_bytes": len(block),
-                              "decoded_bytes_if_unbounded": 20000 * (4000 + 6 + 32),
-                              **cost.done()}
+    measured["hpack_bomb"] = {
+        "goaway_code": code,
+        "encoded_bytes": len(block),
+        "decoded_bytes_if_unbounded": 20000 * (4000 + 6 + 32),
+        **cost.done(),
+    }
 
 
 def _varint(n):
@@ -276,16 +309,19 @@ def test_zero_window_stall_holds_bounded_memory_and_is_reset(target, measured):
     resets = {f[2] for f in frames if f != "closed" and f[0] == 0x3}
     heads = {f[2] for f in frames if f != "closed" and f[0] == 0x1}
     assert resets == {2 * i + 1 for i in range(100)}, (len(resets), len(heads))
-    assert held < 64 * 1024, held   # KiB: far below 100 x 64 MiB
+    assert held < 64 * 1024, held  # KiB: far below 100 x 64 MiB
     assert canary_serves(edge, host)
-    measured["zero_window_stall"] = {"streams": 100, "edge_rss_growth_kib_while_stalled": held,
-                                     **cost.done()}
+    measured["zero_window_stall"] = {
+        "streams": 100,
+        "edge_rss_growth_kib_while_stalled": held,
+        **cost.done(),
+    }
 
 
 def test_window_update_overflow_and_bad_frames_are_connection_errors(target):
     edge, host = target
     sock = connect(edge, host)
-    send_quietly(sock, WindowUpdateFrame(0, window_increment=2 ** 31 - 1).serialize() * 2)
+    send_quietly(sock, WindowUpdateFrame(0, window_increment=2**31 - 1).serialize() * 2)
     frames = read_frames(sock, 5)
     sock.close()
     assert goaway_code(frames) is not None and "closed" in frames
@@ -296,8 +332,9 @@ def test_window_update_overflow_and_bad_frames_are_connection_errors(target):
 
 
 def test_shutdown_sends_goaway_to_open_h2_connections(stack, api, tmp_path_factory):
-    edge = EdgeProcess(data_dir=str(tmp_path_factory.mktemp("h2-stop-edge")),
-                       store_url=stack.store_url)
+    edge = EdgeProcess(
+        data_dir=str(tmp_path_factory.mktemp("h2-stop-edge")), store_url=stack.store_url
+    )
     edge.start({**stack.store_env(), "BASE_DOMAIN": BASE_DOMAIN})
     try:
         sock = connect(edge, f"anything.{BASE_DOMAIN}")
@@ -305,7 +342,7 @@ def test_shutdown_sends_goaway_to_open_h2_connections(stack, api, tmp_path_facto
         edge.process.terminate()
         frames = read_frames(sock, 10)
         sock.close()
-        assert goaway_code(frames) == 0, frames   # NO_ERROR
+        assert goaway_code(frames) == 0, frames  # NO_ERROR
     finally:
         edge.stop()
 
@@ -334,8 +371,10 @@ def test_an_h2_client_that_stops_reading_stops_the_agents_upstream(target, measu
     streams of the same connection are served meanwhile."""
     edge, host = target
     sock = connect(edge, host, {SettingsFrame.INITIAL_WINDOW_SIZE: 65535})
-    sock.sendall(WindowUpdateFrame(0, window_increment=64 << 20).serialize() +   # connection
-                 headers(1, request_block(host, b"/flood?mb=64")))
+    sock.sendall(
+        WindowUpdateFrame(0, window_increment=64 << 20).serialize()  # connection
+        + headers(1, request_block(host, b"/flood?mb=64"))
+    )
     written = []
     for i in range(3):
         time.sleep(1)

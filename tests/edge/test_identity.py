@@ -1,6 +1,7 @@
 """Sign-in at the edge (edge/identity.py, docs/IDENTITY.md) with a real identity provider as
 a process (tests/edge/oidc_provider.py: authlib's authorization server), the official Python
 SDK serving the endpoint, and a browser-like client (cookies per host, redirects followed)."""
+
 import base64
 import json
 import time
@@ -11,6 +12,7 @@ import requests
 
 from tests.edge.conftest import BASE_DOMAIN, CLIENT_ID, CLIENT_SECRET
 from tests.edge.test_edge_sdk import _bound, _credential, _host
+
 
 class Browser:
     """Cookies per host name, redirects followed; names under BASE_DOMAIN go to the edge."""
@@ -35,11 +37,13 @@ class Browser:
             if cookies:
                 sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
             try:
-                resp = requests.request(method, wire, data=data, headers=sent,
-                                        allow_redirects=False, timeout=30)
+                resp = requests.request(
+                    method, wire, data=data, headers=sent, allow_redirects=False, timeout=30
+                )
             except requests.ConnectionError as exc:
-                raise AssertionError(f"{exc} after {self.visited}; edge log: "
-                                     f"{self.edge.log()[-3000:]}") from None
+                raise AssertionError(
+                    f"{exc} after {self.visited}; edge log: {self.edge.log()[-3000:]}"
+                ) from None
             self.visited.append((method, url, resp.status_code))
             for line in resp.raw.headers.getlist("Set-Cookie"):
                 pair, _, attrs = line.partition(";")
@@ -57,20 +61,41 @@ class Browser:
     def sign_in(self, url, email):
         """Open ``url``; at the provider's form, sign in as ``email``; the final answer."""
         form = self.request("GET", url)
-        assert "<form" in form.text, (form.status_code, form.text[:500], self.visited,
-                                      self.edge.log()[-2500:])
+        assert "<form" in form.text, (
+            form.status_code,
+            form.text[:500],
+            self.visited,
+            self.edge.log()[-2500:],
+        )
         action = form.text.split('action="', 1)[1].split('"', 1)[0].replace("&amp;", "&")
         authorize = urllib.parse.urljoin(self.visited[-1][1], action)
         return self.request("POST", authorize, data={"email": email})
 
 
 def _policy(idp, extra_rules=(), **config):
-    action = {"type": "openid-connect",
-              "config": {"issuer_url": idp, "client_id": CLIENT_ID,
-                         "client_secret": CLIENT_SECRET, **config}}
-    return {"on_http_request": [{"actions": [action]}, *extra_rules,
-                                {"actions": [{"type": "add-headers", "config": {"headers": {
-                                    "x-who": "${actions.ngrok.oidc.identity.email}"}}}]}]}
+    action = {
+        "type": "openid-connect",
+        "config": {
+            "issuer_url": idp,
+            "client_id": CLIENT_ID,
+            "client_secret": CLIENT_SECRET,
+            **config,
+        },
+    }
+    return {
+        "on_http_request": [
+            {"actions": [action]},
+            *extra_rules,
+            {
+                "actions": [
+                    {
+                        "type": "add-headers",
+                        "config": {"headers": {"x-who": "${actions.ngrok.oidc.identity.email}"}},
+                    }
+                ]
+            },
+        ]
+    }
 
 
 def _endpoint(edge, account, agents, options):
@@ -86,8 +111,9 @@ def _headers(resp):
     return {k.lower(): v for k, v in resp.json()["headers"].items()}
 
 
-def test_sign_in_through_the_edge_reaches_the_upstream_with_the_identity(edge, account,
-                                                                        agents, idp):
+def test_sign_in_through_the_edge_reaches_the_upstream_with_the_identity(
+    edge, account, agents, idp
+):
     host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
     browser = Browser(edge)
     resp = browser.sign_in(_origin(edge, host) + "/echo?x=1", "alice@example.com")
@@ -96,7 +122,7 @@ def test_sign_in_through_the_edge_reaches_the_upstream_with_the_identity(edge, a
     assert seen["ngrok-auth-user-email"] == "alice@example.com"
     assert seen["ngrok-auth-user-id"] == "u-alice"
     assert seen["ngrok-auth-user-name"] == "Alice"
-    assert seen["x-who"] == "alice@example.com"        # a later rule saw the variable
+    assert seen["x-who"] == "alice@example.com"  # a later rule saw the variable
     assert resp.json()["path"].startswith("/echo") if "path" in resp.json() else True
     # went: endpoint -> provider -> callback -> back to the page asked for, query included
     assert browser.visited[-1][1].endswith("/echo?x=1")
@@ -111,40 +137,51 @@ def test_sign_in_through_the_edge_reaches_the_upstream_with_the_identity(edge, a
     again = browser.request("GET", _origin(edge, host) + "/echo")
     assert again.status_code == 200 and len(browser.visited) == before + 1
     # a visitor's own identity headers never reach the upstream
-    spoof = browser.request("GET", _origin(edge, host) + "/echo",
-                            headers={"ngrok-auth-user-email": "mallory@evil.test"})
+    spoof = browser.request(
+        "GET",
+        _origin(edge, host) + "/echo",
+        headers={"ngrok-auth-user-email": "mallory@evil.test"},
+    )
     assert _headers(spoof)["ngrok-auth-user-email"] == "alice@example.com"
 
 
-def test_not_signed_in_is_sent_to_the_provider_and_the_upstream_never_sees_it(edge, account,
-                                                                             agents, idp):
+def test_not_signed_in_is_sent_to_the_provider_and_the_upstream_never_sees_it(
+    edge, account, agents, idp
+):
     host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
     resp = edge.http("GET", host, "/echo", allow_redirects=False)
     assert resp.status_code == 302
     assert resp.headers["location"].startswith(idp + "/authorize?")
     assert "ngrok_login_oidc=" in resp.headers["set-cookie"]
-    assert "HttpOnly" in resp.headers["set-cookie"] and "SameSite=Lax" in resp.headers["set-cookie"]
+    assert (
+        "HttpOnly" in resp.headers["set-cookie"] and "SameSite=Lax" in resp.headers["set-cookie"]
+    )
 
 
 def test_wrong_email_domain_is_denied_by_an_expression(edge, account, agents, idp):
-    deny = {"expressions": ["!actions.ngrok.oidc.identity.email.endsWith('@example.com')"],
-            "actions": [{"type": "deny", "config": {"status_code": 403}}]}
-    host = _endpoint(edge, account, agents,
-                     {"traffic_policy": [json.dumps(_policy(idp, [deny]))]})
-    assert Browser(edge).sign_in(_origin(edge, host) + "/echo",
-                                 "eve@other.test").status_code == 403
-    assert Browser(edge).sign_in(_origin(edge, host) + "/echo",
-                                 "bob@example.com").status_code == 200
+    deny = {
+        "expressions": ["!actions.ngrok.oidc.identity.email.endsWith('@example.com')"],
+        "actions": [{"type": "deny", "config": {"status_code": 403}}],
+    }
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp, [deny]))]})
+    assert (
+        Browser(edge).sign_in(_origin(edge, host) + "/echo", "eve@other.test").status_code == 403
+    )
+    assert (
+        Browser(edge).sign_in(_origin(edge, host) + "/echo", "bob@example.com").status_code == 200
+    )
 
 
-def test_sdk_oidc_option_becomes_the_same_rules_with_allowed_domains(edge, account, agents,
-                                                                     idp):
-    host = _endpoint(edge, account, agents,
-                     {"oidc": [idp, CLIENT_ID, CLIENT_SECRET, None, ["example.com"]]})
+def test_sdk_oidc_option_becomes_the_same_rules_with_allowed_domains(edge, account, agents, idp):
+    host = _endpoint(
+        edge, account, agents, {"oidc": [idp, CLIENT_ID, CLIENT_SECRET, None, ["example.com"]]}
+    )
     ok = Browser(edge).sign_in(_origin(edge, host) + "/echo", "carol@example.com")
     assert ok.status_code == 200 and _headers(ok)["ngrok-auth-user-email"] == "carol@example.com"
-    assert Browser(edge).sign_in(_origin(edge, host) + "/echo",
-                                 "dave@elsewhere.test").status_code == 403
+    assert (
+        Browser(edge).sign_in(_origin(edge, host) + "/echo", "dave@elsewhere.test").status_code
+        == 403
+    )
 
 
 def _session_cookie(browser, host):
@@ -157,12 +194,17 @@ def test_a_tampered_session_cookie_is_refused(edge, account, agents, idp):
     assert browser.sign_in(_origin(edge, host) + "/echo", "alice@example.com").status_code == 200
     good = _session_cookie(browser, host)
     raw = bytearray(base64.urlsafe_b64decode(good + "=" * (-len(good) % 4)))
-    for index in (0, 13, len(raw) // 2, len(raw) - 1):   # nonce, ciphertext, tag
+    for index in (0, 13, len(raw) // 2, len(raw) - 1):  # nonce, ciphertext, tag
         changed = bytearray(raw)
         changed[index] ^= 0x01
         bad = base64.urlsafe_b64encode(bytes(changed)).decode().rstrip("=")
-        resp = edge.http("GET", host, "/echo", allow_redirects=False,
-                         headers={"Cookie": f"ngrok_session_oidc={bad}"})
+        resp = edge.http(
+            "GET",
+            host,
+            "/echo",
+            allow_redirects=False,
+            headers={"Cookie": f"ngrok_session_oidc={bad}"},
+        )
         assert resp.status_code == 302 and resp.headers["location"].startswith(idp)
     resp = edge.http("GET", host, "/echo", headers={"Cookie": f"ngrok_session_oidc={good}"})
     assert resp.status_code == 200
@@ -174,8 +216,13 @@ def test_a_session_of_one_endpoint_does_not_open_another(edge, account, agents, 
     browser = Browser(edge)
     assert browser.sign_in(_origin(edge, first) + "/echo", "alice@example.com").status_code == 200
     cookie = _session_cookie(browser, first)
-    resp = edge.http("GET", second, "/echo", allow_redirects=False,
-                     headers={"Cookie": f"ngrok_session_oidc={cookie}"})
+    resp = edge.http(
+        "GET",
+        second,
+        "/echo",
+        allow_redirects=False,
+        headers={"Cookie": f"ngrok_session_oidc={cookie}"},
+    )
     assert resp.status_code == 302
 
 
@@ -190,8 +237,13 @@ def test_logout_clears_the_session(edge, account, agents, idp):
     resp = browser.request("GET", _origin(edge, host) + "/echo", follow=False)
     assert resp.status_code == 302 and resp.headers["location"].startswith(idp)
     # the session ended in the store too: its cookie, replayed, serves no more
-    replay = edge.http("GET", host, "/echo", allow_redirects=False,
-                       headers={"Cookie": f"ngrok_session_oidc={stolen}"})
+    replay = edge.http(
+        "GET",
+        host,
+        "/echo",
+        allow_redirects=False,
+        headers={"Cookie": f"ngrok_session_oidc={stolen}"},
+    )
     assert replay.status_code == 302
 
 
@@ -206,64 +258,83 @@ def test_a_callback_whose_state_does_not_match_is_refused(edge, account, agents,
     host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
     login, state = _start_login(edge, host)
     redeemed = requests.get(idp + "/codes", timeout=10).json()["redeemed"]
-    wrong = edge.http("GET", host, f"/ngrok/callback?code=abc&state={state}x",
-                      headers={"Cookie": login})
+    wrong = edge.http(
+        "GET", host, f"/ngrok/callback?code=abc&state={state}x", headers={"Cookie": login}
+    )
     assert wrong.status_code == 400 and wrong.headers["ngrok-error-code"] == "ERR_NGROK_3124"
     missing = edge.http("GET", host, f"/ngrok/callback?code=abc&state={state}")
     assert missing.status_code == 400 and missing.headers["ngrok-error-code"] == "ERR_NGROK_3120"
     # a forged code with the right state goes to the provider, which refuses it
-    forged = edge.http("GET", host, f"/ngrok/callback?code=forged&state={state}",
-                       headers={"Cookie": login})
+    forged = edge.http(
+        "GET", host, f"/ngrok/callback?code=forged&state={state}", headers={"Cookie": login}
+    )
     assert forged.status_code == 403 and forged.headers["ngrok-error-code"] == "ERR_NGROK_3300"
     assert requests.get(idp + "/codes", timeout=10).json()["redeemed"] == redeemed
 
 
-@pytest.mark.parametrize("back", ["//evil.test/x", "https://evil.test/", "/\\evil.test",
-                                  "http:evil.test"])
+@pytest.mark.parametrize(
+    "back", ["//evil.test/x", "https://evil.test/", "/\\evil.test", "http:evil.test"]
+)
 def test_no_open_redirect_after_sign_in(edge, account, agents, idp, back):
     host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
     browser = Browser(edge)
-    resp = browser.sign_in(_origin(edge, host) + "/ngrok/login?redirect_path=" +
-                           urllib.parse.quote(back, safe=""), "alice@example.com")
+    resp = browser.sign_in(
+        _origin(edge, host) + "/ngrok/login?redirect_path=" + urllib.parse.quote(back, safe=""),
+        "alice@example.com",
+    )
     assert resp.status_code == 200
     assert browser.visited[-1][1] == _origin(edge, host) + "/"
 
 
-def test_login_path_forces_reauthentication_and_goes_back_to_the_path(edge, account, agents,
-                                                                      idp):
+def test_login_path_forces_reauthentication_and_goes_back_to_the_path(edge, account, agents, idp):
     host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
-    resp = edge.http("GET", host, "/ngrok/login?redirect_path=/echo/here",
-                     allow_redirects=False)
+    resp = edge.http("GET", host, "/ngrok/login?redirect_path=/echo/here", allow_redirects=False)
     assert resp.status_code == 302
     assert "prompt=login" in resp.headers["location"]
     browser = Browser(edge)
-    final = browser.sign_in(_origin(edge, host) + "/ngrok/login?redirect_path=/echo/here",
-                            "alice@example.com")
+    final = browser.sign_in(
+        _origin(edge, host) + "/ngrok/login?redirect_path=/echo/here", "alice@example.com"
+    )
     assert final.status_code == 200 and browser.visited[-1][1].endswith("/echo/here")
 
 
 def test_oauth_action_against_the_provider_as_an_oauth2_server(edge, account, agents, idp):
-    action = {"type": "oauth", "config": {
-        "provider": "oauth2", "client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
-        "authorization_url": idp + "/authorize", "token_url": idp + "/token",
-        "userinfo_url": idp + "/userinfo", "scopes": ["email", "profile"]}}
-    policy = {"on_http_request": [
-        {"actions": [action]},
-        {"expressions": ["actions.ngrok.oauth.identity.email != 'alice@example.com'"],
-         "actions": [{"type": "deny", "config": {"status_code": 403}}]}]}
+    action = {
+        "type": "oauth",
+        "config": {
+            "provider": "oauth2",
+            "client_id": CLIENT_ID,
+            "client_secret": CLIENT_SECRET,
+            "authorization_url": idp + "/authorize",
+            "token_url": idp + "/token",
+            "userinfo_url": idp + "/userinfo",
+            "scopes": ["email", "profile"],
+        },
+    }
+    policy = {
+        "on_http_request": [
+            {"actions": [action]},
+            {
+                "expressions": ["actions.ngrok.oauth.identity.email != 'alice@example.com'"],
+                "actions": [{"type": "deny", "config": {"status_code": 403}}],
+            },
+        ]
+    }
     host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(policy)]})
     ok = Browser(edge).sign_in(_origin(edge, host) + "/echo", "alice@example.com")
     assert ok.status_code == 200
     assert _headers(ok)["ngrok-auth-user-email"] == "alice@example.com"
-    assert Browser(edge).sign_in(_origin(edge, host) + "/echo",
-                                 "bob@example.com").status_code == 403
+    assert (
+        Browser(edge).sign_in(_origin(edge, host) + "/echo", "bob@example.com").status_code == 403
+    )
 
 
 def _vault_secret(account, vault, name, value):
     assert account.admin.post("/vaults", {"name": vault}).status == 201
     vault_id = account.admin.get("/vaults").json["vaults"][0]["id"]
-    resp = account.admin.post("/vault_secrets", {"name": name, "value": value,
-                                                 "vault_id": vault_id})
+    resp = account.admin.post(
+        "/vault_secrets", {"name": name, "value": value, "vault_id": vault_id}
+    )
     assert resp.status == 201, resp.json
     return resp.json["id"]
 
@@ -279,21 +350,28 @@ def test_the_client_secret_comes_from_a_vault(edge, account, agents, idp):
 
 def test_a_policy_naming_a_missing_secret_refuses_the_bind(edge, account, agents, idp):
     from tests.edge.test_edge_sdk import _refusal
+
     policy = _policy(idp, client_secret="${secrets.get('nowhere', 'client-secret')}")
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "http", "options": {"traffic_policy": [json.dumps(policy)]}}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "http", "options": {"traffic_policy": [json.dumps(policy)]}}],
+    )
     message = _refusal(agent.start(), "bind")
     assert "ERR_NGROK_2201" in message and "client-secret" in message
 
 
 def _client(api, account):
-    import ngrok   # the official API client (ngrok-api)
+    import ngrok  # the official API client (ngrok-api)
+
     return ngrok.Client(account.admin.token, base_url=api.base_url)
 
 
-def test_sessions_and_users_are_listed_and_revoking_signs_out_at_the_edge(edge, account,
-                                                                          agents, idp, api):
+def test_sessions_and_users_are_listed_and_revoking_signs_out_at_the_edge(
+    edge, account, agents, idp, api
+):
     from edge.identity import REVOCATION_SECONDS
+
     host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
     browser, other = Browser(edge), Browser(edge)
     assert browser.sign_in(_origin(edge, host) + "/echo", "alice@example.com").status_code == 200
@@ -310,7 +388,7 @@ def test_sessions_and_users_are_listed_and_revoking_signs_out_at_the_edge(edge, 
     assert client.application_sessions.get(mine.id).id == mine.id
     # revoke alice's session: she is signed out at the edge within the bound; bob is not
     client.application_sessions.delete(mine.id)
-    deadline = time.time() + REVOCATION_SECONDS + 20   # the bound, plus a loaded machine
+    deadline = time.time() + REVOCATION_SECONDS + 20  # the bound, plus a loaded machine
     while time.time() < deadline:
         resp = browser.request("GET", _origin(edge, host) + "/echo", follow=False)
         if resp.status_code == 302:
@@ -332,9 +410,12 @@ def test_sessions_and_users_are_listed_and_revoking_signs_out_at_the_edge(edge, 
 
 def test_sessions_of_one_account_are_not_another_accounts(edge, account, agents, idp, api):
     import ngrok
+
     host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
-    assert Browser(edge).sign_in(_origin(edge, host) + "/echo",
-                                 "alice@example.com").status_code == 200
+    assert (
+        Browser(edge).sign_in(_origin(edge, host) + "/echo", "alice@example.com").status_code
+        == 200
+    )
     session = _client(api, account).application_sessions.list().application_sessions[0]
     stranger = _client(api, api.new_account())
     assert stranger.application_sessions.list().application_sessions == []
@@ -356,8 +437,12 @@ def test_over_https_and_http2_the_same_session_serves(edge, account, agents, idp
     done = edge.curl_https(host, "/echo", "--http2", "-H", f"Cookie: ngrok_session_oidc={cookie}")
     body, code = done.stdout.rsplit("\n", 1)
     assert code == "200", done.stdout[-500:]
-    assert json.loads(body)["headers"].get("Ngrok-Auth-User-Email", json.loads(body)[
-        "headers"].get("ngrok-auth-user-email")) == "alice@example.com"
+    assert (
+        json.loads(body)["headers"].get(
+            "Ngrok-Auth-User-Email", json.loads(body)["headers"].get("ngrok-auth-user-email")
+        )
+        == "alice@example.com"
+    )
 
 
 def test_javascript_sdk_oidc_option_signs_in_through_the_edge(edge, account, idp):
@@ -366,52 +451,74 @@ def test_javascript_sdk_oidc_option_signs_in_through_the_edge(edge, account, idp
     import shutil
     from tests.edge.test_node_sdk import NODE_DIR, _run
     from tests.functional.test_ts_client_compat import node_install
+
     if not shutil.which("node") or not shutil.which("npm"):
         pytest.skip("Node.js/npm not installed: the JavaScript SDK cannot run here")
     assert not node_install(NODE_DIR, "@ngrok/ngrok")
-    proc, out = _run(NODE_DIR, edge, _credential(account)["token"], options={
-        "oidc_issuer_url": idp, "oidc_client_id": CLIENT_ID,
-        "oidc_client_secret": CLIENT_SECRET, "oidc_allow_domains": ["example.com"]})
+    proc, out = _run(
+        NODE_DIR,
+        edge,
+        _credential(account)["token"],
+        options={
+            "oidc_issuer_url": idp,
+            "oidc_client_id": CLIENT_ID,
+            "oidc_client_secret": CLIENT_SECRET,
+            "oidc_allow_domains": ["example.com"],
+        },
+    )
     try:
         assert "url" in out, out
         host = _host(out["url"])
         ok = Browser(edge).sign_in(_origin(edge, host) + "/from-node", "erin@example.com")
         assert ok.status_code == 200 and ok.json()["sdk"] == "node"
         assert ok.json()["headers"]["ngrok-auth-user-email"] == "erin@example.com"
-        assert Browser(edge).sign_in(_origin(edge, host) + "/",
-                                     "frank@other.test").status_code == 403
+        assert (
+            Browser(edge).sign_in(_origin(edge, host) + "/", "frank@other.test").status_code == 403
+        )
     finally:
         proc.stdin.close()
         proc.wait(timeout=10)
 
 
-def test_a_cloud_endpoint_with_openid_connect_and_a_vault_secret(edge, account, agents, idp,
-                                                                  api):
+def test_a_cloud_endpoint_with_openid_connect_and_a_vault_secret(edge, account, agents, idp, api):
     """Made with the official API client: the vault, the secret, a cloud endpoint whose
     policy signs in with the vault-held client secret, then forwards to an agent's internal
     endpoint with the identity."""
     import uuid
+
     client = _client(api, account)
     vault = client.vaults.create(name="idp")
     client.secrets.create(name="oidc-secret", value=CLIENT_SECRET, vault_id=vault.id)
     internal = f"svc-{uuid.uuid4().hex[:8]}.internal"
     agent = agents(edge, _credential(account)["token"], [{"proto": "http", "domain": internal}])
     _bound(agent.start())
-    policy = {"on_http_request": [
-        {"actions": [{"type": "openid-connect", "config": {
-            "issuer_url": idp, "client_id": CLIENT_ID,
-            "client_secret": "${secrets.get('idp', 'oidc-secret')}"}}]},
-        {"expressions": ["!actions.ngrok.oidc.identity.email.endsWith('@example.com')"],
-         "actions": [{"type": "deny", "config": {"status_code": 403}}]},
-        {"actions": [{"type": "forward-internal", "config": {"url": f"https://{internal}"}}]}]}
+    policy = {
+        "on_http_request": [
+            {
+                "actions": [
+                    {
+                        "type": "openid-connect",
+                        "config": {
+                            "issuer_url": idp,
+                            "client_id": CLIENT_ID,
+                            "client_secret": "${secrets.get('idp', 'oidc-secret')}",
+                        },
+                    }
+                ]
+            },
+            {
+                "expressions": ["!actions.ngrok.oidc.identity.email.endsWith('@example.com')"],
+                "actions": [{"type": "deny", "config": {"status_code": 403}}],
+            },
+            {"actions": [{"type": "forward-internal", "config": {"url": f"https://{internal}"}}]},
+        ]
+    }
     host = f"cloud-{uuid.uuid4().hex[:8]}.{BASE_DOMAIN}"
-    client.endpoints.create(url=f"https://{host}", type="cloud",
-                            traffic_policy=json.dumps(policy))
+    client.endpoints.create(url=f"https://{host}", type="cloud", traffic_policy=json.dumps(policy))
     deadline = time.time() + 30
     while edge.http("GET", host, "/").status_code == 404 and time.time() < deadline:
-        time.sleep(0.5)   # the edge's routing cache
+        time.sleep(0.5)  # the edge's routing cache
     ok = Browser(edge).sign_in(_origin(edge, host) + "/via-cloud", "gina@example.com")
     assert ok.status_code == 200, ok.text
     assert _headers(ok)["ngrok-auth-user-email"] == "gina@example.com"
-    assert Browser(edge).sign_in(_origin(edge, host) + "/",
-                                 "hank@other.test").status_code == 403
+    assert Browser(edge).sign_in(_origin(edge, host) + "/", "hank@other.test").status_code == 403

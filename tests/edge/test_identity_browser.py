@@ -6,6 +6,7 @@ identity; the session cookie then serves the next visit without the provider; lo
 it. The browser-like client of tests/edge/test_identity.py covers the refusals (state,
 tampered cookie, open redirects, revocation); this is the same flow in a real browser (its
 cookie rules, its redirects, SameSite=Lax on the provider's redirect back)."""
+
 import json
 
 import pytest
@@ -17,11 +18,13 @@ from tests.edge.test_identity import _endpoint, _origin
 
 def _page_json(driver):
     from selenium.webdriver.common.by import By
+
     return json.loads(driver.find_element(By.TAG_NAME, "body").text)
 
 
 def _wait(driver, predicate, seconds=30):
     from selenium.webdriver.support.ui import WebDriverWait
+
     return WebDriverWait(driver, seconds, poll_frequency=0.2).until(lambda d: predicate(d))
 
 
@@ -34,18 +37,21 @@ def chromium():
         driver.quit()
 
 
-def test_an_sdk_endpoints_oidc_option_signs_in_through_chromium(edge, account, agents, idp,
-                                                               chromium):
+def test_an_sdk_endpoints_oidc_option_signs_in_through_chromium(
+    edge, account, agents, idp, chromium
+):
     from selenium.webdriver.common.by import By
+
     # the SDK's oidc(issuer, client id, secret, scopes, allowed domains)
-    host = _endpoint(edge, account, agents,
-                     {"oidc": [idp, CLIENT_ID, CLIENT_SECRET, None, ["example.com"]]})
+    host = _endpoint(
+        edge, account, agents, {"oidc": [idp, CLIENT_ID, CLIENT_SECRET, None, ["example.com"]]}
+    )
     origin = _origin(edge, host)
     chromium.get(origin + "/echo?from=chromium")
-    _wait(chromium, lambda d: d.current_url.startswith(idp + "/"))   # at the provider
+    _wait(chromium, lambda d: d.current_url.startswith(idp + "/"))  # at the provider
     chromium.find_element(By.NAME, "email").send_keys("carol@example.com")
     chromium.find_element(By.TAG_NAME, "button").click()
-    _wait(chromium, lambda d: d.current_url.startswith(origin + "/echo"))   # back, signed in
+    _wait(chromium, lambda d: d.current_url.startswith(origin + "/echo"))  # back, signed in
     assert chromium.current_url == origin + "/echo?from=chromium"
     seen = {k.lower(): v for k, v in _page_json(chromium)["headers"].items()}
     assert seen["ngrok-auth-user-email"] == "carol@example.com"

@@ -1,6 +1,7 @@
 """The traffic inspector through the running stack: SDK traffic through the edge shows up at
 ``/endpoints/{id}/captured_requests`` (headers redacted; bodies only once capture is on),
 replays through the edge, and is invisible to another account."""
+
 import base64
 import time
 
@@ -27,29 +28,41 @@ def _endpoint_id(account, url):
 def _captured(account, endpoint_id, **match):
     resp = account.admin.get(f"/endpoints/{endpoint_id}/captured_requests")
     assert resp.status == 200, resp
-    return [r for r in resp.json["captured_requests"]
-            if all(r.get(k) == v for k, v in match.items())]
+    return [
+        r for r in resp.json["captured_requests"] if all(r.get(k) == v for k, v in match.items())
+    ]
 
 
 def test_captured_requests_show_redacted_headers_bodies_when_on_and_replay(
-        edge, account, other_account, agents):
+    edge, account, other_account, agents
+):
     # an http:// endpoint: the replay goes to the edge's HTTP listener (an https:// one is
     # verified against $DATA_DIR/ca.pem, which this test stack's API does not share)
-    url = _bound(agents(edge, _credential(account)["token"],
-                        [{"proto": "http", "options": {"scheme": ["HTTP"]}}]).start())[0]["url"]
+    url = _bound(
+        agents(
+            edge,
+            _credential(account)["token"],
+            [{"proto": "http", "options": {"scheme": ["HTTP"]}}],
+        ).start()
+    )[0]["url"]
     assert url.startswith("http://")
     host, endpoint_id = _host(url), _endpoint_id(account, url)
     path = f"/endpoints/{endpoint_id}"
     assert account.admin.get(f"{path}/capture").json["capture_bodies"] is False
 
     # capture off: headers, status and timing, no bodies
-    assert edge.http("POST", host, "/echo?off=1", data=b"first",
-                     headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    assert (
+        edge.http(
+            "POST", host, "/echo?off=1", data=b"first", headers={"Authorization": "Bearer s3cret"}
+        ).status_code
+        == 200
+    )
     first = _wait(lambda: _captured(account, endpoint_id, target="/echo?off=1"))
     assert first, "the request was not captured"
     first = first[0]
     assert first["id"].startswith("req_") and first["uri"].endswith(
-        f"{path}/captured_requests/{first['id']}")
+        f"{path}/captured_requests/{first['id']}"
+    )
     assert (first["method"], first["status_code"], first["host"]) == ("POST", 200, host)
     assert first["client_addr"].startswith("127.0.0.1:") and first["duration_ms"] >= 0
     assert first["request_headers"]["authorization"] == ["[redacted]"]
@@ -62,10 +75,13 @@ def test_captured_requests_show_redacted_headers_bodies_when_on_and_replay(
     assert put.status == 200 and put.json["capture_bodies"] is True
 
     def captured_with_body():
-        edge.http("POST", host, "/echo?on=1", data=b"hello body",
-                  headers={"Cookie": "session=s3cret"})
-        return [r for r in _captured(account, endpoint_id, target="/echo?on=1")
-                if r["bodies_captured"]]
+        edge.http(
+            "POST", host, "/echo?on=1", data=b"hello body", headers={"Cookie": "session=s3cret"}
+        )
+        return [
+            r for r in _captured(account, endpoint_id, target="/echo?on=1") if r["bodies_captured"]
+        ]
+
     with_body = _wait(captured_with_body)
     assert with_body, "bodies were never captured after capture was turned on"
     record = with_body[0]
@@ -78,10 +94,15 @@ def test_captured_requests_show_redacted_headers_bodies_when_on_and_replay(
     replayed = account.admin.post(f"{path}/captured_requests/{record['id']}/replay", {})
     assert replayed.status == 200, replayed
     assert replayed.json["status_code"] == 200
-    again = _wait(lambda: [r for r in _captured(account, endpoint_id, target="/echo?on=1")
-                           if r["request_headers"].get("ngrok-replay") == [record["id"]]])
+    again = _wait(
+        lambda: [
+            r
+            for r in _captured(account, endpoint_id, target="/echo?on=1")
+            if r["request_headers"].get("ngrok-replay") == [record["id"]]
+        ]
+    )
     assert again and base64.b64decode(again[0]["request_body"]) == b"hello body"
-    assert "cookie" not in again[0]["request_headers"]   # redacted values are not replayed
+    assert "cookie" not in again[0]["request_headers"]  # redacted values are not replayed
 
     # another account sees none of it
     other = other_account.admin
@@ -96,10 +117,15 @@ def test_inspector_refuses_bad_input(edge, account):
     admin = account.admin
     assert admin.get("/endpoints/nope/captured_requests").status == 404
     assert admin.get("/endpoints/ep_0ERYqBR5B9RMvMY4cZCztl2IB7s/captured_requests").status == 404
-    assert admin.get("/endpoints/ep_0ERYqBR5B9RMvMY4cZCztl2IB7s/captured_requests?limit=0"
-                     ).status == 400
-    assert admin.get("/endpoints/ep_0ERYqBR5B9RMvMY4cZCztl2IB7s/captured_requests?filter=x"
-                     ).status == 400
-    resp = admin.put("/endpoints/ep_0ERYqBR5B9RMvMY4cZCztl2IB7s/capture",
-                     {"capture_bodies": "yes"})
+    assert (
+        admin.get("/endpoints/ep_0ERYqBR5B9RMvMY4cZCztl2IB7s/captured_requests?limit=0").status
+        == 400
+    )
+    assert (
+        admin.get("/endpoints/ep_0ERYqBR5B9RMvMY4cZCztl2IB7s/captured_requests?filter=x").status
+        == 400
+    )
+    resp = admin.put(
+        "/endpoints/ep_0ERYqBR5B9RMvMY4cZCztl2IB7s/capture", {"capture_bodies": "yes"}
+    )
     assert resp.status in (400, 404)

@@ -1,5 +1,6 @@
 """`make run` as a new user meets it: scripts/serve.py --edge prints the admin key, the agent
 address and the CA path; an official SDK pointed at them serves traffic; one Ctrl-C stops all."""
+
 import os
 import signal
 import tempfile
@@ -21,8 +22,11 @@ def test_serve_with_edge_prints_what_an_sdk_needs_and_serves_it():
             try:
                 url = [e for e in agent.start() if e["event"] == "bound"][0]["url"]
                 host = url.split("://")[1].split(":")[0]
-                resp = requests.get(f"http://127.0.0.1:{run.ports['EDGE_HTTP_PORT']}/echo",
-                                    headers={"Host": host}, timeout=30)
+                resp = requests.get(
+                    f"http://127.0.0.1:{run.ports['EDGE_HTTP_PORT']}/echo",
+                    headers={"Host": host},
+                    timeout=30,
+                )
                 assert resp.status_code == 200
             finally:
                 agent.stop()
@@ -53,8 +57,7 @@ def test_make_run_restarts_a_killed_part_and_the_sdk_serves_again_within_10_s():
     """kill -9 of the edge: restarted, and the official SDK (which backs off ~2 minutes after
     two refused reconnects) serves its URL again within 10 s, because the edge's sockets stay
     open across the restart. kill -9 of the API and of the store: restarted, data intact."""
-    with tempfile.TemporaryDirectory(prefix="make-run-") as data_dir, \
-            MakeRun(data_dir) as run:
+    with tempfile.TemporaryDirectory(prefix="make-run-") as data_dir, MakeRun(data_dir) as run:
         proc, lines, api = run.proc, run.lines, run.api_url
         headers = {"Authorization": f"Bearer {run.key}", "Ngrok-Version": "2"}
         cred = run.credential("sdk")
@@ -65,10 +68,17 @@ def test_make_run_restarts_a_killed_part_and_the_sdk_serves_again_within_10_s():
 
             def serves():
                 try:
-                    return requests.get(f"http://127.0.0.1:{run.ports['EDGE_HTTP_PORT']}/echo",
-                                        headers={"Host": host}, timeout=5).status_code == 200
+                    return (
+                        requests.get(
+                            f"http://127.0.0.1:{run.ports['EDGE_HTTP_PORT']}/echo",
+                            headers={"Host": host},
+                            timeout=5,
+                        ).status_code
+                        == 200
+                    )
                 except requests.RequestException:
                     return False
+
             assert serves()
             os.kill(_child(proc.pid, "-m edge"), signal.SIGKILL)
             killed = time.monotonic()
@@ -85,8 +95,12 @@ def test_make_run_restarts_a_killed_part_and_the_sdk_serves_again_within_10_s():
                 ok = False
                 while time.monotonic() - again < 30 and not ok:
                     try:
-                        ok = requests.get(f"{api}/credentials/{cred['id']}", headers=headers,
-                                          timeout=5).status_code == 200
+                        ok = (
+                            requests.get(
+                                f"{api}/credentials/{cred['id']}", headers=headers, timeout=5
+                            ).status_code
+                            == 200
+                        )
                     except requests.RequestException:
                         time.sleep(0.2)
                 assert ok, (part, "".join(lines[-20:]))

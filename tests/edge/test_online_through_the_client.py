@@ -1,6 +1,7 @@
 """What the edge writes about live sessions, read through the official API client (ngrok-api):
 the session and its endpoint appear for its account only; a stop asked through the API reaches
 the agent as the protocol's Stop command and the session ends."""
+
 import ngrok  # the ngrok-api client (the service's venv)
 import pytest
 
@@ -11,14 +12,16 @@ def _client(stack, account):
     return ngrok.Client(account.admin.token, base_url=stack.base_url)
 
 
-def test_live_session_and_endpoint_are_listed_for_their_account_only(stack, api, edge, account,
-                                                                      agents):
+def test_live_session_and_endpoint_are_listed_for_their_account_only(
+    stack, api, edge, account, agents
+):
     cred = _credential(account)
     agent = agents(edge, cred["token"], [{"proto": "http"}])
     url = _bound(agent.start())[0]["url"]
     client = _client(stack, account)
-    sessions = _wait(lambda: [s for s in client.tunnel_sessions.list()
-                              if s.credential.id == cred["id"]])
+    sessions = _wait(
+        lambda: [s for s in client.tunnel_sessions.list() if s.credential.id == cred["id"]]
+    )
     assert len(sessions) == 1
     session = client.tunnel_sessions.get(sessions[0].id)
     assert session.ip == "127.0.0.1" and session.region
@@ -32,14 +35,16 @@ def test_live_session_and_endpoint_are_listed_for_their_account_only(stack, api,
     assert not [e for e in stranger.endpoints.list() if e.public_url == url]
 
 
-def test_stop_through_the_api_sends_stop_to_the_agent_and_ends_the_session(stack, edge, account,
-                                                                            agents):
+def test_stop_through_the_api_sends_stop_to_the_agent_and_ends_the_session(
+    stack, edge, account, agents
+):
     cred = _credential(account)
     agent = agents(edge, cred["token"], [{"proto": "http"}])
     host = _host(_bound(agent.start())[0]["url"])
     client = _client(stack, account)
-    session = _wait(lambda: [s for s in client.tunnel_sessions.list()
-                             if s.credential.id == cred["id"]])[0]
+    session = _wait(
+        lambda: [s for s in client.tunnel_sessions.list() if s.credential.id == cred["id"]]
+    )[0]
     # 204, as the hosted API documents; ngrok-api 0.19.0 sends it with jsonDo, which raises on
     # a 204 after the request succeeded (its defect, the same against the hosted service).
     with pytest.raises(RuntimeError, match="unexpected 204"):

@@ -1,6 +1,7 @@
 """One owner per name, whatever its form (chalicelib.reserved_domains, "one owner per name"):
 two accounts, the API over HTTP and the official SDK as a process. Each case of a hostname
 takeover across accounts is refused with the hosted code, and the owner keeps serving."""
+
 import os
 
 from chalicelib.core import errors
@@ -34,7 +35,7 @@ def test_a_wildcard_over_another_accounts_name(api, account):
     parent = _name("example.com")
     assert _reserve(account, f"app.{parent}").status == 201
     assert _refused(_reserve(other, f"*.{parent}"), errors.WILDCARD_CONFLICT)
-    assert _reserve(account, f"*.{parent}").status == 201      # its own account may
+    assert _reserve(account, f"*.{parent}").status == 201  # its own account may
 
 
 def test_names_under_another_accounts_name(api, account):
@@ -54,11 +55,13 @@ def test_a_name_another_account_serves_cannot_be_reserved(api, account, edge, ag
     other = api.new_account()
     refused = _reserve(other, host)
     assert _refused(refused, errors.DOMAIN_IN_USE)
-    assert refused.json["msg"] == (f"Another account is running an active endpoint on the "
-                                   f"domain {host}. You may not reserve domains that are "
-                                   "actively in use.")
+    assert refused.json["msg"] == (
+        f"Another account is running an active endpoint on the "
+        f"domain {host}. You may not reserve domains that are "
+        "actively in use."
+    )
     assert _refused(_reserve(other, f"sub.{host}"), errors.DOMAIN_IN_USE)
-    assert edge.http("GET", host, "/echo").status_code == 200   # still the owner's
+    assert edge.http("GET", host, "/echo").status_code == 200  # still the owner's
 
 
 def test_binds_of_names_that_are_another_accounts(api, account, edge, agents):
@@ -69,8 +72,11 @@ def test_binds_of_names_that_are_another_accounts(api, account, edge, agents):
     assert _reserve(account, owned).status == 201
     assert _reserve(account, f"deep.{_name('example.org')}").status == 201
     intruder = _credential(api.new_account())["token"]
-    for domain, code in ((f"x.{owned}", "ERR_NGROK_320"), (owned, "ERR_NGROK_320"),
-                         (f"two.labels{os.urandom(2).hex()}.{BASE_DOMAIN}", "ERR_NGROK_7117")):
+    for domain, code in (
+        (f"x.{owned}", "ERR_NGROK_320"),
+        (owned, "ERR_NGROK_320"),
+        (f"two.labels{os.urandom(2).hex()}.{BASE_DOMAIN}", "ERR_NGROK_7117"),
+    ):
         agent = agents(edge, intruder, [{"proto": "http", "domain": domain}])
         assert code in _refusal(agent.start(), "bind"), domain
     owner = agents(edge, _credential(account)["token"], [{"proto": "http", "domain": owned}])

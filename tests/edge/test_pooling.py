@@ -1,6 +1,7 @@
 """Endpoint pooling (edge/pools.py) with the official JavaScript SDK (``pooling_enabled``) as
 processes: agents on one URL share its traffic; every member must enable pooling; the URL
 stays online while one member is left."""
+
 import time
 
 import pytest
@@ -26,17 +27,19 @@ def test_pooled_agents_share_one_url(node_sdk, edge, account, domain):  # noqa: 
     procs = []
     try:
         for name in ("a", "b", "c"):
-            proc, out = _run(node_sdk, edge, token, domain=domain, pooling_enabled=True,
-                             name=name)
+            proc, out = _run(node_sdk, edge, token, domain=domain, pooling_enabled=True, name=name)
             procs.append(proc)
             assert _host(out["url"]) == domain, out
         seen = [edge.http("GET", domain, "/").json()["agent"] for _ in range(30)]
         assert set(seen) == {"a", "b", "c"}
-        assert min(seen.count(x) for x in "abc") >= 5   # round robin: spread evenly
-        endpoints = [e for e in account.admin.get("/endpoints").json["endpoints"]
-                     if _host(e["public_url"]) == domain]
+        assert min(seen.count(x) for x in "abc") >= 5  # round robin: spread evenly
+        endpoints = [
+            e
+            for e in account.admin.get("/endpoints").json["endpoints"]
+            if _host(e["public_url"]) == domain
+        ]
         assert len(endpoints) == 3 and all(e["pooling_enabled"] for e in endpoints)
-        _stop(procs.pop(0))   # the first member (the claim's holder) leaves
+        _stop(procs.pop(0))  # the first member (the claim's holder) leaves
         time.sleep(1)
         seen = {edge.http("GET", domain, "/").json()["agent"] for _ in range(10)}
         assert seen == {"b", "c"}
@@ -64,8 +67,9 @@ def test_pooling_must_be_enabled_by_every_member(node_sdk, edge, account, domain
         _stop(first)
     plain, out = _run(node_sdk, edge, token, domain=domain, name="a")
     try:
-        pooled, refused = _run(node_sdk, edge, token, domain=domain, pooling_enabled=True,
-                               name="b")
+        pooled, refused = _run(
+            node_sdk, edge, token, domain=domain, pooling_enabled=True, name="b"
+        )
         _stop(pooled)
         assert refused["code"] == "ERR_NGROK_334" and "without pooling" in refused["error"]
     finally:

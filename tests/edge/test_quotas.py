@@ -2,6 +2,7 @@
 session and per account (TCP apart), sessions per credential, authentications per credential,
 failed authentications per address. Each refusal with the hosted code, through the official SDK
 where the SDK can show it, and a raw protocol client for floods."""
+
 import asyncio
 import json
 
@@ -13,15 +14,21 @@ from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, SdkAgent
 from tests.edge.test_edge_sdk import _bound, _credential, _refusal
 from tests.edge.test_hostile_agents import _connect, _rpc
 
-LIMITS = {"EDGE_MAX_ENDPOINTS_PER_SESSION": "3", "EDGE_MAX_ENDPOINTS_PER_ACCOUNT": "4",
-          "EDGE_MAX_TCP_ENDPOINTS_PER_ACCOUNT": "2", "EDGE_MAX_SESSIONS_PER_CREDENTIAL": "2",
-          "EDGE_MAX_AUTHS_PER_CREDENTIAL": "8", "EDGE_MAX_FAILED_AUTHS_PER_ADDRESS": "5"}
+LIMITS = {
+    "EDGE_MAX_ENDPOINTS_PER_SESSION": "3",
+    "EDGE_MAX_ENDPOINTS_PER_ACCOUNT": "4",
+    "EDGE_MAX_TCP_ENDPOINTS_PER_ACCOUNT": "2",
+    "EDGE_MAX_SESSIONS_PER_CREDENTIAL": "2",
+    "EDGE_MAX_AUTHS_PER_CREDENTIAL": "8",
+    "EDGE_MAX_FAILED_AUTHS_PER_ADDRESS": "5",
+}
 
 
 @pytest.fixture(scope="module")
 def small(stack, tmp_path_factory):
-    edge = EdgeProcess(data_dir=str(tmp_path_factory.mktemp("quota-edge")),
-                       store_url=stack.store_url, tcp_low=0)
+    edge = EdgeProcess(
+        data_dir=str(tmp_path_factory.mktemp("quota-edge")), store_url=stack.store_url, tcp_low=0
+    )
     edge.start({**stack.store_env(), "BASE_DOMAIN": BASE_DOMAIN, **LIMITS})
     yield edge
     edge.stop()
@@ -35,6 +42,7 @@ def started():
         agent = SdkAgent(edge, token, binds)
         agents.append(agent)
         return agent.start()
+
     yield start
     for agent in agents:
         agent.stop()
@@ -42,9 +50,14 @@ def started():
 
 def test_the_operator_reads_the_limits_in_force(small):
     limits = requests.get(f"http://127.0.0.1:{small.metrics_port}/limits", timeout=10).json()
-    assert limits["quotas"] == {"endpoints_per_session": 3, "endpoints_per_account": 4,
-                                "tcp_endpoints_per_account": 2, "sessions_per_credential": 2,
-                                "auths_per_credential": 8, "failed_auths_per_address": 5}
+    assert limits["quotas"] == {
+        "endpoints_per_session": 3,
+        "endpoints_per_account": 4,
+        "tcp_endpoints_per_account": 2,
+        "sessions_per_credential": 2,
+        "auths_per_credential": 8,
+        "failed_auths_per_address": 5,
+    }
 
 
 def test_endpoints_per_session(small, account, started):
@@ -58,11 +71,15 @@ def test_endpoints_and_tcp_endpoints_per_account_across_sessions(small, account,
     token = _credential(account)["token"]
     first = started(small, token, [{"proto": "tcp"}, {"proto": "tcp"}, {"proto": "tcp"}])
     assert len(_bound(first)) == 2
-    assert "ERR_NGROK_18021" in _refusal(first, "bind") and "TCP endpoints" in \
-        _refusal(first, "bind")
-    second = started(small, _credential(account)["token"],
-                     [{"proto": "http"}, {"proto": "http"}, {"proto": "http"}])
-    assert len(_bound(second)) == 2                       # 4 online in the account
+    assert "ERR_NGROK_18021" in _refusal(first, "bind") and "TCP endpoints" in _refusal(
+        first, "bind"
+    )
+    second = started(
+        small,
+        _credential(account)["token"],
+        [{"proto": "http"}, {"proto": "http"}, {"proto": "http"}],
+    )
+    assert len(_bound(second)) == 2  # 4 online in the account
     assert "ERR_NGROK_18021" in _refusal(second, "bind")
 
 
@@ -74,14 +91,20 @@ def test_sessions_per_credential(small, account, started):
     refusal = _refusal(third, "connect")
     assert "ERR_NGROK_108" in refusal and "limited to 2" in refusal
     other = started(small, _credential(account)["token"], [{"proto": "http"}])
-    assert _bound(other)                                   # another credential: its own count
+    assert _bound(other)  # another credential: its own count
 
 
 async def _auth(edge, token, source):
     reader, writer = await _connect(edge, source)
     try:
-        return await _rpc(reader, writer, muxado.FrameParser(), 1, protocol.AUTH, {
-            "Version": ["3", "2"], "ClientId": "", "Extra": {"AuthToken": token}})
+        return await _rpc(
+            reader,
+            writer,
+            muxado.FrameParser(),
+            1,
+            protocol.AUTH,
+            {"Version": ["3", "2"], "ClientId": "", "Extra": {"AuthToken": token}},
+        )
     finally:
         writer.close()
 
@@ -91,10 +114,12 @@ def test_authentications_per_credential_per_minute(small, account):
 
     async def flood():
         return [await _auth(small, token, "127.0.4.1") for _ in range(10)]
+
     replies = asyncio.run(flood())
     assert all(r.get("ClientId") for r in replies[:8]), replies[:8]
-    assert all("more than 8 times in the last minute" in r.get("Error", "")
-               for r in replies[8:]), replies[8:]
+    assert all(
+        "more than 8 times in the last minute" in r.get("Error", "") for r in replies[8:]
+    ), replies[8:]
 
 
 def test_failed_authentications_lock_the_address_out(small, account):
@@ -102,9 +127,10 @@ def test_failed_authentications_lock_the_address_out(small, account):
 
     async def attempts():
         bad = [await _auth(small, "A" * 43, "127.0.4.2") for _ in range(6)]
-        locked = await _auth(small, good, "127.0.4.2")      # even a good token now
-        elsewhere = await _auth(small, good, "127.0.4.3")   # another address is not locked
+        locked = await _auth(small, good, "127.0.4.2")  # even a good token now
+        elsewhere = await _auth(small, good, "127.0.4.3")  # another address is not locked
         return bad, locked, elsewhere
+
     bad, locked, elsewhere = asyncio.run(attempts())
     assert all("ERR_NGROK_107" in r["Error"] for r in bad), bad
     assert "Too many failed authentications from 127.0.4.2" in locked["Error"], locked

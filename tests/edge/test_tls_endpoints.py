@@ -3,6 +3,7 @@ SNI name to the agent without terminating it, so the client completes its handsh
 agent's upstream and sees that upstream's own certificate (the edge's CA is not trusted by
 these clients at all). Through the CLI 2.x (``ngrok tls -hostname``) and the Python SDK
 (``tls_endpoint()``)."""
+
 import os
 import socket
 import ssl
@@ -18,10 +19,30 @@ from tests.edge.test_edge_sdk import _bound, _credential, _host
 
 def _certificate(folder, name):
     cert, key = os.path.join(folder, f"{name}.crt"), os.path.join(folder, f"{name}.key")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
-                    f"/CN={name}", "-addext", f"subjectAltName=DNS:{name}", "-keyout", key,
-                    "-out", cert], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            f"/CN={name}",
+            "-addext",
+            f"subjectAltName=DNS:{name}",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -85,9 +106,12 @@ def upstream(tmp_path, domain):
 def test_cli_tls_passthrough_by_sni(edge, account, domain, upstream, tmp_path):
     if not cli_binary():
         pytest.skip("the agent CLI 2.x is not available on this platform")
-    agent = CliAgent(edge, _credential(account)["token"],
-                     ["tls", "-hostname", domain, f"127.0.0.1:{upstream.port}"],
-                     workdir=str(tmp_path))
+    agent = CliAgent(
+        edge,
+        _credential(account)["token"],
+        ["tls", "-hostname", domain, f"127.0.0.1:{upstream.port}"],
+        workdir=str(tmp_path),
+    )
     try:
         urls = agent.wait_tunnels(1)
         assert list(urls.values())[0].startswith(f"tls://{domain}")
@@ -105,9 +129,12 @@ def test_cli_tls_passthrough_by_sni(edge, account, domain, upstream, tmp_path):
 def test_cli_tls_without_a_reserved_name_is_refused(edge, account, tmp_path):
     if not cli_binary():
         pytest.skip("the agent CLI 2.x is not available on this platform")
-    agent = CliAgent(edge, _credential(account)["token"],
-                     ["tls", "-hostname", "tls-not-mine.example.org", "127.0.0.1:9"],
-                     workdir=str(tmp_path))
+    agent = CliAgent(
+        edge,
+        _credential(account)["token"],
+        ["tls", "-hostname", "tls-not-mine.example.org", "127.0.0.1:9"],
+        workdir=str(tmp_path),
+    )
     try:
         assert "ERR_NGROK_7117" in agent.refusal()
     finally:
@@ -115,9 +142,11 @@ def test_cli_tls_without_a_reserved_name_is_refused(edge, account, tmp_path):
 
 
 def test_sdk_tls_endpoint_passthrough(edge, account, agents, domain, upstream):
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "tls", "domain": domain,
-                     "upstream_addr": f"127.0.0.1:{upstream.port}"}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "tls", "domain": domain, "upstream_addr": f"127.0.0.1:{upstream.port}"}],
+    )
     bound = _bound(agent.start())
     assert bound[0]["url"].startswith(f"tls://{domain}")
     assert _through_edge(edge, domain, upstream.cert, b"from sdk") == b"upstream:from sdk"
@@ -126,49 +155,89 @@ def test_sdk_tls_endpoint_passthrough(edge, account, agents, domain, upstream):
 
 
 def test_sdk_tls_endpoint_ip_restriction(edge, account, agents, domain, upstream):
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "tls", "domain": domain, "options": {"deny_cidr": ["127.0.0.0/8"]},
-                     "upstream_addr": f"127.0.0.1:{upstream.port}"}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [
+            {
+                "proto": "tls",
+                "domain": domain,
+                "options": {"deny_cidr": ["127.0.0.0/8"]},
+                "upstream_addr": f"127.0.0.1:{upstream.port}",
+            }
+        ],
+    )
     _bound(agent.start())
     with pytest.raises((ssl.SSLError, OSError)):
         _through_edge(edge, domain, upstream.cert)
 
 
-def test_sdk_tls_termination_at_the_edge_with_the_agents_pair(edge, account, agents, domain,
-                                                               tmp_path):
+def test_sdk_tls_termination_at_the_edge_with_the_agents_pair(
+    edge, account, agents, domain, tmp_path
+):
     """``termination(cert, key)``: the edge completes the handshake with the agent's
     certificate; the agent's upstream (a plain TCP echo) gets the plaintext."""
     cert, key = _certificate(str(tmp_path), domain)
     cert_pem, key_pem = open(cert).read(), open(key).read()
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "tls", "domain": domain, "upstream": "tcp",
-                     "options": {"termination": [cert_pem, key_pem]}}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [
+            {
+                "proto": "tls",
+                "domain": domain,
+                "upstream": "tcp",
+                "options": {"termination": [cert_pem, key_pem]},
+            }
+        ],
+    )
     _bound(agent.start())
     assert _through_edge(edge, domain, cert, b"plain at the agent") == b"plain at the agent"
 
 
 def test_sdk_tls_termination_with_a_key_that_is_not_the_certificates_is_refused(
-        edge, account, agents, domain, tmp_path):
+    edge, account, agents, domain, tmp_path
+):
     cert, _ = _certificate(str(tmp_path), domain)
     _, other_key = _certificate(str(tmp_path), "other.example")
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "tls", "domain": domain, "upstream": "tcp",
-                     "options": {"termination": [open(cert).read(), open(other_key).read()]}}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [
+            {
+                "proto": "tls",
+                "domain": domain,
+                "upstream": "tcp",
+                "options": {"termination": [open(cert).read(), open(other_key).read()]},
+            }
+        ],
+    )
     events = agent.start()
     assert any("ERR_NGROK_1602" in " ".join(e.get("args", [])) for e in events), events
 
 
-def test_sdk_mutual_tlsca_on_a_terminated_tls_endpoint(edge, account, agents, domain,
-                                                       tmp_path):
+def test_sdk_mutual_tlsca_on_a_terminated_tls_endpoint(edge, account, agents, domain, tmp_path):
     """``mutual_tlsca`` with ``termination``: the edge's handshake requires a client
     certificate from those CAs; without termination the option is refused."""
     from tests.unit.test_edge_tls import make_ca, make_client_cert, pem
+
     allowed, other = make_ca("tls clients"), make_ca("other")
     cert, key = _certificate(str(tmp_path), domain)
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "tls", "domain": domain, "upstream": "tcp",
-                     "options": {"termination": [open(cert).read(), open(key).read()],
-                                 "mutual_tlsca": [pem(allowed[1])]}}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [
+            {
+                "proto": "tls",
+                "domain": domain,
+                "upstream": "tcp",
+                "options": {
+                    "termination": [open(cert).read(), open(key).read()],
+                    "mutual_tlsca": [pem(allowed[1])],
+                },
+            }
+        ],
+    )
     _bound(agent.start())
 
     def attempt(client):
@@ -191,9 +260,19 @@ def test_sdk_mutual_tlsca_on_a_terminated_tls_endpoint(edge, account, agents, do
     assert attempt(make_client_cert(allowed)) == b"mtls"
     assert attempt(make_client_cert(other)) == b"refused"
     assert attempt(None) == b"refused"
-    passthrough = agents(edge, _credential(account)["token"],
-                         [{"proto": "tls", "domain": domain, "upstream": "tcp",
-                           "options": {"mutual_tlsca": [pem(allowed[1])]}}])
+    passthrough = agents(
+        edge,
+        _credential(account)["token"],
+        [
+            {
+                "proto": "tls",
+                "domain": domain,
+                "upstream": "tcp",
+                "options": {"mutual_tlsca": [pem(allowed[1])]},
+            }
+        ],
+    )
     events = passthrough.start()
-    assert any("MutualTLSAtEdge needs TLSTermination" in " ".join(e.get("args", []))
-               for e in events), events
+    assert any(
+        "MutualTLSAtEdge needs TLSTermination" in " ".join(e.get("args", [])) for e in events
+    ), events

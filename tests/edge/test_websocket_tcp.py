@@ -1,6 +1,7 @@
 """The WebSocket-to-TCP converter (edge/wstcp.py): the Python SDK's
 ``websocket_tcp_conversion()`` as a process, its upstream a plain TCP echo; a WebSocket client
 (written here from RFC 6455, masking its frames) exchanges messages with it through the edge."""
+
 import base64
 import hashlib
 import os
@@ -32,6 +33,7 @@ def _read_frame(sock, buf=b""):
             if not chunk:
                 raise ConnectionError("closed")
             buf += chunk
+
     need(2)
     opcode, size, at = buf[0] & 0x0F, buf[1] & 0x7F, 2
     if size == 126:
@@ -41,15 +43,19 @@ def _read_frame(sock, buf=b""):
         need(10)
         size, at = struct.unpack(">Q", buf[2:10])[0], 10
     need(at + size)
-    return opcode, buf[at:at + size], buf[at + size:]
+    return opcode, buf[at : at + size], buf[at + size :]
 
 
 def _upgrade(edge, host):
     sock = socket.create_connection(("127.0.0.1", edge.http_port), timeout=10)
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
-                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                  "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+    sock.sendall(
+        (
+            f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
     head = b""
     while b"\r\n\r\n" not in head:
         head += sock.recv(1)
@@ -58,9 +64,11 @@ def _upgrade(edge, host):
 
 
 def test_websocket_messages_reach_a_tcp_upstream(edge, account, agents):
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "http", "upstream": "tcp",
-                     "options": {"websocket_tcp_conversion": []}}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "http", "upstream": "tcp", "options": {"websocket_tcp_conversion": []}}],
+    )
     host = _host(_bound(agent.start())[0]["url"])
     sock, head, accept = _upgrade(edge, host)
     with sock:
@@ -73,7 +81,7 @@ def test_websocket_messages_reach_a_tcp_upstream(edge, account, agents):
             assert opcode == wstcp.BINARY
             got += payload
         assert got == b"hello over ws"
-        big = os.urandom(200_000)   # several frames each way
+        big = os.urandom(200_000)  # several frames each way
         sock.sendall(_client_frame(wstcp.BINARY, big))
         got = b""
         while len(got) < len(big):
@@ -89,19 +97,21 @@ def test_websocket_messages_reach_a_tcp_upstream(edge, account, agents):
 
 
 def test_a_plain_request_is_refused_and_bounds_hold(edge, account, agents):
-    agent = agents(edge, _credential(account)["token"],
-                   [{"proto": "http", "upstream": "tcp",
-                     "options": {"websocket_tcp_conversion": []}}])
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "http", "upstream": "tcp", "options": {"websocket_tcp_conversion": []}}],
+    )
     host = _host(_bound(agent.start())[0]["url"])
     resp = edge.http("GET", host, "/")
     assert resp.status_code == 400 and "ERR_NGROK_3002" in resp.text
     sock, head, _ = _upgrade(edge, host)
-    with sock:   # an unmasked frame: close 1002
+    with sock:  # an unmasked frame: close 1002
         sock.sendall(bytes([0x82, 2]) + b"no")
         opcode, payload, _ = _read_frame(sock)
         assert opcode == wstcp.CLOSE and struct.unpack(">H", payload)[0] == 1002
     sock, head, _ = _upgrade(edge, host)
-    with sock:   # a frame announced above the bound: close 1009, nothing buffered
+    with sock:  # a frame announced above the bound: close 1009, nothing buffered
         sock.sendall(bytes([0x82, 0x80 | 127]) + struct.pack(">Q", wstcp.MAX_FRAME + 1))
         opcode, payload, _ = _read_frame(sock)
         assert opcode == wstcp.CLOSE and struct.unpack(">H", payload)[0] == 1009

@@ -1,4 +1,5 @@
 """/api_keys at both levels (in-process and over HTTP), and the cross-cutting rules."""
+
 import pytest
 
 from chalicelib.core import errors, ids
@@ -18,8 +19,9 @@ def test_create_api_key_returns_201_with_token_once(account):
     assert body["uri"].endswith(f"/api_keys/{body['id']}") and body["uri"].startswith("http")
     fetched = admin.get(f"/api_keys/{body['id']}")
     assert fetched.status == 200 and fetched.json["token"] is None
-    assert {k: v for k, v in fetched.json.items() if k != "token"} == \
-        {k: v for k, v in body.items() if k != "token"}
+    assert {k: v for k, v in fetched.json.items() if k != "token"} == {
+        k: v for k, v in body.items() if k != "token"
+    }
     listed = admin.get("/api_keys").json["keys"]
     assert all(key["token"] is None for key in listed)
     # the new key works
@@ -57,13 +59,16 @@ def test_delete_returns_204_and_revokes_the_key(account):
     assert revoked.status == 401 and revoked.json["error_code"] == errors.UNAUTHORIZED
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"description": "x" * 256}, "description"),
-    ({"description": "é" * 128}, "description"),  # 256 bytes in UTF-8
-    ({"metadata": "x" * 4097}, "metadata"),
-    ({"description": 5}, "description"),
-    ({"owner_id": ["usr_x"]}, "owner_id"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"description": "x" * 256}, "description"),
+        ({"description": "é" * 128}, "description"),  # 256 bytes in UTF-8
+        ({"metadata": "x" * 4097}, "metadata"),
+        ({"description": 5}, "description"),
+        ({"owner_id": ["usr_x"]}, "owner_id"),
+    ],
+)
 def test_create_with_bad_field_returns_400_naming_it(account, body, field):
     resp = account.admin.post("/api_keys", body)
     assert resp.status == 400, resp
@@ -72,8 +77,9 @@ def test_create_with_bad_field_returns_400_naming_it(account, body, field):
 
 
 def test_limits_are_inclusive(account):
-    resp = account.admin.post("/api_keys", {"description": "é" * 127 + "x",
-                                            "metadata": "m" * 4096})
+    resp = account.admin.post(
+        "/api_keys", {"description": "é" * 127 + "x", "metadata": "m" * 4096}
+    )
     assert resp.status == 201
 
 
@@ -84,18 +90,30 @@ def test_unknown_field_returns_400_listing_accepted_fields(account):
     assert "descripton" in resp.json["msg"] and "description" in resp.json["msg"]
 
 
-@pytest.mark.parametrize("data, content_type, status, code", [
-    (b"{bad", "application/json", 400, errors.INVALID_JSON),
-    (b"[1, 2]", "application/json", 400, errors.INVALID_JSON),
-    (b'"text"', "application/json", 400, errors.INVALID_JSON),
-    (b'{"description": "x"}', "text/plain", 415, errors.UNSUPPORTED_MEDIA_TYPE),
-    (b"x" * (256 * 1024 + 1), "application/json", 413, errors.BODY_TOO_LARGE),
-    (b'{"description": ' + b"[" * 50000 + b"]" * 50000 + b"}", "application/json", 400,
-     errors.INVALID_JSON),
-])
+@pytest.mark.parametrize(
+    "data, content_type, status, code",
+    [
+        (b"{bad", "application/json", 400, errors.INVALID_JSON),
+        (b"[1, 2]", "application/json", 400, errors.INVALID_JSON),
+        (b'"text"', "application/json", 400, errors.INVALID_JSON),
+        (b'{"description": "x"}', "text/plain", 415, errors.UNSUPPORTED_MEDIA_TYPE),
+        (b"x" * (256 * 1024 + 1), "application/json", 413, errors.BODY_TOO_LARGE),
+        (
+            b'{"description": ' + b"[" * 50000 + b"]" * 50000 + b"}",
+            "application/json",
+            400,
+            errors.INVALID_JSON,
+        ),
+    ],
+)
 def test_bad_bodies_get_contract_errors(api, account, data, content_type, status, code):
-    resp = api.request("POST", "/api_keys", key=account.admin.token, data=data,
-                       headers={"Content-Type": content_type})
+    resp = api.request(
+        "POST",
+        "/api_keys",
+        key=account.admin.token,
+        data=data,
+        headers={"Content-Type": content_type},
+    )
     assert resp.status == status, resp
     assert resp.json["error_code"] == code and resp.json["status_code"] == status
 
@@ -113,8 +131,9 @@ def test_missing_key_returns_401(api):
     assert_contract_error(api.request("GET", "/api_keys"), 401, errors.UNAUTHORIZED)
 
 
-@pytest.mark.parametrize("header", ["Bearer not-a-key", "Basic abc", "Bearer", "bearer  ",
-                                    "Token x"])
+@pytest.mark.parametrize(
+    "header", ["Bearer not-a-key", "Basic abc", "Bearer", "bearer  ", "Token x"]
+)
 def test_wrong_or_malformed_key_returns_401(api, account, header):
     resp = api.request("GET", "/api_keys", headers={"Authorization": header})
     assert_contract_error(resp, 401, errors.UNAUTHORIZED)
@@ -133,41 +152,57 @@ def test_wrong_version_returns_400_listing_supported(api, account, version):
 
 
 def test_ngrok_version_header_is_accepted(api, account):
-    resp = api.request("GET", "/api_keys", key=account.admin.token, version=None,
-                       headers={"Ngrok-Version": "2"})
+    resp = api.request(
+        "GET", "/api_keys", key=account.admin.token, version=None, headers={"Ngrok-Version": "2"}
+    )
     assert resp.status == 200
 
 
 @pytest.mark.parametrize("path", ["/nope", "/api_keys/ak_x/extra", "/"])
 def test_unknown_path_returns_404(api, account, path):
-    assert_contract_error(api.request("GET", path, key=account.admin.token), 404,
-                          errors.NOT_FOUND)
+    assert_contract_error(api.request("GET", path, key=account.admin.token), 404, errors.NOT_FOUND)
     assert_contract_error(api.request("GET", path), 404, errors.NOT_FOUND)
 
 
-@pytest.mark.parametrize("method, path", [("PUT", "/api_keys"), ("DELETE", "/api_keys"),
-                                          ("POST", "/api_keys/ak_x"), ("PUT", "/api_keys/ak_x")])
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("PUT", "/api_keys"),
+        ("DELETE", "/api_keys"),
+        ("POST", "/api_keys/ak_x"),
+        ("PUT", "/api_keys/ak_x"),
+    ],
+)
 def test_wrong_method_returns_405(api, account, method, path):
     resp = api.request(method, path, key=account.admin.token)
     assert_contract_error(resp, 405, errors.METHOD_NOT_ALLOWED)
 
 
-@pytest.mark.parametrize("key_id", ["ak_x", "cr_0ERYqBR5B9RMvMY4cZCztl2IB7s", "nope",
-                                    "ak_0ERYqBR5B9RMvMY4cZCztl2IB7s"])
+@pytest.mark.parametrize(
+    "key_id", ["ak_x", "cr_0ERYqBR5B9RMvMY4cZCztl2IB7s", "nope", "ak_0ERYqBR5B9RMvMY4cZCztl2IB7s"]
+)
 def test_malformed_or_unknown_id_returns_404(account, key_id):
     for method in ("GET", "DELETE"):
-        assert_contract_error(account.admin.request(method, f"/api_keys/{key_id}"), 404,
-                              errors.NOT_FOUND)
+        assert_contract_error(
+            account.admin.request(method, f"/api_keys/{key_id}"), 404, errors.NOT_FOUND
+        )
     assert_contract_error(account.admin.patch(f"/api_keys/{key_id}", {}), 404, errors.NOT_FOUND)
 
 
-@pytest.mark.parametrize("query,code", [
-    ("limit=0", errors.INVALID_QUERY), ("limit=101", errors.INVALID_QUERY),
-    ("limit=abc", errors.INVALID_QUERY), ("limit=-1", errors.INVALID_QUERY),
-    ("limit=%C2%B2", errors.INVALID_QUERY), ("limit=1&bogus=2", errors.UNKNOWN_QUERY),
-    ("before_id=nope", errors.INVALID_QUERY),
-    ("before_id=cr_0ERYqBR5B9RMvMY4cZCztl2IB7s", errors.INVALID_QUERY),
-    ("filter=x", errors.INVALID_FILTER)])
+@pytest.mark.parametrize(
+    "query,code",
+    [
+        ("limit=0", errors.INVALID_QUERY),
+        ("limit=101", errors.INVALID_QUERY),
+        ("limit=abc", errors.INVALID_QUERY),
+        ("limit=-1", errors.INVALID_QUERY),
+        ("limit=%C2%B2", errors.INVALID_QUERY),
+        ("limit=1&bogus=2", errors.UNKNOWN_QUERY),
+        ("before_id=nope", errors.INVALID_QUERY),
+        ("before_id=cr_0ERYqBR5B9RMvMY4cZCztl2IB7s", errors.INVALID_QUERY),
+        ("filter=x", errors.INVALID_FILTER),
+    ],
+)
 def test_bad_list_query_returns_400(account, query, code):
     resp = account.admin.get(f"/api_keys?{query}")
     assert_contract_error(resp, 400, code)
@@ -181,8 +216,9 @@ def test_member_cannot_create_key_for_another_owner(account):
 def test_admin_can_create_key_for_member_and_member_uses_it(account):
     created = account.admin.post("/api_keys", {"owner_id": account.member.id})
     assert created.status == 201 and created.json["owner_id"] == account.member.id
-    own = account.member.api.request("POST", "/api_keys", key=created.json["token"],
-                                     json_body={"owner_id": account.admin.id})
+    own = account.member.api.request(
+        "POST", "/api_keys", key=created.json["token"], json_body={"owner_id": account.admin.id}
+    )
     assert own.status == 403  # the new key speaks for the member, not the admin
 
 
@@ -241,14 +277,25 @@ def test_limit_may_arrive_as_string_and_defaults_to_100(account):
     assert len(page.json["keys"]) == 5 and page.json["next_page_uri"] is None
 
 
-@pytest.mark.parametrize("method, path", [("GET", "/api_keys/{id}"), ("PATCH", "/api_keys/{id}"),
-                                          ("DELETE", "/api_keys/{id}"), ("POST", "/api_keys")])
-def test_unknown_query_parameter_on_any_route_returns_400_and_changes_nothing(account, method,
-                                                                              path):
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("GET", "/api_keys/{id}"),
+        ("PATCH", "/api_keys/{id}"),
+        ("DELETE", "/api_keys/{id}"),
+        ("POST", "/api_keys"),
+    ],
+)
+def test_unknown_query_parameter_on_any_route_returns_400_and_changes_nothing(
+    account, method, path
+):
     key = account.admin.post("/api_keys", {"description": "before"}).json
     body = {"description": "after"} if method in ("PATCH", "POST") else None
-    resp = account.admin.request(method, path.format(id=key["id"]) + "?bogus=1",
-                                 **({"json_body": body} if body is not None else {}))
+    resp = account.admin.request(
+        method,
+        path.format(id=key["id"]) + "?bogus=1",
+        **({"json_body": body} if body is not None else {}),
+    )
     assert_contract_error(resp, 400, errors.UNKNOWN_QUERY)
     assert "bogus" in resp.json["msg"]
     keys = account.admin.get("/api_keys").json["keys"]

@@ -1,4 +1,5 @@
 """/backends/tunnel_group, /backends/failover and /backends/weighted at both levels."""
+
 import pytest
 
 from chalicelib.core import errors, ids
@@ -24,8 +25,12 @@ def response_backend(caller):
 
 def test_tunnel_group_crud(account):
     admin = account.admin
-    tg = created(admin.post(TG, {"description": "web", "metadata": "m",
-                                 "labels": {"app": "Web", "dc/zone": "eu-1"}}))
+    tg = created(
+        admin.post(
+            TG,
+            {"description": "web", "metadata": "m", "labels": {"app": "Web", "dc/zone": "eu-1"}},
+        )
+    )
     assert set(tg) == COMMON | {"labels", "tunnels"} and ids.is_valid(tg["id"], "bkdtg")
     assert tg["labels"] == {"app": "Web", "dc/zone": "eu-1"} and tg["tunnels"] == []
     assert tg["uri"].endswith(f"{TG}/{tg['id']}")
@@ -47,8 +52,10 @@ def test_failover_and_weighted_crud(account):
     assert set(fo) == COMMON | {"backends"} and ids.is_valid(fo["id"], "bkdfo")
     assert fo["backends"] == [a["id"], b["id"]]
     assert admin.patch(f"{FO}/{fo['id']}", {"backends": []}).json["backends"] == fo["backends"]
-    assert admin.patch(f"{FO}/{fo['id']}", {"backends": [b["id"], a["id"]]}).json[
-        "backends"] == [b["id"], a["id"]]
+    assert admin.patch(f"{FO}/{fo['id']}", {"backends": [b["id"], a["id"]]}).json["backends"] == [
+        b["id"],
+        a["id"],
+    ]
     wt = created(admin.post(WT, {"backends": {a["id"]: 0, b["id"]: 10000}}))
     assert ids.is_valid(wt["id"], "bkdwt") and wt["backends"] == {a["id"]: 0, b["id"]: 10000}
     assert admin.patch(f"{WT}/{wt['id']}", {"backends": {}}).json["backends"] == wt["backends"]
@@ -58,38 +65,44 @@ def test_failover_and_weighted_crud(account):
     assert admin.delete(f"{WT}/{wt['id']}").status == 204
 
 
-@pytest.mark.parametrize("path, body, field", [
-    (TG, {}, "labels"),
-    (TG, {"labels": {}}, "labels"),
-    (TG, {"labels": ["app=web"]}, "labels"),
-    (TG, {"labels": {"app": 1}}, "labels.app"),
-    (TG, {"labels": {"app": ""}}, "labels.app"),
-    (TG, {"labels": {"app": "a b"}}, "labels.app"),
-    (TG, {"labels": {"-app": "x"}}, "labels.-app"),
-    (TG, {"labels": {"k" * 65: "x"}}, "labels." + "k" * 64),
-    (TG, {"labels": {"app": "v" * 257}}, "labels.app"),
-    (TG, {"labels": {"app": "*"}}, "labels.app"),
-    (TG, {"labels": {f"k{i}": "v" for i in range(11)}}, "labels"),
-    (TG, {"labels": {"a": "b"}, "tunnels": []}, "tunnels"),
-    (FO, {}, "backends"),
-    (FO, {"backends": []}, "backends"),
-    (FO, {"backends": "bkdtg_x"}, "backends"),
-    (FO, {"backends": ["nope"]}, "backends[0]"),
-    (FO, {"backends": ["ipp_0ERYqBR5B9RMvMY4cZCztl2IB7s"]}, "backends[0]"),
-    (FO, {"backends": ["bkdfo_0ERYqBR5B9RMvMY4cZCztl2IB7s"]}, "backends[0]"),
-    (FO, {"backends": [MISSING_TG]}, "backends"),
-    (FO, {"backends": [MISSING_TG, MISSING_TG]}, "backends"),
-    (FO, {"backends": [f"bkdtg_{'0' * 26}{i}" for i in range(11)]}, "backends"),
-    (WT, {"backends": {MISSING_TG: 10001}}, f"backends.{MISSING_TG}"),
-    (WT, {"backends": {MISSING_TG: -1}}, f"backends.{MISSING_TG}"),
-    (WT, {"backends": {MISSING_TG: True}}, f"backends.{MISSING_TG}"),
-    (WT, {"backends": {MISSING_TG: 1.5}}, f"backends.{MISSING_TG}"),
-    (WT, {"backends": {MISSING_TG: 0}}, "backends"),
-    (WT, {"backends": {"bkdwt_0ERYqBR5B9RMvMY4cZCztl2IB7s": 1}},
-     "backends.bkdwt_0ERYqBR5B9RMvMY4cZCztl2IB7s"),
-    (WT, {"backends": {MISSING_TG: 1}}, "backends"),
-    (WT, {"backends": [MISSING_TG]}, "backends"),
-])
+@pytest.mark.parametrize(
+    "path, body, field",
+    [
+        (TG, {}, "labels"),
+        (TG, {"labels": {}}, "labels"),
+        (TG, {"labels": ["app=web"]}, "labels"),
+        (TG, {"labels": {"app": 1}}, "labels.app"),
+        (TG, {"labels": {"app": ""}}, "labels.app"),
+        (TG, {"labels": {"app": "a b"}}, "labels.app"),
+        (TG, {"labels": {"-app": "x"}}, "labels.-app"),
+        (TG, {"labels": {"k" * 65: "x"}}, "labels." + "k" * 64),
+        (TG, {"labels": {"app": "v" * 257}}, "labels.app"),
+        (TG, {"labels": {"app": "*"}}, "labels.app"),
+        (TG, {"labels": {f"k{i}": "v" for i in range(11)}}, "labels"),
+        (TG, {"labels": {"a": "b"}, "tunnels": []}, "tunnels"),
+        (FO, {}, "backends"),
+        (FO, {"backends": []}, "backends"),
+        (FO, {"backends": "bkdtg_x"}, "backends"),
+        (FO, {"backends": ["nope"]}, "backends[0]"),
+        (FO, {"backends": ["ipp_0ERYqBR5B9RMvMY4cZCztl2IB7s"]}, "backends[0]"),
+        (FO, {"backends": ["bkdfo_0ERYqBR5B9RMvMY4cZCztl2IB7s"]}, "backends[0]"),
+        (FO, {"backends": [MISSING_TG]}, "backends"),
+        (FO, {"backends": [MISSING_TG, MISSING_TG]}, "backends"),
+        (FO, {"backends": [f"bkdtg_{'0' * 26}{i}" for i in range(11)]}, "backends"),
+        (WT, {"backends": {MISSING_TG: 10001}}, f"backends.{MISSING_TG}"),
+        (WT, {"backends": {MISSING_TG: -1}}, f"backends.{MISSING_TG}"),
+        (WT, {"backends": {MISSING_TG: True}}, f"backends.{MISSING_TG}"),
+        (WT, {"backends": {MISSING_TG: 1.5}}, f"backends.{MISSING_TG}"),
+        (WT, {"backends": {MISSING_TG: 0}}, "backends"),
+        (
+            WT,
+            {"backends": {"bkdwt_0ERYqBR5B9RMvMY4cZCztl2IB7s": 1}},
+            "backends.bkdwt_0ERYqBR5B9RMvMY4cZCztl2IB7s",
+        ),
+        (WT, {"backends": {MISSING_TG: 1}}, "backends"),
+        (WT, {"backends": [MISSING_TG]}, "backends"),
+    ],
+)
 def test_bad_backend_bodies_return_400_and_write_nothing(account, path, body, field):
     resp = account.admin.post(path, body)
     assert resp.status == 400, resp
@@ -157,11 +170,20 @@ def test_edges_use_every_backend_kind_and_hold_them(account):
     wt = created(admin.post(WT, {"backends": {tg["id"]: 5}}))
     edge = created(admin.post("/edges/https", {}))
     for target, path in ((tg, TG), (fo, FO), (wt, WT)):
-        route = created(admin.post(f"/edges/https/{edge['id']}/routes", {
-            "match_type": "path_prefix", "match": f"/{target['id']}",
-            "backend": {"backend_id": target["id"]}}))
-        assert route["backend"] == {"enabled": True,
-                                    "backend": {"id": target["id"], "uri": target["uri"]}}
+        route = created(
+            admin.post(
+                f"/edges/https/{edge['id']}/routes",
+                {
+                    "match_type": "path_prefix",
+                    "match": f"/{target['id']}",
+                    "backend": {"backend_id": target["id"]},
+                },
+            )
+        )
+        assert route["backend"] == {
+            "enabled": True,
+            "backend": {"id": target["id"], "uri": target["uri"]},
+        }
         assert admin.delete(f"{path}/{target['id']}").status == 409
     tcp = created(admin.post("/edges/tcp", {"backend": {"backend_id": tg["id"]}}))
     assert tcp["backend"]["backend"]["uri"] == tg["uri"]
@@ -193,20 +215,34 @@ def test_resolve_gives_the_edge_plain_dicts(api, account):
         pytest.skip("a function over the store: called in-process")
     admin = account.admin
     tg = group(admin, app="web")
-    hr = created(admin.post("/backends/http_response", {"body": "down", "status_code": 503,
-                                                        "headers": {"X-A": "1"}}))
+    hr = created(
+        admin.post(
+            "/backends/http_response",
+            {"body": "down", "status_code": 503, "headers": {"X-A": "1"}},
+        )
+    )
     fo = created(admin.post(FO, {"backends": [tg["id"], hr["id"]]}))
     wt = created(admin.post(WT, {"backends": {tg["id"]: 3, hr["id"]: 1}}))
     plain_tg = {"kind": "tunnel_group", "id": tg["id"], "labels": {"app": "web"}}
-    plain_hr = {"kind": "http_response", "id": hr["id"], "status_code": 503,
-                "headers": {"x-a": "1"}, "body": "down"}
+    plain_hr = {
+        "kind": "http_response",
+        "id": hr["id"],
+        "status_code": 503,
+        "headers": {"x-a": "1"},
+        "body": "down",
+    }
     assert routing.resolve_backend(account.id, tg["id"]) == plain_tg
     assert routing.resolve_backend(account.id, hr["id"]) == plain_hr
-    assert routing.resolve_backend(account.id, fo["id"]) == {"kind": "failover", "id": fo["id"],
-                                                      "backends": [plain_tg, plain_hr]}
+    assert routing.resolve_backend(account.id, fo["id"]) == {
+        "kind": "failover",
+        "id": fo["id"],
+        "backends": [plain_tg, plain_hr],
+    }
     assert routing.resolve_backend(account.id, wt["id"]) == {
-        "kind": "weighted", "id": wt["id"],
-        "backends": [{"weight": 3, "backend": plain_tg}, {"weight": 1, "backend": plain_hr}]}
+        "kind": "weighted",
+        "id": wt["id"],
+        "backends": [{"weight": 3, "backend": plain_tg}, {"weight": 1, "backend": plain_hr}],
+    }
     assert routing.resolve_backend("acct_0ERYqBR5B9RMvMY4cZCztl2IB7s", tg["id"]) is None
     assert routing.resolve_backend(account.id, MISSING_TG) is None
     assert routing.resolve_backend(account.id, "nope") is None
@@ -216,23 +252,43 @@ def test_tunnel_group_shows_its_online_labeled_tunnels(api, account):
     if api.level != "inprocess":
         pytest.skip("online items are written by the edge: written here in-process")
     from chalicelib.core import online
+
     admin = account.admin
     sid = online.new_session_id()
-    online.session_started(account_id=account.id, session_id=sid, credential_id="cr_x",
-                           instance_id="edge-a", agent_version="1", os="linux", ip="127.0.0.1",
-                           metadata="", region="local", owner_id=account.admin.id)
+    online.session_started(
+        account_id=account.id,
+        session_id=sid,
+        credential_id="cr_x",
+        instance_id="edge-a",
+        agent_version="1",
+        os="linux",
+        ip="127.0.0.1",
+        metadata="",
+        region="local",
+        owner_id=account.admin.id,
+    )
 
     def labeled(labels, account_id=account.id):
         tid = online.new_tunnel_id()
-        online.tunnel_started(account_id=account_id, session_id=sid, tunnel_id=tid,
-                              instance_id="edge-a", proto="", labels=labels)
+        online.tunnel_started(
+            account_id=account_id,
+            session_id=sid,
+            tunnel_id=tid,
+            instance_id="edge-a",
+            proto="",
+            labels=labels,
+        )
         return tid
 
     web = labeled({"app": "web", "dc": "eu"})
     labeled({"app": "api"})
     tg = group(admin, app="web")
-    assert tg["tunnels"] == [{"id": web, "uri": tg["uri"].replace(
-        f"/backends/tunnel_group/{tg['id']}", f"/tunnels/{web}")}]
+    assert tg["tunnels"] == [
+        {
+            "id": web,
+            "uri": tg["uri"].replace(f"/backends/tunnel_group/{tg['id']}", f"/tunnels/{web}"),
+        }
+    ]
     assert group(admin, app="web", dc="us")["tunnels"] == []
     online.tunnel_stopped(account.id, web)
     assert admin.get(f"{TG}/{tg['id']}").json["tunnels"] == []

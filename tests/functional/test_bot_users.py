@@ -1,4 +1,5 @@
 """/bot_users at both levels: CRUD, admin-only writes, unique names, deactivation, deletion."""
+
 import threading
 
 import pytest
@@ -25,15 +26,18 @@ def test_create_inactive_bot(account):
     assert created.status == 201 and created.json["active"] is False
 
 
-@pytest.mark.parametrize("body, code", [
-    ({}, errors.MISSING_FIELD),
-    ({"name": ""}, errors.INVALID_FIELD),
-    ({"name": "   "}, errors.INVALID_FIELD),
-    ({"name": "x" * 256}, errors.INVALID_FIELD),
-    ({"name": 5}, errors.INVALID_FIELD),
-    ({"name": "a", "active": "yes"}, errors.INVALID_FIELD),
-    ({"name": "a", "role": "admin"}, errors.UNKNOWN_FIELD),
-])
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        ({}, errors.MISSING_FIELD),
+        ({"name": ""}, errors.INVALID_FIELD),
+        ({"name": "   "}, errors.INVALID_FIELD),
+        ({"name": "x" * 256}, errors.INVALID_FIELD),
+        ({"name": 5}, errors.INVALID_FIELD),
+        ({"name": "a", "active": "yes"}, errors.INVALID_FIELD),
+        ({"name": "a", "role": "admin"}, errors.UNKNOWN_FIELD),
+    ],
+)
 def test_create_bot_with_bad_body_returns_400(account, body, code):
     resp = account.admin.post("/bot_users", body)
     assert resp.status == 400, resp
@@ -54,8 +58,9 @@ def test_member_cannot_manage_bots_but_can_read_them(account):
     assert account.admin.get(f"/bot_users/{bot['id']}").json["active"] is True
 
 
-def test_duplicate_name_in_account_returns_409_but_other_account_may_use_it(account,
-                                                                            other_account):
+def test_duplicate_name_in_account_returns_409_but_other_account_may_use_it(
+    account, other_account
+):
     assert account.admin.post("/bot_users", {"name": "dup"}).status == 201
     again = account.admin.post("/bot_users", {"name": "dup"})
     assert again.status == 409 and again.json["error_code"] == errors.CONFLICT
@@ -150,8 +155,10 @@ def test_other_accounts_bots_are_not_found(account, other_account):
     assert account.admin.get(f"/bot_users/{bot['id']}").json["active"] is True
 
 
-@pytest.mark.parametrize("bot_id", ["bot_x", "nope", "cr_0ERYqBR5B9RMvMY4cZCztl2IB7s",
-                                    "bot_0ERYqBR5B9RMvMY4cZCztl2IB7s"])
+@pytest.mark.parametrize(
+    "bot_id",
+    ["bot_x", "nope", "cr_0ERYqBR5B9RMvMY4cZCztl2IB7s", "bot_0ERYqBR5B9RMvMY4cZCztl2IB7s"],
+)
 def test_malformed_or_unknown_bot_id_returns_404(account, bot_id):
     assert account.admin.get(f"/bot_users/{bot_id}").status == 404
     assert account.admin.delete(f"/bot_users/{bot_id}").status == 404
@@ -187,16 +194,21 @@ def test_concurrent_creates_of_one_bot_name_give_one_201(api, account):
 def _concurrently(api, calls):
     """POST each (token, path, body) at once; over HTTP with threads, in-process in turn."""
     if api.level != "http":
-        return [api.request("POST", path, key=token, json_body=body).status
-                for token, path, body in calls]
+        return [
+            api.request("POST", path, key=token, json_body=body).status
+            for token, path, body in calls
+        ]
     barrier = threading.Barrier(len(calls))
     statuses = [None] * len(calls)
 
     def call(index, token, path, body):
         barrier.wait()
-        resp = requests.post(api.base_url + path, json=body, timeout=60,
-                             headers={"Authorization": f"Bearer {token}",
-                                      "Service-Version": "2"})
+        resp = requests.post(
+            api.base_url + path,
+            json=body,
+            timeout=60,
+            headers={"Authorization": f"Bearer {token}", "Service-Version": "2"},
+        )
         statuses[index] = resp.status_code
 
     threads = [threading.Thread(target=call, args=(i, *args)) for i, args in enumerate(calls)]
@@ -207,11 +219,13 @@ def _concurrently(api, calls):
     return statuses
 
 
-def test_key_and_credential_created_while_the_bot_is_deleted_are_deleted_too(inprocess_api,
-                                                                             monkeypatch):
+def test_key_and_credential_created_while_the_bot_is_deleted_are_deleted_too(
+    inprocess_api, monkeypatch
+):
     """GIVEN a key and a credential created for the bot after the delete listed what it owns
     (their owner check passes: the bot still exists), THEN the delete still removes them."""
     from chalicelib import api_keys, auth, credentials
+
     account = inprocess_api.new_account()
     admin = account.admin
     bot = admin.post("/bot_users", {"name": "racing"}).json

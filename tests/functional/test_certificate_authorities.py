@@ -1,4 +1,5 @@
 """/certificate_authorities at both levels: PEM checks, fields read from the certificate."""
+
 import datetime
 
 import pytest
@@ -11,26 +12,53 @@ from chalicelib import certificate_authorities
 from chalicelib.core import ids
 
 PATH = "/certificate_authorities"
-FIELDS = {"id", "uri", "created_at", "description", "metadata", "ca_pem",
-          "subject_common_name", "not_before", "not_after", "key_usages",
-          "extended_key_usages"}
+FIELDS = {
+    "id",
+    "uri",
+    "created_at",
+    "description",
+    "metadata",
+    "ca_pem",
+    "subject_common_name",
+    "not_before",
+    "not_after",
+    "key_usages",
+    "extended_key_usages",
+}
 
 
 def make_cert(cn="Test CA", ca=True, extensions=True):
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
     start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
-    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(start).not_valid_after(start + datetime.timedelta(days=365)))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + datetime.timedelta(days=365))
+    )
     if extensions:
         builder = builder.add_extension(x509.BasicConstraints(ca=ca, path_length=None), True)
-        builder = builder.add_extension(x509.KeyUsage(
-            digital_signature=True, content_commitment=False, key_encipherment=False,
-            data_encipherment=False, key_agreement=False, key_cert_sign=ca, crl_sign=ca,
-            encipher_only=False, decipher_only=False), True)
-        builder = builder.add_extension(x509.ExtendedKeyUsage(
-            [ExtendedKeyUsageOID.CLIENT_AUTH]), False)
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=ca,
+                crl_sign=ca,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            True,
+        )
+        builder = builder.add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False
+        )
     cert = builder.sign(key, hashes.SHA256())
     return cert.public_bytes(serialization.Encoding.PEM).decode(), key
 
@@ -68,12 +96,20 @@ def test_certificate_without_extensions_is_accepted(account):
 def test_bad_pems_return_400(account):
     pem, key = make_cert()
     leaf, _ = make_cert(ca=False)
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     broken = pem.replace(pem.splitlines()[3], "A" * len(pem.splitlines()[3]))
-    for bad in ("", "hello", key_pem, pem + pem, leaf, broken,
-                "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
-                pem + " " * (certificate_authorities.MAX_PEM_BYTES - len(pem) + 1)):
+    for bad in (
+        "",
+        "hello",
+        key_pem,
+        pem + pem,
+        leaf,
+        broken,
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        pem + " " * (certificate_authorities.MAX_PEM_BYTES - len(pem) + 1),
+    ):
         resp = account.admin.post(PATH, {"ca_pem": bad})
         assert resp.status == 400, (bad[:80], resp)
         assert resp.json["details"]["field"] == "ca_pem"
@@ -87,19 +123,23 @@ def test_bad_pems_return_400(account):
 def test_ca_used_by_mutual_tls_cannot_be_deleted(account, other_account):
     admin = account.admin
     ca, ca2 = upload(admin), upload(admin)
-    edge = admin.post("/edges/https", {"mutual_tls": {
-        "certificate_authority_ids": [ca["id"]]}})
+    edge = admin.post("/edges/https", {"mutual_tls": {"certificate_authority_ids": [ca["id"]]}})
     assert edge.status == 201, edge
     edge = edge.json
-    assert edge["mutual_tls"] == {"enabled": True, "certificate_authorities": [
-        {"id": ca["id"], "uri": ca["uri"]}]}
+    assert edge["mutual_tls"] == {
+        "enabled": True,
+        "certificate_authorities": [{"id": ca["id"], "uri": ca["uri"]}],
+    }
     assert admin.delete(f"{PATH}/{ca['id']}").status == 409
     theirs = upload(other_account.admin)
-    resp = admin.put(f"/edges/https/{edge['id']}/mutual_tls",
-                     {"certificate_authority_ids": [theirs["id"]]})
+    resp = admin.put(
+        f"/edges/https/{edge['id']}/mutual_tls", {"certificate_authority_ids": [theirs["id"]]}
+    )
     assert resp.status == 400 and theirs["id"] in resp.json["msg"]
-    replaced = admin.put(f"/edges/https/{edge['id']}/mutual_tls",
-                         {"enabled": False, "certificate_authority_ids": [ca2["id"]]})
+    replaced = admin.put(
+        f"/edges/https/{edge['id']}/mutual_tls",
+        {"enabled": False, "certificate_authority_ids": [ca2["id"]]},
+    )
     assert replaced.status == 200 and replaced.json["enabled"] is False
     assert admin.delete(f"{PATH}/{ca['id']}").status == 204
     assert admin.delete(f"{PATH}/{ca2['id']}").status == 409
@@ -113,4 +153,6 @@ def test_pems_reads_what_the_edge_needs(api, account):
     a, b = upload(account.admin), upload(account.admin)
     missing = "ca_0ERYqBR5B9RMvMY4cZCztl2IB7s"
     assert certificate_authorities.pems(account.id, [b["id"], missing, a["id"]]) == [
-        b["ca_pem"], a["ca_pem"]]
+        b["ca_pem"],
+        a["ca_pem"],
+    ]

@@ -17,6 +17,7 @@ Resources of the client outside the table (TLS edges, SSH, …) are not part of 
 vaults and secrets are, tested through this client in tests/functional/test_vaults.py; event
 destinations, subscriptions and sources are in the table (docs/EVENTS.md).
 """
+
 import inspect
 import json
 import re
@@ -33,37 +34,56 @@ from chalicelib.core.config import get_settings
 
 # client attribute path → collection route in this app. Served now.
 SERVED = {
-    "api_keys": "/api_keys", "credentials": "/credentials", "bot_users": "/bot_users",
-    "service_users": "/service_users", "abuse_reports": "/abuse_reports",
-    "reserved_domains": "/reserved_domains", "ip_policies": "/ip_policies",
-    "ip_policy_rules": "/ip_policy_rules", "backends.http_response": "/backends/http_response",
-    "edges.tcp": "/edges/tcp", "edges.https": "/edges/https",
+    "api_keys": "/api_keys",
+    "credentials": "/credentials",
+    "bot_users": "/bot_users",
+    "service_users": "/service_users",
+    "abuse_reports": "/abuse_reports",
+    "reserved_domains": "/reserved_domains",
+    "ip_policies": "/ip_policies",
+    "ip_policy_rules": "/ip_policy_rules",
+    "backends.http_response": "/backends/http_response",
+    "edges.tcp": "/edges/tcp",
+    "edges.https": "/edges/https",
     "edges.https_routes": "/edges/https/{edge_id}/routes",
     "edge_modules.tcp_edge_backend": "/edges/tcp/{edge_id}/backend",
     "edge_modules.tcp_edge_ip_restriction": "/edges/tcp/{edge_id}/ip_restriction",
     "edge_modules.tcp_edge_traffic_policy": "/edges/tcp/{edge_id}/traffic_policy",
-    "edge_modules.https_edge_route_user_agent_filter":
-        "/edges/https/{edge_id}/routes/{route_id}/user_agent_filter",
-    "edge_modules.https_edge_route_response_headers":
-        "/edges/https/{edge_id}/routes/{route_id}/response_headers",
-    "backends.tunnel_group": "/backends/tunnel_group", "backends.failover": "/backends/failover",
-    "backends.weighted": "/backends/weighted", "reserved_addrs": "/reserved_addrs",
+    "edge_modules.https_edge_route_user_agent_filter": "/edges/https/{edge_id}/routes/{route_id}/user_agent_filter",
+    "edge_modules.https_edge_route_response_headers": "/edges/https/{edge_id}/routes/{route_id}/response_headers",
+    "backends.tunnel_group": "/backends/tunnel_group",
+    "backends.failover": "/backends/failover",
+    "backends.weighted": "/backends/weighted",
+    "reserved_addrs": "/reserved_addrs",
     "certificate_authorities": "/certificate_authorities",
-    "tunnel_sessions": "/tunnel_sessions", "tunnels": "/tunnels", "endpoints": "/endpoints",
-    **{f"edge_modules.https_edge_route_{m}": f"/edges/https/{{edge_id}}/routes/{{route_id}}/{m}"
-       for m in ("backend", "ip_restriction", "traffic_policy", "request_headers")},
+    "tunnel_sessions": "/tunnel_sessions",
+    "tunnels": "/tunnels",
+    "endpoints": "/endpoints",
+    **{
+        f"edge_modules.https_edge_route_{m}": f"/edges/https/{{edge_id}}/routes/{{route_id}}/{m}"
+        for m in ("backend", "ip_restriction", "traffic_policy", "request_headers")
+    },
     "edge_modules.https_edge_tls_termination": "/edges/https/{edge_id}/tls_termination",
     "edge_modules.https_edge_mutual_tls": "/edges/https/{edge_id}/mutual_tls",
-    "event_destinations": "/event_destinations", "event_subscriptions": "/event_subscriptions",
+    "event_destinations": "/event_destinations",
+    "event_subscriptions": "/event_subscriptions",
     "event_sources": "/event_subscriptions/{subscription_id}/sources",
 }
 # Client resources this service does not offer as routes: the HTTPS route modules whose rule
 # is a traffic policy action here (in a route's body they are refused unless null). Their
 # methods skip with this reason; one that becomes routed fails until it moves to SERVED.
 NOT_OFFERED = {
-    f"edge_modules.https_edge_route_{m}": f"HTTPS route module {m}" for m in (
-        "compression", "circuit_breaker", "websocket_tcp_converter", "webhook_verification",
-        "oauth", "oidc", "saml")}
+    f"edge_modules.https_edge_route_{m}": f"HTTPS route module {m}"
+    for m in (
+        "compression",
+        "circuit_breaker",
+        "websocket_tcp_converter",
+        "webhook_verification",
+        "oauth",
+        "oidc",
+        "saml",
+    )
+}
 TABLE = {**{k: "served" for k in SERVED}, **{k: "not offered" for k in NOT_OFFERED}}
 
 
@@ -75,8 +95,11 @@ def _service(client, attr):
 
 
 def _methods(service):
-    return sorted(name for name, value in inspect.getmembers(service, inspect.ismethod)
-                  if not name.startswith("_"))
+    return sorted(
+        name
+        for name, value in inspect.getmembers(service, inspect.ismethod)
+        if not name.startswith("_")
+    )
 
 
 class _Recorder:
@@ -89,6 +112,7 @@ class _Recorder:
         def send(path, data=None):
             self.calls.append((method, path))
             return {}
+
         return send
 
     def __getattr__(self, name):
@@ -151,14 +175,21 @@ def _ca_pem():
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
+
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "compat test CA")])
     now = datetime.now(timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=30))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
@@ -192,8 +223,13 @@ class Env:
 class Crud:
     """create/get/list/update/delete of a collection, with ``create(env)`` kwargs."""
 
-    def __init__(self, create=lambda env: {}, update=lambda env: {"metadata": "m"},
-                 parents=lambda env: (), extra=None):
+    def __init__(
+        self,
+        create=lambda env: {},
+        update=lambda env: {"metadata": "m"},
+        parents=lambda env: (),
+        extra=None,
+    ):
         self.kwargs, self.update_kwargs, self.parents = create, update, parents
         self.extra = extra or {}
 
@@ -269,78 +305,122 @@ class Probe:
             func(*args)
         err = raised.value
         assert err.http_status_code == 404 or (
-            err.http_status_code == 400 and err.error_code == errors.UNSUPPORTED_OPERATION), err
+            err.http_status_code == 400 and err.error_code == errors.UNSUPPORTED_OPERATION
+        ), err
 
 
 def _domain_delete_part(part):
     def run(env, svc, obj):
         getattr(svc, f"delete_{part}")(obj.id)
         assert getattr(svc.get(obj.id), part) is None
+
     return run
 
 
 RECIPES = {
     "api_keys": Crud(create=lambda env: {"description": "compat"}),
     "credentials": Crud(create=lambda env: {"acl": ["bind:*.example.com"]}),
-    "bot_users": Crud(create=lambda env: {"name": f"bot-{rnd()}"},
-                      update=lambda env: {"name": f"bot-{rnd()}"}),
-    "service_users": Crud(create=lambda env: {"name": f"svc-{rnd()}"},
-                          update=lambda env: {"active": False}),
+    "bot_users": Crud(
+        create=lambda env: {"name": f"bot-{rnd()}"}, update=lambda env: {"name": f"bot-{rnd()}"}
+    ),
+    "service_users": Crud(
+        create=lambda env: {"name": f"svc-{rnd()}"}, update=lambda env: {"active": False}
+    ),
     "abuse_reports": Crud(create=lambda env: {"urls": [f"https://{rnd()}.example.com/x"]}),
     "reserved_domains": Crud(
         create=lambda env: {"domain": f"{rnd()}.customer-example.com"},
-        extra={"delete_certificate": _domain_delete_part("certificate"),
-               "delete_certificate_management_policy":
-                   _domain_delete_part("certificate_management_policy")}),
+        extra={
+            "delete_certificate": _domain_delete_part("certificate"),
+            "delete_certificate_management_policy": _domain_delete_part(
+                "certificate_management_policy"
+            ),
+        },
+    ),
     "ip_policies": Crud(),
-    "ip_policy_rules": Crud(create=lambda env: {"cidr": "10.0.0.0/8", "action": "allow",
-                                                "ip_policy_id": env.ip_policy()},
-                            update=lambda env: {"cidr": "10.1.0.0/16"}),
+    "ip_policy_rules": Crud(
+        create=lambda env: {
+            "cidr": "10.0.0.0/8",
+            "action": "allow",
+            "ip_policy_id": env.ip_policy(),
+        },
+        update=lambda env: {"cidr": "10.1.0.0/16"},
+    ),
     "backends.http_response": Crud(create=lambda env: {"body": "ok", "status_code": 200}),
-    "edges.tcp": Crud(create=lambda env: {
-        "hostports": [env.reserved_addr()],
-        "traffic_policy": dt.EndpointTrafficPolicy(env.c, {"enabled": True, "value": POLICY})}),
+    "edges.tcp": Crud(
+        create=lambda env: {
+            "hostports": [env.reserved_addr()],
+            "traffic_policy": dt.EndpointTrafficPolicy(env.c, {"enabled": True, "value": POLICY}),
+        }
+    ),
     # an HTTPS edge's hostport: a free name under the base domain (or a reserved domain)
-    "edges.https": Crud(create=lambda env: {"hostports": [f"{rnd()}.{get_settings().base_domain}:443"]}),
-    "edges.https_routes": Crud(create=lambda env: {"match_type": "path_prefix",
-                                                   "match": f"/{rnd()}"},
-                               parents=lambda env: (env.https_edge(),)),
-    "edge_modules.tcp_edge_backend": Module("tcp_edge", lambda env, c: dt.EndpointBackendMutate(
-        c, {"backend_id": env.backend()})),
-    "edge_modules.tcp_edge_ip_restriction": Module("tcp_edge", lambda env, c:
-        dt.EndpointIPPolicyMutate(c, {"ip_policy_ids": [env.ip_policy()]})),
-    "edge_modules.tcp_edge_traffic_policy": Module("tcp_edge", lambda env, c:
-        dt.EndpointTrafficPolicy(c, {"enabled": True, "value": POLICY})),
-    "edge_modules.https_edge_route_user_agent_filter": Module("https_route", lambda env, c:
-        dt.EndpointUserAgentFilter(c, {"allow": ["^curl"], "deny": []})),
-    "edge_modules.https_edge_route_response_headers": Module("https_route", lambda env, c:
-        dt.EndpointResponseHeaders(c, {"add": {"x-a": "1"}, "remove": ["server"]})),
+    "edges.https": Crud(
+        create=lambda env: {"hostports": [f"{rnd()}.{get_settings().base_domain}:443"]}
+    ),
+    "edges.https_routes": Crud(
+        create=lambda env: {"match_type": "path_prefix", "match": f"/{rnd()}"},
+        parents=lambda env: (env.https_edge(),),
+    ),
+    "edge_modules.tcp_edge_backend": Module(
+        "tcp_edge", lambda env, c: dt.EndpointBackendMutate(c, {"backend_id": env.backend()})
+    ),
+    "edge_modules.tcp_edge_ip_restriction": Module(
+        "tcp_edge",
+        lambda env, c: dt.EndpointIPPolicyMutate(c, {"ip_policy_ids": [env.ip_policy()]}),
+    ),
+    "edge_modules.tcp_edge_traffic_policy": Module(
+        "tcp_edge", lambda env, c: dt.EndpointTrafficPolicy(c, {"enabled": True, "value": POLICY})
+    ),
+    "edge_modules.https_edge_route_user_agent_filter": Module(
+        "https_route",
+        lambda env, c: dt.EndpointUserAgentFilter(c, {"allow": ["^curl"], "deny": []}),
+    ),
+    "edge_modules.https_edge_route_response_headers": Module(
+        "https_route",
+        lambda env, c: dt.EndpointResponseHeaders(c, {"add": {"x-a": "1"}, "remove": ["server"]}),
+    ),
     # ---- routed since the table was first written ----
     "backends.tunnel_group": Crud(create=lambda env: {"labels": {"edge": rnd()}}),
     "backends.failover": Crud(create=lambda env: {"backends": [env.backend()]}),
     "backends.weighted": Crud(create=lambda env: {"backends": {env.backend(): 1}}),
     "reserved_addrs": Crud(create=lambda env: {"description": "compat"}),
     "certificate_authorities": Crud(create=lambda env: {"ca_pem": _ca_pem()}),
-    "tunnel_sessions": Probe("ts"), "tunnels": Probe("tn"),
+    "tunnel_sessions": Probe("ts"),
+    "tunnels": Probe("tn"),
     "endpoints": None,  # below: agent endpoints are read-only, cloud endpoints CRUD
-    "edge_modules.https_edge_route_backend": Module("https_route", lambda env, c:
-        dt.EndpointBackendMutate(c, {"backend_id": env.backend()})),
-    "edge_modules.https_edge_route_ip_restriction": Module("https_route", lambda env, c:
-        dt.EndpointIPPolicyMutate(c, {"ip_policy_ids": [env.ip_policy()]})),
-    "edge_modules.https_edge_route_traffic_policy": Module("https_route", lambda env, c:
-        dt.EndpointTrafficPolicy(c, {"enabled": True, "value": HTTP_POLICY})),
-    "edge_modules.https_edge_route_request_headers": Module("https_route", lambda env, c:
-        dt.EndpointRequestHeaders(c, {"add": {"x-b": "2"}, "remove": []})),
-    "edge_modules.https_edge_route_compression": Module("https_route", lambda env, c:
-        dt.EndpointCompression(c, {"enabled": True})),
-    "edge_modules.https_edge_route_circuit_breaker": Module("https_route", lambda env, c:
-        dt.EndpointCircuitBreaker(c, {"enabled": True, "error_threshold_percentage": 0.5})),
-    "edge_modules.https_edge_route_websocket_tcp_converter": Module("https_route", lambda env, c:
-        dt.EndpointWebsocketTCPConverter(c, {"enabled": True})),
-    "edge_modules.https_edge_route_webhook_verification": Module("https_route", lambda env, c:
-        dt.EndpointWebhookValidation(c, {"provider": "SLACK", "secret": "s3cret"})),
-    "edge_modules.https_edge_tls_termination": Module("https_edge", lambda env, c:
-        dt.EndpointTLSTerminationAtEdge(c, {"min_version": "1.2"})),
+    "edge_modules.https_edge_route_backend": Module(
+        "https_route", lambda env, c: dt.EndpointBackendMutate(c, {"backend_id": env.backend()})
+    ),
+    "edge_modules.https_edge_route_ip_restriction": Module(
+        "https_route",
+        lambda env, c: dt.EndpointIPPolicyMutate(c, {"ip_policy_ids": [env.ip_policy()]}),
+    ),
+    "edge_modules.https_edge_route_traffic_policy": Module(
+        "https_route",
+        lambda env, c: dt.EndpointTrafficPolicy(c, {"enabled": True, "value": HTTP_POLICY}),
+    ),
+    "edge_modules.https_edge_route_request_headers": Module(
+        "https_route",
+        lambda env, c: dt.EndpointRequestHeaders(c, {"add": {"x-b": "2"}, "remove": []}),
+    ),
+    "edge_modules.https_edge_route_compression": Module(
+        "https_route", lambda env, c: dt.EndpointCompression(c, {"enabled": True})
+    ),
+    "edge_modules.https_edge_route_circuit_breaker": Module(
+        "https_route",
+        lambda env, c: dt.EndpointCircuitBreaker(
+            c, {"enabled": True, "error_threshold_percentage": 0.5}
+        ),
+    ),
+    "edge_modules.https_edge_route_websocket_tcp_converter": Module(
+        "https_route", lambda env, c: dt.EndpointWebsocketTCPConverter(c, {"enabled": True})
+    ),
+    "edge_modules.https_edge_route_webhook_verification": Module(
+        "https_route",
+        lambda env, c: dt.EndpointWebhookValidation(c, {"provider": "SLACK", "secret": "s3cret"}),
+    ),
+    "edge_modules.https_edge_tls_termination": Module(
+        "https_edge", lambda env, c: dt.EndpointTLSTerminationAtEdge(c, {"min_version": "1.2"})
+    ),
 }
 
 
@@ -352,13 +432,19 @@ class _Props:
         self._props = props
 
 
-_KINESIS = {"kinesis": {"stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/compat",
-                        "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}}}}
+_KINESIS = {
+    "kinesis": {
+        "stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/compat",
+        "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}},
+    }
+}
 _SOURCE = "http_request_complete.v0"
-RECIPES["event_destinations"] = Crud(create=lambda env: {"description": "compat",
-                                                         "target": _Props(_KINESIS)})
-RECIPES["event_subscriptions"] = Crud(create=lambda env: {
-    "sources": [dt.EventSourceReplace(None, {"type": _SOURCE})]})
+RECIPES["event_destinations"] = Crud(
+    create=lambda env: {"description": "compat", "target": _Props(_KINESIS)}
+)
+RECIPES["event_subscriptions"] = Crud(
+    create=lambda env: {"sources": [dt.EventSourceReplace(None, {"type": _SOURCE})]}
+)
 
 
 class _EventSources:
@@ -391,9 +477,13 @@ class _Endpoints:
     """Agent endpoints are read (list/get: probed); cloud endpoints, once ``POST /endpoints``
     is routed, go through the CRUD recipe."""
 
-    crud = Crud(create=lambda env: {"url": f"https://{rnd()}.{get_settings().base_domain}",
-                                    "type": "cloud",
-                                    "traffic_policy": HTTP_POLICY})
+    crud = Crud(
+        create=lambda env: {
+            "url": f"https://{rnd()}.{get_settings().base_domain}",
+            "type": "cloud",
+            "traffic_policy": HTTP_POLICY,
+        }
+    )
     probe = Probe("ep")
 
     def run(self, env, svc, method):
@@ -407,6 +497,7 @@ RECIPES["endpoints"] = _Endpoints()
 def _probe_recipe(attr):
     """Edge modules whose body needs an identity provider (OAuth, OIDC, SAML, mutual TLS):
     GET and DELETE of an unset module still prove the route is served."""
+
     def run(env, svc, method):
         owner = env.https_edge() if "https_edge_mutual" in attr else env.https_route()
         ids = owner if isinstance(owner, tuple) else (owner,)
@@ -417,11 +508,16 @@ def _probe_recipe(attr):
                 svc.get(*ids)
         else:
             svc.delete(*ids)
+
     return run
 
 
-for _attr in ("edge_modules.https_edge_route_oauth", "edge_modules.https_edge_route_oidc",
-              "edge_modules.https_edge_route_saml", "edge_modules.https_edge_mutual_tls"):
+for _attr in (
+    "edge_modules.https_edge_route_oauth",
+    "edge_modules.https_edge_route_oidc",
+    "edge_modules.https_edge_route_saml",
+    "edge_modules.https_edge_mutual_tls",
+):
     RECIPES[_attr] = type("ProbeModule", (), {"run": staticmethod(_probe_recipe(_attr))})()
 
 
@@ -437,11 +533,14 @@ def test_python_client_method_against_the_service(env, attr, method):
     routed = app_routes(http_method, path)
     if TABLE[attr] == "not offered":
         assert not routed, f"{attr} is routed now: move it to SERVED"
-        pytest.skip(f"not offered: {NOT_OFFERED[attr]} ({http_method} {path}): the client has "
-                    "it; this service offers the rule as a traffic policy action")
+        pytest.skip(
+            f"not offered: {NOT_OFFERED[attr]} ({http_method} {path}): the client has "
+            "it; this service offers the rule as a traffic policy action"
+        )
     if not routed:
-        pytest.fail(f"client.{attr}.{method} sends {http_method} {path}, which this service "
-                    "does not route")
+        pytest.fail(
+            f"client.{attr}.{method} sends {http_method} {path}, which this service does not route"
+        )
     recipe = RECIPES.get(attr)
     assert recipe is not None, f"no recipe for client.{attr}"
     recipe.run(env, _service(env.c, attr), method)

@@ -4,6 +4,7 @@ Each PATCH is one UpdateItem of the fields it sends (chalicelib.core.store.set_f
 once all succeed and every field keeps a value one of its writers sent. Over real HTTP
 against the local stack (threaded server, the embedded store).
 """
+
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,8 +25,11 @@ def test_twenty_concurrent_patches_of_different_fields_all_succeed(http_api):
     token = account.admin.token
     backend = account.admin.post("/backends/http_response", {"body": "start"}).json
     url = http_api.base_url + f"/backends/http_response/{backend['id']}"
-    headers = {"Authorization": f"Bearer {token}", "Service-Version": "2",
-               "Content-Type": "application/json"}
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Service-Version": "2",
+        "Content-Type": "application/json",
+    }
     start = threading.Barrier(WRITERS)
 
     def patch(i):
@@ -35,8 +39,9 @@ def test_twenty_concurrent_patches_of_different_fields_all_succeed(http_api):
 
     with ThreadPoolExecutor(WRITERS) as pool:
         responses = list(pool.map(patch, range(WRITERS)))
-    assert [r.status_code for r in responses] == [200] * WRITERS, \
-        [r.text for r in responses if r.status_code != 200]
+    assert [r.status_code for r in responses] == [200] * WRITERS, [
+        r.text for r in responses if r.status_code != 200
+    ]
     final = account.admin.get(f"/backends/http_response/{backend['id']}").json
     for index, field in enumerate(FIELDS):
         sent = [_value(field, i) for i in range(index, WRITERS, len(FIELDS))]

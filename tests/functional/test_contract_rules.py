@@ -6,6 +6,7 @@ In-process only, on one table for the module (``module_api``): these rules live 
 and run the same at both levels; each test makes its own account, so tests do not see each
 other's resources. The numbers are the documented ones, written out (not read from the modules).
 """
+
 import base64
 import json
 
@@ -29,8 +30,9 @@ def _sized_body(size):
 
 
 def _post_raw(account, path, data, content_type="application/json"):
-    return account.admin.api.request("POST", path, key=account.admin.token, data=data,
-                                     headers={"Content-Type": content_type})
+    return account.admin.api.request(
+        "POST", path, key=account.admin.token, data=data, headers={"Content-Type": content_type}
+    )
 
 
 # ---- body size: 256 KiB passes, one byte more is a 413 that writes nothing ----------------
@@ -48,8 +50,9 @@ def test_a_body_one_byte_over_256_kib_returns_413_and_creates_nothing(account):
 
 
 def test_a_body_that_is_not_json_by_content_type_returns_415(account):
-    assert_error(_post_raw(account, "/ip_policies", b"{}", "text/plain"),
-                 errors.UnsupportedMediaType)
+    assert_error(
+        _post_raw(account, "/ip_policies", b"{}", "text/plain"), errors.UnsupportedMediaType
+    )
     assert account.admin.get("/ip_policies").json["ip_policies"] == []
 
 
@@ -66,15 +69,24 @@ def test_a_list_without_limit_returns_pages_of_100(account):
     assert len(account.admin.get("/ip_policies?limit=1").json["ip_policies"]) == 1
 
 
-@pytest.mark.parametrize("query", ["limit=101", "limit=0", "limit=-1", "limit=ten",
-                                   "limit=", "before_id=ak_" + "0" * 27, "before_id=x"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "limit=101",
+        "limit=0",
+        "limit=-1",
+        "limit=ten",
+        "limit=",
+        "before_id=ak_" + "0" * 27,
+        "before_id=x",
+    ],
+)
 def test_a_list_with_a_bad_query_value_returns_400(account, query):
     assert_error(account.admin.get(f"/ip_policies?{query}"), errors.InvalidQuery)
 
 
 def test_a_list_with_an_unknown_query_parameter_returns_400(account):
-    assert_error(account.admin.get("/ip_policies?page=2"), errors.UnknownQuery,
-                 parameter="page")
+    assert_error(account.admin.get("/ip_policies?page=2"), errors.UnknownQuery, parameter="page")
 
 
 # ---- errors: operation id everywhere, nothing internal in a 500 -----------------------------
@@ -93,8 +105,7 @@ def test_every_kind_of_error_carries_its_operation_id(module_api, account, monke
         (admin.get("/ip_policies/ipp_" + "0" * 27), errors.NotFound),
         (admin.get("/no_such_path"), errors.NotFound),
         (admin.put("/ip_policies"), errors.MethodNotAllowed),
-        (_post_raw(account, "/ip_policies", _sized_body(256 * KIB + 1)),
-         errors.PayloadTooLarge),
+        (_post_raw(account, "/ip_policies", _sized_body(256 * KIB + 1)), errors.PayloadTooLarge),
         (_post_raw(account, "/ip_policies", b"{}", "text/plain"), errors.UnsupportedMediaType),
     ]
     admin.post("/bot_users", {"name": "twice"})
@@ -129,6 +140,7 @@ def test_a_crash_inside_a_view_is_a_500_without_internals(account, monkeypatch, 
     the middleware must still answer with the contract's generic body."""
     from app import app
     from chalicelib import web
+
     monkeypatch.setattr(app, "debug", debug)
     monkeypatch.setattr(web, "page", _crash)  # every list view ends in web.page
     _assert_clean_500(account.admin.get("/ip_policies"))
@@ -136,6 +148,7 @@ def test_a_crash_inside_a_view_is_a_500_without_internals(account, monkeypatch, 
 
 def test_a_crash_outside_the_view_is_a_500_without_internals(account, monkeypatch):
     from chalicelib import web
+
     monkeypatch.setattr(web, "_check_request", _crash)
     _assert_clean_500(account.admin.get("/ip_policies"))
 
@@ -146,6 +159,7 @@ def test_an_internal_api_error_keeps_its_message_out_of_the_wire(account, monkey
 
     def internal(*args, **kwargs):
         raise errors.Internal()
+
     monkeypatch.setattr(web, "page", internal)
     _assert_clean_500(account.admin.get("/ip_policies"))
 
@@ -162,8 +176,10 @@ def test_a_created_secret_is_256_random_bits_shown_once(account, path):
         tokens.append(token)
         assert account.admin.get(f"{path}/{created['id']}").json["token"] is None
         listed = account.admin.get(path).json
-        assert all(item["token"] is None for item in next(
-            v for k, v in listed.items() if isinstance(v, list)))
+        assert all(
+            item["token"] is None
+            for item in next(v for k, v in listed.items() if isinstance(v, list))
+        )
     assert tokens[0] != tokens[1]
 
 
@@ -180,8 +196,9 @@ def test_bot_names_are_case_sensitive_and_unique(account):
 
 def test_bot_names_are_at_most_255_bytes(account):
     assert account.admin.post("/bot_users", {"name": "b" * 255}).status == 201
-    assert_error(account.admin.post("/bot_users", {"name": "b" * 256}), errors.InvalidField,
-                 field="name")
+    assert_error(
+        account.admin.post("/bot_users", {"name": "b" * 256}), errors.InvalidField, field="name"
+    )
 
 
 def test_a_bot_name_is_unique_per_account_not_across_accounts(module_api, account):
@@ -207,7 +224,12 @@ def test_a_body_that_is_not_a_json_object_returns_400_and_writes_nothing(account
 
 
 def test_an_empty_body_is_an_empty_object(account):
-    resp = account.admin.api.request("POST", "/ip_policies", key=account.admin.token, data=b"",
-                                     headers={"Content-Type": "application/json"})
+    resp = account.admin.api.request(
+        "POST",
+        "/ip_policies",
+        key=account.admin.token,
+        data=b"",
+        headers={"Content-Type": "application/json"},
+    )
     assert resp.status == 201, resp
     assert json.loads(resp.text)["description"] == ""

@@ -1,4 +1,5 @@
 """CORS answers the dashboard's origin (DASHBOARD_ORIGIN) and no other; unset, none at all."""
+
 import pytest
 
 from chalicelib.core import config
@@ -20,15 +21,23 @@ def admin(inprocess_api):
 
 
 def test_preflight_of_the_dashboard_origin(inprocess_api, dashboard_origin):
-    resp = inprocess_api.request("OPTIONS", "/credentials", version=None, headers={
-        "Origin": ORIGIN, "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": "authorization, content-type, ngrok-version"})
+    resp = inprocess_api.request(
+        "OPTIONS",
+        "/credentials",
+        version=None,
+        headers={
+            "Origin": ORIGIN,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type, ngrok-version",
+        },
+    )
     assert resp.status == 204, resp
     assert resp.headers["access-control-allow-origin"] == ORIGIN
     assert "POST" in resp.headers["access-control-allow-methods"]
     allowed = resp.headers["access-control-allow-headers"].lower()
     assert {"authorization", "content-type", "ngrok-version"} <= {
-        h.strip() for h in allowed.split(",")}
+        h.strip() for h in allowed.split(",")
+    }
     assert "access-control-allow-credentials" not in resp.headers
 
 
@@ -44,8 +53,12 @@ def test_another_origin_gets_no_cors(inprocess_api, admin, dashboard_origin):
     other = "https://evil.example.com"
     resp = admin.get("/credentials", headers={"Origin": other})
     assert resp.status == 200 and "access-control-allow-origin" not in resp.headers
-    pre = inprocess_api.request("OPTIONS", "/credentials", version=None, headers={
-        "Origin": other, "Access-Control-Request-Method": "GET"})
+    pre = inprocess_api.request(
+        "OPTIONS",
+        "/credentials",
+        version=None,
+        headers={"Origin": other, "Access-Control-Request-Method": "GET"},
+    )
     assert pre.status in (400, 405) and "access-control-allow-origin" not in pre.headers
 
 
@@ -53,6 +66,10 @@ def test_unset_no_cors_and_options_is_refused(inprocess_api, admin):
     config.reset_settings()
     resp = admin.get("/credentials", headers={"Origin": ORIGIN})
     assert "access-control-allow-origin" not in resp.headers
-    pre = inprocess_api.request("OPTIONS", "/credentials", version=None, headers={
-        "Origin": ORIGIN, "Access-Control-Request-Method": "GET"})
+    pre = inprocess_api.request(
+        "OPTIONS",
+        "/credentials",
+        version=None,
+        headers={"Origin": ORIGIN, "Access-Control-Request-Method": "GET"},
+    )
     assert pre.status in (400, 405), pre  # as any unrouted method: version check, then 405

@@ -1,18 +1,19 @@
 """/credentials at both levels, the token's secrecy, ownership and the bind decision."""
+
 import json
 
 import pytest
 
 from chalicelib.core import errors, ids
 
-CRED_FIELDS = {"id", "uri", "created_at", "description", "metadata", "token", "acl",
-               "owner_id"}
+CRED_FIELDS = {"id", "uri", "created_at", "description", "metadata", "token", "acl", "owner_id"}
 
 
 def test_create_credential_returns_201_with_token_once(account):
     admin = account.admin
-    created = admin.post("/credentials", {"description": "agent", "metadata": "{}",
-                                          "acl": ["bind:*.Example.com"]})
+    created = admin.post(
+        "/credentials", {"description": "agent", "metadata": "{}", "acl": ["bind:*.Example.com"]}
+    )
     assert created.status == 201, created
     body = created.json
     assert set(body) == CRED_FIELDS
@@ -21,8 +22,9 @@ def test_create_credential_returns_201_with_token_once(account):
     assert body["acl"] == ["bind:*.example.com"]  # canonical: lower-cased
     fetched = admin.get(f"/credentials/{body['id']}")
     assert fetched.status == 200 and fetched.json["token"] is None
-    assert {k: v for k, v in fetched.json.items() if k != "token"} == \
-        {k: v for k, v in body.items() if k != "token"}
+    assert {k: v for k, v in fetched.json.items() if k != "token"} == {
+        k: v for k, v in body.items() if k != "token"
+    }
     listed = admin.get("/credentials").json["credentials"]
     assert [c["id"] for c in listed] == [body["id"]] and listed[0]["token"] is None
     updated = admin.patch(f"/credentials/{body['id']}", {"description": "x"})
@@ -51,6 +53,7 @@ def _scan_table(api):
         client = api.stack.store_client()
     else:
         from chalicelib.core import store
+
         client = store.connection().client
     items, kwargs = [], {"TableName": "tunnel-service"}
     while True:
@@ -61,13 +64,34 @@ def _scan_table(api):
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-@pytest.mark.parametrize("rule", [
-    "bind:", "bind", "BIND:example.com", "allow:example.com", "bind:exa mple.com",
-    "bind:a*.example.com", "bind:example.*.com", "bind:*example.com", "bind:-a.com",
-    "bind:example..com", "bind:example.com:0", "bind:example.com:65536", "bind:host:abc",
-    "bind::80", "bind:[zz]:80", "bind:a*=b", "bind:k=", "bind:=v", "bind:k=v v", "**",
-    "bind:" + "a" * 64 + ".com", "bind:" + "a." * 300 + "com", "",
-])
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "bind:",
+        "bind",
+        "BIND:example.com",
+        "allow:example.com",
+        "bind:exa mple.com",
+        "bind:a*.example.com",
+        "bind:example.*.com",
+        "bind:*example.com",
+        "bind:-a.com",
+        "bind:example..com",
+        "bind:example.com:0",
+        "bind:example.com:65536",
+        "bind:host:abc",
+        "bind::80",
+        "bind:[zz]:80",
+        "bind:a*=b",
+        "bind:k=",
+        "bind:=v",
+        "bind:k=v v",
+        "**",
+        "bind:" + "a" * 64 + ".com",
+        "bind:" + "a." * 300 + "com",
+        "",
+    ],
+)
 def test_bad_acl_rule_returns_400_naming_it(account, rule):
     resp = account.admin.post("/credentials", {"acl": ["bind:ok.example.com", rule]})
     assert resp.status == 400, resp
@@ -76,18 +100,33 @@ def test_bad_acl_rule_returns_400_naming_it(account, rule):
     assert account.admin.get("/credentials").json["credentials"] == []
 
 
-@pytest.mark.parametrize("body", [{"acl": "bind:*"}, {"acl": [5]}, {"acl": ["*"] * 101},
-                                  {"description": "x" * 256}, {"metadata": "m" * 4097},
-                                  {"owner_id": 5}, {"token": "mine"}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"acl": "bind:*"},
+        {"acl": [5]},
+        {"acl": ["*"] * 101},
+        {"description": "x" * 256},
+        {"metadata": "m" * 4097},
+        {"owner_id": 5},
+        {"token": "mine"},
+    ],
+)
 def test_bad_create_body_returns_400(account, body):
     assert account.admin.post("/credentials", body).status == 400
 
 
-@pytest.mark.parametrize("path, body", [
-    ("/credentials", {"description": "\ud800"}), ("/credentials", {"acl": ["bind:\udc00.com"]}),
-    ("/bot_users", {"name": "bot\ud800"}), ("/reserved_domains", {"domain": "\ud800.example.com"}),
-    ("/api_keys", {"metadata": "\udfff"}), ("/abuse_reports", {"urls": ["http://\ud800.com/"]}),
-])
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/credentials", {"description": "\ud800"}),
+        ("/credentials", {"acl": ["bind:\udc00.com"]}),
+        ("/bot_users", {"name": "bot\ud800"}),
+        ("/reserved_domains", {"domain": "\ud800.example.com"}),
+        ("/api_keys", {"metadata": "\udfff"}),
+        ("/abuse_reports", {"urls": ["http://\ud800.com/"]}),
+    ],
+)
 def test_unpaired_surrogate_escape_in_a_body_returns_400_not_500(api, path, body):
     caller = api.new_account(reporter=True).admin
     resp = caller.post(path, body)  # json.dumps sends the lone surrogate as a \u escape
@@ -96,9 +135,21 @@ def test_unpaired_surrogate_escape_in_a_body_returns_400_not_500(api, path, body
 
 
 def test_valid_acl_rules_are_accepted(account):
-    rules = ["*", "bind:*", "bind:example.com", "bind:*.example.com", "bind:x.example.com:443",
-             "bind:1.tcp.example.com:12345", "bind:10.0.0.1:22", "bind:[::1]:8080",
-             "bind:*=prod", "bind:env=*", "bind:env=prod", "bind:*=*", "bind:app/name=web_1"]
+    rules = [
+        "*",
+        "bind:*",
+        "bind:example.com",
+        "bind:*.example.com",
+        "bind:x.example.com:443",
+        "bind:1.tcp.example.com:12345",
+        "bind:10.0.0.1:22",
+        "bind:[::1]:8080",
+        "bind:*=prod",
+        "bind:env=*",
+        "bind:env=prod",
+        "bind:*=*",
+        "bind:app/name=web_1",
+    ]
     created = account.admin.post("/credentials", {"acl": rules})
     assert created.status == 201, created
     assert created.json["acl"] == rules
@@ -141,8 +192,10 @@ def test_admin_creates_credential_owned_by_bot_or_member(account):
         assert created.json["owner_id"] == owner and created.json["token"]
 
 
-@pytest.mark.parametrize("owner", ["bot_0ERYqBR5B9RMvMY4cZCztl2IB7s", "cr_x", "nobody",
-                                   "usr_0ERYqBR5B9RMvMY4cZCztl2IB7s"])
+@pytest.mark.parametrize(
+    "owner",
+    ["bot_0ERYqBR5B9RMvMY4cZCztl2IB7s", "cr_x", "nobody", "usr_0ERYqBR5B9RMvMY4cZCztl2IB7s"],
+)
 def test_owner_must_be_a_principal_of_the_account(account, owner):
     resp = account.admin.post("/credentials", {"owner_id": owner})
     assert resp.status == 400 and resp.json["details"]["field"] == "owner_id"
@@ -177,8 +230,10 @@ def test_other_accounts_credentials_are_not_found(account, other_account):
     assert account.admin.get(f"/credentials/{cred['id']}").json["metadata"] == ""
 
 
-@pytest.mark.parametrize("cred_id", ["cr_x", "nope", "bot_0ERYqBR5B9RMvMY4cZCztl2IB7s",
-                                     "cr_0ERYqBR5B9RMvMY4cZCztl2IB7s"])
+@pytest.mark.parametrize(
+    "cred_id",
+    ["cr_x", "nope", "bot_0ERYqBR5B9RMvMY4cZCztl2IB7s", "cr_0ERYqBR5B9RMvMY4cZCztl2IB7s"],
+)
 def test_malformed_or_unknown_credential_id_returns_404(account, cred_id):
     assert account.admin.get(f"/credentials/{cred_id}").status == 404
     assert account.admin.patch(f"/credentials/{cred_id}", {}).status == 404
@@ -206,6 +261,7 @@ def inproc_account(inprocess_api):
 
 def test_credential_may_bind_follows_the_acl(inproc_account):
     from chalicelib.credentials import credential_may_bind
+
     admin = inproc_account.admin
     cred = admin.post("/credentials", {"acl": ["bind:*.example.com", "bind:env=prod"]}).json
     token = cred["token"]
@@ -230,6 +286,7 @@ def test_credential_may_bind_follows_the_acl(inproc_account):
 
 def test_inactive_bot_credentials_stop_binding_and_reactivation_restores(inproc_account):
     from chalicelib.credentials import credential_may_bind
+
     admin = inproc_account.admin
     bot = admin.post("/bot_users", {"name": "agent"}).json
     token = admin.post("/credentials", {"owner_id": bot["id"]}).json["token"]
@@ -246,6 +303,7 @@ def test_deleting_a_bot_with_many_credentials_deletes_them_all(inproc_account):
     """More owned items than one transaction holds (2 writes each): chunked deletion."""
     from chalicelib import credentials
     from chalicelib.core import store
+
     admin = inproc_account.admin
     bot = admin.post("/bot_users", {"name": "busy"}).json
     for _ in range(60):
@@ -255,6 +313,9 @@ def test_deleting_a_bot_with_many_credentials_deletes_them_all(inproc_account):
     assert admin.delete(f"/bot_users/{bot['id']}").status == 204
     assert credentials.owned_by(inproc_account.id, bot["id"]) == []
     assert admin.get("/credentials").json["credentials"] == []
-    leftovers = [i for i in store.model().scan() if i.kind in ("credential_token", "unique")
-                 and (i.data or {}).get("owner_id") == bot["id"]]
+    leftovers = [
+        i
+        for i in store.model().scan()
+        if i.kind in ("credential_token", "unique") and (i.data or {}).get("owner_id") == bot["id"]
+    ]
     assert leftovers == []

@@ -1,6 +1,7 @@
 """POST /reserved_domains/{id}/dns_check against a DNS server of the tests' own on the
 loopback (DNS_CHECK_RESOLVER): found, missing and wrong target per CNAME record; the bound on
 a resolver that never answers, measured."""
+
 import time
 
 import pytest
@@ -19,6 +20,7 @@ def resolver_env(monkeypatch):
     def point_at(server):
         monkeypatch.setenv("DNS_CHECK_RESOLVER", server.address)
         config.reset_settings()
+
     yield point_at
     config.reset_settings()
 
@@ -59,7 +61,9 @@ def test_wildcard_needs_two_records(admin, resolver_env):
         resolver_env(server)
         body = admin.post(f"/reserved_domains/{rd['id']}/dns_check").json
         assert [(r["name"], r["status"]) for r in body["records"]] == [
-            (f"*.{suffix}", "found"), (f"_acme-challenge.{suffix}", "missing")]
+            (f"*.{suffix}", "found"),
+            (f"_acme-challenge.{suffix}", "missing"),
+        ]
         assert body["records"][1]["expected_target"] == rd["acme_challenge_cname_target"]
         server.cnames[f"_acme-challenge.{suffix}"] = rd["acme_challenge_cname_target"]
         assert admin.post(f"/reserved_domains/{rd['id']}/dns_check").json["ok"] is True
@@ -86,7 +90,7 @@ def test_a_silent_resolver_costs_at_most_the_stated_bound(admin, resolver_env):
     assert [r["status"] for r in body["records"]] == ["unknown", "unknown"]
     assert "did not answer" in body["records"][0]["msg"]
     bound = dns_check.MAX_RECORDS * dns_check.QUERY_TIMEOUT
-    assert took < bound + 1.0, took   # the stated bound (plus the request's own time)
+    assert took < bound + 1.0, took  # the stated bound (plus the request's own time)
 
 
 def test_unknown_domain_body_and_other_account(admin, inprocess_api, resolver_env):
@@ -99,9 +103,14 @@ def test_unknown_domain_body_and_other_account(admin, inprocess_api, resolver_en
     assert admin.get(f"/reserved_domains/{rd['id']}/dns_check").status == 405
 
 
-@pytest.mark.parametrize("raw,expected", [("127.0.0.1:5353", ("127.0.0.1", 5353)),
-                                          ("10.0.0.2", ("10.0.0.2", 53)),
-                                          ("[::1]:54", ("::1", 54))])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("127.0.0.1:5353", ("127.0.0.1", 5353)),
+        ("10.0.0.2", ("10.0.0.2", 53)),
+        ("[::1]:54", ("::1", 54)),
+    ],
+)
 def test_resolver_setting(raw, expected):
     assert dns_check.parse_resolver(raw) == expected
 

@@ -1,12 +1,17 @@
 """The reference client (``ngrok-api``) against the running service, over HTTP: backends, IP
 policies and rules, TCP edges with modules, HTTPS edges, routes and route modules."""
+
 import json
 
 import ngrok
 import pytest
-from ngrok.datatypes import (EndpointBackendMutate, EndpointIPPolicyMutate,
-                             EndpointResponseHeaders, EndpointTrafficPolicy,
-                             EndpointUserAgentFilter)
+from ngrok.datatypes import (
+    EndpointBackendMutate,
+    EndpointIPPolicyMutate,
+    EndpointResponseHeaders,
+    EndpointTrafficPolicy,
+    EndpointUserAgentFilter,
+)
 
 from chalicelib.core import ids
 
@@ -20,8 +25,9 @@ def client(http_api):
 
 
 def test_backends_with_the_reference_client(client):
-    created = client.backends.http_response.create(description="d", body="hi",
-                                                   headers={"X-A": "1"}, status_code=201)
+    created = client.backends.http_response.create(
+        description="d", body="hi", headers={"X-A": "1"}, status_code=201
+    )
     assert created.status_code == 201 and created.headers == {"x-a": "1"}
     plain = client.backends.http_response.create()
     assert plain.headers is None and plain.status_code == 200
@@ -38,8 +44,9 @@ def test_backends_with_the_reference_client(client):
 def test_ip_policies_and_rules_with_the_reference_client(client):
     policy = client.ip_policies.create(description="office")
     assert policy.description == "office" and policy.metadata == ""
-    rule = client.ip_policy_rules.create(cidr="203.0.113.0/24", ip_policy_id=policy.id,
-                                         action="allow")
+    rule = client.ip_policy_rules.create(
+        cidr="203.0.113.0/24", ip_policy_id=policy.id, action="allow"
+    )
     assert rule.ip_policy.id == policy.id and rule.action == "allow"
     assert client.ip_policy_rules.update(rule.id, cidr="10.0.0.0/8").cidr == "10.0.0.0/8"
     assert [r.id for r in client.ip_policy_rules.list()] == [rule.id]
@@ -57,10 +64,12 @@ def test_tcp_edges_with_the_reference_client(client):
     policy = client.ip_policies.create()
     hostport = client.reserved_addrs.create().addr
     edge = client.edges.tcp.create(
-        description="db", hostports=[hostport],
+        description="db",
+        hostports=[hostport],
         backend=EndpointBackendMutate(client, {"backend_id": backend.id}),
         ip_restriction=EndpointIPPolicyMutate(client, {"ip_policy_ids": [policy.id]}),
-        traffic_policy=EndpointTrafficPolicy(client, {"enabled": True, "value": POLICY}))
+        traffic_policy=EndpointTrafficPolicy(client, {"enabled": True, "value": POLICY}),
+    )
     assert edge.hostports == [hostport]
     assert edge.backend.enabled and edge.backend.backend.id == backend.id
     assert [p.id for p in edge.ip_restriction.ip_policies] == [policy.id]
@@ -72,13 +81,15 @@ def test_tcp_edges_with_the_reference_client(client):
     got = modules.tcp_edge_backend.get(edge.id)
     assert got.backend.id == backend.id
     replaced = modules.tcp_edge_backend.replace(
-        edge.id, EndpointBackendMutate(client, {"enabled": False, "backend_id": backend.id}))
+        edge.id, EndpointBackendMutate(client, {"enabled": False, "backend_id": backend.id})
+    )
     assert replaced.enabled is False
     modules.tcp_edge_ip_restriction.delete(edge.id)
     with pytest.raises(ngrok.NotFoundError):
         modules.tcp_edge_ip_restriction.get(edge.id)
     tp = modules.tcp_edge_traffic_policy.replace(
-        edge.id, EndpointTrafficPolicy(client, {"enabled": False, "value": POLICY}))
+        edge.id, EndpointTrafficPolicy(client, {"enabled": False, "value": POLICY})
+    )
     assert tp.enabled is False
     assert [e.id for e in client.edges.tcp.list()] == [edge.id]
     client.edges.tcp.delete(edge.id)
@@ -90,9 +101,13 @@ def test_https_edges_routes_and_modules_with_the_reference_client(client):
     edge = client.edges.https.create(description="web")
     assert edge.routes == [] and edge.mutual_tls is None and edge.tls_termination is None
     route = client.edges.https_routes.create(
-        edge.id, match_type="path_prefix", match="/",
-        user_agent_filter=EndpointUserAgentFilter(client, {"enabled": True, "allow": [],
-                                                           "deny": ["curl"]}))
+        edge.id,
+        match_type="path_prefix",
+        match="/",
+        user_agent_filter=EndpointUserAgentFilter(
+            client, {"enabled": True, "allow": [], "deny": ["curl"]}
+        ),
+    )
     assert route.edge_id == edge.id and route.user_agent_filter.deny == ["curl"]
     assert route.response_headers is None and route.backend is None
     # the client sends match_type="" and match="" unless told otherwise
@@ -101,13 +116,17 @@ def test_https_edges_routes_and_modules_with_the_reference_client(client):
     assert updated.user_agent_filter.deny == ["curl"] and updated.metadata == "m"
     modules = client.edge_modules
     rh = modules.https_edge_route_response_headers.replace(
-        edge.id, route.id, EndpointResponseHeaders(client, {"enabled": True,
-                                                            "add": {"X-A": "1"},
-                                                            "remove": ["Server"]}))
+        edge.id,
+        route.id,
+        EndpointResponseHeaders(
+            client, {"enabled": True, "add": {"X-A": "1"}, "remove": ["Server"]}
+        ),
+    )
     assert rh.add == {"x-a": "1"} and rh.remove == ["server"]
     assert modules.https_edge_route_response_headers.get(edge.id, route.id).add == {"x-a": "1"}
     ua = modules.https_edge_route_user_agent_filter.replace(
-        edge.id, route.id, EndpointUserAgentFilter(client, {"allow": ["Mozilla"]}))
+        edge.id, route.id, EndpointUserAgentFilter(client, {"allow": ["Mozilla"]})
+    )
     assert ua.enabled is True and ua.allow == ["Mozilla"] and ua.deny == []
     modules.https_edge_route_user_agent_filter.delete(edge.id, route.id)
     with pytest.raises(ngrok.NotFoundError):
@@ -134,10 +153,10 @@ def test_routing_backends_with_the_reference_client(client):
     # the client's update sends labels={} / backends=[] / {} unless told: unchanged
     assert client.backends.tunnel_group.update(tg.id, metadata="m").labels == {"app": "web"}
     assert client.backends.failover.update(fo.id, description="d").backends == [tg.id, hr.id]
-    assert client.backends.weighted.update(wt.id, metadata="m").backends == {tg.id: 90,
-                                                                            hr.id: 10}
+    assert client.backends.weighted.update(wt.id, metadata="m").backends == {tg.id: 90, hr.id: 10}
     assert client.backends.tunnel_group.update(tg.id, labels={"app": "api"}).labels == {
-        "app": "api"}
+        "app": "api"
+    }
     assert [b.id for b in client.backends.tunnel_group.list()] == [tg.id]
     assert client.backends.failover.get(fo.id).backends == [tg.id, hr.id]
     with pytest.raises(ngrok.Error) as refused:
@@ -156,8 +175,9 @@ def test_reserved_addrs_and_tcp_edges_with_the_reference_client(client):
     assert client.reserved_addrs.update(addr.id, metadata="m").metadata == "m"
     assert [a.id for a in client.reserved_addrs.list()] == [addr.id]
     tg = client.backends.tunnel_group.create(labels={"app": "db"})
-    edge = client.edges.tcp.create(hostports=[addr.addr], backend=EndpointBackendMutate(
-        client, {"backend_id": tg.id}))
+    edge = client.edges.tcp.create(
+        hostports=[addr.addr], backend=EndpointBackendMutate(client, {"backend_id": tg.id})
+    )
     assert edge.hostports == [addr.addr] and edge.backend.backend.id == tg.id
     with pytest.raises(ngrok.Error) as refused:
         client.reserved_addrs.delete(addr.id)
@@ -172,11 +192,15 @@ def test_reserved_addrs_and_tcp_edges_with_the_reference_client(client):
 
 
 def test_https_edge_modules_with_the_reference_client(client):
-    from ngrok.datatypes import (EndpointMutualTLSMutate, EndpointRequestHeaders,
-                                 EndpointTLSTerminationAtEdge)
+    from ngrok.datatypes import (
+        EndpointMutualTLSMutate,
+        EndpointRequestHeaders,
+        EndpointTLSTerminationAtEdge,
+    )
 
     from chalicelib.core.config import get_settings
     from tests.functional.test_certificate_authorities import make_cert
+
     pem, _ = make_cert("Client CA")
     ca = client.certificate_authorities.create(ca_pem=pem, description="clients")
     assert ca.subject_common_name == "Client CA" and ca.ca_pem == pem
@@ -187,7 +211,8 @@ def test_https_edge_modules_with_the_reference_client(client):
     edge = client.edges.https.create(
         hostports=[hostport],
         tls_termination=EndpointTLSTerminationAtEdge(client, {"min_version": "1.2"}),
-        mutual_tls=EndpointMutualTLSMutate(client, {"certificate_authority_ids": [ca.id]}))
+        mutual_tls=EndpointMutualTLSMutate(client, {"certificate_authority_ids": [ca.id]}),
+    )
     assert edge.hostports == [hostport]
     assert edge.tls_termination.min_version == "1.2"
     assert edge.tls_termination.terminate_at == "edge"
@@ -196,21 +221,26 @@ def test_https_edge_modules_with_the_reference_client(client):
         client.edges.https.create(hostports=[f"www.unreserved-{domain}:443"])
     assert refused.value.http_status_code == 400
     free = client.edges.https.create(
-        hostports=[f"{ids.new_id('x')[-12:].lower()}.{get_settings().base_domain}:443"])
+        hostports=[f"{ids.new_id('x')[-12:].lower()}.{get_settings().base_domain}:443"]
+    )
     modules = client.edge_modules
     tls = modules.https_edge_tls_termination.replace(
-        edge.id, EndpointTLSTerminationAtEdge(client, {"min_version": "1.3"}))
+        edge.id, EndpointTLSTerminationAtEdge(client, {"min_version": "1.3"})
+    )
     assert tls.min_version == "1.3"
     assert modules.https_edge_tls_termination.get(edge.id).min_version == "1.3"
     assert modules.https_edge_mutual_tls.get(edge.id).enabled is True
     backend = client.backends.http_response.create(body="hi")
     policy = client.ip_policies.create()
     route = client.edges.https_routes.create(
-        edge.id, match_type="path_prefix", match="/",
+        edge.id,
+        match_type="path_prefix",
+        match="/",
         backend=EndpointBackendMutate(client, {"backend_id": backend.id}),
         ip_restriction=EndpointIPPolicyMutate(client, {"ip_policy_ids": [policy.id]}),
         request_headers=EndpointRequestHeaders(client, {"add": {"X-A": "1"}, "remove": []}),
-        traffic_policy=EndpointTrafficPolicy(client, {"value": POLICY}))
+        traffic_policy=EndpointTrafficPolicy(client, {"value": POLICY}),
+    )
     assert route.backend.backend.id == backend.id
     assert [p.id for p in route.ip_restriction.ip_policies] == [policy.id]
     assert route.request_headers.add == {"x-a": "1"}
@@ -218,13 +248,15 @@ def test_https_edge_modules_with_the_reference_client(client):
     got = modules.https_edge_route_backend.get(edge.id, route.id)
     assert got.backend.id == backend.id
     rh = modules.https_edge_route_request_headers.replace(
-        edge.id, route.id, EndpointRequestHeaders(client, {"remove": ["cookie"]}))
+        edge.id, route.id, EndpointRequestHeaders(client, {"remove": ["cookie"]})
+    )
     assert rh.remove == ["cookie"] and rh.add == {}
     modules.https_edge_route_ip_restriction.delete(edge.id, route.id)
     with pytest.raises(ngrok.NotFoundError):
         modules.https_edge_route_ip_restriction.get(edge.id, route.id)
     tp = modules.https_edge_route_traffic_policy.replace(
-        edge.id, route.id, EndpointTrafficPolicy(client, {"enabled": False, "value": POLICY}))
+        edge.id, route.id, EndpointTrafficPolicy(client, {"enabled": False, "value": POLICY})
+    )
     assert tp.enabled is False
     updated = client.edges.https_routes.update(edge.id, route.id, metadata="m")
     assert updated.backend.backend.id == backend.id and updated.match == "/"

@@ -1,5 +1,6 @@
 """``GET /endpoints?id=…&url=…``: the filters the official API clients send (repeated
 parameters), at both levels and through the ngrok-api client; their bounds."""
+
 import json
 
 import ngrok
@@ -7,8 +8,18 @@ import ngrok
 from chalicelib import list_filters
 from chalicelib.core import errors, ids
 from tests.support.contract import assert_error
-POLICY = json.dumps({"on_http_request": [{"actions": [
-    {"type": "custom-response", "config": {"status_code": 200, "body": "hi"}}]}]})
+
+POLICY = json.dumps(
+    {
+        "on_http_request": [
+            {
+                "actions": [
+                    {"type": "custom-response", "config": {"status_code": 200, "body": "hi"}}
+                ]
+            }
+        ]
+    }
+)
 
 
 def _create(caller, n):
@@ -27,15 +38,17 @@ def test_id_and_url_filters(api, account):
     made = [_create(account.admin, n) for n in range(3)]
     a, b, c = made
     assert _ids(account.admin.get(f"/endpoints?id={a['id']}")) == [a["id"]]
-    assert _ids(account.admin.get(f"/endpoints?id={a['id']}&id={b['id']}")) == \
-        sorted([a["id"], b["id"]])
+    assert _ids(account.admin.get(f"/endpoints?id={a['id']}&id={b['id']}")) == sorted(
+        [a["id"], b["id"]]
+    )
     assert _ids(account.admin.get(f"/endpoints?url={c['url']}")) == [c["id"]]
     assert _ids(account.admin.get(f"/endpoints?url={c['url']}/")) == [c["id"]]
     # different parameters must all hold
     assert _ids(account.admin.get(f"/endpoints?id={a['id']}&url={c['url']}")) == []
     # with filter as well
-    assert _ids(account.admin.get(
-        f"/endpoints?id={a['id']}&id={b['id']}&filter=obj.id == \"{b['id']}\"")) == [b["id"]]
+    assert _ids(
+        account.admin.get(f'/endpoints?id={a["id"]}&id={b["id"]}&filter=obj.id == "{b["id"]}"')
+    ) == [b["id"]]
     assert _ids(account.admin.get("/endpoints?id=ep_nosuch")) == []
     # still unknown: other parameters
     assert_error(account.admin.get("/endpoints?name=x"), errors.UnknownQuery)
@@ -54,6 +67,7 @@ def test_the_ngrok_api_client_sends_them(http_api):
     account = http_api.new_account()
     a, b, _ = [_create(account.admin, n) for n in range(3)]
     client = ngrok.Client(account.admin.token, base_url=http_api.base_url)
-    assert sorted(e.id for e in client.endpoints.list(id=[a["id"], b["id"]])) == \
-        sorted([a["id"], b["id"]])
+    assert sorted(e.id for e in client.endpoints.list(id=[a["id"], b["id"]])) == sorted(
+        [a["id"], b["id"]]
+    )
     assert [e.id for e in client.endpoints.list(url=[b["url"]])] == [b["id"]]

@@ -13,6 +13,7 @@ until it is.
 
 In-process only, on one table for the module (``module_api``): the rules live in chalicelib.
 """
+
 import itertools
 import re
 import uuid
@@ -42,15 +43,17 @@ def _https_edge(caller):
 
 
 def _route(caller, edge_id):
-    return caller.post(f"/edges/https/{edge_id}/routes",
-                       {"match_type": "path_prefix", "match": f"/r{_n()}"}).json
+    return caller.post(
+        f"/edges/https/{edge_id}/routes", {"match_type": "path_prefix", "match": f"/r{_n()}"}
+    ).json
 
 
 class Resource:
     """One collection: how to make an item (``make(caller) -> (list path, item)``)."""
 
-    def __init__(self, name, prefix, list_key, make, patch=None, modules=(), listed=True,
-                 reporter=False):
+    def __init__(
+        self, name, prefix, list_key, make, patch=None, modules=(), listed=True, reporter=False
+    ):
         self.name, self.prefix, self.list_key, self.make = name, prefix, list_key, make
         self.patch = {"description": "changed"} if patch is None else patch
         self.modules, self.listed, self.reporter = modules, listed, reporter
@@ -61,9 +64,10 @@ def _simple(path, body=lambda: {}):
 
 
 def _make_rule(caller):
-    return "/ip_policy_rules", caller.post("/ip_policy_rules", {
-        "ip_policy_id": _policy(caller), "cidr": f"10.{_n() % 250}.0.0/16",
-        "action": "allow"}).json
+    return "/ip_policy_rules", caller.post(
+        "/ip_policy_rules",
+        {"ip_policy_id": _policy(caller), "cidr": f"10.{_n() % 250}.0.0/16", "action": "allow"},
+    ).json
 
 
 def _make_route(caller):
@@ -77,55 +81,171 @@ RESOURCES = [
     Resource("ip_policy", "ipp", "ip_policies", _simple("/ip_policies")),
     Resource("ip_policy_rule", "ipr", "ip_policy_rules", _make_rule),
     Resource("credential", "cr", "credentials", _simple("/credentials")),
-    Resource("bot_user", "bot", "bot_users",
-             _simple("/bot_users", lambda: {"name": f"bot-{_n()}"}), patch={"name": "changed"}),
-    Resource("reserved_domain", "rd", "reserved_domains",
-             _simple("/reserved_domains", lambda: {"domain": f"d{_n()}.example.com"}),
-             # dns_check: a POST under the item (an action), held to the same id rules
-             modules=("certificate", "certificate_management_policy", "dns_check")),
-    Resource("tcp_edge", "edgtcp", "tcp_edges", _simple("/edges/tcp"),
-             modules=("backend", "ip_restriction", "traffic_policy")),
-    Resource("https_edge", "edghts", "https_edges", _simple("/edges/https"),
-             modules=("tls_termination", "mutual_tls")),
-    Resource("https_edge_route", "edghtsrt", None, _make_route,
-             modules=("user_agent_filter", "response_headers", "backend", "ip_restriction",
-                      "request_headers", "traffic_policy")),
-    Resource("service_user", "bot", "service_users",
-             _simple("/service_users", lambda: {"name": f"svc-{_n()}"}), patch={"name": "changed"}),
-    Resource("tunnel_group_backend", "bkdtg", "backends",
-             _simple("/backends/tunnel_group", lambda: {"labels": {"app": f"a{_n()}"}})),
-    Resource("failover_backend", "bkdfo", "backends", lambda caller: (
-        "/backends/failover", caller.post("/backends/failover", {"backends": [
-            caller.post("/backends/http_response", {}).json["id"]]}).json)),
-    Resource("weighted_backend", "bkdwt", "backends", lambda caller: (
-        "/backends/weighted", caller.post("/backends/weighted", {"backends": {
-            caller.post("/backends/http_response", {}).json["id"]: 1}}).json)),
+    Resource(
+        "bot_user",
+        "bot",
+        "bot_users",
+        _simple("/bot_users", lambda: {"name": f"bot-{_n()}"}),
+        patch={"name": "changed"},
+    ),
+    Resource(
+        "reserved_domain",
+        "rd",
+        "reserved_domains",
+        _simple("/reserved_domains", lambda: {"domain": f"d{_n()}.example.com"}),
+        # dns_check: a POST under the item (an action), held to the same id rules
+        modules=("certificate", "certificate_management_policy", "dns_check"),
+    ),
+    Resource(
+        "tcp_edge",
+        "edgtcp",
+        "tcp_edges",
+        _simple("/edges/tcp"),
+        modules=("backend", "ip_restriction", "traffic_policy"),
+    ),
+    Resource(
+        "https_edge",
+        "edghts",
+        "https_edges",
+        _simple("/edges/https"),
+        modules=("tls_termination", "mutual_tls"),
+    ),
+    Resource(
+        "https_edge_route",
+        "edghtsrt",
+        None,
+        _make_route,
+        modules=(
+            "user_agent_filter",
+            "response_headers",
+            "backend",
+            "ip_restriction",
+            "request_headers",
+            "traffic_policy",
+        ),
+    ),
+    Resource(
+        "service_user",
+        "bot",
+        "service_users",
+        _simple("/service_users", lambda: {"name": f"svc-{_n()}"}),
+        patch={"name": "changed"},
+    ),
+    Resource(
+        "tunnel_group_backend",
+        "bkdtg",
+        "backends",
+        _simple("/backends/tunnel_group", lambda: {"labels": {"app": f"a{_n()}"}}),
+    ),
+    Resource(
+        "failover_backend",
+        "bkdfo",
+        "backends",
+        lambda caller: (
+            "/backends/failover",
+            caller.post(
+                "/backends/failover",
+                {"backends": [caller.post("/backends/http_response", {}).json["id"]]},
+            ).json,
+        ),
+    ),
+    Resource(
+        "weighted_backend",
+        "bkdwt",
+        "backends",
+        lambda caller: (
+            "/backends/weighted",
+            caller.post(
+                "/backends/weighted",
+                {"backends": {caller.post("/backends/http_response", {}).json["id"]: 1}},
+            ).json,
+        ),
+    ),
     Resource("reserved_addr", "ra", "reserved_addrs", _simple("/reserved_addrs")),
-    Resource("certificate_authority", "ca", "certificate_authorities",
-             _simple("/certificate_authorities", lambda: {"ca_pem": make_cert()[0]})),
-    Resource("tls_certificate", "cert", "tls_certificates",
-             _simple("/tls_certificates", lambda: SmallCA().upload_body([f"t{_n()}.example.com"]))),
-    Resource("endpoint", "ep", "endpoints", _simple("/endpoints", lambda: {
-        "url": f"https://e{_n()}-{uuid.uuid4().hex[:12]}.tunnels.localhost", "type": "cloud",
-        "traffic_policy": ""}),
+    Resource(
+        "certificate_authority",
+        "ca",
+        "certificate_authorities",
+        _simple("/certificate_authorities", lambda: {"ca_pem": make_cert()[0]}),
+    ),
+    Resource(
+        "tls_certificate",
+        "cert",
+        "tls_certificates",
+        _simple("/tls_certificates", lambda: SmallCA().upload_body([f"t{_n()}.example.com"])),
+    ),
+    Resource(
+        "endpoint",
+        "ep",
+        "endpoints",
+        _simple(
+            "/endpoints",
+            lambda: {
+                "url": f"https://e{_n()}-{uuid.uuid4().hex[:12]}.tunnels.localhost",
+                "type": "cloud",
+                "traffic_policy": "",
+            },
+        ),
         # the traffic inspector (chalicelib/captured_requests.py) hangs under the endpoint
-        modules=("captured_requests", "capture")),
-    Resource("vault", "vault", "vaults", _simple("/vaults", lambda: {"name": f"v{_n()}"}),
-             modules=("secrets",)),
-    Resource("vault_secret", "secret", "secrets", lambda caller: (
-        "/vault_secrets", caller.post("/vault_secrets", {
-            "name": f"s{_n()}", "value": "v",
-            "vault_id": caller.post("/vaults", {"name": f"v{_n()}"}).json["id"]}).json)),
-    Resource("event_destination", "ed", "event_destinations", _simple(
-        "/event_destinations", lambda: {"target": {"kinesis": {
-            "stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
-            "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}}}}})),
-    Resource("event_subscription", "esb", "event_subscriptions", _simple(
-        "/event_subscriptions", lambda: {"sources": [{"type": "http_request_complete.v0"}]}),
-        modules=("sources",)),
-    Resource("abuse_report", "abrp", None,
-             _simple("/abuse_reports", lambda: {"urls": ["https://bad.example.com/x"]}),
-             patch={}, listed=False, reporter=True),
+        modules=("captured_requests", "capture"),
+    ),
+    Resource(
+        "vault",
+        "vault",
+        "vaults",
+        _simple("/vaults", lambda: {"name": f"v{_n()}"}),
+        modules=("secrets",),
+    ),
+    Resource(
+        "vault_secret",
+        "secret",
+        "secrets",
+        lambda caller: (
+            "/vault_secrets",
+            caller.post(
+                "/vault_secrets",
+                {
+                    "name": f"s{_n()}",
+                    "value": "v",
+                    "vault_id": caller.post("/vaults", {"name": f"v{_n()}"}).json["id"],
+                },
+            ).json,
+        ),
+    ),
+    Resource(
+        "event_destination",
+        "ed",
+        "event_destinations",
+        _simple(
+            "/event_destinations",
+            lambda: {
+                "target": {
+                    "kinesis": {
+                        "stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
+                        "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}},
+                    }
+                }
+            },
+        ),
+    ),
+    Resource(
+        "event_subscription",
+        "esb",
+        "event_subscriptions",
+        _simple(
+            "/event_subscriptions", lambda: {"sources": [{"type": "http_request_complete.v0"}]}
+        ),
+        modules=("sources",),
+    ),
+    Resource(
+        "abuse_report",
+        "abrp",
+        None,
+        _simple("/abuse_reports", lambda: {"urls": ["https://bad.example.com/x"]}),
+        patch={},
+        listed=False,
+        reporter=True,
+    ),
 ]
 BY_NAME = {r.name: r for r in RESOURCES}
 # Resources merged after this table was written, not in it yet (their create bodies are their
@@ -135,11 +255,13 @@ PENDING: dict = {}
 PENDING_MODULES: set = set()
 # Online state the edge writes (no create route): only their id rules are checked here; their
 # lists and contents are the edge suite's (tests/edge).
-ONLINE = {"/tunnels": ("tunnels", []),
-          "/tunnel_sessions": ("tunnel_sessions", ["restart", "stop", "update"]),
-          # written by the edge at sign-in (tests/edge/test_identity.py)
-          "/app/sessions": ("application_sessions", []),
-          "/app/users": ("application_users", [])}
+ONLINE = {
+    "/tunnels": ("tunnels", []),
+    "/tunnel_sessions": ("tunnel_sessions", ["restart", "stop", "update"]),
+    # written by the edge at sign-in (tests/edge/test_identity.py)
+    "/app/sessions": ("application_sessions", []),
+    "/app/users": ("application_users", []),
+}
 # Ids of items under another resource that no create route makes: captured requests (the
 # edge writes them; tests/edge/test_inspector.py checks another account's are a 404).
 CHILD_PREFIXES = {"req"}
@@ -150,8 +272,13 @@ DOCUMENT = openapi.build(app)
 def _module_methods(list_path, module):
     """The methods the OpenAPI document serves on ``<list_path>/{id}/<module>``."""
     template = re.sub(r"/[a-z]+_[0-9A-Za-z]{27}(?=/|$)", "/{x}", list_path)
-    pattern = re.compile("^" + re.escape(template).replace(r"\{x\}", r"\{\w+\}")
-                         + r"/\{\w+\}/" + re.escape(module) + "$")
+    pattern = re.compile(
+        "^"
+        + re.escape(template).replace(r"\{x\}", r"\{\w+\}")
+        + r"/\{\w+\}/"
+        + re.escape(module)
+        + "$"
+    )
     found = [item for path, item in DOCUMENT["paths"].items() if pattern.match(path)]
     assert found, f"no route for module {module!r} under {list_path}"
     return sorted(m.upper() for m in found[0])
@@ -192,15 +319,20 @@ def _send(caller, method, path, resource):
 @pytest.fixture(scope="module")
 def accounts(module_api):
     """Two ordinary accounts and two abuse-reporter accounts, shared by the module's tests."""
-    return {False: (module_api.new_account(), module_api.new_account()),
-            True: (module_api.new_account(reporter=True),
-                   module_api.new_account(reporter=True))}
+    return {
+        False: (module_api.new_account(), module_api.new_account()),
+        True: (module_api.new_account(reporter=True), module_api.new_account(reporter=True)),
+    }
 
 
 def _doc_prefix(list_path):
     item = next(p for p in DOCUMENT["paths"] if p.startswith(list_path + "/{"))
-    param = next(p for op in DOCUMENT["paths"][item].values()
-                 for p in op.get("parameters", []) if p.get("in") == "path")
+    param = next(
+        p
+        for op in DOCUMENT["paths"][item].values()
+        for p in op.get("parameters", [])
+        if p.get("in") == "path"
+    )
     return param["schema"]["pattern"].lstrip("^").split("_")[0]
 
 
@@ -209,23 +341,33 @@ def test_the_table_names_every_item_route():
     prefixes = {r.prefix for r in RESOURCES} | {_doc_prefix(path) for path in ONLINE}
     assert not prefixes & set(PENDING), "in RESOURCES now: remove from PENDING"
     for path in DOCUMENT["paths"]:
-        if any(path.startswith(online + "/") for online in ONLINE) \
-                or any(path.startswith(pending + "/") for pending in PENDING.values()):
+        if any(path.startswith(online + "/") for online in ONLINE) or any(
+            path.startswith(pending + "/") for pending in PENDING.values()
+        ):
             continue
         child = False
         for name in re.findall(r"\{(\w+)\}", path):
-            param = next(p for op in DOCUMENT["paths"][path].values()
-                         for p in op.get("parameters", []) if p.get("name") == name)
+            param = next(
+                p
+                for op in DOCUMENT["paths"][path].values()
+                for p in op.get("parameters", [])
+                if p.get("name") == name
+            )
             if "pattern" not in param["schema"]:
-                continue   # not an id: an event source's {type}
+                continue  # not an id: an event source's {type}
             prefix = param["schema"]["pattern"].lstrip("^").split("_")[0]
-            if prefix in CHILD_PREFIXES:   # held to the id rules by their own tests
+            if prefix in CHILD_PREFIXES:  # held to the id rules by their own tests
                 child = True
                 continue
             assert prefix in prefixes, f"{path}: no resource with prefix {prefix!r} in RESOURCES"
         last = path.rsplit("/", 1)[-1]
-        if path.count("{") and not last.startswith("{") and last != "routes" \
-                and last not in PENDING_MODULES and not child:
+        if (
+            path.count("{")
+            and not last.startswith("{")
+            and last != "routes"
+            and last not in PENDING_MODULES
+            and not child
+        ):
             owner = [r for r in RESOURCES if last in r.modules]
             assert owner, f"{path}: module {last!r} missing from RESOURCES"
 
@@ -268,8 +410,9 @@ def test_every_list_pages_newest_first_and_ends_without_an_empty_page(module_api
     assert_error(caller.get(f"{list_path}?limit=0"), errors.InvalidQuery)
     assert_error(caller.get(f"{list_path}?limit=101"), errors.InvalidQuery)
     other_prefix = "ak" if resource.prefix != "ak" else "ipp"
-    assert_error(caller.get(f"{list_path}?before_id={other_prefix}_{'0' * 27}"),
-                 errors.InvalidQuery)
+    assert_error(
+        caller.get(f"{list_path}?before_id={other_prefix}_{'0' * 27}"), errors.InvalidQuery
+    )
 
 
 # ---- another account's ids ---------------------------------------------------------------------
@@ -289,8 +432,15 @@ def test_another_accounts_id_is_404_everywhere_and_changes_nothing(accounts, res
 # ---- malformed ids -----------------------------------------------------------------------------
 def _malformed(prefix):
     other = "ak" if prefix != "ak" else "bot"
-    return ["x", f"{prefix}_", f"{prefix}_{'0' * 26}", f"{prefix}_{'0' * 28}",
-            f"{prefix}_{'-' * 27}", f"{other}_{'0' * 27}", f"{prefix.upper()}_{'0' * 27}"]
+    return [
+        "x",
+        f"{prefix}_",
+        f"{prefix}_{'0' * 26}",
+        f"{prefix}_{'0' * 28}",
+        f"{prefix}_{'-' * 27}",
+        f"{other}_{'0' * 27}",
+        f"{prefix.upper()}_{'0' * 27}",
+    ]
 
 
 @pytest.mark.parametrize("resource", RESOURCES, ids=[r.name for r in RESOURCES])
@@ -304,8 +454,9 @@ def test_a_malformed_or_unknown_id_is_404(accounts, resource):
     if resource.name == "https_edge_route":
         edge_id = list_path.split("/")[3]
         for bad in _malformed("edghts"):
-            assert_error(owner.admin.get(f"/edges/https/{bad}/routes/{item['id']}"),
-                         errors.NotFound)
+            assert_error(
+                owner.admin.get(f"/edges/https/{bad}/routes/{item['id']}"), errors.NotFound
+            )
             assert_error(owner.admin.get(f"/edges/https/{bad}/routes"), errors.NotFound)
         assert owner.admin.get(f"/edges/https/{edge_id}/routes/{item['id']}").status == 200
 

@@ -12,6 +12,7 @@ version header is taken out of the schema the fuzzer mutates; its own rules are 
 test_contract_rules.py), so the generated negatives are bad paths, queries and bodies, and
 test_invalid_requests_reach_validation fails when they stop at the header checks again.
 """
+
 import json
 import os
 
@@ -22,9 +23,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 import schemathesis
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (content_type_conformance,
-                                               response_schema_conformance,
-                                               status_code_conformance)
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from app import app
 from chalicelib import openapi
@@ -32,16 +35,24 @@ from chalicelib.core import errors
 
 MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "6"))
 NEGATIVE_EXAMPLES = max(2, MAX_EXAMPLES * 2 // 3)
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 DOCUMENT = openapi.build(app)
-LABELS = sorted(f"{method.upper()} {path}" for path, item in DOCUMENT["paths"].items()
-                for method in item)
+LABELS = sorted(
+    f"{method.upper()} {path}" for path, item in DOCUMENT["paths"].items() for method in item
+)
 STATS = {"requests": 0, "by_status": {}}
 # label -> error codes the invalid requests got (for test_invalid_requests_reach_validation)
 NEGATIVE_CODES = {}
-HEADER_ERRORS = {errors.MissingVersion.error_code, errors.UnsupportedVersion.error_code,
-                 errors.Unauthorized.error_code}
+HEADER_ERRORS = {
+    errors.MissingVersion.error_code,
+    errors.UnsupportedVersion.error_code,
+    errors.Unauthorized.error_code,
+}
 
 
 def _without_version_parameter(document):
@@ -50,9 +61,12 @@ def _without_version_parameter(document):
     document = json.loads(json.dumps(document))
     for item in document["paths"].values():
         for op in item.values():
-            op["parameters"] = [p for p in op.get("parameters", [])
-                                if p.get("$ref") != "#/components/parameters/ServiceVersion"
-                                and p.get("name") != "Service-Version"]
+            op["parameters"] = [
+                p
+                for p in op.get("parameters", [])
+                if p.get("$ref") != "#/components/parameters/ServiceVersion"
+                and p.get("name") != "Service-Version"
+            ]
     return document
 
 
@@ -65,11 +79,16 @@ def fuzz_target(http_api):
     yield schema, http_api.base_url, account.admin.token, session
     stopped = sum(1 for codes in NEGATIVE_CODES.values() for c in codes if c in HEADER_ERRORS)
     negatives = sum(len(codes) for codes in NEGATIVE_CODES.values())
-    validated = sum(1 for codes in NEGATIVE_CODES.values()
-                    if any(errors.CATALOG.get(c) == 400 for c in codes if c not in HEADER_ERRORS))
-    print(f"\nfuzz: {STATS['requests']} requests, by status {sorted(STATS['by_status'].items())}; "
-          f"{stopped} of {negatives} invalid requests stopped at the version/auth check; "
-          f"{validated} of {len(NEGATIVE_CODES)} operations answered an invalid request with a 400")
+    validated = sum(
+        1
+        for codes in NEGATIVE_CODES.values()
+        if any(errors.CATALOG.get(c) == 400 for c in codes if c not in HEADER_ERRORS)
+    )
+    print(
+        f"\nfuzz: {STATS['requests']} requests, by status {sorted(STATS['by_status'].items())}; "
+        f"{stopped} of {negatives} invalid requests stopped at the version/auth check; "
+        f"{validated} of {len(NEGATIVE_CODES)} operations answered an invalid request with a 400"
+    )
 
 
 def _run(schema, base_url, token, session, label, mode, examples):
@@ -78,15 +97,22 @@ def _run(schema, base_url, token, session, label, mode, examples):
     headers = {"Authorization": f"Bearer {token}", "Service-Version": "2"}
     strategy = operation.as_strategy(generation_mode=mode, headers=headers)
 
-    @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
-              phases=[Phase.explicit, Phase.generate], print_blob=False,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(case=strategy)
     def fuzz(case):
         response = case.call(base_url=base_url, session=session, timeout=30)
         STATS["requests"] += 1
-        STATS["by_status"][response.status_code] = \
+        STATS["by_status"][response.status_code] = (
             STATS["by_status"].get(response.status_code, 0) + 1
+        )
         if mode is GenerationMode.NEGATIVE:
             code = None
             if response.status_code >= 400:
@@ -118,6 +144,9 @@ def test_invalid_requests_reach_validation():
     through to its own validation."""
     if not NEGATIVE_CODES:
         pytest.skip("the invalid-request tests did not run")
-    stopped = {label: codes for label, codes in NEGATIVE_CODES.items()
-               if any(code in HEADER_ERRORS for code in codes)}
+    stopped = {
+        label: codes
+        for label, codes in NEGATIVE_CODES.items()
+        if any(code in HEADER_ERRORS for code in codes)
+    }
     assert not stopped, stopped

@@ -1,17 +1,24 @@
 """/backends/http_response at both levels (in-process and over HTTP)."""
+
 import pytest
 
 from chalicelib.core import errors, ids
 
-FIELDS = {"id", "uri", "created_at", "description", "metadata", "body", "headers",
-          "status_code"}
+FIELDS = {"id", "uri", "created_at", "description", "metadata", "body", "headers", "status_code"}
 PATH = "/backends/http_response"
 
 
 def test_create_returns_201_with_every_field(account):
-    resp = account.admin.post(PATH, {"description": "teapot", "metadata": '{"a":1}',
-                                     "body": "I'm a teapot", "status_code": 418,
-                                     "headers": {"Content-Type": "text/plain", "X-A": "1"}})
+    resp = account.admin.post(
+        PATH,
+        {
+            "description": "teapot",
+            "metadata": '{"a":1}',
+            "body": "I'm a teapot",
+            "status_code": 418,
+            "headers": {"Content-Type": "text/plain", "X-A": "1"},
+        },
+    )
     assert resp.status == 201, resp
     body = resp.json
     assert set(body) == FIELDS
@@ -24,8 +31,7 @@ def test_create_returns_201_with_every_field(account):
 
 
 def test_create_defaults_and_empty_headers_are_null(account):
-    resp = account.admin.post(PATH, {"description": "", "metadata": "", "body": "",
-                                     "headers": {}})
+    resp = account.admin.post(PATH, {"description": "", "metadata": "", "body": "", "headers": {}})
     assert resp.status == 201, resp
     assert resp.json["status_code"] == 200 and resp.json["headers"] is None
     assert resp.json["description"] == "" and resp.json["body"] == ""
@@ -33,8 +39,9 @@ def test_create_defaults_and_empty_headers_are_null(account):
 
 
 def test_update_with_only_metadata_leaves_the_rest(account):
-    created = account.admin.post(PATH, {"description": "d", "body": "b", "status_code": 503,
-                                        "headers": {"A": "1"}}).json
+    created = account.admin.post(
+        PATH, {"description": "d", "body": "b", "status_code": 503, "headers": {"A": "1"}}
+    ).json
     updated = account.admin.patch(f"{PATH}/{created['id']}", {"metadata": "m"})
     assert updated.status == 200, updated
     assert updated.json == {**created, "metadata": "m"}
@@ -48,26 +55,29 @@ def test_update_replaces_headers_whole_and_empty_map_clears(account):
     assert cleared["headers"] is None
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"status_code": 99}, "status_code"),
-    ({"status_code": 600}, "status_code"),
-    ({"status_code": "200"}, "status_code"),
-    ({"status_code": True}, "status_code"),
-    ({"status_code": 204, "body": "x"}, "body"),
-    ({"status_code": 304, "body": "x"}, "body"),
-    ({"status_code": 101, "body": "x"}, "body"),
-    ({"headers": {"bad name": "x"}}, "headers"),
-    ({"headers": {"": "x"}}, "headers"),
-    ({"headers": {"X-A": "1", "x-a": "2"}}, "headers"),
-    ({"headers": {"X-A": "a\r\nInjected: 1"}}, "headers"),
-    ({"headers": {"X-A": 1}}, "headers"),
-    ({"headers": ["X-A"]}, "headers"),
-    ({"headers": {f"h{i}": "v" for i in range(51)}}, "headers"),
-    ({"headers": {"X-A": "v" * 1025}}, "headers"),
-    ({"body": "x" * 65537}, "body"),
-    ({"description": "x" * 256}, "description"),
-    ({"metadata": "x" * 4097}, "metadata"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"status_code": 99}, "status_code"),
+        ({"status_code": 600}, "status_code"),
+        ({"status_code": "200"}, "status_code"),
+        ({"status_code": True}, "status_code"),
+        ({"status_code": 204, "body": "x"}, "body"),
+        ({"status_code": 304, "body": "x"}, "body"),
+        ({"status_code": 101, "body": "x"}, "body"),
+        ({"headers": {"bad name": "x"}}, "headers"),
+        ({"headers": {"": "x"}}, "headers"),
+        ({"headers": {"X-A": "1", "x-a": "2"}}, "headers"),
+        ({"headers": {"X-A": "a\r\nInjected: 1"}}, "headers"),
+        ({"headers": {"X-A": 1}}, "headers"),
+        ({"headers": ["X-A"]}, "headers"),
+        ({"headers": {f"h{i}": "v" for i in range(51)}}, "headers"),
+        ({"headers": {"X-A": "v" * 1025}}, "headers"),
+        ({"body": "x" * 65537}, "body"),
+        ({"description": "x" * 256}, "description"),
+        ({"metadata": "x" * 4097}, "metadata"),
+    ],
+)
 def test_create_with_bad_field_returns_400_and_writes_nothing(account, body, field):
     resp = account.admin.post(PATH, body)
     assert resp.status == 400, resp
@@ -76,8 +86,14 @@ def test_create_with_bad_field_returns_400_and_writes_nothing(account, body, fie
 
 
 def test_body_limits_are_inclusive(account):
-    resp = account.admin.post(PATH, {"body": "x" * 65536, "status_code": 200,
-                                     "headers": {f"h{i}": "v" * 1024 for i in range(50)}})
+    resp = account.admin.post(
+        PATH,
+        {
+            "body": "x" * 65536,
+            "status_code": 200,
+            "headers": {f"h{i}": "v" * 1024 for i in range(50)},
+        },
+    )
     assert resp.status == 201, resp
     assert account.admin.post(PATH, {"status_code": 204}).status == 201
     assert account.admin.post(PATH, {"status_code": 100}).status == 201
@@ -95,12 +111,17 @@ def test_update_to_bodyless_status_with_existing_body_returns_400(account):
 
 def test_update_with_bad_field_leaves_state(account):
     created = account.admin.post(PATH, {"headers": {"A": "1"}}).json
-    for bad in ({"headers": {"a b": "1"}}, {"status_code": 1000}, {"nope": 1},
-                {"id": "bkdhr_other", "metadata": "x"}):
+    for bad in (
+        {"headers": {"a b": "1"}},
+        {"status_code": 1000},
+        {"nope": 1},
+        {"id": "bkdhr_other", "metadata": "x"},
+    ):
         assert account.admin.patch(f"{PATH}/{created['id']}", bad).status == 400
     assert account.admin.get(f"{PATH}/{created['id']}").json == created
-    same_id = account.admin.patch(f"{PATH}/{created['id']}", {"id": created["id"],
-                                                             "metadata": "x"})
+    same_id = account.admin.patch(
+        f"{PATH}/{created['id']}", {"id": created["id"], "metadata": "x"}
+    )
     assert same_id.status == 200
 
 
@@ -112,8 +133,10 @@ def test_delete_returns_204_then_404(account):
     assert account.admin.delete(f"{PATH}/{created['id']}").status == 404
 
 
-@pytest.mark.parametrize("backend_id", ["bkdhr_x", "nope", "edgtcp_0ERYqBR5B9RMvMY4cZCztl2IB7s",
-                                        "bkdhr_0ERYqBR5B9RMvMY4cZCztl2IB7s"])
+@pytest.mark.parametrize(
+    "backend_id",
+    ["bkdhr_x", "nope", "edgtcp_0ERYqBR5B9RMvMY4cZCztl2IB7s", "bkdhr_0ERYqBR5B9RMvMY4cZCztl2IB7s"],
+)
 def test_unknown_or_malformed_id_returns_404(account, backend_id):
     assert account.admin.get(f"{PATH}/{backend_id}").status == 404
     assert account.admin.patch(f"{PATH}/{backend_id}", {"metadata": "x"}).status == 404
@@ -134,8 +157,7 @@ def test_other_accounts_backend_is_not_found(account, other_account):
 def test_list_paginates_250_backends_newest_first(api, account):
     if api.level != "http":
         pytest.skip("pagination across 250 items runs once, over HTTP (the logic is shared)")
-    created = [account.admin.post(PATH, {"description": str(i)}).json["id"]
-               for i in range(250)]
+    created = [account.admin.post(PATH, {"description": str(i)}).json["id"] for i in range(250)]
     seen, url, pages = [], PATH, 0
     while url:
         page = account.admin.get(url)

@@ -1,4 +1,5 @@
 """/edges/https, its routes and the route modules at both levels."""
+
 import itertools
 import os
 
@@ -7,20 +8,50 @@ import pytest
 from chalicelib.core import errors, ids
 from chalicelib.core.config import get_settings
 
-EDGE_FIELDS = {"id", "uri", "created_at", "description", "metadata", "hostports",
-               "mutual_tls", "tls_termination", "routes"}
-ROUTE_FIELDS = {"edge_id", "id", "created_at", "match_type", "match", "uri", "description",
-                "metadata", "backend", "ip_restriction", "circuit_breaker", "compression",
-                "request_headers", "response_headers", "webhook_verification", "oauth", "saml",
-                "oidc", "websocket_tcp_converter", "user_agent_filter", "traffic_policy"}
+EDGE_FIELDS = {
+    "id",
+    "uri",
+    "created_at",
+    "description",
+    "metadata",
+    "hostports",
+    "mutual_tls",
+    "tls_termination",
+    "routes",
+}
+ROUTE_FIELDS = {
+    "edge_id",
+    "id",
+    "created_at",
+    "match_type",
+    "match",
+    "uri",
+    "description",
+    "metadata",
+    "backend",
+    "ip_restriction",
+    "circuit_breaker",
+    "compression",
+    "request_headers",
+    "response_headers",
+    "webhook_verification",
+    "oauth",
+    "saml",
+    "oidc",
+    "websocket_tcp_converter",
+    "user_agent_filter",
+    "traffic_policy",
+}
 PATH = "/edges/https"
 _counter = itertools.count()
 
 
 def hostport():
     """A free name under the base domain (an HTTPS edge may serve those without reserving)."""
-    return f"h{os.getpid()}-{next(_counter)}-{ids.new_id('x')[-8:].lower()}." \
-           f"{get_settings().base_domain}:443"
+    return (
+        f"h{os.getpid()}-{next(_counter)}-{ids.new_id('x')[-8:].lower()}."
+        f"{get_settings().base_domain}:443"
+    )
 
 
 def create_edge(caller, **fields):
@@ -68,19 +99,27 @@ def test_hostports_of_one_edge_kind_are_refused_to_the_other(account):
     assert resp.status == 400 and resp.json["details"]["hostport"] == tcp_hp
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"hostports": ["nope"]}, "hostports[0]"),
-    ({"hostports": "a.com:1"}, "hostports"),
-    ({"mutual_tls": {"certificate_authority_ids": []}}, "mutual_tls.certificate_authority_ids"),
-    ({"mutual_tls": {}}, "mutual_tls.certificate_authority_ids"),
-    ({"mutual_tls": {"certificate_authority_ids": ["ca_0ERYqBR5B9RMvMY4cZCztl2IB7s"]}},
-     "mutual_tls.certificate_authority_ids"),
-    ({"tls_termination": {"min_version": "1.4"}}, "tls_termination.min_version"),
-    ({"tls_termination": {"terminate_at": "upstream"}}, "tls_termination.terminate_at"),
-    ({"tls_termination": "1.2"}, "tls_termination"),
-    ({"description": "x" * 256}, "description"),
-    ({"routes": []}, "routes"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"hostports": ["nope"]}, "hostports[0]"),
+        ({"hostports": "a.com:1"}, "hostports"),
+        (
+            {"mutual_tls": {"certificate_authority_ids": []}},
+            "mutual_tls.certificate_authority_ids",
+        ),
+        ({"mutual_tls": {}}, "mutual_tls.certificate_authority_ids"),
+        (
+            {"mutual_tls": {"certificate_authority_ids": ["ca_0ERYqBR5B9RMvMY4cZCztl2IB7s"]}},
+            "mutual_tls.certificate_authority_ids",
+        ),
+        ({"tls_termination": {"min_version": "1.4"}}, "tls_termination.min_version"),
+        ({"tls_termination": {"terminate_at": "upstream"}}, "tls_termination.terminate_at"),
+        ({"tls_termination": "1.2"}, "tls_termination"),
+        ({"description": "x" * 256}, "description"),
+        ({"routes": []}, "routes"),
+    ],
+)
 def test_bad_edge_returns_400(account, body, field):
     resp = account.admin.post(PATH, body)
     assert resp.status == 400, resp
@@ -91,13 +130,22 @@ def test_bad_edge_returns_400(account, body, field):
 def test_route_crud_and_edge_embeds_routes(account):
     admin = account.admin
     edge = create_edge(admin)
-    route = create_route(admin, edge["id"], match_type="exact_path", match="/blog",
-                         description="blog", metadata="")
+    route = create_route(
+        admin, edge["id"], match_type="exact_path", match="/blog", description="blog", metadata=""
+    )
     assert set(route) == ROUTE_FIELDS and ids.is_valid(route["id"], "edghtsrt")
     assert route["edge_id"] == edge["id"]
     assert route["uri"].endswith(f"{PATH}/{edge['id']}/routes/{route['id']}")
-    for name in ROUTE_FIELDS - {"edge_id", "id", "created_at", "match_type", "match", "uri",
-                                "description", "metadata"}:
+    for name in ROUTE_FIELDS - {
+        "edge_id",
+        "id",
+        "created_at",
+        "match_type",
+        "match",
+        "uri",
+        "description",
+        "metadata",
+    }:
         assert route[name] is None
     assert admin.get(f"{PATH}/{edge['id']}/routes/{route['id']}").json == route
     listed = admin.get(f"{PATH}/{edge['id']}/routes").json
@@ -108,39 +156,48 @@ def test_route_crud_and_edge_embeds_routes(account):
     updated = admin.patch(f"{PATH}/{edge['id']}/routes/{route['id']}", {"metadata": "m"})
     assert updated.status == 200 and updated.json == {**route, "metadata": "m"}
     # what the reference client sends by default on update: empty match fields
-    updated = admin.patch(f"{PATH}/{edge['id']}/routes/{route['id']}",
-                          {"match_type": "", "match": "", "description": "d2"}).json
+    updated = admin.patch(
+        f"{PATH}/{edge['id']}/routes/{route['id']}",
+        {"match_type": "", "match": "", "description": "d2"},
+    ).json
     assert updated["match_type"] == "exact_path" and updated["match"] == "/blog"
     assert updated["description"] == "d2"
-    changed = admin.patch(f"{PATH}/{edge['id']}/routes/{route['id']}",
-                          {"match_type": "path_prefix", "match": "/b"}).json
+    changed = admin.patch(
+        f"{PATH}/{edge['id']}/routes/{route['id']}", {"match_type": "path_prefix", "match": "/b"}
+    ).json
     assert changed["match_type"] == "path_prefix" and changed["match"] == "/b"
     assert admin.delete(f"{PATH}/{edge['id']}/routes/{route['id']}").status == 204
     assert admin.get(f"{PATH}/{edge['id']}/routes/{route['id']}").status == 404
     assert [r["id"] for r in admin.get(f"{PATH}/{edge['id']}").json["routes"]] == [second["id"]]
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"match_type": "regex"}, "match_type"),
-    ({"match_type": None}, "match_type"),
-    ({"match": ""}, "match"),
-    ({"match": None}, "match"),
-    ({"match": "x" * 1025}, "match"),
-    ({"backend": {"backend_id": "bkdhr_x"}}, "backend.backend_id"),
-    ({"backend": {"backend_id": "bkdtg_0ERYqBR5B9RMvMY4cZCztl2IB7s"}}, "backend.backend_id"),
-    ({"ip_restriction": {"ip_policy_ids": []}}, "ip_restriction.ip_policy_ids"),
-    ({"request_headers": {"remove": ["a b"]}}, "request_headers.remove"),
-    ({"traffic_policy": {"value": "[1]"}}, "traffic_policy.value"),
-    ({"oauth": {}}, "oauth"),
-    ({"user_agent_filter": {"allow": ["("]}}, "user_agent_filter.allow[0]"),
-    ({"response_headers": {"add": {"a b": "1"}}}, "response_headers.add"),
-    ({"edge_id": "edghts_other"}, "edge_id"),
-    ({"nope": 1}, "nope"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"match_type": "regex"}, "match_type"),
+        ({"match_type": None}, "match_type"),
+        ({"match": ""}, "match"),
+        ({"match": None}, "match"),
+        ({"match": "x" * 1025}, "match"),
+        ({"backend": {"backend_id": "bkdhr_x"}}, "backend.backend_id"),
+        ({"backend": {"backend_id": "bkdtg_0ERYqBR5B9RMvMY4cZCztl2IB7s"}}, "backend.backend_id"),
+        ({"ip_restriction": {"ip_policy_ids": []}}, "ip_restriction.ip_policy_ids"),
+        ({"request_headers": {"remove": ["a b"]}}, "request_headers.remove"),
+        ({"traffic_policy": {"value": "[1]"}}, "traffic_policy.value"),
+        ({"oauth": {}}, "oauth"),
+        ({"user_agent_filter": {"allow": ["("]}}, "user_agent_filter.allow[0]"),
+        ({"response_headers": {"add": {"a b": "1"}}}, "response_headers.add"),
+        ({"edge_id": "edghts_other"}, "edge_id"),
+        ({"nope": 1}, "nope"),
+    ],
+)
 def test_bad_route_returns_400_and_writes_nothing(account, body, field):
     edge = create_edge(account.admin)
-    full = {k: v for k, v in {"match_type": "path_prefix", "match": "/", **body}.items()
-            if v is not None}
+    full = {
+        k: v
+        for k, v in {"match_type": "path_prefix", "match": "/", **body}.items()
+        if v is not None
+    }
     resp = account.admin.post(f"{PATH}/{edge['id']}/routes", full)
     assert resp.status == 400, resp
     assert resp.json["details"]["field"] == field, resp
@@ -150,14 +207,22 @@ def test_bad_route_returns_400_and_writes_nothing(account, body, field):
 def test_route_with_modules_in_create_and_patch(account):
     admin = account.admin
     edge = create_edge(admin)
-    route = create_route(admin, edge["id"], edge_id=edge["id"],
-                         user_agent_filter={"deny": ["(?i)curl/.*"]},
-                         response_headers={"add": {"X-Frame-Options": "DENY"}})
+    route = create_route(
+        admin,
+        edge["id"],
+        edge_id=edge["id"],
+        user_agent_filter={"deny": ["(?i)curl/.*"]},
+        response_headers={"add": {"X-Frame-Options": "DENY"}},
+    )
     assert route["user_agent_filter"] == {"enabled": True, "allow": [], "deny": ["(?i)curl/.*"]}
-    assert route["response_headers"] == {"enabled": True, "add": {"x-frame-options": "DENY"},
-                                         "remove": []}
-    patched = admin.patch(f"{PATH}/{edge['id']}/routes/{route['id']}",
-                          {"response_headers": {"remove": ["Server"]}}).json
+    assert route["response_headers"] == {
+        "enabled": True,
+        "add": {"x-frame-options": "DENY"},
+        "remove": [],
+    }
+    patched = admin.patch(
+        f"{PATH}/{edge['id']}/routes/{route['id']}", {"response_headers": {"remove": ["Server"]}}
+    ).json
     assert patched["response_headers"] == {"enabled": True, "add": {}, "remove": ["server"]}
     assert patched["user_agent_filter"] == route["user_agent_filter"]
     only_meta = admin.patch(f"{PATH}/{edge['id']}/routes/{route['id']}", {"metadata": "x"}).json
@@ -172,19 +237,29 @@ def test_route_modules_put_get_delete(account):
     for module in ("user_agent_filter", "response_headers"):
         resp = admin.get(f"{base}/{module}")
         assert resp.status == 404 and resp.json["error_code"] == errors.NOT_FOUND
-    ua = admin.put(f"{base}/user_agent_filter", {"enabled": False, "allow": ["^Mozilla/.*$"],
-                                                 "deny": ["bot", "(?i)spider"]})
+    ua = admin.put(
+        f"{base}/user_agent_filter",
+        {"enabled": False, "allow": ["^Mozilla/.*$"], "deny": ["bot", "(?i)spider"]},
+    )
     assert ua.status == 200, ua
     assert ua.json == {"enabled": False, "allow": ["^Mozilla/.*$"], "deny": ["bot", "(?i)spider"]}
     assert admin.get(f"{base}/user_agent_filter").json == ua.json
     defaults = admin.put(f"{base}/user_agent_filter", {})
     assert defaults.json == {"enabled": True, "allow": [], "deny": []}  # replaced whole
-    rh = admin.put(f"{base}/response_headers", {
-        "edge_id": edge["id"], "id": route["id"],
-        "module": {"add": {"X-A": "1", "Cache-Control": "no-store"}}})
+    rh = admin.put(
+        f"{base}/response_headers",
+        {
+            "edge_id": edge["id"],
+            "id": route["id"],
+            "module": {"add": {"X-A": "1", "Cache-Control": "no-store"}},
+        },
+    )
     assert rh.status == 200, rh
-    assert rh.json == {"enabled": True, "add": {"x-a": "1", "cache-control": "no-store"},
-                       "remove": []}
+    assert rh.json == {
+        "enabled": True,
+        "add": {"x-a": "1", "cache-control": "no-store"},
+        "remove": [],
+    }
     full = admin.get(base).json
     assert full["user_agent_filter"] == defaults.json and full["response_headers"] == rh.json
     assert full["description"] == "keep"
@@ -197,26 +272,29 @@ def test_route_modules_put_get_delete(account):
     assert admin.get(base).json == {**full, "user_agent_filter": None, "response_headers": None}
 
 
-@pytest.mark.parametrize("module, body, field", [
-    ("user_agent_filter", {"allow": ["("]}, "allow[0]"),
-    ("user_agent_filter", {"allow": ["[a-"]}, "allow[0]"),
-    ("user_agent_filter", {"deny": ["ok", "(?<=x)y"]}, "deny[1]"),
-    ("user_agent_filter", {"allow": "x"}, "allow"),
-    ("user_agent_filter", {"allow": [f"p{i}" for i in range(21)]}, "allow"),
-    ("user_agent_filter", {"allow": ["x" * 513]}, "allow[0]"),
-    ("user_agent_filter", {"enabled": "true"}, "enabled"),
-    ("user_agent_filter", {"extra": 1}, "extra"),
-    ("response_headers", {"add": {"X-A": "1", "x-a": "2"}}, "add"),
-    ("response_headers", {"add": {"X-A": "a\nb"}}, "add"),
-    ("response_headers", {"add": {"X A": "1"}}, "add"),
-    ("response_headers", {"add": {f"h{i}": "v" for i in range(21)}}, "add"),
-    ("response_headers", {"add": ["x"]}, "add"),
-    ("response_headers", {"remove": ["bad header"]}, "remove"),
-    ("response_headers", {"remove": "server"}, "remove"),
-    ("response_headers", {"remove": [f"h{i}" for i in range(21)]}, "remove"),
-    ("response_headers", {"module": {"add": {"a b": "1"}}}, "add"),
-    ("response_headers", {"module": {}, "id": "edghtsrt_other"}, "id"),
-])
+@pytest.mark.parametrize(
+    "module, body, field",
+    [
+        ("user_agent_filter", {"allow": ["("]}, "allow[0]"),
+        ("user_agent_filter", {"allow": ["[a-"]}, "allow[0]"),
+        ("user_agent_filter", {"deny": ["ok", "(?<=x)y"]}, "deny[1]"),
+        ("user_agent_filter", {"allow": "x"}, "allow"),
+        ("user_agent_filter", {"allow": [f"p{i}" for i in range(21)]}, "allow"),
+        ("user_agent_filter", {"allow": ["x" * 513]}, "allow[0]"),
+        ("user_agent_filter", {"enabled": "true"}, "enabled"),
+        ("user_agent_filter", {"extra": 1}, "extra"),
+        ("response_headers", {"add": {"X-A": "1", "x-a": "2"}}, "add"),
+        ("response_headers", {"add": {"X-A": "a\nb"}}, "add"),
+        ("response_headers", {"add": {"X A": "1"}}, "add"),
+        ("response_headers", {"add": {f"h{i}": "v" for i in range(21)}}, "add"),
+        ("response_headers", {"add": ["x"]}, "add"),
+        ("response_headers", {"remove": ["bad header"]}, "remove"),
+        ("response_headers", {"remove": "server"}, "remove"),
+        ("response_headers", {"remove": [f"h{i}" for i in range(21)]}, "remove"),
+        ("response_headers", {"module": {"add": {"a b": "1"}}}, "add"),
+        ("response_headers", {"module": {}, "id": "edghtsrt_other"}, "id"),
+    ],
+)
 def test_bad_module_put_returns_400_and_keeps_module(account, module, body, field):
     admin = account.admin
     edge = create_edge(admin)
@@ -237,12 +315,21 @@ def test_module_limits_are_inclusive(account):
     edge = create_edge(admin)
     route = create_route(admin, edge["id"])
     base = f"{PATH}/{edge['id']}/routes/{route['id']}"
-    resp = admin.put(f"{base}/user_agent_filter",
-                     {"allow": ["a" * 512] * 20, "deny": [f"d{i}" for i in range(20)]})
+    resp = admin.put(
+        f"{base}/user_agent_filter",
+        {"allow": ["a" * 512] * 20, "deny": [f"d{i}" for i in range(20)]},
+    )
     assert resp.status == 200
-    assert admin.put(f"{base}/response_headers",
-                     {"add": {f"h{i}": "v" * 1024 for i in range(20)},
-                      "remove": [f"r{i}" for i in range(20)]}).status == 200
+    assert (
+        admin.put(
+            f"{base}/response_headers",
+            {
+                "add": {f"h{i}": "v" * 1024 for i in range(20)},
+                "remove": [f"r{i}" for i in range(20)],
+            },
+        ).status
+        == 200
+    )
 
 
 def test_missing_edge_or_route_is_404_for_routes_and_modules(account):
@@ -252,9 +339,13 @@ def test_missing_edge_or_route_is_404_for_routes_and_modules(account):
     other_edge = create_edge(admin)
     missing_edge = "edghts_0ERYqBR5B9RMvMY4cZCztl2IB7s"
     missing_route = "edghtsrt_0ERYqBR5B9RMvMY4cZCztl2IB7s"
-    for edge_id, route_id in ((missing_edge, route["id"]), (edge["id"], missing_route),
-                              (other_edge["id"], route["id"]), ("x", route["id"]),
-                              (edge["id"], "edghts_0ERYqBR5B9RMvMY4cZCztl2IB7s")):
+    for edge_id, route_id in (
+        (missing_edge, route["id"]),
+        (edge["id"], missing_route),
+        (other_edge["id"], route["id"]),
+        ("x", route["id"]),
+        (edge["id"], "edghts_0ERYqBR5B9RMvMY4cZCztl2IB7s"),
+    ):
         base = f"{PATH}/{edge_id}/routes/{route_id}"
         assert admin.get(base).status == 404
         assert admin.patch(base, {"metadata": "x"}).status == 404
@@ -264,8 +355,12 @@ def test_missing_edge_or_route_is_404_for_routes_and_modules(account):
             assert admin.put(f"{base}/{module}", {}).status == 404
             assert admin.delete(f"{base}/{module}").status == 404
     assert admin.get(f"{PATH}/{missing_edge}/routes").status == 404
-    assert admin.post(f"{PATH}/{missing_edge}/routes",
-                      {"match_type": "exact_path", "match": "/"}).status == 404
+    assert (
+        admin.post(
+            f"{PATH}/{missing_edge}/routes", {"match_type": "exact_path", "match": "/"}
+        ).status
+        == 404
+    )
     assert admin.get(f"{PATH}/{edge['id']}/routes/{route['id']}").status == 200
 
 

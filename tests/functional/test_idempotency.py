@@ -1,4 +1,5 @@
 """Idempotent creates with ``Idempotency-Key`` (chalicelib.idempotency), at both levels."""
+
 import threading
 import uuid
 
@@ -35,10 +36,18 @@ def test_same_key_with_another_body_returns_409_and_changes_nothing(account):
 
 def test_body_key_order_does_not_make_another_request(account):
     admin, key = account.admin, str(uuid.uuid4())
-    first = admin.request("POST", "/ip_policies", data=b'{"description":"a","metadata":"m"}',
-                          headers={"Idempotency-Key": key, "Content-Type": "application/json"})
-    again = admin.request("POST", "/ip_policies", data=b'{"metadata": "m", "description": "a"}',
-                          headers={"Idempotency-Key": key, "Content-Type": "application/json"})
+    first = admin.request(
+        "POST",
+        "/ip_policies",
+        data=b'{"description":"a","metadata":"m"}',
+        headers={"Idempotency-Key": key, "Content-Type": "application/json"},
+    )
+    again = admin.request(
+        "POST",
+        "/ip_policies",
+        data=b'{"metadata": "m", "description": "a"}',
+        headers={"Idempotency-Key": key, "Content-Type": "application/json"},
+    )
     assert first.status == again.status == 201 and first.json == again.json
 
 
@@ -62,8 +71,9 @@ def test_a_4xx_first_response_is_replayed(account):
     assert first.status == 400
     again = _post(admin, "/reserved_domains", {"domain": "not a domain"}, key)
     assert again.status == 400 and again.headers["idempotent-replayed"] == "true"
-    assert {k: v for k, v in again.json.items() if k != "details"} == \
-        {k: v for k, v in first.json.items() if k != "details"}
+    assert {k: v for k, v in again.json.items() if k != "details"} == {
+        k: v for k, v in first.json.items() if k != "details"
+    }
     assert again.json["details"]["operation_id"] != first.json["details"]["operation_id"]
 
 
@@ -73,8 +83,9 @@ def test_secrets_are_not_stored_so_a_replay_shows_no_token(account):
     assert first.status == 201 and first.json["token"]
     again = _post(admin, "/credentials", {"description": "agent"}, key)
     assert again.status == 201 and again.json["token"] is None
-    assert {k: v for k, v in again.json.items() if k != "token"} == \
-        {k: v for k, v in first.json.items() if k != "token"}
+    assert {k: v for k, v in again.json.items() if k != "token"} == {
+        k: v for k, v in first.json.items() if k != "token"
+    }
 
 
 def test_key_length_boundary(account):
@@ -89,6 +100,7 @@ def test_key_length_boundary(account):
 
 def test_an_expired_key_is_forgotten(inprocess_api, monkeypatch):
     from chalicelib.core import config
+
     monkeypatch.setenv("IDEMPOTENCY_TTL_SECONDS", "0")
     config.reset_settings()
     try:
@@ -110,9 +122,16 @@ def test_concurrent_duplicates_create_one(http_api):
 
     def call(index):
         barrier.wait()
-        resp = requests.post(http_api.base_url + "/reserved_domains", json=body, timeout=60,
-                             headers={"Authorization": f"Bearer {admin.token}",
-                                      "Service-Version": "2", "Idempotency-Key": key})
+        resp = requests.post(
+            http_api.base_url + "/reserved_domains",
+            json=body,
+            timeout=60,
+            headers={
+                "Authorization": f"Bearer {admin.token}",
+                "Service-Version": "2",
+                "Idempotency-Key": key,
+            },
+        )
         results[index] = (resp.status_code, resp.json().get("id"))
 
     threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]

@@ -1,4 +1,5 @@
 """``filter`` on list routes (chalicelib.filters, chalicelib.rest.filtered_page), at both levels."""
+
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
@@ -32,8 +33,9 @@ def test_filter_returns_only_matching_items_newest_first(account):
     body = admin.get(f"/credentials?filter={expr}").json
     assert [c["description"] for c in body["credentials"]] == ["web-3", "web-2", "web-1"]
     assert body["next_page_uri"] is None
-    assert [c["id"] for c in body["credentials"]] == [i for i in ids_ if i in
-                                                       {c["id"] for c in body["credentials"]}]
+    assert [c["id"] for c in body["credentials"]] == [
+        i for i in ids_ if i in {c["id"] for c in body["credentials"]}
+    ]
 
 
 def test_filtered_pages_carry_the_filter_and_end_without_an_empty_page(account):
@@ -41,8 +43,10 @@ def test_filtered_pages_carry_the_filter_and_end_without_an_empty_page(account):
     _make(admin, ["web-1", "db-1", "web-2", "db-2", "web-3", "web-4"])
     expr = 'obj.description.startsWith("web") && obj.metadata == ""'
     pages = _walk(admin, f"/credentials?limit=2&filter={quote(expr)}")
-    assert [[c["description"] for c in p["credentials"]] for p in pages] == \
-        [["web-4", "web-3"], ["web-2", "web-1"]]
+    assert [[c["description"] for c in p["credentials"]] for p in pages] == [
+        ["web-4", "web-3"],
+        ["web-2", "web-1"],
+    ]
     query = parse_qs(urlsplit(pages[0]["next_page_uri"]).query)
     assert query["filter"] == [expr] and query["limit"] == ["2"]
     assert pages[-1]["next_page_uri"] is None
@@ -62,8 +66,9 @@ def test_filter_on_created_at_with_time_now(account):
     assert account.admin.get(f"/credentials?filter={future}").json["credentials"] == []
 
 
-@pytest.mark.parametrize("expr", ["obj.description ==", "description == 'x'", "obj.nope == 1",
-                                  "obj.description > 1"])
+@pytest.mark.parametrize(
+    "expr", ["obj.description ==", "description == 'x'", "obj.nope == 1", "obj.description > 1"]
+)
 def test_bad_filter_returns_400_naming_the_error(account, expr):
     _make(account.admin, ["a"])
     resp = account.admin.get(f"/credentials?filter={quote(expr)}")
@@ -77,8 +82,9 @@ def test_filter_works_on_every_list_of_a_module_collection(account):
     admin = account.admin
     edge = admin.post("/edges/https", {}).json
     for path in ("/a", "/b/c", "/b/d"):
-        admin.post(f"/edges/https/{edge['id']}/routes", {"match_type": "path_prefix",
-                                                           "match": path})
+        admin.post(
+            f"/edges/https/{edge['id']}/routes", {"match_type": "path_prefix", "match": path}
+        )
     expr = quote('obj.match.startsWith("/b")')
     routes = admin.get(f"/edges/https/{edge['id']}/routes?filter={expr}").json["routes"]
     assert sorted(r["match"] for r in routes) == ["/b/c", "/b/d"]
@@ -105,8 +111,11 @@ def test_filtered_page_reads_at_most_the_scan_limit(inprocess_api, monkeypatch):
     expr = quote('obj.description.startsWith("hit")')
     pages = _walk(admin, f"/credentials?limit=5&filter={expr}")
     # 7 items, 3 read per page: [x5 hit-new x4] [x3 x2 x1] [hit-old]
-    assert [[c["description"] for c in p["credentials"]] for p in pages] == \
-        [["hit-new"], [], ["hit-old"]]
+    assert [[c["description"] for c in p["credentials"]] for p in pages] == [
+        ["hit-new"],
+        [],
+        ["hit-old"],
+    ]
     assert parse_qs(urlsplit(pages[0]["next_page_uri"]).query)["before_id"] == [ids_[2]]
     assert parse_qs(urlsplit(pages[1]["next_page_uri"]).query)["before_id"] == [ids_[5]]
 

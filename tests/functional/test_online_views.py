@@ -1,5 +1,6 @@
 """/tunnel_sessions, /tunnels and /endpoints at both levels: the online items are seeded with
 chalicelib.core.online's writers (the functions the edge calls), into the service's own store."""
+
 import time
 
 import ngrok
@@ -7,15 +8,60 @@ import pytest
 
 from chalicelib.core import errors, ids, online
 
-SESSION_FIELDS = {"id", "uri", "agent_version", "credential", "ip", "metadata", "os", "region",
-                  "started_at", "transport"}
-TUNNEL_FIELDS = {"id", "public_url", "started_at", "metadata", "proto", "region",
-                 "tunnel_session", "endpoint", "labels", "backends", "forwards_to"}
-ENDPOINT_FIELDS = {"id", "region", "created_at", "updated_at", "public_url", "proto", "scheme",
-                   "hostport", "host", "port", "type", "metadata", "description", "domain",
-                   "tcp_addr", "tunnel", "edge", "upstream_url", "upstream_protocol", "url",
-                   "principal", "traffic_policy", "bindings", "tunnel_session", "uri", "name",
-                   "pooling_enabled"}
+SESSION_FIELDS = {
+    "id",
+    "uri",
+    "agent_version",
+    "credential",
+    "ip",
+    "metadata",
+    "os",
+    "region",
+    "started_at",
+    "transport",
+}
+TUNNEL_FIELDS = {
+    "id",
+    "public_url",
+    "started_at",
+    "metadata",
+    "proto",
+    "region",
+    "tunnel_session",
+    "endpoint",
+    "labels",
+    "backends",
+    "forwards_to",
+}
+ENDPOINT_FIELDS = {
+    "id",
+    "region",
+    "created_at",
+    "updated_at",
+    "public_url",
+    "proto",
+    "scheme",
+    "hostport",
+    "host",
+    "port",
+    "type",
+    "metadata",
+    "description",
+    "domain",
+    "tcp_addr",
+    "tunnel",
+    "edge",
+    "upstream_url",
+    "upstream_protocol",
+    "url",
+    "principal",
+    "traffic_policy",
+    "bindings",
+    "tunnel_session",
+    "uri",
+    "name",
+    "pooling_enabled",
+}
 
 
 class Edge:
@@ -33,10 +79,17 @@ class Edge:
         sid = online.new_session_id()
         self._at(ago)
         with self.api.service_store():
-            online.session_started(account_id=account.id, session_id=sid,
-                                   credential_id=credential_id, instance_id=instance_id,
-                                   agent_version="1.4.0", os="linux", ip="192.0.2.7",
-                                   metadata="meta", region="local")
+            online.session_started(
+                account_id=account.id,
+                session_id=sid,
+                credential_id=credential_id,
+                instance_id=instance_id,
+                agent_version="1.4.0",
+                os="linux",
+                ip="192.0.2.7",
+                metadata="meta",
+                region="local",
+            )
         return sid
 
     def tunnel(self, account, sid, hostname=None, proto="https", labels=None, ago=0, **kw):
@@ -44,11 +97,20 @@ class Edge:
         eid = None if labels else online.new_endpoint_id()
         self._at(ago)
         with self.api.service_store():
-            online.tunnel_started(account_id=account.id, session_id=sid, tunnel_id=tid,
-                                  instance_id="edge-1", proto=proto,
-                                  public_url=(f"{proto}://{hostname}" if hostname else None),
-                                  hostname=hostname, labels=labels, endpoint_id=eid,
-                                  forwards_to="http://localhost:8000", metadata="tm", **kw)
+            online.tunnel_started(
+                account_id=account.id,
+                session_id=sid,
+                tunnel_id=tid,
+                instance_id="edge-1",
+                proto=proto,
+                public_url=(f"{proto}://{hostname}" if hostname else None),
+                hostname=hostname,
+                labels=labels,
+                endpoint_id=eid,
+                forwards_to="http://localhost:8000",
+                metadata="tm",
+                **kw,
+            )
         return tid, eid
 
     def call(self, func, *args, **kwargs):
@@ -82,9 +144,14 @@ def test_live_session_is_listed_and_read_with_the_hosted_fields(api, account, ed
     assert session["id"] == sid and session["uri"].endswith(f"/tunnel_sessions/{sid}")
     assert session["credential"]["id"] == credential
     assert session["credential"]["uri"].endswith(f"/credentials/{credential}")
-    assert (session["agent_version"], session["os"], session["ip"], session["metadata"],
-            session["region"], session["transport"]) == \
-        ("1.4.0", "linux", "192.0.2.7", "meta", "local", "ngrok/2")
+    assert (
+        session["agent_version"],
+        session["os"],
+        session["ip"],
+        session["metadata"],
+        session["region"],
+        session["transport"],
+    ) == ("1.4.0", "linux", "192.0.2.7", "meta", "local", "ngrok/2")
     assert session["started_at"].endswith("Z")
     got = account.member.get(f"/tunnel_sessions/{sid}")
     assert got.status == 200 and got.json == session
@@ -111,9 +178,14 @@ def test_tunnels_and_endpoints_of_a_live_session(api, account, edge, credential)
     [endpoint] = endpoints
     assert set(endpoint) == ENDPOINT_FIELDS
     assert endpoint["id"] == eid and endpoint["type"] == "agent"
-    assert (endpoint["url"], endpoint["public_url"], endpoint["scheme"], endpoint["host"],
-            endpoint["port"], endpoint["hostport"]) == \
-        (f"https://{host}", f"https://{host}", "https", host, 443, f"{host}:443")
+    assert (
+        endpoint["url"],
+        endpoint["public_url"],
+        endpoint["scheme"],
+        endpoint["host"],
+        endpoint["port"],
+        endpoint["hostport"],
+    ) == (f"https://{host}", f"https://{host}", "https", host, 443, f"{host}:443")
     assert endpoint["tunnel"]["id"] == tid and endpoint["tunnel_session"]["id"] == sid
     assert endpoint["principal"]["id"] == account.admin.id
     assert endpoint["upstream_url"] == "http://localhost:8000"
@@ -126,18 +198,24 @@ def test_tcp_endpoint_shows_host_and_port(api, account, edge, credential):
     sid = edge.session(account, credential)
     _, eid = edge.tunnel(account, sid, hostname="1.tcp.example.test:20001", proto="tcp")
     endpoint = account.admin.get(f"/endpoints/{eid}").json
-    assert (endpoint["proto"], endpoint["scheme"], endpoint["host"], endpoint["port"],
-            endpoint["hostport"]) == ("tcp", "tcp", "1.tcp.example.test", 20001,
-                                      "1.tcp.example.test:20001")
+    assert (
+        endpoint["proto"],
+        endpoint["scheme"],
+        endpoint["host"],
+        endpoint["port"],
+        endpoint["hostport"],
+    ) == ("tcp", "tcp", "1.tcp.example.test", 20001, "1.tcp.example.test:20001")
 
 
-def test_stale_sessions_and_their_tunnels_and_endpoints_are_invisible(api, account, edge,
-                                                                      credential):
+def test_stale_sessions_and_their_tunnels_and_endpoints_are_invisible(
+    api, account, edge, credential
+):
     stale = edge.session(account, credential, ago=online.STALE_SECONDS + 5)
     tid, eid = edge.tunnel(account, stale, hostname=_host(), ago=online.STALE_SECONDS + 5)
     live = edge.session(account, credential)
-    assert [s["id"] for s in account.admin.get("/tunnel_sessions").json["tunnel_sessions"]] \
-        == [live]
+    assert [s["id"] for s in account.admin.get("/tunnel_sessions").json["tunnel_sessions"]] == [
+        live
+    ]
     assert account.admin.get("/tunnels").json["tunnels"] == []
     assert account.admin.get("/endpoints").json["endpoints"] == []
     for path in (f"/tunnel_sessions/{stale}", f"/tunnels/{tid}", f"/endpoints/{eid}"):
@@ -163,21 +241,33 @@ def test_another_account_sees_nothing(api, account, other_account, edge, credent
     sid = edge.session(account, credential)
     tid, eid = edge.tunnel(account, sid, hostname=_host())
     other = other_account.admin
-    for path, key in (("/tunnel_sessions", "tunnel_sessions"), ("/tunnels", "tunnels"),
-                      ("/endpoints", "endpoints")):
+    for path, key in (
+        ("/tunnel_sessions", "tunnel_sessions"),
+        ("/tunnels", "tunnels"),
+        ("/endpoints", "endpoints"),
+    ):
         assert other.get(path).json[key] == []
     for path in (f"/tunnel_sessions/{sid}", f"/tunnels/{tid}", f"/endpoints/{eid}"):
         assert other.get(path).status == 404
     for action in ("stop", "restart", "update"):
         assert other.post(f"/tunnel_sessions/{sid}/{action}").status == 404
     assert edge.call(online.session_heartbeat, account.id, sid, "edge-1") == {
-        "stop_requested": False, "restart_requested": False}
+        "stop_requested": False,
+        "restart_requested": False,
+    }
 
 
-@pytest.mark.parametrize("method, path", [
-    ("GET", "/tunnel_sessions/ts_nope"), ("GET", "/tunnels/ts_" + "0" * 27),
-    ("GET", "/endpoints/tn_" + "0" * 27), ("GET", "/tunnel_sessions/ep_" + "0" * 27),
-    ("POST", "/tunnel_sessions/ts_nope/stop"), ("POST", "/tunnel_sessions/tn_" + "0" * 27 + "/restart")])
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("GET", "/tunnel_sessions/ts_nope"),
+        ("GET", "/tunnels/ts_" + "0" * 27),
+        ("GET", "/endpoints/tn_" + "0" * 27),
+        ("GET", "/tunnel_sessions/ep_" + "0" * 27),
+        ("POST", "/tunnel_sessions/ts_nope/stop"),
+        ("POST", "/tunnel_sessions/tn_" + "0" * 27 + "/restart"),
+    ],
+)
 def test_malformed_or_foreign_prefix_ids_are_404(api, account, method, path):
     resp = account.admin.post(path) if method == "POST" else account.admin.get(path)
     assert resp.status == 404 and resp.json["error_code"] == errors.NotFound.error_code
@@ -194,8 +284,12 @@ def test_lists_refuse_bad_paging_and_unknown_query(api, account):
 def test_views_need_an_api_key(api, account):
     for path in ("/tunnel_sessions", "/tunnels", "/endpoints"):
         assert api.request("GET", path).status == 401
-    assert api.request("POST", f"/tunnel_sessions/{online.new_session_id()}/stop",
-                       json_body={}).status == 401
+    assert (
+        api.request(
+            "POST", f"/tunnel_sessions/{online.new_session_id()}/stop", json_body={}
+        ).status
+        == 401
+    )
 
 
 def test_paging_skips_stale_items_without_an_empty_last_page(api, account, edge, credential):
@@ -236,10 +330,14 @@ def test_stop_and_restart_reach_the_edge_at_its_next_heartbeat(api, account, edg
     stopped = account.admin.post(f"/tunnel_sessions/{sid}/stop", {})
     assert stopped.status == 204 and stopped.text == ""
     assert edge.call(online.session_heartbeat, account.id, sid, "edge-1") == {
-        "stop_requested": True, "restart_requested": False}
+        "stop_requested": True,
+        "restart_requested": False,
+    }
     assert account.admin.request("POST", f"/tunnel_sessions/{sid}/restart").status == 204
     assert edge.call(online.session_heartbeat, account.id, sid, "edge-1") == {
-        "stop_requested": False, "restart_requested": True}
+        "stop_requested": False,
+        "restart_requested": True,
+    }
 
 
 def test_stop_accepts_the_documented_body_with_the_path_id(api, account, edge, credential):
@@ -248,30 +346,42 @@ def test_stop_accepts_the_documented_body_with_the_path_id(api, account, edge, c
     other = online.new_session_id()
     assert account.admin.post(f"/tunnel_sessions/{sid}/restart", {"id": other}).status == 400
     assert edge.call(online.session_heartbeat, account.id, sid, "edge-1") == {
-        "stop_requested": True, "restart_requested": False}
+        "stop_requested": True,
+        "restart_requested": False,
+    }
 
 
 def test_stop_accepts_the_bare_id_body_of_the_typescript_client(api, account, edge, credential):
     """@ngrok/ngrok-api posts the session id itself (``ts_…``, not JSON) as the body."""
     sid = edge.session(account, credential)
-    sent = account.admin.request("POST", f"/tunnel_sessions/{sid}/stop", data=sid.encode(),
-                                 headers={"Content-Type": "application/json"})
+    sent = account.admin.request(
+        "POST",
+        f"/tunnel_sessions/{sid}/stop",
+        data=sid.encode(),
+        headers={"Content-Type": "application/json"},
+    )
     assert sent.status == 204, sent
     other = online.new_session_id()
-    refused = account.admin.request("POST", f"/tunnel_sessions/{sid}/restart",
-                                    data=other.encode(),
-                                    headers={"Content-Type": "application/json"})
+    refused = account.admin.request(
+        "POST",
+        f"/tunnel_sessions/{sid}/restart",
+        data=other.encode(),
+        headers={"Content-Type": "application/json"},
+    )
     assert refused.status == 400 and refused.json["error_code"] == errors.INVALID_JSON
     assert edge.call(online.session_heartbeat, account.id, sid, "edge-1") == {
-        "stop_requested": True, "restart_requested": False}
+        "stop_requested": True,
+        "restart_requested": False,
+    }
 
 
 def test_stop_with_a_body_field_is_400_and_requests_nothing(api, account, edge, credential):
     sid = edge.session(account, credential)
     resp = account.admin.post(f"/tunnel_sessions/{sid}/stop", {"force": True})
     assert resp.status == 400 and resp.json["error_code"] == errors.UnknownField.error_code
-    assert edge.call(online.session_heartbeat, account.id, sid, "edge-1")["stop_requested"] \
-        is False
+    assert (
+        edge.call(online.session_heartbeat, account.id, sid, "edge-1")["stop_requested"] is False
+    )
 
 
 def test_members_stop_only_sessions_of_their_own_credentials(api, account, edge, credential):
@@ -282,8 +392,10 @@ def test_members_stop_only_sessions_of_their_own_credentials(api, account, edge,
     assert refused.status == 403 and refused.json["error_code"] == errors.Forbidden.error_code
     assert account.member.post(f"/tunnel_sessions/{own}/stop").status == 204
     assert account.admin.post(f"/tunnel_sessions/{own}/restart").status == 204
-    assert edge.call(online.session_heartbeat, account.id, admins, "edge-1")["stop_requested"] \
+    assert (
+        edge.call(online.session_heartbeat, account.id, admins, "edge-1")["stop_requested"]
         is False
+    )
 
 
 def test_update_is_refused_with_400_in_the_contract_shape(api, account, edge, credential):
@@ -293,8 +405,7 @@ def test_update_is_refused_with_400_in_the_contract_shape(api, account, edge, cr
     body = resp.json
     assert body["error_code"] == errors.UnsupportedOperation.error_code
     assert "restart" in body["msg"] and body["details"]["operation_id"].startswith("op_")
-    assert account.admin.post(f"/tunnel_sessions/{online.new_session_id()}/update").status \
-        == 404
+    assert account.admin.post(f"/tunnel_sessions/{online.new_session_id()}/update").status == 404
 
 
 # ---- the reference client (ngrok-api), over HTTP -----------------------------------------
@@ -330,7 +441,9 @@ def test_online_views_with_the_reference_client(http_api, client_account, monkey
     with pytest.raises(RuntimeError, match="unexpected 204"):
         client.tunnel_sessions.restart(sid)
     assert edge.call(online.session_heartbeat, client_account.id, sid, "edge-1") == {
-        "stop_requested": True, "restart_requested": True}
+        "stop_requested": True,
+        "restart_requested": True,
+    }
     with pytest.raises(ngrok.Error) as refused:
         client.tunnel_sessions.update(sid)
     assert refused.value.http_status_code == 400 and "restart" in str(refused.value)

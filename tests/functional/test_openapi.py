@@ -1,4 +1,5 @@
 """The OpenAPI document: valid, complete (every route the app serves, nothing else), public."""
+
 import pytest
 from openapi_spec_validator import validate
 
@@ -21,8 +22,7 @@ def _app_operations():
 
 
 def _documented_operations(document):
-    return {(method.upper(), path) for path, item in document["paths"].items()
-            for method in item}
+    return {(method.upper(), path) for path, item in document["paths"].items() for method in item}
 
 
 def test_document_is_valid_openapi_3(document):
@@ -41,8 +41,7 @@ def test_every_route_is_described_by_the_operation_table():
 def test_operation_ids_are_unique_and_are_the_view_names(document):
     ids = [op["operationId"] for item in document["paths"].values() for op in item.values()]
     assert len(ids) == len(set(ids))
-    views = {entry.view_name for by_method in app.routes.values()
-             for entry in by_method.values()}
+    views = {entry.view_name for by_method in app.routes.values() for entry in by_method.values()}
     assert set(ids) <= views
 
 
@@ -66,8 +65,12 @@ def test_operations_document_auth_version_errors_and_pagination(document):
 
 
 def test_list_operations_have_pagination(document):
-    lists = [op for path, item in document["paths"].items()
-             for method, op in item.items() if op["summary"].startswith("List ")]
+    lists = [
+        op
+        for path, item in document["paths"].items()
+        for method, op in item.items()
+        if op["summary"].startswith("List ")
+    ]
     assert lists
     for op in lists:
         refs = [p.get("$ref") for p in op["parameters"]]
@@ -79,13 +82,16 @@ def test_list_operations_have_pagination(document):
 
 def test_request_bodies_come_from_the_resource_field_lists(document):
     from chalicelib import api_keys
-    body = document["paths"]["/api_keys"]["post"]["requestBody"]["content"][
-        "application/json"]["schema"]
+
+    body = document["paths"]["/api_keys"]["post"]["requestBody"]["content"]["application/json"][
+        "schema"
+    ]
     assert set(body["properties"]) == {f.name for f in api_keys.CREATE_FIELDS}
     assert body["additionalProperties"] is False
     assert body["properties"]["description"]["maxLength"] == 255
     patch = document["paths"]["/api_keys/{key_id}"]["patch"]["requestBody"]["content"][
-        "application/json"]["schema"]
+        "application/json"
+    ]["schema"]
     assert set(patch["properties"]) == {f.name for f in api_keys.UPDATE_FIELDS} | {"id"}
 
 

@@ -3,6 +3,7 @@ account is copied there and must follow every change at once.
 
 In-process only: the changes are operator actions on the store (chalicelib.accounts).
 """
+
 import pytest
 
 from chalicelib import accounts, auth
@@ -52,8 +53,7 @@ def test_a_key_created_for_an_inactive_bot_does_not_authenticate(inprocess_api, 
     assert caller.get("/api_keys").status == 200
 
 
-def test_deleting_a_bot_with_more_keys_than_one_transaction_holds_revokes_all(inprocess_api,
-                                                                              acct):
+def test_deleting_a_bot_with_more_keys_than_one_transaction_holds_revokes_all(inprocess_api, acct):
     bot = acct.admin.post("/bot_users", {"name": "busy"}).json["id"]
     tokens = [acct.admin.post("/api_keys", {"owner_id": bot}).json["token"] for _ in range(34)]
     acct.admin.post("/credentials", {"owner_id": bot})

@@ -8,6 +8,7 @@
 - docker-compose.yml is a valid compose file that starts LocalStack, the edge and the agent on
   loopback, the agent with a bot-owned credential from the one-shot agent-credential service.
 """
+
 import json
 import os
 import subprocess
@@ -31,9 +32,21 @@ def prod_template(tmp_path_factory):
     env = dict(os.environ, AWS_DEFAULT_REGION="us-east-1")
     merge = os.path.join(PROJECT_DIR, ".chalice", "resources-prod.json")
     result = subprocess.run(
-        [os.path.join(VENV_BIN, "chalice"), "package", "--stage", "prod", "--merge-template",
-         merge, str(out)], cwd=PROJECT_DIR, env=env, capture_output=True, text=True,
-        timeout=600)
+        [
+            os.path.join(VENV_BIN, "chalice"),
+            "package",
+            "--stage",
+            "prod",
+            "--merge-template",
+            merge,
+            str(out),
+        ],
+        cwd=PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "Could not install dependencies" not in output, output
@@ -46,20 +59,26 @@ def test_deployment_package_holds_the_policy_engines_runtime(prod_template):
     """The API validates traffic policies with the engine, so the Lambda needs the CEL
     runtime (vendored: Chalice refuses its wheel's tag, see requirements-vendor.txt)."""
     import zipfile
+
     path, _ = prod_template
-    names = set(zipfile.ZipFile(os.path.join(os.path.dirname(path), "deployment.zip"))
-                .namelist())
+    names = set(zipfile.ZipFile(os.path.join(os.path.dirname(path), "deployment.zip")).namelist())
     version = f"{sys.version_info.major}{sys.version_info.minor}"
     assert f"cel_expr_python/cel.cpython-{version}-x86_64-linux-gnu.so" in names
-    assert "chalicelib/core/policy/engine.py" in names and "chalicelib/core/policy/jwks.py" in names
+    assert (
+        "chalicelib/core/policy/engine.py" in names and "chalicelib/core/policy/jwks.py" in names
+    )
     assert "asn1crypto/x509.py" in names
-    assert not [n for n in names if n.startswith(("jwt/", "cryptography/"))]   # the edge's
+    assert not [n for n in names if n.startswith(("jwt/", "cryptography/"))]  # the edge's
 
 
 def test_packaged_prod_template_passes_cfn_lint(prod_template):
     path, _ = prod_template
-    result = subprocess.run([os.path.join(VENV_BIN, "cfn-lint"), "--", path],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [os.path.join(VENV_BIN, "cfn-lint"), "--", path],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -73,42 +92,55 @@ def test_prod_table_is_on_demand_with_pitr_and_deletion_protection(prod_template
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert props["DeletionProtectionEnabled"] is True
     assert table["DeletionPolicy"] == "Retain" and table["UpdateReplacePolicy"] == "Retain"
-    assert {(a["AttributeName"], a["AttributeType"]) for a in props["AttributeDefinitions"]} \
-        == {("pk", "S"), ("sk", "S")}
-    assert props["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"},
-                                  {"AttributeName": "sk", "KeyType": "RANGE"}]
+    assert {(a["AttributeName"], a["AttributeType"]) for a in props["AttributeDefinitions"]} == {
+        ("pk", "S"),
+        ("sk", "S"),
+    }
+    assert props["KeySchema"] == [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ]
 
 
 def test_functions_use_the_stage_table_name(prod_template):
     _, template = prod_template
-    functions = {k: v for k, v in template["Resources"].items()
-                 if v["Type"] == "AWS::Serverless::Function"}
+    functions = {
+        k: v for k, v in template["Resources"].items() if v["Type"] == "AWS::Serverless::Function"
+    }
     assert set(functions) == {"APIHandler", "ApiKeyAuthorizer", "AcmeWorker"}
     for function in functions.values():
-        assert function["Properties"]["Environment"]["Variables"]["TABLE_NAME"] == \
-            template["Resources"]["ServiceTable"]["Properties"]["TableName"]
+        assert (
+            function["Properties"]["Environment"]["Variables"]["TABLE_NAME"]
+            == template["Resources"]["ServiceTable"]["Properties"]["TableName"]
+        )
 
 
 EXPECTED_GATEWAY = {
-    "UNAUTHORIZED": (401, errors.UNAUTHORIZED), "ACCESS_DENIED": (403, errors.FORBIDDEN),
+    "UNAUTHORIZED": (401, errors.UNAUTHORIZED),
+    "ACCESS_DENIED": (403, errors.FORBIDDEN),
     "MISSING_AUTHENTICATION_TOKEN": (404, errors.NOT_FOUND),
     "AUTHORIZER_FAILURE": (500, errors.INTERNAL),
     "AUTHORIZER_CONFIGURATION_ERROR": (500, errors.INTERNAL),
     "REQUEST_TOO_LARGE": (413, errors.BODY_TOO_LARGE),
     "UNSUPPORTED_MEDIA_TYPE": (415, errors.UNSUPPORTED_MEDIA_TYPE),
-    "THROTTLED": (429, errors.RATE_LIMITED), "QUOTA_EXCEEDED": (429, errors.RATE_LIMITED),
-    "DEFAULT_4XX": (400, None), "DEFAULT_5XX": (500, errors.INTERNAL),
+    "THROTTLED": (429, errors.RATE_LIMITED),
+    "QUOTA_EXCEEDED": (429, errors.RATE_LIMITED),
+    "DEFAULT_4XX": (400, None),
+    "DEFAULT_5XX": (500, errors.INTERNAL),
 }
 
 
 def _gateway_responses(template):
-    return {r["Properties"]["ResponseType"]: r["Properties"]
-            for r in template["Resources"].values()
-            if r.get("Type") == "AWS::ApiGateway::GatewayResponse"}
+    return {
+        r["Properties"]["ResponseType"]: r["Properties"]
+        for r in template["Resources"].values()
+        if r.get("Type") == "AWS::ApiGateway::GatewayResponse"
+    }
 
 
 def test_gateway_responses_give_the_contract_error_body(prod_template):
     from chalicelib.core import errors
+
     _, template = prod_template
     responses = _gateway_responses(template)
     assert set(EXPECTED_GATEWAY) <= set(responses)
@@ -124,21 +156,28 @@ def test_gateway_responses_give_the_contract_error_body(prod_template):
         if expected_code:
             assert body["error_code"] == expected_code
         assert body["details"] == {"operation_id": "op_$context.requestId"}
-        assert props["ResponseParameters"]["gatewayresponse.header.Content-Type"] == \
-            "'application/json'"
+        assert (
+            props["ResponseParameters"]["gatewayresponse.header.Content-Type"]
+            == "'application/json'"
+        )
 
 
 def test_gateway_responses_match_the_local_twin(inprocess_api):
     """What the deployed gateway says for an unknown path / a bad key, the local twin says."""
-    responses = {t: json.loads(p["ResponseTemplates"]["application/json"]) for t, p in
-                 _gateway_responses(deploy_stack.merge_template("prod")).items()}
+    responses = {
+        t: json.loads(p["ResponseTemplates"]["application/json"])
+        for t, p in _gateway_responses(deploy_stack.merge_template("prod")).items()
+    }
     unknown = inprocess_api.request("GET", "/no/such/path").json
-    assert (unknown["error_code"], unknown["msg"]) == \
-        (responses["MISSING_AUTHENTICATION_TOKEN"]["error_code"],
-         responses["MISSING_AUTHENTICATION_TOKEN"]["msg"])
+    assert (unknown["error_code"], unknown["msg"]) == (
+        responses["MISSING_AUTHENTICATION_TOKEN"]["error_code"],
+        responses["MISSING_AUTHENTICATION_TOKEN"]["msg"],
+    )
     refused = inprocess_api.request("GET", "/api_keys", key="not-a-key").json
-    assert (refused["error_code"], refused["msg"]) == \
-        (responses["UNAUTHORIZED"]["error_code"], responses["UNAUTHORIZED"]["msg"])
+    assert (refused["error_code"], refused["msg"]) == (
+        responses["UNAUTHORIZED"]["error_code"],
+        responses["UNAUTHORIZED"]["msg"],
+    )
 
 
 def _statements(role):
@@ -151,12 +190,23 @@ def test_roles_allow_only_the_table_actions_on_the_table(prod_template):
     resources = template["Resources"]
     roles = {k: v for k, v in resources.items() if v["Type"] == "AWS::IAM::Role"}
     assert set(roles) == {"ApiHandlerRole", "ApiKeyAuthorizerRole", "AcmeWorkerRole"}
-    table = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
-             "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:TransactWriteItems",
-             "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable", "dynamodb:BatchGetItem"}
-    used = {"ApiHandlerRole": table, "ApiKeyAuthorizerRole": {"dynamodb:GetItem"},
-            "AcmeWorkerRole": table}
-    seals = {"ApiHandlerRole", "AcmeWorkerRole"}   # they seal private keys (KMS)
+    table = {
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:Query",
+        "dynamodb:TransactWriteItems",
+        "dynamodb:ConditionCheckItem",
+        "dynamodb:DescribeTable",
+        "dynamodb:BatchGetItem",
+    }
+    used = {
+        "ApiHandlerRole": table,
+        "ApiKeyAuthorizerRole": {"dynamodb:GetItem"},
+        "AcmeWorkerRole": table,
+    }
+    seals = {"ApiHandlerRole", "AcmeWorkerRole"}  # they seal private keys (KMS)
     for name, role in roles.items():
         assert "ManagedPolicyArns" not in role["Properties"]
         dynamodb, logs, kms = set(), set(), set()
@@ -170,9 +220,12 @@ def test_roles_allow_only_the_table_actions_on_the_table(prod_template):
             elif all(a.startswith("kms:") for a in actions):
                 assert statement["Resource"] == {"Fn::GetAtt": ["TlsKeysKey", "Arn"]}
                 kms |= actions
-            else:   # the prod stage names no Route 53 zone: no route53 rights
-                assert actions <= {"logs:CreateLogGroup", "logs:CreateLogStream",
-                                   "logs:PutLogEvents"}, statement
+            else:  # the prod stage names no Route 53 zone: no route53 rights
+                assert actions <= {
+                    "logs:CreateLogGroup",
+                    "logs:CreateLogStream",
+                    "logs:PutLogEvents",
+                }, statement
                 logs |= actions
         assert dynamodb == used[name], name
         assert logs, name
@@ -191,7 +244,9 @@ def test_the_acme_worker_is_a_scheduled_function_with_its_own_layer(prod_templat
     worker = resources["AcmeWorker"]["Properties"]
     assert worker["Handler"] == "app.acme_worker"
     assert worker["Events"]["AcmeWorkerEvent"] == {
-        "Type": "Schedule", "Properties": {"Schedule": "rate(1 minute)"}}
+        "Type": "Schedule",
+        "Properties": {"Schedule": "rate(1 minute)"},
+    }
     assert worker["Timeout"] == 300
     assert worker["Layers"] == [{"Ref": "AcmeLayer"}]
     layer = resources["AcmeLayer"]
@@ -214,11 +269,14 @@ def test_a_stage_that_names_a_route53_zone_lets_the_worker_change_only_that_zone
     monkeypatch.setattr(deploy_stack, "load_config", lambda: config)
     role = deploy_stack.merge_template("dev")["Resources"]["AcmeWorkerRole"]
     zone = [s for s in _statements(role) if s["Sid"] == "ChallengeZone"]
-    assert zone == [{"Sid": "ChallengeZone", "Effect": "Allow",
-                     "Action": ["route53:ChangeResourceRecordSets",
-                                "route53:ListResourceRecordSets"],
-                     "Resource": {"Fn::Sub": "arn:${AWS::Partition}:route53:::"
-                                             "hostedzone/Z0123456789"}}]
+    assert zone == [
+        {
+            "Sid": "ChallengeZone",
+            "Effect": "Allow",
+            "Action": ["route53:ChangeResourceRecordSets", "route53:ListResourceRecordSets"],
+            "Resource": {"Fn::Sub": "arn:${AWS::Partition}:route53:::hostedzone/Z0123456789"},
+        }
+    ]
     api = deploy_stack.merge_template("dev")["Resources"]["ApiHandlerRole"]
     assert "route53" not in json.dumps(api)
 
@@ -240,18 +298,21 @@ def test_stages_are_configured_for_least_privilege_and_their_tables():
     for stage, settings in config["stages"].items():
         assert settings["autogen_policy"] is False
         assert settings["iam_policy_file"] == f"policy-{stage}.json"
-        assert settings["lambda_functions"]["api_key_authorizer"]["iam_policy_file"] == \
-            f"policy-authorizer-{stage}.json"
-        assert settings["lambda_functions"]["acme_worker"]["iam_policy_file"] == \
-            f"policy-acme-worker-{stage}.json"
+        assert (
+            settings["lambda_functions"]["api_key_authorizer"]["iam_policy_file"]
+            == f"policy-authorizer-{stage}.json"
+        )
+        assert (
+            settings["lambda_functions"]["acme_worker"]["iam_policy_file"]
+            == f"policy-acme-worker-{stage}.json"
+        )
         assert settings["api_gateway_stage"] == "api"
         assert settings["environment_variables"]["STAGE"] == stage
         merge = deploy_stack.merge_template(stage)
         table = merge["Resources"]["ServiceTable"]["Properties"]
         assert table["TableName"] == deploy_stack.table_name(stage)
         assert table["DeletionProtectionEnabled"] is (stage == "prod")
-        assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at",
-                                                    "Enabled": True}
+        assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
         names.add(table["TableName"])
         with open(os.path.join(PROJECT_DIR, ".chalice", f"policy-{stage}.json")) as handle:
             policy = json.load(handle)
@@ -262,8 +323,12 @@ def test_stages_are_configured_for_least_privilege_and_their_tables():
 @pytest.mark.parametrize("stage", ["dev", "localstack"])
 def test_other_stages_package_and_lint(stage, tmp_path):
     path = deploy_stack.package(stage, str(tmp_path))
-    result = subprocess.run([os.path.join(VENV_BIN, "cfn-lint"), "--", path],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [os.path.join(VENV_BIN, "cfn-lint"), "--", path],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -277,9 +342,16 @@ def compose():
 def test_compose_file_matches_the_compose_spec_schema():
     """Validated against the compose spec's JSON schema that check-jsonschema vendors."""
     result = subprocess.run(
-        [os.path.join(VENV_BIN, "check-jsonschema"), "--builtin-schema", "vendor.compose-spec",
-         os.path.join(PROJECT_DIR, "docker-compose.yml")], capture_output=True, text=True,
-        timeout=120)
+        [
+            os.path.join(VENV_BIN, "check-jsonschema"),
+            "--builtin-schema",
+            "vendor.compose-spec",
+            os.path.join(PROJECT_DIR, "docker-compose.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -348,12 +420,12 @@ print(repr({"cold": cold, "cn": ca["subject_common_name"], "botocore": botocore.
 def _jwks():
     import jwt
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-    keys = [jwt.algorithms.RSAAlgorithm.to_jwk(rsa.generate_private_key(65537, 2048)
-                                               .public_key()),
-            jwt.algorithms.ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1())
-                                              .public_key()),
-            jwt.algorithms.OKPAlgorithm.to_jwk(ed25519.Ed25519PrivateKey.generate()
-                                               .public_key())]
+
+    keys = [
+        jwt.algorithms.RSAAlgorithm.to_jwk(rsa.generate_private_key(65537, 2048).public_key()),
+        jwt.algorithms.ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1()).public_key()),
+        jwt.algorithms.OKPAlgorithm.to_jwk(ed25519.Ed25519PrivateKey.generate().public_key()),
+    ]
     return json.dumps({"keys": [json.loads(key) for key in keys]})
 
 
@@ -363,14 +435,21 @@ def _ca_pem():
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
+
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Packaged CA")])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(1).not_valid_before(now)
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
@@ -387,22 +466,35 @@ def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
     import importlib.util
     import site
     import zipfile
+
     deploy_stack.package("prod", str(tmp_path / "out"))
     archive = tmp_path / "out" / "deployment.zip"
     with zipfile.ZipFile(archive) as zf:
         names = zf.namelist()
         tops = {name.split("/")[0] for name in names}
-        sdk = sum(i.compress_size for i in zf.infolist()
-                  if i.filename.split("/")[0] in deploy_stack.RUNTIME_PROVIDED)
-        store_pyc = zf.read(f"chalicelib/core/__pycache__/store.{sys.implementation.cache_tag}.pyc")
+        sdk = sum(
+            i.compress_size
+            for i in zf.infolist()
+            if i.filename.split("/")[0] in deploy_stack.RUNTIME_PROVIDED
+        )
+        store_pyc = zf.read(
+            f"chalicelib/core/__pycache__/store.{sys.implementation.cache_tag}.pyc"
+        )
         zf.extractall(tmp_path / "task")
     assert sdk == 0 and not tops & set(deploy_stack.RUNTIME_PROVIDED)
     assert {"pynamodb", "chalicelib", "cel_expr_python", "asn1crypto"} <= tops
     assert not tops & {"cryptography", "jwt", "cffi", "pycparser", "acme", "josepy"}
-    assert not [n for n in names if n.startswith(("asn1crypto/cms.", "asn1crypto/tsp.",
-                                                  "asn1crypto/__pycache__/cms."))]
-    assert not [n for n in names if n.startswith(("cel_expr_python/ext/", "yaml/_yaml.",
-                                                   "_cffi_backend.")) or n.endswith(".pyi")]
+    assert not [
+        n
+        for n in names
+        if n.startswith(("asn1crypto/cms.", "asn1crypto/tsp.", "asn1crypto/__pycache__/cms."))
+    ]
+    assert not [
+        n
+        for n in names
+        if n.startswith(("cel_expr_python/ext/", "yaml/_yaml.", "_cffi_backend."))
+        or n.endswith(".pyi")
+    ]
     sources = [n for n in names if n.endswith(".py")]
     pycs = {n for n in names if n.endswith(".pyc")}
     missing = [n for n in sources if importlib.util.cache_from_source(n) not in pycs]
@@ -411,33 +503,82 @@ def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
     assert int.from_bytes(store_pyc[4:8], "little") == 0b01  # hash-based, source not checked
     for name in ("cel_expr_python/cel.", "_re2."):
         so = next(tmp_path / "task" / n for n in names if n.startswith(name))
-        sections = subprocess.run(["readelf", "-S", str(so)], capture_output=True,
-                                  text=True, check=True).stdout
+        sections = subprocess.run(
+            ["readelf", "-S", str(so)], capture_output=True, text=True, check=True
+        ).stdout
         assert ".symtab" not in sections, so
     runtime = tmp_path / "runtime"
     runtime.mkdir()
     packages = site.getsitepackages()[0]
     for name in ("botocore", "dateutil", "urllib3", "jmespath", "six.py"):
         os.symlink(os.path.join(packages, name), runtime / name)
-    result = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", _PACKAGED_CHECK,
-                             str(tmp_path / "task"), str(runtime), _jwks()], input=_ca_pem(),
-                            capture_output=True, text=True,
-                            env={"PATH": os.environ.get("PATH", ""),
-                                 "AWS_DEFAULT_REGION": "us-east-1"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-B",
+            "-c",
+            _PACKAGED_CHECK,
+            str(tmp_path / "task"),
+            str(runtime),
+            _jwks(),
+        ],
+        input=_ca_pem(),
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1"},
+    )
     assert result.returncode == 0, result.stderr
     seen = ast.literal_eval(result.stdout.strip().splitlines()[-1])
     assert seen["cold"] == [] and seen["cn"] == "Packaged CA"
     assert "importable" not in result.stdout, result.stdout
     from chalicelib.core.policy.document import PolicyError
     from chalicelib.core.policy import compile_policy
-    with pytest.raises(PolicyError) as here:   # the same JWKS, refused the same way here
-        compile_policy({"on_http_request": [{"actions": [{"type": "jwt-validation", "config": {
-            "issuer": {"allow_list": [{"value": "https://issuer"}]},
-            "audience": {"allow_list": [{"value": "api"}]},
-            "http": {"tokens": [{"type": "jwt", "method": "header", "name": "Authorization",
-                                 "prefix": "Bearer "}]},
-            "jws": {"allowed_algorithms": ["ES256"], "keys": {"jwks": {"keys": [
-                {"kty": "EC", "crv": "P-256", "x": "AQ", "y": "AQ"}]}}}}}]}]})
+
+    with pytest.raises(PolicyError) as here:  # the same JWKS, refused the same way here
+        compile_policy(
+            {
+                "on_http_request": [
+                    {
+                        "actions": [
+                            {
+                                "type": "jwt-validation",
+                                "config": {
+                                    "issuer": {"allow_list": [{"value": "https://issuer"}]},
+                                    "audience": {"allow_list": [{"value": "api"}]},
+                                    "http": {
+                                        "tokens": [
+                                            {
+                                                "type": "jwt",
+                                                "method": "header",
+                                                "name": "Authorization",
+                                                "prefix": "Bearer ",
+                                            }
+                                        ]
+                                    },
+                                    "jws": {
+                                        "allowed_algorithms": ["ES256"],
+                                        "keys": {
+                                            "jwks": {
+                                                "keys": [
+                                                    {
+                                                        "kty": "EC",
+                                                        "crv": "P-256",
+                                                        "x": "AQ",
+                                                        "y": "AQ",
+                                                    }
+                                                ]
+                                            }
+                                        },
+                                    },
+                                },
+                            }
+                        ]
+                    }
+                ]
+            }
+        )
     assert seen["off_curve"] == str(here.value) and "P-256" in seen["off_curve"]
     assert seen["loaded"] == []
     assert seen["botocore"].startswith(str(runtime))

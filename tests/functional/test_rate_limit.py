@@ -1,4 +1,5 @@
 """Per-account rate limiting (chalicelib.ratelimit): in-process, with a fixed clock."""
+
 import pytest
 
 from chalicelib import web

@@ -1,4 +1,5 @@
 """/reserved_addrs at both levels, and the port range at its boundary (in-process)."""
+
 import pytest
 
 from chalicelib import reserved_addrs
@@ -42,10 +43,15 @@ def test_every_principal_reserves_and_addresses_differ(account, other_account):
     assert other_account.admin.delete(f"{PATH}/{a['id']}").status == 404
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"region": "mars"}, "region"), ({"addr": "x:1"}, "addr"), ({"region": 1}, "region"),
-    ({"description": "x" * 256}, "description"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"region": "mars"}, "region"),
+        ({"addr": "x:1"}, "addr"),
+        ({"region": 1}, "region"),
+        ({"description": "x" * 256}, "description"),
+    ],
+)
 def test_bad_bodies_return_400(account, body, field):
     resp = account.admin.post(PATH, body)
     assert resp.status == 400 and resp.json["details"]["field"] == field, resp
@@ -82,11 +88,11 @@ def small_range(api, monkeypatch):
     config.reset_settings()
 
 
-def test_every_port_of_the_range_is_handed_out_once_then_409(small_range, account,
-                                                             other_account):
+def test_every_port_of_the_range_is_handed_out_once_then_409(small_range, account, other_account):
     made = [reserve(account.admin), reserve(other_account.admin), reserve(account.admin)]
-    assert sorted(a["addr"] for a in made) == [f"tcp.example.net:{p}"
-                                              for p in (30000, 30001, 30002)]
+    assert sorted(a["addr"] for a in made) == [
+        f"tcp.example.net:{p}" for p in (30000, 30001, 30002)
+    ]
     assert reserved_addrs.taken_ports() == {30000, 30001, 30002}
     resp = account.admin.post(PATH, {})
     assert resp.status == 409 and "30000-30002" in resp.json["msg"]
@@ -97,7 +103,10 @@ def test_every_port_of_the_range_is_handed_out_once_then_409(small_range, accoun
     again = reserve(account.admin)
     assert again["addr"] == made[1]["addr"]
     assert reservations.addr_reservation(again["addr"]) == {
-        "account_id": account.id, "reserved_addr_id": again["id"], "addr": again["addr"]}
+        "account_id": account.id,
+        "reserved_addr_id": again["id"],
+        "addr": again["addr"],
+    }
     assert reservations.addr_reservation("other.host:30001") is None
     assert reservations.addr_reservation("tcp.example.net:30003") is None
 

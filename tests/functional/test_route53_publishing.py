@@ -2,6 +2,7 @@
 provider: DNS_ROUTE53_ZONE_ID), against moto's server as a process: every value published
 for a name is kept in its one TXT record set, a removed value leaves the others, the last one
 removed deletes the record set, and names are matched without case or trailing dot."""
+
 import subprocess
 import sys
 import time
@@ -19,8 +20,11 @@ ZONE = "acme-challenge.tunnels.example"
 def route53(tmp_path_factory):
     port = free_port()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w+")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                               "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 30
     while True:
@@ -39,9 +43,12 @@ def route53(tmp_path_factory):
 def zone(route53, monkeypatch):
     """A new hosted zone; the provider reaches moto through boto3's per-service endpoint
     variable, as it would reach Route 53 itself without one."""
-    for name, value in {"AWS_ENDPOINT_URL_ROUTE_53": route53, "AWS_ACCESS_KEY_ID": "test",
-                        "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"
-                        }.items():
+    for name, value in {
+        "AWS_ENDPOINT_URL_ROUTE_53": route53,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(name, value)
     client = boto3.client("route53")
     created = client.create_hosted_zone(Name=ZONE, CallerReference=str(time.time_ns()))
@@ -50,26 +57,31 @@ def zone(route53, monkeypatch):
 
 def _txt(client, zone_id, name):
     sets = client.list_resource_record_sets(HostedZoneId=zone_id)["ResourceRecordSets"]
-    return {s["Name"]: ([r["Value"] for r in s["ResourceRecords"]], s["TTL"])
-            for s in sets if s["Type"] == "TXT" and s["Name"] == name}
+    return {
+        s["Name"]: ([r["Value"] for r in s["ResourceRecords"]], s["TTL"])
+        for s in sets
+        if s["Type"] == "TXT" and s["Name"] == name
+    }
 
 
 def test_values_are_published_kept_together_and_removed_one_by_one(zone, monkeypatch):
     from chalicelib.acme import dns
+
     client, zone_id = zone
     monkeypatch.setenv("DNS_ROUTE53_ZONE_ID", zone_id)
     provider = dns.provider()
     assert isinstance(provider, dns.Route53) and provider.zone_id == zone_id
-    name = f"Abc123.{ZONE}."   # case and trailing dot do not make another name
+    name = f"Abc123.{ZONE}."  # case and trailing dot do not make another name
     record = f"abc123.{ZONE}."
     provider.publish(name, "first-digest")
     provider.publish(f"abc123.{ZONE}", "second-digest")
-    provider.publish(name, "first-digest")   # again: not twice
+    provider.publish(name, "first-digest")  # again: not twice
     assert _txt(client, zone_id, record) == {
-        record: (['"first-digest"', '"second-digest"'], dns.TTL)}
+        record: (['"first-digest"', '"second-digest"'], dns.TTL)
+    }
     provider.remove(name, "first-digest")
     assert _txt(client, zone_id, record) == {record: (['"second-digest"'], dns.TTL)}
-    provider.remove(name, "never-published")   # nothing to remove: nothing changes
+    provider.remove(name, "never-published")  # nothing to remove: nothing changes
     assert _txt(client, zone_id, record) == {record: (['"second-digest"'], dns.TTL)}
     provider.remove(name, "second-digest")
     assert _txt(client, zone_id, record) == {}
@@ -77,6 +89,7 @@ def test_values_are_published_kept_together_and_removed_one_by_one(zone, monkeyp
 
 def test_names_next_to_each_other_keep_their_own_values(zone, monkeypatch):
     from chalicelib.acme import dns
+
     client, zone_id = zone
     provider = dns.Route53(zone_id)
     provider.publish(f"a.{ZONE}", "for-a")

@@ -1,4 +1,5 @@
 """/service_users: the hosted service's newer name of /bot_users, the same resource."""
+
 from chalicelib.core import errors, ids
 from tests.functional.test_api_keys import assert_contract_error
 
@@ -12,8 +13,9 @@ def test_service_users_and_bot_users_are_one_resource(account):
     assert bot["uri"].endswith(f"/service_users/{bot['id']}")
     as_bot = admin.get(f"/bot_users/{bot['id']}").json
     assert as_bot["uri"].endswith(f"/bot_users/{bot['id']}")
-    assert {k: v for k, v in as_bot.items() if k != "uri"} == \
-        {k: v for k, v in bot.items() if k != "uri"}
+    assert {k: v for k, v in as_bot.items() if k != "uri"} == {
+        k: v for k, v in bot.items() if k != "uri"
+    }
     listed = admin.get("/service_users").json
     assert set(listed) == {"service_users", "uri", "next_page_uri"}
     assert [u["id"] for u in listed["service_users"]] == [bot["id"]]
@@ -44,11 +46,12 @@ def test_service_users_list_pages_and_filters(account):
     assert "/service_users?" in first["next_page_uri"]
     rest = admin.get(first["next_page_uri"]).json
     assert [u["id"] for u in rest["service_users"]] == [made[0]] and rest["next_page_uri"] is None
-    hit = admin.get('/service_users?filter=obj.name%20%3D%3D%20%22b1%22').json["service_users"]
+    hit = admin.get("/service_users?filter=obj.name%20%3D%3D%20%22b1%22").json["service_users"]
     assert [u["id"] for u in hit] == [made[1]]
 
 
 def test_other_accounts_service_users_are_404(account, other_account):
     bot = account.admin.post("/service_users", {"name": "mine"}).json
-    assert_contract_error(other_account.admin.get(f"/service_users/{bot['id']}"), 404,
-                          errors.NOT_FOUND)
+    assert_contract_error(
+        other_account.admin.get(f"/service_users/{bot['id']}"), 404, errors.NOT_FOUND
+    )

@@ -8,6 +8,7 @@ same method: tests/functional/test_client_compat.py); for a served service it mu
 The client's own defect on deletes (it parses the empty 204 body as JSON) is not counted: the
 delete is checked by reading the resource back. Skipped, with the reason, without Node.js.
 """
+
 import json
 import os
 import re
@@ -27,32 +28,55 @@ CLIENT_DEFECTS = {"backends.weightedBackends": "Field 'backends' is required"}
 
 # TypeScript service path → the Python client's attribute for the same resource.
 TS_TO_PY = {
-    "apiKeys": "api_keys", "credentials": "credentials", "botUsers": "bot_users",
-    "abuseReports": "abuse_reports", "reservedDomains": "reserved_domains",
-    "ipPolicies": "ip_policies", "ipPolicyRules": "ip_policy_rules",
+    "apiKeys": "api_keys",
+    "credentials": "credentials",
+    "botUsers": "bot_users",
+    "abuseReports": "abuse_reports",
+    "reservedDomains": "reserved_domains",
+    "ipPolicies": "ip_policies",
+    "ipPolicyRules": "ip_policy_rules",
     "backends.httpResponseBackends": "backends.http_response",
-    "edges.edgesTcp": "edges.tcp", "edges.edgesHttps": "edges.https",
+    "edges.edgesTcp": "edges.tcp",
+    "edges.edgesHttps": "edges.https",
     "edges.edgesHttpsRoutes": "edges.https_routes",
     "edgeModules.tcpEdgeBackendModule": "edge_modules.tcp_edge_backend",
     "edgeModules.tcpEdgeIpRestrictionModule": "edge_modules.tcp_edge_ip_restriction",
-    "edgeModules.edgeRouteUserAgentFilterModule":
-        "edge_modules.https_edge_route_user_agent_filter",
+    "edgeModules.edgeRouteUserAgentFilterModule": "edge_modules.https_edge_route_user_agent_filter",
     "edgeModules.edgeRouteResponseHeadersModule": "edge_modules.https_edge_route_response_headers",
     # routed since the table was first written
     "backends.tunnelGroupBackends": "backends.tunnel_group",
     "backends.failoverBackends": "backends.failover",
-    "backends.weightedBackends": "backends.weighted", "reservedAddrs": "reserved_addrs",
-    "tunnelSessions": "tunnel_sessions", "tunnels": "tunnels", "endpoints": "endpoints",
-    **{f"edgeModules.edgeRoute{ts}Module": f"edge_modules.https_edge_route_{py}" for ts, py in (
-        ("Backend", "backend"), ("IpRestriction", "ip_restriction"),
-        ("RequestHeaders", "request_headers"), ("Compression", "compression"),
-        ("CircuitBreaker", "circuit_breaker"),
-        ("WebsocketTcpConverter", "websocket_tcp_converter"),
-        ("WebhookVerification", "webhook_verification"))},
+    "backends.weightedBackends": "backends.weighted",
+    "reservedAddrs": "reserved_addrs",
+    "tunnelSessions": "tunnel_sessions",
+    "tunnels": "tunnels",
+    "endpoints": "endpoints",
+    **{
+        f"edgeModules.edgeRoute{ts}Module": f"edge_modules.https_edge_route_{py}"
+        for ts, py in (
+            ("Backend", "backend"),
+            ("IpRestriction", "ip_restriction"),
+            ("RequestHeaders", "request_headers"),
+            ("Compression", "compression"),
+            ("CircuitBreaker", "circuit_breaker"),
+            ("WebsocketTcpConverter", "websocket_tcp_converter"),
+            ("WebhookVerification", "webhook_verification"),
+        )
+    },
     "edgeModules.httpsEdgeTlsTerminationModule": "edge_modules.https_edge_tls_termination",
 }
-TS_METHODS = ("create", "delete", "get", "list", "update", "replace", "deleteCertificate",
-              "deleteCertificateManagementPolicy", "stop", "restart")
+TS_METHODS = (
+    "create",
+    "delete",
+    "get",
+    "list",
+    "update",
+    "replace",
+    "deleteCertificate",
+    "deleteCertificateManagementPolicy",
+    "stop",
+    "restart",
+)
 
 
 def _snake(name):
@@ -64,6 +88,7 @@ def _routed(py_attr):
     import ngrok
 
     from tests.functional.test_client_compat import _methods, _service
+
     py_methods = _methods(_service(ngrok.Client("unused"), py_attr))
     routed = {}
     for ts in TS_METHODS:
@@ -75,8 +100,15 @@ def _routed(py_attr):
 
 def node_loads(folder: str, module: str) -> bool:
     """Whether Node can load ``module`` with all its dependencies from ``folder``."""
-    return subprocess.run(["node", "-e", f"require({json.dumps(module)})"], cwd=folder,
-                          capture_output=True, timeout=60).returncode == 0
+    return (
+        subprocess.run(
+            ["node", "-e", f"require({json.dumps(module)})"],
+            cwd=folder,
+            capture_output=True,
+            timeout=60,
+        ).returncode
+        == 0
+    )
 
 
 def node_install(folder: str, module: str) -> str:
@@ -89,10 +121,16 @@ def node_install(folder: str, module: str) -> str:
             return ""
         shutil.rmtree(os.path.join(folder, "node_modules"), ignore_errors=True)
         if attempt:
-            subprocess.run(["npm", "cache", "verify"], cwd=folder, capture_output=True,
-                           timeout=300)
-        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
-                              cwd=folder, capture_output=True, text=True, timeout=300)
+            subprocess.run(
+                ["npm", "cache", "verify"], cwd=folder, capture_output=True, timeout=300
+            )
+        done = subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--silent"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if done.returncode != 0:
             return f"npm install failed: {done.stderr[-500:]}"
     return "" if node_loads(folder, module) else "installed, but Node cannot load it"
@@ -107,14 +145,19 @@ def ts_results(http_api):
     if problem:
         pytest.skip(f"the TypeScript client could not be installed here: {problem}")
     account = http_api.new_account(reporter=True)
-    config = {"baseUrl": http_api.base_url, "token": account.admin.token, "modulePath": module,
-              "services": [{"name": ts, "routed": _routed(py)} for ts, py in TS_TO_PY.items()]}
+    config = {
+        "baseUrl": http_api.base_url,
+        "token": account.admin.token,
+        "modulePath": module,
+        "services": [{"name": ts, "routed": _routed(py)} for ts, py in TS_TO_PY.items()],
+    }
     path = os.path.join(TS_DIR, f"config-{os.getpid()}.json")
     with open(path, "w") as handle:
         json.dump(config, handle)
     try:
-        done = subprocess.run(["node", "compat.js", path], cwd=TS_DIR, capture_output=True,
-                              text=True, timeout=600)
+        done = subprocess.run(
+            ["node", "compat.js", path], cwd=TS_DIR, capture_output=True, text=True, timeout=600
+        )
     finally:
         os.remove(path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -144,5 +187,7 @@ def test_typescript_client_service_against_the_service(ts_results, ts_service):
         pytest.fail(f"served service with unrouted methods: {skipped}")
     if not_offered:
         assert len(skipped) == len(results), f"{ts_service} is routed now: move it to SERVED"
-        pytest.skip(f"not offered: {NOT_OFFERED[TS_TO_PY[ts_service]]} (the client has it; "
-                    "this service offers the rule as a traffic policy action)")
+        pytest.skip(
+            f"not offered: {NOT_OFFERED[TS_TO_PY[ts_service]]} (the client has it; "
+            "this service offers the rule as a traffic policy action)"
+        )

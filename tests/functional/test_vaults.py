@@ -1,6 +1,7 @@
 """/vaults and /vault_secrets through the official Python client (ngrok-api 0.19.0) against
 the running stack: the value is write-only and stored sealed, names are unique, accounts
 are apart, and a traffic policy naming a missing secret is a 400."""
+
 import json
 import uuid
 
@@ -26,14 +27,17 @@ def test_vault_and_secret_round_trip_through_the_client(client, http_api):
     c, account = client
     vault = c.vaults.create(name=_name(), description="d", metadata="m")
     assert vault.id.startswith("vault_") and vault.description == "d"
-    secret = c.secrets.create(name="client-secret", value="s3cr3t-value", vault_id=vault.id,
-                              description="oidc")
+    secret = c.secrets.create(
+        name="client-secret", value="s3cr3t-value", vault_id=vault.id, description="oidc"
+    )
     assert secret.id.startswith("secret_") and secret.vault.id == vault.id
     assert secret.vault_name == vault.name
     # write-only: no response carries the value
-    for answer in (account.admin.get(f"/vault_secrets/{secret.id}"),
-                   account.admin.get("/vault_secrets"),
-                   account.admin.get(f"/vaults/{vault.id}/secrets")):
+    for answer in (
+        account.admin.get(f"/vault_secrets/{secret.id}"),
+        account.admin.get("/vault_secrets"),
+        account.admin.get(f"/vaults/{vault.id}/secrets"),
+    ):
         assert answer.status == 200 and "s3cr3t-value" not in json.dumps(answer.json)
         assert "value" not in json.dumps(answer.json).replace("vault", "")
     assert [s.id for s in c.vaults.get_secrets_by_vault(vault.id).secrets] == [secret.id]
@@ -53,19 +57,22 @@ def test_vault_and_secret_round_trip_through_the_client(client, http_api):
     assert info.value.http_status_code == 404
 
 
-def test_the_value_is_stored_sealed_and_opens_only_for_its_account_and_id(client, http_api,
-                                                                          local_stack):
+def test_the_value_is_stored_sealed_and_opens_only_for_its_account_and_id(
+    client, http_api, local_stack
+):
     c, account = client
     vault = c.vaults.create(name=_name())
     secret = c.secrets.create(name="s", value="plain-text-value", vault_id=vault.id)
     raw = local_stack.store_client().get_item(
         TableName="tunnel-service",
-        Key={"pk": {"S": store.collection_pk(account.id, vs.SECRETS)}, "sk": {"S": secret.id}})
+        Key={"pk": {"S": store.collection_pk(account.id, vs.SECRETS)}, "sk": {"S": secret.id}},
+    )
     dumped = json.dumps(raw["Item"])
     assert "plain-text-value" not in dumped and "sealed" in dumped
     sealed = store.from_av(raw["Item"]["data"])["sealed"]
-    assert keywrap.open_sealed(sealed, vs.seal_context(account.id, secret.id)) == \
-        b"plain-text-value"
+    assert (
+        keywrap.open_sealed(sealed, vs.seal_context(account.id, secret.id)) == b"plain-text-value"
+    )
     with pytest.raises(keywrap.SealError):
         keywrap.open_sealed(sealed, vs.seal_context("acct_other", secret.id))
 
@@ -113,16 +120,19 @@ def test_accounts_are_apart(client, http_api):
     vault = c.vaults.create(name=_name())
     secret = c.secrets.create(name="s", value="v", vault_id=vault.id)
     other = ngrok.Client(http_api.new_account().admin.token, base_url=http_api.base_url)
-    for call in (lambda: other.vaults.get(vault.id), lambda: other.secrets.get(secret.id),
-                 lambda: other.secrets.delete(secret.id),
-                 lambda: other.vaults.get_secrets_by_vault(vault.id)):
+    for call in (
+        lambda: other.vaults.get(vault.id),
+        lambda: other.secrets.get(secret.id),
+        lambda: other.secrets.delete(secret.id),
+        lambda: other.vaults.get_secrets_by_vault(vault.id),
+    ):
         with pytest.raises(ngrok.Error) as info:
             call()
         assert info.value.http_status_code == 404
     with pytest.raises(ngrok.Error) as info:
         other.secrets.create(name="s2", value="v", vault_id=vault.id)
     assert info.value.http_status_code == 400
-    with pytest.raises(ngrok.Error) as info:   # the name means nothing in another account
+    with pytest.raises(ngrok.Error) as info:  # the name means nothing in another account
         other.secrets.create(name="s2", value="v", vault_name=vault.name)
     assert info.value.http_status_code == 400
 
@@ -133,13 +143,32 @@ def test_a_policy_naming_a_missing_secret_is_a_400(client):
     c.secrets.create(name="present", value="v", vault_id=vault.id)
 
     def policy(name):
-        return json.dumps({"on_http_request": [{"actions": [{"type": "add-headers", "config": {
-            "headers": {"x-s": f"${{secrets.get('{vault.name}', '{name}')}}"}}}]}]})
+        return json.dumps(
+            {
+                "on_http_request": [
+                    {
+                        "actions": [
+                            {
+                                "type": "add-headers",
+                                "config": {
+                                    "headers": {
+                                        "x-s": f"${{secrets.get('{vault.name}', '{name}')}}"
+                                    }
+                                },
+                            }
+                        ]
+                    }
+                ]
+            }
+        )
+
     host = f"{uuid.uuid4().hex[:10]}.tunnels.localhost"
-    bad = account.admin.post("/endpoints", {"url": f"https://{host}",
-                                            "traffic_policy": policy("absent")})
+    bad = account.admin.post(
+        "/endpoints", {"url": f"https://{host}", "traffic_policy": policy("absent")}
+    )
     assert bad.status == 400 and "absent" in bad.json["msg"]
     assert "on_http_request[0].actions[0].config.headers.x-s" in bad.json["msg"]
-    good = account.admin.post("/endpoints", {"url": f"https://{host}",
-                                             "traffic_policy": policy("present")})
+    good = account.admin.post(
+        "/endpoints", {"url": f"https://{host}", "traffic_policy": policy("present")}
+    )
     assert good.status == 201, good.json

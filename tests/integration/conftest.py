@@ -11,6 +11,7 @@
 
 Tests only ever send HTTP to ``target.base_url``; everything they create they delete.
 """
+
 import json
 import os
 import uuid
@@ -33,10 +34,18 @@ class Target:
     session: requests.Session = field(default_factory=requests.Session)
     created: List[Tuple[str, str]] = field(default_factory=list)  # (key, uri) to delete
 
-    def request(self, method: str, path: str, *, key: Any = _UNSET, json_body: Any = _UNSET,
-                data: Optional[bytes] = None, headers: Optional[Dict[str, str]] = None,
-                version: Optional[str] = "2", params: Optional[Dict[str, Any]] = None
-                ) -> requests.Response:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        key: Any = _UNSET,
+        json_body: Any = _UNSET,
+        data: Optional[bytes] = None,
+        headers: Optional[Dict[str, str]] = None,
+        version: Optional[str] = "2",
+        params: Optional[Dict[str, Any]] = None,
+    ) -> requests.Response:
         sent: Dict[str, str] = {}
         if version is not None:
             sent["Service-Version"] = version
@@ -48,8 +57,9 @@ class Target:
             sent["Content-Type"] = "application/json"
         sent.update(headers or {})
         url = path if path.startswith("http") else self.base_url + path
-        return self.session.request(method, url, headers=sent, data=data, params=params,
-                                    timeout=30)
+        return self.session.request(
+            method, url, headers=sent, data=data, params=params, timeout=30
+        )
 
     def create(self, path: str, body: Dict[str, Any], key: Any = _UNSET) -> Dict[str, Any]:
         resp = self.request("POST", path, key=key, json_body=body)
@@ -74,18 +84,28 @@ def _deployed_target() -> Target:
     admin = os.environ.get("INTEGRATION_API_KEY")
     if not admin:
         pytest.skip("INTEGRATION_API_KEY not set: need an admin API key of the deployment")
-    return Target("deployed", base_url, admin,
-                  member_key=os.environ.get("INTEGRATION_MEMBER_API_KEY") or None,
-                  other_key=os.environ.get("INTEGRATION_OTHER_API_KEY") or None)
+    return Target(
+        "deployed",
+        base_url,
+        admin,
+        member_key=os.environ.get("INTEGRATION_MEMBER_API_KEY") or None,
+        other_key=os.environ.get("INTEGRATION_OTHER_API_KEY") or None,
+    )
 
 
 def _local_target(request) -> Target:
     from tests.support.api import HttpApi
+
     stack = request.getfixturevalue("local_stack")
     api = HttpApi(stack)
     mine, other = api._seed(2, reporter=True)
-    return Target("local", stack.base_url, mine["admin"]["token"],
-                  member_key=mine["member"]["token"], other_key=other["admin"]["token"])
+    return Target(
+        "local",
+        stack.base_url,
+        mine["admin"]["token"],
+        member_key=mine["member"]["token"],
+        other_key=other["admin"]["token"],
+    )
 
 
 # The deployed target exists only when configured; test_deployment.py says why it is absent

@@ -1,4 +1,5 @@
 """Checks the integration tests share (HTTP only)."""
+
 import re
 
 from chalicelib.core.errors import CATALOG

@@ -1,6 +1,7 @@
 """`make run`'s API server's /metrics (scripts/api_metrics.py): on its own loopback listener
 (API_METRICS_PORT), never on the API's port; parses as Prometheus text and moves with
 requests; store calls are timed."""
+
 import tempfile
 
 import pytest
@@ -11,8 +12,12 @@ from tests.support.api import HttpApi, LocalStack, free_port
 
 
 def _value(text, name, **labels):
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +43,16 @@ def test_api_metrics_parse_and_move_with_requests(metered):
         assert account.admin.get("/ip_policies").status == 200
     assert account.admin.get("/ip_policies/nope").status == 404
     after = requests.get(url, timeout=10).text
-    assert _value(after, "api_requests_total", method="GET", status_class="2xx") - \
-        _value(before, "api_requests_total", method="GET", status_class="2xx") >= 3
-    assert _value(after, "api_requests_total", method="GET", status_class="4xx") - \
-        _value(before, "api_requests_total", method="GET", status_class="4xx") >= 1
+    assert (
+        _value(after, "api_requests_total", method="GET", status_class="2xx")
+        - _value(before, "api_requests_total", method="GET", status_class="2xx")
+        >= 3
+    )
+    assert (
+        _value(after, "api_requests_total", method="GET", status_class="4xx")
+        - _value(before, "api_requests_total", method="GET", status_class="4xx")
+        >= 1
+    )
     assert _value(after, "api_request_duration_seconds_count", method="GET") >= 4
     assert _value(after, "store_call_duration_seconds_count", operation="Query") >= 3
     assert _value(after, "process_resident_memory_bytes") > 0

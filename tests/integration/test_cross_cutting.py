@@ -1,4 +1,5 @@
 """Error bodies, auth, version header, pagination and account isolation, over HTTP."""
+
 import pytest
 
 from chalicelib.core import errors
@@ -12,27 +13,34 @@ def test_unknown_paths_get_404_with_and_without_a_key(target, path):
     assert_error(target.request("GET", path, key=None), 404, errors.NOT_FOUND)
 
 
-@pytest.mark.parametrize("data, content_type, status, code", [
-    (b"{bad", "application/json", 400, errors.INVALID_JSON),
-    (b"[1]", "application/json", 400, errors.INVALID_JSON),
-    (b'{"description": "x"}', "text/plain", 415, errors.UNSUPPORTED_MEDIA_TYPE),
-    (b"x" * (256 * 1024 + 1), "application/json", 413, errors.BODY_TOO_LARGE),
-])
+@pytest.mark.parametrize(
+    "data, content_type, status, code",
+    [
+        (b"{bad", "application/json", 400, errors.INVALID_JSON),
+        (b"[1]", "application/json", 400, errors.INVALID_JSON),
+        (b'{"description": "x"}', "text/plain", 415, errors.UNSUPPORTED_MEDIA_TYPE),
+        (b"x" * (256 * 1024 + 1), "application/json", 413, errors.BODY_TOO_LARGE),
+    ],
+)
 def test_bad_bodies_get_contract_errors(target, data, content_type, status, code):
     resp = target.request("POST", "/api_keys", data=data, headers={"Content-Type": content_type})
     assert_error(resp, status, code)
 
 
 def test_unknown_field_is_named_with_the_accepted_ones(target):
-    body = assert_error(target.request("POST", "/api_keys", json_body={"descripton": "x"}),
-                        400, errors.UNKNOWN_FIELD)
+    body = assert_error(
+        target.request("POST", "/api_keys", json_body={"descripton": "x"}),
+        400,
+        errors.UNKNOWN_FIELD,
+    )
     assert "descripton" in body["msg"] and "description" in body["msg"]
     assert body["details"]["field"] == "descripton"
 
 
 def test_unknown_query_parameter_is_400(target):
-    assert_error(target.request("GET", "/api_keys", params={"sort": "asc"}), 400,
-                 errors.UNKNOWN_QUERY)
+    assert_error(
+        target.request("GET", "/api_keys", params={"sort": "asc"}), 400, errors.UNKNOWN_QUERY
+    )
 
 
 def test_operation_id_is_returned_on_success(target):
@@ -69,8 +77,9 @@ def test_missing_version_header_is_400(target):
 
 @pytest.mark.parametrize("version", ["1", "3", "two"])
 def test_unsupported_version_is_400_listing_supported(target, version):
-    body = assert_error(target.request("GET", "/api_keys", version=version), 400,
-                        errors.UNSUPPORTED_VERSION)
+    body = assert_error(
+        target.request("GET", "/api_keys", version=version), 400, errors.UNSUPPORTED_VERSION
+    )
     assert "2" in body["msg"]
 
 
@@ -100,11 +109,18 @@ def test_pages_follow_next_page_uri_newest_first_to_a_null_end(target):
     assert [i for i in seen if i in made] == list(reversed(made))
 
 
-@pytest.mark.parametrize("params", [{"limit": "0"}, {"limit": "101"}, {"limit": "x"},
-                                    {"before_id": "nope"}, {"before_id": "cr_" + "A" * 27}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"limit": "0"},
+        {"limit": "101"},
+        {"limit": "x"},
+        {"before_id": "nope"},
+        {"before_id": "cr_" + "A" * 27},
+    ],
+)
 def test_bad_page_parameters_are_400(target, params):
-    assert_error(target.request("GET", "/api_keys", params=params), 400,
-                 errors.INVALID_QUERY)
+    assert_error(target.request("GET", "/api_keys", params=params), 400, errors.INVALID_QUERY)
 
 
 def test_limit_as_string_and_before_id_are_exclusive(target):
@@ -118,8 +134,9 @@ def test_other_accounts_cannot_see_or_touch_my_resources(target, other_key):
     key = target.create("/api_keys", {"description": "mine"})
     for method, body in (("GET", None), ("PATCH", {"description": "x"}), ("DELETE", None)):
         kwargs = {"json_body": body} if body is not None else {}
-        assert_error(target.request(method, key["uri"], key=other_key, **kwargs), 404,
-                     errors.NOT_FOUND)
+        assert_error(
+            target.request(method, key["uri"], key=other_key, **kwargs), 404, errors.NOT_FOUND
+        )
     listed = target.request("GET", "/api_keys", key=other_key).json()["keys"]
     assert key["id"] not in {k["id"] for k in listed}
     assert target.request("GET", key["uri"]).status_code == 200

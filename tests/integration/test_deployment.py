@@ -1,4 +1,5 @@
 """Whether this run also covers a deployment (LocalStack or AWS): see conftest.py."""
+
 import os
 
 import pytest

@@ -1,5 +1,6 @@
 """`make run` killed (kill -9, Ctrl-C) under concurrent writes keeps every acknowledged write,
 and a data directory that is damaged or incomplete stops start-up with one clear line."""
+
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ def _auth(token):
 
 def _token(stack):
     import json
+
     with open(os.path.join(stack.data_dir, "local-admin.json")) as handle:
         return json.load(handle)["token"]
 
@@ -35,12 +37,17 @@ def _children(pid):
 
 def _write_until_stopped(stack, token, acknowledged, stop, writers=8):
     """``writers`` threads create API keys as fast as they can; ids answered 201 are kept."""
+
     def writer():
         session = requests.Session()
         while not stop.is_set():
             try:
-                resp = session.post(stack.base_url + "/api_keys", headers=_auth(token),
-                                    json={"description": "durable"}, timeout=10)
+                resp = session.post(
+                    stack.base_url + "/api_keys",
+                    headers=_auth(token),
+                    json={"description": "durable"},
+                    timeout=10,
+                )
             except requests.RequestException:
                 continue  # the stack is going down: not acknowledged
             if resp.status_code == 201:
@@ -72,8 +79,7 @@ def _restart_and_check(tmp_path, token, acknowledged):
         again.stop()
 
 
-def test_kill_9_of_the_whole_stack_under_concurrent_writes_loses_no_acknowledged_write(
-        tmp_path):
+def test_kill_9_of_the_whole_stack_under_concurrent_writes_loses_no_acknowledged_write(tmp_path):
     for round_ in range(2):  # the second round also replays the first round's log
         stack = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
         token = _token(stack)
@@ -101,15 +107,20 @@ def test_kill_9_of_serve_py_alone_takes_its_children_down(tmp_path):
     os.kill(stack.process.pid, signal.SIGKILL)
     stack.process.wait()
     deadline = time.time() + 5
-    while time.time() < deadline and any(os.path.exists(f"/proc/{c}/status")
-                                         and "zombie" not in open(f"/proc/{c}/status").read()
-                                         for c in children):
+    while time.time() < deadline and any(
+        os.path.exists(f"/proc/{c}/status") and "zombie" not in open(f"/proc/{c}/status").read()
+        for c in children
+    ):
         time.sleep(0.05)
-    alive = [c for c in children if os.path.exists(f"/proc/{c}/status")
-             and "zombie" not in open(f"/proc/{c}/status").read()]
+    alive = [
+        c
+        for c in children
+        if os.path.exists(f"/proc/{c}/status") and "zombie" not in open(f"/proc/{c}/status").read()
+    ]
     assert not alive
-    again = LocalStack(data_dir=str(tmp_path), port=stack.port,
-                       store_port=stack.store_port).start(bootstrap=True)  # ports are free
+    again = LocalStack(data_dir=str(tmp_path), port=stack.port, store_port=stack.store_port).start(
+        bootstrap=True
+    )  # ports are free
     again.stop()
 
 
@@ -202,7 +213,7 @@ def test_a_write_cut_short_at_the_end_of_the_log_is_dropped_and_the_rest_kept(wi
     try:
         assert "cut off a write" in stack.log()
         assert len(_listed_ids(stack, token)) == 4  # bootstrap key + 3
-        assert log.read_bytes()[:len(whole)] == whole
+        assert log.read_bytes()[: len(whole)] == whole
     finally:
         stack.stop()
 
@@ -210,6 +221,7 @@ def test_a_write_cut_short_at_the_end_of_the_log_is_dropped_and_the_rest_kept(wi
 def test_a_key_file_the_store_does_not_know_stops_start_up(with_data):
     tmp_path, _ = with_data
     import json
+
     path = tmp_path / "local-admin.json"
     data = json.loads(path.read_text())
     data["token"] = "not-a-key-the-store-knows-" + "x" * 20
@@ -220,6 +232,7 @@ def test_a_key_file_the_store_does_not_know_stops_start_up(with_data):
 
 def test_a_busy_port_stops_start_up_with_one_line(tmp_path):
     import socket
+
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen(1)

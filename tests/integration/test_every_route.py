@@ -4,6 +4,7 @@ documented (status listed for the operation, error bodies in the contract's shap
 The operations come from the document the app builds (chalicelib.openapi), which a
 functional test keeps equal to the app's routes: a new route is covered here with no edit.
 """
+
 import pytest
 
 from app import app
@@ -12,8 +13,11 @@ from chalicelib.core import errors
 from tests.integration.helpers import assert_error, fake_id
 
 DOCUMENT = openapi.build(app)
-OPERATIONS = [(method.upper(), path, op) for path, item in sorted(DOCUMENT["paths"].items())
-              for method, op in sorted(item.items())]
+OPERATIONS = [
+    (method.upper(), path, op)
+    for path, item in sorted(DOCUMENT["paths"].items())
+    for method, op in sorted(item.items())
+]
 IDS = [f"{m} {p}" for m, p, _ in OPERATIONS]
 
 
@@ -72,4 +76,5 @@ def test_openapi_document_is_public_and_lists_every_route(target):
     served = resp.json()
     assert set(served["paths"]) == set(DOCUMENT["paths"])
     from openapi_spec_validator import validate
+
     validate(served)

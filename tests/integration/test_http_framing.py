@@ -1,6 +1,7 @@
 """The API's HTTP server (scripts/api_server.py over scripts/http_server.py) as clients meet it:
 framing errors answered in the contract's error body with an Operation-Id header, and the
 connection left usable or closed cleanly."""
+
 import json
 
 import pytest
@@ -44,9 +45,17 @@ def _list_works(conn, account):
 def test_a_chunked_body_is_decoded_and_the_connection_stays_usable(conn, stack_account):
     body = json.dumps({"description": "sent in chunks"}).encode()
     chunked = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:7], body[7:]))
-    conn.send(request_bytes("POST", "/api_keys", _auth(
-        stack_account, **{"Content-Type": "application/json",
-                          "Transfer-Encoding": "chunked"}), chunked + b"0\r\n\r\n"))
+    conn.send(
+        request_bytes(
+            "POST",
+            "/api_keys",
+            _auth(
+                stack_account,
+                **{"Content-Type": "application/json", "Transfer-Encoding": "chunked"},
+            ),
+            chunked + b"0\r\n\r\n",
+        )
+    )
     resp = conn.read_response()
     assert resp.status == 201 and resp.json["description"] == "sent in chunks"
     _list_works(conn, stack_account)
@@ -61,30 +70,57 @@ def test_head_has_headers_and_no_body_and_keeps_the_connection(conn, stack_accou
 
 @pytest.mark.parametrize("value", ["abc", "-1", "1.5", "0x10", "5, 6"])
 def test_a_bad_content_length_is_400_and_closes(conn, stack_account, value):
-    conn.send(request_bytes("POST", "/api_keys", _auth(
-        stack_account, **{"Content-Type": "application/json", "Content-Length": value}),
-        b"{}"))
+    conn.send(
+        request_bytes(
+            "POST",
+            "/api_keys",
+            _auth(stack_account, **{"Content-Type": "application/json", "Content-Length": value}),
+            b"{}",
+        )
+    )
     _assert_contract_error(conn.read_response(), 400, errors.MalformedRequest.error_code)
     assert conn.is_closed()
 
 
 def test_both_content_length_and_chunked_is_400(conn, stack_account):
-    conn.send(request_bytes("POST", "/api_keys", _auth(
-        stack_account, **{"Content-Length": "2", "Transfer-Encoding": "chunked"}), b"{}"))
+    conn.send(
+        request_bytes(
+            "POST",
+            "/api_keys",
+            _auth(stack_account, **{"Content-Length": "2", "Transfer-Encoding": "chunked"}),
+            b"{}",
+        )
+    )
     _assert_contract_error(conn.read_response(), 400, errors.MalformedRequest.error_code)
     assert conn.is_closed()
 
 
 def test_an_unknown_transfer_coding_is_501(conn, stack_account):
-    conn.send(request_bytes("POST", "/api_keys", _auth(
-        stack_account, **{"Transfer-Encoding": "gzip, chunked"}), b"0\r\n\r\n"))
+    conn.send(
+        request_bytes(
+            "POST",
+            "/api_keys",
+            _auth(stack_account, **{"Transfer-Encoding": "gzip, chunked"}),
+            b"0\r\n\r\n",
+        )
+    )
     _assert_contract_error(conn.read_response(), 501, errors.NotImplementedByServer.error_code)
 
 
 def test_a_declared_body_over_the_limit_is_413_before_it_is_sent(conn, stack_account):
-    conn.send(request_bytes("POST", "/api_keys", _auth(
-        stack_account, **{"Content-Type": "application/json",
-                          "Content-Length": str(web.MAX_BODY_BYTES + 1)})))
+    conn.send(
+        request_bytes(
+            "POST",
+            "/api_keys",
+            _auth(
+                stack_account,
+                **{
+                    "Content-Type": "application/json",
+                    "Content-Length": str(web.MAX_BODY_BYTES + 1),
+                },
+            ),
+        )
+    )
     # nothing of the body was sent: the answer comes anyway
     _assert_contract_error(conn.read_response(), 413, errors.PayloadTooLarge.error_code)
     assert conn.is_closed()
@@ -94,18 +130,33 @@ def test_a_body_at_the_limit_is_read_and_reaches_the_api(conn, stack_account):
     description = "x" * (web.MAX_BODY_BYTES - len('{"description": ""}'))
     body = json.dumps({"description": description}).encode()
     assert len(body) == web.MAX_BODY_BYTES
-    conn.send(request_bytes("POST", "/api_keys", _auth(
-        stack_account, **{"Content-Type": "application/json",
-                          "Content-Length": str(len(body))}), body))
+    conn.send(
+        request_bytes(
+            "POST",
+            "/api_keys",
+            _auth(
+                stack_account,
+                **{"Content-Type": "application/json", "Content-Length": str(len(body))},
+            ),
+            body,
+        )
+    )
     resp = conn.read_response()
     assert resp.status == 400 and resp.json["error_code"] == errors.InvalidField.error_code
     _list_works(conn, stack_account)  # the API's own refusal keeps the connection
 
 
 def test_a_chunked_body_one_byte_over_the_limit_is_413(conn, stack_account):
-    conn.send(request_bytes("POST", "/api_keys", _auth(
-        stack_account, **{"Content-Type": "application/json",
-                          "Transfer-Encoding": "chunked"})))
+    conn.send(
+        request_bytes(
+            "POST",
+            "/api_keys",
+            _auth(
+                stack_account,
+                **{"Content-Type": "application/json", "Transfer-Encoding": "chunked"},
+            ),
+        )
+    )
     half = web.MAX_BODY_BYTES // 2
     try:
         for size in (half, web.MAX_BODY_BYTES - half, 1):
@@ -117,9 +168,16 @@ def test_a_chunked_body_one_byte_over_the_limit_is_413(conn, stack_account):
 
 
 def test_a_chunk_announcing_more_than_the_limit_is_413_before_its_data(conn, stack_account):
-    conn.send(request_bytes("POST", "/api_keys", _auth(
-        stack_account, **{"Content-Type": "application/json",
-                          "Transfer-Encoding": "chunked"})))
+    conn.send(
+        request_bytes(
+            "POST",
+            "/api_keys",
+            _auth(
+                stack_account,
+                **{"Content-Type": "application/json", "Transfer-Encoding": "chunked"},
+            ),
+        )
+    )
     conn.send(b"%x\r\n" % (web.MAX_BODY_BYTES + 1))  # and not one byte of it
     _assert_contract_error(conn.read_response(), 413, errors.PayloadTooLarge.error_code)
     assert conn.is_closed()
@@ -171,7 +229,8 @@ def test_more_than_100_header_fields_is_431_and_100_pass(local_stack, stack_acco
 
 @pytest.mark.parametrize("method", ["TRACE", "PROPFIND", "CONNECT", "BREW"])
 def test_methods_the_gateway_does_not_route_are_405_and_keep_the_connection(
-        conn, stack_account, method):
+    conn, stack_account, method
+):
     conn.send(request_bytes(method, "/api_keys", _auth(stack_account)))
     _assert_contract_error(conn.read_response(), 405, errors.MethodNotAllowed.error_code)
     _list_works(conn, stack_account)
@@ -190,9 +249,15 @@ def test_other_http_versions_are_505(conn, line):
     _assert_contract_error(conn.read_response(), 505, errors.HttpVersionNotSupported.error_code)
 
 
-@pytest.mark.parametrize("raw", [b"GARBAGE\r\n\r\n", b"GET\r\n\r\n",
-                                 b"GET /api_keys HTTP/1.1\r\nBad Header: x\r\n\r\n",
-                                 b"GET /api_keys HTTP/1.1\r\n folded: x\r\n\r\n"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"GET\r\n\r\n",
+        b"GET /api_keys HTTP/1.1\r\nBad Header: x\r\n\r\n",
+        b"GET /api_keys HTTP/1.1\r\n folded: x\r\n\r\n",
+    ],
+)
 def test_a_malformed_head_is_400_and_closes(conn, raw):
     conn.send(raw)
     _assert_contract_error(conn.read_response(), 400, errors.MalformedRequest.error_code)
@@ -201,9 +266,20 @@ def test_a_malformed_head_is_400_and_closes(conn, raw):
 
 def test_expect_100_continue_is_answered_before_the_body(conn, stack_account):
     body = json.dumps({"description": "after 100"}).encode()
-    conn.send(request_bytes("POST", "/api_keys", _auth(
-        stack_account, **{"Content-Type": "application/json", "Content-Length": str(len(body)),
-                          "Expect": "100-continue"})))
+    conn.send(
+        request_bytes(
+            "POST",
+            "/api_keys",
+            _auth(
+                stack_account,
+                **{
+                    "Content-Type": "application/json",
+                    "Content-Length": str(len(body)),
+                    "Expect": "100-continue",
+                },
+            ),
+        )
+    )
     assert conn.read_response().status == 100
     conn.send(body)
     resp = conn.read_response()
@@ -218,7 +294,9 @@ def test_connection_close_is_honoured(conn, stack_account):
 
 
 def test_pipelined_requests_are_answered_in_order(conn, stack_account):
-    conn.send(request_bytes("GET", "/api_keys?limit=1", _auth(stack_account))
-              + request_bytes("GET", "/nope", _auth(stack_account)))
+    conn.send(
+        request_bytes("GET", "/api_keys?limit=1", _auth(stack_account))
+        + request_bytes("GET", "/nope", _auth(stack_account))
+    )
     assert conn.read_response().status == 200
     assert conn.read_response().status == 404

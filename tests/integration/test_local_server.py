@@ -1,4 +1,5 @@
 """`make run` and `make api-key` as a user runs them: real processes, real HTTP."""
+
 import json
 import os
 import subprocess
@@ -39,23 +40,30 @@ def test_data_survives_a_restart_and_holds_no_plaintext_secret(tmp_path):
     stack = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
     try:
         token = _local_admin_token(stack)
-        created = requests.post(stack.base_url + "/api_keys", headers=_auth(token),
-                                json={"description": "survivor"}, timeout=10).json()
+        created = requests.post(
+            stack.base_url + "/api_keys",
+            headers=_auth(token),
+            json={"description": "survivor"},
+            timeout=10,
+        ).json()
     finally:
         stack.stop()  # SIGINT, as Ctrl-C
     assert stack.process.returncode == 0, stack.log()
     on_disk = b"".join(p.read_bytes() for p in (tmp_path / "store").iterdir()).decode(
-        "utf-8", "replace")
+        "utf-8", "replace"
+    )
     assert created["id"] in on_disk
     assert created["token"] not in on_disk and token not in on_disk
 
     again = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
     try:
-        listed = requests.get(again.base_url + "/api_keys", headers=_auth(token),
-                              timeout=10).json()["keys"]
+        listed = requests.get(
+            again.base_url + "/api_keys", headers=_auth(token), timeout=10
+        ).json()["keys"]
         assert created["id"] in [k["id"] for k in listed]
-        new_key = requests.get(again.base_url + "/api_keys", headers=_auth(created["token"]),
-                               timeout=10)
+        new_key = requests.get(
+            again.base_url + "/api_keys", headers=_auth(created["token"]), timeout=10
+        )
         assert new_key.status_code == 200
         assert "bootstrapped" not in again.log()  # the same account, not a new one
     finally:
@@ -66,9 +74,14 @@ def test_make_api_key_prints_a_working_key_as_last_line(local_stack):
     env = {**os.environ, "TABLE_NAME": "tunnel-service"}
     for name in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         env.pop(name, None)
-    out = subprocess.run(["make", "-s", "api-key", f"DATA_DIR={local_stack.data_dir}"],
-                         cwd=PROJECT_DIR, env=env, check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["make", "-s", "api-key", f"DATA_DIR={local_stack.data_dir}"],
+        cwd=PROJECT_DIR,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     token = out.strip().splitlines()[-1]
     resp = requests.get(local_stack.base_url + "/api_keys", headers=_auth(token), timeout=10)
     assert resp.status_code == 200, resp.text
@@ -91,10 +104,13 @@ def test_pagination_across_250_keys_following_next_page_uri_verbatim(http_api):
     account = http_api.new_account()
     session = requests.Session()
     url = http_api.base_url + "/api_keys"
-    created = [session.post(url, headers=_auth(account.admin.token), json={},
-                            timeout=10).json()["id"] for _ in range(248)]
-    expected = sorted(created + [account.admin.api_key_id, account.member.api_key_id],
-                      reverse=True)
+    created = [
+        session.post(url, headers=_auth(account.admin.token), json={}, timeout=10).json()["id"]
+        for _ in range(248)
+    ]
+    expected = sorted(
+        created + [account.admin.api_key_id, account.member.api_key_id], reverse=True
+    )
     seen, next_url, pages = [], url + "?limit=100", 0
     while next_url:
         page = session.get(next_url, headers=_auth(account.admin.token), timeout=10).json()

@@ -1,5 +1,6 @@
 """The reference `ngrok-api` client against the real HTTP server: credentials, bot users,
 reserved domains and abuse reports, as a user of that client would call them."""
+
 import ngrok
 import pytest
 
@@ -10,6 +11,7 @@ from chalicelib.core import ids
 def client_for(http_api):
     def make(caller):
         return ngrok.Client(caller.token, base_url=http_api.base_url)
+
     return make
 
 
@@ -85,10 +87,12 @@ def test_reserved_domains_with_the_reference_client(http_api, client_for):
     assert job.msg == "Managed certificate provisioning in progress." and job.started_at
     assert job.error_code is None and job.retries_at is None
     assert rd.certificate_management_status.renews_at is None
-    policy = ngrok.datatypes.ReservedDomainCertPolicy(None, {"authority": "letsencrypt",
-                                                            "private_key_type": "rsa"})
-    updated = client.reserved_domains.update(rd.id, metadata="m",
-                                             certificate_management_policy=policy)
+    policy = ngrok.datatypes.ReservedDomainCertPolicy(
+        None, {"authority": "letsencrypt", "private_key_type": "rsa"}
+    )
+    updated = client.reserved_domains.update(
+        rd.id, metadata="m", certificate_management_policy=policy
+    )
     assert updated.metadata == "m" and updated.description == "site"
     assert updated.certificate_management_policy.private_key_type == "rsa"
     assert client.reserved_domains.get(rd.id).cname_target == rd.cname_target
@@ -106,12 +110,11 @@ def test_reserved_domains_with_the_reference_client(http_api, client_for):
 def test_abuse_reports_with_the_reference_client(http_api, client_for):
     reporter = http_api.new_account(reporter=True)
     client = client_for(reporter.admin)
-    report = client.abuse_reports.create(urls=["https://Evil.example.com/x",
-                                               "http://evil.example.com:81/y"],
-                                         metadata="case 7")
+    report = client.abuse_reports.create(
+        urls=["https://Evil.example.com/x", "http://evil.example.com:81/y"], metadata="case 7"
+    )
     assert report.status == "PENDING" and report.metadata == "case 7"
-    assert [(h.hostname, h.status) for h in report.hostnames] == [("evil.example.com",
-                                                                   "PENDING")]
+    assert [(h.hostname, h.status) for h in report.hostnames] == [("evil.example.com", "PENDING")]
     fetched = client.abuse_reports.get(report.id)
     assert fetched.urls == report.urls and fetched.created_at == report.created_at
     plain = client_for(http_api.new_account().admin)

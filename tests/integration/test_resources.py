@@ -3,6 +3,7 @@
 Each resource that the app serves is created, read, listed, updated and deleted; deleted
 resources are 404. Resources whose routes do not exist yet are skipped.
 """
+
 import pytest
 
 from app import app
@@ -46,50 +47,94 @@ COMMON = {"id", "uri", "created_at", "description", "metadata"}
 
 
 def test_api_keys_crud(target):
-    created = crud(target, "/api_keys", "keys", "api_key", {"description": "it", "metadata": "m"},
-                   {"description": "it2"}, COMMON | {"token", "owner_id"})
+    created = crud(
+        target,
+        "/api_keys",
+        "keys",
+        "api_key",
+        {"description": "it", "metadata": "m"},
+        {"description": "it2"},
+        COMMON | {"token", "owner_id"},
+    )
     assert created["token"]
 
 
 def test_http_response_backends_crud(target):
     _needs("/backends/http_response")
-    created = crud(target, "/backends/http_response", "backends", "http_response_backend",
-                   {"body": "hi", "status_code": 201, "headers": {"X-It": "yes"}},
-                   {"description": "d", "status_code": 202},
-                   COMMON | {"body", "headers", "status_code"})
+    created = crud(
+        target,
+        "/backends/http_response",
+        "backends",
+        "http_response_backend",
+        {"body": "hi", "status_code": 201, "headers": {"X-It": "yes"}},
+        {"description": "d", "status_code": 202},
+        COMMON | {"body", "headers", "status_code"},
+    )
     assert created["headers"] == {"x-it": "yes"}
 
 
 def test_ip_policies_and_rules_crud(target):
     _needs("/ip_policies", "/ip_policy_rules")
-    crud(target, "/ip_policies", "ip_policies", "ip_policy", {"description": "p"},
-         {"metadata": "m"}, COMMON)
+    crud(
+        target,
+        "/ip_policies",
+        "ip_policies",
+        "ip_policy",
+        {"description": "p"},
+        {"metadata": "m"},
+        COMMON,
+    )
     policy = target.create("/ip_policies", {"description": "for rules"})
-    rule = crud(target, "/ip_policy_rules", "ip_policy_rules", "ip_policy_rule",
-                {"cidr": "10.0.0.0/8", "action": "allow", "ip_policy_id": policy["id"]},
-                {"action": "deny"}, COMMON | {"cidr", "action", "ip_policy"})
+    rule = crud(
+        target,
+        "/ip_policy_rules",
+        "ip_policy_rules",
+        "ip_policy_rule",
+        {"cidr": "10.0.0.0/8", "action": "allow", "ip_policy_id": policy["id"]},
+        {"action": "deny"},
+        COMMON | {"cidr", "action", "ip_policy"},
+    )
     assert rule["ip_policy"]["id"] == policy["id"]
 
 
 def test_credentials_crud(target):
     _needs("/credentials")
-    created = crud(target, "/credentials", "credentials", "credential",
-                   {"description": "agent", "acl": ["bind:*.example.com"]},
-                   {"acl": ["bind:x.example.com"]}, COMMON | {"token", "acl", "owner_id"})
+    created = crud(
+        target,
+        "/credentials",
+        "credentials",
+        "credential",
+        {"description": "agent", "acl": ["bind:*.example.com"]},
+        {"acl": ["bind:x.example.com"]},
+        COMMON | {"token", "acl", "owner_id"},
+    )
     assert created["token"]
 
 
 def test_bot_users_crud(target):
     _needs("/bot_users")
-    crud(target, "/bot_users", "bot_users", "bot_user", {"name": target.unique("bot")},
-         {"active": False}, {"id", "uri", "name", "active", "created_at"})
+    crud(
+        target,
+        "/bot_users",
+        "bot_users",
+        "bot_user",
+        {"name": target.unique("bot")},
+        {"active": False},
+        {"id", "uri", "name", "active", "created_at"},
+    )
 
 
 def test_tcp_edges_crud_and_modules(target):
     _needs("/edges/tcp", "/backends/http_response")
-    crud(target, "/edges/tcp", "tcp_edges", "tcp_edge", {"description": "e"},
-         {"metadata": "m"}, COMMON | {"hostports", "backend", "ip_restriction",
-                                      "traffic_policy", "policy"})
+    crud(
+        target,
+        "/edges/tcp",
+        "tcp_edges",
+        "tcp_edge",
+        {"description": "e"},
+        {"metadata": "m"},
+        COMMON | {"hostports", "backend", "ip_restriction", "traffic_policy", "policy"},
+    )
     backend = target.create("/backends/http_response", {"body": "b"})
     edge = target.create("/edges/tcp", {"description": "with modules"})
     url = edge["uri"] + "/backend"
@@ -114,16 +159,31 @@ def test_tcp_edges_crud_and_modules(target):
 
 def test_https_edges_routes_and_route_modules(target):
     _needs("/edges/https", "/edges/https/{edge_id}/routes")
-    crud(target, "/edges/https", "https_edges", "https_edge", {"description": "h"},
-         {"metadata": "m"}, COMMON | {"hostports", "routes", "mutual_tls", "tls_termination"})
+    crud(
+        target,
+        "/edges/https",
+        "https_edges",
+        "https_edge",
+        {"description": "h"},
+        {"metadata": "m"},
+        COMMON | {"hostports", "routes", "mutual_tls", "tls_termination"},
+    )
     edge = target.create("/edges/https", {"description": "with routes"})
     routes = edge["uri"] + "/routes"
-    crud(target, routes, "routes", "https_edge_route",
-         {"match_type": "path_prefix", "match": "/"}, {"description": "r"},
-         COMMON | {"match_type", "match", "user_agent_filter", "response_headers"})
+    crud(
+        target,
+        routes,
+        "routes",
+        "https_edge_route",
+        {"match_type": "path_prefix", "match": "/"},
+        {"description": "r"},
+        COMMON | {"match_type", "match", "user_agent_filter", "response_headers"},
+    )
     route = target.create(routes, {"match_type": "exact_path", "match": "/x"})
-    for module, body in (("user_agent_filter", {"allow": ["^curl/"], "deny": []}),
-                         ("response_headers", {"add": {"X-A": "b"}, "remove": ["server"]})):
+    for module, body in (
+        ("user_agent_filter", {"allow": ["^curl/"], "deny": []}),
+        ("response_headers", {"add": {"X-A": "b"}, "remove": ["server"]}),
+    ):
         url = route["uri"] + "/" + module
         put = target.request("PUT", url, json_body=body)
         assert put.status_code == 200, put.text
@@ -143,6 +203,12 @@ def test_abuse_reports_create_and_get(target):
 
 def test_reserved_domains_crud(target):
     _needs("/reserved_domains")
-    crud(target, "/reserved_domains", "reserved_domains", "reserved_domain",
-         {"domain": f"{target.unique('it')}.example.org"}, {"description": "d"},
-         COMMON | {"domain", "cname_target"})
+    crud(
+        target,
+        "/reserved_domains",
+        "reserved_domains",
+        "reserved_domain",
+        {"domain": f"{target.unique('it')}.example.org"},
+        {"description": "d"},
+        COMMON | {"domain", "cname_target"},
+    )

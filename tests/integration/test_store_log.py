@@ -1,6 +1,7 @@
 """scripts/embedded_store.py as a process of its own: the write-ahead log (one record per
 write call, none for a write that changed nothing), replay, a torn last record, compaction,
 and Query reading only the queried partition in DynamoDB's order."""
+
 import os
 import secrets
 import signal
@@ -29,12 +30,26 @@ class StoreProcess:
         self.output = ""
 
     def start(self):
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": self.key,
-               "AWS_SECRET_ACCESS_KEY": self.secret, **self.extra_env}
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": self.key,
+            "AWS_SECRET_ACCESS_KEY": self.secret,
+            **self.extra_env,
+        }
         self.process = subprocess.Popen(
-            [sys.executable, os.path.join(PROJECT_DIR, "scripts", "embedded_store.py"),
-             "--port", str(self.port), "--data-dir", self.data_dir], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                os.path.join(PROJECT_DIR, "scripts", "embedded_store.py"),
+                "--port",
+                str(self.port),
+                "--data-dir",
+                self.data_dir,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         lines = []
         for line in self.process.stdout:
             lines.append(line)
@@ -46,9 +61,14 @@ class StoreProcess:
         return self
 
     def client(self):
-        return boto3.client("dynamodb", endpoint_url=f"http://127.0.0.1:{self.port}",
-                            region_name="us-east-1", aws_access_key_id=self.key,
-                            aws_secret_access_key=self.secret, aws_session_token=None)
+        return boto3.client(
+            "dynamodb",
+            endpoint_url=f"http://127.0.0.1:{self.port}",
+            region_name="us-east-1",
+            aws_access_key_id=self.key,
+            aws_secret_access_key=self.secret,
+            aws_session_token=None,
+        )
 
     def stop(self, sig=signal.SIGTERM):
         if self.process and self.process.poll() is None:
@@ -65,11 +85,18 @@ def data_dir(tmp_path):
 def running(data_dir):
     proc = StoreProcess(data_dir).start()
     client = proc.client()
-    client.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                   {"AttributeName": "sk", "KeyType": "RANGE"}],
-                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                              {"AttributeName": "sk", "AttributeType": "S"}])
+    client.create_table(
+        TableName=TABLE,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+    )
     yield proc, client
     proc.stop(signal.SIGKILL)
 
@@ -86,13 +113,15 @@ def _log_records(data_dir, seq=1):
 def test_a_transaction_is_one_log_record_and_a_failed_condition_writes_none(running, data_dir):
     proc, client = running
     before = len(_log_records(data_dir))
-    client.transact_write_items(TransactItems=[
-        {"Put": {"TableName": TABLE, "Item": _key("P", str(i))}} for i in range(3)])
+    client.transact_write_items(
+        TransactItems=[{"Put": {"TableName": TABLE, "Item": _key("P", str(i))}} for i in range(3)]
+    )
     records = _log_records(data_dir)
     assert len(records) == before + 1 and len(records[-1]["w"]) == 3
     with pytest.raises(ClientError):
-        client.put_item(TableName=TABLE, Item=_key("P", "0"),
-                        ConditionExpression="attribute_not_exists(pk)")
+        client.put_item(
+            TableName=TABLE, Item=_key("P", "0"), ConditionExpression="attribute_not_exists(pk)"
+        )
     assert len(_log_records(data_dir)) == before + 1
 
 
@@ -101,14 +130,21 @@ def test_kill_9_then_restart_has_every_answered_write(running, data_dir):
     for i in range(50):
         client.put_item(TableName=TABLE, Item={**_key("K", f"{i:03d}"), "n": {"N": str(i)}})
     client.delete_item(TableName=TABLE, Key=_key("K", "007"))
-    client.update_item(TableName=TABLE, Key=_key("K", "008"), UpdateExpression="SET n = :v",
-                       ExpressionAttributeValues={":v": {"N": "800"}})
+    client.update_item(
+        TableName=TABLE,
+        Key=_key("K", "008"),
+        UpdateExpression="SET n = :v",
+        ExpressionAttributeValues={":v": {"N": "800"}},
+    )
     proc.stop(signal.SIGKILL)
     again = StoreProcess(data_dir).start()
     try:
         c = again.client()
-        items = c.query(TableName=TABLE, KeyConditionExpression="pk = :p",
-                        ExpressionAttributeValues={":p": {"S": "K"}})["Items"]
+        items = c.query(
+            TableName=TABLE,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": "K"}},
+        )["Items"]
         assert len(items) == 49
         got = {i["sk"]["S"]: i["n"]["N"] for i in items}
         assert "007" not in got and got["008"] == "800" and got["049"] == "49"
@@ -119,8 +155,11 @@ def test_kill_9_then_restart_has_every_answered_write(running, data_dir):
 def test_a_torn_last_record_is_cut_off_whole_and_the_rest_replayed(running, data_dir):
     proc, client = running
     client.put_item(TableName=TABLE, Item=_key("A", "kept"))
-    client.transact_write_items(TransactItems=[
-        {"Put": {"TableName": TABLE, "Item": _key("A", f"tx{i}")}} for i in range(3)])
+    client.transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": TABLE, "Item": _key("A", f"tx{i}")}} for i in range(3)
+        ]
+    )
     proc.stop(signal.SIGKILL)
     log = embedded_store.wal_path(os.path.join(data_dir, "store"), 1)
     with open(log, "rb") as handle:
@@ -129,12 +168,15 @@ def test_a_torn_last_record_is_cut_off_whole_and_the_rest_replayed(running, data
     assert whole.endswith(last)
     # the transaction's record cut at a point in its middle: as if the crash came mid-write
     with open(log, "wb") as handle:
-        handle.write(whole[:len(whole) - len(last) // 2])
+        handle.write(whole[: len(whole) - len(last) // 2])
     again = StoreProcess(data_dir).start()
     try:
         assert "cut off a write" in again.output
-        items = again.client().query(TableName=TABLE, KeyConditionExpression="pk = :p",
-                                     ExpressionAttributeValues={":p": {"S": "A"}})["Items"]
+        items = again.client().query(
+            TableName=TABLE,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": "A"}},
+        )["Items"]
         assert [i["sk"]["S"] for i in items] == ["kept"]  # none of the transaction
     finally:
         again.stop(signal.SIGKILL)
@@ -146,7 +188,7 @@ def test_read_records_tells_a_torn_tail_from_damage(tmp_path):
     path = tmp_path / "wal-000001.log"
     last = len(embedded_store.frame(records[-1]))
     for cut in range(1, last):  # every cut inside the last record is a torn tail
-        path.write_bytes(data[:len(data) - cut])
+        path.write_bytes(data[: len(data) - cut])
         got, good, torn = embedded_store.read_records(str(path), tail_ok=True)
         assert got == records[:2] and good == len(data) - last and torn
     path.write_bytes(data + b"\0" * 100)  # zero-filled tail after a power loss
@@ -165,21 +207,34 @@ def test_compaction_keeps_disk_bounded_and_data_whole(data_dir):
     proc = StoreProcess(data_dir, STORE_COMPACT_BYTES="20000").start()
     try:
         client = proc.client()
-        client.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                       {"AttributeName": "sk", "KeyType": "RANGE"}],
-                            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                                  {"AttributeName": "sk", "AttributeType": "S"}])
+        client.create_table(
+            TableName=TABLE,
+            BillingMode="PAY_PER_REQUEST",
+            KeySchema=[
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+        )
         store_dir = os.path.join(data_dir, "store")
         sizes = []
         for round_ in range(12):  # the same 20 items overwritten again and again
             for i in range(20):
-                client.put_item(TableName=TABLE, Item={**_key("C", f"{i:02d}"),
-                                                       "round": {"N": str(round_)},
-                                                       "pad": {"S": "p" * 200}})
+                client.put_item(
+                    TableName=TABLE,
+                    Item={
+                        **_key("C", f"{i:02d}"),
+                        "round": {"N": str(round_)},
+                        "pad": {"S": "p" * 200},
+                    },
+                )
             time.sleep(0.3)  # let a compaction child finish
-            sizes.append(sum(os.path.getsize(os.path.join(store_dir, f))
-                             for f in os.listdir(store_dir)))
+            sizes.append(
+                sum(os.path.getsize(os.path.join(store_dir, f)) for f in os.listdir(store_dir))
+            )
         snaps, wals = embedded_store.list_files(store_dir)
         assert max(snaps) > 0 and len(snaps) <= 2  # compacted, previous snapshot kept as backup
         assert max(sizes[6:]) < 3 * 20000 + 20 * 400 * 2  # bounded, not growing with writes
@@ -187,8 +242,11 @@ def test_compaction_keeps_disk_bounded_and_data_whole(data_dir):
         proc.stop()
     again = StoreProcess(data_dir).start()
     try:
-        items = again.client().query(TableName=TABLE, KeyConditionExpression="pk = :p",
-                                     ExpressionAttributeValues={":p": {"S": "C"}})["Items"]
+        items = again.client().query(
+            TableName=TABLE,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": "C"}},
+        )["Items"]
         assert len(items) == 20 and {i["round"]["N"] for i in items} == {"11"}
     finally:
         again.stop(signal.SIGKILL)
@@ -197,7 +255,7 @@ def test_compaction_keeps_disk_bounded_and_data_whole(data_dir):
 @pytest.fixture
 def sorted_partition(running):
     proc, client = running
-    values = ["a", "b", "b0", "ba", "c", "d", "é", "z", "\U0001F600"]
+    values = ["a", "b", "b0", "ba", "c", "d", "é", "z", "\U0001f600"]
     for v in values:
         client.put_item(TableName=TABLE, Item=_key("Q", v))
     for other in ("P", "R", "Q0"):  # neighbouring partitions must not leak in
@@ -205,20 +263,28 @@ def sorted_partition(running):
     return client, sorted(values, key=lambda s: s.encode("utf-8"))
 
 
-@pytest.mark.parametrize("condition,values,expected", [
-    ("sk < :a", {":a": "c"}, lambda v: [x for x in v if x < "c"]),
-    ("sk <= :a", {":a": "c"}, lambda v: [x for x in v if x <= "c"]),
-    ("sk > :a", {":a": "b"}, lambda v: [x for x in v if x > "b"]),
-    ("sk >= :a", {":a": "b"}, lambda v: [x for x in v if x >= "b"]),
-    ("sk = :a", {":a": "ba"}, lambda v: ["ba"]),
-    ("sk BETWEEN :a AND :b", {":a": "b", ":b": "d"}, lambda v: [x for x in v if "b" <= x <= "d"]),
-    ("begins_with(sk, :a)", {":a": "b"}, lambda v: [x for x in v if x.startswith("b")]),
-    (None, {}, lambda v: v),
-])
+@pytest.mark.parametrize(
+    "condition,values,expected",
+    [
+        ("sk < :a", {":a": "c"}, lambda v: [x for x in v if x < "c"]),
+        ("sk <= :a", {":a": "c"}, lambda v: [x for x in v if x <= "c"]),
+        ("sk > :a", {":a": "b"}, lambda v: [x for x in v if x > "b"]),
+        ("sk >= :a", {":a": "b"}, lambda v: [x for x in v if x >= "b"]),
+        ("sk = :a", {":a": "ba"}, lambda v: ["ba"]),
+        (
+            "sk BETWEEN :a AND :b",
+            {":a": "b", ":b": "d"},
+            lambda v: [x for x in v if "b" <= x <= "d"],
+        ),
+        ("begins_with(sk, :a)", {":a": "b"}, lambda v: [x for x in v if x.startswith("b")]),
+        (None, {}, lambda v: v),
+    ],
+)
 @pytest.mark.parametrize("forward", [True, False])
 @pytest.mark.parametrize("limit", [None, 1, 2, 100])
 def test_query_reads_one_partition_in_dynamodb_order_page_by_page(
-        sorted_partition, condition, values, expected, forward, limit):
+    sorted_partition, condition, values, expected, forward, limit
+):
     client, ordered = sorted_partition
     want = expected(ordered)
     if not forward:
@@ -227,8 +293,12 @@ def test_query_reads_one_partition_in_dynamodb_order_page_by_page(
     attrs = {":p": {"S": "Q"}, **{k: {"S": v} for k, v in values.items()}}
     got, start = [], None
     for _ in range(20):
-        kwargs = {"TableName": TABLE, "KeyConditionExpression": expression,
-                  "ExpressionAttributeValues": attrs, "ScanIndexForward": forward}
+        kwargs = {
+            "TableName": TABLE,
+            "KeyConditionExpression": expression,
+            "ExpressionAttributeValues": attrs,
+            "ScanIndexForward": forward,
+        }
         if limit:
             kwargs["Limit"] = limit
         if start:
@@ -246,10 +316,16 @@ def test_a_deleted_item_leaves_the_query_index(running):
     proc, client = running
     for v in ("1", "2", "3"):
         client.put_item(TableName=TABLE, Item=_key("D", v))
-    client.query(TableName=TABLE, KeyConditionExpression="pk = :p",
-                 ExpressionAttributeValues={":p": {"S": "D"}})  # builds the index
+    client.query(
+        TableName=TABLE,
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": "D"}},
+    )  # builds the index
     client.delete_item(TableName=TABLE, Key=_key("D", "2"))
     client.put_item(TableName=TABLE, Item=_key("D", "0"))
-    items = client.query(TableName=TABLE, KeyConditionExpression="pk = :p",
-                         ExpressionAttributeValues={":p": {"S": "D"}})["Items"]
+    items = client.query(
+        TableName=TABLE,
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": "D"}},
+    )["Items"]
     assert [i["sk"]["S"] for i in items] == ["0", "1", "3"]

@@ -23,6 +23,7 @@ A survivor that changes only message text (a string literal, or a message replac
 is counted apart and listed apart: where the message is part of the contract (it names the
 field or the limit), a test asserts it; the rest are explained in tests/mutation/SURVIVORS.md.
 """
+
 import configparser
 import difflib
 import fnmatch
@@ -48,25 +49,42 @@ MODULES = {
     "chalicelib.core.policy.document": ["chalicelib.core.policy.document.*"],
     "chalicelib.core.ids": ["chalicelib.core.ids.*"],
     "chalicelib.core.errors": ["chalicelib.core.errors.*"],
-    "chalicelib.core.store": ["chalicelib.core.store.x_retrying*", "chalicelib.core.store.x_backoff*"],
-    "chalicelib.web": ["chalicelib.web.x__check_request*", "chalicelib.web.x_list_params*",
-                       "chalicelib.web.x_page*", "chalicelib.web.x_json_object*",
-                       "chalicelib.web.x_reject_query*"],
-    "chalicelib.edge_modules": ["chalicelib.edge_modules.x_check_hostport*",
-                                "chalicelib.edge_modules.x__check_*",
-                                "chalicelib.edge_modules.x_parse_module*",
-                                "chalicelib.edge_modules.x_check_policy_refs*"],
+    "chalicelib.core.store": [
+        "chalicelib.core.store.x_retrying*",
+        "chalicelib.core.store.x_backoff*",
+    ],
+    "chalicelib.web": [
+        "chalicelib.web.x__check_request*",
+        "chalicelib.web.x_list_params*",
+        "chalicelib.web.x_page*",
+        "chalicelib.web.x_json_object*",
+        "chalicelib.web.x_reject_query*",
+    ],
+    "chalicelib.edge_modules": [
+        "chalicelib.edge_modules.x_check_hostport*",
+        "chalicelib.edge_modules.x__check_*",
+        "chalicelib.edge_modules.x_parse_module*",
+        "chalicelib.edge_modules.x_check_policy_refs*",
+    ],
     "chalicelib.reserved_domains": ["chalicelib.reserved_domains.x__check_*"],
-    "chalicelib.http_response_backends": ["chalicelib.http_response_backends.x__status*",
-                                          "chalicelib.http_response_backends.x__headers*"],
+    "chalicelib.http_response_backends": [
+        "chalicelib.http_response_backends.x__status*",
+        "chalicelib.http_response_backends.x__headers*",
+    ],
     "chalicelib.bot_users": ["chalicelib.bot_users.x__check_name*"],
-    "chalicelib.ip_policies": ["chalicelib.ip_policies.x_check_cidr*",
-                               "chalicelib.ip_policies.x__check_action*"],
-    "chalicelib.https_edges": ["chalicelib.https_edges.x__patterns*",
-                               "chalicelib.https_edges.x__match_type*",
-                               "chalicelib.https_edges.x__check_*"],
-    "chalicelib.abuse_reports": ["chalicelib.abuse_reports.x_url_host*",
-                                 "chalicelib.abuse_reports.x__check_urls*"],
+    "chalicelib.ip_policies": [
+        "chalicelib.ip_policies.x_check_cidr*",
+        "chalicelib.ip_policies.x__check_action*",
+    ],
+    "chalicelib.https_edges": [
+        "chalicelib.https_edges.x__patterns*",
+        "chalicelib.https_edges.x__match_type*",
+        "chalicelib.https_edges.x__check_*",
+    ],
+    "chalicelib.abuse_reports": [
+        "chalicelib.abuse_reports.x_url_host*",
+        "chalicelib.abuse_reports.x__check_urls*",
+    ],
 }
 TESTS = ["tests/unit"]
 
@@ -88,14 +106,19 @@ HAND_MUTANTS = [
     ("return func(*args, **kwargs)", "func(*args, **kwargs)"),
     ("    @functools.wraps(func)\n    def wrapper", "    def wrapper"),
     ('        raise errors.Conflict("The resource was changed', '        return None  # ("'),
-    ('        raise errors.Conflict("The resource was changed',
-     '        raise errors.Internal("The resource was changed'),
+    (
+        '        raise errors.Conflict("The resource was changed',
+        '        raise errors.Internal("The resource was changed',
+    ),
 ]
+
+
 # What the scratch copy holds: every tracked file (the unit tests read docs, the dashboard's
 # pages, requirement files and the repository's own text), none of the untracked ones.
 def tracked() -> list:
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=PROJECT, capture_output=True,
-                            check=True).stdout.decode()
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=PROJECT, capture_output=True, check=True
+    ).stdout.decode()
     return [name for name in listed.split("\0") if name]
 
 
@@ -133,9 +156,11 @@ _STRING = re.compile(r"""[rbfuRBFU]{0,2}("([^"\\]|\\.)*"|'([^'\\]|\\.)*')""")
 def _message_only(diff: list) -> bool:
     """True when the mutant changes nothing but message text: a string literal's content, or a
     message argument replaced by None."""
+
     def norm(line: str) -> str:
         line = _STRING.sub("S", line)
         return re.sub(r"\bstr\((exc|None)\)", "S", line).replace("None", "S")
+
     minus = [norm(line[1:]) for line in diff if line.startswith("-")]
     plus = [norm(line[1:]) for line in diff if line.startswith("+")]
     return minus == plus
@@ -155,9 +180,12 @@ def diffs(work: str) -> dict:
             if not match:
                 continue
             indent, body = len(match.group(1)), []
-            for following in lines[start + 1:]:   # the def's body: the lines indented deeper
-                if following.strip() and len(following) - len(following.lstrip()) <= indent \
-                        and not following.lstrip().startswith(")"):
+            for following in lines[start + 1 :]:  # the def's body: the lines indented deeper
+                if (
+                    following.strip()
+                    and len(following) - len(following.lstrip()) <= indent
+                    and not following.lstrip().startswith(")")
+                ):
                     break
                 body.append(following)
             signature = re.sub(r"__mutmut_(orig|\d+)\(", "(", line)  # defaults are mutated too
@@ -167,8 +195,11 @@ def diffs(work: str) -> dict:
         if name.endswith("__mutmut_orig"):
             continue
         original = functions.get(re.sub(r"__mutmut_\d+$", "__mutmut_orig", name), [])
-        result[name] = [line.strip() for line in difflib.unified_diff(original, lines, lineterm="", n=0)
-                        if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        result[name] = [
+            line.strip()
+            for line in difflib.unified_diff(original, lines, lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))
+        ]
     return result
 
 
@@ -183,11 +214,15 @@ def scope_of(module: str, wanted: list) -> list:
 def run(module: str, globs: list, children: str) -> None:
     work = prepare(module)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    print(f"mutating {module} ({' '.join(globs)}) in {os.path.relpath(work, PROJECT)}",
-          flush=True)
+    print(f"mutating {module} ({' '.join(globs)}) in {os.path.relpath(work, PROJECT)}", flush=True)
     with open(os.path.join(work, "mutmut-run.log"), "w") as log:
-        subprocess.run([MUTMUT, "run", "--max-children", children, *globs], cwd=work,
-                       env=env, stdout=log, stderr=subprocess.STDOUT)
+        subprocess.run(
+            [MUTMUT, "run", "--max-children", children, *globs],
+            cwd=work,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def run_hand_mutants() -> None:
@@ -201,13 +236,16 @@ def run_hand_mutants() -> None:
         assert original.count(old) == 1, old
         with open(target, "w") as handle:
             handle.write(original.replace(old, new))
-        code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p",
-                               "no:cacheprovider", *HAND_TESTS], cwd=work,
-                              capture_output=True).returncode
+        code = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *HAND_TESTS],
+            cwd=work,
+            capture_output=True,
+        ).returncode
         status = "killed" if code else "survived"
         flat = [" ".join(text.split()) for text in (old, new)]
-        lines.append(f"chalicelib.core.store.x_retrying__hand_{index}: {status}: - {flat[0]} | "
-                     f"+ {flat[1]}")
+        lines.append(
+            f"chalicelib.core.store.x_retrying__hand_{index}: {status}: - {flat[0]} | + {flat[1]}"
+        )
     with open(target, "w") as handle:
         handle.write(original)
     with open(os.path.join(work, "hand.txt"), "w") as handle:
@@ -244,13 +282,17 @@ def report(modules: list) -> int:
         work = workdir(module)
         if not os.path.isdir(os.path.join(work, "mutants")):
             continue
-        results = subprocess.run([MUTMUT, "results", "--all", "true"], cwd=work, env=env,
-                                 capture_output=True, text=True).stdout
+        results = subprocess.run(
+            [MUTMUT, "results", "--all", "true"], cwd=work, env=env, capture_output=True, text=True
+        ).stdout
         changed = diffs(work)
         for line in results.splitlines():
             name, _, status = line.strip().rpartition(": ")
-            if not name or status == "not checked" \
-                    or not any(fnmatch.fnmatch(name, glob_) for glob_ in MODULES[module]):
+            if (
+                not name
+                or status == "not checked"
+                or not any(fnmatch.fnmatch(name, glob_) for glob_ in MODULES[module])
+            ):
                 continue
             counts[module]["total"] += 1
             if status == "killed":
@@ -272,12 +314,16 @@ def report(modules: list) -> int:
         c = counts[module]
         for key in ("killed", "message", "total"):
             totals[key] += c[key]
-        print(f"{module:40} {c['killed']:4} / {c['total']:<4} {100 * c['killed'] / c['total']:5.1f}%"
-              f"   {100 * (c['killed'] + c['message']) / c['total']:5.1f}%")
+        print(
+            f"{module:40} {c['killed']:4} / {c['total']:<4} {100 * c['killed'] / c['total']:5.1f}%"
+            f"   {100 * (c['killed'] + c['message']) / c['total']:5.1f}%"
+        )
     if totals["total"]:
-        print(f"{'all':40} {totals['killed']:4} / {totals['total']:<4} "
-              f"{100 * totals['killed'] / totals['total']:5.1f}%"
-              f"   {100 * (totals['killed'] + totals['message']) / totals['total']:5.1f}%")
+        print(
+            f"{'all':40} {totals['killed']:4} / {totals['total']:<4} "
+            f"{100 * totals['killed'] / totals['total']:5.1f}%"
+            f"   {100 * (totals['killed'] + totals['message']) / totals['total']:5.1f}%"
+        )
     explained = _explained()
     for title, rows in (("change only message text", messages), ("change more", survivors)):
         print(f"\n{len(rows)} survivors {title}:")
@@ -291,8 +337,10 @@ def report(modules: list) -> int:
             path = os.path.join(workdir(module), "mutmut-run.log")
             if os.path.exists(path):
                 with open(path, errors="replace") as log:
-                    print(f"no mutant was counted; the end of {path}:\n"
-                          + log.read()[-3000:].replace("\r", "\n"))
+                    print(
+                        f"no mutant was counted; the end of {path}:\n"
+                        + log.read()[-3000:].replace("\r", "\n")
+                    )
         return 1
     return 0
 

@@ -5,6 +5,7 @@ over moto's in-process ``mock_aws``; ``HttpApi`` talks real HTTP to ``scripts/se
 (the API and its embedded store as processes). Tests written against ``Api`` run at
 both levels through the ``api`` fixture (tests/conftest.py).
 """
+
 import contextlib
 import json
 import os
@@ -77,9 +78,17 @@ class Account:
 class Api:
     level = "abstract"
 
-    def request(self, method: str, path: str, *, key: Optional[str] = None,
-                json_body: Any = _UNSET, data: Optional[bytes] = None,
-                headers: Optional[Dict[str, str]] = None, version: Optional[str] = "2") -> Resp:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        key: Optional[str] = None,
+        json_body: Any = _UNSET,
+        data: Optional[bytes] = None,
+        headers: Optional[Dict[str, str]] = None,
+        version: Optional[str] = "2",
+    ) -> Resp:
         """``path`` may be absolute (a ``uri`` or ``next_page_uri``): it is followed as is."""
         sent: Dict[str, str] = {}
         if version is not None:
@@ -97,8 +106,9 @@ class Api:
             check_error_response(resp.status, resp.headers, resp.text, f"{method} {path}")
         return resp
 
-    def _send(self, method: str, path: str, headers: Dict[str, str],
-              body: Optional[bytes]) -> Resp:
+    def _send(
+        self, method: str, path: str, headers: Dict[str, str], body: Optional[bytes]
+    ) -> Resp:
         raise NotImplementedError
 
     def _seed(self, count: int, reporter: bool) -> List[Dict[str, Any]]:
@@ -115,11 +125,16 @@ class Api:
         return self._account(raw)
 
     def _account(self, raw: Dict[str, Any]) -> Account:
-        return Account(id=raw["account_id"], reporter=raw["reporter"],
-                       admin=Caller(self, raw["admin"]["id"], raw["admin"]["token"],
-                                    raw["admin"]["api_key_id"]),
-                       member=Caller(self, raw["member"]["id"], raw["member"]["token"],
-                                     raw["member"]["api_key_id"]))
+        return Account(
+            id=raw["account_id"],
+            reporter=raw["reporter"],
+            admin=Caller(
+                self, raw["admin"]["id"], raw["admin"]["token"], raw["admin"]["api_key_id"]
+            ),
+            member=Caller(
+                self, raw["member"]["id"], raw["member"]["token"], raw["member"]["api_key_id"]
+            ),
+        )
 
 
 class InProcessApi(Api):
@@ -136,11 +151,13 @@ class InProcessApi(Api):
         response = self.client.http.request(method, path, headers=headers, body=body or b"")
         raw = response.body
         text = raw.decode() if isinstance(raw, bytes) else (raw or "")
-        return Resp(response.status_code, {k.lower(): v for k, v in response.headers.items()},
-                    text)
+        return Resp(
+            response.status_code, {k.lower(): v for k, v in response.headers.items()}, text
+        )
 
     def _seed(self, count, reporter):
         from tests.support.seed import make_account
+
         return [make_account(reporter) for _ in range(count)]
 
 
@@ -189,9 +206,15 @@ class LocalStack:
 
     def env(self) -> Dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "DYNAMODB_ENDPOINT_URL"}
-        env.update({"PORT": str(self.port), "STORE_PORT": str(self.store_port),
-                    "DATA_DIR": self.data_dir, "TABLE_NAME": "tunnel-service",
-                    "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                "PORT": str(self.port),
+                "STORE_PORT": str(self.store_port),
+                "DATA_DIR": self.data_dir,
+                "TABLE_NAME": "tunnel-service",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.pop("PUBLIC_BASE_URL", None)
         return env
 
@@ -211,12 +234,16 @@ class LocalStack:
     def store_client(self) -> Any:
         """A boto3 DynamoDB client holding the stack's store secret."""
         import boto3
+
         env = self.store_env()
-        return boto3.client("dynamodb", endpoint_url=env["DYNAMODB_ENDPOINT_URL"],
-                            region_name=env["AWS_DEFAULT_REGION"],
-                            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-                            aws_session_token=None)
+        return boto3.client(
+            "dynamodb",
+            endpoint_url=env["DYNAMODB_ENDPOINT_URL"],
+            region_name=env["AWS_DEFAULT_REGION"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=None,
+        )
 
     def start(self, bootstrap: bool = False, timeout: float = 60.0) -> "LocalStack":
         self.log_path = os.path.join(self.data_dir, "serve.log")
@@ -224,8 +251,9 @@ class LocalStack:
         args = [sys.executable, os.path.join(PROJECT_DIR, "scripts", "serve.py")]
         if not bootstrap:
             args.append("--no-bootstrap")
-        self.process = subprocess.Popen(args, cwd=PROJECT_DIR, env=self.env(), stdout=log,
-                                        stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            args, cwd=PROJECT_DIR, env=self.env(), stdout=log, stderr=subprocess.STDOUT
+        )
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:
@@ -269,16 +297,25 @@ class HttpApi(Api):
     def _send(self, method, path, headers, body):
         url = path if urlsplit(path).scheme else self.base_url + path
         response = self.session.request(method, url, headers=headers, data=body, timeout=30)
-        return Resp(response.status_code, {k.lower(): v for k, v in response.headers.items()},
-                    response.text)
+        return Resp(
+            response.status_code,
+            {k.lower(): v for k, v in response.headers.items()},
+            response.text,
+        )
 
     @contextlib.contextmanager
     def service_store(self):
         """Inside: chalicelib.core.store talks to the running stack's store, with its endpoint and
         this start's secret (the store checks every request's signature)."""
         from chalicelib.core import config, store
-        names = ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                 "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+
+        names = (
+            "DYNAMODB_ENDPOINT_URL",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_SECURITY_TOKEN",
+        )
         saved = {name: os.environ.get(name) for name in names}
         env = self.stack.store_env()
         for name in names:
@@ -306,8 +343,9 @@ class HttpApi(Api):
             args = [sys.executable, "-m", "tests.support.seed", str(max(count, 10))]
             if reporter:
                 args.append("--reporter")
-            out = subprocess.run(args, cwd=PROJECT_DIR, env=env, check=True,
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run(
+                args, cwd=PROJECT_DIR, env=env, check=True, capture_output=True, text=True
+            ).stdout
             pool.extend(json.loads(out))
         taken, pool[:] = pool[:count], pool[count:]
         return taken

@@ -1,4 +1,5 @@
 """Certificates for tests: a small CA and leaf certificates it signs (cryptography)."""
+
 import datetime
 import ipaddress
 from typing import List, Optional, Tuple
@@ -16,10 +17,14 @@ def pem(cert: x509.Certificate) -> str:
 
 
 def key_pem(key, traditional: bool = False) -> str:
-    fmt = serialization.PrivateFormat.TraditionalOpenSSL if traditional \
+    fmt = (
+        serialization.PrivateFormat.TraditionalOpenSSL
+        if traditional
         else serialization.PrivateFormat.PKCS8
-    return key.private_bytes(serialization.Encoding.PEM, fmt,
-                             serialization.NoEncryption()).decode()
+    )
+    return key.private_bytes(
+        serialization.Encoding.PEM, fmt, serialization.NoEncryption()
+    ).decode()
 
 
 class SmallCA:
@@ -29,26 +34,41 @@ class SmallCA:
         self.key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
         self.cert = (
-            x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
-            .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(subject)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
             .not_valid_before(NOW - datetime.timedelta(days=1))
             .not_valid_after(NOW + datetime.timedelta(days=3650))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
-                                         crl_sign=True, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False,
-                                         decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()),
-                           critical=False)
-            .sign(self.key, hashes.SHA256()))
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False
+            )
+            .sign(self.key, hashes.SHA256())
+        )
 
     @property
     def pem(self) -> str:
         return pem(self.cert)
 
-    def leaf(self, names: List[str], key=None, days: int = 90, cn: Optional[str] = None,
-             org: str = "") -> Tuple[x509.Certificate, object]:
+    def leaf(
+        self, names: List[str], key=None, days: int = 90, cn: Optional[str] = None, org: str = ""
+    ) -> Tuple[x509.Certificate, object]:
         key = key or ec.generate_private_key(ec.SECP256R1())
         attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn or names[0])]
         if org:
@@ -60,26 +80,41 @@ class SmallCA:
             except ValueError:
                 sans.append(x509.DNSName(name))
         cert = (
-            x509.CertificateBuilder().subject_name(x509.Name(attrs))
-            .issuer_name(self.cert.subject).public_key(key.public_key())
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attrs))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(NOW - datetime.timedelta(hours=1))
             .not_valid_after(NOW + datetime.timedelta(days=days))
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False,
-                                         content_commitment=False, data_encipherment=False,
-                                         key_agreement=False, key_cert_sign=False,
-                                         crl_sign=False, encipher_only=False,
-                                         decipher_only=False), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_encipherment=False,
+                    content_commitment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-            .sign(self.key, hashes.SHA256()))
+            .sign(self.key, hashes.SHA256())
+        )
         return cert, key
 
     def upload_body(self, names: List[str], key=None, chain: bool = True, **fields) -> dict:
         cert, key = self.leaf(names, key)
-        return {"certificate_pem": pem(cert) + (self.pem if chain else ""),
-                "private_key_pem": key_pem(key), **fields}
+        return {
+            "certificate_pem": pem(cert) + (self.pem if chain else ""),
+            "private_key_pem": key_pem(key),
+            **fields,
+        }
 
 
 def rsa_key(bits: int = 2048):

@@ -7,6 +7,7 @@ with that status, the operation id also in the ``Operation-Id`` header) even whe
 itself only looks at the status. Tests assert codes through :func:`assert_error` with the
 catalog's classes (chalicelib.core.errors), so renaming a code renames it here too.
 """
+
 import json
 import re
 from typing import Any, Dict, Optional, Type
@@ -21,12 +22,16 @@ class ContractViolation(AssertionError):
     pass
 
 
-def check_error_response(status: int, headers: Dict[str, str], text: str,
-                         where: str = "") -> Dict[str, Any]:
+def check_error_response(
+    status: int, headers: Dict[str, str], text: str, where: str = ""
+) -> Dict[str, Any]:
     """The parsed error body of a non-2xx response; ContractViolation when it breaks the rule."""
+
     def fail(why: str) -> None:
-        raise ContractViolation(f"{where}: {status} response breaks the error contract: {why}; "
-                                f"body {text[:300]!r}")
+        raise ContractViolation(
+            f"{where}: {status} response breaks the error contract: {why}; body {text[:300]!r}"
+        )
+
     content_type = headers.get("content-type", "")
     if not content_type.startswith("application/json"):
         fail(f"content type {content_type!r}")
@@ -53,8 +58,9 @@ def check_error_response(status: int, headers: Dict[str, str], text: str,
     return body
 
 
-def assert_error(resp: Any, cls: Type[errors.ApiError], field: Optional[str] = None,
-                 **details: str) -> Dict[str, Any]:
+def assert_error(
+    resp: Any, cls: Type[errors.ApiError], field: Optional[str] = None, **details: str
+) -> Dict[str, Any]:
     """``resp`` is the catalog error ``cls`` (status and code), with the given details."""
     assert resp.status == cls.status_code, resp
     body = check_error_response(resp.status, resp.headers, resp.text, "assert_error")

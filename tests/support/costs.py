@@ -7,6 +7,7 @@ of the app in-process (chalice.test.Client: the authorizer runs) and returns, pe
 status and both counts. The unit test pins them (tests/unit/test_store_calls.py) and
 ``make bench`` prints them (bench/bench.py).
 """
+
 import os
 import threading
 from collections import Counter
@@ -32,6 +33,7 @@ class StoreCalls:
     @contextmanager
     def active(self) -> Iterator["StoreCalls"]:
         from chalicelib import auth
+
         original_call = BaseClient._make_api_call
         original_resolve = auth.resolve
         calls = self
@@ -64,6 +66,7 @@ Row = Dict[str, Any]
 def _loopback_resolver() -> Iterator[None]:
     from chalicelib.core import config
     from tests.support.dns_server import LoopbackDns
+
     before = os.environ.get("DNS_CHECK_RESOLVER")
     with LoopbackDns() as server:
         os.environ["DNS_CHECK_RESOLVER"] = server.address
@@ -93,13 +96,18 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         with calls.active():
             resp = send()
         assert resp.status == status, (route, resp)
-        rows[route] = {"status": resp.status, "authorizer": sum(calls.authorizer.values()),
-                       "view": sum(calls.view.values()), "view_ops": dict(calls.view),
-                       "authorizer_ops": dict(calls.authorizer)}
+        rows[route] = {
+            "status": resp.status,
+            "authorizer": sum(calls.authorizer.values()),
+            "view": sum(calls.view.values()),
+            "view_ops": dict(calls.view),
+            "authorizer_ops": dict(calls.authorizer),
+        }
         return resp.json if resp.text else None
 
-    def crud(path: str, param: str, create: Dict[str, Any], patch: Dict[str, Any],
-             delete: bool = True) -> str:
+    def crud(
+        path: str, param: str, create: Dict[str, Any], patch: Dict[str, Any], delete: bool = True
+    ) -> str:
         rid = run(f"POST {path}", lambda: admin.post(path, create), 201)["id"]
         run(f"GET {path}", lambda: admin.get(path), 200)
         run(f"GET {path}/{{{param}}}", lambda: admin.get(f"{path}/{rid}"), 200)
@@ -109,154 +117,275 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         return rid
 
     crud("/api_keys", "key_id", {"description": "k"}, {"description": "k2"})
-    crud("/credentials", "credential_id", {"acl": ["bind:*.example.com"]},
-         {"metadata": "m"})
+    crud("/credentials", "credential_id", {"acl": ["bind:*.example.com"]}, {"metadata": "m"})
     bot = crud("/bot_users", "bot_id", {"name": "b1"}, {"active": False}, delete=False)
     admin.post("/api_keys", {"owner_id": bot})
     run("DELETE /bot_users/{bot_id}", lambda: admin.delete(f"/bot_users/{bot}"), 204)
-    service = crud("/service_users", "service_user_id", {"name": "s1"}, {"active": False},
-                   delete=False)
+    service = crud(
+        "/service_users", "service_user_id", {"name": "s1"}, {"active": False}, delete=False
+    )
     admin.post("/api_keys", {"owner_id": service})
-    run("DELETE /service_users/{service_user_id}",
-        lambda: admin.delete(f"/service_users/{service}"), 204)
-    domain = crud("/reserved_domains", "domain_id", {"domain": "costs.example.com"},
-                  {"description": "d"}, delete=False)
-    with _loopback_resolver():   # the DNS check asks a DNS server of the tests' own
-        run("POST /reserved_domains/{domain_id}/dns_check",
-            lambda: admin.post(f"/reserved_domains/{domain}/dns_check"), 200)
+    run(
+        "DELETE /service_users/{service_user_id}",
+        lambda: admin.delete(f"/service_users/{service}"),
+        204,
+    )
+    domain = crud(
+        "/reserved_domains",
+        "domain_id",
+        {"domain": "costs.example.com"},
+        {"description": "d"},
+        delete=False,
+    )
+    with _loopback_resolver():  # the DNS check asks a DNS server of the tests' own
+        run(
+            "POST /reserved_domains/{domain_id}/dns_check",
+            lambda: admin.post(f"/reserved_domains/{domain}/dns_check"),
+            200,
+        )
     for part in ("certificate", "certificate_management_policy"):
-        run(f"DELETE /reserved_domains/{{domain_id}}/{part}",
-            lambda: admin.delete(f"/reserved_domains/{domain}/{part}"), 204)
-    run("DELETE /reserved_domains/{domain_id}",
-        lambda: admin.delete(f"/reserved_domains/{domain}"), 204)
-    addr = crud("/reserved_addrs", "addr_id", {"description": "a"}, {"metadata": "m"},
-                delete=False)
+        run(
+            f"DELETE /reserved_domains/{{domain_id}}/{part}",
+            lambda: admin.delete(f"/reserved_domains/{domain}/{part}"),
+            204,
+        )
+    run(
+        "DELETE /reserved_domains/{domain_id}",
+        lambda: admin.delete(f"/reserved_domains/{domain}"),
+        204,
+    )
+    addr = crud(
+        "/reserved_addrs", "addr_id", {"description": "a"}, {"metadata": "m"}, delete=False
+    )
     hostport = admin.get(f"/reserved_addrs/{addr}").json["addr"]
-    policy = crud("/ip_policies", "policy_id", {"description": "p"}, {"metadata": "m"},
-                  delete=False)
-    crud("/ip_policy_rules", "rule_id",
-         {"ip_policy_id": policy, "cidr": "10.0.0.0/8", "action": "allow"},
-         {"description": "r"})
+    policy = crud(
+        "/ip_policies", "policy_id", {"description": "p"}, {"metadata": "m"}, delete=False
+    )
+    crud(
+        "/ip_policy_rules",
+        "rule_id",
+        {"ip_policy_id": policy, "cidr": "10.0.0.0/8", "action": "allow"},
+        {"description": "r"},
+    )
     run("DELETE /ip_policies/{policy_id}", lambda: admin.delete(f"/ip_policies/{policy}"), 204)
-    backend = crud("/backends/http_response", "backend_id", {"body": "hi"},
-                   {"description": "b"}, delete=False)
+    backend = crud(
+        "/backends/http_response", "backend_id", {"body": "hi"}, {"description": "b"}, delete=False
+    )
     policy = admin.post("/ip_policies", {}).json["id"]
 
-    edge = crud("/edges/tcp", "edge_id", {"hostports": [hostport]},
-                {"description": "e"}, delete=False)
-    modules = {"backend": {"backend_id": backend},
-               "ip_restriction": {"ip_policy_ids": [policy]},
-               "traffic_policy": {"value": '{"on_tcp_connect": []}'}}
+    edge = crud(
+        "/edges/tcp", "edge_id", {"hostports": [hostport]}, {"description": "e"}, delete=False
+    )
+    modules = {
+        "backend": {"backend_id": backend},
+        "ip_restriction": {"ip_policy_ids": [policy]},
+        "traffic_policy": {"value": '{"on_tcp_connect": []}'},
+    }
     for name, module in modules.items():
         base = f"/edges/tcp/{{edge_id}}/{name}"
         run(f"PUT {base}", lambda: admin.put(f"/edges/tcp/{edge}/{name}", module), 200)
         run(f"GET {base}", lambda: admin.get(f"/edges/tcp/{edge}/{name}"), 200)
         run(f"DELETE {base}", lambda: admin.delete(f"/edges/tcp/{edge}/{name}"), 204)
     run("DELETE /edges/tcp/{edge_id}", lambda: admin.delete(f"/edges/tcp/{edge}"), 204)
-    run("DELETE /reserved_addrs/{addr_id}", lambda: admin.delete(f"/reserved_addrs/{addr}"),
-        204)
-    group = crud("/backends/tunnel_group", "backend_id", {"labels": {"app": "web"}},
-                 {"labels": {"app": "api"}}, delete=False)
-    crud("/backends/failover", "backend_id", {"backends": [group, backend]},
-         {"backends": [backend, group]})
-    crud("/backends/weighted", "backend_id", {"backends": {group: 1, backend: 2}},
-         {"backends": {group: 3}})
-    run("DELETE /backends/tunnel_group/{backend_id}",
-        lambda: admin.delete(f"/backends/tunnel_group/{group}"), 204)
+    run("DELETE /reserved_addrs/{addr_id}", lambda: admin.delete(f"/reserved_addrs/{addr}"), 204)
+    group = crud(
+        "/backends/tunnel_group",
+        "backend_id",
+        {"labels": {"app": "web"}},
+        {"labels": {"app": "api"}},
+        delete=False,
+    )
+    crud(
+        "/backends/failover",
+        "backend_id",
+        {"backends": [group, backend]},
+        {"backends": [backend, group]},
+    )
+    crud(
+        "/backends/weighted",
+        "backend_id",
+        {"backends": {group: 1, backend: 2}},
+        {"backends": {group: 3}},
+    )
+    run(
+        "DELETE /backends/tunnel_group/{backend_id}",
+        lambda: admin.delete(f"/backends/tunnel_group/{group}"),
+        204,
+    )
     from tests.functional.test_certificate_authorities import make_cert
     from tests.support.certs import SmallCA
-    crud("/tls_certificates", "certificate_id",
-         SmallCA().upload_body(["costs.example.com"]), {"description": "t"})
-    ca = crud("/certificate_authorities", "ca_id", {"ca_pem": make_cert()[0]},
-              {"description": "c"}, delete=False)
 
-    edge = crud("/edges/https", "edge_id", {"hostports": ["costs.tunnels.localhost:443"]},
-                {"description": "e"}, delete=False)
-    edge_modules = {"tls_termination": {"min_version": "1.2"},
-                    "mutual_tls": {"certificate_authority_ids": [ca]}}
+    crud(
+        "/tls_certificates",
+        "certificate_id",
+        SmallCA().upload_body(["costs.example.com"]),
+        {"description": "t"},
+    )
+    ca = crud(
+        "/certificate_authorities",
+        "ca_id",
+        {"ca_pem": make_cert()[0]},
+        {"description": "c"},
+        delete=False,
+    )
+
+    edge = crud(
+        "/edges/https",
+        "edge_id",
+        {"hostports": ["costs.tunnels.localhost:443"]},
+        {"description": "e"},
+        delete=False,
+    )
+    edge_modules = {
+        "tls_termination": {"min_version": "1.2"},
+        "mutual_tls": {"certificate_authority_ids": [ca]},
+    }
     for name, module in edge_modules.items():
         base = f"/edges/https/{{edge_id}}/{name}"
         run(f"PUT {base}", lambda: admin.put(f"/edges/https/{edge}/{name}", module), 200)
         run(f"GET {base}", lambda: admin.get(f"/edges/https/{edge}/{name}"), 200)
         run(f"DELETE {base}", lambda: admin.delete(f"/edges/https/{edge}/{name}"), 204)
-    run("DELETE /certificate_authorities/{ca_id}",
-        lambda: admin.delete(f"/certificate_authorities/{ca}"), 204)
+    run(
+        "DELETE /certificate_authorities/{ca_id}",
+        lambda: admin.delete(f"/certificate_authorities/{ca}"),
+        204,
+    )
     routes = f"/edges/https/{edge}/routes"
-    route = run("POST /edges/https/{edge_id}/routes",
-                lambda: admin.post(routes, {"match_type": "path_prefix", "match": "/"}),
-                201)["id"]
+    route = run(
+        "POST /edges/https/{edge_id}/routes",
+        lambda: admin.post(routes, {"match_type": "path_prefix", "match": "/"}),
+        201,
+    )["id"]
     run("GET /edges/https/{edge_id}/routes", lambda: admin.get(routes), 200)
-    run("GET /edges/https/{edge_id}/routes/{route_id}", lambda: admin.get(f"{routes}/{route}"),
-        200)
-    run("PATCH /edges/https/{edge_id}/routes/{route_id}",
-        lambda: admin.patch(f"{routes}/{route}", {"description": "r"}), 200)
-    route_modules = {"user_agent_filter": {"deny": ["bot.*"]},
-                     "response_headers": {"add": {"x-a": "1"}},
-                     "request_headers": {"add": {"x-b": "1"}},
-                     "traffic_policy": {"value": '{"on_http_request": []}'},
-                     "backend": {"backend_id": backend},
-                     "ip_restriction": {"ip_policy_ids": [policy]}}
+    run(
+        "GET /edges/https/{edge_id}/routes/{route_id}", lambda: admin.get(f"{routes}/{route}"), 200
+    )
+    run(
+        "PATCH /edges/https/{edge_id}/routes/{route_id}",
+        lambda: admin.patch(f"{routes}/{route}", {"description": "r"}),
+        200,
+    )
+    route_modules = {
+        "user_agent_filter": {"deny": ["bot.*"]},
+        "response_headers": {"add": {"x-a": "1"}},
+        "request_headers": {"add": {"x-b": "1"}},
+        "traffic_policy": {"value": '{"on_http_request": []}'},
+        "backend": {"backend_id": backend},
+        "ip_restriction": {"ip_policy_ids": [policy]},
+    }
     for name, module in route_modules.items():
         base = f"/edges/https/{{edge_id}}/routes/{{route_id}}/{name}"
         run(f"PUT {base}", lambda: admin.put(f"{routes}/{route}/{name}", module), 200)
         run(f"GET {base}", lambda: admin.get(f"{routes}/{route}/{name}"), 200)
         run(f"DELETE {base}", lambda: admin.delete(f"{routes}/{route}/{name}"), 204)
-    run("DELETE /backends/http_response/{backend_id}",
-        lambda: admin.delete(f"/backends/http_response/{backend}"), 204)
+    run(
+        "DELETE /backends/http_response/{backend_id}",
+        lambda: admin.delete(f"/backends/http_response/{backend}"),
+        204,
+    )
     run("GET /edges/https/{edge_id}", lambda: admin.get(f"/edges/https/{edge}"), 200)
-    run("DELETE /edges/https/{edge_id}/routes/{route_id}",
-        lambda: admin.delete(f"{routes}/{route}"), 204)
+    run(
+        "DELETE /edges/https/{edge_id}/routes/{route_id}",
+        lambda: admin.delete(f"{routes}/{route}"),
+        204,
+    )
     admin.post(routes, {"match_type": "exact_path", "match": "/x"})
     run("DELETE /edges/https/{edge_id}", lambda: admin.delete(f"/edges/https/{edge}"), 204)
 
     # online state, as the edge writes it (chalicelib.core.online), then its read views
     from chalicelib.core import online
+
     cred = admin.post("/credentials", {}).json
     sid, tid, eid = online.new_session_id(), online.new_tunnel_id(), online.new_endpoint_id()
-    online.session_started(account_id=account.id, session_id=sid, credential_id=cred["id"],
-                           instance_id="edge-costs", agent_version="1", os="linux",
-                           ip="127.0.0.1", metadata="", region="local",
-                           owner_id=cred["owner_id"])
-    online.tunnel_started(account_id=account.id, session_id=sid, tunnel_id=tid,
-                          instance_id="edge-costs", proto="https",
-                          public_url="https://costs.tunnels.localhost",
-                          hostname="costs.tunnels.localhost", endpoint_id=eid)
+    online.session_started(
+        account_id=account.id,
+        session_id=sid,
+        credential_id=cred["id"],
+        instance_id="edge-costs",
+        agent_version="1",
+        os="linux",
+        ip="127.0.0.1",
+        metadata="",
+        region="local",
+        owner_id=cred["owner_id"],
+    )
+    online.tunnel_started(
+        account_id=account.id,
+        session_id=sid,
+        tunnel_id=tid,
+        instance_id="edge-costs",
+        proto="https",
+        public_url="https://costs.tunnels.localhost",
+        hostname="costs.tunnels.localhost",
+        endpoint_id=eid,
+    )
     run("GET /tunnel_sessions", lambda: admin.get("/tunnel_sessions"), 200)
     run("GET /tunnel_sessions/{session_id}", lambda: admin.get(f"/tunnel_sessions/{sid}"), 200)
     run("GET /tunnels", lambda: admin.get("/tunnels"), 200)
     run("GET /tunnels/{tunnel_id}", lambda: admin.get(f"/tunnels/{tid}"), 200)
     run("GET /endpoints", lambda: admin.get("/endpoints"), 200)
     run("GET /endpoints/{endpoint_id}", lambda: admin.get(f"/endpoints/{eid}"), 200)
-    cloud = run("POST /endpoints", lambda: admin.post("/endpoints", {
-        "url": "https://cloud-costs.tunnels.localhost", "type": "cloud",
-        "traffic_policy": "on_http_request: [{actions: [{type: deny}]}]"}), 201)["id"]
-    run("PATCH /endpoints/{endpoint_id}",
-        lambda: admin.patch(f"/endpoints/{cloud}", {"description": "d"}), 200)
+    cloud = run(
+        "POST /endpoints",
+        lambda: admin.post(
+            "/endpoints",
+            {
+                "url": "https://cloud-costs.tunnels.localhost",
+                "type": "cloud",
+                "traffic_policy": "on_http_request: [{actions: [{type: deny}]}]",
+            },
+        ),
+        201,
+    )["id"]
+    run(
+        "PATCH /endpoints/{endpoint_id}",
+        lambda: admin.patch(f"/endpoints/{cloud}", {"description": "d"}),
+        200,
+    )
     run("DELETE /endpoints/{endpoint_id}", lambda: admin.delete(f"/endpoints/{cloud}"), 204)
     for action, status in (("stop", 204), ("restart", 204), ("update", 400)):
-        run(f"POST /tunnel_sessions/{{session_id}}/{action}",
-            lambda: admin.post(f"/tunnel_sessions/{sid}/{action}", {}), status)
+        run(
+            f"POST /tunnel_sessions/{{session_id}}/{action}",
+            lambda: admin.post(f"/tunnel_sessions/{sid}/{action}", {}),
+            status,
+        )
 
-    _events_and_inspector(run, crud, admin, account, cloud_url="https://costs-insp.tunnels.localhost")
+    _events_and_inspector(
+        run, crud, admin, account, cloud_url="https://costs-insp.tunnels.localhost"
+    )
 
-    report = run("POST /abuse_reports",
-                 lambda: admin.post("/abuse_reports", {"urls": ["https://bad.example.net/"]}),
-                 201)["id"]
+    report = run(
+        "POST /abuse_reports",
+        lambda: admin.post("/abuse_reports", {"urls": ["https://bad.example.net/"]}),
+        201,
+    )["id"]
     run("GET /abuse_reports/{report_id}", lambda: admin.get(f"/abuse_reports/{report}"), 200)
 
     # vaults and secrets (chalicelib/vaults.py)
     vault = crud("/vaults", "vault_id", {"name": "costs"}, {"description": "v"}, delete=False)
-    crud("/vault_secrets", "secret_id", {"name": "s", "value": "v", "vault_id": vault},
-         {"value": "w"})
+    crud(
+        "/vault_secrets",
+        "secret_id",
+        {"name": "s", "value": "v", "vault_id": vault},
+        {"value": "w"},
+    )
     run("GET /vaults/{vault_id}/secrets", lambda: admin.get(f"/vaults/{vault}/secrets"), 200)
     run("DELETE /vaults/{vault_id}", lambda: admin.delete(f"/vaults/{vault}"), 204)
     # sign-ins as the edge records them (chalicelib.core.app_sessions), then their views
     import time as _time
     from chalicelib.core import app_sessions
+
     session_id, user_id = app_sessions.record_signin(
-        account.id, "ep_x", "https://costs.tunnels.localhost", ("idp", "https://idp.test"),
-        {"sub": "u1", "em": "a@x.test", "nm": "A"}, "ua", "127.0.0.1", _time.time(),
-        _time.time() + 60)
+        account.id,
+        "ep_x",
+        "https://costs.tunnels.localhost",
+        ("idp", "https://idp.test"),
+        {"sub": "u1", "em": "a@x.test", "nm": "A"},
+        "ua",
+        "127.0.0.1",
+        _time.time(),
+        _time.time() + 60,
+    )
     for path, rid in (("/app/sessions", session_id), ("/app/users", user_id)):
         param = "app_session_id" if "sessions" in path else "app_user_id"
         run(f"GET {path}", lambda: admin.get(path), 200)
@@ -265,19 +394,35 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
     return rows
 
 
-def _events_and_inspector(run: Callable[..., Any], crud: Callable[..., Any], admin: Any,
-                          account: Any, cloud_url: str) -> None:
+def _events_and_inspector(
+    run: Callable[..., Any], crud: Callable[..., Any], admin: Any, account: Any, cloud_url: str
+) -> None:
     """Event destinations, subscriptions and sources; the traffic inspector (a captured
     request written as the edge writes it, its endpoint URL a loopback server for replay)."""
     import http.server
     import threading
     import time as _time
-    target = {"kinesis": {"stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
-                          "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}}}}
-    dest = crud("/event_destinations", "destination_id", {"target": target},
-                {"metadata": "m"}, delete=False)
-    sub = crud("/event_subscriptions", "subscription_id", {"destination_ids": [dest]},
-               {"metadata": "m"}, delete=False)
+
+    target = {
+        "kinesis": {
+            "stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
+            "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}},
+        }
+    }
+    dest = crud(
+        "/event_destinations",
+        "destination_id",
+        {"target": target},
+        {"metadata": "m"},
+        delete=False,
+    )
+    sub = crud(
+        "/event_subscriptions",
+        "subscription_id",
+        {"destination_ids": [dest]},
+        {"metadata": "m"},
+        delete=False,
+    )
     sources = f"/event_subscriptions/{sub}/sources"
     base = "/event_subscriptions/{subscription_id}/sources"
     kind = "http_request_complete.v0"
@@ -286,36 +431,63 @@ def _events_and_inspector(run: Callable[..., Any], crud: Callable[..., Any], adm
     run(f"GET {base}/{{type}}", lambda: admin.get(f"{sources}/{kind}"), 200)
     run(f"PATCH {base}/{{type}}", lambda: admin.patch(f"{sources}/{kind}"), 200)
     run(f"DELETE {base}/{{type}}", lambda: admin.delete(f"{sources}/{kind}"), 204)
-    run("DELETE /event_subscriptions/{subscription_id}",
-        lambda: admin.delete(f"/event_subscriptions/{sub}"), 204)
-    run("DELETE /event_destinations/{destination_id}",
-        lambda: admin.delete(f"/event_destinations/{dest}"), 204)
+    run(
+        "DELETE /event_subscriptions/{subscription_id}",
+        lambda: admin.delete(f"/event_subscriptions/{sub}"),
+        204,
+    )
+    run(
+        "DELETE /event_destinations/{destination_id}",
+        lambda: admin.delete(f"/event_destinations/{dest}"),
+        204,
+    )
 
     from chalicelib.core import ids, store
     from chalicelib.core import inspector as layout
+
     server = http.server.HTTPServer(("127.0.0.1", 0), _Ok)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    endpoint = admin.post("/endpoints", {"url": cloud_url, "type": "cloud",
-                                         "traffic_policy": ""}).json["id"]
+    endpoint = admin.post(
+        "/endpoints", {"url": cloud_url, "type": "cloud", "traffic_policy": ""}
+    ).json["id"]
     request_id = ids.new_id("req")
-    item = store.new_item(layout.pk(account.id, endpoint), request_id, kind=layout.KIND,
-                          account_id=account.id, data={
-                              "id": request_id, "endpoint_id": endpoint,
-                              "endpoint_url": f"http://127.0.0.1:{server.server_port}",
-                              "method": "GET", "target": "/", "host": "costs.example",
-                              "request_headers": {}, "request_body": None})
+    item = store.new_item(
+        layout.pk(account.id, endpoint),
+        request_id,
+        kind=layout.KIND,
+        account_id=account.id,
+        data={
+            "id": request_id,
+            "endpoint_id": endpoint,
+            "endpoint_url": f"http://127.0.0.1:{server.server_port}",
+            "method": "GET",
+            "target": "/",
+            "host": "costs.example",
+            "request_headers": {},
+            "request_body": None,
+        },
+    )
     item.expires_at = int(_time.time()) + 60
     item.save()
     captured = "/endpoints/{endpoint_id}/captured_requests"
     path = f"/endpoints/{endpoint}/captured_requests"
     run(f"GET {captured}", lambda: admin.get(path), 200)
     run(f"GET {captured}/{{request_id}}", lambda: admin.get(f"{path}/{request_id}"), 200)
-    run(f"POST {captured}/{{request_id}}/replay",
-        lambda: admin.post(f"{path}/{request_id}/replay", {}), 200)
-    run("PUT /endpoints/{endpoint_id}/capture",
-        lambda: admin.put(f"/endpoints/{endpoint}/capture", {"capture_bodies": True}), 200)
-    run("GET /endpoints/{endpoint_id}/capture",
-        lambda: admin.get(f"/endpoints/{endpoint}/capture"), 200)
+    run(
+        f"POST {captured}/{{request_id}}/replay",
+        lambda: admin.post(f"{path}/{request_id}/replay", {}),
+        200,
+    )
+    run(
+        "PUT /endpoints/{endpoint_id}/capture",
+        lambda: admin.put(f"/endpoints/{endpoint}/capture", {"capture_bodies": True}),
+        200,
+    )
+    run(
+        "GET /endpoints/{endpoint_id}/capture",
+        lambda: admin.get(f"/endpoints/{endpoint}/capture"),
+        200,
+    )
     server.shutdown()
 
 
@@ -332,6 +504,7 @@ class _Ok(__import__("http.server").server.BaseHTTPRequestHandler):
 def app_routes() -> List[Tuple[str, str]]:
     """(METHOD, path) of every authorized route of the app."""
     from app import app
+
     found = []
     for path, by_method in app.routes.items():
         for method, entry in by_method.items():

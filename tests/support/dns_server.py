@@ -2,6 +2,7 @@
 
 It answers CNAME questions from ``cnames`` (name -> target; a name it does not hold is
 NXDOMAIN), or, with ``silent``, never answers (a resolver that times out)."""
+
 import socket
 import threading
 from typing import Dict
@@ -54,8 +55,9 @@ class LoopbackDns:
             if target is None:
                 reply.set_rcode(dns.rcode.NXDOMAIN)
             elif question.rdtype in (dns.rdatatype.CNAME, dns.rdatatype.A):
-                reply.answer.append(dns.rrset.from_text(question.name, 60, "IN", "CNAME",
-                                                        target.rstrip(".") + "."))
+                reply.answer.append(
+                    dns.rrset.from_text(question.name, 60, "IN", "CNAME", target.rstrip(".") + ".")
+                )
             try:
                 self.sock.sendto(reply.to_wire(), peer)
             except OSError:

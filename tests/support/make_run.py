@@ -10,6 +10,7 @@ its banner tells a user (the admin key, the agent address, the edge CA, the dash
 Its output is read by a thread from the start (a chatty stack never blocks on a full pipe);
 ``lines`` holds every line so far.
 """
+
 import os
 import re
 import signal
@@ -29,32 +30,49 @@ PORT_VARIABLES = ("PORT", "STORE_PORT", "EDGE_AGENT_PORT", "EDGE_HTTP_PORT", "ED
 class MakeRun:
     """scripts/serve.py --edge; ``ports`` maps each port variable to the port it was given."""
 
-    def __init__(self, data_dir: str, env: Optional[Mapping[str, str]] = None,
-                 ports: Sequence[str] = (), drop: Sequence[str] = (),
-                 tcp_ports: int = 3) -> None:
+    def __init__(
+        self,
+        data_dir: str,
+        env: Optional[Mapping[str, str]] = None,
+        ports: Sequence[str] = (),
+        drop: Sequence[str] = (),
+        tcp_ports: int = 3,
+    ) -> None:
         self.data_dir = data_dir
         self.ports: Dict[str, int] = {name: free_port() for name in (*PORT_VARIABLES, *ports)}
         low = free_range(tcp_ports)
-        self.env = {k: v for k, v in os.environ.items()
-                    if k not in ("DYNAMODB_ENDPOINT_URL", *drop)}   # make run's own store
+        self.env = {
+            k: v for k, v in os.environ.items() if k not in ("DYNAMODB_ENDPOINT_URL", *drop)
+        }  # make run's own store
         self.env.update({k: str(v) for k, v in self.ports.items()})
-        self.env.update({"DATA_DIR": data_dir, "EDGE_TCP_PORTS": f"{low}-{low + tcp_ports - 1}",
-                         "PYTHONUNBUFFERED": "1", **(env or {})})
+        self.env.update(
+            {
+                "DATA_DIR": data_dir,
+                "EDGE_TCP_PORTS": f"{low}-{low + tcp_ports - 1}",
+                "PYTHONUNBUFFERED": "1",
+                **(env or {}),
+            }
+        )
         self.lines: List[str] = []
         self.proc: Optional[subprocess.Popen] = None
         self.banner = ""
 
     # ---- life ------------------------------------------------------------------------------
     def start(self, timeout: float = 120) -> "MakeRun":
-        self.proc = subprocess.Popen([sys.executable, "scripts/serve.py", "--edge"],
-                                     cwd=PROJECT_DIR, env=self.env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "scripts/serve.py", "--edge"],
+            cwd=PROJECT_DIR,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         stdout = self.proc.stdout
         threading.Thread(target=lambda: self.lines.extend(stdout), daemon=True).start()
         deadline = time.time() + timeout
         while time.time() < deadline and not any("serving on" in x for x in self.lines):
             if self.proc.poll() is not None:
-                time.sleep(0.2)   # the reader's last lines
+                time.sleep(0.2)  # the reader's last lines
                 break
             time.sleep(0.1)
         self.banner = self.output()
@@ -68,7 +86,7 @@ class MakeRun:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGINT)
         status = self.proc.wait(timeout=timeout)
-        time.sleep(0.2)   # the reader's last lines
+        time.sleep(0.2)  # the reader's last lines
         return status
 
     def stop(self) -> None:
@@ -113,14 +131,17 @@ class MakeRun:
         return f"http://127.0.0.1:{self.ports['PORT']}"
 
     @property
-    def server_addr(self) -> str:   # what tests.edge.conftest.SdkAgent reads of an edge
+    def server_addr(self) -> str:  # what tests.edge.conftest.SdkAgent reads of an edge
         return self.agent_addr
 
     def credential(self, description: str = "test") -> Dict[str, str]:
         """A new credential through the API (its ``token`` is an authtoken)."""
-        resp = requests.post(f"{self.api_url}/credentials", json={"description": description},
-                             headers={"Authorization": f"Bearer {self.key}",
-                                      "Ngrok-Version": "2"}, timeout=30)
+        resp = requests.post(
+            f"{self.api_url}/credentials",
+            json={"description": description},
+            headers={"Authorization": f"Bearer {self.key}", "Ngrok-Version": "2"},
+            timeout=30,
+        )
         resp.raise_for_status()
         return resp.json()
 

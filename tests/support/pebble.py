@@ -5,6 +5,7 @@ here (its certificate is the ACME_CA_BUNDLE). challtestsrv answers every A quest
 127.0.0.1 (``-defaultIPv6 ""``: no AAAA), so every name resolves to the edge; Pebble's
 validation ports are the edge's HTTP and HTTPS listeners.
 """
+
 import json
 import os
 import shutil
@@ -31,7 +32,7 @@ class Pebble:
     http_port: int
     tls_port: int
     validity_seconds: int = 0
-    resolver_port: Optional[int] = None   # Pebble's DNS (default: challtestsrv itself)
+    resolver_port: Optional[int] = None  # Pebble's DNS (default: challtestsrv itself)
     port: int = field(default_factory=free_port)
     management_port: int = field(default_factory=free_port)
     dns_port: int = field(default_factory=free_port)
@@ -56,31 +57,69 @@ class Pebble:
             fh.write(pem(cert))
         with open(os.path.join(self.folder, "key.pem"), "w") as fh:
             fh.write(key_pem(key))
-        config = {"pebble": {
-            "listenAddress": f"127.0.0.1:{self.port}",
-            "managementListenAddress": f"127.0.0.1:{self.management_port}",
-            "certificate": os.path.join(self.folder, "cert.pem"),
-            "privateKey": os.path.join(self.folder, "key.pem"),
-            "httpPort": self.http_port, "tlsPort": self.tls_port,
-            "ocspResponderURL": "", "externalAccountBindingRequired": False}}
+        config = {
+            "pebble": {
+                "listenAddress": f"127.0.0.1:{self.port}",
+                "managementListenAddress": f"127.0.0.1:{self.management_port}",
+                "certificate": os.path.join(self.folder, "cert.pem"),
+                "privateKey": os.path.join(self.folder, "key.pem"),
+                "httpPort": self.http_port,
+                "tlsPort": self.tls_port,
+                "ocspResponderURL": "",
+                "externalAccountBindingRequired": False,
+            }
+        }
         if self.validity_seconds:
             config["pebble"]["certificateValidityPeriod"] = self.validity_seconds
         config_path = os.path.join(self.folder, "pebble-config.json")
         with open(config_path, "w") as fh:
             json.dump(config, fh)
         dns_log = open(os.path.join(self.folder, "challtestsrv.log"), "wb")
-        self.processes.append(subprocess.Popen(
-            ["pebble-challtestsrv", "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "",
-             "-dns01", f"127.0.0.1:{self.dns_port}", "-http01", "", "-https01", "",
-             "-tlsalpn01", "", "-management", f"127.0.0.1:{self.dns_management_port}"],
-            stdout=dns_log, stderr=subprocess.STDOUT))
-        env = {**os.environ, "PEBBLE_VA_NOSLEEP": "1", "PEBBLE_AUTHZREUSE": "0",
-               "PEBBLE_WFE_NONCEREJECT": "0"}
+        self.processes.append(
+            subprocess.Popen(
+                [
+                    "pebble-challtestsrv",
+                    "-defaultIPv4",
+                    "127.0.0.1",
+                    "-defaultIPv6",
+                    "",
+                    "-dns01",
+                    f"127.0.0.1:{self.dns_port}",
+                    "-http01",
+                    "",
+                    "-https01",
+                    "",
+                    "-tlsalpn01",
+                    "",
+                    "-management",
+                    f"127.0.0.1:{self.dns_management_port}",
+                ],
+                stdout=dns_log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        env = {
+            **os.environ,
+            "PEBBLE_VA_NOSLEEP": "1",
+            "PEBBLE_AUTHZREUSE": "0",
+            "PEBBLE_WFE_NONCEREJECT": "0",
+        }
         log = open(os.path.join(self.folder, "pebble.log"), "wb")
-        self.processes.append(subprocess.Popen(
-            ["pebble", "-config", config_path, "-dnsserver",
-             f"127.0.0.1:{self.resolver_port or self.dns_port}"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.folder))
+        self.processes.append(
+            subprocess.Popen(
+                [
+                    "pebble",
+                    "-config",
+                    config_path,
+                    "-dnsserver",
+                    f"127.0.0.1:{self.resolver_port or self.dns_port}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.folder,
+            )
+        )
         deadline = time.time() + 30
         while time.time() < deadline:
             try:
@@ -106,19 +145,24 @@ class Pebble:
 
     def root_pem(self) -> str:
         """Pebble's issuing root (what a client of the issued certificates trusts)."""
-        resp = requests.get(f"https://127.0.0.1:{self.management_port}/roots/0",
-                            verify=self.ca_bundle, timeout=10)
+        resp = requests.get(
+            f"https://127.0.0.1:{self.management_port}/roots/0", verify=self.ca_bundle, timeout=10
+        )
         resp.raise_for_status()
         return resp.text
 
     def set_a(self, host: str, addresses: List[str]) -> None:
         """Answer A questions for ``host`` with ``addresses`` ([]: the default, 127.0.0.1)."""
-        requests.post(f"http://127.0.0.1:{self.dns_management_port}/clear-a",
-                      json={"host": host}, timeout=5).raise_for_status()
+        requests.post(
+            f"http://127.0.0.1:{self.dns_management_port}/clear-a", json={"host": host}, timeout=5
+        ).raise_for_status()
         if not addresses:
             return
-        requests.post(f"http://127.0.0.1:{self.dns_management_port}/add-a",
-                      json={"host": host, "addresses": addresses}, timeout=5).raise_for_status()
+        requests.post(
+            f"http://127.0.0.1:{self.dns_management_port}/add-a",
+            json={"host": host, "addresses": addresses},
+            timeout=5,
+        ).raise_for_status()
 
     def stop(self) -> None:
         for process in reversed(self.processes):
@@ -132,7 +176,6 @@ class Pebble:
         self.processes.clear()
 
 
-
 class CnameResolver:
     """A small recursive resolver in front of challtestsrv, for Pebble's DNS-01 lookups (Pebble
     2.4 does not follow a CNAME itself, and challtestsrv does not recurse): a question for a
@@ -143,6 +186,7 @@ class CnameResolver:
     def __init__(self, upstream: int, authority: int):
         import socket
         import threading
+
         self.upstream, self.authority = upstream, authority
         self.cnames: dict = {}
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -157,6 +201,7 @@ class CnameResolver:
         import dns.rdataclass
         import dns.rdatatype
         import dns.rrset
+
         while True:
             try:
                 wire, peer = self.sock.recvfrom(4096)
@@ -173,13 +218,15 @@ class CnameResolver:
                     inner = dns.message.make_query(target, question.rdtype)
                     found = dns.query.udp(inner, "127.0.0.1", port=self.authority, timeout=5)
                     answer = dns.message.make_response(query)
-                    answer.answer.append(dns.rrset.from_text(
-                        question.name, 60, dns.rdataclass.IN, dns.rdatatype.CNAME,
-                        target + "."))
+                    answer.answer.append(
+                        dns.rrset.from_text(
+                            question.name, 60, dns.rdataclass.IN, dns.rdatatype.CNAME, target + "."
+                        )
+                    )
                     answer.answer.extend(found.answer)
                     answer.set_rcode(found.rcode())
                 self.sock.sendto(answer.to_wire(), peer)
-            except Exception:   # a malformed or unanswerable question: no answer
+            except Exception:  # a malformed or unanswerable question: no answer
                 continue
 
     def stop(self) -> None:

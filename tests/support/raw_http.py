@@ -1,4 +1,5 @@
 """Raw HTTP/1.1 over a socket, for tests of framing (what requests/urllib would not send)."""
+
 import json
 import socket
 from dataclasses import dataclass
@@ -71,8 +72,13 @@ class RawConnection:
         self.close()
 
 
-def request_bytes(method: str, path: str, headers: Optional[Dict[str, str]] = None,
-                  body: bytes = b"", host: str = "127.0.0.1") -> bytes:
+def request_bytes(
+    method: str,
+    path: str,
+    headers: Optional[Dict[str, str]] = None,
+    body: bytes = b"",
+    host: str = "127.0.0.1",
+) -> bytes:
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
     for name, value in (headers or {}).items():
         lines.append(f"{name}: {value}")

@@ -4,6 +4,7 @@ Prints one JSON list: per account its id, an admin user with an API key and a me
 with an API key. ``--reporter`` marks the accounts as abuse reporters. Uses the store named
 by the environment (DYNAMODB_ENDPOINT_URL, TABLE_NAME), like the admin command.
 """
+
 import argparse
 import json
 
@@ -13,11 +14,20 @@ from chalicelib import accounts
 def make_account(reporter: bool = False) -> dict:
     admin = accounts.bootstrap("test", abuse_reporter=reporter)
     member = accounts.user_with_key(admin["account_id"], "member", "member")
-    return {"account_id": admin["account_id"], "reporter": reporter,
-            "admin": {"id": admin["user_id"], "token": admin["token"],
-                      "api_key_id": admin["api_key_id"]},
-            "member": {"id": member["user_id"], "token": member["token"],
-                       "api_key_id": member["api_key_id"]}}
+    return {
+        "account_id": admin["account_id"],
+        "reporter": reporter,
+        "admin": {
+            "id": admin["user_id"],
+            "token": admin["token"],
+            "api_key_id": admin["api_key_id"],
+        },
+        "member": {
+            "id": member["user_id"],
+            "token": member["token"],
+            "api_key_id": member["api_key_id"],
+        },
+    }
 
 
 if __name__ == "__main__":

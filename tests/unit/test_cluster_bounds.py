@@ -2,6 +2,7 @@
 a connection waits for a moving endpoint at most HOLD_SECONDS; a drain asks every agent to
 move within DRAIN_SECONDS even when a session never goes idle; an instance's lease is live
 for LEASE_SECONDS; the relay settings; the Host of a request head."""
+
 import asyncio
 import time
 from types import SimpleNamespace
@@ -14,8 +15,9 @@ from edge import cluster
 
 class FakeEdge:
     def __init__(self):
-        self.settings = SimpleNamespace(instance_id="edge_me", head_timeout=30.0,
-                                        tcp_host="tunnels.localhost")
+        self.settings = SimpleNamespace(
+            instance_id="edge_me", head_timeout=30.0, tcp_host="tunnels.localhost"
+        )
         self.sessions = set()
         self.connections = set()
         self.registry = SimpleNamespace(http_tunnel=lambda *a: None, by_port={})
@@ -25,8 +27,9 @@ class FakeEdge:
 
 
 def _cluster(edge=None):
-    settings = cluster.ClusterSettings(secret="s" * 16, relay_host="127.0.0.1", relay_port=0,
-                                       advertise="127.0.0.1")
+    settings = cluster.ClusterSettings(
+        secret="s" * 16, relay_host="127.0.0.1", relay_port=0, advertise="127.0.0.1"
+    )
     return cluster.Cluster(edge or FakeEdge(), settings)
 
 
@@ -45,7 +48,7 @@ def test_a_moving_endpoint_is_waited_on_at_most_hold_seconds(monkeypatch):
     assert asyncio.run(c.holder_address("a.tunnels.localhost", lambda: False)) is None
     took = time.monotonic() - start
     assert 0.6 <= took < 3.0
-    assert len(looked) <= 0.6 / 0.05 + 2   # one store read per HOLD_POLL
+    assert len(looked) <= 0.6 / 0.05 + 2  # one store read per HOLD_POLL
 
 
 def test_a_wait_ends_when_the_endpoint_is_bound_here(monkeypatch):
@@ -83,7 +86,7 @@ def test_a_drain_asks_every_agent_to_move_within_drain_seconds(monkeypatch):
     c = _cluster(edge)
     start = time.monotonic()
     asyncio.run(c.drain_sessions())
-    assert time.monotonic() - start < 0.5 + 0.5 + 1.0   # settle 0.5 s + drain bound + slack
+    assert time.monotonic() - start < 0.5 + 0.5 + 1.0  # settle 0.5 s + drain bound + slack
     assert all(s.ended == "the edge instance is restarting; reconnect" for s in busy)
     assert c.draining and c.keep_claims()
 
@@ -94,16 +97,20 @@ def test_the_lease_is_live_for_lease_seconds():
     assert instances._live(raw, now)
     raw = {"heartbeat_at": {"N": str(now - instances.LEASE_SECONDS - 0.5)}}
     assert not instances._live(raw, now)
-    assert instances.RENEW_SECONDS * 3 <= instances.LEASE_SECONDS   # two renewals may fail
+    assert instances.RENEW_SECONDS * 3 <= instances.LEASE_SECONDS  # two renewals may fail
 
 
 def test_cluster_settings():
     assert cluster.ClusterSettings.from_env({}) is None
     with pytest.raises(SystemExit):
         cluster.ClusterSettings.from_env({"EDGE_CLUSTER_SECRET": "short"})
-    s = cluster.ClusterSettings.from_env({"EDGE_CLUSTER_SECRET": "x" * 16,
-                                          "EDGE_RELAY_PORT": "7443",
-                                          "EDGE_RELAY_ADVERTISE": "10.0.0.5"})
+    s = cluster.ClusterSettings.from_env(
+        {
+            "EDGE_CLUSTER_SECRET": "x" * 16,
+            "EDGE_RELAY_PORT": "7443",
+            "EDGE_RELAY_ADVERTISE": "10.0.0.5",
+        }
+    )
     assert (s.relay_host, s.relay_port, s.advertise) == ("127.0.0.1", 7443, "10.0.0.5")
 
 

@@ -5,12 +5,19 @@ The numbers are written here as the documents write them, never read from the mo
 constants: a test that reads ``MAX_X`` keeps passing when someone changes ``MAX_X``. Errors are
 asserted through the catalog's classes (chalicelib.core.errors), not their code strings.
 """
+
 import base64
 
 import pytest
 
-from chalicelib import (edge_modules, http_headers, http_response_backends, https_edges, reserved_domains,
-                        traffic_policy)
+from chalicelib import (
+    edge_modules,
+    http_headers,
+    http_response_backends,
+    https_edges,
+    reserved_domains,
+    traffic_policy,
+)
 from chalicelib.core import acl, errors, hostnames, ids, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 
@@ -58,8 +65,9 @@ def test_unknown_field_missing_field_and_null_means_not_sent():
 
 
 def test_body_id_must_equal_the_path_id():
-    assert parse({"id": "ak_1", "description": "d"}, [DESCRIPTION], path_id="ak_1") == \
-        {"description": "d"}
+    assert parse({"id": "ak_1", "description": "d"}, [DESCRIPTION], path_id="ak_1") == {
+        "description": "d"
+    }
     assert _refused(parse, {"id": "ak_2"}, [DESCRIPTION], "ak_1").details["field"] == "id"
     _refused(parse, {"id": "ak_1"}, [DESCRIPTION])
 
@@ -72,11 +80,18 @@ def test_an_edge_takes_ten_hostports_not_eleven():
 
 
 def test_hostports_are_distinct_lower_cased_with_ports_1_to_65535():
-    assert edge_modules.check_hostports("hostports", ["A.Example.COM:1", "b.example.com:65535"]) \
-        == ["a.example.com:1", "b.example.com:65535"]
+    assert edge_modules.check_hostports(
+        "hostports", ["A.Example.COM:1", "b.example.com:65535"]
+    ) == ["a.example.com:1", "b.example.com:65535"]
     _refused(edge_modules.check_hostports, "hostports", ["a.example.com:1", "A.example.com:1"])
-    for bad in ("a.example.com:0", "a.example.com:65536", "a.example.com:01",
-                "a.example.com", ":80", "a..example.com:80"):
+    for bad in (
+        "a.example.com:0",
+        "a.example.com:65536",
+        "a.example.com:01",
+        "a.example.com",
+        ":80",
+        "a..example.com:80",
+    ):
         _refused(edge_modules.check_hostport, "hostports[0]", bad)
 
 
@@ -84,28 +99,38 @@ def test_ip_restriction_takes_one_to_ten_policies():
     ten = _policy_ids(10)
     parsed = edge_modules.parse_ip_restriction("ip_restriction", {"ip_policy_ids": ten})
     assert parsed == {"enabled": True, "ip_policy_ids": ten}
-    error = _refused(edge_modules.parse_ip_restriction, "ip_restriction",
-                     {"ip_policy_ids": ten + _policy_ids(1)})
+    error = _refused(
+        edge_modules.parse_ip_restriction,
+        "ip_restriction",
+        {"ip_policy_ids": ten + _policy_ids(1)},
+    )
     assert error.details["field"] == "ip_restriction.ip_policy_ids"
     _refused(edge_modules.parse_ip_restriction, "ip_restriction", {"ip_policy_ids": []})
-    assert edge_modules.parse_ip_restriction(None, {"ip_policy_ids": ten[:1]})["ip_policy_ids"] \
+    assert (
+        edge_modules.parse_ip_restriction(None, {"ip_policy_ids": ten[:1]})["ip_policy_ids"]
         == ten[:1]
+    )
 
 
 def test_ip_restriction_policies_are_distinct():
     one = _policy_ids(1)[0]
-    error = _refused(edge_modules.parse_ip_restriction, "ip_restriction",
-                     {"ip_policy_ids": [one, one]})
+    error = _refused(
+        edge_modules.parse_ip_restriction, "ip_restriction", {"ip_policy_ids": [one, one]}
+    )
     assert error.details["field"] == "ip_restriction.ip_policy_ids"
 
 
 def test_ip_restriction_policy_ids_must_be_ip_policy_ids():
-    _refused(edge_modules.parse_ip_restriction, "ip_restriction",
-             {"ip_policy_ids": [ids.new_id("bkdhr")]})
+    _refused(
+        edge_modules.parse_ip_restriction,
+        "ip_restriction",
+        {"ip_policy_ids": [ids.new_id("bkdhr")]},
+    )
 
 
 def _document(rules_per_phase=1, expressions=0, actions=1, name="r", expression="true"):
     import json
+
     rule = {"name": name, "actions": [{"type": "deny"}] * actions}
     if expressions:
         rule["expressions"] = [expression] * expressions
@@ -250,6 +275,7 @@ def test_a_hostname_is_at_most_253_bytes_with_labels_of_63():
 # ---- secrets and ids -------------------------------------------------------------------------
 def test_a_secret_is_256_random_bits():
     from chalicelib import auth
+
     secret = auth.new_secret()
     raw = base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4))
     assert len(raw) == 32
@@ -273,11 +299,12 @@ def _flaky(losses):
         if len(calls) <= losses:
             raise store.VersionConflict()
         return "written"
+
     return write, calls
 
 
 def test_the_store_retries_eight_times():
-    assert store.RETRIES == 8   # chalicelib/core/store.py: after RETRIES lost races, 409
+    assert store.RETRIES == 8  # chalicelib/core/store.py: after RETRIES lost races, 409
 
 
 def test_a_write_that_loses_all_but_one_race_succeeds_on_the_last_attempt(monkeypatch):
@@ -297,72 +324,95 @@ def test_a_write_that_loses_every_race_is_a_409(monkeypatch):
 
 
 # ---- the 400 names the field (details.field), for each rule's error ------------------------
-@pytest.mark.parametrize("call, args, field", [
-    (http_headers.check_name, ("hdr", "bad name"), "hdr"),
-    (http_headers.check_name, ("hdr", 5), "hdr"),
-    (http_headers.check_value, ("hdr", "x", 5), "hdr"),
-    (http_headers.check_value, ("hdr", "x", "a\nb"), "hdr"),
-    (http_headers.check_value, ("hdr", "x", "v" * 1025), "hdr"),
-    (http_headers.check_map, ("hdr", [], 5), "hdr"),
-    (http_headers.check_map, ("hdr", {"a": "1", "b": "2"}, 1), "hdr"),
-    (http_headers.check_map, ("hdr", {"a": "1", "A": "2"}, 5), "hdr"),
-    (http_headers.check_map, ("hdr", {"bad name": "1"}, 5), "hdr"),
-    (http_headers.check_map, ("hdr", {"a": "\r"}, 5), "hdr"),
-    (http_headers.check_names, ("hdr", "x-a", 5), "hdr"),
-    (http_headers.check_names, ("hdr", ["a", "b"], 1), "hdr"),
-    (http_headers.check_names, ("hdr", ["bad name"], 5), "hdr"),
-    (edge_modules.check_hostports, ("hostports", "a.example.com:1"), "hostports"),
-    (edge_modules.check_hostports, ("hostports", ["a.example.com:1"] * 2), "hostports"),
-    (edge_modules.check_hostports, ("hostports", ["x:1"] * 11), "hostports"),
-    (edge_modules.check_hostport, ("hostports[0]", 5), "hostports[0]"),
-    (edge_modules.check_hostport, ("hostports[0]", "nohost"), "hostports[0]"),
-    (edge_modules.check_hostport, ("hostports[0]", "a.com:0"), "hostports[0]"),
-    (edge_modules.check_hostport, ("hostports[0]", "a_b.com:1"), "hostports[0]"),
-    (edge_modules.parse_module, ("backend", [], edge_modules.BACKEND_FIELDS), "backend"),
-    (edge_modules.parse_module, (None, [], edge_modules.BACKEND_FIELDS), "module"),
-    (edge_modules.parse_backend, ("backend", {"backend_id": "x"}), "backend.backend_id"),
-    (edge_modules.parse_backend, (None, {"backend_id": "x"}), "backend_id"),
-    (edge_modules.parse_ip_restriction, ("ip_restriction", {"ip_policy_ids": []}),
-     "ip_restriction.ip_policy_ids"),
-    (edge_modules.parse_ip_restriction, ("ip_restriction", {"ip_policy_ids": ["x"]}),
-     "ip_restriction.ip_policy_ids[0]"),
-    (acl.normalize, (["x"] * 101, "acl"), "acl"),
-    (acl.normalize, (["nope"], "acl"), "acl"),
-    (https_edges.parse_user_agent_filter, ("user_agent_filter", {"deny": ["a", "("]}),
-     "user_agent_filter.deny[1]"),
-    (https_edges.parse_user_agent_filter, (None, {"allow": ["("]}), "allow[0]"),
-])
+@pytest.mark.parametrize(
+    "call, args, field",
+    [
+        (http_headers.check_name, ("hdr", "bad name"), "hdr"),
+        (http_headers.check_name, ("hdr", 5), "hdr"),
+        (http_headers.check_value, ("hdr", "x", 5), "hdr"),
+        (http_headers.check_value, ("hdr", "x", "a\nb"), "hdr"),
+        (http_headers.check_value, ("hdr", "x", "v" * 1025), "hdr"),
+        (http_headers.check_map, ("hdr", [], 5), "hdr"),
+        (http_headers.check_map, ("hdr", {"a": "1", "b": "2"}, 1), "hdr"),
+        (http_headers.check_map, ("hdr", {"a": "1", "A": "2"}, 5), "hdr"),
+        (http_headers.check_map, ("hdr", {"bad name": "1"}, 5), "hdr"),
+        (http_headers.check_map, ("hdr", {"a": "\r"}, 5), "hdr"),
+        (http_headers.check_names, ("hdr", "x-a", 5), "hdr"),
+        (http_headers.check_names, ("hdr", ["a", "b"], 1), "hdr"),
+        (http_headers.check_names, ("hdr", ["bad name"], 5), "hdr"),
+        (edge_modules.check_hostports, ("hostports", "a.example.com:1"), "hostports"),
+        (edge_modules.check_hostports, ("hostports", ["a.example.com:1"] * 2), "hostports"),
+        (edge_modules.check_hostports, ("hostports", ["x:1"] * 11), "hostports"),
+        (edge_modules.check_hostport, ("hostports[0]", 5), "hostports[0]"),
+        (edge_modules.check_hostport, ("hostports[0]", "nohost"), "hostports[0]"),
+        (edge_modules.check_hostport, ("hostports[0]", "a.com:0"), "hostports[0]"),
+        (edge_modules.check_hostport, ("hostports[0]", "a_b.com:1"), "hostports[0]"),
+        (edge_modules.parse_module, ("backend", [], edge_modules.BACKEND_FIELDS), "backend"),
+        (edge_modules.parse_module, (None, [], edge_modules.BACKEND_FIELDS), "module"),
+        (edge_modules.parse_backend, ("backend", {"backend_id": "x"}), "backend.backend_id"),
+        (edge_modules.parse_backend, (None, {"backend_id": "x"}), "backend_id"),
+        (
+            edge_modules.parse_ip_restriction,
+            ("ip_restriction", {"ip_policy_ids": []}),
+            "ip_restriction.ip_policy_ids",
+        ),
+        (
+            edge_modules.parse_ip_restriction,
+            ("ip_restriction", {"ip_policy_ids": ["x"]}),
+            "ip_restriction.ip_policy_ids[0]",
+        ),
+        (acl.normalize, (["x"] * 101, "acl"), "acl"),
+        (acl.normalize, (["nope"], "acl"), "acl"),
+        (
+            https_edges.parse_user_agent_filter,
+            ("user_agent_filter", {"deny": ["a", "("]}),
+            "user_agent_filter.deny[1]",
+        ),
+        (https_edges.parse_user_agent_filter, (None, {"allow": ["("]}), "allow[0]"),
+    ],
+)
 def test_a_refused_value_names_its_field(call, args, field):
     _refused(call, *args, field=field)
 
 
-@pytest.mark.parametrize("fields, body, field", [
-    (http_response_backends.CREATE_FIELDS, {"status_code": 600}, "status_code"),
-    (http_response_backends.CREATE_FIELDS, {"headers": {"a b": "1"}}, "headers"),
-    (reserved_domains.CREATE_FIELDS, {"domain": "a.example.com", "region": "xx"}, "region"),
-    (reserved_domains.CREATE_FIELDS, {"domain": "nodot"}, "domain"),
-    (reserved_domains.UPDATE_FIELDS, {"resolves_to": "eu"}, "resolves_to"),
-    (reserved_domains.UPDATE_FIELDS, {"resolves_to": [{"value": "x"}]}, "resolves_to"),
-    (reserved_domains.UPDATE_FIELDS, {"resolves_to": [{"value": "eu"}] * 11}, "resolves_to"),
-    (reserved_domains.UPDATE_FIELDS, {"certificate_id": "cert_1"}, "certificate_id"),
-    (reserved_domains.UPDATE_FIELDS,
-     {"certificate_management_policy": {"authority": "other"}}, "certificate_management_policy"),
-    (reserved_domains.UPDATE_FIELDS,
-     {"certificate_management_policy": {"private_key_type": "dsa"}},
-     "certificate_management_policy"),
-    (reserved_domains.UPDATE_FIELDS,
-     {"certificate_management_policy": {"other": "x"}}, "certificate_management_policy"),
-    ([Field("n", "integer")], {"n": "1"}, "n"),
-    ([Field("b", "boolean")], {"b": "true"}, "b"),
-    ([Field("s", "string")], {"s": 1}, "s"),
-    ([Field("l", "string_list")], {"l": "x"}, "l"),
-    ([Field("l", "string_list")], {"l": [1]}, "l[0]"),
-    ([Field("l", "string_list", max_items=1)], {"l": ["a", "b"]}, "l"),
-    ([Field("m", "string_map")], {"m": []}, "m"),
-    ([Field("m", "string_map", max_items=1)], {"m": {"a": "1", "b": "2"}}, "m"),
-    ([Field("m", "string_map")], {"m": {"k": 1}}, "m.k"),
-    ([Field("o", "object")], {"o": []}, "o"),
-])
+@pytest.mark.parametrize(
+    "fields, body, field",
+    [
+        (http_response_backends.CREATE_FIELDS, {"status_code": 600}, "status_code"),
+        (http_response_backends.CREATE_FIELDS, {"headers": {"a b": "1"}}, "headers"),
+        (reserved_domains.CREATE_FIELDS, {"domain": "a.example.com", "region": "xx"}, "region"),
+        (reserved_domains.CREATE_FIELDS, {"domain": "nodot"}, "domain"),
+        (reserved_domains.UPDATE_FIELDS, {"resolves_to": "eu"}, "resolves_to"),
+        (reserved_domains.UPDATE_FIELDS, {"resolves_to": [{"value": "x"}]}, "resolves_to"),
+        (reserved_domains.UPDATE_FIELDS, {"resolves_to": [{"value": "eu"}] * 11}, "resolves_to"),
+        (reserved_domains.UPDATE_FIELDS, {"certificate_id": "cert_1"}, "certificate_id"),
+        (
+            reserved_domains.UPDATE_FIELDS,
+            {"certificate_management_policy": {"authority": "other"}},
+            "certificate_management_policy",
+        ),
+        (
+            reserved_domains.UPDATE_FIELDS,
+            {"certificate_management_policy": {"private_key_type": "dsa"}},
+            "certificate_management_policy",
+        ),
+        (
+            reserved_domains.UPDATE_FIELDS,
+            {"certificate_management_policy": {"other": "x"}},
+            "certificate_management_policy",
+        ),
+        ([Field("n", "integer")], {"n": "1"}, "n"),
+        ([Field("b", "boolean")], {"b": "true"}, "b"),
+        ([Field("s", "string")], {"s": 1}, "s"),
+        ([Field("l", "string_list")], {"l": "x"}, "l"),
+        ([Field("l", "string_list")], {"l": [1]}, "l[0]"),
+        ([Field("l", "string_list", max_items=1)], {"l": ["a", "b"]}, "l"),
+        ([Field("m", "string_map")], {"m": []}, "m"),
+        ([Field("m", "string_map", max_items=1)], {"m": {"a": "1", "b": "2"}}, "m"),
+        ([Field("m", "string_map")], {"m": {"k": 1}}, "m.k"),
+        ([Field("o", "object")], {"o": []}, "o"),
+    ],
+)
 def test_a_refused_body_field_is_named_in_details(fields, body, field):
     _refused(parse, body, fields, field=field)
 
@@ -370,11 +420,11 @@ def test_a_refused_body_field_is_named_in_details(fields, body, field):
 def test_a_certificate_policy_fills_in_the_defaults():
     fields = reserved_domains.UPDATE_FIELDS
     assert parse({"certificate_management_policy": {}}, fields)[
-        "certificate_management_policy"] == {"authority": "letsencrypt",
-                                             "private_key_type": "ecdsa"}
-    assert parse({"certificate_management_policy": {"private_key_type": "rsa",
-                                                    "authority": ""}}, fields)[
-        "certificate_management_policy"] == {"authority": "letsencrypt", "private_key_type": "rsa"}
+        "certificate_management_policy"
+    ] == {"authority": "letsencrypt", "private_key_type": "ecdsa"}
+    assert parse(
+        {"certificate_management_policy": {"private_key_type": "rsa", "authority": ""}}, fields
+    )["certificate_management_policy"] == {"authority": "letsencrypt", "private_key_type": "rsa"}
 
 
 def test_a_hostport_host_is_at_most_253_bytes():
@@ -400,10 +450,12 @@ def test_an_acl_ipv6_address_is_stored_compressed():
     assert acl.normalize(["bind:[2001:DB8:0:0::1]:443"]) == ["bind:[2001:db8::1]:443"]
 
 
-@pytest.mark.parametrize("url", ["https://a.example.com/\x01", "https://a.exam\tple.com/",
-                                 "https://a.example.com/ x"])
+@pytest.mark.parametrize(
+    "url", ["https://a.example.com/\x01", "https://a.exam\tple.com/", "https://a.example.com/ x"]
+)
 def test_an_abuse_url_with_control_characters_or_spaces_is_400(url):
     from chalicelib import abuse_reports
+
     with pytest.raises(errors.InvalidField) as info:
         abuse_reports.url_host("urls[0]", url)
     assert info.value.details == {"field": "urls", "url": url}
@@ -411,25 +463,31 @@ def test_an_abuse_url_with_control_characters_or_spaces_is_400(url):
 
 def test_an_id_decodes_to_its_creation_millisecond():
     import time
+
     before = int(time.time() * 1000)
     value = ids.new_id("bot")
     after = int(time.time() * 1000)
     assert before <= ids.timestamp_millis(value) <= after
     assert ids.timestamp_millis("cr_" + "0" * 27) == 0
-    assert ids.timestamp_millis("ak_" + "z" * 27) == (62 ** 27 - 1) >> 112
+    assert ids.timestamp_millis("ak_" + "z" * 27) == (62**27 - 1) >> 112
 
 
 # ---- TLS certificates (chalicelib/tls_certificates.py, docs/CERTIFICATES.md) ---------------------
 def test_tls_certificate_pem_sizes_and_chain_length():
     from chalicelib import tls_certificates
     from tests.support.certs import SmallCA, pem
+
     fields = tls_certificates.CREATE_FIELDS
     body = {"private_key_pem": "k"}
     assert parse({**body, "certificate_pem": "a" * 65536}, fields)
     _refused(parse, {**body, "certificate_pem": "a" * 65537}, fields, field="certificate_pem")
     assert parse({"certificate_pem": "c", "private_key_pem": "k" * 16384}, fields)
-    _refused(parse, {"certificate_pem": "c", "private_key_pem": "k" * 16385}, fields,
-             field="private_key_pem")
+    _refused(
+        parse,
+        {"certificate_pem": "c", "private_key_pem": "k" * 16385},
+        fields,
+        field="private_key_pem",
+    )
     ca = SmallCA()
     leaf = pem(ca.leaf(["a.example.com"])[0])
     chain, _ = tls_certificates.parse_chain(leaf + ca.pem * 9)

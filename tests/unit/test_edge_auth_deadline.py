@@ -4,6 +4,7 @@ until AUTH_ANSWER_TIMEOUT); a session that ends while its Auth reads the store r
 nothing (ending cancels its streams' handlers); the periodic check leaves a session alone
 until its online item is written (a heartbeat before that found no item and ended it). The agent is played over a real socket pair; the edge around the session is a
 recorder whose store calls take the time the test gives them."""
+
 import asyncio
 import socket
 import time
@@ -21,15 +22,16 @@ class SlowEdge:
     def __init__(self, delay):
         self.delay = delay
         self.registry = SimpleNamespace(sessions={}, by_id={})
-        self.settings = SimpleNamespace(limits=quotas.Limits(), instance_id="edge_test",
-                                        region="local")
+        self.settings = SimpleNamespace(
+            limits=quotas.Limits(), instance_id="edge_test", region="local"
+        )
         self.auth_throttle = quotas.AuthThrottle(20)
-        self.cluster = None   # one instance
+        self.cluster = None  # one instance
         self.started_sessions = []
 
     async def call(self, fn, *args, **kwargs):
-        if fn is online.session_heartbeat:   # None: the session's item is not in the store
-            found = {} if self.started_sessions else None   # (as the call reaches the store)
+        if fn is online.session_heartbeat:  # None: the session's item is not in the store
+            found = {} if self.started_sessions else None  # (as the call reaches the store)
             await asyncio.sleep(self.delay)
             return found
         await asyncio.sleep(self.delay)
@@ -56,8 +58,10 @@ async def _session(edge):
 
 
 def _auth_frames():
-    body = protocol.U32.pack(protocol.AUTH) + b'{"Version": ["3", "2"], "ClientId": "", ' \
+    body = (
+        protocol.U32.pack(protocol.AUTH) + b'{"Version": ["3", "2"], "ClientId": "", '
         b'"Extra": {"AuthToken": "tok"}}'
+    )
     return muxado.data(1, body, syn=True, fin=True)
 
 
@@ -91,7 +95,7 @@ def short_deadlines(monkeypatch):
 
 def test_an_auth_that_arrived_in_time_is_answered_however_slow_the_store(short_deadlines):
     async def run():
-        edge = SlowEdge(delay=0.4)   # three reads before the answer: 1.2 s > AUTH_TIMEOUT
+        edge = SlowEdge(delay=0.4)  # three reads before the answer: 1.2 s > AUTH_TIMEOUT
         session, task, reader, writer = await _session(edge)
         await asyncio.sleep(0.2)
         writer.write(_auth_frames())
@@ -101,6 +105,7 @@ def test_an_auth_that_arrived_in_time_is_answered_however_slow_the_store(short_d
         assert edge.started_sessions == [session.id]
         await session.end("test over")
         task.cancel()
+
     asyncio.run(run())
 
 
@@ -112,6 +117,7 @@ def test_no_auth_by_the_deadline_ends_the_session(short_deadlines):
         assert (kind, message) == ("goaway", "no Auth in time")
         assert session.grant is None and edge.registry.sessions == {}
         task.cancel()
+
     asyncio.run(run())
 
 
@@ -120,29 +126,30 @@ def test_a_session_ended_while_its_auth_reads_the_store_registers_nothing(short_
         edge = SlowEdge(delay=0.3)
         session, task, reader, writer = await _session(edge)
         writer.write(_auth_frames())
-        await asyncio.sleep(0.45)              # the first store read is done, not the others
+        await asyncio.sleep(0.45)  # the first store read is done, not the others
         await session.end("operator stop")
-        await asyncio.sleep(1.2)               # the Auth's reads finish after the end
+        await asyncio.sleep(1.2)  # the Auth's reads finish after the end
         assert edge.registry.sessions == {} and edge.started_sessions == []
         assert session.grant is None
         task.cancel()
+
     asyncio.run(run())
 
 
-def test_an_arrived_auth_still_unanswered_at_the_answer_deadline_ends_the_session(
-        short_deadlines):
+def test_an_arrived_auth_still_unanswered_at_the_answer_deadline_ends_the_session(short_deadlines):
     async def run():
-        edge = SlowEdge(delay=10.0)            # a store that does not answer
+        edge = SlowEdge(delay=10.0)  # a store that does not answer
         session, task, reader, writer = await _session(edge)
         writer.write(_auth_frames())
-        await asyncio.sleep(0.8)               # past AUTH_TIMEOUT: still waiting, not cut
+        await asyncio.sleep(0.8)  # past AUTH_TIMEOUT: still waiting, not cut
         assert not session.ended
-        session.started -= agents.AUTH_ANSWER_TIMEOUT   # as if the answer deadline passed
+        session.started -= agents.AUTH_ANSWER_TIMEOUT  # as if the answer deadline passed
         await session.check(None, heartbeat=False)
         assert session.ended
         kind, message = await _answer(reader, 3)
         assert (kind, message) == ("goaway", "Auth not answered in time")
         task.cancel()
+
     asyncio.run(run())
 
 
@@ -151,14 +158,15 @@ def test_a_check_while_the_online_item_is_being_written_leaves_the_session(short
         edge = SlowEdge(delay=0.3)
         session, task, reader, writer = await _session(edge)
         writer.write(_auth_frames())
-        await asyncio.sleep(1.05)    # three reads done (0.9 s), session_started under way
+        await asyncio.sleep(1.05)  # three reads done (0.9 s), session_started under way
         assert session.grant is not None and edge.started_sessions == []
-        await session.check(None, heartbeat=True)   # the edge's periodic check, this moment
+        await session.check(None, heartbeat=True)  # the edge's periodic check, this moment
         assert not session.ended
         kind, body = await _answer(reader, 5)
         assert kind == "reply", (kind, body)
-        await session.check(None, heartbeat=True)   # from now on it refreshes the item
+        await session.check(None, heartbeat=True)  # from now on it refreshes the item
         assert not session.ended
         await session.end("test over")
         task.cancel()
+
     asyncio.run(run())

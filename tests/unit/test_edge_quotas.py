@@ -1,4 +1,5 @@
 """edge/quotas.py's lockout of addresses that fail to authenticate, with a settable clock."""
+
 from edge import quotas
 
 
@@ -19,13 +20,13 @@ def test_an_address_is_locked_only_past_the_limit_in_a_minute():
     clock = Clock()
     throttle = quotas.AuthThrottle(5, clock)
     _fail(throttle, "a", 5)
-    assert throttle.locked("a") is None                       # at the limit: not yet
-    clock.now += quotas.WINDOW + 1                            # a new minute starts over
+    assert throttle.locked("a") is None  # at the limit: not yet
+    clock.now += quotas.WINDOW + 1  # a new minute starts over
     _fail(throttle, "a", 5)
     assert throttle.locked("a") is None
-    throttle.failed("a")                                      # one past it: locked
+    throttle.failed("a")  # one past it: locked
     assert throttle.locked("a") == quotas.LOCKOUT_FIRST
-    assert throttle.locked("b") is None                       # per address
+    assert throttle.locked("b") is None  # per address
 
 
 def test_each_lockout_doubles_up_to_the_maximum_and_an_hour_forgets():

@@ -3,6 +3,7 @@ to the agent's stream (one muxado DATA frame): the official SDKs write each fram
 to their upstream as it comes, without TCP_NODELAY, so a body in a frame of its own waited
 for the upstream's delayed ACK of the head, ~40 ms per request (docs/BENCHMARKS.md, "The 40
 ms stall"). A body still to come follows in later writes, as it arrives."""
+
 import asyncio
 
 from edge import http1
@@ -16,7 +17,7 @@ class RecordingStream:
 
     def __init__(self, tail: bytes):
         self.writes = []
-        self.tail = tail              # the request's last bytes: the answer comes after them
+        self.tail = tail  # the request's last bytes: the answer comes after them
         self.answered = False
         self.ready = asyncio.Event()
 
@@ -44,12 +45,11 @@ def _exchange(first: bytes, rest: bytes = b""):
     async def main():
         got = asyncio.get_running_loop().create_future()
 
-        async def serve(reader, writer):   # the client's socket: the edge's answer lands here
+        async def serve(reader, writer):  # the client's socket: the edge's answer lands here
             got.set_result(await reader.read(65536))
 
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        _, writer = await asyncio.open_connection("127.0.0.1",
-                                                  server.sockets[0].getsockname()[1])
+        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
         client = http1.Connection(http1.SERVER)
         client.receive_data(first)
         request = client.next_event()
@@ -60,8 +60,9 @@ def _exchange(first: bytes, rest: bytes = b""):
         leg = _Leg(None, stream)
         front = HttpFront.__new__(HttpFront)
         front.scheme = "http"
-        outcome = await front._exchange(client, reader, writer, leg, request, "1.2.3.4",
-                                        "x", None, [])
+        outcome = await front._exchange(
+            client, reader, writer, leg, request, "1.2.3.4", "x", None, []
+        )
         answer = await asyncio.wait_for(got, 5)
         writer.close()
         server.close()
@@ -73,7 +74,8 @@ def _exchange(first: bytes, rest: bytes = b""):
 def test_a_small_post_goes_to_the_agent_in_one_write():
     body = b"a" * 1024
     outcome, writes, answer = _exchange(
-        b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n" + body)
+        b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n" + body
+    )
     assert outcome == "next"
     assert len(writes) == 1, [len(w) for w in writes]
     assert writes[0].startswith(b"POST /upload HTTP/1.1\r\n") and writes[0].endswith(body)
@@ -83,7 +85,8 @@ def test_a_small_post_goes_to_the_agent_in_one_write():
 def test_a_body_still_to_come_follows_the_head_and_what_was_read():
     outcome, writes, answer = _exchange(
         b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n" + b"a" * 10,
-        rest=b"b" * 10)
+        rest=b"b" * 10,
+    )
     assert outcome == "next"
     assert len(writes) == 2, [len(w) for w in writes]
     assert writes[0].endswith(b"\r\n\r\n" + b"a" * 10) and writes[1] == b"b" * 10
@@ -98,27 +101,30 @@ def test_a_get_goes_in_one_write():
 
 # ---- a request body that may not fit the SDK's one write: a proxy stream of its own -------
 
+
 def _request(*headers):
     return http1.Request(method=b"POST", target=b"/", headers=[(b"host", b"x"), *headers])
 
 
 def test_a_body_past_half_the_sdks_copy_buffer_takes_a_fresh_stream():
     from edge.public import FRESH_STREAM_BODY, needs_fresh_stream
+
     leg = _Leg(None, RecordingStream(tail=b""))
     assert FRESH_STREAM_BODY == 4096
-    assert not needs_fresh_stream(leg, _request())                                # no body
+    assert not needs_fresh_stream(leg, _request())  # no body
     assert not needs_fresh_stream(leg, _request((b"content-length", b"4096")))
     assert needs_fresh_stream(leg, _request((b"content-length", b"4097")))
     assert needs_fresh_stream(leg, _request((b"content-length", b"1048576")))
     assert needs_fresh_stream(leg, _request((b"transfer-encoding", b"chunked")))  # unknown size
     assert not needs_fresh_stream(object(), _request((b"content-length", b"1048576")))  # h2 leg
     big = _request((b"content-length", b"1048576"))
-    assert not needs_fresh_stream(leg, big, 0)                  # EDGE_FRESH_STREAM_BODY=0: off
+    assert not needs_fresh_stream(leg, big, 0)  # EDGE_FRESH_STREAM_BODY=0: off
     assert needs_fresh_stream(leg, big, 65536) and not needs_fresh_stream(leg, big, 1 << 20)
 
 
 def test_edge_fresh_stream_body_is_read_from_the_environment():
     from edge import config
+
     assert config.EdgeSettings.fresh_stream_body == 4096
     base = {"BASE_DOMAIN": "tunnels.localhost"}
     assert config.load({**base, "EDGE_FRESH_STREAM_BODY": "0"}).fresh_stream_body == 0

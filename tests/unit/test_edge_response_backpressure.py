@@ -1,5 +1,6 @@
 """edge/public.py relays a response no faster than the client reads it: a client that stops
 reading stops the relay (and so the stream's credit and the agent), over a real socket."""
+
 import asyncio
 
 import pytest
@@ -8,7 +9,7 @@ from edge import http1
 from edge.public import HttpFront
 
 CHUNK = 16 * 1024
-LIMIT = 64 * 1024 * 1024   # what the agent would send if nothing held it back
+LIMIT = 64 * 1024 * 1024  # what the agent would send if nothing held it back
 
 
 class EndlessLeg:
@@ -23,7 +24,7 @@ class EndlessLeg:
             self.started = True
             return http1.Response(status_code=200, headers=[("transfer-encoding", "chunked")])
         if before_wait is not None:
-            before_wait()   # as the real leg does before waiting for the agent's bytes
+            before_wait()  # as the real leg does before waiting for the agent's bytes
         await asyncio.sleep(0)
         if self.sent >= LIMIT:
             return http1.EndOfMessage()
@@ -59,6 +60,7 @@ def test_a_client_that_does_not_read_stops_the_relay():
 
 # ---- a request the traffic policy made invalid ------------------------------------------
 
+
 class _NoPolicy:
     def new_state(self):
         return None
@@ -67,8 +69,14 @@ class _NoPolicy:
 def _Traffic(headers):
     """A request ``GET / Host: x`` after a policy left its headers as ``headers``."""
     from edge.http_policy import Traffic as Real
-    traffic = Real(_NoPolicy(), None, http1.Request(method=b"GET", target=b"/",
-                                                    headers=[(b"host", b"x")]), "http", "x")
+
+    traffic = Real(
+        _NoPolicy(),
+        None,
+        http1.Request(method=b"GET", target=b"/", headers=[(b"host", b"x")]),
+        "http",
+        "x",
+    )
     traffic.req.headers = list(headers)
     return traffic
 
@@ -80,24 +88,30 @@ def test_a_header_value_beyond_latin1_goes_as_utf8():
     assert (b"x-set", "5 €".encode("utf-8")) in list(request.headers)
 
 
-@pytest.mark.parametrize("after, valid", [
-    ([("host", "x")], True),                                  # unchanged
-    ([("host", "x"), ("x-a", "1")], True),                    # appended (the fast path)
-    ([("host", "x"), ("x-a", "a\nb")], False),                # appended, invalid value
-    ([("host", "x"), ("x a", "1")], False),                   # appended, invalid name
-    ([("host", "x"), ("Host", "y")], False),                  # a second Host appended
-    ([("host", "x"), ("content-length", "x")], False),        # framing appended
-    ([("x-a", "1")], False),                                  # Host removed
-    ([("x-a", "1"), ("host", "x")], True),                    # reordered (the full check)
-])
+@pytest.mark.parametrize(
+    "after, valid",
+    [
+        ([("host", "x")], True),  # unchanged
+        ([("host", "x"), ("x-a", "1")], True),  # appended (the fast path)
+        ([("host", "x"), ("x-a", "a\nb")], False),  # appended, invalid value
+        ([("host", "x"), ("x a", "1")], False),  # appended, invalid name
+        ([("host", "x"), ("Host", "y")], False),  # a second Host appended
+        ([("host", "x"), ("content-length", "x")], False),  # framing appended
+        ([("x-a", "1")], False),  # Host removed
+        ([("x-a", "1"), ("host", "x")], True),  # reordered (the full check)
+    ],
+)
 def test_a_policy_changed_request_is_checked_whichever_way_it_changed(after, valid):
     traffic = _Traffic(after)
     if valid:
         request = traffic.upstream_request("1.2.3.4", "http")
         names = [n for n, _ in request.headers]
-        assert names[:len(after)] == [n.lower().encode() for n, _ in after]
-        assert names[len(after):] == [b"x-forwarded-for", b"x-forwarded-proto",
-                                      b"x-forwarded-host"]
+        assert names[: len(after)] == [n.lower().encode() for n, _ in after]
+        assert names[len(after) :] == [
+            b"x-forwarded-for",
+            b"x-forwarded-proto",
+            b"x-forwarded-host",
+        ]
     else:
         with pytest.raises(http1.LocalProtocolError):
             traffic.upstream_request("1.2.3.4", "http")
@@ -111,17 +125,17 @@ def test_a_request_the_policy_made_invalid_is_answered_with_err_ngrok_2300():
             got.set_result(await reader.read(65536))
 
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        _, writer = await asyncio.open_connection("127.0.0.1",
-                                                  server.sockets[0].getsockname()[1])
+        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
         client = http1.Connection(http1.SERVER)
         client.receive_data(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         request = client.next_event()
         client.next_event()
         front = HttpFront.__new__(HttpFront)
         front.scheme = "http"
-        traffic = _Traffic([("X-Other", "1")])   # the policy removed Host: HTTP/1.1 needs one
-        outcome = await front._exchange(client, None, writer, None, request, "1.2.3.4", "x",
-                                        traffic, [])
+        traffic = _Traffic([("X-Other", "1")])  # the policy removed Host: HTTP/1.1 needs one
+        outcome = await front._exchange(
+            client, None, writer, None, request, "1.2.3.4", "x", traffic, []
+        )
         answer = await asyncio.wait_for(got, 5)
         writer.close()
         server.close()

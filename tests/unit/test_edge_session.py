@@ -3,6 +3,7 @@
 The test plays the agent: it writes muxado frames on one end of a connected socket pair and
 reads what the edge's MuxSession writes on the other.
 """
+
 import asyncio
 import socket
 
@@ -53,20 +54,27 @@ async def _pair(on_stream, authenticated=True):
 
 
 def _wndincs(batches, stream_id):
-    return [f.increment for batch in batches for f in batch
-            if f.type == muxado.WNDINC and f.stream_id == stream_id]
+    return [
+        f.increment
+        for batch in batches
+        for f in batch
+        if f.type == muxado.WNDINC and f.stream_id == stream_id
+    ]
 
 
 def _run(coro):
     return asyncio.run(asyncio.wait_for(coro, 20))
 
 
-@pytest.mark.parametrize("consumed, credited", [
-    (session.CREDIT_BATCH - 1, []),                                   # below: no frame yet
-    (session.CREDIT_BATCH, [session.CREDIT_BATCH]),                  # at the batch: one
-    (2 * session.CREDIT_BATCH - 1, [session.CREDIT_BATCH]),          # the rest is held
-    (2 * session.CREDIT_BATCH, [session.CREDIT_BATCH] * 2),          # two batches, two
-])
+@pytest.mark.parametrize(
+    "consumed, credited",
+    [
+        (session.CREDIT_BATCH - 1, []),  # below: no frame yet
+        (session.CREDIT_BATCH, [session.CREDIT_BATCH]),  # at the batch: one
+        (2 * session.CREDIT_BATCH - 1, [session.CREDIT_BATCH]),  # the rest is held
+        (2 * session.CREDIT_BATCH, [session.CREDIT_BATCH] * 2),  # two batches, two
+    ],
+)
 def test_credit_is_returned_once_a_batch_of_bytes_is_consumed(consumed, credited):
     async def main():
         read_all = asyncio.Event()
@@ -82,7 +90,7 @@ def test_credit_is_returned_once_a_batch_of_bytes_is_consumed(consumed, credited
         payload = b"x" * consumed
         peer.send(muxado.data(1, payload[:1000], syn=True))
         for at in range(1000, consumed, 32 * 1024):
-            peer.send(muxado.data(1, payload[at:at + 32 * 1024]))
+            peer.send(muxado.data(1, payload[at : at + 32 * 1024]))
         await asyncio.wait_for(read_all.wait(), 5)
         increments = _wndincs(await peer.collect(), 1)
         await mux.close()
@@ -95,6 +103,7 @@ def test_credit_is_returned_once_a_batch_of_bytes_is_consumed(consumed, credited
 def test_a_peer_that_keeps_within_the_credit_it_got_is_never_refused():
     """Three windows' worth through one stream: the batched credit keeps the peer going and
     the session never sees more than the window in flight (no GOAWAY)."""
+
     async def main():
         total = 3 * muxado.DEFAULT_WINDOW
         received = bytearray()
@@ -112,7 +121,7 @@ def test_a_peer_that_keeps_within_the_credit_it_got_is_never_refused():
         credit, sent, first = muxado.DEFAULT_WINDOW, 0, True
         while sent < total:
             size = min(16 * 1024, credit, total - sent)
-            if size == 0:   # out of credit: wait for the WNDINC the reads give back
+            if size == 0:  # out of credit: wait for the WNDINC the reads give back
                 batches = await peer.collect(0.5)
                 assert not any(f.type == muxado.GOAWAY for b in batches for f in b)
                 credit += sum(_wndincs(batches, 1))
@@ -159,23 +168,27 @@ def test_a_write_on_a_session_whose_connection_is_closing_raises_at_once():
     async def main():
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
         stream = mux.open_stream()
-        await stream.write(b"before")          # a live connection takes it
-        mux._writer.transport.close()          # lost; the read loop has not noticed yet
+        await stream.write(b"before")  # a live connection takes it
+        mux._writer.transport.close()  # lost; the read loop has not noticed yet
         with pytest.raises(session.StreamReset):
             await asyncio.wait_for(stream.write(b"after"), 1)
         peer.writer.close()
         await task
+
     _run(main())
 
 
 # ---- how streams end (the agents count a stream open until their side is done) -------------
 def _frames(batches):
-    return [(f.type, f.stream_id, f.flags, f.error_code if f.type == muxado.RST else None)
-            for batch in batches for f in batch]
+    return [
+        (f.type, f.stream_id, f.flags, f.error_code if f.type == muxado.RST else None)
+        for batch in batches
+        for f in batch
+    ]
 
 
 FIN_FRAME = lambda sid: (muxado.DATA, sid, muxado.FIN, None)  # noqa: E731
-RST_FRAME = lambda sid, code: (muxado.RST, sid, 0, code)       # noqa: E731
+RST_FRAME = lambda sid, code: (muxado.RST, sid, 0, code)  # noqa: E731
 
 
 def test_a_finished_stream_sends_fin_and_stays_until_the_peers_fin():
@@ -206,7 +219,7 @@ def test_data_after_finish_is_refused_with_rst_and_the_stream_leaves():
         await stream.write(b"request")
         peer.send(muxado.data(stream.id, b"part of a response"))
         await peer.collect(0.1)
-        stream.finish()                     # unread bytes are dropped, not an error
+        stream.finish()  # unread bytes are dropped, not an error
         peer.send(muxado.data(stream.id, b"more"))
         sent = _frames(await peer.collect())
         table = mux.open_streams
@@ -241,6 +254,7 @@ def test_a_finished_stream_without_the_peers_fin_is_reset_after_the_linger(monke
 def test_reset_sends_fin_before_rst():
     """ngrok-rust drops a FIN that arrives after an RST, and never ends a stream it only got
     an RST on while its upstream is idle: the FIN must come first."""
+
     async def main():
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
         stream = mux.open_stream()
@@ -253,8 +267,11 @@ def test_reset_sends_fin_before_rst():
         return sent, table
 
     sent, table = _run(main())
-    assert sent == [(muxado.DATA, 2, muxado.SYN, None), FIN_FRAME(2),
-                    RST_FRAME(2, muxado.E_STREAM_CANCELLED)]
+    assert sent == [
+        (muxado.DATA, 2, muxado.SYN, None),
+        FIN_FRAME(2),
+        RST_FRAME(2, muxado.E_STREAM_CANCELLED),
+    ]
     assert table == 0
 
 
@@ -304,10 +321,10 @@ def test_opening_past_the_cap_waits_for_a_slot(monkeypatch):
         waiter = asyncio.ensure_future(mux.open_stream_when_free(5))
         await asyncio.sleep(0.1)
         pending = not waiter.done()
-        streams[0].finish()                     # a finished stream still holds its slot
+        streams[0].finish()  # a finished stream still holds its slot
         await asyncio.sleep(0.1)
         still = not waiter.done()
-        peer.send(muxado.data(streams[0].id, b"", fin=True))   # until the agent's FIN
+        peer.send(muxado.data(streams[0].id, b"", fin=True))  # until the agent's FIN
         opened = await asyncio.wait_for(waiter, 2)
         await mux.close()
         task.cancel()
@@ -322,9 +339,9 @@ def test_the_peers_stream_limit_counts_only_the_peers_streams(monkeypatch):
 
     async def main():
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(5))
-        for _ in range(2):                      # ours, at their own cap
+        for _ in range(2):  # ours, at their own cap
             await mux.open_stream().write(b"x")
-        for sid in (1, 3, 5):                   # the peer's: two fit, the third is refused
+        for sid in (1, 3, 5):  # the peer's: two fit, the third is refused
             peer.send(muxado.data(sid, b"x", syn=True))
         sent = _frames(await peer.collect())
         counts = (mux.local_open, mux.remote_open)
@@ -354,14 +371,21 @@ def test_a_session_that_ends_releases_openers_waiting_for_a_slot(monkeypatch):
 
 # ---- before authentication: what a peer may make the edge hold ------------------------------
 def _goaway(batches):
-    return [(f.error_code, f.message.decode()) for batch in batches for f in batch
-            if f.type == muxado.GOAWAY]
+    return [
+        (f.error_code, f.message.decode())
+        for batch in batches
+        for f in batch
+        if f.type == muxado.GOAWAY
+    ]
 
 
-@pytest.mark.parametrize("sent, refused", [
-    (session.PRE_AUTH_BYTES, False),          # exactly the bound: held
-    (session.PRE_AUTH_BYTES + 1, True),       # one byte more: the session ends
-])
+@pytest.mark.parametrize(
+    "sent, refused",
+    [
+        (session.PRE_AUTH_BYTES, False),  # exactly the bound: held
+        (session.PRE_AUTH_BYTES + 1, True),  # one byte more: the session ends
+    ],
+)
 def test_bytes_before_authentication_are_bounded(sent, refused):
     async def main():
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
@@ -380,9 +404,16 @@ def test_bytes_before_authentication_are_bounded(sent, refused):
 
     goaway, closed = _run(main())
     assert closed is refused
-    assert goaway == ([(muxado.E_ENHANCE_YOUR_CALM, f"protocol error: more than "
-                        f"{session.PRE_AUTH_BYTES} bytes before authentication")]
-                      if refused else [])
+    assert goaway == (
+        [
+            (
+                muxado.E_ENHANCE_YOUR_CALM,
+                f"protocol error: more than {session.PRE_AUTH_BYTES} bytes before authentication",
+            )
+        ]
+        if refused
+        else []
+    )
 
 
 def test_a_frame_larger_than_the_pre_authentication_bound_is_refused_at_its_header():
@@ -412,14 +443,17 @@ def test_streams_before_authentication_are_bounded():
 
     early, late = _run(main())
     assert early == ([], session.PRE_AUTH_STREAMS)
-    assert late == [(muxado.E_ENHANCE_YOUR_CALM, f"protocol error: more than "
-                     f"{session.PRE_AUTH_STREAMS} streams before authentication")]
+    assert late == [
+        (
+            muxado.E_ENHANCE_YOUR_CALM,
+            f"protocol error: more than {session.PRE_AUTH_STREAMS} streams before authentication",
+        )
+    ]
 
 
 def test_authentication_lifts_the_bounds():
     async def main():
-        mux, task, peer = await _pair(lambda stream: stream.read(1 << 20),
-                                      authenticated=False)
+        mux, task, peer = await _pair(lambda stream: stream.read(1 << 20), authenticated=False)
         mux.authenticate()
         for sid in (1, 3, 5):
             peer.send(muxado.data(sid, b"z" * (64 * 1024), syn=True))

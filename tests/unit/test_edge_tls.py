@@ -1,6 +1,7 @@
 """edge.tls on its own: the ClientHello's server name, what each name requires (TlsSpec), the
 contexts made for it (cached by what makes them), and the HTTPS listener's handshakes over
 real sockets (minimum version, client certificates), with an in-memory edge."""
+
 import asyncio
 import base64
 import datetime
@@ -36,12 +37,17 @@ def make_ca(name):
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     return key, cert
 
 
@@ -49,16 +55,24 @@ def make_client_cert(ca, name="client"):
     ca_key, ca_cert = ca
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-            .issuer_name(ca_cert.subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .sign(ca_key, hashes.SHA256()))
-    return (cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(ca_key, hashes.SHA256())
+    )
+    return (
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
 
 
 def pem(cert):
@@ -66,8 +80,9 @@ def pem(cert):
 
 
 # ---- the server name of a ClientHello ---------------------------------------------------------
-@pytest.mark.parametrize("maximum, versions", [(None, {0x0304, 0x0303}),
-                                               (ssl.TLSVersion.TLSv1_2, {0x0303})])
+@pytest.mark.parametrize(
+    "maximum, versions", [(None, {0x0304, 0x0303}), (ssl.TLSVersion.TLSv1_2, {0x0303})]
+)
 def test_server_name_and_versions_are_read_from_a_real_client_hello(maximum, versions):
     record = _client_hello("Api.Example.COM", maximum)
     assert tls.record_length(record) == len(record)
@@ -83,7 +98,7 @@ def test_client_hello_without_sni_or_cut_short_has_no_server_name():
 
 def test_record_length_waits_for_a_header_and_gives_up_on_non_tls():
     assert tls.record_length(b"") is None
-    assert tls.record_length(b"\x16\x03\x01\x02") is None          # 4 of the 5 header bytes
+    assert tls.record_length(b"\x16\x03\x01\x02") is None  # 4 of the 5 header bytes
     assert tls.record_length(b"\x16\x03\x01\x02\x00") == 5 + 512
     assert tls.record_length(b"G") == 0
     assert tls.record_length(b"GET / HTTP/1.1") == 0
@@ -101,10 +116,10 @@ def test_peek_waits_for_a_trickled_client_hello_and_consumes_nothing():
             assert not peek.done()
             right.send(part)
         hello = await peek
-        rest = left.recv(len(record) + 10)          # still all there for the TLS layer
+        rest = left.recv(len(record) + 10)  # still all there for the TLS layer
         quiet_left, quiet_right = socket.socketpair()
         quiet_left.setblocking(False)
-        quiet_right.send(record[:20])               # never completed
+        quiet_right.send(record[:20])  # never completed
         started = asyncio.get_running_loop().time()
         cut = await tls.peek_hello(quiet_left, timeout=0.3)
         waited = asyncio.get_running_loop().time() - started
@@ -133,18 +148,22 @@ def test_min_version_1_3_and_ca_sets_make_distinct_specs():
     assert tls_spec.spec_of(None, [ca1, ca2]).key == tls_spec.spec_of(None, [ca2, ca1]).key
     assert tls_spec.spec_of(None, [ca1]).key != tls_spec.spec_of(None, [ca1, ca2]).key
     assert tls_spec.spec_of(None, [ca1]).mutual and not tls_spec.spec_of("1.3", None).mutual
-    assert tls_spec.spec_of(None, []).mutual   # every CA gone: still required, none can pass
+    assert tls_spec.spec_of(None, []).mutual  # every CA gone: still required, none can pass
 
 
 def test_bind_option_takes_pem_or_der_and_refuses_anything_else():
     ca = make_ca("bind")[1]
     as_pem = {"mutual_tls_ca": base64.b64encode(pem(ca).encode()).decode()}
-    as_der = {"mutual_tls_ca": base64.b64encode(
-        ca.public_bytes(serialization.Encoding.DER)).decode()}
+    as_der = {
+        "mutual_tls_ca": base64.b64encode(ca.public_bytes(serialization.Encoding.DER)).decode()
+    }
     assert tls_spec.spec_of_bind(as_pem).mutual and tls_spec.spec_of_bind(as_der).mutual
     assert tls_spec.spec_of_bind(None) is None and tls_spec.spec_of_bind({}) is None
-    for bad in ({"mutual_tls_ca": base64.b64encode(b"not a certificate").decode()},
-                {"mutual_tls_ca": "%%%"}, {"mutual_tls_ca": ""}):
+    for bad in (
+        {"mutual_tls_ca": base64.b64encode(b"not a certificate").decode()},
+        {"mutual_tls_ca": "%%%"},
+        {"mutual_tls_ca": ""},
+    ):
         with pytest.raises(binding.Refused) as refused:
             tls_spec.spec_of_bind(bad)
         assert refused.value.code == "ERR_NGROK_1602"
@@ -171,9 +190,9 @@ def test_context_cache_is_bounded(tmp_path, monkeypatch):
     certificates = certs.ServerCertificates(str(tmp_path))
     first = certificates.context_for(["a.example.com"])
     certificates.context_for(["b.example.com"])
-    assert certificates.context_for(["a.example.com"]) is first       # 2 fit
-    certificates.context_for(["c.example.com"])                       # b is the oldest use
-    certificates.context_for(["d.example.com"])                       # now a is
+    assert certificates.context_for(["a.example.com"]) is first  # 2 fit
+    certificates.context_for(["c.example.com"])  # b is the oldest use
+    certificates.context_for(["d.example.com"])  # now a is
     assert certificates.context_for(["a.example.com"]) is not first
 
 
@@ -182,22 +201,38 @@ def test_tls_index_ops_follow_the_edge_modules():
     hps = ["a.example.com:443", "b.example.com:443"]
     mtls = {"enabled": True, "certificate_authority_ids": ["ca_1"]}
     assert edge_modules.tls_index_ops("acct", "edg", {}, {"hostports": hps}) == []
-    assert edge_modules.tls_index_ops("acct", "edg", {}, {
-        "hostports": hps, "tls_termination": {"enabled": True, "min_version": None}}) == []
+    assert (
+        edge_modules.tls_index_ops(
+            "acct",
+            "edg",
+            {},
+            {"hostports": hps, "tls_termination": {"enabled": True, "min_version": None}},
+        )
+        == []
+    )
     puts = edge_modules.tls_index_ops("acct", "edg", {}, {"hostports": hps, "mutual_tls": mtls})
     assert [(op.action, op.raw["Item"]["sk"]["S"]) for op in puts] == [
-        ("put", hps[0]), ("put", hps[1])]
+        ("put", hps[0]),
+        ("put", hps[1]),
+    ]
     assert store.from_av(puts[0].raw["Item"]["data"]) == {
-        "account_id": "acct", "edge_id": "edg", "certificate_authority_ids": ["ca_1"]}
+        "account_id": "acct",
+        "edge_id": "edg",
+        "certificate_authority_ids": ["ca_1"],
+    }
     old = {"hostports": hps, "mutual_tls": mtls}
     moved = edge_modules.tls_index_ops("acct", "edg", old, {**old, "hostports": hps[1:]})
-    assert [(op.action, (op.item.sk if op.item else op.raw["Item"]["sk"]["S"]))
-            for op in moved] == [("delete", hps[0]), ("put", hps[1])]
-    disabled = edge_modules.tls_index_ops("acct", "edg", old, {
-        **old, "mutual_tls": {**mtls, "enabled": False}})
+    assert [
+        (op.action, (op.item.sk if op.item else op.raw["Item"]["sk"]["S"])) for op in moved
+    ] == [("delete", hps[0]), ("put", hps[1])]
+    disabled = edge_modules.tls_index_ops(
+        "acct", "edg", old, {**old, "mutual_tls": {**mtls, "enabled": False}}
+    )
     assert [op.action for op in disabled] == ["delete", "delete"]
     assert [op.action for op in edge_modules.tls_index_ops("acct", "edg", old, {})] == [
-        "delete", "delete"]
+        "delete",
+        "delete",
+    ]
 
 
 # ---- the HTTPS listener, over real sockets ----------------------------------------------------
@@ -231,8 +266,9 @@ async def _serve(edge):
         await writer.drain()
         writer.close()
 
-    listener = tls.HttpsListener(edge, handler, ["edge.example.com"], lambda name: True,
-                                 handshake_timeout=5)
+    listener = tls.HttpsListener(
+        edge, handler, ["edge.example.com"], lambda name: True, handshake_timeout=5
+    )
     return await asyncio.get_running_loop().create_server(listener.protocol, "127.0.0.1", 0)
 
 
@@ -245,8 +281,9 @@ async def _connect(port, name, ca_path, maximum=None, cert=None, tmp=None):
         path.write_bytes(cert[0] + cert[1])
         ctx.load_cert_chain(str(path))
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx,
-                                                       server_hostname=name)
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=ctx, server_hostname=name
+        )
         data = await asyncio.wait_for(reader.read(), 5)
         writer.close()
         return data.decode() or "closed"
@@ -257,14 +294,24 @@ async def _connect(port, name, ca_path, maximum=None, cert=None, tmp=None):
 def test_listener_enforces_min_version_and_client_certificates_per_name(tmp_path):
     ca = make_ca("allowed")
     other = make_ca("other")
-    index = {"strict.example.com:443": {"account_id": "acct", "edge_id": "e1",
-                                        "min_version": "1.3"},
-             "mtls.example.com:443": {"account_id": "acct", "edge_id": "e2",
-                                      "certificate_authority_ids": ["ca_1"]},
-             "gone.example.com:443": {"account_id": "acct", "edge_id": "e3",
-                                      "certificate_authority_ids": ["ca_deleted"]},
-             "other-port.example.com:8443": {"account_id": "acct", "edge_id": "e4",
-                                             "min_version": "1.3"}}
+    index = {
+        "strict.example.com:443": {"account_id": "acct", "edge_id": "e1", "min_version": "1.3"},
+        "mtls.example.com:443": {
+            "account_id": "acct",
+            "edge_id": "e2",
+            "certificate_authority_ids": ["ca_1"],
+        },
+        "gone.example.com:443": {
+            "account_id": "acct",
+            "edge_id": "e3",
+            "certificate_authority_ids": ["ca_deleted"],
+        },
+        "other-port.example.com:8443": {
+            "account_id": "acct",
+            "edge_id": "e4",
+            "min_version": "1.3",
+        },
+    }
     edge = _Edge(str(tmp_path / "edge"), index, {"ca_1": pem(ca[1])})
     ca_path = edge.certs.ca_path
 
@@ -274,20 +321,26 @@ def test_listener_enforces_min_version_and_client_certificates_per_name(tmp_path
         port = server.sockets[0].getsockname()[1]
         try:
             results = {
-                "strict 1.2": await _connect(port, "strict.example.com", ca_path,
-                                             ssl.TLSVersion.TLSv1_2),
+                "strict 1.2": await _connect(
+                    port, "strict.example.com", ca_path, ssl.TLSVersion.TLSv1_2
+                ),
                 "strict 1.3": await _connect(port, "strict.example.com", ca_path),
-                "plain 1.2": await _connect(port, "plain.example.com", ca_path,
-                                            ssl.TLSVersion.TLSv1_2),
-                "port 1.2": await _connect(port, "other-port.example.com", ca_path,
-                                           ssl.TLSVersion.TLSv1_2),
+                "plain 1.2": await _connect(
+                    port, "plain.example.com", ca_path, ssl.TLSVersion.TLSv1_2
+                ),
+                "port 1.2": await _connect(
+                    port, "other-port.example.com", ca_path, ssl.TLSVersion.TLSv1_2
+                ),
                 "mtls none": await _connect(port, "mtls.example.com", ca_path),
-                "mtls other": await _connect(port, "mtls.example.com", ca_path,
-                                             cert=make_client_cert(other), tmp=tmp_path),
-                "mtls good": await _connect(port, "mtls.example.com", ca_path,
-                                            cert=make_client_cert(ca), tmp=tmp_path),
-                "gone good": await _connect(port, "gone.example.com", ca_path,
-                                            cert=make_client_cert(ca), tmp=tmp_path),
+                "mtls other": await _connect(
+                    port, "mtls.example.com", ca_path, cert=make_client_cert(other), tmp=tmp_path
+                ),
+                "mtls good": await _connect(
+                    port, "mtls.example.com", ca_path, cert=make_client_cert(ca), tmp=tmp_path
+                ),
+                "gone good": await _connect(
+                    port, "gone.example.com", ca_path, cert=make_client_cert(ca), tmp=tmp_path
+                ),
             }
             # the module removed: in force on the next connection after a refresh
             del edge.index["mtls.example.com:443"]
@@ -300,10 +353,10 @@ def test_listener_enforces_min_version_and_client_certificates_per_name(tmp_path
 
     results = _run(scenario())
     assert results["strict 1.2"].startswith("refused"), results
-    assert "VERSION" in results["strict 1.2"], results            # a protocol_version alert
+    assert "VERSION" in results["strict 1.2"], results  # a protocol_version alert
     assert results["strict 1.3"].startswith("served:(772,"), results
     assert results["plain 1.2"].startswith("served:(771, '')"), results
-    assert results["port 1.2"].startswith("served:"), results     # only :443 hostports
+    assert results["port 1.2"].startswith("served:"), results  # only :443 hostports
     assert results["mtls none"].startswith(("refused", "closed")), results
     assert results["mtls other"].startswith(("refused", "closed")), results
     assert results["mtls good"].startswith("served:(771, 'pem:"), results
@@ -316,25 +369,29 @@ def test_listener_enforces_min_version_and_client_certificates_per_name(tmp_path
 def test_a_request_is_misdirected_when_its_host_needs_another_handshake(tmp_path):
     ca = pem(make_ca("m")[1])
     edge = _Edge(str(tmp_path))
-    edge.tls.by_host = {"strict.example.com": tls_spec.spec_of("1.3", None),
-                        "mtls.example.com": tls_spec.spec_of(None, [ca]),
-                        "floor.example.com": tls_spec.spec_of("1.2", None)}
+    edge.tls.by_host = {
+        "strict.example.com": tls_spec.spec_of("1.3", None),
+        "mtls.example.com": tls_spec.spec_of(None, [ca]),
+        "floor.example.com": tls_spec.spec_of("1.2", None),
+    }
     strict, mutual = edge.tls.by_host["strict.example.com"], edge.tls.by_host["mtls.example.com"]
     assert edge.tls.misdirected(strict, "strict.example.com") is None
     assert edge.tls.misdirected(tls_spec.spec_of("1.3", None), "strict.example.com") is None
     assert edge.tls.misdirected(mutual, "mtls.example.com") is None
-    assert edge.tls.misdirected(strict, "mtls.example.com")           # another handshake
+    assert edge.tls.misdirected(strict, "mtls.example.com")  # another handshake
     assert edge.tls.misdirected(tls_spec.DEFAULT, "mtls.example.com")
-    assert edge.tls.misdirected(None, "mtls.example.com")             # plain HTTP
+    assert edge.tls.misdirected(None, "mtls.example.com")  # plain HTTP
     assert edge.tls.misdirected(None, "strict.example.com")
-    for name in ("plain.example.com", "floor.example.com"):           # nothing asked
+    for name in ("plain.example.com", "floor.example.com"):  # nothing asked
         assert edge.tls.misdirected(None, name) is None
         assert edge.tls.misdirected(mutual, name) is None
 
 
 def test_settings_stay_in_force_while_the_store_cannot_be_read(tmp_path):
-    edge = _Edge(str(tmp_path), {"strict.example.com:443": {
-        "account_id": "acct", "edge_id": "e", "min_version": "1.3"}})
+    edge = _Edge(
+        str(tmp_path),
+        {"strict.example.com:443": {"account_id": "acct", "edge_id": "e", "min_version": "1.3"}},
+    )
 
     async def scenario():
         await edge.tls.refresh()
@@ -342,6 +399,7 @@ def test_settings_stay_in_force_while_the_store_cannot_be_read(tmp_path):
 
         async def failing(func, *args):
             raise ConnectionError("store away")
+
         edge.call = failing
         watcher = asyncio.ensure_future(edge.tls.watch())
         await asyncio.sleep(0.15)
@@ -356,6 +414,7 @@ def test_the_ca_cache_holds_exactly_what_the_index_references(tmp_path):
     """Every referenced CA stays cached (read once), whatever the number of accounts; one no
     longer referenced is dropped (it was a whole-cache clear past a bound, which could leave
     an mTLS name without its CAs until the next refresh)."""
+
     def entry(account, cas):
         return {"account_id": account, "edge_id": "e", "certificate_authority_ids": cas}
 

@@ -1,6 +1,7 @@
 """The bounds of edge/events.py and the inspector, measured: the record queue, a destination's
 outbox, retries, the size of one event, redaction; and the tap records one request per
 response end."""
+
 import asyncio
 import base64
 
@@ -9,12 +10,27 @@ from edge.events import Destination, Encoded, Hub, Record, Settings
 
 
 def record(**overrides):
-    base = dict(kind="http", account_id="acct_1", endpoint_id="ep_1",
-                endpoint_url="http://a.example", endpoint_host="a.example",
-                endpoint_kind="agent", scheme="http", client_ip="127.0.0.1", client_port=5,
-                server_ip="127.0.0.1", server_port=80, started=1e9, ended=1e9 + 1,
-                duration=0.5, method="GET", target="/x?y=1", host="a.example", version="1.1",
-                status=200)
+    base = dict(
+        kind="http",
+        account_id="acct_1",
+        endpoint_id="ep_1",
+        endpoint_url="http://a.example",
+        endpoint_host="a.example",
+        endpoint_kind="agent",
+        scheme="http",
+        client_ip="127.0.0.1",
+        client_port=5,
+        server_ip="127.0.0.1",
+        server_port=80,
+        started=1e9,
+        ended=1e9 + 1,
+        duration=0.5,
+        method="GET",
+        target="/x?y=1",
+        host="a.example",
+        version="1.1",
+        status=200,
+    )
     base.update(overrides)
     return Record(**base)
 
@@ -25,7 +41,7 @@ def dropped(reason):
 
 def test_the_record_queue_holds_at_most_its_bound_and_counts_the_rest():
     hub = Hub("edge_test", Settings(queue=5))
-    hub.task = object()   # no worker: only the request path's append is measured
+    hub.task = object()  # no worker: only the request path's append is measured
     before = dropped("queue_full")
     for _ in range(12):
         hub.record(record())
@@ -34,8 +50,12 @@ def test_the_record_queue_holds_at_most_its_bound_and_counts_the_rest():
 
 
 def test_a_destination_outbox_holds_at_most_its_bound():
-    target = {"kinesis": {"stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
-                          "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}}}}
+    target = {
+        "kinesis": {
+            "stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
+            "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}},
+        }
+    }
     destination = Destination(("acct_1", "ed_1"), target, Settings(outbox=3), "edge_test")
     before = dropped("outbox_full")
     for index in range(10):
@@ -50,8 +70,12 @@ class _Refusing(Destination):
 
 
 def test_a_refused_batch_is_retried_then_dropped_after_the_attempts():
-    target = {"kinesis": {"stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
-                          "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}}}}
+    target = {
+        "kinesis": {
+            "stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
+            "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}},
+        }
+    }
     settings = Settings(attempts=3, backoff_base=0.0)
     hub = Hub("edge_test", settings)
     destination = _Refusing(("acct_1", "ed_1"), target, settings, "edge_test")
@@ -69,12 +93,19 @@ def test_a_refused_batch_is_retried_then_dropped_after_the_attempts():
 
 
 def test_one_event_is_bounded_and_secrets_are_redacted():
-    headers = [(b"authorization", b"Bearer s"), (b"cookie", b"a=b"),
-               (b"proxy-authorization", b"Basic x"), (b"x-long", b"v" * 5000)] + \
-        [(b"x-%d" % i, b"1") for i in range(100)]
-    event = events.http_event(record(request_headers=headers,
-                                     response_headers=[(b"set-cookie", b"id=1")],
-                                     target="/" + "p" * 10000))
+    headers = [
+        (b"authorization", b"Bearer s"),
+        (b"cookie", b"a=b"),
+        (b"proxy-authorization", b"Basic x"),
+        (b"x-long", b"v" * 5000),
+    ] + [(b"x-%d" % i, b"1") for i in range(100)]
+    event = events.http_event(
+        record(
+            request_headers=headers,
+            response_headers=[(b"set-cookie", b"id=1")],
+            target="/" + "p" * 10000,
+        )
+    )
     req = event["object"]["http"]["request"]
     assert req["headers"]["authorization"] == ["[redacted]"]
     assert req["headers"]["cookie"] == ["[redacted]"]
@@ -89,16 +120,18 @@ def test_one_event_is_bounded_and_secrets_are_redacted():
 def test_captured_requests_are_rate_bounded_per_endpoint_and_bodies_truncated():
     async def run():
         inspect = inspector.Inspector()
-        inspect._write = lambda: None   # the store write is measured end to end elsewhere
+        inspect._write = lambda: None  # the store write is measured end to end elsewhere
         before = inspector.DROPPED.labels("rate")._value.get()
         for _ in range(inspector.layout.PER_MINUTE + 30):
             inspect.offer(record())
         return inspect, inspector.DROPPED.labels("rate")._value.get() - before
+
     inspect, rate_dropped = asyncio.run(run())
-    assert 0 < rate_dropped <= 30 + inspector.layout.PER_MINUTE   # a minute may turn over
+    assert 0 < rate_dropped <= 30 + inspector.layout.PER_MINUTE  # a minute may turn over
     assert len(inspect.pending) + rate_dropped == inspector.layout.PER_MINUTE + 30
-    data = inspector.captured_item(record(capture=True, request_body=b"a" * 5000,
-                                          response_body=b"ok"), "req_1")
+    data = inspector.captured_item(
+        record(capture=True, request_body=b"a" * 5000, response_body=b"ok"), "req_1"
+    )
     assert base64.b64decode(data["request_body"]) == b"a" * inspector.layout.BODY_BYTES
     assert data["request_body_truncated"] and not data["response_body_truncated"]
     plain = inspector.captured_item(record(), "req_2")
@@ -136,10 +169,14 @@ def test_the_tap_records_one_request_per_response_end_and_passes_everything_thro
         edge = _Edge()
         hub = observe.hub_of(edge)
         hub.task = object()
-        request = http1.Request(method=b"POST", target=b"/p",
-                                headers=[(b"host", b"a.example")])
-        tap = observe.tap(_Conn([request, http1.Data(data=b"abc"), http1.EndOfMessage()]),
-                          edge, ("10.0.0.1", 1234), _Writer(), "http")
+        request = http1.Request(method=b"POST", target=b"/p", headers=[(b"host", b"a.example")])
+        tap = observe.tap(
+            _Conn([request, http1.Data(data=b"abc"), http1.EndOfMessage()]),
+            edge,
+            ("10.0.0.1", 1234),
+            _Writer(),
+            "http",
+        )
         assert tap.next_event() is request and tap.our_state == "IDLE"
         tap.next_event(), tap.next_event()
         assert tap.send(http1.Response(status_code=201, headers=[])) == b"x"
@@ -147,23 +184,34 @@ def test_the_tap_records_one_request_per_response_end_and_passes_everything_thro
         assert not hub.queue
         tap.send(http1.EndOfMessage())
         return hub
+
     hub = asyncio.run(run())
-    (raw,) = hub.queue   # the request path appends a tuple; the worker makes the Record
+    (raw,) = hub.queue  # the request path appends a tuple; the worker makes the Record
     rec = events.http_record(raw)
-    assert (rec.method, rec.target, rec.status, rec.bytes_in, rec.bytes_out) == \
-        ("POST", "/p", 201, 3, 5)
+    assert (rec.method, rec.target, rec.status, rec.bytes_in, rec.bytes_out) == (
+        "POST",
+        "/p",
+        201,
+        3,
+        5,
+    )
     assert rec.client_ip == "10.0.0.1" and rec.endpoint_kind == "none" and rec.host == "a.example"
 
 
 def test_a_batch_holds_at_most_500_events_and_800_kib():
     async def run():
-        target = {"kinesis": {"stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
-                              "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}}}}
+        target = {
+            "kinesis": {
+                "stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
+                "auth": {"role": {"role_arn": "arn:aws:iam::123456789012:role/r"}},
+            }
+        }
         hub = Hub("edge_test", Settings(outbox=5000, process=False))
         sizes = []
         destination = Destination(("a", "d"), target, hub.settings, "edge_test")
-        destination.send = lambda batch: sizes.append((len(batch), sum(len(e.line)
-                                                                       for e in batch))) or []
+        destination.send = (
+            lambda batch: sizes.append((len(batch), sum(len(e.line) for e in batch))) or []
+        )
         for index in range(1200):
             destination.offer(Encoded(b"x" * 100, str(index), 0))
         for index in range(20):
@@ -174,6 +222,7 @@ def test_a_batch_holds_at_most_500_events_and_800_kib():
                 hub.kick(destination)
             await asyncio.sleep(0.01)
         return sizes
+
     sizes = asyncio.run(run())
     assert sum(n for n, _ in sizes) == 1220
     assert max(n for n, _ in sizes) == events.BATCH
@@ -185,16 +234,21 @@ def test_the_grafana_dashboard_queries_only_metrics_that_exist():
     import os
     import re
     import sys
+
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sys.path.insert(0, os.path.join(root, "scripts"))
     import api_metrics
     from prometheus_client import CollectorRegistry
     from edge import metrics as edge_metrics
+
     with open(os.path.join(root, "docs", "grafana-dashboard.json")) as fh:
         dashboard = json.load(fh)
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    used = {re.sub(r"_(bucket|total)$", "", m) for e in exprs
-            for m in re.findall(r"\b((?:edge|api|store)_[a-z_]+)\b", e)}
+    used = {
+        re.sub(r"_(bucket|total)$", "", m)
+        for e in exprs
+        for m in re.findall(r"\b((?:edge|api|store)_[a-z_]+)\b", e)
+    }
     known = set()
     registry = CollectorRegistry()
     registry.register(events.Collector(object()))
@@ -202,5 +256,5 @@ def test_the_grafana_dashboard_queries_only_metrics_that_exist():
     for family in registry.collect():
         known.add(family.name)
     known |= {"edge_agent_sessions", "edge_tunnels", "edge_public_connections"}  # edge/metrics
-    assert edge_metrics._EdgeCollector   # (those three are yielded there, per edge)
+    assert edge_metrics._EdgeCollector  # (those three are yielded there, per edge)
     assert used and used <= known, used - known

@@ -4,6 +4,7 @@ chalicelib/), and the edge imports nothing of chalicelib outside the core (every
 statement, at any depth, including those inside functions, so a lazy import breaks it too).
 Error codes come from catalogs, never literals. No module of the edge or the core reaches into
 another's private names. The repository names nothing outside it."""
+
 import ast
 import pathlib
 import re
@@ -23,12 +24,12 @@ def _imports(path: pathlib.Path):
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
             yield node.lineno, module
-            for alias in node.names:   # `from chalicelib import web` names a module
+            for alias in node.names:  # `from chalicelib import web` names a module
                 yield node.lineno, f"{module}.{alias.name}"
 
 
@@ -46,9 +47,12 @@ def _refused(module: str, allowed_chalicelib: str) -> bool:
 
 @pytest.mark.parametrize("folder", ["chalicelib/core", "edge"])
 def test_the_core_and_the_edge_import_neither_chalice_nor_the_chalice_layer(folder):
-    bad = [f"{path.relative_to(ROOT)}:{line} imports {module}"
-           for path in _files(folder) for line, module in _imports(path)
-           if _refused(module, "chalicelib.core")]
+    bad = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in _files(folder)
+        for line, module in _imports(path)
+        if _refused(module, "chalicelib.core")
+    ]
     assert bad == []
 
 
@@ -66,48 +70,67 @@ def test_the_edge_process_loads_no_chalice_module():
     """Importing every edge module (what `python -m edge` can reach) leaves Chalice unloaded."""
     import subprocess
     import sys
-    modules = sorted(p.stem for p in _files("edge") if p.parent == ROOT / "edge"
-                     and p.stem != "__init__")
-    code = ("import sys\n" + "".join(f"import edge.{m}\n" for m in modules)
-            + "print(sorted(m for m in sys.modules if m == 'chalice' or "
-              "m.startswith('chalice.') or (m.startswith('chalicelib.') and "
-              "not m.startswith('chalicelib.core'))))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+
+    modules = sorted(
+        p.stem for p in _files("edge") if p.parent == ROOT / "edge" and p.stem != "__init__"
+    )
+    code = (
+        "import sys\n"
+        + "".join(f"import edge.{m}\n" for m in modules)
+        + "print(sorted(m for m in sys.modules if m == 'chalice' or "
+        "m.startswith('chalice.') or (m.startswith('chalicelib.') and "
+        "not m.startswith('chalicelib.core'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
 
 
-CATALOGS = {ROOT / "chalicelib" / "core" / "errors.py",
-            ROOT / "chalicelib" / "core" / "edge_errors.py"}
+CATALOGS = {
+    ROOT / "chalicelib" / "core" / "errors.py",
+    ROOT / "chalicelib" / "core" / "edge_errors.py",
+}
 
 
 def _code_literals(path: pathlib.Path):
     """``ERR_…`` string literals in code (docstrings, which document codes, left out)."""
     tree = ast.parse(path.read_text(), str(path))
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
-                                       ast.AsyncFunctionDef))
-                  and node.body and isinstance(node.body[0], ast.Expr)
-                  and isinstance(node.body[0].value, ast.Constant)}
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and id(node) not in docstrings and re.fullmatch(r"ERR_[A-Z0-9_]+", node.value):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and re.fullmatch(r"ERR_[A-Z0-9_]+", node.value)
+        ):
             yield node.lineno, node.value
 
 
 @pytest.mark.parametrize("folder", ["chalicelib/core", "edge"])
 def test_error_codes_are_named_from_a_catalog_never_written_as_literals(folder):
-    bad = [f"{path.relative_to(ROOT)}:{line} {code}"
-           for path in _files(folder) if path not in CATALOGS and "bench" not in path.parts
-           for line, code in _code_literals(path)]
+    bad = [
+        f"{path.relative_to(ROOT)}:{line} {code}"
+        for path in _files(folder)
+        if path not in CATALOGS and "bench" not in path.parts
+        for line, code in _code_literals(path)
+    ]
     assert bad == []
 
 
 def test_the_literal_rule_sees_a_code_in_a_call_but_not_in_a_docstring(tmp_path):
     sample = tmp_path / "sample.py"
-    sample.write_text('"""ERR_NGROK_1 is documented here."""\n'
-                      'raise Refused("ERR_NGROK_334", "x")\n')
+    sample.write_text(
+        '"""ERR_NGROK_1 is documented here."""\nraise Refused("ERR_NGROK_334", "x")\n'
+    )
     assert list(_code_literals(sample)) == [(2, "ERR_NGROK_334")]
 
 
@@ -115,8 +138,10 @@ def test_the_repository_names_no_file_outside_it_and_no_tracker_issue():
     """A clone stands alone: no text sends the reader to files beside the repository
     (the design folder shared beside it) or to a tracker's issue numbers."""
     import subprocess
-    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                           check=True).stdout.split()
+
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     pattern = re.compile(r"\.\./shared|\b[Ii]ssue #?[0-9]+\b")
     bad = []
     for name in files:
@@ -126,8 +151,11 @@ def test_the_repository_names_no_file_outside_it_and_no_tracker_issue():
             text = (ROOT / name).read_text()
         except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
             continue
-        bad += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1)
-                if pattern.search(line) and name != "tests/unit/test_house_rules.py"]
+        bad += [
+            f"{name}:{n}"
+            for n, line in enumerate(text.splitlines(), 1)
+            if pattern.search(line) and name != "tests/unit/test_house_rules.py"
+        ]
     assert bad == []
 
 
@@ -154,8 +182,10 @@ def _private_reaches(paths) -> list:
     found = []
     for path, tree in trees.items():
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Attribute) and node.attr in ours) or \
-                    node.attr in defined[path]:
+            if (
+                not (isinstance(node, ast.Attribute) and node.attr in ours)
+                or node.attr in defined[path]
+            ):
                 continue
             owner = node.value
             if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
@@ -169,8 +199,9 @@ def _private_reaches(paths) -> list:
 def test_no_module_of_the_edge_or_the_core_reaches_into_anothers_private_names():
     """A private name (``_x``) is its module's own: another module calling ``front._send`` or
     ``edge._release_port`` leans on what its owner may change; it asks for a public name."""
-    paths = [p for p in (*_files("edge"), *_files("chalicelib/core"))
-             if "bench" not in p.parts]   # benchmark scripts read the tests' helpers
+    paths = [
+        p for p in (*_files("edge"), *_files("chalicelib/core")) if "bench" not in p.parts
+    ]  # benchmark scripts read the tests' helpers
     assert _private_reaches(paths) == []
 
 
@@ -179,13 +210,14 @@ def test_the_private_rule_sees_a_call_into_another_module(tmp_path, monkeypatch)
     (tmp_path / "owner.py").write_text("class Front:\n    def _send(self):\n        pass\n")
     (tmp_path / "user.py").write_text("def go(front):\n    front._send()\n")
     (tmp_path / "own.py").write_text("class A:\n    def _x(self):\n        self._x()\n")
-    found = _private_reaches([tmp_path / "owner.py", tmp_path / "user.py",
-                              tmp_path / "own.py"])
+    found = _private_reaches([tmp_path / "owner.py", tmp_path / "user.py", tmp_path / "own.py"])
     assert found == ["user.py:2: front._send"]
 
 
 # ---- scripts run as files -------------------------------------------------------------------
-_PROJECT_IMPORT = re.compile(r"(from (chalicelib|edge|tests|app)\b|import (chalicelib|edge|app)\b)")
+_PROJECT_IMPORT = re.compile(
+    r"(from (chalicelib|edge|tests|app)\b|import (chalicelib|edge|app)\b)"
+)
 
 
 def _imports_before_path(path: pathlib.Path) -> list:
@@ -195,8 +227,11 @@ def _imports_before_path(path: pathlib.Path) -> list:
     inserts = [n for n, line in enumerate(lines) if line.startswith("sys.path.insert")]
     if not inserts:
         return []
-    return [f"{path.relative_to(ROOT)}:{n + 1}" for n, line in enumerate(lines[:inserts[0]])
-            if _PROJECT_IMPORT.match(line)]
+    return [
+        f"{path.relative_to(ROOT)}:{n + 1}"
+        for n, line in enumerate(lines[: inserts[0]])
+        if _PROJECT_IMPORT.match(line)
+    ]
 
 
 def test_scripts_put_the_project_on_the_path_before_importing_from_it():

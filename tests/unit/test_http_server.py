@@ -1,5 +1,6 @@
 """scripts/http_server.py on its own: timeouts, connection limits, TCP_NODELAY, graceful stop
 (the framing cases run against the real stack in tests/integration/test_http_framing.py)."""
+
 import json
 import os
 import socket
@@ -16,8 +17,11 @@ from tests.support.raw_http import RawConnection, request_bytes  # noqa: E402
 
 
 def _error(status, reason):
-    return http_server.Response(status, [("Content-Type", "application/json")],
-                                json.dumps({"status": status, "reason": reason}).encode())
+    return http_server.Response(
+        status,
+        [("Content-Type", "application/json")],
+        json.dumps({"status": status, "reason": reason}).encode(),
+    )
 
 
 @pytest.fixture
@@ -27,12 +31,19 @@ def server():
     def app(req):
         if req.target == "/slow":
             release.wait(10)
-        return http_server.Response(200, [("Content-Type", "text/plain")],
-                                    b"echo:" + req.body)
+        return http_server.Response(200, [("Content-Type", "text/plain")], b"echo:" + req.body)
 
-    srv = http_server.HttpServer("127.0.0.1", 0, app, _error, max_body=1000,
-                                 head_timeout=0.5, body_timeout=0.5, idle_timeout=0.5,
-                                 max_connections=4).start()
+    srv = http_server.HttpServer(
+        "127.0.0.1",
+        0,
+        app,
+        _error,
+        max_body=1000,
+        head_timeout=0.5,
+        body_timeout=0.5,
+        idle_timeout=0.5,
+        max_connections=4,
+    ).start()
     srv.release = release
     yield srv
     release.set()

@@ -2,6 +2,7 @@
 clock and stand-ins for the store: the pending login's lifetime, one pending login per
 browser and provider, the session's maximum lifetime and idle timeout, the revocation
 cache, the secrets cache, the provider answer size."""
+
 import asyncio
 import http.server
 import json
@@ -28,12 +29,18 @@ def _key(monkeypatch):
 
 
 def _action(**extra):
-    config = {"provider": "oauth2", "client_id": "c", "client_secret": "s",
-              "authorization_url": "https://idp.test/authorize",
-              "token_url": "https://idp.test/token", "userinfo_url": "https://idp.test/me",
-              **extra}
-    policy = compile_policy(json.dumps({"on_http_request": [
-        {"actions": [{"type": "oauth", "config": config}]}]}))
+    config = {
+        "provider": "oauth2",
+        "client_id": "c",
+        "client_secret": "s",
+        "authorization_url": "https://idp.test/authorize",
+        "token_url": "https://idp.test/token",
+        "userinfo_url": "https://idp.test/me",
+        **extra,
+    }
+    policy = compile_policy(
+        json.dumps({"on_http_request": [{"actions": [{"type": "oauth", "config": config}]}]})
+    )
     return policy
 
 
@@ -42,8 +49,13 @@ def _run(policy, target, cookies=None, clock=T0):
     if cookies:
         headers.append(("cookie", "; ".join(f"{k}={v}" for k, v in cookies.items())))
     req = Request.from_target("GET", "http", "app.test", target, headers)
-    conn = Conn("10.0.0.1", 5000, endpoint=Endpoint(id="ep_1", url="http://app.test:8080",
-                                                    host="app.test", account_id="acct_1"))
+    conn = Conn(
+        "10.0.0.1",
+        5000,
+        endpoint=Endpoint(
+            id="ep_1", url="http://app.test:8080", host="app.test", account_id="acct_1"
+        ),
+    )
     state = policy.new_state()
     traffic = SimpleNamespace(req=req, conn=conn, state=state)
     out = policy.on_http_request(conn, req, state)
@@ -65,8 +77,9 @@ def _set_cookies(answer):
 def _login(policy, clock=T0):
     answer, _ = _run(policy, "/page", clock=clock)
     assert answer.status_code == 302
-    state = urllib.parse.parse_qs(urllib.parse.urlsplit(
-        dict(answer.headers)["location"]).query)["state"][0]
+    state = urllib.parse.parse_qs(urllib.parse.urlsplit(dict(answer.headers)["location"]).query)[
+        "state"
+    ][0]
     return _set_cookies(answer)["ngrok_login_oauth"], state
 
 
@@ -74,15 +87,25 @@ def test_a_pending_login_lasts_state_lifetime():
     policy = _action()
     login, state = _login(policy)
     cookies = {"ngrok_login_oauth": login}
-    late, _ = _run(policy, f"/ngrok/callback?code=x&state={state}", cookies,
-                   clock=T0 + identity.STATE_LIFETIME + 1)
+    late, _ = _run(
+        policy,
+        f"/ngrok/callback?code=x&state={state}",
+        cookies,
+        clock=T0 + identity.STATE_LIFETIME + 1,
+    )
     assert late.status_code == 400 and ("ngrok-error-code", "ERR_NGROK_3120") in late.headers
     # within the lifetime the state is accepted (then the wrong state is what is refused)
-    early, _ = _run(policy, f"/ngrok/callback?code=x&state={state}x", cookies,
-                    clock=T0 + identity.STATE_LIFETIME - 1)
+    early, _ = _run(
+        policy,
+        f"/ngrok/callback?code=x&state={state}x",
+        cookies,
+        clock=T0 + identity.STATE_LIFETIME - 1,
+    )
     assert ("ngrok-error-code", "ERR_NGROK_3124") in early.headers
-    assert f"Max-Age={int(identity.STATE_LIFETIME)}" in dict(_run(policy, "/p")[0].headers)[
-        "set-cookie"]
+    assert (
+        f"Max-Age={int(identity.STATE_LIFETIME)}"
+        in dict(_run(policy, "/p")[0].headers)["set-cookie"]
+    )
 
 
 def test_one_pending_login_per_browser_and_provider_costs_the_edge_nothing():
@@ -93,17 +116,29 @@ def test_one_pending_login_per_browser_and_provider_costs_the_edge_nothing():
     first_cookie, first_state = _login(policy)
     second_cookie, second_state = _login(policy)
     assert first_state != second_state
-    answer, _ = _run(policy, f"/ngrok/callback?code=x&state={first_state}",
-                     {"ngrok_login_oauth": second_cookie})
+    answer, _ = _run(
+        policy, f"/ngrok/callback?code=x&state={first_state}", {"ngrok_login_oauth": second_cookie}
+    )
     assert ("ngrok-error-code", "ERR_NGROK_3124") in answer.headers
 
 
 def _session(policy, iat, seen, exp):
-    binding = identity._binding(Endpoint(url="http://app.test:8080", account_id="acct_1"),
-                                "oauth", "")
-    return identity.seal(binding, "session", {"sid": "appses_" + "a" * 27, "iat": iat,
-                                              "seen": seen, "exp": exp, "sub": "u1",
-                                              "em": "a@x.test", "nm": "A"})
+    binding = identity._binding(
+        Endpoint(url="http://app.test:8080", account_id="acct_1"), "oauth", ""
+    )
+    return identity.seal(
+        binding,
+        "session",
+        {
+            "sid": "appses_" + "a" * 27,
+            "iat": iat,
+            "seen": seen,
+            "exp": exp,
+            "sub": "u1",
+            "em": "a@x.test",
+            "nm": "A",
+        },
+    )
 
 
 def test_the_session_ends_at_max_session_duration():
@@ -113,8 +148,10 @@ def test_the_session_ends_at_max_session_duration():
     cookie = _session(policy, T0, T0, T0 + 7200)
     ok, traffic = _run(policy, "/page", {"ngrok_session_oauth": cookie}, clock=T0 + 7199)
     assert ok is None
-    assert traffic.state.action_vars["on_http_request"][
-        "actions.ngrok.oauth.identity.email"] == "a@x.test"
+    assert (
+        traffic.state.action_vars["on_http_request"]["actions.ngrok.oauth.identity.email"]
+        == "a@x.test"
+    )
     ended, _ = _run(policy, "/page", {"ngrok_session_oauth": cookie}, clock=T0 + 7200)
     assert ended.status_code == 302
 
@@ -135,11 +172,13 @@ def test_the_idle_timeout_ends_an_unused_session_and_use_moves_it_on():
 def test_the_cookie_is_rewritten_at_most_once_per_refresh_interval():
     policy = _action()
     cookie = _session(policy, T0, T0, T0 + 86400)
-    _, traffic = _run(policy, "/page", {"ngrok_session_oauth": cookie},
-                      clock=T0 + identity.REFRESH_EVERY - 1)
+    _, traffic = _run(
+        policy, "/page", {"ngrok_session_oauth": cookie}, clock=T0 + identity.REFRESH_EVERY - 1
+    )
     assert not getattr(traffic, "set_cookies", None)
-    _, traffic = _run(policy, "/page", {"ngrok_session_oauth": cookie},
-                      clock=T0 + identity.REFRESH_EVERY)
+    _, traffic = _run(
+        policy, "/page", {"ngrok_session_oauth": cookie}, clock=T0 + identity.REFRESH_EVERY
+    )
     assert len(traffic.set_cookies) == 1
 
 
@@ -150,17 +189,19 @@ def test_revocation_is_read_at_most_once_per_bound(monkeypatch):
     def is_live(account, sid):
         reads.append(sid)
         return live["value"]
+
     monkeypatch.setattr(identity.app_sessions, "is_live", is_live)
     now = {"t": 100.0}
 
     def check():
         return asyncio.run(identity.not_revoked("acct_1", "appses_x", clock=lambda: now["t"]))
+
     assert check() and check() and len(reads) == 1
-    live["value"] = False   # revoked through the API
+    live["value"] = False  # revoked through the API
     now["t"] += identity.REVOCATION_SECONDS - 0.01
-    assert check() is True and len(reads) == 1          # cached, within the bound
+    assert check() is True and len(reads) == 1  # cached, within the bound
     now["t"] += 0.02
-    assert check() is False and len(reads) == 2        # past the bound: read again, refused
+    assert check() is False and len(reads) == 2  # past the bound: read again, refused
 
 
 def test_the_revocation_cache_is_bounded(monkeypatch):
@@ -177,17 +218,21 @@ def test_secrets_are_cached_for_the_bound_and_read_again_after(monkeypatch):
     def read(account, vault, name):
         reads.append(name)
         return values["v"]
+
     monkeypatch.setattr(edge_secrets, "_read", read)
     edge_secrets._cache.clear()
 
     async def call(func, *args):
         return func(*args)
+
     edge = SimpleNamespace(call=call)
     now = {"t": 50.0}
 
     def get():
-        return asyncio.run(edge_secrets.value(edge, "acct_1", "vault", "name",
-                                              clock=lambda: now["t"]))
+        return asyncio.run(
+            edge_secrets.value(edge, "acct_1", "vault", "name", clock=lambda: now["t"])
+        )
+
     assert get() == "one" and get() == "one" and len(reads) == 1
     values["v"] = "two"
     now["t"] += edge_secrets.CACHE_SECONDS - 0.01
@@ -197,7 +242,7 @@ def test_secrets_are_cached_for_the_bound_and_read_again_after(monkeypatch):
 
 
 class _Big(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):   # noqa: N802 (http.server's name)
+    def do_GET(self):  # noqa: N802 (http.server's name)
         size = int(self.path.strip("/"))
         body = b"{" + b" " * (size - 2) + b"}"
         self.send_response(200)
@@ -226,26 +271,34 @@ def test_a_provider_answer_is_read_up_to_its_bound():
 def test_identity_headers_sent_by_the_visitor_are_replaced():
     policy = _action()
     cookie = _session(policy, T0, T0, T0 + 86400)
-    headers = [("host", "app.test:8080"), ("cookie", f"ngrok_session_oauth={cookie}"),
-               ("ngrok-auth-user-email", "mallory@evil.test")]
+    headers = [
+        ("host", "app.test:8080"),
+        ("cookie", f"ngrok_session_oauth={cookie}"),
+        ("ngrok-auth-user-email", "mallory@evil.test"),
+    ]
     req = Request.from_target("GET", "http", "app.test", "/", headers)
-    conn = Conn("10.0.0.1", 5000, endpoint=Endpoint(url="http://app.test:8080",
-                                                    account_id="acct_1"))
+    conn = Conn(
+        "10.0.0.1", 5000, endpoint=Endpoint(url="http://app.test:8080", account_id="acct_1")
+    )
     state = policy.new_state()
     out = policy.on_http_request(conn, req, state)
     traffic = SimpleNamespace(req=req, conn=conn, state=state)
     assert asyncio.run(identity.handle(traffic, out, clock=lambda: T0)) is None
     assert req.get_header("ngrok-auth-user-email") == ["a@x.test"]
-    assert policy.on_http_request(conn, req, state).kind != RESPOND   # resumes after it
+    assert policy.on_http_request(conn, req, state).kind != RESPOND  # resumes after it
 
 
 def test_cors_preflight_passes_only_when_allowed():
     for allowed, expected in ((True, "continue"), (False, IDENTITY)):
         policy = _action(allow_cors_preflight=allowed)
-        req = Request.from_target("OPTIONS", "http", "app.test", "/api", [
-            ("host", "app.test"), ("access-control-request-method", "POST")])
-        conn = Conn("10.0.0.1", 1, endpoint=Endpoint(url="http://app.test",
-                                                     account_id="acct_1"))
+        req = Request.from_target(
+            "OPTIONS",
+            "http",
+            "app.test",
+            "/api",
+            [("host", "app.test"), ("access-control-request-method", "POST")],
+        )
+        conn = Conn("10.0.0.1", 1, endpoint=Endpoint(url="http://app.test", account_id="acct_1"))
         assert policy.on_http_request(conn, req, policy.new_state()).kind == expected
 
 
@@ -255,22 +308,34 @@ def test_auth_id_scopes_the_cookies_and_the_special_paths(monkeypatch):
     policy = _action(auth_id="corp")
     answer, _ = _run(policy, "/page")
     assert "ngrok_login_oauth_corp" in _set_cookies(answer)
-    cookie = identity.seal(identity._binding(Endpoint(url="http://app.test:8080",
-                                                      account_id="acct_1"), "oauth", "corp"),
-                           "session", {"sid": "appses_" + "b" * 27, "iat": T0, "seen": T0,
-                                       "exp": T0 + 600, "sub": "u", "em": "", "nm": ""})
+    cookie = identity.seal(
+        identity._binding(
+            Endpoint(url="http://app.test:8080", account_id="acct_1"), "oauth", "corp"
+        ),
+        "session",
+        {
+            "sid": "appses_" + "b" * 27,
+            "iat": T0,
+            "seen": T0,
+            "exp": T0 + 600,
+            "sub": "u",
+            "em": "",
+            "nm": "",
+        },
+    )
     # a logout for another provider is not this action's: the session stays
     other, _ = _run(policy, "/ngrok/logout?auth_id=other", {"ngrok_session_oauth_corp": cookie})
     assert other is None
     mine, _ = _run(policy, "/ngrok/logout?auth_id=corp", {"ngrok_session_oauth_corp": cookie})
     assert mine.status_code == 200
     assert "ngrok_session_oauth_corp=;" in dict(mine.headers)["set-cookie"]
-    assert ended == ["appses_" + "b" * 27]   # and the session ended in the store
+    assert ended == ["appses_" + "b" * 27]  # and the session ended in the store
 
 
 def test_logout_clears_the_cookie_even_when_the_store_fails(monkeypatch):
     def broken(account, sid):
         raise OSError("store down")
+
     monkeypatch.setattr(identity.app_sessions, "end", broken)
     policy = _action()
     cookie = _session(policy, T0, T0, T0 + 600)
@@ -284,8 +349,9 @@ def test_the_derived_cipher_cache_is_bounded(monkeypatch):
     monkeypatch.setattr(identity, "CIPHER_ENTRIES", 5)
     identity._ciphers.clear()
     for index in range(12):
-        binding = identity._binding(Endpoint(url=f"http://e{index}.test", account_id="a"),
-                                    "oidc", "")
+        binding = identity._binding(
+            Endpoint(url=f"http://e{index}.test", account_id="a"), "oidc", ""
+        )
         sealed = identity.seal(binding, "session", {"n": index})
         assert identity.unseal(binding, "session", sealed) == {"n": index}
     assert len(identity._ciphers) == 5

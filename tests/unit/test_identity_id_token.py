@@ -1,6 +1,7 @@
 """ID token verification at the edge (edge.identity.verify_id_token): signature by a key of
 the provider's JWKS, iss, aud, exp, iat, sub, nonce; alg none and HMAC never accepted; an
 unknown kid makes the JWKS be fetched once more (key rotation)."""
+
 import json
 import time
 
@@ -11,8 +12,11 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from edge import identity
 
 ISSUER = "https://idp.test"
-DOC = {"issuer": ISSUER, "jwks_uri": f"{ISSUER}/jwks",
-       "id_token_signing_alg_values_supported": ["RS256", "HS256", "none"]}
+DOC = {
+    "issuer": ISSUER,
+    "jwks_uri": f"{ISSUER}/jwks",
+    "id_token_signing_alg_values_supported": ["RS256", "HS256", "none"],
+}
 
 
 def _key(kid):
@@ -34,14 +38,22 @@ def jwks(monkeypatch):
     def cached(url, now, what, refresh=False):
         fetches.append(refresh)
         return served
+
     monkeypatch.setattr(identity, "_cached", cached)
     return served, fetches
 
 
 def _token(key=KEY, kid="k1", alg="RS256", **claims):
     now = int(time.time())
-    body = {"iss": ISSUER, "aud": "client", "sub": "u1", "iat": now, "exp": now + 300,
-            "nonce": "n1", "email": "a@x.test"}
+    body = {
+        "iss": ISSUER,
+        "aud": "client",
+        "sub": "u1",
+        "iat": now,
+        "exp": now + 300,
+        "nonce": "n1",
+        "email": "a@x.test",
+    }
     body.update(claims)
     body = {k: v for k, v in body.items() if v is not None}
     return jwt.encode(body, key, algorithm=alg, headers={"kid": kid})
@@ -55,15 +67,18 @@ def test_a_good_token(jwks):
     assert _verify(_token())["email"] == "a@x.test"
 
 
-@pytest.mark.parametrize("claims, words", [
-    ({"aud": "another-client"}, "not valid"),
-    ({"iss": "https://evil.test"}, "not valid"),
-    ({"exp": int(time.time()) - 3600}, "not valid"),
-    ({"exp": None}, "not valid"),
-    ({"sub": None}, "not valid"),
-    ({"nonce": "other"}, "nonce"),
-    ({"nonce": None}, "nonce"),
-])
+@pytest.mark.parametrize(
+    "claims, words",
+    [
+        ({"aud": "another-client"}, "not valid"),
+        ({"iss": "https://evil.test"}, "not valid"),
+        ({"exp": int(time.time()) - 3600}, "not valid"),
+        ({"exp": None}, "not valid"),
+        ({"sub": None}, "not valid"),
+        ({"nonce": "other"}, "nonce"),
+        ({"nonce": None}, "nonce"),
+    ],
+)
 def test_refused_claims(jwks, claims, words):
     with pytest.raises(identity.SigninError, match=words):
         _verify(_token(**claims))
@@ -75,14 +90,27 @@ def test_a_signature_by_another_key_is_refused(jwks):
 
 
 def test_alg_none_and_hmac_are_never_accepted(jwks):
-    unsigned = jwt.encode({"iss": ISSUER, "aud": "client", "sub": "u", "nonce": "n1",
-                           "iat": int(time.time()), "exp": int(time.time()) + 60}, None,
-                          algorithm="none")
+    unsigned = jwt.encode(
+        {
+            "iss": ISSUER,
+            "aud": "client",
+            "sub": "u",
+            "nonce": "n1",
+            "iat": int(time.time()),
+            "exp": int(time.time()) + 60,
+        },
+        None,
+        algorithm="none",
+    )
     with pytest.raises(identity.SigninError, match="algorithm"):
         _verify(unsigned)
     # HS256 (the classic key confusion): refused by its algorithm, whatever the key
-    hmac_token = jwt.encode({"iss": ISSUER, "aud": "client", "sub": "u", "nonce": "n1"},
-                            "s" * 32, algorithm="HS256", headers={"kid": "k1"})
+    hmac_token = jwt.encode(
+        {"iss": ISSUER, "aud": "client", "sub": "u", "nonce": "n1"},
+        "s" * 32,
+        algorithm="HS256",
+        headers={"kid": "k1"},
+    )
     with pytest.raises(identity.SigninError, match="algorithm"):
         _verify(hmac_token)
 
@@ -93,5 +121,5 @@ def test_an_unknown_kid_fetches_the_jwks_once_more(jwks):
     with pytest.raises(identity.SigninError, match="no key"):
         _verify(token)
     assert fetches == [False, True]
-    served["keys"].append(OTHER_JWK)   # the provider rotated
+    served["keys"].append(OTHER_JWK)  # the provider rotated
     assert _verify(token)["sub"] == "u1"

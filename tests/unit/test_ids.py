@@ -41,8 +41,21 @@ def test_is_valid_rejects_wrong_prefix_length_and_alphabet():
 
 
 def test_every_contract_prefix_is_known():
-    assert set(ids.PREFIXES.values()) >= {"bkdhr", "edgtcp", "edghts", "edghtsrt", "cr", "bot",
-                                          "usr", "ak", "abrp", "rd", "ipp", "ipr", "op"}
+    assert set(ids.PREFIXES.values()) >= {
+        "bkdhr",
+        "edgtcp",
+        "edghts",
+        "edghtsrt",
+        "cr",
+        "bot",
+        "usr",
+        "ak",
+        "abrp",
+        "rd",
+        "ipp",
+        "ipr",
+        "op",
+    }
 
 
 def _number(value):
@@ -68,8 +81,7 @@ def test_random_part_overflow_moves_to_the_next_millisecond_with_fresh_random_bi
     last_of_the_millisecond = ids.new_id("cr")
     assert _number(last_of_the_millisecond) & ids._RANDOM_MASK == ids._RANDOM_MASK
     drawn = []
-    monkeypatch.setattr(ids.secrets, "randbits",
-                        lambda bits: drawn.append(bits) or 12345)
+    monkeypatch.setattr(ids.secrets, "randbits", lambda bits: drawn.append(bits) or 12345)
     overflowed = ids.new_id("cr")
     assert drawn == [112]
     assert ids.timestamp_millis(overflowed) == millis + 1

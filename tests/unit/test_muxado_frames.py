@@ -5,14 +5,14 @@ split at any byte, and the bound on what one frame may make the parser buffer.
 The session's stream state machine over these frames (SYN, FIN, RST, window credit, linger,
 the pre-authentication bounds) is tests/unit/test_edge_session.py.
 """
+
 import pytest
 
 from edge import muxado
 
 
 def header(length: int, type_: int, flags: int, stream_id: int) -> bytes:
-    return (((length << 8) | (type_ << 4) | flags).to_bytes(4, "big")
-            + stream_id.to_bytes(4, "big"))
+    return ((length << 8) | (type_ << 4) | flags).to_bytes(4, "big") + stream_id.to_bytes(4, "big")
 
 
 # ---- the layout, byte for byte ------------------------------------------------------------
@@ -22,11 +22,14 @@ def test_data_frame_layout_is_length_type_flags_then_stream_id():
 
 
 def test_control_frame_layouts():
-    assert muxado.rst(7, muxado.E_STREAM_CANCELLED) == bytes([0, 0, 4, 0x00, 0, 0, 0, 7,
-                                                              0, 0, 0, 6])
+    assert muxado.rst(7, muxado.E_STREAM_CANCELLED) == bytes(
+        [0, 0, 4, 0x00, 0, 0, 0, 7, 0, 0, 0, 6]
+    )
     assert muxado.wndinc(9, 65536) == bytes([0, 0, 4, 0x20, 0, 0, 0, 9, 0, 1, 0, 0])
-    assert muxado.goaway(3, muxado.E_NONE, b"bye") == bytes(
-        [0, 0, 11, 0x30, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0]) + b"bye"
+    assert (
+        muxado.goaway(3, muxado.E_NONE, b"bye")
+        == bytes([0, 0, 11, 0x30, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0]) + b"bye"
+    )
 
 
 def test_the_reserved_bit_of_the_stream_id_is_never_sent_and_ignored_when_received():
@@ -36,25 +39,32 @@ def test_the_reserved_bit_of_the_stream_id_is_never_sent_and_ignored_when_receiv
 
 
 def test_a_window_increment_is_capped_at_31_bits():
-    frame = muxado.FrameParser().feed(muxado.wndinc(1, 2 ** 40))[0]
+    frame = muxado.FrameParser().feed(muxado.wndinc(1, 2**40))[0]
     assert frame.increment == muxado.WNDINC_MAX
 
 
 def test_decoded_fields_of_each_control_frame():
     rst, wnd, away = muxado.FrameParser().feed(
-        muxado.rst(1, muxado.E_FLOW_CONTROL) + muxado.wndinc(1, 10)
-        + muxado.goaway(41, muxado.E_PROTOCOL, b"why"))
+        muxado.rst(1, muxado.E_FLOW_CONTROL)
+        + muxado.wndinc(1, 10)
+        + muxado.goaway(41, muxado.E_PROTOCOL, b"why")
+    )
     assert (rst.type, rst.stream_id, rst.error_code) == (muxado.RST, 1, muxado.E_FLOW_CONTROL)
     assert (wnd.type, wnd.increment) == (muxado.WNDINC, 10)
     assert (away.type, away.last_stream_id, away.error_code, away.message) == (
-        muxado.GOAWAY, 41, muxado.E_PROTOCOL, b"why")
+        muxado.GOAWAY,
+        41,
+        muxado.E_PROTOCOL,
+        b"why",
+    )
     with pytest.raises(ValueError):
         _ = wnd.error_code
 
 
 def test_flags():
     syn, fin, plain = muxado.FrameParser().feed(
-        muxado.data(1, b"", syn=True) + muxado.data(1, b"", fin=True) + muxado.data(1, b"x"))
+        muxado.data(1, b"", syn=True) + muxado.data(1, b"", fin=True) + muxado.data(1, b"x")
+    )
     assert (syn.syn, syn.fin) == (True, False)
     assert (fin.syn, fin.fin) == (False, True)
     assert (plain.syn, plain.fin, plain.payload) == (False, False, b"x")
@@ -73,8 +83,13 @@ def test_a_goaway_message_is_cut_to_what_a_frame_carries():
 
 # ---- parsing: any split, nothing lost, nothing kept --------------------------------------
 def test_frames_split_at_every_byte_arrive_whole_and_in_order():
-    wire = (muxado.data(1, b"hello", syn=True) + muxado.wndinc(1, 100)
-            + muxado.data(1, b"", fin=True) + muxado.rst(3, 2) + muxado.goaway(3, 0, b"x"))
+    wire = (
+        muxado.data(1, b"hello", syn=True)
+        + muxado.wndinc(1, 100)
+        + muxado.data(1, b"", fin=True)
+        + muxado.rst(3, 2)
+        + muxado.goaway(3, 0, b"x")
+    )
     whole = muxado.FrameParser().feed(wire)
     assert len(whole) == 5
     for cut in range(1, len(wire)):
@@ -93,25 +108,28 @@ def test_a_parser_that_consumed_everything_holds_no_buffer():
 
 
 # ---- malformed headers: refused at the header, with the crate's error code -----------------
-@pytest.mark.parametrize("raw, code", [
-    (header(0, muxado.DATA, 0, 0), muxado.E_PROTOCOL),                 # DATA on stream 0
-    (header(0, muxado.RST, muxado.SYN, 1), muxado.E_PROTOCOL),         # SYN on a non-DATA
-    (header(0, muxado.WNDINC, muxado.SYN, 1), muxado.E_PROTOCOL),
-    (header(8, muxado.GOAWAY, muxado.SYN, 0), muxado.E_PROTOCOL),
-    (header(3, muxado.RST, 0, 1), muxado.E_FRAME_SIZE),                # RST is 4 bytes
-    (header(5, muxado.RST, 0, 1), muxado.E_FRAME_SIZE),
-    (header(3, muxado.WNDINC, 0, 1), muxado.E_FRAME_SIZE),             # WNDINC is 4 bytes
-    (header(5, muxado.WNDINC, 0, 1), muxado.E_FRAME_SIZE),
-    (header(4, muxado.RST, 0, 0), muxado.E_PROTOCOL),                  # on stream 0
-    (header(4, muxado.WNDINC, 0, 0), muxado.E_PROTOCOL),
-    (header(7, muxado.GOAWAY, 0, 0), muxado.E_FRAME_SIZE),             # GOAWAY ≥ 8 bytes
-    (header(8 + 64 * 1024 + 1, muxado.GOAWAY, 0, 0), muxado.E_FRAME_SIZE),
-    (header(0, 4, 0, 1), muxado.E_PROTOCOL),                           # unknown types
-    (header(0, 15, 0, 1), muxado.E_PROTOCOL),
-])
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        (header(0, muxado.DATA, 0, 0), muxado.E_PROTOCOL),  # DATA on stream 0
+        (header(0, muxado.RST, muxado.SYN, 1), muxado.E_PROTOCOL),  # SYN on a non-DATA
+        (header(0, muxado.WNDINC, muxado.SYN, 1), muxado.E_PROTOCOL),
+        (header(8, muxado.GOAWAY, muxado.SYN, 0), muxado.E_PROTOCOL),
+        (header(3, muxado.RST, 0, 1), muxado.E_FRAME_SIZE),  # RST is 4 bytes
+        (header(5, muxado.RST, 0, 1), muxado.E_FRAME_SIZE),
+        (header(3, muxado.WNDINC, 0, 1), muxado.E_FRAME_SIZE),  # WNDINC is 4 bytes
+        (header(5, muxado.WNDINC, 0, 1), muxado.E_FRAME_SIZE),
+        (header(4, muxado.RST, 0, 0), muxado.E_PROTOCOL),  # on stream 0
+        (header(4, muxado.WNDINC, 0, 0), muxado.E_PROTOCOL),
+        (header(7, muxado.GOAWAY, 0, 0), muxado.E_FRAME_SIZE),  # GOAWAY ≥ 8 bytes
+        (header(8 + 64 * 1024 + 1, muxado.GOAWAY, 0, 0), muxado.E_FRAME_SIZE),
+        (header(0, 4, 0, 1), muxado.E_PROTOCOL),  # unknown types
+        (header(0, 15, 0, 1), muxado.E_PROTOCOL),
+    ],
+)
 def test_a_malformed_header_is_refused_before_its_payload(raw, code):
     with pytest.raises(muxado.ProtocolError) as refused:
-        muxado.FrameParser().feed(raw)   # the header alone: no payload needed to refuse
+        muxado.FrameParser().feed(raw)  # the header alone: no payload needed to refuse
     assert refused.value.code == code
 
 

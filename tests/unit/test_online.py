@@ -1,4 +1,5 @@
 """Online state items (chalicelib.core.online) against moto's in-process DynamoDB."""
+
 import pytest
 
 from chalicelib.core import config, errors, ids, online, store
@@ -17,21 +18,38 @@ def clock(store_env, monkeypatch):
 
 def _session(account_id=ACCT, instance_id="edge-a", **kw):
     sid = online.new_session_id()
-    online.session_started(account_id=account_id, session_id=sid, credential_id="cr_x",
-                           instance_id=instance_id, agent_version="1.4.0", os="linux",
-                           ip="127.0.0.1", metadata="m", region="local", owner_id="usr_x", **kw)
+    online.session_started(
+        account_id=account_id,
+        session_id=sid,
+        credential_id="cr_x",
+        instance_id=instance_id,
+        agent_version="1.4.0",
+        os="linux",
+        ip="127.0.0.1",
+        metadata="m",
+        region="local",
+        owner_id="usr_x",
+        **kw,
+    )
     return sid
 
 
-def _tunnel(sid, account_id=ACCT, hostname=None, proto="https", labels=None, endpoint=True,
-            **kw):
+def _tunnel(sid, account_id=ACCT, hostname=None, proto="https", labels=None, endpoint=True, **kw):
     tid = online.new_tunnel_id()
     eid = online.new_endpoint_id() if endpoint else None
-    online.tunnel_started(account_id=account_id, session_id=sid, tunnel_id=tid,
-                          instance_id="edge-a", proto=proto,
-                          public_url=f"{proto}://{hostname}" if hostname else None,
-                          hostname=hostname, labels=labels, endpoint_id=eid,
-                          forwards_to="http://localhost:80", **kw)
+    online.tunnel_started(
+        account_id=account_id,
+        session_id=sid,
+        tunnel_id=tid,
+        instance_id="edge-a",
+        proto=proto,
+        public_url=f"{proto}://{hostname}" if hostname else None,
+        hostname=hostname,
+        labels=labels,
+        endpoint_id=eid,
+        forwards_to="http://localhost:80",
+        **kw,
+    )
     return tid, eid
 
 
@@ -80,7 +98,9 @@ def test_heartbeat_refreshes_the_session_with_one_write_and_returns_flags(clock)
     sid = _session()
     clock["now"] += 10
     assert online.session_heartbeat(ACCT, sid, "edge-a") == {
-        "stop_requested": False, "restart_requested": False}
+        "stop_requested": False,
+        "restart_requested": False,
+    }
     item = _raw("tunnel_session", sid)
     assert item.heartbeat_at == clock["now"]
     assert item.expires_at == clock["now"] + online.EXPIRE_AFTER_SECONDS
@@ -98,11 +118,15 @@ def test_stop_is_returned_once_by_the_next_heartbeat(clock):
     sid = _session()
     online.request_stop(ACCT, sid)
     assert online.session_heartbeat(ACCT, sid, "edge-a") == {
-        "stop_requested": True, "restart_requested": False}
+        "stop_requested": True,
+        "restart_requested": False,
+    }
     assert online.session_heartbeat(ACCT, sid, "edge-a")["stop_requested"] is False
     online.request_restart(ACCT, sid)
     assert online.session_heartbeat(ACCT, sid, "edge-a") == {
-        "stop_requested": False, "restart_requested": True}
+        "stop_requested": False,
+        "restart_requested": True,
+    }
 
 
 def test_request_stop_of_unknown_stale_or_foreign_session_is_not_found(clock):
@@ -129,8 +153,7 @@ def test_tunnel_started_writes_tunnel_and_endpoint_and_links_them(clock):
     assert endpoint.data["served_name"] == "a.example.test"
     assert tunnel.instance_id == endpoint.instance_id == "edge-a"
     assert tunnel.expires_at == clock["now"] + online.CHILD_TTL_SECONDS
-    assert set(_raw("tunnel_session", sid).children) == {
-        tid, eid, f"claim|{eid}|a.example.test"}
+    assert set(_raw("tunnel_session", sid).children) == {tid, eid, f"claim|{eid}|a.example.test"}
 
 
 def test_tunnel_started_without_its_session_writes_nothing(clock):
@@ -144,8 +167,7 @@ def test_tunnel_started_without_its_session_writes_nothing(clock):
 def test_tunnel_stopped_removes_tunnel_endpoint_and_claim_idempotently(clock):
     sid = _session()
     tid, eid = _tunnel(sid, hostname="a.example.test")
-    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-a")
+    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
     other_tid, other_eid = _tunnel(sid, hostname="b.example.test")
     online.tunnel_stopped(ACCT, tid)
     online.tunnel_stopped(ACCT, tid)
@@ -153,14 +175,16 @@ def test_tunnel_stopped_removes_tunnel_endpoint_and_claim_idempotently(clock):
     assert _claim("a.example.test") is None
     assert _raw("tunnel", other_tid) is not None
     assert set(_raw("tunnel_session", sid).children) == {
-        other_tid, other_eid, f"claim|{other_eid}|b.example.test"}
+        other_tid,
+        other_eid,
+        f"claim|{other_eid}|b.example.test",
+    }
 
 
 def test_session_ended_removes_everything_of_the_session_idempotently(clock):
     sid = _session()
     tid, eid = _tunnel(sid, hostname="a.example.test")
-    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-a")
+    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
     ltid, _ = _tunnel(sid, labels={"app": "x"}, endpoint=False)
     keep = _session()
     ktid, keid = _tunnel(keep, hostname="k.example.test")
@@ -175,14 +199,19 @@ def test_session_ended_removes_everything_of_the_session_idempotently(clock):
 def test_session_ended_leaves_what_a_reconnected_session_rebound(clock):
     old = _session()
     tid, eid = _tunnel(old, hostname="a.example.test")
-    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-a")
+    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
     new = _session(instance_id="edge-b")
     # the agent reconnects and re-binds the same tunnel/endpoint ids on a new session
-    online.tunnel_started(account_id=ACCT, session_id=new, tunnel_id=tid, instance_id="edge-b",
-                          proto="https", hostname="a.example.test", endpoint_id=eid)
-    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-b")
+    online.tunnel_started(
+        account_id=ACCT,
+        session_id=new,
+        tunnel_id=tid,
+        instance_id="edge-b",
+        proto="https",
+        hostname="a.example.test",
+        endpoint_id=eid,
+    )
+    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-b")
     online.session_ended(ACCT, old)
     assert _raw("tunnel", tid).owner == new and _raw("endpoint", eid).owner == new
     assert _claim("a.example.test").instance_id == "edge-b"
@@ -191,65 +220,74 @@ def test_session_ended_leaves_what_a_reconnected_session_rebound(clock):
 def test_claim_hostname_is_one_endpoint_per_name_service_wide(clock):
     sid = _session()
     _, eid = _tunnel(sid, hostname="a.example.test")
-    online.claim_hostname("A.Example.Test", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-a")
+    online.claim_hostname("A.Example.Test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
     other = online.new_endpoint_id()
     with pytest.raises(errors.Conflict):
-        online.claim_hostname("a.example.test", account_id=OTHER, endpoint_id=other,
-                              instance_id="edge-b")
+        online.claim_hostname(
+            "a.example.test", account_id=OTHER, endpoint_id=other, instance_id="edge-b"
+        )
     assert _claim("a.example.test").owner == eid
     # the same endpoint claims again (reconnect): fine
-    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-b")
+    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-b")
     assert _claim("a.example.test").instance_id == "edge-b"
 
 
 def test_claim_of_a_stale_session_is_taken_over_at_the_boundary(clock):
     sid = _session()
     _, eid = _tunnel(sid, hostname="a.example.test")
-    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-a")
+    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
     other = online.new_endpoint_id()
     clock["now"] += online.STALE_SECONDS  # heartbeat exactly STALE_SECONDS old: live
     with pytest.raises(errors.Conflict):
-        online.claim_hostname("a.example.test", account_id=OTHER, endpoint_id=other,
-                              instance_id="edge-b")
+        online.claim_hostname(
+            "a.example.test", account_id=OTHER, endpoint_id=other, instance_id="edge-b"
+        )
     clock["now"] += 1
-    online.claim_hostname("a.example.test", account_id=OTHER, endpoint_id=other,
-                          instance_id="edge-b")
+    online.claim_hostname(
+        "a.example.test", account_id=OTHER, endpoint_id=other, instance_id="edge-b"
+    )
     assert _claim("a.example.test").owner == other
 
 
 def test_claim_heartbeat_keeps_the_session_claim_live(clock):
     sid = _session()
     _, eid = _tunnel(sid, hostname="a.example.test")
-    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-a")
+    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
     for _ in range(10):  # long after the claim, but the session heartbeats
         clock["now"] += 30
         online.session_heartbeat(ACCT, sid, "edge-a")
     with pytest.raises(errors.Conflict):
-        online.claim_hostname("a.example.test", account_id=OTHER,
-                              endpoint_id=online.new_endpoint_id(), instance_id="edge-b")
+        online.claim_hostname(
+            "a.example.test",
+            account_id=OTHER,
+            endpoint_id=online.new_endpoint_id(),
+            instance_id="edge-b",
+        )
 
 
 def test_claim_without_endpoint_item_is_live_for_stale_seconds(clock):
     eid = online.new_endpoint_id()
-    online.claim_hostname("h.example.test", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-a")
+    online.claim_hostname("h.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
     clock["now"] += online.STALE_SECONDS
     with pytest.raises(errors.Conflict):
-        online.claim_hostname("h.example.test", account_id=OTHER,
-                              endpoint_id=online.new_endpoint_id(), instance_id="edge-b")
+        online.claim_hostname(
+            "h.example.test",
+            account_id=OTHER,
+            endpoint_id=online.new_endpoint_id(),
+            instance_id="edge-b",
+        )
     clock["now"] += 1
-    online.claim_hostname("h.example.test", account_id=OTHER,
-                          endpoint_id=online.new_endpoint_id(), instance_id="edge-b")
+    online.claim_hostname(
+        "h.example.test",
+        account_id=OTHER,
+        endpoint_id=online.new_endpoint_id(),
+        instance_id="edge-b",
+    )
 
 
 def test_release_hostname_only_releases_our_own_claim(clock):
     eid, other = online.new_endpoint_id(), online.new_endpoint_id()
-    online.claim_hostname("h.example.test", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-a")
+    online.claim_hostname("h.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
     online.release_hostname("h.example.test", endpoint_id=other)
     assert _claim("h.example.test").owner == eid
     assert online.hostname_holder("h.example.test")["endpoint_id"] == eid
@@ -260,19 +298,31 @@ def test_release_hostname_only_releases_our_own_claim(clock):
 
 
 def test_tcp_addresses_claim_host_and_port(clock):
-    assert online.served_name("tcp", "tcp://1.tcp.example.test:20001", None, None) == \
-        "1.tcp.example.test:20001"
-    assert online.served_name("tcp", None, "1.tcp.example.test", 20001) == \
-        "1.tcp.example.test:20001"
+    assert (
+        online.served_name("tcp", "tcp://1.tcp.example.test:20001", None, None)
+        == "1.tcp.example.test:20001"
+    )
+    assert (
+        online.served_name("tcp", None, "1.tcp.example.test", 20001) == "1.tcp.example.test:20001"
+    )
     assert online.served_name("https", "https://A.example.test", None, None) == "a.example.test"
     eid = online.new_endpoint_id()
-    online.claim_hostname("1.tcp.example.test:20001", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-a")
-    online.claim_hostname("1.tcp.example.test:20002", account_id=OTHER,
-                          endpoint_id=online.new_endpoint_id(), instance_id="edge-a")
+    online.claim_hostname(
+        "1.tcp.example.test:20001", account_id=ACCT, endpoint_id=eid, instance_id="edge-a"
+    )
+    online.claim_hostname(
+        "1.tcp.example.test:20002",
+        account_id=OTHER,
+        endpoint_id=online.new_endpoint_id(),
+        instance_id="edge-a",
+    )
     with pytest.raises(errors.Conflict):
-        online.claim_hostname("1.tcp.example.test:20001", account_id=OTHER,
-                              endpoint_id=online.new_endpoint_id(), instance_id="edge-a")
+        online.claim_hostname(
+            "1.tcp.example.test:20001",
+            account_id=OTHER,
+            endpoint_id=online.new_endpoint_id(),
+            instance_id="edge-a",
+        )
 
 
 def test_online_tunnels_match_labels_of_live_sessions_only(clock):
@@ -283,27 +333,28 @@ def test_online_tunnels_match_labels_of_live_sessions_only(clock):
     _tunnel(live, labels={"app": "api"}, endpoint=False)
     _tunnel(live, hostname="plain.example.test")
     _tunnel(stale, labels={"app": "web"}, endpoint=False)
-    _tunnel(_session(account_id=OTHER), account_id=OTHER, labels={"app": "web"},
-            endpoint=False)
+    _tunnel(_session(account_id=OTHER), account_id=OTHER, labels={"app": "web"}, endpoint=False)
     clock["now"] += online.STALE_SECONDS + 1
     online.session_heartbeat(ACCT, live, "edge-a")
     found = online.online_tunnels(ACCT, {"app": "web"})
     assert sorted(t["tunnel_id"] for t in found) == sorted([a, b])
     assert all(t["session_id"] == live and t["instance_id"] == "edge-a" for t in found)
-    assert [t["tunnel_id"] for t in online.online_tunnels(ACCT, {"app": "web", "env": "prod"})] \
-        == [a]
+    assert [
+        t["tunnel_id"] for t in online.online_tunnels(ACCT, {"app": "web", "env": "prod"})
+    ] == [a]
     assert online.online_tunnels(ACCT, {"app": "none"}) == []
 
 
 def test_heartbeat_refreshes_children_ttl_only_when_due(clock):
     sid = _session()
     tid, eid = _tunnel(sid, hostname="a.example.test")
-    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid,
-                          instance_id="edge-a")
+    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
     written = _raw("tunnel", tid).expires_at
     clock["now"] += 60
     online.session_heartbeat(ACCT, sid, "edge-a")
-    assert _raw("tunnel", tid).expires_at == written  # not due: the heartbeat wrote only the session
+    assert (
+        _raw("tunnel", tid).expires_at == written
+    )  # not due: the heartbeat wrote only the session
     clock["now"] += online.CHILD_TTL_SECONDS / 2
     online.session_heartbeat(ACCT, sid, "edge-a")
     expected = clock["now"] + online.CHILD_TTL_SECONDS
@@ -319,7 +370,8 @@ def test_the_table_expires_items_by_expires_at(store_env):
 
 
 def test_live_page_fills_pages_past_offline_items_and_ends_early_at_the_read_limit(
-        clock, monkeypatch):
+    clock, monkeypatch
+):
     live = _session()
     clock["now"] += 1
     stale = [_session() for _ in range(20)]
@@ -340,8 +392,11 @@ def test_live_item_hides_offline_items(clock):
     tid, eid = _tunnel(sid, hostname="a.example.test")
     assert online.live_item(ACCT, "endpoint", "ep", eid, "endpoint")[1].sk == sid
     clock["now"] += online.STALE_SECONDS + 1
-    for collection, prefix, item_id in (("tunnel_session", "ts", sid), ("tunnel", "tn", tid),
-                                        ("endpoint", "ep", eid)):
+    for collection, prefix, item_id in (
+        ("tunnel_session", "ts", sid),
+        ("tunnel", "tn", tid),
+        ("endpoint", "ep", eid),
+    ):
         with pytest.raises(errors.NotFound):
             online.live_item(ACCT, collection, prefix, item_id, "thing")
 
@@ -374,12 +429,12 @@ def test_a_remembered_name_belongs_to_its_account_and_tunnel(clock):
     online.remember_name(ACCT, "tn_a", "tunnels.localhost:20001")
     assert online.remembered_name(OTHER, "tn_a") is None
     assert online.remembered_name(ACCT, "tn_b") is None
-    online.remember_name(ACCT, "tn_a", "tunnels.localhost:20002")   # the latest drop wins
+    online.remember_name(ACCT, "tn_a", "tunnels.localhost:20002")  # the latest drop wins
     assert online.remembered_name(ACCT, "tn_a") == "tunnels.localhost:20002"
 
 
 def test_a_tunnel_id_belongs_to_the_first_account_that_claims_it(clock):
     assert online.claim_tunnel_id("tn_a", ACCT) is True
-    assert online.claim_tunnel_id("tn_a", ACCT) is True      # its re-bind, again and again
-    assert online.claim_tunnel_id("tn_a", OTHER) is False    # never another account's
+    assert online.claim_tunnel_id("tn_a", ACCT) is True  # its re-bind, again and again
+    assert online.claim_tunnel_id("tn_a", OTHER) is False  # never another account's
     assert online.claim_tunnel_id("tn_b", OTHER) is True

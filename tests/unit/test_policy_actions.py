@@ -1,5 +1,6 @@
 """Each action: its config schema (defaults, limits, refusals naming the element) and what
 it does to synthetic traffic through the sans-IO interface."""
+
 import base64
 import gzip
 import hashlib
@@ -11,8 +12,18 @@ import zlib
 import pytest
 
 from chalicelib.core import policy
-from chalicelib.core.policy import (CLOSE, CONTINUE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Endpoint,
-                               PolicyError, Response, actions, ratelimit)
+from chalicelib.core.policy import (
+    CLOSE,
+    CONTINUE,
+    FORWARD_INTERNAL,
+    NEED_BODY,
+    RESPOND,
+    Endpoint,
+    PolicyError,
+    Response,
+    actions,
+    ratelimit,
+)
 from tests.support.policy import compile_doc, conn, on_request, request, rule
 
 
@@ -39,94 +50,221 @@ def header(headers, name):
 A0 = "on_http_request[0].actions[0].config"
 
 
-@pytest.mark.parametrize("action, path", [
-    ({"type": "add-headers"}, f"{A0}.headers"),
-    ({"type": "add-headers", "config": {"headers": {}}}, f"{A0}.headers"),
-    ({"type": "add-headers", "config": {"headers": {f"h{i}": "v" for i in range(11)}}},
-     f"{A0}.headers"),
-    ({"type": "add-headers", "config": {"headers": {"bad name": "v"}}}, f"{A0}.headers.bad name"),
-    ({"type": "remove-headers", "config": {"headers": []}}, f"{A0}.headers"),
-    ({"type": "remove-headers", "config": {"headers": [f"h{i}" for i in range(11)]}},
-     f"{A0}.headers"),
-    ({"type": "remove-headers", "config": {"headers": [5]}}, f"{A0}.headers[0]"),
-    ({"type": "custom-response", "config": {"status_code": 600}}, f"{A0}.status_code"),
-    ({"type": "custom-response", "config": {"status_code": True}}, f"{A0}.status_code"),
-    ({"type": "custom-response", "config": {"body": 5}}, f"{A0}.body"),
-    ({"type": "deny", "config": {"status_code": 99}}, f"{A0}.status_code"),
-    ({"type": "redirect", "config": {"from": "/a"}}, f"{A0}.to"),
-    ({"type": "redirect", "config": {"to": "/b", "status_code": 200}}, f"{A0}.status_code"),
-    ({"type": "redirect", "config": {"to": "/b", "from": "(unclosed"}}, f"{A0}.from"),
-    ({"type": "url-rewrite", "config": {"from": "a"}}, f"{A0}.to"),
-    ({"type": "url-rewrite", "config": {"from": "[", "to": "b"}}, f"{A0}.from"),
-    ({"type": "restrict-ips", "config": {}}, A0),
-    ({"type": "restrict-ips", "config": {"allow": ["10.0.0.0/33"]}}, f"{A0}.allow[0]"),
-    ({"type": "restrict-ips", "config": {"deny": ["nope"]}}, f"{A0}.deny[0]"),
-    ({"type": "restrict-ips", "config": {"ip_policies": ["x"]}}, f"{A0}.ip_policies[0]"),
-    ({"type": "restrict-ips", "config": {"allow": ["1.1.1.1"], "enforce": "yes"}},
-     f"{A0}.enforce"),
-    ({"type": "rate-limit", "config": {"algorithm": "sliding_window", "capacity": 1,
-                                       "rate": "60s", "bucket_key": ["conn.client_ip"]}},
-     f"{A0}.name"),
-    ({"type": "rate-limit", "config": {"name": "n", "algorithm": "token_bucket", "capacity": 1,
-                                       "rate": "60s", "bucket_key": ["conn.client_ip"]}},
-     f"{A0}.algorithm"),
-    ({"type": "rate-limit", "config": {"name": "n", "algorithm": "sliding_window",
-                                       "capacity": 0, "rate": "60s",
-                                       "bucket_key": ["conn.client_ip"]}}, f"{A0}.capacity"),
-    ({"type": "rate-limit", "config": {"name": "n", "algorithm": "sliding_window",
-                                       "capacity": 2_000_000_001, "rate": "60s",
-                                       "bucket_key": ["conn.client_ip"]}}, f"{A0}.capacity"),
-    ({"type": "rate-limit", "config": {"name": "n", "algorithm": "sliding_window",
-                                       "capacity": 1, "rate": "50s",
-                                       "bucket_key": ["conn.client_ip"]}}, f"{A0}.rate"),
-    ({"type": "rate-limit", "config": {"name": "n", "algorithm": "sliding_window",
-                                       "capacity": 1, "rate": "65s",
-                                       "bucket_key": ["conn.client_ip"]}}, f"{A0}.rate"),
-    ({"type": "rate-limit", "config": {"name": "n", "algorithm": "sliding_window",
-                                       "capacity": 1, "rate": "24h10s",
-                                       "bucket_key": ["conn.client_ip"]}}, f"{A0}.rate"),
-    ({"type": "rate-limit", "config": {"name": "n", "algorithm": "sliding_window",
-                                       "capacity": 1, "rate": "60s",
-                                       "bucket_key": ["req.nope"]}}, f"{A0}.bucket_key[0]"),
-    ({"type": "rate-limit", "config": {"name": "n", "algorithm": "sliding_window",
-                                       "capacity": 1, "rate": "60s",
-                                       "bucket_key": ["conn.client_ip"] * 11}},
-     f"{A0}.bucket_key"),
-    ({"type": "basic-auth", "config": {"credentials": ["user:short"]}}, f"{A0}.credentials[0]"),
-    ({"type": "basic-auth", "config": {"credentials": ["user:" + "p" * 129]}},
-     f"{A0}.credentials[0]"),
-    ({"type": "basic-auth", "config": {"credentials": ["nocolon12345"]}},
-     f"{A0}.credentials[0]"),
-    ({"type": "basic-auth", "config": {"credentials": [f"u{i}:password1" for i in range(11)]}},
-     f"{A0}.credentials"),
-    ({"type": "basic-auth", "config": {"credentials": ["u:password1"], "realm": "r" * 129}},
-     f"{A0}.realm"),
-    ({"type": "verify-webhook", "config": {"provider": "carrier-pigeon", "secret": "s"}},
-     f"{A0}.provider"),
-    ({"type": "verify-webhook", "config": {"provider": "github"}}, f"{A0}.secret"),
-    ({"type": "set-vars", "config": {"vars": [{"a": 1, "b": 2}]}}, f"{A0}.vars[0]"),
-    ({"type": "set-vars", "config": {"vars": []}}, f"{A0}.vars"),
-    ({"type": "set-vars", "config": {"vars": [{"bad-name": 1}]}}, f"{A0}.vars[0].bad-name"),
-    ({"type": "log", "config": {}}, f"{A0}.metadata"),
-    ({"type": "log", "config": {"metadata": {"m": "${req.nope}"}}}, f"{A0}.metadata.m"),
-    ({"type": "forward-internal", "config": {}}, f"{A0}.url"),
-    ({"type": "forward-internal", "config": {"url": "https://public.example.com"}},
-     f"{A0}.url"),
-    ({"type": "forward-internal", "config": {"url": "https://a.internal", "on_error": "x"}},
-     f"{A0}.on_error"),
-    ({"type": "close-connection", "config": {"x": 1}}, f"{A0}.x"),
-    ({"type": "jwt-validation", "config": {}}, f"{A0}.issuer"),
-])
+@pytest.mark.parametrize(
+    "action, path",
+    [
+        ({"type": "add-headers"}, f"{A0}.headers"),
+        ({"type": "add-headers", "config": {"headers": {}}}, f"{A0}.headers"),
+        (
+            {"type": "add-headers", "config": {"headers": {f"h{i}": "v" for i in range(11)}}},
+            f"{A0}.headers",
+        ),
+        (
+            {"type": "add-headers", "config": {"headers": {"bad name": "v"}}},
+            f"{A0}.headers.bad name",
+        ),
+        ({"type": "remove-headers", "config": {"headers": []}}, f"{A0}.headers"),
+        (
+            {"type": "remove-headers", "config": {"headers": [f"h{i}" for i in range(11)]}},
+            f"{A0}.headers",
+        ),
+        ({"type": "remove-headers", "config": {"headers": [5]}}, f"{A0}.headers[0]"),
+        ({"type": "custom-response", "config": {"status_code": 600}}, f"{A0}.status_code"),
+        ({"type": "custom-response", "config": {"status_code": True}}, f"{A0}.status_code"),
+        ({"type": "custom-response", "config": {"body": 5}}, f"{A0}.body"),
+        ({"type": "deny", "config": {"status_code": 99}}, f"{A0}.status_code"),
+        ({"type": "redirect", "config": {"from": "/a"}}, f"{A0}.to"),
+        ({"type": "redirect", "config": {"to": "/b", "status_code": 200}}, f"{A0}.status_code"),
+        ({"type": "redirect", "config": {"to": "/b", "from": "(unclosed"}}, f"{A0}.from"),
+        ({"type": "url-rewrite", "config": {"from": "a"}}, f"{A0}.to"),
+        ({"type": "url-rewrite", "config": {"from": "[", "to": "b"}}, f"{A0}.from"),
+        ({"type": "restrict-ips", "config": {}}, A0),
+        ({"type": "restrict-ips", "config": {"allow": ["10.0.0.0/33"]}}, f"{A0}.allow[0]"),
+        ({"type": "restrict-ips", "config": {"deny": ["nope"]}}, f"{A0}.deny[0]"),
+        ({"type": "restrict-ips", "config": {"ip_policies": ["x"]}}, f"{A0}.ip_policies[0]"),
+        (
+            {"type": "restrict-ips", "config": {"allow": ["1.1.1.1"], "enforce": "yes"}},
+            f"{A0}.enforce",
+        ),
+        (
+            {
+                "type": "rate-limit",
+                "config": {
+                    "algorithm": "sliding_window",
+                    "capacity": 1,
+                    "rate": "60s",
+                    "bucket_key": ["conn.client_ip"],
+                },
+            },
+            f"{A0}.name",
+        ),
+        (
+            {
+                "type": "rate-limit",
+                "config": {
+                    "name": "n",
+                    "algorithm": "token_bucket",
+                    "capacity": 1,
+                    "rate": "60s",
+                    "bucket_key": ["conn.client_ip"],
+                },
+            },
+            f"{A0}.algorithm",
+        ),
+        (
+            {
+                "type": "rate-limit",
+                "config": {
+                    "name": "n",
+                    "algorithm": "sliding_window",
+                    "capacity": 0,
+                    "rate": "60s",
+                    "bucket_key": ["conn.client_ip"],
+                },
+            },
+            f"{A0}.capacity",
+        ),
+        (
+            {
+                "type": "rate-limit",
+                "config": {
+                    "name": "n",
+                    "algorithm": "sliding_window",
+                    "capacity": 2_000_000_001,
+                    "rate": "60s",
+                    "bucket_key": ["conn.client_ip"],
+                },
+            },
+            f"{A0}.capacity",
+        ),
+        (
+            {
+                "type": "rate-limit",
+                "config": {
+                    "name": "n",
+                    "algorithm": "sliding_window",
+                    "capacity": 1,
+                    "rate": "50s",
+                    "bucket_key": ["conn.client_ip"],
+                },
+            },
+            f"{A0}.rate",
+        ),
+        (
+            {
+                "type": "rate-limit",
+                "config": {
+                    "name": "n",
+                    "algorithm": "sliding_window",
+                    "capacity": 1,
+                    "rate": "65s",
+                    "bucket_key": ["conn.client_ip"],
+                },
+            },
+            f"{A0}.rate",
+        ),
+        (
+            {
+                "type": "rate-limit",
+                "config": {
+                    "name": "n",
+                    "algorithm": "sliding_window",
+                    "capacity": 1,
+                    "rate": "24h10s",
+                    "bucket_key": ["conn.client_ip"],
+                },
+            },
+            f"{A0}.rate",
+        ),
+        (
+            {
+                "type": "rate-limit",
+                "config": {
+                    "name": "n",
+                    "algorithm": "sliding_window",
+                    "capacity": 1,
+                    "rate": "60s",
+                    "bucket_key": ["req.nope"],
+                },
+            },
+            f"{A0}.bucket_key[0]",
+        ),
+        (
+            {
+                "type": "rate-limit",
+                "config": {
+                    "name": "n",
+                    "algorithm": "sliding_window",
+                    "capacity": 1,
+                    "rate": "60s",
+                    "bucket_key": ["conn.client_ip"] * 11,
+                },
+            },
+            f"{A0}.bucket_key",
+        ),
+        (
+            {"type": "basic-auth", "config": {"credentials": ["user:short"]}},
+            f"{A0}.credentials[0]",
+        ),
+        (
+            {"type": "basic-auth", "config": {"credentials": ["user:" + "p" * 129]}},
+            f"{A0}.credentials[0]",
+        ),
+        (
+            {"type": "basic-auth", "config": {"credentials": ["nocolon12345"]}},
+            f"{A0}.credentials[0]",
+        ),
+        (
+            {
+                "type": "basic-auth",
+                "config": {"credentials": [f"u{i}:password1" for i in range(11)]},
+            },
+            f"{A0}.credentials",
+        ),
+        (
+            {"type": "basic-auth", "config": {"credentials": ["u:password1"], "realm": "r" * 129}},
+            f"{A0}.realm",
+        ),
+        (
+            {"type": "verify-webhook", "config": {"provider": "carrier-pigeon", "secret": "s"}},
+            f"{A0}.provider",
+        ),
+        ({"type": "verify-webhook", "config": {"provider": "github"}}, f"{A0}.secret"),
+        ({"type": "set-vars", "config": {"vars": [{"a": 1, "b": 2}]}}, f"{A0}.vars[0]"),
+        ({"type": "set-vars", "config": {"vars": []}}, f"{A0}.vars"),
+        ({"type": "set-vars", "config": {"vars": [{"bad-name": 1}]}}, f"{A0}.vars[0].bad-name"),
+        ({"type": "log", "config": {}}, f"{A0}.metadata"),
+        ({"type": "log", "config": {"metadata": {"m": "${req.nope}"}}}, f"{A0}.metadata.m"),
+        ({"type": "forward-internal", "config": {}}, f"{A0}.url"),
+        (
+            {"type": "forward-internal", "config": {"url": "https://public.example.com"}},
+            f"{A0}.url",
+        ),
+        (
+            {"type": "forward-internal", "config": {"url": "https://a.internal", "on_error": "x"}},
+            f"{A0}.on_error",
+        ),
+        ({"type": "close-connection", "config": {"x": 1}}, f"{A0}.x"),
+        ({"type": "jwt-validation", "config": {}}, f"{A0}.issuer"),
+    ],
+)
 def test_bad_configs_are_refused_naming_the_field(action, path):
     assert refused(req_doc(action)).path == path
 
 
-@pytest.mark.parametrize("action, path", [
-    ({"type": "compress-response", "config": {"algorithms": ["zstd"]}},
-     "on_http_response[0].actions[0].config.algorithms[0]"),
-    ({"type": "compress-response", "config": {"algorithms": ["gzip", "gzip"]}},
-     "on_http_response[0].actions[0].config.algorithms"),
-])
+@pytest.mark.parametrize(
+    "action, path",
+    [
+        (
+            {"type": "compress-response", "config": {"algorithms": ["zstd"]}},
+            "on_http_response[0].actions[0].config.algorithms[0]",
+        ),
+        (
+            {"type": "compress-response", "config": {"algorithms": ["gzip", "gzip"]}},
+            "on_http_response[0].actions[0].config.algorithms",
+        ),
+    ],
+)
 def test_bad_response_configs_are_refused(action, path):
     assert refused(res_doc(action)).path == path
 
@@ -138,16 +276,16 @@ def test_tcp_deny_takes_no_config():
 
 @pytest.mark.parametrize("n, ok", [(10, True), (11, False)])
 def test_header_count_limit_of_ten(n, ok):
-    doc = req_doc({"type": "add-headers", "config": {"headers": {f"h{i}": "v"
-                                                                 for i in range(n)}}})
+    doc = req_doc({"type": "add-headers", "config": {"headers": {f"h{i}": "v" for i in range(n)}}})
     if ok:
         compile_doc(doc)
     else:
         refused(doc)
 
 
-@pytest.mark.parametrize("password, ok", [("p" * 8, True), ("p" * 7, False), ("p" * 128, True),
-                                          ("p" * 129, False)])
+@pytest.mark.parametrize(
+    "password, ok", [("p" * 8, True), ("p" * 7, False), ("p" * 128, True), ("p" * 129, False)]
+)
 def test_basic_auth_password_length_bounds(password, ok):
     doc = req_doc({"type": "basic-auth", "config": {"credentials": [f"user:{password}"]}})
     if ok:
@@ -156,13 +294,33 @@ def test_basic_auth_password_length_bounds(password, ok):
         refused(doc)
 
 
-@pytest.mark.parametrize("rate, ok", [("60s", True), ("1m", True), ("90s", True),
-                                      ("24h", True), ("59s", False), ("50s", False),
-                                      ("24h10s", False), ("1h0m5s", False), ("x", False)])
+@pytest.mark.parametrize(
+    "rate, ok",
+    [
+        ("60s", True),
+        ("1m", True),
+        ("90s", True),
+        ("24h", True),
+        ("59s", False),
+        ("50s", False),
+        ("24h10s", False),
+        ("1h0m5s", False),
+        ("x", False),
+    ],
+)
 def test_rate_limit_rate_bounds(rate, ok):
-    doc = req_doc({"type": "rate-limit", "config": {
-        "name": "n", "algorithm": "sliding_window", "capacity": 1, "rate": rate,
-        "bucket_key": ["conn.client_ip"]}})
+    doc = req_doc(
+        {
+            "type": "rate-limit",
+            "config": {
+                "name": "n",
+                "algorithm": "sliding_window",
+                "capacity": 1,
+                "rate": rate,
+                "bucket_key": ["conn.client_ip"],
+            },
+        }
+    )
     if ok:
         compile_doc(doc)
     else:
@@ -171,38 +329,56 @@ def test_rate_limit_rate_bounds(rate, ok):
 
 # ---- behaviour --------------------------------------------------------------------------------
 
+
 def test_add_headers_appends_rendered_values_and_sets_action_variables():
-    out, req = on_request(req_doc(
-        {"type": "add-headers", "config": {"headers": {"X-Client": "${conn.client_ip}",
-                                                       "X-Path": "p=${req.url.path}"}}},
-        {"type": "custom-response", "config": {
-            "body": "${actions.ngrok.add_headers.headers_added['X-Client']}"}}),
-        request("/here", headers=[("X-Client", "old")]))
+    out, req = on_request(
+        req_doc(
+            {
+                "type": "add-headers",
+                "config": {
+                    "headers": {"X-Client": "${conn.client_ip}", "X-Path": "p=${req.url.path}"}
+                },
+            },
+            {
+                "type": "custom-response",
+                "config": {"body": "${actions.ngrok.add_headers.headers_added['X-Client']}"},
+            },
+        ),
+        request("/here", headers=[("X-Client", "old")]),
+    )
     assert header(req.headers, "x-client") == ["old", "203.0.113.7"]
     assert header(req.headers, "x-path") == ["p=/here"]
     assert out.kind == RESPOND and out.body == b"203.0.113.7"
 
 
 def test_add_headers_on_the_response():
-    p = compile_doc(res_doc({"type": "add-headers", "config": {
-        "headers": {"x-status": "${res.status_code}"}}}))
+    p = compile_doc(
+        res_doc({"type": "add-headers", "config": {"headers": {"x-status": "${res.status_code}"}}})
+    )
     res = Response(201, [])
     out = p.on_http_response(conn(), request(), res, p.new_state())
     assert out.kind == CONTINUE and header(res.headers, "x-status") == ["201"]
 
 
 def test_add_headers_drops_values_with_line_breaks():
-    out, req = on_request(req_doc({"type": "add-headers", "config": {
-        "headers": {"x-q": "${req.url.query_params['v'][0]}"}}}),
-        request("/?v=a%0d%0aX-Evil:%201"))
+    out, req = on_request(
+        req_doc(
+            {
+                "type": "add-headers",
+                "config": {"headers": {"x-q": "${req.url.query_params['v'][0]}"}},
+            }
+        ),
+        request("/?v=a%0d%0aX-Evil:%201"),
+    )
     assert header(req.headers, "x-q") == [] and header(req.headers, "x-evil") == []
     assert out.errors
 
 
 def test_remove_headers_removes_every_value_case_insensitively():
-    out, req = on_request(req_doc({"type": "remove-headers", "config": {
-        "headers": ["X-Secret", "absent"]}}),
-        request(headers=[("x-secret", "1"), ("X-SECRET", "2"), ("Keep", "k")]))
+    out, req = on_request(
+        req_doc({"type": "remove-headers", "config": {"headers": ["X-Secret", "absent"]}}),
+        request(headers=[("x-secret", "1"), ("X-SECRET", "2"), ("Keep", "k")]),
+    )
     assert out.kind == CONTINUE
     assert header(req.headers, "x-secret") == [] and header(req.headers, "keep") == ["k"]
 
@@ -214,11 +390,17 @@ def test_remove_headers_on_the_response():
     assert res.headers == [("A", "b")]
 
 
-@pytest.mark.parametrize("body, content_type", [
-    ('{"ok": true}', "application/json"), ("[1]", "application/json"),
-    ("<h1>hi</h1>", "text/html"), ("plain", "text/plain"), ("{not json", "text/plain"),
-    ("", "text/plain"),
-])
+@pytest.mark.parametrize(
+    "body, content_type",
+    [
+        ('{"ok": true}', "application/json"),
+        ("[1]", "application/json"),
+        ("<h1>hi</h1>", "text/html"),
+        ("plain", "text/plain"),
+        ("{not json", "text/plain"),
+        ("", "text/plain"),
+    ],
+)
 def test_custom_response_infers_the_content_type(body, content_type):
     out, _ = on_request(req_doc({"type": "custom-response", "config": {"body": body}}))
     assert out.kind == RESPOND and out.status_code == 200
@@ -227,25 +409,44 @@ def test_custom_response_infers_the_content_type(body, content_type):
 
 
 def test_custom_response_uses_given_status_headers_and_interpolation():
-    out, _ = on_request(req_doc({"type": "custom-response", "config": {
-        "status_code": 418, "body": "you are ${conn.client_ip} at ${req.url.path}",
-        "headers": {"content-type": "text/x-tea", "x-a": "${req.method}"}}}),
-        request("/pot"))
+    out, _ = on_request(
+        req_doc(
+            {
+                "type": "custom-response",
+                "config": {
+                    "status_code": 418,
+                    "body": "you are ${conn.client_ip} at ${req.url.path}",
+                    "headers": {"content-type": "text/x-tea", "x-a": "${req.method}"},
+                },
+            }
+        ),
+        request("/pot"),
+    )
     assert (out.status_code, out.body) == (418, b"you are 203.0.113.7 at /pot")
     assert header(out.headers, "content-type") == ["text/x-tea"]
     assert header(out.headers, "x-a") == ["GET"]
 
 
 def test_custom_response_replaces_the_upstream_response():
-    p = compile_doc(res_doc({"type": "custom-response", "config": {
-        "status_code": 503, "body": "was ${res.status_code}"}}))
+    p = compile_doc(
+        res_doc(
+            {
+                "type": "custom-response",
+                "config": {"status_code": 503, "body": "was ${res.status_code}"},
+            }
+        )
+    )
     out = p.on_http_response(conn(), request(), Response(500, []), p.new_state())
     assert (out.kind, out.status_code, out.body) == (RESPOND, 503, b"was 500")
 
 
 def test_deny_defaults_to_403_without_body_and_stops_later_rules():
-    doc = {"on_http_request": [rule({"type": "deny"}),
-                               rule({"type": "custom-response", "config": {"body": "x"}})]}
+    doc = {
+        "on_http_request": [
+            rule({"type": "deny"}),
+            rule({"type": "custom-response", "config": {"body": "x"}}),
+        ]
+    }
     out, _ = on_request(doc)
     assert (out.kind, out.status_code, out.body) == (RESPOND, 403, b"")
 
@@ -256,31 +457,46 @@ def test_deny_with_status_code():
 
 
 def test_deny_on_tcp_connect_closes():
-    p = compile_doc({"on_tcp_connect": [rule({"type": "deny"},
-                                             expressions=["conn.client_ip == '10.9.9.9'"])]})
+    p = compile_doc(
+        {"on_tcp_connect": [rule({"type": "deny"}, expressions=["conn.client_ip == '10.9.9.9'"])]}
+    )
     assert p.on_tcp_connect(conn("10.9.9.9")).kind == CLOSE
     assert p.on_tcp_connect(conn("10.9.9.8")).kind == CONTINUE
 
 
 def test_close_connection_in_both_phases():
-    doc = {"on_tcp_connect": [rule({"type": "close-connection"},
-                                   expressions=["conn.client_port == 1"])],
-           "on_http_request": [rule({"type": "close-connection"})]}
+    doc = {
+        "on_tcp_connect": [
+            rule({"type": "close-connection"}, expressions=["conn.client_port == 1"])
+        ],
+        "on_http_request": [rule({"type": "close-connection"})],
+    }
     p = compile_doc(doc)
     assert p.on_tcp_connect(conn(port=1)).kind == CLOSE
     assert p.on_tcp_connect(conn(port=2)).kind == CONTINUE
     assert p.on_http_request(conn(), request(), p.new_state()).kind == CLOSE
 
 
-@pytest.mark.parametrize("config, target, status, location", [
-    ({"from": "/api/v1/", "to": "/api/v2/"}, "/api/v1/items?x=1", 302,
-     "https://app.example.com/api/v2/items?x=1"),
-    ({"from": "^http://(.*)$", "to": "https://$1", "status_code": 301}, "/x", 301, None),
-    ({"to": "https://other.example.com/"}, "/anything", 302, "https://other.example.com/"),
-    ({"from": "/(?P<name>[a-z]+)$", "to": "/hello-$name"}, "/bob", 302,
-     "https://app.example.com/hello-bob"),
-    ({"from": "/old", "to": "/new", "status_code": 308}, "/unrelated", None, None),
-])
+@pytest.mark.parametrize(
+    "config, target, status, location",
+    [
+        (
+            {"from": "/api/v1/", "to": "/api/v2/"},
+            "/api/v1/items?x=1",
+            302,
+            "https://app.example.com/api/v2/items?x=1",
+        ),
+        ({"from": "^http://(.*)$", "to": "https://$1", "status_code": 301}, "/x", 301, None),
+        ({"to": "https://other.example.com/"}, "/anything", 302, "https://other.example.com/"),
+        (
+            {"from": "/(?P<name>[a-z]+)$", "to": "/hello-$name"},
+            "/bob",
+            302,
+            "https://app.example.com/hello-bob",
+        ),
+        ({"from": "/old", "to": "/new", "status_code": 308}, "/unrelated", None, None),
+    ],
+)
 def test_redirect(config, target, status, location):
     out, _ = on_request(req_doc({"type": "redirect", "config": config}), request(target))
     if status is None or location is None and config.get("status_code") == 301:
@@ -291,28 +507,53 @@ def test_redirect(config, target, status, location):
 
 
 def test_redirect_from_http_to_https_with_interpolation():
-    doc = req_doc({"type": "redirect", "config": {
-        "to": "https://${req.host}${req.url.path}", "status_code": 301}},
-        expressions=["req.url.scheme == 'http'"])
+    doc = req_doc(
+        {
+            "type": "redirect",
+            "config": {"to": "https://${req.host}${req.url.path}", "status_code": 301},
+        },
+        expressions=["req.url.scheme == 'http'"],
+    )
     out, _ = on_request(doc, request("/p", scheme="http"))
     assert out.status_code == 301 and header(out.headers, "location") == [
-        "https://app.example.com/p"]
+        "https://app.example.com/p"
+    ]
     out, _ = on_request(doc, request("/p", scheme="https"))
     assert out.kind == CONTINUE
 
 
 def test_redirect_headers_and_action_variables():
-    doc = {"on_http_request": [rule({"type": "redirect", "config": {
-        "from": "/a", "to": "/b", "headers": {"x-why": "moved"}}})]}
+    doc = {
+        "on_http_request": [
+            rule(
+                {
+                    "type": "redirect",
+                    "config": {"from": "/a", "to": "/b", "headers": {"x-why": "moved"}},
+                }
+            )
+        ]
+    }
     out, _ = on_request(doc, request("/a"))
     assert header(out.headers, "x-why") == ["moved"]
 
 
 def test_url_rewrite_replaces_every_match_and_keeps_going():
-    doc = {"on_http_request": [
-        rule({"type": "url-rewrite", "config": {"from": "/v1/", "to": "/v2/"}}),
-        rule({"type": "add-headers", "config": {"headers": {
-            "x-url": "${req.url}", "x-var": "${actions.ngrok.url_rewrite.url}"}}})]}
+    doc = {
+        "on_http_request": [
+            rule({"type": "url-rewrite", "config": {"from": "/v1/", "to": "/v2/"}}),
+            rule(
+                {
+                    "type": "add-headers",
+                    "config": {
+                        "headers": {
+                            "x-url": "${req.url}",
+                            "x-var": "${actions.ngrok.url_rewrite.url}",
+                        }
+                    },
+                }
+            ),
+        ]
+    }
     out, req = on_request(doc, request("/v1/a/v1/b?q=/v1/"))
     assert out.kind == CONTINUE
     assert req.target == "/v2/a/v2/b?q=/v2/"
@@ -321,35 +562,49 @@ def test_url_rewrite_replaces_every_match_and_keeps_going():
 
 
 def test_url_rewrite_with_groups_and_authority_anchor():
-    doc = req_doc({"type": "url-rewrite", "config": {
-        "from": "^https://${req.url.authority}/products/([0-9]+)", "to":
-        "https://${req.url.authority}/items?id=$1"}})
+    doc = req_doc(
+        {
+            "type": "url-rewrite",
+            "config": {
+                "from": "^https://${req.url.authority}/products/([0-9]+)",
+                "to": "https://${req.url.authority}/items?id=$1",
+            },
+        }
+    )
     _, req = on_request(doc, request("/products/42"))
     assert req.target == "/items?id=42"
 
 
 def test_url_rewrite_without_match_changes_nothing():
-    _, req = on_request(req_doc({"type": "url-rewrite", "config": {"from": "/zzz", "to": "/"}}),
-                        request("/a?b"))
+    _, req = on_request(
+        req_doc({"type": "url-rewrite", "config": {"from": "/zzz", "to": "/"}}), request("/a?b")
+    )
     assert req.target == "/a?b"
 
 
-@pytest.mark.parametrize("config, ip, allowed", [
-    ({"allow": ["10.0.0.0/8"]}, "10.1.2.3", True),
-    ({"allow": ["10.0.0.0/8"]}, "11.1.2.3", False),
-    ({"deny": ["10.0.0.0/8"]}, "10.1.2.3", False),
-    ({"deny": ["10.0.0.0/8"]}, "192.0.2.1", True),
-    ({"allow": ["10.0.0.0/8"], "deny": ["10.9.0.0/16"]}, "10.9.1.1", False),
-    ({"allow": ["10.0.0.0/8"], "deny": ["10.9.0.0/16"]}, "10.8.1.1", True),
-    ({"allow": ["::/0"]}, "2001:db8::1", True),
-    ({"allow": ["::/0"]}, "192.0.2.1", False),
-    ({"allow": ["192.0.2.1"]}, "192.0.2.1", True),
-    ({"allow": ["10.0.0.0/8"], "enforce": False}, "11.1.2.3", True),
-])
+@pytest.mark.parametrize(
+    "config, ip, allowed",
+    [
+        ({"allow": ["10.0.0.0/8"]}, "10.1.2.3", True),
+        ({"allow": ["10.0.0.0/8"]}, "11.1.2.3", False),
+        ({"deny": ["10.0.0.0/8"]}, "10.1.2.3", False),
+        ({"deny": ["10.0.0.0/8"]}, "192.0.2.1", True),
+        ({"allow": ["10.0.0.0/8"], "deny": ["10.9.0.0/16"]}, "10.9.1.1", False),
+        ({"allow": ["10.0.0.0/8"], "deny": ["10.9.0.0/16"]}, "10.8.1.1", True),
+        ({"allow": ["::/0"]}, "2001:db8::1", True),
+        ({"allow": ["::/0"]}, "192.0.2.1", False),
+        ({"allow": ["192.0.2.1"]}, "192.0.2.1", True),
+        ({"allow": ["10.0.0.0/8"], "enforce": False}, "11.1.2.3", True),
+    ],
+)
 def test_restrict_ips(config, ip, allowed):
-    doc = req_doc({"type": "restrict-ips", "config": config},
-                  {"type": "add-headers", "config": {"headers": {
-                      "x-action": "${actions.ngrok.restrict_ips.action}"}}})
+    doc = req_doc(
+        {"type": "restrict-ips", "config": config},
+        {
+            "type": "add-headers",
+            "config": {"headers": {"x-action": "${actions.ngrok.restrict_ips.action}"}},
+        },
+    )
     out, req = on_request(doc, c=conn(ip))
     if allowed:
         assert out.kind == CONTINUE
@@ -360,9 +615,16 @@ def test_restrict_ips(config, ip, allowed):
 
 
 def test_restrict_ips_on_tcp_connect_closes_and_on_response_answers_403():
-    p = compile_doc({"on_tcp_connect": [rule({"type": "restrict-ips", "config": {
-        "allow": ["10.0.0.0/8"]}})], "on_http_response": [rule({
-            "type": "restrict-ips", "config": {"deny": ["10.0.0.0/8"]}})]})
+    p = compile_doc(
+        {
+            "on_tcp_connect": [
+                rule({"type": "restrict-ips", "config": {"allow": ["10.0.0.0/8"]}})
+            ],
+            "on_http_response": [
+                rule({"type": "restrict-ips", "config": {"deny": ["10.0.0.0/8"]}})
+            ],
+        }
+    )
     assert p.on_tcp_connect(conn("11.0.0.1")).kind == CLOSE
     assert p.on_tcp_connect(conn("10.0.0.1")).kind == CONTINUE
     out = p.on_http_response(conn("10.0.0.1"), request(), Response(200, []), p.new_state())
@@ -386,34 +648,53 @@ def _resolver(account_id, policy_id):
 
 def _ipp_conn(ip, account_id=ACCOUNT, resolver=_resolver):
     c = conn(ip)
-    c.endpoint = Endpoint(id="ep_test", url="https://app.example.com", host="app.example.com",
-                          port=443, protocol="https", account_id=account_id)
+    c.endpoint = Endpoint(
+        id="ep_test",
+        url="https://app.example.com",
+        host="app.example.com",
+        port=443,
+        protocol="https",
+        account_id=account_id,
+    )
     c.ip_policy_resolver = resolver
     return c
 
 
 def _ipp_doc(*ids, enforce=True, **config):
-    return req_doc({"type": "restrict-ips", "config": {"ip_policies": list(ids),
-                                                        "enforce": enforce, **config}},
-                   {"type": "add-headers", "config": {"headers": {
-                       "x-action": "${actions.ngrok.restrict_ips.action}",
-                       "x-error": "${actions.ngrok.restrict_ips.error.code}"}}})
+    return req_doc(
+        {
+            "type": "restrict-ips",
+            "config": {"ip_policies": list(ids), "enforce": enforce, **config},
+        },
+        {
+            "type": "add-headers",
+            "config": {
+                "headers": {
+                    "x-action": "${actions.ngrok.restrict_ips.action}",
+                    "x-error": "${actions.ngrok.restrict_ips.error.code}",
+                }
+            },
+        },
+    )
 
 
-@pytest.mark.parametrize("ids, config, ip, allowed", [
-    (["ipp_mine"], {}, "127.0.0.1", True),                 # the /32 itself
-    (["ipp_mine"], {}, "127.0.0.2", False),                # one past it
-    (["ipp_mine"], {}, "2001:db8::1", True),               # IPv6 rule
-    (["ipp_mine"], {}, "2001:db9::1", False),
-    (["ipp_blocks"], {}, "10.255.255.255", False),         # deny-only policy: denied inside
-    (["ipp_blocks"], {}, "11.0.0.0", True),                # and allowed outside
-    (["ipp_mine", "ipp_blocks"], {}, "10.0.0.1", False),   # rules of both policies combine
-    (["ipp_mine"], {"deny": ["127.0.0.1/32"]}, "127.0.0.1", False),   # config deny wins
-    (["ipp_blocks"], {"allow": ["10.1.0.0/16"]}, "10.1.0.1", False),  # policy deny wins
-    (["ipp_mine"], {"allow": ["192.0.2.0/24"]}, "192.0.2.9", True),   # config allow adds
-    (["ipp_empty"], {}, "127.0.0.1", False),               # no rules at all: nothing allowed
-    (["ipp_empty"], {"deny": ["10.0.0.0/8"]}, "127.0.0.1", True),
-])
+@pytest.mark.parametrize(
+    "ids, config, ip, allowed",
+    [
+        (["ipp_mine"], {}, "127.0.0.1", True),  # the /32 itself
+        (["ipp_mine"], {}, "127.0.0.2", False),  # one past it
+        (["ipp_mine"], {}, "2001:db8::1", True),  # IPv6 rule
+        (["ipp_mine"], {}, "2001:db9::1", False),
+        (["ipp_blocks"], {}, "10.255.255.255", False),  # deny-only policy: denied inside
+        (["ipp_blocks"], {}, "11.0.0.0", True),  # and allowed outside
+        (["ipp_mine", "ipp_blocks"], {}, "10.0.0.1", False),  # rules of both policies combine
+        (["ipp_mine"], {"deny": ["127.0.0.1/32"]}, "127.0.0.1", False),  # config deny wins
+        (["ipp_blocks"], {"allow": ["10.1.0.0/16"]}, "10.1.0.1", False),  # policy deny wins
+        (["ipp_mine"], {"allow": ["192.0.2.0/24"]}, "192.0.2.9", True),  # config allow adds
+        (["ipp_empty"], {}, "127.0.0.1", False),  # no rules at all: nothing allowed
+        (["ipp_empty"], {"deny": ["10.0.0.0/8"]}, "127.0.0.1", True),
+    ],
+)
 def test_restrict_ips_combines_the_accounts_ip_policy_rules(ids, config, ip, allowed):
     out, req = on_request(_ipp_doc(*ids, **config), c=_ipp_conn(ip))
     if allowed:
@@ -436,60 +717,97 @@ def test_another_accounts_ip_policy_does_not_apply():
     out, _ = on_request(_ipp_doc("ipp_theirs"), c=_ipp_conn("127.0.0.1"))
     assert out.status_code == 403
     # the same document on OTHER's endpoint: it applies
-    assert on_request(_ipp_doc("ipp_theirs"), c=_ipp_conn("127.0.0.1", OTHER))[0].kind \
-        == CONTINUE
+    assert on_request(_ipp_doc("ipp_theirs"), c=_ipp_conn("127.0.0.1", OTHER))[0].kind == CONTINUE
 
 
 def test_the_resolver_is_asked_with_the_account_of_the_endpoint_whose_policy_runs():
     asked = []
-    on_request(_ipp_doc("ipp_mine"), c=_ipp_conn("127.0.0.1", resolver=lambda a, i: (
-        asked.append((a, i)) or RULES.get((a, i)))))
+    on_request(
+        _ipp_doc("ipp_mine"),
+        c=_ipp_conn(
+            "127.0.0.1", resolver=lambda a, i: (asked.append((a, i)) or RULES.get((a, i)))
+        ),
+    )
     assert asked == [(ACCOUNT, "ipp_mine")]
 
 
-@pytest.mark.parametrize("ids, account_id, resolver", [
-    (["ipp_unknown"], ACCOUNT, _resolver),            # no such policy in the account
-    (["ipp_mine", "ipp_unknown"], ACCOUNT, _resolver),  # one known does not save an unknown
-    (["ipp_mine"], ACCOUNT, None),                    # no resolver in the run context
-    (["ipp_mine"], "", _resolver),                    # no account: nothing to resolve with
-])
+@pytest.mark.parametrize(
+    "ids, account_id, resolver",
+    [
+        (["ipp_unknown"], ACCOUNT, _resolver),  # no such policy in the account
+        (["ipp_mine", "ipp_unknown"], ACCOUNT, _resolver),  # one known does not save an unknown
+        (["ipp_mine"], ACCOUNT, None),  # no resolver in the run context
+        (["ipp_mine"], "", _resolver),  # no account: nothing to resolve with
+    ],
+)
 def test_an_unresolved_ip_policy_refuses_and_says_why(ids, account_id, resolver):
     c = _ipp_conn("127.0.0.1", account_id, resolver)
     assert on_request(_ipp_doc(*ids), c=c)[0].status_code == 403
-    out, req = on_request(_ipp_doc(*ids, enforce=False), c=c)   # not enforced: variables only
+    out, req = on_request(_ipp_doc(*ids, enforce=False), c=c)  # not enforced: variables only
     assert out.kind == CONTINUE
     assert header(req.headers, "x-action") == ["deny"]
     assert header(req.headers, "x-error") == ["ERR_NGROK_1801"]
 
 
 def test_ip_policies_on_tcp_connect_close_a_refused_connection():
-    p = compile_doc({"on_tcp_connect": [rule({"type": "restrict-ips", "config": {
-        "ip_policies": ["ipp_mine"]}})]})
+    p = compile_doc(
+        {
+            "on_tcp_connect": [
+                rule({"type": "restrict-ips", "config": {"ip_policies": ["ipp_mine"]}})
+            ]
+        }
+    )
     assert p.on_tcp_connect(_ipp_conn("127.0.0.1")).kind == CONTINUE
     assert p.on_tcp_connect(_ipp_conn("127.0.0.2")).kind == CLOSE
 
 
 def test_a_compiled_policy_lists_the_ip_policies_it_names_with_their_place():
-    p = compile_doc({"on_tcp_connect": [rule({"type": "restrict-ips", "config": {
-        "ip_policies": ["ipp_b", "ipp_a"]}})], "on_http_request": [rule(
-            {"type": "restrict-ips", "config": {"ip_policies": ["ipp_a"]}})]})
+    p = compile_doc(
+        {
+            "on_tcp_connect": [
+                rule({"type": "restrict-ips", "config": {"ip_policies": ["ipp_b", "ipp_a"]}})
+            ],
+            "on_http_request": [
+                rule({"type": "restrict-ips", "config": {"ip_policies": ["ipp_a"]}})
+            ],
+        }
+    )
     assert p.ip_policy_ids == ("ipp_a", "ipp_b")
     assert p.ip_policy_refs == [
         ("on_tcp_connect[0].actions[0].config.ip_policies[0]", "ipp_b"),
         ("on_tcp_connect[0].actions[0].config.ip_policies[1]", "ipp_a"),
-        ("on_http_request[0].actions[0].config.ip_policies[0]", "ipp_a")]
+        ("on_http_request[0].actions[0].config.ip_policies[0]", "ipp_a"),
+    ]
     assert compile_doc(req_doc({"type": "deny"})).ip_policy_ids == ()
 
 
-RATE = {"type": "rate-limit", "config": {"name": "per-ip", "algorithm": "sliding_window",
-                                         "capacity": 3, "rate": "60s",
-                                         "bucket_key": ["conn.client_ip"]}}
+RATE = {
+    "type": "rate-limit",
+    "config": {
+        "name": "per-ip",
+        "algorithm": "sliding_window",
+        "capacity": 3,
+        "rate": "60s",
+        "bucket_key": ["conn.client_ip"],
+    },
+}
 
 
 def _limited_policy(rate=RATE, clock=None):
-    p = compile_doc(req_doc(rate, {"type": "add-headers", "config": {"headers": {
-        "x-key": "${actions.ngrok.rate_limit.bucket_key}",
-        "x-limited": "${actions.ngrok.rate_limit.limited}"}}}))
+    p = compile_doc(
+        req_doc(
+            rate,
+            {
+                "type": "add-headers",
+                "config": {
+                    "headers": {
+                        "x-key": "${actions.ngrok.rate_limit.bucket_key}",
+                        "x-limited": "${actions.ngrok.rate_limit.limited}",
+                    }
+                },
+            },
+        )
+    )
     ratelimit.LIMITER.clear()
     if clock is not None:
         p.clock = clock
@@ -499,8 +817,7 @@ def _limited_policy(rate=RATE, clock=None):
 def test_rate_limit_allows_capacity_then_answers_429_with_retry_after():
     now = [1_000_020.0]
     p = _limited_policy(clock=lambda: now[0])
-    results = [p.on_http_request(conn("10.0.0.1"), request(), p.new_state())
-               for _ in range(4)]
+    results = [p.on_http_request(conn("10.0.0.1"), request(), p.new_state()) for _ in range(4)]
     assert [o.kind for o in results] == [CONTINUE] * 3 + [RESPOND]
     assert results[3].status_code == 429
     retry = int(header(results[3].headers, "retry-after")[0])
@@ -529,8 +846,13 @@ def test_rate_limit_not_enforced_sets_limited_and_continues():
     outs = []
     for _ in range(2):
         req = request()
-        outs.append((p.on_http_request(conn("10.5.5.5"), req, p.new_state()).kind,
-                     header(req.headers, "x-limited")[0], header(req.headers, "x-key")[0]))
+        outs.append(
+            (
+                p.on_http_request(conn("10.5.5.5"), req, p.new_state()).kind,
+                header(req.headers, "x-limited")[0],
+                header(req.headers, "x-key")[0],
+            )
+        )
     assert outs == [(CONTINUE, "false", "10.5.5.5"), (CONTINUE, "true", "10.5.5.5")]
 
 
@@ -541,6 +863,7 @@ def test_rate_limit_buckets_by_each_combination_of_keys():
 
     def kind(ip, k):
         return p.on_http_request(conn(ip), request(headers=[("x-k", k)]), p.new_state()).kind
+
     assert kind("10.0.0.1", "a") == CONTINUE
     assert kind("10.0.0.1", "b") == CONTINUE
     assert kind("10.0.0.2", "a") == CONTINUE
@@ -551,19 +874,24 @@ def _basic(user, password):
     return ("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
 
 
-BASIC = {"type": "basic-auth", "config": {"credentials": ["alice:password1",
-                                                          "bob:${'pass' + 'word2'}"]}}
+BASIC = {
+    "type": "basic-auth",
+    "config": {"credentials": ["alice:password1", "bob:${'pass' + 'word2'}"]},
+}
 
 
-@pytest.mark.parametrize("headers, ok", [
-    ([_basic("alice", "password1")], True),
-    ([_basic("bob", "password2")], True),
-    ([_basic("alice", "password2")], False),
-    ([_basic("mallory", "password1")], False),
-    ([("Authorization", "Bearer x")], False),
-    ([("Authorization", "Basic !!!")], False),
-    ([], False),
-])
+@pytest.mark.parametrize(
+    "headers, ok",
+    [
+        ([_basic("alice", "password1")], True),
+        ([_basic("bob", "password2")], True),
+        ([_basic("alice", "password2")], False),
+        ([_basic("mallory", "password1")], False),
+        ([("Authorization", "Bearer x")], False),
+        ([("Authorization", "Basic !!!")], False),
+        ([], False),
+    ],
+)
 def test_basic_auth(headers, ok):
     out, _ = on_request(req_doc(BASIC), request(headers=headers))
     if ok:
@@ -574,16 +902,25 @@ def test_basic_auth(headers, ok):
 
 
 def test_basic_auth_realm_and_not_enforced_variables():
-    doc = req_doc({"type": "basic-auth", "config": {"credentials": ["alice:password1"],
-                                                    "realm": "inner", "enforce": False}},
-                  {"type": "add-headers", "config": {"headers": {
-                      "x-p": "${actions.ngrok.basic_auth.credentials.presented}",
-                      "x-u": "${actions.ngrok.basic_auth.credentials.username}",
-                      "x-a": "${actions.ngrok.basic_auth.credentials.authorized}"}}})
+    doc = req_doc(
+        {
+            "type": "basic-auth",
+            "config": {"credentials": ["alice:password1"], "realm": "inner", "enforce": False},
+        },
+        {
+            "type": "add-headers",
+            "config": {
+                "headers": {
+                    "x-p": "${actions.ngrok.basic_auth.credentials.presented}",
+                    "x-u": "${actions.ngrok.basic_auth.credentials.username}",
+                    "x-a": "${actions.ngrok.basic_auth.credentials.authorized}",
+                }
+            },
+        },
+    )
     out, req = on_request(doc, request(headers=[_basic("alice", "wrong-pass")]))
     assert out.kind == CONTINUE
-    assert [header(req.headers, h)[0] for h in ("x-p", "x-u", "x-a")] == ["true", "alice",
-                                                                         "false"]
+    assert [header(req.headers, h)[0] for h in ("x-p", "x-u", "x-a")] == ["true", "alice", "false"]
     doc["on_http_request"][0]["actions"][0]["config"]["enforce"] = True
     out, _ = on_request(doc)
     assert header(out.headers, "www-authenticate") == ['Basic realm="inner"']
@@ -611,31 +948,46 @@ def _sign(provider, body=BODY, secret=SECRET, ts=None):
     if provider == "stripe":
         return [("Stripe-Signature", f"t={ts},v1={mac(ts.encode() + b'.' + body).hexdigest()}")]
     if provider == "slack":
-        return [("X-Slack-Request-Timestamp", ts),
-                ("X-Slack-Signature", "v0=" + mac(b"v0:" + ts.encode() + b":" + body)
-                 .hexdigest())]
+        return [
+            ("X-Slack-Request-Timestamp", ts),
+            ("X-Slack-Signature", "v0=" + mac(b"v0:" + ts.encode() + b":" + body).hexdigest()),
+        ]
     if provider in ("svix", "clerk"):
         key = base64.b64decode(secret[6:])
-        sig = base64.b64encode(hmac.new(key, f"msg_1.{ts}.".encode() + body,
-                                        hashlib.sha256).digest()).decode()
+        sig = base64.b64encode(
+            hmac.new(key, f"msg_1.{ts}.".encode() + body, hashlib.sha256).digest()
+        ).decode()
         return [("svix-id", "msg_1"), ("svix-timestamp", ts), ("svix-signature", f"v1,{sig}")]
     raise AssertionError(provider)
 
 
 def _secret(provider):
-    return "whsec_" + base64.b64encode(b"svix-key-bytes").decode() \
-        if provider in ("svix", "clerk") else SECRET
+    return (
+        "whsec_" + base64.b64encode(b"svix-key-bytes").decode()
+        if provider in ("svix", "clerk")
+        else SECRET
+    )
 
 
-PROVIDERS = ["github", "gitlab", "stripe", "slack", "shopify", "svix", "clerk", "linear",
-             "generic_sha256"]
+PROVIDERS = [
+    "github",
+    "gitlab",
+    "stripe",
+    "slack",
+    "shopify",
+    "svix",
+    "clerk",
+    "linear",
+    "generic_sha256",
+]
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_verify_webhook_accepts_a_correct_signature_and_refuses_a_tampered_body(provider):
     secret = _secret(provider)
-    p = compile_doc(req_doc({"type": "verify-webhook", "config": {"provider": provider,
-                                                                  "secret": secret}}))
+    p = compile_doc(
+        req_doc({"type": "verify-webhook", "config": {"provider": provider, "secret": secret}})
+    )
     req = request("/hook", method="POST", headers=_sign(provider, secret=secret))
     state = p.new_state()
     out = p.on_http_request(conn(), req, state)
@@ -643,31 +995,44 @@ def test_verify_webhook_accepts_a_correct_signature_and_refuses_a_tampered_body(
     req.body = BODY
     assert p.on_http_request(conn(), req, state).kind == CONTINUE
     if provider != "gitlab":  # gitlab sends the secret itself, not a signature of the body
-        tampered = request("/hook", method="POST", headers=_sign(provider, secret=secret),
-                           body=BODY + b" ")
+        tampered = request(
+            "/hook", method="POST", headers=_sign(provider, secret=secret), body=BODY + b" "
+        )
         out = p.on_http_request(conn(), tampered, p.new_state())
         assert (out.kind, out.status_code) == (RESPOND, 403)
-    wrong = request("/hook", method="POST", headers=_sign(provider, secret=secret[:-1] + "X"),
-                    body=BODY)
+    wrong = request(
+        "/hook", method="POST", headers=_sign(provider, secret=secret[:-1] + "X"), body=BODY
+    )
     assert p.on_http_request(conn(), wrong, p.new_state()).status_code == 403
 
 
 @pytest.mark.parametrize("provider", ["stripe", "slack", "svix"])
 def test_verify_webhook_refuses_stale_timestamps(provider):
     secret = _secret(provider)
-    p = compile_doc(req_doc({"type": "verify-webhook", "config": {"provider": provider,
-                                                                  "secret": secret}}))
+    p = compile_doc(
+        req_doc({"type": "verify-webhook", "config": {"provider": provider, "secret": secret}})
+    )
     old = int(time.time()) - actions.TOLERANCE - 5
     req = request(method="POST", headers=_sign(provider, secret=secret, ts=old), body=BODY)
     assert p.on_http_request(conn(), req, p.new_state()).status_code == 403
 
 
 def test_verify_webhook_refuses_a_body_larger_than_it_reads_and_can_be_not_enforced():
-    doc = req_doc({"type": "verify-webhook", "config": {"provider": "github", "secret": SECRET,
-                                                        "enforce": False}},
-                  {"type": "add-headers", "config": {"headers": {
-                      "x-v": "${actions.ngrok.verify_webhook.verified}",
-                      "x-e": "${actions.ngrok.verify_webhook.error.message}"}}})
+    doc = req_doc(
+        {
+            "type": "verify-webhook",
+            "config": {"provider": "github", "secret": SECRET, "enforce": False},
+        },
+        {
+            "type": "add-headers",
+            "config": {
+                "headers": {
+                    "x-v": "${actions.ngrok.verify_webhook.verified}",
+                    "x-e": "${actions.ngrok.verify_webhook.error.message}",
+                }
+            },
+        },
+    )
     req = request(method="POST", headers=_sign("github"), body=BODY, body_complete=False)
     out, req = on_request(doc, req)
     assert out.kind == CONTINUE and header(req.headers, "x-v") == ["false"]
@@ -678,8 +1043,11 @@ def test_need_body_resumes_at_the_asking_action_without_rerunning_earlier_ones()
     now = [5000.0]
     rate = json.loads(json.dumps(RATE))
     rate["config"]["capacity"] = 1
-    p = compile_doc(req_doc(rate, {"type": "verify-webhook", "config": {
-        "provider": "github", "secret": SECRET}}))
+    p = compile_doc(
+        req_doc(
+            rate, {"type": "verify-webhook", "config": {"provider": "github", "secret": SECRET}}
+        )
+    )
     p.clock = lambda: now[0]
     ratelimit.LIMITER.clear()
     req = request(method="POST", headers=_sign("github"))
@@ -692,9 +1060,11 @@ def test_need_body_resumes_at_the_asking_action_without_rerunning_earlier_ones()
 
 # ---- jwt-validation ---------------------------------------------------------------------------
 
+
 def _rsa_jwks():
     import jwt
     from cryptography.hazmat.primitives.asymmetric import rsa
+
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
     public.update(kid="k1", alg="RS256", use="sig")
@@ -708,28 +1078,52 @@ def rsa_key():
 
 def _jwt(key, **claims):
     import jwt
-    body = {"iss": "https://issuer.example", "aud": "urn:api", "exp": int(time.time()) + 60,
-            **claims}
+
+    body = {
+        "iss": "https://issuer.example",
+        "aud": "urn:api",
+        "exp": int(time.time()) + 60,
+        **claims,
+    }
     return jwt.encode(body, key, algorithm="RS256", headers={"kid": "k1"})
 
 
 def _jwt_doc(keys, method="header"):
-    return req_doc({"type": "jwt-validation", "config": {
-        "issuer": {"allow_list": [{"value": "https://issuer.example"}]},
-        "audience": {"allow_list": [{"value": "urn:api"}]},
-        "http": {"tokens": [{"type": "jwt", "method": method, "name": "Authorization" if
-                             method == "header" else "token",
-                             "prefix": "Bearer " if method == "header" else None}]},
-        "jws": {"allowed_algorithms": ["RS256"], "keys": keys}}})
+    return req_doc(
+        {
+            "type": "jwt-validation",
+            "config": {
+                "issuer": {"allow_list": [{"value": "https://issuer.example"}]},
+                "audience": {"allow_list": [{"value": "urn:api"}]},
+                "http": {
+                    "tokens": [
+                        {
+                            "type": "jwt",
+                            "method": method,
+                            "name": "Authorization" if method == "header" else "token",
+                            "prefix": "Bearer " if method == "header" else None,
+                        }
+                    ]
+                },
+                "jws": {"allowed_algorithms": ["RS256"], "keys": keys},
+            },
+        }
+    )
 
 
 def test_jwt_validation_with_an_inline_jwks(rsa_key):
     key, jwks = rsa_key
     doc = _jwt_doc({"jwks": jwks})
-    assert on_request(doc, request(headers=[("Authorization", f"Bearer {_jwt(key)}")]))[0] \
-        .kind == CONTINUE
-    for token in (_jwt(key, iss="https://evil.example"), _jwt(key, aud="urn:other"),
-                  _jwt(key, exp=int(time.time()) - 120), "not.a.jwt"):
+    assert (
+        on_request(doc, request(headers=[("Authorization", f"Bearer {_jwt(key)}")]))[0].kind
+        == CONTINUE
+    )
+    for token in (
+        _jwt(key, iss="https://evil.example"),
+        _jwt(key, aud="urn:other"),
+        _jwt(key, exp=int(time.time()) - 120),
+        "not.a.jwt",
+    ):
         out, _ = on_request(doc, request(headers=[("Authorization", f"Bearer {token}")]))
         assert (out.kind, out.status_code) == (RESPOND, 401), token
     out, _ = on_request(doc)
@@ -739,8 +1133,9 @@ def test_jwt_validation_with_an_inline_jwks(rsa_key):
 def test_jwt_validation_fetches_and_caches_the_jwks_from_a_url(rsa_key, monkeypatch):
     key, jwks = rsa_key
     fetched = []
-    monkeypatch.setattr(policy.JWKS, "fetcher", lambda url: fetched.append(url) or
-                        json.dumps(jwks).encode())
+    monkeypatch.setattr(
+        policy.JWKS, "fetcher", lambda url: fetched.append(url) or json.dumps(jwks).encode()
+    )
     policy.JWKS.cache.clear()
     doc = _jwt_doc({"sources": {"additional_jkus": ["http://127.0.0.1:9/jwks.json"]}})
     for _ in range(2):
@@ -752,8 +1147,11 @@ def test_jwt_validation_fetches_and_caches_the_jwks_from_a_url(rsa_key, monkeypa
 def test_jwt_validation_from_a_form_body(rsa_key):
     key, jwks = rsa_key
     doc = _jwt_doc({"jwks": jwks}, method="body")
-    req = request(method="POST", headers=[("Content-Type", "application/x-www-form-urlencoded")],
-                  body=f"token={_jwt(key)}".encode())
+    req = request(
+        method="POST",
+        headers=[("Content-Type", "application/x-www-form-urlencoded")],
+        body=f"token={_jwt(key)}".encode(),
+    )
     assert on_request(doc, req)[0].kind == CONTINUE
 
 
@@ -766,16 +1164,20 @@ def test_jwt_validation_refuses_bad_key_config():
 
 # ---- compress-response ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("accept, algorithms, chosen", [
-    ("gzip", None, "gzip"),
-    ("deflate", None, "deflate"),
-    ("gzip;q=0.5, deflate;q=1.0", None, "deflate"),
-    ("gzip;q=1.0, br; q=0.5, *;q=0", None, "gzip"),
-    ("identity", None, ""),
-    ("", None, ""),
-    ("gzip", ["deflate"], ""),
-    ("*", ["gzip"], "gzip"),
-])
+
+@pytest.mark.parametrize(
+    "accept, algorithms, chosen",
+    [
+        ("gzip", None, "gzip"),
+        ("deflate", None, "deflate"),
+        ("gzip;q=0.5, deflate;q=1.0", None, "deflate"),
+        ("gzip;q=1.0, br; q=0.5, *;q=0", None, "gzip"),
+        ("identity", None, ""),
+        ("", None, ""),
+        ("gzip", ["deflate"], ""),
+        ("*", ["gzip"], "gzip"),
+    ],
+)
 def test_compress_response_negotiates(accept, algorithms, chosen):
     config = {"algorithms": algorithms} if algorithms else {}
     p = compile_doc(res_doc({"type": "compress-response", "config": config}))
@@ -789,40 +1191,73 @@ def test_compress_response_negotiates(accept, algorithms, chosen):
     assert header(res.headers, "content-encoding") == [chosen]
     assert header(res.headers, "content-length") == []
     assert header(res.headers, "vary") == ["Accept-Encoding"]
-    data = b"".join(out.compressor.feed(c) for c in (b'{"a":', b' "b"}')) + \
-        out.compressor.finish()
+    data = b"".join(out.compressor.feed(c) for c in (b'{"a":', b' "b"}')) + out.compressor.finish()
     plain = gzip.decompress(data) if chosen == "gzip" else zlib.decompress(data)
     assert plain == b'{"a": "b"}'
 
 
 def test_compress_response_leaves_compressed_responses_alone():
-    p = compile_doc(res_doc({"type": "compress-response"},
-                            {"type": "add-headers", "config": {"headers": {
-                                "x-already": "${actions.ngrok.compress.already_compressed}"}}}))
+    p = compile_doc(
+        res_doc(
+            {"type": "compress-response"},
+            {
+                "type": "add-headers",
+                "config": {
+                    "headers": {"x-already": "${actions.ngrok.compress.already_compressed}"}
+                },
+            },
+        )
+    )
     res = Response(200, [("Content-Encoding", "br")])
-    out = p.on_http_response(conn(), request(headers=[("Accept-Encoding", "gzip")]), res,
-                             p.new_state())
+    out = p.on_http_response(
+        conn(), request(headers=[("Accept-Encoding", "gzip")]), res, p.new_state()
+    )
     assert out.compressor is None and header(res.headers, "x-already") == ["true"]
 
 
 # ---- set-vars, log, forward-internal ----------------------------------------------------------
 
+
 def test_set_vars_values_keep_their_type_and_feed_later_rules():
-    doc = {"on_http_request": [
-        rule({"type": "set-vars", "config": {"vars": [
-            {"endpoints": ["foo", "bar"]}, {"count": 2}, {"sub": "${req.host.split('.')[0]}"},
-            {"greeting": "hi ${vars.sub}"}, {"list": "${vars.endpoints}"}]}}),
-        rule({"type": "custom-response", "config": {
-            "body": "${vars.greeting} ${vars.count} ${vars.list[1]}"}},
-            expressions=["vars.count == 2", "'foo' in vars.endpoints"])]}
+    doc = {
+        "on_http_request": [
+            rule(
+                {
+                    "type": "set-vars",
+                    "config": {
+                        "vars": [
+                            {"endpoints": ["foo", "bar"]},
+                            {"count": 2},
+                            {"sub": "${req.host.split('.')[0]}"},
+                            {"greeting": "hi ${vars.sub}"},
+                            {"list": "${vars.endpoints}"},
+                        ]
+                    },
+                }
+            ),
+            rule(
+                {
+                    "type": "custom-response",
+                    "config": {"body": "${vars.greeting} ${vars.count} ${vars.list[1]}"},
+                },
+                expressions=["vars.count == 2", "'foo' in vars.endpoints"],
+            ),
+        ]
+    }
     out, _ = on_request(doc)
     assert out.body == b"hi app 2 bar"
 
 
 def test_vars_are_scoped_to_their_phase():
-    doc = {"on_http_request": [rule({"type": "set-vars", "config": {"vars": [{"a": "x"}]}})],
-           "on_http_response": [rule({"type": "custom-response", "config": {"body": "seen"}},
-                                     expressions=["'a' in vars"])]}
+    doc = {
+        "on_http_request": [rule({"type": "set-vars", "config": {"vars": [{"a": "x"}]}})],
+        "on_http_response": [
+            rule(
+                {"type": "custom-response", "config": {"body": "seen"}},
+                expressions=["'a' in vars"],
+            )
+        ],
+    }
     p = compile_doc(doc)
     state = p.new_state()
     p.on_http_request(conn(), request(), state)
@@ -830,56 +1265,110 @@ def test_vars_are_scoped_to_their_phase():
 
 
 def test_log_collects_rendered_metadata_in_the_outcome():
-    p = compile_doc({"on_tcp_connect": [rule({"type": "log", "config": {"metadata": {
-        "ip": "${conn.client_ip}", "nested": {"port": "${conn.client_port}"}, "n": 1}}})]})
+    p = compile_doc(
+        {
+            "on_tcp_connect": [
+                rule(
+                    {
+                        "type": "log",
+                        "config": {
+                            "metadata": {
+                                "ip": "${conn.client_ip}",
+                                "nested": {"port": "${conn.client_port}"},
+                                "n": 1,
+                            }
+                        },
+                    }
+                )
+            ]
+        }
+    )
     out = p.on_tcp_connect(conn())
     assert out.logs == [{"metadata": {"ip": "203.0.113.7", "nested": {"port": 51515}, "n": 1}}]
 
 
 def test_forward_internal_outcome_and_on_error_continue_resumes_after_it():
-    doc = {"on_http_request": [
-        rule({"type": "forward-internal", "config": {
-            "url": "https://${req.url.path.split('/')[1]}.internal", "on_error": "continue"}},
-            {"type": "custom-response", "config": {"status_code": 503, "body": "fallback"}})]}
+    doc = {
+        "on_http_request": [
+            rule(
+                {
+                    "type": "forward-internal",
+                    "config": {
+                        "url": "https://${req.url.path.split('/')[1]}.internal",
+                        "on_error": "continue",
+                    },
+                },
+                {"type": "custom-response", "config": {"status_code": 503, "body": "fallback"}},
+            )
+        ]
+    }
     p = compile_doc(doc)
     state = p.new_state()
     out = p.on_http_request(conn(), request("/api/x"), state)
-    assert (out.kind, out.url, out.on_error) == (FORWARD_INTERNAL, "https://api.internal",
-                                                 "continue")
+    assert (out.kind, out.url, out.on_error) == (
+        FORWARD_INTERNAL,
+        "https://api.internal",
+        "continue",
+    )
     again = p.on_http_request(conn(), request("/api/x"), state)  # the forward failed
     assert (again.kind, again.body) == (RESPOND, b"fallback")
 
 
 def test_forward_internal_on_tcp_connect():
-    p = compile_doc({"on_tcp_connect": [rule({"type": "forward-internal", "config": {
-        "url": "tcp://db.internal:5432"}})]})
+    p = compile_doc(
+        {
+            "on_tcp_connect": [
+                rule({"type": "forward-internal", "config": {"url": "tcp://db.internal:5432"}})
+            ]
+        }
+    )
     out = p.on_tcp_connect(conn())
-    assert (out.kind, out.url, out.on_error) == (FORWARD_INTERNAL, "tcp://db.internal:5432",
-                                                 "halt")
+    assert (out.kind, out.url, out.on_error) == (
+        FORWARD_INTERNAL,
+        "tcp://db.internal:5432",
+        "halt",
+    )
 
 
 def test_failing_expressions_are_false_and_reported():
-    doc = {"on_http_request": [rule({"type": "deny"},
-                                    expressions=["req.headers['absent'][0] == 'x'"])]}
+    doc = {
+        "on_http_request": [
+            rule({"type": "deny"}, expressions=["req.headers['absent'][0] == 'x'"])
+        ]
+    }
     out, _ = on_request(doc)
     assert out.kind == CONTINUE and out.errors and "absent" in out.errors[0]
 
 
 def test_rules_without_expressions_always_match_and_rules_run_in_order():
-    doc = {"on_http_request": [
-        rule({"type": "add-headers", "config": {"headers": {"x-order": "1"}}}),
-        rule({"type": "add-headers", "config": {"headers": {"x-order": "2"}}},
-             expressions=["req.method == 'POST'"]),
-        rule({"type": "add-headers", "config": {"headers": {"x-order": "3"}}},
-             expressions=["req.method == 'GET'", "req.url.path == '/'"])]}
+    doc = {
+        "on_http_request": [
+            rule({"type": "add-headers", "config": {"headers": {"x-order": "1"}}}),
+            rule(
+                {"type": "add-headers", "config": {"headers": {"x-order": "2"}}},
+                expressions=["req.method == 'POST'"],
+            ),
+            rule(
+                {"type": "add-headers", "config": {"headers": {"x-order": "3"}}},
+                expressions=["req.method == 'GET'", "req.url.path == '/'"],
+            ),
+        ]
+    }
     _, req = on_request(doc)
     assert header(req.headers, "x-order") == ["1", "3"]
 
 
-@pytest.mark.parametrize("to, expected", [
-    ("/x/$1", "/x/42"), ("/x/${1}", None), ("/x/$1x", "/x/"), ("/x/$9", "/x/"),
-    ("/x/$$1", "/x/$1"), ("/x/$id", "/x/42"),
-])
+@pytest.mark.parametrize(
+    "to, expected",
+    [
+        ("/x/$1", "/x/42"),
+        ("/x/${1}", None),
+        ("/x/$1x", "/x/"),
+        ("/x/$9", "/x/"),
+        ("/x/$$1", "/x/$1"),
+        ("/x/$id", "/x/42"),
+    ],
+)
 def test_url_rewrite_expands_groups_as_go_does(to, expected):
     if expected is None:  # ${1} is CEL interpolation: the integer 1
         expected = "/x/1"
@@ -891,6 +1380,7 @@ def test_url_rewrite_expands_groups_as_go_does(to, expected):
 def test_jwt_validation_fetches_a_jwks_served_on_the_loopback(rsa_key):
     import http.server
     import threading
+
     key, jwks = rsa_key
     body = json.dumps(jwks).encode()
 
@@ -904,6 +1394,7 @@ def test_jwt_validation_fetches_a_jwks_served_on_the_loopback(rsa_key):
 
         def log_message(self, *args):
             pass
+
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -934,8 +1425,10 @@ def test_jwt_key_urls_must_be_http(url):
 
 def test_rate_limits_of_two_endpoints_with_the_same_policy_are_separate():
     from chalicelib.core.policy import Endpoint
-    p = _limited_policy(json.loads(json.dumps({**RATE, "config": {**RATE["config"],
-                                                                    "capacity": 1}})))
+
+    p = _limited_policy(
+        json.loads(json.dumps({**RATE, "config": {**RATE["config"], "capacity": 1}}))
+    )
     a, b = conn("10.0.0.1"), conn("10.0.0.1")
     a.endpoint = Endpoint(id="ep_a")
     b.endpoint = Endpoint(id="ep_b")

@@ -1,16 +1,27 @@
 """Policies from the hosted service's documentation validate here and do what the docs say,
 on synthetic traffic through the engine's sans-IO interface (sources in data/)."""
+
 import gzip
 
 import pytest
 
-from chalicelib.core.policy import (CLOSE, CONTINUE, FORWARD_INTERNAL, RESPOND, PolicyError,
-                               Response, compile_policy, ratelimit)
+from chalicelib.core.policy import (
+    CLOSE,
+    CONTINUE,
+    FORWARD_INTERNAL,
+    RESPOND,
+    PolicyError,
+    Response,
+    compile_policy,
+    ratelimit,
+)
 from tests.support.policy import conn, request
 from tests.unit.data import policy_docs_examples as ex
 
-CHROME = ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
-          "Chrome/120.0.0.0 Safari/537.36")
+CHROME = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/120.0.0.0 Safari/537.36"
+)
 EDGE = CHROME + " Edg/120.0.2210.91"
 BOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 
@@ -40,8 +51,9 @@ def test_deprecate_api_v2_example():
 def test_compress_example():
     p = compile_policy(ex.COMPRESS_ALL[1])
     res = Response(200, [("Content-Type", "application/json")])
-    out = p.on_http_response(conn(), request(headers=[("Accept-Encoding", "gzip")]), res,
-                             p.new_state())
+    out = p.on_http_response(
+        conn(), request(headers=[("Accept-Encoding", "gzip")]), res, p.new_state()
+    )
     assert header(res.headers, "content-encoding") == ["gzip"]
     assert gzip.decompress(out.compressor.feed(b"{}") + out.compressor.finish()) == b"{}"
 
@@ -56,8 +68,9 @@ def test_enforce_tls_example(version, refused):
 
 def test_rate_limit_example_limits_only_its_endpoint_at_30_a_minute():
     ratelimit.LIMITER.clear()
-    outs = [run(ex.RATE_LIMIT_ENDPOINT, request("/api/specific_endpoint"))[0].kind
-            for _ in range(31)]
+    outs = [
+        run(ex.RATE_LIMIT_ENDPOINT, request("/api/specific_endpoint"))[0].kind for _ in range(31)
+    ]
     assert outs == [CONTINUE] * 30 + [RESPOND]
     assert run(ex.RATE_LIMIT_ENDPOINT, request("/other"))[0].kind == CONTINUE
 
@@ -66,8 +79,12 @@ def test_rate_limit_tiers_example():
     ratelimit.LIMITER.clear()
     anonymous = [run(ex.RATE_LIMIT_TIERS, c=conn("10.1.1.1"))[0].kind for _ in range(11)]
     assert anonymous == [CONTINUE] * 10 + [RESPOND]
-    authorized = [run(ex.RATE_LIMIT_TIERS, request(headers=[("Authorization", "x")]),
-                      c=conn("10.2.2.2"))[0].kind for _ in range(100)]
+    authorized = [
+        run(ex.RATE_LIMIT_TIERS, request(headers=[("Authorization", "x")]), c=conn("10.2.2.2"))[
+            0
+        ].kind
+        for _ in range(100)
+    ]
     assert authorized == [CONTINUE] * 100
 
 
@@ -77,8 +94,9 @@ def test_blog_rewrite_example():
 
 
 def test_user_agent_examples():
-    assert run(ex.EDGE_USERS, request(headers=[("User-Agent", EDGE)]))[0].body == \
-        b"Hello Edge User!"
+    assert (
+        run(ex.EDGE_USERS, request(headers=[("User-Agent", EDGE)]))[0].body == b"Hello Edge User!"
+    )
     assert run(ex.EDGE_USERS, request(headers=[("User-Agent", CHROME)]))[0].kind == CONTINUE
     assert run(ex.DENY_BOTS, request(headers=[("User-Agent", BOT)]))[0].status_code == 403
     assert run(ex.DENY_BOTS, request(headers=[("User-Agent", CHROME)]))[0].kind == CONTINUE
@@ -99,8 +117,9 @@ def test_block_unwanted_requests_examples():
     assert run(ex.ONLY_GET, request(method="POST"))[0].status_code == 403
     assert run(ex.ONLY_GET)[0].kind == CONTINUE
     assert run(ex.NEED_AUTHORIZATION)[0].status_code == 401
-    assert run(ex.NEED_AUTHORIZATION, request(headers=[("Authorization", "x")]))[0].kind \
-        == CONTINUE
+    assert (
+        run(ex.NEED_AUTHORIZATION, request(headers=[("Authorization", "x")]))[0].kind == CONTINUE
+    )
     big = request(method="PUT", content_length=1000)
     assert run(ex.LARGE_UPLOADS, big)[0].status_code == 400
     assert run(ex.LARGE_UPLOADS, request(method="PUT", content_length=999))[0].kind == CONTINUE
@@ -109,18 +128,20 @@ def test_block_unwanted_requests_examples():
 def test_routing_examples():
     out, _ = run(ex.SUBDOMAIN_ROUTING, request(host="shop.example.com"))
     assert (out.kind, out.url) == (FORWARD_INTERNAL, "https://shop.internal")
-    for path, url in [("/api/v1/x", "https://api-v1.internal"),
-                      ("/api/v2/x", "https://api-v2.internal"),
-                      ("/api/x", "https://api-v2.internal")]:
+    for path, url in [
+        ("/api/v1/x", "https://api-v1.internal"),
+        ("/api/v2/x", "https://api-v2.internal"),
+        ("/api/x", "https://api-v2.internal"),
+    ]:
         assert run(ex.PATH_ROUTING, request(path))[0].url == url
     assert run(ex.PATH_ROUTING, request("/web"))[0].kind == CONTINUE
 
 
 def test_basic_auth_credential_pairs_example():
     import base64
+
     good = "Basic " + base64.b64encode(b"user2:securepass456").decode()
-    assert run(ex.BASIC_AUTH_PAIRS, request(headers=[("Authorization", good)]))[0].kind \
-        == CONTINUE
+    assert run(ex.BASIC_AUTH_PAIRS, request(headers=[("Authorization", good)]))[0].kind == CONTINUE
     assert run(ex.BASIC_AUTH_PAIRS)[0].status_code == 401
 
 

@@ -1,5 +1,6 @@
 """Traffic policy documents: shape, limits, CEL and action checks, each refusal naming the
 element (chalicelib.core.policy, as the API and the edge use it)."""
+
 import json
 
 import pytest
@@ -25,8 +26,10 @@ def test_empty_documents_mean_no_rules():
 
 
 def test_yaml_and_json_documents_compile_to_the_same_rules():
-    yaml_doc = "on_http_request:\n  - expressions: [\"req.method == 'GET'\"]\n" \
-               "    actions:\n      - type: deny\n"
+    yaml_doc = (
+        "on_http_request:\n  - expressions: [\"req.method == 'GET'\"]\n"
+        "    actions:\n      - type: deny\n"
+    )
     json_doc = json.dumps({"on_http_request": [rule(DENY, expressions=["req.method == 'GET'"])]})
     assert len(compile_policy(yaml_doc).phases["on_http_request"]) == 1
     assert len(compile_policy(json_doc).phases["on_http_request"]) == 1
@@ -101,27 +104,49 @@ def test_rule_name_limit(n, ok):
         assert refused(doc).path == "on_http_request[0].name"
 
 
-@pytest.mark.parametrize("doc, path, words", [
-    ("[1, 2]", "", "top level"),
-    ('{"on_nothing": []}', "", "unknown phase"),
-    ('{"on_http_request": {"actions": []}}', "on_http_request", "list of rules"),
-    ('{"on_http_request": [{"name": "x"}]}', "on_http_request[0].actions", "non-empty"),
-    ('{"on_http_request": [{"actions": [], "extra": 1}]}', "on_http_request[0]", "unknown key"),
-    ('{"on_http_request": [{"actions": [{"config": {}}]}]}',
-     "on_http_request[0].actions[0].type", "non-empty string"),
-    ('{"on_http_request": [{"actions": [{"type": "deny", "config": 5}]}]}',
-     "on_http_request[0].actions[0].config", "mapping"),
-    ("not: [valid", "", "neither JSON nor YAML"),
-    ("[" * 5000, "", "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "doc, path, words",
+    [
+        ("[1, 2]", "", "top level"),
+        ('{"on_nothing": []}', "", "unknown phase"),
+        ('{"on_http_request": {"actions": []}}', "on_http_request", "list of rules"),
+        ('{"on_http_request": [{"name": "x"}]}', "on_http_request[0].actions", "non-empty"),
+        (
+            '{"on_http_request": [{"actions": [], "extra": 1}]}',
+            "on_http_request[0]",
+            "unknown key",
+        ),
+        (
+            '{"on_http_request": [{"actions": [{"config": {}}]}]}',
+            "on_http_request[0].actions[0].type",
+            "non-empty string",
+        ),
+        (
+            '{"on_http_request": [{"actions": [{"type": "deny", "config": 5}]}]}',
+            "on_http_request[0].actions[0].config",
+            "mapping",
+        ),
+        ("not: [valid", "", "neither JSON nor YAML"),
+        ("[" * 5000, "", "nested too deeply"),
+    ],
+)
 def test_bad_shapes_are_refused_naming_the_element(doc, path, words):
     error = refused(doc)
     assert error.path == path and words in error.message
 
 
-@pytest.mark.parametrize("kind", ["oidc", "saml", "http-request", "circuit-breaker",
-                                  "owasp-crs-request", "terminate-tls",
-                                  "request-body-find-replace"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "oidc",
+        "saml",
+        "http-request",
+        "circuit-breaker",
+        "owasp-crs-request",
+        "terminate-tls",
+        "request-body-find-replace",
+    ],
+)
 def test_documented_actions_this_service_does_not_run_are_refused_by_name(kind):
     error = refused({"on_http_request": [rule({"type": kind})]})
     assert error.path == "on_http_request[0].actions[0].type"
@@ -134,44 +159,72 @@ def test_unknown_action_type_is_refused():
     assert "unknown action type 'teleport'" in error.message
 
 
-@pytest.mark.parametrize("phase, kind", [
-    ("on_http_response", "deny"), ("on_tcp_connect", "add-headers"),
-    ("on_http_response", "redirect"), ("on_tcp_connect", "rate-limit"),
-    ("on_http_request", "compress-response"), ("on_http_response", "basic-auth"),
-    ("on_http_response", "forward-internal"),
-])
+@pytest.mark.parametrize(
+    "phase, kind",
+    [
+        ("on_http_response", "deny"),
+        ("on_tcp_connect", "add-headers"),
+        ("on_http_response", "redirect"),
+        ("on_tcp_connect", "rate-limit"),
+        ("on_http_request", "compress-response"),
+        ("on_http_response", "basic-auth"),
+        ("on_http_response", "forward-internal"),
+    ],
+)
 def test_actions_are_refused_in_phases_they_do_not_run_in(phase, kind):
     error = refused({phase: [rule({"type": kind})]})
     assert error.path == f"{phase}[0].actions[0].type" and "cannot run in" in error.message
 
 
-@pytest.mark.parametrize("phase, expression, words", [
-    ("on_http_request", "req.nope == 1", "undeclared reference to 'req.nope'"),
-    ("on_http_request", "req.url.path.nope", "select"),
-    ("on_http_request", "req.method ==", "Syntax error"),
-    ("on_http_request", "req.method", "must evaluate to a bool"),
-    ("on_http_request", "noSuchMacro(req.method)", "undeclared reference to 'noSuchMacro'"),
-    ("on_tcp_connect", "req.method == 'GET'", "undeclared reference to 'req.method'"),
-    ("on_http_request", "res.status_code == 200", "undeclared reference to 'res.status_code'"),
-    ("on_http_request", "conn.geo.country_code == 'US'", "undeclared reference"),
-    ("on_http_request", "getResHeader('x') == []", "undeclared reference to 'getResHeader'"),
-    ("on_http_request", "'x' + 1 == 'x1'", "no matching overload"),
-])
+@pytest.mark.parametrize(
+    "phase, expression, words",
+    [
+        ("on_http_request", "req.nope == 1", "undeclared reference to 'req.nope'"),
+        ("on_http_request", "req.url.path.nope", "select"),
+        ("on_http_request", "req.method ==", "Syntax error"),
+        ("on_http_request", "req.method", "must evaluate to a bool"),
+        ("on_http_request", "noSuchMacro(req.method)", "undeclared reference to 'noSuchMacro'"),
+        ("on_tcp_connect", "req.method == 'GET'", "undeclared reference to 'req.method'"),
+        ("on_http_request", "res.status_code == 200", "undeclared reference to 'res.status_code'"),
+        ("on_http_request", "conn.geo.country_code == 'US'", "undeclared reference"),
+        ("on_http_request", "getResHeader('x') == []", "undeclared reference to 'getResHeader'"),
+        ("on_http_request", "'x' + 1 == 'x1'", "no matching overload"),
+    ],
+)
 def test_bad_cel_is_refused_naming_the_expression(phase, expression, words):
-    error = refused({phase: [rule(DENY if phase != "on_http_response" else
-                                  {"type": "log", "config": {"metadata": {"a": "b"}}},
-                                  expressions=["true", expression])]})
+    error = refused(
+        {
+            phase: [
+                rule(
+                    DENY
+                    if phase != "on_http_response"
+                    else {"type": "log", "config": {"metadata": {"a": "b"}}},
+                    expressions=["true", expression],
+                )
+            ]
+        }
+    )
     assert error.path == f"{phase}[0].expressions[1]"
     assert words in error.message
 
 
 def test_bad_interpolation_is_refused_naming_the_config_field():
-    error = refused({"on_http_request": [rule({"type": "custom-response", "config": {
-        "body": "hi ${req.nope}"}})]})
+    error = refused(
+        {
+            "on_http_request": [
+                rule({"type": "custom-response", "config": {"body": "hi ${req.nope}"}})
+            ]
+        }
+    )
     assert error.path == "on_http_request[0].actions[0].config.body"
     assert "req.nope" in error.message
-    error = refused({"on_http_request": [rule({"type": "add-headers", "config": {
-        "headers": {"x-a": "${conn.client_ip"}}})]})
+    error = refused(
+        {
+            "on_http_request": [
+                rule({"type": "add-headers", "config": {"headers": {"x-a": "${conn.client_ip"}}})
+            ]
+        }
+    )
     assert error.path == "on_http_request[0].actions[0].config.headers.x-a"
 
 
@@ -181,8 +234,7 @@ def test_unknown_config_fields_are_refused():
 
 
 def test_api_validation_reports_the_field_and_element_as_a_400():
-    doc = json.dumps({"on_http_request": [rule({"type": "deny", "config": {
-        "status_code": "x"}})]})
+    doc = json.dumps({"on_http_request": [rule({"type": "deny", "config": {"status_code": "x"}})]})
     with pytest.raises(errors.InvalidField) as info:
         traffic_policy.check_document("traffic_policy.value", doc)
     assert info.value.status_code == 400

@@ -1,6 +1,7 @@
 """chalicelib.core.policy.model: the header map the engine reads (``req.headers``/``res.headers``)
 stays what a fresh computation gives after every change, including the in-place updates
 that spare a policy of several add-headers rules a rebuild per rule."""
+
 import random
 
 import pytest
@@ -19,7 +20,7 @@ def test_header_map_after_any_sequence_of_changes_equals_a_fresh_one(seed):
     rng = random.Random(seed)
     req = Request(method="GET", url="http://h/", headers=[("Host", "h"), ("x-rule", "0")])
     for step in range(12):
-        req.header_map()   # computed (and cached) before the change, as a rule's check does
+        req.header_map()  # computed (and cached) before the change, as a rule's check does
         op, name = rng.choice(["add", "set", "remove"]), rng.choice(NAMES)
         if op == "add":
             req.add_header(name, f"v{step}")

@@ -1,6 +1,7 @@
 """chalicelib/core/policy/jwks.py checks inline JWKS without PyJWT or cryptography (the API's
 Lambda package has neither). The edge verifies tokens with PyJWT: a document this check
 accepts must be one PyJWT builds every key of, and the refusals are tested rule by rule."""
+
 import base64
 import copy
 import json
@@ -21,15 +22,29 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-RSA = _jwk(jwt.algorithms.RSAAlgorithm, rsa.generate_private_key(65537, 2048).public_key(),
-           kid="rsa")
-EC = {name: _jwk(jwt.algorithms.ECAlgorithm, ec.generate_private_key(curve).public_key())
-      for name, curve in (("P-256", ec.SECP256R1()), ("P-384", ec.SECP384R1()),
-                          ("P-521", ec.SECP521R1()), ("secp256k1", ec.SECP256K1()))}
+RSA = _jwk(
+    jwt.algorithms.RSAAlgorithm, rsa.generate_private_key(65537, 2048).public_key(), kid="rsa"
+)
+EC = {
+    name: _jwk(jwt.algorithms.ECAlgorithm, ec.generate_private_key(curve).public_key())
+    for name, curve in (
+        ("P-256", ec.SECP256R1()),
+        ("P-384", ec.SECP384R1()),
+        ("P-521", ec.SECP521R1()),
+        ("secp256k1", ec.SECP256K1()),
+    )
+}
 ED = _jwk(jwt.algorithms.OKPAlgorithm, ed25519.Ed25519PrivateKey.generate().public_key())
 OCT = {"kty": "oct", "k": _b64(b"a shared secret of 32 bytes long"), "alg": "HS256"}
-VALID_KEYS = [RSA, ED, OCT, *EC.values(), {**RSA, "alg": "PS384"}, {**EC["P-384"], "alg": "ES384"},
-              {**ED, "alg": "EdDSA"}]
+VALID_KEYS = [
+    RSA,
+    ED,
+    OCT,
+    *EC.values(),
+    {**RSA, "alg": "PS384"},
+    {**EC["P-384"], "alg": "ES384"},
+    {**ED, "alg": "EdDSA"},
+]
 
 
 def pyjwt_uses_every_key(document) -> bool:
@@ -48,8 +63,9 @@ def accepted(document) -> bool:
         return False
 
 
-@pytest.mark.parametrize("key", VALID_KEYS, ids=lambda k: f"{k['kty']}-{k.get('crv', '')}"
-                                                         f"-{k.get('alg', '')}")
+@pytest.mark.parametrize(
+    "key", VALID_KEYS, ids=lambda k: f"{k['kty']}-{k.get('crv', '')}-{k.get('alg', '')}"
+)
 def test_a_valid_public_key_is_accepted_here_and_by_pyjwt(key):
     document = {"keys": [key]}
     assert accepted(document) and pyjwt_uses_every_key(document)
@@ -72,7 +88,7 @@ def _with(key, **changes):
 def _flip(text: str) -> str:
     try:
         raw = bytearray(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except ValueError:   # not base64url to begin with: change its last character
+    except ValueError:  # not base64url to begin with: change its last character
         return text[:-1] + ("B" if text.endswith("A") else "A")
     raw[len(raw) // 2] ^= 0x01
     return _b64(bytes(raw))
@@ -122,8 +138,12 @@ REFUSED = {
 def test_a_key_that_breaks_a_rule_is_refused_with_where_and_why(name):
     with pytest.raises(jwks.JwksError) as refused:
         jwks.check(REFUSED[name])
-    if isinstance(REFUSED[name], dict) and REFUSED[name].get("keys") and \
-            isinstance(REFUSED[name]["keys"], list) and len(REFUSED[name]["keys"]) > 1:
+    if (
+        isinstance(REFUSED[name], dict)
+        and REFUSED[name].get("keys")
+        and isinstance(REFUSED[name]["keys"], list)
+        and len(REFUSED[name]["keys"]) > 1
+    ):
         assert str(refused.value).startswith("keys[1]: ")
 
 
@@ -132,8 +152,26 @@ def test_whatever_is_accepted_here_pyjwt_uses_every_key_of():
     curves and algs exchanged): whenever the check accepts one, PyJWT builds every key."""
     rng = random.Random(1234)
     members = ["kty", "crv", "x", "y", "n", "e", "k", "alg", "d"]
-    values = ["RSA", "EC", "OKP", "oct", "P-256", "P-384", "P-521", "secp256k1", "Ed25519",
-              "ES256", "RS256", "HS256", "EdDSA", "AQ", "AQAB", "", 7, None]
+    values = [
+        "RSA",
+        "EC",
+        "OKP",
+        "oct",
+        "P-256",
+        "P-384",
+        "P-521",
+        "secp256k1",
+        "Ed25519",
+        "ES256",
+        "RS256",
+        "HS256",
+        "EdDSA",
+        "AQ",
+        "AQAB",
+        "",
+        7,
+        None,
+    ]
     accepted_count = refused_count = 0
     for _ in range(3000):
         key = copy.deepcopy(rng.choice(VALID_KEYS))
@@ -155,4 +193,4 @@ def test_whatever_is_accepted_here_pyjwt_uses_every_key_of():
             assert pyjwt_uses_every_key(document), key
         else:
             refused_count += 1
-    assert accepted_count > 100 and refused_count > 100   # both sides were exercised
+    assert accepted_count > 100 and refused_count > 100  # both sides were exercised

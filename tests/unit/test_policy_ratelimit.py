@@ -1,13 +1,27 @@
 """The sliding-window limiter behind rate-limit: counting, sliding, racing, memory bound."""
+
 import asyncio
 import threading
 
 from chalicelib.core.policy import CONTINUE, RESPOND, ratelimit
 from tests.support.policy import compile_doc, conn, request, rule
 
-DOC = {"on_http_request": [rule({"type": "rate-limit", "config": {
-    "name": "race", "algorithm": "sliding_window", "capacity": 10, "rate": "60s",
-    "bucket_key": ["conn.client_ip"]}})]}
+DOC = {
+    "on_http_request": [
+        rule(
+            {
+                "type": "rate-limit",
+                "config": {
+                    "name": "race",
+                    "algorithm": "sliding_window",
+                    "capacity": 10,
+                    "rate": "60s",
+                    "bucket_key": ["conn.client_ip"],
+                },
+            }
+        )
+    ]
+}
 
 
 def test_concurrent_asyncio_requests_count_exactly_once_each():
@@ -20,6 +34,7 @@ def test_concurrent_asyncio_requests_count_exactly_once_each():
 
     async def many():
         return await asyncio.gather(*(one() for _ in range(100)))
+
     kinds = asyncio.run(many())
     assert kinds.count(CONTINUE) == 10 and kinds.count(RESPOND) == 90
 
@@ -31,6 +46,7 @@ def test_concurrent_threads_count_exactly_once_each():
     def worker():
         for _ in range(50):
             allowed.append(limiter.hit("k", 100, 60, 1000.0)[0])
+
     threads = [threading.Thread(target=worker) for _ in range(8)]
     for t in threads:
         t.start()

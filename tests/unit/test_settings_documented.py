@@ -3,6 +3,7 @@ the edge, the scripts and the device agent read (``os.environ.get("X")``, ``os.g
 ``environ["X"]``, the config readers' ``_int(env, "X", …)``) appears in
 docs/CONFIGURATION.md (or, for the device agent, agent/README.md). The docstrings of the
 config modules point there instead of keeping tables of their own."""
+
 import ast
 import os
 import re
@@ -12,9 +13,18 @@ from tests.support.api import PROJECT_DIR
 
 NAME = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")
 # Read from the environment but defined by others: AWS's SDK, LocalStack's client.
-STANDARD = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-            "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
-            "LOCALSTACK_HOST", "PATH", "HOME"}
+STANDARD = {
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "LOCALSTACK_HOST",
+    "PATH",
+    "HOME",
+}
 DOCS = {"": ["docs/CONFIGURATION.md"], "agent/": ["agent/README.md"]}
 
 
@@ -25,27 +35,38 @@ def _env_names(source: str):
             fn = node.func
             name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
             base = ast.unparse(fn.value) if isinstance(fn, ast.Attribute) else ""
-            if name in ("get", "pop", "setdefault") and (
-                    "environ" in base or base in ("env", "e")) and node.args:
+            if (
+                name in ("get", "pop", "setdefault")
+                and ("environ" in base or base in ("env", "e"))
+                and node.args
+            ):
                 arg = node.args[0]
             elif name == "getenv" and node.args:
                 arg = node.args[0]
-            elif name.startswith("_") and len(node.args) >= 2 and \
-                    ast.unparse(node.args[0]) in ("env", "environ", "os.environ"):
+            elif (
+                name.startswith("_")
+                and len(node.args) >= 2
+                and ast.unparse(node.args[0]) in ("env", "environ", "os.environ")
+            ):
                 arg = node.args[1]
         elif isinstance(node, ast.Subscript) and "environ" in ast.unparse(node.value):
             arg = node.slice
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and \
-                NAME.match(arg.value):
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and NAME.match(arg.value):
             yield arg.value
 
 
 def _sources():
-    listed = subprocess.run(["git", "ls-files", "-z", "*.py"], cwd=PROJECT_DIR,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "*.py"], cwd=PROJECT_DIR, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for path in listed:
-        if path == "app.py" or path.startswith(("chalicelib/", "edge/", "scripts/",
-                                                "agent/tunnel_agent/")):
+        if path == "app.py" or path.startswith(
+            ("chalicelib/", "edge/", "scripts/", "agent/tunnel_agent/")
+        ):
             if not path.startswith("edge/bench/"):
                 yield path
 
@@ -66,8 +87,12 @@ def test_every_setting_read_is_documented():
 
 
 def test_the_scanner_finds_the_ways_settings_are_read():
-    found = set(_env_names('import os\nos.environ.get("A_ONE")\nos.getenv("A_TWO")\n'
-                           'os.environ["A_THREE"]\n_int(env, "A_FOUR", 5)\n'
-                           'env.get("A_FIVE")\nos.environ.setdefault("A_SIX", "x")\n'
-                           'print("NOT_A_SETTING")\n'))
+    found = set(
+        _env_names(
+            'import os\nos.environ.get("A_ONE")\nos.getenv("A_TWO")\n'
+            'os.environ["A_THREE"]\n_int(env, "A_FOUR", 5)\n'
+            'env.get("A_FIVE")\nos.environ.setdefault("A_SIX", "x")\n'
+            'print("NOT_A_SETTING")\n'
+        )
+    )
     assert found == {"A_ONE", "A_TWO", "A_THREE", "A_FOUR", "A_FIVE", "A_SIX"}

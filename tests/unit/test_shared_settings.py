@@ -1,6 +1,7 @@
 """The settings both planes read (EDGE_TCP_PORTS, EDGE_TCP_HOST, BASE_DOMAIN) come from one
 reader, chalicelib.core.config: the edge's settings equal the API's for every form of them,
 and a value the reader refuses stops the edge with the reader's reason."""
+
 import pytest
 
 from chalicelib.core import config as core_config
@@ -15,16 +16,20 @@ def env(monkeypatch):
         for name, value in values.items():
             monkeypatch.setenv(name, value)
         core_config.reset_settings()
+
     yield set_env
     core_config.reset_settings()
 
 
-@pytest.mark.parametrize("values, ports, host", [
-    ({}, (20000, 20099), "tunnels.localhost"),
-    ({"EDGE_TCP_PORTS": " 30000 - 30009 "}, (30000, 30009), "tunnels.localhost"),
-    ({"EDGE_TCP_HOST": "TCP.Example.COM"}, (20000, 20099), "tcp.example.com"),
-    ({"EDGE_TCP_HOST": "", "BASE_DOMAIN": "Edge.Test"}, (20000, 20099), "edge.test"),
-])
+@pytest.mark.parametrize(
+    "values, ports, host",
+    [
+        ({}, (20000, 20099), "tunnels.localhost"),
+        ({"EDGE_TCP_PORTS": " 30000 - 30009 "}, (30000, 30009), "tunnels.localhost"),
+        ({"EDGE_TCP_HOST": "TCP.Example.COM"}, (20000, 20099), "tcp.example.com"),
+        ({"EDGE_TCP_HOST": "", "BASE_DOMAIN": "Edge.Test"}, (20000, 20099), "edge.test"),
+    ],
+)
 def test_the_edge_reads_the_shared_settings_as_the_api_does(env, values, ports, host):
     env(**values)
     api, edge = core_config.get_settings(), edge_config.load()

@@ -20,8 +20,12 @@ def test_put_new_refuses_an_existing_item_with_its_error(store_env):
 def test_a_failed_transaction_writes_nothing(store_env):
     store.commit([store.unique("name", "x", {"owner": "a"}, errors.Conflict("x taken"))])
     with pytest.raises(errors.Conflict):
-        store.commit([store.put_new(_item(sk="th_2")),
-                      store.unique("name", "x", {"owner": "b"}, errors.Conflict("x taken"))])
+        store.commit(
+            [
+                store.put_new(_item(sk="th_2")),
+                store.unique("name", "x", {"owner": "b"}, errors.Conflict("x taken")),
+            ]
+        )
     assert store.get("A#acct#thing", "th_2") is None
     assert store.get(store.unique_pk("name", "x"), store.UNIQUE_SK).data == {"owner": "a"}
 
@@ -53,8 +57,13 @@ def test_delete_conditioned_on_refs(store_env):
     target = store.get("A#acct#thing", "th_1")
     assert target.refs == 1
     with pytest.raises(errors.Conflict):
-        store.commit([store.delete(target, condition=store.model().refs == 0,
-                                   error=errors.Conflict("in use"))])
+        store.commit(
+            [
+                store.delete(
+                    target, condition=store.model().refs == 0, error=errors.Conflict("in use")
+                )
+            ]
+        )
     assert store.get("A#acct#thing", "th_1") is not None
 
 
@@ -98,8 +107,9 @@ def test_a_lost_race_sleeps_a_backoff_between_attempts_but_not_after_the_last(mo
     assert calls == [(1, 2)] * 8
     assert attempts == list(range(7)) and slept == [n / 10 for n in range(7)]
     assert info.value.status_code == 409 and info.value.error_code == errors.CONFLICT
-    assert info.value.msg == ("The resource was changed by another request at the same time; "
-                              "retry the request")
+    assert info.value.msg == (
+        "The resource was changed by another request at the same time; retry the request"
+    )
 
 
 def test_a_write_that_wins_returns_its_value_without_sleeping(monkeypatch):
@@ -129,11 +139,14 @@ def test_only_a_version_conflict_is_retried(monkeypatch):
     assert calls == [1]
 
 
-@pytest.mark.parametrize("attempt, cap", [(0, 0.005), (1, 0.01), (3, 0.04), (5, 0.16),
-                                          (6, 0.25), (7, 0.25), (20, 0.25)])
+@pytest.mark.parametrize(
+    "attempt, cap", [(0, 0.005), (1, 0.01), (3, 0.04), (5, 0.16), (6, 0.25), (7, 0.25), (20, 0.25)]
+)
 def test_backoff_is_full_jitter_doubling_from_5_ms_capped_at_250_ms(monkeypatch, attempt, cap):
     ranges = []
-    monkeypatch.setattr(store.random, "uniform", lambda low, high: ranges.append((low, high)) or high)
+    monkeypatch.setattr(
+        store.random, "uniform", lambda low, high: ranges.append((low, high)) or high
+    )
     assert store.backoff(attempt) == pytest.approx(cap)
     assert ranges == [(0, pytest.approx(cap))]
 
@@ -141,4 +154,4 @@ def test_backoff_is_full_jitter_doubling_from_5_ms_capped_at_250_ms(monkeypatch,
 def test_backoff_draws_within_its_range():
     for attempt in range(8):
         wait = store.backoff(attempt)
-        assert 0 <= wait <= min(0.25, 0.005 * 2 ** attempt)
+        assert 0 <= wait <= min(0.25, 0.005 * 2**attempt)

@@ -5,48 +5,79 @@ from the view. The goal: the authorizer makes 1 call on every route; a view make
 1 call when its operation touches one item; the routes that must read first or change
 several items say so in their docstrings, with the count pinned here. Nothing scans.
 """
+
 import pytest
 
 from tests.support.costs import app_routes, measure_routes
 
 # view calls per route (the authorizer: 1 GetItem everywhere)
 EXPECTED_VIEW_CALLS = {
-    "POST /api_keys": 1, "GET /api_keys": 1, "GET /api_keys/{key_id}": 1,
-    "PATCH /api_keys/{key_id}": 1, "DELETE /api_keys/{key_id}": 2,
-    "POST /credentials": 1, "GET /credentials": 1, "GET /credentials/{credential_id}": 1,
-    "PATCH /credentials/{credential_id}": 1, "DELETE /credentials/{credential_id}": 2,
-    "POST /bot_users": 1, "GET /bot_users": 1, "GET /bot_users/{bot_id}": 1,
-    "PATCH /bot_users/{bot_id}": 3, "DELETE /bot_users/{bot_id}": 3,
+    "POST /api_keys": 1,
+    "GET /api_keys": 1,
+    "GET /api_keys/{key_id}": 1,
+    "PATCH /api_keys/{key_id}": 1,
+    "DELETE /api_keys/{key_id}": 2,
+    "POST /credentials": 1,
+    "GET /credentials": 1,
+    "GET /credentials/{credential_id}": 1,
+    "PATCH /credentials/{credential_id}": 1,
+    "DELETE /credentials/{credential_id}": 2,
+    "POST /bot_users": 1,
+    "GET /bot_users": 1,
+    "GET /bot_users/{bot_id}": 1,
+    "PATCH /bot_users/{bot_id}": 3,
+    "DELETE /bot_users/{bot_id}": 3,
     # the same resource under its newer name
-    "POST /service_users": 1, "GET /service_users": 1,
-    "GET /service_users/{service_user_id}": 1, "PATCH /service_users/{service_user_id}": 3,
+    "POST /service_users": 1,
+    "GET /service_users": 1,
+    "GET /service_users/{service_user_id}": 1,
+    "PATCH /service_users/{service_user_id}": 3,
     "DELETE /service_users/{service_user_id}": 3,
     # the ownership reads (reservations over and under it, live claims), then the write
-    "POST /reserved_domains": 4, "GET /reserved_domains": 1,
-    "GET /reserved_domains/{domain_id}": 1, "PATCH /reserved_domains/{domain_id}": 1,
+    "POST /reserved_domains": 4,
+    "GET /reserved_domains": 1,
+    "GET /reserved_domains/{domain_id}": 1,
+    "PATCH /reserved_domains/{domain_id}": 1,
     "DELETE /reserved_domains/{domain_id}": 2,
     "DELETE /reserved_domains/{domain_id}/certificate": 1,
     "DELETE /reserved_domains/{domain_id}/certificate_management_policy": 1,
-    "POST /reserved_domains/{domain_id}/dns_check": 1,   # the domain; then DNS, no store
-    "POST /ip_policies": 1, "GET /ip_policies": 1, "GET /ip_policies/{policy_id}": 1,
-    "PATCH /ip_policies/{policy_id}": 1, "DELETE /ip_policies/{policy_id}": 1,
-    "POST /ip_policy_rules": 1, "GET /ip_policy_rules": 1, "GET /ip_policy_rules/{rule_id}": 1,
-    "PATCH /ip_policy_rules/{rule_id}": 1, "DELETE /ip_policy_rules/{rule_id}": 2,
-    "POST /backends/http_response": 1, "GET /backends/http_response": 1,
+    "POST /reserved_domains/{domain_id}/dns_check": 1,  # the domain; then DNS, no store
+    "POST /ip_policies": 1,
+    "GET /ip_policies": 1,
+    "GET /ip_policies/{policy_id}": 1,
+    "PATCH /ip_policies/{policy_id}": 1,
+    "DELETE /ip_policies/{policy_id}": 1,
+    "POST /ip_policy_rules": 1,
+    "GET /ip_policy_rules": 1,
+    "GET /ip_policy_rules/{rule_id}": 1,
+    "PATCH /ip_policy_rules/{rule_id}": 1,
+    "DELETE /ip_policy_rules/{rule_id}": 2,
+    "POST /backends/http_response": 1,
+    "GET /backends/http_response": 1,
     "GET /backends/http_response/{backend_id}": 1,
     "PATCH /backends/http_response/{backend_id}": 1,
     "DELETE /backends/http_response/{backend_id}": 1,
-    "POST /edges/tcp": 2, "GET /edges/tcp": 1, "GET /edges/tcp/{edge_id}": 1,
-    "PATCH /edges/tcp/{edge_id}": 1, "DELETE /edges/tcp/{edge_id}": 2,
-    "PUT /edges/tcp/{edge_id}/backend": 2, "GET /edges/tcp/{edge_id}/backend": 1,
+    "POST /edges/tcp": 2,
+    "GET /edges/tcp": 1,
+    "GET /edges/tcp/{edge_id}": 1,
+    "PATCH /edges/tcp/{edge_id}": 1,
+    "DELETE /edges/tcp/{edge_id}": 2,
+    "PUT /edges/tcp/{edge_id}/backend": 2,
+    "GET /edges/tcp/{edge_id}/backend": 1,
     "DELETE /edges/tcp/{edge_id}/backend": 2,
-    "PUT /edges/tcp/{edge_id}/ip_restriction": 2, "GET /edges/tcp/{edge_id}/ip_restriction": 1,
+    "PUT /edges/tcp/{edge_id}/ip_restriction": 2,
+    "GET /edges/tcp/{edge_id}/ip_restriction": 1,
     "DELETE /edges/tcp/{edge_id}/ip_restriction": 2,
-    "PUT /edges/tcp/{edge_id}/traffic_policy": 2, "GET /edges/tcp/{edge_id}/traffic_policy": 1,
+    "PUT /edges/tcp/{edge_id}/traffic_policy": 2,
+    "GET /edges/tcp/{edge_id}/traffic_policy": 1,
     "DELETE /edges/tcp/{edge_id}/traffic_policy": 2,
-    "POST /edges/https": 3, "GET /edges/https": 1, "GET /edges/https/{edge_id}": 1,
-    "PATCH /edges/https/{edge_id}": 2, "DELETE /edges/https/{edge_id}": 2,
-    "POST /edges/https/{edge_id}/routes": 1, "GET /edges/https/{edge_id}/routes": 1,
+    "POST /edges/https": 3,
+    "GET /edges/https": 1,
+    "GET /edges/https/{edge_id}": 1,
+    "PATCH /edges/https/{edge_id}": 2,
+    "DELETE /edges/https/{edge_id}": 2,
+    "POST /edges/https/{edge_id}/routes": 1,
+    "GET /edges/https/{edge_id}/routes": 1,
     "GET /edges/https/{edge_id}/routes/{route_id}": 1,
     "PATCH /edges/https/{edge_id}/routes/{route_id}": 1,
     "DELETE /edges/https/{edge_id}/routes/{route_id}": 2,
@@ -56,36 +87,50 @@ EXPECTED_VIEW_CALLS = {
     "PUT /edges/https/{edge_id}/routes/{route_id}/response_headers": 1,
     "GET /edges/https/{edge_id}/routes/{route_id}/response_headers": 1,
     "DELETE /edges/https/{edge_id}/routes/{route_id}/response_headers": 1,
-    "POST /abuse_reports": 1, "GET /abuse_reports/{report_id}": 1,
+    "POST /abuse_reports": 1,
+    "GET /abuse_reports/{report_id}": 1,
     # Edges: claiming a hostport reads its reservation first (TCP: the port's
     # claim, 1 GetItem; HTTPS: 1 BatchGetItem of the exact and wildcard names + the online
     # claim of a base-domain name, 1 GetItem); a TCP edge's hostport items carry a copy of
     # its modules, so a traffic_policy change is a read + transaction like the others; a
     # route delete reads the route (its references) first.
-    "POST /reserved_addrs": 1, "GET /reserved_addrs": 1, "GET /reserved_addrs/{addr_id}": 1,
-    "PATCH /reserved_addrs/{addr_id}": 1, "DELETE /reserved_addrs/{addr_id}": 2,
-    "POST /certificate_authorities": 1, "GET /certificate_authorities": 1,
-    "GET /certificate_authorities/{ca_id}": 1, "PATCH /certificate_authorities/{ca_id}": 1,
+    "POST /reserved_addrs": 1,
+    "GET /reserved_addrs": 1,
+    "GET /reserved_addrs/{addr_id}": 1,
+    "PATCH /reserved_addrs/{addr_id}": 1,
+    "DELETE /reserved_addrs/{addr_id}": 2,
+    "POST /certificate_authorities": 1,
+    "GET /certificate_authorities": 1,
+    "GET /certificate_authorities/{ca_id}": 1,
+    "PATCH /certificate_authorities/{ca_id}": 1,
     "DELETE /certificate_authorities/{ca_id}": 1,
-    "POST /tls_certificates": 1, "GET /tls_certificates": 1,
+    "POST /tls_certificates": 1,
+    "GET /tls_certificates": 1,
     "GET /tls_certificates/{certificate_id}": 1,
     "PATCH /tls_certificates/{certificate_id}": 1,
     "DELETE /tls_certificates/{certificate_id}": 1,
     # a tunnel group renders its online tunnels: one Query of the account's tunnels (+ one
     # BatchGetItem of their sessions when any match)
-    "POST /backends/tunnel_group": 2, "GET /backends/tunnel_group": 2,
-    "GET /backends/tunnel_group/{backend_id}": 2, "PATCH /backends/tunnel_group/{backend_id}": 2,
+    "POST /backends/tunnel_group": 2,
+    "GET /backends/tunnel_group": 2,
+    "GET /backends/tunnel_group/{backend_id}": 2,
+    "PATCH /backends/tunnel_group/{backend_id}": 2,
     "DELETE /backends/tunnel_group/{backend_id}": 2,
-    "POST /backends/failover": 1, "GET /backends/failover": 1,
-    "GET /backends/failover/{backend_id}": 1, "PATCH /backends/failover/{backend_id}": 2,
+    "POST /backends/failover": 1,
+    "GET /backends/failover": 1,
+    "GET /backends/failover/{backend_id}": 1,
+    "PATCH /backends/failover/{backend_id}": 2,
     "DELETE /backends/failover/{backend_id}": 2,
-    "POST /backends/weighted": 1, "GET /backends/weighted": 1,
-    "GET /backends/weighted/{backend_id}": 1, "PATCH /backends/weighted/{backend_id}": 2,
+    "POST /backends/weighted": 1,
+    "GET /backends/weighted": 1,
+    "GET /backends/weighted/{backend_id}": 1,
+    "PATCH /backends/weighted/{backend_id}": 2,
     "DELETE /backends/weighted/{backend_id}": 2,
     "PUT /edges/https/{edge_id}/tls_termination": 2,
     "GET /edges/https/{edge_id}/tls_termination": 1,
     "DELETE /edges/https/{edge_id}/tls_termination": 2,
-    "PUT /edges/https/{edge_id}/mutual_tls": 2, "GET /edges/https/{edge_id}/mutual_tls": 1,
+    "PUT /edges/https/{edge_id}/mutual_tls": 2,
+    "GET /edges/https/{edge_id}/mutual_tls": 1,
     "DELETE /edges/https/{edge_id}/mutual_tls": 2,
     "PUT /edges/https/{edge_id}/routes/{route_id}/backend": 2,
     "GET /edges/https/{edge_id}/routes/{route_id}/backend": 1,
@@ -102,39 +147,54 @@ EXPECTED_VIEW_CALLS = {
     # online views: a tunnel or endpoint is live while its session is, so reading one reads
     # its session too (a list page: one Query + one BatchGetItem of the page's sessions);
     # stop/restart read the session (owner check) and flag it in one UpdateItem
-    "GET /tunnel_sessions": 1, "GET /tunnel_sessions/{session_id}": 1,
-    "GET /tunnels": 2, "GET /tunnels/{tunnel_id}": 2,
-    "GET /endpoints": 2, "GET /endpoints/{endpoint_id}": 2,
+    "GET /tunnel_sessions": 1,
+    "GET /tunnel_sessions/{session_id}": 1,
+    "GET /tunnels": 2,
+    "GET /tunnels/{tunnel_id}": 2,
+    "GET /endpoints": 2,
+    "GET /endpoints/{endpoint_id}": 2,
     # cloud endpoints (chalicelib.cloud_endpoints): POST reads the reservation covering the
     # host (1 BatchGetItem) and writes the endpoint and its host's claim in 1 transaction;
     # PATCH and DELETE read the endpoint (its claim, its version), then 1 transaction
-    "POST /endpoints": 2, "PATCH /endpoints/{endpoint_id}": 2,
+    "POST /endpoints": 2,
+    "PATCH /endpoints/{endpoint_id}": 2,
     "DELETE /endpoints/{endpoint_id}": 2,
-    "POST /tunnel_sessions/{session_id}/stop": 2, "POST /tunnel_sessions/{session_id}/restart": 2,
+    "POST /tunnel_sessions/{session_id}/stop": 2,
+    "POST /tunnel_sessions/{session_id}/restart": 2,
     "POST /tunnel_sessions/{session_id}/update": 1,
     # vaults and secrets (chalicelib/vaults.py): a secret renders its vault's name (1 GetItem;
     # a list page: 1 BatchGetItem of the page's vaults); creating a secret reads its vault
     # first; PATCH and DELETE of a secret read it first (its name claim, its vault); a vault's
     # delete reads it (its name claim); its secrets are one Query of the account's secrets
-    "POST /vaults": 1, "GET /vaults": 1, "GET /vaults/{vault_id}": 1,
-    "PATCH /vaults/{vault_id}": 1, "DELETE /vaults/{vault_id}": 2,
+    "POST /vaults": 1,
+    "GET /vaults": 1,
+    "GET /vaults/{vault_id}": 1,
+    "PATCH /vaults/{vault_id}": 1,
+    "DELETE /vaults/{vault_id}": 2,
     "GET /vaults/{vault_id}/secrets": 2,
-    "POST /vault_secrets": 2, "GET /vault_secrets": 2, "GET /vault_secrets/{secret_id}": 2,
-    "PATCH /vault_secrets/{secret_id}": 3, "DELETE /vault_secrets/{secret_id}": 2,
+    "POST /vault_secrets": 2,
+    "GET /vault_secrets": 2,
+    "GET /vault_secrets/{secret_id}": 2,
+    "PATCH /vault_secrets/{secret_id}": 3,
+    "DELETE /vault_secrets/{secret_id}": 2,
     # sign-ins (chalicelib/app_sessions.py): a user's delete reads the user and the account's
     # sessions (the user's to delete with it), then one transaction
-    "GET /app/sessions": 1, "GET /app/sessions/{app_session_id}": 1,
+    "GET /app/sessions": 1,
+    "GET /app/sessions/{app_session_id}": 1,
     "DELETE /app/sessions/{app_session_id}": 1,
-    "GET /app/users": 1, "GET /app/users/{app_user_id}": 1,
+    "GET /app/users": 1,
+    "GET /app/users/{app_user_id}": 1,
     "DELETE /app/users/{app_user_id}": 3,
     # event destinations and subscriptions: a create counts the account's items first (one
     # Query: at most 100 each); a subscription's create and delete move its destinations'
     # refs in one transaction; a source is a field of its subscription (read, then written)
-    "POST /event_destinations": 2, "GET /event_destinations": 1,
+    "POST /event_destinations": 2,
+    "GET /event_destinations": 1,
     "GET /event_destinations/{destination_id}": 1,
     "PATCH /event_destinations/{destination_id}": 1,
     "DELETE /event_destinations/{destination_id}": 1,
-    "POST /event_subscriptions": 2, "GET /event_subscriptions": 1,
+    "POST /event_subscriptions": 2,
+    "GET /event_subscriptions": 1,
     "GET /event_subscriptions/{subscription_id}": 1,
     "PATCH /event_subscriptions/{subscription_id}": 1,
     "DELETE /event_subscriptions/{subscription_id}": 2,
@@ -149,7 +209,8 @@ EXPECTED_VIEW_CALLS = {
     "GET /endpoints/{endpoint_id}/captured_requests": 2,
     "GET /endpoints/{endpoint_id}/captured_requests/{request_id}": 1,
     "POST /endpoints/{endpoint_id}/captured_requests/{request_id}/replay": 1,
-    "GET /endpoints/{endpoint_id}/capture": 2, "PUT /endpoints/{endpoint_id}/capture": 3,
+    "GET /endpoints/{endpoint_id}/capture": 2,
+    "PUT /endpoints/{endpoint_id}/capture": 3,
 }
 
 
@@ -158,6 +219,7 @@ def measured():
     from moto import mock_aws
 
     from chalicelib.core import config, store
+
     with mock_aws():
         config.reset_settings()
         store.reset()
@@ -167,6 +229,7 @@ def measured():
         from app import app
         from chalicelib.gateway import ContractGateway
         from tests.support.api import PROJECT_DIR, InProcessApi
+
         with Client(app, stage_name="dev", project_dir=PROJECT_DIR) as client:
             client.http._local_gateway = ContractGateway(app, client.http._config)
             api = InProcessApi(client)
@@ -192,7 +255,12 @@ def test_view_makes_its_pinned_number_of_store_calls(measured, route):
 
 
 def test_single_item_writes_are_not_transactions(measured):
-    singles = [r for r, n in EXPECTED_VIEW_CALLS.items() if n == 1 and r.split()[0] in
-               ("PATCH", "PUT") or r.startswith(("DELETE /ip_policies/", "DELETE /backends/http_response"))]
+    singles = [
+        r
+        for r, n in EXPECTED_VIEW_CALLS.items()
+        if n == 1
+        and r.split()[0] in ("PATCH", "PUT")
+        or r.startswith(("DELETE /ip_policies/", "DELETE /backends/http_response"))
+    ]
     for route in singles:
         assert "TransactWriteItems" not in measured[route]["view_ops"], (route, measured[route])

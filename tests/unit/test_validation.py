@@ -3,9 +3,15 @@ import pytest
 from chalicelib.core import errors
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 
-FIELDS = [DESCRIPTION, METADATA, Field("active", "boolean"), Field("count", "integer"),
-          Field("name", "string", required=True), Field("tags", "string_list", max_items=2),
-          Field("headers", "string_map")]
+FIELDS = [
+    DESCRIPTION,
+    METADATA,
+    Field("active", "boolean"),
+    Field("count", "integer"),
+    Field("name", "string", required=True),
+    Field("tags", "string_list", max_items=2),
+    Field("headers", "string_map"),
+]
 
 
 def test_parse_returns_only_sent_fields_and_drops_nulls():
@@ -24,12 +30,20 @@ def test_missing_required_field():
     assert "name" in info.value.msg
 
 
-@pytest.mark.parametrize("body", [
-    {"name": 1}, {"name": "a", "active": 1}, {"name": "a", "count": True},
-    {"name": "a", "count": 1.5}, {"name": "a", "tags": "x"}, {"name": "a", "tags": [1]},
-    {"name": "a", "tags": ["a", "b", "c"]}, {"name": "a", "headers": {"a": 1}},
-    {"name": "a", "headers": []},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": 1},
+        {"name": "a", "active": 1},
+        {"name": "a", "count": True},
+        {"name": "a", "count": 1.5},
+        {"name": "a", "tags": "x"},
+        {"name": "a", "tags": [1]},
+        {"name": "a", "tags": ["a", "b", "c"]},
+        {"name": "a", "headers": {"a": 1}},
+        {"name": "a", "headers": []},
+    ],
+)
 def test_wrong_types_are_400(body):
     with pytest.raises(errors.InvalidField):
         parse(body, FIELDS)
@@ -54,13 +68,20 @@ def test_id_in_body_must_match_path():
 
 def test_error_body_has_contract_shape():
     body = errors.NotFound("gone", details={"field": 3}).body("op_x")
-    assert body == {"error_code": errors.NOT_FOUND, "status_code": 404, "msg": "gone",
-                    "details": {"field": "3", "operation_id": "op_x"}}
+    assert body == {
+        "error_code": errors.NOT_FOUND,
+        "status_code": 404,
+        "msg": "gone",
+        "details": {"field": "3", "operation_id": "op_x"},
+    }
 
 
 def test_catalog_codes_are_unique_and_statuses_are_errors():
-    constants = {name: value for name, value in vars(errors).items()
-                 if name.isupper() and isinstance(value, str) and value.startswith("ERR_")}
+    constants = {
+        name: value
+        for name, value in vars(errors).items()
+        if name.isupper() and isinstance(value, str) and value.startswith("ERR_")
+    }
     assert len(set(constants.values())) == len(constants) == len(errors.CATALOG) == 40
     assert set(constants.values()) == set(errors.CATALOG)
     assert all(400 <= status <= 599 for status in errors.CATALOG.values())
@@ -73,39 +94,78 @@ def _refusal(body, fields=FIELDS, path_id=None):
     return info.value
 
 
-@pytest.mark.parametrize("body, msg, field", [
-    ({"name": 1}, "Field 'name' must be a string, got integer", "name"),
-    ({"name": None}, "Field 'name' is required", "name"),
-    ({"name": "a", "active": 1}, "Field 'active' must be a boolean, got integer", "active"),
-    ({"name": "a", "active": "true"}, "Field 'active' must be a boolean, got string", "active"),
-    ({"name": "a", "count": True}, "Field 'count' must be an integer, got boolean", "count"),
-    ({"name": "a", "count": 1.5}, "Field 'count' must be an integer, got number", "count"),
-    ({"name": "a", "count": "1"}, "Field 'count' must be an integer, got string", "count"),
-    ({"name": "a", "tags": "x"}, "Field 'tags' must be an array of strings, got string", "tags"),
-    ({"name": "a", "tags": {}}, "Field 'tags' must be an array of strings, got object", "tags"),
-    ({"name": "a", "tags": [1]}, "Field 'tags[0]' must be a string, got integer", "tags[0]"),
-    ({"name": "a", "tags": ["a", [2]]}, "Field 'tags[1]' must be a string, got array",
-     "tags[1]"),
-    ({"name": "a", "tags": ["a", "b", "c"]}, "Field 'tags' has 3 entries; the limit is 2",
-     "tags"),
-    ({"name": "a", "headers": []}, "Field 'headers' must be an object of string values, got "
-                                   "array", "headers"),
-    ({"name": "a", "headers": {"k": 1}}, "Field 'headers.k' must be a string, got integer",
-     "headers.k"),
-    ({"name": "a", "headers": {"k": None}}, "Field 'headers.k' must be a string, got null",
-     "headers.k"),
-    ({"name": "a", "description": "é" * 128},
-     "Field 'description' is 256 bytes; the limit is 255 bytes (UTF-8)", "description"),
-    ({"name": "a", "metadata": "m" * 4097},
-     "Field 'metadata' is 4097 bytes; the limit is 4096 bytes (UTF-8)", "metadata"),
-])
+@pytest.mark.parametrize(
+    "body, msg, field",
+    [
+        ({"name": 1}, "Field 'name' must be a string, got integer", "name"),
+        ({"name": None}, "Field 'name' is required", "name"),
+        ({"name": "a", "active": 1}, "Field 'active' must be a boolean, got integer", "active"),
+        (
+            {"name": "a", "active": "true"},
+            "Field 'active' must be a boolean, got string",
+            "active",
+        ),
+        ({"name": "a", "count": True}, "Field 'count' must be an integer, got boolean", "count"),
+        ({"name": "a", "count": 1.5}, "Field 'count' must be an integer, got number", "count"),
+        ({"name": "a", "count": "1"}, "Field 'count' must be an integer, got string", "count"),
+        (
+            {"name": "a", "tags": "x"},
+            "Field 'tags' must be an array of strings, got string",
+            "tags",
+        ),
+        (
+            {"name": "a", "tags": {}},
+            "Field 'tags' must be an array of strings, got object",
+            "tags",
+        ),
+        ({"name": "a", "tags": [1]}, "Field 'tags[0]' must be a string, got integer", "tags[0]"),
+        (
+            {"name": "a", "tags": ["a", [2]]},
+            "Field 'tags[1]' must be a string, got array",
+            "tags[1]",
+        ),
+        (
+            {"name": "a", "tags": ["a", "b", "c"]},
+            "Field 'tags' has 3 entries; the limit is 2",
+            "tags",
+        ),
+        (
+            {"name": "a", "headers": []},
+            "Field 'headers' must be an object of string values, got array",
+            "headers",
+        ),
+        (
+            {"name": "a", "headers": {"k": 1}},
+            "Field 'headers.k' must be a string, got integer",
+            "headers.k",
+        ),
+        (
+            {"name": "a", "headers": {"k": None}},
+            "Field 'headers.k' must be a string, got null",
+            "headers.k",
+        ),
+        (
+            {"name": "a", "description": "é" * 128},
+            "Field 'description' is 256 bytes; the limit is 255 bytes (UTF-8)",
+            "description",
+        ),
+        (
+            {"name": "a", "metadata": "m" * 4097},
+            "Field 'metadata' is 4097 bytes; the limit is 4096 bytes (UTF-8)",
+            "metadata",
+        ),
+    ],
+)
 def test_a_refused_field_answers_invalid_field_naming_it_and_the_rule(body, msg, field):
     refusal = _refusal(body)
     expected = errors.MissingField if msg.endswith("is required") else errors.InvalidField
     assert type(refusal) is expected and refusal.status_code == 400
-    assert refusal.body("op_1") == {"error_code": expected.error_code, "status_code": 400,
-                                    "msg": msg,
-                                    "details": {"field": field, "operation_id": "op_1"}}
+    assert refusal.body("op_1") == {
+        "error_code": expected.error_code,
+        "status_code": 400,
+        "msg": msg,
+        "details": {"field": field, "operation_id": "op_1"},
+    }
 
 
 def test_other_python_types_are_named_by_their_type():
@@ -153,11 +213,16 @@ def test_an_operation_that_declares_id_checks_it_as_a_field():
 
 
 def test_limits_pass_at_the_limit_and_fail_one_past_it():
-    fields = [Field("s", "string", max_bytes=3), Field("l", "string_list", max_items=2,
-                                                       max_bytes=2),
-              Field("m", "string_map", max_items=1, max_bytes=1)]
-    assert parse({"s": "abc", "l": ["ab", "cd"], "m": {"k": "v"}}, fields) \
-        == {"s": "abc", "l": ["ab", "cd"], "m": {"k": "v"}}
+    fields = [
+        Field("s", "string", max_bytes=3),
+        Field("l", "string_list", max_items=2, max_bytes=2),
+        Field("m", "string_map", max_items=1, max_bytes=1),
+    ]
+    assert parse({"s": "abc", "l": ["ab", "cd"], "m": {"k": "v"}}, fields) == {
+        "s": "abc",
+        "l": ["ab", "cd"],
+        "m": {"k": "v"},
+    }
     assert _refusal({"s": "abcd"}, fields).details == {"field": "s"}
     assert _refusal({"l": ["ab", "cde"]}, fields).details == {"field": "l[1]"}
     assert _refusal({"l": ["a", "b", "c"]}, fields).details == {"field": "l"}
@@ -169,8 +234,10 @@ def test_limits_pass_at_the_limit_and_fail_one_past_it():
 
 def test_a_field_check_gets_the_name_and_value_and_its_result_is_kept():
     seen = []
-    fields = [Field("n", "integer", check=lambda name, value: seen.append((name, value)) or 7),
-              Field("a", "any", check=lambda name, value: [name, value])]
+    fields = [
+        Field("n", "integer", check=lambda name, value: seen.append((name, value)) or 7),
+        Field("a", "any", check=lambda name, value: [name, value]),
+    ]
     assert parse({"n": 1, "a": {"x": 1}}, fields) == {"n": 7, "a": ["a", {"x": 1}]}
     assert seen == [("n", 1)]
 
@@ -184,6 +251,7 @@ def test_a_body_of_none_is_an_empty_body_and_is_not_changed():
 
 def test_require_non_empty_names_the_field():
     from chalicelib.validation import require_non_empty
+
     assert require_non_empty("urls", ["a"]) == ["a"]
     with pytest.raises(errors.InvalidField) as info:
         require_non_empty("urls", [])
@@ -195,6 +263,7 @@ def test_now_is_rfc3339_utc_to_the_second():
     import re
     from datetime import datetime, timezone
     from chalicelib.validation import now_rfc3339
+
     value = now_rfc3339()
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", value)
     parsed = datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
@@ -203,6 +272,7 @@ def test_now_is_rfc3339_utc_to_the_second():
 
 def test_utf8_len_counts_bytes():
     from chalicelib.validation import utf8_len
+
     assert utf8_len("aé€😀") == 1 + 2 + 3 + 4
 
 
@@ -210,11 +280,13 @@ def test_now_is_utc_whatever_the_machine_s_time_zone(monkeypatch):
     import time
     from datetime import datetime, timezone
     from chalicelib.validation import now_rfc3339
+
     monkeypatch.setenv("TZ", "Asia/Tokyo")
     time.tzset()
     try:
         parsed = datetime.strptime(now_rfc3339(), "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=timezone.utc)
+            tzinfo=timezone.utc
+        )
         assert abs((datetime.now(timezone.utc) - parsed).total_seconds()) < 5
     finally:
         monkeypatch.delenv("TZ")
@@ -224,8 +296,11 @@ def test_now_is_utc_whatever_the_machine_s_time_zone(monkeypatch):
 # ---- the catalog's error classes (chalicelib.core.errors) ------------------------------------------
 def test_an_error_keeps_its_message_code_and_details_as_strings():
     error = errors.InvalidField("bad", error_code="ERR_NGROK_9999", details={"field": "f", "n": 3})
-    assert (error.msg, error.error_code, error.details) == \
-        ("bad", "ERR_NGROK_9999", {"field": "f", "n": "3"})
+    assert (error.msg, error.error_code, error.details) == (
+        "bad",
+        "ERR_NGROK_9999",
+        {"field": "f", "n": "3"},
+    )
     assert str(error) == "bad"
     assert errors.InvalidField("bad").error_code == errors.INVALID_FIELD
     default = errors.NotFound()
@@ -234,8 +309,12 @@ def test_an_error_keeps_its_message_code_and_details_as_strings():
 
 def test_a_rate_limited_error_is_429_with_a_retry_after_of_at_least_one_second():
     error = errors.RateLimited("slow down", retry_after=7.9)
-    assert (error.status_code, error.error_code, error.msg, error.retry_after) == \
-        (429, errors.RATE_LIMITED, "slow down", 7)
+    assert (error.status_code, error.error_code, error.msg, error.retry_after) == (
+        429,
+        errors.RATE_LIMITED,
+        "slow down",
+        7,
+    )
     assert str(error) == "slow down"
     assert errors.RateLimited(retry_after=0).retry_after == 1
     assert errors.RateLimited(retry_after=-5).retry_after == 1
@@ -247,5 +326,8 @@ def test_a_rate_limited_error_is_429_with_a_retry_after_of_at_least_one_second()
 
 def test_the_gateway_s_error_body_has_the_contract_shape():
     assert errors.error_body(404, errors.NOT_FOUND, "Resource not found", "op_1") == {
-        "error_code": errors.NOT_FOUND, "status_code": 404, "msg": "Resource not found",
-        "details": {"operation_id": "op_1"}}
+        "error_code": errors.NOT_FOUND,
+        "status_code": 404,
+        "msg": "Resource not found",
+        "details": {"operation_id": "op_1"},
+    }

@@ -1,6 +1,7 @@
 """A vault secret's value at rest: sealed by the API (chalicelib.vaults) and opened by the
 edge's read (chalicelib.core.vault_secrets.reveal), with the KMS envelope (moto) as in AWS
 and with the local key file; bound to the account and the secret's id."""
+
 import pytest
 
 from chalicelib import vaults
@@ -34,6 +35,7 @@ def test_sealed_with_the_local_key_file(key_file):
 def test_sealed_with_a_kms_envelope(monkeypatch, key_file):
     from moto import mock_aws
     import boto3
+
     with mock_aws():
         key_id = boto3.client("kms", region_name="us-east-1").create_key()["KeyMetadata"]["KeyId"]
         monkeypatch.setenv("TLS_KMS_KEY_ID", key_id)

@@ -57,6 +57,7 @@ changed through the API is in force within about a second, with no store call pe
 The API refuses a document naming an id its account does not have
 (:func:`chalicelib.traffic_policy.check_ip_policies`, 400 naming the element).
 """
+
 import importlib
 from typing import Any
 
@@ -65,13 +66,25 @@ from typing import Any
 # policy should pay. ``import chalicelib.core.policy.document`` stays cheap.
 _EXPORTS = {
     "JWKS": "actions",
-    "MAX_DOCUMENT_BYTES": "document", "MAX_RULES_PER_PHASE": "document", "PHASES": "document",
+    "MAX_DOCUMENT_BYTES": "document",
+    "MAX_RULES_PER_PHASE": "document",
+    "PHASES": "document",
     "PolicyError": "document",
-    "Policy": "engine", "State": "engine", "compile_policy": "engine",
-    "Conn": "model", "Endpoint": "model", "IpPolicyResolver": "model", "Request": "model",
+    "Policy": "engine",
+    "State": "engine",
+    "compile_policy": "engine",
+    "Conn": "model",
+    "Endpoint": "model",
+    "IpPolicyResolver": "model",
+    "Request": "model",
     "Response": "model",
-    "CLOSE": "outcome", "CONTINUE": "outcome", "FORWARD_INTERNAL": "outcome",
-    "NEED_BODY": "outcome", "IDENTITY": "outcome", "RESPOND": "outcome", "Outcome": "outcome",
+    "CLOSE": "outcome",
+    "CONTINUE": "outcome",
+    "FORWARD_INTERNAL": "outcome",
+    "NEED_BODY": "outcome",
+    "IDENTITY": "outcome",
+    "RESPOND": "outcome",
+    "Outcome": "outcome",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -33,6 +33,7 @@ Decisions where the hosted docs are silent, written down here:
 - compress-response negotiates gzip and deflate (br when the ``brotli`` module is
   installed; ``compress`` is accepted and never chosen).
 """
+
 import base64
 import functools
 import hashlib
@@ -48,7 +49,7 @@ import re2
 from chalicelib.core import edge_errors
 from chalicelib.core.policy import celenv, identity, jwks, ratelimit
 from chalicelib.core.policy.document import PolicyError
-from chalicelib.core.policy.outcome import (CLOSE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Outcome)
+from chalicelib.core.policy.outcome import CLOSE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Outcome
 from chalicelib.core.policy.template import Template
 
 TCP, REQ, RES = "on_tcp_connect", "on_http_request", "on_http_response"
@@ -59,13 +60,24 @@ _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
 
 # Documented by the hosted service, not run here: refused at creation, by name.
-UNSUPPORTED = ("ai-gateway", "circuit-breaker", "http-request",
-               "oidc", "owasp-crs-request", "owasp-crs-response", "request-body-find-replace",
-               "response-body-find-replace", "saml", "sse-find-replace", "terminate-tls")
+UNSUPPORTED = (
+    "ai-gateway",
+    "circuit-breaker",
+    "http-request",
+    "oidc",
+    "owasp-crs-request",
+    "owasp-crs-response",
+    "request-body-find-replace",
+    "response-body-find-replace",
+    "saml",
+    "sse-find-replace",
+    "terminate-tls",
+)
 
 
 class Run:
     """What an action sees while it runs."""
+
     __slots__ = ("traffic", "phase", "errors", "logs", "outcome", "clock")
 
     def __init__(self, traffic, phase, outcome, clock):
@@ -86,6 +98,7 @@ class Run:
 
 
 # ---- config checking ----------------------------------------------------------------------
+
 
 class Config:
     def __init__(self, config: Optional[dict], where: str, allowed: Tuple[str, ...]) -> None:
@@ -120,8 +133,9 @@ class Config:
         if required and not value:
             raise PolicyError(self.at(key), "needs at least 1 header")
         if len(value) > MAX_HEADERS:
-            raise PolicyError(self.at(key), f"has {len(value)} headers; the limit is "
-                                            f"{MAX_HEADERS}")
+            raise PolicyError(
+                self.at(key), f"has {len(value)} headers; the limit is {MAX_HEADERS}"
+            )
         out = []
         for name, template in value.items():
             if not isinstance(name, str) or not _TOKEN.match(name):
@@ -136,8 +150,7 @@ class Config:
         if required and not value:
             raise PolicyError(self.at(key), "needs at least 1 entry")
         if max_items and len(value) > max_items:
-            raise PolicyError(self.at(key), f"has {len(value)} entries; the limit is "
-                                            f"{max_items}")
+            raise PolicyError(self.at(key), f"has {len(value)} entries; the limit is {max_items}")
         for index, entry in enumerate(value):
             if not isinstance(entry, str):
                 raise PolicyError(f"{self.at(key)}[{index}]", "must be a string")
@@ -151,13 +164,21 @@ class Config:
 
 
 def _kind_name(kind) -> str:
-    return {str: "a string", bool: "a boolean (true or false)", dict: "a mapping",
-            list: "a list"}.get(kind, str(kind))
+    return {
+        str: "a string",
+        bool: "a boolean (true or false)",
+        dict: "a mapping",
+        list: "a list",
+    }.get(kind, str(kind))
 
 
 def _respond(status: int, headers: List[Tuple[str, str]], body: bytes = b"") -> Outcome:
-    return Outcome(RESPOND, status_code=status,
-                   headers=headers + [("content-length", str(len(body)))], body=body)
+    return Outcome(
+        RESPOND,
+        status_code=status,
+        headers=headers + [("content-length", str(len(body)))],
+        body=body,
+    )
 
 
 def _safe_value(value: str, name: str, errors: List[str]) -> Optional[str]:
@@ -186,6 +207,7 @@ class Action:
 
 
 # ---- headers, responses, URLs -------------------------------------------------------------
+
 
 class AddHeaders(Action):
     type, phases, fields = "add-headers", (REQ, RES), ("headers",)
@@ -290,7 +312,7 @@ def go_replacement(to: str) -> Callable[[Any], str]:
     pieces: List[Any] = []
     last = 0
     for found in _GO_GROUP.finditer(to):
-        pieces.append(to[last:found.start()])
+        pieces.append(to[last : found.start()])
         if found.group(0) == "$$":
             pieces.append("$")
         else:
@@ -310,6 +332,7 @@ def go_replacement(to: str) -> Callable[[Any], str]:
             else:
                 out.append(piece)
         return "".join(out)
+
     return expand
 
 
@@ -317,8 +340,7 @@ def _regex(pattern: str, where: str):
     try:
         return re2.compile(pattern, _RE2_OPTIONS)
     except re2.error as exc:
-        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) \
-            else str(exc)
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         raise PolicyError(where, f"is not a valid regular expression ({reason})") from None
 
 
@@ -342,8 +364,9 @@ class _UrlAction(Action):
         try:
             regex = self.static_regex or _regex(r.render(self.from_), "from")
         except PolicyError as exc:
-            r.set_vars(self.var, **{"error.code": edge_errors.RATE_LIMITED,
-                                    "error.message": exc.message})
+            r.set_vars(
+                self.var, **{"error.code": edge_errors.RATE_LIMITED, "error.message": exc.message}
+            )
             r.errors.append(f"{self.type}: from {exc.message}")
             return None
         expand = go_replacement(to)
@@ -353,6 +376,7 @@ class _UrlAction(Action):
             if not first:
                 first.append([match.group(0)] + [g or "" for g in match.groups()])
             return expand(match)
+
         new = regex.sub(replace, url)
         if not first:
             r.set_vars(self.var, matches=[], url=url)
@@ -409,10 +433,10 @@ BLOCKED = (edge_errors.IP_BLOCKED, "Request blocked by IP Policy")
 
 def _blocked_response() -> Outcome:
     code, msg = BLOCKED
-    body = json.dumps({"error_code": code, "status_code": 403, "msg": msg,
-                       "details": {}}).encode("utf-8")
-    return _respond(403, [("content-type", "application/json"), ("ngrok-error-code", code)],
-                    body)
+    body = json.dumps({"error_code": code, "status_code": 403, "msg": msg, "details": {}}).encode(
+        "utf-8"
+    )
+    return _respond(403, [("content-type", "application/json"), ("ngrok-error-code", code)], body)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -443,14 +467,14 @@ class RestrictIps(Action):
             for index, text in enumerate(c.strings(key)):
                 where = f"{c.at(key)}[{index}]"
                 template = Template(text, phase, where)
-                entries.append(_network(text, where) if template.static is not None
-                               else template)
+                entries.append(_network(text, where) if template.static is not None else template)
             self.lists[key] = entries
         self.ip_policies = c.strings("ip_policies")
         for index, ident in enumerate(self.ip_policies):
             if not isinstance(ident, str) or not IP_POLICY_ID.match(ident):
-                raise PolicyError(f"{c.at('ip_policies')}[{index}]",
-                                  "must be an IP policy id (ipp_…)")
+                raise PolicyError(
+                    f"{c.at('ip_policies')}[{index}]", "must be an IP policy id (ipp_…)"
+                )
         if not (self.lists["allow"] or self.lists["deny"] or self.ip_policies):
             raise PolicyError(c.where, "needs at least one of allow, deny, ip_policies")
 
@@ -476,27 +500,41 @@ class RestrictIps(Action):
             for ident in self.ip_policies:
                 rules = resolver(account_id, ident) if resolver and account_id else None
                 if rules is None:
-                    error = (edge_errors.IP_POLICY_MISSING,
-                             f"The policy {ident} does not exist on the endpoint's account")
+                    error = (
+                        edge_errors.IP_POLICY_MISSING,
+                        f"The policy {ident} does not exist on the endpoint's account",
+                    )
                     continue
                 for action, cidr in rules:
                     network = _rule_network(cidr)
                     if network is None:
-                        error = (edge_errors.IP_POLICY_MISSING,
-                                 f"IP policy {ident} holds a bad CIDR")
+                        error = (
+                            edge_errors.IP_POLICY_MISSING,
+                            f"IP policy {ident} holds a bad CIDR",
+                        )
                         continue
                     (allow if action == "allow" else deny).append(network)
-        matched_deny = next((n for n in deny if ip is not None and ip.version == n.version
-                             and ip in n), None)
-        matched_allow = next((n for n in allow if ip is not None and ip.version == n.version
-                              and ip in n), None)
-        allowed = error is None and matched_deny is None and (matched_allow is not None
-                                                              or (not allow and bool(deny)))
+        matched_deny = next(
+            (n for n in deny if ip is not None and ip.version == n.version and ip in n), None
+        )
+        matched_allow = next(
+            (n for n in allow if ip is not None and ip.version == n.version and ip in n), None
+        )
+        allowed = (
+            error is None
+            and matched_deny is None
+            and (matched_allow is not None or (not allow and bool(deny)))
+        )
         matched = matched_deny or matched_allow
-        r.set_vars("restrict_ips", action="allow" if allowed else "deny",
-                   matched_cidr=str(matched) if matched else "",
-                   **{"error.code": error[0] if error else "",
-                      "error.message": error[1] if error else ""})
+        r.set_vars(
+            "restrict_ips",
+            action="allow" if allowed else "deny",
+            matched_cidr=str(matched) if matched else "",
+            **{
+                "error.code": error[0] if error else "",
+                "error.message": error[1] if error else "",
+            },
+        )
         if allowed or not self.enforce:
             return None
         return Outcome(CLOSE) if r.phase == TCP else _blocked_response()
@@ -531,8 +569,11 @@ class RateLimit(Action):
         rate = c.get("rate", str, required=True)
         seconds = parse_duration(rate)
         if seconds is None or seconds % 10 or not 60 <= seconds <= 86400:
-            raise PolicyError(c.at("rate"), "must be a duration from 60s to 24h, a multiple "
-                                            "of 10 seconds (for example 60s, 90s, 10m)")
+            raise PolicyError(
+                c.at("rate"),
+                "must be a duration from 60s to 24h, a multiple "
+                "of 10 seconds (for example 60s, 90s, 10m)",
+            )
         self.window = seconds
         keys = c.strings("bucket_key", required=True, max_items=10)
         self.keys = []
@@ -554,10 +595,15 @@ class RateLimit(Action):
                 parts.append("")
         key = "|".join(parts)
         endpoint = r.traffic.conn.endpoint.id  # one endpoint's traffic never spends another's
-        allowed, retry_after = ratelimit.LIMITER.hit((self.scope, endpoint, key),
-                                                     self.capacity, self.window, r.clock())
-        r.set_vars("rate_limit", bucket_key=key, limited=not allowed,
-                   **{"error.code": "", "error.message": ""})
+        allowed, retry_after = ratelimit.LIMITER.hit(
+            (self.scope, endpoint, key), self.capacity, self.window, r.clock()
+        )
+        r.set_vars(
+            "rate_limit",
+            bucket_key=key,
+            limited=not allowed,
+            **{"error.code": "", "error.message": ""},
+        )
         if allowed or not self.enforce:
             return None
         return _respond(429, [("retry-after", str(retry_after))])
@@ -583,8 +629,10 @@ class BasicAuth(Action):
                     raise PolicyError(pair.at("username"), "must not contain ':'")
                 text = f"{user}:{password}"
             elif not isinstance(text, str):
-                raise PolicyError(where, "must be a 'username:password' string or a mapping "
-                                         "with username and password")
+                raise PolicyError(
+                    where,
+                    "must be a 'username:password' string or a mapping with username and password",
+                )
             template = Template(text, phase, where)
             if template.static is not None:
                 user, sep, password = text.partition(":")
@@ -618,16 +666,25 @@ class BasicAuth(Action):
                 if ok_user and ok_password:
                     authorized = True
             break
-        r.set_vars("basic_auth", **{"credentials.presented": presented,
-                                    "credentials.username": username,
-                                    "credentials.authorized": authorized})
+        r.set_vars(
+            "basic_auth",
+            **{
+                "credentials.presented": presented,
+                "credentials.username": username,
+                "credentials.authorized": authorized,
+            },
+        )
         if authorized or not self.enforce:
             return None
-        return _respond(401, [("www-authenticate", f'Basic realm="{self.realm}"'),
-                              ("content-type", "text/plain")], b"Unauthorized\n")
+        return _respond(
+            401,
+            [("www-authenticate", f'Basic realm="{self.realm}"'), ("content-type", "text/plain")],
+            b"Unauthorized\n",
+        )
 
 
 # ---- webhooks -------------------------------------------------------------------------------
+
 
 def _hmac_hex(secret: bytes, data: bytes, algo=hashlib.sha256) -> str:
     return hmac.new(secret, data, algo).hexdigest()
@@ -635,8 +692,7 @@ def _hmac_hex(secret: bytes, data: bytes, algo=hashlib.sha256) -> str:
 
 def _verify_github(req, body, secret, now):
     sig = (req.get_header("x-hub-signature-256") or [""])[0]
-    return sig.startswith("sha256=") and hmac.compare_digest(
-        sig[7:], _hmac_hex(secret, body))
+    return sig.startswith("sha256=") and hmac.compare_digest(sig[7:], _hmac_hex(secret, body))
 
 
 def _verify_gitlab(req, body, secret, now):
@@ -644,8 +700,9 @@ def _verify_gitlab(req, body, secret, now):
 
 
 def _verify_linear(req, body, secret, now):
-    return hmac.compare_digest((req.get_header("linear-signature") or [""])[0],
-                               _hmac_hex(secret, body))
+    return hmac.compare_digest(
+        (req.get_header("linear-signature") or [""])[0], _hmac_hex(secret, body)
+    )
 
 
 def _verify_generic(req, body, secret, now):
@@ -698,16 +755,27 @@ def _verify_svix(req, body, secret, now):
         raw = base64.b64decode(key[6:] if key.startswith("whsec_") else key)
     except ValueError:
         return False
-    want = base64.b64encode(hmac.new(raw, f"{ident}.{ts}.".encode() + body,
-                                     hashlib.sha256).digest()).decode()
-    return any(hmac.compare_digest(part.partition(",")[2], want)
-               for part in sigs.split() if part.startswith("v1,"))
+    want = base64.b64encode(
+        hmac.new(raw, f"{ident}.{ts}.".encode() + body, hashlib.sha256).digest()
+    ).decode()
+    return any(
+        hmac.compare_digest(part.partition(",")[2], want)
+        for part in sigs.split()
+        if part.startswith("v1,")
+    )
 
 
-PROVIDERS = {"github": _verify_github, "gitlab": _verify_gitlab, "stripe": _verify_stripe,
-             "slack": _verify_slack, "shopify": _verify_shopify, "svix": _verify_svix,
-             "clerk": _verify_svix, "linear": _verify_linear,
-             "generic_sha256": _verify_generic}
+PROVIDERS = {
+    "github": _verify_github,
+    "gitlab": _verify_gitlab,
+    "stripe": _verify_stripe,
+    "slack": _verify_slack,
+    "shopify": _verify_shopify,
+    "svix": _verify_svix,
+    "clerk": _verify_svix,
+    "linear": _verify_linear,
+    "generic_sha256": _verify_generic,
+}
 
 
 class VerifyWebhook(Action):
@@ -717,9 +785,12 @@ class VerifyWebhook(Action):
     def setup(self, c, phase):
         provider = c.get("provider", str, required=True)
         if provider not in PROVIDERS:
-            raise PolicyError(c.at("provider"), f"provider '{provider[:64]}' is not supported "
-                                                f"by this service; supported: "
-                                                f"{', '.join(sorted(PROVIDERS))}")
+            raise PolicyError(
+                c.at("provider"),
+                f"provider '{provider[:64]}' is not supported "
+                f"by this service; supported: "
+                f"{', '.join(sorted(PROVIDERS))}",
+            )
         self.verify = PROVIDERS[provider]
         self.secret = c.template("secret", phase, required=True)
         self.enforce = c.get("enforce", bool, default=True)
@@ -731,15 +802,20 @@ class VerifyWebhook(Action):
         error = ("", "")
         if not req.body_complete:
             verified = False
-            error = (edge_errors.WEBHOOK_REFUSED,
-                     f"the body is larger than {self.needs_body} bytes")
+            error = (
+                edge_errors.WEBHOOK_REFUSED,
+                f"the body is larger than {self.needs_body} bytes",
+            )
         else:
             secret = r.render(self.secret).encode()
             verified = bool(self.verify(req, req.body, secret, r.clock()))
             if not verified:
                 error = (edge_errors.WEBHOOK_REFUSED, "the webhook signature is not valid")
-        r.set_vars("verify_webhook", verified=verified,
-                   **{"error.code": error[0], "error.message": error[1]})
+        r.set_vars(
+            "verify_webhook",
+            verified=verified,
+            **{"error.code": error[0], "error.message": error[1]},
+        )
         if verified or not self.enforce:
             return None
         return _respond(403, [])
@@ -747,10 +823,12 @@ class VerifyWebhook(Action):
 
 # ---- JWT --------------------------------------------------------------------------------------
 
+
 class _Jwks:
     """JWKS documents by URL, fetched on first use and kept 15 minutes (the hosted docs'
     refresh period). ``fetcher(url) -> bytes`` may be replaced (tests, or an edge that
     prefetches without blocking)."""
+
     TTL = 900
 
     def __init__(self):
@@ -761,6 +839,7 @@ class _Jwks:
     @staticmethod
     def _fetch(url: str) -> bytes:
         import urllib.request
+
         if not url.startswith(("http://", "https://")):
             raise ValueError("a JWKS URL must be http or https")
         with urllib.request.urlopen(url, timeout=3) as response:  # noqa: S310 (checked above)
@@ -778,8 +857,21 @@ class _Jwks:
 
 
 JWKS = _Jwks()
-_JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
-                   "ES512", "EdDSA", "HS256", "HS384", "HS512")
+_JWT_ALGORITHMS = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+    "HS256",
+    "HS384",
+    "HS512",
+)
 _TOKEN_TYPES = ("id_token", "access_token", "at+jwt", "it+jwt", "plain", "jwt")
 
 
@@ -789,8 +881,7 @@ class JwtValidation(Action):
     def setup(self, c, phase):
         issuer = Config(c.get("issuer", dict, required=True), c.at("issuer"), ("allow_list",))
         self.issuers = self._allow_list(issuer, phase, required=True)
-        audience = Config(c.get("audience", dict, default={}), c.at("audience"),
-                          ("allow_list",))
+        audience = Config(c.get("audience", dict, default={}), c.at("audience"), ("allow_list",))
         self.audiences = self._allow_list(audience, phase, required=False)
         http = Config(c.get("http", dict, required=True), c.at("http"), ("tokens",))
         tokens = http.get("tokens", list, required=True)
@@ -810,19 +901,23 @@ class JwtValidation(Action):
                 raise PolicyError(t.at("method"), "must be header or body")
             if method == "body":
                 self.needs_body = MAX_WEBHOOK_BODY
-            self.tokens.append((method, t.template("name", phase, required=True),
-                                t.template("prefix", phase)))
-        jws = Config(c.get("jws", dict, required=True), c.at("jws"),
-                     ("allowed_algorithms", "keys"))
+            self.tokens.append(
+                (method, t.template("name", phase, required=True), t.template("prefix", phase))
+            )
+        jws = Config(
+            c.get("jws", dict, required=True), c.at("jws"), ("allowed_algorithms", "keys")
+        )
         self.algorithms = jws.strings("allowed_algorithms", required=True)
         for index, name in enumerate(self.algorithms):
             if name not in _JWT_ALGORITHMS:
-                raise PolicyError(f"{jws.at('allowed_algorithms')}[{index}]",
-                                  f"'{name[:32]}' is not supported; accepted: "
-                                  f"{', '.join(_JWT_ALGORITHMS)}")
+                raise PolicyError(
+                    f"{jws.at('allowed_algorithms')}[{index}]",
+                    f"'{name[:32]}' is not supported; accepted: {', '.join(_JWT_ALGORITHMS)}",
+                )
         keys = Config(jws.get("keys", dict, required=True), jws.at("keys"), ("sources", "jwks"))
-        sources = Config(keys.get("sources", dict, default={}), keys.at("sources"),
-                         ("additional_jkus",))
+        sources = Config(
+            keys.get("sources", dict, default={}), keys.at("sources"), ("additional_jkus",)
+        )
         self.jkus = []
         for index, url in enumerate(sources.strings("additional_jkus")):
             where = f"{sources.at('additional_jkus')}[{index}]"
@@ -831,9 +926,9 @@ class JwtValidation(Action):
                 raise PolicyError(where, "must be an http or https URL")
             self.jkus.append(template)
         self.inline = keys.get("jwks", dict)
-        self._inline_set = None   # the inline JWKS's PyJWT keys, built on first use (edge)
+        self._inline_set = None  # the inline JWKS's PyJWT keys, built on first use (edge)
         if self.inline is not None:
-            try:   # pure Python: the API compiles policies without PyJWT or cryptography
+            try:  # pure Python: the API compiles policies without PyJWT or cryptography
                 jwks.check(self.inline)
             except jwks.JwksError as exc:
                 raise PolicyError(keys.at("jwks"), f"is not a usable JWKS ({exc})") from None
@@ -852,13 +947,14 @@ class JwtValidation(Action):
                 raise PolicyError(where, "must be a mapping with 'value'")
             e = Config(entry, where, ("value",))
             value = e.template("value", phase, required=True)
-            assert value is not None   # required: a missing value raised PolicyError
+            assert value is not None  # required: a missing value raised PolicyError
             out.append(value)
         return out
 
     @staticmethod
     def _keyset(document: dict, where: str):
         import jwt
+
         try:
             return jwt.PyJWKSet.from_dict(document)
         except (jwt.PyJWTError, ValueError, KeyError, TypeError) as exc:
@@ -874,8 +970,8 @@ class JwtValidation(Action):
             else:
                 values = _body_field(req, name)
             for value in values:
-                if prefix and value[:len(prefix)].lower() == prefix.lower():
-                    value = value[len(prefix):]
+                if prefix and value[: len(prefix)].lower() == prefix.lower():
+                    value = value[len(prefix) :]
                 elif prefix:
                     continue
                 if value.strip():
@@ -884,8 +980,12 @@ class JwtValidation(Action):
 
     def run(self, r):
         import jwt
-        if self.needs_body and r.traffic.req.body is None and \
-                r.traffic.req.method in ("POST", "PUT", "PATCH"):
+
+        if (
+            self.needs_body
+            and r.traffic.req.body is None
+            and r.traffic.req.method in ("POST", "PUT", "PATCH")
+        ):
             return Outcome(NEED_BODY, max_body_bytes=self.needs_body)
         token = self._token(r)
         error = None
@@ -897,19 +997,32 @@ class JwtValidation(Action):
                 key = self._key(header, r)
                 issuers = [r.render(t) for t in self.issuers]
                 audiences = [r.render(t) for t in self.audiences]
-                jwt.decode(token, key=key, algorithms=self.algorithms,
-                           issuer=issuers, audience=audiences or None,
-                           options={"verify_aud": bool(audiences), "require": ["exp"]})
+                jwt.decode(
+                    token,
+                    key=key,
+                    algorithms=self.algorithms,
+                    issuer=issuers,
+                    audience=audiences or None,
+                    options={"verify_aud": bool(audiences), "require": ["exp"]},
+                )
             except _KeysUnavailable:
                 error = (edge_errors.JWKS_UNAVAILABLE, "the signing keys could not be fetched")
             except (jwt.PyJWTError, ValueError, KeyError) as exc:
                 error = (edge_errors.JWT_INVALID, f"the JWT is not valid ({exc})")
-        r.set_vars("jwt_validation", **{"error.code": error[0] if error else "",
-                                        "error.message": error[1] if error else ""})
+        r.set_vars(
+            "jwt_validation",
+            **{
+                "error.code": error[0] if error else "",
+                "error.message": error[1] if error else "",
+            },
+        )
         if error is None:
             return None
-        return _respond(401, [("www-authenticate", 'Bearer error="invalid_token"'),
-                              ("content-type", "text/plain")], b"Unauthorized\n")
+        return _respond(
+            401,
+            [("www-authenticate", 'Bearer error="invalid_token"'), ("content-type", "text/plain")],
+            b"Unauthorized\n",
+        )
 
     def _key(self, header: dict, r):
         kid = header.get("kid")
@@ -937,6 +1050,7 @@ class _KeysUnavailable(Exception):
 
 def _is_http_url(url: str) -> bool:
     from urllib.parse import urlsplit
+
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -957,11 +1071,13 @@ def _body_field(req, name: str) -> List[str]:
         return [value] if isinstance(value, str) else []
     if media == "application/x-www-form-urlencoded":
         from urllib.parse import parse_qs
+
         return parse_qs(text).get(name, [])
     return []
 
 
 # ---- response, variables, logs, forwarding --------------------------------------------------
+
 
 class CompressResponse(Action):
     type, phases, fields = "compress-response", (RES,), ("algorithms",)
@@ -969,25 +1085,37 @@ class CompressResponse(Action):
 
     def setup(self, c, phase):
         from chalicelib.core.policy import compress
+
         names = c.strings("algorithms") or list(self.KNOWN)
         for index, name in enumerate(names):
             if name not in self.KNOWN:
-                raise PolicyError(f"{c.at('algorithms')}[{index}]",
-                                  f"must be one of {', '.join(self.KNOWN)}")
+                raise PolicyError(
+                    f"{c.at('algorithms')}[{index}]", f"must be one of {', '.join(self.KNOWN)}"
+                )
         if len(set(names)) != len(names):
             raise PolicyError(c.at("algorithms"), "each algorithm may appear once")
         self.algorithms = [n for n in names if n in compress.AVAILABLE]
 
     def run(self, r):
         from chalicelib.core.policy import compress
+
         req, res = r.traffic.req, r.traffic.res
-        already = bool(res.get_header("content-encoding")) and \
-            res.get_header("content-encoding")[0].lower() != "identity"
-        algorithm = "" if already else compress.negotiate(
-            ",".join(req.get_header("accept-encoding")), self.algorithms)
+        already = (
+            bool(res.get_header("content-encoding"))
+            and res.get_header("content-encoding")[0].lower() != "identity"
+        )
+        algorithm = (
+            ""
+            if already
+            else compress.negotiate(",".join(req.get_header("accept-encoding")), self.algorithms)
+        )
         r.set_vars("compress", already_compressed=already, negotiated_algorithm=algorithm)
-        if not algorithm or res.status_code in (204, 304) or res.status_code < 200 \
-                or req.method == "HEAD":
+        if (
+            not algorithm
+            or res.status_code in (204, 304)
+            or res.status_code < 200
+            or req.method == "HEAD"
+        ):
             return None
         res.remove_header("content-length")
         res.remove_header("content-encoding")
@@ -1034,9 +1162,10 @@ class SetVars(Action):
         for index, entry in enumerate(entries):
             where = f"{c.at('vars')}[{index}]"
             if not isinstance(entry, dict) or len(entry) != 1:
-                raise PolicyError(where, "each entry must be a mapping of exactly one name to "
-                                         "its value")
-            (name, value), = entry.items()
+                raise PolicyError(
+                    where, "each entry must be a mapping of exactly one name to its value"
+                )
+            ((name, value),) = entry.items()
             if not isinstance(name, str) or not _VAR_NAME.match(name):
                 raise PolicyError(f"{where}.{name}", "is not a valid variable name")
             self.vars.append((name, _value_templates(value, phase, f"{where}.{name}")))
@@ -1088,6 +1217,7 @@ class ForwardInternal(Action):
 
 def check_internal_url(url: str, where: str) -> None:
     from urllib.parse import urlsplit
+
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
@@ -1095,14 +1225,33 @@ def check_internal_url(url: str, where: str) -> None:
     except ValueError:
         raise PolicyError(where, f"'{url[:128]}' is not a URL") from None
     if parts.scheme not in ("http", "https", "tcp", "tls") or not host.endswith(".internal"):
-        raise PolicyError(where, "must be the URL of an internal endpoint "
-                                 "(scheme://name.internal[:port])")
+        raise PolicyError(
+            where, "must be the URL of an internal endpoint (scheme://name.internal[:port])"
+        )
 
 
-ACTIONS = {cls.type: cls for cls in (
-    AddHeaders, RemoveHeaders, CustomResponse, Deny, CloseConnection, Redirect, UrlRewrite,
-    RestrictIps, RateLimit, BasicAuth, VerifyWebhook, JwtValidation, CompressResponse, SetVars,
-    Log, ForwardInternal) + identity.build_classes(Action)}
+ACTIONS = {
+    cls.type: cls
+    for cls in (
+        AddHeaders,
+        RemoveHeaders,
+        CustomResponse,
+        Deny,
+        CloseConnection,
+        Redirect,
+        UrlRewrite,
+        RestrictIps,
+        RateLimit,
+        BasicAuth,
+        VerifyWebhook,
+        JwtValidation,
+        CompressResponse,
+        SetVars,
+        Log,
+        ForwardInternal,
+    )
+    + identity.build_classes(Action)
+}
 
 
 def build(action: dict, where: str, phase: str) -> Action:
@@ -1110,11 +1259,14 @@ def build(action: dict, where: str, phase: str) -> Action:
     cls = ACTIONS.get(kind)
     if cls is None:
         if kind in UNSUPPORTED:
-            raise PolicyError(f"{where}.type", f"action '{kind}' is not supported by this "
-                                               "service")
-        raise PolicyError(f"{where}.type", f"unknown action type '{kind[:64]}'; supported: "
-                                           f"{', '.join(sorted(ACTIONS))}")
+            raise PolicyError(f"{where}.type", f"action '{kind}' is not supported by this service")
+        raise PolicyError(
+            f"{where}.type",
+            f"unknown action type '{kind[:64]}'; supported: {', '.join(sorted(ACTIONS))}",
+        )
     if phase not in cls.phases:
-        raise PolicyError(f"{where}.type", f"action '{kind}' cannot run in {phase}; it runs "
-                                           f"in {', '.join(cls.phases)}")
+        raise PolicyError(
+            f"{where}.type",
+            f"action '{kind}' cannot run in {phase}; it runs in {', '.join(cls.phases)}",
+        )
     return cls(action.get("config"), where, phase)

@@ -18,6 +18,7 @@ Macros that read the request or response (``getReqHeader`` …) read the traffic
 evaluated through a thread-local set right before evaluation (evaluation is synchronous, so
 no other request can interleave).
 """
+
 import base64
 import datetime
 import hashlib
@@ -49,6 +50,7 @@ _current = threading.local()
 
 class Traffic:
     """What one evaluation sees: the connection, request, response, and the phase's state."""
+
     __slots__ = ("conn", "req", "res", "vars", "action_vars", "cache")
 
     def __init__(self, conn, req=None, res=None, vars=None, action_vars=None):
@@ -76,8 +78,7 @@ def _media(values: List[str]) -> Tuple[str, Dict[str, str], str]:
 
 
 def _encodings(values: List[str]) -> List[str]:
-    return [part.strip().lower() for value in values for part in value.split(",")
-            if part.strip()]
+    return [part.strip().lower() for value in values for part in value.split(",") if part.strip()]
 
 
 def _req_ua(t: Traffic, member: str):
@@ -129,8 +130,11 @@ VARIABLES: Dict[str, _V] = {
     "endpoint.addr": (STR, PHASES, lambda t: t.conn.endpoint.addr),
     "endpoint.port": (INT, PHASES, lambda t: int(t.conn.endpoint.port)),
     "endpoint.protocol": (STR, PHASES, lambda t: t.conn.endpoint.protocol),
-    "time.now": (STR, PHASES, lambda t: datetime.datetime.now(datetime.timezone.utc)
-                 .strftime("%Y-%m-%dT%H:%M:%SZ")),
+    "time.now": (
+        STR,
+        PHASES,
+        lambda t: datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    ),
     "vars": (DYN_MAP, PHASES, lambda t: t.vars),
     "req.method": (STR, HTTP_PHASES, lambda t: t.req.method),
     "req.version": (STR, HTTP_PHASES, lambda t: t.req.version),
@@ -140,14 +144,22 @@ VARIABLES: Dict[str, _V] = {
     "req.trailers": (MULTI, HTTP_PHASES, lambda t: {}),
     "req.cookies": (T.Map(STR, T.List(STR_MAP)), HTTP_PHASES, lambda t: t.req.cookies()),
     "req.content_length": (INT, HTTP_PHASES, lambda t: int(t.req.content_length or 0)),
-    "req.content_encoding": (STR_LIST, HTTP_PHASES,
-                             lambda t: _encodings(t.req.get_header("content-encoding"))),
-    "req.content_type": (STR, HTTP_PHASES,
-                         lambda t: _media(t.req.get_header("content-type"))[0]),
-    "req.content_type.parameters": (STR_MAP, HTTP_PHASES,
-                                    lambda t: _media(t.req.get_header("content-type"))[1]),
-    "req.content_type.raw": (STR, HTTP_PHASES,
-                             lambda t: _media(t.req.get_header("content-type"))[2]),
+    "req.content_encoding": (
+        STR_LIST,
+        HTTP_PHASES,
+        lambda t: _encodings(t.req.get_header("content-encoding")),
+    ),
+    "req.content_type": (STR, HTTP_PHASES, lambda t: _media(t.req.get_header("content-type"))[0]),
+    "req.content_type.parameters": (
+        STR_MAP,
+        HTTP_PHASES,
+        lambda t: _media(t.req.get_header("content-type"))[1],
+    ),
+    "req.content_type.raw": (
+        STR,
+        HTTP_PHASES,
+        lambda t: _media(t.req.get_header("content-type"))[2],
+    ),
     "req.ts.header_received": (TS, HTTP_PHASES, lambda t: t.req.ts_header_received),
     "req.url": (STR, HTTP_PHASES, lambda t: t.req.url),
     "req.url.raw": (STR, HTTP_PHASES, lambda t: t.req.url),
@@ -165,28 +177,52 @@ VARIABLES: Dict[str, _V] = {
     "res.status_code": (INT, ("on_http_response",), lambda t: int(t.res.status_code)),
     "res.headers": (MULTI, ("on_http_response",), lambda t: t.res.header_map()),
     "res.trailers": (MULTI, ("on_http_response",), lambda t: {}),
-    "res.cookies": (T.Map(STR, T.List(DYN_MAP)), ("on_http_response",),
-                    lambda t: t.res.cookies()),
-    "res.location": (STR, ("on_http_response",),
-                     lambda t: (t.res.get_header("location") or [""])[0]),
-    "res.content_length": (INT, ("on_http_response",),
-                           lambda t: int((t.res.get_header("content-length") or ["0"])[0])
-                           if (t.res.get_header("content-length") or ["0"])[0].isdigit() else 0),
-    "res.content_encoding": (STR_LIST, ("on_http_response",),
-                             lambda t: _encodings(t.res.get_header("content-encoding"))),
-    "res.content_type": (STR, ("on_http_response",),
-                         lambda t: _media(t.res.get_header("content-type"))[0]),
-    "res.content_type.parameters": (STR_MAP, ("on_http_response",),
-                                    lambda t: _media(t.res.get_header("content-type"))[1]),
-    "res.content_type.raw": (STR, ("on_http_response",),
-                             lambda t: _media(t.res.get_header("content-type"))[2]),
+    "res.cookies": (T.Map(STR, T.List(DYN_MAP)), ("on_http_response",), lambda t: t.res.cookies()),
+    "res.location": (
+        STR,
+        ("on_http_response",),
+        lambda t: (t.res.get_header("location") or [""])[0],
+    ),
+    "res.content_length": (
+        INT,
+        ("on_http_response",),
+        lambda t: int((t.res.get_header("content-length") or ["0"])[0])
+        if (t.res.get_header("content-length") or ["0"])[0].isdigit()
+        else 0,
+    ),
+    "res.content_encoding": (
+        STR_LIST,
+        ("on_http_response",),
+        lambda t: _encodings(t.res.get_header("content-encoding")),
+    ),
+    "res.content_type": (
+        STR,
+        ("on_http_response",),
+        lambda t: _media(t.res.get_header("content-type"))[0],
+    ),
+    "res.content_type.parameters": (
+        STR_MAP,
+        ("on_http_response",),
+        lambda t: _media(t.res.get_header("content-type"))[1],
+    ),
+    "res.content_type.raw": (
+        STR,
+        ("on_http_response",),
+        lambda t: _media(t.res.get_header("content-type"))[2],
+    ),
 }
 for _member in ("name", "version", "os", "os_version", "device", "url"):
     VARIABLES[f"req.user_agent.{_member}"] = (
-        STR, HTTP_PHASES, (lambda m: lambda t: _req_ua(t, m))(_member))
+        STR,
+        HTTP_PHASES,
+        (lambda m: lambda t: _req_ua(t, m))(_member),
+    )
 for _member in ("is_mobile", "is_tablet", "is_desktop", "is_bot"):
     VARIABLES[f"req.user_agent.{_member}"] = (
-        BOOL, HTTP_PHASES, (lambda m: lambda t: _req_ua(t, m))(_member))
+        BOOL,
+        HTTP_PHASES,
+        (lambda m: lambda t: _req_ua(t, m))(_member),
+    )
 
 # Result variables of the actions this engine runs (hosted docs, each action's "Action
 # Variables"), with the phases of their action. Before the action ran they hold zero values.
@@ -198,18 +234,39 @@ ACTION_VARIABLES: Dict[str, Tuple[Dict[str, Any], Tuple[str, ...]]] = {
     "url_rewrite": ({"matches": STR_LIST, "url": STR, **_ERR}, ("on_http_request",)),
     "restrict_ips": ({"action": STR, "matched_cidr": STR, **_ERR}, PHASES),
     "rate_limit": ({"bucket_key": STR, "limited": BOOL, **_ERR}, ("on_http_request",)),
-    "basic_auth": ({"credentials.presented": BOOL, "credentials.username": STR,
-                    "credentials.authorized": BOOL}, ("on_http_request",)),
+    "basic_auth": (
+        {
+            "credentials.presented": BOOL,
+            "credentials.username": STR,
+            "credentials.authorized": BOOL,
+        },
+        ("on_http_request",),
+    ),
     "jwt_validation": (dict(_ERR), ("on_http_request",)),
     "verify_webhook": ({"verified": BOOL, **_ERR}, ("on_http_request",)),
-    "compress": ({"already_compressed": BOOL, "negotiated_algorithm": STR},
-                 ("on_http_response",)),
+    "compress": ({"already_compressed": BOOL, "negotiated_algorithm": STR}, ("on_http_response",)),
     "log": ({"metadata": DYN_MAP}, PHASES),
     # openid-connect and oauth (chalicelib.core.policy.identity, edge/identity.py)
-    "oidc": ({"identity.email": STR, "identity.name": STR, "identity.provider_user_id": STR,
-              "identity.session_id": STR, **_ERR}, ("on_http_request",)),
-    "oauth": ({"identity.email": STR, "identity.name": STR, "identity.provider_user_id": STR,
-               "identity.session_id": STR, **_ERR}, ("on_http_request",)),
+    "oidc": (
+        {
+            "identity.email": STR,
+            "identity.name": STR,
+            "identity.provider_user_id": STR,
+            "identity.session_id": STR,
+            **_ERR,
+        },
+        ("on_http_request",),
+    ),
+    "oauth": (
+        {
+            "identity.email": STR,
+            "identity.name": STR,
+            "identity.provider_user_id": STR,
+            "identity.session_id": STR,
+            **_ERR,
+        },
+        ("on_http_request",),
+    ),
 }
 ZERO = {id(STR): "", id(INT): 0, id(BOOL): False}
 
@@ -230,6 +287,7 @@ def _action_getter(name: str, kind) -> Callable[[Traffic], Any]:
     def get(t: Traffic) -> Any:
         value = t.action_vars.get(name)
         return _zero(kind) if value is None else value
+
     return get
 
 
@@ -240,6 +298,7 @@ for _action, (_members, _phases) in ACTION_VARIABLES.items():
 
 
 # ---- macros -----------------------------------------------------------------------------
+
 
 def parse_ip(text: str):
     """The IP address ``text`` names (surrounding space allowed), or None."""
@@ -252,8 +311,7 @@ def parse_ip(text: str):
 def in_cidr_range(ip: str, cidr: str) -> bool:
     address = parse_ip(ip)
     try:
-        return address is not None and address in ipaddress.ip_network(cidr.strip(),
-                                                                        strict=False)
+        return address is not None and address in ipaddress.ip_network(cidr.strip(), strict=False)
     except ValueError:
         return False  # documented: an invalid CIDR is false, not an error
 
@@ -267,8 +325,7 @@ _PRIVATE = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "19
 
 def _is_private(text: str) -> bool:
     address = parse_ip(text)
-    return address is not None and address.version == 4 and any(address in n
-                                                                 for n in _PRIVATE)
+    return address is not None and address.version == 4 and any(address in n for n in _PRIVATE)
 
 
 def _is_json(text: str) -> bool:
@@ -326,10 +383,15 @@ def _crc64(text: str) -> str:
 def _hashes() -> Dict[str, Callable[[str], str]]:
     def digest(name):
         return lambda s: hashlib.new(name, s.encode()).hexdigest()
-    return {"md5": digest("md5"), "sha1": digest("sha1"), "sha256": digest("sha256"),
-            "sha512": digest("sha512"),
-            "crc32": lambda s: format(zlib.crc32(s.encode()) & 0xFFFFFFFF, "x"),
-            "crc64": _crc64}
+
+    return {
+        "md5": digest("md5"),
+        "sha1": digest("sha1"),
+        "sha256": digest("sha256"),
+        "sha512": digest("sha512"),
+        "crc32": lambda s: format(zlib.crc32(s.encode()) & 0xFFFFFFFF, "x"),
+        "crc64": _crc64,
+    }
 
 
 def _traffic() -> Traffic:
@@ -377,79 +439,140 @@ def _overload(fid: str, ret, params, impl, member=False):
 def _functions(phase: str) -> List[Any]:
     decl = cel.FunctionDecl
     fns = [
-        decl("inCidrRange", [_overload("inCidrRange_string_string", BOOL, [STR, STR],
-                                       in_cidr_range)]),
-        decl("inCidrRanges", [_overload("inCidrRanges_string_list", BOOL, [STR, STR_LIST],
-                                        in_cidr_ranges)]),
+        decl(
+            "inCidrRange",
+            [_overload("inCidrRange_string_string", BOOL, [STR, STR], in_cidr_range)],
+        ),
+        decl(
+            "inCidrRanges",
+            [_overload("inCidrRanges_string_list", BOOL, [STR, STR_LIST], in_cidr_ranges)],
+        ),
         decl("lower", [_overload("string_lower", STR, [STR], str.lower, True)]),
         decl("upper", [_overload("string_upper", STR, [STR], str.upper, True)]),
         decl("isPrivateIp", [_overload("string_isPrivateIp", BOOL, [STR], _is_private, True)]),
         decl("isJson", [_overload("string_isJson", BOOL, [STR], _is_json, True)]),
         decl("isURL", [_overload("string_isURL", BOOL, [STR], _is_url, True)]),
-        decl("isQueryString", [_overload("string_isQueryString", BOOL, [STR], _is_query,
-                                         True)]),
-        decl("escapeUrl", [_overload("string_escapeUrl", STR, [STR],
-                                     lambda s: quote(s, safe=""), True)]),
+        decl("isQueryString", [_overload("string_isQueryString", BOOL, [STR], _is_query, True)]),
+        decl(
+            "escapeUrl",
+            [_overload("string_escapeUrl", STR, [STR], lambda s: quote(s, safe=""), True)],
+        ),
         decl("unescapeUrl", [_overload("string_unescapeUrl", STR, [STR], unquote, True)]),
-        decl("url.escape", [_overload("url_escape_string", STR, [STR],
-                                      lambda s: quote(s, safe=""))]),
+        decl(
+            "url.escape", [_overload("url_escape_string", STR, [STR], lambda s: quote(s, safe=""))]
+        ),
         decl("url.unescape", [_overload("url_unescape_string", STR, [STR], unquote)]),
-        decl("encodeBase64", [_overload("string_encodeBase64", STR, [STR],
-                                        lambda s: base64.b64encode(s.encode()).decode(),
-                                        True)]),
-        decl("decodeBase64", [_overload("string_decodeBase64", STR, [STR],
-                                        lambda s: base64.b64decode(s).decode("utf-8",
-                                                                             "replace"),
-                                        True)]),
+        decl(
+            "encodeBase64",
+            [
+                _overload(
+                    "string_encodeBase64",
+                    STR,
+                    [STR],
+                    lambda s: base64.b64encode(s.encode()).decode(),
+                    True,
+                )
+            ],
+        ),
+        decl(
+            "decodeBase64",
+            [
+                _overload(
+                    "string_decodeBase64",
+                    STR,
+                    [STR],
+                    lambda s: base64.b64decode(s).decode("utf-8", "replace"),
+                    True,
+                )
+            ],
+        ),
         decl("decodeJson", [_overload("string_decodeJson", DYN, [STR], _decode_json, True)]),
         decl("json.decode", [_overload("json_decode_string", DYN, [STR], _decode_json)]),
-        decl("json.encode", [_overload("json_encode_map", STR, [T.Map(DYN, DYN)], _json),
-                             _overload("json_encode_list", STR, [T.List(DYN)], _json)]),
-        decl("encodeJson", [_overload("map_encodeJson", STR, [T.Map(DYN, DYN)], _json, True),
-                            _overload("list_encodeJson", STR, [T.List(DYN)], _json, True)]),
-        decl("decodeQueryString", [_overload("string_decodeQueryString", MULTI, [STR],
-                                             _qs_decode, True)]),
-        decl("queryString.decode", [_overload("queryString_decode_string", MULTI, [STR],
-                                              _qs_decode)]),
-        decl("queryString.encode", [_overload("queryString_encode_map", STR, [DYN_MAP],
-                                              _qs_encode)]),
-        decl("basic_auth.encode", [_overload(
-            "basic_auth_encode_string_string", STR, [STR, STR],
-            lambda u, p: base64.b64encode(f"{u}:{p}".encode()).decode())]),
-        decl("secrets.get", [_overload("secrets_get_string_string", STR, [STR, STR],
-                                       _secret)]),
+        decl(
+            "json.encode",
+            [
+                _overload("json_encode_map", STR, [T.Map(DYN, DYN)], _json),
+                _overload("json_encode_list", STR, [T.List(DYN)], _json),
+            ],
+        ),
+        decl(
+            "encodeJson",
+            [
+                _overload("map_encodeJson", STR, [T.Map(DYN, DYN)], _json, True),
+                _overload("list_encodeJson", STR, [T.List(DYN)], _json, True),
+            ],
+        ),
+        decl(
+            "decodeQueryString",
+            [_overload("string_decodeQueryString", MULTI, [STR], _qs_decode, True)],
+        ),
+        decl(
+            "queryString.decode",
+            [_overload("queryString_decode_string", MULTI, [STR], _qs_decode)],
+        ),
+        decl(
+            "queryString.encode", [_overload("queryString_encode_map", STR, [DYN_MAP], _qs_encode)]
+        ),
+        decl(
+            "basic_auth.encode",
+            [
+                _overload(
+                    "basic_auth_encode_string_string",
+                    STR,
+                    [STR, STR],
+                    lambda u, p: base64.b64encode(f"{u}:{p}".encode()).decode(),
+                )
+            ],
+        ),
+        decl("secrets.get", [_overload("secrets_get_string_string", STR, [STR, STR], _secret)]),
         decl("rand.double", [_overload("rand_double", T.DOUBLE, [], random.random)]),
-        decl("rand.int", [_overload("rand_int_int_int", INT, [INT, INT],
-                                    lambda a, b: random.randint(min(a, b), max(a, b)))]),
+        decl(
+            "rand.int",
+            [
+                _overload(
+                    "rand_int_int_int",
+                    INT,
+                    [INT, INT],
+                    lambda a, b: random.randint(min(a, b), max(a, b)),
+                )
+            ],
+        ),
     ]
     for name, impl in _hashes().items():
         fns.append(decl(name, [_overload(f"string_{name}", STR, [STR], impl, True)]))
         fns.append(decl(f"hash.{name}", [_overload(f"hash_{name}_string", STR, [STR], impl)]))
     if phase in HTTP_PHASES:
         fns += [
-            decl("getReqHeader", [_overload("getReqHeader_string", STR_LIST, [STR],
-                                            _req_header)]),
-            decl("hasReqHeader", [_overload("hasReqHeader_string", BOOL, [STR],
-                                            lambda n: bool(_req_header(n)))]),
-            decl("getQueryParam", [_overload("getQueryParam_string", STR_LIST, [STR],
-                                             _query_param)]),
-            decl("hasQueryParam", [_overload("hasQueryParam_string", BOOL, [STR],
-                                             lambda n: bool(_query_param(n)))]),
-            decl("getReqCookie", [_overload("getReqCookie_string", STR_MAP, [STR],
-                                            _req_cookie)]),
-            decl("hasReqCookie", [_overload("hasReqCookie_string", BOOL, [STR],
-                                            lambda n: bool(_req_cookie(n)))]),
+            decl("getReqHeader", [_overload("getReqHeader_string", STR_LIST, [STR], _req_header)]),
+            decl(
+                "hasReqHeader",
+                [_overload("hasReqHeader_string", BOOL, [STR], lambda n: bool(_req_header(n)))],
+            ),
+            decl(
+                "getQueryParam", [_overload("getQueryParam_string", STR_LIST, [STR], _query_param)]
+            ),
+            decl(
+                "hasQueryParam",
+                [_overload("hasQueryParam_string", BOOL, [STR], lambda n: bool(_query_param(n)))],
+            ),
+            decl("getReqCookie", [_overload("getReqCookie_string", STR_MAP, [STR], _req_cookie)]),
+            decl(
+                "hasReqCookie",
+                [_overload("hasReqCookie_string", BOOL, [STR], lambda n: bool(_req_cookie(n)))],
+            ),
         ]
     if phase == "on_http_response":
         fns += [
-            decl("getResHeader", [_overload("getResHeader_string", STR_LIST, [STR],
-                                            _res_header)]),
-            decl("hasResHeader", [_overload("hasResHeader_string", BOOL, [STR],
-                                            lambda n: bool(_res_header(n)))]),
-            decl("getResCookie", [_overload("getResCookie_string", DYN_MAP, [STR],
-                                            _res_cookie)]),
-            decl("hasResCookie", [_overload("hasResCookie_string", BOOL, [STR],
-                                            lambda n: bool(_res_cookie(n)))]),
+            decl("getResHeader", [_overload("getResHeader_string", STR_LIST, [STR], _res_header)]),
+            decl(
+                "hasResHeader",
+                [_overload("hasResHeader_string", BOOL, [STR], lambda n: bool(_res_header(n)))],
+            ),
+            decl("getResCookie", [_overload("getResCookie_string", DYN_MAP, [STR], _res_cookie)]),
+            decl(
+                "hasResCookie",
+                [_overload("hasResCookie_string", BOOL, [STR], lambda n: bool(_res_cookie(n)))],
+            ),
         ]
     return fns
 
@@ -462,12 +585,14 @@ def _functions(phase: str) -> List[Any]:
 # checks both ways declare the same). Those modules are separate shared objects of 4-7 MB
 # each that carry another copy of cel-cpp; enabling the extensions by name keeps them out of
 # the Lambda package (scripts/vendor_lambda.py leaves them out; `make bench` measures it).
-EXTENSIONS = ("extensions:\n"
-              "  - name: encoders\n"
-              "  - name: math\n"
-              "    version: 2\n"
-              "  - name: strings\n"
-              "    version: 4\n")
+EXTENSIONS = (
+    "extensions:\n"
+    "  - name: encoders\n"
+    "  - name: math\n"
+    "    version: 2\n"
+    "  - name: strings\n"
+    "    version: 4\n"
+)
 
 _envs: Dict[str, Any] = {}
 _env_lock = threading.Lock()
@@ -480,10 +605,14 @@ def env_for(phase: str):
         with _env_lock:
             env = _envs.get(phase)
             if env is None:
-                variables = {name: kind for name, (kind, phases, _) in VARIABLES.items()
-                             if phase in phases}
-                env = cel.NewEnv(config=cel.NewEnvConfigFromYaml(EXTENSIONS),
-                                 variables=variables, functions=_functions(phase))
+                variables = {
+                    name: kind for name, (kind, phases, _) in VARIABLES.items() if phase in phases
+                }
+                env = cel.NewEnv(
+                    config=cel.NewEnvConfigFromYaml(EXTENSIONS),
+                    variables=variables,
+                    functions=_functions(phase),
+                )
                 _envs[phase] = env
     return env
 
@@ -516,8 +645,14 @@ _FAST = [
     ("in", re.compile(rf"^\s*(!?)\s*\(?\s*{_STR}\s+in\s+{_VAR}\s*\)?\s*$")),
     ("var", re.compile(rf"^\s*{_VAR}\s*$")),
 ]
-_INT_OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
-            "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+_INT_OPS = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
 
 
 def _conjuncts(text: str) -> Optional[List[str]]:
@@ -578,7 +713,7 @@ def _and(closures: List[Callable[["Traffic"], Any]], traffic: "Traffic") -> bool
         try:
             if not closure(traffic):
                 return False
-        except Exception as exc:   # noqa: BLE001 - kept for CEL's commutative rule
+        except Exception as exc:  # noqa: BLE001 - kept for CEL's commutative rule
             failure = failure or exc
     if failure is not None:
         raise failure
@@ -592,8 +727,11 @@ def _fast_single(text: str, phase: str) -> Optional[Callable[["Traffic"], Any]]:
             continue
         groups = match.groups()
         if kind == "in":
-            negate, literal, name = groups[0] == "!", groups[1] if groups[1] is not None \
-                else groups[2], groups[3]
+            negate, literal, name = (
+                groups[0] == "!",
+                groups[1] if groups[1] is not None else groups[2],
+                groups[3],
+            )
         else:
             name = groups[0]
         entry = VARIABLES.get(name)
@@ -613,8 +751,11 @@ def _fast_single(text: str, phase: str) -> Optional[Callable[["Traffic"], Any]]:
             return lambda t: op(getter(t), number)
         if kind == "call" and kind_t == STR:
             literal = groups[2] if groups[2] is not None else groups[3]
-            method = {"startsWith": str.startswith, "endsWith": str.endswith,
-                      "contains": str.__contains__}[groups[1]]
+            method = {
+                "startsWith": str.startswith,
+                "endsWith": str.endswith,
+                "contains": str.__contains__,
+            }[groups[1]]
             return lambda t: method(getter(t), literal)
         if kind == "in" and kind_t in (MULTI, STR_MAP, DYN_MAP, STR_LIST):
             if negate:
@@ -631,11 +772,13 @@ def _cached(name: str, getter: Callable[["Traffic"], Any]) -> Callable[["Traffic
         if value is _MISSING:
             value = cache[name] = getter(traffic)
         return value
+
     return get
 
 
 class Program:
     """One compiled expression and the variables it needs."""
+
     __slots__ = ("text", "expr", "needs", "kind", "fast")
 
     def __init__(self, text: str, phase: str) -> None:
@@ -685,7 +828,7 @@ def _explain(text: str, phase: str, message: str) -> str:
         return message
     for match in _IDENT.finditer(text):
         dotted = re.sub(r"\s+", "", match.group(0))
-        if text[match.end():].lstrip().startswith("("):
+        if text[match.end() :].lstrip().startswith("("):
             dotted = dotted.rpartition(".")[0]  # a method call, not a member
         parts = dotted.split(".")
         for end in range(len(parts) - 1, 0, -1):
@@ -693,8 +836,7 @@ def _explain(text: str, phase: str, message: str) -> str:
             entry = VARIABLES.get(prefix)
             if entry is not None and phase in entry[1]:
                 if entry[0] in (STR, INT, BOOL, TS):
-                    return (f"unknown variable or member '{'.'.join(parts[:end + 1])}' "
-                            f"({message})")
+                    return f"unknown variable or member '{'.'.join(parts[: end + 1])}' ({message})"
                 break
     return message
 

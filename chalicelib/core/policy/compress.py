@@ -1,10 +1,12 @@
 """Streaming response compression for compress-response: the edge feeds body chunks."""
+
 import zlib
 from typing import Any, List
 
 AVAILABLE = ["gzip", "deflate"]
 try:  # optional: br only when the brotli module is installed
     import brotli
+
     AVAILABLE.append("br")
 except ImportError:  # pragma: no cover - depends on the environment
     brotli = None

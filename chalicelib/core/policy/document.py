@@ -7,6 +7,7 @@ optional ``expressions`` (CEL strings, all must hold) and a non-empty ordered li
 is at most 16384 bytes, a phase at most 64 rules, a rule at most 32 expressions (each at most
 1024 bytes) and 32 actions, a rule name at most 255 bytes. Any other key is refused.
 """
+
 import json
 from typing import Any, Iterator, List, Tuple
 
@@ -44,11 +45,13 @@ def parse(text: str) -> Any:
     except RecursionError:
         raise PolicyError("", "it is nested too deeply") from None
     import yaml  # here, not at the top: ~11 ms of every cold start, needed only for YAML
+
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise PolicyError("", f"it is neither JSON nor YAML ({str(exc).splitlines()[0]})") \
-            from None
+        raise PolicyError(
+            "", f"it is neither JSON nor YAML ({str(exc).splitlines()[0]})"
+        ) from None
     except RecursionError:
         raise PolicyError("", "it is nested too deeply") from None
 
@@ -82,25 +85,28 @@ def _check_action(where: str, action: Any) -> None:
 
 def _check_rule(where: str, rule: Any) -> None:
     if not isinstance(rule, dict):
-        raise PolicyError(where, "a rule must be a mapping with 'name', 'expressions' and "
-                                 "'actions'")
+        raise PolicyError(
+            where, "a rule must be a mapping with 'name', 'expressions' and 'actions'"
+        )
     for key in rule:
         if key not in RULE_KEYS:
             raise PolicyError(where, f"unknown key '{key}'; accepted: {', '.join(RULE_KEYS)}")
     name = rule.get("name")
-    if name is not None and (not isinstance(name, str)
-                             or len(name.encode("utf-8")) > MAX_NAME_BYTES):
-        raise PolicyError(f"{where}.name", f"must be a string of at most {MAX_NAME_BYTES} "
-                                           "bytes")
+    if name is not None and (
+        not isinstance(name, str) or len(name.encode("utf-8")) > MAX_NAME_BYTES
+    ):
+        raise PolicyError(f"{where}.name", f"must be a string of at most {MAX_NAME_BYTES} bytes")
     if rule.get("expressions") is not None:
-        _strings(f"{where}.expressions", rule["expressions"], MAX_EXPRESSIONS,
-                 MAX_EXPRESSION_BYTES)
+        _strings(
+            f"{where}.expressions", rule["expressions"], MAX_EXPRESSIONS, MAX_EXPRESSION_BYTES
+        )
     actions = rule.get("actions")
     if not isinstance(actions, list) or not actions:
         raise PolicyError(f"{where}.actions", "every rule needs a non-empty list of actions")
     if len(actions) > MAX_ACTIONS:
-        raise PolicyError(f"{where}.actions", f"has {len(actions)} actions; the limit is "
-                                              f"{MAX_ACTIONS}")
+        raise PolicyError(
+            f"{where}.actions", f"has {len(actions)} actions; the limit is {MAX_ACTIONS}"
+        )
     for index, action in enumerate(actions):
         _check_action(f"{where}.actions[{index}]", action)
 
@@ -110,19 +116,21 @@ def check_shape(document: Any) -> dict:
     if document is None:
         return {}
     if not isinstance(document, dict):
-        raise PolicyError("", "the top level must be a mapping of phases ("
-                              f"{', '.join(PHASES)}) to lists of rules")
+        raise PolicyError(
+            "",
+            f"the top level must be a mapping of phases ({', '.join(PHASES)}) to lists of rules",
+        )
     for phase, rules in document.items():
         if phase not in PHASES:
-            raise PolicyError("", f"unknown phase '{str(phase)[:64]}'; accepted: "
-                                  f"{', '.join(PHASES)}")
+            raise PolicyError(
+                "", f"unknown phase '{str(phase)[:64]}'; accepted: {', '.join(PHASES)}"
+            )
         if rules is None:
             continue
         if not isinstance(rules, list):
             raise PolicyError(phase, "must be a list of rules")
         if len(rules) > MAX_RULES_PER_PHASE:
-            raise PolicyError(phase, f"has {len(rules)} rules; the limit is "
-                                     f"{MAX_RULES_PER_PHASE}")
+            raise PolicyError(phase, f"has {len(rules)} rules; the limit is {MAX_RULES_PER_PHASE}")
         for index, rule in enumerate(rules):
             _check_rule(f"{phase}[{index}]", rule)
     return document

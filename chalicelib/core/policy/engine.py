@@ -1,4 +1,5 @@
 """Compiled policies and running a phase."""
+
 import hashlib
 import json
 import threading
@@ -10,7 +11,7 @@ from chalicelib.core.policy import actions as actions_mod
 from chalicelib.core.policy import celenv, document, secrets
 from chalicelib.core.policy.document import PHASES, PolicyError
 from chalicelib.core.policy.model import Conn, Request, Response
-from chalicelib.core.policy.outcome import (FORWARD_INTERNAL, IDENTITY, NEED_BODY, Outcome)
+from chalicelib.core.policy.outcome import FORWARD_INTERNAL, IDENTITY, NEED_BODY, Outcome
 
 CACHE_SIZE = 256
 HTTP_PHASES = PHASES[1:]
@@ -29,6 +30,7 @@ class State:
     """What one request (or, for on_tcp_connect, one connection) carries between calls:
     ``vars`` and action result variables per phase (each phase sees only its own, as the
     hosted docs scope them), and where a paused phase resumes."""
+
     __slots__ = ("vars", "action_vars", "resume")
 
     def __init__(self) -> None:
@@ -59,20 +61,23 @@ class Policy:
                     try:
                         expressions.append(celenv.compile_expression(text, phase))
                     except celenv.CelError as exc:
-                        raise PolicyError(f"{where}.expressions[{e_index}]",
-                                          f"bad CEL: {exc}") from None
+                        raise PolicyError(
+                            f"{where}.expressions[{e_index}]", f"bad CEL: {exc}"
+                        ) from None
                 built = []
                 for a_index, action in enumerate(rule["actions"]):
                     a_where = f"{where}.actions[{a_index}]"
                     act = actions_mod.build(action, a_where, phase)
-                    self.secret_refs.extend(secrets.refs_in(action.get("config"),
-                                                            f"{a_where}.config"))
+                    self.secret_refs.extend(
+                        secrets.refs_in(action.get("config"), f"{a_where}.config")
+                    )
                     if isinstance(act, actions_mod.RateLimit):
                         act.scope = f"{digest}:{a_where}:{act.name}"
                     if isinstance(act, actions_mod.RestrictIps):
                         self.ip_policy_refs.extend(
                             (f"{a_where}.config.ip_policies[{i}]", ident)
-                            for i, ident in enumerate(act.ip_policies))
+                            for i, ident in enumerate(act.ip_policies)
+                        )
                     self.request_body_limit = max(self.request_body_limit, act.needs_body)
                     built.append(act)
                 compiled.append(Rule(rule.get("name") or "", expressions, built))
@@ -87,8 +92,10 @@ class Policy:
         if protocol in ("tcp", "tls"):
             for phase in HTTP_PHASES:
                 if self.phases.get(phase):
-                    raise PolicyError(phase, f"{protocol} endpoints run only on_tcp_connect; "
-                                             f"{phase} would never run")
+                    raise PolicyError(
+                        phase,
+                        f"{protocol} endpoints run only on_tcp_connect; {phase} would never run",
+                    )
         return self
 
     def has(self, phase: str) -> bool:
@@ -104,8 +111,7 @@ class Policy:
     def on_http_request(self, conn: Conn, req: Request, state: State) -> Outcome:
         return self._run("on_http_request", conn, req, None, state)
 
-    def on_http_response(self, conn: Conn, req: Request, res: Response,
-                         state: State) -> Outcome:
+    def on_http_response(self, conn: Conn, req: Request, res: Response, state: State) -> Outcome:
         return self._run("on_http_response", conn, req, res, state)
 
     def _run(self, phase, conn, req, res, state: State) -> Outcome:
@@ -121,7 +127,7 @@ class Policy:
             start_rule, start_action, reason = resume
             skip_expressions = True
             if reason in (FORWARD_INTERNAL, IDENTITY):
-                start_action += 1   # the forward failed and on_error is continue, or the
+                start_action += 1  # the forward failed and on_error is continue, or the
                 # visitor is signed in (edge/identity.py): go on after the action
         for r_index in range(start_rule, len(rules)):
             rule = rules[r_index]
@@ -189,8 +195,9 @@ def compile_policy(doc: Union[str, dict, None]) -> Policy:
         parsed = source
         size = len(json.dumps(parsed, default=str).encode("utf-8"))
         if size > document.MAX_DOCUMENT_BYTES:
-            raise PolicyError("", f"it is {size} bytes; the limit is "
-                                  f"{document.MAX_DOCUMENT_BYTES} bytes")
+            raise PolicyError(
+                "", f"it is {size} bytes; the limit is {document.MAX_DOCUMENT_BYTES} bytes"
+            )
     policy = Policy(document.check_shape(parsed), digest)
     with _cache_lock:
         _cache[digest] = policy

@@ -16,6 +16,7 @@ Rules, per key (``keys[i]``):
   3 <= e < n; EC: ``crv`` P-256, P-384, P-521 or secp256k1, ``x`` and ``y`` of the curve's size
   and a point on the curve; OKP: ``crv`` Ed25519 and a 32-byte ``x``; oct: a non-empty ``k``.
 """
+
 import base64
 import re
 from typing import Any, Dict, Tuple
@@ -24,19 +25,43 @@ _B64URL = re.compile(r"[A-Za-z0-9_-]*\Z")
 _PRIVATE = ("d", "p", "q", "dp", "dq", "qi", "oth")
 # name: (field prime p, a, b, coordinate bytes, the alg it signs with)
 _CURVES = {
-    "P-256": (2 ** 256 - 2 ** 224 + 2 ** 192 + 2 ** 96 - 1, -3,
-              0x5AC635D8AA3A93E7B3EBBD55769886BC651D06B0CC53B0F63BCE3C3E27D2604B, 32, "ES256"),
-    "P-384": (2 ** 384 - 2 ** 128 - 2 ** 96 + 2 ** 32 - 1, -3,
-              int("B3312FA7E23EE7E4988E056BE3F82D19181D9C6EFE8141120314088F5013875A"
-                  "C656398D8A2ED19D2A85C8EDD3EC2AEF", 16), 48, "ES384"),
-    "P-521": (2 ** 521 - 1, -3,
-              int("0051953EB9618E1C9A1F929A21A0B68540EEA2DA725B99B315F3B8B489918EF1"
-                  "09E156193951EC7E937B1652C0BD3BB1BF073573DF883D2C34F1EF451FD46B50"
-                  "3F00", 16), 66, "ES512"),
-    "secp256k1": (2 ** 256 - 2 ** 32 - 977, 0, 7, 32, "ES256K"),
+    "P-256": (
+        2**256 - 2**224 + 2**192 + 2**96 - 1,
+        -3,
+        0x5AC635D8AA3A93E7B3EBBD55769886BC651D06B0CC53B0F63BCE3C3E27D2604B,
+        32,
+        "ES256",
+    ),
+    "P-384": (
+        2**384 - 2**128 - 2**96 + 2**32 - 1,
+        -3,
+        int(
+            "B3312FA7E23EE7E4988E056BE3F82D19181D9C6EFE8141120314088F5013875A"
+            "C656398D8A2ED19D2A85C8EDD3EC2AEF",
+            16,
+        ),
+        48,
+        "ES384",
+    ),
+    "P-521": (
+        2**521 - 1,
+        -3,
+        int(
+            "0051953EB9618E1C9A1F929A21A0B68540EEA2DA725B99B315F3B8B489918EF1"
+            "09E156193951EC7E937B1652C0BD3BB1BF073573DF883D2C34F1EF451FD46B50"
+            "3F00",
+            16,
+        ),
+        66,
+        "ES512",
+    ),
+    "secp256k1": (2**256 - 2**32 - 977, 0, 7, 32, "ES256K"),
 }
-_ALGS: Dict[str, Tuple[str, ...]] = {"RSA": ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
-         "OKP": ("EdDSA",), "oct": ("HS256", "HS384", "HS512")}
+_ALGS: Dict[str, Tuple[str, ...]] = {
+    "RSA": ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
+    "OKP": ("EdDSA",),
+    "oct": ("HS256", "HS384", "HS512"),
+}
 
 
 class JwksError(ValueError):
@@ -60,8 +85,10 @@ def _check_key(key: Any, where: str) -> None:
         raise JwksError(f"{where}: 'kty' must be RSA, EC, OKP or oct")
     private = [m for m in _PRIVATE if m in key]
     if private and kty != "oct":
-        raise JwksError(f"{where}: holds private key members ({', '.join(private)}); a "
-                        "policy holds public keys only")
+        raise JwksError(
+            f"{where}: holds private key members ({', '.join(private)}); a "
+            "policy holds public keys only"
+        )
     alg = key.get("alg")
     if kty == "EC":
         crv = key.get("crv")

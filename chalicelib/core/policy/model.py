@@ -5,6 +5,7 @@ changes the request and response in place (headers, URL) for actions that do not
 directly. Derived views (query parameters, cookies, user agent) are computed on first use and
 recomputed after a change.
 """
+
 import datetime
 import functools
 from dataclasses import dataclass, field
@@ -25,12 +26,13 @@ def utcnow() -> datetime.datetime:
 @dataclass
 class Endpoint:
     """The endpoint that serves the traffic (``endpoint.*`` variables)."""
+
     id: str = ""
-    url: str = ""             # e.g. https://app.example.com or tcp://1.tcp.example.com:20001
+    url: str = ""  # e.g. https://app.example.com or tcp://1.tcp.example.com:20001
     host: str = ""
     port: int = 0
-    protocol: str = "https"   # http, https, tcp, tls
-    account_id: str = ""      # whose endpoint: scopes restrict-ips ``ip_policies``
+    protocol: str = "https"  # http, https, tcp, tls
+    account_id: str = ""  # whose endpoint: scopes restrict-ips ``ip_policies``
 
     @property
     def addr(self) -> str:
@@ -40,6 +42,7 @@ class Endpoint:
 @dataclass
 class Conn:
     """One public connection (``conn.*`` variables)."""
+
     client_ip: str
     client_port: int
     server_ip: str = "127.0.0.1"
@@ -64,7 +67,7 @@ class Conn:
     secret_resolver: Optional[Callable[[str, str], Optional[str]]] = None
 
 
-@functools.lru_cache(maxsize=4096)   # header names repeat from request to request
+@functools.lru_cache(maxsize=4096)  # header names repeat from request to request
 def canonical(name: str) -> str:
     """Go's canonical MIME header key: ``x-api-version`` -> ``X-Api-Version``."""
     return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
@@ -157,6 +160,7 @@ class Request(_Message):
     ``body`` is None until the edge has read it (only when an Outcome asked for it);
     ``body_complete`` is False when the edge stopped at the size it was asked for.
     """
+
     method: str
     url: str
     headers: Headers = field(default_factory=list)
@@ -167,8 +171,9 @@ class Request(_Message):
     ts_header_received: datetime.datetime = field(default_factory=utcnow)
 
     @classmethod
-    def from_target(cls, method: str, scheme: str, host: str, target: str,
-                    headers: Headers, **kwargs) -> "Request":
+    def from_target(
+        cls, method: str, scheme: str, host: str, target: str, headers: Headers, **kwargs
+    ) -> "Request":
         """Build from an HTTP/1.1 request line's target and the Host header value. An
         absolute-form target (``GET http://host/path``) keeps its path and query; the scheme
         and host stay those of the connection and the Host header."""
@@ -177,8 +182,9 @@ class Request(_Message):
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         elif not target.startswith("/"):
             target = "/" if target in ("", "*") else f"/{target}"
-        return cls(method=method, url=f"{scheme}://{host}{target}", headers=list(headers),
-                   **kwargs)
+        return cls(
+            method=method, url=f"{scheme}://{host}{target}", headers=list(headers), **kwargs
+        )
 
     def split(self):
         key = self.url
@@ -221,6 +227,7 @@ class Request(_Message):
 @dataclass
 class Response(_Message):
     """One HTTP response head from upstream."""
+
     status_code: int
     headers: Headers = field(default_factory=list)
     version: str = "HTTP/1.1"
@@ -232,9 +239,16 @@ class Response(_Message):
             name, sep, value = first.strip().partition("=")
             if not (name and sep):
                 continue
-            cookie: Dict[str, object] = {"name": name, "value": value.strip(), "domain": "",
-                                         "path": "", "same_site": "", "secure": False,
-                                         "http_only": False, "unparsed_attributes": {}}
+            cookie: Dict[str, object] = {
+                "name": name,
+                "value": value.strip(),
+                "domain": "",
+                "path": "",
+                "same_site": "",
+                "secure": False,
+                "http_only": False,
+                "unparsed_attributes": {},
+            }
             for attr in attrs:
                 key, _, val = attr.strip().partition("=")
                 lk = key.lower()

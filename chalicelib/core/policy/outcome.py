@@ -1,13 +1,14 @@
 """What a phase tells the edge to do next."""
+
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-CONTINUE = "continue"              # go on: the request/response were changed in place
-RESPOND = "respond"                # answer with status_code, headers, body; upstream not used
-CLOSE = "close"                    # close the connection without an answer
+CONTINUE = "continue"  # go on: the request/response were changed in place
+RESPOND = "respond"  # answer with status_code, headers, body; upstream not used
+CLOSE = "close"  # close the connection without an answer
 FORWARD_INTERNAL = "forward_internal"  # send the traffic to the internal endpoint ``url``
-NEED_BODY = "need_body"            # read up to max_body_bytes of request body, call again
-IDENTITY = "identity"              # a sign-in action (edge/identity.py): answer or resume
+NEED_BODY = "need_body"  # read up to max_body_bytes of request body, call again
+IDENTITY = "identity"  # a sign-in action (edge/identity.py): answer or resume
 
 
 @dataclass
@@ -22,4 +23,4 @@ class Outcome:
     compressor: Optional[Any] = None
     logs: List[Dict[str, Any]] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
-    identity: Optional[Any] = None   # IDENTITY: (the action, its rendered fields)
+    identity: Optional[Any] = None  # IDENTITY: (the action, its rendered fields)

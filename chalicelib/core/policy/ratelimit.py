@@ -15,6 +15,7 @@ capacity × instances unless the counters move to a shared store (for example a 
 item per key and window updated with an atomic ADD and a TTL, or Redis INCR + EXPIRE); the
 ``hit`` signature is the seam for that.
 """
+
 import math
 import threading
 from collections import OrderedDict

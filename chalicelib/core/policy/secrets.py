@@ -7,11 +7,14 @@ whose two arguments are string literals can be checked (and are the documented f
 call with computed arguments is resolved at the edge and, when nothing answers, fails as
 an expression does (empty value, an error in the outcome).
 """
+
 import re
 from typing import Any, List, Tuple
 
-CALL = re.compile(r"""secrets\s*\.\s*get\s*\(\s*(?:'([^'\\]*)'|"([^"\\]*)")\s*,\s*"""
-                  r"""(?:'([^'\\]*)'|"([^"\\]*)")\s*\)""")
+CALL = re.compile(
+    r"""secrets\s*\.\s*get\s*\(\s*(?:'([^'\\]*)'|"([^"\\]*)")\s*,\s*"""
+    r"""(?:'([^'\\]*)'|"([^"\\]*)")\s*\)"""
+)
 
 
 def refs_in(value: Any, where: str) -> List[Tuple[str, str, str]]:
@@ -20,9 +23,13 @@ def refs_in(value: Any, where: str) -> List[Tuple[str, str, str]]:
     out: List[Tuple[str, str, str]] = []
     if isinstance(value, str):
         for match in CALL.finditer(value):
-            out.append((where, match.group(1) if match.group(1) is not None else
-                        match.group(2), match.group(3) if match.group(3) is not None else
-                        match.group(4)))
+            out.append(
+                (
+                    where,
+                    match.group(1) if match.group(1) is not None else match.group(2),
+                    match.group(3) if match.group(3) is not None else match.group(4),
+                )
+            )
     elif isinstance(value, dict):
         for key, item in value.items():
             out.extend(refs_in(item, f"{where}.{key}"))

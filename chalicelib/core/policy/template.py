@@ -5,6 +5,7 @@ expression and joins the text; a template that is exactly one ``${…}`` can als
 value with its CEL type (set-vars). An expression that fails on a request renders as the
 empty string and is reported in the Outcome's ``errors``.
 """
+
 from typing import Any, List, Optional, Tuple, Union
 
 from chalicelib.core.policy import celenv
@@ -37,7 +38,7 @@ def _split(text: str, where: str) -> List[Union[str, Tuple[str]]]:
             if literal:
                 parts.append("".join(literal))
                 literal = []
-            expression = text[i + 2:j - 1].strip()
+            expression = text[i + 2 : j - 1].strip()
             if not expression:
                 raise PolicyError(where, "has an empty '${}'")
             parts.append((expression,))
@@ -67,8 +68,9 @@ class Template:
                 compiled.append(part)
         self.parts = compiled
         self.static: Optional[str] = text if all(isinstance(p, str) for p in compiled) else None
-        self.single = compiled[0] if len(compiled) == 1 and not isinstance(compiled[0], str) \
-            else None
+        self.single = (
+            compiled[0] if len(compiled) == 1 and not isinstance(compiled[0], str) else None
+        )
 
     def render(self, traffic: celenv.Traffic, errors: List[str]) -> str:
         if self.static is not None:

@@ -5,6 +5,7 @@ command-line clients and crawlers by their product tokens, which is what policie
 (``req.user_agent.is_bot``, ``req.user_agent.name == 'curl'``). Unknown agents read as
 empty strings and false.
 """
+
 import re
 from functools import lru_cache
 from typing import Any, Dict
@@ -12,29 +13,52 @@ from typing import Any, Dict
 # (name, pattern for the version) in priority order: Edge and Opera carry "Chrome" too,
 # Chrome carries "Safari".
 _BROWSERS = [
-    ("Edge", r"Edg(?:e|A|iOS)?/([\d.]+)"), ("Opera", r"(?:OPR|Opera)/([\d.]+)"),
-    ("Samsung Internet", r"SamsungBrowser/([\d.]+)"), ("Firefox", r"(?:Firefox|FxiOS)/([\d.]+)"),
-    ("Chrome", r"(?:Chrome|CriOS)/([\d.]+)"), ("Safari", r"Version/([\d.]+).*Safari/"),
-    ("curl", r"^curl/([\d.]+)"), ("Wget", r"^Wget/([\d.]+)"),
-    ("Python Requests", r"python-requests/([\d.]+)"), ("Go-http-client", r"Go-http-client/([\d.]+)"),
-    ("Googlebot", r"Googlebot/([\d.]+)"), ("Bingbot", r"bingbot/([\d.]+)"),
-    ("GPTBot", r"GPTBot/([\d.]+)"), ("ClaudeBot", r"ClaudeBot/([\d.]+)"),
+    ("Edge", r"Edg(?:e|A|iOS)?/([\d.]+)"),
+    ("Opera", r"(?:OPR|Opera)/([\d.]+)"),
+    ("Samsung Internet", r"SamsungBrowser/([\d.]+)"),
+    ("Firefox", r"(?:Firefox|FxiOS)/([\d.]+)"),
+    ("Chrome", r"(?:Chrome|CriOS)/([\d.]+)"),
+    ("Safari", r"Version/([\d.]+).*Safari/"),
+    ("curl", r"^curl/([\d.]+)"),
+    ("Wget", r"^Wget/([\d.]+)"),
+    ("Python Requests", r"python-requests/([\d.]+)"),
+    ("Go-http-client", r"Go-http-client/([\d.]+)"),
+    ("Googlebot", r"Googlebot/([\d.]+)"),
+    ("Bingbot", r"bingbot/([\d.]+)"),
+    ("GPTBot", r"GPTBot/([\d.]+)"),
+    ("ClaudeBot", r"ClaudeBot/([\d.]+)"),
     ("MSIE", r"MSIE ([\d.]+)"),
 ]
 _OS = [
-    ("iOS", r"(?:iPhone|iPad|iPod).*? OS ([\d_]+)"), ("Android", r"Android ([\d.]+)"),
-    ("Windows", r"Windows NT ([\d.]+)"), ("Mac OS X", r"Mac OS X ([\d_.]+)"),
-    ("Chrome OS", r"CrOS \S+ ([\d.]+)"), ("Linux", r"Linux()"),
+    ("iOS", r"(?:iPhone|iPad|iPod).*? OS ([\d_]+)"),
+    ("Android", r"Android ([\d.]+)"),
+    ("Windows", r"Windows NT ([\d.]+)"),
+    ("Mac OS X", r"Mac OS X ([\d_.]+)"),
+    ("Chrome OS", r"CrOS \S+ ([\d.]+)"),
+    ("Linux", r"Linux()"),
 ]
-_BOT = re.compile(r"bot\b|crawl|spider|slurp|facebookexternalhit|embedly|bingpreview|"
-                  r"headless", re.I)
+_BOT = re.compile(
+    r"bot\b|crawl|spider|slurp|facebookexternalhit|embedly|bingpreview|"
+    r"headless",
+    re.I,
+)
 
 
 @lru_cache(maxsize=1024)
 def parse(raw: str) -> Dict[str, Any]:
-    out: Dict[str, Any] = {"raw": raw, "name": "", "version": "", "os": "", "os_version": "",
-                           "device": "", "url": "", "is_mobile": False, "is_tablet": False,
-                           "is_desktop": False, "is_bot": False}
+    out: Dict[str, Any] = {
+        "raw": raw,
+        "name": "",
+        "version": "",
+        "os": "",
+        "os_version": "",
+        "device": "",
+        "url": "",
+        "is_mobile": False,
+        "is_tablet": False,
+        "is_desktop": False,
+        "is_bot": False,
+    }
     if not raw:
         return out
     for name, pattern in _BROWSERS:
@@ -52,8 +76,12 @@ def parse(raw: str) -> Dict[str, Any]:
     out["is_bot"] = bool(_BOT.search(raw))
     out["is_tablet"] = bool(re.search(r"iPad|Tablet|Android(?!.*Mobile)", raw))
     out["is_mobile"] = not out["is_tablet"] and bool(re.search(r"Mobile|iPhone|iPod", raw))
-    out["is_desktop"] = (not out["is_mobile"] and not out["is_tablet"] and not out["is_bot"]
-                         and out["os"] in ("Windows", "Mac OS X", "Linux", "Chrome OS"))
+    out["is_desktop"] = (
+        not out["is_mobile"]
+        and not out["is_tablet"]
+        and not out["is_bot"]
+        and out["os"] in ("Windows", "Mac OS X", "Linux", "Chrome OS")
+    )
     for device in ("iPhone", "iPad", "iPod"):
         if device in raw:
             out["device"] = device

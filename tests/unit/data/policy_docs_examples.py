@@ -3,18 +3,24 @@
 Each entry: (source URL, the YAML as published). The tests in test_policy_docs_examples.py
 run them on synthetic traffic and check what the page says the policy does.
 """
+
 DOCS = "https://ngrok.com/docs/traffic-policy"
 
-REMOVE_HEADERS = (f"{DOCS}/examples/add-and-remove-headers/", """
+REMOVE_HEADERS = (
+    f"{DOCS}/examples/add-and-remove-headers/",
+    """
 on_http_request:
 - actions:
   - type: remove-headers
     config:
       headers:
       - X-Powered-By
-""")
+""",
+)
 
-DEPRECATE_V2 = (f"{DOCS}/examples/add-and-remove-headers/", """
+DEPRECATE_V2 = (
+    f"{DOCS}/examples/add-and-remove-headers/",
+    """
 on_http_request:
 - expressions:
   - "'2' in req.headers['X-Api-Version']"
@@ -25,9 +31,12 @@ on_http_request:
       status_code: 400
       body: '{"error":{"message":"Version 2 of the API is no longer supported. Use
         Version 3 instead."}}'
-""")
+""",
+)
 
-COMPRESS_ALL = (f"{DOCS}/examples/compress-json-responses/", """
+COMPRESS_ALL = (
+    f"{DOCS}/examples/compress-json-responses/",
+    """
 on_http_response:
 - name: Add compression
   actions:
@@ -38,9 +47,12 @@ on_http_response:
       - br
       - deflate
       - compress
-""")
+""",
+)
 
-ENFORCE_TLS = (f"{DOCS}/examples/enforce-tls/", """
+ENFORCE_TLS = (
+    f"{DOCS}/examples/enforce-tls/",
+    """
 on_http_request:
 - name: Reject requests using old TLS versions
   expressions:
@@ -50,9 +62,12 @@ on_http_request:
     config:
       status_code: 401
       body: 'Unauthorized: TLS version too old'
-""")
+""",
+)
 
-RATE_LIMIT_ENDPOINT = (f"{DOCS}/examples/rate-limit-requests/", """
+RATE_LIMIT_ENDPOINT = (
+    f"{DOCS}/examples/rate-limit-requests/",
+    """
 on_http_request:
 - expressions:
   - req.url.contains('/api/specific_endpoint')
@@ -65,9 +80,12 @@ on_http_request:
       rate: 60s
       bucket_key:
       - conn.client_ip
-""")
+""",
+)
 
-RATE_LIMIT_TIERS = (f"{DOCS}/examples/rate-limit-requests/", """
+RATE_LIMIT_TIERS = (
+    f"{DOCS}/examples/rate-limit-requests/",
+    """
 on_http_request:
 - expressions:
   - "!('Authorization' in req.headers)"
@@ -93,9 +111,12 @@ on_http_request:
       rate: 60s
       bucket_key:
       - conn.client_ip
-""")
+""",
+)
 
-BLOG_REWRITE = (f"{DOCS}/examples/url-rewrites/", """
+BLOG_REWRITE = (
+    f"{DOCS}/examples/url-rewrites/",
+    """
 on_http_request:
 - expressions:
   - req.url.path.startsWith('/blog')
@@ -104,9 +125,12 @@ on_http_request:
     config:
       from: "/blog/([0-9]+)/([a-zA-Z]+)/"
       to: "/blog/index.php?p=$1&title=$2"
-""")
+""",
+)
 
-EDGE_USERS = (f"{DOCS}/examples/user-agent-filtering/", """
+EDGE_USERS = (
+    f"{DOCS}/examples/user-agent-filtering/",
+    """
 on_http_request:
 - expressions:
   - req.user_agent.name == 'Edge'
@@ -115,9 +139,12 @@ on_http_request:
     config:
       status_code: 200
       body: Hello Edge User!
-""")
+""",
+)
 
-DENY_BOTS = (f"{DOCS}/examples/user-agent-filtering/", """
+DENY_BOTS = (
+    f"{DOCS}/examples/user-agent-filtering/",
+    """
 on_http_request:
 - expressions:
   - req.user_agent.is_bot
@@ -125,9 +152,12 @@ on_http_request:
   - type: deny
     config:
       status_code: 403
-""")
+""",
+)
 
-AB_TEST = (f"{DOCS}/examples/a-b-tests/", """
+AB_TEST = (
+    f"{DOCS}/examples/a-b-tests/",
+    """
 on_http_request:
 - expressions:
   - rand.double() <= 0.5
@@ -139,9 +169,12 @@ on_http_request:
   - type: forward-internal
     config:
       url: https://b.internal
-""")
+""",
+)
 
-ROBOTS = (f"{DOCS}/examples/block-unwanted-requests/", """
+ROBOTS = (
+    f"{DOCS}/examples/block-unwanted-requests/",
+    """
 on_http_request:
   - name: Add `robots.txt` to deny specific bots and crawlers
     expressions:
@@ -153,17 +186,23 @@ on_http_request:
           body: "User-agent: ChatGPT-User\\r\\nDisallow: /"
           headers:
             content-type: text/plain
-""")
+""",
+)
 
-ONLY_GET = (f"{DOCS}/examples/block-unwanted-requests/", """
+ONLY_GET = (
+    f"{DOCS}/examples/block-unwanted-requests/",
+    """
 on_http_request:
   - expressions:
       - req.method != 'GET'
     actions:
       - type: deny
-""")
+""",
+)
 
-NEED_AUTHORIZATION = (f"{DOCS}/examples/block-unwanted-requests/", """
+NEED_AUTHORIZATION = (
+    f"{DOCS}/examples/block-unwanted-requests/",
+    """
 on_http_request:
   - expressions:
       - "!('authorization' in req.headers)"
@@ -172,9 +211,12 @@ on_http_request:
         config:
           status_code: 401
           body: Unauthorized
-""")
+""",
+)
 
-LARGE_UPLOADS = (f"{DOCS}/examples/block-unwanted-requests/", """
+LARGE_UPLOADS = (
+    f"{DOCS}/examples/block-unwanted-requests/",
+    """
 on_http_request:
   - name: Block large POST/PUT requests.
     expressions:
@@ -185,18 +227,24 @@ on_http_request:
         config:
           status_code: 400
           body: "Error: You can't upload content larger than 1MB."
-""")
+""",
+)
 
-SUBDOMAIN_ROUTING = (f"{DOCS}/examples/route-requests/", """
+SUBDOMAIN_ROUTING = (
+    f"{DOCS}/examples/route-requests/",
+    """
 on_http_request:
   # Extract subdomain and route to matching internal service
   - actions:
       - type: forward-internal
         config:
           url: https://${req.host.split('.example.com')[0]}.internal
-""")
+""",
+)
 
-PATH_ROUTING = (f"{DOCS}/examples/route-requests/", """
+PATH_ROUTING = (
+    f"{DOCS}/examples/route-requests/",
+    """
 on_http_request:
   # Route /api/v1/* to legacy API
   - expressions:
@@ -219,9 +267,12 @@ on_http_request:
       - type: forward-internal
         config:
           url: https://api-v2.internal
-""")
+""",
+)
 
-BASIC_AUTH_PAIRS = (f"{DOCS}/examples/add-authentication/", """
+BASIC_AUTH_PAIRS = (
+    f"{DOCS}/examples/add-authentication/",
+    """
 on_http_request:
   # Prompt for username and password with up to 10 credential pairs
   - actions:
@@ -232,17 +283,23 @@ on_http_request:
               password: password123
             - username: user2
               password: securepass456
-""")
+""",
+)
 
-PHASE_RULE_DENY = (f"{DOCS}/how-it-works/", """
+PHASE_RULE_DENY = (
+    f"{DOCS}/how-it-works/",
+    """
 on_tcp_connect:
   - expressions:
       - conn.client_ip == '192.168.1.200'
     actions:
       - type: deny
-""")
+""",
+)
 
-REDIRECT_V1_V2 = (f"{DOCS}/how-it-works/", """
+REDIRECT_V1_V2 = (
+    f"{DOCS}/how-it-works/",
+    """
 on_http_request:
   - expressions:
       - req.url.path.startsWith('/api/v1/')
@@ -251,9 +308,12 @@ on_http_request:
         config:
           from: /api/v1/
           to: /api/v2/
-""")
+""",
+)
 
-INTERPOLATED_HEADERS = (f"{DOCS}/how-it-works/", """
+INTERPOLATED_HEADERS = (
+    f"{DOCS}/how-it-works/",
+    """
 on_http_request:
   - name: CEL Interpolation Example
     actions:
@@ -262,9 +322,12 @@ on_http_request:
           headers:
             X-Client-IP: "${conn.client_ip}"
             X-Request-Path: "${req.url.path}"
-""")
+""",
+)
 
-SET_VARS_HELLO = (f"{DOCS}/actions/set-vars/", """
+SET_VARS_HELLO = (
+    f"{DOCS}/actions/set-vars/",
+    """
 on_http_request:
   - actions:
       - type: set-vars
@@ -279,27 +342,40 @@ on_http_request:
           headers:
             content-type: text/plain
           body: ${vars.variable_a} ${vars.variable_b}
-""")
+""",
+)
 
 # Documented, but needing what this service does not offer: each must be refused at
 # creation, naming the element.
 REFUSED = [
-    (f"{DOCS}/examples/oauth-protection/", """
+    (
+        f"{DOCS}/examples/oauth-protection/",
+        """
 on_http_request:
   - actions:
       - type: oauth
         config:
           provider: google
-""", "on_http_request[0].actions[0].config.client_id", "no managed OAuth applications"),
-    (f"{DOCS}/examples/add-and-remove-headers/", """
+""",
+        "on_http_request[0].actions[0].config.client_id",
+        "no managed OAuth applications",
+    ),
+    (
+        f"{DOCS}/examples/add-and-remove-headers/",
+        """
 on_http_request:
 - actions:
   - type: add-headers
     config:
       headers:
         x-client-loc: "${conn.geo.city}, ${conn.geo.country}"
-""", "on_http_request[0].actions[0].config.headers.x-client-loc", "conn.geo.city"),
-    (f"{DOCS}/examples/block-unwanted-requests/", """
+""",
+        "on_http_request[0].actions[0].config.headers.x-client-loc",
+        "conn.geo.city",
+    ),
+    (
+        f"{DOCS}/examples/block-unwanted-requests/",
+        """
 on_http_request:
   - expressions:
       - ('proxy.anonymous.tor' in conn.client_ip.categories)
@@ -307,10 +383,18 @@ on_http_request:
       - type: deny
         config:
           status_code: 403
-""", "on_http_request[0].expressions[0]", "conn.client_ip.categories"),
-    (f"{DOCS}/actions/terminate-tls/", """
+""",
+        "on_http_request[0].expressions[0]",
+        "conn.client_ip.categories",
+    ),
+    (
+        f"{DOCS}/actions/terminate-tls/",
+        """
 on_tcp_connect:
   - actions:
       - type: terminate-tls
-""", "on_tcp_connect[0].actions[0].type", "not supported"),
+""",
+        "on_tcp_connect[0].actions[0].type",
+        "not supported",
+    ),
 ]
