@@ -77,10 +77,12 @@ reset:
 ## test: the whole suite (lint, service at every level, then the device agent)
 test: lint test-service test-agent
 
-## lint: ruff (pyflakes rules) over the repository, mypy over the shared core (pyproject.toml)
+## lint: ruff (pyflakes rules, and the layout ruff format gives) over the repository, mypy
+## over the shared core and the edge (pyproject.toml)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --no-cache .
-	$(VENV)/bin/mypy chalicelib/core
+	$(VENV)/bin/ruff format --check --no-cache .
+	$(VENV)/bin/mypy chalicelib/core edge
 
 test-service: $(STAMP) $(AGENT_STAMP) test-deps agent-cli
 	$(PY) -m pytest tests

@@ -327,13 +327,13 @@ class AgentSession:
         (chalicelib.core.online.claim_tunnel_id), so no other account can take it over."""
         if requested and ids.is_valid(requested, ids.PREFIXES["tunnel"]):
             held = self.edge.registry.by_id.get(requested)
-            if (held is None or held.account_id == self.grant.account_id) and await self.edge.call(
-                online.claim_tunnel_id, requested, self.grant.account_id
-            ):
+            if (
+                held is None or held.account_id == self.granted.account_id
+            ) and await self.edge.call(online.claim_tunnel_id, requested, self.granted.account_id):
                 return requested
         while True:
             fresh = _tunnel_id()
-            if await self.edge.call(online.claim_tunnel_id, fresh, self.grant.account_id):
+            if await self.edge.call(online.claim_tunnel_id, fresh, self.granted.account_id):
                 return fresh
 
     async def _bind(self, stream: MuxStream, request: Dict[str, Any]) -> None:
@@ -368,11 +368,11 @@ class AgentSession:
             }
             tunnel.enforcement = enforce.http_options(legacy.http_options(opts_in))
             tunnel.tls = tls_spec.spec_of_bind(opts.get("MutualTLSCA"))
-            await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
+            await enforce.check_ip_policies(self.edge, self.granted.account_id, tunnel.enforcement)
             await self.edge.bind_http(tunnel, self._requested_domain(opts))
         elif proto == "tcp":
             tunnel.enforcement = enforce.tcp_options(opts_in)
-            await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
+            await enforce.check_ip_policies(self.edge, self.granted.account_id, tunnel.enforcement)
             await self.edge.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
         elif proto == passthrough.PROTO:  # SNI-routed, not terminated (edge.passthrough)
             tunnel.enforcement = passthrough.options(opts_in)
@@ -380,7 +380,7 @@ class AgentSession:
                 opts_in.get("MutualTLSAtEdge"), opts_in.get("TLSTermination") is not None
             )
             tunnel.termination = passthrough.termination(opts_in.get("TLSTermination"), tunnel.tls)
-            await enforce.check_ip_policies(self.edge, self.grant.account_id, tunnel.enforcement)
+            await enforce.check_ip_policies(self.edge, self.granted.account_id, tunnel.enforcement)
             await self.edge.bind_http(tunnel, self._requested_domain(opts))
         else:
             raise binding.Refused(
@@ -413,7 +413,7 @@ class AgentSession:
             raise quotas.endpoints_per_session(
                 limits.endpoints_per_session, [t.url for t in self.tunnels.values() if t.url]
             )
-        account_id = self.grant.account_id
+        account_id = self.granted.account_id
         if (
             await self.edge.call(online.live_endpoint_count, account_id)
             >= limits.endpoints_per_account
@@ -440,7 +440,7 @@ class AgentSession:
 
     async def _bind_labeled(self, stream: MuxStream, request: Dict[str, Any]) -> None:
         labels = protocol.obj(request.get("Labels"))
-        labels = binding.check_labels(self.grant, labels)
+        labels = binding.check_labels(self.granted, labels)
         tunnel_id = _tunnel_id()
         tunnel = Tunnel(
             id=tunnel_id,
@@ -510,15 +510,11 @@ class AgentSession:
         stream = self.mux.open_stream()
         await stream.write(protocol.stream_type(typ) + b"{}")
         reader = protocol.JsonReader(limit=64 * 1024)
+        body: Optional[Dict[str, Any]] = None
         try:
-            while True:
+            while body is None:
                 chunk = await asyncio.wait_for(stream.read(), COMMAND_TIMEOUT)
-                if not chunk:
-                    body = reader.finish()
-                    break
-                body = reader.feed(chunk)
-                if body is not None:
-                    break
+                body = reader.feed(chunk) if chunk else reader.finish()
         finally:
             stream.finish()
         error = body.get("Error")
@@ -528,6 +524,13 @@ class AgentSession:
     @property
     def ended(self) -> bool:
         return self._ending
+
+    @property
+    def granted(self) -> binding.Grant:
+        """The session's grant: the RPCs after Auth run only once it has one."""
+        if self.grant is None:
+            raise MalformedRequest("Auth must come first")
+        return self.grant
 
     async def check(self, fresh: Any, heartbeat: bool) -> None:
         """Credential still usable (``fresh``: the grant re-read this round, a Refused, or

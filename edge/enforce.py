@@ -32,7 +32,7 @@ request from the edge's cache (edge.edges.EdgeRouter.ip_policy_resolver).
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, TypeGuard
 
 from chalicelib.core import binding, edge_errors, ip_rules
 from chalicelib.core.policy import Policy, PolicyError, compile_policy
@@ -57,7 +57,7 @@ class Enforcement:
     document: str = ""
 
 
-def _is_set(value: Any) -> bool:
+def _is_set(value: Any) -> TypeGuard[Any]:
     """Present in the Bind options. ``{}`` counts: presence-only modules (Compression,
     WebsocketTCPConverter) are sent as empty objects; unset ones are null or absent."""
     return value is not None and value is not False and value not in ("", 0, [])

@@ -46,6 +46,7 @@ Bounds (each proven by tests/edge/test_events.py or tests/unit/test_events_unit.
 
 import asyncio
 import collections
+import functools
 import json
 import logging
 import os
@@ -160,7 +161,7 @@ STORE_LATENCY = Histogram(
     registry=None,
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
-METRICS = (
+METRICS: Tuple[Any, ...] = (
     REQUESTS,
     LATENCY,
     HTTP_BYTES,
@@ -854,7 +855,7 @@ class Hub:
             )
         else:
             future = loop.run_in_executor(self.pool, destination.send, [e for _, e in batch])
-        future.add_done_callback(lambda f, d=destination, b=batch: self._done(d, b, f))
+        future.add_done_callback(functools.partial(self._done, destination, batch))
 
     def _processes(self) -> Any:
         """The delivery process (spawned on first use): boto3's signing and I/O run there,
@@ -953,14 +954,14 @@ def read_subscriptions(
             wanted.setdefault(kind, []).extend(item.data.get("destination_ids", []))
     targets: Dict[Tuple[str, str], Dict[str, Any]] = {}
     for destination_id in {d for ds in wanted.values() for d in ds}:
-        item = store.get(
+        found = store.get(
             store.collection_pk(account_id, event_targets.COLLECTION_DESTINATION), destination_id
         )
-        if item is None:
+        if found is None:
             continue
         try:
             targets[(account_id, destination_id)] = event_targets.open_target(
-                account_id, destination_id, item.data["target"]
+                account_id, destination_id, found.data["target"]
             )
         except Exception as exc:  # a secret that does not open: that destination is skipped
             log.warning("event destination %s: %s", destination_id, exc)

@@ -253,7 +253,7 @@ def verify_id_token(
         claims = jwt.decode(
             token,
             key=key,
-            algorithms=[alg],
+            algorithms=[str(alg)],
             audience=client_id,
             issuer=doc["issuer"],
             leeway=60,
@@ -388,6 +388,8 @@ async def handle(traffic: Any, out: tpo.Outcome, clock=time.time) -> Optional[tp
 
 
 async def _handle(traffic: Any, out: tpo.Outcome, clock) -> Optional[tpo.Outcome]:
+    if out.identity is None:  # an IDENTITY outcome always carries (action, fields)
+        raise SigninError("an identity outcome without its action")
     action, rendered = out.identity
     ctx = _Ctx(traffic, action, rendered)
     now = clock()

@@ -18,7 +18,7 @@ import logging
 from typing import Any, Iterator, Tuple
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
 from edge import events
@@ -34,7 +34,7 @@ class _EdgeCollector:
     def __init__(self, edge: Any):
         self.edge = edge
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         sessions = [s for s in list(self.edge.sessions) if not s.ended]
         yield GaugeMetricFamily(
             "edge_agent_sessions", "Agent sessions open on this instance", value=len(sessions)
@@ -161,6 +161,6 @@ class MetricsServer:
 _REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found"}
 
 
-async def start(edge: Any, host: str, port: int) -> asyncio.AbstractServer:
+async def start(edge: Any, host: str, port: int) -> asyncio.Server:
     server = MetricsServer(edge)
     return await asyncio.start_server(server.handle, host, port, limit=HEAD_LIMIT)

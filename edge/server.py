@@ -43,7 +43,7 @@ class Edge:
         self.certs = ServerCertificates(
             settings.data_dir, settings.tls_cert or None, settings.tls_key or None
         )
-        self._servers: List[asyncio.AbstractServer] = []
+        self._servers: List[asyncio.Server] = []  # (Server: its sockets are read)
         self._sessions: set = set()
         self.auth_throttle = quotas.AuthThrottle(settings.limits.failed_auths_per_address)
         self.admission = Admission(
@@ -206,7 +206,7 @@ class Edge:
             await asyncio.sleep(self.settings.check_seconds)
             round_no += 1
             sessions = [s for s in self._sessions if not s.ended]
-            grants = {}
+            grants: Dict[str, binding.Grant] = {}
             for session in sessions:
                 if session.grant is not None:
                     grants.setdefault(session.grant.credential_id, session.grant)
