@@ -616,7 +616,11 @@ def _path_param(name: str, path: str) -> Schema:
     # The id kind of a path parameter is the one of the collection it follows.
     segments = path.split("/")
     index = segments.index("{" + name + "}")
-    kind = resources.collection_prefix("/".join(segments[:index]))
+    collection = "/".join(segments[:index])
+    kind = resources.collection_prefix(collection)
+    if kind is None:  # a listing its own module describes (a Routes entry)
+        listing = _operations().get(("GET", collection))
+        kind = listing.list_prefix if listing is not None else None
     schema = {"type": "string"}
     if kind:
         schema = {"type": "string", "pattern": f"^{kind}_[0-9A-Za-z]{{27}}$"}

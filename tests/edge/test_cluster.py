@@ -9,7 +9,6 @@ import base64
 import hashlib
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -88,30 +87,12 @@ class Cluster:
             return handle.read()
 
 
-def _range_outside_ephemeral(size: int) -> int:
-    """Free ports below the kernel's ephemeral range: the relays and HAProxy open many
-    outgoing connections, and one whose ephemeral port is a TCP endpoint's would keep the
-    endpoint's listener from binding."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
-        low_ephemeral = int(handle.read().split()[0])
-    for _ in range(100):
-        low = random.randrange(20000, low_ephemeral - size)
-        try:
-            for port in range(low, low + size):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-            return low
-        except OSError:
-            continue
-    return _free_range(size)
-
-
 @pytest.fixture(scope="module")
 def cluster():
     if not os.path.exists(SDK_PYTHON):
         pytest.fail(f"{SDK_PYTHON} missing: `make install` first")
     with tempfile.TemporaryDirectory(prefix="tunnel-cluster-test-") as tmp:
-        tcp_low = _range_outside_ephemeral(5)
+        tcp_low = _free_range(5)
         extra = {
             "EDGE_TCP_PORTS": f"{tcp_low}-{tcp_low + 4}",
             "BASE_DOMAIN": BASE_DOMAIN,

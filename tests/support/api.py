@@ -9,6 +9,7 @@ both levels through the ``api`` fixture (tests/conftest.py).
 import contextlib
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -168,21 +169,21 @@ def free_port() -> int:
 
 
 def free_range(size: int) -> int:
-    """The first of ``size`` consecutive free ports."""
-    for _ in range(50):
-        low = free_port()
-        if low + size > 65535:
-            continue
-        ok = True
-        for port in range(low, low + size):
-            with socket.socket() as sock:
-                try:
+    """The first of ``size`` consecutive free ports, below the kernel's ephemeral range: a
+    range taken from it (as free_port's are) could meet the ephemeral port of any outgoing
+    connection made meanwhile, and the edge's TCP listener on it would not bind (seen in a
+    full run: 'address already in use' on a reserved port)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+        low_ephemeral = int(handle.read().split()[0])
+    for _ in range(100):
+        low = random.randrange(20000, max(20001, low_ephemeral - size))
+        try:
+            for port in range(low, low + size):
+                with socket.socket() as sock:
                     sock.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
             return low
+        except OSError:
+            continue
     raise RuntimeError("no free port range")
 
 
