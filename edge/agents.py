@@ -121,7 +121,7 @@ class AgentSession:
         message = reason if not code else f"{reason}\n{code}"
         await self.mux.go_away(muxado.E_NONE, message)
         for tunnel in list(self.tunnels.values()):
-            await self.edge.drop_tunnel(tunnel, remember=True)
+            await self.edge.binds.drop_tunnel(tunnel, remember=True)
         self.tunnels.clear()
         if self.id and self.edge.registry.sessions.get(self.id) is self:
             del self.edge.registry.sessions[self.id]
@@ -369,11 +369,11 @@ class AgentSession:
             tunnel.enforcement = enforce.http_options(legacy.http_options(opts_in))
             tunnel.tls = tls_spec.spec_of_bind(opts.get("MutualTLSCA"))
             await enforce.check_ip_policies(self.edge, self.granted.account_id, tunnel.enforcement)
-            await self.edge.bind_http(tunnel, self._requested_domain(opts))
+            await self.edge.binds.bind_http(tunnel, self._requested_domain(opts))
         elif proto == "tcp":
             tunnel.enforcement = enforce.tcp_options(opts_in)
             await enforce.check_ip_policies(self.edge, self.granted.account_id, tunnel.enforcement)
-            await self.edge.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
+            await self.edge.binds.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
         elif proto == passthrough.PROTO:  # SNI-routed, not terminated (edge.passthrough)
             tunnel.enforcement = passthrough.options(opts_in)
             tunnel.tls = passthrough.client_certificates(
@@ -381,7 +381,7 @@ class AgentSession:
             )
             tunnel.termination = passthrough.termination(opts_in.get("TLSTermination"), tunnel.tls)
             await enforce.check_ip_policies(self.edge, self.granted.account_id, tunnel.enforcement)
-            await self.edge.bind_http(tunnel, self._requested_domain(opts))
+            await self.edge.binds.bind_http(tunnel, self._requested_domain(opts))
         else:
             raise binding.Refused(
                 edge_errors.INVALID_PROTOCOL,
@@ -451,7 +451,7 @@ class AgentSession:
             forwards_proto=protocol.text(request.get("ForwardsProto"))[:16],
             metadata=protocol.text(request.get("Metadata"))[:4096],
         )
-        await self.edge.add_labeled(tunnel)
+        await self.edge.binds.add_labeled(tunnel)
         self.tunnels[tunnel.id] = tunnel
         await self._reply(stream, protocol.reply({"Id": tunnel.id}))
 
@@ -465,7 +465,7 @@ class AgentSession:
                 ),
             )
             return
-        await self.edge.drop_tunnel(tunnel)
+        await self.edge.binds.drop_tunnel(tunnel)
         await self._reply(stream, protocol.reply({}))
 
     # ---- what the edge sends the agent ------------------------------------------------------

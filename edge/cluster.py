@@ -490,7 +490,7 @@ class Cluster:
             else:
                 await HttpFront(edge, "https").handle(reader, relayed)
         elif kind == "tcp" and arg.isdigit():
-            await edge.port_connection(int(arg), reader, _RelayedWriter(writer, peer))
+            await edge.tcp.connection(int(arg), reader, _RelayedWriter(writer, peer))
         else:
             writer.transport.abort()
 

@@ -432,11 +432,11 @@ async def watch_reserved_ports(edge: Any, interval: float = 2.0) -> None:
             edge.reserved_ports = {port for port in claimed if low <= port <= high}
             for port in edge.reserved_ports:
                 try:
-                    await edge.ensure_port_listener(port)
+                    await edge.binds.ensure_port_listener(port)
                 except OSError as exc:
                     edge.log.warning("cannot listen on reserved port %d: %s", port, exc)
             for port in list(edge.port_listeners):
-                edge.release_port(port)  # no longer reserved, and no agent endpoint on it
+                edge.binds.release_port(port)  # no longer reserved, and no agent endpoint on it
         except Exception as exc:  # the store being away must not stop the loop
             edge.log.warning("could not read reserved TCP addresses: %r", exc)
         await asyncio.sleep(interval)

@@ -13,7 +13,7 @@ The CLI 2.x speaks protocol version "2" and sends, for ``ngrok http``, Opts
   local address); they only describe the agent, and are accepted as such (booleans / strings).
 
 ``-bind-tls=both`` (the default) makes the CLI bind the same name twice in one session, once
-``http`` and once ``https``: see ``edge.server.Edge.bind_http`` (one owner, two listeners).
+``http`` and once ``https``: see ``edge.binds.Binds.bind_http`` (one owner, two listeners).
 """
 
 from typing import Any, Dict

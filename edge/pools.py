@@ -10,7 +10,7 @@ rules are the hosted service's:
   connections to it are spread round robin over its members (``Registry.http_tunnel``);
 - endpoints join and leave freely: the first member holds the name's claim (the store item
   that makes one URL one owner service-wide), and when it leaves, the next member takes the
-  claim over (``Edge.drop_tunnel``); the URL goes offline with its last member.
+  claim over (``Binds.drop_tunnel``); the URL goes offline with its last member.
 
 A pool lives on one edge instance: its members are found in that instance's registry. A
 pooled endpoint whose URL is held by an endpoint of another instance is refused like any

@@ -44,6 +44,10 @@ class SlowEdge:
     def authenticated(self, session):
         pass
 
+    @property
+    def binds(self):
+        return self
+
     async def drop_tunnel(self, tunnel, remember=False):
         pass
 
