@@ -20,6 +20,7 @@ are the documented 400.
 
 import copy
 import dataclasses
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -522,6 +523,7 @@ def _parts_ops(p: resources.Parts) -> Dict[Tuple[str, str], Op]:
     return ops
 
 
+@functools.lru_cache(maxsize=1)  # the registry is fixed once imported; read per path param
 def _operations() -> Dict[Tuple[str, str], Op]:
     """Every operation of chalicelib.resources' table, described."""
     ops: Dict[Tuple[str, str], Op] = {}
