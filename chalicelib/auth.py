@@ -1,7 +1,9 @@
 """API key secrets and the authorizer's identity resolution.
 
-An API key's token is 256 random bits (``secrets.token_urlsafe(32)``), shown once in the
-create response. The store keeps only its SHA-256 digest: in the key item and in a lookup
+An API key's token is 256 random bits, written as 43 base62 characters (``0-9A-Za-z``:
+62**43 > 2**256), shown once in the create response. Base62 and not base64url: a token
+never starts with ``-`` (the agent CLI's ``ngrok authtoken -Xy…`` took such a token for an
+unknown flag and saved nothing) and is selected whole by a double click. The store keeps only its SHA-256 digest: in the key item and in a lookup
 item ``U#api_key_hash#<digest>`` that maps the digest to the key and its owner. A SHA-256 of
 a 256-bit random secret needs no salt or slow hash (no dictionary to attack); the lookup is
 by digest, and the digest read back is compared with ``hmac.compare_digest``.
@@ -58,8 +60,11 @@ class AuthFailed(Exception):
         self.reason = reason
 
 
+SECRET_LENGTH = 43  # base62 characters: 43 * log2(62) = 256.03 bits
+
+
 def new_secret() -> str:
-    return secrets.token_urlsafe(32)
+    return "".join(secrets.choice(ids.ALPHABET) for _ in range(SECRET_LENGTH))
 
 
 def bearer_token(header: Optional[str]) -> str:

@@ -6,8 +6,6 @@ constants: a test that reads ``MAX_X`` keeps passing when someone changes ``MAX_
 asserted through the catalog's classes (chalicelib.core.errors), not their code strings.
 """
 
-import base64
-
 import pytest
 
 from chalicelib import (
@@ -273,13 +271,19 @@ def test_a_hostname_is_at_most_253_bytes_with_labels_of_63():
 
 
 # ---- secrets and ids -------------------------------------------------------------------------
-def test_a_secret_is_256_random_bits():
+def test_a_secret_is_256_random_bits_in_43_base62_characters():
     from chalicelib import auth
 
-    secret = auth.new_secret()
-    raw = base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4))
-    assert len(raw) == 32
-    assert len({auth.new_secret() for _ in range(50)}) == 50
+    drawn = [auth.new_secret() for _ in range(400)]
+    assert all(len(secret) == 43 for secret in drawn)
+    # 43 base62 characters hold 256.03 bits; 42 would hold only 250
+    assert 62**43 >= 2**256 > 62**42
+    # base62 only: a token never starts with "-", which a command line takes for a flag (400
+    # base64url tokens would hold "-" or "_" with a probability of 1 - (62/64)**(43*400))
+    assert set("".join(drawn)) <= set(ids.ALPHABET)
+    # no place is fixed: the first and the last characters range over the alphabet
+    assert min(len({secret[0] for secret in drawn}), len({secret[-1] for secret in drawn})) > 50
+    assert len(set(drawn)) == len(drawn)
 
 
 def test_an_id_is_the_prefix_and_27_base62_characters():
