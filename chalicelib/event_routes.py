@@ -39,8 +39,10 @@ def register(route: Callable[..., Any]) -> None:
 
     @route(SOURCES + "/{type}", ["PATCH"], name="update_event_source")
     def update_event_source(subscription_id, type):
-        web.body([])  # a source has no field to change but its type (in the path)
-        return event_subscriptions.get_source(web.ctx(), subscription_id, type)
+        c = web.ctx()  # the body is read after the subscription: another account's is a 404
+        return event_subscriptions.update_source(
+            c, subscription_id, type, lambda: web.body(event_subscriptions.SOURCE_UPDATE_FIELDS)
+        )
 
     @route(SOURCES + "/{type}", ["DELETE"], name="delete_event_source")
     def delete_event_source(subscription_id, type):
