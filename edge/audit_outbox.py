@@ -19,7 +19,7 @@ import time
 from typing import Any, Dict, List, Tuple
 
 from chalicelib.core import audit_events
-from edge import observe
+from edge import events, observe
 
 log = logging.getLogger("edge.audit_outbox")
 
@@ -58,7 +58,9 @@ async def deliver(hub: Any, claimed: List[Tuple[Dict[str, Any], List[str]]]) -> 
 
 
 async def run(edge: Any) -> None:
-    """Poll the outbox for the life of the edge process."""
+    """Poll the outbox for the life of the edge process (unless ``EDGE_EVENTS_API=0``)."""
+    if not events.load_settings().api_events:
+        return
     loop = asyncio.get_running_loop()
     while True:
         try:

@@ -87,6 +87,7 @@ class Settings:
     aws_endpoint_url: Optional[str] = None
     send_timeout: float = 5.0
     process: bool = False  # deliver from a child process (load_settings: on by default)
+    api_events: bool = True  # read the API's events from the store's outbox (audit_outbox)
 
 
 def _number(env: Any, name: str, default: float, integer: bool = True) -> Any:
@@ -115,6 +116,7 @@ def load_settings(env: Any = None) -> Settings:
         cache_accounts=_number(env, "EDGE_EVENTS_CACHE_ACCOUNTS", 1024),
         aws_endpoint_url=(env.get("EVENTS_AWS_ENDPOINT_URL") or "").strip() or None,
         process=(env.get("EDGE_EVENTS_PROCESS") or "1").strip() != "0",
+        api_events=(env.get("EDGE_EVENTS_API") or "1").strip() != "0",
     )
 
 
