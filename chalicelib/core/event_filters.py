@@ -172,6 +172,11 @@ def _env(names: Tuple[str, ...]) -> Any:
     return env
 
 
+def cached_programs() -> int:
+    """How many compiled filters this process keeps (at most MAX_PROGRAMS)."""
+    return len(_programs)
+
+
 def compile_filter(kind: str, text: str) -> Any:
     """The compiled filter (cached); ValueError with the reason when it is refused."""
     key = (kind, text)

@@ -108,6 +108,12 @@ def test_the_costliest_filter_the_bounds_allow_is_cheap_measured():
     assert per_evaluation < 0.25  # measured ~0.1-1 ms; a loop would be orders above
 
 
+def test_compiled_filters_kept_are_bounded():
+    for index in range(event_filters.MAX_PROGRAMS + 10):
+        event_filters.compile_filter(HTTP, f"conn.server_port == {index}")
+    assert event_filters.cached_programs() == event_filters.MAX_PROGRAMS
+
+
 def test_a_filter_that_fails_on_an_event_does_not_deliver_it():
     event = _maximal_event()
     assert not event_filters.matches(HTTP, "http.nope == 1", event)
