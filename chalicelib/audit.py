@@ -48,6 +48,22 @@ def changed(c: Ctx, path: str, action: str, obj: Any) -> Any:
     return obj
 
 
+def changed_part(c: Ctx, path: str, read: Callable[[], Any], result: Any) -> Any:
+    """After a change of a part of a resource of the collection at ``path`` (an event
+    subscription's source): that resource's ``updated`` event, when subscribed (``read()``
+    renders it then: one GetItem). Returns ``result`` unchanged."""
+    kind = audit_events.event_type(path, "updated")
+    if kind is None:
+        return result
+    try:
+        subs = audit_events.subscribed(c.account_id, kind)
+        if subs:
+            _emit(c, kind, read(), subs)
+    except Exception:  # noqa: BLE001 - the change stands; its event is lost, and said so
+        log.exception("event %s of account %s not written", kind, c.account_id)
+    return result
+
+
 def deleting(c: Ctx, path: str, read: Callable[[], Any], delete: Callable[[], Any]) -> Any:
     """A delete of the collection at ``path``: when subscribed, the resource is read first
     (the event's object), then ``delete()`` runs, then the event is written."""

@@ -55,6 +55,7 @@ def test_api_changes_arrive_as_their_hosted_events_filtered_trimmed_and_account_
             {"type": "ip_policy_deleted.v0"},
             {"type": "api_key_created.v0"},
             {"type": "tunnel_credential_created.v0"},
+            {"type": "event_subscription_updated.v0", "fields": ["id", "sources"]},
         ],
         _kinesis(moto_url, stream_a),
     )
@@ -73,20 +74,26 @@ def test_api_changes_arrive_as_their_hosted_events_filtered_trimmed_and_account_
     credential = client_a.credentials.create(description="agent")
     client_a.reserved_addrs.create(description="not subscribed")
     other = client_b.ip_policies.create(description="b's")
+    client_a.event_sources.create(sub.id, type="domain_created.v0")  # a source: an update
 
-    events = _settled(moto_url, stream_a, 5)
+    events = _settled(moto_url, stream_a, 6)
     assert [e["event_type"] for e in events] == [
         "ip_policy_created.v0",
         "ip_policy_updated.v0",
         "ip_policy_deleted.v0",
         "api_key_created.v0",
         "tunnel_credential_created.v0",
+        "event_subscription_updated.v0",
     ], events
     for event in events:
         assert event["event_id"].startswith("ev_") and event["event_timestamp"].endswith("Z")
         assert event["account_id"] == a.id
         assert event["principal"]["id"].startswith(("usr_", "bot_"))
-    created, updated, deleted, key_event, credential_event = (e["object"] for e in events)
+    created, updated, deleted, key_event, credential_event, sub_event = (
+        e["object"] for e in events
+    )
+    assert sub_event["id"] == sub.id and set(sub_event) == {"id", "sources"}
+    assert sub_event["sources"][-1]["type"] == "domain_created.v0"
     assert {k: created[k] for k in ("id", "uri", "created_at", "description", "metadata")} == {
         "id": policy.id,
         "uri": policy.uri,

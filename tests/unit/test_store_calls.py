@@ -12,7 +12,8 @@ from tests.support.costs import app_routes, measure_routes
 
 # view calls per route (the authorizer: 1 GetItem everywhere). A create, update or delete of a
 # collection that has API events (chalicelib.core.event_targets.AUDIT_RESOURCES) counts one
-# more: the Query of the account's event subscriptions (chalicelib/audit.py).
+# more: the Query of the account's event subscriptions (chalicelib/audit.py); so does a change
+# of an event subscription's sources (its event_subscription_updated.v0).
 EXPECTED_VIEW_CALLS = {
     "POST /api_keys": 2,
     "GET /api_keys": 1,
@@ -200,11 +201,11 @@ EXPECTED_VIEW_CALLS = {
     "GET /event_subscriptions/{subscription_id}": 1,
     "PATCH /event_subscriptions/{subscription_id}": 2,
     "DELETE /event_subscriptions/{subscription_id}": 3,
-    "POST /event_subscriptions/{subscription_id}/sources": 2,
+    "POST /event_subscriptions/{subscription_id}/sources": 3,
     "GET /event_subscriptions/{subscription_id}/sources": 1,
     "GET /event_subscriptions/{subscription_id}/sources/{type}": 1,
-    "PATCH /event_subscriptions/{subscription_id}/sources/{type}": 2,  # read, then its filter/fields
-    "DELETE /event_subscriptions/{subscription_id}/sources/{type}": 2,
+    "PATCH /event_subscriptions/{subscription_id}/sources/{type}": 3,  # read, then its filter/fields
+    "DELETE /event_subscriptions/{subscription_id}/sources/{type}": 3,
     # the traffic inspector: a list and the capture setting read the endpoint (a cloud
     # endpoint: 1 GetItem) then its captured requests (1 Query) or setting (1 GetItem, +1
     # PutItem); a captured request and its replay are 1 GetItem
