@@ -8,12 +8,14 @@ import pytest
 
 from chalicelib import resources
 from chalicelib.core import audit_events, event_filters, event_targets
-from chalicelib.core.event_filters import (
-    MAX_FIELDS,
-    MAX_FILTER_BYTES,
-    MAX_FILTER_DEPTH,
-    MAX_FILTER_TOKENS,
-)
+
+# The bounds as docs/EVENTS.md writes them (never read from the module: a test that reads
+# MAX_X keeps passing when someone changes MAX_X).
+MAX_FILTER_BYTES = 1024
+MAX_FILTER_DEPTH = 16
+MAX_FILTER_TOKENS = 256
+MAX_FIELDS = 64
+MAX_PROGRAMS = 1024
 
 HTTP = "http_request_complete.v0"
 
@@ -50,7 +52,7 @@ def test_filter_tokens_are_bounded_at_their_limit():
     assert f"has {MAX_FILTER_TOKENS + 1} tokens" in refused(HTTP, over)
 
 
-@pytest.mark.parametrize("macro", event_filters.MACROS)
+@pytest.mark.parametrize("macro", ["all", "exists", "exists_one", "map", "filter"])
 def test_loops_are_refused(macro):
     text = f"http.request.headers['a'].{macro}(v, v == 'b')"
     assert f"the macro '{macro}'" in refused(HTTP, text)
@@ -109,9 +111,9 @@ def test_the_costliest_filter_the_bounds_allow_is_cheap_measured():
 
 
 def test_compiled_filters_kept_are_bounded():
-    for index in range(event_filters.MAX_PROGRAMS + 10):
+    for index in range(MAX_PROGRAMS + 10):
         event_filters.compile_filter(HTTP, f"conn.server_port == {index}")
-    assert event_filters.cached_programs() == event_filters.MAX_PROGRAMS
+    assert event_filters.cached_programs() == MAX_PROGRAMS
 
 
 def test_a_filter_that_fails_on_an_event_does_not_deliver_it():
