@@ -9,10 +9,20 @@ API's event sources: POST (201), GET (list: ``{"sources": […], "uri"}``), GET/
 
 from typing import Any, Callable
 
-from chalicelib import captured_requests, event_subscriptions, rest, web
+from chalicelib import audit, captured_requests, event_subscriptions, rest, web
 
 SOURCES = "/event_subscriptions/{subscription_id}/sources"
 CAPTURED = "/endpoints/{endpoint_id}/captured_requests"
+
+
+def _updated(c: Any, subscription_id: str, result: Any) -> Any:
+    """A source changed: its subscription's ``event_subscription_updated.v0`` (chalicelib.audit)."""
+    return audit.changed_part(
+        c,
+        event_subscriptions.PATH,
+        lambda: event_subscriptions.get(c, subscription_id),
+        result,
+    )
 
 
 def register(route: Callable[..., Any]) -> None:
@@ -24,8 +34,12 @@ def register(route: Callable[..., Any]) -> None:
         c = web.ctx()  # the body is read after the subscription: another account's is a 404
         return rest.idempotent_create(
             c,
-            lambda: event_subscriptions.create_source(
-                c, subscription_id, lambda: web.body(event_subscriptions.SOURCE_FIELDS)
+            lambda: _updated(
+                c,
+                subscription_id,
+                event_subscriptions.create_source(
+                    c, subscription_id, lambda: web.body(event_subscriptions.SOURCE_FIELDS)
+                ),
             ),
         )
 
@@ -39,12 +53,22 @@ def register(route: Callable[..., Any]) -> None:
 
     @route(SOURCES + "/{type}", ["PATCH"], name="update_event_source")
     def update_event_source(subscription_id, type):
-        web.body([])  # a source has no field to change but its type (in the path)
-        return event_subscriptions.get_source(web.ctx(), subscription_id, type)
+        c = web.ctx()  # the body is read after the subscription: another account's is a 404
+        return _updated(
+            c,
+            subscription_id,
+            event_subscriptions.update_source(
+                c,
+                subscription_id,
+                type,
+                lambda: web.body(event_subscriptions.SOURCE_UPDATE_FIELDS),
+            ),
+        )
 
     @route(SOURCES + "/{type}", ["DELETE"], name="delete_event_source")
     def delete_event_source(subscription_id, type):
-        event_subscriptions.delete_source(web.ctx(), subscription_id, type)
+        c = web.ctx()
+        _updated(c, subscription_id, event_subscriptions.delete_source(c, subscription_id, type))
         return web.no_content()
 
     @route(

@@ -70,9 +70,7 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
         "created_at": data["created_at"],
         "description": data.get("description", ""),
         "metadata": data.get("metadata", ""),
-        "sources": [
-            {"type": t, "uri": source_uri(c, item.sk, t)} for t in data.get("sources", [])
-        ],
+        "sources": [_source(c, item.sk, t, data) for t in data.get("sources", [])],
         "destinations": [
             c.ref(event_destinations.PATH, d) for d in data.get("destination_ids", [])
         ],
@@ -109,6 +107,8 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     """One Query (the account's count), then one transaction: the subscription and each
     destination's ``refs`` + 1 on condition that it exists (400 naming it otherwise)."""
     destinations = fields.get("destination_ids") or []
+    if "sources" in fields:  # checked entries -> the stored types and their filter/fields
+        fields.update(event_targets.split_sources(fields.pop("sources")))
     refs = _refs(c.account_id, destinations, 1)
     event_destinations._room(c.account_id, COLLECTION, "event subscription")
     data = {
@@ -148,6 +148,8 @@ def update(c: Ctx, subscription_id: str, fields: Dict[str, Any]) -> Dict[str, An
     the subscription (unchanged since read) and the moved ``refs``."""
     if not fields.get("sources"):
         fields.pop("sources", None)  # the reference client sends [] when not updating them
+    else:
+        fields.update(event_targets.split_sources(fields.pop("sources")))
     if not ids.is_valid(subscription_id, PREFIX) or not fields:
         return get(c, subscription_id)
     pk = store.collection_pk(c.account_id, COLLECTION)
@@ -179,8 +181,15 @@ def delete(c: Ctx, subscription_id: str) -> None:
 
 
 # ---- sources ------------------------------------------------------------------------------
-def _source(c: Ctx, subscription_id: str, kind: str) -> Dict[str, Any]:
-    return {"type": kind, "uri": source_uri(c, subscription_id, kind)}
+def _source(
+    c: Ctx, subscription_id: str, kind: str, data: Optional[Dict[str, Any]] = None
+) -> Dict[str, Any]:
+    """A source as the API returns it: type and uri, and its filter and fields when set."""
+    out: Dict[str, Any] = {"type": kind, "uri": source_uri(c, subscription_id, kind)}
+    options = event_targets.source_options(data or {}, kind)
+    if options["filter"] or options["fields"]:
+        out.update(options)
+    return out
 
 
 def _no_source(subscription_id: str, kind: str) -> errors.NotFound:
@@ -190,8 +199,11 @@ def _no_source(subscription_id: str, kind: str) -> errors.NotFound:
 
 
 SOURCE_FIELDS = [
-    Field("type", "string", required=True, max_bytes=64, check=event_targets.check_source_type)
+    Field("type", "string", required=True, max_bytes=64, check=event_targets.check_source_type),
+    Field("filter", "any"),  # checked with the type: event_targets.check_options
+    Field("fields", "any"),
 ]
+SOURCE_UPDATE_FIELDS = SOURCE_FIELDS[1:]
 
 
 @store.retrying
@@ -200,21 +212,50 @@ def create_source(
 ) -> Dict[str, Any]:
     """Read the subscription (404 first), then the body (``fields()``), then one write."""
     item = get_item(c.account_id, subscription_id)
-    kind = fields()["type"]
+    body = fields()
+    kind = body["type"]
+    checked = event_targets.check_options("", kind, body)
     sources = list(item.data.get("sources", []))
     if kind in sources:
         raise errors.Conflict(
             f"Event subscription '{subscription_id}' already has a source of type '{kind}'"
         )
-    item.data = {**item.data, "sources": sources + [kind]}
+    item.data = {**item.data, **_with_source(item.data, checked, sources + [kind])}
     store.commit([store.save(item)])
-    return _source(c, subscription_id, kind)
+    return _source(c, subscription_id, kind, item.data)
+
+
+def _with_source(
+    data: Dict[str, Any], checked: Dict[str, Any], sources: List[str]
+) -> Dict[str, Any]:
+    options = {k: v for k, v in (data.get("source_options") or {}).items() if k in sources}
+    options.pop(checked["type"], None)
+    if checked["filter"] or checked["fields"]:
+        options[checked["type"]] = {"filter": checked["filter"], "fields": checked["fields"]}
+    return {"sources": sources, "source_options": options}
+
+
+@store.retrying
+def update_source(
+    c: Ctx, subscription_id: str, kind: str, fields: Callable[[], Dict[str, Any]]
+) -> Dict[str, Any]:
+    """Replace a source's ``filter`` and ``fields`` (those sent; the others stay)."""
+    item = get_item(c.account_id, subscription_id)
+    if kind not in item.data.get("sources", []):
+        raise _no_source(subscription_id, kind)
+    body = {**event_targets.source_options(item.data, kind), **fields()}
+    checked = event_targets.check_options("", kind, body)
+    item.data = {**item.data, **_with_source(item.data, checked, item.data["sources"])}
+    store.commit([store.save(item)])
+    return _source(c, subscription_id, kind, item.data)
 
 
 def list_sources(c: Ctx, subscription_id: str) -> Dict[str, Any]:
     item = get_item(c.account_id, subscription_id)
     return {
-        "sources": [_source(c, subscription_id, t) for t in item.data.get("sources", [])],
+        "sources": [
+            _source(c, subscription_id, t, item.data) for t in item.data.get("sources", [])
+        ],
         "uri": c.uri(f"{PATH}/{subscription_id}/sources"),
     }
 
@@ -223,7 +264,7 @@ def get_source(c: Ctx, subscription_id: str, kind: str) -> Dict[str, Any]:
     item = get_item(c.account_id, subscription_id)
     if kind not in item.data.get("sources", []):
         raise _no_source(subscription_id, kind)
-    return _source(c, subscription_id, kind)
+    return _source(c, subscription_id, kind, item.data)
 
 
 @store.retrying
@@ -233,5 +274,7 @@ def delete_source(c: Ctx, subscription_id: str, kind: str) -> None:
     if kind not in sources:
         raise _no_source(subscription_id, kind)
     sources.remove(kind)
-    item.data = {**item.data, "sources": sources}
+    options = dict(item.data.get("source_options") or {})
+    options.pop(kind, None)
+    item.data = {**item.data, "sources": sources, "source_options": options}
     store.commit([store.save(item)])

@@ -43,7 +43,18 @@ def schemas() -> Dict[str, Schema]:
         "EventDestination": _obj(
             {**_common("event_destination"), "format": STR, "target": _ref("EventTarget")}
         ),
-        "EventSource": _obj({"type": STR, "uri": URI}),
+        "EventSource": _obj(
+            {
+                "type": STR,
+                "uri": URI,
+                "filter": {**STR, "description": "CEL expression over the event (when set)"},
+                "fields": {
+                    "type": "array",
+                    "items": STR,
+                    "description": "the object's fields delivered (when set; else all)",
+                },
+            }
+        ),
         "EventSourceList": _obj(
             {"sources": {"type": "array", "items": _ref("EventSource")}, "uri": URI}
         ),
@@ -115,7 +126,11 @@ def operations() -> Dict[Tuple[str, str], Any]:
         "Get one of the subscription's event types", tag, "EventSource"
     )
     ops[("PATCH", sources + "/{type}")] = Op(
-        "Update an event source (no field to change)", tag, "EventSource"
+        "Replace an event source's filter and fields",
+        tag,
+        "EventSource",
+        200,
+        event_subscriptions.SOURCE_UPDATE_FIELDS,
     )
     ops[("DELETE", sources + "/{type}")] = Op(
         "Remove an event type from the subscription", tag, None, 204

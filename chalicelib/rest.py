@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
-from chalicelib import filters, idempotency, list_filters, web
+from chalicelib import audit, filters, idempotency, list_filters, web
 
 ALL = ("create", "list", "get", "update", "delete")
 _PARAM = re.compile(r"{(\w+)}")
@@ -98,7 +98,10 @@ def collection(
         def create(**params):
             c = web.ctx()
             return idempotent_create(
-                c, lambda: o.create(c, *parent_values(params), _body(o.create_fields))
+                c,
+                lambda: audit.changed(
+                    c, path, "created", o.create(c, *parent_values(params), _body(o.create_fields))
+                ),
             )
 
     if "list" in wanted:
@@ -137,15 +140,25 @@ def collection(
         @route(item_path, ["PATCH"], name=f"update_{name}")
         def update(**params):
             rid = params[id_param]
-            return o.update(
-                web.ctx(), *parent_values(params), rid, _body(o.update_fields, path_id=rid)
+            c = web.ctx()
+            return audit.changed(
+                c,
+                path,
+                "updated",
+                o.update(c, *parent_values(params), rid, _body(o.update_fields, path_id=rid)),
             )
 
     if "delete" in wanted:
 
         @route(item_path, ["DELETE"], name=f"delete_{name}")
         def delete(**params):
-            o.delete(web.ctx(), *parent_values(params), params[id_param])
+            c, rid = web.ctx(), params[id_param]
+            audit.deleting(
+                c,
+                path,
+                lambda: o.get(c, *parent_values(params), rid),
+                lambda: o.delete(c, *parent_values(params), rid),
+            )
             return web.no_content()
 
 

@@ -60,7 +60,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from prometheus_client import Counter, Histogram
 
-from chalicelib.core import event_targets, ids, store
+from chalicelib.core import event_filters, event_targets, ids, store
 
 log = logging.getLogger("edge.events")
 
@@ -87,6 +87,7 @@ class Settings:
     aws_endpoint_url: Optional[str] = None
     send_timeout: float = 5.0
     process: bool = False  # deliver from a child process (load_settings: on by default)
+    api_events: bool = True  # read the API's events from the store's outbox (audit_outbox)
 
 
 def _number(env: Any, name: str, default: float, integer: bool = True) -> Any:
@@ -115,6 +116,7 @@ def load_settings(env: Any = None) -> Settings:
         cache_accounts=_number(env, "EDGE_EVENTS_CACHE_ACCOUNTS", 1024),
         aws_endpoint_url=(env.get("EVENTS_AWS_ENDPOINT_URL") or "").strip() or None,
         process=(env.get("EDGE_EVENTS_PROCESS") or "1").strip() != "0",
+        api_events=(env.get("EDGE_EVENTS_API") or "1").strip() != "0",
     )
 
 
@@ -634,11 +636,51 @@ def _child_start() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def encode_many(records: List["Record"]) -> List["Encoded"]:
-    """The events of ``records``, encoded (in the delivery process, or inline)."""
-    return [
-        Encoded.of(http_event(r) if r.kind == "http" else tcp_event(r), r.ended) for r in records
-    ]
+Selection = Optional[Tuple[str, Tuple[str, ...]]]  # a source's (filter, fields); None: all
+Route = Tuple[str, Tuple[str, str], Selection]  # (subscription id, destination key, selection)
+
+
+def encode_many(
+    records: List["Record"], selections: Optional[List[List[Selection]]] = None
+) -> List[Any]:
+    """The events of ``records``, encoded (in the delivery process, or inline). With
+    ``selections`` (per record, its sources' distinct selections), per record the list of
+    what each selection delivers: the filtered, trimmed event, or None (filtered out)."""
+    events = [http_event(r) if r.kind == "http" else tcp_event(r) for r in records]
+    if selections is None:
+        return [Encoded.of(e, r.ended) for e, r in zip(events, records)]
+    return [select_encode(e, r.ended, sel) for e, r, sel in zip(events, records, selections)]
+
+
+def select_encode(
+    event: Dict[str, Any], ended: float, selections: List[Selection]
+) -> List[Optional["Encoded"]]:
+    """What each selection delivers of one event (chalicelib.core.event_filters): the event
+    (encoded once per distinct fields) or None when the filter refuses it."""
+    whole: Optional[Encoded] = None
+    out: List[Optional[Encoded]] = []
+    for selection in selections:
+        if selection is None:
+            whole = whole or Encoded.of(event, ended)
+            out.append(whole)
+            continue
+        text, fields = selection
+        if not event_filters.matches(event["event_type"], text, event):
+            out.append(None)
+            continue
+        if not fields:
+            whole = whole or Encoded.of(event, ended)
+            out.append(whole)
+        else:
+            out.append(Encoded.of(event_filters.project(event, fields), ended))
+    return out
+
+
+def encode_events(
+    events: List[Tuple[Dict[str, Any], float]], selections: List[List[Selection]]
+) -> List[List[Optional["Encoded"]]]:
+    """Events already built (the API's, from the outbox): :func:`select_encode` of each."""
+    return [select_encode(e, ended, sel) for (e, ended), sel in zip(events, selections)]
 
 
 def deliver(
@@ -683,7 +725,7 @@ class Encoded:
 @dataclass
 class _Account:
     fetched: float
-    routes: Dict[str, List[Tuple[str, str]]]  # event type -> destination keys
+    routes: Dict[str, List[Route]]  # event type -> (subscription, destination key, selection)
 
 
 class Hub:
@@ -731,7 +773,7 @@ class Hub:
     async def drain(self) -> None:
         now = time.monotonic()
         taken = 0
-        wanted: List[Tuple[Record, List[Tuple[str, str]]]] = []
+        wanted: List[Tuple[Record, List[Route]]] = []
         while self.queue and taken < self.settings.queue:
             record = self.queue.popleft()
             taken += 1
@@ -763,28 +805,48 @@ class Hub:
         if wanted:
             await self._encode(wanted)
 
-    async def _encode(self, wanted: List[Tuple["Record", List[Tuple[str, str]]]]) -> None:
-        """Build and encode the events of ``wanted`` (in the delivery process when there is
-        one: the edge only pickles the records), then offer each to its destinations."""
-        records = [record for record, _ in wanted]
+    async def _encode(self, wanted: List[Tuple[Any, List[Route]]], built: bool = False) -> None:
+        """Build and encode the events of ``wanted`` (records; with ``built``, (event, time)
+        pairs already made), apply each source's filter and fields (in the delivery process
+        when there is one: the edge only pickles the records), then offer each to its
+        destinations: once per destination and distinct content."""
+        items = [item for item, _ in wanted]
+        plain = not built and all(sel is None for _, routes in wanted for _, _, sel in routes)
+        selections = [list(dict.fromkeys(sel for _, _, sel in routes)) for _, routes in wanted]
+        if plain:
+            work: Any = functools.partial(encode_many, items)
+        elif built:
+            work = functools.partial(encode_events, items, selections)
+        else:
+            work = functools.partial(encode_many, items, selections)
         if self.settings.process:
             try:
-                encoded = await asyncio.get_running_loop().run_in_executor(
-                    self._processes(), encode_many, records
-                )
+                encoded = await asyncio.get_running_loop().run_in_executor(self._processes(), work)
             except Exception as exc:  # the process died: these events are lost, counted
                 log.warning("encoding events: %s", exc)
                 if type(exc).__name__ == "BrokenProcessPool":
                     self.process_pool = None
-                EVENTS_DROPPED.labels("encoding").inc(len(records))
+                EVENTS_DROPPED.labels("encoding").inc(len(items))
                 return
         else:
-            encoded = encode_many(records)
-        for (_, keys), event in zip(wanted, encoded):
-            for key in keys:
+            encoded = work()
+        for (_, routes), sels, event in zip(wanted, selections, encoded):
+            offered = set()
+            for _, key, sel in routes:
+                one = event if plain else event[sels.index(sel)]
+                if one is None or (key, one.line) in offered:
+                    continue
+                offered.add((key, one.line))
                 destination = self.destinations.get(key)
                 if destination is not None:
-                    destination.offer(event)
+                    destination.offer(one)
+
+    async def offer_built(self, wanted: List[Tuple[Any, List[Route]]]) -> None:
+        """Events already built ((event, time) pairs: the API's, edge/audit_outbox.py) to
+        their routes' destinations, through the sources' filters and fields."""
+        await self._encode(wanted, built=True)
+        if self.task is None:  # the worker sends the outboxes
+            self.task = asyncio.ensure_future(self.run())
 
     async def subscriptions(self, account_id: str, now: float) -> Optional[_Account]:
         if not account_id:
@@ -940,20 +1002,25 @@ class Hub:
 
 def read_subscriptions(
     account_id: str,
-) -> Tuple[Dict[str, List[Tuple[str, str]]], Dict[Tuple[str, str], Dict[str, Any]]]:
-    """(event type → destination keys, destination key → opened target) of an account: one
-    Query (its newest 100 subscriptions, the most it may have) and one GetItem per distinct
-    destination (at most 10 per subscription)."""
+) -> Tuple[Dict[str, List[Route]], Dict[Tuple[str, str], Dict[str, Any]]]:
+    """(event type → routes, destination key → opened target) of an account: one Query (its
+    newest 100 subscriptions, the most it may have) and one GetItem per distinct destination
+    (at most 10 per subscription). A route is (subscription id, destination key, the
+    source's selection: filter and fields, None when it has neither)."""
     items, _ = store.query_page(
         store.collection_pk(account_id, event_targets.COLLECTION_SUBSCRIPTION),
         event_targets.MAX_PER_ACCOUNT,
     )
-    wanted: Dict[str, List[str]] = {}
+    wanted: Dict[str, List[Tuple[str, str, Selection]]] = {}
     for item in items:
         for kind in item.data.get("sources", []):
-            wanted.setdefault(kind, []).extend(item.data.get("destination_ids", []))
+            options = event_targets.source_options(item.data, kind)
+            selection = event_filters.selection(options["filter"], options["fields"])
+            wanted.setdefault(kind, []).extend(
+                (item.sk, d, selection) for d in item.data.get("destination_ids", [])
+            )
     targets: Dict[Tuple[str, str], Dict[str, Any]] = {}
-    for destination_id in {d for ds in wanted.values() for d in ds}:
+    for destination_id in {d for ds in wanted.values() for _, d, _ in ds}:
         found = store.get(
             store.collection_pk(account_id, event_targets.COLLECTION_DESTINATION), destination_id
         )
@@ -966,7 +1033,11 @@ def read_subscriptions(
         except Exception as exc:  # a secret that does not open: that destination is skipped
             log.warning("event destination %s: %s", destination_id, exc)
     routes = {
-        kind: list(dict.fromkeys((account_id, d) for d in ds if (account_id, d) in targets))
+        kind: list(
+            dict.fromkeys(
+                (sub, (account_id, d), sel) for sub, d, sel in ds if (account_id, d) in targets
+            )
+        )
         for kind, ds in wanted.items()
     }
     return routes, targets

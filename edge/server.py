@@ -16,7 +16,7 @@ import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import binding, hostnames
-from edge import agents, cluster, config, h2front, metrics, quotas, tls
+from edge import agents, audit_outbox, cluster, config, h2front, metrics, quotas, tls
 from edge.admission import Admission
 from edge.binds import Binds
 from edge.certs import ServerCertificates
@@ -117,6 +117,7 @@ class Edge:
         self._watcher = asyncio.ensure_future(watch_reserved_ports(self))
         self._tls_watcher = asyncio.ensure_future(self.tls.watch())
         self._ban_watcher = asyncio.ensure_future(watch_banned_hosts(self))
+        self._audit_outbox = audit_outbox.start(self)  # the API's events (docs/EVENTS.md)
 
     def _where(self, name: str, port: int) -> dict:
         """Where a listener listens: the socket a supervisor handed over (EDGE_LISTEN_FDS,
@@ -148,6 +149,7 @@ class Edge:
             self._watcher.cancel()
             self._tls_watcher.cancel()
             self._ban_watcher.cancel()
+            self._audit_outbox.cancel()
         for server in self.port_listeners.values():
             server.close()
         if self.cluster is not None:  # drain: agents asked to reconnect when idle

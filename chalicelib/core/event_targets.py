@@ -15,7 +15,7 @@ exactly one of ``role`` (``role_arn``: AssumeRole) or ``creds`` (``aws_access_ke
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib.core import errors, keywrap
+from chalicelib.core import errors, event_filters, keywrap
 
 COLLECTION_DESTINATION = "event_destination"
 COLLECTION_SUBSCRIPTION = "event_subscription"
@@ -32,9 +32,25 @@ ARN_FIELD = {
 HTTP_REQUEST_COMPLETE = "http_request_complete.v0"
 TCP_CONNECTION_CLOSED = "tcp_connection_closed.v0"
 TRAFFIC_TYPES = (HTTP_REQUEST_COMPLETE, TCP_CONNECTION_CLOSED)
-# The hosted service's audit types (resource created/updated/deleted) are not emitted yet,
-# so a subscription to one is refused rather than accepted and never served.
-EVENT_TYPES = TRAFFIC_TYPES
+# The hosted service's API events (its "audit" events): ``<resource>_<action>.v0`` for the
+# API's collections that have them there (chalicelib/core/audit_events.py emits them).
+AUDIT_RESOURCES = {
+    "/api_keys": "api_key",
+    "/certificate_authorities": "certificate_authority",
+    "/reserved_domains": "domain",
+    "/event_destinations": "event_destination",
+    "/event_subscriptions": "event_subscription",
+    "/ip_policies": "ip_policy",
+    "/ip_policy_rules": "ip_policy_rule",
+    "/reserved_addrs": "tcp_address",
+    "/tls_certificates": "tls_certificate",
+    "/credentials": "tunnel_credential",
+}
+AUDIT_ACTIONS = ("created", "updated", "deleted")
+AUDIT_TYPES = tuple(
+    f"{resource}_{action}.v0" for resource in AUDIT_RESOURCES.values() for action in AUDIT_ACTIONS
+)
+EVENT_TYPES = TRAFFIC_TYPES + AUDIT_TYPES
 
 MAX_SOURCES = len(EVENT_TYPES)
 MAX_DESTINATIONS = 10  # destination ids per subscription
@@ -207,20 +223,50 @@ def check_source_type(field: str, value: Any) -> str:
     return value
 
 
-def check_sources(name: str, value: Any) -> List[str]:
-    """``[{"type": …}]`` → the distinct types, in order."""
+def check_sources(name: str, value: Any) -> List[Dict[str, Any]]:
+    """``[{"type": …, "filter"?: …, "fields"?: […]}]`` → the distinct sources, in order
+    (``{"type", "filter", "fields"}``; chalicelib.core.event_filters checks the last two)."""
     if not isinstance(value, list):
         raise _bad(name, "must be an array of objects with a 'type'")
-    types: List[str] = []
+    sources: List[Dict[str, Any]] = []
     for index, entry in enumerate(value):
         where = f"{name}[{index}]"
         entry = _object(where, entry)
-        _only(where, entry, ("type",))
+        _only(where, entry, ("type", "filter", "fields"))
         kind = check_source_type(f"{where}.type", entry.get("type"))
-        if kind in types:
+        if kind in [s["type"] for s in sources]:
             raise _bad(where, f"repeats the type '{kind}'")
-        types.append(kind)
-    return types
+        sources.append(check_options(where, kind, entry))
+    return sources
+
+
+def check_options(where: str, kind: str, entry: Dict[str, Any]) -> Dict[str, Any]:
+    """One source's ``{"type", "filter", "fields"}``, its filter and fields checked."""
+    prefix = f"{where}." if where else ""
+    return {
+        "type": kind,
+        "filter": event_filters.check_filter(f"{prefix}filter", kind, entry.get("filter")),
+        "fields": event_filters.check_fields(f"{prefix}fields", kind, entry.get("fields")),
+    }
+
+
+def split_sources(sources: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The stored form of checked sources: ``sources`` (the types, what the edge routes on)
+    and ``source_options`` (type → ``{"filter", "fields"}``, only for types that have one)."""
+    return {
+        "sources": [s["type"] for s in sources],
+        "source_options": {
+            s["type"]: {"filter": s["filter"], "fields": s["fields"]}
+            for s in sources
+            if s["filter"] or s["fields"]
+        },
+    }
+
+
+def source_options(data: Dict[str, Any], kind: str) -> Dict[str, Any]:
+    """A stored subscription's ``{"filter", "fields"}`` of one type ("" and [] when unset)."""
+    options = (data.get("source_options") or {}).get(kind) or {}
+    return {"filter": options.get("filter") or "", "fields": list(options.get("fields") or [])}
 
 
 def _context(account_id: str, destination_id: str) -> Dict[str, str]:

@@ -280,6 +280,7 @@ def edge_stack():
         os.makedirs(edge.data_dir)
         env = stack.store_env()  # the stack's store endpoint and this start's secret
         env["BASE_DOMAIN"] = BASE_DOMAIN
+        env["EDGE_EVENTS_API"] = "0"  # the API's events go to the event tests' own edges
         try:
             edge.start(env)
             yield stack, edge
