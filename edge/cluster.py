@@ -128,7 +128,7 @@ class Cluster:
 
     async def _renew(self) -> None:
         while True:
-            await asyncio.sleep(instances.RENEW_SECONDS)
+            await asyncio.sleep(instances.renew_seconds())
             try:
                 await self.edge.call(
                     instances.register,
