@@ -537,3 +537,61 @@ def test_the_relay_listener_refuses_what_is_not_a_relay(cluster, token, agents):
     assert (
         json.loads(got.split(b"\r\n\r\n", 1)[1])["headers"]["X-Forwarded-For"] == "203.0.113.9"
     )  # the original client's address, from the relay line
+
+
+def test_a_killed_instances_items_leave_the_views_at_its_lease_boundary(cluster, api, agents):
+    """Sessions are not written while they run: the instance's lease holds them. Instance 1
+    is killed (-9) under a frozen agent (SIGSTOP: it neither says goodbye nor reconnects), so
+    its session, tunnel and endpoint stay in the store: the views show them while the lease's
+    last renewal is at most ONLINE_STALE_SECONDS old, and never after (each read is judged
+    only when it falls wholly on one side of the boundary)."""
+    account = api.new_account()
+    agent = agents(cluster.agent_target(1), _credential(account)["token"], [{"proto": "http"}])
+    url = _bound(agent.start())[0]["url"]
+    sid = account.admin.get("/tunnel_sessions").json["tunnel_sessions"][0]["id"]
+    client = cluster.stack.store_client()
+
+    def get(pk, sk):
+        key = {"pk": {"S": pk}, "sk": {"S": sk}}
+        return client.get_item(TableName="tunnel-service", Key=key, ConsistentRead=True)["Item"]
+
+    session = get(f"A#{account.id}#tunnel_session", sid)
+    instance_id, written = session["instance_id"]["S"], float(session["heartbeat_at"]["N"])
+    deadline = time.time() + 60  # a renewal after the session's own write: the lease holds it
+    while float(get("EDGE_INSTANCE", instance_id)["heartbeat_at"]["N"]) <= written:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    killed = cluster.pid(1)
+    os.kill(agent.process.pid, signal.SIGSTOP)
+    try:
+        os.kill(killed, signal.SIGKILL)
+        time.sleep(0.5)  # (a renewal it had sent is written by now)
+        renewed = float(get("EDGE_INSTANCE", instance_id)["heartbeat_at"]["N"])
+        assert renewed > written
+        boundary = renewed + STALE
+        seen_before = seen_after = 0
+        while time.time() < boundary + 3:
+            start = time.time()
+            views = (
+                [s["id"] for s in account.admin.get("/tunnel_sessions").json["tunnel_sessions"]],
+                [t["public_url"] for t in account.admin.get("/tunnels").json["tunnels"]],
+                [e["public_url"] for e in account.admin.get("/endpoints").json["endpoints"]],
+            )
+            end = time.time()
+            if end < boundary - 0.25:
+                assert views == ([sid], [url], [url]), views
+                seen_before += 1
+            elif start > boundary + 0.25:
+                assert views == ([], [], []), views
+                seen_after += 1
+            time.sleep(0.2)
+        assert seen_before and seen_after
+    finally:
+        agent.process.kill()
+    deadline = time.time() + 120  # the supervisor has started instance 1 again
+    while time.time() < deadline:
+        with open(cluster.instances[1]["pid_path"]) as handle:
+            pid, _, state = handle.read().partition(" ")
+        if int(pid) != killed and state.strip() == "serving":
+            break
+        time.sleep(0.5)
