@@ -595,3 +595,73 @@ def test_a_killed_instances_items_leave_the_views_at_its_lease_boundary(cluster,
         if int(pid) != killed and state.strip() == "serving":
             break
         time.sleep(0.5)
+
+
+def _curl_https(cluster: Cluster, host: str, index: int, path: str) -> str:
+    port = cluster.https_port(index)
+    out = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "--http1.1",
+            "--max-time",
+            "30",
+            "--cacert",
+            cluster.ca,
+            "--resolve",
+            f"{host}:{port}:127.0.0.1",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            f"https://{host}:{port}{path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return out.stdout
+
+
+def test_a_tunnel_groups_labeled_tunnels_are_reached_from_every_instance(cluster, api, agents):
+    """An HTTPS edge's route with a tunnel-group backend reaches SDK labeled tunnels on any
+    instance, through the relay: with the group's only tunnel on instance 0, instances 1 and 2
+    serve it (HTTP and HTTPS); with a second one on instance 1 (whose upstream is a closed
+    port, so the SDK answers its own 502 there), connections landing on instance 2 reach
+    both."""
+    account = api.new_account()
+    token = _credential(account)["token"]
+    label = f"g{time.time_ns()}"
+    host = f"group-{time.time_ns()}.{BASE_DOMAIN}"
+    group = account.admin.post("/backends/tunnel_group", {"labels": {"app": label}})
+    assert group.status == 201, group.text
+    made = account.admin.post("/edges/https", {"hostports": [f"{host}:443"]})
+    assert made.status == 201, made.text
+    route = account.admin.post(
+        f"/edges/https/{made.json['id']}/routes",
+        {"match_type": "path_prefix", "match": "/", "backend": {"backend_id": group.json["id"]}},
+    )
+    assert route.status == 201, route.text
+    first = agents(
+        cluster.agent_target(0), token, [{"proto": "labeled", "labels": {"app": label}}]
+    )
+    _bound(first.start())
+    for index in (1, 2, 0):
+        deadline = time.time() + 30  # the tunnel's online item, the routers' 1 s caches
+        while cluster.get(host, "/echo", index).status_code != 200:
+            assert time.time() < deadline, f"instance {index} never reached the group"
+            time.sleep(0.25)
+        assert _curl_https(cluster, host, index, "/echo") == "200"
+    second = agents(
+        cluster.agent_target(1),
+        token,
+        [{"proto": "labeled", "labels": {"app": label}, "upstream": "dead"}],
+    )
+    _bound(second.start())
+    codes = set()
+    deadline = time.time() + 60
+    while codes != {200, 502} and time.time() < deadline:
+        resp = cluster.get(host, "/echo", 2)
+        assert "ERR_NGROK_724" not in resp.text  # never "no tunnel online"
+        codes.add(resp.status_code)
+    assert codes == {200, 502}, codes
