@@ -532,9 +532,15 @@ class AgentSession:
             raise MalformedRequest("Auth must come first")
         return self.grant
 
-    async def check(self, fresh: Any, heartbeat: bool) -> None:
+    @property
+    def is_online(self) -> bool:
+        """Authenticated, and its online item written."""
+        return self.grant is not None and self._online
+
+    async def check(self, fresh: Any, command: Optional[str] = None, gone: bool = False) -> None:
         """Credential still usable (``fresh``: the grant re-read this round, a Refused, or
-        None when it could not be read)? Heartbeats still coming? Stop asked through the API?"""
+        None when it could not be read)? Heartbeats still coming? Stop asked through the API
+        (``command``: edge/online_keeper.py)? Its online item removed (``gone``)?"""
         if self.grant is None or not self._online:  # still authenticating: no item to
             waited = time.monotonic() - self.started  # refresh yet (a heartbeat would end it)
             if waited > (AUTH_ANSWER_TIMEOUT if self._auth_arrived else AUTH_TIMEOUT):
@@ -551,20 +557,12 @@ class AgentSession:
             return
         if isinstance(fresh, binding.Grant):
             self.grant = fresh
-        if not heartbeat:
-            return
-        flags = await self.edge.call(
-            online.session_heartbeat,
-            self.grant.account_id,
-            self.id,
-            self.edge.settings.instance_id,
-        )
-        if flags is None:
+        if gone:
             await self.end("the session was removed")
-        elif flags.get("stop_requested"):
+        elif command == "stop":
             error = await self._try_command(protocol.STOP)
             await self.end("stopped through the API" + (f" ({error})" if error else ""))
-        elif flags.get("restart_requested"):
+        elif command == "restart":
             error = await self._try_command(protocol.RESTART)
             await self.end("restarted through the API" + (f" ({error})" if error else ""))
 

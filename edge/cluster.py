@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from chalicelib.core import instances, online
+from edge.group_spread import GroupSpread
 
 log = logging.getLogger("edge.cluster")
 
@@ -113,6 +114,7 @@ class Cluster:
         self.relayed_out = 0
         self.held = 0
         self.relayed_in = 0
+        self.groups = GroupSpread(edge, self.instance_id)  # edge/group_spread.py
 
     # ---- life ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -128,7 +130,7 @@ class Cluster:
 
     async def _renew(self) -> None:
         while True:
-            await asyncio.sleep(instances.RENEW_SECONDS)
+            await asyncio.sleep(instances.renew_seconds())
             try:
                 await self.edge.call(
                     instances.register,
@@ -362,9 +364,29 @@ class Cluster:
             head,
         ):
             return
+        if host and head and await self._spread(scheme, host, head, peer, reader, writer):
+            return
         if head:
             reader._buffer[0:0] = head  # type: ignore[attr-defined]  # unread: served here
         await handle(reader, writer)
+
+    async def _spread(
+        self, scheme: str, host: str, head: bytes, peer: Any, reader: Any, writer: Any
+    ) -> bool:
+        """An HTTPS edge's connection relayed to the instance of the labeled tunnel picked
+        for it (edge/group_spread.py): True when relayed."""
+        if self.edge.registry.http_tunnel(host, scheme) is not None:
+            return False
+        try:
+            address = await self.groups.target(host, head)
+        except Exception as exc:  # the store away: served here
+            log.warning("cluster: tunnel group of %s unknown: %r", host, exc)
+            return False
+        if address is None:
+            return False
+        relayed = await self.relay(address, "g" + scheme, host, peer, reader, writer, head)
+        self.groups.spread_out += relayed
+        return relayed
 
     async def https(
         self, handle: Callable[..., Awaitable[None]], reader: asyncio.StreamReader, writer: Any
@@ -386,7 +408,30 @@ class Cluster:
             writer,
         ):
             return
+        if name and kind == "https" and await self._has_groups(name):
+            try:  # the first request's route decides (edge/group_spread.py)
+                head = await asyncio.wait_for(
+                    reader.readuntil(b"\r\n\r\n"), self.edge.settings.head_timeout
+                )
+            except asyncio.IncompleteReadError as exc:
+                head = exc.partial
+            except (asyncio.LimitOverrunError, asyncio.TimeoutError, OSError):
+                head = b""
+            peer = writer.get_extra_info("peername") or ("", 0)
+            if head and await self._spread("https", name, head, peer, reader, writer):
+                return
+            if head:
+                reader._buffer[0:0] = head  # type: ignore[attr-defined]  # served here
         await handle(reader, writer)
+
+    async def _has_groups(self, name: str) -> bool:
+        if self.edge.registry.http_tunnel(name, "https") is not None:
+            return False
+        try:
+            return await self.groups.has_groups(name)
+        except Exception as exc:
+            log.warning("cluster: routes of %s unknown: %r", name, exc)
+            return False
 
     async def tcp(self, port: int, reader: asyncio.StreamReader, writer: Any) -> bool:
         """A TCP port's connection this instance holds no endpoint for: relayed (True) to
@@ -465,6 +510,8 @@ class Cluster:
 
     def _holds(self, kind: str, arg: str) -> bool:
         registry = self.edge.registry
+        if kind in ("ghttp", "ghttps"):  # a tunnel group's connection: its route decides
+            return True
         if kind == "tcp":
             return arg.isdigit() and int(arg) in registry.by_port
         return registry.http_tunnel(arg, "http" if kind == "http" else "https") is not None
@@ -481,6 +528,7 @@ class Cluster:
         from edge.public import HttpFront
 
         edge = self.edge
+        kind = kind[1:] if kind in ("ghttp", "ghttps") else kind
         if kind == "http":
             await HttpFront(edge, "http").handle(reader, _RelayedWriter(writer, peer))
         elif kind in ("https", "h2"):

@@ -10,7 +10,9 @@ response_headers on the response), then its ``backend``:
 
 - ``http_response``: the edge answers with its status, headers and body (no agent needed);
 - ``tunnel_group``: one of the account's online labeled tunnels carrying all the labels,
-  spread round robin; none online: 502 ``ERR_NGROK_724``;
+  spread round robin; none online: 502 ``ERR_NGROK_724`` (in a cluster a connection is first
+  sent to the instance of a matching tunnel picked among every instance's:
+  edge/group_spread.py, :meth:`EdgeRouter.group_labels`);
 - ``failover``: the first member that can serve; ``weighted``: a member picked at random by
   weight among those that can serve.
 
@@ -357,17 +359,7 @@ class EdgeRouter:
         edge, routes = found
         url = f"https://{host}"
         path = target.split(b"?", 1)[0].decode("latin-1")
-        route = None
-        for candidate in routes:
-            match = candidate.get("match") or ""
-            if (
-                candidate.get("match_type") == "exact_path"
-                and path == match
-                or candidate.get("match_type") == "path_prefix"
-                and path.startswith(match)
-            ):
-                route = candidate
-                break
+        route = match_route(routes, path)
         routed = Routed(endpoint_id=edge["id"], url=url, host=host, account_id=edge["account_id"])
         if route is None:
             routed.error = (
@@ -396,6 +388,29 @@ class EdgeRouter:
             routed.error = (502, code, msg.format(url=url))
         return routed
 
+    async def group_labels(
+        self, host: str, target: Optional[bytes]
+    ) -> Tuple[str, List[Dict[str, str]]]:
+        """The account and the label sets of the tunnel-group backends that the route of the
+        HTTPS edge serving ``host`` for request ``target`` may use (failover and weighted
+        members included; ``target`` None: every route's), ("", []) when there are none.
+        The same cached reads as :meth:`route_http` (edge/group_spread.py)."""
+        found = await self._https_edge(f"{host}:443")
+        if found is None:
+            return "", []
+        edge, routes = found
+        account_id = edge["account_id"]
+        if target is not None:
+            route = match_route(routes, target.split(b"?", 1)[0].decode("latin-1"))
+            routes = [route] if route is not None else []
+        sets: List[Dict[str, str]] = []
+        for route in routes:
+            module = route.get("backend")
+            if _enabled(module) and module.get("backend_id"):
+                backend = await self._backend(account_id, module["backend_id"])
+                sets.extend(_group_labels(backend))
+        return account_id, sets
+
     # ---- TCP edges --------------------------------------------------------------------------
     async def route_tcp(self, hostport: str) -> Optional[Routed]:
         cloud = await self._cloud(hostport)  # a cloud endpoint on the reserved address?
@@ -417,6 +432,34 @@ class EdgeRouter:
         )
         routed.tunnel, _ = self._serve(account_id, backend)
         return routed
+
+
+def match_route(routes: List[Dict[str, Any]], path: str) -> Optional[Dict[str, Any]]:
+    """The route of ``routes`` (in the order routing returns them) that serves ``path``."""
+    for candidate in routes:
+        match = candidate.get("match") or ""
+        if (
+            candidate.get("match_type") == "exact_path"
+            and path == match
+            or candidate.get("match_type") == "path_prefix"
+            and path.startswith(match)
+        ):
+            return candidate
+    return None
+
+
+def _group_labels(backend: Optional[Dict[str, Any]]) -> List[Dict[str, str]]:
+    if not backend:
+        return []
+    kind = backend.get("kind")
+    if kind == "tunnel_group":
+        return [dict(backend.get("labels") or {})]
+    members = backend.get("backends") or []
+    if kind == "failover":
+        return [labels for m in members for labels in _group_labels(m)]
+    if kind == "weighted":
+        return [labels for m in members for labels in _group_labels(m.get("backend"))]
+    return []
 
 
 async def _compiled(phases: Dict[str, Any]) -> Any:

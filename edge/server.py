@@ -4,8 +4,9 @@ serve are edge/binds.py's, the TCP ports' connections edge/tcp_front.py's.
 Store calls (PynamoDB, blocking) run in worker threads (:meth:`Edge.call`) so a slow store
 never stalls traffic. Every few seconds (EDGE_CHECK_SECONDS) each session re-reads its
 credential (deleted credential, deleted owner or deactivated bot: the session is closed with
-the refusal's code), refreshes its online item and acts on a stop/restart asked through the
-API; so revocation takes effect within EDGE_CHECK_SECONDS + one store round trip.
+the refusal's code) and acts on a stop/restart asked through the API (edge/online_keeper.py:
+the instance's lease, not each session, keeps the online items live); so revocation takes
+effect within EDGE_CHECK_SECONDS + one store round trip.
 """
 
 import asyncio
@@ -15,8 +16,18 @@ import weakref
 import logging
 from typing import Any, Callable, Dict, List, Optional
 
-from chalicelib.core import binding, hostnames
-from edge import agents, audit_outbox, cluster, config, h2front, metrics, quotas, tls
+from chalicelib.core import binding, hostnames, instances
+from edge import (
+    agents,
+    audit_outbox,
+    cluster,
+    config,
+    h2front,
+    metrics,
+    online_keeper,
+    quotas,
+    tls,
+)
 from edge.admission import Admission
 from edge.binds import Binds
 from edge.certs import ServerCertificates
@@ -30,7 +41,6 @@ log = logging.getLogger("edge")
 
 MAX_UNAUTHENTICATED_PER_ADDRESS = 16  # agent connections not yet authenticated, per address
 MAX_UNAUTHENTICATED = 512  # ... and in total
-HEARTBEAT_EVERY = 3  # online items refreshed every 3 checks (15 s by default; stale after 45)
 
 
 class Edge:
@@ -65,6 +75,8 @@ class Edge:
         self.metrics_port: Optional[int] = None
         cluster_settings = cluster.ClusterSettings.from_env()  # EDGE_CLUSTER_SECRET set
         self.cluster = cluster.Cluster(self, cluster_settings) if cluster_settings else None
+        self.keeper = online_keeper.OnlineKeeper(settings.instance_id)
+        self._lease: Optional[asyncio.Task] = None  # no cluster: the lease renewed here
 
     @property
     def sessions(self) -> set:
@@ -83,6 +95,9 @@ class Edge:
         agent_ctx = self.certs.context_for(s.agent_hostnames)
         if self.cluster is not None:  # the registry item and the relay listener
             await self.cluster.start()
+        else:  # the lease that keeps this instance's online items live
+            await self.call(instances.register, s.instance_id, "", "serving")
+            self._lease = asyncio.ensure_future(online_keeper.keep_lease(self.call, s.instance_id))
         self._servers.append(
             await asyncio.start_server(
                 self._agent_connection,
@@ -163,6 +178,9 @@ class Edge:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        if self._lease is not None:
+            self._lease.cancel()
+            await self.call(instances.deregister, self.settings.instance_id)
 
     # ---- agent sessions ---------------------------------------------------------------------
     @connection_handler
@@ -201,12 +219,14 @@ class Edge:
 
     async def _check_loop(self) -> None:
         """Every check: each credential in use is re-read once (however many sessions share
-        it); each session refreshes its online item every HEARTBEAT_EVERY checks."""
-        round_no = 0
+        it); the instance's commands are read once (edge/online_keeper.py: no write per
+        session)."""
         while True:
             await asyncio.sleep(self.settings.check_seconds)
-            round_no += 1
             sessions = [s for s in self._sessions if not s.ended]
+            kept = await self._keep(
+                [(s.granted.account_id, s.id) for s in sessions if s.is_online]
+            )
             grants: Dict[str, binding.Grant] = {}
             for session in sessions:
                 if session.grant is not None:
@@ -218,7 +238,8 @@ class Edge:
                 *(
                     s.check(
                         fresh.get(s.grant.credential_id) if s.grant else None,
-                        heartbeat=round_no % HEARTBEAT_EVERY == 0,
+                        command=kept.commands.get(s.id),
+                        gone=s.id in kept.gone,
                     )
                     for s in sessions
                 ),
@@ -227,6 +248,15 @@ class Edge:
             for session, result in zip(sessions, results):
                 if isinstance(result, Exception):
                     log.warning("session check failed for %s: %r", session.id, result)
+
+    async def _keep(self, online_sessions: List[Any]) -> online_keeper.Round:
+        """This round's commands and TTL refreshes; none when the store could not be read."""
+        try:
+            result: online_keeper.Round = await self.call(self.keeper.check, online_sessions)
+            return result
+        except Exception as exc:
+            log.warning("online check failed: %r", exc)
+            return online_keeper.Round({}, set())
 
     async def _recheck(self, grant: binding.Grant) -> Any:
         """The grant read afresh, the Refused that ends its sessions, or None when the store

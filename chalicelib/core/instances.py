@@ -6,21 +6,33 @@ instance renews it every :data:`RENEW_SECONDS` and counts as live while it is at
 :data:`LEASE_SECONDS` old. An instance that drains (SIGTERM) deletes its item first, so no
 other instance relays to it any more; one killed (``kill -9``) stops renewing and is skipped
 once its lease ends. One partition holds the whole fleet (100 instances: 100 items).
+
+The same item is the lease that keeps the instance's online sessions, tunnels and endpoints
+live (chalicelib.core.leases): ``data.since`` is when this process first registered the id.
 """
 
 from typing import Any, Dict, List, Optional
 
-from chalicelib.core import online, store
+from chalicelib.core import leases, online, store
 
-PK = "EDGE_INSTANCE"
+PK = leases.PK
 LEASE_SECONDS = 15.0
 RENEW_SECONDS = 5.0
 TTL_SECONDS = 3600
+_since: Dict[str, float] = {}  # instance id -> first registration by this process
+
+
+def renew_seconds() -> float:
+    """How often a lease is renewed: RENEW_SECONDS, or a third of ONLINE_STALE_SECONDS when
+    that is shorter (the online views hold an instance's sessions for ONLINE_STALE_SECONDS
+    after its last renewal: two renewals may be late or lost before they flicker out)."""
+    return min(RENEW_SECONDS, online.stale_seconds() / 3)
 
 
 def register(instance_id: str, address: str, state: str = "serving") -> None:
     """Write (or renew) this instance's item: one PutItem."""
     at = online.now()
+    since = _since.setdefault(instance_id, float(f"{at:.3f}"))  # ms, as items'
     online.raw_client().put_item(
         TableName=online.raw_table(),
         Item=online.raw_item(
@@ -29,7 +41,7 @@ def register(instance_id: str, address: str, state: str = "serving") -> None:
             kind="edge_instance",
             account_id="",
             instance_id=instance_id,
-            data={"address": address, "state": state},
+            data={"address": address, "state": state, "since": since},
             heartbeat_at=at,
             expires_at=at + TTL_SECONDS,
         ),
@@ -37,6 +49,7 @@ def register(instance_id: str, address: str, state: str = "serving") -> None:
 
 
 def deregister(instance_id: str) -> None:
+    _since.pop(instance_id, None)
     online.raw_client().delete_item(
         TableName=online.raw_table(), Key=online.raw_key(PK, instance_id)
     )

@@ -24,9 +24,12 @@ A session also keeps ``children``: the ids of its tunnels and endpoints and its 
 
 Liveness (the choice that keeps heartbeats cheap)
 -------------------------------------------------
-- A **session** is live while its ``heartbeat_at`` is at most :data:`STALE_SECONDS` old
-  (setting ``ONLINE_STALE_SECONDS``, default 45). :func:`session_heartbeat` is one UpdateItem
-  of the session item only.
+- A **session** is live while its last proof of life is at most :data:`STALE_SECONDS` old
+  (setting ``ONLINE_STALE_SECONDS``, default 45): the later of its own ``heartbeat_at`` (the
+  time it was written) and the last renewal of the lease of the instance that holds it
+  (chalicelib.core.leases: one write per instance every few seconds keeps all its sessions
+  live, so the edge writes a session only on transitions). :func:`session_heartbeat`, one
+  UpdateItem of the session item, is the per-session alternative the edge no longer uses.
 - A **tunnel or endpoint** is live while its session is live: views read a page of tunnels /
   endpoints with one Query and the sessions they name with one BatchGetItem, and skip those
   whose session is missing or stale. A cloud endpoint (``type: "cloud"``, created by the API;
@@ -35,15 +38,16 @@ Liveness (the choice that keeps heartbeats cheap)
   served by one endpoint) is live while the endpoint it names is live; while that endpoint
   item does not exist yet (claimed, tunnel not started), while the claim's own heartbeat
   (its claim time) is fresh. The check costs reads only when a claim is contested.
-- TTL: sessions expire ``EXPIRE_AFTER_SECONDS`` after their last heartbeat. Children (tunnels,
-  endpoints, claims) expire ``CHILD_TTL_SECONDS`` after they were written or last refreshed;
-  the heartbeat refreshes them (one UpdateItem each) only when the session's
-  ``children_refresh_at`` has passed, i.e. every ``CHILD_TTL_SECONDS / 2``: amortised, a
-  heartbeat stays one write.
+- TTL: sessions expire ``EXPIRE_AFTER_SECONDS`` after they were written or last refreshed,
+  children (tunnels, endpoints, claims) ``CHILD_TTL_SECONDS``; the holding edge refreshes a
+  session and its children (:func:`session_refresh`, one UpdateItem each) every
+  ``CHILD_TTL_SECONDS / 2`` of the session's life, so only the items of a dead instance
+  expire.
 
-Stop / restart: :func:`request_stop` / :func:`request_restart` set a flag on the session item;
-the next :func:`session_heartbeat` returns it and clears it in the same UpdateItem (so the edge
-sends the command once; a command lost by an edge crash is lost with the session anyway).
+Stop / restart: :func:`request_stop` / :func:`request_restart` write a command item in the
+holding instance's command partition, which that edge reads with one Query per check
+(:func:`take_commands`: each command is taken once), and set a flag on the session item that
+:func:`session_heartbeat` returns and clears.
 
 Multi-instance: nothing here lives in process memory. Each item names the instance that holds
 the session, so an instance that receives a public connection for an endpoint it does not
@@ -56,7 +60,7 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
-from chalicelib.core import errors, ids, store
+from chalicelib.core import errors, ids, leases, store
 from chalicelib.core.config import get_settings
 
 SESSIONS = "tunnel_session"
@@ -69,8 +73,10 @@ TUNNEL_PREFIX = ids.PREFIXES[TUNNELS]
 ENDPOINT_PREFIX = ids.PREFIXES[ENDPOINTS]
 
 DEFAULT_STALE_SECONDS = 45
-EXPIRE_AFTER_SECONDS = 3600  # a session's TTL after its last heartbeat
-CHILD_TTL_SECONDS = 6 * 3600  # tunnels, endpoints, claims; refreshed every half of it
+EXPIRE_AFTER_SECONDS = 48 * 3600  # a session's TTL; refreshed every CHILD_TTL_SECONDS / 2
+CHILD_TTL_SECONDS = 48 * 3600  # tunnels, endpoints, claims; refreshed every half of it
+COMMAND_PK = "EDGE_COMMAND#"  # + instance id: stop/restart commands for its sessions
+COMMAND_TTL_SECONDS = 3600
 BATCH_GET_KEYS = 100  # DynamoDB's BatchGetItem limit
 
 
@@ -220,6 +226,40 @@ def _fresh(heartbeat_at: Optional[float], at: Optional[float] = None) -> bool:
     return heartbeat_at is not None and heartbeat_at >= at - stale_seconds()
 
 
+SessionProof = Tuple[str, Optional[str], Optional[float]]  # session id, instance, heartbeat_at
+
+
+def _alive(sessions: Iterable[SessionProof], at: Optional[float] = None) -> set:
+    """The ids of the live sessions among ``(session id, instance id, heartbeat_at)``: fresh
+    by their own write, else held by their instance's live lease (one BatchGetItem of the
+    leases of the instances named, only for sessions not fresh by themselves)."""
+    at = now() if at is None else at
+    pending = []
+    live = set()
+    for sid, instance_id, heartbeat_at in sessions:
+        if _fresh(heartbeat_at, at):
+            live.add(sid)
+        elif instance_id and heartbeat_at is not None:
+            pending.append((sid, instance_id, heartbeat_at))
+    if pending:
+        held = leases.read(i for _, i, _ in pending)
+        stale = stale_seconds()
+        for sid, instance_id, heartbeat_at in pending:
+            lease = held.get(instance_id)
+            if lease is not None and lease.holds(heartbeat_at, at, stale):
+                live.add(sid)
+    return live
+
+
+def _raw_alive(raw: Dict[str, Any]) -> bool:
+    sid = _s(raw, "sk") or ""
+    return sid in _alive([(sid, _s(raw, "instance_id"), num_attr(raw, "heartbeat_at"))])
+
+
+def _item_alive(item: store.Item) -> bool:
+    return item.sk in _alive([(item.sk, item.instance_id, item.heartbeat_at)])
+
+
 # ---- sessions --------------------------------------------------------------------------
 def session_started(
     *,
@@ -309,7 +349,7 @@ def session_heartbeat(
 
 
 def _refresh_children(
-    account_id: str, session_id: str, session: Dict[str, Any], at: float
+    account_id: str, session_id: str, session: Dict[str, Any], at: float, mark: bool = True
 ) -> None:
     """Push the TTL of the session's tunnels, endpoints and claims forward (one UpdateItem
     each, skipped for items that are gone or no longer this session's)."""
@@ -333,6 +373,8 @@ def _refresh_children(
         except ClientError as exc:
             if not _is_condition_failure(exc):
                 raise
+    if not mark:  # (the edge keeps the schedule itself)
+        return
     client.update_item(
         TableName=raw_table(),
         Key=_session_key(account_id, session_id),
@@ -340,6 +382,48 @@ def _refresh_children(
         ConditionExpression="attribute_exists(pk)",
         ExpressionAttributeValues={":r": {"N": _num(at + CHILD_TTL_SECONDS / 2)}},
     )
+
+
+def session_refresh(account_id: str, session_id: str) -> bool:
+    """Push the TTL of a session and of its tunnels, endpoints and claims forward (the holding
+    edge, every CHILD_TTL_SECONDS / 2 of the session's life: one UpdateItem each). False, and
+    nothing written, when the session item no longer exists."""
+    at = now()
+    try:
+        old = raw_client().update_item(
+            TableName=raw_table(),
+            Key=_session_key(account_id, session_id),
+            UpdateExpression="SET expires_at = :exp",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":exp": {"N": _num(at + EXPIRE_AFTER_SECONDS)}},
+            ReturnValues="ALL_OLD",
+        )["Attributes"]
+    except ClientError as exc:
+        if _is_condition_failure(exc):
+            return False
+        raise
+    _refresh_children(account_id, session_id, old, at, mark=False)
+    return True
+
+
+def take_commands(instance_id: str) -> Dict[str, str]:
+    """The stop/restart commands the API wrote for ``instance_id``'s sessions, by session id
+    (``"stop"`` or ``"restart"``), each removed as it is taken: one Query (a read) per call,
+    plus one DeleteItem per command found."""
+    client = raw_client()
+    pk = COMMAND_PK + instance_id
+    found = client.query(
+        TableName=raw_table(),
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": pk}},
+        ConsistentRead=True,
+    ).get("Items", [])
+    commands = {}
+    for raw in found:
+        sid = raw["sk"]["S"]
+        commands[sid] = data_of(raw).get("command", "stop")
+        client.delete_item(TableName=raw_table(), Key=raw_key(pk, sid))
+    return commands
 
 
 def _child_key(account_id: str, child_id: str) -> Dict[str, Any]:
@@ -374,22 +458,38 @@ def session_ended(account_id: str, session_id: str) -> None:
 
 
 def _update_session(account_id: str, session_id: str, flag: str) -> None:
-    """Set a command flag on a live session; NotFound when there is none."""
+    """Set a command flag on a live session and write the command for its instance
+    (:func:`take_commands`); NotFound when there is none."""
+    raw = get_raw(_session_key(account_id, session_id))
+    if raw is None or not _raw_alive(raw):
+        raise errors.NotFound(f"No tunnel session with id '{session_id}' exists")
+    instance_id = _s(raw, "instance_id") or ""
+    at = now()
     try:
         raw_client().update_item(
             TableName=raw_table(),
             Key=_session_key(account_id, session_id),
             UpdateExpression=f"SET {flag} = :t",
-            ConditionExpression="attribute_exists(pk) AND heartbeat_at >= :fresh",
-            ExpressionAttributeValues={
-                ":t": {"BOOL": True},
-                ":fresh": {"N": _ms(now() - stale_seconds())},
-            },
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":t": {"BOOL": True}},
         )
     except ClientError as exc:
         if _is_condition_failure(exc):
             raise errors.NotFound(f"No tunnel session with id '{session_id}' exists") from None
         raise
+    raw_client().put_item(
+        TableName=raw_table(),
+        Item=raw_item(
+            COMMAND_PK + instance_id,
+            session_id,
+            kind="edge_command",
+            account_id=account_id,
+            data={"command": flag.split("_")[0]},
+            instance_id=instance_id,
+            heartbeat_at=at,
+            expires_at=at + COMMAND_TTL_SECONDS,
+        ),
+    )
 
 
 def request_stop(account_id: str, session_id: str) -> None:
@@ -764,7 +864,7 @@ def _claim_is_live(claim: Dict[str, Any]) -> bool:
     if session_id is None:  # an endpoint without a session (cloud): live while it exists
         return True
     session = get_raw(_session_key(account_id or "", session_id))
-    return session is not None and _fresh(num_attr(session, "heartbeat_at"))
+    return session is not None and _raw_alive(session)
 
 
 def release_hostname(hostname: str, *, endpoint_id: str) -> None:
@@ -821,13 +921,9 @@ def _batch_get(keys: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def live_sessions(account_id: str, session_ids: Iterable[str]) -> Dict[str, store.Item]:
     """The live sessions among ``session_ids`` (one BatchGetItem per 100), by id."""
     wanted = [_session_key(account_id, sid) for sid in set(session_ids) if sid]
-    at = now()
-    live = {}
-    for raw in _batch_get(wanted):
-        item = store.model().from_raw_data(raw)
-        if _fresh(item.heartbeat_at, at):
-            live[item.sk] = item
-    return live
+    items = [store.model().from_raw_data(raw) for raw in _batch_get(wanted)]
+    alive = _alive((i.sk, i.instance_id, i.heartbeat_at) for i in items)
+    return {item.sk: item for item in items if item.sk in alive}
 
 
 def live_endpoint_count(account_id: str, proto: Optional[str] = None) -> int:
@@ -851,14 +947,12 @@ def live_credential_sessions(
     """How many live agent sessions use ``credential_id`` (one Query of the account's
     sessions), ``exclude`` (a reconnecting session's own id) left out. For the edge's
     sessions-per-credential quota."""
-    at = now()
-    return sum(
-        1
+    mine = [
+        item
         for item in store.query_all(store.collection_pk(account_id, SESSIONS))
-        if (item.data or {}).get("credential_id") == credential_id
-        and item.sk != exclude
-        and _fresh(item.heartbeat_at, at)
-    )
+        if (item.data or {}).get("credential_id") == credential_id and item.sk != exclude
+    ]
+    return len(_alive((i.sk, i.instance_id, i.heartbeat_at) for i in mine))
 
 
 def count_auth(credential_id: str, window: int = 60) -> int:
@@ -932,8 +1026,8 @@ def live_page(
         examined += len(chunk)
         size = min(size * 4, MAX_QUERY_ITEMS)
         if collection == SESSIONS:
-            at = now()
-            sessions.update({i.sk: (i if _fresh(i.heartbeat_at, at) else None) for i in chunk})
+            alive = _alive((i.sk, i.instance_id, i.heartbeat_at) for i in chunk)
+            sessions.update({i.sk: (i if i.sk in alive else None) for i in chunk})
         else:
             wanted = {sid for sid in map(session_of, chunk) if sid} - set(sessions)
             live = live_sessions(account_id, wanted)
@@ -962,11 +1056,11 @@ def live_item(
     if sid is None:
         return item, None
     if sid == item.sk:
-        if _fresh(item.heartbeat_at):
+        if _item_alive(item):
             return item, item
     else:
         session = store.get(store.collection_pk(account_id, SESSIONS), sid)
-        if session is not None and _fresh(session.heartbeat_at):
+        if session is not None and _item_alive(session):
             return item, session
     raise errors.NotFound(f"No {what} with id '{item_id}' exists")
 

@@ -1,16 +1,18 @@
-"""Store writes of the online state per agent session: today's design (each session
-heartbeats its own item) against per-instance leases with only transitions written
-(docs/CLUSTER.md), measured by driving the real chalicelib.core.online / instances calls for
-thousands of sessions against the embedded store (scripts/embedded_store.py, a process), and
-counting every write call the store client makes. Then the monthly on-demand cost of each at
-1k / 100k / 1M agents on 100 instances.
+"""Store writes of the online state per agent session: the previous design (each session
+heartbeats its own item, chalicelib.core.online.session_heartbeat) against the built one
+(per-instance leases, only transitions written: docs/CLUSTER.md), measured by driving the real
+calls (the edge's own edge.online_keeper.OnlineKeeper and instance registry for the built
+design) for thousands of sessions against the embedded store (scripts/embedded_store.py, a
+process), and counting every write call the store client makes. Then the monthly on-demand
+cost of each at 1k / 100k / 1M agents on 100 instances.
 
     .venv/bin/python edge/bench/online_cost.py [--sessions 1000] [--instances 4]
         [--simulated-seconds 30] [--reconnects-per-day 1]
 
 Simulated time: the clock of chalicelib.core.online is advanced by the script (heartbeat every
-15 s: EDGE_CHECK_SECONDS 5 x HEARTBEAT_EVERY 3; lease renewal every RENEW_SECONDS), so the
-run takes the store's time for the calls, not wall time.
+15 s: EDGE_CHECK_SECONDS 5 x 3 checks; lease renewal every instances.renew_seconds(); the
+edge's check every EDGE_CHECK_SECONDS), so the run takes the store's time for the calls, not
+wall time.
 """
 
 import argparse
@@ -29,7 +31,8 @@ sys.path.insert(0, PROJECT_DIR)
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
 PRICE_PER_MILLION_WRITES = 0.625  # USD, DynamoDB on-demand, us-east-1 standard (Nov 2024)
 MONTH = 30 * 86400
-HEARTBEAT_SECONDS = 15.0
+HEARTBEAT_SECONDS = 15.0  # the previous design: EDGE_CHECK_SECONDS 5 x 3 checks
+CHECK_SECONDS = 5.0  # EDGE_CHECK_SECONDS' default
 
 
 def free_port() -> int:
@@ -47,14 +50,11 @@ class Counter:
         """Write request units, an item under 1 KB each (a transaction's items count twice,
         as DynamoDB bills them)."""
         name = getattr(model, "name", "")
-        body = params.get("body", {}) if isinstance(params, dict) else {}
+        body = params if isinstance(params, dict) else {}
         if name == "TransactWriteItems":
-            self.writes += (
-                2 * len(body.get("TransactItems", []) if isinstance(body, dict) else []) or 2
-            )
+            self.writes += 2 * len(body.get("TransactItems", [])) or 2
         elif name == "BatchWriteItem":
-            items = body.get("RequestItems", {}) if isinstance(body, dict) else {}
-            self.writes += sum(len(v) for v in items.values()) or 1
+            self.writes += sum(len(v) for v in body.get("RequestItems", {}).values()) or 1
         elif name in WRITES:
             self.writes += 1
         else:
@@ -104,21 +104,25 @@ def main() -> int:
             except OSError:
                 time.sleep(0.1)
         from chalicelib.core import instances, online, store
+        from edge.online_keeper import REFRESH_SECONDS, OnlineKeeper
 
         store.configure()
         store.create_table()
         counter = Counter()
         client = online.raw_client()
-        client.meta.events.register("before-call.dynamodb.*", counter)
+        client.meta.events.register("before-parameter-build.dynamodb.*", counter)
         clock = [time.time()]
         online.now = lambda: clock[0]  # simulated time
+        names = [f"edge_{k}" for k in range(args.instances)]
+        for name in names:  # each instance registers its lease before it takes agents
+            instances.register(name, "")
 
         # connect: what a session's start writes (session, tunnel + endpoint, claim)
         before = counter.writes
         sessions = []
         for i in range(args.sessions):
             account, sid = f"acct_{i % 50}", online.new_session_id()
-            instance = f"edge_{i % args.instances}"
+            instance = names[i % args.instances]
             online.session_started(
                 account_id=account,
                 session_id=sid,
@@ -129,6 +133,7 @@ def main() -> int:
                 ip="127.0.0.1",
                 metadata="",
                 region="local",
+                owner_id="usr_x",
             )
             tid = online.new_tunnel_id()
             name = f"s{i}.tunnels.localhost"
@@ -155,7 +160,7 @@ def main() -> int:
             sessions.append((account, sid, instance))
         connect_writes = (counter.writes - before) / args.sessions
 
-        # today: every session heartbeats its item every 15 s
+        # before (the previous design): every session heartbeats its item every 15 s
         before, start = counter.writes, time.monotonic()
         rounds = int(args.simulated_seconds // HEARTBEAT_SECONDS)
         for _ in range(rounds):
@@ -165,14 +170,46 @@ def main() -> int:
         today_per_session = (counter.writes - before) / args.simulated_seconds / args.sessions
         took = time.monotonic() - start
 
-        # proposed: one lease per instance every RENEW_SECONDS; sessions write nothing
+        # after (built): each instance renews its lease (edge/cluster.py, or
+        # edge/online_keeper.keep_lease without a cluster) and runs the edge's check
+        # (OnlineKeeper.check: its commands, the TTL refresh of sessions due) every
+        # EDGE_CHECK_SECONDS; the sessions themselves write nothing.
+        keepers = {name: OnlineKeeper(name) for name in names}
+        held = {name: [(a, s) for a, s, i in sessions if i == name] for name in names}
+        for name in names:  # a first check: each session's refresh is scheduled
+            keepers[name].check(held[name])
+        before, reads_before = counter.writes, counter.reads
+        elapsed, next_lease, next_check = 0.0, 0.0, 0.0
+        step = min(instances.renew_seconds(), CHECK_SECONDS)
+        while elapsed < args.simulated_seconds:
+            elapsed += step
+            clock[0] += step
+            if elapsed >= next_lease:
+                next_lease = elapsed + instances.renew_seconds()
+                for name in names:
+                    instances.register(name, "")
+            if elapsed >= next_check:
+                next_check = elapsed + CHECK_SECONDS
+                for name in names:
+                    keepers[name].check(held[name])
+        steady = counter.writes - before
+        lease_per_instance = steady / args.simulated_seconds / args.instances
+        reads_per_instance = (
+            (counter.reads - reads_before) / args.simulated_seconds / args.instances
+        )
+        # every session online, though its own item was last written long ago
+        visible = sum(
+            len(online.live_sessions(a, [s for acct, s, _ in sessions if acct == a]))
+            for a in {acct for acct, _, _ in sessions}
+        )
+        # the TTL refresh, once per REFRESH_SECONDS of a session's life
+        clock[0] += REFRESH_SECONDS
         before = counter.writes
-        lease_rounds = int(args.simulated_seconds // instances.RENEW_SECONDS)
-        for _ in range(lease_rounds):
-            clock[0] += instances.RENEW_SECONDS
-            for k in range(args.instances):
-                instances.register(f"edge_{k}", f"127.0.0.1:{7000 + k}")
-        lease_per_instance = (counter.writes - before) / args.simulated_seconds / args.instances
+        for name in names:
+            instances.register(name, "")
+        for name in names:
+            keepers[name].check(held[name])
+        refresh_writes = (counter.writes - before - args.instances) / args.sessions
 
         # disconnect: what a session's end writes
         before = counter.writes
@@ -183,33 +220,41 @@ def main() -> int:
         store_proc.terminate()
         store_proc.wait()
     transitions = connect_writes + end_writes
+    per_day = args.reconnects_per_day / 86400
+    refresh = refresh_writes / REFRESH_SECONDS
     print(
         f"sessions driven: {args.sessions} on {args.instances} instances, "
         f"{args.simulated_seconds:.0f} simulated seconds ({took:.1f}s of heartbeats)"
     )
     print(f"write units per connect: {connect_writes:.1f}; per disconnect: {end_writes:.1f}")
     print(
-        f"today:    {today_per_session:.4f} writes/s per session (heartbeat every "
+        f"before:   {today_per_session:.4f} writes/s per session (heartbeat every "
         f"{HEARTBEAT_SECONDS:.0f} s)"
     )
-    per_day = args.reconnects_per_day / 86400
     print(
-        f"proposed: {lease_per_instance:.3f} writes/s per instance (lease) + "
-        f"{transitions * per_day:.6f} writes/s per session "
+        f"after:    {steady} writes in {args.simulated_seconds:.0f} s by "
+        f"{args.instances} instances = {lease_per_instance:.3f} writes/s per instance (lease), "
+        f"0 per session ({visible}/{args.sessions} sessions online by their leases alone); "
+        f"{reads_per_instance:.3f} reads/s per instance (commands)"
+    )
+    print(
+        f"          + per session: {refresh_writes:.1f} writes per TTL refresh every "
+        f"{REFRESH_SECONDS / 3600:.0f} h = {refresh:.6f} writes/s (a session never "
+        f"reconnecting), {transitions * per_day:.6f} writes/s of transitions "
         f"({args.reconnects_per_day:g} reconnect a day x {transitions:.1f} writes)"
     )
     print(
-        f"{'agents':>10} {'today w/s':>11} {'today $/mo':>11} {'proposed w/s':>13} "
-        f"{'proposed $/mo':>14}   (100 instances, ${PRICE_PER_MILLION_WRITES}/M writes)"
+        f"{'agents':>10} {'before w/s':>11} {'before $/mo':>12} {'after w/s':>10} "
+        f"{'after $/mo':>11}   (100 instances, ${PRICE_PER_MILLION_WRITES}/M writes)"
     )
     rows: Dict[int, tuple] = {}
     for agents in (1_000, 100_000, 1_000_000):
         today = agents * today_per_session
-        proposed = 100 * lease_per_instance + agents * transitions * per_day
-        rows[agents] = (today, proposed)
+        after = 100 * lease_per_instance + agents * (transitions * per_day + refresh)
+        rows[agents] = (today, after)
         print(
-            f"{agents:>10,} {today:>11,.1f} {monthly(today):>11,.0f} {proposed:>13,.1f} "
-            f"{monthly(proposed):>14,.0f}"
+            f"{agents:>10,} {today:>11,.1f} {monthly(today):>12,.0f} {after:>10,.1f} "
+            f"{monthly(after):>11,.0f}"
         )
     return 0
 

@@ -537,3 +537,131 @@ def test_the_relay_listener_refuses_what_is_not_a_relay(cluster, token, agents):
     assert (
         json.loads(got.split(b"\r\n\r\n", 1)[1])["headers"]["X-Forwarded-For"] == "203.0.113.9"
     )  # the original client's address, from the relay line
+
+
+def test_a_killed_instances_items_leave_the_views_at_its_lease_boundary(cluster, api, agents):
+    """Sessions are not written while they run: the instance's lease holds them. Instance 1
+    is killed (-9) under a frozen agent (SIGSTOP: it neither says goodbye nor reconnects), so
+    its session, tunnel and endpoint stay in the store: the views show them while the lease's
+    last renewal is at most ONLINE_STALE_SECONDS old, and never after (each read is judged
+    only when it falls wholly on one side of the boundary)."""
+    account = api.new_account()
+    agent = agents(cluster.agent_target(1), _credential(account)["token"], [{"proto": "http"}])
+    url = _bound(agent.start())[0]["url"]
+    sid = account.admin.get("/tunnel_sessions").json["tunnel_sessions"][0]["id"]
+    client = cluster.stack.store_client()
+
+    def get(pk, sk):
+        key = {"pk": {"S": pk}, "sk": {"S": sk}}
+        return client.get_item(TableName="tunnel-service", Key=key, ConsistentRead=True)["Item"]
+
+    session = get(f"A#{account.id}#tunnel_session", sid)
+    instance_id, written = session["instance_id"]["S"], float(session["heartbeat_at"]["N"])
+    deadline = time.time() + 60  # a renewal after the session's own write: the lease holds it
+    while float(get("EDGE_INSTANCE", instance_id)["heartbeat_at"]["N"]) <= written:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    killed = cluster.pid(1)
+    os.kill(agent.process.pid, signal.SIGSTOP)
+    try:
+        os.kill(killed, signal.SIGKILL)
+        time.sleep(0.5)  # (a renewal it had sent is written by now)
+        renewed = float(get("EDGE_INSTANCE", instance_id)["heartbeat_at"]["N"])
+        assert renewed > written
+        boundary = renewed + STALE
+        seen_before = seen_after = 0
+        while time.time() < boundary + 3:
+            start = time.time()
+            views = (
+                [s["id"] for s in account.admin.get("/tunnel_sessions").json["tunnel_sessions"]],
+                [t["public_url"] for t in account.admin.get("/tunnels").json["tunnels"]],
+                [e["public_url"] for e in account.admin.get("/endpoints").json["endpoints"]],
+            )
+            end = time.time()
+            if end < boundary - 0.25:
+                assert views == ([sid], [url], [url]), views
+                seen_before += 1
+            elif start > boundary + 0.25:
+                assert views == ([], [], []), views
+                seen_after += 1
+            time.sleep(0.2)
+        assert seen_before and seen_after
+    finally:
+        agent.process.kill()
+    deadline = time.time() + 120  # the supervisor has started instance 1 again
+    while time.time() < deadline:
+        with open(cluster.instances[1]["pid_path"]) as handle:
+            pid, _, state = handle.read().partition(" ")
+        if int(pid) != killed and state.strip() == "serving":
+            break
+        time.sleep(0.5)
+
+
+def _curl_https(cluster: Cluster, host: str, index: int, path: str) -> str:
+    port = cluster.https_port(index)
+    out = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "--http1.1",
+            "--max-time",
+            "30",
+            "--cacert",
+            cluster.ca,
+            "--resolve",
+            f"{host}:{port}:127.0.0.1",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            f"https://{host}:{port}{path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return out.stdout
+
+
+def test_a_tunnel_groups_labeled_tunnels_are_reached_from_every_instance(cluster, api, agents):
+    """An HTTPS edge's route with a tunnel-group backend reaches SDK labeled tunnels on any
+    instance, through the relay: with the group's only tunnel on instance 0, instances 1 and 2
+    serve it (HTTP and HTTPS); with a second one on instance 1 (whose upstream is a closed
+    port, so the SDK answers its own 502 there), connections landing on instance 2 reach
+    both."""
+    account = api.new_account()
+    token = _credential(account)["token"]
+    label = f"g{time.time_ns()}"
+    host = f"group-{time.time_ns()}.{BASE_DOMAIN}"
+    group = account.admin.post("/backends/tunnel_group", {"labels": {"app": label}})
+    assert group.status == 201, group.text
+    made = account.admin.post("/edges/https", {"hostports": [f"{host}:443"]})
+    assert made.status == 201, made.text
+    route = account.admin.post(
+        f"/edges/https/{made.json['id']}/routes",
+        {"match_type": "path_prefix", "match": "/", "backend": {"backend_id": group.json["id"]}},
+    )
+    assert route.status == 201, route.text
+    first = agents(
+        cluster.agent_target(0), token, [{"proto": "labeled", "labels": {"app": label}}]
+    )
+    _bound(first.start())
+    for index in (1, 2, 0):
+        deadline = time.time() + 30  # the tunnel's online item, the routers' 1 s caches
+        while cluster.get(host, "/echo", index).status_code != 200:
+            assert time.time() < deadline, f"instance {index} never reached the group"
+            time.sleep(0.25)
+        assert _curl_https(cluster, host, index, "/echo") == "200"
+    second = agents(
+        cluster.agent_target(1),
+        token,
+        [{"proto": "labeled", "labels": {"app": label}, "upstream": "dead"}],
+    )
+    _bound(second.start())
+    codes = set()
+    deadline = time.time() + 60
+    while codes != {200, 502} and time.time() < deadline:
+        resp = cluster.get(host, "/echo", 2)
+        assert "ERR_NGROK_724" not in resp.text  # never "no tunnel online"
+        codes.add(resp.status_code)
+    assert codes == {200, 502}, codes

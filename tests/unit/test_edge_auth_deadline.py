@@ -30,10 +30,6 @@ class SlowEdge:
         self.started_sessions = []
 
     async def call(self, fn, *args, **kwargs):
-        if fn is online.session_heartbeat:  # None: the session's item is not in the store
-            found = {} if self.started_sessions else None  # (as the call reaches the store)
-            await asyncio.sleep(self.delay)
-            return found
         await asyncio.sleep(self.delay)
         if fn is binding.authenticate:
             return binding.Grant("acct_1", "cr_1", "usr_1", "user")
@@ -148,7 +144,7 @@ def test_an_arrived_auth_still_unanswered_at_the_answer_deadline_ends_the_sessio
         await asyncio.sleep(0.8)  # past AUTH_TIMEOUT: still waiting, not cut
         assert not session.ended
         session.started -= agents.AUTH_ANSWER_TIMEOUT  # as if the answer deadline passed
-        await session.check(None, heartbeat=False)
+        await session.check(None)
         assert session.ended
         kind, message = await _answer(reader, 3)
         assert (kind, message) == ("goaway", "Auth not answered in time")
@@ -164,11 +160,11 @@ def test_a_check_while_the_online_item_is_being_written_leaves_the_session(short
         writer.write(_auth_frames())
         await asyncio.sleep(1.05)  # three reads done (0.9 s), session_started under way
         assert session.grant is not None and edge.started_sessions == []
-        await session.check(None, heartbeat=True)  # the edge's periodic check, this moment
+        await session.check(None)  # the edge's periodic check, this moment
         assert not session.ended
         kind, body = await _answer(reader, 5)
         assert kind == "reply", (kind, body)
-        await session.check(None, heartbeat=True)  # from now on it refreshes the item
+        await session.check(None)  # from now on its lease keeps the item live
         assert not session.ended
         await session.end("test over")
         task.cancel()

@@ -1,0 +1,206 @@
+"""Online items kept live by their instance's lease (chalicelib.core.leases, edge/online_keeper.py;
+docs/CLUSTER.md "The online state: leases"), against moto's in-process DynamoDB with a settable
+clock: the sessions of a live instance stay online with no write of their own; a dead
+instance's sessions, tunnels, endpoints and claims go offline exactly ONLINE_STALE_SECONDS
+after its last renewal; a new run of an instance id does not revive the old run's items; the
+edge's check writes nothing per session (counted at the store client)."""
+
+import pytest
+
+from chalicelib.core import errors, instances, online
+from edge.online_keeper import REFRESH_SECONDS, OnlineKeeper
+
+ACCT = "acct_1"
+
+
+@pytest.fixture
+def clock(store_env, monkeypatch):
+    t = {"now": 1_800_000_000.0}
+    monkeypatch.setattr(online, "now", lambda: t["now"])
+    return t
+
+
+@pytest.fixture
+def writes(store_env):
+    """Write calls the store client makes, by operation name."""
+    seen = []
+    names = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
+
+    def count(model=None, **kwargs):
+        if getattr(model, "name", "") in names:
+            seen.append(model.name)
+
+    client = online.raw_client()
+    client.meta.events.register("before-parameter-build.dynamodb.*", count)
+    yield seen
+    client.meta.events.unregister("before-parameter-build.dynamodb.*", count)
+
+
+def _session(instance_id, labels=None):
+    sid = online.new_session_id()
+    online.session_started(
+        account_id=ACCT,
+        session_id=sid,
+        credential_id="cr_x",
+        instance_id=instance_id,
+        agent_version="1.4.0",
+        os="linux",
+        ip="127.0.0.1",
+        metadata="",
+        region="local",
+        owner_id="usr_x",
+    )
+    tid, eid = online.new_tunnel_id(), online.new_endpoint_id()
+    name = f"{sid.lower()}.tunnels.localhost"
+    online.claim_hostname(name, account_id=ACCT, endpoint_id=eid, instance_id=instance_id)
+    online.tunnel_started(
+        account_id=ACCT,
+        session_id=sid,
+        tunnel_id=tid,
+        instance_id=instance_id,
+        proto="https",
+        public_url=f"https://{name}",
+        hostname=name,
+        labels=labels,
+        endpoint_id=eid,
+    )
+    return sid, tid, eid, name
+
+
+def _listed(collection):
+    pairs, _, _ = online.live_page(ACCT, collection, 100, None)
+    return {item.sk for item, _ in pairs}
+
+
+def _online(sid, tid, eid):
+    """What each view shows of one session: (session listed, tunnel listed, endpoint listed,
+    each read by id)."""
+    found = []
+    for collection, prefix, item_id in (
+        ("tunnel_session", "ts", sid),
+        ("tunnel", "tn", tid),
+        ("endpoint", "ep", eid),
+    ):
+        try:
+            online.live_item(ACCT, collection, prefix, item_id, "thing")
+            by_id = True
+        except errors.NotFound:
+            by_id = False
+        found.append((item_id in _listed(collection), by_id))
+    return found
+
+
+def test_a_live_instances_sessions_stay_online_without_a_write_of_their_own(clock):
+    instances.register("edge_live", "")
+    sid, tid, eid, name = _session("edge_live", labels={"app": "web"})
+    for _ in range(40):  # 200 s: the session's own write is long stale
+        clock["now"] += 5
+        instances.register("edge_live", "")
+    assert _online(sid, tid, eid) == [(True, True)] * 3
+    assert [t["tunnel_id"] for t in online.online_tunnels(ACCT, {"app": "web"})] == [tid]
+    assert online.live_credential_sessions(ACCT, "cr_x") == 1
+    assert online.live_endpoint_count(ACCT) == 1
+    with pytest.raises(errors.Conflict):  # its name is still held
+        online.claim_hostname(
+            name, account_id=ACCT, endpoint_id=online.new_endpoint_id(), instance_id="edge_b"
+        )
+
+
+def test_a_dead_instances_items_vanish_at_the_lease_boundary(clock):
+    instances.register("edge_dead", "")
+    sid, tid, eid, name = _session("edge_dead", labels={"app": "web"})
+    clock["now"] += 100
+    instances.register("edge_dead", "")  # its last renewal, then kill -9
+    last = clock["now"]
+    clock["now"] = last + online.stale_seconds()  # exactly ONLINE_STALE_SECONDS after it
+    assert _online(sid, tid, eid) == [(True, True)] * 3
+    assert online.hostname_holder(name) is not None
+    with pytest.raises(errors.Conflict):
+        online.claim_hostname(
+            name, account_id=ACCT, endpoint_id=online.new_endpoint_id(), instance_id="edge_b"
+        )
+    online.request_stop(ACCT, sid)  # still a live session
+    clock["now"] += 0.002  # past it
+    assert _online(sid, tid, eid) == [(False, False)] * 3
+    assert online.online_tunnels(ACCT, {"app": "web"}) == []
+    assert online.live_credential_sessions(ACCT, "cr_x") == 0
+    assert online.live_endpoint_count(ACCT) == 0
+    assert online.hostname_holder(name) is None
+    with pytest.raises(errors.NotFound):
+        online.request_stop(ACCT, sid)
+    other = online.new_endpoint_id()  # the name is taken over, as for a stale session
+    online.claim_hostname(name, account_id=ACCT, endpoint_id=other, instance_id="edge_b")
+    assert online.claim_instance(name) == "edge_b"
+
+
+def test_a_sessions_own_write_counts_until_its_lease_would_not(clock):
+    """A session written just before its instance died stays as long as its own write is
+    fresh: never past ONLINE_STALE_SECONDS after the kill."""
+    instances.register("edge_x", "")
+    clock["now"] += 3
+    sid, tid, eid, _ = _session("edge_x")  # written 3 s after the last renewal, then killed
+    written = clock["now"]
+    clock["now"] = written + online.stale_seconds()
+    assert _online(sid, tid, eid) == [(True, True)] * 3
+    clock["now"] += 0.002
+    assert _online(sid, tid, eid) == [(False, False)] * 3
+
+
+def test_a_new_run_of_an_instance_id_does_not_revive_the_old_runs_sessions(clock):
+    instances.register("edge_fixed", "")
+    sid, tid, eid, _ = _session("edge_fixed")
+    clock["now"] += 100  # the old run's items are stale
+    instances.deregister("edge_fixed")
+    instances.register("edge_fixed", "")  # a new run with the same id (EDGE_INSTANCE_ID)
+    assert _online(sid, tid, eid) == [(False, False)] * 3
+    new = _session("edge_fixed")
+    clock["now"] += 100
+    instances.register("edge_fixed", "")
+    assert _online(*new[:3]) == [(True, True)] * 3
+
+
+def test_stop_and_restart_reach_the_holding_instance_once(clock):
+    instances.register("edge_a", "")
+    instances.register("edge_b", "")
+    sid_a = _session("edge_a")[0]
+    sid_b = _session("edge_b")[0]
+    online.request_stop(ACCT, sid_a)
+    online.request_restart(ACCT, sid_b)
+    assert online.take_commands("edge_a") == {sid_a: "stop"}
+    assert online.take_commands("edge_a") == {}
+    assert online.take_commands("edge_b") == {sid_b: "restart"}
+    assert online.take_commands("edge_b") == {}
+
+
+def test_the_edges_check_writes_nothing_per_session(clock, writes):
+    """Heartbeats are the instance's: over 200 s of checks (every 5 s) and lease renewals,
+    20 online sessions cost the lease's writes only, and stay online. A heartbeat that wrote
+    each session again would fail this."""
+    instances.register("edge_k", "")
+    made = [_session("edge_k") for _ in range(20)]
+    keeper = OnlineKeeper("edge_k")
+    held = [(ACCT, sid) for sid, _, _, _ in made]
+    del writes[:]
+    for _ in range(40):
+        clock["now"] += 5
+        instances.register("edge_k", "")
+        assert keeper.check(held) == ({}, set())
+    assert writes == ["PutItem"] * 40  # the lease, once per renewal
+    assert len(_listed("tunnel_session")) == 20
+    del writes[:]
+    clock["now"] += REFRESH_SECONDS  # a day of the sessions' life: their TTLs pushed once
+    keeper.check(held)
+    assert writes == ["UpdateItem"] * 4 * 20  # session, tunnel, endpoint, claim
+    del writes[:]
+    keeper.check(held)
+    assert writes == []
+
+
+def test_a_refresh_of_a_removed_session_reports_it_gone(clock):
+    instances.register("edge_g", "")
+    sid = _session("edge_g")[0]
+    keeper = OnlineKeeper("edge_g")
+    keeper.check([(ACCT, sid)])
+    online.session_ended(ACCT, sid)
+    clock["now"] += REFRESH_SECONDS
+    assert keeper.check([(ACCT, sid)]).gone == {sid}
