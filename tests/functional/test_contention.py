@@ -2,7 +2,9 @@
 
 Each PATCH is one UpdateItem of the fields it sends (chalicelib.core.store.set_fields), so 20 at
 once all succeed and every field keeps a value one of its writers sent. Over real HTTP
-against the local stack (threaded server, the embedded store).
+against the local stack (threaded server, the embedded store); the store's own rule (20
+single-field writers at once: every field lands, the version moves by 20) against the
+embedded store as a process.
 """
 
 import threading
@@ -10,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from chalicelib.core import store
+from chalicelib.core import ids, store
 
 WRITERS = 20
 FIELDS = ("description", "metadata", "body", "headers")
@@ -49,17 +51,24 @@ def test_twenty_concurrent_patches_of_different_fields_all_succeed(http_api):
     assert final["status_code"] == 200
 
 
-def test_twenty_concurrent_single_field_writes_lose_nothing(store_env):
-    item = store.new_item("A#acct#thing", "th_1", kind="thing", account_id="acct", data={})
+def test_twenty_concurrent_single_field_writes_lose_nothing(http_api):
+    # Against the embedded store as a process (what `make run` serves on), as DynamoDB would
+    # be: moto's in-process mock is not thread-safe (its ADD lost an increment under load).
+    with http_api.service_store():
+        _twenty_writers(f"A#{ids.new_id('account')}#thing")
+
+
+def _twenty_writers(pk):
+    item = store.new_item(pk, "th_1", kind="thing", account_id="acct", data={})
     store.commit([store.put_new(item)])
     start = threading.Barrier(WRITERS)
 
     def write(i):
         start.wait()
-        store.write(store.set_fields("A#acct#thing", "th_1", {f"f{i}": i}))
+        store.write(store.set_fields(pk, "th_1", {f"f{i}": i}))
 
     with ThreadPoolExecutor(WRITERS) as pool:
         list(pool.map(write, range(WRITERS)))
-    stored = store.get("A#acct#thing", "th_1")
+    stored = store.get(pk, "th_1")
     assert stored.data == {f"f{i}": i for i in range(WRITERS)}
     assert stored.version == 1 + WRITERS
