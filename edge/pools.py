@@ -12,15 +12,22 @@ rules are the hosted service's:
   that makes one URL one owner service-wide), and when it leaves, the next member takes the
   claim over (``Binds.drop_tunnel``); the URL goes offline with its last member.
 
-A pool lives on one edge instance: its members are found in that instance's registry. A
-pooled endpoint whose URL is held by an endpoint of another instance is refused like any
-conflict (``make run`` runs one instance; docs/DEPLOY.md says how several would forward).
-TCP addresses and internal endpoints are not pooled here.
+The pool is also the store's (chalicelib.core.pooling): the name's claim says it is pooled
+and lists its members, agent endpoints (:func:`bind` / :func:`leave`, one conditional write
+each) and **cloud endpoints** created through the API with ``pooling_enabled: true``. A public
+connection to a pooled URL is spread round robin over the members this instance can reach:
+its own agent members and every cloud member (whose traffic policy runs here; their list read
+with the claim, cached :data:`CLOUD_CACHE_SECONDS`) (:func:`routed`). An agent member on
+another instance serves the connections that land on its instance (or are relayed there as the
+claim's holder: edge.cluster). TCP addresses and internal endpoints are not pooled here.
 """
 
-from typing import Any, Dict, Optional
+import itertools
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib.core import binding
+from chalicelib.core import binding, edge_errors, pooling, store
+from edge.edges import Routed
 
 POOLABLE = ("http", "https", "tls")
 
@@ -68,3 +75,112 @@ def refusal(
             "account); every endpoint of a pool enables pooling.",
         )
     return exc
+
+
+CLOUD_CACHE_SECONDS = 1.0  # a pool's cloud members, read once a second per URL at most
+_rr = itertools.count()
+_clouds: Dict[str, Tuple[float, List[Dict[str, Any]]]] = {}
+
+
+async def bind(edge: Any, tunnel: Any, name: str) -> None:
+    """A pooled agent endpoint joins the pool of ``name`` in the store (or starts it) and
+    the pool of this instance's members; binding.Refused as hosted when it may not."""
+    try:
+        holds = await edge.call(
+            pooling.join_agent,
+            name,
+            account_id=tunnel.account_id,
+            proto=tunnel.proto,
+            endpoint_id=tunnel.endpoint_id,
+            instance_id=edge.settings.instance_id,
+        )
+    except pooling.Mismatch as exc:
+        if exc.kind == pooling.FULL:
+            raise binding.Refused(
+                edge_errors.POOL_FULL,
+                "The maximum number of endpoints allowed in this pool has been exceeded: "
+                f"{pooling.MAX_MEMBERS} endpoints per pool.",
+            ) from None
+        raise binding.Refused(
+            edge_errors.ENDPOINT_IN_USE,
+            f"The endpoint '{name}' is already online without "
+            "pooling enabled (or through another protocol or "
+            "account); every endpoint of a pool enables pooling.",
+        ) from None
+    except store.VersionConflict:
+        raise binding.Refused(
+            edge_errors.ENDPOINT_IN_USE,
+            f"The endpoint '{name}' is being changed by other endpoints; try again.",
+        ) from None
+    join(edge.registry, tunnel, name)
+    tunnel.holds_claim = holds
+
+
+async def leave(edge: Any, tunnel: Any, name: str) -> None:
+    """A pooled agent endpoint leaves the store's pool of ``name`` (the claim passes to the
+    next member, cloud first, or goes with the last)."""
+    await edge.call(pooling.leave, name, tunnel.endpoint_id)
+
+
+async def refused(edge: Any, exc: binding.Refused, tunnel: Any, name: str) -> binding.Refused:
+    """:func:`refusal`, also when the pool on ``name`` has no member on this instance (its
+    claim, read once, says it is a pool)."""
+    holder = edge.registry.by_host.get(name)
+    if holder is None and not tunnel.pooled:
+        try:
+            if pooling.is_pool(await edge.call(pooling.read, name)):
+                holder = _POOL
+        except Exception:  # the plain refusal then
+            pass
+    return refusal(exc, tunnel, holder, name)
+
+
+class _Pool:
+    pooled = True
+
+
+_POOL = _Pool()
+
+
+async def _cloud_members(edge: Any, name: str) -> List[Dict[str, Any]]:
+    now = time.monotonic()
+    hit = _clouds.get(name)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    found = await edge.call(pooling.cloud_copies, name)
+    clouds = list(found["clouds"]) if found else []
+    _clouds[name] = (now + CLOUD_CACHE_SECONDS, clouds)
+    if len(_clouds) > 10000:
+        for key in [k for k, v in _clouds.items() if v[0] <= now]:
+            del _clouds[key]
+    return clouds
+
+
+async def routed(edge: Any, host: str, scheme: str) -> Optional[Routed]:
+    """Where a request for ``host`` goes when it is a pool with a cloud member: one member
+    in turn among this instance's agent members (served on ``scheme``'s listener) and the
+    cloud members; None when ``host`` is no such pool (the usual routing then)."""
+    holder = edge.registry.by_host.get(host)
+    local = []
+    if holder is not None:
+        if not holder.pooled or holder.proto == "tls":
+            return None
+        local = [t for t in holder.pool or [holder] if t.proto == scheme or not t.scheme_only]
+    clouds = await _cloud_members(edge, host)
+    if not clouds or (holder is None and len(clouds) == 1):
+        return None  # no cloud member (agents only), or one: the usual routing finds it
+    turn = next(_rr) % (len(local) + len(clouds))
+    if turn < len(local):
+        tunnel = local[turn]
+        return Routed(
+            endpoint_id=tunnel.endpoint_id or tunnel.id,
+            url=tunnel.url,
+            host=tunnel.hostname,
+            account_id=tunnel.account_id,
+            tunnel=tunnel,
+            enforcement=tunnel.enforcement,
+        )
+    cloud = clouds[turn - len(local)]
+    if cloud.get("internal"):
+        return None
+    return await edge.router.cloud_routed(cloud)
