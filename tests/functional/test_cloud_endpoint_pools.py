@@ -236,7 +236,7 @@ def test_tcp_and_internal_cloud_endpoints_are_not_pooled(api, account):
         field="pooling_enabled",
     )
     assert_error(
-        _pooled(account.admin, f"tcp://{_name()}.internal:5000"),
+        _pooled(account.admin, f"tcp://{_name()}.internal:5000", traffic_policy=""),
         errors.InvalidField,
         field="pooling_enabled",
     )
