@@ -147,9 +147,7 @@ def test_agents_and_cloud_endpoints_pool_both_ways(api, account, edge):
     assert _create(account.admin, f"https://{host}").status == 201  # free again
 
 
-def test_pooled_agent_is_refused_where_a_cloud_endpoint_without_pooling_serves(
-    api, account, edge
-):
+def test_pooled_agent_is_refused_where_a_cloud_endpoint_without_pooling_serves(api, account, edge):
     host = _host()
     assert _create(account.admin, f"https://{host}").status == 201
     with pytest.raises(pooling.Mismatch) as exc:
