@@ -189,6 +189,8 @@ def joined(
                 agents.pop(owner)  # a stale agent owner: the pool goes on without it
     clouds = [c for c in clouds if c != member_id]
     agents = {a: i for a, i in agents.items() if a != member_id}
+    if len(clouds) + len(agents) >= MAX_MEMBERS and agents:
+        agents = live_agents(account_id, agents)  # room left by agents gone offline?
     if len(clouds) + len(agents) >= MAX_MEMBERS:
         raise Mismatch(FULL, f"at most {MAX_MEMBERS} endpoints per pool")
     if cloud:
@@ -198,11 +200,43 @@ def joined(
     return clouds, agents
 
 
+def live_agents(account_id: str, agents: Dict[str, str]) -> Dict[str, str]:
+    """The members of ``agents`` whose endpoint is online (its session heartbeats): one
+    BatchGetItem of their endpoint items, one of their sessions. An agent member whose edge
+    died without a word (kill -9) is dropped from the pool when a write needs the room or a
+    new owner."""
+    if not agents:
+        return {}
+    keys = [
+        online.raw_key(store.collection_pk(account_id, online.ENDPOINTS), eid) for eid in agents
+    ]
+    sessions = {}
+    for raw in online.batch_get(keys):
+        owner = _s(raw, "owner")
+        if owner:
+            sessions[raw["sk"]["S"]] = owner
+    fresh = set()
+    at = online.now()
+    session_keys = [
+        online.raw_key(store.collection_pk(account_id, online.SESSIONS), sid)
+        for sid in set(sessions.values())
+    ]
+    for raw in online.batch_get(session_keys):
+        beat = online.num_attr(raw, "heartbeat_at")
+        if beat is not None and beat >= at - online.stale_seconds():
+            fresh.add(raw["sk"]["S"])
+    return {a: i for a, i in agents.items() if sessions.get(a) in fresh}
+
+
 def left(raw: Optional[Dict[str, Any]], member_id: str) -> Tuple[List[str], Dict[str, str]]:
+    """The members after ``member_id`` leaves; when no cloud member is left to hold the
+    claim, only the agent members still online (one of them holds it next)."""
     clouds, agents = members(raw)
-    return [c for c in clouds if c != member_id], {
-        a: i for a, i in agents.items() if a != member_id
-    }
+    clouds = [c for c in clouds if c != member_id]
+    agents = {a: i for a, i in agents.items() if a != member_id}
+    if not clouds and agents:
+        agents = live_agents(online.data_of(raw or {}).get("account_id", ""), agents)
+    return clouds, agents
 
 
 def _is_condition_failure(exc: ClientError) -> bool:

@@ -29,12 +29,12 @@ def _claim(edge, host):
     return raw, (online.data_of(raw) if raw else None)
 
 
-def _agent(edge, account, host, instance_id="edge-1", proto="https"):
-    """A live pooled agent endpoint on ``host`` (its session heartbeats), joined as the
-    edge joins it; returns (endpoint id, holds the claim)."""
+def _agent(edge, account, host, instance_id="edge-1", proto="https", ago=0):
+    """A pooled agent endpoint on ``host`` (its session's last heartbeat ``ago`` seconds
+    ago), joined as the edge joins it; returns (endpoint id, holds the claim)."""
     credential = account.admin.post("/credentials", {}).json["id"]
-    sid = edge.session(account, credential)
-    _, eid = edge.tunnel(account, sid, hostname=host, proto=proto, pooling_enabled=True)
+    sid = edge.session(account, credential, ago=ago)
+    _, eid = edge.tunnel(account, sid, hostname=host, proto=proto, pooling_enabled=True, ago=ago)
     holds = edge.call(
         pooling.join_agent,
         host,
@@ -238,3 +238,27 @@ def test_tcp_and_internal_cloud_endpoints_are_not_pooled(api, account):
         errors.InvalidField,
         field="pooling_enabled",
     )
+
+
+def test_agent_members_gone_offline_are_dropped_when_room_or_an_owner_is_needed(
+    api, account, edge
+):
+    host = _host()
+    stale = online.STALE_SECONDS + 5
+    clouds = [
+        _pooled(account.admin, f"https://{host}").json["id"]
+        for _ in range(pooling.MAX_MEMBERS - 2)
+    ]
+    gone, _ = _agent(edge, account, host, instance_id="edge-dead", ago=stale)
+    live, _ = _agent(edge, account, host)
+    assert len(_claim(edge, host)[1]["agents"]) == 2  # the pool is full
+    newcomer, _ = _agent(edge, account, host)  # the offline member makes room
+    assert set(_claim(edge, host)[1]["agents"]) == {live, newcomer}
+    assert account.admin.delete(f"/endpoints/{clouds.pop()}").status == 204
+    gone_again, _ = _agent(edge, account, host, instance_id="edge-dead", ago=stale)
+    assert gone_again in _claim(edge, host)[1]["agents"]
+    for eid in clouds:  # the last cloud member hands the claim to an online agent
+        assert account.admin.delete(f"/endpoints/{eid}").status == 204
+    raw, data = _claim(edge, host)
+    assert set(data["agents"]) == {live, newcomer} and raw["owner"]["S"] in data["agents"]
+    assert gone_again not in data["agents"] and raw["instance_id"]["S"] == "edge-1"
