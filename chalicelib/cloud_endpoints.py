@@ -26,7 +26,7 @@ Rules (the hosted API's, where its docs say; decided here where they are silent)
   has the same internal endpoint URL as you, your traffic will never flow to their
   endpoint"): the claim's name is ``<host>@<account id>``, so two accounts can each have
   ``https://api.internal``, and within one account one endpoint (cloud or agent) holds it.
-- One host, one endpoint, service-wide (whatever the scheme): a host this account's cloud
+- One host, one endpoint (or one pool), service-wide (whatever the scheme): a host this account's cloud
   endpoint already serves is 409 ``ERR_NGROK_18009``; one an online agent endpoint or another
   account serves, or an HTTPS edge's ``host:443`` hostport, is 409 ``ERR_NGROK_334``; a TCP
   address the same, against agent TCP endpoints and TCP edges on it. A claim
@@ -46,7 +46,12 @@ Rules (the hosted API's, where its docs say; decided here where they are silent)
   (moved in the endpoint's transaction): it cannot be deleted (409) while the endpoint serves
   it.
 - ``description`` ≤ 255 bytes, ``metadata`` ≤ 4096 bytes (the API's usual limits).
-- ``pooling_enabled``: ``false`` only (one endpoint per URL); ``true`` is a 400.
+- ``pooling_enabled``: ``true`` (public http/https URLs only: on tcp:// or an internal URL a
+  400) joins the URL's pool (chalicelib.core.pooling: the claim lists the pool's cloud and
+  agent members, at most 20, else 400 ``ERR_NGROK_18020``); a pooled endpoint where one
+  without pooling serves is 400 ``ERR_NGROK_18016``, one without pooling where a pool of the
+  account serves 400 ``ERR_NGROK_18017``. PATCH turns pooling off only for the pool's last
+  member (others share the URL: 18017); on, the endpoint's claim becomes a pool of one.
 - PATCH changes any of url, traffic_policy, description, metadata, bindings with the same
   checks (a new url moves the claim in the same transaction). PATCH or DELETE of an **agent**
   endpoint is a 400 ``ERR_UNSUPPORTED_OPERATION`` (its agent manages it: stop the agent or

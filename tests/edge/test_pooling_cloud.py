@@ -83,6 +83,7 @@ def test_cloud_and_agent_endpoints_share_a_url(js, edge, account, client, domain
             assert _host(out.get("url", "")) == domain, out
         time.sleep(SETTLE)
         seen = _count(edge, domain)
+        print("spread over 3 members:", dict(seen))
         assert set(seen) == {"cloud-a", "agent-1", "agent-2"}, seen
         assert min(seen.values()) >= REQUESTS // 3 - 2, seen  # round robin over 3 members
         listed = [e for e in client.endpoints.list() if e.host == domain]
