@@ -140,6 +140,13 @@ def test_pooled_agents_keep_serving_when_the_cloud_member_is_the_first(
         cloud = _pooled_cloud(client, domain, "cloud-a")
         time.sleep(SETTLE)
         assert set(_count(edge, domain, 20)) == {"cloud-a", "agent-1"}
+        over_https = set()  # the HTTPS listener (HTTP/1.1 and HTTP/2 by ALPN) routes alike
+        for i in range(10):
+            done = edge.curl_https(domain, f"/s{i}", *(("--http2",) if i % 2 else ()))
+            assert done.returncode == 0 and done.stdout.endswith("\n200"), done
+            body = done.stdout.rsplit("\n", 1)[0]
+            over_https.add(body if body.startswith("cloud-") else json.loads(body)["agent"])
+        assert over_https == {"cloud-a", "agent-1"}
     finally:
         _stop(proc)
     time.sleep(SETTLE)
