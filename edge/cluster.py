@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from chalicelib.core import instances, online
+from edge import pools
 
 log = logging.getLogger("edge.cluster")
 
@@ -352,14 +353,21 @@ class Cluster:
         finally:
             admission.release(ticket)  # HttpFront.handle, or the holder, admits it again
         host = host_of(head)
-        if host and await self._carry(
-            host,
-            lambda: self.edge.registry.http_tunnel(host, scheme) is not None,
-            scheme,
-            host,
-            reader,
-            writer,
-            head,
+        pooled = await pools.carry(self, host, "http", reader, writer, head) if host else None
+        if pooled:  # a pool's member on another instance took it (edge/pools.py)
+            return
+        if (
+            host
+            and pooled is None
+            and await self._carry(
+                host,
+                lambda: self.edge.registry.http_tunnel(host, scheme) is not None,
+                scheme,
+                host,
+                reader,
+                writer,
+                head,
+            )
         ):
             return
         if head:
@@ -377,13 +385,20 @@ class Cluster:
             if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2"
             else "https"
         )
-        if name and await self._carry(
-            name,
-            lambda: self.edge.registry.http_tunnel(name, "https") is not None,
-            kind,
-            name,
-            reader,
-            writer,
+        pooled = await pools.carry(self, name, kind, reader, writer) if name else None
+        if pooled:  # a pool's member on another instance took it (edge/pools.py)
+            return
+        if (
+            name
+            and pooled is None
+            and await self._carry(
+                name,
+                lambda: self.edge.registry.http_tunnel(name, "https") is not None,
+                kind,
+                name,
+                reader,
+                writer,
+            )
         ):
             return
         await handle(reader, writer)

@@ -52,7 +52,9 @@ async def route(
     if refused is not None:  # a name's TLS settings met by another handshake
         await answer(client, writer, *MISDIRECTED, refused, close=True)
         return None
-    pooled = await pools.routed(edge, host, scheme)  # a pool with cloud members
+    pooled = await pools.routed(  # a pool with cloud members (edge/pools.py)
+        edge, host, scheme, getattr(writer, "relayed", False)
+    )
     tunnel = edge.registry.http_tunnel(host, scheme) if pooled is None else None
     if tunnel is not None:
         return Route(

@@ -26,7 +26,7 @@ import itertools
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from chalicelib.core import binding, edge_errors, pooling, store
+from chalicelib.core import binding, edge_errors, instances, pooling, store
 from edge.edges import Routed
 
 POOLABLE = ("http", "https", "tls")
@@ -79,7 +79,8 @@ def refusal(
 
 CLOUD_CACHE_SECONDS = 1.0  # a pool's cloud members, read once a second per URL at most
 _rr = itertools.count()
-_clouds: Dict[str, Tuple[float, List[Dict[str, Any]]]] = {}
+_carry_rr = itertools.count()  # the cluster's pick (its own turn: see carry)
+_pools: Dict[str, Tuple[float, Optional[Dict[str, Any]]]] = {}
 
 
 async def bind(edge: Any, tunnel: Any, name: str) -> None:
@@ -142,24 +143,77 @@ class _Pool:
 _POOL = _Pool()
 
 
-async def _cloud_members(edge: Any, name: str) -> List[Dict[str, Any]]:
+async def _pool(edge: Any, name: str) -> Optional[Dict[str, Any]]:
+    """The store's pool of ``name`` (chalicelib.core.pooling.cloud_copies), or None; read
+    once per CLOUD_CACHE_SECONDS per URL at most."""
     now = time.monotonic()
-    hit = _clouds.get(name)
+    hit = _pools.get(name)
     if hit is not None and hit[0] > now:
         return hit[1]
     found = await edge.call(pooling.cloud_copies, name)
-    clouds = list(found["clouds"]) if found else []
-    _clouds[name] = (now + CLOUD_CACHE_SECONDS, clouds)
-    if len(_clouds) > 10000:
-        for key in [k for k, v in _clouds.items() if v[0] <= now]:
-            del _clouds[key]
-    return clouds
+    _pools[name] = (now + CLOUD_CACHE_SECONDS, found)
+    if len(_pools) > 10000:
+        for key in [k for k, v in _pools.items() if v[0] <= now]:
+            del _pools[key]
+    return found
 
 
-async def routed(edge: Any, host: str, scheme: str) -> Optional[Routed]:
+async def _cloud_members(edge: Any, name: str) -> List[Dict[str, Any]]:
+    found = await _pool(edge, name)
+    return list(found["clouds"]) if found else []
+
+
+def _local_members(edge: Any, host: str) -> List[Any]:
+    holder = edge.registry.by_host.get(host)
+    if holder is None or not holder.pooled or holder.proto == "tls":
+        return []
+    return list(holder.pool or [holder])
+
+
+async def carry(
+    cluster: Any, name: str, kind: str, reader: Any, writer: Any, first: bytes = b""
+) -> Optional[bool]:
+    """A cluster's public connection for ``name`` (edge.cluster): when ``name`` is a pool,
+    one member in turn among this instance's agent members, the cloud members (both served
+    here) and the agent members of other instances (relayed to theirs): True when relayed,
+    False when it is served here, None when ``name`` is no pool (the usual holder lookup)."""
+    edge = cluster.edge
+    if getattr(writer, "relayed", False):
+        return None
+    try:
+        pool = await _pool(edge, name)
+    except Exception:  # the store away: the usual path decides
+        return None
+    if pool is None or pool.get("proto") == "tls":
+        return None
+    here = edge.settings.instance_id
+    local = len(_local_members(edge, name)) + len(pool["clouds"])
+    remote = sorted(i for i in pool["agents"].values() if i != here)
+    if local + len(remote) == 0:
+        return None
+    turn = next(_carry_rr) % (local + len(remote))
+    if turn < local:
+        return False
+    try:
+        address = await edge.call(instances.address_of, remote[turn - local])
+    except Exception:
+        address = None
+    if address is None:  # that instance drains or died: served here if it can be
+        return False if local else None
+    peer = writer.get_extra_info("peername") or ("", 0)
+    if await cluster.relay(address, kind, name, peer, reader, writer, first):
+        return True
+    return False if local else None
+
+
+async def routed(edge: Any, host: str, scheme: str, relayed: bool = False) -> Optional[Routed]:
     """Where a request for ``host`` goes when it is a pool with a cloud member: one member
     in turn among this instance's agent members (served on ``scheme``'s listener) and the
-    cloud members; None when ``host`` is no such pool (the usual routing then)."""
+    cloud members; None when ``host`` is no such pool (the usual routing then), or the
+    connection was relayed here by another instance's pick of an agent member of this one
+    (:func:`carry`: one of them serves it)."""
+    if relayed:
+        return None
     holder = edge.registry.by_host.get(host)
     local = []
     if holder is not None:
