@@ -356,18 +356,16 @@ class Cluster:
         pooled = await pools.carry(self, host, "http", reader, writer, head) if host else None
         if pooled:  # a pool's member on another instance took it (edge/pools.py)
             return
-        if (
-            host
-            and pooled is None
-            and await self._carry(
-                host,
-                lambda: self.edge.registry.http_tunnel(host, scheme) is not None,
-                scheme,
-                host,
-                reader,
-                writer,
-                head,
-            )
+        if pooled is False:  # a pool's member here serves it
+            host = ""
+        if host and await self._carry(
+            host,
+            lambda: self.edge.registry.http_tunnel(host, scheme) is not None,
+            scheme,
+            host,
+            reader,
+            writer,
+            head,
         ):
             return
         if head:
@@ -388,17 +386,15 @@ class Cluster:
         pooled = await pools.carry(self, name, kind, reader, writer) if name else None
         if pooled:  # a pool's member on another instance took it (edge/pools.py)
             return
-        if (
-            name
-            and pooled is None
-            and await self._carry(
-                name,
-                lambda: self.edge.registry.http_tunnel(name, "https") is not None,
-                kind,
-                name,
-                reader,
-                writer,
-            )
+        if pooled is False:  # a pool's member here serves it
+            name = ""
+        if name and await self._carry(
+            name,
+            lambda: self.edge.registry.http_tunnel(name, "https") is not None,
+            kind,
+            name,
+            reader,
+            writer,
         ):
             return
         await handle(reader, writer)
