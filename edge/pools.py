@@ -17,9 +17,9 @@ and lists its members, agent endpoints (:func:`bind` / :func:`leave`, one condit
 each) and **cloud endpoints** created through the API with ``pooling_enabled: true``. A public
 connection to a pooled URL is spread round robin over the members this instance can reach:
 its own agent members and every cloud member (whose traffic policy runs here; their list read
-with the claim, cached :data:`CLOUD_CACHE_SECONDS`) (:func:`routed`). An agent member on
-another instance serves the connections that land on its instance (or are relayed there as the
-claim's holder: edge.cluster). TCP addresses and internal endpoints are not pooled here.
+with the claim, cached :data:`CLOUD_CACHE_SECONDS`) (:func:`routed`). In a cluster, a
+connection may also be relayed to an instance holding an agent member (:func:`carry`).
+TCP addresses and internal endpoints are not pooled here.
 """
 
 import itertools
@@ -220,6 +220,10 @@ async def routed(edge: Any, host: str, scheme: str, relayed: bool = False) -> Op
         if not holder.pooled or holder.proto == "tls":
             return None
         local = [t for t in holder.pool or [holder] if t.proto == scheme or not t.scheme_only]
+    else:  # no member here: a pool only if a cloud member holds the claim (the router's
+        owner = await edge.router.cloud(host)  # own cached read: no store read added)
+        if owner is None or not owner.get("pooled"):
+            return None
     clouds = await _cloud_members(edge, host)
     if not clouds or (holder is None and len(clouds) == 1):
         return None  # no cloud member (agents only), or one: the usual routing finds it

@@ -134,7 +134,7 @@ def write_op(
             copy = copies_for(account_id, [owner]).get(owner)
         if copy is None:
             raise store.VersionConflict()  # deleted meanwhile: read again
-        data["cloud"] = copy
+        data["cloud"] = {**copy, "pooled": True}  # the edge's lookup sees a pool
     else:
         owner = old_owner if old_owner in agents else sorted(agents)[0]
         instance_id = agents[owner]
