@@ -178,8 +178,9 @@ async def carry(
     here) and the agent members of other instances (relayed to theirs): True when relayed,
     False when it is served here, None when ``name`` is no pool (the usual holder lookup)."""
     edge = cluster.edge
-    if getattr(writer, "relayed", False):
-        return None
+    held = edge.registry.by_host.get(name)
+    if getattr(writer, "relayed", False) or (held is not None and not held.pooled):
+        return None  # relayed once already, or an endpoint here without pooling: no read
     try:
         pool = await _pool(edge, name)
     except Exception:  # the store away: the usual path decides
