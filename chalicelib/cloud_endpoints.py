@@ -26,7 +26,7 @@ Rules (the hosted API's, where its docs say; decided here where they are silent)
   has the same internal endpoint URL as you, your traffic will never flow to their
   endpoint"): the claim's name is ``<host>@<account id>``, so two accounts can each have
   ``https://api.internal``, and within one account one endpoint (cloud or agent) holds it.
-- One host, one endpoint, service-wide (whatever the scheme): a host this account's cloud
+- One host, one endpoint (or one pool), service-wide (whatever the scheme): a host this account's cloud
   endpoint already serves is 409 ``ERR_NGROK_18009``; one an online agent endpoint or another
   account serves, or an HTTPS edge's ``host:443`` hostport, is 409 ``ERR_NGROK_334``; a TCP
   address the same, against agent TCP endpoints and TCP edges on it. A claim
@@ -46,7 +46,12 @@ Rules (the hosted API's, where its docs say; decided here where they are silent)
   (moved in the endpoint's transaction): it cannot be deleted (409) while the endpoint serves
   it.
 - ``description`` ≤ 255 bytes, ``metadata`` ≤ 4096 bytes (the API's usual limits).
-- ``pooling_enabled``: ``false`` only (one endpoint per URL); ``true`` is a 400.
+- ``pooling_enabled``: ``true`` (public http/https URLs only: on tcp:// or an internal URL a
+  400) joins the URL's pool (chalicelib.core.pooling: the claim lists the pool's cloud and
+  agent members, at most 20, else 400 ``ERR_NGROK_18020``); a pooled endpoint where one
+  without pooling serves is 400 ``ERR_NGROK_18016``, one without pooling where a pool of the
+  account serves 400 ``ERR_NGROK_18017``. PATCH turns pooling off only for the pool's last
+  member (others share the URL: 18017); on, the endpoint's claim becomes a pool of one.
 - PATCH changes any of url, traffic_policy, description, metadata, bindings with the same
   checks (a new url moves the claim in the same transaction). PATCH or DELETE of an **agent**
   endpoint is a 400 ``ERR_UNSUPPORTED_OPERATION`` (its agent manages it: stop the agent or
@@ -64,7 +69,7 @@ from urllib.parse import urlsplit
 from botocore.exceptions import ClientError
 
 from chalicelib import reserved_domains, traffic_policy
-from chalicelib.core import errors, hostnames, online, store
+from chalicelib.core import errors, hostnames, online, pooling, store
 from chalicelib.core.config import get_settings
 from chalicelib.core import reservations
 
@@ -146,9 +151,19 @@ def check_bindings(field: str, value: List[str]) -> List[str]:
 
 
 def check_pooling(field: str, value: bool) -> bool:
-    if value:
-        raise _bad(field, "must be false: one endpoint serves a URL (pooling is not offered)")
     return value
+
+
+def check_poolable(data: Dict[str, Any]) -> None:
+    """A pooled cloud endpoint is a public http(s) one (decided here, as for agent endpoints:
+    TCP addresses and internal endpoints are not pooled)."""
+    scheme, host = split(data["url"])
+    if data.get("pooling_enabled") and (scheme == "tcp" or is_internal(host)):
+        raise _bad(
+            "pooling_enabled",
+            "may be true only for a public https:// or http:// URL (TCP addresses and "
+            "internal endpoints are not pooled here)",
+        )
 
 
 def check_policy(field: str, value: Any, protocol: Optional[str] = None) -> str:
@@ -403,6 +418,17 @@ def _write_claiming(
                 held = None
                 continue
             holder_data = online.data_of(raw)
+            if (
+                pooling.is_pool(raw)
+                and online._s(raw, "account_id") == account_id
+                and (pooling.members(raw)[0] or online.claim_live(raw))
+            ):
+                raise errors.PoolingDisabledConflict(
+                    f"The endpoint URL {data['url']} is served by a pool of endpoints with "
+                    "pooling enabled; a cloud endpoint without pooling cannot join it "
+                    "(set pooling_enabled to true)",
+                    details={"field": "pooling_enabled"},
+                ) from None
             if holder_data.get("cloud") and online._s(raw, "account_id") == account_id:
                 raise errors.CloudEndpointExists(
                     f"This account already has a cloud endpoint on {data['url']} "
@@ -429,6 +455,7 @@ def check_secrets(account_id: str, data: Dict[str, Any]) -> None:
 
 def create(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> store.Item:
     check_secrets(account_id, data)
+    check_poolable(data)
     put = {
         "Put": {
             "TableName": online.raw_table(),
@@ -436,7 +463,10 @@ def create(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> store.Ite
             "ConditionExpression": "attribute_not_exists(pk)",
         }
     }
-    _write_claiming(account_id, endpoint_id, data, [put] + _domain_ref(account_id, data, 1))
+    if data.get("pooling_enabled"):
+        _pool_join(account_id, endpoint_id, data, [put], _domain_ref(account_id, data, 1))
+    else:
+        _write_claiming(account_id, endpoint_id, data, [put] + _domain_ref(account_id, data, 1))
     return store.model().from_raw_data(_endpoint_item(account_id, endpoint_id, data, 1))
 
 
@@ -460,6 +490,7 @@ def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item
     """Write ``data`` over ``old`` (as read): the endpoint conditioned on its version, the
     claim rewritten (same host) or moved (new host), in one transaction."""
     check_secrets(account_id, data)
+    check_poolable(data)
     version = int(old.version or 0)
     endpoint_id = old.sk
     put = {
@@ -477,6 +508,9 @@ def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item
         == (data.get("domain_id"), data.get("tcp_addr_id"))
         else _domain_ref(account_id, old.data, -1) + _domain_ref(account_id, data, 1)
     )
+    if old.data.get("pooling_enabled") or data.get("pooling_enabled"):
+        _update_pooled(account_id, endpoint_id, old.data, data, put, refs)
+        return store.model().from_raw_data(put["Put"]["Item"])
     if old_name == new_name:
         claim = {
             "Put": {
@@ -504,6 +538,21 @@ def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item
 
 def delete(account_id: str, old: store.Item) -> None:
     endpoint_id = old.sk
+    if old.data.get("pooling_enabled"):
+        name = claim_of(account_id, old.data)
+        raw = pooling.read(name)
+        if endpoint_id in pooling.members(raw)[0]:
+            gone = {
+                "Delete": {
+                    "TableName": online.raw_table(),
+                    "Key": _endpoint_key(account_id, endpoint_id),
+                    "ConditionExpression": "version = :v",
+                    "ExpressionAttributeValues": {":v": {"N": str(int(old.version or 0))}},
+                }
+            }
+            ops = [gone, _pool_leave_op(account_id, name, raw, endpoint_id, old.data)]
+            _transact(ops + _domain_ref(account_id, old.data, -1), -1)
+            return
     ops = [
         {
             "Delete": {
@@ -524,3 +573,138 @@ def delete(account_id: str, old: store.Item) -> None:
         },
     ]
     _transact(ops + _domain_ref(account_id, old.data, -1), -1)
+
+
+# ---- pooled cloud endpoints (chalicelib.core.pooling) -----------------------------------------
+def _pool_error(exc: pooling.Mismatch, url: str) -> errors.ApiError:
+    if exc.kind == pooling.FULL:
+        return errors.PoolFull(
+            f"The maximum number of endpoints allowed in the pool of {url} has been "
+            f"exceeded: {pooling.MAX_MEMBERS} endpoints per pool",
+            details={"field": "url"},
+        )
+    if exc.kind == pooling.NOT_POOLED_HERE:
+        return errors.PoolingEnabledConflict(
+            f"The endpoint URL {url} is served by an endpoint that has pooling disabled; a "
+            "cloud endpoint with pooling enabled cannot join it",
+            details={"field": "pooling_enabled"},
+        )
+    return errors.EndpointUrlInUse(
+        f"The endpoint URL {url} is already online ({exc.detail}); stop it first or use "
+        "another URL",
+        details={"field": "url"},
+    )
+
+
+def _pool_leave_op(
+    account_id: str,
+    name: str,
+    raw: Optional[Dict[str, Any]],
+    endpoint_id: str,
+    data: Dict[str, Any],
+) -> Dict[str, Any]:
+    """The write taking ``endpoint_id`` out of the pool claim ``raw`` of ``name``."""
+    clouds, agents = pooling.left(raw, endpoint_id)
+    return pooling.write_op(
+        raw,
+        name,
+        account_id,
+        split(data["url"])[0],
+        clouds,
+        agents,
+        pooling.copies_for(account_id, clouds[:1]),
+    )
+
+
+def _pool_join(
+    account_id: str,
+    endpoint_id: str,
+    data: Dict[str, Any],
+    ops: List[Dict[str, Any]],
+    refs: List[Dict[str, Any]],
+) -> None:
+    """``ops``, the join of the pool of ``data``'s URL and ``refs`` in one transaction,
+    the claim read again when it changed meanwhile."""
+    name = claim_of(account_id, data)
+    scheme, host = split(data["url"])
+    for _ in range(store.RETRIES):
+        raw = pooling.read(name)
+        try:
+            clouds, agents = pooling.joined(
+                raw, account_id=account_id, proto=scheme, member_id=endpoint_id, cloud=True
+            )
+        except pooling.Mismatch as exc:
+            raise _pool_error(exc, data["url"]) from None
+        claim = pooling.write_op(
+            raw,
+            name,
+            account_id,
+            scheme,
+            clouds,
+            agents,
+            {endpoint_id: pooling.copy_of(endpoint_id, data, account_id)},
+        )
+        try:
+            _transact(ops + [claim, _hostport_free(f"{host}:{HTTPS_EDGE_PORT}")] + refs, len(ops))
+            return
+        except _Taken:
+            continue
+    raise errors.Conflict(f"'{data['url']}' is being claimed by another endpoint at the same time")
+
+
+def _update_pooled(
+    account_id: str,
+    endpoint_id: str,
+    old: Dict[str, Any],
+    data: Dict[str, Any],
+    put: Dict[str, Any],
+    refs: List[Dict[str, Any]],
+) -> None:
+    """An update where the old or the new state is pooled. Decided here: pooling may be
+    turned off only by the pool's last member (others share the URL: 400 ERR_NGROK_18017,
+    as a new endpoint without pooling would be); turned on, the endpoint's own claim
+    becomes a pool of one; a new url leaves the old pool (or claim) and joins the new one in
+    the same transaction."""
+    old_name, new_name = claim_of(account_id, old), claim_of(account_id, data)
+    ops = [put]
+    if old_name != new_name:
+        if old.get("pooling_enabled"):
+            raw_old = pooling.read(old_name)
+            if endpoint_id in pooling.members(raw_old)[0]:
+                ops.append(_pool_leave_op(account_id, old_name, raw_old, endpoint_id, old))
+        else:
+            ops.append(
+                {
+                    "Delete": {
+                        "TableName": online.raw_table(),
+                        "Key": online._claim_key(old_name),
+                        "ConditionExpression": "#o = :o",
+                        "ExpressionAttributeNames": {"#o": "owner"},
+                        "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
+                    }
+                }
+            )
+    if data.get("pooling_enabled"):
+        _pool_join(account_id, endpoint_id, data, ops, refs)
+        return
+    if old_name != new_name:
+        _write_claiming(account_id, endpoint_id, data, ops + refs)
+        return
+    raw = pooling.read(new_name)
+    clouds, agents = pooling.left(raw, endpoint_id)
+    if clouds or agents:
+        raise errors.PoolingDisabledConflict(
+            f"Other endpoints share {data['url']} (a pool of {len(clouds) + len(agents) + 1}); "
+            "pooling can be disabled only by the last endpoint of a pool",
+            details={"field": "pooling_enabled"},
+        )
+    claim = {
+        "Put": {
+            "TableName": online.raw_table(),
+            "Item": _claim_item(account_id, endpoint_id, data),
+            "ConditionExpression": "#o = :o",
+            "ExpressionAttributeNames": {"#o": "owner"},
+            "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
+        }
+    }
+    _transact(ops + [claim] + refs, -1)

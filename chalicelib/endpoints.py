@@ -20,7 +20,8 @@ domain (Ref to the reserved domain served, or null), tcp_addr (Ref, or null), tu
 edge (null), upstream_url (what the agent forwards to), upstream_protocol, url, principal
 (Ref to the user or bot owning the session's credential; for a cloud endpoint the API key's
 principal that created it), traffic_policy, bindings, tunnel_session (Ref), uri, name,
-pooling_enabled (false: one endpoint per URL, service-wide).
+pooling_enabled (true: the endpoint shares its URL with the other pooled endpoints on it,
+agent or cloud; chalicelib.core.pooling).
 
 Not offered (yet): the list's ``id`` / ``url`` query parameters (400 like any unknown
 parameter).
@@ -142,7 +143,7 @@ def _cloud_data(c: Ctx, fields: Dict[str, Any], old: Dict[str, Any]) -> Dict[str
         hostname=host,
         port=urlsplit(url).port or DEFAULT_PORTS[scheme],
         bindings=bindings,
-        pooling_enabled=False,
+        pooling_enabled=bool(fields.get("pooling_enabled", old.get("pooling_enabled", False))),
         updated_at=validation.now_rfc3339(),
     )
     if url != old.get("url"):

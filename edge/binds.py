@@ -67,11 +67,13 @@ class Binds:
             if name in self.edge.banned:
                 raise binding.Refused(*BANNED)
             sibling = legacy.sibling_for(tunnel, self.edge.registry, name)
-            if sibling is None and pools.join(self.edge.registry, tunnel, name) is None:
+            if sibling is None and tunnel.pooled and tunnel.proto in pools.POOLABLE:
+                await pools.bind(self.edge, tunnel, name)  # the store's pool (edge.pools)
+            elif sibling is None:
                 try:
                     await self._claim(tunnel, name)
                 except binding.Refused as exc:
-                    raise pools.refusal(exc, tunnel, self.edge.registry.by_host.get(name), name)
+                    raise await pools.refused(self.edge, exc, tunnel, name)
         elif (sibling := legacy.generated_partner(tunnel)) is not None:
             name, tunnel.generated = sibling.hostname, True
         elif (name := await self._remembered(tunnel)) is not None:
@@ -314,10 +316,18 @@ class Binds:
                 )
             if remember and self.edge.cluster is not None and self.edge.cluster.keep_claims():
                 return  # draining: the agent's re-bind elsewhere takes its items over
-            if name and tunnel.holds_claim:
+            pooled = tunnel.pooled and bool(tunnel.hostname) and not tunnel.internal
+            if pooled:  # the claim passes to the pool's next member (edge.pools)
+                await pools.leave(self.edge, tunnel, name)
+            elif name and tunnel.holds_claim:
                 await self.edge.call(online.release_hostname, name, endpoint_id=tunnel.endpoint_id)
             await self.edge.call(online.tunnel_stopped, tunnel.account_id, tunnel.id)
-            if partner is not None and tunnel.holds_claim and not partner.session.ended:
+            if (
+                partner is not None
+                and tunnel.holds_claim
+                and not pooled
+                and not partner.session.ended
+            ):
                 partner.holds_claim = True  # the other scheme's endpoint keeps serving it
                 await self._claim(partner, name)
         except Exception:  # the store being down must not keep a dead tunnel routed

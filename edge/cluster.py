@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from chalicelib.core import instances, online
+from edge import pools
 from edge.group_spread import GroupSpread
 
 log = logging.getLogger("edge.cluster")
@@ -354,6 +355,11 @@ class Cluster:
         finally:
             admission.release(ticket)  # HttpFront.handle, or the holder, admits it again
         host = host_of(head)
+        pooled = await pools.carry(self, host, "http", reader, writer, head) if host else None
+        if pooled:  # a pool's member on another instance took it (edge/pools.py)
+            return
+        if pooled is False:  # a pool's member here serves it
+            host = ""
         if host and await self._carry(
             host,
             lambda: self.edge.registry.http_tunnel(host, scheme) is not None,
@@ -399,6 +405,11 @@ class Cluster:
             if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2"
             else "https"
         )
+        pooled = await pools.carry(self, name, kind, reader, writer) if name else None
+        if pooled:  # a pool's member on another instance took it (edge/pools.py)
+            return
+        if pooled is False:  # a pool's member here serves it
+            name = ""
         if name and await self._carry(
             name,
             lambda: self.edge.registry.http_tunnel(name, "https") is not None,

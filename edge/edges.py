@@ -301,6 +301,16 @@ class EdgeRouter:
             )
         return routed
 
+    async def cloud(self, name: str) -> Optional[Dict[str, Any]]:
+        """The cloud endpoint holding ``name``'s claim (its copy; cached CACHE_SECONDS), or
+        None."""
+        return await self._cloud(name)
+
+    async def cloud_routed(self, cloud: Dict[str, Any]) -> Routed:
+        """Where a request to the cloud endpoint ``cloud`` (its claim's copy) goes: its
+        compiled traffic policy (a pool's cloud member: edge.pools)."""
+        return await self._cloud_routed(cloud)
+
     async def internal_target(
         self, account_id: str, url: str, protocol: str = "http"
     ) -> Optional[Routed]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from chalicelib.core import edge_errors
-from edge import challenges, http1
+from edge import challenges, http1, pools
 from edge.edges import Hop
 from edge.http_io import answer
 from edge.tls import MISDIRECTED
@@ -52,13 +52,20 @@ async def route(
     if refused is not None:  # a name's TLS settings met by another handshake
         await answer(client, writer, *MISDIRECTED, refused, close=True)
         return None
-    tunnel = edge.registry.http_tunnel(host, scheme)
+    pooled = await pools.routed(  # a pool with cloud members (edge/pools.py)
+        edge, host, scheme, getattr(writer, "relayed", False)
+    )
+    tunnel = edge.registry.http_tunnel(host, scheme) if pooled is None else None
     if tunnel is not None:
         return Route(
             tunnel, None, tunnel.enforcement, Hop.of_tunnel(tunnel), False, tunnel.account_id
         )
     # not an agent endpoint: a cloud endpoint, an HTTPS edge's hostport?
-    routed = await edge.router.route_http(host, request.target, scheme)
+    routed: Any = (
+        pooled
+        if pooled is not None
+        else await edge.router.route_http(host, request.target, scheme)
+    )
     if routed is None or routed.error is not None:
         status, code, msg = (
             routed.error

@@ -20,6 +20,7 @@ it). The API's own catalog is :mod:`chalicelib.core.errors`.
 | ADDRESS_NOT_RESERVED       | ERR_NGROK_7113   | agent  | a TCP address the account did not reserve                 |
 | DOMAIN_NOT_RESERVED        | ERR_NGROK_7117   | agent  | a custom domain nobody reserved                           |
 | ACCOUNT_ENDPOINT_LIMIT     | ERR_NGROK_18021  | agent  | the account has its maximum of online endpoints           |
+| POOL_FULL                  | ERR_NGROK_18020  | agent  | the URL's pool has its maximum of endpoints               |
 | TOO_MANY_CONNECTIONS       | ERR_NGROK_702    | public | the agent session has its maximum of open streams (429)   |
 | NO_BACKEND                 | ERR_NGROK_724    | public | no online tunnel can serve an edge's backend (502)        |
 | POLICY_FAILED              | ERR_NGROK_2300   | public | the traffic policy broke while running (502)              |
@@ -57,6 +58,7 @@ INVALID_TRAFFIC_POLICY = "ERR_NGROK_2201"
 ADDRESS_NOT_RESERVED = "ERR_NGROK_7113"
 DOMAIN_NOT_RESERVED = "ERR_NGROK_7117"
 ACCOUNT_ENDPOINT_LIMIT = "ERR_NGROK_18021"
+POOL_FULL = "ERR_NGROK_18020"
 TOO_MANY_CONNECTIONS = "ERR_NGROK_702"
 NO_BACKEND = "ERR_NGROK_724"
 POLICY_FAILED = "ERR_NGROK_2300"

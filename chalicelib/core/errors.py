@@ -37,6 +37,9 @@ place. Catalog (also in docs/CONTRACT.md, "Error catalog"):
 | CLOUD_ENDPOINT_EXISTS | ERR_NGROK_18009          | 409    | the account already has a cloud endpoint on this URL      |
 | ENDPOINT_URL_IN_USE | ERR_NGROK_334              | 409    | the URL's host is served by another endpoint or an HTTPS edge |
 | INVALID_CLOUD_POLICY | ERR_NGROK_18002           | 400    | a cloud endpoint's traffic_policy the engine refuses      |
+| POOLING_ENABLED_CONFLICT | ERR_NGROK_18016      | 400    | a pooled cloud endpoint on a URL an endpoint without pooling serves |
+| POOLING_DISABLED_CONFLICT | ERR_NGROK_18017     | 400    | a cloud endpoint without pooling on a URL another endpoint serves |
+| POOL_FULL           | ERR_NGROK_18020            | 400    | the URL's pool has its maximum of endpoints               |
 | DOMAIN_NOT_OWNED    | ERR_NGROK_320              | 400    | an endpoint URL on a domain another account reserved      |
 | DOMAIN_NOT_RESERVED | ERR_NGROK_7117             | 400    | an endpoint URL on a domain nobody reserved (not under the base domain) |
 | DOMAIN_RESERVED_BY_YOU | ERR_NGROK_413           | 409    | reserving a domain the account already reserved           |
@@ -91,6 +94,9 @@ UNSUPPORTED_OPERATION = "ERR_UNSUPPORTED_OPERATION"
 CLOUD_ENDPOINT_EXISTS = "ERR_NGROK_18009"
 ENDPOINT_URL_IN_USE = "ERR_NGROK_334"
 INVALID_CLOUD_POLICY = "ERR_NGROK_18002"
+POOLING_ENABLED_CONFLICT = "ERR_NGROK_18016"
+POOLING_DISABLED_CONFLICT = "ERR_NGROK_18017"
+POOL_FULL = "ERR_NGROK_18020"
 DOMAIN_NOT_OWNED = "ERR_NGROK_320"
 DOMAIN_NOT_RESERVED = "ERR_NGROK_7117"
 DOMAIN_RESERVED_BY_YOU = "ERR_NGROK_413"
@@ -295,6 +301,18 @@ class InvalidCloudPolicy(InvalidField):
     error_code = INVALID_CLOUD_POLICY
 
 
+class PoolingEnabledConflict(InvalidField):
+    error_code = POOLING_ENABLED_CONFLICT
+
+
+class PoolingDisabledConflict(InvalidField):
+    error_code = POOLING_DISABLED_CONFLICT
+
+
+class PoolFull(InvalidField):
+    error_code = POOL_FULL
+
+
 class DomainNotOwned(InvalidField):
     error_code = DOMAIN_NOT_OWNED
 
@@ -400,6 +418,9 @@ CATALOG = {
         CloudEndpointExists,
         EndpointUrlInUse,
         InvalidCloudPolicy,
+        PoolingEnabledConflict,
+        PoolingDisabledConflict,
+        PoolFull,
         DomainNotOwned,
         DomainNotReserved,
         MalformedRequest,

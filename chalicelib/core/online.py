@@ -1077,3 +1077,15 @@ def claim_instance(name: str) -> Optional[str]:
     claim). One GetItem."""
     raw = get_raw(_claim_key(_canonical(name)))
     return _s(raw, "instance_id") if raw else None
+
+
+# ---- endpoint pools (chalicelib.core.pooling) -------------------------------------------
+def claim_live(claim: Dict[str, Any]) -> bool:
+    """Whether a claim as read is held by a live endpoint (a cloud one, or an agent one whose
+    session heartbeats)."""
+    return _claim_is_live(claim)
+
+
+def batch_get(keys: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """BatchGetItem of any number of keys (items found, in no particular order)."""
+    return _batch_get(keys)

@@ -273,13 +273,11 @@ def test_description_and_metadata_limits(api, account):
     )
 
 
-def test_pooling_enabled_true_is_refused_false_is_accepted(api, account):
+def test_pooling_enabled_is_accepted_both_ways(api, account):
+    """Pools themselves: tests/functional/test_cloud_endpoint_pools.py."""
     assert _create(account.admin, f"https://{_name()}.{BASE}", pooling_enabled=False).status == 201
-    assert_error(
-        _create(account.admin, f"https://{_name()}.{BASE}", pooling_enabled=True),
-        errors.InvalidField,
-        field="pooling_enabled",
-    )
+    resp = _create(account.admin, f"https://{_name()}.{BASE}", pooling_enabled=True)
+    assert resp.status == 201 and resp.json["pooling_enabled"] is True, resp
 
 
 def test_unknown_field_returns_400(api, account):
