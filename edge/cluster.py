@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
-from chalicelib.core import instances, online
+from chalicelib.core import instances, online, pooling
 from edge import pools
 from edge.group_spread import GroupSpread
 
@@ -224,11 +224,13 @@ class Cluster:
     async def _lookup(self, name: str) -> Tuple[str, Optional[str]]:
         """Where ``name`` is served: ("local", None) when no other instance claims it (no
         claim item: this instance answers, offline if it holds nothing); ("relay", address)
-        when a serving instance holds its claim; ("moving", None) when the claim names an
+        when a serving instance holds its claim; a cloud endpoint's claim (held by the API,
+        served by every instance from the store) is "local" too; ("moving", None) when the claim names an
         instance that drains or died (its agent is reconnecting elsewhere), or this one
         while the endpoint is not routed here yet (a bind in progress)."""
         instance = await self.edge.call(online.claim_instance, name)
-        if not instance:
+        if not instance or instance == pooling.API_INSTANCE:
+            # no claim, or a cloud endpoint's (the API holds it): every instance serves it
             return "local", None
         if instance == self.instance_id:  # claimed here, bind still in progress (the
             return "moving", None  # claim is written before the tunnel is routed)

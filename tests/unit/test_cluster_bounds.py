@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from chalicelib.core import instances
+from chalicelib.core import instances, online, pooling
 from edge import cluster
 
 
@@ -63,6 +63,41 @@ def test_a_wait_ends_when_the_endpoint_is_bound_here(monkeypatch):
     c._lookup = moving
     start = time.monotonic()
     assert asyncio.run(c.holder_address("a.tunnels.localhost", lambda: len(calls) >= 3)) is None
+    assert time.monotonic() - start < cluster.HOLD_SECONDS / 2
+
+
+class ClaimEdge(FakeEdge):
+    """An edge whose store says ``claims[name]`` holds each name, at ``addresses``."""
+
+    def __init__(self, claims, addresses):
+        super().__init__()
+        self.claims, self.addresses = claims, addresses
+
+    async def call(self, func, *args, **kwargs):
+        if func is online.claim_instance:
+            return self.claims.get(args[0])
+        if func is instances.address_of:
+            return self.addresses.get(args[0])
+        raise AssertionError(func)
+
+
+def test_a_cloud_endpoint_is_served_where_its_connection_lands_without_a_wait(monkeypatch):
+    monkeypatch.setattr(cluster, "HOLD_POLL", 0.05)
+    edge = ClaimEdge(
+        {
+            "cloud.tunnels.localhost": pooling.API_INSTANCE,
+            "there.tunnels.localhost": "edge_b",
+            "gone.tunnels.localhost": "edge_dead",
+        },
+        {"edge_b": "127.0.0.1:7001"},
+    )
+    c = _cluster(edge)
+    assert asyncio.run(c._lookup("cloud.tunnels.localhost")) == ("local", None)
+    assert asyncio.run(c._lookup("free.tunnels.localhost")) == ("local", None)
+    assert asyncio.run(c._lookup("there.tunnels.localhost")) == ("relay", "127.0.0.1:7001")
+    assert asyncio.run(c._lookup("gone.tunnels.localhost")) == ("moving", None)
+    start = time.monotonic()
+    assert asyncio.run(c.holder_address("cloud.tunnels.localhost", lambda: False)) is None
     assert time.monotonic() - start < cluster.HOLD_SECONDS / 2
 
 
