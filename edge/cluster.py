@@ -225,9 +225,9 @@ class Cluster:
         """Where ``name`` is served: ("local", None) when no other instance claims it (no
         claim item: this instance answers, offline if it holds nothing); ("relay", address)
         when a serving instance holds its claim; a cloud endpoint's claim (held by the API,
-        served by every instance from the store) is "local" too; ("moving", None) when the claim names an
-        instance that drains or died (its agent is reconnecting elsewhere), or this one
-        while the endpoint is not routed here yet (a bind in progress)."""
+        served by every instance from the store) is "local" too; ("moving", None) when the
+        claim names an instance that drains or died (its agent is reconnecting elsewhere), or
+        this one while the endpoint is not routed here yet (a bind in progress)."""
         instance = await self.edge.call(online.claim_instance, name)
         if not instance or instance == pooling.API_INSTANCE:
             # no claim, or a cloud endpoint's (the API holds it): every instance serves it
