@@ -149,7 +149,8 @@ EXPECTED_VIEW_CALLS = {
     "DELETE /edges/https/{edge_id}/routes/{route_id}/traffic_policy": 1,
     # online views: a tunnel or endpoint is live while its session is, so reading one reads
     # its session too (a list page: one Query + one BatchGetItem of the page's sessions);
-    # stop/restart read the session (owner check) and flag it in one UpdateItem
+    # stop/restart read the session (owner check), read it again where the flag is set (its
+    # instance), flag it (1 UpdateItem) and write the command its instance reads (1 PutItem)
     "GET /tunnel_sessions": 1,
     "GET /tunnel_sessions/{session_id}": 1,
     "GET /tunnels": 2,
@@ -162,8 +163,8 @@ EXPECTED_VIEW_CALLS = {
     "POST /endpoints": 2,
     "PATCH /endpoints/{endpoint_id}": 2,
     "DELETE /endpoints/{endpoint_id}": 2,
-    "POST /tunnel_sessions/{session_id}/stop": 2,
-    "POST /tunnel_sessions/{session_id}/restart": 2,
+    "POST /tunnel_sessions/{session_id}/stop": 4,
+    "POST /tunnel_sessions/{session_id}/restart": 4,
     "POST /tunnel_sessions/{session_id}/update": 1,
     # vaults and secrets (chalicelib/vaults.py): a secret renders its vault's name (1 GetItem;
     # a list page: 1 BatchGetItem of the page's vaults); creating a secret reads its vault
