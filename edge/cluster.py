@@ -23,6 +23,7 @@ the claim but no longer holds the endpoint answers as for any offline endpoint.
 """
 
 import asyncio
+import hashlib
 import hmac
 import logging
 import os
@@ -32,12 +33,14 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from chalicelib.core import instances, online, pooling
+from chalicelib.core.policy import document
 from edge import pools
 from edge.group_spread import GroupSpread
 
 log = logging.getLogger("edge.cluster")
 
 PREAMBLE = b"NGRELAY1"
+CLOUD_KINDS = ("chttp", "chttps", "ch2")  # a designated cloud endpoint's relayed connection
 ACK_HERE = b"HERE\r\n"  # the holder serves the connection
 ACK_MOVED = b"MOVED\r\n"  # it no longer holds the endpoint: the claim is read again
 MAX_PREAMBLE = 512  # bytes of the relay line (closed past it)
@@ -110,6 +113,7 @@ class Cluster:
         self._server: Optional[asyncio.AbstractServer] = None
         self._lease: Optional[asyncio.Task] = None
         self._holders: Dict[str, Tuple[float, Optional[str]]] = {}  # name -> (at, address)
+        self._cloud_names: set = set()  # cloud endpoints relayed to their designated instance
         self._ended: List[Tuple[str, str]] = []  # sessions a drain ended (defer_end)
         self._dead: Dict[str, float] = {}  # relay addresses that refused (kill -9), when
         self.relayed_out = 0
@@ -225,19 +229,39 @@ class Cluster:
         """Where ``name`` is served: ("local", None) when no other instance claims it (no
         claim item: this instance answers, offline if it holds nothing); ("relay", address)
         when a serving instance holds its claim; a cloud endpoint's claim (held by the API,
-        served by every instance from the store) is "local" too; ("moving", None) when the
-        claim names an instance that drains or died (its agent is reconnecting elsewhere), or
-        this one while the endpoint is not routed here yet (a bind in progress)."""
+        served by every instance from the store): see :meth:`_designated`; ("moving", None)
+        when the claim names an instance that drains or died (its agent is reconnecting
+        elsewhere), or this one while the endpoint is not routed here yet (a bind in
+        progress)."""
         instance = await self.edge.call(online.claim_instance, name)
-        if not instance or instance == pooling.API_INSTANCE:
-            # no claim, or a cloud endpoint's (the API holds it): every instance serves it
+        if not instance:
             return "local", None
+        if instance == pooling.API_INSTANCE:  # a cloud endpoint's claim (the API holds it)
+            return await self._designated(name)
         if instance == self.instance_id:  # claimed here, bind still in progress (the
             return "moving", None  # claim is written before the tunnel is routed)
         address = await self.edge.call(instances.address_of, instance)
         if address is None:
             return "moving", None
         return "relay", address
+
+    async def _designated(self, name: str) -> Tuple[str, Optional[str]]:
+        """A cloud endpoint is served by the instance its connection lands on, unless its
+        traffic policy has a ``rate-limit`` action: then by one instance, the same for every
+        instance (:func:`designate` over the serving instances), so that its counters see
+        every request and the limit is exact across the cluster, as an agent endpoint's is
+        on the instance holding it. Two store reads (the claim's copy of the endpoint, the
+        registry), cached with the holder (HOLDER_CACHE_SECONDS)."""
+        cloud = await self.edge.call(online.cloud_endpoint_for, name)
+        if not cloud or not rate_limited(cloud.get("traffic_policy")):
+            return "local", None
+        chosen = designate(name, await self.edge.call(instances.live_instances))
+        if chosen is None or chosen["instance_id"] == self.instance_id:
+            return "local", None
+        if len(self._cloud_names) > 4096:
+            self._cloud_names.clear()
+        self._cloud_names.add(name)
+        return "relay", chosen["address"]
 
     async def holder_address(self, name: str, local: Callable[[], bool]) -> Optional[str]:
         """The relay address of the other instance holding ``name``'s claim, or None (served
@@ -478,7 +502,8 @@ class Cluster:
             address = await self.holder_address(name, local)
             if address is None:
                 return False
-            if await self.relay(address, kind, arg, peer, reader, writer, first):
+            sent = "c" + kind if name in self._cloud_names else kind  # see _holds
+            if await self.relay(address, sent, arg, peer, reader, writer, first):
                 return True
         return False
 
@@ -525,6 +550,8 @@ class Cluster:
         registry = self.edge.registry
         if kind in ("ghttp", "ghttps"):  # a tunnel group's connection: its route decides
             return True
+        if kind in CLOUD_KINDS:  # a rate-limited cloud endpoint's: every instance serves it
+            return True
         if kind == "tcp":
             return arg.isdigit() and int(arg) in registry.by_port
         return registry.http_tunnel(arg, "http" if kind == "http" else "https") is not None
@@ -541,7 +568,7 @@ class Cluster:
         from edge.public import HttpFront
 
         edge = self.edge
-        kind = kind[1:] if kind in ("ghttp", "ghttps") else kind
+        kind = kind[1:] if kind in ("ghttp", "ghttps") or kind in CLOUD_KINDS else kind
         if kind == "http":
             await HttpFront(edge, "http").handle(reader, _RelayedWriter(writer, peer))
         elif kind in ("https", "h2"):
@@ -634,3 +661,41 @@ async def pipe(
                 task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         up_writer.close()
+
+
+def rate_limited(policy: Any) -> bool:
+    """Whether a cloud endpoint's traffic policy (the document's text, or parsed) has a
+    ``rate-limit`` action in any phase. A document that does not parse has none (the API
+    refused it when it was written)."""
+    if not policy:
+        return False
+    try:
+        parsed = document.parse(policy) if isinstance(policy, str) else policy
+    except document.PolicyError:
+        return False
+    if not isinstance(parsed, dict):
+        return False
+    return any(
+        isinstance(rule, dict)
+        and any(
+            isinstance(action, dict) and action.get("type") == "rate-limit"
+            for action in rule.get("actions") or []
+        )
+        for phase in parsed.values()
+        if isinstance(phase, list)
+        for rule in phase
+    )
+
+
+def designate(name: str, live: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The serving instance that serves ``name`` for the whole cluster: rendezvous (highest
+    random weight) hashing of the name with each serving instance's id, so every instance
+    that reads the same registry picks the same one, and an instance joining or leaving moves
+    only the names it wins or held. None when no instance serves."""
+    serving = [i for i in live if i.get("state") == "serving" and i.get("address")]
+    if not serving:
+        return None
+    return max(
+        serving,
+        key=lambda i: hashlib.sha256(f"{i['instance_id']}|{name}".encode()).digest(),
+    )

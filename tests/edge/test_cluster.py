@@ -422,6 +422,31 @@ def test_a_rate_limit_holds_across_instances(cluster, token, agents):
     assert codes == [200] * 5 + [429] * 7, codes
 
 
+def test_a_cloud_endpoints_rate_limit_holds_across_instances(cluster, api):
+    """A cloud endpoint is served by every instance, but one whose policy has a rate-limit
+    is served by one designated instance (edge/cluster.py ``designate``), wherever its
+    connections land: 12 requests over 3 instances meet one counter (per-instance counters
+    would let all 12 through, 4 per instance)."""
+    import ngrok
+
+    account = api.new_account()
+    domain = f"xlimit-{time.time_ns()}.example.com"
+    assert account.admin.post("/reserved_domains", {"domain": domain}).status == 201
+    policy = json.loads(json.dumps(RATE_POLICY))
+    policy["on_http_request"][0]["actions"].append(
+        {"type": "custom-response", "config": {"status_code": 200, "body": "cloud"}}
+    )
+    client = ngrok.Client(account.admin.token, base_url=api.base_url)
+    client.endpoints.create(
+        url=f"https://{domain}", type="cloud", traffic_policy=json.dumps(policy)
+    )
+    deadline = time.time() + 30
+    while time.time() < deadline and cluster.get(domain, "/warm", 0).status_code != 200:
+        time.sleep(0.3)
+    codes = [cluster.get(domain, "/limited", i % 3).status_code for i in range(12)]
+    assert codes == [200] * 5 + [429] * 7, codes
+
+
 def test_stopping_a_session_reaches_the_instance_holding_it(cluster, api, agents):
     account = api.new_account()
     agent = agents(cluster.agent_target(2), _credential(account)["token"], [{"proto": "http"}])

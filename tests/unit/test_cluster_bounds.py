@@ -4,6 +4,7 @@ move within DRAIN_SECONDS even when a session never goes idle; an instance's lea
 for LEASE_SECONDS; the relay settings; the Host of a request head."""
 
 import asyncio
+import json
 import time
 from types import SimpleNamespace
 
@@ -67,18 +68,35 @@ def test_a_wait_ends_when_the_endpoint_is_bound_here(monkeypatch):
 
 
 class ClaimEdge(FakeEdge):
-    """An edge whose store says ``claims[name]`` holds each name, at ``addresses``."""
+    """An edge whose store says ``claims[name]`` holds each name, at ``addresses``, with
+    ``clouds[name]`` the cloud endpoint a claim carries and ``live`` the registry."""
 
-    def __init__(self, claims, addresses):
+    def __init__(self, claims, addresses, clouds=None, live=()):
         super().__init__()
         self.claims, self.addresses = claims, addresses
+        self.clouds, self.live = clouds or {}, list(live)
 
     async def call(self, func, *args, **kwargs):
         if func is online.claim_instance:
             return self.claims.get(args[0])
         if func is instances.address_of:
             return self.addresses.get(args[0])
+        if func is online.cloud_endpoint_for:
+            return self.clouds.get(args[0])
+        if func is instances.live_instances:
+            return self.live
         raise AssertionError(func)
+
+
+LIMITED = {"on_http_request": [{"actions": [{"type": "rate-limit", "config": {}}]}]}
+ANSWERED = {"on_http_request": [{"actions": [{"type": "custom-response", "config": {}}]}]}
+
+
+def _serving(*ids):
+    return [
+        {"instance_id": i, "address": f"127.0.0.1:{n}", "state": "serving"}
+        for n, i in enumerate(ids, 7000)
+    ]
 
 
 def test_a_cloud_endpoint_is_served_where_its_connection_lands_without_a_wait(monkeypatch):
@@ -90,6 +108,8 @@ def test_a_cloud_endpoint_is_served_where_its_connection_lands_without_a_wait(mo
             "gone.tunnels.localhost": "edge_dead",
         },
         {"edge_b": "127.0.0.1:7001"},
+        clouds={"cloud.tunnels.localhost": {"traffic_policy": json.dumps(ANSWERED)}},
+        live=_serving("edge_me", "edge_b"),
     )
     c = _cluster(edge)
     assert asyncio.run(c._lookup("cloud.tunnels.localhost")) == ("local", None)
@@ -99,6 +119,68 @@ def test_a_cloud_endpoint_is_served_where_its_connection_lands_without_a_wait(mo
     start = time.monotonic()
     assert asyncio.run(c.holder_address("cloud.tunnels.localhost", lambda: False)) is None
     assert time.monotonic() - start < cluster.HOLD_SECONDS / 2
+
+
+def test_a_rate_limited_cloud_endpoint_is_served_by_its_designated_instance():
+    live = _serving("edge_me", "edge_b", "edge_c")
+    names = [f"n{i}.example.com" for i in range(60)]
+    clouds = {name: {"traffic_policy": json.dumps(LIMITED)} for name in names}
+    claims = {name: pooling.API_INSTANCE for name in names}
+    here, relayed = 0, 0
+    for name in names:
+        c = _cluster(ClaimEdge(claims, {}, clouds=clouds, live=live))
+        chosen = cluster.designate(name, live)
+        got = asyncio.run(c._lookup(name))
+        if chosen["instance_id"] == "edge_me":
+            assert got == ("local", None)
+            here += 1
+        else:
+            assert got == ("relay", chosen["address"])
+            assert name in c._cloud_names  # relayed as a cloud kind the holder accepts
+            relayed += 1
+    assert here and relayed  # the names spread over the instances
+
+
+def test_every_instance_designates_the_same_one_and_a_departure_moves_only_its_names():
+    live = _serving("edge_a", "edge_b", "edge_c")
+    names = [f"n{i}.example.com" for i in range(300)]
+    before = {name: cluster.designate(name, live)["instance_id"] for name in names}
+    assert before == {name: cluster.designate(name, live[::-1])["instance_id"] for name in names}
+    assert set(before.values()) == {"edge_a", "edge_b", "edge_c"}
+    after = {name: cluster.designate(name, live[:2])["instance_id"] for name in names}
+    moved = [name for name in names if before[name] != after[name]]
+    assert moved and all(before[name] == "edge_c" for name in moved)
+    draining = [dict(live[0], state="draining")] + live[1:]
+    assert all(cluster.designate(name, draining)["instance_id"] != "edge_a" for name in names)
+    assert cluster.designate("x", []) is None
+    assert cluster.designate("x", [dict(live[0], address=None)]) is None
+
+
+@pytest.mark.parametrize(
+    "policy, limited",
+    [
+        (json.dumps(LIMITED), True),
+        (LIMITED, True),
+        ("on_http_request:\n  - actions:\n      - type: rate-limit\n", True),
+        (json.dumps(ANSWERED), False),
+        ({"on_http_response": [{"actions": [{"type": "rate-limit"}]}]}, True),
+        ({"on_http_request": [{"actions": "rate-limit"}]}, False),
+        ("", False),
+        (None, False),
+        ("[1, 2]", False),
+        ("{not: [valid", False),
+        ("x" * 70_000, False),
+    ],
+)
+def test_whether_a_policy_has_a_rate_limit(policy, limited):
+    assert cluster.rate_limited(policy) is limited
+
+
+def test_the_holder_accepts_a_designated_cloud_endpoints_connection():
+    c = _cluster()
+    for kind in cluster.CLOUD_KINDS:
+        assert c._holds(kind, "cloud.example.com")
+    assert not c._holds("http", "cloud.example.com")  # no agent endpoint of that name here
 
 
 class BusySession:
