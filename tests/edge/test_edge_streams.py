@@ -18,6 +18,7 @@ import base64
 import dataclasses
 import json
 import os
+import queue
 import socket
 import ssl
 import threading
@@ -42,6 +43,15 @@ def _recv_all(sock, limit=1 << 22):
             break
         data += chunk
     return data
+
+
+def _disconnections(sdk):
+    """The SDK's 'disconnected' events so far (its session error: why it reconnected)."""
+    while True:
+        try:
+            sdk.seen.append(sdk.events.get_nowait())
+        except queue.Empty:
+            return [e for e in sdk.seen if e.get("event") == "disconnected"]
 
 
 def _status(data):
@@ -473,6 +483,7 @@ def test_a_burst_of_1000_concurrent_requests_is_answered_and_the_session_stays(e
     assert all(g in answers for g in got), (
         [g for g in got if g not in answers][:3],
         sum(1 for g in got if g not in answers),
+        _disconnections(agent.sdk),
         "".join(agent.sdk.stderr_tail)[-1500:],
         edge.log()[-3000:],
     )
