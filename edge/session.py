@@ -55,7 +55,7 @@ LINGER_SECONDS = 30.0  # a finished stream waits this long for the peer's FIN
 # ngrok-rust's muxado sends its FIN before its application drops the stream, and removes it
 # from its own table only then (stream_manager.rs); a SYN that meets a full table there ends
 # the whole session ("transport error" in the SDK). Measured: a burst of 1,000 requests on a
-# loaded machine made the SDK reconnect in 2 of 10 runs with the slot given back at the FIN.
+# loaded machine made the SDK reconnect in 3 of ~15 runs with the slot given back at the FIN.
 SLOT_GRACE = 0.2
 # Before the peer is authenticated (``MuxSession.authenticated``), what it may make us hold:
 PRE_AUTH_STREAMS = 2  # streams (the SDKs open Auth, and may open Heartbeat, before it)
@@ -81,14 +81,13 @@ class MuxStream:
         self.session = session
         self.id = stream_id
         self._recv = bytearray()
-        self._waiter: Optional[asyncio.Future] = (
-            None  # the reader waiting for data (_waiter_after)
-        )
+        # the reader waiting for data, the writer waiting for credit (_waiter_after)
+        self._waiter: Optional[asyncio.Future] = None
         self._remote_fin = False
         self._reset: Optional[str] = None
         self._send_window = muxado.DEFAULT_WINDOW
         self._recv_window = muxado.DEFAULT_WINDOW  # credit the peer still has
-        self._window_waiter: Optional[asyncio.Future] = None  # a writer waiting for credit
+        self._window_waiter: Optional[asyncio.Future] = None
         self.local = local
         self._needs_syn = local
         self._local_fin = False
