@@ -8,7 +8,7 @@ import signal
 import sys
 
 from chalicelib.core import store
-from edge import config
+from edge import config, gc_tuning
 from edge.server import Edge
 
 
@@ -25,6 +25,7 @@ async def main() -> int:
     store.configure()
     edge = Edge(settings)
     await edge.start()
+    gc_tuning.tune()  # the collector's cost per request (edge/gc_tuning.py)
     print(
         f"edge {settings.instance_id}: agents connect to {settings.host}:{edge.agent_port} "
         f"(TLS; the SDK's server_addr), endpoints are served at "

@@ -18,6 +18,7 @@ import base64
 import dataclasses
 import json
 import os
+import queue
 import socket
 import ssl
 import threading
@@ -42,6 +43,15 @@ def _recv_all(sock, limit=1 << 22):
             break
         data += chunk
     return data
+
+
+def _disconnections(sdk):
+    """The SDK's 'disconnected' events so far (its session error: why it reconnected)."""
+    while True:
+        try:
+            sdk.seen.append(sdk.events.get_nowait())
+        except queue.Empty:
+            return [e for e in sdk.seen if e.get("event") == "disconnected"]
 
 
 def _status(data):
@@ -454,7 +464,10 @@ def test_a_burst_of_1000_concurrent_requests_is_answered_and_the_session_stays(e
             raw.settimeout(20)
             raw.connect(("127.0.0.1", edge.http_port))
             raw.sendall(slow.replace(b"{host}", agent.host("http").encode()))
-            data = _recv_all(raw)
+            try:
+                data = _recv_all(raw)
+            except TimeoutError:  # reported with the logs below, not as a bare timeout
+                return ("no answer within 20 s", i)
         status = _status(data)
         return (
             status
@@ -469,7 +482,10 @@ def test_a_burst_of_1000_concurrent_requests_is_answered_and_the_session_stays(e
     answers = (200, (429, b"ERR_NGROK_702"), (502, b"ERR_NGROK_8012"))
     assert all(g in answers for g in got), (
         [g for g in got if g not in answers][:3],
+        sum(1 for g in got if g not in answers),
+        _disconnections(agent.sdk),
         "".join(agent.sdk.stderr_tail)[-1500:],
+        edge.log()[-3000:],
     )
     assert got.count(200) >= 900, [g for g in got if g != 200][:5]
     _settled(agent)

@@ -464,3 +464,48 @@ def test_authentication_lifts_the_bounds():
         return goaway, closed
 
     assert _run(main()) == ([], False)
+
+
+def test_a_slot_comes_back_slot_grace_after_the_agents_fin(monkeypatch):
+    """ngrok-rust removes a stream from its table after its FIN, when its application drops
+    it: a slot freed by the FIN is given back SLOT_GRACE later, so a burst never opens more
+    streams than the agent still counts (its muxado ends the session on a SYN past 512)."""
+    monkeypatch.setattr(session, "MAX_LOCAL_STREAMS", 2)
+    monkeypatch.setattr(session, "SLOT_GRACE", 0.3)
+
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        loop = asyncio.get_running_loop()
+        streams = [mux.open_stream() for _ in range(2)]
+        for stream in streams:
+            await stream.write(b"x")
+        streams[0].finish()
+        peer.send(muxado.data(streams[0].id, b"", fin=True))
+        await asyncio.sleep(0.05)
+        table, cooling = mux.local_open, mux.cooling
+        with pytest.raises(session.StreamsExhausted):
+            mux.open_stream()  # left the table, still in its grace
+        started = loop.time()
+        opened = await mux.open_stream_when_free(5)
+        waited = loop.time() - started
+        await mux.close()
+        task.cancel()
+        return table, cooling, opened.id, waited >= 0.2
+
+    assert _run(main()) == (1, 1, 6, True)
+
+
+def test_a_stream_the_agent_never_heard_of_gives_its_slot_back_at_once(monkeypatch):
+    monkeypatch.setattr(session, "MAX_LOCAL_STREAMS", 1)
+    monkeypatch.setattr(session, "SLOT_GRACE", 30)
+
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux.open_stream().finish()  # nothing sent: forgotten, no grace
+        again = mux.open_stream()
+        cooling = mux.cooling
+        await mux.close()
+        task.cancel()
+        return again.id, cooling
+
+    assert _run(main()) == (4, 0)

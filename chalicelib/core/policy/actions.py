@@ -223,7 +223,7 @@ class AddHeaders(Action):
             if value is not None:
                 message.add_header(name, value)
                 added[name] = value
-        r.traffic.invalidate()
+        r.traffic.invalidate(headers_only=True)
         r.set_vars("add_headers", headers_added=added)
         return None
 
@@ -240,7 +240,7 @@ class RemoveHeaders(Action):
     def run(self, r):
         message = r.traffic.req if r.phase == REQ else r.traffic.res
         removed = [name for name in self.names if message.remove_header(name)]
-        r.traffic.invalidate()
+        r.traffic.invalidate(headers_only=True)
         r.set_vars("remove_headers", headers_removed=removed)
         return None
 

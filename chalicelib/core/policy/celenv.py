@@ -61,9 +61,17 @@ class Traffic:
         self.action_vars = action_vars if action_vars is not None else {}
         self.cache: Dict[str, Any] = {}
 
-    def invalidate(self) -> None:
-        """The request or response changed: derived values are recomputed."""
-        self.cache.clear()
+    def invalidate(self, headers_only: bool = False) -> None:
+        """The request or response changed: derived values are recomputed. ``headers_only``
+        (add-headers, remove-headers): the values no header alters stay (HEADER_FREE: the
+        connection's, the endpoint's, the URL's; a policy of several add-headers rules
+        matching on the path computed it once per rule before, edge/bench's 5-rule case)."""
+        if not headers_only:
+            self.cache.clear()
+            return
+        cache = self.cache
+        for name in [name for name in cache if name not in HEADER_FREE]:
+            del cache[name]
 
 
 def _media(values: List[str]) -> Tuple[str, Dict[str, str], str]:
@@ -223,6 +231,15 @@ for _member in ("is_mobile", "is_tablet", "is_desktop", "is_bot"):
         HTTP_PHASES,
         (lambda m: lambda t: _req_ua(t, m))(_member),
     )
+
+# Variables whose value no header change alters (derived from the connection, the endpoint,
+# the request line and URL, or fields set once): Traffic.invalidate(headers_only=True) keeps them.
+HEADER_FREE = frozenset(
+    name
+    for name in VARIABLES
+    if name.startswith(("conn.", "endpoint.", "req.url"))
+    or name in ("req.method", "req.version", "req.content_length", "req.ts.header_received")
+)
 
 # Result variables of the actions this engine runs (hosted docs, each action's "Action
 # Variables"), with the phases of their action. Before the action ran they hold zero values.
