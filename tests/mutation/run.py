@@ -81,7 +81,7 @@ MODULES = {
         "chalicelib.https_edges.x__match_type*",
         "chalicelib.https_edges.x__check_*",
     ],
-    "chalicelib.auth": ["chalicelib.auth.x_new_secret*", "chalicelib.auth.x_bearer_token*"],
+    "chalicelib.auth": ["chalicelib.auth.x_new_secret__*", "chalicelib.auth.x_bearer_token__*"],
     "chalicelib.abuse_reports": [
         "chalicelib.abuse_reports.x_url_host*",
         "chalicelib.abuse_reports.x__check_urls*",
