@@ -279,12 +279,12 @@ def _claim_item(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> Dict
         "traffic_policy": data.get("traffic_policy", ""),
     }
     return {
-        **online._claim_key(name),
+        **online.claim_key(name),
         "kind": {"S": online.CLAIM_NAMESPACE},
         "account_id": {"S": account_id},
         "owner": {"S": endpoint_id},
         "instance_id": {"S": "api"},
-        "heartbeat_at": {"N": online._ms(online.now())},
+        "heartbeat_at": {"N": online.ms_text(online.now())},
         "data": store.to_av(
             {"endpoint_id": endpoint_id, "account_id": account_id, "name": name, "cloud": copy}
         ),
@@ -413,14 +413,14 @@ def _write_claiming(
             _transact(ops, len(other_ops))
             return
         except _Taken as taken:
-            raw = taken.raw or online.get_raw(online._claim_key(claim_of(account_id, data)))
+            raw = taken.raw or online.get_raw(online.claim_key(claim_of(account_id, data)))
             if raw is None:
                 held = None
                 continue
             holder_data = online.data_of(raw)
             if (
                 pooling.is_pool(raw)
-                and online._s(raw, "account_id") == account_id
+                and online.str_attr(raw, "account_id") == account_id
                 and (pooling.members(raw)[0] or online.claim_live(raw))
             ):
                 raise errors.PoolingDisabledConflict(
@@ -429,13 +429,13 @@ def _write_claiming(
                     "(set pooling_enabled to true)",
                     details={"field": "pooling_enabled"},
                 ) from None
-            if holder_data.get("cloud") and online._s(raw, "account_id") == account_id:
+            if holder_data.get("cloud") and online.str_attr(raw, "account_id") == account_id:
                 raise errors.CloudEndpointExists(
                     f"This account already has a cloud endpoint on {data['url']} "
-                    f"({online._s(raw, 'owner')})",
+                    f"({online.str_attr(raw, 'owner')})",
                     details={"field": "url"},
                 ) from None
-            if online._claim_is_live(raw):
+            if online.claim_is_live(raw):
                 raise errors.EndpointUrlInUse(
                     f"The endpoint URL {data['url']} is already online (served by another "
                     "endpoint); stop it first or use another URL",
@@ -526,7 +526,7 @@ def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item
     release = {
         "Delete": {
             "TableName": online.raw_table(),
-            "Key": online._claim_key(old_name),
+            "Key": online.claim_key(old_name),
             "ConditionExpression": "#o = :o",
             "ExpressionAttributeNames": {"#o": "owner"},
             "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
@@ -565,7 +565,7 @@ def delete(account_id: str, old: store.Item) -> None:
         {
             "Delete": {
                 "TableName": online.raw_table(),
-                "Key": online._claim_key(claim_of(account_id, old.data)),
+                "Key": online.claim_key(claim_of(account_id, old.data)),
                 "ConditionExpression": "attribute_not_exists(pk) OR #o = :o",
                 "ExpressionAttributeNames": {"#o": "owner"},
                 "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
@@ -677,7 +677,7 @@ def _update_pooled(
                 {
                     "Delete": {
                         "TableName": online.raw_table(),
-                        "Key": online._claim_key(old_name),
+                        "Key": online.claim_key(old_name),
                         "ConditionExpression": "#o = :o",
                         "ExpressionAttributeNames": {"#o": "owner"},
                         "ExpressionAttributeValues": {":o": {"S": endpoint_id}},

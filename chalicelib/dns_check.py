@@ -135,7 +135,7 @@ def check_record(resolver: Any, name: str, expected: str) -> Dict[str, Any]:
 
 def check(c: web.Ctx, domain_id: str) -> Dict[str, Any]:
     """The report of ``POST /reserved_domains/{domain_id}/dns_check`` (404 as a GET)."""
-    item = reserved_domains._get(c, domain_id)
+    item = reserved_domains.get_item(c, domain_id)
     wanted = records(item.data)
     results: List[Dict[str, Any]] = []
     if wanted:

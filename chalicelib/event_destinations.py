@@ -66,7 +66,7 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
     }
 
 
-def _room(account_id: str, collection: str, what: str) -> None:
+def require_room(account_id: str, collection: str, what: str) -> None:
     items, _ = store.query_page(
         store.collection_pk(account_id, collection), event_targets.MAX_PER_ACCOUNT
     )
@@ -79,7 +79,7 @@ def _room(account_id: str, collection: str, what: str) -> None:
 
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     target = event_targets.check_target(fields.pop("target"))
-    _room(c.account_id, COLLECTION, "event destination")
+    require_room(c.account_id, COLLECTION, "event destination")
     destination_id = ids.new_id(PREFIX)
     data = {
         "description": "",

@@ -110,7 +110,7 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     if "sources" in fields:  # checked entries -> the stored types and their filter/fields
         fields.update(event_targets.split_sources(fields.pop("sources")))
     refs = _refs(c.account_id, destinations, 1)
-    event_destinations._room(c.account_id, COLLECTION, "event subscription")
+    event_destinations.require_room(c.account_id, COLLECTION, "event subscription")
     data = {
         "description": "",
         "metadata": "",

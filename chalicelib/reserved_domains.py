@@ -351,12 +351,12 @@ def _managed(account_id: str, cert_id: Optional[str]) -> bool:
     return item is not None and bool(item.data.get("managed_for"))
 
 
-def _get(c: Ctx, domain_id: str) -> store.Item:
+def get_item(c: Ctx, domain_id: str) -> store.Item:
     return store.get_by_id(c.account_id, COLLECTION, PREFIX, domain_id, "reserved domain")
 
 
 def get(c: Ctx, domain_id: str) -> Dict[str, Any]:
-    return render(c, _get(c, domain_id))
+    return render(c, get_item(c, domain_id))
 
 
 def list_page(c: Ctx, limit: int, before_id: Optional[str]) -> Tuple[List[Dict[str, Any]], bool]:
@@ -389,7 +389,7 @@ def update(c: Ctx, domain_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 @store.retrying
 def _update_certificate(c: Ctx, domain_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
-    old = _get(c, domain_id)
+    old = get_item(c, domain_id)
     data = old.data
     domain = data["domain"]
     changes = dict(fields)
@@ -445,7 +445,7 @@ def delete(c: Ctx, domain_id: str) -> None:
     """Reads first (1 GetItem: the domain whose claim is released; +1 GetItem when it has a
     certificate: issued ones are deleted with it), then one transaction; 409 while an HTTPS
     edge hostport uses the domain (its ``refs``)."""
-    item = _get(c, domain_id)
+    item = get_item(c, domain_id)
     in_use = errors.Conflict(
         f"The reserved domain '{item.data['domain']}' is served by an "
         "HTTPS edge; remove the edge's hostports under it first"
@@ -550,7 +550,7 @@ def delete_part(c: Ctx, domain_id: str, part: str) -> None:
 
 @store.retrying
 def _detach(c: Ctx, domain_id: str) -> None:
-    item = _get(c, domain_id)
+    item = get_item(c, domain_id)
     cert_id = item.data.get("certificate_id")
     if not cert_id:
         return

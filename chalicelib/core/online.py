@@ -132,7 +132,7 @@ def _session_key(account_id: str, session_id: str) -> Dict[str, Any]:
     return raw_key(store.collection_pk(account_id, SESSIONS), session_id)
 
 
-def _claim_key(name: str) -> Dict[str, Any]:
+def claim_key(name: str) -> Dict[str, Any]:
     return raw_key(store.unique_pk(CLAIM_NAMESPACE, name), store.UNIQUE_SK)
 
 
@@ -156,7 +156,7 @@ def raw_item(
         "data": store.to_av(data),
         "refs": {"N": "0"},
         "instance_id": {"S": instance_id},
-        "heartbeat_at": {"N": _ms(heartbeat_at)},
+        "heartbeat_at": {"N": ms_text(heartbeat_at)},
         "expires_at": {"N": _num(expires_at)},
     }
     if owner is not None:
@@ -169,7 +169,7 @@ def _num(value: float) -> str:
     return str(int(value))
 
 
-def _ms(value: float) -> str:
+def ms_text(value: float) -> str:
     """Epoch seconds with milliseconds (``heartbeat_at``: staleness is decided to the ms)."""
     return f"{value:.3f}"
 
@@ -194,7 +194,7 @@ def num_attr(raw: Dict[str, Any], name: str) -> Optional[float]:
     return float(value["N"]) if value else None
 
 
-def _s(raw: Dict[str, Any], name: str) -> Optional[str]:
+def str_attr(raw: Dict[str, Any], name: str) -> Optional[str]:
     value = raw.get(name)
     return value["S"] if value else None
 
@@ -252,8 +252,8 @@ def _alive(sessions: Iterable[SessionProof], at: Optional[float] = None) -> set:
 
 
 def _raw_alive(raw: Dict[str, Any]) -> bool:
-    sid = _s(raw, "sk") or ""
-    return sid in _alive([(sid, _s(raw, "instance_id"), num_attr(raw, "heartbeat_at"))])
+    sid = str_attr(raw, "sk") or ""
+    return sid in _alive([(sid, str_attr(raw, "instance_id"), num_attr(raw, "heartbeat_at"))])
 
 
 def _item_alive(item: store.Item) -> bool:
@@ -329,7 +329,7 @@ def session_heartbeat(
             "REMOVE stop_requested, restart_requested",
             ConditionExpression="attribute_exists(pk)",
             ExpressionAttributeValues={
-                ":hb": {"N": _ms(at)},
+                ":hb": {"N": ms_text(at)},
                 ":exp": {"N": _num(at + EXPIRE_AFTER_SECONDS)},
                 ":i": {"S": instance_id},
             },
@@ -358,7 +358,7 @@ def _refresh_children(
     for child in sorted(session.get("children", {}).get("SS", [])):
         if child.startswith("claim|"):
             _, endpoint_id, name = child.split("|", 2)
-            key, owner = _claim_key(name), endpoint_id
+            key, owner = claim_key(name), endpoint_id
         else:
             key, owner = _child_key(account_id, child), session_id
         try:
@@ -463,7 +463,7 @@ def _update_session(account_id: str, session_id: str, flag: str) -> None:
     raw = get_raw(_session_key(account_id, session_id))
     if raw is None or not _raw_alive(raw):
         raise errors.NotFound(f"No tunnel session with id '{session_id}' exists")
-    instance_id = _s(raw, "instance_id") or ""
+    instance_id = str_attr(raw, "instance_id") or ""
     at = now()
     try:
         raw_client().update_item(
@@ -529,7 +529,7 @@ def cloud_endpoint_for(name: str) -> Optional[Dict[str, Any]]:
     """The cloud endpoint serving the claim ``name`` (a hostname, or :func:`claim_name` of an
     internal one): the copy its claim carries (``id``, ``account_id``, ``url``, ``host``,
     ``scheme``, ``internal``, ``traffic_policy``), or None. One GetItem; the edge's read."""
-    held = get_raw(_claim_key(_canonical(name)))
+    held = get_raw(claim_key(_canonical(name)))
     if held is None:
         return None
     cloud = data_of(held).get("cloud")
@@ -799,7 +799,7 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str, instance
     holds it. Names are compared lower-cased.
     """
     name = _canonical(hostname)
-    key = _claim_key(name)
+    key = claim_key(name)
     client = raw_client()
     for _ in range(store.RETRIES):
         at = now()
@@ -834,7 +834,7 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str, instance
         held = get_raw(key)
         if held is None:
             continue
-        if _claim_is_live(held):
+        if claim_is_live(held):
             raise errors.Conflict(f"'{name}' is already served by another endpoint")
         try:
             client.put_item(
@@ -851,8 +851,8 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str, instance
     raise errors.Conflict(f"'{name}' is being claimed by another endpoint at the same time")
 
 
-def _claim_is_live(claim: Dict[str, Any]) -> bool:
-    account_id, endpoint_id = _s(claim, "account_id"), _s(claim, "owner")
+def claim_is_live(claim: Dict[str, Any]) -> bool:
+    account_id, endpoint_id = str_attr(claim, "account_id"), str_attr(claim, "owner")
     endpoint = (
         get_raw(raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id))
         if account_id and endpoint_id
@@ -860,7 +860,7 @@ def _claim_is_live(claim: Dict[str, Any]) -> bool:
     )
     if endpoint is None:
         return _fresh(num_attr(claim, "heartbeat_at"))
-    session_id = _s(endpoint, "owner")
+    session_id = str_attr(endpoint, "owner")
     if session_id is None:  # an endpoint without a session (cloud): live while it exists
         return True
     session = get_raw(_session_key(account_id or "", session_id))
@@ -869,33 +869,33 @@ def _claim_is_live(claim: Dict[str, Any]) -> bool:
 
 def release_hostname(hostname: str, *, endpoint_id: str) -> None:
     """Free ``hostname`` if ``endpoint_id`` still holds it (idempotent)."""
-    _delete_if(_claim_key(_canonical(hostname)), "#o = :o", {":o": {"S": endpoint_id}})
+    _delete_if(claim_key(_canonical(hostname)), "#o = :o", {":o": {"S": endpoint_id}})
 
 
 def hostname_holder(hostname: str) -> Optional[Dict[str, Any]]:
     """Who serves ``hostname`` now: ``{"account_id", "endpoint_id", "instance_id"}`` of a
     live claim, or None (no claim, or a stale one). For routing across edge instances."""
-    held = get_raw(_claim_key(_canonical(hostname)))
-    if held is None or not _claim_is_live(held):
+    held = get_raw(claim_key(_canonical(hostname)))
+    if held is None or not claim_is_live(held):
         return None
     return {
-        "account_id": _s(held, "account_id"),
-        "endpoint_id": _s(held, "owner"),
-        "instance_id": _s(held, "instance_id"),
+        "account_id": str_attr(held, "account_id"),
+        "endpoint_id": str_attr(held, "owner"),
+        "instance_id": str_attr(held, "instance_id"),
     }
 
 
 def hostname_holders(names: List[str]) -> Dict[str, Dict[str, Any]]:
     """:func:`hostname_holder` of several names: one BatchGetItem of their claims, then the
     liveness reads of the claims found (usually none)."""
-    keys = [_claim_key(_canonical(name)) for name in names]
+    keys = [claim_key(_canonical(name)) for name in names]
     found = {}
     for raw in _batch_get(keys):
-        if _claim_is_live(raw):
-            found[_s(raw, "pk")] = {
-                "account_id": _s(raw, "account_id"),
-                "endpoint_id": _s(raw, "owner"),
-                "instance_id": _s(raw, "instance_id"),
+        if claim_is_live(raw):
+            found[str_attr(raw, "pk")] = {
+                "account_id": str_attr(raw, "account_id"),
+                "endpoint_id": str_attr(raw, "owner"),
+                "instance_id": str_attr(raw, "instance_id"),
             }
     return {
         name: found[key["pk"]["S"]] for name, key in zip(names, keys) if key["pk"]["S"] in found
@@ -1069,21 +1069,21 @@ def live_item(
 def session_instance(account_id: str, session_id: str) -> Optional[str]:
     """The instance id a session's online item names (None: no item). One GetItem."""
     raw = get_raw(_session_key(account_id, session_id))
-    return _s(raw, "instance_id") if raw is not None else None
+    return str_attr(raw, "instance_id") if raw is not None else None
 
 
 def claim_instance(name: str) -> Optional[str]:
     """The instance id the claim of a served name (hostname or host:port) names (None: no
     claim). One GetItem."""
-    raw = get_raw(_claim_key(_canonical(name)))
-    return _s(raw, "instance_id") if raw else None
+    raw = get_raw(claim_key(_canonical(name)))
+    return str_attr(raw, "instance_id") if raw else None
 
 
 # ---- endpoint pools (chalicelib.core.pooling) -------------------------------------------
 def claim_live(claim: Dict[str, Any]) -> bool:
     """Whether a claim as read is held by a live endpoint (a cloud one, or an agent one whose
     session heartbeats)."""
-    return _claim_is_live(claim)
+    return claim_is_live(claim)
 
 
 def batch_get(keys: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
