@@ -265,6 +265,38 @@ def claim_of(account_id: str, data: Dict[str, Any]) -> str:
     return online.claim_name(host, account_id)
 
 
+def _held_by(endpoint_id: str) -> Dict[str, Any]:
+    """The condition of a write to a claim: this endpoint holds it."""
+    return {
+        "ConditionExpression": "#o = :o",
+        "ExpressionAttributeNames": {"#o": "owner"},
+        "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
+    }
+
+
+def _rewrite_claim(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> Dict[str, Any]:
+    """The transaction part that rewrites the claim this endpoint holds (its copy of the
+    endpoint, what the edge serves from)."""
+    return {
+        "Put": {
+            "TableName": online.raw_table(),
+            "Item": _claim_item(account_id, endpoint_id, data),
+            **_held_by(endpoint_id),
+        }
+    }
+
+
+def _release_claim(name: str, endpoint_id: str) -> Dict[str, Any]:
+    """The transaction part that frees the claim of ``name`` this endpoint holds."""
+    return {
+        "Delete": {
+            "TableName": online.raw_table(),
+            "Key": online.claim_key(name),
+            **_held_by(endpoint_id),
+        }
+    }
+
+
 def _claim_item(account_id: str, endpoint_id: str, data: Dict[str, Any]) -> Dict[str, Any]:
     name = claim_of(account_id, data)
     scheme, host = split(data["url"])
@@ -512,26 +544,10 @@ def update(account_id: str, old: store.Item, data: Dict[str, Any]) -> store.Item
         _update_pooled(account_id, endpoint_id, old.data, data, put, refs)
         return store.model().from_raw_data(put["Put"]["Item"])
     if old_name == new_name:
-        claim = {
-            "Put": {
-                "TableName": online.raw_table(),
-                "Item": _claim_item(account_id, endpoint_id, data),
-                "ConditionExpression": "#o = :o",
-                "ExpressionAttributeNames": {"#o": "owner"},
-                "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
-            }
-        }
+        claim = _rewrite_claim(account_id, endpoint_id, data)
         _transact([put, claim] + refs, -1)
         return store.model().from_raw_data(put["Put"]["Item"])
-    release = {
-        "Delete": {
-            "TableName": online.raw_table(),
-            "Key": online.claim_key(old_name),
-            "ConditionExpression": "#o = :o",
-            "ExpressionAttributeNames": {"#o": "owner"},
-            "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
-        }
-    }
+    release = _release_claim(old_name, endpoint_id)
     _write_claiming(account_id, endpoint_id, data, [put, release] + refs)
     return store.model().from_raw_data(put["Put"]["Item"])
 
@@ -673,17 +689,7 @@ def _update_pooled(
             if endpoint_id in pooling.members(raw_old)[0]:
                 ops.append(_pool_leave_op(account_id, old_name, raw_old, endpoint_id, old))
         else:
-            ops.append(
-                {
-                    "Delete": {
-                        "TableName": online.raw_table(),
-                        "Key": online.claim_key(old_name),
-                        "ConditionExpression": "#o = :o",
-                        "ExpressionAttributeNames": {"#o": "owner"},
-                        "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
-                    }
-                }
-            )
+            ops.append(_release_claim(old_name, endpoint_id))
     if data.get("pooling_enabled"):
         _pool_join(account_id, endpoint_id, data, ops, refs)
         return
@@ -698,13 +704,5 @@ def _update_pooled(
             "pooling can be disabled only by the last endpoint of a pool",
             details={"field": "pooling_enabled"},
         )
-    claim = {
-        "Put": {
-            "TableName": online.raw_table(),
-            "Item": _claim_item(account_id, endpoint_id, data),
-            "ConditionExpression": "#o = :o",
-            "ExpressionAttributeNames": {"#o": "owner"},
-            "ExpressionAttributeValues": {":o": {"S": endpoint_id}},
-        }
-    }
+    claim = _rewrite_claim(account_id, endpoint_id, data)
     _transact(ops + [claim] + refs, -1)

@@ -371,13 +371,7 @@ class Cluster:
             return
         try:
             admission.waiting(ticket)  # evictable while no byte of a request came
-            head = await asyncio.wait_for(
-                reader.readuntil(b"\r\n\r\n"), self.edge.settings.head_timeout
-            )
-        except asyncio.IncompleteReadError as exc:
-            head = exc.partial
-        except (asyncio.LimitOverrunError, asyncio.TimeoutError, OSError):
-            head = b""
+            head = await self._first_head(reader)
         finally:
             admission.release(ticket)  # HttpFront.handle, or the holder, admits it again
         host = host_of(head)
@@ -401,6 +395,18 @@ class Cluster:
         if head:
             reader._buffer[0:0] = head  # type: ignore[attr-defined]  # unread: served here
         await handle(reader, writer)
+
+    async def _first_head(self, reader: asyncio.StreamReader) -> bytes:
+        """The first request's head (through its blank line), what came before the client
+        closed, or b"" after ``head_timeout``, an over-long head or a socket error."""
+        try:
+            return await asyncio.wait_for(
+                reader.readuntil(b"\r\n\r\n"), self.edge.settings.head_timeout
+            )
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial
+        except (asyncio.LimitOverrunError, asyncio.TimeoutError, OSError):
+            return b""
 
     async def _spread(
         self, scheme: str, host: str, head: bytes, peer: Any, reader: Any, writer: Any
@@ -446,14 +452,7 @@ class Cluster:
         ):
             return
         if name and kind == "https" and await self._has_groups(name):
-            try:  # the first request's route decides (edge/group_spread.py)
-                head = await asyncio.wait_for(
-                    reader.readuntil(b"\r\n\r\n"), self.edge.settings.head_timeout
-                )
-            except asyncio.IncompleteReadError as exc:
-                head = exc.partial
-            except (asyncio.LimitOverrunError, asyncio.TimeoutError, OSError):
-                head = b""
+            head = await self._first_head(reader)  # its route decides (group_spread.py)
             peer = writer.get_extra_info("peername") or ("", 0)
             if head and await self._spread("https", name, head, peer, reader, writer):
                 return
