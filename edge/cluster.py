@@ -23,7 +23,6 @@ the claim but no longer holds the endpoint answers as for any offline endpoint.
 """
 
 import asyncio
-import hashlib
 import hmac
 import logging
 import os
@@ -33,14 +32,15 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from chalicelib.core import instances, online, pooling
-from chalicelib.core.policy import document
 from edge import pools
+from edge.designation import designate, rate_limited
 from edge.group_spread import GroupSpread
 
 log = logging.getLogger("edge.cluster")
 
 PREAMBLE = b"NGRELAY1"
 CLOUD_KINDS = ("chttp", "chttps", "ch2")  # a designated cloud endpoint's relayed connection
+GROUP_KINDS = ("ghttp", "ghttps", "gh2")  # an HTTPS edge's (edge/group_spread.py)
 ACK_HERE = b"HERE\r\n"  # the holder serves the connection
 ACK_MOVED = b"MOVED\r\n"  # it no longer holds the endpoint: the claim is read again
 MAX_PREAMBLE = 512  # bytes of the relay line (closed past it)
@@ -411,19 +411,25 @@ class Cluster:
     async def _spread(
         self, scheme: str, host: str, head: bytes, peer: Any, reader: Any, writer: Any
     ) -> bool:
-        """An HTTPS edge's connection relayed to the instance of the labeled tunnel picked
-        for it (edge/group_spread.py): True when relayed."""
+        """An HTTPS edge's connection relayed to its designated instance (a route of it
+        rate-limits) or to the instance of the labeled tunnel picked for it
+        (edge/group_spread.py): True when relayed."""
         if self.edge.registry.http_tunnel(host, scheme) is not None:
             return False
         try:
-            address = await self.groups.target(host, head)
+            decided, address = await self.groups.designated(host)
+            if not decided:
+                address = await self.groups.target(host, head)
         except Exception as exc:  # the store away: served here
             log.warning("cluster: tunnel group of %s unknown: %r", host, exc)
             return False
         if address is None:
             return False
         relayed = await self.relay(address, "g" + scheme, host, peer, reader, writer, head)
-        self.groups.spread_out += relayed
+        if decided:
+            self.groups.designated_out += relayed
+        else:
+            self.groups.spread_out += relayed
         return relayed
 
     async def https(
@@ -451,14 +457,44 @@ class Cluster:
             writer,
         ):
             return
-        if name and kind == "https" and await self._has_groups(name):
-            head = await self._first_head(reader)  # its route decides (group_spread.py)
-            peer = writer.get_extra_info("peername") or ("", 0)
-            if head and await self._spread("https", name, head, peer, reader, writer):
-                return
-            if head:
-                reader._buffer[0:0] = head  # type: ignore[attr-defined]  # served here
+        if name and await self._edge_connection(kind, name, reader, writer):
+            return
         await handle(reader, writer)
+
+    async def _edge_connection(
+        self, kind: str, name: str, reader: asyncio.StreamReader, writer: Any
+    ) -> bool:
+        """An HTTPS connection for an HTTPS edge's hostname (edge/group_spread.py): relayed
+        (True) to the edge's designated instance when a route of it rate-limits, else,
+        HTTP/2, to the instance of a labeled tunnel picked for the connection, else,
+        HTTP/1.1, to the one picked for its first request's route; False: served here."""
+        if self.edge.registry.http_tunnel(name, "https") is not None:
+            return False
+        peer = writer.get_extra_info("peername") or ("", 0)
+        try:
+            decided, address = await self.groups.designated(name)
+            if not decided and kind == "h2":
+                address = await self.groups.target_h2(name)
+        except Exception as exc:  # the store away: served here
+            log.warning("cluster: edge of %s unknown: %r", name, exc)
+            return False
+        if decided or kind == "h2":
+            if address is None:
+                return False
+            relayed = await self.relay(address, "g" + kind, name, peer, reader, writer)
+            if decided:
+                self.groups.designated_out += relayed
+            else:
+                self.groups.spread_out += relayed
+            return relayed
+        if not await self._has_groups(name):
+            return False
+        head = await self._first_head(reader)  # its route decides (group_spread.py)
+        if head and await self._spread("https", name, head, peer, reader, writer):
+            return True
+        if head:
+            reader._buffer[0:0] = head  # type: ignore[attr-defined]  # served here
+        return False
 
     async def _has_groups(self, name: str) -> bool:
         if self.edge.registry.http_tunnel(name, "https") is not None:
@@ -547,7 +583,7 @@ class Cluster:
 
     def _holds(self, kind: str, arg: str) -> bool:
         registry = self.edge.registry
-        if kind in ("ghttp", "ghttps"):  # a tunnel group's connection: its route decides
+        if kind in GROUP_KINDS:  # an HTTPS (TCP) edge's connection: its route decides
             return True
         if kind in CLOUD_KINDS:  # a rate-limited cloud endpoint's: every instance serves it
             return True
@@ -567,7 +603,7 @@ class Cluster:
         from edge.public import HttpFront
 
         edge = self.edge
-        kind = kind[1:] if kind in ("ghttp", "ghttps") or kind in CLOUD_KINDS else kind
+        kind = kind[1:] if kind in GROUP_KINDS or kind in CLOUD_KINDS else kind
         if kind == "http":
             await HttpFront(edge, "http").handle(reader, _RelayedWriter(writer, peer))
         elif kind in ("https", "h2"):
@@ -660,41 +696,3 @@ async def pipe(
                 task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         up_writer.close()
-
-
-def rate_limited(policy: Any) -> bool:
-    """Whether a cloud endpoint's traffic policy (the document's text, or parsed) has a
-    ``rate-limit`` action in any phase. A document that does not parse has none (the API
-    refused it when it was written)."""
-    if not policy:
-        return False
-    try:
-        parsed = document.parse(policy) if isinstance(policy, str) else policy
-    except document.PolicyError:
-        return False
-    if not isinstance(parsed, dict):
-        return False
-    return any(
-        isinstance(rule, dict)
-        and any(
-            isinstance(action, dict) and action.get("type") == "rate-limit"
-            for action in rule.get("actions") or []
-        )
-        for phase in parsed.values()
-        if isinstance(phase, list)
-        for rule in phase
-    )
-
-
-def designate(name: str, live: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """The serving instance that serves ``name`` for the whole cluster: rendezvous (highest
-    random weight) hashing of the name with each serving instance's id, so every instance
-    that reads the same registry picks the same one, and an instance joining or leaving moves
-    only the names it wins or held. None when no instance serves."""
-    serving = [i for i in live if i.get("state") == "serving" and i.get("address")]
-    if not serving:
-        return None
-    return max(
-        serving,
-        key=lambda i: hashlib.sha256(f"{i['instance_id']}|{name}".encode()).digest(),
-    )

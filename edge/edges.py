@@ -398,6 +398,14 @@ class EdgeRouter:
             routed.error = (502, code, msg.format(url=url))
         return routed
 
+    async def https_edge_for(
+        self, host: str
+    ) -> Optional[Tuple[Dict[str, Any], List[Dict[str, Any]]]]:
+        """The HTTPS edge serving ``host`` and its routes (the cached read of
+        :meth:`route_http`), or None (edge/group_spread.py: its designation)."""
+        found = await self._https_edge(f"{host}:443")
+        return found
+
     async def group_labels(
         self, host: str, target: Optional[bytes]
     ) -> Tuple[str, List[Dict[str, str]]]:

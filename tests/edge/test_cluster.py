@@ -622,13 +622,15 @@ def test_a_killed_instances_items_leave_the_views_at_its_lease_boundary(cluster,
         time.sleep(0.5)
 
 
-def _curl_https(cluster: Cluster, host: str, index: int, path: str) -> str:
+def _curl_https(
+    cluster: Cluster, host: str, index: int, path: str, flag: str = "--http1.1"
+) -> str:
     port = cluster.https_port(index)
     out = subprocess.run(
         [
             "curl",
             "-sS",
-            "--http1.1",
+            flag,
             "--max-time",
             "30",
             "--cacert",
@@ -638,7 +640,7 @@ def _curl_https(cluster: Cluster, host: str, index: int, path: str) -> str:
             "-o",
             "/dev/null",
             "-w",
-            "%{http_code}",
+            "%{http_code}" if flag == "--http1.1" else "%{http_code} %{http_version}",
             f"https://{host}:{port}{path}",
         ],
         capture_output=True,
@@ -690,3 +692,84 @@ def test_a_tunnel_groups_labeled_tunnels_are_reached_from_every_instance(cluster
         assert "ERR_NGROK_724" not in resp.text  # never "no tunnel online"
         codes.add(resp.status_code)
     assert codes == {200, 502}, codes
+
+
+def _group_edge(account, host: str, label: str) -> str:
+    """An HTTPS edge on ``host`` whose one route's backend is the tunnel group app=label."""
+    group = account.admin.post("/backends/tunnel_group", {"labels": {"app": label}})
+    assert group.status == 201, group.text
+    made = account.admin.post("/edges/https", {"hostports": [f"{host}:443"]})
+    assert made.status == 201, made.text
+    route = account.admin.post(
+        f"/edges/https/{made.json['id']}/routes",
+        {"match_type": "path_prefix", "match": "/", "backend": {"backend_id": group.json["id"]}},
+    )
+    assert route.status == 201, route.text
+    return made.json["id"]
+
+
+def test_a_tunnel_groups_labeled_tunnels_are_reached_over_http2(cluster, api, agents):
+    """An HTTP/2 connection (ALPN h2) to an HTTPS edge's hostname is spread like an HTTP/1.1
+    one, per connection (edge/group_spread.py ``target_h2``): with the group's only tunnel
+    on instance 0, HTTP/2 connections landing on instances 1 and 2 are served (they answered
+    502 ERR_NGROK_724 before); with a second one on instance 1 (a closed upstream: the SDK's
+    own 502), HTTP/2 connections landing on instance 2 reach both."""
+    account = api.new_account()
+    token = _credential(account)["token"]
+    label = f"h{time.time_ns()}"
+    host = f"group2-{time.time_ns()}.{BASE_DOMAIN}"
+    _group_edge(account, host, label)
+    first = agents(
+        cluster.agent_target(0), token, [{"proto": "labeled", "labels": {"app": label}}]
+    )
+    _bound(first.start())
+    for index in (1, 2, 0):
+        deadline = time.time() + 30  # the tunnel's online item, the routers' 1 s caches
+        while _curl_https(cluster, host, index, "/echo", "--http2") != "200 2":
+            assert time.time() < deadline, f"instance {index} never reached the group"
+            time.sleep(0.25)
+    second = agents(
+        cluster.agent_target(1),
+        token,
+        [{"proto": "labeled", "labels": {"app": label}, "upstream": "dead"}],
+    )
+    _bound(second.start())
+    codes = set()
+    deadline = time.time() + 60
+    while codes != {"200 2", "502 2"} and time.time() < deadline:
+        codes.add(_curl_https(cluster, host, 2, "/echo", "--http2"))
+        assert codes <= {"200 2", "502 2"}, codes  # never 502 ERR_NGROK_724 from nowhere
+    assert codes == {"200 2", "502 2"}, codes
+
+
+def test_an_https_edges_rate_limit_holds_across_instances(cluster, api):
+    """An HTTPS edge has no holding instance, but one with a route whose traffic policy has
+    a rate-limit is served by one designated instance (edge/group_spread.py ``designated``),
+    wherever its connections land, over HTTP or HTTPS: 12 requests over 3 instances meet
+    one counter (per-instance counters would let all 12 through, 4 per instance)."""
+    account = api.new_account()
+    host = f"elimit-{time.time_ns()}.{BASE_DOMAIN}"
+    fixed = account.admin.post("/backends/http_response", {"status_code": 200, "body": "edge"})
+    assert fixed.status == 201, fixed.text
+    made = account.admin.post("/edges/https", {"hostports": [f"{host}:443"]})
+    assert made.status == 201, made.text
+    route = account.admin.post(
+        f"/edges/https/{made.json['id']}/routes",
+        {
+            "match_type": "path_prefix",
+            "match": "/",
+            "backend": {"backend_id": fixed.json["id"]},
+            "traffic_policy": {"enabled": True, "value": json.dumps(RATE_POLICY)},
+        },
+    )
+    assert route.status == 201, route.text
+    deadline = time.time() + 30
+    while time.time() < deadline and cluster.get(host, "/warm", 0).status_code != 200:
+        time.sleep(0.3)
+    codes = [
+        cluster.get(host, "/limited", i % 3).status_code
+        if i % 2
+        else int(_curl_https(cluster, host, i % 3, "/limited"))
+        for i in range(12)
+    ]
+    assert codes == [200] * 5 + [429] * 7, codes
