@@ -40,7 +40,7 @@ log = logging.getLogger("edge.cluster")
 
 PREAMBLE = b"NGRELAY1"
 CLOUD_KINDS = ("chttp", "chttps", "ch2")  # a designated cloud endpoint's relayed connection
-GROUP_KINDS = ("ghttp", "ghttps", "gh2")  # an HTTPS edge's (edge/group_spread.py)
+GROUP_KINDS = ("ghttp", "ghttps", "gh2", "gtcp")  # an HTTPS or TCP edge's (group_spread.py)
 ACK_HERE = b"HERE\r\n"  # the holder serves the connection
 ACK_MOVED = b"MOVED\r\n"  # it no longer holds the endpoint: the claim is read again
 MAX_PREAMBLE = 512  # bytes of the relay line (closed past it)
@@ -510,14 +510,27 @@ class Cluster:
         the holder of ``<tcp host>:<port>``'s claim, if another instance holds it."""
         if getattr(writer, "relayed", False):
             return False
-        return await self._carry(
-            f"{self.edge.settings.tcp_host}:{port}",
+        hostport = f"{self.edge.settings.tcp_host}:{port}"
+        if await self._carry(
+            hostport,
             lambda: port in self.edge.registry.by_port,
             "tcp",
             str(port),
             reader,
             writer,
-        )
+        ):
+            return True
+        try:  # a TCP edge's: the instance of a labeled tunnel picked for it (group_spread.py)
+            address = await self.groups.target_tcp(hostport)
+        except Exception as exc:  # the store away: served here
+            log.warning("cluster: tunnel group of %s unknown: %r", hostport, exc)
+            return False
+        if address is None or port in self.edge.registry.by_port:
+            return False
+        peer = writer.get_extra_info("peername") or ("", 0)
+        relayed = await self.relay(address, "gtcp", str(port), peer, reader, writer)
+        self.groups.spread_out += relayed
+        return relayed
 
     async def _carry(
         self,
@@ -583,7 +596,9 @@ class Cluster:
 
     def _holds(self, kind: str, arg: str) -> bool:
         registry = self.edge.registry
-        if kind in GROUP_KINDS:  # an HTTPS (TCP) edge's connection: its route decides
+        if kind == "gtcp":  # a TCP edge's connection: served on its port here
+            return arg.isdigit()
+        if kind in GROUP_KINDS:  # an HTTPS edge's connection: its route decides
             return True
         if kind in CLOUD_KINDS:  # a rate-limited cloud endpoint's: every instance serves it
             return True

@@ -430,6 +430,22 @@ class EdgeRouter:
         return account_id, sets
 
     # ---- TCP edges --------------------------------------------------------------------------
+    async def tcp_group_labels(self, hostport: str) -> Tuple[str, List[Dict[str, str]]]:
+        """The account and the label sets of the tunnel-group backends of the TCP edge on
+        ``hostport`` (a reserved address), ("", []) when none, or when a cloud endpoint
+        serves the address first (:meth:`route_tcp`'s order; edge/group_spread.py)."""
+        cloud = await self._cloud(hostport)
+        if cloud is not None and not cloud.get("internal"):
+            return "", []
+        edge = await self._tcp_edge(hostport)
+        if edge is None:
+            return "", []
+        module = edge.get("backend")
+        if not (_enabled(module) and module.get("backend_id")):
+            return "", []
+        backend = await self._backend(edge["account_id"], module["backend_id"])
+        return edge["account_id"], _group_labels(backend)
+
     async def route_tcp(self, hostport: str) -> Optional[Routed]:
         cloud = await self._cloud(hostport)  # a cloud endpoint on the reserved address?
         if cloud is not None and not cloud.get("internal"):

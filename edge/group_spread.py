@@ -22,6 +22,10 @@ An HTTPS edge with a route whose traffic policy has a ``rate-limit`` is not spre
 connection of it, HTTP/1.1 or HTTP/2, goes to one designated instance
 (:meth:`GroupSpread.designated`), so that one counter sees all its requests (the designation
 wins over the spread; docs/CLUSTER.md says why).
+
+A TCP edge's connection (on its reserved address's port, which every instance listens on) is
+spread the same way over its tunnel group's tunnels (:meth:`GroupSpread.target_tcp`, relay
+kind ``gtcp``); the receiving instance runs the edge's ``on_tcp_connect`` rules.
 """
 
 import random
@@ -101,6 +105,16 @@ class GroupSpread:
             return None
         found = [await self._online(account_id, labels) for labels in sets]
         return await self._address(pick_covering(found))
+
+    async def target_tcp(self, hostport: str) -> Optional[str]:
+        """A TCP edge's connection (its reserved address ``hostport``): the instance of a
+        tunnel picked at random among its tunnel group's online tunnels on every instance
+        (relay address, or None: here)."""
+        account_id, sets = await self.edge.router.tcp_group_labels(hostport)
+        tunnels: Dict[str, Dict[str, Any]] = {}
+        for labels in sets:
+            tunnels.update({t["tunnel_id"]: t for t in await self._online(account_id, labels)})
+        return await self._address(pick(list(tunnels.values())))
 
     async def designated(self, host: str) -> Tuple[bool, Optional[str]]:
         """(True, address or None: here) when the HTTPS edge serving ``host`` has a route

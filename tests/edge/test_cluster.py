@@ -773,3 +773,32 @@ def test_an_https_edges_rate_limit_holds_across_instances(cluster, api):
         for i in range(12)
     ]
     assert codes == [200] * 5 + [429] * 7, codes
+
+
+def test_a_tcp_edges_labeled_tunnels_are_reached_from_every_instance(cluster, api, agents):
+    """A TCP edge's reserved port is listened on by every instance (the kernel spreads its
+    connections over them); its tunnel group's only labeled tunnel is on instance 0, and
+    every connection reaches it (edge/group_spread.py ``target_tcp``; before, the ones that
+    landed on instances 1 and 2 were closed: no labeled tunnel there)."""
+    account = api.new_account()
+    label = f"t{time.time_ns()}"
+    addr = account.admin.post("/reserved_addrs", {}).json["addr"]
+    port = int(addr.rsplit(":", 1)[1])
+    group = account.admin.post("/backends/tunnel_group", {"labels": {"tcp": label}})
+    assert group.status == 201, group.text
+    made = account.admin.post(
+        "/edges/tcp", {"hostports": [addr], "backend": {"backend_id": group.json["id"]}}
+    )
+    assert made.status == 201, made.text
+    agent = agents(
+        cluster.agent_target(0),
+        _credential(account)["token"],
+        [{"proto": "labeled", "labels": {"tcp": label}, "upstream": "tcp"}],
+    )
+    _bound(agent.start())
+    deadline = time.time() + 30  # the listeners (2 s), the online item, the 1 s caches
+    while any(tcp_round_trip(port, b"warm %d" % i) != b"warm %d" % i for i in range(6)):
+        assert time.time() < deadline, "the TCP edge never reached the group from everywhere"
+        time.sleep(0.5)
+    got = [tcp_round_trip(port, b"edge %d" % i) for i in range(24)]
+    assert got == [b"edge %d" % i for i in range(24)]

@@ -241,5 +241,37 @@ def test_an_http2_connection_of_a_group_edge_is_spread(monkeypatch):
 
 def test_the_receiver_serves_every_edge_kind():
     c, _, _ = _relaying(Edge("edge_a", {}, {}, {}, []))
-    for kind in cluster.GROUP_KINDS:
+    for kind in ("ghttp", "ghttps", "gh2"):
         assert c._holds(kind, "h")
+    assert c._holds("gtcp", "20001") and not c._holds("gtcp", "h")
+
+
+class TcpRouter(Router):
+    async def tcp_group_labels(self, hostport):
+        return "acct", self.sets.get(hostport, [])
+
+
+def test_a_tcp_edges_connection_goes_to_a_labeled_tunnels_instance():
+    """On a reserved address's port with no agent endpoint here, a TCP edge's connection is
+    relayed (kind gtcp, the port) to the instance of a tunnel picked among its group's on
+    every instance; picked here, or no group: served here."""
+    live = _serving("edge_a", "edge_b")
+    sets = {"t:20001": [APP]}
+    tunnels = {(("app", "a"),): [_tunnel(1, "edge_b")]}
+    edge = Edge("edge_a", {}, sets, tunnels, live)
+    edge.router = TcpRouter({}, sets)
+    c, sent, _ = _relaying(edge)
+    reader = None
+
+    async def run(port):
+        return await c.tcp(port, reader, Writer("h2"))
+
+    assert asyncio.run(run(20001)) is True
+    assert sent == [("127.0.0.1:7001", "gtcp", "20001", b"")]
+    assert asyncio.run(run(20002)) is False  # no TCP edge with a group there
+    tunnels[(("app", "a"),)] = [_tunnel(2, "edge_a")]
+    c.groups = GroupSpread(edge, "edge_a")  # past the 1 s cache
+    assert asyncio.run(run(20001)) is False and len(sent) == 1
+    relayed = Writer("h2")
+    relayed.relayed = True  # a relayed connection is never relayed again
+    assert asyncio.run(c.tcp(20001, reader, relayed)) is False
