@@ -255,13 +255,21 @@ class Cluster:
         cloud = await self.edge.call(online.cloud_endpoint_for, name)
         if not cloud or not rate_limited(cloud.get("traffic_policy")):
             return "local", None
-        chosen = designate(name, await self.edge.call(instances.live_instances))
+        dead = self.refused()
+        live = await self.edge.call(instances.live_instances)
+        chosen = designate(name, [i for i in live if i.get("address") not in dead])
         if chosen is None or chosen["instance_id"] == self.instance_id:
             return "local", None
         if len(self._cloud_names) > 4096:
             self._cloud_names.clear()
         self._cloud_names.add(name)
         return "relay", chosen["address"]
+
+    def refused(self) -> set:
+        """Relay addresses that refused a connection within HOLD_SECONDS (an instance killed
+        with -9 whose lease has not ended yet): no designation names them meanwhile."""
+        now = time.monotonic()
+        return {a for a, at in self._dead.items() if now - at < HOLD_SECONDS}
 
     async def holder_address(self, name: str, local: Callable[[], bool]) -> Optional[str]:
         """The relay address of the other instance holding ``name``'s claim, or None (served
@@ -417,7 +425,7 @@ class Cluster:
         if self.edge.registry.http_tunnel(host, scheme) is not None:
             return False
         try:
-            decided, address = await self.groups.designated(host)
+            decided, address = await self.groups.designated(host, self.refused())
             if not decided:
                 address = await self.groups.target(host, head)
         except Exception as exc:  # the store away: served here
@@ -472,7 +480,7 @@ class Cluster:
             return False
         peer = writer.get_extra_info("peername") or ("", 0)
         try:
-            decided, address = await self.groups.designated(name)
+            decided, address = await self.groups.designated(name, self.refused())
             if not decided and kind == "h2":
                 address = await self.groups.target_h2(name)
         except Exception as exc:  # the store away: served here

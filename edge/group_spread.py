@@ -30,7 +30,7 @@ kind ``gtcp``); the receiving instance runs the edge's ``on_tcp_connect`` rules.
 
 import random
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from chalicelib.core import instances, online
 from edge.designation import candidates, designate, route_rate_limited
@@ -116,12 +116,14 @@ class GroupSpread:
             tunnels.update({t["tunnel_id"]: t for t in await self._online(account_id, labels)})
         return await self._address(pick(list(tunnels.values())))
 
-    async def designated(self, host: str) -> Tuple[bool, Optional[str]]:
+    async def designated(self, host: str, dead: Iterable[str] = ()) -> Tuple[bool, Optional[str]]:
         """(True, address or None: here) when the HTTPS edge serving ``host`` has a route
         whose traffic policy has a rate-limit: its one instance, by rendezvous hashing of the
         edge's id (not the hostname: an edge's hostnames share its counters) over the
         serving instances that hold its labeled tunnels (designation.candidates), read
-        through the same caches. (False, None) for any other host."""
+        through the same caches, but for the relay addresses in ``dead`` (they refused a
+        connection just now: killed, their lease not yet ended). (False, None) for any other
+        host."""
         found = await self.edge.router.https_edge_for(host)
         if found is None:
             return False, None
@@ -134,6 +136,8 @@ class GroupSpread:
             for labels in sets
         ]
         live: List[Dict[str, Any]] = await self._cached(("live",), instances.live_instances)
+        gone = set(dead)
+        live = [i for i in live if i.get("address") not in gone]
         chosen = designate(str(edge.get("id") or host), candidates(live, holding))
         if chosen is None or chosen["instance_id"] == self.instance_id:
             return True, None

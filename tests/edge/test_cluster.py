@@ -802,3 +802,40 @@ def test_a_tcp_edges_labeled_tunnels_are_reached_from_every_instance(cluster, ap
         time.sleep(0.5)
     got = [tcp_round_trip(port, b"edge %d" % i) for i in range(24)]
     assert got == [b"edge %d" % i for i in range(24)]
+
+
+def test_a_rate_limited_edges_designation_holds_its_labeled_tunnel(cluster, api, agents):
+    """The designation wins over the tunnel-group spread, and is chosen among the instances
+    holding the edge's labeled tunnels: with the group's only tunnel on instance 0, every
+    request of the rate-limited edge, wherever it lands, is served by that tunnel (never a
+    502 ERR_NGROK_724 of an instance without one) and meets one counter."""
+    account = api.new_account()
+    token = _credential(account)["token"]
+    label = f"r{time.time_ns()}"
+    host = f"glimit-{time.time_ns()}.{BASE_DOMAIN}"
+    group = account.admin.post("/backends/tunnel_group", {"labels": {"app": label}})
+    assert group.status == 201, group.text
+    made = account.admin.post("/edges/https", {"hostports": [f"{host}:443"]})
+    assert made.status == 201, made.text
+    route = account.admin.post(
+        f"/edges/https/{made.json['id']}/routes",
+        {
+            "match_type": "path_prefix",
+            "match": "/",
+            "backend": {"backend_id": group.json["id"]},
+            "traffic_policy": {"enabled": True, "value": json.dumps(RATE_POLICY)},
+        },
+    )
+    assert route.status == 201, route.text
+    agent = agents(
+        cluster.agent_target(0), token, [{"proto": "labeled", "labels": {"app": label}}]
+    )
+    _bound(agent.start())
+    for index in (1, 2, 0):
+        deadline = time.time() + 30  # the tunnel's online item, the 1 s caches
+        # a new path each try: the limit's bucket is the path
+        while cluster.get(host, f"/warm{time.time_ns()}", index).status_code != 200:
+            assert time.time() < deadline, f"instance {index} never reached the tunnel"
+            time.sleep(0.25)
+    codes = [cluster.get(host, "/limited", i % 3).status_code for i in range(12)]
+    assert codes == [200] * 5 + [429] * 7, codes

@@ -141,6 +141,30 @@ def test_a_rate_limited_cloud_endpoint_is_served_by_its_designated_instance():
     assert here and relayed  # the names spread over the instances
 
 
+def test_a_cloud_endpoints_designation_skips_an_instance_that_refused_the_relay():
+    """Instead of holding its connections until the killed instance's lease ends."""
+    live = _serving("edge_me", "edge_b", "edge_c")
+    names = [f"d{i}.example.com" for i in range(40)]
+    clouds = {name: {"traffic_policy": json.dumps(LIMITED)} for name in names}
+    claims = {name: pooling.API_INSTANCE for name in names}
+    for name in names:
+        chosen = cluster.designate(name, live)
+        if chosen["instance_id"] == "edge_me":
+            continue
+        c = _cluster(ClaimEdge(claims, {}, clouds=clouds, live=live))
+        c._dead = {chosen["address"]: time.monotonic()}
+        after = cluster.designate(name, [i for i in live if i is not chosen])
+        expected = (
+            ("local", None)
+            if after["instance_id"] == "edge_me"
+            else (
+                "relay",
+                after["address"],
+            )
+        )
+        assert asyncio.run(c._lookup(name)) == expected
+
+
 def test_every_instance_designates_the_same_one_and_a_departure_moves_only_its_names():
     live = _serving("edge_a", "edge_b", "edge_c")
     names = [f"n{i}.example.com" for i in range(300)]

@@ -6,6 +6,7 @@ connection is spread before any request is read, to an instance that can serve e
 
 import asyncio
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -275,3 +276,23 @@ def test_a_tcp_edges_connection_goes_to_a_labeled_tunnels_instance():
     relayed = Writer("h2")
     relayed.relayed = True  # a relayed connection is never relayed again
     assert asyncio.run(c.tcp(20001, reader, relayed)) is False
+
+
+def test_an_instance_that_refused_the_relay_is_designated_no_more():
+    """A killed instance stays in the registry until its lease ends (15 s); one whose relay
+    listener refused a connection within HOLD_SECONDS is left out of every designation
+    (HTTPS edges' and cloud endpoints'), so the next connection goes to the next instance."""
+    live = _serving("edge_a", "edge_b", "edge_c")
+    edges = {f"h{n}": ({"id": f"edghts_{n}"}, [_route(LIMITED)]) for n in range(30)}
+    c, _, _ = _relaying(Edge("edge_a", edges, {}, {}, live))
+    for host, (edge, _) in edges.items():
+        chosen = designation.designate(edge["id"], live)
+        if chosen["instance_id"] == "edge_a":
+            continue
+        c._dead = {chosen["address"]: time.monotonic()}
+        got = asyncio.run(c.groups.designated(host, c.refused()))
+        assert got[1] != chosen["address"]
+        after = designation.designate(edge["id"], [i for i in live if i is not chosen])
+        assert got == (True, None if after["instance_id"] == "edge_a" else after["address"])
+    c._dead = {"127.0.0.1:7001": time.monotonic() - cluster.HOLD_SECONDS - 1}
+    assert c.refused() == set()  # long ago: its lease has ended, or it is back
