@@ -10,10 +10,11 @@ Concurrency: ``hit`` does its whole read-modify-write under a lock and never awa
 requests racing on one edge (asyncio tasks, or threads) count exactly once each.
 
 Scope: the state is per edge instance, as the hosted service documents its own limits
-("capacity is applied per ingress server"). A deployment with several instances gets
-capacity × instances unless the counters move to a shared store (for example a DynamoDB
-item per key and window updated with an atomic ADD and a TTL, or Redis INCR + EXPIRE); the
-``hit`` signature is the seam for that.
+("capacity is applied per ingress server"). A cluster of instances keeps the limit exact
+without a shared store: every request of an endpoint or HTTPS edge whose policy limits runs
+on one instance, its holder or its designated instance (edge/designation.py,
+docs/CLUSTER.md); a shared store (a DynamoDB item per key and window updated with an atomic
+ADD and a TTL, or Redis INCR + EXPIRE) would plug in at ``hit``.
 """
 
 import math
