@@ -201,10 +201,11 @@ def joined(
 
 
 def live_agents(account_id: str, agents: Dict[str, str]) -> Dict[str, str]:
-    """The members of ``agents`` whose endpoint is online (its session heartbeats): one
-    BatchGetItem of their endpoint items, one of their sessions. An agent member whose edge
-    died without a word (kill -9) is dropped from the pool when a write needs the room or a
-    new owner."""
+    """The members of ``agents`` whose endpoint is online (its session live: by its own
+    write or its instance's lease, chalicelib.core.leases): one BatchGetItem of their
+    endpoint items, one of their sessions (and one of the leases of sessions not fresh by
+    their own write). An agent member whose edge died without a word (kill -9) is dropped
+    from the pool when a write needs the room or a new owner."""
     if not agents:
         return {}
     keys = [
@@ -215,16 +216,7 @@ def live_agents(account_id: str, agents: Dict[str, str]) -> Dict[str, str]:
         owner = _s(raw, "owner")
         if owner:
             sessions[raw["sk"]["S"]] = owner
-    fresh = set()
-    at = online.now()
-    session_keys = [
-        online.raw_key(store.collection_pk(account_id, online.SESSIONS), sid)
-        for sid in set(sessions.values())
-    ]
-    for raw in online.batch_get(session_keys):
-        beat = online.num_attr(raw, "heartbeat_at")
-        if beat is not None and beat >= at - online.stale_seconds():
-            fresh.add(raw["sk"]["S"])
+    fresh = set(online.live_sessions(account_id, sessions.values()))
     return {a: i for a, i in agents.items() if sessions.get(a) in fresh}
 
 

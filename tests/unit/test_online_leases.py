@@ -204,3 +204,22 @@ def test_a_refresh_of_a_removed_session_reports_it_gone(clock):
     online.session_ended(ACCT, sid)
     clock["now"] += REFRESH_SECONDS
     assert keeper.check([(ACCT, sid)]).gone == {sid}
+
+
+def test_a_pools_live_agent_members_are_those_their_instances_lease_holds(clock):
+    """A pool drops agent members gone offline when a join needs the room or the claim an
+    owner (chalicelib.core.pooling.live_agents): a member whose session is held by its
+    instance's lease is online, though its own write is long stale; a dead instance's are
+    not, once past ONLINE_STALE_SECONDS."""
+    from chalicelib.core import pooling
+
+    instances.register("edge_live", "")
+    instances.register("edge_dead", "")
+    _, _, live_eid, _ = _session("edge_live")
+    _, _, dead_eid, _ = _session("edge_dead")
+    members = {live_eid: "edge_live", dead_eid: "edge_dead"}
+    assert pooling.live_agents(ACCT, members) == members
+    for _ in range(40):  # 200 s: only edge_live renews its lease
+        clock["now"] += 5
+        instances.register("edge_live", "")
+    assert pooling.live_agents(ACCT, members) == {live_eid: "edge_live"}
