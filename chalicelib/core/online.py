@@ -864,7 +864,21 @@ def _claim_is_live(claim: Dict[str, Any]) -> bool:
     if session_id is None:  # an endpoint without a session (cloud): live while it exists
         return True
     session = get_raw(_session_key(account_id or "", session_id))
-    return session is not None and _raw_alive(session)
+    return (session is not None and _raw_alive(session)) or _pool_member_live(claim)
+
+
+def _pool_member_live(claim: Dict[str, Any]) -> bool:
+    """A pool's claim whose owner is gone is still live while another of its agent members
+    is (chalicelib.core.pooling: ``data.agents``): one BatchGetItem of their endpoints, one
+    of their sessions, read only when the owner is not live."""
+    data = data_of(claim)
+    account_id, owner = _s(claim, "account_id") or "", _s(claim, "owner")
+    others = [e for e in (data.get("agents") or {}) if e != owner] if data.get("pooled") else []
+    if not others:
+        return False
+    keys = [raw_key(store.collection_pk(account_id, ENDPOINTS), e) for e in others]
+    sessions = [_s(raw, "owner") for raw in _batch_get(keys)]
+    return bool(live_sessions(account_id, (s for s in sessions if s)))
 
 
 def release_hostname(hostname: str, *, endpoint_id: str) -> None:

@@ -185,7 +185,11 @@ def joined(
                 raise Mismatch(OTHER_OWNER, "another account's pool")
             if data.get("proto") != proto:
                 raise Mismatch(OTHER_OWNER, f"a pool of {data.get('proto')} endpoints")
-            if owner in agents and owner != member_id and not online.claim_live(raw):
+            if (
+                owner in agents
+                and owner != member_id
+                and not live_agents(account_id, {owner: agents[owner]})
+            ):
                 agents.pop(owner)  # a stale agent owner: the pool goes on without it
     clouds = [c for c in clouds if c != member_id]
     agents = {a: i for a, i in agents.items() if a != member_id}

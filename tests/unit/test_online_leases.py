@@ -223,3 +223,48 @@ def test_a_pools_live_agent_members_are_those_their_instances_lease_holds(clock)
         clock["now"] += 5
         instances.register("edge_live", "")
     assert pooling.live_agents(ACCT, members) == {live_eid: "edge_live"}
+
+
+def test_a_pool_whose_owner_died_stays_its_accounts_while_another_member_lives(clock):
+    """The member holding a pool's claim dies (its instance's lease ends) while another
+    agent member of the pool, on a live instance, still serves the URL: the URL is still
+    that account's, for another account's pooled or non-pooled endpoint alike."""
+    from chalicelib.core import pooling
+
+    instances.register("edge_a", "")
+    instances.register("edge_b", "")
+    _, _, owner_eid, _ = _session("edge_a")
+    _, _, other_eid, _ = _session("edge_b")
+    name = "pool.example.com"
+    for eid, instance_id in ((owner_eid, "edge_a"), (other_eid, "edge_b")):
+        pooling.join_agent(
+            name, account_id=ACCT, proto="https", endpoint_id=eid, instance_id=instance_id
+        )
+    assert pooling.read(name)["owner"]["S"] == owner_eid
+    for _ in range(40):  # 200 s: edge_a was killed, edge_b renews its lease
+        clock["now"] += 5
+        instances.register("edge_b", "")
+    assert pooling.live_agents(ACCT, pooling.members(pooling.read(name))[1]) == {
+        other_eid: "edge_b"
+    }
+    assert online.hostname_holder(name) is not None
+    with pytest.raises(pooling.Mismatch) as caught:
+        pooling.join_agent(
+            name, account_id="acct_2", proto="https", endpoint_id="ep_intruder", instance_id="x"
+        )
+    assert caught.value.kind == pooling.OTHER_OWNER
+    with pytest.raises(errors.Conflict):
+        online.claim_hostname(
+            name, account_id="acct_2", endpoint_id="ep_intruder", instance_id="edge_c"
+        )
+    assert pooling.members(pooling.read(name))[1] == {
+        owner_eid: "edge_a",
+        other_eid: "edge_b",
+    }
+    _, _, joiner_eid, _ = _session("edge_b")  # one of its own joins: the dead owner goes
+    pooling.join_agent(
+        name, account_id=ACCT, proto="https", endpoint_id=joiner_eid, instance_id="edge_b"
+    )
+    raw = pooling.read(name)
+    assert raw["owner"]["S"] in (other_eid, joiner_eid)
+    assert pooling.members(raw)[1] == {other_eid: "edge_b", joiner_eid: "edge_b"}
