@@ -356,9 +356,17 @@ def _refresh_children(
     client = raw_client()
     exp = {":exp": {"N": _num(at + CHILD_TTL_SECONDS)}}
     for child in sorted(session.get("children", {}).get("SS", [])):
+        condition, names = "attribute_exists(pk) AND #o = :o", {"#o": "owner"}
         if child.startswith("claim|"):
             _, endpoint_id, name = child.split("|", 2)
             key, owner = _claim_key(name), endpoint_id
+            # a pool's claim: any of its agent members keeps it (its holder may be dead); one
+            # without a TTL (held by a cloud member) stays without
+            condition = (
+                "attribute_exists(pk) AND (#o = :o OR "
+                "(attribute_exists(#d.#a.#e) AND attribute_exists(expires_at)))"
+            )
+            names = {**names, "#d": "data", "#a": "agents", "#e": endpoint_id}
         else:
             key, owner = _child_key(account_id, child), session_id
         try:
@@ -366,8 +374,8 @@ def _refresh_children(
                 TableName=raw_table(),
                 Key=key,
                 UpdateExpression="SET expires_at = :exp",
-                ConditionExpression="attribute_exists(pk) AND #o = :o",
-                ExpressionAttributeNames={"#o": "owner"},
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues={**exp, ":o": {"S": owner}},
             )
         except ClientError as exc:

@@ -268,3 +268,65 @@ def test_a_pool_whose_owner_died_stays_its_accounts_while_another_member_lives(c
     raw = pooling.read(name)
     assert raw["owner"]["S"] in (other_eid, joiner_eid)
     assert pooling.members(raw)[1] == {other_eid: "edge_b", joiner_eid: "edge_b"}
+
+
+def _pool_member(instance_id, name):
+    """A session whose pooled endpoint serves ``name`` (as edge/binds.py writes it), joined
+    to the pool of ``name``: (session id, endpoint id)."""
+    from chalicelib.core import pooling
+
+    sid = online.new_session_id()
+    online.session_started(
+        account_id=ACCT,
+        session_id=sid,
+        credential_id="cr_x",
+        instance_id=instance_id,
+        agent_version="1.4.0",
+        os="linux",
+        ip="127.0.0.1",
+        metadata="",
+        region="local",
+        owner_id="usr_x",
+    )
+    tid, eid = online.new_tunnel_id(), online.new_endpoint_id()
+    pooling.join_agent(
+        name, account_id=ACCT, proto="https", endpoint_id=eid, instance_id=instance_id
+    )
+    online.tunnel_started(
+        account_id=ACCT,
+        session_id=sid,
+        tunnel_id=tid,
+        instance_id=instance_id,
+        proto="https",
+        public_url=f"https://{name}",
+        hostname=name,
+        endpoint_id=eid,
+        pooling_enabled=True,
+    )
+    return sid, eid
+
+
+def test_a_pools_claim_lives_on_with_its_live_members_ttl_refresh(clock):
+    """The claim of a pool whose holder died is kept by its other agent members' TTL
+    refresh (online.session_refresh): it does not expire under the live members."""
+    from chalicelib.core import pooling
+
+    instances.register("edge_a", "")
+    instances.register("edge_b", "")
+    name = "pool2.example.com"
+    _, owner_eid = _pool_member("edge_a", name)
+    other_sid, other_eid = _pool_member("edge_b", name)
+    assert pooling.read(name)["owner"]["S"] == owner_eid
+    before = online.num_attr(pooling.read(name), "expires_at")
+    clock["now"] += REFRESH_SECONDS  # edge_a is dead; edge_b refreshes its session's TTLs
+    instances.register("edge_b", "")
+    assert online.session_refresh(ACCT, other_sid)
+    assert online.num_attr(pooling.read(name), "expires_at") >= before + REFRESH_SECONDS
+    online.raw_client().update_item(  # as a claim a cloud member holds: no TTL
+        TableName=online.raw_table(),
+        Key=pooling.claim_key(name),
+        UpdateExpression="REMOVE expires_at",
+    )
+    clock["now"] += REFRESH_SECONDS
+    assert online.session_refresh(ACCT, other_sid)
+    assert "expires_at" not in pooling.read(name)
