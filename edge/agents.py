@@ -52,6 +52,11 @@ DEFAULT_HEARTBEAT = (10.0, 15.0)
 # check, at most 125 s + EDGE_CHECK_SECONDS, whatever it asked for.
 HEARTBEAT_INTERVAL_RANGE = (1.0, 60.0)
 HEARTBEAT_TOLERANCE_RANGE = (1.0, 60.0)
+# A session's removal from the store that failed (the store away) is tried again after this,
+# doubling up to END_RETRY_MAX_SECONDS, until done: its instance's lease would keep it live.
+END_RETRY_SECONDS = 1.0
+END_RETRY_MAX_SECONDS = 60.0
+_retrying: set = set()  # the retry tasks (kept referenced until done)
 OPEN_WAIT = 10.0  # seconds a public connection waits for a free stream to its agent
 
 
@@ -78,6 +83,18 @@ def endpoint_id_of(tunnel_id: str) -> str:
     """An endpoint's id follows from its tunnel's (same random part), so a re-bind with the
     same tunnel id reclaims the same endpoint, on any instance."""
     return ids.PREFIXES["endpoint"] + "_" + tunnel_id.split("_", 1)[1]
+
+
+async def _end_later(edge: Any, account_id: str, session_id: str) -> None:
+    delay = END_RETRY_SECONDS
+    while True:
+        await asyncio.sleep(delay)
+        try:
+            await edge.call(online.session_ended, account_id, session_id)
+            return
+        except Exception as exc:
+            log.warning("session %s: not removed from the store yet: %r", session_id, exc)
+        delay = min(delay * 2, END_RETRY_MAX_SECONDS)
 
 
 class AgentSession:
@@ -121,13 +138,30 @@ class AgentSession:
         message = reason if not code else f"{reason}\n{code}"
         await self.mux.go_away(muxado.E_NONE, message)
         for tunnel in list(self.tunnels.values()):
-            await self.edge.binds.drop_tunnel(tunnel, remember=True)
+            try:
+                await self.edge.binds.drop_tunnel(tunnel, remember=True)
+            except Exception as exc:  # the store away: session_ended removes its items
+                log.warning("session %s: tunnel %s not dropped: %r", self.id, tunnel.id, exc)
         self.tunnels.clear()
         if self.id and self.edge.registry.sessions.get(self.id) is self:
             del self.edge.registry.sessions[self.id]
             cluster = self.edge.cluster  # draining: removed after the agents re-bound
             if cluster is None or not cluster.defer_end(self.grant.account_id, self.id):
-                await self.edge.call(online.session_ended, self.grant.account_id, self.id)
+                await self._ended_in_store(self.grant.account_id, self.id)
+
+    async def _ended_in_store(self, account_id: str, session_id: str) -> None:
+        """online.session_ended; when the store fails it, tried again in the background
+        until done (END_RETRY_SECONDS, doubling): the instance's lease keeps a session item
+        that is left live, its names claimed, as long as the instance runs."""
+        try:
+            await self.edge.call(online.session_ended, account_id, session_id)
+        except Exception as exc:
+            log.warning(
+                "session %s: not removed from the store (%r): tried again", session_id, exc
+            )
+            task = asyncio.ensure_future(_end_later(self.edge, account_id, session_id))
+            _retrying.add(task)
+            task.add_done_callback(_retrying.discard)
 
     # ---- streams the agent opens --------------------------------------------------------------
     async def _on_stream(self, stream: MuxStream) -> None:

@@ -40,7 +40,7 @@ import collections
 import logging
 import socket
 import time
-from typing import Awaitable, Callable, Dict, Optional
+from typing import Any, Awaitable, Callable, Dict, Optional
 
 from edge import muxado
 from edge.muxado import ProtocolError
@@ -64,6 +64,10 @@ READ_CHUNK = 64 * 1024
 WRITE_CHUNK = 64 * 1024
 CREDIT_BATCH = muxado.DEFAULT_WINDOW // 4  # consumed bytes returned as credit in one WNDINC
 FLUSH_AT = 64 * 1024  # buffered frame bytes that are written without waiting for the turn
+# Unsent bytes past which the edge stops reading the peer until they drain: the frames it
+# answers with no wait of its own (an RST per refused SYN, WNDINCs) cannot pile up without
+# bound behind a peer that sends and never reads.
+UNSENT_PAUSE_AT = 1024 * 1024
 
 
 class StreamReset(ConnectionError):
@@ -305,6 +309,7 @@ class MuxSession:
         self._out: list = []  # frames queued this turn (see send_nowait)
         self._out_size = 0
         self._flush_scheduled = False
+        self._reading_paused = False  # UNSENT_PAUSE_AT reached: the peer is not read
 
     # ---- sending ----------------------------------------------------------------------------
     def send_nowait(self, frame: bytes) -> None:
@@ -329,6 +334,30 @@ class MuxSession:
                 self._writer.write(data)
             except (ConnectionError, OSError, RuntimeError) as exc:
                 self.close_reason = self.close_reason or f"connection lost: {exc}"
+                return
+            transport = self._writer.transport
+            if not self._reading_paused and transport.get_write_buffer_size() > UNSENT_PAUSE_AT:
+                self._pause_reading(transport)
+
+    def _pause_reading(self, transport: Any) -> None:
+        """Stop reading the peer until what we wrote drains (UNSENT_PAUSE_AT)."""
+        try:
+            transport.pause_reading()
+        except (AttributeError, RuntimeError):
+            return
+        self._reading_paused = True
+        task = asyncio.get_running_loop().create_task(self._resume_when_drained(transport))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _resume_when_drained(self, transport: Any) -> None:
+        try:
+            await self._writer.drain()
+        except (ConnectionError, OSError, RuntimeError):
+            return
+        self._reading_paused = False
+        if not self.closed and not transport.is_closing():
+            transport.resume_reading()
 
     async def send(self, frame: bytes) -> None:
         """Queue a frame, waiting while the connection's write buffer is full. StreamReset

@@ -356,9 +356,17 @@ def _refresh_children(
     client = raw_client()
     exp = {":exp": {"N": _num(at + CHILD_TTL_SECONDS)}}
     for child in sorted(session.get("children", {}).get("SS", [])):
+        condition, names = "attribute_exists(pk) AND #o = :o", {"#o": "owner"}
         if child.startswith("claim|"):
             _, endpoint_id, name = child.split("|", 2)
             key, owner = claim_key(name), endpoint_id
+            # a pool's claim: any of its agent members keeps it (its holder may be dead); one
+            # without a TTL (held by a cloud member) stays without
+            condition = (
+                "attribute_exists(pk) AND (#o = :o OR "
+                "(attribute_exists(#d.#a.#e) AND attribute_exists(expires_at)))"
+            )
+            names = {**names, "#d": "data", "#a": "agents", "#e": endpoint_id}
         else:
             key, owner = _child_key(account_id, child), session_id
         try:
@@ -366,8 +374,8 @@ def _refresh_children(
                 TableName=raw_table(),
                 Key=key,
                 UpdateExpression="SET expires_at = :exp",
-                ConditionExpression="attribute_exists(pk) AND #o = :o",
-                ExpressionAttributeNames={"#o": "owner"},
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues={**exp, ":o": {"S": owner}},
             )
         except ClientError as exc:
@@ -864,7 +872,21 @@ def claim_is_live(claim: Dict[str, Any]) -> bool:
     if session_id is None:  # an endpoint without a session (cloud): live while it exists
         return True
     session = get_raw(_session_key(account_id or "", session_id))
-    return session is not None and _raw_alive(session)
+    return (session is not None and _raw_alive(session)) or _pool_member_live(claim)
+
+
+def _pool_member_live(claim: Dict[str, Any]) -> bool:
+    """A pool's claim whose owner is gone is still live while another of its agent members
+    is (chalicelib.core.pooling: ``data.agents``): one BatchGetItem of their endpoints, one
+    of their sessions, read only when the owner is not live."""
+    data = data_of(claim)
+    account_id, owner = str_attr(claim, "account_id") or "", str_attr(claim, "owner")
+    others = [e for e in (data.get("agents") or {}) if e != owner] if data.get("pooled") else []
+    if not others:
+        return False
+    keys = [raw_key(store.collection_pk(account_id, ENDPOINTS), e) for e in others]
+    sessions = [str_attr(raw, "owner") for raw in _batch_get(keys)]
+    return bool(live_sessions(account_id, (s for s in sessions if s)))
 
 
 def release_hostname(hostname: str, *, endpoint_id: str) -> None:

@@ -185,7 +185,11 @@ def joined(
                 raise Mismatch(OTHER_OWNER, "another account's pool")
             if data.get("proto") != proto:
                 raise Mismatch(OTHER_OWNER, f"a pool of {data.get('proto')} endpoints")
-            if owner in agents and owner != member_id and not online.claim_live(raw):
+            if (
+                owner in agents
+                and owner != member_id
+                and not live_agents(account_id, {owner: agents[owner]})
+            ):
                 agents.pop(owner)  # a stale agent owner: the pool goes on without it
     clouds = [c for c in clouds if c != member_id]
     agents = {a: i for a, i in agents.items() if a != member_id}
@@ -201,10 +205,11 @@ def joined(
 
 
 def live_agents(account_id: str, agents: Dict[str, str]) -> Dict[str, str]:
-    """The members of ``agents`` whose endpoint is online (its session heartbeats): one
-    BatchGetItem of their endpoint items, one of their sessions. An agent member whose edge
-    died without a word (kill -9) is dropped from the pool when a write needs the room or a
-    new owner."""
+    """The members of ``agents`` whose endpoint is online (its session live: by its own
+    write or its instance's lease, chalicelib.core.leases): one BatchGetItem of their
+    endpoint items, one of their sessions (and one of the leases of sessions not fresh by
+    their own write). An agent member whose edge died without a word (kill -9) is dropped
+    from the pool when a write needs the room or a new owner."""
     if not agents:
         return {}
     keys = [
@@ -215,16 +220,7 @@ def live_agents(account_id: str, agents: Dict[str, str]) -> Dict[str, str]:
         owner = _s(raw, "owner")
         if owner:
             sessions[raw["sk"]["S"]] = owner
-    fresh = set()
-    at = online.now()
-    session_keys = [
-        online.raw_key(store.collection_pk(account_id, online.SESSIONS), sid)
-        for sid in set(sessions.values())
-    ]
-    for raw in online.batch_get(session_keys):
-        beat = online.num_attr(raw, "heartbeat_at")
-        if beat is not None and beat >= at - online.stale_seconds():
-            fresh.add(raw["sk"]["S"])
+    fresh = set(online.live_sessions(account_id, sessions.values()))
     return {a: i for a, i in agents.items() if sessions.get(a) in fresh}
 
 

@@ -255,6 +255,17 @@ def test_bad_format_and_missing_target(account):
             "sources[1]",
         ),
         ({"sources": [{"type": "http_request_complete.v0", "filter": "x"}]}, "sources[0].filter"),
+        (  # a loop behind a comment whose quote the bounds' scan once read as a string
+            {
+                "sources": [
+                    {
+                        "type": "ip_policy_created.v0",
+                        "filter": "true // '\\\n && [1,2].all(a, [1,2].all(b, true)) // '",
+                    }
+                ]
+            },
+            "sources[0].filter",
+        ),
         ({"sources": "http_request_complete.v0"}, "sources"),
         ({"destination_ids": ["ed_0ERYqBR5B9RMvMY4cZCztl2IB7s"]}, "destination_ids"),
         ({"destination_ids": ["nope"]}, "destination_ids"),

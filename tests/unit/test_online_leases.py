@@ -204,3 +204,129 @@ def test_a_refresh_of_a_removed_session_reports_it_gone(clock):
     online.session_ended(ACCT, sid)
     clock["now"] += REFRESH_SECONDS
     assert keeper.check([(ACCT, sid)]).gone == {sid}
+
+
+def test_a_pools_live_agent_members_are_those_their_instances_lease_holds(clock):
+    """A pool drops agent members gone offline when a join needs the room or the claim an
+    owner (chalicelib.core.pooling.live_agents): a member whose session is held by its
+    instance's lease is online, though its own write is long stale; a dead instance's are
+    not, once past ONLINE_STALE_SECONDS."""
+    from chalicelib.core import pooling
+
+    instances.register("edge_live", "")
+    instances.register("edge_dead", "")
+    _, _, live_eid, _ = _session("edge_live")
+    _, _, dead_eid, _ = _session("edge_dead")
+    members = {live_eid: "edge_live", dead_eid: "edge_dead"}
+    assert pooling.live_agents(ACCT, members) == members
+    for _ in range(40):  # 200 s: only edge_live renews its lease
+        clock["now"] += 5
+        instances.register("edge_live", "")
+    assert pooling.live_agents(ACCT, members) == {live_eid: "edge_live"}
+
+
+def test_a_pool_whose_owner_died_stays_its_accounts_while_another_member_lives(clock):
+    """The member holding a pool's claim dies (its instance's lease ends) while another
+    agent member of the pool, on a live instance, still serves the URL: the URL is still
+    that account's, for another account's pooled or non-pooled endpoint alike."""
+    from chalicelib.core import pooling
+
+    instances.register("edge_a", "")
+    instances.register("edge_b", "")
+    _, _, owner_eid, _ = _session("edge_a")
+    _, _, other_eid, _ = _session("edge_b")
+    name = "pool.example.com"
+    for eid, instance_id in ((owner_eid, "edge_a"), (other_eid, "edge_b")):
+        pooling.join_agent(
+            name, account_id=ACCT, proto="https", endpoint_id=eid, instance_id=instance_id
+        )
+    assert pooling.read(name)["owner"]["S"] == owner_eid
+    for _ in range(40):  # 200 s: edge_a was killed, edge_b renews its lease
+        clock["now"] += 5
+        instances.register("edge_b", "")
+    assert pooling.live_agents(ACCT, pooling.members(pooling.read(name))[1]) == {
+        other_eid: "edge_b"
+    }
+    assert online.hostname_holder(name) is not None
+    with pytest.raises(pooling.Mismatch) as caught:
+        pooling.join_agent(
+            name, account_id="acct_2", proto="https", endpoint_id="ep_intruder", instance_id="x"
+        )
+    assert caught.value.kind == pooling.OTHER_OWNER
+    with pytest.raises(errors.Conflict):
+        online.claim_hostname(
+            name, account_id="acct_2", endpoint_id="ep_intruder", instance_id="edge_c"
+        )
+    assert pooling.members(pooling.read(name))[1] == {
+        owner_eid: "edge_a",
+        other_eid: "edge_b",
+    }
+    _, _, joiner_eid, _ = _session("edge_b")  # one of its own joins: the dead owner goes
+    pooling.join_agent(
+        name, account_id=ACCT, proto="https", endpoint_id=joiner_eid, instance_id="edge_b"
+    )
+    raw = pooling.read(name)
+    assert raw["owner"]["S"] in (other_eid, joiner_eid)
+    assert pooling.members(raw)[1] == {other_eid: "edge_b", joiner_eid: "edge_b"}
+
+
+def _pool_member(instance_id, name):
+    """A session whose pooled endpoint serves ``name`` (as edge/binds.py writes it), joined
+    to the pool of ``name``: (session id, endpoint id)."""
+    from chalicelib.core import pooling
+
+    sid = online.new_session_id()
+    online.session_started(
+        account_id=ACCT,
+        session_id=sid,
+        credential_id="cr_x",
+        instance_id=instance_id,
+        agent_version="1.4.0",
+        os="linux",
+        ip="127.0.0.1",
+        metadata="",
+        region="local",
+        owner_id="usr_x",
+    )
+    tid, eid = online.new_tunnel_id(), online.new_endpoint_id()
+    pooling.join_agent(
+        name, account_id=ACCT, proto="https", endpoint_id=eid, instance_id=instance_id
+    )
+    online.tunnel_started(
+        account_id=ACCT,
+        session_id=sid,
+        tunnel_id=tid,
+        instance_id=instance_id,
+        proto="https",
+        public_url=f"https://{name}",
+        hostname=name,
+        endpoint_id=eid,
+        pooling_enabled=True,
+    )
+    return sid, eid
+
+
+def test_a_pools_claim_lives_on_with_its_live_members_ttl_refresh(clock):
+    """The claim of a pool whose holder died is kept by its other agent members' TTL
+    refresh (online.session_refresh): it does not expire under the live members."""
+    from chalicelib.core import pooling
+
+    instances.register("edge_a", "")
+    instances.register("edge_b", "")
+    name = "pool2.example.com"
+    _, owner_eid = _pool_member("edge_a", name)
+    other_sid, other_eid = _pool_member("edge_b", name)
+    assert pooling.read(name)["owner"]["S"] == owner_eid
+    before = online.num_attr(pooling.read(name), "expires_at")
+    clock["now"] += REFRESH_SECONDS  # edge_a is dead; edge_b refreshes its session's TTLs
+    instances.register("edge_b", "")
+    assert online.session_refresh(ACCT, other_sid)
+    assert online.num_attr(pooling.read(name), "expires_at") >= before + REFRESH_SECONDS
+    online.raw_client().update_item(  # as a claim a cloud member holds: no TTL
+        TableName=online.raw_table(),
+        Key=pooling.claim_key(name),
+        UpdateExpression="REMOVE expires_at",
+    )
+    clock["now"] += REFRESH_SECONDS
+    assert online.session_refresh(ACCT, other_sid)
+    assert "expires_at" not in pooling.read(name)

@@ -1,0 +1,51 @@
+"""A session's end reaches the store even when the store fails at that moment (edge/agents.py):
+with online state kept by instance leases, a session item the edge failed to remove stays
+live as long as its instance renews its lease (its name claimed, listed by the API), not
+ONLINE_STALE_SECONDS as when each session heartbeated its own item; so the removal is tried
+again until it is done. The agent is played over a real socket pair; the edge around it is
+a recorder whose first store calls at the end fail."""
+
+import asyncio
+
+from chalicelib.core import online
+from edge import agents
+from tests.unit.test_edge_auth_deadline import SlowEdge, _answer, _auth_frames, _session
+
+
+class FailingEndEdge(SlowEdge):
+    def __init__(self, failures):
+        super().__init__(delay=0.0)
+        self.failures = failures
+        self.ended = []
+        self.tries = 0
+
+    async def call(self, fn, *args, **kwargs):
+        if fn is online.session_ended:
+            self.tries += 1
+            if self.tries <= self.failures:
+                raise ConnectionError("the store is away")
+            self.ended.append(args)
+            return None
+        return await super().call(fn, *args, **kwargs)
+
+
+def test_a_session_end_the_store_refused_is_tried_again_until_done(monkeypatch):
+    monkeypatch.setattr(agents, "AUTH_TIMEOUT", 5.0)
+    monkeypatch.setattr(agents, "END_RETRY_SECONDS", 0.05)
+
+    async def run():
+        edge = FailingEndEdge(failures=3)
+        session, task, reader, writer = await _session(edge)
+        writer.write(_auth_frames())
+        kind, body = await _answer(reader, 5)
+        assert kind == "reply", (kind, body)
+        writer.close()  # the agent goes away while the store is away
+        await asyncio.wait_for(task, 5)
+        assert edge.registry.sessions == {}
+        for _ in range(200):
+            if edge.ended:
+                break
+            await asyncio.sleep(0.05)
+        assert edge.ended == [("acct_1", session.id)] and edge.tries == 4
+
+    asyncio.run(run())

@@ -1,0 +1,51 @@
+"""What an agent that does not read can make the edge hold (edge/session.py): frames the edge
+answers with no wait of its own (an RST for each SYN past the peer's MAX_STREAMS, for data
+on a finished stream, WNDINCs) pile up in the connection's write buffer while the agent
+sends and never reads. Past UNSENT_PAUSE_AT unsent bytes the edge stops reading the agent
+until they drain: what it holds stays bounded, and the session goes on once the agent
+reads again. The test plays the agent on a real socket pair."""
+
+import asyncio
+import socket
+
+from edge import muxado, session
+from edge.session import MuxSession
+
+UNSENT_PAUSE_AT = 1024 * 1024  # docs/SECURITY.md
+READ_AT_ONCE = 256 * 1024  # asyncio's socket transport reads at most this per call
+RST_SIZE = 12  # an RST frame: 8-byte header, 4-byte code
+SYN_SIZE = 8  # an empty DATA frame with SYN
+
+
+def test_an_agent_that_never_reads_cannot_grow_the_edges_write_buffer(monkeypatch):
+    monkeypatch.setattr(session, "MAX_STREAMS", 1)
+
+    async def main():
+        left, right = socket.socketpair()
+        edge_reader, edge_writer = await asyncio.open_connection(sock=left)
+        peer_reader, peer_writer = await asyncio.open_connection(sock=right)
+        mux = MuxSession(edge_reader, edge_writer, lambda s: asyncio.sleep(60), name="t")
+        mux.authenticate()
+        task = asyncio.ensure_future(mux.run())
+        syns = 600_000  # every one past the first is refused with an RST: 7.2 MB of them
+        last = 2 * syns - 1
+        peer_writer.write(b"".join(muxado.data(sid, syn=True) for sid in range(1, last + 1, 2)))
+        held = 0
+        for _ in range(60):  # what the edge holds once it has handled what it could
+            await asyncio.sleep(0.1)
+            held = max(held, edge_writer.transport.get_write_buffer_size())
+        bound = UNSENT_PAUSE_AT + READ_AT_ONCE // SYN_SIZE * RST_SIZE
+        assert held <= bound, (held, bound)
+        got = 0  # the agent reads again: the edge reads the rest, answering each SYN
+        parser = muxado.FrameParser()
+        while mux._last_remote_id < last:
+            chunk = await asyncio.wait_for(peer_reader.read(1 << 20), 20)
+            assert chunk, "the session ended"
+            got += sum(1 for f in parser.feed(chunk) if f.type == muxado.RST)
+        assert not mux.closed
+        await mux.close()
+        task.cancel()
+        return held
+
+    held = asyncio.run(asyncio.wait_for(main(), 120))
+    print(f"write buffer held at most {held} bytes")
