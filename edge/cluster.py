@@ -33,7 +33,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from chalicelib.core import instances, online, pooling
 from edge import pools
-from edge.designation import designate, rate_limited
+from edge.designation import designate, not_refused, rate_limited
 from edge.group_spread import GroupSpread
 
 log = logging.getLogger("edge.cluster")
@@ -255,9 +255,8 @@ class Cluster:
         cloud = await self.edge.call(online.cloud_endpoint_for, name)
         if not cloud or not rate_limited(cloud.get("traffic_policy")):
             return "local", None
-        dead = self.refused()
         live = await self.edge.call(instances.live_instances)
-        chosen = designate(name, [i for i in live if i.get("address") not in dead])
+        chosen = designate(name, not_refused(live, self.refused()))
         if chosen is None or chosen["instance_id"] == self.instance_id:
             return "local", None
         if len(self._cloud_names) > 4096:
@@ -265,11 +264,12 @@ class Cluster:
         self._cloud_names.add(name)
         return "relay", chosen["address"]
 
-    def refused(self) -> set:
+    def refused(self) -> Dict[str, float]:
         """Relay addresses that refused a connection within HOLD_SECONDS (an instance killed
-        with -9 whose lease has not ended yet): no designation names them meanwhile."""
-        now = time.monotonic()
-        return {a for a, at in self._dead.items() if now - at < HOLD_SECONDS}
+        with -9 whose lease has not ended yet), with when (epoch seconds): no designation names
+        them meanwhile, unless their lease was renewed since (``designation.not_refused``)."""
+        now, wall = time.monotonic(), time.time()
+        return {a: wall - (now - at) for a, at in self._dead.items() if now - at < HOLD_SECONDS}
 
     async def holder_address(self, name: str, local: Callable[[], bool]) -> Optional[str]:
         """The relay address of the other instance holding ``name``'s claim, or None (served

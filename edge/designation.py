@@ -48,6 +48,19 @@ def route_rate_limited(route: Dict[str, Any]) -> bool:
     return rate_limited(module.get("value"))
 
 
+def not_refused(live: List[Dict[str, Any]], refused: Dict[str, float]) -> List[Dict[str, Any]]:
+    """The registry's instances but those whose relay address refused a connection (``refused``:
+    address -> when, epoch seconds) since their lease's last renewal (``renewed_at``): killed,
+    their lease not ended yet. One that renewed its lease after the refusal (started again on
+    the same address) is designated again at once, so every instance agrees once more."""
+    return [
+        i
+        for i in live
+        if i.get("address") not in refused
+        or float(i.get("renewed_at") or 0) > refused[str(i.get("address"))]
+    ]
+
+
 def designate(name: str, live: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """The serving instance that serves ``name`` for the whole cluster: rendezvous (highest
     random weight) hashing of the name with each serving instance's id, so every instance

@@ -30,10 +30,10 @@ kind ``gtcp``); the receiving instance runs the edge's ``on_tcp_connect`` rules.
 
 import random
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import instances, online
-from edge.designation import candidates, designate, route_rate_limited
+from edge.designation import candidates, designate, not_refused, route_rate_limited
 
 CACHE_SECONDS = 1.0
 MAX_CACHED = 4096
@@ -116,13 +116,15 @@ class GroupSpread:
             tunnels.update({t["tunnel_id"]: t for t in await self._online(account_id, labels)})
         return await self._address(pick(list(tunnels.values())))
 
-    async def designated(self, host: str, dead: Iterable[str] = ()) -> Tuple[bool, Optional[str]]:
+    async def designated(
+        self, host: str, refused: Optional[Dict[str, float]] = None
+    ) -> Tuple[bool, Optional[str]]:
         """(True, address or None: here) when the HTTPS edge serving ``host`` has a route
         whose traffic policy has a rate-limit: its one instance, by rendezvous hashing of the
         edge's id (not the hostname: an edge's hostnames share its counters) over the
         serving instances that hold its labeled tunnels (designation.candidates), read
-        through the same caches, but for the relay addresses in ``dead`` (they refused a
-        connection just now: killed, their lease not yet ended). (False, None) for any other
+        through the same caches, but for the relay addresses in ``refused`` that refused a
+        connection since their lease's last renewal (killed, their lease not yet ended). (False, None) for any other
         host."""
         found = await self.edge.router.https_edge_for(host)
         if found is None:
@@ -136,8 +138,7 @@ class GroupSpread:
             for labels in sets
         ]
         live: List[Dict[str, Any]] = await self._cached(("live",), instances.live_instances)
-        gone = set(dead)
-        live = [i for i in live if i.get("address") not in gone]
+        live = not_refused(live, refused or {})
         chosen = designate(str(edge.get("id") or host), candidates(live, holding))
         if chosen is None or chosen["instance_id"] == self.instance_id:
             return True, None

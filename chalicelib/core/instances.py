@@ -80,7 +80,8 @@ def is_live(instance_id: str) -> bool:
 
 
 def live_instances() -> List[Dict[str, Any]]:
-    """Every instance whose lease holds: ``{"instance_id", "address", "state"}``."""
+    """Every instance whose lease holds: ``{"instance_id", "address", "state", "renewed_at"}``
+    (``renewed_at``: the lease's last renewal, epoch seconds)."""
     at = online.now()
     out = []
     for item in store.query_all(PK):
@@ -95,6 +96,7 @@ def live_instances() -> List[Dict[str, Any]]:
                     "instance_id": item.sk,
                     "address": item.data.get("address"),
                     "state": item.data.get("state"),
+                    "renewed_at": float(item.heartbeat_at),
                 }
             )
     return out

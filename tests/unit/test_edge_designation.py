@@ -295,4 +295,34 @@ def test_an_instance_that_refused_the_relay_is_designated_no_more():
         after = designation.designate(edge["id"], [i for i in live if i is not chosen])
         assert got == (True, None if after["instance_id"] == "edge_a" else after["address"])
     c._dead = {"127.0.0.1:7001": time.monotonic() - cluster.HOLD_SECONDS - 1}
-    assert c.refused() == set()  # long ago: its lease has ended, or it is back
+    assert c.refused() == {}  # long ago: its lease has ended, or it is back
+
+
+def test_an_instance_that_renewed_its_lease_after_refusing_is_designated_again():
+    """Started again on the same address (the supervisor): its lease renewed after the refusal,
+    so it is designated again at once, as every instance that saw no refusal designates it
+    (otherwise instances disagree for HOLD_SECONDS and a rate-limited name meets two
+    counters)."""
+    live = _serving("edge_a", "edge_b", "edge_c")
+    refused_at = 1_000.0
+    for instance in live:
+        instance["renewed_at"] = refused_at - 1  # killed: no renewal since the refusal
+    refused = {live[1]["address"]: refused_at}
+    assert [i["instance_id"] for i in designation.not_refused(live, refused)] == [
+        "edge_a",
+        "edge_c",
+    ]
+    live[1]["renewed_at"] = refused_at  # renewed at the very moment: not after it
+    assert len(designation.not_refused(live, refused)) == 2
+    live[1]["renewed_at"] = refused_at + 0.5  # started again, lease renewed since
+    assert designation.not_refused(live, refused) == live
+    assert designation.not_refused(live, {}) == live
+
+
+def test_a_refusal_is_dated_in_the_leases_clock():
+    c, _, _ = _relaying(Edge("edge_a", {}, {}, {}, _serving("edge_a")))
+    before = time.time()
+    c._dead = {"127.0.0.1:7001": time.monotonic() - 2.0}
+    ((address, at),) = c.refused().items()
+    assert address == "127.0.0.1:7001"
+    assert before - 2.5 < at < time.time() - 1.5
