@@ -5,7 +5,6 @@ objects; a destination that refuses does not change a request's status; /metrics
 moves with traffic."""
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, tcp_round_trip
 from tests.edge.test_edge_sdk import _bound, _credential, _host
+from tests.support.api import free_port
 
 REGION = "us-east-1"
 AWS_ACCOUNT = "123456789012"
@@ -29,16 +29,10 @@ KEYS = {
 WAIT = 60.0  # generous: the machine is shared; the edge flushes every 0.2 s here
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def moto_url(tmp_path_factory):
     """moto's server as a process (Kinesis, Firehose, CloudWatch Logs, S3, STS)."""
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],

@@ -162,28 +162,35 @@ class InProcessApi(Api):
         return [make_account(reporter) for _ in range(count)]
 
 
+_GIVEN: set = set()  # ports this process has handed out: never twice
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port below the kernel's ephemeral range (see free_range)."""
+    return free_range(1)
 
 
 def free_range(size: int) -> int:
-    """The first of ``size`` consecutive free ports, below the kernel's ephemeral range: a
-    range taken from it (as free_port's are) could meet the ephemeral port of any outgoing
-    connection made meanwhile, and the edge's TCP listener on it would not bind (seen in a
-    full run: 'address already in use' on a reserved port)."""
+    """The first of ``size`` consecutive free ports, below the kernel's ephemeral range: a port
+    from that range (what bind(0) gives) can become the source port of any outgoing connection
+    made before its server binds it, and the server then fails with 'address already in use'
+    (seen in full runs: an edge's TCP listener, and make run's store on 127.0.0.1:33501). No
+    port is handed out twice by one process."""
     with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
         low_ephemeral = int(handle.read().split()[0])
-    for _ in range(100):
+    for _ in range(1000):
         low = random.randrange(20000, max(20001, low_ephemeral - size))
+        ports = range(low, low + size)
+        if _GIVEN.intersection(ports):
+            continue
         try:
-            for port in range(low, low + size):
+            for port in ports:
                 with socket.socket() as sock:
                     sock.bind(("127.0.0.1", port))
-            return low
         except OSError:
             continue
+        _GIVEN.update(ports)
+        return low
     raise RuntimeError("no free port range")
 
 
