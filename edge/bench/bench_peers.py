@@ -508,6 +508,18 @@ class Stack:
         self.sshd, self.ssh = start_ssh(
             procs, tmp, [(self.ssh_http, self.up_port), (self.ssh_bulk, self.bulk_port)]
         )
+        # the floor: a bare asyncio relay in the edge's place (edge/bench/floor_relay.py)
+        self.floor_port, floor_back = free_port(), free_port()
+        relay = os.path.join(HERE, "floor_relay.py")
+        self.floor_back = procs.start(
+            [sys.executable, relay, "back", str(floor_back), str(self.up_port)]
+            + [f"{tmp}/rp.crt", f"{tmp}/rp.key"]
+        )
+        wait_port(floor_back)
+        self.floor = procs.start(
+            [sys.executable, relay, "front", str(self.floor_port), str(floor_back)]
+        )
+        wait_port(self.floor_port)
         # the growth case binds 1,000 endpoints on one session and opens 1,000 sessions with
         # one credential: the edge's quotas (edge/quotas.py) raised for the bench
         os.environ.update(
@@ -577,6 +589,7 @@ class Stack:
             "ssh": Group({"sshd": self.sshd.pid, "ssh": self.ssh.pid, "upstream": up}),
             "nginx": Group({"nginx": self.proxy.pid, "upstream": up}),
             "direct": Group({"upstream": up}),
+            "floor": Group({"front": self.floor.pid, "back": self.floor_back.pid, "upstream": up}),
         }
 
     def url(self, path: str, route: str, tls: bool = False) -> str:
@@ -585,6 +598,7 @@ class Stack:
             "ssh": self.ssh_http,
             "nginx": self.rp_tls if tls else self.rp_port,
             "direct": self.up_port,
+            "floor": self.floor_port,
         }[path]
         return f"{'https' if tls else 'http'}://127.0.0.1:{port}{route}"
 
@@ -654,7 +668,13 @@ def bulk_case(stack: Stack, runs: int) -> Dict[str, Any]:
 
 
 # ---- printing --------------------------------------------------------------------------------
-PROXY = {"edge": ("edge", "sdk"), "ssh": ("sshd", "ssh"), "nginx": ("nginx",), "direct": ()}
+PROXY = {
+    "edge": ("edge", "sdk"),
+    "ssh": ("sshd", "ssh"),
+    "nginx": ("nginx",),
+    "direct": (),
+    "floor": ("front", "back"),
+}
 
 
 def fmt_us(value: float) -> str:
@@ -704,6 +724,14 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
             f"{s['cpu_us']['sshd'] + s['cpu_us']['ssh']:.1f}); p50 "
             f"{ratio(e['p50_us'], s['p50_us'])}× ssh -R's"
         )
+        floor = rows.get("floor")
+        if floor:
+            lines.append(
+                f"  the floor (a bare asyncio relay over TLS in the edge's place): "
+                f"{floor['cpu_us']['front']:.1f} µs = "
+                f"{ratio(floor['cpu_us']['front'], s['cpu_us']['sshd'])}× sshd's; the edge "
+                f"{ratio(e['cpu_us']['edge'], floor['cpu_us']['front'])}× the floor"
+            )
     sweep = results.get("sweep")
     if sweep and all("edge" in rows and "direct" in rows for rows in sweep.values()):
         worst = max(
@@ -767,7 +795,7 @@ def main() -> int:
     parser.add_argument("--sweep-seconds", type=float, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="get20,get1,sweep,post20,bulk,https,policy,growth")
-    parser.add_argument("--paths", default="edge,ssh,nginx,direct")
+    parser.add_argument("--paths", default="edge,ssh,nginx,direct,floor")
     parser.add_argument(
         "--sizes",
         default=",".join(str(n) for n in SWEEP),
