@@ -509,7 +509,7 @@ class Stack:
             procs, tmp, [(self.ssh_http, self.up_port), (self.ssh_bulk, self.bulk_port)]
         )
         # the floor: a bare asyncio relay in the edge's place (edge/bench/floor_relay.py)
-        self.floor_port, floor_back = free_port(), free_port()
+        self.floor_port, self.floor_tls, floor_back = free_port(), free_port(), free_port()
         relay = os.path.join(HERE, "floor_relay.py")
         self.floor_back = procs.start(
             [sys.executable, relay, "back", str(floor_back), str(self.up_port)]
@@ -518,6 +518,7 @@ class Stack:
         wait_port(floor_back)
         self.floor = procs.start(
             [sys.executable, relay, "front", str(self.floor_port), str(floor_back)]
+            + [str(self.floor_tls), f"{tmp}/rp.crt", f"{tmp}/rp.key"]
         )
         wait_port(self.floor_port)
         # the growth case binds 1,000 endpoints on one session and opens 1,000 sessions with
@@ -598,7 +599,7 @@ class Stack:
             "ssh": self.ssh_http,
             "nginx": self.rp_tls if tls else self.rp_port,
             "direct": self.up_port,
-            "floor": self.floor_port,
+            "floor": self.floor_tls if tls else self.floor_port,
         }[path]
         return f"{'https' if tls else 'http'}://127.0.0.1:{port}{route}"
 
@@ -775,6 +776,13 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
             f"HTTPS, new TLS connection per request: edge CPU {e['edge']:.0f} µs = "
             f"{ratio(e['edge'], n['nginx'])}× nginx's {n['nginx']:.0f} µs"
         )
+        if "floor" in rows:
+            f = rows["floor"]["cpu_us"]["front"]
+            lines.append(
+                f"  the floor (a bare asyncio TLS listener and relay in the edge's place): "
+                f"{f:.0f} µs = {ratio(f, n['nginx'])}× nginx's; the edge {ratio(e['edge'], f)}× "
+                "the floor"
+            )
     if results.get("policy"):
         rows = results["policy"]
         lines.append(
@@ -870,7 +878,7 @@ def main() -> int:
             if "https" in only:
                 results["https"] = http_case(
                     stack,
-                    ["edge", "nginx"],
+                    ["edge", "nginx"] + (["floor"] if "floor" in paths else []),
                     args.runs,
                     args.seconds,
                     20,

@@ -15,7 +15,7 @@ read on each side. What ``front`` spends per small GET is a floor for any edge w
 CPython's asyncio that carries HTTP to an agent over TLS (docs/BENCHMARKS.md, "The floor").
 
     python edge/bench/floor_relay.py back LISTEN_PORT UPSTREAM_PORT CERT KEY
-    python edge/bench/floor_relay.py front LISTEN_PORT BACK_PORT
+    python edge/bench/floor_relay.py front LISTEN_PORT BACK_PORT [TLS_PORT CERT KEY]
 """
 
 import asyncio
@@ -116,7 +116,7 @@ async def back(port: int, upstream_port: int, cert: str, key: str) -> None:
     await server.serve_forever()
 
 
-async def front(port: int, back_port: int) -> None:
+async def front(port: int, back_port: int, tls: Optional[list] = None) -> None:
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -131,6 +131,10 @@ async def front(port: int, back_port: int) -> None:
         mux.streams[sid] = local
         return local
 
+    if tls:  # TLS_PORT CERT KEY: clients' TLS too (the HTTPS case: a handshake per request)
+        public = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        public.load_cert_chain(tls[1], tls[2])
+        await loop.create_server(client, "127.0.0.1", int(tls[0]), ssl=public, backlog=1024)
     server = await loop.create_server(client, "127.0.0.1", port, backlog=1024)
     await server.serve_forever()
 
@@ -139,7 +143,7 @@ def main(argv: list) -> None:
     if argv[0] == "back":
         asyncio.run(back(int(argv[1]), int(argv[2]), argv[3], argv[4]))
     else:
-        asyncio.run(front(int(argv[1]), int(argv[2])))
+        asyncio.run(front(int(argv[1]), int(argv[2]), argv[3:6]))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ client's close ends its upstream connection. (Its cost is measured by bench_peer
 import http.server
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -63,7 +64,7 @@ def relay(tmp_path_factory):
 
     upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    back_port, front_port = free_port(), free_port()
+    back_port, front_port, tls_port = free_port(), free_port(), free_port()
     up_port = str(upstream.server_address[1])
     procs = [
         subprocess.Popen(
@@ -73,10 +74,14 @@ def relay(tmp_path_factory):
     ]
     _wait(back_port)
     procs.append(
-        subprocess.Popen([sys.executable, RELAY, "front", str(front_port), str(back_port)])
+        subprocess.Popen(
+            [sys.executable, RELAY, "front", str(front_port), str(back_port), str(tls_port)]
+            + [f"{tmp}/c.pem", f"{tmp}/k.pem"]
+        )
     )
     _wait(front_port)
-    yield front_port, opened, closed
+    _wait(tls_port)
+    yield front_port, opened, closed, tls_port
     for proc in procs:
         proc.kill()
         proc.wait()
@@ -94,7 +99,7 @@ def _get(sock: socket.socket, path: str) -> bytes:
 
 
 def test_requests_on_several_connections_come_back_whole(relay):
-    port, opened, closed = relay
+    port, opened, closed, _ = relay
     before = len(opened)
     conns = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
     for round_ in range(3):
@@ -113,3 +118,12 @@ def test_requests_on_several_connections_come_back_whole(relay):
     while time.time() < deadline and not set(ours) <= set(closed):
         time.sleep(0.05)
     assert set(ours) <= set(closed)  # a client's close ends its upstream connection
+
+
+def test_a_tls_client_is_relayed_too(relay):
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    raw = socket.create_connection(("127.0.0.1", relay[3]), timeout=10)
+    with context.wrap_socket(raw) as sock:
+        reply = _get(sock, "/over-tls")
+    assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"/over-tls")
