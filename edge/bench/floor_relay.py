@@ -51,7 +51,10 @@ class Mux(asyncio.Protocol):
             if local is None:
                 if not length:
                     continue
-                local = self.streams[sid] = self.opened(sid)
+                local = self.opened(sid)
+                if local is None:  # a stream this end already ended: dropped
+                    continue
+                self.streams[sid] = local
             local.from_mux(payload)
         self.buffer = buffer[at:]
 
@@ -59,7 +62,8 @@ class Mux(asyncio.Protocol):
         self.transport.write(HEADER.pack(sid, len(data)) + data)
 
     def opened(self, sid: int) -> Any:
-        raise ConnectionError(f"stream {sid} not opened here")
+        """The local end of a stream the other end began (``back``); None: not opened here."""
+        return None
 
 
 class Local(asyncio.Protocol):
@@ -74,6 +78,8 @@ class Local(asyncio.Protocol):
         self.transport = transport
         if self.pending:
             transport.write(b"".join(self.pending))
+            if not self.pending[-1]:  # the other end closed meanwhile
+                transport.close()
         self.pending = None
 
     def data_received(self, data: bytes) -> None:
@@ -88,9 +94,11 @@ class Local(asyncio.Protocol):
             self.mux.streams.pop(self.sid, None)
             if self.transport is not None:
                 self.transport.close()
+            elif self.pending is not None:  # closed before connected: close once connected
+                self.pending.append(b"")
         elif self.pending is not None:
             self.pending.append(data)
-        else:
+        elif not self.transport.is_closing():
             self.transport.write(data)
 
 

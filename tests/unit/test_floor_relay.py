@@ -127,3 +127,12 @@ def test_a_tls_client_is_relayed_too(relay):
     with context.wrap_socket(raw) as sock:
         reply = _get(sock, "/over-tls")
     assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"/over-tls")
+
+
+def test_replies_for_clients_already_gone_are_dropped_and_the_relay_serves_on(relay):
+    port = relay[0]
+    for _ in range(20):  # each reply reaches the front after its client closed
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET /gone HTTP/1.1\r\nHost: x\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        assert _get(sock, "/after").endswith(b"/after")
