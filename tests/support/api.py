@@ -170,6 +170,18 @@ def free_port() -> int:
     return free_range(1)
 
 
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    """Return once something accepts connections on 127.0.0.1:``port``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port} after {timeout}s")
+
+
 def free_range(size: int) -> int:
     """The first of ``size`` consecutive free ports, below the kernel's ephemeral range: a port
     from that range (what bind(0) gives) can become the source port of any outgoing connection

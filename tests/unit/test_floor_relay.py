@@ -13,20 +13,9 @@ import time
 
 import pytest
 
-from tests.support.api import PROJECT_DIR, free_port
+from tests.support.api import PROJECT_DIR, free_port, wait_port
 
 RELAY = os.path.join(PROJECT_DIR, "edge", "bench", "floor_relay.py")
-
-
-def _wait(port: int) -> None:
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listens on {port}")
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +61,15 @@ def relay(tmp_path_factory):
             + [f"{tmp}/k.pem"]
         )
     ]
-    _wait(back_port)
+    wait_port(back_port)
     procs.append(
         subprocess.Popen(
             [sys.executable, RELAY, "front", str(front_port), str(back_port), str(tls_port)]
             + [f"{tmp}/c.pem", f"{tmp}/k.pem"]
         )
     )
-    _wait(front_port)
-    _wait(tls_port)
+    wait_port(front_port)
+    wait_port(tls_port)
     yield front_port, opened, closed, tls_port
     for proc in procs:
         proc.kill()
