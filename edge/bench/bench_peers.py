@@ -699,7 +699,7 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
         ("get1", "small GET, 1 connection"),
     ):
         rows = results.get(case)
-        if not rows:
+        if not rows or "edge" not in rows or "ssh" not in rows:
             continue
         e, s = rows["edge"], rows["ssh"]
         lines.append(
