@@ -6,7 +6,7 @@ side by side, interleaved round by round (the machine's load hits both alike):
     .venv/bin/python edge/bench/bench_http1.py [--old main] [--rounds 7] [--n 20000]
 
 ``--old`` is a git revision whose edge/http1.py is the baseline (or a path to a .py file); the
-other is the working tree's. Cases:
+other is the working tree's (or ``--new``'s file). Cases:
 
 - **wrk GET**: wrk's request head (``Host`` only) and nginx's 12-byte answer (bench_peers.py's
   small GET): request read, forwarded upstream with the X-Forwarded headers, response read and
@@ -188,6 +188,7 @@ def check_same_bytes(old: ModuleType, new: ModuleType) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--old", default="main", help="git revision or .py path (baseline)")
+    parser.add_argument("--new", default=os.path.join(ROOT, "edge", "http1.py"), help=".py path")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--n", type=int, default=20000, help="exchanges per round")
     args = parser.parse_args()
@@ -204,9 +205,9 @@ def main() -> None:
         handle.close()
         old_path = handle.name
     old = load("http1_old", old_path)
-    new = load("http1_new", os.path.join(ROOT, "edge", "http1.py"))
+    new = load("http1_new", args.new)
     check_same_bytes(old, new)
-    print(f"old: {args.old}; new: working tree; {args.n} exchanges x {args.rounds} rounds")
+    print(f"old: {args.old}; new: {args.new}; {args.n} exchanges x {args.rounds} rounds")
     print(f"{'case':<14}{'old best/median µs':>22}{'new best/median µs':>22}{'new/old':>9}")
     for case, (request_bytes, policy) in CASES.items():
         runs: Dict[str, List[float]] = {"old": [], "new": []}
