@@ -113,7 +113,13 @@ def _normalize(headers: Iterable[Tuple[Any, Any]], checked: bool) -> Tuple[Pairs
     (a tab is allowed in a value; in a name it shows as one tab too many), whatever the
     number of headers; the offending header is looked for only when one is refused."""
     if checked:
-        raw = [(_b(name), _b(value).strip(b" \t")) for name, value in headers]
+        raw = [
+            (
+                name if name.__class__ is bytes else _b(name),
+                (value if value.__class__ is bytes else _b(value)).strip(b" \t"),
+            )
+            for name, value in headers
+        ]
         names = b"\t".join([n for n, _ in raw])
         if raw and (
             not _TOKENS.match(names)
@@ -126,7 +132,13 @@ def _normalize(headers: Iterable[Tuple[Any, Any]], checked: bool) -> Tuple[Pairs
                 if _BAD_VALUE.search(value):
                     raise LocalProtocolError(f"Illegal header value {value!r}")
     else:
-        raw = [(_b(name), _b(value)) for name, value in headers]
+        raw = [
+            (
+                name if name.__class__ is bytes else _b(name),
+                value if value.__class__ is bytes else _b(value),
+            )
+            for name, value in headers
+        ]
     return [(name.lower(), value) for name, value in raw], raw
 
 
@@ -178,16 +190,27 @@ class Request(Event):
                 raise LocalProtocolError("Illegal method characters")
             if not self.target or _BAD_TARGET.search(self.target):
                 raise LocalProtocolError("Illegal target characters")
-            hosts = sum(1 for name, _ in self.headers if name == b"host")
+            framing, hosts, _, _ = _declare(self.headers)
             if hosts == 0 and http_version == b"1.1":
                 raise LocalProtocolError("Missing mandatory Host: header")
             if hosts > 1:
                 raise LocalProtocolError("Found multiple Host: headers")
-            _framing(self.headers, LocalProtocolError)
+            if framing:
+                _framing(framing, LocalProtocolError)
 
 
 class _ResponseBase(Event):
-    __slots__ = ("status_code", "reason", "headers", "raw_headers", "http_version", "close")
+    # _declared: what the parser found in ``headers`` (see _Declared), for writing the head
+    # back without scanning it again while ``headers`` is unchanged
+    __slots__ = (
+        "status_code",
+        "reason",
+        "headers",
+        "raw_headers",
+        "http_version",
+        "close",
+        "_declared",
+    )
 
     def __init__(
         self,
@@ -200,6 +223,7 @@ class _ResponseBase(Event):
         raw_headers: Optional[Pairs] = None,
     ):
         self.close = False  # parsed: this message ends its connection
+        self._declared: Optional[_Declared] = None
         self.status_code, self.reason, self.http_version = (
             int(status_code),
             _b(reason),
@@ -212,7 +236,9 @@ class _ResponseBase(Event):
         if checked:
             if b"\r" in self.reason or b"\n" in self.reason:
                 raise LocalProtocolError("Illegal reason phrase")
-            _framing(self.headers, LocalProtocolError)
+            framing, _, says_close, _ = _declare(self.headers)
+            kind, length = _framing(framing, LocalProtocolError) if framing else (_UNTIL_CLOSE, 0)
+            self._declared = (self.headers[:], kind, length, says_close)
 
 
 class InformationalResponse(_ResponseBase):
@@ -263,6 +289,22 @@ class ConnectionClosed(Event):
 
 
 _EOM = EndOfMessage()
+_new = object.__new__
+_VERSIONS = {"1.1": b"1.1", "1.0": b"1.0"}
+
+
+def _parsed(
+    cls: Any, status: int, reason: bytes, version: bytes, headers: Pairs, raw: Pairs
+) -> Any:
+    """A response head as ``cls(…, raw_headers=raw)`` builds it, without its keyword
+    arguments (the parser's own, already valid)."""
+    event = _new(cls)
+    event.status_code, event.reason, event.http_version = status, reason, version
+    event.headers, event.raw_headers = headers, raw
+    event.close, event._declared = False, None
+    return event
+
+
 # Fields a trailer section may not carry (framing, routing, the connection: RFC 9110 6.5.1).
 _NOT_TRAILERS = frozenset(
     (
@@ -318,23 +360,46 @@ def _framing(headers: Pairs, error: type) -> Tuple[str, int]:
     return _UNTIL_CLOSE, 0
 
 
-def _says_close(headers: Pairs) -> bool:
+# The fields a head's framing and its connection's fate depend on (see _declare).
+_DECLARING = frozenset(
+    (b"host", b"content-length", b"transfer-encoding", b"connection", b"upgrade")
+)
+# What a parsed response's headers declared: (a copy of its ``headers``, framing kind, length,
+# Connection says close); valid while the event's ``headers`` still equal the copy.
+_Declared = Tuple[Pairs, str, int, bool]
+
+
+def _declare(headers: Pairs) -> Tuple[Optional[Pairs], int, bool, bool]:
+    """One pass over a head's lower-case headers: its Content-Length and Transfer-Encoding
+    fields in order (None when it has none; ``_framing`` reads them), how many ``Host``
+    fields it has, whether ``Connection`` says close, and whether it asks to switch protocols:
+    both ``Upgrade`` and ``Connection: upgrade``, what makes llhttp stop at a head (a CONNECT
+    request does too: it is answered, then the connection closes)."""
+    framing: Optional[Pairs] = None
+    hosts = 0
+    close = connection_upgrade = upgrade = False
     for name, value in headers:
-        if name == b"connection" and b"close" in value.lower():
-            return True
-    return False
-
-
-def _asks_upgrade(headers: Pairs) -> bool:
-    """Both ``Upgrade`` and ``Connection: upgrade``: what makes llhttp stop at a head (a
-    CONNECT request does too: it is answered, then the connection closes)."""
-    return any(name == b"upgrade" for name, _ in headers) and any(
-        name == b"connection" and b"upgrade" in value.lower() for name, value in headers
-    )
+        if name in _DECLARING:
+            if name == b"host":
+                hosts += 1
+            elif name == b"connection":
+                value = value.lower()
+                if b"close" in value:
+                    close = True
+                if b"upgrade" in value:
+                    connection_upgrade = True
+            elif name == b"upgrade":
+                upgrade = True
+            elif framing is None:
+                framing = [(name, value)]
+            else:
+                framing.append((name, value))
+    return framing, hosts, close, upgrade and connection_upgrade
 
 
 def _head(first: bytes, raw: Pairs) -> bytes:
-    return b"".join([first, *(b"%s: %s\r\n" % pair for pair in raw), b"\r\n"])
+    """``first`` (a start line without its CRLF, or a last chunk's ``0``), then the fields."""
+    return b"\r\n".join([first, *map(b": ".join, raw), b"", b""])
 
 
 class Connection:
@@ -368,10 +433,10 @@ class Connection:
         self._fed_body = 0  # body bytes parsed so far (all messages)
         self._begun_at: Optional[int] = None  # _fed_body when a message began in this feed
         self._chunk_overhead = 0  # chunk framing and trailer bytes since body bytes
-        self._url: List[bytes] = []
-        self._reason: List[bytes] = []
-        self._raw: Pairs = []
-        self._trailers_from = 0
+        self._url = b""
+        self._reason = b""
+        self._raw: Pairs = []  # the head's fields (values without trailing OWS), then trailers
+        self._reusable_parser = False  # CLIENT role: llhttp is ready for the next response
         self._informational = False
         self._head_buffer = b""  # CLIENT role, HEAD exchange: head bytes so far
         if our_role == SERVER:
@@ -381,56 +446,55 @@ class Connection:
     def on_message_begin(self) -> None:
         self._in_message, self._in_body, self._head_bytes = True, False, 0
         self._begun_at, self._chunk_overhead = self._fed_body, 0
-        self._url, self._reason, self._raw = [], [], []
+        self._url = self._reason = b""
+        self._raw = []
+        self._reusable_parser = False
 
     def on_url(self, url: bytes) -> None:
-        self._url.append(url)
+        self._url += url
 
     def on_status(self, status: bytes) -> None:
-        self._reason.append(status)
+        self._reason += status
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._raw.append((name, value))
+        self._raw.append((name, value.rstrip(b" \t")))  # llhttp keeps OWS
 
     def _too_large(self) -> "RemoteProtocolError":
         return RemoteProtocolError(f"message head larger than {self.max_head} bytes")
 
     def on_headers_complete(self) -> None:
-        raw = [(name, value.rstrip(b" \t")) for name, value in self._raw]  # llhttp keeps OWS
+        raw = self._raw
+        self._raw = []  # what llhttp reports after this: trailers
+        parser = self._parser
+        server = self.our_role == SERVER
+        if server:
+            method = parser.get_method()
+            start = len(method) + len(self._url) + 12
+        else:
+            start = len(self._reason) + 15
         # A complete head is bounded too (an incomplete one is, in _feed): its size as sent
         # (exact for single spaces and no optional whitespace around values).
-        size = (
-            sum(len(name) + len(value) + 4 for name, value in raw)
-            + 2
-            + (
-                len(self._parser.get_method()) + len(b"".join(self._url)) + 12
-                if self.our_role == SERVER
-                else len(b"".join(self._reason)) + 15
-            )
-        )
-        if size > self.max_head:
+        if sum([len(name) + len(value) for name, value in raw]) + 4 * len(raw) + 2 + start > (
+            self.max_head
+        ):
             raise self._too_large()
         lower = [(name.lower(), value) for name, value in raw]
-        self._trailers_from = len(self._raw)  # what llhttp reports after this: trailers
-        parser = self._parser
-        version = parser.get_http_version().encode()
-        if version not in (b"1.0", b"1.1"):
-            raise RemoteProtocolError(f"HTTP/{version.decode()} is not supported")
-        close = version != b"1.1" or _says_close(lower)
-        if self.our_role == SERVER:
-            method = parser.get_method()
-            if version == b"1.1":
-                hosts = sum(1 for name, _ in lower if name == b"host")
-                if hosts != 1:
-                    raise RemoteProtocolError(
-                        "Missing mandatory Host: header"
-                        if not hosts
-                        else "Found multiple Host: headers"
-                    )
-            kind, length = _framing(lower, RemoteProtocolError)
+        version = _VERSIONS.get(parser.get_http_version())
+        if version is None:
+            raise RemoteProtocolError(f"HTTP/{parser.get_http_version()} is not supported")
+        framing, hosts, says_close, upgrade = _declare(lower)
+        close = says_close or version != b"1.1"
+        if server:
+            if version == b"1.1" and hosts != 1:
+                raise RemoteProtocolError(
+                    "Missing mandatory Host: header"
+                    if not hosts
+                    else "Found multiple Host: headers"
+                )
+            kind, length = _framing(framing, RemoteProtocolError) if framing else (_UNTIL_CLOSE, 0)
             if kind == _UNTIL_CLOSE:
                 kind = _NONE  # a request without a length has no body
-            if (method == b"CONNECT" or _asks_upgrade(lower)) and (
+            if (method == b"CONNECT" or upgrade) and (
                 kind == _CHUNKED or (kind == _LENGTH and length > 0)
             ):
                 # llhttp stops at such a head (the rest is the new protocol's): a body there
@@ -439,53 +503,45 @@ class Connection:
                     "an Upgrade or CONNECT request with a body is not supported"
                 )
             self._read_framing = kind
-            event: Any = Request(
-                method=method,
-                target=b"".join(self._url),
-                headers=lower,
-                raw_headers=raw,
-                http_version=version,
-            )
-        else:
-            status = parser.get_status_code()
-            reason = b"".join(self._reason)
-            if status < 100:
-                raise RemoteProtocolError(f"status code {status} is not valid")
-            if status < 200:  # 1xx (101 included): no body, no end of message
-                if status == 101 and not (_asks_upgrade(lower) and self._upgrade_asked):
-                    raise RemoteProtocolError(
-                        "101 Switching Protocols without 'Connection: "
-                        "upgrade', or to a request that asked for none"
-                    )
-                self._informational = True
-                self._events.append(
-                    InformationalResponse(
-                        status_code=status,
-                        reason=reason,
-                        headers=lower,
-                        raw_headers=raw,
-                        http_version=version,
-                    )
+            # Built as Request(…, raw_headers=raw) would be, without its keyword arguments
+            request = _new(Request)
+            request.method, request.target, request.http_version = method, self._url, version
+            request.headers, request.raw_headers = lower, raw
+            request.close, request.upgrade = close, False
+            self._in_body = True
+            self._events.append(request)
+            return
+        status = parser.get_status_code()
+        if status < 100:
+            raise RemoteProtocolError(f"status code {status} is not valid")
+        if status < 200:  # 1xx (101 included): no body, no end of message
+            if status == 101 and not (upgrade and self._upgrade_asked):
+                raise RemoteProtocolError(
+                    "101 Switching Protocols without 'Connection: "
+                    "upgrade', or to a request that asked for none"
                 )
-                return
-            self._informational = False
-            kind, length = _framing(lower, RemoteProtocolError)
-            if self._request_method == b"HEAD" or status in (204, 304):
-                # no body, whatever the head declares; one that declares a body may send
-                # it anyway, later: the stream is not reused, so such bytes answer nothing
-                close = close or kind == _CHUNKED or (kind == _LENGTH and length > 0)
-                kind = _NONE
-            self._read_framing = kind
-            event = Response(
-                status_code=status,
-                reason=reason,
-                headers=lower,
-                raw_headers=raw,
-                http_version=version,
+            self._informational = True
+            self._events.append(
+                _parsed(InformationalResponse, status, self._reason, version, lower, raw)
             )
-        event.close = close  # applied when the event is returned (pipelined heads wait)
+            return
+        if status >= 1000:  # as Response() refuses it (llhttp reads three digits)
+            raise LocalProtocolError(
+                f"Response status_code should be in range [200, 1000), not {status}"
+            )
+        self._informational = False
+        kind, length = _framing(framing, RemoteProtocolError) if framing else (_UNTIL_CLOSE, 0)
+        response = _parsed(Response, status, self._reason, version, lower, raw)
+        response._declared = (lower[:], kind, length, says_close)
+        if self._request_method == b"HEAD" or status in (204, 304):
+            # no body, whatever the head declares; one that declares a body may send
+            # it anyway, later: the stream is not reused, so such bytes answer nothing
+            close = close or kind == _CHUNKED or (kind == _LENGTH and length > 0)
+            kind = _NONE
+        self._read_framing = kind
+        response.close = close  # applied when the event is returned (pipelined heads wait)
         self._in_body = True
-        self._events.append(event)
+        self._events.append(response)
 
     def on_body(self, body: bytes) -> None:
         self._fed_body += len(body)
@@ -498,7 +554,9 @@ class Connection:
         self._in_message = self._in_body = False
         if self._read_framing == _UNTIL_CLOSE:
             self._keep_alive = False
-        trailers = self._raw[self._trailers_from :] if self._read_framing == _CHUNKED else None
+        if self.our_role == CLIENT:  # llhttp can read the next response (start_next_cycle)
+            self._reusable_parser = self._parser.should_keep_alive()
+        trailers = self._raw if self._read_framing == _CHUNKED else None
         self._events.append(
             EndOfMessage(
                 [
@@ -617,23 +675,49 @@ class Connection:
     def next_event(self) -> Any:
         """The next event of this cycle, ``NEED_DATA`` or ``PAUSED`` (the peer's message is
         done and the next one waits for ``start_next_cycle``); raises RemoteProtocolError."""
-        if self.their_state is DONE or self.their_state is MUST_CLOSE:
+        state = self.their_state
+        if state is DONE or state is MUST_CLOSE:
             return (
                 PAUSED
                 if (self._read < len(self._events) or self._trailing or self._error is not None)
                 else (ConnectionClosed() if self._closed else NEED_DATA)
             )
-        if self.their_state is SWITCHED_PROTOCOL or (
-            self._switching and self._read >= len(self._events)
-        ):
+        events, read = self._events, self._read
+        if state is SWITCHED_PROTOCOL or (self._switching and read >= len(events)):
             return PAUSED
-        if self._read < len(self._events):
-            event = self._events[self._read]
-            self._read += 1
-            if self._read == len(self._events):
-                self._events.clear()
-                self._read = 0
-            self._their(event)
+        if read < len(events):
+            event = events[read]
+            read += 1
+            if read == len(events):
+                events.clear()
+                read = 0
+            self._read = read
+            # what the event does to the states (the parser's own classes: no subclasses)
+            kind = type(event)
+            if kind is Data:
+                pass
+            elif kind is EndOfMessage:
+                if self._keep_alive:
+                    self.their_state = DONE
+                else:  # both states say the connection is not to be reused
+                    self.their_state = MUST_CLOSE
+                    if self.our_state is DONE:
+                        self.our_state = MUST_CLOSE
+            elif kind is Request:
+                self.their_state = SEND_BODY
+                self._request_method = event.method
+                self._peer_version = event.http_version
+                self._upgrade_asked = event.upgrade
+                if event.close:
+                    self._keep_alive = False
+                if self.our_state is IDLE:
+                    self.our_state = SEND_RESPONSE
+            elif kind is Response:
+                self.their_state = SEND_BODY
+                if event.close:
+                    self._keep_alive = False
+            elif event.status_code == 101:  # an InformationalResponse
+                self.their_state = self.our_state = SWITCHED_PROTOCOL
             return event
         if self._error is not None:
             self.their_state = ERROR
@@ -643,33 +727,21 @@ class Connection:
             return ConnectionClosed()
         return NEED_DATA
 
-    def _their(self, event: Any) -> None:
-        if isinstance(event, Request):
-            self.their_state = SEND_BODY
-            self._request_method = event.method
-            self._peer_version = event.http_version
-            self._upgrade_asked = event.upgrade
-            if event.close:
-                self._keep_alive = False
-            if self.our_state is IDLE:
-                self.our_state = SEND_RESPONSE
-        elif isinstance(event, Response):
-            self.their_state = SEND_BODY
-            if event.close:
-                self._keep_alive = False
-        elif isinstance(event, InformationalResponse):
-            if event.status_code == 101:
-                self.their_state = self.our_state = SWITCHED_PROTOCOL
-        elif isinstance(event, EndOfMessage):
-            self.their_state = DONE if self._keep_alive else MUST_CLOSE
-            self._settle()
-
     # ---- writing ----------------------------------------------------------------------------
     def send(self, event: Any) -> bytes:
         """The bytes of ``event``; LocalProtocolError when it cannot be sent now."""
+        kind = type(event)
+        if kind is Data:
+            return self._send_data(event.data)
+        if kind is EndOfMessage:
+            return self._send_end(event.trailers)
+        if kind is Response:
+            return self._send_response(event)
+        if kind is Request:
+            return self._send_request(event)
         if isinstance(event, Data):
             return self._send_data(event.data)
-        if event is _EOM or isinstance(event, EndOfMessage):
+        if isinstance(event, EndOfMessage):
             return self._send_end(getattr(event, "trailers", None))
         if isinstance(event, Response):
             return self._send_response(event)
@@ -683,7 +755,7 @@ class Connection:
             if event.status_code == 101:
                 self.our_state = self.their_state = SWITCHED_PROTOCOL
             return _head(
-                b"HTTP/1.1 %d %s\r\n"
+                b"HTTP/1.1 %d %s"
                 % (event.status_code, event.reason or _phrase(event.status_code)),
                 event.raw_headers,
             )
@@ -694,22 +766,30 @@ class Connection:
     def _send_request(self, event: Request) -> bytes:
         if self.our_role != CLIENT or self.our_state is not IDLE:
             raise LocalProtocolError("can't send a Request now")
-        kind, length = _framing(event.headers, LocalProtocolError)
+        framing, _, close, upgrade = _declare(event.headers)
+        kind, length = _framing(framing, LocalProtocolError) if framing else (_UNTIL_CLOSE, 0)
         self._send_framing, self._send_left = (
             (_NONE, 0) if kind == _UNTIL_CLOSE else (kind, length)
         )
-        if _says_close(event.headers):
+        if close:
             self._keep_alive = False
         self._request_method = event.method
-        self._upgrade_asked = _asks_upgrade(event.headers)
+        self._upgrade_asked = upgrade
         self.our_state, self.their_state = SEND_BODY, SEND_RESPONSE
-        return _head(b"%s %s HTTP/1.1\r\n" % (event.method, event.target), event.raw_headers)
+        return _head(b"%s %s HTTP/1.1" % (event.method, event.target), event.raw_headers)
 
     def _send_response(self, event: Response) -> bytes:
         if self.our_role != SERVER or self.our_state not in (IDLE, SEND_RESPONSE):
             raise LocalProtocolError("can't send a Response now")
         raw = event.raw_headers
-        kind, length = _framing(event.headers, LocalProtocolError)
+        declared = event._declared
+        if declared is not None and declared[0] == event.headers:
+            # parsed by an http1 Connection and its headers unchanged since: what they declare
+            # was found then (a traffic policy's change makes a new event, or fails this test)
+            _, kind, length, says_close = declared
+        else:
+            framing, _, says_close, _ = _declare(event.headers)
+            kind, length = _framing(framing, LocalProtocolError) if framing else (_UNTIL_CLOSE, 0)
         if self._request_method == b"HEAD" or event.status_code in (204, 304):
             kind = _NONE
         elif kind == _CHUNKED and self._peer_version != b"1.1":
@@ -718,17 +798,16 @@ class Connection:
         elif kind == _UNTIL_CLOSE and self._peer_version == b"1.1":
             kind = _CHUNKED
             raw = raw + [(b"Transfer-Encoding", b"chunked")]
-        if kind == _UNTIL_CLOSE or _says_close(event.headers) or self._upgrade_asked:
+        if kind == _UNTIL_CLOSE or says_close or self._upgrade_asked:
             self._keep_alive = False
-        if not self._keep_alive and not _says_close(event.headers):
+        if not self._keep_alive and not says_close:
             raw = [(n, v) for n, v in raw if n.lower() != b"connection"] + [
                 (b"Connection", b"close")
             ]
         self._send_framing, self._send_left = kind, length
         self.our_state = SEND_BODY
         return _head(
-            b"HTTP/1.1 %d %s\r\n"
-            % (event.status_code, event.reason or _phrase(event.status_code)),
+            b"HTTP/1.1 %d %s" % (event.status_code, event.reason or _phrase(event.status_code)),
             raw,
         )
 
@@ -756,19 +835,15 @@ class Connection:
             raise LocalProtocolError("can't end a message now")
         if self._send_framing == _LENGTH and self._send_left:
             raise LocalProtocolError("Too little data for declared Content-Length")
-        self.our_state = DONE if self._keep_alive else MUST_CLOSE
-        self._settle()
-        if self._send_framing == _CHUNKED and trailers:
-            return _head(b"0\r\n", trailers)
-        return b"0\r\n\r\n" if self._send_framing == _CHUNKED else b""
-
-    def _settle(self) -> None:
-        """Both messages done and the connection is not to be reused: both states say so."""
-        if not self._keep_alive:
-            if self.our_state is DONE:
-                self.our_state = MUST_CLOSE
+        if self._keep_alive:
+            self.our_state = DONE
+        else:  # both states say the connection is not to be reused
+            self.our_state = MUST_CLOSE
             if self.their_state is DONE:
                 self.their_state = MUST_CLOSE
+        if self._send_framing == _CHUNKED:
+            return _head(b"0", trailers) if trailers else b"0\r\n\r\n"
+        return b""
 
     # ---- cycles -----------------------------------------------------------------------------
     def start_next_cycle(self) -> None:
@@ -777,7 +852,9 @@ class Connection:
         self.our_state = self.their_state = IDLE
         self._request_method, self._upgrade_asked = b"", False
         self._send_framing, self._send_left = _NONE, 0
-        if self.our_role == CLIENT:
+        if self.our_role == CLIENT and not self._reusable_parser:
+            # a new parser unless the one that read this response ended it ready for the next
+            # (llhttp's own keep-alive, nothing of another response begun)
             self._parser = None
 
     @property
