@@ -251,3 +251,16 @@ def test_after_a_response_that_says_close_the_connection_is_not_reused():
     events(leg, b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
     with pytest.raises(LocalProtocolError):
         leg.start_next_cycle()
+
+
+def test_events_compare_and_print_every_public_field_of_their_class_and_bases():
+    ok, missing = http1.Response(status_code=200), http1.Response(status_code=404)
+    assert ok != missing  # Response adds no slot of its own: its base's count
+    assert ok == http1.Response(status_code=200)
+    assert http1.InformationalResponse(status_code=100) != http1.InformationalResponse(
+        status_code=103
+    )
+    assert "status_code=404" in repr(missing)
+    assert http1.Request(method="GET", target="/", headers=[("Host", "a")]) != http1.Request(
+        method="GET", target="/b", headers=[("Host", "a")]
+    )
