@@ -515,7 +515,16 @@ def test_the_agent_cli_moves_when_its_instance_drains(cluster, token, tmp_path):
         # the CLI 2.x backs off between reconnects (longer after each refused one: HAProxy may
         # send an attempt to the instance while it restarts); 60 s was passed once in a run
         # on a machine busy with a second suite
-        _until_ok(cluster, host, 120)
+        try:
+            _until_ok(cluster, host, 120)
+        except AssertionError as exc:  # what the CLI and the instances said meanwhile
+            said = [
+                line
+                for line in agent.lines
+                if line.get("lvl") in ("eror", "crit", "warn") or "reconnect" in str(line)
+            ]
+            logs = {i: cluster.log(i)[-1500:] for i in range(len(cluster.instances))}
+            raise AssertionError(f"{exc}; the CLI: {said[-20:]}; instances: {logs}") from None
         assert sorted(agent.wait_tunnels(2).values()) == urls
         assert "restarting; reconnect" in cluster.log(holder), cluster.log(holder)[-3000:]
     finally:
