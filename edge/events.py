@@ -61,6 +61,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from prometheus_client import Counter, Histogram
 
 from chalicelib.core import event_filters, event_targets, ids, store
+from edge import tally as tally_
 
 log = logging.getLogger("edge.events")
 
@@ -127,7 +128,7 @@ REQUESTS = Counter(
     ["status_class", "endpoint_kind"],
     registry=None,
 )
-LATENCY = Histogram(
+LATENCY = tally_.SummedHistogram(
     "edge_http_request_duration_seconds",
     "From the request head to the response's end, by endpoint kind",
     ["endpoint_kind"],
@@ -347,8 +348,13 @@ def _policy(record: Record) -> Dict[str, Any]:
 def decisions(record: Record) -> List[Tuple[str, str]]:
     """(action, decision) for each deciding action the policy ran (restrict-ips, rate-limit,
     verify-webhook, jwt-validation)."""
+    return decisions_of(record.action_vars)
+
+
+def decisions_of(action_vars: Optional[Dict[str, Dict[str, Any]]]) -> List[Tuple[str, str]]:
+    """:func:`decisions` of a policy run's action results (a Record's ``action_vars``)."""
     found: List[Tuple[str, str]] = []
-    for phase_vars in (record.action_vars or {}).values():
+    for phase_vars in (action_vars or {}).values():
         if "actions.ngrok.restrict_ips.action" in phase_vars:
             found.append(("restrict_ips", str(phase_vars["actions.ngrok.restrict_ips.action"])))
         if "actions.ngrok.rate_limit.limited" in phase_vars:
@@ -484,12 +490,9 @@ def _child(metric: Any, *labels: str) -> Any:
 
 
 def observe_metrics(record: Record) -> None:
+    """One record into the metrics (the worker sums HTTP requests' in a Tally instead)."""
     if record.kind == "http":
-        _child(
-            REQUESTS,
-            f"{record.status // 100}xx" if record.status else "none",
-            record.endpoint_kind,
-        ).inc()
+        _child(REQUESTS, tally_.status_class(record.status), record.endpoint_kind).inc()
         _child(LATENCY, record.endpoint_kind).observe(record.duration)
         _child(HTTP_BYTES, "in").inc(record.bytes_in)
         _child(HTTP_BYTES, "out").inc(record.bytes_out)
@@ -739,6 +742,20 @@ class Encoded:
         )
 
 
+_MISSING = object()  # Hub.cached: the store must be read
+
+
+def _made(raw: Tuple[Any, ...]) -> Optional[Record]:
+    """:func:`http_record`, or None (logged and counted) for a request the worker cannot
+    read: one odd request never costs the others."""
+    try:
+        return http_record(raw)
+    except Exception:
+        log.exception("an HTTP record")
+        EVENTS_DROPPED.labels("record").inc()
+        return None
+
+
 @dataclass
 class _Account:
     fetched: float
@@ -761,6 +778,7 @@ class Hub:
         self.pool = ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="events")
         self.process_pool: Any = None
         self.task: Optional[asyncio.Task] = None
+        self.tally = tally_.Tally(REQUESTS, LATENCY, HTTP_BYTES, DECISIONS)
 
     # -- the request path: no await, no I/O --
     def record(self, record: Any) -> None:
@@ -788,39 +806,99 @@ class Hub:
             await asyncio.sleep(self.settings.flush_seconds)
 
     async def drain(self) -> None:
+        """Each queued record into the metrics, the inspector and its account's subscribed
+        destinations. An HTTP request's raw tuple (edge/observe.py) becomes a Record only
+        when the inspector keeps it or a subscription wants its event: the metrics are
+        counted from the tuple (summed in the hub's :class:`edge.tally.Tally`, written
+        before every await), and a cached subscription lookup does not await."""
         now = time.monotonic()
         taken = 0
         wanted: List[Tuple[Record, List[Route]]] = []
-        while self.queue and taken < self.settings.queue:
-            record = self.queue.popleft()
-            taken += 1
-            if type(record) is tuple:
-                try:
-                    record = http_record(record)
-                except Exception:  # one odd request never costs the others
-                    log.exception("an HTTP record")
-                    EVENTS_DROPPED.labels("record").inc()
-                    continue
-            observe_metrics(record)
-            if self.inspector is not None and record.kind == "http":
-                self.inspector.offer(record)
-            account = await self.subscriptions(record.account_id, now)
-            if account is not None:
-                kind = (
-                    event_targets.HTTP_REQUEST_COMPLETE
-                    if record.kind == "http"
-                    else event_targets.TCP_CONNECTION_CLOSED
-                )
-                keys = account.routes.get(kind)
-                if keys:
-                    wanted.append((record, keys))
-            if taken % 50 == 0:
-                await asyncio.sleep(0)  # let traffic run between chunks
-            if len(wanted) >= BATCH:
-                await self._encode(wanted)
-                wanted = []
+        tally = self.tally
+        inspector = self.inspector
+        try:
+            while self.queue and taken < self.settings.queue:
+                record = self.queue.popleft()
+                taken += 1
+                if type(record) is tuple:
+                    try:
+                        account_id, record, keys = self._http(record, tally, inspector, now)
+                    except Exception:  # one odd request never costs the others
+                        log.exception("an HTTP record")
+                        EVENTS_DROPPED.labels("record").inc()
+                        continue
+                    if account_id is not None:  # not cached: read it
+                        tally.flush()
+                        account = await self.subscriptions(account_id, now)
+                        keys = (
+                            account.routes.get(event_targets.HTTP_REQUEST_COMPLETE)
+                            if account
+                            else None
+                        )
+                        if keys and type(record) is tuple:
+                            record = _made(record)
+                            if record is None:
+                                continue
+                    if keys:
+                        wanted.append((record, keys))
+                else:
+                    self._other(record)
+                    account = self.cached(record.account_id, now)
+                    if account is _MISSING:
+                        tally.flush()
+                        account = await self.subscriptions(record.account_id, now)
+                    if account is not None:
+                        kind = (
+                            event_targets.HTTP_REQUEST_COMPLETE
+                            if record.kind == "http"
+                            else event_targets.TCP_CONNECTION_CLOSED
+                        )
+                        keys = account.routes.get(kind)
+                        if keys:
+                            wanted.append((record, keys))
+                if taken % 50 == 0:
+                    tally.flush()
+                    await asyncio.sleep(0)  # let traffic run between chunks
+                if len(wanted) >= BATCH:
+                    tally.flush()
+                    await self._encode(wanted)
+                    wanted = []
+        finally:
+            tally.flush()
         if wanted:
             await self._encode(wanted)
+
+    def _http(
+        self, raw: Tuple[Any, ...], tally: tally_.Tally, inspector: Any, now: float
+    ) -> Tuple[Optional[str], Any, Optional[List[Route]]]:
+        """One HTTP request's raw tuple: its metrics, the inspector, its cached routes. Returns
+        (the account id when its subscriptions are not cached, else None; the Record, or the
+        tuple when nothing needed it; the routes of its event, or None)."""
+        hop, state, response = raw[3], raw[5], raw[13]
+        account_id = hop.account_id if hop else ""
+        tally.http(response.status_code, raw[4], raw[8] - raw[7], raw[10], raw[11])
+        action_vars = getattr(state, "action_vars", None)
+        if action_vars:
+            tally.decided(decisions_of(action_vars))
+        record: Any = raw
+        if inspector is not None and inspector.admits(
+            account_id, hop.endpoint_id if hop else "", tally
+        ):
+            record = http_record(raw)
+            inspector.keep(record)
+        account = self.cached(account_id, now)
+        if account is _MISSING:
+            return account_id, record, None
+        keys = account.routes.get(event_targets.HTTP_REQUEST_COMPLETE) if account else None
+        if keys and record is raw:
+            record = http_record(raw)
+        return None, record, keys
+
+    def _other(self, record: Record) -> None:
+        """A Record (a TCP connection's, or one a test handed in): metrics and inspector."""
+        observe_metrics(record)
+        if self.inspector is not None and record.kind == "http":
+            self.inspector.offer(record)
 
     async def _encode(self, wanted: List[Tuple[Any, List[Route]]], built: bool = False) -> None:
         """Build and encode the events of ``wanted`` (records; with ``built``, (event, time)
@@ -865,13 +943,22 @@ class Hub:
         if self.task is None:  # the worker sends the outboxes
             self.task = asyncio.ensure_future(self.run())
 
-    async def subscriptions(self, account_id: str, now: float) -> Optional[_Account]:
+    def cached(self, account_id: str, now: float) -> Any:
+        """:meth:`subscriptions` when it need not read the store (no account, or its entry is
+        fresh), without awaiting; else ``_MISSING``."""
         if not account_id:
             return None
         cached = self.accounts.get(account_id)
         if cached is not None and now - cached.fetched < self.settings.cache_seconds:
             self.accounts.move_to_end(account_id)
             return cached
+        return _MISSING
+
+    async def subscriptions(self, account_id: str, now: float) -> Optional[_Account]:
+        found = self.cached(account_id, now)
+        if found is not _MISSING:
+            return found
+        cached = self.accounts.get(account_id)
         try:
             routes, targets = await asyncio.get_running_loop().run_in_executor(
                 None, read_subscriptions, account_id

@@ -40,6 +40,15 @@ DROPPED = Counter(
     registry=None,
 )
 events.METRICS = events.METRICS + (CAPTURED, DROPPED)
+_DROPPED: Dict[str, Any] = {}
+
+
+def _dropped(reason: str) -> Any:
+    """``DROPPED.labels(reason)``, looked up once (made on first use, as ``labels`` does)."""
+    child = _DROPPED.get(reason)
+    if child is None:
+        child = _DROPPED[reason] = DROPPED.labels(reason)
+    return child
 
 
 def _body(data: bytes) -> Tuple[str, bool]:
@@ -118,21 +127,36 @@ class Inspector:
 
     # -- the worker --
     def offer(self, record: events.Record) -> None:
-        if not record.account_id or not record.endpoint_id:
-            return
+        if self.admits(record.account_id, record.endpoint_id):
+            self.keep(record)
+
+    def admits(self, account_id: str, endpoint_id: str, tally: Any = None) -> bool:
+        """Whether a finished request of this endpoint is kept (its per-minute window and the
+        pending bound; a refusal is counted, through the events worker's ``tally`` when it
+        gives one). The worker asks this before it makes the request's Record, which only
+        :meth:`keep` needs."""
+        if not account_id or not endpoint_id:
+            return False
         minute = int(time.time() // 60)
-        seen_minute, count = self.window.get(record.endpoint_id, (minute, 0))
+        seen_minute, count = self.window.get(endpoint_id, (minute, 0))
         if seen_minute != minute:
             count = 0
         if count >= layout.PER_MINUTE:
-            DROPPED.labels("rate").inc()
-            return
-        self.window[record.endpoint_id] = (minute, count + 1)
+            if tally is None:
+                _dropped("rate").inc()
+            else:
+                tally.inc(DROPPED, "rate")
+            return False
+        self.window[endpoint_id] = (minute, count + 1)
         if len(self.window) > CACHE_ENDPOINTS:
             self.window = {k: v for k, v in self.window.items() if v[0] == minute}
         if len(self.pending) >= PENDING:
-            DROPPED.labels("pending_full").inc()
-            return
+            _dropped("pending_full").inc()
+            return False
+        return True
+
+    def keep(self, record: events.Record) -> None:
+        """A request :meth:`admits` let in, into the pending writes."""
         request_id = ids.new_id(ids.PREFIXES["captured_request"])
         item = store.new_item(
             layout.pk(record.account_id, record.endpoint_id),

@@ -56,6 +56,27 @@ class Tap:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
 
+    # The framing's members the HTTP front reads on every request, delegated explicitly: a
+    # name found on the class costs a plain call, one left to __getattr__ first fails the
+    # normal lookup (an AttributeError made and caught) on every access.
+    @property
+    def our_state(self) -> Any:
+        return self._conn.our_state
+
+    @property
+    def their_state(self) -> Any:
+        return self._conn.their_state
+
+    @property
+    def trailing_data(self) -> Any:
+        return self._conn.trailing_data
+
+    def receive_data(self, data: Any) -> Any:
+        return self._conn.receive_data(data)
+
+    def start_next_cycle(self) -> Any:
+        return self._conn.start_next_cycle()
+
     def next_event(self) -> Any:
         event = self._conn.next_event()
         kind = type(event)
