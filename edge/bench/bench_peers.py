@@ -825,7 +825,9 @@ def main() -> int:
                     json.dumps(
                         {
                             "edge_http": stack.edge.http_port,
+                            "edge_https": stack.edge.https_port,
                             "host": stack.host,
+                            "policy_host": stack.policy_host,
                             "ssh": stack.ssh_http,
                             "nginx": stack.rp_port,
                             "direct": stack.up_port,
