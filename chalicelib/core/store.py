@@ -525,12 +525,7 @@ def remove_item(
     missing: Optional[Exception] = None,
 ) -> Op:
     """Delete an existing item (else ``missing``) if ``require`` holds (else ``explain``)."""
-    e = Expr()
-    condition = f"attribute_exists({e.path('pk')})"
-    if require is not None:
-        condition += f" AND ({require(e)})"
-    request = e.finish({"Key": _key(pk, sk), "ConditionExpression": condition})
-    return Op("delete", None, raw=request, explain=_explain(missing, explain))
+    return _on_existing("delete", pk, sk, require, explain, missing)
 
 
 def require_item(
@@ -542,12 +537,24 @@ def require_item(
     missing: Optional[Exception] = None,
 ) -> Op:
     """A transaction part that only checks: the item exists and ``require`` holds."""
+    return _on_existing("check", pk, sk, require, explain, missing)
+
+
+def _on_existing(
+    kind: str,
+    pk: str,
+    sk: str,
+    require: Condition,
+    explain: Optional[Explain],
+    missing: Optional[Exception],
+) -> Op:
+    """An operation on an item that must exist and meet ``require`` (delete, check)."""
     e = Expr()
     condition = f"attribute_exists({e.path('pk')})"
     if require is not None:
         condition += f" AND ({require(e)})"
     request = e.finish({"Key": _key(pk, sk), "ConditionExpression": condition})
-    return Op("check", None, raw=request, explain=_explain(missing, explain))
+    return Op(kind, None, raw=request, explain=_explain(missing, explain))
 
 
 def _explain(missing: Optional[Exception], explain: Optional[Explain]) -> _Why:
