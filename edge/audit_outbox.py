@@ -1,9 +1,10 @@
 """The API's resource-change events, read from the store's outbox and sent through the edge's
 event delivery (edge/events.py): the other end of chalicelib/core/audit_events.py.
 
-Every :data:`POLL_SECONDS` each edge instance reads the oldest outbox items (one Query of at
-most ``audit_events.CLAIM_BATCH``), claims each (a conditional DeleteItem: one instance
-wins, the others skip it), and hands the claimed events to its :class:`edge.events.Hub`:
+Every :data:`POLL_SECONDS` each edge instance reads the waiting events, each account's
+share of ``audit_events.CLAIM_BATCH`` (``audit_events.pending``: one account's backlog never
+holds another's events back), claims each (a conditional DeleteItem: one instance wins, the
+others skip it), and hands the claimed events to its :class:`edge.events.Hub`:
 the account's subscriptions (the hub's cache, refreshed when the item names a subscription
 the cache does not know yet), restricted to the subscriptions the item names (those whose
 sources named the type when the change was made), their sources' filters and fields, the
@@ -26,14 +27,21 @@ log = logging.getLogger("edge.audit_outbox")
 POLL_SECONDS = 1.0
 
 
-def claim_pending() -> List[Tuple[Dict[str, Any], List[str]]]:
-    """The outbox items this instance claimed (store calls: run in a worker thread)."""
-    claimed = []
-    for event_id, _ in audit_events.pending():
-        got = audit_events.claim(event_id)
-        if got is not None:
-            claimed.append(got)
-    return claimed
+class Poller:
+    """Where this instance's polls are in the accounts with events waiting."""
+
+    def __init__(self) -> None:
+        self.after = ""
+
+    def claim_pending(self) -> List[Tuple[Dict[str, Any], List[str]]]:
+        """The events this instance claimed (store calls: run in a worker thread)."""
+        waiting, self.after = audit_events.pending(self.after)
+        claimed = []
+        for account_id, event_id in waiting:
+            got = audit_events.claim(account_id, event_id)
+            if got is not None:
+                claimed.append(got)
+        return claimed
 
 
 async def deliver(hub: Any, claimed: List[Tuple[Dict[str, Any], List[str]]]) -> int:
@@ -62,9 +70,10 @@ async def run(edge: Any) -> None:
     if not events.load_settings().api_events:
         return
     loop = asyncio.get_running_loop()
+    poller = Poller()
     while True:
         try:
-            claimed = await loop.run_in_executor(None, claim_pending)
+            claimed = await loop.run_in_executor(None, poller.claim_pending)
             if claimed:
                 await deliver(observe.hub_of(edge), claimed)
         except asyncio.CancelledError:

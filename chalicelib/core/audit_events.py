@@ -7,14 +7,20 @@ made through it is handed over as one store item, written right after the change
 1. :func:`subscribed` — one Query of the account's event subscriptions (at most 100: one page,
    the same read the edge makes), keeping those whose sources name the event's type. None:
    nothing more is done (no item, no read of a deleted resource).
-2. :func:`emit` — one PutItem under :data:`OUTBOX_PK`: the event (the hosted envelope,
-   ``object`` the resource as the API returns it, secrets removed, ``principal``) and the ids
-   of the subscriptions that named its type *at the change*. ``expires_at`` (TTL) is
-   :data:`OUTBOX_TTL_SECONDS`: an outbox nobody reads does not grow without bound.
-3. Every edge instance's delivery (edge/audit_outbox.py) reads the outbox (one Query, oldest
-   first, :data:`CLAIM_BATCH` items) every second; an instance **claims** an item by deleting
-   it (a conditional DeleteItem returning the item: exactly one instance gets it), then sends
-   it through the same path as traffic events (the subscriptions' filters and fields, the
+2. :func:`emit` — one transaction of two writes: the event, in **the account's own outbox**
+   (partition :func:`outbox_pk`; the hosted envelope, ``object`` the resource as the API
+   returns it, secrets removed, ``principal``, and the ids of the subscriptions that named its
+   type *at the change*; ``expires_at`` (TTL) :data:`OUTBOX_TTL_SECONDS`: an outbox nobody
+   reads does not grow without bound), and the account's **mark** in :data:`OUTBOX_PK` (sort
+   key the account id, the last event id): the accounts with events waiting.
+3. Every edge instance's delivery (edge/audit_outbox.py) reads, every second, the marks (one
+   Query, at most :data:`ACCOUNTS_PER_POLL`, in turn from where the last poll stopped) and each
+   marked account's oldest events (one Query each, an equal share of :data:`CLAIM_BATCH`, at
+   least one): an account with a large backlog takes its share of a poll, never another
+   account's (:func:`pending`). An account whose outbox is empty loses its mark (a conditional
+   delete: not if an event came meanwhile). An instance **claims** an event by deleting it (a
+   conditional DeleteItem returning the item: exactly one instance gets it), then sends it
+   through the same path as traffic events (the subscriptions' filters and fields, the
    destinations' batches, retries and bounds).
 
 Account scoping: the Query reads the changing account's own subscriptions partition, and
@@ -30,10 +36,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import event_targets, ids, store
 
-OUTBOX_PK = "EVOUTBOX"
+OUTBOX_PK = "EVOUTBOX"  # the marks: one item per account with events waiting
 OUTBOX_KIND = "event_outbox"
+MARK_KIND = "event_outbox_mark"
 OUTBOX_TTL_SECONDS = 24 * 3600
-CLAIM_BATCH = 100
+CLAIM_BATCH = 100  # events one poll of one instance reads, shared out among the accounts
+ACCOUNTS_PER_POLL = 100  # marked accounts one poll reads (the next poll goes on after them)
 SECRET_FIELDS = frozenset(
     (
         "token",
@@ -98,36 +106,87 @@ def emit(
     principal: Dict[str, Any],
     subscriptions: List[str],
 ) -> Dict[str, Any]:
-    """Write the event to the outbox for ``subscriptions`` (one PutItem); the event."""
+    """Write the event to the account's outbox for ``subscriptions``, and the account's mark
+    (one transaction of two writes); the event."""
     event = envelope(account_id, kind, obj, principal)
     item = store.new_item(
-        OUTBOX_PK,
+        outbox_pk(account_id),
         event["event_id"],
         kind=OUTBOX_KIND,
         account_id=account_id,
         data={"event": event, "subscriptions": subscriptions},
     )
     item.expires_at = int(time.time()) + OUTBOX_TTL_SECONDS
-    store.commit([store.put_new(item)])
+    mark = store.put_raw(OUTBOX_PK, account_id, MARK_KIND, {"last": event["event_id"]})
+    store.commit([store.put_new(item), mark])
     return event
 
 
+def outbox_pk(account_id: str) -> str:
+    """The partition of one account's waiting events (sort key the event id: oldest first)."""
+    return f"{OUTBOX_PK}#{account_id}"
+
+
 # ---- the delivery side (edge/audit_outbox.py) -----------------------------------------------
-def pending(limit: int = CLAIM_BATCH) -> List[Tuple[str, str]]:
-    """(event id, account) of the oldest outbox items (one Query)."""
-    items = list(
-        store.model().query(
-            OUTBOX_PK, scan_index_forward=True, limit=limit, page_size=limit, consistent_read=True
+def pending(after: str = "", limit: int = CLAIM_BATCH) -> Tuple[List[Tuple[str, str]], str]:
+    """(account, event id) of waiting events, oldest first within each account, and the
+    account the next poll starts after ("": from the first). One Query of the marks (at most
+    ACCOUNTS_PER_POLL, after ``after``), then one per marked account for its share of
+    ``limit`` (``limit`` // accounts, at least one); a marked account whose outbox is empty
+    loses its mark, unless an event came since the mark was read (one conditional delete)."""
+    Model_ = store.model()
+    marks = list(
+        Model_.query(
+            OUTBOX_PK,
+            Model_.sk > after if after else None,
+            scan_index_forward=True,
+            limit=ACCOUNTS_PER_POLL,
+            page_size=ACCOUNTS_PER_POLL,
+            consistent_read=True,
         )
     )
-    return [(item.sk, item.account_id or "") for item in items]
+    if not marks:
+        return [], ""
+    share = max(1, limit // len(marks))
+    out: List[Tuple[str, str]] = []
+    for mark in marks:
+        account_id = mark.sk
+        items = list(
+            Model_.query(
+                outbox_pk(account_id),
+                scan_index_forward=True,
+                limit=share,
+                page_size=share,
+                consistent_read=True,
+            )
+        )
+        out += [(account_id, item.sk) for item in items]
+        if not items:
+            unmark(account_id, mark.data.get("last", ""))
+    return out, (marks[-1].sk if len(marks) == ACCOUNTS_PER_POLL else "")
 
 
-def claim(event_id: str) -> Optional[Tuple[Dict[str, Any], List[str]]]:
-    """Take one outbox item: (event, subscription ids), or None when another instance took
+def unmark(account_id: str, last: str) -> None:
+    """Remove the account's mark if it still names ``last`` (its outbox was found empty)."""
+    try:
+        store.write(
+            store.remove_item(
+                OUTBOX_PK,
+                account_id,
+                require=lambda e: f"{e.data('last')} = {e.value(last)}",
+                explain=lambda old: _Taken(),
+                missing=_Taken(),
+            )
+        )
+    except _Taken:  # an event came meanwhile (the mark names it), or another instance did it
+        pass
+
+
+def claim(account_id: str, event_id: str) -> Optional[Tuple[Dict[str, Any], List[str]]]:
+    """Take one waiting event: (event, subscription ids), or None when another instance took
     it first (one conditional DeleteItem returning the item)."""
     try:
-        item = store.write(store.remove_item(OUTBOX_PK, event_id, missing=_Taken()))
+        item = store.write(store.remove_item(outbox_pk(account_id), event_id, missing=_Taken()))
     except _Taken:
         return None
     if item is None:
