@@ -107,8 +107,10 @@ class CliAgent:
             if len(seen) >= count:
                 return {t["name"]: t["public_url"] for t in seen}
             time.sleep(0.2)
+        errors = [x for x in list(self.lines) if x.get("lvl") in ("eror", "crit")][:10]
         raise AssertionError(
-            f"the CLI did not list {count} tunnels in {timeout}s: {seen}; output: {self.output()}"
+            f"the CLI did not list {count} tunnels in {timeout}s: {seen}; its first errors: "
+            f"{errors}; output: {self.output()}"
         )
 
     def wait_log(self, predicate, timeout: float = 30.0) -> Dict[str, Any]:
