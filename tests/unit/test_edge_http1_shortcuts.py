@@ -15,10 +15,7 @@ import pytest
 from edge import http1
 from edge.http1 import (
     CLIENT,
-    NEED_DATA,
-    PAUSED,
     SERVER,
-    ConnectionClosed,
     Data,
     EndOfMessage,
     LocalProtocolError,
@@ -26,6 +23,7 @@ from edge.http1 import (
     Request,
     Response,
 )
+from tests.unit.test_edge_http1 import events
 
 NGINX = (
     b"HTTP/1.1 200 OK\r\n"
@@ -36,20 +34,6 @@ NGINX = (
     b"\r\n"
     b"hello"
 )
-
-
-def events(conn, *chunks):
-    out = []
-    for chunk in chunks:
-        conn.receive_data(chunk)
-        while True:
-            event = conn.next_event()
-            if event is NEED_DATA or event is PAUSED:
-                break
-            out.append(event)
-            if isinstance(event, ConnectionClosed):
-                break
-    return out
 
 
 def parsed_response(raw=NGINX, method=b"GET"):
