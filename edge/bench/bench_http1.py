@@ -32,6 +32,8 @@ from typing import Any, Callable, Dict, List, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from edge import http_policy  # noqa: E402
+
 WRK_REQUEST = b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1:40123\r\n\r\n"
 BROWSER_REQUEST = (
     b"GET /static/app.js?v=12 HTTP/1.1\r\n"
@@ -63,22 +65,8 @@ NGINX_RESPONSE = (
 
 
 def forwarded(pairs: List[Tuple[bytes, bytes]]) -> List[Tuple[bytes, bytes]]:
-    """edge/http_policy.py's forwarded_headers (a copy: the bench measures http1 alone)."""
-    hop = (b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host")
-    headers, xff, host = [], [], b""
-    for name, value in pairs:
-        if name == b"x-forwarded-for":
-            xff.append(value)
-        if name == b"host":
-            host = value
-        if name not in hop:
-            headers.append((name, value))
-    xff.append(b"127.0.0.1")
-    headers.append((b"x-forwarded-for", b", ".join(xff)))
-    headers.append((b"x-forwarded-proto", b"http"))
-    if host:
-        headers.append((b"x-forwarded-host", host))
-    return headers
+    """The X-Forwarded headers as the edge adds them (edge/http_policy.py)."""
+    return http_policy.forwarded_headers(pairs, "127.0.0.1", "http")
 
 
 def load(name: str, path: str) -> ModuleType:
