@@ -108,7 +108,11 @@ class Binds:
     async def _remembered(self, tunnel: Tunnel) -> Optional[str]:
         """A re-bind (same tunnel id, no name asked) after the agent's session dropped: the
         generated name it had, claimed again if the ACL still allows it and no one took it
-        meanwhile; None otherwise (a new name is generated)."""
+        meanwhile; None otherwise (a new name is generated). The one who may hold it is the
+        CLI 2.x tunnel's other scheme, of the same session, whose old instance kept the claim
+        (a drain, edge.cluster) or has not yet seen the session drop: the claim moves to this
+        tunnel (chalicelib.core.online.take_partner_claim), and the partner pairs with it
+        when it re-binds (edge.legacy.generated_partner)."""
         if not tunnel.rebind:
             return None
         name = await self.edge.call(online.remembered_name, tunnel.account_id, tunnel.id)
@@ -122,7 +126,17 @@ class Binds:
         try:
             await self._claim(tunnel, name)
         except binding.Refused:
-            return None
+            partner_proto = legacy.partner_proto(tunnel)
+            if partner_proto is None or not await self.edge.call(
+                online.take_partner_claim,
+                name,
+                account_id=tunnel.account_id,
+                endpoint_id=tunnel.endpoint_id,
+                instance_id=self.edge.settings.instance_id,
+                session_id=tunnel.session.id,
+                partner_proto=partner_proto,
+            ):
+                return None
         tunnel.generated = True
         return name
 

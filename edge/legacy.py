@@ -16,7 +16,7 @@ The CLI 2.x speaks protocol version "2" and sends, for ``ngrok http``, Opts
 ``http`` and once ``https``: see ``edge.binds.Binds.bind_http`` (one owner, two listeners).
 """
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from chalicelib.core import binding, edge_errors
 
@@ -103,6 +103,13 @@ def generated_partner(tunnel: Any) -> Any:
         and _comparable(other.opts) == mine
     ]
     return candidates[0] if len(candidates) == 1 else None
+
+
+def partner_proto(tunnel: Any) -> Optional[str]:
+    """The scheme of the endpoint a CLI 2.x tunnel may share its name with, or None."""
+    if not tunnel.scheme_only or tunnel.internal or tunnel.proto not in HTTP_PAIR:
+        return None
+    return HTTP_PAIR[1 - HTTP_PAIR.index(tunnel.proto)]
 
 
 def pair(tunnel: Any, sibling: Any) -> None:

@@ -810,23 +810,7 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str, instance
     key = claim_key(name)
     client = raw_client()
     for _ in range(store.RETRIES):
-        at = now()
-        item = raw_item(
-            key["pk"]["S"],
-            store.UNIQUE_SK,
-            kind="served_host",
-            account_id=account_id,
-            data={
-                "endpoint_id": endpoint_id,
-                "account_id": account_id,
-                "instance_id": instance_id,
-                "name": name,
-            },
-            instance_id=instance_id,
-            heartbeat_at=at,
-            expires_at=at + CHILD_TTL_SECONDS,
-            owner=endpoint_id,
-        )
+        item = _claim_item(name, account_id, endpoint_id, instance_id)
         try:
             client.put_item(
                 TableName=raw_table(),
@@ -857,6 +841,69 @@ def claim_hostname(hostname: str, *, account_id: str, endpoint_id: str, instance
             if not _is_condition_failure(exc):
                 raise
     raise errors.Conflict(f"'{name}' is being claimed by another endpoint at the same time")
+
+
+def _claim_item(name: str, account_id: str, endpoint_id: str, instance_id: str) -> Dict[str, Any]:
+    at = now()
+    return raw_item(
+        claim_key(name)["pk"]["S"],
+        store.UNIQUE_SK,
+        kind="served_host",
+        account_id=account_id,
+        data={
+            "endpoint_id": endpoint_id,
+            "account_id": account_id,
+            "instance_id": instance_id,
+            "name": name,
+        },
+        instance_id=instance_id,
+        heartbeat_at=at,
+        expires_at=at + CHILD_TTL_SECONDS,
+        owner=endpoint_id,
+    )
+
+
+def take_partner_claim(
+    hostname: str,
+    *,
+    account_id: str,
+    endpoint_id: str,
+    instance_id: str,
+    session_id: str,
+    partner_proto: str,
+) -> bool:
+    """Move the claim of ``hostname`` to ``endpoint_id`` from its partner: the endpoint of the
+    same account and the same agent session that serves ``hostname`` over ``partner_proto``
+    (the agent CLI 2.x serves one name as two endpoints, http and https, of one session; when
+    it reconnects, on any instance, it may re-bind either first). True when moved (or already
+    ``endpoint_id``'s); False, and nothing changed, when the holder is anyone else. The write
+    is conditioned on the holder and its heartbeat as read, as a stale claim's take-over."""
+    name = _canonical(hostname)
+    held = get_raw(claim_key(name))
+    if held is None or str_attr(held, "account_id") != account_id or data_of(held).get("pooled"):
+        return False
+    owner = str_attr(held, "owner") or ""
+    if owner == endpoint_id:
+        return True
+    partner = get_raw(raw_key(store.collection_pk(account_id, ENDPOINTS), owner))
+    if partner is None or str_attr(partner, "owner") != session_id:
+        return False
+    data = data_of(partner)
+    if data.get("proto") != partner_proto or _canonical(data.get("served_name") or "") != name:
+        return False
+    try:
+        raw_client().put_item(
+            TableName=raw_table(),
+            Item=_claim_item(name, account_id, endpoint_id, instance_id),
+            ConditionExpression="#o = :old AND heartbeat_at = :hb",
+            ExpressionAttributeNames={"#o": "owner"},
+            ExpressionAttributeValues={":old": held["owner"], ":hb": held["heartbeat_at"]},
+        )
+        return True
+    except ClientError as exc:
+        if _is_condition_failure(exc):
+            return False
+        raise
 
 
 def claim_is_live(claim: Dict[str, Any]) -> bool:

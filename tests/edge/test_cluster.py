@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -530,6 +531,65 @@ def test_the_agent_cli_moves_when_its_instance_drains(cluster, token, tmp_path):
     finally:
         agent.stop()
         server.shutdown()
+
+
+def test_the_cli_keeps_its_name_whichever_scheme_it_binds_first_elsewhere(cluster, token):
+    """The CLI 2.x serves one generated name as two endpoints of one session (https bound
+    first, holding the name's claim; http paired with it). Reconnected to another instance
+    while the first still holds the claim (a drain keeps it), it may re-bind http first: the
+    claim moves to it from its partner, and https then pairs with it, at the same name. Played
+    as raw sessions, to fix the order the CLI leaves to chance."""
+    import asyncio
+
+    from edge import muxado, protocol
+    from tests.edge.test_hostile_agents import _rpc
+
+    async def connect(index):
+        ctx = ssl.create_default_context(cafile=cluster.ca)
+        port = cluster.instances[index]["ports"]["agent"]
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=ctx, server_hostname="localhost"
+        )
+        return reader, writer, muxado.FrameParser()
+
+    async def auth(conn, client_id):
+        reply = await _rpc(
+            *conn,
+            1,
+            protocol.AUTH,
+            {"Version": ["2"], "ClientId": client_id, "Extra": {"Authtoken": token}},
+        )
+        assert reply.get("ClientId") and not reply.get("Error"), reply
+        return reply["ClientId"]
+
+    async def bind(conn, sid, proto, tunnel_id=""):
+        reply = await _rpc(
+            *conn,
+            sid,
+            protocol.BIND,
+            {"Id": tunnel_id, "Proto": proto, "Opts": {}, "Extra": {}},
+        )
+        assert reply.get("URL") and not reply.get("Error"), reply
+        return reply["Id"], _host(reply["URL"])
+
+    async def play():
+        first = await connect(0)
+        session = await auth(first, "")
+        https_id, name = await bind(first, 3, "https")
+        http_id, http_name = await bind(first, 5, "http")
+        assert http_name == name
+        assert cluster.holder_index(name) == 0
+        second = await connect(1)
+        assert await auth(second, session) == session
+        again = [await bind(second, 3, "http", http_id), await bind(second, 5, "https", https_id)]
+        holder = cluster.holder_index(name)
+        for conn in (second, first):
+            conn[1].close()
+        return again, holder, (http_id, https_id, name)
+
+    again, holder, (http_id, https_id, name) = asyncio.run(play())
+    assert again == [(http_id, name), (https_id, name)]
+    assert holder == 1
 
 
 def _relay_exchange(port: int, data: bytes) -> bytes:

@@ -438,3 +438,91 @@ def test_a_tunnel_id_belongs_to_the_first_account_that_claims_it(clock):
     assert online.claim_tunnel_id("tn_a", ACCT) is True  # its re-bind, again and again
     assert online.claim_tunnel_id("tn_a", OTHER) is False  # never another account's
     assert online.claim_tunnel_id("tn_b", OTHER) is True
+
+
+# ---- the CLI 2.x's http and https endpoints of one name hand its claim to each other --------
+def _served(sid, name, proto="https", account_id=ACCT):
+    """An endpoint of session ``sid`` serving ``name`` over ``proto``, holding its claim."""
+    _, eid = _tunnel(sid, account_id=account_id, hostname=name, proto=proto)
+    online.claim_hostname(name, account_id=account_id, endpoint_id=eid, instance_id="edge-a")
+    return eid
+
+
+def _take(name, sid, account_id=ACCT, partner_proto="https", endpoint_id=None):
+    endpoint_id = endpoint_id or online.new_endpoint_id()
+    taken = online.take_partner_claim(
+        name,
+        account_id=account_id,
+        endpoint_id=endpoint_id,
+        instance_id="edge-b",
+        session_id=sid,
+        partner_proto=partner_proto,
+    )
+    return taken, endpoint_id
+
+
+def test_a_partner_of_the_same_session_takes_the_claim_over(clock):
+    sid = _session()
+    _served(sid, "a.example.test")
+    taken, eid = _take("A.example.test", sid)
+    assert taken
+    held = _claim("a.example.test")
+    assert (held.owner, held.instance_id) == (eid, "edge-b")
+    assert _take("a.example.test", sid, endpoint_id=eid)[0]  # its own already: True
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["another session", "another account", "the same scheme", "another name", "a pool", "none"],
+)
+def test_a_claim_is_taken_from_the_partner_only(clock, case):
+    """Anyone but the other scheme's endpoint of the same session and account, serving this
+    very name, keeps the claim (False, nothing changed)."""
+    sid = _session()
+    holder = None if case == "none" else _served(sid, "a.example.test")
+    kw = {}
+    if case == "another session":
+        kw["sid"] = _session()
+    elif case == "another account":
+        kw["account_id"] = OTHER
+    elif case == "the same scheme":
+        kw["partner_proto"] = "http"
+    elif case == "another name":  # the holder's endpoint serves b (its claim of a is a leftover)
+        _, eid_b = _tunnel(sid, hostname="b.example.test")
+        online.release_hostname("a.example.test", endpoint_id=holder)
+        online.claim_hostname(
+            "a.example.test", account_id=ACCT, endpoint_id=eid_b, instance_id="edge-a"
+        )
+        holder = eid_b
+    elif case == "a pool":
+        online.raw_client().update_item(
+            TableName=online.raw_table(),
+            Key=online.claim_key("a.example.test"),
+            UpdateExpression="SET #d.pooled = :t",
+            ExpressionAttributeNames={"#d": "data"},
+            ExpressionAttributeValues={":t": {"BOOL": True}},
+        )
+    taken, _ = _take("a.example.test", kw.pop("sid", sid), **kw)
+    assert not taken
+    held = _claim("a.example.test")
+    assert (held.owner if held else None) == holder
+
+
+def test_a_claim_refreshed_meanwhile_is_not_taken(clock, monkeypatch):
+    """The move is conditioned on the holder's heartbeat as read."""
+    sid = _session()
+    holder = _served(sid, "a.example.test")
+    read = online.get_raw
+
+    def then_refreshed(key):
+        raw = read(key)
+        if key == online.claim_key("a.example.test"):
+            clock["now"] += 1
+            online.claim_hostname(
+                "a.example.test", account_id=ACCT, endpoint_id=holder, instance_id="edge-a"
+            )
+        return raw
+
+    monkeypatch.setattr(online, "get_raw", then_refreshed)
+    assert not _take("a.example.test", sid)[0]
+    assert _claim("a.example.test").owner == holder
