@@ -134,14 +134,12 @@ def pending(after: str = "", limit: int = CLAIM_BATCH) -> Tuple[List[Tuple[str, 
     ACCOUNTS_PER_POLL, after ``after``), then one per marked account for its share of
     ``limit`` (``limit`` // accounts, at least one); a marked account whose outbox is empty
     loses its mark, unless an event came since the mark was read (one conditional delete)."""
-    Model_ = store.model()
+    Model_ = store.model()  # queries read in key order (DynamoDB's default), one page each
     marks = list(
         Model_.query(
             OUTBOX_PK,
             Model_.sk > after if after else None,
-            scan_index_forward=True,
             limit=ACCOUNTS_PER_POLL,
-            page_size=ACCOUNTS_PER_POLL,
             consistent_read=True,
         )
     )
@@ -151,18 +149,10 @@ def pending(after: str = "", limit: int = CLAIM_BATCH) -> Tuple[List[Tuple[str, 
     out: List[Tuple[str, str]] = []
     for mark in marks:
         account_id = mark.sk
-        items = list(
-            Model_.query(
-                outbox_pk(account_id),
-                scan_index_forward=True,
-                limit=share,
-                page_size=share,
-                consistent_read=True,
-            )
-        )
+        items = list(Model_.query(outbox_pk(account_id), limit=share, consistent_read=True))
         out += [(account_id, item.sk) for item in items]
         if not items:
-            unmark(account_id, mark.data.get("last", ""))
+            unmark(account_id, mark.data["last"])
     return out, (marks[-1].sk if len(marks) == ACCOUNTS_PER_POLL else "")
 
 
@@ -191,7 +181,7 @@ def claim(account_id: str, event_id: str) -> Optional[Tuple[Dict[str, Any], List
         return None
     if item is None:
         return None
-    return item.data["event"], list(item.data.get("subscriptions", []))
+    return item.data["event"], list(item.data["subscriptions"])
 
 
 class _Taken(Exception):

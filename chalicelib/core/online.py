@@ -882,7 +882,7 @@ def take_partner_claim(
     held = get_raw(claim_key(name))
     if held is None or str_attr(held, "account_id") != account_id or data_of(held).get("pooled"):
         return False
-    owner = str_attr(held, "owner") or ""
+    owner = held["owner"]["S"]  # every claim names its owner
     if owner == endpoint_id:
         return True
     partner = get_raw(raw_key(store.collection_pk(account_id, ENDPOINTS), owner))

@@ -86,6 +86,12 @@ MODULES = {
         "chalicelib.abuse_reports.x_url_host*",
         "chalicelib.abuse_reports.x__check_urls*",
     ],
+    "chalicelib.core.audit_events": [
+        "chalicelib.core.audit_events.x_pending*",
+        "chalicelib.core.audit_events.x_unmark*",
+        "chalicelib.core.audit_events.x_claim*",
+    ],
+    "chalicelib.core.online": ["chalicelib.core.online.x_take_partner_claim*"],
 }
 TESTS = ["tests/unit"]
 

@@ -68,10 +68,10 @@ def test_polls_go_round_the_marked_accounts_when_there_are_more_than_one_poll_re
     accounts = [f"acct_{i}" for i in range(7)]
     for account_id in accounts:
         _emit(account_id, 2)
-    poller, seen = Poller(), []
+    poller, polls = Poller(), []
     for _ in range(3):  # 3 + 3 + 1 accounts: every account within one round
-        seen += [e["account_id"] for e, _ in poller.claim_pending()]
-    assert set(seen) == set(accounts)
+        polls.append(sorted({e["account_id"] for e, _ in poller.claim_pending()}))
+    assert polls == [accounts[:3], accounts[3:6], accounts[6:]]
     assert poller.after == ""  # the round ended: the next poll starts from the first
 
 
@@ -82,3 +82,20 @@ def test_another_accounts_events_never_leave_with_a_poll_of_its_share(store_env)
     assert sorted(account for account, _ in waiting) == ["acct_a", "acct_b"]
     for account_id, event_id in waiting:
         assert store.get(audit_events.outbox_pk(account_id), event_id) is not None
+
+
+def test_a_share_is_the_whole_part_of_the_poll_per_account(store_env):
+    _emit("acct_a", 3)
+    _emit("acct_b", 3)
+    waiting, _ = audit_events.pending(limit=3)  # 3 // 2 accounts: one event each
+    assert sorted(account for account, _ in waiting) == ["acct_a", "acct_b"]
+
+
+def test_unmarking_a_mark_already_gone_changes_nothing(store_env):
+    """Another instance removed it first: no error (the poll goes on)."""
+    audit_events.unmark("acct_gone", "ev_whatever")
+    assert _marks() == []
+
+
+def test_a_poll_with_nothing_marked_reads_from_the_first_next_time(store_env):
+    assert audit_events.pending() == ([], "")
