@@ -111,6 +111,7 @@ class AgentSession:
         self.last_heartbeat = time.monotonic()
         self.started = time.monotonic()
         self._auth_lock = asyncio.Lock()
+        self._legacy_bind_lock = asyncio.Lock()
         self._auth_arrived = False  # an Auth request was read whole: its answer may take time
         self._online = False  # its online item is written: the checks may refresh it
         self._ending = False
@@ -371,6 +372,15 @@ class AgentSession:
                 return fresh
 
     async def _bind(self, stream: MuxStream, request: Dict[str, Any]) -> None:
+        if self.version != legacy.PROTOCOL_VERSION:
+            await self._bind_one(stream, request)
+            return
+        # The CLI 2.x's two halves of one name find each other in what this session bound
+        # before (edge.legacy): its Binds are taken one at a time, whatever the streams' order.
+        async with self._legacy_bind_lock:
+            await self._bind_one(stream, request)
+
+    async def _bind_one(self, stream: MuxStream, request: Dict[str, Any]) -> None:
         proto = protocol.text(request.get("Proto"))
         opts = protocol.obj(request.get("Opts"))
         extra = protocol.obj(request.get("Extra"))

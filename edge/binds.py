@@ -10,7 +10,7 @@ this instance and keeps the registry, the TCP listeners and the store in step.
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from chalicelib.core import binding, edge_errors, errors, hostnames, online
 from edge import legacy, pools
@@ -74,10 +74,10 @@ class Binds:
                     await self._claim(tunnel, name)
                 except binding.Refused as exc:
                     raise await pools.refused(self.edge, exc, tunnel, name)
+        elif (remembered := await self._remembered(tunnel)) is not None:
+            name, sibling = remembered
         elif (sibling := legacy.generated_partner(tunnel)) is not None:
             name, tunnel.generated = sibling.hostname, True
-        elif (name := await self._remembered(tunnel)) is not None:
-            pass
         else:
             tunnel.generated = True
             for attempt in range(MAX_GENERATE_ATTEMPTS):
@@ -105,14 +105,19 @@ class Binds:
         self.edge.registry.add(tunnel)
         await self._online(tunnel)
 
-    async def _remembered(self, tunnel: Tunnel) -> Optional[str]:
+    async def _remembered(self, tunnel: Tunnel) -> Optional[Tuple[str, Optional[Tunnel]]]:
         """A re-bind (same tunnel id, no name asked) after the agent's session dropped: the
-        generated name it had, claimed again if the ACL still allows it and no one took it
-        meanwhile; None otherwise (a new name is generated). The one who may hold it is the
-        CLI 2.x tunnel's other scheme, of the same session, whose old instance kept the claim
-        (a drain, edge.cluster) or has not yet seen the session drop: the claim moves to this
-        tunnel (chalicelib.core.online.take_partner_claim), and the partner pairs with it
-        when it re-binds (edge.legacy.generated_partner)."""
+        generated name it had, and the endpoint of this session it pairs with if any, when
+        the ACL still allows the name and no one took it meanwhile; None otherwise (a new
+        name is generated).
+
+        The CLI 2.x serves one name as two endpoints (http, https) of one session, and
+        re-binds them in any order. The half re-bound second pairs with the first, found by
+        the name (edge.legacy.sibling_for), not by guessing (its session may hold several
+        unpaired halves meanwhile). The half re-bound first may find the claim held by the
+        other half's endpoint on the instance it left (a drain keeps claims, edge.cluster):
+        the claim moves to it (chalicelib.core.online.take_partner_claim), never from a
+        holder on this instance (that one is bound here and pairs instead)."""
         if not tunnel.rebind:
             return None
         name = await self.edge.call(online.remembered_name, tunnel.account_id, tunnel.id)
@@ -123,6 +128,10 @@ class Binds:
             or not binding.acl_allows_domain(tunnel.session.grant, name)
         ):
             return None
+        tunnel.generated = True
+        sibling = legacy.sibling_for(tunnel, self.edge.registry, name)
+        if sibling is not None:
+            return name, sibling
         try:
             await self._claim(tunnel, name)
         except binding.Refused:
@@ -136,9 +145,9 @@ class Binds:
                 session_id=tunnel.session.id,
                 partner_proto=partner_proto,
             ):
+                tunnel.generated = False
                 return None
-        tunnel.generated = True
-        return name
+        return name, None
 
     async def _remembered_port(self, tunnel: Tunnel) -> Optional[int]:
         if not tunnel.rebind:

@@ -876,15 +876,23 @@ def take_partner_claim(
     same account and the same agent session that serves ``hostname`` over ``partner_proto``
     (the agent CLI 2.x serves one name as two endpoints, http and https, of one session; when
     it reconnects, on any instance, it may re-bind either first). True when moved (or already
-    ``endpoint_id``'s); False, and nothing changed, when the holder is anyone else. The write
-    is conditioned on the holder and its heartbeat as read, as a stale claim's take-over."""
+    ``endpoint_id``'s); False, and nothing changed, when the holder is anyone else, or is on
+    ``instance_id`` itself (bound there: the caller pairs with it instead of taking from it).
+    The write is conditioned on the holder and its heartbeat as read, as a stale claim's
+    take-over."""
     name = _canonical(hostname)
     held = get_raw(claim_key(name))
-    if held is None or str_attr(held, "account_id") != account_id or data_of(held).get("pooled"):
+    if held is None:
         return False
     owner = held["owner"]["S"]  # every claim names its owner
     if owner == endpoint_id:
         return True
+    if (
+        str_attr(held, "account_id") != account_id
+        or str_attr(held, "instance_id") == instance_id
+        or data_of(held).get("pooled")
+    ):
+        return False
     partner = get_raw(raw_key(store.collection_pk(account_id, ENDPOINTS), owner))
     if partner is None or str_attr(partner, "owner") != session_id:
         return False

@@ -5,6 +5,7 @@ WebSocket, a 64 MiB streaming response, TCP on a reserved address's port that ev
 instance listens on), a kill -9 fails over, and a rolling restart loses no request.
 One cluster for the module."""
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -23,8 +24,10 @@ from typing import Any, Dict, List
 import pytest
 import requests
 
+from edge import muxado, protocol
 from tests.edge.conftest import BASE_DOMAIN, SDK_PYTHON, SdkAgent, _free_range, tcp_round_trip
 from tests.edge.test_edge_sdk import _bound, _credential, _host
+from tests.edge.test_hostile_agents import _rpc
 from tests.support.api import PROJECT_DIR, HttpApi, LocalStack
 
 SECRET = "test-cluster-secret-" + os.urandom(8).hex()
@@ -533,63 +536,117 @@ def test_the_agent_cli_moves_when_its_instance_drains(cluster, token, tmp_path):
         server.shutdown()
 
 
-def test_the_cli_keeps_its_name_whichever_scheme_it_binds_first_elsewhere(cluster, token):
-    """The CLI 2.x serves one generated name as two endpoints of one session (https bound
-    first, holding the name's claim; http paired with it). Reconnected to another instance
-    while the first still holds the claim (a drain keeps it), it may re-bind http first: the
-    claim moves to it from its partner, and https then pairs with it, at the same name. Played
-    as raw sessions, to fix the order the CLI leaves to chance."""
-    import asyncio
+# ---- raw protocol-"2" sessions: the CLI 2.x's Binds in an order the test fixes ---------------
+async def _raw_connect(cluster: Cluster, index: int):
+    ctx = ssl.create_default_context(cafile=cluster.ca)
+    port = cluster.instances[index]["ports"]["agent"]
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=ctx, server_hostname="localhost"
+    )
+    return reader, writer, muxado.FrameParser()
 
-    from edge import muxado, protocol
-    from tests.edge.test_hostile_agents import _rpc
 
-    async def connect(index):
-        ctx = ssl.create_default_context(cafile=cluster.ca)
-        port = cluster.instances[index]["ports"]["agent"]
-        reader, writer = await asyncio.open_connection(
-            "127.0.0.1", port, ssl=ctx, server_hostname="localhost"
-        )
-        return reader, writer, muxado.FrameParser()
+async def _raw_auth(conn, token: str, client_id: str) -> str:
+    reply = await _rpc(
+        *conn,
+        1,
+        protocol.AUTH,
+        {"Version": ["2"], "ClientId": client_id, "Extra": {"Authtoken": token}},
+    )
+    assert reply.get("ClientId") and not reply.get("Error"), reply
+    return reply["ClientId"]
 
-    async def auth(conn, client_id):
-        reply = await _rpc(
-            *conn,
-            1,
-            protocol.AUTH,
-            {"Version": ["2"], "ClientId": client_id, "Extra": {"Authtoken": token}},
-        )
-        assert reply.get("ClientId") and not reply.get("Error"), reply
-        return reply["ClientId"]
 
-    async def bind(conn, sid, proto, tunnel_id=""):
-        reply = await _rpc(
-            *conn,
-            sid,
-            protocol.BIND,
-            {"Id": tunnel_id, "Proto": proto, "Opts": {}, "Extra": {}},
-        )
-        assert reply.get("URL") and not reply.get("Error"), reply
-        return reply["Id"], _host(reply["URL"])
+def _bind_request(proto: str, tunnel_id: str = "") -> dict:
+    return {"Id": tunnel_id, "Proto": proto, "Opts": {}, "Extra": {}}
+
+
+async def _raw_bind(conn, sid: int, proto: str, tunnel_id: str = ""):
+    reply = await _rpc(*conn, sid, protocol.BIND, _bind_request(proto, tunnel_id))
+    assert reply.get("URL") and not reply.get("Error"), reply
+    return reply["Id"], _host(reply["URL"])
+
+
+def test_the_clis_two_binds_sent_at_once_share_one_name(cluster, token):
+    """The https and http Binds of one CLI tunnel sent together (two streams, one write):
+    the edge takes a CLI session's Binds one at a time, so http finds its https half and
+    shares its name (without that, it could not tell it was the same tunnel's)."""
 
     async def play():
-        first = await connect(0)
-        session = await auth(first, "")
-        https_id, name = await bind(first, 3, "https")
-        http_id, http_name = await bind(first, 5, "http")
-        assert http_name == name
-        assert cluster.holder_index(name) == 0
-        second = await connect(1)
-        assert await auth(second, session) == session
-        again = [await bind(second, 3, "http", http_id), await bind(second, 5, "https", https_id)]
-        holder = cluster.holder_index(name)
+        reader, writer, parser = await _raw_connect(cluster, 0)
+        await _raw_auth((reader, writer, parser), token, "")
+        writer.write(
+            b"".join(
+                muxado.data(
+                    sid,
+                    protocol.stream_type(protocol.BIND)
+                    + json.dumps(_bind_request(proto)).encode(),
+                    syn=True,
+                )
+                for sid, proto in ((3, "https"), (5, "http"))
+            )
+        )
+        await writer.drain()
+        replies = {3: protocol.JsonReader(), 5: protocol.JsonReader()}
+        got = {}
+        async with asyncio.timeout(10):
+            while len(got) < 2:
+                data = await reader.read(65536)
+                assert data, "the edge closed the session"
+                for frame in parser.feed(data):
+                    if frame.type == muxado.DATA and frame.stream_id in replies and frame.payload:
+                        value = replies[frame.stream_id].feed(frame.payload)
+                        if value is not None:
+                            got[frame.stream_id] = value
+        writer.close()
+        return got
+
+    got = asyncio.run(play())
+    assert all(reply.get("URL") for reply in got.values()), got
+    assert _host(got[3]["URL"]) == _host(got[5]["URL"]), got
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        ["http X", "https X"],  # the half that did not hold the claim first
+        ["https X", "https Y", "http X", "http Y"],  # two unpaired https halves at once
+        ["http Y", "https X", "http X", "https Y"],
+    ],
+)
+def test_the_cli_keeps_its_names_whichever_half_it_binds_first_elsewhere(cluster, token, order):
+    """The CLI 2.x serves one generated name as two endpoints of one session (https bound
+    first, holding the name's claim; http paired with it), for each of its tunnels (X, Y).
+    Reconnected to another instance while the first still holds the claims (a drain keeps
+    them), it re-binds the halves in any order (Go's map order): each half comes back at its
+    own name, the first of a pair taking the claim from its other half, the second pairing
+    with it there. Played as raw sessions, to fix the order the CLI leaves to chance."""
+
+    async def play():
+        first = await _raw_connect(cluster, 0)
+        session = await _raw_auth(first, token, "")
+        bound, sid = {}, 3
+        for tunnel in "XY"[: len(order) // 2]:
+            for proto in ("https", "http"):
+                bound[f"{proto} {tunnel}"] = await _raw_bind(first, sid, proto)
+                sid += 2
+        second = await _raw_connect(cluster, 1)
+        assert await _raw_auth(second, token, session) == session
+        again, sid = {}, 3
+        for half in order:
+            again[half] = await _raw_bind(second, sid, half.split()[0], bound[half][0])
+            sid += 2
+        holders = {cluster.holder_index(name) for _, name in bound.values()}
         for conn in (second, first):
             conn[1].close()
-        return again, holder, (http_id, https_id, name)
+        return bound, again, holders
 
-    again, holder, (http_id, https_id, name) = asyncio.run(play())
-    assert again == [(http_id, name), (https_id, name)]
-    assert holder == 1
+    bound, again, holders = asyncio.run(play())
+    for tunnel in "XY"[: len(order) // 2]:  # one name per tunnel, not shared with another
+        assert bound[f"http {tunnel}"][1] == bound[f"https {tunnel}"][1]
+    assert len({name for _, name in bound.values()}) == len(order) // 2
+    assert again == bound
+    assert holders == {1}
 
 
 def _relay_exchange(port: int, data: bytes) -> bytes:

@@ -448,13 +448,15 @@ def _served(sid, name, proto="https", account_id=ACCT):
     return eid
 
 
-def _take(name, sid, account_id=ACCT, partner_proto="https", endpoint_id=None):
+def _take(
+    name, sid, account_id=ACCT, partner_proto="https", endpoint_id=None, instance_id="edge-b"
+):
     endpoint_id = endpoint_id or online.new_endpoint_id()
     taken = online.take_partner_claim(
         name,
         account_id=account_id,
         endpoint_id=endpoint_id,
-        instance_id="edge-b",
+        instance_id=instance_id,
         session_id=sid,
         partner_proto=partner_proto,
     )
@@ -473,7 +475,15 @@ def test_a_partner_of_the_same_session_takes_the_claim_over(clock):
 
 @pytest.mark.parametrize(
     "case",
-    ["another session", "another account", "the same scheme", "another name", "a pool", "none"],
+    [
+        "another session",
+        "another account",
+        "the same scheme",
+        "another name",
+        "a pool",
+        "none",
+        "bound on the taker's instance",
+    ],
 )
 def test_a_claim_is_taken_from_the_partner_only(clock, case):
     """Anyone but the other scheme's endpoint of the same session and account, serving this
@@ -502,6 +512,8 @@ def test_a_claim_is_taken_from_the_partner_only(clock, case):
             ExpressionAttributeNames={"#d": "data"},
             ExpressionAttributeValues={":t": {"BOOL": True}},
         )
+    elif case == "bound on the taker's instance":  # it pairs there instead (edge.binds)
+        kw["instance_id"] = "edge-a"
     taken, _ = _take("a.example.test", kw.pop("sid", sid), **kw)
     assert not taken
     held = _claim("a.example.test")
