@@ -90,7 +90,9 @@ async def _end_later(edge: Any, account_id: str, session_id: str) -> None:
     while True:
         await asyncio.sleep(delay)
         try:
-            await edge.call(online.session_ended, account_id, session_id)
+            await edge.call(
+                online.session_ended, account_id, session_id, edge.settings.instance_id
+            )
             return
         except Exception as exc:
             log.warning("session %s: not removed from the store yet: %r", session_id, exc)
@@ -155,7 +157,9 @@ class AgentSession:
         until done (END_RETRY_SECONDS, doubling): the instance's lease keeps a session item
         that is left live, its names claimed, as long as the instance runs."""
         try:
-            await self.edge.call(online.session_ended, account_id, session_id)
+            await self.edge.call(
+                online.session_ended, account_id, session_id, self.edge.settings.instance_id
+            )
         except Exception as exc:
             log.warning(
                 "session %s: not removed from the store (%r): tried again", session_id, exc

@@ -340,11 +340,14 @@ class Binds:
             if remember and self.edge.cluster is not None and self.edge.cluster.keep_claims():
                 return  # draining: the agent's re-bind elsewhere takes its items over
             pooled = tunnel.pooled and bool(tunnel.hostname) and not tunnel.internal
+            here = self.edge.settings.instance_id  # not what a resumed session re-bound elsewhere
             if pooled:  # the claim passes to the pool's next member (edge.pools)
                 await pools.leave(self.edge, tunnel, name)
             elif name and tunnel.holds_claim:
-                await self.edge.call(online.release_hostname, name, endpoint_id=tunnel.endpoint_id)
-            await self.edge.call(online.tunnel_stopped, tunnel.account_id, tunnel.id)
+                await self.edge.call(
+                    online.release_hostname, name, endpoint_id=tunnel.endpoint_id, instance_id=here
+                )
+            await self.edge.call(online.tunnel_stopped, tunnel.account_id, tunnel.id, here)
             if (
                 partner is not None
                 and tunnel.holds_claim

@@ -207,7 +207,7 @@ class Cluster:
 
     def _session_ended_here(self, account_id: str, session_id: str) -> None:
         if online.session_instance(account_id, session_id) == self.instance_id:
-            online.session_ended(account_id, session_id)
+            online.session_ended(account_id, session_id, self.instance_id)
 
     def keep_claims(self) -> bool:
         """A draining instance keeps the claims of the sessions it ends (their agents are

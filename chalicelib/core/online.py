@@ -439,21 +439,24 @@ def _child_key(account_id: str, child_id: str) -> Dict[str, Any]:
     return raw_key(store.collection_pk(account_id, collection), child_id)
 
 
-def session_ended(account_id: str, session_id: str) -> None:
+def session_ended(account_id: str, session_id: str, instance_id: Optional[str] = None) -> None:
     """Remove the session, its tunnels and endpoints, and the names they claimed (idempotent).
 
     Only items that still belong to this session are removed: a tunnel or endpoint re-bound by
     a reconnected agent's new session (same id, new owner) is left alone, and so is its claim.
+    With ``instance_id`` (the edge instance whose session ended), only what that instance
+    holds: an agent that resumed the session (same id) on another instance keeps there what
+    it re-bound, and the session item when it names the other instance.
     """
     raw = get_raw(_session_key(account_id, session_id))
     if raw is not None:
         children = raw.get("children", {}).get("SS", [])
-        owner = {":o": {"S": session_id}}
+        condition, values = _owned(session_id, instance_id)
         removed_endpoints = set()
         for child in children:
             if child.startswith("claim|"):
                 continue
-            if _delete_if(_child_key(account_id, child), "#o = :o", owner) and child.startswith(
+            if _delete_if(_child_key(account_id, child), condition, values) and child.startswith(
                 ENDPOINT_PREFIX + "_"
             ):
                 removed_endpoints.add(child)
@@ -461,8 +464,20 @@ def session_ended(account_id: str, session_id: str) -> None:
             if child.startswith("claim|"):
                 _, endpoint_id, name = child.split("|", 2)
                 if endpoint_id in removed_endpoints:
-                    release_hostname(name, endpoint_id=endpoint_id)
-    raw_client().delete_item(TableName=raw_table(), Key=_session_key(account_id, session_id))
+                    release_hostname(name, endpoint_id=endpoint_id, instance_id=instance_id)
+    held_here: Dict[str, Any] = {}
+    if instance_id is not None:
+        held_here = {
+            "ConditionExpression": "instance_id = :i",
+            "ExpressionAttributeValues": {":i": {"S": instance_id}},
+        }
+    try:
+        raw_client().delete_item(
+            TableName=raw_table(), Key=_session_key(account_id, session_id), **held_here
+        )
+    except ClientError as exc:
+        if not _is_condition_failure(exc):
+            raise
 
 
 def _update_session(account_id: str, session_id: str, flag: str) -> None:
@@ -695,27 +710,33 @@ def tunnel_started(
         raise
 
 
-def tunnel_stopped(account_id: str, tunnel_id: str) -> None:
-    """Remove the tunnel, its endpoint and the endpoint's claim (idempotent)."""
+def tunnel_stopped(account_id: str, tunnel_id: str, instance_id: Optional[str] = None) -> None:
+    """Remove the tunnel, its endpoint and the endpoint's claim (idempotent). Only what is
+    still the session's and, with ``instance_id``, still that instance's: an agent that
+    resumed its session (same id) on another instance before this one saw it go re-bound the
+    same items there, and they are that instance's now."""
     raw = get_raw(raw_key(store.collection_pk(account_id, TUNNELS), tunnel_id))
     if raw is None:
         return
     data = data_of(raw)
     session_id = data["session_id"]
-    owner = {":o": {"S": session_id}}
-    removed = [tunnel_id]
-    _delete_if(raw_key(store.collection_pk(account_id, TUNNELS), tunnel_id), "#o = :o", owner)
+    condition, values = _owned(session_id, instance_id)
+    removed = []
+    if _delete_if(raw_key(store.collection_pk(account_id, TUNNELS), tunnel_id), condition, values):
+        removed.append(tunnel_id)
     endpoint_id = data.get("endpoint_id")
     if endpoint_id:
         ep = get_raw(raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id))
         if ep is not None and _delete_if(
-            raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id), "#o = :o", owner
+            raw_key(store.collection_pk(account_id, ENDPOINTS), endpoint_id), condition, values
         ):
             removed.append(endpoint_id)
             name = data_of(ep).get("served_name")
             if name:
-                release_hostname(name, endpoint_id=endpoint_id)
+                release_hostname(name, endpoint_id=endpoint_id, instance_id=instance_id)
                 removed.append(f"claim|{endpoint_id}|{name}")
+    if not removed:
+        return
     try:
         raw_client().update_item(
             TableName=raw_table(),
@@ -727,6 +748,15 @@ def tunnel_stopped(account_id: str, tunnel_id: str) -> None:
     except ClientError as exc:
         if not _is_condition_failure(exc):
             raise
+
+
+def _owned(owner: str, instance_id: Optional[str]) -> Tuple[str, Dict[str, Any]]:
+    """The condition (for :func:`_delete_if`) that an item is ``owner``'s and, when
+    ``instance_id`` is given, held by that instance."""
+    values = {":o": {"S": owner}}
+    if instance_id is None:
+        return "#o = :o", values
+    return "#o = :o AND instance_id = :i", {**values, ":i": {"S": instance_id}}
 
 
 # ---- tunnel ids belong to one account -------------------------------------------------
@@ -944,9 +974,12 @@ def _pool_member_live(claim: Dict[str, Any]) -> bool:
     return bool(live_sessions(account_id, (s for s in sessions if s)))
 
 
-def release_hostname(hostname: str, *, endpoint_id: str) -> None:
-    """Free ``hostname`` if ``endpoint_id`` still holds it (idempotent)."""
-    _delete_if(claim_key(_canonical(hostname)), "#o = :o", {":o": {"S": endpoint_id}})
+def release_hostname(
+    hostname: str, *, endpoint_id: str, instance_id: Optional[str] = None
+) -> None:
+    """Free ``hostname`` if ``endpoint_id`` still holds it (and, with ``instance_id``, holds
+    it there: a re-bind of the same endpoint on another instance keeps it). Idempotent."""
+    _delete_if(claim_key(_canonical(hostname)), *_owned(endpoint_id, instance_id))
 
 
 def hostname_holder(hostname: str) -> Optional[Dict[str, Any]]:

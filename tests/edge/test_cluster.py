@@ -567,6 +567,54 @@ async def _raw_bind(conn, sid: int, proto: str, tunnel_id: str = ""):
     return reply["Id"], _host(reply["URL"])
 
 
+def test_the_instance_a_session_left_ends_it_without_taking_what_it_rebound_elsewhere(
+    cluster, api
+):
+    """An agent resumes its session (same id) on another instance before the first saw its
+    connection go, and re-binds there. When the first instance ends its side, it removes
+    nothing the second now holds: the name stays claimed (no other tenant could bind it in
+    between), its endpoint stays listed."""
+
+    token = _credential(api.new_account())["token"]  # its endpoints are this test's alone
+
+    async def play():
+        first = await _raw_connect(cluster, 0)
+        session = await _raw_auth(first, token, "")
+        tunnel_id, name = await _raw_bind(first, 3, "https")
+        second = await _raw_connect(cluster, 1)
+        await _raw_auth(second, token, session)
+        assert await _raw_bind(second, 3, "https", tunnel_id) == (tunnel_id, name)
+        first[1].close()  # the first instance sees its connection end only now
+        try:
+            deadline = time.time() + 30
+            while f"session {session} ends" not in cluster.log(0):
+                assert time.time() < deadline, cluster.log(0)[-2000:]
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1)  # its store writes follow the log line
+            return name, cluster.holder_index(name), endpoints_of(name)
+        finally:
+            second[1].close()
+
+    def endpoints_of(name):
+        """The instances holding the endpoints of the account serving ``name``."""
+        client = cluster.stack.store_client()
+        claim = client.get_item(
+            TableName="tunnel-service",
+            ConsistentRead=True,
+            Key={"pk": {"S": f"U#served_host#{name}"}, "sk": {"S": "U"}},
+        )["Item"]
+        items = client.query(
+            TableName="tunnel-service",
+            ConsistentRead=True,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": f"A#{claim['account_id']['S']}#endpoint"}},
+        )["Items"]
+        return [int(i["instance_id"]["S"].split("_")[1]) for i in items]
+
+    name, holder, endpoints = asyncio.run(play())
+    assert (holder, endpoints) == (1, [1])
+
+
 def test_the_clis_two_binds_sent_at_once_share_one_name(cluster, token):
     """The https and http Binds of one CLI tunnel sent together (two streams, one write):
     the edge takes a CLI session's Binds one at a time, so http finds its https half and

@@ -46,6 +46,7 @@ def test_a_session_end_the_store_refused_is_tried_again_until_done(monkeypatch):
             if edge.ended:
                 break
             await asyncio.sleep(0.05)
-        assert edge.ended == [("acct_1", session.id)] and edge.tries == 4
+        assert edge.ended == [("acct_1", session.id, edge.settings.instance_id)]
+        assert edge.tries == 4
 
     asyncio.run(run())

@@ -538,3 +538,52 @@ def test_a_claim_refreshed_meanwhile_is_not_taken(clock, monkeypatch):
     monkeypatch.setattr(online, "get_raw", then_refreshed)
     assert not _take("a.example.test", sid)[0]
     assert _claim("a.example.test").owner == holder
+
+
+# ---- a session resumed on another instance keeps what it re-bound there ---------------------
+def _resumed_on_b(sid, tid, eid, name):
+    """The agent resumed session ``sid`` on edge-b and re-bound tunnel ``tid`` there."""
+    online.session_heartbeat(ACCT, sid, "edge-b")
+    online.tunnel_started(
+        account_id=ACCT,
+        session_id=sid,
+        tunnel_id=tid,
+        instance_id="edge-b",
+        proto="https",
+        hostname=name,
+        endpoint_id=eid,
+    )
+    online.claim_hostname(name, account_id=ACCT, endpoint_id=eid, instance_id="edge-b")
+
+
+def test_the_instance_the_session_left_stops_nothing_it_no_longer_holds(clock):
+    sid = _session()
+    tid, eid = _tunnel(sid, hostname="a.example.test")
+    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
+    _resumed_on_b(sid, tid, eid, "a.example.test")
+    # edge-a notices its connection gone only now
+    online.release_hostname("a.example.test", endpoint_id=eid, instance_id="edge-a")
+    online.tunnel_stopped(ACCT, tid, "edge-a")
+    online.session_ended(ACCT, sid, "edge-a")
+    assert _raw("tunnel", tid).instance_id == "edge-b"
+    assert _raw("endpoint", eid).instance_id == "edge-b"
+    assert _claim("a.example.test").instance_id == "edge-b"
+    session = _raw("tunnel_session", sid)
+    assert session.instance_id == "edge-b"
+    assert {tid, eid} <= set(session.children)  # still refreshed, and removed at its end
+    # the instance holding them ends it: all gone
+    online.tunnel_stopped(ACCT, tid, "edge-b")
+    online.session_ended(ACCT, sid, "edge-b")
+    assert _raw("tunnel", tid) is None and _raw("endpoint", eid) is None
+    assert _claim("a.example.test") is None and _raw("tunnel_session", sid) is None
+
+
+def test_the_instance_the_session_left_ends_it_without_touching_the_resumed_one(clock):
+    sid = _session()
+    tid, eid = _tunnel(sid, hostname="a.example.test")
+    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
+    _resumed_on_b(sid, tid, eid, "a.example.test")
+    online.session_ended(ACCT, sid, "edge-a")
+    assert _raw("tunnel", tid) is not None and _raw("endpoint", eid) is not None
+    assert _claim("a.example.test").owner == eid
+    assert _raw("tunnel_session", sid) is not None
