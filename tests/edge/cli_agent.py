@@ -108,9 +108,16 @@ class CliAgent:
                 return {t["name"]: t["public_url"] for t in seen}
             time.sleep(0.2)
         errors = [x for x in list(self.lines) if x.get("lvl") in ("eror", "crit")][:10]
+        said = [  # what the CLI and the edge exchanged: its Auth and its requests' answers
+            x
+            for x in list(self.lines)
+            if x.get("msg") in ("decoded response", "encode request", "failed to auth")
+        ][:12]
+        edge_log = self.edge.log()[-3000:] if hasattr(self.edge, "log") else ""
         raise AssertionError(
             f"the CLI did not list {count} tunnels in {timeout}s: {seen}; its first errors: "
-            f"{errors}; output: {self.output()}"
+            f"{errors}; its RPCs: {said}; output: {self.output()[-1500:]}; "
+            f"the edge's log: {edge_log}"
         )
 
     def wait_log(self, predicate, timeout: float = 30.0) -> Dict[str, Any]:
