@@ -202,16 +202,7 @@ def test_session_ended_leaves_what_a_reconnected_session_rebound(clock):
     online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-a")
     new = _session(instance_id="edge-b")
     # the agent reconnects and re-binds the same tunnel/endpoint ids on a new session
-    online.tunnel_started(
-        account_id=ACCT,
-        session_id=new,
-        tunnel_id=tid,
-        instance_id="edge-b",
-        proto="https",
-        hostname="a.example.test",
-        endpoint_id=eid,
-    )
-    online.claim_hostname("a.example.test", account_id=ACCT, endpoint_id=eid, instance_id="edge-b")
+    _rebound_on_b(new, tid, eid, "a.example.test")
     online.session_ended(ACCT, old)
     assert _raw("tunnel", tid).owner == new and _raw("endpoint", eid).owner == new
     assert _claim("a.example.test").instance_id == "edge-b"
@@ -544,6 +535,11 @@ def test_a_claim_refreshed_meanwhile_is_not_taken(clock, monkeypatch):
 def _resumed_on_b(sid, tid, eid, name):
     """The agent resumed session ``sid`` on edge-b and re-bound tunnel ``tid`` there."""
     online.session_heartbeat(ACCT, sid, "edge-b")
+    _rebound_on_b(sid, tid, eid, name)
+
+
+def _rebound_on_b(sid, tid, eid, name):
+    """Session ``sid`` re-bound tunnel ``tid`` (endpoint ``eid``, serving ``name``) on edge-b."""
     online.tunnel_started(
         account_id=ACCT,
         session_id=sid,
