@@ -75,7 +75,7 @@ class Binds:
                 except binding.Refused as exc:
                     raise await pools.refused(self.edge, exc, tunnel, name)
         elif (remembered := await self._remembered(tunnel)) is not None:
-            name, sibling = remembered
+            (name, sibling), tunnel.generated = remembered, True
         elif (sibling := legacy.generated_partner(tunnel)) is not None:
             name, tunnel.generated = sibling.hostname, True
         else:
@@ -128,7 +128,6 @@ class Binds:
             or not binding.acl_allows_domain(tunnel.session.grant, name)
         ):
             return None
-        tunnel.generated = True
         sibling = legacy.sibling_for(tunnel, self.edge.registry, name)
         if sibling is not None:
             return name, sibling
@@ -145,7 +144,6 @@ class Binds:
                 session_id=tunnel.session.id,
                 partner_proto=partner_proto,
             ):
-                tunnel.generated = False
                 return None
         return name, None
 
