@@ -422,8 +422,12 @@ def test_a_rate_limit_holds_across_instances(cluster, token, agents):
         [{"proto": "http", "options": {"traffic_policy": [json.dumps(RATE_POLICY)]}}],
     )
     host = _host(_bound(agent.start())[0]["url"])
-    codes = [cluster.get(host, "/limited", i % 3).status_code for i in range(12)]
-    assert codes == [200] * 5 + [429] * 7, codes
+    answers = [cluster.get(host, "/limited", i % 3) for i in range(12)]
+    codes = [answer.status_code for answer in answers]
+    if codes != [200] * 5 + [429] * 7:  # what each answer and each instance said
+        said = [(a.status_code, a.headers.get("ngrok-error-code"), a.text[:120]) for a in answers]
+        logs = {i: cluster.log(i)[-1500:] for i in range(len(cluster.instances))}
+        raise AssertionError(f"{codes}; answers: {said}; holder: {host}; instances: {logs}")
 
 
 def _assert_one_counter(send):
