@@ -60,6 +60,11 @@ SLOT_GRACE = 0.2
 # Before the peer is authenticated (``MuxSession.authenticated``), what it may make us hold:
 PRE_AUTH_STREAMS = 2  # streams (the SDKs open Auth, and may open Heartbeat, before it)
 PRE_AUTH_BYTES = 32 * 1024  # DATA payload in total, and so the largest frame we buffer
+# A Go muxado peer (the agent CLI) takes a stream's id when it opens it and sends the SYN with
+# its first write, so two streams opened at once by two goroutines may announce themselves in
+# either order: stream 7's SYN after stream 9's. The ids a SYN passed over are remembered, the
+# OUT_OF_ORDER_IDS closest below it at most, and each may still open once.
+OUT_OF_ORDER_IDS = 64
 READ_CHUNK = 64 * 1024
 WRITE_CHUNK = 64 * 1024
 CREDIT_BATCH = muxado.DEFAULT_WINDOW // 4  # consumed bytes returned as credit in one WNDINC
@@ -295,6 +300,7 @@ class MuxSession:
         self._tasks: set = set()
         self._next_local_id = 2
         self._last_remote_id = 0
+        self._passed_over: set = set()  # peer ids below _last_remote_id not yet opened
         self.local_open = 0  # streams of ours in the table (MAX_LOCAL_STREAMS)
         self._cooling: "collections.deque[float]" = collections.deque()  # SLOT_GRACE ends
         self.remote_open = 0  # streams of the peer's in the table (MAX_STREAMS)
@@ -544,9 +550,17 @@ class MuxSession:
                     )
             stream = self._streams.get(sid)
             if frame.syn:
-                if stream is not None or sid % 2 == 0 or sid <= self._last_remote_id:
+                if stream is not None or sid % 2 == 0:
                     raise ProtocolError(f"SYN for stream {sid} that cannot be opened")
-                self._last_remote_id = sid
+                last = self._last_remote_id
+                if sid > last:
+                    if sid > last + 2:
+                        self._pass_over(last, sid)
+                    self._last_remote_id = sid
+                elif sid in self._passed_over:
+                    self._passed_over.discard(sid)
+                else:
+                    raise ProtocolError(f"SYN for stream {sid} that cannot be opened")
                 if self.remote_open >= MAX_STREAMS:
                     self.send_nowait(muxado.rst(sid, muxado.E_STREAMS_EXHAUSTED))
                     return
@@ -580,6 +594,15 @@ class MuxSession:
                 f"{frame.message.decode('utf-8', 'replace')}"
             )
             raise _PeerGoneAway()
+
+    def _pass_over(self, last: int, sid: int) -> None:
+        """Remember the odd ids between ``last`` and ``sid``, the OUT_OF_ORDER_IDS closest
+        below ``sid``, as ids whose SYN may still come; older ones are forgotten first."""
+        passed = self._passed_over
+        passed.update(range(max(last + 2, sid - 2 * OUT_OF_ORDER_IDS), sid, 2))
+        if len(passed) > OUT_OF_ORDER_IDS:
+            for old in sorted(passed)[: len(passed) - OUT_OF_ORDER_IDS]:
+                passed.discard(old)
 
     def _spawn(self, stream: MuxStream) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(stream))
