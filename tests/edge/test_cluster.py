@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 import requests
@@ -71,14 +71,16 @@ class Cluster:
         with open(self.instances[index]["pid_path"]) as handle:
             return int(handle.read().split()[0])
 
-    def holder_index(self, name: str) -> int:
-        """Which instance holds ``name``'s claim (its id: edge_<index>_<random>)."""
+    def holder_index(self, name: str) -> Optional[int]:
+        """Which instance holds ``name``'s claim (its id: edge_<index>_<random>), or None."""
         client = self.stack.store_client()
         item = client.get_item(
             TableName="tunnel-service",
             ConsistentRead=True,
             Key={"pk": {"S": f"U#served_host#{name}"}, "sk": {"S": "U"}},
         )
+        if "Item" not in item:
+            return None  # nobody claims it
         return int(item["Item"]["instance_id"]["S"].split("_")[1])
 
     def relay_port(self, index: int) -> int:
@@ -309,7 +311,7 @@ def test_kill_9_fails_over_with_the_same_url(cluster, api, agents):
     os.kill(cluster.pid(holder), signal.SIGKILL)
     took = _until_ok(cluster, host, 60) + 0.0
     print(f"kill -9 -> serving again: {time.monotonic() - killed:.2f}s")
-    assert cluster.holder_index(host) != holder
+    assert cluster.holder_index(host) not in (holder, None)
     for index in (0, 1, 2):  # every instance routes it (the supervisor restarted the dead)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -617,6 +619,108 @@ def test_the_instance_a_session_left_ends_it_without_taking_what_it_rebound_else
 
     name, holder, endpoints = asyncio.run(play())
     assert (holder, endpoints) == (1, [1])
+
+
+class _SplitRelay:
+    """A TCP relay between an SDK and one instance's agent port. ``split(port)`` closes only
+    the SDK's side of each connection, so the instance still holds an open, silent one (a
+    path that broke without its noticing), and sends the SDK's next connections to ``port``;
+    ``end_stale()`` closes the instance's side last."""
+
+    def __init__(self, target_port: int):
+        self.target = target_port
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.pairs: List[Any] = []
+        self.stale: List[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self.lock:
+                self.pairs.append((client, upstream))
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        """Copy until either side fails; a failure is passed on by nobody (split decides)."""
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def split(self, port: int) -> None:
+        with self.lock:
+            self.target = port
+            for client, upstream in self.pairs:
+                self.stale.append(upstream)
+                client.shutdown(socket.SHUT_RDWR)
+                client.close()
+            self.pairs = []
+
+    def end_stale(self) -> None:
+        with self.lock:
+            for sock in self.stale:  # shutdown first: a close alone sends no FIN while
+                try:  # the pump thread is still blocked reading it
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+            self.stale = []
+
+    def close(self) -> None:
+        self.server.close()
+        self.end_stale()
+        with self.lock:
+            for pair in self.pairs:
+                for sock in pair:
+                    sock.close()
+
+
+def test_an_sdk_resumed_elsewhere_keeps_its_url_when_the_instance_it_left_ends_it(
+    cluster, api, agents
+):
+    """The official SDK loses its connection to instance 0 without instance 0 seeing it go,
+    resumes its session (same id) on instance 1 and re-binds its tunnel there. When instance
+    0 then ends its side, the URL stays claimed by instance 1, served from every instance,
+    and listed once by the API."""
+    account = api.new_account()
+    relay = _SplitRelay(cluster.instances[0]["ports"]["agent"])
+    try:
+        sdk = agents(
+            Target(f"127.0.0.1:{relay.port}", cluster.ca),
+            _credential(account)["token"],
+            [{"proto": "http"}],
+        )
+        url = _bound(sdk.start())[0]["url"]
+        host = _host(url)
+        session = account.admin.get("/tunnel_sessions").json["tunnel_sessions"][0]["id"]
+        assert cluster.holder_index(host) == 0
+        relay.split(cluster.instances[1]["ports"]["agent"])
+        deadline = time.time() + 30
+        while f"session {session}: tunnel" not in cluster.log(1):  # re-bound on instance 1
+            assert time.time() < deadline, cluster.log(1)[-2000:]
+            time.sleep(0.1)
+        assert cluster.holder_index(host) == 1
+        relay.end_stale()  # instance 0 sees its connection end only now
+        while f"session {session} ends" not in cluster.log(0):
+            assert time.time() < deadline, cluster.log(0)[-2000:]
+            time.sleep(0.1)
+        time.sleep(1)  # its store writes follow the log line
+        assert cluster.holder_index(host) == 1
+        assert [cluster.get(host, "/echo", i).status_code for i in range(3)] == [200] * 3
+        endpoints = account.admin.get("/endpoints").json["endpoints"]
+        assert [e["url"] for e in endpoints] == [url]
+    finally:
+        relay.close()
 
 
 def test_the_clis_two_binds_sent_at_once_share_one_name(cluster, token):
