@@ -719,6 +719,8 @@ def test_an_sdk_resumed_elsewhere_keeps_its_url_when_the_instance_it_left_ends_i
         assert [cluster.get(host, "/echo", i).status_code for i in range(3)] == [200] * 3
         endpoints = account.admin.get("/endpoints").json["endpoints"]
         assert [e["url"] for e in endpoints] == [url]
+        sessions = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
+        assert [s["id"] for s in sessions] == [session]
     finally:
         relay.close()
 
