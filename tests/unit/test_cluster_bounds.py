@@ -88,6 +88,51 @@ class ClaimEdge(FakeEdge):
         raise AssertionError(func)
 
 
+def _refusing_address():
+    """A loopback address nothing listens on (a connect is refused)."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"127.0.0.1:{port}"
+
+
+def test_a_refused_holder_is_held_until_a_new_instance_is_found_at_its_address(monkeypatch):
+    """A relay refused (kill -9): the holder's connections wait (HOLD_SECONDS) while the claim
+    names the instance that refused; an instance started again on the same address (a fixed
+    EDGE_RELAY_PORT: a new instance id) is relayed to at once; past HOLD_SECONDS, so is any."""
+    monkeypatch.setattr(cluster, "HOLD_SECONDS", 0.5)
+    monkeypatch.setattr(cluster, "HOLD_POLL", 0.05)
+    address = _refusing_address()
+    edge = ClaimEdge({"x.tunnels.localhost": "edge_b"}, {"edge_b": address, "edge_b2": address})
+    c = _cluster(edge)
+
+    def holder():
+        start = time.monotonic()
+        got = asyncio.run(c.holder_address("x.tunnels.localhost", lambda: False))
+        return got, time.monotonic() - start
+
+    def refuse():
+        assert asyncio.run(c.relay(address, "http", "x", ("127.0.0.1", 1), None, None)) is False
+
+    assert holder()[0] == address
+    refuse()
+    edge.claims["x.tunnels.localhost"] = "edge_b2"  # started again on the same address
+    got, took = holder()
+    assert got == address and took < 0.25
+    c._holders.clear()
+    edge.claims["x.tunnels.localhost"] = "edge_b"  # the claim names the one that refused
+    got, took = holder()
+    assert took >= 0.5  # held for HOLD_SECONDS
+    c._holders.clear()
+    refuse()
+    c._dead[address] -= 0.5  # the refusal is HOLD_SECONDS old
+    got, took = holder()
+    assert got == address and took < 0.25
+
+
 LIMITED = {"on_http_request": [{"actions": [{"type": "rate-limit", "config": {}}]}]}
 ANSWERED = {"on_http_request": [{"actions": [{"type": "custom-response", "config": {}}]}]}
 
