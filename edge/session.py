@@ -300,7 +300,9 @@ class MuxSession:
         self._tasks: set = set()
         self._next_local_id = 2
         self._last_remote_id = 0
-        self._passed_over: set = set()  # peer ids below _last_remote_id not yet opened
+        # peer ids below _last_remote_id not yet opened, oldest first (a dict as an ordered
+        # set: ids are only ever added rising)
+        self._passed_over: Dict[int, None] = {}
         self.local_open = 0  # streams of ours in the table (MAX_LOCAL_STREAMS)
         self._cooling: "collections.deque[float]" = collections.deque()  # SLOT_GRACE ends
         self.remote_open = 0  # streams of the peer's in the table (MAX_STREAMS)
@@ -558,7 +560,7 @@ class MuxSession:
                         self._pass_over(last, sid)
                     self._last_remote_id = sid
                 elif sid in self._passed_over:
-                    self._passed_over.discard(sid)
+                    del self._passed_over[sid]
                 else:
                     raise ProtocolError(f"SYN for stream {sid} that cannot be opened")
                 if self.remote_open >= MAX_STREAMS:
@@ -599,10 +601,9 @@ class MuxSession:
         """Remember the odd ids between ``last`` and ``sid``, the OUT_OF_ORDER_IDS closest
         below ``sid``, as ids whose SYN may still come; older ones are forgotten first."""
         passed = self._passed_over
-        passed.update(range(max(last + 2, sid - 2 * OUT_OF_ORDER_IDS), sid, 2))
-        if len(passed) > OUT_OF_ORDER_IDS:
-            for old in sorted(passed)[: len(passed) - OUT_OF_ORDER_IDS]:
-                passed.discard(old)
+        passed.update(dict.fromkeys(range(max(last + 2, sid - 2 * OUT_OF_ORDER_IDS), sid, 2)))
+        while len(passed) > OUT_OF_ORDER_IDS:
+            del passed[next(iter(passed))]
 
     def _spawn(self, stream: MuxStream) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(stream))
