@@ -160,6 +160,7 @@ class AgentSession:
             await self.edge.call(
                 online.session_ended, account_id, session_id, self.edge.settings.instance_id
             )
+            log.info("session %s: removed from the store", session_id)
         except Exception as exc:
             log.warning(
                 "session %s: not removed from the store (%r): tried again", session_id, exc

@@ -116,11 +116,6 @@ class Cluster:
         self._cloud_names: set = set()  # cloud endpoints relayed to their designated instance
         self._ended: List[Tuple[str, str]] = []  # sessions a drain ended (defer_end)
         self._dead: Dict[str, float] = {}  # relay addresses that refused (kill -9), when
-        # the instance last found at each relay address, and the one that refused there: an
-        # instance started again on a refused address (a fixed EDGE_RELAY_PORT) has a new id,
-        # and is relayed to at once instead of held for HOLD_SECONDS like the one it replaced
-        self._at_address: Dict[str, str] = {}
-        self._dead_ids: Dict[str, Optional[str]] = {}
         self.relayed_out = 0
         self.held = 0
         self.relayed_in = 0
@@ -236,8 +231,9 @@ class Cluster:
         when a serving instance holds its claim; a cloud endpoint's claim (held by the API,
         served by every instance from the store): see :meth:`_designated`; ("moving", None)
         when the claim names an instance that drains or died (its agent is reconnecting
-        elsewhere), or this one while the endpoint is not routed here yet (a bind in
-        progress)."""
+        elsewhere: its lease ended, or its relay address refused a connection since its
+        last renewal, as :meth:`refused` and ``designation.not_refused`` count it), or this
+        one while the endpoint is not routed here yet (a bind in progress)."""
         instance = await self.edge.call(online.claim_instance, name)
         if not instance:
             return "local", None
@@ -245,25 +241,14 @@ class Cluster:
             return await self._designated(name)
         if instance == self.instance_id:  # claimed here, bind still in progress (the
             return "moving", None  # claim is written before the tunnel is routed)
-        address = await self.edge.call(instances.address_of, instance)
-        if address is None:
+        lease = await self.edge.call(instances.lease_of, instance)
+        if lease is None:
             return "moving", None
-        self._found_at(address, instance)
+        address, renewed_at = lease
+        refused = self.refused().get(address)
+        if refused is not None and renewed_at <= refused:
+            return "moving", None  # refused since its last renewal: killed, lease not ended
         return "relay", address
-
-    def _found_at(self, address: str, instance_id: str) -> None:
-        if len(self._at_address) > 4096:
-            self._at_address.clear()
-        self._at_address[address] = instance_id
-
-    def _refused_here(self, address: str) -> bool:
-        """Whether ``address`` refused a relay within HOLD_SECONDS and the instance found
-        there since is the one that refused (or unknown)."""
-        at = self._dead.get(address)
-        if at is None or time.monotonic() - at >= HOLD_SECONDS:
-            return False
-        refused_by = self._dead_ids.get(address)
-        return refused_by is None or refused_by == self._at_address.get(address)
 
     async def _designated(self, name: str) -> Tuple[str, Optional[str]]:
         """A cloud endpoint is served by the instance its connection lands on, unless its
@@ -282,7 +267,6 @@ class Cluster:
         if len(self._cloud_names) > 4096:
             self._cloud_names.clear()
         self._cloud_names.add(name)
-        self._found_at(chosen["address"], chosen["instance_id"])
         return "relay", chosen["address"]
 
     def refused(self) -> Dict[str, float]:
@@ -310,8 +294,6 @@ class Cluster:
             except Exception as exc:  # the store away: served here (offline answer)
                 log.warning("cluster: holder of %s unknown: %r", name, exc)
                 state, address = "local", None
-            if state == "relay" and address is not None and self._refused_here(address):
-                state, address = "moving", None
             if state != "moving" or local() or time.monotonic() >= deadline:
                 break
             self.held += 1
@@ -346,9 +328,7 @@ class Cluster:
             log.warning("cluster: relay to %s failed: %r", address, exc)
             if len(self._dead) > 4096:
                 self._dead.clear()
-                self._dead_ids.clear()
             self._dead[address] = time.monotonic()
-            self._dead_ids[address] = self._at_address.get(address)
             self._holders.clear()
             return False
         line = (

@@ -601,7 +601,8 @@ class MuxSession:
         """Remember the odd ids between ``last`` and ``sid``, the OUT_OF_ORDER_IDS closest
         below ``sid``, as ids whose SYN may still come; older ones are forgotten first."""
         passed = self._passed_over
-        passed.update(dict.fromkeys(range(max(last + 2, sid - 2 * OUT_OF_ORDER_IDS), sid, 2)))
+        lowest = last + 2 if last else 1  # no SYN yet: the peer's first id is 1
+        passed.update(dict.fromkeys(range(max(lowest, sid - 2 * OUT_OF_ORDER_IDS), sid, 2)))
         while len(passed) > OUT_OF_ORDER_IDS:
             del passed[next(iter(passed))]
 

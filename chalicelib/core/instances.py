@@ -11,7 +11,7 @@ The same item is the lease that keeps the instance's online sessions, tunnels an
 live (chalicelib.core.leases): ``data.since`` is when this process first registered the id.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import leases, online, store
 
@@ -62,6 +62,13 @@ def _live(raw: Dict[str, Any], at: float) -> bool:
 
 def address_of(instance_id: str) -> Optional[str]:
     """The relay address of a live, serving instance, else None (one GetItem)."""
+    lease = lease_of(instance_id)
+    return lease[0] if lease is not None else None
+
+
+def lease_of(instance_id: str) -> Optional[Tuple[str, float]]:
+    """(relay address, last lease renewal in epoch seconds) of a live, serving instance, else
+    None (one GetItem)."""
     raw = online.get_raw(online.raw_key(PK, instance_id))
     if raw is None or not _live(raw, online.now()):
         return None
@@ -69,7 +76,9 @@ def address_of(instance_id: str) -> Optional[str]:
     if data.get("state") != "serving":
         return None
     address = data.get("address")
-    return address if isinstance(address, str) and address else None
+    if not isinstance(address, str) or not address:
+        return None
+    return address, float(online.num_attr(raw, "heartbeat_at") or 0.0)
 
 
 def is_live(instance_id: str) -> bool:

@@ -71,16 +71,20 @@ class ClaimEdge(FakeEdge):
     """An edge whose store says ``claims[name]`` holds each name, at ``addresses``, with
     ``clouds[name]`` the cloud endpoint a claim carries and ``live`` the registry."""
 
-    def __init__(self, claims, addresses, clouds=None, live=()):
+    def __init__(self, claims, addresses, clouds=None, live=(), renewed=None):
         super().__init__()
         self.claims, self.addresses = claims, addresses
         self.clouds, self.live = clouds or {}, list(live)
+        self.renewed = renewed or {}  # instance id -> its lease's last renewal (epoch)
 
     async def call(self, func, *args, **kwargs):
         if func is online.claim_instance:
             return self.claims.get(args[0])
         if func is instances.address_of:
             return self.addresses.get(args[0])
+        if func is instances.lease_of:
+            address = self.addresses.get(args[0])
+            return (address, self.renewed.get(args[0], 0.0)) if address else None
         if func is online.cloud_endpoint_for:
             return self.clouds.get(args[0])
         if func is instances.live_instances:
@@ -88,49 +92,43 @@ class ClaimEdge(FakeEdge):
         raise AssertionError(func)
 
 
-def _refusing_address():
-    """A loopback address nothing listens on (a connect is refused)."""
+def test_a_refused_holder_is_held_until_its_lease_is_renewed(monkeypatch):
+    """A relay refused (kill -9): the holder's connections wait (HOLD_SECONDS) while the
+    claim's instance has not renewed its lease since the refusal; one that has (started again
+    on the same address: a fixed EDGE_RELAY_PORT) is relayed to at once; past HOLD_SECONDS,
+    the refusal is forgotten. The same rule as a designation's (``not_refused``)."""
     import socket
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"127.0.0.1:{port}"
-
-
-def test_a_refused_holder_is_held_until_a_new_instance_is_found_at_its_address(monkeypatch):
-    """A relay refused (kill -9): the holder's connections wait (HOLD_SECONDS) while the claim
-    names the instance that refused; an instance started again on the same address (a fixed
-    EDGE_RELAY_PORT: a new instance id) is relayed to at once; past HOLD_SECONDS, so is any."""
     monkeypatch.setattr(cluster, "HOLD_SECONDS", 0.5)
     monkeypatch.setattr(cluster, "HOLD_POLL", 0.05)
-    address = _refusing_address()
-    edge = ClaimEdge({"x.tunnels.localhost": "edge_b"}, {"edge_b": address, "edge_b2": address})
+    closed = socket.socket()  # bound, never listening: a connect to it is refused
+    closed.bind(("127.0.0.1", 0))
+    address = "127.0.0.1:%d" % closed.getsockname()[1]
+    name = "x.tunnels.localhost"
+    edge = ClaimEdge({name: "edge_b"}, {"edge_b": address}, renewed={"edge_b": time.time()})
     c = _cluster(edge)
 
     def holder():
+        c._holders.clear()
         start = time.monotonic()
-        got = asyncio.run(c.holder_address("x.tunnels.localhost", lambda: False))
+        got = asyncio.run(c.holder_address(name, lambda: False))
         return got, time.monotonic() - start
 
-    def refuse():
+    try:
+        assert holder()[0] == address
         assert asyncio.run(c.relay(address, "http", "x", ("127.0.0.1", 1), None, None)) is False
-
-    assert holder()[0] == address
-    refuse()
-    edge.claims["x.tunnels.localhost"] = "edge_b2"  # started again on the same address
-    got, took = holder()
-    assert got == address and took < 0.25
-    c._holders.clear()
-    edge.claims["x.tunnels.localhost"] = "edge_b"  # the claim names the one that refused
-    got, took = holder()
-    assert took >= 0.5  # held for HOLD_SECONDS
-    c._holders.clear()
-    refuse()
-    c._dead[address] -= 0.5  # the refusal is HOLD_SECONDS old
-    got, took = holder()
-    assert got == address and took < 0.25
+        got, took = holder()  # its last renewal is older than the refusal: held HOLD_SECONDS
+        assert took >= 0.5
+        assert asyncio.run(c.relay(address, "http", "x", ("127.0.0.1", 1), None, None)) is False
+        edge.renewed["edge_b"] = time.time() + 0.01  # renewed since: started again
+        got, took = holder()
+        assert got == address and took < 0.25
+        edge.renewed["edge_b"] = 0.0
+        c._dead[address] -= 0.5  # the refusal is HOLD_SECONDS old
+        got, took = holder()
+        assert got == address and took < 0.25
+    finally:
+        closed.close()
 
 
 LIMITED = {"on_http_request": [{"actions": [{"type": "rate-limit", "config": {}}]}]}

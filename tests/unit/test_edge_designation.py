@@ -57,6 +57,9 @@ class Edge:
             return self.live
         if func is instances.address_of:
             return {i["instance_id"]: i["address"] for i in self.live}.get(args[0])
+        if func is instances.lease_of:
+            found = [i for i in self.live if i["instance_id"] == args[0]]
+            return (found[0]["address"], found[0].get("renewed_at", 0.0)) if found else None
         raise AssertionError(func)
 
 

@@ -330,3 +330,20 @@ def test_a_pools_claim_lives_on_with_its_live_members_ttl_refresh(clock):
     clock["now"] += REFRESH_SECONDS
     assert online.session_refresh(ACCT, other_sid)
     assert "expires_at" not in pooling.read(name)
+
+
+def test_an_instances_lease_names_its_address_and_last_renewal_while_it_serves(clock):
+    """``instances.lease_of``: what a relay's holder lookup compares with a refusal."""
+    instances.register("edge_l", "10.0.0.7:7443")
+    renewed = clock["now"]
+    clock["now"] += 3
+    assert instances.lease_of("edge_l") == ("10.0.0.7:7443", renewed)
+    assert instances.address_of("edge_l") == "10.0.0.7:7443"
+    instances.register("edge_l", "10.0.0.7:7443")  # renewed
+    assert instances.lease_of("edge_l") == ("10.0.0.7:7443", clock["now"])
+    clock["now"] += instances.LEASE_SECONDS + 0.01  # the lease ended
+    assert instances.lease_of("edge_l") is None
+    instances.register("edge_d", "10.0.0.8:7443", state="draining")
+    instances.register("edge_n", "")
+    assert (instances.lease_of("edge_d"), instances.lease_of("edge_n")) == (None, None)
+    assert instances.lease_of("edge_unknown") is None
