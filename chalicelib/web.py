@@ -352,8 +352,6 @@ def list_params(prefix: str, extra: Iterable[str] = ()) -> Tuple[int, Optional[s
     ``beforeId`` is accepted as the same parameter (the TypeScript client sends it); both at
     once with different values is a 400."""
     params = reject_query(LIST_QUERY + tuple(extra))  # extra: the list's own filters
-    for name in extra:
-        params.pop(name, None)
     if "beforeId" in params:
         camel = params.pop("beforeId")
         if params.get("before_id", camel) != camel:

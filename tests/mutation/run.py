@@ -112,10 +112,13 @@ HAND_MUTANTS = [
     ("return func(*args, **kwargs)", "return func(*args)"),
     ("return func(*args, **kwargs)", "func(*args, **kwargs)"),
     ("    @functools.wraps(func)\n    def wrapper", "    def wrapper"),
-    ('        raise errors.Conflict("The resource was changed', '        return None  # ("'),
     (
-        '        raise errors.Conflict("The resource was changed',
-        '        raise errors.Internal("The resource was changed',
+        '        raise errors.Conflict(\n            "The resource was changed',
+        '        return (\n            "The resource was changed',
+    ),
+    (
+        '        raise errors.Conflict(\n            "The resource was changed',
+        '        raise errors.Internal(\n            "The resource was changed',
     ),
 ]
 
@@ -232,6 +235,13 @@ def run(module: str, globs: list, children: str) -> None:
         )
 
 
+def hand_mutant(original: str, old: str, new: str) -> str:
+    """``original`` with its one occurrence of ``old`` replaced by ``new`` (AssertionError when
+    ``old`` is not found exactly once: the source moved under the hand mutant)."""
+    assert original.count(old) == 1, old
+    return original.replace(old, new)
+
+
 def run_hand_mutants() -> None:
     """Apply each of HAND_MUTANTS to a scratch copy; record killed/survived in hand.txt."""
     work = prepare("chalicelib.store_retrying")
@@ -240,9 +250,8 @@ def run_hand_mutants() -> None:
         original = handle.read()
     lines = []
     for index, (old, new) in enumerate(HAND_MUTANTS, 1):
-        assert original.count(old) == 1, old
         with open(target, "w") as handle:
-            handle.write(original.replace(old, new))
+            handle.write(hand_mutant(original, old, new))
         code = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *HAND_TESTS],
             cwd=work,

@@ -240,19 +240,26 @@ def _restrict(*policy_ids):
     )
 
 
-@pytest.fixture
-def account_policies(monkeypatch):
-    """The account's IP policies, as chalicelib.core.ip_rules.missing_of sees them; records each call."""
-    from chalicelib.core import ip_rules
-
+def _account_owns(monkeypatch, module):
+    """What the account owns, as ``module.missing_of(account_id, refs)`` sees it (the refs not
+    in ``owned``, each once); records each call."""
     owned, calls = set(), []
 
-    def missing_of(account_id, policy_ids):
-        calls.append((account_id, list(policy_ids)))
-        return [p for p in dict.fromkeys(policy_ids) if p not in owned]
+    def missing_of(account_id, refs):
+        refs = list(refs)
+        calls.append((account_id, refs))
+        return [ref for ref in dict.fromkeys(refs) if ref not in owned]
 
-    monkeypatch.setattr(ip_rules, "missing_of", missing_of)
+    monkeypatch.setattr(module, "missing_of", missing_of)
     return owned, calls
+
+
+@pytest.fixture
+def account_policies(monkeypatch):
+    """The account's IP policies (chalicelib.core.ip_rules.missing_of)."""
+    from chalicelib.core import ip_rules
+
+    return _account_owns(monkeypatch, ip_rules)
 
 
 def test_a_document_naming_only_the_account_s_policies_passes(account_policies):
@@ -297,3 +304,77 @@ def test_an_unknown_policy_id_is_quoted_up_to_64_characters():
         f"'ipp_{'x' * 60}' does not exist in this account"
     )
     assert error.details == {"field": "v"}
+
+
+# ---- ${secrets.get(vault, name)} must name the caller's secrets (traffic_policy.check_secrets) --
+def _headers(**values):
+    return json.dumps(
+        {
+            "on_http_request": [
+                {"actions": [{"type": "add-headers", "config": {"headers": values}}]}
+            ]
+        }
+    )
+
+
+def _secret(vault, name):
+    return "${secrets.get('%s', '%s')}" % (vault, name)
+
+
+@pytest.fixture
+def account_secrets(monkeypatch):
+    """The account's (vault, secret) pairs (chalicelib.core.vault_secrets.missing_of)."""
+    from chalicelib.core import vault_secrets
+
+    return _account_owns(monkeypatch, vault_secrets)
+
+
+def test_a_document_naming_only_the_account_s_secrets_passes(account_secrets):
+    owned, calls = account_secrets
+    owned.update({("keys", "a"), ("keys", "b")})
+    text = _headers(**{"x-a": _secret("keys", "a"), "x-b": "b=" + _secret("keys", "b")})
+    traffic_policy.check_secrets("acct_1", "traffic_policy.value", text)
+    assert calls == [("acct_1", [("keys", "a"), ("keys", "b")])]
+
+
+def test_documents_naming_no_secret_read_nothing(account_secrets):
+    owned, calls = account_secrets
+    for text in (None, "", _headers(**{"x-a": "plain"})):
+        traffic_policy.check_secrets("acct_1", "v", text)
+    assert calls == []
+
+
+def test_a_secret_the_account_does_not_have_is_a_400_naming_the_element(account_secrets):
+    owned, calls = account_secrets
+    owned.add(("keys", "a"))
+    text = _headers(**{"x-a": _secret("keys", "a"), "x-b": _secret("keys", "gone")})
+    with pytest.raises(errors.InvalidField) as info:
+        traffic_policy.check_secrets("acct_1", "traffic_policy.value", text)
+    assert info.value.status_code == 400 and info.value.error_code == errors.INVALID_FIELD
+    assert info.value.msg == (
+        "Field 'traffic_policy.value' is not a valid traffic policy at "
+        "on_http_request[0].actions[0].config.headers.x-b: the secret 'gone' does not exist "
+        "in a vault 'keys' of this account"
+    )
+    assert info.value.details == {"field": "traffic_policy.value"}
+    assert calls == [("acct_1", [("keys", "a"), ("keys", "gone")])]
+
+
+def test_a_missing_secret_and_its_vault_are_quoted_up_to_64_characters(account_secrets):
+    vault, name = "v" * 64 + "VAULT", "n" * 64 + "NAME"
+    with pytest.raises(errors.InvalidField) as info:
+        traffic_policy.check_secrets("acct_1", "f", _headers(**{"x-a": _secret(vault, name)}))
+    assert f"the secret '{'n' * 64}' does not exist in a vault '{'v' * 64}' of" in info.value.msg
+
+
+def test_the_ip_policy_check_checks_the_secrets_of_the_same_document(
+    account_secrets, account_policies
+):
+    """check_ip_policies (what edge modules call on a policy) checks its secrets too."""
+    owned, calls = account_secrets
+    text = _headers(**{"x-a": _secret("keys", "gone")})
+    with pytest.raises(errors.InvalidField) as info:
+        traffic_policy.check_ip_policies("acct_1", "traffic_policy.value", text)
+    assert info.value.details == {"field": "traffic_policy.value"}
+    assert "at on_http_request[0].actions[0].config.headers.x-a: the secret" in info.value.msg
+    assert calls == [("acct_1", [("keys", "gone")])]

@@ -392,3 +392,6 @@ def test_mutual_tls_takes_one_to_ten_distinct_certificate_authorities():
         f"Field 'c[1]' must be the id of a certificate authority (ca_…), got '{other}'"
     )
     assert refusal.details == {"field": "c[1]"}
+    long = "ca_" + "x" * 61 + "TAIL"  # an id is quoted up to 64 characters
+    refusal = _refusal(https_edges._check_ca_ids, "c", [long])
+    assert refusal.msg.endswith(f"got '{long[:64]}'")
