@@ -163,6 +163,10 @@ class _Transport:
     def get_write_buffer_size(self) -> int:
         return self.stream.queued
 
+    def is_closing(self) -> bool:
+        """The stream was reset (either side) or its connection ended: ``drain`` raises."""
+        return self.stream.gone
+
     def abort(self) -> None:
         self.stream.server.reset(self.stream, ErrorCodes.CANCEL)
 

@@ -424,7 +424,16 @@ class HttpFront:
                     # Backpressure: a client slower than the agent stops the relay here (and
                     # so the stream's credit, and so the agent) instead of the edge buffering
                     # the response. Bytes the socket has not taken yet mean it is behind.
-                    if held_size >= READ_CHUNK or writer.transport.get_write_buffer_size():
+                    # A client gone (reset, or its HTTP/2 stream cancelled) ends the exchange
+                    # at the next piece (drain raises): a closed transport takes writes into
+                    # nothing and never fills, so without this check the edge drew the whole
+                    # response from the agent, and held the client's connection slot, for
+                    # nobody.
+                    if (
+                        held_size >= READ_CHUNK
+                        or writer.transport.get_write_buffer_size()
+                        or writer.transport.is_closing()
+                    ):
                         flush()
                         await writer.drain()
                 elif isinstance(event, http1.EndOfMessage):

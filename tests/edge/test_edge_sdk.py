@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import socket
+import struct
 import time
 
 import pytest
@@ -315,3 +316,25 @@ def test_a_client_that_stops_reading_stops_the_agents_upstream(served):
         assert written[-1] == written[-2], f"the upstream is still writing: {written}"
     finally:
         sock.close()
+
+
+def test_a_client_that_goes_away_mid_response_stops_the_agents_upstream(served):
+    """A client that resets its connection after the head of a 64 MiB response ends the
+    exchange at the edge's next piece of it: the proxy stream ends, the SDK's copy fails and
+    the upstream stops at a few MiB (what was on the path), not 64. Before, the edge wrote
+    the rest into the closed connection, which never pushes back, and so drew the whole
+    response from the agent for nobody (and held the client's connection slot meanwhile)."""
+    edge, host, _ = served
+    sock = socket.create_connection(("127.0.0.1", edge.http_port))
+    sock.sendall(f"GET /flood?mb=64 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # RST
+    written = [-1]
+    for _ in range(30):  # until the upstream stops (or has written it all)
+        time.sleep(0.5)
+        written.append(edge.http("GET", host, "/flooded").json()["bytes"])
+        if written[-1] == written[-2]:
+            break
+    assert written[-1] == written[-2], f"the upstream is still writing: {written}"
+    assert written[-1] < 16 << 20, f"{written} bytes drawn from the agent for a client gone"

@@ -386,3 +386,33 @@ def test_an_h2_client_that_stops_reading_stops_the_agents_upstream(target, measu
     measured["stalled_stream_upstream_bytes"] = written[-1]
     assert written[-1] < 16 << 20, written
     assert written[-1] == written[-2], f"the upstream is still writing: {written}"
+
+
+def test_an_h2_client_that_cancels_mid_response_stops_the_agents_upstream(target, measured):
+    """A stream the client cancels (RST_STREAM CANCEL) after the first window of a 64 MiB
+    answer ends the exchange at the edge's next piece of it: the upstream stops at a few MiB,
+    as when an HTTP/1.1 client resets its connection (edge.h2front cancels the stream's
+    exchange), and the connection serves on."""
+    edge, host = target
+    sock = connect(edge, host, {SettingsFrame.INITIAL_WINDOW_SIZE: 65535})
+    sock.sendall(
+        WindowUpdateFrame(0, window_increment=64 << 20).serialize()
+        + headers(1, request_block(host, b"/flood?mb=64"))
+    )
+    frames = read_frames(sock, 1)
+    assert any(f != "closed" and f[0] == 0x0 and f[2] == 1 for f in frames), frames
+    sock.sendall(RstStreamFrame(1, error_code=0x8).serialize())  # CANCEL
+    written = [-1]
+    for i in range(30):  # until the upstream stops (or has written it all)
+        time.sleep(0.5)
+        sid = 3 + 2 * i
+        sock.sendall(headers(sid, request_block(host, b"/flooded")))
+        frames = read_frames(sock, 1)
+        data = b"".join(f[3] for f in frames if f != "closed" and f[0] == 0 and f[2] == sid)
+        written.append(json.loads(data)["bytes"])
+        if written[-1] == written[-2]:
+            break
+    sock.close()
+    measured["cancelled_stream_upstream_bytes"] = written[-1]
+    assert written[-1] == written[-2], f"the upstream is still writing: {written}"
+    assert written[-1] < 16 << 20, f"{written} bytes drawn from the agent for a cancelled stream"
