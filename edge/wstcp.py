@@ -161,7 +161,9 @@ async def serve(
                     if payload:
                         await stream.write(payload)
                 elif opcode == PING:
+                    # drained: a client that never reads its pongs is stopped, not buffered
                     writer.write(frame(PONG, payload[:125]))
+                    await writer.drain()
                 elif opcode == CLOSE:
                     writer.write(frame(CLOSE, payload[:2]))
                     await stream.close_write()

@@ -115,3 +115,33 @@ def test_a_plain_request_is_refused_and_bounds_hold(edge, account, agents):
         sock.sendall(bytes([0x82, 0x80 | 127]) + struct.pack(">Q", wstcp.MAX_FRAME + 1))
         opcode, payload, _ = _read_frame(sock)
         assert opcode == wstcp.CLOSE and struct.unpack(">H", payload)[0] == 1009
+
+
+def test_a_client_that_pings_and_never_reads_is_stopped_not_buffered(edge, account, agents):
+    """Each ping is answered with a pong, and the edge waits for its pongs to drain before it
+    reads more: a client that floods pings and reads nothing fills the socket buffers on the
+    path and is stopped there (its sends block), after a few MiB, instead of the edge growing
+    a buffer of pongs one byte for each byte sent (it took all 32 MiB before)."""
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "http", "upstream": "tcp", "options": {"websocket_tcp_conversion": []}}],
+    )
+    host = _host(_bound(agent.start())[0]["url"])
+    sock, head, _ = _upgrade(edge, host)
+    with sock:
+        assert head.startswith("HTTP/1.1 101")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        chunk = _client_frame(wstcp.PING, b"p" * 125) * 8000  # ~1 MiB of pings
+        sock.settimeout(3)
+        sent = 0
+        try:
+            while sent < 32 << 20:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except socket.timeout:
+            pass
+        assert sent < 16 << 20, f"{sent} bytes of pings taken from a client reading no pong"
+        sock.settimeout(10)
+        opcode, payload, _ = _read_frame(sock)  # the pongs are there, in order
+        assert (opcode, payload) == (wstcp.PONG, b"p" * 125)
