@@ -131,6 +131,11 @@ class _StreamFront(HttpFront):
         leg.next_event = next_event
         return leg
 
+    def watch_client(self, writer: Any) -> None:
+        """Nothing to watch: the stream's reset, or its connection's end, cancels this task
+        (H2Server.forget)."""
+        return None
+
     def idle_leg(self) -> Any:
         leg = self.stream.server.pool_take(self.stream.host)
         if leg is not None:

@@ -149,6 +149,29 @@ class HttpFront:
     def release_leg(self, leg: Any) -> None:
         leg.close()
 
+    def watch_client(self, writer: Any) -> "Optional[asyncio.Future[None]]":
+        """From the first exchange with an agent on: when the client's connection is lost
+        (reset, or closed under TLS), this connection's task is cancelled, so an exchange
+        waiting on a silent agent (a slow first byte, a long poll, quiet server-sent events)
+        ends at once: its proxy stream is finished (the agent's upstream sees its request
+        end) and the client's connection slot given back, instead of both being held until
+        the agent next sends. A streaming response is cut at its next piece anyway (the
+        backpressure check in ``_response``). edge.h2front cancels a reset stream's task the
+        same way, and has no connection of its own to watch (None). The returned future is
+        cancelled when the connection's handler ends."""
+        task = asyncio.current_task()
+        watch = asyncio.ensure_future(writer.wait_closed())
+
+        def lost(done: "asyncio.Future[None]") -> None:
+            if done.cancelled():
+                return
+            done.exception()  # retrieved: a reset is the reason, not an error to log
+            if task is not None:
+                task.cancel()
+
+        watch.add_done_callback(lost)
+        return watch
+
     @connection_handler
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
@@ -160,6 +183,7 @@ class HttpFront:
         client = observe.tap(self.client_connection(reader), self.edge, peer, writer, self.scheme)
         leg: Optional[_Leg] = self.idle_leg()
         conns: Dict[Any, Any] = {}  # endpoint -> tp.Conn, built once per connection
+        watch: "Optional[asyncio.Future[None]]" = None
         first = True
         try:
             while True:
@@ -263,6 +287,8 @@ class HttpFront:
                         return
                 else:
                     leg.conn.start_next_cycle()
+                if watch is None:
+                    watch = self.watch_client(writer)
                 outcome = await self._exchange(
                     client, reader, writer, leg, request, client_ip, host, traffic, prebuffered
                 )
@@ -283,6 +309,8 @@ class HttpFront:
         except http1.LocalProtocolError as exc:
             log.debug("closing a client connection: %s", exc)
         finally:
+            if watch is not None:
+                watch.cancel()
             self.edge.admission.release(ticket)
             if leg is not None:
                 self.release_leg(leg)

@@ -2,8 +2,9 @@
 and idle agent sessions held vs the edge's RSS. Prints a table; writes edge/bench/latest.json.
 
     .venv/bin/python edge/bench/bench_edge.py [--seconds 10] [--concurrency 20]
-    (cases: small GET and 1 MB POST at that concurrency, and small GETs one at a time on
-    one connection, which shows per-request latency rather than throughput)
+    (cases: small GET and 1 MB POST at that concurrency, small GETs one at a time on one
+    connection, which shows per-request latency rather than throughput, and small GETs each
+    on a new connection at that concurrency, which shows what a connection costs)
         [--sessions 0,100,500,1000]
 
 EDGE_PROFILE=/tmp/edge.prof runs the edge under cProfile (pstats afterwards).
@@ -79,10 +80,13 @@ RATE_LIMIT = {
 }
 
 
-async def _request(reader, writer, host: str, method: str, path: str, body: bytes) -> int:
+async def _request(
+    reader, writer, host: str, method: str, path: str, body: bytes, close: bool = False
+) -> int:
+    extra = "Connection: close\r\n" if close else ""
     head = (
         f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n"
-        "Content-Type: application/octet-stream\r\n\r\n"
+        f"Content-Type: application/octet-stream\r\n{extra}\r\n"
     ).encode()
     writer.write(head + body)
     await writer.drain()
@@ -97,21 +101,36 @@ async def _request(reader, writer, host: str, method: str, path: str, body: byte
 
 
 async def load(
-    port: int, host: str, method: str, path: str, body: bytes, seconds: float, concurrency: int
+    port: int,
+    host: str,
+    method: str,
+    path: str,
+    body: bytes,
+    seconds: float,
+    concurrency: int,
+    fresh: bool = False,
 ) -> dict:
+    """``concurrency`` keep-alive connections, or with ``fresh`` a new connection for each
+    request (Connection: close, its connect counted in its latency)."""
     latencies, bad = [], 0
     stop_at = time.perf_counter() + seconds
 
     async def worker():
         nonlocal bad
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        if not fresh:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
         while time.perf_counter() < stop_at:
             t0 = time.perf_counter()
-            status = await _request(reader, writer, host, method, path, body)
+            if fresh:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            status = await _request(reader, writer, host, method, path, body, close=fresh)
+            if fresh:
+                writer.close()
             latencies.append(time.perf_counter() - t0)
             if status != 200:
                 bad += 1
-        writer.close()
+        if not fresh:
+            writer.close()
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -218,21 +237,24 @@ def main() -> int:
             host = hosts[0]
             upstream = agent.seen[-1]["http_port"]
             rows = []
-            for label, method, path, body, clients in (
-                ("small GET", "GET", "/echo", b"", args.concurrency),
-                ("1 MB POST", "POST", "/upload", BIG, args.concurrency),
-                ("GET 1 conn", "GET", "/echo", b"", 1),
-            ):  # latency: one at a time
+            for label, method, path, body, clients, fresh in (
+                ("small GET", "GET", "/echo", b"", args.concurrency, False),
+                ("1 MB POST", "POST", "/upload", BIG, args.concurrency, False),
+                ("GET 1 conn", "GET", "/echo", b"", 1, False),  # latency: one at a time
+                ("GET new conn", "GET", "/echo", b"", args.concurrency, True),  # per connection
+            ):
                 direct = measured(
                     {"upstream": agent.process.pid},
                     lambda: asyncio.run(
-                        load(upstream, host, method, path, body, args.seconds, clients)
+                        load(upstream, host, method, path, body, args.seconds, clients, fresh)
                     ),
                 )
                 through = measured(
                     {"edge": edge.process.pid, "agent": agent.process.pid},
                     lambda: asyncio.run(
-                        load(edge.http_port, host, method, path, body, args.seconds, clients)
+                        load(
+                            edge.http_port, host, method, path, body, args.seconds, clients, fresh
+                        )
                     ),
                 )
                 rows.append(
@@ -302,13 +324,13 @@ def main() -> int:
             edge.stop()
             stack.stop()
     print(
-        f"{'case':<11} {'direct rps':>10} {'edge rps':>9} {'ratio':>6} "
+        f"{'case':<12} {'direct rps':>10} {'edge rps':>9} {'ratio':>6} "
         f"{'direct p50/p99 ms':>18} {'edge p50/p99 ms':>16}"
     )
     for row in results["throughput"]:
         d, e = row["direct"], row["edge"]
         print(
-            f"{row['case']:<11} {d['rps']:>10} {e['rps']:>9} {row['ratio']:>6} "
+            f"{row['case']:<12} {d['rps']:>10} {e['rps']:>9} {row['ratio']:>6} "
             f"{d['p50_ms']:>8}/{d['p99_ms']:<9} {e['p50_ms']:>7}/{e['p99_ms']:<8}"
         )
     print("CPU µs per request (from /proc; independent of what else the machine runs):")

@@ -186,7 +186,9 @@ async def main(cfg):
                     if option == "mutual_tlsca":  # bytes: sent as text in the JSON config
                         value = [bytearray(v.encode()) for v in value]
                     lb = getattr(lb, option)(*value)
-                upstream = f"127.0.0.1:{tcp_port if bind.get('upstream') == 'tcp' else http_port}"
+                upstream = bind.get("upstream_addr") or (  # the test's own upstream
+                    f"127.0.0.1:{tcp_port if bind.get('upstream') == 'tcp' else http_port}"
+                )
             elif bind["proto"] == "tcp":
                 lb = session.tcp_endpoint()
                 if bind.get("remote_addr"):

@@ -5,8 +5,10 @@ import base64
 import hashlib
 import json
 import os
+import re
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -316,6 +318,61 @@ def test_a_client_that_stops_reading_stops_the_agents_upstream(served):
         assert written[-1] == written[-2], f"the upstream is still writing: {written}"
     finally:
         sock.close()
+
+
+def _public_connections(edge):
+    return int(re.search(r"^edge_public_connections (\d+)", edge.metrics(), re.M).group(1))
+
+
+def test_a_client_that_goes_away_while_the_agent_is_silent_ends_the_upstreams_request(
+    edge, account, agents
+):
+    """A client that resets its connection while the agent sends nothing (a long poll, quiet
+    server-sent events) ends the exchange at once: the edge finishes the proxy stream, the SDK
+    half-closes its upstream connection, which reads its end, and the client's connection
+    slot is given back. Before, both were held until the agent next sent, here never."""
+    upstream = socket.create_server(("127.0.0.1", 0))
+    seen = {}
+
+    def serve():
+        conn, _ = upstream.accept()
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n7\r\nhello\n\n\r\n"
+            )
+            conn.settimeout(60)
+            try:
+                seen["end"] = conn.recv(4096)  # b"": the SDK's half-close
+            except OSError as exc:
+                seen["end"] = exc
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "http", "upstream_addr": f"127.0.0.1:{upstream.getsockname()[1]}"}],
+    )
+    host = _host(_bound(agent.start())[0]["url"])
+    before = _public_connections(edge)
+    sock = socket.create_connection(("127.0.0.1", edge.http_port), timeout=10)
+    sock.sendall(f"GET /events HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    got = b""
+    while b"hello" not in got:
+        got += sock.recv(4096)
+    assert got.startswith(b"HTTP/1.1 200"), got
+    assert _public_connections(edge) == before + 1
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # RST, the agent silent
+    thread.join(timeout=15)
+    assert "end" in seen, "the upstream's request was never ended for a client gone"
+    assert seen["end"] == b"" or isinstance(seen["end"], OSError), seen
+    assert _wait(lambda: _public_connections(edge) == before, timeout=5), edge.metrics()
+    upstream.close()
 
 
 def test_a_client_that_goes_away_mid_response_stops_the_agents_upstream(served):
