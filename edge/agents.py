@@ -541,7 +541,13 @@ class AgentSession:
             head += proxyproto.header(
                 tunnel.proxy_proto, client_addr, server_addr or self._listener_addr(tunnel, proto)
             )
-        await stream.write(head)
+        try:
+            await stream.write(head)
+        except BaseException:
+            # a reset, or the opener cancelled (its client went away): the stream is in the
+            # table and may be known to the agent, and nobody else will end it
+            stream.finish()
+            raise
         return stream
 
     def _listener_addr(self, tunnel: Tunnel, proto: str) -> str:

@@ -65,6 +65,13 @@ def needs_fresh_stream(leg: Any, request: http1.Request, limit: int = FRESH_STRE
     return False
 
 
+def _retrieved(done: "asyncio.Future[None]") -> None:
+    """A connection's close, taken note of (its reset is the reason it ended, not an error for
+    asyncio to log as never retrieved)."""
+    if not done.cancelled():
+        done.exception()
+
+
 class _Leg:
     """The agent side of a client connection: a proxy stream and its HTTP/1.1 client state."""
 
@@ -149,28 +156,32 @@ class HttpFront:
     def release_leg(self, leg: Any) -> None:
         leg.close()
 
-    def watch_client(self, writer: Any) -> "Optional[asyncio.Future[None]]":
+    def watch_client(self, writer: Any) -> Optional[Callable[[], None]]:
         """From the first exchange with an agent on: when the client's connection is lost
-        (reset, or closed under TLS), this connection's task is cancelled, so an exchange
-        waiting on a silent agent (a slow first byte, a long poll, quiet server-sent events)
-        ends at once: its proxy stream is finished (the agent's upstream sees its request
-        end) and the client's connection slot given back, instead of both being held until
-        the agent next sends. A streaming response is cut at its next piece anyway (the
-        backpressure check in ``_response``). edge.h2front cancels a reset stream's task the
-        same way, and has no connection of its own to watch (None). The returned future is
-        cancelled when the connection's handler ends."""
+        (reset, or closed under TLS; a plain-TCP FIN is a half-close and is not watched), this
+        connection's task is cancelled, so an exchange waiting on a silent agent (a slow first
+        byte, a long poll, quiet server-sent events) ends at once: its proxy stream is
+        finished (the agent's upstream sees its request end) and the client's connection slot
+        given back, instead of both being held until the agent next sends. A streaming
+        response is cut at its next piece anyway (the backpressure check in ``_response``).
+        edge.h2front cancels a reset stream's task the same way, and has no connection of its
+        own to watch (None). Returns what stops the watch when the handler ends (the waiting
+        task is left to end with the connection: cancelling it would cancel the protocol's
+        own close future)."""
         task = asyncio.current_task()
         watch = asyncio.ensure_future(writer.wait_closed())
 
         def lost(done: "asyncio.Future[None]") -> None:
-            if done.cancelled():
-                return
-            done.exception()  # retrieved: a reset is the reason, not an error to log
-            if task is not None:
+            _retrieved(done)
+            if not done.cancelled() and task is not None:
                 task.cancel()
 
+        def unwatch() -> None:
+            watch.remove_done_callback(lost)
+            watch.add_done_callback(_retrieved)
+
         watch.add_done_callback(lost)
-        return watch
+        return unwatch
 
     @connection_handler
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -183,7 +194,7 @@ class HttpFront:
         client = observe.tap(self.client_connection(reader), self.edge, peer, writer, self.scheme)
         leg: Optional[_Leg] = self.idle_leg()
         conns: Dict[Any, Any] = {}  # endpoint -> tp.Conn, built once per connection
-        watch: "Optional[asyncio.Future[None]]" = None
+        unwatch: Optional[Callable[[], None]] = None
         first = True
         try:
             while True:
@@ -287,8 +298,8 @@ class HttpFront:
                         return
                 else:
                     leg.conn.start_next_cycle()
-                if watch is None:
-                    watch = self.watch_client(writer)
+                if unwatch is None:
+                    unwatch = self.watch_client(writer)
                 outcome = await self._exchange(
                     client, reader, writer, leg, request, client_ip, host, traffic, prebuffered
                 )
@@ -309,8 +320,8 @@ class HttpFront:
         except http1.LocalProtocolError as exc:
             log.debug("closing a client connection: %s", exc)
         finally:
-            if watch is not None:
-                watch.cancel()
+            if unwatch is not None:
+                unwatch()
             self.edge.admission.release(ticket)
             if leg is not None:
                 self.release_leg(leg)

@@ -138,18 +138,22 @@ async def serve(
             close=True,
         )
         return
-    await http_io.send(
-        client,
-        writer,
-        http1.InformationalResponse(
-            status_code=101,
-            headers=[
-                ("upgrade", "websocket"),
-                ("connection", "Upgrade"),
-                ("sec-websocket-accept", key),
-            ],
-        ),
-    )
+    try:
+        await http_io.send(
+            client,
+            writer,
+            http1.InformationalResponse(
+                status_code=101,
+                headers=[
+                    ("upgrade", "websocket"),
+                    ("connection", "Upgrade"),
+                    ("sec-websocket-accept", key),
+                ],
+            ),
+        )
+    except BaseException:  # the client went away before its 101: nobody else ends the stream
+        stream.finish()
+        raise
     rest, _ = client.trailing_data
     frames = FrameReader(bytes(rest))
 
