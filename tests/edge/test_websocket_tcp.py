@@ -63,13 +63,18 @@ def _upgrade(edge, host):
     return sock, head.decode(), accept
 
 
-def test_websocket_messages_reach_a_tcp_upstream(edge, account, agents):
+def _converting_endpoint(edge, account, agents):
+    """The host of an SDK endpoint that converts WebSockets to its TCP echo upstream."""
     agent = agents(
         edge,
         _credential(account)["token"],
         [{"proto": "http", "upstream": "tcp", "options": {"websocket_tcp_conversion": []}}],
     )
-    host = _host(_bound(agent.start())[0]["url"])
+    return _host(_bound(agent.start())[0]["url"])
+
+
+def test_websocket_messages_reach_a_tcp_upstream(edge, account, agents):
+    host = _converting_endpoint(edge, account, agents)
     sock, head, accept = _upgrade(edge, host)
     with sock:
         assert head.startswith("HTTP/1.1 101")
@@ -97,12 +102,7 @@ def test_websocket_messages_reach_a_tcp_upstream(edge, account, agents):
 
 
 def test_a_plain_request_is_refused_and_bounds_hold(edge, account, agents):
-    agent = agents(
-        edge,
-        _credential(account)["token"],
-        [{"proto": "http", "upstream": "tcp", "options": {"websocket_tcp_conversion": []}}],
-    )
-    host = _host(_bound(agent.start())[0]["url"])
+    host = _converting_endpoint(edge, account, agents)
     resp = edge.http("GET", host, "/")
     assert resp.status_code == 400 and "ERR_NGROK_3002" in resp.text
     sock, head, _ = _upgrade(edge, host)
@@ -122,12 +122,7 @@ def test_a_client_that_pings_and_never_reads_is_stopped_not_buffered(edge, accou
     reads more: a client that floods pings and reads nothing fills the socket buffers on the
     path and is stopped there (its sends block), after a few MiB, instead of the edge growing
     a buffer of pongs one byte for each byte sent (it took all 32 MiB before)."""
-    agent = agents(
-        edge,
-        _credential(account)["token"],
-        [{"proto": "http", "upstream": "tcp", "options": {"websocket_tcp_conversion": []}}],
-    )
-    host = _host(_bound(agent.start())[0]["url"])
+    host = _converting_endpoint(edge, account, agents)
     sock, head, _ = _upgrade(edge, host)
     with sock:
         assert head.startswith("HTTP/1.1 101")
