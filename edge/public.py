@@ -465,9 +465,8 @@ class HttpFront:
                     # the response. Bytes the socket has not taken yet mean it is behind.
                     # A client gone (reset, or its HTTP/2 stream cancelled) ends the exchange
                     # at the next piece (drain raises): a closed transport takes writes into
-                    # nothing and never fills, so without this check the edge drew the whole
-                    # response from the agent, and held the client's connection slot, for
-                    # nobody.
+                    # nothing and never fills. ``watch_client`` ends it sooner (at the loss,
+                    # agent silent or not); this check is what holds where no watch runs.
                     if (
                         held_size >= READ_CHUNK
                         or writer.transport.get_write_buffer_size()

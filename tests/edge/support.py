@@ -1,10 +1,12 @@
 """What the edge test files share beyond the fixtures of conftest.py: a credential, the
-events of an SDK agent read (bound, refused), a URL's host, a wait, and a check that nothing
-a test did made an exception escape in the edge."""
+events of an SDK agent read (bound, refused), a URL's host, a wait, a metric read from /metrics,
+and a check that nothing a test did made an exception escape in the edge."""
 
 import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
+
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def credential(
@@ -61,3 +63,13 @@ def no_traceback_after(edge: Any) -> Iterator[None]:
     with open(edge.log_path, errors="replace") as fh:
         fh.seek(start)
         assert "Traceback" not in fh.read()
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples named ``name`` (with these labels) in a /metrics text."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total

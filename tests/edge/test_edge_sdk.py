@@ -5,7 +5,6 @@ import base64
 import hashlib
 import json
 import os
-import re
 import socket
 import struct
 import threading
@@ -17,7 +16,7 @@ from tests.edge.conftest import BASE_DOMAIN
 
 # the names other edge test files import from here
 from tests.edge.support import bound as _bound, credential as _credential, host as _host
-from tests.edge.support import refusal as _refusal, wait as _wait
+from tests.edge.support import metric, refusal as _refusal, wait as _wait
 
 
 # ---- sessions ------------------------------------------------------------------------------
@@ -321,7 +320,7 @@ def test_a_client_that_stops_reading_stops_the_agents_upstream(served):
 
 
 def _public_connections(edge):
-    return int(re.search(r"^edge_public_connections (\d+)", edge.metrics(), re.M).group(1))
+    return metric(edge.metrics(), "edge_public_connections")
 
 
 def test_a_client_that_goes_away_while_the_agent_is_silent_ends_the_upstreams_request(

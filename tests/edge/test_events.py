@@ -17,6 +17,7 @@ from ngrok.datatypes import EventSourceReplace
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, tcp_round_trip
+from tests.edge.support import metric
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 from tests.support.api import free_port
 
@@ -154,15 +155,6 @@ def subscribe(client, types, *targets):
         sources=[EventSourceReplace(None, {"type": t}) for t in types],
         destination_ids=destinations,
     )
-
-
-def metric(text, name, **labels):
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
 
 
 def test_http_requests_arrive_in_kinesis_and_cloudwatch_logs_with_the_documented_fields(
