@@ -10,7 +10,7 @@ DATA_DIR ?= .data
 STAMP := $(VENV)/.installed
 AGENT_STAMP := $(AGENT_VENV)/.installed
 
-.PHONY: install run api-key test lint test-service test-agent test-deps reset create-table bench bench-peers soak clean \
+.PHONY: install run api-key test test-fast lint test-service test-agent test-deps reset create-table bench bench-peers soak clean \
 	package deploy-aws deploy-localstack resources test-integration mutate agent-cli cluster cluster-restart
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt edge/requirements.txt
@@ -77,6 +77,12 @@ reset:
 ## test: the whole suite (lint, service at every level, then the device agent)
 test: lint test-service test-agent
 
+## test-fast: the inner loop of a change (lint, the unit tests, the functional tests in-process:
+## no process started); the whole proof stays `make test` (docs/TESTING.md)
+test-fast: $(STAMP)
+	$(MAKE) --no-print-directory lint
+	$(PY) -m pytest -q -n 2 --in-process tests/unit tests/functional
+
 ## lint: ruff (pyflakes rules, and the layout ruff format gives) over the repository, mypy
 ## over the shared core and the edge (pyproject.toml)
 lint: $(STAMP)
@@ -84,15 +90,21 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check --no-cache .
 	$(VENV)/bin/mypy chalicelib/core edge
 
+## test-service: every test of tests/, whole files shared out to TEST_WORKERS parallel workers,
+## the longest files first (tests/conftest.py LONGEST_FIRST); prints the 20 slowest tests
+TEST_WORKERS ?= 3
 test-service: $(STAMP) $(AGENT_STAMP) test-deps agent-cli
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests
 
 ## test-deps: Debian packages the tests run as processes (Pebble, the ACME test CA), when
-## missing, and the official TypeScript API client from npm (its lockfile, not tracked files)
+## missing, the official TypeScript API client and JavaScript agent SDK from npm (installed
+## here, before the tests, so that parallel test workers never install them at once)
 test-deps:
 	sh scripts/install_test_deps.sh
 	if [ ! -d tests/functional/ts_client/node_modules/@ngrok/ngrok-api ]; then \
 	  cd tests/functional/ts_client && npm ci --no-audit --no-fund --silent; fi
+	if [ ! -d tests/edge/node/node_modules/@ngrok/ngrok ]; then \
+	  cd tests/edge/node && npm install --no-audit --no-fund --silent; fi
 
 ## test-agent: the device agent against the real stack (serve.py + edge from .venv, the agent
 ## with the official SDK from .venv-agent)

@@ -49,13 +49,43 @@ def store_env():
         store.reset()
 
 
+@pytest.fixture(scope="module")
+def inprocess_table():
+    """One table in moto's in-process mock for a whole test module (the in-process level's
+    store). Every test makes its own accounts, as the HTTP level's tests do on their one
+    stack for the session, so a table per test bought nothing: it cost 0.4 s a test, a
+    quarter of the functional tests' time (docs/TESTING.md "Time")."""
+    from moto import mock_aws
+
+    from chalicelib.core import config, store
+
+    with mock_aws():
+        config.reset_settings()
+        store.reset()
+        store.create_table()
+        yield store
+        store.reset()
+
+
 @pytest.fixture
-def inprocess_api(store_env):
+def empty_table(inprocess_table):
+    """The module's in-process table emptied first, for a test whose rule reads the whole table
+    (a range of ports shared by every account): deleted and created again."""
+    inprocess_table.model().delete_table()
+    inprocess_table.create_table()
+    return inprocess_table
+
+
+@pytest.fixture
+def inprocess_api(inprocess_table):
     from chalice.test import Client
 
     from app import app
+    from chalicelib.core import config, store
     from chalicelib.gateway import ContractGateway
 
+    config.reset_settings()  # a test may have changed the settings' environment
+    store.reset()
     with Client(app, stage_name="dev", project_dir=PROJECT_DIR) as client:
         # The same gateway behaviour as `make run` and the deployed gateway responses.
         client.http._local_gateway = ContractGateway(app, client.http._config)
@@ -118,3 +148,65 @@ def module_api():
             client.http._local_gateway = ContractGateway(app, client.http._config)
             yield InProcessApi(client)
         store.reset()
+
+
+# ---- `make test-fast`: the tests that start no process ---------------------------------------
+# Fixtures that start the stack as processes (scripts/serve.py and what is built on it). A test
+# that uses one of them, or the `api` fixture at its "http" level, or lives in a folder whose
+# tests all run against processes, is left out by --in-process.
+_PROCESS_FIXTURES = frozenset({"local_stack", "http_api"})
+_PROCESS_FOLDERS = ("edge", "dashboard", "integration")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--in-process",
+        action="store_true",
+        help="run only the tests that start no process (make test-fast)",
+    )
+
+
+def starts_processes(item) -> bool:
+    """Whether a collected test starts the stack (or anything else) as a process."""
+    parts = item.path.relative_to(PROJECT_DIR).parts
+    if len(parts) > 1 and parts[0] == "tests" and parts[1] in _PROCESS_FOLDERS:
+        return True
+    if _PROCESS_FIXTURES.intersection(item.fixturenames):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("api") == "http"
+
+
+# The files that take longest (docs/TESTING.md "Time"), longest first, run before all others:
+# `make test` gives whole files to parallel workers (pytest -n, --dist loadfile) in collection
+# order, and a long file handed out last would run alone at the end while the others idle.
+LONGEST_FIRST = (
+    "tests/edge/test_hostile_agents.py",
+    "tests/edge/test_edge_streams.py",
+    "tests/functional/test_every_resource.py",
+    "tests/edge/test_acme_pebble.py",
+    "tests/dashboard/test_dashboard.py",
+    "tests/edge/test_cluster.py",
+    "tests/integration/test_store_log.py",
+    "tests/functional/test_fuzz.py",
+    "tests/functional/test_credentials.py",
+    "tests/functional/test_packaging.py",
+    "tests/functional/test_tcp_edges.py",
+    "tests/functional/test_resource_rules.py",
+)
+
+
+def _longest_first(item) -> int:
+    path = item.path.relative_to(PROJECT_DIR).as_posix()
+    return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=_longest_first)  # stable: each file's tests keep their order
+    if not config.getoption("--in-process"):
+        return
+    kept = [item for item in items if not starts_processes(item)]
+    deselected = [item for item in items if starts_processes(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
