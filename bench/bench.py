@@ -50,9 +50,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List
 
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, PROJECT_DIR)
-from chalicelib.core import keys  # noqa: E402 (the project root is on the path from here)
+from chalicelib.core import keys
+from stacks.paths import PROJECT_DIR
 
 for _name, _value in {
     "AWS_ACCESS_KEY_ID": "bench",
@@ -185,17 +184,14 @@ def store_calls() -> Dict[str, Any]:
 
 
 # ---- 2. cold import ----------------------------------------------------------------------------
-_IMPORT = (
-    "import time, sys; sys.path.insert(0, {root!r}); t = time.perf_counter(); {stmt}; "
-    "print((time.perf_counter() - t) * 1000)"
-)
+_IMPORT = "import time; t = time.perf_counter(); {stmt}; print((time.perf_counter() - t) * 1000)"
 _BARE = "import chalice, chalice.app, pynamodb.models, pynamodb.connection, botocore.session, re2"
 
 
 def cold_import(runs: int = 11) -> Dict[str, Any]:
     def once(stmt: str) -> float:
         out = subprocess.run(
-            [PY, "-c", _IMPORT.format(root=PROJECT_DIR, stmt=stmt)],
+            [PY, "-c", _IMPORT.format(stmt=stmt)],  # from PROJECT_DIR: the project's app.py
             cwd=PROJECT_DIR,
             capture_output=True,
             text=True,
@@ -440,7 +436,7 @@ def list_scaling(small: int = 100, large: int = 20000, samples: int = 30) -> Dic
 
 # ---- 5. HTTP load against `make run` -----------------------------------------------------------
 def _free_port() -> int:
-    from tests.support.api import free_port
+    from stacks.ports import free_port
 
     return free_port()
 
@@ -593,9 +589,7 @@ def _load(base: str, token: str) -> Dict[str, Any]:
 
 # ---- 6. deployment package ---------------------------------------------------------------------
 _PACKAGED_IMPORT = (
-    "import sys, time; sys.path[:0] = [sys.argv[1], sys.argv[2]]; "
-    "t = time.perf_counter(); import app; "
-    "print((time.perf_counter() - t) * 1000)"
+    "import time; t = time.perf_counter(); import app; print((time.perf_counter() - t) * 1000)"
 )
 
 
@@ -610,7 +604,7 @@ def _part(name: str) -> str:
 def _runtime_dir(root: str) -> str:
     """A folder holding what the Lambda Python runtime provides (botocore and its
     dependencies, from this venv), as the function sees it next to /var/task."""
-    import deploy_stack
+    from scripts import deploy_stack
 
     runtime = os.path.join(root, "runtime")
     os.mkdir(runtime)
@@ -634,9 +628,10 @@ def packaged_cold_import(task: str, runtime: str, runs: int = 9) -> Dict[str, An
             "AWS_DEFAULT_REGION": "us-east-1",
             "TABLE_NAME": "tunnel-service-prod",
             "STAGE": "prod",
+            "PYTHONPATH": os.pathsep.join([folder, runtime]),  # all its path, with -P -S
         }
         out = subprocess.run(
-            [PY, "-I", "-S", "-B", "-c", _PACKAGED_IMPORT, folder, runtime],
+            [PY, "-P", "-S", "-B", "-c", _PACKAGED_IMPORT],
             capture_output=True,
             text=True,
             check=True,
@@ -656,8 +651,7 @@ def packaged_cold_import(task: str, runtime: str, runs: int = 9) -> Dict[str, An
 
 
 def package() -> Dict[str, Any]:
-    sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
-    import deploy_stack
+    from scripts import deploy_stack
 
     with tempfile.TemporaryDirectory(prefix="bench-package-") as out:
         deploy_stack.package("prod", out)

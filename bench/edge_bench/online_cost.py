@@ -6,7 +6,7 @@ design) for thousands of sessions against the embedded store (scripts/embedded_s
 process), and counting every write call the store client makes. Then the monthly on-demand
 cost of each at 1k / 100k / 1M agents on 100 instances.
 
-    .venv/bin/python edge/bench/online_cost.py [--sessions 1000] [--instances 4]
+    .venv/bin/python bench/edge_bench/online_cost.py [--sessions 1000] [--instances 4]
         [--simulated-seconds 30] [--reconnects-per-day 1]
 
 Simulated time: the clock of chalicelib.core.online is advanced by the script (heartbeat every
@@ -26,7 +26,6 @@ import time
 from typing import Dict
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, PROJECT_DIR)
 
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
 PRICE_PER_MILLION_WRITES = 0.625  # USD, DynamoDB on-demand, us-east-1 standard (Nov 2024)

@@ -10,9 +10,9 @@ Reports requests/s, p50/p99 latency, non-200 answers (must be 0: a destination n
 a status), the edge's CPU µs per request and its delivery process's (built, encoded and sent
 there) and moto's (the stand-in for AWS, on the same two cores: it takes CPU a real
 Kinesis would not), plus the events sent / retried / dropped the
-edge's /metrics counted. Writes edge/bench/events_latest.json.
+edge's /metrics counted. Writes bench/edge_bench/events_latest.json.
 
-    .venv/bin/python edge/bench/bench_events.py [--seconds 8] [--concurrency 10] [--rounds 3]
+    .venv/bin/python bench/edge_bench/bench_events.py [--seconds 8] [--concurrency 10] [--rounds 3]
 
 Everything runs here as processes: store + API (scripts/serve.py), moto's server (Kinesis),
 the edge (EVENTS_AWS_ENDPOINT_URL at moto), one SDK agent per account.
@@ -29,8 +29,6 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(_name, "local")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -40,9 +38,10 @@ import boto3  # noqa: E402
 import requests  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from bench_edge import load, measured  # noqa: E402
-from tests.edge.conftest import EdgeProcess, SdkAgent  # noqa: E402
-from tests.support.api import HttpApi, LocalStack  # noqa: E402
+from bench.edge_bench.bench_edge import load, measured  # noqa: E402
+from stacks.agents import SdkAgent  # noqa: E402
+from stacks.edge import EdgeProcess  # noqa: E402
+from stacks.api import ApiProcess  # noqa: E402
 
 KEYS = {
     "aws_access_key_id": "AKIAIOSFODNN7EXAMPLE",
@@ -98,7 +97,7 @@ def main() -> int:
             stderr=subprocess.DEVNULL,
         )
         moto_url = f"http://127.0.0.1:{moto_port}"
-        stack = LocalStack(data_dir=os.path.join(tmp, "api"))
+        stack = ApiProcess(data_dir=os.path.join(tmp, "api"))
         os.makedirs(stack.data_dir)
         stack.start()
         edge = EdgeProcess(data_dir=os.path.join(tmp, "edge"), store_url=stack.store_url)
@@ -114,16 +113,15 @@ def main() -> int:
             kinesis = boto3.client("kinesis", region_name="us-east-1", endpoint_url=moto_url)
             kinesis.create_stream(StreamName="bench", ShardCount=1)
             edge.start({**stack.store_env(), "EVENTS_AWS_ENDPOINT_URL": moto_url})
-            api = HttpApi(stack)
             hosts = {}
             for case, stream in (
                 ("none", None),
                 ("kinesis", "bench"),
                 ("refusing", "no-such-stream"),
             ):
-                account = api.new_account()
+                admin = stack.new_admin(f"bench-{case}")
                 if stream is not None:
-                    dest = account.admin.post(
+                    dest = admin.post(
                         "/event_destinations",
                         {
                             "target": {
@@ -134,14 +132,14 @@ def main() -> int:
                             }
                         },
                     ).json
-                    account.admin.post(
+                    admin.post(
                         "/event_subscriptions",
                         {
                             "sources": [{"type": "http_request_complete.v0"}],
                             "destination_ids": [dest["id"]],
                         },
                     )
-                token = account.admin.post("/credentials", {}).json["token"]
+                token = admin.post("/credentials", {}).json["token"]
                 agent = SdkAgent(edge, token, [{"proto": "http"}])
                 agents.append(agent)
                 url = agent.start()[0]["url"]
