@@ -52,6 +52,7 @@ from typing import Any, Callable, Dict, List
 
 from chalicelib.core import keys
 from stacks.paths import PROJECT_DIR
+from stacks.ports import free_port, wait_port
 
 for _name, _value in {
     "AWS_ACCESS_KEY_ID": "bench",
@@ -97,7 +98,7 @@ class InProcess:
 
     def __enter__(self) -> "InProcess":
         if self.external:
-            port = _free_port()
+            port = free_port()
             moto = os.path.join(os.path.dirname(PY), "moto_server")
             self._server = subprocess.Popen(
                 [moto, "-H", "127.0.0.1", "-p", str(port)],
@@ -105,7 +106,7 @@ class InProcess:
                 stderr=subprocess.DEVNULL,
             )
             os.environ["DYNAMODB_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
-            _wait_port(port)
+            wait_port(port, timeout=30)
         else:
             from moto import mock_aws
 
@@ -141,18 +142,6 @@ class InProcess:
 
         config.reset_settings()
         store.reset()
-
-
-def _wait_port(port: int, timeout: float = 30) -> None:
-    import socket
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise SystemExit(f"nothing listens on port {port}")
 
 
 # ---- 1. store calls per route ------------------------------------------------------------------
@@ -435,16 +424,10 @@ def list_scaling(small: int = 100, large: int = 20000, samples: int = 30) -> Dic
 
 
 # ---- 5. HTTP load against `make run` -----------------------------------------------------------
-def _free_port() -> int:
-    from stacks.ports import free_port
-
-    return free_port()
-
-
 def http_load() -> Dict[str, Any]:
     import requests
 
-    port, store_port = _free_port(), _free_port()
+    port, store_port = free_port(), free_port()
     with tempfile.TemporaryDirectory(prefix="bench-run-") as data_dir:
         env = {
             **os.environ,
@@ -454,11 +437,11 @@ def http_load() -> Dict[str, Any]:
             "PYTHONUNBUFFERED": "1",
         }
         # make run may also start the edge: its listeners on free ports too
-        tcp = _free_port()
+        tcp = free_port()
         env.update(
-            EDGE_AGENT_PORT=str(_free_port()),
-            EDGE_HTTP_PORT=str(_free_port()),
-            EDGE_HTTPS_PORT=str(_free_port()),
+            EDGE_AGENT_PORT=str(free_port()),
+            EDGE_HTTP_PORT=str(free_port()),
+            EDGE_HTTPS_PORT=str(free_port()),
             EDGE_TCP_PORTS=f"{tcp}-{tcp}",
         )
         for name in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):

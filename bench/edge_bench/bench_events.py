@@ -22,8 +22,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from bench.edge_bench.bench_edge import load, measured  # noqa: E402
 from stacks.agents import SdkAgent  # noqa: E402
+from stacks.moto import MotoServer  # noqa: E402
 from stacks.edge import EdgeProcess  # noqa: E402
 from stacks.api import ApiProcess  # noqa: E402
 
@@ -48,12 +47,6 @@ KEYS = {
     "aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
 }
 ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/{}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def children(pid: int) -> list:
@@ -90,13 +83,8 @@ def main() -> int:
         # API and edge share the sealing key (the API seals a destination's secret, the edge
         # opens it), as `make run` does through its one DATA_DIR
         os.environ["TLS_KEY_FILE"] = os.path.join(tmp, "tls-keys.secret")
-        moto_port = free_port()
-        moto = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(moto_port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        moto_url = f"http://127.0.0.1:{moto_port}"
+        moto = MotoServer(tmp).start()
+        moto_url = moto.url
         stack = ApiProcess(data_dir=os.path.join(tmp, "api"))
         os.makedirs(stack.data_dir)
         stack.start()
@@ -104,12 +92,6 @@ def main() -> int:
         os.makedirs(edge.data_dir)
         agents = []
         try:
-            for _ in range(100):
-                try:
-                    requests.get(moto_url + "/moto-api/", timeout=2)
-                    break
-                except requests.ConnectionError:
-                    time.sleep(0.2)
             kinesis = boto3.client("kinesis", region_name="us-east-1", endpoint_url=moto_url)
             kinesis.create_stream(StreamName="bench", ShardCount=1)
             edge.start({**stack.store_env(), "EVENTS_AWS_ENDPOINT_URL": moto_url})
@@ -148,7 +130,11 @@ def main() -> int:
             runs: dict = {case: [] for case in hosts}
             for _ in range(args.rounds):
                 for case, (host, agent) in hosts.items():
-                    pids = {"edge": edge.process.pid, "agent": agent.process.pid, "moto": moto.pid}
+                    pids = {
+                        "edge": edge.process.pid,
+                        "agent": agent.process.pid,
+                        "moto": moto.process.pid,
+                    }
                     for number, child in enumerate(children(edge.process.pid)):
                         pids[f"delivery{number}"] = child
                     runs[case].append(
@@ -206,8 +192,7 @@ def main() -> int:
                 agent.stop()
             edge.stop()
             stack.stop()
-            moto.terminate()
-            moto.wait(timeout=15)
+            moto.stop()
     base = results["cases"][0]
     print(
         f"{'case':<9} {'rps':>7} {'p50 ms':>7} {'p99 ms':>7} {'non-200':>7} "

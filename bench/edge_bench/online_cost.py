@@ -25,6 +25,8 @@ import tempfile
 import time
 from typing import Dict
 
+from stacks.ports import free_port
+
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
@@ -32,12 +34,6 @@ PRICE_PER_MILLION_WRITES = 0.625  # USD, DynamoDB on-demand, us-east-1 standard 
 MONTH = 30 * 86400
 HEARTBEAT_SECONDS = 15.0  # the previous design: EDGE_CHECK_SECONDS 5 x 3 checks
 CHECK_SECONDS = 5.0  # EDGE_CHECK_SECONDS' default
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Counter:
