@@ -13,17 +13,21 @@ AGENT_STAMP := $(AGENT_VENV)/.installed
 .PHONY: install run api-key test test-fast lint test-service test-agent test-deps reset create-table bench bench-peers soak clean \
 	package deploy-aws deploy-localstack resources test-integration mutate agent-cli cluster cluster-restart
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt edge/requirements.txt
+# Both virtualenvs hold the project itself as an editable install (pyproject.toml): chalicelib,
+# edge, stacks, scripts, bench and tests import from any directory, and nothing changes sys.path.
+$(STAMP): requirements.txt requirements-dev.txt requirements-vendor.txt edge/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip<26.3"
 	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q -e . --no-deps
 	$(PY) scripts/vendor_lambda.py
 	touch $@
 
-$(AGENT_STAMP): agent/requirements.txt agent/requirements-dev.txt
+$(AGENT_STAMP): agent/requirements.txt agent/requirements-dev.txt agent/pyproject.toml pyproject.toml
 	$(PYTHON) -m venv $(AGENT_VENV)
 	$(AGENT_VENV)/bin/python -m pip install -q --upgrade "pip<26.3"
 	$(AGENT_VENV)/bin/python -m pip install -q -r agent/requirements.txt -r agent/requirements-dev.txt
+	$(AGENT_VENV)/bin/python -m pip install -q -e . -e ./agent --no-deps
 	touch $@
 
 install: $(STAMP) $(AGENT_STAMP) agent-cli
@@ -145,7 +149,7 @@ bench: $(STAMP)
 ## bench-peers: the edge + the Python SDK side by side with ssh -R, nginx and direct (docs/BENCHMARKS.md)
 bench-peers: $(STAMP)
 	sh scripts/install_bench_deps.sh
-	$(PY) -u edge/bench/bench_peers.py $(BENCH_ARGS)
+	$(PY) -u bench/edge_bench/bench_peers.py $(BENCH_ARGS)
 
 ## soak: 10,000 writes against the make run stack: req/s, RSS per process, list page vs table size
 soak: $(STAMP)

@@ -50,9 +50,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List
 
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, PROJECT_DIR)
-from chalicelib.core import keys  # noqa: E402 (the project root is on the path from here)
+from chalicelib.core import keys
+from stacks.paths import PROJECT_DIR
+from stacks.ports import free_port, wait_port
 
 for _name, _value in {
     "AWS_ACCESS_KEY_ID": "bench",
@@ -98,7 +98,7 @@ class InProcess:
 
     def __enter__(self) -> "InProcess":
         if self.external:
-            port = _free_port()
+            port = free_port()
             moto = os.path.join(os.path.dirname(PY), "moto_server")
             self._server = subprocess.Popen(
                 [moto, "-H", "127.0.0.1", "-p", str(port)],
@@ -106,7 +106,7 @@ class InProcess:
                 stderr=subprocess.DEVNULL,
             )
             os.environ["DYNAMODB_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
-            _wait_port(port)
+            wait_port(port, timeout=30)
         else:
             from moto import mock_aws
 
@@ -144,18 +144,6 @@ class InProcess:
         store.reset()
 
 
-def _wait_port(port: int, timeout: float = 30) -> None:
-    import socket
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise SystemExit(f"nothing listens on port {port}")
-
-
 # ---- 1. store calls per route ------------------------------------------------------------------
 def store_calls() -> Dict[str, Any]:
     from tests.support.costs import measure_routes
@@ -185,17 +173,14 @@ def store_calls() -> Dict[str, Any]:
 
 
 # ---- 2. cold import ----------------------------------------------------------------------------
-_IMPORT = (
-    "import time, sys; sys.path.insert(0, {root!r}); t = time.perf_counter(); {stmt}; "
-    "print((time.perf_counter() - t) * 1000)"
-)
+_IMPORT = "import time; t = time.perf_counter(); {stmt}; print((time.perf_counter() - t) * 1000)"
 _BARE = "import chalice, chalice.app, pynamodb.models, pynamodb.connection, botocore.session, re2"
 
 
 def cold_import(runs: int = 11) -> Dict[str, Any]:
     def once(stmt: str) -> float:
         out = subprocess.run(
-            [PY, "-c", _IMPORT.format(root=PROJECT_DIR, stmt=stmt)],
+            [PY, "-c", _IMPORT.format(stmt=stmt)],  # from PROJECT_DIR: the project's app.py
             cwd=PROJECT_DIR,
             capture_output=True,
             text=True,
@@ -439,16 +424,10 @@ def list_scaling(small: int = 100, large: int = 20000, samples: int = 30) -> Dic
 
 
 # ---- 5. HTTP load against `make run` -----------------------------------------------------------
-def _free_port() -> int:
-    from tests.support.api import free_port
-
-    return free_port()
-
-
 def http_load() -> Dict[str, Any]:
     import requests
 
-    port, store_port = _free_port(), _free_port()
+    port, store_port = free_port(), free_port()
     with tempfile.TemporaryDirectory(prefix="bench-run-") as data_dir:
         env = {
             **os.environ,
@@ -458,11 +437,11 @@ def http_load() -> Dict[str, Any]:
             "PYTHONUNBUFFERED": "1",
         }
         # make run may also start the edge: its listeners on free ports too
-        tcp = _free_port()
+        tcp = free_port()
         env.update(
-            EDGE_AGENT_PORT=str(_free_port()),
-            EDGE_HTTP_PORT=str(_free_port()),
-            EDGE_HTTPS_PORT=str(_free_port()),
+            EDGE_AGENT_PORT=str(free_port()),
+            EDGE_HTTP_PORT=str(free_port()),
+            EDGE_HTTPS_PORT=str(free_port()),
             EDGE_TCP_PORTS=f"{tcp}-{tcp}",
         )
         for name in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -593,9 +572,7 @@ def _load(base: str, token: str) -> Dict[str, Any]:
 
 # ---- 6. deployment package ---------------------------------------------------------------------
 _PACKAGED_IMPORT = (
-    "import sys, time; sys.path[:0] = [sys.argv[1], sys.argv[2]]; "
-    "t = time.perf_counter(); import app; "
-    "print((time.perf_counter() - t) * 1000)"
+    "import time; t = time.perf_counter(); import app; print((time.perf_counter() - t) * 1000)"
 )
 
 
@@ -610,7 +587,7 @@ def _part(name: str) -> str:
 def _runtime_dir(root: str) -> str:
     """A folder holding what the Lambda Python runtime provides (botocore and its
     dependencies, from this venv), as the function sees it next to /var/task."""
-    import deploy_stack
+    from scripts import deploy_stack
 
     runtime = os.path.join(root, "runtime")
     os.mkdir(runtime)
@@ -634,9 +611,10 @@ def packaged_cold_import(task: str, runtime: str, runs: int = 9) -> Dict[str, An
             "AWS_DEFAULT_REGION": "us-east-1",
             "TABLE_NAME": "tunnel-service-prod",
             "STAGE": "prod",
+            "PYTHONPATH": os.pathsep.join([folder, runtime]),  # all its path, with -P -S
         }
         out = subprocess.run(
-            [PY, "-I", "-S", "-B", "-c", _PACKAGED_IMPORT, folder, runtime],
+            [PY, "-P", "-S", "-B", "-c", _PACKAGED_IMPORT],
             capture_output=True,
             text=True,
             check=True,
@@ -656,8 +634,7 @@ def packaged_cold_import(task: str, runtime: str, runs: int = 9) -> Dict[str, An
 
 
 def package() -> Dict[str, Any]:
-    sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
-    import deploy_stack
+    from scripts import deploy_stack
 
     with tempfile.TemporaryDirectory(prefix="bench-package-") as out:
         deploy_stack.package("prod", out)

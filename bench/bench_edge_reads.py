@@ -14,11 +14,8 @@ other; against DynamoDB each call is a network round trip (a few ms), so calls m
 
 import os
 import statistics
-import sys
 import time
 
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, PROJECT_DIR)
 for _name, _value in {
     "AWS_ACCESS_KEY_ID": "bench",
     "AWS_SECRET_ACCESS_KEY": "bench",
@@ -32,6 +29,7 @@ os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 from moto import mock_aws  # noqa: E402
 from chalicelib.core import reservations
 from chalicelib.core import routing
+from stacks.paths import PROJECT_DIR  # noqa: E402
 
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "300"))
 

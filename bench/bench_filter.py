@@ -7,13 +7,10 @@ cel-expr-python gets ``obj`` as a ``map(string, dyn)``; it has no ``time.now`` n
 ``.subtract("7d")`` (the hosted docs' time helpers), so those shapes run only on ours.
 """
 
-import os
 import statistics
-import sys
 import time
 from datetime import datetime, timezone
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from chalicelib import filters  # noqa: E402
 
 ITEMS = [

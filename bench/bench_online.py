@@ -16,12 +16,9 @@ for comparing operations, not for predicting DynamoDB; the call counts carry ove
 
 import os
 import statistics
-import sys
 import time
 from collections import Counter
 
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, PROJECT_DIR)
 for _name, _value in {
     "AWS_ACCESS_KEY_ID": "bench",
     "AWS_SECRET_ACCESS_KEY": "bench",
@@ -36,8 +33,7 @@ from moto import mock_aws  # noqa: E402
 
 from chalicelib.core import config, online, store
 
-sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
-from embedded_store import patch_moto  # noqa: E402
+from scripts.embedded_store import patch_moto  # noqa: E402
 
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "200"))
 calls: Counter = Counter()

@@ -5,16 +5,13 @@ limit, plus compile time. Run: ``.venv/bin/python bench/bench_policy.py``.
 the parsed head, make a State, run on_http_request (and on_http_response where the policy
 has one), and look the compiled policy up by document (compile_policy is cached by digest).
 The edge's own per-request cost (sockets, parsing, upstream) comes on top and is measured by
-edge/bench; the goal there is the 5-rule policy ≤ 1.3× the no-policy time per request.
+bench/edge_bench; the goal there is the 5-rule policy ≤ 1.3× the no-policy time per request.
 """
 
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from chalicelib.core import policy
 from chalicelib.core.policy import Conn, Endpoint, Request, Response, engine, ratelimit  # noqa: E402

@@ -18,17 +18,14 @@ import json
 import os
 import re
 import statistics
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, PROJECT_DIR)
+from stacks.api import ApiProcess
 
-from tests.support.api import LocalStack  # noqa: E402
 
 WRITES = int(os.environ.get("SOAK_WRITES", "10000"))
 CONCURRENCY = int(os.environ.get("SOAK_CONCURRENCY", "8"))
@@ -184,7 +181,7 @@ def pages(stack, token):
 
 def main():
     with tempfile.TemporaryDirectory(prefix="soak-") as data_dir:
-        stack = LocalStack(data_dir=data_dir).start(bootstrap=True)
+        stack = ApiProcess(data_dir=data_dir).start(bootstrap=True)
         try:
             token = json.loads(open(os.path.join(data_dir, "local-admin.json")).read())["token"]
             soak(stack, token)
@@ -192,7 +189,7 @@ def main():
         finally:
             stack.stop()
         started = time.monotonic()
-        again = LocalStack(data_dir=data_dir).start(bootstrap=True)
+        again = ApiProcess(data_dir=data_dir).start(bootstrap=True)
         took = time.monotonic() - started
         restored = [line for line in again.log().splitlines() if "restored" in line]
         again.stop()

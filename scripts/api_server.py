@@ -23,11 +23,9 @@ import sys
 import threading
 from typing import Dict, List, Tuple
 
+from scripts import dashboard_static, http_server
+
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, PROJECT_DIR)
-import dashboard_static  # noqa: E402
-import http_server  # noqa: E402
 
 # The methods API Gateway (REST) routes; anything else never reaches a view.
 GATEWAY_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
@@ -118,7 +116,7 @@ def main() -> int:
         return 0  # serve.py went away before the stack was ready
     metrics_port = os.environ.get("API_METRICS_PORT", "").strip()  # scripts/api_metrics.py
     if metrics_port:
-        import api_metrics
+        from scripts import api_metrics
 
         app = api_metrics.timed(app)
     server = http_server.HttpServer(

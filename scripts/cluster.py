@@ -20,41 +20,18 @@ supervisor has started it again and it serves; without ``--instance``, every ins
 import argparse
 import json
 import os
-import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from typing import Dict, List, Optional
 
+from stacks.ports import free_port
+
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 READY_MARK = "edge CA certificate"
-
-
-_GIVEN: set = set()
-
-
-def free_port() -> int:
-    """A free port below the kernel's ephemeral range, never the same one twice: a port from
-    that range (what bind(0) gives) can become the source port of an outgoing connection before
-    its server binds it, and that server would then fail with 'address already in use'."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
-        low_ephemeral = int(handle.read().split()[0])
-    for _ in range(1000):
-        port = random.randrange(20000, max(20001, low_ephemeral))
-        if port in _GIVEN:
-            continue
-        try:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        _GIVEN.add(port)
-        return port
-    raise RuntimeError("no free port")
 
 
 def read_env(path: str) -> Dict[str, str]:

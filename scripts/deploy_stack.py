@@ -43,12 +43,10 @@ import time
 import zipfile
 from typing import Any, Dict, List, Optional
 
-import dashboard_site  # scripts/: the dashboard as a static site (docs/DASHBOARD.md)
+from scripts import dashboard_site  # the dashboard as a static site (docs/DASHBOARD.md)
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHALICE_DIR = os.path.join(PROJECT_DIR, ".chalice")
-if PROJECT_DIR not in sys.path:
-    sys.path.insert(0, PROJECT_DIR)
 
 DEFAULT_TABLE_NAME = "tunnel-service"  # chalicelib.core.config's default (stage dev sets none)
 TABLE_RESOURCE = "ServiceTable"
@@ -555,8 +553,7 @@ def package(stage: str, out_dir: str) -> str:
     merge = resources_path(stage)
     # vendor/ as scripts/vendor_lambda.py makes it now (a no-op when it already is: a
     # checkout vendored before the slimming would otherwise ship the CEL ext modules).
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import vendor_lambda
+    from scripts import vendor_lambda
 
     vendor_lambda.main()
     with open(merge) as handle:

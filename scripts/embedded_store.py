@@ -57,8 +57,7 @@ import time
 import zlib
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import http_server  # noqa: E402  (scripts/http_server.py)
+from scripts import http_server
 
 _lock = threading.RLock()
 _patched = [False]

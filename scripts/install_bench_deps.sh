@@ -1,5 +1,5 @@
 #!/bin/sh
-# What `make bench-peers` (edge/bench/bench_peers.py) compares the edge with, from Debian:
+# What `make bench-peers` (bench/edge_bench/bench_peers.py) compares the edge with, from Debian:
 # OpenSSH's server (ssh -R), nginx (upstream and reverse proxy; the echo module reads a POST's
 # whole body before the upstream answers) and wrk (the load). Idempotent: nothing is done when
 # all are there. The packages' own services are not used (the bench starts its own, on

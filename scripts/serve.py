@@ -62,7 +62,6 @@ from typing import Dict, List, Optional
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(PROJECT_DIR, "scripts")
-sys.path.insert(0, PROJECT_DIR)
 STOP_BUDGET = 9.0  # seconds for the whole stack to stop (the promise is 10)
 RESTART_FIRST, RESTART_MAX, RESTART_RESET = 0.25, 30.0, 60.0  # supervision back-off (s)
 
@@ -339,7 +338,6 @@ _KEEP: List = []  # the edge's listening sockets live as long as this process
 
 def prepare_store(args: argparse.Namespace, key_file: str) -> Optional[Dict[str, str]]:
     """Create the table if missing; bootstrap (first start) or check the local admin key."""
-    sys.path.insert(0, PROJECT_DIR)
     from chalicelib import accounts, auth
     from chalicelib.core import config, errors, store
 

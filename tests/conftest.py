@@ -1,4 +1,4 @@
-"""Fixtures shared by every test level.
+"""Fixtures shared by every test level (those that start processes: tests/support/fixtures.py).
 
 The environment is set here, before anything imports the app: PynamoDB reads host and
 region when a model's connection is first built.
@@ -31,7 +31,9 @@ os.environ.pop("PUBLIC_BASE_URL", None)
 
 import pytest  # noqa: E402
 
-from tests.support.api import PROJECT_DIR, HttpApi, InProcessApi, LocalStack  # noqa: E402
+from stacks.paths import PROJECT_DIR  # noqa: E402
+from tests.support.api import HttpApi, InProcessApi  # noqa: E402
+from tests.support.fixtures import api_process  # noqa: E402, F401 (a fixture)
 
 
 @pytest.fixture
@@ -93,19 +95,8 @@ def inprocess_api(inprocess_table):
 
 
 @pytest.fixture(scope="session")
-def local_stack():
-    """scripts/serve.py (the API and the embedded store) as processes, for the whole session."""
-    with tempfile.TemporaryDirectory(prefix="tunnel-service-test-") as data_dir:
-        stack = LocalStack(data_dir=data_dir).start()
-        try:
-            yield stack
-        finally:
-            stack.stop()
-
-
-@pytest.fixture(scope="session")
-def http_api(local_stack):
-    return HttpApi(local_stack)
+def http_api(api_process):  # noqa: F811
+    return HttpApi(api_process)
 
 
 @pytest.fixture(params=["inprocess", "http"])

@@ -1,37 +1,23 @@
-"""Make ``python -m pytest agent/tests`` work from the repo root as well as from agent/, and
-provide the real stack (tests/stack.py) once per session.
-
-agent/ goes on sys.path (for the ``tunnel_agent`` package) and so does this directory (for
-``stack``). Test modules are named ``test_agent_*`` so they never clash with test modules of
-the same name elsewhere in the repo.
+"""The device agent's tests: the real stack (store + API + edge, run with the service's
+virtualenv) once per session and the agent itself as processes, from tests/support/fixtures.py
+(the project is installed in the agent's virtualenv too: `make install`). Test modules are
+named ``test_agent_*`` so they never clash with test modules of the same name elsewhere in the
+repo.
 """
 
 import http.server
 import json
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
-_HERE = Path(__file__).resolve().parent
-for _path in (_HERE.parent, _HERE):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-from stack import Agent, Stack, new_data_dir  # noqa: E402
+from tests.support.fixtures import device_agent_stack, device_agents  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="session")
-def stack():
-    """Store + API + edge as processes for the whole session."""
-    data_dir = new_data_dir("agent-stack-")
-    running = Stack(data_dir)
-    try:
-        running.start()
-        yield running
-    finally:
-        running.stop()
+def stack(device_agent_stack):  # noqa: F811
+    """Store + API + edge as processes for the whole session, with one account's admin key."""
+    return device_agent_stack
 
 
 class _Echo(http.server.BaseHTTPRequestHandler):
@@ -72,21 +58,17 @@ def upstream():
 
 
 @pytest.fixture
-def agents(stack, tmp_path):
+def agents(stack, tmp_path, device_agents):  # noqa: F811
     """``agents(token, **env)``: an agent process against the stack; stopped after the test."""
-    started = []
 
     def start(token, name="agent", launch_only=False, **env):
-        agent = Agent(stack, token, tmp_path / name, **env)
-        started.append(agent)
+        agent = device_agents(stack, token, tmp_path / name, **env)
         if launch_only:
             agent.launch()
             return agent
         return agent.start()
 
-    yield start
-    for agent in started:
-        agent.stop()
+    return start
 
 
 @pytest.fixture

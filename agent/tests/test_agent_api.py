@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from stack import BASE_DOMAIN
+from stacks.paths import BASE_DOMAIN
 
 
 def _name() -> str:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from stack import AGENT_DIR, BASE_DOMAIN
+from stacks.paths import AGENT_DIR, BASE_DOMAIN
 
 
 def _run(stack, *args, env_extra=None):

@@ -7,9 +7,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-from stack import AGENT_DIR, BASE_DOMAIN, Agent, Stack, new_data_dir, wait_for
+from stacks.agents import DeviceAgent
+from stacks.http import wait_for
+from stacks.paths import AGENT_DIR, BASE_DOMAIN
+from tests.support.fixtures import device_agent_stack_in
 
 
 def _name() -> str:
@@ -176,10 +181,11 @@ def test_revoking_the_credential_takes_the_tunnels_offline_and_the_agent_reports
 
 def test_after_the_edge_restarts_the_sdk_reconnects_and_the_tunnels_serve_again(upstream):
     """Its own stack: the edge goes away and comes back on the same address."""
-    own = Stack(new_data_dir("agent-edge-restart-"))
+    own = device_agent_stack_in(tempfile.mkdtemp(prefix="agent-edge-restart-"))
     try:
         own.start()
-        agent = Agent(own, own.bot_credential()["token"], own.data_dir / "agent").start()
+        workdir = Path(own.data_dir) / "agent"
+        agent = DeviceAgent(own, own.bot_credential()["token"], workdir).start()
         try:
             created = agent.call("POST", "/tunnels", {"forwards_to": upstream}).json
             assert own.public("GET", created["url"]).status == 200

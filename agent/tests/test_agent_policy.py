@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from stack import AGENT_DIR, BASE_DOMAIN
+from stacks.paths import AGENT_DIR, BASE_DOMAIN
 
 POLICY = {
     "on_http_request": [

@@ -21,10 +21,10 @@ from typing import Any, Dict
 import pytest
 import requests
 
-from tests.edge.conftest import SDK_PYTHON
-from tests.support.api import PROJECT_DIR
+from stacks.paths import SDK_PYTHON
+from stacks.paths import PROJECT_DIR
 from tests.support.dns_server import LoopbackDns
-from tests.support.make_run import MakeRun
+from stacks.make_run import MakeRun
 
 OUTPUT_DIR = os.path.join(
     os.environ.get("TEST_OUTPUT_DIR") or os.path.join(PROJECT_DIR, "test-output"), "dashboard"

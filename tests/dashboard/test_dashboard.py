@@ -19,7 +19,7 @@ from tests.dashboard.support import (
     wait,
     wait_text,
 )
-from tests.edge.conftest import SdkAgent
+from stacks.agents import SdkAgent
 
 ROUTES = [
     "overview",

@@ -3,14 +3,11 @@
 
 import os
 import re
-import sys
 
 import requests
 
-from tests.support.api import PROJECT_DIR
 
-sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
-import dashboard_static  # noqa: E402
+from scripts import dashboard_static
 
 
 def _get(stack, path, method="GET"):

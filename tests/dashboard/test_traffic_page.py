@@ -10,7 +10,7 @@ from selenium.webdriver.support.ui import Select
 from tests.dashboard.conftest import snapshot
 from tests.dashboard.support import find, go, sign_in, wait, wait_text
 from tests.dashboard.test_dashboard import _EdgeOf
-from tests.edge.conftest import SdkAgent
+from stacks.agents import SdkAgent
 
 
 def test_traffic_page_shows_requests_and_replays_one(stack, browser):

@@ -14,7 +14,7 @@ import ngrok
 import pytest
 
 from tests.support import pebble as pebble_support
-from tests.support.make_run import MakeRun
+from stacks.make_run import MakeRun
 
 
 def test_make_run_with_acme_serves_a_trusted_certificate():

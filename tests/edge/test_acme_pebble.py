@@ -14,7 +14,8 @@ import pytest
 
 from tests.edge.test_edge_certificates import served, wait_served
 from tests.support import pebble as pebble_support
-from tests.support.api import PROJECT_DIR, free_port
+from stacks.paths import PROJECT_DIR
+from stacks.ports import free_port
 
 VALIDITY = 40  # seconds: every certificate Pebble issues here is short-lived (renewal test)
 
@@ -322,7 +323,6 @@ def test_rsa_policy_and_the_issued_certificate_goes_with_its_domain(stack, edge,
 # ---- the worker as AWS runs it: the scheduled function, from the package and its layer ------
 _LAMBDA_PASS = """
 import json, sys
-sys.path[:0] = sys.argv[1:4]   # the function's code, its layer, the runtime's SDK
 import app
 outcome = app.acme_worker({   # an EventBridge scheduled event, as the runtime passes it
     "version": "0", "id": "7bf73129-1428-4cd3-a780-95db273d1602", "source": "aws.events",
@@ -341,8 +341,7 @@ def lambda_bundle(tmp_path_factory):
     import site
     import zipfile
 
-    sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
-    import deploy_stack
+    from scripts import deploy_stack
 
     root = tmp_path_factory.mktemp("lambda")
     deploy_stack.package("prod", str(root / "out"))
@@ -367,9 +366,11 @@ def test_the_scheduled_function_from_the_package_and_its_layer_issues(
     task, layer, runtime = lambda_bundle
     domain = "lambda.acme-test.example"
     rd = reserve(account.admin, domain)
-    env = stack.store_env()
+    env = {k: v for k, v in stack.store_env().items() if not k.startswith("PYTHON")}
     env.update(
         {
+            # the function's code, its layer, the runtime's SDK: all its path (-P -S)
+            "PYTHONPATH": os.pathsep.join([task, layer, runtime]),
             "ACME_DIRECTORY_URL": pebble.directory_url,
             "ACME_CA_BUNDLE": pebble.ca_bundle,
             "ACME_EMAIL": "ops@example.com",
@@ -380,7 +381,7 @@ def test_the_scheduled_function_from_the_package_and_its_layer_issues(
         }
     )
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-B", "-c", _LAMBDA_PASS, task, layer, runtime],
+        [sys.executable, "-P", "-S", "-B", "-c", _LAMBDA_PASS],
         cwd=task,
         env=env,
         capture_output=True,

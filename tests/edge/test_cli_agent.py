@@ -13,7 +13,7 @@ import time
 import pytest
 import requests
 
-from tests.edge.cli_agent import CliAgent, cli_binary
+from stacks.agents import cli_binary
 from tests.edge.conftest import tcp_round_trip
 from tests.edge.test_edge_sdk import _credential, _host
 
@@ -29,17 +29,11 @@ def cli():
 
 
 @pytest.fixture
-def run_cli(edge, tmp_path, cli):
-    started = []
-
+def run_cli(edge, tmp_path, cli, cli_agents):
     def start(token, args, **kwargs):
-        agent = CliAgent(edge, token, args, workdir=str(tmp_path), **kwargs)
-        started.append(agent)
-        return agent
+        return cli_agents(edge, token, args, workdir=str(tmp_path), **kwargs)
 
-    yield start
-    for agent in started:
-        agent.stop()
+    return start
 
 
 class _Echo(http.server.BaseHTTPRequestHandler):
@@ -352,7 +346,7 @@ def test_authtoken_command_saves_the_token_the_cli_then_uses(
     cli, edge, account, tmp_path, upstream
 ):
     import subprocess
-    from tests.edge.cli_agent import CLI_BIN
+    from stacks.agents import CLI_BIN
 
     token = _credential(account)["token"]
     config = tmp_path / "saved.yml"

@@ -15,163 +15,33 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import pytest
 import requests
 
 from edge import muxado, protocol
-from tests.edge.conftest import BASE_DOMAIN, SDK_PYTHON, SdkAgent, _free_range, tcp_round_trip
+from stacks.agents import SdkAgent
+from stacks.cluster import Cluster, Target
+from stacks.paths import PROJECT_DIR
+from tests.edge.conftest import BASE_DOMAIN, tcp_round_trip
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 from tests.edge.test_hostile_agents import _rpc
-from tests.support.api import PROJECT_DIR, HttpApi, LocalStack
-
-SECRET = "test-cluster-secret-" + os.urandom(8).hex()
-STALE = 8  # ONLINE_STALE_SECONDS of this stack (the default 45 would make the test slow)
-
-
-@dataclass
-class Target:
-    """Where an SDK agent connects: one instance's agent port, or HAProxy's."""
-
-    server_addr: str
-    ca_path: str
-
-
-class Cluster:
-    def __init__(self, data_dir: str, info: Dict[str, Any], stack: LocalStack, proc: Any):
-        self.data_dir, self.info, self.stack, self.proc = data_dir, info, stack, proc
-        self.ca = info["ca"]
-        self.front = info["front"]
-        self.instances = info["instances"]
-
-    def agent_target(self, index: int = -1) -> Target:
-        port = self.front["agent"] if index < 0 else self.instances[index]["ports"]["agent"]
-        return Target(f"127.0.0.1:{port}", self.ca)
-
-    def http_port(self, index: int = -1) -> int:
-        return self.front["http"] if index < 0 else self.instances[index]["ports"]["http"]
-
-    def https_port(self, index: int = -1) -> int:
-        return self.front["https"] if index < 0 else self.instances[index]["ports"]["https"]
-
-    def get(self, host: str, path: str = "/echo", index: int = -1, **kw) -> requests.Response:
-        return requests.get(
-            f"http://127.0.0.1:{self.http_port(index)}{path}",
-            headers={"Host": host, "Connection": "close"},
-            timeout=60,
-            **kw,
-        )
-
-    def pid(self, index: int) -> int:
-        with open(self.instances[index]["pid_path"]) as handle:
-            return int(handle.read().split()[0])
-
-    def holder_index(self, name: str) -> Optional[int]:
-        """Which instance holds ``name``'s claim (its id: edge_<index>_<random>), or None."""
-        client = self.stack.store_client()
-        item = client.get_item(
-            TableName="tunnel-service",
-            ConsistentRead=True,
-            Key={"pk": {"S": f"U#served_host#{name}"}, "sk": {"S": "U"}},
-        )
-        if "Item" not in item:
-            return None  # nobody claims it
-        return int(item["Item"]["instance_id"]["S"].split("_")[1])
-
-    def relay_port(self, index: int) -> int:
-        """Instance ``index``'s relay listener (its log's last "relays at" line)."""
-        line = [x for x in self.log(index).splitlines() if "relays at" in x][-1]
-        return int(line.rsplit(":", 1)[1])
-
-    def log(self, index: int) -> str:
-        with open(self.instances[index]["log"], errors="replace") as handle:
-            return handle.read()
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    if not os.path.exists(SDK_PYTHON):
-        pytest.fail(f"{SDK_PYTHON} missing: `make install` first")
-    with tempfile.TemporaryDirectory(prefix="tunnel-cluster-test-") as tmp:
-        tcp_low = _free_range(5)
-        extra = {
-            "EDGE_TCP_PORTS": f"{tcp_low}-{tcp_low + 4}",
-            "BASE_DOMAIN": BASE_DOMAIN,
-            "ONLINE_STALE_SECONDS": str(STALE),
-        }
-        stack = LocalStack(data_dir=os.path.join(tmp, "api"))
-        stack_env = stack.env
-        stack.env = lambda: {**stack_env(), **extra}
-        os.makedirs(stack.data_dir)
-        stack.start()
-        data_dir = os.path.join(tmp, "cluster")
-        env = {**stack.store_env(), **extra, "EDGE_CLUSTER_SECRET": SECRET}
-        log = open(os.path.join(tmp, "cluster.out"), "wb")
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                os.path.join(PROJECT_DIR, "scripts", "cluster.py"),
-                "up",
-                "-n",
-                "3",
-                "--data-dir",
-                data_dir,
-                "--store-env",
-                os.path.join(stack.data_dir, "store.env"),
-                "--check-seconds",
-                "1",
-            ],
-            cwd=PROJECT_DIR,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            info_path = os.path.join(data_dir, "cluster.json")
-            deadline = time.time() + 120
-            while not os.path.exists(info_path):
-                assert proc.poll() is None and time.time() < deadline, open(
-                    os.path.join(tmp, "cluster.out")
-                ).read()[-3000:]
-                time.sleep(0.2)
-            with open(info_path) as handle:
-                yield Cluster(data_dir, json.load(handle), stack, proc)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            stack.stop()
+from tests.support.api import HttpApi
+from tests.support.fixtures import CLUSTER_SECRET as SECRET
+from tests.support.fixtures import CLUSTER_STALE as STALE
 
 
 @pytest.fixture(scope="module")
 def api(cluster):
-    return HttpApi(cluster.stack)
+    return HttpApi(cluster.api)
 
 
 @pytest.fixture(scope="module")
 def token(api):
     return _credential(api.new_account())["token"]
-
-
-@pytest.fixture
-def agents():
-    started: List[SdkAgent] = []
-
-    def start(target, token, binds):
-        agent = SdkAgent(target, token, binds)
-        started.append(agent)
-        return agent
-
-    yield start
-    for agent in started:
-        agent.stop()
 
 
 @pytest.fixture(scope="module")
@@ -488,7 +358,7 @@ def test_stopping_a_session_reaches_the_instance_holding_it(cluster, api, agents
 def test_the_agent_cli_moves_when_its_instance_drains(cluster, token, tmp_path):
     """The agent CLI 2.x answers the draining instance's GOAWAY as the SDKs do: it reconnects
     through HAProxy to another instance and serves the same URL again."""
-    from tests.edge.cli_agent import CliAgent, cli_binary
+    from stacks.agents import CliAgent, cli_binary
     from tests.edge.test_cli_agent import _upstream
 
     if not cli_binary():

@@ -13,7 +13,8 @@ import pytest
 
 from edge.pools import CLOUD_CACHE_SECONDS
 from tests.edge.test_cloud_endpoints_on_the_wire import _answer
-from tests.edge.test_cluster import Target, api, cluster  # noqa: F401 (fixtures)
+from stacks.cluster import Target
+from tests.edge.test_cluster import api  # noqa: F401 (a fixture)
 from tests.edge.test_edge_sdk import _credential, _host
 from tests.edge.test_node_sdk import _run, node_sdk  # noqa: F401 (fixture)
 

@@ -11,7 +11,7 @@ import venv
 
 import pytest
 
-from tests.edge.conftest import BASE_DOMAIN, PROJECT_DIR, EdgeProcess
+from stacks.paths import PROJECT_DIR
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 
 DOCKERFILE = os.path.join(PROJECT_DIR, "edge", "Dockerfile")
@@ -58,14 +58,11 @@ def test_the_image_copies_the_core_and_the_edge_and_installs_no_chalice(image_tr
 
 
 def test_the_edge_from_the_image_environment_serves_an_sdk_agent(
-    image_tree, stack, edge, account, agents, tmp_path
+    image_tree, another_edge, account, agents
 ):
     python, app, _ = image_tree
-    alone = EdgeProcess(data_dir=str(tmp_path), store_url=edge.store_url, python=python, cwd=app)
-    env = stack.store_env()
-    env["BASE_DOMAIN"] = BASE_DOMAIN
+    alone = another_edge(python=python, cwd=app)
     try:
-        alone.start(env)
         agent = agents(alone, _credential(account)["token"], [{"proto": "http"}])
         url = _bound(agent.start())[0]["url"]
         resp = alone.http("GET", _host(url), "/echo")

@@ -116,10 +116,10 @@ def test_reserved_domain_and_wildcard_reservation_serve(edge, account, agents):
 @pytest.fixture(scope="module")
 def served(edge_stack):
     """One agent serving a generated name for the traffic tests."""
-    from tests.edge.conftest import SdkAgent
+    from stacks.agents import SdkAgent
     from tests.support.api import HttpApi
 
-    stack, edge = edge_stack
+    stack, edge = edge_stack.api, edge_stack.edge
     account = HttpApi(stack).new_account()
     agent = SdkAgent(edge, _credential(account)["token"], [{"proto": "http"}])
     url = _bound(agent.start())[0]["url"]

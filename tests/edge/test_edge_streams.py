@@ -27,7 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.edge.conftest import BASE_DOMAIN, SdkAgent
+from stacks.agents import SdkAgent
+from stacks.wire import GET_CLOSE
+from stacks.wire import abort as _abort
+from stacks.wire import http_once as _http
+from stacks.wire import recv_all as _recv_all
+from stacks.wire import status as _status
+from tests.edge.conftest import BASE_DOMAIN
 from tests.edge.test_edge_sdk import _bound, _credential, _host, _wait
 
 CONNECTIONS = int(os.environ.get("EDGE_STREAM_CONNECTIONS", "5000"))
@@ -35,16 +41,6 @@ BATCH = 50
 
 
 # ---- clients --------------------------------------------------------------------------------
-def _recv_all(sock, limit=1 << 22):
-    data = b""
-    while len(data) < limit:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
 def _disconnections(sdk):
     """The SDK's 'disconnected' events so far (its session error: why it reconnected)."""
     while True:
@@ -52,25 +48,6 @@ def _disconnections(sdk):
             sdk.seen.append(sdk.events.get_nowait())
         except queue.Empty:
             return [e for e in sdk.seen if e.get("event") == "disconnected"]
-
-
-def _status(data):
-    line = data.split(b"\r\n", 1)[0].split(b" ")
-    return int(line[1]) if len(line) > 1 and line[1].isdigit() else None
-
-
-def _http(port, host, request, tls=None):
-    """One connection: send ``request`` (bytes, with ``{host}``), read to the end."""
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as raw:
-        sock = tls.wrap_socket(raw, server_hostname=host) if tls else raw
-        sock.sendall(request.replace(b"{host}", host.encode()))
-        return _recv_all(sock)
-
-
-def _abort(sock):
-    """Close with an RST (SO_LINGER 0): a client that goes away without a goodbye."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    sock.close()
 
 
 def _many(one, count=None):
@@ -189,9 +166,6 @@ def _drain(sdk):
         out.append(sdk.events.get_nowait())
     sdk.seen.extend(out)
     return out
-
-
-GET_CLOSE = b"GET /echo HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
 
 
 # ---- the paths ------------------------------------------------------------------------------

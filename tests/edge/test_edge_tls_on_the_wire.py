@@ -13,7 +13,7 @@ from ngrok.datatypes import EndpointMutualTLSMutate, EndpointTLSTerminationAtEdg
 
 from tests.edge.conftest import BASE_DOMAIN
 from tests.edge.test_edge_sdk import _bound, _credential, _host
-from tests.unit.test_edge_tls import make_ca, make_client_cert, pem
+from stacks.certs import make_ca, make_client_cert, pem
 
 CHANGE_WITHIN = 2.0
 

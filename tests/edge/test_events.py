@@ -5,21 +5,17 @@ objects; a destination that refuses does not change a request's status; /metrics
 moves with traffic."""
 
 import json
-import subprocess
-import sys
 import time
 
 import boto3
 import ngrok
 import pytest
-import requests
 from ngrok.datatypes import EventSourceReplace
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, tcp_round_trip
+from tests.edge.conftest import BASE_DOMAIN, tcp_round_trip
 from tests.edge.support import metric
 from tests.edge.test_edge_sdk import _bound, _credential, _host
-from tests.support.api import free_port
 
 REGION = "us-east-1"
 AWS_ACCOUNT = "123456789012"
@@ -31,40 +27,15 @@ WAIT = 60.0  # generous: the machine is shared; the edge flushes every 0.2 s her
 
 
 @pytest.fixture(scope="module")
-def moto_url(tmp_path_factory):
-    """moto's server as a process (Kinesis, Firehose, CloudWatch Logs, S3, STS)."""
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            requests.get(url + "/moto-api/", timeout=2)
-            break
-        except requests.ConnectionError:
-            time.sleep(0.2)
-    else:
-        process.kill()
-        pytest.fail("moto server did not start")
-    yield url
-    process.terminate()
-    process.wait(timeout=15)
+def moto_url(moto_server):
+    """moto's server (Kinesis, Firehose, CloudWatch Logs, S3, STS)."""
+    return moto_server.url
 
 
 @pytest.fixture(scope="module")
-def events_edge(stack, moto_url, tmp_path_factory):
-    edge = EdgeProcess(
-        data_dir=str(tmp_path_factory.mktemp("events-edge")), store_url=stack.store_url, tcp_low=0
-    )
-    edge.start(
+def events_edge(another_edge, moto_url):
+    return another_edge(
         {
-            **stack.store_env(),
-            "BASE_DOMAIN": BASE_DOMAIN,
             "EVENTS_AWS_ENDPOINT_URL": moto_url,
             "EDGE_EVENTS_FLUSH_SECONDS": "0.2",
             "EDGE_EVENTS_BACKOFF_SECONDS": "0.05",
@@ -72,8 +43,6 @@ def events_edge(stack, moto_url, tmp_path_factory):
             "EDGE_EVENTS_CACHE_SECONDS": "1",
         }
     )
-    yield edge
-    edge.stop()
 
 
 def aws(service, moto_url):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, SdkAgent
+from stacks.agents import SdkAgent
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 from tests.edge.test_edge_streams import GET_CLOSE, _http, _recv_all, _status
 from tests.edge.test_hostile_agents import _rss_kb
@@ -40,15 +40,12 @@ def _canary(edge, token):
 
 
 @pytest.fixture(scope="module")
-def tight(stack, api, tmp_path_factory):
-    data_dir = str(tmp_path_factory.mktemp("tight-edge"))
-    edge = EdgeProcess(data_dir=data_dir, store_url=stack.store_url)
-    edge.start({**stack.store_env(), "BASE_DOMAIN": BASE_DOMAIN, **TIGHT})
+def tight(another_edge, api):
+    edge = another_edge(TIGHT)
     account = api.new_account()
     agent, serves_within, tcp = _canary(edge, _credential(account)["token"])
     yield edge, serves_within, tcp
     agent.stop()
-    edge.stop()
 
 
 async def _open(port, source):

@@ -28,7 +28,8 @@ from hyperframe.frame import (
 )
 
 from tests.edge import support
-from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, SdkAgent
+from stacks.agents import SdkAgent
+from tests.edge.conftest import BASE_DOMAIN
 from tests.edge.test_hostile_agents import _rss_kb
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -41,9 +42,8 @@ def _credential(account):
 
 
 @pytest.fixture(scope="module")
-def target(stack, api, tmp_path_factory):
-    edge = EdgeProcess(data_dir=str(tmp_path_factory.mktemp("h2-edge")), store_url=stack.store_url)
-    edge.start({**stack.store_env(), "BASE_DOMAIN": BASE_DOMAIN, "EDGE_H2_STALL_TIMEOUT": "3"})
+def target(another_edge, api):
+    edge = another_edge({"EDGE_H2_STALL_TIMEOUT": "3"})
     agent = SdkAgent(edge, _credential(api.new_account()), [{"proto": "http"}])
     events = agent.start()
     url = [e for e in events if e["event"] == "bound"][0]["url"]
@@ -51,7 +51,6 @@ def target(stack, api, tmp_path_factory):
     assert canary_serves(edge, host, 5)
     yield edge, host
     agent.stop()
-    edge.stop()
 
 
 @pytest.fixture(scope="module")
@@ -331,11 +330,8 @@ def test_window_update_overflow_and_bad_frames_are_connection_errors(target):
     assert canary_serves(edge, host)
 
 
-def test_shutdown_sends_goaway_to_open_h2_connections(stack, api, tmp_path_factory):
-    edge = EdgeProcess(
-        data_dir=str(tmp_path_factory.mktemp("h2-stop-edge")), store_url=stack.store_url
-    )
-    edge.start({**stack.store_env(), "BASE_DOMAIN": BASE_DOMAIN})
+def test_shutdown_sends_goaway_to_open_h2_connections(another_edge):
+    edge = another_edge()
     try:
         sock = connect(edge, f"anything.{BASE_DOMAIN}")
         assert any(f != "closed" and f[0] == 0x4 for f in read_frames(sock, 1))  # SETTINGS

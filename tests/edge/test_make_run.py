@@ -3,39 +3,37 @@ address and the CA path; an official SDK pointed at them serves traffic; one Ctr
 
 import os
 import signal
-import tempfile
 import time
 
 import requests
 
-from tests.edge.conftest import SdkAgent
-from tests.support.make_run import MakeRun
+from stacks.agents import SdkAgent
 
 
-def test_serve_with_edge_prints_what_an_sdk_needs_and_serves_it():
-    with tempfile.TemporaryDirectory(prefix="make-run-") as data_dir:
-        with MakeRun(data_dir) as run:
-            assert run.agent_addr == f"127.0.0.1:{run.ports['EDGE_AGENT_PORT']}"
-            assert run.ca_path == os.path.join(data_dir, "ca.pem")
-            assert os.path.exists(run.ca_path)
-            agent = SdkAgent(run, run.credential("sdk")["token"], [{"proto": "http"}])
-            try:
-                url = [e for e in agent.start() if e["event"] == "bound"][0]["url"]
-                host = url.split("://")[1].split(":")[0]
-                resp = requests.get(
-                    f"http://127.0.0.1:{run.ports['EDGE_HTTP_PORT']}/echo",
-                    headers={"Host": host},
-                    timeout=30,
-                )
-                assert resp.status_code == 200
-            finally:
-                agent.stop()
-            assert run.interrupt(timeout=20) == 0
-            out = run.output()
-            assert out.rstrip().endswith("stopped") and "Traceback" not in out, out
-            # a first start is clean: no part reads the store before its table exists
-            assert "ResourceNotFound" not in out, out
-            assert "could not read" not in out, out
+def test_serve_with_edge_prints_what_an_sdk_needs_and_serves_it(make_run):
+    with make_run() as run:
+        data_dir = run.data_dir
+        assert run.agent_addr == f"127.0.0.1:{run.ports['EDGE_AGENT_PORT']}"
+        assert run.ca_path == os.path.join(data_dir, "ca.pem")
+        assert os.path.exists(run.ca_path)
+        agent = SdkAgent(run, run.credential("sdk")["token"], [{"proto": "http"}])
+        try:
+            url = [e for e in agent.start() if e["event"] == "bound"][0]["url"]
+            host = url.split("://")[1].split(":")[0]
+            resp = requests.get(
+                f"http://127.0.0.1:{run.ports['EDGE_HTTP_PORT']}/echo",
+                headers={"Host": host},
+                timeout=30,
+            )
+            assert resp.status_code == 200
+        finally:
+            agent.stop()
+        assert run.interrupt(timeout=20) == 0
+        out = run.output()
+        assert out.rstrip().endswith("stopped") and "Traceback" not in out, out
+        # a first start is clean: no part reads the store before its table exists
+        assert "ResourceNotFound" not in out, out
+        assert "could not read" not in out, out
 
 
 def _child(parent: int, marker: str) -> int:
@@ -53,11 +51,11 @@ def _child(parent: int, marker: str) -> int:
     raise AssertionError(f"no child of {parent} runs {marker!r}")
 
 
-def test_make_run_restarts_a_killed_part_and_the_sdk_serves_again_within_10_s():
+def test_make_run_restarts_a_killed_part_and_the_sdk_serves_again_within_10_s(make_run):
     """kill -9 of the edge: restarted, and the official SDK (which backs off ~2 minutes after
     two refused reconnects) serves its URL again within 10 s, because the edge's sockets stay
     open across the restart. kill -9 of the API and of the store: restarted, data intact."""
-    with tempfile.TemporaryDirectory(prefix="make-run-") as data_dir, MakeRun(data_dir) as run:
+    with make_run() as run:
         proc, lines, api = run.proc, run.lines, run.api_url
         headers = {"Authorization": f"Bearer {run.key}", "Ngrok-Version": "2"}
         cred = run.credential("sdk")

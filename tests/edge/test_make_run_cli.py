@@ -4,21 +4,19 @@ file (server_addr, root_cas, authtoken) serves ``ngrok http``; one Ctrl-C stops 
 
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 import requests
 
-from tests.edge.cli_agent import CLI_BIN, cli_binary
-from tests.support.api import free_port
-from tests.support.make_run import MakeRun
+from stacks.agents import CLI_BIN, cli_binary
+from stacks.ports import free_port
 
 
-def test_make_run_then_the_cli_with_a_three_line_config(tmp_path):
+def test_make_run_then_the_cli_with_a_three_line_config(tmp_path, make_run):
     if not cli_binary():
         pytest.skip("the agent CLI 2.x is not available on this platform")
-    with tempfile.TemporaryDirectory(prefix="make-run-cli-") as data_dir, MakeRun(data_dir) as run:
+    with make_run() as run:
         upstream = subprocess.Popen(
             [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(free_port())],
             cwd=str(tmp_path),

@@ -11,7 +11,6 @@ import pytest
 import requests
 
 from edge import muxado, protocol
-from tests.edge.conftest import BASE_DOMAIN, EdgeProcess, SdkAgent
 from tests.edge.test_edge_sdk import _bound, _credential, _refusal
 from tests.edge.test_hostile_agents import _connect, _rpc
 
@@ -26,27 +25,14 @@ LIMITS = {
 
 
 @pytest.fixture(scope="module")
-def small(stack, tmp_path_factory):
-    edge = EdgeProcess(
-        data_dir=str(tmp_path_factory.mktemp("quota-edge")), store_url=stack.store_url, tcp_low=0
-    )
-    edge.start({**stack.store_env(), "BASE_DOMAIN": BASE_DOMAIN, **LIMITS})
-    yield edge
-    edge.stop()
+def small(another_edge):
+    return another_edge(LIMITS)
 
 
 @pytest.fixture
-def started():
-    agents = []
-
-    def start(edge, token, binds):
-        agent = SdkAgent(edge, token, binds)
-        agents.append(agent)
-        return agent.start()
-
-    yield start
-    for agent in agents:
-        agent.stop()
+def started(agents):
+    """``started(edge, token, binds)``: an SDK agent's events up to ready."""
+    return lambda edge, token, binds: agents(edge, token, binds).start()
 
 
 def test_the_operator_reads_the_limits_in_force(small):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.edge.cli_agent import CliAgent, cli_binary
+from stacks.agents import CliAgent, cli_binary
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 
 
@@ -219,7 +219,7 @@ def test_sdk_tls_termination_with_a_key_that_is_not_the_certificates_is_refused(
 def test_sdk_mutual_tlsca_on_a_terminated_tls_endpoint(edge, account, agents, domain, tmp_path):
     """``mutual_tlsca`` with ``termination``: the edge's handshake requires a client
     certificate from those CAs; without termination the option is refused."""
-    from tests.unit.test_edge_tls import make_ca, make_client_cert, pem
+    from stacks.certs import make_ca, make_client_cert, pem
 
     allowed, other = make_ca("tls clients"), make_ca("other")
     cert, key = _certificate(str(tmp_path), domain)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from chalicelib.core import errors, ids
-from tests.support.api import PROJECT_DIR
+from stacks.paths import PROJECT_DIR
 from chalicelib.core import abuse
 
 REPORT_FIELDS = {"id", "uri", "created_at", "urls", "metadata", "status", "hostnames"}

@@ -225,7 +225,7 @@ def test_tls_index_follows_the_tls_modules_hostports_and_deletes(api, account):
     if api.level != "inprocess":
         pytest.skip("a function over the store: called in-process")
     from tests.support.costs import StoreCalls
-    from tests.unit.test_edge_tls import make_ca, pem
+    from stacks.certs import make_ca, pem
 
     admin = account.admin
     hp, other = hostport(), hostport()

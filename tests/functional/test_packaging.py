@@ -18,10 +18,9 @@ import pytest
 import yaml
 
 from chalicelib.core import errors
-from tests.support.api import PROJECT_DIR
+from stacks.paths import PROJECT_DIR
 
-sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
-import deploy_stack  # noqa: E402
+from scripts import deploy_stack
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -375,7 +374,6 @@ def test_compose_starts_localstack_and_the_agent_on_loopback(compose):
 # no cryptography or PyJWT anywhere on its path, and says where its modules came from.
 _PACKAGED_CHECK = """
 import json, sys
-sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import app
 assert app.app.routes
 cold = sorted(m for m in sys.modules if m.split(".")[0] in ("asn1crypto", "cel_expr_python"))
@@ -395,7 +393,7 @@ def jwt_policy(jwks):
         "http": {"tokens": [{"type": "jwt", "method": "header", "name": "Authorization",
                              "prefix": "Bearer "}]},
         "jws": {"allowed_algorithms": ["RS256", "ES256", "EdDSA"], "keys": {"jwks": jwks}}}}]}]}
-compile_policy(jwt_policy(json.loads(sys.argv[3])))
+compile_policy(jwt_policy(json.loads(sys.argv[1])))
 try:
     compile_policy(jwt_policy({"keys": [{"kty": "EC", "crv": "P-256", "x": "AQ", "y": "AQ"}]}))
     off_curve = "accepted"
@@ -515,19 +513,21 @@ def test_package_is_slimmed_and_the_app_runs_from_it(tmp_path):
     result = subprocess.run(
         [
             sys.executable,
-            "-I",
+            "-P",  # with -S and this environment: nothing but the package and the runtime
             "-S",
             "-B",
             "-c",
             _PACKAGED_CHECK,
-            str(tmp_path / "task"),
-            str(runtime),
             _jwks(),
         ],
         input=_ca_pem(),
         capture_output=True,
         text=True,
-        env={"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1"},
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "PYTHONPATH": os.pathsep.join([str(tmp_path / "task"), str(runtime)]),
+        },
     )
     assert result.returncode == 0, result.stderr
     seen = ast.literal_eval(result.stdout.strip().splitlines()[-1])

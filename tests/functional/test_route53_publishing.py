@@ -3,40 +3,19 @@ provider: DNS_ROUTE53_ZONE_ID), against moto's server as a process: every value 
 for a name is kept in its one TXT record set, a removed value leaves the others, the last one
 removed deletes the record set, and names are matched without case or trailing dot."""
 
-import subprocess
-import sys
 import time
 
 import boto3
 import pytest
-import requests
 
-from tests.support.api import free_port
+from tests.support.fixtures import moto_server  # noqa: F401 (a fixture)
 
 ZONE = "acme-challenge.tunnels.example"
 
 
 @pytest.fixture(scope="module")
-def route53(tmp_path_factory):
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w+")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
-    while True:
-        try:
-            requests.get(f"{url}/moto-api/", timeout=2)
-            break
-        except requests.RequestException:
-            assert server.poll() is None and time.time() < deadline, open(log.name).read()
-            time.sleep(0.2)
-    yield url
-    server.terminate()
-    server.wait(timeout=10)
+def route53(moto_server):  # noqa: F811
+    return moto_server.url
 
 
 @pytest.fixture

@@ -58,12 +58,12 @@ def test_vault_and_secret_round_trip_through_the_client(client, http_api):
 
 
 def test_the_value_is_stored_sealed_and_opens_only_for_its_account_and_id(
-    client, http_api, local_stack
+    client, http_api, api_process
 ):
     c, account = client
     vault = c.vaults.create(name=_name())
     secret = c.secrets.create(name="s", value="plain-text-value", vault_id=vault.id)
-    raw = local_stack.store_client().get_item(
+    raw = api_process.store_client().get_item(
         TableName="tunnel-service",
         Key={"pk": {"S": store.collection_pk(account.id, vs.SECRETS)}, "sk": {"S": secret.id}},
     )

@@ -1,7 +1,7 @@
 """One HTTP-only suite, two targets.
 
 - ``local``: the stack the test session starts itself (scripts/serve.py = chalice local +
-  moto server, the ``local_stack`` fixture), with accounts created by tests/support/seed.py
+  moto server, the ``api_process`` fixture), with accounts created by tests/support/seed.py
   against its store.
 - ``deployed``: a LocalStack or AWS deployment (scripts/deploy_stack.py prints both values):
   ``INTEGRATION_BASE_URL`` (e.g. https://abc.execute-api.eu-west-1.amazonaws.com/api) and
@@ -96,7 +96,7 @@ def _deployed_target() -> Target:
 def _local_target(request) -> Target:
     from tests.support.api import HttpApi
 
-    stack = request.getfixturevalue("local_stack")
+    stack = request.getfixturevalue("api_process")
     api = HttpApi(stack)
     mine, other = api._seed(2, reporter=True)
     return Target(

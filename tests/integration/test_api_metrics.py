@@ -8,7 +8,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.api import HttpApi, LocalStack, free_port
+from stacks.api import ApiProcess
+from stacks.ports import free_port
+from tests.support.api import HttpApi
 
 
 def _value(text, name, **labels):
@@ -24,9 +26,7 @@ def _value(text, name, **labels):
 def metered():
     metrics_port = free_port()
     with tempfile.TemporaryDirectory(prefix="api-metrics-") as data_dir:
-        stack = LocalStack(data_dir=data_dir)
-        base_env = stack.env
-        stack.env = lambda: {**base_env(), "API_METRICS_PORT": str(metrics_port)}
+        stack = ApiProcess(data_dir=data_dir, extra_env={"API_METRICS_PORT": str(metrics_port)})
         stack.start()
         try:
             yield stack, f"http://127.0.0.1:{metrics_port}/metrics"

@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from tests.support.api import LocalStack
+from stacks.api import ApiProcess
 
 HEADERS = {"Service-Version": "2"}
 
@@ -69,7 +69,7 @@ def _listed_ids(stack, token):
 
 
 def _restart_and_check(tmp_path, token, acknowledged):
-    again = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
+    again = ApiProcess(data_dir=str(tmp_path)).start(bootstrap=True)
     try:
         listed = _listed_ids(again, token)
         missing = set(acknowledged) - listed
@@ -81,7 +81,7 @@ def _restart_and_check(tmp_path, token, acknowledged):
 
 def test_kill_9_of_the_whole_stack_under_concurrent_writes_loses_no_acknowledged_write(tmp_path):
     for round_ in range(2):  # the second round also replays the first round's log
-        stack = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
+        stack = ApiProcess(data_dir=str(tmp_path)).start(bootstrap=True)
         token = _token(stack)
         acknowledged, stop = [], threading.Event()
         threads = _write_until_stopped(stack, token, acknowledged, stop)
@@ -101,7 +101,7 @@ def test_kill_9_of_the_whole_stack_under_concurrent_writes_loses_no_acknowledged
 
 
 def test_kill_9_of_serve_py_alone_takes_its_children_down(tmp_path):
-    stack = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
+    stack = ApiProcess(data_dir=str(tmp_path)).start(bootstrap=True)
     children = _children(stack.process.pid)
     assert len(children) == 2  # store and api
     os.kill(stack.process.pid, signal.SIGKILL)
@@ -118,14 +118,14 @@ def test_kill_9_of_serve_py_alone_takes_its_children_down(tmp_path):
         if os.path.exists(f"/proc/{c}/status") and "zombie" not in open(f"/proc/{c}/status").read()
     ]
     assert not alive
-    again = LocalStack(data_dir=str(tmp_path), port=stack.port, store_port=stack.store_port).start(
+    again = ApiProcess(data_dir=str(tmp_path), port=stack.port, store_port=stack.store_port).start(
         bootstrap=True
     )  # ports are free
     again.stop()
 
 
 def test_ctrl_c_under_concurrent_writes_stops_within_10s_and_loses_nothing(tmp_path):
-    stack = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
+    stack = ApiProcess(data_dir=str(tmp_path)).start(bootstrap=True)
     token = _token(stack)
     acknowledged, stop = [], threading.Event()
     threads = _write_until_stopped(stack, token, acknowledged, stop)
@@ -146,7 +146,7 @@ def test_ctrl_c_under_concurrent_writes_stops_within_10s_and_loses_nothing(tmp_p
 
 
 def _start_fails(tmp_path):
-    stack = LocalStack(data_dir=str(tmp_path))
+    stack = ApiProcess(data_dir=str(tmp_path))
     try:
         stack.start(bootstrap=True, timeout=60)
     except RuntimeError:
@@ -159,7 +159,7 @@ def _start_fails(tmp_path):
 def data_template(tmp_path_factory):
     """A data directory with a local account and 3 more keys, made once per module."""
     path = tmp_path_factory.mktemp("template")
-    stack = LocalStack(data_dir=str(path)).start(bootstrap=True)
+    stack = ApiProcess(data_dir=str(path)).start(bootstrap=True)
     token = _token(stack)
     for _ in range(3):
         requests.post(stack.base_url + "/api_keys", headers=_auth(token), json={}, timeout=10)
@@ -209,7 +209,7 @@ def test_a_write_cut_short_at_the_end_of_the_log_is_dropped_and_the_rest_kept(wi
     log = tmp_path / "store" / "wal-000001.log"
     whole = log.read_bytes()
     log.write_bytes(whole + whole[-40:-10])  # a torn copy of a record at the tail
-    stack = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
+    stack = ApiProcess(data_dir=str(tmp_path)).start(bootstrap=True)
     try:
         assert "cut off a write" in stack.log()
         assert len(_listed_ids(stack, token)) == 4  # bootstrap key + 3
@@ -236,7 +236,7 @@ def test_a_busy_port_stops_start_up_with_one_line(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen(1)
-        stack = LocalStack(data_dir=str(tmp_path), store_port=sock.getsockname()[1])
+        stack = ApiProcess(data_dir=str(tmp_path), store_port=sock.getsockname()[1])
         try:
             stack.start(bootstrap=True, timeout=60)
             stack.stop()

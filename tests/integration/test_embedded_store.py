@@ -9,8 +9,8 @@ TABLE = "tunnel-service"
 
 
 @pytest.fixture
-def ddb(local_stack):
-    return local_stack.store_client()
+def ddb(api_process):
+    return api_process.store_client()
 
 
 def _key(pk, sk="S"):

@@ -17,8 +17,8 @@ def stack_account(http_api):
 
 
 @pytest.fixture
-def conn(local_stack):
-    with RawConnection(local_stack.port) as connection:
+def conn(api_process):
+    with RawConnection(api_process.port) as connection:
         yield connection
 
 
@@ -183,10 +183,10 @@ def test_a_chunk_announcing_more_than_the_limit_is_413_before_its_data(conn, sta
     assert conn.is_closed()
 
 
-def test_a_target_at_8192_bytes_is_served_and_one_more_is_414(local_stack, stack_account):
+def test_a_target_at_8192_bytes_is_served_and_one_more_is_414(api_process, stack_account):
     prefix = "/api_keys/"
     for length, status in ((8192, 404), (8193, 414)):
-        with RawConnection(local_stack.port) as conn:
+        with RawConnection(api_process.port) as conn:
             path = prefix + "a" * (length - len(prefix))
             conn.send(request_bytes("GET", path, _auth(stack_account)))
             resp = conn.read_response()
@@ -205,19 +205,19 @@ def _head_of(size, account):
     return request_bytes("GET", "/api_keys", _auth(account, **{"X-Pad": "p" * pad}))
 
 
-def test_header_fields_of_10240_bytes_pass_and_one_more_is_431(local_stack, stack_account):
-    with RawConnection(local_stack.port) as conn:
+def test_header_fields_of_10240_bytes_pass_and_one_more_is_431(api_process, stack_account):
+    with RawConnection(api_process.port) as conn:
         conn.send(_head_of(10240, stack_account))
         assert conn.read_response().status == 200
-    with RawConnection(local_stack.port) as conn:
+    with RawConnection(api_process.port) as conn:
         conn.send(_head_of(10241, stack_account))
         _assert_contract_error(conn.read_response(), 431, errors.HeadersTooLarge.error_code)
         assert conn.is_closed()
 
 
-def test_more_than_100_header_fields_is_431_and_100_pass(local_stack, stack_account):
+def test_more_than_100_header_fields_is_431_and_100_pass(api_process, stack_account):
     for count, status in ((100 - 3, 200), (101, 431)):
-        with RawConnection(local_stack.port) as conn:
+        with RawConnection(api_process.port) as conn:
             extra = {f"X-H{i}": "v" for i in range(count)}
             conn.send(request_bytes("GET", "/api_keys", _auth(stack_account, **extra)))
             resp = conn.read_response()

@@ -8,7 +8,8 @@ import ngrok
 import pytest
 import requests
 
-from tests.support.api import PROJECT_DIR, LocalStack
+from stacks.api import ApiProcess
+from stacks.paths import PROJECT_DIR
 
 HEADERS = {"Service-Version": "2"}
 
@@ -19,7 +20,7 @@ def _auth(token):
 
 @pytest.fixture
 def fresh_stack(tmp_path):
-    stack = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
+    stack = ApiProcess(data_dir=str(tmp_path)).start(bootstrap=True)
     yield stack
     stack.stop()
 
@@ -37,7 +38,7 @@ def test_first_start_bootstraps_and_prints_an_admin_key(fresh_stack):
 
 
 def test_data_survives_a_restart_and_holds_no_plaintext_secret(tmp_path):
-    stack = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
+    stack = ApiProcess(data_dir=str(tmp_path)).start(bootstrap=True)
     try:
         token = _local_admin_token(stack)
         created = requests.post(
@@ -55,7 +56,7 @@ def test_data_survives_a_restart_and_holds_no_plaintext_secret(tmp_path):
     assert created["id"] in on_disk
     assert created["token"] not in on_disk and token not in on_disk
 
-    again = LocalStack(data_dir=str(tmp_path)).start(bootstrap=True)
+    again = ApiProcess(data_dir=str(tmp_path)).start(bootstrap=True)
     try:
         listed = requests.get(
             again.base_url + "/api_keys", headers=_auth(token), timeout=10
@@ -70,12 +71,12 @@ def test_data_survives_a_restart_and_holds_no_plaintext_secret(tmp_path):
         again.stop()
 
 
-def test_make_api_key_prints_a_working_key_as_last_line(local_stack):
+def test_make_api_key_prints_a_working_key_as_last_line(api_process):
     env = {**os.environ, "TABLE_NAME": "tunnel-service"}
     for name in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         env.pop(name, None)
     out = subprocess.run(
-        ["make", "-s", "api-key", f"DATA_DIR={local_stack.data_dir}"],
+        ["make", "-s", "api-key", f"DATA_DIR={api_process.data_dir}"],
         cwd=PROJECT_DIR,
         env=env,
         check=True,
@@ -83,16 +84,16 @@ def test_make_api_key_prints_a_working_key_as_last_line(local_stack):
         text=True,
     ).stdout
     token = out.strip().splitlines()[-1]
-    resp = requests.get(local_stack.base_url + "/api_keys", headers=_auth(token), timeout=10)
+    resp = requests.get(api_process.base_url + "/api_keys", headers=_auth(token), timeout=10)
     assert resp.status_code == 200, resp.text
     keys = resp.json()["keys"]
     assert len(keys) == 1 and keys[0]["description"] == "bootstrap admin key"
 
 
-def test_stored_items_hold_no_plaintext_secret(http_api, local_stack):
+def test_stored_items_hold_no_plaintext_secret(http_api, api_process):
     account = http_api.new_account()
     created = account.admin.post("/api_keys", {"description": "secret check"}).json
-    client = local_stack.store_client()
+    client = api_process.store_client()
     pages = client.get_paginator("scan").paginate(TableName="tunnel-service")  # > 1 MB by now
     dump = json.dumps([item for page in pages for item in page["Items"]])
     assert created["id"] in dump

@@ -16,12 +16,12 @@ TABLE = "tunnel-service"
 
 
 @pytest.fixture
-def store(local_stack):
-    return local_stack.store_client()
+def store(api_process):
+    return api_process.store_client()
 
 
-def _forged_client(local_stack, key_id=None, secret="not-the-secret-" + "x" * 30):
-    env = local_stack.store_env()
+def _forged_client(api_process, key_id=None, secret="not-the-secret-" + "x" * 30):
+    env = api_process.store_env()
     return boto3.client(
         "dynamodb",
         endpoint_url=env["DYNAMODB_ENDPOINT_URL"],
@@ -49,12 +49,12 @@ def test_the_right_secret_is_served(store):
 
 @pytest.mark.parametrize("who", ["right key id, wrong secret", "wrong key id", "x/x"])
 def test_a_request_signed_with_another_secret_is_refused_and_writes_nothing(
-    local_stack, store, who
+    api_process, store, who
 ):
     client = {
-        "right key id, wrong secret": lambda: _forged_client(local_stack),
-        "wrong key id": lambda: _forged_client(local_stack, key_id="AKIDFORGED"),
-        "x/x": lambda: _forged_client(local_stack, key_id="x", secret="x"),
+        "right key id, wrong secret": lambda: _forged_client(api_process),
+        "wrong key id": lambda: _forged_client(api_process, key_id="AKIDFORGED"),
+        "x/x": lambda: _forged_client(api_process, key_id="x", secret="x"),
     }[who]()
     item = _admin_key_item("forged-token-" + who)
     with pytest.raises(ClientError) as info:
@@ -66,10 +66,10 @@ def test_a_request_signed_with_another_secret_is_refused_and_writes_nothing(
     assert "Item" not in store.get_item(TableName=TABLE, Key={"pk": item["pk"], "sk": item["sk"]})
 
 
-def test_an_unsigned_request_is_refused(local_stack):
+def test_an_unsigned_request_is_refused(api_process):
     body = json.dumps({"TableName": TABLE, "Item": _admin_key_item("unsigned")}).encode()
     resp = requests.post(
-        local_stack.store_url,
+        api_process.store_url,
         data=body,
         timeout=10,
         headers={
@@ -82,7 +82,7 @@ def test_an_unsigned_request_is_refused(local_stack):
     )
     assert resp.status_code in (400, 403)
     resp = requests.post(
-        local_stack.store_url,
+        api_process.store_url,
         data=body,
         timeout=10,
         headers={"X-Amz-Target": "DynamoDB_20120810.PutItem"},
@@ -91,7 +91,7 @@ def test_an_unsigned_request_is_refused(local_stack):
     assert "MissingAuthenticationToken" in resp.json()["__type"]
 
 
-def test_a_signature_replayed_over_another_body_is_refused(local_stack, store):
+def test_a_signature_replayed_over_another_body_is_refused(api_process, store):
     """Capture a correctly signed request, then send its headers with a forged body."""
     captured = {}
 
@@ -106,7 +106,7 @@ def test_a_signature_replayed_over_another_body_is_refused(local_stack, store):
     headers["X-Amz-Target"] = "DynamoDB_20120810.PutItem"
     forged = json.dumps({"TableName": TABLE, "Item": _admin_key_item("replayed")}).encode()
     headers["Content-Length"] = str(len(forged))
-    resp = requests.post(local_stack.store_url, data=forged, headers=headers, timeout=10)
+    resp = requests.post(api_process.store_url, data=forged, headers=headers, timeout=10)
     assert resp.status_code == 400 and "InvalidSignature" in resp.json()["__type"]
     item = _admin_key_item("replayed")
     assert "Item" not in store.get_item(TableName=TABLE, Key={"pk": item["pk"], "sk": item["sk"]})
@@ -121,17 +121,17 @@ def test_a_signature_replayed_over_another_body_is_refused(local_stack, store):
         ("POST", "/moto-api/seed?a=42"),
     ],
 )
-def test_motos_admin_and_reset_paths_are_unreachable(local_stack, store, method, path):
-    resp = requests.request(method, local_stack.store_url + path, timeout=10)
+def test_motos_admin_and_reset_paths_are_unreachable(api_process, store, method, path):
+    resp = requests.request(method, api_process.store_url + path, timeout=10)
     assert resp.status_code in (400, 403, 404)
     assert TABLE in store.list_tables()["TableNames"]  # nothing was reset
 
 
-def test_no_cors_headers_even_for_a_preflight(local_stack):
+def test_no_cors_headers_even_for_a_preflight(api_process):
     for method in ("OPTIONS", "POST"):
         resp = requests.request(
             method,
-            local_stack.store_url + "/",
+            api_process.store_url + "/",
             timeout=10,
             headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
         )
@@ -139,44 +139,44 @@ def test_no_cors_headers_even_for_a_preflight(local_stack):
         assert not [h for h in resp.headers if h.lower().startswith("access-control-")]
 
 
-def test_the_store_listens_on_loopback_only(local_stack):
+def test_the_store_listens_on_loopback_only(api_process):
     with open("/proc/net/tcp") as handle:
         rows = [line.split() for line in handle.read().splitlines()[1:]]
-    port_hex = f"{local_stack.store_port:04X}"
+    port_hex = f"{api_process.store_port:04X}"
     listening = [r[1] for r in rows if r[1].endswith(":" + port_hex) and r[3] == "0A"]
     assert listening == ["0100007F:" + port_hex]
 
 
-def test_the_secret_changes_at_each_start_and_its_file_is_private(local_stack):
+def test_the_secret_changes_at_each_start_and_its_file_is_private(api_process):
     import os
     import stat
 
-    mode = os.stat(os.path.join(local_stack.data_dir, "store.env")).st_mode
+    mode = os.stat(os.path.join(api_process.data_dir, "store.env")).st_mode
     assert stat.S_IMODE(mode) == 0o600
-    assert len(local_stack.store_env()["AWS_SECRET_ACCESS_KEY"]) >= 32
+    assert len(api_process.store_env()["AWS_SECRET_ACCESS_KEY"]) >= 32
 
 
-def test_a_malformed_request_to_the_store_gets_a_clean_error(local_stack):
-    with RawConnection(local_stack.store_port) as conn:
+def test_a_malformed_request_to_the_store_gets_a_clean_error(api_process):
+    with RawConnection(api_process.store_port) as conn:
         conn.send(request_bytes("POST", "/", {"Content-Length": "abc"}))
         resp = conn.read_response()
         assert resp.status == 400 and conn.is_closed()
 
 
-def test_a_signed_request_to_motos_reset_path_is_404_and_resets_nothing(local_stack, store):
+def test_a_signed_request_to_motos_reset_path_is_404_and_resets_nothing(api_process, store):
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    env = local_stack.store_env()
-    request = AWSRequest(method="POST", url=local_stack.store_url + "/moto-api/reset", data=b"")
+    env = api_process.store_env()
+    request = AWSRequest(method="POST", url=api_process.store_url + "/moto-api/reset", data=b"")
     SigV4Auth(
         Credentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]),
         "dynamodb",
         "us-east-1",
     ).add_auth(request)
     resp = requests.post(
-        local_stack.store_url + "/moto-api/reset",
+        api_process.store_url + "/moto-api/reset",
         data=b"",
         headers=dict(request.headers),
         timeout=10,

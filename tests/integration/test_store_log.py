@@ -13,10 +13,10 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.support.api import PROJECT_DIR, free_port
+from stacks.paths import PROJECT_DIR
+from stacks.ports import free_port
 
-sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
-import embedded_store  # noqa: E402  (pure functions only: moto is not patched here)
+from scripts import embedded_store  # pure functions only: moto is not patched here
 
 TABLE = "t"
 

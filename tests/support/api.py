@@ -2,27 +2,25 @@
 
 ``InProcessApi`` drives the Chalice app through ``chalice.test.Client`` (the authorizer runs)
 over moto's in-process ``mock_aws``; ``HttpApi`` talks real HTTP to ``scripts/serve.py``
-(the API and its embedded store as processes). Tests written against ``Api`` run at
+(the API and its embedded store as processes: stacks.api.ApiProcess). Tests written against ``Api`` run at
 both levels through the ``api`` fixture (tests/conftest.py).
 """
 
 import contextlib
 import json
 import os
-import random
-import socket
 import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional
 from urllib.parse import urlsplit
 
 import requests
 
+from stacks.api import ApiProcess
+from stacks.paths import PROJECT_DIR
 from tests.support.contract import check_error_response
 
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _UNSET = object()
 
 
@@ -162,150 +160,10 @@ class InProcessApi(Api):
         return [make_account(reporter) for _ in range(count)]
 
 
-_GIVEN: set = set()  # ports this process has handed out: never twice
-
-
-def free_port() -> int:
-    """A free port below the kernel's ephemeral range (see free_range)."""
-    return free_range(1)
-
-
-def wait_port(port: int, timeout: float = 20.0) -> None:
-    """Return once something accepts connections on 127.0.0.1:``port``."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port} after {timeout}s")
-
-
-def free_range(size: int) -> int:
-    """The first of ``size`` consecutive free ports, below the kernel's ephemeral range: a port
-    from that range (what bind(0) gives) can become the source port of any outgoing connection
-    made before its server binds it, and the server then fails with 'address already in use'
-    (seen in full runs: an edge's TCP listener, and make run's store on 127.0.0.1:33501). No
-    port is handed out twice by one process."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
-        low_ephemeral = int(handle.read().split()[0])
-    for _ in range(1000):
-        low = random.randrange(20000, max(20001, low_ephemeral - size))
-        ports = range(low, low + size)
-        if _GIVEN.intersection(ports):
-            continue
-        try:
-            for port in ports:
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        _GIVEN.update(ports)
-        return low
-    raise RuntimeError("no free port range")
-
-
-@dataclass
-class LocalStack:
-    """``scripts/serve.py`` as a process: the API and the embedded store (child processes)."""
-
-    data_dir: str
-    port: int = field(default_factory=free_port)
-    store_port: int = field(default_factory=free_port)
-    process: Optional[subprocess.Popen] = None
-    log_path: str = ""
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def store_url(self) -> str:
-        return f"http://127.0.0.1:{self.store_port}"
-
-    def env(self) -> Dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "DYNAMODB_ENDPOINT_URL"}
-        env.update(
-            {
-                "PORT": str(self.port),
-                "STORE_PORT": str(self.store_port),
-                "DATA_DIR": self.data_dir,
-                "TABLE_NAME": "tunnel-service",
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        env.pop("PUBLIC_BASE_URL", None)
-        return env
-
-    def store_env(self) -> Dict[str, str]:
-        """The environment of a tool that uses the running stack's store directly: its
-        endpoint and this start's secret, as serve.py writes them to DATA_DIR/store.env."""
-        env = self.env()
-        with open(os.path.join(self.data_dir, "store.env")) as handle:
-            for line in handle:
-                name, _, value = line.strip().partition("=")
-                if name:
-                    env[name] = value
-        for name in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-            env.pop(name, None)
-        return env
-
-    def store_client(self) -> Any:
-        """A boto3 DynamoDB client holding the stack's store secret."""
-        import boto3
-
-        env = self.store_env()
-        return boto3.client(
-            "dynamodb",
-            endpoint_url=env["DYNAMODB_ENDPOINT_URL"],
-            region_name=env["AWS_DEFAULT_REGION"],
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-            aws_session_token=None,
-        )
-
-    def start(self, bootstrap: bool = False, timeout: float = 60.0) -> "LocalStack":
-        self.log_path = os.path.join(self.data_dir, "serve.log")
-        log = open(self.log_path, "wb")  # one start, one log
-        args = [sys.executable, os.path.join(PROJECT_DIR, "scripts", "serve.py")]
-        if not bootstrap:
-            args.append("--no-bootstrap")
-        self.process = subprocess.Popen(
-            args, cwd=PROJECT_DIR, env=self.env(), stdout=log, stderr=subprocess.STDOUT
-        )
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"serve.py exited early: {self.log()}")
-            try:
-                requests.get(self.base_url + "/api_keys", timeout=5)
-                return self
-            except requests.RequestException:  # refused, or slow to answer on a busy machine
-                time.sleep(0.2)
-        raise RuntimeError(f"serve.py did not start in {timeout}s: {self.log()}")
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(2)  # SIGINT, as Ctrl-C
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def log(self) -> str:
-        try:
-            with open(self.log_path) as handle:
-                return handle.read()[-4000:]
-        except OSError:
-            return ""
-
-
 class HttpApi(Api):
     level = "http"
 
-    def __init__(self, stack: LocalStack) -> None:
+    def __init__(self, stack: ApiProcess) -> None:
         self.stack = stack
         self.session = requests.Session()
         self._pool: Dict[bool, List[Dict[str, Any]]] = {False: [], True: []}

@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import requests
 
-from tests.support.api import free_port
+from stacks.ports import free_port
 from tests.support.certs import SmallCA, key_pem, pem
 
 

@@ -2,16 +2,12 @@
 index.html naming the API, and the template told the site's origin."""
 
 import json
-import os
-import sys
 
 import pytest
 from moto import mock_aws
 
-from tests.support.api import PROJECT_DIR
 
-sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
-import dashboard_site  # noqa: E402
+from scripts import dashboard_site
 
 API = "https://abc123.execute-api.eu-west-1.amazonaws.com/api"
 

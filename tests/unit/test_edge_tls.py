@@ -4,21 +4,18 @@ real sockets (minimum version, client certificates), with an in-memory edge."""
 
 import asyncio
 import base64
-import datetime
 import hashlib
 import socket
 import ssl
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
 from chalicelib import edge_modules
 from chalicelib.core import binding, store
 from edge import certs, tls, tls_spec
 from edge.registry import Registry
+from stacks.certs import make_ca, make_client_cert, pem
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -31,52 +28,6 @@ def _client_hello(server_hostname, maximum=None):
     with pytest.raises(ssl.SSLWantReadError):
         obj.do_handshake()
     return outgoing.read()
-
-
-def make_ca(name):
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return key, cert
-
-
-def make_client_cert(ca, name="client"):
-    ca_key, ca_cert = ca
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(ca_key, hashes.SHA256())
-    )
-    return (
-        cert.public_bytes(serialization.Encoding.PEM),
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-    )
-
-
-def pem(cert):
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
 # ---- the server name of a ClientHello ---------------------------------------------------------

@@ -233,13 +233,12 @@ def test_the_grafana_dashboard_queries_only_metrics_that_exist():
     import json
     import os
     import re
-    import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.path.insert(0, os.path.join(root, "scripts"))
-    import api_metrics
     from prometheus_client import CollectorRegistry
+
     from edge import metrics as edge_metrics
+    from scripts import api_metrics
+    from stacks.paths import PROJECT_DIR as root
 
     with open(os.path.join(root, "docs", "grafana-dashboard.json")) as fh:
         dashboard = json.load(fh)

@@ -1,4 +1,4 @@
-"""The bench's floor (edge/bench/floor_relay.py) carries what it is given: requests on several
+"""The bench's floor (bench/edge_bench/floor_relay.py) carries what it is given: requests on several
 client connections reach the upstream through the one TLS connection and come back whole, and a
 client's close ends its upstream connection. (Its cost is measured by bench_peers, not here.)"""
 
@@ -13,9 +13,10 @@ import time
 
 import pytest
 
-from tests.support.api import PROJECT_DIR, free_port, wait_port
+from stacks.paths import PROJECT_DIR
+from stacks.ports import free_port, wait_port
 
-RELAY = os.path.join(PROJECT_DIR, "edge", "bench", "floor_relay.py")
+RELAY = os.path.join(PROJECT_DIR, "bench", "edge_bench", "floor_relay.py")
 
 
 @pytest.fixture(scope="module")

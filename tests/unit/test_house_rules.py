@@ -6,6 +6,7 @@ Error codes come from catalogs, never literals. No module of the edge or the cor
 another's private names. The repository names nothing outside it."""
 
 import ast
+import os
 import pathlib
 import re
 import sys
@@ -214,35 +215,54 @@ def test_the_private_rule_sees_a_call_into_another_module(tmp_path, monkeypatch)
     assert found == ["user.py:2: front._send"]
 
 
-# ---- scripts run as files -------------------------------------------------------------------
-_PROJECT_IMPORT = re.compile(
-    r"(from (chalicelib|edge|tests|app)\b|import (chalicelib|edge|app)\b)"
+# ---- nothing changes sys.path --------------------------------------------------------------
+# The project is installed (editable, `make install`): tests, scripts and benchmarks import it
+# from any directory, and a subprocess that needs another path gets it by PYTHONPATH. A change
+# of sys.path hides a missing install, shadows modules, and depends on the working directory.
+_PATH_CHANGE = re.compile(
+    r"\bsys\.path\s*(\.\s*(insert|append|extend|remove|pop|clear)\s*\(|\[[^\]]*\]\s*=|\+?=(?!=))"
 )
+_NOT_OURS = ("vendor", "build", "node_modules", "__pycache__", "mutants", "dist")
 
 
-def _imports_before_path(path: pathlib.Path) -> list:
-    """Project imports at module level above the script's ``sys.path.insert`` of the root
-    (run as ``python bench/x.py``, the root is not on the path until that line)."""
-    lines = path.read_text().split("\n")
-    inserts = [n for n, line in enumerate(lines) if line.startswith("sys.path.insert")]
-    if not inserts:
-        return []
+def _python_files(root: pathlib.Path):
+    """Every .py file of the repository, outside virtualenvs, vendored and built trees."""
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(".") and d not in _NOT_OURS  # .venv*, .git
+        ]
+        for name in files:
+            if name.endswith(".py"):
+                yield pathlib.Path(folder) / name
+
+
+def _path_changes(root: pathlib.Path) -> list:
     return [
-        f"{path.relative_to(ROOT)}:{n + 1}"
-        for n, line in enumerate(lines[: inserts[0]])
-        if _PROJECT_IMPORT.match(line)
+        f"{path.relative_to(root)}:{n}: {line.strip()}"
+        for path in sorted(_python_files(root))
+        for n, line in enumerate(path.read_text(errors="replace").split("\n"), 1)
+        if _PATH_CHANGE.search(line)
     ]
 
 
-def test_scripts_put_the_project_on_the_path_before_importing_from_it():
-    """`make bench` runs ``python bench/bench.py``: an import of chalicelib above the line
-    that puts the project root on sys.path fails with ModuleNotFoundError (it did)."""
-    scripts = [p for folder in ("bench", "edge/bench", "scripts") for p in _files(folder)]
-    assert [hit for path in scripts for hit in _imports_before_path(path)] == []
+def test_no_python_file_changes_sys_path():
+    assert _path_changes(ROOT) == []
 
 
-def test_the_script_rule_sees_an_import_above_the_path(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    script = tmp_path / "x.py"
-    script.write_text("import os\nfrom chalicelib.core import keys\nsys.path.insert(0, '.')\n")
-    assert _imports_before_path(script) == ["x.py:2"]
+def test_the_path_rule_sees_every_kind_of_change(tmp_path):
+    path = "sys" + ".path"
+    lines = [
+        f"{path}.insert(0, '.')",
+        f"    {path}.append(x)",
+        f"{path}[:0] = [a, b]",
+        f"x = 1; {path} += ['a']",
+        f"{path} = []",
+    ]
+    (tmp_path / "x.py").write_text("\n".join(["import sys", *lines, f"print({path})"]))
+    for skipped in (".venv-agent", "vendor", "node_modules"):
+        (tmp_path / skipped).mkdir()
+        (tmp_path / skipped / "y.py").write_text(lines[0])
+    found = _path_changes(tmp_path)
+    assert [hit.split(":")[1] for hit in found] == ["2", "3", "4", "5", "6"], found

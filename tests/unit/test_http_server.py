@@ -2,18 +2,14 @@
 (the framing cases run against the real stack in tests/integration/test_http_framing.py)."""
 
 import json
-import os
 import socket
-import sys
 import threading
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
-import http_server  # noqa: E402
-
-from tests.support.raw_http import RawConnection, request_bytes  # noqa: E402
+from scripts import http_server
+from tests.support.raw_http import RawConnection, request_bytes
 
 
 def _error(status, reason):

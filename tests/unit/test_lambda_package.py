@@ -11,11 +11,9 @@ import zipfile
 
 import pytest
 
-from tests.support.api import PROJECT_DIR
+from stacks.paths import PROJECT_DIR
 
-sys.path.insert(0, os.path.join(PROJECT_DIR, "scripts"))
-import deploy_stack  # noqa: E402
-import vendor_lambda  # noqa: E402
+from scripts import deploy_stack, vendor_lambda
 
 
 def test_app_import_loads_neither_the_certificate_parser_nor_the_cel_runtime():

@@ -1,9 +1,9 @@
 """HTTP/2 benchmark: the same small GET through the HTTPS listener over HTTP/1.1 (keep-alive
 connections) and over HTTP/2 (concurrent streams on one connection), 100 concurrent streams on
 one connection, and a gRPC unary call through the edge (app_protocol http2) beside the same
-call direct to the grpcio server. Prints a table; writes edge/bench/h2_latest.json.
+call direct to the grpcio server. Prints a table; writes bench/edge_bench/h2_latest.json.
 
-    .venv/bin/python edge/bench/bench_h2.py [--seconds 10]
+    .venv/bin/python bench/edge_bench/bench_h2.py [--seconds 10]
 
 As in bench_edge.py: everything runs here as processes (store + API, the edge, an official SDK
 agent with its aiohttp upstream and a grpcio server), requests/s depend on whatever else the
@@ -30,7 +30,6 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
 for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(_name, "local")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -41,9 +40,10 @@ import h2.config  # noqa: E402
 import h2.connection  # noqa: E402
 import h2.events  # noqa: E402
 
-from edge.bench.bench_edge import measured  # noqa: E402
-from tests.edge.conftest import EdgeProcess, SdkAgent  # noqa: E402
-from tests.support.api import HttpApi, LocalStack  # noqa: E402
+from bench.edge_bench.bench_edge import measured  # noqa: E402
+from stacks.agents import SdkAgent  # noqa: E402
+from stacks.edge import EdgeProcess  # noqa: E402
+from stacks.api import ApiProcess  # noqa: E402
 
 
 def _summary(latencies, bad, seconds):
@@ -217,7 +217,7 @@ def main() -> int:
     args = parser.parse_args()
     results = {"machine": f"{os.cpu_count()} cores", "seconds": args.seconds}
     with tempfile.TemporaryDirectory(prefix="h2-bench-") as tmp:
-        stack = LocalStack(data_dir=os.path.join(tmp, "api"))
+        stack = ApiProcess(data_dir=os.path.join(tmp, "api"))
         os.makedirs(stack.data_dir)
         stack.start()
         edge = EdgeProcess(data_dir=os.path.join(tmp, "edge"), store_url=stack.store_url)
@@ -225,8 +225,8 @@ def main() -> int:
         edge.start(stack.store_env())
         agent = None
         try:
-            account = HttpApi(stack).new_account()
-            token = account.admin.post("/credentials", {"description": "bench"}).json["token"]
+            admin = stack.new_admin("bench")
+            token = admin.post("/credentials", {"description": "bench"}).json["token"]
             agent = SdkAgent(
                 edge,
                 token,

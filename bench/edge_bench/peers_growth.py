@@ -3,7 +3,7 @@
 - edge CPU per small GET (20 connections, to one endpoint) with the bench's 3 endpoints, then
   with ``ENDPOINTS`` more bound by a second SDK session (so 2 sessions), then with
   ``SESSIONS`` idle agent sessions more (raw protocol clients from this process: TLS + muxado
-  + Auth, as edge/bench/bench_edge.py holds them);
+  + Auth, as bench/edge_bench/bench_edge.py holds them);
 - the edge's RSS before and after those idle sessions (memory per idle session) and with
   ``IN_FLIGHT`` requests in flight (a POST whose head and first bytes are sent and whose body
   never ends: the client connection, its proxy stream and the SDK's upstream connection held
@@ -122,7 +122,15 @@ def run(
     endpoints: int = ENDPOINTS,
     sessions: int = SESSIONS,
 ) -> Dict[str, Any]:
-    from edge.bench.bench_peers import Group, measure, median_of, print_http, rss_kb, tree, wrk
+    from bench.edge_bench.bench_peers import (
+        Group,
+        measure,
+        median_of,
+        print_http,
+        rss_kb,
+        tree,
+        wrk,
+    )
 
     del tree
     edge_pid = stack.edge.process.pid

@@ -1,7 +1,7 @@
 """Edge benchmark: throughput and latency through the edge vs direct to the same upstream,
-and idle agent sessions held vs the edge's RSS. Prints a table; writes edge/bench/latest.json.
+and idle agent sessions held vs the edge's RSS. Prints a table; writes bench/edge_bench/latest.json.
 
-    .venv/bin/python edge/bench/bench_edge.py [--seconds 10] [--concurrency 20]
+    .venv/bin/python bench/edge_bench/bench_edge.py [--seconds 10] [--concurrency 20]
     (cases: small GET and 1 MB POST at that concurrency, small GETs one at a time on one
     connection, which shows per-request latency rather than throughput, and small GETs each
     on a new connection at that concurrency, which shows what a connection costs)
@@ -36,15 +36,15 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
 for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(_name, "local")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
 from edge import muxado  # noqa: E402
-from tests.edge.conftest import EdgeProcess, SdkAgent  # noqa: E402
-from tests.support.api import HttpApi, LocalStack  # noqa: E402
+from stacks.agents import SdkAgent  # noqa: E402
+from stacks.edge import EdgeProcess  # noqa: E402
+from stacks.api import ApiProcess  # noqa: E402
 
 BIG = os.urandom(1024 * 1024)
 # Five rules that all run on every request and change nothing the upstream sees much.
@@ -212,7 +212,7 @@ def main() -> int:
     args = parser.parse_args()
     results = {"machine": f"{os.cpu_count()} cores", "concurrency": args.concurrency}
     with tempfile.TemporaryDirectory(prefix="edge-bench-") as tmp:
-        stack = LocalStack(data_dir=os.path.join(tmp, "api"))
+        stack = ApiProcess(data_dir=os.path.join(tmp, "api"))
         os.makedirs(stack.data_dir)
         stack.start()
         edge = EdgeProcess(data_dir=os.path.join(tmp, "edge"), store_url=stack.store_url)
@@ -221,8 +221,8 @@ def main() -> int:
         edge.start(env)
         agent = None
         try:
-            account = HttpApi(stack).new_account()
-            token = account.admin.post("/credentials", {"description": "bench"}).json["token"]
+            admin = stack.new_admin("bench")
+            token = admin.post("/credentials", {"description": "bench"}).json["token"]
             agent = SdkAgent(
                 edge,
                 token,

@@ -10,9 +10,9 @@ Reports requests/s, p50/p99 latency, non-200 answers (must be 0: a destination n
 a status), the edge's CPU µs per request and its delivery process's (built, encoded and sent
 there) and moto's (the stand-in for AWS, on the same two cores: it takes CPU a real
 Kinesis would not), plus the events sent / retried / dropped the
-edge's /metrics counted. Writes edge/bench/events_latest.json.
+edge's /metrics counted. Writes bench/edge_bench/events_latest.json.
 
-    .venv/bin/python edge/bench/bench_events.py [--seconds 8] [--concurrency 10] [--rounds 3]
+    .venv/bin/python bench/edge_bench/bench_events.py [--seconds 8] [--concurrency 10] [--rounds 3]
 
 Everything runs here as processes: store + API (scripts/serve.py), moto's server (Kinesis),
 the edge (EVENTS_AWS_ENDPOINT_URL at moto), one SDK agent per account.
@@ -22,15 +22,11 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(_name, "local")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -40,21 +36,17 @@ import boto3  # noqa: E402
 import requests  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from bench_edge import load, measured  # noqa: E402
-from tests.edge.conftest import EdgeProcess, SdkAgent  # noqa: E402
-from tests.support.api import HttpApi, LocalStack  # noqa: E402
+from bench.edge_bench.bench_edge import load, measured  # noqa: E402
+from stacks.agents import SdkAgent  # noqa: E402
+from stacks.moto import MotoServer  # noqa: E402
+from stacks.edge import EdgeProcess  # noqa: E402
+from stacks.api import ApiProcess  # noqa: E402
 
 KEYS = {
     "aws_access_key_id": "AKIAIOSFODNN7EXAMPLE",
     "aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
 }
 ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/{}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def children(pid: int) -> list:
@@ -91,39 +83,27 @@ def main() -> int:
         # API and edge share the sealing key (the API seals a destination's secret, the edge
         # opens it), as `make run` does through its one DATA_DIR
         os.environ["TLS_KEY_FILE"] = os.path.join(tmp, "tls-keys.secret")
-        moto_port = free_port()
-        moto = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(moto_port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        moto_url = f"http://127.0.0.1:{moto_port}"
-        stack = LocalStack(data_dir=os.path.join(tmp, "api"))
+        moto = MotoServer(tmp).start()
+        moto_url = moto.url
+        stack = ApiProcess(data_dir=os.path.join(tmp, "api"))
         os.makedirs(stack.data_dir)
         stack.start()
         edge = EdgeProcess(data_dir=os.path.join(tmp, "edge"), store_url=stack.store_url)
         os.makedirs(edge.data_dir)
         agents = []
         try:
-            for _ in range(100):
-                try:
-                    requests.get(moto_url + "/moto-api/", timeout=2)
-                    break
-                except requests.ConnectionError:
-                    time.sleep(0.2)
             kinesis = boto3.client("kinesis", region_name="us-east-1", endpoint_url=moto_url)
             kinesis.create_stream(StreamName="bench", ShardCount=1)
             edge.start({**stack.store_env(), "EVENTS_AWS_ENDPOINT_URL": moto_url})
-            api = HttpApi(stack)
             hosts = {}
             for case, stream in (
                 ("none", None),
                 ("kinesis", "bench"),
                 ("refusing", "no-such-stream"),
             ):
-                account = api.new_account()
+                admin = stack.new_admin(f"bench-{case}")
                 if stream is not None:
-                    dest = account.admin.post(
+                    dest = admin.post(
                         "/event_destinations",
                         {
                             "target": {
@@ -134,14 +114,14 @@ def main() -> int:
                             }
                         },
                     ).json
-                    account.admin.post(
+                    admin.post(
                         "/event_subscriptions",
                         {
                             "sources": [{"type": "http_request_complete.v0"}],
                             "destination_ids": [dest["id"]],
                         },
                     )
-                token = account.admin.post("/credentials", {}).json["token"]
+                token = admin.post("/credentials", {}).json["token"]
                 agent = SdkAgent(edge, token, [{"proto": "http"}])
                 agents.append(agent)
                 url = agent.start()[0]["url"]
@@ -150,7 +130,11 @@ def main() -> int:
             runs: dict = {case: [] for case in hosts}
             for _ in range(args.rounds):
                 for case, (host, agent) in hosts.items():
-                    pids = {"edge": edge.process.pid, "agent": agent.process.pid, "moto": moto.pid}
+                    pids = {
+                        "edge": edge.process.pid,
+                        "agent": agent.process.pid,
+                        "moto": moto.process.pid,
+                    }
                     for number, child in enumerate(children(edge.process.pid)):
                         pids[f"delivery{number}"] = child
                     runs[case].append(
@@ -208,8 +192,7 @@ def main() -> int:
                 agent.stop()
             edge.stop()
             stack.stop()
-            moto.terminate()
-            moto.wait(timeout=15)
+            moto.stop()
     base = results["cases"][0]
     print(
         f"{'case':<9} {'rps':>7} {'p50 ms':>7} {'p99 ms':>7} {'non-200':>7} "

@@ -3,7 +3,7 @@
 CLIENT one (the agent's), kept alive across exchanges, with no I/O. Two versions of the module
 side by side, interleaved round by round (the machine's load hits both alike):
 
-    .venv/bin/python edge/bench/bench_http1.py [--old main] [--rounds 7] [--n 20000]
+    .venv/bin/python bench/edge_bench/bench_http1.py [--old main] [--rounds 7] [--n 20000]
 
 ``--old`` is a git revision whose edge/http1.py is the baseline (or a path to a .py file); the
 other is the working tree's (or ``--new``'s file). Cases:
@@ -23,14 +23,12 @@ import importlib.util
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
 
 from edge import http_policy  # noqa: E402
 

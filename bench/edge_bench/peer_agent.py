@@ -1,5 +1,5 @@
 """The official Python SDK (``ngrok``) forwarding endpoints to given upstreams, and nothing else
-in its process (edge/bench/bench_peers.py reads this process's CPU as "the SDK agent's").
+in its process (bench/edge_bench/bench_peers.py reads this process's CPU as "the SDK agent's").
 Run with the device agent's virtualenv (.venv-agent, where the SDK is installed).
 
 Usage: ``python peer_agent.py '<json config>'``; config: ``authtoken``, ``server_addr``,

@@ -1,5 +1,5 @@
 """The floor: the least a single-threaded Python asyncio process in the edge's place spends per
-request, measured beside the edge by edge/bench/bench_peers.py (path ``floor``).
+request, measured beside the edge by bench/edge_bench/bench_peers.py (path ``floor``).
 
 Two processes with the edge's shape and none of its work:
 
@@ -14,8 +14,8 @@ records, no metrics; asyncio Protocols (no streams, no tasks per connection) and
 read on each side. What ``front`` spends per small GET is a floor for any edge written on
 CPython's asyncio that carries HTTP to an agent over TLS (docs/BENCHMARKS.md, "The floor").
 
-    python edge/bench/floor_relay.py back LISTEN_PORT UPSTREAM_PORT CERT KEY
-    python edge/bench/floor_relay.py front LISTEN_PORT BACK_PORT [TLS_PORT CERT KEY]
+    python bench/edge_bench/floor_relay.py back LISTEN_PORT UPSTREAM_PORT CERT KEY
+    python bench/edge_bench/floor_relay.py front LISTEN_PORT BACK_PORT [TLS_PORT CERT KEY]
 """
 
 import asyncio

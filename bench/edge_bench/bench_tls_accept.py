@@ -4,7 +4,7 @@ swaps the certificate) vs ``peek`` (edge.tls.HttpsListener: the ClientHello peek
 started with the context made for what the name requires), for a name with no requirement and
 for a name with mutual TLS (a client certificate checked).
 
-    .venv/bin/python edge/bench/bench_tls_accept.py [--seconds 5] [--concurrency 8]
+    .venv/bin/python bench/edge_bench/bench_tls_accept.py [--seconds 5] [--concurrency 8]
 
 Each mode's server runs in its own process (one core of its own, as the edge has); the clients
 run here (asyncio, ``concurrency`` loops of connect + handshake + read one answer + close).
@@ -17,12 +17,10 @@ import multiprocessing
 import os
 import ssl
 import statistics
-import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
 
 
 def _serve(mode, folder, ca_pem, port_queue):
@@ -97,7 +95,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
-    from tests.unit.test_edge_tls import make_ca, make_client_cert, pem
+    from stacks.certs import make_ca, make_client_cert, pem
 
     ca = make_ca("bench clients")
     cert, key = make_client_cert(ca)

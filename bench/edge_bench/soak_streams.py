@@ -3,12 +3,12 @@ streams and memory held as it goes. What it shows: the edge's muxado stream tabl
 processes' memory stay flat however many connections pass, and the SDK never drops its
 session (it would after 512 streams it still counts open).
 
-    .venv/bin/python edge/bench/soak_streams.py [--minutes 60] [--every 60] [--workers 8]
+    .venv/bin/python bench/edge_bench/soak_streams.py [--minutes 60] [--every 60] [--workers 8]
 
 Every ``--every`` seconds one line: elapsed time, connections so far (and per second), failed
 connections, the session's stream table on the edge (open streams: edge-opened / agent-opened /
 lingering; read from the edge's /sessions/<id>), the edge's and the SDK process's RSS, and the
-SDK's disconnects. The whole series goes to edge/bench/soak_streams.json.
+SDK's disconnects. The whole series goes to bench/edge_bench/soak_streams.json.
 
 Traffic, round robin over ``--workers`` threads, each connection a new one: GET with
 Connection: close, three keep-alive GETs, HTTPS GET, HEAD + 204 + 304, a POST whose client
@@ -27,16 +27,16 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
 for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(_name, "local")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
-from edge.bench.bench_edge import rss_kb  # noqa: E402
-from tests.edge import test_edge_streams as kinds  # noqa: E402
-from tests.edge.conftest import EdgeProcess, SdkAgent  # noqa: E402
-from tests.support.api import HttpApi, LocalStack  # noqa: E402
+from bench.edge_bench.bench_edge import rss_kb  # noqa: E402
+from stacks import wire  # noqa: E402
+from stacks.agents import SdkAgent  # noqa: E402
+from stacks.edge import EdgeProcess  # noqa: E402
+from stacks.api import ApiProcess  # noqa: E402
 
 
 def traffic(edge, hosts, tcp_port):
@@ -47,14 +47,14 @@ def traffic(edge, hosts, tcp_port):
 
     def status(host, request, want, ctx=None, port=None):
         return (
-            lambda: kinds._status(kinds._http(port or edge.http_port, host, request, ctx)) == want
+            lambda: wire.status(wire.http_once(port or edge.http_port, host, request, ctx)) == want
         )
 
     def three():
-        data = kinds._http(
+        data = wire.http_once(
             edge.http_port,
             http,
-            b"GET /echo HTTP/1.1\r\nHost: {host}\r\n\r\n" * 2 + kinds.GET_CLOSE,
+            b"GET /echo HTTP/1.1\r\nHost: {host}\r\n\r\n" * 2 + wire.GET_CLOSE,
         )
         return data.count(b"HTTP/1.1 200 OK") == 3
 
@@ -64,7 +64,7 @@ def traffic(edge, hosts, tcp_port):
         with socket.create_connection(("127.0.0.1", tcp_port), timeout=20) as sock:
             sock.sendall(b"soak")
             sock.shutdown(socket.SHUT_WR)
-            return kinds._recv_all(sock) == b"soak"
+            return wire.recv_all(sock) == b"soak"
 
     def abort_body():
         import socket
@@ -76,7 +76,7 @@ def traffic(edge, hosts, tcp_port):
                 + b"\r\nContent-Length: 100000\r\n\r\n"
                 + b"x" * 5000
             )
-            kinds._abort(sock)
+            wire.abort(sock)
         return True
 
     def abort_response():
@@ -87,12 +87,12 @@ def traffic(edge, hosts, tcp_port):
                 b"GET /stream?n=20&size=4096 HTTP/1.1\r\nHost: " + http.encode() + b"\r\n\r\n"
             )
             ok = sock.recv(4096).startswith(b"HTTP/1.1 200")
-            kinds._abort(sock)
+            wire.abort(sock)
         return ok
 
     def cut():
-        data = kinds._http(edge.http_port, http, b"GET /cut HTTP/1.1\r\nHost: {host}\r\n\r\n")
-        return kinds._status(data) == 200
+        data = wire.http_once(edge.http_port, http, b"GET /cut HTTP/1.1\r\nHost: {host}\r\n\r\n")
+        return wire.status(data) == 200
 
     def websocket():
         import base64
@@ -125,9 +125,9 @@ def traffic(edge, hosts, tcp_port):
             return reply[2:9] == b"echo:hi"
 
     return [
-        status(http, kinds.GET_CLOSE, 200),
+        status(http, wire.GET_CLOSE, 200),
         three,
-        status(http, kinds.GET_CLOSE, 200, tls, edge.https_port),
+        status(http, wire.GET_CLOSE, 200, tls, edge.https_port),
         status(http, b"HEAD /echo HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n", 200),
         status(
             http, b"GET /status/204 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n", 204
@@ -140,7 +140,7 @@ def traffic(edge, hosts, tcp_port):
         cut,
         websocket,
         tcp,
-        status(hosts["forwarding"], kinds.GET_CLOSE, 200),
+        status(hosts["forwarding"], wire.GET_CLOSE, 200),
         status(
             hosts["answering"],
             b"GET /deny HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
@@ -162,7 +162,7 @@ def main() -> int:
     args = parser.parse_args()
     series = []
     with tempfile.TemporaryDirectory(prefix="edge-soak-") as tmp:
-        stack = LocalStack(data_dir=os.path.join(tmp, "api"))
+        stack = ApiProcess(data_dir=os.path.join(tmp, "api"))
         os.makedirs(stack.data_dir)
         stack.start()
         edge = EdgeProcess(data_dir=os.path.join(tmp, "edge"), store_url=stack.store_url)
@@ -170,8 +170,8 @@ def main() -> int:
         edge.start(stack.store_env())
         agent = None
         try:
-            account = HttpApi(stack).new_account()
-            token = account.admin.post("/credentials", {"description": "soak"}).json["token"]
+            admin = stack.new_admin("bench")
+            token = admin.post("/credentials", {"description": "soak"}).json["token"]
             internal = f"soak-{time.time_ns()}.internal"
             forwarding = {
                 "on_http_request": [
@@ -215,7 +215,7 @@ def main() -> int:
                 )
             )
             hosts = {k: v.split("://")[1].split(":")[0] for k, v in urls.items()}
-            session_id = account.admin.get("/tunnel_sessions").json["tunnel_sessions"][0]["id"]
+            session_id = admin.get("/tunnel_sessions").json["tunnel_sessions"][0]["id"]
             kinds_list = traffic(edge, hosts, int(urls["tcp"].rsplit(":", 1)[1]))
             counts = {"done": 0, "failed": 0}
             lock = threading.Lock()

@@ -1,6 +1,6 @@
 """The edge side by side with what a user would pick instead, in one run, against one upstream:
 
-- ``edge``: this edge (python -m edge) with the official Python SDK (edge/bench/peer_agent.py)
+- ``edge``: this edge (python -m edge) with the official Python SDK (bench/edge_bench/peer_agent.py)
   forwarding to the upstream;
 - ``ssh``: OpenSSH's tunnel, ``ssh -R`` to an ``sshd`` on 127.0.0.1 (a throwaway host and user
   key, defaults otherwise: the cipher OpenSSH picks);
@@ -14,7 +14,7 @@ the whole body (the echo module's ``echo_read_request_body``) then answers. Load
 endpoint / a second ``-R`` forward to a sink-and-source server of this script's own).
 
     make bench-peers           (installs openssh-server, nginx, wrk: scripts/install_bench_deps.sh)
-    .venv/bin/python edge/bench/bench_peers.py [--seconds 5] [--runs 3] [--only get20,get1,...]
+    .venv/bin/python bench/edge_bench/bench_peers.py [--seconds 5] [--runs 3] [--only get20,get1,...]
 
 Cases (``--only``): get20, get1 (small GET at 20 and 1 connections), sweep (POST 1 KiB-16 MiB at
 one connection), post20 (1 MiB POST at 20 connections), bulk (TCP 256 MiB each way), https (a
@@ -26,7 +26,7 @@ Every figure is the median of ``--runs`` interleaved runs (each path in turn, th
 Besides requests/s and wrk's p50/p99, each row gives the CPU time per request of every process
 on the path, read from /proc (utime + stime of the process and its children's threads) before
 and after the run: on a shared machine throughput moves with the other load, CPU per request
-much less. Ratios are to ``ssh -R`` (and to nginx for HTTPS). Results: edge/bench/peers_latest.json.
+much less. Ratios are to ``ssh -R`` (and to nginx for HTTPS). Results: bench/edge_bench/peers_latest.json.
 """
 
 import argparse
@@ -44,13 +44,12 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
 for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
     os.environ.setdefault(_name, "local")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
-from tests.support.api import free_port, wait_port  # noqa: E402
+from stacks.ports import free_port, wait_port  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLK = os.sysconf("SC_CLK_TCK")
@@ -447,8 +446,8 @@ def bulk(port: int, direction: str, size: int = BULK) -> Dict[str, Any]:
 # ---- the stack -------------------------------------------------------------------------------
 class Stack:
     def __init__(self, tmp: str, procs: Procs, growth: bool = False):
-        from tests.edge.conftest import EdgeProcess
-        from tests.support.api import HttpApi, LocalStack
+        from stacks.api import ApiProcess
+        from stacks.edge import EdgeProcess
 
         self.tmp = tmp
         self.up_port, self.rp_port, self.rp_tls = free_port(), free_port(), free_port()
@@ -493,7 +492,7 @@ class Stack:
         self.sshd, self.ssh = start_ssh(
             procs, tmp, [(self.ssh_http, self.up_port), (self.ssh_bulk, self.bulk_port)]
         )
-        # the floor: a bare asyncio relay in the edge's place (edge/bench/floor_relay.py)
+        # the floor: a bare asyncio relay in the edge's place (bench/edge_bench/floor_relay.py)
         self.floor_port, self.floor_tls, floor_back = free_port(), free_port(), free_port()
         relay = os.path.join(HERE, "floor_relay.py")
         self.floor_back = procs.start(
@@ -516,16 +515,14 @@ class Stack:
                 "EDGE_MAX_AUTHS_PER_CREDENTIAL": "100000",
             }
         )
-        self.api = LocalStack(data_dir=os.path.join(tmp, "api"))
+        self.api = ApiProcess(data_dir=os.path.join(tmp, "api"))
         os.makedirs(self.api.data_dir)
         self.api.start()
         self.edge = EdgeProcess(data_dir=os.path.join(tmp, "edge"), store_url=self.api.store_url)
         os.makedirs(self.edge.data_dir)
         self.edge.start(self.api.store_env())
-        self.http_api = HttpApi(self.api)
-        account = self.http_api.new_account()
-        self.account = account
-        self.token = account.admin.post("/credentials", {"description": "bench"}).json["token"]
+        admin = self.api.new_admin("bench")
+        self.token = admin.post("/credentials", {"description": "bench"}).json["token"]
         self.agent, bound = self.start_agent(
             [
                 {"proto": "http", "upstream": f"http://127.0.0.1:{self.up_port}"},
@@ -543,7 +540,7 @@ class Stack:
         self.edge_tcp = int(bound[2].rsplit(":", 1)[1])
 
     def start_agent(self, binds: List[Dict[str, Any]], procs: Procs) -> tuple:
-        from tests.edge.conftest import SDK_PYTHON
+        from stacks.paths import SDK_PYTHON
 
         cfg = {
             "authtoken": self.token,
@@ -897,7 +894,7 @@ def main() -> int:
                     base="edge",
                 )
             if "growth" in only:
-                from edge.bench import peers_growth
+                from bench.edge_bench import peers_growth
 
                 results["growth"] = peers_growth.run(
                     stack, procs, args.seconds, args.runs, args.endpoints, args.sessions

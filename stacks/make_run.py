@@ -20,9 +20,8 @@ import threading
 import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
-import requests
-
-from tests.support.api import PROJECT_DIR, free_port, free_range
+from stacks.paths import PROJECT_DIR
+from stacks.ports import free_port, free_range
 
 PORT_VARIABLES = ("PORT", "STORE_PORT", "EDGE_AGENT_PORT", "EDGE_HTTP_PORT", "EDGE_HTTPS_PORT")
 
@@ -131,11 +130,13 @@ class MakeRun:
         return f"http://127.0.0.1:{self.ports['PORT']}"
 
     @property
-    def server_addr(self) -> str:  # what tests.edge.conftest.SdkAgent reads of an edge
+    def server_addr(self) -> str:  # what stacks.agents.SdkAgent reads of an edge
         return self.agent_addr
 
     def credential(self, description: str = "test") -> Dict[str, str]:
         """A new credential through the API (its ``token`` is an authtoken)."""
+        import requests
+
         resp = requests.post(
             f"{self.api_url}/credentials",
             json={"description": description},

@@ -6,7 +6,7 @@ design) for thousands of sessions against the embedded store (scripts/embedded_s
 process), and counting every write call the store client makes. Then the monthly on-demand
 cost of each at 1k / 100k / 1M agents on 100 instances.
 
-    .venv/bin/python edge/bench/online_cost.py [--sessions 1000] [--instances 4]
+    .venv/bin/python bench/edge_bench/online_cost.py [--sessions 1000] [--instances 4]
         [--simulated-seconds 30] [--reconnects-per-day 1]
 
 Simulated time: the clock of chalicelib.core.online is advanced by the script (heartbeat every
@@ -25,20 +25,15 @@ import tempfile
 import time
 from typing import Dict
 
+from stacks.ports import free_port
+
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, PROJECT_DIR)
 
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
 PRICE_PER_MILLION_WRITES = 0.625  # USD, DynamoDB on-demand, us-east-1 standard (Nov 2024)
 MONTH = 30 * 86400
 HEARTBEAT_SECONDS = 15.0  # the previous design: EDGE_CHECK_SECONDS 5 x 3 checks
 CHECK_SECONDS = 5.0  # EDGE_CHECK_SECONDS' default
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Counter:

@@ -1,6 +1,6 @@
 """The CPU a relay between edge instances adds to a request (docs/CLUSTER.md).
 
-    .venv/bin/python edge/bench/bench_relay.py [--requests 2000] [--clients 4]
+    .venv/bin/python bench/edge_bench/bench_relay.py [--requests 2000] [--clients 4]
 
 Two instances (scripts/cluster.py up -n 2, on a store + API of their own), an official SDK
 agent (tests/edge/sdk_agent.py) on instance 0. The same small GETs go to instance 0's HTTP
@@ -20,14 +20,13 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
 import requests  # noqa: E402
 
-from edge.bench.bench_edge import cpu_seconds  # noqa: E402
-from tests.edge.conftest import SdkAgent  # noqa: E402
-from tests.support.api import HttpApi, LocalStack  # noqa: E402
+from bench.edge_bench.bench_edge import cpu_seconds  # noqa: E402
+from stacks.agents import SdkAgent  # noqa: E402
+from stacks.api import ApiProcess  # noqa: E402
 
 
 class Target:
@@ -59,7 +58,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-relay-") as tmp:
-        stack = LocalStack(data_dir=os.path.join(tmp, "api"))
+        stack = ApiProcess(data_dir=os.path.join(tmp, "api"))
         os.makedirs(stack.data_dir)
         stack.start()
         data_dir = os.path.join(tmp, "cluster")
@@ -93,8 +92,8 @@ def main() -> int:
             for i in inst:
                 with open(i["pid_path"]) as handle:
                     pids.append(int(handle.read().split()[0]))
-            account = HttpApi(stack).new_account()
-            token = account.admin.post("/credentials", {"description": "bench"}).json["token"]
+            admin = stack.new_admin("bench")
+            token = admin.post("/credentials", {"description": "bench"}).json["token"]
             agent = SdkAgent(
                 Target(f"127.0.0.1:{inst[0]['ports']['agent']}", info["ca"]),
                 token,
