@@ -145,7 +145,7 @@ def module_api():
 # Fixtures that start the stack as processes (scripts/serve.py and what is built on it). A test
 # that uses one of them, or the `api` fixture at its "http" level, or lives in a folder whose
 # tests all run against processes, is left out by --in-process.
-_PROCESS_FIXTURES = frozenset({"local_stack", "http_api"})
+_PROCESS_FIXTURES = frozenset({"api_process", "http_api"})
 _PROCESS_FOLDERS = ("edge", "dashboard", "integration")
 
 
