@@ -254,10 +254,13 @@ def test_a_tunnel_id_of_another_account_is_never_given_out(edge, account, api, a
 
 
 def test_session_churn_returns_its_memory(edge, account):
-    """10,000 agent sessions that authenticate and drop, 8 at a time: once settled, the edge's
-    RSS is within 20 MB of where it was after a first warm-up round (docs/SECURITY.md), and no
-    session of the 11,000 is cut before its Auth answer. The sessions use 100 credentials, so
-    none passes the authentications-per-credential quota (110 each in all, 120 a minute).
+    """2,500 agent sessions that authenticate and drop, 8 at a time: once settled, the edge's
+    RSS is within 5 MB of where it was after a warm-up round of 500 (docs/SECURITY.md): it
+    catches anything kept past 2 KiB a session, as the 20 MB over 10,000 it held before did
+    (a whole session kept is 100 KiB and more), at a quarter of the cost (it was 606 s of a
+    2,893 s suite). No session of the 3,000 is cut before its Auth answer. The sessions use 100
+    credentials, so none passes the authentications-per-credential quota (30 each, 120 a
+    minute).
 
     Timing: each session's Auth must arrive within the edge's AUTH_TIMEOUT (10 s) of its
     handshake and is given 10 s for its answer (``_rpc``); with 8 at a time a session takes
@@ -323,18 +326,18 @@ def test_session_churn_returns_its_memory(edge, account):
         time.sleep(2)
         return _rss_kb(edge.process.pid)
 
-    asyncio.run(churn(1000))  # warm-up: caches, pools, allocator arenas
+    asyncio.run(churn(500))  # warm-up: caches, pools, allocator arenas
     before = settled_rss()
     started = time.monotonic()
-    asyncio.run(churn(10_000))
+    asyncio.run(churn(2_500))
     took = time.monotonic() - started
     after = settled_rss()
     reasons = collections.Counter(said for _, said in cut)
     print(
-        f"10,000 sessions in {took:.0f} s: RSS {before // 1024} -> {after // 1024} MB, "
+        f"2,500 sessions in {took:.0f} s: RSS {before // 1024} -> {after // 1024} MB, "
         f"{len(cut)} cut before their answer: {reasons.most_common(5)}"
     )
-    assert after - before < 20 * 1024, (before, after)
+    assert after - before < 5 * 1024, (before, after)
     if cut:  # what the edge logged about each (the first 5)
         with open(edge.log_path, errors="replace") as handle:
             lines = handle.read().splitlines()
@@ -343,5 +346,5 @@ def test_session_churn_returns_its_memory(edge, account):
             for local, _ in cut[:5]
         }
         raise AssertionError(
-            f"{len(cut)} of 11,000 sessions cut before their answer: {cut[:5]}; the edge: {told}"
+            f"{len(cut)} of 3,000 sessions cut before their answer: {cut[:5]}; the edge: {told}"
         )
