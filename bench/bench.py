@@ -4,7 +4,7 @@ Prints one table and writes it as JSON (``bench/results.json``, ``BENCH_OUT`` to
 
 1. **store calls per route**: one ordinary request to every route, in-process (chalice.test
    client, the authorizer runs, moto's in-process DynamoDB), botocore calls counted on the
-   client, the authorizer's apart from the view's (tests/support/costs.py; the unit test
+   client, the authorizer's apart from the view's (stacks/costs.py; the unit test
    tests/unit/test_store_calls.py pins the same numbers);
 2. **cold import**: ``import app`` in a fresh interpreter vs importing its bare dependencies
    (chalice, pynamodb, botocore, re2), median of alternating runs;
@@ -121,7 +121,7 @@ class InProcess:
 
         from app import app
         from chalicelib.gateway import ContractGateway
-        from tests.support.api import InProcessApi
+        from stacks.inprocess import InProcessApi
 
         self.app = app
         self._client = Client(app, stage_name="dev", project_dir=PROJECT_DIR)
@@ -146,7 +146,7 @@ class InProcess:
 
 # ---- 1. store calls per route ------------------------------------------------------------------
 def store_calls() -> Dict[str, Any]:
-    from tests.support.costs import measure_routes
+    from stacks.costs import measure_routes
 
     with InProcess() as env:
         rows = measure_routes(env.api, env.api.new_account(reporter=True))
@@ -361,7 +361,7 @@ def list_scaling(small: int = 100, large: int = 20000, samples: int = 30) -> Dic
     from botocore.client import BaseClient
 
     from chalicelib import auth
-    from tests.support.costs import StoreCalls
+    from stacks.costs import StoreCalls
 
     events = {}
     with InProcess(external=True) as env:

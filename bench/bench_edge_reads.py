@@ -45,8 +45,7 @@ def main() -> None:
 
         from app import app
         from chalicelib.core import config, store
-        from tests.support.api import InProcessApi
-        from tests.support.seed import make_account
+        from stacks.inprocess import InProcessApi
 
         config.reset_settings()
         store.reset()
@@ -54,7 +53,7 @@ def main() -> None:
         base = config.get_settings().base_domain
         with Client(app, stage_name="dev", project_dir=PROJECT_DIR) as client:
             api = InProcessApi(client)
-            account = api._account(make_account())
+            account = api.new_account()
             admin = account.admin
             lookups = []
             for count in (1, 10, 50):

@@ -1,6 +1,6 @@
 """The edge process's garbage collector: what it costs per request, and how it is set.
 
-Measured with edge/bench/bench_peers.py's small GET (20 connections), a gc callback timing
+Measured with bench/edge_bench/bench_peers.py's small GET (20 connections), a gc callback timing
 every collection: with CPython's defaults (thresholds 700, 10, 10) the collector ran about
 once per 40 requests and took 23-38 µs of the edge's ~150 µs of CPU per request, mostly in the
 older generations' collections, which walk every object the process holds (its imported

@@ -3,7 +3,7 @@ exchange, parsed by llhttp (``httptools``, C) and written by hand.
 
 It replaced h11 (measured: h11 cost about 80 µs of the edge's ~200 µs of CPU per small request,
 33 µs on the client's side and 47 µs on the agent's; this module costs a few µs per side; see
-``edge/bench``). The interface is h11's, cut to what the edge uses: ``Connection(role)`` with
+``bench/edge_bench``). The interface is h11's, cut to what the edge uses: ``Connection(role)`` with
 ``receive_data`` / ``next_event`` / ``send`` / ``start_next_cycle`` / ``our_state`` /
 ``their_state`` / ``trailing_data``, and the events ``Request``, ``InformationalResponse``,
 ``Response``, ``Data``, ``EndOfMessage``, ``ConnectionClosed`` (plus ``NEED_DATA`` and

@@ -13,7 +13,7 @@ edge/binds.py); what keeps them online is the instance's lease (chalicelib.core.
   a live instance never expire; those of a dead one do).
 
 Blocking (store calls): the edge runs :meth:`OnlineKeeper.check` in a worker thread;
-edge/bench/online_cost.py drives it directly, with a simulated clock.
+bench/edge_bench/online_cost.py drives it directly, with a simulated clock.
 """
 
 import asyncio

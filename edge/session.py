@@ -9,7 +9,7 @@
 - Frames are written through one buffer per session, flushed once per event-loop turn
   (or at once past ``FLUSH_AT`` bytes): the frames of one turn (a request head, WNDINCs,
   several streams' data) go out as one TLS record and one system call. Measured with
-  edge/bench: see the commit that introduced it.
+  bench/edge_bench: see the commit that introduced it.
 - The agent opens odd stream ids; the edge opens even ones (``open_stream``).
 - A frame that breaks the protocol (bad header, DATA beyond the window, SYN for a live or
   wrongly numbered id) ends the session with GOAWAY carrying the muxado error code; it
@@ -491,7 +491,7 @@ class MuxSession:
         before it ran, the frames are handled where the connection delivers its bytes (the
         reader's ``feed_data``, ``feed_eof`` and ``set_exception``, which its protocol calls,
         are taken over): no task wakes up and no buffer is copied per read. Measured with
-        edge/bench/bench_peers.py: see the commit that introduced it."""
+        bench/edge_bench/bench_peers.py: see the commit that introduced it."""
         reader = self._reader
         ended = self._ended = asyncio.get_running_loop().create_future()
         try:
@@ -665,7 +665,7 @@ def _quick_ack(writer: asyncio.StreamWriter) -> Callable[[], None]:
 
     The official SDKs write without TCP_NODELAY (Nagle's algorithm): a response whose head
     and body go out as two frames waits, on the agent's side, for the ACK of the first; with
-    the kernel's delayed ACK that is ~40 ms per exchange (measured with edge/bench's
+    the kernel's delayed ACK that is ~40 ms per exchange (measured with bench/edge_bench's
     one-connection case: 22 requests/s sequentially, 0.65 ms instead of 44 ms per request
     with this). TCP_QUICKACK is not sticky, so it is set again after every read (one
     setsockopt). Where the platform has no TCP_QUICKACK, nothing is done."""

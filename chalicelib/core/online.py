@@ -316,7 +316,7 @@ def session_heartbeat(
 ) -> Optional[Dict[str, bool]]:
     """Refresh the session (one UpdateItem) and take its pending commands. The edge does
     not call it (its sessions live by their instance's lease, and it takes commands with
-    :func:`take_commands`); edge/bench/online_cost.py measures the built path against it.
+    :func:`take_commands`); bench/edge_bench/online_cost.py measures the built path against it.
 
     Returns ``{"stop_requested": bool, "restart_requested": bool}`` (the flags are cleared by
     the same write, so each command is returned once), or None when the session item no

@@ -23,7 +23,7 @@ import requests
 
 from stacks.paths import SDK_PYTHON
 from stacks.paths import PROJECT_DIR
-from tests.support.dns_server import LoopbackDns
+from stacks.dns_server import LoopbackDns
 from stacks.make_run import MakeRun
 
 OUTPUT_DIR = os.path.join(

@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from tests.support.certs import SmallCA, key_pem, pem
+from stacks.certs import SmallCA, key_pem, pem
 
 
 def served(edge, name: str, cafile: str) -> x509.Certificate:

@@ -8,7 +8,7 @@ import pytest
 
 from chalicelib import dns_check
 from chalicelib.core import config, ids
-from tests.support.dns_server import LoopbackDns
+from stacks.dns_server import LoopbackDns
 
 
 def _unique(name):

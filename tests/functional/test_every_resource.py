@@ -24,7 +24,7 @@ from app import app
 from tests.functional.test_certificate_authorities import make_cert
 from chalicelib import openapi
 from chalicelib.core import errors
-from tests.support.certs import SmallCA
+from stacks.certs import SmallCA
 from tests.support.contract import assert_error
 
 _counter = itertools.count()

@@ -224,7 +224,7 @@ def test_edge_for_hostport_is_the_current_edge_and_ordered_routes(api, account):
 def test_tls_index_follows_the_tls_modules_hostports_and_deletes(api, account):
     if api.level != "inprocess":
         pytest.skip("a function over the store: called in-process")
-    from tests.support.costs import StoreCalls
+    from stacks.costs import StoreCalls
     from stacks.certs import make_ca, pem
 
     admin = account.admin
@@ -286,7 +286,7 @@ def test_tcp_edge_for_hostport(api, account):
 def test_edge_reads_cost_one_get_and_one_query(api, account):
     if api.level != "inprocess":
         pytest.skip("a function over the store: called in-process")
-    from tests.support.costs import StoreCalls
+    from stacks.costs import StoreCalls
 
     admin = account.admin
     hp = hostport()

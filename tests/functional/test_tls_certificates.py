@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from chalicelib import tls_certificates
 from chalicelib.core import errors, ids
-from tests.support.certs import SmallCA, key_pem, pem, rsa_key
+from stacks.certs import SmallCA, key_pem, pem, rsa_key
 from chalicelib.core import certs
 
 PATH = "/tls_certificates"

@@ -1,7 +1,7 @@
 """One HTTP-only suite, two targets.
 
 - ``local``: the stack the test session starts itself (scripts/serve.py = chalice local +
-  moto server, the ``api_process`` fixture), with accounts created by tests/support/seed.py
+  moto server, the ``api_process`` fixture), with accounts created by stacks/seed.py
   against its store.
 - ``deployed``: a LocalStack or AWS deployment (scripts/deploy_stack.py prints both values):
   ``INTEGRATION_BASE_URL`` (e.g. https://abc.execute-api.eu-west-1.amazonaws.com/api) and

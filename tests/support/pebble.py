@@ -17,7 +17,7 @@ from typing import List, Optional
 import requests
 
 from stacks.ports import free_port
-from tests.support.certs import SmallCA, key_pem, pem
+from stacks.certs import SmallCA, key_pem, pem
 
 
 def available() -> Optional[str]:

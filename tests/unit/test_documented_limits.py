@@ -479,7 +479,7 @@ def test_an_id_decodes_to_its_creation_millisecond():
 # ---- TLS certificates (chalicelib/tls_certificates.py, docs/CERTIFICATES.md) ---------------------
 def test_tls_certificate_pem_sizes_and_chain_length():
     from chalicelib import tls_certificates
-    from tests.support.certs import SmallCA, pem
+    from stacks.certs import SmallCA, pem
 
     fields = tls_certificates.CREATE_FIELDS
     body = {"private_key_pem": "k"}

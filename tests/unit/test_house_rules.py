@@ -3,7 +3,8 @@ edge (edge/) never import Chalice, the core never imports the Chalice layer (the
 chalicelib/), and the edge imports nothing of chalicelib outside the core (every import
 statement, at any depth, including those inside functions, so a lazy import breaks it too).
 Error codes come from catalogs, never literals. No module of the edge or the core reaches into
-another's private names. The repository names nothing outside it."""
+another's private names. The repository names nothing outside it. Nothing outside the tests
+(the product, stacks/, scripts/, the benchmarks) imports them."""
 
 import ast
 import os
@@ -200,9 +201,7 @@ def _private_reaches(paths) -> list:
 def test_no_module_of_the_edge_or_the_api_reaches_into_anothers_private_names():
     """A private name (``_x``) is its module's own: another module calling ``front._send`` or
     ``edge._release_port`` leans on what its owner may change; it asks for a public name."""
-    paths = [p for p in (*_files("edge"), *_files("chalicelib")) if "bench" not in p.parts] + [
-        ROOT / "app.py"
-    ]  # benchmark scripts read the tests' helpers
+    paths = [*_files("edge"), *_files("chalicelib"), ROOT / "app.py"]
     assert _private_reaches(paths) == []
 
 
@@ -244,6 +243,35 @@ def _path_changes(root: pathlib.Path) -> list:
         for path in sorted(_python_files(root))
         for n, line in enumerate(path.read_text(errors="replace").split("\n"), 1)
         if _PATH_CHANGE.search(line)
+    ]
+
+
+def _imports_of_tests(root: pathlib.Path) -> list:
+    """Imports of the ``tests`` package by files outside any ``tests`` folder."""
+    return [
+        f"{path.relative_to(root)}:{line} imports {module}"
+        for path in sorted(_python_files(root))
+        if "tests" not in path.relative_to(root).parts
+        for line, module in _imports(path)
+        if module == "tests" or module.startswith("tests.")
+    ]
+
+
+def test_nothing_outside_the_tests_imports_them():
+    """What tests and benchmarks share lives in stacks/ (the in-process API, store-call counts,
+    accounts, certificates); a benchmark or a tool that imports tests/ breaks when a test moves."""
+    assert _imports_of_tests(ROOT) == []
+
+
+def test_the_tests_import_rule_sees_a_lazy_import(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "bench" / "b.py").write_text("def f():\n    from tests.support import api\n")
+    (tmp_path / "tests" / "t.py").write_text("from tests.support import api\n")
+    assert _imports_of_tests(tmp_path) == [
+        "bench/b.py:2 imports tests.support",
+        "bench/b.py:2 imports tests.support.api",
     ]
 
 

@@ -1,6 +1,6 @@
 """Store calls per route, pinned: a change that adds a DynamoDB call to a route fails here.
 
-Counted on the botocore client (tests/support/costs.py), in-process, the authorizer apart
+Counted on the botocore client (stacks/costs.py), in-process, the authorizer apart
 from the view. The goal: the authorizer makes 1 call on every route; a view makes
 1 call when its operation touches one item; the routes that must read first or change
 several items say so in their docstrings, with the count pinned here. Nothing scans.
@@ -8,7 +8,7 @@ several items say so in their docstrings, with the count pinned here. Nothing sc
 
 import pytest
 
-from tests.support.costs import app_routes, measure_routes
+from stacks.costs import app_routes, measure_routes
 
 # view calls per route (the authorizer: 1 GetItem everywhere). A create, update or delete of a
 # collection that has API events (chalicelib.core.event_targets.AUDIT_RESOURCES) counts one
@@ -232,7 +232,8 @@ def measured():
 
         from app import app
         from chalicelib.gateway import ContractGateway
-        from tests.support.api import PROJECT_DIR, InProcessApi
+        from stacks.paths import PROJECT_DIR
+        from tests.support.api import InProcessApi
 
         with Client(app, stage_name="dev", project_dir=PROJECT_DIR) as client:
             client.http._local_gateway = ContractGateway(app, client.http._config)

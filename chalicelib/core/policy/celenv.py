@@ -65,7 +65,7 @@ class Traffic:
         """The request or response changed: derived values are recomputed. ``headers_only``
         (add-headers, remove-headers): the values no header alters stay (HEADER_FREE: the
         connection's, the endpoint's, the URL's; a policy of several add-headers rules
-        matching on the path computed it once per rule before, edge/bench's 5-rule case)."""
+        matching on the path computed it once per rule before, bench/edge_bench's 5-rule case)."""
         if not headers_only:
             self.cache.clear()
             return

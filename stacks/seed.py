@@ -1,4 +1,5 @@
-"""Create test accounts in a running service's store: ``python -m tests.support.seed N``.
+"""Create accounts in a running service's store: ``python -m stacks.seed N`` (the tests' HTTP
+client, tests/support/api.py), or :func:`make_account` in this process (stacks.inprocess).
 
 Prints one JSON list: per account its id, an admin user with an API key and a member user
 with an API key. ``--reporter`` marks the accounts as abuse reporters. Uses the store named

@@ -5,7 +5,7 @@ operation name, and tells the authorizer's calls (made inside ``chalicelib.auth.
 from the view's. :func:`measure_routes` sends one ordinary, successful request to every route
 of the app in-process (chalice.test.Client: the authorizer runs) and returns, per route, the
 status and both counts. The unit test pins them (tests/unit/test_store_calls.py) and
-``make bench`` prints them (bench/bench.py).
+``make bench`` prints them (bench/bench.py). :func:`app_routes` lists the routes it must cover.
 """
 
 import os
@@ -65,7 +65,7 @@ Row = Dict[str, Any]
 @contextmanager
 def _loopback_resolver() -> Iterator[None]:
     from chalicelib.core import config
-    from tests.support.dns_server import LoopbackDns
+    from stacks.dns_server import LoopbackDns
 
     before = os.environ.get("DNS_CHECK_RESOLVER")
     with LoopbackDns() as server:
@@ -84,7 +84,7 @@ def _loopback_resolver() -> Iterator[None]:
 def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
     """One request to every route, in an order that leaves each one something to act on.
 
-    ``api`` is an InProcessApi, ``account`` a fresh account of it (abuse reporter). Returns
+    ``api`` is a stacks.inprocess.InProcessApi, ``account`` a fresh account of it (abuse reporter). Returns
     ``{"METHOD /path/{param}": {"status", "authorizer", "view", "view_ops"}}``.
     """
     calls = StoreCalls()
@@ -137,7 +137,7 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         {"description": "d"},
         delete=False,
     )
-    with _loopback_resolver():  # the DNS check asks a DNS server of the tests' own
+    with _loopback_resolver():  # the DNS check asks a DNS server of our own
         run(
             "POST /reserved_domains/{domain_id}/dns_check",
             lambda: admin.post(f"/reserved_domains/{domain}/dns_check"),
@@ -212,8 +212,7 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         lambda: admin.delete(f"/backends/tunnel_group/{group}"),
         204,
     )
-    from tests.functional.test_certificate_authorities import make_cert
-    from tests.support.certs import SmallCA
+    from stacks.certs import SmallCA
 
     crud(
         "/tls_certificates",
@@ -224,7 +223,7 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
     ca = crud(
         "/certificate_authorities",
         "ca_id",
-        {"ca_pem": make_cert()[0]},
+        {"ca_pem": SmallCA("Costs CA").pem},
         {"description": "c"},
         delete=False,
     )

@@ -1,4 +1,5 @@
-"""A DNS server of the tests' own on the loopback (dnspython over UDP, in a thread).
+"""A DNS server of our own on the loopback (dnspython over UDP, in a thread), for the API's DNS
+check (``DNS_CHECK_RESOLVER``) in tests and benchmarks.
 
 It answers CNAME questions from ``cnames`` (name -> target; a name it does not hold is
 NXDOMAIN), or, with ``silent``, never answers (a resolver that times out)."""
