@@ -76,12 +76,10 @@ def test_address_served_by_a_tcp_edge_cannot_be_deleted(account):
 
 
 @pytest.fixture
-def small_range(api, monkeypatch, request):
-    """A three-port range: in-process only (the HTTP stack's range is its environment's), on an
-    empty table (the range is shared by every account)."""
+def small_range(api, monkeypatch):
+    """A three-port range: in-process only (the HTTP stack's range is its environment's)."""
     if api.level != "inprocess":
         pytest.skip("the range is configuration: checked in-process")
-    request.getfixturevalue("empty_table")
     monkeypatch.setenv("EDGE_TCP_PORTS", "30000-30002")
     monkeypatch.setenv("EDGE_TCP_HOST", "tcp.example.net")
     config.reset_settings()
