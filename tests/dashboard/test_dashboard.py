@@ -228,6 +228,11 @@ def wait_for_session(stack, credential_id: str) -> str:
     return found[0]
 
 
+def _listed(stack, session_id: str) -> bool:
+    sessions = stack.api("GET", "/tunnel_sessions")["tunnel_sessions"]
+    return any(s["id"] == session_id for s in sessions)
+
+
 def test_readable_at_360_px(stack, browser_factory):
     """Every page fits a 360 px wide window: nothing wider than the window."""
     browser = browser_factory(width=360, height=780)
@@ -321,9 +326,13 @@ def test_stop_an_agent_from_the_agents_page(stack, browser):
         row.find_element(By.XPATH, ".//button[text()='Stop']").click()
         accept_confirm(browser)
         assert until(lambda: agent.process.poll() is not None, 30), "the agent did not stop"
+        # The edge removes the session from the store once it sees the agent's connection
+        # close, which under load lands after the process exits; this page reads the list
+        # when it loads, so it is reloaded only once the API no longer lists the session.
+        assert until(lambda: not _listed(stack, session), 30), "the API still lists the session"
         browser.refresh()
         loaded(browser)
-        wait(browser, lambda d: not all_of(d, f"tr[data-id='{session}']"), 60)
+        wait(browser, lambda d: not all_of(d, f"tr[data-id='{session}']"), 30)
         assert not all_of(browser, ".action-error")
     finally:
         agent.stop()
