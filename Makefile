@@ -10,7 +10,7 @@ DATA_DIR ?= .data
 STAMP := $(VENV)/.installed
 AGENT_STAMP := $(AGENT_VENV)/.installed
 
-.PHONY: install run api-key test test-fast lint test-service test-agent test-deps reset create-table bench bench-peers soak clean \
+.PHONY: install core test-core run api-key test test-fast lint test-service test-agent test-deps reset create-table bench bench-peers soak clean \
 	package deploy-aws deploy-localstack resources test-integration mutate agent-cli cluster cluster-restart
 
 # Both virtualenvs hold the project itself as an editable install (pyproject.toml): chalicelib,
@@ -30,7 +30,22 @@ $(AGENT_STAMP): agent/requirements.txt agent/requirements-dev.txt agent/pyprojec
 	$(AGENT_VENV)/bin/python -m pip install -q -e . -e ./agent --no-deps
 	touch $@
 
-install: $(STAMP) $(AGENT_STAMP) agent-cli
+# The edge's compiled core (edge_core/: Rust, PyO3), built by maturin from crates.io into one
+# wheel (edge_core/target/wheels/, which the edge image test installs too) and installed into
+# .venv. Rebuilt when its sources change; cargo's cache in edge_core/target makes that quick.
+CORE_STAMP := $(VENV)/.core-installed
+CORE_SOURCES := $(wildcard edge_core/src/*.rs) edge_core/Cargo.toml edge_core/Cargo.lock \
+	edge_core/pyproject.toml edge_core/edge_core.pyi
+$(CORE_STAMP): $(STAMP) $(CORE_SOURCES)
+	rm -rf edge_core/target/wheels
+	CARGO_TARGET_DIR=$(CURDIR)/edge_core/target $(PY) -m pip wheel -q --no-deps ./edge_core \
+	  -w edge_core/target/wheels
+	$(PY) -m pip install -q --force-reinstall --no-deps edge_core/target/wheels/edge_core-*.whl
+	touch $@
+
+core: $(CORE_STAMP)
+
+install: $(STAMP) $(CORE_STAMP) $(AGENT_STAMP) agent-cli
 
 ## agent-cli: the official agent CLI 2.x the edge tests run (npm registry, into tests/edge/cli/)
 agent-cli:
@@ -38,7 +53,7 @@ agent-cli:
 
 ## run: the stack on this machine: embedded store, the API on 127.0.0.1:$(PORT) and the edge
 ## (agents on 127.0.0.1:$$EDGE_AGENT_PORT, default 4443); data and the edge CA in $(DATA_DIR)/
-run: $(STAMP)
+run: $(STAMP) $(CORE_STAMP)
 	PORT=$(PORT) STORE_PORT=$(STORE_PORT) DATA_DIR=$(DATA_DIR) \
 	  API_METRICS_PORT=$${API_METRICS_PORT-0} EDGE_METRICS_PORT=$${EDGE_METRICS_PORT-0} \
 	  exec $(PY) scripts/serve.py --edge
@@ -49,7 +64,7 @@ N ?= 3
 EDGE_AGENT_PORT ?= 4443
 EDGE_HTTP_PORT ?= 8080
 EDGE_HTTPS_PORT ?= 8443
-cluster: $(STAMP)
+cluster: $(STAMP) $(CORE_STAMP)
 	PORT=$(PORT) exec $(PY) scripts/cluster.py up -n $(N) --data-dir $(DATA_DIR)/cluster \
 	  --api-port $(PORT) --agent-port $(EDGE_AGENT_PORT) --http-port $(EDGE_HTTP_PORT) \
 	  --https-port $(EDGE_HTTPS_PORT)
@@ -79,25 +94,31 @@ reset:
 	rm -rf $(DATA_DIR)
 
 ## test: the whole suite (lint, service at every level, then the device agent)
-test: lint test-service test-agent
+test: lint test-core test-service test-agent
 
 ## test-fast: the inner loop of a change (lint, the unit tests, the functional tests in-process:
 ## no process started); the whole proof stays `make test` (docs/TESTING.md)
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(CORE_STAMP)
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q -n 2 --in-process tests/unit tests/functional
 
 ## lint: ruff (pyflakes rules, and the layout ruff format gives) over the repository, mypy
-## over the shared core and the edge (pyproject.toml)
-lint: $(STAMP)
+## over the shared core and the edge (pyproject.toml); rustfmt and clippy over edge_core/
+lint: $(STAMP) $(CORE_STAMP)
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --check --no-cache .
 	$(VENV)/bin/mypy chalicelib/core edge
+	cd edge_core && cargo fmt --check
+	cd edge_core && cargo clippy --quiet --all-features --all-targets -- -D warnings
+
+## test-core: the compiled core's own tests (cargo test: real TLS clients against its listeners)
+test-core:
+	cd edge_core && cargo test --quiet
 
 ## test-service: every test of tests/, whole files shared out to TEST_WORKERS parallel workers,
 ## the longest files first (tests/conftest.py LONGEST_FIRST); prints the 20 slowest tests
 TEST_WORKERS ?= 3
-test-service: $(STAMP) $(AGENT_STAMP) test-deps agent-cli
+test-service: $(STAMP) $(CORE_STAMP) $(AGENT_STAMP) test-deps agent-cli
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests
 
 ## test-deps: Debian packages the tests run as processes (Pebble, the ACME test CA), when
@@ -112,7 +133,7 @@ test-deps:
 
 ## test-agent: the device agent against the real stack (serve.py + edge from .venv, the agent
 ## with the official SDK from .venv-agent)
-test-agent: $(STAMP) $(AGENT_STAMP)
+test-agent: $(STAMP) $(CORE_STAMP) $(AGENT_STAMP)
 	cd agent && SERVICE_PYTHON=../$(PY) ../$(AGENT_VENV)/bin/python -m pytest tests
 
 ## package: chalice package + the merge template of STAGE into build/$(STAGE) (sam.json, deployment.zip)
@@ -147,7 +168,7 @@ bench: $(STAMP)
 	$(PY) bench/bench.py
 
 ## bench-peers: the edge + the Python SDK side by side with ssh -R, nginx and direct (docs/BENCHMARKS.md)
-bench-peers: $(STAMP)
+bench-peers: $(STAMP) $(CORE_STAMP)
 	sh scripts/install_bench_deps.sh
 	$(PY) -u bench/edge_bench/bench_peers.py $(BENCH_ARGS)
 

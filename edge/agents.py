@@ -20,7 +20,7 @@ accepted and ignored (see ``edge.enforce``).
 import asyncio
 import logging
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from chalicelib.core import binding, edge_errors, ids, online
 from edge import (
@@ -100,9 +100,14 @@ async def _end_later(edge: Any, account_id: str, session_id: str) -> None:
 
 
 class AgentSession:
-    def __init__(self, edge: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(
+        self,
+        edge: Any,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: Tuple[str, int],
+    ):
         self.edge = edge
-        peer = writer.get_extra_info("peername") or ("", 0)
         self.peer_ip = str(peer[0])
         self.mux = MuxSession(reader, writer, self._on_stream, name=f"{peer[0]}:{peer[1]}")
         self.id: Optional[str] = None

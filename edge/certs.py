@@ -278,6 +278,22 @@ class ServerCertificates:
                 cache.popitem(last=False)
         return value
 
+    def pair_for(self, names: List[str]) -> Tuple[bytes, bytes]:
+        """(chain PEM, key PEM) serving ``names``: the fixed pair when configured, else one
+        the local CA issued for them (cached as ``context_for``'s are). For the compiled
+        core's listeners (edge/carrier.py), which take PEM, not an ssl context."""
+        if self._fixed is not None:
+            cert_file, key_file = self._files
+            with open(cert_file, "rb") as chain, open(key_file, "rb") as key:
+                return chain.read(), key.read()
+        authority = self.authority
+        if authority is None:
+            raise RuntimeError("no fixed certificate and no authority")
+        pair: Tuple[bytes, bytes] = self._lru(
+            self._pairs, ",".join(names), lambda: authority.issue(names)
+        )
+        return pair
+
     def context_for(self, names: List[str], spec: Any = None) -> ssl.SSLContext:
         """The context serving ``names`` with what ``spec`` (an ``edge.tls_spec.TlsSpec``, None:
         nothing more than TLS 1.2) requires of the handshake."""

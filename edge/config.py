@@ -43,6 +43,7 @@ class EdgeSettings:
     limits: quotas.Limits = quotas.Limits()
     listen_fds: Dict[str, int] = field(default_factory=dict)
     public_ports: Dict[str, int] = field(default_factory=dict)  # a load balancer's (URLs)
+    core_threads: int = 0  # the compiled core's worker threads (0: one per core)
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
@@ -148,6 +149,7 @@ def load(env=None) -> EdgeSettings:
         max_connections=int(_positive(env, "EDGE_MAX_CONNECTIONS", 10_000)),
         max_connections_per_address=int(_positive(env, "EDGE_MAX_CONNECTIONS_PER_ADDRESS", 512)),
         listen_fds=_fds(env.get("EDGE_LISTEN_FDS", "")),
+        core_threads=_not_negative_int(env, "EDGE_CORE_THREADS", 0),
         limits=quotas.Limits(
             **{
                 name: int(_positive(env, variable, getattr(quotas.Limits, name)))

@@ -20,6 +20,7 @@ from chalicelib.core import binding, hostnames, instances
 from edge import (
     agents,
     audit_outbox,
+    carrier,
     cluster,
     config,
     h2front,
@@ -67,6 +68,7 @@ class Edge:
         self.binds = Binds(self)  # what agent tunnels serve where (edge/binds.py)
         self.tcp = TcpFront(self)  # the TCP ports' connections (edge/tcp_front.py)
         self.tls = tls.TlsSettings(self)  # what each name asks of the HTTPS handshake
+        self.carrier = carrier.Carrier(settings.core_threads)  # the compiled core's bytes
         self.log = log
         self._checker: Optional[asyncio.Task] = None
         self.agent_port = settings.agent_port
@@ -92,19 +94,21 @@ class Edge:
     # ---- start / stop -----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
-        agent_ctx = self.certs.context_for(s.agent_hostnames)
         if self.cluster is not None:  # the registry item and the relay listener
             await self.cluster.start()
         else:  # the lease that keeps this instance's online items live
             await self.call(instances.register, s.instance_id, "", "serving")
             self._lease = asyncio.ensure_future(online_keeper.keep_lease(self.call, s.instance_id))
-        self._servers.append(
-            await asyncio.start_server(
-                self._agent_connection,
-                ssl=agent_ctx,
-                ssl_handshake_timeout=15,
-                **self._where("agent", s.agent_port),
-            )
+        # The agent listener's TLS is carried by the compiled core (edge/carrier.py).
+        self.carrier.start(asyncio.get_running_loop())
+        chain, key = self.certs.pair_for(s.agent_hostnames)
+        fd = self.settings.listen_fds.get("agent")
+        self.agent_port = self.carrier.listen_tls(
+            self._agent_connection,
+            chain,
+            key,
+            [],
+            **({"fd": fd} if fd is not None else {"host": s.host, "port": s.agent_port}),
         )
         http_handle = HttpFront(self, "http").handle
         https_handle = h2front.https_handler(  # h2 by ALPN, else HTTP/1.1
@@ -122,8 +126,8 @@ class Edge:
                 https.protocol, **self._where("https", s.https_port)
             )
         )
-        self.agent_port, self.http_port, self.https_port = (
-            srv.sockets[0].getsockname()[1] for srv in self._servers[:3]
+        self.http_port, self.https_port = (
+            srv.sockets[0].getsockname()[1] for srv in self._servers[:2]
         )
         if s.metrics_port is not None:
             self._servers.append(await metrics.start(self, s.host, s.metrics_port))
@@ -157,6 +161,7 @@ class Edge:
     async def stop(self) -> None:
         """Stop accepting, end every session (GOAWAY, online items removed), then cancel the
         connections still open."""
+        self.carrier.close(self.agent_port)
         for server in self._servers:
             server.close()
         if self._checker is not None:
@@ -181,14 +186,15 @@ class Edge:
         if self._lease is not None:
             self._lease.cancel()
             await self.call(instances.deregister, self.settings.instance_id)
+        self.carrier.stop()
 
     # ---- agent sessions ---------------------------------------------------------------------
     @connection_handler
-    async def _agent_connection(self, reader, writer) -> None:
-        """One agent connection. Until it authenticates it counts against
-        MAX_UNAUTHENTICATED_PER_ADDRESS and MAX_UNAUTHENTICATED (closed at once beyond them),
-        and edge.session bounds what it may send (PRE_AUTH_STREAMS, PRE_AUTH_BYTES)."""
-        ip = str((writer.get_extra_info("peername") or ("",))[0])
+    async def _agent_connection(self, reader, writer, facts: carrier.Handoff) -> None:
+        """One agent connection, its TLS done by the core. Until it authenticates it counts
+        against MAX_UNAUTHENTICATED_PER_ADDRESS and MAX_UNAUTHENTICATED (closed at once beyond
+        them), and edge.session bounds what it may send (PRE_AUTH_STREAMS, PRE_AUTH_BYTES)."""
+        ip = facts.peer_ip
         if (
             self._unauthenticated.get(ip, 0) >= MAX_UNAUTHENTICATED_PER_ADDRESS
             or sum(self._unauthenticated.values()) >= MAX_UNAUTHENTICATED
@@ -197,7 +203,7 @@ class Edge:
             writer.close()
             return
         self._unauthenticated[ip] = self._unauthenticated.get(ip, 0) + 1
-        session = agents.AgentSession(self, reader, writer)
+        session = agents.AgentSession(self, reader, writer, (ip, facts.peer_port))
         self._sessions.add(session)
         try:
             await session.run()

@@ -38,7 +38,6 @@ capped at ``MAX_LOCAL_STREAMS``; an opener waits for a slot
 import asyncio
 import collections
 import logging
-import socket
 import time
 from typing import Any, Awaitable, Callable, Dict, Optional
 
@@ -499,13 +498,11 @@ class MuxSession:
             if not first:
                 self.close_reason = self.close_reason or "peer closed the connection"
                 return
-            quick_ack = _quick_ack(self._writer)
             parser = self._parser
 
             def feed_data(chunk: bytes) -> None:
                 if ended.done():
                     return
-                quick_ack()
                 try:
                     for frame in parser.feed(chunk):
                         self._handle(frame)
@@ -658,29 +655,6 @@ class MuxSession:
             pass
         for task in list(self._tasks):
             task.cancel()
-
-
-def _quick_ack(writer: asyncio.StreamWriter) -> Callable[[], None]:
-    """What to call after each read so the kernel ACKs the peer's next segment at once.
-
-    The official SDKs write without TCP_NODELAY (Nagle's algorithm): a response whose head
-    and body go out as two frames waits, on the agent's side, for the ACK of the first; with
-    the kernel's delayed ACK that is ~40 ms per exchange (measured with bench/edge_bench's
-    one-connection case: 22 requests/s sequentially, 0.65 ms instead of 44 ms per request
-    with this). TCP_QUICKACK is not sticky, so it is set again after every read (one
-    setsockopt). Where the platform has no TCP_QUICKACK, nothing is done."""
-    sock = writer.get_extra_info("socket")
-    option = getattr(socket, "TCP_QUICKACK", None)
-    if sock is None or option is None:
-        return lambda: None
-
-    def set_it() -> None:
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, option, 1)
-        except OSError:
-            pass
-
-    return set_it
 
 
 class _PeerGoneAway(ConnectionError):

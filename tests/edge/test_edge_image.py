@@ -3,6 +3,7 @@ the requirement files edge/Dockerfile installs, and only the folders it copies (
 edge/). `python -m edge` from there serves an official SDK agent against the stack's store.
 The packaging test's twin: a module the edge needs but the image lacks fails here."""
 
+import glob
 import os
 import re
 import shutil
@@ -18,18 +19,34 @@ DOCKERFILE = os.path.join(PROJECT_DIR, "edge", "Dockerfile")
 
 
 def _image_plan():
-    """(requirement files, copied folders) as the Dockerfile names them."""
-    text = open(DOCKERFILE).read()
+    """(requirement files, copied folders, whether the core's wheel is installed) as the
+    Dockerfile names them."""
+    whole = open(DOCKERFILE).read()
+    text = whole.rsplit("\nFROM ", 1)[1]  # the image's own stage (the first builds the core)
     install = re.search(r"RUN pip install ((?:-r \S+\s*)+)", text)
     assert install, "edge/Dockerfile no longer installs requirement files with pip -r"
     files = re.findall(r"-r (\S+)", install.group(1))
     copied = re.findall(r"^COPY (\w+) \./\1$", text, re.M)
-    return files, copied
+    core = bool(
+        re.search(r"^COPY edge_core \./edge_core$", whole, re.M)
+        and re.search(r"maturin build --release --manifest-path edge_core/Cargo.toml", whole)
+        and re.search(r"^RUN pip install /wheels/edge_core-\*\.whl", text, re.M)
+    )
+    return files, copied, core
+
+
+def _core_wheel() -> str:
+    """The wheel `make install` built from edge_core/ (the image's first stage builds the same
+    sources the same way)."""
+    found = glob.glob(os.path.join(PROJECT_DIR, "edge_core", "target", "wheels", "*.whl"))
+    assert len(found) == 1, f"expected the one wheel make install builds, found {found}"
+    return found[0]
 
 
 @pytest.fixture(scope="module")
 def image_tree(tmp_path_factory):
-    files, copied = _image_plan()
+    files, copied, core = _image_plan()
+    assert core, "edge/Dockerfile no longer builds and installs the compiled core"
     root = tmp_path_factory.mktemp("edge-image")
     app = root / "app"
     app.mkdir()
@@ -45,6 +62,7 @@ def image_tree(tmp_path_factory):
     args = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     for name in files:
         args += ["-r", os.path.join(PROJECT_DIR, name)]
+    args.append(_core_wheel())
     done = subprocess.run(args, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return python, str(app), copied

@@ -52,7 +52,7 @@ async def _session(edge):
     left, right = socket.socketpair()
     edge_reader, edge_writer = await asyncio.open_connection(sock=left)
     reader, writer = await asyncio.open_connection(sock=right)
-    session = agents.AgentSession(edge, edge_reader, edge_writer)
+    session = agents.AgentSession(edge, edge_reader, edge_writer, ("127.0.0.1", 50000))
     task = asyncio.ensure_future(session.run())
     return session, task, reader, writer
 

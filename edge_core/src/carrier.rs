@@ -1,0 +1,259 @@
+//! The carrier: a tokio runtime with the listeners it serves and the relays it runs.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{SocketAddr, TcpListener as StdTcpListener, ToSocketAddrs};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::copy_bidirectional_with_sizes;
+use tokio::net::{TcpListener, TcpSocket, UnixStream};
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::TlsAcceptor;
+
+use crate::inbox::{Accepted, Inbox};
+use crate::quickack::QuickAck;
+
+/// Connections queued by the kernel for a listener the carrier binds itself.
+pub const BACKLOG: u32 = 1024;
+
+/// Where a listener listens.
+pub enum Where {
+    /// Bind this host and port (port 0: any free port).
+    Bind(String, u16),
+    /// A socket already bound and listening (handed over by a supervisor).
+    Socket(StdTcpListener),
+}
+
+/// What a TLS listener does with its connections.
+pub struct TlsListen {
+    pub tls: Arc<ServerConfig>,
+    /// A handshake not done by then is dropped.
+    pub handshake_timeout: Duration,
+    /// Handshakes in progress at once on this listener; a connection beyond them is closed at
+    /// once, before any byte of it is read.
+    pub max_handshakes: usize,
+    /// The relay's buffer in each direction (bytes). A TLS record holds at most 16 KiB.
+    pub relay_buffer: usize,
+}
+
+/// Counters of one carrier, read by the edge's operator endpoint.
+#[derive(Default)]
+pub struct Counters {
+    pub handshakes: AtomicUsize,
+    pub relays: AtomicUsize,
+    pub refused: AtomicU64,
+    pub failed_handshakes: AtomicU64,
+}
+
+pub struct Carrier {
+    runtime: Option<Runtime>, // taken when dropped: shut down without waiting
+    inbox: Arc<Inbox>,
+    listeners: Mutex<HashMap<u64, JoinHandle<()>>>,
+    next_id: AtomicU64,
+    pub counters: Arc<Counters>,
+}
+
+/// Decrements a counter when dropped.
+struct Held(Arc<Counters>, fn(&Counters) -> &AtomicUsize);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        (self.1)(&self.0).fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn hold(counters: &Arc<Counters>, which: fn(&Counters) -> &AtomicUsize) -> Held {
+    which(counters).fetch_add(1, Ordering::Relaxed);
+    Held(counters.clone(), which)
+}
+
+impl Carrier {
+    /// A carrier on `threads` worker threads (0: one per core).
+    pub fn new(threads: usize) -> io::Result<Self> {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.enable_all().thread_name("edge-core");
+        if threads > 0 {
+            builder.worker_threads(threads);
+        }
+        Ok(Carrier {
+            runtime: Some(builder.build()?),
+            inbox: Arc::new(Inbox::new()?),
+            listeners: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            counters: Arc::new(Counters::default()),
+        })
+    }
+
+    pub fn inbox(&self) -> &Inbox {
+        &self.inbox
+    }
+
+    fn runtime(&self) -> &Runtime {
+        self.runtime
+            .as_ref()
+            .expect("a carrier's runtime lives until it is dropped")
+    }
+
+    fn bind(&self, at: Where) -> io::Result<TcpListener> {
+        let _entered = self.runtime().enter();
+        match at {
+            Where::Socket(listener) => {
+                listener.set_nonblocking(true)?;
+                TcpListener::from_std(listener)
+            }
+            Where::Bind(host, port) => {
+                let addr = (host.as_str(), port)
+                    .to_socket_addrs()?
+                    .next()
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, host.clone()))?;
+                let socket = match addr {
+                    SocketAddr::V4(_) => TcpSocket::new_v4()?,
+                    SocketAddr::V6(_) => TcpSocket::new_v6()?,
+                };
+                socket.set_reuseaddr(true)?;
+                socket.bind(addr)?;
+                socket.listen(BACKLOG)
+            }
+        }
+    }
+
+    /// Start a TLS listener; its id and the address it listens on.
+    pub fn listen_tls(&self, at: Where, spec: TlsListen) -> io::Result<(u64, SocketAddr)> {
+        let listener = self.bind(at)?;
+        let local = listener.local_addr()?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let task = self.runtime().spawn(accept_loop(
+            id,
+            listener,
+            Arc::new(spec),
+            self.inbox.clone(),
+            self.counters.clone(),
+        ));
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, task);
+        Ok((id, local))
+    }
+
+    /// Stop accepting on a listener (its socket is closed; connections already handed over
+    /// and their relays go on).
+    pub fn close(&self, id: u64) -> bool {
+        let task = self
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        match task {
+            Some(task) => {
+                task.abort();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for Carrier {
+    fn drop(&mut self) {
+        for (_, task) in self
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            task.abort();
+        }
+        // Relays still running end with the runtime; nothing waits for them (a drop may
+        // happen on a thread of another runtime, or at the interpreter's exit).
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+async fn accept_loop(
+    id: u64,
+    listener: TcpListener,
+    spec: Arc<TlsListen>,
+    inbox: Arc<Inbox>,
+    counters: Arc<Counters>,
+) {
+    let acceptor = TlsAcceptor::from(spec.tls.clone());
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(_) => {
+                // Out of descriptors or memory, or a connection reset before it was
+                // accepted: wait a little rather than spin, and go on.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if counters.handshakes.load(Ordering::Relaxed) >= spec.max_handshakes {
+            counters.refused.fetch_add(1, Ordering::Relaxed);
+            drop(tcp);
+            continue;
+        }
+        let handshake = hold(&counters, |c| &c.handshakes);
+        let (acceptor, spec, inbox, counters) = (
+            acceptor.clone(),
+            spec.clone(),
+            inbox.clone(),
+            counters.clone(),
+        );
+        tokio::spawn(async move {
+            let _ = tcp.set_nodelay(true);
+            let accepted =
+                tokio::time::timeout(spec.handshake_timeout, acceptor.accept(QuickAck(tcp))).await;
+            drop(handshake);
+            let mut tls = match accepted {
+                Ok(Ok(tls)) => tls,
+                _ => {
+                    counters.failed_handshakes.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            };
+            let (sni, alpn) = {
+                let (_, conn) = tls.get_ref();
+                (
+                    conn.server_name().map(str::to_owned),
+                    conn.alpn_protocol().map(<[u8]>::to_vec),
+                )
+            };
+            let Ok((mut ours, theirs)) = socket_pair() else {
+                return;
+            };
+            let _relay = hold(&counters, |c| &c.relays);
+            inbox.push(Accepted {
+                listener: id,
+                fd: theirs,
+                peer,
+                sni,
+                alpn,
+            });
+            // Ends when both directions are done, or at the first error of either side; the
+            // TLS side's end of writing sends close_notify.
+            let _ = copy_bidirectional_with_sizes(
+                &mut tls,
+                &mut ours,
+                spec.relay_buffer,
+                spec.relay_buffer,
+            )
+            .await;
+        });
+    }
+}
+
+fn socket_pair() -> io::Result<(UnixStream, OwnedFd)> {
+    let (ours, theirs) = StdUnixStream::pair()?;
+    ours.set_nonblocking(true)?;
+    theirs.set_nonblocking(true)?;
+    Ok((UnixStream::from_std(ours)?, theirs.into()))
+}

@@ -1,0 +1,203 @@
+//! The carrier as a process would use it: a real TLS client against a listener, the plaintext
+//! read and written on the handed-over socket.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use edge_core::carrier::{Carrier, TlsListen, Where};
+use edge_core::inbox::Accepted;
+use edge_core::tls::server_config;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+use tokio_rustls::TlsConnector;
+
+struct Pair {
+    chain: Vec<u8>,
+    key: Vec<u8>,
+    der: Vec<u8>,
+}
+
+fn pair() -> Pair {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    Pair {
+        chain: cert.cert.pem().into_bytes(),
+        key: cert.key_pair.serialize_pem().into_bytes(),
+        der: cert.cert.der().to_vec(),
+    }
+}
+
+fn listen(carrier: &Carrier, pair: &Pair, timeout: Duration, max_handshakes: usize) -> u16 {
+    let spec = TlsListen {
+        tls: server_config(
+            &pair.chain,
+            &pair.key,
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        )
+        .unwrap(),
+        handshake_timeout: timeout,
+        max_handshakes,
+        relay_buffer: 16 * 1024,
+    };
+    let (_, addr) = carrier
+        .listen_tls(Where::Bind("127.0.0.1".into(), 0), spec)
+        .unwrap();
+    addr.port()
+}
+
+fn connector(pair: &Pair, alpn: &[&[u8]]) -> TlsConnector {
+    let mut roots = RootCertStore::empty();
+    roots.add(pair.der.clone().into()).unwrap();
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    TlsConnector::from(Arc::new(config))
+}
+
+fn wait_for(carrier: &Carrier, count: usize) -> Vec<Accepted> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = Vec::new();
+    while got.len() < count && Instant::now() < deadline {
+        got.extend(carrier.inbox().take());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plaintext_both_ways_with_the_facts_and_half_close() {
+    let carrier = Carrier::new(1).unwrap();
+    let pair = pair();
+    let port = listen(&carrier, &pair, Duration::from_secs(5), 16);
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let client_port = tcp.local_addr().unwrap().port();
+    let mut tls = connector(&pair, &[b"http/1.1"])
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let handed = tokio::task::spawn_blocking({
+        let carrier = Arc::new(carrier);
+        move || (wait_for(&carrier, 1), carrier)
+    });
+    tls.write_all(b"hello core").await.unwrap();
+    tls.flush().await.unwrap();
+    let (mut handed, _carrier) = handed.await.unwrap();
+    assert_eq!(handed.len(), 1);
+    let accepted = handed.pop().unwrap();
+    assert_eq!(accepted.peer.port(), client_port);
+    assert_eq!(accepted.sni.as_deref(), Some("localhost"));
+    assert_eq!(accepted.alpn.as_deref(), Some(&b"http/1.1"[..]));
+    let mut plain = UnixStream::from(accepted.fd);
+    plain.set_nonblocking(false).unwrap();
+    let mut got = [0u8; 10];
+    plain.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"hello core");
+    plain.write_all(b"answer").unwrap();
+    plain.shutdown(std::net::Shutdown::Write).unwrap(); // the edge's FIN: close_notify, EOF
+    let mut back = Vec::new();
+    tls.read_to_end(&mut back).await.unwrap();
+    assert_eq!(back, b"answer");
+    tls.shutdown().await.unwrap(); // the client's end: EOF on the edge's side
+    let mut rest = Vec::new();
+    plain.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_is_dropped_at_the_handshake_timeout_and_never_handed_over() {
+    let carrier = Arc::new(Carrier::new(1).unwrap());
+    let pair = pair();
+    let port = listen(&carrier, &pair, Duration::from_millis(300), 16);
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
+        .await
+        .expect("closed by the timeout")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert!(carrier.inbox().is_empty());
+    let c = &carrier.counters;
+    assert_eq!(
+        c.failed_handshakes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_max_handshakes_a_connection_is_closed_at_once() {
+    let carrier = Arc::new(Carrier::new(1).unwrap());
+    let pair = pair();
+    let port = listen(&carrier, &pair, Duration::from_secs(30), 2);
+    let _held: Vec<TcpStream> = vec![
+        TcpStream::connect(("127.0.0.1", port)).await.unwrap(),
+        TcpStream::connect(("127.0.0.1", port)).await.unwrap(),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while carrier
+        .counters
+        .handshakes
+        .load(std::sync::atomic::Ordering::Relaxed)
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the two handshakes never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut third = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), third.read(&mut buf))
+        .await
+        .expect("closed at once")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    assert_eq!(
+        carrier
+            .counters
+            .refused
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[test]
+fn a_key_that_is_not_pem_is_refused_with_its_reason() {
+    let pair = pair();
+    let err = server_config(&pair.chain, b"not a key", vec![]).unwrap_err();
+    assert!(err.to_string().contains("private key"), "{err}");
+    let err = server_config(b"", &pair.key, vec![]).unwrap_err();
+    assert!(err.to_string().contains("certificate chain"), "{err}");
+}
+
+#[test]
+fn a_closed_listener_accepts_no_more() {
+    let carrier = Carrier::new(1).unwrap();
+    let pair = pair();
+    let spec = TlsListen {
+        tls: server_config(&pair.chain, &pair.key, vec![]).unwrap(),
+        handshake_timeout: Duration::from_secs(5),
+        max_handshakes: 4,
+        relay_buffer: 1024,
+    };
+    let (id, addr) = carrier
+        .listen_tls(Where::Bind("127.0.0.1".into(), 0), spec)
+        .unwrap();
+    assert!(carrier.close(id));
+    assert!(!carrier.close(id));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(addr).is_ok() {
+        assert!(Instant::now() < deadline, "still accepting");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

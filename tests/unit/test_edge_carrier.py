@@ -1,0 +1,92 @@
+"""The seam to the compiled core (edge/carrier.py over edge_core), in one event loop with a real
+TLS client: what a handler is handed (the plaintext and the connection's facts), what the core
+refuses, and that a closed listener hands nothing more over. The core's own bounds (handshake
+timeout, handshakes at once) are pinned by its cargo tests (edge_core/tests/carrier.rs); the
+agent listener built on it by tests/edge (every SDK and the CLI connect through it)."""
+
+import asyncio
+import socket
+import ssl
+
+import pytest
+
+from edge import carrier
+from stacks.certs import SmallCA, key_pem, pem
+
+
+@pytest.fixture(scope="module")
+def tls_pair():
+    ca = SmallCA()
+    cert, key = ca.leaf(["localhost", "127.0.0.1"])
+    client = ssl.create_default_context(cadata=ca.pem)
+    return (pem(cert) + ca.pem).encode(), key_pem(key).encode(), client
+
+
+def _run(coro):
+    return asyncio.new_event_loop().run_until_complete(coro)
+
+
+def test_a_handler_gets_the_plaintext_both_ways_and_the_facts(tls_pair):
+    chain, key, client_ctx = tls_pair
+
+    async def main():
+        core = carrier.Carrier(threads=1)
+        core.start(asyncio.get_running_loop())
+        seen = []
+
+        async def handler(reader, writer, facts):
+            seen.append(facts)
+            line = await reader.readline()
+            writer.write(b"echo " + line)
+            await writer.drain()
+            assert await reader.read() == b""  # the client's close_notify: EOF here
+            writer.close()
+
+        port = core.listen_tls(handler, chain, key, [b"h2", b"ntp/1"], host="127.0.0.1")
+        client_ctx.set_alpn_protocols(["ntp/1"])
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_ctx, server_hostname="localhost"
+        )
+        local_port = writer.get_extra_info("sockname")[1]
+        writer.write(b"hello\n")
+        answer = await asyncio.wait_for(reader.readline(), 10)
+        writer.close()
+        await writer.wait_closed()
+        core.stop()
+        return seen, answer, local_port
+
+    seen, answer, local_port = _run(main())
+    assert answer == b"echo hello\n"
+    assert seen == [carrier.Handoff("127.0.0.1", local_port, "localhost", b"ntp/1")]
+
+
+def test_a_closed_listener_hands_over_nothing_more(tls_pair):
+    chain, key, _ = tls_pair
+
+    async def main():
+        core = carrier.Carrier(threads=1)
+        core.start(asyncio.get_running_loop())
+
+        async def handler(reader, writer, facts):
+            writer.close()
+
+        port = core.listen_tls(handler, chain, key, [], host="127.0.0.1")
+        core.close(port)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
+    assert _run(main()), "the port still accepts after close"
+
+
+def test_a_pair_that_does_not_load_is_refused_with_its_reason(tls_pair):
+    chain, key, _ = tls_pair
+    core = carrier.Carrier(threads=1)
+    with pytest.raises(ValueError, match="private key"):
+        core.listen_tls(lambda *a: None, chain, b"-----BEGIN NOTHING-----", [], host="127.0.0.1")
+    with pytest.raises(ValueError, match="certificate chain"):
+        core.listen_tls(lambda *a: None, b"", key, [], host="127.0.0.1")
