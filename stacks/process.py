@@ -62,3 +62,33 @@ class Process:
         status = stop_process(self.process, sig, timeout)
         self._log.close()
         return status if status is not None else 0
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a TCP socket listening on ``port`` (any address), read
+    from /proc: the listening sockets' inodes in /proc/net/tcp{,6} against the process's
+    descriptors. For waiting on a listener that is not announced (SO_REUSEPORT listeners of
+    several processes on one port)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                next(handle)
+                for line in handle:
+                    fields = line.split()
+                    local, state, inode = fields[1], fields[3], fields[9]
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{inode}]")
+        except OSError:
+            continue
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in descriptors:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False

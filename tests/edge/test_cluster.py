@@ -26,6 +26,7 @@ from edge import muxado, protocol
 from stacks.agents import SdkAgent
 from stacks.cluster import Cluster, Target
 from stacks.paths import PROJECT_DIR
+from stacks.process import listens_on
 from tests.edge.conftest import BASE_DOMAIN, tcp_round_trip
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 from tests.edge.test_hostile_agents import _rpc
@@ -154,7 +155,12 @@ def test_tcp_on_a_reserved_port_is_relayed(cluster, api, agents):
         [{"proto": "tcp", "remote_addr": addr, "upstream": "tcp"}],
     )
     assert _bound(agent.start())[0]["url"] == f"tcp://{addr}"
-    time.sleep(3)  # every instance listens on the reserved port (SO_REUSEPORT) within 2 s
+    # Every instance opens the reserved port (SO_REUSEPORT) at its next read of the reserved
+    # addresses (every 2 s); a loaded machine may take longer, so it is waited for, not slept.
+    deadline = time.time() + 30
+    while not all(listens_on(cluster.pid(i), port) for i in range(3)):
+        assert time.time() < deadline, "not every instance listens on the reserved port"
+        time.sleep(0.1)
     got = [tcp_round_trip(port, b"ping %d" % i) for i in range(24)]
     assert got == [b"ping %d" % i for i in range(24)]
 
