@@ -66,6 +66,7 @@ class Traffic:
         )
         self.target = self.req.target
         self.compressor = None
+        self.rewrites: List[Any] = []  # response-body-find-replace (public.py buffers for it)
 
     def forwarded_request(self) -> http1.Request:
         """The request as this policy left it, for the internal endpoint it forwards to.
@@ -303,6 +304,11 @@ async def request_phase(
             return "close", [], None
         # continue: the phase resumes after the forward action (same state)
     if out.kind == tp.CONTINUE:
+        if traffic.req.body_rewritten:  # request-body-find-replace: the new body goes on
+            trailers = events[-1].trailers if isinstance(events[-1], http1.EndOfMessage) else []
+            body = traffic.req.body or b""
+            events = [http1.Data(data=body)] if body else []
+            events.append(http1.EndOfMessage(trailers))
         return "proxy", events, None
     if out.kind == tp.RESPOND:
         whole = bool(events) and isinstance(events[-1], http1.EndOfMessage)
@@ -330,6 +336,7 @@ def response_phase(traffic: Traffic, event: http1.Response) -> Any:
     if out.kind == tp.CLOSE:
         raise Closed()
     traffic.compressor = out.compressor
+    traffic.rewrites = out.rewrites
     return http1.Response(
         status_code=res.status_code,
         reason=event.reason,
@@ -362,13 +369,36 @@ async def answer_fixed(
             return False
         else:
             status, headers = res.status_code, res.headers
-            if out.compressor is not None:
-                body = out.compressor.feed(body) + out.compressor.finish()
+            body = rewritten_body(body, out.rewrites, out.compressor)
     answer = SimpleNamespace(status_code=status, headers=headers, body=body)
     for item in outcome_response(answer, close=not whole):
         if item is not None:
             await send(client, writer, item)
     return whole
+
+
+def rewritten_body(body: bytes, rewrites: List[Any], compressor: Any) -> bytes:
+    """A whole response body through response-body-find-replace's rules, then the
+    compressor (compress-response), whichever order the policy named them in."""
+    for rewrite in rewrites:
+        body = rewrite(body)
+    if compressor is not None:
+        body = compressor.feed(body) + compressor.finish()
+    return body
+
+
+def with_length(head: http1.Response, length: int) -> http1.Response:
+    """``head`` framed by a Content-Length of ``length`` (its own length or chunking
+    dropped): the head of a body the edge rewrote whole."""
+    headers = [
+        (n, v)
+        for n, v in head.headers
+        if n.lower() not in (b"content-length", b"transfer-encoding")
+    ]
+    headers.append((b"content-length", str(length).encode()))
+    return http1.Response(
+        status_code=head.status_code, reason=head.reason, headers=headers, checked=True
+    )
 
 
 async def buffer_body(client: Any, reader: Any, limit: int, events: List[Any]) -> List[Any]:

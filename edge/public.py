@@ -19,6 +19,7 @@ import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import edge_errors
+from chalicelib.core.policy.actions import MAX_FIND_REPLACE_BODY
 from edge import breaker, http1, http_policy, http_routing, wstcp
 from edge import observe  # traffic events, metrics and the inspector (edge/events.py)
 from edge.connections import connection_handler
@@ -417,6 +418,11 @@ class HttpFront:
         started = False
         held: List[bytes] = []
         held_size = 0
+        # response-body-find-replace: the head waits for the whole body (at most
+        # MAX_FIND_REPLACE_BODY), which is rewritten and sent with its new Content-Length
+        waiting_head: Optional[http1.Response] = None
+        whole: List[bytes] = []
+        whole_size = 0
 
         def hold(event: Any) -> None:
             nonlocal held_size
@@ -450,9 +456,26 @@ class HttpFront:
                             flush()
                             await writer.drain()
                             return "close"
-                    started = True
                     breaker.record(getattr(leg, "tunnel", None), event.status_code)
+                    if traffic is not None and traffic.rewrites:
+                        waiting_head = event
+                        continue
+                    started = True
                     hold(event)
+                elif isinstance(event, http1.Data) and waiting_head is not None:
+                    whole.append(bytes(event.data))
+                    whole_size += len(event.data)
+                    if whole_size > MAX_FIND_REPLACE_BODY:
+                        await answer(
+                            client,
+                            writer,
+                            502,
+                            edge_errors.BAD_UPSTREAM_RESPONSE,
+                            f"The response body is larger than the {MAX_FIND_REPLACE_BODY} "
+                            "bytes response-body-find-replace can rewrite.",
+                            close=True,
+                        )
+                        return "close"
                 elif isinstance(event, http1.Data):
                     if traffic is not None and traffic.compressor is not None:
                         data = traffic.compressor.feed(bytes(event.data))
@@ -475,7 +498,16 @@ class HttpFront:
                         flush()
                         await writer.drain()
                 elif isinstance(event, http1.EndOfMessage):
-                    if traffic is not None and traffic.compressor is not None:
+                    if waiting_head is not None and traffic is not None:
+                        body = http_policy.rewritten_body(
+                            b"".join(whole), traffic.rewrites, traffic.compressor
+                        )
+                        started = True
+                        hold(http_policy.with_length(waiting_head, len(body)))
+                        if body:
+                            hold(http1.Data(data=body))
+                        event = http1.EndOfMessage()  # a Content-Length body has no trailers
+                    elif traffic is not None and traffic.compressor is not None:
                         tail = traffic.compressor.finish()
                         if tail:
                             hold(http1.Data(data=tail))

@@ -51,6 +51,30 @@ async def stream(request):
     return resp
 
 
+async def reflect(request):
+    """The request's body back, with its Content-Type, and in ``x-request-length`` the
+    Content-Length the upstream was sent ("none": chunked); ``?chunks=N`` writes it back in N
+    pieces (a chunked response), ``?size=N`` answers N bytes of "r" instead."""
+    body = await request.read()
+    if "size" in request.query:
+        body = b"r" * int(request.query["size"])
+    headers = {
+        "x-request-length": request.headers.get("content-length", "none"),
+        "content-type": request.headers.get("content-type", "application/octet-stream"),
+    }
+    chunks = int(request.query.get("chunks", "0"))
+    if not chunks:
+        return web.Response(body=body, headers=headers)
+    resp = web.StreamResponse(headers=headers)
+    await resp.prepare(request)
+    step = max(1, -(-len(body) // chunks))
+    for at in range(0, len(body), step):
+        await resp.write(body[at : at + step])
+        await asyncio.sleep(0.01)
+    await resp.write_eof()
+    return resp
+
+
 FLOODED = {"bytes": 0}  # what /flood has written so far (read back by /flooded)
 
 
@@ -135,6 +159,7 @@ async def main(cfg):
         [
             web.get("/echo", echo),
             web.post("/upload", upload),
+            web.route("*", "/reflect", reflect),
             web.get("/stream", stream),
             web.get("/ws", websocket),
             web.get("/flood", flood),

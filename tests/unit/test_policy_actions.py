@@ -1435,3 +1435,110 @@ def test_rate_limits_of_two_endpoints_with_the_same_policy_are_separate():
     assert p.on_http_request(a, request(), p.new_state()).kind == CONTINUE
     assert p.on_http_request(b, request(), p.new_state()).kind == CONTINUE
     assert p.on_http_request(a, request(), p.new_state()).kind == RESPOND
+
+
+# ---- request-body-find-replace, response-body-find-replace ------------------------------------
+
+
+def _find_replace(kind, *rules):
+    return {"type": kind, "config": {"replacements": list(rules)}}
+
+
+@pytest.mark.parametrize("kind", ["request-body-find-replace", "response-body-find-replace"])
+@pytest.mark.parametrize(
+    "config, path, words",
+    [
+        ({}, "replacements", "is required"),
+        ({"replacements": []}, "replacements", "at least 1"),
+        (
+            {"replacements": [{"from": "a"}] * (actions.MAX_REPLACEMENTS + 1)},
+            "replacements",
+            f"the limit is {actions.MAX_REPLACEMENTS}",
+        ),
+        ({"replacements": ["a"]}, "replacements[0]", "mapping"),
+        ({"replacements": [{"to": "b"}]}, "replacements[0].from", "is required"),
+        ({"replacements": [{"from": ""}]}, "replacements[0].from", "must not be empty"),
+        ({"replacements": [{"from": "(open"}]}, "replacements[0].from", "regular expression"),
+        ({"replacements": [{"from": "a", "with": "b"}]}, "replacements[0].with", "unknown"),
+        ({"replacements": [{"from": "a", "to": 5}]}, "replacements[0].to", "a string"),
+    ],
+)
+def test_find_replace_configs_are_refused_at_the_element(kind, config, path, words):
+    phase = "on_http_request" if kind.startswith("request") else "on_http_response"
+    error = refused({phase: [rule({"type": kind, "config": config})]})
+    assert error.path == f"{phase}[0].actions[0].config.{path}", error.path
+    assert words in error.message
+
+
+def test_find_replace_accepts_the_most_rules_it_allows():
+    rules = [{"from": f"a{i}"} for i in range(actions.MAX_REPLACEMENTS)]
+    compile_doc(req_doc(_find_replace("request-body-find-replace", *rules)))
+
+
+def test_request_find_replace_asks_for_the_body_then_rewrites_it_with_its_length():
+    doc = req_doc(
+        _find_replace(
+            "request-body-find-replace",
+            {"from": "k=(\\w+)", "to": "k=<$1>"},
+            {"from": "<(\\w)", "to": "[$1"},
+            {"from": "drop"},
+        )
+    )
+    p = compile_doc(doc)
+    req = request("/x", "POST", headers=[("Transfer-Encoding", "chunked")], content_length=None)
+    state = p.new_state()
+    out = p.on_http_request(conn(), req, state)
+    assert out.kind == NEED_BODY and out.max_body_bytes == actions.MAX_FIND_REPLACE_BODY
+    req.body = b"k=abc drop k=d"
+    out = p.on_http_request(conn(), req, state)
+    assert out.kind == CONTINUE
+    assert req.body == b"k=[abc>  k=[d>" and req.body_rewritten
+    assert header(req.headers, "content-length") == [str(len(req.body))]
+    assert header(req.headers, "transfer-encoding") == []
+
+
+def test_request_find_replace_leaves_an_unmatched_body_alone():
+    out, req = on_request(
+        req_doc(_find_replace("request-body-find-replace", {"from": "zzz", "to": "y"})),
+        request("/x", "POST", content_length=3),
+    )
+    assert out.kind == CONTINUE and not req.body_rewritten
+
+
+def test_request_find_replace_refuses_a_body_past_its_bound():
+    p = compile_doc(req_doc(_find_replace("request-body-find-replace", {"from": "a"})))
+    req = request("/x", "POST")
+    state = p.new_state()
+    p.on_http_request(conn(), req, state)
+    req.body, req.body_complete = b"a" * actions.MAX_FIND_REPLACE_BODY, False
+    out = p.on_http_request(conn(), req, state)
+    assert out.kind == RESPOND and out.status_code == 413
+    assert header(out.headers, "ngrok-error-code") == ["ERR_NGROK_10088"]
+
+
+def test_request_find_replace_skips_a_rule_whose_cel_pattern_is_not_re2():
+    doc = req_doc(
+        _find_replace(
+            "request-body-find-replace",
+            {"from": "${req.url.path}", "to": "x"},
+            {"from": "b", "to": "c"},
+        )
+    )
+    out, req = on_request(doc, request("/(", "POST", body=b"ab"))
+    assert out.kind == CONTINUE and req.body == b"ac"
+    assert any("rule skipped" in e for e in out.errors)
+
+
+def test_response_find_replace_hands_the_edge_a_rewrite_of_the_whole_body():
+    p = compile_doc(
+        res_doc(_find_replace("response-body-find-replace", {"from": "(\\d)-(\\d)", "to": "$2$1"}))
+    )
+    state = p.new_state()
+    res = Response(status_code=200, headers=[("content-type", "text/plain")])
+    out = p.on_http_response(conn(), request(), res, state)
+    assert [rewrite(b"1-2 3-4 $") for rewrite in out.rewrites] == [b"21 43 $"]
+    for status, method in ((204, "GET"), (304, "GET"), (200, "HEAD")):
+        out = p.on_http_response(
+            conn(), request(method=method), Response(status_code=status), p.new_state()
+        )
+        assert out.rewrites == []

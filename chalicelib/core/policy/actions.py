@@ -30,6 +30,16 @@ Decisions where the hosted docs are silent, written down here:
 - jwt-validation: keys from ``jws.keys.sources.additional_jkus`` (fetched, cached 15 minutes)
   and, an extension, an inline JWKS in ``jws.keys.jwks``. A missing or invalid token is a
   401 with ``WWW-Authenticate: Bearer``.
+- request-body-find-replace and response-body-find-replace buffer the whole body, at most
+  1 MiB (MAX_FIND_REPLACE_BODY; the hosted docs give no bound), apply up to 32 rules
+  (MAX_REPLACEMENTS) in order (RE2, every match, Go's ``$1`` / ``$name`` / ``$$``
+  replacement syntax) to the bytes, and send the body with its new Content-Length. A longer
+  request body is refused with 413 ERR_NGROK_3210 before anything goes upstream; a longer
+  response body with 502 ERR_NGROK_3211 before any of it reaches the client: a body too
+  large to rewrite is never passed on unrewritten (the action is how secrets are redacted).
+  A ``from`` made by CEL that is not a valid RE2 pattern skips that rule and records the
+  error. They do nothing for HEAD requests and 1xx, 204 and 304 responses. A response body is
+  rewritten before compress-response compresses it, whatever their order.
 - compress-response negotiates gzip and deflate (br when the ``brotli`` module is
   installed; ``compress`` is accepted and never chosen).
 """
@@ -55,6 +65,8 @@ from chalicelib.core.policy.template import Template
 TCP, REQ, RES = "on_tcp_connect", "on_http_request", "on_http_response"
 MAX_HEADERS = 10
 MAX_WEBHOOK_BODY = 1 << 20
+MAX_FIND_REPLACE_BODY = 1 << 20  # bytes of body a find-replace action buffers (each way)
+MAX_REPLACEMENTS = 32  # replacement rules in one find-replace action
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
@@ -67,8 +79,6 @@ UNSUPPORTED = (
     "oidc",
     "owasp-crs-request",
     "owasp-crs-response",
-    "request-body-find-replace",
-    "response-body-find-replace",
     "saml",
     "sse-find-replace",
     "terminate-tls",
@@ -1128,6 +1138,128 @@ class CompressResponse(Action):
         return None
 
 
+def _bytes_regex(pattern: str, where: str):
+    try:
+        return re2.compile(pattern.encode("utf-8"), _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise PolicyError(where, f"is not a valid regular expression ({reason})") from None
+
+
+def _bytes_replacement(to: str) -> Callable[[Any], bytes]:
+    """go_replacement over bytes: the matched groups are bytes, the template UTF-8."""
+    expand = go_replacement(to.encode("utf-8").decode("latin-1"))
+
+    def bytes_expand(match) -> bytes:
+        return expand(_Latin1Match(match)).encode("latin-1")
+
+    return bytes_expand
+
+
+class _Latin1Match:
+    """A bytes match whose groups read as latin-1 text (one character a byte), so that
+    go_replacement's text expansion round-trips every byte."""
+
+    __slots__ = ("match",)
+
+    def __init__(self, match) -> None:
+        self.match = match
+
+    def group(self, ref):
+        value = self.match.group(ref)
+        return None if value is None else value.decode("latin-1")
+
+
+class _BodyFindReplace(Action):
+    fields = ("replacements",)
+
+    def setup(self, c, phase):
+        entries = c.get("replacements", list, required=True)
+        if not entries:
+            raise PolicyError(c.at("replacements"), "needs at least 1 replacement")
+        if len(entries) > MAX_REPLACEMENTS:
+            raise PolicyError(
+                c.at("replacements"),
+                f"has {len(entries)} replacements; the limit is {MAX_REPLACEMENTS}",
+            )
+        self.rules = []
+        for index, entry in enumerate(entries):
+            where = f"{c.at('replacements')}[{index}]"
+            if not isinstance(entry, dict):
+                raise PolicyError(where, "must be a mapping with from (and to)")
+            one = Config(entry, where, ("from", "to"))
+            from_ = one.template("from", phase, required=True)
+            if from_.static == "":
+                raise PolicyError(one.at("from"), "must not be empty")
+            static = None if from_.static is None else _bytes_regex(from_.static, one.at("from"))
+            to = one.template("to", phase)
+            self.rules.append((from_, static, to))
+
+    def rewriter(self, r) -> Callable[[bytes], bytes]:
+        """The rules with their CEL rendered now: a function of the body."""
+        ready = []
+        for from_, static, to in self.rules:
+            regex = static
+            if regex is None:
+                try:
+                    regex = _bytes_regex(r.render(from_), "from")
+                except PolicyError as exc:
+                    r.errors.append(f"{self.type}: {exc.message}; rule skipped")
+                    continue
+            ready.append((regex, _bytes_replacement(r.render(to) if to is not None else "")))
+
+        def rewrite(body: bytes) -> bytes:
+            for regex, replacement in ready:
+                body = regex.sub(replacement, body)
+            return body
+
+        return rewrite
+
+
+class RequestBodyFindReplace(_BodyFindReplace):
+    type, phases = "request-body-find-replace", (REQ,)
+    needs_body = MAX_FIND_REPLACE_BODY
+
+    def run(self, r):
+        req = r.traffic.req
+        if req.method == "HEAD":
+            return None
+        if req.body is None:
+            return Outcome(NEED_BODY, max_body_bytes=self.needs_body)
+        if not req.body_complete:
+            body = (
+                f"The request body is larger than the {self.needs_body} bytes "
+                "request-body-find-replace can rewrite.\n"
+            ).encode()
+            return _respond(
+                413,
+                [
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("ngrok-error-code", edge_errors.BODY_TOO_LARGE),
+                ],
+                body,
+            )
+        rewritten = self.rewriter(r)(req.body)
+        if rewritten != req.body:
+            req.body = rewritten
+            req.body_rewritten = True
+            req.remove_header("transfer-encoding")
+            req.set_header("content-length", str(len(rewritten)))
+            r.traffic.invalidate()
+        return None
+
+
+class ResponseBodyFindReplace(_BodyFindReplace):
+    type, phases = "response-body-find-replace", (RES,)
+
+    def run(self, r):
+        req, res = r.traffic.req, r.traffic.res
+        if req.method == "HEAD" or res.status_code in (204, 304) or res.status_code < 200:
+            return None
+        r.outcome.rewrites.append(self.rewriter(r))
+        return None
+
+
 def _value_templates(value: Any, phase: str, where: str) -> Any:
     if isinstance(value, str):
         return Template(value, phase, where)
@@ -1246,6 +1378,8 @@ ACTIONS = {
         VerifyWebhook,
         JwtValidation,
         CompressResponse,
+        RequestBodyFindReplace,
+        ResponseBodyFindReplace,
         SetVars,
         Log,
         ForwardInternal,

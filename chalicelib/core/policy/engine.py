@@ -143,6 +143,7 @@ class Policy:
                 result.logs = outcome.logs
                 result.errors = outcome.errors
                 result.compressor = outcome.compressor
+                result.rewrites = outcome.rewrites
                 if result.kind == NEED_BODY:
                     state.resume[phase] = (r_index, a_index, NEED_BODY)
                 elif result.kind == IDENTITY:

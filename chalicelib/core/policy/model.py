@@ -168,6 +168,7 @@ class Request(_Message):
     content_length: Optional[int] = None
     body: Optional[bytes] = None
     body_complete: bool = True
+    body_rewritten: bool = False  # request-body-find-replace changed ``body``: send it instead
     ts_header_received: datetime.datetime = field(default_factory=utcnow)
 
     @classmethod

@@ -21,6 +21,9 @@ class Outcome:
     on_error: str = "halt"
     max_body_bytes: int = 0
     compressor: Optional[Any] = None
+    # response-body-find-replace: functions of the whole response body, applied in order
+    # (before the compressor) by the edge, which buffers the body for them
+    rewrites: List[Any] = field(default_factory=list)
     logs: List[Dict[str, Any]] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
     identity: Optional[Any] = None  # IDENTITY: (the action, its rendered fields)
