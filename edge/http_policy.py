@@ -67,6 +67,7 @@ class Traffic:
         self.target = self.req.target
         self.compressor = None
         self.rewrites: List[Any] = []  # response-body-find-replace (public.py buffers for it)
+        self.breakers: List[Any] = []  # circuit-breaker actions the response is counted in
 
     def forwarded_request(self) -> http1.Request:
         """The request as this policy left it, for the internal endpoint it forwards to.
@@ -304,6 +305,7 @@ async def request_phase(
             return "close", [], None
         # continue: the phase resumes after the forward action (same state)
     if out.kind == tp.CONTINUE:
+        traffic.breakers = out.breakers
         if traffic.req.body_rewritten:  # request-body-find-replace: the new body goes on
             trailers = events[-1].trailers if isinstance(events[-1], http1.EndOfMessage) else []
             body = traffic.req.body or b""
@@ -375,6 +377,12 @@ async def answer_fixed(
         if item is not None:
             await send(client, writer, item)
     return whole
+
+
+def record_status(traffic: Any, status: int) -> None:
+    """The response's status, counted by the circuit-breaker actions its request passed."""
+    for found, clock in getattr(traffic, "breakers", ()):
+        found.record(status, clock())
 
 
 def rewritten_body(body: bytes, rewrites: List[Any], compressor: Any) -> bytes:

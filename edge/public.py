@@ -457,6 +457,7 @@ class HttpFront:
                             await writer.drain()
                             return "close"
                     breaker.record(getattr(leg, "tunnel", None), event.status_code)
+                    http_policy.record_status(traffic, event.status_code)
                     if traffic is not None and traffic.rewrites:
                         waiting_head = event
                         continue
@@ -536,6 +537,7 @@ class HttpFront:
                 )
             else:
                 breaker.record(getattr(leg, "tunnel", None), 502)
+                http_policy.record_status(traffic, 502)
                 await answer(
                     client,
                     writer,

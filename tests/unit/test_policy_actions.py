@@ -1542,3 +1542,106 @@ def test_response_find_replace_hands_the_edge_a_rewrite_of_the_whole_body():
             conn(), request(method=method), Response(status_code=status), p.new_state()
         )
         assert out.rewrites == []
+
+
+# ---- circuit-breaker -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "config, path, words",
+    [
+        ({"error_threshold": 1.01}, "error_threshold", "0.0 to 1.0"),
+        ({"error_threshold": -0.01}, "error_threshold", "0.0 to 1.0"),
+        ({"error_threshold": True}, "error_threshold", "0.0 to 1.0"),
+        ({"error_threshold": "half"}, "error_threshold", "a number"),
+        ({"volume_threshold": 0}, "volume_threshold", "from 1 to 2000000000"),
+        ({"volume_threshold": 2_000_000_001}, "volume_threshold", "from 1 to 2000000000"),
+        ({"window_duration": "0s"}, "window_duration", "from 1s to 2m"),
+        ({"window_duration": "121s"}, "window_duration", "from 1s to 2m"),
+        ({"tripped_duration": "3m"}, "tripped_duration", "from 1s to 2m"),
+        ({"tripped_duration": "soon"}, "tripped_duration", "from 1s to 2m"),
+        ({"num_buckets": 11}, "num_buckets", "fixed at 10"),
+        ({"enforce": "no"}, "enforce", "a boolean"),
+        ({"threshold": 0.5}, "threshold", "unknown field"),
+    ],
+)
+def test_circuit_breaker_configs_are_refused_at_the_element(config, path, words):
+    error = refused(req_doc({"type": "circuit-breaker", "config": config}))
+    assert error.path == f"{A0}.{path}", error.path
+    assert words in error.message
+
+
+def test_circuit_breaker_accepts_its_bounds():
+    for config in (
+        {},
+        {"error_threshold": 0, "volume_threshold": 1, "window_duration": "1s"},
+        {"error_threshold": 1, "volume_threshold": 2_000_000_000, "tripped_duration": "2m"},
+        {"num_buckets": 10, "enforce": False, "window_duration": "120s"},
+    ):
+        compile_doc(req_doc({"type": "circuit-breaker", "config": config}))
+
+
+def _breaker_run(p, endpoint_id="ep_one"):
+    c = conn()
+    c.endpoint = Endpoint(
+        id=endpoint_id,
+        url="https://a.example.com",
+        host="a.example.com",
+        port=443,
+        protocol="https",
+    )
+    return p.on_http_request(c, request(), p.new_state())
+
+
+def test_circuit_breaker_trips_per_endpoint_and_recovers_after_its_tripped_time():
+    now = [5000.0]
+    p = compile_doc(
+        req_doc(
+            {
+                "type": "circuit-breaker",
+                "config": {
+                    "volume_threshold": 4,
+                    "error_threshold": 0.5,
+                    "tripped_duration": "3s",
+                },
+            }
+        )
+    )
+    p.clock = lambda: now[0]
+    for status in (500, 200, 500, 200):  # 2 errors of 4: trips at the 4th
+        out = _breaker_run(p)
+        assert out.kind == CONTINUE and len(out.breakers) == 1
+        found, clock = out.breakers[0]
+        found.record(status, clock())
+    refused_now = _breaker_run(p)
+    assert refused_now.kind == RESPOND and refused_now.status_code == 503
+    assert header(refused_now.headers, "ngrok-error-code") == ["ERR_NGROK_3202"]
+    assert _breaker_run(p, "ep_other").kind == CONTINUE  # another endpoint's own breaker
+    now[0] += 2.9
+    assert _breaker_run(p).kind == RESPOND
+    now[0] += 0.2
+    assert _breaker_run(p).kind == CONTINUE
+
+
+def test_circuit_breaker_not_enforced_counts_and_never_refuses():
+    now = [9000.0]
+    p = compile_doc(
+        req_doc({"type": "circuit-breaker", "config": {"volume_threshold": 1, "enforce": False}})
+    )
+    p.clock = lambda: now[0]
+    for _ in range(5):
+        out = _breaker_run(p, "ep_lenient")
+        assert out.kind == CONTINUE
+        found, clock = out.breakers[0]
+        found.record(503, clock())
+    assert not found.allow(now[0])  # it tripped, and still lets requests through
+
+
+def test_the_action_breakers_are_bounded():
+    from chalicelib.core.policy import breaker
+
+    kept = breaker.Breakers(limit=3)
+    made = [kept.get(i, lambda: breaker.Breaker(0.5)) for i in range(5)]
+    assert len(kept) == 3
+    assert kept.get(4, lambda: breaker.Breaker(0.5)) is made[4]
+    assert kept.get(0, lambda: breaker.Breaker(0.5)) is not made[0]  # dropped, made anew

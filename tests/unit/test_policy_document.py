@@ -141,7 +141,7 @@ def test_bad_shapes_are_refused_naming_the_element(doc, path, words):
         "oidc",
         "saml",
         "http-request",
-        "circuit-breaker",
+        "ai-gateway",
         "owasp-crs-request",
         "terminate-tls",
         "sse-find-replace",

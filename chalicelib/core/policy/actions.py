@@ -40,6 +40,9 @@ Decisions where the hosted docs are silent, written down here:
   A ``from`` made by CEL that is not a valid RE2 pattern skips that rule and records the
   error. They do nothing for HEAD requests and 1xx, 204 and 304 responses. A response body is
   rewritten before compress-response compresses it, whatever their order.
+- circuit-breaker keeps one breaker per action and endpoint (chalicelib/core/policy/breaker.py,
+  shared with the agent option): ``num_buckets`` is fixed at 10 as hosted; a breaker that is
+  tripped answers 503 ERR_NGROK_3202; ``enforce: false`` counts and never refuses.
 - compress-response negotiates gzip and deflate (br when the ``brotli`` module is
   installed; ``compress`` is accepted and never chosen).
 """
@@ -74,7 +77,6 @@ _RE2_OPTIONS.log_errors = False
 # Documented by the hosted service, not run here: refused at creation, by name.
 UNSUPPORTED = (
     "ai-gateway",
-    "circuit-breaker",
     "http-request",
     "oidc",
     "owasp-crs-request",
@@ -179,6 +181,7 @@ def _kind_name(kind) -> str:
         bool: "a boolean (true or false)",
         dict: "a mapping",
         list: "a list",
+        (int, float): "a number",
     }.get(kind, str(kind))
 
 
@@ -1216,6 +1219,71 @@ class _BodyFindReplace(Action):
         return rewrite
 
 
+def _duration(c: Config, key: str, default: int, low: int, high: int) -> int:
+    text = c.get(key, str)
+    if text is None:
+        return default
+    seconds = parse_duration(text)
+    if seconds is None or not low <= seconds <= high:
+        raise PolicyError(c.at(key), f"must be a duration from {low}s to {high // 60}m")
+    return seconds
+
+
+class CircuitBreaker(Action):
+    """One breaker per (action, endpoint) (chalicelib/core/policy/breaker.py): while tripped,
+    503 ERR_NGROK_3202 and the request goes no further; otherwise the request goes on and
+    its response's status is counted (the edge records it: ``Outcome.breakers``)."""
+
+    type, phases = "circuit-breaker", (REQ,)
+    fields = (
+        "error_threshold",
+        "volume_threshold",
+        "window_duration",
+        "tripped_duration",
+        "num_buckets",
+        "enforce",
+    )
+
+    def setup(self, c, phase):
+        from chalicelib.core.policy import breaker
+
+        threshold = c.get("error_threshold", (int, float), default=0.5)
+        if isinstance(threshold, bool) or not 0.0 <= threshold <= 1.0:
+            raise PolicyError(c.at("error_threshold"), "must be a number from 0.0 to 1.0")
+        self.threshold = float(threshold)
+        self.volume = c.get("volume_threshold", int, default=breaker.VOLUME)
+        if not 1 <= self.volume <= 2_000_000_000:
+            raise PolicyError(c.at("volume_threshold"), "must be from 1 to 2000000000")
+        self.window = _duration(c, "window_duration", int(breaker.WINDOW), 1, 120)
+        self.tripped = _duration(c, "tripped_duration", int(breaker.TRIPPED), 1, 120)
+        buckets = c.get("num_buckets", int, default=breaker.BUCKETS)
+        if buckets != breaker.BUCKETS:
+            raise PolicyError(c.at("num_buckets"), f"is fixed at {breaker.BUCKETS}")
+        self.enforce = c.get("enforce", bool, default=True)
+        self.scope = ""  # set by the policy: its digest and this action's place
+
+    def run(self, r):
+        from chalicelib.core.policy import breaker
+
+        found = breaker.BREAKERS.get(
+            (self.scope, r.traffic.conn.endpoint.id),
+            lambda: breaker.Breaker(self.threshold, self.volume, self.window, self.tripped),
+        )
+        now = r.clock()
+        if self.enforce and not found.allow(now):
+            return _respond(
+                503,
+                [
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("ngrok-error-code", edge_errors.CIRCUIT_BREAKER_TRIPPED),
+                ],
+                b"Circuit breaker tripped: the endpoint's upstream answered too many 5xx "
+                b"responses; try again later.\n",
+            )
+        r.outcome.breakers.append((found, r.clock))
+        return None
+
+
 class RequestBodyFindReplace(_BodyFindReplace):
     type, phases = "request-body-find-replace", (REQ,)
     needs_body = MAX_FIND_REPLACE_BODY
@@ -1378,6 +1446,7 @@ ACTIONS = {
         VerifyWebhook,
         JwtValidation,
         CompressResponse,
+        CircuitBreaker,
         RequestBodyFindReplace,
         ResponseBodyFindReplace,
         SetVars,

@@ -73,6 +73,8 @@ class Policy:
                     )
                     if isinstance(act, actions_mod.RateLimit):
                         act.scope = f"{digest}:{a_where}:{act.name}"
+                    if isinstance(act, actions_mod.CircuitBreaker):
+                        act.scope = f"{digest}:{a_where}"
                     if isinstance(act, actions_mod.RestrictIps):
                         self.ip_policy_refs.extend(
                             (f"{a_where}.config.ip_policies[{i}]", ident)
@@ -144,6 +146,7 @@ class Policy:
                 result.errors = outcome.errors
                 result.compressor = outcome.compressor
                 result.rewrites = outcome.rewrites
+                result.breakers = outcome.breakers
                 if result.kind == NEED_BODY:
                     state.resume[phase] = (r_index, a_index, NEED_BODY)
                 elif result.kind == IDENTITY:

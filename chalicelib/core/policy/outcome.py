@@ -24,6 +24,8 @@ class Outcome:
     # response-body-find-replace: functions of the whole response body, applied in order
     # (before the compressor) by the edge, which buffers the body for them
     rewrites: List[Any] = field(default_factory=list)
+    # circuit-breaker: (breaker, clock) pairs the edge records the response's status in
+    breakers: List[Any] = field(default_factory=list)
     logs: List[Dict[str, Any]] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
     identity: Optional[Any] = None  # IDENTITY: (the action, its rendered fields)
