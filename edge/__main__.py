@@ -8,6 +8,7 @@ import signal
 import sys
 
 from chalicelib.core import store
+from chalicelib.core.policy import ipintel
 from edge import config, gc_tuning
 from edge.server import Edge
 
@@ -21,6 +22,7 @@ TLS_READ_BUFFER = 32 * 1024
 
 async def main() -> int:
     asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
+    ipintel.WARM_ON_COMPILE = True  # a policy naming conn.geo.* loads the database at once
     settings = config.load()
     store.configure()
     edge = Edge(settings)

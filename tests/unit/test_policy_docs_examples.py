@@ -162,6 +162,19 @@ def test_set_vars_example():
     assert out.body == b"Hello, World!"
 
 
+def test_block_tor_example_with_the_operators_exit_list(tmp_path, monkeypatch):
+    from chalicelib.core.policy import ipintel
+
+    (tmp_path / "proxy.anonymous.tor.txt").write_text("185.220.101.0/24\n")
+    monkeypatch.setenv("EDGE_IP_CATEGORIES_DIR", str(tmp_path))
+    ipintel.reset()
+    try:
+        assert run(ex.BLOCK_TOR, c=conn("185.220.101.4"))[0].status_code == 403
+        assert run(ex.BLOCK_TOR, c=conn("185.220.102.4"))[0].kind == CONTINUE
+    finally:
+        ipintel.reset()
+
+
 @pytest.mark.parametrize("example", ex.REFUSED, ids=lambda e: e[2])
 def test_documented_policies_this_service_cannot_honour_are_refused(example):
     _, text, path, words = example

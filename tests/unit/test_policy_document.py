@@ -186,7 +186,7 @@ def test_actions_are_refused_in_phases_they_do_not_run_in(phase, kind):
         ("on_http_request", "noSuchMacro(req.method)", "undeclared reference to 'noSuchMacro'"),
         ("on_tcp_connect", "req.method == 'GET'", "undeclared reference to 'req.method'"),
         ("on_http_request", "res.status_code == 200", "undeclared reference to 'res.status_code'"),
-        ("on_http_request", "conn.geo.country_code == 'US'", "undeclared reference"),
+        ("on_http_request", "conn.geo.city == 'Paris'", "undeclared reference"),
         ("on_http_request", "getResHeader('x') == []", "undeclared reference to 'getResHeader'"),
         ("on_http_request", "'x' + 1 == 'x1'", "no matching overload"),
     ],

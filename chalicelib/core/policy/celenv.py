@@ -8,9 +8,10 @@ variable, member or function is a compile error (a 400 at creation), not a runti
 Variables come from the hosted service's reference ("Variables": conn, endpoint, req, res,
 time, vars, action result variables). Each phase has its own environment: ``req.*`` does not
 exist in ``on_tcp_connect``, ``res.*`` only in ``on_http_response``. Variables the hosted
-service has and this service cannot compute (geo and IP intelligence, TLS client
-certificates, Kubernetes identity, req.ts.body_received) are not declared: a policy naming
-them is refused at creation rather than silently seeing empty values. Values absent from a
+service has and this service cannot compute (the geo variables finer than a country and the
+AS number: ipintel.py's database is country-level; TLS client certificates, Kubernetes
+identity, req.ts.body_received) are not declared: a policy naming them is refused at creation
+rather than silently seeing empty values. Values absent from a
 request read as the zero value of their type (``req.content_length`` 0, ``req.url.port`` 0,
 ``res.location`` "").
 
@@ -33,7 +34,7 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from cel_expr_python import cel
 
-from chalicelib.core.policy import useragent
+from chalicelib.core.policy import ipintel, useragent
 
 T = cel.Type
 STR, INT, BOOL, DYN, TS = T.STRING, T.INT, T.BOOL, T.DYN, T.TIMESTAMP
@@ -138,6 +139,28 @@ VARIABLES: Dict[str, _V] = {
     "endpoint.addr": (STR, PHASES, lambda t: t.conn.endpoint.addr),
     "endpoint.port": (INT, PHASES, lambda t: int(t.conn.endpoint.port)),
     "endpoint.protocol": (STR, PHASES, lambda t: t.conn.endpoint.protocol),
+    # geo and IP intelligence (chalicelib/core/policy/ipintel.py: a country-level database
+    # and the operator's category lists)
+    "conn.geo.country_code": (STR, PHASES, lambda t: ipintel.geo(t.conn.client_ip)[0]),
+    "conn.geo.country": (STR, PHASES, lambda t: ipintel.geo(t.conn.client_ip)[1]),
+    "conn.client_ip.as.organization": (STR, PHASES, lambda t: ipintel.geo(t.conn.client_ip)[2]),
+    "conn.client_ip.categories": (
+        STR_LIST,
+        PHASES,
+        lambda t: list(ipintel.categories(t.conn.client_ip)),
+    ),
+    "conn.client_ip.is_tor_node": (
+        BOOL,
+        PHASES,
+        lambda t: ipintel.TOR in ipintel.categories(t.conn.client_ip),
+    ),
+    "conn.client_ip.is_on_blocklist": (
+        BOOL,
+        PHASES,
+        lambda t: any(
+            c.startswith(ipintel.BLOCKLIST_PREFIX) for c in ipintel.categories(t.conn.client_ip)
+        ),
+    ),
     "time.now": (
         STR,
         PHASES,
@@ -806,6 +829,7 @@ class Program:
             raise CelError(_explain(text, phase, _clean(str(exc)))) from None
         self.kind = self.expr.return_type()
         self.needs = tuple((name, VARIABLES[name][2]) for name in _referenced(text, phase))
+        ipintel.note_needs(name for name, _ in self.needs)
         self.fast = _fast_path(text, phase)
 
     def evaluate(self, traffic: Traffic) -> Any:
@@ -853,7 +877,12 @@ def _explain(text: str, phase: str, message: str) -> str:
             entry = VARIABLES.get(prefix)
             if entry is not None and phase in entry[1]:
                 if entry[0] in (STR, INT, BOOL, TS):
-                    return f"unknown variable or member '{'.'.join(parts[: end + 1])}' ({message})"
+                    # the whole name when it is under a namespace of other variables
+                    # (conn.client_ip.as.number beside conn.client_ip.as.organization)
+                    known = ".".join(parts[: end + 1])
+                    if any(n.startswith(known + ".") for n in VARIABLES):
+                        known = dotted
+                    return f"unknown variable or member '{known}' ({message})"
                 break
     return message
 

@@ -345,6 +345,19 @@ on_http_request:
 """,
 )
 
+BLOCK_TOR = (
+    f"{DOCS}/examples/block-unwanted-requests/",
+    """
+on_http_request:
+  - expressions:
+      - ('proxy.anonymous.tor' in conn.client_ip.categories)
+    actions:
+      - type: deny
+        config:
+          status_code: 403
+""",
+)
+
 # Documented, but needing what this service does not offer: each must be refused at
 # creation, naming the element.
 REFUSED = [
@@ -372,20 +385,6 @@ on_http_request:
 """,
         "on_http_request[0].actions[0].config.headers.x-client-loc",
         "conn.geo.city",
-    ),
-    (
-        f"{DOCS}/examples/block-unwanted-requests/",
-        """
-on_http_request:
-  - expressions:
-      - ('proxy.anonymous.tor' in conn.client_ip.categories)
-    actions:
-      - type: deny
-        config:
-          status_code: 403
-""",
-        "on_http_request[0].expressions[0]",
-        "conn.client_ip.categories",
     ),
     (
         f"{DOCS}/actions/terminate-tls/",
