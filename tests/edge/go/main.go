@@ -10,10 +10,11 @@
 //	             agent_tls? (tls: the agent terminates TLS itself with a certificate of its own
 //	             for the URL's host)}],
 //	connect_timeout? (seconds, default 20), retry_refused? (keep retrying a refused Auth, as
-//	the SDK does by itself; default: stop at the first refusal), log_level? ("debug"...).
+//	the SDK does by itself; default: stop at the first refusal), log_level? ("debug"...),
+//	label? (answered by the HTTP upstream as "agent": tells pooled agents apart).
 //
-// It serves a small HTTP upstream (every request answered with JSON: sdk "go", method, path,
-// host, headers) and a TCP echo on 127.0.0.1, and prints one JSON line per event:
+// It serves a small HTTP upstream (every request answered with JSON: sdk "go", agent, method,
+// path, host, headers, body) and a TCP echo on 127.0.0.1, and prints one JSON line per event:
 // {"event":"connected"}, {"event":"disconnected","error"}, {"event":"bound","url","id",
 // "tunnel_id","session_id"} per endpoint, {"event":"error","stage":"connect"|"bind"|...,
 // "args":[err.Error()],"code":"ERR_NGROK_..."} (the error as the SDK returns it), then
@@ -71,6 +72,7 @@ type config struct {
 	ConnectTimeout float64          `json:"connect_timeout"`
 	RetryRefused   bool             `json:"retry_refused"`
 	LogLevel       string           `json:"log_level"`
+	Label          string           `json:"label"`
 }
 
 type patch struct {
@@ -118,7 +120,7 @@ func main() {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 20
 	}
-	httpAddr, tcpAddr := serveUpstreams()
+	httpAddr, tcpAddr := serveUpstreams(cfg.Label)
 
 	opts := []ngrok.AgentOption{
 		ngrok.WithAuthtoken(cfg.Authtoken),
@@ -342,7 +344,7 @@ func logger(level string) *slog.Logger {
 }
 
 // serveUpstreams starts the HTTP echo and the TCP echo on the loopback; their addresses.
-func serveUpstreams() (string, string) {
+func serveUpstreams(label string) (string, string) {
 	httpListener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
@@ -356,7 +358,7 @@ func serveUpstreams() (string, string) {
 			}
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(map[string]any{
-				"sdk": "go", "method": r.Method, "path": r.URL.RequestURI(), "host": r.Host,
+				"sdk": "go", "agent": label, "method": r.Method, "path": r.URL.RequestURI(), "host": r.Host,
 				"headers": headers, "body": string(body),
 			})
 		}))
