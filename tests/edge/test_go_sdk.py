@@ -269,7 +269,7 @@ def test_the_sdk_reconnects_after_the_edge_restarts_and_serves_the_same_urls(
         except OSError:
             return False
 
-    assert wait(serves, timeout=30), agent._stderr()
+    assert wait(serves, timeout=30), "".join(agent.stderr_tail)[-3000:]
     port = int(tcp.rsplit(":", 1)[1])
     assert tcp_round_trip(port, b"again") == b"again"
     sessions = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
