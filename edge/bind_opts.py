@@ -1,4 +1,5 @@
-"""The Bind options ngrok-go v2 names its endpoint by: ``Opts.URL`` and ``Extra.Bindings``.
+"""The Bind options ngrok-go v2 names its endpoint by (``Opts.URL``, ``Extra.Bindings``), and
+its PatchTunnelState (what ``EndpointForwarder.Update`` may change on a bound endpoint).
 
 ngrok-go v2 (``golang.ngrok.com/ngrok/v2``, ``WithURL``) sends the endpoint's name only as
 ``URL`` (``https://app.example.com``, ``tcp://host:port``, ``tls://app.example.com``;
@@ -18,6 +19,14 @@ treats a Bind that is odd on the wire, so these rules are decided here (docs/AGE
 - ``Bindings``: absent or empty, the name decides (``.internal`` names are internal, others
   public); otherwise exactly one of ``public`` / ``internal``, agreeing with the name (the rule
   the API holds cloud endpoints to); ``kubernetes`` is not served.
+
+PatchTunnelState (stream type 10; ``TunnelId`` and the fields to change, each absent or null
+when unchanged): ``Metadata`` and ``Description`` (kept as at bind: their first 4,096 / 255
+characters), ``TrafficPolicy`` (compiled and enforced at once, refused as at bind when the
+engine refuses it), ``Name`` (accepted, not kept: nor is it at bind). ``PoolingEnabled`` may
+not change on a bound endpoint (its name's claim or pool is taken at bind): one equal to the
+endpoint's is accepted, another refused. A tunnel id that is not an endpoint of this session
+is refused.
 
 Every refusal is ERR_NGROK_1602 naming the option: an option is never accepted and ignored.
 """
@@ -124,3 +133,36 @@ def check_bindings(value: Any, name: str) -> None:
             "The binding 'internal' needs a name under .internal, and a name under .internal "
             f"is bound 'internal' (asked: {wanted!r} for '{name or 'a generated name'}')."
         )
+
+
+PATCH_FIELDS = {
+    "Name": str,
+    "Description": str,
+    "Metadata": str,
+    "TrafficPolicy": str,
+    "PoolingEnabled": bool,
+}
+
+
+def patch_of(request: Dict[str, Any], pooled: bool) -> Dict[str, Any]:
+    """The changes a PatchTunnelState asks for (absent or null fields left out), checked
+    against the endpoint (``pooled``: its PoolingEnabled at bind)."""
+    changes: Dict[str, Any] = {}
+    for field, kind in PATCH_FIELDS.items():
+        value = request.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, kind):
+            raise protocol.MalformedRequest(f"PatchTunnelState's {field} has another type")
+        changes[field] = value
+    if changes.get("PoolingEnabled", pooled) != pooled:
+        raise _refuse(
+            f"PoolingEnabled cannot change on a bound endpoint (it is {str(pooled).lower()}); "
+            "close the endpoint and bind it again."
+        )
+    changes.pop("PoolingEnabled", None)
+    if "Metadata" in changes:
+        changes["Metadata"] = changes["Metadata"][:4096]
+    if "Description" in changes:
+        changes["Description"] = changes["Description"][:255]
+    return changes

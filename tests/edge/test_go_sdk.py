@@ -111,17 +111,25 @@ def test_pooled_go_agents_share_one_url(edge, account, go_agents):
 
 
 # ---- TCP and TLS ---------------------------------------------------------------------------
-def test_tcp_endpoints_generated_and_reserved(edge, account, go_agents):
-    addr = account.admin.post("/reserved_addrs", {}).json["addr"]
-    agent = go_agents(
-        edge, credential(account)["token"], [{"url": "tcp://"}, {"url": f"tcp://{addr}"}]
-    )
-    generated, reserved = bound(agent.start())
-    assert generated["url"].startswith(f"tcp://{BASE_DOMAIN}:")
-    assert reserved["url"] == f"tcp://{addr}"
-    for ep in (generated, reserved):
-        port = int(ep["url"].rsplit(":", 1)[1])
-        assert tcp_round_trip(port, b"go tcp bytes") == b"go tcp bytes"
+def test_tcp_endpoints_reserved_and_generated(edge, account, go_agents):
+    # the reserved address binds first: the edge learns of a new reservation within its cache's
+    # refresh, so a free port chosen before then might be the one just reserved
+    reservation = account.admin.post("/reserved_addrs", {}).json
+    try:
+        agent = go_agents(
+            edge,
+            credential(account)["token"],
+            [{"url": f"tcp://{reservation['addr']}"}, {"url": "tcp://"}],
+        )
+        reserved, generated = bound(agent.start())
+        assert reserved["url"] == f"tcp://{reservation['addr']}"
+        assert generated["url"].startswith(f"tcp://{BASE_DOMAIN}:")
+        for ep in (reserved, generated):
+            port = int(ep["url"].rsplit(":", 1)[1])
+            assert tcp_round_trip(port, b"go tcp bytes") == b"go tcp bytes"
+        agent.stop()
+    finally:  # the edge stack's TCP range is small and shared by the session's tests
+        account.admin.delete(f"/reserved_addrs/{reservation['id']}")
 
 
 def test_a_tcp_endpoint_with_the_upstream_proxy_protocol_gets_the_header(edge, account, go_agents):
@@ -241,6 +249,42 @@ def test_srv_info_names_the_region_of_the_session(edge, account, go_agents):
     assert [s["id"] for s in account.admin.get("/tunnel_sessions").json["tunnel_sessions"]] == [
         session_id
     ]  # the probe opened no session
+
+
+# ---- PatchTunnelState ----------------------------------------------------------------------
+def test_update_changes_the_endpoint_in_place(edge, account, go_agents):
+    """EndpointForwarder.Update (PatchTunnelState): metadata, description and traffic policy
+    changed on the bound endpoint, in force for the next request; pooling may not change."""
+    agent = go_agents(edge, credential(account)["token"], [{"metadata": "m0"}])
+    url = bound(agent.start())[0]["url"]
+    assert edge.public("GET", url, "/p").json["sdk"] == "go"
+    policy = json.dumps(
+        {
+            "on_http_request": [
+                {
+                    "expressions": ["req.url.path == '/p'"],
+                    "actions": [
+                        {"type": "custom-response", "config": {"status_code": 200, "body": "new"}}
+                    ],
+                }
+            ]
+        }
+    )
+    change = {"metadata": "m1", "description": "d1", "traffic_policy": policy}
+    agent.command(f"update 0 {json.dumps(change)}")
+    assert agent.wait_for("updated")["index"] == 0
+    assert edge.public("GET", url, "/p").text == "new"
+    assert edge.public("GET", url, "/other").json["sdk"] == "go"
+    endpoint = _endpoint_of(account, url)
+    assert (endpoint["metadata"], endpoint["description"]) == ("m1", "d1")
+    assert endpoint["traffic_policy"] == policy
+    agent.command('update 0 {"pooling": true}')
+    error = agent.wait_for("error")
+    assert (error["stage"], error["code"]) == ("update", "ERR_NGROK_1602"), error
+    assert "PoolingEnabled cannot change" in error["args"][0]
+    agent.command('update 0 {"traffic_policy": ""}')
+    agent.wait_for("updated")
+    assert edge.public("GET", url, "/p").json["sdk"] == "go"
 
 
 # ---- the edge restarts (its own edge: the session's is shared) -----------------------------

@@ -1,9 +1,11 @@
 """What the edge answers that ngrok-go v2 (golang.ngrok.com/ngrok/v2) asks, rule by rule:
 SrvInfo (stream type 8, before Auth too: its Diagnose never authenticates), the Auth reply's
-``AgentSessionID``, the Bind reply's ``Extra.TunnelID``, and the Bind options it names an
-endpoint by (``Opts.URL``, ``Extra.Bindings``, ``Extra.Description``: edge/bind_opts.py). The
-agent is played over a real socket pair; the edge around the session is a recorder
-(tests/edge/test_go_sdk.py has the SDK itself as a process)."""
+``AgentSessionID``, the Bind reply's ``Extra.TunnelID``, the Bind options it names an
+endpoint by (``Opts.URL``, ``Extra.Bindings``, ``Extra.Description``: edge/bind_opts.py), and
+PatchTunnelState (type 10: its ``EndpointForwarder.Update``) with its store write
+(``online.tunnel_patched``, against moto). The agent is played over a real socket pair; the
+edge around the session is a recorder (tests/edge/test_go_sdk.py has the SDK itself as a
+process)."""
 
 import asyncio
 import json
@@ -179,8 +181,12 @@ class RecordingEdge:
         self.cluster = None
         self.http_port, self.https_port = PORTS["http"], PORTS["https"]
         self.asked = []  # (proto, name, tunnel) of each bind
+        self.patched = []  # the arguments of each online.tunnel_patched
 
     async def call(self, fn, *args, **kwargs):
+        if fn is online.tunnel_patched:
+            self.patched.append((args, kwargs))
+            return None
         if fn is binding.authenticate:
             return binding.Grant("acct_1", "cr_1", "usr_1", "user")
         if fn is online.claim_tunnel_id:
@@ -201,6 +207,9 @@ class RecordingEdge:
     async def bind_tcp(self, tunnel, name):
         self.asked.append(("tcp", name, tunnel))
         tunnel.url = f"tcp://{name or 'tunnels.localhost:20001'}"
+
+    async def add_labeled(self, tunnel):
+        pass
 
     async def drop_tunnel(self, tunnel, remember=False):
         pass
@@ -282,7 +291,7 @@ def test_a_bind_before_auth_still_ends_the_session():
     _run(test)
 
 
-@pytest.mark.parametrize("typ", [protocol.PATCH_TUNNEL_STATE, 11, 12])
+@pytest.mark.parametrize("typ", [11, 12])
 def test_stream_types_the_edge_does_not_serve_end_the_session(typ):
     async def test(edge, session, agent):
         await agent.auth()
@@ -375,3 +384,239 @@ def test_a_bind_whose_name_options_disagree_is_refused_and_nothing_bound(proto, 
         assert edge.asked == [] and session.tunnels == {} and not session.ended
 
     _run(test)
+
+
+# ---- PatchTunnelState --------------------------------------------------------------------------
+def test_a_patch_names_only_what_it_changes():
+    assert bind_opts.patch_of({"TunnelId": "tn_x"}, False) == {}
+    assert bind_opts.patch_of({"Metadata": None, "Name": None, "PoolingEnabled": None}, True) == {}
+    assert bind_opts.patch_of(
+        {"Metadata": "", "Description": "d", "TrafficPolicy": "", "Name": "n"}, False
+    ) == {"Metadata": "", "Description": "d", "TrafficPolicy": "", "Name": "n"}
+
+
+def test_a_patch_keeps_what_a_bind_keeps_of_metadata_and_description():
+    kept = bind_opts.patch_of({"Metadata": "m" * 4096, "Description": "d" * 255}, False)
+    assert kept == {"Metadata": "m" * 4096, "Description": "d" * 255}
+    cut = bind_opts.patch_of({"Metadata": "m" * 4097, "Description": "d" * 256}, False)
+    assert cut == {"Metadata": "m" * 4096, "Description": "d" * 255}
+
+
+@pytest.mark.parametrize("pooled", [True, False])
+def test_pooling_may_be_restated_but_not_changed(pooled):
+    assert bind_opts.patch_of({"PoolingEnabled": pooled}, pooled) == {}
+    with pytest.raises(binding.Refused) as refused:
+        bind_opts.patch_of({"PoolingEnabled": not pooled}, pooled)
+    assert refused.value.code == "ERR_NGROK_1602"
+    assert f"PoolingEnabled cannot change on a bound endpoint (it is {str(pooled).lower()})" in (
+        refused.value.message
+    )
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("Metadata", 1),
+        ("Description", []),
+        ("TrafficPolicy", {}),
+        ("Name", 2),
+        ("PoolingEnabled", "true"),
+    ],
+)
+def test_a_patch_field_of_another_type_is_malformed(field, value):
+    with pytest.raises(protocol.MalformedRequest):
+        bind_opts.patch_of({field: value}, False)
+
+
+POLICY = json.dumps(
+    {
+        "on_http_request": [
+            {
+                "expressions": ["req.url.path == '/p'"],
+                "actions": [{"type": "custom-response", "config": {"status_code": 201}}],
+            }
+        ]
+    }
+)
+
+
+async def _bound(agent, proto="https", extra=None):
+    await agent.auth()
+    sid = agent.open(
+        protocol.BIND,
+        json.dumps({"Proto": proto, "Opts": {}, "Extra": extra or {"Metadata": "m0"}}).encode(),
+    )
+    return (await agent.reply(sid))["Id"]
+
+
+def _patch(agent, body):
+    return agent.open(protocol.PATCH_TUNNEL_STATE, json.dumps(body).encode())
+
+
+def test_a_patch_changes_the_endpoint_in_place_and_in_the_store():
+    async def test(edge, session, agent):
+        tunnel_id = await _bound(agent)
+        tunnel = session.tunnels[tunnel_id]
+        assert tunnel.enforcement.policy is None
+        sid = _patch(
+            agent,
+            {
+                "TunnelId": tunnel_id,
+                "Metadata": "m1",
+                "Description": "d1",
+                "TrafficPolicy": POLICY,
+                "Name": "ignored",
+                "PoolingEnabled": False,
+            },
+        )
+        assert await agent.reply(sid) == {}
+        assert (tunnel.metadata, tunnel.description) == ("m1", "d1")
+        assert tunnel.opts["TrafficPolicy"] == POLICY and tunnel.enforcement.policy is not None
+        assert edge.patched == [
+            (
+                ("acct_1", session.id, tunnel_id, tunnel.endpoint_id),
+                {"metadata": "m1", "description": "d1", "traffic_policy": POLICY},
+            )
+        ]
+        # a policy of "" takes it off again; the other fields stay as they were
+        sid = _patch(agent, {"TunnelId": tunnel_id, "TrafficPolicy": ""})
+        assert await agent.reply(sid) == {}
+        assert tunnel.enforcement.policy is None and tunnel.metadata == "m1"
+        assert edge.patched[-1][1] == {"traffic_policy": ""}
+        # a name alone changes nothing stored
+        sid = _patch(agent, {"TunnelId": tunnel_id, "Name": "n"})
+        assert await agent.reply(sid) == {} and len(edge.patched) == 2
+
+    _run(test)
+
+
+def test_a_tcp_endpoints_policy_is_patched_too():
+    async def test(edge, session, agent):
+        tunnel_id = await _bound(agent, "tcp")
+        deny = json.dumps({"on_tcp_connect": [{"actions": [{"type": "deny"}]}]})
+        sid = _patch(agent, {"TunnelId": tunnel_id, "TrafficPolicy": deny})
+        assert await agent.reply(sid) == {}
+        assert session.tunnels[tunnel_id].enforcement.policy is not None
+
+    _run(test)
+
+
+@pytest.mark.parametrize(
+    "body, code, says",
+    [
+        ({"TunnelId": "tn_nope", "Metadata": "x"}, "ERR_NGROK_1602", "No endpoint with that"),
+        ({"TunnelId": "", "Metadata": "x"}, "ERR_NGROK_1602", "No endpoint with that"),
+        (
+            {"TrafficPolicy": '{"on_http_request": [{"actions": [{"type": "nope"}]}]}'},
+            "ERR_NGROK_2201",
+            "",
+        ),
+        ({"TrafficPolicy": "{", "Metadata": "x"}, "ERR_NGROK_2201", ""),
+        ({"PoolingEnabled": True, "Metadata": "x"}, "ERR_NGROK_1602", "PoolingEnabled"),
+    ],
+)
+def test_a_refused_patch_changes_nothing(body, code, says):
+    async def test(edge, session, agent):
+        tunnel_id = await _bound(agent)
+        tunnel = session.tunnels[tunnel_id]
+        before = (tunnel.metadata, dict(tunnel.opts), tunnel.enforcement)
+        sid = _patch(agent, {"TunnelId": tunnel_id, **body})
+        reply = await agent.reply(sid)
+        assert reply["Error"].endswith(f"\n{code}") and says in reply["Error"], reply
+        assert (tunnel.metadata, tunnel.opts, tunnel.enforcement) == before
+        assert edge.patched == [] and not session.ended
+
+    _run(test)
+
+
+def test_a_labeled_tunnel_has_nothing_to_patch():
+    async def test(edge, session, agent):
+        await agent.auth()
+        sid = agent.open(protocol.BIND_LABELED, b'{"Labels": {"edge": "edghts_1"}}')
+        tunnel_id = (await agent.reply(sid))["Id"]
+        reply = await agent.reply(_patch(agent, {"TunnelId": tunnel_id, "Metadata": "x"}))
+        assert "No endpoint with that tunnel id" in reply["Error"] and edge.patched == []
+
+    _run(test)
+
+
+def test_a_patch_before_auth_ends_the_session():
+    async def test(edge, session, agent):
+        assert await agent.reply(_patch(agent, {"TunnelId": "tn_x"})) is None
+        assert agent.goaway == "protocol error: Auth must come first"
+
+    _run(test)
+
+
+# ---- online.tunnel_patched (moto) --------------------------------------------------------------
+def _started(session_id="ts_0000000000000000000000000001"):
+    from chalicelib.core import store
+
+    tid, eid = online.new_tunnel_id(), online.new_endpoint_id()
+    online.tunnel_started(
+        account_id="acct_1",
+        session_id=session_id,
+        tunnel_id=tid,
+        instance_id="edge-a",
+        proto="https",
+        public_url="https://a.example.com",
+        hostname="a.example.com",
+        endpoint_id=eid,
+        metadata="m0",
+        description="d0",
+    )
+
+    def data(kind, sk):
+        return store.get(store.collection_pk("acct_1", kind), sk).data
+
+    return tid, eid, data
+
+
+def test_the_store_keeps_what_a_patch_changed_and_leaves_the_rest(store_env):
+    sid = online.new_session_id()
+    online.session_started(
+        account_id="acct_1",
+        session_id=sid,
+        credential_id="cr_x",
+        instance_id="edge-a",
+        agent_version="4",
+        os="linux",
+        ip="127.0.0.1",
+        metadata="",
+        region="local",
+        owner_id="usr_x",
+    )
+    tid, eid, data = _started(sid)
+    before = data(online.ENDPOINTS, eid)
+    online.tunnel_patched("acct_1", sid, tid, eid, metadata="m1", traffic_policy="tp")
+    after = data(online.ENDPOINTS, eid)
+    assert (after["metadata"], after["traffic_policy"], after["description"]) == ("m1", "tp", "d0")
+    assert {
+        k: v for k, v in after.items() if k not in ("metadata", "traffic_policy", "updated_at")
+    } == {k: v for k, v in before.items() if k not in ("metadata", "traffic_policy", "updated_at")}
+    assert data(online.TUNNELS, tid)["metadata"] == "m1"
+    online.tunnel_patched("acct_1", sid, tid, eid, description="d1")
+    assert data(online.ENDPOINTS, eid)["description"] == "d1"
+    assert data(online.TUNNELS, tid)["metadata"] == "m1"
+
+
+def test_the_store_leaves_items_another_session_owns(store_env):
+    sid = online.new_session_id()
+    online.session_started(
+        account_id="acct_1",
+        session_id=sid,
+        credential_id="cr_x",
+        instance_id="edge-a",
+        agent_version="4",
+        os="linux",
+        ip="127.0.0.1",
+        metadata="",
+        region="local",
+        owner_id="usr_x",
+    )
+    tid, eid, data = _started(sid)
+    online.tunnel_patched("acct_1", online.new_session_id(), tid, eid, metadata="theirs")
+    assert data(online.ENDPOINTS, eid)["metadata"] == "m0"
+    assert data(online.TUNNELS, tid)["metadata"] == "m0"
+    with pytest.raises(ValueError):
+        online.tunnel_patched("acct_1", sid, tid, eid, hostname="x")

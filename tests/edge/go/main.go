@@ -98,8 +98,11 @@ func emit(event map[string]any) {
 func failure(stage string, err error, more map[string]any) {
 	event := map[string]any{"event": "error", "stage": stage, "args": []string{err.Error()}}
 	var coded ngrok.Error
+	var legacyCoded interface{ ErrorCode() string } // what Update returns: not wrapped
 	if errors.As(err, &coded) {
 		event["code"] = coded.Code()
+	} else if errors.As(err, &legacyCoded) {
+		event["code"] = legacyCoded.ErrorCode()
 	}
 	for k, v := range more {
 		event[k] = v
