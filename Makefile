@@ -122,14 +122,18 @@ test-service: $(STAMP) $(CORE_STAMP) $(AGENT_STAMP) test-deps agent-cli
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests
 
 ## test-deps: Debian packages the tests run as processes (Pebble, the ACME test CA), when
-## missing, the official TypeScript API client and JavaScript agent SDK from npm (installed
-## here, before the tests, so that parallel test workers never install them at once)
+## missing, the official TypeScript API client and JavaScript agent SDK from npm, and the Go
+## SDK's test agent (tests/edge/go/agent: golang.ngrok.com/ngrok/v2 pinned by go.mod/go.sum,
+## from the Go module proxy; skipped with a note without Go) (built here, before the tests,
+## so that parallel test workers never install or build them at once)
 test-deps:
 	sh scripts/install_test_deps.sh
 	if [ ! -d tests/functional/ts_client/node_modules/@ngrok/ngrok-api ]; then \
 	  cd tests/functional/ts_client && npm ci --no-audit --no-fund --silent; fi
 	if [ ! -d tests/edge/node/node_modules/@ngrok/ngrok ]; then \
 	  cd tests/edge/node && npm install --no-audit --no-fund --silent; fi
+	if command -v go >/dev/null; then cd tests/edge/go && go build -o agent .; \
+	  else echo "go not installed: the Go SDK tests (tests/edge/test_go_sdk.py) will skip"; fi
 
 ## test-agent: the device agent against the real stack (serve.py + edge from .venv, the agent
 ## with the official SDK from .venv-agent)

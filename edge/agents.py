@@ -1,6 +1,7 @@
 """The agent listener: one :class:`AgentSession` per TLS connection from an agent SDK.
 
-Stream types the agent opens: Auth (first), Bind, Unbind, StartTunnelWithLabel, Heartbeat.
+Stream types the agent opens: Auth (first), Bind, Unbind, StartTunnelWithLabel, Heartbeat, and
+SrvInfo (before Auth too: ngrok-go's Diagnose never authenticates).
 The edge opens Proxy streams (one per public connection) and commands (Stop, Restart).
 
 Rules (docs/DATA_PLANE.md): the authtoken is a credential token; a domain must pass the
@@ -9,8 +10,8 @@ is served by one endpoint service-wide (claimed in the table); labels must pass 
 refusal goes back as ``{"Error": "<msg>\\nERR_NGROK_<n>"}`` (chalicelib.core.binding lists codes).
 
 Anything that is not the protocol (a malformed frame, JSON that is not an object, a stream
-type an agent may not open, an RPC before Auth that is not Auth) ends that session with
-GOAWAY; nothing a client sends ends the process.
+type an agent may not open, an RPC before Auth that is not Auth or SrvInfo) ends that session
+with GOAWAY; nothing a client sends ends the process.
 
 Bind options that change traffic (modules, traffic policy) are enforced by the edge; an
 option this edge cannot honour refuses the bind with ERR_NGROK_1602 naming it, never
@@ -24,6 +25,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from chalicelib.core import binding, edge_errors, ids, online
 from edge import (
+    bind_opts,
     breaker,
     enforce,
     legacy,
@@ -77,6 +79,21 @@ def heartbeat_of(interval: Any, tolerance: Any) -> tuple:
     low, high = HEARTBEAT_INTERVAL_RANGE
     t_low, t_high = HEARTBEAT_TOLERANCE_RANGE
     return (min(max(interval / 1e9, low), high), min(max(tolerance / 1e9, t_low), t_high))
+
+
+def enforcement_of(proto: str, opts_in: Dict[str, Any]) -> Any:
+    """What the edge applies to an endpoint's traffic (edge.enforce), from its Bind options
+    without ProxyProto; the options enforced elsewhere (CircuitBreaker, WebsocketTCPConverter:
+    edge.breaker, edge.wstcp) and the name (URL: edge.bind_opts) left out. At bind, and again
+    when PatchTunnelState changes the traffic policy."""
+    if proto in ("http", "https"):
+        drop: Tuple[str, ...] = ("URL", "CircuitBreaker", "WebsocketTCPConverter")
+        rest = {k: v for k, v in opts_in.items() if k not in drop}
+        return enforce.http_options(legacy.http_options(rest))
+    opts_in = {k: v for k, v in opts_in.items() if k != "URL"}
+    if proto == "tcp":
+        return enforce.tcp_options(opts_in)
+    return passthrough.options(opts_in)
 
 
 def endpoint_id_of(tunnel_id: str) -> str:
@@ -197,6 +214,11 @@ class AgentSession:
                 async with self._auth_lock:
                     await self._auth(stream, request)
                 return
+            if typ == protocol.SRV_INFO:
+                # ngrok-go's Diagnose opens it on a session it never authenticates: the region
+                # is all it tells (the pre-Auth bounds of edge.session still hold)
+                await self._reply(stream, protocol.srv_info_reply(self.edge.settings.region))
+                return
             if self.grant is None:
                 await self.end("protocol error: Auth must come first")
                 return
@@ -206,6 +228,8 @@ class AgentSession:
                 await self._bind_labeled(stream, request)
             elif typ == protocol.UNBIND:
                 await self._unbind(stream, request)
+            elif typ == protocol.PATCH_TUNNEL_STATE:
+                await self._patch(stream, request)
         except MalformedRequest as exc:
             await self.end(f"protocol error: {exc}")
         except binding.Refused as exc:
@@ -360,6 +384,8 @@ class AgentSession:
                         "SessionDuration": 0,
                         "PlanName": "self-hosted",
                         "Banner": "",
+                        # ngrok-go v2's AgentSession.ID(): the id GET /tunnel_sessions lists
+                        "AgentSessionID": session_id,
                     },
                 }
             ),
@@ -396,6 +422,9 @@ class AgentSession:
         extra = protocol.obj(request.get("Extra"))
         asked_id = protocol.text(request.get("Id"))
         proxy_proto, opts_in = proxyproto.version_of(opts)  # edge.proxyproto
+        from_url = bind_opts.name_of_url(
+            proto, opts.get("URL"), {"http": self.edge.http_port, "https": self.edge.https_port}
+        )
         await self._check_quotas(proto, asked_id)
         tunnel_id = await self._reusable_id(asked_id)
         tunnel = Tunnel(
@@ -406,6 +435,7 @@ class AgentSession:
             forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
             forwards_proto=protocol.text(request.get("ForwardsProto"))[:16],
             metadata=protocol.text(extra.get("Metadata"))[:4096],
+            description=protocol.text(extra.get("Description"))[:255],
             endpoint_id=endpoint_id_of(tunnel_id),
             rebind=tunnel_id == asked_id,
             scheme_only=self.version == legacy.PROTOCOL_VERSION,
@@ -415,27 +445,28 @@ class AgentSession:
         if proto in ("http", "https"):
             tunnel.breaker = breaker.of_option(opts_in.get("CircuitBreaker"))
             tunnel.ws_tcp = opts_in.get("WebsocketTCPConverter") is not None
-            opts_in = {
-                k: v
-                for k, v in opts_in.items()
-                if k not in ("CircuitBreaker", "WebsocketTCPConverter")
-            }
-            tunnel.enforcement = enforce.http_options(legacy.http_options(opts_in))
+            tunnel.enforcement = enforcement_of(proto, opts_in)
             tunnel.tls = tls_spec.spec_of_bind(opts.get("MutualTLSCA"))
+            name = bind_opts.one_name(from_url, self._requested_domain(opts), "Domain")
+            bind_opts.check_bindings(extra.get("Bindings"), name)
             await enforce.check_ip_policies(self.edge, self.granted.account_id, tunnel.enforcement)
-            await self.edge.binds.bind_http(tunnel, self._requested_domain(opts))
+            await self.edge.binds.bind_http(tunnel, name)
         elif proto == "tcp":
-            tunnel.enforcement = enforce.tcp_options(opts_in)
+            tunnel.enforcement = enforcement_of(proto, opts_in)
+            name = bind_opts.one_name(from_url, protocol.text(opts.get("Addr")), "Addr")
+            bind_opts.check_bindings(extra.get("Bindings"), name)
             await enforce.check_ip_policies(self.edge, self.granted.account_id, tunnel.enforcement)
-            await self.edge.binds.bind_tcp(tunnel, protocol.text(opts.get("Addr")))
+            await self.edge.binds.bind_tcp(tunnel, name)
         elif proto == passthrough.PROTO:  # SNI-routed, not terminated (edge.passthrough)
-            tunnel.enforcement = passthrough.options(opts_in)
+            tunnel.enforcement = enforcement_of(proto, opts_in)
             tunnel.tls = passthrough.client_certificates(
                 opts_in.get("MutualTLSAtEdge"), opts_in.get("TLSTermination") is not None
             )
             tunnel.termination = passthrough.termination(opts_in.get("TLSTermination"), tunnel.tls)
+            name = bind_opts.one_name(from_url, self._requested_domain(opts), "Domain")
+            bind_opts.check_bindings(extra.get("Bindings"), name)
             await enforce.check_ip_policies(self.edge, self.granted.account_id, tunnel.enforcement)
-            await self.edge.binds.bind_http(tunnel, self._requested_domain(opts))
+            await self.edge.binds.bind_http(tunnel, name)
         else:
             raise binding.Refused(
                 edge_errors.INVALID_PROTOCOL,
@@ -452,7 +483,9 @@ class AgentSession:
                     "URL": tunnel.url,
                     "Proto": proto,
                     "Opts": opts,
-                    "Extra": {"Token": ""},
+                    # TunnelID: ngrok-go v2's Endpoint.TunnelID(), what its PatchTunnelState
+                    # names; the Id itself, here
+                    "Extra": {"Token": "", "TunnelID": tunnel.id},
                 }
             ),
         )
@@ -508,6 +541,49 @@ class AgentSession:
         await self.edge.binds.add_labeled(tunnel)
         self.tunnels[tunnel.id] = tunnel
         await self._reply(stream, protocol.reply({"Id": tunnel.id}))
+
+    async def _patch(self, stream: MuxStream, request: Dict[str, Any]) -> None:
+        """PatchTunnelState (ngrok-go v2's ``EndpointForwarder.Update``): metadata, description
+        or traffic policy of a bound endpoint changed in place (rules: edge.bind_opts)."""
+        tunnel = self.tunnels.get(protocol.text(request.get("TunnelId")))
+        if tunnel is None or not tunnel.proto:
+            raise binding.Refused(
+                edge_errors.INVALID_OPTION,
+                "No endpoint with that tunnel id is bound on this session",
+            )
+        changes = bind_opts.patch_of(request, tunnel.pooled)
+        enforcement = tunnel.enforcement
+        if "TrafficPolicy" in changes:
+            _, opts_in = proxyproto.version_of(
+                {**tunnel.opts, "TrafficPolicy": changes["TrafficPolicy"]}
+            )
+            enforcement = enforcement_of(tunnel.proto, opts_in)
+            await enforce.check_ip_policies(self.edge, self.granted.account_id, enforcement)
+        stored = {
+            field: changes[key]
+            for key, field in (
+                ("Metadata", "metadata"),
+                ("Description", "description"),
+                ("TrafficPolicy", "traffic_policy"),
+            )
+            if key in changes
+        }
+        if stored:
+            await self.edge.call(
+                online.tunnel_patched,
+                self.granted.account_id,
+                self.id,
+                tunnel.id,
+                tunnel.endpoint_id if tunnel.url else None,
+                **stored,
+            )
+        if "TrafficPolicy" in changes:
+            tunnel.opts = {**tunnel.opts, "TrafficPolicy": changes["TrafficPolicy"]}
+            tunnel.enforcement = enforcement
+        tunnel.metadata = changes.get("Metadata", tunnel.metadata)
+        tunnel.description = changes.get("Description", tunnel.description)
+        log.info("session %s: tunnel %s patched (%s)", self.id, tunnel.id, ", ".join(changes))
+        await self._reply(stream, protocol.reply({}))
 
     async def _unbind(self, stream: MuxStream, request: Dict[str, Any]) -> None:
         tunnel = self.tunnels.pop(protocol.text(request.get("Id")), None)

@@ -302,6 +302,7 @@ class Binds:
             labels=tunnel.labels or None,
             forwards_to=tunnel.forwards_to,
             metadata=tunnel.metadata,
+            description=tunnel.description,
             endpoint_id=tunnel.endpoint_id if tunnel.url else None,
             traffic_policy=str(tunnel.opts.get("TrafficPolicy") or ""),
             pooling_enabled=tunnel.pooled,

@@ -1,9 +1,10 @@
 """The agent protocol over muxado streams, sans-IO where it can be: stream types, RPC bodies,
 error replies and the proxy header (ngrok-rust ``ngrok/src/internals/proto.rs``).
 
-RPC requests (Auth, Bind, Unbind, StartTunnelWithLabel) are one JSON object the agent writes
-without half-closing; :class:`JsonReader` recognises the end of that object incrementally and
-tells a truncated document (wait for more) from a malformed one (end the session).
+RPC requests (Auth, Bind, Unbind, StartTunnelWithLabel, SrvInfo) are one JSON object the agent
+writes without half-closing; :class:`JsonReader` recognises the end of that object
+incrementally and tells a truncated document (wait for more) from a malformed one (end the
+session).
 """
 
 import json
@@ -22,8 +23,11 @@ AUTH, BIND, UNBIND, PROXY, RESTART, STOP, UPDATE, BIND_LABELED, STOP_TUNNEL = (
     7,
     9,
 )
+# ngrok-go v2 (internal/tunnel/proto/msg.go): SrvInfo, which its Diagnose opens without Auth
+# (the reply names the region), and PatchTunnelState, its EndpointForwarder.Update.
+SRV_INFO, PATCH_TUNNEL_STATE = 8, 10
 HEARTBEAT = 0xFFFFFFFF
-AGENT_STREAM_TYPES = {AUTH, BIND, UNBIND, BIND_LABELED, HEARTBEAT}
+AGENT_STREAM_TYPES = {AUTH, BIND, UNBIND, BIND_LABELED, SRV_INFO, PATCH_TUNNEL_STATE, HEARTBEAT}
 
 SUPPORTED_VERSIONS = ("3", "2")
 MAX_RPC_BYTES = 256 * 1024  # a Bind carries a traffic policy document: generous, bounded
@@ -142,6 +146,11 @@ def error_reply(message: str, code: Optional[str] = None) -> bytes:
 
 def reply(body: Dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+def srv_info_reply(region: str) -> bytes:
+    """SrvInfo's answer (ngrok-go ``SrvInfoResp``): the region, as Auth's reply names it."""
+    return reply({"Region": region})
 
 
 def stream_type(typ: int) -> bytes:

@@ -28,6 +28,7 @@ class Tunnel:
     forwards_to: str = ""
     forwards_proto: str = ""  # the Bind's ForwardsProto (SDK app_protocol): "http2" or ""
     metadata: str = ""
+    description: str = ""  # the Bind's Extra.Description (ngrok-go v2), the endpoint's
     enforcement: Any = None  # what the edge applies to this endpoint's traffic
     tls: Any = None  # edge.tls_spec.TlsSpec of its MutualTLSCA option, or None
     internal: bool = False  # https://<name>.internal: reached only by forward-internal

@@ -2,14 +2,17 @@
 with the device agent's virtualenv, where the SDK is installed), the official agent CLI 2.x
 (``CliAgent``: agent 2.3.41 configured only by its config file, logging JSON lines;
 scripts/fetch_agent_cli.sh puts the binary in tests/edge/cli/, ``make install`` runs it, so
-does :func:`cli_binary` when it is missing), and the device agent (``DeviceAgent``:
-``python -m tunnel_agent``). Each connects to an edge: anything with ``server_addr`` and
-``ca_path``."""
+does :func:`cli_binary` when it is missing), the official Go SDK (``GoAgent``:
+tests/edge/go/main.go on golang.ngrok.com/ngrok/v2, built by ``make test-deps``, and by
+:func:`go_binary` when missing or older than its sources), and the device agent
+(``DeviceAgent``: ``python -m tunnel_agent``). Each connects to an edge: anything with
+``server_addr`` and ``ca_path``."""
 
 import collections
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +30,9 @@ SDK_AGENT = os.path.join(PROJECT_DIR, "tests", "edge", "sdk_agent.py")
 CLI_DIR = os.path.join(PROJECT_DIR, "tests", "edge", "cli")
 CLI_BIN = os.path.join(CLI_DIR, "ngrok")
 FETCH = os.path.join(PROJECT_DIR, "scripts", "fetch_agent_cli.sh")
+GO_DIR = os.path.join(PROJECT_DIR, "tests", "edge", "go")
+GO_BIN = os.path.join(GO_DIR, "agent")
+GO_SOURCES = ("main.go", "go.mod", "go.sum")
 
 
 class SdkAgent:
@@ -40,8 +46,11 @@ class SdkAgent:
             "root_cas": edge.ca_path,
             "binds": binds,
         }
+        self._spawn([SDK_PYTHON, SDK_AGENT, json.dumps(cfg)])
+
+    def _spawn(self, argv: List[str]) -> None:
         self.process = subprocess.Popen(
-            [SDK_PYTHON, SDK_AGENT, json.dumps(cfg)],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -114,6 +123,50 @@ class SdkAgent:
             except (OSError, subprocess.TimeoutExpired):
                 self.process.kill()
                 self.process.wait()
+
+
+class GoAgent(SdkAgent):
+    """tests/edge/go/agent (the official Go SDK, golang.ngrok.com/ngrok/v2) as a process
+    against ``edge``: ``endpoints`` as main.go reads them (url, traffic_policy, pooling,
+    bindings, metadata, description, name, proxy_proto, upstream, agent_tls), ``options`` the
+    rest of its config (connect_timeout, retry_refused, log_level). Its events are the Python
+    SDK agent's (``bound``, ``error`` with ``stage`` and ``args``, ``ready``) and
+    ``connected`` / ``disconnected`` / ``srvinfo`` / ``updated``; stdin takes ``srvinfo``,
+    ``update <index> <json>`` and ``exit``. Its SDK's own log (JSON) goes to stderr."""
+
+    def __init__(self, edge: Any, authtoken: str, endpoints: List[Dict[str, Any]], **options: Any):
+        cfg = {
+            "authtoken": authtoken,
+            "server_addr": edge.server_addr,
+            "root_cas": edge.ca_path,
+            "endpoints": endpoints,
+            **options,
+        }
+        self._spawn([GO_BIN, json.dumps(cfg)])
+
+
+def go_binary() -> str:
+    """tests/edge/go/agent, built first (``go build``) when missing or older than its sources;
+    "" when it cannot be had here (no Go toolchain, or the build failed: printed)."""
+    newest = max(os.path.getmtime(os.path.join(GO_DIR, name)) for name in GO_SOURCES)
+    if os.access(GO_BIN, os.X_OK) and os.path.getmtime(GO_BIN) >= newest:
+        return GO_BIN
+    if not shutil.which("go"):
+        return ""
+    building = f"{GO_BIN}.{os.getpid()}"  # then renamed: a concurrent build never runs half a file
+    done = subprocess.run(
+        ["go", "build", "-o", building, "."],
+        cwd=GO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        print(f"go build in {GO_DIR} failed:\n{done.stdout}{done.stderr}", file=sys.stderr)
+        return ""
+    os.replace(building, GO_BIN)
+    return GO_BIN
 
 
 def cli_binary() -> str:

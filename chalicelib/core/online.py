@@ -752,6 +752,46 @@ def tunnel_stopped(account_id: str, tunnel_id: str, instance_id: Optional[str] =
             raise
 
 
+PATCHABLE = ("metadata", "description", "traffic_policy")
+
+
+def tunnel_patched(
+    account_id: str, session_id: str, tunnel_id: str, endpoint_id: Optional[str], **changes: str
+) -> None:
+    """A bound endpoint's ``metadata``, ``description`` or ``traffic_policy`` changed by its
+    agent (PatchTunnelState): set in its endpoint item (and ``updated_at``) and, metadata, in
+    its tunnel item; only items still the session's (a resumed session elsewhere owns them
+    then). Two UpdateItems at most."""
+    unknown = set(changes) - set(PATCHABLE)
+    if unknown:
+        raise ValueError(f"not patchable: {sorted(unknown)}")
+    owner = {":o": {"S": session_id}}
+    targets = []
+    if "metadata" in changes:
+        targets.append((TUNNELS, tunnel_id, {"metadata": changes["metadata"]}))
+    if endpoint_id is not None:
+        targets.append((ENDPOINTS, endpoint_id, {**changes, "updated_at": _rfc3339(now())}))
+    for kind, sk, fields in targets:
+        names = {"#d": "data", "#o": "owner"}
+        values = dict(owner)
+        sets = []
+        for n, (field, value) in enumerate(sorted(fields.items())):
+            names[f"#f{n}"], values[f":v{n}"] = field, {"S": value}
+            sets.append(f"#d.#f{n} = :v{n}")
+        try:
+            raw_client().update_item(
+                TableName=raw_table(),
+                Key=raw_key(store.collection_pk(account_id, kind), sk),
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression="attribute_exists(pk) AND #o = :o",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if not _is_condition_failure(exc):
+                raise
+
+
 def _owned(owner: str, instance_id: Optional[str]) -> Tuple[str, Dict[str, Any]]:
     """The condition (for :func:`_delete_if`) that an item is ``owner``'s and, when
     ``instance_id`` is given, held by that instance."""

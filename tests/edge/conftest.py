@@ -21,6 +21,7 @@ from tests.support.fixtures import (  # noqa: F401 (fixtures)
     cli_agents,
     cluster,
     edge_stack,
+    go_agents,
     make_run,
     moto_server,
     sdk_agents,

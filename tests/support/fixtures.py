@@ -13,6 +13,9 @@ imports the ones its tests use.
   SDK (tests/edge/sdk_agent.py) against ``edge``; stopped after the test.
 - ``cli_agents`` (function): ``cli_agents(edge, token, args, **kw)`` starts the official agent
   CLI (skips the test where the CLI cannot run); stopped after the test.
+- ``go_agents`` (function): ``go_agents(edge, token, endpoints, **options)`` starts the
+  official Go SDK (tests/edge/go; skips the test where Go cannot build it); stopped after the
+  test.
 - ``device_agents`` (function): ``device_agents(edge, token, workdir, **env)`` makes the
   device agent (agent/) as a process, started by its ``start``; stopped after the test.
 - ``moto_server`` (module): moto's server (AWS services on 127.0.0.1).
@@ -29,7 +32,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from stacks.agents import CliAgent, DeviceAgent, SdkAgent, cli_binary
+from stacks.agents import CliAgent, DeviceAgent, GoAgent, SdkAgent, cli_binary, go_binary
 from stacks.api import ApiProcess
 from stacks.cluster import Cluster
 from stacks.edge import EdgeProcess, EdgeStack
@@ -163,6 +166,25 @@ def cli_agents():
 
     def start(edge: Any, token: str, args: List[str], **kw: Any) -> CliAgent:
         agent = CliAgent(edge, token, args, **kw)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        agent.stop()
+
+
+@pytest.fixture
+def go_agents():
+    """``go_agents(edge, token, endpoints, **options)``: the official Go SDK as a process
+    (stacks.agents.GoAgent; call its ``start``); the test is skipped where it cannot be built
+    (no Go toolchain). All stopped after the test."""
+    if not go_binary():
+        pytest.skip("the Go SDK agent cannot be built here (no Go toolchain: `make test-deps`)")
+    started: List[GoAgent] = []
+
+    def start(edge: Any, token: str, endpoints: List[Dict[str, Any]], **options: Any) -> GoAgent:
+        agent = GoAgent(edge, token, endpoints, **options)
         started.append(agent)
         return agent
 
