@@ -92,6 +92,12 @@ MODULES = {
         "chalicelib.core.audit_events.x_claim*",
     ],
     "chalicelib.core.online": ["chalicelib.core.online.x_take_partner_claim*"],
+    "chalicelib.core.policy.breaker": ["chalicelib.core.policy.breaker.*"],
+    "chalicelib.core.policy.ipintel": [
+        "chalicelib.core.policy.ipintel.x_geo*",
+        "chalicelib.core.policy.ipintel.x__load_categories*",
+        "chalicelib.core.policy.ipintel.x_categories*",
+    ],
 }
 TESTS = ["tests/unit"]
 
