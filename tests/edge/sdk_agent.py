@@ -164,21 +164,27 @@ async def main(cfg):
         .server_addr(cfg["server_addr"])
         .root_cas(cfg["root_cas"])
     )
-    builder.handle_disconnection(
-        lambda addr, err: emit({"event": "disconnected", "error": str(err)})
-    )
+    exiting = threading.Event()  # a command was accepted: the program exits
+
+    def on_disconnection(addr, err):
+        emit({"event": "disconnected", "error": str(err)})
+        if exiting.is_set():  # the edge ended the session it stopped: exit before the
+            os._exit(0)  # SDK reconnects (it would, to a session of the same id)
+
+    builder.handle_disconnection(on_disconnection)
 
     def handler(name, what):
         """A handler of the Stop or Restart command: ``exit`` (accept, then exit: what the
-        command means to a program without a supervisor; after 0.3 s, so the SDK sends the
-        acceptance first, as its docs ask) or ``refuse`` (raise: the SDK answers with the
-        error)."""
+        command means to a program without a supervisor; once the edge ends the session, or
+        2 s later, never inside the handler: the SDK sends the acceptance after it returns,
+        as its docs say) or ``refuse`` (raise: the SDK answers with the error)."""
 
         def handle():
             emit({"event": f"{name}_command"})
             if what == "refuse":
                 raise RuntimeError(f"{name} refused by the test agent")
-            threading.Timer(0.3, os._exit, (0,)).start()
+            exiting.set()
+            threading.Timer(2.0, os._exit, (0,)).start()
 
         return handle
 
