@@ -414,8 +414,10 @@ REGISTRY: Tuple[Entry, ...] = (
         owner="tunnel_session",
         tag="Tunnel sessions",
         summaries={
-            "stop": "Stop the session's agent (sent at the edge's next heartbeat)",
-            "restart": "Restart the session's agent (sent at the edge's next heartbeat)",
+            "stop": "Stop the session's agent: 204 once it accepted, 400 ERR_NGROK_805 with its "
+            "reason when it refused (waits for its answer, at most 20 s)",
+            "restart": "Restart the session's agent: 204 once it accepted, 400 ERR_NGROK_804 "
+            "with its reason when it refused (waits for its answer, at most 20 s)",
             "update": "Update the session's agent: not offered by this service (400 "
             "ERR_UNSUPPORTED_OPERATION)",
         },

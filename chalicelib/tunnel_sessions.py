@@ -7,17 +7,33 @@ region, started_at, transport.
 Rules (where the hosted docs are silent, decided here):
 - Only live sessions are shown: a session whose edge has not refreshed it for
   ONLINE_STALE_SECONDS (45 s) is offline (chalicelib.core.online) and is a 404 like an unknown id.
-- ``POST /tunnel_sessions/{id}/stop`` and ``/restart`` (204) ask the edge holding the session
-  to send Stop / Restart to the agent at its next heartbeat (within a few seconds). Like
-  changing a credential, a member or bot may do so only for sessions started with credentials
-  it owns (403); admins for all. The body must be empty or ``{}``.
-- ``POST /tunnel_sessions/{id}/update`` is refused with 400 ERR_UNSUPPORTED_OPERATION (a 4xx,
-  so the official clients raise their API error with the message; they treat 5xx as a server
-  failure): this service does not distribute agent binaries. Update the agent or SDK package,
-  then restart it. An unknown or offline session is a 404 first.
+- ``POST /tunnel_sessions/{id}/stop`` and ``/restart`` tell the truth: the API writes the
+  command for the edge holding the session and waits for the agent's answer (the edge takes
+  it within EDGE_COMMAND_POLL_SECONDS, 1 s, and gives the agent AGENT_COMMAND_TIMEOUT, 10 s;
+  the API waits at most COMMAND_WAIT_SECONDS, 20 s, reading the answer every 0.5 s:
+  chalicelib.core.online). Then:
+  - the agent accepted: 204; the edge has ended the session (the agent exits or restarts),
+    so it is no longer listed;
+  - the agent refused (the official SDKs refuse when the program set no stop or restart
+    handler), or did not answer within 10 s: 400 ERR_NGROK_805 "This ngrok agent does not
+    support remote stopping: REASON." (ERR_NGROK_804 "... remote restarting: REASON." for
+    restart), the hosted service's codes, REASON the agent's own words; the session is
+    kept (the edge does not end it: the agent would only reconnect);
+  - the session ended before the edge could send the command: 404, as an unknown id;
+  - no edge answered within 20 s (the holding edge is down or cut off from the store): 409
+    ERR_COMMAND_NOT_ANSWERED; the command is withdrawn, so it is not carried out later.
+  A 4xx every time, never a 5xx: the official clients raise their API error, with the
+  message, only for a 4xx. Like changing a credential, a member or bot may do so only for
+  sessions started with credentials it owns (403); admins for all. The body must be empty
+  or ``{}``.
+- ``POST /tunnel_sessions/{id}/update`` is refused with 400 ERR_UNSUPPORTED_OPERATION: this
+  service does not distribute agent binaries. Update the agent or SDK package, then restart
+  it. An unknown or offline session is a 404 first. Not the hosted ERR_NGROK_806 ("This ngrok
+  agent does not support remote updating"): the agent is never asked, and that message would
+  blame it for what the service does not offer.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from chalicelib.core import errors, online, store
 from chalicelib.web import Ctx
@@ -67,14 +83,38 @@ def _live_owned(c: Ctx, session_id: str) -> store.Item:
     return item
 
 
+def _answered(command: online.Command, refused: Callable[[str], errors.ApiError]) -> None:
+    """Wait for the edge's answer to ``command``; return when the agent accepted it."""
+    answer = online.await_answer(command)
+    if answer is None:
+        raise errors.CommandNotAnswered(
+            f"No answer about tunnel session {command.session_id} within "
+            f"{online.COMMAND_WAIT_SECONDS:g} s: the edge that holds it did not take the "
+            f"{command.command} command (it may be down or cut off from the store). The "
+            "command was withdrawn; try again."
+        )
+    outcome = answer["outcome"]
+    if outcome == "accepted":
+        return
+    if outcome == "refused":
+        raise refused(answer["error"] or "the agent gave no reason")
+    if outcome == "gone":
+        raise errors.NotFound(f"No {WHAT} with id '{command.session_id}' exists")
+    raise errors.CommandNotAnswered(
+        f"The edge that holds tunnel session {command.session_id} took the "
+        f"{command.command} command too late to answer within "
+        f"{online.COMMAND_WAIT_SECONDS:g} s and did not send it; try again."
+    )
+
+
 def stop(c: Ctx, session_id: str) -> None:
     _live_owned(c, session_id)
-    online.request_stop(c.account_id, session_id)
+    _answered(online.request_stop(c.account_id, session_id), errors.AgentStopRefused)
 
 
 def restart(c: Ctx, session_id: str) -> None:
     _live_owned(c, session_id)
-    online.request_restart(c.account_id, session_id)
+    _answered(online.request_restart(c.account_id, session_id), errors.AgentRestartRefused)
 
 
 def request_update(c: Ctx, session_id: str) -> None:

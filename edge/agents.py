@@ -2,7 +2,8 @@
 
 Stream types the agent opens: Auth (first), Bind, Unbind, StartTunnelWithLabel, Heartbeat, and
 SrvInfo (before Auth too: ngrok-go's Diagnose never authenticates).
-The edge opens Proxy streams (one per public connection) and commands (Stop, Restart).
+The edge opens Proxy streams (one per public connection) and commands (Stop, Restart: see
+:meth:`AgentSession.remote_command`; the session ends only when the agent accepts).
 
 Rules (docs/DATA_PLANE.md): the authtoken is a credential token; a domain must pass the
 credential's ACL and be the account's (reserved, or free under the base domain); one hostname
@@ -45,7 +46,7 @@ log = logging.getLogger("edge.agents")
 
 EDGE_VERSION = "tunnel-edge/1"
 RPC_TIMEOUT = 30.0  # seconds an RPC request may take to arrive whole
-COMMAND_TIMEOUT = 10.0
+COMMAND_TIMEOUT = online.AGENT_COMMAND_TIMEOUT  # seconds the agent has to answer Stop/Restart
 AUTH_TIMEOUT = 10.0  # a connection whose Auth has not arrived by then is closed
 AUTH_ANSWER_TIMEOUT = 60.0  # seconds from the start by which an arrived Auth is answered
 DEFAULT_HEARTBEAT = (10.0, 15.0)
@@ -139,6 +140,8 @@ class AgentSession:
         self._auth_arrived = False  # an Auth request was read whole: its answer may take time
         self._online = False  # its online item is written: the checks may refresh it
         self._ending = False
+        self._command_lock = asyncio.Lock()  # Stop/Restart asked through the API, one by one
+        self._ended = asyncio.Event()  # end() has done its work (the store's removal tried)
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def run(self) -> None:
@@ -159,6 +162,12 @@ class AgentSession:
         if self._ending:
             return
         self._ending = True
+        try:
+            await self._end(reason, code)
+        finally:
+            self._ended.set()
+
+    async def _end(self, reason: str, code: Optional[str]) -> None:
         log.info("session %s ends: %s", self.id or self.mux.name, reason)
         message = reason if not code else f"{reason}\n{code}"
         await self.mux.go_away(muxado.E_NONE, message)
@@ -673,10 +682,10 @@ class AgentSession:
         """Authenticated, and its online item written."""
         return self.grant is not None and self._online
 
-    async def check(self, fresh: Any, command: Optional[str] = None, gone: bool = False) -> None:
+    async def check(self, fresh: Any, gone: bool = False) -> None:
         """Credential still usable (``fresh``: the grant re-read this round, a Refused, or
-        None when it could not be read)? Heartbeats still coming? Stop asked through the API
-        (``command``: edge/online_keeper.py)? Its online item removed (``gone``)?"""
+        None when it could not be read)? Heartbeats still coming? Its online item removed
+        (``gone``)? (Stop and restart asked through the API: :meth:`remote_command`.)"""
         if self.grant is None or not self._online:  # still authenticating: no item to
             waited = time.monotonic() - self.started  # refresh yet (a heartbeat would end it)
             if waited > (AUTH_ANSWER_TIMEOUT if self._auth_arrived else AUTH_TIMEOUT):
@@ -695,15 +704,35 @@ class AgentSession:
             self.grant = fresh
         if gone:
             await self.end("the session was removed")
-        elif command == "stop":
-            error = await self._try_command(protocol.STOP)
-            await self.end("stopped through the API" + (f" ({error})" if error else ""))
-        elif command == "restart":
-            error = await self._try_command(protocol.RESTART)
-            await self.end("restarted through the API" + (f" ({error})" if error else ""))
 
-    async def _try_command(self, typ: int) -> Optional[str]:
-        try:
-            return await self.command(typ)
-        except (StreamReset, MalformedRequest, asyncio.TimeoutError) as exc:
-            return str(exc) or type(exc).__name__
+    async def remote_command(self, command: str) -> Tuple[str, str]:
+        """Send Stop or Restart (``command``: "stop" | "restart") asked through the API and
+        return its outcome for the API (chalicelib.core.online.answer_command):
+
+        - ``("accepted", "")``: the agent answered without an error, or closed its session
+          while the edge waited (it exited or restarted at once); the session is ended (its
+          online items removed) before this returns, so the API's 204 finds it unlisted;
+        - ``("refused", reason)``: the agent answered with an error (the official SDKs do when
+          the program set no handler for the command), reset the stream, sent no JSON, or did
+          not answer within COMMAND_TIMEOUT; the session is kept: ending it would only make
+          the agent reconnect;
+        - ``("gone", "")``: the session had already ended.
+
+        One command at a time per session (a second waits for the first)."""
+        typ = protocol.STOP if command == "stop" else protocol.RESTART
+        async with self._command_lock:
+            if self._ending or self.mux.closed:
+                return "gone", ""
+            try:
+                error = await self.command(typ)
+            except asyncio.TimeoutError:
+                error = f"the agent did not answer within {COMMAND_TIMEOUT:g} s"
+            except (StreamReset, MalformedRequest) as exc:
+                error = f"the agent's answer could not be read ({exc})"
+            if error and not (self.mux.closed or self._ending):
+                log.info("session %s: %s refused by the agent: %s", self.id, command, error)
+                return "refused", error
+            done = "stopped" if command == "stop" else "restarted"
+            await self.end(f"{done} through the API")  # or the agent's own close, ending it
+            await self._ended.wait()
+            return "accepted", ""

@@ -44,6 +44,7 @@ class EdgeSettings:
     listen_fds: Dict[str, int] = field(default_factory=dict)
     public_ports: Dict[str, int] = field(default_factory=dict)  # a load balancer's (URLs)
     core_threads: int = 0  # the compiled core's worker threads (0: one per core)
+    command_poll_seconds: float = 1.0  # how often stop/restart commands are read
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
@@ -95,6 +96,21 @@ def _not_negative_int(env, name: str, default: int) -> int:
     return int(raw)
 
 
+# EDGE_COMMAND_POLL_SECONDS at most this: a command is taken, sent and answered within the
+# API's wait (chalicelib.core.online: 20 s wait - 10 s agent answer - 2 s margin = 8 s to take it)
+MAX_COMMAND_POLL_SECONDS = 5.0
+
+
+def _command_poll(env) -> float:
+    value = _positive(env, "EDGE_COMMAND_POLL_SECONDS", 1.0)
+    if value > MAX_COMMAND_POLL_SECONDS:
+        raise SystemExit(
+            f"EDGE_COMMAND_POLL_SECONDS={value:g}: at most {MAX_COMMAND_POLL_SECONDS:g} (the "
+            "API waits 20 s for a stop/restart to be taken and answered)"
+        )
+    return value
+
+
 def _positive(env, name: str, default: float) -> float:
     raw = env.get(name, "")
     if raw == "":
@@ -135,6 +151,7 @@ def load(env=None) -> EdgeSettings:
         instance_id=env.get("EDGE_INSTANCE_ID") or f"edge_{secrets.token_hex(6)}",
         region=env.get("EDGE_REGION", "local"),
         check_seconds=float(env.get("EDGE_CHECK_SECONDS", "5")),
+        command_poll_seconds=_command_poll(env),
         url_ports=env.get("EDGE_PUBLIC_URL_PORTS", "1") != "0",
         public_ports={
             scheme: _port(env, f"EDGE_PUBLIC_{scheme.upper()}_PORT", 0)

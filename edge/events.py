@@ -208,16 +208,19 @@ _timed = threading.Lock()
 
 
 def time_store_calls() -> None:
-    """Observe every DynamoDB call of this process (PynamoDB's one call site) in
-    ``store_call_duration_seconds``. Idempotent."""
-    from pynamodb.connection import base
+    """Observe every DynamoDB call of this process in ``store_call_duration_seconds``: at the
+    botocore client, so the calls made through PynamoDB and those made on its client directly
+    (chalicelib.core.online, .leases, .instances) alike. Idempotent."""
+    from botocore.client import BaseClient
 
     with _timed:
-        if getattr(base.Connection._make_api_call, "_timed", False):
+        if getattr(BaseClient._make_api_call, "_timed", False):
             return
-        original = base.Connection._make_api_call
+        original = BaseClient._make_api_call
 
         def timed(self: Any, operation_name: str, *args: Any, **kwargs: Any) -> Any:
+            if self.meta.service_model.service_name != "dynamodb":
+                return original(self, operation_name, *args, **kwargs)
             started = time.perf_counter()
             try:
                 return original(self, operation_name, *args, **kwargs)
@@ -225,7 +228,7 @@ def time_store_calls() -> None:
                 STORE_LATENCY.labels(operation_name).observe(time.perf_counter() - started)
 
         timed._timed = True  # type: ignore[attr-defined]
-        base.Connection._make_api_call = timed  # type: ignore[method-assign]
+        BaseClient._make_api_call = timed
 
 
 # ---- what the request path records -------------------------------------------------------

@@ -7,10 +7,13 @@ edge/binds.py); what keeps them online is the instance's lease (chalicelib.core.
   address ``""``, never a relay target); in a cluster edge/cluster.py renews it with the
   relay address and the draining state. Either way: one PutItem per instance every
   ``instances.renew_seconds()``, whatever the number of sessions.
-- :meth:`OnlineKeeper.check` runs once per check of the edge (EDGE_CHECK_SECONDS): one Query
-  of the instance's command partition (stop/restart asked through the API), and the TTL
+- :meth:`OnlineKeeper.check` runs once per check of the edge (EDGE_CHECK_SECONDS): the TTL
   refresh of the sessions that have lived another ``CHILD_TTL_SECONDS / 2`` (so the items of
   a live instance never expire; those of a dead one do).
+- :meth:`OnlineKeeper.commands` runs every EDGE_COMMAND_POLL_SECONDS (1 s), apart from the
+  check: one Query of the instance's command partition (stop/restart asked through the API,
+  whose caller waits for the answer: chalicelib.core.online). An idle edge pays 1 read a
+  second for it (a strongly consistent Query of an empty partition: 1 read request unit).
 
 Blocking (store calls): the edge runs :meth:`OnlineKeeper.check` in a worker thread;
 bench/edge_bench/online_cost.py drives it directly, with a simulated clock.
@@ -18,7 +21,7 @@ bench/edge_bench/online_cost.py drives it directly, with a simulated clock.
 
 import asyncio
 import logging
-from typing import Any, Callable, Dict, Iterable, NamedTuple, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Set, Tuple
 
 from chalicelib.core import instances, online
 
@@ -28,7 +31,6 @@ REFRESH_SECONDS = online.CHILD_TTL_SECONDS / 2
 
 
 class Round(NamedTuple):
-    commands: Dict[str, str]  # session id -> "stop" | "restart"
     gone: Set[str]  # sessions whose item no longer exists (found at their refresh)
 
 
@@ -40,7 +42,6 @@ class OnlineKeeper:
     def check(self, sessions: Iterable[Tuple[str, str]]) -> Round:
         """One check of this instance's online sessions (``(account id, session id)``)."""
         at = online.now()
-        commands = online.take_commands(self.instance_id)
         gone: Set[str] = set()
         current = set()
         for account_id, session_id in sessions:
@@ -54,7 +55,12 @@ class OnlineKeeper:
                 gone.add(session_id)
         for session_id in set(self._refresh_at) - current:
             del self._refresh_at[session_id]
-        return Round(commands, gone)
+        return Round(gone)
+
+    def commands(self) -> List[online.Command]:
+        """The stop/restart commands written for this instance since the last call (each
+        taken once)."""
+        return online.take_commands(self.instance_id)
 
 
 async def keep_lease(call: Callable[..., Any], instance_id: str) -> None:

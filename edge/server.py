@@ -4,9 +4,11 @@ serve are edge/binds.py's, the TCP ports' connections edge/tcp_front.py's.
 Store calls (PynamoDB, blocking) run in worker threads (:meth:`Edge.call`) so a slow store
 never stalls traffic. Every few seconds (EDGE_CHECK_SECONDS) each session re-reads its
 credential (deleted credential, deleted owner or deactivated bot: the session is closed with
-the refusal's code) and acts on a stop/restart asked through the API (edge/online_keeper.py:
-the instance's lease, not each session, keeps the online items live); so revocation takes
-effect within EDGE_CHECK_SECONDS + one store round trip.
+the refusal's code; edge/online_keeper.py: the instance's lease, not each session, keeps the
+online items live); so revocation takes effect within EDGE_CHECK_SECONDS + one store round
+trip. Stop/restart asked through the API, whose caller waits for the agent's answer, are read
+apart, every EDGE_COMMAND_POLL_SECONDS (1 s), each sent in a task of its own and answered in
+the store (:meth:`Edge._command`).
 """
 
 import asyncio
@@ -16,7 +18,7 @@ import weakref
 import logging
 from typing import Any, Callable, Dict, List, Optional
 
-from chalicelib.core import binding, hostnames, instances
+from chalicelib.core import binding, hostnames, instances, online
 from edge import (
     agents,
     audit_outbox,
@@ -79,6 +81,7 @@ class Edge:
         self.cluster = cluster.Cluster(self, cluster_settings) if cluster_settings else None
         self.keeper = online_keeper.OnlineKeeper(settings.instance_id)
         self._lease: Optional[asyncio.Task] = None  # no cluster: the lease renewed here
+        self._commands: set = set()  # the tasks of the commands being sent (kept referenced)
 
     @property
     def sessions(self) -> set:
@@ -133,6 +136,7 @@ class Edge:
             self._servers.append(await metrics.start(self, s.host, s.metrics_port))
             self.metrics_port = self._servers[-1].sockets[0].getsockname()[1]
         self._checker = asyncio.ensure_future(self._check_loop())
+        self._commander = asyncio.ensure_future(self._command_loop())
         self._watcher = asyncio.ensure_future(watch_reserved_ports(self))
         self._tls_watcher = asyncio.ensure_future(self.tls.watch())
         self._ban_watcher = asyncio.ensure_future(watch_banned_hosts(self))
@@ -166,6 +170,7 @@ class Edge:
             server.close()
         if self._checker is not None:
             self._checker.cancel()
+            self._commander.cancel()
             self._watcher.cancel()
             self._tls_watcher.cancel()
             self._ban_watcher.cancel()
@@ -225,8 +230,7 @@ class Edge:
 
     async def _check_loop(self) -> None:
         """Every check: each credential in use is re-read once (however many sessions share
-        it); the instance's commands are read once (edge/online_keeper.py: no write per
-        session)."""
+        it); the TTLs due are pushed (edge/online_keeper.py: no write per session)."""
         while True:
             await asyncio.sleep(self.settings.check_seconds)
             sessions = [s for s in self._sessions if not s.ended]
@@ -244,7 +248,6 @@ class Edge:
                 *(
                     s.check(
                         fresh.get(s.grant.credential_id) if s.grant else None,
-                        command=kept.commands.get(s.id),
                         gone=s.id in kept.gone,
                     )
                     for s in sessions
@@ -256,13 +259,62 @@ class Edge:
                     log.warning("session check failed for %s: %r", session.id, result)
 
     async def _keep(self, online_sessions: List[Any]) -> online_keeper.Round:
-        """This round's commands and TTL refreshes; none when the store could not be read."""
+        """This round's TTL refreshes; none when the store could not be read."""
         try:
             result: online_keeper.Round = await self.call(self.keeper.check, online_sessions)
             return result
         except Exception as exc:
             log.warning("online check failed: %r", exc)
-            return online_keeper.Round({}, set())
+            return online_keeper.Round(set())
+
+    async def _command_loop(self) -> None:
+        """Every EDGE_COMMAND_POLL_SECONDS: the stop/restart commands written for this
+        instance (one Query), each sent in a task of its own (an agent slow to answer delays
+        no other command)."""
+        while True:
+            await asyncio.sleep(self.settings.command_poll_seconds)
+            try:
+                commands = await self.call(self.keeper.commands)
+            except Exception as exc:  # the store away: the next round reads them
+                log.warning("reading the commands failed: %r", exc)
+                continue
+            for command in commands:
+                task = asyncio.ensure_future(self._command(command))
+                self._commands.add(task)
+                task.add_done_callback(self._commands.discard)
+
+    async def _command(self, command: online.Command) -> None:
+        """Send one command to its session's agent and write the outcome the API waits for
+        (chalicelib.core.online.answer_command). A command whose answer could no longer reach
+        the API in time (its deadline nearer than the agent's COMMAND_TIMEOUT plus
+        COMMAND_MARGIN_SECONDS) is not sent: the API withdraws it and says so."""
+        session = self.registry.sessions.get(command.session_id)
+        late = command.deadline is not None and (
+            online.now() + agents.COMMAND_TIMEOUT + online.COMMAND_MARGIN_SECONDS
+            > command.deadline
+        )
+        if late:
+            log.warning(
+                "session %s: %s taken too late, not sent", command.session_id, command.command
+            )
+            outcome, error = "expired", ""
+        elif (
+            session is None
+            or not session.is_online
+            or session.grant is None
+            or session.grant.account_id != command.account_id
+        ):
+            outcome, error = "gone", ""
+        else:
+            try:
+                outcome, error = await session.remote_command(command.command)
+            except Exception as exc:  # never left unanswered: the API would wait its bound
+                log.warning("session %s: %s failed: %r", command.session_id, command.command, exc)
+                outcome, error = "refused", f"the edge could not send it ({exc})"
+        try:
+            await self.call(online.answer_command, command, outcome, error)
+        except Exception as exc:  # the API, unanswered, withdraws the command and says so
+            log.warning("session %s: answer not written: %r", command.session_id, exc)
 
     async def _recheck(self, grant: binding.Grant) -> Any:
         """The grant read afresh, the Refused that ends its sessions, or None when the store

@@ -39,12 +39,15 @@ class SdkAgent:
     """tests/edge/sdk_agent.py as a process: the official SDK connecting to ``edge``; its
     events (JSON lines) in ``events``, stdin takes its commands."""
 
-    def __init__(self, edge: Any, authtoken: str, binds: List[Dict[str, Any]]):
+    def __init__(self, edge: Any, authtoken: str, binds: List[Dict[str, Any]], **handlers: str):
+        """``handlers``: ``stop_handler`` / ``restart_handler`` ("exit", "refuse", "none":
+        tests/edge/sdk_agent.py)."""
         cfg = {
             "authtoken": authtoken,
             "server_addr": edge.server_addr,
             "root_cas": edge.ca_path,
             "binds": binds,
+            **handlers,
         }
         self._spawn([SDK_PYTHON, SDK_AGENT, json.dumps(cfg)])
 

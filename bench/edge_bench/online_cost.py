@@ -34,6 +34,7 @@ PRICE_PER_MILLION_WRITES = 0.625  # USD, DynamoDB on-demand, us-east-1 standard 
 MONTH = 30 * 86400
 HEARTBEAT_SECONDS = 15.0  # the previous design: EDGE_CHECK_SECONDS 5 x 3 checks
 CHECK_SECONDS = 5.0  # EDGE_CHECK_SECONDS' default
+COMMAND_POLL_SECONDS = 1.0  # EDGE_COMMAND_POLL_SECONDS' default
 
 
 class Counter:
@@ -166,16 +167,17 @@ def main() -> int:
         took = time.monotonic() - start
 
         # after (built): each instance renews its lease (edge/cluster.py, or
-        # edge/online_keeper.keep_lease without a cluster) and runs the edge's check
-        # (OnlineKeeper.check: its commands, the TTL refresh of sessions due) every
-        # EDGE_CHECK_SECONDS; the sessions themselves write nothing.
+        # edge/online_keeper.keep_lease without a cluster), runs the edge's check
+        # (OnlineKeeper.check: the TTL refresh of sessions due) every EDGE_CHECK_SECONDS and
+        # reads its commands (OnlineKeeper.commands) every EDGE_COMMAND_POLL_SECONDS; the
+        # sessions themselves write nothing.
         keepers = {name: OnlineKeeper(name) for name in names}
         held = {name: [(a, s) for a, s, i in sessions if i == name] for name in names}
         for name in names:  # a first check: each session's refresh is scheduled
             keepers[name].check(held[name])
         before, reads_before = counter.writes, counter.reads
         elapsed, next_lease, next_check = 0.0, 0.0, 0.0
-        step = min(instances.renew_seconds(), CHECK_SECONDS)
+        step = min(instances.renew_seconds(), CHECK_SECONDS, COMMAND_POLL_SECONDS)
         while elapsed < args.simulated_seconds:
             elapsed += step
             clock[0] += step
@@ -187,6 +189,8 @@ def main() -> int:
                 next_check = elapsed + CHECK_SECONDS
                 for name in names:
                     keepers[name].check(held[name])
+            for name in names:  # every step is a poll (step <= COMMAND_POLL_SECONDS)
+                keepers[name].commands()
         steady = counter.writes - before
         lease_per_instance = steady / args.simulated_seconds / args.instances
         reads_per_instance = (

@@ -46,6 +46,9 @@ place. Catalog (also in docs/CONTRACT.md, "Error catalog"):
 | DOMAIN_RESERVED_BY_OTHER | ERR_NGROK_414         | 409    | a domain another account reserved: exactly, by a wildcard over it, or a name it is under or that is under it |
 | WILDCARD_CONFLICT   | ERR_NGROK_417              | 409    | a wildcard over, or under, a domain another account reserved |
 | DOMAIN_IN_USE       | ERR_NGROK_430              | 409    | a domain (or a name it is under) another account serves now |
+| AGENT_STOP_REFUSED  | ERR_NGROK_805              | 400    | the agent answered Stop with an error (or not at all in time) |
+| AGENT_RESTART_REFUSED | ERR_NGROK_804            | 400    | the agent answered Restart with an error (or not at all in time) |
+| COMMAND_NOT_ANSWERED | ERR_COMMAND_NOT_ANSWERED  | 409    | no edge answered a stop/restart within its bound (withdrawn) |
 
 One code for every 401: the hosted service distinguishes a missing header (ERR_NGROK_200), an
 unparsable one (ERR_NGROK_201) and an unknown key (ERR_NGROK_203), but the deployed API
@@ -103,6 +106,9 @@ DOMAIN_RESERVED_BY_YOU = "ERR_NGROK_413"
 DOMAIN_RESERVED_BY_OTHER = "ERR_NGROK_414"
 WILDCARD_CONFLICT = "ERR_NGROK_417"
 DOMAIN_IN_USE = "ERR_NGROK_430"
+AGENT_STOP_REFUSED = "ERR_NGROK_805"
+AGENT_RESTART_REFUSED = "ERR_NGROK_804"
+COMMAND_NOT_ANSWERED = "ERR_COMMAND_NOT_ANSWERED"
 # the HTTP server's own answers (scripts/http_server.py)
 MALFORMED_REQUEST = "ERR_MALFORMED_REQUEST"
 REQUEST_TIMEOUT = "ERR_REQUEST_TIMEOUT"
@@ -289,6 +295,31 @@ class UnsupportedOperation(BadRequest):
     default_msg = "This operation is not offered by this service"
 
 
+class AgentStopRefused(BadRequest):
+    """The agent answered Stop with an error: the hosted service's 400 ERR_NGROK_805."""
+
+    error_code = AGENT_STOP_REFUSED
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"This ngrok agent does not support remote stopping: {reason}.")
+
+
+class AgentRestartRefused(BadRequest):
+    """The agent answered Restart with an error: the hosted service's 400 ERR_NGROK_804."""
+
+    error_code = AGENT_RESTART_REFUSED
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"This ngrok agent does not support remote restarting: {reason}.")
+
+
+class CommandNotAnswered(Conflict):
+    """409, not 504: a stop/restart no edge answered in time (the official clients report
+    5xx as a server failure; this is the session's state, and a retry may succeed)."""
+
+    error_code = COMMAND_NOT_ANSWERED
+
+
 class CloudEndpointExists(Conflict):
     error_code = CLOUD_ENDPOINT_EXISTS
 
@@ -415,6 +446,9 @@ CATALOG = {
         RateLimited,
         Internal,
         UnsupportedOperation,
+        AgentStopRefused,
+        AgentRestartRefused,
+        CommandNotAnswered,
         CloudEndpointExists,
         EndpointUrlInUse,
         InvalidCloudPolicy,

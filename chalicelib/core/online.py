@@ -44,10 +44,23 @@ Liveness (the choice that keeps heartbeats cheap)
   ``CHILD_TTL_SECONDS / 2`` of the session's life, so only the items of a dead instance
   expire.
 
-Stop / restart: :func:`request_stop` / :func:`request_restart` write a command item in the
-holding instance's command partition, which that edge reads with one Query per check
-(:func:`take_commands`: each command is taken once), and set a flag on the session item that
-:func:`session_heartbeat` returns and clears.
+Stop / restart (the API waits for the agent's answer)
+-----------------------------------------------------
+:func:`request_stop` / :func:`request_restart` write a command item in the holding instance's
+command partition (``EDGE_COMMAND#<instance>``, sort key ``<session id>#<command id>``: two
+requests never overwrite each other) with a deadline :data:`COMMAND_WAIT_SECONDS` ahead, and
+set a flag on the session item that :func:`session_heartbeat` returns and clears. The edge
+reads the partition with one Query every ``EDGE_COMMAND_POLL_SECONDS`` (:func:`take_commands`:
+each command is taken once), sends the command to the agent, and writes the outcome in a
+result item (``EDGE_COMMAND_RESULT#<command id>``, :func:`answer_command`): ``accepted``,
+``refused`` with the agent's error, ``gone`` (the edge no longer holds the session) or
+``expired`` (taken too late to be answered in time). The API reads it every
+:data:`COMMAND_POLL_SECONDS` until the deadline (:func:`await_answer`); without an answer by
+then it withdraws the command (:func:`withdraw_command`). The edge sends a command only when
+the agent's answer (at most :data:`AGENT_COMMAND_TIMEOUT`) can still arrive before the
+deadline, with :data:`COMMAND_MARGIN_SECONDS` to spare for the store: a command the API gave
+up on is never carried out later. (The deadline is the API's clock read by the edge's: hosts
+kept by NTP differ by milliseconds, well inside the margin.)
 
 Multi-instance: nothing here lives in process memory. Each item names the instance that holds
 the session, so an instance that receives a public connection for an endpoint it does not
@@ -55,7 +68,7 @@ hold finds the holder in the endpoint's ``instance_id``.
 """
 
 import time
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
@@ -76,7 +89,19 @@ DEFAULT_STALE_SECONDS = 45
 EXPIRE_AFTER_SECONDS = 48 * 3600  # a session's TTL; refreshed every CHILD_TTL_SECONDS / 2
 CHILD_TTL_SECONDS = 48 * 3600  # tunnels, endpoints, claims; refreshed every half of it
 COMMAND_PK = "EDGE_COMMAND#"  # + instance id: stop/restart commands for its sessions
+COMMAND_RESULT_PK = "EDGE_COMMAND_RESULT#"  # + command id: what the edge answered
+COMMAND_RESULT_SK = "result"
 COMMAND_TTL_SECONDS = 3600
+# The API's wait for the edge's answer to a stop/restart: within one request (API Gateway and
+# the function allow 29 s); it covers the edge's pick-up (EDGE_COMMAND_POLL_SECONDS, 1 s; the
+# check loop, EDGE_CHECK_SECONDS, is no longer on this path), the agent's answer
+# (AGENT_COMMAND_TIMEOUT) and the store round trips, with room to spare.
+COMMAND_WAIT_SECONDS = 20.0
+COMMAND_POLL_SECONDS = 0.5  # how often the API reads the answer while it waits
+AGENT_COMMAND_TIMEOUT = 10.0  # how long the edge waits for the agent's answer (edge/agents.py)
+COMMAND_MARGIN_SECONDS = 2.0  # the edge's room for the store after the agent answered
+COMMAND_ID_PREFIX = "cmd"
+OUTCOMES = ("accepted", "refused", "gone", "expired")
 BATCH_GET_KEYS = 100  # DynamoDB's BatchGetItem limit
 
 
@@ -94,6 +119,11 @@ def stale_seconds() -> int:
 def now() -> float:
     """The clock (tests replace it)."""
     return time.time()
+
+
+def pause(seconds: float) -> None:
+    """The API's wait between two reads of a command's answer (tests replace it)."""
+    time.sleep(seconds)
 
 
 def new_session_id() -> str:
@@ -416,10 +446,23 @@ def session_refresh(account_id: str, session_id: str) -> bool:
     return True
 
 
-def take_commands(instance_id: str) -> Dict[str, str]:
-    """The stop/restart commands the API wrote for ``instance_id``'s sessions, by session id
-    (``"stop"`` or ``"restart"``), each removed as it is taken: one Query (a read) per call,
-    plus one DeleteItem per command found."""
+class Command(NamedTuple):
+    """A stop/restart the API wrote for an edge instance (:func:`take_commands`).
+    ``command_id`` and ``deadline`` are None for a command of the first layout (one per
+    session, answered by nobody)."""
+
+    instance_id: str
+    account_id: str
+    session_id: str
+    command: str  # "stop" | "restart"
+    command_id: Optional[str]
+    deadline: Optional[float]  # epoch seconds: the API waits until then, not longer
+
+
+def take_commands(instance_id: str) -> List[Command]:
+    """The stop/restart commands the API wrote for ``instance_id``'s sessions, oldest first,
+    each removed as it is taken: one Query (a read) per call, plus one DeleteItem per command
+    found."""
     client = raw_client()
     pk = COMMAND_PK + instance_id
     found = client.query(
@@ -428,12 +471,83 @@ def take_commands(instance_id: str) -> Dict[str, str]:
         ExpressionAttributeValues={":p": {"S": pk}},
         ConsistentRead=True,
     ).get("Items", [])
-    commands = {}
+    commands = []
     for raw in found:
-        sid = raw["sk"]["S"]
-        commands[sid] = data_of(raw).get("command", "stop")
-        client.delete_item(TableName=raw_table(), Key=raw_key(pk, sid))
+        sk = raw["sk"]["S"]
+        data = data_of(raw)
+        deadline = data.get("deadline")
+        commands.append(
+            Command(
+                instance_id=instance_id,
+                account_id=str_attr(raw, "account_id") or "",
+                session_id=data.get("session_id") or sk.split("#")[0],
+                command=data.get("command", "stop"),
+                command_id=data.get("command_id"),
+                deadline=float(deadline) if deadline is not None else None,
+            )
+        )
+        client.delete_item(TableName=raw_table(), Key=raw_key(pk, sk))
+    commands.sort(key=lambda c: c.deadline or 0.0)
     return commands
+
+
+def answer_command(command: Command, outcome: str, error: str = "") -> None:
+    """The edge's answer to ``command`` (one PutItem; nothing for a command of the first
+    layout): ``outcome`` one of :data:`OUTCOMES`, ``error`` the agent's words when it refused."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"not an outcome: {outcome!r}")
+    if command.command_id is None:
+        return
+    at = now()
+    raw_client().put_item(
+        TableName=raw_table(),
+        Item=raw_item(
+            COMMAND_RESULT_PK + command.command_id,
+            COMMAND_RESULT_SK,
+            kind="edge_command_result",
+            account_id=command.account_id,
+            data={"outcome": outcome, "error": error, "session_id": command.session_id},
+            instance_id=command.instance_id,
+            heartbeat_at=at,
+            expires_at=at + COMMAND_TTL_SECONDS,
+        ),
+    )
+
+
+def command_answer(command_id: str) -> Optional[Dict[str, str]]:
+    """The edge's answer to a command (``{"outcome", "error"}``), or None while there is none.
+    One GetItem."""
+    raw = get_raw(raw_key(COMMAND_RESULT_PK + command_id, COMMAND_RESULT_SK))
+    if raw is None:
+        return None
+    data = data_of(raw)
+    return {"outcome": data.get("outcome", ""), "error": data.get("error", "")}
+
+
+def await_answer(command: Command) -> Optional[Dict[str, str]]:
+    """Read the answer to ``command`` every :data:`COMMAND_POLL_SECONDS` (one GetItem each)
+    until it is there or :data:`COMMAND_WAIT_SECONDS` have passed since the command was
+    written; then None, and the command is withdrawn (:func:`withdraw_command`)."""
+    assert command.command_id is not None and command.deadline is not None
+    ends = time.monotonic() + max(0.0, command.deadline - now())
+    while True:
+        pause(min(COMMAND_POLL_SECONDS, max(0.0, ends - time.monotonic())))
+        answer = command_answer(command.command_id)
+        if answer is not None:
+            return answer
+        if time.monotonic() >= ends:
+            withdraw_command(command)
+            return None
+
+
+def withdraw_command(command: Command) -> None:
+    """Remove a command not taken yet (one DeleteItem; nothing when the edge took it)."""
+    raw_client().delete_item(
+        TableName=raw_table(),
+        Key=raw_key(
+            COMMAND_PK + command.instance_id, f"{command.session_id}#{command.command_id}"
+        ),
+    )
 
 
 def _child_key(account_id: str, child_id: str) -> Dict[str, Any]:
@@ -482,7 +596,7 @@ def session_ended(account_id: str, session_id: str, instance_id: Optional[str] =
             raise
 
 
-def _update_session(account_id: str, session_id: str, flag: str) -> None:
+def _update_session(account_id: str, session_id: str, flag: str) -> Command:
     """Set a command flag on a live session and write the command for its instance
     (:func:`take_commands`); NotFound when there is none."""
     raw = get_raw(_session_key(account_id, session_id))
@@ -502,33 +616,48 @@ def _update_session(account_id: str, session_id: str, flag: str) -> None:
         if _is_condition_failure(exc):
             raise errors.NotFound(f"No tunnel session with id '{session_id}' exists") from None
         raise
+    command = Command(
+        instance_id=instance_id,
+        account_id=account_id,
+        session_id=session_id,
+        command=flag.split("_")[0],
+        command_id=ids.new_id(COMMAND_ID_PREFIX),
+        deadline=round(at + COMMAND_WAIT_SECONDS, 3),
+    )
     raw_client().put_item(
         TableName=raw_table(),
         Item=raw_item(
             COMMAND_PK + instance_id,
-            session_id,
+            f"{session_id}#{command.command_id}",
             kind="edge_command",
             account_id=account_id,
-            data={"command": flag.split("_")[0]},
+            data={
+                "command": command.command,
+                "command_id": command.command_id,
+                "session_id": session_id,
+                "deadline": command.deadline,
+            },
             instance_id=instance_id,
             heartbeat_at=at,
             expires_at=at + COMMAND_TTL_SECONDS,
         ),
     )
+    return command
 
 
-def request_stop(account_id: str, session_id: str) -> None:
-    """Ask the edge holding the session to send Stop to its agent (next heartbeat)."""
+def request_stop(account_id: str, session_id: str) -> Command:
+    """Ask the edge holding the session to send Stop to its agent; the command written (wait
+    for its answer with :func:`await_answer`)."""
     if not ids.is_valid(session_id, SESSION_PREFIX):
         raise errors.NotFound(f"No tunnel session with id '{session_id}' exists")
-    _update_session(account_id, session_id, "stop_requested")
+    return _update_session(account_id, session_id, "stop_requested")
 
 
-def request_restart(account_id: str, session_id: str) -> None:
-    """Ask the edge holding the session to send Restart to its agent (next heartbeat)."""
+def request_restart(account_id: str, session_id: str) -> Command:
+    """Ask the edge holding the session to send Restart to its agent; the command written."""
     if not ids.is_valid(session_id, SESSION_PREFIX):
         raise errors.NotFound(f"No tunnel session with id '{session_id}' exists")
-    _update_session(account_id, session_id, "restart_requested")
+    return _update_session(account_id, session_id, "restart_requested")
 
 
 # ---- tunnels and endpoints --------------------------------------------------------------

@@ -1,7 +1,31 @@
 // A list of one API collection: loading, empty and error states, and paging over the API's
-// cursors (next_page_uri) with a "Load more" button.
+// cursors (next_page_uri) with a "Load more" button. A quiet reload (live updates) draws the
+// rows again only when the API's page changed, and keeps the keyboard focus on the same
+// control of the same row; once a person loaded more pages, quiet reloads leave the list as
+// it is (rows they scrolled to do not vanish under them).
 import * as api from "./api.js";
 import { h, clear, loading, empty, errorBox, uid } from "./dom.js";
+
+// What has the focus inside `root`: its row's id and the control's name (data-action, else
+// its text), to find it again once the rows are drawn anew.
+function focusedControl(root) {
+  const active = document.activeElement;
+  if (!active || active === root || !root.contains(active)) return null;
+  const row = active.closest("tr[data-id]");
+  return { row: row ? row.dataset.id : null, name: active.dataset.action || active.textContent };
+}
+
+function refocus(root, control) {
+  if (!control) return;
+  for (const node of root.querySelectorAll("button, a[href], input, select, textarea")) {
+    const row = node.closest("tr[data-id]");
+    if ((row ? row.dataset.id : null) === control.row
+        && (node.dataset.action || node.textContent) === control.name) {
+      node.focus({ preventScroll: true });
+      return;
+    }
+  }
+}
 
 export function listView({ path, key, what, columns, actions, emptyText, onItems }) {
   const titleId = uid("list");
@@ -12,6 +36,9 @@ export function listView({ path, key, what, columns, actions, emptyText, onItems
                  h("h2", { id: titleId, class: "visually-hidden" }, what), note, body, more);
   let items = [];
   let generation = 0;
+  let pages = 0; // pages shown (1 after a reload; more after "Load more")
+  let shown = null; // the first page as drawn (JSON): a quiet reload redraws when it changed
+  let next = null;
 
   function table(rows) {
     const heads = columns.map((column) => h("th", { scope: "col" }, column.label));
@@ -24,6 +51,8 @@ export function listView({ path, key, what, columns, actions, emptyText, onItems
   }
 
   function render(nextUri) {
+    next = nextUri;
+    const focus = focusedControl(node);
     if (!items.length) {
       clear(body, empty(emptyText || `No ${what} yet.`));
     } else {
@@ -33,6 +62,7 @@ export function listView({ path, key, what, columns, actions, emptyText, onItems
     if (nextUri) {
       more.append(h("button", { type: "button", onclick: () => loadMore(nextUri) }, "Load more"));
     }
+    refocus(node, focus);
     if (onItems) onItems(items);
   }
 
@@ -43,6 +73,7 @@ export function listView({ path, key, what, columns, actions, emptyText, onItems
       const page = await api.get(uri);
       if (mine !== generation) return;
       items = items.concat(page[key] || []);
+      pages += 1;
       render(page.next_page_uri);
     } catch (err) {
       clear(more, errorBox(err));
@@ -51,14 +82,19 @@ export function listView({ path, key, what, columns, actions, emptyText, onItems
 
   // quiet: keep what is shown until the new page is there (live updates, no flicker).
   async function reload({ quiet = false } = {}) {
+    if (quiet && pages > 1) return;
     generation += 1;
     const mine = generation;
     if (!quiet) clear(body, loading(what));
     try {
       const page = await api.get(path);
       if (mine !== generation) return;
-      items = page[key] || [];
       clear(note);
+      const seen = JSON.stringify([page[key] || [], page.next_page_uri || null]);
+      if (quiet && seen === shown) return;
+      shown = seen;
+      items = page[key] || [];
+      pages = 1;
       render(page.next_page_uri);
     } catch (err) {
       if (mine !== generation) return;
@@ -67,7 +103,12 @@ export function listView({ path, key, what, columns, actions, emptyText, onItems
     }
   }
 
-  return { node, reload };
+  // Draw the rows again from what was read (a row's own state changed, not the API's page).
+  function redraw() {
+    if (pages) render(next);
+  }
+
+  return { node, reload, redraw };
 }
 
 // Page header: a title and a line that says what the page shows.

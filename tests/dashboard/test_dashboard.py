@@ -1,5 +1,7 @@
 """The dashboard in headless Chromium against `make run`: what a person does, page by page."""
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 from selenium.webdriver.common.action_chains import ActionChains
@@ -313,27 +315,86 @@ def test_times_are_shown_in_the_browsers_zone(stack, browser_factory):
     assert f"{hour}:{tokyo:%M:%S}" in cell.text, (cell.text, tokyo)
 
 
-def test_stop_an_agent_from_the_agents_page(stack, browser):
+def _agents_page_then_an_agent(stack, browser, **handlers):
+    """The Agents page opened first, then an SDK agent started: its row appears live (no
+    reload). The agent and its session id."""
     cred = stack.api("POST", "/credentials", {"description": "agents page"})
-    agent = SdkAgent(_EdgeOf(stack), cred["token"], [{"proto": "http"}])
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "agents")
+    browser.execute_script("window.__sameDocument = 'yes'")
+    agent = SdkAgent(_EdgeOf(stack), cred["token"], [{"proto": "http"}], **handlers)
+    agent.start()
+    session = wait_for_session(stack, cred["id"])
+    find(browser, f"tr[data-id='{session}']", 30)
+    return agent, session
+
+
+def _same_document(browser) -> bool:
+    return browser.execute_script("return window.__sameDocument") == "yes"
+
+
+def _click(browser, session: str, action: str) -> None:
+    find(browser, f"tr[data-id='{session}'] button[data-action='{action}']").click()
+    accept_confirm(browser)
+
+
+def test_stop_an_agent_from_the_agents_page(stack, browser):
+    """The page follows sessions live: the agent's row appears and, once its agent accepted
+    the Stop, leaves, with the success notice; never a reload."""
+    agent, session = _agents_page_then_an_agent(stack, browser, stop_handler="exit")
     try:
-        agent.start()
-        session = wait_for_session(stack, cred["id"])
-        sign_in(browser, stack.dashboard_url, stack.key)
-        go(browser, "agents")
-        row = find(browser, f"tr[data-id='{session}']")
         snapshot(browser, "agents-online")
-        row.find_element(By.XPATH, ".//button[text()='Stop']").click()
-        accept_confirm(browser)
+        _click(browser, session, "stop")
+        wait_text(browser, f"The agent of session {session} accepted: stopped.", 30)
+        assert not _listed(stack, session)  # the API's 204 came after the session ended
         assert until(lambda: agent.process.poll() is not None, 30), "the agent did not stop"
-        # The edge removes the session from the store once it sees the agent's connection
-        # close, which under load lands after the process exits; this page reads the list
-        # when it loads, so it is reloaded only once the API no longer lists the session.
-        assert until(lambda: not _listed(stack, session), 30), "the API still lists the session"
-        browser.refresh()
-        loaded(browser)
-        wait(browser, lambda d: not all_of(d, f"tr[data-id='{session}']"), 30)
+        wait(browser, lambda d: not all_of(d, f"tr[data-id='{session}']"), 10)
         assert not all_of(browser, ".action-error")
+        assert _same_document(browser)
+        snapshot(browser, "agents-stopped")
+    finally:
+        agent.stop()
+
+
+def test_a_refused_stop_shows_the_agents_answer_in_its_row(stack, browser, expected_errors):
+    """An SDK agent without a stop handler refuses: the API's ERR_NGROK_805 with the agent's
+    reason in that row's error line, which stays while the page follows the list; the session
+    stays listed."""
+    expected_errors.expect(400)
+    agent, session = _agents_page_then_an_agent(stack, browser, stop_handler="none")
+    try:
+        _click(browser, session, "stop")
+        line = f"tr[data-id='{session}'] .action-error"
+        wait(browser, lambda d: "ERR_NGROK_805" in find(d, line).text, 30)
+        text = find(browser, line).text
+        assert "This ngrok agent does not support remote stopping:" in text, text
+        assert "operation op_" in text
+        assert not all_of(browser, ".notice:not(:empty)")
+        # the focus stayed on the row's Stop button through its redraws (waiting, answered)
+        focused = browser.execute_script(
+            "const a = document.activeElement; window.__stop = a;"
+            "return a.dataset.action + ' ' + a.closest('tr').dataset.id"
+        )
+        assert focused == f"stop {session}", focused
+        time.sleep(3)  # a poll or more later: the row and its error line are still there,
+        assert "ERR_NGROK_805" in find(browser, line).text  # not even drawn again (unchanged)
+        assert browser.execute_script("return window.__stop.isConnected") is True
+        assert _listed(stack, session) and agent.process.poll() is None
+        assert _same_document(browser)
+        snapshot(browser, "agents-stop-refused")
+    finally:
+        agent.stop()
+    wait(browser, lambda d: not all_of(d, f"tr[data-id='{session}']"), 60)
+
+
+def test_restart_an_agent_from_the_agents_page(stack, browser):
+    agent, session = _agents_page_then_an_agent(stack, browser, restart_handler="exit")
+    try:
+        _click(browser, session, "restart")
+        wait_text(browser, f"The agent of session {session} accepted: restarted.", 30)
+        agent.wait_for("restart_command", 5)
+        wait(browser, lambda d: not all_of(d, f"tr[data-id='{session}']"), 10)
+        assert _same_document(browser)
     finally:
         agent.stop()
 
@@ -505,6 +566,40 @@ def test_lists_page_over_the_apis_cursors(stack, browser):
         set(r.get_attribute("data-id") for r in rows(browser))
     )
     assert not all_of(browser, "[data-list=bot_users] .more button")
+
+
+def test_a_followed_list_is_left_alone_once_a_person_loaded_more(stack, browser):
+    """The overview follows its lists, but once "Load more" brought the second page of
+    endpoints, a change of the first page (a new endpoint) does not draw the list again: the
+    rows the person paged to stay."""
+
+    def cloud(name: str) -> str:
+        body = {
+            "url": f"https://{name}.tunnels.localhost",
+            "type": "cloud",
+            "traffic_policy": "on_http_request: [{actions: [{type: deny}]}]",
+        }
+        return stack.api("POST", "/endpoints", body)["id"]
+
+    with ThreadPoolExecutor(4) as pool:  # the API serves requests in threads
+        made = list(pool.map(cloud, [f"follow-{i:03d}" for i in range(101)]))
+    try:
+        total = len(stack.api("GET", "/endpoints")["endpoints"])
+        nxt = stack.api("GET", "/endpoints")["next_page_uri"]
+        total += len(stack.api("GET", nxt[nxt.index("/endpoints") :])["endpoints"])
+        sign_in(browser, stack.dashboard_url, stack.key)
+        go(browser, "overview")
+        rows = lambda d: all_of(d, "[data-list=endpoints] tbody tr")  # noqa: E731
+        wait(browser, lambda d: len(rows(d)) == 100)
+        find(browser, "[data-list=endpoints] .more button").click()
+        wait(browser, lambda d: len(rows(d)) == total)
+        made.append(cloud("follow-new"))
+        time.sleep(5)  # two polls
+        assert len(rows(browser)) == total
+        assert made[-1] not in [r.get_attribute("data-id") for r in rows(browser)]
+    finally:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda e: stack.api("DELETE", f"/endpoints/{e}"), made))
 
 
 def test_legacy_edge_route_module_and_backend_read_and_delete(stack, browser, expected_errors):

@@ -4,7 +4,9 @@ edge tests with the device agent's virtualenv (where the SDK is installed).
 Usage: ``python sdk_agent.py '<json config>'``; config: ``authtoken``, ``server_addr``,
 ``root_cas``, ``binds`` (list of {"proto": "http"|"tcp"|"tls"|"labeled", "domain"?,
 "labels"?, "remote_addr"?, "options"? (SDK builder calls), "upstream"?: "dead" | "grpc" |
-"trailers" | "tcp" (to the TCP echo), "upstream_addr"? (tls: where to forward)}). It serves a
+"trailers" | "tcp" (to the TCP echo), "upstream_addr"? (tls: where to forward)}),
+``stop_handler`` / ``restart_handler`` ("exit" | "refuse" | "none"; default "exit" for stop,
+"none" for restart: see ``handler``). It serves a
 small upstream on 127.0.0.1 (echo, upload digest, streaming, WebSocket echo, a flood and how
 much of it was written), forwards every bind to it, and prints one JSON line per event:
 ``bound`` (url, id) or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on
@@ -17,6 +19,7 @@ import json
 import os
 import socket
 import sys
+import threading
 
 import ngrok
 from aiohttp import WSMsgType, web
@@ -186,15 +189,38 @@ async def main(cfg):
         .server_addr(cfg["server_addr"])
         .root_cas(cfg["root_cas"])
     )
-    builder.handle_disconnection(
-        lambda addr, err: emit({"event": "disconnected", "error": str(err)})
-    )
+    exiting = threading.Event()  # a command was accepted: the program exits
 
-    def on_stop():  # what the command means: the agent exits
-        emit({"event": "stop_command"})
-        os._exit(0)
+    def on_disconnection(addr, err):
+        emit({"event": "disconnected", "error": str(err)})
+        if exiting.is_set():  # the edge ended the session it stopped: exit before the
+            os._exit(0)  # SDK reconnects (it would, to a session of the same id)
 
-    builder.handle_stop_command(on_stop)
+    builder.handle_disconnection(on_disconnection)
+
+    def handler(name, what):
+        """A handler of the Stop or Restart command: ``exit`` (accept, then exit: what the
+        command means to a program without a supervisor; once the edge ends the session, or
+        2 s later, never inside the handler: the SDK sends the acceptance after it returns,
+        as its docs say) or ``refuse`` (raise: the SDK answers with the error)."""
+
+        def handle():
+            emit({"event": f"{name}_command"})
+            if what == "refuse":
+                raise RuntimeError(f"{name} refused by the test agent")
+            exiting.set()
+            threading.Timer(2.0, os._exit, (0,)).start()
+
+        return handle
+
+    # "none": no handler, the SDK's own answer (an error: the operation is not supported)
+    for name, setter in (
+        ("stop", builder.handle_stop_command),
+        ("restart", builder.handle_restart_command),
+    ):
+        what = cfg.get(f"{name}_handler", "exit" if name == "stop" else "none")
+        if what != "none":
+            setter(handler(name, what))
     try:
         session = await builder.connect()
     except Exception as exc:  # what the SDK raises is what the test checks

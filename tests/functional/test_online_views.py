@@ -1,6 +1,12 @@
 """/tunnel_sessions, /tunnels and /endpoints at both levels: the online items are seeded with
-chalicelib.core.online's writers (the functions the edge calls), into the service's own store."""
+chalicelib.core.online's writers (the functions the edge calls), into the service's own store.
+Stop and restart wait for the edge's answer: :meth:`Edge.answering` plays the edge's part with
+the edge's own functions (take the commands, answer them), in a thread as the edge would from
+its process; the agent's part, a real SDK accepting or refusing, is
+tests/edge/test_remote_commands.py."""
 
+import contextlib
+import threading
 import time
 
 import ngrok
@@ -117,6 +123,30 @@ class Edge:
         self._at(0)
         with self.api.service_store():
             return func(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def answering(self, outcome="accepted", error="", instance_id="edge-1"):
+        """While inside, the edge ``instance_id`` takes the commands written for it (every
+        50 ms) and answers each with ``outcome`` (online.take_commands, .answer_command);
+        yields the list of the commands taken."""
+        taken, done = [], threading.Event()
+        self._at(0)
+
+        def edge():
+            while not done.is_set():
+                for command in online.take_commands(instance_id):
+                    taken.append(command)
+                    online.answer_command(command, outcome, error)
+                done.wait(0.05)
+
+        with self.api.service_store():
+            thread = threading.Thread(target=edge, daemon=True)
+            thread.start()
+            try:
+                yield taken
+            finally:
+                done.set()
+                thread.join(5)
 
 
 @pytest.fixture
@@ -325,60 +355,115 @@ def test_tunnel_and_endpoint_pages_follow_the_paging_rules(api, account, edge, c
     assert page["next_page_uri"] is None
 
 
-def test_stop_and_restart_reach_the_edge_at_its_next_heartbeat(api, account, edge, credential):
+def test_stop_and_restart_answer_204_once_the_edge_says_the_agent_accepted(
+    api, account, edge, credential
+):
     sid = edge.session(account, credential)
-    stopped = account.admin.post(f"/tunnel_sessions/{sid}/stop", {})
-    assert stopped.status == 204 and stopped.text == ""
+    with edge.answering() as taken:
+        stopped = account.admin.post(f"/tunnel_sessions/{sid}/stop", {})
+        assert stopped.status == 204 and stopped.text == ""
+        assert account.admin.request("POST", f"/tunnel_sessions/{sid}/restart").status == 204
+    assert [(c.session_id, c.command) for c in taken] == [(sid, "stop"), (sid, "restart")]
+    assert all(c.account_id == account.id and c.command_id for c in taken)
+    # the first layout's flags are still set for a heartbeat that reads them
     assert edge.call(online.session_heartbeat, account.id, sid, "edge-1") == {
         "stop_requested": True,
-        "restart_requested": False,
-    }
-    assert account.admin.request("POST", f"/tunnel_sessions/{sid}/restart").status == 204
-    assert edge.call(online.session_heartbeat, account.id, sid, "edge-1") == {
-        "stop_requested": False,
         "restart_requested": True,
     }
 
 
+@pytest.mark.parametrize(
+    "action, refusal, words",
+    [
+        ("stop", errors.AgentStopRefused, "remote stopping"),
+        ("restart", errors.AgentRestartRefused, "remote restarting"),
+    ],
+)
+def test_an_agents_refusal_is_the_hosted_400_with_its_reason(
+    api, account, edge, credential, action, refusal, words
+):
+    sid = edge.session(account, credential)
+    reason = "the agent has not defined a callback for this operation"
+    with edge.answering("refused", reason):
+        resp = account.admin.post(f"/tunnel_sessions/{sid}/{action}")
+    assert resp.status == 400 and resp.json["error_code"] == refusal.error_code
+    assert resp.json["msg"] == f"This ngrok agent does not support {words}: {reason}."
+    assert account.admin.get(f"/tunnel_sessions/{sid}").status == 200
+
+
+def test_a_session_the_edge_no_longer_holds_is_a_404(api, account, edge, credential):
+    sid = edge.session(account, credential)
+    with edge.answering("gone"):
+        resp = account.admin.post(f"/tunnel_sessions/{sid}/stop")
+    assert resp.status == 404 and resp.json["error_code"] == errors.NOT_FOUND
+    assert sid in resp.json["msg"]
+
+
+def test_a_command_the_edge_took_too_late_is_a_409(api, account, edge, credential):
+    sid = edge.session(account, credential)
+    with edge.answering("expired"):
+        resp = account.admin.post(f"/tunnel_sessions/{sid}/restart")
+    assert resp.status == 409 and resp.json["error_code"] == errors.COMMAND_NOT_ANSWERED
+    assert "too late" in resp.json["msg"] and "did not send it" in resp.json["msg"]
+
+
+def test_no_answer_within_the_bound_is_a_409_and_the_command_is_withdrawn(
+    inprocess_api, monkeypatch
+):
+    """No edge takes the command (its edge is down): 409 once COMMAND_WAIT_SECONDS have
+    passed (1 s here; 20 s deployed: tests/unit/test_edge_commands.py pins the numbers), and
+    the command is gone from the edge's partition."""
+    edge = Edge(inprocess_api, monkeypatch)
+    account = inprocess_api.new_account()
+    credential = account.admin.post("/credentials", {}).json["id"]
+    sid = edge.session(account, credential)
+    monkeypatch.setattr(online, "COMMAND_WAIT_SECONDS", 1.0)
+    started = time.monotonic()
+    resp = account.admin.post(f"/tunnel_sessions/{sid}/stop")
+    took = time.monotonic() - started
+    assert resp.status == 409 and resp.json["error_code"] == errors.COMMAND_NOT_ANSWERED
+    assert resp.json["msg"].startswith(f"No answer about tunnel session {sid} within 1 s")
+    assert "withdrawn" in resp.json["msg"]
+    assert 1.0 <= took < 2.0, took
+    assert edge.call(online.take_commands, "edge-1") == []
+
+
 def test_stop_accepts_the_documented_body_with_the_path_id(api, account, edge, credential):
     sid = edge.session(account, credential)
-    assert account.admin.post(f"/tunnel_sessions/{sid}/stop", {"id": sid}).status == 204
     other = online.new_session_id()
-    assert account.admin.post(f"/tunnel_sessions/{sid}/restart", {"id": other}).status == 400
-    assert edge.call(online.session_heartbeat, account.id, sid, "edge-1") == {
-        "stop_requested": True,
-        "restart_requested": False,
-    }
+    with edge.answering() as taken:
+        assert account.admin.post(f"/tunnel_sessions/{sid}/stop", {"id": sid}).status == 204
+        assert account.admin.post(f"/tunnel_sessions/{sid}/restart", {"id": other}).status == 400
+    assert [c.command for c in taken] == ["stop"]
 
 
 def test_stop_accepts_the_bare_id_body_of_the_typescript_client(api, account, edge, credential):
     """@ngrok/ngrok-api posts the session id itself (``ts_…``, not JSON) as the body."""
     sid = edge.session(account, credential)
-    sent = account.admin.request(
-        "POST",
-        f"/tunnel_sessions/{sid}/stop",
-        data=sid.encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    assert sent.status == 204, sent
     other = online.new_session_id()
-    refused = account.admin.request(
-        "POST",
-        f"/tunnel_sessions/{sid}/restart",
-        data=other.encode(),
-        headers={"Content-Type": "application/json"},
-    )
+    with edge.answering() as taken:
+        sent = account.admin.request(
+            "POST",
+            f"/tunnel_sessions/{sid}/stop",
+            data=sid.encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        assert sent.status == 204, sent
+        refused = account.admin.request(
+            "POST",
+            f"/tunnel_sessions/{sid}/restart",
+            data=other.encode(),
+            headers={"Content-Type": "application/json"},
+        )
     assert refused.status == 400 and refused.json["error_code"] == errors.INVALID_JSON
-    assert edge.call(online.session_heartbeat, account.id, sid, "edge-1") == {
-        "stop_requested": True,
-        "restart_requested": False,
-    }
+    assert [c.command for c in taken] == ["stop"]
 
 
 def test_stop_with_a_body_field_is_400_and_requests_nothing(api, account, edge, credential):
     sid = edge.session(account, credential)
     resp = account.admin.post(f"/tunnel_sessions/{sid}/stop", {"force": True})
     assert resp.status == 400 and resp.json["error_code"] == errors.UnknownField.error_code
+    assert edge.call(online.take_commands, "edge-1") == []
     assert (
         edge.call(online.session_heartbeat, account.id, sid, "edge-1")["stop_requested"] is False
     )
@@ -388,14 +473,12 @@ def test_members_stop_only_sessions_of_their_own_credentials(api, account, edge,
     admins = edge.session(account, credential)
     own_credential = account.member.post("/credentials", {}).json["id"]
     own = edge.session(account, own_credential)
-    refused = account.member.post(f"/tunnel_sessions/{admins}/stop")
-    assert refused.status == 403 and refused.json["error_code"] == errors.Forbidden.error_code
-    assert account.member.post(f"/tunnel_sessions/{own}/stop").status == 204
-    assert account.admin.post(f"/tunnel_sessions/{own}/restart").status == 204
-    assert (
-        edge.call(online.session_heartbeat, account.id, admins, "edge-1")["stop_requested"]
-        is False
-    )
+    with edge.answering() as taken:
+        refused = account.member.post(f"/tunnel_sessions/{admins}/stop")
+        assert refused.status == 403 and refused.json["error_code"] == errors.FORBIDDEN
+        assert account.member.post(f"/tunnel_sessions/{own}/stop").status == 204
+        assert account.admin.post(f"/tunnel_sessions/{own}/restart").status == 204
+    assert [(c.session_id, c.command) for c in taken] == [(own, "stop"), (own, "restart")]
 
 
 def test_update_is_refused_with_400_in_the_contract_shape(api, account, edge, credential):
@@ -435,15 +518,20 @@ def test_online_views_with_the_reference_client(http_api, client_account, monkey
     got = client.endpoints.get(eid)
     assert got.tunnel.id == tid and got.tunnel_session.id == sid and got.port == 443
     # ngrok-api 0.19.0 sends these with jsonDo, which raises on any 204, the status the hosted
-    # API documents for them: the command is delivered, the client then complains.
-    with pytest.raises(RuntimeError, match="unexpected 204"):
-        client.tunnel_sessions.stop(sid)
-    with pytest.raises(RuntimeError, match="unexpected 204"):
-        client.tunnel_sessions.restart(sid)
-    assert edge.call(online.session_heartbeat, client_account.id, sid, "edge-1") == {
-        "stop_requested": True,
-        "restart_requested": True,
-    }
+    # API documents for them: the agent accepted, the client then complains.
+    with edge.answering() as taken:
+        with pytest.raises(RuntimeError, match="unexpected 204"):
+            client.tunnel_sessions.stop(sid)
+        with pytest.raises(RuntimeError, match="unexpected 204"):
+            client.tunnel_sessions.restart(sid)
+    assert [c.command for c in taken] == ["stop", "restart"]
+    # a refusal is the client's API error, with the hosted code
+    with edge.answering("refused", "no handler"):
+        with pytest.raises(ngrok.Error) as refused_stop:
+            client.tunnel_sessions.stop(sid)
+    assert refused_stop.value.http_status_code == 400
+    assert refused_stop.value.error_code == errors.AGENT_STOP_REFUSED
+    assert "does not support remote stopping: no handler" in str(refused_stop.value)
     with pytest.raises(ngrok.Error) as refused:
         client.tunnel_sessions.update(sid)
     assert refused.value.http_status_code == 400 and "restart" in str(refused.value)

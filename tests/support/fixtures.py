@@ -140,13 +140,13 @@ def make_run():
 
 @pytest.fixture
 def sdk_agents():
-    """``sdk_agents(edge, token, binds)``: the official Python SDK as a process against
-    ``edge`` (call its ``start``); all stopped after the test."""
+    """``sdk_agents(edge, token, binds, **handlers)``: the official Python SDK as a process
+    against ``edge`` (call its ``start``); all stopped after the test."""
     require_sdk_python()
     started: List[SdkAgent] = []
 
-    def start(edge: Any, token: str, binds: List[Dict[str, Any]]) -> SdkAgent:
-        agent = SdkAgent(edge, token, binds)
+    def start(edge: Any, token: str, binds: List[Dict[str, Any]], **handlers: str) -> SdkAgent:
+        agent = SdkAgent(edge, token, binds, **handlers)
         started.append(agent)
         return agent
 

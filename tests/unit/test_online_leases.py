@@ -164,12 +164,14 @@ def test_stop_and_restart_reach_the_holding_instance_once(clock):
     instances.register("edge_b", "")
     sid_a = _session("edge_a")[0]
     sid_b = _session("edge_b")[0]
-    online.request_stop(ACCT, sid_a)
-    online.request_restart(ACCT, sid_b)
-    assert online.take_commands("edge_a") == {sid_a: "stop"}
-    assert online.take_commands("edge_a") == {}
-    assert online.take_commands("edge_b") == {sid_b: "restart"}
-    assert online.take_commands("edge_b") == {}
+    stop = online.request_stop(ACCT, sid_a)
+    restart = online.request_restart(ACCT, sid_b)
+    assert online.take_commands("edge_a") == [stop]
+    assert online.take_commands("edge_a") == []
+    assert online.take_commands("edge_b") == [restart]
+    assert online.take_commands("edge_b") == []
+    assert (stop.instance_id, stop.session_id, stop.command) == ("edge_a", sid_a, "stop")
+    assert stop.deadline == clock["now"] + online.COMMAND_WAIT_SECONDS
 
 
 def test_the_edges_check_writes_nothing_per_session(clock, writes):
@@ -184,7 +186,7 @@ def test_the_edges_check_writes_nothing_per_session(clock, writes):
     for _ in range(40):
         clock["now"] += 5
         instances.register("edge_k", "")
-        assert keeper.check(held) == ({}, set())
+        assert keeper.check(held) == (set(),)
     assert writes == ["PutItem"] * 40  # the lease, once per renewal
     assert len(_listed("tunnel_session")) == 20
     del writes[:]
