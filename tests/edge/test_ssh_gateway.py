@@ -393,3 +393,36 @@ def test_connections_past_the_per_address_cap_are_closed_at_once(edge):
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_fixed_tcp_endpoint_on_a_reserved_address(
+    edge,
+    account,
+    keyed,
+    tcp_echo,
+    ssh_agents,  # noqa: F811
+):
+    reserved = account.admin.post("/reserved_addrs", {"description": "ssh"})
+    assert reserved.status == 201, reserved
+    addr, port = reserved.json["addr"], int(reserved.json["addr"].rsplit(":", 1)[1])
+    key, _ = keyed()
+    started = []
+    try:
+        agent = ssh_agents(edge, key, f"{addr}:localhost:{tcp_echo}", ["tcp"])
+        started.append(agent)
+        assert agent.url() == f"tcp://{addr}"
+        assert tcp_round_trip(port, b"fixed") == b"fixed"
+        agent.stop()
+        assert wait(lambda: tcp_round_trip(port, b"x") == b"" or None, timeout=10)
+        flagged = ssh_agents(edge, key, f"0:localhost:{tcp_echo}", ["tcp", f"--url=tcp://{addr}"])
+        started.append(flagged)
+        assert flagged.url() == f"tcp://{addr}"
+        assert tcp_round_trip(port, b"again") == b"again"
+        # a port nobody reserved, asked by number alone
+        unreserved = ssh_agents(edge, key, f"{port + 1}:localhost:{tcp_echo}", ["tcp"])
+        assert unreserved.wait() == 1, unreserved.printed()
+        assert edge_errors.ADDRESS_NOT_RESERVED in unreserved.err
+    finally:
+        for agent in started:
+            agent.stop()
+        account.admin.delete(f"/reserved_addrs/{reserved.json['id']}")
