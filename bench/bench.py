@@ -442,6 +442,7 @@ def http_load() -> Dict[str, Any]:
             EDGE_AGENT_PORT=str(free_port()),
             EDGE_HTTP_PORT=str(free_port()),
             EDGE_HTTPS_PORT=str(free_port()),
+            EDGE_SSH_PORT=str(free_port()),
             EDGE_TCP_PORTS=f"{tcp}-{tcp}",
         )
         for name in ("DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):

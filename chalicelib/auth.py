@@ -30,12 +30,15 @@ Credentials (agent authtokens) hold a secret the same way, under their own looku
 so one cannot stand in for the other. What both share lives here: the owner rule of a create
 (:func:`new_owner`), the secret with its item, lookup item and owner check
 (:func:`new_secret_item`), the lookup and owner checks of a presented secret
-(:func:`lookup_secret`, :func:`usable_owner`) and the owner-or-admin rule of changes.
+(:func:`lookup_secret`, :func:`usable_owner`) and the owner-or-admin rule of changes. SSH
+credentials (chalicelib.ssh_credentials) share all of it but the secret: their lookup item
+is keyed by the digest of their public key (``hashed``), so bot deletion and the owner
+index treat them as they treat credentials.
 """
 
 import secrets
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from chalicelib import validation
 from chalicelib.core import errors, ids, store
@@ -172,8 +175,13 @@ def new_secret_item(
     owner_kind: str,
     data: Dict[str, Any],
     state: Optional[Dict[str, Any]] = None,
+    *,
+    hashed: Optional[str] = None,
+    taken: Optional[Callable[[Optional[store.Item]], Exception]] = None,
 ) -> Tuple[store.Item, List[store.Op], str]:
-    """A new resource of ``collection`` that holds a secret (an API key, a credential).
+    """A new resource of ``collection`` that holds a secret (an API key, a credential), or
+    is found by a digest it is given (``hashed``: an SSH credential's public key, where
+    ``taken`` explains a lookup item that exists already; the secret returned is then "").
 
     Returns the item, the ops of its one transaction and the secret itself, to be shown once.
     The ops: the item; the lookup item ``U#<namespace>#<digest>`` holding account, owner,
@@ -183,8 +191,8 @@ def new_secret_item(
     Only the secret's SHA-256 digest is stored.
     """
     resource_id = ids.new_id(ids.PREFIXES[collection])
-    token = new_secret()
-    hashed = digest(token)
+    token = "" if hashed else new_secret()
+    hashed = hashed or digest(token)
     owner = {"owner_id": owner_id, "owner_kind": owner_kind}
     item = store.new_item(
         store.collection_pk(account_id, collection),
@@ -236,9 +244,11 @@ def new_secret_item(
         account_id=account_id,
         data={"collection": collection, "namespace": namespace, "digest": hashed},
     )
+    claim = store.put_new(lookup)
+    claim.explain = taken
     ops = [
         store.put_new(item),
-        store.put_new(lookup),
+        claim,
         store.put_new(index),
         store.set_fields(
             owner_pk(account_id, owner_kind),
@@ -262,15 +272,17 @@ def create_secret(
     owner_kind: str,
     data: Dict[str, Any],
     state: Optional[Dict[str, Any]] = None,
+    **found_by: Any,
 ) -> Tuple[store.Item, str]:
-    """Create a secret-holding item in one transaction; (item, secret).
+    """Create a secret-holding item in one transaction; (item, secret). ``found_by``:
+    ``hashed`` and ``taken`` of :func:`new_secret_item`.
 
     ``state`` is the owner's role/active as the caller knows it (its own, from the
     authorizer); when the owner turns out to differ, the create is built again with the
     owner's actual state (one more call)."""
     for attempt in range(store.RETRIES):
         item, ops, token = new_secret_item(
-            account_id, collection, namespace, owner_id, owner_kind, data, state
+            account_id, collection, namespace, owner_id, owner_kind, data, state, **found_by
         )
         try:
             store.commit(ops)

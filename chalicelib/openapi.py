@@ -133,6 +133,19 @@ def _schemas() -> Dict[str, Schema]:
             {**_common("credential"), "token": _nullable(STR), "acl": STR_LIST, "owner_id": STR},
             "a tunnel authtoken credential; `token` only in the create response",
         ),
+        "SSHCredential": _obj(
+            {
+                **_common("ssh_credential"),
+                "public_key": {
+                    "type": "string",
+                    "description": "an OpenSSH authorized_keys line (ssh-ed25519, "
+                    "ecdsa-sha2-nistp256/384/521, ssh-rsa of 2048-8192 bits)",
+                },
+                "acl": STR_LIST,
+                "owner_id": STR,
+            },
+            "an SSH public key that authenticates the edge's SSH gateway (docs/SSH.md)",
+        ),
         "BotUser": _obj(
             {
                 "id": _id("bot_user"),

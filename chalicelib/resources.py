@@ -24,6 +24,7 @@ from chalicelib import certificate_authorities, event_destinations, event_routes
 from chalicelib import event_subscriptions, openapi_events, vaults
 from chalicelib import credentials, dns_check, edge_modules, endpoints, http_response_backends
 from chalicelib import https_edges, ip_policies, reserved_addrs, reserved_domains, rest
+from chalicelib import ssh_credentials
 from chalicelib import tcp_edges, tls_certificates, tunnel_sessions, tunnels
 
 Schema = Dict[str, Any]
@@ -197,6 +198,16 @@ REGISTRY: Tuple[Entry, ...] = (
         "credential",
         "Credentials",
         "Credential",
+        field_schemas={"owner_id": STR},
+    ),
+    Collection(
+        "/ssh_credentials",
+        ssh_credentials,
+        "ssh_credential_id",
+        "ssh_credential",
+        "SSH credential",
+        "SSH credentials",
+        "SSHCredential",
         field_schemas={"owner_id": STR},
     ),
     Collection("/bot_users", bot_users, "bot_id", "bot_user", "bot user", "Bot users", "BotUser"),

@@ -1,8 +1,9 @@
 """Online agent sessions: ``/tunnel_sessions`` (read-only, written by the edge).
 
 Fields, as the hosted API and its official clients read them: id, uri, agent_version,
-credential (Ref to the credential whose authtoken started the session), ip, metadata, os,
-region, started_at, transport.
+credential (Ref to the credential whose authtoken started the session, or to the SSH
+credential of a session of the edge's SSH gateway: docs/SSH.md), ip, metadata, os,
+region, started_at, transport (``ngrok/2``, or ``ssh`` for the SSH gateway's).
 
 Rules (where the hosted docs are silent, decided here):
 - Only live sessions are shown: a session whose edge has not refreshed it for
@@ -35,7 +36,7 @@ Rules (where the hosted docs are silent, decided here):
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from chalicelib.core import errors, online, store
+from chalicelib.core import errors, ids, online, store
 from chalicelib.web import Ctx
 
 COLLECTION = online.SESSIONS
@@ -52,7 +53,9 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
         "id": item.sk,
         "uri": c.uri(f"{PATH}/{item.sk}"),
         "agent_version": data.get("agent_version", ""),
-        "credential": c.ref("/credentials", credential_id) if credential_id else None,
+        "credential": c.ref(_credential_path(credential_id), credential_id)
+        if credential_id
+        else None,
         "ip": data.get("ip", ""),
         "metadata": data.get("metadata", ""),
         "os": data.get("os", ""),
@@ -60,6 +63,14 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
         "started_at": data.get("started_at"),
         "transport": data.get("transport", ""),
     }
+
+
+def _credential_path(credential_id: str) -> str:
+    """Where the session's credential is: an SSH credential for a session of the edge's SSH
+    gateway (``transport: "ssh"``), else an authtoken credential."""
+    if ids.is_valid(credential_id, ids.PREFIXES["ssh_credential"]):
+        return "/ssh_credentials"
+    return "/credentials"
 
 
 def get(c: Ctx, session_id: str) -> Dict[str, Any]:

@@ -36,6 +36,12 @@ async def main() -> int:
         f"{settings.tcp_host}:{settings.tcp_ports[0]}-{settings.tcp_ports[1]}",
         flush=True,
     )
+    if edge.ssh is not None:
+        print(
+            f"edge SSH gateway: ssh -R 0:localhost:<port> -p {edge.ssh_port} "
+            f"v2@{settings.host} http (host key {edge.ssh.fingerprint}; docs/SSH.md)",
+            flush=True,
+        )
     if edge.metrics_port is not None:
         print(f"edge metrics: http://{settings.host}:{edge.metrics_port}/metrics", flush=True)
     ca = edge.certs.ca_path or settings.tls_cert

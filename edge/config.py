@@ -34,6 +34,7 @@ class EdgeSettings:
     data_dir: str
     base_domain: str
     metrics_port: Optional[int] = None
+    ssh_port: Optional[int] = None  # the SSH gateway (edge.ssh_gateway); None: not started
     head_timeout: float = 30.0
     idle_timeout: float = 75.0
     h2_stall_timeout: float = 30.0  # HTTP/2 response held by zero windows (edge.h2front)
@@ -64,6 +65,14 @@ def _port(env, name: str, default: int) -> int:
     if not 0 <= value <= 65535:
         raise SystemExit(f"{name}={raw!r}: not a port number")
     return value
+
+
+def _ssh_port(env) -> Optional[int]:
+    """EDGE_SSH_PORT: the SSH gateway's port (default 2222; ``0`` any free port), or
+    ``off``: no SSH gateway."""
+    if env.get("EDGE_SSH_PORT", "").strip().lower() == "off":
+        return None
+    return _port(env, "EDGE_SSH_PORT", 2222)
 
 
 def _fds(raw: str) -> Dict[str, int]:
@@ -159,6 +168,7 @@ def load(env=None) -> EdgeSettings:
             if env.get(f"EDGE_PUBLIC_{scheme.upper()}_PORT")
         },
         metrics_port=_port(env, "EDGE_METRICS_PORT", 0) if env.get("EDGE_METRICS_PORT") else None,
+        ssh_port=_ssh_port(env),
         head_timeout=_positive(env, "EDGE_HEAD_TIMEOUT", 30.0),
         idle_timeout=_positive(env, "EDGE_IDLE_TIMEOUT", 75.0),
         h2_stall_timeout=_positive(env, "EDGE_H2_STALL_TIMEOUT", 30.0),

@@ -29,6 +29,7 @@ from edge import (
     metrics,
     online_keeper,
     quotas,
+    ssh_gateway,
     tls,
 )
 from edge.admission import Admission
@@ -77,6 +78,8 @@ class Edge:
         self.http_port = settings.http_port
         self.https_port = settings.https_port
         self.metrics_port: Optional[int] = None
+        self.ssh: Optional[ssh_gateway.SshGateway] = None  # OpenSSH as an agent (docs/SSH.md)
+        self.ssh_port: Optional[int] = None
         cluster_settings = cluster.ClusterSettings.from_env()  # EDGE_CLUSTER_SECRET set
         self.cluster = cluster.Cluster(self, cluster_settings) if cluster_settings else None
         self.keeper = online_keeper.OnlineKeeper(settings.instance_id)
@@ -85,7 +88,8 @@ class Edge:
 
     @property
     def sessions(self) -> set:
-        """The agent sessions of this instance (authenticated or not yet)."""
+        """The agent sessions of this instance (authenticated or not yet), and the SSH
+        gateway's (edge/ssh_gateway.py), which its check loop treats alike."""
         return self._sessions
 
     async def call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -132,6 +136,15 @@ class Edge:
         self.http_port, self.https_port = (
             srv.sockets[0].getsockname()[1] for srv in self._servers[:2]
         )
+        if s.ssh_port is not None:
+            self.ssh = ssh_gateway.SshGateway(self)
+            try:
+                self.ssh_port = await self.ssh.start(s.host, s.ssh_port)
+            except OSError as exc:
+                raise SystemExit(
+                    f"error: the SSH gateway's port {s.host}:{s.ssh_port} is in use "
+                    f"({exc.strerror}); set EDGE_SSH_PORT to another port, or to off"
+                ) from None
         if s.metrics_port is not None:
             self._servers.append(await metrics.start(self, s.host, s.metrics_port))
             self.metrics_port = self._servers[-1].sockets[0].getsockname()[1]
@@ -168,6 +181,8 @@ class Edge:
         self.carrier.close(self.agent_port)
         for server in self._servers:
             server.close()
+        if self.ssh is not None:
+            self.ssh.close()
         if self._checker is not None:
             self._checker.cancel()
             self._commander.cancel()

@@ -56,6 +56,7 @@ class Instance:
             "http": free_port(),
             "https": free_port(),
             "metrics": free_port(),
+            "ssh": free_port(),
         }
         self.env = dict(
             env,
@@ -64,6 +65,7 @@ class Instance:
             EDGE_HTTP_PORT=str(self.ports["http"]),
             EDGE_HTTPS_PORT=str(self.ports["https"]),
             EDGE_METRICS_PORT=str(self.ports["metrics"]),
+            EDGE_SSH_PORT=str(self.ports["ssh"]),
             PYTHONUNBUFFERED="1",
         )
         self.process: Optional[subprocess.Popen] = None

@@ -104,6 +104,19 @@ def _edge_answers(online: Any, instance_id: str) -> Iterator[None]:
         online.pause = original
 
 
+def _ed25519_line() -> str:
+    """An ``ssh-ed25519`` public key line (any 32 bytes are one) for /ssh_credentials."""
+    import base64
+    import os
+    import struct
+
+    def string(value: bytes) -> bytes:
+        return struct.pack(">I", len(value)) + value
+
+    blob = string(b"ssh-ed25519") + string(os.urandom(32))
+    return f"ssh-ed25519 {base64.b64encode(blob).decode()} costs"
+
+
 def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
     """One request to every route, in an order that leaves each one something to act on.
 
@@ -141,6 +154,12 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
 
     crud("/api_keys", "key_id", {"description": "k"}, {"description": "k2"})
     crud("/credentials", "credential_id", {"acl": ["bind:*.example.com"]}, {"metadata": "m"})
+    crud(
+        "/ssh_credentials",
+        "ssh_credential_id",
+        {"public_key": _ed25519_line(), "acl": ["bind:*.example.com"]},
+        {"metadata": "m"},
+    )
     bot = crud("/bot_users", "bot_id", {"name": "b1"}, {"active": False}, delete=False)
     admin.post("/api_keys", {"owner_id": bot})
     run("DELETE /bot_users/{bot_id}", lambda: admin.delete(f"/bot_users/{bot}"), 204)

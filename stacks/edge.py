@@ -33,6 +33,7 @@ class EdgeProcess:
     http_port: int = field(default_factory=free_port)
     https_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
+    ssh_port: int = field(default_factory=free_port)  # the SSH gateway (docs/SSH.md)
     tcp_low: int = 0  # the first of ``tcp_ports`` TCP listener ports (0: free ones at start)
     tcp_ports: int = 5
     process: Optional[subprocess.Popen] = None
@@ -62,6 +63,7 @@ class EdgeProcess:
                 "EDGE_HTTP_PORT": str(self.http_port),
                 "EDGE_HTTPS_PORT": str(self.https_port),
                 "EDGE_METRICS_PORT": str(self.metrics_port),
+                "EDGE_SSH_PORT": str(self.ssh_port),
                 "EDGE_TCP_PORTS": f"{self.tcp_low}-{self.tcp_low + self.tcp_ports - 1}",
                 "EDGE_CHECK_SECONDS": "1",
                 "BASE_DOMAIN": BASE_DOMAIN,

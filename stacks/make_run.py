@@ -23,7 +23,14 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from stacks.paths import PROJECT_DIR
 from stacks.ports import free_port, free_range
 
-PORT_VARIABLES = ("PORT", "STORE_PORT", "EDGE_AGENT_PORT", "EDGE_HTTP_PORT", "EDGE_HTTPS_PORT")
+PORT_VARIABLES = (
+    "PORT",
+    "STORE_PORT",
+    "EDGE_AGENT_PORT",
+    "EDGE_HTTP_PORT",
+    "EDGE_HTTPS_PORT",
+    "EDGE_SSH_PORT",
+)
 
 
 class MakeRun:

@@ -14,6 +14,7 @@ table as the API. Each refusal is a :class:`Refused` carrying the hosted service
 | domain reserved by another account                           | ERR_NGROK_320     |
 | custom domain nobody reserved (not under the base domain)    | ERR_NGROK_7117    |
 | TCP address not reserved by the account                      | ERR_NGROK_7113    |
+| SSH public key of no SSH credential (the SSH gateway)        | ERR_NGROK_1100    |
 
 (*) The hosted docs define ERR_NGROK_399 for labels the ACL refuses; they name no separate
 code for domains and addresses, so the same code is used for every ACL refusal.
@@ -31,7 +32,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping
 
-from chalicelib.core import acl, edge_errors, hostnames, keys, reservations, store
+from chalicelib.core import acl, edge_errors, hostnames, ids, keys, reservations, ssh_keys, store
 from chalicelib.core.config import get_settings
 
 _TOKEN_FORM = re.compile(r"^[A-Za-z0-9_\-]{16,256}$")
@@ -80,13 +81,35 @@ def authenticate(token: str) -> Grant:
     return recheck(data["account_id"], data["credential_id"], data["owner_id"], data["owner_kind"])
 
 
+def authenticate_ssh_key(blob: bytes) -> Grant:
+    """The grant of the SSH credential whose public key is ``blob`` (the key's wire blob, as
+    an SSH client sends it), read afresh, or Refused: three GetItems, as :func:`authenticate`
+    (the key's lookup, the SSH credential, its owner). The edge's SSH gateway asks this for
+    each key a client offers, before the client proves it holds the private key."""
+    data = keys.lookup_ssh_key(blob)
+    if data is None:
+        raise Refused(
+            edge_errors.SSH_KEY_UNKNOWN,
+            f"The public key {ssh_keys.fingerprint(blob)} is not the key of an SSH "
+            "credential. Add your public key with POST /ssh_credentials, then connect with "
+            "its private key (ssh -i).",
+        )
+    return recheck(
+        data["account_id"], data["ssh_credential_id"], data["owner_id"], data["owner_kind"]
+    )
+
+
 def recheck(account_id: str, credential_id: str, owner_id: str, owner_kind: str) -> Grant:
-    """The grant of a known credential, read afresh, or Refused (deleted, owner unusable)."""
-    item = store.get(store.collection_pk(account_id, keys.CREDENTIAL_COLLECTION), credential_id)
+    """The grant of a known credential (an authtoken's, or an SSH credential's: told by its
+    id), read afresh, or Refused (deleted, owner unusable)."""
+    ssh = ids.is_valid(credential_id, ids.PREFIXES["ssh_credential"])
+    collection = keys.SSH_CREDENTIAL_COLLECTION if ssh else keys.CREDENTIAL_COLLECTION
+    item = store.get(store.collection_pk(account_id, collection), credential_id)
+    what = "SSH credential" if ssh else "authtoken credential"
     if item is None:
         raise Refused(
             edge_errors.AUTHTOKEN_INVALID,
-            f"The authtoken credential {credential_id} has been deleted and is no longer valid.",
+            f"The {what} {credential_id} has been deleted and is no longer valid.",
         )
     owner, why = keys.usable_owner(
         {"account_id": account_id, "owner_id": owner_id, "owner_kind": owner_kind}
@@ -94,7 +117,7 @@ def recheck(account_id: str, credential_id: str, owner_id: str, owner_kind: str)
     if owner is None:
         raise Refused(
             edge_errors.AUTHTOKEN_INVALID,
-            f"The authtoken credential {credential_id} cannot be used: {why}.",
+            f"The {what} {credential_id} cannot be used: {why}.",
         )
     return Grant(
         account_id=account_id,

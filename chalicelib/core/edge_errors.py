@@ -1,5 +1,6 @@
 """The data plane's error catalog: every ``ERR_NGROK_…`` code the edge answers with, to an agent
-(a refused auth or bind: the SDK shows the code with the message) or to a public client (an
+(a refused auth or bind: the SDK shows the code with the message; an SSH client of the SSH
+gateway: printed to its session, edge/ssh_gateway.py) or to a public client (an
 HTTP error page or JSON body, a refused TLS handshake). Codes are the hosted service's
 (https://ngrok.com/docs/errors/) for the same situation; code names them through these
 constants, never as literals (tests/unit/test_house_rules.py holds the edge and the core to
@@ -16,6 +17,8 @@ it). The API's own catalog is :mod:`chalicelib.core.errors`.
 | ACL_REFUSED                | ERR_NGROK_399    | agent  | outside the credential's ACL                              |
 | INVALID_OPTION             | ERR_NGROK_1602   | agent  | an option the edge cannot honour or a malformed one       |
 | INVALID_PROTOCOL           | ERR_NGROK_1622   | agent  | an endpoint protocol the edge does not serve              |
+| SSH_KEY_UNKNOWN            | ERR_NGROK_1100   | ssh    | no public key of an SSH credential was offered            |
+| SSH_TOO_MANY_KEYS          | ERR_NGROK_1101   | ssh    | a client offered more public keys than the gateway reads  |
 | INVALID_TRAFFIC_POLICY     | ERR_NGROK_2201   | both   | a traffic policy the engine refuses                       |
 | ADDRESS_NOT_RESERVED       | ERR_NGROK_7113   | agent  | a TCP address the account did not reserve                 |
 | DOMAIN_NOT_RESERVED        | ERR_NGROK_7117   | agent  | a custom domain nobody reserved                           |
@@ -54,6 +57,8 @@ ENDPOINT_IN_USE = "ERR_NGROK_334"
 ACL_REFUSED = "ERR_NGROK_399"
 INVALID_OPTION = "ERR_NGROK_1602"
 INVALID_PROTOCOL = "ERR_NGROK_1622"
+SSH_KEY_UNKNOWN = "ERR_NGROK_1100"
+SSH_TOO_MANY_KEYS = "ERR_NGROK_1101"
 INVALID_TRAFFIC_POLICY = "ERR_NGROK_2201"
 ADDRESS_NOT_RESERVED = "ERR_NGROK_7113"
 DOMAIN_NOT_RESERVED = "ERR_NGROK_7117"

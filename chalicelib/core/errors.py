@@ -49,6 +49,10 @@ place. Catalog (also in docs/CONTRACT.md, "Error catalog"):
 | AGENT_STOP_REFUSED  | ERR_NGROK_805              | 400    | the agent answered Stop with an error (or not at all in time) |
 | AGENT_RESTART_REFUSED | ERR_NGROK_804            | 400    | the agent answered Restart with an error (or not at all in time) |
 | COMMAND_NOT_ANSWERED | ERR_COMMAND_NOT_ANSWERED  | 409    | no edge answered a stop/restart within its bound (withdrawn) |
+| SSH_KEY_MISSING     | ERR_NGROK_611              | 400    | an SSH credential without a public key (absent or empty)  |
+| SSH_KEY_INVALID     | ERR_NGROK_612              | 400    | an SSH public key this service does not accept (the reason) |
+| SSH_KEY_EXISTS      | ERR_NGROK_609              | 409    | an SSH public key the account already has a credential for |
+| SSH_KEY_OF_ANOTHER_ACCOUNT | ERR_NGROK_610       | 409    | an SSH public key another account has a credential for     |
 
 One code for every 401: the hosted service distinguishes a missing header (ERR_NGROK_200), an
 unparsable one (ERR_NGROK_201) and an unknown key (ERR_NGROK_203), but the deployed API
@@ -109,6 +113,10 @@ DOMAIN_IN_USE = "ERR_NGROK_430"
 AGENT_STOP_REFUSED = "ERR_NGROK_805"
 AGENT_RESTART_REFUSED = "ERR_NGROK_804"
 COMMAND_NOT_ANSWERED = "ERR_COMMAND_NOT_ANSWERED"
+SSH_KEY_MISSING = "ERR_NGROK_611"
+SSH_KEY_INVALID = "ERR_NGROK_612"
+SSH_KEY_EXISTS = "ERR_NGROK_609"
+SSH_KEY_OF_ANOTHER_ACCOUNT = "ERR_NGROK_610"
 # the HTTP server's own answers (scripts/http_server.py)
 MALFORMED_REQUEST = "ERR_MALFORMED_REQUEST"
 REQUEST_TIMEOUT = "ERR_REQUEST_TIMEOUT"
@@ -352,6 +360,22 @@ class DomainNotReserved(InvalidField):
     error_code = DOMAIN_NOT_RESERVED
 
 
+class SshKeyMissing(InvalidField):
+    error_code = SSH_KEY_MISSING
+
+
+class SshKeyInvalid(InvalidField):
+    error_code = SSH_KEY_INVALID
+
+
+class SshKeyExists(Conflict):
+    error_code = SSH_KEY_EXISTS
+
+
+class SshKeyOfAnotherAccount(Conflict):
+    error_code = SSH_KEY_OF_ANOTHER_ACCOUNT
+
+
 class MalformedRequest(BadRequest):
     error_code = MALFORMED_REQUEST
     default_msg = "Malformed HTTP request"
@@ -457,6 +481,10 @@ CATALOG = {
         PoolFull,
         DomainNotOwned,
         DomainNotReserved,
+        SshKeyMissing,
+        SshKeyInvalid,
+        SshKeyExists,
+        SshKeyOfAnotherAccount,
         MalformedRequest,
         RequestTimeout,
         ExpectationFailed,

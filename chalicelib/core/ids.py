@@ -30,6 +30,7 @@ PREFIXES = {
     "https_edge": "edghts",
     "https_edge_route": "edghtsrt",
     "credential": "cr",
+    "ssh_credential": "sshcr",
     "bot_user": "bot",
     "user": "usr",
     "api_key": "ak",

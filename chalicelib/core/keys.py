@@ -1,19 +1,24 @@
-"""The secrets callers present (API keys, authtokens) and the users and bots that own them.
+"""The secrets callers present (API keys, authtokens), the SSH public keys of SSH credentials,
+and the users and bots that own them.
 
 A secret is never stored: a uniqueness item keyed by its SHA-256 digest in a namespace
-(``api_key_hash``, ``credential_token``) names the account, the owner and the resource. The
-API's authorizer (``chalicelib.auth``) and the edge's session authentication
-(``chalicelib.core.binding``) both look secrets up here.
+(``api_key_hash``, ``credential_token``) names the account, the owner and the resource. An
+SSH credential's public key is stored (it is public), and its lookup item is keyed the same
+way by the SHA-256 of the key's blob (``ssh_public_key``; chalicelib.core.ssh_keys), which
+also makes a key one credential's service-wide. The API's authorizer (``chalicelib.auth``)
+and the edge's session authentication (``chalicelib.core.binding``) both look them up here.
 """
 
 import hashlib
 import hmac
 from typing import Any, Dict, Optional, Tuple
 
-from chalicelib.core import store
+from chalicelib.core import ssh_keys, store
 
 CREDENTIAL_COLLECTION = "credential"
 TOKEN_NAMESPACE = "credential_token"
+SSH_CREDENTIAL_COLLECTION = "ssh_credential"
+SSH_KEY_NAMESPACE = "ssh_public_key"
 
 
 USER_COLLECTION = "user"
@@ -35,6 +40,16 @@ def lookup_secret(namespace: str, secret: str) -> Optional[Dict[str, Any]]:
     """The lookup item's data of a secret (account, owner, resource id); None when unknown."""
     wanted = digest(secret)
     lookup = store.get(store.unique_pk(namespace, wanted), store.UNIQUE_SK)
+    if lookup is None or not hmac.compare_digest(lookup.data.get("digest", ""), wanted):
+        return None
+    return lookup.data
+
+
+def lookup_ssh_key(blob: bytes) -> Optional[Dict[str, Any]]:
+    """The lookup item's data of an SSH public key (account, owner, ``ssh_credential_id``),
+    by its wire blob; None when no SSH credential has it (one GetItem)."""
+    wanted = ssh_keys.digest(blob)
+    lookup = store.get(store.unique_pk(SSH_KEY_NAMESPACE, wanted), store.UNIQUE_SK)
     if lookup is None or not hmac.compare_digest(lookup.data.get("digest", ""), wanted):
         return None
     return lookup.data

@@ -13,7 +13,8 @@ stack (scripts/serve.py over HTTP) with a recipe that checks its result:
   offers as traffic policy actions, not as sub-resources: docs/TESTING.md) skip each method,
   with the reason, and fail if the app ever routes one.
 
-Resources of the client outside the table (TLS edges, SSH, …) are not part of this service;
+Resources of the client outside the table (TLS edges, SSH certificate authorities and
+certificates, …) are not part of this service;
 vaults and secrets are, tested through this client in tests/functional/test_vaults.py; event
 destinations, subscriptions and sources are in the table (docs/EVENTS.md).
 """
@@ -31,11 +32,13 @@ from ngrok import datatypes as dt
 from app import app
 from chalicelib.core import errors
 from chalicelib.core.config import get_settings
+from tests.functional.test_ssh_credentials import public_line
 
 # client attribute path → collection route in this app. Served now.
 SERVED = {
     "api_keys": "/api_keys",
     "credentials": "/credentials",
+    "ssh_credentials": "/ssh_credentials",
     "bot_users": "/bot_users",
     "service_users": "/service_users",
     "abuse_reports": "/abuse_reports",
@@ -320,6 +323,7 @@ def _domain_delete_part(part):
 RECIPES = {
     "api_keys": Crud(create=lambda env: {"description": "compat"}),
     "credentials": Crud(create=lambda env: {"acl": ["bind:*.example.com"]}),
+    "ssh_credentials": Crud(create=lambda env: {"public_key": public_line(), "acl": ["bind:*"]}),
     "bot_users": Crud(
         create=lambda env: {"name": f"bot-{rnd()}"}, update=lambda env: {"name": f"bot-{rnd()}"}
     ),

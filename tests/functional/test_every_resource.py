@@ -22,6 +22,7 @@ import pytest
 
 from app import app
 from tests.functional.test_certificate_authorities import make_cert
+from tests.functional.test_ssh_credentials import public_line
 from chalicelib import openapi
 from chalicelib.core import errors
 from stacks.certs import SmallCA
@@ -81,6 +82,12 @@ RESOURCES = [
     Resource("ip_policy", "ipp", "ip_policies", _simple("/ip_policies")),
     Resource("ip_policy_rule", "ipr", "ip_policy_rules", _make_rule),
     Resource("credential", "cr", "credentials", _simple("/credentials")),
+    Resource(
+        "ssh_credential",
+        "sshcr",
+        "ssh_credentials",
+        _simple("/ssh_credentials", lambda: {"public_key": public_line()}),
+    ),
     Resource(
         "bot_user",
         "bot",

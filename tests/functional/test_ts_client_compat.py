@@ -30,6 +30,7 @@ CLIENT_DEFECTS = {"backends.weightedBackends": "Field 'backends' is required"}
 TS_TO_PY = {
     "apiKeys": "api_keys",
     "credentials": "credentials",
+    "sshCredentials": "ssh_credentials",
     "botUsers": "bot_users",
     "abuseReports": "abuse_reports",
     "reservedDomains": "reserved_domains",

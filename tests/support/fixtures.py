@@ -18,6 +18,9 @@ imports the ones its tests use.
   test.
 - ``device_agents`` (function): ``device_agents(edge, token, workdir, **env)`` makes the
   device agent (agent/) as a process, started by its ``start``; stopped after the test.
+- ``ssh_agents`` (function): ``ssh_agents(edge, key_path, forward, command, **kw)`` starts
+  OpenSSH's ``ssh -R`` against the edge's SSH gateway (stacks.ssh.SshAgent; skips the test
+  where there is no ``ssh``); stopped after the test.
 - ``moto_server`` (module): moto's server (AWS services on 127.0.0.1).
 - ``device_agent_stack`` (session): the edge stack as the device agent's tests run it (the
   service's virtualenv, one account with its admin key: see :func:`device_agent_stack_in`).
@@ -39,6 +42,7 @@ from stacks.edge import EdgeProcess, EdgeStack
 from stacks.make_run import MakeRun
 from stacks.moto import MotoServer
 from stacks.paths import BASE_DOMAIN, SDK_PYTHON, SERVICE_PYTHON
+from stacks.ssh import SshAgent, ssh_binary
 
 # The cluster's settings the cluster tests rely on (tests/edge/test_cluster.py).
 CLUSTER_SECRET = "test-cluster-secret-" + os.urandom(8).hex()
@@ -206,6 +210,25 @@ def device_agents():
 
     yield make
     for agent in made:
+        agent.stop()
+
+
+@pytest.fixture
+def ssh_agents():
+    """``ssh_agents(edge, key_path, forward, command, **kw)``: OpenSSH's client as a process
+    against the edge's SSH gateway (stacks.ssh.SshAgent); the test is skipped without
+    ``ssh``. All stopped after the test."""
+    if not ssh_binary():
+        pytest.skip("no ssh client here (apt-get install openssh-client)")
+    started: List[SshAgent] = []
+
+    def start(edge: Any, key_path: str, forward: Optional[str], command: List[str], **kw: Any):
+        agent = SshAgent(edge, key_path, forward, command, **kw)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
         agent.stop()
 
 

@@ -25,6 +25,12 @@ EXPECTED_VIEW_CALLS = {
     "GET /credentials/{credential_id}": 1,
     "PATCH /credentials/{credential_id}": 2,
     "DELETE /credentials/{credential_id}": 3,
+    # one transaction (credential, key lookup, owner index, owner check); no API events
+    "POST /ssh_credentials": 1,
+    "GET /ssh_credentials": 1,
+    "GET /ssh_credentials/{ssh_credential_id}": 1,
+    "PATCH /ssh_credentials/{ssh_credential_id}": 1,
+    "DELETE /ssh_credentials/{ssh_credential_id}": 2,
     "POST /bot_users": 1,
     "GET /bot_users": 1,
     "GET /bot_users/{bot_id}": 1,

@@ -9,6 +9,7 @@
 // recipe "fail". The client's own defect on deletes (it parses the empty 204 body as JSON and
 // rejects) is recognised, and the delete then checked by reading the resource back (404).
 'use strict';
+const crypto = require('crypto');
 const fs = require('fs');
 
 const config = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
@@ -16,6 +17,19 @@ const { Ngrok } = require(config.modulePath);
 const client = new Ngrok({ apiToken: config.token, baseUrl: config.baseUrl });
 
 const rnd = () => Math.random().toString(36).slice(2, 12);
+
+// A fresh `ssh-ed25519` public key line (an SSH credential's public_key).
+function sshKey() {
+  const { publicKey } = crypto.generateKeyPairSync('ed25519');
+  const raw = Buffer.from(publicKey.export({ format: 'jwk' }).x, 'base64url');
+  const str = b => {
+    const len = Buffer.alloc(4);
+    len.writeUInt32BE(b.length);
+    return Buffer.concat([len, b]);
+  };
+  const blob = Buffer.concat([str(Buffer.from('ssh-ed25519')), str(raw)]);
+  return `ssh-ed25519 ${blob.toString('base64')} compat`;
+}
 const DENY = [{ name: 'r', expressions: [], actions: [{ type: 'deny' }] }];
 const POLICY = JSON.stringify({ on_tcp_connect: DENY });
 
@@ -172,6 +186,7 @@ const domainPart = part => async (svc, obj) => {
 const RECIPES = {
   apiKeys: crud(() => ({ description: 'compat' })),
   credentials: crud(() => ({ acl: ['bind:*.example.com'] })),
+  sshCredentials: crud(() => ({ publicKey: sshKey(), acl: ['bind:*'] })),
   botUsers: crud(() => ({ name: `bot-${rnd()}` }), () => ({ active: false })),
   abuseReports: crud(() => ({ urls: [`https://${rnd()}.example.com/x`] })),
   reservedDomains: crud(() => ({ domain: `${rnd()}.customer-example.com` }), undefined, {
