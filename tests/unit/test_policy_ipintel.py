@@ -96,3 +96,75 @@ def test_what_the_database_does_not_hold_is_refused_at_creation(name):
     with pytest.raises(PolicyError) as info:
         compile_doc(_deny(f"string({name}) == 'x'"))
     assert name.rsplit(".", 1)[1] in info.value.message
+
+
+def _load(folder, monkeypatch):
+    monkeypatch.setenv("EDGE_IP_CATEGORIES_DIR", str(folder))
+    ipintel.reset()
+
+
+def test_lists_are_read_as_written(tmp_path, monkeypatch, caplog):
+    (tmp_path / "a.txt").write_text(
+        "10.0.0.0/32\n10.0.0.2/32   # a gap of one address: not merged over it\n"
+        "192.0.2.77/24 # host bits set: the network\n"
+        "not a network\n"
+        "198.51.100.9 # the line after a bad one still counts # and a second hash\n"
+        "::cb00:7100/120\n"
+    )
+    _load(tmp_path, monkeypatch)
+    with caplog.at_level("WARNING", logger="policy.ipintel"):
+        assert ipintel.categories("10.0.0.0") == ("a",)
+        assert ipintel.categories("10.0.0.1") == ()
+        assert ipintel.categories("10.0.0.2") == ("a",)
+        assert ipintel.categories("192.0.2.1") == ("a",)
+        assert ipintel.categories("198.51.100.9") == ("a",)
+        assert ipintel.categories("203.0.113.0") == ()  # an IPv6 entry with these low bits
+        assert ipintel.categories("::cb00:7101") == ("a",)
+    assert [r.getMessage() for r in caplog.records] == [
+        "IP categories: a.txt line 4 is not a network"
+    ]
+    ipintel.reset()
+
+
+def test_the_bound_counts_every_list_and_a_refused_one_does_not_stop_the_next(
+    tmp_path, monkeypatch, caplog
+):
+    (tmp_path / "a.txt").write_text("10.0.0.1\n10.0.0.2\n")
+    (tmp_path / "b.txt").write_text("10.0.1.0/24\n10.0.2.0/24\n10.0.3.0/24\n")
+    (tmp_path / "c.txt").write_text("10.0.9.9\n")
+    monkeypatch.setattr(ipintel, "MAX_CATEGORY_NETWORKS", 6)
+    _load(tmp_path, monkeypatch)
+    assert ipintel.categories("10.0.2.5") == ("b",)  # 2 + 3 + 1 = 6: every list fits
+    assert ipintel.categories("10.0.9.9") == ("c",)
+    monkeypatch.setattr(ipintel, "MAX_CATEGORY_NETWORKS", 5)
+    ipintel.reset()
+    with caplog.at_level("WARNING", logger="policy.ipintel"):
+        assert ipintel.categories("10.0.2.5") == ("b",)  # 2 + 3 = 5 fits; c (one more) does not
+        assert ipintel.categories("10.0.0.2") == ("a",)
+        assert ipintel.categories("10.0.9.9") == ()
+    assert [r.getMessage() for r in caplog.records] == [
+        "IP categories: c.txt refused: 6 networks, more than 5 in all"
+    ]
+    monkeypatch.setattr(ipintel, "MAX_CATEGORY_NETWORKS", 4)
+    ipintel.reset()
+    assert ipintel.categories("10.0.2.5") == ()  # b refused (2 + 3 > 4) ...
+    assert ipintel.categories("10.0.9.9") == ("c",)  # ... and c, read after it, fits (2 + 1)
+    ipintel.reset()
+
+
+def test_an_unreadable_directory_or_list_is_logged_and_skipped(tmp_path, monkeypatch, caplog):
+    missing = tmp_path / "nowhere"
+    _load(missing, monkeypatch)
+    with caplog.at_level("WARNING", logger="policy.ipintel"):
+        assert ipintel.categories("10.0.0.1") == ()
+    assert caplog.records[0].getMessage().startswith(f"IP categories: cannot read {missing}: ")
+    assert "FileNotFoundError" in caplog.records[0].getMessage()
+    caplog.clear()
+    (tmp_path / "x.txt").mkdir()  # a list that cannot be opened
+    (tmp_path / "y.txt").write_text("10.0.0.1\n")
+    _load(tmp_path, monkeypatch)
+    with caplog.at_level("WARNING", logger="policy.ipintel"):
+        assert ipintel.categories("10.0.0.1") == ("y",)
+    assert caplog.records[0].getMessage().startswith("IP categories: cannot read x.txt: ")
+    assert "IsADirectoryError" in caplog.records[0].getMessage()
+    ipintel.reset()

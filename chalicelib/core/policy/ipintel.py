@@ -115,7 +115,12 @@ def _load_categories(folder: str) -> Dict[str, Tuple[List[int], List[int]]]:
             log.warning("IP categories: cannot read %s: %r", name, exc)
             continue
         if total + len(ranges) > MAX_CATEGORY_NETWORKS:
-            log.warning("IP categories: %s refused: more than %d networks in all", name, total)
+            log.warning(
+                "IP categories: %s refused: %d networks, more than %d in all",
+                name,
+                total + len(ranges),
+                MAX_CATEGORY_NETWORKS,
+            )
             continue
         total += len(ranges)
         starts: List[int] = []
