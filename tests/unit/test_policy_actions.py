@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import time
+import uuid
 import zlib
 
 import pytest
@@ -1581,7 +1582,7 @@ def test_circuit_breaker_accepts_its_bounds():
         compile_doc(req_doc({"type": "circuit-breaker", "config": config}))
 
 
-def _breaker_run(p, endpoint_id="ep_one"):
+def _breaker_run(p, endpoint_id):
     c = conn()
     c.endpoint = Endpoint(
         id=endpoint_id,
@@ -1608,19 +1609,20 @@ def test_circuit_breaker_trips_per_endpoint_and_recovers_after_its_tripped_time(
         )
     )
     p.clock = lambda: now[0]
+    one, other = f"ep_{uuid.uuid4().hex}", f"ep_{uuid.uuid4().hex}"  # breakers of their own
     for status in (500, 200, 500, 200):  # 2 errors of 4: trips at the 4th
-        out = _breaker_run(p)
+        out = _breaker_run(p, one)
         assert out.kind == CONTINUE and len(out.breakers) == 1
         found, clock = out.breakers[0]
         found.record(status, clock())
-    refused_now = _breaker_run(p)
+    refused_now = _breaker_run(p, one)
     assert refused_now.kind == RESPOND and refused_now.status_code == 503
     assert header(refused_now.headers, "ngrok-error-code") == ["ERR_NGROK_3202"]
-    assert _breaker_run(p, "ep_other").kind == CONTINUE  # another endpoint's own breaker
+    assert _breaker_run(p, other).kind == CONTINUE  # another endpoint's own breaker
     now[0] += 2.9
-    assert _breaker_run(p).kind == RESPOND
+    assert _breaker_run(p, one).kind == RESPOND
     now[0] += 0.2
-    assert _breaker_run(p).kind == CONTINUE
+    assert _breaker_run(p, one).kind == CONTINUE
 
 
 def test_circuit_breaker_not_enforced_counts_and_never_refuses():
@@ -1629,8 +1631,9 @@ def test_circuit_breaker_not_enforced_counts_and_never_refuses():
         req_doc({"type": "circuit-breaker", "config": {"volume_threshold": 1, "enforce": False}})
     )
     p.clock = lambda: now[0]
+    lenient = f"ep_{uuid.uuid4().hex}"
     for _ in range(5):
-        out = _breaker_run(p, "ep_lenient")
+        out = _breaker_run(p, lenient)
         assert out.kind == CONTINUE
         found, clock = out.breakers[0]
         found.record(503, clock())
