@@ -25,7 +25,7 @@ endpoint per connection, as the hosted service's "SSH reverse tunnel agent" does
   channel the client refuses (its target is down) reads as a reset: 502 ERR_NGROK_8012.
 - **Life**: the session is one of the edge's sessions (edge.server's check loop): its SSH
   credential is re-read every EDGE_CHECK_SECONDS (deleted, or its bot deactivated: the
-  session ends with the code), stop/restart through the API end it, and its online items are
+  session ends with the code), stop through the API ends it (restart is refused), and its online items are
   kept by the instance's lease. The ssh client exiting (or Ctrl+C in a ``-t`` session) ends
   it and its endpoint.
 
@@ -792,9 +792,9 @@ class SshSession(asyncssh.SSHServer):
     def is_online(self) -> bool:
         return self.grant is not None and self._online
 
-    async def check(self, fresh: Any, command: Optional[str] = None, gone: bool = False) -> None:
-        """As an agent session's: its SSH credential still usable (``fresh``)? Stop or
-        restart asked through the API? Its online item removed?"""
+    async def check(self, fresh: Any, gone: bool = False) -> None:
+        """As an agent session's: its SSH credential still usable (``fresh``)? Its online
+        item removed? (Stop and restart asked through the API: :meth:`remote_command`.)"""
         if not self.is_online:
             return
         if isinstance(fresh, binding.Refused):
@@ -804,10 +804,19 @@ class SshSession(asyncssh.SSHServer):
             self.grant = fresh
         if gone:
             await self.end("the session was removed")
-        elif command == "stop":
-            await self.end("stopped through the API", status=0)
-        elif command == "restart":
-            await self.end("restarted through the API: run ssh again", status=0)
+
+    async def remote_command(self, command: str) -> Tuple[str, str]:
+        """Stop or restart asked through the API (edge/server.py ``_command``), answered as an
+        agent session's :meth:`edge.agents.AgentSession.remote_command` is: stop ends the
+        session (the ssh client exits with status 0) and is accepted; restart is refused, as
+        an agent without a restart handler refuses it: an ssh client cannot start itself
+        again, and ending its session would not restart anything."""
+        if self._ending or not self.is_online:
+            return "gone", ""
+        if command != "stop":
+            return "refused", "an ssh client cannot restart itself; stop it and run ssh again"
+        await self.end("stopped through the API", status=0)
+        return "accepted", ""
 
     async def end(self, reason: str, code: Optional[str] = None, status: int = 1) -> None:
         """Print ``reason`` (with ``code``) to the client, exit its session with ``status``,

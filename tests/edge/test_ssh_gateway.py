@@ -334,7 +334,7 @@ def test_deleting_the_ssh_credential_ends_its_session(
     assert again.wait() != 0 and edge_errors.SSH_KEY_UNKNOWN in again.err
 
 
-def test_stop_through_the_api_ends_the_session(
+def test_stop_through_the_api_ends_the_session_and_restart_is_refused(
     edge,
     account,
     keyed,
@@ -345,9 +345,14 @@ def test_stop_through_the_api_ends_the_session(
     agent = ssh_agents(edge, key, f"0:localhost:{upstream}", ["http"])
     agent.url()
     session = wait(lambda: _listed(account, "/tunnel_sessions", "transport", "ssh"))[0]
+    restart = account.admin.post(f"/tunnel_sessions/{session['id']}/restart", {})
+    assert restart.status == 400 and restart.json["error_code"] == "ERR_NGROK_804", restart.text
+    assert "an ssh client cannot restart itself" in restart.json["msg"]
+    assert agent.process.poll() is None  # refused: the session goes on
     assert account.admin.post(f"/tunnel_sessions/{session['id']}/stop", {}).status == 204
     assert agent.wait(timeout=20) == 0, agent.printed()
     assert "stopped through the API" in agent.err
+    assert not _listed(account, "/tunnel_sessions", "transport", "ssh")
 
 
 # ---- bounds (docs/SECURITY.md, "SSH gateway") ------------------------------------------------
