@@ -1,7 +1,7 @@
 """The circuit breaker (chalicelib/core/policy/breaker.py), as the agent option (edge/breaker.py)
 and as the ``circuit-breaker`` action: the Python SDK as a process trips it with 5xx answers;
 then the edge answers 503 ERR_NGROK_3202 without forwarding. The window, the volume and the
-recovery are unit-tested with a clock of the test's."""
+recovery: tests/unit/test_policy_breaker.py, with a clock of the test's."""
 
 import pytest
 
@@ -32,36 +32,6 @@ def test_an_invalid_threshold_is_refused(edge, account, agents):
         [{"proto": "http", "options": {"circuit_breaker": [1.5]}}],
     )
     assert "ERR_NGROK_361" in _refusal(agent.start(), "bind")
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
-def test_window_volume_and_recovery():
-    clock = Clock()
-    b = shared.Breaker(0.5, clock=clock)
-    for _ in range(shared.VOLUME - 1):
-        b.record(500)
-    assert b.allow()  # below the volume: never trips
-    clock.now += shared.WINDOW + 1  # those errors leave the window
-    for _ in range(shared.VOLUME - 1):
-        b.record(200)
-    b.record(500)
-    assert b.allow()  # 1 error in 10: under the threshold
-    for _ in range(shared.VOLUME):
-        b.record(503)
-    assert not b.allow()  # 11 errors in 20: tripped
-    clock.now += shared.TRIPPED - 0.1
-    assert not b.allow()
-    clock.now += 0.2
-    assert b.allow()  # re-evaluated with a fresh window
-    b.record(200)
-    assert b.allow()
 
 
 def test_threshold_bounds():
