@@ -110,3 +110,19 @@ def test_breakers_are_bounded_and_the_least_recently_used_goes_first():
     assert kept.get("a", lambda: breaker.Breaker(0.5)) is made["a"]
     assert kept.get("c", lambda: breaker.Breaker(0.5)) is made["c"]
     assert kept.get("b", lambda: breaker.Breaker(0.5)) is not made["b"]
+
+
+def test_a_longer_window_has_longer_buckets():
+    """window 20 s: ten buckets of 2 s. A response 19.9 s old counts; one 20 s old does not."""
+    clock = Clock(4000.0)
+    b = breaker.Breaker(0.5, volume=2, window=20.0, tripped=5.0, clock=clock)
+    b.record(500)  # bucket [4000, 4002)
+    clock.now = 4019.9  # bucket [4018, 4020): the 10th; the first is still in the window
+    b.record(200)
+    assert not b.allow()  # 2 responses, 1 error: tripped
+    clock.now = 5000.0
+    c = breaker.Breaker(0.5, volume=2, window=20.0, tripped=5.0, clock=clock)
+    c.record(500)
+    clock.now = 5020.0  # its bucket has left
+    c.record(200)
+    assert c.allow()
