@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 from stacks import http
 from stacks.paths import AGENT_DIR, PROJECT_DIR, SDK_PYTHON
 from stacks.ports import free_port
-from stacks.process import Process
+from stacks.process import Process, stop_process
 
 SDK_AGENT = os.path.join(PROJECT_DIR, "tests", "edge", "sdk_agent.py")
 CLI_DIR = os.path.join(PROJECT_DIR, "tests", "edge", "cli")
@@ -306,13 +306,7 @@ class CliAgent:
             return str(first["err"])
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, signal.SIGTERM, 10.0)
 
     # ---- its local inspector (web_addr's API) ------------------------------------------
     def inspected(self):

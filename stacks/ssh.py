@@ -8,10 +8,13 @@ import collections
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
 from typing import Any, Optional, Sequence, Tuple
+
+from stacks.process import stop_process
 
 URL_LINE = re.compile(r"^Forwarding\s+(\S+)", re.MULTILINE)
 
@@ -131,10 +134,4 @@ class SshAgent:
         return f"exit {self.process.poll()}; stdout: {self.out!r}; stderr: {self.err!r}"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, signal.SIGTERM, 10.0)
