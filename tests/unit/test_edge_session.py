@@ -2,6 +2,11 @@
 
 The test plays the agent: it writes muxado frames on one end of a connected socket pair and
 reads what the edge's MuxSession writes on the other.
+
+Timing: what a test expects to arrive it waits for, until it arrives (bound WAIT, 5 s, far
+above the milliseconds it takes on a quiet machine, so that a loaded CI worker is not a
+failure); a short quiet window (0.1-0.3 s) is used only to show that something does *not*
+arrive, where a slow machine can only make the test pass, never fail.
 """
 
 import asyncio
@@ -24,12 +29,16 @@ class Peer:
     def send(self, frame: bytes) -> None:
         self.writer.write(frame)
 
-    async def collect(self, seconds: float = 0.2) -> list:
-        """Frames that arrive within ``seconds``; the list of each recv() call's frames."""
+    async def collect(self, seconds: float = 0.2, until=None) -> list:
+        """Frames that arrive within ``seconds``, the list of each recv() call's frames; with
+        ``until`` (a test on the frames so far, as ``_frames`` gives them), as soon as it
+        holds, waiting up to WAIT for it."""
         batches = []
         loop = asyncio.get_running_loop()
-        end = loop.time() + seconds
+        end = loop.time() + (WAIT if until else seconds)
         while True:
+            if until is not None and until(_frames(batches)):
+                return batches
             left = end - loop.time()
             if left <= 0:
                 return batches
@@ -40,6 +49,22 @@ class Peer:
             if not chunk:
                 return batches
             batches.append(self.parser.feed(chunk))
+
+
+WAIT = 5.0
+
+
+async def eventually(condition, seconds: float = WAIT) -> None:
+    """Returns once ``condition()`` holds; fails after ``seconds``."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while not condition():
+        assert loop.time() < end, "the condition did not hold within the wait"
+        await asyncio.sleep(0.01)
+
+
+def has(frame):
+    return lambda frames: frame in frames
 
 
 async def _pair(on_stream, authenticated=True):
@@ -91,8 +116,10 @@ def test_credit_is_returned_once_a_batch_of_bytes_is_consumed(consumed, credited
         peer.send(muxado.data(1, payload[:1000], syn=True))
         for at in range(1000, consumed, 32 * 1024):
             peer.send(muxado.data(1, payload[at : at + 32 * 1024]))
-        await asyncio.wait_for(read_all.wait(), 5)
-        increments = _wndincs(await peer.collect(), 1)
+        await asyncio.wait_for(read_all.wait(), WAIT)
+        batches = await peer.collect(until=lambda f: _count(f, muxado.WNDINC) >= len(credited))
+        batches += await peer.collect(0.2)  # and no more than those
+        increments = _wndincs(batches, 1)
         await mux.close()
         task.cancel()
         return increments
@@ -144,7 +171,7 @@ def test_frames_written_in_one_turn_leave_in_one_write():
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
         for sid in (2, 4, 6):
             mux.send_nowait(muxado.rst(sid, muxado.E_STREAM_CANCELLED))
-        batches = await peer.collect()
+        batches = await peer.collect(until=lambda f: _count(f, muxado.RST) == 3)
         await mux.close()
         task.cancel()
         return [[f.stream_id for f in batch] for batch in batches]
@@ -157,7 +184,7 @@ def test_frames_queued_before_close_are_still_sent():
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
         mux.send_nowait(muxado.rst(2, muxado.E_STREAM_CANCELLED))
         await mux.close()
-        batches = await peer.collect()
+        batches = await peer.collect(until=lambda f: _count(f, muxado.RST) == 1)
         task.cancel()
         return [(f.type, f.stream_id) for batch in batches for f in batch]
 
@@ -187,6 +214,10 @@ def _frames(batches):
     ]
 
 
+def _count(frames, kind):
+    return sum(1 for f in frames if f[0] == kind)
+
+
 FIN_FRAME = lambda sid: (muxado.DATA, sid, muxado.FIN, None)  # noqa: E731
 RST_FRAME = lambda sid, code: (muxado.RST, sid, 0, code)  # noqa: E731
 
@@ -197,10 +228,10 @@ def test_a_finished_stream_sends_fin_and_stays_until_the_peers_fin():
         stream = mux.open_stream()
         await stream.write(b"request")
         stream.finish()
-        sent = _frames(await peer.collect())
+        sent = _frames(await peer.collect(until=has(FIN_FRAME(2))))
         held = (mux.open_streams, mux.local_open, mux.lingering)
         peer.send(muxado.data(stream.id, b"", fin=True))
-        await peer.collect(0.1)
+        await eventually(lambda: mux.open_streams == 0)
         after = (mux.open_streams, mux.local_open, mux.lingering)
         await mux.close()
         task.cancel()
@@ -218,10 +249,10 @@ def test_data_after_finish_is_refused_with_rst_and_the_stream_leaves():
         stream = mux.open_stream()
         await stream.write(b"request")
         peer.send(muxado.data(stream.id, b"part of a response"))
-        await peer.collect(0.1)
+        await eventually(lambda: stream._recv)  # the edge holds it, unread
         stream.finish()  # unread bytes are dropped, not an error
         peer.send(muxado.data(stream.id, b"more"))
-        sent = _frames(await peer.collect())
+        sent = _frames(await peer.collect(until=has(RST_FRAME(2, muxado.E_STREAM_CLOSED))))
         table = mux.open_streams
         await mux.close()
         task.cancel()
@@ -233,15 +264,16 @@ def test_data_after_finish_is_refused_with_rst_and_the_stream_leaves():
 
 
 def test_a_finished_stream_without_the_peers_fin_is_reset_after_the_linger(monkeypatch):
-    monkeypatch.setattr(session, "LINGER_SECONDS", 0.3)
+    monkeypatch.setattr(session, "LINGER_SECONDS", 1.0)  # far above the FIN's way out
 
     async def main():
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
         stream = mux.open_stream()
         await stream.write(b"request")
         stream.finish()
-        early = (_frames(await peer.collect(0.15)), mux.open_streams)
-        late = (_frames(await peer.collect(0.4)), mux.open_streams)
+        early = (_frames(await peer.collect(until=has(FIN_FRAME(2)))), mux.open_streams)
+        reset = RST_FRAME(2, muxado.E_STREAM_CANCELLED)
+        late = (_frames(await peer.collect(until=has(reset))), mux.open_streams)
         await mux.close()
         task.cancel()
         return early, late
@@ -260,7 +292,7 @@ def test_reset_sends_fin_before_rst():
         stream = mux.open_stream()
         await stream.write(b"request")
         stream.reset()
-        sent = _frames(await peer.collect())
+        sent = _frames(await peer.collect(until=lambda f: _count(f, muxado.RST) == 1))
         table = mux.open_streams
         await mux.close()
         task.cancel()
@@ -294,10 +326,10 @@ def test_a_handler_that_returns_finishes_its_stream():
     async def main():
         mux, task, peer = await _pair(lambda stream: stream.read())
         peer.send(muxado.data(1, b"x", syn=True))
-        sent = _frames(await peer.collect())
+        sent = _frames(await peer.collect(until=has(FIN_FRAME(1))))
         held = mux.open_streams
         peer.send(muxado.data(1, b"", fin=True))
-        await peer.collect(0.1)
+        await eventually(lambda: mux.open_streams == 0)
         after = mux.open_streams
         await mux.close()
         task.cancel()
@@ -343,7 +375,8 @@ def test_the_peers_stream_limit_counts_only_the_peers_streams(monkeypatch):
             await mux.open_stream().write(b"x")
         for sid in (1, 3, 5):  # the peer's: two fit, the third is refused
             peer.send(muxado.data(sid, b"x", syn=True))
-        sent = _frames(await peer.collect())
+        sent = _frames(await peer.collect(until=lambda f: _count(f, muxado.RST) >= 1))
+        sent += _frames(await peer.collect(0.2))  # and no second refusal
         counts = (mux.local_open, mux.remote_open)
         await mux.close()
         task.cancel()
@@ -396,7 +429,11 @@ def test_bytes_before_authentication_are_bounded(sent, refused):
             size = min(chunk, sent - at)
             peer.send(muxado.data(1, b"a" * size))
             at += size
-        goaway = _goaway(await peer.collect(0.3))
+        if refused:
+            batches = await peer.collect(until=lambda f: _count(f, muxado.GOAWAY) >= 1)
+        else:  # a quiet window: on a slow machine this can only pass, never fail
+            batches = await peer.collect(0.3)
+        goaway = _goaway(batches)
         closed = mux.closed
         await mux.close()
         task.cancel()
@@ -421,7 +458,7 @@ def test_a_frame_larger_than_the_pre_authentication_bound_is_refused_at_its_head
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
         # only the header of a 64 KiB frame: refused before any of its payload is buffered
         peer.send(muxado.HEADER.pack((64 * 1024 << 8) | (muxado.DATA << 4) | muxado.SYN, 1))
-        goaway = _goaway(await peer.collect(0.3))
+        goaway = _goaway(await peer.collect(until=lambda f: _count(f, muxado.GOAWAY) >= 1))
         await mux.close()
         task.cancel()
         return goaway
@@ -434,9 +471,10 @@ def test_streams_before_authentication_are_bounded():
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
         for n in range(session.PRE_AUTH_STREAMS):
             peer.send(muxado.data(2 * n + 1, b"x", syn=True))
+        await eventually(lambda: mux.remote_open == session.PRE_AUTH_STREAMS)
         early = (_goaway(await peer.collect(0.2)), mux.remote_open)
         peer.send(muxado.data(2 * session.PRE_AUTH_STREAMS + 1, b"x", syn=True))
-        late = _goaway(await peer.collect(0.2))
+        late = _goaway(await peer.collect(until=lambda f: _count(f, muxado.GOAWAY) >= 1))
         await mux.close()
         task.cancel()
         return early, late
@@ -481,7 +519,7 @@ def test_a_slot_comes_back_slot_grace_after_the_agents_fin(monkeypatch):
             await stream.write(b"x")
         streams[0].finish()
         peer.send(muxado.data(streams[0].id, b"", fin=True))
-        await asyncio.sleep(0.05)
+        await eventually(lambda: mux.local_open == 1)
         table, cooling = mux.local_open, mux.cooling
         with pytest.raises(session.StreamsExhausted):
             mux.open_stream()  # left the table, still in its grace
