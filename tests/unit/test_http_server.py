@@ -12,6 +12,20 @@ from scripts import http_server
 from tests.support.raw_http import RawConnection, request_bytes
 
 
+def _until(condition, seconds=5.0):
+    """Waits for what a test expects to have happened (bound 5 s: milliseconds on a quiet
+    machine; a loaded one is not a failure); fails if it does not."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not hold within the wait"
+        time.sleep(0.01)
+
+
+def _held(server):
+    with server.lock:
+        return len(server._conns)
+
+
 def _error(status, reason):
     return http_server.Response(
         status,
@@ -86,7 +100,7 @@ def test_slow_clients_do_not_hold_the_server(server):
 
 def test_connections_over_the_limit_get_503(server):
     held = [RawConnection(server.port) for _ in range(4)]
-    time.sleep(0.1)
+    _until(lambda: _held(server) == 4)  # all four accepted and counted
     with RawConnection(server.port) as conn:
         resp = conn.read_response()
         assert resp.status == 503 and conn.is_closed()
@@ -117,10 +131,10 @@ def test_stop_finishes_in_flight_requests_and_refuses_new_ones(server):
 
     thread = threading.Thread(target=slow)
     thread.start()
-    time.sleep(0.2)
+    _until(lambda: server.in_flight() == 1)  # the slow request is being served
     stopper = threading.Thread(target=server.stop, kwargs={"drain": 5})
     stopper.start()
-    time.sleep(0.2)
+    _until(lambda: server._listener.fileno() == -1)  # the listener is closed
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", server.port), timeout=1)
     server.release.set()
@@ -140,7 +154,7 @@ def test_stop_gives_up_on_requests_after_the_drain_time(server):
 
     thread = threading.Thread(target=slow, daemon=True)
     thread.start()
-    time.sleep(0.2)
+    _until(lambda: server.in_flight() == 1)
     started = time.monotonic()
     server.stop(drain=0.5)
     assert time.monotonic() - started < 1.5
