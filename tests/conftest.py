@@ -142,7 +142,8 @@ def module_api():
 # ---- `make test-fast`: the tests that start no process ---------------------------------------
 # Fixtures that start the stack as processes (scripts/serve.py and what is built on it). A test
 # that uses one of them, or the `api` fixture at its "http" level, or lives in a folder whose
-# tests all run against processes, is left out by --in-process.
+# tests all run against processes, or is marked `processes` (a tool run as a process: chalice
+# package, cfn-lint, a relay), is left out by --in-process.
 _PROCESS_FIXTURES = frozenset({"api_process", "http_api"})
 _PROCESS_FOLDERS = ("edge", "dashboard", "integration")
 
@@ -161,6 +162,8 @@ def starts_processes(item) -> bool:
     if len(parts) > 1 and parts[0] == "tests" and parts[1] in _PROCESS_FOLDERS:
         return True
     if _PROCESS_FIXTURES.intersection(item.fixturenames):
+        return True
+    if item.get_closest_marker("processes") is not None:
         return True
     callspec = getattr(item, "callspec", None)
     return callspec is not None and callspec.params.get("api") == "http"

@@ -22,6 +22,8 @@ from stacks.paths import PROJECT_DIR
 
 from scripts import deploy_stack
 
+pytestmark = pytest.mark.processes  # chalice package, cfn-lint: left out by make test-fast
+
 VENV_BIN = os.path.dirname(sys.executable)
 
 

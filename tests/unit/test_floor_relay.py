@@ -16,6 +16,8 @@ import pytest
 from stacks.paths import PROJECT_DIR
 from stacks.ports import free_port, wait_port
 
+pytestmark = pytest.mark.processes  # the relay and its upstream: left out by make test-fast
+
 RELAY = os.path.join(PROJECT_DIR, "bench", "edge_bench", "floor_relay.py")
 
 
