@@ -4,7 +4,9 @@ with the device agent's virtualenv, where the SDK is installed), the official ag
 scripts/fetch_agent_cli.sh puts the binary in tests/edge/cli/, ``make install`` runs it, so
 does :func:`cli_binary` when it is missing), the official Go SDK (``GoAgent``:
 tests/edge/go/main.go on golang.ngrok.com/ngrok/v2, built by ``make test-deps``, and by
-:func:`go_binary` when missing or older than its sources), and the device agent
+:func:`go_binary` when missing or older than its sources), the official JavaScript SDK
+(``NodeAgent``: tests/edge/node/agent.js on @ngrok/ngrok, installed by ``make test-deps``, and
+by :func:`node_install` when missing or partial), and the device agent
 (``DeviceAgent``: ``python -m tunnel_agent``). Each connects to an edge: anything with
 ``server_addr`` and ``ca_path``."""
 
@@ -33,6 +35,8 @@ FETCH = os.path.join(PROJECT_DIR, "scripts", "fetch_agent_cli.sh")
 GO_DIR = os.path.join(PROJECT_DIR, "tests", "edge", "go")
 GO_BIN = os.path.join(GO_DIR, "agent")
 GO_SOURCES = ("main.go", "go.mod", "go.sum")
+NODE_DIR = os.path.join(PROJECT_DIR, "tests", "edge", "node")
+NODE_SDK = "@ngrok/ngrok"
 
 
 class SdkAgent:
@@ -146,6 +150,103 @@ class GoAgent(SdkAgent):
             **options,
         }
         self._spawn([GO_BIN, json.dumps(cfg)])
+
+
+class NodeAgent:
+    """tests/edge/node/agent.js as a process: the official JavaScript SDK forwarding to a small
+    HTTP server of its own, connected to ``edge``; ``options`` as agent.js reads them (domain,
+    traffic_policy, pooling_enabled, name, options). ``out`` is its first line that is not a
+    status change: ``{"url": ...}`` or ``{"error": ..., "code": ...}``; later status changes
+    (``closed`` / ``connected``) are collected in ``statuses``. It serves until ``stop``."""
+
+    def __init__(self, edge: Any, authtoken: str, timeout: float = 30.0, **options: Any):
+        cfg = {
+            "authtoken": authtoken,
+            "server_addr": edge.server_addr,
+            "root_cas": edge.ca_path,
+            **options,
+        }
+        self.process = subprocess.Popen(
+            ["node", "agent.js", json.dumps(cfg)],
+            cwd=NODE_DIR,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.statuses: List[str] = []
+        self._lines: "queue.Queue[Optional[Dict[str, Any]]]" = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.out = self._first(timeout)
+
+    def _pump(self) -> None:
+        first = True
+        for line in self.process.stdout:
+            out = json.loads(line)
+            if first and "status" not in out:
+                first = False
+                self._lines.put(out)
+            elif not first:
+                self.statuses.append(out.get("status", line))
+        if first:
+            self._lines.put(None)  # it exited before its first line
+
+    def _first(self, timeout: float) -> Dict[str, Any]:
+        try:
+            out = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            self.stop()
+            raise AssertionError(f"the JavaScript SDK printed no URL or error in {timeout} s")
+        if out is None:
+            raise AssertionError(f"the JavaScript SDK exited ({self.process.wait()}) at start")
+        return out
+
+    def stop(self) -> None:
+        """Closes its stdin (it exits then); killed after 10 s."""
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+
+
+def node_loads(folder: str, module: str) -> bool:
+    """Whether Node can load ``module`` with all its dependencies from ``folder``."""
+    return (
+        subprocess.run(
+            ["node", "-e", f"require({json.dumps(module)})"],
+            cwd=folder,
+            capture_output=True,
+            timeout=60,
+        ).returncode
+        == 0
+    )
+
+
+def node_install(folder: str, module: str) -> str:
+    """Install ``folder``'s package.json until ``module`` loads; "" or what went wrong.
+
+    A node_modules left partial (an interrupted run; an extraction seen here to lose a
+    package's dist/ once) is removed and installed again, with npm's cache verified."""
+    for attempt in range(3):
+        if node_loads(folder, module):
+            return ""
+        shutil.rmtree(os.path.join(folder, "node_modules"), ignore_errors=True)
+        if attempt:
+            subprocess.run(
+                ["npm", "cache", "verify"], cwd=folder, capture_output=True, timeout=300
+            )
+        done = subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--silent"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode != 0:
+            return f"npm install failed: {done.stderr[-500:]}"
+    return "" if node_loads(folder, module) else "installed, but Node cannot load it"
 
 
 def go_binary() -> str:

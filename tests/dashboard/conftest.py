@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict
 
@@ -24,7 +23,7 @@ import requests
 from stacks.paths import SDK_PYTHON
 from stacks.paths import PROJECT_DIR
 from stacks.dns_server import LoopbackDns
-from stacks.make_run import MakeRun
+from tests.support.fixtures import session_make_run  # noqa: F401 (a fixture)
 
 OUTPUT_DIR = os.path.join(
     os.environ.get("TEST_OUTPUT_DIR") or os.path.join(PROJECT_DIR, "test-output"), "dashboard"
@@ -63,27 +62,25 @@ def dns_server():
 
 
 @pytest.fixture(scope="session")
-def stack(dns_server):
+def stack(dns_server, session_make_run):  # noqa: F811 (a fixture)
     """`make run` (serve.py --edge) with its own ports and data directory."""
     if not os.path.exists(SDK_PYTHON):
         pytest.fail(f"{SDK_PYTHON} missing: `make install` makes the agent virtualenv")
-    with tempfile.TemporaryDirectory(prefix="dashboard-") as data_dir:
-        run = MakeRun(
-            data_dir,
-            ports=("EDGE_METRICS_PORT",),
-            env={"DNS_CHECK_RESOLVER": dns_server.address, "EDGE_CHECK_SECONDS": "1"},
+    run = session_make_run(
+        ports=("EDGE_METRICS_PORT",),
+        env={"DNS_CHECK_RESOLVER": dns_server.address, "EDGE_CHECK_SECONDS": "1"},
+    )
+    with run:
+        yield Stack(
+            process=run.proc,
+            output=run.banner,
+            key=run.key,
+            dashboard_url=run.dashboard_url,
+            api_url=run.api_url,
+            agent_addr=run.agent_addr,
+            ca_path=run.ca_path,
+            http_port=run.ports["EDGE_HTTP_PORT"],
         )
-        with run:
-            yield Stack(
-                process=run.proc,
-                output=run.banner,
-                key=run.key,
-                dashboard_url=run.dashboard_url,
-                api_url=run.api_url,
-                agent_addr=run.agent_addr,
-                ca_path=run.ca_path,
-                http_port=run.ports["EDGE_HTTP_PORT"],
-            )
 
 
 def _driver(width: int, height: int, tz: str = ""):

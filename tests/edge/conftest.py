@@ -24,6 +24,7 @@ from tests.support.fixtures import (  # noqa: F401 (fixtures)
     go_agents,
     make_run,
     moto_server,
+    node_agents,
     sdk_agents,
 )
 

@@ -14,15 +14,14 @@ import ngrok
 import pytest
 
 from tests.support import pebble as pebble_support
-from stacks.make_run import MakeRun
 
 
-def test_make_run_with_acme_serves_a_trusted_certificate():
+def test_make_run_with_acme_serves_a_trusted_certificate(make_run):
     missing = pebble_support.available()
     if missing:
         pytest.fail(f"{missing} missing: `make test` installs the Debian package (pebble)")
     with tempfile.TemporaryDirectory(prefix="make-run-acme-") as folder:
-        run = MakeRun(os.path.join(folder, "data"), drop=("TLS_KEY_FILE",))  # its defaults
+        run = make_run(drop=("TLS_KEY_FILE",))  # its defaults
         pebble = pebble_support.Pebble(
             os.path.join(folder, "pebble"),
             run.ports["EDGE_HTTP_PORT"],
@@ -92,5 +91,5 @@ def test_make_run_with_acme_serves_a_trusted_certificate():
             assert run.interrupt(timeout=20) == 0
             assert "Traceback" not in run.output(), run.output()
         finally:
-            run.stop()
+            run.stop()  # before Pebble (the fixture would stop it after the test)
             pebble.stop()

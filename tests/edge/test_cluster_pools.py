@@ -9,21 +9,14 @@ import time
 from collections import Counter
 
 import ngrok
-import pytest
 
 from edge.pools import CLOUD_CACHE_SECONDS
 from tests.edge.test_cloud_endpoints_on_the_wire import _answer
 from stacks.cluster import Target
 from tests.edge.test_cluster import api  # noqa: F401 (a fixture)
 from tests.edge.test_edge_sdk import _credential, _host
-from tests.edge.test_node_sdk import _run, node_sdk  # noqa: F401 (fixture)
 
 REQUESTS = 30
-
-
-@pytest.fixture
-def js(node_sdk):  # noqa: F811
-    return node_sdk
 
 
 def _who(resp):
@@ -31,12 +24,7 @@ def _who(resp):
     return resp.text if resp.text.startswith("cloud-") else json.loads(resp.text)["agent"]
 
 
-def _stop(proc):
-    proc.stdin.close()
-    proc.wait(timeout=10)
-
-
-def test_a_pool_spans_instances(cluster, api, js):  # noqa: F811
+def test_a_pool_spans_instances(cluster, api, node_agents):  # noqa: F811 (api)
     account = api.new_account()
     domain = f"xpool-{time.time_ns()}.example.com"
     assert account.admin.post("/reserved_domains", {"domain": domain}).status == 201
@@ -52,9 +40,10 @@ def test_a_pool_spans_instances(cluster, api, js):  # noqa: F811
     try:
         for index in (0, 1):  # one agent on instance 0, one on instance 1
             target = Target(cluster.agent_target(index).server_addr, cluster.ca)
-            proc, out = _run(
-                js, target, token, domain=domain, pooling_enabled=True, name=f"agent-{index}"
+            proc = node_agents(
+                target, token, domain=domain, pooling_enabled=True, name=f"agent-{index}"
             )
+            out = proc.out
             procs.append(proc)
             assert _host(out.get("url", "")) == domain, out
         time.sleep(CLOUD_CACHE_SECONDS + 1)
@@ -65,11 +54,11 @@ def test_a_pool_spans_instances(cluster, api, js):  # noqa: F811
             print(f"instance {index}:", dict(seen))
             assert set(seen) == {"cloud-a", "agent-0", "agent-1"}, (index, seen)
         # the agent of instance 1 leaves: instance 2 reaches the rest
-        _stop(procs.pop())
+        procs.pop().stop()
         time.sleep(CLOUD_CACHE_SECONDS + 1)
         seen = Counter(_who(cluster.get(domain, f"/s{i}", index=2)) for i in range(REQUESTS))
         assert set(seen) == {"cloud-a", "agent-0"}, seen
     finally:
         for proc in procs:
-            _stop(proc)
+            proc.stop()
         client.endpoints.delete(cloud.id)

@@ -445,18 +445,10 @@ def test_over_https_and_http2_the_same_session_serves(edge, account, agents, idp
     )
 
 
-def test_javascript_sdk_oidc_option_signs_in_through_the_edge(edge, account, idp):
+def test_javascript_sdk_oidc_option_signs_in_through_the_edge(node_agents, edge, account, idp):
     """The official JavaScript SDK's forward() with oidc_* options (what a user walks
     through in a browser)."""
-    import shutil
-    from tests.edge.test_node_sdk import NODE_DIR, _run
-    from tests.functional.test_ts_client_compat import node_install
-
-    if not shutil.which("node") or not shutil.which("npm"):
-        pytest.skip("Node.js/npm not installed: the JavaScript SDK cannot run here")
-    assert not node_install(NODE_DIR, "@ngrok/ngrok")
-    proc, out = _run(
-        NODE_DIR,
+    agent = node_agents(
         edge,
         _credential(account)["token"],
         options={
@@ -466,18 +458,12 @@ def test_javascript_sdk_oidc_option_signs_in_through_the_edge(edge, account, idp
             "oidc_allow_domains": ["example.com"],
         },
     )
-    try:
-        assert "url" in out, out
-        host = _host(out["url"])
-        ok = Browser(edge).sign_in(_origin(edge, host) + "/from-node", "erin@example.com")
-        assert ok.status_code == 200 and ok.json()["sdk"] == "node"
-        assert ok.json()["headers"]["ngrok-auth-user-email"] == "erin@example.com"
-        assert (
-            Browser(edge).sign_in(_origin(edge, host) + "/", "frank@other.test").status_code == 403
-        )
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=10)
+    assert "url" in agent.out, agent.out
+    host = _host(agent.out["url"])
+    ok = Browser(edge).sign_in(_origin(edge, host) + "/from-node", "erin@example.com")
+    assert ok.status_code == 200 and ok.json()["sdk"] == "node"
+    assert ok.json()["headers"]["ngrok-auth-user-email"] == "erin@example.com"
+    assert Browser(edge).sign_in(_origin(edge, host) + "/", "frank@other.test").status_code == 403
 
 
 def test_a_cloud_endpoint_with_openid_connect_and_a_vault_secret(edge, account, agents, idp, api):

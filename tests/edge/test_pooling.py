@@ -7,12 +7,6 @@ import time
 import pytest
 
 from tests.edge.test_edge_sdk import _bound, _credential, _host
-from tests.edge.test_node_sdk import _run, node_sdk  # noqa: F401 (fixture)
-
-
-def _stop(proc):
-    proc.stdin.close()
-    proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -22,12 +16,13 @@ def domain(account):
     return name
 
 
-def test_pooled_agents_share_one_url(node_sdk, edge, account, domain):  # noqa: F811
+def test_pooled_agents_share_one_url(node_agents, edge, account, domain):
     token = _credential(account)["token"]
     procs = []
     try:
         for name in ("a", "b", "c"):
-            proc, out = _run(node_sdk, edge, token, domain=domain, pooling_enabled=True, name=name)
+            proc = node_agents(edge, token, domain=domain, pooling_enabled=True, name=name)
+            out = proc.out
             procs.append(proc)
             assert _host(out["url"]) == domain, out
         seen = [edge.http("GET", domain, "/").json()["agent"] for _ in range(30)]
@@ -39,41 +34,42 @@ def test_pooled_agents_share_one_url(node_sdk, edge, account, domain):  # noqa: 
             if _host(e["public_url"]) == domain
         ]
         assert len(endpoints) == 3 and all(e["pooling_enabled"] for e in endpoints)
-        _stop(procs.pop(0))  # the first member (the claim's holder) leaves
+        procs.pop(0).stop()  # the first member (the claim's holder) leaves
         time.sleep(1)
         seen = {edge.http("GET", domain, "/").json()["agent"] for _ in range(10)}
         assert seen == {"b", "c"}
         listed = account.admin.get("/endpoints").json["endpoints"]
         assert len([e for e in listed if _host(e["public_url"]) == domain]) == 2
-        _stop(procs.pop(0))
+        procs.pop(0).stop()
         assert {edge.http("GET", domain, "/").json()["agent"] for _ in range(5)} == {"c"}
     finally:
         for proc in procs:
-            _stop(proc)
+            proc.stop()
     deadline = time.time() + 10
     while time.time() < deadline and edge.http("GET", domain, "/").status_code == 200:
         time.sleep(0.2)
     assert edge.http("GET", domain, "/").status_code == 404
 
 
-def test_pooling_must_be_enabled_by_every_member(node_sdk, edge, account, domain):  # noqa: F811
+def test_pooling_must_be_enabled_by_every_member(node_agents, edge, account, domain):
     token = _credential(account)["token"]
-    first, out = _run(node_sdk, edge, token, domain=domain, pooling_enabled=True, name="a")
+    first = node_agents(edge, token, domain=domain, pooling_enabled=True, name="a")
+    assert _host(first.out["url"]) == domain, first.out
     try:
-        second, refused = _run(node_sdk, edge, token, domain=domain, name="b")
-        _stop(second)
+        second = node_agents(edge, token, domain=domain, name="b")
+        refused = second.out
+        second.stop()
         assert refused["code"] == "ERR_NGROK_334" and "enable pooling" in refused["error"]
     finally:
-        _stop(first)
-    plain, out = _run(node_sdk, edge, token, domain=domain, name="a")
+        first.stop()
+    plain = node_agents(edge, token, domain=domain, name="a")
     try:
-        pooled, refused = _run(
-            node_sdk, edge, token, domain=domain, pooling_enabled=True, name="b"
-        )
-        _stop(pooled)
+        pooled = node_agents(edge, token, domain=domain, pooling_enabled=True, name="b")
+        refused = pooled.out
+        pooled.stop()
         assert refused["code"] == "ERR_NGROK_334" and "without pooling" in refused["error"]
     finally:
-        _stop(plain)
+        plain.stop()
 
 
 def test_python_sdk_without_pooling_still_conflicts(edge, account, agents, domain):

@@ -16,20 +16,9 @@ from chalicelib.core import edge_errors, errors, pooling
 from edge.pools import CLOUD_CACHE_SECONDS
 from tests.edge.test_cloud_endpoints_on_the_wire import _answer
 from tests.edge.test_edge_sdk import _credential, _host
-from tests.edge.test_node_sdk import _run, node_sdk  # noqa: F401 (fixture)
 
 REQUESTS = 40
 SETTLE = CLOUD_CACHE_SECONDS + 1.0  # an API change is routed after the edge's cache expires
-
-
-def _stop(proc):
-    proc.stdin.close()
-    proc.wait(timeout=10)
-
-
-@pytest.fixture
-def js(node_sdk):  # noqa: F811 (the JavaScript SDK's agent program, installed)
-    return node_sdk
 
 
 @pytest.fixture
@@ -71,14 +60,15 @@ def _api_error(call):
     return exc.value
 
 
-def test_cloud_and_agent_endpoints_share_a_url(js, edge, account, client, domain):
+def test_cloud_and_agent_endpoints_share_a_url(node_agents, edge, account, client, domain):
     cloud = _pooled_cloud(client, domain, "cloud-a")
     assert cloud.pooling_enabled is True
     token = _credential(account)["token"]
     procs = []
     try:
         for name in ("agent-1", "agent-2"):
-            proc, out = _run(js, edge, token, domain=domain, pooling_enabled=True, name=name)
+            proc = node_agents(edge, token, domain=domain, pooling_enabled=True, name=name)
+            out = proc.out
             procs.append(proc)
             assert _host(out.get("url", "")) == domain, out
         time.sleep(SETTLE)
@@ -100,7 +90,7 @@ def test_cloud_and_agent_endpoints_share_a_url(js, edge, account, client, domain
         seen = _count(edge, domain)
         assert set(seen) == {"cloud-b", "agent-1", "agent-2"}, seen
         # an agent leaves
-        _stop(procs.pop(0))
+        procs.pop(0).stop()
         time.sleep(SETTLE)
         seen = _count(edge, domain, 20)
         assert set(seen) == {"cloud-b", "agent-2"}, seen
@@ -110,7 +100,7 @@ def test_cloud_and_agent_endpoints_share_a_url(js, edge, account, client, domain
         assert set(_count(edge, domain, 10)) == {"agent-2"}
     finally:
         for proc in procs:
-            _stop(proc)
+            proc.stop()
     deadline = time.time() + 10
     while time.time() < deadline and edge.http("GET", domain, "/").status_code == 200:
         time.sleep(0.2)
@@ -125,7 +115,7 @@ def test_cloud_and_agent_endpoints_share_a_url(js, edge, account, client, domain
 
 
 def test_pooled_agents_keep_serving_when_the_cloud_member_is_the_first(
-    js,
+    node_agents,
     edge,
     account,
     client,
@@ -134,7 +124,8 @@ def test_pooled_agents_keep_serving_when_the_cloud_member_is_the_first(
     """Agents first, then a cloud member: the cloud takes the claim over; the agents leave
     and the cloud member serves alone."""
     token = _credential(account)["token"]
-    proc, out = _run(js, edge, token, domain=domain, pooling_enabled=True, name="agent-1")
+    proc = node_agents(edge, token, domain=domain, pooling_enabled=True, name="agent-1")
+    out = proc.out
     try:
         assert _host(out.get("url", "")) == domain, out
         cloud = _pooled_cloud(client, domain, "cloud-a")
@@ -148,14 +139,14 @@ def test_pooled_agents_keep_serving_when_the_cloud_member_is_the_first(
             over_https.add(body if body.startswith("cloud-") else json.loads(body)["agent"])
         assert over_https == {"cloud-a", "agent-1"}
     finally:
-        _stop(proc)
+        proc.stop()
     time.sleep(SETTLE)
     assert set(_count(edge, domain, 10)) == {"cloud-a"}
     client.endpoints.delete(cloud.id)
 
 
 def test_each_pooling_mismatch_is_refused_where_it_happens(
-    js,
+    node_agents,
     edge,
     account,
     client,
@@ -166,8 +157,9 @@ def test_each_pooling_mismatch_is_refused_where_it_happens(
     cloud = _pooled_cloud(client, domain, "cloud-a")
     # an agent without pooling where a pooled cloud endpoint lives: the JS SDK and the
     # Python SDK 1.4.0 (no pooling option) are both refused with ERR_NGROK_334
-    plain, refused = _run(js, edge, token, domain=domain, name="plain")
-    _stop(plain)
+    plain = node_agents(edge, token, domain=domain, name="plain")
+    refused = plain.out
+    plain.stop()
     assert refused.get("code") == edge_errors.ENDPOINT_IN_USE, refused
     assert "enable pooling" in refused["error"], refused
     py = agents(edge, token, [{"proto": "http", "domain": domain}])
@@ -181,31 +173,34 @@ def test_each_pooling_mismatch_is_refused_where_it_happens(
     )
     assert (exc.http_status_code, exc.error_code) == (400, errors.POOLING_DISABLED_CONFLICT)
     # the pool's cloud member cannot turn pooling off while an agent shares the URL
-    joined, out = _run(js, edge, token, domain=domain, pooling_enabled=True, name="a")
+    joined = node_agents(edge, token, domain=domain, pooling_enabled=True, name="a")
+    out = joined.out
     try:
         assert _host(out.get("url", "")) == domain, out
         exc = _api_error(lambda: client.endpoints.update(cloud.id, pooling_enabled=False))
         assert exc.error_code == errors.POOLING_DISABLED_CONFLICT
     finally:
-        _stop(joined)
+        joined.stop()
     client.endpoints.delete(cloud.id)
     # a non-pooled agent holds the URL: a pooled cloud endpoint is ERR_NGROK_18016, a
     # pooled agent ERR_NGROK_334
-    holder, out = _run(js, edge, token, domain=domain, name="holder")
+    holder = node_agents(edge, token, domain=domain, name="holder")
+    out = holder.out
     try:
         assert _host(out.get("url", "")) == domain, out
         exc = _api_error(lambda: _pooled_cloud(client, domain, "cloud-b"))
         assert (exc.http_status_code, exc.error_code) == (400, errors.POOLING_ENABLED_CONFLICT)
-        pooled, refused = _run(js, edge, token, domain=domain, pooling_enabled=True, name="p")
-        _stop(pooled)
+        pooled = node_agents(edge, token, domain=domain, pooling_enabled=True, name="p")
+        refused = pooled.out
+        pooled.stop()
         assert refused.get("code") == edge_errors.ENDPOINT_IN_USE, refused
         assert "without pooling" in refused["error"], refused
     finally:
-        _stop(holder)
+        holder.stop()
 
 
 def test_a_full_pool_refuses_the_next_agent_with_the_hosted_code(
-    js,
+    node_agents,
     edge,
     account,
     client,
@@ -215,11 +210,13 @@ def test_a_full_pool_refuses_the_next_agent_with_the_hosted_code(
     pool; the next agent is refused with ERR_NGROK_18020 and so is the next cloud endpoint."""
     made = [_pooled_cloud(client, domain, f"cloud-{i}") for i in range(pooling.MAX_MEMBERS - 1)]
     token = _credential(account)["token"]
-    first, out = _run(js, edge, token, domain=domain, pooling_enabled=True, name="last")
+    first = node_agents(edge, token, domain=domain, pooling_enabled=True, name="last")
+    out = first.out
     try:
         assert _host(out.get("url", "")) == domain, out
-        extra, refused = _run(js, edge, token, domain=domain, pooling_enabled=True, name="x")
-        _stop(extra)
+        extra = node_agents(edge, token, domain=domain, pooling_enabled=True, name="x")
+        refused = extra.out
+        extra.stop()
         assert refused.get("code") == edge_errors.POOL_FULL, refused
         exc = _api_error(lambda: _pooled_cloud(client, domain, "cloud-x"))
         assert (exc.http_status_code, exc.error_code) == (400, errors.POOL_FULL)
@@ -227,6 +224,6 @@ def test_a_full_pool_refuses_the_next_agent_with_the_hosted_code(
         seen = _count(edge, domain, pooling.MAX_MEMBERS * 2)
         assert len(seen) == pooling.MAX_MEMBERS, seen  # every member answered
     finally:
-        _stop(first)
+        first.stop()
     for ep in made:
         client.endpoints.delete(ep.id)

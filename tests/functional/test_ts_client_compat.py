@@ -17,6 +17,8 @@ import subprocess
 
 import pytest
 
+from stacks.agents import node_install
+
 from tests.functional.test_client_compat import NOT_OFFERED, SERVED, app_routes, client_request
 
 TS_DIR = os.path.join(os.path.dirname(__file__), "ts_client")
@@ -97,44 +99,6 @@ def _routed(py_attr):
         if py in py_methods:
             routed[ts] = app_routes(*client_request(py_attr, py))
     return routed
-
-
-def node_loads(folder: str, module: str) -> bool:
-    """Whether Node can load ``module`` with all its dependencies from ``folder``."""
-    return (
-        subprocess.run(
-            ["node", "-e", f"require({json.dumps(module)})"],
-            cwd=folder,
-            capture_output=True,
-            timeout=60,
-        ).returncode
-        == 0
-    )
-
-
-def node_install(folder: str, module: str) -> str:
-    """Install ``folder``'s package.json until ``module`` loads; "" or what went wrong.
-
-    A node_modules left partial (an interrupted run; an extraction seen here to lose a
-    package's dist/ once) is removed and installed again, with npm's cache verified."""
-    for attempt in range(3):
-        if node_loads(folder, module):
-            return ""
-        shutil.rmtree(os.path.join(folder, "node_modules"), ignore_errors=True)
-        if attempt:
-            subprocess.run(
-                ["npm", "cache", "verify"], cwd=folder, capture_output=True, timeout=300
-            )
-        done = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--silent"],
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            return f"npm install failed: {done.stderr[-500:]}"
-    return "" if node_loads(folder, module) else "installed, but Node cannot load it"
 
 
 @pytest.fixture(scope="module")

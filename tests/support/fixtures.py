@@ -9,12 +9,16 @@ imports the ones its tests use.
 - ``cluster`` (module): three edges behind HAProxy beside their own API and store.
 - ``make_run`` (function): ``make_run(**kw)`` gives `make run` (scripts/serve.py --edge) in a
   new data directory, started by ``with``; stopped after the test.
+- ``session_make_run`` (session): the same, for a stack a session's tests share.
 - ``sdk_agents`` (function): ``sdk_agents(edge, token, binds)`` starts the official Python
   SDK (tests/edge/sdk_agent.py) against ``edge``; stopped after the test.
 - ``cli_agents`` (function): ``cli_agents(edge, token, args, **kw)`` starts the official agent
   CLI (skips the test where the CLI cannot run); stopped after the test.
 - ``go_agents`` (function): ``go_agents(edge, token, endpoints, **options)`` starts the
   official Go SDK (tests/edge/go; skips the test where Go cannot build it); stopped after the
+  test.
+- ``node_agents`` (function): ``node_agents(edge, token, **options)`` starts the official
+  JavaScript SDK (tests/edge/node/agent.js; skips the test without Node.js); stopped after the
   test.
 - ``device_agents`` (function): ``device_agents(edge, token, workdir, **env)`` makes the
   device agent (agent/) as a process, started by its ``start``; stopped after the test.
@@ -29,13 +33,26 @@ This module imports only the standard library, pytest and stacks' standard-libra
 the device agent's virtualenv (no ``requests``, no boto3) imports it too.
 """
 
+import contextlib
 import os
+import shutil
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
-from stacks.agents import CliAgent, DeviceAgent, GoAgent, SdkAgent, cli_binary, go_binary
+from stacks.agents import (
+    NODE_DIR,
+    NODE_SDK,
+    CliAgent,
+    DeviceAgent,
+    GoAgent,
+    NodeAgent,
+    SdkAgent,
+    cli_binary,
+    go_binary,
+    node_install,
+)
 from stacks.api import ApiProcess
 from stacks.cluster import Cluster
 from stacks.edge import EdgeProcess, EdgeStack
@@ -123,12 +140,10 @@ def cluster(tmp_path_factory):
         yield running
 
 
-@pytest.fixture
-def make_run():
-    """``make_run(**kw)``: `make run` (stacks.make_run.MakeRun, ``kw`` its options) in a new
-    data directory; ``with make_run() as run`` starts it. Stopped after the test."""
+@contextlib.contextmanager
+def _make_runs(prefix: str) -> Iterator[Callable[..., MakeRun]]:
     made: List[MakeRun] = []
-    with tempfile.TemporaryDirectory(prefix="make-run-") as root:
+    with tempfile.TemporaryDirectory(prefix=prefix) as root:
 
         def make(**kw: Any) -> MakeRun:
             run = MakeRun(os.path.join(root, f"data-{len(made)}"), **kw)
@@ -140,6 +155,22 @@ def make_run():
         finally:
             for run in made:
                 run.stop()
+
+
+@pytest.fixture
+def make_run():
+    """``make_run(**kw)``: `make run` (stacks.make_run.MakeRun, ``kw`` its options) in a new
+    data directory; ``with make_run() as run`` (or its ``start``) starts it. Stopped after the
+    test."""
+    with _make_runs("make-run-") as make:
+        yield make
+
+
+@pytest.fixture(scope="session")
+def session_make_run():
+    """``make_run`` for the whole session (a stack its tests share: the dashboard's)."""
+    with _make_runs("make-run-session-") as make:
+        yield make
 
 
 @pytest.fixture
@@ -189,6 +220,28 @@ def go_agents():
 
     def start(edge: Any, token: str, endpoints: List[Dict[str, Any]], **options: Any) -> GoAgent:
         agent = GoAgent(edge, token, endpoints, **options)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        agent.stop()
+
+
+@pytest.fixture
+def node_agents():
+    """``node_agents(edge, token, **options)``: the official JavaScript SDK as a process
+    (stacks.agents.NodeAgent, started: its ``out`` is its URL or error); the test is skipped
+    where Node.js or npm is missing. All stopped after the test."""
+    if not shutil.which("node") or not shutil.which("npm"):
+        pytest.skip("Node.js/npm not installed: the JavaScript SDK cannot run here")
+    problem = node_install(NODE_DIR, NODE_SDK)
+    if problem:
+        pytest.fail(f"the JavaScript SDK could not be installed: {problem}")
+    started: List[NodeAgent] = []
+
+    def start(edge: Any, token: str, **options: Any) -> NodeAgent:
+        agent = NodeAgent(edge, token, **options)
         started.append(agent)
         return agent
 

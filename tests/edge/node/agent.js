@@ -1,4 +1,4 @@
-// An agent program on the official JavaScript SDK (@ngrok/ngrok), run by tests/edge/test_node_sdk.py.
+// An agent program on the official JavaScript SDK (@ngrok/ngrok), run by stacks.agents.NodeAgent.
 // argv[2]: JSON {authtoken, server_addr, root_cas, domain?, traffic_policy?, pooling_enabled?,
 // name? (answered as `agent`), options? (more forward() options)}. Prints one JSON line
 // ({url} or {error, code}), then {status} whenever the session is lost ('closed') or back
