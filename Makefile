@@ -172,7 +172,7 @@ bench: $(STAMP)
 	$(PY) bench/bench.py
 
 ## bench-peers: the edge + the Python SDK side by side with ssh -R, nginx and direct (docs/BENCHMARKS.md)
-bench-peers: $(STAMP) $(CORE_STAMP)
+bench-peers: $(STAMP) $(CORE_STAMP) $(AGENT_STAMP)
 	sh scripts/install_bench_deps.sh
 	$(PY) -u bench/edge_bench/bench_peers.py $(BENCH_ARGS)
 

@@ -517,10 +517,18 @@ class Stack:
         )
         self.api = ApiProcess(data_dir=os.path.join(tmp, "api"))
         os.makedirs(self.api.data_dir)
-        self.api.start()
         self.edge = EdgeProcess(data_dir=os.path.join(tmp, "edge"), store_url=self.api.store_url)
         os.makedirs(self.edge.data_dir)
-        self.edge.start(self.api.store_env())
+        try:  # the caller stops them once this returns; a failure here must not leave them up
+            self.api.start()
+            self.edge.start(self.api.store_env())
+            self._bind(procs)
+        except BaseException:
+            self.edge.stop()
+            self.api.stop()
+            raise
+
+    def _bind(self, procs: Procs) -> None:
         admin = self.api.new_admin("bench")
         self.token = admin.post("/credentials", {"description": "bench"}).json["token"]
         self.agent, bound = self.start_agent(
