@@ -72,6 +72,34 @@ def _refuse(names: List[str]) -> binding.Refused:
     )
 
 
+# A basic auth credential of an agent's option (the SDKs' basic_auth, the CLI 2.x's -auth, the
+# SSH gateway's --basic-auth): the hosted service's bounds and errors, checked before the
+# option becomes the basic-auth action (whose own bounds are the same).
+MIN_PASSWORD, MAX_PASSWORD = 8, 128
+MAX_USERNAME = 128
+
+
+def check_credential(user: str, password: str) -> None:
+    """Refused with the hosted service's code for a credential it refuses."""
+    if not user:
+        raise binding.Refused(
+            edge_errors.BASIC_AUTH_USERNAME_EMPTY,
+            "Invalid basic auth credential. Username must not be zero length.",
+        )
+    if len(user) > MAX_USERNAME:
+        raise binding.Refused(
+            edge_errors.BASIC_AUTH_USERNAME_LENGTH,
+            "Invalid basic auth credential. Username must be at most "
+            f"{MAX_USERNAME} characters, got {len(user)}.",
+        )
+    if not MIN_PASSWORD <= len(password) <= MAX_PASSWORD:
+        raise binding.Refused(
+            edge_errors.BASIC_AUTH_PASSWORD_LENGTH,
+            f"Invalid basic auth credential. Password must be between {MIN_PASSWORD} and "
+            f"{MAX_PASSWORD} characters, got {len(password)}.",
+        )
+
+
 def _cel_string(text: str) -> str:
     return json.dumps(text)  # a JSON string literal is a valid CEL string literal
 
@@ -187,9 +215,11 @@ def _module_rules(opts: Dict[str, Any], kind: str) -> Dict[str, List[Dict[str, A
     if _is_set(basic):
         creds = []
         for cred in basic.get("credentials") or []:
-            if not cred.get("cleartext_password"):
+            if cred.get("hashed_password") and not cred.get("cleartext_password"):
                 raise _refuse(["BasicAuth with hashed passwords"])
-            creds.append(f"{cred.get('username', '')}:{cred['cleartext_password']}")
+            user, password = cred.get("username") or "", cred.get("cleartext_password") or ""
+            check_credential(user, password)
+            creds.append(f"{user}:{password}")
         add(
             "on_http_request",
             "basic auth",

@@ -16,6 +16,9 @@ it). The API's own catalog is :mod:`chalicelib.core.errors`.
 | ENDPOINT_IN_USE            | ERR_NGROK_334    | agent  | the name or address is served by another endpoint         |
 | ACL_REFUSED                | ERR_NGROK_399    | agent  | outside the credential's ACL                              |
 | INVALID_OPTION             | ERR_NGROK_1602   | agent  | an option the edge cannot honour or a malformed one       |
+| BASIC_AUTH_USERNAME_EMPTY  | ERR_NGROK_359    | agent  | a basic auth option's credential with no username         |
+| BASIC_AUTH_PASSWORD_LENGTH | ERR_NGROK_360    | agent  | a basic auth option's password not 8 to 128 characters    |
+| BASIC_AUTH_USERNAME_LENGTH | ERR_NGROK_15008  | agent  | a basic auth option's username over 128 characters        |
 | INVALID_PROTOCOL           | ERR_NGROK_1622   | agent  | an endpoint protocol the edge does not serve              |
 | SSH_KEY_UNKNOWN            | ERR_NGROK_1100   | ssh    | no public key of an SSH credential was offered            |
 | SSH_TOO_MANY_KEYS          | ERR_NGROK_1101   | ssh    | a client offered more public keys than the gateway reads  |
@@ -56,6 +59,9 @@ SESSION_ENDPOINT_LIMIT = "ERR_NGROK_324"
 ENDPOINT_IN_USE = "ERR_NGROK_334"
 ACL_REFUSED = "ERR_NGROK_399"
 INVALID_OPTION = "ERR_NGROK_1602"
+BASIC_AUTH_USERNAME_EMPTY = "ERR_NGROK_359"
+BASIC_AUTH_PASSWORD_LENGTH = "ERR_NGROK_360"
+BASIC_AUTH_USERNAME_LENGTH = "ERR_NGROK_15008"
 INVALID_PROTOCOL = "ERR_NGROK_1622"
 SSH_KEY_UNKNOWN = "ERR_NGROK_1100"
 SSH_TOO_MANY_KEYS = "ERR_NGROK_1101"

@@ -283,7 +283,7 @@ def test_auth_is_basic_auth_at_the_edge(run_cli, edge, account, upstream):
 def test_auth_with_a_short_password_is_refused(run_cli, account):
     agent = run_cli(_credential(account)["token"], ["http", "-auth", "alice:short", "8080"])
     error = agent.refusal()
-    assert "ERR_NGROK_1602" in error and "8 to 128 characters" in error
+    assert "ERR_NGROK_360" in error and "between 8 and 128 characters, got 5" in error, error
 
 
 @pytest.mark.parametrize(

@@ -80,6 +80,14 @@ def test_basic_auth_module_requires_the_credentials(edge, account, agents):
     assert edge.http("GET", host, "/echo", auth=("user", "s3cret-pass")).status_code == 200
 
 
+def test_basic_auth_with_a_short_password_is_refused_with_the_hosted_error(edge, account, agents):
+    """Not a traffic policy error (the user wrote none): the hosted service's own code."""
+    message = _refusal(_serve(edge, account, agents, {"basic_auth": ["user", "short"]}), "bind")
+    assert "ERR_NGROK_360" in message, message
+    assert "Password must be between 8 and 128 characters, got 5" in message, message
+    assert "traffic policy" not in message, message
+
+
 def test_ip_restriction_module_denies_outside_the_allowed_cidrs(edge, account, agents):
     allowed = _host(
         _bound(_serve(edge, account, agents, {"allow_cidr": ["127.0.0.0/8"]}))[0]["url"]
