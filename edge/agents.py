@@ -430,6 +430,7 @@ class AgentSession:
         opts = protocol.obj(request.get("Opts"))
         extra = protocol.obj(request.get("Extra"))
         asked_id = protocol.text(request.get("Id"))
+        forwards_proto = bind_opts.forwards_proto(request.get("ForwardsProto"))
         proxy_proto, opts_in = proxyproto.version_of(opts)  # edge.proxyproto
         from_url = bind_opts.name_of_url(
             proto, opts.get("URL"), {"http": self.edge.http_port, "https": self.edge.https_port}
@@ -442,7 +443,7 @@ class AgentSession:
             proto=proto,
             opts=opts,
             forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
-            forwards_proto=protocol.text(request.get("ForwardsProto"))[:16],
+            forwards_proto=forwards_proto,
             metadata=protocol.text(extra.get("Metadata"))[:4096],
             description=protocol.text(extra.get("Description"))[:255],
             endpoint_id=endpoint_id_of(tunnel_id),
@@ -537,6 +538,7 @@ class AgentSession:
     async def _bind_labeled(self, stream: MuxStream, request: Dict[str, Any]) -> None:
         labels = protocol.obj(request.get("Labels"))
         labels = binding.check_labels(self.granted, labels)
+        forwards_proto = bind_opts.forwards_proto(request.get("ForwardsProto"))
         tunnel_id = _tunnel_id()
         tunnel = Tunnel(
             id=tunnel_id,
@@ -544,7 +546,7 @@ class AgentSession:
             proto="",
             labels=labels,
             forwards_to=protocol.text(request.get("ForwardsTo"))[:512],
-            forwards_proto=protocol.text(request.get("ForwardsProto"))[:16],
+            forwards_proto=forwards_proto,
             metadata=protocol.text(request.get("Metadata"))[:4096],
         )
         await self.edge.binds.add_labeled(tunnel)

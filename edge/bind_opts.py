@@ -29,6 +29,9 @@ endpoint's is accepted, another refused. A tunnel id that is not an endpoint of 
 is refused.
 
 Every refusal is ERR_NGROK_1602 naming the option: an option is never accepted and ignored.
+The upstream protocol (``ForwardsProto``: the SDKs' ``app_protocol``, ngrok-go's upstream
+protocol) is the exception, refused with the hosted service's own ERR_NGROK_15003 when it is
+not one the edge speaks to an agent: "" or ``http1`` (HTTP/1.1) and ``http2`` (h2c).
 """
 
 from typing import Any, Dict, List, Optional
@@ -44,6 +47,22 @@ BINDINGS = ("public", "internal")
 
 def _refuse(message: str) -> binding.Refused:
     return binding.Refused(edge_errors.INVALID_OPTION, message)
+
+
+FORWARDS_PROTOS = ("", "http1", "http2")
+
+
+def forwards_proto(value: Any) -> str:
+    """The Bind's ``ForwardsProto`` ("" for HTTP/1.1), or Refused (ERR_NGROK_15003): never
+    accepted and served as another protocol (``http3`` was, as HTTP/1.1)."""
+    text = protocol.text(value)
+    if text not in FORWARDS_PROTOS:
+        raise binding.Refused(
+            edge_errors.UPSTREAM_PROTOCOL_INVALID,
+            f"Upstream protocol is invalid: {text[:32]!r}; this edge speaks 'http1' and "
+            "'http2' to an agent.",
+        )
+    return "" if text == "http1" else text
 
 
 def name_of_url(proto: str, value: Any, listener_ports: Dict[str, int]) -> str:

@@ -19,6 +19,7 @@ it). The API's own catalog is :mod:`chalicelib.core.errors`.
 | BASIC_AUTH_USERNAME_EMPTY  | ERR_NGROK_359    | agent  | a basic auth option's credential with no username         |
 | BASIC_AUTH_PASSWORD_LENGTH | ERR_NGROK_360    | agent  | a basic auth option's password not 8 to 128 characters    |
 | BASIC_AUTH_USERNAME_LENGTH | ERR_NGROK_15008  | agent  | a basic auth option's username over 128 characters        |
+| UPSTREAM_PROTOCOL_INVALID  | ERR_NGROK_15003  | agent  | an upstream protocol (app_protocol) other than http1/http2 |
 | INVALID_PROTOCOL           | ERR_NGROK_1622   | agent  | an endpoint protocol the edge does not serve              |
 | SSH_KEY_UNKNOWN            | ERR_NGROK_1100   | ssh    | no public key of an SSH credential was offered            |
 | SSH_TOO_MANY_KEYS          | ERR_NGROK_1101   | ssh    | a client offered more public keys than the gateway reads  |
@@ -62,6 +63,7 @@ INVALID_OPTION = "ERR_NGROK_1602"
 BASIC_AUTH_USERNAME_EMPTY = "ERR_NGROK_359"
 BASIC_AUTH_PASSWORD_LENGTH = "ERR_NGROK_360"
 BASIC_AUTH_USERNAME_LENGTH = "ERR_NGROK_15008"
+UPSTREAM_PROTOCOL_INVALID = "ERR_NGROK_15003"
 INVALID_PROTOCOL = "ERR_NGROK_1622"
 SSH_KEY_UNKNOWN = "ERR_NGROK_1100"
 SSH_TOO_MANY_KEYS = "ERR_NGROK_1101"

@@ -88,6 +88,12 @@ def test_basic_auth_with_a_short_password_is_refused_with_the_hosted_error(edge,
     assert "traffic policy" not in message, message
 
 
+def test_an_upstream_protocol_the_edge_does_not_speak_is_refused(edge, account, agents):
+    """app_protocol="http3" was accepted and served as HTTP/1.1: now the hosted error."""
+    message = _refusal(_serve(edge, account, agents, {"app_protocol": ["http3"]}), "bind")
+    assert "ERR_NGROK_15003" in message and "Upstream protocol is invalid" in message, message
+
+
 def test_ip_restriction_module_denies_outside_the_allowed_cidrs(edge, account, agents):
     allowed = _host(
         _bound(_serve(edge, account, agents, {"allow_cidr": ["127.0.0.0/8"]}))[0]["url"]

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from chalicelib.core import binding, online
+from chalicelib.core import binding, edge_errors, online
 from edge import agents, bind_opts, muxado, protocol, quotas
 
 PORTS = {"http": 8080, "https": 8443}
@@ -620,3 +620,18 @@ def test_the_store_leaves_items_another_session_owns(store_env):
     assert data(online.TUNNELS, tid)["metadata"] == "m0"
     with pytest.raises(ValueError):
         online.tunnel_patched("acct_1", sid, tid, eid, hostname="x")
+
+
+# ---- the upstream protocol (ForwardsProto: app_protocol) ---------------------------------------
+@pytest.mark.parametrize("value, kept", [(None, ""), ("", ""), ("http1", ""), ("http2", "http2")])
+def test_the_upstream_protocols_the_edge_speaks_are_kept(value, kept):
+    assert bind_opts.forwards_proto(value) == kept
+
+
+@pytest.mark.parametrize("value", ["http3", "HTTP2", "h2c", "http2 ", "x" * 100])
+def test_any_other_upstream_protocol_is_refused_with_the_hosted_code(value):
+    with pytest.raises(binding.Refused) as caught:
+        bind_opts.forwards_proto(value)
+    assert caught.value.code == edge_errors.UPSTREAM_PROTOCOL_INVALID
+    assert caught.value.message.startswith("Upstream protocol is invalid: ")
+    assert len(caught.value.message) < 200  # the agent's value is cut, not echoed whole
