@@ -124,7 +124,8 @@ test-service: $(STAMP) $(CORE_STAMP) $(AGENT_STAMP) test-deps agent-cli
 ## test-deps: Debian packages the tests run as processes (Pebble, the ACME test CA), when
 ## missing, the official TypeScript API client and JavaScript agent SDK from npm, and the Go
 ## SDK's test agent (tests/edge/go/agent: golang.ngrok.com/ngrok/v2 pinned by go.mod/go.sum,
-## from the Go module proxy; skipped with a note without Go) (built here, before the tests,
+## from the Go module proxy; skipped with a note without Go) and the Go API client's
+## (tests/functional/go_client/compat: github.com/ngrok/ngrok-api-go/v7) (built here, before the tests,
 ## so that parallel test workers never install or build them at once)
 test-deps:
 	sh scripts/install_test_deps.sh
@@ -132,8 +133,9 @@ test-deps:
 	  cd tests/functional/ts_client && npm ci --no-audit --no-fund --silent; fi
 	if [ ! -d tests/edge/node/node_modules/@ngrok/ngrok ]; then \
 	  cd tests/edge/node && npm install --no-audit --no-fund --silent; fi
-	if command -v go >/dev/null; then cd tests/edge/go && go build -o agent .; \
-	  else echo "go not installed: the Go SDK tests (tests/edge/test_go_sdk.py) will skip"; fi
+	if command -v go >/dev/null; then (cd tests/edge/go && go build -o agent .) && \
+	  (cd tests/functional/go_client && go build -o compat .); \
+	  else echo "go not installed: the Go SDK and Go API client tests will skip"; fi
 
 ## test-agent: the device agent against the real stack (serve.py + edge from .venv, the agent
 ## with the official SDK from .venv-agent)

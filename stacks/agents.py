@@ -249,28 +249,31 @@ def node_install(folder: str, module: str) -> str:
     return "" if node_loads(folder, module) else "installed, but Node cannot load it"
 
 
-def go_binary() -> str:
-    """tests/edge/go/agent, built first (``go build``) when missing or older than its sources;
-    "" when it cannot be had here (no Go toolchain, or the build failed: printed)."""
-    newest = max(os.path.getmtime(os.path.join(GO_DIR, name)) for name in GO_SOURCES)
-    if os.access(GO_BIN, os.X_OK) and os.path.getmtime(GO_BIN) >= newest:
-        return GO_BIN
+def go_binary(folder: str = GO_DIR, name: str = "agent") -> str:
+    """``folder``/``name`` (tests/edge/go/agent by default; the Go API client's
+    tests/functional/go_client/compat too), built first (``go build``) when missing or older
+    than its sources; "" when it cannot be had here (no Go toolchain, or the build failed:
+    printed)."""
+    binary = os.path.join(folder, name)
+    newest = max(os.path.getmtime(os.path.join(folder, source)) for source in GO_SOURCES)
+    if os.access(binary, os.X_OK) and os.path.getmtime(binary) >= newest:
+        return binary
     if not shutil.which("go"):
         return ""
-    building = f"{GO_BIN}.{os.getpid()}"  # then renamed: a concurrent build never runs half a file
+    building = f"{binary}.{os.getpid()}"  # then renamed: a concurrent build never runs half a file
     done = subprocess.run(
         ["go", "build", "-o", building, "."],
-        cwd=GO_DIR,
+        cwd=folder,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
     if done.returncode != 0:
-        print(f"go build in {GO_DIR} failed:\n{done.stdout}{done.stderr}", file=sys.stderr)
+        print(f"go build in {folder} failed:\n{done.stdout}{done.stderr}", file=sys.stderr)
         return ""
-    os.replace(building, GO_BIN)
-    return GO_BIN
+    os.replace(building, binary)
+    return binary
 
 
 def cli_binary() -> str:
