@@ -12,7 +12,8 @@ from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import edge_errors, policy as tp
-from edge import http1, identity, observe, secrets
+from chalicelib.core.policy import actions as tp_actions
+from edge import http1, http_request, identity, observe, secrets
 from edge.edges import Hop, forward_refused
 from edge.http_io import BODY_TIMEOUT, Closed, answer, client_event, outcome_response, send
 from edge.http_routing import Route
@@ -270,24 +271,31 @@ async def request_phase(
         if isinstance(event, http1.EndOfMessage):
             break
     asked = False
+
+    def again() -> Any:
+        return traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+
     while True:
-        out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
-        while out.kind == tp.NEED_BODY and not asked:
-            asked = True
-            events = await buffer_body(client, reader, out.max_body_bytes, events)
-            body = b"".join(bytes(e.data) for e in events if isinstance(e, http1.Data))
-            traffic.req.body = body[: out.max_body_bytes]
-            traffic.req.body_complete = len(body) <= out.max_body_bytes and isinstance(
-                events[-1], http1.EndOfMessage
-            )
-            out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
-        while out.kind == tp.IDENTITY:  # openid-connect / oauth sign-in (edge/identity.py)
-            answered = await identity.handle(traffic, out)
-            out = (
-                answered
-                if answered is not None
-                else traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
-            )
+        out = again()
+        while True:
+            if out.kind == tp.NEED_BODY and not asked:
+                asked = True
+                events = await buffer_body(client, reader, out.max_body_bytes, events)
+                body = b"".join(bytes(e.data) for e in events if isinstance(e, http1.Data))
+                traffic.req.body = body[: out.max_body_bytes]
+                traffic.req.body_complete = len(body) <= out.max_body_bytes and isinstance(
+                    events[-1], http1.EndOfMessage
+                )
+                out = again()
+            elif out.kind == tp.IDENTITY:  # openid-connect / oauth sign-in (edge/identity.py)
+                answered = await identity.handle(traffic, out)
+                out = answered if answered is not None else again()
+            elif out.kind == tp.HTTP_REQUEST:  # the call made, the phase resumes
+                out = await http_call(
+                    router.edge, account_id, traffic, "on_http_request", out, again
+                )
+            else:
+                break
         if out.kind != tp.FORWARD_INTERNAL:
             break
         target = await router.internal_target(account_id, out.url)
@@ -321,7 +329,25 @@ async def request_phase(
     return "close", [], None
 
 
-def response_phase(traffic: Traffic, event: http1.Response) -> Any:
+async def http_call(
+    edge: Any, account_id: str, traffic: Traffic, phase: str, out: Any, again: Any
+) -> Any:
+    """An http-request action's call (edge/http_request.py), its answer set as the phase's
+    variables; the phase's next outcome (``again``), or the action's halt answer when the
+    call failed and its on_error is halt."""
+    values, failed = await http_request.perform(
+        edge, account_id or traffic.conn.endpoint.account_id, out.call
+    )
+    if failed and out.call.on_error == "halt":
+        traffic.state.resume.pop(phase, None)
+        halted = tp_actions.HttpRequest.halted(values["error.message"])
+        halted.errors, halted.logs = out.errors, out.logs
+        return halted
+    traffic.state.http_request_done(phase, values)
+    return again()
+
+
+async def response_phase(traffic: Traffic, event: http1.Response, edge: Any = None) -> Any:
     """Run on_http_response on the agent's response head: the head to send, or the policy's
     own answer (a list of events), or Closed."""
     if getattr(traffic, "set_cookies", None):  # a session refreshed (edge/identity.py)
@@ -332,7 +358,13 @@ def response_phase(traffic: Traffic, event: http1.Response) -> Any:
         status_code=event.status_code,
         headers=[(n.decode("latin-1"), v.decode("latin-1")) for n, v in event.headers],
     )
-    out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+
+    def again() -> Any:
+        return traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+
+    out = again()
+    while out.kind == tp.HTTP_REQUEST and edge is not None:
+        out = await http_call(edge, "", traffic, "on_http_response", out, again)
     if out.kind == tp.RESPOND:
         return outcome_response(out, close=True)
     if out.kind == tp.CLOSE:
@@ -354,6 +386,7 @@ async def answer_fixed(
     fixed: Dict[str, Any],
     traffic: Optional[Traffic],
     events: Optional[List[Any]],
+    edge: Any = None,
 ) -> bool:
     """Answer with an http_response backend's status, headers and body (the response
     phase's rules apply to it too). True when the connection stays usable."""
@@ -364,7 +397,13 @@ async def answer_fixed(
     status = int(fixed.get("status_code") or 200)
     if traffic is not None:
         res = tp.Response(status_code=status, headers=headers)
-        out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+
+        def again() -> Any:
+            return traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+
+        out = again()
+        while out.kind == tp.HTTP_REQUEST and edge is not None:
+            out = await http_call(edge, "", traffic, "on_http_response", out, again)
         if out.kind == tp.RESPOND:
             status, headers, body = out.status_code, out.headers, out.body
         elif out.kind == tp.CLOSE:

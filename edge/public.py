@@ -255,7 +255,7 @@ class HttpFront:
                     return
                 if fixed is not None:  # an http_response backend: the edge answers
                     if not await http_policy.answer_fixed(
-                        client, reader, writer, fixed, traffic, prebuffered
+                        client, reader, writer, fixed, traffic, prebuffered, self.edge
                     ):
                         return
                     client.start_next_cycle()
@@ -448,7 +448,7 @@ class HttpFront:
                     hold(event)
                 elif isinstance(event, http1.Response):
                     if traffic is not None:
-                        event = http_policy.response_phase(traffic, event)
+                        event = await http_policy.response_phase(traffic, event, self.edge)
                         if isinstance(event, list):  # the policy answered instead
                             for item in event:
                                 if item is not None:

@@ -104,6 +104,12 @@ async def status(request):
     return web.Response(status=int(request.match_info["code"]))
 
 
+async def slow(request):
+    """``?s=N``: the response after N seconds (an upstream slower than a caller's timeout)."""
+    await asyncio.sleep(float(request.query.get("s", "1")))
+    return web.Response(text="slow")
+
+
 async def cut(request):
     """Half a response, then the upstream closes its connection (an upstream that dies)."""
     resp = web.StreamResponse()
@@ -169,6 +175,7 @@ async def main(cfg):
             web.get("/flooded", flooded),
             web.route("*", "/status/{code}", status),
             web.get("/cut", cut),
+            web.get("/slow", slow),
             web.route("*", "/{tail:.*}", echo),
         ]
     )

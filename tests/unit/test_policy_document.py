@@ -140,7 +140,6 @@ def test_bad_shapes_are_refused_naming_the_element(doc, path, words):
     [
         "oidc",
         "saml",
-        "http-request",
         "ai-gateway",
         "owasp-crs-request",
         "terminate-tls",

@@ -34,8 +34,8 @@ Decisions where the hosted docs are silent, written down here:
   1 MiB (MAX_FIND_REPLACE_BODY; the hosted docs give no bound), apply up to 32 rules
   (MAX_REPLACEMENTS) in order (RE2, every match, Go's ``$1`` / ``$name`` / ``$$``
   replacement syntax) to the bytes, and send the body with its new Content-Length. A longer
-  request body is refused with 413 ERR_NGROK_3210 before anything goes upstream; a longer
-  response body with 502 ERR_NGROK_3211 before any of it reaches the client: a body too
+  request body is refused with 413 ERR_NGROK_10088 before anything goes upstream; a longer
+  response body with 502 ERR_NGROK_3004 before any of it reaches the client: a body too
   large to rewrite is never passed on unrewritten (the action is how secrets are redacted).
   A ``from`` made by CEL that is not a valid RE2 pattern skips that rule and records the
   error. They do nothing for HEAD requests and 1xx, 204 and 304 responses. A response body is
@@ -43,6 +43,8 @@ Decisions where the hosted docs are silent, written down here:
 - circuit-breaker keeps one breaker per action and endpoint (chalicelib/core/policy/breaker.py,
   shared with the agent option): ``num_buckets`` is fixed at 10 as hosted; a breaker that is
   tripped answers 503 ERR_NGROK_3202; ``enforce: false`` counts and never refuses.
+- http-request: chalicelib/core/policy/httpcall.py (its bounds, destinations, variables, and
+  the decisions where the hosted docs are silent; docs/CONTRACT.md lists them).
 - compress-response negotiates gzip and deflate (br when the ``brotli`` module is
   installed; ``compress`` is accepted and never chosen).
 """
@@ -62,7 +64,14 @@ import re2
 from chalicelib.core import edge_errors
 from chalicelib.core.policy import celenv, identity, jwks, ratelimit
 from chalicelib.core.policy.document import PolicyError
-from chalicelib.core.policy.outcome import CLOSE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Outcome
+from chalicelib.core.policy.outcome import (
+    CLOSE,
+    FORWARD_INTERNAL,
+    HTTP_REQUEST,
+    NEED_BODY,
+    RESPOND,
+    Outcome,
+)
 from chalicelib.core.policy.template import Template
 
 TCP, REQ, RES = "on_tcp_connect", "on_http_request", "on_http_response"
@@ -77,7 +86,6 @@ _RE2_OPTIONS.log_errors = False
 # Documented by the hosted service, not run here: refused at creation, by name.
 UNSUPPORTED = (
     "ai-gateway",
-    "http-request",
     "oidc",
     "owasp-crs-request",
     "owasp-crs-response",
@@ -88,17 +96,18 @@ UNSUPPORTED = (
 
 
 class Run:
-    """What an action sees while it runs."""
+    """What an action sees while it runs (``state``: the request's, engine.State)."""
 
-    __slots__ = ("traffic", "phase", "errors", "logs", "outcome", "clock")
+    __slots__ = ("traffic", "phase", "errors", "logs", "outcome", "clock", "state")
 
-    def __init__(self, traffic, phase, outcome, clock):
+    def __init__(self, traffic, phase, outcome, clock, state=None):
         self.traffic = traffic
         self.phase = phase
         self.errors = outcome.errors
         self.logs = outcome.logs
         self.outcome = outcome
         self.clock = clock
+        self.state = state
 
     def render(self, template: Template) -> str:
         return template.render(self.traffic, self.errors)
@@ -1328,6 +1337,181 @@ class ResponseBodyFindReplace(_BodyFindReplace):
         return None
 
 
+def check_request_url(url: str, where: str) -> Tuple[str, str]:
+    """(scheme, host) of an http-request URL: http or https with a host; else PolicyError."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        raise PolicyError(where, f"'{url[:128]}' is not a URL") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise PolicyError(where, f"'{url[:128]}' must be an http:// or https:// URL with a host")
+    return parts.scheme, host
+
+
+class HttpRequest(Action):
+    """An outbound HTTP request (chalicelib/core/policy/httpcall.py: bounds, destinations,
+    variables). ``run`` renders the call and pauses the phase (HTTP_REQUEST); the edge
+    makes it, sets ``actions.ngrok.http_request.*`` and resumes after the action. With
+    ``on_error: halt`` a failed call ends the phase with :meth:`halted`."""
+
+    type, phases = "http-request", (REQ, RES)
+    fields = (
+        "url",
+        "method",
+        "query_params",
+        "headers",
+        "body",
+        "max_redirects",
+        "timeout",
+        "retry_condition",
+        "on_error",
+    )
+
+    def setup(self, c, phase):
+        from chalicelib.core.policy import celenv, httpcall
+
+        self.url = c.template("url", phase, required=True)
+        if self.url.static is not None:
+            check_request_url(self.url.static, c.at("url"))
+        self.method = c.get("method", str, default="GET")
+        if self.method not in httpcall.METHODS:
+            raise PolicyError(c.at("method"), f"must be one of {', '.join(httpcall.METHODS)}")
+        params = c.get("query_params", list, default=[])
+        if len(params) > httpcall.MAX_QUERY_PARAMS:
+            raise PolicyError(
+                c.at("query_params"),
+                f"has {len(params)} entries; the limit is {httpcall.MAX_QUERY_PARAMS}",
+            )
+        self.query = []
+        for index, entry in enumerate(params):
+            where = f"{c.at('query_params')}[{index}]"
+            if not isinstance(entry, dict):
+                raise PolicyError(where, "must be a mapping with key and value")
+            one = Config(entry, where, ("key", "value"))
+            key = one.get("key", str, required=True)
+            if not 1 <= len(key) <= httpcall.MAX_QUERY_KEY:
+                raise PolicyError(
+                    one.at("key"), f"must be 1 to {httpcall.MAX_QUERY_KEY} characters"
+                )
+            value = one.get("value", str, default="")
+            if len(value) > httpcall.MAX_QUERY_VALUE:
+                raise PolicyError(
+                    one.at("value"), f"is longer than {httpcall.MAX_QUERY_VALUE} characters"
+                )
+            self.query.append((key, Template(value, phase, one.at("value"))))
+        self.headers = c.headers("headers", phase)
+        self.body = c.template("body", phase)
+        self.max_redirects = c.get("max_redirects", int, default=0)
+        if not 0 <= self.max_redirects <= httpcall.MAX_REDIRECTS:
+            raise PolicyError(c.at("max_redirects"), f"must be from 0 to {httpcall.MAX_REDIRECTS}")
+        text = c.get("timeout", str)
+        self.timeout = httpcall.TIMEOUT_DEFAULT
+        if text is not None:
+            seconds = parse_duration(text)
+            if seconds is None or not httpcall.TIMEOUT_MIN <= seconds <= httpcall.TIMEOUT_MAX:
+                raise PolicyError(
+                    c.at("timeout"),
+                    f"must be a duration from {httpcall.TIMEOUT_MIN}s to {httpcall.TIMEOUT_MAX}s",
+                )
+            self.timeout = seconds
+        retry = c.get("retry_condition", str)
+        self.retry = None
+        if retry is not None and retry.strip() not in ("", "false"):
+            try:
+                self.retry = celenv.compile_expression(retry, httpcall.RETRY_PHASE)
+            except celenv.CelError as exc:
+                raise PolicyError(c.at("retry_condition"), f"bad CEL: {exc}") from None
+        self.on_error = c.get("on_error", str, default="continue")
+        if self.on_error not in ("continue", "halt"):
+            raise PolicyError(c.at("on_error"), "must be continue or halt")
+
+    def run(self, r):
+        from urllib.parse import urlencode
+
+        from chalicelib.core.policy import httpcall
+
+        url = r.render(self.url)
+        failure = None
+        try:
+            check_request_url(url, "url")
+        except PolicyError as exc:
+            failure = exc.message
+        if self.query and failure is None:
+            pairs = []
+            for key, template in self.query:
+                value = r.render(template)
+                if len(value) > httpcall.MAX_QUERY_VALUE:
+                    failure = f"query_params {key}: the value is longer than {httpcall.MAX_QUERY_VALUE} characters"
+                    break
+                pairs.append((key, value))
+            url += ("&" if "?" in url else "?") + urlencode(pairs)
+        headers = []
+        for name, template in self.headers:
+            value = _safe_value(r.render(template), name, r.errors)
+            if value is not None:
+                headers.append((name, value))
+        body = r.render(self.body).encode("utf-8") if self.body is not None else b""
+        if len(body) > httpcall.MAX_REQUEST_BODY:
+            failure = f"the body is {len(body)} bytes; the limit is {httpcall.MAX_REQUEST_BODY}"
+        state = r.state
+        if state is not None:
+            state.http_requests += 1
+            if state.http_requests > httpcall.MAX_PER_REQUEST and failure is None:
+                failure = (
+                    f"more than {httpcall.MAX_PER_REQUEST} http-request actions for one request"
+                )
+        req = r.traffic.req
+        hops = 0
+        for value in req.get_header(httpcall.HOPS_HEADER) if req is not None else []:
+            hops = int(value) if value.strip().isdigit() else httpcall.MAX_HOPS
+        if hops >= httpcall.MAX_HOPS and failure is None:
+            failure = (
+                f"the request already came through {hops} http-request calls (loop protection)"
+            )
+        call = httpcall.Call(
+            method=self.method,
+            url=url,
+            headers=headers,
+            body=body,
+            timeout=float(self.timeout),
+            max_redirects=self.max_redirects,
+            on_error=self.on_error,
+            retry=self.retry,
+            hops=hops + 1,
+            client_ip=r.traffic.conn.client_ip if r.traffic.conn is not None else "",
+            errors=r.errors,
+        )
+        if failure is not None:
+            values = httpcall.result_vars(
+                httpcall.request_record(call, url),
+                None,
+                [],
+                (edge_errors.POLICY_FAILED, failure),
+            )
+            for key, value in values.items():
+                r.set_vars("http_request", **{key: value})
+            r.errors.append(f"http-request: {failure}")
+            return self.halted(failure) if self.on_error == "halt" else None
+        return Outcome(HTTP_REQUEST, call=call)
+
+    @staticmethod
+    def halted(message: str) -> Outcome:
+        """on_error halt: the phase ends with the hosted "error while processing policy
+        action" (502 ERR_NGROK_2300)."""
+        return _respond(
+            502,
+            [
+                ("content-type", "text/plain; charset=utf-8"),
+                ("ngrok-error-code", edge_errors.POLICY_FAILED),
+            ],
+            f"The http-request action failed: {message}\n".encode(),
+        )
+
+
 def _value_templates(value: Any, phase: str, where: str) -> Any:
     if isinstance(value, str):
         return Template(value, phase, where)
@@ -1449,6 +1633,7 @@ ACTIONS = {
         CircuitBreaker,
         RequestBodyFindReplace,
         ResponseBodyFindReplace,
+        HttpRequest,
         SetVars,
         Log,
         ForwardInternal,

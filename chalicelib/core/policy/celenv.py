@@ -286,6 +286,11 @@ ACTION_VARIABLES: Dict[str, Tuple[Dict[str, Any], Tuple[str, ...]]] = {
     "verify_webhook": ({"verified": BOOL, **_ERR}, ("on_http_request",)),
     "compress": ({"already_compressed": BOOL, "negotiated_algorithm": STR}, ("on_http_response",)),
     "log": ({"metadata": DYN_MAP}, PHASES),
+    # http-request (chalicelib.core.policy.httpcall): req, res (with its body), attempts
+    "http_request": (
+        {"req": DYN_MAP, "res": DYN_MAP, "attempts": T.List(DYN_MAP), **_ERR},
+        HTTP_PHASES,
+    ),
     # openid-connect and oauth (chalicelib.core.policy.identity, edge/identity.py)
     "oidc": (
         {
@@ -318,7 +323,7 @@ def _zero(kind) -> Any:
         return 0
     if kind == BOOL:
         return False
-    if kind == STR_LIST:
+    if kind == STR_LIST or kind.name().startswith("LIST"):
         return []
     return {}
 
@@ -335,6 +340,18 @@ for _action, (_members, _phases) in ACTION_VARIABLES.items():
     for _member, _kind in _members.items():
         _name = f"actions.ngrok.{_action}.{_member}"
         VARIABLES[_name] = (_kind, _phases, _action_getter(_name, _kind))
+
+# The http-request action's retry_condition has an environment of its own (hosted docs:
+# ``attempts``, ``last_attempt.req``, ``last_attempt.res``, ``last_attempt.error``), a
+# "phase" no rule runs in; its values come in ``Traffic.action_vars``.
+RETRY_PHASE = "http_request.retry_condition"
+for _name, _kind in (
+    ("attempts", INT),
+    ("last_attempt.req", DYN_MAP),
+    ("last_attempt.res", DYN_MAP),
+    ("last_attempt.error", STR),
+):
+    VARIABLES[_name] = (_kind, (RETRY_PHASE,), _action_getter(_name, _kind))
 
 
 # ---- macros -----------------------------------------------------------------------------

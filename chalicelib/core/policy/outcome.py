@@ -9,6 +9,7 @@ CLOSE = "close"  # close the connection without an answer
 FORWARD_INTERNAL = "forward_internal"  # send the traffic to the internal endpoint ``url``
 NEED_BODY = "need_body"  # read up to max_body_bytes of request body, call again
 IDENTITY = "identity"  # a sign-in action (edge/identity.py): answer or resume
+HTTP_REQUEST = "http_request"  # make ``call`` (httpcall.Call), set its variables, resume
 
 
 @dataclass
@@ -29,3 +30,4 @@ class Outcome:
     logs: List[Dict[str, Any]] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
     identity: Optional[Any] = None  # IDENTITY: (the action, its rendered fields)
+    call: Optional[Any] = None  # HTTP_REQUEST: the httpcall.Call to make
