@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import edge_errors, policy as tp
 from chalicelib.core.policy import actions as tp_actions
+from chalicelib.core.policy import sse as tp_sse
 from edge import http1, http_request, identity, observe, secrets
 from edge.edges import Hop, forward_refused
 from edge.http_io import BODY_TIMEOUT, Closed, answer, client_event, outcome_response, send
@@ -69,6 +70,7 @@ class Traffic:
         self.compressor = None
         self.rewrites: List[Any] = []  # response-body-find-replace (public.py buffers for it)
         self.breakers: List[Any] = []  # circuit-breaker actions the response is counted in
+        self.sse: Optional[EventStream] = None  # sse-find-replace: the messages' rewriter
 
     def forwarded_request(self) -> http1.Request:
         """The request as this policy left it, for the internal endpoint it forwards to.
@@ -349,34 +351,81 @@ async def http_call(
 
 async def response_phase(traffic: Traffic, event: http1.Response, edge: Any = None) -> Any:
     """Run on_http_response on the agent's response head: the head to send, or the policy's
-    own answer (a list of events), or Closed."""
+    own answer (a list of events), or Closed. A text/event-stream response to a policy with
+    on_event_stream_message rules gets ``traffic.sse`` (each message through that phase) and
+    loses its Content-Length (sent chunked: the messages change size)."""
     if getattr(traffic, "set_cookies", None):  # a session refreshed (edge/identity.py)
         event = identity.with_cookies(event, traffic)
-    if not traffic.policy.has("on_http_response"):
+    streams = traffic.policy.has("on_event_stream_message") and event_stream(traffic, event)
+    if not traffic.policy.has("on_http_response") and not streams:
         return event  # nothing to run: the response goes on as the agent sent it
     res = tp.Response(
         status_code=event.status_code,
         headers=[(n.decode("latin-1"), v.decode("latin-1")) for n, v in event.headers],
     )
+    if traffic.policy.has("on_http_response"):
 
-    def again() -> Any:
-        return traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+        def again() -> Any:
+            return traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
 
-    out = again()
-    while out.kind == tp.HTTP_REQUEST and edge is not None:
-        out = await http_call(edge, "", traffic, "on_http_response", out, again)
-    if out.kind == tp.RESPOND:
-        return outcome_response(out, close=True)
-    if out.kind == tp.CLOSE:
-        raise Closed()
-    traffic.compressor = out.compressor
-    traffic.rewrites = out.rewrites
+        out = again()
+        while out.kind == tp.HTTP_REQUEST and edge is not None:
+            out = await http_call(edge, "", traffic, "on_http_response", out, again)
+        if out.kind == tp.RESPOND:
+            return outcome_response(out, close=True)
+        if out.kind == tp.CLOSE:
+            raise Closed()
+        traffic.compressor = out.compressor
+        traffic.rewrites = out.rewrites
+    if streams:
+        traffic.sse = EventStream(traffic, res)
+        res.remove_header("content-length")
     return http1.Response(
         status_code=res.status_code,
         reason=event.reason,
         headers=[(wire(n), wire(v)) for n, v in res.headers],
         checked=True,
     )
+
+
+def event_stream(traffic: Traffic, event: http1.Response) -> bool:
+    """A response whose body is server-sent events (and has a body)."""
+    if traffic.req.method == "HEAD" or event.status_code in (204, 304) or event.status_code < 200:
+        return False
+    for name, value in event.headers:
+        if name == b"content-type":
+            media = value.split(b";")[0].strip().lower().decode("latin-1")
+            return media == tp_sse.MEDIA_TYPE
+    return False
+
+
+class EventStream:
+    """A text/event-stream response's messages, each through on_event_stream_message as it
+    completes (chalicelib/core/policy/sse.py): at most one incomplete message held
+    (sse.MAX_EVENT bytes; sse.TooLarge past it)."""
+
+    def __init__(self, traffic: Traffic, res: Any) -> None:
+        self.traffic, self.res = traffic, res
+        self.splitter = tp_sse.Splitter()
+        self.messages = 0
+
+    def feed(self, data: bytes) -> bytes:
+        return b"".join([self.feed_one(raw) for raw in self.splitter.feed(data)])
+
+    def finish(self) -> bytes:
+        """What the stream ended with without a blank line, run as a message too (browsers
+        drop it, other clients may not: it is never passed on unrewritten)."""
+        tail = self.splitter.finish()
+        return self.feed_one(tail) if tail else b""
+
+    def feed_one(self, raw: bytes) -> bytes:
+        traffic = self.traffic
+        message = tp_sse.Message(raw)
+        traffic.policy.on_event_stream_message(
+            traffic.conn, traffic.req, self.res, traffic.state, message
+        )
+        self.messages += 1
+        return message.to_bytes()
 
 
 async def answer_fixed(

@@ -19,6 +19,7 @@ import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import edge_errors
+from chalicelib.core.policy import sse as tp_sse
 from chalicelib.core.policy.actions import MAX_FIND_REPLACE_BODY
 from edge import breaker, http1, http_policy, http_routing, wstcp
 from edge import observe  # traffic events, metrics and the inspector (edge/events.py)
@@ -438,9 +439,29 @@ class HttpFront:
                 held.clear()
                 held_size = 0
 
+        pending: List[Any] = []  # events to handle before reading more (an SSE tail)
         try:
             while True:
-                event = await self._leg_event(leg, body_task, flush)
+                event = pending.pop(0) if pending else await self._leg_event(leg, body_task, flush)
+                stream = traffic.sse if traffic is not None else None
+                if stream is not None and isinstance(event, http1.Data):
+                    # on_event_stream_message: whole messages only, each rewritten
+                    try:
+                        data = stream.feed(bytes(event.data))
+                    except tp_sse.TooLarge as exc:
+                        log.info("ending an event stream: %s", exc)
+                        flush()
+                        return "close"  # never passed on unrewritten: the response is cut
+                    if not data:
+                        continue
+                    event = http1.Data(data=data)
+                elif stream is not None and isinstance(event, http1.EndOfMessage):
+                    tail = stream.finish()
+                    if traffic is not None:
+                        traffic.sse = None
+                    if tail:
+                        pending = [http1.Data(data=tail), event]
+                        continue
                 if isinstance(event, http1.InformationalResponse):
                     if event.status_code == 101:
                         flush()

@@ -1,4 +1,4 @@
-"""The API checks the traffic policy actions added for issue 40 with the shared core
+"""The API checks the traffic policy actions added last (http-request, sse-find-replace) with the shared core
 (chalicelib/core/policy) as the edge does: a cloud endpoint whose policy uses them is created,
 one whose config breaks a rule is refused naming the element, and nothing is stored."""
 
@@ -36,3 +36,41 @@ def test_an_http_request_policy_is_accepted_and_a_bad_one_refused_at_the_element
     )
     assert "on_http_request[0].actions[0].config.timeout" in body["msg"]
     assert len(account.admin.get("/endpoints").json["endpoints"]) == 1
+
+
+def test_an_event_stream_policy_is_accepted_and_a_bad_one_refused_at_the_element(api, account):
+    good = {
+        "on_http_request": [{"actions": [ANSWER]}],
+        "on_event_stream_message": [
+            {
+                "expressions": ["res.status_code == 200"],
+                "actions": [
+                    {
+                        "type": "sse-find-replace",
+                        "config": {"replacements": [{"field": "retry", "from": "\\d+"}]},
+                    }
+                ],
+            }
+        ],
+    }
+    created = _create(account.admin, f"https://{_name()}.{BASE}", traffic_policy=json.dumps(good))
+    assert created.status == 201, created.json
+    bad = {
+        "on_http_request": [{"actions": [ANSWER]}],
+        "on_event_stream_message": [
+            {
+                "actions": [
+                    {
+                        "type": "sse-find-replace",
+                        "config": {"replacements": [{"field": "id", "from": "x"}]},
+                    }
+                ]
+            }
+        ],
+    }
+    body = assert_error(
+        _create(account.admin, f"https://{_name()}.{BASE}", traffic_policy=json.dumps(bad)),
+        errors.InvalidCloudPolicy,
+        field="traffic_policy",
+    )
+    assert "on_event_stream_message[0].actions[0].config.replacements[0].field" in body["msg"]

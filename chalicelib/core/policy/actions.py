@@ -75,6 +75,7 @@ from chalicelib.core.policy.outcome import (
 from chalicelib.core.policy.template import Template
 
 TCP, REQ, RES = "on_tcp_connect", "on_http_request", "on_http_response"
+SSE = "on_event_stream_message"
 MAX_HEADERS = 10
 MAX_WEBHOOK_BODY = 1 << 20
 MAX_FIND_REPLACE_BODY = 1 << 20  # bytes of body a find-replace action buffers (each way)
@@ -90,7 +91,6 @@ UNSUPPORTED = (
     "owasp-crs-request",
     "owasp-crs-response",
     "saml",
-    "sse-find-replace",
     "terminate-tls",
 )
 
@@ -1337,6 +1337,78 @@ class ResponseBodyFindReplace(_BodyFindReplace):
         return None
 
 
+class SseFindReplace(Action):
+    """Per message of a text/event-stream response (chalicelib/core/policy/sse.py): RE2 rules
+    in order on the ``data`` (its lines joined with LF) or ``retry`` field, every match,
+    Go's ``$1`` / ``$name`` / ``$$``; the message goes on rewritten as it came, never the
+    stream held (a message longer than sse.MAX_EVENT ends the response: never passed on
+    unrewritten). ``actions.ngrok.sse_find_replace.replacements`` lists the rules that
+    matched (``replacement_index``, ``matched_content``: the first match)."""
+
+    type, phases, fields = "sse-find-replace", (SSE,), ("replacements",)
+    FIELDS = ("data", "retry")
+
+    def setup(self, c, phase):
+        entries = c.get("replacements", list, required=True)
+        if not entries:
+            raise PolicyError(c.at("replacements"), "needs at least 1 replacement")
+        if len(entries) > MAX_REPLACEMENTS:
+            raise PolicyError(
+                c.at("replacements"),
+                f"has {len(entries)} replacements; the limit is {MAX_REPLACEMENTS}",
+            )
+        self.rules = []
+        for index, entry in enumerate(entries):
+            where = f"{c.at('replacements')}[{index}]"
+            if not isinstance(entry, dict):
+                raise PolicyError(where, "must be a mapping with from (and field, to)")
+            one = Config(entry, where, ("field", "from", "to"))
+            field = one.template("field", phase)
+            if field is not None and field.static is not None and field.static not in self.FIELDS:
+                raise PolicyError(one.at("field"), "must be data or retry")
+            from_ = one.template("from", phase, required=True)
+            if from_.static == "":
+                raise PolicyError(one.at("from"), "must not be empty")
+            static = None if from_.static is None else _bytes_regex(from_.static, one.at("from"))
+            self.rules.append((field, from_, static, one.template("to", phase)))
+
+    def run(self, r):
+        message = r.outcome.message
+        if message is None:
+            return None
+        matched = []
+        for index, (field_t, from_, static, to) in enumerate(self.rules):
+            field = r.render(field_t) if field_t is not None else "data"
+            if field not in self.FIELDS:
+                r.errors.append(
+                    f"{self.type}: field '{field[:32]}' is not data or retry; rule skipped"
+                )
+                continue
+            value = message.field(field.encode())
+            if value is None:
+                continue
+            regex = static
+            if regex is None:
+                try:
+                    regex = _bytes_regex(r.render(from_), "from")
+                except PolicyError as exc:
+                    r.errors.append(f"{self.type}: {exc.message}; rule skipped")
+                    continue
+            found = regex.search(value)
+            if found is None:
+                continue
+            matched.append(
+                {
+                    "replacement_index": index,
+                    "matched_content": found.group(0).decode("utf-8", "replace"),
+                }
+            )
+            replacement = _bytes_replacement(r.render(to) if to is not None else "")
+            message.set_field(field.encode(), regex.sub(replacement, value))
+        r.set_vars("sse_find_replace", replacements=matched)
+        return None
+
+
 def check_request_url(url: str, where: str) -> Tuple[str, str]:
     """(scheme, host) of an http-request URL: http or https with a host; else PolicyError."""
     from urllib.parse import urlsplit
@@ -1634,6 +1706,7 @@ ACTIONS = {
         RequestBodyFindReplace,
         ResponseBodyFindReplace,
         HttpRequest,
+        SseFindReplace,
         SetVars,
         Log,
         ForwardInternal,

@@ -129,8 +129,18 @@ class Policy:
     def on_http_response(self, conn: Conn, req: Request, res: Response, state: State) -> Outcome:
         return self._run("on_http_response", conn, req, res, state)
 
-    def _run(self, phase, conn, req, res, state: State) -> Outcome:
-        outcome = Outcome()
+    def on_event_stream_message(
+        self, conn: Conn, req: Request, res: Response, state: State, message: Any
+    ) -> Outcome:
+        """One message (sse.Message) of a text/event-stream response: the actions change it
+        in place; its variables are the message's own (reset for each)."""
+        phase = "on_event_stream_message"
+        state.vars[phase] = {}
+        state.action_vars[phase] = {}
+        return self._run(phase, conn, req, res, state, message)
+
+    def _run(self, phase, conn, req, res, state: State, message: Any = None) -> Outcome:
+        outcome = Outcome(message=message)
         rules = self.phases.get(phase)
         if not rules:
             return outcome

@@ -31,3 +31,4 @@ class Outcome:
     errors: List[str] = field(default_factory=list)
     identity: Optional[Any] = None  # IDENTITY: (the action, its rendered fields)
     call: Optional[Any] = None  # HTTP_REQUEST: the httpcall.Call to make
+    message: Optional[Any] = None  # on_event_stream_message: the sse.Message being run
