@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from chalicelib.core import edge_errors, policy as tp
 from chalicelib.core.policy import actions as tp_actions
 from chalicelib.core.policy import sse as tp_sse
+from chalicelib.core.policy import waf as tp_waf
 from edge import http1, http_request, identity, observe, secrets
 from edge.edges import Hop, forward_refused
 from edge.http_io import BODY_TIMEOUT, Closed, answer, client_event, outcome_response, send
@@ -71,6 +72,7 @@ class Traffic:
         self.rewrites: List[Any] = []  # response-body-find-replace (public.py buffers for it)
         self.breakers: List[Any] = []  # circuit-breaker actions the response is counted in
         self.sse: Optional[EventStream] = None  # sse-find-replace: the messages' rewriter
+        self.body_checks: List[Any] = []  # owasp-crs-response process_body (public.py)
 
     def forwarded_request(self) -> http1.Request:
         """The request as this policy left it, for the internal endpoint it forwards to.
@@ -377,6 +379,7 @@ async def response_phase(traffic: Traffic, event: http1.Response, edge: Any = No
             raise Closed()
         traffic.compressor = out.compressor
         traffic.rewrites = out.rewrites
+        traffic.body_checks = out.body_checks
     if streams:
         traffic.sse = EventStream(traffic, res)
         res.remove_header("content-length")
@@ -459,6 +462,12 @@ async def answer_fixed(
             return False
         else:
             status, headers = res.status_code, res.headers
+            for body_check in out.body_checks:  # owasp-crs-response process_body
+                checked = body_check(body[: tp_waf.BODY_LIMIT])
+                if checked is not None:
+                    status, headers, body = checked.status_code, checked.headers, checked.body
+                    out.rewrites, out.compressor = [], None
+                    break
             body = rewritten_body(body, out.rewrites, out.compressor)
     answer = SimpleNamespace(status_code=status, headers=headers, body=body)
     for item in outcome_response(answer, close=not whole):

@@ -21,7 +21,8 @@ from typing import Any, Callable, Dict, List, Optional
 from chalicelib.core import edge_errors
 from chalicelib.core.policy import sse as tp_sse
 from chalicelib.core.policy.actions import MAX_FIND_REPLACE_BODY
-from edge import breaker, http1, http_policy, http_routing, wstcp
+from chalicelib.core.policy.waf import BODY_LIMIT as WAF_BODY_LIMIT
+from edge import breaker, http1, http_io, http_policy, http_routing, wstcp
 from edge import observe  # traffic events, metrics and the inspector (edge/events.py)
 from edge.connections import connection_handler
 from edge.h2leg import H2Leg
@@ -439,11 +440,30 @@ class HttpFront:
                 held.clear()
                 held_size = 0
 
-        pending: List[Any] = []  # events to handle before reading more (an SSE tail)
+        pending: List[Any] = []  # events to handle before reading more (already transformed)
+        # owasp-crs-response with process_body: the head waits for the first BODY_LIMIT
+        # bytes of the body (or all of a shorter one), which the checks read first
+        checking: Optional[http1.Response] = None
+        checked: List[bytes] = []
+
+        async def check(body: bytes) -> bool:
+            """The body checks on ``body``; False when one answered instead (sent)."""
+            for body_check in traffic.body_checks if traffic is not None else ():
+                out = body_check(body[:WAF_BODY_LIMIT])
+                if out is not None:
+                    for item in http_io.outcome_response(out, close=True):
+                        if item is not None:
+                            hold(item)
+                    flush()
+                    await writer.drain()
+                    return False
+            return True
+
         try:
             while True:
+                fresh = not pending
                 event = pending.pop(0) if pending else await self._leg_event(leg, body_task, flush)
-                stream = traffic.sse if traffic is not None else None
+                stream = traffic.sse if traffic is not None and fresh else None
                 if stream is not None and isinstance(event, http1.Data):
                     # on_event_stream_message: whole messages only, each rewritten
                     try:
@@ -482,8 +502,26 @@ class HttpFront:
                     if traffic is not None and traffic.rewrites:
                         waiting_head = event
                         continue
+                    if traffic is not None and traffic.body_checks:
+                        checking = event
+                        continue
                     started = True
                     hold(event)
+                elif checking is not None and isinstance(event, (http1.Data, http1.EndOfMessage)):
+                    ended = isinstance(event, http1.EndOfMessage)
+                    if isinstance(event, http1.Data):
+                        checked.append(bytes(event.data))
+                    body = b"".join(checked)
+                    if not ended and len(body) < WAF_BODY_LIMIT:
+                        continue
+                    if not await check(body):
+                        return "close"
+                    started = True
+                    hold(checking)
+                    checking, checked = None, []
+                    pending = ([http1.Data(data=body)] if body else []) + (
+                        [event] if ended else []
+                    )
                 elif isinstance(event, http1.Data) and waiting_head is not None:
                     whole.append(bytes(event.data))
                     whole_size += len(event.data)
@@ -521,6 +559,8 @@ class HttpFront:
                         await writer.drain()
                 elif isinstance(event, http1.EndOfMessage):
                     if waiting_head is not None and traffic is not None:
+                        if traffic.body_checks and not await check(b"".join(whole)):
+                            return "close"
                         body = http_policy.rewritten_body(
                             b"".join(whole), traffic.rewrites, traffic.compressor
                         )

@@ -1,6 +1,7 @@
-"""The API checks the traffic policy actions added last (http-request, sse-find-replace) with the shared core
-(chalicelib/core/policy) as the edge does: a cloud endpoint whose policy uses them is created,
-one whose config breaks a rule is refused naming the element, and nothing is stored."""
+"""The API checks the traffic policy actions added last (http-request, sse-find-replace,
+owasp-crs-*) with the shared core (chalicelib/core/policy) as the edge does: a cloud endpoint
+whose policy uses them is created, one whose config breaks a rule is refused naming the
+element, and nothing is stored. (The API never loads the OWASP engine: it checks configs.)"""
 
 import json
 
@@ -74,3 +75,21 @@ def test_an_event_stream_policy_is_accepted_and_a_bad_one_refused_at_the_element
         field="traffic_policy",
     )
     assert "on_event_stream_message[0].actions[0].config.replacements[0].field" in body["msg"]
+
+
+def test_an_owasp_crs_policy_is_accepted_and_a_bad_one_refused_at_the_element(api, account):
+    good = _policy(
+        {
+            "type": "owasp-crs-request",
+            "config": {"on_error": "continue", "process_body": True, "exclude_rule_ids": [911100]},
+        }
+    )
+    created = _create(account.admin, f"https://{_name()}.{BASE}", traffic_policy=good)
+    assert created.status == 201, created.json
+    bad = _policy({"type": "owasp-crs-request", "config": {"exclude_rule_ids": [42]}})
+    body = assert_error(
+        _create(account.admin, f"https://{_name()}.{BASE}", traffic_policy=bad),
+        errors.InvalidCloudPolicy,
+        field="traffic_policy",
+    )
+    assert "on_http_request[0].actions[0].config.exclude_rule_ids[0]" in body["msg"]

@@ -141,7 +141,6 @@ def test_bad_shapes_are_refused_naming_the_element(doc, path, words):
         "oidc",
         "saml",
         "ai-gateway",
-        "owasp-crs-request",
         "terminate-tls",
     ],
 )

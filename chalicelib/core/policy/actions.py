@@ -45,6 +45,7 @@ Decisions where the hosted docs are silent, written down here:
   tripped answers 503 ERR_NGROK_3202; ``enforce: false`` counts and never refuses.
 - http-request: chalicelib/core/policy/httpcall.py (its bounds, destinations, variables, and
   the decisions where the hosted docs are silent; docs/CONTRACT.md lists them).
+- sse-find-replace: chalicelib/core/policy/sse.py; owasp-crs-*: chalicelib/core/policy/waf.py.
 - compress-response negotiates gzip and deflate (br when the ``brotli`` module is
   installed; ``compress`` is accepted and never chosen).
 """
@@ -88,8 +89,6 @@ _RE2_OPTIONS.log_errors = False
 UNSUPPORTED = (
     "ai-gateway",
     "oidc",
-    "owasp-crs-request",
-    "owasp-crs-response",
     "saml",
     "terminate-tls",
 )
@@ -1409,6 +1408,131 @@ class SseFindReplace(Action):
         return None
 
 
+class _OwaspCrs(Action):
+    """The OWASP Core Rule Set (chalicelib/core/policy/waf.py: engine, rules, settings). A
+    score at or above the threshold is ``deny``: with ``on_error: halt`` (the default) a 403
+    ERR_NGROK_3700 and nothing goes further; with ``continue`` only the variables say so
+    (the hosted "test mode"). An engine that cannot run here is an error: 500 with halt."""
+
+    fields = ("on_error", "process_body", "exclude_rule_ids")
+    var = ""
+    noun = ""
+
+    def setup(self, c, phase):
+        from chalicelib.core.policy import waf
+
+        self.on_error = c.get("on_error", str, default="halt")
+        if self.on_error not in ("continue", "halt"):
+            raise PolicyError(c.at("on_error"), "must be continue or halt")
+        self.process_body = c.get("process_body", bool, default=False)
+        ids = c.get("exclude_rule_ids", list, default=[])
+        if len(ids) > waf.MAX_EXCLUDED:
+            raise PolicyError(
+                c.at("exclude_rule_ids"),
+                f"has {len(ids)} entries; the limit is {waf.MAX_EXCLUDED}",
+            )
+        for index, rule_id in enumerate(ids):
+            if (
+                isinstance(rule_id, bool)
+                or not isinstance(rule_id, int)
+                or not waf.RULE_ID_MIN <= rule_id <= waf.RULE_ID_MAX
+            ):
+                raise PolicyError(
+                    f"{c.at('exclude_rule_ids')}[{index}]",
+                    f"must be a rule id from {waf.RULE_ID_MIN} to {waf.RULE_ID_MAX}",
+                )
+        self.excluded = tuple(sorted(set(ids)))
+
+    def verdict(self, r, inspect) -> Optional[Outcome]:
+        """Run ``inspect`` (a function of nothing returning a waf.Verdict), set the
+        variables, and answer when the policy should end here."""
+        from chalicelib.core.policy import waf
+
+        try:
+            found = inspect()
+        except waf.Unavailable as exc:
+            r.set_vars(
+                self.var,
+                **{"error.code": edge_errors.POLICY_FAILED, "error.message": str(exc)},
+            )
+            r.errors.append(f"{self.type}: {exc}")
+            if self.on_error != "halt":
+                return None
+            return _respond(
+                500,
+                [
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("ngrok-error-code", edge_errors.POLICY_FAILED),
+                ],
+                f"The {self.noun} could not be inspected: {exc}.\n".encode(),
+            )
+        r.set_vars(
+            self.var,
+            decision=found.decision,
+            anomaly_score=found.score,
+            anomaly_score_threshold=found.threshold,
+            matched_rules=found.matched,
+        )
+        if found.decision == "deny" and self.on_error == "halt":
+            return _respond(
+                403,
+                [
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("ngrok-error-code", edge_errors.WAF_BLOCKED),
+                ],
+                f"The {self.noun} was blocked by the WAF.\n".encode(),
+            )
+        return None
+
+
+class OwaspCrsRequest(_OwaspCrs):
+    type, phases, var, noun = "owasp-crs-request", (REQ,), "owasp_crs_request", "request"
+
+    def setup(self, c, phase):
+        from chalicelib.core.policy import waf
+
+        super().setup(c, phase)
+        self.needs_body = waf.BODY_LIMIT if self.process_body else 0
+
+    def run(self, r):
+        from chalicelib.core.policy import waf
+
+        req = r.traffic.req
+        if self.process_body and req.body is None:
+            return Outcome(NEED_BODY, max_body_bytes=self.needs_body)
+        body = req.body if self.process_body else None
+        return self.verdict(
+            r, lambda: waf.inspect_request(r.traffic.conn, req, self.excluded, body)
+        )
+
+
+class OwaspCrsResponse(_OwaspCrs):
+    """With ``process_body`` the edge holds the response head until it has the first 4 KiB
+    of the body (or all of a shorter one): :meth:`body_check`, run then; the variables of the
+    actions after it in the phase see the verdict on the head alone."""
+
+    type, phases, var, noun = "owasp-crs-response", (RES,), "owasp_crs_response", "response"
+
+    def run(self, r):
+        from chalicelib.core.policy import waf
+
+        t = r.traffic
+        if not self.process_body:
+            return self.verdict(
+                r, lambda: waf.inspect_response(t.conn, t.req, t.res, self.excluded, None)
+            )
+        conn, req, res = t.conn, t.req, t.res
+
+        def body_check(body: bytes) -> Optional[Outcome]:
+            found = self.verdict(
+                r, lambda: waf.inspect_response(conn, req, res, self.excluded, body)
+            )
+            return found
+
+        r.outcome.body_checks.append(body_check)
+        return None
+
+
 def check_request_url(url: str, where: str) -> Tuple[str, str]:
     """(scheme, host) of an http-request URL: http or https with a host; else PolicyError."""
     from urllib.parse import urlsplit
@@ -1707,6 +1831,8 @@ ACTIONS = {
         ResponseBodyFindReplace,
         HttpRequest,
         SseFindReplace,
+        OwaspCrsRequest,
+        OwaspCrsResponse,
         SetVars,
         Log,
         ForwardInternal,

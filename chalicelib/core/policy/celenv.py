@@ -287,6 +287,27 @@ ACTION_VARIABLES: Dict[str, Tuple[Dict[str, Any], Tuple[str, ...]]] = {
     "verify_webhook": ({"verified": BOOL, **_ERR}, ("on_http_request",)),
     "compress": ({"already_compressed": BOOL, "negotiated_algorithm": STR}, ("on_http_response",)),
     "log": ({"metadata": DYN_MAP}, PHASES),
+    # owasp-crs-request / owasp-crs-response (chalicelib.core.policy.waf)
+    "owasp_crs_request": (
+        {
+            "decision": STR,
+            "anomaly_score": INT,
+            "anomaly_score_threshold": INT,
+            "matched_rules": T.List(DYN_MAP),
+            **_ERR,
+        },
+        ("on_http_request",),
+    ),
+    "owasp_crs_response": (
+        {
+            "decision": STR,
+            "anomaly_score": INT,
+            "anomaly_score_threshold": INT,
+            "matched_rules": T.List(DYN_MAP),
+            **_ERR,
+        },
+        ("on_http_response",),
+    ),
     # http-request (chalicelib.core.policy.httpcall): req, res (with its body), attempts
     "http_request": (
         {"req": DYN_MAP, "res": DYN_MAP, "attempts": T.List(DYN_MAP), **_ERR},

@@ -170,6 +170,7 @@ class Policy:
                 result.errors = outcome.errors
                 result.compressor = outcome.compressor
                 result.rewrites = outcome.rewrites
+                result.body_checks = outcome.body_checks
                 result.breakers = outcome.breakers
                 if result.kind == NEED_BODY:
                     state.resume[phase] = (r_index, a_index, NEED_BODY)

@@ -25,6 +25,9 @@ class Outcome:
     # response-body-find-replace: functions of the whole response body, applied in order
     # (before the compressor) by the edge, which buffers the body for them
     rewrites: List[Any] = field(default_factory=list)
+    # owasp-crs-response with process_body: functions of the first waf.BODY_LIMIT bytes of
+    # the response body, each an Outcome that answers instead (403 / 500) or None
+    body_checks: List[Any] = field(default_factory=list)
     # circuit-breaker: (breaker, clock) pairs the edge records the response's status in
     breakers: List[Any] = field(default_factory=list)
     logs: List[Dict[str, Any]] = field(default_factory=list)
