@@ -468,7 +468,11 @@ async def answer_fixed(
                     status, headers, body = checked.status_code, checked.headers, checked.body
                     out.rewrites, out.compressor = [], None
                     break
-            body = rewritten_body(body, out.rewrites, out.compressor)
+            try:
+                body = rewritten_body(body, out.rewrites, out.compressor)
+            except tp_actions.RewriteTooLarge as exc:
+                status, body = 502, f"response-body-find-replace: {exc}.".encode()
+                headers = [("ngrok-error-code", edge_errors.BAD_UPSTREAM_RESPONSE)]
     answer = SimpleNamespace(status_code=status, headers=headers, body=body)
     for item in outcome_response(answer, close=not whole):
         if item is not None:

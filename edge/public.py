@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import edge_errors
 from chalicelib.core.policy import sse as tp_sse
-from chalicelib.core.policy.actions import MAX_FIND_REPLACE_BODY
+from chalicelib.core.policy.actions import MAX_FIND_REPLACE_BODY, RewriteTooLarge
 from chalicelib.core.policy.waf import BODY_LIMIT as WAF_BODY_LIMIT
 from edge import breaker, http1, http_io, http_policy, http_routing, wstcp
 from edge import observe  # traffic events, metrics and the inspector (edge/events.py)
@@ -561,9 +561,20 @@ class HttpFront:
                     if waiting_head is not None and traffic is not None:
                         if traffic.body_checks and not await check(b"".join(whole)):
                             return "close"
-                        body = http_policy.rewritten_body(
-                            b"".join(whole), traffic.rewrites, traffic.compressor
-                        )
+                        try:
+                            body = http_policy.rewritten_body(
+                                b"".join(whole), traffic.rewrites, traffic.compressor
+                            )
+                        except RewriteTooLarge as exc:
+                            await answer(
+                                client,
+                                writer,
+                                502,
+                                edge_errors.BAD_UPSTREAM_RESPONSE,
+                                f"response-body-find-replace: {exc}.",
+                                close=True,
+                            )
+                            return "close"
                         started = True
                         hold(http_policy.with_length(waiting_head, len(body)))
                         if body:

@@ -164,3 +164,27 @@ def test_a_rewritten_body_is_compressed_after_whatever_the_order(edge, account, 
     assert got.headers["content-encoding"] == "gzip"
     assert got.headers["content-length"] == str(len(raw))
     assert gzip.decompress(raw) == b"id XXXX-5432 " * 100
+
+
+def test_a_response_body_a_rule_would_grow_past_4_mib_never_reaches_the_client(
+    edge, account, agents
+):
+    policy = {
+        "on_http_response": [
+            {
+                "actions": [
+                    {
+                        "type": "response-body-find-replace",
+                        "config": {"replacements": [{"from": "r+", "to": "$0" * 5}]},
+                    }
+                ]
+            }
+        ]
+    }
+    agent = agents(edge, _credential(account)["token"], _binds(policy))
+    host = _host(_bound(agent.start())[0]["url"])
+    at = edge.http("GET", host, f"/reflect?size={MIB // 2}")  # 2.5 MiB: within the bound
+    assert at.status_code == 200 and len(at.content) == 5 * MIB // 2
+    over = edge.http("GET", host, f"/reflect?size={MIB}")  # 5 MiB: past 4 MiB
+    assert over.status_code == 502 and over.headers["ngrok-error-code"] == "ERR_NGROK_3004"
+    assert b"rrrr" not in over.content

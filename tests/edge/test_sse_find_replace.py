@@ -96,3 +96,29 @@ def test_over_http2_the_messages_are_rewritten_too(edge, host):
     body, _, code = out.stdout.rpartition("\n")
     assert code == "200", out
     assert body == "retry: 5000\n\n" + "".join(_message(i) for i in range(2)), out
+
+
+def test_a_message_a_rule_would_grow_past_256_kib_ends_the_response(edge, account, agents):
+    policy = {
+        "on_event_stream_message": [
+            {
+                "actions": [
+                    {
+                        "type": "sse-find-replace",
+                        "config": {"replacements": [{"from": "s", "to": "$0" * 100}]},
+                    }
+                ]
+            }
+        ]
+    }
+    binds = [{"proto": "http", "options": {"traffic_policy": [json.dumps(policy)]}}]
+    agent = agents(edge, _credential(account)["token"], binds)
+    host = _host(_bound(agent.start())[0]["url"])
+    small = edge.http("GET", host, "/events?size=1008")  # 1000 "s": 100,000 bytes after
+    assert small.status_code == 200 and small.text.count("s") == 100 * 1000
+    over = edge.http("GET", host, "/events?size=3008", stream=True)  # 300,000: past it
+    seen = []
+    with pytest.raises(requests.exceptions.ChunkedEncodingError):
+        for piece in over.iter_content(None):
+            seen.append(piece)
+    assert b"sss" not in b"".join(seen)

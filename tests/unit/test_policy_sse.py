@@ -175,3 +175,23 @@ def test_a_message_without_the_field_is_left_as_it_came():
     p = compile_doc(doc(sfr({"field": "retry", "from": "\\d+", "to": "1"})))
     message, _ = run(p, b"data: 10\r\n\r\n")
     assert message.to_bytes() == b"data: 10\r\n\r\n"
+
+
+def test_a_rewrite_is_built_within_its_bound_at_the_byte():
+    from chalicelib.core.policy import actions
+
+    regex = actions._bytes_regex("a", "from")
+    twice = actions._bytes_replacement("$0$0")
+    assert actions.bounded_sub(regex, twice, b"xaax", 6) == b"xaaaax"
+    with pytest.raises(actions.RewriteTooLarge, match="longer than 5 bytes"):
+        actions.bounded_sub(regex, twice, b"xaax", 5)
+    empty = actions._bytes_regex("b*", "from")
+    assert actions.bounded_sub(empty, actions._bytes_replacement("-"), b"xy", 10) == b"-x-y-"
+
+
+def test_a_message_a_rule_would_grow_past_the_bound_ends_the_stream():
+    p = compile_doc(doc(sfr({"from": "a", "to": "$0" * 1000})))
+    small, _ = run(p, b"data: " + b"a" * 100 + b"\n\n")  # 100 KB: within 256 KiB
+    assert len(small.field(b"data")) == 100 * 1000
+    with pytest.raises(sse.TooLarge, match="longer than 262144 bytes"):
+        run(p, b"data: " + b"a" * 300 + b"\n\n")  # 300 KB: past it

@@ -81,6 +81,7 @@ MAX_HEADERS = 10
 MAX_WEBHOOK_BODY = 1 << 20
 MAX_FIND_REPLACE_BODY = 1 << 20  # bytes of body a find-replace action buffers (each way)
 MAX_REPLACEMENTS = 32  # replacement rules in one find-replace action
+MAX_REWRITTEN_BODY = 4 << 20  # bytes a body find-replace may grow a body to (4 MiB)
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
@@ -1181,6 +1182,32 @@ class _Latin1Match:
         return None if value is None else value.decode("latin-1")
 
 
+class RewriteTooLarge(ValueError):
+    """A find-replace rule whose result would pass its bound (a small match replaced by a
+    long ``to``, or ``$0`` many times, grows a body without limit otherwise)."""
+
+
+def bounded_sub(regex, replacement: Callable[[Any], bytes], value: bytes, limit: int) -> bytes:
+    """``regex.sub(replacement, value)`` built piece by piece; RewriteTooLarge as soon as
+    the result passes ``limit`` bytes (never more than ``limit`` plus one piece is held)."""
+    out: List[bytes] = []
+    size = 0
+    last = 0
+    for match in regex.finditer(value):
+        piece = replacement(match)
+        out.append(value[last : match.start()])
+        out.append(piece)
+        size += match.start() - last + len(piece)
+        last = match.end()
+        if size > limit:
+            raise RewriteTooLarge(f"the rewritten text would be longer than {limit} bytes")
+    out.append(value[last:])
+    size += len(value) - last
+    if size > limit:
+        raise RewriteTooLarge(f"the rewritten text would be longer than {limit} bytes")
+    return b"".join(out)
+
+
 class _BodyFindReplace(Action):
     fields = ("replacements",)
 
@@ -1220,8 +1247,9 @@ class _BodyFindReplace(Action):
             ready.append((regex, _bytes_replacement(r.render(to) if to is not None else "")))
 
         def rewrite(body: bytes) -> bytes:
+            """RewriteTooLarge past MAX_REWRITTEN_BODY (the caller refuses the message)."""
             for regex, replacement in ready:
-                body = regex.sub(replacement, body)
+                body = bounded_sub(regex, replacement, body, MAX_REWRITTEN_BODY)
             return body
 
         return rewrite
@@ -1315,7 +1343,17 @@ class RequestBodyFindReplace(_BodyFindReplace):
                 ],
                 body,
             )
-        rewritten = self.rewriter(r)(req.body)
+        try:
+            rewritten = self.rewriter(r)(req.body)
+        except RewriteTooLarge as exc:
+            return _respond(
+                413,
+                [
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("ngrok-error-code", edge_errors.BODY_TOO_LARGE),
+                ],
+                f"request-body-find-replace: {exc}.\n".encode(),
+            )
         if rewritten != req.body:
             req.body = rewritten
             req.body_rewritten = True
@@ -1372,6 +1410,8 @@ class SseFindReplace(Action):
             self.rules.append((field, from_, static, one.template("to", phase)))
 
     def run(self, r):
+        from chalicelib.core.policy import sse
+
         message = r.outcome.message
         if message is None:
             return None
@@ -1403,7 +1443,11 @@ class SseFindReplace(Action):
                 }
             )
             replacement = _bytes_replacement(r.render(to) if to is not None else "")
-            message.set_field(field.encode(), regex.sub(replacement, value))
+            try:
+                rewritten = bounded_sub(regex, replacement, value, sse.MAX_EVENT)
+            except RewriteTooLarge as exc:  # the stream ends: never passed on unrewritten
+                raise sse.TooLarge(f"{self.type}: {exc}") from None
+            message.set_field(field.encode(), rewritten)
         r.set_vars("sse_find_replace", replacements=matched)
         return None
 
