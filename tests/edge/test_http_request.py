@@ -144,7 +144,7 @@ def test_the_timeout_bounds_the_whole_call(edge, hosts):
     got = edge.http("GET", hosts["timeout"], "/")
     took = time.monotonic() - started
     assert got.text == "timed out after 1s"
-    assert 1.0 <= took < 2.5, took
+    assert 1.0 <= took < 2.9, took  # the upstream answers after 3 s
 
 
 def test_an_offline_internal_endpoint_is_an_error_and_halt_answers_502(edge, hosts):

@@ -64,7 +64,7 @@ def test_the_stream_is_not_held_whole(edge, host):
         if b"#0" in seen:
             break
     first = time.monotonic() - started
-    assert _message(0).encode() in seen and first < 2.0, (first, seen)
+    assert _message(0).encode() in seen and first < 2.5, (first, seen)  # the end: 3 s on
     got.close()
 
 

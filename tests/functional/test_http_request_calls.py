@@ -136,12 +136,12 @@ def test_the_timeout_bounds_every_attempt_together(port):
     always = celenv.compile_expression("true", httpcall.RETRY_PHASE)
     started = time.monotonic()
     values, failed = _perform(
-        _call(f"http://127.0.0.1:{port}/slow/0.4/500", timeout=1.0, retry=always)
+        _call(f"http://127.0.0.1:{port}/slow/0.8/500", timeout=1.0, retry=always)
     )
     took = time.monotonic() - started
     assert failed and values["error.message"] == "timed out after 1s"
-    assert 1.0 <= took < 1.5, took
-    assert len(SEEN["requests"]) <= 3
+    assert 1.0 <= took < 2.5, took  # 4 attempts unbounded: 3.2 s
+    assert len(SEEN["requests"]) <= 2
 
 
 def test_the_sent_request_carries_the_injected_headers(port):
