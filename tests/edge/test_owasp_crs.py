@@ -205,3 +205,11 @@ def test_a_leaking_response_body_is_refused_when_the_body_is_read(edge, hosts):
     big = b"x" * (4 * KIB) + LEAK  # past the 4 KiB window: not read, the response streams on
     late = edge.http("POST", hosts["response_body"], "/reflect?chunks=4", headers=text, data=big)
     assert late.status_code == 200 and late.content == big
+
+
+def test_over_http2_the_same_verdicts(edge, hosts):
+    ua = f"User-Agent: {BROWSER['User-Agent']}"
+    calm = edge.curl_https(hosts["block"], "/search?q=bread", "--http2", "-H", ua)
+    assert calm.stdout.rpartition("\n")[2] == "200", calm
+    attack = edge.curl_https(hosts["block"], ATTACKS[3], "--http2", "-H", ua)
+    assert attack.stdout.rpartition("\n")[2] == "403", attack
