@@ -283,11 +283,14 @@ async def request_phase(
         out = again()
         while True:
             if out.kind == tp.NEED_BODY and not asked:
+                # read once, as much as the policy's greediest action reads (owasp-crs-request
+                # 4 KiB, request-body-find-replace 1 MiB: each reads its part of that)
                 asked = True
-                events = await buffer_body(client, reader, out.max_body_bytes, events)
+                limit = max(out.max_body_bytes, traffic.policy.request_body_limit)
+                events = await buffer_body(client, reader, limit, events)
                 body = b"".join(bytes(e.data) for e in events if isinstance(e, http1.Data))
-                traffic.req.body = body[: out.max_body_bytes]
-                traffic.req.body_complete = len(body) <= out.max_body_bytes and isinstance(
+                traffic.req.body = body[:limit]
+                traffic.req.body_complete = len(body) <= limit and isinstance(
                     events[-1], http1.EndOfMessage
                 )
                 out = again()
