@@ -10,7 +10,7 @@ API allocates reserved addresses from the range the edge listens on.
 import os
 import secrets
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core.config import get_settings
 from edge import quotas
@@ -46,6 +46,8 @@ class EdgeSettings:
     public_ports: Dict[str, int] = field(default_factory=dict)  # a load balancer's (URLs)
     core_threads: int = 0  # the compiled core's worker threads (0: one per core)
     command_poll_seconds: float = 1.0  # how often stop/restart commands are read
+    # http-request: networks external calls may reach (chalicelib/core/policy/httpcall.py)
+    http_request_allow: Tuple[Any, ...] = ()
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
@@ -54,6 +56,15 @@ class EdgeSettings:
         if self.url_ports and port != default:
             return f"{scheme}://{hostname}:{port}"
         return f"{scheme}://{hostname}"
+
+
+def _http_request_allow(env) -> Tuple[Any, ...]:
+    from chalicelib.core.policy import httpcall
+
+    try:
+        return tuple(httpcall.parse_allow(env.get("EDGE_HTTP_REQUEST_ALLOW", "")))
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def _port(env, name: str, default: int) -> int:
@@ -177,6 +188,7 @@ def load(env=None) -> EdgeSettings:
         max_connections_per_address=int(_positive(env, "EDGE_MAX_CONNECTIONS_PER_ADDRESS", 512)),
         listen_fds=_fds(env.get("EDGE_LISTEN_FDS", "")),
         core_threads=_not_negative_int(env, "EDGE_CORE_THREADS", 0),
+        http_request_allow=_http_request_allow(env),
         limits=quotas.Limits(
             **{
                 name: int(_positive(env, variable, getattr(quotas.Limits, name)))

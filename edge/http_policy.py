@@ -12,7 +12,10 @@ from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import edge_errors, policy as tp
-from edge import http1, identity, observe, secrets
+from chalicelib.core.policy import actions as tp_actions
+from chalicelib.core.policy import sse as tp_sse
+from chalicelib.core.policy import waf as tp_waf
+from edge import http1, http_request, identity, observe, secrets
 from edge.edges import Hop, forward_refused
 from edge.http_io import BODY_TIMEOUT, Closed, answer, client_event, outcome_response, send
 from edge.http_routing import Route
@@ -68,6 +71,8 @@ class Traffic:
         self.compressor = None
         self.rewrites: List[Any] = []  # response-body-find-replace (public.py buffers for it)
         self.breakers: List[Any] = []  # circuit-breaker actions the response is counted in
+        self.sse: Optional[EventStream] = None  # sse-find-replace: the messages' rewriter
+        self.body_checks: List[Any] = []  # owasp-crs-response process_body (public.py)
 
     def forwarded_request(self) -> http1.Request:
         """The request as this policy left it, for the internal endpoint it forwards to.
@@ -270,24 +275,34 @@ async def request_phase(
         if isinstance(event, http1.EndOfMessage):
             break
     asked = False
+
+    def again() -> Any:
+        return traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+
     while True:
-        out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
-        while out.kind == tp.NEED_BODY and not asked:
-            asked = True
-            events = await buffer_body(client, reader, out.max_body_bytes, events)
-            body = b"".join(bytes(e.data) for e in events if isinstance(e, http1.Data))
-            traffic.req.body = body[: out.max_body_bytes]
-            traffic.req.body_complete = len(body) <= out.max_body_bytes and isinstance(
-                events[-1], http1.EndOfMessage
-            )
-            out = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
-        while out.kind == tp.IDENTITY:  # openid-connect / oauth sign-in (edge/identity.py)
-            answered = await identity.handle(traffic, out)
-            out = (
-                answered
-                if answered is not None
-                else traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
-            )
+        out = again()
+        while True:
+            if out.kind == tp.NEED_BODY and not asked:
+                # read once, as much as the policy's greediest action reads (owasp-crs-request
+                # 4 KiB, request-body-find-replace 1 MiB: each reads its part of that)
+                asked = True
+                limit = max(out.max_body_bytes, traffic.policy.request_body_limit)
+                events = await buffer_body(client, reader, limit, events)
+                body = b"".join(bytes(e.data) for e in events if isinstance(e, http1.Data))
+                traffic.req.body = body[:limit]
+                traffic.req.body_complete = len(body) <= limit and isinstance(
+                    events[-1], http1.EndOfMessage
+                )
+                out = again()
+            elif out.kind == tp.IDENTITY:  # openid-connect / oauth sign-in (edge/identity.py)
+                answered = await identity.handle(traffic, out)
+                out = answered if answered is not None else again()
+            elif out.kind == tp.HTTP_REQUEST:  # the call made, the phase resumes
+                out = await http_call(
+                    router.edge, account_id, traffic, "on_http_request", out, again
+                )
+            else:
+                break
         if out.kind != tp.FORWARD_INTERNAL:
             break
         target = await router.internal_target(account_id, out.url)
@@ -321,30 +336,102 @@ async def request_phase(
     return "close", [], None
 
 
-def response_phase(traffic: Traffic, event: http1.Response) -> Any:
+async def http_call(
+    edge: Any, account_id: str, traffic: Traffic, phase: str, out: Any, again: Any
+) -> Any:
+    """An http-request action's call (edge/http_request.py), its answer set as the phase's
+    variables; the phase's next outcome (``again``), or the action's halt answer when the
+    call failed and its on_error is halt."""
+    values, failed = await http_request.perform(
+        edge, account_id or traffic.conn.endpoint.account_id, out.call
+    )
+    if failed and out.call.on_error == "halt":
+        traffic.state.resume.pop(phase, None)
+        halted = tp_actions.HttpRequest.halted(values["error.message"])
+        halted.errors, halted.logs = out.errors, out.logs
+        return halted
+    traffic.state.http_request_done(phase, values)
+    return again()
+
+
+async def response_phase(traffic: Traffic, event: http1.Response, edge: Any = None) -> Any:
     """Run on_http_response on the agent's response head: the head to send, or the policy's
-    own answer (a list of events), or Closed."""
+    own answer (a list of events), or Closed. A text/event-stream response to a policy with
+    on_event_stream_message rules gets ``traffic.sse`` (each message through that phase) and
+    loses its Content-Length (sent chunked: the messages change size)."""
     if getattr(traffic, "set_cookies", None):  # a session refreshed (edge/identity.py)
         event = identity.with_cookies(event, traffic)
-    if not traffic.policy.has("on_http_response"):
+    streams = traffic.policy.has("on_event_stream_message") and event_stream(traffic, event)
+    if not traffic.policy.has("on_http_response") and not streams:
         return event  # nothing to run: the response goes on as the agent sent it
     res = tp.Response(
         status_code=event.status_code,
         headers=[(n.decode("latin-1"), v.decode("latin-1")) for n, v in event.headers],
     )
-    out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
-    if out.kind == tp.RESPOND:
-        return outcome_response(out, close=True)
-    if out.kind == tp.CLOSE:
-        raise Closed()
-    traffic.compressor = out.compressor
-    traffic.rewrites = out.rewrites
+    if traffic.policy.has("on_http_response"):
+
+        def again() -> Any:
+            return traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+
+        out = again()
+        while out.kind == tp.HTTP_REQUEST and edge is not None:
+            out = await http_call(edge, "", traffic, "on_http_response", out, again)
+        if out.kind == tp.RESPOND:
+            return outcome_response(out, close=True)
+        if out.kind == tp.CLOSE:
+            raise Closed()
+        traffic.compressor = out.compressor
+        traffic.rewrites = out.rewrites
+        traffic.body_checks = out.body_checks
+    if streams:
+        traffic.sse = EventStream(traffic, res)
+        res.remove_header("content-length")
     return http1.Response(
         status_code=res.status_code,
         reason=event.reason,
         headers=[(wire(n), wire(v)) for n, v in res.headers],
         checked=True,
     )
+
+
+def event_stream(traffic: Traffic, event: http1.Response) -> bool:
+    """A response whose body is server-sent events (and has a body)."""
+    if traffic.req.method == "HEAD" or event.status_code in (204, 304) or event.status_code < 200:
+        return False
+    for name, value in event.headers:
+        if name == b"content-type":
+            media = value.split(b";")[0].strip().lower().decode("latin-1")
+            return media == tp_sse.MEDIA_TYPE
+    return False
+
+
+class EventStream:
+    """A text/event-stream response's messages, each through on_event_stream_message as it
+    completes (chalicelib/core/policy/sse.py): at most one incomplete message held
+    (sse.MAX_EVENT bytes; sse.TooLarge past it)."""
+
+    def __init__(self, traffic: Traffic, res: Any) -> None:
+        self.traffic, self.res = traffic, res
+        self.splitter = tp_sse.Splitter()
+        self.messages = 0
+
+    def feed(self, data: bytes) -> bytes:
+        return b"".join([self.feed_one(raw) for raw in self.splitter.feed(data)])
+
+    def finish(self) -> bytes:
+        """What the stream ended with without a blank line, run as a message too (browsers
+        drop it, other clients may not: it is never passed on unrewritten)."""
+        tail = self.splitter.finish()
+        return self.feed_one(tail) if tail else b""
+
+    def feed_one(self, raw: bytes) -> bytes:
+        traffic = self.traffic
+        message = tp_sse.Message(raw)
+        traffic.policy.on_event_stream_message(
+            traffic.conn, traffic.req, self.res, traffic.state, message
+        )
+        self.messages += 1
+        return message.to_bytes()
 
 
 async def answer_fixed(
@@ -354,6 +441,7 @@ async def answer_fixed(
     fixed: Dict[str, Any],
     traffic: Optional[Traffic],
     events: Optional[List[Any]],
+    edge: Any = None,
 ) -> bool:
     """Answer with an http_response backend's status, headers and body (the response
     phase's rules apply to it too). True when the connection stays usable."""
@@ -364,14 +452,30 @@ async def answer_fixed(
     status = int(fixed.get("status_code") or 200)
     if traffic is not None:
         res = tp.Response(status_code=status, headers=headers)
-        out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+
+        def again() -> Any:
+            return traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+
+        out = again()
+        while out.kind == tp.HTTP_REQUEST and edge is not None:
+            out = await http_call(edge, "", traffic, "on_http_response", out, again)
         if out.kind == tp.RESPOND:
             status, headers, body = out.status_code, out.headers, out.body
         elif out.kind == tp.CLOSE:
             return False
         else:
             status, headers = res.status_code, res.headers
-            body = rewritten_body(body, out.rewrites, out.compressor)
+            for body_check in out.body_checks:  # owasp-crs-response process_body
+                checked = body_check(body[: tp_waf.BODY_LIMIT])
+                if checked is not None:
+                    status, headers, body = checked.status_code, checked.headers, checked.body
+                    out.rewrites, out.compressor = [], None
+                    break
+            try:
+                body = rewritten_body(body, out.rewrites, out.compressor)
+            except tp_actions.RewriteTooLarge as exc:
+                status, body = 502, f"response-body-find-replace: {exc}.".encode()
+                headers = [("ngrok-error-code", edge_errors.BAD_UPSTREAM_RESPONSE)]
     answer = SimpleNamespace(status_code=status, headers=headers, body=body)
     for item in outcome_response(answer, close=not whole):
         if item is not None:

@@ -19,8 +19,10 @@ import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from chalicelib.core import edge_errors
-from chalicelib.core.policy.actions import MAX_FIND_REPLACE_BODY
-from edge import breaker, http1, http_policy, http_routing, wstcp
+from chalicelib.core.policy import sse as tp_sse
+from chalicelib.core.policy.actions import MAX_FIND_REPLACE_BODY, RewriteTooLarge
+from chalicelib.core.policy.waf import BODY_LIMIT as WAF_BODY_LIMIT
+from edge import breaker, http1, http_io, http_policy, http_routing, wstcp
 from edge import observe  # traffic events, metrics and the inspector (edge/events.py)
 from edge.connections import connection_handler
 from edge.h2leg import H2Leg
@@ -255,7 +257,7 @@ class HttpFront:
                     return
                 if fixed is not None:  # an http_response backend: the edge answers
                     if not await http_policy.answer_fixed(
-                        client, reader, writer, fixed, traffic, prebuffered
+                        client, reader, writer, fixed, traffic, prebuffered, self.edge
                     ):
                         return
                     client.start_next_cycle()
@@ -438,9 +440,48 @@ class HttpFront:
                 held.clear()
                 held_size = 0
 
+        pending: List[Any] = []  # events to handle before reading more (already transformed)
+        # owasp-crs-response with process_body: the head waits for the first BODY_LIMIT
+        # bytes of the body (or all of a shorter one), which the checks read first
+        checking: Optional[http1.Response] = None
+        checked: List[bytes] = []
+
+        async def check(body: bytes) -> bool:
+            """The body checks on ``body``; False when one answered instead (sent)."""
+            for body_check in traffic.body_checks if traffic is not None else ():
+                out = body_check(body[:WAF_BODY_LIMIT])
+                if out is not None:
+                    for item in http_io.outcome_response(out, close=True):
+                        if item is not None:
+                            hold(item)
+                    flush()
+                    await writer.drain()
+                    return False
+            return True
+
         try:
             while True:
-                event = await self._leg_event(leg, body_task, flush)
+                fresh = not pending
+                event = pending.pop(0) if pending else await self._leg_event(leg, body_task, flush)
+                stream = traffic.sse if traffic is not None and fresh else None
+                if stream is not None and isinstance(event, http1.Data):
+                    # on_event_stream_message: whole messages only, each rewritten
+                    try:
+                        data = stream.feed(bytes(event.data))
+                    except tp_sse.TooLarge as exc:
+                        log.info("ending an event stream: %s", exc)
+                        flush()
+                        return "close"  # never passed on unrewritten: the response is cut
+                    if not data:
+                        continue
+                    event = http1.Data(data=data)
+                elif stream is not None and isinstance(event, http1.EndOfMessage):
+                    tail = stream.finish()
+                    if traffic is not None:
+                        traffic.sse = None
+                    if tail:
+                        pending = [http1.Data(data=tail), event]
+                        continue
                 if isinstance(event, http1.InformationalResponse):
                     if event.status_code == 101:
                         flush()
@@ -448,7 +489,7 @@ class HttpFront:
                     hold(event)
                 elif isinstance(event, http1.Response):
                     if traffic is not None:
-                        event = http_policy.response_phase(traffic, event)
+                        event = await http_policy.response_phase(traffic, event, self.edge)
                         if isinstance(event, list):  # the policy answered instead
                             for item in event:
                                 if item is not None:
@@ -461,8 +502,26 @@ class HttpFront:
                     if traffic is not None and traffic.rewrites:
                         waiting_head = event
                         continue
+                    if traffic is not None and traffic.body_checks:
+                        checking = event
+                        continue
                     started = True
                     hold(event)
+                elif checking is not None and isinstance(event, (http1.Data, http1.EndOfMessage)):
+                    ended = isinstance(event, http1.EndOfMessage)
+                    if isinstance(event, http1.Data):
+                        checked.append(bytes(event.data))
+                    body = b"".join(checked)
+                    if not ended and len(body) < WAF_BODY_LIMIT:
+                        continue
+                    if not await check(body):
+                        return "close"
+                    started = True
+                    hold(checking)
+                    checking, checked = None, []
+                    pending = ([http1.Data(data=body)] if body else []) + (
+                        [event] if ended else []
+                    )
                 elif isinstance(event, http1.Data) and waiting_head is not None:
                     whole.append(bytes(event.data))
                     whole_size += len(event.data)
@@ -500,9 +559,22 @@ class HttpFront:
                         await writer.drain()
                 elif isinstance(event, http1.EndOfMessage):
                     if waiting_head is not None and traffic is not None:
-                        body = http_policy.rewritten_body(
-                            b"".join(whole), traffic.rewrites, traffic.compressor
-                        )
+                        if traffic.body_checks and not await check(b"".join(whole)):
+                            return "close"
+                        try:
+                            body = http_policy.rewritten_body(
+                                b"".join(whole), traffic.rewrites, traffic.compressor
+                            )
+                        except RewriteTooLarge as exc:
+                            await answer(
+                                client,
+                                writer,
+                                502,
+                                edge_errors.BAD_UPSTREAM_RESPONSE,
+                                f"response-body-find-replace: {exc}.",
+                                close=True,
+                            )
+                            return "close"
                         started = True
                         hold(http_policy.with_length(waiting_head, len(body)))
                         if body:

@@ -7,10 +7,13 @@
 # - Chromium and its WebDriver (tests/dashboard: the dashboard in a real browser, headless).
 # - HAProxy: the TCP load balancer in front of several edge instances (make cluster,
 #   tests/edge/test_cluster.py).
+# - The OWASP Core Rule Set (modsecurity-crs: /usr/share/modsecurity-crs), the rules the
+#   owasp-crs-* actions run (chalicelib/core/policy/waf.py, tests/edge/test_owasp_crs.py).
 set -e
 have() { command -v "$1" >/dev/null 2>&1; }
+crs() { [ -d /usr/share/modsecurity-crs/rules ]; }
 if have pebble && have pebble-challtestsrv && have chromium && have chromedriver && \
-        have haproxy; then
+        have haproxy && crs; then
     exit 0
 fi
 SUDO=""
@@ -28,4 +31,7 @@ fi
 if ! have haproxy; then
     $SUDO apt-get install -y -qq haproxy
 fi
-have pebble && have pebble-challtestsrv && have chromium && have chromedriver && have haproxy
+if ! crs; then
+    $SUDO apt-get install -y -qq --no-install-recommends modsecurity-crs
+fi
+have pebble && have pebble-challtestsrv && have chromium && have chromedriver && have haproxy && crs

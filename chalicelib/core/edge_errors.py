@@ -50,6 +50,7 @@ it). The API's own catalog is :mod:`chalicelib.core.errors`.
 | SIGNIN_STATE_MISSING       | ERR_NGROK_3120   | public | openid-connect/oauth callback without its pending login   |
 | SIGNIN_STATE_MISMATCH      | ERR_NGROK_3124   | public | the callback's state is not the pending login's (400)     |
 | SIGNIN_FAILED              | ERR_NGROK_3300   | public | the sign-in could not finish (provider, token, ID token)  |
+| WAF_BLOCKED                | ERR_NGROK_3700   | public | owasp-crs-request/-response: anomaly score at threshold (403) |
 """
 
 AUTHTOKEN_MALFORMED = "ERR_NGROK_105"
@@ -92,6 +93,7 @@ JWKS_UNAVAILABLE = "ERR_NGROK_3403"
 RATE_LIMITED = "ERR_NGROK_20000"
 INVALID_CIRCUIT_BREAKER = "ERR_NGROK_361"
 CIRCUIT_BREAKER_TRIPPED = "ERR_NGROK_3202"
+WAF_BLOCKED = "ERR_NGROK_3700"  # "The request was blocked by the WAF." (owasp-crs-*)
 SIGNIN_STATE_MISSING = "ERR_NGROK_3120"
 SIGNIN_STATE_MISMATCH = "ERR_NGROK_3124"
 SIGNIN_FAILED = "ERR_NGROK_3300"

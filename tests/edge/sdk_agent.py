@@ -104,6 +104,32 @@ async def status(request):
     return web.Response(status=int(request.match_info["code"]))
 
 
+async def events(request):
+    """text/event-stream: ``retry: 10``, then ``?n=N`` messages (``id``, two ``data`` lines
+    with a card number), each written in two pieces 50 ms apart; ``?size=N``: one message of
+    N bytes (its blank line counted); ``?hold=S``: the stream stays open S seconds more."""
+    resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await resp.prepare(request)
+    if "size" in request.query:
+        await resp.write(b"data: " + b"s" * (int(request.query["size"]) - 8) + b"\n\n")
+    else:
+        await resp.write(b"retry: 10\n\n")
+        for i in range(int(request.query.get("n", "3"))):
+            message = f"id: {i}\ndata: card 1234-5678 #{i}\ndata: second line\n\n".encode()
+            await resp.write(message[:20])
+            await asyncio.sleep(0.05)
+            await resp.write(message[20:])
+    await asyncio.sleep(float(request.query.get("hold", "0")))
+    await resp.write_eof()
+    return resp
+
+
+async def slow(request):
+    """``?s=N``: the response after N seconds (an upstream slower than a caller's timeout)."""
+    await asyncio.sleep(float(request.query.get("s", "1")))
+    return web.Response(text="slow")
+
+
 async def cut(request):
     """Half a response, then the upstream closes its connection (an upstream that dies)."""
     resp = web.StreamResponse()
@@ -169,6 +195,8 @@ async def main(cfg):
             web.get("/flooded", flooded),
             web.route("*", "/status/{code}", status),
             web.get("/cut", cut),
+            web.get("/slow", slow),
+            web.get("/events", events),
             web.route("*", "/{tail:.*}", echo),
         ]
     )

@@ -164,3 +164,53 @@ def test_a_rewritten_body_is_compressed_after_whatever_the_order(edge, account, 
     assert got.headers["content-encoding"] == "gzip"
     assert got.headers["content-length"] == str(len(raw))
     assert gzip.decompress(raw) == b"id XXXX-5432 " * 100
+
+
+def test_a_response_body_a_rule_would_grow_past_4_mib_never_reaches_the_client(
+    edge, account, agents
+):
+    policy = {
+        "on_http_response": [
+            {
+                "actions": [
+                    {
+                        "type": "response-body-find-replace",
+                        "config": {"replacements": [{"from": "r+", "to": "$0" * 5}]},
+                    }
+                ]
+            }
+        ]
+    }
+    agent = agents(edge, _credential(account)["token"], _binds(policy))
+    host = _host(_bound(agent.start())[0]["url"])
+    at = edge.http("GET", host, f"/reflect?size={MIB // 2}")  # 2.5 MiB: within the bound
+    assert at.status_code == 200 and len(at.content) == 5 * MIB // 2
+    over = edge.http("GET", host, f"/reflect?size={MIB}")  # 5 MiB: past 4 MiB
+    assert over.status_code == 502 and over.headers["ngrok-error-code"] == "ERR_NGROK_3004"
+    assert b"rrrr" not in over.content
+
+
+def test_an_action_that_reads_4_kib_first_leaves_the_whole_body_to_a_find_replace(
+    edge, account, agents
+):
+    # owasp-crs-request with process_body asks for the body first (4 KiB of it); the body is
+    # read once, as far as the greediest action of the policy needs (1 MiB here)
+    policy = {
+        "on_http_request": [
+            {
+                "actions": [
+                    {
+                        "type": "owasp-crs-request",
+                        "config": {"process_body": True, "on_error": "continue"},
+                    },
+                    REQUEST["on_http_request"][0]["actions"][0],
+                ]
+            }
+        ]
+    }
+    agent = agents(edge, _credential(account)["token"], _binds(policy))
+    host = _host(_bound(agent.start())[0]["url"])
+    sent = b"x" * 10000 + b" secret"
+    got = edge.http("POST", host, "/reflect", data=sent)
+    # every "xxx" of the 10,000 deleted (REQUEST's last rule): the whole body was rewritten
+    assert got.status_code == 200 and got.content == b"x $public"

@@ -1648,3 +1648,23 @@ def test_the_action_breakers_are_bounded():
     assert len(kept) == 3
     assert kept.get(4, lambda: breaker.Breaker(0.5)) is made[4]
     assert kept.get(0, lambda: breaker.Breaker(0.5)) is not made[0]  # dropped, made anew
+
+
+def test_a_request_body_a_rule_would_grow_past_4_mib_is_refused_with_413():
+    grow = {
+        "type": "request-body-find-replace",
+        "config": {"replacements": [{"from": "(?s).+", "to": "$0$0$0$0"}]},
+    }
+    p = compile_doc(req_doc(grow))
+    for copies, status in ((4, None), (5, 413)):
+        grow["config"]["replacements"][0]["to"] = "$0" * copies
+        p = compile_doc(req_doc(grow))
+        state, req = p.new_state(), request(method="POST")
+        assert p.on_http_request(conn(), req, state).kind == NEED_BODY
+        req.body, req.body_complete = b"b" * (1 << 20), True
+        out = p.on_http_request(conn(), req, state)
+        if status is None:
+            assert out.kind == CONTINUE and len(req.body) == 4 << 20
+        else:
+            assert out.kind == RESPOND and out.status_code == 413
+            assert header(out.headers, "ngrok-error-code") == ["ERR_NGROK_10088"]

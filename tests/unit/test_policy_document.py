@@ -140,11 +140,8 @@ def test_bad_shapes_are_refused_naming_the_element(doc, path, words):
     [
         "oidc",
         "saml",
-        "http-request",
         "ai-gateway",
-        "owasp-crs-request",
         "terminate-tls",
-        "sse-find-replace",
     ],
 )
 def test_documented_actions_this_service_does_not_run_are_refused_by_name(kind):

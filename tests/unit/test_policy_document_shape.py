@@ -30,18 +30,19 @@ def _refused(value):
             [1],
             "",
             "the top level must be a mapping of phases (on_tcp_connect, on_http_request, "
-            "on_http_response) to lists of rules",
+            "on_http_response, on_event_stream_message) to lists of rules",
         ),
         (
             {"on_x": []},
             "",
-            "unknown phase 'on_x'; accepted: on_tcp_connect, on_http_request, on_http_response",
+            "unknown phase 'on_x'; accepted: on_tcp_connect, on_http_request, on_http_response, "
+            "on_event_stream_message",
         ),
         (
             {"p" * 100: []},
             "",
             f"unknown phase '{'p' * 64}'; accepted: on_tcp_connect, "
-            "on_http_request, on_http_response",
+            "on_http_request, on_http_response, on_event_stream_message",
         ),
         ({"on_tcp_connect": {}}, "on_tcp_connect", "must be a list of rules"),
         (

@@ -83,6 +83,7 @@ _EXPORTS = {
     "FORWARD_INTERNAL": "outcome",
     "NEED_BODY": "outcome",
     "IDENTITY": "outcome",
+    "HTTP_REQUEST": "outcome",
     "RESPOND": "outcome",
     "Outcome": "outcome",
 }

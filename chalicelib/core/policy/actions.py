@@ -34,8 +34,8 @@ Decisions where the hosted docs are silent, written down here:
   1 MiB (MAX_FIND_REPLACE_BODY; the hosted docs give no bound), apply up to 32 rules
   (MAX_REPLACEMENTS) in order (RE2, every match, Go's ``$1`` / ``$name`` / ``$$``
   replacement syntax) to the bytes, and send the body with its new Content-Length. A longer
-  request body is refused with 413 ERR_NGROK_3210 before anything goes upstream; a longer
-  response body with 502 ERR_NGROK_3211 before any of it reaches the client: a body too
+  request body is refused with 413 ERR_NGROK_10088 before anything goes upstream; a longer
+  response body with 502 ERR_NGROK_3004 before any of it reaches the client: a body too
   large to rewrite is never passed on unrewritten (the action is how secrets are redacted).
   A ``from`` made by CEL that is not a valid RE2 pattern skips that rule and records the
   error. They do nothing for HEAD requests and 1xx, 204 and 304 responses. A response body is
@@ -43,6 +43,9 @@ Decisions where the hosted docs are silent, written down here:
 - circuit-breaker keeps one breaker per action and endpoint (chalicelib/core/policy/breaker.py,
   shared with the agent option): ``num_buckets`` is fixed at 10 as hosted; a breaker that is
   tripped answers 503 ERR_NGROK_3202; ``enforce: false`` counts and never refuses.
+- http-request: chalicelib/core/policy/httpcall.py (its bounds, destinations, variables, and
+  the decisions where the hosted docs are silent; docs/CONTRACT.md lists them).
+- sse-find-replace: chalicelib/core/policy/sse.py; owasp-crs-*: chalicelib/core/policy/waf.py.
 - compress-response negotiates gzip and deflate (br when the ``brotli`` module is
   installed; ``compress`` is accepted and never chosen).
 """
@@ -62,14 +65,23 @@ import re2
 from chalicelib.core import edge_errors
 from chalicelib.core.policy import celenv, identity, jwks, ratelimit
 from chalicelib.core.policy.document import PolicyError
-from chalicelib.core.policy.outcome import CLOSE, FORWARD_INTERNAL, NEED_BODY, RESPOND, Outcome
+from chalicelib.core.policy.outcome import (
+    CLOSE,
+    FORWARD_INTERNAL,
+    HTTP_REQUEST,
+    NEED_BODY,
+    RESPOND,
+    Outcome,
+)
 from chalicelib.core.policy.template import Template
 
 TCP, REQ, RES = "on_tcp_connect", "on_http_request", "on_http_response"
+SSE = "on_event_stream_message"
 MAX_HEADERS = 10
 MAX_WEBHOOK_BODY = 1 << 20
 MAX_FIND_REPLACE_BODY = 1 << 20  # bytes of body a find-replace action buffers (each way)
 MAX_REPLACEMENTS = 32  # replacement rules in one find-replace action
+MAX_REWRITTEN_BODY = 4 << 20  # bytes a body find-replace may grow a body to (4 MiB)
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
@@ -77,28 +89,25 @@ _RE2_OPTIONS.log_errors = False
 # Documented by the hosted service, not run here: refused at creation, by name.
 UNSUPPORTED = (
     "ai-gateway",
-    "http-request",
     "oidc",
-    "owasp-crs-request",
-    "owasp-crs-response",
     "saml",
-    "sse-find-replace",
     "terminate-tls",
 )
 
 
 class Run:
-    """What an action sees while it runs."""
+    """What an action sees while it runs (``state``: the request's, engine.State)."""
 
-    __slots__ = ("traffic", "phase", "errors", "logs", "outcome", "clock")
+    __slots__ = ("traffic", "phase", "errors", "logs", "outcome", "clock", "state")
 
-    def __init__(self, traffic, phase, outcome, clock):
+    def __init__(self, traffic, phase, outcome, clock, state=None):
         self.traffic = traffic
         self.phase = phase
         self.errors = outcome.errors
         self.logs = outcome.logs
         self.outcome = outcome
         self.clock = clock
+        self.state = state
 
     def render(self, template: Template) -> str:
         return template.render(self.traffic, self.errors)
@@ -1173,6 +1182,32 @@ class _Latin1Match:
         return None if value is None else value.decode("latin-1")
 
 
+class RewriteTooLarge(ValueError):
+    """A find-replace rule whose result would pass its bound (a small match replaced by a
+    long ``to``, or ``$0`` many times, grows a body without limit otherwise)."""
+
+
+def bounded_sub(regex, replacement: Callable[[Any], bytes], value: bytes, limit: int) -> bytes:
+    """``regex.sub(replacement, value)`` built piece by piece; RewriteTooLarge as soon as
+    the result passes ``limit`` bytes (never more than ``limit`` plus one piece is held)."""
+    out: List[bytes] = []
+    size = 0
+    last = 0
+    for match in regex.finditer(value):
+        piece = replacement(match)
+        out.append(value[last : match.start()])
+        out.append(piece)
+        size += match.start() - last + len(piece)
+        last = match.end()
+        if size > limit:
+            raise RewriteTooLarge(f"the rewritten text would be longer than {limit} bytes")
+    out.append(value[last:])
+    size += len(value) - last
+    if size > limit:
+        raise RewriteTooLarge(f"the rewritten text would be longer than {limit} bytes")
+    return b"".join(out)
+
+
 class _BodyFindReplace(Action):
     fields = ("replacements",)
 
@@ -1212,8 +1247,9 @@ class _BodyFindReplace(Action):
             ready.append((regex, _bytes_replacement(r.render(to) if to is not None else "")))
 
         def rewrite(body: bytes) -> bytes:
+            """RewriteTooLarge past MAX_REWRITTEN_BODY (the caller refuses the message)."""
             for regex, replacement in ready:
-                body = regex.sub(replacement, body)
+                body = bounded_sub(regex, replacement, body, MAX_REWRITTEN_BODY)
             return body
 
         return rewrite
@@ -1307,7 +1343,17 @@ class RequestBodyFindReplace(_BodyFindReplace):
                 ],
                 body,
             )
-        rewritten = self.rewriter(r)(req.body)
+        try:
+            rewritten = self.rewriter(r)(req.body)
+        except RewriteTooLarge as exc:
+            return _respond(
+                413,
+                [
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("ngrok-error-code", edge_errors.BODY_TOO_LARGE),
+                ],
+                f"request-body-find-replace: {exc}.\n".encode(),
+            )
         if rewritten != req.body:
             req.body = rewritten
             req.body_rewritten = True
@@ -1326,6 +1372,384 @@ class ResponseBodyFindReplace(_BodyFindReplace):
             return None
         r.outcome.rewrites.append(self.rewriter(r))
         return None
+
+
+class SseFindReplace(Action):
+    """Per message of a text/event-stream response (chalicelib/core/policy/sse.py): RE2 rules
+    in order on the ``data`` (its lines joined with LF) or ``retry`` field, every match,
+    Go's ``$1`` / ``$name`` / ``$$``; the message goes on rewritten as it came, never the
+    stream held (a message longer than sse.MAX_EVENT ends the response: never passed on
+    unrewritten). ``actions.ngrok.sse_find_replace.replacements`` lists the rules that
+    matched (``replacement_index``, ``matched_content``: the first match)."""
+
+    type, phases, fields = "sse-find-replace", (SSE,), ("replacements",)
+    FIELDS = ("data", "retry")
+
+    def setup(self, c, phase):
+        entries = c.get("replacements", list, required=True)
+        if not entries:
+            raise PolicyError(c.at("replacements"), "needs at least 1 replacement")
+        if len(entries) > MAX_REPLACEMENTS:
+            raise PolicyError(
+                c.at("replacements"),
+                f"has {len(entries)} replacements; the limit is {MAX_REPLACEMENTS}",
+            )
+        self.rules = []
+        for index, entry in enumerate(entries):
+            where = f"{c.at('replacements')}[{index}]"
+            if not isinstance(entry, dict):
+                raise PolicyError(where, "must be a mapping with from (and field, to)")
+            one = Config(entry, where, ("field", "from", "to"))
+            field = one.template("field", phase)
+            if field is not None and field.static is not None and field.static not in self.FIELDS:
+                raise PolicyError(one.at("field"), "must be data or retry")
+            from_ = one.template("from", phase, required=True)
+            if from_.static == "":
+                raise PolicyError(one.at("from"), "must not be empty")
+            static = None if from_.static is None else _bytes_regex(from_.static, one.at("from"))
+            self.rules.append((field, from_, static, one.template("to", phase)))
+
+    def run(self, r):
+        from chalicelib.core.policy import sse
+
+        message = r.outcome.message
+        if message is None:
+            return None
+        matched = []
+        for index, (field_t, from_, static, to) in enumerate(self.rules):
+            field = r.render(field_t) if field_t is not None else "data"
+            if field not in self.FIELDS:
+                r.errors.append(
+                    f"{self.type}: field '{field[:32]}' is not data or retry; rule skipped"
+                )
+                continue
+            value = message.field(field.encode())
+            if value is None:
+                continue
+            regex = static
+            if regex is None:
+                try:
+                    regex = _bytes_regex(r.render(from_), "from")
+                except PolicyError as exc:
+                    r.errors.append(f"{self.type}: {exc.message}; rule skipped")
+                    continue
+            found = regex.search(value)
+            if found is None:
+                continue
+            matched.append(
+                {
+                    "replacement_index": index,
+                    "matched_content": found.group(0).decode("utf-8", "replace"),
+                }
+            )
+            replacement = _bytes_replacement(r.render(to) if to is not None else "")
+            try:
+                rewritten = bounded_sub(regex, replacement, value, sse.MAX_EVENT)
+            except RewriteTooLarge as exc:  # the stream ends: never passed on unrewritten
+                raise sse.TooLarge(f"{self.type}: {exc}") from None
+            message.set_field(field.encode(), rewritten)
+        r.set_vars("sse_find_replace", replacements=matched)
+        return None
+
+
+class _OwaspCrs(Action):
+    """The OWASP Core Rule Set (chalicelib/core/policy/waf.py: engine, rules, settings). A
+    score at or above the threshold is ``deny``: with ``on_error: halt`` (the default) a 403
+    ERR_NGROK_3700 and nothing goes further; with ``continue`` only the variables say so
+    (the hosted "test mode"). An engine that cannot run here is an error: 500 with halt."""
+
+    fields = ("on_error", "process_body", "exclude_rule_ids")
+    var = ""
+    noun = ""
+
+    def setup(self, c, phase):
+        from chalicelib.core.policy import waf
+
+        self.on_error = c.get("on_error", str, default="halt")
+        if self.on_error not in ("continue", "halt"):
+            raise PolicyError(c.at("on_error"), "must be continue or halt")
+        self.process_body = c.get("process_body", bool, default=False)
+        ids = c.get("exclude_rule_ids", list, default=[])
+        if len(ids) > waf.MAX_EXCLUDED:
+            raise PolicyError(
+                c.at("exclude_rule_ids"),
+                f"has {len(ids)} entries; the limit is {waf.MAX_EXCLUDED}",
+            )
+        for index, rule_id in enumerate(ids):
+            if (
+                isinstance(rule_id, bool)
+                or not isinstance(rule_id, int)
+                or not waf.RULE_ID_MIN <= rule_id <= waf.RULE_ID_MAX
+            ):
+                raise PolicyError(
+                    f"{c.at('exclude_rule_ids')}[{index}]",
+                    f"must be a rule id from {waf.RULE_ID_MIN} to {waf.RULE_ID_MAX}",
+                )
+        self.excluded = tuple(sorted(set(ids)))
+
+    def verdict(self, r, inspect) -> Optional[Outcome]:
+        """Run ``inspect`` (a function of nothing returning a waf.Verdict), set the
+        variables, and answer when the policy should end here."""
+        from chalicelib.core.policy import waf
+
+        try:
+            found = inspect()
+        except waf.Unavailable as exc:
+            r.set_vars(
+                self.var,
+                **{"error.code": edge_errors.POLICY_FAILED, "error.message": str(exc)},
+            )
+            r.errors.append(f"{self.type}: {exc}")
+            if self.on_error != "halt":
+                return None
+            return _respond(
+                500,
+                [
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("ngrok-error-code", edge_errors.POLICY_FAILED),
+                ],
+                f"The {self.noun} could not be inspected: {exc}.\n".encode(),
+            )
+        r.set_vars(
+            self.var,
+            decision=found.decision,
+            anomaly_score=found.score,
+            anomaly_score_threshold=found.threshold,
+            matched_rules=found.matched,
+        )
+        if found.decision == "deny" and self.on_error == "halt":
+            return _respond(
+                403,
+                [
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("ngrok-error-code", edge_errors.WAF_BLOCKED),
+                ],
+                f"The {self.noun} was blocked by the WAF.\n".encode(),
+            )
+        return None
+
+
+class OwaspCrsRequest(_OwaspCrs):
+    type, phases, var, noun = "owasp-crs-request", (REQ,), "owasp_crs_request", "request"
+
+    def setup(self, c, phase):
+        from chalicelib.core.policy import waf
+
+        super().setup(c, phase)
+        self.needs_body = waf.BODY_LIMIT if self.process_body else 0
+
+    def run(self, r):
+        from chalicelib.core.policy import waf
+
+        req = r.traffic.req
+        if self.process_body and req.body is None:
+            return Outcome(NEED_BODY, max_body_bytes=self.needs_body)
+        body = req.body if self.process_body else None
+        return self.verdict(
+            r, lambda: waf.inspect_request(r.traffic.conn, req, self.excluded, body)
+        )
+
+
+class OwaspCrsResponse(_OwaspCrs):
+    """With ``process_body`` the edge holds the response head until it has the first 4 KiB
+    of the body (or all of a shorter one): :meth:`body_check`, run then; the variables of the
+    actions after it in the phase see the verdict on the head alone."""
+
+    type, phases, var, noun = "owasp-crs-response", (RES,), "owasp_crs_response", "response"
+
+    def run(self, r):
+        from chalicelib.core.policy import waf
+
+        t = r.traffic
+        if not self.process_body:
+            return self.verdict(
+                r, lambda: waf.inspect_response(t.conn, t.req, t.res, self.excluded, None)
+            )
+        conn, req, res = t.conn, t.req, t.res
+
+        def body_check(body: bytes) -> Optional[Outcome]:
+            found = self.verdict(
+                r, lambda: waf.inspect_response(conn, req, res, self.excluded, body)
+            )
+            return found
+
+        r.outcome.body_checks.append(body_check)
+        return None
+
+
+def check_request_url(url: str, where: str) -> Tuple[str, str]:
+    """(scheme, host) of an http-request URL: http or https with a host; else PolicyError."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        raise PolicyError(where, f"'{url[:128]}' is not a URL") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise PolicyError(where, f"'{url[:128]}' must be an http:// or https:// URL with a host")
+    return parts.scheme, host
+
+
+class HttpRequest(Action):
+    """An outbound HTTP request (chalicelib/core/policy/httpcall.py: bounds, destinations,
+    variables). ``run`` renders the call and pauses the phase (HTTP_REQUEST); the edge
+    makes it, sets ``actions.ngrok.http_request.*`` and resumes after the action. With
+    ``on_error: halt`` a failed call ends the phase with :meth:`halted`."""
+
+    type, phases = "http-request", (REQ, RES)
+    fields = (
+        "url",
+        "method",
+        "query_params",
+        "headers",
+        "body",
+        "max_redirects",
+        "timeout",
+        "retry_condition",
+        "on_error",
+    )
+
+    def setup(self, c, phase):
+        from chalicelib.core.policy import celenv, httpcall
+
+        self.url = c.template("url", phase, required=True)
+        if self.url.static is not None:
+            check_request_url(self.url.static, c.at("url"))
+        self.method = c.get("method", str, default="GET")
+        if self.method not in httpcall.METHODS:
+            raise PolicyError(c.at("method"), f"must be one of {', '.join(httpcall.METHODS)}")
+        params = c.get("query_params", list, default=[])
+        if len(params) > httpcall.MAX_QUERY_PARAMS:
+            raise PolicyError(
+                c.at("query_params"),
+                f"has {len(params)} entries; the limit is {httpcall.MAX_QUERY_PARAMS}",
+            )
+        self.query = []
+        for index, entry in enumerate(params):
+            where = f"{c.at('query_params')}[{index}]"
+            if not isinstance(entry, dict):
+                raise PolicyError(where, "must be a mapping with key and value")
+            one = Config(entry, where, ("key", "value"))
+            key = one.get("key", str, required=True)
+            if not 1 <= len(key) <= httpcall.MAX_QUERY_KEY:
+                raise PolicyError(
+                    one.at("key"), f"must be 1 to {httpcall.MAX_QUERY_KEY} characters"
+                )
+            value = one.get("value", str, default="")
+            if len(value) > httpcall.MAX_QUERY_VALUE:
+                raise PolicyError(
+                    one.at("value"), f"is longer than {httpcall.MAX_QUERY_VALUE} characters"
+                )
+            self.query.append((key, Template(value, phase, one.at("value"))))
+        self.headers = c.headers("headers", phase)
+        self.body = c.template("body", phase)
+        self.max_redirects = c.get("max_redirects", int, default=0)
+        if not 0 <= self.max_redirects <= httpcall.MAX_REDIRECTS:
+            raise PolicyError(c.at("max_redirects"), f"must be from 0 to {httpcall.MAX_REDIRECTS}")
+        text = c.get("timeout", str)
+        self.timeout = httpcall.TIMEOUT_DEFAULT
+        if text is not None:
+            seconds = parse_duration(text)
+            if seconds is None or not httpcall.TIMEOUT_MIN <= seconds <= httpcall.TIMEOUT_MAX:
+                raise PolicyError(
+                    c.at("timeout"),
+                    f"must be a duration from {httpcall.TIMEOUT_MIN}s to {httpcall.TIMEOUT_MAX}s",
+                )
+            self.timeout = seconds
+        retry = c.get("retry_condition", str)
+        self.retry = None
+        if retry is not None and retry.strip() not in ("", "false"):
+            try:
+                self.retry = celenv.compile_expression(retry, httpcall.RETRY_PHASE)
+            except celenv.CelError as exc:
+                raise PolicyError(c.at("retry_condition"), f"bad CEL: {exc}") from None
+        self.on_error = c.get("on_error", str, default="continue")
+        if self.on_error not in ("continue", "halt"):
+            raise PolicyError(c.at("on_error"), "must be continue or halt")
+
+    def run(self, r):
+        from urllib.parse import urlencode
+
+        from chalicelib.core.policy import httpcall
+
+        url = r.render(self.url)
+        failure = None
+        try:
+            check_request_url(url, "url")
+        except PolicyError as exc:
+            failure = exc.message
+        if self.query and failure is None:
+            pairs = []
+            for key, template in self.query:
+                value = r.render(template)
+                if len(value) > httpcall.MAX_QUERY_VALUE:
+                    failure = f"query_params {key}: the value is longer than {httpcall.MAX_QUERY_VALUE} characters"
+                    break
+                pairs.append((key, value))
+            url += ("&" if "?" in url else "?") + urlencode(pairs)
+        headers = []
+        for name, template in self.headers:
+            value = _safe_value(r.render(template), name, r.errors)
+            if value is not None:
+                headers.append((name, value))
+        body = r.render(self.body).encode("utf-8") if self.body is not None else b""
+        if len(body) > httpcall.MAX_REQUEST_BODY:
+            failure = f"the body is {len(body)} bytes; the limit is {httpcall.MAX_REQUEST_BODY}"
+        state = r.state
+        if state is not None:
+            state.http_requests += 1
+            if state.http_requests > httpcall.MAX_PER_REQUEST and failure is None:
+                failure = (
+                    f"more than {httpcall.MAX_PER_REQUEST} http-request actions for one request"
+                )
+        req = r.traffic.req
+        hops = 0
+        for value in req.get_header(httpcall.HOPS_HEADER) if req is not None else []:
+            hops = int(value) if value.strip().isdigit() else httpcall.MAX_HOPS
+        if hops >= httpcall.MAX_HOPS and failure is None:
+            failure = (
+                f"the request already came through {hops} http-request calls (loop protection)"
+            )
+        call = httpcall.Call(
+            method=self.method,
+            url=url,
+            headers=headers,
+            body=body,
+            timeout=float(self.timeout),
+            max_redirects=self.max_redirects,
+            on_error=self.on_error,
+            retry=self.retry,
+            hops=hops + 1,
+            client_ip=r.traffic.conn.client_ip if r.traffic.conn is not None else "",
+            errors=r.errors,
+        )
+        if failure is not None:
+            values = httpcall.result_vars(
+                httpcall.request_record(call, url),
+                None,
+                [],
+                (edge_errors.POLICY_FAILED, failure),
+            )
+            for key, value in values.items():
+                r.set_vars("http_request", **{key: value})
+            r.errors.append(f"http-request: {failure}")
+            return self.halted(failure) if self.on_error == "halt" else None
+        return Outcome(HTTP_REQUEST, call=call)
+
+    @staticmethod
+    def halted(message: str) -> Outcome:
+        """on_error halt: the phase ends with the hosted "error while processing policy
+        action" (502 ERR_NGROK_2300)."""
+        return _respond(
+            502,
+            [
+                ("content-type", "text/plain; charset=utf-8"),
+                ("ngrok-error-code", edge_errors.POLICY_FAILED),
+            ],
+            f"The http-request action failed: {message}\n".encode(),
+        )
 
 
 def _value_templates(value: Any, phase: str, where: str) -> Any:
@@ -1449,6 +1873,10 @@ ACTIONS = {
         CircuitBreaker,
         RequestBodyFindReplace,
         ResponseBodyFindReplace,
+        HttpRequest,
+        SseFindReplace,
+        OwaspCrsRequest,
+        OwaspCrsResponse,
         SetVars,
         Log,
         ForwardInternal,

@@ -43,8 +43,9 @@ MULTI = T.Map(STR, STR_LIST)
 STR_MAP = T.Map(STR, STR)
 DYN_MAP = T.Map(STR, DYN)
 
-PHASES = ("on_tcp_connect", "on_http_request", "on_http_response")
+PHASES = ("on_tcp_connect", "on_http_request", "on_http_response", "on_event_stream_message")
 HTTP_PHASES = PHASES[1:]
+SSE_PHASE = "on_event_stream_message"  # per message of a text/event-stream response
 
 _current = threading.local()
 
@@ -286,6 +287,32 @@ ACTION_VARIABLES: Dict[str, Tuple[Dict[str, Any], Tuple[str, ...]]] = {
     "verify_webhook": ({"verified": BOOL, **_ERR}, ("on_http_request",)),
     "compress": ({"already_compressed": BOOL, "negotiated_algorithm": STR}, ("on_http_response",)),
     "log": ({"metadata": DYN_MAP}, PHASES),
+    # owasp-crs-request / owasp-crs-response (chalicelib.core.policy.waf)
+    "owasp_crs_request": (
+        {
+            "decision": STR,
+            "anomaly_score": INT,
+            "anomaly_score_threshold": INT,
+            "matched_rules": T.List(DYN_MAP),
+            **_ERR,
+        },
+        ("on_http_request",),
+    ),
+    "owasp_crs_response": (
+        {
+            "decision": STR,
+            "anomaly_score": INT,
+            "anomaly_score_threshold": INT,
+            "matched_rules": T.List(DYN_MAP),
+            **_ERR,
+        },
+        ("on_http_response",),
+    ),
+    # http-request (chalicelib.core.policy.httpcall): req, res (with its body), attempts
+    "http_request": (
+        {"req": DYN_MAP, "res": DYN_MAP, "attempts": T.List(DYN_MAP), **_ERR},
+        HTTP_PHASES,
+    ),
     # openid-connect and oauth (chalicelib.core.policy.identity, edge/identity.py)
     "oidc": (
         {
@@ -318,7 +345,7 @@ def _zero(kind) -> Any:
         return 0
     if kind == BOOL:
         return False
-    if kind == STR_LIST:
+    if kind == STR_LIST or kind.name().startswith("LIST"):
         return []
     return {}
 
@@ -335,6 +362,26 @@ for _action, (_members, _phases) in ACTION_VARIABLES.items():
     for _member, _kind in _members.items():
         _name = f"actions.ngrok.{_action}.{_member}"
         VARIABLES[_name] = (_kind, _phases, _action_getter(_name, _kind))
+
+# on_event_stream_message sees what on_http_response sees (the request and the response
+# head of the stream), and its own action's result.
+for _name, (_kind, _phases, _getter) in list(VARIABLES.items()):
+    if "on_http_response" in _phases and SSE_PHASE not in _phases:
+        VARIABLES[_name] = (_kind, _phases + (SSE_PHASE,), _getter)
+_SSE_VAR = "actions.ngrok.sse_find_replace.replacements"
+VARIABLES[_SSE_VAR] = (T.List(DYN_MAP), (SSE_PHASE,), _action_getter(_SSE_VAR, T.List(DYN_MAP)))
+
+# The http-request action's retry_condition has an environment of its own (hosted docs:
+# ``attempts``, ``last_attempt.req``, ``last_attempt.res``, ``last_attempt.error``), a
+# "phase" no rule runs in; its values come in ``Traffic.action_vars``.
+RETRY_PHASE = "http_request.retry_condition"
+for _name, _kind in (
+    ("attempts", INT),
+    ("last_attempt.req", DYN_MAP),
+    ("last_attempt.res", DYN_MAP),
+    ("last_attempt.error", STR),
+):
+    VARIABLES[_name] = (_kind, (RETRY_PHASE,), _action_getter(_name, _kind))
 
 
 # ---- macros -----------------------------------------------------------------------------
@@ -601,7 +648,7 @@ def _functions(phase: str) -> List[Any]:
                 [_overload("hasReqCookie_string", BOOL, [STR], lambda n: bool(_req_cookie(n)))],
             ),
         ]
-    if phase == "on_http_response":
+    if phase in ("on_http_response", SSE_PHASE):
         fns += [
             decl("getResHeader", [_overload("getResHeader_string", STR_LIST, [STR], _res_header)]),
             decl(

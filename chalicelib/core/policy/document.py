@@ -1,7 +1,7 @@
 """A traffic policy document: parse (JSON or YAML), check its shape, name where it breaks.
 
 Shape (the hosted service's): the top level maps phases (``on_tcp_connect``,
-``on_http_request``, ``on_http_response``) to lists of rules; a rule has an optional ``name``,
+``on_http_request``, ``on_http_response``, ``on_event_stream_message``) to lists of rules; a rule has an optional ``name``,
 optional ``expressions`` (CEL strings, all must hold) and a non-empty ordered list of
 ``actions`` (``{type, config}``). Limits kept from the API's earlier validation: the document
 is at most 16384 bytes, a phase at most 64 rules, a rule at most 32 expressions (each at most
@@ -11,7 +11,7 @@ is at most 16384 bytes, a phase at most 64 rules, a rule at most 32 expressions 
 import json
 from typing import Any, Iterator, List, Tuple
 
-PHASES = ("on_tcp_connect", "on_http_request", "on_http_response")
+PHASES = ("on_tcp_connect", "on_http_request", "on_http_response", "on_event_stream_message")
 MAX_DOCUMENT_BYTES = 16384
 MAX_RULES_PER_PHASE = 64
 MAX_EXPRESSIONS = 32

@@ -11,7 +11,13 @@ from chalicelib.core.policy import actions as actions_mod
 from chalicelib.core.policy import celenv, document, secrets
 from chalicelib.core.policy.document import PHASES, PolicyError
 from chalicelib.core.policy.model import Conn, Request, Response
-from chalicelib.core.policy.outcome import FORWARD_INTERNAL, IDENTITY, NEED_BODY, Outcome
+from chalicelib.core.policy.outcome import (
+    FORWARD_INTERNAL,
+    HTTP_REQUEST,
+    IDENTITY,
+    NEED_BODY,
+    Outcome,
+)
 
 CACHE_SIZE = 256
 HTTP_PHASES = PHASES[1:]
@@ -31,12 +37,19 @@ class State:
     ``vars`` and action result variables per phase (each phase sees only its own, as the
     hosted docs scope them), and where a paused phase resumes."""
 
-    __slots__ = ("vars", "action_vars", "resume")
+    __slots__ = ("vars", "action_vars", "resume", "http_requests")
 
     def __init__(self) -> None:
         self.vars: Dict[str, Dict[str, Any]] = {p: {} for p in PHASES}
         self.action_vars: Dict[str, Dict[str, Any]] = {p: {} for p in PHASES}
         self.resume: Dict[str, Tuple[int, int, str]] = {}
+        self.http_requests = 0  # http-request actions run for this request (both phases)
+
+    def http_request_done(self, phase: str, values: Dict[str, Any]) -> None:
+        """The answer to an http-request call (httpcall.result_vars), as that phase's
+        ``actions.ngrok.http_request.*`` variables; the phase then resumes after the action."""
+        for key, value in values.items():
+            self.action_vars[phase][f"actions.ngrok.http_request.{key}"] = value
 
 
 class Policy:
@@ -116,21 +129,32 @@ class Policy:
     def on_http_response(self, conn: Conn, req: Request, res: Response, state: State) -> Outcome:
         return self._run("on_http_response", conn, req, res, state)
 
-    def _run(self, phase, conn, req, res, state: State) -> Outcome:
-        outcome = Outcome()
+    def on_event_stream_message(
+        self, conn: Conn, req: Request, res: Response, state: State, message: Any
+    ) -> Outcome:
+        """One message (sse.Message) of a text/event-stream response: the actions change it
+        in place; its variables are the message's own (reset for each)."""
+        phase = "on_event_stream_message"
+        state.vars[phase] = {}
+        state.action_vars[phase] = {}
+        return self._run(phase, conn, req, res, state, message)
+
+    def _run(self, phase, conn, req, res, state: State, message: Any = None) -> Outcome:
+        outcome = Outcome(message=message)
         rules = self.phases.get(phase)
         if not rules:
             return outcome
         traffic = celenv.Traffic(conn, req, res, state.vars[phase], state.action_vars[phase])
-        run = actions_mod.Run(traffic, phase, outcome, self.clock)
+        run = actions_mod.Run(traffic, phase, outcome, self.clock, state)
         start_rule, start_action, skip_expressions = 0, 0, False
         resume = state.resume.pop(phase, None)
         if resume is not None:
             start_rule, start_action, reason = resume
             skip_expressions = True
-            if reason in (FORWARD_INTERNAL, IDENTITY):
-                start_action += 1  # the forward failed and on_error is continue, or the
-                # visitor is signed in (edge/identity.py): go on after the action
+            if reason in (FORWARD_INTERNAL, IDENTITY, HTTP_REQUEST):
+                start_action += 1  # the forward failed and on_error is continue, the
+                # visitor is signed in (edge/identity.py), or the http-request call was
+                # made (its variables set): go on after the action
         for r_index in range(start_rule, len(rules)):
             rule = rules[r_index]
             first_action = 0
@@ -146,11 +170,14 @@ class Policy:
                 result.errors = outcome.errors
                 result.compressor = outcome.compressor
                 result.rewrites = outcome.rewrites
+                result.body_checks = outcome.body_checks
                 result.breakers = outcome.breakers
                 if result.kind == NEED_BODY:
                     state.resume[phase] = (r_index, a_index, NEED_BODY)
                 elif result.kind == IDENTITY:
                     state.resume[phase] = (r_index, a_index, IDENTITY)
+                elif result.kind == HTTP_REQUEST:
+                    state.resume[phase] = (r_index, a_index, HTTP_REQUEST)
                 elif result.kind == FORWARD_INTERNAL and result.on_error == "continue":
                     state.resume[phase] = (r_index, a_index, FORWARD_INTERNAL)
                 return result

@@ -9,6 +9,7 @@ CLOSE = "close"  # close the connection without an answer
 FORWARD_INTERNAL = "forward_internal"  # send the traffic to the internal endpoint ``url``
 NEED_BODY = "need_body"  # read up to max_body_bytes of request body, call again
 IDENTITY = "identity"  # a sign-in action (edge/identity.py): answer or resume
+HTTP_REQUEST = "http_request"  # make ``call`` (httpcall.Call), set its variables, resume
 
 
 @dataclass
@@ -24,8 +25,13 @@ class Outcome:
     # response-body-find-replace: functions of the whole response body, applied in order
     # (before the compressor) by the edge, which buffers the body for them
     rewrites: List[Any] = field(default_factory=list)
+    # owasp-crs-response with process_body: functions of the first waf.BODY_LIMIT bytes of
+    # the response body, each an Outcome that answers instead (403 / 500) or None
+    body_checks: List[Any] = field(default_factory=list)
     # circuit-breaker: (breaker, clock) pairs the edge records the response's status in
     breakers: List[Any] = field(default_factory=list)
     logs: List[Dict[str, Any]] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
     identity: Optional[Any] = None  # IDENTITY: (the action, its rendered fields)
+    call: Optional[Any] = None  # HTTP_REQUEST: the httpcall.Call to make
+    message: Optional[Any] = None  # on_event_stream_message: the sse.Message being run

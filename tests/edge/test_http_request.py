@@ -1,0 +1,228 @@
+"""The http-request action through the edge, the policies set by the official Python SDK. The
+called service is an internal endpoint of the same account served by the SDK
+(tests/edge/sdk_agent.py: /echo answers the request it saw as JSON, /reflect its body or
+``?size=N`` bytes, /status/N that status, /slow?s=N after N seconds). The rules
+(chalicelib/core/policy/httpcall.py, docs/SECURITY.md "http-request"): the answer sets
+``actions.ngrok.http_request.*``; a response body of at most 256 KiB; the whole call within
+``timeout``; at most 3 retries; at most 10 calls per request; only ``.internal`` URLs unless
+the operator opens networks with EDGE_HTTP_REQUEST_ALLOW."""
+
+import http.server
+import json
+import threading
+import time
+import uuid
+
+import pytest
+
+from stacks.agents import SdkAgent
+from tests.edge.test_edge_sdk import _bound, _credential, _host
+
+KIB = 1024
+SVC = f"lookup-{uuid.uuid4().hex[:10]}.internal"
+CALL = "actions.ngrok.http_request"
+
+
+def _call(path, **config):
+    return {"type": "http-request", "config": {"url": f"https://{SVC}{path}", **config}}
+
+
+def _show(body, **headers):
+    return {"type": "custom-response", "config": {"body": body, "headers": headers}}
+
+
+POLICIES = {
+    "answer": [
+        _call(
+            "/echo",
+            query_params=[{"key": "from", "value": "${req.url.path}"}],
+            headers={"x-probe": "yes"},
+        ),
+        _show(f"${{{CALL}.res.status_code}}|${{{CALL}.res.body}}|${{{CALL}.req.url}}"),
+    ],
+    "post": [
+        _call(
+            "/reflect",
+            method="POST",
+            headers={"content-type": "text/plain"},
+            body="hello ${req.url.query_params['n'][0]}",
+        ),
+        _show(f"${{{CALL}.res.body}}"),
+    ],
+    "retry": [
+        _call("/status/503", retry_condition="last_attempt.res.status_code == 503"),
+        _show(f"${{size({CALL}.attempts)}}|${{{CALL}.res.status_code}}|${{{CALL}.error.code}}"),
+    ],
+    "size": [
+        {
+            "type": "http-request",
+            "config": {"url": f"https://{SVC}/reflect?size=${{req.url.query_params['size'][0]}}"},
+        },
+        _show(f"${{{CALL}.error.message}}", **{"x-length": f"${{size({CALL}.res.body)}}"}),
+    ],
+    "timeout": [
+        _call("/slow?s=3", timeout="1s"),
+        _show(f"${{{CALL}.error.message}}"),
+    ],
+    "offline": [
+        {"type": "http-request", "config": {"url": "https://nothing-here.internal/x"}},
+        _show(f"${{{CALL}.error.code}}|${{{CALL}.error.message}}"),
+    ],
+    "halt": [
+        {
+            "type": "http-request",
+            "config": {"url": "https://nothing-here.internal/x", "on_error": "halt"},
+        },
+        _show("never"),
+    ],
+    "external": [
+        {"type": "http-request", "config": {"url": "http://127.0.0.1:9/"}},
+        _show(f"${{{CALL}.error.message}}"),
+    ],
+    "count": [_call("/echo") for _ in range(11)] + [_show(f"${{{CALL}.error.message}}")],
+}
+
+
+def _binds(actions):
+    return [
+        {
+            "proto": "http",
+            "options": {
+                "traffic_policy": [json.dumps({"on_http_request": [{"actions": actions}]})]
+            },
+        }
+    ]
+
+
+@pytest.fixture(scope="module")
+def hosts(edge, api):
+    """One agent: the internal endpoint called, and one public endpoint per policy."""
+    binds = [{"proto": "http", "domain": SVC}]
+    for actions in POLICIES.values():
+        binds += _binds(actions)
+    agent = SdkAgent(edge, _credential(api.new_account())["token"], binds)
+    bound = _bound(agent.start())
+    assert bound[0]["url"] == f"https://{SVC}", bound
+    yield dict(zip(POLICIES, (_host(b["url"]) for b in bound[1:])))
+    agent.stop()
+
+
+def test_the_answer_sets_the_variables(edge, hosts):
+    got = edge.http("GET", hosts["answer"], "/hello")
+    assert got.status_code == 200, got.text
+    status, body, url = got.text.split("|")
+    assert status == "200" and url == f"https://{SVC}/echo?from=%2Fhello"
+    seen = json.loads(body)
+    headers = {k.lower(): v for k, v in seen["headers"].items()}
+    assert seen["method"] == "GET" and seen["path"] == "/echo?from=%2Fhello"
+    assert headers["x-probe"] == "yes" and headers["ngrok-req-type"] == "http-request"
+    assert headers["user-agent"] == "ngrok/cloud" and headers["ngrok-req-hops"] == "1"
+    assert "127.0.0.1" in headers["x-forwarded-for"]
+
+
+def test_a_post_sends_its_rendered_body(edge, hosts):
+    got = edge.http("GET", hosts["post"], "/?n=world")
+    assert got.text == "hello world"
+
+
+def test_a_retry_condition_retries_at_most_three_times(edge, hosts):
+    got = edge.http("GET", hosts["retry"], "/")
+    # 4 attempts (1 + 3 retries), the last answer kept; a 503 answer is not a failed call
+    assert got.text == "4|503|"
+
+
+def test_a_response_body_of_256_kib_is_kept_and_one_byte_more_fails_the_call(edge, hosts):
+    got = edge.http("GET", hosts["size"], f"/?size={256 * KIB}")
+    assert got.headers["x-length"] == str(256 * KIB)
+    over = edge.http("GET", hosts["size"], f"/?size={256 * KIB + 1}")
+    assert "response size exceeded" in over.text
+    assert over.headers["x-length"] == ""  # no response kept
+
+
+def test_the_timeout_bounds_the_whole_call(edge, hosts):
+    started = time.monotonic()
+    got = edge.http("GET", hosts["timeout"], "/")
+    took = time.monotonic() - started
+    assert got.text == "timed out after 1s"
+    assert 1.0 <= took < 2.9, took  # the upstream answers after 3 s
+
+
+def test_an_offline_internal_endpoint_is_an_error_and_halt_answers_502(edge, hosts):
+    got = edge.http("GET", hosts["offline"], "/")
+    assert got.text == "ERR_NGROK_2300|the internal endpoint nothing-here.internal is offline"
+    halted = edge.http("GET", hosts["halt"], "/")
+    assert halted.status_code == 502
+    assert halted.headers["ngrok-error-code"] == "ERR_NGROK_2300"
+    assert "never" not in halted.text
+
+
+def test_external_urls_are_refused_unless_the_operator_opens_them(edge, hosts):
+    got = edge.http("GET", hosts["external"], "/")
+    assert "requests to external URLs are disabled on this edge" in got.text
+
+
+def test_at_most_ten_calls_run_for_one_request(edge, hosts):
+    got = edge.http("GET", hosts["count"], "/")
+    assert got.text == "more than 10 http-request actions for one request"
+
+
+def test_in_the_response_phase_the_answer_reaches_the_response(edge, account, agents):
+    policy = {
+        "on_http_response": [
+            {
+                "actions": [
+                    _call("/status/204"),
+                    {
+                        "type": "add-headers",
+                        "config": {"headers": {"x-lookup": f"${{{CALL}.res.status_code}}"}},
+                    },
+                ]
+            }
+        ]
+    }
+    name = f"resp-{uuid.uuid4().hex[:8]}.internal"
+    policy["on_http_response"][0]["actions"][0]["config"]["url"] = f"https://{name}/status/204"
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [
+            {"proto": "http", "domain": name},
+            {"proto": "http", "options": {"traffic_policy": [json.dumps(policy)]}},
+        ],
+    )
+    host = _host(_bound(agent.start())[1]["url"])
+    got = edge.http("GET", host, "/echo")
+    assert got.status_code == 200 and got.headers["x-lookup"] == "204"
+
+
+class _Plain(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        body = f"external {self.path} {self.headers.get('ngrok-req-type')}".encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_edge_that_opens_a_network_calls_an_address_in_it(edge_stack, another_edge, api):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Plain)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        opened = another_edge({"EDGE_HTTP_REQUEST_ALLOW": "127.0.0.1/32"})
+        actions = [
+            {"type": "http-request", "config": {"url": f"http://127.0.0.1:{port}/ext"}},
+            _show(f"${{{CALL}.res.body}}|${{{CALL}.res.resolved_ip}}|${{{CALL}.error.message}}"),
+        ]
+        agent = SdkAgent(opened, _credential(api.new_account())["token"], _binds(actions))
+        try:
+            host = _host(_bound(agent.start())[0]["url"])
+            got = opened.http("GET", host, "/")
+            assert got.text == "external /ext http-request|127.0.0.1|", got.text
+        finally:
+            agent.stop()
+    finally:
+        server.shutdown()
