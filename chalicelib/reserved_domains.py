@@ -37,6 +37,8 @@ Rules (docs/CONTRACT.md; where the API reference is silent, decided here):
   ``https_endpoint_configuration`` are always null.
 - A policy puts the domain on the ACME work queue (chalicelib.core.acme_orders), in the same
   transaction; ``certificate_management_status`` then follows the order (the worker writes it).
+  With no ACME directory configured (``ACME_DIRECTORY_URL`` unset for the API) the status is
+  rendered saying so, and which certificate the edge serves instead (:func:`certificate_status`).
 - Update: description, metadata, certificate_id, certificate_management_policy (a new policy
   on a managed domain keeps the provisioning status and applies to the next order),
   resolves_to.
@@ -224,6 +226,27 @@ def is_service_domain(domain: str) -> bool:
     return hostnames.is_within(bare, get_settings().base_domain)
 
 
+def certificate_status(data: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The stored ``certificate_management_status``, as it is for this service: with no ACME
+    directory configured (``ACME_DIRECTORY_URL`` unset where the API runs: its stage's
+    environment, the same as the worker's) a provisioning job never progresses, so its
+    ``msg`` says so and which certificate the edge serves instead (its fallback, or the
+    attached upload). Decided when rendering, not stored: configuring ACME later makes the
+    stored status true again, with no migration. A job a worker marked failed
+    (``error_code`` set) is shown as the worker wrote it: a worker did run for it."""
+    status = data.get("certificate_management_status")
+    job = (status or {}).get("provisioning_job")
+    if job is None or job.get("error_code") or get_settings().acme_directory_url:
+        return status
+    cert_id = data.get("certificate_id")
+    msg = (
+        orders.NO_ACME_UPLOADED_MSG.format(cert_id=cert_id)
+        if cert_id
+        else orders.NO_ACME_FALLBACK_MSG
+    )
+    return {**status, "provisioning_job": {**job, "msg": msg}}
+
+
 def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
     data = item.data
     return {
@@ -237,7 +260,7 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
         if data.get("certificate_id")
         else None,
         "certificate_management_policy": data.get("certificate_management_policy"),
-        "certificate_management_status": data.get("certificate_management_status"),
+        "certificate_management_status": certificate_status(data),
         "acme_challenge_cname_target": data.get("acme_challenge_cname_target"),
         "resolves_to": list(data.get("resolves_to") or []),
     }

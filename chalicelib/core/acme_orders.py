@@ -32,6 +32,18 @@ LEASE_SECONDS = 300
 CHALLENGE_TTL = 3600
 PROVISIONING_MSG = "Managed certificate provisioning in progress."
 RENEWING_MSG = "Managed certificate renewal in progress."
+# What a managed domain's provisioning job says when the service has no ACME directory
+# (ACME_DIRECTORY_URL unset): nothing will be issued, and what the edge serves instead.
+NO_ACME_FALLBACK_MSG = (
+    "No ACME directory is configured on this service (ACME_DIRECTORY_URL), so no managed "
+    "certificate is issued: the edge serves its own fallback certificate for this domain "
+    "(under make run, one signed by the local CA in ca.pem; else EDGE_TLS_CERT), which "
+    "browsers do not trust. Attach an uploaded certificate, or configure ACME."
+)
+NO_ACME_UPLOADED_MSG = (
+    "No ACME directory is configured on this service (ACME_DIRECTORY_URL), so no managed "
+    "certificate is issued: the edge keeps serving the attached certificate {cert_id}."
+)
 # error_code values the hosted API documents: a condition the user must correct, a temporary one
 DNS_ERROR = "DNS_ERROR"
 INTERNAL_ERROR = "INTERNAL_ERROR"

@@ -31,6 +31,7 @@ class Settings:
     edge_tcp_ports: Tuple[int, int] = (20000, 20099)
     dns_check_resolver: str = ""
     dashboard_origin: str = ""
+    acme_directory_url: str = ""
 
 
 def _int(env: "os._Environ[str]", name: str, default: int) -> int:
@@ -76,6 +77,7 @@ def get_settings() -> Settings:
         edge_tcp_ports=parse_port_range(env.get("EDGE_TCP_PORTS", "20000-20099")),
         dns_check_resolver=(env.get("DNS_CHECK_RESOLVER") or "").strip(),
         dashboard_origin=(env.get("DASHBOARD_ORIGIN") or "").strip().rstrip("/"),
+        acme_directory_url=(env.get("ACME_DIRECTORY_URL") or "").strip(),
     )
 
 

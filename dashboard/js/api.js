@@ -27,13 +27,16 @@ export function forgetApiKey() {
 
 // An error answered by the API (its contract body), or a network failure (status 0).
 export class ApiError extends Error {
-  constructor(status, body) {
+  // operationId: the API's operation id (details.operation_id of its error body, else the
+  // Operation-Id header every answer carries), what an operator finds the request by in logs
+  constructor(status, body, operationId) {
     const msg = body && body.msg ? body.msg : `The request failed (HTTP ${status})`;
     super(msg);
     this.status = status;
     this.code = (body && body.error_code) || "";
     this.details = (body && body.details) || {};
     this.field = this.details.field || "";
+    this.operationId = this.details.operation_id || operationId || "";
   }
 }
 
@@ -63,7 +66,7 @@ export async function request(method, path, body, key) {
     try { parsed = JSON.parse(text); } catch (err) { parsed = null; }
   }
   if (!response.ok) {
-    const error = new ApiError(response.status, parsed);
+    const error = new ApiError(response.status, parsed, response.headers.get("Operation-Id"));
     if (response.status === 401 && !key) {
       // the stored key stopped working (deleted, revoked): the page asks for a key again
       window.dispatchEvent(new CustomEvent("dashboard:unauthorized", { detail: error }));

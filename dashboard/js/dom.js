@@ -48,8 +48,16 @@ export function time(value) {
            date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" }));
 }
 
+// Break points for long names (host names, CNAME targets, URLs): after a dot, dash, slash,
+// colon or @; never inside a word, nor inside an id (rd_…, one word). app.css breaks a word
+// only when that one piece is wider than the whole line.
+export function breakable(text) {
+  const parts = String(text).split(/(?<=[.\/:@-])/);
+  return parts.flatMap((part, i) => (i ? [h("wbr"), part] : [part]));
+}
+
 export function code(text) {
-  return h("code", {}, text === undefined || text === null || text === "" ? "—" : text);
+  return h("code", {}, text === undefined || text === null || text === "" ? "—" : breakable(text));
 }
 
 export function loading(what) {
@@ -60,12 +68,18 @@ export function empty(message) {
   return h("p", { class: "state empty" }, message);
 }
 
+// "ERR_…, operation op_…": what an error line adds to the API's message.
+export function errorFacts(err) {
+  const facts = [];
+  if (err.code) facts.push(err.code);
+  if (err.operationId) facts.push(`operation ${err.operationId}`);
+  return facts;
+}
+
 // The API's own error message, with its code and operation id.
 export function errorBox(err) {
   const parts = [err.message];
-  const facts = [];
-  if (err.code) facts.push(err.code);
-  if (err.details && err.details.operation_id) facts.push(`operation ${err.details.operation_id}`);
+  const facts = errorFacts(err);
   return h("div", { class: "state error", role: "alert" }, h("strong", {}, "Error: "), parts,
            facts.length ? h("span", { class: "muted" }, ` (${facts.join(", ")})`) : null);
 }
@@ -80,9 +94,10 @@ export function field(name, label, opts = {}) {
     input = h("textarea", { id, name, rows: opts.rows || 6, spellcheck: "false",
                             placeholder: opts.placeholder }, opts.value || "");
   } else if (opts.kind === "select") {
-    input = h("select", { id, name },
+    const chosen = (value) => (Array.isArray(opts.value) ? opts.value.includes(value) : value === opts.value);
+    input = h("select", { id, name, multiple: opts.multiple, size: opts.multiple ? 4 : null },
               opts.options.map(([value, text]) =>
-                h("option", { value, selected: value === opts.value }, text)));
+                h("option", { value, selected: chosen(value) }, text)));
   } else if (opts.kind === "checkbox") {
     input = h("input", { id, name, type: "checkbox", checked: !!opts.value });
   } else {
@@ -98,15 +113,30 @@ export function field(name, label, opts = {}) {
   return wrap;
 }
 
+// The form element an error's field names: the field itself ("hostports"), else the nearest
+// one that holds it ("backend.backend_id", "user_agent_filter.allow[0]", "labels.a b" are
+// shown at backend.backend_id, user_agent_filter.allow, labels).
+function fieldFor(form, name) {
+  let rest = name;
+  while (rest) {
+    const found = form.querySelector(`[data-field="${CSS.escape(rest)}"]`);
+    if (found) return found;
+    const cut = Math.max(rest.lastIndexOf("."), rest.lastIndexOf("["));
+    rest = cut > 0 ? rest.slice(0, cut) : "";
+  }
+  return null;
+}
+
 // Show an API error at the form element it names (details.field), else at the form.
 export function showFormError(form, err) {
   clearFormErrors(form);
-  const target = err.field ? form.querySelector(`[data-field="${CSS.escape(err.field)}"]`) : null;
+  const target = err.field ? fieldFor(form, err.field) : null;
   if (target) {
     const input = target.querySelector("input, textarea, select");
     target.classList.add("invalid");
     if (input) input.setAttribute("aria-invalid", "true");
-    target.querySelector(".field-error").textContent = `${err.message}${err.code ? ` (${err.code})` : ""}`;
+    const facts = errorFacts(err);
+    target.querySelector(".field-error").textContent = `${err.message}${facts.length ? ` (${facts.join(", ")})` : ""}`;
     if (input) input.focus();
   } else {
     form.querySelector(".form-error").replaceChildren(errorBox(err));
@@ -145,7 +175,8 @@ export function form(title, fields, submitLabel, onSubmit) {
 export function values(formNode) {
   const out = {};
   for (const input of formNode.querySelectorAll("input[name], textarea[name], select[name]")) {
-    out[input.name] = input.type === "checkbox" ? input.checked : input.value;
+    if (input.multiple) out[input.name] = [...input.selectedOptions].map((o) => o.value);
+    else out[input.name] = input.type === "checkbox" ? input.checked : input.value;
   }
   return out;
 }

@@ -10,11 +10,15 @@ import botUsers from "./pages/bot_users.js";
 import reservedDomains from "./pages/reserved_domains.js";
 import reservedAddrs from "./pages/reserved_addrs.js";
 import ipPolicies from "./pages/ip_policies.js";
-import legacy from "./pages/legacy.js";
+import tlsCertificates from "./pages/tls_certificates.js";
+import certificateAuthorities from "./pages/certificate_authorities.js";
+import edges from "./pages/edges.js";
+import backends from "./pages/backends.js";
 import traffic from "./pages/traffic.js";
 
 const PAGES = [overview, endpoints, traffic, agents, credentials, apiKeys, botUsers,
-               reservedDomains, reservedAddrs, ipPolicies, legacy];
+               reservedDomains, reservedAddrs, tlsCertificates, certificateAuthorities,
+               ipPolicies, edges, backends];
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
 const account = document.getElementById("account");

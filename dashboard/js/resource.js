@@ -39,6 +39,7 @@ export function listView({ path, key, what, columns, actions, emptyText, onItems
   let pages = 0; // pages shown (1 after a reload; more after "Load more")
   let shown = null; // the first page as drawn (JSON): a quiet reload redraws when it changed
   let next = null;
+  let reading = 0; // reads of the first page on their way
 
   function table(rows) {
     const heads = columns.map((column) => h("th", { scope: "col" }, column.label));
@@ -80,12 +81,16 @@ export function listView({ path, key, what, columns, actions, emptyText, onItems
     }
   }
 
-  // quiet: keep what is shown until the new page is there (live updates, no flicker).
+  // quiet: keep what is shown until the new page is there (live updates, no flicker). A
+  // quiet reload while a read is still on its way is skipped: it would supersede that read,
+  // and with an API slower than the poll every answer would be dropped and the list never
+  // leave its loading state.
   async function reload({ quiet = false } = {}) {
-    if (quiet && pages > 1) return;
+    if (quiet && (pages > 1 || reading)) return;
     generation += 1;
     const mine = generation;
     if (!quiet) clear(body, loading(what));
+    reading += 1;
     try {
       const page = await api.get(path);
       if (mine !== generation) return;
@@ -100,6 +105,8 @@ export function listView({ path, key, what, columns, actions, emptyText, onItems
       if (mine !== generation) return;
       if (!quiet || !items.length) clear(body, errorBox(err));
       else clear(note, errorBox(err));
+    } finally {
+      reading -= 1;
     }
   }
 

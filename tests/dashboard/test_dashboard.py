@@ -33,8 +33,11 @@ ROUTES = [
     "bot_users",
     "reserved_domains",
     "reserved_addrs",
+    "tls_certificates",
+    "certificate_authorities",
     "ip_policies",
-    "legacy",
+    "edges",
+    "backends",
 ]
 
 
@@ -325,7 +328,9 @@ def _agents_page_then_an_agent(stack, browser, **handlers):
     agent = SdkAgent(_EdgeOf(stack), cred["token"], [{"proto": "http"}], **handlers)
     agent.start()
     session = wait_for_session(stack, cred["id"])
-    find(browser, f"tr[data-id='{session}']", 30)
+    # the row, named by its authtoken's description once that is read (the row is drawn
+    # again then: a click before it could land on the row being replaced)
+    wait(browser, lambda d: "agents page" in find(d, f"tr[data-id='{session}']", 30).text, 30)
     return agent, session
 
 
@@ -602,7 +607,7 @@ def test_a_followed_list_is_left_alone_once_a_person_loaded_more(stack, browser)
             list(pool.map(lambda e: stack.api("DELETE", f"/endpoints/{e}"), made))
 
 
-def test_legacy_edge_route_module_and_backend_read_and_delete(stack, browser, expected_errors):
+def test_edge_route_module_and_backend_read_and_delete(stack, browser, expected_errors):
     expected_errors.expect(409)  # the backend is still used by the route
     backend = stack.api("POST", "/backends/http_response", {"body": "hi", "status_code": 200})
     edge = stack.api("POST", "/edges/https", {"hostports": ["legacy-ui.tunnels.localhost:443"]})
@@ -612,27 +617,30 @@ def test_legacy_edge_route_module_and_backend_read_and_delete(stack, browser, ex
         {"match_type": "path_prefix", "match": "/app", "backend": {"backend_id": backend["id"]}},
     )
     sign_in(browser, stack.dashboard_url, stack.key)
-    go(browser, "legacy")
+    go(browser, "edges")
     edge_row = f"[data-list=https_edges] tr[data-id='{edge['id']}']"
     route_item = f"{edge_row} li[data-route='{route['id']}']"
     assert "legacy-ui.tunnels.localhost:443" in find(browser, edge_row).text
     assert "/app" in find(browser, route_item).text and "backend" in find(browser, route_item).text
     backend_row = f"[data-list=backends_http_response] tr[data-id='{backend['id']}']"
+    go(browser, "backends")
     find(browser, f"{backend_row} button.danger").click()
     accept_confirm(browser)
     refused = find(browser, f"{backend_row} .action-error")  # the API's 409, at the button
     assert "still used" in refused.text and "ERR_CONFLICT" in refused.text
+    go(browser, "edges")
     find(browser, f"{route_item} .modules button").click()  # remove the route's backend
     accept_confirm(browser)
     wait(browser, lambda d: "no module" in find(d, route_item).text)
     assert stack.api("GET", f"/edges/https/{edge['id']}/routes/{route['id']}")["backend"] is None
-    find(browser, f"{route_item} > button").click()  # delete the route
+    find(browser, f"{route_item} .actions button.danger").click()  # delete the route
     accept_confirm(browser)
     wait(browser, lambda d: "no route" in find(d, edge_row).text)
     snapshot(browser, "legacy-edges")
-    find(browser, f"{edge_row} .row-actions button").click()  # delete the edge
+    find(browser, f"{edge_row} .row-actions button.danger").click()  # delete the edge
     accept_confirm(browser)
     wait(browser, lambda d: not all_of(d, edge_row))
+    go(browser, "backends")
     find(browser, f"{backend_row} .row-actions button.danger").click()
     accept_confirm(browser)
     wait(browser, lambda d: not all_of(d, backend_row))

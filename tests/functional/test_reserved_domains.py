@@ -5,7 +5,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from chalicelib.core import errors, ids
+from chalicelib.core import acme_orders as orders
+from chalicelib.core import config, errors, ids
 from tests.functional.test_bot_users import _concurrently
 
 RD_FIELDS = {
@@ -55,7 +56,8 @@ def test_create_wildcard_domain_outside_base(account):
     assert status["renews_at"] is None
     job = status["provisioning_job"]
     assert job["error_code"] is None and job["retries_at"] is None
-    assert job["msg"] == "Managed certificate provisioning in progress."
+    # this service has no ACME directory (ACME_DIRECTORY_URL unset): the job says so
+    assert job["msg"] == orders.NO_ACME_FALLBACK_MSG
     started = datetime.strptime(job["started_at"], "%Y-%m-%dT%H:%M:%SZ").replace(
         tzinfo=timezone.utc
     )
@@ -339,3 +341,36 @@ def test_delete_certificate_parts_of_unknown_domain_are_404(account, other_accou
     assert account.admin.get(f"/reserved_domains/{rd['id']}").json == rd
     get = account.admin.get(f"/reserved_domains/{rd['id']}/certificate")
     assert get.status == 405 and get.json["error_code"] == errors.METHOD_NOT_ALLOWED
+
+
+def test_certificate_status_says_no_acme_is_configured_until_it_is(inprocess_api, monkeypatch):
+    """Without ACME_DIRECTORY_URL the provisioning job of a managed domain says that nothing
+    is issued and the edge serves its fallback certificate (not "in progress" forever); the
+    same stored status reads "in progress" once the API's environment names a directory
+    (decided at render time: nothing stored changes)."""
+    admin = inprocess_api.new_account().admin
+    monkeypatch.delenv("ACME_DIRECTORY_URL", raising=False)
+    config.reset_settings()
+    try:
+        rd = admin.post("/reserved_domains", {"domain": _unique("noacme")}).json
+        job = rd["certificate_management_status"]["provisioning_job"]
+        assert job["msg"] == orders.NO_ACME_FALLBACK_MSG
+        assert "fallback certificate" in job["msg"] and "ACME_DIRECTORY_URL" in job["msg"]
+        assert job["error_code"] is None and job["retries_at"] is None and job["started_at"]
+        assert admin.get(f"/reserved_domains/{rd['id']}").json == rd
+        listed = admin.get("/reserved_domains").json["reserved_domains"]
+        assert [d for d in listed if d["id"] == rd["id"]] == [rd]
+        monkeypatch.setenv("ACME_DIRECTORY_URL", "https://acme.example.test/directory")
+        config.reset_settings()
+        again = admin.get(f"/reserved_domains/{rd['id']}").json
+        job = again["certificate_management_status"]["provisioning_job"]
+        assert job["msg"] == "Managed certificate provisioning in progress."
+        assert (
+            job["started_at"]
+            == rd["certificate_management_status"]["provisioning_job"]["started_at"]
+        )
+        # a domain under the service's own domain has no job either way
+        own = admin.post("/reserved_domains", {"domain": "noacme-own.tunnels.localhost"}).json
+        assert own["certificate_management_status"] is None
+    finally:
+        config.reset_settings()

@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from chalicelib import tls_certificates
 from chalicelib.core import errors, ids
+from chalicelib.core import acme_orders as orders
 from stacks.certs import SmallCA, key_pem, pem, rsa_key
 from chalicelib.core import certs
 
@@ -284,7 +285,8 @@ def test_policy_and_uploaded_certificate_replace_each_other(account, ca):
         "private_key_type": "rsa",
     }
     job = managed["certificate_management_status"]["provisioning_job"]
-    assert job["msg"] == "Managed certificate provisioning in progress."
+    # no ACME directory here: the job says the attached upload keeps being served
+    assert job["msg"] == orders.NO_ACME_UPLOADED_MSG.format(cert_id=cert["id"])
     # the uploaded certificate serves until the managed one is issued
     assert managed["certificate"]["id"] == cert["id"]
 
@@ -351,7 +353,6 @@ def test_the_stored_key_is_sealed(inprocess_api, ca):
 
 def test_a_policy_puts_the_domain_on_the_acme_queue_and_removing_it_takes_it_off(inprocess_api):
     from chalicelib.core import store
-    from chalicelib.core import acme_orders as orders
 
     account = inprocess_api.new_account()
     admin = account.admin
@@ -368,7 +369,7 @@ def test_a_policy_puts_the_domain_on_the_acme_queue_and_removing_it_takes_it_off
     assert again.status == 200 and store.get(orders.QUEUE_PK, sk) is not None
     assert (
         again.json["certificate_management_status"]["provisioning_job"]["msg"]
-        == "Managed certificate provisioning in progress."
+        == orders.NO_ACME_FALLBACK_MSG
     )
     assert admin.delete(f"/reserved_domains/{rd['id']}").status == 204
     assert store.get(orders.QUEUE_PK, sk) is None

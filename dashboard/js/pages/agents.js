@@ -3,7 +3,7 @@
 import * as api from "../api.js";
 import { h, code, time, errorBox } from "../dom.js";
 import { listView, pageHead } from "../resource.js";
-import { ID, ref, section, poll } from "./common.js";
+import { ID, section, poll, credentialNames } from "./common.js";
 import { POLL_SECONDS } from "./overview.js";
 
 const OPERATIONS = {
@@ -20,14 +20,16 @@ export default {
     const pending = new Map(); // session id -> the operation waiting for the agent's answer
     const refused = new Map(); // session id -> the API's error for the row's last operation
     const notice = h("p", { class: "notice", role: "status" });
+    const names = credentialNames(() => list.redraw());
 
     const list = listView({
       path: "/tunnel_sessions", key: "tunnel_sessions", what: "agent sessions",
       emptyText: "No agent is online.",
+      onItems: (items) => names.learn(items),
       columns: [ID, { label: "Version", cell: (s) => s.agent_version || "—" },
                 { label: "OS", cell: (s) => s.os || "—" },
                 { label: "IP", cell: (s) => code(s.ip) },
-                { label: "Authtoken", cell: (s) => ref(s.credential) },
+                { label: "Authtoken", cell: (s) => names.cell(s.credential) },
                 { label: "Metadata", cell: (s) => s.metadata || "—" },
                 { label: "Started", cell: (s) => time(s.started_at) }],
       actions: (s) => {

@@ -3,7 +3,8 @@
 import * as api from "../api.js";
 import { h, clear, code, time, field, form, confirmButton } from "../dom.js";
 import { listView, pageHead } from "../resource.js";
-import { ref, section } from "./common.js";
+import { ref, section, everything } from "./common.js";
+import { endpointUrl } from "./overview.js";
 
 const POLICY_HINT = "A traffic policy document, YAML or JSON (on_http_request, on_http_response, on_tcp_connect).";
 
@@ -35,7 +36,7 @@ export default {
     const list = listView({
       path: "/endpoints", key: "endpoints", what: "endpoints",
       emptyText: "No endpoint: agents' endpoints show here while they are online; cloud endpoints are created below.",
-      columns: [{ label: "URL", cell: (e) => h("div", {}, code(e.url || e.public_url), h("div", { class: "muted" }, code(e.id))) },
+      columns: [{ label: "URL", cell: (e) => h("div", {}, endpointUrl(e), h("div", { class: "muted" }, code(e.id))) },
                 { label: "Type", cell: (e) => e.type },
                 { label: "Agent session", cell: (e) => ref(e.tunnel_session) },
                 { label: "Traffic policy", cell: (e) => policyCell(e, list.reload) },
@@ -45,15 +46,23 @@ export default {
         : null),
     });
     const create = form("New cloud endpoint", [
-      field("url", "URL", { required: true, placeholder: "https://app.example.com" }),
+      field("url", "URL", { required: true,
+        hint: "An https, http or tls URL whose host is under a domain you reserved (Domains), or under the service's own domain." }),
       field("traffic_policy", "Traffic policy", { kind: "textarea", rows: 8, hint: POLICY_HINT,
-        placeholder: "on_http_request:\n  - actions:\n      - type: custom-response\n        config:\n          status_code: 200\n          content: hello" }),
+        placeholder: "on_http_request:\n  - actions:\n      - type: custom-response\n        config:\n          status_code: 200\n          body: Hello from a cloud endpoint" }),
       field("description", "Description")], "Create cloud endpoint",
       async (values, node) => {
         await api.post("/endpoints", { url: values.url.trim(), type: "cloud", traffic_policy: values.traffic_policy, description: values.description });
         node.reset();
         await list.reload();
       });
+    // the URL's example: a domain of the account that no endpoint has yet
+    Promise.all([everything("/reserved_domains", "reserved_domains"), everything("/endpoints", "endpoints")])
+      .then(([domains, endpoints]) => {
+        const used = new Set(endpoints.map((e) => e.host));
+        const host = domains.map((d) => d.domain.replace(/^\*\./, "app.")).find((name) => !used.has(name));
+        if (host) create.querySelector("input[name=url]").placeholder = `https://${host}`;
+      }).catch(() => {});
     container.append(pageHead("Endpoints", "Agent endpoints while their agent is online, and cloud endpoints served from their traffic policy alone."),
                      create, section("Endpoints", list.node));
     list.reload();

@@ -1,6 +1,6 @@
 // Reserved domains: the CNAME records to add, a DNS check of them, the certificate status.
 import * as api from "../api.js";
-import { h, clear, code, time, field, form, confirmButton, errorBox } from "../dom.js";
+import { h, clear, code, time, field, form, confirmButton, errorBox, breakable } from "../dom.js";
 import { listView, pageHead } from "../resource.js";
 import { section } from "./common.js";
 
@@ -24,18 +24,28 @@ function recordsCell(domain) {
     h("dt", {}, code(name), " CNAME"), h("dd", {}, code(target))]));
 }
 
-function certificateCell(domain) {
+// Which certificate the edge serves for the domain, and why (the API's provisioning job says
+// why a managed one is not there: in progress, failed, or no ACME directory configured).
+function certificateCell(domain, reload) {
   const status = domain.certificate_management_status;
   const job = status && status.provisioning_job;
   const parts = [];
-  if (domain.certificate) parts.push(h("div", {}, "Certificate ", code(domain.certificate.id)));
-  else if (!domain.cname_target) parts.push(h("div", {}, "The service's own certificate"));
-  else parts.push(h("div", {}, "No certificate yet"));
+  if (domain.certificate) {
+    parts.push(h("div", { class: "served" }, "Served: certificate ", code(domain.certificate.id), " ",
+      confirmButton("Detach", `Stop serving ${domain.certificate.id} for ${domain.domain}? An uploaded certificate stays in TLS certificates; an issued one is deleted.`,
+        async () => { await api.del(`/reserved_domains/${domain.id}/certificate`); await reload(); })));
+  } else if (!domain.cname_target) {
+    parts.push(h("div", { class: "served" }, "Served: the service's own certificate"));
+  } else {
+    parts.push(h("div", { class: "served" }, "Served: the edge's fallback certificate (none of this domain's own yet)"));
+  }
   if (domain.certificate_management_policy) {
     parts.push(h("div", { class: "muted" }, `Managed (${domain.certificate_management_policy.authority}, ${domain.certificate_management_policy.private_key_type})`));
+  } else if (domain.cname_target && !domain.certificate) {
+    parts.push(h("div", { class: "muted" }, "Not managed: attach one on the TLS certificates page."));
   }
   if (job) {
-    parts.push(h("div", { class: job.error_code ? "bad" : "" }, job.msg || "Provisioning",
+    parts.push(h("div", { class: `job ${job.error_code ? "bad" : ""}` }, job.msg || "Provisioning",
                  job.error_code ? ` (${job.error_code})` : ""));
     if (job.retries_at) parts.push(h("div", { class: "muted" }, "Retries at ", time(job.retries_at)));
   }
@@ -73,10 +83,12 @@ export default {
     const list = listView({
       path: "/reserved_domains", key: "reserved_domains", what: "reserved domains",
       emptyText: "No reserved domain yet.",
-      columns: [{ label: "Domain", cell: (d) => h("div", {}, h("strong", { class: "domain-name" }, d.domain), h("div", { class: "muted" }, code(d.id))) },
+      columns: [{ label: "Domain", cell: (d) => h("div", {}, h("strong", { class: "domain-name" }, breakable(d.domain)),
+                                                 d.description ? h("div", { class: "description" }, d.description) : null,
+                                                 h("div", { class: "muted" }, code(d.id))) },
                 { label: "CNAME records to add", cell: recordsCell },
                 { label: "DNS", cell: dnsCheckCell },
-                { label: "Certificate", cell: certificateCell },
+                { label: "Certificate", cell: (d) => certificateCell(d, () => list.reload()) },
                 { label: "Created", cell: (d) => time(d.created_at) }],
       actions: (d, reload) => confirmButton("Delete", `Delete the reservation of ${d.domain}?`,
         async () => { await api.del(`/reserved_domains/${d.id}`); await reload(); }),
