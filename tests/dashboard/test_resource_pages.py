@@ -1,6 +1,6 @@
 """The pages for every resource a user manages (TLS certificates, certificate authorities,
 edges with routes and modules, backends of every kind), the certificate status as it is, and
-the smaller items of issue 42, in headless Chromium against `make run` (the stack fixture).
+the smaller details of the pages, in headless Chromium against `make run` (the stack fixture).
 
 Every example a form shows (its placeholders) is submitted here as it is, and the API must
 accept it."""
