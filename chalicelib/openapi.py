@@ -202,6 +202,18 @@ def _schemas() -> Dict[str, Schema]:
                 "tls_termination": _nullable(_ref("EndpointTLSTermination")),
             }
         ),
+        "TLSEdge": _obj(
+            {
+                **_common("tls_edge"),
+                "hostports": _nullable(STR_LIST),
+                "backend": _nullable(_ref("EndpointBackend")),
+                "ip_restriction": _nullable(_ref("EndpointIPPolicy")),
+                "mutual_tls": _nullable(_ref("EndpointMutualTLS")),
+                "tls_termination": _nullable(_ref("EndpointTLSTermination")),
+                "traffic_policy": _nullable(_ref("EndpointTrafficPolicy")),
+                "policy": {"nullable": True, "description": "always null"},
+            }
+        ),
         "TunnelGroupBackend": _obj(
             {
                 **_common("tunnel_group_backend"),

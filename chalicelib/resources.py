@@ -25,7 +25,7 @@ from chalicelib import event_subscriptions, openapi_events, vaults
 from chalicelib import credentials, dns_check, edge_modules, endpoints, http_response_backends
 from chalicelib import https_edges, ip_policies, reserved_addrs, reserved_domains, rest
 from chalicelib import ssh_credentials
-from chalicelib import tcp_edges, tls_certificates, tunnel_sessions, tunnels
+from chalicelib import tcp_edges, tls_certificates, tls_edges, tunnel_sessions, tunnels
 
 Schema = Dict[str, Any]
 Fields = Sequence[Any]  # a validation.Field list
@@ -178,6 +178,23 @@ HTTPS_EDGE_PARTS: Dict[str, Part] = {
     "mutual_tls": Part("EndpointMutualTLS", https_edges.MTLS_FIELDS),
 }
 assert tuple(HTTPS_EDGE_PARTS) == tuple(https_edges.EDGE_MODULES)
+TLS_PARTS: Dict[str, Part] = {
+    "backend": Part("EndpointBackend", edge_modules.BACKEND_FIELDS),
+    "ip_restriction": Part("EndpointIPPolicy", edge_modules.IP_RESTRICTION_FIELDS),
+    "mutual_tls": Part("EndpointMutualTLS", https_edges.MTLS_FIELDS),
+    "tls_termination": Part("EndpointTLSTermination", tls_edges.TLS_FIELDS),
+    "traffic_policy": Part("EndpointTrafficPolicy", tls_edges.TRAFFIC_POLICY_FIELDS),
+}
+assert tuple(TLS_PARTS) == tuple(tls_edges.MODULES)
+TLS_EDGE_MODULES: Dict[str, Schema] = {
+    "hostports": HOSTPORTS,
+    "backend": nested(edge_modules.BACKEND_FIELDS),
+    "ip_restriction": nested(edge_modules.IP_RESTRICTION_FIELDS),
+    "mutual_tls": nested(https_edges.MTLS_FIELDS),
+    "tls_termination": nested(tls_edges.TLS_FIELDS),
+    "traffic_policy": nested(tls_edges.TRAFFIC_POLICY_FIELDS),
+    "policy": TCP_EDGE_MODULES["policy"],
+}
 
 
 def _backend(path: str, ops: rest.Ops, name: str, title: str, schema: str) -> Collection:
@@ -406,6 +423,25 @@ REGISTRY: Tuple[Entry, ...] = (
         get=https_edges.get_module,
         put=https_edges.put_module,
         delete=https_edges.delete_module,
+    ),
+    Collection(
+        "/edges/tls",
+        tls_edges,
+        "edge_id",
+        "tls_edge",
+        "TLS edge",
+        "TLS edges",
+        "TLSEdge",
+        field_schemas=TLS_EDGE_MODULES,
+    ),
+    Parts(
+        "/edges/tls/{edge_id}",
+        TLS_PARTS,
+        owner="tls_edge",
+        tag="TLS edges",
+        get=tls_edges.get_module,
+        put=tls_edges.put_module,
+        delete=tls_edges.delete_module,
     ),
     # Online (written by the edge; read-only here, plus commands to a session's agent)
     Collection(

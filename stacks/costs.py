@@ -286,6 +286,26 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         run(f"PUT {base}", lambda: admin.put(f"/edges/https/{edge}/{name}", module), 200)
         run(f"GET {base}", lambda: admin.get(f"/edges/https/{edge}/{name}"), 200)
         run(f"DELETE {base}", lambda: admin.delete(f"/edges/https/{edge}/{name}"), 204)
+    tls_edge = crud(
+        "/edges/tls",
+        "edge_id",
+        {"hostports": ["costs-tls.tunnels.localhost:443"], "tls_termination": {}},
+        {"description": "e"},
+        delete=False,
+    )
+    tls_modules = {  # mutual_tls while tls_termination is there, then tls_termination
+        "backend": {"backend_id": backend},
+        "ip_restriction": {"ip_policy_ids": [policy]},
+        "traffic_policy": {"value": '{"on_tcp_connect": []}'},
+        "mutual_tls": {"certificate_authority_ids": [ca]},
+        "tls_termination": {"terminate_at": "edge", "min_version": "1.3"},
+    }
+    for name, module in tls_modules.items():
+        base = f"/edges/tls/{{edge_id}}/{name}"
+        run(f"PUT {base}", lambda: admin.put(f"/edges/tls/{tls_edge}/{name}", module), 200)
+        run(f"GET {base}", lambda: admin.get(f"/edges/tls/{tls_edge}/{name}"), 200)
+        run(f"DELETE {base}", lambda: admin.delete(f"/edges/tls/{tls_edge}/{name}"), 204)
+    run("DELETE /edges/tls/{edge_id}", lambda: admin.delete(f"/edges/tls/{tls_edge}"), 204)
     run(
         "DELETE /certificate_authorities/{ca_id}",
         lambda: admin.delete(f"/certificate_authorities/{ca}"),

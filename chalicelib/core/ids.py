@@ -28,6 +28,7 @@ PREFIXES = {
     "tls_certificate": "cert",
     "tcp_edge": "edgtcp",
     "https_edge": "edghts",
+    "tls_edge": "edgtls",
     "https_edge_route": "edghtsrt",
     "credential": "cr",
     "ssh_credential": "sshcr",

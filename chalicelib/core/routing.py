@@ -17,6 +17,7 @@ from chalicelib.core import ids, store
 HOSTPORT_NAMESPACE = "hostport"
 HTTPS_EDGE_COLLECTION = "https_edge"
 TCP_EDGE_COLLECTION = "tcp_edge"
+TLS_EDGE_COLLECTION = "tls_edge"
 HTTPS_EDGE_MODULES = ("tls_termination", "mutual_tls")
 ROUTE_MODULES = (
     "backend",
@@ -28,6 +29,7 @@ ROUTE_MODULES = (
 )
 TCP_EDGE_MODULES = ("backend", "ip_restriction", "traffic_policy")
 TCP_COPY_FIELDS = ("hostports",) + TCP_EDGE_MODULES
+TLS_EDGE_MODULES = ("backend", "ip_restriction", "mutual_tls", "tls_termination", "traffic_policy")
 DEFAULT_RESPONSE_STATUS = 200
 
 
@@ -125,6 +127,25 @@ def tls_index() -> Dict[str, Dict[str, Any]]:
     (:func:`chalicelib.edge_modules.tls_of`). One Query of the index partition (paged past
     1 MB): the edge reads it in the background, never during a handshake."""
     return {item.sk: dict(item.data or {}) for item in store.query_all(store.EDGE_TLS_PK)}
+
+
+def tls_edges() -> Dict[str, Dict[str, Any]]:
+    """Hostport → the TLS edge serving it, for every hostport of every TLS edge: ``{"id",
+    "account_id", "hostports", "backend", "ip_restriction", "mutual_tls", "tls_termination",
+    "traffic_policy"}``, modules None or their stored form (``tls_termination {"enabled",
+    "terminate_at": "edge" | "upstream", "min_version"}``, ``mutual_tls {"enabled",
+    "certificate_authority_ids"}``, the others as a TCP edge's). One Query of the index
+    partition the TLS edges' transactions keep (chalicelib.tls_edges): the edge's TLS listener
+    reads it in the background, never during a handshake."""
+    found: Dict[str, Dict[str, Any]] = {}
+    for item in store.query_all(store.TLS_EDGE_PK):
+        data = dict(item.data or {})
+        edge = {"id": data.get("edge_id", ""), "account_id": data.get("account_id", "")}
+        edge.update(data.get("edge") or {})
+        for name in TLS_EDGE_MODULES:
+            edge.setdefault(name, None)
+        found[item.sk] = edge
+    return found
 
 
 # ---- backends --------------------------------------------------------------------------------

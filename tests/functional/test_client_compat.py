@@ -13,7 +13,7 @@ stack (scripts/serve.py over HTTP) with a recipe that checks its result:
   offers as traffic policy actions, not as sub-resources: docs/TESTING.md) skip each method,
   with the reason, and fail if the app ever routes one.
 
-Resources of the client outside the table (TLS edges, SSH certificate authorities and
+Resources of the client outside the table (SSH certificate authorities and
 certificates, …) are not part of this service;
 vaults and secrets are, tested through this client in tests/functional/test_vaults.py; event
 destinations, subscriptions and sources are in the table (docs/EVENTS.md).
@@ -71,6 +71,11 @@ SERVED = {
     "event_destinations": "/event_destinations",
     "event_subscriptions": "/event_subscriptions",
     "event_sources": "/event_subscriptions/{subscription_id}/sources",
+    "edges.tls": "/edges/tls",
+    **{
+        f"edge_modules.tls_edge_{m}": f"/edges/tls/{{edge_id}}/{m}"
+        for m in ("backend", "ip_restriction", "mutual_tls", "tls_termination", "traffic_policy")
+    },
 }
 # Client resources this service does not offer as routes: the HTTPS route modules whose rule
 # is a traffic policy action here (in a route's body they are refused unless null). Their
@@ -214,6 +219,17 @@ class Env:
 
     def tcp_edge(self):
         return self.c.edges.tcp.create(hostports=[self.reserved_addr()]).id
+
+    def tls_edge(self):
+        return self.c.edges.tls.create().id
+
+    def terminating_tls_edge(self):
+        """Mutual TLS needs termination at the edge (ERR_NGROK_1694)."""
+        termination = dt.EndpointTLSTermination(self.c, {"terminate_at": "edge"})
+        return self.c.edges.tls.create(tls_termination=termination).id
+
+    def ca(self):
+        return self.c.certificate_authorities.create(_ca_pem()).id
 
     def https_edge(self):
         return self.c.edges.https.create().id
@@ -422,6 +438,41 @@ RECIPES = {
         "https_route",
         lambda env, c: dt.EndpointWebhookValidation(c, {"provider": "SLACK", "secret": "s3cret"}),
     ),
+    # a TLS edge's hostport: a free name under the base domain, as an HTTPS edge's
+    "edges.tls": Crud(
+        create=lambda env: {
+            "hostports": [f"{rnd()}.{get_settings().base_domain}:443"],
+            "tls_termination": dt.EndpointTLSTermination(
+                env.c, {"terminate_at": "edge", "min_version": "1.2"}
+            ),
+            "mutual_tls": dt.EndpointMutualTLSMutate(
+                env.c,
+                {"certificate_authority_ids": [env.ca()]},
+            ),
+        }
+    ),
+    "edge_modules.tls_edge_mutual_tls": Module(
+        "terminating_tls_edge",
+        lambda env, c: dt.EndpointMutualTLSMutate(c, {"certificate_authority_ids": [env.ca()]}),
+    ),
+    "edge_modules.https_edge_mutual_tls": Module(
+        "https_edge",
+        lambda env, c: dt.EndpointMutualTLSMutate(c, {"certificate_authority_ids": [env.ca()]}),
+    ),
+    "edge_modules.tls_edge_backend": Module(
+        "tls_edge", lambda env, c: dt.EndpointBackendMutate(c, {"backend_id": env.backend()})
+    ),
+    "edge_modules.tls_edge_ip_restriction": Module(
+        "tls_edge",
+        lambda env, c: dt.EndpointIPPolicyMutate(c, {"ip_policy_ids": [env.ip_policy()]}),
+    ),
+    "edge_modules.tls_edge_tls_termination": Module(
+        "tls_edge",
+        lambda env, c: dt.EndpointTLSTermination(c, {"terminate_at": "upstream"}),
+    ),
+    "edge_modules.tls_edge_traffic_policy": Module(
+        "tls_edge", lambda env, c: dt.EndpointTrafficPolicy(c, {"enabled": True, "value": POLICY})
+    ),
     "edge_modules.https_edge_tls_termination": Module(
         "https_edge", lambda env, c: dt.EndpointTLSTerminationAtEdge(c, {"min_version": "1.2"})
     ),
@@ -499,11 +550,11 @@ RECIPES["endpoints"] = _Endpoints()
 
 
 def _probe_recipe(attr):
-    """Edge modules whose body needs an identity provider (OAuth, OIDC, SAML, mutual TLS):
+    """Route modules whose body needs an identity provider (OAuth, OIDC, SAML):
     GET and DELETE of an unset module still prove the route is served."""
 
     def run(env, svc, method):
-        owner = env.https_edge() if "https_edge_mutual" in attr else env.https_route()
+        owner = env.https_route()
         ids = owner if isinstance(owner, tuple) else (owner,)
         if method == "replace":
             pytest.skip(f"{attr}.replace needs an identity provider configuration")
@@ -520,7 +571,6 @@ for _attr in (
     "edge_modules.https_edge_route_oauth",
     "edge_modules.https_edge_route_oidc",
     "edge_modules.https_edge_route_saml",
-    "edge_modules.https_edge_mutual_tls",
 ):
     RECIPES[_attr] = type("ProbeModule", (), {"run": staticmethod(_probe_recipe(_attr))})()
 

@@ -111,6 +111,13 @@ RESOURCES = [
         modules=("backend", "ip_restriction", "traffic_policy"),
     ),
     Resource(
+        "tls_edge",
+        "edgtls",
+        "tls_edges",
+        _simple("/edges/tls"),
+        modules=("backend", "ip_restriction", "mutual_tls", "tls_termination", "traffic_policy"),
+    ),
+    Resource(
         "https_edge",
         "edghts",
         "https_edges",

@@ -80,6 +80,25 @@ EXPECTED_VIEW_CALLS = {
     "PUT /edges/tcp/{edge_id}/traffic_policy": 2,
     "GET /edges/tcp/{edge_id}/traffic_policy": 1,
     "DELETE /edges/tcp/{edge_id}/traffic_policy": 2,
+    # TLS edges (chalicelib/tls_edges.py): a create reads its hostports' reservations, then 1
+    # transaction (edge, claims, the TLS listener's copies, refs); every change of a module
+    # reads the edge first, then 1 transaction
+    "POST /edges/tls": 3,
+    "GET /edges/tls": 1,
+    "GET /edges/tls/{edge_id}": 1,
+    "PATCH /edges/tls/{edge_id}": 1,
+    "DELETE /edges/tls/{edge_id}": 2,
+    **{
+        f"{method} /edges/tls/{{edge_id}}/{name}": calls
+        for name in (
+            "backend",
+            "ip_restriction",
+            "mutual_tls",
+            "tls_termination",
+            "traffic_policy",
+        )
+        for method, calls in (("PUT", 2), ("GET", 1), ("DELETE", 2))
+    },
     "POST /edges/https": 3,
     "GET /edges/https": 1,
     "GET /edges/https/{edge_id}": 1,

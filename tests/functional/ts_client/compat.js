@@ -75,6 +75,11 @@ const helpers = {
   tcpEdge: async () => (await client.edges.edgesTcp.create({
     hostports: [await helpers.reservedAddr()] })).id,
   httpsEdge: async () => (await client.edges.edgesHttps.create({})).id,
+  ca: async () => (await client.certificateAuthorities.create({ caPem: config.caPem })).id,
+  tlsEdge: async () => (await client.edges.edgesTls.create({})).id,
+  // mutual TLS needs termination at the edge (ERR_NGROK_1694)
+  terminatingTlsEdge: async () => (await client.edges.edgesTls.create({
+    tlsTermination: { terminateAt: 'edge' } })).id,
   httpsRoute: async () => {
     const edgeId = await helpers.httpsEdge();
     const route = await client.edges.edgesHttpsRoutes.create({
@@ -241,6 +246,22 @@ const RECIPES = {
     provider: 'SLACK', secret: 's3cret' })),
   'edgeModules.httpsEdgeTlsTerminationModule': module_('httpsEdge', async () => ({
     minVersion: '1.2' })),
+  'edgeModules.httpsEdgeMutualTlsModule': module_('httpsEdge', async () => ({
+    certificateAuthorityIds: [await helpers.ca()] })),
+  // a free name under the base domain, terminated at the edge with mutual TLS
+  'edges.edgesTls': crud(async () => ({
+    hostports: [`${rnd()}.${process.env.BASE_DOMAIN || 'tunnels.localhost'}:443`],
+    tlsTermination: { terminateAt: 'edge', minVersion: '1.2' },
+    mutualTls: { certificateAuthorityIds: [await helpers.ca()] },
+    policy: { enabled: true, inbound: DENY, outbound: [] } })),
+  'edgeModules.tlsEdgeBackendModule': module_('tlsEdge', async () => ({
+    backendId: await helpers.backend() })),
+  'edgeModules.tlsEdgeIpRestrictionModule': module_('tlsEdge', async () => ({
+    ipPolicyIds: [await helpers.ipPolicy()] })),
+  'edgeModules.tlsEdgeMutualTlsModule': module_('terminatingTlsEdge', async () => ({
+    certificateAuthorityIds: [await helpers.ca()] })),
+  'edgeModules.tlsEdgeTlsTerminationModule': module_('tlsEdge', async () => ({
+    terminateAt: 'upstream' })),
 };
 
 (async () => {
