@@ -20,6 +20,11 @@ A TCP connection on a reserved address's port reaches the TCP edge of ``<tcp hos
 its ip_restriction and traffic_policy run ``on_tcp_connect``, then its tunnel group backend
 carries the bytes.
 
+A TLS connection whose SNI name a TLS edge serves (edge/passthrough.py) reaches
+:meth:`EdgeRouter.route_tls_edge`: ip_restriction, tls_termination/mutual_tls (one
+``terminate-tls`` action: :func:`terminate_tls_action`) and traffic_policy run
+``on_tcp_connect``, then its tunnel group backend carries the connection.
+
 Cloud endpoints (``POST /endpoints``, type ``cloud``) come before HTTPS edges: a request
 whose ``Host`` no agent endpoint serves is looked up as a cloud endpoint's host (one GetItem
 of the host's served-name claim, which carries the endpoint's url and traffic_policy:
@@ -54,7 +59,7 @@ from typing import Any, Dict, List, Optional, Tuple, TypeGuard
 
 from urllib.parse import urlsplit
 
-from chalicelib.core import abuse, edge_errors, ip_rules, online, reservations, routing
+from chalicelib.core import abuse, certs, edge_errors, ip_rules, online, reservations, routing
 from edge import enforce
 
 CACHE_SECONDS = 1.0
@@ -193,7 +198,7 @@ class EdgeRouter:
         self, account_id: str, owner_id: str, modules: Dict[str, Any], kind: str
     ) -> Any:
         phases: Dict[str, List[Dict[str, Any]]] = {}
-        request_phase = "on_tcp_connect" if kind == "tcp" else "on_http_request"
+        request_phase = "on_http_request" if kind == "http" else "on_tcp_connect"
         ipr = modules.get("ip_restriction")
         if _enabled(ipr) and ipr.get("ip_policy_ids"):
             # Resolved per run like any restrict-ips ip_policies (ip_policy_resolver): the
@@ -209,15 +214,21 @@ class EdgeRouter:
                     ],
                 }
             )
+        if kind == "tls":  # tls_termination and mutual_tls: one terminate-tls action
+            termination = terminate_tls_action(modules)
+            if termination is not None:
+                phases.setdefault("on_tcp_connect", []).append(
+                    {"name": "tls termination", "actions": [termination]}
+                )
         ua = modules.get("user_agent_filter")
-        if kind != "tcp" and _enabled(ua) and (ua.get("allow") or ua.get("deny")):
+        if kind == "http" and _enabled(ua) and (ua.get("allow") or ua.get("deny")):
             phases.setdefault("on_http_request", []).append(enforce.ua_rule(ua))
         for name, phase in (
             ("request_headers", "on_http_request"),
             ("response_headers", "on_http_response"),
         ):
             module = modules.get(name)
-            if kind != "tcp" and _enabled(module):
+            if kind == "http" and _enabled(module):
                 actions = enforce.header_actions(module)
                 if actions:
                     phases.setdefault(phase, []).append(
@@ -429,6 +440,44 @@ class EdgeRouter:
                 sets.extend(_group_labels(backend))
         return account_id, sets
 
+    # ---- TLS edges ---------------------------------------------------------------------------
+    async def route_tls_edge(self, tls_edge: Dict[str, Any], name: str) -> Routed:
+        """Where a connection whose SNI is ``name`` goes, on the TLS edge ``tls_edge`` (its
+        copy, edge/tls.py): its modules as one on_tcp_connect policy (restrict-ips,
+        terminate-tls, its traffic_policy's rules) and a labeled tunnel of its backend
+        (``tunnel`` None: none online)."""
+        account_id = tls_edge["account_id"]
+        routed = Routed(
+            endpoint_id=tls_edge["id"], url=f"tls://{name}", host=name, account_id=account_id
+        )
+        try:
+            routed.enforcement = await self._enforcement(
+                account_id, tls_edge["id"], tls_edge, "tls"
+            )
+        except Exception as exc:  # a stored policy the engine now refuses: fail closed
+            routed.error = (
+                502,
+                edge_errors.INVALID_TRAFFIC_POLICY,
+                f"The edge's traffic policy cannot be applied: {str(exc)[:200]}",
+            )
+            return routed
+        module = tls_edge.get("backend")
+        backend = (
+            await self._backend(account_id, module["backend_id"])
+            if _enabled(module) and module.get("backend_id")
+            else None
+        )
+        routed.tunnel, _ = self._serve(account_id, backend)
+        return routed
+
+    async def ca_pems(self, account_id: str, ca_ids: List[str]) -> Dict[str, str]:
+        """CA id → PEM of the account's certificate authorities among ``ca_ids`` (cached
+        CACHE_SECONDS: a deleted CA stops being trusted within that)."""
+        return await self._cache.get(
+            ("cas", account_id, tuple(sorted(ca_ids))),
+            lambda: self.edge.call(certs.pems_by_id, account_id, sorted(ca_ids)),
+        )
+
     # ---- TCP edges --------------------------------------------------------------------------
     async def tcp_group_labels(self, hostport: str) -> Tuple[str, List[Dict[str, str]]]:
         """The account and the label sets of the tunnel-group backends of the TCP edge on
@@ -466,6 +515,23 @@ class EdgeRouter:
         )
         routed.tunnel, _ = self._serve(account_id, backend)
         return routed
+
+
+def terminate_tls_action(modules: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The terminate-tls action a TLS edge's tls_termination (enabled, at the edge) and
+    mutual_tls modules stand for, or None (passthrough). min_version "1.0" and "1.1" (which
+    the API accepts, as the hosted one does) mean TLS 1.2, as on HTTPS edges."""
+    termination = modules.get("tls_termination")
+    if not _enabled(termination) or termination.get("terminate_at", "edge") != "edge":
+        return None
+    config: Dict[str, Any] = {}
+    version = termination.get("min_version")
+    if version:
+        config["min_version"] = "1.3" if version == "1.3" else "1.2"
+    mtls = modules.get("mutual_tls")
+    if _enabled(mtls) and mtls.get("certificate_authority_ids"):
+        config["mutual_tls_certificate_authorities"] = list(mtls["certificate_authority_ids"])
+    return {"type": "terminate-tls", "config": config}
 
 
 def match_route(routes: List[Dict[str, Any]], path: str) -> Optional[Dict[str, Any]]:

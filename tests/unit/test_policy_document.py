@@ -143,7 +143,6 @@ def test_bad_shapes_are_refused_naming_the_element(doc, path, words):
         "http-request",
         "ai-gateway",
         "owasp-crs-request",
-        "terminate-tls",
         "sse-find-replace",
     ],
 )

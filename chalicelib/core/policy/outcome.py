@@ -29,3 +29,5 @@ class Outcome:
     logs: List[Dict[str, Any]] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
     identity: Optional[Any] = None  # IDENTITY: (the action, its rendered fields)
+    # terminate-tls: what the edge's handshake must be (the action's checked config)
+    terminate_tls: Optional[Dict[str, Any]] = None
