@@ -306,8 +306,8 @@ def hostport_owner(account_id: str, kind: str, hostport: str) -> Optional[Tuple[
     - TLS: as HTTPS (the name is what the client's SNI carries).
     """
 
-    def refused(why: str) -> errors.InvalidField:
-        return errors.InvalidField(
+    def refused(why: str, error: Any = errors.InvalidField) -> errors.InvalidField:
+        return error(
             f"Hostport '{hostport}' {why}", details={"field": "hostports", "hostport": hostport}
         )
 
@@ -324,7 +324,8 @@ def hostport_owner(account_id: str, kind: str, hostport: str) -> Optional[Tuple[
     if host == settings.edge_tcp_host and kind == TLS_EDGE:
         raise refused(  # the hosted ERR_NGROK_7133's words
             "is a TCP address: TLS edges can only be associated with reserved domains "
-            "(or names under the base domain)"
+            "(or names under the base domain)",
+            errors.TlsEdgeTcpAddress,
         )
     if host == settings.edge_tcp_host:
         raise refused(

@@ -64,7 +64,7 @@ def _check_terminate_at(name: str, value: str) -> str:
 TLS_FIELDS = [
     edge_modules.ENABLED,
     Field("terminate_at", "string", max_bytes=16, check=_check_terminate_at),
-    Field("min_version", "string", max_bytes=16, check=https_edges._check_min_version),
+    Field("min_version", "string", max_bytes=16, check=https_edges.check_min_version),
 ]
 TRAFFIC_POLICY_FIELDS = [
     edge_modules.ENABLED,
@@ -149,7 +149,7 @@ def check_modules(data: Dict[str, Any], field: str = "mutual_tls") -> None:
     """400 when an enabled mutual_tls has no enabled tls_termination at the edge under it."""
     mtls = data.get("mutual_tls")
     if mtls and mtls.get("enabled", True) and not terminates_at_edge(data):
-        raise errors.InvalidField(
+        raise errors.MutualTlsNeedsTermination(
             "Mutual TLS at edge requires TLS termination at edge: set tls_termination "
             "{terminate_at: 'edge'} (enabled) with mutual_tls, or remove mutual_tls first",
             details={"field": field},
@@ -174,7 +174,7 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
 
 def _fields(fields: Dict[str, Any]) -> Dict[str, Any]:
     # the TypeScript client's policy is the traffic_policy module, as for TCP edges
-    return tcp_edges._policy_as_traffic_policy(fields)
+    return tcp_edges.policy_as_traffic_policy(fields)
 
 
 @store.retrying

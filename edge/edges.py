@@ -59,7 +59,16 @@ from typing import Any, Dict, List, Optional, Tuple, TypeGuard
 
 from urllib.parse import urlsplit
 
-from chalicelib.core import abuse, certs, edge_errors, ip_rules, online, reservations, routing
+from chalicelib.core import (
+    abuse,
+    certs,
+    edge_errors,
+    ip_rules,
+    online,
+    reservations,
+    route_modules,
+    routing,
+)
 from edge import enforce
 
 CACHE_SECONDS = 1.0
@@ -115,6 +124,7 @@ class Routed:
     fixed: Optional[Dict[str, Any]] = None
     enforcement: Any = None
     error: Optional[Tuple[int, str, str]] = None
+    ws_tcp: bool = False  # the route's websocket_tcp_converter (edge/wstcp.py)
 
     @property
     def hop(self) -> Hop:
@@ -220,6 +230,10 @@ class EdgeRouter:
                 phases.setdefault("on_tcp_connect", []).append(
                     {"name": "tls termination", "actions": [termination]}
                 )
+        if kind == "http":  # oauth, oidc, webhook_verification (chalicelib.core.route_modules)
+            signed = route_modules.sign_in_rules(modules)
+            if signed:
+                phases.setdefault("on_http_request", []).extend(signed)
         ua = modules.get("user_agent_filter")
         if kind == "http" and _enabled(ua) and (ua.get("allow") or ua.get("deny")):
             phases.setdefault("on_http_request", []).append(enforce.ua_rule(ua))
@@ -234,6 +248,13 @@ class EdgeRouter:
                     phases.setdefault(phase, []).append(
                         {"name": name.replace("_", " "), "actions": actions}
                     )
+        if kind == "http":  # circuit_breaker last of the request's, compression after headers
+            for phase, extra in (
+                ("on_http_request", route_modules.breaker_rules(modules)),
+                ("on_http_response", route_modules.response_rules(modules)),
+            ):
+                if extra:
+                    phases.setdefault(phase, []).extend(extra)
         tp_module = modules.get("traffic_policy")
         if _enabled(tp_module) and tp_module.get("value"):
             for phase, rules in enforce.parse_document(tp_module["value"]).items():
@@ -399,6 +420,7 @@ class EdgeRouter:
                 f"The route's traffic policy cannot be applied: {str(exc)[:200]}",
             )
             return routed
+        routed.ws_tcp = route_modules.converts_websockets(route)
         backend_module = route.get("backend")
         backend = None
         if _enabled(backend_module) and backend_module.get("backend_id"):

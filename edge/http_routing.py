@@ -35,6 +35,7 @@ class Route:
     endpoint: Hop  # the endpoint as the policy sees it
     cloud: bool  # a cloud endpoint: its policy must answer, there is no upstream
     account_id: str
+    ws_tcp: bool = False  # an HTTPS edge route's websocket_tcp_converter (edge/wstcp.py)
 
 
 async def route(
@@ -81,4 +82,5 @@ async def route(
         routed.hop,
         routed.cloud,
         routed.account_id,
+        getattr(routed, "ws_tcp", False),
     )

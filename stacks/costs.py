@@ -333,12 +333,22 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         "traffic_policy": {"value": '{"on_http_request": []}'},
         "backend": {"backend_id": backend},
         "ip_restriction": {"ip_policy_ids": [policy]},
+        "circuit_breaker": {"error_threshold_percentage": 0.5},
+        "compression": {},
+        "oauth": {"provider": {"google": {"client_id": "i", "client_secret": "s"}}},
+        "oidc": {"issuer": "https://issuer.example.com", "client_id": "i", "client_secret": "s"},
+        "webhook_verification": {"provider": "github", "secret": "s"},
+        "websocket_tcp_converter": {},
     }
     for name, module in route_modules.items():
         base = f"/edges/https/{{edge_id}}/routes/{{route_id}}/{name}"
         run(f"PUT {base}", lambda: admin.put(f"{routes}/{route}/{name}", module), 200)
         run(f"GET {base}", lambda: admin.get(f"{routes}/{route}/{name}"), 200)
         run(f"DELETE {base}", lambda: admin.delete(f"{routes}/{route}/{name}"), 204)
+    saml = "/edges/https/{edge_id}/routes/{route_id}/saml"  # refused by name: reads the route
+    run(f"PUT {saml}", lambda: admin.put(f"{routes}/{route}/saml", {}), 400)
+    run(f"GET {saml}", lambda: admin.get(f"{routes}/{route}/saml"), 404)
+    run(f"DELETE {saml}", lambda: admin.delete(f"{routes}/{route}/saml"), 204)
     run(
         "DELETE /backends/http_response/{backend_id}",
         lambda: admin.delete(f"/backends/http_response/{backend}"),

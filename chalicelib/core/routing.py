@@ -26,6 +26,13 @@ ROUTE_MODULES = (
     "request_headers",
     "response_headers",
     "traffic_policy",
+    # policy actions here (chalicelib.core.route_modules), or the WebSocket converter
+    "circuit_breaker",
+    "compression",
+    "oauth",
+    "oidc",
+    "webhook_verification",
+    "websocket_tcp_converter",
 )
 TCP_EDGE_MODULES = ("backend", "ip_restriction", "traffic_policy")
 TCP_COPY_FIELDS = ("hostports",) + TCP_EDGE_MODULES

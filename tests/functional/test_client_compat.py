@@ -8,10 +8,10 @@ stack (scripts/serve.py over HTTP) with a recipe that checks its result:
 - a resource we serve whose method sends a request our app does not route fails ("the client
   has a route we lack"), and so does a method without a recipe (a new client method shows up
   as a failing test, not as a surprise);
-- resources in :data:`NOT_OFFERED` (the HTTPS route modules compression, circuit breaker,
-  WebSocket-TCP converter, webhook verification, OAuth, OIDC and SAML, which this service
-  offers as traffic policy actions, not as sub-resources: docs/TESTING.md) skip each method,
-  with the reason, and fail if the app ever routes one.
+- resources in :data:`NOT_OFFERED` (none now: the HTTPS route modules compression, circuit
+  breaker, WebSocket-TCP converter, webhook verification, OAuth and OIDC are served through
+  their policy actions, SAML is served and refused by name) skip each method, with the
+  reason, and fail if the app ever routes one.
 
 Resources of the client outside the table (SSH certificate authorities and
 certificates, …) are not part of this service;
@@ -64,7 +64,20 @@ SERVED = {
     "endpoints": "/endpoints",
     **{
         f"edge_modules.https_edge_route_{m}": f"/edges/https/{{edge_id}}/routes/{{route_id}}/{m}"
-        for m in ("backend", "ip_restriction", "traffic_policy", "request_headers")
+        for m in (
+            "backend",
+            "ip_restriction",
+            "traffic_policy",
+            "request_headers",
+            # the modules whose rule is a policy action here (chalicelib.core.route_modules)
+            "compression",
+            "circuit_breaker",
+            "websocket_tcp_converter",
+            "webhook_verification",
+            "oauth",
+            "oidc",
+            "saml",  # served, and refused by name (ERR_NGROK_7021)
+        )
     },
     "edge_modules.https_edge_tls_termination": "/edges/https/{edge_id}/tls_termination",
     "edge_modules.https_edge_mutual_tls": "/edges/https/{edge_id}/mutual_tls",
@@ -80,18 +93,7 @@ SERVED = {
 # Client resources this service does not offer as routes: the HTTPS route modules whose rule
 # is a traffic policy action here (in a route's body they are refused unless null). Their
 # methods skip with this reason; one that becomes routed fails until it moves to SERVED.
-NOT_OFFERED = {
-    f"edge_modules.https_edge_route_{m}": f"HTTPS route module {m}"
-    for m in (
-        "compression",
-        "circuit_breaker",
-        "websocket_tcp_converter",
-        "webhook_verification",
-        "oauth",
-        "oidc",
-        "saml",
-    )
-}
+NOT_OFFERED: dict = {}
 TABLE = {**{k: "served" for k in SERVED}, **{k: "not offered" for k in NOT_OFFERED}}
 
 
@@ -549,30 +551,54 @@ class _Endpoints:
 RECIPES["endpoints"] = _Endpoints()
 
 
-def _probe_recipe(attr):
-    """Route modules whose body needs an identity provider (OAuth, OIDC, SAML):
-    GET and DELETE of an unset module still prove the route is served."""
+RECIPES["edge_modules.https_edge_route_oauth"] = Module(
+    "https_route",
+    lambda env, c: _Props(
+        {
+            "provider": {
+                "google": {
+                    "client_id": "compat-id",
+                    "client_secret": "compat-secret",
+                    "email_domains": ["example.com"],
+                }
+            }
+        }
+    ),
+)
+RECIPES["edge_modules.https_edge_route_oidc"] = Module(
+    "https_route",
+    lambda env, c: dt.EndpointOIDC(
+        c,
+        {
+            "issuer": "https://issuer.example.com",
+            "client_id": "compat-id",
+            "client_secret": "compat-secret",
+            "scopes": ["openid"],
+        },
+    ),
+)
 
-    def run(env, svc, method):
-        owner = env.https_route()
-        ids = owner if isinstance(owner, tuple) else (owner,)
+
+class _Saml:
+    """No SAML identity provider here: a replace is refused by name (ERR_NGROK_7021, as the
+    hosted service refuses a module an edge does not support); the module is never set."""
+
+    def run(self, env, svc, method):
+        ids = env.https_route()
         if method == "replace":
-            pytest.skip(f"{attr}.replace needs an identity provider configuration")
-        if method == "get":
+            module = dt.EndpointSAMLMutate(env.c, {"idp_metadata": "<EntityDescriptor/>"})
+            with pytest.raises(ngrok.Error) as raised:
+                svc.replace(*ids, module)
+            assert raised.value.error_code == errors.MODULE_NOT_SUPPORTED, raised.value
+            assert "saml" in str(raised.value)
+        elif method == "get":
             with pytest.raises(ngrok.NotFoundError):
                 svc.get(*ids)
         else:
             svc.delete(*ids)
 
-    return run
 
-
-for _attr in (
-    "edge_modules.https_edge_route_oauth",
-    "edge_modules.https_edge_route_oidc",
-    "edge_modules.https_edge_route_saml",
-):
-    RECIPES[_attr] = type("ProbeModule", (), {"run": staticmethod(_probe_recipe(_attr))})()
+RECIPES["edge_modules.https_edge_route_saml"] = _Saml()
 
 
 @pytest.fixture(scope="module")

@@ -136,6 +136,13 @@ RESOURCES = [
             "ip_restriction",
             "request_headers",
             "traffic_policy",
+            "circuit_breaker",
+            "compression",
+            "oauth",
+            "oidc",
+            "saml",
+            "webhook_verification",
+            "websocket_tcp_converter",
         ),
     ),
     Resource(
@@ -319,6 +326,9 @@ MODULE_BODIES = {
     "tls_termination": {"min_version": "1.2"},
     "mutual_tls": {"certificate_authority_ids": ["ca_" + "0" * 27]},
     "capture": {"capture_bodies": True},
+    "oauth": {"provider": {"google": {"client_id": "i", "client_secret": "s"}}},
+    "oidc": {"issuer": "https://issuer.example.com", "client_id": "i", "client_secret": "s"},
+    "webhook_verification": {"provider": "github", "secret": "s"},
 }
 
 

@@ -68,6 +68,9 @@ TS_TO_PY = {
             ("CircuitBreaker", "circuit_breaker"),
             ("WebsocketTcpConverter", "websocket_tcp_converter"),
             ("WebhookVerification", "webhook_verification"),
+            ("OAuth", "oauth"),
+            ("Oidc", "oidc"),
+            ("Saml", "saml"),
         )
     },
     "edgeModules.httpsEdgeTlsTerminationModule": "edge_modules.https_edge_tls_termination",

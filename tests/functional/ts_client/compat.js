@@ -244,6 +244,25 @@ const RECIPES = {
     enabled: true })),
   'edgeModules.edgeRouteWebhookVerificationModule': module_('httpsRoute', async () => ({
     provider: 'SLACK', secret: 's3cret' })),
+  'edgeModules.edgeRouteOAuthModule': module_('httpsRoute', async () => ({
+    provider: { google: { clientId: 'compat-id', clientSecret: 'compat-secret',
+                          emailDomains: ['example.com'] } } })),
+  'edgeModules.edgeRouteOidcModule': module_('httpsRoute', async () => ({
+    issuer: 'https://issuer.example.com', clientId: 'compat-id', clientSecret: 'compat-secret',
+    scopes: ['openid'] })),
+  // no SAML identity provider here: a replace is refused by name (ERR_NGROK_7021)
+  'edgeModules.edgeRouteSamlModule': async (svc, method) => {
+    const route = await helpers.httpsRoute();
+    if (method === 'replace') {
+      const err = await expectStatus(svc.replace({ ...route, module: {
+        idpMetadata: '<EntityDescriptor/>' } }), [400]);
+      if (err.errorCode !== 'ERR_NGROK_7021') throw new Error(`unexpected: ${JSON.stringify(err)}`);
+      return;
+    }
+    if (method === 'get') { await expectStatus(svc.get(route), [404]); return; }
+    if (method === 'delete') return deleted(() => svc.delete(route));
+    throw new Error(`no recipe for ${method}`);
+  },
   'edgeModules.httpsEdgeTlsTerminationModule': module_('httpsEdge', async () => ({
     minVersion: '1.2' })),
   'edgeModules.httpsEdgeMutualTlsModule': module_('httpsEdge', async () => ({
