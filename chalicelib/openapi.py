@@ -268,6 +268,13 @@ def _schemas() -> Dict[str, Schema]:
                 "policy": {"nullable": True, "description": "always null"},
             }
         ),
+        "StaticBackend": _obj(
+            {
+                **_common("static_backend"),
+                "address": {"type": "string", "description": "host:port the edge forwards to"},
+                "tls": _obj({"enabled": BOOL}),
+            }
+        ),
         "TunnelGroupBackend": _obj(
             {
                 **_common("tunnel_group_backend"),

@@ -373,6 +373,13 @@ REGISTRY: Tuple[Entry, ...] = (
         "FailoverBackend",
     ),
     _backend(
+        "/backends/static",
+        backends.STATIC_OPS,
+        "static_backend",
+        "static backend",
+        "StaticBackend",
+    ),
+    _backend(
         "/backends/weighted",
         backends.WEIGHTED_OPS,
         "weighted_backend",

@@ -46,6 +46,8 @@ class EdgeSettings:
     public_ports: Dict[str, int] = field(default_factory=dict)  # a load balancer's (URLs)
     core_threads: int = 0  # the compiled core's worker threads (0: one per core)
     command_poll_seconds: float = 1.0  # how often stop/restart commands are read
+    # CIDRs a static backend may reach beyond global addresses (edge/static.py)
+    static_backend_allow: Tuple[str, ...] = ()
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
@@ -185,4 +187,20 @@ def load(env=None) -> EdgeSettings:
         ),
         data_dir=env.get("DATA_DIR", ".data"),
         base_domain=base,
+        static_backend_allow=_cidrs(env, "EDGE_STATIC_BACKEND_ALLOW"),
     )
+
+
+def _cidrs(env, name: str) -> Tuple[str, ...]:
+    """Comma-separated CIDRs (SystemExit naming the variable on a bad one)."""
+    import ipaddress
+
+    found = []
+    for part in env.get(name, "").split(","):
+        if not part.strip():
+            continue
+        try:
+            found.append(str(ipaddress.ip_network(part.strip(), strict=False)))
+        except ValueError:
+            raise SystemExit(f"{name}: '{part.strip()}' is not a CIDR") from None
+    return tuple(found)

@@ -69,7 +69,7 @@ from chalicelib.core import (
     route_modules,
     routing,
 )
-from edge import enforce
+from edge import enforce, static
 
 CACHE_SECONDS = 1.0
 MAX_FORWARDS = 8  # forward-internal hops of one request or connection (a loop ends)
@@ -280,6 +280,8 @@ class EdgeRouter:
         kind = backend.get("kind")
         if kind == "http_response":
             return None, backend
+        if kind == "static":  # the edge forwards to the address itself (edge/static.py)
+            return static.StaticTarget(self.edge, backend), None
         if kind == "tunnel_group":
             return self.edge.registry.pick(self._candidates(account_id, backend)), None
         if kind == "failover":
@@ -294,7 +296,7 @@ class EdgeRouter:
                 for m in backend.get("backends") or []
                 if m.get("weight", 0) > 0
                 and (
-                    m["backend"].get("kind") == "http_response"
+                    m["backend"].get("kind") in ("http_response", "static")
                     or self._candidates(account_id, m["backend"])
                 )
             ]

@@ -249,6 +249,12 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         {"backends": {group: 1, backend: 2}},
         {"backends": {group: 3}},
     )
+    crud(
+        "/backends/static",
+        "backend_id",
+        {"address": "origin.example.com:443", "tls": {"enabled": True}},
+        {"address": "origin.example.com:8443"},
+    )
     run(
         "DELETE /backends/tunnel_group/{backend_id}",
         lambda: admin.delete(f"/backends/tunnel_group/{group}"),

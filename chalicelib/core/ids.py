@@ -23,6 +23,7 @@ PREFIXES = {
     "tunnel_group_backend": "bkdtg",
     "failover_backend": "bkdfo",
     "weighted_backend": "bkdwt",
+    "static_backend": "bkdsa",
     "reserved_addr": "ra",
     "certificate_authority": "ca",
     "tls_certificate": "cert",

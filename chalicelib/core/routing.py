@@ -201,10 +201,19 @@ WEIGHTED = Kind(
 )
 
 
-KINDS = {kind.prefix: kind for kind in (HTTP_RESPONSE, TUNNEL_GROUP, FAILOVER, WEIGHTED)}
+STATIC = Kind(
+    "static",
+    "static_backend",
+    ids.PREFIXES["static_backend"],
+    "/backends/static",
+    "static backend",
+)
 
 
-MEMBER_KINDS = (HTTP_RESPONSE, TUNNEL_GROUP)
+KINDS = {kind.prefix: kind for kind in (HTTP_RESPONSE, TUNNEL_GROUP, FAILOVER, WEIGHTED, STATIC)}
+
+
+MEMBER_KINDS = (HTTP_RESPONSE, TUNNEL_GROUP, STATIC)
 
 
 def kind_of(backend_id: Any) -> Optional[Kind]:
@@ -245,6 +254,14 @@ def plain(kind: Kind, item: store.Item, children: Dict[str, store.Item]) -> Dict
         }
     if kind is TUNNEL_GROUP:
         return {"kind": kind.name, "id": item.sk, "labels": dict(data.get("labels") or {})}
+    if kind is STATIC:
+        tls = data.get("tls") or {}
+        return {
+            "kind": kind.name,
+            "id": item.sk,
+            "address": data.get("address", ""),
+            "tls": bool(tls.get("enabled")),
+        }
 
     def child(backend_id: str) -> Optional[Dict[str, Any]]:
         found = children.get(backend_id)
@@ -270,8 +287,10 @@ def resolve_backend(account_id: str, backend_id: str) -> Optional[Dict[str, Any]
       "body": str}`` — the edge answers itself;
     - ``{"kind": "tunnel_group", "id", "labels": {key: value}}`` — the online tunnels of the
       account whose labels include all of these;
+    - ``{"kind": "static", "id", "address": "host:port", "tls": bool}`` — the edge forwards
+      to that address itself (edge/static.py);
     - ``{"kind": "failover", "id", "backends": [member, ...]}`` — members in order, each a
-      tunnel_group or http_response dict as above; the first that can serve serves;
+      tunnel_group, http_response or static dict as above; the first that can serve serves;
     - ``{"kind": "weighted", "id", "backends": [{"weight": int, "backend": member}, ...]}``.
 
     Cost: one GetItem, plus one BatchGetItem of the members for failover and weighted (no

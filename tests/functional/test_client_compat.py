@@ -85,6 +85,7 @@ SERVED = {
     "event_subscriptions": "/event_subscriptions",
     "event_sources": "/event_subscriptions/{subscription_id}/sources",
     "edges.tls": "/edges/tls",
+    "backends.static_address": "/backends/static",
     **{
         f"edge_modules.tls_edge_{m}": f"/edges/tls/{{edge_id}}/{m}"
         for m in ("backend", "ip_restriction", "mutual_tls", "tls_termination", "traffic_policy")
@@ -404,6 +405,13 @@ RECIPES = {
     "backends.tunnel_group": Crud(create=lambda env: {"labels": {"edge": rnd()}}),
     "backends.failover": Crud(create=lambda env: {"backends": [env.backend()]}),
     "backends.weighted": Crud(create=lambda env: {"backends": {env.backend(): 1}}),
+    "backends.static_address": Crud(
+        create=lambda env: {
+            "address": "origin.example.com:443",
+            "tls": dt.StaticBackendTLS(env.c, {"enabled": True}),
+        },
+        update=lambda env: {"address": "origin.example.com:8443"},
+    ),
     "reserved_addrs": Crud(create=lambda env: {"description": "compat"}),
     "certificate_authorities": Crud(create=lambda env: {"ca_pem": _ca_pem()}),
     "tunnel_sessions": Probe("ts"),

@@ -159,6 +159,12 @@ RESOURCES = [
         _simple("/backends/tunnel_group", lambda: {"labels": {"app": f"a{_n()}"}}),
     ),
     Resource(
+        "static_backend",
+        "bkdsa",
+        "backends",
+        _simple("/backends/static", lambda: {"address": f"o{_n()}.example.com:443"}),
+    ),
+    Resource(
         "failover_backend",
         "bkdfo",
         "backends",

@@ -223,6 +223,9 @@ const RECIPES = {
   'backends.weightedBackends': crud(async () => ({
     backends: new Map([[await helpers.backend(), 1]]) })),
   reservedAddrs: crud(() => ({ description: 'compat' })),
+  'backends.staticBackends': crud(() => ({ address: 'origin.example.com:443',
+                                           tls: { enabled: true } }),
+                                  () => ({ address: 'origin.example.com:8443' })),
   tunnelSessions: probe('ts'),
   tunnels: probe('tn'),
   // cloud endpoints (a free name under the base domain, a policy that answers) where the
