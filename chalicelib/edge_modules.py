@@ -125,7 +125,7 @@ def _check_backend_id(name: str, value: str) -> str:
     return backends.check_backend_id(name, value)
 
 
-def _check_policy_ids(name: str, value: List[str]) -> List[str]:
+def check_policy_ids(name: str, value: List[str]) -> List[str]:
     if not value:
         raise _bad(name, "must name at least one IP policy")
     for index, entry in enumerate(value):
@@ -153,7 +153,7 @@ IP_RESTRICTION_FIELDS = [
         required=True,
         max_bytes=64,
         max_items=MAX_IP_POLICIES,
-        check=_check_policy_ids,
+        check=check_policy_ids,
     ),
 ]
 TRAFFIC_POLICY_FIELDS = [

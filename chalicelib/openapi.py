@@ -121,6 +121,14 @@ def _schemas() -> Dict[str, Schema]:
             }
         ),
         "IPPolicy": _obj(_common("ip_policy")),
+        "IPRestriction": _obj(
+            {
+                **_common("ip_restriction"),
+                "enforced": BOOL,
+                "type": {"type": "string", "enum": ["agent", "endpoints"]},
+                "ip_policies": {"type": "array", "items": _ref("Ref")},
+            }
+        ),
         "IPPolicyRule": _obj(
             {
                 **_common("ip_policy_rule"),

@@ -23,7 +23,8 @@ from chalicelib import abuse_reports, api_keys, app_sessions, backends, bot_user
 from chalicelib import certificate_authorities, event_destinations, event_routes
 from chalicelib import event_subscriptions, openapi_events, vaults
 from chalicelib import credentials, dns_check, edge_modules, endpoints, http_response_backends
-from chalicelib import https_edges, ip_policies, reserved_addrs, reserved_domains, rest
+from chalicelib import https_edges, ip_policies, ip_restrictions, reserved_addrs
+from chalicelib import reserved_domains, rest
 from chalicelib import ssh_credentials
 from chalicelib import tcp_edges, tls_certificates, tls_edges, tunnel_sessions, tunnels
 
@@ -349,6 +350,15 @@ REGISTRY: Tuple[Entry, ...] = (
         "IP policy rule",
         "IP policy rules",
         "IPPolicyRule",
+    ),
+    Collection(
+        "/ip_restrictions",
+        ip_restrictions,
+        "restriction_id",
+        "ip_restriction",
+        "IP restriction",
+        "IP restrictions",
+        "IPRestriction",
     ),
     # Backends
     _backend(

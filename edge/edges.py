@@ -187,6 +187,17 @@ class EdgeRouter:
             lambda: self.edge.call(ip_rules.rules_of, account_id, list(policy_ids)),
         )
 
+    async def ip_restrictions(self, account_id: str) -> List[Dict[str, Any]]:
+        """The account's IP restrictions (edge/ip_restrictions.py), cached CACHE_SECONDS."""
+        return await self._cache.get(
+            ("ipx", account_id),
+            lambda: self.edge.call(ip_rules.restrictions_of, account_id),
+        )
+
+    async def compiled(self, key: Any, phases: Dict[str, Any]) -> Any:
+        """A compiled document, cached under ``key`` (its text: it does not change)."""
+        return await self._cache.get(("policy",) + tuple(key), lambda: _compiled(phases))
+
     async def ip_policy_resolver(self, account_id: str, policy: Any) -> Any:
         """The engine's ``conn.ip_policy_resolver`` for one run of ``policy`` on an endpoint
         of ``account_id``: the account's rules of the IP policies the policy names, read

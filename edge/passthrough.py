@@ -42,7 +42,7 @@ from typing import Any, Dict, Optional
 
 from chalicelib.core import binding, edge_errors
 from chalicelib.core import policy as tp
-from edge import certs, connections, enforce, tls_spec
+from edge import certs, connections, enforce, ip_restrictions, tls_spec
 from edge.http_io import splice
 
 log = logging.getLogger("edge.passthrough")
@@ -162,6 +162,11 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
             hop = (tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.account_id)
             enforcement, target, ending = tunnel.enforcement, tunnel, tunnel.termination
             spec = tunnel.tls
+        if not await ip_restrictions.allows(
+            edge, hop[2], ip_restrictions.ENDPOINTS, str(peer[0])
+        ):  # the account's endpoints IP restrictions
+            transport.abort()
+            return True
         outcome = await _on_tcp_connect(edge, enforcement, hop, transport, peer, name)
         if outcome is None or target is None:  # refused, or no tunnel of the edge online
             transport.abort()

@@ -209,6 +209,12 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         {"ip_policy_id": policy, "cidr": "10.0.0.0/8", "action": "allow"},
         {"description": "r"},
     )
+    crud(
+        "/ip_restrictions",
+        "restriction_id",
+        {"type": "endpoints", "ip_policy_ids": [policy]},
+        {"enforced": True},
+    )
     run("DELETE /ip_policies/{policy_id}", lambda: admin.delete(f"/ip_policies/{policy}"), 204)
     backend = crud(
         "/backends/http_response", "backend_id", {"body": "hi"}, {"description": "b"}, delete=False

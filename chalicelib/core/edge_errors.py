@@ -46,6 +46,7 @@ it). The API's own catalog is :mod:`chalicelib.core.errors`.
 | SIGNIN_STATE_MISSING       | ERR_NGROK_3120   | public | openid-connect/oauth callback without its pending login   |
 | SIGNIN_STATE_MISMATCH      | ERR_NGROK_3124   | public | the callback's state is not the pending login's (400)     |
 | SIGNIN_FAILED              | ERR_NGROK_3300   | public | the sign-in could not finish (provider, token, ID token)  |
+| AGENT_IP_RESTRICTED        | ERR_NGROK_9040   | agent  | the account's agent IP restrictions refuse the address    |
 """
 
 AUTHTOKEN_MALFORMED = "ERR_NGROK_105"
@@ -87,3 +88,4 @@ CIRCUIT_BREAKER_TRIPPED = "ERR_NGROK_3202"
 SIGNIN_STATE_MISSING = "ERR_NGROK_3120"
 SIGNIN_STATE_MISMATCH = "ERR_NGROK_3124"
 SIGNIN_FAILED = "ERR_NGROK_3300"
+AGENT_IP_RESTRICTED = "ERR_NGROK_9040"

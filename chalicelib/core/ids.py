@@ -40,6 +40,7 @@ PREFIXES = {
     "reserved_domain": "rd",
     "ip_policy": "ipp",
     "ip_policy_rule": "ipr",
+    "ip_restriction": "ipx",
     "operation": "op",
     # event subscriptions (chalicelib.event_destinations, chalicelib.event_subscriptions),
     # the events the edge and the API send (edge.events) and captured requests (inspector)

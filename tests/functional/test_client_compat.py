@@ -86,6 +86,7 @@ SERVED = {
     "event_sources": "/event_subscriptions/{subscription_id}/sources",
     "edges.tls": "/edges/tls",
     "backends.static_address": "/backends/static",
+    "ip_restrictions": "/ip_restrictions",
     **{
         f"edge_modules.tls_edge_{m}": f"/edges/tls/{{edge_id}}/{m}"
         for m in ("backend", "ip_restriction", "mutual_tls", "tls_termination", "traffic_policy")
@@ -405,6 +406,10 @@ RECIPES = {
     "backends.tunnel_group": Crud(create=lambda env: {"labels": {"edge": rnd()}}),
     "backends.failover": Crud(create=lambda env: {"backends": [env.backend()]}),
     "backends.weighted": Crud(create=lambda env: {"backends": {env.backend(): 1}}),
+    "ip_restrictions": Crud(
+        create=lambda env: {"type": "endpoints", "ip_policy_ids": [env.ip_policy()]},
+        update=lambda env: {"enforced": True},
+    ),
     "backends.static_address": Crud(
         create=lambda env: {
             "address": "origin.example.com:443",

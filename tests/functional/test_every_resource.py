@@ -159,6 +159,19 @@ RESOURCES = [
         _simple("/backends/tunnel_group", lambda: {"labels": {"app": f"a{_n()}"}}),
     ),
     Resource(
+        "ip_restriction",
+        "ipx",
+        "ip_restrictions",
+        lambda caller: (
+            "/ip_restrictions",
+            caller.post(
+                "/ip_restrictions",
+                {"type": "agent", "ip_policy_ids": [_policy(caller)]},
+            ).json,
+        ),
+        patch={"enforced": True},
+    ),
+    Resource(
         "static_backend",
         "bkdsa",
         "backends",

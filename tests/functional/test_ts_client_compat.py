@@ -77,6 +77,7 @@ TS_TO_PY = {
     "edgeModules.httpsEdgeMutualTlsModule": "edge_modules.https_edge_mutual_tls",
     "edges.edgesTls": "edges.tls",
     "backends.staticBackends": "backends.static_address",
+    "ipRestrictions": "ip_restrictions",
     "edgeModules.tlsEdgeBackendModule": "edge_modules.tls_edge_backend",
     "edgeModules.tlsEdgeIpRestrictionModule": "edge_modules.tls_edge_ip_restriction",
     "edgeModules.tlsEdgeMutualTlsModule": "edge_modules.tls_edge_mutual_tls",

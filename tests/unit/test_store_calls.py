@@ -83,6 +83,13 @@ EXPECTED_VIEW_CALLS = {
     # TLS edges (chalicelib/tls_edges.py): a create reads its hostports' reservations, then 1
     # transaction (edge, claims, the TLS listener's copies, refs); every change of a module
     # reads the edge first, then 1 transaction
+    # IP restrictions (chalicelib/ip_restrictions.py): one transaction with the policies'
+    # counters; a PATCH of enforced is one UpdateItem; a delete reads first
+    "POST /ip_restrictions": 1,
+    "GET /ip_restrictions": 1,
+    "GET /ip_restrictions/{restriction_id}": 1,
+    "PATCH /ip_restrictions/{restriction_id}": 1,
+    "DELETE /ip_restrictions/{restriction_id}": 2,
     # static backends (chalicelib/backends.py): as a tunnel group's, no members to count
     "POST /backends/static": 1,
     "GET /backends/static": 1,

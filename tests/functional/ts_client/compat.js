@@ -223,6 +223,8 @@ const RECIPES = {
   'backends.weightedBackends': crud(async () => ({
     backends: new Map([[await helpers.backend(), 1]]) })),
   reservedAddrs: crud(() => ({ description: 'compat' })),
+  ipRestrictions: crud(async () => ({ type: 'endpoints', ipPolicyIds: [await helpers.ipPolicy()] }),
+                       () => ({ enforced: true })),
   'backends.staticBackends': crud(() => ({ address: 'origin.example.com:443',
                                            tls: { enabled: true } }),
                                   () => ({ address: 'origin.example.com:8443' })),
