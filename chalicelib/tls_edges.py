@@ -10,7 +10,7 @@ traffic_policy).
 Rules (where the hosted docs are silent, decided here):
 - Hostports follow :mod:`chalicelib.edge_modules` with the HTTPS edges' ownership rule (a
   name the account reserved, exactly or under a wildcard, or a free name under the base
-  domain); the service's TCP address host is refused with the hosted ERR_NGROK_7133's words.
+  domain); the service's TCP address host is a 400 ERR_NGROK_7133 (the hosted words).
   They share one namespace with HTTPS and TCP edges' hostports (409 when taken): an HTTPS
   edge and a TLS edge cannot both serve ``name:443``. Only ``:443`` hostports are served
   (the edge's one TLS listener, whatever port it listens on behind a load balancer).
@@ -22,9 +22,9 @@ Rules (where the hosted docs are silent, decided here):
   (passthrough, as with no module); ``min_version`` one of 1.0–1.3 (1.0 and 1.1 mean 1.2 on
   the wire, as for HTTPS edges), and must be null with ``upstream``.
 - mutual_tls ``{enabled, certificate_authority_ids}``: as an HTTPS edge's; it needs an
-  enabled tls_termination at the edge (the hosted ERR_NGROK_1694: "Mutual TLS at edge
-  requires TLS termination at edge"), checked on every write of the edge, also when the
-  tls_termination module is deleted or disabled under it.
+  enabled tls_termination at the edge (400 ERR_NGROK_1694: "Mutual TLS at edge requires TLS
+  termination at edge"), checked on every write of the edge, also when the tls_termination
+  module is deleted or disabled under it.
 - On traffic the modules are one policy (edge.edges): ip_restriction as ``restrict-ips``,
   tls_termination and mutual_tls as the ``terminate-tls`` action, then the traffic_policy's
   rules, all in ``on_tcp_connect``.

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from chalicelib.core import ids, routing
+from chalicelib.core import errors, ids, routing
 from tests.functional.test_certificate_authorities import make_cert
 from tests.functional.test_https_edges import hostport
 
@@ -104,6 +104,7 @@ def test_hostports_share_the_namespace_of_https_edges(account):
     tcp_hp = account.admin.post("/reserved_addrs", {}).json["addr"]
     resp = account.admin.post(PATH, {"hostports": [tcp_hp]})
     assert resp.status == 400 and "TLS edges can only be associated" in resp.json["msg"]
+    assert resp.json["error_code"] == errors.TLS_EDGE_TCP_ADDRESS
 
 
 def test_another_accounts_reserved_domain_is_refused(account, other_account):
@@ -162,6 +163,7 @@ def test_mutual_tls_requires_termination_at_the_edge(account):
             body["tls_termination"] = termination
         resp = admin.post(PATH, body)
         assert resp.status == 400 and "requires TLS termination at edge" in resp.json["msg"]
+        assert resp.json["error_code"] == errors.MUTUAL_TLS_NEEDS_TERMINATION
     edge = create_edge(admin, mutual_tls=mtls, tls_termination={})
     assert edge["tls_termination"]["terminate_at"] == "edge"
     path = f"{PATH}/{edge['id']}"
