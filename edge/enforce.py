@@ -196,8 +196,20 @@ def parse_document(text: Any) -> Dict[str, Any]:
     return doc
 
 
-def build(opts: Dict[str, Any], kind: str) -> Enforcement:
-    """The enforcement of one endpoint's Bind options, or Refused."""
+def _asks_termination(phases: Dict[str, Any]) -> bool:
+    rules = phases.get("on_tcp_connect")
+    return isinstance(rules, list) and any(
+        isinstance(rule, dict)
+        and isinstance(rule.get("actions"), list)
+        and any(isinstance(a, dict) and a.get("type") == "terminate-tls" for a in rule["actions"])
+        for rule in rules
+    )
+
+
+def build(opts: Dict[str, Any], kind: str, terminates: bool = False) -> Enforcement:
+    """The enforcement of one endpoint's Bind options, or Refused. A ``terminate-tls``
+    action is refused unless ``terminates`` (a TLS endpoint: edge/passthrough.py applies it;
+    an HTTP or TCP endpoint here runs no handshake it could change)."""
     unsupported = UNSUPPORTED_TCP if kind == "tcp" else UNSUPPORTED_HTTP
     refused = [name for name in unsupported if _is_set(opts.get(name))]
     if refused:
@@ -211,6 +223,12 @@ def build(opts: Dict[str, Any], kind: str) -> Enforcement:
                 phases.setdefault(phase, []).extend(rules)
             else:
                 phases[phase] = rules  # let the engine name what is wrong with it
+    if not terminates and _asks_termination(phases):
+        raise binding.Refused(
+            edge_errors.INVALID_TRAFFIC_POLICY,
+            "Invalid traffic policy: terminate-tls runs on TLS endpoints and TLS edges "
+            "here; this endpoint's handshake is not one it can change",
+        )
     if not phases:
         return Enforcement()
     return compile_document(phases)
@@ -235,6 +253,11 @@ def http_options(opts: Dict[str, Any]) -> Enforcement:
 
 def tcp_options(opts: Dict[str, Any]) -> Enforcement:
     return build(opts, "tcp")
+
+
+def tls_options(opts: Dict[str, Any]) -> Enforcement:
+    """A TLS endpoint's: as a TCP endpoint's, and its policy may terminate (terminate-tls)."""
+    return build(opts, "tcp", terminates=True)
 
 
 async def check_ip_policies(

@@ -62,7 +62,7 @@ def options(opts: Dict[str, Any]) -> enforce.Enforcement:
         for k, v in opts.items()
         if k not in ("MutualTLSAtAgent", "TLSTermination", "MutualTLSAtEdge")
     }
-    return enforce.tcp_options(rest)
+    return enforce.tls_options(rest)
 
 
 def client_certificates(option: Any, terminated: bool) -> Any:

@@ -80,6 +80,20 @@ def test_it_runs_only_on_tcp_connect_and_not_on_tcp_endpoints():
     doc = {"on_http_request": [{"actions": [{"type": "terminate-tls"}]}]}
     with pytest.raises(PolicyError, match="cannot run in on_http_request"):
         compile_policy(json.dumps(doc))
-    with pytest.raises(PolicyError, match="not on TCP ones"):
-        policy({}).check_protocol("tcp")
+    for protocol in ("tcp", "http", "https"):
+        with pytest.raises(PolicyError, match=f"not on {protocol} ones"):
+            policy({}).check_protocol(protocol)
     assert policy({}).check_protocol("tls")
+
+
+def test_only_tls_endpoints_may_ask_for_it_at_bind():
+    from chalicelib.core import binding
+    from edge import enforce, passthrough
+
+    option = {
+        "TrafficPolicy": json.dumps({"on_tcp_connect": [{"actions": [{"type": "terminate-tls"}]}]})
+    }
+    assert passthrough.options(option).policy is not None  # a TLS endpoint's
+    for build in (enforce.tcp_options, enforce.http_options):
+        with pytest.raises(binding.Refused, match="terminate-tls runs on TLS endpoints"):
+            build(option)
