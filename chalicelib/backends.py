@@ -9,6 +9,9 @@ Fields (every one always present):
   from :func:`chalicelib.core.online.online_tunnels`).
 - failover: id, uri, created_at, description, metadata, ``backends`` (ids, in order).
 - weighted: id, uri, created_at, description, metadata, ``backends`` (map id → weight).
+- static: id, uri, created_at, description, metadata, ``address`` (``host:port``, the edge
+  forwards the route's HTTP to it: edge/static.py), ``tls`` ``{enabled}`` (false when unset:
+  plain TCP; true: TLS to the address, its certificate verified for its host).
 
 Rules (the hosted docs give the weight range 0–10000 and name limits without numbers;
 the numbers here are decided):
@@ -19,7 +22,7 @@ the numbers here are decided):
 - failover ``backends``: 1 to :data:`MAX_MEMBERS` distinct ids, tried in order.
 - weighted ``backends``: 1 to :data:`MAX_MEMBERS` ids, each weight an integer 0–10000, at
   least one weight above 0 (else no request could be sent anywhere).
-- Members of failover and weighted backends are tunnel group or HTTP response backends of
+- Members of failover and weighted backends are tunnel group, HTTP response or static backends of
   the caller's account (400 naming the field and id otherwise). Failover and weighted
   backends do not nest, so no cycle can be built and
   :func:`chalicelib.core.routing.resolve_backend` is two reads at most.
@@ -42,6 +45,7 @@ from chalicelib.core.routing import (
     FAILOVER,
     KINDS,
     MEMBER_KINDS,
+    STATIC,
     TUNNEL_GROUP,
     WEIGHTED,
     Kind,
@@ -154,12 +158,38 @@ def _check_failover_field(name: str, value: Any) -> List[str]:
     return _check_failover_members(name, value)
 
 
+def _check_address(name: str, value: str) -> str:
+    from chalicelib import edge_modules  # it imports this module
+
+    return edge_modules.check_hostport(name, value)
+
+
+def _check_tls(name: str, value: Dict[str, Any]) -> Dict[str, bool]:
+    for key, flag in value.items():
+        if key != "enabled":
+            raise errors.UnknownField(
+                f"Unknown field '{name}.{key}'; accepted fields: enabled",
+                details={"field": f"{name}.{key}"},
+            )
+        if not isinstance(flag, bool):
+            raise _bad(f"{name}.enabled", "must be a boolean")
+    return {"enabled": bool(value.get("enabled", False))}
+
+
 LABELS = Field("labels", "object", check=_check_labels)
+ADDRESS = Field("address", "string", max_bytes=300, check=_check_address)
+STATIC_TLS = Field("tls", "object", check=_check_tls)
 FAILOVER_MEMBERS = Field("backends", "any", check=_check_failover_field)
 WEIGHTS = Field("backends", "object", check=_check_weights)
 
 
-_SPEC_FIELD = {TUNNEL_GROUP: "labels", FAILOVER: "backends", WEIGHTED: "backends"}
+_SPEC_FIELD = {
+    TUNNEL_GROUP: "labels",
+    FAILOVER: "backends",
+    WEIGHTED: "backends",
+    STATIC: "address",
+}
+PLAIN_KINDS = (TUNNEL_GROUP, STATIC)  # refer to nothing: an update is one UpdateItem
 
 
 def _online_tunnels(account_id: str, labels: Dict[str, str]) -> List[str]:
@@ -177,6 +207,9 @@ def render(c: Ctx, kind: Kind, item: store.Item) -> Dict[str, Any]:
         labels = dict(data.get("labels") or {})
         body["labels"] = labels
         body["tunnels"] = [c.ref("/tunnels", t) for t in _online_tunnels(c.account_id, labels)]
+    elif kind is STATIC:
+        body["address"] = data.get("address", "")
+        body["tls"] = {"enabled": bool((data.get("tls") or {}).get("enabled"))}
     elif kind is FAILOVER:
         body["backends"] = list(data.get("backends") or [])
     else:
@@ -214,7 +247,7 @@ def _update(c: Ctx, kind: Kind, backend_id: str, fields: Dict[str, Any]) -> Dict
     a failover or weighted backend: GetItem + one write moving the members' counters."""
     spec = _SPEC_FIELD[kind]
     changes = {k: v for k, v in fields.items() if not (k == spec and not v)}
-    if changes and (kind is TUNNEL_GROUP or spec not in changes):
+    if changes and (kind in PLAIN_KINDS or spec not in changes):
         missing = errors.NotFound(f"No {kind.what} with id '{backend_id}' exists")
         if not ids.is_valid(backend_id, kind.prefix):
             raise missing
@@ -267,6 +300,7 @@ def _delete(c: Ctx, kind: Kind, backend_id: str) -> None:
 TUNNEL_GROUP_FIELDS = [DESCRIPTION, METADATA, LABELS]
 FAILOVER_FIELDS = [DESCRIPTION, METADATA, FAILOVER_MEMBERS]
 WEIGHTED_FIELDS = [DESCRIPTION, METADATA, WEIGHTS]
+STATIC_FIELDS = [DESCRIPTION, METADATA, ADDRESS, STATIC_TLS]
 
 
 def _ops(kind: Kind, create_fields: List[Field]) -> rest.Ops:
@@ -305,3 +339,4 @@ def _ops(kind: Kind, create_fields: List[Field]) -> rest.Ops:
 TUNNEL_GROUP_OPS = _ops(TUNNEL_GROUP, TUNNEL_GROUP_FIELDS)
 FAILOVER_OPS = _ops(FAILOVER, FAILOVER_FIELDS)
 WEIGHTED_OPS = _ops(WEIGHTED, WEIGHTED_FIELDS)
+STATIC_OPS = _ops(STATIC, STATIC_FIELDS)

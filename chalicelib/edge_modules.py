@@ -125,7 +125,7 @@ def _check_backend_id(name: str, value: str) -> str:
     return backends.check_backend_id(name, value)
 
 
-def _check_policy_ids(name: str, value: List[str]) -> List[str]:
+def check_policy_ids(name: str, value: List[str]) -> List[str]:
     if not value:
         raise _bad(name, "must name at least one IP policy")
     for index, entry in enumerate(value):
@@ -153,7 +153,7 @@ IP_RESTRICTION_FIELDS = [
         required=True,
         max_bytes=64,
         max_items=MAX_IP_POLICIES,
-        check=_check_policy_ids,
+        check=check_policy_ids,
     ),
 ]
 TRAFFIC_POLICY_FIELDS = [
@@ -290,6 +290,7 @@ def ref_ops(
 # ---- hostport ownership -----------------------------------------------------------------------
 TCP_EDGE = "tcp_edge"
 HTTPS_EDGE = "https_edge"
+TLS_EDGE = "tls_edge"  # hostports as HTTPS edges' (a domain's name), served by SNI
 # What a TCP edge's hostport items carry for the edge process (see the module docstring).
 TCP_COPY_FIELDS = routing.TCP_COPY_FIELDS
 
@@ -302,10 +303,11 @@ def hostport_owner(account_id: str, kind: str, hostport: str) -> Optional[Tuple[
       wildcards, the most specific reservation deciding), or a name under the base domain
       that no other account reserved and no other account's online endpoint serves.
     - TCP: ``host:port`` must be exactly an address the account reserved (/reserved_addrs).
+    - TLS: as HTTPS (the name is what the client's SNI carries).
     """
 
-    def refused(why: str) -> errors.InvalidField:
-        return errors.InvalidField(
+    def refused(why: str, error: Any = errors.InvalidField) -> errors.InvalidField:
+        return error(
             f"Hostport '{hostport}' {why}", details={"field": "hostports", "hostport": hostport}
         )
 
@@ -319,6 +321,12 @@ def hostport_owner(account_id: str, kind: str, hostport: str) -> Optional[Tuple[
         return reserved_addrs.COLLECTION, found["reserved_addr_id"]
     host = hostport.rpartition(":")[0]
     settings = get_settings()
+    if host == settings.edge_tcp_host and kind == TLS_EDGE:
+        raise refused(  # the hosted ERR_NGROK_7133's words
+            "is a TCP address: TLS edges can only be associated with reserved domains "
+            "(or names under the base domain)",
+            errors.TlsEdgeTcpAddress,
+        )
     if host == settings.edge_tcp_host:
         raise refused(
             "has the host of the service's TCP addresses; those are served by TCP "
@@ -352,7 +360,7 @@ def ownership_violations() -> List[Dict[str, str]]:
     scans the table (never on a request path)."""
     Model_ = store.model()
     found: List[Dict[str, str]] = []
-    condition = Model_.kind.is_in(TCP_EDGE, HTTPS_EDGE)
+    condition = Model_.kind.is_in(TCP_EDGE, HTTPS_EDGE, TLS_EDGE)
     for item in Model_.scan(condition, consistent_read=True):
         for hp in (item.data or {}).get("hostports") or []:
             try:
@@ -419,7 +427,7 @@ def hostport_ops(
                 ),
             )
         )
-        if kind == HTTPS_EDGE and hp.endswith(":443"):
+        if kind in (HTTPS_EDGE, TLS_EDGE) and hp.endswith(":443"):
             ops.append(_no_cloud_endpoint(hp, hp.rpartition(":")[0]))
         elif kind == TCP_EDGE:
             ops.append(_no_cloud_endpoint(hp, hp))
@@ -469,6 +477,8 @@ def edge_ops(
     ops = hostport_ops(account_id, kind, edge_id, old, new)
     if kind == HTTPS_EDGE:
         ops += tls_index_ops(account_id, edge_id, old, new)
+    elif kind == TLS_EDGE:
+        ops += tls_edge_index_ops(account_id, edge_id, old, new)
     return ref_ops(account_id, old, new, nested=nested) + ops
 
 
@@ -507,6 +517,32 @@ def tls_index_ops(
                 hp,
                 TLS_INDEX_KIND,
                 {"account_id": account_id, "edge_id": edge_id, **spec},
+            )
+        )
+    return ops
+
+
+TLS_EDGE_INDEX_KIND = "tls_edge_copy"
+
+
+def tls_edge_index_ops(
+    account_id: str, edge_id: str, old: Dict[str, Any], new: Dict[str, Any]
+) -> List[store.Op]:
+    """A TLS edge's copy for the edge process, one item per hostport (partition
+    ``store.TLS_EDGE_PK``), dropped and rewritten in the edge's own transaction: the TLS
+    listener serves by SNI from these without a store call per connection
+    (:func:`chalicelib.core.routing.tls_edges`)."""
+    old_hps = set(old.get("hostports") or [])
+    new_hps = set(new.get("hostports") or []) if new else set()
+    ops = [store.drop(store.TLS_EDGE_PK, hp) for hp in sorted(old_hps - new_hps)]
+    copy = {name: new.get(name) for name in ("hostports",) + routing.TLS_EDGE_MODULES}
+    for hp in sorted(new_hps):
+        ops.append(
+            store.put_raw(
+                store.TLS_EDGE_PK,
+                hp,
+                TLS_EDGE_INDEX_KIND,
+                {"account_id": account_id, "edge_id": edge_id, "edge": copy},
             )
         )
     return ops

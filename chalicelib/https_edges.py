@@ -11,9 +11,10 @@ terminate_at: "edge", min_version}`` (null when unset), routes (every route, old
 Route fields: id, edge_id, uri, created_at, description, metadata, match_type
 (``exact_path`` | ``path_prefix``), match, every module the reference client reads (null when
 unset): backend ``{enabled, backend: Ref}``, ip_restriction ``{enabled, ip_policies: [Ref]}``,
-user_agent_filter, request_headers, response_headers, traffic_policy ``{enabled, value}``;
-and circuit_breaker, compression, webhook_verification, oauth, saml, oidc,
-websocket_tcp_converter, always null: not offered (sending one that is not null is a 400).
+user_agent_filter, request_headers, response_headers, traffic_policy ``{enabled, value}``,
+circuit_breaker, compression, oauth, oidc, webhook_verification, websocket_tcp_converter
+(each the policy action the edge runs: chalicelib.core.route_modules; secrets write-only,
+rendered null); saml always null: refused by name (400 ERR_NGROK_7021, no SAML here).
 
 Rules (where the spec is silent, decided here):
 - Hostports follow :mod:`chalicelib.edge_modules`, including ownership: a hostport's host must
@@ -69,6 +70,7 @@ writes a transaction; route list 1 Query; route delete: GetItem + transaction (r
 counter, references).
 """
 
+import json
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -82,7 +84,7 @@ from chalicelib import (
     traffic_policy,
     validation,
 )
-from chalicelib.core import errors, ids, refs, store
+from chalicelib.core import errors, ids, refs, route_modules, store
 from chalicelib.edge_modules import HOSTPORTS
 from chalicelib.validation import DESCRIPTION, METADATA, Field, parse
 from chalicelib.web import Ctx
@@ -106,15 +108,8 @@ MAX_ADD_HEADERS = 20
 MAX_REMOVE_HEADERS = 20
 
 ROUTE_MODULES = routing.ROUTE_MODULES
-UNSUPPORTED_ROUTE_MODULES = (
-    "circuit_breaker",
-    "compression",
-    "webhook_verification",
-    "oauth",
-    "saml",
-    "oidc",
-    "websocket_tcp_converter",
-)
+# Refused by name (ERR_NGROK_7021): no SAML identity provider here (docs/CONTRACT.md).
+UNSUPPORTED_ROUTE_MODULES = ("saml",)
 EDGE_MODULES = routing.HTTPS_EDGE_MODULES
 TLS_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
 MAX_CERTIFICATE_AUTHORITIES = 10
@@ -125,8 +120,9 @@ def _no_missing(collection: str, resource_id: str) -> errors.ApiError:
 
 
 def _unsupported(name: str, value: Any) -> Any:
-    raise errors.InvalidField(
-        f"Field '{name}': this module is not offered by this service; send null or leave it out",
+    raise errors.ModuleNotSupported(
+        f"The module {name} is not supported on an edge of type https by this service (it "
+        "runs no SAML identity provider integration); send null or leave it out",
         details={"field": name},
     )
 
@@ -200,6 +196,180 @@ def parse_route_traffic_policy(field: Optional[str], value: Any) -> Dict[str, An
     return edge_modules.parse_module(field, value, ROUTE_TRAFFIC_POLICY_FIELDS)
 
 
+# ---- the modules that are policy actions here (chalicelib.core.route_modules) -----------------
+MAX_SECRET_BYTES = 4096
+MAX_SCOPES = 32
+_ACTION_FIELDS = {  # an action config key → the module field it comes from
+    "error_threshold": "error_threshold_percentage",
+    "window_duration": "rolling_window",
+    "tripped_duration": "tripped_duration",
+    "volume_threshold": "volume_threshold",
+    "num_buckets": "num_buckets",
+    "issuer_url": "issuer",
+    "auth_id": "cookie_prefix",
+    "max_session_duration": "maximum_duration",
+    "idle_session_duration": "inactivity_timeout",
+    "userinfo_refresh_interval": "auth_check_interval",
+    "allow_cors_preflight": "options_passthrough",
+}
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise errors.InvalidField(f"Field '{name}' must be a number", details={"field": name})
+    return value
+
+
+def _seconds(name: str, value: int) -> int:
+    if value < 0:
+        raise errors.InvalidField(
+            f"Field '{name}' must be a number of seconds, 0 or more", details={"field": name}
+        )
+    return value
+
+
+def _as_rules(module_name: str, field: Optional[str], build: Any, module: Dict[str, Any]) -> None:
+    """Compile what the module becomes (the edge enforces exactly that): a 400 naming the
+    module's field when the engine refuses it."""
+    from chalicelib.core import binding
+    from chalicelib.core.policy import PolicyError, compile_policy
+
+    prefix = f"{field}." if field else ""
+    try:
+        phases = build(module)
+        compile_policy(json.dumps(phases))
+    except binding.Refused as exc:
+        raise errors.InvalidField(
+            f"Field '{field or module_name}': {exc.message}",
+            details={"field": field or module_name},
+        ) from None
+    except PolicyError as exc:
+        key = exc.path.rpartition(".")[2]
+        where = f"{prefix}{_ACTION_FIELDS.get(key, key)}"
+        raise errors.InvalidField(
+            f"Field '{where}': {exc.message}", details={"field": where}
+        ) from None
+
+
+def _request_rules(rules: List[Dict[str, Any]]) -> Dict[str, Any]:
+    return {"on_http_request": rules}
+
+
+CB_FIELDS = [
+    edge_modules.ENABLED,
+    Field("tripped_duration", "integer", check=_seconds),
+    Field("rolling_window", "integer", check=_seconds),
+    Field("num_buckets", "integer", check=_seconds),
+    Field("volume_threshold", "integer", check=_seconds),
+    Field("error_threshold_percentage", "any", check=_number),
+]
+ENABLED_ONLY = [edge_modules.ENABLED]
+WEBHOOK_FIELDS = [
+    edge_modules.ENABLED,
+    Field("provider", "string", required=True, max_bytes=64),
+    Field("secret", "string", required=True, max_bytes=MAX_SECRET_BYTES),
+]
+SESSION_FIELDS = [
+    Field("options_passthrough", "boolean"),
+    Field("cookie_prefix", "string", max_bytes=64),
+    Field("inactivity_timeout", "integer", check=_seconds),
+    Field("maximum_duration", "integer", check=_seconds),
+    Field("auth_check_interval", "integer", check=_seconds),
+]
+OIDC_FIELDS = [
+    edge_modules.ENABLED,
+    *SESSION_FIELDS,
+    Field("issuer", "string", required=True, max_bytes=1024),
+    Field("client_id", "string", required=True, max_bytes=1024),
+    Field("client_secret", "string", required=True, max_bytes=MAX_SECRET_BYTES),
+    Field("scopes", "string_list", max_bytes=256, max_items=MAX_SCOPES),
+]
+OAUTH_FIELDS = [edge_modules.ENABLED, *SESSION_FIELDS, Field("provider", "object", required=True)]
+OAUTH_PROVIDER_FIELDS = [
+    Field("client_id", "string", max_bytes=1024),
+    Field("client_secret", "string", max_bytes=MAX_SECRET_BYTES),
+    Field("scopes", "string_list", max_bytes=256, max_items=MAX_SCOPES),
+    Field("email_addresses", "string_list", max_bytes=320, max_items=1000),
+    Field("email_domains", "string_list", max_bytes=253, max_items=1000),
+    Field("teams", "string_list", max_bytes=256, max_items=100),
+    Field("organizations", "string_list", max_bytes=256, max_items=100),
+]
+
+
+def parse_circuit_breaker(field: Optional[str], value: Any) -> Dict[str, Any]:
+    from chalicelib.core.policy import breaker
+
+    module = edge_modules.parse_module(
+        field,
+        value,
+        CB_FIELDS,
+        tripped_duration=int(breaker.TRIPPED),
+        rolling_window=int(breaker.WINDOW),
+        num_buckets=breaker.BUCKETS,
+        volume_threshold=breaker.VOLUME,
+        error_threshold_percentage=0.5,
+    )
+    _as_rules(
+        "circuit_breaker", field, lambda m: _request_rules([route_modules.breaker_rule(m)]), module
+    )
+    return module
+
+
+def parse_enabled_only(field: Optional[str], value: Any) -> Dict[str, Any]:
+    """compression and websocket_tcp_converter: ``{enabled}``."""
+    return edge_modules.parse_module(field, value, ENABLED_ONLY)
+
+
+def parse_webhook_verification(field: Optional[str], value: Any) -> Dict[str, Any]:
+    module = edge_modules.parse_module(field, value, WEBHOOK_FIELDS)
+    _as_rules(
+        "webhook_verification",
+        field,
+        lambda m: _request_rules([route_modules.webhook_rule(m)]),
+        module,
+    )
+    return module
+
+
+def parse_oidc(field: Optional[str], value: Any) -> Dict[str, Any]:
+    module = edge_modules.parse_module(field, value, OIDC_FIELDS, scopes=[])
+    _as_rules("oidc", field, lambda m: _request_rules(route_modules.oidc_rules(m)), module)
+    return module
+
+
+def parse_oauth(field: Optional[str], value: Any) -> Dict[str, Any]:
+    module = edge_modules.parse_module(field, value, OAUTH_FIELDS)
+    prefix = f"{field}." if field else ""
+    providers = module["provider"]
+    if len(providers) != 1:
+        raise errors.InvalidField(
+            f"Field '{prefix}provider' must name exactly one provider, such as "
+            '{"google": {"client_id": …, "client_secret": …}}',
+            details={"field": f"{prefix}provider"},
+        )
+    ((name, settings),) = providers.items()
+    where = f"{prefix}provider.{name}"
+    settings = edge_modules.parse_module(where, settings, OAUTH_PROVIDER_FIELDS)
+    settings.pop("enabled", None)
+    for key in ("client_id", "client_secret"):
+        if not settings.get(key):
+            raise errors.InvalidField(
+                f"Field '{where}.{key}' is required: this service has no managed OAuth "
+                "applications (register one with the provider)",
+                details={"field": f"{where}.{key}"},
+            )
+    for key in ("teams", "organizations"):
+        if settings.get(key):
+            raise errors.InvalidField(
+                f"Field '{where}.{key}' is not offered by this service (sign-in is checked "
+                "by email address and domain); send [] or leave it out",
+                details={"field": f"{where}.{key}"},
+            )
+    module["provider"] = {name: settings}
+    _as_rules("oauth", field, lambda m: _request_rules(route_modules.oauth_rules(m)), module)
+    return module
+
+
 MODULE_PARSERS = {
     "backend": edge_modules.parse_backend,
     "ip_restriction": edge_modules.parse_ip_restriction,
@@ -207,11 +377,33 @@ MODULE_PARSERS = {
     "request_headers": parse_headers,
     "response_headers": parse_headers,
     "traffic_policy": parse_route_traffic_policy,
+    "circuit_breaker": parse_circuit_breaker,
+    "compression": parse_enabled_only,
+    "oauth": parse_oauth,
+    "oidc": parse_oidc,
+    "webhook_verification": parse_webhook_verification,
+    "websocket_tcp_converter": parse_enabled_only,
 }
 
 
 def _copy(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     return None if module is None else dict(module)
+
+
+def _write_only(c: Ctx, module: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """A module with a secret: the secret is write-only (rendered null)."""
+    if module is None:
+        return None
+    body = dict(module)
+    for key in ("secret", "client_secret"):
+        if key in body:
+            body[key] = None
+    if isinstance(body.get("provider"), dict):
+        body["provider"] = {
+            name: {**settings, "client_secret": None}
+            for name, settings in body["provider"].items()
+        }
+    return body
 
 
 MODULE_RENDERERS = {
@@ -221,11 +413,18 @@ MODULE_RENDERERS = {
     "request_headers": _copy,
     "response_headers": _copy,
     "traffic_policy": edge_modules.render_traffic_policy,
+    "circuit_breaker": _copy,
+    "compression": _copy,
+    "oauth": _write_only,
+    "oidc": _write_only,
+    "webhook_verification": _write_only,
+    "websocket_tcp_converter": _copy,
 }
+assert tuple(MODULE_PARSERS) == tuple(MODULE_RENDERERS) == ROUTE_MODULES
 
 
 # ---- edge modules -------------------------------------------------------------------------------
-def _check_min_version(name: str, value: str) -> str:
+def check_min_version(name: str, value: str) -> str:
     if value not in TLS_VERSIONS:
         raise errors.InvalidField(
             f"Field '{name}': '{value[:16]}' is not a supported TLS "
@@ -271,7 +470,7 @@ def _check_terminate_at(name: str, value: str) -> str:
 
 TLS_FIELDS = [
     edge_modules.ENABLED,
-    Field("min_version", "string", max_bytes=16, check=_check_min_version),
+    Field("min_version", "string", max_bytes=16, check=check_min_version),
     Field("terminate_at", "string", max_bytes=16, check=_check_terminate_at),
 ]
 MTLS_FIELDS = [
@@ -719,13 +918,15 @@ def delete_route(c: Ctx, edge_id: str, route_id: str) -> None:
 
 # ---- route modules ------------------------------------------------------------------------------
 def _module_name(name: str) -> str:
-    if name not in MODULE_PARSERS:
+    if name not in MODULE_PARSERS and name not in UNSUPPORTED_ROUTE_MODULES:
         raise errors.NotFound(f"HTTPS edge routes have no module '{name}'")
     return name
 
 
 def get_module(c: Ctx, edge_id: str, route_id: str, name: str) -> Dict[str, Any]:
     route = get_route_item(c.account_id, edge_id, route_id)
+    if name in UNSUPPORTED_ROUTE_MODULES:  # never set (a PUT is refused)
+        raise errors.NotFound(f"Route '{route_id}' has no {name} module")
     module = route.data.get(_module_name(name))
     if module is None:
         raise errors.NotFound(f"Route '{route_id}' has no {name} module")
@@ -737,7 +938,10 @@ def put_module(
 ) -> Dict[str, Any]:
     """One UpdateItem of the module (backend, ip_restriction: GetItem + transaction)."""
     body = edge_modules.module_body(raw, {"edge_id": edge_id, "id": route_id})
-    module = MODULE_PARSERS[_module_name(name)](None, body)
+    if _module_name(name) in UNSUPPORTED_ROUTE_MODULES:
+        get_route_item(c.account_id, edge_id, route_id)  # 404 first, when there is none
+        _unsupported(name, body)
+    module = MODULE_PARSERS[name](None, body)
     edge_modules.check_policy_refs(c.account_id, {name: module}, nested=False)
     if name in LINKED_ROUTE_MODULES:
         _replace_route(c, edge_id, route_id, {name: module}, nested=False)
@@ -749,7 +953,10 @@ def put_module(
 def delete_module(c: Ctx, edge_id: str, route_id: str, name: str) -> None:
     """One UpdateItem setting the module to null (404 only when the route is absent);
     backend and ip_restriction: GetItem + transaction (their references)."""
-    if _module_name(name) in LINKED_ROUTE_MODULES:
+    if _module_name(name) in UNSUPPORTED_ROUTE_MODULES:  # never set: the route must exist
+        get_route_item(c.account_id, edge_id, route_id)
+        return
+    if name in LINKED_ROUTE_MODULES:
         _replace_route(c, edge_id, route_id, {name: None})
     else:
         _set_route(c, edge_id, route_id, {name: None})

@@ -121,6 +121,14 @@ def _schemas() -> Dict[str, Schema]:
             }
         ),
         "IPPolicy": _obj(_common("ip_policy")),
+        "IPRestriction": _obj(
+            {
+                **_common("ip_restriction"),
+                "enforced": BOOL,
+                "type": {"type": "string", "enum": ["agent", "endpoints"]},
+                "ip_policies": {"type": "array", "items": _ref("Ref")},
+            }
+        ),
         "IPPolicyRule": _obj(
             {
                 **_common("ip_policy_rule"),
@@ -179,6 +187,53 @@ def _schemas() -> Dict[str, Schema]:
         "EndpointMutualTLS": _obj(
             {"enabled": BOOL, "certificate_authorities": {"type": "array", "items": _ref("Ref")}}
         ),
+        "EndpointCircuitBreaker": _obj(
+            {
+                "enabled": BOOL,
+                "tripped_duration": INT,
+                "rolling_window": INT,
+                "num_buckets": INT,
+                "volume_threshold": INT,
+                "error_threshold_percentage": {"type": "number"},
+            }
+        ),
+        "EndpointCompression": _obj({"enabled": BOOL}),
+        "EndpointWebsocketTCPConverter": _obj({"enabled": BOOL}),
+        "EndpointWebhookValidation": _obj(
+            {"enabled": BOOL, "provider": STR, "secret": _nullable(STR)},
+            "`secret` is write-only: responses show null",
+        ),
+        "EndpointOAuth": _obj(
+            {
+                "enabled": BOOL,
+                "provider": {"type": "object", "description": "one provider by name"},
+                "options_passthrough": BOOL,
+                "cookie_prefix": STR,
+                "inactivity_timeout": INT,
+                "maximum_duration": INT,
+                "auth_check_interval": INT,
+            },
+            "the provider's `client_secret` is write-only: responses show null",
+        ),
+        "EndpointOIDC": _obj(
+            {
+                "enabled": BOOL,
+                "options_passthrough": BOOL,
+                "cookie_prefix": STR,
+                "inactivity_timeout": INT,
+                "maximum_duration": INT,
+                "auth_check_interval": INT,
+                "issuer": STR,
+                "client_id": STR,
+                "client_secret": _nullable(STR),
+                "scopes": STR_LIST,
+            },
+            "`client_secret` is write-only: responses show null",
+        ),
+        "EndpointSAML": _obj(
+            {"enabled": BOOL},
+            "not offered: a PUT is refused (400 ERR_NGROK_7021), the module is always null",
+        ),
         "HTTPSEdgeRoute": _obj(
             {
                 **_common("https_edge_route"),
@@ -191,6 +246,13 @@ def _schemas() -> Dict[str, Schema]:
                 "request_headers": _nullable(_ref("EndpointRequestHeaders")),
                 "response_headers": _nullable(_ref("EndpointResponseHeaders")),
                 "traffic_policy": _nullable(_ref("EndpointTrafficPolicy")),
+                "circuit_breaker": _nullable(_ref("EndpointCircuitBreaker")),
+                "compression": _nullable(_ref("EndpointCompression")),
+                "oauth": _nullable(_ref("EndpointOAuth")),
+                "oidc": _nullable(_ref("EndpointOIDC")),
+                "saml": _nullable(_ref("EndpointSAML")),
+                "webhook_verification": _nullable(_ref("EndpointWebhookValidation")),
+                "websocket_tcp_converter": _nullable(_ref("EndpointWebsocketTCPConverter")),
             }
         ),
         "HTTPSEdge": _obj(
@@ -200,6 +262,25 @@ def _schemas() -> Dict[str, Schema]:
                 "routes": {"type": "array", "items": _ref("HTTPSEdgeRoute")},
                 "mutual_tls": _nullable(_ref("EndpointMutualTLS")),
                 "tls_termination": _nullable(_ref("EndpointTLSTermination")),
+            }
+        ),
+        "TLSEdge": _obj(
+            {
+                **_common("tls_edge"),
+                "hostports": _nullable(STR_LIST),
+                "backend": _nullable(_ref("EndpointBackend")),
+                "ip_restriction": _nullable(_ref("EndpointIPPolicy")),
+                "mutual_tls": _nullable(_ref("EndpointMutualTLS")),
+                "tls_termination": _nullable(_ref("EndpointTLSTermination")),
+                "traffic_policy": _nullable(_ref("EndpointTrafficPolicy")),
+                "policy": {"nullable": True, "description": "always null"},
+            }
+        ),
+        "StaticBackend": _obj(
+            {
+                **_common("static_backend"),
+                "address": {"type": "string", "description": "host:port the edge forwards to"},
+                "tls": _obj({"enabled": BOOL}),
             }
         ),
         "TunnelGroupBackend": _obj(

@@ -23,9 +23,10 @@ from chalicelib import abuse_reports, api_keys, app_sessions, backends, bot_user
 from chalicelib import certificate_authorities, event_destinations, event_routes
 from chalicelib import event_subscriptions, openapi_events, vaults
 from chalicelib import credentials, dns_check, edge_modules, endpoints, http_response_backends
-from chalicelib import https_edges, ip_policies, reserved_addrs, reserved_domains, rest
+from chalicelib import https_edges, ip_policies, ip_restrictions, reserved_addrs
+from chalicelib import reserved_domains, rest
 from chalicelib import ssh_credentials
-from chalicelib import tcp_edges, tls_certificates, tunnel_sessions, tunnels
+from chalicelib import tcp_edges, tls_certificates, tls_edges, tunnel_sessions, tunnels
 
 Schema = Dict[str, Any]
 Fields = Sequence[Any]  # a validation.Field list
@@ -165,8 +166,30 @@ ROUTE_PARTS: Dict[str, Part] = {
     "request_headers": Part("EndpointRequestHeaders", https_edges.RH_FIELDS, HEADER_CHANGES),
     "response_headers": Part("EndpointResponseHeaders", https_edges.RH_FIELDS, HEADER_CHANGES),
     "traffic_policy": Part("EndpointTrafficPolicy", https_edges.ROUTE_TRAFFIC_POLICY_FIELDS),
+    "circuit_breaker": Part(
+        "EndpointCircuitBreaker",
+        https_edges.CB_FIELDS,
+        {"error_threshold_percentage": {"type": "number", "minimum": 0, "maximum": 1}},
+    ),
+    "compression": Part("EndpointCompression", https_edges.ENABLED_ONLY),
+    "oauth": Part(
+        "EndpointOAuth",
+        https_edges.OAUTH_FIELDS,
+        {
+            "provider": {
+                "type": "object",
+                "description": "one provider by name (google, github, …): {client_id, "
+                "client_secret, scopes, email_addresses, email_domains}",
+            }
+        },
+    ),
+    "oidc": Part("EndpointOIDC", https_edges.OIDC_FIELDS),
+    "webhook_verification": Part("EndpointWebhookValidation", https_edges.WEBHOOK_FIELDS),
+    "websocket_tcp_converter": Part("EndpointWebsocketTCPConverter", https_edges.ENABLED_ONLY),
 }
 assert tuple(ROUTE_PARTS) == tuple(https_edges.ROUTE_MODULES)
+# Refused by name (PUT: 400 ERR_NGROK_7021; GET: 404; DELETE: 204): no SAML here.
+SAML_PART: Dict[str, Part] = {"saml": Part("EndpointSAML", [])}
 TCP_PARTS: Dict[str, Part] = {
     "backend": Part("EndpointBackend", edge_modules.BACKEND_FIELDS),
     "ip_restriction": Part("EndpointIPPolicy", edge_modules.IP_RESTRICTION_FIELDS),
@@ -178,6 +201,23 @@ HTTPS_EDGE_PARTS: Dict[str, Part] = {
     "mutual_tls": Part("EndpointMutualTLS", https_edges.MTLS_FIELDS),
 }
 assert tuple(HTTPS_EDGE_PARTS) == tuple(https_edges.EDGE_MODULES)
+TLS_PARTS: Dict[str, Part] = {
+    "backend": Part("EndpointBackend", edge_modules.BACKEND_FIELDS),
+    "ip_restriction": Part("EndpointIPPolicy", edge_modules.IP_RESTRICTION_FIELDS),
+    "mutual_tls": Part("EndpointMutualTLS", https_edges.MTLS_FIELDS),
+    "tls_termination": Part("EndpointTLSTermination", tls_edges.TLS_FIELDS),
+    "traffic_policy": Part("EndpointTrafficPolicy", tls_edges.TRAFFIC_POLICY_FIELDS),
+}
+assert tuple(TLS_PARTS) == tuple(tls_edges.MODULES)
+TLS_EDGE_MODULES: Dict[str, Schema] = {
+    "hostports": HOSTPORTS,
+    "backend": nested(edge_modules.BACKEND_FIELDS),
+    "ip_restriction": nested(edge_modules.IP_RESTRICTION_FIELDS),
+    "mutual_tls": nested(https_edges.MTLS_FIELDS),
+    "tls_termination": nested(tls_edges.TLS_FIELDS),
+    "traffic_policy": nested(tls_edges.TRAFFIC_POLICY_FIELDS),
+    "policy": TCP_EDGE_MODULES["policy"],
+}
 
 
 def _backend(path: str, ops: rest.Ops, name: str, title: str, schema: str) -> Collection:
@@ -311,6 +351,15 @@ REGISTRY: Tuple[Entry, ...] = (
         "IP policy rules",
         "IPPolicyRule",
     ),
+    Collection(
+        "/ip_restrictions",
+        ip_restrictions,
+        "restriction_id",
+        "ip_restriction",
+        "IP restriction",
+        "IP restrictions",
+        "IPRestriction",
+    ),
     # Backends
     _backend(
         "/backends/http_response",
@@ -332,6 +381,13 @@ REGISTRY: Tuple[Entry, ...] = (
         "failover_backend",
         "failover backend",
         "FailoverBackend",
+    ),
+    _backend(
+        "/backends/static",
+        backends.STATIC_OPS,
+        "static_backend",
+        "static backend",
+        "StaticBackend",
     ),
     _backend(
         "/backends/weighted",
@@ -406,6 +462,34 @@ REGISTRY: Tuple[Entry, ...] = (
         get=https_edges.get_module,
         put=https_edges.put_module,
         delete=https_edges.delete_module,
+    ),
+    Parts(
+        "/edges/https/{edge_id}/routes/{route_id}",
+        SAML_PART,
+        owner="https_edge_route",
+        tag="HTTPS edge routes",
+        get=https_edges.get_module,
+        put=https_edges.put_module,
+        delete=https_edges.delete_module,
+    ),
+    Collection(
+        "/edges/tls",
+        tls_edges,
+        "edge_id",
+        "tls_edge",
+        "TLS edge",
+        "TLS edges",
+        "TLSEdge",
+        field_schemas=TLS_EDGE_MODULES,
+    ),
+    Parts(
+        "/edges/tls/{edge_id}",
+        TLS_PARTS,
+        owner="tls_edge",
+        tag="TLS edges",
+        get=tls_edges.get_module,
+        put=tls_edges.put_module,
+        delete=tls_edges.delete_module,
     ),
     # Online (written by the edge; read-only here, plus commands to a session's agent)
     Collection(

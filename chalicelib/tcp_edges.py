@@ -88,7 +88,7 @@ def parse_policy(name: str, value: Any) -> Dict[str, Any]:
     return {"enabled": enabled, "value": text}
 
 
-def _policy_as_traffic_policy(fields: Dict[str, Any]) -> Dict[str, Any]:
+def policy_as_traffic_policy(fields: Dict[str, Any]) -> Dict[str, Any]:
     if "policy" not in fields:
         return fields
     fields = dict(fields)
@@ -129,7 +129,7 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
 
 @store.retrying
 def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
-    fields = _policy_as_traffic_policy(fields)
+    fields = policy_as_traffic_policy(fields)
     edge_modules.check_policy_refs(c.account_id, fields)
     edge_id = ids.new_id(PREFIX)
     data = {"description": "", "metadata": "", **fields, "created_at": validation.now_rfc3339()}
@@ -183,7 +183,7 @@ def _set(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> store.Item:
 
 
 def update(c: Ctx, edge_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
-    fields = _policy_as_traffic_policy(fields)
+    fields = policy_as_traffic_policy(fields)
     edge_modules.check_policy_refs(c.account_id, fields)
     if not fields:
         return get(c, edge_id)

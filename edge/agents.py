@@ -29,6 +29,7 @@ from edge import (
     bind_opts,
     breaker,
     enforce,
+    ip_restrictions,
     legacy,
     muxado,
     passthrough,
@@ -318,6 +319,13 @@ class AgentSession:
             except binding.Refused:
                 self.edge.auth_throttle.failed(self.peer_ip)
                 raise
+            if not await ip_restrictions.allows(
+                self.edge, grant.account_id, ip_restrictions.AGENT, self.peer_ip
+            ):  # the account's agent IP restrictions
+                raise binding.Refused(
+                    ip_restrictions.AGENT_REFUSED,
+                    ip_restrictions.AGENT_MESSAGE.format(ip=self.peer_ip),
+                )
             if (
                 await self.edge.call(online.count_auth, grant.credential_id)
                 > limits.auths_per_credential

@@ -310,7 +310,7 @@ class ServerCertificates:
                 ("store", fingerprint, spec.key if spec is not None else None),
                 from_store,
             )
-        if spec is None or spec.key == (int(ssl.TLSVersion.TLSv1_2), ""):
+        if spec is None or spec.key == tls_spec.DEFAULT.key:
             if self._fixed is not None:
                 return self._fixed
             spec = None

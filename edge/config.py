@@ -48,6 +48,8 @@ class EdgeSettings:
     command_poll_seconds: float = 1.0  # how often stop/restart commands are read
     # http-request: networks external calls may reach (chalicelib/core/policy/httpcall.py)
     http_request_allow: Tuple[Any, ...] = ()
+    # CIDRs a static backend may reach beyond global addresses (edge/static.py)
+    static_backend_allow: Tuple[str, ...] = ()
 
     def http_url(self, hostname: str, scheme: str = "https") -> str:
         port = self.https_port if scheme == "https" else self.http_port
@@ -197,4 +199,20 @@ def load(env=None) -> EdgeSettings:
         ),
         data_dir=env.get("DATA_DIR", ".data"),
         base_domain=base,
+        static_backend_allow=_cidrs(env, "EDGE_STATIC_BACKEND_ALLOW"),
     )
+
+
+def _cidrs(env, name: str) -> Tuple[str, ...]:
+    """Comma-separated CIDRs (SystemExit naming the variable on a bad one)."""
+    import ipaddress
+
+    found = []
+    for part in env.get(name, "").split(","):
+        if not part.strip():
+            continue
+        try:
+            found.append(str(ipaddress.ip_network(part.strip(), strict=False)))
+        except ValueError:
+            raise SystemExit(f"{name}: '{part.strip()}' is not a CIDR") from None
+    return tuple(found)

@@ -20,6 +20,11 @@ A TCP connection on a reserved address's port reaches the TCP edge of ``<tcp hos
 its ip_restriction and traffic_policy run ``on_tcp_connect``, then its tunnel group backend
 carries the bytes.
 
+A TLS connection whose SNI name a TLS edge serves (edge/passthrough.py) reaches
+:meth:`EdgeRouter.route_tls_edge`: ip_restriction, tls_termination/mutual_tls (one
+``terminate-tls`` action: :func:`terminate_tls_action`) and traffic_policy run
+``on_tcp_connect``, then its tunnel group backend carries the connection.
+
 Cloud endpoints (``POST /endpoints``, type ``cloud``) come before HTTPS edges: a request
 whose ``Host`` no agent endpoint serves is looked up as a cloud endpoint's host (one GetItem
 of the host's served-name claim, which carries the endpoint's url and traffic_policy:
@@ -54,8 +59,17 @@ from typing import Any, Dict, List, Optional, Tuple, TypeGuard
 
 from urllib.parse import urlsplit
 
-from chalicelib.core import abuse, edge_errors, ip_rules, online, reservations, routing
-from edge import enforce
+from chalicelib.core import (
+    abuse,
+    certs,
+    edge_errors,
+    ip_rules,
+    online,
+    reservations,
+    route_modules,
+    routing,
+)
+from edge import enforce, static
 
 CACHE_SECONDS = 1.0
 MAX_FORWARDS = 8  # forward-internal hops of one request or connection (a loop ends)
@@ -110,6 +124,7 @@ class Routed:
     fixed: Optional[Dict[str, Any]] = None
     enforcement: Any = None
     error: Optional[Tuple[int, str, str]] = None
+    ws_tcp: bool = False  # the route's websocket_tcp_converter (edge/wstcp.py)
 
     @property
     def hop(self) -> Hop:
@@ -172,6 +187,17 @@ class EdgeRouter:
             lambda: self.edge.call(ip_rules.rules_of, account_id, list(policy_ids)),
         )
 
+    async def ip_restrictions(self, account_id: str) -> List[Dict[str, Any]]:
+        """The account's IP restrictions (edge/ip_restrictions.py), cached CACHE_SECONDS."""
+        return await self._cache.get(
+            ("ipx", account_id),
+            lambda: self.edge.call(ip_rules.restrictions_of, account_id),
+        )
+
+    async def compiled(self, key: Any, phases: Dict[str, Any]) -> Any:
+        """A compiled document, cached under ``key`` (its text: it does not change)."""
+        return await self._cache.get(("policy",) + tuple(key), lambda: _compiled(phases))
+
     async def ip_policy_resolver(self, account_id: str, policy: Any) -> Any:
         """The engine's ``conn.ip_policy_resolver`` for one run of ``policy`` on an endpoint
         of ``account_id``: the account's rules of the IP policies the policy names, read
@@ -193,7 +219,7 @@ class EdgeRouter:
         self, account_id: str, owner_id: str, modules: Dict[str, Any], kind: str
     ) -> Any:
         phases: Dict[str, List[Dict[str, Any]]] = {}
-        request_phase = "on_tcp_connect" if kind == "tcp" else "on_http_request"
+        request_phase = "on_http_request" if kind == "http" else "on_tcp_connect"
         ipr = modules.get("ip_restriction")
         if _enabled(ipr) and ipr.get("ip_policy_ids"):
             # Resolved per run like any restrict-ips ip_policies (ip_policy_resolver): the
@@ -209,20 +235,37 @@ class EdgeRouter:
                     ],
                 }
             )
+        if kind == "tls":  # tls_termination and mutual_tls: one terminate-tls action
+            termination = terminate_tls_action(modules)
+            if termination is not None:
+                phases.setdefault("on_tcp_connect", []).append(
+                    {"name": "tls termination", "actions": [termination]}
+                )
+        if kind == "http":  # oauth, oidc, webhook_verification (chalicelib.core.route_modules)
+            signed = route_modules.sign_in_rules(modules)
+            if signed:
+                phases.setdefault("on_http_request", []).extend(signed)
         ua = modules.get("user_agent_filter")
-        if kind != "tcp" and _enabled(ua) and (ua.get("allow") or ua.get("deny")):
+        if kind == "http" and _enabled(ua) and (ua.get("allow") or ua.get("deny")):
             phases.setdefault("on_http_request", []).append(enforce.ua_rule(ua))
         for name, phase in (
             ("request_headers", "on_http_request"),
             ("response_headers", "on_http_response"),
         ):
             module = modules.get(name)
-            if kind != "tcp" and _enabled(module):
+            if kind == "http" and _enabled(module):
                 actions = enforce.header_actions(module)
                 if actions:
                     phases.setdefault(phase, []).append(
                         {"name": name.replace("_", " "), "actions": actions}
                     )
+        if kind == "http":  # circuit_breaker last of the request's, compression after headers
+            for phase, extra in (
+                ("on_http_request", route_modules.breaker_rules(modules)),
+                ("on_http_response", route_modules.response_rules(modules)),
+            ):
+                if extra:
+                    phases.setdefault(phase, []).extend(extra)
         tp_module = modules.get("traffic_policy")
         if _enabled(tp_module) and tp_module.get("value"):
             for phase, rules in enforce.parse_document(tp_module["value"]).items():
@@ -248,6 +291,8 @@ class EdgeRouter:
         kind = backend.get("kind")
         if kind == "http_response":
             return None, backend
+        if kind == "static":  # the edge forwards to the address itself (edge/static.py)
+            return static.StaticTarget(self.edge, backend), None
         if kind == "tunnel_group":
             return self.edge.registry.pick(self._candidates(account_id, backend)), None
         if kind == "failover":
@@ -262,7 +307,7 @@ class EdgeRouter:
                 for m in backend.get("backends") or []
                 if m.get("weight", 0) > 0
                 and (
-                    m["backend"].get("kind") == "http_response"
+                    m["backend"].get("kind") in ("http_response", "static")
                     or self._candidates(account_id, m["backend"])
                 )
             ]
@@ -388,6 +433,7 @@ class EdgeRouter:
                 f"The route's traffic policy cannot be applied: {str(exc)[:200]}",
             )
             return routed
+        routed.ws_tcp = route_modules.converts_websockets(route)
         backend_module = route.get("backend")
         backend = None
         if _enabled(backend_module) and backend_module.get("backend_id"):
@@ -429,6 +475,44 @@ class EdgeRouter:
                 sets.extend(_group_labels(backend))
         return account_id, sets
 
+    # ---- TLS edges ---------------------------------------------------------------------------
+    async def route_tls_edge(self, tls_edge: Dict[str, Any], name: str) -> Routed:
+        """Where a connection whose SNI is ``name`` goes, on the TLS edge ``tls_edge`` (its
+        copy, edge/tls.py): its modules as one on_tcp_connect policy (restrict-ips,
+        terminate-tls, its traffic_policy's rules) and a labeled tunnel of its backend
+        (``tunnel`` None: none online)."""
+        account_id = tls_edge["account_id"]
+        routed = Routed(
+            endpoint_id=tls_edge["id"], url=f"tls://{name}", host=name, account_id=account_id
+        )
+        try:
+            routed.enforcement = await self._enforcement(
+                account_id, tls_edge["id"], tls_edge, "tls"
+            )
+        except Exception as exc:  # a stored policy the engine now refuses: fail closed
+            routed.error = (
+                502,
+                edge_errors.INVALID_TRAFFIC_POLICY,
+                f"The edge's traffic policy cannot be applied: {str(exc)[:200]}",
+            )
+            return routed
+        module = tls_edge.get("backend")
+        backend = (
+            await self._backend(account_id, module["backend_id"])
+            if _enabled(module) and module.get("backend_id")
+            else None
+        )
+        routed.tunnel, _ = self._serve(account_id, backend)
+        return routed
+
+    async def ca_pems(self, account_id: str, ca_ids: List[str]) -> Dict[str, str]:
+        """CA id → PEM of the account's certificate authorities among ``ca_ids`` (cached
+        CACHE_SECONDS: a deleted CA stops being trusted within that)."""
+        return await self._cache.get(
+            ("cas", account_id, tuple(sorted(ca_ids))),
+            lambda: self.edge.call(certs.pems_by_id, account_id, sorted(ca_ids)),
+        )
+
     # ---- TCP edges --------------------------------------------------------------------------
     async def tcp_group_labels(self, hostport: str) -> Tuple[str, List[Dict[str, str]]]:
         """The account and the label sets of the tunnel-group backends of the TCP edge on
@@ -466,6 +550,23 @@ class EdgeRouter:
         )
         routed.tunnel, _ = self._serve(account_id, backend)
         return routed
+
+
+def terminate_tls_action(modules: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The terminate-tls action a TLS edge's tls_termination (enabled, at the edge) and
+    mutual_tls modules stand for, or None (passthrough). min_version "1.0" and "1.1" (which
+    the API accepts, as the hosted one does) mean TLS 1.2, as on HTTPS edges."""
+    termination = modules.get("tls_termination")
+    if not _enabled(termination) or termination.get("terminate_at", "edge") != "edge":
+        return None
+    config: Dict[str, Any] = {}
+    version = termination.get("min_version")
+    if version:
+        config["min_version"] = "1.3" if version == "1.3" else "1.2"
+    mtls = modules.get("mutual_tls")
+    if _enabled(mtls) and mtls.get("certificate_authority_ids"):
+        config["mutual_tls_certificate_authorities"] = list(mtls["certificate_authority_ids"])
+    return {"type": "terminate-tls", "config": config}
 
 
 def match_route(routes: List[Dict[str, Any]], path: str) -> Optional[Dict[str, Any]]:

@@ -34,7 +34,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, TypeGuard
 
-from chalicelib.core import binding, edge_errors, ip_rules
+from chalicelib.core import binding, edge_errors, ip_rules, route_modules
 from chalicelib.core.policy import Policy, PolicyError, compile_policy
 from chalicelib.core.policy import document as policy_document
 
@@ -63,13 +63,7 @@ def _is_set(value: Any) -> TypeGuard[Any]:
     return value is not None and value is not False and value not in ("", 0, [])
 
 
-def _refuse(names: List[str]) -> binding.Refused:
-    return binding.Refused(
-        edge_errors.INVALID_OPTION,
-        "This edge cannot honour the endpoint option(s) "
-        f"{', '.join(names)}; the bind is refused rather "
-        "than served without them.",
-    )
+_refuse = route_modules.refuse
 
 
 # A basic auth credential of an agent's option (the SDKs' basic_auth, the CLI 2.x's -auth, the
@@ -120,52 +114,7 @@ def ua_rule(module: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def identity_rules(option: str, module: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The rules of an agent's ``OAuth`` (``provider``) or ``OIDC`` (``issuer_url``) option:
-    the sign-in action with the option's client id, secret and scopes, then, when the option
-    lists ``allow_emails`` or ``allow_domains``, a 403 for a signed-in visitor matching none
-    (case-insensitive, as the hosted module compares them)."""
-    if not isinstance(module, dict):
-        raise _refuse([option])
-    if module.get("sealed_client_secret"):
-        raise _refuse([f"{option} with a sealed client secret"])
-    if not module.get("client_id") or not module.get("client_secret"):
-        raise _refuse(
-            [
-                f"{option} without client_id and client_secret (this edge has no "
-                "managed OAuth applications)"
-            ]
-        )
-    kind = "oidc" if option == "OIDC" else "oauth"
-    config: Dict[str, Any] = {
-        key: module[key] for key in ("client_id", "client_secret") if module.get(key)
-    }
-    if module.get("scopes"):
-        config["scopes"] = [s for s in module["scopes"] if isinstance(s, str)]
-    if kind == "oidc":
-        config["issuer_url"] = module.get("issuer_url") or ""
-        action = {"type": "openid-connect", "config": config}
-    else:
-        config["provider"] = module.get("provider") or ""
-        action = {"type": "oauth", "config": config}
-    rules: List[Dict[str, Any]] = [{"name": f"{kind} sign-in", "actions": [action]}]
-    emails = [e.lower() for e in module.get("allow_emails") or [] if isinstance(e, str)]
-    domains = [
-        d.lower().lstrip("@") for d in module.get("allow_domains") or [] if isinstance(d, str)
-    ]
-    if emails or domains:
-        email = f"actions.ngrok.{kind}.identity.email.lower()"
-        tests = [f"{email} == {_cel_string(e)}" for e in emails] + [
-            f"{email}.endsWith({_cel_string('@' + d)})" for d in domains
-        ]
-        rules.append(
-            {
-                "name": f"{kind} allowed emails",
-                "expressions": [f"!({' || '.join(tests)})"],
-                "actions": [{"type": "deny", "config": {"status_code": 403}}],
-            }
-        )
-    return rules
+identity_rules = route_modules.identity_rules  # one translation: chalicelib.core.route_modules
 
 
 def header_actions(module: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -277,8 +226,20 @@ def parse_document(text: Any) -> Dict[str, Any]:
     return doc
 
 
-def build(opts: Dict[str, Any], kind: str) -> Enforcement:
-    """The enforcement of one endpoint's Bind options, or Refused."""
+def _asks_termination(phases: Dict[str, Any]) -> bool:
+    rules = phases.get("on_tcp_connect")
+    return isinstance(rules, list) and any(
+        isinstance(rule, dict)
+        and isinstance(rule.get("actions"), list)
+        and any(isinstance(a, dict) and a.get("type") == "terminate-tls" for a in rule["actions"])
+        for rule in rules
+    )
+
+
+def build(opts: Dict[str, Any], kind: str, terminates: bool = False) -> Enforcement:
+    """The enforcement of one endpoint's Bind options, or Refused. A ``terminate-tls``
+    action is refused unless ``terminates`` (a TLS endpoint: edge/passthrough.py applies it;
+    an HTTP or TCP endpoint here runs no handshake it could change)."""
     unsupported = UNSUPPORTED_TCP if kind == "tcp" else UNSUPPORTED_HTTP
     refused = [name for name in unsupported if _is_set(opts.get(name))]
     if refused:
@@ -292,6 +253,12 @@ def build(opts: Dict[str, Any], kind: str) -> Enforcement:
                 phases.setdefault(phase, []).extend(rules)
             else:
                 phases[phase] = rules  # let the engine name what is wrong with it
+    if not terminates and _asks_termination(phases):
+        raise binding.Refused(
+            edge_errors.INVALID_TRAFFIC_POLICY,
+            "Invalid traffic policy: terminate-tls runs on TLS endpoints and TLS edges "
+            "here; this endpoint's handshake is not one it can change",
+        )
     if not phases:
         return Enforcement()
     return compile_document(phases)
@@ -316,6 +283,11 @@ def http_options(opts: Dict[str, Any]) -> Enforcement:
 
 def tcp_options(opts: Dict[str, Any]) -> Enforcement:
     return build(opts, "tcp")
+
+
+def tls_options(opts: Dict[str, Any]) -> Enforcement:
+    """A TLS endpoint's: as a TCP endpoint's, and its policy may terminate (terminate-tls)."""
+    return build(opts, "tcp", terminates=True)
 
 
 async def check_ip_policies(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from chalicelib.core import edge_errors
-from edge import challenges, http1, pools
+from edge import challenges, http1, ip_restrictions, pools
 from edge.edges import Hop
 from edge.http_io import answer
 from edge.tls import MISDIRECTED
@@ -35,12 +35,32 @@ class Route:
     endpoint: Hop  # the endpoint as the policy sees it
     cloud: bool  # a cloud endpoint: its policy must answer, there is no upstream
     account_id: str
+    ws_tcp: bool = False  # an HTTPS edge route's websocket_tcp_converter (edge/wstcp.py)
 
 
 async def route(
     edge: Any, scheme: str, client: Any, writer: Any, request: http1.Request, host: str
 ) -> Optional[Route]:
-    """The request's route, or None when the edge answered it (the connection then ends)."""
+    """The request's route, or None when the edge answered it (the connection then ends):
+    also when the account's ``endpoints`` IP restrictions refuse the client (403)."""
+    found = await _route(edge, scheme, client, writer, request, host)
+    if found is None:
+        return None
+    peer = writer.get_extra_info("peername") or ("", 0)
+    if not await ip_restrictions.allows(
+        edge, found.account_id, ip_restrictions.ENDPOINTS, str(peer[0])
+    ):
+        await answer(client, writer, *IP_RESTRICTED, close=True)
+        return None
+    return found
+
+
+IP_RESTRICTED = (403, edge_errors.IP_BLOCKED, "Request blocked by the account's IP restrictions.")
+
+
+async def _route(
+    edge: Any, scheme: str, client: Any, writer: Any, request: http1.Request, host: str
+) -> Optional[Route]:
     if host in edge.banned:  # an abuse report banned it (docs/SECURITY.md)
         await answer(client, writer, 403, BANNED[0], BANNED[1], close=True)
         return None
@@ -81,4 +101,5 @@ async def route(
         routed.hop,
         routed.cloud,
         routed.account_id,
+        getattr(routed, "ws_tcp", False),
     )

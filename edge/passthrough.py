@@ -15,6 +15,14 @@ SDKs' ``tls_endpoint()``) serves that name, :func:`serve` takes the connection i
   for the name when the option carries no pair, and the agent gets the plaintext
   (``PassthroughTLS: false``).
 
+TLS edges (``/edges/tls``) are served here too: a name no agent endpoint serves whose
+``name:443`` a TLS edge holds (its copy in memory: ``edge.tls.TlsSettings.tls_edge_for``) goes
+to a labeled tunnel of its tunnel-group backend (``EdgeRouter.route_tls_edge``), its modules
+run as one ``on_tcp_connect`` policy. A ``terminate-tls`` action's outcome (a TLS edge's
+tls_termination and mutual_tls modules become one; an endpoint's policy may hold one too) makes
+the edge terminate: :func:`termination_context` (its versions, its mutual TLS CAs, its own pair
+or the edge's certificate for the name), plaintext to the agent.
+
 The endpoint's ``on_tcp_connect`` rules (``IPRestriction``, a ``TrafficPolicy``) are enforced
 before anything is forwarded or any handshake is made, as for TCP endpoints. A TLS endpoint
 is never reached through the HTTP listener (there is no HTTP to route by). ``MutualTLSAtEdge``
@@ -27,13 +35,14 @@ those CAs fails the handshake), and refused at Bind without ``TLSTermination``
 import asyncio
 import base64
 import binascii
+import hashlib
 import logging
 import ssl
 from typing import Any, Dict, Optional
 
 from chalicelib.core import binding, edge_errors
 from chalicelib.core import policy as tp
-from edge import certs, connections, enforce, tls_spec
+from edge import certs, connections, enforce, ip_restrictions, tls_spec
 from edge.http_io import splice
 
 log = logging.getLogger("edge.passthrough")
@@ -42,6 +51,8 @@ PROTO = "tls"
 EDGE_TYPE_TLS = "2"
 EDGE_CERTIFICATE = "edge"
 HANDSHAKE_TIMEOUT = 15.0  # TLSTermination without a pair: the edge's own certificate
+MAX_PAIRS = 256  # terminate-tls server contexts of policies' own pairs, kept (oldest out)
+_PAIRS: Dict[Any, ssl.SSLContext] = {}
 
 
 def options(opts: Dict[str, Any]) -> enforce.Enforcement:
@@ -51,7 +62,7 @@ def options(opts: Dict[str, Any]) -> enforce.Enforcement:
         for k, v in opts.items()
         if k not in ("MutualTLSAtAgent", "TLSTermination", "MutualTLSAtEdge")
     }
-    return enforce.tcp_options(rest)
+    return enforce.tls_options(rest)
 
 
 def client_certificates(option: Any, terminated: bool) -> Any:
@@ -108,12 +119,32 @@ def tunnel_for(edge: Any, name: str) -> Any:
     return edge.registry.pick(tunnel.pool) if tunnel.pool else tunnel
 
 
+async def tls_edge_routed(edge: Any, name: str) -> Any:
+    """The ``edge.edges.Routed`` of the TLS edge (/edges/tls) serving ``name``, or None.
+    An agent endpoint serving the name comes first, as for routing; the TLS edges' copies
+    are in memory (edge/tls.py), so no store call happens here but the backend's (cached)."""
+    if not name or edge.registry.by_host.get(name) is not None:
+        return None
+    settings = getattr(edge, "tls", None)
+    if settings is None:
+        return None
+    if not settings.loaded.is_set():
+        await asyncio.wait_for(settings.loaded.wait(), HANDSHAKE_TIMEOUT)
+    found = settings.tls_edge_for(name)
+    if found is None:
+        return None
+    return await edge.router.route_tls_edge(found, name)
+
+
 async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
-    """Pass the connection to the TLS endpoint serving ``name``; False (nothing done) when
-    no TLS endpoint serves it."""
+    """Pass the connection to the TLS endpoint or the TLS edge serving ``name``; False
+    (nothing done) when neither serves it."""
     tunnel = tunnel_for(edge, name)
+    routed = None
     if tunnel is None:
-        return False
+        routed = await tls_edge_routed(edge, name)
+        if routed is None:
+            return False
     peer = transport.get_extra_info("peername") or ("", 0)
     ticket = edge.admission.admit(str(peer[0]), transport)
     if ticket is None:
@@ -121,10 +152,30 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
         return True
     writer: Optional[asyncio.StreamWriter] = None
     try:
-        if not await _allowed(edge, tunnel, transport, peer, name):
+        if routed is not None:  # a TLS edge: passed through unless its policy terminates
+            if routed.error is not None:
+                transport.abort()
+                return True
+            hop = (routed.endpoint_id, routed.url, routed.account_id)
+            enforcement, target, ending, spec = routed.enforcement, routed.tunnel, None, None
+        else:
+            hop = (tunnel.endpoint_id or tunnel.id, tunnel.url, tunnel.account_id)
+            enforcement, target, ending = tunnel.enforcement, tunnel, tunnel.termination
+            spec = tunnel.tls
+        if not await ip_restrictions.allows(
+            edge, hop[2], ip_restrictions.ENDPOINTS, str(peer[0])
+        ):  # the account's endpoints IP restrictions
             transport.abort()
             return True
-        ending = tunnel.termination
+        outcome = await _on_tcp_connect(edge, enforcement, hop, transport, peer, name)
+        if outcome is None or target is None:  # refused, or no tunnel of the edge online
+            transport.abort()
+            return True
+        if outcome.terminate_tls is not None:  # the terminate-tls action (or the modules)
+            ending = await termination_context(edge, hop[2], name, outcome.terminate_tls)
+            if ending is None:
+                transport.abort()
+                return True
         if ending is None:  # passthrough: the bytes as they come, ClientHello first
             reader = asyncio.StreamReader()
             protocol = asyncio.StreamReaderProtocol(reader)
@@ -132,12 +183,8 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
             protocol.connection_made(transport)
             writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
             transport.resume_reading()
-        else:  # terminated here (TLSTermination), plaintext to the agent
-            ctx = (
-                edge.certs.context_for([name], tunnel.tls)
-                if ending == EDGE_CERTIFICATE
-                else ending
-            )
+        else:  # terminated here (TLSTermination, terminate-tls), plaintext to the agent
+            ctx = edge.certs.context_for([name], spec) if ending == EDGE_CERTIFICATE else ending
             try:
                 reader, writer = await connections.start_server_tls(
                     transport, ctx, HANDSHAKE_TIMEOUT
@@ -147,8 +194,8 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
                 return True
         try:
             sock = transport.get_extra_info("sockname") or ("", 0)
-            stream = await tunnel.session.open_proxy(
-                tunnel,
+            stream = await target.session.open_proxy(
+                target,
                 f"{peer[0]}:{peer[1]}",
                 PROTO,
                 passthrough_tls=ending is None,
@@ -164,14 +211,50 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
     return True
 
 
-async def _allowed(
-    edge: Any, tunnel: Any, transport: asyncio.Transport, peer: Any, name: str
-) -> bool:
-    """The endpoint's on_tcp_connect rules let the connection through (restrict-ips, with
-    IP policies from the edge's cache; any other outcome than continue closes it)."""
-    enforcement = tunnel.enforcement
+async def termination_context(
+    edge: Any, account_id: str, name: str, asked: Dict[str, Any]
+) -> Optional[ssl.SSLContext]:
+    """The server context of a terminate-tls action's config (``Outcome.terminate_tls``):
+    its versions, its mutual TLS CAs (PEMs, and ids of the account's certificate
+    authorities: one that does not resolve trusts nothing, so with none left every client
+    is refused), with its own certificate and key or else the edge's for ``name``. None
+    when the pair cannot be loaded (the connection is closed)."""
+    pems = None
+    cas = asked.get("mutual_tls_certificate_authorities")
+    if cas:
+        ca_ids = [c for c in cas if c.startswith("ca_")]
+        found = await edge.router.ca_pems(account_id, ca_ids) if ca_ids else {}
+        pems = [c for c in cas if not c.startswith("ca_")] + [
+            found[i] for i in ca_ids if i in found
+        ]
+    spec = tls_spec.spec_of(asked.get("min_version"), pems, asked.get("max_version"))
+    cert, key = asked.get("server_certificate"), asked.get("server_private_key")
+    if not cert or not key:
+        return edge.certs.context_for([name], spec)
+    digest = hashlib.sha256(f"{cert}\0{key}".encode()).hexdigest()
+    cached = _PAIRS.get((digest, spec.key))
+    if cached is not None:
+        return cached
+    try:
+        ctx = tls_spec.apply(certs.context_from_pem(cert.encode(), key.encode()), spec)
+    except (ValueError, ssl.SSLError) as exc:
+        log.info("terminate-tls: the certificate and key could not be loaded: %s", exc)
+        return None
+    if len(_PAIRS) >= MAX_PAIRS:
+        _PAIRS.pop(next(iter(_PAIRS)))
+    _PAIRS[(digest, spec.key)] = ctx
+    return ctx
+
+
+async def _on_tcp_connect(
+    edge: Any, enforcement: Any, hop: Any, transport: asyncio.Transport, peer: Any, name: str
+) -> Optional[tp.Outcome]:
+    """The endpoint's (or TLS edge's) on_tcp_connect rules (restrict-ips, with IP policies
+    from the edge's cache; terminate-tls): their outcome when they let the connection
+    through, None when anything else than continue (the connection is closed)."""
     if enforcement is None or enforcement.policy is None:
-        return True
+        return tp.Outcome()
+    endpoint_id, url, account_id = hop
     sock = transport.get_extra_info("sockname") or ("", 0)
     conn = tp.Conn(
         client_ip=str(peer[0]),
@@ -179,18 +262,18 @@ async def _allowed(
         server_ip=str(sock[0]),
         server_port=int(sock[1] or 0),
         endpoint=tp.Endpoint(
-            id=tunnel.endpoint_id or tunnel.id,
-            url=tunnel.url,
+            id=endpoint_id,
+            url=url,
             host=name,
             port=int(sock[1] or 0),
             protocol=PROTO,
-            account_id=tunnel.account_id,
+            account_id=account_id,
         ),
         server_region=edge.settings.region,
     )
     if enforcement.policy.ip_policy_ids:
         conn.ip_policy_resolver = await edge.router.ip_policy_resolver(
-            tunnel.account_id, enforcement.policy
+            account_id, enforcement.policy
         )
     out = enforcement.policy.on_tcp_connect(conn, enforcement.policy.new_state())
-    return out.kind == tp.CONTINUE
+    return out if out.kind == tp.CONTINUE else None

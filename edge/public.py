@@ -265,7 +265,7 @@ class HttpFront:
                 if not breaker.allows(tunnel):  # its circuit breaker tripped (edge.breaker)
                     await answer(client, writer, *breaker.TRIPPED_ANSWER, close=True)
                     return
-                if getattr(tunnel, "ws_tcp", False):  # WebSocket-to-TCP (edge.wstcp)
+                if getattr(tunnel, "ws_tcp", False) or ran.route.ws_tcp:  # edge.wstcp
                     await wstcp.serve(self, client, reader, writer, tunnel, request, client_addr)
                     return
                 if (

@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from chalicelib.core import policy as tp
-from edge import observe  # traffic events (edge/events.py)
+from edge import ip_restrictions, observe  # observe: traffic events (edge/events.py)
 from edge.connections import connection_handler
 from edge.edges import Hop, forward_refused
 from edge.http_io import splice
@@ -55,6 +55,10 @@ class TcpFront:
                 tunnel, enforcement = routed.tunnel, routed.enforcement
                 endpoint = routed.hop
                 cloud, account_id = routed.cloud, routed.account_id
+            if not await ip_restrictions.allows(
+                self.edge, account_id, ip_restrictions.ENDPOINTS, str(peer[0])
+            ):
+                return  # the account's endpoints IP restrictions: closed
             forwards = 0
             while enforcement is not None and enforcement.policy is not None:
                 sock = writer.get_extra_info("sockname") or ("", 0)

@@ -199,6 +199,13 @@ class TlsSettings:
         self.by_host: Dict[str, TlsSpec] = {}
         self.loaded = asyncio.Event()
         self._pems: Dict[Tuple[str, str], str] = {}
+        # TLS edges (/edges/tls) by the host of their ":443" hostports: their copies, read
+        # with the index (chalicelib.core.routing.tls_edges); edge/passthrough.py serves them
+        self.tls_edges: Dict[str, Dict[str, Any]] = {}
+
+    def tls_edge_for(self, name: str) -> Optional[Dict[str, Any]]:
+        """The TLS edge serving ``name`` (its copy), or None."""
+        return self.tls_edges.get(name) if name else None
 
     def spec_for(self, name: str) -> TlsSpec:
         tunnel = self.edge.registry.http_tunnel(name) if name else None
@@ -231,6 +238,7 @@ class TlsSettings:
         except Exception as exc:  # the last certificates stay in force
             log.warning("could not read the served certificates: %r", exc)
         index = await self.edge.call(routing.tls_index)
+        tls_edges = await self.edge.call(routing.tls_edges)
         # The PEM cache holds exactly the CAs the index references (bounded by it): one no
         # longer referenced is dropped, one newly referenced is read once, in one call per
         # account.
@@ -263,6 +271,11 @@ class TlsSettings:
                 ]
             by_host[host] = spec_of(entry.get("min_version"), pems)
         self.by_host = by_host
+        self.tls_edges = {
+            hostport.rpartition(":")[0]: copy
+            for hostport, copy in tls_edges.items()
+            if hostport.endswith(":443")
+        }
         self.loaded.set()
 
     async def watch(self) -> None:

@@ -33,9 +33,13 @@ class TlsSpec:
     min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
     cadata: Optional[Union[str, bytes]] = field(default=None, compare=False)
     ca_digest: str = ""
+    # terminate-tls's max_version (1.2 or 1.3); in the key only when it is not the default
+    max_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3
 
     @property
-    def key(self) -> Tuple[int, str]:
+    def key(self) -> Tuple[Any, ...]:
+        if self.max_version != ssl.TLSVersion.TLSv1_3:
+            return int(self.min_version), self.ca_digest, int(self.max_version)
         return int(self.min_version), self.ca_digest
 
     @property
@@ -46,14 +50,19 @@ class TlsSpec:
 DEFAULT = TlsSpec()
 
 
-def spec_of(min_version: Optional[str], ca_pems: Optional[List[str]]) -> TlsSpec:
-    """The spec of an HTTPS edge's modules: ``min_version`` ("1.0".."1.3" or None) and the
-    PEMs of its mutual_tls CAs (None: no mutual_tls)."""
+def spec_of(
+    min_version: Optional[str], ca_pems: Optional[List[str]], max_version: Optional[str] = None
+) -> TlsSpec:
+    """The spec of an HTTPS edge's modules, or of a terminate-tls action: ``min_version``
+    ("1.0".."1.3" or None), the PEMs of its mutual TLS CAs (None: no mutual TLS), and
+    ``max_version`` ("1.2", "1.3" or None: 1.3)."""
     version = MIN_VERSIONS.get(min_version or "1.2", ssl.TLSVersion.TLSv1_2)
+    highest = ssl.TLSVersion.TLSv1_2 if max_version == "1.2" else ssl.TLSVersion.TLSv1_3
     if ca_pems is None:
-        return TlsSpec(version)
+        return TlsSpec(version, max_version=highest)
     text = "".join(p if p.endswith("\n") else p + "\n" for p in sorted(ca_pems))
-    return TlsSpec(version, text, "pem:" + hashlib.sha256(text.encode()).hexdigest())
+    digest = "pem:" + hashlib.sha256(text.encode()).hexdigest()
+    return TlsSpec(version, text, digest, max_version=highest)
 
 
 def spec_of_bind(option: Any) -> Optional[TlsSpec]:
@@ -91,6 +100,7 @@ def spec_of_bind(option: Any) -> Optional[TlsSpec]:
 def apply(ctx: ssl.SSLContext, spec: TlsSpec) -> ssl.SSLContext:
     """Make a fresh server context require what ``spec`` says."""
     ctx.minimum_version = spec.min_version
+    ctx.maximum_version = spec.max_version
     if spec.mutual:
         ctx.verify_mode = ssl.CERT_REQUIRED
         if spec.cadata:

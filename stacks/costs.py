@@ -209,6 +209,12 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         {"ip_policy_id": policy, "cidr": "10.0.0.0/8", "action": "allow"},
         {"description": "r"},
     )
+    crud(
+        "/ip_restrictions",
+        "restriction_id",
+        {"type": "endpoints", "ip_policy_ids": [policy]},
+        {"enforced": True},
+    )
     run("DELETE /ip_policies/{policy_id}", lambda: admin.delete(f"/ip_policies/{policy}"), 204)
     backend = crud(
         "/backends/http_response", "backend_id", {"body": "hi"}, {"description": "b"}, delete=False
@@ -249,6 +255,12 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         {"backends": {group: 1, backend: 2}},
         {"backends": {group: 3}},
     )
+    crud(
+        "/backends/static",
+        "backend_id",
+        {"address": "origin.example.com:443", "tls": {"enabled": True}},
+        {"address": "origin.example.com:8443"},
+    )
     run(
         "DELETE /backends/tunnel_group/{backend_id}",
         lambda: admin.delete(f"/backends/tunnel_group/{group}"),
@@ -286,6 +298,26 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         run(f"PUT {base}", lambda: admin.put(f"/edges/https/{edge}/{name}", module), 200)
         run(f"GET {base}", lambda: admin.get(f"/edges/https/{edge}/{name}"), 200)
         run(f"DELETE {base}", lambda: admin.delete(f"/edges/https/{edge}/{name}"), 204)
+    tls_edge = crud(
+        "/edges/tls",
+        "edge_id",
+        {"hostports": ["costs-tls.tunnels.localhost:443"], "tls_termination": {}},
+        {"description": "e"},
+        delete=False,
+    )
+    tls_modules = {  # mutual_tls while tls_termination is there, then tls_termination
+        "backend": {"backend_id": backend},
+        "ip_restriction": {"ip_policy_ids": [policy]},
+        "traffic_policy": {"value": '{"on_tcp_connect": []}'},
+        "mutual_tls": {"certificate_authority_ids": [ca]},
+        "tls_termination": {"terminate_at": "edge", "min_version": "1.3"},
+    }
+    for name, module in tls_modules.items():
+        base = f"/edges/tls/{{edge_id}}/{name}"
+        run(f"PUT {base}", lambda: admin.put(f"/edges/tls/{tls_edge}/{name}", module), 200)
+        run(f"GET {base}", lambda: admin.get(f"/edges/tls/{tls_edge}/{name}"), 200)
+        run(f"DELETE {base}", lambda: admin.delete(f"/edges/tls/{tls_edge}/{name}"), 204)
+    run("DELETE /edges/tls/{edge_id}", lambda: admin.delete(f"/edges/tls/{tls_edge}"), 204)
     run(
         "DELETE /certificate_authorities/{ca_id}",
         lambda: admin.delete(f"/certificate_authorities/{ca}"),
@@ -313,12 +345,22 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         "traffic_policy": {"value": '{"on_http_request": []}'},
         "backend": {"backend_id": backend},
         "ip_restriction": {"ip_policy_ids": [policy]},
+        "circuit_breaker": {"error_threshold_percentage": 0.5},
+        "compression": {},
+        "oauth": {"provider": {"google": {"client_id": "i", "client_secret": "s"}}},
+        "oidc": {"issuer": "https://issuer.example.com", "client_id": "i", "client_secret": "s"},
+        "webhook_verification": {"provider": "github", "secret": "s"},
+        "websocket_tcp_converter": {},
     }
     for name, module in route_modules.items():
         base = f"/edges/https/{{edge_id}}/routes/{{route_id}}/{name}"
         run(f"PUT {base}", lambda: admin.put(f"{routes}/{route}/{name}", module), 200)
         run(f"GET {base}", lambda: admin.get(f"{routes}/{route}/{name}"), 200)
         run(f"DELETE {base}", lambda: admin.delete(f"{routes}/{route}/{name}"), 204)
+    saml = "/edges/https/{edge_id}/routes/{route_id}/saml"  # refused by name: reads the route
+    run(f"PUT {saml}", lambda: admin.put(f"{routes}/{route}/saml", {}), 400)
+    run(f"GET {saml}", lambda: admin.get(f"{routes}/{route}/saml"), 404)
+    run(f"DELETE {saml}", lambda: admin.delete(f"{routes}/{route}/saml"), 204)
     run(
         "DELETE /backends/http_response/{backend_id}",
         lambda: admin.delete(f"/backends/http_response/{backend}"),

@@ -66,6 +66,7 @@ class EdgeProcess:
                 "EDGE_SSH_PORT": str(self.ssh_port),
                 "EDGE_TCP_PORTS": f"{self.tcp_low}-{self.tcp_low + self.tcp_ports - 1}",
                 "EDGE_CHECK_SECONDS": "1",
+                "EDGE_STATIC_BACKEND_ALLOW": "127.0.0.0/8",  # the tests' static backends
                 "BASE_DOMAIN": BASE_DOMAIN,
                 "PYTHONUNBUFFERED": "1",
             }

@@ -51,6 +51,7 @@ it). The API's own catalog is :mod:`chalicelib.core.errors`.
 | SIGNIN_STATE_MISMATCH      | ERR_NGROK_3124   | public | the callback's state is not the pending login's (400)     |
 | SIGNIN_FAILED              | ERR_NGROK_3300   | public | the sign-in could not finish (provider, token, ID token)  |
 | WAF_BLOCKED                | ERR_NGROK_3700   | public | owasp-crs-request/-response: anomaly score at threshold (403) |
+| AGENT_IP_RESTRICTED        | ERR_NGROK_9040   | agent  | the account's agent IP restrictions refuse the address    |
 """
 
 AUTHTOKEN_MALFORMED = "ERR_NGROK_105"
@@ -97,3 +98,4 @@ WAF_BLOCKED = "ERR_NGROK_3700"  # "The request was blocked by the WAF." (owasp-c
 SIGNIN_STATE_MISSING = "ERR_NGROK_3120"
 SIGNIN_STATE_MISMATCH = "ERR_NGROK_3124"
 SIGNIN_FAILED = "ERR_NGROK_3300"
+AGENT_IP_RESTRICTED = "ERR_NGROK_9040"

@@ -53,6 +53,9 @@ place. Catalog (also in docs/CONTRACT.md, "Error catalog"):
 | SSH_KEY_INVALID     | ERR_NGROK_612              | 400    | an SSH public key this service does not accept (the reason) |
 | SSH_KEY_EXISTS      | ERR_NGROK_609              | 409    | an SSH public key the account already has a credential for |
 | SSH_KEY_OF_ANOTHER_ACCOUNT | ERR_NGROK_610       | 409    | an SSH public key another account has a credential for     |
+| MODULE_NOT_SUPPORTED | ERR_NGROK_7021            | 400    | a module this service does not offer on that kind of edge (a route's saml) |
+| MUTUAL_TLS_NEEDS_TERMINATION | ERR_NGROK_1694    | 400    | a TLS edge's mutual_tls without tls_termination at the edge |
+| TLS_EDGE_TCP_ADDRESS | ERR_NGROK_7133            | 400    | a TLS edge hostport on the service's TCP address host     |
 
 One code for every 401: the hosted service distinguishes a missing header (ERR_NGROK_200), an
 unparsable one (ERR_NGROK_201) and an unknown key (ERR_NGROK_203), but the deployed API
@@ -117,6 +120,9 @@ SSH_KEY_MISSING = "ERR_NGROK_611"
 SSH_KEY_INVALID = "ERR_NGROK_612"
 SSH_KEY_EXISTS = "ERR_NGROK_609"
 SSH_KEY_OF_ANOTHER_ACCOUNT = "ERR_NGROK_610"
+MODULE_NOT_SUPPORTED = "ERR_NGROK_7021"
+MUTUAL_TLS_NEEDS_TERMINATION = "ERR_NGROK_1694"
+TLS_EDGE_TCP_ADDRESS = "ERR_NGROK_7133"
 # the HTTP server's own answers (scripts/http_server.py)
 MALFORMED_REQUEST = "ERR_MALFORMED_REQUEST"
 REQUEST_TIMEOUT = "ERR_REQUEST_TIMEOUT"
@@ -360,6 +366,18 @@ class DomainNotReserved(InvalidField):
     error_code = DOMAIN_NOT_RESERVED
 
 
+class ModuleNotSupported(InvalidField):
+    error_code = MODULE_NOT_SUPPORTED
+
+
+class MutualTlsNeedsTermination(InvalidField):
+    error_code = MUTUAL_TLS_NEEDS_TERMINATION
+
+
+class TlsEdgeTcpAddress(InvalidField):
+    error_code = TLS_EDGE_TCP_ADDRESS
+
+
 class SshKeyMissing(InvalidField):
     error_code = SSH_KEY_MISSING
 
@@ -448,6 +466,9 @@ CATALOG = {
         UnknownField,
         MissingField,
         InvalidField,
+        ModuleNotSupported,
+        MutualTlsNeedsTermination,
+        TlsEdgeTcpAddress,
         InvalidQuery,
         UnknownQuery,
         InvalidFilter,

@@ -1,12 +1,13 @@
 """The rules of IP policies, as the edge applies them (an ``ip_restriction`` module's policies,
 a ``restrict-ips`` action's ``ip_policies``). Written by ``chalicelib.ip_policies``."""
 
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from chalicelib.core import ids, store
 
 POLICY_COLLECTION = "ip_policy"
 RULE_COLLECTION = "ip_policy_rule"
+RESTRICTION_COLLECTION = "ip_restriction"
 POLICY_PREFIX = ids.PREFIXES["ip_policy"]
 
 
@@ -43,4 +44,19 @@ def missing_of(account_id: str, policy_ids: List[str]) -> List[str]:
     """Those of ``policy_ids`` the account has no IP policy with (one GetItem each)."""
     return [
         policy_id for policy_id in dict.fromkeys(policy_ids) if not exists(account_id, policy_id)
+    ]
+
+
+def restrictions_of(account_id: str) -> List[Dict[str, Any]]:
+    """The account's IP restrictions (/ip_restrictions, chalicelib.ip_restrictions) as the edge
+    enforces them: ``[{"id", "type": "agent" | "endpoints", "enforced", "ip_policy_ids"}]``.
+    One Query of the account's collection."""
+    return [
+        {
+            "id": item.sk,
+            "type": (item.data or {}).get("type", ""),
+            "enforced": bool((item.data or {}).get("enforced", False)),
+            "ip_policy_ids": list((item.data or {}).get("ip_policy_ids") or []),
+        }
+        for item in store.query_all(store.collection_pk(account_id, RESTRICTION_COLLECTION))
     ]

@@ -17,6 +17,7 @@ from chalicelib.core import ids, store
 HOSTPORT_NAMESPACE = "hostport"
 HTTPS_EDGE_COLLECTION = "https_edge"
 TCP_EDGE_COLLECTION = "tcp_edge"
+TLS_EDGE_COLLECTION = "tls_edge"
 HTTPS_EDGE_MODULES = ("tls_termination", "mutual_tls")
 ROUTE_MODULES = (
     "backend",
@@ -25,9 +26,17 @@ ROUTE_MODULES = (
     "request_headers",
     "response_headers",
     "traffic_policy",
+    # policy actions here (chalicelib.core.route_modules), or the WebSocket converter
+    "circuit_breaker",
+    "compression",
+    "oauth",
+    "oidc",
+    "webhook_verification",
+    "websocket_tcp_converter",
 )
 TCP_EDGE_MODULES = ("backend", "ip_restriction", "traffic_policy")
 TCP_COPY_FIELDS = ("hostports",) + TCP_EDGE_MODULES
+TLS_EDGE_MODULES = ("backend", "ip_restriction", "mutual_tls", "tls_termination", "traffic_policy")
 DEFAULT_RESPONSE_STATUS = 200
 
 
@@ -127,6 +136,25 @@ def tls_index() -> Dict[str, Dict[str, Any]]:
     return {item.sk: dict(item.data or {}) for item in store.query_all(store.EDGE_TLS_PK)}
 
 
+def tls_edges() -> Dict[str, Dict[str, Any]]:
+    """Hostport → the TLS edge serving it, for every hostport of every TLS edge: ``{"id",
+    "account_id", "hostports", "backend", "ip_restriction", "mutual_tls", "tls_termination",
+    "traffic_policy"}``, modules None or their stored form (``tls_termination {"enabled",
+    "terminate_at": "edge" | "upstream", "min_version"}``, ``mutual_tls {"enabled",
+    "certificate_authority_ids"}``, the others as a TCP edge's). One Query of the index
+    partition the TLS edges' transactions keep (chalicelib.tls_edges): the edge's TLS listener
+    reads it in the background, never during a handshake."""
+    found: Dict[str, Dict[str, Any]] = {}
+    for item in store.query_all(store.TLS_EDGE_PK):
+        data = dict(item.data or {})
+        edge = {"id": data.get("edge_id", ""), "account_id": data.get("account_id", "")}
+        edge.update(data.get("edge") or {})
+        for name in TLS_EDGE_MODULES:
+            edge.setdefault(name, None)
+        found[item.sk] = edge
+    return found
+
+
 # ---- backends --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Kind:
@@ -173,10 +201,19 @@ WEIGHTED = Kind(
 )
 
 
-KINDS = {kind.prefix: kind for kind in (HTTP_RESPONSE, TUNNEL_GROUP, FAILOVER, WEIGHTED)}
+STATIC = Kind(
+    "static",
+    "static_backend",
+    ids.PREFIXES["static_backend"],
+    "/backends/static",
+    "static backend",
+)
 
 
-MEMBER_KINDS = (HTTP_RESPONSE, TUNNEL_GROUP)
+KINDS = {kind.prefix: kind for kind in (HTTP_RESPONSE, TUNNEL_GROUP, FAILOVER, WEIGHTED, STATIC)}
+
+
+MEMBER_KINDS = (HTTP_RESPONSE, TUNNEL_GROUP, STATIC)
 
 
 def kind_of(backend_id: Any) -> Optional[Kind]:
@@ -217,6 +254,14 @@ def plain(kind: Kind, item: store.Item, children: Dict[str, store.Item]) -> Dict
         }
     if kind is TUNNEL_GROUP:
         return {"kind": kind.name, "id": item.sk, "labels": dict(data.get("labels") or {})}
+    if kind is STATIC:
+        tls = data.get("tls") or {}
+        return {
+            "kind": kind.name,
+            "id": item.sk,
+            "address": data.get("address", ""),
+            "tls": bool(tls.get("enabled")),
+        }
 
     def child(backend_id: str) -> Optional[Dict[str, Any]]:
         found = children.get(backend_id)
@@ -242,8 +287,10 @@ def resolve_backend(account_id: str, backend_id: str) -> Optional[Dict[str, Any]
       "body": str}`` — the edge answers itself;
     - ``{"kind": "tunnel_group", "id", "labels": {key: value}}`` — the online tunnels of the
       account whose labels include all of these;
+    - ``{"kind": "static", "id", "address": "host:port", "tls": bool}`` — the edge forwards
+      to that address itself (edge/static.py);
     - ``{"kind": "failover", "id", "backends": [member, ...]}`` — members in order, each a
-      tunnel_group or http_response dict as above; the first that can serve serves;
+      tunnel_group, http_response or static dict as above; the first that can serve serves;
     - ``{"kind": "weighted", "id", "backends": [{"weight": int, "backend": member}, ...]}``.
 
     Cost: one GetItem, plus one BatchGetItem of the members for failover and weighted (no

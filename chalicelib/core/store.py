@@ -107,6 +107,9 @@ def idempotency_pk(account_id: str, key_digest: str) -> str:
 # Derived copies of HTTPS edges' TLS modules, one item per hostport (sk): what the edge's
 # TLS listener needs before a handshake, read in one Query (chalicelib.https_edges.tls_index).
 EDGE_TLS_PK = "TLS#https_edge"
+# Copies of TLS edges, one item per hostport (sk): what the edge's TLS listener needs to serve
+# a name by SNI (chalicelib.core.routing.tls_edges), read in the background in one Query.
+TLS_EDGE_PK = "TLS#tls_edge"
 
 
 def rate_limit_pk(account_id: str) -> str:

@@ -4,7 +4,7 @@ edge tests with the device agent's virtualenv (where the SDK is installed).
 Usage: ``python sdk_agent.py '<json config>'``; config: ``authtoken``, ``server_addr``,
 ``root_cas``, ``binds`` (list of {"proto": "http"|"tcp"|"tls"|"labeled", "domain"?,
 "labels"?, "remote_addr"?, "options"? (SDK builder calls), "upstream"?: "dead" | "grpc" |
-"trailers" | "tcp" (to the TCP echo), "upstream_addr"? (tls: where to forward)}),
+"trailers" | "tcp" (to the TCP echo), "upstream_addr"? (tls, labeled: where to forward)}),
 ``stop_handler`` / ``restart_handler`` ("exit" | "refuse" | "none"; default "exit" for stop,
 "none" for restart: see ``handler``). It serves a
 small upstream on 127.0.0.1 (echo, upload digest, streaming, WebSocket echo, a flood and how
@@ -292,7 +292,9 @@ async def main(cfg):
                 lb = session.labeled_listener()
                 for key, value in bind["labels"].items():
                     lb = lb.label(key, value)
-                upstream = f"127.0.0.1:{tcp_port if bind.get('upstream') == 'tcp' else http_port}"
+                upstream = bind.get("upstream_addr") or (  # a TLS edge's: the test's TLS server
+                    f"127.0.0.1:{tcp_port if bind.get('upstream') == 'tcp' else http_port}"
+                )
             if bind.get("upstream") == "dead":  # nothing listens there: the SDK's 502
                 upstream = f"127.0.0.1:{dead_port}"
             if bind.get("upstream") == "trailers":  # chunked answers with trailers

@@ -8,12 +8,12 @@ stack (scripts/serve.py over HTTP) with a recipe that checks its result:
 - a resource we serve whose method sends a request our app does not route fails ("the client
   has a route we lack"), and so does a method without a recipe (a new client method shows up
   as a failing test, not as a surprise);
-- resources in :data:`NOT_OFFERED` (the HTTPS route modules compression, circuit breaker,
-  WebSocket-TCP converter, webhook verification, OAuth, OIDC and SAML, which this service
-  offers as traffic policy actions, not as sub-resources: docs/TESTING.md) skip each method,
-  with the reason, and fail if the app ever routes one.
+- resources in :data:`NOT_OFFERED` (none now: the HTTPS route modules compression, circuit
+  breaker, WebSocket-TCP converter, webhook verification, OAuth and OIDC are served through
+  their policy actions, SAML is served and refused by name) skip each method, with the
+  reason, and fail if the app ever routes one.
 
-Resources of the client outside the table (TLS edges, SSH certificate authorities and
+Resources of the client outside the table (SSH certificate authorities and
 certificates, …) are not part of this service;
 vaults and secrets are, tested through this client in tests/functional/test_vaults.py; event
 destinations, subscriptions and sources are in the table (docs/EVENTS.md).
@@ -64,29 +64,38 @@ SERVED = {
     "endpoints": "/endpoints",
     **{
         f"edge_modules.https_edge_route_{m}": f"/edges/https/{{edge_id}}/routes/{{route_id}}/{m}"
-        for m in ("backend", "ip_restriction", "traffic_policy", "request_headers")
+        for m in (
+            "backend",
+            "ip_restriction",
+            "traffic_policy",
+            "request_headers",
+            # the modules whose rule is a policy action here (chalicelib.core.route_modules)
+            "compression",
+            "circuit_breaker",
+            "websocket_tcp_converter",
+            "webhook_verification",
+            "oauth",
+            "oidc",
+            "saml",  # served, and refused by name (ERR_NGROK_7021)
+        )
     },
     "edge_modules.https_edge_tls_termination": "/edges/https/{edge_id}/tls_termination",
     "edge_modules.https_edge_mutual_tls": "/edges/https/{edge_id}/mutual_tls",
     "event_destinations": "/event_destinations",
     "event_subscriptions": "/event_subscriptions",
     "event_sources": "/event_subscriptions/{subscription_id}/sources",
+    "edges.tls": "/edges/tls",
+    "backends.static_address": "/backends/static",
+    "ip_restrictions": "/ip_restrictions",
+    **{
+        f"edge_modules.tls_edge_{m}": f"/edges/tls/{{edge_id}}/{m}"
+        for m in ("backend", "ip_restriction", "mutual_tls", "tls_termination", "traffic_policy")
+    },
 }
 # Client resources this service does not offer as routes: the HTTPS route modules whose rule
 # is a traffic policy action here (in a route's body they are refused unless null). Their
 # methods skip with this reason; one that becomes routed fails until it moves to SERVED.
-NOT_OFFERED = {
-    f"edge_modules.https_edge_route_{m}": f"HTTPS route module {m}"
-    for m in (
-        "compression",
-        "circuit_breaker",
-        "websocket_tcp_converter",
-        "webhook_verification",
-        "oauth",
-        "oidc",
-        "saml",
-    )
-}
+NOT_OFFERED: dict = {}
 TABLE = {**{k: "served" for k in SERVED}, **{k: "not offered" for k in NOT_OFFERED}}
 
 
@@ -214,6 +223,17 @@ class Env:
 
     def tcp_edge(self):
         return self.c.edges.tcp.create(hostports=[self.reserved_addr()]).id
+
+    def tls_edge(self):
+        return self.c.edges.tls.create().id
+
+    def terminating_tls_edge(self):
+        """Mutual TLS needs termination at the edge (ERR_NGROK_1694)."""
+        termination = dt.EndpointTLSTermination(self.c, {"terminate_at": "edge"})
+        return self.c.edges.tls.create(tls_termination=termination).id
+
+    def ca(self):
+        return self.c.certificate_authorities.create(_ca_pem()).id
 
     def https_edge(self):
         return self.c.edges.https.create().id
@@ -386,6 +406,17 @@ RECIPES = {
     "backends.tunnel_group": Crud(create=lambda env: {"labels": {"edge": rnd()}}),
     "backends.failover": Crud(create=lambda env: {"backends": [env.backend()]}),
     "backends.weighted": Crud(create=lambda env: {"backends": {env.backend(): 1}}),
+    "ip_restrictions": Crud(
+        create=lambda env: {"type": "endpoints", "ip_policy_ids": [env.ip_policy()]},
+        update=lambda env: {"enforced": True},
+    ),
+    "backends.static_address": Crud(
+        create=lambda env: {
+            "address": "origin.example.com:443",
+            "tls": dt.StaticBackendTLS(env.c, {"enabled": True}),
+        },
+        update=lambda env: {"address": "origin.example.com:8443"},
+    ),
     "reserved_addrs": Crud(create=lambda env: {"description": "compat"}),
     "certificate_authorities": Crud(create=lambda env: {"ca_pem": _ca_pem()}),
     "tunnel_sessions": Probe("ts"),
@@ -421,6 +452,41 @@ RECIPES = {
     "edge_modules.https_edge_route_webhook_verification": Module(
         "https_route",
         lambda env, c: dt.EndpointWebhookValidation(c, {"provider": "SLACK", "secret": "s3cret"}),
+    ),
+    # a TLS edge's hostport: a free name under the base domain, as an HTTPS edge's
+    "edges.tls": Crud(
+        create=lambda env: {
+            "hostports": [f"{rnd()}.{get_settings().base_domain}:443"],
+            "tls_termination": dt.EndpointTLSTermination(
+                env.c, {"terminate_at": "edge", "min_version": "1.2"}
+            ),
+            "mutual_tls": dt.EndpointMutualTLSMutate(
+                env.c,
+                {"certificate_authority_ids": [env.ca()]},
+            ),
+        }
+    ),
+    "edge_modules.tls_edge_mutual_tls": Module(
+        "terminating_tls_edge",
+        lambda env, c: dt.EndpointMutualTLSMutate(c, {"certificate_authority_ids": [env.ca()]}),
+    ),
+    "edge_modules.https_edge_mutual_tls": Module(
+        "https_edge",
+        lambda env, c: dt.EndpointMutualTLSMutate(c, {"certificate_authority_ids": [env.ca()]}),
+    ),
+    "edge_modules.tls_edge_backend": Module(
+        "tls_edge", lambda env, c: dt.EndpointBackendMutate(c, {"backend_id": env.backend()})
+    ),
+    "edge_modules.tls_edge_ip_restriction": Module(
+        "tls_edge",
+        lambda env, c: dt.EndpointIPPolicyMutate(c, {"ip_policy_ids": [env.ip_policy()]}),
+    ),
+    "edge_modules.tls_edge_tls_termination": Module(
+        "tls_edge",
+        lambda env, c: dt.EndpointTLSTermination(c, {"terminate_at": "upstream"}),
+    ),
+    "edge_modules.tls_edge_traffic_policy": Module(
+        "tls_edge", lambda env, c: dt.EndpointTrafficPolicy(c, {"enabled": True, "value": POLICY})
     ),
     "edge_modules.https_edge_tls_termination": Module(
         "https_edge", lambda env, c: dt.EndpointTLSTerminationAtEdge(c, {"min_version": "1.2"})
@@ -498,31 +564,54 @@ class _Endpoints:
 RECIPES["endpoints"] = _Endpoints()
 
 
-def _probe_recipe(attr):
-    """Edge modules whose body needs an identity provider (OAuth, OIDC, SAML, mutual TLS):
-    GET and DELETE of an unset module still prove the route is served."""
+RECIPES["edge_modules.https_edge_route_oauth"] = Module(
+    "https_route",
+    lambda env, c: _Props(
+        {
+            "provider": {
+                "google": {
+                    "client_id": "compat-id",
+                    "client_secret": "compat-secret",
+                    "email_domains": ["example.com"],
+                }
+            }
+        }
+    ),
+)
+RECIPES["edge_modules.https_edge_route_oidc"] = Module(
+    "https_route",
+    lambda env, c: dt.EndpointOIDC(
+        c,
+        {
+            "issuer": "https://issuer.example.com",
+            "client_id": "compat-id",
+            "client_secret": "compat-secret",
+            "scopes": ["openid"],
+        },
+    ),
+)
 
-    def run(env, svc, method):
-        owner = env.https_edge() if "https_edge_mutual" in attr else env.https_route()
-        ids = owner if isinstance(owner, tuple) else (owner,)
+
+class _Saml:
+    """No SAML identity provider here: a replace is refused by name (ERR_NGROK_7021, as the
+    hosted service refuses a module an edge does not support); the module is never set."""
+
+    def run(self, env, svc, method):
+        ids = env.https_route()
         if method == "replace":
-            pytest.skip(f"{attr}.replace needs an identity provider configuration")
-        if method == "get":
+            module = dt.EndpointSAMLMutate(env.c, {"idp_metadata": "<EntityDescriptor/>"})
+            with pytest.raises(ngrok.Error) as raised:
+                svc.replace(*ids, module)
+            assert raised.value.error_code == errors.MODULE_NOT_SUPPORTED, raised.value
+            assert "saml" in str(raised.value)
+        elif method == "get":
             with pytest.raises(ngrok.NotFoundError):
                 svc.get(*ids)
         else:
             svc.delete(*ids)
 
-    return run
 
-
-for _attr in (
-    "edge_modules.https_edge_route_oauth",
-    "edge_modules.https_edge_route_oidc",
-    "edge_modules.https_edge_route_saml",
-    "edge_modules.https_edge_mutual_tls",
-):
-    RECIPES[_attr] = type("ProbeModule", (), {"run": staticmethod(_probe_recipe(_attr))})()
+RECIPES["edge_modules.https_edge_route_saml"] = _Saml()
 
 
 @pytest.fixture(scope="module")

@@ -111,6 +111,13 @@ RESOURCES = [
         modules=("backend", "ip_restriction", "traffic_policy"),
     ),
     Resource(
+        "tls_edge",
+        "edgtls",
+        "tls_edges",
+        _simple("/edges/tls"),
+        modules=("backend", "ip_restriction", "mutual_tls", "tls_termination", "traffic_policy"),
+    ),
+    Resource(
         "https_edge",
         "edghts",
         "https_edges",
@@ -129,6 +136,13 @@ RESOURCES = [
             "ip_restriction",
             "request_headers",
             "traffic_policy",
+            "circuit_breaker",
+            "compression",
+            "oauth",
+            "oidc",
+            "saml",
+            "webhook_verification",
+            "websocket_tcp_converter",
         ),
     ),
     Resource(
@@ -143,6 +157,25 @@ RESOURCES = [
         "bkdtg",
         "backends",
         _simple("/backends/tunnel_group", lambda: {"labels": {"app": f"a{_n()}"}}),
+    ),
+    Resource(
+        "ip_restriction",
+        "ipx",
+        "ip_restrictions",
+        lambda caller: (
+            "/ip_restrictions",
+            caller.post(
+                "/ip_restrictions",
+                {"type": "agent", "ip_policy_ids": [_policy(caller)]},
+            ).json,
+        ),
+        patch={"enforced": True},
+    ),
+    Resource(
+        "static_backend",
+        "bkdsa",
+        "backends",
+        _simple("/backends/static", lambda: {"address": f"o{_n()}.example.com:443"}),
     ),
     Resource(
         "failover_backend",
@@ -312,6 +345,9 @@ MODULE_BODIES = {
     "tls_termination": {"min_version": "1.2"},
     "mutual_tls": {"certificate_authority_ids": ["ca_" + "0" * 27]},
     "capture": {"capture_bodies": True},
+    "oauth": {"provider": {"google": {"client_id": "i", "client_secret": "s"}}},
+    "oidc": {"issuer": "https://issuer.example.com", "client_id": "i", "client_secret": "s"},
+    "webhook_verification": {"provider": "github", "secret": "s"},
 }
 
 

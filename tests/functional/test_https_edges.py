@@ -184,7 +184,17 @@ def test_route_crud_and_edge_embeds_routes(account):
         ({"ip_restriction": {"ip_policy_ids": []}}, "ip_restriction.ip_policy_ids"),
         ({"request_headers": {"remove": ["a b"]}}, "request_headers.remove"),
         ({"traffic_policy": {"value": "[1]"}}, "traffic_policy.value"),
-        ({"oauth": {}}, "oauth"),
+        ({"oauth": {}}, "oauth.provider"),
+        ({"saml": {}}, "saml"),
+        ({"oidc": {"issuer": "x", "client_id": "i", "client_secret": "s"}}, "oidc.issuer"),
+        (
+            {"circuit_breaker": {"error_threshold_percentage": 2}},
+            "circuit_breaker.error_threshold_percentage",
+        ),
+        (
+            {"webhook_verification": {"provider": "nope", "secret": "s"}},
+            "webhook_verification.provider",
+        ),
         ({"user_agent_filter": {"allow": ["("]}}, "user_agent_filter.allow[0]"),
         ({"response_headers": {"add": {"a b": "1"}}}, "response_headers.add"),
         ({"edge_id": "edghts_other"}, "edge_id"),

@@ -19,7 +19,13 @@ import pytest
 
 from stacks.agents import node_install
 
-from tests.functional.test_client_compat import NOT_OFFERED, SERVED, app_routes, client_request
+from tests.functional.test_client_compat import (
+    NOT_OFFERED,
+    SERVED,
+    _ca_pem,
+    app_routes,
+    client_request,
+)
 
 TS_DIR = os.path.join(os.path.dirname(__file__), "ts_client")
 
@@ -64,9 +70,20 @@ TS_TO_PY = {
             ("CircuitBreaker", "circuit_breaker"),
             ("WebsocketTcpConverter", "websocket_tcp_converter"),
             ("WebhookVerification", "webhook_verification"),
+            ("OAuth", "oauth"),
+            ("Oidc", "oidc"),
+            ("Saml", "saml"),
         )
     },
     "edgeModules.httpsEdgeTlsTerminationModule": "edge_modules.https_edge_tls_termination",
+    "edgeModules.httpsEdgeMutualTlsModule": "edge_modules.https_edge_mutual_tls",
+    "edges.edgesTls": "edges.tls",
+    "backends.staticBackends": "backends.static_address",
+    "ipRestrictions": "ip_restrictions",
+    "edgeModules.tlsEdgeBackendModule": "edge_modules.tls_edge_backend",
+    "edgeModules.tlsEdgeIpRestrictionModule": "edge_modules.tls_edge_ip_restriction",
+    "edgeModules.tlsEdgeMutualTlsModule": "edge_modules.tls_edge_mutual_tls",
+    "edgeModules.tlsEdgeTlsTerminationModule": "edge_modules.tls_edge_tls_termination",
 }
 TS_METHODS = (
     "create",
@@ -114,6 +131,7 @@ def ts_results(http_api):
         "baseUrl": http_api.base_url,
         "token": account.admin.token,
         "modulePath": module,
+        "caPem": _ca_pem(),  # Node cannot make a certificate: mutual TLS modules need a CA
         "services": [{"name": ts, "routed": _routed(py)} for ts, py in TS_TO_PY.items()],
     }
     path = os.path.join(TS_DIR, f"config-{os.getpid()}.json")

@@ -28,6 +28,7 @@ class SlowEdge:
         self.auth_throttle = quotas.AuthThrottle(20)
         self.cluster = None  # one instance
         self.started_sessions = []
+        self.router = SimpleNamespace(ip_restrictions=_no_ip_restrictions)  # edge.ip_restrictions
 
     async def call(self, fn, *args, **kwargs):
         await asyncio.sleep(self.delay)
@@ -170,3 +171,7 @@ def test_a_check_while_the_online_item_is_being_written_leaves_the_session(short
         task.cancel()
 
     asyncio.run(run())
+
+
+async def _no_ip_restrictions(account_id):
+    return []  # the account has no /ip_restrictions

@@ -182,6 +182,7 @@ class RecordingEdge:
         self.http_port, self.https_port = PORTS["http"], PORTS["https"]
         self.asked = []  # (proto, name, tunnel) of each bind
         self.patched = []  # the arguments of each online.tunnel_patched
+        self.router = SimpleNamespace(ip_restrictions=_no_ip_restrictions)  # edge.ip_restrictions
 
     async def call(self, fn, *args, **kwargs):
         if fn is online.tunnel_patched:
@@ -620,6 +621,10 @@ def test_the_store_leaves_items_another_session_owns(store_env):
     assert data(online.TUNNELS, tid)["metadata"] == "m0"
     with pytest.raises(ValueError):
         online.tunnel_patched("acct_1", sid, tid, eid, hostname="x")
+
+
+async def _no_ip_restrictions(account_id):
+    return []  # the account has no /ip_restrictions
 
 
 # ---- the upstream protocol (ForwardsProto: app_protocol) ---------------------------------------

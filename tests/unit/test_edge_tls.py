@@ -202,6 +202,8 @@ class _Edge:
     async def call(self, func, *args):
         if func.__name__ == "tls_index":
             return dict(self.index)
+        if func.__name__ == "tls_edges":
+            return {}
         account_id, ca_ids = args
         self.calls.extend(ca_ids)
         return {c: self.pems[c] for c in ca_ids if c in self.pems}

@@ -181,3 +181,10 @@ def test_documented_policies_this_service_cannot_honour_are_refused(example):
     with pytest.raises(PolicyError) as info:
         compile_policy(text)
     assert info.value.path == path and words in info.value.message
+
+
+def test_terminate_tls_example_asks_the_edge_for_its_handshake():
+    p = compile_policy(ex.TERMINATE_TLS[1])
+    out = p.on_tcp_connect(conn(), p.new_state())
+    assert out.kind == CONTINUE
+    assert out.terminate_tls == {"min_version": "1.2", "max_version": "1.3"}

@@ -141,7 +141,6 @@ def test_bad_shapes_are_refused_naming_the_element(doc, path, words):
         "oidc",
         "saml",
         "ai-gateway",
-        "terminate-tls",
     ],
 )
 def test_documented_actions_this_service_does_not_run_are_refused_by_name(kind):

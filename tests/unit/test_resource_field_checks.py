@@ -330,7 +330,7 @@ def test_a_domain_that_covers_the_service_s_own_domain_is_refused(base_domain, v
 # ---- HTTPS edges' TLS modules: tls_termination, mutual_tls ---------------------------------------
 @pytest.mark.parametrize("value", ["1.0", "1.1", "1.2", "1.3"])
 def test_a_min_version_is_a_supported_tls_version(value):
-    assert https_edges._check_min_version("min_version", value) == value
+    assert https_edges.check_min_version("min_version", value) == value
     assert https_edges.parse_tls_termination("tls_termination", {"min_version": value}) == {
         "enabled": True,
         "min_version": value,
@@ -339,7 +339,7 @@ def test_a_min_version_is_a_supported_tls_version(value):
 
 @pytest.mark.parametrize("value", ["1.4", "TLS1.2", "", "1.2 ", "1.3" * 10])
 def test_another_min_version_is_refused_listing_the_supported_ones(value):
-    refusal = _refusal(https_edges._check_min_version, "min_version", value)
+    refusal = _refusal(https_edges.check_min_version, "min_version", value)
     assert refusal.msg == (
         f"Field 'min_version': '{value[:16]}' is not a supported TLS "
         "version; supported: 1.0, 1.1, 1.2, 1.3"

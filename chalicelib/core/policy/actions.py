@@ -91,7 +91,6 @@ UNSUPPORTED = (
     "ai-gateway",
     "oidc",
     "saml",
-    "terminate-tls",
 )
 
 
@@ -1839,6 +1838,73 @@ class ForwardInternal(Action):
         return Outcome(FORWARD_INTERNAL, url=url, on_error=self.on_error)
 
 
+class TerminateTls(Action):
+    """The edge makes the TLS handshake (a TLS endpoint's or TLS edge's connection, else
+    passed through): ``Outcome.terminate_tls`` carries what it asks (edge/passthrough.py
+    applies it; a TLS edge's tls_termination and mutual_tls modules become this action).
+    Versions 1.2 or 1.3 (min <= max); the server certificate and key as PEM, both or
+    neither (neither: the edge's certificate for the name); mutual TLS CAs as PEM or
+    certificate authority ids (``ca_…``) of the endpoint's account, at most 10, verified
+    with ``require-and-verify`` (the other strategies are refused: not offered)."""
+
+    type, phases = "terminate-tls", (TCP,)
+    fields = (
+        "min_version",
+        "max_version",
+        "server_private_key",
+        "server_certificate",
+        "mutual_tls_certificate_authorities",
+        "mutual_tls_verification_strategy",
+    )
+
+    def setup(self, c, phase):
+        versions = ("1.2", "1.3")
+        self.config: Dict[str, Any] = {}
+        for key, default in (("min_version", "1.2"), ("max_version", "1.3")):
+            value = c.get(key, str, default=default)
+            if value not in versions:
+                raise PolicyError(c.at(key), "must be 1.2 or 1.3")
+            self.config[key] = value
+        if self.config["min_version"] > self.config["max_version"]:
+            raise PolicyError(c.at("max_version"), "must not be below min_version")
+        cert = c.get("server_certificate", str)
+        key = c.get("server_private_key", str)
+        if bool(cert) != bool(key):
+            raise PolicyError(
+                c.at("server_certificate" if key else "server_private_key"),
+                "is required with the other: send server_certificate and server_private_key "
+                "together, or neither (the edge's certificate for the name)",
+            )
+        for name, value, marker in (
+            ("server_certificate", cert, "CERTIFICATE"),
+            ("server_private_key", key, "PRIVATE KEY"),
+        ):
+            if value and marker not in value.split("-----BEGIN", 1)[-1].split("-----", 1)[0]:
+                raise PolicyError(c.at(name), f"must be a PEM {marker.lower()}")
+        if cert:
+            self.config.update(server_certificate=cert, server_private_key=key)
+        cas = c.strings("mutual_tls_certificate_authorities", max_items=10)
+        for index, entry in enumerate(cas):
+            is_id = re.fullmatch(r"ca_[0-9A-Za-z]{27}", entry)
+            if not is_id and "-----BEGIN CERTIFICATE-----" not in entry:
+                raise PolicyError(
+                    f"{c.at('mutual_tls_certificate_authorities')}[{index}]",
+                    "must be a PEM certificate or a certificate authority id (ca_…)",
+                )
+        if cas:
+            self.config["mutual_tls_certificate_authorities"] = list(cas)
+        strategy = c.get("mutual_tls_verification_strategy", str, default="require-and-verify")
+        if strategy != "require-and-verify":
+            raise PolicyError(
+                c.at("mutual_tls_verification_strategy"),
+                "only require-and-verify is offered by this service",
+            )
+
+    def run(self, r):
+        r.outcome.terminate_tls = dict(self.config)
+        return None
+
+
 def check_internal_url(url: str, where: str) -> None:
     from urllib.parse import urlsplit
 
@@ -1880,6 +1946,7 @@ ACTIONS = {
         SetVars,
         Log,
         ForwardInternal,
+        TerminateTls,
     )
     + identity.build_classes(Action)
 }

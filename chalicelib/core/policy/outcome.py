@@ -35,3 +35,5 @@ class Outcome:
     identity: Optional[Any] = None  # IDENTITY: (the action, its rendered fields)
     call: Optional[Any] = None  # HTTP_REQUEST: the httpcall.Call to make
     message: Optional[Any] = None  # on_event_stream_message: the sse.Message being run
+    # terminate-tls: what the edge's handshake must be (the action's checked config)
+    terminate_tls: Optional[Dict[str, Any]] = None

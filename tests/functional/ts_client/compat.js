@@ -75,6 +75,11 @@ const helpers = {
   tcpEdge: async () => (await client.edges.edgesTcp.create({
     hostports: [await helpers.reservedAddr()] })).id,
   httpsEdge: async () => (await client.edges.edgesHttps.create({})).id,
+  ca: async () => (await client.certificateAuthorities.create({ caPem: config.caPem })).id,
+  tlsEdge: async () => (await client.edges.edgesTls.create({})).id,
+  // mutual TLS needs termination at the edge (ERR_NGROK_1694)
+  terminatingTlsEdge: async () => (await client.edges.edgesTls.create({
+    tlsTermination: { terminateAt: 'edge' } })).id,
   httpsRoute: async () => {
     const edgeId = await helpers.httpsEdge();
     const route = await client.edges.edgesHttpsRoutes.create({
@@ -218,6 +223,11 @@ const RECIPES = {
   'backends.weightedBackends': crud(async () => ({
     backends: new Map([[await helpers.backend(), 1]]) })),
   reservedAddrs: crud(() => ({ description: 'compat' })),
+  ipRestrictions: crud(async () => ({ type: 'endpoints', ipPolicyIds: [await helpers.ipPolicy()] }),
+                       () => ({ enforced: true })),
+  'backends.staticBackends': crud(() => ({ address: 'origin.example.com:443',
+                                           tls: { enabled: true } }),
+                                  () => ({ address: 'origin.example.com:8443' })),
   tunnelSessions: probe('ts'),
   tunnels: probe('tn'),
   // cloud endpoints (a free name under the base domain, a policy that answers) where the
@@ -239,8 +249,43 @@ const RECIPES = {
     enabled: true })),
   'edgeModules.edgeRouteWebhookVerificationModule': module_('httpsRoute', async () => ({
     provider: 'SLACK', secret: 's3cret' })),
+  'edgeModules.edgeRouteOAuthModule': module_('httpsRoute', async () => ({
+    provider: { google: { clientId: 'compat-id', clientSecret: 'compat-secret',
+                          emailDomains: ['example.com'] } } })),
+  'edgeModules.edgeRouteOidcModule': module_('httpsRoute', async () => ({
+    issuer: 'https://issuer.example.com', clientId: 'compat-id', clientSecret: 'compat-secret',
+    scopes: ['openid'] })),
+  // no SAML identity provider here: a replace is refused by name (ERR_NGROK_7021)
+  'edgeModules.edgeRouteSamlModule': async (svc, method) => {
+    const route = await helpers.httpsRoute();
+    if (method === 'replace') {
+      const err = await expectStatus(svc.replace({ ...route, module: {
+        idpMetadata: '<EntityDescriptor/>' } }), [400]);
+      if (err.errorCode !== 'ERR_NGROK_7021') throw new Error(`unexpected: ${JSON.stringify(err)}`);
+      return;
+    }
+    if (method === 'get') { await expectStatus(svc.get(route), [404]); return; }
+    if (method === 'delete') return deleted(() => svc.delete(route));
+    throw new Error(`no recipe for ${method}`);
+  },
   'edgeModules.httpsEdgeTlsTerminationModule': module_('httpsEdge', async () => ({
     minVersion: '1.2' })),
+  'edgeModules.httpsEdgeMutualTlsModule': module_('httpsEdge', async () => ({
+    certificateAuthorityIds: [await helpers.ca()] })),
+  // a free name under the base domain, terminated at the edge with mutual TLS
+  'edges.edgesTls': crud(async () => ({
+    hostports: [`${rnd()}.${process.env.BASE_DOMAIN || 'tunnels.localhost'}:443`],
+    tlsTermination: { terminateAt: 'edge', minVersion: '1.2' },
+    mutualTls: { certificateAuthorityIds: [await helpers.ca()] },
+    policy: { enabled: true, inbound: DENY, outbound: [] } })),
+  'edgeModules.tlsEdgeBackendModule': module_('tlsEdge', async () => ({
+    backendId: await helpers.backend() })),
+  'edgeModules.tlsEdgeIpRestrictionModule': module_('tlsEdge', async () => ({
+    ipPolicyIds: [await helpers.ipPolicy()] })),
+  'edgeModules.tlsEdgeMutualTlsModule': module_('terminatingTlsEdge', async () => ({
+    certificateAuthorityIds: [await helpers.ca()] })),
+  'edgeModules.tlsEdgeTlsTerminationModule': module_('tlsEdge', async () => ({
+    terminateAt: 'upstream' })),
 };
 
 (async () => {

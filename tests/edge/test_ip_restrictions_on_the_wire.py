@@ -1,0 +1,66 @@
+"""IP restrictions (/ip_restrictions) enforced by the edge (edge/ip_restrictions.py): ``endpoints``
+on an HTTPS edge's traffic and an agent endpoint's, ``agent`` on an agent's Auth (the official
+Python SDK), ``enforced: false`` letting through; changes in force within seconds."""
+
+import time
+
+from tests.edge.conftest import BASE_DOMAIN
+from tests.edge.test_edge_sdk import _bound, _credential, _host, _wait
+
+
+def _post(account, path, body):
+    resp = account.admin.post(path, body)
+    assert resp.status == 201, resp
+    return resp.json
+
+
+def _deny_loopback(account):
+    policy = _post(account, "/ip_policies", {})
+    _post(
+        account,
+        "/ip_policy_rules",
+        {"ip_policy_id": policy["id"], "cidr": "127.0.0.0/8", "action": "deny"},
+    )
+    return policy["id"]
+
+
+def test_endpoints_restriction_refuses_edge_and_agent_endpoint_traffic(edge, account, agents):
+    host = f"ipx-{time.time_ns()}.{BASE_DOMAIN}"
+    backend = _post(account, "/backends/http_response", {"body": "served"})
+    https_edge = _post(account, "/edges/https", {"hostports": [f"{host}:443"]})
+    _post(
+        account,
+        f"/edges/https/{https_edge['id']}/routes",
+        {"match_type": "path_prefix", "match": "/", "backend": {"backend_id": backend["id"]}},
+    )
+    agent = agents(edge, _credential(account)["token"], [{"proto": "http"}])
+    agent_host = _host(_bound(agent.start())[0]["url"])
+    assert edge.http("GET", host, "/").text == "served"
+    assert edge.http("GET", agent_host, "/echo").status_code == 200
+    restriction = _post(
+        account,
+        "/ip_restrictions",
+        {"type": "endpoints", "enforced": False, "ip_policy_ids": [_deny_loopback(account)]},
+    )
+    time.sleep(1.5)
+    assert edge.http("GET", host, "/").text == "served"  # not enforced: only logged
+    path = f"/ip_restrictions/{restriction['id']}"
+    assert account.admin.patch(path, {"enforced": True}).status == 200
+    assert _wait(lambda: edge.http("GET", host, "/").status_code == 403, timeout=5)
+    refused = edge.http("GET", agent_host, "/echo")
+    assert refused.status_code == 403 and "ERR_NGROK_3203" in refused.text
+    assert account.admin.delete(path).status == 204
+    assert _wait(lambda: edge.http("GET", host, "/").status_code == 200, timeout=5)
+
+
+def test_agent_restriction_refuses_the_agents_auth(edge, account, agents):
+    token = _credential(account)["token"]
+    _post(
+        account,
+        "/ip_restrictions",
+        {"type": "agent", "enforced": True, "ip_policy_ids": [_deny_loopback(account)]},
+    )
+    time.sleep(1.5)
+    events = agents(edge, token, [{"proto": "http"}]).start()
+    text = " ".join(" ".join(e.get("args", [])) for e in events)
+    assert "ERR_NGROK_9040" in text, events
