@@ -125,7 +125,18 @@ async fn a_silent_client_is_dropped_at_the_handshake_timeout_and_never_handed_ov
     assert_eq!(n, 0);
     assert!(started.elapsed() >= Duration::from_millis(250));
     assert!(carrier.inbox().is_empty());
+    // the connection closes as the timed-out handshake is dropped, and the counter is
+    // incremented just after: waited for (milliseconds; 2 s bound), not read at once
     let c = &carrier.counters;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while c
+        .failed_handshakes
+        .load(std::sync::atomic::Ordering::Relaxed)
+        == 0
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(
         c.failed_handshakes
             .load(std::sync::atomic::Ordering::Relaxed),
