@@ -41,7 +41,7 @@ def _opened_and_goaway(sids, *, finish=False):
                         code = frame.error_code
             if code is not None:
                 break
-        passed = len(mux._passed_over)
+        passed = mux.passed_over
         await mux.close()
         task.cancel()
         return opened, code, passed
