@@ -1,4 +1,9 @@
-"""muxado framing, sans-IO: bytes in, frames out; frames in, bytes out.
+"""muxado's wire: its constants (the edge's: error codes, the window) and a sans-IO codec.
+
+The edge's agent sessions are framed by the compiled core (edge_core/src/mux.rs); this
+module's codec (``encode``/``data``/``rst``/``wndinc``/``goaway``, ``FrameParser``) is the
+agent's side the edge's tests and benchmarks play (tests/unit/test_edge_session*.py,
+tests/edge/test_hostile_agents.py, bench/edge_bench), never on the edge's data path.
 
 The wire format of the ``muxado`` crate (ngrok-rust ``muxado/src/frame.rs`` and ``codec.rs``,
 the authority; its PROTOCOL.md diagram puts the flags differently, the code is right):
@@ -11,7 +16,7 @@ the authority; its PROTOCOL.md diagram puts the flags differently, the code is r
 Types: RST 0 (4-byte error code), DATA 1, WNDINC 2 (4-byte increment), GOAWAY 3 (last stream
 id, error code, message). Flags: FIN 0x1, SYN 0x2. A malformed frame (unknown type, wrong
 length for its type, SYN on a non-DATA frame, stream id 0 on a stream frame) raises
-:class:`ProtocolError`; the session answers with GOAWAY and ends.
+:class:`ProtocolError` (the core's session answers such a frame with GOAWAY and ends).
 """
 
 import struct
