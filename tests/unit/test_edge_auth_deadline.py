@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from chalicelib.core import binding, online
-from edge import agents, muxado, protocol, quotas
+from edge import agents, protocol, quotas
+from stacks import muxado
 from tests.unit.test_edge_session import attach
 
 

@@ -11,7 +11,8 @@ import ssl
 
 import pytest
 
-from edge import carrier, muxado
+from edge import carrier
+from stacks import muxado
 from stacks.certs import SmallCA, key_pem, pem
 
 

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pytest
 
 from chalicelib.core import binding, online
-from edge import agents, bind_opts, muxado, protocol, quotas
+from edge import agents, bind_opts, protocol, quotas
+from stacks import muxado
 from tests.unit.test_edge_session import attach
 
 PORTS = {"http": 8080, "https": 8443}

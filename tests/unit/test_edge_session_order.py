@@ -12,7 +12,8 @@ import asyncio
 
 import pytest
 
-from edge import muxado, session
+from edge import session
+from stacks import muxado
 from tests.unit.test_edge_session import _pair, _run
 
 WINDOW = session.OUT_OF_ORDER_IDS

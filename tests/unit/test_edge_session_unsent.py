@@ -9,7 +9,8 @@ reads again. The test plays the agent on a real socket pair."""
 import asyncio
 import socket
 
-from edge import muxado, session
+from edge import session
+from stacks import muxado
 from tests.unit.test_edge_session import attach
 
 UNSENT_PAUSE_AT = 1024 * 1024  # docs/SECURITY.md
