@@ -75,7 +75,9 @@ FLUSH_AT = 64 * 1024  # queued frame bytes that are written without waiting for 
 UNSENT_PAUSE_AT = 1024 * 1024
 
 # the core's events (edge_core/src/mux.rs: EV_*)
-EV_OPENED, EV_READABLE, EV_WRITABLE, EV_SLOT, EV_CLOSED = 1, 2, 3, 4, 5
+EV_OPENED, EV_READABLE, EV_WRITABLE, EV_SLOT, EV_CLOSED, EV_DONE = 1, 2, 3, 4, 5, 6
+# what go_away waits for its GOAWAY to be written (the core gives up after 2 s)
+GOAWAY_WAIT = 3.0
 
 StreamReset = edge_core.StreamReset  # a ConnectionError: RST, or the session ended
 StreamsExhausted = edge_core.StreamsExhausted  # MAX_LOCAL_STREAMS of ours are open
@@ -237,8 +239,9 @@ class MuxSession:
         self._closed = False
         self._ended: Optional[asyncio.Future] = None
         self._slot: Optional[asyncio.Future] = None
-        self._flush_scheduled = False
         self._loop = asyncio.get_running_loop()
+        self._done = self._loop.create_future()  # EV_DONE: the connection is closed
+        self._flush_scheduled = False
 
     # ---- the core's events ------------------------------------------------------------------
     def on_event(self, kind: int, sid: int) -> None:
@@ -262,19 +265,24 @@ class MuxSession:
             _wake(self._slot)
         elif kind == EV_CLOSED:
             self._ended_now()
+        elif kind == EV_DONE:
+            self._ended_now()
+            _wake(self._done)
+            self._on_closed(self._conn.key)
 
     def _ended_now(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._on_closed(self._conn.key)
         for stream in self._streams.values():
             _wake(stream._reader)
             _wake(stream._writer)
         _wake(self._slot)
         _wake(self._ended)
+        current = asyncio.current_task()
         for task in list(self._tasks):
-            task.cancel()
+            if task is not current:  # a handler that ended the session finishes its work
+                task.cancel()
 
     def _release(self, stream: MuxStream) -> None:
         if self._streams.get(stream.id) is stream:
@@ -364,11 +372,21 @@ class MuxSession:
             await self.close()
 
     async def go_away(self, code: int, message: str) -> None:
-        """GOAWAY to the peer, then the connection is closed (the core writes what was
-        queued and the GOAWAY within 2 s)."""
+        """GOAWAY to the peer, then the connection is closed: returns once the core wrote
+        what was queued and the GOAWAY (it gives up after 2 s), so an edge that stops
+        right after still says why."""
         if not self._closed:
             self._conn.go_away(code, message)
             self._ended_now()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._done), GOAWAY_WAIT)
+        except asyncio.TimeoutError:
+            pass
+
+    @property
+    def disconnected(self) -> bool:
+        """The connection is closed (EV_DONE): nothing more is written to it."""
+        return self._done.done()
 
     async def close(self) -> None:
         if not self._closed:

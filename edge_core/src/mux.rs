@@ -63,6 +63,7 @@ pub const EV_READABLE: u8 = 2; // a stream whose reader waited has data, EOF or 
 pub const EV_WRITABLE: u8 = 3; // a stream whose writer waited has credit or room, or a reset
 pub const EV_SLOT: u8 = 4; // a slot of ours came back (an opener waited)
 pub const EV_CLOSED: u8 = 5; // the session ended (its reason: State::close_reason)
+pub const EV_DONE: u8 = 6; // ...and its connection is closed: its last frames written, or given up
 
 /// The bounds of one session (edge/session.py passes its module constants).
 #[derive(Clone, Debug)]

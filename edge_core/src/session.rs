@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
 use crate::inbox::Inbox;
-use crate::mux::{End, Limits, State};
+use crate::mux::{End, Limits, State, EV_DONE};
 
 /// Bytes read from the connection at once.
 pub const READ_CHUNK: usize = 16 * 1024;
@@ -72,7 +72,8 @@ impl Session {
     }
 }
 
-/// Serve `session` on `io` until it ends, whatever the reason.
+/// Serve `session` on `io` until it ends, whatever the reason; EV_DONE once the connection
+/// is closed (what was queued before the end written, within CLOSE_WRITE_TIMEOUT).
 pub async fn run<IO>(session: Arc<Session>, io: IO)
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
@@ -82,6 +83,9 @@ where
     read_loop(&session, r).await;
     session.with(|st| st.close("session closed"));
     let _ = writer.await;
+    session
+        .inbox
+        .push_events(session.key, &mut vec![(EV_DONE, 0)]);
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(session: &Session, mut r: R) {

@@ -222,6 +222,25 @@ def test_a_write_on_a_session_whose_connection_was_lost_raises():
     assert reason == "peer closed the connection" or reason.startswith("connection lost:")
 
 
+def test_go_away_returns_once_its_goaway_is_written():
+    """An edge that stops right after ending its sessions still tells each agent why: go_away
+    returns once the core wrote the GOAWAY and closed the connection."""
+
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5))
+        peer.send(muxado.data(3, b"x", syn=True))
+        await eventually(lambda: mux.remote_open == 1)
+        await mux.go_away(muxado.E_NONE, "the edge is shutting down")
+        disconnected = mux.disconnected
+        batches = await peer.collect(until=lambda f: _count(f, muxado.GOAWAY) >= 1)
+        goaway = [f for batch in batches for f in batch if f.type == muxado.GOAWAY]
+        eof = await asyncio.wait_for(peer.reader.read(), WAIT) == b""
+        await task
+        return disconnected, [(f.last_stream_id, f.error_code, f.message) for f in goaway], eof
+
+    assert _run(main()) == (True, [(3, muxado.E_NONE, b"the edge is shutting down")], True)
+
+
 # ---- how streams end (the agents count a stream open until their side is done) -------------
 def _frames(batches):
     return [
