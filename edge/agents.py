@@ -119,16 +119,13 @@ async def _end_later(edge: Any, account_id: str, session_id: str) -> None:
 
 
 class AgentSession:
-    def __init__(
-        self,
-        edge: Any,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        peer: Tuple[str, int],
-    ):
+    def __init__(self, edge: Any, mux: MuxSession, peer: Tuple[str, int]):
+        """``mux``: the agent's muxado session (edge.carrier hands it over, run by the core)."""
         self.edge = edge
         self.peer_ip = str(peer[0])
-        self.mux = MuxSession(reader, writer, self._on_stream, name=f"{peer[0]}:{peer[1]}")
+        self.mux = mux
+        mux.on_stream = self._on_stream
+        mux.name = f"{peer[0]}:{peer[1]}"
         self.id: Optional[str] = None
         self.grant: Optional[binding.Grant] = None
         self.version = ""  # the protocol version Auth chose ("2": the CLI 2.x)

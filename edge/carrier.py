@@ -1,31 +1,31 @@
 """The seam between the edge's rules and its compiled core (``edge_core``, built from
 edge_core/ by ``make install``): the core carries bytes, this process decides.
 
-What the core carries today: the agent listener's TLS. It accepts each connection, completes
-its handshake on the core's own threads (rustls; at most ``max_handshakes`` at once, each
-within ``handshake_timeout``), and hands over one end of a Unix socket pair carrying the
-plaintext, with the connection's facts (:class:`Handoff`); the core relays between the two
-until both sides are done. The edge reads and writes that socket as it would the TLS
-connection: the asyncio SSL transport is not on the path any more. Handing over costs no
-Python call per byte or per TLS record, and none from the core's threads: connections wait in
+What the core carries today: the agent listener. It accepts each connection, completes its
+TLS handshake on the core's own threads (rustls; at most ``max_handshakes`` at once, each
+within ``handshake_timeout``) and runs the agent's muxado session (edge_core/src/mux.rs):
+framing, flow control, the stream table and its bounds. The edge gets the session
+(:class:`edge.session.MuxSession`, with the connection's facts: :class:`Handoff`) and its
+streams' bytes, and decides everything else. Nothing crosses per frame or per TLS record, and
+the core's threads never call Python: new sessions and the sessions' events (a stream opened,
+data for a reader that waits, credit for a writer that waits, a slot back, the end) wait in
 the core's inbox, whose wake-up descriptor this module watches on the event loop, and are
 taken in batches (docs/DATA_PLANE.md, "The compiled core").
 """
 
 import asyncio
 import logging
-import os
 import socket
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Dict, List, Optional
 
 import edge_core
+from edge import session
 
 log = logging.getLogger("edge.carrier")
 
 HANDSHAKE_TIMEOUT = 15.0  # seconds a TLS handshake may take (as the asyncio listener had)
 MAX_HANDSHAKES = 1024  # handshakes in progress at once per listener; beyond: closed at once
-RELAY_BUFFER = 16 * 1024  # the core's relay buffer per direction (one TLS record)
 
 
 @dataclass(frozen=True)
@@ -38,24 +38,25 @@ class Handoff:
     alpn: Optional[bytes]
 
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Handoff], Awaitable[None]]
+Handler = Callable[[session.MuxSession, Handoff], Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class Counters:
     handshakes: int  # in progress
-    relays: int  # connections handed over and still open
+    sessions: int  # agent sessions running in the core
     refused: int  # closed at once: MAX_HANDSHAKES were in progress
     failed_handshakes: int  # bad, or not done within HANDSHAKE_TIMEOUT
 
 
 class Carrier:
-    """The core of one edge process, and the handlers of its listeners."""
+    """The core of one edge process, the handlers of its listeners and its live sessions."""
 
     def __init__(self, threads: int = 0):
         self._core = edge_core.Core(threads)
         self._handlers: Dict[int, Handler] = {}  # listener id -> handler
         self._by_port: Dict[int, int] = {}  # port -> listener id
+        self._sessions: Dict[int, session.MuxSession] = {}  # the core's key -> session
         self._loop: Optional[asyncio.AbstractEventLoop] = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -69,7 +70,7 @@ class Carrier:
             self._loop.remove_reader(self._core.wake_fd)
             self._loop = None
 
-    def listen_tls(
+    def listen_agents(
         self,
         handler: Handler,
         chain_pem: bytes,
@@ -80,25 +81,39 @@ class Carrier:
         port: int = 0,
         fd: Optional[int] = None,
     ) -> int:
-        """Serve TLS on (host, port), or on the listening socket ``fd`` (the core owns it
-        from then on); ``handler`` gets each connection's plaintext. Returns the port."""
-        listener, bound = self._core.listen_tls(
+        """Serve agents on (host, port), or on the listening socket ``fd`` (the core owns it
+        from then on); ``handler`` gets each connection's session. Returns the port."""
+        listener, bound = self._core.listen_agents(
             chain_pem,
             key_pem,
             alpn,
+            session.limits(),
             host=host,
             port=port,
             fd=fd,
             handshake_timeout=HANDSHAKE_TIMEOUT,
             max_handshakes=MAX_HANDSHAKES,
-            relay_buffer=RELAY_BUFFER,
         )
         self._handlers[listener] = handler
         self._by_port[bound] = listener
         return bound
 
+    def attach(self, sock: socket.socket, name: str = "") -> session.MuxSession:
+        """A session over a connected Unix stream socket (the core owns it from then on):
+        the peer plays the agent on the other end (the edge's tests)."""
+        conn = self._core.attach(sock.detach(), session.limits())
+        return self._adopt(conn, name)
+
+    def _adopt(self, conn: edge_core.Session, name: str) -> session.MuxSession:
+        mux = session.MuxSession(conn, self._forget, name=name)
+        self._sessions[conn.key] = mux
+        return mux
+
+    def _forget(self, key: int) -> None:
+        self._sessions.pop(key, None)
+
     def close(self, port: int) -> None:
-        """Stop accepting on the listener of ``port`` (connections handed over go on)."""
+        """Stop accepting on the listener of ``port`` (sessions handed over go on)."""
         listener = self._by_port.pop(port, None)
         if listener is not None:
             self._core.close(listener)
@@ -108,20 +123,16 @@ class Carrier:
         return Counters(*self._core.counters())
 
     def _take(self) -> None:
-        for listener, fd, ip, port, sni, alpn in self._core.take():
+        handed, events = self._core.take()
+        for listener, conn, ip, port, sni, alpn in handed:
             handler = self._handlers.get(listener)
             if handler is None:  # the listener was closed meanwhile
-                os.close(fd)
+                conn.close("the listener was closed")
                 continue
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
-            asyncio.ensure_future(_serve(handler, sock, Handoff(ip, port, sni, alpn)))
-
-
-async def _serve(handler: Handler, sock: socket.socket, facts: Handoff) -> None:
-    try:
-        reader, writer = await asyncio.open_connection(sock=sock)
-    except OSError as exc:
-        log.info("connection from %s lost before it was served: %r", facts.peer_ip, exc)
-        sock.close()
-        return
-    await handler(reader, writer, facts)
+            mux = self._adopt(conn, f"{ip}:{port}")
+            asyncio.ensure_future(handler(mux, Handoff(ip, port, sni, alpn)))
+        sessions = self._sessions
+        for key, kind, sid in events:
+            live = sessions.get(key)
+            if live is not None:
+                live.on_event(kind, sid)

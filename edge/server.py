@@ -39,6 +39,7 @@ from edge.connections import connection_handler
 from edge.edges import EdgeRouter, watch_banned_hosts, watch_reserved_ports
 from edge.public import HttpFront
 from edge.registry import Registry
+from edge.session import MuxSession
 from edge.tcp_front import TcpFront
 
 log = logging.getLogger("edge")
@@ -106,11 +107,11 @@ class Edge:
         else:  # the lease that keeps this instance's online items live
             await self.call(instances.register, s.instance_id, "", "serving")
             self._lease = asyncio.ensure_future(online_keeper.keep_lease(self.call, s.instance_id))
-        # The agent listener's TLS is carried by the compiled core (edge/carrier.py).
+        # The agent listener (TLS, muxado) is carried by the compiled core (edge/carrier.py).
         self.carrier.start(asyncio.get_running_loop())
         chain, key = self.certs.pair_for(s.agent_hostnames)
         fd = self.settings.listen_fds.get("agent")
-        self.agent_port = self.carrier.listen_tls(
+        self.agent_port = self.carrier.listen_agents(
             self._agent_connection,
             chain,
             key,
@@ -210,20 +211,21 @@ class Edge:
 
     # ---- agent sessions ---------------------------------------------------------------------
     @connection_handler
-    async def _agent_connection(self, reader, writer, facts: carrier.Handoff) -> None:
-        """One agent connection, its TLS done by the core. Until it authenticates it counts
-        against MAX_UNAUTHENTICATED_PER_ADDRESS and MAX_UNAUTHENTICATED (closed at once beyond
-        them), and edge.session bounds what it may send (PRE_AUTH_STREAMS, PRE_AUTH_BYTES)."""
+    async def _agent_connection(self, mux: MuxSession, facts: carrier.Handoff) -> None:
+        """One agent connection, its TLS and muxado run by the core. Until it authenticates
+        it counts against MAX_UNAUTHENTICATED_PER_ADDRESS and MAX_UNAUTHENTICATED (closed at
+        once beyond them), and the core bounds what it may send (edge.session:
+        PRE_AUTH_STREAMS, PRE_AUTH_BYTES)."""
         ip = facts.peer_ip
         if (
             self._unauthenticated.get(ip, 0) >= MAX_UNAUTHENTICATED_PER_ADDRESS
             or sum(self._unauthenticated.values()) >= MAX_UNAUTHENTICATED
         ):
             log.info("agent connection from %s refused: too many unauthenticated", ip)
-            writer.close()
+            await mux.close()
             return
         self._unauthenticated[ip] = self._unauthenticated.get(ip, 0) + 1
-        session = agents.AgentSession(self, reader, writer, (ip, facts.peer_port))
+        session = agents.AgentSession(self, mux, (ip, facts.peer_port))
         self._sessions.add(session)
         try:
             await session.run()

@@ -1,35 +1,81 @@
-"""The edge's compiled core (edge_core/src): the seam's lower side. edge/carrier.py is the
-only module of the edge that imports it."""
+"""The edge's compiled core (edge_core/src): the seam's lower side. edge/carrier.py and
+edge/session.py are the only modules of the edge that import it."""
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 VERSION: str
 
-# (listener id, fd, peer host, peer port, SNI, ALPN)
-Handed = Tuple[int, int, str, int, Optional[str], Optional[bytes]]
+class StreamReset(ConnectionError):
+    """The stream was reset (RST from the peer, or the session ended)."""
+
+class StreamsExhausted(StreamReset):
+    """MAX_LOCAL_STREAMS of ours are open on the session: no stream opened."""
+
+# (listener id, session, peer host, peer port, SNI, ALPN)
+Handed = Tuple[int, "Session", str, int, Optional[str], Optional[bytes]]
+# (session key, kind: edge/session.py's EV_*, stream id)
+Event = Tuple[int, int, int]
+# the bounds of a session, by mux::Limits' names (edge.session.limits())
+Limits = Dict[str, float]
+
+class Session:
+    """One agent session: edge_core/src/mux.rs's State, one lock around it."""
+
+    @property
+    def key(self) -> int: ...
+    def open(self) -> int:
+        """A new stream id of ours; StreamsExhausted, or StreamReset when closed."""
+    def want_slot(self) -> Optional[float]:
+        """An opener waits: EV_SLOT when a slot comes back; seconds until the first slot in
+        grace comes back, if any."""
+    def read(self, sid: int, n: int) -> Optional[bytes]:
+        """Up to n bytes, b"" at the peer's EOF, None: wait for EV_READABLE."""
+    def write(self, sid: int, data: bytes, offset: int) -> int:
+        """Queue data[offset:] as the window allows: bytes taken (0: wait for EV_WRITABLE)."""
+    def close_write(self, sid: int) -> None: ...
+    def finish(self, sid: int) -> None: ...
+    def reset(self, sid: int, code: int) -> None: ...
+    def facts(self, sid: int) -> Optional[Tuple[int, bool, bool, bool]]:
+        """(unread bytes, peer side open, done, finished); None once not held."""
+    def authenticate(self) -> None: ...
+    @property
+    def authenticated(self) -> bool: ...
+    def go_away(self, code: int, message: str) -> None: ...
+    def close(self, reason: str) -> None: ...
+    def flush(self) -> None:
+        """Send the frames queued (the edge calls it once per event-loop turn)."""
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def close_reason(self) -> str: ...
+    def counts(self) -> Tuple[int, int, int, int, int, int, int, int]:
+        """(ours open, the peer's open, lingering, ours in grace, entries held, unsent
+        bytes, ids passed over, the peer's highest id)."""
 
 class Core:
     def __init__(self, threads: int = 0) -> None: ...
     @property
     def wake_fd(self) -> int: ...
-    def listen_tls(
+    def listen_agents(
         self,
         chain_pem: bytes,
         key_pem: bytes,
         alpn: List[bytes],
+        limits: Limits,
         *,
         host: Optional[str] = None,
         port: int = 0,
         fd: Optional[int] = None,
         handshake_timeout: float = 15.0,
         max_handshakes: int = 1024,
-        relay_buffer: int = 16384,
     ) -> Tuple[int, int]:
-        """A TLS listener on (host, port), or on the listening socket ``fd``, which the core
-        owns from then on. Returns (listener id, port)."""
+        """An agent listener on (host, port), or on the listening socket ``fd``, which the
+        core owns from then on. Returns (listener id, port)."""
+    def attach(self, fd: int, limits: Limits) -> Session:
+        """A session over the connected Unix stream socket ``fd`` (the core owns it)."""
     def close(self, listener: int) -> bool: ...
-    def take(self) -> List[Handed]:
-        """Every connection waiting, oldest first; each fd is the caller's to close."""
+    def take(self) -> Tuple[List[Handed], List[Event]]:
+        """Every session handed over and every event waiting, oldest first."""
     def counters(self) -> Tuple[int, int, int, int]:
-        """(handshakes in progress, relays running, refused over max_handshakes, failed
+        """(handshakes in progress, sessions running, refused over max_handshakes, failed
         handshakes)."""

@@ -41,7 +41,7 @@ for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.pop("DYNAMODB_ENDPOINT_URL", None)
 
-from edge import muxado  # noqa: E402
+from stacks import muxado  # noqa: E402
 from stacks.agents import SdkAgent  # noqa: E402
 from stacks.edge import EdgeProcess  # noqa: E402
 from stacks.api import ApiProcess  # noqa: E402

@@ -17,7 +17,8 @@ import threading
 import time
 from typing import Any, Dict, List
 
-from edge import muxado, protocol
+from edge import protocol
+from stacks import muxado
 
 ENDPOINTS = 200  # binding is the embedded store's cost (its Query is O(n) in Python): 1,000
 # took over 10 minutes on the shared machine; --endpoints sets it

@@ -1,4 +1,4 @@
-//! The carrier: a tokio runtime with the listeners it serves and the relays it runs.
+//! The carrier: a tokio runtime with the listeners it serves and the agent sessions it runs.
 
 use std::collections::HashMap;
 use std::io;
@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::copy_bidirectional_with_sizes;
 use tokio::net::{TcpListener, TcpSocket, UnixStream};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
@@ -17,7 +16,9 @@ use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 
 use crate::inbox::{Accepted, Inbox};
+use crate::mux::Limits;
 use crate::quickack::QuickAck;
+use crate::session::{self, Session};
 
 /// Connections queued by the kernel for a listener the carrier binds itself.
 pub const BACKLOG: u32 = 1024;
@@ -30,23 +31,23 @@ pub enum Where {
     Socket(StdTcpListener),
 }
 
-/// What a TLS listener does with its connections.
-pub struct TlsListen {
+/// What an agent listener does with its connections: TLS, then a muxado session each.
+pub struct AgentListen {
     pub tls: Arc<ServerConfig>,
     /// A handshake not done by then is dropped.
     pub handshake_timeout: Duration,
     /// Handshakes in progress at once on this listener; a connection beyond them is closed at
     /// once, before any byte of it is read.
     pub max_handshakes: usize,
-    /// The relay's buffer in each direction (bytes). A TLS record holds at most 16 KiB.
-    pub relay_buffer: usize,
+    /// The bounds of each session.
+    pub limits: Limits,
 }
 
 /// Counters of one carrier, read by the edge's operator endpoint.
 #[derive(Default)]
 pub struct Counters {
     pub handshakes: AtomicUsize,
-    pub relays: AtomicUsize,
+    pub sessions: AtomicUsize,
     pub refused: AtomicU64,
     pub failed_handshakes: AtomicU64,
 }
@@ -56,6 +57,7 @@ pub struct Carrier {
     inbox: Arc<Inbox>,
     listeners: Mutex<HashMap<u64, JoinHandle<()>>>,
     next_id: AtomicU64,
+    next_session: Arc<AtomicU64>,
     pub counters: Arc<Counters>,
 }
 
@@ -86,6 +88,7 @@ impl Carrier {
             inbox: Arc::new(Inbox::new()?),
             listeners: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            next_session: Arc::new(AtomicU64::new(1)),
             counters: Arc::new(Counters::default()),
         })
     }
@@ -123,8 +126,8 @@ impl Carrier {
         }
     }
 
-    /// Start a TLS listener; its id and the address it listens on.
-    pub fn listen_tls(&self, at: Where, spec: TlsListen) -> io::Result<(u64, SocketAddr)> {
+    /// Start an agent listener; its id and the address it listens on.
+    pub fn listen_agents(&self, at: Where, spec: AgentListen) -> io::Result<(u64, SocketAddr)> {
         let listener = self.bind(at)?;
         let local = listener.local_addr()?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -134,6 +137,7 @@ impl Carrier {
             Arc::new(spec),
             self.inbox.clone(),
             self.counters.clone(),
+            self.next_session.clone(),
         ));
         self.listeners
             .lock()
@@ -142,8 +146,28 @@ impl Carrier {
         Ok((id, local))
     }
 
-    /// Stop accepting on a listener (its socket is closed; connections already handed over
-    /// and their relays go on).
+    /// A session over a connected Unix stream socket (the carrier owns it from then on): what
+    /// the edge's own tests play the agent on.
+    pub fn attach(&self, fd: OwnedFd, limits: Limits) -> io::Result<Arc<Session>> {
+        let std = StdUnixStream::from(fd);
+        std.set_nonblocking(true)?;
+        let _entered = self.runtime().enter();
+        let stream = UnixStream::from_std(std)?;
+        let key = self.next_session.fetch_add(1, Ordering::Relaxed);
+        let session = Session::new(key, limits, self.inbox.clone());
+        let held = hold(&self.counters, |c| &c.sessions);
+        self.runtime().spawn({
+            let session = session.clone();
+            async move {
+                session::run(session, stream).await;
+                drop(held);
+            }
+        });
+        Ok(session)
+    }
+
+    /// Stop accepting on a listener (its socket is closed; sessions already handed over go
+    /// on).
     pub fn close(&self, id: u64) -> bool {
         let task = self
             .listeners
@@ -170,7 +194,7 @@ impl Drop for Carrier {
         {
             task.abort();
         }
-        // Relays still running end with the runtime; nothing waits for them (a drop may
+        // Sessions still running end with the runtime; nothing waits for them (a drop may
         // happen on a thread of another runtime, or at the interpreter's exit).
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
@@ -181,9 +205,10 @@ impl Drop for Carrier {
 async fn accept_loop(
     id: u64,
     listener: TcpListener,
-    spec: Arc<TlsListen>,
+    spec: Arc<AgentListen>,
     inbox: Arc<Inbox>,
     counters: Arc<Counters>,
+    next_session: Arc<AtomicU64>,
 ) {
     let acceptor = TlsAcceptor::from(spec.tls.clone());
     loop {
@@ -208,12 +233,13 @@ async fn accept_loop(
             inbox.clone(),
             counters.clone(),
         );
+        let key = next_session.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             let _ = tcp.set_nodelay(true);
             let accepted =
                 tokio::time::timeout(spec.handshake_timeout, acceptor.accept(QuickAck(tcp))).await;
             drop(handshake);
-            let mut tls = match accepted {
+            let tls = match accepted {
                 Ok(Ok(tls)) => tls,
                 _ => {
                     counters.failed_handshakes.fetch_add(1, Ordering::Relaxed);
@@ -227,33 +253,16 @@ async fn accept_loop(
                     conn.alpn_protocol().map(<[u8]>::to_vec),
                 )
             };
-            let Ok((mut ours, theirs)) = socket_pair() else {
-                return;
-            };
-            let _relay = hold(&counters, |c| &c.relays);
+            let _session = hold(&counters, |c| &c.sessions);
+            let session = Session::new(key, spec.limits.clone(), inbox.clone());
             inbox.push(Accepted {
                 listener: id,
-                fd: theirs,
+                session: session.clone(),
                 peer,
                 sni,
                 alpn,
             });
-            // Ends when both directions are done, or at the first error of either side; the
-            // TLS side's end of writing sends close_notify.
-            let _ = copy_bidirectional_with_sizes(
-                &mut tls,
-                &mut ours,
-                spec.relay_buffer,
-                spec.relay_buffer,
-            )
-            .await;
+            session::run(session, tls).await;
         });
     }
-}
-
-fn socket_pair() -> io::Result<(UnixStream, OwnedFd)> {
-    let (ours, theirs) = StdUnixStream::pair()?;
-    ours.set_nonblocking(true)?;
-    theirs.set_nonblocking(true)?;
-    Ok((UnixStream::from_std(ours)?, theirs.into()))
 }

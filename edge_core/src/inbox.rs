@@ -1,22 +1,24 @@
-//! Where accepted connections wait for the edge: a queue and a wake-up descriptor.
+//! Where the core's news waits for the edge: accepted agent sessions and the sessions'
+//! events, behind one wake-up descriptor.
 //!
 //! The carrier's threads push; the edge's event loop watches [`Inbox::wake_fd`] and, when it
 //! is readable, calls [`Inbox::take`] for everything queued. One byte is written when the
-//! queue turns non-empty, so a burst of connections costs the loop one wake-up.
+//! queues turn non-empty, so a burst of connections or events costs the loop one wake-up.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-/// A connection handed to the edge: its end of the plaintext socket pair and its facts.
-#[derive(Debug)]
+use crate::session::Session;
+
+/// An agent connection handed to the edge: its muxado session and its facts.
 pub struct Accepted {
-    /// The listener it arrived on ([`crate::carrier::Carrier::listen`]'s id).
+    /// The listener it arrived on ([`crate::carrier::Carrier::listen_agents`]'s id).
     pub listener: u64,
-    /// The edge's end of the Unix socket pair, non-blocking; the relay holds the other.
-    pub fd: OwnedFd,
+    /// The session, already reading the agent's frames.
+    pub session: Arc<Session>,
     /// The client's address as the TCP connection saw it.
     pub peer: SocketAddr,
     /// The server name the client asked for (SNI), if any.
@@ -25,8 +27,17 @@ pub struct Accepted {
     pub alpn: Option<Vec<u8>>,
 }
 
+/// One event of a session: (session key, kind, stream id); the kinds are mux::EV_*.
+pub type Event = (u64, u8, u32);
+
+#[derive(Default)]
+struct Queues {
+    accepted: Vec<Accepted>,
+    events: Vec<Event>,
+}
+
 pub struct Inbox {
-    queue: Mutex<Vec<Accepted>>,
+    queues: Mutex<Queues>,
     wake_tx: UnixStream,
     wake_rx: UnixStream,
 }
@@ -37,22 +48,23 @@ impl Inbox {
         wake_tx.set_nonblocking(true)?;
         wake_rx.set_nonblocking(true)?;
         Ok(Inbox {
-            queue: Mutex::new(Vec::new()),
+            queues: Mutex::new(Queues::default()),
             wake_tx,
             wake_rx,
         })
     }
 
-    /// The descriptor that becomes readable when connections wait.
+    /// The descriptor that becomes readable when something waits.
     pub fn wake_fd(&self) -> RawFd {
         self.wake_rx.as_raw_fd()
     }
 
-    pub fn push(&self, accepted: Accepted) {
+    fn with<F: FnOnce(&mut Queues)>(&self, f: F) {
         let was_empty = {
-            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            queue.push(accepted);
-            queue.len() == 1
+            let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+            let was_empty = q.accepted.is_empty() && q.events.is_empty();
+            f(&mut q);
+            was_empty && !(q.accepted.is_empty() && q.events.is_empty())
         };
         if was_empty {
             // A full pipe already holds a wake-up: nothing is lost when this write fails.
@@ -60,20 +72,41 @@ impl Inbox {
         }
     }
 
-    /// Everything queued, oldest first. The wake-up bytes are read before the queue is taken,
-    /// so a connection pushed meanwhile either is in this batch or wakes the loop again.
-    pub fn take(&self) -> Vec<Accepted> {
+    pub fn push(&self, accepted: Accepted) {
+        self.with(|q| q.accepted.push(accepted));
+    }
+
+    /// A session's events, in the order they happened (`events` is emptied).
+    pub fn push_events(&self, key: u64, events: &mut Vec<(u8, u32)>) {
+        if events.is_empty() {
+            return;
+        }
+        self.with(|q| {
+            q.events
+                .extend(events.drain(..).map(|(kind, sid)| (key, kind, sid)))
+        });
+    }
+
+    /// Everything queued, oldest first. The wake-up bytes are read before the queues are
+    /// taken, so what is pushed meanwhile either is in this batch or wakes the loop again. A
+    /// session's events come after its own hand-over (it is pushed before it reads).
+    pub fn take(&self) -> (Vec<Accepted>, Vec<Event>) {
         let mut sink = [0u8; 64];
         while let Ok(n) = (&self.wake_rx).read(&mut sink) {
             if n == 0 {
                 break;
             }
         }
-        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            std::mem::take(&mut q.accepted),
+            std::mem::take(&mut q.events),
+        )
     }
 
     pub fn len(&self) -> usize {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+        let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        q.accepted.len() + q.events.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -1,17 +1,20 @@
 //! The edge's data path below Python.
 //!
 //! The edge (the Python package `edge`) decides; this crate carries bytes. Today it carries
-//! one job: the agent listener's TLS. It accepts TCP connections, completes each TLS handshake
-//! on its own threads (rustls), and hands Python one end of a Unix socket pair with the
-//! plaintext, plus the connection's facts (peer address, SNI, ALPN); a relay task copies
-//! between the TLS connection and the other end until both sides are done.
+//! the agent listener: it accepts TCP connections, completes each TLS handshake on its own
+//! threads (rustls), and runs each agent's muxado session ([`mux`], [`session`]): framing,
+//! flow control, the stream table and its bounds. Python gets the session and its streams
+//! through a typed seam (python.rs, edge_core.pyi) and keeps every decision.
 //!
-//! Nothing here calls Python: accepted connections wait in an [`inbox::Inbox`] whose wake-up
-//! descriptor the edge's event loop watches, and the edge takes them in batches.
+//! Nothing here calls Python: accepted sessions and the sessions' events wait in an
+//! [`inbox::Inbox`] whose wake-up descriptor the edge's event loop watches, and the edge takes
+//! them in batches.
 
 pub mod carrier;
 pub mod inbox;
+pub mod mux;
 pub mod quickack;
+pub mod session;
 pub mod tls;
 
 #[cfg(feature = "python")]

@@ -1,19 +1,80 @@
-//! The Python module `edge_core`: the typed seam's lower side (edge/core.py is its upper side,
-//! edge_core.pyi its types).
+//! The Python module `edge_core`: the typed seam's lower side (edge/carrier.py and
+//! edge/session.py are its upper side, edge_core.pyi its types).
 
 use std::net::TcpListener as StdTcpListener;
-use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyConnectionError, PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
 
-use crate::carrier::{Carrier, TlsListen, Where};
+use crate::carrier::{AgentListen, Carrier, Where};
+use crate::mux::{Limits, StreamError};
+use crate::session;
 use crate::tls::server_config;
 
-/// One connection handed over: (listener id, fd, peer host, peer port, SNI, ALPN).
-type Handed = (u64, i32, String, u16, Option<String>, Option<Vec<u8>>);
+create_exception!(edge_core, StreamReset, PyConnectionError);
+create_exception!(edge_core, StreamsExhausted, StreamReset);
+
+fn stream_error(e: StreamError) -> PyErr {
+    match e {
+        StreamError::Reset(why) => StreamReset::new_err(why),
+        StreamError::Exhausted(why) => StreamsExhausted::new_err(why),
+    }
+}
+
+/// One session handed over: (listener id, session, peer host, peer port, SNI, ALPN).
+type Handed = (u64, Session, String, u16, Option<String>, Option<Vec<u8>>);
+
+fn seconds(value: f64, name: &str) -> PyResult<Duration> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        Err(PyValueError::new_err(format!(
+            "{name} must be a number of seconds >= 0"
+        )))
+    }
+}
+
+/// The session bounds from a dict of the names of mux::Limits (every one given).
+fn limits_of(given: &Bound<'_, PyDict>) -> PyResult<Limits> {
+    let mut limits = Limits::default();
+    for (key, value) in given.iter() {
+        let key: String = key.extract()?;
+        let count = || -> PyResult<usize> {
+            let n: usize = value.extract()?;
+            if n == 0 {
+                return Err(PyValueError::new_err(format!("{key} must be > 0")));
+            }
+            Ok(n)
+        };
+        match key.as_str() {
+            "window" => limits.window = count()?,
+            "max_streams" => limits.max_streams = count()?,
+            "max_local_streams" => limits.max_local_streams = count()?,
+            "linger" => limits.linger = seconds(value.extract()?, &key)?,
+            "slot_grace" => limits.slot_grace = seconds(value.extract()?, &key)?,
+            "pre_auth_streams" => limits.pre_auth_streams = count()?,
+            "pre_auth_bytes" => limits.pre_auth_bytes = count()?,
+            "out_of_order_ids" => limits.out_of_order_ids = count()?,
+            "credit_batch" => limits.credit_batch = count()?,
+            "write_chunk" => limits.write_chunk = count()?,
+            "flush_at" => limits.flush_at = count()?,
+            "unsent_pause_at" => limits.unsent_pause_at = count()?,
+            _ => return Err(PyValueError::new_err(format!("no session limit {key}"))),
+        }
+    }
+    if limits.window > crate::mux::LENGTH_MAX || limits.pre_auth_bytes > limits.window {
+        return Err(PyValueError::new_err(
+            "window must fit a frame, pre_auth_bytes the window",
+        ));
+    }
+    Ok(limits)
+}
 
 #[pyclass(frozen, module = "edge_core")]
 struct Core {
@@ -30,39 +91,38 @@ impl Core {
         })
     }
 
-    /// The descriptor that turns readable when connections wait to be taken.
+    /// The descriptor that turns readable when sessions or events wait to be taken.
     #[getter]
     fn wake_fd(&self) -> i32 {
         self.carrier.inbox().wake_fd()
     }
 
-    /// Start a TLS listener on (host, port), or on the listening socket `fd` (the carrier
+    /// Start an agent listener on (host, port), or on the listening socket `fd` (the carrier
     /// owns it from then on). Returns (listener id, port).
-    #[pyo3(signature = (chain_pem, key_pem, alpn, *, host = None, port = 0, fd = None,
-                        handshake_timeout = 15.0, max_handshakes = 1024, relay_buffer = 16384))]
+    #[pyo3(signature = (chain_pem, key_pem, alpn, limits, *, host = None, port = 0, fd = None,
+                        handshake_timeout = 15.0, max_handshakes = 1024))]
     #[allow(clippy::too_many_arguments)]
-    fn listen_tls(
+    fn listen_agents(
         &self,
         chain_pem: &[u8],
         key_pem: &[u8],
         alpn: Vec<Vec<u8>>,
+        limits: &Bound<'_, PyDict>,
         host: Option<String>,
         port: u16,
         fd: Option<i32>,
         handshake_timeout: f64,
         max_handshakes: usize,
-        relay_buffer: usize,
     ) -> PyResult<(u64, u16)> {
         if !(handshake_timeout.is_finite() && handshake_timeout > 0.0) {
             return Err(PyValueError::new_err(
                 "handshake_timeout must be a positive number",
             ));
         }
-        if relay_buffer == 0 || max_handshakes == 0 {
-            return Err(PyValueError::new_err(
-                "relay_buffer and max_handshakes must be > 0",
-            ));
+        if max_handshakes == 0 {
+            return Err(PyValueError::new_err("max_handshakes must be > 0"));
         }
+        let limits = limits_of(limits)?;
         let tls = server_config(chain_pem, key_pem, alpn)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let at = match (fd, host) {
@@ -71,17 +131,29 @@ impl Core {
             (None, Some(host)) => Where::Bind(host, port),
             (None, None) => return Err(PyValueError::new_err("give host and port, or fd")),
         };
-        let spec = TlsListen {
+        let spec = AgentListen {
             tls,
             handshake_timeout: Duration::from_secs_f64(handshake_timeout),
             max_handshakes,
-            relay_buffer,
+            limits,
         };
         let (id, local) = self
             .carrier
-            .listen_tls(at, spec)
+            .listen_agents(at, spec)
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok((id, local.port()))
+    }
+
+    /// A session over the connected Unix stream socket `fd` (the core owns it from then on).
+    fn attach(&self, fd: i32, limits: &Bound<'_, PyDict>) -> PyResult<Session> {
+        let limits = limits_of(limits)?;
+        // SAFETY: the caller hands the descriptor over (documented in edge_core.pyi).
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let inner = self
+            .carrier
+            .attach(owned, limits)
+            .map_err(|e| PyOSError::new_err(e.to_string()))?;
+        Ok(Session { inner })
     }
 
     /// Stop accepting on a listener; False when it was not listening.
@@ -89,34 +161,156 @@ impl Core {
         self.carrier.close(listener)
     }
 
-    /// Every connection waiting, oldest first; each fd is the caller's to close from then on.
-    fn take(&self) -> Vec<Handed> {
-        self.carrier
-            .inbox()
-            .take()
+    /// Every session handed over and every session event waiting, oldest first. An event
+    /// is (session key, kind, stream id).
+    fn take(&self) -> (Vec<Handed>, Vec<(u64, u8, u32)>) {
+        let (accepted, events) = self.carrier.inbox().take();
+        let handed = accepted
             .into_iter()
             .map(|a| {
                 (
                     a.listener,
-                    a.fd.into_raw_fd(),
+                    Session { inner: a.session },
                     a.peer.ip().to_string(),
                     a.peer.port(),
                     a.sni,
                     a.alpn,
                 )
             })
-            .collect()
+            .collect();
+        (handed, events)
     }
 
-    /// (handshakes in progress, relays running, connections refused over max_handshakes,
+    /// (handshakes in progress, sessions running, connections refused over max_handshakes,
     /// handshakes failed or timed out).
     fn counters(&self) -> (usize, usize, u64, u64) {
         let c = &self.carrier.counters;
         (
             c.handshakes.load(Ordering::Relaxed),
-            c.relays.load(Ordering::Relaxed),
+            c.sessions.load(Ordering::Relaxed),
             c.refused.load(Ordering::Relaxed),
             c.failed_handshakes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// One agent session (mux::State's operations; edge/session.py wraps it).
+#[pyclass(frozen, module = "edge_core")]
+struct Session {
+    inner: Arc<session::Session>,
+}
+
+#[pymethods]
+impl Session {
+    #[getter]
+    fn key(&self) -> u64 {
+        self.inner.key
+    }
+
+    fn open(&self) -> PyResult<u32> {
+        self.inner.with(|st| st.open()).map_err(stream_error)
+    }
+
+    /// Arm EV_SLOT; seconds until the first slot in grace comes back, if any.
+    fn want_slot(&self) -> Option<f64> {
+        self.inner
+            .with(|st| st.want_slot())
+            .map(|d| d.as_secs_f64())
+    }
+
+    /// Up to `n` bytes, b"" at the peer's EOF, None when the reader must wait (EV_READABLE).
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        sid: u32,
+        n: usize,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let (got, credit) = self.inner.with(|st| {
+            let queued = st.out.len();
+            let got = st.read(sid, n, |bytes| PyBytes::new(py, bytes));
+            (got, st.out.len() > queued)
+        });
+        if credit {
+            self.inner.flush(); // a WNDINC: the peer may be waiting for it
+        }
+        got.map_err(stream_error)
+    }
+
+    /// Queue data[offset:] as the window allows: the bytes taken (0: wait for EV_WRITABLE).
+    fn write(&self, sid: u32, data: &[u8], offset: usize) -> PyResult<usize> {
+        let rest = data.get(offset..).unwrap_or_default();
+        self.inner
+            .with(|st| st.write(sid, rest))
+            .map_err(stream_error)
+    }
+
+    fn close_write(&self, sid: u32) -> PyResult<()> {
+        self.inner
+            .with(|st| st.close_write(sid))
+            .map_err(stream_error)
+    }
+
+    fn finish(&self, sid: u32) {
+        self.inner.with(|st| st.finish(sid))
+    }
+
+    /// Reset the stream and release it (its owner is done with it).
+    fn reset(&self, sid: u32, code: u32) {
+        self.inner.with(|st| {
+            st.reset(sid, code);
+            st.release(sid);
+        })
+    }
+
+    /// (unread bytes, peer side open, done, finished), None for a stream no longer held.
+    fn facts(&self, sid: u32) -> Option<(usize, bool, bool, bool)> {
+        self.inner.lock().stream_facts(sid)
+    }
+
+    fn authenticate(&self) {
+        self.inner.with(|st| st.authenticate())
+    }
+
+    #[getter]
+    fn authenticated(&self) -> bool {
+        self.inner.lock().authenticated()
+    }
+
+    fn go_away(&self, code: u32, message: &str) {
+        self.inner.with(|st| st.go_away(code, message))
+    }
+
+    fn close(&self, reason: &str) {
+        self.inner.with(|st| st.close(reason))
+    }
+
+    fn flush(&self) {
+        self.inner.flush()
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.lock().closed
+    }
+
+    #[getter]
+    fn close_reason(&self) -> String {
+        self.inner.lock().close_reason.clone()
+    }
+
+    /// (ours open, the peer's open, lingering, ours in grace, entries held, unsent bytes,
+    /// ids passed over, the peer's highest id).
+    fn counts(&self) -> (usize, usize, usize, usize, usize, usize, usize, u32) {
+        let mut st = self.inner.lock();
+        (
+            st.local_open,
+            st.remote_open,
+            st.lingering(),
+            st.cooling(),
+            st.held(),
+            st.unsent(),
+            st.passed_over(),
+            st.last_remote_id(),
         )
     }
 }
@@ -124,6 +318,9 @@ impl Core {
 #[pymodule]
 fn edge_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
+    m.add("StreamReset", m.py().get_type::<StreamReset>())?;
+    m.add("StreamsExhausted", m.py().get_type::<StreamsExhausted>())?;
     m.add_class::<Core>()?;
+    m.add_class::<Session>()?;
     Ok(())
 }

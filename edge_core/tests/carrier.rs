@@ -1,13 +1,12 @@
-//! The carrier as a process would use it: a real TLS client against a listener, the plaintext
-//! read and written on the handed-over socket.
+//! The carrier as a process would use it: a real TLS client against an agent listener, its
+//! muxado frames read and answered through the handed-over session.
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use edge_core::carrier::{Carrier, TlsListen, Where};
+use edge_core::carrier::{AgentListen, Carrier, Where};
 use edge_core::inbox::Accepted;
+use edge_core::mux::{encode, Limits, DATA, EV_CLOSED, EV_OPENED, FIN, SYN};
 use edge_core::tls::server_config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -31,7 +30,7 @@ fn pair() -> Pair {
 }
 
 fn listen(carrier: &Carrier, pair: &Pair, timeout: Duration, max_handshakes: usize) -> u16 {
-    let spec = TlsListen {
+    let spec = AgentListen {
         tls: server_config(
             &pair.chain,
             &pair.key,
@@ -40,10 +39,10 @@ fn listen(carrier: &Carrier, pair: &Pair, timeout: Duration, max_handshakes: usi
         .unwrap(),
         handshake_timeout: timeout,
         max_handshakes,
-        relay_buffer: 16 * 1024,
+        limits: Limits::default(),
     };
     let (_, addr) = carrier
-        .listen_tls(Where::Bind("127.0.0.1".into(), 0), spec)
+        .listen_agents(Where::Bind("127.0.0.1".into(), 0), spec)
         .unwrap();
     addr.port()
 }
@@ -61,14 +60,18 @@ fn connector(pair: &Pair, alpn: &[&[u8]]) -> TlsConnector {
     TlsConnector::from(Arc::new(config))
 }
 
-fn wait_for(carrier: &Carrier, count: usize) -> Vec<Accepted> {
+type Events = Vec<edge_core::inbox::Event>;
+
+fn wait_for(carrier: &Carrier, count: usize) -> (Vec<Accepted>, Events) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut got = Vec::new();
+    let (mut got, mut events) = (Vec::new(), Vec::new());
     while got.len() < count && Instant::now() < deadline {
-        got.extend(carrier.inbox().take());
+        let (accepted, more) = carrier.inbox().take();
+        got.extend(accepted);
+        events.extend(more);
         std::thread::sleep(Duration::from_millis(5));
     }
-    got
+    (got, events)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,28 +89,44 @@ async fn plaintext_both_ways_with_the_facts_and_half_close() {
         let carrier = Arc::new(carrier);
         move || (wait_for(&carrier, 1), carrier)
     });
-    tls.write_all(b"hello core").await.unwrap();
+    let mut hello = Vec::new();
+    encode(&mut hello, DATA, SYN, 1, b"hello core");
+    tls.write_all(&hello).await.unwrap();
     tls.flush().await.unwrap();
-    let (mut handed, _carrier) = handed.await.unwrap();
+    let ((mut handed, mut events), carrier) = handed.await.unwrap();
     assert_eq!(handed.len(), 1);
     let accepted = handed.pop().unwrap();
     assert_eq!(accepted.peer.port(), client_port);
     assert_eq!(accepted.sni.as_deref(), Some("localhost"));
     assert_eq!(accepted.alpn.as_deref(), Some(&b"http/1.1"[..]));
-    let mut plain = UnixStream::from(accepted.fd);
-    plain.set_nonblocking(false).unwrap();
-    let mut got = [0u8; 10];
-    plain.read_exact(&mut got).unwrap();
-    assert_eq!(&got, b"hello core");
-    plain.write_all(b"answer").unwrap();
-    plain.shutdown(std::net::Shutdown::Write).unwrap(); // the edge's FIN: close_notify, EOF
-    let mut back = Vec::new();
-    tls.read_to_end(&mut back).await.unwrap();
-    assert_eq!(back, b"answer");
-    tls.shutdown().await.unwrap(); // the client's end: EOF on the edge's side
-    let mut rest = Vec::new();
-    plain.read_to_end(&mut rest).unwrap();
-    assert!(rest.is_empty());
+    let session = accepted.session;
+    let key = session.key;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !events.contains(&(key, EV_OPENED, 1)) {
+        assert!(Instant::now() < deadline, "the stream never opened");
+        events.extend(carrier.inbox().take().1);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let got = session.with(|st| st.read(1, 64, |b| b.to_vec())).unwrap();
+    assert_eq!(got.as_deref(), Some(&b"hello core"[..]));
+    session.with(|st| {
+        st.write(1, b"answer").unwrap();
+        st.close_write(1).unwrap();
+    });
+    session.flush();
+    let mut expected = Vec::new();
+    encode(&mut expected, DATA, 0, 1, b"answer");
+    encode(&mut expected, DATA, FIN, 1, b"");
+    let mut back = vec![0u8; expected.len()];
+    tls.read_exact(&mut back).await.unwrap();
+    assert_eq!(back, expected);
+    tls.shutdown().await.unwrap(); // the client's end: the session ends
+    while !events.contains(&(key, EV_CLOSED, 0)) {
+        assert!(Instant::now() < deadline, "the session never ended");
+        events.extend(carrier.inbox().take().1);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(session.lock().close_reason, "peer closed the connection");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,14 +214,14 @@ fn a_key_that_is_not_pem_is_refused_with_its_reason() {
 fn a_closed_listener_accepts_no_more() {
     let carrier = Carrier::new(1).unwrap();
     let pair = pair();
-    let spec = TlsListen {
+    let spec = AgentListen {
         tls: server_config(&pair.chain, &pair.key, vec![]).unwrap(),
         handshake_timeout: Duration::from_secs(5),
         max_handshakes: 4,
-        relay_buffer: 1024,
+        limits: Limits::default(),
     };
     let (id, addr) = carrier
-        .listen_tls(Where::Bind("127.0.0.1".into(), 0), spec)
+        .listen_agents(Where::Bind("127.0.0.1".into(), 0), spec)
         .unwrap();
     assert!(carrier.close(id));
     assert!(!carrier.close(id));

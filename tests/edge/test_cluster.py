@@ -22,7 +22,8 @@ from typing import Any, Dict, List
 import pytest
 import requests
 
-from edge import muxado, protocol
+from edge import protocol
+from stacks import muxado
 from stacks.agents import SdkAgent
 from stacks.cluster import Cluster, Target
 from stacks.paths import PROJECT_DIR

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from edge import agents, muxado, protocol, server, session
+from edge import agents, protocol, server, session
+from stacks import muxado
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 from tests.edge.test_edge_streams import GET_CLOSE, _http, _status
 

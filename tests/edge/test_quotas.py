@@ -10,7 +10,8 @@ import time
 import pytest
 import requests
 
-from edge import muxado, protocol
+from edge import protocol
+from stacks import muxado
 from tests.edge.test_edge_sdk import _bound, _credential, _refusal
 from tests.edge.test_hostile_agents import _connect, _rpc
 

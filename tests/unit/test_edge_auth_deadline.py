@@ -13,7 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from chalicelib.core import binding, online
-from edge import agents, muxado, protocol, quotas
+from edge import agents, protocol, quotas
+from stacks import muxado
+from tests.unit.test_edge_session import attach
 
 
 class SlowEdge:
@@ -51,9 +53,8 @@ class SlowEdge:
 
 async def _session(edge):
     left, right = socket.socketpair()
-    edge_reader, edge_writer = await asyncio.open_connection(sock=left)
     reader, writer = await asyncio.open_connection(sock=right)
-    session = agents.AgentSession(edge, edge_reader, edge_writer, ("127.0.0.1", 50000))
+    session = agents.AgentSession(edge, attach(left), ("127.0.0.1", 50000))
     task = asyncio.ensure_future(session.run())
     return session, task, reader, writer
 

@@ -1,6 +1,7 @@
 """The seam to the compiled core (edge/carrier.py over edge_core), in one event loop with a real
-TLS client: what a handler is handed (the plaintext and the connection's facts), what the core
-refuses, and that a closed listener hands nothing more over. The core's own bounds (handshake
+TLS client speaking muxado: what a handler is handed (the session, its streams and the
+connection's facts), what the core refuses, and that a closed listener hands nothing more
+over. The core's own bounds (handshake
 timeout, handshakes at once) are pinned by its cargo tests (edge_core/tests/carrier.rs); the
 agent listener built on it by tests/edge (every SDK and the CLI connect through it)."""
 
@@ -11,6 +12,7 @@ import ssl
 import pytest
 
 from edge import carrier
+from stacks import muxado
 from stacks.certs import SmallCA, key_pem, pem
 
 
@@ -34,22 +36,29 @@ def test_a_handler_gets_the_plaintext_both_ways_and_the_facts(tls_pair):
         core.start(asyncio.get_running_loop())
         seen = []
 
-        async def handler(reader, writer, facts):
+        async def handler(mux, facts):
             seen.append(facts)
-            line = await reader.readline()
-            writer.write(b"echo " + line)
-            await writer.drain()
-            assert await reader.read() == b""  # the client's close_notify: EOF here
-            writer.close()
 
-        port = core.listen_tls(handler, chain, key, [b"h2", b"ntp/1"], host="127.0.0.1")
+            async def on_stream(stream):
+                line = await stream.readexactly(6)
+                await stream.write(b"echo " + line)
+                assert await stream.read() == b""  # the agent's FIN
+
+            mux.on_stream = on_stream
+            mux.authenticate()
+            await mux.run()
+
+        port = core.listen_agents(handler, chain, key, [b"h2", b"ntp/1"], host="127.0.0.1")
         client_ctx.set_alpn_protocols(["ntp/1"])
         reader, writer = await asyncio.open_connection(
             "127.0.0.1", port, ssl=client_ctx, server_hostname="localhost"
         )
         local_port = writer.get_extra_info("sockname")[1]
-        writer.write(b"hello\n")
-        answer = await asyncio.wait_for(reader.readline(), 10)
+        writer.write(muxado.data(1, b"hello\n", syn=True, fin=True))
+        parser, frames = muxado.FrameParser(), []
+        while not any(f.fin for f in frames):
+            frames += parser.feed(await asyncio.wait_for(reader.read(1 << 16), 10))
+        answer = b"".join(f.payload for f in frames)
         writer.close()
         await writer.wait_closed()
         core.stop()
@@ -67,10 +76,10 @@ def test_a_closed_listener_hands_over_nothing_more(tls_pair):
         core = carrier.Carrier(threads=1)
         core.start(asyncio.get_running_loop())
 
-        async def handler(reader, writer, facts):
-            writer.close()
+        async def handler(mux, facts):
+            await mux.close()
 
-        port = core.listen_tls(handler, chain, key, [], host="127.0.0.1")
+        port = core.listen_agents(handler, chain, key, [], host="127.0.0.1")
         core.close(port)
         for _ in range(100):
             try:
@@ -87,6 +96,8 @@ def test_a_pair_that_does_not_load_is_refused_with_its_reason(tls_pair):
     chain, key, _ = tls_pair
     core = carrier.Carrier(threads=1)
     with pytest.raises(ValueError, match="private key"):
-        core.listen_tls(lambda *a: None, chain, b"-----BEGIN NOTHING-----", [], host="127.0.0.1")
+        core.listen_agents(
+            lambda *a: None, chain, b"-----BEGIN NOTHING-----", [], host="127.0.0.1"
+        )
     with pytest.raises(ValueError, match="certificate chain"):
-        core.listen_tls(lambda *a: None, b"", key, [], host="127.0.0.1")
+        core.listen_agents(lambda *a: None, b"", key, [], host="127.0.0.1")

@@ -16,7 +16,9 @@ from types import SimpleNamespace
 import pytest
 
 from chalicelib.core import binding, edge_errors, online
-from edge import agents, bind_opts, muxado, protocol, quotas
+from edge import agents, bind_opts, protocol, quotas
+from stacks import muxado
+from tests.unit.test_edge_session import attach
 
 PORTS = {"http": 8080, "https": 8443}
 
@@ -256,10 +258,9 @@ class Agent:
 def _run(test):
     async def run():
         left, right = socket.socketpair()
-        edge_reader, edge_writer = await asyncio.open_connection(sock=left)
         reader, writer = await asyncio.open_connection(sock=right)
         edge = RecordingEdge()
-        session = agents.AgentSession(edge, edge_reader, edge_writer, ("127.0.0.1", 50000))
+        session = agents.AgentSession(edge, attach(left), ("127.0.0.1", 50000))
         task = asyncio.ensure_future(session.run())
         try:
             await test(edge, session, Agent(reader, writer))

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from edge import muxado
+from stacks import muxado
 from edge.agents import AgentSession
 from edge.session import MuxStream
 from tests.unit.test_edge_session import _pair, _run

@@ -1,7 +1,10 @@
-"""edge/session.py's flow control and write batching, against a peer on a real socket pair.
+"""An agent session's rules (edge_core/src/mux.rs, through edge/session.py's MuxSession),
+against a peer on a real socket pair: flow control, write batching, how streams end, the
+stream caps and the bounds before authentication. edge_core/tests/mux.rs pins each rule in
+the core itself; these pin them again as the edge's Python sees them.
 
 The test plays the agent: it writes muxado frames on one end of a connected socket pair and
-reads what the edge's MuxSession writes on the other.
+reads what the core's session (``Carrier.attach``) writes on the other.
 
 Timing: what a test expects to arrive it waits for, until it arrives (bound WAIT, 5 s, far
 above the milliseconds it takes on a quiet machine, so that a loaded CI worker is not a
@@ -14,8 +17,8 @@ import socket
 
 import pytest
 
-from edge import muxado, session
-from edge.session import MuxSession
+from edge import carrier, session
+from stacks import muxado
 
 
 class Peer:
@@ -67,11 +70,18 @@ def has(frame):
     return lambda frames: frame in frames
 
 
+def attach(sock: socket.socket) -> session.MuxSession:
+    """A session run by a core of its own over ``sock`` (one end of a socket pair)."""
+    core = carrier.Carrier(1)
+    core.start(asyncio.get_running_loop())
+    return core.attach(sock, name="test")
+
+
 async def _pair(on_stream, authenticated=True):
     left, right = socket.socketpair()
-    edge_reader, edge_writer = await asyncio.open_connection(sock=left)
     peer_reader, peer_writer = await asyncio.open_connection(sock=right)
-    mux = MuxSession(edge_reader, edge_writer, on_stream, name="test")
+    mux = attach(left)
+    mux.on_stream = on_stream
     if authenticated:
         mux.authenticate()
     task = asyncio.ensure_future(mux.run())
@@ -105,6 +115,9 @@ def test_credit_is_returned_once_a_batch_of_bytes_is_consumed(consumed, credited
         read_all = asyncio.Event()
 
         async def on_stream(stream):
+            # all of it first (the core reads the peer while the handler runs): the reads of
+            # 4096 bytes then line up with the batch, as the expected increments assume
+            await eventually(lambda: stream.buffered == consumed)
             got = 0
             while got < consumed:
                 got += len(await stream.read(4096))
@@ -169,9 +182,9 @@ def test_a_peer_that_keeps_within_the_credit_it_got_is_never_refused():
 def test_frames_written_in_one_turn_leave_in_one_write():
     async def main():
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
-        for sid in (2, 4, 6):
-            mux.send_nowait(muxado.rst(sid, muxado.E_STREAM_CANCELLED))
-        batches = await peer.collect(until=lambda f: _count(f, muxado.RST) == 3)
+        for stream in [mux.open_stream() for _ in range(3)]:
+            await stream.write(b"x")  # queued: the session is flushed at the turn's end
+        batches = await peer.collect(until=lambda f: _count(f, muxado.DATA) == 3)
         await mux.close()
         task.cancel()
         return [[f.stream_id for f in batch] for batch in batches]
@@ -182,27 +195,50 @@ def test_frames_written_in_one_turn_leave_in_one_write():
 def test_frames_queued_before_close_are_still_sent():
     async def main():
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
-        mux.send_nowait(muxado.rst(2, muxado.E_STREAM_CANCELLED))
+        stream = mux.open_stream()
+        await stream.write(b"x")
+        stream.reset()  # FIN and RST queued, not flushed yet
         await mux.close()
         batches = await peer.collect(until=lambda f: _count(f, muxado.RST) == 1)
         task.cancel()
         return [(f.type, f.stream_id) for batch in batches for f in batch]
 
-    assert _run(main()) == [(muxado.RST, 2)]
+    assert _run(main()) == [(muxado.DATA, 2), (muxado.DATA, 2), (muxado.RST, 2)]
 
 
-def test_a_write_on_a_session_whose_connection_is_closing_raises_at_once():
+def test_a_write_on_a_session_whose_connection_was_lost_raises():
     async def main():
         mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
         stream = mux.open_stream()
         await stream.write(b"before")  # a live connection takes it
-        mux._writer.transport.close()  # lost; the read loop has not noticed yet
+        peer.writer.close()  # lost
+        await eventually(lambda: mux.closed)
         with pytest.raises(session.StreamReset):
             await asyncio.wait_for(stream.write(b"after"), 1)
-        peer.writer.close()
         await task
+        return mux.close_reason
 
-    _run(main())
+    reason = _run(main())  # the read side or the write side may notice first
+    assert reason == "peer closed the connection" or reason.startswith("connection lost:")
+
+
+def test_go_away_returns_once_its_goaway_is_written():
+    """An edge that stops right after ending its sessions still tells each agent why: go_away
+    returns once the core wrote the GOAWAY and closed the connection."""
+
+    async def main():
+        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5))
+        peer.send(muxado.data(3, b"x", syn=True))
+        await eventually(lambda: mux.remote_open == 1)
+        await mux.go_away(muxado.E_NONE, "the edge is shutting down")
+        disconnected = mux.disconnected
+        batches = await peer.collect(until=lambda f: _count(f, muxado.GOAWAY) >= 1)
+        goaway = [f for batch in batches for f in batch if f.type == muxado.GOAWAY]
+        eof = await asyncio.wait_for(peer.reader.read(), WAIT) == b""
+        await task
+        return disconnected, [(f.last_stream_id, f.error_code, f.message) for f in goaway], eof
+
+    assert _run(main()) == (True, [(3, muxado.E_NONE, b"the edge is shutting down")], True)
 
 
 # ---- how streams end (the agents count a stream open until their side is done) -------------
@@ -249,7 +285,7 @@ def test_data_after_finish_is_refused_with_rst_and_the_stream_leaves():
         stream = mux.open_stream()
         await stream.write(b"request")
         peer.send(muxado.data(stream.id, b"part of a response"))
-        await eventually(lambda: stream._recv)  # the edge holds it, unread
+        await eventually(lambda: stream.buffered)  # the edge holds it, unread
         stream.finish()  # unread bytes are dropped, not an error
         peer.send(muxado.data(stream.id, b"more"))
         sent = _frames(await peer.collect(until=has(RST_FRAME(2, muxado.E_STREAM_CLOSED))))

@@ -12,7 +12,8 @@ import asyncio
 
 import pytest
 
-from edge import muxado, session
+from edge import session
+from stacks import muxado
 from tests.unit.test_edge_session import _pair, _run
 
 WINDOW = session.OUT_OF_ORDER_IDS
@@ -41,7 +42,7 @@ def _opened_and_goaway(sids, *, finish=False):
                         code = frame.error_code
             if code is not None:
                 break
-        passed = len(mux._passed_over)
+        passed = mux.passed_over
         await mux.close()
         task.cancel()
         return opened, code, passed

@@ -1,4 +1,5 @@
-"""What an agent that does not read can make the edge hold (edge/session.py): frames the edge
+"""What an agent that does not read can make the edge hold (edge_core/src/mux.rs, through
+edge/session.py; edge_core/tests/mux.rs pins the rule in the core): frames the edge
 answers with no wait of its own (an RST for each SYN past the peer's MAX_STREAMS, for data
 on a finished stream, WNDINCs) pile up in the connection's write buffer while the agent
 sends and never reads. Past UNSENT_PAUSE_AT unsent bytes the edge stops reading the agent
@@ -8,11 +9,12 @@ reads again. The test plays the agent on a real socket pair."""
 import asyncio
 import socket
 
-from edge import muxado, session
-from edge.session import MuxSession
+from edge import session
+from stacks import muxado
+from tests.unit.test_edge_session import attach
 
 UNSENT_PAUSE_AT = 1024 * 1024  # docs/SECURITY.md
-READ_AT_ONCE = 256 * 1024  # asyncio's socket transport reads at most this per call
+READ_AT_ONCE = 16 * 1024  # the core reads at most this per call (edge_core: READ_CHUNK)
 RST_SIZE = 12  # an RST frame: 8-byte header, 4-byte code
 SYN_SIZE = 8  # an empty DATA frame with SYN
 
@@ -22,9 +24,9 @@ def test_an_agent_that_never_reads_cannot_grow_the_edges_write_buffer(monkeypatc
 
     async def main():
         left, right = socket.socketpair()
-        edge_reader, edge_writer = await asyncio.open_connection(sock=left)
         peer_reader, peer_writer = await asyncio.open_connection(sock=right)
-        mux = MuxSession(edge_reader, edge_writer, lambda s: asyncio.sleep(60), name="t")
+        mux = attach(left)
+        mux.on_stream = lambda s: asyncio.sleep(60)
         mux.authenticate()
         task = asyncio.ensure_future(mux.run())
         syns = 600_000  # every one past the first is refused with an RST: 7.2 MB of them
@@ -33,12 +35,12 @@ def test_an_agent_that_never_reads_cannot_grow_the_edges_write_buffer(monkeypatc
         held = 0
         for _ in range(60):  # what the edge holds once it has handled what it could
             await asyncio.sleep(0.1)
-            held = max(held, edge_writer.transport.get_write_buffer_size())
+            held = max(held, mux.unsent)
         bound = UNSENT_PAUSE_AT + READ_AT_ONCE // SYN_SIZE * RST_SIZE
         assert held <= bound, (held, bound)
         got = 0  # the agent reads again: the edge reads the rest, answering each SYN
         parser = muxado.FrameParser()
-        while mux._last_remote_id < last:
+        while mux.last_remote_id < last:
             chunk = await asyncio.wait_for(peer_reader.read(1 << 20), 20)
             assert chunk, "the session ended"
             got += sum(1 for f in parser.feed(chunk) if f.type == muxado.RST)

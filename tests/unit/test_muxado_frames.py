@@ -1,6 +1,6 @@
-"""The muxado frame codec (edge/muxado.py), alone: the wire layout of the ``muxado`` crate
-(ngrok-rust muxado/src/frame.rs), every malformed header refused with its error code, frames
-split at any byte, and the bound on what one frame may make the parser buffer.
+"""The muxado frame codec the tests' fake agents speak (stacks/muxado.py), alone: the wire
+layout of the ``muxado`` crate (ngrok-rust muxado/src/frame.rs), every malformed header
+refused with its error code, frames split at any byte, and the bound on what one frame may make the parser buffer.
 
 The session's stream state machine over these frames (SYN, FIN, RST, window credit, linger,
 the pre-authentication bounds) is tests/unit/test_edge_session.py.
@@ -8,7 +8,7 @@ the pre-authentication bounds) is tests/unit/test_edge_session.py.
 
 import pytest
 
-from edge import muxado
+from stacks import muxado
 
 
 def header(length: int, type_: int, flags: int, stream_id: int) -> bytes:
