@@ -496,14 +496,16 @@ class EdgeRouter:
                 f"The edge's traffic policy cannot be applied: {str(exc)[:200]}",
             )
             return routed
-        module = tls_edge.get("backend")
-        backend = (
-            await self._backend(account_id, module["backend_id"])
-            if _enabled(module) and module.get("backend_id")
-            else None
-        )
-        routed.tunnel, _ = self._serve(account_id, backend)
+        routed.tunnel, _ = self._serve(account_id, await self._backend_of(account_id, tls_edge))
         return routed
+
+    async def _backend_of(self, account_id: str, edge: Dict[str, Any]) -> Optional[Any]:
+        """The backend a TCP or TLS edge's backend module names, or None (no module, or
+        disabled)."""
+        module = edge.get("backend")
+        if not (_enabled(module) and module.get("backend_id")):
+            return None
+        return await self._backend(account_id, module["backend_id"])
 
     async def ca_pems(self, account_id: str, ca_ids: List[str]) -> Dict[str, str]:
         """CA id → PEM of the account's certificate authorities among ``ca_ids`` (cached
@@ -542,13 +544,7 @@ class EdgeRouter:
             endpoint_id=edge["id"], url=f"tcp://{hostport}", host=hostport, account_id=account_id
         )
         routed.enforcement = await self._enforcement(account_id, edge["id"], edge, "tcp")
-        module = edge.get("backend")
-        backend = (
-            await self._backend(account_id, module["backend_id"])
-            if _enabled(module) and module.get("backend_id")
-            else None
-        )
-        routed.tunnel, _ = self._serve(account_id, backend)
+        routed.tunnel, _ = self._serve(account_id, await self._backend_of(account_id, edge))
         return routed
 
 

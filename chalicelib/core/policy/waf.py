@@ -196,22 +196,27 @@ def _version(version: str) -> str:
     return version.rpartition("/")[2] or "1.1"
 
 
+def _request_head(t: Any, conn: Any, req: Any) -> None:
+    """The connection and the request's line and headers, into transaction ``t``."""
+    t.process_connection(
+        conn.client_ip,
+        int(conn.client_port),
+        conn.server_ip or "127.0.0.1",
+        int(conn.server_port),
+    )
+    t.process_uri(req.target, req.method, _version(req.version))
+    for name, value in req.headers:
+        t.add_request_header(name, value)
+    t.process_request_headers()
+
+
 def inspect_request(
     conn: Any, req: Any, excluded: Tuple[int, ...], body: Optional[bytes]
 ) -> Verdict:
     """The request (``body``: its first BODY_LIMIT bytes, None when not inspected)."""
     rules = ENGINE.rules()
     with ENGINE.modsec.transaction(rules) as t:
-        t.process_connection(
-            conn.client_ip,
-            int(conn.client_port),
-            conn.server_ip or "127.0.0.1",
-            int(conn.server_port),
-        )
-        t.process_uri(req.target, req.method, _version(req.version))
-        for name, value in req.headers:
-            t.add_request_header(name, value)
-        t.process_request_headers()
+        _request_head(t, conn, req)
         if body:
             t.append_request_body(body[:BODY_LIMIT])
         t.process_request_body()
@@ -224,16 +229,7 @@ def inspect_response(
     """The response, in the transaction of its request (CRS reads both)."""
     rules = ENGINE.rules()
     with ENGINE.modsec.transaction(rules) as t:
-        t.process_connection(
-            conn.client_ip,
-            int(conn.client_port),
-            conn.server_ip or "127.0.0.1",
-            int(conn.server_port),
-        )
-        t.process_uri(req.target, req.method, _version(req.version))
-        for name, value in req.headers:
-            t.add_request_header(name, value)
-        t.process_request_headers()
+        _request_head(t, conn, req)
         t.process_request_body()
         for name, value in res.headers:
             t.add_response_header(name, value)
