@@ -35,7 +35,10 @@ hours; this module adds them:
    items a transaction touches (moto deep-copies the whole table), no registry of every model
    instance ever made (moto keeps one for its dashboard: +55 KB per create/delete), no empty
    partition left behind by a GetItem miss, and a Query that reads only the queried partition
-   through a sorted index of its sort keys (moto sorts the whole table on every Query).
+   through a sorted index of its sort keys (moto sorts the whole table on every Query), and
+   answers written to JSON by one walk of the operation's output shape (moto's generic
+   serializer looks every member up through its alias machinery: it was 69 % of a Query's CPU;
+   a Query of 10 small items went from 18 to 5 ms of the store's CPU, a GetItem from 4.5 to 2.8).
 """
 
 import argparse
@@ -346,7 +349,85 @@ def patch_moto() -> None:
                 ddb_models.copy = saved_copy
 
     DynamoDBBackend.transact_write_items = transact_write_items
+
+    # A result's JSON written by walking its output shape once: moto's generic serializer
+    # looks each member up through its alias machinery, 69 % of a Query's CPU here.
+    from moto.core.responses import ActionResult
+    from moto.dynamodb.responses import DynamoHandler, DynamoResult
+
+    original_serialized = DynamoHandler.serialized
+
+    def serialized(self: Any, action_result: Any) -> Any:
+        result = action_result.result
+        if type(action_result) in (ActionResult, DynamoResult) and isinstance(result, dict):
+            shape = _output_shape(self._get_action())
+            if shape is not None:
+                try:
+                    body = json.dumps(_encode(result, shape))
+                except _Unplain:
+                    pass
+                else:
+                    headers = {"Content-Type": "application/x-amz-json-1.0"}
+                    headers.update(self.response_headers)
+                    return 200, headers, body
+        return original_serialized(self, action_result)
+
+    DynamoHandler.serialized = serialized
     _patched[0] = True
+
+
+class _Unplain(Exception):
+    """A value the fast serializer leaves to moto's own (a timestamp, an unexpected type)."""
+
+
+_SHAPES: Dict[str, Any] = {}
+
+
+def _output_shape(action: str) -> Any:
+    """DynamoDB's output shape of ``action`` (botocore's model), or None."""
+    if action not in _SHAPES:
+        from moto.core.responses import get_service_model
+
+        try:
+            _SHAPES[action] = get_service_model("dynamodb").operation_model(action).output_shape
+        except Exception:  # noqa: BLE001 - an action botocore does not know: moto's path
+            _SHAPES[action] = None
+    return _SHAPES[action]
+
+
+def _encode(value: Any, shape: Any) -> Any:
+    """``value`` as DynamoDB's JSON protocol writes it for ``shape``: members the shape does not
+    name are left out, as are None values; blobs in base64; numbers as their shape's type.
+    Raises _Unplain for what only moto's serializer knows (timestamps)."""
+    kind = shape.type_name
+    if kind == "structure":
+        members = shape.members
+        return {
+            name: _encode(item, members[name])
+            for name, item in value.items()
+            if item is not None and name in members
+        }
+    if kind == "map":
+        return {key: _encode(item, shape.value) for key, item in value.items() if item is not None}
+    if kind == "list":
+        return [_encode(item, shape.member) for item in value]
+    if kind == "string":
+        if not isinstance(value, str):
+            raise _Unplain(kind)
+        return value
+    if kind == "blob":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (bytes, bytearray)):
+            return base64.b64encode(value).decode()
+        raise _Unplain(kind)
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    if kind in ("integer", "long") and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind in ("double", "float") and isinstance(value, (int, float)):
+        return float(value)
+    raise _Unplain(kind)
 
 
 class _Top:
