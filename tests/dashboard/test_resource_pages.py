@@ -128,7 +128,9 @@ def test_new_pages_at_both_widths_without_overflow(stack, browser_factory):
     from tests.dashboard.test_dashboard import UNLABELLED
 
     ca = SmallCA("Pages CA")
-    stack.api("POST", "/certificate_authorities", {"ca_pem": ca.pem, "description": "pages"})
+    ca_made = stack.api(
+        "POST", "/certificate_authorities", {"ca_pem": ca.pem, "description": "pages"}
+    )
     domain = stack.api(
         "POST", "/reserved_domains", {"domain": "*.widths.example.com", "description": "both"}
     )
@@ -141,6 +143,18 @@ def test_new_pages_at_both_widths_without_overflow(stack, browser_factory):
         "POST",
         f"/edges/https/{edge['id']}/routes",
         {"match_type": "path_prefix", "match": "/", "backend": {"backend_id": backend["id"]}},
+    )
+    stack.api(  # a TLS edge with every module set: its row at both widths
+        "POST",
+        "/edges/tls",
+        {
+            "hostports": ["tls.widths.example.com:443"],
+            "description": "TLS edge at both widths",
+            "backend": {"backend_id": backend["id"]},
+            "tls_termination": {"terminate_at": "edge", "min_version": "1.2"},
+            "mutual_tls": {"certificate_authority_ids": [ca_made["id"]]},
+            "traffic_policy": {"value": "on_tcp_connect: [{actions: [{type: deny}]}]"},
+        },
     )
     wide = browser_factory(width=1440, height=900)
     sign_in(wide, stack.dashboard_url, stack.key)
@@ -558,3 +572,198 @@ def test_backends_forms_examples_are_accepted_and_edited(stack, browser, expecte
     wait(browser, lambda d: "418" in find(d, row).text)
     for kind in ("weighted", "failover", "tunnel_group", "http_response"):
         stack.api("DELETE", f"/backends/{kind}/{made[kind]['id']}")
+
+
+# ---- TLS edges -------------------------------------------------------------------------
+def _tls_edge_by_hostport(stack, hostport):
+    return _by(stack, "/edges/tls", "tls_edges", lambda e: e["hostports"] == [hostport])
+
+
+def test_tls_edges_form_examples_accepted_and_modules_set_and_cleared(
+    stack, browser, expected_errors
+):
+    """The TLS edge form with its examples (a free reserved domain's :443, the on_tcp_connect
+    policy), a backend, an IP policy, TLS termination at the edge and a CA is created as typed;
+    mutual TLS with a passed-through handshake is the API's ERR_NGROK_1694 at the mutual TLS
+    field with the operation id; the editor empties TLS termination and mutual TLS (both
+    removed, the rest kept); a module's Remove button; the edge's Delete."""
+    from selenium.webdriver.support.ui import Select
+
+    expected_errors.expect(400)
+    stack.api("POST", "/reserved_domains", {"domain": "tls-edge-a.example.com"})
+    stack.api("POST", "/reserved_domains", {"domain": "*.tls-edge-b.example.com"})
+    backend = stack.api("POST", "/backends/tunnel_group", {"labels": {"service": "tls-edge"}})
+    policy = stack.api("POST", "/ip_policies", {"description": "tls edge"})
+    ca = stack.api(
+        "POST",
+        "/certificate_authorities",
+        {"ca_pem": SmallCA("TLS edge CA").pem, "description": "tls edge"},
+    )
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "edges")
+    css = "form[aria-label='New TLS edge']"
+    wait(
+        browser,
+        lambda d: find(d, f"{css} option[value='{ca['id']}']")
+        and find(d, f"{css} input[name=hostports]").get_attribute("placeholder"),
+        message="no hostport example",
+    )
+    https_example = find(browser, "form[aria-label='New HTTPS edge'] input[name=hostports]")
+    form = find(browser, css)
+    used = _fill_examples(form)
+    assert set(used) == {"hostports", "traffic_policy.value"}, used
+    # the HTTPS form offers another free domain when there is one
+    assert https_example.get_attribute("placeholder") != used["hostports"]
+    Select(form.find_element(By.NAME, "backend.backend_id")).select_by_value(backend["id"])
+    Select(form.find_element(By.NAME, "ip_restriction.ip_policy_ids")).select_by_value(
+        policy["id"]
+    )
+    Select(form.find_element(By.NAME, "mutual_tls.certificate_authority_ids")).select_by_value(
+        ca["id"]
+    )
+    Select(form.find_element(By.NAME, "tls_termination.min_version")).select_by_value("upstream")
+    _submit(form)  # mutual TLS needs termination at the edge: the API's 400 at that field
+    text = _field_error(browser, css, "mutual_tls.certificate_authority_ids")
+    assert "ERR_NGROK_1694" in text and "operation op_" in text, text
+    assert not _tls_edge_by_hostport(stack, used["hostports"])
+    form = find(browser, css)
+    Select(form.find_element(By.NAME, "tls_termination.min_version")).select_by_value("1.3")
+    _submit(form)
+    wait(browser, lambda d: _tls_edge_by_hostport(stack, used["hostports"]))
+    [edge] = _tls_edge_by_hostport(stack, used["hostports"])
+    assert edge["tls_termination"] == {
+        "enabled": True,
+        "terminate_at": "edge",
+        "min_version": "1.3",
+    }
+    assert [c["id"] for c in edge["mutual_tls"]["certificate_authorities"]] == [ca["id"]]
+    assert edge["backend"]["backend"]["id"] == backend["id"]
+    assert edge["ip_restriction"]["ip_policies"][0]["id"] == policy["id"]
+    assert edge["traffic_policy"]["value"] == used["traffic_policy.value"]
+    row = f"[data-list=tls_edges] tr[data-id='{edge['id']}']"
+    wait(browser, lambda d: "TLS 1.3 minimum" in find(d, row).text)
+    assert "mutual_tls" in find(browser, row).text
+    snapshot(browser, "edges-tls-added")
+    # edit: TLS termination and mutual TLS emptied: both removed (mutual TLS first), the
+    # backend, IP restriction and policy kept
+    find(browser, f"{row} button[data-action=edit]").click()
+    editor = find(browser, f"{row} form")
+    Select(editor.find_element(By.NAME, "tls_termination.min_version")).select_by_value("")
+    Select(editor.find_element(By.NAME, "mutual_tls.certificate_authority_ids")).deselect_all()
+    editor.find_element(By.NAME, "description").send_keys("passthrough")
+    _submit(editor)
+
+    def cleared() -> bool:
+        now = stack.api("GET", f"/edges/tls/{edge['id']}")
+        return now["tls_termination"] is None and now["mutual_tls"] is None
+
+    wait(browser, lambda d: cleared())
+    now = stack.api("GET", f"/edges/tls/{edge['id']}")
+    assert now["description"] == "passthrough"
+    assert now["backend"] and now["ip_restriction"] and now["traffic_policy"]
+    wait(browser, lambda d: "mutual_tls" not in find(d, row).text)
+    # a module's Remove button
+    find(browser, f"{row} li[data-module=traffic_policy] button").click()
+    accept_confirm(browser)
+    wait(browser, lambda d: stack.api("GET", f"/edges/tls/{edge['id']}")["traffic_policy"] is None)
+    wait(browser, lambda d: not all_of(d, f"{row} li[data-module=traffic_policy]"))
+    # set again in the editor: termination passed through to the upstream
+    find(browser, f"{row} button[data-action=edit]").click()
+    editor = find(browser, f"{row} form")
+    Select(editor.find_element(By.NAME, "tls_termination.min_version")).select_by_value("upstream")
+    _submit(editor)
+    wait(
+        browser,
+        lambda d: (stack.api("GET", f"/edges/tls/{edge['id']}")["tls_termination"] or {}).get(
+            "terminate_at"
+        )
+        == "upstream",
+    )
+    wait(browser, lambda d: "at the upstream (passthrough)" in find(d, row).text)
+    snapshot(browser, "edges-tls-edited")
+    # delete the edge after the confirmation
+    find(browser, f"{row} .row-actions button:not([data-action])").click()
+    accept_confirm(browser)
+    wait(browser, lambda d: not _tls_edge_by_hostport(stack, used["hostports"]))
+    wait(browser, lambda d: not all_of(d, row))
+    stack.api("DELETE", f"/backends/tunnel_group/{backend['id']}")
+
+
+# ---- reserved domains edited ----------------------------------------------------------
+def test_edit_a_reserved_domains_description_metadata_and_certificate(
+    stack, browser, expected_errors
+):
+    """A domain's row editor: description, metadata, key type of the managed certificate and
+    points of presence saved (and shown); a policy and a certificate at once is the API's 400
+    at the certificate with the operation id; an uploaded certificate attached (management
+    stops); then managed again with the upload detached."""
+    from selenium.webdriver.support.ui import Select
+
+    expected_errors.expect(400)
+    made = stack.api(
+        "POST", "/reserved_domains", {"domain": "edit-me.example.com", "description": "before"}
+    )
+    assert made["certificate_management_policy"]["private_key_type"] == "ecdsa"
+    cert = stack.api(
+        "POST", "/tls_certificates", SmallCA("Edit CA").upload_body(["edit-me.example.com"])
+    )
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "reserved_domains")
+    row = f"tr[data-id='{made['id']}']"
+    path = f"/reserved_domains/{made['id']}"
+
+    def edit(**choices):
+        find(browser, f"{row} button[data-action=edit]").click()
+        editor = find(browser, f"{row} form")
+        for name, value in choices.items():
+            element = editor.find_element(By.NAME, name)
+            if element.tag_name == "select":
+                select = Select(element)
+                if select.is_multiple:
+                    select.deselect_all()
+                select.select_by_value(value)
+            else:
+                element.clear()
+                element.send_keys(value)
+        _submit(editor)
+
+    edit(
+        description="shop front",
+        metadata='{"team": "web"}',
+        certificate_management_policy="rsa",
+        resolves_to="eu",
+    )
+    wait(browser, lambda d: stack.api("GET", path)["description"] == "shop front")
+    now = stack.api("GET", path)
+    assert now["metadata"] == '{"team": "web"}'
+    assert now["certificate_management_policy"] == {
+        "authority": "letsencrypt",
+        "private_key_type": "rsa",
+    }
+    assert now["resolves_to"] == [{"value": "eu"}]
+    wait(browser, lambda d: "shop front" in find(d, f"{row} .description").text)
+    assert '{"team": "web"}' in find(browser, f"{row} .metadata").text
+    wait(browser, lambda d: "Managed (letsencrypt, rsa)" in find(d, f"{row} .cert").text)
+    snapshot(browser, "domain-edited")
+    # a policy change and a certificate at once: the API's 400 at the certificate
+    edit(certificate_management_policy="ecdsa", certificate_id=cert["id"])
+    text = _field_error(browser, f"{row} form", "certificate_id")
+    assert "mutually exclusive" in text and "operation op_" in text, text
+    assert stack.api("GET", path)["certificate"] is None
+    # the certificate alone: attached, management stopped
+    find(browser, f"{row} form button.secondary").click()  # Cancel
+    edit(certificate_id=cert["id"])
+    wait(browser, lambda d: (stack.api("GET", path)["certificate"] or {}).get("id") == cert["id"])
+    assert stack.api("GET", path)["certificate_management_policy"] is None
+    wait(browser, lambda d: f"Served: certificate {cert['id']}" in find(d, f"{row} .cert").text)
+    # managed again and the upload detached: a PATCH of the policy, then the DELETE
+    edit(certificate_management_policy="ecdsa", certificate_id="")
+    wait(
+        browser,
+        lambda d: stack.api("GET", path)["certificate"] is None
+        and stack.api("GET", path)["certificate_management_policy"] is not None,
+    )
+    wait(browser, lambda d: "Managed (letsencrypt, ecdsa)" in find(d, f"{row} .cert").text)
+    assert stack.api("GET", path)["description"] == "shop front"
+    stack.api("DELETE", path)
+    stack.api("DELETE", f"/tls_certificates/{cert['id']}")
