@@ -117,6 +117,25 @@ def _field_error(browser, form_css: str, name: str) -> str:
     return error.text
 
 
+def _https_status(stack, host: str, port: int) -> int:
+    """The status an HTTPS GET of ``host`` on the edge's ``port`` answers (SNI ``host``, the
+    edge's CA trusted)."""
+    import socket
+    import ssl
+
+    context = ssl.create_default_context(cafile=stack.ca_path)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname=host) as tls:
+            tls.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            head = b""
+            while b"\r\n" not in head:
+                chunk = tls.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+    return int(head.split(b" ", 2)[1])
+
+
 def _by(stack, path, key, pred):
     return [x for x in stack.api("GET", path)[key] if pred(x)]
 
@@ -231,13 +250,24 @@ def test_agents_are_named_by_their_authtokens_description(stack, browser):
                 "traffic_policy": "on_http_request: [{actions: [{type: deny}]}]",
             },
         )
+        # both name the port the edge serves HTTPS on (make run: not 443)
+        port = stack.https_port
+        assert cloud["url"] == f"https://same-shape.tunnels.localhost:{port}", cloud
+        assert cloud["hostport"] == f"same-shape.tunnels.localhost:{port}", cloud
         go(browser, "endpoints")
+        shown = 0
         for endpoint in stack.api("GET", "/endpoints")["endpoints"]:
             if endpoint["id"] not in (cloud["id"],) and endpoint["type"] != "agent":
                 continue
+            if endpoint["type"] == "agent" and endpoint["scheme"] == "https":
+                assert endpoint["url"].endswith(f":{port}"), endpoint
             cell = find(browser, f"tr[data-id='{endpoint['id']}'] .endpoint-url")
             assert endpoint["url"] in cell.text.replace("\n", "")
             assert endpoint["hostport"] in cell.text.replace("\n", "")
+            shown += 1
+        assert shown >= 2
+        # the URL shown is served there: the cloud endpoint's policy answers on that port
+        assert _https_status(stack, "same-shape.tunnels.localhost", port) == 403
         snapshot(browser, "endpoints-urls")
         stack.api("DELETE", f"/endpoints/{cloud['id']}")
     finally:
@@ -288,10 +318,10 @@ def test_the_cloud_endpoint_forms_examples_are_accepted(stack, browser):
     used = _fill_examples(find(browser, css))
     assert set(used) == {"url", "traffic_policy"}, used
     _submit(find(browser, css))
-    wait(
-        browser, lambda d: _by(stack, "/endpoints", "endpoints", lambda e: e["url"] == used["url"])
-    )
-    [made] = _by(stack, "/endpoints", "endpoints", lambda e: e["url"] == used["url"])
+    host = used["url"].split("://")[1]  # the API shows it with the edge's port
+    wait(browser, lambda d: _by(stack, "/endpoints", "endpoints", lambda e: e["host"] == host))
+    [made] = _by(stack, "/endpoints", "endpoints", lambda e: e["host"] == host)
+    assert made["url"] == f"{used['url']}:{stack.https_port}"
     assert made["traffic_policy"] == used["traffic_policy"]
     stack.api("DELETE", f"/endpoints/{made['id']}")
 
