@@ -755,6 +755,8 @@ def test_edit_a_reserved_domains_description_metadata_and_certificate(
             else:
                 element.clear()
                 element.send_keys(value)
+        if "metadata" in choices:
+            snapshot(browser, "domain-editor")
         _submit(editor)
 
     edit(
