@@ -133,8 +133,12 @@ def check_url(field: str, value: Any) -> str:
             raise _bad(field, "must be tcp://host:port (a TCP address: a port from 1 to 65535)")
     elif port is not None and port not in (SCHEMES[scheme], served_port(scheme)):
         served = served_port(scheme)
-        also = f" or the port the edge serves it on ({served})" if served != SCHEMES[scheme] else ""
-        raise _bad(field, f"may only use the scheme's own port ({SCHEMES[scheme]}){also}, got {port}")
+        also = (
+            f" or the port the edge serves it on ({served})" if served != SCHEMES[scheme] else ""
+        )
+        raise _bad(
+            field, f"may only use the scheme's own port ({SCHEMES[scheme]}){also}, got {port}"
+        )
     try:
         host = hostnames.parse(parts.hostname or "", min_labels=2, numeric_tld=False)
     except hostnames.InvalidHostname as exc:
