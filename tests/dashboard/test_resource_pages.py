@@ -797,5 +797,19 @@ def test_edit_a_reserved_domains_description_metadata_and_certificate(
     )
     wait(browser, lambda d: "Managed (letsencrypt, ecdsa)" in find(d, f"{row} .cert").text)
     assert stack.api("GET", path)["description"] == "shop front"
+    # a name of the service's own domain: its certificate is the service's, no choice of it
+    own = stack.api("POST", "/reserved_domains", {"domain": "edit-own.tunnels.localhost"})
+    own_row = f"tr[data-id='{own['id']}']"
+    find(browser, f"{row} button[data-action=edit]")  # the list drawn again
+    browser.refresh()
+    loaded(browser)
+    find(browser, f"{own_row} button[data-action=edit]").click()
+    editor = find(browser, f"{own_row} form")
+    names = [e.get_attribute("name") for e in editor.find_elements(By.CSS_SELECTOR, "[name]")]
+    assert names == ["description", "metadata", "resolves_to"], names
+    editor.find_element(By.NAME, "description").send_keys("own name")
+    _submit(editor)
+    wait(browser, lambda d: stack.api("GET", f"/reserved_domains/{own['id']}")["description"])
+    stack.api("DELETE", f"/reserved_domains/{own['id']}")
     stack.api("DELETE", path)
     stack.api("DELETE", f"/tls_certificates/{cert['id']}")
