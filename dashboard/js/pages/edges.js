@@ -129,7 +129,7 @@ function tlsField(edge, passthrough) {
   const options = [["", passthrough ? "not set (passthrough: the upstream makes the handshake)" : "not set"],
                    ["default", "at the edge, the edge's minimum (TLS 1.2)"],
                    ["1.2", "at the edge, TLS 1.2 minimum"], ["1.3", "at the edge, TLS 1.3 minimum"]];
-  if (passthrough) options.push(["upstream", "at the upstream (passthrough, module set)"]);
+  if (passthrough) options.push(["upstream", "at the upstream (a tls_termination module with terminate_at: upstream)"]);
   let value = "";
   if (module) value = module.terminate_at === "upstream" ? "upstream" : (module.min_version || "default");
   return field("tls_termination.min_version", "TLS termination", { kind: "select", options, value });
@@ -253,7 +253,7 @@ function hostportsCell(e) {
 
 // One kind's list: id, description, hostports, modules (each with Remove), the kind's extra
 // columns; Edit (a PATCH, then the emptied modules' DELETEs) and Delete.
-function edgeList({ path, key, what, kind, modules, fields, choicesNow, extraColumns = [], deleteText }) {
+function edgeList({ path, key, what, kind, modules, fields, choicesNow, extraColumns = () => [], deleteText }) {
   const list = listView({
     path, key, what, emptyText: `No ${kind} edge.`,
     columns: [ID, DESCRIPTION,
@@ -288,9 +288,9 @@ export default {
         modules: HTTPS_EDGE_MODULES, fields: httpsEdgeFields, example: "httpsExample", deleteText: " and its routes",
         extraColumns: (reload) => [{ label: "Routes", cell: (e) => routesOf(e, choicesNow, reload) }] },
       { title: "TCP edges", path: "/edges/tcp", key: "tcp_edges", what: "TCP edges", kind: "TCP",
-        modules: TCP_MODULES, fields: tcpEdgeFields, example: "tcpExample", extraColumns: () => [] },
+        modules: TCP_MODULES, fields: tcpEdgeFields, example: "tcpExample" },
       { title: "TLS edges", path: "/edges/tls", key: "tls_edges", what: "TLS edges", kind: "TLS",
-        modules: TLS_MODULES, fields: tlsEdgeFields, example: "tlsExample", extraColumns: () => [] },
+        modules: TLS_MODULES, fields: tlsEdgeFields, example: "tlsExample" },
     ];
 
     // The create forms are there from the start (no layout shift when data arrives); their
