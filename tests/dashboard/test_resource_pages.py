@@ -163,7 +163,7 @@ def test_new_pages_at_both_widths_without_overflow(stack, browser_factory):
         f"/edges/https/{edge['id']}/routes",
         {"match_type": "path_prefix", "match": "/", "backend": {"backend_id": backend["id"]}},
     )
-    stack.api(  # a TLS edge with every module set: its row at both widths
+    tls_edge = stack.api(  # a TLS edge with every module set: its row at both widths
         "POST",
         "/edges/tls",
         {
@@ -203,6 +203,18 @@ def test_new_pages_at_both_widths_without_overflow(stack, browser_factory):
         assert not all_of(narrow, ".state.error"), text_of(narrow)
         full_snapshot(narrow, f"390-{route}")
         _no_overflow(narrow, route)
+    # the editors opened in a row (a domain's, a TLS edge's) fit the narrow window too
+    for route, row in (
+        ("reserved_domains", f"tr[data-id='{domain['id']}']"),
+        ("edges", f"[data-list=tls_edges] tr[data-id='{tls_edge['id']}']"),
+    ):
+        for browser, width in ((wide, 1440), (narrow, 390)):
+            browser.get(f"{stack.dashboard_url}#/{route}")
+            find(browser, f"{row} button[data-action=edit]").click()
+            find(browser, f"{row} form")
+            loaded(browser)
+            full_snapshot(browser, f"{width}-{route}-editor")
+            _no_overflow(browser, f"{route} editor")
 
 
 # ---- item 4: the smaller items ---------------------------------------------------------
