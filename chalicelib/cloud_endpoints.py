@@ -10,8 +10,15 @@ are written in one transaction, so the copy is never older than the endpoint.
 
 Rules (the hosted API's, where its docs say; decided here where they are silent)
 - ``url``: ``https://host`` or ``http://host`` (a trailing ``/`` is dropped; the scheme's own
-  port may be given and is dropped; any other port, a path, query, fragment or user info is
-  a 400), or ``tcp://host:port``. ``tls://`` cloud endpoints are not served: 400 saying so.
+  port, or the port the edge serves the scheme on, may be given and is dropped; any other
+  port, a path, query, fragment or user info is a 400), or ``tcp://host:port``. ``tls://``
+  cloud endpoints are not served: 400 saying so.
+- The URL is stored without a port and **shown with the port the edge serves it on** when
+  that is not the scheme's own (:func:`public_url`: ``url``, ``public_url``, ``hostport`` and
+  ``port`` of the endpoint; under ``make run`` ``https://host:8443``), as agent endpoints'
+  URLs are (the edge writes them with its public port): the API knows the edge's public
+  ports from the settings both read (chalicelib.core.config ``edge_public_port``). Internal
+  URLs are never shown with a port (no public listener serves them).
 - A public ``tcp://`` URL must be exactly a TCP address the account reserved
   (``/reserved_addrs``, as for TCP edges): else a 400. Its policy may use only
   ``on_tcp_connect`` (and must ``forward-internal`` to a ``tcp://…internal`` endpoint, or the
@@ -124,8 +131,14 @@ def check_url(field: str, value: Any) -> str:
     if scheme == "tcp":
         if parts.path or port is None or port == 0:
             raise _bad(field, "must be tcp://host:port (a TCP address: a port from 1 to 65535)")
-    elif port is not None and port != SCHEMES[scheme]:
-        raise _bad(field, f"may only use the scheme's own port ({SCHEMES[scheme]}), got {port}")
+    elif port is not None and port not in (SCHEMES[scheme], served_port(scheme)):
+        served = served_port(scheme)
+        also = (
+            f" or the port the edge serves it on ({served})" if served != SCHEMES[scheme] else ""
+        )
+        raise _bad(
+            field, f"may only use the scheme's own port ({SCHEMES[scheme]}){also}, got {port}"
+        )
     try:
         host = hostnames.parse(parts.hostname or "", min_labels=2, numeric_tld=False)
     except hostnames.InvalidHostname as exc:
@@ -173,6 +186,24 @@ def check_policy(field: str, value: Any, protocol: Optional[str] = None) -> str:
         return traffic_policy.check_document(field, value, protocol=protocol) if value else value
     except errors.InvalidField as exc:
         raise errors.InvalidCloudPolicy(exc.msg, details={"field": field}) from None
+
+
+def served_port(scheme: str) -> Optional[int]:
+    """The port the edge serves public ``scheme`` URLs on (http, https), as its URLs name it."""
+    settings = get_settings()
+    return {"http": settings.edge_public_http_port, "https": settings.edge_public_https_port}.get(
+        scheme
+    )
+
+
+def public_url(url: str) -> str:
+    """A stored (canonical) URL as the API shows it: with the edge's public port when that is
+    not the scheme's own (tcp:// URLs carry theirs already; internal ones have none)."""
+    scheme, host = split(url)
+    port = served_port(scheme)
+    if port is None or port == SCHEMES[scheme] or is_internal(host):
+        return url
+    return f"{scheme}://{host}:{port}"
 
 
 def split(url: str) -> Tuple[str, str]:

@@ -72,6 +72,8 @@ def _principal(c: Ctx, owner_id: Optional[str]) -> Optional[Dict[str, str]]:
 def render(c: Ctx, item: store.Item, session: Optional[store.Item]) -> Dict[str, Any]:
     data = item.data
     url = data.get("url") or data.get("public_url") or ""
+    if data.get("type") == "cloud" and url:  # stored without the edge's port: shown with it
+        url = cloud.public_url(url)
     parts = urlsplit(url)
     scheme = parts.scheme
     host = parts.hostname or data.get("hostname") or ""

@@ -152,6 +152,15 @@ def up(args: argparse.Namespace) -> int:
     os.makedirs(data_dir, exist_ok=True)
     children: List[subprocess.Popen] = []
     stack = None
+    front = {
+        "agent": args.agent_port or free_port(),
+        "http": args.http_port or free_port(),
+        "https": args.https_port or free_port(),
+    }
+    public = {  # the URLs name HAProxy's ports: the agents' (edges) and cloud endpoints' (API)
+        "EDGE_PUBLIC_HTTP_PORT": str(front["http"]),
+        "EDGE_PUBLIC_HTTPS_PORT": str(front["https"]),
+    }
     if args.store_env:
         env = {**os.environ, **read_env(args.store_env)}
     else:
@@ -164,6 +173,7 @@ def up(args: argparse.Namespace) -> int:
             "STORE_PORT": str(free_port()),
             "DATA_DIR": stack_dir,
             "PYTHONUNBUFFERED": "1",
+            **public,
         }
         env.pop("DYNAMODB_ENDPOINT_URL", None)
         stack = subprocess.Popen(
@@ -189,17 +199,7 @@ def up(args: argparse.Namespace) -> int:
     )
     if args.check_seconds:
         env["EDGE_CHECK_SECONDS"] = str(args.check_seconds)
-    front = {
-        "agent": args.agent_port or free_port(),
-        "http": args.http_port or free_port(),
-        "https": args.https_port or free_port(),
-    }
-    env.update(
-        {
-            "EDGE_PUBLIC_HTTP_PORT": str(front["http"]),  # the URLs name HAProxy's ports
-            "EDGE_PUBLIC_HTTPS_PORT": str(front["https"]),
-        }
-    )
+    env.update(public)
     instances = [Instance(k, data_dir, env) for k in range(args.n)]
     instances[0].start()
     instances[0].wait_serving()

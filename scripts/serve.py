@@ -222,6 +222,12 @@ def stack_env(base: Dict[str, str], args: argparse.Namespace, endpoint: str) -> 
 def build_stack(args: argparse.Namespace, env: Dict[str, str], embedded: bool) -> List[Component]:
     py = sys.executable
     stack = []
+    if args.edge:
+        # The API names the edge's public ports in cloud endpoints' URLs, as the edge does in
+        # agent endpoints' (chalicelib.core.config edge_public_port): it is told the edge's
+        # listeners, with the edge's own defaults (edge_sockets below binds the same).
+        env["EDGE_HTTP_PORT"] = env.get("EDGE_HTTP_PORT") or "8080"
+        env["EDGE_HTTPS_PORT"] = env.get("EDGE_HTTPS_PORT") or "8443"
     if embedded:
         stack.append(
             Component(

@@ -6,7 +6,10 @@ docs/CONFIGURATION.md, the one table (tests/unit/test_settings_documented.py fai
 setting read in the code and missing there).
 
 The two EDGE_TCP_* settings are shared with the edge (edge/config.py reads them from here):
-the API allocates reserved addresses from the range, the edge listens on them.
+the API allocates reserved addresses from the range, the edge listens on them. The edge's
+public HTTP and HTTPS ports (EDGE_PUBLIC_*_PORT, else EDGE_HTTP_PORT / EDGE_HTTPS_PORT, and
+EDGE_PUBLIC_URL_PORTS) are read by both too: the edge puts them in agent endpoints' URLs, the
+API in cloud endpoints' (:func:`edge_public_port`), so both kinds name the port the edge serves.
 """
 
 import functools
@@ -32,6 +35,8 @@ class Settings:
     dns_check_resolver: str = ""
     dashboard_origin: str = ""
     acme_directory_url: str = ""
+    edge_public_http_port: int = 80
+    edge_public_https_port: int = 443
 
 
 def _int(env: "os._Environ[str]", name: str, default: int) -> int:
@@ -78,7 +83,35 @@ def get_settings() -> Settings:
         dns_check_resolver=(env.get("DNS_CHECK_RESOLVER") or "").strip(),
         dashboard_origin=(env.get("DASHBOARD_ORIGIN") or "").strip().rstrip("/"),
         acme_directory_url=(env.get("ACME_DIRECTORY_URL") or "").strip(),
+        edge_public_http_port=edge_public_port(env, "http"),
+        edge_public_https_port=edge_public_port(env, "https"),
     )
+
+
+DEFAULT_URL_PORTS = {"http": 80, "https": 443}
+
+
+def edge_public_port(env: "os._Environ[str]", scheme: str) -> int:
+    """The port public ``scheme`` URLs name, as the edge's URLs do (edge.config
+    ``EdgeSettings.http_url``): ``EDGE_PUBLIC_<SCHEME>_PORT`` (a load balancer's), else the
+    edge's listener ``EDGE_<SCHEME>_PORT``, else the scheme's own port (an API that was not
+    told where the edge listens: a deployed API, whose edge is behind a load balancer on
+    80/443); the scheme's own port when ``EDGE_PUBLIC_URL_PORTS`` is ``0``."""
+    default = DEFAULT_URL_PORTS[scheme]
+    if env.get("EDGE_PUBLIC_URL_PORTS", "1") == "0":
+        return default
+    for name in (f"EDGE_PUBLIC_{scheme.upper()}_PORT", f"EDGE_{scheme.upper()}_PORT"):
+        raw = (env.get(name) or "").strip()
+        if not raw:
+            continue
+        try:
+            port = int(raw)
+        except ValueError:
+            raise ValueError(f"{name} must be a port number, got {raw!r}") from None
+        if not 1 <= port <= 65535:
+            raise ValueError(f"{name} must be a port from 1 to 65535, got {port}")
+        return port
+    return default
 
 
 def _positive_int(env: "os._Environ[str]", name: str, default: int) -> int:

@@ -115,11 +115,13 @@ export function field(name, label, opts = {}) {
 
 // The form element an error's field names: the field itself ("hostports"), else the nearest
 // one that holds it ("backend.backend_id", "user_agent_filter.allow[0]", "labels.a b" are
-// shown at backend.backend_id, user_agent_filter.allow, labels).
+// shown at backend.backend_id, user_agent_filter.allow, labels); a module the API names as a
+// whole ("mutual_tls") at the form's first field of that module (mutual_tls.certificate_authority_ids).
 function fieldFor(form, name) {
   let rest = name;
   while (rest) {
-    const found = form.querySelector(`[data-field="${CSS.escape(rest)}"]`);
+    const found = form.querySelector(`[data-field="${CSS.escape(rest)}"]`)
+      || form.querySelector(`[data-field^="${CSS.escape(rest + ".")}"]`);
     if (found) return found;
     const cut = Math.max(rest.lastIndexOf("."), rest.lastIndexOf("["));
     rest = cut > 0 ? rest.slice(0, cut) : "";

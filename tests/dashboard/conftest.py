@@ -42,6 +42,7 @@ class Stack:
     agent_addr: str
     ca_path: str
     http_port: int
+    https_port: int
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         resp = requests.request(
@@ -80,6 +81,7 @@ def stack(dns_server, session_make_run):  # noqa: F811 (a fixture)
             agent_addr=run.agent_addr,
             ca_path=run.ca_path,
             http_port=run.ports["EDGE_HTTP_PORT"],
+            https_port=run.ports["EDGE_HTTPS_PORT"],
         )
 
 

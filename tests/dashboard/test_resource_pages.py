@@ -117,6 +117,25 @@ def _field_error(browser, form_css: str, name: str) -> str:
     return error.text
 
 
+def _https_status(stack, host: str, port: int) -> int:
+    """The status an HTTPS GET of ``host`` on the edge's ``port`` answers (SNI ``host``, the
+    edge's CA trusted)."""
+    import socket
+    import ssl
+
+    context = ssl.create_default_context(cafile=stack.ca_path)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname=host) as tls:
+            tls.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            head = b""
+            while b"\r\n" not in head:
+                chunk = tls.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+    return int(head.split(b" ", 2)[1])
+
+
 def _by(stack, path, key, pred):
     return [x for x in stack.api("GET", path)[key] if pred(x)]
 
@@ -128,7 +147,9 @@ def test_new_pages_at_both_widths_without_overflow(stack, browser_factory):
     from tests.dashboard.test_dashboard import UNLABELLED
 
     ca = SmallCA("Pages CA")
-    stack.api("POST", "/certificate_authorities", {"ca_pem": ca.pem, "description": "pages"})
+    ca_made = stack.api(
+        "POST", "/certificate_authorities", {"ca_pem": ca.pem, "description": "pages"}
+    )
     domain = stack.api(
         "POST", "/reserved_domains", {"domain": "*.widths.example.com", "description": "both"}
     )
@@ -141,6 +162,18 @@ def test_new_pages_at_both_widths_without_overflow(stack, browser_factory):
         "POST",
         f"/edges/https/{edge['id']}/routes",
         {"match_type": "path_prefix", "match": "/", "backend": {"backend_id": backend["id"]}},
+    )
+    tls_edge = stack.api(  # a TLS edge with every module set: its row at both widths
+        "POST",
+        "/edges/tls",
+        {
+            "hostports": ["tls.widths.example.com:443"],
+            "description": "TLS edge at both widths",
+            "backend": {"backend_id": backend["id"]},
+            "tls_termination": {"terminate_at": "edge", "min_version": "1.2"},
+            "mutual_tls": {"certificate_authority_ids": [ca_made["id"]]},
+            "traffic_policy": {"value": "on_tcp_connect: [{actions: [{type: deny}]}]"},
+        },
     )
     wide = browser_factory(width=1440, height=900)
     sign_in(wide, stack.dashboard_url, stack.key)
@@ -170,6 +203,18 @@ def test_new_pages_at_both_widths_without_overflow(stack, browser_factory):
         assert not all_of(narrow, ".state.error"), text_of(narrow)
         full_snapshot(narrow, f"390-{route}")
         _no_overflow(narrow, route)
+    # the editors opened in a row (a domain's, a TLS edge's) fit the narrow window too
+    for route, row in (
+        ("reserved_domains", f"tr[data-id='{domain['id']}']"),
+        ("edges", f"[data-list=tls_edges] tr[data-id='{tls_edge['id']}']"),
+    ):
+        for browser, width in ((wide, 1440), (narrow, 390)):
+            browser.get(f"{stack.dashboard_url}#/{route}")
+            find(browser, f"{row} button[data-action=edit]").click()
+            find(browser, f"{row} form")
+            loaded(browser)
+            full_snapshot(browser, f"{width}-{route}-editor")
+            _no_overflow(browser, f"{route} editor")
 
 
 # ---- item 4: the smaller items ---------------------------------------------------------
@@ -217,13 +262,24 @@ def test_agents_are_named_by_their_authtokens_description(stack, browser):
                 "traffic_policy": "on_http_request: [{actions: [{type: deny}]}]",
             },
         )
+        # both name the port the edge serves HTTPS on (make run: not 443)
+        port = stack.https_port
+        assert cloud["url"] == f"https://same-shape.tunnels.localhost:{port}", cloud
+        assert cloud["hostport"] == f"same-shape.tunnels.localhost:{port}", cloud
         go(browser, "endpoints")
+        shown = 0
         for endpoint in stack.api("GET", "/endpoints")["endpoints"]:
             if endpoint["id"] not in (cloud["id"],) and endpoint["type"] != "agent":
                 continue
+            if endpoint["type"] == "agent" and endpoint["scheme"] == "https":
+                assert endpoint["url"].endswith(f":{port}"), endpoint
             cell = find(browser, f"tr[data-id='{endpoint['id']}'] .endpoint-url")
             assert endpoint["url"] in cell.text.replace("\n", "")
             assert endpoint["hostport"] in cell.text.replace("\n", "")
+            shown += 1
+        assert shown >= 2
+        # the URL shown is served there: the cloud endpoint's policy answers on that port
+        assert _https_status(stack, "same-shape.tunnels.localhost", port) == 403
         snapshot(browser, "endpoints-urls")
         stack.api("DELETE", f"/endpoints/{cloud['id']}")
     finally:
@@ -274,10 +330,10 @@ def test_the_cloud_endpoint_forms_examples_are_accepted(stack, browser):
     used = _fill_examples(find(browser, css))
     assert set(used) == {"url", "traffic_policy"}, used
     _submit(find(browser, css))
-    wait(
-        browser, lambda d: _by(stack, "/endpoints", "endpoints", lambda e: e["url"] == used["url"])
-    )
-    [made] = _by(stack, "/endpoints", "endpoints", lambda e: e["url"] == used["url"])
+    host = used["url"].split("://")[1]  # the API shows it with the edge's port
+    wait(browser, lambda d: _by(stack, "/endpoints", "endpoints", lambda e: e["host"] == host))
+    [made] = _by(stack, "/endpoints", "endpoints", lambda e: e["host"] == host)
+    assert made["url"] == f"{used['url']}:{stack.https_port}"
     assert made["traffic_policy"] == used["traffic_policy"]
     stack.api("DELETE", f"/endpoints/{made['id']}")
 
@@ -558,3 +614,214 @@ def test_backends_forms_examples_are_accepted_and_edited(stack, browser, expecte
     wait(browser, lambda d: "418" in find(d, row).text)
     for kind in ("weighted", "failover", "tunnel_group", "http_response"):
         stack.api("DELETE", f"/backends/{kind}/{made[kind]['id']}")
+
+
+# ---- TLS edges -------------------------------------------------------------------------
+def _tls_edge_by_hostport(stack, hostport):
+    return _by(stack, "/edges/tls", "tls_edges", lambda e: e["hostports"] == [hostport])
+
+
+def test_tls_edges_form_examples_accepted_and_modules_set_and_cleared(
+    stack, browser, expected_errors
+):
+    """The TLS edge form with its examples (a free reserved domain's :443, the on_tcp_connect
+    policy), a backend, an IP policy, TLS termination at the edge and a CA is created as typed;
+    mutual TLS with a passed-through handshake is the API's ERR_NGROK_1694 at the mutual TLS
+    field with the operation id; the editor empties TLS termination and mutual TLS (both
+    removed, the rest kept); a module's Remove button; the edge's Delete."""
+    from selenium.webdriver.support.ui import Select
+
+    expected_errors.expect(400)
+    stack.api("POST", "/reserved_domains", {"domain": "tls-edge-a.example.com"})
+    stack.api("POST", "/reserved_domains", {"domain": "*.tls-edge-b.example.com"})
+    backend = stack.api("POST", "/backends/tunnel_group", {"labels": {"service": "tls-edge"}})
+    policy = stack.api("POST", "/ip_policies", {"description": "tls edge"})
+    ca = stack.api(
+        "POST",
+        "/certificate_authorities",
+        {"ca_pem": SmallCA("TLS edge CA").pem, "description": "tls edge"},
+    )
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "edges")
+    css = "form[aria-label='New TLS edge']"
+    wait(
+        browser,
+        lambda d: find(d, f"{css} option[value='{ca['id']}']")
+        and find(d, f"{css} input[name=hostports]").get_attribute("placeholder"),
+        message="no hostport example",
+    )
+    https_example = find(browser, "form[aria-label='New HTTPS edge'] input[name=hostports]")
+    form = find(browser, css)
+    used = _fill_examples(form)
+    assert set(used) == {"hostports", "traffic_policy.value"}, used
+    # the HTTPS form offers another free domain when there is one
+    assert https_example.get_attribute("placeholder") != used["hostports"]
+    Select(form.find_element(By.NAME, "backend.backend_id")).select_by_value(backend["id"])
+    Select(form.find_element(By.NAME, "ip_restriction.ip_policy_ids")).select_by_value(
+        policy["id"]
+    )
+    Select(form.find_element(By.NAME, "mutual_tls.certificate_authority_ids")).select_by_value(
+        ca["id"]
+    )
+    Select(form.find_element(By.NAME, "tls_termination.min_version")).select_by_value("upstream")
+    _submit(form)  # mutual TLS needs termination at the edge: the API's 400 at that field
+    text = _field_error(browser, css, "mutual_tls.certificate_authority_ids")
+    assert "ERR_NGROK_1694" in text and "operation op_" in text, text
+    assert not _tls_edge_by_hostport(stack, used["hostports"])
+    form = find(browser, css)
+    Select(form.find_element(By.NAME, "tls_termination.min_version")).select_by_value("1.3")
+    _submit(form)
+    wait(browser, lambda d: _tls_edge_by_hostport(stack, used["hostports"]))
+    [edge] = _tls_edge_by_hostport(stack, used["hostports"])
+    assert edge["tls_termination"] == {
+        "enabled": True,
+        "terminate_at": "edge",
+        "min_version": "1.3",
+    }
+    assert [c["id"] for c in edge["mutual_tls"]["certificate_authorities"]] == [ca["id"]]
+    assert edge["backend"]["backend"]["id"] == backend["id"]
+    assert edge["ip_restriction"]["ip_policies"][0]["id"] == policy["id"]
+    assert edge["traffic_policy"]["value"] == used["traffic_policy.value"]
+    row = f"[data-list=tls_edges] tr[data-id='{edge['id']}']"
+    wait(browser, lambda d: "TLS 1.3 minimum" in find(d, row).text)
+    assert "mutual_tls" in find(browser, row).text
+    snapshot(browser, "edges-tls-added")
+    # edit: TLS termination and mutual TLS emptied: both removed (mutual TLS first), the
+    # backend, IP restriction and policy kept
+    find(browser, f"{row} button[data-action=edit]").click()
+    editor = find(browser, f"{row} form")
+    Select(editor.find_element(By.NAME, "tls_termination.min_version")).select_by_value("")
+    Select(editor.find_element(By.NAME, "mutual_tls.certificate_authority_ids")).deselect_all()
+    editor.find_element(By.NAME, "description").send_keys("passthrough")
+    _submit(editor)
+
+    def cleared() -> bool:
+        now = stack.api("GET", f"/edges/tls/{edge['id']}")
+        return now["tls_termination"] is None and now["mutual_tls"] is None
+
+    wait(browser, lambda d: cleared())
+    now = stack.api("GET", f"/edges/tls/{edge['id']}")
+    assert now["description"] == "passthrough"
+    assert now["backend"] and now["ip_restriction"] and now["traffic_policy"]
+    wait(browser, lambda d: "mutual_tls" not in find(d, row).text)
+    # a module's Remove button
+    find(browser, f"{row} li[data-module=traffic_policy] button").click()
+    accept_confirm(browser)
+    wait(browser, lambda d: stack.api("GET", f"/edges/tls/{edge['id']}")["traffic_policy"] is None)
+    wait(browser, lambda d: not all_of(d, f"{row} li[data-module=traffic_policy]"))
+    # set again in the editor: termination passed through to the upstream
+    find(browser, f"{row} button[data-action=edit]").click()
+    editor = find(browser, f"{row} form")
+    Select(editor.find_element(By.NAME, "tls_termination.min_version")).select_by_value("upstream")
+    _submit(editor)
+    wait(
+        browser,
+        lambda d: (stack.api("GET", f"/edges/tls/{edge['id']}")["tls_termination"] or {}).get(
+            "terminate_at"
+        )
+        == "upstream",
+    )
+    wait(browser, lambda d: "at the upstream (passthrough)" in find(d, row).text)
+    snapshot(browser, "edges-tls-edited")
+    # delete the edge after the confirmation
+    find(browser, f"{row} .row-actions button:not([data-action])").click()
+    accept_confirm(browser)
+    wait(browser, lambda d: not _tls_edge_by_hostport(stack, used["hostports"]))
+    wait(browser, lambda d: not all_of(d, row))
+    stack.api("DELETE", f"/backends/tunnel_group/{backend['id']}")
+
+
+# ---- reserved domains edited ----------------------------------------------------------
+def test_edit_a_reserved_domains_description_metadata_and_certificate(
+    stack, browser, expected_errors
+):
+    """A domain's row editor: description, metadata, key type of the managed certificate and
+    points of presence saved (and shown); a policy and a certificate at once is the API's 400
+    at the certificate with the operation id; an uploaded certificate attached (management
+    stops); then managed again with the upload detached."""
+    from selenium.webdriver.support.ui import Select
+
+    expected_errors.expect(400)
+    made = stack.api(
+        "POST", "/reserved_domains", {"domain": "edit-me.example.com", "description": "before"}
+    )
+    assert made["certificate_management_policy"]["private_key_type"] == "ecdsa"
+    cert = stack.api(
+        "POST", "/tls_certificates", SmallCA("Edit CA").upload_body(["edit-me.example.com"])
+    )
+    sign_in(browser, stack.dashboard_url, stack.key)
+    go(browser, "reserved_domains")
+    row = f"tr[data-id='{made['id']}']"
+    path = f"/reserved_domains/{made['id']}"
+
+    def edit(**choices):
+        find(browser, f"{row} button[data-action=edit]").click()
+        editor = find(browser, f"{row} form")
+        for name, value in choices.items():
+            element = editor.find_element(By.NAME, name)
+            if element.tag_name == "select":
+                select = Select(element)
+                if select.is_multiple:
+                    select.deselect_all()
+                select.select_by_value(value)
+            else:
+                element.clear()
+                element.send_keys(value)
+        if "metadata" in choices:
+            snapshot(browser, "domain-editor")
+        _submit(editor)
+
+    edit(
+        description="shop front",
+        metadata='{"team": "web"}',
+        certificate_management_policy="rsa",
+        resolves_to="eu",
+    )
+    wait(browser, lambda d: stack.api("GET", path)["description"] == "shop front")
+    now = stack.api("GET", path)
+    assert now["metadata"] == '{"team": "web"}'
+    assert now["certificate_management_policy"] == {
+        "authority": "letsencrypt",
+        "private_key_type": "rsa",
+    }
+    assert now["resolves_to"] == [{"value": "eu"}]
+    wait(browser, lambda d: "shop front" in find(d, f"{row} .description").text)
+    assert '{"team": "web"}' in find(browser, f"{row} .metadata").text
+    wait(browser, lambda d: "Managed (letsencrypt, rsa)" in find(d, f"{row} .cert").text)
+    snapshot(browser, "domain-edited")
+    # a policy change and a certificate at once: the API's 400 at the certificate
+    edit(certificate_management_policy="ecdsa", certificate_id=cert["id"])
+    text = _field_error(browser, f"{row} form", "certificate_id")
+    assert "mutually exclusive" in text and "operation op_" in text, text
+    assert stack.api("GET", path)["certificate"] is None
+    # the certificate alone: attached, management stopped
+    find(browser, f"{row} form button.secondary").click()  # Cancel
+    edit(certificate_id=cert["id"])
+    wait(browser, lambda d: (stack.api("GET", path)["certificate"] or {}).get("id") == cert["id"])
+    assert stack.api("GET", path)["certificate_management_policy"] is None
+    wait(browser, lambda d: f"Served: certificate {cert['id']}" in find(d, f"{row} .cert").text)
+    # managed again and the upload detached: a PATCH of the policy, then the DELETE
+    edit(certificate_management_policy="ecdsa", certificate_id="")
+    wait(
+        browser,
+        lambda d: stack.api("GET", path)["certificate"] is None
+        and stack.api("GET", path)["certificate_management_policy"] is not None,
+    )
+    wait(browser, lambda d: "Managed (letsencrypt, ecdsa)" in find(d, f"{row} .cert").text)
+    assert stack.api("GET", path)["description"] == "shop front"
+    # a name of the service's own domain: its certificate is the service's, no choice of it
+    own = stack.api("POST", "/reserved_domains", {"domain": "edit-own.tunnels.localhost"})
+    own_row = f"tr[data-id='{own['id']}']"
+    find(browser, f"{row} button[data-action=edit]")  # the list drawn again
+    browser.refresh()
+    loaded(browser)
+    find(browser, f"{own_row} button[data-action=edit]").click()
+    editor = find(browser, f"{own_row} form")
+    names = [e.get_attribute("name") for e in editor.find_elements(By.CSS_SELECTOR, "[name]")]
+    assert names == ["description", "metadata", "resolves_to"], names
+    editor.find_element(By.NAME, "description").send_keys("own name")
+    _submit(editor)
+    wait(browser, lambda d: stack.api("GET", f"/reserved_domains/{own['id']}")["description"])
+    stack.api("DELETE", f"/reserved_domains/{own['id']}")
+    stack.api("DELETE", path)
+    stack.api("DELETE", f"/tls_certificates/{cert['id']}")

@@ -1,6 +1,7 @@
 """The settings both planes read (EDGE_TCP_PORTS, EDGE_TCP_HOST, BASE_DOMAIN) come from one
 reader, chalicelib.core.config: the edge's settings equal the API's for every form of them,
-and a value the reader refuses stops the edge with the reader's reason."""
+and a value the reader refuses stops the edge with the reader's reason. The edge's public
+ports, read by both, make the same URLs."""
 
 import pytest
 
@@ -42,3 +43,33 @@ def test_a_port_range_the_reader_refuses_stops_the_edge_with_its_reason(env, raw
     env(EDGE_TCP_PORTS=raw)
     with pytest.raises(SystemExit, match="EDGE_TCP_PORTS"):
         edge_config.load()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"EDGE_HTTP_PORT": "8080", "EDGE_HTTPS_PORT": "8443"},
+        {"EDGE_HTTP_PORT": "80", "EDGE_HTTPS_PORT": "443"},
+        {
+            "EDGE_HTTPS_PORT": "8443",
+            "EDGE_PUBLIC_HTTPS_PORT": "443",
+            "EDGE_PUBLIC_HTTP_PORT": "81",
+        },
+        {"EDGE_HTTPS_PORT": "8443", "EDGE_HTTP_PORT": "8080", "EDGE_PUBLIC_URL_PORTS": "0"},
+    ],
+)
+def test_cloud_endpoints_urls_name_the_port_the_edge_names(monkeypatch, env, values):
+    """Given the edge's listeners, the API shows a cloud endpoint's URL as the edge writes an
+    agent endpoint's (chalicelib.cloud_endpoints.public_url, edge.config http_url)."""
+    from chalicelib import cloud_endpoints
+
+    for scheme in ("HTTP", "HTTPS"):
+        monkeypatch.delenv(f"EDGE_{scheme}_PORT", raising=False)
+        monkeypatch.delenv(f"EDGE_PUBLIC_{scheme}_PORT", raising=False)
+    monkeypatch.delenv("EDGE_PUBLIC_URL_PORTS", raising=False)
+    env(**values)
+    edge = edge_config.load()
+    for scheme in ("http", "https"):
+        assert cloud_endpoints.public_url(f"{scheme}://a.example.com") == edge.http_url(
+            "a.example.com", scheme
+        )

@@ -1,8 +1,7 @@
-// HTTPS and TCP edges: created and edited with their modules, an HTTPS edge's routes with
-// theirs; a module is removed by emptying it in the editor or with its Remove button. The
-// examples (hostports, backends) are the account's own reserved names and backends.
-// (TLS edges, /edges/tls, are being built on another branch: their section goes here, after
-// the TCP edges, with the TCP edge's form plus the tls_termination and mutual_tls modules.)
+// HTTPS, TCP and TLS edges: created and edited with their modules, an HTTPS edge's routes
+// with theirs; a module is removed by emptying it in the editor or with its Remove button.
+// The examples (hostports, backends) are the account's own reserved names and backends. The
+// three lists are one list of edges (edgeList) with the kind's fields and modules.
 import * as api from "../api.js";
 import { h, clear, code, time, field, form, confirmButton, errorBox } from "../dom.js";
 import { listView, pageHead } from "../resource.js";
@@ -12,6 +11,9 @@ const ROUTE_MODULES = ["backend", "ip_restriction", "user_agent_filter", "reques
                        "response_headers", "traffic_policy"];
 const TCP_MODULES = ["backend", "ip_restriction", "traffic_policy"];
 const HTTPS_EDGE_MODULES = ["tls_termination", "mutual_tls"];
+// the API's order, which is also the order emptied ones are removed in: mutual_tls before the
+// tls_termination it needs (the API refuses mutual TLS without termination at the edge)
+const TLS_MODULES = ["backend", "ip_restriction", "mutual_tls", "tls_termination", "traffic_policy"];
 const POLICY_HINT = "A traffic policy document (YAML or JSON).";
 const ROUTE_POLICY = "on_http_request:\n  - actions:\n      - type: add-headers\n        config:\n          headers:\n            x-served-by: edge";
 const TCP_POLICY = "on_tcp_connect:\n  - actions:\n      - type: restrict-ips\n        config:\n          enforce: true\n          allow:\n            - 203.0.113.0/24";
@@ -66,7 +68,8 @@ function moduleBody(v) {
   }
   if ("tls_termination.min_version" in v && v["tls_termination.min_version"]) {
     const version = v["tls_termination.min_version"];
-    body.tls_termination = { min_version: version === "default" ? null : version };
+    body.tls_termination = version === "upstream" ? { terminate_at: "upstream" }
+      : { min_version: version === "default" ? null : version };
   }
   if (v["mutual_tls.certificate_authority_ids"] && v["mutual_tls.certificate_authority_ids"].length) {
     body.mutual_tls = { certificate_authority_ids: v["mutual_tls.certificate_authority_ids"] };
@@ -95,7 +98,10 @@ function moduleSummary(name, m) {
   const parts = [];
   if (name === "backend" && m.backend) parts.push(code(m.backend.id));
   if (name === "ip_restriction") parts.push(...(m.ip_policies || []).map((p) => code(p.id)));
-  if (name === "tls_termination") parts.push(`TLS ${m.min_version || "default (1.2)"} minimum`);
+  if (name === "tls_termination") {
+    parts.push(m.terminate_at === "upstream" ? "at the upstream (passthrough)"
+      : `at the edge, TLS ${m.min_version || "default (1.2)"} minimum`);
+  }
   if (name === "mutual_tls") parts.push(...(m.certificate_authorities || []).map((c) => code(c.id)));
   if (name === "user_agent_filter") parts.push(`allow ${(m.allow || []).length}, deny ${(m.deny || []).length}`);
   if (name === "request_headers" || name === "response_headers") {
@@ -113,14 +119,27 @@ function httpsEdgeFields(choices, edge, example) {
     field("hostports", "Hostports", { value: edge ? (edge.hostports || []).join(", ") : "",
       placeholder: example || undefined,
       hint: "host:port, comma separated: a domain you reserved (Domains) or a name under the service's own domain, port 443." }),
-    field("tls_termination.min_version", "TLS termination", { kind: "select",
-      options: [["", "not set"], ["default", "at the edge, the edge's minimum (TLS 1.2)"],
-                ["1.2", "at the edge, TLS 1.2 minimum"], ["1.3", "at the edge, TLS 1.3 minimum"]],
-      value: edge && edge.tls_termination ? (edge.tls_termination.min_version || "default") : "" }),
-    field("mutual_tls.certificate_authority_ids", "Mutual TLS", { kind: "select", multiple: true,
-      options: choices.cas.map((c) => [c.id, named(c, c.subject_common_name)]),
-      value: edge && edge.mutual_tls ? (edge.mutual_tls.certificate_authorities || []).map((c) => c.id) : [],
-      hint: "Certificate authorities whose client certificates are required (Certificate authorities page); none selected: no mutual TLS." })];
+    tlsField(edge, false), mtlsField(choices, edge)];
+}
+
+// TLS termination: at the edge with a minimum version; a TLS edge may also pass the handshake
+// through to the upstream (terminate_at "upstream"), which an HTTPS edge cannot.
+function tlsField(edge, passthrough) {
+  const module = edge ? edge.tls_termination : null;
+  const options = [["", passthrough ? "not set (passthrough: the upstream makes the handshake)" : "not set"],
+                   ["default", "at the edge, the edge's minimum (TLS 1.2)"],
+                   ["1.2", "at the edge, TLS 1.2 minimum"], ["1.3", "at the edge, TLS 1.3 minimum"]];
+  if (passthrough) options.push(["upstream", "at the upstream (a tls_termination module with terminate_at: upstream)"]);
+  let value = "";
+  if (module) value = module.terminate_at === "upstream" ? "upstream" : (module.min_version || "default");
+  return field("tls_termination.min_version", "TLS termination", { kind: "select", options, value });
+}
+
+function mtlsField(choices, edge) {
+  return field("mutual_tls.certificate_authority_ids", "Mutual TLS", { kind: "select", multiple: true,
+    options: choices.cas.map((c) => [c.id, named(c, c.subject_common_name)]),
+    value: edge && edge.mutual_tls ? (edge.mutual_tls.certificate_authorities || []).map((c) => c.id) : [],
+    hint: "Certificate authorities whose client certificates are required (Certificate authorities page); none selected: no mutual TLS. It needs TLS termination at the edge." });
 }
 
 function routeFields(choices, route) {
@@ -184,7 +203,7 @@ function routesOf(edge, choicesNow, reload) {
     } }, "Add route"));
 }
 
-// ---- TCP edges -------------------------------------------------------------------------
+// ---- TCP and TLS edges ----------------------------------------------------------------
 function tcpEdgeFields(choices, edge, example) {
   const m = (name) => (edge ? edge[name] : null);
   return [
@@ -196,88 +215,98 @@ function tcpEdgeFields(choices, edge, example) {
     policyField(m("traffic_policy"), TCP_POLICY)];
 }
 
+// A TLS edge: the TCP edge's modules (its policy runs on_tcp_connect too) plus TLS
+// termination (at the edge or passed through) and mutual TLS; served by SNI on :443 names.
+function tlsEdgeFields(choices, edge, example) {
+  const m = (name) => (edge ? edge[name] : null);
+  return [
+    field("description", "Description", { value: edge ? edge.description : "" }),
+    field("hostports", "Hostports", { value: edge ? (edge.hostports || []).join(", ") : "",
+      placeholder: example || undefined,
+      hint: "host:443, comma separated: a domain you reserved (Domains) or a name under the service's own domain; connections are routed by SNI." }),
+    backendField(choices, m("backend")), ipField(choices, m("ip_restriction")),
+    tlsField(edge, true), mtlsField(choices, edge),
+    policyField(m("traffic_policy"), TCP_POLICY)];
+}
+
 // the choices the forms offer: every backend, IP policy and CA of the account, and the
-// reserved names not yet on an edge (the hostport examples)
+// reserved names not yet on an edge (the hostport examples; the HTTPS and the TLS edge forms
+// offer two different domains when the account has two free ones)
 async function loadChoices() {
   const kinds = ["http_response", "tunnel_group", "failover", "weighted"];
-  const [backends, ipPolicies, cas, domains, addrs, https, tcp] = await Promise.all([
+  const [backends, ipPolicies, cas, domains, addrs, https, tcp, tls] = await Promise.all([
     Promise.all(kinds.map((kind) => everything(`/backends/${kind}`, "backends")
       .then((items) => items.map((b) => ({ ...b, kind: kind.replace("_", " ") }))))).then((all) => all.flat()),
     everything("/ip_policies", "ip_policies"), everything("/certificate_authorities", "certificate_authorities"),
     everything("/reserved_domains", "reserved_domains"), everything("/reserved_addrs", "reserved_addrs"),
-    everything("/edges/https", "https_edges"), everything("/edges/tcp", "tcp_edges")]);
-  const used = new Set([...https, ...tcp].flatMap((e) => e.hostports || []));
-  const httpsExample = domains.map((d) => `${d.domain.replace(/^\*\./, "app.")}:443`).find((hp) => !used.has(hp));
+    everything("/edges/https", "https_edges"), everything("/edges/tcp", "tcp_edges"),
+    everything("/edges/tls", "tls_edges")]);
+  const used = new Set([...https, ...tcp, ...tls].flatMap((e) => e.hostports || []));
+  const free = domains.map((d) => `${d.domain.replace(/^\*\./, "app.")}:443`).filter((hp) => !used.has(hp));
   const tcpExample = addrs.map((a) => a.addr).find((hp) => !used.has(hp));
-  return { backends, ipPolicies, cas, httpsExample, tcpExample };
+  return { backends, ipPolicies, cas, httpsExample: free[0], tlsExample: free[1] || free[0], tcpExample };
+}
+
+function hostportsCell(e) {
+  return (e.hostports || []).length ? h("ul", { class: "plain" }, e.hostports.map((hp) => h("li", {}, code(hp)))) : "—";
+}
+
+// One kind's list: id, description, hostports, modules (each with Remove), the kind's extra
+// columns; Edit (a PATCH, then the emptied modules' DELETEs) and Delete.
+function edgeList({ path, key, what, kind, modules, fields, choicesNow, extraColumns = () => [], deleteText }) {
+  const list = listView({
+    path, key, what, emptyText: `No ${kind} edge.`,
+    columns: [ID, DESCRIPTION,
+              { label: "Hostports", cell: hostportsCell },
+              { label: "Modules", cell: (e) => moduleList(modules, e, `${path}/${e.id}`, () => list.reload()) },
+              ...extraColumns(() => list.reload()),
+              { label: "Created", cell: (e) => time(e.created_at) }],
+    actions: (e, reload) => [
+      h("button", { type: "button", class: "secondary small", dataset: { action: "edit" }, onclick: (event) => {
+        const editor = form(`Edit ${e.id}`, fields(choicesNow(), e, ""), "Save", async (values) => {
+          const body = { description: values.description, hostports: hostports(values.hostports), ...moduleBody(values) };
+          await api.patch(`${path}/${e.id}`, body);
+          await removeEmptied(`${path}/${e.id}`, modules, e, body);
+          await reload();
+        });
+        editInRow(event.target, editor, reload);
+      } }, "Edit"),
+      confirmButton("Delete", `Delete the ${kind} edge ${e.id}${deleteText || ""}?`,
+        async () => { await api.del(`${path}/${e.id}`); await reload(); })],
+  });
+  return list;
 }
 
 export default {
   route: "edges",
   title: "Edges",
   render(container) {
-    const httpsSlot = h("div", { class: "form-slot" });
-    const tcpSlot = h("div", { class: "form-slot" });
     let choices = { backends: [], ipPolicies: [], cas: [] };
-
-    const httpsList = listView({
-      path: "/edges/https", key: "https_edges", what: "HTTPS edges", emptyText: "No HTTPS edge.",
-      columns: [ID, DESCRIPTION,
-                { label: "Hostports", cell: (e) => (e.hostports || []).length ? h("ul", { class: "plain" }, e.hostports.map((hp) => h("li", {}, code(hp)))) : "—" },
-                { label: "Modules", cell: (e) => moduleList(HTTPS_EDGE_MODULES, e, `/edges/https/${e.id}`, () => httpsList.reload()) },
-                { label: "Routes", cell: (e) => routesOf(e, () => choices, () => httpsList.reload()) },
-                { label: "Created", cell: (e) => time(e.created_at) }],
-      actions: (e, reload) => [
-        h("button", { type: "button", class: "secondary small", dataset: { action: "edit" }, onclick: (event) => {
-          const editor = form(`Edit ${e.id}`, httpsEdgeFields(choices, e, ""), "Save", async (values) => {
-            const body = { description: values.description, hostports: hostports(values.hostports), ...moduleBody(values) };
-            await api.patch(`/edges/https/${e.id}`, body);
-            await removeEmptied(`/edges/https/${e.id}`, HTTPS_EDGE_MODULES, e, body);
-            await reload();
-          });
-          editInRow(event.target, editor, reload);
-        } }, "Edit"),
-        confirmButton("Delete", `Delete the HTTPS edge ${e.id} and its routes?`, async () => { await api.del(`/edges/https/${e.id}`); await reload(); })],
-    });
-    const tcpList = listView({
-      path: "/edges/tcp", key: "tcp_edges", what: "TCP edges", emptyText: "No TCP edge.",
-      columns: [ID, DESCRIPTION,
-                { label: "Hostports", cell: (e) => (e.hostports || []).length ? h("ul", { class: "plain" }, e.hostports.map((hp) => h("li", {}, code(hp)))) : "—" },
-                { label: "Modules", cell: (e) => moduleList(TCP_MODULES, e, `/edges/tcp/${e.id}`, () => tcpList.reload()) },
-                { label: "Created", cell: (e) => time(e.created_at) }],
-      actions: (e, reload) => [
-        h("button", { type: "button", class: "secondary small", dataset: { action: "edit" }, onclick: (event) => {
-          const editor = form(`Edit ${e.id}`, tcpEdgeFields(choices, e, ""), "Save", async (values) => {
-            const body = { description: values.description, hostports: hostports(values.hostports), ...moduleBody(values) };
-            await api.patch(`/edges/tcp/${e.id}`, body);
-            await removeEmptied(`/edges/tcp/${e.id}`, TCP_MODULES, e, body);
-            await reload();
-          });
-          editInRow(event.target, editor, reload);
-        } }, "Edit"),
-        confirmButton("Delete", `Delete the TCP edge ${e.id}?`, async () => { await api.del(`/edges/tcp/${e.id}`); await reload(); })],
-    });
+    const choicesNow = () => choices;
+    const kinds = [
+      { title: "HTTPS edges", path: "/edges/https", key: "https_edges", what: "HTTPS edges", kind: "HTTPS",
+        modules: HTTPS_EDGE_MODULES, fields: httpsEdgeFields, example: "httpsExample", deleteText: " and its routes",
+        extraColumns: (reload) => [{ label: "Routes", cell: (e) => routesOf(e, choicesNow, reload) }] },
+      { title: "TCP edges", path: "/edges/tcp", key: "tcp_edges", what: "TCP edges", kind: "TCP",
+        modules: TCP_MODULES, fields: tcpEdgeFields, example: "tcpExample" },
+      { title: "TLS edges", path: "/edges/tls", key: "tls_edges", what: "TLS edges", kind: "TLS",
+        modules: TLS_MODULES, fields: tlsEdgeFields, example: "tlsExample" },
+    ];
 
     // The create forms are there from the start (no layout shift when data arrives); their
     // choices and examples are filled in once read, and again after each creation.
-    const httpsForm = form("New HTTPS edge", httpsEdgeFields(choices, null, ""), "Create HTTPS edge",
-      async (values, node) => {
-        await api.post("/edges/https", { description: values.description, hostports: hostports(values.hostports), ...moduleBody(values) });
-        node.reset();
-        await httpsList.reload();
-        await fillForms();
-      });
-    const tcpForm = form("New TCP edge", tcpEdgeFields(choices, null, ""), "Create TCP edge",
-      async (values, node) => {
-        await api.post("/edges/tcp", { description: values.description, hostports: hostports(values.hostports), ...moduleBody(values) });
-        node.reset();
-        await tcpList.reload();
-        await fillForms();
-      });
-    httpsForm.classList.add("grid");
-    tcpForm.classList.add("grid");
-    httpsSlot.replaceChildren(httpsForm);
-    tcpSlot.replaceChildren(tcpForm);
+    for (const k of kinds) {
+      k.list = edgeList({ ...k, choicesNow });
+      k.form = form(`New ${k.kind} edge`, k.fields(choices, null, ""), `Create ${k.kind} edge`,
+        async (values, node) => {
+          await api.post(k.path, { description: values.description, hostports: hostports(values.hostports), ...moduleBody(values) });
+          node.reset();
+          await k.list.reload();
+          await fillForms();
+        });
+      k.form.classList.add("grid");
+      k.slot = h("div", { class: "form-slot" }, k.form);
+    }
 
     function options(node, name, items, none) {
       const select = node.querySelector(`select[name="${name}"]`);
@@ -290,22 +319,21 @@ export default {
       try {
         choices = await loadChoices();
       } catch (err) {
-        clear(httpsSlot, errorBox(err), httpsForm);
+        clear(kinds[0].slot, errorBox(err), kinds[0].form);
         return;
       }
-      for (const [node, example] of [[httpsForm, choices.httpsExample], [tcpForm, choices.tcpExample]]) {
+      for (const k of kinds) {
+        const node = k.form;
         options(node, "backend.backend_id", choices.backends.map((b) => [b.id, `${b.kind}: ${named(b)}`]), true);
         options(node, "ip_restriction.ip_policy_ids", choices.ipPolicies.map((p) => [p.id, named(p)]));
         options(node, "mutual_tls.certificate_authority_ids", choices.cas.map((c) => [c.id, named(c, c.subject_common_name)]));
-        node.querySelector("input[name=hostports]").placeholder = example || "";
+        node.querySelector("input[name=hostports]").placeholder = choices[k.example] || "";
       }
     }
 
-    container.append(pageHead("Edges", "HTTPS edges with their routes, and TCP edges, each with its modules (backend, IP restriction, traffic policy, …). Empty a module's fields in an editor, or use its Remove button, to remove it."),
-                     section("HTTPS edges", httpsSlot, httpsList.node),
-                     section("TCP edges", tcpSlot, tcpList.node));
-    httpsList.reload();
-    tcpList.reload();
+    container.append(pageHead("Edges", "HTTPS edges with their routes, TCP edges and TLS edges, each with its modules (backend, IP restriction, TLS termination, mutual TLS, traffic policy, …). Empty a module's fields in an editor, or use its Remove button, to remove it."),
+                     ...kinds.map((k) => section(k.title, k.slot, k.list.node)));
+    for (const k of kinds) k.list.reload();
     fillForms();
   },
 };

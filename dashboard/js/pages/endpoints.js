@@ -47,7 +47,7 @@ export default {
     });
     const create = form("New cloud endpoint", [
       field("url", "URL", { required: true,
-        hint: "An https, http or tls URL whose host is under a domain you reserved (Domains), or under the service's own domain." }),
+        hint: "An https or http URL whose host is under a domain you reserved (Domains) or under the service's own domain, or tcp:// and a TCP address you reserved. The API shows it with the port the edge serves it on." }),
       field("traffic_policy", "Traffic policy", { kind: "textarea", rows: 8, hint: POLICY_HINT,
         placeholder: "on_http_request:\n  - actions:\n      - type: custom-response\n        config:\n          status_code: 200\n          body: Hello from a cloud endpoint" }),
       field("description", "Description")], "Create cloud endpoint",

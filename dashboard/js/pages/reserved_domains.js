@@ -1,8 +1,9 @@
-// Reserved domains: the CNAME records to add, a DNS check of them, the certificate status.
+// Reserved domains: the CNAME records to add, a DNS check of them, the certificate status;
+// a domain's description, metadata, certificate and points of presence edited in its row.
 import * as api from "../api.js";
 import { h, clear, code, time, field, form, confirmButton, errorBox, breakable } from "../dom.js";
 import { listView, pageHead } from "../resource.js";
-import { section } from "./common.js";
+import { section, everything, named, editInRow } from "./common.js";
 
 const STATUS_TEXT = { found: "Found", missing: "Missing", wrong_target: "Wrong target", unknown: "Not known" };
 
@@ -76,6 +77,54 @@ function dnsCheckCell(domain) {
   return h("div", {}, button, result);
 }
 
+const RESOLVES_TO = [["global", "global"], ["au", "au (Australia)"], ["eu", "eu (Europe)"], ["ap", "ap (Asia/Pacific)"],
+                     ["us", "us (United States)"], ["jp", "jp (Japan)"], ["in", "in (India)"], ["sa", "sa (South America)"]];
+
+// The certificate a domain is served with, as the editor's two choices: whether the service
+// manages it (ACME, and the key type), and which certificate of the account is attached.
+function certificateFields(domain, certificates) {
+  if (!domain.cname_target) return []; // a name of the service's own domain: its certificate
+  const policy = domain.certificate_management_policy;
+  return [
+    field("certificate_management_policy", "Managed certificate", { kind: "select",
+      options: [["", "not managed"], ["ecdsa", "managed: Let's Encrypt, ECDSA key"], ["rsa", "managed: Let's Encrypt, RSA key"]],
+      value: policy ? policy.private_key_type : "",
+      hint: "The service obtains and renews a certificate by ACME for this domain." }),
+    field("certificate_id", "Attached certificate", { kind: "select",
+      options: [["", "none"], ...certificates.map((c) => [c.id, named(c, c.subject_common_name)])],
+      value: domain.certificate ? domain.certificate.id : "",
+      hint: "A TLS certificate of yours that covers the domain (TLS certificates page); attaching one stops managed certificates, choosing none detaches it." })];
+}
+
+function domainFields(domain, certificates) {
+  return [
+    field("description", "Description", { value: domain.description }),
+    field("metadata", "Metadata", { value: domain.metadata, hint: "Free text for your own tools (at most 4096 bytes)." }),
+    ...certificateFields(domain, certificates),
+    field("resolves_to", "Resolves to", { kind: "select", multiple: true, options: RESOLVES_TO,
+      value: (domain.resolves_to || []).map((r) => r.value),
+      hint: "Points of presence the name resolves to; none selected: global." })];
+}
+
+// Only what changed of the certificate is sent: a PATCH sets a policy or attaches a
+// certificate (the API refuses both at once), a DELETE stops management or detaches.
+async function saveDomain(domain, values) {
+  const path = `/reserved_domains/${domain.id}`;
+  const body = { description: values.description, metadata: values.metadata,
+                 resolves_to: (values.resolves_to || []).map((value) => ({ value })) };
+  const policyBefore = domain.certificate_management_policy ? domain.certificate_management_policy.private_key_type : "";
+  const certBefore = domain.certificate ? domain.certificate.id : "";
+  const policyChanged = "certificate_management_policy" in values && values.certificate_management_policy !== policyBefore;
+  const certChanged = "certificate_id" in values && values.certificate_id !== certBefore;
+  if (policyChanged && values.certificate_management_policy) {
+    body.certificate_management_policy = { authority: "letsencrypt", private_key_type: values.certificate_management_policy };
+  }
+  if (certChanged && values.certificate_id) body.certificate_id = values.certificate_id;
+  await api.patch(path, body);
+  if (certChanged && !values.certificate_id) await api.del(`${path}/certificate`);
+  if (policyChanged && !values.certificate_management_policy) await api.del(`${path}/certificate_management_policy`);
+}
+
 export default {
   route: "reserved_domains",
   title: "Domains",
@@ -85,13 +134,32 @@ export default {
       emptyText: "No reserved domain yet.",
       columns: [{ label: "Domain", cell: (d) => h("div", {}, h("strong", { class: "domain-name" }, breakable(d.domain)),
                                                  d.description ? h("div", { class: "description" }, d.description) : null,
+                                                 d.metadata ? h("div", { class: "muted metadata" }, "Metadata ", code(d.metadata)) : null,
                                                  h("div", { class: "muted" }, code(d.id))) },
                 { label: "CNAME records to add", cell: recordsCell },
                 { label: "DNS", cell: dnsCheckCell },
                 { label: "Certificate", cell: (d) => certificateCell(d, () => list.reload()) },
                 { label: "Created", cell: (d) => time(d.created_at) }],
-      actions: (d, reload) => confirmButton("Delete", `Delete the reservation of ${d.domain}?`,
-        async () => { await api.del(`/reserved_domains/${d.id}`); await reload(); }),
+      actions: (d, reload) => [
+        h("button", { type: "button", class: "secondary small", dataset: { action: "edit" }, onclick: async (event) => {
+          const button = event.target;
+          button.disabled = true;
+          let certificates = [];
+          try {
+            if (d.cname_target) certificates = await everything("/tls_certificates", "tls_certificates");
+          } catch (err) {
+            button.disabled = false;
+            button.after(errorBox(err));
+            return;
+          }
+          const editor = form(`Edit ${d.domain}`, domainFields(d, certificates), "Save", async (values) => {
+            await saveDomain(d, values);
+            await reload();
+          });
+          editInRow(button, editor, reload);
+        } }, "Edit"),
+        confirmButton("Delete", `Delete the reservation of ${d.domain}?`,
+          async () => { await api.del(`/reserved_domains/${d.id}`); await reload(); })],
     });
     const create = form("Reserve a domain", [
       field("domain", "Domain", { required: true, placeholder: "app.example.com or *.example.com",
