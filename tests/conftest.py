@@ -31,7 +31,13 @@ os.environ.pop("PUBLIC_BASE_URL", None)
 
 import pytest  # noqa: E402
 
+from scripts.embedded_store import patch_moto  # noqa: E402
 from stacks.paths import PROJECT_DIR  # noqa: E402
+
+# The in-process level's moto is the one `make run`'s store runs (scripts/embedded_store.py,
+# point 5): the same answers, and a transaction no longer copies the whole table (moto's own
+# rollback made each write cost more as a test's table grew: 300 writes took 67 s).
+patch_moto()
 from tests.support.api import HttpApi, InProcessApi  # noqa: E402
 from tests.support.fixtures import api_process  # noqa: E402, F401 (a fixture)
 
