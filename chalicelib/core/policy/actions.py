@@ -71,6 +71,7 @@ from chalicelib.core.policy.outcome import (
     HTTP_REQUEST,
     NEED_BODY,
     RESPOND,
+    TERMINATE_TLS,
     Outcome,
 )
 from chalicelib.core.policy.template import Template
@@ -1901,8 +1902,15 @@ class TerminateTls(Action):
             )
 
     def run(self, r):
+        """The phase pauses here (TERMINATE_TLS): the edge makes the handshake, fills the
+        connection's TLS facts (conn.tls.*, conn.tls.client.* of the verified client
+        certificate) and calls on_tcp_connect again with the same state, which resumes after
+        this action. Once the handshake is made (conn.tls.version set) a later terminate-tls
+        of the phase changes nothing."""
+        if r.traffic.conn.tls_version:
+            return None
         r.outcome.terminate_tls = dict(self.config)
-        return None
+        return Outcome(TERMINATE_TLS, terminate_tls=dict(self.config))
 
 
 def check_internal_url(url: str, where: str) -> None:

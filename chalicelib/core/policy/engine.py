@@ -16,6 +16,7 @@ from chalicelib.core.policy.outcome import (
     HTTP_REQUEST,
     IDENTITY,
     NEED_BODY,
+    TERMINATE_TLS,
     Outcome,
 )
 
@@ -160,7 +161,7 @@ class Policy:
         if resume is not None:
             start_rule, start_action, reason = resume
             skip_expressions = True
-            if reason in (FORWARD_INTERNAL, IDENTITY, HTTP_REQUEST):
+            if reason in (FORWARD_INTERNAL, IDENTITY, HTTP_REQUEST, TERMINATE_TLS):
                 start_action += 1  # the forward failed and on_error is continue, the
                 # visitor is signed in (edge/identity.py), or the http-request call was
                 # made (its variables set): go on after the action
@@ -187,6 +188,8 @@ class Policy:
                     state.resume[phase] = (r_index, a_index, IDENTITY)
                 elif result.kind == HTTP_REQUEST:
                     state.resume[phase] = (r_index, a_index, HTTP_REQUEST)
+                elif result.kind == TERMINATE_TLS:
+                    state.resume[phase] = (r_index, a_index, TERMINATE_TLS)
                 elif result.kind == FORWARD_INTERNAL and result.on_error == "continue":
                     state.resume[phase] = (r_index, a_index, FORWARD_INTERNAL)
                 return result

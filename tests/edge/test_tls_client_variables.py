@@ -1,0 +1,158 @@
+"""conn.tls.client.* through the edge: real TLS clients with client certificates (made with
+``cryptography``) reach an official agent's (Python SDK) mutual-TLS endpoint whose traffic
+policy branches on the certificate's subject, SAN and serial number; on a TLS endpoint the
+rules after a terminate-tls action see the certificate the edge's handshake verified."""
+
+import json
+import socket
+import ssl
+import time
+
+from stacks.certs import make_ca, make_client_cert, pem
+from tests.edge.test_edge_sdk import _bound, _credential, _host
+from tests.edge.test_edge_tls_on_the_wire import _get
+from tests.edge.test_tls_endpoints import _certificate, domain  # noqa: F401 (a fixture)
+
+SERIAL = 0x5EC0DE
+
+
+def _policy(http: bool) -> dict:
+    answer = "custom-response" if http else "deny"
+
+    def respond(body):
+        if not http:
+            return {"type": "deny"}
+        return {"type": answer, "config": {"status_code": 200, "body": body}}
+
+    return {
+        "on_http_request" if http else "on_tcp_connect": (
+            []
+            if http
+            else [
+                {
+                    "actions": [
+                        {
+                            "type": "terminate-tls",
+                            "config": {"mutual_tls_certificate_authorities": ["${CA}"]},
+                        }
+                    ]
+                }
+            ]
+        )
+        + [
+            {
+                "expressions": ["conn.tls.client.subject.common_name == 'admin'"],
+                "actions": [respond("cn admin ${conn.tls.client.issuer.common_name}")],
+            },
+            {
+                "expressions": ["'ops.example.com' in conn.tls.client.san.dns_names"],
+                "actions": [respond("san ops ${conn.tls.client.san}")],
+            },
+            {
+                "expressions": [f"conn.tls.client.serial_number == '{SERIAL:x}'"],
+                "actions": [respond("serial ${conn.tls.client.serial_number}")],
+            },
+        ]
+    }
+
+
+def test_an_http_policy_branches_on_the_client_certificate(edge, account, agents, tmp_path):
+    ca = make_ca("policy clients")
+    policy = json.dumps(_policy(http=True))
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [
+            {
+                "proto": "http",
+                "options": {"mutual_tlsca": [pem(ca[1])], "traffic_policy": [policy]},
+            }
+        ],
+    )
+    host = _host(_bound(agent.start())[0]["url"])
+
+    def get(cert):
+        return _get(edge, host, "/echo", cert=cert, tmp_path=tmp_path)
+
+    assert get(make_client_cert(ca, "admin")) == (200, "cn admin policy clients")
+    assert get(make_client_cert(ca, "admins")) != (200, "cn admin policy clients")
+    assert get(make_client_cert(ca, "carol", dns_names=("x.example.com", "ops.example.com"))) == (
+        200,
+        "san ops DNS:x.example.com, DNS:ops.example.com",
+    )
+    assert get(make_client_cert(ca, "dave", serial=SERIAL)) == (200, f"serial {SERIAL:x}")
+    # no rule matches: the request goes on to the agent's upstream
+    status, body = get(make_client_cert(ca, "erin", serial=SERIAL + 1))
+    assert status == 200 and '"path": "/echo"' in body, body
+    # a certificate from another CA never reaches the policy: the handshake fails
+    assert get(make_client_cert(make_ca("strangers"), "admin"))[0] == "refused"
+
+
+def test_a_policy_without_mutual_tls_sees_no_certificate(edge, account, agents, tmp_path):
+    policy = {
+        "on_http_request": [
+            {
+                "expressions": ["conn.tls.client.pem == '' && conn.tls.client.subject == ''"],
+                "actions": [
+                    {"type": "custom-response", "config": {"status_code": 200, "body": "none"}}
+                ],
+            }
+        ]
+    }
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [{"proto": "http", "options": {"traffic_policy": [json.dumps(policy)]}}],
+    )
+    host = _host(_bound(agent.start())[0]["url"])
+    # a client that offers a certificate anyway: no mutual TLS asked for, none is read
+    cert = make_client_cert(make_ca("unasked"), "admin")
+    assert _get(edge, host, cert=cert, tmp_path=tmp_path) == (200, "none")
+    assert edge.http("GET", host, "/").text == "none"  # plain HTTP
+
+
+def test_a_tls_endpoint_denies_by_certificate_after_terminate_tls(
+    edge,
+    account,
+    agents,
+    domain,
+    tmp_path,  # noqa: F811
+):
+    ca = make_ca("tls policy clients")
+    doc = json.dumps(_policy(http=False)).replace('"${CA}"', json.dumps(pem(ca[1])))
+    # deny admin, ops.example.com and the serial; let the others through to the agent
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [
+            {
+                "proto": "tls",
+                "domain": domain,
+                "upstream": "tcp",
+                "options": {"traffic_policy": [doc]},
+            }
+        ],
+    )
+    _bound(agent.start())
+    edge_ca = edge.ca_path
+
+    def attempt(client):
+        ctx = ssl.create_default_context(cafile=edge_ca)
+        if client is not None:
+            path = tmp_path / f"c-{time.time_ns()}.pem"
+            path.write_bytes(client[0] + client[1])
+            ctx.load_cert_chain(str(path))
+        try:
+            with socket.create_connection(("127.0.0.1", edge.https_port), timeout=10) as raw:
+                with ctx.wrap_socket(raw, server_hostname=domain) as conn:
+                    conn.sendall(b"hello")
+                    return conn.recv(100) or b"closed"
+        except (ssl.SSLError, OSError):
+            return b"closed"
+
+    assert attempt(make_client_cert(ca, "erin")) == b"hello"  # the TCP echo, through the agent
+    assert attempt(make_client_cert(ca, "admin")) == b"closed"
+    assert attempt(make_client_cert(ca, "carol", dns_names=("ops.example.com",))) == b"closed"
+    assert attempt(make_client_cert(ca, "dave", serial=SERIAL)) == b"closed"
+    assert attempt(make_client_cert(ca, "dave", serial=SERIAL + 1)) == b"hello"
+    assert attempt(None) == b"closed"  # the handshake requires a certificate
