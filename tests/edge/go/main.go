@@ -16,7 +16,8 @@
 // It serves a small HTTP upstream (every request answered with JSON: sdk "go", agent, method,
 // path, host, headers, body) and a TCP echo on 127.0.0.1, and prints one JSON line per event:
 // {"event":"connected"}, {"event":"disconnected","error"}, {"event":"bound","url","id",
-// "tunnel_id","session_id"} per endpoint, {"event":"error","stage":"connect"|"bind"|...,
+// "tunnel_id","session_id"} per endpoint, {"event":"endpoint_done","index","url"} when an
+// endpoint's forwarder ends (EndpointForwarder.Done: the edge's StopTunnel, or the exit), {"event":"error","stage":"connect"|"bind"|...,
 // "args":[err.Error()],"code":"ERR_NGROK_..."} (the error as the SDK returns it), then
 // {"event":"ready"}. Lines on stdin: "srvinfo" (Diagnose: the SrvInfo RPC, printed as
 // {"event":"srvinfo","region"}), "update <index> <json>" (EndpointForwarder.Update: the
@@ -211,6 +212,10 @@ func main() {
 			"tunnel_id":  fwd.TunnelID(),
 			"session_id": sessionID,
 		})
+		go func(i int, fwd ngrok.EndpointForwarder) { // the endpoint closed: by the program's
+			<-fwd.Done() // end, or by the edge (a StopTunnel closes this one listener)
+			emit(map[string]any{"event": "endpoint_done", "index": i, "url": fwd.URL().String()})
+		}(i, fwd)
 	}
 	emit(map[string]any{"event": "ready"})
 	waitStdin(agent, forwarders)
