@@ -236,6 +236,7 @@ def test_an_internal_cloud_endpoint_of_the_account_answers_the_call(edge, api):
     mine, theirs = api.new_account(), api.new_account()
     tag = uuid.uuid4().hex[:8]
     svc, open_, secret = f"csvc-{tag}.internal", f"copen-{tag}.internal", f"csec-{tag}.internal"
+    fans = f"cfan-{tag}.internal"  # its policy would make a call of its own: not made
     answer = {
         "on_http_request": [
             {
@@ -268,6 +269,11 @@ def test_an_internal_cloud_endpoint_of_the_account_answers_the_call(edge, api):
                 ]
             },
         ),
+        (
+            mine,
+            fans,
+            {"on_http_request": [{"actions": [_call("/echo"), _show("fanned out")]}]},
+        ),
         (theirs, svc, {"on_http_request": [{"actions": [_show("other account")]}]}),
         (theirs, secret, {"on_http_request": [{"actions": [_show("other account")]}]}),
     ):
@@ -290,6 +296,7 @@ def test_an_internal_cloud_endpoint_of_the_account_answers_the_call(edge, api):
         "deny": calling(f"https://{svc}/deny", shown_error),
         "open": calling(f"https://{open_}/x", shown_error),
         "theirs": calling(f"https://{secret}/x", shown_error),
+        "fans": calling(f"https://{fans}/x", shown_error),
     }
     binds = [b for actions in cases.values() for b in _binds(actions)]
     agent = SdkAgent(edge, _credential(mine)["token"], binds)
@@ -306,6 +313,10 @@ def test_an_internal_cloud_endpoint_of_the_account_answers_the_call(edge, api):
         # another account's internal name: not found, as an offline endpoint
         assert edge.http("GET", names["theirs"], "/").text == (
             f"|the internal endpoint {secret} is offline"
+        )
+        assert edge.http("GET", names["fans"], "/").text == (
+            f"|the internal cloud endpoint {fans}'s traffic policy asked for an http-request, "
+            "which a call does not make"
         )
     finally:
         agent.stop()
