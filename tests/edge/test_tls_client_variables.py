@@ -115,8 +115,8 @@ def test_a_tls_endpoint_denies_by_certificate_after_terminate_tls(
     edge,
     account,
     agents,
-    domain,
-    tmp_path,  # noqa: F811
+    domain,  # noqa: F811
+    tmp_path,
 ):
     ca = make_ca("tls policy clients")
     doc = json.dumps(_policy(http=False)).replace('"${CA}"', json.dumps(pem(ca[1])))
