@@ -167,7 +167,22 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
         ):  # the account's endpoints IP restrictions
             transport.abort()
             return True
-        phase = await _on_tcp_connect(edge, enforcement, hop, transport, peer, name)
+        made = None  # the handshake, when made before the phase
+        if (
+            ending is not None
+            and enforcement is not None
+            and getattr(enforcement.policy, "tcp_reads_tls_client", False)
+        ):  # terminated by the Bind option and the policy reads the client certificate
+            ctx = edge.certs.context_for([name], spec) if ending == EDGE_CERTIFICATE else ending
+            try:
+                reader, writer = await connections.start_server_tls(
+                    transport, ctx, HANDSHAKE_TIMEOUT
+                )
+            except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError):
+                transport.abort()
+                return True
+            made = writer.get_extra_info("ssl_object")
+        phase = await _on_tcp_connect(edge, enforcement, hop, transport, peer, name, made)
         if phase is None or target is None:  # refused, or no tunnel of the edge online
             transport.abort()
             return True
@@ -184,7 +199,7 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
             protocol.connection_made(transport)
             writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
             transport.resume_reading()
-        else:  # terminated here (TLSTermination, terminate-tls), plaintext to the agent
+        elif made is None:  # terminated here (TLSTermination, terminate-tls): plaintext
             ctx = edge.certs.context_for([name], spec) if ending == EDGE_CERTIFICATE else ending
             try:
                 reader, writer = await connections.start_server_tls(
@@ -208,6 +223,7 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
             )
         except ConnectionError:  # StreamReset / StreamsExhausted: the agent is gone or full
             return True
+        assert writer is not None  # every way here made it (passthrough or a handshake)
         await splice(reader, writer, stream)
     finally:
         edge.admission.release(ticket)
@@ -283,12 +299,18 @@ def set_tls_facts(conn: Any, ssl_object: Any) -> None:
 
 
 async def _on_tcp_connect(
-    edge: Any, enforcement: Any, hop: Any, transport: asyncio.Transport, peer: Any, name: str
+    edge: Any,
+    enforcement: Any,
+    hop: Any,
+    transport: asyncio.Transport,
+    peer: Any,
+    name: str,
+    made: Any = None,
 ) -> Optional[_TcpPhase]:
     """The endpoint's (or TLS edge's) on_tcp_connect rules (restrict-ips, with IP policies
     from the edge's cache; terminate-tls): their run when they let the connection through
     (or paused at a terminate-tls), None when anything else than continue (the connection is
-    closed)."""
+    closed). ``made``: the SSL object of a handshake already made (its facts are set)."""
     if enforcement is None or enforcement.policy is None:
         return _TcpPhase(tp.Outcome())
     endpoint_id, url, account_id = hop
@@ -309,6 +331,8 @@ async def _on_tcp_connect(
         server_region=edge.settings.region,
     )
     conn.tls_sni = name
+    if made is not None:
+        set_tls_facts(conn, made)
     if enforcement.policy.ip_policy_ids:
         conn.ip_policy_resolver = await edge.router.ip_policy_resolver(
             account_id, enforcement.policy

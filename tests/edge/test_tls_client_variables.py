@@ -156,3 +156,64 @@ def test_a_tls_endpoint_denies_by_certificate_after_terminate_tls(
     assert attempt(make_client_cert(ca, "dave", serial=SERIAL)) == b"closed"
     assert attempt(make_client_cert(ca, "dave", serial=SERIAL + 1)) == b"hello"
     assert attempt(None) == b"closed"  # the handshake requires a certificate
+
+
+def test_a_tls_endpoint_terminated_by_its_bind_option_reads_the_certificate(
+    edge,
+    account,
+    agents,
+    domain,  # noqa: F811
+    tmp_path,
+):
+    """The SDK's ``termination`` and ``mutual_tlsca`` options, and a policy whose
+    on_tcp_connect reads conn.tls.client: the edge makes the handshake first, then runs the
+    phase with the verified certificate."""
+    ca = make_ca("bind option clients")
+    cert, key = _certificate(str(tmp_path), domain)
+    policy = {
+        "on_tcp_connect": [
+            {
+                "expressions": [
+                    "conn.tls.client.subject.common_name == 'admin' || "
+                    f"conn.tls.client.serial_number == '{SERIAL:x}' || "
+                    "conn.tls.version == ''"
+                ],
+                "actions": [{"type": "deny"}],
+            }
+        ]
+    }
+    agent = agents(
+        edge,
+        _credential(account)["token"],
+        [
+            {
+                "proto": "tls",
+                "domain": domain,
+                "upstream": "tcp",
+                "options": {
+                    "termination": [open(cert).read(), open(key).read()],
+                    "mutual_tlsca": [pem(ca[1])],
+                    "traffic_policy": [json.dumps(policy)],
+                },
+            }
+        ],
+    )
+    _bound(agent.start())
+
+    def attempt(client):
+        ctx = ssl.create_default_context(cafile=cert)
+        path = tmp_path / f"c-{time.time_ns()}.pem"
+        path.write_bytes(client[0] + client[1])
+        ctx.load_cert_chain(str(path))
+        try:
+            with socket.create_connection(("127.0.0.1", edge.https_port), timeout=10) as raw:
+                with ctx.wrap_socket(raw, server_hostname=domain) as conn:
+                    conn.sendall(b"bind")
+                    return conn.recv(100) or b"closed"
+        except (ssl.SSLError, OSError):
+            return b"closed"
+
+    assert attempt(make_client_cert(ca, "erin")) == b"bind"
+    assert attempt(make_client_cert(ca, "admin")) == b"closed"
+    assert attempt(make_client_cert(ca, "dave", serial=SERIAL)) == b"closed"
+    assert attempt(make_client_cert(make_ca("strangers"), "erin")) == b"closed"

@@ -99,6 +99,11 @@ class Policy:
                 compiled.append(Rule(rule.get("name") or "", expressions, built))
             self.phases[phase] = compiled
         self.ip_policy_ids: Tuple[str, ...] = tuple(sorted({i for _, i in self.ip_policy_refs}))
+        # on_tcp_connect reads the client certificate (conn.tls.client.*): a TLS endpoint the
+        # edge terminates by its Bind option makes its handshake before running the phase
+        self.tcp_reads_tls_client = "conn.tls.client" in json.dumps(
+            [rule for _, rule in document.rules(doc, "on_tcp_connect")], default=str
+        )
         self.clock: Callable[[], float] = time.time
 
     def check_protocol(self, protocol: str) -> "Policy":
