@@ -411,6 +411,28 @@ def test_unknown_malformed_and_other_accounts_ids_are_404(api, account, other_ac
     assert account.admin.get(f"/endpoints/{ep['id']}").json == ep
 
 
+def test_stopping_an_agent_endpoint_no_edge_answers_is_a_409_and_withdrawn(
+    inprocess_api, monkeypatch
+):
+    """No edge takes the stop_endpoint command: 409 once COMMAND_WAIT_SECONDS have passed
+    (1 s here), the command gone from the edge's partition, the endpoint still listed."""
+    import time
+
+    edge = Edge(inprocess_api, monkeypatch)
+    account = inprocess_api.new_account()
+    credential = account.admin.post("/credentials", {}).json["id"]
+    _, eid = edge.tunnel(account, edge.session(account, credential), hostname=f"{_name()}.{BASE}")
+    monkeypatch.setattr(online, "COMMAND_WAIT_SECONDS", 1.0)
+    started = time.monotonic()
+    resp = account.admin.delete(f"/endpoints/{eid}")
+    took = time.monotonic() - started
+    assert resp.status == 409 and resp.json["error_code"] == errors.COMMAND_NOT_ANSWERED
+    assert resp.json["msg"].startswith(f"No answer about endpoint {eid} within 1 s")
+    assert 1.0 <= took < 2.0, took
+    assert edge.call(online.take_commands, "edge-1") == []
+    assert account.admin.get(f"/endpoints/{eid}").status == 200
+
+
 def test_agent_endpoints_cannot_be_patched_and_delete_stops_them(api, account, edge):
     """PATCH of a live agent endpoint is a 400; DELETE asks the edge holding its session to
     stop it (a stop_endpoint command naming the endpoint: the edge sends the agent a
