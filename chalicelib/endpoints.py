@@ -209,16 +209,16 @@ def stop_agent_endpoint(c: Ctx, endpoint_id: str) -> None:
     done, so the endpoint is no longer listed. Members and bots only for sessions of
     credentials they own (as POST /tunnel_sessions/{id}/stop). 404 when the session ended
     first; 409 ERR_COMMAND_NOT_ANSWERED when no edge answered in time. Store calls: the
-    endpoint and its session (2 GetItem), the session's instance (1 GetItem), the command
-    (1 PutItem), then one GetItem per 0.5 s of waiting (online.await_answer)."""
+    endpoint and its session (2 GetItem, after cloud.read's 3 found it is an agent's), the
+    command (1 PutItem), then one GetItem per 0.5 s of waiting (online.await_answer)."""
     item, session = online.live_item(c.account_id, COLLECTION, PREFIX, endpoint_id, WHAT)
-    session_id = item.data.get("session_id") or (session.sk if session is not None else "")
-    if not session_id:
+    if session is None or not session.instance_id:
         raise errors.NotFound(f"No {WHAT} with id '{endpoint_id}' exists")
-    owner = session.data.get("owner_id") if session is not None else None
-    if owner != c.principal.id:
+    if session.data.get("owner_id") != c.principal.id:
         c.principal.require_admin("stop endpoints of another user's or bot's credentials")
-    command = online.request_stop_endpoint(c.account_id, session_id, endpoint_id)
+    command = online.request_stop_endpoint(
+        c.account_id, session.sk, session.instance_id, endpoint_id
+    )
     answer = online.await_answer(command)
     if answer is None:
         raise errors.CommandNotAnswered(

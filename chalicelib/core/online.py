@@ -665,13 +665,12 @@ def request_stop(account_id: str, session_id: str) -> Command:
     return _update_session(account_id, session_id, "stop_requested")
 
 
-def request_stop_endpoint(account_id: str, session_id: str, endpoint_id: str) -> Command:
-    """Ask the edge holding the session to stop one of its agent endpoints (the agent gets a
-    StopTunnel for it; its session and other endpoints stay up); the command written. One
-    GetItem (the session's instance) and one PutItem; NotFound when the session is gone."""
-    instance_id = session_instance(account_id, session_id)
-    if instance_id is None:
-        raise errors.NotFound(f"No endpoint with id '{endpoint_id}' exists")
+def request_stop_endpoint(
+    account_id: str, session_id: str, instance_id: str, endpoint_id: str
+) -> Command:
+    """Ask the edge ``instance_id`` holding the session to stop one of its agent endpoints
+    (the agent gets a StopTunnel for it; its session and other endpoints stay up); the
+    command written (one PutItem)."""
     return _write_command(account_id, session_id, instance_id, "stop_endpoint", endpoint_id)
 
 
