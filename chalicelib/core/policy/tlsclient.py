@@ -3,7 +3,7 @@ edge verified on a mutual-TLS handshake.
 
 The edge hands the engine the leaf certificate as DER (``Conn.tls_client_der``: empty when
 the connection is not TLS, or its handshake asked for no client certificate); this module
-parses it once per certificate (:func:`fields`, cached) into the hosted service's variables,
+parses it once per certificate and group of variables (:func:`value`, cached) into the hosted service's variables,
 named and typed as its reference lists them ("Connection TLS Client Variables"). Values follow
 what the hosted service shows (its examples come from Go's ``crypto/x509``):
 
@@ -169,31 +169,80 @@ def _extensions(cert: Any) -> List[Dict[str, Any]]:
 
 
 @functools.lru_cache(maxsize=256)  # one parse per certificate, not per request
-def fields(der: bytes) -> Dict[str, Any]:
-    """The conn.tls.client.* values (name without the prefix -> value) of the DER
-    certificate ``der``; :data:`EMPTY` for no certificate or one that does not parse."""
+def _certificate(der: bytes) -> Any:
+    """The parsed certificate, or None (no certificate, or one that does not parse)."""
     if not der:
-        return EMPTY
+        return None
     from cryptography import x509
-    from cryptography.hazmat.primitives.serialization import Encoding
 
     try:
-        cert = x509.load_der_x509_certificate(der)
+        return x509.load_der_x509_certificate(der)
     except ValueError:
-        return EMPTY
-    out: Dict[str, Any] = {name: _zero(kind) for name, kind in VARIABLES}
+        return None
+
+
+def _group_subject(cert: Any, out: Dict[str, Any]) -> None:
     _name_fields("subject", cert.subject, out)
+
+
+def _group_issuer(cert: Any, out: Dict[str, Any]) -> None:
     _name_fields("issuer", cert.issuer, out)
-    _san(cert, out)
+
+
+def _group_misc(cert: Any, out: Dict[str, Any]) -> None:
+    from cryptography.hazmat.primitives.serialization import Encoding
+
     out["serial_number"] = format(cert.serial_number, "x")
     out["signature_algorithm"] = _signature_algorithm(cert)
-    out["extensions"] = _extensions(cert)
     out["validity.not_before"] = cert.not_valid_before_utc
     out["validity.not_after"] = cert.not_valid_after_utc
     out["pem"] = cert.public_bytes(Encoding.PEM).decode("ascii").rstrip("\n")
+
+
+def _group_extensions(cert: Any, out: Dict[str, Any]) -> None:
+    out["extensions"] = _extensions(cert)
+
+
+# each variable's group: what one parse computes (a policy reading only the subject's common
+# name pays for the subject alone; measured: the whole certificate about 0.4 ms)
+_GROUPS = {
+    "subject": _group_subject,
+    "issuer": _group_issuer,
+    "san": _san,
+    "extensions": _group_extensions,
+}
+
+
+@functools.lru_cache(maxsize=1024)  # (certificate, group): 256 certificates × 4 groups
+def _group(der: bytes, group: str) -> Dict[str, Any]:
+    cert = _certificate(der)
+    if cert is None:
+        return EMPTY
+    out: Dict[str, Any] = {}
+    for name, kind in VARIABLES:
+        if _group_of(name) == group:
+            out[name] = _zero(kind)
+    _GROUPS.get(group, _group_misc)(cert, out)
+    return out
+
+
+def _group_of(name: str) -> str:
+    head = name.split(".", 1)[0]
+    return head if head in _GROUPS else "misc"
+
+
+def fields(der: bytes) -> Dict[str, Any]:
+    """Every conn.tls.client.* value (name without the prefix -> value) of the DER
+    certificate ``der``; :data:`EMPTY` for no certificate or one that does not parse."""
+    if _certificate(der) is None:
+        return EMPTY
+    out: Dict[str, Any] = {}
+    for group in (*_GROUPS, "misc"):
+        out.update(_group(der, group))
     return out
 
 
 def value(der: bytes, name: str) -> Any:
-    """One variable (``name`` without ``conn.tls.client.``) of the certificate ``der``."""
-    return fields(der)[name]
+    """One variable (``name`` without ``conn.tls.client.``) of the certificate ``der``: its
+    group is computed once per certificate (cached), the others not at all."""
+    return _group(der, _group_of(name))[name]
