@@ -2,7 +2,7 @@
 endpoint makes the edge holding its session stop serving it and send the agent a StopTunnel
 for it. The official SDKs as processes: the Python SDK (ngrok-rust) ends that listener's
 forwarding with "listener closed: <message>, <code>", the Go SDK closes that forwarder
-(EndpointForwarder.Done); the session and its other endpoint stay up and serving, the stopped
+(EndpointForwarder.Done) or returns the error with its code from Accept; the session and its other endpoint stay up and serving, the stopped
 URL answers the offline error, the API no longer lists it."""
 
 import time
@@ -87,3 +87,21 @@ def test_the_go_sdk_closes_the_stopped_forwarder_and_keeps_the_other(edge, accou
     assert session_id in {
         s["id"] for s in account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
     }
+
+
+def test_the_go_sdk_listener_returns_the_message_and_code_from_accept(edge, account, go_agents):
+    """Agent.Listen: the stopped listener's Accept returns the SDK's error with the edge's
+    message and its code (ngrok.Error.Code()); the forwarder of the same session serves on."""
+    agent = go_agents(edge, credential(account)["token"], [{"listen": True}, {}])
+    listened, forwarded = bound(agent.start())
+    stopped, _ = _endpoint_id(account, listened["url"])
+    assert edge.public("GET", listened["url"], "/a").json["path"] == "/a"
+    resp, took = _stop(account, stopped)
+    assert resp.status == 204 and took < ANSWERED_WITHIN, (resp, took)
+    error = agent.wait_for("error")
+    assert (error["stage"], error["index"]) == ("accept", 0), error
+    assert error["code"] == edge_errors.ENDPOINT_STOPPED, error
+    assert f"endpoint {stopped} was stopped through the API" in error["args"][0], error
+    assert _offline(edge, host(listened["url"]))
+    assert edge.public("GET", forwarded["url"], "/b").json["path"] == "/b"
+    assert [e for e in agent.seen if e["event"] == "disconnected"] == []
