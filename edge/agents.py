@@ -681,7 +681,9 @@ class AgentSession:
         "Message", "ErrorCode"}`` and ends it; the official SDKs close that one listener with
         the message and code (ngrok-go's ``OnStopTunnel``, ngrok-rust's
         ``close_tunnel_with_error``) and answer nothing. The session and its other endpoints
-        stay up. ``"accepted"``, or ``"gone"`` when no endpoint of this session has that id."""
+        stay up. The agent CLI 2.x (protocol version 2) has no StopTunnel: its endpoint is
+        stopped all the same, and it is not told. ``"accepted"``, or ``"gone"`` when no
+        endpoint of this session has that id."""
         tunnel = next(
             (t for t in self.tunnels.values() if t.endpoint_id == endpoint_id and t.url), None
         )
@@ -689,6 +691,10 @@ class AgentSession:
             return "gone"
         self.tunnels.pop(tunnel.id, None)
         await self.edge.binds.drop_tunnel(tunnel)
+        if self.version == legacy.PROTOCOL_VERSION:  # the CLI 2.x knows no StopTunnel (it
+            # reads one as a broken proxy stream): the endpoint is stopped, the CLI not told
+            log.info("session %s: endpoint %s stopped through the API", self.id, endpoint_id)
+            return "accepted"
         body = {
             "Id": tunnel.id,
             "Message": STOP_TUNNEL_MESSAGE.format(endpoint_id),
