@@ -1,6 +1,6 @@
 """conn.tls.client.* through the edge: real TLS clients with client certificates (made with
 ``cryptography``) reach an official agent's (Python SDK) mutual-TLS endpoint whose traffic
-policy branches on the certificate's subject, SAN and serial number; on a TLS endpoint the
+policy branches on the certificate's subject, SAN and serial number (HTTP/1.1 and HTTP/2); on a TLS endpoint the
 rules after a terminate-tls action see the certificate the edge's handshake verified."""
 
 import json
@@ -11,6 +11,7 @@ import time
 from stacks.certs import make_ca, make_client_cert, pem
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 from tests.edge.test_edge_tls_on_the_wire import _get
+from tests.edge.test_http2 import curl
 from tests.edge.test_tls_endpoints import _certificate, domain  # noqa: F401 (a fixture)
 
 SERIAL = 0x5EC0DE
@@ -81,6 +82,23 @@ def test_an_http_policy_branches_on_the_client_certificate(edge, account, agents
         "san ops DNS:x.example.com, DNS:ops.example.com",
     )
     assert get(make_client_cert(ca, "dave", serial=SERIAL)) == (200, f"serial {SERIAL:x}")
+    # over HTTP/2 too (curl negotiates h2 by ALPN): the same connection's certificate
+    chain, private = make_client_cert(ca, "carol", dns_names=("ops.example.com",))
+    (tmp_path / "h2.pem").write_bytes(chain)
+    (tmp_path / "h2.key").write_bytes(private)
+    out = curl(
+        edge,
+        host,
+        "/echo",
+        "--http2",
+        "-v",
+        "--cert",
+        str(tmp_path / "h2.pem"),
+        "--key",
+        str(tmp_path / "h2.key"),
+    )
+    assert "< HTTP/2 200" in out.stderr, out.stderr
+    assert out.stdout == "san ops DNS:ops.example.com", out.stdout
     # no rule matches: the request goes on to the agent's upstream
     status, body = get(make_client_cert(ca, "erin", serial=SERIAL + 1))
     assert status == 200 and '"path": "/echo"' in body, body
