@@ -235,3 +235,59 @@ def test_a_tls_endpoint_terminated_by_its_bind_option_reads_the_certificate(
     assert attempt(make_client_cert(ca, "admin")) == b"closed"
     assert attempt(make_client_cert(ca, "dave", serial=SERIAL)) == b"closed"
     assert attempt(make_client_cert(make_ca("strangers"), "erin")) == b"closed"
+
+
+def test_an_https_edge_route_policy_reads_the_certificate_of_its_mutual_tls(
+    edge, account, tmp_path
+):
+    """An HTTPS edge (no agent: an http_response backend) with the ``mutual_tls`` module and a
+    route ``traffic_policy`` answering with the client certificate's subject and serial."""
+    from tests.edge.conftest import BASE_DOMAIN
+    from tests.edge.test_edge_tls_on_the_wire import _until
+
+    ca = make_ca("edge clients")
+    host = f"emtls-{time.time_ns()}.{BASE_DOMAIN}"
+    authority = account.admin.post("/certificate_authorities", {"ca_pem": pem(ca[1])})
+    assert authority.status == 201, authority.json
+    fixed = account.admin.post("/backends/http_response", {"status_code": 200, "body": "edge"})
+    made = account.admin.post(
+        "/edges/https",
+        {
+            "hostports": [f"{host}:443"],
+            "mutual_tls": {"certificate_authority_ids": [authority.json["id"]]},
+        },
+    )
+    assert made.status == 201, made.json
+    policy = {
+        "on_http_request": [
+            {
+                "expressions": ["conn.tls.client.issuer.common_name == 'edge clients'"],
+                "actions": [
+                    {
+                        "type": "custom-response",
+                        "config": {
+                            "status_code": 200,
+                            "body": "${conn.tls.client.subject.common_name} "
+                            "${conn.tls.client.serial_number}",
+                        },
+                    }
+                ],
+            }
+        ]
+    }
+    route = account.admin.post(
+        f"/edges/https/{made.json['id']}/routes",
+        {
+            "match_type": "path_prefix",
+            "match": "/",
+            "backend": {"backend_id": fixed.json["id"]},
+            "traffic_policy": {"enabled": True, "value": json.dumps(policy)},
+        },
+    )
+    assert route.status == 201, route.json
+    cert = make_client_cert(ca, "frank", serial=SERIAL)
+    took = _until(
+        lambda: _get(edge, host, cert=cert, tmp_path=tmp_path) == (200, f"frank {SERIAL:x}"), 5
+    )
+    assert took is not None, _get(edge, host, cert=cert, tmp_path=tmp_path)
+    assert _get(edge, host)[0] == "refused"  # no certificate: the handshake fails
