@@ -291,3 +291,47 @@ def test_an_https_edge_route_policy_reads_the_certificate_of_its_mutual_tls(
     )
     assert took is not None, _get(edge, host, cert=cert, tmp_path=tmp_path)
     assert _get(edge, host)[0] == "refused"  # no certificate: the handshake fails
+
+
+def test_a_tls_edges_policy_reads_the_certificate_its_mutual_tls_module_verified(
+    edge, account, agents, tmp_path
+):
+    """A TLS edge (``/edges/tls``): its tls_termination and mutual_tls modules run as a
+    terminate-tls action first, so its traffic_policy's on_tcp_connect rules see the
+    verified certificate: subject CN 'admin' is closed, another passes to the labeled tunnel."""
+    from tests.edge.conftest import BASE_DOMAIN
+    from tests.edge.test_edge_sdk import _wait
+    from tests.edge.test_tls_edges_on_the_wire import REFUSED, _connect, _group, _labeled, _post
+
+    name = f"tlsvar-{time.time_ns()}.{BASE_DOMAIN}"
+    label = f"v{time.time_ns()}"
+    ca = make_ca("tls edge policy clients")
+    authority = _post(account, "/certificate_authorities", {"ca_pem": pem(ca[1])})["id"]
+    deny_admin = {
+        "on_tcp_connect": [
+            {
+                "expressions": ["conn.tls.client.subject.common_name == 'admin'"],
+                "actions": [{"type": "deny"}],
+            }
+        ]
+    }
+    _post(
+        account,
+        "/edges/tls",
+        {
+            "hostports": [f"{name}:443"],
+            "backend": {"backend_id": _group(account, label)},
+            "tls_termination": {"terminate_at": "edge"},
+            "mutual_tls": {"certificate_authority_ids": [authority]},
+            "traffic_policy": {"value": json.dumps(deny_admin)},
+        },
+    )
+    _labeled(agents, edge, account, label, upstream="tcp")
+
+    def through(cn):
+        client = make_client_cert(ca, cn)
+        return _connect(edge, name, edge.ca_path, b"plain", client=client, tmp_path=tmp_path)
+
+    assert _wait(lambda: through("erin") == b"plain", timeout=10), edge.log()[-3000:]
+    assert through("admin") == REFUSED
+    assert through("erin") == b"plain"
