@@ -3,8 +3,8 @@
 Two kinds live in the account's ``endpoint`` collection (chalicelib.core.online):
 
 - **agent endpoints** (``type: "agent"``): written by the edge when an agent binds, shown
-  while its tunnel session is live, gone when the session ends; read-only here (PATCH and
-  DELETE of one are a 400: its agent manages it);
+  while its tunnel session is live, gone when the session ends; PATCH of one is a 400 (its
+  agent manages it); DELETE stops it: its agent gets a StopTunnel (:func:`stop_agent_endpoint`);
 - **cloud endpoints** (``type: "cloud"``): created, changed and deleted through this API
   (``POST``, ``PATCH``, ``DELETE``; rules and store calls in chalicelib.cloud_endpoints), no
   session (``owner`` unset): always live; served by the edge with their traffic policy and
@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 from chalicelib import cloud_endpoints as cloud
 from chalicelib import validation
-from chalicelib.core import ids, online, store
+from chalicelib.core import errors, ids, online, store
 from chalicelib.validation import DESCRIPTION, METADATA, Field
 from chalicelib.web import Ctx
 
@@ -190,7 +190,48 @@ def update(c: Ctx, endpoint_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
     return render(c, cloud.update(c.account_id, old, _cloud_data(c, fields, old.data)), None)
 
 
-@store.retrying
 def delete(c: Ctx, endpoint_id: str) -> None:
-    """1 GetItem + 1 TransactWriteItems (the endpoint and its host's claim together)."""
-    cloud.delete(c.account_id, cloud.read(c.account_id, endpoint_id))
+    """A cloud endpoint: 1 GetItem + 1 TransactWriteItems (the endpoint and its host's claim
+    together). A live agent endpoint is stopped (:func:`stop_agent_endpoint`)."""
+    try:
+        _delete_cloud(c.account_id, endpoint_id)
+    except errors.UnsupportedOperation:  # a live agent endpoint
+        stop_agent_endpoint(c, endpoint_id)
+
+
+@store.retrying
+def _delete_cloud(account_id: str, endpoint_id: str) -> None:
+    cloud.delete(account_id, cloud.read(account_id, endpoint_id))
+
+
+def stop_agent_endpoint(c: Ctx, endpoint_id: str) -> None:
+    """``DELETE /endpoints/{id}`` of a live agent endpoint: the edge holding its session sends
+    the agent a StopTunnel for it (the official SDKs close that one listener with the message
+    and code; the session and its other endpoints stay up) and stops serving it; 204 once
+    done, so the endpoint is no longer listed. Members and bots only for sessions of
+    credentials they own (as POST /tunnel_sessions/{id}/stop). 404 when the session ended
+    first; 409 ERR_COMMAND_NOT_ANSWERED when no edge answered in time. Store calls: the
+    endpoint and its session (2 GetItem, after cloud.read's 3 found it is an agent's), the
+    command (1 PutItem), then one GetItem per 0.5 s of waiting (online.await_answer)."""
+    item, session = online.live_item(c.account_id, COLLECTION, PREFIX, endpoint_id, WHAT)
+    if session is None or not session.instance_id:
+        raise errors.NotFound(f"No {WHAT} with id '{endpoint_id}' exists")
+    if session.data.get("owner_id") != c.principal.id:
+        c.principal.require_admin("stop endpoints of another user's or bot's credentials")
+    command = online.request_stop_endpoint(
+        c.account_id, session.sk, session.instance_id, endpoint_id
+    )
+    answer = online.await_answer(command)
+    if answer is None:
+        raise errors.CommandNotAnswered(
+            f"No answer about endpoint {endpoint_id} within {online.COMMAND_WAIT_SECONDS:g} s: "
+            "the edge that holds its session did not take the stop (it may be down or cut off "
+            "from the store). The command was withdrawn; try again."
+        )
+    if answer["outcome"] == "gone":
+        raise errors.NotFound(f"No {WHAT} with id '{endpoint_id}' exists")
+    if answer["outcome"] != "accepted":
+        raise errors.CommandNotAnswered(
+            f"The edge that holds endpoint {endpoint_id} took the stop too late to answer "
+            f"within {online.COMMAND_WAIT_SECONDS:g} s and did not carry it out; try again."
+        )

@@ -541,7 +541,8 @@ REGISTRY: Tuple[Entry, ...] = (
             "create": "Create a cloud endpoint (served by the edge from its "
             "traffic_policy, no agent)",
             "update": "Update a cloud endpoint (only the fields sent; agent endpoints: 400)",
-            "delete": "Delete a cloud endpoint (agent endpoints: 400)",
+            "delete": "Delete a cloud endpoint, or stop a live agent endpoint (its agent gets a "
+            "StopTunnel; 204 once done)",
         },
     ),
     # Vaults and secrets (traffic policies' ${secrets.get('vault', 'name')}: docs/IDENTITY.md)

@@ -48,6 +48,8 @@ log = logging.getLogger("edge.agents")
 EDGE_VERSION = "tunnel-edge/1"
 RPC_TIMEOUT = 30.0  # seconds an RPC request may take to arrive whole
 COMMAND_TIMEOUT = online.AGENT_COMMAND_TIMEOUT  # seconds the agent has to answer Stop/Restart
+# what a StopTunnel tells the agent (DELETE /endpoints/{id}); the SDKs show it with the code
+STOP_TUNNEL_MESSAGE = "endpoint {} was stopped through the API"
 AUTH_TIMEOUT = 10.0  # a connection whose Auth has not arrived by then is closed
 AUTH_ANSWER_TIMEOUT = 60.0  # seconds from the start by which an arrived Auth is answered
 DEFAULT_HEARTBEAT = (10.0, 15.0)
@@ -671,6 +673,41 @@ class AgentSession:
             stream.finish()
         error = body.get("Error")
         return error if isinstance(error, str) and error else None
+
+    async def stop_endpoint(self, endpoint_id: str) -> str:
+        """Stop one endpoint of this session asked through the API (``DELETE
+        /endpoints/{id}``): the edge stops serving it (registry, claim, online items: as an
+        Unbind), then opens a StopTunnel stream (type 9) carrying ``{"Id": <the Bind's id>,
+        "Message", "ErrorCode"}`` and ends it; the official SDKs close that one listener with
+        the message and code (ngrok-go's ``OnStopTunnel``, ngrok-rust's
+        ``close_tunnel_with_error``) and answer nothing. The session and its other endpoints
+        stay up. The agent CLI 2.x (protocol version 2) has no StopTunnel: its endpoint is
+        stopped all the same, and it is not told. ``"accepted"``, or ``"gone"`` when no
+        endpoint of this session has that id."""
+        tunnel = next(
+            (t for t in self.tunnels.values() if t.endpoint_id == endpoint_id and t.url), None
+        )
+        if tunnel is None or self._ending or self.mux.closed:
+            return "gone"
+        self.tunnels.pop(tunnel.id, None)
+        await self.edge.binds.drop_tunnel(tunnel)
+        if self.version == legacy.PROTOCOL_VERSION:  # the CLI 2.x knows no StopTunnel (it
+            # reads one as a broken proxy stream): the endpoint is stopped, the CLI not told
+            log.info("session %s: endpoint %s stopped through the API", self.id, endpoint_id)
+            return "accepted"
+        body = {
+            "Id": tunnel.id,
+            "Message": STOP_TUNNEL_MESSAGE.format(endpoint_id),
+            "ErrorCode": edge_errors.ENDPOINT_STOPPED,
+        }
+        try:
+            stream = self.mux.open_stream()
+            await stream.write(protocol.stream_type(protocol.STOP_TUNNEL) + protocol.reply(body))
+            stream.finish()
+        except (StreamReset, ConnectionError) as exc:  # the endpoint is stopped all the same
+            log.info("session %s: StopTunnel for %s not delivered: %r", self.id, tunnel.id, exc)
+        log.info("session %s: endpoint %s stopped through the API", self.id, endpoint_id)
+        return "accepted"
 
     # ---- periodic checks (the edge's check loop) --------------------------------------------
     @property

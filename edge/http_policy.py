@@ -246,6 +246,8 @@ def policy_conn(scheme: str, region: str, writer: Any, peer: Any, endpoint: Hop)
         conn.tls_version = ssl_object.version() or ""
         conn.tls_cipher_suite = (ssl_object.cipher() or ("",))[0]
         conn.tls_sni = ssl_object.server_hostname or ""
+        # the client certificate a mutual-TLS handshake verified (conn.tls.client.*)
+        conn.tls_client_der = ssl_object.getpeercert(binary_form=True) or b""
     return conn
 
 

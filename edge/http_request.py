@@ -3,7 +3,8 @@
 The rules are the shared core's (chalicelib/core/policy/httpcall.py: bounds, destinations,
 result variables); this module does the I/O. A call to ``https://<name>.internal`` goes to
 the account's internal agent endpoint through its agent (a proxy stream, as a public request
-would); any other URL only to an address ``EDGE_HTTP_REQUEST_ALLOW`` opens, connected to the
+would), or is answered by the account's internal cloud endpoint's policy (``_CloudLeg``);
+any other URL only to an address ``EDGE_HTTP_REQUEST_ALLOW`` opens, connected to the
 address that was checked. Every attempt, redirect and retry runs inside the action's
 ``timeout`` (1-30 s); a response head may be at most 64 KiB and a body at most 256 KiB
 (hosted: "response size exceeded"); at most 4 attempts (1 + 3 retries).
@@ -213,8 +214,8 @@ async def _internal_leg(
     if target.error is not None:
         raise _Failed(target.error[2])
     tunnel = target.tunnel
-    if tunnel is None:
-        raise _Failed(f"{host} is a cloud endpoint; http-request reaches internal agent endpoints")
+    if tunnel is None:  # an internal cloud endpoint: its policy answers, in this process
+        return _CloudLeg(target, call, scheme, host), ""
     try:
         stream = await tunnel.session.open_proxy(
             tunnel, f"{call.client_ip or '127.0.0.1'}:0", scheme
@@ -227,6 +228,89 @@ async def _internal_leg(
         else _Leg(tunnel, stream)
     )
     return leg, str(getattr(tunnel.session, "peer_ip", "") or "")
+
+
+class _CloudLeg:
+    """A call to the account's internal cloud endpoint: its ``on_http_request`` runs on the
+    call's request (its whole body at hand) and its answer (custom-response, redirect,
+    deny, …) is the call's response, as a public request to it would be answered; a policy
+    that lets the request through is answered 502 ERR_NGROK_6029 (non-terminating), as on
+    the public path. What the phase cannot do for a call fails the attempt: a sign-in action
+    (no browser), a forward-internal (not followed from a call), its own http-request actions
+    (not made: a call never fans out into more calls), closing the connection. Its
+    on_http_response does not run."""
+
+    def __init__(self, target: Any, call: httpcall.Call, scheme: str, host: str) -> None:
+        self.target, self.call, self.scheme, self.host = target, call, scheme, host
+        self.head: Any = None
+        self.body = b""
+        self.answer: List[Any] = []
+
+    async def send_many(self, events: List[Any]) -> None:
+        from chalicelib.core import policy as tp
+        from edge.http_io import error_response, outcome_response
+
+        for event in events:
+            if isinstance(event, http1.Request):
+                self.head = event
+            elif isinstance(event, http1.Data):
+                self.body += bytes(event.data)
+        policy = self.target.enforcement.policy if self.target.enforcement else None
+        head = self.head
+        if policy is None:
+            out = tp.Outcome()
+        else:
+            headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in head.headers]
+            req = tp.Request.from_target(
+                head.method.decode("latin-1"),
+                self.scheme,
+                self.host,
+                head.target.decode("latin-1"),
+                headers,
+                content_length=len(self.body),
+            )
+            conn = tp.Conn(
+                client_ip=self.call.client_ip or "127.0.0.1",
+                client_port=0,
+                endpoint=tp.Endpoint(
+                    id=self.target.endpoint_id,
+                    url=self.target.url,
+                    host=self.host,
+                    protocol=self.scheme,
+                    account_id=self.target.account_id,
+                ),
+            )
+            state = policy.new_state()
+            out = policy.on_http_request(conn, req, state)
+            if out.kind == tp.NEED_BODY:  # the whole body is at hand
+                req.body, req.body_complete = self.body, True
+                out = policy.on_http_request(conn, req, state)
+        if out.kind == tp.RESPOND:
+            self.answer = [e for e in outcome_response(out, close=True) if e is not None]
+        elif out.kind == tp.CONTINUE:
+            self.answer = error_response(
+                502,
+                edge_errors.CLOUD_POLICY_FAILED,
+                f"The traffic policy configured for cloud endpoint {self.target.endpoint_id} "
+                "is non-terminating.",
+                close=True,
+            )
+        else:
+            what = {
+                tp.CLOSE: "closed the connection",
+                tp.FORWARD_INTERNAL: "asked for a forward-internal, which a call does not follow",
+                tp.HTTP_REQUEST: "asked for an http-request, which a call does not make",
+                tp.IDENTITY: "asked for a sign-in, which a call cannot make",
+            }.get(out.kind, f"ended with {out.kind}")
+            raise _Failed(f"the internal cloud endpoint {self.host}'s traffic policy {what}")
+
+    async def next_event(self) -> Any:
+        if not self.answer:
+            raise EOFError("no answer")
+        return self.answer.pop(0)
+
+    def close(self) -> None:
+        pass
 
 
 async def _external_leg(

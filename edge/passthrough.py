@@ -167,10 +167,26 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
         ):  # the account's endpoints IP restrictions
             transport.abort()
             return True
-        outcome = await _on_tcp_connect(edge, enforcement, hop, transport, peer, name)
-        if outcome is None or target is None:  # refused, or no tunnel of the edge online
+        made = None  # the handshake, when made before the phase
+        if (
+            ending is not None
+            and enforcement is not None
+            and getattr(enforcement.policy, "tcp_reads_tls_client", False)
+        ):  # terminated by the Bind option and the policy reads the client certificate
+            ctx = edge.certs.context_for([name], spec) if ending == EDGE_CERTIFICATE else ending
+            try:
+                reader, writer = await connections.start_server_tls(
+                    transport, ctx, HANDSHAKE_TIMEOUT
+                )
+            except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError):
+                transport.abort()
+                return True
+            made = writer.get_extra_info("ssl_object")
+        phase = await _on_tcp_connect(edge, enforcement, hop, transport, peer, name, made)
+        if phase is None or target is None:  # refused, or no tunnel of the edge online
             transport.abort()
             return True
+        outcome = phase.outcome
         if outcome.terminate_tls is not None:  # the terminate-tls action (or the modules)
             ending = await termination_context(edge, hop[2], name, outcome.terminate_tls)
             if ending is None:
@@ -183,7 +199,7 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
             protocol.connection_made(transport)
             writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
             transport.resume_reading()
-        else:  # terminated here (TLSTermination, terminate-tls), plaintext to the agent
+        elif made is None:  # terminated here (TLSTermination, terminate-tls): plaintext
             ctx = edge.certs.context_for([name], spec) if ending == EDGE_CERTIFICATE else ending
             try:
                 reader, writer = await connections.start_server_tls(
@@ -191,6 +207,10 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
                 )
             except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError):
                 transport.abort()
+                return True
+            if outcome.kind == tp.TERMINATE_TLS and not phase.resume(
+                writer.get_extra_info("ssl_object")
+            ):  # the rules after terminate-tls, with the handshake's facts, refused it
                 return True
         try:
             sock = transport.get_extra_info("sockname") or ("", 0)
@@ -203,6 +223,7 @@ async def serve(edge: Any, transport: asyncio.Transport, name: str) -> bool:
             )
         except ConnectionError:  # StreamReset / StreamsExhausted: the agent is gone or full
             return True
+        assert writer is not None  # every way here made it (passthrough or a handshake)
         await splice(reader, writer, stream)
     finally:
         edge.admission.release(ticket)
@@ -246,14 +267,52 @@ async def termination_context(
     return ctx
 
 
+class _TcpPhase:
+    """A TLS connection's on_tcp_connect run: its ``outcome``; when a terminate-tls action
+    paused it (``outcome.kind == TERMINATE_TLS``), :meth:`resume` runs the rest after the
+    handshake, with the connection's TLS facts and the client certificate it verified."""
+
+    def __init__(self, outcome: tp.Outcome, policy: Any = None, conn: Any = None, state=None):
+        self.outcome, self.policy, self.conn, self.state = outcome, policy, conn, state
+
+    def resume(self, ssl_object: Any) -> bool:
+        """True when the rest of the phase lets the connection through."""
+        if ssl_object is not None:
+            set_tls_facts(self.conn, ssl_object)
+        out = self.policy.on_tcp_connect(self.conn, self.state)
+        while out.kind == tp.TERMINATE_TLS:  # (none once conn.tls_version is set)
+            out = self.policy.on_tcp_connect(self.conn, self.state)
+        return out.kind == tp.CONTINUE
+
+
+def set_tls_facts(conn: Any, ssl_object: Any) -> None:
+    """The policy's view of a TLS handshake the edge made (``conn.tls.*``), the client
+    certificate it verified included (DER: ``conn.tls.client.*``; none without mutual TLS)."""
+    conn.tls_version = ssl_object.version() or ""
+    conn.tls_cipher_suite = (ssl_object.cipher() or ("",))[0]
+    conn.tls_sni = ssl_object.server_hostname or ""
+    conn.tls_alpn = ssl_object.selected_alpn_protocol() or ""
+    try:
+        conn.tls_client_der = ssl_object.getpeercert(binary_form=True) or b""
+    except ValueError:  # no handshake made
+        conn.tls_client_der = b""
+
+
 async def _on_tcp_connect(
-    edge: Any, enforcement: Any, hop: Any, transport: asyncio.Transport, peer: Any, name: str
-) -> Optional[tp.Outcome]:
+    edge: Any,
+    enforcement: Any,
+    hop: Any,
+    transport: asyncio.Transport,
+    peer: Any,
+    name: str,
+    made: Any = None,
+) -> Optional[_TcpPhase]:
     """The endpoint's (or TLS edge's) on_tcp_connect rules (restrict-ips, with IP policies
-    from the edge's cache; terminate-tls): their outcome when they let the connection
-    through, None when anything else than continue (the connection is closed)."""
+    from the edge's cache; terminate-tls): their run when they let the connection through
+    (or paused at a terminate-tls), None when anything else than continue (the connection is
+    closed). ``made``: the SSL object of a handshake already made (its facts are set)."""
     if enforcement is None or enforcement.policy is None:
-        return tp.Outcome()
+        return _TcpPhase(tp.Outcome())
     endpoint_id, url, account_id = hop
     sock = transport.get_extra_info("sockname") or ("", 0)
     conn = tp.Conn(
@@ -271,9 +330,15 @@ async def _on_tcp_connect(
         ),
         server_region=edge.settings.region,
     )
+    conn.tls_sni = name
+    if made is not None:
+        set_tls_facts(conn, made)
     if enforcement.policy.ip_policy_ids:
         conn.ip_policy_resolver = await edge.router.ip_policy_resolver(
             account_id, enforcement.policy
         )
-    out = enforcement.policy.on_tcp_connect(conn, enforcement.policy.new_state())
-    return out if out.kind == tp.CONTINUE else None
+    state = enforcement.policy.new_state()
+    out = enforcement.policy.on_tcp_connect(conn, state)
+    if out.kind not in (tp.CONTINUE, tp.TERMINATE_TLS):
+        return None
+    return _TcpPhase(out, enforcement.policy, conn, state)

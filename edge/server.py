@@ -324,7 +324,10 @@ class Edge:
             outcome, error = "gone", ""
         else:
             try:
-                outcome, error = await session.remote_command(command.command)
+                if command.command == "stop_endpoint":  # DELETE /endpoints/{id}: StopTunnel
+                    outcome, error = await session.stop_endpoint(command.target), ""
+                else:
+                    outcome, error = await session.remote_command(command.command)
             except Exception as exc:  # never left unanswered: the API would wait its bound
                 log.warning("session %s: %s failed: %r", command.session_id, command.command, exc)
                 outcome, error = "refused", f"the edge could not send it ({exc})"

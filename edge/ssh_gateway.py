@@ -51,7 +51,7 @@ import asyncssh
 
 from chalicelib.core import binding, edge_errors, ids, online, ssh_keys
 from edge import enforce, quotas
-from edge.agents import endpoint_id_of
+from edge.agents import STOP_TUNNEL_MESSAGE, endpoint_id_of
 from edge.registry import Tunnel
 from edge.session import StreamReset, StreamsExhausted
 
@@ -817,6 +817,20 @@ class SshSession(asyncssh.SSHServer):
             return "refused", "an ssh client cannot restart itself; stop it and run ssh again"
         await self.end("stopped through the API", status=0)
         return "accepted", ""
+
+    async def stop_endpoint(self, endpoint_id: str) -> str:
+        """``DELETE /endpoints/{id}`` of this session's endpoint (edge/server.py ``_command``):
+        an ssh client has no StopTunnel, and its session serves that one endpoint, so the
+        session ends with the message and code printed (exit status 0); "gone" when the
+        endpoint is not this session's."""
+        if self._ending or not self.is_online:
+            return "gone"
+        if not any(t.endpoint_id == endpoint_id for t in self.tunnels.values()):
+            return "gone"
+        await self.end(
+            STOP_TUNNEL_MESSAGE.format(endpoint_id), edge_errors.ENDPOINT_STOPPED, status=0
+        )
+        return "accepted"
 
     async def end(self, reason: str, code: Optional[str] = None, status: int = 1) -> None:
         """Print ``reason`` (with ``code``) to the client, exit its session with ``status``,

@@ -135,7 +135,7 @@ class SdkAgent:
 class GoAgent(SdkAgent):
     """tests/edge/go/agent (the official Go SDK, golang.ngrok.com/ngrok/v2) as a process
     against ``edge``: ``endpoints`` as main.go reads them (url, traffic_policy, pooling,
-    bindings, metadata, description, name, proxy_proto, upstream, agent_tls), ``options`` the
+    bindings, metadata, description, name, proxy_proto, upstream, agent_tls, listen), ``options`` the
     rest of its config (connect_timeout, retry_refused, log_level). Its events are the Python
     SDK agent's (``bound``, ``error`` with ``stage`` and ``args``, ``ready``) and
     ``connected`` / ``disconnected`` / ``srvinfo`` / ``updated``; stdin takes ``srvinfo``,

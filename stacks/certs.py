@@ -36,22 +36,31 @@ def make_ca(name: str) -> Tuple[Any, x509.Certificate]:
 
 
 def make_client_cert(
-    ca: Tuple[Any, x509.Certificate], name: str = "client"
+    ca: Tuple[Any, x509.Certificate],
+    name: str = "client",
+    dns_names: Tuple[str, ...] = (),
+    serial: int = 0,
 ) -> Tuple[bytes, bytes]:
-    """A client certificate signed by ``ca``: (certificate PEM, PKCS#8 key PEM)."""
+    """A client certificate signed by ``ca``: (certificate PEM, PKCS#8 key PEM); subject CN
+    ``name``, DNS subject alternative names ``dns_names`` (none: no SAN extension), serial
+    number ``serial`` (0: a random one)."""
     ca_key, ca_cert = ca
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
+        .serial_number(serial or x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(ca_key, hashes.SHA256())
     )
+    if dns_names:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False
+        )
+    cert = builder.sign(ca_key, hashes.SHA256())
     return (
         cert.public_bytes(serialization.Encoding.PEM),
         key.private_bytes(

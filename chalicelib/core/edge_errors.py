@@ -52,6 +52,7 @@ it). The API's own catalog is :mod:`chalicelib.core.errors`.
 | SIGNIN_FAILED              | ERR_NGROK_3300   | public | the sign-in could not finish (provider, token, ID token)  |
 | WAF_BLOCKED                | ERR_NGROK_3700   | public | owasp-crs-request/-response: anomaly score at threshold (403) |
 | AGENT_IP_RESTRICTED        | ERR_NGROK_9040   | agent  | the account's agent IP restrictions refuse the address    |
+| ENDPOINT_STOPPED           | ERR_NGROK_3200   | agent  | StopTunnel: the endpoint was stopped through the API (it is offline now) |
 """
 
 AUTHTOKEN_MALFORMED = "ERR_NGROK_105"
@@ -80,6 +81,7 @@ POLICY_FAILED = "ERR_NGROK_2300"
 MISDIRECTED = "ERR_NGROK_3002"
 BAD_UPSTREAM_RESPONSE = "ERR_NGROK_3004"
 ENDPOINT_OFFLINE = "ERR_NGROK_3200"
+ENDPOINT_STOPPED = ENDPOINT_OFFLINE  # to its agent, in a StopTunnel (DELETE /endpoints/{id})
 HOST_BANNED = "ERR_NGROK_3208"
 FORWARD_INTERNAL_FAILED = "ERR_NGROK_3502"
 CLOUD_POLICY_FAILED = "ERR_NGROK_6029"

@@ -454,9 +454,10 @@ class Command(NamedTuple):
     instance_id: str
     account_id: str
     session_id: str
-    command: str  # "stop" | "restart"
+    command: str  # "stop" | "restart" | "stop_endpoint"
     command_id: Optional[str]
     deadline: Optional[float]  # epoch seconds: the API waits until then, not longer
+    target: str = ""  # stop_endpoint: the endpoint id (its agent gets a StopTunnel)
 
 
 def take_commands(instance_id: str) -> List[Command]:
@@ -484,6 +485,7 @@ def take_commands(instance_id: str) -> List[Command]:
                 command=data.get("command", "stop"),
                 command_id=data.get("command_id"),
                 deadline=float(deadline) if deadline is not None else None,
+                target=str(data.get("target") or ""),
             )
         )
         client.delete_item(TableName=raw_table(), Key=raw_key(pk, sk))
@@ -603,7 +605,6 @@ def _update_session(account_id: str, session_id: str, flag: str) -> Command:
     if raw is None or not _raw_alive(raw):
         raise errors.NotFound(f"No tunnel session with id '{session_id}' exists")
     instance_id = str_attr(raw, "instance_id") or ""
-    at = now()
     try:
         raw_client().update_item(
             TableName=raw_table(),
@@ -616,13 +617,23 @@ def _update_session(account_id: str, session_id: str, flag: str) -> Command:
         if _is_condition_failure(exc):
             raise errors.NotFound(f"No tunnel session with id '{session_id}' exists") from None
         raise
+    return _write_command(account_id, session_id, instance_id, flag.split("_")[0])
+
+
+def _write_command(
+    account_id: str, session_id: str, instance_id: str, name: str, target: str = ""
+) -> Command:
+    """Write a command for the instance holding the session (one PutItem; taken by
+    :func:`take_commands`); the command, to wait for with :func:`await_answer`."""
+    at = now()
     command = Command(
         instance_id=instance_id,
         account_id=account_id,
         session_id=session_id,
-        command=flag.split("_")[0],
+        command=name,
         command_id=ids.new_id(COMMAND_ID_PREFIX),
         deadline=round(at + COMMAND_WAIT_SECONDS, 3),
+        target=target,
     )
     raw_client().put_item(
         TableName=raw_table(),
@@ -636,6 +647,7 @@ def _update_session(account_id: str, session_id: str, flag: str) -> Command:
                 "command_id": command.command_id,
                 "session_id": session_id,
                 "deadline": command.deadline,
+                **({"target": target} if target else {}),
             },
             instance_id=instance_id,
             heartbeat_at=at,
@@ -651,6 +663,15 @@ def request_stop(account_id: str, session_id: str) -> Command:
     if not ids.is_valid(session_id, SESSION_PREFIX):
         raise errors.NotFound(f"No tunnel session with id '{session_id}' exists")
     return _update_session(account_id, session_id, "stop_requested")
+
+
+def request_stop_endpoint(
+    account_id: str, session_id: str, instance_id: str, endpoint_id: str
+) -> Command:
+    """Ask the edge ``instance_id`` holding the session to stop one of its agent endpoints
+    (the agent gets a StopTunnel for it; its session and other endpoints stay up); the
+    command written (one PutItem)."""
+    return _write_command(account_id, session_id, instance_id, "stop_endpoint", endpoint_id)
 
 
 def request_restart(account_id: str, session_id: str) -> Command:

@@ -9,7 +9,8 @@ Usage: ``python sdk_agent.py '<json config>'``; config: ``authtoken``, ``server_
 "none" for restart: see ``handler``). It serves a
 small upstream on 127.0.0.1 (echo, upload digest, streaming, WebSocket echo, a flood and how
 much of it was written), forwards every bind to it, and prints one JSON line per event:
-``bound`` (url, id) or ``error`` (stage, args: what the SDK raised), then ``ready``. Lines on
+``bound`` (url, id) or ``error`` (stage, args: what the SDK raised), then ``ready``;
+``forward_ended`` (id, url, error: what the SDK raised) when a listener's forwarding ends. Lines on
 stdin: ``close`` closes the session, ``exit`` ends the program.
 """
 
@@ -27,6 +28,27 @@ from aiohttp import WSMsgType, web
 
 def emit(event):
     print(json.dumps(event), flush=True)
+
+
+def forward_ended(listener_id, url):
+    """A listener's forwarding ended (the edge's StopTunnel closes that one listener): emit
+    ``forward_ended`` with what the SDK raised or returned."""
+
+    def done(task):
+        if task.cancelled():
+            return
+        exc = task.exception()
+        emit(
+            {
+                "event": "forward_ended",
+                "id": listener_id,
+                "url": url,
+                "error": None if exc is None else [str(a) for a in exc.args] or [repr(exc)],
+                "result": None if exc is not None else repr(task.result()),
+            }
+        )
+
+    return done
 
 
 async def echo(request):
@@ -307,7 +329,9 @@ async def main(cfg):
                 grpc_port = grpc_service.STATE.get("port") or await grpc_service.start()
                 upstream = f"http://127.0.0.1:{grpc_port}"
             listener = await lb.listen()
-            tasks.append(asyncio.ensure_future(listener.forward(upstream)))
+            task = asyncio.ensure_future(listener.forward(upstream))
+            task.add_done_callback(forward_ended(listener.id(), listener.url()))
+            tasks.append(task)
             emit({"event": "bound", "url": listener.url(), "id": listener.id()})
         except Exception as exc:
             emit({"event": "error", "stage": "bind", "args": [str(a) for a in exc.args]})

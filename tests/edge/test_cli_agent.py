@@ -537,3 +537,26 @@ def test_cli_reconnects_after_the_edge_restarts(run_cli, stack, edge, account, u
     assert _by_scheme(agent.wait_tunnels(2)) == urls
     sessions = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
     assert len(sessions) == 1
+
+
+def test_deleting_one_endpoint_through_the_api_leaves_the_cli_serving_the_other(
+    run_cli, edge, account, upstream
+):
+    """DELETE /endpoints/{id} of the CLI's https endpoint: the edge stops serving it (the CLI
+    2.x has no StopTunnel: it is not sent one); the CLI's session and its http endpoint of
+    the same name serve on."""
+    agent = run_cli(_credential(account)["token"], ["http", _addr(upstream.server_port)])
+    urls = _by_scheme(agent.wait_tunnels(2))
+    endpoints = account.admin.get("/endpoints").json["endpoints"]
+    https = next(e for e in endpoints if e["public_url"] == urls["https"])
+    assert account.admin.delete(f"/endpoints/{https['id']}").status == 204
+    listed = [e["public_url"] for e in account.admin.get("/endpoints").json["endpoints"]]
+    assert listed == [urls["http"]], listed
+    resp = edge.http("GET", _host(urls["http"]), "/still")
+    assert resp.status_code == 200 and resp.json()["path"] == "/still"
+    assert _https(edge, urls["https"], "/gone")[0] == 404
+    assert agent.process.poll() is None
+    sessions = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
+    assert len(sessions) == 1
+    # the CLI 2.x knows no StopTunnel (it would log a broken proxy stream): none was sent
+    assert not [x for x in list(agent.lines) if x.get("msg") == "error reading proxy header"]

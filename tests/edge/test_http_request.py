@@ -226,3 +226,97 @@ def test_an_edge_that_opens_a_network_calls_an_address_in_it(edge_stack, another
             agent.stop()
     finally:
         server.shutdown()
+
+
+def test_an_internal_cloud_endpoint_of_the_account_answers_the_call(edge, api):
+    """``https://<name>.internal`` reaches the account's internal cloud endpoint too: its
+    on_http_request answers the call (custom-response, deny), a policy that lets the request
+    through is the non-terminating 502; another account's internal names stay offline, also
+    when it has one of the same name (internal names are per account)."""
+    mine, theirs = api.new_account(), api.new_account()
+    tag = uuid.uuid4().hex[:8]
+    svc, open_, secret = f"csvc-{tag}.internal", f"copen-{tag}.internal", f"csec-{tag}.internal"
+    fans = f"cfan-{tag}.internal"  # its policy would make a call of its own: not made
+    answer = {
+        "on_http_request": [
+            {
+                "expressions": ["req.url.path == '/deny'"],
+                "actions": [{"type": "deny", "config": {"status_code": 403}}],
+            },
+            {
+                "actions": [
+                    {
+                        "type": "custom-response",
+                        "config": {
+                            "status_code": 201,
+                            "headers": {"x-from": "cloud"},
+                            "body": "cloud ${req.method} ${req.url.path} "
+                            "${getReqHeader('x-probe')[0]} ${endpoint.url}",
+                        },
+                    }
+                ]
+            },
+        ]
+    }
+    for account, url, policy in (
+        (mine, svc, answer),
+        (
+            mine,
+            open_,
+            {
+                "on_http_request": [
+                    {"actions": [{"type": "log", "config": {"metadata": {"a": "b"}}}]}
+                ]
+            },
+        ),
+        (
+            mine,
+            fans,
+            {"on_http_request": [{"actions": [_call("/echo"), _show("fanned out")]}]},
+        ),
+        (theirs, svc, {"on_http_request": [{"actions": [_show("other account")]}]}),
+        (theirs, secret, {"on_http_request": [{"actions": [_show("other account")]}]}),
+    ):
+        made = account.admin.post(
+            "/endpoints", {"url": f"https://{url}", "traffic_policy": json.dumps(policy)}
+        )
+        assert made.status == 201, made.json
+    shown = _show(
+        f"${{{CALL}.res.status_code}}|${{{CALL}.res.body}}|"
+        f"${{{CALL}.res.header['x-from'][0]}}|${{{CALL}.error.message}}"
+    )
+    shown_error = _show(f"${{{CALL}.res.status_code}}|${{{CALL}.error.message}}")
+
+    def calling(url, show, **config):
+        return [{"type": "http-request", "config": {"url": url, **config}}, show]
+
+    cases = {
+        "answer": calling(f"https://{svc}/hi", shown, headers={"x-probe": "p1"}),
+        "post": calling(f"https://{svc}/posted", shown, method="POST", body="b"),
+        "deny": calling(f"https://{svc}/deny", shown_error),
+        "open": calling(f"https://{open_}/x", shown_error),
+        "theirs": calling(f"https://{secret}/x", shown_error),
+        "fans": calling(f"https://{fans}/x", shown_error),
+    }
+    binds = [b for actions in cases.values() for b in _binds(actions)]
+    agent = SdkAgent(edge, _credential(mine)["token"], binds)
+    try:
+        names = dict(zip(cases, (_host(b["url"]) for b in _bound(agent.start()))))
+        got = edge.http("GET", names["answer"], "/")
+        assert got.text == f"201|cloud GET /hi p1 https://{svc}|cloud|", got.text
+        assert edge.http("GET", names["post"], "/").text == (
+            f"201|cloud POST /posted  https://{svc}|cloud|"
+        )
+        assert edge.http("GET", names["deny"], "/").text == "403|"
+        status, message = edge.http("GET", names["open"], "/").text.split("|")
+        assert status == "502", message  # the non-terminating answer is the call's response
+        # another account's internal name: not found, as an offline endpoint
+        assert edge.http("GET", names["theirs"], "/").text == (
+            f"|the internal endpoint {secret} is offline"
+        )
+        assert edge.http("GET", names["fans"], "/").text == (
+            f"|the internal cloud endpoint {fans}'s traffic policy asked for an http-request, "
+            "which a call does not make"
+        )
+    finally:
+        agent.stop()

@@ -356,6 +356,27 @@ def test_stop_through_the_api_ends_the_session_and_restart_is_refused(
     assert not _listed(account, "/tunnel_sessions", "transport", "ssh")
 
 
+def test_deleting_its_endpoint_through_the_api_ends_the_ssh_session(
+    edge,
+    account,
+    keyed,
+    upstream,
+    ssh_agents,  # noqa: F811
+):
+    """An ssh client has no StopTunnel: DELETE /endpoints/{id} of its one endpoint ends its
+    session with the message and code printed, exit status 0."""
+    key, _ = keyed()
+    agent = ssh_agents(edge, key, f"0:localhost:{upstream}", ["http"])
+    name = host(agent.url())
+    endpoint = wait(lambda: _listed(account, "/endpoints", "host", name))[0]
+    assert account.admin.delete(f"/endpoints/{endpoint['id']}").status == 204
+    assert agent.wait(timeout=20) == 0, agent.printed()
+    assert f"endpoint {endpoint['id']} was stopped through the API" in agent.err
+    assert edge_errors.ENDPOINT_STOPPED in agent.err
+    assert edge.http("GET", name, "/").status_code == 404
+    assert not _listed(account, "/endpoints", "host", name)
+
+
 # ---- bounds (docs/SECURITY.md, "SSH gateway") ------------------------------------------------
 def test_a_silent_connection_is_closed_at_the_login_timeout(edge):
     """LOGIN_TIMEOUT (10 s) from the TCP connection: one that never authenticates (here:

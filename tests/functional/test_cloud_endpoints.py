@@ -411,15 +411,52 @@ def test_unknown_malformed_and_other_accounts_ids_are_404(api, account, other_ac
     assert account.admin.get(f"/endpoints/{ep['id']}").json == ep
 
 
-def test_agent_endpoints_cannot_be_patched_or_deleted(api, account, edge):
+def test_stopping_an_agent_endpoint_no_edge_answers_is_a_409_and_withdrawn(
+    inprocess_api, monkeypatch
+):
+    """No edge takes the stop_endpoint command: 409 once COMMAND_WAIT_SECONDS have passed
+    (1 s here), the command gone from the edge's partition, the endpoint still listed."""
+    import time
+
+    edge = Edge(inprocess_api, monkeypatch)
+    account = inprocess_api.new_account()
+    credential = account.admin.post("/credentials", {}).json["id"]
+    _, eid = edge.tunnel(account, edge.session(account, credential), hostname=f"{_name()}.{BASE}")
+    monkeypatch.setattr(online, "COMMAND_WAIT_SECONDS", 1.0)
+    started = time.monotonic()
+    resp = account.admin.delete(f"/endpoints/{eid}")
+    took = time.monotonic() - started
+    assert resp.status == 409 and resp.json["error_code"] == errors.COMMAND_NOT_ANSWERED
+    assert resp.json["msg"].startswith(f"No answer about endpoint {eid} within 1 s")
+    assert 1.0 <= took < 2.0, took
+    assert edge.call(online.take_commands, "edge-1") == []
+    assert account.admin.get(f"/endpoints/{eid}").status == 200
+
+
+def test_agent_endpoints_cannot_be_patched_and_delete_stops_them(api, account, edge):
+    """PATCH of a live agent endpoint is a 400; DELETE asks the edge holding its session to
+    stop it (a stop_endpoint command naming the endpoint: the edge sends the agent a
+    StopTunnel, tests/edge/test_stop_tunnel.py) and is 204 once the edge answers; 404 when
+    the edge no longer holds it; members stop only their own credentials' endpoints."""
     credential = account.admin.post("/credentials", {}).json["id"]
     sid = edge.session(account, credential)
     _, eid = edge.tunnel(account, sid, hostname=f"{_name()}.{BASE}")
     assert_error(
         account.admin.patch(f"/endpoints/{eid}", {"description": "x"}), errors.UnsupportedOperation
     )
-    assert_error(account.admin.delete(f"/endpoints/{eid}"), errors.UnsupportedOperation)
     assert account.admin.get(f"/endpoints/{eid}").status == 200
+    with edge.answering() as taken:
+        refused = account.member.delete(f"/endpoints/{eid}")
+        assert refused.status == 403 and refused.json["error_code"] == errors.FORBIDDEN
+        assert account.admin.delete(f"/endpoints/{eid}").status == 204
+    assert [(c.command, c.session_id, c.target) for c in taken] == [("stop_endpoint", sid, eid)]
+    with edge.answering(outcome="gone"):
+        assert_error(account.admin.delete(f"/endpoints/{eid}"), errors.NotFound)
+    own = account.member.post("/credentials", {}).json["id"]
+    _, mine = edge.tunnel(account, edge.session(account, own), hostname=f"{_name()}.{BASE}")
+    with edge.answering() as taken:
+        assert account.member.delete(f"/endpoints/{mine}").status == 204
+    assert [c.target for c in taken] == [mine]
     stale = edge.session(account, credential, ago=online.STALE_SECONDS + 5)
     _, gone = edge.tunnel(
         account, stale, hostname=f"{_name()}.{BASE}", ago=online.STALE_SECONDS + 5

@@ -185,6 +185,10 @@ def test_documented_policies_this_service_cannot_honour_are_refused(example):
 
 def test_terminate_tls_example_asks_the_edge_for_its_handshake():
     p = compile_policy(ex.TERMINATE_TLS[1])
-    out = p.on_tcp_connect(conn(), p.new_state())
-    assert out.kind == CONTINUE
+    state = p.new_state()
+    out = p.on_tcp_connect(conn(), state)
+    assert out.kind == "terminate_tls"  # the phase pauses for the handshake
     assert out.terminate_tls == {"min_version": "1.2", "max_version": "1.3"}
+    made = conn()
+    made.tls_version = "TLSv1.3"
+    assert p.on_tcp_connect(made, state).kind == CONTINUE  # and resumes after it

@@ -38,6 +38,10 @@ Every phase returns an :class:`Outcome`:
   fails and ``out.on_error == "continue"``, call the same phase again with the same state:
   it resumes after the forward action; with ``"halt"`` answer 502 (HTTP) or close (TCP).
 - ``NEED_BODY``: see above.
+- ``TERMINATE_TLS`` (on_tcp_connect of TLS endpoints and edges): make the handshake
+  ``out.terminate_tls`` asks, set the connection's TLS facts (``conn.tls_version``, …,
+  ``conn.tls_client_der``: the verified client certificate, the ``conn.tls.client.*``
+  variables) and call on_tcp_connect again with the same state: it resumes after the action.
 ``out.logs`` holds the ``log`` actions' metadata (for the request's event), ``out.errors``
 the expressions and interpolations that failed on this traffic (a failing expression is
 false).
@@ -85,6 +89,7 @@ _EXPORTS = {
     "IDENTITY": "outcome",
     "HTTP_REQUEST": "outcome",
     "RESPOND": "outcome",
+    "TERMINATE_TLS": "outcome",
     "Outcome": "outcome",
 }
 __all__ = sorted(_EXPORTS)

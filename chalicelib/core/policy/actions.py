@@ -71,6 +71,7 @@ from chalicelib.core.policy.outcome import (
     HTTP_REQUEST,
     NEED_BODY,
     RESPOND,
+    TERMINATE_TLS,
     Outcome,
 )
 from chalicelib.core.policy.template import Template
@@ -1207,30 +1208,47 @@ def bounded_sub(regex, replacement: Callable[[Any], bytes], value: bytes, limit:
     return b"".join(out)
 
 
+def _replacement_rules(
+    c: "Config", phase: str, keys: Tuple[str, ...], before: Optional[Callable[[Any], Any]] = None
+) -> List[Tuple[Any, Any, Any, Any]]:
+    """The ``replacements`` of a find-replace action (request-/response-body-find-replace,
+    sse-find-replace): 1…MAX_REPLACEMENTS mappings of ``keys``, each with a non-empty
+    ``from`` (RE2; compiled now when it holds no CEL) and an optional ``to``. Per entry
+    ``(before(entry) or None, from, the compiled from or None, to)``: ``before`` checks the
+    action's own fields of the entry first (sse-find-replace's ``field``)."""
+    entries = c.get("replacements", list, required=True)
+    if not entries:
+        raise PolicyError(c.at("replacements"), "needs at least 1 replacement")
+    if len(entries) > MAX_REPLACEMENTS:
+        raise PolicyError(
+            c.at("replacements"),
+            f"has {len(entries)} replacements; the limit is {MAX_REPLACEMENTS}",
+        )
+    shape = ", ".join(k for k in keys if k != "from")
+    rules = []
+    for index, entry in enumerate(entries):
+        where = f"{c.at('replacements')}[{index}]"
+        if not isinstance(entry, dict):
+            raise PolicyError(where, f"must be a mapping with from (and {shape})")
+        one = Config(entry, where, keys)
+        head = before(one) if before is not None else None
+        from_ = one.template("from", phase, required=True)
+        assert from_ is not None  # required: a missing one raised
+        if from_.static == "":
+            raise PolicyError(one.at("from"), "must not be empty")
+        static = None if from_.static is None else _bytes_regex(from_.static, one.at("from"))
+        rules.append((head, from_, static, one.template("to", phase)))
+    return rules
+
+
 class _BodyFindReplace(Action):
     fields = ("replacements",)
 
     def setup(self, c, phase):
-        entries = c.get("replacements", list, required=True)
-        if not entries:
-            raise PolicyError(c.at("replacements"), "needs at least 1 replacement")
-        if len(entries) > MAX_REPLACEMENTS:
-            raise PolicyError(
-                c.at("replacements"),
-                f"has {len(entries)} replacements; the limit is {MAX_REPLACEMENTS}",
-            )
-        self.rules = []
-        for index, entry in enumerate(entries):
-            where = f"{c.at('replacements')}[{index}]"
-            if not isinstance(entry, dict):
-                raise PolicyError(where, "must be a mapping with from (and to)")
-            one = Config(entry, where, ("from", "to"))
-            from_ = one.template("from", phase, required=True)
-            if from_.static == "":
-                raise PolicyError(one.at("from"), "must not be empty")
-            static = None if from_.static is None else _bytes_regex(from_.static, one.at("from"))
-            to = one.template("to", phase)
-            self.rules.append((from_, static, to))
+        self.rules = [
+            (from_, static, to)
+            for _, from_, static, to in _replacement_rules(c, phase, ("from", "to"))
+        ]
 
     def rewriter(self, r) -> Callable[[bytes], bytes]:
         """The rules with their CEL rendered now: a function of the body."""
@@ -1385,28 +1403,13 @@ class SseFindReplace(Action):
     FIELDS = ("data", "retry")
 
     def setup(self, c, phase):
-        entries = c.get("replacements", list, required=True)
-        if not entries:
-            raise PolicyError(c.at("replacements"), "needs at least 1 replacement")
-        if len(entries) > MAX_REPLACEMENTS:
-            raise PolicyError(
-                c.at("replacements"),
-                f"has {len(entries)} replacements; the limit is {MAX_REPLACEMENTS}",
-            )
-        self.rules = []
-        for index, entry in enumerate(entries):
-            where = f"{c.at('replacements')}[{index}]"
-            if not isinstance(entry, dict):
-                raise PolicyError(where, "must be a mapping with from (and field, to)")
-            one = Config(entry, where, ("field", "from", "to"))
+        def field_of(one):
             field = one.template("field", phase)
             if field is not None and field.static is not None and field.static not in self.FIELDS:
                 raise PolicyError(one.at("field"), "must be data or retry")
-            from_ = one.template("from", phase, required=True)
-            if from_.static == "":
-                raise PolicyError(one.at("from"), "must not be empty")
-            static = None if from_.static is None else _bytes_regex(from_.static, one.at("from"))
-            self.rules.append((field, from_, static, one.template("to", phase)))
+            return field
+
+        self.rules = _replacement_rules(c, phase, ("field", "from", "to"), field_of)
 
     def run(self, r):
         from chalicelib.core.policy import sse
@@ -1901,8 +1904,15 @@ class TerminateTls(Action):
             )
 
     def run(self, r):
+        """The phase pauses here (TERMINATE_TLS): the edge makes the handshake, fills the
+        connection's TLS facts (conn.tls.*, conn.tls.client.* of the verified client
+        certificate) and calls on_tcp_connect again with the same state, which resumes after
+        this action. Once the handshake is made (conn.tls.version set) a later terminate-tls
+        of the phase changes nothing."""
+        if r.traffic.conn.tls_version:
+            return None
         r.outcome.terminate_tls = dict(self.config)
-        return None
+        return Outcome(TERMINATE_TLS, terminate_tls=dict(self.config))
 
 
 def check_internal_url(url: str, where: str) -> None:

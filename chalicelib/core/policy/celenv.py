@@ -9,8 +9,8 @@ Variables come from the hosted service's reference ("Variables": conn, endpoint,
 time, vars, action result variables). Each phase has its own environment: ``req.*`` does not
 exist in ``on_tcp_connect``, ``res.*`` only in ``on_http_response``. Variables the hosted
 service has and this service cannot compute (the geo variables finer than a country and the
-AS number: ipintel.py's database is country-level; TLS client certificates, Kubernetes
-identity, req.ts.body_received) are not declared: a policy naming them is refused at creation
+AS number: ipintel.py's database is country-level; the edge's own certificate
+(conn.tls.server.*), Kubernetes identity, req.ts.body_received) are not declared: a policy naming them is refused at creation
 rather than silently seeing empty values. Values absent from a
 request read as the zero value of their type (``req.content_length`` 0, ``req.url.port`` 0,
 ``res.location`` "").
@@ -34,7 +34,7 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from cel_expr_python import cel
 
-from chalicelib.core.policy import ipintel, useragent
+from chalicelib.core.policy import ipintel, tlsclient, useragent
 
 T = cel.Type
 STR, INT, BOOL, DYN, TS = T.STRING, T.INT, T.BOOL, T.DYN, T.TIMESTAMP
@@ -254,6 +254,21 @@ for _member in ("is_mobile", "is_tablet", "is_desktop", "is_bot"):
         BOOL,
         HTTP_PHASES,
         (lambda m: lambda t: _req_ua(t, m))(_member),
+    )
+
+# conn.tls.client.*: the client certificate the edge verified on a mutual-TLS handshake
+# (chalicelib/core/policy/tlsclient.py; zero values without one)
+_TLS_CLIENT_TYPES = {
+    tlsclient.STRING: STR,
+    tlsclient.STRINGS: STR_LIST,
+    tlsclient.TIMESTAMP: TS,
+    tlsclient.EXTENSIONS: T.List(DYN_MAP),
+}
+for _member, _tag in tlsclient.VARIABLES:
+    VARIABLES[f"conn.tls.client.{_member}"] = (
+        _TLS_CLIENT_TYPES[_tag],
+        PHASES,
+        (lambda m: lambda t: tlsclient.value(t.conn.tls_client_der, m))(_member),
     )
 
 # Variables whose value no header change alters (derived from the connection, the endpoint,

@@ -16,6 +16,7 @@ from chalicelib.core.policy.outcome import (
     HTTP_REQUEST,
     IDENTITY,
     NEED_BODY,
+    TERMINATE_TLS,
     Outcome,
 )
 
@@ -98,6 +99,11 @@ class Policy:
                 compiled.append(Rule(rule.get("name") or "", expressions, built))
             self.phases[phase] = compiled
         self.ip_policy_ids: Tuple[str, ...] = tuple(sorted({i for _, i in self.ip_policy_refs}))
+        # on_tcp_connect reads the client certificate (conn.tls.client.*): a TLS endpoint the
+        # edge terminates by its Bind option makes its handshake before running the phase
+        self.tcp_reads_tls_client = "conn.tls.client" in json.dumps(
+            [rule for _, rule in document.rules(doc, "on_tcp_connect")], default=str
+        )
         self.clock: Callable[[], float] = time.time
 
     def check_protocol(self, protocol: str) -> "Policy":
@@ -160,7 +166,7 @@ class Policy:
         if resume is not None:
             start_rule, start_action, reason = resume
             skip_expressions = True
-            if reason in (FORWARD_INTERNAL, IDENTITY, HTTP_REQUEST):
+            if reason in (FORWARD_INTERNAL, IDENTITY, HTTP_REQUEST, TERMINATE_TLS):
                 start_action += 1  # the forward failed and on_error is continue, the
                 # visitor is signed in (edge/identity.py), or the http-request call was
                 # made (its variables set): go on after the action
@@ -187,6 +193,8 @@ class Policy:
                     state.resume[phase] = (r_index, a_index, IDENTITY)
                 elif result.kind == HTTP_REQUEST:
                     state.resume[phase] = (r_index, a_index, HTTP_REQUEST)
+                elif result.kind == TERMINATE_TLS:
+                    state.resume[phase] = (r_index, a_index, TERMINATE_TLS)
                 elif result.kind == FORWARD_INTERNAL and result.on_error == "continue":
                     state.resume[phase] = (r_index, a_index, FORWARD_INTERNAL)
                 return result

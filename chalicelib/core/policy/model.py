@@ -58,6 +58,9 @@ class Conn:
     tls_cipher_suite: str = ""
     tls_sni: str = ""
     tls_alpn: str = ""
+    # the client certificate the edge verified (DER; empty without mutual TLS): the
+    # conn.tls.client.* variables (chalicelib/core/policy/tlsclient.py)
+    tls_client_der: bytes = b""
     # How restrict-ips resolves ``ip_policies`` for this traffic (called with
     # ``endpoint.account_id``); None: nothing resolves, such actions deny (fail closed).
     ip_policy_resolver: Optional[IpPolicyResolver] = None

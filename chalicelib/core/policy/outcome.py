@@ -10,6 +10,7 @@ FORWARD_INTERNAL = "forward_internal"  # send the traffic to the internal endpoi
 NEED_BODY = "need_body"  # read up to max_body_bytes of request body, call again
 IDENTITY = "identity"  # a sign-in action (edge/identity.py): answer or resume
 HTTP_REQUEST = "http_request"  # make ``call`` (httpcall.Call), set its variables, resume
+TERMINATE_TLS = "terminate_tls"  # make the handshake ``terminate_tls`` asks, then resume
 
 
 @dataclass

@@ -8,7 +8,8 @@
 //	             proxy_proto? ("v1"|"v2": the upstream's PROXY protocol), upstream? (a URL to
 //	             forward to; default: the HTTP echo for http(s), the TCP echo for tcp and tls),
 //	             agent_tls? (tls: the agent terminates TLS itself with a certificate of its own
-//	             for the URL's host)}],
+//	             for the URL's host), listen? (Agent.Listen instead of Forward: the program
+//	             accepts and relays to the HTTP upstream; a failed Accept is printed)}],
 //	connect_timeout? (seconds, default 20), retry_refused? (keep retrying a refused Auth, as
 //	the SDK does by itself; default: stop at the first refusal), log_level? ("debug"...),
 //	label? (answered by the HTTP upstream as "agent": tells pooled agents apart).
@@ -16,7 +17,8 @@
 // It serves a small HTTP upstream (every request answered with JSON: sdk "go", agent, method,
 // path, host, headers, body) and a TCP echo on 127.0.0.1, and prints one JSON line per event:
 // {"event":"connected"}, {"event":"disconnected","error"}, {"event":"bound","url","id",
-// "tunnel_id","session_id"} per endpoint, {"event":"error","stage":"connect"|"bind"|...,
+// "tunnel_id","session_id"} per endpoint, {"event":"endpoint_done","index","url"} when an
+// endpoint's forwarder ends (EndpointForwarder.Done: the edge's StopTunnel, or the exit), {"event":"error","stage":"connect"|"bind"|...,
 // "args":[err.Error()],"code":"ERR_NGROK_..."} (the error as the SDK returns it), then
 // {"event":"ready"}. Lines on stdin: "srvinfo" (Diagnose: the SrvInfo RPC, printed as
 // {"event":"srvinfo","region"}), "update <index> <json>" (EndpointForwarder.Update: the
@@ -62,6 +64,7 @@ type endpointConfig struct {
 	ProxyProto    string   `json:"proxy_proto"`
 	Upstream      string   `json:"upstream"`
 	AgentTLS      bool     `json:"agent_tls"`
+	Listen        bool     `json:"listen"`
 }
 
 type config struct {
@@ -197,6 +200,10 @@ func main() {
 	}
 	forwarders := make([]ngrok.EndpointForwarder, len(cfg.Endpoints))
 	for i, ep := range cfg.Endpoints {
+		if ep.Listen {
+			listenAndRelay(agent, ep, i, sessionID, httpAddr)
+			continue
+		}
 		fwd, err := forward(agent, ep, httpAddr, tcpAddr)
 		if err != nil {
 			failure("bind", err, map[string]any{"index": i})
@@ -211,9 +218,59 @@ func main() {
 			"tunnel_id":  fwd.TunnelID(),
 			"session_id": sessionID,
 		})
+		go func(i int, fwd ngrok.EndpointForwarder) { // the endpoint closed: by the program's
+			<-fwd.Done() // end, or by the edge (a StopTunnel closes this one listener)
+			emit(map[string]any{"event": "endpoint_done", "index": i, "url": fwd.URL().String()})
+		}(i, fwd)
 	}
 	emit(map[string]any{"event": "ready"})
 	waitStdin(agent, forwarders)
+}
+
+// listenAndRelay binds an endpoint with Agent.Listen (no forwarder: the program accepts its
+// connections itself and relays each to the HTTP upstream); when Accept fails (the edge's
+// StopTunnel closes the listener) it prints the error as the SDK returned it, stage "accept".
+func listenAndRelay(agent ngrok.Agent, ep endpointConfig, i int, sessionID, httpAddr string) {
+	var epOpts []ngrok.EndpointOption
+	if ep.URL != "" {
+		epOpts = append(epOpts, ngrok.WithURL(ep.URL))
+	}
+	listener, err := agent.Listen(context.Background(), epOpts...)
+	if err != nil {
+		failure("bind", err, map[string]any{"index": i})
+		return
+	}
+	emit(map[string]any{
+		"event":      "bound",
+		"index":      i,
+		"url":        listener.URL().String(),
+		"id":         listener.ID(),
+		"session_id": sessionID,
+	})
+	go func() {
+		for {
+			conn, err := listener.Accept()
+			if err != nil {
+				failure("accept", err, map[string]any{"index": i, "url": listener.URL().String()})
+				return
+			}
+			go func() {
+				defer conn.Close()
+				upstream, err := net.Dial("tcp", httpAddr)
+				if err != nil {
+					return
+				}
+				defer upstream.Close()
+				go func() {
+					_, _ = io.Copy(upstream, conn)
+					if tcp, ok := upstream.(*net.TCPConn); ok {
+						_ = tcp.CloseWrite() // the edge's FIN: the upstream closes after answering
+					}
+				}()
+				_, _ = io.Copy(conn, upstream)
+			}()
+		}
+	}()
 }
 
 func forward(agent ngrok.Agent, ep endpointConfig, httpAddr, tcpAddr string) (ngrok.EndpointForwarder, error) {
