@@ -25,7 +25,7 @@ from chalicelib import event_subscriptions, openapi_events, vaults
 from chalicelib import credentials, dns_check, edge_modules, endpoints, http_response_backends
 from chalicelib import https_edges, ip_policies, ip_restrictions, reserved_addrs
 from chalicelib import reserved_domains, rest
-from chalicelib import ssh_credentials
+from chalicelib import ssh_certificates, ssh_credentials
 from chalicelib import tcp_edges, tls_certificates, tls_edges, tunnel_sessions, tunnels
 
 Schema = Dict[str, Any]
@@ -249,6 +249,36 @@ REGISTRY: Tuple[Entry, ...] = (
         "SSH credentials",
         "SSHCredential",
         field_schemas={"owner_id": STR},
+    ),
+    # SSH certificate authorities and the certificates they sign (docs/SSH.md)
+    Collection(
+        "/ssh_certificate_authorities",
+        ssh_certificates.CA_OPS,
+        "ssh_certificate_authority_id",
+        "ssh_certificate_authority",
+        "SSH certificate authority",
+        "SSH certificate authorities",
+        "SSHCertificateAuthority",
+        plural="ssh_certificate_authorities",
+        titles="SSH certificate authorities",
+    ),
+    Collection(
+        "/ssh_host_certificates",
+        ssh_certificates.HOST_OPS,
+        "ssh_host_certificate_id",
+        "ssh_host_certificate",
+        "SSH host certificate",
+        "SSH host certificates",
+        "SSHHostCertificate",
+    ),
+    Collection(
+        "/ssh_user_certificates",
+        ssh_certificates.USER_OPS,
+        "ssh_user_certificate_id",
+        "ssh_user_certificate",
+        "SSH user certificate",
+        "SSH user certificates",
+        "SSHUserCertificate",
     ),
     Collection("/bot_users", bot_users, "bot_id", "bot_user", "bot user", "Bot users", "BotUser"),
     Collection(
