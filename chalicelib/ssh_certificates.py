@@ -230,7 +230,9 @@ def create_ca(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _get_ca(account_id: str, ca_id: str) -> store.Item:
-    return store.get_by_id(account_id, CA_COLLECTION, CA_PREFIX, ca_id, "SSH certificate authority")
+    return store.get_by_id(
+        account_id, CA_COLLECTION, CA_PREFIX, ca_id, "SSH certificate authority"
+    )
 
 
 def get_ca(c: Ctx, ca_id: str) -> Dict[str, Any]:
@@ -251,7 +253,9 @@ def update_ca(c: Ctx, ca_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
 def delete_ca(c: Ctx, ca_id: str) -> None:
     """One GetItem (its key's digest), then one transaction: the CA and the edge's lookup."""
     item = _get_ca(c.account_id, ca_id)
-    store.commit([store.delete(item), store.release(keys.SSH_CA_KEY_NAMESPACE, item.data["digest"])])
+    store.commit(
+        [store.delete(item), store.release(keys.SSH_CA_KEY_NAMESPACE, item.data["digest"])]
+    )
 
 
 # ---- certificates ----------------------------------------------------------------------------
@@ -448,7 +452,9 @@ def _sign(
         .public_key(serialization.load_ssh_public_key(line.encode("ascii")))  # type: ignore[arg-type]
         .serial(secrets.randbits(64))
         .type(
-            serialization.SSHCertificateType.USER if user else serialization.SSHCertificateType.HOST
+            serialization.SSHCertificateType.USER
+            if user
+            else serialization.SSHCertificateType.HOST
         )
         .key_id(cert_id.encode("ascii"))
         .valid_after(int(after.timestamp()))
@@ -557,7 +563,9 @@ class _Certificates:
         return web.rendered_page(c, self.collection, limit, before_id, self.render)
 
     def update(self, c: Ctx, cert_id: str, fields: Dict[str, Any]) -> Dict[str, Any]:
-        return web.updated(c, self.collection, self.prefix, cert_id, fields, self.what, self.render)
+        return web.updated(
+            c, self.collection, self.prefix, cert_id, fields, self.what, self.render
+        )
 
     def delete(self, c: Ctx, cert_id: str) -> None:
         missing = errors.NotFound(f"No {self.what} with id '{cert_id}' exists")

@@ -103,9 +103,9 @@ def test_rsa_4096_is_the_default_size(account):
 def test_ca_shapes_refused(account, body, field):
     refused = account.admin.post("/ssh_certificate_authorities", body)
     assert refused.status == 400 and refused.json["details"]["field"] == field, refused
-    assert account.admin.get("/ssh_certificate_authorities").json[
-        "ssh_certificate_authorities"
-    ] == []
+    assert (
+        account.admin.get("/ssh_certificate_authorities").json["ssh_certificate_authorities"] == []
+    )
 
 
 def test_ca_crud_and_the_private_key_never_leaves(account, store_env_of=None):
@@ -117,9 +117,9 @@ def test_ca_crud_and_the_private_key_never_leaves(account, store_env_of=None):
     assert patched.json == {**ca, "description": "e"}
     text = json.dumps([patched.json, admin.get("/ssh_certificate_authorities").json])
     assert "PRIVATE" not in text and "private_key" not in text
-    assert admin.patch(
-        f"/ssh_certificate_authorities/{ca['id']}", {"public_key": "x"}
-    ).status == 400
+    assert (
+        admin.patch(f"/ssh_certificate_authorities/{ca['id']}", {"public_key": "x"}).status == 400
+    )
     assert admin.delete(f"/ssh_certificate_authorities/{ca['id']}").status == 204
     assert admin.get(f"/ssh_certificate_authorities/{ca['id']}").status == 404
     assert admin.delete(f"/ssh_certificate_authorities/{ca['id']}").status == 404
@@ -184,9 +184,9 @@ def test_a_user_certificate_as_ssh_keygen_reads_it(account, tmp_path):
     _, blob = ssh_keys.parse(key)
     assert ssh_keys.fingerprint(blob) in listed
     assert admin.get(f"/ssh_user_certificates/{body['id']}").json == body
-    assert [c["id"] for c in admin.get("/ssh_user_certificates").json["ssh_user_certificates"]] == [
-        body["id"]
-    ]
+    assert [
+        c["id"] for c in admin.get("/ssh_user_certificates").json["ssh_user_certificates"]
+    ] == [body["id"]]
     assert admin.patch(f"/ssh_user_certificates/{body['id']}", {"metadata": "x"}).json == {
         **body,
         "metadata": "x",
@@ -272,12 +272,21 @@ def test_hosted_codes_for_the_key_and_the_ca(account, other_account):
         ({"principals": ["x" * (sc.MAX_PRINCIPAL_BYTES + 1)]}, "principals"),
         ({"valid_after": "yesterday"}, "valid_after"),
         ({"valid_until": "2026-01-01T00:00:00"}, "valid_until"),
-        ({"valid_after": "2026-01-02T00:00:00Z", "valid_until": "2026-01-01T00:00:00Z"}, "valid_until"),
-        ({"valid_after": "2026-01-01T00:00:00Z", "valid_until": "2026-01-01T00:00:00Z"}, "valid_until"),
+        (
+            {"valid_after": "2026-01-02T00:00:00Z", "valid_until": "2026-01-01T00:00:00Z"},
+            "valid_until",
+        ),
+        (
+            {"valid_after": "2026-01-01T00:00:00Z", "valid_until": "2026-01-01T00:00:00Z"},
+            "valid_until",
+        ),
         ({"critical_options": {"permit-everything": ""}}, "critical_options"),
         ({"critical_options": {"verify-required": "yes"}}, "critical_options"),
         ({"critical_options": {"source-address": "10.0.0.0/8,nonsense"}}, "critical_options"),
-        ({"critical_options": {"source-address": ",".join(["10.0.0.1"] * 33)}}, "critical_options"),
+        (
+            {"critical_options": {"source-address": ",".join(["10.0.0.1"] * 33)}},
+            "critical_options",
+        ),
         ({"critical_options": {"force-command": "x" * 1025}}, "critical_options"),
         ({"extensions": {f"e{i}": "" for i in range(sc.MAX_EXTENSIONS + 1)}}, "extensions"),
         ({"extensions": {"x" * 65: ""}}, "extensions"),
@@ -346,9 +355,10 @@ def test_at_most_ten_cas_per_account(inprocess_api):
         _ca(account.admin)
     refused = account.admin.post("/ssh_certificate_authorities", {})
     assert refused.status == 409 and str(sc.MAX_CAS) in refused.json["msg"]
-    assert len(account.admin.get("/ssh_certificate_authorities").json[
-        "ssh_certificate_authorities"
-    ]) == sc.MAX_CAS
+    assert (
+        len(account.admin.get("/ssh_certificate_authorities").json["ssh_certificate_authorities"])
+        == sc.MAX_CAS
+    )
     other = inprocess_api.new_account()
     assert other.admin.post("/ssh_certificate_authorities", {}).status == 201
 
@@ -392,7 +402,10 @@ def test_another_accounts_certificates_are_404(account, other_account):
         "/ssh_user_certificates",
         {"ssh_certificate_authority_id": ca["id"], "public_key": public_line()},
     ).json
-    for path in (f"/ssh_certificate_authorities/{ca['id']}", f"/ssh_user_certificates/{cert['id']}"):
+    for path in (
+        f"/ssh_certificate_authorities/{ca['id']}",
+        f"/ssh_user_certificates/{cert['id']}",
+    ):
         assert other_account.admin.get(path).status == 404
         assert other_account.admin.delete(path).status == 404
         assert other_account.admin.patch(path, {"description": "x"}).status == 404
@@ -406,7 +419,11 @@ def test_the_certificate_is_signed_by_the_cas_key(account):
     ca = _ca(account.admin, private_key_type="rsa", key_size=2048)
     cert = account.admin.post(
         "/ssh_user_certificates",
-        {"ssh_certificate_authority_id": ca["id"], "public_key": public_line(), "principals": ["p"]},
+        {
+            "ssh_certificate_authority_id": ca["id"],
+            "public_key": public_line(),
+            "principals": ["p"],
+        },
     ).json
     loaded = serialization.load_ssh_public_identity(cert["certificate"].encode())
     loaded.verify_cert_signature()
