@@ -35,7 +35,8 @@ Rules (where the hosted reference is silent, decided here):
   of at most 32 CIDRs or addresses) and ``verify-required`` (value ``""``): OpenSSH refuses a
   certificate with any other critical option, so it is refused here (400) instead of issued
   unusable; ``extensions`` at most 32 names of ≤ 64 bytes with values ≤ 1024 bytes, default
-  ``{"permit-pty": "", "permit-user-rc": ""}`` (the hosted default; the SSH gateway needs
+  ``{"permit-pty": "", "permit-user-rc": ""}`` when absent or empty (the hosted default; the
+  official clients always send ``{}``; the SSH gateway needs
   ``permit-port-forwarding``). The certificate's key id is the certificate's own id, its serial
   64 random bits. At most MAX_CERTIFICATES host and MAX_CERTIFICATES user certificates per
   account (409). PATCH takes description and metadata; DELETE of a user certificate revokes it
@@ -514,11 +515,8 @@ class _Certificates:
         _require_room(c.account_id, self.collection, MAX_CERTIFICATES, self.what + "s")
         principals = list(fields.get("principals") or [])
         critical = dict(fields.get("critical_options") or {}) if self.user else {}
-        extensions = (
-            dict(DEFAULT_EXTENSIONS if fields.get("extensions") is None else fields["extensions"])
-            if self.user
-            else {}
-        )
+        # absent or empty: the hosted default (the official clients always send {})
+        extensions = dict(fields.get("extensions") or DEFAULT_EXTENSIONS) if self.user else {}
         cert_id = ids.new_id(self.prefix)
         certificate = _sign(
             ca, line, cert_id, self.user, principals, after, until, critical, extensions

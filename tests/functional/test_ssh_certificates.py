@@ -205,6 +205,7 @@ def test_defaults_hosted_extensions_and_24_hours(account, tmp_path):
             "public_key": public_line("ecdsa"),
             "principals": [],
             "critical_options": {},
+            "extensions": {},
             "valid_after": "",
             "valid_until": "",
             "description": "",
@@ -213,7 +214,7 @@ def test_defaults_hosted_extensions_and_24_hours(account, tmp_path):
     )
     assert made.status == 201, made
     body = made.json
-    assert body["extensions"] == {"permit-pty": "", "permit-user-rc": ""}
+    assert body["extensions"] == {"permit-pty": "", "permit-user-rc": ""}  # {} sent: default
     assert body["critical_options"] == {} and body["principals"] == []
     after = datetime.fromisoformat(body["valid_after"].replace("Z", "+00:00"))
     until = datetime.fromisoformat(body["valid_until"].replace("Z", "+00:00"))
