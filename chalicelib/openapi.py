@@ -351,6 +351,22 @@ def _schemas() -> Dict[str, Schema]:
                 },
             }
         ),
+        "AgentIngress": _obj(
+            {
+                "id": _id("agent_ingress"),
+                "uri": URI,
+                "description": STR,
+                "metadata": STR,
+                "domain": STR,
+                "ns_targets": STR_LIST,
+                "region_domains": STR_LIST,
+                "created_at": TIMESTAMP,
+                "certificate_management_policy": _nullable({"type": "object"}),
+                "certificate_management_status": _nullable({"type": "object"}),
+            },
+            "a domain of the user's where agents connect to the edge (the edge's agent "
+            "listener serves it by SNI; agents of other accounts are refused there)",
+        ),
         "ReservedAddr": _obj({**_common("reserved_addr"), "addr": STR, "region": STR}),
         "CertificateAuthority": _obj(
             {

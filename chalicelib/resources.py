@@ -19,7 +19,7 @@ field lists of bodies a module parses itself.
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-from chalicelib import abuse_reports, api_keys, app_sessions, backends, bot_users
+from chalicelib import abuse_reports, agent_ingresses, api_keys, app_sessions, backends, bot_users
 from chalicelib import certificate_authorities, event_destinations, event_routes
 from chalicelib import event_subscriptions, openapi_events, vaults
 from chalicelib import credentials, dns_check, edge_modules, endpoints, http_response_backends
@@ -327,6 +327,18 @@ REGISTRY: Tuple[Entry, ...] = (
         "ReservedDomainDNSCheck",
         "Check the domain's CNAME records in DNS (found, missing or wrong target per "
         "record; no body; the resolver is the service's DNS_CHECK_RESOLVER)",
+    ),
+    Collection(
+        "/agent_ingresses",
+        agent_ingresses,
+        "agent_ingress_id",
+        "agent_ingress",
+        "agent ingress",
+        "Agent ingresses",
+        "AgentIngress",
+        plural="agent_ingresses",
+        titles="agent ingresses",
+        field_schemas={"certificate_management_policy": {"type": "object", "nullable": True}},
     ),
     Collection(
         "/reserved_addrs",
