@@ -47,6 +47,7 @@ SERVED = {
     "service_users": "/service_users",
     "abuse_reports": "/abuse_reports",
     "reserved_domains": "/reserved_domains",
+    "agent_ingresses": "/agent_ingresses",
     "ip_policies": "/ip_policies",
     "ip_policy_rules": "/ip_policy_rules",
     "backends.http_response": "/backends/http_response",
@@ -394,6 +395,7 @@ RECIPES = {
             ),
         },
     ),
+    "agent_ingresses": Crud(create=lambda env: {"domain": f"connect-{rnd()}.example.com"}),
     "ip_policies": Crud(),
     "ip_policy_rules": Crud(
         create=lambda env: {

@@ -45,6 +45,7 @@ TS_TO_PY = {
     "botUsers": "bot_users",
     "abuseReports": "abuse_reports",
     "reservedDomains": "reserved_domains",
+    "agentIngresses": "agent_ingresses",
     "ipPolicies": "ip_policies",
     "ipPolicyRules": "ip_policy_rules",
     "backends.httpResponseBackends": "backends.http_response",

@@ -207,6 +207,7 @@ const RECIPES = {
     extensions: { 'permit-port-forwarding': '' } })),
   botUsers: crud(() => ({ name: `bot-${rnd()}` }), () => ({ active: false })),
   abuseReports: crud(() => ({ urls: [`https://${rnd()}.example.com/x`] })),
+  agentIngresses: crud(() => ({ domain: `connect-${rnd()}.example.com` })),
   reservedDomains: crud(() => ({ domain: `${rnd()}.customer-example.com` }), undefined, {
     deleteCertificate: domainPart('deleteCertificate'),
     deleteCertificateManagementPolicy: domainPart('deleteCertificateManagementPolicy'),
