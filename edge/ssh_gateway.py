@@ -54,7 +54,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import asyncssh
 
 from chalicelib.core import binding, edge_errors, ids, online, ssh_keys
-from edge import enforce, quotas
+from edge import enforce, ip_restrictions, quotas
 from edge.agents import endpoint_id_of
 from edge.registry import Tunnel
 from edge.session import StreamReset, StreamsExhausted
@@ -434,7 +434,7 @@ class SshSession(asyncssh.SSHServer):
         self._reply_port = 0
         self._command: Optional["CommandSession"] = None
         self._trusted_ca: Optional[bytes] = None  # the CA key of the certificate being checked
-        self._certificate_refused = False  # its reason wins over a plain key's in the banner
+        self._keep_refusal = False  # a certificate's or a restriction's reason wins in the banner
 
     # ---- the connection ----------------------------------------------------------------------
     def connection_made(self, conn: Any) -> None:
@@ -521,7 +521,7 @@ class SshSession(asyncssh.SSHServer):
         try:
             grant = await self.edge.call(binding.authenticate_ssh_key, blob)
         except binding.Refused as exc:
-            if not self._certificate_refused:  # a certificate's reason is the one told
+            if not self._keep_refusal:  # a certificate's reason is the one told
                 self._refusal = exc
             return False
         except Exception as exc:  # the store away: this key cannot be told now
@@ -530,8 +530,23 @@ class SshSession(asyncssh.SSHServer):
                 edge_errors.SSH_KEY_UNKNOWN, "The key could not be looked up; try again."
             )
             return False
+        if not await self._ip_allowed(grant):
+            return False
         self._keys[digest] = self._last_grant = grant
         return True
+
+    async def _ip_allowed(self, grant: binding.Grant) -> bool:
+        """The account's ``agent`` IP restrictions apply to SSH sessions as to agents' Auth
+        (edge/ip_restrictions.py): refused, with the agents' code, as the banner."""
+        if await ip_restrictions.allows(
+            self.edge, grant.account_id, ip_restrictions.AGENT, self.peer_ip
+        ):
+            return True
+        self._refusal = binding.Refused(
+            ip_restrictions.AGENT_REFUSED, ip_restrictions.AGENT_MESSAGE.format(ip=self.peer_ip)
+        )
+        self._keep_refusal = True  # this reason is the one told
+        return False
 
     # ---- SSH user certificates (docs/SSH.md, "SSH certificates") ---------------------------
     async def _validate_certificate(
@@ -553,7 +568,7 @@ class SshSession(asyncssh.SSHServer):
             return None
         refusal = certificate_refusal(cert, username, self.peer_ip)
         if refusal is not None:
-            self._refusal, self._certificate_refused = refusal, True
+            self._refusal, self._keep_refusal = refusal, True
             return None
         key_id = _certificate_of(cert).key_id.decode("utf-8", "replace")
         try:
@@ -561,13 +576,15 @@ class SshSession(asyncssh.SSHServer):
                 binding.authenticate_ssh_certificate, cert.signing_key.public_data, key_id
             )
         except binding.Refused as exc:
-            self._refusal, self._certificate_refused = exc, True
+            self._refusal, self._keep_refusal = exc, True
             return None
         except Exception as exc:  # the store away: this certificate cannot be told now
             log.warning("ssh %s: certificate lookup failed: %r", self.peer_ip, exc)
             self._refusal = binding.Refused(
                 edge_errors.SSH_KEY_UNKNOWN, "The certificate could not be looked up; try again."
             )
+            return None
+        if not await self._ip_allowed(grant):
             return None
         self._trusted_ca = cert.signing_key.public_data
         key = await validate(username, cert)
