@@ -177,7 +177,7 @@ impl Core {
             loaded.insert(name.to_ascii_lowercase(), pair);
         }
         resolver.set(loaded);
-        Ok(resolver.len())
+        Ok(resolver.names_served())
     }
 
     /// A session over the connected Unix stream socket `fd` (the core owns it from then on).

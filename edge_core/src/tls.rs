@@ -43,7 +43,7 @@ impl SniResolver {
         *self.names.write().unwrap_or_else(|e| e.into_inner()) = names;
     }
 
-    pub fn len(&self) -> usize {
+    pub fn names_served(&self) -> usize {
         self.names.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
