@@ -49,7 +49,7 @@ Store calls: CA create one Query (the count) + one TransactWriteItems (the CA an
 ``U#ssh_ca_key#<sha256 of its blob>`` the edge reads); certificate create one Query (the
 count), one GetItem (the CA, its sealed key opened) + one PutItem; GET one GetItem; list one
 Query; PATCH one UpdateItem; DELETE a CA one GetItem + one TransactWriteItems, a certificate
-one DeleteItem.
+one GetItem + one DeleteItem.
 """
 
 import ipaddress
