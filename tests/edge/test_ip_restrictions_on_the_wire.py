@@ -85,9 +85,14 @@ def test_agent_restriction_refuses_ssh_gateway_sessions(edge, account, tmp_path,
     )
 
     def refused():
+        """One ssh: refused (its attempt), or still served while the edge's restrictions
+        cache (at most 1 s old) has not seen the new one (stopped, False)."""
         attempt = ssh_agents(edge, key, "0:localhost:9", ["http"])
-        code = attempt.wait(timeout=40)
-        return code == 255 and "ERR_NGROK_9040" in attempt.err and attempt
+        wait(lambda: attempt.process.poll() is not None or "Forwarding" in attempt.out, 30)
+        if attempt.process.poll() is None:
+            attempt.stop()
+            return False
+        return attempt.wait() == 255 and "ERR_NGROK_9040" in attempt.err and attempt
 
     attempt = wait(refused, timeout=20)
     assert "from your IP address (127.0.0.1)" in attempt.err, attempt.printed()
