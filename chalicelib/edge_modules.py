@@ -37,7 +37,8 @@ Module bodies of PUT: the module object itself, or ``{"module": {...}}`` with op
 
 import re
 from collections import Counter
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from chalicelib import (
     backends,
@@ -569,3 +570,46 @@ def module_body(raw: Dict[str, Any], path_ids: Dict[str, str]) -> Dict[str, Any]
     if not isinstance(module, dict):
         raise _bad("module", "must be an object")
     return module
+
+
+# ---- module sub-resources of an edge: /edges/<kind>/{edge_id}/<module> --------------------------
+@dataclass(frozen=True)
+class EdgeModules:
+    """GET/PUT/DELETE of the modules of one kind of edge (TCP, TLS, HTTPS), one rule for the
+    three: an unknown module name is a 404 ("<what>s have no module '<name>'"), an unset one a
+    404 on GET; a PUT body may be wrapped (``{"module": …}``, :func:`module_body`) and is
+    parsed by the module's parser, its policy references checked (``check_refs``), then
+    written by ``write``; DELETE of any known module is ``remove`` (204 also when unset)."""
+
+    what: str  # "TCP edge": in the messages
+    parsers: Mapping[str, Callable[..., Dict[str, Any]]]
+    renderers: Mapping[str, Callable[..., Any]]
+    get_item: Callable[[str, str], Any]  # (account id, edge id) -> the edge's item, or 404
+    write: Callable[[Ctx, str, str, Dict[str, Any]], None]  # (c, edge id, name, module)
+    remove: Callable[[Ctx, str, str], None]  # (c, edge id, name)
+    check_refs: bool = True
+
+    def name(self, name: str) -> str:
+        if name not in self.parsers:
+            raise errors.NotFound(f"{self.what}s have no module '{name}'")
+        return name
+
+    def get(self, c: Ctx, edge_id: str, name: str) -> Dict[str, Any]:
+        item = self.get_item(c.account_id, edge_id)
+        module = item.data.get(self.name(name))
+        if module is None:
+            raise errors.NotFound(f"{self.what} '{edge_id}' has no {name} module")
+        rendered: Dict[str, Any] = self.renderers[name](c, module)
+        return rendered
+
+    def put(self, c: Ctx, edge_id: str, name: str, raw: Dict[str, Any]) -> Dict[str, Any]:
+        body = module_body(raw, {"id": edge_id, "edge_id": edge_id})
+        module = self.parsers[self.name(name)](None, body)
+        if self.check_refs:
+            check_policy_refs(c.account_id, {name: module}, nested=False)
+        self.write(c, edge_id, name, module)
+        rendered: Dict[str, Any] = self.renderers[name](c, module)
+        return rendered
+
+    def delete(self, c: Ctx, edge_id: str, name: str) -> None:
+        self.remove(c, edge_id, self.name(name))

@@ -963,20 +963,6 @@ def delete_module(c: Ctx, edge_id: str, route_id: str, name: str) -> None:
 
 
 # ---- edge modules: /edges/https/{edge_id}/tls_termination | mutual_tls -------------------------
-def _edge_module_name(name: str) -> str:
-    if name not in EDGE_MODULE_PARSERS:
-        raise errors.NotFound(f"HTTPS edges have no module '{name}'")
-    return name
-
-
-def get_edge_module(c: Ctx, edge_id: str, name: str) -> Dict[str, Any]:
-    item = get_item(c.account_id, edge_id)
-    module = item.data.get(_edge_module_name(name))
-    if module is None:
-        raise errors.NotFound(f"HTTPS edge '{edge_id}' has no {name} module")
-    return EDGE_MODULE_RENDERERS[name](c, module)
-
-
 @store.retrying
 def _replace_edge(c: Ctx, edge_id: str, changes: Dict[str, Any], nested: bool = True) -> None:
     item = get_item(c.account_id, edge_id)
@@ -986,17 +972,28 @@ def _replace_edge(c: Ctx, edge_id: str, changes: Dict[str, Any], nested: bool = 
     store.commit([store.save(item)] + ops)
 
 
-def put_edge_module(c: Ctx, edge_id: str, name: str, raw: Dict[str, Any]) -> Dict[str, Any]:
+def _write_edge_module(c: Ctx, edge_id: str, name: str, module: Dict[str, Any]) -> None:
     """GetItem of the edge, then one transaction (the edge, its certificate authorities'
     counters)."""
-    body = edge_modules.module_body(raw, {"id": edge_id, "edge_id": edge_id})
-    module = EDGE_MODULE_PARSERS[_edge_module_name(name)](None, body)
     _replace_edge(c, edge_id, {name: module}, nested=False)
-    return EDGE_MODULE_RENDERERS[name](c, module)
 
 
-def delete_edge_module(c: Ctx, edge_id: str, name: str) -> None:
-    _replace_edge(c, edge_id, {_edge_module_name(name): None})
+def _remove_edge_module(c: Ctx, edge_id: str, name: str) -> None:
+    _replace_edge(c, edge_id, {name: None})
+
+
+MODULE_HANDLERS = edge_modules.EdgeModules(
+    "HTTPS edge",
+    EDGE_MODULE_PARSERS,
+    EDGE_MODULE_RENDERERS,
+    get_item,
+    _write_edge_module,
+    _remove_edge_module,
+    check_refs=False,  # tls_termination and mutual_tls name no IP policy
+)
+get_edge_module = MODULE_HANDLERS.get
+put_edge_module = MODULE_HANDLERS.put
+delete_edge_module = MODULE_HANDLERS.delete
 
 
 EDGE_OPS = rest.Ops(

@@ -154,6 +154,53 @@ def _schemas() -> Dict[str, Schema]:
             },
             "an SSH public key that authenticates the edge's SSH gateway (docs/SSH.md)",
         ),
+        "SSHCertificateAuthority": _obj(
+            {
+                **_common("ssh_certificate_authority"),
+                "public_key": {
+                    "type": "string",
+                    "description": "the CA's public key, an OpenSSH authorized_keys line "
+                    "(its private key never leaves the service)",
+                },
+                "key_type": {"type": "string", "enum": ["rsa", "ecdsa", "ed25519"]},
+            },
+            "an SSH certificate authority whose key the service generated and keeps",
+        ),
+        "SSHHostCertificate": _obj(
+            {
+                **_common("ssh_host_certificate"),
+                "public_key": STR,
+                "key_type": STR,
+                "ssh_certificate_authority_id": STR,
+                "principals": STR_LIST,
+                "valid_after": TIMESTAMP,
+                "valid_until": TIMESTAMP,
+                "certificate": {
+                    "type": "string",
+                    "description": "the OpenSSH certificate (…-cert-v01@openssh.com line)",
+                },
+            },
+            "an SSH host certificate signed by an SSH certificate authority of the account",
+        ),
+        "SSHUserCertificate": _obj(
+            {
+                **_common("ssh_user_certificate"),
+                "public_key": STR,
+                "key_type": STR,
+                "ssh_certificate_authority_id": STR,
+                "principals": STR_LIST,
+                "critical_options": STR_MAP,
+                "extensions": STR_MAP,
+                "valid_after": TIMESTAMP,
+                "valid_until": TIMESTAMP,
+                "certificate": {
+                    "type": "string",
+                    "description": "the OpenSSH certificate (…-cert-v01@openssh.com line); "
+                    "it authenticates the edge's SSH gateway (docs/SSH.md)",
+                },
+            },
+            "an SSH user certificate signed by an SSH certificate authority of the account",
+        ),
         "BotUser": _obj(
             {
                 "id": _id("bot_user"),
@@ -303,6 +350,22 @@ def _schemas() -> Dict[str, Schema]:
                     "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 10000},
                 },
             }
+        ),
+        "AgentIngress": _obj(
+            {
+                "id": _id("agent_ingress"),
+                "uri": URI,
+                "description": STR,
+                "metadata": STR,
+                "domain": STR,
+                "ns_targets": STR_LIST,
+                "region_domains": STR_LIST,
+                "created_at": TIMESTAMP,
+                "certificate_management_policy": _nullable({"type": "object"}),
+                "certificate_management_status": _nullable({"type": "object"}),
+            },
+            "a domain of the user's where agents connect to the edge (the edge's agent "
+            "listener serves it by SNI; agents of other accounts are refused there)",
         ),
         "ReservedAddr": _obj({**_common("reserved_addr"), "addr": STR, "region": STR}),
         "CertificateAuthority": _obj(

@@ -19,13 +19,13 @@ field lists of bodies a module parses itself.
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-from chalicelib import abuse_reports, api_keys, app_sessions, backends, bot_users
+from chalicelib import abuse_reports, agent_ingresses, api_keys, app_sessions, backends, bot_users
 from chalicelib import certificate_authorities, event_destinations, event_routes
 from chalicelib import event_subscriptions, openapi_events, vaults
 from chalicelib import credentials, dns_check, edge_modules, endpoints, http_response_backends
 from chalicelib import https_edges, ip_policies, ip_restrictions, reserved_addrs
 from chalicelib import reserved_domains, rest
-from chalicelib import ssh_credentials
+from chalicelib import ssh_certificates, ssh_credentials
 from chalicelib import tcp_edges, tls_certificates, tls_edges, tunnel_sessions, tunnels
 
 Schema = Dict[str, Any]
@@ -250,6 +250,36 @@ REGISTRY: Tuple[Entry, ...] = (
         "SSHCredential",
         field_schemas={"owner_id": STR},
     ),
+    # SSH certificate authorities and the certificates they sign (docs/SSH.md)
+    Collection(
+        "/ssh_certificate_authorities",
+        ssh_certificates.CA_OPS,
+        "ssh_certificate_authority_id",
+        "ssh_certificate_authority",
+        "SSH certificate authority",
+        "SSH certificate authorities",
+        "SSHCertificateAuthority",
+        plural="ssh_certificate_authorities",
+        titles="SSH certificate authorities",
+    ),
+    Collection(
+        "/ssh_host_certificates",
+        ssh_certificates.HOST_OPS,
+        "ssh_host_certificate_id",
+        "ssh_host_certificate",
+        "SSH host certificate",
+        "SSH host certificates",
+        "SSHHostCertificate",
+    ),
+    Collection(
+        "/ssh_user_certificates",
+        ssh_certificates.USER_OPS,
+        "ssh_user_certificate_id",
+        "ssh_user_certificate",
+        "SSH user certificate",
+        "SSH user certificates",
+        "SSHUserCertificate",
+    ),
     Collection("/bot_users", bot_users, "bot_id", "bot_user", "bot user", "Bot users", "BotUser"),
     Collection(
         "/service_users",
@@ -297,6 +327,18 @@ REGISTRY: Tuple[Entry, ...] = (
         "ReservedDomainDNSCheck",
         "Check the domain's CNAME records in DNS (found, missing or wrong target per "
         "record; no body; the resolver is the service's DNS_CHECK_RESOLVER)",
+    ),
+    Collection(
+        "/agent_ingresses",
+        agent_ingresses,
+        "agent_ingress_id",
+        "agent_ingress",
+        "agent ingress",
+        "Agent ingresses",
+        "AgentIngress",
+        plural="agent_ingresses",
+        titles="agent ingresses",
+        field_schemas={"certificate_management_policy": {"type": "object", "nullable": True}},
     ),
     Collection(
         "/reserved_addrs",

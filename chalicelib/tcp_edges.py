@@ -208,30 +208,12 @@ def delete(c: Ctx, edge_id: str) -> None:
     )
 
 
-# ---- module sub-resources ---------------------------------------------------------------------
-def _module_name(name: str) -> str:
-    if name not in TCP_MODULES:
-        raise errors.NotFound(f"TCP edges have no module '{name}'")
-    return name
-
-
-def get_module(c: Ctx, edge_id: str, name: str) -> Dict[str, Any]:
-    item = get_item(c.account_id, edge_id)
-    module = item.data.get(_module_name(name))
-    if module is None:
-        raise errors.NotFound(f"TCP edge '{edge_id}' has no {name} module")
-    return TCP_RENDERERS[name](c, module)
-
-
-def put_module(c: Ctx, edge_id: str, name: str, raw: Dict[str, Any]) -> Dict[str, Any]:
-    body = edge_modules.module_body(raw, {"id": edge_id, "edge_id": edge_id})
-    module = TCP_MODULES[_module_name(name)](None, body)
-    edge_modules.check_policy_refs(c.account_id, {name: module}, nested=False)
+# ---- module sub-resources (edge_modules.EdgeModules) ----------------------------------------
+def _write_module(c: Ctx, edge_id: str, name: str, module: Dict[str, Any]) -> None:
     if name in PLAIN_FIELDS:
         _set(c, edge_id, {name: module})
     else:
         _put_linked_module(c, edge_id, name, module)
-    return TCP_RENDERERS[name](c, module)
 
 
 @store.retrying
@@ -240,8 +222,8 @@ def _put_linked_module(c: Ctx, edge_id: str, name: str, module: Dict[str, Any]) 
     _replace(c, item, {**item.data, name: module}, nested=False)
 
 
-def delete_module(c: Ctx, edge_id: str, name: str) -> None:
-    if _module_name(name) in PLAIN_FIELDS:
+def _remove_module(c: Ctx, edge_id: str, name: str) -> None:
+    if name in PLAIN_FIELDS:
         _set(c, edge_id, {name: None})
     else:
         _delete_linked_module(c, edge_id, name)
@@ -252,3 +234,11 @@ def _delete_linked_module(c: Ctx, edge_id: str, name: str) -> None:
     item = get_item(c.account_id, edge_id)
     if item.data.get(name) is not None:
         _replace(c, item, {**item.data, name: None})
+
+
+MODULE_HANDLERS = edge_modules.EdgeModules(
+    "TCP edge", TCP_MODULES, TCP_RENDERERS, get_item, _write_module, _remove_module
+)
+get_module = MODULE_HANDLERS.get
+put_module = MODULE_HANDLERS.put
+delete_module = MODULE_HANDLERS.delete

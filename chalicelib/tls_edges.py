@@ -259,32 +259,9 @@ def delete(c: Ctx, edge_id: str) -> None:
     )
 
 
-# ---- module sub-resources ---------------------------------------------------------------------
-def _module_name(name: str) -> str:
-    if name not in PARSERS:
-        raise errors.NotFound(f"TLS edges have no module '{name}'")
-    return name
-
-
-def get_module(c: Ctx, edge_id: str, name: str) -> Dict[str, Any]:
-    item = get_item(c.account_id, edge_id)
-    module = item.data.get(_module_name(name))
-    if module is None:
-        raise errors.NotFound(f"TLS edge '{edge_id}' has no {name} module")
-    return RENDERERS[name](c, module)
-
-
-def put_module(c: Ctx, edge_id: str, name: str, raw: Dict[str, Any]) -> Dict[str, Any]:
-    body = edge_modules.module_body(raw, {"id": edge_id, "edge_id": edge_id})
-    module = PARSERS[_module_name(name)](None, body)
-    edge_modules.check_policy_refs(c.account_id, {name: module}, nested=False)
+# ---- module sub-resources (edge_modules.EdgeModules) ----------------------------------------
+def _write_module(c: Ctx, edge_id: str, name: str, module: Dict[str, Any]) -> None:
     store.retrying(_replace)(c, edge_id, {name: module}, nested=False)
-    return RENDERERS[name](c, module)
-
-
-def delete_module(c: Ctx, edge_id: str, name: str) -> None:
-    _module_name(name)
-    _delete_module(c, edge_id, name)
 
 
 @store.retrying
@@ -292,3 +269,11 @@ def _delete_module(c: Ctx, edge_id: str, name: str) -> None:
     item = get_item(c.account_id, edge_id)
     if item.data.get(name) is not None:
         _replace(c, edge_id, {name: None}, item=item)
+
+
+MODULE_HANDLERS = edge_modules.EdgeModules(
+    "TLS edge", PARSERS, RENDERERS, get_item, _write_module, _delete_module
+)
+get_module = MODULE_HANDLERS.get
+put_module = MODULE_HANDLERS.put
+delete_module = MODULE_HANDLERS.delete

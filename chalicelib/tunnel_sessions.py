@@ -67,9 +67,12 @@ def render(c: Ctx, item: store.Item) -> Dict[str, Any]:
 
 def _credential_path(credential_id: str) -> str:
     """Where the session's credential is: an SSH credential for a session of the edge's SSH
-    gateway (``transport: "ssh"``), else an authtoken credential."""
+    gateway (``transport: "ssh"``; or the SSH user certificate it authenticated with), else
+    an authtoken credential."""
     if ids.is_valid(credential_id, ids.PREFIXES["ssh_credential"]):
         return "/ssh_credentials"
+    if ids.is_valid(credential_id, ids.PREFIXES["ssh_user_certificate"]):
+        return "/ssh_user_certificates"
     return "/credentials"
 
 

@@ -121,9 +121,11 @@ async def _end_later(edge: Any, account_id: str, session_id: str) -> None:
 
 
 class AgentSession:
-    def __init__(self, edge: Any, mux: MuxSession, peer: Tuple[str, int]):
-        """``mux``: the agent's muxado session (edge.carrier hands it over, run by the core)."""
+    def __init__(self, edge: Any, mux: MuxSession, peer: Tuple[str, int], sni: str = ""):
+        """``mux``: the agent's muxado session (edge.carrier hands it over, run by the core);
+        ``sni``: the TLS server name it connected with (an agent ingress domain, or not)."""
         self.edge = edge
+        self.sni = sni.lower()
         self.peer_ip = str(peer[0])
         self.mux = mux
         mux.on_stream = self._on_stream
@@ -318,6 +320,15 @@ class AgentSession:
             except binding.Refused:
                 self.edge.auth_throttle.failed(self.peer_ip)
                 raise
+            ingress = self.edge.agent_ingresses.get(self.sni) if self.sni else None
+            if ingress is not None and ingress["account_id"] != grant.account_id:
+                # an agent ingress admits its account's agents only (as hosted)
+                self.edge.auth_throttle.failed(self.peer_ip)
+                raise binding.Refused(
+                    edge_errors.AUTHTOKEN_INVALID,
+                    f"The agent ingress {self.sni} accepts agents of its own account only; "
+                    "this authtoken is another account's.",
+                )
             if not await ip_restrictions.allows(
                 self.edge, grant.account_id, ip_restrictions.AGENT, self.peer_ip
             ):  # the account's agent IP restrictions

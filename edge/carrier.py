@@ -17,7 +17,7 @@ import asyncio
 import logging
 import socket
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Dict, List, Optional
+from typing import Awaitable, Callable, Dict, List, Optional, Tuple
 
 import edge_core
 from edge import session
@@ -111,6 +111,11 @@ class Carrier:
 
     def _forget(self, key: int) -> None:
         self._sessions.pop(key, None)
+
+    def set_names(self, port: int, names: Dict[str, Tuple[bytes, bytes]]) -> int:
+        """The certificates the agent listener of ``port`` serves per SNI name (the agent
+        ingresses': edge/server.py), replacing the last ones; other names get its own."""
+        return self._core.set_names(self._by_port[port], names)
 
     def close(self, port: int) -> None:
         """Stop accepting on the listener of ``port`` (sessions handed over go on)."""

@@ -16,9 +16,9 @@ import functools
 import socket
 import weakref
 import logging
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from chalicelib.core import binding, hostnames, instances, online
+from chalicelib.core import binding, hostnames, ingresses, instances, online
 from edge import (
     agents,
     audit_outbox,
@@ -80,6 +80,10 @@ class Edge:
         self.https_port = settings.https_port
         self.metrics_port: Optional[int] = None
         self.ssh: Optional[ssh_gateway.SshGateway] = None  # OpenSSH as an agent (docs/SSH.md)
+        # agent ingress domain -> {account_id, agent_ingress_id} (refresh_agent_ingresses), and
+        # what the agent listener serves for each: (domain, fingerprint or "local CA")
+        self.agent_ingresses: Dict[str, Dict[str, str]] = {}
+        self._agent_names: List[Tuple[str, str]] = []
         self.ssh_port: Optional[int] = None
         cluster_settings = cluster.ClusterSettings.from_env()  # EDGE_CLUSTER_SECRET set
         self.cluster = cluster.Cluster(self, cluster_settings) if cluster_settings else None
@@ -156,6 +160,28 @@ class Edge:
         self._ban_watcher = asyncio.ensure_future(watch_banned_hosts(self))
         self._audit_outbox = audit_outbox.start(self)  # the API's events (docs/EVENTS.md)
 
+    async def refresh_agent_ingresses(self) -> None:
+        """The agent ingresses (chalicelib.core.ingresses: one Query) and their certificates on
+        the agent listener, by SNI: a stored certificate for the domain (edge.certs, read with
+        the TLS settings) else one the local CA issues (or EDGE_TLS_CERT). The core's names
+        are replaced only when what they serve changed."""
+        index = await self.call(ingresses.index)
+        pairs: Dict[str, Tuple[bytes, bytes]] = {}
+        served: List[Tuple[str, str]] = []
+        for domain in sorted(index):
+            stored = self.certs.stored_pair(domain)
+            if stored is not None:
+                served.append((domain, stored[0]))
+                pairs[domain] = stored[1]
+            else:
+                served.append((domain, "local CA"))
+                pairs[domain] = self.certs.pair_for([domain])
+        self.agent_ingresses = index
+        if served != self._agent_names:
+            self.carrier.set_names(self.agent_port, pairs)
+            self._agent_names = served
+            log.info("agent listener: %d agent ingress names", len(served))
+
     def _where(self, name: str, port: int) -> dict:
         """Where a listener listens: the socket a supervisor handed over (EDGE_LISTEN_FDS,
         kept open across a restart of this process), else host and port."""
@@ -225,7 +251,7 @@ class Edge:
             await mux.close()
             return
         self._unauthenticated[ip] = self._unauthenticated.get(ip, 0) + 1
-        session = agents.AgentSession(self, mux, (ip, facts.peer_port))
+        session = agents.AgentSession(self, mux, (ip, facts.peer_port), facts.sni or "")
         self._sessions.add(session)
         try:
             await session.run()

@@ -41,16 +41,20 @@ KEEPALIVE_INTERVAL × KEEPALIVE_COUNT_MAX.
 """
 
 import asyncio
+import base64
+import functools
+import ipaddress
 import logging
 import os
 import shlex
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import asyncssh
 
 from chalicelib.core import binding, edge_errors, ids, online, ssh_keys
-from edge import enforce, quotas
+from edge import enforce, ip_restrictions, quotas
 from edge.agents import STOP_TUNNEL_MESSAGE, endpoint_id_of
 from edge.registry import Tunnel
 from edge.session import StreamReset, StreamsExhausted
@@ -429,6 +433,8 @@ class SshSession(asyncssh.SSHServer):
         self._bound: "asyncio.Future[int]" = asyncio.get_running_loop().create_future()
         self._reply_port = 0
         self._command: Optional["CommandSession"] = None
+        self._trusted_ca: Optional[bytes] = None  # the CA key of the certificate being checked
+        self._keep_refusal = False  # a certificate's or a restriction's reason wins in the banner
 
     # ---- the connection ----------------------------------------------------------------------
     def connection_made(self, conn: Any) -> None:
@@ -442,6 +448,13 @@ class SshSession(asyncssh.SSHServer):
             return
         self._counted = True
         self.edge.sessions.add(self)
+        validate = getattr(conn, "_validate_openssh_certificate", None)
+        if validate is not None:  # asyncssh 2.24's certificate check: see _validate_certificate
+            setattr(
+                conn,
+                "_validate_openssh_certificate",
+                functools.partial(self._validate_certificate, validate),
+            )
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         if self.grant is None and self._keys and not self._failure_counted:
@@ -469,12 +482,9 @@ class SshSession(asyncssh.SSHServer):
     def kbdint_auth_supported(self) -> bool:
         return True  # only to tell a client whose keys all failed why (a banner), then refuse
 
-    async def validate_public_key(self, username: str, key: Any) -> bool:
-        blob = key.public_data
-        digest = ssh_keys.digest(blob)
-        if digest in self._keys:  # asked again with the signature
-            self._last_grant = self._keys[digest]
-            return self._last_grant is not None
+    def _offered(self, digest: str) -> bool:
+        """Counts a key or certificate the client offers: False (and the connection closed
+        with ERR_NGROK_1101) past MAX_KEYS_OFFERED."""
         if len(self._keys) >= MAX_KEYS_OFFERED:
             self._refusal = binding.Refused(
                 edge_errors.SSH_TOO_MANY_KEYS,
@@ -487,18 +497,32 @@ class SshSession(asyncssh.SSHServer):
                 self.conn.close()
             return False
         self._keys[digest] = None
+        return True
+
+    def _throttled(self) -> bool:
         locked = self.edge.auth_throttle.locked(self.peer_ip)
-        if locked is not None:  # too many failures from this address: no store read
-            self._refusal = binding.Refused(
-                edge_errors.SSH_KEY_UNKNOWN,
-                f"Too many failed authentications from {self.peer_ip}; try again in "
-                f"{int(locked) + 1} s.",
-            )
+        if locked is None:
+            return False
+        self._refusal = binding.Refused(  # too many failures from this address: no store read
+            edge_errors.SSH_KEY_UNKNOWN,
+            f"Too many failed authentications from {self.peer_ip}; try again in "
+            f"{int(locked) + 1} s.",
+        )
+        return True
+
+    async def validate_public_key(self, username: str, key: Any) -> bool:
+        blob = key.public_data
+        digest = ssh_keys.digest(blob)
+        if digest in self._keys:  # asked again with the signature
+            self._last_grant = self._keys[digest]
+            return self._last_grant is not None
+        if not self._offered(digest) or self._throttled():
             return False
         try:
             grant = await self.edge.call(binding.authenticate_ssh_key, blob)
         except binding.Refused as exc:
-            self._refusal = exc
+            if not self._keep_refusal:  # a certificate's reason is the one told
+                self._refusal = exc
             return False
         except Exception as exc:  # the store away: this key cannot be told now
             log.warning("ssh %s: key lookup failed: %r", self.peer_ip, exc)
@@ -506,8 +530,76 @@ class SshSession(asyncssh.SSHServer):
                 edge_errors.SSH_KEY_UNKNOWN, "The key could not be looked up; try again."
             )
             return False
+        if not await self._ip_allowed(grant):
+            return False
         self._keys[digest] = self._last_grant = grant
         return True
+
+    async def _ip_allowed(self, grant: binding.Grant) -> bool:
+        """The account's ``agent`` IP restrictions apply to SSH sessions as to agents' Auth
+        (edge/ip_restrictions.py): refused, with the agents' code, as the banner."""
+        if await ip_restrictions.allows(
+            self.edge, grant.account_id, ip_restrictions.AGENT, self.peer_ip
+        ):
+            return True
+        self._refusal = binding.Refused(
+            ip_restrictions.AGENT_REFUSED, ip_restrictions.AGENT_MESSAGE.format(ip=self.peer_ip)
+        )
+        self._keep_refusal = True  # this reason is the one told
+        return False
+
+    # ---- SSH user certificates (docs/SSH.md, "SSH certificates") ---------------------------
+    async def _validate_certificate(
+        self, validate: Any, username: str, cert: Any
+    ) -> Optional[Any]:
+        """In front of asyncssh's own check of a client's OpenSSH certificate (``validate``:
+        the connection's ``_validate_openssh_certificate``, which then asks
+        :meth:`validate_ca_key` and checks validity, principals and source-address itself):
+        the reason a certificate is refused is told here, as an authentication banner, and
+        the certificate is found in the store (its CA's account, the certificate, its issuer:
+        chalicelib.core.binding.authenticate_ssh_certificate)."""
+        digest = ssh_keys.digest(cert.public_data)
+        if digest in self._keys:  # asked again with the signature
+            self._last_grant = self._keys[digest]
+            if self._last_grant is None:
+                return None
+            return await validate(username, cert)
+        if not self._offered(digest) or self._throttled():
+            return None
+        refusal = certificate_refusal(cert, username, self.peer_ip)
+        if refusal is not None:
+            self._refusal, self._keep_refusal = refusal, True
+            return None
+        key_id = _certificate_of(cert).key_id.decode("utf-8", "replace")
+        try:
+            grant = await self.edge.call(
+                binding.authenticate_ssh_certificate, cert.signing_key.public_data, key_id
+            )
+        except binding.Refused as exc:
+            self._refusal, self._keep_refusal = exc, True
+            return None
+        except Exception as exc:  # the store away: this certificate cannot be told now
+            log.warning("ssh %s: certificate lookup failed: %r", self.peer_ip, exc)
+            self._refusal = binding.Refused(
+                edge_errors.SSH_KEY_UNKNOWN, "The certificate could not be looked up; try again."
+            )
+            return None
+        if not await self._ip_allowed(grant):
+            return None
+        self._trusted_ca = cert.signing_key.public_data
+        key = await validate(username, cert)
+        if key is None:  # asyncssh refused what the checks above let through
+            self._refusal = binding.Refused(
+                edge_errors.SSH_KEY_UNKNOWN, "The SSH certificate was not accepted."
+            )
+            return None
+        self._keys[digest] = self._last_grant = grant
+        return key
+
+    def validate_ca_key(self, username: str, key: Any) -> bool:
+        """asyncssh asks whether a certificate's signer is trusted: only the CA the
+        certificate being checked was just found under (see :meth:`_validate_certificate`)."""
+        return self._trusted_ca is not None and key.public_data == self._trusted_ca
 
     def get_kbdint_challenge(self, username: str, lang: str, submethods: str) -> bool:
         self._banner()
@@ -862,6 +954,70 @@ class SshSession(asyncssh.SSHServer):
             del self.edge.registry.sessions[self.id]
         if self.id and self._online and self.grant is not None:
             await _ended_in_store(self.edge, self.grant.account_id, self.id)
+
+
+def _certificate_of(cert: Any) -> Any:
+    """cryptography's reading of an asyncssh certificate (its key id, validity, options)."""
+    from cryptography.hazmat.primitives import serialization
+
+    line = cert.algorithm + b" " + base64.b64encode(cert.public_data)
+    return serialization.load_ssh_public_identity(line)
+
+
+def certificate_refusal(cert: Any, username: str, peer_ip: str) -> Optional[binding.Refused]:
+    """Why a client's certificate cannot authenticate here, told before any store read
+    (None: it may): a host certificate, not yet valid or expired, principals without the
+    user name ssh sent, a source-address the client is not in, no permit-port-forwarding."""
+    from cryptography.hazmat.primitives.serialization import SSHCertificateType
+
+    def refused(text: str) -> binding.Refused:
+        return binding.Refused(edge_errors.SSH_KEY_UNKNOWN, text)
+
+    try:
+        parsed = _certificate_of(cert)
+    except Exception:  # asyncssh read it; cryptography should too
+        return refused("The SSH certificate could not be read.")
+    name = parsed.key_id.decode("utf-8", "replace")[:64]
+    if parsed.type != SSHCertificateType.USER:
+        return refused(f"The SSH certificate {name} is a host certificate, not a user one.")
+    now = time.time()
+    if now < parsed.valid_after:
+        return refused(
+            f"The SSH certificate {name} is not valid before {_utc(parsed.valid_after)}."
+        )
+    if now >= parsed.valid_before:
+        return refused(f"The SSH certificate {name} expired at {_utc(parsed.valid_before)}.")
+    principals = [p.decode("utf-8", "replace") for p in parsed.valid_principals]
+    if principals and username not in principals:
+        return refused(
+            f"The SSH certificate {name} is for the principals {', '.join(principals[:8])}, not "
+            f"for the user '{username[:64]}' ssh sent; connect as one of them (<principal>@host)."
+        )
+    sources = parsed.critical_options.get(b"source-address")
+    if sources is not None:
+        try:
+            ip = ipaddress.ip_address(peer_ip)
+            allowed = any(
+                ip in ipaddress.ip_network(entry.strip(), strict=False)
+                for entry in sources.decode("ascii").split(",")
+            )
+        except ValueError:
+            allowed = False
+        if not allowed:
+            return refused(
+                f"The SSH certificate {name} may only be used from {sources.decode('ascii', 'replace')[:200]}, "
+                f"not from {peer_ip}."
+            )
+    if b"permit-port-forwarding" not in parsed.extensions:
+        return refused(
+            f"The SSH certificate {name} does not permit port forwarding; sign the key with the "
+            'extension "permit-port-forwarding" to open endpoints with ssh -R.'
+        )
+    return None
+
+
+def _utc(epoch: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def error_text(refusal: binding.Refused) -> str:

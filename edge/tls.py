@@ -237,6 +237,10 @@ class TlsSettings:
             await self.edge.certs.refresh_store(self.edge)
         except Exception as exc:  # the last certificates stay in force
             log.warning("could not read the served certificates: %r", exc)
+        try:  # the agent ingresses: their names on the agent listener (edge/server.py)
+            await self.edge.refresh_agent_ingresses()
+        except Exception as exc:  # the last names stay in force
+            log.warning("could not read the agent ingresses: %r", exc)
         index = await self.edge.call(routing.tls_index)
         tls_edges = await self.edge.call(routing.tls_edges)
         # The PEM cache holds exactly the CAs the index references (bounded by it): one no

@@ -74,6 +74,10 @@ class Core:
     def attach(self, fd: int, limits: Limits) -> Session:
         """A session over the connected Unix stream socket ``fd`` (the core owns it)."""
     def close(self, listener: int) -> bool: ...
+    def set_names(self, listener: int, names: Dict[str, Tuple[bytes, bytes]]) -> int:
+        """Replace the certificates an agent listener serves per SNI name (lower-case name ->
+        (chain PEM, key PEM)); other names get the listener's own. Nothing changes when a
+        pair does not load (ValueError naming it). Returns how many names are served."""
     def take(self) -> Tuple[List[Handed], List[Event]]:
         """Every session handed over and every event waiting, oldest first."""
     def counters(self) -> Tuple[int, int, int, int]:

@@ -327,14 +327,18 @@ def merge_template(stage: str) -> Dict[str, Any]:
         },
     }
     sealing = {"Environment": {"Variables": {"TLS_KMS_KEY_ID": {"Ref": KMS_KEY}}}}
-    resources[API_FUNCTION] = {"Properties": dict(sealing)}
+    # The API function gets the layer too: signing SSH certificates (chalicelib/
+    # ssh_certificates.py) imports cryptography from it, on first use only, so no other route
+    # loads it at cold start (tests/functional/test_packaging.py).
+    resources[API_FUNCTION] = {"Properties": {**sealing, "Layers": [{"Ref": ACME_LAYER}]}}
     # The worker: its layer (acme, cryptography; build_acme_layer) and its role.
     resources[ACME_LAYER] = {
         "Type": "AWS::Serverless::LayerVersion",
         "Properties": {
             "ContentUri": f"./{LAYER_ZIP}",
             "CompatibleRuntimes": ["python3.11"],
-            "Description": "acme and cryptography for the ACME worker",
+            "Description": "acme and cryptography for the ACME worker and the API's SSH "
+            "certificates",
             "RetentionPolicy": "Delete",
         },
     }

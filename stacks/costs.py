@@ -160,6 +160,34 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         {"public_key": _ed25519_line(), "acl": ["bind:*.example.com"]},
         {"metadata": "m"},
     )
+    ssh_ca = crud(
+        "/ssh_certificate_authorities",
+        "ssh_certificate_authority_id",
+        {"private_key_type": "ed25519"},
+        {"description": "d"},
+        delete=False,
+    )
+    for path, param in (
+        ("/ssh_host_certificates", "ssh_host_certificate_id"),
+        ("/ssh_user_certificates", "ssh_user_certificate_id"),
+    ):
+        crud(
+            path,
+            param,
+            {"ssh_certificate_authority_id": ssh_ca, "public_key": _ed25519_line()},
+            {"description": "d"},
+        )
+    run(
+        "DELETE /ssh_certificate_authorities/{ssh_certificate_authority_id}",
+        lambda: admin.delete(f"/ssh_certificate_authorities/{ssh_ca}"),
+        204,
+    )
+    crud(
+        "/agent_ingresses",
+        "agent_ingress_id",
+        {"domain": "connect.costs-example.com"},
+        {"description": "d"},
+    )
     bot = crud("/bot_users", "bot_id", {"name": "b1"}, {"active": False}, delete=False)
     admin.post("/api_keys", {"owner_id": bot})
     run("DELETE /bot_users/{bot_id}", lambda: admin.delete(f"/bot_users/{bot}"), 204)

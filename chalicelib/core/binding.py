@@ -29,8 +29,9 @@ per hostname: that is the edge's claim, see chalicelib.core.online).
 import re
 import secrets
 import string
+import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Optional
 
 from chalicelib.core import acl, edge_errors, hostnames, ids, keys, reservations, ssh_keys, store
 from chalicelib.core.config import get_settings
@@ -99,9 +100,81 @@ def authenticate_ssh_key(blob: bytes) -> Grant:
     )
 
 
+def authenticate_ssh_certificate(ca_blob: bytes, certificate_id: str) -> Grant:
+    """The grant of an SSH user certificate this service issued (its key id is its id,
+    ``sucrt_…``) and signed with the CA whose public key is ``ca_blob``, or Refused: the CA's
+    lookup (its account), then as :func:`recheck` (the certificate, its CA, its issuer).
+    The caller checked the certificate itself first (signature, validity, principals)."""
+    data = keys.lookup_ssh_ca_key(ca_blob)
+    if data is None:
+        raise Refused(
+            edge_errors.SSH_KEY_UNKNOWN,
+            f"The SSH certificate is signed by {ssh_keys.fingerprint(ca_blob)}, which is not "
+            "the key of an SSH certificate authority of any account here (deleted, or never "
+            "created with POST /ssh_certificate_authorities).",
+        )
+    if not ids.is_valid(certificate_id, ids.PREFIXES["ssh_user_certificate"]):
+        raise Refused(
+            edge_errors.SSH_KEY_UNKNOWN,
+            f"The SSH certificate's key id '{certificate_id[:64]}' is not an SSH user "
+            "certificate of this service; sign the key with POST /ssh_user_certificates.",
+        )
+    return _certificate_grant(
+        data["account_id"], certificate_id, data["ssh_certificate_authority_id"]
+    )
+
+
+def _certificate_grant(account_id: str, certificate_id: str, ca_id: Optional[str]) -> Grant:
+    """An SSH user certificate's grant: the certificate item (deleted: revoked), its CA (of
+    the same account, still there), still valid, its issuer usable. Three GetItems."""
+    item = store.get(
+        store.collection_pk(account_id, keys.SSH_USER_CERT_COLLECTION), certificate_id
+    )
+    if item is None or (ca_id is not None and item.data["ssh_certificate_authority_id"] != ca_id):
+        raise Refused(
+            edge_errors.AUTHTOKEN_INVALID,
+            f"The SSH user certificate {certificate_id} has been deleted (revoked) and is no "
+            "longer valid.",
+        )
+    ca_id = item.data["ssh_certificate_authority_id"]
+    if store.get(store.collection_pk(account_id, keys.SSH_CA_COLLECTION), ca_id) is None:
+        raise Refused(
+            edge_errors.AUTHTOKEN_INVALID,
+            f"The SSH certificate authority {ca_id} that signed the SSH user certificate "
+            f"{certificate_id} has been deleted; nothing it signed is valid any more.",
+        )
+    until = item.data["valid_until"]
+    if until <= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()):
+        raise Refused(
+            edge_errors.AUTHTOKEN_INVALID,
+            f"The SSH user certificate {certificate_id} expired at {until}.",
+        )
+    owner, why = keys.usable_owner(
+        {
+            "account_id": account_id,
+            "owner_id": item.data["owner_id"],
+            "owner_kind": item.data["owner_kind"],
+        }
+    )
+    if owner is None:
+        raise Refused(
+            edge_errors.AUTHTOKEN_INVALID,
+            f"The SSH user certificate {certificate_id} cannot be used: {why}.",
+        )
+    return Grant(
+        account_id=account_id,
+        credential_id=certificate_id,
+        owner_id=item.data["owner_id"],
+        owner_kind=item.data["owner_kind"],
+        acl=[],
+    )
+
+
 def recheck(account_id: str, credential_id: str, owner_id: str, owner_kind: str) -> Grant:
-    """The grant of a known credential (an authtoken's, or an SSH credential's: told by its
-    id), read afresh, or Refused (deleted, owner unusable)."""
+    """The grant of a known credential (an authtoken's, an SSH credential's or an SSH user
+    certificate's: told by its id), read afresh, or Refused (deleted, owner unusable)."""
+    if ids.is_valid(credential_id, ids.PREFIXES["ssh_user_certificate"]):
+        return _certificate_grant(account_id, credential_id, None)
     ssh = ids.is_valid(credential_id, ids.PREFIXES["ssh_credential"])
     collection = keys.SSH_CREDENTIAL_COLLECTION if ssh else keys.CREDENTIAL_COLLECTION
     item = store.get(store.collection_pk(account_id, collection), credential_id)

@@ -53,6 +53,10 @@ place. Catalog (also in docs/CONTRACT.md, "Error catalog"):
 | SSH_KEY_INVALID     | ERR_NGROK_612              | 400    | an SSH public key this service does not accept (the reason) |
 | SSH_KEY_EXISTS      | ERR_NGROK_609              | 409    | an SSH public key the account already has a credential for |
 | SSH_KEY_OF_ANOTHER_ACCOUNT | ERR_NGROK_610       | 409    | an SSH public key another account has a credential for     |
+| SSH_CA_UNKNOWN      | ERR_NGROK_1949             | 400    | an SSH certificate signed by a CA the account does not have |
+| SSH_CERT_KEY_TYPE   | ERR_NGROK_1950             | 400    | an SSH certificate for a key type that cannot be certified (ssh-dss, sk-, a certificate) |
+| SSH_CERT_KEY_MISSING | ERR_NGROK_1952            | 400    | an SSH certificate without a public key to sign           |
+| AGENT_INGRESS_DOMAIN | ERR_NGROK_6705            | 400    | an agent ingress on a domain of this service (BASE_DOMAIN), not the user's own |
 | MODULE_NOT_SUPPORTED | ERR_NGROK_7021            | 400    | a module this service does not offer on that kind of edge (a route's saml) |
 | MUTUAL_TLS_NEEDS_TERMINATION | ERR_NGROK_1694    | 400    | a TLS edge's mutual_tls without tls_termination at the edge |
 | TLS_EDGE_TCP_ADDRESS | ERR_NGROK_7133            | 400    | a TLS edge hostport on the service's TCP address host     |
@@ -120,6 +124,10 @@ SSH_KEY_MISSING = "ERR_NGROK_611"
 SSH_KEY_INVALID = "ERR_NGROK_612"
 SSH_KEY_EXISTS = "ERR_NGROK_609"
 SSH_KEY_OF_ANOTHER_ACCOUNT = "ERR_NGROK_610"
+SSH_CA_UNKNOWN = "ERR_NGROK_1949"
+SSH_CERT_KEY_TYPE = "ERR_NGROK_1950"
+SSH_CERT_KEY_MISSING = "ERR_NGROK_1952"
+AGENT_INGRESS_DOMAIN = "ERR_NGROK_6705"
 MODULE_NOT_SUPPORTED = "ERR_NGROK_7021"
 MUTUAL_TLS_NEEDS_TERMINATION = "ERR_NGROK_1694"
 TLS_EDGE_TCP_ADDRESS = "ERR_NGROK_7133"
@@ -394,6 +402,22 @@ class SshKeyOfAnotherAccount(Conflict):
     error_code = SSH_KEY_OF_ANOTHER_ACCOUNT
 
 
+class SshCertificateAuthorityUnknown(InvalidField):
+    error_code = SSH_CA_UNKNOWN
+
+
+class SshCertificateKeyType(InvalidField):
+    error_code = SSH_CERT_KEY_TYPE
+
+
+class SshCertificateKeyMissing(InvalidField):
+    error_code = SSH_CERT_KEY_MISSING
+
+
+class AgentIngressDomain(InvalidField):
+    error_code = AGENT_INGRESS_DOMAIN
+
+
 class MalformedRequest(BadRequest):
     error_code = MALFORMED_REQUEST
     default_msg = "Malformed HTTP request"
@@ -506,6 +530,10 @@ CATALOG = {
         SshKeyInvalid,
         SshKeyExists,
         SshKeyOfAnotherAccount,
+        SshCertificateAuthorityUnknown,
+        SshCertificateKeyType,
+        SshCertificateKeyMissing,
+        AgentIngressDomain,
         MalformedRequest,
         RequestTimeout,
         ExpectationFailed,

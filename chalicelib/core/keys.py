@@ -19,6 +19,12 @@ CREDENTIAL_COLLECTION = "credential"
 TOKEN_NAMESPACE = "credential_token"
 SSH_CREDENTIAL_COLLECTION = "ssh_credential"
 SSH_KEY_NAMESPACE = "ssh_public_key"
+# SSH certificate authorities (chalicelib.ssh_certificates): the edge finds a CA, and so the
+# account, by the SHA-256 of its public key's blob (the key that signed a certificate)
+SSH_CA_COLLECTION = "ssh_certificate_authority"
+SSH_CA_KEY_NAMESPACE = "ssh_ca_key"
+SSH_HOST_CERT_COLLECTION = "ssh_host_certificate"
+SSH_USER_CERT_COLLECTION = "ssh_user_certificate"
 
 
 USER_COLLECTION = "user"
@@ -50,6 +56,16 @@ def lookup_ssh_key(blob: bytes) -> Optional[Dict[str, Any]]:
     by its wire blob; None when no SSH credential has it (one GetItem)."""
     wanted = ssh_keys.digest(blob)
     lookup = store.get(store.unique_pk(SSH_KEY_NAMESPACE, wanted), store.UNIQUE_SK)
+    if lookup is None or not hmac.compare_digest(lookup.data.get("digest", ""), wanted):
+        return None
+    return lookup.data
+
+
+def lookup_ssh_ca_key(blob: bytes) -> Optional[Dict[str, Any]]:
+    """The lookup item's data of an SSH CA's public key (``account_id``,
+    ``ssh_certificate_authority_id``), by its wire blob; None when no CA has it (one GetItem)."""
+    wanted = ssh_keys.digest(blob)
+    lookup = store.get(store.unique_pk(SSH_CA_KEY_NAMESPACE, wanted), store.UNIQUE_SK)
     if lookup is None or not hmac.compare_digest(lookup.data.get("digest", ""), wanted):
         return None
     return lookup.data

@@ -1,10 +1,11 @@
 //! The Python module `edge_core`: the typed seam's lower side (edge/carrier.py and
 //! edge/session.py are its upper side, edge_core.pyi its types).
 
+use std::collections::HashMap;
 use std::net::TcpListener as StdTcpListener;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::create_exception;
@@ -15,7 +16,7 @@ use pyo3::types::{PyBytes, PyDict};
 use crate::carrier::{AgentListen, Carrier, Where};
 use crate::mux::{Limits, StreamError};
 use crate::session;
-use crate::tls::server_config;
+use crate::tls::{certified_key, sni_server_config, SniResolver};
 
 create_exception!(edge_core, StreamReset, PyConnectionError);
 create_exception!(edge_core, StreamsExhausted, StreamReset);
@@ -79,6 +80,8 @@ fn limits_of(given: &Bound<'_, PyDict>) -> PyResult<Limits> {
 #[pyclass(frozen, module = "edge_core")]
 struct Core {
     carrier: Carrier,
+    /// Each agent listener's certificate per SNI name (set_names).
+    resolvers: Mutex<HashMap<u64, Arc<SniResolver>>>,
 }
 
 #[pymethods]
@@ -88,6 +91,7 @@ impl Core {
     fn new(threads: usize) -> PyResult<Self> {
         Ok(Core {
             carrier: Carrier::new(threads).map_err(|e| PyOSError::new_err(e.to_string()))?,
+            resolvers: Mutex::new(HashMap::new()),
         })
     }
 
@@ -123,7 +127,7 @@ impl Core {
             return Err(PyValueError::new_err("max_handshakes must be > 0"));
         }
         let limits = limits_of(limits)?;
-        let tls = server_config(chain_pem, key_pem, alpn)
+        let (tls, resolver) = sni_server_config(chain_pem, key_pem, alpn)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let at = match (fd, host) {
             // SAFETY: the caller hands the descriptor over (documented in edge_core.pyi).
@@ -141,7 +145,39 @@ impl Core {
             .carrier
             .listen_agents(at, spec)
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
+        self.resolvers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, resolver);
         Ok((id, local.port()))
+    }
+
+    /// Replace the certificates an agent listener serves per SNI name: `names` maps a
+    /// lower-case host name to (chain PEM, key PEM); a handshake naming none of them gets the
+    /// listener's own certificate. Nothing changes when one pair does not load (ValueError
+    /// naming it). Returns how many names are served.
+    fn set_names(
+        &self,
+        listener: u64,
+        names: HashMap<String, (Vec<u8>, Vec<u8>)>,
+    ) -> PyResult<usize> {
+        let resolver = self
+            .resolvers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&listener)
+            .cloned()
+            .ok_or_else(|| PyValueError::new_err(format!("no agent listener {listener}")))?;
+        let mut loaded = HashMap::with_capacity(names.len());
+        for (name, (chain, key)) in names {
+            let pair = certified_key(&chain, &key)
+                .map_err(|e| PyValueError::new_err(format!("{name}: {e}")))?;
+            pair.keys_match()
+                .map_err(|e| PyValueError::new_err(format!("{name}: {e}")))?;
+            loaded.insert(name.to_ascii_lowercase(), pair);
+        }
+        resolver.set(loaded);
+        Ok(resolver.names_served())
     }
 
     /// A session over the connected Unix stream socket `fd` (the core owns it from then on).
@@ -158,6 +194,10 @@ impl Core {
 
     /// Stop accepting on a listener; False when it was not listening.
     fn close(&self, listener: u64) -> bool {
+        self.resolvers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&listener);
         self.carrier.close(listener)
     }
 

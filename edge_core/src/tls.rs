@@ -1,14 +1,79 @@
 //! Server TLS configurations from PEM, as the edge's certificates are kept.
 
+use std::collections::HashMap;
+use std::fmt;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
+use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::ServerConfig;
 
 fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, message)
+}
+
+/// A certificate and its key, ready to serve: `chain_pem` (leaf first) with `key_pem`
+/// (PKCS#8, SEC1 or PKCS#1).
+pub fn certified_key(chain_pem: &[u8], key_pem: &[u8]) -> io::Result<Arc<CertifiedKey>> {
+    let (chain, key) = parse(chain_pem, key_pem)?;
+    let signing =
+        ring::sign::any_supported_type(&key).map_err(|e| invalid(format!("private key: {e}")))?;
+    Ok(Arc::new(CertifiedKey::new(chain, signing)))
+}
+
+/// Which certificate a handshake gets: the one named for its SNI name (exactly, lower-case),
+/// else the listener's own. The names are replaced whole by [`SniResolver::set`] while the
+/// listener runs (the agent ingresses' certificates: edge/certs.py).
+pub struct SniResolver {
+    default: Arc<CertifiedKey>,
+    names: RwLock<HashMap<String, Arc<CertifiedKey>>>,
+}
+
+impl fmt::Debug for SniResolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SniResolver").finish_non_exhaustive()
+    }
+}
+
+impl SniResolver {
+    pub fn set(&self, names: HashMap<String, Arc<CertifiedKey>>) {
+        *self.names.write().unwrap_or_else(|e| e.into_inner()) = names;
+    }
+
+    pub fn names_served(&self) -> usize {
+        self.names.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if let Some(name) = hello.server_name() {
+            let names = self.names.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(found) = names.get(&name.to_ascii_lowercase()) {
+                return Some(found.clone());
+            }
+        }
+        Some(self.default.clone())
+    }
+}
+
+fn parse(
+    chain_pem: &[u8],
+    key_pem: &[u8],
+) -> io::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &chain_pem[..])
+        .collect::<Result<_, _>>()
+        .map_err(|e| invalid(format!("certificate chain: {e}")))?;
+    if chain.is_empty() {
+        return Err(invalid("certificate chain: no CERTIFICATE block".into()));
+    }
+    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut &key_pem[..])
+        .map_err(|e| invalid(format!("private key: {e}")))?
+        .ok_or_else(|| invalid("private key: no PRIVATE KEY block".into()))?;
+    Ok((chain, key))
 }
 
 /// A server configuration serving `chain_pem` (leaf first) with `key_pem` (PKCS#8, SEC1 or
@@ -19,21 +84,29 @@ pub fn server_config(
     key_pem: &[u8],
     alpn: Vec<Vec<u8>>,
 ) -> io::Result<Arc<ServerConfig>> {
-    let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &chain_pem[..])
-        .collect::<Result<_, _>>()
-        .map_err(|e| invalid(format!("certificate chain: {e}")))?;
-    if chain.is_empty() {
-        return Err(invalid("certificate chain: no CERTIFICATE block".into()));
-    }
-    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut &key_pem[..])
-        .map_err(|e| invalid(format!("private key: {e}")))?
-        .ok_or_else(|| invalid("private key: no PRIVATE KEY block".into()))?;
+    Ok(sni_server_config(chain_pem, key_pem, alpn)?.0)
+}
+
+/// As [`server_config`], with its certificate chosen per SNI name by the returned resolver
+/// (the listener's own certificate until names are set).
+pub fn sni_server_config(
+    chain_pem: &[u8],
+    key_pem: &[u8],
+    alpn: Vec<Vec<u8>>,
+) -> io::Result<(Arc<ServerConfig>, Arc<SniResolver>)> {
+    let default = certified_key(chain_pem, key_pem)?;
+    default
+        .keys_match()
+        .map_err(|e| invalid(format!("certificate and key: {e}")))?;
+    let resolver = Arc::new(SniResolver {
+        default,
+        names: RwLock::new(HashMap::new()),
+    });
     let mut config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid(format!("protocol versions: {e}")))?
         .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| invalid(format!("certificate and key: {e}")))?;
+        .with_cert_resolver(resolver.clone());
     config.alpn_protocols = alpn;
-    Ok(Arc::new(config))
+    Ok((Arc::new(config), resolver))
 }

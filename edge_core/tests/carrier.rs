@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use edge_core::carrier::{AgentListen, Carrier, Where};
 use edge_core::inbox::Accepted;
 use edge_core::mux::{encode, Limits, DATA, EV_CLOSED, EV_OPENED, FIN, SYN};
-use edge_core::tls::server_config;
+use edge_core::tls::{certified_key, server_config, sni_server_config};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -21,7 +21,11 @@ struct Pair {
 }
 
 fn pair() -> Pair {
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    pair_for("localhost")
+}
+
+fn pair_for(name: &str) -> Pair {
+    let cert = rcgen::generate_simple_self_signed(vec![name.into()]).unwrap();
     Pair {
         chain: cert.cert.pem().into_bytes(),
         key: cert.key_pair.serialize_pem().into_bytes(),
@@ -230,4 +234,56 @@ fn a_closed_listener_accepts_no_more() {
         assert!(Instant::now() < deadline, "still accepting");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The handshake's outcome for SNI `name` with only `trusted`'s certificate as a root: the
+/// server certificate's DER, or the error.
+async fn handshake(port: u16, trusted: &Pair, name: &str) -> Result<Vec<u8>, String> {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let server = ServerName::try_from(name.to_string()).unwrap();
+    let tls = connector(trusted, &[])
+        .connect(server, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (_, conn) = tls.get_ref();
+    Ok(conn.peer_certificates().unwrap()[0].to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificate_is_chosen_by_sni_from_names_replaced_while_listening() {
+    let carrier = Carrier::new(1).unwrap();
+    let (own, ingress) = (pair(), pair_for("connect.example.com"));
+    let (tls, resolver) = sni_server_config(&own.chain, &own.key, vec![]).unwrap();
+    let spec = AgentListen {
+        tls,
+        handshake_timeout: Duration::from_secs(5),
+        max_handshakes: 8,
+        limits: Limits::default(),
+    };
+    let (_, addr) = carrier
+        .listen_agents(Where::Bind("127.0.0.1".into(), 0), spec)
+        .unwrap();
+    let port = addr.port();
+    // no names yet: the listener's own certificate, which does not verify for the name
+    assert!(handshake(port, &ingress, "connect.example.com")
+        .await
+        .is_err());
+    assert_eq!(handshake(port, &own, "localhost").await.unwrap(), own.der);
+    let names = [(
+        "connect.example.com".to_string(),
+        certified_key(&ingress.chain, &ingress.key).unwrap(),
+    )];
+    resolver.set(names.into_iter().collect());
+    assert_eq!(resolver.names_served(), 1);
+    assert_eq!(
+        handshake(port, &ingress, "connect.example.com")
+            .await
+            .unwrap(),
+        ingress.der
+    );
+    assert_eq!(handshake(port, &own, "localhost").await.unwrap(), own.der); // others: its own
+    resolver.set(Default::default());
+    assert!(handshake(port, &ingress, "connect.example.com")
+        .await
+        .is_err());
 }

@@ -6,6 +6,7 @@ import time
 
 from tests.edge.conftest import BASE_DOMAIN
 from tests.edge.test_edge_sdk import _bound, _credential, _host, _wait
+from tests.support.fixtures import ssh_agents  # noqa: F401 (a fixture)
 
 
 def _post(account, path, body):
@@ -64,3 +65,35 @@ def test_agent_restriction_refuses_the_agents_auth(edge, account, agents):
     events = agents(edge, token, [{"proto": "http"}]).start()
     text = " ".join(" ".join(e.get("args", [])) for e in events)
     assert "ERR_NGROK_9040" in text, events
+
+
+def test_agent_restriction_refuses_ssh_gateway_sessions(edge, account, tmp_path, ssh_agents):  # noqa: F811
+    """An ``agent`` restriction applies to ``ssh -R`` as to an SDK's Auth (docs/SSH.md): the
+    key authenticates, then the address is refused with the agents' code as the banner."""
+    from stacks.ssh import new_key
+    from tests.edge.support import wait
+
+    key, line = new_key(str(tmp_path / "ssh"))
+    assert account.admin.post("/ssh_credentials", {"public_key": line}).status == 201
+    allowed = ssh_agents(edge, key, "0:localhost:9", ["http"])
+    assert allowed.url()  # no restriction yet: served
+    allowed.stop()
+    _post(
+        account,
+        "/ip_restrictions",
+        {"type": "agent", "enforced": True, "ip_policy_ids": [_deny_loopback(account)]},
+    )
+
+    def refused():
+        """One ssh: refused (its attempt), or still served while the edge's restrictions
+        cache (at most 1 s old) has not seen the new one (stopped, False)."""
+        attempt = ssh_agents(edge, key, "0:localhost:9", ["http"])
+        wait(lambda: attempt.process.poll() is not None or "Forwarding" in attempt.out, 30)
+        if attempt.process.poll() is None:
+            attempt.stop()
+            return False
+        return attempt.wait() == 255 and "ERR_NGROK_9040" in attempt.err and attempt
+
+    attempt = wait(refused, timeout=20)
+    assert "from your IP address (127.0.0.1)" in attempt.err, attempt.printed()
+    assert "Forwarding" not in attempt.out

@@ -13,8 +13,9 @@ stack (scripts/serve.py over HTTP) with a recipe that checks its result:
   their policy actions, SAML is served and refused by name) skip each method, with the
   reason, and fail if the app ever routes one.
 
-Resources of the client outside the table (SSH certificate authorities and
-certificates, …) are not part of this service;
+Resources of the client outside the table are not part of this service (kubernetes
+operators, application sessions and users, TLS certificates and secrets, tested through
+this client in their own files);
 vaults and secrets are, tested through this client in tests/functional/test_vaults.py; event
 destinations, subscriptions and sources are in the table (docs/EVENTS.md).
 """
@@ -39,10 +40,14 @@ SERVED = {
     "api_keys": "/api_keys",
     "credentials": "/credentials",
     "ssh_credentials": "/ssh_credentials",
+    "ssh_certificate_authorities": "/ssh_certificate_authorities",
+    "ssh_host_certificates": "/ssh_host_certificates",
+    "ssh_user_certificates": "/ssh_user_certificates",
     "bot_users": "/bot_users",
     "service_users": "/service_users",
     "abuse_reports": "/abuse_reports",
     "reserved_domains": "/reserved_domains",
+    "agent_ingresses": "/agent_ingresses",
     "ip_policies": "/ip_policies",
     "ip_policy_rules": "/ip_policy_rules",
     "backends.http_response": "/backends/http_response",
@@ -238,6 +243,12 @@ class Env:
     def https_edge(self):
         return self.c.edges.https.create().id
 
+    def ssh_ca(self):
+        """One SSH CA per account for the certificates' recipes (at most 10 per account)."""
+        if getattr(self, "_ssh_ca", None) is None:
+            self._ssh_ca = self.c.ssh_certificate_authorities.create(private_key_type="ed25519").id
+        return self._ssh_ca
+
     def https_route(self):
         edge = self.https_edge()
         return edge, self.c.edges.https_routes.create(edge, "path_prefix", f"/{rnd()}").id
@@ -344,6 +355,30 @@ RECIPES = {
     "api_keys": Crud(create=lambda env: {"description": "compat"}),
     "credentials": Crud(create=lambda env: {"acl": ["bind:*.example.com"]}),
     "ssh_credentials": Crud(create=lambda env: {"public_key": public_line(), "acl": ["bind:*"]}),
+    "ssh_certificate_authorities": Crud(
+        create=lambda env: {"description": "compat", "private_key_type": "ecdsa"}
+    ),
+    # valid_after/valid_until as strings: ngrok-api 0.19.0's default (datetime.min) is not
+    # JSON, so a caller of that client always passes them ("" means now / the default)
+    "ssh_host_certificates": Crud(
+        create=lambda env: {
+            "ssh_certificate_authority_id": env.ssh_ca(),
+            "public_key": public_line(),
+            "principals": ["host.example.com"],
+            "valid_after": "",
+            "valid_until": "",
+        }
+    ),
+    "ssh_user_certificates": Crud(
+        create=lambda env: {
+            "ssh_certificate_authority_id": env.ssh_ca(),
+            "public_key": public_line(),
+            "principals": ["v2"],
+            "extensions": {"permit-port-forwarding": ""},
+            "valid_after": "",
+            "valid_until": "",
+        }
+    ),
     "bot_users": Crud(
         create=lambda env: {"name": f"bot-{rnd()}"}, update=lambda env: {"name": f"bot-{rnd()}"}
     ),
@@ -360,6 +395,7 @@ RECIPES = {
             ),
         },
     ),
+    "agent_ingresses": Crud(create=lambda env: {"domain": f"connect-{rnd()}.example.com"}),
     "ip_policies": Crud(),
     "ip_policy_rules": Crud(
         create=lambda env: {

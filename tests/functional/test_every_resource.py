@@ -71,6 +71,15 @@ def _make_rule(caller):
     ).json
 
 
+def _ssh_certificate(path):
+    def make(caller):
+        ca = caller.post("/ssh_certificate_authorities", {}).json["id"]
+        body = {"ssh_certificate_authority_id": ca, "public_key": public_line()}
+        return path, caller.post(path, body).json
+
+    return make
+
+
 def _make_route(caller):
     edge_id = _https_edge(caller)
     return f"/edges/https/{edge_id}/routes", _route(caller, edge_id)
@@ -87,6 +96,33 @@ RESOURCES = [
         "sshcr",
         "ssh_credentials",
         _simple("/ssh_credentials", lambda: {"public_key": public_line()}),
+    ),
+    Resource(
+        "ssh_certificate_authority",
+        "sshca",
+        "ssh_certificate_authorities",
+        _simple("/ssh_certificate_authorities"),
+    ),
+    Resource(
+        "ssh_host_certificate",
+        "shcrt",
+        "ssh_host_certificates",
+        _ssh_certificate("/ssh_host_certificates"),
+    ),
+    Resource(
+        "ssh_user_certificate",
+        "sucrt",
+        "ssh_user_certificates",
+        _ssh_certificate("/ssh_user_certificates"),
+    ),
+    Resource(
+        "agent_ingress",
+        "agin",
+        "ingresses",
+        _simple(
+            "/agent_ingresses",
+            lambda: {"domain": f"connect-{_n()}-{uuid.uuid4().hex[:6]}.example.com"},
+        ),
     ),
     Resource(
         "bot_user",

@@ -237,7 +237,8 @@ def test_roles_allow_only_the_table_actions_on_the_table(prod_template):
 
 
 def test_the_acme_worker_is_a_scheduled_function_with_its_own_layer(prod_template):
-    """acme and cryptography reach the worker through its layer, never the API's package;
+    """acme and cryptography reach the worker (and the API's SSH certificate routes)
+    through their layer, never the API's package;
     the API and the worker seal private keys with the stack's KMS key, the authorizer has
     no use for it."""
     _, template = prod_template
@@ -261,7 +262,11 @@ def test_the_acme_worker_is_a_scheduled_function_with_its_own_layer(prod_templat
         assert variables["TLS_KMS_KEY_ID"] == {"Ref": "TlsKeysKey"}
         assert variables["TABLE_NAME"] == "tunnel-service-prod"
     assert "TLS_KMS_KEY_ID" not in json.dumps(resources["ApiKeyAuthorizer"])
-    assert "Layers" not in resources["APIHandler"]["Properties"]
+    # the API signs SSH certificates with the layer's cryptography (imported on first use:
+    # test_package_is_slimmed_and_the_app_runs_from_it checks the cold start); the
+    # authorizer has no use for it
+    assert resources["APIHandler"]["Properties"]["Layers"] == [{"Ref": "AcmeLayer"}]
+    assert "Layers" not in resources["ApiKeyAuthorizer"]["Properties"]
 
 
 def test_a_stage_that_names_a_route53_zone_lets_the_worker_change_only_that_zone(monkeypatch):

@@ -26,6 +26,31 @@ EXPECTED_VIEW_CALLS = {
     "PATCH /credentials/{credential_id}": 2,
     "DELETE /credentials/{credential_id}": 3,
     # one transaction (credential, key lookup, owner index, owner check); no API events
+    # SSH CAs: a Query (the count) + a transaction (the CA and its key's lookup); certificates:
+    # a GetItem (the CA), a Query (the count), a PutItem; a CA's delete: GetItem + transaction
+    "POST /ssh_certificate_authorities": 2,
+    "GET /ssh_certificate_authorities": 1,
+    "GET /ssh_certificate_authorities/{ssh_certificate_authority_id}": 1,
+    "PATCH /ssh_certificate_authorities/{ssh_certificate_authority_id}": 1,
+    "DELETE /ssh_certificate_authorities/{ssh_certificate_authority_id}": 2,
+    "POST /ssh_host_certificates": 3,
+    "GET /ssh_host_certificates": 1,
+    "GET /ssh_host_certificates/{ssh_host_certificate_id}": 1,
+    "PATCH /ssh_host_certificates/{ssh_host_certificate_id}": 1,
+    "DELETE /ssh_host_certificates/{ssh_host_certificate_id}": 2,
+    "POST /ssh_user_certificates": 3,
+    "GET /ssh_user_certificates": 1,
+    "GET /ssh_user_certificates/{ssh_user_certificate_id}": 1,
+    "PATCH /ssh_user_certificates/{ssh_user_certificate_id}": 1,
+    "DELETE /ssh_user_certificates/{ssh_user_certificate_id}": 2,
+    # agent ingresses: a Query (the count), the reservation reads of reservation_conflict (two
+    # BatchGetItems, a Query), a
+    # transaction (the ingress and the edge's index entry); delete: GetItem + transaction
+    "POST /agent_ingresses": 5,
+    "GET /agent_ingresses": 1,
+    "GET /agent_ingresses/{agent_ingress_id}": 1,
+    "PATCH /agent_ingresses/{agent_ingress_id}": 1,
+    "DELETE /agent_ingresses/{agent_ingress_id}": 2,
     "POST /ssh_credentials": 1,
     "GET /ssh_credentials": 1,
     "GET /ssh_credentials/{ssh_credential_id}": 1,

@@ -12,7 +12,9 @@
 //	             accepts and relays to the HTTP upstream; a failed Accept is printed)}],
 //	connect_timeout? (seconds, default 20), retry_refused? (keep retrying a refused Auth, as
 //	the SDK does by itself; default: stop at the first refusal), log_level? ("debug"...),
-//	label? (answered by the HTTP upstream as "agent": tells pooled agents apart).
+//	label? (answered by the HTTP upstream as "agent": tells pooled agents apart),
+//	connect_to? ("host:port": the SDK's connections go there whatever server_addr's host
+//	resolves to, as curl's --resolve: TLS still names and verifies server_addr's host).
 //
 // It serves a small HTTP upstream (every request answered with JSON: sdk "go", agent, method,
 // path, host, headers, body) and a TCP echo on 127.0.0.1, and prints one JSON line per event:
@@ -76,6 +78,19 @@ type config struct {
 	RetryRefused   bool             `json:"retry_refused"`
 	LogLevel       string           `json:"log_level"`
 	Label          string           `json:"label"`
+	ConnectTo      string           `json:"connect_to"`
+}
+
+// resolveTo dials one address whatever address it is asked for (the config's connect_to).
+type resolveTo struct{ addr string }
+
+func (r resolveTo) Dial(network, _ string) (net.Conn, error) {
+	return net.Dial(network, r.addr)
+}
+
+func (r resolveTo) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
+	var dialer net.Dialer
+	return dialer.DialContext(ctx, network, r.addr)
 }
 
 type patch struct {
@@ -132,6 +147,9 @@ func main() {
 		ngrok.WithAuthtoken(cfg.Authtoken),
 		ngrok.WithAgentConnectURL(cfg.ServerAddr),
 		ngrok.WithLogger(logger(cfg.LogLevel)),
+	}
+	if cfg.ConnectTo != "" {
+		opts = append(opts, ngrok.WithDialer(resolveTo{cfg.ConnectTo}))
 	}
 	if cfg.RootCAs != "" {
 		pem, err := os.ReadFile(cfg.RootCAs)

@@ -80,6 +80,12 @@ const helpers = {
   // mutual TLS needs termination at the edge (ERR_NGROK_1694)
   terminatingTlsEdge: async () => (await client.edges.edgesTls.create({
     tlsTermination: { terminateAt: 'edge' } })).id,
+  // one SSH CA for the certificates' recipes (at most 10 per account)
+  sshCa: async () => {
+    helpers.sshCaId = helpers.sshCaId || (await client.sshCertificateAuthorities.create({
+      privateKeyType: 'ed25519' })).id;
+    return helpers.sshCaId;
+  },
   httpsRoute: async () => {
     const edgeId = await helpers.httpsEdge();
     const route = await client.edges.edgesHttpsRoutes.create({
@@ -192,8 +198,16 @@ const RECIPES = {
   apiKeys: crud(() => ({ description: 'compat' })),
   credentials: crud(() => ({ acl: ['bind:*.example.com'] })),
   sshCredentials: crud(() => ({ publicKey: sshKey(), acl: ['bind:*'] })),
+  sshCertificateAuthorities: crud(() => ({ privateKeyType: 'ecdsa', description: 'compat' })),
+  sshHostCertificates: crud(async () => ({
+    sshCertificateAuthorityId: await helpers.sshCa(), publicKey: sshKey(),
+    principals: ['host.example.com'] })),
+  sshUserCertificates: crud(async () => ({
+    sshCertificateAuthorityId: await helpers.sshCa(), publicKey: sshKey(), principals: ['v2'],
+    extensions: { 'permit-port-forwarding': '' } })),
   botUsers: crud(() => ({ name: `bot-${rnd()}` }), () => ({ active: false })),
   abuseReports: crud(() => ({ urls: [`https://${rnd()}.example.com/x`] })),
+  agentIngresses: crud(() => ({ domain: `connect-${rnd()}.example.com` })),
   reservedDomains: crud(() => ({ domain: `${rnd()}.customer-example.com` }), undefined, {
     deleteCertificate: domainPart('deleteCertificate'),
     deleteCertificateManagementPolicy: domainPart('deleteCertificateManagementPolicy'),
