@@ -316,10 +316,11 @@ pub async fn accept_loop(listener: TcpListener, public: Arc<Public>) {
                 continue;
             }
         };
-        let Some(ticket) = public.admission.admit(peer.ip()) else {
+        let Some(mut ticket) = public.admission.admit(peer.ip()) else {
             drop(tcp); // at a cap, nothing to evict: refused
             continue;
         };
+        ticket.waiting(); // in the order of arrival: the oldest is evicted first
         let public = public.clone();
         tokio::spawn(async move {
             let _ = tcp.set_nodelay(true);
@@ -652,27 +653,44 @@ async fn exchange(
         Err((Failed::Offline, false))
     } else {
         let (mut rd, mut wr) = tcp.split();
-        let pump = pump_body(&mut rd, &leg, body_left, spec.body_timeout);
-        tokio::pin!(pump);
-        let mut pumped = body_left == 0;
-        let mut carried = 0;
+        let pumped = AtomicBool::new(body_left == 0);
+        let carried = AtomicU64::new(0);
+        let mut pipelined: Vec<u8> = Vec::new();
         let done = {
+            // The client's side: the rest of the body, then watched while the response comes
+            // (edge/public.py watch_client): a reset ends the exchange at once, the agent
+            // silent or not; a FIN is a half-close and is not watched; bytes of a pipelined
+            // request wait (up to MAX_HEAD_BYTES) for the next head.
+            let client_side = async {
+                if body_left > 0 {
+                    carried.store(
+                        pump_body(&mut rd, &leg, body_left, spec.body_timeout).await?,
+                        Ordering::Relaxed,
+                    );
+                    pumped.store(true, Ordering::Relaxed);
+                }
+                loop {
+                    if pipelined.len() >= http::MAX_HEAD_BYTES {
+                        std::future::pending::<()>().await;
+                    }
+                    pipelined.reserve(4096);
+                    match rd.read_buf(&mut pipelined).await {
+                        Ok(0) => std::future::pending::<()>().await,
+                        Ok(_) => {}
+                        Err(_) => return Err::<(), ()>(()),
+                    }
+                }
+            };
+            tokio::pin!(client_side);
             let respond = respond(&mut wr, &leg, head, &mut record);
             tokio::pin!(respond);
-            loop {
-                tokio::select! {
-                    done = &mut pump, if !pumped => {
-                        pumped = true;
-                        match done {
-                            Ok(n) => carried = n,
-                            Err(_) => break Err((Failed::Client, false)),
-                        }
-                    }
-                    done = &mut respond => break done.map(|r| (r, pumped)),
-                }
+            tokio::select! {
+                _ = &mut client_side => Err((Failed::Client, false)),
+                done = &mut respond => done.map(|r| (r, pumped.load(Ordering::Relaxed))),
             }
         };
-        record.bytes_in += carried;
+        record.bytes_in += carried.load(Ordering::Relaxed);
+        buf.extend_from_slice(&pipelined);
         done
     };
     record.duration = started.elapsed().as_secs_f64();
