@@ -149,10 +149,12 @@ class Carrier:
         self._by_port[bound] = listener
         return bound
 
-    def set_route(self, host: str, key: int, mux: session.MuxSession, tunnel_id: str) -> None:
-        """The core serves ``host``'s requests itself, on proxy streams of ``mux`` carrying
-        ``tunnel_id``; its records name ``key``."""
-        self._core.set_route(host, key, mux._conn, tunnel_id)
+    def set_route(
+        self, host: str, key: int, mux: session.MuxSession, tunnel_id: str, ttl: float
+    ) -> None:
+        """The core serves ``host``'s requests itself for ``ttl`` seconds (unless set again),
+        on proxy streams of ``mux`` carrying ``tunnel_id``; its records name ``key``."""
+        self._core.set_route(host, key, mux._conn, tunnel_id, ttl)
 
     def drop_route(self, host: str) -> bool:
         return self._core.drop_route(host)

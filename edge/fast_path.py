@@ -23,7 +23,9 @@ HTTP-01 validation); any other request goes to Python with the connection.
 
 When routes change: at once when the registry adds or removes a host, when a tunnel's traffic
 policy changes (``sync``); the conditions read from caches and watchers (bans, IP
-restrictions, the inspector's capture setting) every ``REFRESH_SECONDS``.
+restrictions, the inspector's capture setting) every ``REFRESH_SECONDS``. A route the core
+holds expires after ``ROUTE_TTL`` unless renewed, so what it was decided on is never much
+older than what the Python path reads.
 """
 
 import asyncio
@@ -33,13 +35,18 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from edge import ip_restrictions
-from edge.edges import Hop
+from edge.edges import CACHE_SECONDS, Hop
 from edge.observe import hub_of
 from edge.session import MuxSession
 
 log = logging.getLogger("edge.fast_path")
 
-REFRESH_SECONDS = 1.0
+# A route pushed to the core expires after ROUTE_TTL unless pushed again: the rules read
+# through caches (the account's IP restrictions: the router's, CACHE_SECONDS) are never older
+# in the core than in Python by more than that. Routes that served are renewed every
+# REFRESH_SECONDS; an idle one expires, and its next request (Python's) pushes it again.
+ROUTE_TTL = CACHE_SECONDS
+REFRESH_SECONDS = CACHE_SECONDS / 2
 
 
 class _Request:
@@ -65,11 +72,13 @@ class FastPath:
 
     def __init__(self, edge: Any):
         self.edge = edge
-        self.routes: Dict[str, Tuple[int, Any]] = {}  # host -> (route key, tunnel)
+        # host -> (route key, tunnel, until: the loop's time when the core's copy expires)
+        self.routes: Dict[str, Tuple[int, Any, float]] = {}
         self.tunnels: Dict[int, Any] = {}  # route key -> tunnel
         self._keys = itertools.count(1)
         self._pending: set = set()  # hosts whose async checks are running
         self._used: set = set()  # route keys that served since the last refresh
+        self._retired: List[int] = []  # keys of routes dropped since the last refresh
         self._task: Optional[asyncio.Task] = None
 
     def start(self) -> None:
@@ -123,26 +132,39 @@ class FastPath:
     # ---- pushing ------------------------------------------------------------------------------
     def sync(self, host: str) -> None:
         """``host``'s route as the rules say now: dropped at once when it is not plain (so a
-        request racing the change goes to Python), pushed once the cached checks agree."""
+        request racing the change goes to Python), pushed (again) once the cached checks
+        agree when it has none, or an expired one."""
         tunnel = self.candidate(host)
         held = self.routes.get(host)
         if tunnel is None or (held is not None and held[1] is not tunnel):
             self._drop(host)
             held = None
-        if tunnel is not None and held is None and host not in self._pending:
+        if tunnel is None or host in self._pending:
+            return
+        if held is None or held[2] <= asyncio.get_running_loop().time():
             self._pending.add(host)
             asyncio.ensure_future(self._push(host))
+
+    def seen(self, host: str) -> None:
+        """Python served a request for ``host`` on the plain-HTTP listener (a route that
+        expired while idle is pushed again)."""
+        held = self.routes.get(host)
+        if held is None or held[2] <= asyncio.get_running_loop().time():
+            self.sync(host)
 
     async def _push(self, host: str) -> None:
         try:
             tunnel = self.candidate(host)
             if tunnel is None or not await self._plain(tunnel):
+                self._drop(host)
                 return
-            if tunnel is not self.candidate(host) or host in self.routes:
+            if tunnel is not self.candidate(host):
                 return  # changed while the checks waited
-            key = next(self._keys)
-            self.edge.carrier.set_route(host, key, tunnel.session.mux, tunnel.id)
-            self.routes[host] = (key, tunnel)
+            held = self.routes.get(host)
+            key = held[0] if held is not None and held[1] is tunnel else next(self._keys)
+            until = asyncio.get_running_loop().time() + ROUTE_TTL
+            self.edge.carrier.set_route(host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL)
+            self.routes[host] = (key, tunnel, until)
             self.tunnels[key] = tunnel
         except Exception:
             log.exception("pushing the route of %s", host)
@@ -153,29 +175,36 @@ class FastPath:
         held = self.routes.pop(host, None)
         self.edge.carrier.drop_route(host)
         if held is not None:
-            self.tunnels.pop(held[0], None)
+            self._retired.append(held[0])  # its last records may still come
 
     async def _refresh_loop(self) -> None:
         while True:
             await asyncio.sleep(REFRESH_SECONDS)
             try:
-                await self.refresh()
+                self.refresh()
             except Exception:
                 log.exception("refreshing the core's routes")
 
-    async def refresh(self) -> None:
-        """Every host again (bans, caches, sessions gone), and the cached checks of the
-        routes that served since the last time (their caches refreshed as requests would)."""
-        for host in list(self.routes):
-            self.sync(host)
-        for host in list(self.edge.registry.by_host):
-            if host not in self.routes:
-                self.sync(host)
+    def refresh(self) -> None:
+        """Every route again: the rules read without a wait (bans, the registry, the
+        inspector), and the routes that served since the last time renewed through the
+        cached checks; a route idle that long expires in the core (its next request is
+        Python's, which pushes it again)."""
+        for key in self._retired:
+            if key not in {held[0] for held in self.routes.values()}:
+                self.tunnels.pop(key, None)
+        self._retired = []
         used, self._used = self._used, set()
-        for key in used:
-            tunnel = self.tunnels.get(key)
-            if tunnel is not None and not await self._plain(tunnel):
-                self._drop(tunnel.hostname)
+        now = asyncio.get_running_loop().time()
+        for host, (key, _, until) in list(self.routes.items()):
+            if self.candidate(host) is None:
+                self._drop(host)
+            elif key in used:
+                if host not in self._pending:
+                    self._pending.add(host)
+                    asyncio.ensure_future(self._push(host))
+            elif until <= now:
+                self._drop(host)
 
     # ---- what the core served -----------------------------------------------------------------
     def served(self, rows: List[tuple]) -> None:

@@ -51,6 +51,9 @@ pub struct Route {
     pub key: u64,
     pub session: Arc<Session>,
     pub tunnel_id: String,
+    /// The route is Python's again from then on, unless renewed (pushed again): what the
+    /// route's rules read from caches is that old at most.
+    pub until: Instant,
 }
 
 /// Host -> plain route. Python pushes and drops; a host not here goes to Python.
@@ -79,11 +82,13 @@ impl Routes {
         self.map.write().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
+    /// `host`'s route, unless it expired.
     pub fn get(&self, host: &str) -> Option<Arc<Route>> {
         self.map
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(host)
+            .filter(|route| Instant::now() < route.until)
             .cloned()
     }
 
@@ -663,10 +668,7 @@ async fn exchange(
             // request wait (up to MAX_HEAD_BYTES) for the next head.
             let client_side = async {
                 if body_left > 0 {
-                    carried.store(
-                        pump_body(&mut rd, &leg, body_left, spec.body_timeout).await?,
-                        Ordering::Relaxed,
-                    );
+                    pump_body(&mut rd, &leg, body_left, spec.body_timeout, &carried).await?;
                     pumped.store(true, Ordering::Relaxed);
                 }
                 loop {
@@ -742,15 +744,16 @@ async fn exchange(
     (keep, leg)
 }
 
-/// The rest of a Content-Length body, client to stream: the bytes carried.
+/// The rest of a Content-Length body, client to stream (`carried` counts the bytes as they
+/// go: a response may end the exchange before the body is all sent).
 async fn pump_body(
     rd: &mut ReadHalf<'_>,
     leg: &Leg,
     mut left: u64,
     timeout: Duration,
-) -> Result<u64, ()> {
+    carried: &AtomicU64,
+) -> Result<(), ()> {
     let mut chunk = vec![0u8; READ_CHUNK.min(left as usize).max(1)];
-    let mut carried = 0;
     while left > 0 {
         let want = (left as usize).min(chunk.len());
         let n = match tokio::time::timeout(timeout, rd.read(&mut chunk[..want])).await {
@@ -759,9 +762,9 @@ async fn pump_body(
         };
         stream_write(leg, &chunk[..n]).await.map_err(|_| ())?;
         left -= n as u64;
-        carried += n as u64;
+        carried.fetch_add(n as u64, Ordering::Relaxed);
     }
-    Ok(carried)
+    Ok(())
 }
 
 /// The agent's response relayed: (the client's connection stays open, the stream may serve

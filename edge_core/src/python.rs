@@ -219,16 +219,27 @@ impl Core {
         Ok((id, local.port()))
     }
 
-    /// `host`'s requests are served by the core on `session`'s streams (a plain route).
-    fn set_route(&self, host: String, key: u64, session: &Session, tunnel_id: String) {
+    /// `host`'s requests are served by the core on `session`'s streams (a plain route) for
+    /// `ttl` seconds, unless pushed again.
+    fn set_route(
+        &self,
+        host: String,
+        key: u64,
+        session: &Session,
+        tunnel_id: String,
+        ttl: f64,
+    ) -> PyResult<()> {
+        let ttl = seconds(ttl, "ttl")?;
         self.carrier.routes.set(
             host,
             Route {
                 key,
                 session: session.inner.clone(),
                 tunnel_id,
+                until: std::time::Instant::now() + ttl,
             },
         );
+        Ok(())
     }
 
     /// `host`'s requests go to Python again; False when it had no route.
