@@ -47,6 +47,10 @@ log = logging.getLogger("edge.fast_path")
 # REFRESH_SECONDS; an idle one expires, and its next request (Python's) pushes it again.
 ROUTE_TTL = CACHE_SECONDS
 REFRESH_SECONDS = CACHE_SECONDS / 2
+# A route that served within ROUTE_KEEP is renewed (its checks read through the caches, as the
+# Python path's requests would); one idle longer expires. Its next request goes to Python, and
+# so does the rest of that connection: a connection the core handed over stays Python's.
+ROUTE_KEEP = 60.0
 
 
 class _Request:
@@ -77,7 +81,7 @@ class FastPath:
         self.tunnels: Dict[int, Any] = {}  # route key -> tunnel
         self._keys = itertools.count(1)
         self._pending: set = set()  # hosts whose async checks are running
-        self._used: set = set()  # route keys that served since the last refresh
+        self._used: Dict[int, float] = {}  # route key -> the loop's time it last served
         self._retired: List[int] = []  # keys of routes dropped since the last refresh
         self._task: Optional[asyncio.Task] = None
 
@@ -187,15 +191,17 @@ class FastPath:
 
     def refresh(self) -> None:
         """Every route again: the rules read without a wait (bans, the registry, the
-        inspector), and the routes that served since the last time renewed through the
-        cached checks; a route idle that long expires in the core (its next request is
-        Python's, which pushes it again)."""
+        inspector), and the routes that served within ROUTE_KEEP renewed through the cached
+        checks; a route idle longer expires in the core (its next request is Python's, which
+        pushes it again)."""
         for key in self._retired:
             if key not in {held[0] for held in self.routes.values()}:
                 self.tunnels.pop(key, None)
         self._retired = []
-        used, self._used = self._used, set()
         now = asyncio.get_running_loop().time()
+        used = self._used
+        for key in [k for k, at in used.items() if at < now - ROUTE_KEEP]:
+            del used[key]
         for host, (key, _, until) in list(self.routes.items()):
             if self.candidate(host) is None:
                 self._drop(host)
@@ -212,6 +218,7 @@ class FastPath:
         the metrics and the inspector), as edge/observe.py hands the Python path's."""
         hub = hub_of(self.edge)
         now_perf, now_wall = time.perf_counter(), time.time()
+        now_loop = asyncio.get_running_loop().time()
         tunnels, used = self.tunnels, self._used
         for (
             key,
@@ -228,7 +235,7 @@ class FastPath:
             tunnel = tunnels.get(key)
             if tunnel is None:
                 continue
-            used.add(key)
+            used[key] = now_loop
             ended = started + duration
             hub.record_http(
                 (
