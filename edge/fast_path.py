@@ -41,11 +41,14 @@ from edge.session import MuxSession
 
 log = logging.getLogger("edge.fast_path")
 
-# A route pushed to the core expires after ROUTE_TTL unless pushed again: the rules read
-# through caches (the account's IP restrictions: the router's, CACHE_SECONDS) are never older
-# in the core than in Python by more than that. Routes that served are renewed every
-# REFRESH_SECONDS; an idle one expires, and its next request (Python's) pushes it again.
-ROUTE_TTL = CACHE_SECONDS
+# The routes that serve are checked again every REFRESH_SECONDS through the same caches the
+# Python path reads (the account's IP restrictions: the router's, CACHE_SECONDS), and dropped
+# at once when a check fails: a route's facts are never older in the core than in Python by
+# more than REFRESH_SECONDS. A route the core holds expires after ROUTE_TTL unless renewed by
+# such a check (a refresh that stalls cannot leave it serving); ROUTE_TTL is well above a
+# check's own wait, so a slow store does not expire a busy route (whose connections would
+# then go to Python).
+ROUTE_TTL = 5 * CACHE_SECONDS
 REFRESH_SECONDS = CACHE_SECONDS / 2
 # A route that served within ROUTE_KEEP is renewed (its checks read through the caches, as the
 # Python path's requests would); one idle longer expires. Its next request goes to Python, and
@@ -150,10 +153,13 @@ class FastPath:
             asyncio.ensure_future(self._push(host))
 
     def seen(self, host: str) -> None:
-        """Python served a request for ``host`` on the plain-HTTP listener (a route that
-        expired while idle is pushed again)."""
+        """Python served a request for ``host`` on the plain-HTTP listener: the host is in
+        use (its route is kept), and a route that expired is pushed again."""
         held = self.routes.get(host)
-        if held is None or held[2] <= asyncio.get_running_loop().time():
+        now = asyncio.get_running_loop().time()
+        if held is not None:
+            self._used[held[0]] = now
+        if held is None or held[2] <= now:
             self.sync(host)
 
     async def _push(self, host: str) -> None:
@@ -165,8 +171,13 @@ class FastPath:
             if tunnel is not self.candidate(host):
                 return  # changed while the checks waited
             held = self.routes.get(host)
-            key = held[0] if held is not None and held[1] is tunnel else next(self._keys)
-            until = asyncio.get_running_loop().time() + ROUTE_TTL
+            now = asyncio.get_running_loop().time()
+            if held is not None and held[1] is tunnel:
+                key = held[0]
+            else:  # a new route counts as used: it is kept ROUTE_KEEP before any request
+                key = next(self._keys)
+                self._used[key] = now
+            until = now + ROUTE_TTL
             self.edge.carrier.set_route(host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL)
             self.routes[host] = (key, tunnel, until)
             self.tunnels[key] = tunnel
