@@ -105,9 +105,7 @@ class Core:
         """The public plain-HTTP listener (edge_core/src/public.rs) on (host, port), or on the
         listening socket ``fd``, which the core owns from then on. Returns (listener id,
         port)."""
-    def set_route(
-        self, host: str, key: int, session: Session, tunnel_id: str, ttl: float
-    ) -> None:
+    def set_route(self, host: str, key: int, session: Session, tunnel_id: str, ttl: float) -> None:
         """``host``'s requests served by the core on ``session``'s streams for ``ttl`` seconds
         (unless pushed again; expired, the host is Python's again)."""
     def drop_route(self, host: str) -> bool: ...
