@@ -432,6 +432,8 @@ pub struct Chunks {
     size: Option<u64>,
     in_ext: bool,
     line_len: usize,
+    /// body bytes (chunk data, not framing) seen so far
+    pub data: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -458,6 +460,7 @@ impl Chunks {
                 ChunkState::Data => {
                     let take = (self.left.min((data.len() - i) as u64)) as usize;
                     self.left -= take as u64;
+                    self.data += take as u64;
                     i += take;
                     self.framing = 0;
                     if self.left == 0 {

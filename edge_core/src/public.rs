@@ -843,7 +843,7 @@ async fn respond(
                         .feed(&rbuf)
                         .map_err(|_| (Failed::BadResponse, begun))?;
                     out.extend_from_slice(&rbuf[..used]);
-                    record.bytes_out += used as u64;
+                    record.bytes_out = chunks.data; // the body's bytes, not its framing
                     rbuf.drain(..used);
                     ended = done;
                 }
