@@ -438,7 +438,7 @@ async fn connection(mut tcp: TcpStream, peer: SocketAddr, public: Arc<Public>, m
             _ => false,
         };
         let kept = match leg.take() {
-            Some(l) if l.reusable && !fresh && Arc::ptr_eq(&l.route, &route) => Some(l),
+            Some(l) if l.reusable && !fresh && same_route(&l.route, &route) => Some(l),
             Some(l) => {
                 l.end();
                 None
@@ -489,6 +489,11 @@ async fn connection(mut tcp: TcpStream, peer: SocketAddr, public: Arc<Public>, m
             }
         }
     }
+}
+
+/// The same endpoint on the same session (a route pushed again to renew it is the same).
+fn same_route(a: &Route, b: &Route) -> bool {
+    a.key == b.key && Arc::ptr_eq(&a.session, &b.session) && a.tunnel_id == b.tunnel_id
 }
 
 fn end_leg(leg: Option<Leg>) {
