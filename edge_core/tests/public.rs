@@ -148,7 +148,9 @@ async fn a_plain_routes_request_is_served_on_a_stream_with_the_proxy_header_and_
         b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
     );
 
-    // the same connection, the same stream: the next request goes on it (keep-alive)
+    // the same connection, the same stream: the next request goes on it (keep-alive), its
+    // route renewed (pushed again) meanwhile
+    carrier.routes.set("a.test".into(), route(&session));
     client
         .write_all(b"GET /y HTTP/1.1\r\nHost: a.test\r\n\r\n")
         .await
