@@ -39,6 +39,20 @@ class Handoff:
 
 
 Handler = Callable[[session.MuxSession, Handoff], Awaitable[None]]
+# A public connection the core hands over: the socket, the bytes it read from it (a request
+# head it did not serve, or part of one), and whether a request was served on it before.
+PublicHandler = Callable[[socket.socket, bytes, bool], Awaitable[None]]
+# The requests the core served since the last batch (edge/fast_path.py records them).
+ServedHandler = Callable[[List[tuple]], None]
+
+
+@dataclass(frozen=True)
+class PublicCounters:
+    served: int  # requests the core served itself
+    handed: int  # connections handed to Python (a request the core does not serve)
+    refused: int  # closed at once: at a connection cap with none waiting to evict
+    evicted: int  # closed to make room: waiting for a head the longest at a cap
+    held: int  # public connections the core holds now
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,8 @@ class Carrier:
         self._handlers: Dict[int, Handler] = {}  # listener id -> handler
         self._by_port: Dict[int, int] = {}  # port -> listener id
         self._sessions: Dict[int, session.MuxSession] = {}  # the core's key -> session
+        self._public: Dict[int, PublicHandler] = {}  # public listener id -> handler
+        self.on_served: Optional[ServedHandler] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -98,6 +114,60 @@ class Carrier:
         self._by_port[bound] = listener
         return bound
 
+    def listen_public(
+        self,
+        handler: PublicHandler,
+        scheme: str,
+        *,
+        head_timeout: float,
+        idle_timeout: float,
+        body_timeout: float,
+        fresh_stream_body: int,
+        max_total: int,
+        max_per_address: int,
+        host: Optional[str] = None,
+        port: int = 0,
+        fd: Optional[int] = None,
+    ) -> int:
+        """The public plain-HTTP listener in the core (edge_core/src/public.rs): it accepts,
+        reads each request head and serves a request whose host has a plain route
+        (``set_route``); every other connection goes to ``handler`` with the bytes read.
+        Returns the port."""
+        listener, bound = self._core.listen_public(
+            scheme,
+            head_timeout=head_timeout,
+            idle_timeout=idle_timeout,
+            body_timeout=body_timeout,
+            fresh_stream_body=fresh_stream_body,
+            max_total=max_total,
+            max_per_address=max_per_address,
+            host=host,
+            port=port,
+            fd=fd,
+        )
+        self._public[listener] = handler
+        self._by_port[bound] = listener
+        return bound
+
+    def set_route(
+        self, host: str, key: int, mux: session.MuxSession, tunnel_id: str, ttl: float
+    ) -> None:
+        """The core serves ``host``'s requests itself for ``ttl`` seconds (unless set again),
+        on proxy streams of ``mux`` carrying ``tunnel_id``; its records name ``key``."""
+        self._core.set_route(host, key, mux._conn, tunnel_id, ttl)
+
+    def drop_route(self, host: str) -> bool:
+        return self._core.drop_route(host)
+
+    def clear_routes(self) -> None:
+        self._core.clear_routes()
+
+    def route_count(self) -> int:
+        return self._core.route_count()
+
+    def public_counters(self) -> PublicCounters:
+        return PublicCounters(*self._core.public_counters())
+
     def attach(self, sock: socket.socket, name: str = "") -> session.MuxSession:
         """A session over a connected Unix stream socket (the core owns it from then on):
         the peer plays the agent on the other end (the edge's tests)."""
@@ -123,12 +193,13 @@ class Carrier:
         if listener is not None:
             self._core.close(listener)
             self._handlers.pop(listener, None)
+            self._public.pop(listener, None)
 
     def counters(self) -> Counters:
         return Counters(*self._core.counters())
 
     def _take(self) -> None:
-        handed, events = self._core.take()
+        handed, events, conns, served = self._core.take()
         for listener, conn, ip, port, sni, alpn in handed:
             handler = self._handlers.get(listener)
             if handler is None:  # the listener was closed meanwhile
@@ -141,3 +212,12 @@ class Carrier:
             live = sessions.get(key)
             if live is not None:
                 live.on_event(kind, sid)
+        for listener, fd, ip, port, data, first in conns:
+            sock = socket.socket(fileno=fd)
+            public = self._public.get(listener)
+            if public is None:
+                sock.close()
+                continue
+            asyncio.ensure_future(public(sock, data, first))
+        if served and self.on_served is not None:
+            self.on_served(served)

@@ -50,19 +50,37 @@ class _EdgeCollector:
         streams.add_metric(["edge"], sum(s.mux.local_open for s in sessions))
         streams.add_metric(["agent"], sum(s.mux.remote_open for s in sessions))
         yield streams
+        # the caps are applied by Python (HTTPS, TCP, connections the core handed over) and
+        # by the core (the plain-HTTP listener's connections it holds): the sums
         admission = self.edge.admission
+        core = self.edge.carrier.public_counters()
         yield GaugeMetricFamily(
-            "edge_public_connections", "Public connections held", value=admission.total
+            "edge_public_connections", "Public connections held", value=admission.total + core.held
         )
         yield CounterMetricFamily(
             "edge_public_connections_evicted",
             "Waiting public connections closed to make room",
-            value=admission.evicted,
+            value=admission.evicted + core.evicted,
         )
         yield CounterMetricFamily(
             "edge_public_connections_refused",
             "Public connections refused at a cap",
-            value=admission.refused,
+            value=admission.refused + core.refused,
+        )
+        yield CounterMetricFamily(
+            "edge_core_http_requests",
+            "Public HTTP requests the compiled core served by itself (plain routes)",
+            value=core.served,
+        )
+        yield CounterMetricFamily(
+            "edge_core_http_handed_over",
+            "Public HTTP connections the compiled core handed to Python",
+            value=core.handed,
+        )
+        yield GaugeMetricFamily(
+            "edge_core_http_routes",
+            "Hosts whose requests the compiled core serves by itself",
+            value=self.edge.carrier.route_count(),
         )
         yield GaugeMetricFamily(
             "edge_mux_streams_lingering",

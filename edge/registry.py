@@ -9,7 +9,7 @@ instance named by the hostname's claim (docs/DEPLOY.md).
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 @dataclass
@@ -64,6 +64,13 @@ class Registry:
         # internal endpoints by (account, name): never found by a public Host
         self.internal: Dict[Tuple[str, str], Tunnel] = {}
         self._rr = itertools.count()
+        # told of each hostname whose routing may have changed (edge/fast_path.py)
+        self.on_change: Optional[Callable[[str], None]] = None
+
+    def changed(self, hostname: str) -> None:
+        """``hostname``'s endpoint, or what applies to it, changed."""
+        if self.on_change is not None and hostname:
+            self.on_change(hostname)
 
     def add(self, tunnel: Tunnel) -> None:
         self.by_id[tunnel.id] = tunnel
@@ -79,6 +86,8 @@ class Registry:
                 self.by_host[tunnel.hostname] = tunnel
         if tunnel.port:
             self.by_port[tunnel.port] = tunnel
+        if not tunnel.internal:
+            self.changed(tunnel.hostname)
 
     def remove(self, tunnel: Tunnel) -> None:
         if self.by_id.get(tunnel.id) is tunnel:
@@ -103,6 +112,8 @@ class Registry:
             tunnel.pool = None
         if tunnel.port and self.by_port.get(tunnel.port) is tunnel:
             del self.by_port[tunnel.port]
+        if not tunnel.internal:
+            self.changed(tunnel.hostname)
 
     def http_tunnel(self, hostname: str, scheme: str = "") -> Optional[Tunnel]:
         """The endpoint serving ``hostname``; with ``scheme`` (the listener's), the one of

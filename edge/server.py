@@ -26,6 +26,7 @@ from edge import (
     cluster,
     config,
     h2front,
+    http_io,
     metrics,
     online_keeper,
     quotas,
@@ -37,6 +38,7 @@ from edge.binds import Binds
 from edge.certs import ServerCertificates
 from edge.connections import connection_handler
 from edge.edges import EdgeRouter, watch_banned_hosts, watch_reserved_ports
+from edge.fast_path import FastPath
 from edge.public import HttpFront
 from edge.registry import Registry
 from edge.session import MuxSession
@@ -73,6 +75,7 @@ class Edge:
         self.tcp = TcpFront(self)  # the TCP ports' connections (edge/tcp_front.py)
         self.tls = tls.TlsSettings(self)  # what each name asks of the HTTPS handshake
         self.carrier = carrier.Carrier(settings.core_threads)  # the compiled core's bytes
+        self.fast_path = FastPath(self)  # the hosts the core serves by itself
         self.log = log
         self._checker: Optional[asyncio.Task] = None
         self.agent_port = settings.agent_port
@@ -129,18 +132,30 @@ class Edge:
         if self.cluster is not None:  # a connection for another instance's endpoint: relayed
             http_handle = functools.partial(self.cluster.http, http_handle, "http")
             https_handle = functools.partial(self.cluster.https, https_handle)
-        self._servers.append(
-            await asyncio.start_server(http_handle, **self._where("http", s.http_port))
+        # The public plain-HTTP listener is the core's (edge/fast_path.py): it serves a plain
+        # route's requests itself and hands every other connection over.
+        http_fd = self.settings.listen_fds.get("http")
+        self.http_port = self.carrier.listen_public(
+            functools.partial(self._public_connection, http_handle),
+            "http",
+            head_timeout=s.head_timeout,
+            idle_timeout=s.idle_timeout,
+            body_timeout=http_io.BODY_TIMEOUT,
+            fresh_stream_body=s.fresh_stream_body,
+            max_total=s.max_connections,
+            max_per_address=s.max_connections_per_address,
+            **({"fd": http_fd} if http_fd is not None else {"host": s.host, "port": s.http_port}),
         )
+        self.carrier.on_served = self.fast_path.served
+        self.registry.on_change = self.fast_path.sync
+        self.fast_path.start()
         https = tls.HttpsListener(self, https_handle, [s.base_domain], self._serves_name)
         self._servers.append(
             await asyncio.get_running_loop().create_server(
                 https.protocol, **self._where("https", s.https_port)
             )
         )
-        self.http_port, self.https_port = (
-            srv.sockets[0].getsockname()[1] for srv in self._servers[:2]
-        )
+        self.https_port = self._servers[0].sockets[0].getsockname()[1]
         if s.ssh_port is not None:
             self.ssh = ssh_gateway.SshGateway(self)
             try:
@@ -182,6 +197,23 @@ class Edge:
             self._agent_names = served
             log.info("agent listener: %d agent ingress names", len(served))
 
+    async def _public_connection(
+        self, handle: Callable[..., Any], sock: socket.socket, data: bytes, first: bool
+    ) -> None:
+        """A connection of the public HTTP listener the core handed over, with the bytes it
+        read from it: served by ``handle`` (edge/public.py) as if accepted here."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2**16, loop=loop)
+        if data:
+            reader.feed_data(data)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
+        except OSError:
+            sock.close()
+            return
+        await handle(reader, asyncio.StreamWriter(transport, protocol, reader, loop))
+
     def _where(self, name: str, port: int) -> dict:
         """Where a listener listens: the socket a supervisor handed over (EDGE_LISTEN_FDS,
         kept open across a restart of this process), else host and port."""
@@ -206,6 +238,8 @@ class Edge:
         """Stop accepting, end every session (GOAWAY, online items removed), then cancel the
         connections still open."""
         self.carrier.close(self.agent_port)
+        self.carrier.close(self.http_port)
+        self.fast_path.stop()
         for server in self._servers:
             server.close()
         if self.ssh is not None:

@@ -15,6 +15,23 @@ class StreamsExhausted(StreamReset):
 Handed = Tuple[int, "Session", str, int, Optional[str], Optional[bytes]]
 # (session key, kind: edge/session.py's EV_*, stream id)
 Event = Tuple[int, int, int]
+# (listener id, fd, peer host, peer port, bytes read, no request served on it yet)
+Conn = Tuple[int, int, str, int, bytes, bool]
+Fields = List[Tuple[bytes, bytes]]
+# (route key, (peer host, port), (local host, port), method, target, request fields, status,
+# reason, response fields, (body bytes in, body bytes out, started: epoch seconds, duration))
+Served = Tuple[
+    int,
+    Tuple[str, int],
+    Tuple[str, int],
+    bytes,
+    bytes,
+    Fields,
+    int,
+    bytes,
+    Fields,
+    Tuple[int, int, float, float],
+]
 # the bounds of a session, by mux::Limits' names (edge.session.limits())
 Limits = Dict[str, float]
 
@@ -71,6 +88,31 @@ class Core:
     ) -> Tuple[int, int]:
         """An agent listener on (host, port), or on the listening socket ``fd``, which the
         core owns from then on. Returns (listener id, port)."""
+    def listen_public(
+        self,
+        scheme: str,
+        *,
+        head_timeout: float,
+        idle_timeout: float,
+        body_timeout: float,
+        fresh_stream_body: int,
+        max_total: int,
+        max_per_address: int,
+        host: Optional[str] = None,
+        port: int = 0,
+        fd: Optional[int] = None,
+    ) -> Tuple[int, int]:
+        """The public plain-HTTP listener (edge_core/src/public.rs) on (host, port), or on the
+        listening socket ``fd``, which the core owns from then on. Returns (listener id,
+        port)."""
+    def set_route(self, host: str, key: int, session: Session, tunnel_id: str, ttl: float) -> None:
+        """``host``'s requests served by the core on ``session``'s streams for ``ttl`` seconds
+        (unless pushed again; expired, the host is Python's again)."""
+    def drop_route(self, host: str) -> bool: ...
+    def clear_routes(self) -> None: ...
+    def route_count(self) -> int: ...
+    def public_counters(self) -> Tuple[int, int, int, int, int]:
+        """(requests served, connections handed over, refused, evicted, held now)."""
     def attach(self, fd: int, limits: Limits) -> Session:
         """A session over the connected Unix stream socket ``fd`` (the core owns it)."""
     def close(self, listener: int) -> bool: ...
@@ -78,8 +120,9 @@ class Core:
         """Replace the certificates an agent listener serves per SNI name (lower-case name ->
         (chain PEM, key PEM)); other names get the listener's own. Nothing changes when a
         pair does not load (ValueError naming it). Returns how many names are served."""
-    def take(self) -> Tuple[List[Handed], List[Event]]:
-        """Every session handed over and every event waiting, oldest first."""
+    def take(self) -> Tuple[List[Handed], List[Event], List[Conn], List[Served]]:
+        """Every session handed over, every event, every public connection handed over and
+        every request served, oldest first (each connection's fd is the caller's)."""
     def counters(self) -> Tuple[int, int, int, int]:
         """(handshakes in progress, sessions running, refused over max_handshakes, failed
         handshakes)."""

@@ -17,6 +17,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::inbox::{Accepted, Inbox};
 use crate::mux::Limits;
+use crate::public::{self, Admission, Public, PublicCounters, PublicListen, Routes};
 use crate::quickack::QuickAck;
 use crate::session::{self, Session};
 
@@ -59,6 +60,10 @@ pub struct Carrier {
     next_id: AtomicU64,
     next_session: Arc<AtomicU64>,
     pub counters: Arc<Counters>,
+    /// The plain routes Python pushed (the public listeners' fast path).
+    pub routes: Arc<Routes>,
+    pub public_counters: Arc<PublicCounters>,
+    admissions: Mutex<Vec<Arc<Admission>>>,
 }
 
 /// Decrements a counter when dropped.
@@ -90,6 +95,9 @@ impl Carrier {
             next_id: AtomicU64::new(1),
             next_session: Arc::new(AtomicU64::new(1)),
             counters: Arc::new(Counters::default()),
+            routes: Arc::new(Routes::default()),
+            public_counters: Arc::new(PublicCounters::default()),
+            admissions: Mutex::new(Vec::new()),
         })
     }
 
@@ -144,6 +152,46 @@ impl Carrier {
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, task);
         Ok((id, local))
+    }
+
+    /// Start a public plain-HTTP listener (public.rs); its id and address.
+    pub fn listen_public(&self, at: Where, spec: PublicListen) -> io::Result<(u64, SocketAddr)> {
+        let listener = self.bind(at)?;
+        let local = listener.local_addr()?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let admission = Arc::new(Admission::new(
+            spec.max_total,
+            spec.max_per_address,
+            self.public_counters.clone(),
+        ));
+        self.admissions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(admission.clone());
+        let public = Arc::new(Public {
+            id,
+            spec,
+            routes: self.routes.clone(),
+            inbox: self.inbox.clone(),
+            admission,
+            counters: self.public_counters.clone(),
+        });
+        let task = self.runtime().spawn(public::accept_loop(listener, public));
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, task);
+        Ok((id, local))
+    }
+
+    /// Public connections the core holds now (all listeners).
+    pub fn public_held(&self) -> usize {
+        self.admissions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|a| a.held().0)
+            .sum()
     }
 
     /// A session over a connected Unix stream socket (the carrier owns it from then on): what

@@ -11,6 +11,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
+use crate::public::{Handed, Served};
 use crate::session::Session;
 
 /// An agent connection handed to the edge: its muxado session and its facts.
@@ -34,6 +35,25 @@ pub type Event = (u64, u8, u32);
 struct Queues {
     accepted: Vec<Accepted>,
     events: Vec<Event>,
+    conns: Vec<Handed>,
+    served: Vec<Served>,
+}
+
+impl Queues {
+    fn is_empty(&self) -> bool {
+        self.accepted.is_empty()
+            && self.events.is_empty()
+            && self.conns.is_empty()
+            && self.served.is_empty()
+    }
+}
+
+/// Everything one take hands over.
+pub struct Taken {
+    pub accepted: Vec<Accepted>,
+    pub events: Vec<Event>,
+    pub conns: Vec<Handed>,
+    pub served: Vec<Served>,
 }
 
 pub struct Inbox {
@@ -62,9 +82,9 @@ impl Inbox {
     fn with<F: FnOnce(&mut Queues)>(&self, f: F) {
         let was_empty = {
             let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-            let was_empty = q.accepted.is_empty() && q.events.is_empty();
+            let was_empty = q.is_empty();
             f(&mut q);
-            was_empty && !(q.accepted.is_empty() && q.events.is_empty())
+            was_empty && !q.is_empty()
         };
         if was_empty {
             // A full pipe already holds a wake-up: nothing is lost when this write fails.
@@ -74,6 +94,16 @@ impl Inbox {
 
     pub fn push(&self, accepted: Accepted) {
         self.with(|q| q.accepted.push(accepted));
+    }
+
+    /// A public connection handed to Python.
+    pub fn push_conn(&self, handed: Handed) {
+        self.with(|q| q.conns.push(handed));
+    }
+
+    /// A request the core served (its record).
+    pub fn push_served(&self, served: Served) {
+        self.with(|q| q.served.push(served));
     }
 
     /// A session's events, in the order they happened (`events` is emptied).
@@ -90,7 +120,7 @@ impl Inbox {
     /// Everything queued, oldest first. The wake-up bytes are read before the queues are
     /// taken, so what is pushed meanwhile either is in this batch or wakes the loop again. A
     /// session's events come after its own hand-over (it is pushed before it reads).
-    pub fn take(&self) -> (Vec<Accepted>, Vec<Event>) {
+    pub fn take(&self) -> Taken {
         let mut sink = [0u8; 64];
         while let Ok(n) = (&self.wake_rx).read(&mut sink) {
             if n == 0 {
@@ -98,15 +128,17 @@ impl Inbox {
             }
         }
         let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        (
-            std::mem::take(&mut q.accepted),
-            std::mem::take(&mut q.events),
-        )
+        Taken {
+            accepted: std::mem::take(&mut q.accepted),
+            events: std::mem::take(&mut q.events),
+            conns: std::mem::take(&mut q.conns),
+            served: std::mem::take(&mut q.served),
+        }
     }
 
     pub fn len(&self) -> usize {
         let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        q.accepted.len() + q.events.len()
+        q.accepted.len() + q.events.len() + q.conns.len() + q.served.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -11,8 +11,10 @@
 //! them in batches.
 
 pub mod carrier;
+pub mod http;
 pub mod inbox;
 pub mod mux;
+pub mod public;
 pub mod quickack;
 pub mod session;
 pub mod tls;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::TcpListener as StdTcpListener;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,6 +15,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::carrier::{AgentListen, Carrier, Where};
 use crate::mux::{Limits, StreamError};
+use crate::public::{PublicListen, Route};
 use crate::session;
 use crate::tls::{certified_key, sni_server_config, SniResolver};
 
@@ -30,6 +31,38 @@ fn stream_error(e: StreamError) -> PyErr {
 
 /// One session handed over: (listener id, session, peer host, peer port, SNI, ALPN).
 type Handed = (u64, Session, String, u16, Option<String>, Option<Vec<u8>>);
+/// One public connection handed over: (listener id, fd, peer host, peer port, bytes read,
+/// no request served on it yet).
+type Conn<'py> = (u64, i32, String, u16, Bound<'py, PyBytes>, bool);
+type Fields<'py> = Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>;
+/// One request the core served: (route key, (peer host, port), (local host, port), method,
+/// target, request fields, status, reason, response fields, (body bytes in, out, started,
+/// duration)).
+type ServedRow<'py> = (
+    u64,
+    (String, u16),
+    (String, u16),
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Fields<'py>,
+    u16,
+    Bound<'py, PyBytes>,
+    Fields<'py>,
+    (u64, u64, f64, f64),
+);
+type Taken<'py> = (
+    Vec<Handed>,
+    Vec<(u64, u8, u32)>,
+    Vec<Conn<'py>>,
+    Vec<ServedRow<'py>>,
+);
+
+fn fields<'py>(py: Python<'py>, given: &[crate::http::Field]) -> Fields<'py> {
+    given
+        .iter()
+        .map(|(n, v)| (PyBytes::new(py, n), PyBytes::new(py, v)))
+        .collect()
+}
 
 fn seconds(value: f64, name: &str) -> PyResult<Duration> {
     if value.is_finite() && value >= 0.0 {
@@ -180,6 +213,96 @@ impl Core {
         Ok(resolver.names_served())
     }
 
+    /// Start the public plain-HTTP listener (public.rs). Returns (listener id, port).
+    #[pyo3(signature = (scheme, *, head_timeout, idle_timeout, body_timeout, fresh_stream_body,
+                        max_total, max_per_address, host = None, port = 0, fd = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn listen_public(
+        &self,
+        scheme: String,
+        head_timeout: f64,
+        idle_timeout: f64,
+        body_timeout: f64,
+        fresh_stream_body: u64,
+        max_total: usize,
+        max_per_address: usize,
+        host: Option<String>,
+        port: u16,
+        fd: Option<i32>,
+    ) -> PyResult<(u64, u16)> {
+        if max_total == 0 || max_per_address == 0 {
+            return Err(PyValueError::new_err("the connection caps must be > 0"));
+        }
+        let spec = PublicListen {
+            scheme,
+            head_timeout: seconds(head_timeout, "head_timeout")?,
+            idle_timeout: seconds(idle_timeout, "idle_timeout")?,
+            body_timeout: seconds(body_timeout, "body_timeout")?,
+            fresh_stream_body,
+            max_total,
+            max_per_address,
+        };
+        let at = match (fd, host) {
+            // SAFETY: the caller hands the descriptor over (documented in edge_core.pyi).
+            (Some(fd), _) => Where::Socket(unsafe { StdTcpListener::from_raw_fd(fd) }),
+            (None, Some(host)) => Where::Bind(host, port),
+            (None, None) => return Err(PyValueError::new_err("give host and port, or fd")),
+        };
+        let (id, local) = self
+            .carrier
+            .listen_public(at, spec)
+            .map_err(|e| PyOSError::new_err(e.to_string()))?;
+        Ok((id, local.port()))
+    }
+
+    /// `host`'s requests are served by the core on `session`'s streams (a plain route) for
+    /// `ttl` seconds, unless pushed again.
+    fn set_route(
+        &self,
+        host: String,
+        key: u64,
+        session: &Session,
+        tunnel_id: String,
+        ttl: f64,
+    ) -> PyResult<()> {
+        let ttl = seconds(ttl, "ttl")?;
+        self.carrier.routes.set(
+            host,
+            Route {
+                key,
+                session: session.inner.clone(),
+                tunnel_id,
+                until: std::time::Instant::now() + ttl,
+            },
+        );
+        Ok(())
+    }
+
+    /// `host`'s requests go to Python again; False when it had no route.
+    fn drop_route(&self, host: &str) -> bool {
+        self.carrier.routes.drop_host(host)
+    }
+
+    fn clear_routes(&self) {
+        self.carrier.routes.clear()
+    }
+
+    fn route_count(&self) -> usize {
+        self.carrier.routes.len()
+    }
+
+    /// (requests served, connections handed to Python, refused at a cap, evicted, held now).
+    fn public_counters(&self) -> (u64, u64, u64, u64, usize) {
+        let c = &self.carrier.public_counters;
+        (
+            c.served.load(Ordering::Relaxed),
+            c.handed.load(Ordering::Relaxed),
+            c.refused.load(Ordering::Relaxed),
+            c.evicted.load(Ordering::Relaxed),
+            self.carrier.public_held(),
+        )
+    }
+
     /// A session over the connected Unix stream socket `fd` (the core owns it from then on).
     fn attach(&self, fd: i32, limits: &Bound<'_, PyDict>) -> PyResult<Session> {
         let limits = limits_of(limits)?;
@@ -201,11 +324,44 @@ impl Core {
         self.carrier.close(listener)
     }
 
-    /// Every session handed over and every session event waiting, oldest first. An event
-    /// is (session key, kind, stream id).
-    fn take(&self) -> (Vec<Handed>, Vec<(u64, u8, u32)>) {
-        let (accepted, events) = self.carrier.inbox().take();
-        let handed = accepted
+    /// Every session handed over, every session event, every public connection handed over
+    /// and every request served, oldest first. An event is (session key, kind, stream id).
+    fn take<'py>(&self, py: Python<'py>) -> Taken<'py> {
+        let taken = self.carrier.inbox().take();
+        let conns = taken
+            .conns
+            .into_iter()
+            .map(|c| {
+                (
+                    c.listener,
+                    c.fd.into_raw_fd(),
+                    c.peer.ip().to_string(),
+                    c.peer.port(),
+                    PyBytes::new(py, &c.data),
+                    c.first,
+                )
+            })
+            .collect();
+        let served = taken
+            .served
+            .into_iter()
+            .map(|s| {
+                (
+                    s.route,
+                    (s.peer.ip().to_string(), s.peer.port()),
+                    (s.local.ip().to_string(), s.local.port()),
+                    PyBytes::new(py, &s.method),
+                    PyBytes::new(py, &s.target),
+                    fields(py, &s.request_fields),
+                    s.status,
+                    PyBytes::new(py, &s.reason),
+                    fields(py, &s.response_fields),
+                    (s.bytes_in, s.bytes_out, s.started, s.duration),
+                )
+            })
+            .collect();
+        let handed = taken
+            .accepted
             .into_iter()
             .map(|a| {
                 (
@@ -218,7 +374,7 @@ impl Core {
                 )
             })
             .collect();
-        (handed, events)
+        (handed, taken.events, conns, served)
     }
 
     /// (handshakes in progress, sessions running, connections refused over max_handshakes,

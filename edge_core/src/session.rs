@@ -7,6 +7,7 @@
 //! `flush_at` bytes: the frames of one turn leave as one write (one TLS record). Frames the
 //! reader queues (RSTs, resets at the end of a linger) are sent after each read.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -14,12 +15,19 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
 use crate::inbox::Inbox;
-use crate::mux::{End, Limits, State, EV_DONE};
+use crate::mux::{End, Limits, State, EV_CLOSED, EV_DONE, EV_READABLE, EV_WRITABLE};
 
 /// Bytes read from the connection at once.
 pub const READ_CHUNK: usize = 16 * 1024;
 /// What the writer may still take to write its last frames (a GOAWAY) once the session ended.
 pub const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The wake-ups of a stream the core carries: its reader's and its writer's.
+#[derive(Default)]
+pub struct Wakes {
+    pub readable: Notify,
+    pub writable: Notify,
+}
 
 pub struct Session {
     pub key: u64,
@@ -27,6 +35,9 @@ pub struct Session {
     inbox: Arc<Inbox>,
     writer: Notify,
     reader: Notify,
+    /// Streams the core itself carries (the public listener's fast path): their events wake
+    /// these instead of going to Python.
+    owned: Mutex<HashMap<u32, Arc<Wakes>>>,
 }
 
 impl Session {
@@ -37,6 +48,7 @@ impl Session {
             inbox,
             writer: Notify::new(),
             reader: Notify::new(),
+            owned: Mutex::new(HashMap::new()),
         })
     }
 
@@ -54,6 +66,9 @@ impl Session {
         let read = st.closed || (linger.is_none() && st.next_linger().is_some());
         let mut events = std::mem::take(&mut st.events);
         drop(st);
+        if !events.is_empty() {
+            self.route_owned(&mut events);
+        }
         self.inbox.push_events(self.key, &mut events);
         if write {
             self.writer.notify_one();
@@ -62,6 +77,56 @@ impl Session {
             self.reader.notify_one();
         }
         result
+    }
+
+    /// Events of streams the core carries wake their carrier; the session's end wakes them all
+    /// (and goes to Python too).
+    fn route_owned(&self, events: &mut Vec<(u8, u32)>) {
+        let owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        if owned.is_empty() {
+            return;
+        }
+        events.retain(|(kind, sid)| match *kind {
+            EV_READABLE | EV_WRITABLE => match owned.get(sid) {
+                Some(wakes) => {
+                    if *kind == EV_READABLE {
+                        wakes.readable.notify_one();
+                    } else {
+                        wakes.writable.notify_one();
+                    }
+                    false
+                }
+                None => true,
+            },
+            EV_CLOSED => {
+                owned.values().for_each(|w| {
+                    w.readable.notify_one();
+                    w.writable.notify_one();
+                });
+                true
+            }
+            _ => true,
+        });
+    }
+
+    /// A stream of ours the core carries itself (Python never sees it): its wake-up.
+    pub fn own(&self, sid: u32) -> Arc<Wakes> {
+        let notify = Arc::new(Wakes::default());
+        self.owned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(sid, notify.clone());
+        notify
+    }
+
+    /// The core is done with a stream it carried: FIN, as `finish` (mux.rs) has it.
+    pub fn disown(&self, sid: u32) {
+        self.owned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&sid);
+        self.with(|st| st.finish(sid));
+        self.flush();
     }
 
     /// Send what is queued.

@@ -70,9 +70,9 @@ fn wait_for(carrier: &Carrier, count: usize) -> (Vec<Accepted>, Events) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let (mut got, mut events) = (Vec::new(), Vec::new());
     while got.len() < count && Instant::now() < deadline {
-        let (accepted, more) = carrier.inbox().take();
-        got.extend(accepted);
-        events.extend(more);
+        let taken = carrier.inbox().take();
+        got.extend(taken.accepted);
+        events.extend(taken.events);
         std::thread::sleep(Duration::from_millis(5));
     }
     (got, events)
@@ -108,7 +108,7 @@ async fn plaintext_both_ways_with_the_facts_and_half_close() {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !events.contains(&(key, EV_OPENED, 1)) {
         assert!(Instant::now() < deadline, "the stream never opened");
-        events.extend(carrier.inbox().take().1);
+        events.extend(carrier.inbox().take().events);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let got = session.with(|st| st.read(1, 64, |b| b.to_vec())).unwrap();
@@ -127,7 +127,7 @@ async fn plaintext_both_ways_with_the_facts_and_half_close() {
     tls.shutdown().await.unwrap(); // the client's end: the session ends
     while !events.contains(&(key, EV_CLOSED, 0)) {
         assert!(Instant::now() < deadline, "the session never ended");
-        events.extend(carrier.inbox().take().1);
+        events.extend(carrier.inbox().take().events);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(session.lock().close_reason, "peer closed the connection");

@@ -1,0 +1,269 @@
+"""Which hosts the compiled core serves by itself on the public plain-HTTP listener (its fast
+path, edge_core/src/public.rs), and the records of what it served.
+
+The core carries, Python decides: this module decides, for each hostname of the registry,
+whether its requests need nothing of Python per request, and pushes such a host to the core
+as a *plain route* (the agent session and the tunnel id its proxy streams carry). A host is
+plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast path"):
+
+- the endpoint the HTTP listener routes it to (``Registry.http_tunnel(host, "http")``) is an
+  agent endpoint of this instance whose session the core runs (not OpenSSH's, not a static
+  backend), and no cluster is configured (a cluster's listener may relay a connection);
+- it is not pooled (a pool picks a member per connection) and its name is not banned;
+- it has no traffic policy and no Bind option enforced per request (no
+  ``tunnel.enforcement.policy``, which edge/http_policy.py would run: basic or OAuth/OIDC auth, IP restrictions, header changes, compression, the WAF, the
+  modules), no circuit breaker, no WebSocket-TCP converter, no PROXY protocol header, and
+  forwards HTTP/1.1 (not ``app_protocol`` http2);
+- its account has no ``endpoints`` IP restriction and the traffic inspector does not capture
+  its bodies (both as the router's and the inspector's caches know them).
+
+Everything else about a request the core checks itself (edge_core/src/http.rs ``carriable``:
+HTTP/1.1, one Host, a known method, no body or a Content-Length one, no upgrade, not an ACME
+HTTP-01 validation); any other request goes to Python with the connection.
+
+When routes change: at once when the registry adds or removes a host, when a tunnel's traffic
+policy changes (``sync``); the conditions read from caches and watchers (bans, IP
+restrictions, the inspector's capture setting) every ``REFRESH_SECONDS``. A route the core
+holds expires after ``ROUTE_TTL`` unless renewed, so what it was decided on is never much
+older than what the Python path reads.
+"""
+
+import asyncio
+import itertools
+import logging
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from edge import ip_restrictions
+from edge.edges import CACHE_SECONDS, Hop
+from edge.observe import hub_of
+from edge.session import MuxSession
+
+log = logging.getLogger("edge.fast_path")
+
+# The routes that serve are checked again every REFRESH_SECONDS through the same caches the
+# Python path reads (the account's IP restrictions: the router's, CACHE_SECONDS), and dropped
+# at once when a check fails: a route's facts are never older in the core than in Python by
+# more than REFRESH_SECONDS. A route the core holds expires after ROUTE_TTL unless renewed by
+# such a check (a refresh that stalls cannot leave it serving); ROUTE_TTL is well above a
+# check's own wait, so a slow store does not expire a busy route (whose connections would
+# then go to Python).
+ROUTE_TTL = 5 * CACHE_SECONDS
+REFRESH_SECONDS = CACHE_SECONDS / 2
+# A route that served within ROUTE_KEEP is renewed (its checks read through the caches, as the
+# Python path's requests would); one idle longer expires. Its next request goes to Python, and
+# so does the rest of that connection: a connection the core handed over stays Python's.
+ROUTE_KEEP = 60.0
+
+
+class _Request:
+    """What a served request's record reads of its head (events.http_record)."""
+
+    __slots__ = ("method", "target", "headers", "http_version")
+
+    def __init__(self, method: bytes, target: bytes, headers: List[Tuple[bytes, bytes]]):
+        self.method, self.target, self.headers = method, target, headers
+        self.http_version = b"1.1"
+
+
+class _Response:
+    __slots__ = ("status_code", "headers")
+
+    def __init__(self, status_code: int, headers: List[Tuple[bytes, bytes]]):
+        self.status_code = status_code
+        self.headers = [(name.lower(), value) for name, value in headers]
+
+
+class FastPath:
+    """The plain routes of one edge process."""
+
+    def __init__(self, edge: Any):
+        self.edge = edge
+        # host -> (route key, tunnel, until: the loop's time when the core's copy expires)
+        self.routes: Dict[str, Tuple[int, Any, float]] = {}
+        self.tunnels: Dict[int, Any] = {}  # route key -> tunnel
+        self._keys = itertools.count(1)
+        self._pending: set = set()  # hosts whose async checks are running
+        self._used: Dict[int, float] = {}  # route key -> the loop's time it last served
+        self._retired: List[int] = []  # keys of routes dropped since the last refresh
+        self._task: Optional[asyncio.Task] = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._refresh_loop())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self.edge.carrier.clear_routes()
+        self.routes.clear()
+        self.tunnels.clear()
+
+    # ---- the rules ----------------------------------------------------------------------------
+    def candidate(self, host: str) -> Any:
+        """The tunnel a plain route of ``host`` would serve, by the rules read without a
+        wait; None when ``host`` needs Python per request."""
+        edge = self.edge
+        if not host or edge.cluster is not None or host in edge.banned:
+            return None
+        tunnel = edge.registry.by_host.get(host)
+        if tunnel is None or tunnel.pooled or tunnel.pool:
+            return None
+        tunnel = edge.registry.http_tunnel(host, "http")
+        if tunnel is None or tunnel.proto not in ("http", "https") or tunnel.internal:
+            return None
+        mux = getattr(tunnel.session, "mux", None)
+        if type(mux) is not MuxSession or mux.closed:
+            return None
+        enforcement = tunnel.enforcement
+        if (
+            (enforcement is not None and enforcement.policy is not None)
+            or tunnel.breaker is not None
+            or tunnel.ws_tcp
+            or tunnel.proxy_proto
+            or tunnel.forwards_proto == "http2"
+        ):
+            return None
+        hop = Hop.of_tunnel(tunnel)
+        if hub_of(edge).inspector.captures_bodies(hop.account_id, hop.endpoint_id):
+            return None
+        return tunnel
+
+    async def _plain(self, tunnel: Any) -> bool:
+        """The rules read through a cache that may wait: the account's IP restrictions."""
+        restrictions = await self.edge.router.ip_restrictions(tunnel.account_id)
+        return not any(
+            r.get("type") == ip_restrictions.ENDPOINTS and r.get("ip_policy_ids")
+            for r in restrictions
+        )
+
+    # ---- pushing ------------------------------------------------------------------------------
+    def sync(self, host: str) -> None:
+        """``host``'s route as the rules say now: dropped at once when it is not plain (so a
+        request racing the change goes to Python), pushed (again) once the cached checks
+        agree when it has none, or an expired one."""
+        tunnel = self.candidate(host)
+        held = self.routes.get(host)
+        if tunnel is None or (held is not None and held[1] is not tunnel):
+            self._drop(host)
+            held = None
+        if tunnel is None or host in self._pending:
+            return
+        if held is None or held[2] <= asyncio.get_running_loop().time():
+            self._pending.add(host)
+            asyncio.ensure_future(self._push(host))
+
+    def seen(self, host: str) -> None:
+        """Python served a request for ``host`` on the plain-HTTP listener: the host is in
+        use (its route is kept), and a route that expired is pushed again."""
+        held = self.routes.get(host)
+        now = asyncio.get_running_loop().time()
+        if held is not None:
+            self._used[held[0]] = now
+        if held is None or held[2] <= now:
+            self.sync(host)
+
+    async def _push(self, host: str) -> None:
+        try:
+            tunnel = self.candidate(host)
+            if tunnel is None or not await self._plain(tunnel):
+                self._drop(host)
+                return
+            if tunnel is not self.candidate(host):
+                return  # changed while the checks waited
+            held = self.routes.get(host)
+            now = asyncio.get_running_loop().time()
+            if held is not None and held[1] is tunnel:
+                key = held[0]
+            else:  # a new route counts as used: it is kept ROUTE_KEEP before any request
+                key = next(self._keys)
+                self._used[key] = now
+            until = now + ROUTE_TTL
+            self.edge.carrier.set_route(host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL)
+            self.routes[host] = (key, tunnel, until)
+            self.tunnels[key] = tunnel
+        except Exception:
+            log.exception("pushing the route of %s", host)
+        finally:
+            self._pending.discard(host)
+
+    def _drop(self, host: str) -> None:
+        held = self.routes.pop(host, None)
+        self.edge.carrier.drop_route(host)
+        if held is not None:
+            self._retired.append(held[0])  # its last records may still come
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_SECONDS)
+            try:
+                self.refresh()
+            except Exception:
+                log.exception("refreshing the core's routes")
+
+    def refresh(self) -> None:
+        """Every route again: the rules read without a wait (bans, the registry, the
+        inspector), and the routes that served within ROUTE_KEEP renewed through the cached
+        checks; a route idle longer expires in the core (its next request is Python's, which
+        pushes it again)."""
+        for key in self._retired:
+            if key not in {held[0] for held in self.routes.values()}:
+                self.tunnels.pop(key, None)
+        self._retired = []
+        now = asyncio.get_running_loop().time()
+        used = self._used
+        for key in [k for k, at in used.items() if at < now - ROUTE_KEEP]:
+            del used[key]
+        for host, (key, _, until) in list(self.routes.items()):
+            if self.candidate(host) is None:
+                self._drop(host)
+            elif key in used:
+                if host not in self._pending:
+                    self._pending.add(host)
+                    asyncio.ensure_future(self._push(host))
+            elif until <= now:
+                self._drop(host)
+
+    # ---- what the core served -----------------------------------------------------------------
+    def served(self, rows: List[tuple]) -> None:
+        """A batch of requests the core served: one record each for the events hub (and so
+        the metrics and the inspector), as edge/observe.py hands the Python path's."""
+        hub = hub_of(self.edge)
+        now_perf, now_wall = time.perf_counter(), time.time()
+        now_loop = asyncio.get_running_loop().time()
+        tunnels, used = self.tunnels, self._used
+        for (
+            key,
+            peer,
+            sock,
+            method,
+            target,
+            req_fields,
+            status,
+            _reason,
+            resp_fields,
+            (bytes_in, bytes_out, started, duration),
+        ) in rows:
+            tunnel = tunnels.get(key)
+            if tunnel is None:
+                continue
+            used[key] = now_loop
+            ended = started + duration
+            hub.record_http(
+                (
+                    peer,
+                    sock,
+                    "http",
+                    Hop.of_tunnel(tunnel),
+                    "agent",
+                    None,
+                    started,
+                    now_perf - (now_wall - started),
+                    now_perf - (now_wall - ended),
+                    ended,
+                    bytes_in,
+                    bytes_out,
+                    _Request(method, target, req_fields),
+                    _Response(status, resp_fields),
+                    None,
+                )
+            )

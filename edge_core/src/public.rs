@@ -1,0 +1,887 @@
+//! The public plain-HTTP listener: accepted here, each request head read and parsed here, and
+//! a request for a host whose route Python pushed as plain served here, on a proxy stream of
+//! the agent's session, without a Python call. Every other request (and its connection) goes
+//! to Python with the bytes already read (edge/public.py serves it as it always did).
+//!
+//! The bounds are the Python path's (docs/SECURITY.md): a head within `head_timeout` of a new
+//! connection's start (or of its first byte after a keep-alive request), the next request's
+//! first byte within `idle_timeout`, a head of at most MAX_HEAD_BYTES, each read of a request
+//! body within `body_timeout`, connections capped in total and per client address (the one
+//! waiting longest for a head evicted at a cap, a new one refused when none waits), and
+//! back-pressure both ways (a stream's window stops the client; a slow client stops the
+//! agent's credit).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+use crate::http::{self, Field, Framing, Parsed, RequestHead, ResponseHead};
+use crate::inbox::Inbox;
+use crate::mux::StreamError;
+use crate::session::{Session, Wakes};
+
+/// Bytes read from a client or a stream at once.
+pub const READ_CHUNK: usize = 64 * 1024;
+
+/// What Python set for the listener (edge/config.py's settings).
+#[derive(Clone, Debug)]
+pub struct PublicListen {
+    pub scheme: String,
+    pub head_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub body_timeout: Duration,
+    /// A request body past this many bytes goes on a fresh proxy stream (0: never);
+    /// edge/public.py FRESH_STREAM_BODY.
+    pub fresh_stream_body: u64,
+    pub max_total: usize,
+    pub max_per_address: usize,
+}
+
+/// A host's route as Python pushed it: served by the core.
+pub struct Route {
+    /// Python's name for it (its records name it).
+    pub key: u64,
+    pub session: Arc<Session>,
+    pub tunnel_id: String,
+    /// The route is Python's again from then on, unless renewed (pushed again): what the
+    /// route's rules read from caches is that old at most.
+    pub until: Instant,
+}
+
+/// Host -> plain route. Python pushes and drops; a host not here goes to Python.
+#[derive(Default)]
+pub struct Routes {
+    map: RwLock<HashMap<String, Arc<Route>>>,
+}
+
+impl Routes {
+    pub fn set(&self, host: String, route: Route) {
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(host, Arc::new(route));
+    }
+
+    pub fn drop_host(&self, host: &str) -> bool {
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(host)
+            .is_some()
+    }
+
+    pub fn clear(&self) {
+        self.map.write().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// `host`'s route, unless it expired.
+    pub fn get(&self, host: &str) -> Option<Arc<Route>> {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(host)
+            .filter(|route| Instant::now() < route.until)
+            .cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A connection handed to Python: the socket and the bytes the core read from it.
+pub struct Handed {
+    pub listener: u64,
+    pub fd: OwnedFd,
+    pub peer: SocketAddr,
+    pub data: Vec<u8>,
+    /// No request was served on it yet (Python's head timeout is a new connection's).
+    pub first: bool,
+}
+
+/// One request the core served: what Python's records and metrics need.
+pub struct Served {
+    pub route: u64,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    pub method: Vec<u8>,
+    pub target: Vec<u8>,
+    pub request_fields: Vec<Field>,
+    pub status: u16,
+    pub reason: Vec<u8>,
+    pub response_fields: Vec<Field>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Seconds since the epoch at the request head, and the exchange's duration.
+    pub started: f64,
+    pub duration: f64,
+}
+
+/// Counters of the public listeners, read by the edge's operator endpoint and tests.
+#[derive(Default)]
+pub struct PublicCounters {
+    pub served: AtomicU64,
+    pub handed: AtomicU64,
+    pub refused: AtomicU64,
+    pub evicted: AtomicU64,
+}
+
+// ---- admission ------------------------------------------------------------------------------
+
+/// The connection caps (edge/admission.py's rules, for the connections the core holds).
+pub struct Admission {
+    max_total: usize,
+    max_per_address: usize,
+    state: Mutex<AdmissionState>,
+    counters: Arc<PublicCounters>,
+}
+
+#[derive(Default)]
+struct AdmissionState {
+    total: usize,
+    per_address: HashMap<IpAddr, usize>,
+    waiting: BTreeMap<u64, Arc<Slot>>,
+    waiting_by_address: HashMap<IpAddr, BTreeSet<u64>>,
+    next: u64,
+}
+
+struct Slot {
+    address: IpAddr,
+    released: AtomicBool,
+    evict: Notify,
+}
+
+/// One admitted connection; dropping it gives its place back.
+pub struct Ticket {
+    admission: Arc<Admission>,
+    slot: Arc<Slot>,
+    seq: Option<u64>, // in the waiting list under this number
+}
+
+impl Admission {
+    pub fn new(max_total: usize, max_per_address: usize, counters: Arc<PublicCounters>) -> Self {
+        Admission {
+            max_total,
+            max_per_address,
+            state: Mutex::new(AdmissionState::default()),
+            counters,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AdmissionState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A ticket, or None: at a cap with no waiting connection to make room (refused).
+    pub fn admit(self: &Arc<Self>, address: IpAddr) -> Option<Ticket> {
+        let mut st = self.lock();
+        if st.per_address.get(&address).copied().unwrap_or(0) >= self.max_per_address {
+            let oldest = st
+                .waiting_by_address
+                .get(&address)
+                .and_then(|s| s.iter().next().copied());
+            if !self.evict(&mut st, oldest) {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        }
+        if st.total >= self.max_total {
+            let oldest = st.waiting.keys().next().copied();
+            if !self.evict(&mut st, oldest) {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        }
+        st.total += 1;
+        *st.per_address.entry(address).or_insert(0) += 1;
+        Some(Ticket {
+            admission: self.clone(),
+            slot: Arc::new(Slot {
+                address,
+                released: AtomicBool::new(false),
+                evict: Notify::new(),
+            }),
+            seq: None,
+        })
+    }
+
+    fn evict(&self, st: &mut AdmissionState, seq: Option<u64>) -> bool {
+        let Some(seq) = seq else {
+            return false;
+        };
+        let Some(slot) = st.waiting.remove(&seq) else {
+            return false;
+        };
+        Self::unwait(st, slot.address, seq);
+        Self::release(st, &slot);
+        slot.evict.notify_one();
+        self.counters.evicted.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    fn unwait(st: &mut AdmissionState, address: IpAddr, seq: u64) {
+        st.waiting.remove(&seq);
+        if let Some(set) = st.waiting_by_address.get_mut(&address) {
+            set.remove(&seq);
+            if set.is_empty() {
+                st.waiting_by_address.remove(&address);
+            }
+        }
+    }
+
+    fn release(st: &mut AdmissionState, slot: &Slot) {
+        if slot.released.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        st.total -= 1;
+        if let Some(n) = st.per_address.get_mut(&slot.address) {
+            *n -= 1;
+            if *n == 0 {
+                st.per_address.remove(&slot.address);
+            }
+        }
+    }
+
+    /// (connections held, addresses)
+    pub fn held(&self) -> (usize, usize) {
+        let st = self.lock();
+        (st.total, st.per_address.len())
+    }
+}
+
+impl Ticket {
+    /// The connection waits for a request head: it may be evicted from now on.
+    fn waiting(&mut self) {
+        if self.seq.is_some() || self.slot.released.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut st = self.admission.lock();
+        let seq = st.next;
+        st.next += 1;
+        st.waiting.insert(seq, self.slot.clone());
+        st.waiting_by_address
+            .entry(self.slot.address)
+            .or_default()
+            .insert(seq);
+        self.seq = Some(seq);
+    }
+
+    /// A request is being served: never evicted while so.
+    fn busy(&mut self) {
+        if let Some(seq) = self.seq.take() {
+            let mut st = self.admission.lock();
+            Admission::unwait(&mut st, self.slot.address, seq);
+        }
+    }
+
+    fn evicted(&self) -> bool {
+        self.slot.released.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut st = self.admission.lock();
+        if let Some(seq) = self.seq.take() {
+            Admission::unwait(&mut st, self.slot.address, seq);
+        }
+        Admission::release(&mut st, &self.slot);
+    }
+}
+
+// ---- the listener ---------------------------------------------------------------------------
+
+pub struct Public {
+    pub id: u64,
+    pub spec: PublicListen,
+    pub routes: Arc<Routes>,
+    pub inbox: Arc<Inbox>,
+    pub admission: Arc<Admission>,
+    pub counters: Arc<PublicCounters>,
+}
+
+pub async fn accept_loop(listener: TcpListener, public: Arc<Public>) {
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Some(mut ticket) = public.admission.admit(peer.ip()) else {
+            drop(tcp); // at a cap, nothing to evict: refused
+            continue;
+        };
+        ticket.waiting(); // in the order of arrival: the oldest is evicted first
+        let public = public.clone();
+        tokio::spawn(async move {
+            let _ = tcp.set_nodelay(true);
+            connection(tcp, peer, public, ticket).await;
+        });
+    }
+}
+
+/// What reading a head ended with.
+enum Head {
+    Request(RequestHead),
+    /// Python's (a head the core does not parse, or the peer closed mid-head).
+    ToPython,
+    /// Closed: timed out, evicted, or the peer went away between requests.
+    Closed,
+}
+
+async fn read_head(
+    tcp: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    first: bool,
+    spec: &PublicListen,
+    ticket: &Ticket,
+) -> Head {
+    let now = Instant::now();
+    let mut deadline = now
+        + if first {
+            spec.head_timeout
+        } else {
+            spec.idle_timeout
+        };
+    let mut started = !buf.is_empty();
+    if started && !first {
+        deadline = now + spec.head_timeout;
+    }
+    loop {
+        if !buf.is_empty() {
+            match http::parse_request(buf) {
+                Parsed::Done(head) => return Head::Request(head),
+                Parsed::Invalid(_) => return Head::ToPython,
+                Parsed::Partial => {}
+            }
+        }
+        if ticket.evicted() {
+            return Head::Closed;
+        }
+        buf.reserve(16 * 1024);
+        let read = tokio::select! {
+            read = tokio::time::timeout_at(deadline.into(), tcp.read_buf(buf)) => read,
+            _ = ticket.slot.evict.notified() => return Head::Closed,
+        };
+        match read {
+            Err(_) | Ok(Err(_)) => return Head::Closed,
+            Ok(Ok(0)) if buf.is_empty() => return Head::Closed,
+            Ok(Ok(0)) => return Head::ToPython, // closed mid-head: Python's answer
+            Ok(Ok(_)) => {}
+        }
+        if !started {
+            started = true;
+            let by_head = Instant::now() + spec.head_timeout;
+            deadline = if first {
+                deadline.min(by_head)
+            } else {
+                by_head
+            };
+        }
+    }
+}
+
+/// The agent side of a client connection: a proxy stream of the route's session.
+struct Leg {
+    route: Arc<Route>,
+    sid: u32,
+    wakes: Arc<Wakes>,
+    reusable: bool,
+}
+
+impl Leg {
+    fn end(self) {
+        self.route.session.disown(self.sid);
+    }
+}
+
+async fn connection(mut tcp: TcpStream, peer: SocketAddr, public: Arc<Public>, mut ticket: Ticket) {
+    let local = tcp
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let mut buf: Vec<u8> = Vec::new();
+    let mut first = true;
+    let mut leg: Option<Leg> = None;
+    let client_addr = peer.to_string();
+    let client_ip = peer.ip().to_string();
+    loop {
+        ticket.waiting();
+        let head = match read_head(&mut tcp, &mut buf, first, &public.spec, &ticket).await {
+            Head::Request(head) => head,
+            Head::ToPython => break hand_over(tcp, peer, buf, first, &public, leg),
+            Head::Closed => break end_leg(leg),
+        };
+        ticket.busy();
+        let route = match public.routes.get(&head.host) {
+            Some(route) if http::carriable(&head) => route,
+            _ => break hand_over(tcp, peer, buf, first, &public, leg),
+        };
+        // the proxy stream: the one kept, or a new one
+        let fresh = match head.framing {
+            Framing::Length(n) => {
+                public.spec.fresh_stream_body > 0 && n > public.spec.fresh_stream_body
+            }
+            _ => false,
+        };
+        let kept = match leg.take() {
+            Some(l) if l.reusable && !fresh && same_route(&l.route, &route) => Some(l),
+            Some(l) => {
+                l.end();
+                None
+            }
+            None => None,
+        };
+        let mut out = Vec::with_capacity(1024);
+        let current = match kept {
+            Some(l) => l,
+            None => {
+                let opened = route.session.with(|st| st.open());
+                let Ok(sid) = opened else {
+                    // all slots taken, or the session ended: Python waits for a slot, or
+                    // gives the answer the route's end calls for
+                    break hand_over(tcp, peer, buf, first, &public, None);
+                };
+                let wakes = route.session.own(sid);
+                out.extend_from_slice(&http::proxy_header(
+                    &route.tunnel_id,
+                    &client_addr,
+                    &public.spec.scheme,
+                    "3",
+                ));
+                Leg {
+                    route: route.clone(),
+                    sid,
+                    wakes,
+                    reusable: false,
+                }
+            }
+        };
+        first = false;
+        let rest = buf.split_off(head.len);
+        buf = rest;
+        let outcome = exchange(
+            &mut tcp, &mut buf, &head, current, &mut out, &public, peer, local, &client_ip,
+        )
+        .await;
+        match outcome {
+            (true, l) => {
+                leg = l;
+                public.counters.served.fetch_add(1, Ordering::Relaxed);
+            }
+            (false, l) => {
+                public.counters.served.fetch_add(1, Ordering::Relaxed);
+                end_leg(l);
+                return;
+            }
+        }
+    }
+}
+
+/// The same endpoint on the same session (a route pushed again to renew it is the same).
+fn same_route(a: &Route, b: &Route) -> bool {
+    a.key == b.key && Arc::ptr_eq(&a.session, &b.session) && a.tunnel_id == b.tunnel_id
+}
+
+fn end_leg(leg: Option<Leg>) {
+    if let Some(l) = leg {
+        l.end();
+    }
+}
+
+fn hand_over(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    data: Vec<u8>,
+    first: bool,
+    public: &Public,
+    leg: Option<Leg>,
+) {
+    end_leg(leg);
+    let Ok(std) = tcp.into_std() else {
+        return;
+    };
+    public.counters.handed.fetch_add(1, Ordering::Relaxed);
+    public.inbox.push_conn(Handed {
+        listener: public.id,
+        fd: OwnedFd::from(std),
+        peer,
+        data,
+        first,
+    });
+}
+
+/// Up to READ_CHUNK bytes of a stream appended to `buf`: 0 at the agent's EOF.
+async fn stream_read(leg: &Leg, buf: &mut Vec<u8>) -> Result<usize, StreamError> {
+    loop {
+        let (got, credit) = leg.route.session.with(|st| {
+            let queued = st.out.len();
+            let got = st.read(leg.sid, READ_CHUNK, |b| {
+                buf.extend_from_slice(b);
+                b.len()
+            });
+            (got, st.out.len() > queued)
+        });
+        if credit {
+            leg.route.session.flush();
+        }
+        match got? {
+            Some(n) => return Ok(n),
+            None => leg.wakes.readable.notified().await,
+        }
+    }
+}
+
+/// `data` queued on the stream as its window allows, then sent.
+async fn stream_write(leg: &Leg, data: &[u8]) -> Result<(), StreamError> {
+    let mut at = 0;
+    while at < data.len() {
+        let taken = leg
+            .route
+            .session
+            .with(|st| st.write(leg.sid, &data[at..]))?;
+        if taken == 0 {
+            leg.route.session.flush();
+            leg.wakes.writable.notified().await;
+        }
+        at += taken;
+    }
+    leg.route.session.flush();
+    Ok(())
+}
+
+/// The contract's error body (edge/http_io.py error_response), the connection closed after.
+fn error_answer(status: u16, code: &str, msg: &str) -> Vec<u8> {
+    let op = operation_id();
+    let body = format!(
+        "{{\"error_code\": {}, \"status_code\": {}, \"msg\": {}, \"details\": {{\"operation_id\": {}}}}}",
+        http::json_str(code),
+        status,
+        http::json_str(msg),
+        http::json_str(&op)
+    );
+    format!(
+        "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nngrok-error-code: {code}\r\noperation-id: {op}\r\nconnection: close\r\n\r\n{body}",
+        http::phrase(status),
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A new operation id (chalicelib/core/ids.py new_id("op")): milliseconds and 112 random
+/// bits, 27 base-62 digits.
+fn operation_id() -> String {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let mut random = [0u8; 14];
+    // SAFETY: getrandom writes at most random.len() bytes into the buffer.
+    unsafe {
+        libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0);
+    }
+    let mut number = (millis << 112) | random.iter().fold(0u128, |n, b| (n << 8) | *b as u128);
+    let mut digits = [b'0'; 27];
+    for d in digits.iter_mut().rev() {
+        *d = ALPHABET[(number % 62) as usize];
+        number /= 62;
+    }
+    format!("op_{}", String::from_utf8_lossy(&digits))
+}
+
+enum Failed {
+    /// The stream could not be written: the endpoint went offline.
+    Offline,
+    /// The agent ended the stream before a response: its upstream is unreachable.
+    Unreachable,
+    /// Not a valid HTTP/1.1 response.
+    BadResponse,
+    /// The client went away, or failed a bound: close without an answer.
+    Client,
+}
+
+/// One request served on `leg`: (keep the connection, the leg to keep).
+#[allow(clippy::too_many_arguments)]
+async fn exchange(
+    tcp: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    head: &RequestHead,
+    leg: Leg,
+    out: &mut Vec<u8>,
+    public: &Public,
+    peer: SocketAddr,
+    local: SocketAddr,
+    client_ip: &str,
+) -> (bool, Option<Leg>) {
+    let started = Instant::now();
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let spec = &public.spec;
+    http::upstream_head(head, client_ip, &spec.scheme, out);
+    let mut body_left = match head.framing {
+        Framing::Length(n) => n,
+        _ => 0,
+    };
+    let now = (body_left.min(buf.len() as u64)) as usize;
+    out.extend_from_slice(&buf[..now]);
+    buf.drain(..now);
+    body_left -= now as u64;
+    let bytes_in = now as u64;
+    let mut record = Served {
+        route: leg.route.key,
+        peer,
+        local,
+        method: head.method.clone(),
+        target: head.target.clone(),
+        request_fields: head.fields.clone(),
+        status: 0,
+        reason: Vec::new(),
+        response_fields: Vec::new(),
+        bytes_in,
+        bytes_out: 0,
+        started: wall,
+        duration: 0.0,
+    };
+    let host = head.host.clone();
+    let result = if stream_write(&leg, out).await.is_err() {
+        Err((Failed::Offline, false))
+    } else {
+        let (mut rd, mut wr) = tcp.split();
+        let pumped = AtomicBool::new(body_left == 0);
+        let carried = AtomicU64::new(0);
+        let mut pipelined: Vec<u8> = Vec::new();
+        let done = {
+            // The client's side: the rest of the body, then watched while the response comes
+            // (edge/public.py watch_client): a reset ends the exchange at once, the agent
+            // silent or not; a FIN is a half-close and is not watched; bytes of a pipelined
+            // request wait (up to MAX_HEAD_BYTES) for the next head.
+            let client_side = async {
+                if body_left > 0 {
+                    pump_body(&mut rd, &leg, body_left, spec.body_timeout, &carried).await?;
+                    pumped.store(true, Ordering::Relaxed);
+                }
+                loop {
+                    if pipelined.len() >= http::MAX_HEAD_BYTES {
+                        std::future::pending::<()>().await;
+                    }
+                    pipelined.reserve(4096);
+                    match rd.read_buf(&mut pipelined).await {
+                        Ok(0) => std::future::pending::<()>().await,
+                        Ok(_) => {}
+                        Err(_) => return Err::<(), ()>(()),
+                    }
+                }
+            };
+            tokio::pin!(client_side);
+            let respond = respond(&mut wr, &leg, head, &mut record);
+            tokio::pin!(respond);
+            tokio::select! {
+                _ = &mut client_side => Err((Failed::Client, false)),
+                done = &mut respond => done.map(|r| (r, pumped.load(Ordering::Relaxed))),
+            }
+        };
+        record.bytes_in += carried.load(Ordering::Relaxed);
+        buf.extend_from_slice(&pipelined);
+        done
+    };
+    record.duration = started.elapsed().as_secs_f64();
+    let (keep, leg) = match result {
+        Ok(((client_keep, leg_keep), body_done)) => {
+            let mut leg = leg;
+            leg.reusable = leg_keep && body_done;
+            if client_keep && body_done {
+                (true, Some(leg))
+            } else {
+                let _ = tcp.shutdown().await;
+                (false, Some(leg))
+            }
+        }
+        Err((failed, started)) => {
+            let answer = match failed {
+                Failed::Offline => Some((
+                    502,
+                    "ERR_NGROK_3200",
+                    format!("The endpoint {}://{host} is offline.", spec.scheme),
+                )),
+                Failed::Unreachable => Some((
+                    502,
+                    "ERR_NGROK_8012",
+                    format!(
+                        "The agent serving {}://{host} could not reach its upstream service.",
+                        spec.scheme
+                    ),
+                )),
+                Failed::BadResponse => Some((
+                    502,
+                    "ERR_NGROK_3004",
+                    "The upstream server returned an invalid or incomplete HTTP response."
+                        .to_string(),
+                )),
+                Failed::Client => None,
+            };
+            if let (Some((status, code, msg)), false) = (answer, started) {
+                record.status = status;
+                let _ = tcp.write_all(&error_answer(status, code, &msg)).await;
+                let _ = tcp.shutdown().await;
+            }
+            (false, Some(leg))
+        }
+    };
+    if record.status != 0 {
+        public.inbox.push_served(record);
+    }
+    (keep, leg)
+}
+
+/// The rest of a Content-Length body, client to stream (`carried` counts the bytes as they
+/// go: a response may end the exchange before the body is all sent).
+async fn pump_body(
+    rd: &mut ReadHalf<'_>,
+    leg: &Leg,
+    mut left: u64,
+    timeout: Duration,
+    carried: &AtomicU64,
+) -> Result<(), ()> {
+    let mut chunk = vec![0u8; READ_CHUNK.min(left as usize).max(1)];
+    while left > 0 {
+        let want = (left as usize).min(chunk.len());
+        let n = match tokio::time::timeout(timeout, rd.read(&mut chunk[..want])).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Err(()),
+            Ok(Ok(n)) => n,
+        };
+        stream_write(leg, &chunk[..n]).await.map_err(|_| ())?;
+        left -= n as u64;
+        carried.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// The agent's response relayed: (the client's connection stays open, the stream may serve
+/// the next request); Err((why, whether the response had begun)).
+async fn respond(
+    wr: &mut WriteHalf<'_>,
+    leg: &Leg,
+    req: &RequestHead,
+    record: &mut Served,
+) -> Result<(bool, bool), (Failed, bool)> {
+    let mut rbuf: Vec<u8> = Vec::new();
+    let head_request = req.method == b"HEAD";
+    let resp: ResponseHead = loop {
+        match http::parse_response(&rbuf) {
+            Parsed::Done(resp) if resp.status < 200 => {
+                if resp.status == 101 {
+                    return Err((Failed::BadResponse, false)); // no upgrade was asked
+                }
+                let mut out = Vec::new();
+                http::client_head(&resp, true, false, &mut out);
+                rbuf.drain(..resp.len);
+                wr.write_all(&out)
+                    .await
+                    .map_err(|_| (Failed::Client, false))?;
+                continue;
+            }
+            Parsed::Done(resp) => break resp,
+            Parsed::Invalid(_) => return Err((Failed::BadResponse, false)),
+            Parsed::Partial => {}
+        }
+        match stream_read(leg, &mut rbuf).await {
+            Ok(0) if rbuf.is_empty() => return Err((Failed::Unreachable, false)),
+            Ok(0) => return Err((Failed::BadResponse, false)),
+            Ok(_) => {}
+            Err(_) => return Err((Failed::Unreachable, false)),
+        }
+    };
+    rbuf.drain(..resp.len);
+    let mut out = Vec::with_capacity(resp.len + rbuf.len() + 64);
+    let (to_client, client_keep) = http::client_head(&resp, head_request, req.close, &mut out);
+    record.status = resp.status;
+    record.reason = resp.reason.clone();
+    record.response_fields = resp.fields.clone();
+    // what the agent's side delimits, and whether the stream can serve another request
+    let declared_body = !matches!(resp.framing, Framing::Length(0) | Framing::None);
+    let mut leg_keep = !resp.close && !req.close;
+    let from_agent = if to_client == Framing::None {
+        if declared_body {
+            leg_keep = false; // a body the head said nothing of would answer nothing
+        }
+        Framing::None
+    } else {
+        resp.framing
+    };
+    let mut chunks = http::Chunks::default();
+    let mut left = match from_agent {
+        Framing::Length(n) => n,
+        _ => 0,
+    };
+    let mut ended = matches!(from_agent, Framing::None | Framing::Length(0));
+    let mut begun = false;
+    loop {
+        // the body bytes in rbuf
+        if !rbuf.is_empty() && !ended {
+            match from_agent {
+                Framing::Length(_) => {
+                    let take = (left.min(rbuf.len() as u64)) as usize;
+                    out.extend_from_slice(&rbuf[..take]);
+                    record.bytes_out += take as u64;
+                    rbuf.drain(..take);
+                    left -= take as u64;
+                    ended = left == 0;
+                }
+                Framing::Chunked => {
+                    let (used, done) = chunks
+                        .feed(&rbuf)
+                        .map_err(|_| (Failed::BadResponse, begun))?;
+                    out.extend_from_slice(&rbuf[..used]);
+                    record.bytes_out = chunks.data; // the body's bytes, not its framing
+                    rbuf.drain(..used);
+                    ended = done;
+                }
+                Framing::UntilClose => {
+                    http::chunk(&rbuf, &mut out);
+                    record.bytes_out += rbuf.len() as u64;
+                    rbuf.clear();
+                }
+                Framing::None => {}
+            }
+        }
+        if ended && !rbuf.is_empty() {
+            leg_keep = false; // bytes past the response: the stream is not reusable
+        }
+        if !out.is_empty() {
+            wr.write_all(&out)
+                .await
+                .map_err(|_| (Failed::Client, true))?;
+            out.clear();
+            begun = true;
+        }
+        if ended {
+            return Ok((client_keep, leg_keep));
+        }
+        match stream_read(leg, &mut rbuf).await {
+            Ok(0) if from_agent == Framing::UntilClose => {
+                wr.write_all(b"0\r\n\r\n")
+                    .await
+                    .map_err(|_| (Failed::Client, true))?;
+                return Ok((client_keep, false));
+            }
+            Ok(0) | Err(_) => return Err((Failed::Unreachable, true)),
+            Ok(_) => {}
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The public plain-HTTP listener (src/public.rs) as the edge uses it: a client over TCP, an
+//! agent session over a Unix socket pair played by the test (muxado frames in the clear).
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use edge_core::carrier::{Carrier, Where};
+use edge_core::mux::{encode, Limits, DATA, FIN};
+use edge_core::public::{PublicListen, Route};
+use edge_core::session::Session;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+
+fn spec(max_per_address: usize) -> PublicListen {
+    PublicListen {
+        scheme: "http".into(),
+        head_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(5),
+        body_timeout: Duration::from_secs(5),
+        fresh_stream_body: 4096,
+        max_total: 100,
+        max_per_address,
+    }
+}
+
+/// A carrier with a public listener, and an agent session whose other end the test holds.
+fn setup(max_per_address: usize) -> (Carrier, u16, Arc<Session>, UnixStream) {
+    let carrier = Carrier::new(1).unwrap();
+    let (_, local) = carrier
+        .listen_public(Where::Bind("127.0.0.1".into(), 0), spec(max_per_address))
+        .unwrap();
+    let (ours, theirs) = StdUnixStream::pair().unwrap();
+    let session = carrier
+        .attach(OwnedFd::from(ours), Limits::default())
+        .unwrap();
+    session.with(|st| st.authenticate());
+    theirs.set_nonblocking(true).unwrap();
+    let agent = UnixStream::from_std(theirs).unwrap();
+    (carrier, local.port(), session, agent)
+}
+
+/// The frames in `buf` that are whole: (type, flags, stream id, payload).
+fn frames(buf: &mut Vec<u8>) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    while buf.len() >= 8 {
+        let word = u32::from_be_bytes(buf[..4].try_into().unwrap());
+        let len = (word >> 8) as usize;
+        if buf.len() < 8 + len {
+            break;
+        }
+        let sid = u32::from_be_bytes(buf[4..8].try_into().unwrap());
+        out.push((
+            ((word >> 4) & 0xF) as u8,
+            (word & 0xF) as u8,
+            sid,
+            buf[8..8 + len].to_vec(),
+        ));
+        buf.drain(..8 + len);
+    }
+    out
+}
+
+/// What the agent got on one stream until `done` says it is whole: (stream id, bytes).
+async fn agent_reads(agent: &mut UnixStream, done: impl Fn(&[u8]) -> bool) -> (u32, Vec<u8>) {
+    let (mut buf, mut got, mut sid) = (Vec::new(), Vec::new(), 0);
+    let mut chunk = [0u8; 16384];
+    while !done(&got) {
+        let n = tokio::time::timeout(Duration::from_secs(5), agent.read(&mut chunk))
+            .await
+            .expect("the agent got nothing")
+            .unwrap();
+        assert!(n > 0, "the session ended");
+        buf.extend_from_slice(&chunk[..n]);
+        for (typ, _, id, payload) in frames(&mut buf) {
+            if typ == DATA {
+                sid = id;
+                got.extend_from_slice(&payload);
+            }
+        }
+    }
+    (sid, got)
+}
+
+fn has(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+async fn read_response(client: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 16384];
+    while !got.ends_with(end) {
+        let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut chunk))
+            .await
+            .expect("no response")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before the response's end: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&chunk[..n]);
+    }
+    got
+}
+
+fn route(session: &Arc<Session>) -> Route {
+    Route {
+        key: 7,
+        session: session.clone(),
+        tunnel_id: "tn_test".into(),
+        until: Instant::now() + Duration::from_secs(60),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_routes_request_is_served_on_a_stream_with_the_proxy_header_and_recorded() {
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set("a.test".into(), route(&session));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let client_addr = client.local_addr().unwrap().to_string();
+    client
+        .write_all(b"POST /x HTTP/1.1\r\nHost: A.test:80\r\nContent-Length: 4\r\n\r\nbody")
+        .await
+        .unwrap();
+    let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"body")).await;
+    assert_eq!(sid % 2, 0, "a stream of the edge's");
+    let json = format!(
+        "{{\"Id\": \"tn_test\", \"ClientAddr\": \"{client_addr}\", \"Proto\": \"http\", \"EdgeType\": \"3\", \"PassthroughTLS\": false}}"
+    );
+    assert_eq!(&got[12..12 + json.len()], json.as_bytes());
+    let request = &got[12 + json.len()..];
+    assert!(request.starts_with(b"POST /x HTTP/1.1\r\nhost: A.test:80\r\ncontent-length: 4\r\n"));
+    assert!(has(request, b"x-forwarded-for: 127.0.0.1\r\nx-forwarded-proto: http\r\nx-forwarded-host: A.test:80\r\n\r\nbody"));
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok",
+    );
+    agent.write_all(&answer).await.unwrap();
+    let response = read_response(&mut client, b"ok").await;
+    assert_eq!(
+        response,
+        b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
+    );
+
+    // the same connection, the same stream: the next request goes on it (keep-alive), its
+    // route renewed (pushed again) meanwhile
+    carrier.routes.set("a.test".into(), route(&session));
+    client
+        .write_all(b"GET /y HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    let (again, got) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    assert_eq!(again, sid);
+    assert!(got.starts_with(b"GET /y HTTP/1.1\r\n"));
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+    );
+    agent.write_all(&answer).await.unwrap();
+    read_response(&mut client, b"0\r\n\r\n").await;
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut served = Vec::new();
+    while served.len() < 2 && Instant::now() < deadline {
+        served.extend(carrier.inbox().take().served);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(served.len(), 2);
+    assert_eq!(
+        (
+            served[0].route,
+            served[0].status,
+            served[0].bytes_in,
+            served[0].bytes_out
+        ),
+        (7, 201, 4, 2)
+    );
+    assert_eq!((served[1].status, served[1].bytes_out), (200, 2)); // body bytes, not framing
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_ends_the_stream_before_answering_gets_the_contracts_502() {
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set("a.test".into(), route(&session));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    let (sid, _) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    let mut fin = Vec::new();
+    encode(&mut fin, DATA, FIN, sid, b"");
+    agent.write_all(&fin).await.unwrap();
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).await.unwrap();
+    assert!(got.starts_with(b"HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\n"));
+    assert!(has(&got, b"\"error_code\": \"ERR_NGROK_8012\""));
+    assert!(has(&got, b"connection: close\r\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_without_a_route_goes_to_python_with_the_bytes_read() {
+    let (carrier, port, _session, _agent) = setup(16);
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let head = b"GET /z HTTP/1.1\r\nHost: nobody.test\r\n\r\n";
+    client.write_all(head).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut conns = Vec::new();
+    while conns.is_empty() && Instant::now() < deadline {
+        conns.extend(carrier.inbox().take().conns);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(conns.len(), 1);
+    assert_eq!(conns[0].data, head.to_vec());
+    assert!(conns[0].first);
+    // the socket is Python's now: what it writes reaches the client
+    let std = std::net::TcpStream::from(conns.pop().unwrap().fd);
+    std::io::Write::write_all(&mut &std, b"HTTP/1.1 404 Not Found\r\n\r\n").unwrap();
+    drop(std);
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"HTTP/1.1 404 Not Found\r\n\r\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_per_address_cap_the_oldest_waiting_connection_makes_room() {
+    let (carrier, port, _session, _agent) = setup(2);
+    let mut oldest = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let _second = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while carrier.public_held() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _third = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut sink = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(5), oldest.read(&mut sink))
+        .await
+        .expect("the oldest waiting connection was not closed")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    assert_eq!(
+        carrier
+            .public_counters
+            .evicted
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}

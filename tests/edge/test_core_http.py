@@ -1,0 +1,177 @@
+"""The public plain-HTTP listener's fast path in the compiled core (edge/fast_path.py,
+edge_core/src/public.rs), through the official Python SDK as a process: a plain route's
+requests are served by the core and recorded; a route with a traffic policy, and requests the
+core does not carry, go to Python as before; a route's end is answered as Python answers it."""
+
+import json
+import socket
+
+import pytest
+import requests
+
+from stacks.agents import SdkAgent
+from tests.edge.support import bound, credential, host as host_of, metric, wait
+
+
+def _served(edge) -> float:
+    return metric(edge.metrics(), "edge_core_http_requests_total")
+
+
+def _handed(edge) -> float:
+    return metric(edge.metrics(), "edge_core_http_handed_over_total")
+
+
+def _get(edge, host, path, **kwargs):
+    headers = {"Host": host, **kwargs.pop("headers", {})}
+    return requests.request(
+        kwargs.pop("method", "GET"),
+        f"http://127.0.0.1:{edge.http_port}{path}",
+        headers=headers,
+        timeout=10,
+        **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def plain(edge, api):
+    """An endpoint with no policy or options: a plain route once the core has it."""
+    agent = SdkAgent(edge, credential(api.new_account())["token"], [{"proto": "http"}])
+    host = host_of(bound(agent.start())[0]["url"])
+    assert wait(lambda: metric(edge.metrics(), "edge_core_http_routes") >= 1)
+    yield host
+    agent.stop()
+
+
+def _until_core_serves(edge, host):
+    """The route is pushed a moment after the bind: wait until a request is the core's."""
+
+    def served_one():
+        before = _served(edge)
+        assert _get(edge, host, "/echo").status_code == 200
+        return _served(edge) > before
+
+    assert wait(served_one)
+
+
+def test_a_plain_routes_requests_are_served_by_the_core_with_forwarded_headers(edge, plain):
+    _until_core_serves(edge, plain)
+    served, handed = _served(edge), _handed(edge)
+    with requests.Session() as session:
+        for i in range(10):
+            resp = session.get(
+                f"http://127.0.0.1:{edge.http_port}/echo?i={i}",
+                headers={"Host": plain, "X-Forwarded-For": "203.0.113.9"},
+                timeout=10,
+            )
+            assert resp.status_code == 200
+            seen = resp.json()
+            assert seen["path"] == f"/echo?i={i}"
+            headers = {k.lower(): v for k, v in seen["headers"].items()}
+            assert headers["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"
+            assert headers["x-forwarded-proto"] == "http"
+            assert headers["x-forwarded-host"] == plain
+    assert _served(edge) - served == 10
+    assert _handed(edge) == handed  # none of them went to Python
+
+
+def test_the_cores_requests_are_recorded_in_the_request_metrics(edge, plain):
+    _until_core_serves(edge, plain)
+
+    def ok_agent_requests():
+        return metric(
+            edge.metrics(), "edge_http_requests_total", status_class="2xx", endpoint_kind="agent"
+        )
+
+    before = ok_agent_requests()
+    for _ in range(5):
+        assert _get(edge, plain, "/echo").status_code == 200
+    assert wait(lambda: ok_agent_requests() - before >= 5)
+
+
+def test_bodies_both_ways_through_the_core(edge, plain):
+    _until_core_serves(edge, plain)
+    before = _served(edge)
+    body = bytes(range(256)) * 4096  # 1 MiB: past the fresh-stream bound, many windows
+    resp = _get(edge, plain, "/upload", method="POST", data=body)
+    assert resp.status_code == 200, resp.text
+    streamed = _get(edge, plain, "/stream")  # a chunked response, written in pieces
+    assert streamed.status_code == 200 and streamed.content
+    head = _get(edge, plain, "/echo", method="HEAD")
+    assert head.status_code == 200 and head.content == b""
+    assert _served(edge) - before == 3
+
+
+def test_what_the_core_does_not_carry_goes_to_python(edge, plain):
+    _until_core_serves(edge, plain)
+    handed = _handed(edge)
+    chunked = _get(edge, plain, "/upload", method="POST", data=iter([b"a" * 10, b"b" * 10]))
+    assert chunked.status_code == 200  # a chunked request body: Python's
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as sock:
+        sock.sendall(b"GET /echo HTTP/1.0\r\nHost: " + plain.encode() + b"\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200")  # HTTP/1.0: Python's
+    assert _handed(edge) - handed >= 2
+
+
+def test_a_bad_head_is_answered_by_python_as_before(edge, plain):
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: " + plain.encode() + b"\r\nBad Header\r\n\r\n")
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert b"ERR_NGROK" in answer
+
+
+def test_a_route_with_a_traffic_policy_goes_through_python(edge, api, plain):
+    policy = {
+        "on_http_response": [
+            {"actions": [{"type": "add-headers", "config": {"headers": {"x-policy": "ran"}}}]}
+        ]
+    }
+    agent = SdkAgent(
+        edge,
+        credential(api.new_account())["token"],
+        [{"proto": "http", "options": {"traffic_policy": [json.dumps(policy)]}}],
+    )
+    host = host_of(bound(agent.start())[0]["url"])
+    try:
+        _until_core_serves(edge, plain)  # the core serves plain routes meanwhile
+        served = _served(edge)
+        for _ in range(3):
+            resp = _get(edge, host, "/echo")
+            assert resp.status_code == 200
+            assert resp.headers["x-policy"] == "ran"
+        assert _served(edge) == served
+    finally:
+        agent.stop()
+
+
+def test_a_removed_route_is_answered_as_python_answers_it(edge, api):
+    agent = SdkAgent(edge, credential(api.new_account())["token"], [{"proto": "http"}])
+    host = host_of(bound(agent.start())[0]["url"])
+    _until_core_serves(edge, host)
+    agent.stop()
+
+    def offline():
+        resp = _get(edge, host, "/echo")
+        return resp.status_code in (404, 502) and resp.json()["error_code"] == "ERR_NGROK_3200"
+
+    assert wait(offline)
+    before = _served(edge)
+    resp = _get(edge, host, "/echo")
+    assert resp.json()["error_code"] == "ERR_NGROK_3200"
+    assert _served(edge) == before  # no route left in the core
+
+
+def test_an_idle_keep_alive_connection_the_core_holds_is_counted_and_released(edge, plain):
+    _until_core_serves(edge, plain)
+    held = metric(edge.metrics(), "edge_public_connections")
+    sock = socket.create_connection(("127.0.0.1", edge.http_port), timeout=10)
+    try:
+        sock.sendall(b"GET /echo HTTP/1.1\r\nHost: " + plain.encode() + b"\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        assert metric(edge.metrics(), "edge_public_connections") >= held + 1
+    finally:
+        sock.close()
+    assert wait(lambda: metric(edge.metrics(), "edge_public_connections") <= held)
