@@ -61,7 +61,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar
 
 from botocore.exceptions import ClientError
 from pynamodb.attributes import (
@@ -275,6 +275,15 @@ def get(pk: str, sk: str) -> Optional[Item]:
         return model().get(pk, sk, consistent_read=True)
     except DoesNotExist:
         return None
+
+
+def get_many(keys: Sequence[Tuple[str, str]]) -> Dict[Tuple[str, str], Item]:
+    """The items of up to 100 ``(pk, sk)`` keys, by key (absent ones left out): one
+    BatchGetItem (strongly consistent; unprocessed keys asked again)."""
+    if len(keys) > 100:
+        raise ValueError("get_many reads at most 100 keys")
+    found = model().batch_get(list(dict.fromkeys(keys)), consistent_read=True)
+    return {(item.pk, item.sk): item for item in found}
 
 
 def get_resource(account_id: str, collection: str, resource_id: str) -> Item:
