@@ -50,8 +50,7 @@ def test_auth_and_recheck_read_the_credential_and_owner_in_one_call(inprocess_ap
         binding.authenticate(cred["token"])
     assert inactive.value.code == edge_errors.AUTHTOKEN_INVALID
     assert inactive.value.message == (
-        f"The authtoken credential {cred['id']} cannot be used: "
-        "the owner is an inactive bot user."
+        f"The authtoken credential {cred['id']} cannot be used: the owner is an inactive bot user."
     )
     admin.patch(f"/bot_users/{bot['id']}", {"active": True})
     assert binding.recheck(grant.account_id, cred["id"], bot["id"], "bot") == grant
