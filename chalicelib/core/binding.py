@@ -63,7 +63,8 @@ class Grant:
 def authenticate(token: str) -> Grant:
     """The grant of an agent's authtoken, read afresh (the credential and its owner), or Refused.
 
-    Three GetItems: the token's digest lookup, the credential, its owner. Called at Auth and
+    One GetItem (the token's digest lookup) and one BatchGetItem (the credential and its
+    owner: :func:`recheck`). Called at Auth and
     again periodically by the edge so that deleting a credential or deactivating its bot
     ends live sessions."""
     if not isinstance(token, str) or not _TOKEN_FORM.match(token):
@@ -84,8 +85,8 @@ def authenticate(token: str) -> Grant:
 
 def authenticate_ssh_key(blob: bytes) -> Grant:
     """The grant of the SSH credential whose public key is ``blob`` (the key's wire blob, as
-    an SSH client sends it), read afresh, or Refused: three GetItems, as :func:`authenticate`
-    (the key's lookup, the SSH credential, its owner). The edge's SSH gateway asks this for
+    an SSH client sends it), read afresh, or Refused: one GetItem (the key's lookup) and one
+    BatchGetItem (the SSH credential and its owner), as :func:`authenticate`. The edge's SSH gateway asks this for
     each key a client offers, before the client proves it holds the private key."""
     data = keys.lookup_ssh_key(blob)
     if data is None:
@@ -172,21 +173,23 @@ def _certificate_grant(account_id: str, certificate_id: str, ca_id: Optional[str
 
 def recheck(account_id: str, credential_id: str, owner_id: str, owner_kind: str) -> Grant:
     """The grant of a known credential (an authtoken's, an SSH credential's or an SSH user
-    certificate's: told by its id), read afresh, or Refused (deleted, owner unusable)."""
+    certificate's: told by its id), read afresh, or Refused (deleted, owner unusable): one
+    BatchGetItem of the credential and its owner."""
     if ids.is_valid(credential_id, ids.PREFIXES["ssh_user_certificate"]):
         return _certificate_grant(account_id, credential_id, None)
     ssh = ids.is_valid(credential_id, ids.PREFIXES["ssh_credential"])
     collection = keys.SSH_CREDENTIAL_COLLECTION if ssh else keys.CREDENTIAL_COLLECTION
-    item = store.get(store.collection_pk(account_id, collection), credential_id)
+    credential_key = (store.collection_pk(account_id, collection), credential_id)
+    owner_key = keys.owner_key(account_id, owner_id, owner_kind)
+    found = store.get_many([credential_key, owner_key])  # one read of both
+    item = found.get(credential_key)
     what = "SSH credential" if ssh else "authtoken credential"
     if item is None:
         raise Refused(
             edge_errors.AUTHTOKEN_INVALID,
             f"The {what} {credential_id} has been deleted and is no longer valid.",
         )
-    owner, why = keys.usable_owner(
-        {"account_id": account_id, "owner_id": owner_id, "owner_kind": owner_kind}
-    )
+    owner, why = keys.owner_usable(found.get(owner_key), owner_kind)
     if owner is None:
         raise Refused(
             edge_errors.AUTHTOKEN_INVALID,

@@ -38,8 +38,7 @@ def digest(secret: str) -> str:
 
 
 def owner_item(account_id: str, owner_id: str, owner_kind: str) -> Optional[store.Item]:
-    collection = USER_COLLECTION if owner_kind == "user" else BOT_COLLECTION
-    return store.get(store.collection_pk(account_id, collection), owner_id)
+    return store.get(*owner_key(account_id, owner_id, owner_kind))
 
 
 def lookup_secret(namespace: str, secret: str) -> Optional[Dict[str, Any]]:
@@ -71,12 +70,23 @@ def lookup_ssh_ca_key(blob: bytes) -> Optional[Dict[str, Any]]:
     return lookup.data
 
 
+def owner_key(account_id: str, owner_id: str, owner_kind: str) -> Tuple[str, str]:
+    """(pk, sk) of the owner item (a user or a bot user)."""
+    collection = USER_COLLECTION if owner_kind == "user" else BOT_COLLECTION
+    return store.collection_pk(account_id, collection), owner_id
+
+
 def usable_owner(data: Dict[str, Any]) -> Tuple[Optional[store.Item], str]:
     """The owner item named by a lookup's data, or (None, why) when it is gone or an
     inactive bot: then neither its API keys nor its credentials may be used."""
     owner = owner_item(data["account_id"], data["owner_id"], data["owner_kind"])
+    return owner_usable(owner, data["owner_kind"])
+
+
+def owner_usable(owner: Optional[store.Item], owner_kind: str) -> Tuple[Optional[store.Item], str]:
+    """:func:`usable_owner`'s rule on an owner item already read (None: it does not exist)."""
     if owner is None:
         return None, "the owner no longer exists"
-    if data["owner_kind"] == "bot" and not owner.data.get("active", False):
+    if owner_kind == "bot" and not owner.data.get("active", False):
         return None, "the owner is an inactive bot user"
     return owner, ""

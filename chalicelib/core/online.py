@@ -15,6 +15,13 @@ Items (keys from chalicelib.core.store's builders, like every resource)
 | tunnel         | ``collection_pk(account, "tunnel")``         | ``tn_…``   | its session id |
 | endpoint       | ``collection_pk(account, "endpoint")``       | ``ep_…``   | its session id |
 | served name    | ``unique_pk("served_host", name)``           | ``U``      | its endpoint id|
+| credential's session | ``collection_pk(account, "credential_session#" + credential)`` | ``ts_…`` | (none) |
+
+A credential's session item (``instance_id``, ``heartbeat_at``, ``expires_at`` only) is
+written with its session item in one TransactWriteItems, its TTL pushed with the session's and
+removed just before it, so the sessions-per-credential quota (:func:`live_credential_sessions`)
+reads one partition holding that credential's sessions alone: its cost does not grow with the
+account's other sessions.
 
 Every item carries, at the top level, ``instance_id`` (the edge instance that holds the
 session), ``heartbeat_at`` (epoch seconds) and ``expires_at`` (epoch seconds; the table's
@@ -77,6 +84,11 @@ from chalicelib.core import errors, ids, leases, store
 from chalicelib.core.config import get_settings
 
 SESSIONS = "tunnel_session"
+# One small item per live session under its credential (pk: the account's collection of that
+# credential's sessions; sk: the session id), written with the session item in one transaction
+# and removed with it: the sessions-per-credential quota reads this partition (at most the
+# credential's own sessions) instead of every session of the account.
+CREDENTIAL_SESSIONS = "credential_session"
 TUNNELS = "tunnel"
 ENDPOINTS = "endpoint"
 CLAIM_NAMESPACE = "served_host"
@@ -208,6 +220,24 @@ def get_raw(key: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return raw_client().get_item(TableName=raw_table(), Key=key, ConsistentRead=True).get("Item")
 
 
+def _query_raw(pk: str) -> List[Dict[str, Any]]:
+    """Every item of partition ``pk`` (strongly consistent; pages followed)."""
+    items: List[Dict[str, Any]] = []
+    start: Optional[Dict[str, Any]] = None
+    while True:
+        page = raw_client().query(
+            TableName=raw_table(),
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": pk}},
+            ConsistentRead=True,
+            **({"ExclusiveStartKey": start} if start else {}),
+        )
+        items += page.get("Items", [])
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return items
+
+
 def data_of(raw: Dict[str, Any]) -> Dict[str, Any]:
     """``data`` as the store keeps it: a map (a JSON string in items of the first layout)."""
     if "data" not in raw:
@@ -305,7 +335,8 @@ def session_started(
     transport: str = "ngrok/2",
     owner_id: Optional[str] = None,
 ) -> None:
-    """Write the session item (an upsert: a session id written again is replaced).
+    """Write the session item and its credential's index item (CREDENTIAL_SESSIONS), one
+    TransactWriteItems of two Puts (upserts: a session id written again is replaced).
 
     ``owner_id`` is the credential's owner (user or bot; shown as the ``principal`` of the
     session's endpoints); when not given it is read from the credential (one GetItem).
@@ -338,7 +369,23 @@ def session_started(
         expires_at=at + EXPIRE_AFTER_SECONDS,
     )
     item["children_refresh_at"] = {"N": _num(at + CHILD_TTL_SECONDS / 2)}
-    raw_client().put_item(TableName=raw_table(), Item=item)
+    index = {
+        "pk": {"S": _credential_sessions_pk(account_id, credential_id)},
+        "sk": {"S": session_id},
+        "instance_id": {"S": instance_id},
+        "heartbeat_at": {"N": ms_text(at)},
+        "expires_at": {"N": _num(at + EXPIRE_AFTER_SECONDS)},
+    }
+    raw_client().transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": raw_table(), "Item": item}},
+            {"Put": {"TableName": raw_table(), "Item": index}},
+        ]
+    )
+
+
+def _credential_sessions_pk(account_id: str, credential_id: str) -> str:
+    return store.collection_pk(account_id, f"{CREDENTIAL_SESSIONS}#{credential_id}")
 
 
 def session_heartbeat(
@@ -374,6 +421,9 @@ def session_heartbeat(
     refresh_at = num_attr(old, "children_refresh_at")
     if refresh_at is not None and refresh_at <= at:
         _refresh_children(account_id, session_id, old, at)
+    moved = str_attr(old, "instance_id") != instance_id
+    if moved or (refresh_at is not None and refresh_at <= at):
+        _refresh_index(account_id, session_id, old, at, instance_id if moved else None)
     return {
         "stop_requested": "stop_requested" in old,
         "restart_requested": "restart_requested" in old,
@@ -443,7 +493,37 @@ def session_refresh(account_id: str, session_id: str) -> bool:
             return False
         raise
     _refresh_children(account_id, session_id, old, at, mark=False)
+    _refresh_index(account_id, session_id, old, at)
     return True
+
+
+def _refresh_index(
+    account_id: str,
+    session_id: str,
+    session: Dict[str, Any],
+    at: float,
+    instance_id: Optional[str] = None,
+) -> None:
+    """Push the TTL of the session's CREDENTIAL_SESSIONS item forward (and name the instance
+    now holding the session, when given): one UpdateItem, skipped when the item is gone."""
+    credential_id = data_of(session).get("credential_id")
+    if not credential_id:
+        return
+    expression, values = "SET expires_at = :exp", {":exp": {"N": _num(at + EXPIRE_AFTER_SECONDS)}}
+    if instance_id is not None:
+        expression += ", instance_id = :i, heartbeat_at = :hb"
+        values.update({":i": {"S": instance_id}, ":hb": {"N": ms_text(at)}})
+    try:
+        raw_client().update_item(
+            TableName=raw_table(),
+            Key=raw_key(_credential_sessions_pk(account_id, credential_id), session_id),
+            UpdateExpression=expression,
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues=values,
+        )
+    except ClientError as exc:
+        if not _is_condition_failure(exc):
+            raise
 
 
 class Command(NamedTuple):
@@ -558,7 +638,9 @@ def _child_key(account_id: str, child_id: str) -> Dict[str, Any]:
 
 
 def session_ended(account_id: str, session_id: str, instance_id: Optional[str] = None) -> None:
-    """Remove the session, its tunnels and endpoints, and the names they claimed (idempotent).
+    """Remove the session, its tunnels and endpoints, the names they claimed and its
+    CREDENTIAL_SESSIONS item (idempotent: the session item goes last, so a retry after a
+    failure still finds the credential of the index item).
 
     Only items that still belong to this session are removed: a tunnel or endpoint re-bound by
     a reconnected agent's new session (same id, new owner) is left alone, and so is its claim.
@@ -567,7 +649,9 @@ def session_ended(account_id: str, session_id: str, instance_id: Optional[str] =
     it re-bound, and the session item when it names the other instance.
     """
     raw = get_raw(_session_key(account_id, session_id))
+    credential_id = None
     if raw is not None:
+        credential_id = data_of(raw).get("credential_id")
         children = raw.get("children", {}).get("SS", [])
         condition, values = _owned(session_id, instance_id)
         removed_endpoints = set()
@@ -589,13 +673,15 @@ def session_ended(account_id: str, session_id: str, instance_id: Optional[str] =
             "ConditionExpression": "instance_id = :i",
             "ExpressionAttributeValues": {":i": {"S": instance_id}},
         }
-    try:
-        raw_client().delete_item(
-            TableName=raw_table(), Key=_session_key(account_id, session_id), **held_here
-        )
-    except ClientError as exc:
-        if not _is_condition_failure(exc):
-            raise
+    keys = [_session_key(account_id, session_id)]
+    if credential_id:
+        keys.insert(0, raw_key(_credential_sessions_pk(account_id, credential_id), session_id))
+    for key in keys:
+        try:
+            raw_client().delete_item(TableName=raw_table(), Key=key, **held_here)
+        except ClientError as exc:
+            if not _is_condition_failure(exc):
+                raise
 
 
 def _update_session(account_id: str, session_id: str, flag: str) -> Command:
@@ -1246,15 +1332,16 @@ def live_endpoint_count(account_id: str, proto: Optional[str] = None) -> int:
 def live_credential_sessions(
     account_id: str, credential_id: str, exclude: Optional[str] = None
 ) -> int:
-    """How many live agent sessions use ``credential_id`` (one Query of the account's
-    sessions), ``exclude`` (a reconnecting session's own id) left out. For the edge's
-    sessions-per-credential quota."""
-    mine = [
-        item
-        for item in store.query_all(store.collection_pk(account_id, SESSIONS))
-        if (item.data or {}).get("credential_id") == credential_id and item.sk != exclude
-    ]
-    return len(_alive((i.sk, i.instance_id, i.heartbeat_at) for i in mine))
+    """How many live agent sessions use ``credential_id``, ``exclude`` (a reconnecting
+    session's own id) left out. For the edge's sessions-per-credential quota: one Query of
+    the credential's CREDENTIAL_SESSIONS items (its own sessions only, whatever the account's
+    other credentials hold), their liveness judged as the sessions' (_alive)."""
+    proofs = []
+    for raw in _query_raw(_credential_sessions_pk(account_id, credential_id)):
+        sid = str_attr(raw, "sk") or ""
+        if sid != exclude:
+            proofs.append((sid, str_attr(raw, "instance_id"), num_attr(raw, "heartbeat_at")))
+    return len(_alive(proofs))
 
 
 def count_auth(credential_id: str, window: int = 60) -> int:

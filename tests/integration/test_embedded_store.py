@@ -179,3 +179,26 @@ def test_answers_are_the_ones_moto_writes_for_every_item_call(ddb):
 
 def _values(name, value):
     return {"ExpressionAttributeValues": {name: {"S": value}}}
+
+
+def test_concurrent_counter_adds_lose_no_increment(ddb):
+    """store.increment's UpdateItem (AttributeUpdates: ADD refs, PUT expires_at) is atomic in
+    the embedded store: 40 concurrent adds answer 1 … 40, each once."""
+
+    def add(_):
+        answer = ddb.update_item(
+            TableName=TABLE,
+            Key=_key("U#ctr#concurrent"),
+            AttributeUpdates={
+                "refs": {"Action": "ADD", "Value": {"N": "1"}},
+                "expires_at": {"Action": "PUT", "Value": {"N": "4000000000"}},
+            },
+            ReturnValues="UPDATED_NEW",
+        )
+        return int(answer["Attributes"]["refs"]["N"])
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=10) as pool:
+        counts = sorted(pool.map(add, range(40)))
+    assert counts == list(range(1, 41))
+    item = ddb.get_item(TableName=TABLE, Key=_key("U#ctr#concurrent"))["Item"]
+    assert item["refs"] == {"N": "40"} and item["expires_at"] == {"N": "4000000000"}

@@ -192,10 +192,81 @@ def test_the_edges_check_writes_nothing_per_session(clock, writes):
     del writes[:]
     clock["now"] += REFRESH_SECONDS  # a day of the sessions' life: their TTLs pushed once
     keeper.check(held)
-    assert writes == ["UpdateItem"] * 4 * 20  # session, tunnel, endpoint, claim
+    # session, its credential's index item, tunnel, endpoint, claim
+    assert writes == ["UpdateItem"] * 5 * 20
+    pushed = online.now() + online.EXPIRE_AFTER_SECONDS
+    index = online._query_raw(online._credential_sessions_pk(ACCT, "cr_x"))
+    assert len(index) == 20 and all(
+        online.num_attr(raw, "expires_at") == int(pushed) for raw in index
+    ), "the index item's TTL is pushed with its session's (else DynamoDB deletes it first)"
     del writes[:]
     keeper.check(held)
     assert writes == []
+
+
+def _started(credential_id, instance_id="edge_q", session_id=None):
+    sid = session_id or online.new_session_id()
+    online.session_started(
+        account_id=ACCT,
+        session_id=sid,
+        credential_id=credential_id,
+        instance_id=instance_id,
+        agent_version="1",
+        os="linux",
+        ip="127.0.0.1",
+        metadata="",
+        region="local",
+        owner_id="usr_x",
+    )
+    return sid
+
+
+def test_live_credential_sessions_reads_only_that_credentials_sessions(clock, store_env):
+    """The sessions-per-credential quota's count: the credential's live sessions (ended ones,
+    a dead instance's and the excluded one left out), read with one Query whose items are that
+    credential's only, however many sessions the account's other credentials hold."""
+    instances.register("edge_q", "")
+    instances.register("edge_dead", "")
+    mine = [_started("cr_mine") for _ in range(3)]
+    for _ in range(60):
+        _started("cr_other")
+    _started("cr_mine", instance_id="edge_dead")
+    assert online.live_credential_sessions(ACCT, "cr_mine") == 4
+    assert online.live_credential_sessions(ACCT, "cr_mine", exclude=mine[0]) == 3
+    online.session_ended(ACCT, mine[1], "edge_q")
+    assert online.live_credential_sessions(ACCT, "cr_mine") == 3
+    assert online.live_credential_sessions(ACCT, "cr_other") == 60
+
+    client = online.raw_client()
+    queried = []
+
+    def seen(parsed=None, model=None, **kwargs):
+        if getattr(model, "name", "") == "Query":
+            queried.append(parsed.get("ScannedCount"))
+
+    client.meta.events.register("after-call.dynamodb.Query", seen)
+    try:
+        clock["now"] += online.stale_seconds() + 1  # edge_dead's lease lapses (not renewed)
+        instances.register("edge_q", "")
+        assert online.live_credential_sessions(ACCT, "cr_mine") == 2
+    finally:
+        client.meta.events.unregister("after-call.dynamodb.Query", seen)
+    assert queried == [3], "one Query of the credential's 3 index items, not the account's 63"
+
+
+def test_a_session_resumed_on_another_instance_is_counted_once_and_kept(clock, store_env):
+    """A reconnect with the same session id on another instance replaces the index item; the
+    first instance's session_ended then leaves the session (and its count) to the other."""
+    instances.register("edge_q", "")
+    instances.register("edge_r", "")
+    sid = _started("cr_move")
+    _started("cr_move", instance_id="edge_r", session_id=sid)
+    assert online.live_credential_sessions(ACCT, "cr_move") == 1
+    online.session_ended(ACCT, sid, "edge_q")
+    assert online.live_credential_sessions(ACCT, "cr_move") == 1
+    online.session_ended(ACCT, sid, "edge_r")
+    assert online.live_credential_sessions(ACCT, "cr_move") == 0
+    assert online._query_raw(online._credential_sessions_pk(ACCT, "cr_move")) == []
 
 
 def test_a_refresh_of_a_removed_session_reports_it_gone(clock):

@@ -155,3 +155,13 @@ def test_backoff_draws_within_its_range():
     for attempt in range(8):
         wait = store.backoff(attempt)
         assert 0 <= wait <= min(0.25, 0.005 * 2**attempt)
+
+
+def test_increment_counts_from_one_and_sets_the_expiry(store_env):
+    """store.increment (the Auth and API rate counters): 1, 2, 3 … on one item, its TTL
+    attribute set (moved by a later call), other counters apart."""
+    assert [store.increment("U#ctr#a", "1", expires_at=100) for _ in range(3)] == [1, 2, 3]
+    assert store.increment("U#ctr#a", "1", expires_at=160) == 4
+    assert store.increment("U#ctr#a", "2", expires_at=100) == 1
+    item = store.get("U#ctr#a", "1")
+    assert (item.refs, item.expires_at) == (4, 160)
