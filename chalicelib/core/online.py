@@ -1166,12 +1166,18 @@ def hostname_holder(hostname: str) -> Optional[Dict[str, Any]]:
     }
 
 
-def hostname_holders(names: List[str]) -> Dict[str, Dict[str, Any]]:
-    """:func:`hostname_holder` of several names: one BatchGetItem of their claims, then the
-    liveness reads of the claims found (usually none)."""
-    keys = [claim_key(_canonical(name)) for name in names]
+def hostname_holders(
+    names: List[str], read: Optional[List[Dict[str, Any]]] = None
+) -> Dict[str, Dict[str, Any]]:
+    """:func:`hostname_holder` of several names: one BatchGetItem of their claims (or none:
+    ``read``, raw items of a BatchGetItem the caller made with :func:`hostname_claim_keys`
+    among its keys), then the liveness reads of the claims found (usually none)."""
+    keys = hostname_claim_keys(names)
+    wanted = {key["pk"]["S"] for key in keys}
     found = {}
-    for raw in _batch_get(keys):
+    for raw in _batch_get(keys) if read is None else read:
+        if str_attr(raw, "pk") not in wanted:
+            continue
         if claim_is_live(raw):
             found[str_attr(raw, "pk")] = {
                 "account_id": str_attr(raw, "account_id"),
@@ -1181,6 +1187,10 @@ def hostname_holders(names: List[str]) -> Dict[str, Dict[str, Any]]:
     return {
         name: found[key["pk"]["S"]] for name, key in zip(names, keys) if key["pk"]["S"] in found
     }
+
+
+def hostname_claim_keys(names: List[str]) -> List[Dict[str, Any]]:
+    return [claim_key(_canonical(name)) for name in names]
 
 
 # ---- reads -------------------------------------------------------------------------------
