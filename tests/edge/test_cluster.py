@@ -1,8 +1,8 @@
 """Three edge instances behind HAProxy (scripts/cluster.py, edge/cluster.py), as processes,
 with the official Python SDK as agents: public traffic that lands on an instance not holding
 its endpoint is relayed to the one that does (HTTP, HTTPS over HTTP/1.1 and HTTP/2,
-WebSocket, a 64 MiB streaming response, TCP on a reserved address's port that every
-instance listens on), a kill -9 fails over, and a rolling restart loses no request.
+WebSocket, a 64 MiB streaming response, TCP on a reserved or a generated address's port
+that every instance listens on), a kill -9 fails over, and a rolling restart loses no request.
 One cluster for the module."""
 
 import asyncio
