@@ -12,9 +12,9 @@ served document (no client calls them); the fuzzer's copy adds them (``_with_opt
 Bounded and deterministic: Hypothesis derandomized, no example database, no shrinking phase,
 MAX_EXAMPLES valid + NEGATIVE_EXAMPLES invalid requests per operation without an origin and
 ORIGIN_EXAMPLES of each with one (332 operations with OPTIONS: at most 332 x 10 + 332 x 4 = 4,648
-requests). Measured with 6 + 4 in both configurations: 2,620 requests, 13 min with -n 2 on
-the shared 2-core machine under other sessions' load, no 5xx. FUZZ_EXAMPLES raises the bound
-for a longer local run.
+requests). Measured on the shared 2-core machine under other sessions' load, -n 2: 9 min
+(1,311 tests; 13 min with 6 + 4 in both configurations), no 5xx. FUZZ_EXAMPLES raises the
+bound for a longer local run.
 
 Invalid requests must reach validation: the version and auth headers are sent valid (the
 version header is taken out of the schema the fuzzer mutates; its own rules are tested in
