@@ -74,13 +74,14 @@ cluster: $(STAMP) $(CORE_STAMP)
 cluster-restart: $(STAMP)
 	$(PY) scripts/cluster.py restart --data-dir $(DATA_DIR)/cluster $(if $(INSTANCE),--instance $(INSTANCE))
 
-## api-key: a new account in the store `make run` uses; its admin API key is the last line
-## (the running stack's store endpoint and secret come from $(DATA_DIR)/store.env)
+## api-key: a new account in the store of the running `make run` or `make cluster`; its admin
+## API key is the last line (the store endpoint and secret come from the running one's store.env:
+## $(DATA_DIR)/store.env or $(DATA_DIR)/cluster/stack/store.env, scripts/running_store.py)
 api-key: $(STAMP)
 	@if [ -z "$$DYNAMODB_ENDPOINT_URL" ]; then \
-	  if [ ! -f "$(DATA_DIR)/store.env" ]; then \
-	    echo "error: $(DATA_DIR)/store.env is missing: start the stack first (make run)" >&2; exit 1; fi; \
-	  set -a; . "$(DATA_DIR)/store.env"; set +a; \
+	  env_file=$$($(PY) scripts/running_store.py "$(DATA_DIR)/store.env" \
+	    "$(DATA_DIR)/cluster/stack/store.env") || exit 1; \
+	  set -a; . "$$env_file"; set +a; \
 	fi; \
 	AWS_DEFAULT_REGION=$${AWS_DEFAULT_REGION:-us-east-1} \
 	$(PY) -m chalicelib.admin bootstrap --name "$${ACCOUNT_NAME:-api-key}"

@@ -24,6 +24,7 @@ def create_account(name: str = "", abuse_reporter: bool = False) -> str:
         data={
             "name": name,
             "abuse_reporter": abuse_reporter,
+            "audit_types": "",  # no event subscriptions yet (chalicelib.audit)
             "created_at": validation.now_rfc3339(),
         },
     )

@@ -95,6 +95,7 @@ def resolve(header: Optional[str]) -> Principal:
             raise AuthFailed(f"the key cannot be used: {why}")
         role = "member" if data["owner_kind"] == "bot" else owner.data.get("role", "member")
     reporter = data.get("abuse_reporter")
+    audit_types = data.get("audit_types")
     return Principal(
         account_id=data["account_id"],
         id=data["owner_id"],
@@ -102,6 +103,7 @@ def resolve(header: Optional[str]) -> Principal:
         role=role,
         api_key_id=data["api_key_id"],
         abuse_reporter=reporter if isinstance(reporter, bool) else None,
+        audit_types=audit_types if isinstance(audit_types, str) else None,
     )
 
 
@@ -210,19 +212,41 @@ def new_secret_item(
     require = None
     extra: List[store.Op] = []
     if namespace == API_KEY_HASH_NAMESPACE:
-        state = {"role": "member", "active": True, "abuse_reporter": False, **(state or {})}
+        state = {
+            "role": "member",
+            "active": True,
+            "abuse_reporter": False,
+            "audit_types": None,
+            **(state or {}),
+        }
         lookup_data.update(
             role=state["role"], active=state["active"], abuse_reporter=state["abuse_reporter"]
         )
-        reporter = state["abuse_reporter"]
+        reporter, audit_types = state["abuse_reporter"], state["audit_types"]
+        if audit_types is not None:
+            lookup_data["audit_types"] = audit_types
+
+        def copied(e: Any) -> str:
+            # the account's copied facts are the ones this lookup gets (else OwnerChanged)
+            types = (
+                f"attribute_not_exists({e.data('audit_types')})"
+                if audit_types is None
+                else f"{e.data('audit_types')} = {e.value(audit_types)}"
+            )
+            return f"{e.data('abuse_reporter')} = {e.value(reporter)} AND {types}"
+
         extra.append(
             store.require_item(
                 store.account_pk(account_id),
                 store.ACCOUNT_SK,
-                require=lambda e: f"{e.data('abuse_reporter')} = {e.value(reporter)}",
+                require=copied,
                 missing=_not_an_owner(owner_id),
                 explain=lambda old: OwnerChanged(
-                    {**state, "abuse_reporter": bool(old.data.get("abuse_reporter"))}
+                    {
+                        **state,
+                        "abuse_reporter": bool(old.data.get("abuse_reporter")),
+                        "audit_types": old.data.get("audit_types"),
+                    }
                 ),
             )
         )
@@ -302,6 +326,8 @@ def caller_state(c: Ctx, owner_id: str) -> Optional[Dict[str, Any]]:
     state: Dict[str, Any] = {}
     if c.principal.abuse_reporter is not None:
         state["abuse_reporter"] = c.principal.abuse_reporter
+    if c.principal.audit_types is not None:
+        state["audit_types"] = c.principal.audit_types
     if owner_id == c.principal.id:
         state.update(role=c.principal.role, active=True)
     return state or None
@@ -414,7 +440,7 @@ def require_owner_or_admin(c: Ctx, item: store.Item, what: str) -> None:
 
 
 def set_account_copies(account_id: str, fields: Dict[str, Any]) -> int:
-    """Write account-wide facts (``abuse_reporter``) onto every API key lookup of the
+    """Write account-wide facts (``abuse_reporter``, ``audit_types``) onto every API key lookup of the
     account, after the account item itself was changed: keys created from then on copy the
     new value (their creation is conditioned on the account's value), keys created before are
     in an owner index by now. One Query per user and bot partition and per owner, one

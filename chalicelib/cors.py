@@ -20,6 +20,7 @@ from typing import Callable, Dict
 from chalice import Chalice, Response
 from chalice.app import Request
 
+from chalicelib import web
 from chalicelib.core import errors
 from chalicelib.core.config import get_settings
 
@@ -81,6 +82,9 @@ def add_preflight_routes(app: Chalice) -> None:
         # a 405 view to every other reader (chalicelib.openapi, the tests): the same prefix
         name = "method_not_allowed_options_" + "".join(c if c.isalnum() else "_" for c in path)
 
+        # web.view carries the error to chalicelib.web's middleware, which answers it (405);
+        # raised bare, Chalice would render it as its own 500.
+        @web.view
         def view(_allowed=allowed, **_):
             raise errors.MethodNotAllowed(
                 f"Method OPTIONS is not allowed here; allowed: {', '.join(_allowed)}"

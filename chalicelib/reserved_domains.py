@@ -505,8 +505,8 @@ def _get_missing(domain_id: str) -> errors.NotFound:
 
 def reservation_conflict(account_id: str, domain: str) -> Optional[errors.ApiError]:
     """Why ``account_id`` may not reserve ``domain`` (canonical, maybe ``*.``-wildcard), or
-    None. Reads: one BatchGetItem of the reservations that could cover it, one Query of those
-    under it, one BatchGetItem of the claims of it and the names it is under."""
+    None. Reads: one BatchGetItem of the reservations that could cover it and of the online
+    claims of it and the names it is under, then one Query of the reservations under it."""
     from chalicelib.core import online
 
     bare, wildcard = reservations.bare(domain), hostnames.is_wildcard(domain)
@@ -518,7 +518,12 @@ def reservation_conflict(account_id: str, domain: str) -> Optional[errors.ApiErr
         else f"This domain is already reserved for another account. Failed to reserve {domain}."
     )
     above = reservations.ancestors(bare) + ([bare] if wildcard else [])
-    holders = reservations.holders([domain] + reservations.candidates(bare)[1:] + above)
+    reserved_names = [domain] + reservations.candidates(bare)[1:] + above
+    claimed_names = [bare] + reservations.ancestors(bare)
+    read = online.batch_get(
+        reservations.holder_keys(reserved_names) + online.hostname_claim_keys(claimed_names)
+    )
+    holders = reservations.holders_in(reserved_names, read)
     if domain in holders:
         if holders.pop(domain) == account_id:
             return errors.DomainReservedByYou(
@@ -533,7 +538,7 @@ def reservation_conflict(account_id: str, domain: str) -> Optional[errors.ApiErr
         return other(refused, details={"field": "domain"})
     if any(r["account_id"] != account_id for r in reservations.reserved_under(bare)):
         return other(refused, details={"field": "domain"})
-    for name, holder in online.hostname_holders([bare] + reservations.ancestors(bare)).items():
+    for name, holder in online.hostname_holders(claimed_names, read).items():
         if holder.get("account_id") != account_id:
             return errors.DomainInUse(
                 f"Another account is running an active endpoint on the "

@@ -58,12 +58,19 @@ class Principal:
     # The account's abuse-reporter flag as copied onto the key's lookup item (None: not
     # known, read the account; see chalicelib.auth).
     abuse_reporter: Optional[bool] = None
+    # The API event types the account's event subscriptions name, as copied onto the key's
+    # lookup item (comma-separated, "" none; None: not known, Query the subscriptions; see
+    # chalicelib.audit).
+    audit_types: Optional[str] = None
 
     def extra_context(self) -> Dict[str, str]:
         """The optional facts, as authorizer context strings."""
-        if self.abuse_reporter is None:
-            return {}
-        return {"abuse_reporter": "true" if self.abuse_reporter else "false"}
+        context = {}
+        if self.abuse_reporter is not None:
+            context["abuse_reporter"] = "true" if self.abuse_reporter else "false"
+        if self.audit_types is not None:
+            context["audit_types"] = self.audit_types
+        return context
 
     @property
     def is_admin(self) -> bool:
@@ -287,6 +294,9 @@ def principal(req: Optional[Request] = None) -> Principal:
             abuse_reporter={"true": True, "false": False}.get(
                 str(context.get("abuse_reporter")).lower()
             ),
+            audit_types=context.get("audit_types")
+            if isinstance(context.get("audit_types"), str)
+            else None,
         )
     except (KeyError, TypeError):
         raise errors.Unauthorized() from None

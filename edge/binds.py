@@ -253,6 +253,14 @@ class Binds:
             tunnel.port = port
             tunnel.url = f"tcp://{address}"
             self.edge.registry.add(tunnel)
+            if tunnel.generated and self.edge.cluster is not None:
+                # every instance listens on it too (edge.edges.watch_reserved_ports)
+                await self.edge.call(
+                    online.generated_port_opened,
+                    port,
+                    tunnel.account_id,
+                    self.edge.settings.instance_id,
+                )
             await self._online(tunnel)
             return
         raise binding.Refused(
@@ -271,7 +279,11 @@ class Binds:
             )  # every instance: edge.cluster
 
     def release_port(self, port: int) -> None:
-        if port in self.edge.reserved_ports or port in self.edge.registry.by_port:
+        if (
+            port in self.edge.reserved_ports
+            or port in self.edge.cluster_ports
+            or port in self.edge.registry.by_port
+        ):
             return
         server = self.edge.port_listeners.pop(port, None)
         if server is not None:
@@ -346,6 +358,8 @@ class Binds:
                 await self.edge.call(
                     online.release_hostname, name, endpoint_id=tunnel.endpoint_id, instance_id=here
                 )
+            if tunnel.port and tunnel.generated and self.edge.cluster is not None:
+                await self.edge.call(online.generated_port_closed, tunnel.port, here)
             await self.edge.call(online.tunnel_stopped, tunnel.account_id, tunnel.id, here)
             if (
                 partner is not None

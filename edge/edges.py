@@ -598,13 +598,19 @@ async def _compiled(phases: Dict[str, Any]) -> Any:
 
 
 async def watch_reserved_ports(edge: Any, interval: float = 2.0) -> None:
-    """Keep a listener on every reserved TCP address's port of this edge's range (TCP edges)."""
+    """Keep a listener on every reserved TCP address's port of this edge's range (TCP edges),
+    and in a cluster on every generated TCP port another instance holds (its connections are
+    relayed to the holder, edge/cluster.py), renewing the entries of this instance's own."""
     while True:
         try:
             claimed = await edge.call(reservations.addr_claims)
             low, high = edge.settings.tcp_ports
             edge.reserved_ports = {port for port in claimed if low <= port <= high}
-            for port in edge.reserved_ports:
+            if edge.cluster is not None:
+                generated = await edge.call(online.generated_ports)
+                edge.cluster_ports = {port for port in generated if low <= port <= high}
+                await _renew_generated(edge, generated)
+            for port in edge.reserved_ports | edge.cluster_ports:
                 try:
                     await edge.binds.ensure_port_listener(port)
                 except OSError as exc:
@@ -614,6 +620,22 @@ async def watch_reserved_ports(edge: Any, interval: float = 2.0) -> None:
         except Exception as exc:  # the store being away must not stop the loop
             edge.log.warning("could not read reserved TCP addresses: %r", exc)
         await asyncio.sleep(interval)
+
+
+async def _renew_generated(edge: Any, listed: Dict[int, Dict[str, Any]]) -> None:
+    """This instance's generated TCP ports: an entry missing (written before a store outage,
+    or expired) is written again, one past half its life renewed (a PutItem each)."""
+    here = edge.settings.instance_id
+    half = online.GENERATED_PORT_SECONDS / 2
+    for port, tunnel in list(edge.registry.by_port.items()):
+        if not getattr(tunnel, "generated", False):
+            continue
+        entry = listed.get(port)
+        if entry is not None and (
+            entry["instance_id"] != here or entry["expires_at"] - online.now() > half
+        ):
+            continue  # fresh, or another instance's re-bind took the port over
+        await edge.call(online.generated_port_opened, port, tunnel.account_id, here)
 
 
 async def watch_banned_hosts(edge: Any, interval: float = 2.0) -> None:

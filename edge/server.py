@@ -69,6 +69,8 @@ class Edge:
         self.connections: set = set()  # tasks of open connections (agents, public)
         self.port_listeners: dict = {}  # TCP port -> its listener (agent endpoints, TCP edges)
         self.reserved_ports: set = set()  # ports of reserved addresses (TCP edges), kept fresh
+        # a cluster's generated TCP ports held by any instance (edge.edges.watch_reserved_ports)
+        self.cluster_ports: set = set()
         self.banned: frozenset = frozenset()  # hostnames an abuse report bans, kept fresh
         self.router = EdgeRouter(self)
         self.binds = Binds(self)  # what agent tunnels serve where (edge/binds.py)

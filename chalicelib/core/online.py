@@ -1071,6 +1071,59 @@ def claim_tunnel_id(tunnel_id: str, account_id: str) -> bool:
 
 # ---- a reconnecting agent gets its generated name back --------------------------------
 REBIND_COLLECTION = "rebind_name"
+# ---- generated TCP ports of a cluster ------------------------------------------------------
+# One item per generated TCP port some instance holds (``TCPGEN`` / the port, 5 digits), so
+# every instance of a cluster listens on it and relays its connections to the holder (the
+# name's claim says which), as it does for reserved addresses' ports (docs/CLUSTER.md).
+GENERATED_PORTS_PK = "TCPGEN"
+GENERATED_PORT_SECONDS = 24 * 3600  # an entry's life; its holder renews it after half
+
+
+def generated_port_opened(port: int, account_id: str, instance_id: str) -> None:
+    """``instance_id`` holds a generated TCP endpoint on ``port`` (one PutItem)."""
+    at = now()
+    raw_client().put_item(
+        TableName=raw_table(),
+        Item=raw_item(
+            GENERATED_PORTS_PK,
+            f"{port:05d}",
+            kind="tcp_generated",
+            account_id=account_id,
+            data={},
+            instance_id=instance_id,
+            heartbeat_at=at,
+            expires_at=at + GENERATED_PORT_SECONDS,
+        ),
+    )
+
+
+def generated_port_closed(port: int, instance_id: str) -> None:
+    """``instance_id`` no longer holds ``port``: its entry goes, unless another instance's
+    re-bind took it over meanwhile (one conditional DeleteItem)."""
+    try:
+        raw_client().delete_item(
+            TableName=raw_table(),
+            Key=raw_key(GENERATED_PORTS_PK, f"{port:05d}"),
+            ConditionExpression="instance_id = :i",
+            ExpressionAttributeValues={":i": {"S": instance_id}},
+        )
+    except ClientError as exc:
+        if not _is_condition_failure(exc):
+            raise
+
+
+def generated_ports() -> Dict[int, Dict[str, Any]]:
+    """Every generated TCP port an instance holds, not expired: ``{port: {"instance_id",
+    "expires_at"}}`` (one Query; its size is bounded by the TCP port range)."""
+    at = now()
+    out: Dict[int, Dict[str, Any]] = {}
+    for item in store.query_all(GENERATED_PORTS_PK):
+        expires = float(getattr(item, "expires_at", 0) or 0)
+        if expires >= at and item.sk.isdigit():
+            out[int(item.sk)] = {"instance_id": item.instance_id, "expires_at": expires}
+    return out
+
+
 REBIND_SECONDS = 3600  # how long a dropped tunnel's generated name is kept for its re-bind
 
 
@@ -1273,12 +1326,18 @@ def hostname_holder(hostname: str) -> Optional[Dict[str, Any]]:
     }
 
 
-def hostname_holders(names: List[str]) -> Dict[str, Dict[str, Any]]:
-    """:func:`hostname_holder` of several names: one BatchGetItem of their claims, then the
-    liveness reads of the claims found (usually none)."""
-    keys = [claim_key(_canonical(name)) for name in names]
+def hostname_holders(
+    names: List[str], read: Optional[List[Dict[str, Any]]] = None
+) -> Dict[str, Dict[str, Any]]:
+    """:func:`hostname_holder` of several names: one BatchGetItem of their claims (or none:
+    ``read``, raw items of a BatchGetItem the caller made with :func:`hostname_claim_keys`
+    among its keys), then the liveness reads of the claims found (usually none)."""
+    keys = hostname_claim_keys(names)
+    wanted = {key["pk"]["S"] for key in keys}
     found = {}
-    for raw in _batch_get(keys):
+    for raw in _batch_get(keys) if read is None else read:
+        if str_attr(raw, "pk") not in wanted:
+            continue
         if claim_is_live(raw):
             found[str_attr(raw, "pk")] = {
                 "account_id": str_attr(raw, "account_id"),
@@ -1288,6 +1347,10 @@ def hostname_holders(names: List[str]) -> Dict[str, Dict[str, Any]]:
     return {
         name: found[key["pk"]["S"]] for name, key in zip(names, keys) if key["pk"]["S"] in found
     }
+
+
+def hostname_claim_keys(names: List[str]) -> List[Dict[str, Any]]:
+    return [claim_key(_canonical(name)) for name in names]
 
 
 # ---- reads -------------------------------------------------------------------------------

@@ -57,6 +57,33 @@ def reserved_under(name: str) -> List[Dict[str, str]]:
     ]
 
 
+def holder_keys(names: List[str]) -> List[Dict[str, Any]]:
+    """The raw keys of the reservations of ``names`` (for a BatchGetItem with other keys)."""
+    return [
+        {"pk": {"S": store.unique_pk(DOMAIN_NAMESPACE, name)}, "sk": {"S": store.UNIQUE_SK}}
+        for name in names
+    ]
+
+
+def holders_in(names: List[str], read: List[Dict[str, Any]]) -> Dict[str, str]:
+    """:func:`holders` out of ``read``, raw items of a BatchGetItem of :func:`holder_keys`
+    (and any others)."""
+    by_pk = {key["pk"]["S"]: name for name, key in zip(names, holder_keys(names))}
+    found = {}
+    for raw in read:
+        pk = raw["pk"]["S"]
+        if pk in by_pk and raw["sk"]["S"] == store.UNIQUE_SK:
+            found[by_pk[pk]] = _raw_data(raw)["account_id"]
+    return found
+
+
+def _raw_data(raw: Dict[str, Any]) -> Dict[str, Any]:
+    """``data`` of a raw item: a map (a JSON string in items of the first layout)."""
+    if "S" in raw["data"]:
+        return store.Item.data.deserialize(raw["data"])
+    return store.from_av(raw["data"])
+
+
 def holders(names: List[str]) -> Dict[str, str]:
     """Reserved name -> its account, for those of ``names`` that are reserved (one
     BatchGetItem)."""

@@ -1,8 +1,8 @@
 """Three edge instances behind HAProxy (scripts/cluster.py, edge/cluster.py), as processes,
 with the official Python SDK as agents: public traffic that lands on an instance not holding
 its endpoint is relayed to the one that does (HTTP, HTTPS over HTTP/1.1 and HTTP/2,
-WebSocket, a 64 MiB streaming response, TCP on a reserved address's port that every
-instance listens on), a kill -9 fails over, and a rolling restart loses no request.
+WebSocket, a 64 MiB streaming response, TCP on a reserved or a generated address's port
+that every instance listens on), a kill -9 fails over, and a rolling restart loses no request.
 One cluster for the module."""
 
 import asyncio
@@ -164,6 +164,44 @@ def test_tcp_on_a_reserved_port_is_relayed(cluster, api, agents):
         time.sleep(0.1)
     got = [tcp_round_trip(port, b"ping %d" % i) for i in range(24)]
     assert got == [b"ping %d" % i for i in range(24)]
+
+
+def test_a_generated_tcp_port_is_served_through_every_instance(cluster, api, agents):
+    """A generated TCP address is listened on by every instance, as a reserved one is
+    (online.generated_ports, edge.edges.watch_reserved_ports): connections the kernel gives
+    to another instance are relayed to the holder, and a kill -9 of the holder leaves the
+    port open on the others at once, the agent re-binding the same address elsewhere."""
+    account = api.new_account()
+    agent = agents(
+        cluster.agent_target(),
+        _credential(account)["token"],
+        [{"proto": "tcp", "upstream": "tcp"}],
+    )
+    url = _bound(agent.start())[0]["url"]
+    addr = url[len("tcp://") :]
+    port = int(addr.rsplit(":", 1)[1])
+    deadline = time.time() + 30
+    while not all(listens_on(cluster.pid(i), port) for i in range(3)):
+        assert time.time() < deadline, "not every instance listens on the generated port"
+        time.sleep(0.1)
+    got = [tcp_round_trip(port, b"gen %d" % i) for i in range(24)]
+    assert got == [b"gen %d" % i for i in range(24)]
+
+    holder = cluster.holder_index(addr)
+    assert holder is not None
+    os.kill(cluster.pid(holder), signal.SIGKILL)
+    others = [i for i in range(3) if i != holder]
+    assert all(listens_on(cluster.pid(i), port) for i in others)  # not dark meanwhile
+    deadline = time.time() + 60
+    while cluster.holder_index(addr) in (holder, None) or tcp_round_trip(port, b"x") != b"x":
+        assert time.time() < deadline, "the generated address was not served again"
+        time.sleep(0.2)
+    deadline = time.time() + 60  # the supervisor restarts the killed one; it listens again
+    while not all(listens_on(cluster.pid(i), port) for i in range(3)):
+        assert time.time() < deadline, "not every instance listens again"
+        time.sleep(0.2)
+    got = [tcp_round_trip(port, b"again %d" % i) for i in range(24)]
+    assert got == [b"again %d" % i for i in range(24)]
 
 
 def _until_ok(cluster: Cluster, host: str, timeout: float) -> float:

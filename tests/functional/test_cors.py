@@ -73,3 +73,17 @@ def test_unset_no_cors_and_options_is_refused(inprocess_api, admin):
         headers={"Origin": ORIGIN, "Access-Control-Request-Method": "GET"},
     )
     assert pre.status in (400, 405), pre  # as any unrouted method: version check, then 405
+
+
+def test_unset_options_with_the_version_header_is_a_405_on_every_path(inprocess_api):
+    """No dashboard origin: OPTIONS on every routed path, a preflight or not, reaches the
+    error translation (405 with the contract's body), never a 500."""
+    config.reset_settings()
+    from app import app
+
+    for path in sorted(app.routes):
+        concrete = "/".join("x" if p.startswith("{") else p for p in path.split("/"))
+        for headers in ({}, {"Origin": ORIGIN, "Access-Control-Request-Method": "GET"}):
+            resp = inprocess_api.request("OPTIONS", concrete, headers=headers)
+            assert resp.status == 405, (path, resp)
+            assert "access-control-allow-origin" not in resp.headers
