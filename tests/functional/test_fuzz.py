@@ -11,7 +11,7 @@ served document (no client calls them); the fuzzer's copy adds them (``_with_opt
 
 Bounded and deterministic: Hypothesis derandomized, no example database, no shrinking phase,
 MAX_EXAMPLES valid + NEGATIVE_EXAMPLES invalid requests per operation without an origin and
-ORIGIN_EXAMPLES of each with one (332 operations with OPTIONS: at most 332 x 10 + 332 x 4 = 4,648
+ORIGIN_EXAMPLES of each with one (332 operations with OPTIONS: at most 332 x 10 + 332 x 2 = 3,984
 requests). Measured on the shared 2-core machine under other sessions' load, -n 2: 9 min
 (1,311 tests; 13 min with 6 + 4 in both configurations), no 5xx. FUZZ_EXAMPLES raises the
 bound for a longer local run.
@@ -46,7 +46,8 @@ from tests.support.api import HttpApi
 
 MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "6"))
 NEGATIVE_EXAMPLES = max(2, MAX_EXAMPLES * 2 // 3)
-ORIGIN_EXAMPLES = max(2, MAX_EXAMPLES // 3)  # with DASHBOARD_ORIGIN set: each mode
+ORIGIN_EXAMPLES = max(1, MAX_EXAMPLES // 6)  # with DASHBOARD_ORIGIN set: each mode (what
+# changes there is CORS on every answer, not the validation the pass without an origin probes)
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
