@@ -2,7 +2,9 @@
 events of an SDK agent read (bound, refused), a URL's host, a wait, a metric read from /metrics,
 and a check that nothing a test did made an exception escape in the edge."""
 
+import http.server
 import os
+import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -73,3 +75,26 @@ def metric(text: str, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
+
+
+def answering_upstream(body_of: Callable[[Any], str]) -> Iterator[int]:
+    """A threaded HTTP/1.1 server on 127.0.0.1 whose every GET is answered 200 with
+    ``body_of(handler)``; yields its port, shut down after (a module fixture's body)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            body = body_of(self).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()

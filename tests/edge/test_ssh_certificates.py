@@ -6,9 +6,7 @@ revoked one (deleted), one whose CA was deleted (also ending a live session), on
 is not this service's, principals without the user name, no permit-port-forwarding, and a
 certificate of another account's CA binding this account's domain."""
 
-import http.server
 import subprocess
-import threading
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -16,24 +14,10 @@ import pytest
 
 from chalicelib.core import edge_errors
 from stacks.ssh import new_key
-from tests.edge.support import host, no_traceback_after, wait
+from tests.edge.support import answering_upstream, host, no_traceback_after, wait
 from tests.support.fixtures import ssh_agents  # noqa: F401 (a fixture)
 
 FORWARDING = {"permit-port-forwarding": ""}
-
-
-class _Hello(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self):
-        body = f"certified {self.path}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture(autouse=True)
@@ -43,10 +27,7 @@ def _clean_log(edge):
 
 @pytest.fixture(scope="module")
 def upstream():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
+    yield from answering_upstream(lambda request: f"certified {request.path}")
 
 
 def _ts(when):

@@ -6,7 +6,6 @@ refusal is the hosted code printed with a non-zero exit. The gateway's bounds to
 SECURITY.md, "SSH gateway")."""
 
 import asyncio
-import http.server
 import socket
 import threading
 import time
@@ -18,23 +17,9 @@ import requests
 from stacks.paths import BASE_DOMAIN
 from stacks.ssh import new_key
 from tests.edge.conftest import tcp_round_trip
-from tests.edge.support import host, no_traceback_after, wait
+from tests.edge.support import answering_upstream, host, no_traceback_after, wait
 from tests.support.fixtures import ssh_agents  # noqa: F401 (a fixture)
 from chalicelib.core import edge_errors
-
-
-class _Hello(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self):
-        body = f"hello {self.path} via {self.headers.get('X-Forwarded-Proto')}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture(autouse=True)
@@ -44,10 +29,9 @@ def _clean_log(edge):
 
 @pytest.fixture(scope="module")
 def upstream():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
+    yield from answering_upstream(
+        lambda request: f"hello {request.path} via {request.headers.get('X-Forwarded-Proto')}"
+    )
 
 
 @pytest.fixture(scope="module")
