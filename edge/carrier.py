@@ -154,7 +154,7 @@ class Carrier:
     ) -> None:
         """The core serves ``host``'s requests itself for ``ttl`` seconds (unless set again),
         on proxy streams of ``mux`` carrying ``tunnel_id``; its records name ``key``."""
-        self._core.set_route(host, key, mux._conn, tunnel_id, ttl)
+        self._core.set_route(host, key, mux.core, tunnel_id, ttl)
 
     def drop_route(self, host: str) -> bool:
         return self._core.drop_route(host)

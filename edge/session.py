@@ -351,6 +351,12 @@ class MuxSession:
 
     # ---- the session ------------------------------------------------------------------------
     @property
+    def core(self) -> Any:
+        """The core's session this wraps (edge_core.Session): what a route the core serves
+        itself names (edge/carrier.py ``set_route``)."""
+        return self._conn
+
+    @property
     def authenticated(self) -> bool:
         return bool(self._conn.authenticated)
 

@@ -172,7 +172,8 @@ class RecordingEdge:
     """What AgentSession asks of the edge; binds record the name they were asked for."""
 
     def __init__(self):
-        self.registry = SimpleNamespace(sessions={}, by_id={})
+        self.changed = []  # hostnames the registry was told changed (edge/fast_path.py's cue)
+        self.registry = SimpleNamespace(sessions={}, by_id={}, changed=self.changed.append)
         self.settings = SimpleNamespace(
             limits=quotas.Limits(),
             instance_id="edge_test",
@@ -474,6 +475,7 @@ def test_a_patch_changes_the_endpoint_in_place_and_in_the_store():
         assert await agent.reply(sid) == {}
         assert (tunnel.metadata, tunnel.description) == ("m1", "d1")
         assert tunnel.opts["TrafficPolicy"] == POLICY and tunnel.enforcement.policy is not None
+        assert edge.changed == [tunnel.hostname]  # the core's plain route is re-decided
         assert edge.patched == [
             (
                 ("acct_1", session.id, tunnel_id, tunnel.endpoint_id),

@@ -49,7 +49,7 @@ EXPECTED_VIEW_CALLS = {
     # agent ingresses: a Query (the count), the reservation reads of reservation_conflict (two
     # BatchGetItems, a Query), a
     # transaction (the ingress and the edge's index entry); delete: GetItem + transaction
-    "POST /agent_ingresses": 5,
+    "POST /agent_ingresses": 4,
     "GET /agent_ingresses": 1,
     "GET /agent_ingresses/{agent_ingress_id}": 1,
     "PATCH /agent_ingresses/{agent_ingress_id}": 1,
