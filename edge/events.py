@@ -263,12 +263,17 @@ class Record:
     request_body: bytes = b""
     response_body: bytes = b""
     capture: bool = False
+    # the request's end was read before its record was made: False when the upstream
+    # answered before the client had sent all of its body (the edge then closes the
+    # connection, and what was captured of the body is only its start)
+    request_ended: bool = True
 
 
 def http_record(raw: Tuple[Any, ...]) -> Record:
     """The Record of what edge/observe.py's tap appended for one HTTP request: (peer, the
     listener's address, scheme, hop, endpoint kind, policy state, start wall time, start perf time, end perf time,
-    end wall time, bytes in, bytes out, request, response, kept bodies or None)."""
+    end wall time, bytes in, bytes out, request, response, kept bodies or None[, whether the
+    request's end was read: the core's rows leave it out, the core serves whole requests])."""
     (
         peer,
         sock,
@@ -285,6 +290,7 @@ def http_record(raw: Tuple[Any, ...]) -> Record:
         request,
         response,
         bodies,
+        *ended,
     ) = raw
     host = ""
     for name, value in request.headers:
@@ -319,6 +325,7 @@ def http_record(raw: Tuple[Any, ...]) -> Record:
         capture=bodies is not None,
         request_body=b"".join(bodies[0]) if bodies else b"",
         response_body=b"".join(bodies[1]) if bodies else b"",
+        request_ended=ended[0] if ended else True,
     )
 
 

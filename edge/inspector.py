@@ -84,6 +84,9 @@ def captured_item(record: events.Record, request_id: str) -> Dict[str, Any]:
     }
     if record.capture:
         data["request_body"], data["request_body_truncated"] = _body(record.request_body)
+        # an upstream that answered before the client sent all of its body: what the edge
+        # read of it is only its start
+        data["request_body_truncated"] |= not record.request_ended
         data["response_body"], data["response_body_truncated"] = _body(record.response_body)
     return data
 

@@ -52,6 +52,7 @@ class Tap:
         self._response: Any = None
         self._capture = False
         self._bodies: Optional[Tuple[List[bytes], List[bytes]]] = None
+        self._request_ended = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
@@ -90,6 +91,9 @@ class Tap:
             self._started, self._wall = time.perf_counter(), time.time()
             self._in = self._out = 0
             self._bodies = None
+            self._request_ended = False
+        elif kind is http1.EndOfMessage:
+            self._request_ended = True
         return event
 
     def send(self, event: Any) -> Any:
@@ -135,6 +139,7 @@ class Tap:
                 request,
                 response,
                 bodies,
+                self._request_ended,
             )
         )
 

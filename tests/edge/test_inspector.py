@@ -3,6 +3,7 @@
 replays through the edge, and is invisible to another account."""
 
 import base64
+import socket
 import time
 
 from tests.edge.test_edge_sdk import _bound, _credential, _host
@@ -53,11 +54,15 @@ def test_captured_requests_show_redacted_headers_bodies_when_on_and_replay(
     # capture off: headers, status and timing, no bodies
     assert (
         edge.http(
-            "POST", host, "/echo?off=1", data=b"first", headers={"Authorization": "Bearer s3cret"}
+            "POST",
+            host,
+            "/reflect?off=1",
+            data=b"first",
+            headers={"Authorization": "Bearer s3cret"},
         ).status_code
         == 200
     )
-    first = _wait(lambda: _captured(account, endpoint_id, target="/echo?off=1"))
+    first = _wait(lambda: _captured(account, endpoint_id, target="/reflect?off=1"))
     assert first, "the request was not captured"
     first = first[0]
     assert first["id"].startswith("req_") and first["uri"].endswith(
@@ -70,23 +75,27 @@ def test_captured_requests_show_redacted_headers_bodies_when_on_and_replay(
     assert first["request_body_size"] == 5 and first["response_body_size"] > 0
     assert account.admin.get(f"{path}/captured_requests/{first['id']}").json == first
 
-    # capture on (the edge reads the setting within its 10 s cache)
+    # capture on (the edge reads the setting within its 10 s cache). The requests go to the
+    # upstream's /reflect, which reads the whole body before it answers: an upstream that
+    # answers first ends the exchange before the body was read (checked below)
     put = account.admin.put(f"{path}/capture", {"capture_bodies": True})
     assert put.status == 200 and put.json["capture_bodies"] is True
 
     def captured_with_body():
         edge.http(
-            "POST", host, "/echo?on=1", data=b"hello body", headers={"Cookie": "session=s3cret"}
+            "POST", host, "/reflect?on=1", data=b"hello body", headers={"Cookie": "session=s3cret"}
         )
         return [
-            r for r in _captured(account, endpoint_id, target="/echo?on=1") if r["bodies_captured"]
+            r
+            for r in _captured(account, endpoint_id, target="/reflect?on=1")
+            if r["bodies_captured"]
         ]
 
     with_body = _wait(captured_with_body)
     assert with_body, "bodies were never captured after capture was turned on"
     record = with_body[0]
     assert base64.b64decode(record["request_body"]) == b"hello body"
-    assert b'"method": "POST"' in base64.b64decode(record["response_body"])
+    assert base64.b64decode(record["response_body"]) == b"hello body"
     assert record["request_headers"]["cookie"] == ["[redacted]"]
     assert not record["request_body_truncated"]
 
@@ -97,12 +106,27 @@ def test_captured_requests_show_redacted_headers_bodies_when_on_and_replay(
     again = _wait(
         lambda: [
             r
-            for r in _captured(account, endpoint_id, target="/echo?on=1")
+            for r in _captured(account, endpoint_id, target="/reflect?on=1")
             if r["request_headers"].get("ngrok-replay") == [record["id"]]
         ]
     )
     assert again and base64.b64decode(again[0]["request_body"]) == b"hello body"
     assert "cookie" not in again[0]["request_headers"]  # redacted values are not replayed
+
+    # an upstream that answers before the body was all sent (/echo reads none of it): the
+    # edge closes the connection, and the record says its body is only the start
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=30) as sock:
+        sock.sendall(
+            f"POST /echo?early=1 HTTP/1.1\r\nHost: {host}\r\nContent-Length: 10\r\n\r\nhell".encode()
+        )
+        answer = b""
+        while chunk := sock.recv(65536):  # the edge closes after the answer
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    early = _wait(lambda: _captured(account, endpoint_id, target="/echo?early=1"))
+    assert early and early[0]["bodies_captured"] is True
+    assert base64.b64decode(early[0]["request_body"]) == b"hell"
+    assert early[0]["request_body_truncated"] is True and early[0]["request_body_size"] == 4
 
     # another account sees none of it
     other = other_account.admin
