@@ -280,7 +280,7 @@ def test_firehose_delivery(events_edge, moto_url, account, api, agents):
             "url"
         ]
     )
-    assert events_edge.http("POST", host, "/echo", data=b"x" * 10).status_code == 200
+    assert events_edge.http("POST", host, "/reflect", data=b"x" * 10).status_code == 200
 
     def delivered():
         s3 = aws("s3", moto_url)
