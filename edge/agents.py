@@ -141,6 +141,9 @@ class AgentSession:
         self._legacy_bind_lock = asyncio.Lock()
         self._auth_arrived = False  # an Auth request was read whole: its answer may take time
         self._online = False  # its online item is written: the checks may refresh it
+        # nothing under it in the store: its id was made at its Auth, and no request came
+        # after (a Bind writes children): its end removes its two items in one write
+        self._unbound = False
         self._ending = False
         self._command_lock = asyncio.Lock()  # Stop/Restart asked through the API, one by one
         self._ended = asyncio.Event()  # end() has done its work (the store's removal tried)
@@ -191,7 +194,13 @@ class AgentSession:
         that is left live, its names claimed, as long as the instance runs."""
         try:
             await self.edge.call(
-                online.session_ended, account_id, session_id, self.edge.settings.instance_id
+                online.session_ended,
+                account_id,
+                session_id,
+                self.edge.settings.instance_id,
+                unbound_credential=(
+                    self.grant.credential_id if self._unbound and self.grant else None
+                ),
             )
             log.info("session %s: removed from the store", session_id)
         except Exception as exc:
@@ -233,6 +242,7 @@ class AgentSession:
             if self.grant is None:
                 await self.end("protocol error: Auth must come first")
                 return
+            self._unbound = False
             if typ == protocol.BIND:
                 await self._bind(stream, request)
             elif typ == protocol.BIND_LABELED:
@@ -373,6 +383,7 @@ class AgentSession:
         )
         self.grant = grant
         self.id = session_id
+        self._unbound = session_id != client_id
         self.version = version
         self.mux.authenticate()
         self.edge.authenticated(self)

@@ -290,7 +290,7 @@ def http_record(raw: Tuple[Any, ...]) -> Record:
         request,
         response,
         bodies,
-        *ended,
+        *rest,
     ) = raw
     host = ""
     for name, value in request.headers:
@@ -325,7 +325,7 @@ def http_record(raw: Tuple[Any, ...]) -> Record:
         capture=bodies is not None,
         request_body=b"".join(bodies[0]) if bodies else b"",
         response_body=b"".join(bodies[1]) if bodies else b"",
-        request_ended=ended[0] if ended else True,
+        request_ended=rest[0] if rest else True,
     )
 
 

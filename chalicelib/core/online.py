@@ -637,7 +637,13 @@ def _child_key(account_id: str, child_id: str) -> Dict[str, Any]:
     return raw_key(store.collection_pk(account_id, collection), child_id)
 
 
-def session_ended(account_id: str, session_id: str, instance_id: Optional[str] = None) -> None:
+def session_ended(
+    account_id: str,
+    session_id: str,
+    instance_id: Optional[str] = None,
+    *,
+    unbound_credential: Optional[str] = None,
+) -> None:
     """Remove the session, its tunnels and endpoints, the names they claimed and its
     CREDENTIAL_SESSIONS item (idempotent: the session item goes last, so a retry after a
     failure still finds the credential of the index item).
@@ -647,7 +653,45 @@ def session_ended(account_id: str, session_id: str, instance_id: Optional[str] =
     With ``instance_id`` (the edge instance whose session ended), only what that instance
     holds: an agent that resumed the session (same id) on another instance keeps there what
     it re-bound, and the session item when it names the other instance.
+
+    ``unbound_credential``: the edge knows the session has nothing under it (a session id it
+    made at this Auth, on which no request came after: no Bind wrote a child) and which
+    credential it authenticated. Its two items then go in one TransactWriteItems (each still
+    only while ``instance_id`` holds it) instead of a GetItem and two DeleteItems; when the
+    transaction is refused (the session resumed on another instance, or an item already gone)
+    the whole path below runs.
     """
+    if unbound_credential is not None and instance_id is not None:
+        held = {
+            "ConditionExpression": "instance_id = :i",
+            "ExpressionAttributeValues": {":i": {"S": instance_id}},
+        }
+        try:
+            raw_client().transact_write_items(
+                TransactItems=[
+                    {
+                        "Delete": {
+                            "TableName": raw_table(),
+                            "Key": raw_key(
+                                _credential_sessions_pk(account_id, unbound_credential),
+                                session_id,
+                            ),
+                            **held,
+                        }
+                    },
+                    {
+                        "Delete": {
+                            "TableName": raw_table(),
+                            "Key": _session_key(account_id, session_id),
+                            **held,
+                        }
+                    },
+                ]
+            )
+            return
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                raise
     raw = get_raw(_session_key(account_id, session_id))
     credential_id = None
     if raw is not None:

@@ -8,7 +8,9 @@ a recorder whose first store calls at the end fail."""
 import asyncio
 
 from chalicelib.core import online
-from edge import agents
+from edge import agents, protocol
+from stacks import muxado
+
 from tests.unit.test_edge_auth_deadline import SlowEdge, _answer, _auth_frames, _session
 
 
@@ -48,5 +50,58 @@ def test_a_session_end_the_store_refused_is_tried_again_until_done(monkeypatch):
             await asyncio.sleep(0.05)
         assert edge.ended == [("acct_1", session.id, edge.settings.instance_id)]
         assert edge.tries == 4
+
+    asyncio.run(run())
+
+
+class RecordingEndEdge(SlowEdge):
+    def __init__(self):
+        super().__init__(delay=0.0)
+        self.ended = []
+
+    async def call(self, fn, *args, **kwargs):
+        if fn is online.session_ended:
+            self.ended.append(kwargs)
+            return None
+        return await super().call(fn, *args, **kwargs)
+
+
+def _rpc_frame(stream_id, kind, body):
+    return muxado.data(stream_id, protocol.U32.pack(kind) + body, syn=True, fin=True)
+
+
+def test_a_session_with_nothing_under_it_ends_in_the_one_write(monkeypatch):
+    """online.session_ended is told the credential (its one-write path) only for a session
+    whose id the edge made at this Auth and on which no request came after it: a resumed id
+    (ClientId) or any request past Auth (a Bind writes children under the session) takes
+    the checked path."""
+    monkeypatch.setattr(agents, "AUTH_TIMEOUT", 5.0)
+    resumed = online.new_session_id()
+
+    async def one(client_id, then=b""):
+        edge = RecordingEndEdge()
+        session, task, reader, writer = await _session(edge)
+        writer.write(
+            _rpc_frame(
+                1,
+                protocol.AUTH,
+                b'{"Version": ["3"], "ClientId": "%s", "Extra": {"AuthToken": "t"}}'
+                % client_id.encode(),
+            )
+        )
+        kind, body = await _answer(reader, 5)
+        assert kind == "reply", (kind, body)
+        if then:
+            writer.write(then)
+            await asyncio.sleep(0.2)
+        writer.close()
+        await asyncio.wait_for(task, 5)
+        assert len(edge.ended) == 1, edge.ended
+        return edge.ended[0].get("unbound_credential")
+
+    async def run():
+        assert await one("") == "cr_1"
+        assert await one(resumed) is None
+        assert await one("", _rpc_frame(3, protocol.UNBIND, b'{"Id": "t_x"}')) is None
 
     asyncio.run(run())

@@ -3,6 +3,7 @@ outbox, retries, the size of one event, redaction; and the tap records one reque
 response end."""
 
 import asyncio
+import time
 import base64
 
 from edge import events, http1, inspector, observe
@@ -196,6 +197,29 @@ def test_the_tap_records_one_request_per_response_end_and_passes_everything_thro
         5,
     )
     assert rec.client_ip == "10.0.0.1" and rec.endpoint_kind == "none" and rec.host == "a.example"
+    assert rec.started <= rec.ended <= time.time() and rec.request_ended is True
+
+
+def test_a_record_made_before_the_request_ended_says_so():
+    """The upstream answered while the client was still sending its body: the record tells
+    (the inspector marks what it captured of the body as truncated)."""
+
+    async def run():
+        edge = _Edge()
+        hub = observe.hub_of(edge)
+        hub.task = object()
+        request = http1.Request(method=b"POST", target=b"/p", headers=[(b"host", b"a.example")])
+        tap = observe.tap(
+            _Conn([request, http1.Data(data=b"ab")]), edge, ("10.0.0.1", 1), _Writer(), "http"
+        )
+        tap.next_event(), tap.next_event()
+        tap.send(http1.Response(status_code=200, headers=[]))
+        tap.send(http1.EndOfMessage())
+        return hub
+
+    (raw,) = asyncio.run(run()).queue
+    rec = events.http_record(raw)
+    assert rec.bytes_in == 2 and rec.request_ended is False
 
 
 def test_a_batch_holds_at_most_500_events_and_800_kib():

@@ -196,6 +196,52 @@ def test_session_ended_removes_everything_of_the_session_idempotently(clock):
     assert _raw("tunnel", ktid) is not None and _raw("endpoint", keid) is not None
 
 
+def _credential_session(sid, credential_id="cr_x"):
+    return store.get(
+        store.collection_pk(ACCT, f"{online.CREDENTIAL_SESSIONS}#{credential_id}"), sid
+    )
+
+
+def test_an_unbound_session_ends_in_one_write_of_its_two_items(clock):
+    """The edge's end of a session it made and nothing was bound on: one TransactWriteItems
+    (not a GetItem and two DeleteItems); another session of the credential stays."""
+    from stacks.costs import StoreCalls
+
+    sid, other = _session(), _session()
+    assert _credential_session(sid) is not None
+    with StoreCalls().active() as calls:
+        online.session_ended(ACCT, sid, "edge-a", unbound_credential="cr_x")
+    assert dict(calls.view) == {"TransactWriteItems": 1}
+    assert _raw("tunnel_session", sid) is None and _credential_session(sid) is None
+    assert _raw("tunnel_session", other) is not None and _credential_session(other) is not None
+    assert online.live_credential_sessions(ACCT, "cr_x") == 1
+
+
+def test_an_unbound_end_the_instance_no_longer_holds_takes_the_whole_path(clock):
+    """The session resumed on another instance (its items name edge-b): the one write is
+    refused as a whole and the checked path removes nothing of edge-b's."""
+    sid = _session()
+    online.session_started(
+        account_id=ACCT,
+        session_id=sid,
+        credential_id="cr_x",
+        instance_id="edge-b",
+        agent_version="1.4.0",
+        os="linux",
+        ip="127.0.0.1",
+        metadata="m",
+        region="local",
+        owner_id="usr_x",
+    )
+    online.session_ended(ACCT, sid, "edge-a", unbound_credential="cr_x")
+    assert _raw("tunnel_session", sid).instance_id == "edge-b"
+    assert _credential_session(sid) is not None
+    online.session_ended(ACCT, sid, "edge-b", unbound_credential="cr_x")
+    assert _raw("tunnel_session", sid) is None and _credential_session(sid) is None
+    # an id ended twice: the second finds nothing to remove and fails nothing
+    online.session_ended(ACCT, sid, "edge-b", unbound_credential="cr_x")
+
+
 def test_session_ended_leaves_what_a_reconnected_session_rebound(clock):
     old = _session()
     tid, eid = _tunnel(old, hostname="a.example.test")
