@@ -117,10 +117,12 @@ test-core:
 	cd edge_core && cargo test --quiet
 
 ## test-service: every test of tests/, whole files shared out to TEST_WORKERS parallel workers,
-## the longest files first (tests/conftest.py LONGEST_FIRST); prints the 20 slowest tests
+## the longest files first (tests/conftest.py LONGEST_FIRST); prints the 20 slowest tests and
+## leaves every test's time in test-output/service-junit.xml (docs/TESTING.md)
 TEST_WORKERS ?= 3
 test-service: $(STAMP) $(CORE_STAMP) $(AGENT_STAMP) test-deps agent-cli
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 \
+	  --junitxml=test-output/service-junit.xml tests
 
 ## test-deps: Debian packages the tests run as processes (Pebble, the ACME test CA), when
 ## missing, the official TypeScript API client and JavaScript agent SDK from npm, and the Go
