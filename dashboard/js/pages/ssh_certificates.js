@@ -147,7 +147,9 @@ export default {
       }
     }
 
-    async function refresh() {
+    // the CAs are read beside the lists (not before them: no list waits for another read);
+    // once there, the rows are drawn again with the CAs' descriptions
+    async function readCas() {
       try {
         cas = await everything("/ssh_certificate_authorities", "ssh_certificate_authorities");
         casRead = true;
@@ -156,7 +158,7 @@ export default {
         casRead = false;
       }
       fillChoices();
-      await Promise.all(Object.values(lists).map((list) => list.reload()));
+      Object.values(lists).forEach((list) => list.redraw());
     }
 
     container.append(pageHead("SSH certificates", "Public keys signed by one of your SSH certificate authorities: host certificates for servers, user certificates for people and the SSH gateway. Copy the certificate where it is shown."));
@@ -178,8 +180,9 @@ export default {
       lists[kind].node.dataset.list = spec.key;
       forms[kind] = newForm(kind);
       container.append(section(`SSH ${spec.title.toLowerCase()}`, forms[kind], lists[kind].node));
+      lists[kind].reload();
     }
     fillChoices();
-    refresh();
+    readCas();
   },
 };
