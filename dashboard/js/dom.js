@@ -183,6 +183,21 @@ export function values(formNode) {
   return out;
 }
 
+// A Copy button for `text`; `status` (a role=status element) says whether it was copied.
+// `what` names the value for screen readers when the page has several ("Copy the certificate
+// of sucrt_…").
+export function copyButton(text, status, what, cls = "") {
+  return h("button", { type: "button", class: cls || null, dataset: { action: "copy" },
+                       "aria-label": what ? `Copy ${what}` : null, onclick: async () => {
+    try {
+      await navigator.clipboard.writeText(text);
+      status.textContent = "Copied";
+    } catch (err) {
+      status.textContent = "Copy failed: select the text and copy it";
+    }
+  } }, "Copy");
+}
+
 // A new secret: shown once, with a copy button; nothing keeps it after this view.
 export function secretOnce(what, secret) {
   const id = uid("secret");
@@ -192,15 +207,20 @@ export function secretOnce(what, secret) {
     h("p", {}, "Copy it now: it is shown only this once and cannot be shown again."),
     h("div", { class: "secret-row" },
       h("code", { class: "secret-value", id, tabindex: "0" }, secret),
-      h("button", { type: "button", onclick: async () => {
-        try {
-          await navigator.clipboard.writeText(secret);
-          status.textContent = "Copied";
-        } catch (err) {
-          status.textContent = "Copy failed: select the text and copy it";
-        }
-      } }, "Copy")),
+      copyButton(secret, status)),
     status);
+}
+
+// A value a person copies (an SSH certificate, a CA's public key): shown whole, wrapping
+// anywhere (base64 has no break points; app.css), at most a few lines tall (it scrolls, and
+// takes the keyboard focus to scroll), a Copy button below it. `what` names it for screen
+// readers ("the certificate of sucrt_…").
+export function copyable(text, what) {
+  const status = h("span", { class: "copy-status", role: "status" });
+  return h("div", { class: "copyable" },
+    h("code", { class: "copy-value", tabindex: "0", role: "textbox", "aria-readonly": "true",
+                "aria-multiline": "true", "aria-label": what }, text),
+    h("div", { class: "copy-row" }, copyButton(text, status, what, "secondary small"), status));
 }
 
 // A button running an API call; its error is shown beside it. `question`: confirm first.

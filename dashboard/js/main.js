@@ -12,12 +12,16 @@ import reservedAddrs from "./pages/reserved_addrs.js";
 import ipPolicies from "./pages/ip_policies.js";
 import tlsCertificates from "./pages/tls_certificates.js";
 import certificateAuthorities from "./pages/certificate_authorities.js";
+import sshCertificateAuthorities from "./pages/ssh_certificate_authorities.js";
+import sshCertificates from "./pages/ssh_certificates.js";
+import agentIngresses from "./pages/agent_ingresses.js";
 import edges from "./pages/edges.js";
 import backends from "./pages/backends.js";
 import traffic from "./pages/traffic.js";
 
 const PAGES = [overview, endpoints, traffic, agents, credentials, apiKeys, botUsers,
-               reservedDomains, reservedAddrs, tlsCertificates, certificateAuthorities,
+               reservedDomains, reservedAddrs, agentIngresses, tlsCertificates,
+               certificateAuthorities, sshCertificateAuthorities, sshCertificates,
                ipPolicies, edges, backends];
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");

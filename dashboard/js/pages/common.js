@@ -1,7 +1,7 @@
 // Cells and small pieces several pages share.
 import * as api from "../api.js";
 import { ApiError } from "../api.js";
-import { h, code } from "../dom.js";
+import { h, code, field, form } from "../dom.js";
 
 export const ID = { label: "ID", cell: (item) => code(item.id) };
 export const DESCRIPTION = { label: "Description", cell: (item) => item.description || h("span", { class: "muted" }, "—") };
@@ -109,4 +109,25 @@ export function editInRow(button, formNode, reload) {
   cell.replaceChildren(formNode);
   const first = formNode.querySelector("input, textarea, select");
   if (first) first.focus();
+}
+
+// A resource's own words under its name: its description and metadata (each only when set).
+export function describedBy(item) {
+  return [item.description ? h("div", { class: "description" }, item.description) : null,
+          item.metadata ? h("div", { class: "muted metadata" }, "Metadata ", code(item.metadata)) : null];
+}
+
+// The row's Edit button of a resource whose PATCH takes description and metadata only (SSH
+// CAs and certificates, agent ingresses): the editor opens in the row (editInRow).
+export function editDescriptionButton(item, path, reload) {
+  return h("button", { type: "button", class: "secondary small", dataset: { action: "edit" }, onclick: (event) => {
+    const editor = form(`Edit ${item.id}`, [
+      field("description", "Description", { value: item.description }),
+      field("metadata", "Metadata", { value: item.metadata, hint: "Free text for your own tools (at most 4096 bytes)." })],
+      "Save", async (values) => {
+        await api.patch(`${path}/${item.id}`, { description: values.description, metadata: values.metadata });
+        await reload();
+      });
+    editInRow(event.target, editor, reload);
+  } }, "Edit");
 }
