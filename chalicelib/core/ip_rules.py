@@ -1,7 +1,14 @@
 """The rules of IP policies, as the edge applies them (an ``ip_restriction`` module's policies,
-a ``restrict-ips`` action's ``ip_policies``). Written by ``chalicelib.ip_policies``."""
+a ``restrict-ips`` action's ``ip_policies``). Written by ``chalicelib.ip_policies``.
 
-from typing import Any, Dict, List, Tuple
+The decision itself is :func:`decide`, the one implementation: the policy engine's
+``restrict-ips`` (chalicelib.core.policy.actions) calls it. Deny rules win, then allow rules; only deny rules lets every other address through;
+no rule at all allows nothing.
+"""
+
+import functools
+import ipaddress
+from typing import Any, Dict, List, Sequence, Tuple
 
 from chalicelib.core import ids, store
 
@@ -9,6 +16,32 @@ POLICY_COLLECTION = "ip_policy"
 RULE_COLLECTION = "ip_policy_rule"
 RESTRICTION_COLLECTION = "ip_restriction"
 POLICY_PREFIX = ids.PREFIXES["ip_policy"]
+
+
+# ---- the decision -----------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
+def rule_network(cidr: str) -> Any:
+    """An IP policy rule's CIDR, parsed once (the same rules come back on every request); None
+    when it is not one."""
+    try:
+        return ipaddress.ip_network(cidr, strict=False)
+    except (TypeError, ValueError):
+        return None
+
+
+def decide(ip: Any, allow: Sequence[Any], deny: Sequence[Any]) -> Tuple[bool, Any]:
+    """Whether the address ``ip`` (an ``ipaddress`` address, or None when it is not one) passes
+    the ``allow`` and ``deny`` networks, and the network that decided (None: none matched).
+    A deny match refuses; otherwise an allow match, or an empty allow set when the deny set
+    is not empty, lets the address through; with both sets empty nothing is allowed."""
+    matched_deny = next(
+        (n for n in deny if ip is not None and ip.version == n.version and ip in n), None
+    )
+    matched_allow = next(
+        (n for n in allow if ip is not None and ip.version == n.version and ip in n), None
+    )
+    allowed = matched_deny is None and (matched_allow is not None or (not allow and bool(deny)))
+    return allowed, matched_deny or matched_allow
 
 
 # ---- the edge's read ----------------------------------------------------------------------------
