@@ -1,14 +1,16 @@
 """The rules of IP policies, as the edge applies them (an ``ip_restriction`` module's policies,
-a ``restrict-ips`` action's ``ip_policies``). Written by ``chalicelib.ip_policies``.
+a ``restrict-ips`` action's ``ip_policies``) and as the API applies the account's ``api`` and
+``dashboard`` IP restrictions to its own requests. Written by ``chalicelib.ip_policies``.
 
 The decision itself is :func:`decide`, the one implementation: the policy engine's
-``restrict-ips`` (chalicelib.core.policy.actions) calls it. Deny rules win, then allow rules; only deny rules lets every other address through;
+``restrict-ips`` (chalicelib.core.policy.actions) and the API's check (:func:`refusing`) both
+call it. Deny rules win, then allow rules; only deny rules lets every other address through;
 no rule at all allows nothing.
 """
 
 import functools
 import ipaddress
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from chalicelib.core import ids, store
 
@@ -93,3 +95,64 @@ def restrictions_of(account_id: str) -> List[Dict[str, Any]]:
         }
         for item in store.query_all(store.collection_pk(account_id, RESTRICTION_COLLECTION))
     ]
+
+
+# ---- the API's own requests (``api`` and ``dashboard`` restrictions) ----------------------------
+API, DASHBOARD = "api", "dashboard"
+REQUEST_TYPES = (API, DASHBOARD)
+
+
+def marker_of(restrictions: List[Dict[str, Any]]) -> str:
+    """The copy the account item and its API key lookups carry of which request types it
+    restricts: ``"api"``, ``"dashboard"``, ``"api,dashboard"`` or ``""`` (none)."""
+    return ",".join(t for t in REQUEST_TYPES if any(r.get("type") == t for r in restrictions))
+
+
+def governing(kind: str, marker: Optional[str]) -> Optional[str]:
+    """The restriction type a request of ``kind`` (``api`` or ``dashboard``) is checked against
+    when the account's marker is ``marker``; None: the account has none that applies, so
+    nothing is read. A dashboard request is checked against the ``dashboard`` restrictions
+    when the account has any, else against its ``api`` restrictions (the dashboard holds an
+    API key, and its header can be sent by any holder of one: it must not be a way around an
+    ``api`` restriction)."""
+    types = (marker or "").split(",")
+    if kind == DASHBOARD and DASHBOARD in types:
+        return DASHBOARD
+    return API if API in types else None
+
+
+def refusing(account_id: str, kind: str, ip: str) -> List[Dict[str, Any]]:
+    """The account's restrictions of type ``kind`` that refuse the address ``ip`` (each as
+    :func:`restrictions_of` gives it: ``enforced`` says whether it refuses or only logs).
+    Each is its policies' rules through :func:`decide`; a policy that no longer exists or a
+    rule that is not a CIDR refuses (fail closed, as ``restrict-ips`` does). One Query of the
+    restrictions, and when one of ``kind`` has policies, :func:`rules_of` (one Query + one
+    GetItem per policy without rules)."""
+    mine = [r for r in restrictions_of(account_id) if r["type"] == kind and r["ip_policy_ids"]]
+    if not mine:
+        return []
+    wanted = list(dict.fromkeys(p for r in mine for p in r["ip_policy_ids"]))
+    rules = rules_of(account_id, wanted)
+    try:
+        address = ipaddress.ip_address(ip.strip())
+    except ValueError:
+        address = None
+    refused = []
+    for restriction in mine:
+        allow: List[Any] = []
+        deny: List[Any] = []
+        broken = False
+        for policy_id in restriction["ip_policy_ids"]:
+            if policy_id not in rules:
+                broken = True
+                continue
+            for action, cidr in rules[policy_id]:
+                network = rule_network(cidr)
+                if network is None:
+                    broken = True
+                    continue
+                (allow if action == "allow" else deny).append(network)
+        passed, _ = decide(address, allow, deny)
+        if broken or not passed:
+            refused.append(restriction)
+    return refused
