@@ -21,6 +21,10 @@ Commands:
                       --status (PENDING|BANNED|UNBANNED|IGNORE)
                                             record the action taken on one hostname of an
                                             abuse report; the report's status follows
+  lift-ip-restrictions --account ACCT       set enforced: false on the account's api and
+                                            dashboard IP restrictions (the way back from a
+                                            lock-out; they stay and log what they would
+                                            refuse)
   check-edges [--json]                      report stored edges whose hostports break the
                                             ownership rule (HTTPS: a domain the account
                                             reserved or a free name under the base domain;
@@ -33,7 +37,7 @@ import json
 import sys
 from typing import List, Optional
 
-from chalicelib import abuse_reports, accounts, edge_modules, migrate
+from chalicelib import abuse_reports, accounts, edge_modules, ip_restrictions, migrate
 from chalicelib.core import errors, store
 from chalicelib.core.config import get_settings
 
@@ -80,6 +84,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     hostname.add_argument(
         "--status", required=True, type=str.upper, choices=abuse_reports.HOSTNAME_STATUSES
     )
+    lift = sub.add_parser(
+        "lift-ip-restrictions",
+        help="stop enforcing an account's api and dashboard IP restrictions",
+    )
+    lift.add_argument("--account", required=True)
     check = sub.add_parser(
         "check-edges",
         help="report edges whose hostports break the ownership rule",
@@ -121,6 +130,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     )
                 )
             )
+        elif args.command == "lift-ip-restrictions":
+            lifted = ip_restrictions.lift(args.account)
+            print(f"account {args.account}: not enforced now: {', '.join(lifted) or 'none'}")
         elif args.command == "check-edges":
             return _check_edges(args.json)
     except errors.ApiError as exc:

@@ -96,6 +96,7 @@ def resolve(header: Optional[str]) -> Principal:
         role = "member" if data["owner_kind"] == "bot" else owner.data.get("role", "member")
     reporter = data.get("abuse_reporter")
     audit_types = data.get("audit_types")
+    ip_restricted = data.get("ip_restricted")
     return Principal(
         account_id=data["account_id"],
         id=data["owner_id"],
@@ -104,6 +105,7 @@ def resolve(header: Optional[str]) -> Principal:
         api_key_id=data["api_key_id"],
         abuse_reporter=reporter if isinstance(reporter, bool) else None,
         audit_types=audit_types if isinstance(audit_types, str) else None,
+        ip_restricted=ip_restricted if isinstance(ip_restricted, str) else None,
     )
 
 
@@ -217,6 +219,7 @@ def new_secret_item(
             "active": True,
             "abuse_reporter": False,
             "audit_types": None,
+            "ip_restricted": "",
             **(state or {}),
         }
         lookup_data.update(
@@ -225,6 +228,9 @@ def new_secret_item(
         reporter, audit_types = state["abuse_reporter"], state["audit_types"]
         if audit_types is not None:
             lookup_data["audit_types"] = audit_types
+        restricted = state["ip_restricted"] or ""
+        if restricted:
+            lookup_data["ip_restricted"] = restricted
 
         def copied(e: Any) -> str:
             # the account's copied facts are the ones this lookup gets (else OwnerChanged)
@@ -233,7 +239,13 @@ def new_secret_item(
                 if audit_types is None
                 else f"{e.data('audit_types')} = {e.value(audit_types)}"
             )
-            return f"{e.data('abuse_reporter')} = {e.value(reporter)} AND {types}"
+            restricts = (
+                f"{e.data('ip_restricted')} = {e.value(restricted)}"
+                if restricted
+                else f"(attribute_not_exists({e.data('ip_restricted')})"
+                f" OR {e.data('ip_restricted')} = {e.value('')})"
+            )
+            return f"{e.data('abuse_reporter')} = {e.value(reporter)} AND {types} AND {restricts}"
 
         extra.append(
             store.require_item(
@@ -246,6 +258,7 @@ def new_secret_item(
                         **state,
                         "abuse_reporter": bool(old.data.get("abuse_reporter")),
                         "audit_types": old.data.get("audit_types"),
+                        "ip_restricted": old.data.get("ip_restricted") or "",
                     }
                 ),
             )
@@ -328,6 +341,7 @@ def caller_state(c: Ctx, owner_id: str) -> Optional[Dict[str, Any]]:
         state["abuse_reporter"] = c.principal.abuse_reporter
     if c.principal.audit_types is not None:
         state["audit_types"] = c.principal.audit_types
+    state["ip_restricted"] = c.principal.ip_restricted or ""
     if owner_id == c.principal.id:
         state.update(role=c.principal.role, active=True)
     return state or None
@@ -440,11 +454,12 @@ def require_owner_or_admin(c: Ctx, item: store.Item, what: str) -> None:
 
 
 def set_account_copies(account_id: str, fields: Dict[str, Any]) -> int:
-    """Write account-wide facts (``abuse_reporter``, ``audit_types``) onto every API key lookup of the
-    account, after the account item itself was changed: keys created from then on copy the
-    new value (their creation is conditioned on the account's value), keys created before are
-    in an owner index by now. One Query per user and bot partition and per owner, one
-    UpdateItem per key: an operator action. Returns the number of lookups written."""
+    """Write account-wide facts (``abuse_reporter``, ``audit_types``, ``ip_restricted``) onto
+    every API key lookup of the account, after the account item itself was changed: keys
+    created from then on copy the new value (their creation is conditioned on the account's
+    value), keys created before are in an owner index by now. One Query per user and bot
+    partition and per owner, one UpdateItem per key: an operator action. Returns the number
+    of lookups written."""
     written = 0
     for collection in (USER_COLLECTION, BOT_COLLECTION):
         for owner in store.query_all(store.collection_pk(account_id, collection)):

@@ -25,7 +25,9 @@ from chalicelib.core import errors
 from chalicelib.core.config import get_settings
 
 ALLOW_METHODS = "GET, POST, PUT, PATCH, DELETE"
-ALLOW_HEADERS = "Authorization, Content-Type, Ngrok-Version, Service-Version, Idempotency-Key"
+ALLOW_HEADERS = (
+    "Authorization, Content-Type, Ngrok-Version, Service-Version, Service-Client, Idempotency-Key"
+)
 EXPOSE_HEADERS = "Operation-Id, Retry-After"
 MAX_AGE = "600"
 

@@ -6,6 +6,12 @@ deployed stack's gateway responses (see the template in .chalice/) rewrite those
 contract's error body; :class:`ContractGateway` does the same for ``chalice local``'s
 LocalGateway, which ``make run`` serves and the functional tests' chalice.test.Client uses.
 
+The client address: deployed, API Gateway puts the connection's peer in the event's
+``requestContext.identity.sourceIp``; chalice's LocalGateway always says 127.0.0.1. A
+:class:`ContractGateway` says ``source_ip`` (per request: scripts/api_server.py passes the
+connection's peer; else the gateway's ``source_ip`` attribute, which in-process tests set),
+so the account's IP restrictions (chalicelib.web.check_ip_restrictions) see the real one.
+
 One deviation from the deployed stack: there, ``details.operation_id`` of a gateway-made
 error is API Gateway's request id (``op_`` + its UUID), because no view runs to mint one.
 """
@@ -37,9 +43,19 @@ def _response(status: int, error_code: str, msg: str) -> Dict[str, Any]:
 
 
 class ContractGateway(LocalGateway):
+    # The client address of requests that name none (None: LocalGateway's 127.0.0.1).
+    source_ip: Optional[str] = None
+    _request_ip: Optional[str] = None  # this request's (a gateway serves one thread)
+
     def handle_request(
-        self, method: str, path: str, headers: Dict[str, Any], body: Optional[bytes]
+        self,
+        method: str,
+        path: str,
+        headers: Dict[str, Any],
+        body: Optional[bytes],
+        source_ip: Optional[str] = None,
     ) -> Dict[str, Any]:
+        self._request_ip = source_ip or self.source_ip
         try:
             return super().handle_request(method, path, headers, body)
         except auth.AuthFailed:
@@ -58,6 +74,14 @@ class ContractGateway(LocalGateway):
             return _response(500, errors.INTERNAL, errors.Internal.default_msg)
         except Exception:  # noqa: BLE001 - an authorizer crash is a 500, as on API Gateway
             return _response(500, errors.INTERNAL, errors.Internal.default_msg)
+
+    def _generate_lambda_event(
+        self, method: str, path: str, headers: Dict[str, Any], body: Optional[bytes]
+    ) -> Dict[str, Any]:
+        event = super()._generate_lambda_event(method, path, headers, body)
+        if self._request_ip:
+            event["requestContext"]["identity"]["sourceIp"] = self._request_ip
+        return event
 
 
 def load_local_app(project_dir: str, stage: str):

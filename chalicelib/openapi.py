@@ -125,7 +125,7 @@ def _schemas() -> Dict[str, Schema]:
             {
                 **_common("ip_restriction"),
                 "enforced": BOOL,
-                "type": {"type": "string", "enum": ["agent", "endpoints"]},
+                "type": {"type": "string", "enum": ["agent", "endpoints", "api", "dashboard"]},
                 "ip_policies": {"type": "array", "items": _ref("Ref")},
             }
         ),

@@ -4,7 +4,9 @@
   translation point from :class:`chalicelib.core.errors.ApiError` (and anything unexpected) to
   the wire error body, checks the version header, the body's media type and size, and gives
   every request an ``op_`` operation id (logged, returned in error details and in the
-  ``Operation-Id`` response header).
+  ``Operation-Id`` response header). It is also where an authenticated request meets the
+  account's ``api`` and ``dashboard`` IP restrictions (:func:`check_ip_restrictions`), once,
+  before anything else is read or changed.
 - :func:`ctx` is the caller (principal from the authorizer context) and the base URL that
   every ``uri`` is built from. A view that finds no authorizer context refuses (fail closed).
 - :func:`body`, :func:`list_params` and :func:`page` implement strict bodies and the
@@ -24,7 +26,7 @@ from chalice import Chalice, Response
 from chalice.app import ChaliceUnhandledError, Request
 
 from chalicelib import ratelimit, validation
-from chalicelib.core import errors, ids, store
+from chalicelib.core import errors, ids, ip_rules, store
 from chalicelib.core.config import get_settings
 
 log = logging.getLogger("tunnel_service")
@@ -38,6 +40,12 @@ UNVERSIONED_PATHS = {"/openapi.json"}
 
 # ``beforeId`` is how the TypeScript client (@ngrok/ngrok-api) spells ``before_id``.
 LIST_QUERY = ("limit", "before_id", "beforeId", "filter")
+
+# The dashboard sends ``Service-Client: dashboard`` with each of its requests
+# (dashboard/js/api.js): for the account's IP restrictions it is then a dashboard request, not
+# an API one (check_ip_restrictions).
+CLIENT_HEADER = "service-client"
+DASHBOARD_CLIENT = "dashboard"
 
 _app: List[Chalice] = []
 _clock = time.time  # the rate limiter's clock (tests replace it)
@@ -62,6 +70,10 @@ class Principal:
     # lookup item (comma-separated, "" none; None: not known, Query the subscriptions; see
     # chalicelib.audit).
     audit_types: Optional[str] = None
+    # The request types the account's IP restrictions restrict ("api", "dashboard",
+    # "api,dashboard"; "" or None: none), as copied onto the key's lookup item (see
+    # chalicelib.ip_restrictions): only then does a request read the restrictions.
+    ip_restricted: Optional[str] = None
 
     def extra_context(self) -> Dict[str, str]:
         """The optional facts, as authorizer context strings."""
@@ -70,6 +82,8 @@ class Principal:
             context["abuse_reporter"] = "true" if self.abuse_reporter else "false"
         if self.audit_types is not None:
             context["audit_types"] = self.audit_types
+        if self.ip_restricted:
+            context["ip_restricted"] = self.ip_restricted
         return context
 
     @property
@@ -227,6 +241,7 @@ def _middleware(event: Request, get_response: Callable[[Request], Response]) -> 
     try:
         authorizer = (event.context or {}).get("authorizer") or {}
         ratelimit.check(authorizer.get("account_id"), clock=_clock)
+        check_ip_restrictions(event, authorizer)
         _check_request(event)
         try:
             response = get_response(event)
@@ -251,6 +266,64 @@ def _middleware(event: Request, get_response: Callable[[Request], Response]) -> 
         "operation %s %s %s -> %s", operation_id(), event.method, event.path, response.status_code
     )
     return response
+
+
+def source_ip(req: Request) -> str:
+    """The request's client address: API Gateway's ``identity.sourceIp`` (deployed, the
+    connection's peer as API Gateway saw it; under `make run` and the tests the local
+    gateway's, chalicelib.gateway)."""
+    identity = (req.context or {}).get("identity") or {}
+    return str(identity.get("sourceIp") or "")
+
+
+def check_ip_restrictions(event: Request, authorizer: Dict[str, Any]) -> None:
+    """Refuse an authenticated request whose source address the account's IP restrictions of
+    its type refuse (403 ERR_NGROK_220, a dashboard request's ERR_NGROK_1212), before its
+    view runs; an unenforced restriction that would refuse it only logs. Nothing is read when
+    the key's lookup says the account has no restriction that applies (``ip_restricted``,
+    chalicelib.ip_restrictions); else the restrictions, and their policies' rules (core
+    ip_rules.refusing)."""
+    marker = authorizer.get("ip_restricted")
+    account_id = authorizer.get("account_id")
+    if not marker or not isinstance(marker, str) or not account_id:
+        return
+    headers = event.headers or {}
+    client = (headers.get(CLIENT_HEADER) or "").strip().lower()
+    kind = ip_rules.DASHBOARD if client == DASHBOARD_CLIENT else ip_rules.API
+    governing = ip_rules.governing(kind, marker)
+    if governing is None:
+        return
+    ip = source_ip(event)
+    refused = ip_rules.refusing(account_id, governing, ip)
+    for restriction in refused:
+        if not restriction["enforced"]:
+            log.info(
+                "operation %s: %s IP restriction %s would refuse %s (not enforced)",
+                operation_id(),
+                governing,
+                restriction["id"],
+                ip,
+            )
+    enforced = [r for r in refused if r["enforced"]]
+    if enforced:
+        cls = (
+            errors.DashboardIpRestricted
+            if governing == ip_rules.DASHBOARD
+            else errors.ApiIpRestricted
+        )
+        log.info(
+            "operation %s: %s IP restriction %s refused %s",
+            operation_id(),
+            governing,
+            enforced[0]["id"],
+            ip,
+        )
+        raise cls(
+            f"Your IP {ip or '(unknown)'} does not match the IP Policy for this Account: its "
+            f"{governing} IP restriction {enforced[0]['id']} refuses it. Send the request "
+            "from an address in the allowed range or update the account's IP restrictions.",
+            details={"ip": ip, "ip_restriction_id": enforced[0]["id"]},
+        )
 
 
 def _is_contract_error(body: Any) -> bool:
@@ -296,6 +369,9 @@ def principal(req: Optional[Request] = None) -> Principal:
             ),
             audit_types=context.get("audit_types")
             if isinstance(context.get("audit_types"), str)
+            else None,
+            ip_restricted=context.get("ip_restricted")
+            if isinstance(context.get("ip_restricted"), str)
             else None,
         )
     except (KeyError, TypeError):

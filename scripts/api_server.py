@@ -2,7 +2,9 @@
 
 Each request becomes the same API Gateway event (and runs the same authorizer) as under
 ``chalice local`` and ``chalice.test.Client``: chalicelib.gateway.ContractGateway, which also
-answers API Gateway's own errors in the contract's body. What API Gateway answers before any
+answers API Gateway's own errors in the contract's body. Its ``identity.sourceIp`` is the
+connection's peer, as API Gateway's is (the account's IP restrictions read it; no
+``X-Forwarded-For`` is believed). What API Gateway answers before any
 route, this server answers, in the contract's error body with an ``Operation-Id`` header:
 methods API Gateway does not route (TRACE, PROPFIND, …: 405), framing errors (400, 408, 413,
 414, 431, 501, 505; see scripts/http_server.py). Bodies are refused at the contract's limit
@@ -72,7 +74,9 @@ def make_app(project_dir: str, stage: str):
         path = req.target
         if not path.startswith("/"):  # absolute-form (a proxy's request): keep the path
             path = "/" + path.split("://", 1)[-1].partition("/")[2]
-        result = gateway.handle_request(req.method, path, _headers(req), req.body or None)
+        result = gateway.handle_request(
+            req.method, path, _headers(req), req.body or None, source_ip=req.client[0] or None
+        )
         headers: List[Tuple[str, str]] = []
         for name, value in {**result["headers"], **result.get("multiValueHeaders", {})}.items():
             for one in value if isinstance(value, list) else [value]:

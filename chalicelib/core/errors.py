@@ -24,6 +24,8 @@ place. Catalog (also in docs/CONTRACT.md, "Error catalog"):
 | UNAUTHORIZED        | ERR_NGROK_203              | 401    | missing, malformed, unknown or revoked API key; inactive bot |
 | FORBIDDEN           | ERR_FORBIDDEN              | 403    | valid key, but the principal may not do this             |
 | NOT_ABUSE_REPORTER  | ERR_NGROK_221              | 403    | /abuse_reports from an account that may not report       |
+| API_IP_RESTRICTED   | ERR_NGROK_220              | 403    | an API request from an address the account's `api` IP restrictions refuse |
+| DASHBOARD_IP_RESTRICTED | ERR_NGROK_1212         | 403    | a dashboard request from an address its `dashboard` IP restrictions refuse |
 | NOT_FOUND           | ERR_NOT_FOUND              | 404    | unknown path, or no such resource in the caller's account |
 | METHOD_NOT_ALLOWED  | ERR_METHOD_NOT_ALLOWED     | 405    | the path exists but not with this method                 |
 | CONFLICT            | ERR_CONFLICT               | 409    | uniqueness or reference conflict, concurrent modification |
@@ -95,6 +97,8 @@ UNSUPPORTED_VERSION = "ERR_NGROK_217"
 UNAUTHORIZED = "ERR_NGROK_203"
 FORBIDDEN = "ERR_FORBIDDEN"
 NOT_ABUSE_REPORTER = "ERR_NGROK_221"
+API_IP_RESTRICTED = "ERR_NGROK_220"
+DASHBOARD_IP_RESTRICTED = "ERR_NGROK_1212"
 NOT_FOUND = "ERR_NOT_FOUND"
 METHOD_NOT_ALLOWED = "ERR_METHOD_NOT_ALLOWED"
 CONFLICT = "ERR_CONFLICT"
@@ -235,6 +239,22 @@ class Forbidden(ApiError):
 class NotAbuseReporter(Forbidden):
     error_code = NOT_ABUSE_REPORTER
     default_msg = "This account is not authorized to submit or view abuse reports"
+
+
+class ApiIpRestricted(Forbidden):
+    """The account's IP restrictions refuse the request's source address (chalicelib.web).
+    The hosted service documents the code and its message, not the status: 403, as its
+    other refusals of a valid key."""
+
+    error_code = API_IP_RESTRICTED
+    default_msg = (
+        "Your IP does not match the IP Policy for this Account. Send the request from an "
+        "address in the allowed range or update the account's IP restrictions."
+    )
+
+
+class DashboardIpRestricted(ApiIpRestricted):
+    error_code = DASHBOARD_IP_RESTRICTED
 
 
 class NotFound(ApiError):
@@ -501,6 +521,8 @@ CATALOG = {
         Unauthorized,
         Forbidden,
         NotAbuseReporter,
+        ApiIpRestricted,
+        DashboardIpRestricted,
         NotFound,
         DomainReservedByYou,
         DomainReservedByOther,

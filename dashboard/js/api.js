@@ -46,8 +46,10 @@ export async function request(method, path, body, key) {
   if (!url.startsWith(apiBase() + "/")) {
     throw new ApiError(0, { msg: "Refusing to send the API key to another origin" });
   }
+  // Service-Client: the API checks these requests against the account's `dashboard` IP
+  // restrictions, not its `api` ones (chalicelib/ip_restrictions.py)
   const headers = { "Authorization": `Bearer ${key || apiKey() || ""}`,
-                    "Ngrok-Version": VERSION };
+                    "Ngrok-Version": VERSION, "Service-Client": "dashboard" };
   const init = { method, headers, cache: "no-store", credentials: "omit",
                  referrerPolicy: "no-referrer" };
   if (body !== undefined) {

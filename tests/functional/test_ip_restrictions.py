@@ -1,5 +1,6 @@
 """/ip_restrictions at both levels (chalicelib.ip_restrictions): types, policies (counted),
-enforced; what the edge reads (chalicelib.core.ip_rules.restrictions_of)."""
+enforced; what the edge reads (chalicelib.core.ip_rules.restrictions_of). The API's own
+enforcement of ``api`` and ``dashboard``: test_api_ip_restrictions.py."""
 
 import pytest
 
@@ -42,8 +43,6 @@ def test_ip_restriction_crud(api, account):
     "body, field",
     [
         ({"ip_policy_ids": ["ipp_0ERYqBR5B9RMvMY4cZCztl2IB7s"]}, "type"),
-        ({"type": "api"}, "type"),
-        ({"type": "dashboard"}, "type"),
         ({"type": "everything"}, "type"),
         ({"type": "agent"}, "ip_policy_ids"),
         ({"type": "agent", "ip_policy_ids": []}, "ip_policy_ids"),

@@ -51,7 +51,6 @@ Decisions where the hosted docs are silent, written down here:
 """
 
 import base64
-import functools
 import hashlib
 import hmac
 import ipaddress
@@ -62,7 +61,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import re2
 
-from chalicelib.core import edge_errors
+from chalicelib.core import edge_errors, ip_rules
 from chalicelib.core.policy import celenv, identity, jwks, ratelimit
 from chalicelib.core.policy.document import PolicyError
 from chalicelib.core.policy.outcome import (
@@ -461,15 +460,6 @@ def _blocked_response() -> Outcome:
     return _respond(403, [("content-type", "application/json"), ("ngrok-error-code", code)], body)
 
 
-@functools.lru_cache(maxsize=4096)
-def _rule_network(cidr: str):
-    """An IP policy rule's CIDR, parsed once (the same rules come back on every request)."""
-    try:
-        return ipaddress.ip_network(cidr, strict=False)
-    except (TypeError, ValueError):
-        return None
-
-
 def _network(text: str, where: str):
     try:
         return ipaddress.ip_network(text.strip(), strict=False)
@@ -528,7 +518,7 @@ class RestrictIps(Action):
                     )
                     continue
                 for action, cidr in rules:
-                    network = _rule_network(cidr)
+                    network = ip_rules.rule_network(cidr)
                     if network is None:
                         error = (
                             edge_errors.IP_POLICY_MISSING,
@@ -536,18 +526,8 @@ class RestrictIps(Action):
                         )
                         continue
                     (allow if action == "allow" else deny).append(network)
-        matched_deny = next(
-            (n for n in deny if ip is not None and ip.version == n.version and ip in n), None
-        )
-        matched_allow = next(
-            (n for n in allow if ip is not None and ip.version == n.version and ip in n), None
-        )
-        allowed = (
-            error is None
-            and matched_deny is None
-            and (matched_allow is not None or (not allow and bool(deny)))
-        )
-        matched = matched_deny or matched_allow
+        passed, matched = ip_rules.decide(ip, allow, deny)  # the one rule (core/ip_rules.py)
+        allowed = error is None and passed
         r.set_vars(
             "restrict_ips",
             action="allow" if allowed else "deny",
