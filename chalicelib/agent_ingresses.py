@@ -17,7 +17,9 @@ Rules (where the hosted reference is silent, decided here):
   domain itself (``connect_url: <domain>:443`` for the agent CLI, ``server_addr`` for the
   SDKs, with the edge's agent port). ``ns_targets``: the names of the service's own DNS
   server (``ns1.`` and ``ns2.`` + ``CNAME_ZONE``, the zone it is authoritative for: docs/
-  CERTIFICATES.md); the user delegates the domain to them with NS records.
+  CERTIFICATES.md); the user delegates the domain to them with NS records, and that server
+  answers the domain's A/AAAA with the edge's addresses (``DNS_INGRESS_ADDRESSES``,
+  chalicelib/acme/dns.py).
 - Certificates: the edge's agent listener serves the domain by SNI with a certificate of the
   store for the name when there is one (an uploaded or ACME-issued certificate of a reserved
   domain covering it: docs/CERTIFICATES.md), else one its local CA issues (the hosted

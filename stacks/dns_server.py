@@ -1,12 +1,21 @@
-"""A DNS server of our own on the loopback (dnspython over UDP, in a thread), for the API's DNS
-check (``DNS_CHECK_RESOLVER``) in tests and benchmarks.
+"""DNS servers for tests and benchmarks.
 
-It answers CNAME questions from ``cnames`` (name -> target; a name it does not hold is
-NXDOMAIN), or, with ``silent``, never answers (a resolver that times out)."""
+:class:`LoopbackDns`: a DNS server of our own on the loopback (dnspython over UDP, in a
+thread), for the API's DNS check (``DNS_CHECK_RESOLVER``). It answers CNAME questions from
+``cnames`` (name -> target; a name it does not hold is NXDOMAIN), or, with ``silent``, never
+answers (a resolver that times out).
+
+:class:`ServiceDns`: the service's own authoritative server (``python -m chalicelib.acme.dns``)
+as a process on a stack's store, as `make run` starts it with ``DNS_LISTEN``."""
 
 import socket
+import sys
 import threading
-from typing import Dict
+from typing import Dict, Optional
+
+from stacks.paths import PROJECT_DIR
+from stacks.ports import free_port
+from stacks.process import Process
 
 import dns.flags
 import dns.message
@@ -63,3 +72,27 @@ class LoopbackDns:
                 self.sock.sendto(reply.to_wire(), peer)
             except OSError:
                 return
+
+
+class ServiceDns:
+    """``python -m chalicelib.acme.dns`` on ``store_env`` (a stack's store), listening on a free
+    UDP port of the loopback (``port``); ``extra`` adds to its environment (e.g.
+    ``DNS_INGRESS_ADDRESSES``). Started by the constructor; :meth:`stop` ends it."""
+
+    def __init__(
+        self, store_env: Dict[str, str], log_path: str, extra: Optional[Dict[str, str]] = None
+    ) -> None:
+        self.port = free_port()
+        env = {
+            **store_env,
+            "DNS_LISTEN": f"127.0.0.1:{self.port}",
+            "PYTHONUNBUFFERED": "1",
+            **(extra or {}),
+        }
+        self.process = Process(
+            [sys.executable, "-m", "chalicelib.acme.dns"], PROJECT_DIR, env, log_path
+        )
+        self.process.wait_for_line("dns server", timeout=30)
+
+    def stop(self) -> None:
+        self.process.stop()

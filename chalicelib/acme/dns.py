@@ -11,19 +11,33 @@ and reads the TXT there. A :class:`Provider` publishes that TXT:
   component) answers for ``CNAME_ZONE`` authoritatively from them (dnspython), one GetItem per
   TXT question; other names of the zone are NXDOMAIN, names outside it REFUSED; UDP answers
   of at most 512 bytes (or the query's EDNS size), at most ``MAX_VALUES`` TXT values a name.
+
+The same server is authoritative for the account's **agent ingress domains** (their
+``ns_targets`` name it: ``ns1.``/``ns2.`` + ``CNAME_ZONE``) when ``DNS_INGRESS_ADDRESSES``
+lists where agents reach the edge's agent listener (IPv4 and IPv6 addresses, comma-separated):
+an ingress domain's A and AAAA questions are answered with those addresses, its NS question
+with the two name servers; any other type of it is answered with no record (NODATA). Names
+below an ingress domain, and names that are no ingress domain, are REFUSED as before. The
+domains are read from the ingress index (chalicelib.core.ingresses, one Query) at most every
+``INGRESS_REFRESH`` seconds, never per question, so a flood of questions costs the store
+nothing more: a new ingress is answered within that time, a deleted one refused.
 """
 
+import ipaddress
 import os
 import socket
 import sys
-from typing import List, Optional
+import time
+from typing import Callable, FrozenSet, List, Optional, Sequence
 
-from chalicelib.core import store
+from chalicelib.core import ingresses, store
 from chalicelib.core.config import get_settings
 
 DNS_PK = "ACME#dns"
 TTL = 60
 MAX_VALUES = 8  # 8 digests (43 characters each) fit a 512-byte UDP answer
+INGRESS_REFRESH = 5.0  # seconds an ingress index read is used for
+MAX_INGRESS_ADDRESSES = 8  # of each family, in an answer (8 AAAA records fit 512 bytes)
 
 
 class Provider:
@@ -39,7 +53,20 @@ def _name(name: str) -> str:
 
 
 class OwnServer(Provider):
-    """TXT values in the table, answered by :func:`serve`."""
+    """TXT values in the table, answered by :func:`serve`; the agent ingress domains, read
+    from their index at most every INGRESS_REFRESH seconds."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._domains: FrozenSet[str] = frozenset()
+        self._read_at: Optional[float] = None
+
+    def ingress_domains(self) -> FrozenSet[str]:
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= INGRESS_REFRESH:
+            self._read_at = now  # a failed read is tried again after the same wait
+            self._domains = frozenset(_name(domain) for domain in ingresses.index())
+        return self._domains
 
     def values(self, name: str) -> List[str]:
         item = store.get(DNS_PK, _name(name))
@@ -125,8 +152,24 @@ def provider() -> Optional[Provider]:
 
 
 # ---- the service's own authoritative server -----------------------------------------------------
-def answer(wire: bytes, zone: str, own: OwnServer) -> Optional[bytes]:
-    """The response to one DNS query message (None: not a query worth answering)."""
+def ingress_addresses(raw: str) -> List[str]:
+    """``DNS_INGRESS_ADDRESSES`` as a list of addresses (ValueError naming a bad one)."""
+    out = []
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        try:
+            out.append(str(ipaddress.ip_address(part)))
+        except ValueError:
+            raise ValueError(f"DNS_INGRESS_ADDRESSES: {part!r} is not an IP address") from None
+    return out
+
+
+def answer(
+    wire: bytes, zone: str, own: OwnServer, addresses: Sequence[str] = ()
+) -> Optional[bytes]:
+    """The response to one DNS query message (None: not a query worth answering);
+    ``addresses``: the agent ingress domains' A/AAAA answers (none: they are not answered)."""
     import dns.exception
     import dns.flags
     import dns.message
@@ -146,7 +189,11 @@ def answer(wire: bytes, zone: str, own: OwnServer) -> Optional[bytes]:
     question = query.question[0]
     name = _name(question.name.to_text())
     if not (name == zone or name.endswith("." + zone)):
-        response.set_rcode(dns.rcode.REFUSED)
+        if addresses and name in own.ingress_domains():
+            response.flags |= dns.flags.AA
+            _ingress_records(response, question, zone, addresses)
+        else:
+            response.set_rcode(dns.rcode.REFUSED)
         return response.to_wire()
     response.flags |= dns.flags.AA
     values = own.values(name) if question.rdtype in (dns.rdatatype.TXT, dns.rdatatype.ANY) else []
@@ -171,22 +218,50 @@ def answer(wire: bytes, zone: str, own: OwnServer) -> Optional[bytes]:
         return response.to_wire(max_size=size)
 
 
+def _ingress_records(response, question, zone: str, addresses: Sequence[str]) -> None:
+    """An agent ingress domain's answer: A/AAAA its addresses, NS the zone's name servers,
+    nothing for another type."""
+    import dns.rdataclass
+    import dns.rdatatype
+    import dns.rrset
+
+    want = question.rdtype
+    if want in (dns.rdatatype.A, dns.rdatatype.AAAA):
+        version = 4 if want == dns.rdatatype.A else 6
+        values = [a for a in addresses if ipaddress.ip_address(a).version == version]
+        values = values[:MAX_INGRESS_ADDRESSES]
+    elif want == dns.rdatatype.NS:
+        values = [f"ns1.{zone}.", f"ns2.{zone}."]
+    else:
+        values = []
+    if values:
+        response.answer.append(
+            dns.rrset.from_text_list(question.name, TTL, dns.rdataclass.IN, want, values)
+        )
+
+
 def serve(listen: str) -> int:
     host, _, port = listen.rpartition(":")
     store.configure()
     zone = get_settings().cname_zone
+    try:
+        addresses = ingress_addresses(os.environ.get("DNS_INGRESS_ADDRESSES") or "")
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
     own = OwnServer()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind((host or "127.0.0.1", int(port)))
     bound = "%s:%d" % sock.getsockname()
-    print(f"dns server: authoritative for {zone} on udp {bound}", flush=True)
+    ingress = f" and {len(addresses)} agent ingress address(es)" if addresses else ""
+    print(f"dns server: authoritative for {zone}{ingress} on udp {bound}", flush=True)
     import signal
 
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
     while True:
         wire, peer = sock.recvfrom(4096)
         try:
-            out = answer(wire, zone, own)
+            out = answer(wire, zone, own, addresses)
         except Exception as exc:  # the store away: no answer, the resolver retries
             print(f"dns: {exc!r}", file=sys.stderr, flush=True)
             out = None

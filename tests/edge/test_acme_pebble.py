@@ -15,8 +15,8 @@ import pytest
 from chalicelib.core import acme_orders
 from tests.edge.test_edge_certificates import served, wait_served
 from tests.support import pebble as pebble_support
+from stacks.dns_server import ServiceDns
 from stacks.paths import PROJECT_DIR
-from stacks.ports import free_port
 
 VALIDITY = 40  # seconds: every certificate Pebble issues here is short-lived (renewal test)
 
@@ -25,23 +25,9 @@ VALIDITY = 40  # seconds: every certificate Pebble issues here is short-lived (r
 def own_dns(stack, tmp_path_factory):
     """The service's own DNS server (chalicelib.acme.dns) on the stack's store, as `make run`
     starts it with DNS_LISTEN."""
-    port = free_port()
-    env = {**stack.store_env(), "DNS_LISTEN": f"127.0.0.1:{port}", "PYTHONUNBUFFERED": "1"}
-    log = open(tmp_path_factory.mktemp("dns") / "dns.log", "w+")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "chalicelib.acme.dns"],
-        cwd=PROJECT_DIR,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.time() + 30
-    while "dns server" not in open(log.name).read():
-        assert process.poll() is None and time.time() < deadline, open(log.name).read()
-        time.sleep(0.1)
-    yield port
-    process.terminate()
-    process.wait(timeout=10)
+    server = ServiceDns(stack.store_env(), str(tmp_path_factory.mktemp("dns") / "dns.log"))
+    yield server.port
+    server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -71,3 +71,47 @@ def test_a_domain_without_an_ingress_is_not_served(edge, account, go_agents):
     events = agent.start()
     assert not [e for e in events if e["event"] == "bound"], events
     assert any("certificate" in " ".join(e.get("args", [])) for e in events), events
+
+
+def test_the_services_dns_server_answers_for_an_ingress_domain(stack, account, tmp_path):
+    """The name servers an ingress's ``ns_targets`` name (the service's own DNS server,
+    chalicelib.acme.dns, with DNS_INGRESS_ADDRESSES) answer its A and AAAA with the edge's
+    addresses and its NS with themselves, within the server's index refresh (5 s) of the
+    create and of the delete; a name below it or of no ingress is refused."""
+    import dns.flags
+    import dns.message
+    import dns.query
+    import dns.rcode
+
+    from stacks.dns_server import ServiceDns
+
+    server = ServiceDns(
+        stack.store_env(),
+        str(tmp_path / "dns.log"),
+        {"DNS_INGRESS_ADDRESSES": "127.0.0.1, ::1"},
+    )
+
+    def ask(name, rdtype="A"):
+        query = dns.message.make_query(name, rdtype)
+        return dns.query.udp(query, "127.0.0.1", port=server.port, timeout=5)
+
+    def values(reply):
+        return sorted(r.to_text() for rrset in reply.answer for r in rrset)
+
+    try:
+        domain = f"connect-{uuid.uuid4().hex[:8]}.example.com"
+        assert ask(domain).rcode() == dns.rcode.REFUSED
+        made = account.admin.post("/agent_ingresses", {"domain": domain})
+        assert made.status == 201, made
+        assert wait(lambda: ask(domain).rcode() == dns.rcode.NOERROR, timeout=15)
+        reply = ask(domain.upper())
+        assert reply.flags & dns.flags.AA and values(reply) == ["127.0.0.1"]
+        assert values(ask(domain, "AAAA")) == ["::1"]
+        assert values(ask(domain, "NS")) == sorted(t + "." for t in made.json["ns_targets"])
+        no_data = ask(domain, "MX")
+        assert no_data.rcode() == dns.rcode.NOERROR and not no_data.answer
+        assert ask(f"below.{domain}").rcode() == dns.rcode.REFUSED
+        assert account.admin.delete(f"/agent_ingresses/{made.json['id']}").status == 204
+        assert wait(lambda: ask(domain).rcode() == dns.rcode.REFUSED, timeout=15)
+    finally:
+        server.stop()

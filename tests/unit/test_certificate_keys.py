@@ -239,3 +239,51 @@ def test_own_dns_server_answers_only_its_zone(store_env):
     for value in own.values(name):
         own.remove(name, value)
     assert ask(name).rcode() == dns.rcode.NXDOMAIN
+
+
+def test_own_dns_server_reads_the_ingress_index_at_most_every_refresh(store_env, monkeypatch):
+    """A flood of questions for names outside the zone costs one index Query per
+    INGRESS_REFRESH, not one read per question; without DNS_INGRESS_ADDRESSES an ingress
+    domain is refused as any other name; a bad address stops the server's start."""
+    import dns.message
+    import dns.rcode
+    from chalicelib.acme import dns as own_dns
+    from chalicelib.core import ingresses, store
+
+    store.commit(
+        [
+            store.put_new(
+                store.new_item(
+                    ingresses.INDEX_PK,
+                    "connect.example.com",
+                    kind="agent_ingress_index",
+                    data={"account_id": "acct_1", "agent_ingress_id": "agin_1"},
+                )
+            )
+        ]
+    )
+    reads = []
+    real_index = ingresses.index
+    monkeypatch.setattr(ingresses, "index", lambda: reads.append(1) or real_index())
+    clock = {"now": 100.0}
+    own = own_dns.OwnServer(clock=lambda: clock["now"])
+
+    def ask(qname, addresses=("192.0.2.1",)):
+        wire = dns.message.make_query(qname, "A").to_wire()
+        return dns.message.from_wire(own_dns.answer(wire, "cname.example.test", own, addresses))
+
+    assert ask("connect.example.com", addresses=()).rcode() == dns.rcode.REFUSED
+    assert reads == []  # no addresses: nothing read
+    for n in range(200):
+        assert ask(f"n{n}.example.org").rcode() == dns.rcode.REFUSED
+    assert [r.to_text() for r in ask("connect.example.com").answer[0]] == ["192.0.2.1"]
+    assert len(reads) == 1
+    clock["now"] += own_dns.INGRESS_REFRESH - 0.01
+    ask("connect.example.com")
+    assert len(reads) == 1
+    clock["now"] += 0.01
+    ask("connect.example.com")
+    assert len(reads) == 2
+    assert own_dns.ingress_addresses(" 192.0.2.1,2001:db8::1,") == ["192.0.2.1", "2001:db8::1"]
+    with pytest.raises(ValueError, match="'edge.example.com' is not an IP address"):
+        own_dns.ingress_addresses("192.0.2.1,edge.example.com")
