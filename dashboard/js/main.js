@@ -5,6 +5,7 @@ import overview from "./pages/overview.js";
 import endpoints from "./pages/endpoints.js";
 import agents from "./pages/agents.js";
 import credentials from "./pages/credentials.js";
+import sshCredentials from "./pages/ssh_credentials.js";
 import apiKeys from "./pages/api_keys.js";
 import botUsers from "./pages/bot_users.js";
 import reservedDomains from "./pages/reserved_domains.js";
@@ -19,8 +20,8 @@ import edges from "./pages/edges.js";
 import backends from "./pages/backends.js";
 import traffic from "./pages/traffic.js";
 
-const PAGES = [overview, endpoints, traffic, agents, credentials, apiKeys, botUsers,
-               reservedDomains, reservedAddrs, agentIngresses, tlsCertificates,
+const PAGES = [overview, endpoints, traffic, agents, credentials, sshCredentials, apiKeys,
+               botUsers, reservedDomains, reservedAddrs, agentIngresses, tlsCertificates,
                certificateAuthorities, sshCertificateAuthorities, sshCertificates,
                ipPolicies, edges, backends];
 const main = document.getElementById("main");
