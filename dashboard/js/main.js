@@ -11,6 +11,7 @@ import botUsers from "./pages/bot_users.js";
 import reservedDomains from "./pages/reserved_domains.js";
 import reservedAddrs from "./pages/reserved_addrs.js";
 import ipPolicies from "./pages/ip_policies.js";
+import ipRestrictions from "./pages/ip_restrictions.js";
 import tlsCertificates from "./pages/tls_certificates.js";
 import certificateAuthorities from "./pages/certificate_authorities.js";
 import sshCertificateAuthorities from "./pages/ssh_certificate_authorities.js";
@@ -23,7 +24,7 @@ import traffic from "./pages/traffic.js";
 const PAGES = [overview, endpoints, traffic, agents, credentials, sshCredentials, apiKeys,
                botUsers, reservedDomains, reservedAddrs, agentIngresses, tlsCertificates,
                certificateAuthorities, sshCertificateAuthorities, sshCertificates,
-               ipPolicies, edges, backends];
+               ipPolicies, ipRestrictions, edges, backends];
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
 const account = document.getElementById("account");
