@@ -29,14 +29,13 @@ from tests.dashboard.test_resource_pages import (
     _submit,
     full_snapshot,
 )
-from tests.dashboard.test_ssh_and_ingress_pages import (  # noqa: F401 (browser, chromium: fixtures)
-    INSIDE,
-    browser,
-    chromium,
-    delete_row,
-    open_page,
-    public_key,
-)
+from tests.dashboard import test_ssh_and_ingress_pages as ssh_pages
+from tests.dashboard.test_ssh_and_ingress_pages import INSIDE, delete_row, open_page, public_key
+
+# that module's fixtures, for this module: its one Chromium (signed in), and the browser each
+# test gets from it (the final screenshot kept, the console checked)
+chromium = ssh_pages.chromium
+browser = ssh_pages.browser
 
 PAGES = ["ssh_credentials", "ip_restrictions"]
 CRED_PATH = "/ssh_credentials"
@@ -121,7 +120,9 @@ def test_ssh_credential_created_listed_edited_and_deleted(stack, browser, expect
     rule.clear()
     rule.send_keys("bind:*.example.com")
     editor.find_element(By.CSS_SELECTOR, "button.add-rule").click()
-    editor.find_elements(By.CSS_SELECTOR, "input.acl-rule")[1].send_keys("bind:db.example.com:5432")
+    editor.find_elements(By.CSS_SELECTOR, "input.acl-rule")[1].send_keys(
+        "bind:db.example.com:5432"
+    )
     _submit(editor)
     path = f"{CRED_PATH}/{cred['id']}"
     wait(browser, lambda d: stack.api("GET", path)["metadata"] == '{"team": "ops"}')
@@ -143,7 +144,9 @@ def _policy(stack, description: str) -> dict:
     policy = stack.api("POST", "/ip_policies", {"description": description})
     for cidr in ("0.0.0.0/0", "::/0"):
         stack.api(
-            "POST", "/ip_policy_rules", {"ip_policy_id": policy["id"], "cidr": cidr, "action": "allow"}
+            "POST",
+            "/ip_policy_rules",
+            {"ip_policy_id": policy["id"], "cidr": cidr, "action": "allow"},
         )
     return policy
 
@@ -170,7 +173,9 @@ def test_ip_restriction_created_listed_edited_and_deleted(stack, browser, expect
         css = "form[aria-label='New IP restriction']"
         wait(browser, lambda d: all_of(d, f"{css} option[value='{vpn['id']}']"))
         form = find(browser, css)
-        types = [o.get_attribute("value") for o in Select(form.find_element(By.NAME, "type")).options]
+        types = [
+            o.get_attribute("value") for o in Select(form.find_element(By.NAME, "type")).options
+        ]
         assert types == ["agent", "endpoints", "api", "dashboard"]
         warning = find(browser, ".warning").text
         assert "refuses" in warning and "do not allow" in warning, warning
@@ -212,7 +217,10 @@ def test_ip_restriction_created_listed_edited_and_deleted(stack, browser, expect
 
         def made():
             return _by(
-                stack, RESTRICTION_PATH, "ip_restrictions", lambda r: r["description"] == "office only"
+                stack,
+                RESTRICTION_PATH,
+                "ip_restrictions",
+                lambda r: r["description"] == "office only",
             )
 
         wait(browser, lambda d: made())
@@ -255,7 +263,9 @@ def test_ip_restriction_created_listed_edited_and_deleted(stack, browser, expect
         wait(browser, lambda d: not all_of(d, row))
     finally:
         for restriction in created:
-            if _by(stack, RESTRICTION_PATH, "ip_restrictions", lambda r: r["id"] == restriction["id"]):
+            if _by(
+                stack, RESTRICTION_PATH, "ip_restrictions", lambda r: r["id"] == restriction["id"]
+            ):
                 stack.api("DELETE", f"{RESTRICTION_PATH}/{restriction['id']}")
         _delete_policies(stack, office, vpn)
 
