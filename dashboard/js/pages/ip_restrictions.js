@@ -39,7 +39,7 @@ function enforcedCell(restriction) {
 function policyField(policies, chosen) {
   return field("ip_policy_ids", "IP policies", { kind: "select", multiple: true,
     options: policies.map((p) => [p.id, named(p)]), value: chosen,
-    hint: "1 to 10 of your IP policies (IP policies page): an address is allowed when their rules allow it (deny rules win)." });
+    hint: "1 to 10 of your IP policies (IP policies page): their allow and deny rules decide which addresses pass." });
 }
 
 function enforcedField(value) {
