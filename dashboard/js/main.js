@@ -5,11 +5,13 @@ import overview from "./pages/overview.js";
 import endpoints from "./pages/endpoints.js";
 import agents from "./pages/agents.js";
 import credentials from "./pages/credentials.js";
+import sshCredentials from "./pages/ssh_credentials.js";
 import apiKeys from "./pages/api_keys.js";
 import botUsers from "./pages/bot_users.js";
 import reservedDomains from "./pages/reserved_domains.js";
 import reservedAddrs from "./pages/reserved_addrs.js";
 import ipPolicies from "./pages/ip_policies.js";
+import ipRestrictions from "./pages/ip_restrictions.js";
 import tlsCertificates from "./pages/tls_certificates.js";
 import certificateAuthorities from "./pages/certificate_authorities.js";
 import sshCertificateAuthorities from "./pages/ssh_certificate_authorities.js";
@@ -19,10 +21,10 @@ import edges from "./pages/edges.js";
 import backends from "./pages/backends.js";
 import traffic from "./pages/traffic.js";
 
-const PAGES = [overview, endpoints, traffic, agents, credentials, apiKeys, botUsers,
-               reservedDomains, reservedAddrs, agentIngresses, tlsCertificates,
+const PAGES = [overview, endpoints, traffic, agents, credentials, sshCredentials, apiKeys,
+               botUsers, reservedDomains, reservedAddrs, agentIngresses, tlsCertificates,
                certificateAuthorities, sshCertificateAuthorities, sshCertificates,
-               ipPolicies, edges, backends];
+               ipPolicies, ipRestrictions, edges, backends];
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
 const account = document.getElementById("account");

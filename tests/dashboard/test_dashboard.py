@@ -29,6 +29,7 @@ ROUTES = [
     "traffic",
     "agents",
     "credentials",
+    "ssh_credentials",
     "api_keys",
     "bot_users",
     "reserved_domains",
@@ -39,6 +40,7 @@ ROUTES = [
     "ssh_certificate_authorities",
     "ssh_certificates",
     "ip_policies",
+    "ip_restrictions",
     "edges",
     "backends",
 ]

@@ -43,6 +43,20 @@ from tests.dashboard.test_resource_pages import (
 PAGES = ["ssh_certificate_authorities", "ssh_certificates", "agent_ingresses"]
 CA_PATH = "/ssh_certificate_authorities"
 
+# Elements of the page wider than their box (a key, a certificate, an id in a heading) or
+# reaching past the window: a table-wrap that scrolls sideways would pass the page's own
+# width check.
+INSIDE = """
+  const skip = (e) => e.closest('.visually-hidden, thead')
+    || ['INPUT', 'TEXTAREA', 'SELECT', 'OPTION'].includes(e.tagName);
+  const edge = document.documentElement.clientWidth + 1;
+  return [...document.querySelectorAll('main *')]
+    .filter((e) => !skip(e) && e.getClientRects().length
+            && ((e.clientWidth && e.scrollWidth > e.clientWidth + 1)
+                || e.getBoundingClientRect().right > edge))
+    .map((e) => `${e.tagName}.${e.className}: ${e.textContent.slice(0, 40)}`);
+"""
+
 
 @pytest.fixture(scope="module")
 def chromium(stack):
@@ -366,19 +380,6 @@ def test_the_pages_at_both_widths_without_overflow(stack, browser):
         "ssh_certificates": f"tr[data-id='{user['id']}']",
         "agent_ingresses": f"tr[data-id='{ingress['id']}']",
     }
-    # nothing of the page is wider than its box (a key, a certificate, an id in a heading)
-    # nor reaches past the window: a table-wrap that scrolls sideways would pass the page's
-    # own width check
-    inside = """
-      const skip = (e) => e.closest('.visually-hidden, thead')
-        || ['INPUT', 'TEXTAREA', 'SELECT', 'OPTION'].includes(e.tagName);
-      const edge = document.documentElement.clientWidth + 1;
-      return [...document.querySelectorAll('main *')]
-        .filter((e) => !skip(e) && e.getClientRects().length
-                && ((e.clientWidth && e.scrollWidth > e.clientWidth + 1)
-                    || e.getBoundingClientRect().right > edge))
-        .map((e) => `${e.tagName}.${e.className}: ${e.textContent.slice(0, 40)}`);
-    """
     try:
         for route in PAGES:
             open_page(browser, stack, route)
@@ -395,7 +396,7 @@ def test_the_pages_at_both_widths_without_overflow(stack, browser):
                 )
                 == []
             ), route
-            assert browser.execute_script(inside) == [], route
+            assert browser.execute_script(INSIDE) == [], route
             full_snapshot(browser, f"1440-{route}")
         _narrow(browser)
         for route in PAGES:
@@ -403,12 +404,12 @@ def test_the_pages_at_both_widths_without_overflow(stack, browser):
             find(browser, rows[route])
             full_snapshot(browser, f"390-{route}")
             _no_overflow(browser, route)
-            assert browser.execute_script(inside) == [], route
+            assert browser.execute_script(INSIDE) == [], route
             find(browser, f"{rows[route]} button[data-action=edit]").click()
             find(browser, f"{rows[route]} form")
             full_snapshot(browser, f"390-{route}-editor")
             _no_overflow(browser, f"{route} editor")
-            assert browser.execute_script(inside) == [], f"{route} editor"
+            assert browser.execute_script(INSIDE) == [], f"{route} editor"
         # the long domain wraps after dots and dashes only (and does wrap at 390 px)
         open_page(browser, stack, "agent_ingresses")
         breaks = browser.execute_script(BREAKS, f"{rows['agent_ingresses']} .domain-name")

@@ -5,7 +5,8 @@ import { listView, pageHead } from "../resource.js";
 import { ID, DESCRIPTION, section } from "./common.js";
 
 // The ACL editor: one input per rule ("bind:<hostname or wildcard>"), add and remove rows.
-export function aclEditor(rules) {
+// `what` names the credential in the hint (authtokens, SSH credentials).
+export function aclEditor(rules, what = "authtoken") {
   const id = uid("acl");
   const list = h("ul", { class: "acl-rules", id });
   const errId = `${id}-error`;
@@ -24,7 +25,7 @@ export function aclEditor(rules) {
   (rules || []).forEach(addRow);
   const node = h("fieldset", { class: "field acl-editor", dataset: { field: "acl" } },
     h("legend", {}, "ACL (bind rules)"),
-    h("p", { class: "hint" }, "Empty: the authtoken may bind any name of the account. " +
+    h("p", { class: "hint" }, `Empty: the ${what} may bind any name of the account. ` +
       "Each rule is bind:<name>, bind:*.<domain> or bind:*."),
     list,
     h("button", { type: "button", class: "secondary small add-rule",
