@@ -79,11 +79,16 @@ class Canary:
         )
 
 
-def canary_serves(edge, host, seconds=1.0):
+def canary_serves(edge, host, seconds=2.0):
     """curl --http2 on a new connection gets the agent's answer within ``seconds``, as curl
     times the request itself (%{time_total}: from its start to the last byte, handshake
     included); curl's own start-up is not counted, which a loaded machine stretches and which
-    says nothing of the edge."""
+    says nothing of the edge.
+
+    The bound: a quiet machine answers in tens of milliseconds; 1 s was passed by 4 ms in a
+    whole-suite run at a load of ~10 (two other test runs beside it). 2 s still tells a
+    starved edge: each attack here holds what it holds until EDGE_H2_STALL_TIMEOUT (3 s) or
+    for good, so an edge it starved answers after 3 s or never."""
     out = subprocess.run(
         [
             "curl",
