@@ -327,13 +327,44 @@ def test_agent_ingress_from_the_example_edited_and_deleted(stack, browser, expec
 
 
 # ---- the pages at both widths ----------------------------------------------------------
+def check_wide(browser, route):
+    """The page shown at 1440 px (its rows read): no error state, every control labelled,
+    "Sign out" on the brand's row, no table wider than its box, nothing outside its box; a
+    whole-page screenshot."""
+    from tests.dashboard.test_dashboard import UNLABELLED
+
+    assert not all_of(browser, ".state.error"), text_of(browser)
+    assert browser.execute_script(UNLABELLED) == [], route
+    sign_out = find(browser, "#sign-out").rect
+    brand = find(browser, ".brand").rect
+    assert sign_out["y"] < brand["y"] + brand["height"], (sign_out, brand)
+    assert (
+        browser.execute_script(
+            "return [...document.querySelectorAll('.table-wrap')]"
+            ".filter((w) => w.scrollWidth > w.clientWidth + 1).map((w) => w.ariaLabel)"
+        )
+        == []
+    ), route
+    assert browser.execute_script(INSIDE) == [], route
+    full_snapshot(browser, f"1440-{route}")
+
+
+def check_row_editor(browser, route, row):
+    """The row's editor opened at the narrow width: nothing overflows, nothing outside its
+    box; a whole-page screenshot."""
+    find(browser, f"{row} button[data-action=edit]").click()
+    find(browser, f"{row} form")
+    full_snapshot(browser, f"390-{route}-editor")
+    _no_overflow(browser, f"{route} editor")
+    assert browser.execute_script(INSIDE) == [], f"{route} editor"
+
+
 def test_the_pages_at_both_widths_without_overflow(stack, browser):
     """With data whose texts are long (an RSA CA's key, certificates, a long domain and
     metadata): at 1440 px every table fits its page, Sign out on the brand's row, every
     control labelled; at 390 px nothing is wider than the window, a row's editor open too;
     every key and certificate wraps inside its box; the domain wraps only after a dot or a
     dash. A whole-page screenshot of each page at both widths."""
-    from tests.dashboard.test_dashboard import UNLABELLED
 
     long_meta = '{"purpose": "' + "long-metadata-" * 12 + '"}'
     ca = stack.api(
@@ -384,20 +415,7 @@ def test_the_pages_at_both_widths_without_overflow(stack, browser):
         for route in PAGES:
             open_page(browser, stack, route)
             find(browser, rows[route])
-            assert not all_of(browser, ".state.error"), text_of(browser)
-            assert browser.execute_script(UNLABELLED) == [], route
-            sign_out = find(browser, "#sign-out").rect
-            brand = find(browser, ".brand").rect
-            assert sign_out["y"] < brand["y"] + brand["height"], (sign_out, brand)
-            assert (
-                browser.execute_script(
-                    "return [...document.querySelectorAll('.table-wrap')]"
-                    ".filter((w) => w.scrollWidth > w.clientWidth + 1).map((w) => w.ariaLabel)"
-                )
-                == []
-            ), route
-            assert browser.execute_script(INSIDE) == [], route
-            full_snapshot(browser, f"1440-{route}")
+            check_wide(browser, route)
         _narrow(browser)
         for route in PAGES:
             open_page(browser, stack, route)
@@ -405,11 +423,7 @@ def test_the_pages_at_both_widths_without_overflow(stack, browser):
             full_snapshot(browser, f"390-{route}")
             _no_overflow(browser, route)
             assert browser.execute_script(INSIDE) == [], route
-            find(browser, f"{rows[route]} button[data-action=edit]").click()
-            find(browser, f"{rows[route]} form")
-            full_snapshot(browser, f"390-{route}-editor")
-            _no_overflow(browser, f"{route} editor")
-            assert browser.execute_script(INSIDE) == [], f"{route} editor"
+            check_row_editor(browser, route, rows[route])
         # the long domain wraps after dots and dashes only (and does wrap at 390 px)
         open_page(browser, stack, "agent_ingresses")
         breaks = browser.execute_script(BREAKS, f"{rows['agent_ingresses']} .domain-name")

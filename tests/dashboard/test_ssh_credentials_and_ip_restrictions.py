@@ -17,7 +17,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from tests.dashboard.conftest import snapshot
-from tests.dashboard.support import all_of, find, text_of, wait
+from tests.dashboard.support import all_of, find, wait
 from tests.dashboard.test_resource_pages import (
     BREAKS,
     _by,
@@ -279,7 +279,6 @@ def test_both_pages_at_both_widths_without_overflow(stack, browser):
     1440 and 390 px nothing is wider than its box or reaches past the window, at 390 px with a
     row's editor open too; the long ACL rule wraps after dots and dashes only. A whole-page
     screenshot of each page at both widths."""
-    from tests.dashboard.test_dashboard import UNLABELLED
 
     long_meta = '{"purpose": "' + "long-metadata-" * 12 + '"}'
     key = rsa.generate_private_key(public_exponent=65537, key_size=4096).public_key()
@@ -321,20 +320,7 @@ def test_both_pages_at_both_widths_without_overflow(stack, browser):
             find(browser, rows[route])
             if route == "ip_restrictions":  # the policies' names arrived
                 wait(browser, lambda d: len(all_of(d, f"{rows[route]} .policies .name")) == 10)
-            assert not all_of(browser, ".state.error"), text_of(browser)
-            assert browser.execute_script(UNLABELLED) == [], route
-            sign_out = find(browser, "#sign-out").rect
-            brand = find(browser, ".brand").rect
-            assert sign_out["y"] < brand["y"] + brand["height"], (sign_out, brand)
-            assert (
-                browser.execute_script(
-                    "return [...document.querySelectorAll('.table-wrap')]"
-                    ".filter((w) => w.scrollWidth > w.clientWidth + 1).map((w) => w.ariaLabel)"
-                )
-                == []
-            ), route
-            assert browser.execute_script(INSIDE) == [], route
-            full_snapshot(browser, f"1440-{route}")
+            ssh_pages.check_wide(browser, route)
         _narrow(browser)
         for route in PAGES:
             open_page(browser, stack, route)
@@ -345,11 +331,7 @@ def test_both_pages_at_both_widths_without_overflow(stack, browser):
             if route == "ssh_credentials":  # the long rule wraps after dots and dashes only
                 breaks = browser.execute_script(BREAKS, f"{rows[route]} td[data-label=ACL] code")
                 assert breaks and all(char in ".-" for _, char in breaks), breaks
-            find(browser, f"{rows[route]} button[data-action=edit]").click()
-            find(browser, f"{rows[route]} form")
-            full_snapshot(browser, f"390-{route}-editor")
-            _no_overflow(browser, f"{route} editor")
-            assert browser.execute_script(INSIDE) == [], f"{route} editor"
+            ssh_pages.check_row_editor(browser, route, rows[route])
     finally:
         stack.api("DELETE", f"{RESTRICTION_PATH}/{restriction['id']}")
         for policy in policies:

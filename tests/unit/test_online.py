@@ -16,8 +16,9 @@ def clock(store_env, monkeypatch):
     return t
 
 
-def _session(account_id=ACCT, instance_id="edge-a", **kw):
-    sid = online.new_session_id()
+def _session(account_id=ACCT, instance_id="edge-a", sid=None, **kw):
+    """A session item (a new id, or ``sid`` written again: a resume on ``instance_id``)."""
+    sid = sid or online.new_session_id()
     online.session_started(
         account_id=account_id,
         session_id=sid,
@@ -221,18 +222,7 @@ def test_an_unbound_end_the_instance_no_longer_holds_takes_the_whole_path(clock)
     """The session resumed on another instance (its items name edge-b): the one write is
     refused as a whole and the checked path removes nothing of edge-b's."""
     sid = _session()
-    online.session_started(
-        account_id=ACCT,
-        session_id=sid,
-        credential_id="cr_x",
-        instance_id="edge-b",
-        agent_version="1.4.0",
-        os="linux",
-        ip="127.0.0.1",
-        metadata="m",
-        region="local",
-        owner_id="usr_x",
-    )
+    _session(instance_id="edge-b", sid=sid)
     online.session_ended(ACCT, sid, "edge-a", unbound_credential="cr_x")
     assert _raw("tunnel_session", sid).instance_id == "edge-b"
     assert _credential_session(sid) is not None
