@@ -361,11 +361,12 @@ def _schemas() -> Dict[str, Schema]:
                 "ns_targets": STR_LIST,
                 "region_domains": STR_LIST,
                 "created_at": TIMESTAMP,
-                "certificate_management_policy": _nullable({"type": "object"}),
-                "certificate_management_status": _nullable({"type": "object"}),
+                "certificate_management_policy": _nullable(_ref("ReservedDomainCertPolicy")),
+                "certificate_management_status": {"nullable": True, "type": "object"},
             },
             "a domain of the user's where agents connect to the edge (the edge's agent "
-            "listener serves it by SNI; agents of other accounts are refused there)",
+            "listener serves it by SNI, with the certificate issued under its policy when "
+            "there is one; agents of other accounts are refused there)",
         ),
         "ReservedAddr": _obj({**_common("reserved_addr"), "addr": STR, "region": STR}),
         "CertificateAuthority": _obj(

@@ -338,7 +338,19 @@ REGISTRY: Tuple[Entry, ...] = (
         "AgentIngress",
         plural="agent_ingresses",
         titles="agent ingresses",
-        field_schemas={"certificate_management_policy": {"type": "object", "nullable": True}},
+        field_schemas={
+            "certificate_management_policy": {
+                "$ref": "#/components/schemas/ReservedDomainCertPolicy"
+            }
+        },
+    ),
+    Parts(
+        "/agent_ingresses/{agent_ingress_id}",
+        {part: Part() for part in agent_ingresses.PARTS},
+        owner="agent_ingress",
+        tag="Agent ingresses",
+        delete=agent_ingresses.delete_part,
+        delete_summary="Detach the {part} of an agent ingress",
     ),
     Collection(
         "/reserved_addrs",

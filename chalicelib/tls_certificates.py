@@ -22,8 +22,8 @@ Rules (where the hosted docs are silent, decided here):
 - Update: description and metadata. The certificate and key cannot be changed (upload a new
   one and point the reserved domain's ``certificate_id`` at it).
 - A certificate a reserved domain uses (``certificate_id``) cannot be deleted (409, its
-  ``refs``); a certificate issued by ACME belongs to its domain and is replaced (deleted) by
-  the next issuance, or deleted with the domain.
+  ``refs``); a certificate issued by ACME belongs to its domain (or agent ingress: its
+  ``managed_for``) and is replaced (deleted) by the next issuance, or deleted with it.
 - Another account's certificate is a 404, and a reserved domain cannot name it (400).
 
 What the edge reads (pure functions, no HTTP): :func:`served_index` (1 Query: every reserved
@@ -325,3 +325,26 @@ def served_op(
 
 def unserved_op(domain: str) -> store.Op:
     return store.drop(certs.SERVED_PK, domain)
+
+
+def ingress_served_op(
+    domain: str, account_id: str, ingress_id: str, cert_id: str, fields: Dict[str, Any]
+) -> store.Op:
+    """An agent ingress's issued certificate, for the edge's agent listener only
+    (chalicelib.core.certs.INGRESS_SERVED)."""
+    return store.put_raw(
+        certs.SERVED_PK,
+        certs.ingress_served_sk(domain),
+        certs.SERVED_KIND,
+        {
+            "account_id": account_id,
+            "agent_ingress_id": ingress_id,
+            "tls_certificate_id": cert_id,
+            "fingerprint": fields["fingerprint"],
+            "not_after": fields["not_after"],
+        },
+    )
+
+
+def ingress_unserved_op(domain: str) -> store.Op:
+    return store.drop(certs.SERVED_PK, certs.ingress_served_sk(domain))

@@ -14,7 +14,10 @@ name, and a wildcard reservation's (``*.example.com``) serves the names one labe
 settings (edge.tls, every second), and each new certificate once (1 GetItem, its key
 opened); a renewed certificate has a new fingerprint, so new handshakes get it while open
 connections keep theirs. When the store cannot be read the last certificates stay in force.
-The local CA (or EDGE_TLS_CERT) serves only names no stored certificate covers.
+The local CA (or EDGE_TLS_CERT) serves only names no stored certificate covers. An agent
+ingress's issued certificate is in the same index under ``agent_ingress#<domain>``
+(chalicelib.core.certs.INGRESS_SERVED), which no SNI name looks up: only the agent listener
+serves it (:meth:`ServerCertificates.ingress_pair`, edge/server.py).
 """
 
 import datetime
@@ -260,6 +263,15 @@ class ServerCertificates:
             if pair is not None:
                 return key[2], pair
         return None
+
+    def ingress_pair(self, domain: str) -> Optional[Tuple[str, Tuple[bytes, bytes]]]:
+        """(fingerprint, pair) of the certificate issued for the agent ingress ``domain``."""
+        entry = self.served.get(stored.ingress_served_sk(domain))
+        if entry is None:
+            return None
+        key = (entry["account_id"], entry["tls_certificate_id"], entry["fingerprint"])
+        pair = self._store_pairs.get(key)
+        return (key[2], pair) if pair is not None else None
 
     @property
     def ca_path(self) -> Optional[str]:

@@ -179,14 +179,15 @@ class Edge:
 
     async def refresh_agent_ingresses(self) -> None:
         """The agent ingresses (chalicelib.core.ingresses: one Query) and their certificates on
-        the agent listener, by SNI: a stored certificate for the domain (edge.certs, read with
-        the TLS settings) else one the local CA issues (or EDGE_TLS_CERT). The core's names
-        are replaced only when what they serve changed."""
+        the agent listener, by SNI: the one issued under the ingress's own policy, else a
+        stored certificate for the domain (a reserved domain's; edge.certs, read with the TLS
+        settings), else one the local CA issues (or EDGE_TLS_CERT). The core's names are
+        replaced only when what they serve changed."""
         index = await self.call(ingresses.index)
         pairs: Dict[str, Tuple[bytes, bytes]] = {}
         served: List[Tuple[str, str]] = []
         for domain in sorted(index):
-            stored = self.certs.stored_pair(domain)
+            stored = self.certs.ingress_pair(domain) or self.certs.stored_pair(domain)
             if stored is not None:
                 served.append((domain, stored[0]))
                 pairs[domain] = stored[1]

@@ -182,11 +182,22 @@ def measure_routes(api: Any, account: Any) -> Dict[str, Row]:
         lambda: admin.delete(f"/ssh_certificate_authorities/{ssh_ca}"),
         204,
     )
-    crud(
+    ingress = crud(
         "/agent_ingresses",
         "agent_ingress_id",
         {"domain": "connect.costs-example.com"},
         {"description": "d"},
+        delete=False,
+    )
+    run(
+        "DELETE /agent_ingresses/{agent_ingress_id}/certificate_management_policy",
+        lambda: admin.delete(f"/agent_ingresses/{ingress}/certificate_management_policy"),
+        204,
+    )
+    run(
+        "DELETE /agent_ingresses/{agent_ingress_id}",
+        lambda: admin.delete(f"/agent_ingresses/{ingress}"),
+        204,
     )
     bot = crud("/bot_users", "bot_id", {"name": "b1"}, {"active": False}, delete=False)
     admin.post("/api_keys", {"owner_id": bot})

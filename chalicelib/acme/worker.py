@@ -1,4 +1,5 @@
-"""The ACME worker: orders, renews and installs managed certificates of reserved domains.
+"""The ACME worker: orders, renews and installs managed certificates of reserved domains and
+agent ingresses.
 
 Runs as a component of ``make run`` (``python -m chalicelib.acme.worker``: a pass every
 ``ACME_WORKER_SECONDS``) and as a Chalice scheduled function in AWS (``app.acme_worker``).
@@ -7,7 +8,8 @@ Several may run at once: each queue entry is taken under a lease
 certificate is ordered by one worker at a time; an order in progress is kept on the entry, so
 a worker that dies mid-order is followed by one that resumes that same order.
 
-One pass, per due entry (``due_at`` passed, lease free):
+One pass, per due entry (``due_at`` passed, lease free); the entry's ``domain_id`` names a
+reserved domain (``rd_…``) or an agent ingress (``agin_…``), both read and written alike:
 1. the domain is read; no policy any more (or no domain): the entry is dropped;
 2. ``certificate_management_status.provisioning_job`` says the job runs (``started_at``);
 3. an order is placed (a new key of the policy's type, a CSR for the domain) and written to
@@ -16,11 +18,14 @@ One pass, per due entry (``due_at`` passed, lease free):
    DNS provider, chalicelib.acme.dns, at the domain's ``acme_challenge_cname_target``, which
    the user's ``_acme-challenge`` CNAME points to), other names by HTTP-01 or TLS-ALPN-01
    (``ACME_CHALLENGES``, in order; a retry uses the next one, so a domain that can pass only
-   one of them gets it on the next attempt), answered by the edge (edge/challenges.py);
+   one of them gets it on the next attempt), answered by the edge (edge/challenges.py); an
+   agent ingress always by HTTP-01 (its port 443 may be the agent listener, which does not
+   answer TLS-ALPN-01);
 5. the order is finalized and the certificate installed in one transaction: a new
    ``/tls_certificates`` item (``issued_at`` set, key sealed), the domain's ``certificate``
    pointing at it, its status ``renews_at`` (two thirds into the lifetime) with no job, the
-   previous issued certificate deleted (an uploaded one released), the served index item,
+   previous issued certificate deleted (an uploaded one released), the served index item
+   (an agent ingress's under ``agent_ingress#<domain>``, read by the agent listener only),
    the entry due again at ``renews_at``.
 On failure the job shows the ACME problem's text, ``error_code`` (``DNS_ERROR`` when a
 validation failed: the user's DNS or reachability; ``INTERNAL_ERROR`` otherwise) and
@@ -48,13 +53,15 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from chalicelib import tls_certificates, validation
-from chalicelib.core import keywrap, refs, store
+from chalicelib.core import ids, keywrap, refs, store
 from chalicelib.acme import dns
 from chalicelib.core import acme_orders as orders
 
 log = logging.getLogger("acme.worker")
 
 DOMAIN_COLLECTION = "reserved_domain"
+INGRESS_COLLECTION = "agent_ingress"
+INGRESS_PREFIX = ids.PREFIXES[INGRESS_COLLECTION] + "_"
 CERT = tls_certificates.COLLECTION
 VALIDATION_PROBLEMS = {
     "connection",
@@ -186,8 +193,14 @@ def _acme_client(settings: Settings) -> client.ClientV2:
 
 
 # ---- status writes on the reserved domain ----------------------------------------------------
-def _domain_pk(account_id: str) -> str:
-    return store.collection_pk(account_id, DOMAIN_COLLECTION)
+def _is_ingress(domain_id: str) -> bool:
+    return domain_id.startswith(INGRESS_PREFIX)
+
+
+def _domain_pk(account_id: str, domain_id: str) -> str:
+    """The collection of the queue entry's ``domain_id``: an agent ingress's or a domain's."""
+    collection = INGRESS_COLLECTION if _is_ingress(domain_id) else DOMAIN_COLLECTION
+    return store.collection_pk(account_id, collection)
 
 
 class _PolicyGone(Exception):
@@ -198,7 +211,7 @@ def _set_status(account_id: str, domain_id: str, status: Dict[str, Any]) -> None
     try:
         store.write(
             store.set_fields(
-                _domain_pk(account_id),
+                _domain_pk(account_id, domain_id),
                 domain_id,
                 {"certificate_management_status": status},
                 require=lambda e: f"attribute_type({e.data('certificate_management_policy')}, "
@@ -332,7 +345,7 @@ def _install(entry: store.Item, owner: str, fullchain: str, key_pem: str) -> str
     time, the previous certificate released, the served index, the entry due at renewal."""
     data = entry.data
     account_id, domain_id = data["account_id"], data["domain_id"]
-    domain = store.get(_domain_pk(account_id), domain_id)
+    domain = store.get(_domain_pk(account_id, domain_id), domain_id)
     if domain is None or domain.data.get("certificate_management_policy") is None:
         raise _PolicyGone()
     fields, key_text = tls_certificates.parse(fullchain, key_pem)
@@ -351,6 +364,11 @@ def _install(entry: store.Item, owner: str, fullchain: str, key_pem: str) -> str
     renews = start + (end - start) * 2 / 3
     status = {"renews_at": _rfc3339(renews), "provisioning_job": None}
     version = domain.version or 0
+    served = (
+        tls_certificates.ingress_served_op
+        if _is_ingress(domain_id)
+        else tls_certificates.served_op
+    )
     ops = [
         store.put_new(cert),
         store.set_fields(
@@ -360,7 +378,7 @@ def _install(entry: store.Item, owner: str, fullchain: str, key_pem: str) -> str
             require=lambda e: f"{e.path('version')} = {e.value(version)}",
             missing=_PolicyGone(),
         ),
-        tls_certificates.served_op(domain.data["domain"], account_id, domain_id, cert.sk, fields),
+        served(domain.data["domain"], account_id, domain_id, cert.sk, fields),
         orders.held_op(
             entry.sk,
             owner,
@@ -390,7 +408,7 @@ def process(settings: Settings, entry: store.Item, acme: Optional[client.ClientV
     owner = settings.owner
     data = entry.data
     account_id, domain_id = data["account_id"], data["domain_id"]
-    domain_item = store.get(_domain_pk(account_id), domain_id)
+    domain_item = store.get(_domain_pk(account_id, domain_id), domain_id)
     if domain_item is None or domain_item.data.get("certificate_management_policy") is None:
         try:
             store.commit(
@@ -442,6 +460,8 @@ def process(settings: Settings, entry: store.Item, acme: Optional[client.ClientV
             settings.challenges[int(data.get("attempts") or 0) % len(settings.challenges) :]
             + settings.challenges[: int(data.get("attempts") or 0) % len(settings.challenges)]
         )
+        if _is_ingress(domain_id):
+            kinds = ["http-01"]
         _answer(acme, orderr, domain, kinds, published)
         deadline = datetime.datetime.now() + datetime.timedelta(seconds=settings.order_timeout)
         orderr = acme.poll_and_finalize(orderr, deadline)

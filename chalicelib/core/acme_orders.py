@@ -2,8 +2,9 @@
 
 Items (one table, chalicelib.core.store):
 
-- work queue entry, one per reserved domain with a policy: ``ACME#queue`` /
-  ``<account>#<domain id>`` (written by the API with the domain; taken by workers);
+- work queue entry, one per reserved domain or agent ingress with a policy: ``ACME#queue`` /
+  ``<account>#<domain or ingress id>`` (written by the API with the domain or ingress; taken
+  by workers);
 - challenge answers the edge reads: ``ACME#challenge`` / ``http-01#<token>`` (HTTP-01) and
   ``tls-alpn-01#<domain>`` (TLS-ALPN-01), written by the worker;
 - the ACME account (key sealed): ``ACME#account`` / SHA-256 of the directory URL.
@@ -64,7 +65,7 @@ def retry_delay(attempts: int) -> int:
     return RETRY_BACKOFF[min(max(attempts, 1), len(RETRY_BACKOFF)) - 1]
 
 
-# ---- what the API writes with a reserved domain ----------------------------------------------
+# ---- what the API writes with a reserved domain or an agent ingress ---------------------------
 def enqueue_op(account_id: str, domain_id: str, domain: str, due_at: float = 0.0) -> store.Op:
     """The domain's queue entry, due at ``due_at`` (0: now), no order in progress."""
     return store.put_raw(

@@ -1,7 +1,9 @@
 """What the edge's TLS needs from the store: the certificates it serves for reserved domains
-(with their keys, unsealed by :mod:`chalicelib.core.keywrap`) and the PEMs of the certificate
-authorities an HTTPS edge's ``mutual_tls`` names. Written by ``chalicelib.tls_certificates``,
-``chalicelib.reserved_domains`` and ``chalicelib.certificate_authorities``.
+and agent ingresses (with their keys, unsealed by :mod:`chalicelib.core.keywrap`) and the PEMs
+of the certificate authorities an HTTPS edge's ``mutual_tls`` names. Written by
+``chalicelib.tls_certificates``, ``chalicelib.reserved_domains``,
+``chalicelib.agent_ingresses``, the ACME worker (chalicelib.acme.worker) and
+``chalicelib.certificate_authorities``.
 """
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -18,6 +20,15 @@ SERVED_PK = "TLS#domain_certificate"
 
 
 SERVED_KIND = "domain_certificate"
+# An agent ingress's issued certificate has its own entry in the same partition, under
+# ``agent_ingress#<domain>`` (never an SNI name: ``#`` is not in a host name), so the HTTPS
+# listener never serves it and a reservation of the same name keeps its own; the agent
+# listener reads it for the ingress's domain (edge/server.py).
+INGRESS_SERVED = "agent_ingress#"
+
+
+def ingress_served_sk(domain: str) -> str:
+    return f"{INGRESS_SERVED}{domain}"
 
 
 def key_context(account_id: str, cert_id: str) -> Dict[str, str]:
@@ -28,7 +39,8 @@ def key_context(account_id: str, cert_id: str) -> Dict[str, str]:
 def served_index() -> Dict[str, Dict[str, Any]]:
     """Domain (exact or ``*.`` wildcard) → ``{account_id, reserved_domain_id,
     tls_certificate_id, fingerprint, not_after}`` for every reserved domain with a
-    certificate; one Query (paged by DynamoDB beyond 1 MB)."""
+    certificate, and ``agent_ingress#<domain>`` → the same with ``agent_ingress_id`` for every
+    agent ingress with an issued one; one Query (paged by DynamoDB beyond 1 MB)."""
     return {item.sk: dict(item.data) for item in store.query_all(SERVED_PK)}
 
 

@@ -2,15 +2,19 @@
 worker, run as ``python -m chalicelib.acme.worker --once``) orders for reserved domains, the
 edge answers HTTP-01 and TLS-ALPN-01, the certificate is served and verified by a client that
 trusts only Pebble's root; a domain that does not resolve to the edge fails with the status
-fields set and is retried; a crashed order is resumed; a short-lived certificate is renewed."""
+fields set and is retried; a crashed order is resumed; a short-lived certificate is renewed;
+an agent ingress's certificate is ordered by HTTP-01 and served by the agent listener."""
 
 import json
 import os
+import socket
+import ssl
 import subprocess
 import sys
 import time
 
 import pytest
+from cryptography import x509
 
 from chalicelib.core import acme_orders
 from tests.edge.test_edge_certificates import served, wait_served
@@ -307,6 +311,71 @@ def test_rsa_policy_and_the_issued_certificate_goes_with_its_domain(stack, edge,
             time.sleep(0.2)
     else:
         raise AssertionError("the deleted domain's certificate is still served")
+
+
+def test_an_agent_ingress_certificate_is_served_by_the_agent_listener(
+    stack, edge, account, pebble
+):
+    """An agent ingress with a policy: the worker orders for it by HTTP-01 even when asked for
+    TLS-ALPN-01 only (its port 443 may be the agent listener), and the agent listener serves
+    the issued certificate for the domain by SNI; the HTTPS listener does not (it keeps its
+    own for the name); deleting the policy takes it off."""
+    from cryptography.hazmat.primitives import serialization
+
+    domain = "connect.ingress.acme-test.example"
+    made = account.admin.post(
+        "/agent_ingresses", {"domain": domain, "certificate_management_policy": {}}
+    )
+    assert made.status == 201, made
+    ingress = made.json
+    outcome, log = run_worker(stack, pebble, "tls-alpn-01")
+    key = [k for k in outcome if k.endswith(ingress["id"])]
+    assert key and outcome[key[0]] == "issued", (outcome, log[-2000:], pebble.log()[-1500:])
+    # validated by HTTP-01 on the edge's HTTP listener, though asked for TLS-ALPN-01 only
+    assert f"http://{domain}:{edge.http_port}/.well-known/acme-challenge/" in pebble.log()
+    now = account.admin.get(f"/agent_ingresses/{ingress['id']}").json
+    status = now["certificate_management_status"]
+    assert status["provisioning_job"] is None and status["renews_at"]
+    port = int(edge.server_addr.rsplit(":", 1)[1])
+
+    def on_agent_listener(cafile):
+        ctx = ssl.create_default_context(cafile=cafile)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname=domain) as tls:
+                return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+
+    deadline, last = time.time() + 10, None
+    while time.time() < deadline:
+        try:
+            cert = on_agent_listener(pebble.root_path)  # verified against Pebble's root only
+            break
+        except ssl.SSLError as exc:
+            last = exc
+            time.sleep(0.2)
+    else:
+        raise AssertionError(f"{domain}: the agent listener does not serve Pebble's: {last!r}")
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == [domain]
+    der = cert.public_bytes(serialization.Encoding.DER)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        served(edge, domain, pebble.root_path)  # the HTTPS listener's is not it
+    assert (
+        account.admin.delete(
+            f"/agent_ingresses/{ingress['id']}/certificate_management_policy"
+        ).status
+        == 204
+    )
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            if on_agent_listener(edge.ca_path).public_bytes(serialization.Encoding.DER) != der:
+                break  # back to the local CA's
+        except ssl.SSLError:
+            pass
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the agent listener still serves the removed certificate")
+    assert account.admin.delete(f"/agent_ingresses/{ingress['id']}").status == 204
 
 
 # ---- the worker as AWS runs it: the scheduled function, from the package and its layer ------

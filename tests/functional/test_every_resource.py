@@ -123,6 +123,7 @@ RESOURCES = [
             "/agent_ingresses",
             lambda: {"domain": f"connect-{_n()}-{uuid.uuid4().hex[:6]}.example.com"},
         ),
+        modules=("certificate_management_policy",),
     ),
     Resource(
         "bot_user",

@@ -48,12 +48,14 @@ EXPECTED_VIEW_CALLS = {
     "DELETE /ssh_user_certificates/{ssh_user_certificate_id}": 2,
     # agent ingresses: a Query (the count), the reservation reads of reservation_conflict (two
     # BatchGetItems, a Query), a
-    # transaction (the ingress and the edge's index entry); delete: GetItem + transaction
+    # transaction (the ingress and the edge's index entry); delete, and delete of the
+    # certificate management policy: GetItem + transaction
     "POST /agent_ingresses": 4,
     "GET /agent_ingresses": 1,
     "GET /agent_ingresses/{agent_ingress_id}": 1,
     "PATCH /agent_ingresses/{agent_ingress_id}": 1,
     "DELETE /agent_ingresses/{agent_ingress_id}": 2,
+    "DELETE /agent_ingresses/{agent_ingress_id}/certificate_management_policy": 2,
     "POST /ssh_credentials": 1,
     "GET /ssh_credentials": 1,
     "GET /ssh_credentials/{ssh_credential_id}": 1,
