@@ -341,11 +341,15 @@ def test_metrics_parse_and_move_with_traffic(events_edge, account, agents):
     assert events_edge.http("GET", "nobody." + BASE_DOMAIN, "/").status_code == 404
 
     def moved():
+        # every one of the five counted: the compiled core's records (the requests it served
+        # itself) and the Python path's reach the metrics in batches of their own, so the 503
+        # may be counted after the four 200s
         text = events_edge.metrics()
-        ok = (
-            metric(text, "edge_http_requests_total", status_class="2xx", endpoint_kind="agent")
-            - metric(before, "edge_http_requests_total", status_class="2xx", endpoint_kind="agent")
-            >= 4
+        ok = all(
+            metric(text, "edge_http_requests_total", status_class=c, endpoint_kind="agent")
+            - metric(before, "edge_http_requests_total", status_class=c, endpoint_kind="agent")
+            >= n
+            for c, n in (("2xx", 4), ("5xx", 1))
         )
         return text if ok else None
 
