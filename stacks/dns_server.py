@@ -8,6 +8,7 @@ answers (a resolver that times out).
 :class:`ServiceDns`: the service's own authoritative server (``python -m chalicelib.acme.dns``)
 as a process on a stack's store, as `make run` starts it with ``DNS_LISTEN``."""
 
+import signal
 import socket
 import sys
 import threading
@@ -95,4 +96,4 @@ class ServiceDns:
         self.process.wait_for_line("dns server", timeout=30)
 
     def stop(self) -> None:
-        self.process.stop()
+        self.process.stop(signal.SIGTERM)  # the server exits on it (SIGINT leaves a traceback)
