@@ -211,7 +211,7 @@ def _update_policy(c: Ctx, ingress_id: str, fields: Dict[str, Any]) -> Dict[str,
             old.pk,
             old.sk,
             changes,
-            require=lambda e: f"{e.path('version')} = {e.value(version)}",
+            require=store.at_version(version),
             missing=_missing(ingress_id),
         ),
     )
@@ -263,7 +263,7 @@ def delete_part(c: Ctx, ingress_id: str, part: str) -> None:
                     "certificate_management_status": None,
                     "certificate_id": None,
                 },
-                require=lambda e: f"{e.path('version')} = {e.value(version)}",
+                require=store.at_version(version),
                 missing=_missing(ingress_id),
             )
         ]

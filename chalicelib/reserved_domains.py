@@ -454,7 +454,7 @@ def _update_certificate(c: Ctx, domain_id: str, fields: Dict[str, Any]) -> Dict[
             old.pk,
             old.sk,
             changes,
-            require=lambda e: f"{e.path('version')} = {e.value(version)}",
+            require=store.at_version(version),
             missing=_get_missing(domain_id),
         ),
     )
@@ -588,7 +588,7 @@ def _detach(c: Ctx, domain_id: str) -> None:
             item.pk,
             item.sk,
             {"certificate_id": None},
-            require=lambda e: f"{e.path('version')} = {e.value(version)}",
+            require=store.at_version(version),
             missing=_get_missing(domain_id),
         )
     ]

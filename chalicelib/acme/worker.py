@@ -375,7 +375,7 @@ def _install(entry: store.Item, owner: str, fullchain: str, key_pem: str) -> str
             domain.pk,
             domain.sk,
             {"certificate_id": cert.sk, "certificate_management_status": status},
-            require=lambda e: f"{e.path('version')} = {e.value(version)}",
+            require=store.at_version(version),
             missing=_PolicyGone(),
         ),
         served(domain.data["domain"], account_id, domain_id, cert.sk, fields),

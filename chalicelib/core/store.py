@@ -498,6 +498,12 @@ def _key(pk: str, sk: str) -> Dict[str, Any]:
     return {"pk": {"S": pk}, "sk": {"S": sk}}
 
 
+def at_version(version: int) -> Condition:
+    """A ``require`` for :func:`set_fields`: the item is still at ``version`` (a
+    read-modify-write that lost a race gets VersionConflict and runs again)."""
+    return lambda e: f"{e.path('version')} = {e.value(version)}"
+
+
 def set_fields(
     pk: str,
     sk: str,
