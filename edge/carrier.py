@@ -1,7 +1,8 @@
 """The seam between the edge's rules and its compiled core (``edge_core``, built from
 edge_core/ by ``make install``): the core carries bytes, this process decides.
 
-What the core carries today: the agent listener. It accepts each connection, completes its
+What the core carries: the agent listener and the public HTTP and HTTPS listeners (below,
+``listen_public``). The agent listener accepts each connection, completes its
 TLS handshake on the core's own threads (rustls; at most ``max_handshakes`` at once, each
 within ``handshake_timeout``) and runs the agent's muxado session (edge_core/src/mux.rs):
 framing, flow control, the stream table and its bounds. The edge gets the session
@@ -39,9 +40,28 @@ class Handoff:
 
 
 Handler = Callable[[session.MuxSession, Handoff], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class CoreTls:
+    """What the TLS handshake of a connection the core terminated agreed, in OpenSSL's
+    names (as Python's own handshakes report them)."""
+
+    sni: str
+    version: str
+    cipher: str
+    alpn: Optional[bytes]
+
+
 # A public connection the core hands over: the socket, the bytes it read from it (a request
-# head it did not serve, or part of one), and whether a request was served on it before.
-PublicHandler = Callable[[socket.socket, bytes, bool], Awaitable[None]]
+# head it did not serve, or part of one), whether a request was served on it before, and None
+# (the client's own socket; on the HTTPS listener its ClientHello still unread) or the TLS the
+# core goes on carrying (the socket is a Unix socket carrying its plaintext both ways), the
+# client's (address, port) and the listener's.
+PublicHandler = Callable[
+    [socket.socket, bytes, bool, Optional[CoreTls], Tuple[str, int], Tuple[str, int]],
+    Awaitable[None],
+]
 # The requests the core served since the last batch (edge/fast_path.py records them).
 ServedHandler = Callable[[List[tuple]], None]
 
@@ -53,6 +73,7 @@ class PublicCounters:
     refused: int  # closed at once: at a connection cap with none waiting to evict
     evicted: int  # closed to make room: waiting for a head the longest at a cap
     held: int  # public connections the core holds now
+    failed_handshakes: int  # TLS handshakes of the HTTPS listener that failed or timed out
 
 
 @dataclass(frozen=True)
@@ -128,11 +149,14 @@ class Carrier:
         host: Optional[str] = None,
         port: int = 0,
         fd: Optional[int] = None,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> int:
-        """The public plain-HTTP listener in the core (edge_core/src/public.rs): it accepts,
-        reads each request head and serves a request whose host has a plain route
-        (``set_route``); every other connection goes to ``handler`` with the bytes read.
-        Returns the port."""
+        """A public listener in the core (edge_core/src/public.rs): it accepts, reads each
+        request head and serves a request whose host has a plain route (``set_route``);
+        every other connection goes to ``handler`` with the bytes read. ``scheme`` "https"
+        (edge_core/src/https.rs): a connection whose ClientHello names a host with a route
+        and does not offer HTTP/2 is terminated in the core with the route's certificate;
+        every other connection goes to ``handler`` untouched. Returns the port."""
         listener, bound = self._core.listen_public(
             scheme,
             head_timeout=head_timeout,
@@ -144,26 +168,46 @@ class Carrier:
             host=host,
             port=port,
             fd=fd,
+            handshake_timeout=handshake_timeout,
         )
         self._public[listener] = handler
         self._by_port[bound] = listener
         return bound
 
     def set_route(
-        self, host: str, key: int, mux: session.MuxSession, tunnel_id: str, ttl: float
+        self,
+        host: str,
+        key: int,
+        mux: session.MuxSession,
+        tunnel_id: str,
+        ttl: float,
+        scheme: str = "http",
+        cert: int = 0,
     ) -> None:
-        """The core serves ``host``'s requests itself for ``ttl`` seconds (unless set again),
-        on proxy streams of ``mux`` carrying ``tunnel_id``; its records name ``key``."""
-        self._core.set_route(host, key, mux.core, tunnel_id, ttl)
+        """The core serves ``host``'s requests on the listener of ``scheme`` itself for
+        ``ttl`` seconds (unless set again), on proxy streams of ``mux`` carrying
+        ``tunnel_id``; its records name ``key``. HTTPS: with certificate ``cert``."""
+        self._core.set_route(host, key, mux.core, tunnel_id, ttl, scheme=scheme, cert=cert)
 
-    def drop_route(self, host: str) -> bool:
-        return self._core.drop_route(host)
+    def drop_route(self, host: str, scheme: str = "http") -> bool:
+        return self._core.drop_route(host, scheme=scheme)
 
     def clear_routes(self) -> None:
         self._core.clear_routes()
 
     def route_count(self) -> int:
-        return self._core.route_count()
+        """Routes the core holds, both listeners."""
+        return sum(self._core.route_count())
+
+    def set_cert(self, cert: int, chain_pem: bytes, key_pem: bytes) -> None:
+        """Certificate number ``cert`` for the HTTPS listener's routes."""
+        self._core.set_cert(cert, chain_pem, key_pem)
+
+    def drop_cert(self, cert: int) -> bool:
+        return self._core.drop_cert(cert)
+
+    def cert_count(self) -> int:
+        return self._core.cert_count()
 
     def public_counters(self) -> PublicCounters:
         return PublicCounters(*self._core.public_counters())
@@ -212,12 +256,13 @@ class Carrier:
             live = sessions.get(key)
             if live is not None:
                 live.on_event(kind, sid)
-        for listener, fd, ip, port, data, first in conns:
+        for listener, fd, ip, port, data, first, facts, local in conns:
             sock = socket.socket(fileno=fd)
             public = self._public.get(listener)
             if public is None:
                 sock.close()
                 continue
-            asyncio.ensure_future(public(sock, data, first))
+            tls = CoreTls(*facts) if facts is not None else None
+            asyncio.ensure_future(public(sock, data, first, tls, (ip, port), local))
         if served and self.on_served is not None:
             self.on_served(served)

@@ -4,7 +4,7 @@ TLS started on a connection the edge accepted in the clear (the HTTPS listener, 
 import asyncio
 import functools
 import ssl
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 
 class SpecWriter(asyncio.StreamWriter):
@@ -32,6 +32,59 @@ async def start_server_tls(
     protocol.connection_made(tls_transport)  # start_tls does not call it: the reader's flow
     # control (pause_reading) and EOF handling need the transport
     return reader, SpecWriter(tls_transport, protocol, reader, loop)
+
+
+class CoreTlsObject:
+    """The handshake facts of a connection whose TLS the compiled core terminated, read as
+    an ``ssl.SSLObject``'s (``writer.get_extra_info("ssl_object")``): no client certificate
+    (the core terminates only for names that ask for none)."""
+
+    def __init__(self, sni: str, version: str, cipher: str, alpn: Optional[bytes]):
+        self.server_hostname = sni or None
+        self._version, self._cipher = version, cipher
+        self._alpn = alpn.decode("ascii", "replace") if alpn else None
+
+    def version(self) -> Optional[str]:
+        return self._version or None
+
+    def cipher(self) -> Optional[Tuple[str, str, int]]:
+        return (self._cipher, self._version, 0) if self._cipher else None
+
+    def selected_alpn_protocol(self) -> Optional[str]:
+        return self._alpn
+
+    def getpeercert(self, binary_form: bool = False) -> Any:
+        return None
+
+
+class CoreTlsWriter:
+    """The writer of a connection the core handed over mid-way with its TLS still in the core
+    (edge_core/src/https.rs ``bridge``): the stream is a Unix socket carrying the plaintext,
+    so the client's and the listener's addresses and the handshake's facts come from the
+    core, as a TLS connection's writer gives them."""
+
+    def __init__(
+        self,
+        writer: asyncio.StreamWriter,
+        peer: Tuple[str, int],
+        local: Tuple[str, int],
+        ssl_object: CoreTlsObject,
+        tls_spec: Any,
+    ):
+        self._writer = writer
+        self._extra = {"peername": peer, "sockname": local, "ssl_object": ssl_object}
+        self.tls_spec = tls_spec
+        self.server_name = ssl_object.server_hostname or ""
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name in self._extra:
+            return self._extra[name]
+        if name in ("sslcontext", "peercert"):
+            return default
+        return self._writer.get_extra_info(name, default)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
 
 
 def connection_handler(handler):

@@ -1,12 +1,12 @@
-"""Which hosts the compiled core serves by itself on the public plain-HTTP listener (its fast
-path, edge_core/src/public.rs), and the records of what it served.
+"""Which hosts the compiled core serves by itself on the public HTTP and HTTPS listeners (its
+fast path, edge_core/src/public.rs and https.rs), and the records of what it served.
 
 The core carries, Python decides: this module decides, for each hostname of the registry,
 whether its requests need nothing of Python per request, and pushes such a host to the core
 as a *plain route* (the agent session and the tunnel id its proxy streams carry). A host is
 plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast path"):
 
-- the endpoint the HTTP listener routes it to (``Registry.http_tunnel(host, "http")``) is an
+- the endpoint the listener routes it to (``Registry.http_tunnel(host, scheme)``) is an
   agent endpoint of this instance whose session the core runs (not OpenSSH's, not a static
   backend), and no cluster is configured (a cluster's listener may relay a connection);
 - it is not pooled (a pool picks a member per connection) and its name is not banned;
@@ -15,7 +15,16 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
   modules), no circuit breaker, no WebSocket-TCP converter, no PROXY protocol header, and
   forwards HTTP/1.1 (not ``app_protocol`` http2);
 - its account has no ``endpoints`` IP restriction and the traffic inspector does not capture
-  its bodies (both as the router's and the inspector's caches know them).
+  its bodies (both as the router's and the inspector's caches know them);
+- its name requires nothing of a TLS handshake (``edge.tls.spec_for``: no minimum version
+  above TLS 1.2, no client certificate), so no request for it is misdirected on any
+  connection.
+
+On the HTTPS listener the route also carries the certificate the name is served with
+(``edge.certs``: the store's for the name, else the local CA's or the fixed one, as edge/tls.py
+picks it), pushed once per distinct pair (``Carrier.set_cert``); the core terminates TLS for
+the name with it when the ClientHello does not offer HTTP/2 (h2 stays Python's:
+edge/h2front.py).
 
 Everything else about a request the core checks itself (edge_core/src/http.rs ``carriable``:
 HTTP/1.1, one Host, a known method, no body or a Content-Length one, no upgrade, not an ACME
@@ -34,7 +43,7 @@ import logging
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from edge import ip_restrictions
+from edge import ip_restrictions, tls_spec
 from edge.edges import CACHE_SECONDS, Hop
 from edge.observe import hub_of
 from edge.session import MuxSession
@@ -54,6 +63,7 @@ REFRESH_SECONDS = CACHE_SECONDS / 2
 # Python path's requests would); one idle longer expires. Its next request goes to Python, and
 # so does the rest of that connection: a connection the core handed over stays Python's.
 ROUTE_KEEP = 60.0
+SCHEMES = ("http", "https")
 
 
 class _Request:
@@ -79,11 +89,15 @@ class FastPath:
 
     def __init__(self, edge: Any):
         self.edge = edge
-        # host -> (route key, tunnel, until: the loop's time when the core's copy expires)
-        self.routes: Dict[str, Tuple[int, Any, float]] = {}
+        # (scheme, host) -> (route key, tunnel, until: the loop's time when the core's copy
+        # expires, certificate number: 0 on the plain-HTTP listener)
+        self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int]] = {}
         self.tunnels: Dict[int, Any] = {}  # route key -> tunnel
         self._keys = itertools.count(1)
-        self._pending: set = set()  # hosts whose async checks are running
+        # the certificates pushed: what identifies a pair -> its number in the core
+        self.certs: Dict[Tuple[str, str], int] = {}
+        self._cert_numbers = itertools.count(1)
+        self._pending: set = set()  # (scheme, host) whose async checks are running
         self._used: Dict[int, float] = {}  # route key -> the loop's time it last served
         self._retired: List[int] = []  # keys of routes dropped since the last refresh
         self._task: Optional[asyncio.Task] = None
@@ -99,16 +113,18 @@ class FastPath:
         self.tunnels.clear()
 
     # ---- the rules ----------------------------------------------------------------------------
-    def candidate(self, host: str) -> Any:
-        """The tunnel a plain route of ``host`` would serve, by the rules read without a
-        wait; None when ``host`` needs Python per request."""
+    def candidate(self, host: str, scheme: str = "http") -> Any:
+        """The tunnel a plain route of ``host`` on the listener of ``scheme`` would serve, by
+        the rules read without a wait; None when ``host`` needs Python per request."""
         edge = self.edge
         if not host or edge.cluster is not None or host in edge.banned:
             return None
         tunnel = edge.registry.by_host.get(host)
         if tunnel is None or tunnel.pooled or tunnel.pool:
             return None
-        tunnel = edge.registry.http_tunnel(host, "http")
+        if edge.tls.spec_for(host).key != tls_spec.DEFAULT.key:
+            return None  # a Host that requires more of a handshake: Python says 421
+        tunnel = edge.registry.http_tunnel(host, scheme)
         if tunnel is None or tunnel.proto not in ("http", "https") or tunnel.internal:
             return None
         mux = getattr(tunnel.session, "mux", None)
@@ -138,39 +154,69 @@ class FastPath:
 
     # ---- pushing ------------------------------------------------------------------------------
     def sync(self, host: str) -> None:
-        """``host``'s route as the rules say now: dropped at once when it is not plain (so a
-        request racing the change goes to Python), pushed (again) once the cached checks
-        agree when it has none, or an expired one."""
-        tunnel = self.candidate(host)
-        held = self.routes.get(host)
+        """``host``'s routes (both listeners) as the rules say now: dropped at once when not
+        plain (so a request racing the change goes to Python), pushed (again) once the cached
+        checks agree when there is none, or an expired one."""
+        for scheme in SCHEMES:
+            self._sync(host, scheme)
+
+    def _sync(self, host: str, scheme: str) -> None:
+        tunnel = self.candidate(host, scheme)
+        where = (scheme, host)
+        held = self.routes.get(where)
         if tunnel is None or (held is not None and held[1] is not tunnel):
-            self._drop(host)
+            self._drop(where)
             held = None
-        if tunnel is None or host in self._pending:
+        if tunnel is None or where in self._pending:
             return
         if held is None or held[2] <= asyncio.get_running_loop().time():
-            self._pending.add(host)
-            asyncio.ensure_future(self._push(host))
+            self._pending.add(where)
+            asyncio.ensure_future(self._push(where))
 
-    def seen(self, host: str) -> None:
-        """Python served a request for ``host`` on the plain-HTTP listener: the host is in
+    def seen(self, host: str, scheme: str = "http") -> None:
+        """Python served a request for ``host`` on the listener of ``scheme``: the host is in
         use (its route is kept), and a route that expired is pushed again."""
-        held = self.routes.get(host)
+        held = self.routes.get((scheme, host))
         now = asyncio.get_running_loop().time()
         if held is not None:
             self._used[held[0]] = now
         if held is None or held[2] <= now:
-            self.sync(host)
+            self._sync(host, scheme)
 
-    async def _push(self, host: str) -> None:
+    def _cert(self, host: str) -> int:
+        """The number in the core of the certificate the HTTPS listener serves ``host`` with
+        (edge/tls.py's choice: the store's for the name, else the local CA's or the fixed
+        pair), pushed when first needed."""
+        certs = self.edge.certs
+        stored = certs.stored_pair(host)
+        if stored is not None:
+            identity, pair = ("store", stored[0]), stored[1]
+        else:
+            identity, pair = ("issued", host), None
+        number = self.certs.get(identity)
+        if number is None:
+            chain, key = pair if pair is not None else certs.pair_for([host])
+            number = next(self._cert_numbers)
+            self.edge.carrier.set_cert(number, chain, key)
+            self.certs[identity] = number
+        return number
+
+    async def _push(self, where: Tuple[str, str]) -> None:
+        scheme, host = where
         try:
-            tunnel = self.candidate(host)
+            tunnel = self.candidate(host, scheme)
             if tunnel is None or not await self._plain(tunnel):
-                self._drop(host)
+                self._drop(where)
                 return
-            if tunnel is not self.candidate(host):
+            if tunnel is not self.candidate(host, scheme):
                 return  # changed while the checks waited
-            held = self.routes.get(host)
+            cert = 0
+            if scheme == "https":
+                if not self.edge.tls.loaded.is_set() or not self.edge._serves_name(host):
+                    self._drop(where)  # the listener's own name and certificate: Python's
+                    return
+                cert = self._cert(host)
+            held = self.routes.get(where)
             now = asyncio.get_running_loop().time()
             if held is not None and held[1] is tunnel:
                 key = held[0]
@@ -178,17 +224,19 @@ class FastPath:
                 key = next(self._keys)
                 self._used[key] = now
             until = now + ROUTE_TTL
-            self.edge.carrier.set_route(host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL)
-            self.routes[host] = (key, tunnel, until)
+            self.edge.carrier.set_route(
+                host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL, scheme, cert
+            )
+            self.routes[where] = (key, tunnel, until, cert)
             self.tunnels[key] = tunnel
         except Exception:
-            log.exception("pushing the route of %s", host)
+            log.exception("pushing the %s route of %s", scheme, host)
         finally:
-            self._pending.discard(host)
+            self._pending.discard(where)
 
-    def _drop(self, host: str) -> None:
-        held = self.routes.pop(host, None)
-        self.edge.carrier.drop_route(host)
+    def _drop(self, where: Tuple[str, str]) -> None:
+        held = self.routes.pop(where, None)
+        self.edge.carrier.drop_route(where[1], where[0])
         if held is not None:
             self._retired.append(held[0])  # its last records may still come
 
@@ -213,15 +261,21 @@ class FastPath:
         used = self._used
         for key in [k for k, at in used.items() if at < now - ROUTE_KEEP]:
             del used[key]
-        for host, (key, _, until) in list(self.routes.items()):
-            if self.candidate(host) is None:
-                self._drop(host)
+        for where, (key, _, until, _) in list(self.routes.items()):
+            if self.candidate(where[1], where[0]) is None:
+                self._drop(where)
             elif key in used:
-                if host not in self._pending:
-                    self._pending.add(host)
-                    asyncio.ensure_future(self._push(host))
+                if where not in self._pending:
+                    self._pending.add(where)
+                    asyncio.ensure_future(self._push(where))
             elif until <= now:
-                self._drop(host)
+                self._drop(where)
+        # a certificate no route names any more (replaced, or its routes gone) is dropped
+        named = {held[3] for held in self.routes.values()}
+        for identity, number in list(self.certs.items()):
+            if number not in named:
+                del self.certs[identity]
+                self.edge.carrier.drop_cert(number)
 
     # ---- what the core served -----------------------------------------------------------------
     def served(self, rows: List[tuple]) -> None:
@@ -242,6 +296,7 @@ class FastPath:
             _reason,
             resp_fields,
             (bytes_in, bytes_out, started, duration),
+            tls,
         ) in rows:
             tunnel = tunnels.get(key)
             if tunnel is None:
@@ -252,7 +307,7 @@ class FastPath:
                 (
                     peer,
                     sock,
-                    "http",
+                    "https" if tls else "http",
                     Hop.of_tunnel(tunnel),
                     "agent",
                     None,

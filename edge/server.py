@@ -36,7 +36,9 @@ from edge import (
 from edge.admission import Admission
 from edge.binds import Binds
 from edge.certs import ServerCertificates
-from edge.connections import connection_handler
+from edge.carrier import CoreTls
+from edge.tls_spec import DEFAULT as DEFAULT_TLS
+from edge.connections import CoreTlsObject, CoreTlsWriter, connection_handler
 from edge.edges import EdgeRouter, watch_banned_hosts, watch_reserved_ports
 from edge.fast_path import FastPath
 from edge.public import HttpFront
@@ -151,13 +153,27 @@ class Edge:
         self.carrier.on_served = self.fast_path.served
         self.registry.on_change = self.fast_path.sync
         self.fast_path.start()
+        # The HTTPS listener is the core's too: it terminates TLS for a plain route's host
+        # (with the certificate edge/fast_path.py pushed) and hands every other connection
+        # over untouched, to edge/tls.py's listener (which reads its ClientHello as before).
         https = tls.HttpsListener(self, https_handle, [s.base_domain], self._serves_name)
-        self._servers.append(
-            await asyncio.get_running_loop().create_server(
-                https.protocol, **self._where("https", s.https_port)
-            )
+        https_fd = self.settings.listen_fds.get("https")
+        self.https_port = self.carrier.listen_public(
+            functools.partial(self._https_connection, https, https_handle),
+            "https",
+            head_timeout=s.head_timeout,
+            idle_timeout=s.idle_timeout,
+            body_timeout=http_io.BODY_TIMEOUT,
+            fresh_stream_body=s.fresh_stream_body,
+            max_total=s.max_connections,
+            max_per_address=s.max_connections_per_address,
+            handshake_timeout=https.handshake_timeout,
+            **(
+                {"fd": https_fd}
+                if https_fd is not None
+                else {"host": s.host, "port": s.https_port}
+            ),
         )
-        self.https_port = self._servers[0].sockets[0].getsockname()[1]
         if s.ssh_port is not None:
             self.ssh = ssh_gateway.SshGateway(self)
             try:
@@ -201,7 +217,14 @@ class Edge:
             log.info("agent listener: %d agent ingress names", len(served))
 
     async def _public_connection(
-        self, handle: Callable[..., Any], sock: socket.socket, data: bytes, first: bool
+        self,
+        handle: Callable[..., Any],
+        sock: socket.socket,
+        data: bytes,
+        first: bool,
+        core_tls: Optional[CoreTls] = None,
+        peer: Tuple[str, int] = ("", 0),
+        local: Tuple[str, int] = ("", 0),
     ) -> None:
         """A connection of the public HTTP listener the core handed over, with the bytes it
         read from it: served by ``handle`` (edge/public.py) as if accepted here."""
@@ -217,13 +240,47 @@ class Edge:
             return
         await handle(reader, asyncio.StreamWriter(transport, protocol, reader, loop))
 
-    def _where(self, name: str, port: int) -> dict:
-        """Where a listener listens: the socket a supervisor handed over (EDGE_LISTEN_FDS,
-        kept open across a restart of this process), else host and port."""
-        fd = self.settings.listen_fds.get(name)
-        if fd is None:
-            return {"host": self.settings.host, "port": port}
-        return {"sock": socket.socket(fileno=fd)}
+    async def _https_connection(
+        self,
+        listener: tls.HttpsListener,
+        handle: Callable[..., Any],
+        sock: socket.socket,
+        data: bytes,
+        first: bool,
+        core_tls: Optional[CoreTls],
+        peer: Tuple[str, int],
+        local: Tuple[str, int],
+    ) -> None:
+        """A connection of the HTTPS listener the core handed over: untouched (``core_tls``
+        None: edge/tls.py's listener reads its ClientHello and does its TLS as if it had
+        accepted it), or mid-way on a connection whose TLS the core terminated (the socket
+        carries its plaintext, ``data`` the bytes read): served by ``handle`` with the
+        handshake's facts."""
+        loop = asyncio.get_running_loop()
+        if core_tls is None:
+            try:
+                await loop.connect_accepted_socket(listener.protocol, sock)
+            except OSError:
+                sock.close()
+            return
+        reader = asyncio.StreamReader(limit=2**16, loop=loop)
+        if data:
+            reader.feed_data(data)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
+        except OSError:
+            sock.close()
+            return
+        ssl_object = CoreTlsObject(core_tls.sni, core_tls.version, core_tls.cipher, core_tls.alpn)
+        writer = CoreTlsWriter(
+            asyncio.StreamWriter(transport, protocol, reader, loop),
+            peer,
+            local,
+            ssl_object,
+            DEFAULT_TLS,  # what the core's handshake required: a Host that requires more
+        )  # is misdirected (edge/http_routing.py), as on any connection made for less
+        await handle(reader, writer)
 
     def _serves_name(self, name: str) -> bool:
         """Which SNI names get a certificate from the local CA: any well-formed host name

@@ -15,11 +15,16 @@ class StreamsExhausted(StreamReset):
 Handed = Tuple[int, "Session", str, int, Optional[str], Optional[bytes]]
 # (session key, kind: edge/session.py's EV_*, stream id)
 Event = Tuple[int, int, int]
-# (listener id, fd, peer host, peer port, bytes read, no request served on it yet)
-Conn = Tuple[int, int, str, int, bytes, bool]
+# What the core's TLS handshake agreed: (SNI, version, cipher, ALPN), in OpenSSL's names
+Facts = Tuple[str, str, str, Optional[bytes]]
+# (listener id, fd, peer host, peer port, bytes read, no request served on it yet, None: the
+# client's socket / the facts: fd is a Unix socket carrying the plaintext of the core's TLS,
+# (local host, port))
+Conn = Tuple[int, int, str, int, bytes, bool, Optional[Facts], Tuple[str, int]]
 Fields = List[Tuple[bytes, bytes]]
 # (route key, (peer host, port), (local host, port), method, target, request fields, status,
-# reason, response fields, (body bytes in, body bytes out, started: epoch seconds, duration))
+# reason, response fields, (body bytes in, body bytes out, started: epoch seconds, duration),
+# served over TLS)
 Served = Tuple[
     int,
     Tuple[str, int],
@@ -31,6 +36,7 @@ Served = Tuple[
     bytes,
     Fields,
     Tuple[int, int, float, float],
+    bool,
 ]
 # the bounds of a session, by mux::Limits' names (edge.session.limits())
 Limits = Dict[str, float]
@@ -101,18 +107,38 @@ class Core:
         host: Optional[str] = None,
         port: int = 0,
         fd: Optional[int] = None,
+        handshake_timeout: float = 15.0,
     ) -> Tuple[int, int]:
-        """The public plain-HTTP listener (edge_core/src/public.rs) on (host, port), or on the
-        listening socket ``fd``, which the core owns from then on. Returns (listener id,
+        """A public listener on (host, port), or on the listening socket ``fd``, which the core
+        owns from then on: plain HTTP (edge_core/src/public.rs) or HTTPS (https.rs: the
+        ClientHello and handshake within ``handshake_timeout``). Returns (listener id,
         port)."""
-    def set_route(self, host: str, key: int, session: Session, tunnel_id: str, ttl: float) -> None:
-        """``host``'s requests served by the core on ``session``'s streams for ``ttl`` seconds
-        (unless pushed again; expired, the host is Python's again)."""
-    def drop_route(self, host: str) -> bool: ...
+    def set_route(
+        self,
+        host: str,
+        key: int,
+        session: Session,
+        tunnel_id: str,
+        ttl: float,
+        *,
+        scheme: str = "http",
+        cert: int = 0,
+    ) -> None:
+        """``host``'s requests on the listener of ``scheme`` served by the core on
+        ``session``'s streams for ``ttl`` seconds (unless pushed again; expired, the host is
+        Python's again); HTTPS with the certificate ``cert`` (``set_cert``)."""
+    def drop_route(self, host: str, *, scheme: str = "http") -> bool: ...
     def clear_routes(self) -> None: ...
-    def route_count(self) -> int: ...
-    def public_counters(self) -> Tuple[int, int, int, int, int]:
-        """(requests served, connections handed over, refused, evicted, held now)."""
+    def route_count(self) -> Tuple[int, int]:
+        """(plain-HTTP listener's routes, HTTPS listener's)."""
+    def set_cert(self, id: int, chain_pem: bytes, key_pem: bytes) -> None:
+        """Certificate ``id`` (>= 1) for the HTTPS listener's routes; ValueError when the
+        pair does not load."""
+    def drop_cert(self, id: int) -> bool: ...
+    def cert_count(self) -> int: ...
+    def public_counters(self) -> Tuple[int, int, int, int, int, int]:
+        """(requests served, connections handed over, refused, evicted, held now, HTTPS
+        handshakes failed)."""
     def attach(self, fd: int, limits: Limits) -> Session:
         """A session over the connected Unix stream socket ``fd`` (the core owns it)."""
     def close(self, listener: int) -> bool: ...

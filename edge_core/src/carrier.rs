@@ -17,7 +17,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::inbox::{Accepted, Inbox};
 use crate::mux::Limits;
-use crate::public::{self, Admission, Public, PublicCounters, PublicListen, Routes};
+use crate::public::{self, Admission, Certs, Public, PublicCounters, PublicListen, Routes};
 use crate::quickack::QuickAck;
 use crate::session::{self, Session};
 
@@ -60,8 +60,11 @@ pub struct Carrier {
     next_id: AtomicU64,
     next_session: Arc<AtomicU64>,
     pub counters: Arc<Counters>,
-    /// The plain routes Python pushed (the public listeners' fast path).
+    /// The plain routes Python pushed (the public listeners' fast path): the plain-HTTP
+    /// listener's, and the HTTPS listener's with the certificates they name.
     pub routes: Arc<Routes>,
+    pub tls_routes: Arc<Routes>,
+    pub certs: Arc<Certs>,
     pub public_counters: Arc<PublicCounters>,
     admissions: Mutex<Vec<Arc<Admission>>>,
 }
@@ -96,6 +99,8 @@ impl Carrier {
             next_session: Arc::new(AtomicU64::new(1)),
             counters: Arc::new(Counters::default()),
             routes: Arc::new(Routes::default()),
+            tls_routes: Arc::new(Routes::default()),
+            certs: Arc::new(Certs::default()),
             public_counters: Arc::new(PublicCounters::default()),
             admissions: Mutex::new(Vec::new()),
         })
@@ -154,7 +159,7 @@ impl Carrier {
         Ok((id, local))
     }
 
-    /// Start a public plain-HTTP listener (public.rs); its id and address.
+    /// Start a public listener (public.rs: plain HTTP; https.rs: HTTPS); its id and address.
     pub fn listen_public(&self, at: Where, spec: PublicListen) -> io::Result<(u64, SocketAddr)> {
         let listener = self.bind(at)?;
         let local = listener.local_addr()?;
@@ -168,10 +173,16 @@ impl Carrier {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(admission.clone());
+        let routes = if spec.scheme == "https" {
+            self.tls_routes.clone()
+        } else {
+            self.routes.clone()
+        };
         let public = Arc::new(Public {
             id,
             spec,
-            routes: self.routes.clone(),
+            routes,
+            certs: self.certs.clone(),
             inbox: self.inbox.clone(),
             admission,
             counters: self.public_counters.clone(),

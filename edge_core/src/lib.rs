@@ -12,6 +12,7 @@
 
 pub mod carrier;
 pub mod http;
+pub mod https;
 pub mod inbox;
 pub mod mux;
 pub mod public;

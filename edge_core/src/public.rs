@@ -18,10 +18,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
+use tokio_rustls::rustls::ServerConfig;
 
 use crate::http::{self, Field, Framing, Parsed, RequestHead, ResponseHead};
 use crate::inbox::Inbox;
@@ -34,7 +35,11 @@ pub const READ_CHUNK: usize = 64 * 1024;
 /// What Python set for the listener (edge/config.py's settings).
 #[derive(Clone, Debug)]
 pub struct PublicListen {
+    /// "http", or "https": the listener terminates TLS for the hosts whose routes carry a
+    /// certificate (https.rs) and hands every other connection to Python untouched.
     pub scheme: String,
+    /// From a connection's start, its ClientHello and TLS handshake within this (https).
+    pub handshake_timeout: Duration,
     pub head_timeout: Duration,
     pub idle_timeout: Duration,
     pub body_timeout: Duration,
@@ -51,6 +56,9 @@ pub struct Route {
     pub key: u64,
     pub session: Arc<Session>,
     pub tunnel_id: String,
+    /// The certificate the HTTPS listener serves the host with ([`Certs`]; 0 on the plain
+    /// listener's routes).
+    pub cert: u64,
     /// The route is Python's again from then on, unless renewed (pushed again): what the
     /// route's rules read from caches is that old at most.
     pub until: Instant,
@@ -101,19 +109,77 @@ impl Routes {
     }
 }
 
+/// The certificates the HTTPS listener serves, by the number Python gave each: a server
+/// configuration each (TLS 1.2 and 1.3, ALPN http/1.1), made once when pushed.
+#[derive(Default)]
+pub struct Certs {
+    map: RwLock<HashMap<u64, Arc<ServerConfig>>>,
+}
+
+impl Certs {
+    pub fn set(&self, id: u64, config: Arc<ServerConfig>) {
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, config);
+    }
+
+    pub fn drop_cert(&self, id: u64) -> bool {
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+            .is_some()
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<ServerConfig>> {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What the TLS handshake of a connection the core terminated agreed (for Python's
+/// `conn.tls.*`: the names are OpenSSL's, as Python's own handshakes report them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFacts {
+    pub sni: String,
+    pub version: &'static str,
+    pub cipher: &'static str,
+    pub alpn: Option<Vec<u8>>,
+}
+
 /// A connection handed to Python: the socket and the bytes the core read from it.
 pub struct Handed {
     pub listener: u64,
     pub fd: OwnedFd,
     pub peer: SocketAddr,
+    /// The listener's address the client connected to.
+    pub local: SocketAddr,
     pub data: Vec<u8>,
     /// No request was served on it yet (Python's head timeout is a new connection's).
     pub first: bool,
+    /// None: the client's own socket (on the HTTPS listener: untouched, its ClientHello
+    /// still unread). Some: the TLS the core terminated goes on in the core, and `fd` is one
+    /// end of a Unix socket pair carrying the plaintext both ways (https.rs `bridge`).
+    pub tls: Option<TlsFacts>,
 }
 
 /// One request the core served: what Python's records and metrics need.
 pub struct Served {
     pub route: u64,
+    /// Served over TLS the core terminated (the HTTPS listener).
+    pub tls: bool,
     pub peer: SocketAddr,
     pub local: SocketAddr,
     pub method: Vec<u8>,
@@ -136,6 +202,8 @@ pub struct PublicCounters {
     pub handed: AtomicU64,
     pub refused: AtomicU64,
     pub evicted: AtomicU64,
+    /// TLS handshakes the HTTPS listener began and that failed or timed out.
+    pub failed_handshakes: AtomicU64,
 }
 
 // ---- admission ------------------------------------------------------------------------------
@@ -263,7 +331,7 @@ impl Admission {
 
 impl Ticket {
     /// The connection waits for a request head: it may be evicted from now on.
-    fn waiting(&mut self) {
+    pub(crate) fn waiting(&mut self) {
         if self.seq.is_some() || self.slot.released.load(Ordering::Relaxed) {
             return;
         }
@@ -279,7 +347,7 @@ impl Ticket {
     }
 
     /// A request is being served: never evicted while so.
-    fn busy(&mut self) {
+    pub(crate) fn busy(&mut self) {
         if let Some(seq) = self.seq.take() {
             let mut st = self.admission.lock();
             Admission::unwait(&mut st, self.slot.address, seq);
@@ -288,6 +356,13 @@ impl Ticket {
 
     fn evicted(&self) -> bool {
         self.slot.released.load(Ordering::Relaxed)
+    }
+
+    /// Returns once the connection is evicted (at once if it was).
+    pub(crate) async fn eviction(&self) {
+        if !self.evicted() {
+            self.slot.evict.notified().await;
+        }
     }
 }
 
@@ -306,7 +381,10 @@ impl Drop for Ticket {
 pub struct Public {
     pub id: u64,
     pub spec: PublicListen,
+    /// The plain routes of this listener's scheme.
     pub routes: Arc<Routes>,
+    /// The certificates its routes name (the HTTPS listener's).
+    pub certs: Arc<Certs>,
     pub inbox: Arc<Inbox>,
     pub admission: Arc<Admission>,
     pub counters: Arc<PublicCounters>,
@@ -329,7 +407,14 @@ pub async fn accept_loop(listener: TcpListener, public: Arc<Public>) {
         let public = public.clone();
         tokio::spawn(async move {
             let _ = tcp.set_nodelay(true);
-            connection(tcp, peer, public, ticket).await;
+            let local = tcp
+                .local_addr()
+                .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+            if public.spec.scheme == "https" {
+                crate::https::connection(tcp, peer, local, public, ticket).await;
+            } else {
+                connection(tcp, peer, local, public, ticket).await;
+            }
         });
     }
 }
@@ -343,8 +428,8 @@ enum Head {
     Closed,
 }
 
-async fn read_head(
-    tcp: &mut TcpStream,
+async fn read_head<C: Conn>(
+    tcp: &mut C,
     buf: &mut Vec<u8>,
     first: bool,
     spec: &PublicListen,
@@ -409,10 +494,89 @@ impl Leg {
     }
 }
 
-async fn connection(mut tcp: TcpStream, peer: SocketAddr, public: Arc<Public>, mut ticket: Ticket) {
+/// A client connection a public listener serves: plain TCP, or TLS the core terminated.
+pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
+    type Reader<'a>: AsyncRead + Unpin + Send
+    where
+        Self: 'a;
+    type Writer<'a>: AsyncWrite + Unpin + Send
+    where
+        Self: 'a;
+
+    /// Its two directions, used at once (a response relayed while the client is watched).
+    fn halves(&mut self) -> (Self::Reader<'_>, Self::Writer<'_>);
+
+    /// The rest of the connection is Python's, with `data` (the bytes read and not served);
+    /// `ticket` holds the connection's place while the core still carries any of it.
+    fn hand_over(
+        self,
+        peer: SocketAddr,
+        data: Vec<u8>,
+        first: bool,
+        public: &Public,
+        ticket: Ticket,
+    );
+
+    /// Served over TLS the core terminated.
+    const TLS: bool;
+}
+
+impl Conn for TcpStream {
+    type Reader<'a> = ReadHalf<'a>;
+    type Writer<'a> = WriteHalf<'a>;
+    const TLS: bool = false;
+
+    fn halves(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
+        self.split()
+    }
+
+    fn hand_over(
+        self,
+        peer: SocketAddr,
+        data: Vec<u8>,
+        first: bool,
+        public: &Public,
+        ticket: Ticket,
+    ) {
+        drop(ticket); // Python's admission counts it from now on
+        hand_over_socket(self, peer, data, first, public);
+    }
+}
+
+/// `tcp` to Python as it is (the plain listener's hand-over; the HTTPS listener's before
+/// any byte was read).
+pub fn hand_over_socket(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    data: Vec<u8>,
+    first: bool,
+    public: &Public,
+) {
     let local = tcp
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let Ok(std) = tcp.into_std() else {
+        return;
+    };
+    public.counters.handed.fetch_add(1, Ordering::Relaxed);
+    public.inbox.push_conn(Handed {
+        listener: public.id,
+        fd: OwnedFd::from(std),
+        peer,
+        local,
+        data,
+        first,
+        tls: None,
+    });
+}
+
+pub(crate) async fn connection<C: Conn>(
+    mut tcp: C,
+    peer: SocketAddr,
+    local: SocketAddr,
+    public: Arc<Public>,
+    mut ticket: Ticket,
+) {
     let mut buf: Vec<u8> = Vec::new();
     let mut first = true;
     let mut leg: Option<Leg> = None;
@@ -422,13 +586,13 @@ async fn connection(mut tcp: TcpStream, peer: SocketAddr, public: Arc<Public>, m
         ticket.waiting();
         let head = match read_head(&mut tcp, &mut buf, first, &public.spec, &ticket).await {
             Head::Request(head) => head,
-            Head::ToPython => break hand_over(tcp, peer, buf, first, &public, leg),
+            Head::ToPython => break hand_over(tcp, peer, buf, first, &public, leg, ticket),
             Head::Closed => break end_leg(leg),
         };
         ticket.busy();
         let route = match public.routes.get(&head.host) {
             Some(route) if http::carriable(&head) => route,
-            _ => break hand_over(tcp, peer, buf, first, &public, leg),
+            _ => break hand_over(tcp, peer, buf, first, &public, leg, ticket),
         };
         // the proxy stream: the one kept, or a new one
         let fresh = match head.framing {
@@ -453,7 +617,7 @@ async fn connection(mut tcp: TcpStream, peer: SocketAddr, public: Arc<Public>, m
                 let Ok(sid) = opened else {
                     // all slots taken, or the session ended: Python waits for a slot, or
                     // gives the answer the route's end calls for
-                    break hand_over(tcp, peer, buf, first, &public, None);
+                    break hand_over(tcp, peer, buf, first, &public, None, ticket);
                 };
                 let wakes = route.session.own(sid);
                 out.extend_from_slice(&http::proxy_header(
@@ -502,26 +666,17 @@ fn end_leg(leg: Option<Leg>) {
     }
 }
 
-fn hand_over(
-    tcp: TcpStream,
+fn hand_over<C: Conn>(
+    tcp: C,
     peer: SocketAddr,
     data: Vec<u8>,
     first: bool,
     public: &Public,
     leg: Option<Leg>,
+    ticket: Ticket,
 ) {
     end_leg(leg);
-    let Ok(std) = tcp.into_std() else {
-        return;
-    };
-    public.counters.handed.fetch_add(1, Ordering::Relaxed);
-    public.inbox.push_conn(Handed {
-        listener: public.id,
-        fd: OwnedFd::from(std),
-        peer,
-        data,
-        first,
-    });
+    tcp.hand_over(peer, data, first, public, ticket);
 }
 
 /// Up to READ_CHUNK bytes of a stream appended to `buf`: 0 at the agent's EOF.
@@ -616,8 +771,8 @@ enum Failed {
 
 /// One request served on `leg`: (keep the connection, the leg to keep).
 #[allow(clippy::too_many_arguments)]
-async fn exchange(
-    tcp: &mut TcpStream,
+async fn exchange<C: Conn>(
+    tcp: &mut C,
     buf: &mut Vec<u8>,
     head: &RequestHead,
     leg: Leg,
@@ -645,6 +800,7 @@ async fn exchange(
     let bytes_in = now as u64;
     let mut record = Served {
         route: leg.route.key,
+        tls: C::TLS,
         peer,
         local,
         method: head.method.clone(),
@@ -662,7 +818,7 @@ async fn exchange(
     let result = if stream_write(&leg, out).await.is_err() {
         Err((Failed::Offline, false))
     } else {
-        let (mut rd, mut wr) = tcp.split();
+        let (mut rd, mut wr) = tcp.halves();
         let pumped = AtomicBool::new(body_left == 0);
         let carried = AtomicU64::new(0);
         let mut pipelined: Vec<u8> = Vec::new();
@@ -751,8 +907,8 @@ async fn exchange(
 
 /// The rest of a Content-Length body, client to stream (`carried` counts the bytes as they
 /// go: a response may end the exchange before the body is all sent).
-async fn pump_body(
-    rd: &mut ReadHalf<'_>,
+async fn pump_body<R: AsyncRead + Unpin>(
+    rd: &mut R,
     leg: &Leg,
     mut left: u64,
     timeout: Duration,
@@ -774,8 +930,8 @@ async fn pump_body(
 
 /// The agent's response relayed: (the client's connection stays open, the stream may serve
 /// the next request); Err((why, whether the response had begun)).
-async fn respond(
-    wr: &mut WriteHalf<'_>,
+async fn respond<W: AsyncWrite + Unpin>(
+    wr: &mut W,
     leg: &Leg,
     req: &RequestHead,
     record: &mut Served,

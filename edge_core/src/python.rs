@@ -17,6 +17,7 @@ use crate::carrier::{AgentListen, Carrier, Where};
 use crate::mux::{Limits, StreamError};
 use crate::public::{PublicListen, Route};
 use crate::session;
+use crate::tls::server_config;
 use crate::tls::{certified_key, sni_server_config, SniResolver};
 
 create_exception!(edge_core, StreamReset, PyConnectionError);
@@ -31,13 +32,25 @@ fn stream_error(e: StreamError) -> PyErr {
 
 /// One session handed over: (listener id, session, peer host, peer port, SNI, ALPN).
 type Handed = (u64, Session, String, u16, Option<String>, Option<Vec<u8>>);
+/// What the core's TLS handshake agreed: (SNI, version, cipher, ALPN), OpenSSL's names.
+type Facts = (String, &'static str, &'static str, Option<Vec<u8>>);
 /// One public connection handed over: (listener id, fd, peer host, peer port, bytes read,
-/// no request served on it yet).
-type Conn<'py> = (u64, i32, String, u16, Bound<'py, PyBytes>, bool);
+/// no request served on it yet, None or the facts of the TLS the core carries on, (local
+/// host, port)).
+type Conn<'py> = (
+    u64,
+    i32,
+    String,
+    u16,
+    Bound<'py, PyBytes>,
+    bool,
+    Option<Facts>,
+    (String, u16),
+);
 type Fields<'py> = Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>;
 /// One request the core served: (route key, (peer host, port), (local host, port), method,
 /// target, request fields, status, reason, response fields, (body bytes in, out, started,
-/// duration)).
+/// duration), served over TLS).
 type ServedRow<'py> = (
     u64,
     (String, u16),
@@ -49,6 +62,7 @@ type ServedRow<'py> = (
     Bound<'py, PyBytes>,
     Fields<'py>,
     (u64, u64, f64, f64),
+    bool,
 );
 type Taken<'py> = (
     Vec<Handed>,
@@ -215,7 +229,8 @@ impl Core {
 
     /// Start the public plain-HTTP listener (public.rs). Returns (listener id, port).
     #[pyo3(signature = (scheme, *, head_timeout, idle_timeout, body_timeout, fresh_stream_body,
-                        max_total, max_per_address, host = None, port = 0, fd = None))]
+                        max_total, max_per_address, host = None, port = 0, fd = None,
+                        handshake_timeout = 15.0))]
     #[allow(clippy::too_many_arguments)]
     fn listen_public(
         &self,
@@ -229,12 +244,17 @@ impl Core {
         host: Option<String>,
         port: u16,
         fd: Option<i32>,
+        handshake_timeout: f64,
     ) -> PyResult<(u64, u16)> {
+        if scheme != "http" && scheme != "https" {
+            return Err(PyValueError::new_err("scheme: http or https"));
+        }
         if max_total == 0 || max_per_address == 0 {
             return Err(PyValueError::new_err("the connection caps must be > 0"));
         }
         let spec = PublicListen {
             scheme,
+            handshake_timeout: seconds(handshake_timeout, "handshake_timeout")?,
             head_timeout: seconds(head_timeout, "head_timeout")?,
             idle_timeout: seconds(idle_timeout, "idle_timeout")?,
             body_timeout: seconds(body_timeout, "body_timeout")?,
@@ -255,8 +275,11 @@ impl Core {
         Ok((id, local.port()))
     }
 
-    /// `host`'s requests are served by the core on `session`'s streams (a plain route) for
-    /// `ttl` seconds, unless pushed again.
+    /// `host`'s requests on the listener of `scheme` are served by the core on `session`'s
+    /// streams (a plain route) for `ttl` seconds, unless pushed again; on the HTTPS listener
+    /// with the certificate `cert` (set_cert).
+    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0))]
+    #[allow(clippy::too_many_arguments)]
     fn set_route(
         &self,
         host: String,
@@ -264,35 +287,73 @@ impl Core {
         session: &Session,
         tunnel_id: String,
         ttl: f64,
+        scheme: &str,
+        cert: u64,
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
-        self.carrier.routes.set(
+        let routes = match scheme {
+            "http" => &self.carrier.routes,
+            "https" if self.carrier.certs.get(cert).is_some() => &self.carrier.tls_routes,
+            "https" => return Err(PyValueError::new_err(format!("no certificate {cert}"))),
+            _ => return Err(PyValueError::new_err("scheme: http or https")),
+        };
+        routes.set(
             host,
             Route {
                 key,
                 session: session.inner.clone(),
                 tunnel_id,
+                cert,
                 until: std::time::Instant::now() + ttl,
             },
         );
         Ok(())
     }
 
-    /// `host`'s requests go to Python again; False when it had no route.
-    fn drop_route(&self, host: &str) -> bool {
-        self.carrier.routes.drop_host(host)
+    /// `host`'s requests on the listener of `scheme` go to Python again; False when it had
+    /// no route.
+    #[pyo3(signature = (host, *, scheme = "http"))]
+    fn drop_route(&self, host: &str, scheme: &str) -> bool {
+        match scheme {
+            "https" => self.carrier.tls_routes.drop_host(host),
+            _ => self.carrier.routes.drop_host(host),
+        }
     }
 
     fn clear_routes(&self) {
-        self.carrier.routes.clear()
+        self.carrier.routes.clear();
+        self.carrier.tls_routes.clear();
     }
 
-    fn route_count(&self) -> usize {
-        self.carrier.routes.len()
+    /// Routes held: (plain-HTTP listener's, HTTPS listener's).
+    fn route_count(&self) -> (usize, usize) {
+        (self.carrier.routes.len(), self.carrier.tls_routes.len())
     }
 
-    /// (requests served, connections handed to Python, refused at a cap, evicted, held now).
-    fn public_counters(&self) -> (u64, u64, u64, u64, usize) {
+    /// The certificate numbered `id` (a PEM chain, leaf first, and its key) for the HTTPS
+    /// listener's routes: TLS 1.2 and 1.3, ALPN http/1.1.
+    fn set_cert(&self, id: u64, chain_pem: &[u8], key_pem: &[u8]) -> PyResult<()> {
+        if id == 0 {
+            return Err(PyValueError::new_err("certificate ids start at 1"));
+        }
+        let config = server_config(chain_pem, key_pem, vec![b"http/1.1".to_vec()])
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        self.carrier.certs.set(id, config);
+        Ok(())
+    }
+
+    /// False when there was no such certificate.
+    fn drop_cert(&self, id: u64) -> bool {
+        self.carrier.certs.drop_cert(id)
+    }
+
+    fn cert_count(&self) -> usize {
+        self.carrier.certs.len()
+    }
+
+    /// (requests served, connections handed to Python, refused at a cap, evicted, held now,
+    /// TLS handshakes failed).
+    fn public_counters(&self) -> (u64, u64, u64, u64, usize, u64) {
         let c = &self.carrier.public_counters;
         (
             c.served.load(Ordering::Relaxed),
@@ -300,6 +361,7 @@ impl Core {
             c.refused.load(Ordering::Relaxed),
             c.evicted.load(Ordering::Relaxed),
             self.carrier.public_held(),
+            c.failed_handshakes.load(Ordering::Relaxed),
         )
     }
 
@@ -339,6 +401,8 @@ impl Core {
                     c.peer.port(),
                     PyBytes::new(py, &c.data),
                     c.first,
+                    c.tls.map(|t| (t.sni, t.version, t.cipher, t.alpn)),
+                    (c.local.ip().to_string(), c.local.port()),
                 )
             })
             .collect();
@@ -357,6 +421,7 @@ impl Core {
                     PyBytes::new(py, &s.reason),
                     fields(py, &s.response_fields),
                     (s.bytes_in, s.bytes_out, s.started, s.duration),
+                    s.tls,
                 )
             })
             .collect();

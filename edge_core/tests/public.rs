@@ -16,6 +16,7 @@ use tokio::net::{TcpStream, UnixStream};
 fn spec(max_per_address: usize) -> PublicListen {
     PublicListen {
         scheme: "http".into(),
+        handshake_timeout: Duration::from_secs(5),
         head_timeout: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(5),
         body_timeout: Duration::from_secs(5),
@@ -110,6 +111,7 @@ fn route(session: &Arc<Session>) -> Route {
         key: 7,
         session: session.clone(),
         tunnel_id: "tn_test".into(),
+        cert: 0,
         until: Instant::now() + Duration::from_secs(60),
     }
 }

@@ -1,0 +1,295 @@
+//! The public HTTPS listener (src/https.rs): which ClientHellos the core terminates, a request
+//! served over the core's TLS, a connection handed to Python untouched, and one handed to
+//! Python mid-way over the plaintext bridge.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use edge_core::carrier::{Carrier, Where};
+use edge_core::https::{bridge, read_hello, Hello};
+use edge_core::mux::{encode, Limits, DATA};
+use edge_core::public::{Handed, PublicListen, Route, TlsFacts};
+use edge_core::session::Session;
+use edge_core::tls::server_config;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::rustls::{ClientConfig, ClientConnection, RootCertStore};
+use tokio_rustls::TlsConnector;
+
+struct Pair {
+    chain: Vec<u8>,
+    key: Vec<u8>,
+    der: Vec<u8>,
+}
+
+fn pair_for(name: &str) -> Pair {
+    let cert = rcgen::generate_simple_self_signed(vec![name.into()]).unwrap();
+    Pair {
+        chain: cert.cert.pem().into_bytes(),
+        key: cert.key_pair.serialize_pem().into_bytes(),
+        der: cert.cert.der().to_vec(),
+    }
+}
+
+fn client_config(pair: &Pair, alpn: &[&[u8]]) -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    roots.add(pair.der.clone().into()).unwrap();
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(config)
+}
+
+/// The ClientHello a rustls client sends for `name` offering `alpn`.
+fn client_hello(name: &str, alpn: &[&[u8]]) -> Vec<u8> {
+    let pair = pair_for("a.test");
+    let mut conn = ClientConnection::new(
+        client_config(&pair, alpn),
+        ServerName::try_from(name.to_owned()).unwrap(),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    out
+}
+
+#[test]
+fn the_core_terminates_a_named_clienthello_offering_no_alpn_or_http1_without_h2() {
+    let read = |alpn: &[&[u8]]| read_hello(&client_hello("A.Test", alpn));
+    let named = |http1| Hello::Read {
+        name: Some("a.test".into()),
+        http1,
+    };
+    assert_eq!(read(&[]), named(true));
+    assert_eq!(read(&[b"http/1.1"]), named(true));
+    assert_eq!(read(&[b"h2", b"http/1.1"]), named(false));
+    assert_eq!(read(&[b"h2"]), named(false));
+    assert_eq!(read(&[b"acme-tls/1"]), named(false));
+    assert_eq!(
+        read_hello(&client_hello("127.0.0.1", &[])),
+        Hello::Read {
+            name: None,
+            http1: true
+        }
+    );
+    let whole = client_hello("a.test", &[]);
+    assert_eq!(read_hello(&whole[..whole.len() - 1]), Hello::Partial);
+    assert_eq!(read_hello(&whole[..3]), Hello::Partial);
+    assert_eq!(read_hello(b""), Hello::Partial);
+    assert_eq!(read_hello(b"GET / HTTP/1.1\r\n"), Hello::Python);
+    assert_eq!(
+        read_hello(b"\x16\x03\x01\x00\x05\x02\x00\x00\x01\x00"),
+        Hello::Python
+    );
+}
+
+fn spec() -> PublicListen {
+    PublicListen {
+        scheme: "https".into(),
+        handshake_timeout: Duration::from_secs(5),
+        head_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(5),
+        body_timeout: Duration::from_secs(5),
+        fresh_stream_body: 4096,
+        max_total: 100,
+        max_per_address: 16,
+    }
+}
+
+/// A carrier with an HTTPS listener, a route for a.test with its certificate, and an agent
+/// session whose other end the test holds.
+fn setup(pair: &Pair) -> (Carrier, u16, Arc<Session>, UnixStream) {
+    let carrier = Carrier::new(1).unwrap();
+    let (_, local) = carrier
+        .listen_public(Where::Bind("127.0.0.1".into(), 0), spec())
+        .unwrap();
+    let (ours, theirs) = StdUnixStream::pair().unwrap();
+    let session = carrier
+        .attach(OwnedFd::from(ours), Limits::default())
+        .unwrap();
+    session.with(|st| st.authenticate());
+    theirs.set_nonblocking(true).unwrap();
+    let agent = UnixStream::from_std(theirs).unwrap();
+    carrier.certs.set(
+        3,
+        server_config(&pair.chain, &pair.key, vec![b"http/1.1".to_vec()]).unwrap(),
+    );
+    carrier.tls_routes.set(
+        "a.test".into(),
+        Route {
+            key: 7,
+            session: session.clone(),
+            tunnel_id: "tn_test".into(),
+            cert: 3,
+            until: Instant::now() + Duration::from_secs(60),
+        },
+    );
+    (carrier, local.port(), session, agent)
+}
+
+async fn agent_reads(agent: &mut UnixStream, end: &[u8]) -> (u32, Vec<u8>) {
+    let (mut buf, mut got, mut sid) = (Vec::new(), Vec::new(), 0);
+    let mut chunk = [0u8; 16384];
+    while !got.ends_with(end) {
+        let n = tokio::time::timeout(Duration::from_secs(5), agent.read(&mut chunk))
+            .await
+            .expect("the agent got nothing")
+            .unwrap();
+        assert!(n > 0, "the session ended");
+        buf.extend_from_slice(&chunk[..n]);
+        while buf.len() >= 8 {
+            let word = u32::from_be_bytes(buf[..4].try_into().unwrap());
+            let len = (word >> 8) as usize;
+            if buf.len() < 8 + len {
+                break;
+            }
+            if ((word >> 4) & 0xF) as u8 == DATA {
+                sid = u32::from_be_bytes(buf[4..8].try_into().unwrap());
+                got.extend_from_slice(&buf[8..8 + len]);
+            }
+            buf.drain(..8 + len);
+        }
+    }
+    (sid, got)
+}
+
+fn has(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+async fn handed(carrier: &Carrier) -> Handed {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(conn) = carrier.inbox().take().conns.pop() {
+            return conn;
+        }
+        assert!(Instant::now() < deadline, "nothing handed to Python");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_over_the_cores_tls_then_handed_to_python_over_the_bridge() {
+    let pair = pair_for("a.test");
+    let (carrier, port, _session, mut agent) = setup(&pair);
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut tls = TlsConnector::from(client_config(&pair, &[b"http/1.1"]))
+        .connect(ServerName::try_from("a.test").unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(b"GET /x HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    let (sid, got) = agent_reads(&mut agent, b"\r\n\r\n").await;
+    assert!(has(&got, b"\"Proto\": \"https\""), "{got:?}");
+    assert!(has(&got, b"x-forwarded-proto: https\r\n"));
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    );
+    agent.write_all(&answer).await.unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !got.ends_with(b"ok") {
+        let n = tls.read(&mut chunk).await.unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&chunk[..n]);
+    }
+    let served = carrier.inbox().take().served;
+    assert_eq!(served.len(), 1);
+    assert!(served[0].tls);
+
+    // a host without a route, on the same connection: Python's, over the bridge
+    tls.write_all(b"GET /y HTTP/1.1\r\nHost: b.test\r\n\r\n")
+        .await
+        .unwrap();
+    let conn = handed(&carrier).await;
+    assert_eq!(conn.data, b"GET /y HTTP/1.1\r\nHost: b.test\r\n\r\n");
+    assert!(!conn.first);
+    assert_eq!(
+        conn.tls,
+        Some(TlsFacts {
+            sni: "a.test".into(),
+            version: "TLSv1.3",
+            cipher: "TLS_AES_256_GCM_SHA384",
+            alpn: Some(b"http/1.1".to_vec()),
+        })
+    );
+    let python = StdUnixStream::from(conn.fd);
+    python.set_nonblocking(true).unwrap();
+    let mut python = UnixStream::from_std(python).unwrap();
+    // the client's next bytes reach Python; Python's answer reaches the client
+    tls.write_all(b"more").await.unwrap();
+    let mut seen = [0u8; 4];
+    python.read_exact(&mut seen).await.unwrap();
+    assert_eq!(&seen, b"more");
+    python
+        .write_all(b"HTTP/1.1 204 No Content\r\n\r\n")
+        .await
+        .unwrap();
+    drop(python); // Python is done: close_notify, then the end
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut rest))
+        .await
+        .expect("the connection did not end")
+        .unwrap();
+    assert_eq!(rest, b"HTTP/1.1 204 No Content\r\n\r\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_offering_h2_or_naming_another_host_goes_to_python_untouched() {
+    let pair = pair_for("a.test");
+    let (carrier, port, _session, _agent) = setup(&pair);
+    for (name, alpn) in [
+        ("a.test", &[&b"h2"[..], &b"http/1.1"[..]][..]),
+        ("b.test", &[][..]),
+    ] {
+        let hello = client_hello(name, alpn);
+        let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        tcp.write_all(&hello).await.unwrap();
+        let conn = handed(&carrier).await;
+        assert!(conn.first && conn.data.is_empty() && conn.tls.is_none());
+        // nothing of it was read: Python's own TLS reads the same ClientHello
+        let mut python = std::net::TcpStream::from(conn.fd);
+        python
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut seen = vec![0u8; hello.len()];
+        std::io::Read::read_exact(&mut python, &mut seen).unwrap();
+        assert_eq!(seen, hello);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_half_closes_towards_python_and_ends_with_pythons_end() {
+    let (client, mut client_far) = tokio::io::duplex(1024);
+    let (python, mut python_far) = tokio::io::duplex(1024);
+    let task = tokio::spawn(bridge(client, python));
+    client_far.write_all(b"req").await.unwrap();
+    client_far.shutdown().await.unwrap(); // the client's end of stream
+    let mut got = Vec::new();
+    python_far.read_to_end(&mut got).await.unwrap(); // a half-close: EOF here...
+    assert_eq!(got, b"req");
+    python_far.write_all(b"answer").await.unwrap(); // ...and Python still answers
+    drop(python_far);
+    let mut back = Vec::new();
+    client_far.read_to_end(&mut back).await.unwrap();
+    assert_eq!(back, b"answer");
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the bridge did not end")
+        .unwrap();
+}

@@ -1,0 +1,175 @@
+"""The public HTTPS listener in the compiled core (edge_core/src/https.rs, edge/fast_path.py),
+through the official Python SDK as a process and Python's ssl as the client: a plain route's
+connections are terminated by the core with the name's certificate and their requests served
+there; a client offering HTTP/2 and a name without a route go to Python untouched; a request
+the core does not serve on a connection it terminated goes to Python over the plaintext bridge
+with the handshake's facts, and a Host that requires more of a handshake is misdirected
+there."""
+
+import http.client
+import json
+import socket
+import ssl
+
+import pytest
+
+from stacks.agents import SdkAgent
+from stacks.certs import make_ca, pem
+from tests.edge.conftest import BASE_DOMAIN
+from tests.edge.support import bound, credential, host as host_of, metric, wait
+
+
+def _served(edge) -> float:
+    return metric(edge.metrics(), "edge_core_http_requests_total")
+
+
+def _handed(edge) -> float:
+    return metric(edge.metrics(), "edge_core_http_handed_over_total")
+
+
+def _connect(edge, sni, alpn=("http/1.1",)) -> ssl.SSLSocket:
+    """A TLS connection to the HTTPS listener for ``sni``, the edge's CA trusted (the name
+    checked against the certificate)."""
+    ctx = ssl.create_default_context(cafile=edge.ca_path)
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
+    raw = socket.create_connection(("127.0.0.1", edge.https_port), timeout=10)
+    return ctx.wrap_socket(raw, server_hostname=sni)
+
+
+def _request(conn, host, path="/echo"):
+    """One keep-alive GET on ``conn``: (status, headers, body)."""
+    conn.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    resp = http.client.HTTPResponse(conn)
+    resp.begin()
+    body = resp.read()
+    return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
+
+
+@pytest.fixture(scope="module")
+def plain(edge, api):
+    """An endpoint with no policy or options: a plain route on both listeners."""
+    agent = SdkAgent(edge, credential(api.new_account())["token"], [{"proto": "http"}])
+    host = host_of(bound(agent.start())[0]["url"])
+    yield host
+    agent.stop()
+
+
+def _until_core_serves(edge, host):
+    """The routes are pushed a moment after the bind: wait until a new connection's request
+    is the core's."""
+
+    def served_one():
+        before = _served(edge)
+        with _connect(edge, host) as conn:
+            assert _request(conn, host)[0] == 200
+        return _served(edge) > before
+
+    assert wait(served_one)
+
+
+def test_a_plain_routes_https_requests_are_served_by_the_core_with_its_certificate(edge, plain):
+    _until_core_serves(edge, plain)
+    served, handed = _served(edge), _handed(edge)
+    with _connect(edge, plain) as conn:  # the name's certificate: verified by the client
+        assert conn.version() == "TLSv1.3"
+        assert conn.selected_alpn_protocol() == "http/1.1"
+        for i in range(10):
+            status, _, body = _request(conn, plain, f"/echo?i={i}")
+            assert status == 200
+            seen = json.loads(body)
+            assert seen["path"] == f"/echo?i={i}"
+            headers = {k.lower(): v for k, v in seen["headers"].items()}
+            assert headers["x-forwarded-proto"] == "https"
+            assert headers["x-forwarded-host"] == plain
+    assert _served(edge) - served == 10
+    assert _handed(edge) == handed  # none of them went to Python
+    # TLS 1.2 too (the edge's minimum)
+    ctx = ssl.create_default_context(cafile=edge.ca_path)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection(("127.0.0.1", edge.https_port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname=plain) as conn:
+            assert conn.version() == "TLSv1.2"
+            assert _request(conn, plain)[0] == 200
+    assert _served(edge) - served == 11
+
+
+def test_a_client_offering_http2_is_pythons_and_gets_h2(edge, plain):
+    _until_core_serves(edge, plain)
+    served, handed = _served(edge), _handed(edge)
+    with _connect(edge, plain, alpn=("h2", "http/1.1")) as conn:
+        assert conn.selected_alpn_protocol() == "h2"  # Python's listener (edge/h2front.py)
+    assert _handed(edge) == handed + 1
+    assert _served(edge) == served
+
+
+def test_another_host_on_the_cores_connection_goes_to_python_with_the_handshakes_facts(
+    edge, api, plain
+):
+    policy = {
+        "on_http_response": [
+            {
+                "actions": [
+                    {
+                        "type": "add-headers",
+                        "config": {
+                            "headers": {
+                                "x-tls": "${conn.tls.version} ${conn.tls.cipher_suite}",
+                                "x-client": "${conn.client_ip}",
+                            }
+                        },
+                    }
+                ]
+            }
+        ]
+    }
+    agent = SdkAgent(
+        edge,
+        credential(api.new_account())["token"],
+        [{"proto": "http", "options": {"traffic_policy": [json.dumps(policy)]}}],
+    )
+    other = host_of(bound(agent.start())[0]["url"])
+    try:
+        _until_core_serves(edge, plain)
+        # the policy's host on its own connection: Python's TLS from the start
+        with _connect(edge, other) as conn:
+            status, direct, _ = _request(conn, other)
+        assert status == 200 and direct["x-client"] == "127.0.0.1"
+        handed = _handed(edge)
+        with _connect(edge, plain) as conn:
+            assert _request(conn, plain)[0] == 200  # the core's
+            status, bridged, body = _request(conn, other)  # Python's, over the bridge
+            assert status == 200 and json.loads(body)["path"] == "/echo"
+            assert (bridged["x-tls"], bridged["x-client"]) == (direct["x-tls"], "127.0.0.1")
+            assert _request(conn, plain)[0] == 200  # the rest of the connection is Python's
+        assert _handed(edge) == handed + 1
+    finally:
+        agent.stop()
+
+
+def test_a_host_requiring_a_client_certificate_is_misdirected_on_the_cores_connection(
+    edge, api, plain
+):
+    allowed = make_ca("core bridge clients")
+    agent = SdkAgent(
+        edge,
+        credential(api.new_account())["token"],
+        [{"proto": "http", "options": {"mutual_tlsca": [pem(allowed[1])]}}],
+    )
+    protected = host_of(bound(agent.start())[0]["url"])
+    try:
+        _until_core_serves(edge, plain)
+        with _connect(edge, plain) as conn:
+            assert _request(conn, plain)[0] == 200
+            status, _, body = _request(conn, protected)
+        assert status == 421 and json.loads(body)["error_code"] == "ERR_NGROK_3002"
+    finally:
+        agent.stop()
+
+
+def test_a_name_without_a_route_is_pythons_from_its_clienthello(edge):
+    handed, name = _handed(edge), f"no-such-endpoint.{BASE_DOMAIN}"
+    with _connect(edge, name) as conn:  # Python's TLS, with the local CA's certificate
+        status, _, body = _request(conn, name)
+    assert status == 404 and b"ERR_NGROK_3200" in body
+    assert _handed(edge) == handed + 1
