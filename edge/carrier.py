@@ -203,6 +203,10 @@ class Carrier:
         """Certificate number ``cert`` for the HTTPS listener's routes."""
         self._core.set_cert(cert, chain_pem, key_pem)
 
+    def set_nameless_cert(self, cert: int) -> None:
+        """The certificate a ClientHello without a server name gets (0: Python's)."""
+        self._core.set_nameless_cert(cert)
+
     def drop_cert(self, cert: int) -> bool:
         return self._core.drop_cert(cert)
 

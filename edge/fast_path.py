@@ -24,7 +24,9 @@ On the HTTPS listener the route also carries the certificate the name is served 
 (``edge.certs``: the store's for the name, else the local CA's or the fixed one, as edge/tls.py
 picks it), pushed once per distinct pair (``Carrier.set_cert``); the core terminates TLS for
 the name with it when the ClientHello does not offer HTTP/2 (h2 stays Python's:
-edge/h2front.py).
+edge/h2front.py). A ClientHello without a server name (a client given an address) gets the
+certificate edge/tls.py gives it (the base domain's) and its requests are routed by Host
+alone, as edge/tls.py's listener routes them.
 
 Everything else about a request the core checks itself (edge_core/src/http.rs ``carriable``:
 HTTP/1.1, one Host, a known method, no body or a Content-Length one, no upgrade, not an ACME
@@ -97,6 +99,7 @@ class FastPath:
         # the certificates pushed: what identifies a pair -> its number in the core
         self.certs: Dict[Tuple[str, str], int] = {}
         self._cert_numbers = itertools.count(1)
+        self._nameless = 0  # the number of the nameless ClientHello's certificate
         self._pending: set = set()  # (scheme, host) whose async checks are running
         self._used: Dict[int, float] = {}  # route key -> the loop's time it last served
         self._retired: List[int] = []  # keys of routes dropped since the last refresh
@@ -216,6 +219,10 @@ class FastPath:
                     self._drop(where)  # the listener's own name and certificate: Python's
                     return
                 cert = self._cert(host)
+                nameless = self._cert(self.edge.settings.base_domain)
+                if nameless != self._nameless:
+                    self.edge.carrier.set_nameless_cert(nameless)
+                    self._nameless = nameless
             held = self.routes.get(where)
             now = asyncio.get_running_loop().time()
             if held is not None and held[1] is tunnel:
@@ -272,6 +279,10 @@ class FastPath:
                 self._drop(where)
         # a certificate no route names any more (replaced, or its routes gone) is dropped
         named = {held[3] for held in self.routes.values()}
+        if not any(where[0] == "https" for where in self.routes):
+            self.edge.carrier.set_nameless_cert(0)
+            self._nameless = 0
+        named.add(self._nameless)
         for identity, number in list(self.certs.items()):
             if number not in named:
                 del self.certs[identity]

@@ -135,6 +135,9 @@ class Core:
         """Certificate ``id`` (>= 1) for the HTTPS listener's routes; ValueError when the
         pair does not load."""
     def drop_cert(self, id: int) -> bool: ...
+    def set_nameless_cert(self, id: int) -> None:
+        """The certificate a ClientHello without a server name gets; its requests routed by
+        Host alone (0: none, such connections are Python's)."""
     def cert_count(self) -> int: ...
     def public_counters(self) -> Tuple[int, int, int, int, int, int]:
         """(requests served, connections handed over, refused, evicted, held now, HTTPS

@@ -128,6 +128,10 @@ pub(crate) async fn connection(
             name: Some(name),
             http1: true,
         }) => served_with(&public, &name),
+        Some(Hello::Read {
+            name: None,
+            http1: true,
+        }) if !public.routes.is_empty() => public.certs.nameless(),
         Some(_) => None,
     };
     let Some(config) = config else {

@@ -114,9 +114,23 @@ impl Routes {
 #[derive(Default)]
 pub struct Certs {
     map: RwLock<HashMap<u64, Arc<ServerConfig>>>,
+    /// The one a ClientHello without a server name gets (0: none, such a connection is
+    /// Python's); its requests are routed by Host alone, as Python's listener does.
+    nameless: AtomicU64,
 }
 
 impl Certs {
+    pub fn set_nameless(&self, id: u64) {
+        self.nameless.store(id, Ordering::Relaxed);
+    }
+
+    pub fn nameless(&self) -> Option<Arc<ServerConfig>> {
+        match self.nameless.load(Ordering::Relaxed) {
+            0 => None,
+            id => self.get(id),
+        }
+    }
+
     pub fn set(&self, id: u64, config: Arc<ServerConfig>) {
         self.map
             .write()

@@ -342,6 +342,12 @@ impl Core {
         Ok(())
     }
 
+    /// The certificate a ClientHello without a server name gets (0: none; such connections
+    /// are Python's).
+    fn set_nameless_cert(&self, id: u64) {
+        self.carrier.certs.set_nameless(id)
+    }
+
     /// False when there was no such certificate.
     fn drop_cert(&self, id: u64) -> bool {
         self.carrier.certs.drop_cert(id)

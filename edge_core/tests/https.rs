@@ -93,15 +93,19 @@ fn the_core_terminates_a_named_clienthello_offering_no_alpn_or_http1_without_h2(
 }
 
 fn spec() -> PublicListen {
+    spec_with(Duration::from_secs(5), 16)
+}
+
+fn spec_with(handshake_timeout: Duration, max_per_address: usize) -> PublicListen {
     PublicListen {
         scheme: "https".into(),
-        handshake_timeout: Duration::from_secs(5),
+        handshake_timeout,
         head_timeout: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(5),
         body_timeout: Duration::from_secs(5),
         fresh_stream_body: 4096,
         max_total: 100,
-        max_per_address: 16,
+        max_per_address,
     }
 }
 
@@ -292,4 +296,65 @@ async fn the_bridge_half_closes_towards_python_and_ends_with_pythons_end() {
         .await
         .expect("the bridge did not end")
         .unwrap();
+}
+
+/// Reads until the peer closes; the time it took (None: still open after `limit`).
+async fn closed_within(tcp: &mut TcpStream, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut chunk = [0u8; 1024];
+    loop {
+        match tokio::time::timeout_at((start + limit).into(), tcp.read(&mut chunk)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(start.elapsed()),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_a_whole_clienthello_is_closed_at_the_handshake_timeout() {
+    let carrier = Carrier::new(1).unwrap();
+    let (_, local) = carrier
+        .listen_public(
+            Where::Bind("127.0.0.1".into(), 0),
+            spec_with(Duration::from_millis(400), 16),
+        )
+        .unwrap();
+    let hello = client_hello("a.test", &[]);
+    for sent in [&b""[..], &hello[..hello.len() / 2]] {
+        let mut tcp = TcpStream::connect(local).await.unwrap();
+        tcp.write_all(sent).await.unwrap();
+        let took = closed_within(&mut tcp, Duration::from_secs(5))
+            .await
+            .expect("still open");
+        assert!(
+            took >= Duration::from_millis(350) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+    }
+    assert!(
+        carrier.inbox().take().conns.is_empty(),
+        "nothing for Python"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_the_connection_waiting_longest_for_its_clienthello_makes_room() {
+    let carrier = Carrier::new(1).unwrap();
+    let (_, local) = carrier
+        .listen_public(
+            Where::Bind("127.0.0.1".into(), 0),
+            spec_with(Duration::from_secs(30), 1),
+        )
+        .unwrap();
+    let mut waiting = TcpStream::connect(local).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _newer = TcpStream::connect(local).await.unwrap();
+    let took = closed_within(&mut waiting, Duration::from_secs(5)).await;
+    assert!(took.is_some(), "the waiting connection was not evicted");
+    let counters = &carrier.public_counters;
+    assert_eq!(
+        counters.evicted.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
 }

@@ -173,3 +173,19 @@ def test_a_name_without_a_route_is_pythons_from_its_clienthello(edge):
         status, _, body = _request(conn, name)
     assert status == 404 and b"ERR_NGROK_3200" in body
     assert _handed(edge) == handed + 1
+
+
+def test_a_clienthello_without_a_name_is_served_by_the_core_routed_by_host(edge, plain):
+    """As edge/tls.py does for such a client (one given an address): the base domain's
+    certificate, each request routed by its Host."""
+    _until_core_serves(edge, plain)
+    served = _served(edge)
+    ctx = ssl.create_default_context(cafile=edge.ca_path)
+    ctx.check_hostname = False
+    with socket.create_connection(("127.0.0.1", edge.https_port), timeout=10) as raw:
+        with ctx.wrap_socket(raw) as conn:  # no server_hostname: no SNI
+            cert = conn.getpeercert()
+            names = [value for kind, value in cert["subjectAltName"] if kind == "DNS"]
+            assert BASE_DOMAIN in names or f"*.{BASE_DOMAIN}" in names, names
+            assert _request(conn, plain)[0] == 200
+    assert _served(edge) == served + 1

@@ -1,0 +1,145 @@
+"""edge/fast_path.py's rules: which hosts the compiled core may serve by itself (a plain
+route), on each listener. Each rule is broken one at a time on an otherwise plain endpoint;
+the candidate must then be None (the host is Python's), and a plain one must not be."""
+
+import asyncio
+import socket
+import types
+
+import pytest
+
+from edge import carrier, tls_spec
+from edge.fast_path import FastPath
+from edge.observe import hub_of
+from edge.registry import Registry, Tunnel
+
+HOST = "plain.tunnels.localhost"
+
+
+class _Tls:
+    def __init__(self):
+        self.by_host = {}
+
+    def spec_for(self, name):
+        return self.by_host.get(name, tls_spec.DEFAULT)
+
+
+@pytest.fixture
+def core():
+    """An agent session the core runs (its other end held here), made on a loop of its own
+    that each candidate check below runs on."""
+    loop = asyncio.new_event_loop()
+    made = carrier.Carrier(threads=1)
+    ours, theirs = socket.socketpair()
+
+    async def attach():
+        return made.attach(ours, "agent")
+
+    mux = loop.run_until_complete(attach())
+    mux.loop = loop
+    yield mux
+    loop.run_until_complete(mux.close())
+    theirs.close()
+    loop.close()
+
+
+def _edge():
+    return types.SimpleNamespace(
+        cluster=None,
+        banned=set(),
+        registry=Registry(),
+        tls=_Tls(),
+        settings=types.SimpleNamespace(instance_id="edge"),
+    )
+
+
+def _tunnel(mux, proto="https", **changes):
+    session = types.SimpleNamespace(mux=mux, grant=types.SimpleNamespace(account_id="ac_1"))
+    tunnel = Tunnel(
+        id="tn_1",
+        session=session,
+        proto=proto,
+        url=f"{proto}://{HOST}",
+        hostname=HOST,
+        endpoint_id="ep_1",
+    )
+    for name, value in changes.items():
+        setattr(tunnel, name, value)
+    return tunnel
+
+
+def _candidate(edge, tunnel, scheme="http", loop=None):
+    async def run():
+        if tunnel is not None:
+            edge.registry.by_host[HOST] = tunnel
+        return FastPath(edge).candidate(HOST, scheme)
+
+    if loop is None:
+        mux = getattr(getattr(tunnel, "session", None), "mux", None)
+        loop = getattr(mux, "loop", None)
+    if loop is None:
+        return asyncio.run(run())
+    return loop.run_until_complete(run())
+
+
+def test_a_plain_endpoint_is_a_candidate_on_both_listeners(core):
+    tunnel = _tunnel(core)
+    assert _candidate(_edge(), tunnel, "http") is tunnel
+    assert _candidate(_edge(), tunnel, "https") is tunnel
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"enforcement": types.SimpleNamespace(policy=object())},  # a policy or an option
+        {"breaker": object()},
+        {"ws_tcp": True},
+        {"proxy_proto": 2},
+        {"forwards_proto": "http2"},
+        {"internal": True},
+        {"pooled": True},
+        {"proto": "tls"},
+        {"proto": "tcp"},
+    ],
+    ids=lambda c: next(iter(c)) + "=" + repr(next(iter(c.values())))[:12],
+)
+def test_an_endpoint_that_needs_python_per_request_is_not(core, change):
+    assert _candidate(_edge(), _tunnel(core, **change)) is None
+    assert _candidate(_edge(), _tunnel(core, **change), "https") is None
+
+
+def test_a_banned_name_a_cluster_or_no_endpoint_is_not(core):
+    edge = _edge()
+    edge.banned.add(HOST)
+    assert _candidate(edge, _tunnel(core)) is None
+    edge = _edge()
+    edge.cluster = object()
+    assert _candidate(edge, _tunnel(core)) is None
+    assert _candidate(_edge(), None) is None
+
+
+def test_a_name_whose_tls_settings_require_more_is_not_on_either_listener(core):
+    edge = _edge()
+    edge.tls.by_host[HOST] = tls_spec.spec_of("1.3", None)
+    assert _candidate(edge, _tunnel(core), "https") is None
+    assert _candidate(edge, _tunnel(core), "http") is None  # Python answers it 421
+
+
+def test_an_endpoint_whose_session_is_not_the_cores_or_ended_is_not(core):
+    other = types.SimpleNamespace(closed=False)  # OpenSSH's, or a static backend's
+    assert _candidate(_edge(), _tunnel(other)) is None
+    core.loop.run_until_complete(core.close())
+    assert _candidate(_edge(), _tunnel(core)) is None
+
+
+def test_a_scheme_only_endpoint_is_a_candidate_on_its_own_listener_only(core):
+    tunnel = _tunnel(core, proto="http", scheme_only=True)
+    assert _candidate(_edge(), tunnel, "http") is tunnel
+    assert _candidate(_edge(), tunnel, "https") is None
+
+
+def test_an_endpoint_whose_bodies_the_inspector_captures_is_not(core):
+    edge = _edge()
+    tunnel = _tunnel(core)
+    hub_of(edge).inspector.capture[("ac_1", "ep_1")] = (True, float("inf"))
+    assert _candidate(edge, tunnel) is None
