@@ -112,14 +112,40 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
+def thread_cpu(pid: int) -> Dict[str, float]:
+    """utime + stime (seconds) of ``pid``'s threads by kind: the compiled core's worker
+    threads (named "edge-core" by edge_core/src/carrier.rs) and the rest (Python's)."""
+    out = {"core": 0.0, "python": 0.0}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        kind = "core" if name.startswith("edge-core") else "python"
+        out[kind] += (int(fields[11]) + int(fields[12])) / CLK
+    return out
+
+
 class Group:
-    """Named process trees whose CPU a measurement reads."""
+    """Named process trees whose CPU a measurement reads; the edge's also by thread kind
+    (``edge.core``, ``edge.python``: where its work runs, and how it spreads over cores)."""
 
     def __init__(self, roots: Dict[str, int]):
         self.roots = roots
 
     def snapshot(self) -> Dict[str, float]:
-        return {name: cpu(tree(pid)) for name, pid in self.roots.items()}
+        out = {name: cpu(tree(pid)) for name, pid in self.roots.items()}
+        if "edge" in self.roots:
+            for kind, seconds in thread_cpu(self.roots["edge"]).items():
+                out[f"edge.{kind}"] = seconds
+        return out
 
 
 # ---- wrk -------------------------------------------------------------------------------------
