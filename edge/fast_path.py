@@ -69,21 +69,50 @@ SCHEMES = ("http", "https")
 
 
 class _Request:
-    """What a served request's record reads of its head (events.http_record)."""
+    """What a served request's record reads of its head (events.http_record): read from the
+    core's ``Exchange`` when a record is made (most requests are only counted)."""
 
-    __slots__ = ("method", "target", "headers", "http_version")
+    __slots__ = ("_exchange",)
+    http_version = b"1.1"
 
-    def __init__(self, method: bytes, target: bytes, headers: List[Tuple[bytes, bytes]]):
-        self.method, self.target, self.headers = method, target, headers
-        self.http_version = b"1.1"
+    def __init__(self, exchange: Any):
+        self._exchange = exchange
+
+    @property
+    def method(self) -> bytes:
+        return self._exchange.method
+
+    @property
+    def target(self) -> bytes:
+        return self._exchange.target
+
+    @property
+    def headers(self) -> List[Tuple[bytes, bytes]]:
+        return self._exchange.request_fields
 
 
 class _Response:
-    __slots__ = ("status_code", "headers")
+    __slots__ = ("status_code", "_exchange")
 
-    def __init__(self, status_code: int, headers: List[Tuple[bytes, bytes]]):
-        self.status_code = status_code
-        self.headers = [(name.lower(), value) for name, value in headers]
+    def __init__(self, status_code: int, exchange: Any):
+        self.status_code, self._exchange = status_code, exchange
+
+    @property
+    def headers(self) -> List[Tuple[bytes, bytes]]:
+        return self._exchange.response_fields  # names in lower case
+
+
+class _Address:
+    """The client's or the listener's (host, port), read from the core's ``Exchange`` when a
+    record is made."""
+
+    __slots__ = ("_exchange", "_local")
+
+    def __init__(self, exchange: Any, local: bool):
+        self._exchange, self._local = exchange, local
+
+    def __getitem__(self, index: int) -> Any:
+        return (self._exchange.local if self._local else self._exchange.peer)[index]
 
 
 class FastPath:
@@ -94,7 +123,7 @@ class FastPath:
         # (scheme, host) -> (route key, tunnel, until: the loop's time when the core's copy
         # expires, certificate number: 0 on the plain-HTTP listener)
         self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int]] = {}
-        self.tunnels: Dict[int, Any] = {}  # route key -> tunnel
+        self.hops: Dict[int, Hop] = {}  # route key -> its tunnel's Hop (what records name)
         self._keys = itertools.count(1)
         # the certificates pushed: what identifies a pair -> its number in the core
         self.certs: Dict[Tuple[str, str], int] = {}
@@ -113,7 +142,7 @@ class FastPath:
             self._task.cancel()
         self.edge.carrier.clear_routes()
         self.routes.clear()
-        self.tunnels.clear()
+        self.hops.clear()
 
     # ---- the rules ----------------------------------------------------------------------------
     def candidate(self, host: str, scheme: str = "http") -> Any:
@@ -235,7 +264,7 @@ class FastPath:
                 host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL, scheme, cert
             )
             self.routes[where] = (key, tunnel, until, cert)
-            self.tunnels[key] = tunnel
+            self.hops[key] = Hop.of_tunnel(tunnel)
         except Exception:
             log.exception("pushing the %s route of %s", scheme, host)
         finally:
@@ -262,7 +291,7 @@ class FastPath:
         pushes it again)."""
         for key in self._retired:
             if key not in {held[0] for held in self.routes.values()}:
-                self.tunnels.pop(key, None)
+                self.hops.pop(key, None)
         self._retired = []
         now = asyncio.get_running_loop().time()
         used = self._used
@@ -295,31 +324,19 @@ class FastPath:
         hub = hub_of(self.edge)
         now_perf, now_wall = time.perf_counter(), time.time()
         now_loop = asyncio.get_running_loop().time()
-        tunnels, used = self.tunnels, self._used
-        for (
-            key,
-            peer,
-            sock,
-            method,
-            target,
-            req_fields,
-            status,
-            _reason,
-            resp_fields,
-            (bytes_in, bytes_out, started, duration),
-            tls,
-        ) in rows:
-            tunnel = tunnels.get(key)
-            if tunnel is None:
+        hops, used, record = self.hops, self._used, hub.record_http
+        for key, status, (bytes_in, bytes_out, started, duration), tls, exchange in rows:
+            hop = hops.get(key)
+            if hop is None:
                 continue
             used[key] = now_loop
             ended = started + duration
-            hub.record_http(
+            record(
                 (
-                    peer,
-                    sock,
+                    _Address(exchange, False),
+                    _Address(exchange, True),
                     "https" if tls else "http",
-                    Hop.of_tunnel(tunnel),
+                    hop,
                     "agent",
                     None,
                     started,
@@ -328,8 +345,8 @@ class FastPath:
                     ended,
                     bytes_in,
                     bytes_out,
-                    _Request(method, target, req_fields),
-                    _Response(status, resp_fields),
+                    _Request(exchange),
+                    _Response(status, exchange),
                     None,
                 )
             )

@@ -22,24 +22,32 @@ Facts = Tuple[str, str, str, Optional[bytes]]
 # (local host, port))
 Conn = Tuple[int, int, str, int, bytes, bool, Optional[Facts], Tuple[str, int]]
 Fields = List[Tuple[bytes, bytes]]
-# (route key, (peer host, port), (local host, port), method, target, request fields, status,
-# reason, response fields, (body bytes in, body bytes out, started: epoch seconds, duration),
-# served over TLS)
-Served = Tuple[
-    int,
-    Tuple[str, int],
-    Tuple[str, int],
-    bytes,
-    bytes,
-    Fields,
-    int,
-    bytes,
-    Fields,
-    Tuple[int, int, float, float],
-    bool,
-]
+# (route key, status, (body bytes in, body bytes out, started: epoch seconds, duration), served
+# over TLS, the rest of it: read only when a record needs it)
+Served = Tuple[int, int, Tuple[int, int, float, float], bool, "Exchange"]
 # the bounds of a session, by mux::Limits' names (edge.session.limits())
 Limits = Dict[str, float]
+
+class Exchange:
+    """The heads and addresses of one request the core served (Python objects made when
+    read)."""
+
+    @property
+    def peer(self) -> Tuple[str, int]: ...
+    @property
+    def local(self) -> Tuple[str, int]: ...
+    @property
+    def method(self) -> bytes: ...
+    @property
+    def target(self) -> bytes: ...
+    @property
+    def request_fields(self) -> Fields:
+        """As the client sent them."""
+    @property
+    def reason(self) -> bytes: ...
+    @property
+    def response_fields(self) -> Fields:
+        """Names in lower case."""
 
 class Session:
     """One agent session: edge_core/src/mux.rs's State, one lock around it."""

@@ -15,7 +15,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::carrier::{AgentListen, Carrier, Where};
 use crate::mux::{Limits, StreamError};
-use crate::public::{PublicListen, Route};
+use crate::public::{PublicListen, Route, Served};
 use crate::session;
 use crate::tls::server_config;
 use crate::tls::{certified_key, sni_server_config, SniResolver};
@@ -48,27 +48,14 @@ type Conn<'py> = (
     (String, u16),
 );
 type Fields<'py> = Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>;
-/// One request the core served: (route key, (peer host, port), (local host, port), method,
-/// target, request fields, status, reason, response fields, (body bytes in, out, started,
-/// duration), served over TLS).
-type ServedRow<'py> = (
-    u64,
-    (String, u16),
-    (String, u16),
-    Bound<'py, PyBytes>,
-    Bound<'py, PyBytes>,
-    Fields<'py>,
-    u16,
-    Bound<'py, PyBytes>,
-    Fields<'py>,
-    (u64, u64, f64, f64),
-    bool,
-);
+/// One request the core served: (route key, status, (body bytes in, out, started, duration),
+/// served over TLS, the rest of what it was: [`Exchange`], read only when a record needs it).
+type ServedRow = (u64, u16, (u64, u64, f64, f64), bool, Exchange);
 type Taken<'py> = (
     Vec<Handed>,
     Vec<(u64, u8, u32)>,
     Vec<Conn<'py>>,
-    Vec<ServedRow<'py>>,
+    Vec<ServedRow>,
 );
 
 fn fields<'py>(py: Python<'py>, given: &[crate::http::Field]) -> Fields<'py> {
@@ -418,16 +405,10 @@ impl Core {
             .map(|s| {
                 (
                     s.route,
-                    (s.peer.ip().to_string(), s.peer.port()),
-                    (s.local.ip().to_string(), s.local.port()),
-                    PyBytes::new(py, &s.method),
-                    PyBytes::new(py, &s.target),
-                    fields(py, &s.request_fields),
                     s.status,
-                    PyBytes::new(py, &s.reason),
-                    fields(py, &s.response_fields),
                     (s.bytes_in, s.bytes_out, s.started, s.duration),
                     s.tls,
+                    Exchange { served: s },
                 )
             })
             .collect();
@@ -458,6 +439,62 @@ impl Core {
             c.refused.load(Ordering::Relaxed),
             c.failed_handshakes.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// The heads and addresses of one request the core served, made into Python objects only
+/// when read (most requests only count: edge/events.py makes a record of few).
+#[pyclass(frozen, module = "edge_core")]
+struct Exchange {
+    served: Served,
+}
+
+#[pymethods]
+impl Exchange {
+    #[getter]
+    fn peer(&self) -> (String, u16) {
+        (self.served.peer.ip().to_string(), self.served.peer.port())
+    }
+
+    #[getter]
+    fn local(&self) -> (String, u16) {
+        (self.served.local.ip().to_string(), self.served.local.port())
+    }
+
+    #[getter]
+    fn method<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.served.method)
+    }
+
+    #[getter]
+    fn target<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.served.target)
+    }
+
+    /// The request's fields as the client sent them.
+    #[getter]
+    fn request_fields<'py>(&self, py: Python<'py>) -> Fields<'py> {
+        fields(py, &self.served.request_fields)
+    }
+
+    #[getter]
+    fn reason<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.served.reason)
+    }
+
+    /// The response's fields, names in lower case.
+    #[getter]
+    fn response_fields<'py>(&self, py: Python<'py>) -> Fields<'py> {
+        self.served
+            .response_fields
+            .iter()
+            .map(|(name, value)| {
+                (
+                    PyBytes::new(py, &name.to_ascii_lowercase()),
+                    PyBytes::new(py, value),
+                )
+            })
+            .collect()
     }
 }
 
@@ -589,5 +626,6 @@ fn edge_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StreamsExhausted", m.py().get_type::<StreamsExhausted>())?;
     m.add_class::<Core>()?;
     m.add_class::<Session>()?;
+    m.add_class::<Exchange>()?;
     Ok(())
 }

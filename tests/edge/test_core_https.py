@@ -189,3 +189,39 @@ def test_a_clienthello_without_a_name_is_served_by_the_core_routed_by_host(edge,
             assert BASE_DOMAIN in names or f"*.{BASE_DOMAIN}" in names, names
             assert _request(conn, plain)[0] == 200
     assert _served(edge) == served + 1
+
+
+def test_a_request_the_core_served_is_in_the_inspector_with_its_heads(edge, api):
+    """The core's records reach the inspector as Python's do (the heads read from the core's
+    Exchange only for the records made): method, target, host, status, headers, the client's
+    address, scheme https."""
+    account = api.new_account()
+    url = bound(SdkAgent(edge, credential(account)["token"], [{"proto": "http"}]).start())[0][
+        "url"
+    ]
+    host = host_of(url)
+    endpoint_id = [
+        e["id"]
+        for e in account.admin.get("/endpoints").json["endpoints"]
+        if e["public_url"] == url
+    ][0]
+    _until_core_serves(edge, host)
+    served = _served(edge)
+    with _connect(edge, host) as conn:
+        port = conn.getsockname()[1]
+        conn.sendall(f"GET /echo?core=1 HTTP/1.1\r\nHost: {host}\r\nX-Trace: abc\r\n\r\n".encode())
+        resp = http.client.HTTPResponse(conn)
+        resp.begin()
+        assert resp.status == 200 and resp.read()
+    assert _served(edge) == served + 1
+
+    def captured():
+        listed = account.admin.get(f"/endpoints/{endpoint_id}/captured_requests").json
+        return [r for r in listed["captured_requests"] if r["target"] == "/echo?core=1"]
+
+    assert wait(captured)
+    record = captured()[0]
+    assert (record["method"], record["status_code"], record["host"]) == ("GET", 200, host)
+    assert record["client_addr"] == f"127.0.0.1:{port}"
+    assert record["request_headers"]["x-trace"] == ["abc"]
+    assert record["response_headers"]["content-type"]
