@@ -24,7 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio_rustls::rustls::ServerConfig;
 
-use crate::http::{self, Field, Framing, Parsed, RequestHead, ResponseHead};
+use crate::http::{self, Framing, Parsed, RequestHead, ResponseHead};
 use crate::inbox::Inbox;
 use crate::mux::StreamError;
 use crate::session::{Session, Wakes};
@@ -196,12 +196,12 @@ pub struct Served {
     pub tls: bool,
     pub peer: SocketAddr,
     pub local: SocketAddr,
-    pub method: Vec<u8>,
-    pub target: Vec<u8>,
-    pub request_fields: Vec<Field>,
+    /// The request's head as the client sent it (parsed again only for the records made:
+    /// one allocation per request rather than one per field).
+    pub request_head: Vec<u8>,
     pub status: u16,
-    pub reason: Vec<u8>,
-    pub response_fields: Vec<Field>,
+    /// The final response's head as the agent sent it (empty for the core's own answers).
+    pub response_head: Vec<u8>,
     pub bytes_in: u64,
     pub bytes_out: u64,
     /// Seconds since the epoch at the request head, and the exchange's duration.
@@ -649,10 +649,11 @@ pub(crate) async fn connection<C: Conn>(
             }
         };
         first = false;
-        let rest = buf.split_off(head.len);
-        buf = rest;
+        let raw_head = buf[..head.len].to_vec();
+        buf.drain(..head.len);
         let outcome = exchange(
-            &mut tcp, &mut buf, &head, current, &mut out, &public, peer, local, &client_ip,
+            &mut tcp, &mut buf, &head, raw_head, current, &mut out, &public, peer, local,
+            &client_ip,
         )
         .await;
         match outcome {
@@ -789,6 +790,7 @@ async fn exchange<C: Conn>(
     tcp: &mut C,
     buf: &mut Vec<u8>,
     head: &RequestHead,
+    raw_head: Vec<u8>,
     leg: Leg,
     out: &mut Vec<u8>,
     public: &Public,
@@ -817,12 +819,9 @@ async fn exchange<C: Conn>(
         tls: C::TLS,
         peer,
         local,
-        method: head.method.clone(),
-        target: head.target.clone(),
-        request_fields: head.fields.clone(),
+        request_head: raw_head,
         status: 0,
-        reason: Vec::new(),
-        response_fields: Vec::new(),
+        response_head: Vec::new(),
         bytes_in,
         bytes_out: 0,
         started: wall,
@@ -977,12 +976,12 @@ async fn respond<W: AsyncWrite + Unpin>(
             Err(_) => return Err((Failed::Unreachable, false)),
         }
     };
+    let head_bytes = rbuf[..resp.len].to_vec();
     rbuf.drain(..resp.len);
     let mut out = Vec::with_capacity(resp.len + rbuf.len() + 64);
     let (to_client, client_keep) = http::client_head(&resp, head_request, req.close, &mut out);
     record.status = resp.status;
-    record.reason = resp.reason.clone();
-    record.response_fields = resp.fields.clone();
+    record.response_head = head_bytes;
     // what the agent's side delimits, and whether the stream can serve another request
     let declared_body = !matches!(resp.framing, Framing::Length(0) | Framing::None);
     let mut leg_keep = !resp.close && !req.close;

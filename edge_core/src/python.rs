@@ -463,38 +463,60 @@ impl Exchange {
 
     #[getter]
     fn method<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.served.method)
+        let head = self.request();
+        PyBytes::new(py, head.as_ref().map_or(&b""[..], |h| &h.method))
     }
 
     #[getter]
     fn target<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.served.target)
+        let head = self.request();
+        PyBytes::new(py, head.as_ref().map_or(&b""[..], |h| &h.target))
     }
 
-    /// The request's fields as the client sent them.
+    /// The request's fields, names in lower case, values trimmed.
     #[getter]
     fn request_fields<'py>(&self, py: Python<'py>) -> Fields<'py> {
-        fields(py, &self.served.request_fields)
+        self.request()
+            .map_or_else(Vec::new, |head| fields(py, &head.fields))
     }
 
     #[getter]
     fn reason<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.served.reason)
+        let head = self.response();
+        PyBytes::new(py, head.as_ref().map_or(&b""[..], |h| &h.reason))
     }
 
     /// The response's fields, names in lower case.
     #[getter]
     fn response_fields<'py>(&self, py: Python<'py>) -> Fields<'py> {
-        self.served
-            .response_fields
-            .iter()
-            .map(|(name, value)| {
-                (
-                    PyBytes::new(py, &name.to_ascii_lowercase()),
-                    PyBytes::new(py, value),
-                )
-            })
-            .collect()
+        self.response().map_or_else(Vec::new, |head| {
+            head.fields
+                .iter()
+                .map(|(name, value)| {
+                    (
+                        PyBytes::new(py, &name.to_ascii_lowercase()),
+                        PyBytes::new(py, value),
+                    )
+                })
+                .collect()
+        })
+    }
+}
+
+impl Exchange {
+    /// The heads were parsed when served: parsed again here (None: an answer of the core's).
+    fn request(&self) -> Option<crate::http::RequestHead> {
+        match crate::http::parse_request(&self.served.request_head) {
+            crate::http::Parsed::Done(head) => Some(head),
+            _ => None,
+        }
+    }
+
+    fn response(&self) -> Option<crate::http::ResponseHead> {
+        match crate::http::parse_response(&self.served.response_head) {
+            crate::http::Parsed::Done(head) => Some(head),
+            _ => None,
+        }
     }
 }
 

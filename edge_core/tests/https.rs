@@ -212,9 +212,22 @@ async fn served_over_the_cores_tls_then_handed_to_python_over_the_bridge() {
         assert!(n > 0);
         got.extend_from_slice(&chunk[..n]);
     }
-    let served = carrier.inbox().take().served;
+    // the record is pushed once the exchange ends, a moment after the client has its answer
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut served = Vec::new();
+    while served.is_empty() && Instant::now() < deadline {
+        served.extend(carrier.inbox().take().served);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(served.len(), 1);
     assert!(served[0].tls);
+    assert!(served[0]
+        .request_head
+        .starts_with(b"GET /x HTTP/1.1\r\nHost: a.test"));
+    assert_eq!(
+        served[0].response_head,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
+    );
 
     // a host without a route, on the same connection: Python's, over the bridge
     tls.write_all(b"GET /y HTTP/1.1\r\nHost: b.test\r\n\r\n")
