@@ -494,6 +494,32 @@ async fn read_head<C: Conn>(
     }
 }
 
+/// Buffers a connection reuses from one exchange to the next (a small request's allocations
+/// are then made once per connection); one that grew past KEEP_SCRATCH is let go after its
+/// exchange, so an idle keep-alive connection holds at most 3 × KEEP_SCRATCH of them.
+#[derive(Default)]
+struct Scratch {
+    /// What goes to the agent first: the proxy header, the request's head, its first bytes.
+    out: Vec<u8>,
+    /// The response as read from the stream.
+    rbuf: Vec<u8>,
+    /// A pipelined request's bytes read while a response is relayed.
+    pipelined: Vec<u8>,
+}
+
+pub const KEEP_SCRATCH: usize = 16 * 1024;
+
+impl Scratch {
+    fn settle(&mut self) {
+        for v in [&mut self.out, &mut self.rbuf, &mut self.pipelined] {
+            v.clear();
+            if v.capacity() > KEEP_SCRATCH {
+                *v = Vec::new();
+            }
+        }
+    }
+}
+
 /// The agent side of a client connection: a proxy stream of the route's session.
 struct Leg {
     route: Arc<Route>,
@@ -594,6 +620,7 @@ pub(crate) async fn connection<C: Conn>(
     let mut buf: Vec<u8> = Vec::new();
     let mut first = true;
     let mut leg: Option<Leg> = None;
+    let mut scratch = Scratch::default();
     let client_addr = peer.to_string();
     let client_ip = peer.ip().to_string();
     loop {
@@ -623,7 +650,8 @@ pub(crate) async fn connection<C: Conn>(
             }
             None => None,
         };
-        let mut out = Vec::with_capacity(1024);
+        scratch.settle();
+        let mut out = std::mem::take(&mut scratch.out);
         let current = match kept {
             Some(l) => l,
             None => {
@@ -652,10 +680,20 @@ pub(crate) async fn connection<C: Conn>(
         let raw_head = buf[..head.len].to_vec();
         buf.drain(..head.len);
         let outcome = exchange(
-            &mut tcp, &mut buf, &head, raw_head, current, &mut out, &public, peer, local,
+            &mut tcp,
+            &mut buf,
+            &head,
+            raw_head,
+            current,
+            &mut out,
+            &mut scratch,
+            &public,
+            peer,
+            local,
             &client_ip,
         )
         .await;
+        scratch.out = out;
         match outcome {
             (true, l) => {
                 leg = l;
@@ -793,6 +831,7 @@ async fn exchange<C: Conn>(
     raw_head: Vec<u8>,
     leg: Leg,
     out: &mut Vec<u8>,
+    scratch: &mut Scratch,
     public: &Public,
     peer: SocketAddr,
     local: SocketAddr,
@@ -834,7 +873,9 @@ async fn exchange<C: Conn>(
         let (mut rd, mut wr) = tcp.halves();
         let pumped = AtomicBool::new(body_left == 0);
         let carried = AtomicU64::new(0);
-        let mut pipelined: Vec<u8> = Vec::new();
+        let Scratch {
+            rbuf, pipelined, ..
+        } = scratch;
         let done = {
             // The client's side: the rest of the body, then watched while the response comes
             // (edge/public.py watch_client): a reset ends the exchange at once, the agent
@@ -850,7 +891,7 @@ async fn exchange<C: Conn>(
                         std::future::pending::<()>().await;
                     }
                     pipelined.reserve(4096);
-                    match rd.read_buf(&mut pipelined).await {
+                    match rd.read_buf(pipelined).await {
                         Ok(0) => std::future::pending::<()>().await,
                         Ok(_) => {}
                         Err(_) => return Err::<(), ()>(()),
@@ -858,7 +899,7 @@ async fn exchange<C: Conn>(
                 }
             };
             tokio::pin!(client_side);
-            let respond = respond(&mut wr, &leg, head, &mut record);
+            let respond = respond(&mut wr, &leg, head, &mut record, rbuf);
             tokio::pin!(respond);
             tokio::select! {
                 _ = &mut client_side => Err((Failed::Client, false)),
@@ -866,7 +907,7 @@ async fn exchange<C: Conn>(
             }
         };
         record.bytes_in += carried.load(Ordering::Relaxed);
-        buf.extend_from_slice(&pipelined);
+        buf.extend_from_slice(pipelined);
         done
     };
     record.duration = started.elapsed().as_secs_f64();
@@ -948,11 +989,11 @@ async fn respond<W: AsyncWrite + Unpin>(
     leg: &Leg,
     req: &RequestHead,
     record: &mut Served,
+    rbuf: &mut Vec<u8>,
 ) -> Result<(bool, bool), (Failed, bool)> {
-    let mut rbuf: Vec<u8> = Vec::new();
     let head_request = req.method == b"HEAD";
     let resp: ResponseHead = loop {
-        match http::parse_response(&rbuf) {
+        match http::parse_response(rbuf) {
             Parsed::Done(resp) if resp.status < 200 => {
                 if resp.status == 101 {
                     return Err((Failed::BadResponse, false)); // no upgrade was asked
@@ -969,7 +1010,7 @@ async fn respond<W: AsyncWrite + Unpin>(
             Parsed::Invalid(_) => return Err((Failed::BadResponse, false)),
             Parsed::Partial => {}
         }
-        match stream_read(leg, &mut rbuf).await {
+        match stream_read(leg, rbuf).await {
             Ok(0) if rbuf.is_empty() => return Err((Failed::Unreachable, false)),
             Ok(0) => return Err((Failed::BadResponse, false)),
             Ok(_) => {}
@@ -1042,7 +1083,7 @@ async fn respond<W: AsyncWrite + Unpin>(
         if ended {
             return Ok((client_keep, leg_keep));
         }
-        match stream_read(leg, &mut rbuf).await {
+        match stream_read(leg, rbuf).await {
             Ok(0) if from_agent == Framing::UntilClose => {
                 wr.write_all(b"0\r\n\r\n")
                     .await
