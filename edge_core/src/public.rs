@@ -1055,7 +1055,7 @@ async fn respond<W: AsyncWrite + Unpin>(
                 }
                 Framing::Chunked => {
                     let (used, done) = chunks
-                        .feed(&rbuf)
+                        .feed(rbuf)
                         .map_err(|_| (Failed::BadResponse, begun))?;
                     out.extend_from_slice(&rbuf[..used]);
                     record.bytes_out = chunks.data; // the body's bytes, not its framing
