@@ -1063,7 +1063,7 @@ async fn respond<W: AsyncWrite + Unpin>(
                     ended = done;
                 }
                 Framing::UntilClose => {
-                    http::chunk(&rbuf, &mut out);
+                    http::chunk(rbuf, &mut out);
                     record.bytes_out += rbuf.len() as u64;
                     rbuf.clear();
                 }
