@@ -755,6 +755,17 @@ class Encoded:
 _MISSING = object()  # Hub.cached: the store must be read
 
 
+class Counted:
+    """An HTTP request's raw tuple whose metrics and inspector window were already counted
+    (:meth:`Hub.count_http`): the worker makes its Record for the inspector (``admitted``)
+    and its account's subscriptions only."""
+
+    __slots__ = ("raw", "admitted")
+
+    def __init__(self, raw: Tuple[Any, ...], admitted: bool):
+        self.raw, self.admitted = raw, admitted
+
+
 def _made(raw: Tuple[Any, ...]) -> Optional[Record]:
     """:func:`http_record`, or None (logged and counted) for a request the worker cannot
     read: one odd request never costs the others."""
@@ -803,6 +814,41 @@ class Hub:
 
     record_http = record
 
+    def count_http(
+        self,
+        hop: Any,
+        kind: str,
+        status: int,
+        duration: float,
+        bytes_in: int,
+        bytes_out: int,
+        now: float,
+    ) -> Optional[bool]:
+        """One HTTP request counted at once, without its raw tuple (the core's requests,
+        edge/fast_path.py): its metrics into the tally and the inspector's window, as the
+        worker's :meth:`_http` counts them. Returns None when nothing more is wanted of it,
+        else whether the inspector admitted it: then the caller queues ``Counted(raw,
+        admitted)`` for the worker to make its Record (the inspector's, or its account's
+        subscriptions', whose cached lookup is read here without a wait). The caller
+        flushes the tally (:meth:`flush_counts`) once its batch is counted."""
+        self.tally.http(status, kind, duration, bytes_in, bytes_out)
+        account_id = hop.account_id
+        inspector = self.inspector
+        admitted = inspector is not None and inspector.admits(
+            account_id, hop.endpoint_id, self.tally
+        )
+        if admitted:
+            return True
+        account = self.cached(account_id, now)
+        if account is _MISSING or (
+            account is not None and account.routes.get(event_targets.HTTP_REQUEST_COMPLETE)
+        ):
+            return False
+        return None
+
+    def flush_counts(self) -> None:
+        self.tally.flush()
+
     # -- the worker --
     async def run(self) -> None:
         while True:
@@ -830,7 +876,7 @@ class Hub:
             while self.queue and taken < self.settings.queue:
                 record = self.queue.popleft()
                 taken += 1
-                if type(record) is tuple:
+                if type(record) is tuple or type(record) is Counted:
                     try:
                         account_id, record, keys = self._http(record, tally, inspector, now)
                     except Exception:  # one odd request never costs the others
@@ -884,15 +930,22 @@ class Hub:
         """One HTTP request's raw tuple: its metrics, the inspector, its cached routes. Returns
         (the account id when its subscriptions are not cached, else None; the Record, or the
         tuple when nothing needed it; the routes of its event, or None)."""
+        counted = None
+        if type(raw) is Counted:  # its metrics and inspector window already counted
+            counted, raw = raw, raw.raw
         hop, state, response = raw[3], raw[5], raw[13]
         account_id = hop.account_id if hop else ""
-        tally.http(response.status_code, raw[4], raw[8] - raw[7], raw[10], raw[11])
-        action_vars = getattr(state, "action_vars", None)
-        if action_vars:
-            tally.decided(decisions_of(action_vars))
+        if counted is None:
+            tally.http(response.status_code, raw[4], raw[8] - raw[7], raw[10], raw[11])
+            action_vars = getattr(state, "action_vars", None)
+            if action_vars:
+                tally.decided(decisions_of(action_vars))
         record: Any = raw
-        if inspector is not None and inspector.admits(
-            account_id, hop.endpoint_id if hop else "", tally
+        if (
+            counted.admitted
+            if counted is not None
+            else inspector is not None
+            and inspector.admits(account_id, hop.endpoint_id if hop else "", tally)
         ):
             record = http_record(raw)
             inspector.keep(record)

@@ -47,6 +47,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from edge import ip_restrictions, tls_spec
 from edge.edges import CACHE_SECONDS, Hop
+from edge.events import Counted
 from edge.observe import hub_of
 from edge.session import MuxSession
 
@@ -319,34 +320,47 @@ class FastPath:
 
     # ---- what the core served -----------------------------------------------------------------
     def served(self, rows: List[tuple]) -> None:
-        """A batch of requests the core served: one record each for the events hub (and so
-        the metrics and the inspector), as edge/observe.py hands the Python path's."""
+        """A batch of requests the core served, into the events hub: each counted at once
+        (the request metrics, the inspector's window: ``Hub.count_http``, the tally written
+        once per batch), and a tuple like edge/observe.py's queued for the events worker
+        only for a request a record is made of (the inspector admits it, or its account's
+        subscriptions want it or are not cached yet)."""
         hub = hub_of(self.edge)
         now_perf, now_wall = time.perf_counter(), time.time()
-        now_loop = asyncio.get_running_loop().time()
-        hops, used, record = self.hops, self._used, hub.record_http
-        for key, status, (bytes_in, bytes_out, started, duration), tls, exchange in rows:
-            hop = hops.get(key)
-            if hop is None:
-                continue
-            used[key] = now_loop
-            ended = started + duration
-            record(
-                (
-                    _Address(exchange, False),
-                    _Address(exchange, True),
-                    "https" if tls else "http",
-                    hop,
-                    "agent",
-                    None,
-                    started,
-                    now_perf - (now_wall - started),
-                    now_perf - (now_wall - ended),
-                    ended,
-                    bytes_in,
-                    bytes_out,
-                    _Request(exchange),
-                    _Response(status, exchange),
-                    None,
+        now_loop, now_mono = asyncio.get_running_loop().time(), time.monotonic()
+        hops, used, count, queue = self.hops, self._used, hub.count_http, hub.record
+        try:
+            for key, status, (bytes_in, bytes_out, started, duration), tls, exchange in rows:
+                hop = hops.get(key)
+                if hop is None:
+                    continue
+                used[key] = now_loop
+                # counted at once; a tuple only for a request a record is made of
+                admitted = count(hop, "agent", status, duration, bytes_in, bytes_out, now_mono)
+                if admitted is None:
+                    continue
+                ended = started + duration
+                queue(
+                    Counted(
+                        (
+                            _Address(exchange, False),
+                            _Address(exchange, True),
+                            "https" if tls else "http",
+                            hop,
+                            "agent",
+                            None,
+                            started,
+                            now_perf - (now_wall - started),
+                            now_perf - (now_wall - ended),
+                            ended,
+                            bytes_in,
+                            bytes_out,
+                            _Request(exchange),
+                            _Response(status, exchange),
+                            None,
+                        ),
+                        admitted,
+                    )
                 )
-            )
+        finally:
+            hub.flush_counts()

@@ -333,3 +333,61 @@ def test_past_the_inspectors_window_a_subscribed_request_still_gets_its_record()
     asyncio.run(hub.drain())
     assert hub.inspector.kept == []
     assert [r for r, _ in encoded] == [events.http_record(raw) for raw in raws]
+
+
+def _count_at_once(hub, raws):
+    """What edge/fast_path.py does with the core's rows: each request counted at once
+    (``Hub.count_http``), a ``Counted`` tuple queued only when a record is wanted."""
+    now = time.monotonic()
+    for raw in raws:
+        admitted = hub.count_http(
+            raw[3], raw[4], raw[13].status_code, raw[8] - raw[7], raw[10], raw[11], now
+        )
+        if admitted is not None:
+            hub.record(events.Counted(raw, admitted))
+    hub.flush_counts()
+
+
+def test_requests_counted_at_once_leave_what_the_worker_leaves_for_their_tuples(monkeypatch):
+    """The core's path (counted at once, a tuple queued only for a record) against raw tuples
+    drained: the same metric deltas, the same Records kept by the inspector (its window
+    spent past PER_MINUTE for both) and delivered to the subscribed account, none made for
+    an account without subscriptions once the inspector's window is spent."""
+    raws = [_raw(i, status=(200, 404, 502)[i % 3]) for i in range(150)]
+    raws += [_raw(1000 + i, account="acct_2", endpoint="ep_2") for i in range(150)]
+
+    # one minute for the inspector's window throughout (a minute's turn would reset it)
+    fixed = time.time()
+    monkeypatch.setattr(
+        inspector, "time", SimpleNamespace(time=lambda: fixed, monotonic=time.monotonic)
+    )
+
+    def run(count):
+        hub, encoded = _hub({"acct_1": {"http_request_complete.v0": ROUTE}, "acct_2": {}})
+        made = []
+        real = events.http_record
+        events.http_record = lambda raw: made.append(raw) or real(raw)
+        before = _metric_values()
+        try:
+            if count:
+                _count_at_once(hub, raws)
+            else:
+                hub.queue.extend(raws)
+            asyncio.run(hub.drain())
+        finally:
+            events.http_record = real
+        return _delta(before, _metric_values()), encoded, hub.inspector.kept, made, hub
+
+    drained, encoded, kept, made, _ = run(False)
+    counted, encoded_c, kept_c, made_c, hub = run(True)
+    assert counted.keys() == drained.keys()
+    for key, value in drained.items():
+        if key[0] == "_sum":
+            assert abs(counted[key] - value) <= 1e-9 * max(1.0, abs(value))
+        else:
+            assert counted[key] == value, key
+    assert [r for r, _ in encoded_c] == [r for r, _ in encoded]
+    assert kept_c == kept and len(kept) == 2 * inspector.layout.PER_MINUTE
+    # records made: acct_1's 150 (subscribed) and acct_2's first PER_MINUTE (the inspector)
+    assert len(made_c) == 150 + inspector.layout.PER_MINUTE
+    assert len(hub.queue) == 0
