@@ -245,7 +245,7 @@ class FastPath:
                 return  # changed while the checks waited
             cert = 0
             if scheme == "https":
-                if not self.edge.tls.loaded.is_set() or not self.edge._serves_name(host):
+                if not self.edge.tls.loaded.is_set() or not self.edge.serves_name(host):
                     self._drop(where)  # the listener's own name and certificate: Python's
                     return
                 cert = self._cert(host)

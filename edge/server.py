@@ -156,7 +156,7 @@ class Edge:
         # The HTTPS listener is the core's too: it terminates TLS for a plain route's host
         # (with the certificate edge/fast_path.py pushed) and hands every other connection
         # over untouched, to edge/tls.py's listener (which reads its ClientHello as before).
-        https = tls.HttpsListener(self, https_handle, [s.base_domain], self._serves_name)
+        https = tls.HttpsListener(self, https_handle, [s.base_domain], self.serves_name)
         https_fd = self.settings.listen_fds.get("https")
         self.https_port = self.carrier.listen_public(
             functools.partial(self._https_connection, https, https_handle),
@@ -282,7 +282,7 @@ class Edge:
         )  # is misdirected (edge/http_routing.py), as on any connection made for less
         await handle(reader, writer)
 
-    def _serves_name(self, name: str) -> bool:
+    def serves_name(self, name: str) -> bool:
         """Which SNI names get a certificate from the local CA: any well-formed host name
         (agent endpoints, cloud endpoints and HTTPS edges alike: a cloud endpoint's host or
         an edge's hostport is only known after a
