@@ -829,8 +829,10 @@ class Hub:
         worker's :meth:`_http` counts them. Returns None when nothing more is wanted of it,
         else whether the inspector admitted it: then the caller queues ``Counted(raw,
         admitted)`` for the worker to make its Record (the inspector's, or its account's
-        subscriptions', whose cached lookup is read here without a wait). The caller
-        flushes the tally (:meth:`flush_counts`) once its batch is counted."""
+        subscriptions', whose cached lookup is read here without a wait). The caller calls
+        :meth:`flush_counts` once its batch is counted: the tally is written into the metrics
+        by the worker's next drain, as a queued record's counts would be (one write per
+        worker turn, not per batch: at one connection a batch is one request)."""
         self.tally.http(status, kind, duration, bytes_in, bytes_out)
         account_id = hop.account_id
         inspector = self.inspector
@@ -847,7 +849,9 @@ class Hub:
         return None
 
     def flush_counts(self) -> None:
-        self.tally.flush()
+        """The worker runs (its drain writes the tally), if it was not running."""
+        if self.task is None:
+            self.task = asyncio.ensure_future(self.run())
 
     # -- the worker --
     async def run(self) -> None:

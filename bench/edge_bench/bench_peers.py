@@ -286,8 +286,8 @@ http {{
     listen 127.0.0.1:{tls_port} ssl backlog=1024;
     ssl_certificate {tmp}/rp.crt;
     ssl_certificate_key {tmp}/rp.key;
-    ssl_session_cache shared:SSL:10m;
-    ssl_session_tickets on;
+    ssl_session_cache off;
+    ssl_session_tickets off;
     client_max_body_size 0;
     location / {{
       proxy_pass http://up;

@@ -17,7 +17,7 @@ use crate::carrier::{AgentListen, Carrier, Where};
 use crate::mux::{Limits, StreamError};
 use crate::public::{PublicListen, Route, Served};
 use crate::session;
-use crate::tls::server_config;
+use crate::tls::public_server_config;
 use crate::tls::{certified_key, sni_server_config, SniResolver};
 
 create_exception!(edge_core, StreamReset, PyConnectionError);
@@ -323,7 +323,7 @@ impl Core {
         if id == 0 {
             return Err(PyValueError::new_err("certificate ids start at 1"));
         }
-        let config = server_config(chain_pem, key_pem, vec![b"http/1.1".to_vec()])
+        let config = public_server_config(chain_pem, key_pem)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         self.carrier.certs.set(id, config);
         Ok(())

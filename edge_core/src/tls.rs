@@ -3,11 +3,11 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
+use tokio_rustls::rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::ServerConfig;
 
@@ -85,6 +85,26 @@ pub fn server_config(
     alpn: Vec<Vec<u8>>,
 ) -> io::Result<Arc<ServerConfig>> {
     Ok(sni_server_config(chain_pem, key_pem, alpn)?.0)
+}
+
+/// The public HTTPS listener's configuration of one certificate (https.rs): as
+/// [`server_config`] with ALPN http/1.1, and sessions resumed by stateless tickets (TLS 1.3
+/// and 1.2), as the OpenSSL listener before it resumed them: one ticket key for all the
+/// listener's certificates (a ticket names its server name, which resumption checks), made
+/// at the first use and rotated by rustls every 6 hours; nothing kept per client.
+pub fn public_server_config(chain_pem: &[u8], key_pem: &[u8]) -> io::Result<Arc<ServerConfig>> {
+    static TICKETER: OnceLock<Arc<dyn ProducesTickets>> = OnceLock::new();
+    let ticketer = match TICKETER.get() {
+        Some(t) => t.clone(),
+        None => {
+            let made = ring::Ticketer::new().map_err(|e| invalid(format!("ticketer: {e}")))?;
+            TICKETER.get_or_init(|| made).clone()
+        }
+    };
+    let (config, _) = sni_server_config(chain_pem, key_pem, vec![b"http/1.1".to_vec()])?;
+    let mut config = Arc::unwrap_or_clone(config);
+    config.ticketer = ticketer;
+    Ok(Arc::new(config))
 }
 
 /// As [`server_config`], with its certificate chosen per SNI name by the returned resolver

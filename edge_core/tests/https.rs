@@ -12,7 +12,7 @@ use edge_core::https::{bridge, read_hello, Hello};
 use edge_core::mux::{encode, Limits, DATA};
 use edge_core::public::{Handed, PublicListen, Route, TlsFacts};
 use edge_core::session::Session;
-use edge_core::tls::server_config;
+use edge_core::tls::public_server_config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -123,10 +123,9 @@ fn setup(pair: &Pair) -> (Carrier, u16, Arc<Session>, UnixStream) {
     session.with(|st| st.authenticate());
     theirs.set_nonblocking(true).unwrap();
     let agent = UnixStream::from_std(theirs).unwrap();
-    carrier.certs.set(
-        3,
-        server_config(&pair.chain, &pair.key, vec![b"http/1.1".to_vec()]).unwrap(),
-    );
+    carrier
+        .certs
+        .set(3, public_server_config(&pair.chain, &pair.key).unwrap());
     carrier.tls_routes.set(
         "a.test".into(),
         Route {
@@ -369,5 +368,46 @@ async fn at_the_cap_the_connection_waiting_longest_for_its_clienthello_makes_roo
     assert_eq!(
         counters.evicted.load(std::sync::atomic::Ordering::Relaxed),
         1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_second_connection_resumes_its_session() {
+    let pair = pair_for("a.test");
+    let (_carrier, port, _session, mut agent) = setup(&pair);
+    let client = TlsConnector::from(client_config(&pair, &[b"http/1.1"]));
+    let mut kinds = Vec::new();
+    for _ in 0..2 {
+        let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let mut tls = client
+            .connect(ServerName::try_from("a.test").unwrap(), tcp)
+            .await
+            .unwrap();
+        // TLS 1.3 tickets come right after the handshake, before any answer: read one
+        tls.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let (sid, _) = agent_reads(&mut agent, b"\r\n\r\n").await;
+        let mut answer = Vec::new();
+        encode(
+            &mut answer,
+            DATA,
+            0,
+            sid,
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+        );
+        agent.write_all(&answer).await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut got))
+            .await
+            .expect("no answer")
+            .unwrap();
+        assert!(got.starts_with(b"HTTP/1.1 204"));
+        kinds.push(tls.get_ref().1.handshake_kind());
+    }
+    use tokio_rustls::rustls::HandshakeKind;
+    assert_eq!(
+        kinds,
+        vec![Some(HandshakeKind::Full), Some(HandshakeKind::Resumed)]
     );
 }
