@@ -228,17 +228,9 @@ class Edge:
     ) -> None:
         """A connection of the public HTTP listener the core handed over, with the bytes it
         read from it: served by ``handle`` (edge/public.py) as if accepted here."""
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=2**16, loop=loop)
-        if data:
-            reader.feed_data(data)
-        protocol = asyncio.StreamReaderProtocol(reader)
-        try:
-            transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
-        except OSError:
-            sock.close()
-            return
-        await handle(reader, asyncio.StreamWriter(transport, protocol, reader, loop))
+        streams = await _streams(sock, data)
+        if streams is not None:
+            await handle(*streams)
 
     async def _https_connection(
         self,
@@ -263,18 +255,13 @@ class Edge:
             except OSError:
                 sock.close()
             return
-        reader = asyncio.StreamReader(limit=2**16, loop=loop)
-        if data:
-            reader.feed_data(data)
-        protocol = asyncio.StreamReaderProtocol(reader)
-        try:
-            transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
-        except OSError:
-            sock.close()
+        streams = await _streams(sock, data)
+        if streams is None:
             return
+        reader, plain_writer = streams
         ssl_object = CoreTlsObject(core_tls.sni, core_tls.version, core_tls.cipher, core_tls.alpn)
         writer = CoreTlsWriter(
-            asyncio.StreamWriter(transport, protocol, reader, loop),
+            plain_writer,
             peer,
             local,
             ssl_object,
@@ -474,3 +461,21 @@ class Edge:
             return None
 
     # ---- binds ------------------------------------------------------------------------------
+
+
+async def _streams(
+    sock: socket.socket, data: bytes
+) -> Optional[Tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A socket the core handed over as a stream pair, ``data`` (the bytes the core read from
+    it) first in the reader; None (the socket closed) when the loop cannot take it."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**16, loop=loop)
+    if data:
+        reader.feed_data(data)
+    protocol = asyncio.StreamReaderProtocol(reader)
+    try:
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
+    except OSError:
+        sock.close()
+        return None
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)

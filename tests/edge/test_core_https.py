@@ -9,7 +9,6 @@ there."""
 import http.client
 import json
 import socket
-import time
 import ssl
 
 import pytest
@@ -17,25 +16,8 @@ import pytest
 from stacks.agents import SdkAgent
 from stacks.certs import make_ca, pem
 from tests.edge.conftest import BASE_DOMAIN
-from tests.edge.support import bound, credential, host as host_of, metric, wait
-
-
-def _served(edge) -> float:
-    """Requests the core served, once the last exchange is counted: the core counts one just
-    after its answer is written, so a client can read the answer first (read until two reads
-    0.2 s apart agree, at most 5 s)."""
-    last = metric(edge.metrics(), "edge_core_http_requests_total")
-    for _ in range(25):
-        time.sleep(0.2)
-        now = metric(edge.metrics(), "edge_core_http_requests_total")
-        if now == last:
-            break
-        last = now
-    return last
-
-
-def _handed(edge) -> float:
-    return metric(edge.metrics(), "edge_core_http_handed_over_total")
+from tests.edge.test_core_http import _handed, _served
+from tests.edge.support import bound, credential, host as host_of, wait
 
 
 def _connect(edge, sni, alpn=("http/1.1",)) -> ssl.SSLSocket:
