@@ -1,8 +1,10 @@
 """The seam between the edge's rules and its compiled core (``edge_core``, built from
 edge_core/ by ``make install``): the core carries bytes, this process decides.
 
-What the core carries: the agent listener and the public HTTP and HTTPS listeners (below,
-``listen_public``). The agent listener accepts each connection, completes its
+What the core carries: the agent listener, the public HTTP and HTTPS listeners (below,
+``listen_public``) and every connection Python sent on to an agent's stream once it decided
+where it goes (``splice``: a TCP endpoint's, a TLS passthrough, an upgraded HTTP/1.1
+connection). The agent listener accepts each connection, completes its
 TLS handshake on the core's own threads (rustls; at most ``max_handshakes`` at once, each
 within ``handshake_timeout``) and runs the agent's muxado session (edge_core/src/mux.rs):
 framing, flow control, the stream table and its bounds. The edge gets the session
@@ -95,6 +97,7 @@ class Carrier:
         self._public: Dict[int, PublicHandler] = {}  # public listener id -> handler
         self.on_served: Optional[ServedHandler] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._splices: Dict[int, asyncio.Future] = {}  # splice id -> its end's (in, out)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -223,7 +226,7 @@ class Carrier:
         return self._adopt(conn, name)
 
     def _adopt(self, conn: edge_core.Session, name: str) -> session.MuxSession:
-        mux = session.MuxSession(conn, self._forget, name=name)
+        mux = session.MuxSession(conn, self._forget, name=name, splicer=self.splice)
         self._sessions[conn.key] = mux
         return mux
 
@@ -246,8 +249,33 @@ class Carrier:
     def counters(self) -> Counters:
         return Counters(*self._core.counters())
 
+    def splice(
+        self,
+        sock: socket.socket,
+        conn: edge_core.Session,
+        sid: int,
+        to_stream: bytes,
+        to_client: bytes,
+    ) -> "asyncio.Future[Tuple[int, int]]":
+        """The core carries the connected socket ``sock`` (detached: the core's from now
+        on) and the stream ``sid`` of ``conn`` both ways (edge_core/src/splice.rs:
+        half-closes, the end at the first failure); the future gets (bytes read from the
+        client, bytes written to it) when both directions are done."""
+        assert self._loop is not None, "the carrier is started"
+        unix = sock.family == socket.AF_UNIX
+        splice_id = self._core.splice(
+            sock.detach(), conn, sid, unix=unix, to_stream=to_stream, to_client=to_client
+        )
+        done: "asyncio.Future[Tuple[int, int]]" = self._loop.create_future()
+        self._splices[splice_id] = done
+        return done
+
+    def splice_counts(self) -> Tuple[int, int]:
+        """(connections the core carries now, carried to their end)."""
+        return self._core.splice_counts()
+
     def _take(self) -> None:
-        handed, events, conns, served = self._core.take()
+        handed, events, conns, served, spliced = self._core.take()
         for listener, conn, ip, port, sni, alpn in handed:
             handler = self._handlers.get(listener)
             if handler is None:  # the listener was closed meanwhile
@@ -270,3 +298,7 @@ class Carrier:
             asyncio.ensure_future(public(sock, data, first, tls, (ip, port), local))
         if served and self.on_served is not None:
             self.on_served(served)
+        for splice_id, carried_in, carried_out in spliced:
+            done = self._splices.pop(splice_id, None)
+            if done is not None and not done.done():
+                done.set_result((carried_in, carried_out))

@@ -9,10 +9,13 @@ connection is no longer HTTP (an upgrade, a TLS passthrough, a TCP endpoint).
 
 import asyncio
 import json
-from typing import Any, List, Tuple
+import os
+import socket
+from typing import Any, List, Optional, Tuple
 
 from chalicelib.core import ids
 from edge import http1
+from edge.connections import CoreTlsObject
 from edge.session import MuxStream, StreamReset
 
 READ_CHUNK = 64 * 1024
@@ -104,13 +107,19 @@ async def answer(client: Any, writer: Any, status: int, code: str, msg: str, clo
 async def splice(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
-    stream: MuxStream,
+    stream: Any,
     *,
     to_stream: bytes = b"",
     to_client: bytes = b"",
-) -> None:
+) -> Optional[Tuple[int, int]]:
     """Raw bytes both ways between a client connection and a proxy stream, each direction
-    ending with a half-close, until both are done (or either side fails)."""
+    ending with a half-close, until both are done (or either side fails). The compiled core
+    carries them (edge_core/src/splice.rs) when it can: a stream of a session it runs and a
+    client on a socket of its own with nothing left to write (a TCP or Unix socket, no TLS of
+    Python's); it returns the bytes the core read from the client and wrote to it then (what
+    ``reader``/``writer`` saw not included), None when Python carried them here."""
+    if _carriable(writer, stream):
+        return await _carry(reader, writer, stream, to_stream, to_client)
 
     async def up() -> None:
         if to_stream:
@@ -149,3 +158,51 @@ async def splice(
                 task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         stream.finish()
+    return None
+
+
+def _carriable(writer: Any, stream: Any) -> bool:
+    """The core can carry this pair: its own session's stream, and a stream socket carrying
+    the client's plaintext (TCP, or the Unix socket of TLS the core terminated) whose writes
+    all left. TLS Python terminated stays Python's."""
+    if not isinstance(stream, MuxStream) or not stream.carriable:
+        return False
+    tls = writer.get_extra_info("ssl_object")
+    if tls is not None and not isinstance(tls, CoreTlsObject):
+        return False  # Python's TLS: the socket carries ciphertext
+    sock = writer.get_extra_info("socket")
+    if sock is None or sock.type != socket.SOCK_STREAM:
+        return False
+    if sock.family not in (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX):
+        return False
+    transport = writer.transport
+    return not transport.is_closing() and transport.get_write_buffer_size() == 0
+
+
+async def _carry(
+    reader: asyncio.StreamReader,
+    writer: Any,
+    stream: MuxStream,
+    to_stream: bytes,
+    to_client: bytes,
+) -> Optional[Tuple[int, int]]:
+    """Hand the client's socket and the stream to the core. Reading stops first; what the
+    reader already holds goes to the agent after ``to_stream``; the socket is duplicated
+    and the transport let go (its descriptor closed, the connection untouched)."""
+    transport = writer.transport
+    transport.pause_reading()
+    reader.feed_eof()  # what it holds is all it will give: read without waiting
+    try:
+        held = await reader.read()
+    except (ConnectionError, OSError):
+        stream.finish()
+        return None
+    sock = writer.get_extra_info("socket")
+    dup = socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))
+    transport.abort()
+    try:
+        return await stream.carry(dup, to_stream=to_stream + held, to_client=to_client)
+    except (ConnectionError, OSError):
+        dup.close()
+        stream.finish()
+        return None

@@ -82,6 +82,18 @@ class _EdgeCollector:
             "Hosts whose requests the compiled core serves by itself",
             value=self.edge.carrier.route_count(),
         )
+        carrying, carried = self.edge.carrier.splice_counts()
+        yield GaugeMetricFamily(
+            "edge_core_carried_connections",
+            "Connections whose bytes the compiled core carries once Python decided (TCP, TLS "
+            "passthrough, upgraded HTTP/1.1)",
+            value=carrying,
+        )
+        yield CounterMetricFamily(
+            "edge_core_carried_connections_ended",
+            "Connections the compiled core carried to their end",
+            value=carried,
+        )
         yield GaugeMetricFamily(
             "edge_mux_streams_lingering",
             "Streams the edge finished, waiting for the agent's FIN",

@@ -43,7 +43,8 @@ the agent knew counts ``SLOT_GRACE`` longer); an opener waits for a slot
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Dict, List, Optional
+import socket
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import edge_core
 from edge import muxado
@@ -190,6 +191,27 @@ class MuxStream:
         self._conn.reset(self.id, code)
         self.session._release(self)
 
+    @property
+    def carriable(self) -> bool:
+        """The core can carry this stream with a client's socket (:meth:`carry`)."""
+        return self.session._splicer is not None and not self._finished
+
+    async def carry(
+        self, sock: socket.socket, *, to_stream: bytes = b"", to_client: bytes = b""
+    ) -> Tuple[int, int]:
+        """The rest of this stream's life is the core's (edge_core/src/splice.rs): the
+        connected socket ``sock`` (detached: the core owns it from now on) and the stream
+        carried both ways, ``to_stream`` to the agent first and ``to_client`` to the client
+        first, until both directions are done or either fails; the stream is finished then.
+        Python reads and writes neither any more. Returns (bytes read from ``sock``, bytes
+        written to it, ``to_client`` included)."""
+        splicer = self.session._splicer
+        if splicer is None or self._finished:
+            raise StreamReset("the stream is not carriable")
+        self._finished = True
+        self.session._release(self)  # its events are the core's now; what is queued is sent
+        return await splicer(sock, self._conn, self.id, to_stream, to_client)
+
     def _facts(self) -> tuple:
         return self._conn.facts(self.id) or (0, False, True, self._finished)
 
@@ -214,6 +236,9 @@ class MuxStream:
 
 
 StreamHandler = Callable[[MuxStream], Awaitable[None]]
+# edge.carrier.Carrier.splice: (socket, the core's session, stream id, to the stream first, to
+# the client first) -> (bytes read from the client, bytes written to it)
+Splicer = Callable[[socket.socket, Any, int, bytes, bytes], Awaitable[Tuple[int, int]]]
 
 
 class MuxSession:
@@ -227,9 +252,11 @@ class MuxSession:
         on_closed: Callable[[int], Any],
         *,
         name: str = "",
+        splicer: Optional[Splicer] = None,
     ):
         self._conn = conn
         self._on_closed = on_closed
+        self._splicer = splicer
         self.on_stream: Optional[StreamHandler] = None
         self.name = name
         self._streams: Dict[int, MuxStream] = {}

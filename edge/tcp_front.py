@@ -107,7 +107,9 @@ class TcpFront:
                 stream = await tunnel.session.open_proxy(tunnel, f"{peer[0]}:{peer[1]}", "tcp")
             except StreamReset:
                 return
-            await splice(reader, writer, stream)
+            carried = await splice(reader, writer, stream)
+            if carried is not None:  # the core carried the bytes: its counts
+                counted.carried(*carried)
         finally:
             self.edge.admission.release(ticket)
             writer.close()

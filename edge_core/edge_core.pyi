@@ -25,6 +25,9 @@ Fields = List[Tuple[bytes, bytes]]
 # (route key, status, (body bytes in, body bytes out, started: epoch seconds, duration), served
 # over TLS, the rest of it: read only when a record needs it)
 Served = Tuple[int, int, Tuple[int, int, float, float], bool, "Exchange"]
+# A connection the core carried ended: (splice id, bytes read from the client's socket,
+# bytes written to it)
+Spliced = Tuple[int, int, int]
 # the bounds of a session, by mux::Limits' names (edge.session.limits())
 Limits = Dict[str, float]
 
@@ -152,14 +155,34 @@ class Core:
         handshakes failed)."""
     def attach(self, fd: int, limits: Limits) -> Session:
         """A session over the connected Unix stream socket ``fd`` (the core owns it)."""
+    def splice(
+        self,
+        fd: int,
+        session: Session,
+        sid: int,
+        *,
+        unix: bool = False,
+        to_stream: bytes = b"",
+        to_client: bytes = b"",
+    ) -> int:
+        """Carry the connected stream socket ``fd`` (the core owns it from then on; a Unix
+        socket with ``unix``) and the stream ``sid`` of ``session`` both ways
+        (edge_core/src/splice.rs), ``to_stream`` to the agent first and ``to_client`` to the
+        client first; Python no longer reads or writes the stream. Its end comes in ``take``
+        under the id returned."""
+    def splice_counts(self) -> Tuple[int, int]:
+        """(connections carried now, carried to their end)."""
     def close(self, listener: int) -> bool: ...
     def set_names(self, listener: int, names: Dict[str, Tuple[bytes, bytes]]) -> int:
         """Replace the certificates an agent listener serves per SNI name (lower-case name ->
         (chain PEM, key PEM)); other names get the listener's own. Nothing changes when a
         pair does not load (ValueError naming it). Returns how many names are served."""
-    def take(self) -> Tuple[List[Handed], List[Event], List[Conn], List[Served]]:
-        """Every session handed over, every event, every public connection handed over and
-        every request served, oldest first (each connection's fd is the caller's)."""
+    def take(
+        self,
+    ) -> Tuple[List[Handed], List[Event], List[Conn], List[Served], List[Spliced]]:
+        """Every session handed over, every event, every public connection handed over,
+        every request served and every carried connection ended, oldest first (each
+        connection's fd is the caller's)."""
     def counters(self) -> Tuple[int, int, int, int]:
         """(handshakes in progress, sessions running, refused over max_handshakes, failed
         handshakes)."""

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket, UnixStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixStream};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use tokio_rustls::rustls::ServerConfig;
@@ -20,6 +21,12 @@ use crate::mux::Limits;
 use crate::public::{self, Admission, Certs, Public, PublicCounters, PublicListen, Routes};
 use crate::quickack::QuickAck;
 use crate::session::{self, Session};
+use crate::splice::{self, Spliced};
+
+/// A client's socket the core carries: TCP, or a Unix socket (the plaintext of TLS the core
+/// terminated, on its way back from Python).
+trait Carried: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Carried for T {}
 
 /// Connections queued by the kernel for a listener the carrier binds itself.
 pub const BACKLOG: u32 = 1024;
@@ -49,6 +56,10 @@ pub struct AgentListen {
 pub struct Counters {
     pub handshakes: AtomicUsize,
     pub sessions: AtomicUsize,
+    /// Client connections the core carries now ([`Carrier::splice`]).
+    pub splices: AtomicUsize,
+    /// ... and those it carried to their end.
+    pub spliced: AtomicU64,
     pub refused: AtomicU64,
     pub failed_handshakes: AtomicU64,
 }
@@ -223,6 +234,47 @@ impl Carrier {
             }
         });
         Ok(session)
+    }
+
+    /// Carry the connected stream socket `fd` (TCP, or Unix with `unix`; the carrier owns it
+    /// from then on) and the stream `sid` of `session` both ways (crate::splice); its end and
+    /// byte counts go to the inbox under the id returned.
+    pub fn splice(
+        &self,
+        fd: OwnedFd,
+        unix: bool,
+        session: Arc<Session>,
+        sid: u32,
+        to_stream: Vec<u8>,
+        to_client: Vec<u8>,
+    ) -> io::Result<u64> {
+        let _entered = self.runtime().enter();
+        let io: Box<dyn Carried> = if unix {
+            let std = StdUnixStream::from(fd);
+            std.set_nonblocking(true)?;
+            Box::new(UnixStream::from_std(std)?)
+        } else {
+            let std = std::net::TcpStream::from(fd);
+            std.set_nonblocking(true)?;
+            Box::new(TcpStream::from_std(std)?)
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let wakes = session.own(sid);
+        let held = hold(&self.counters, |c| &c.splices);
+        let counters = self.counters.clone();
+        let inbox = self.inbox.clone();
+        self.runtime().spawn(async move {
+            let (from_client, to_client) =
+                splice::run(io, session, sid, wakes, to_stream, to_client).await;
+            drop(held);
+            counters.spliced.fetch_add(1, Ordering::Relaxed);
+            inbox.push_spliced(Spliced {
+                id,
+                from_client,
+                to_client,
+            });
+        });
+        Ok(id)
     }
 
     /// Stop accepting on a listener (its socket is closed; sessions already handed over go

@@ -1,5 +1,6 @@
-//! Where the core's news waits for the edge: accepted agent sessions and the sessions'
-//! events, behind one wake-up descriptor.
+//! Where the core's news waits for the edge: accepted agent sessions, the sessions' events,
+//! public connections handed over, requests served and carried connections ended, behind one
+//! wake-up descriptor.
 //!
 //! The carrier's threads push; the edge's event loop watches [`Inbox::wake_fd`] and, when it
 //! is readable, calls [`Inbox::take`] for everything queued. One byte is written when the
@@ -13,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::public::{Handed, Served};
 use crate::session::Session;
+use crate::splice::Spliced;
 
 /// An agent connection handed to the edge: its muxado session and its facts.
 pub struct Accepted {
@@ -37,6 +39,7 @@ struct Queues {
     events: Vec<Event>,
     conns: Vec<Handed>,
     served: Vec<Served>,
+    spliced: Vec<Spliced>,
 }
 
 impl Queues {
@@ -45,6 +48,7 @@ impl Queues {
             && self.events.is_empty()
             && self.conns.is_empty()
             && self.served.is_empty()
+            && self.spliced.is_empty()
     }
 }
 
@@ -54,6 +58,7 @@ pub struct Taken {
     pub events: Vec<Event>,
     pub conns: Vec<Handed>,
     pub served: Vec<Served>,
+    pub spliced: Vec<Spliced>,
 }
 
 pub struct Inbox {
@@ -106,6 +111,11 @@ impl Inbox {
         self.with(|q| q.served.push(served));
     }
 
+    /// A connection the core carried ended.
+    pub fn push_spliced(&self, spliced: Spliced) {
+        self.with(|q| q.spliced.push(spliced));
+    }
+
     /// A session's events, in the order they happened (`events` is emptied).
     pub fn push_events(&self, key: u64, events: &mut Vec<(u8, u32)>) {
         if events.is_empty() {
@@ -133,12 +143,13 @@ impl Inbox {
             events: std::mem::take(&mut q.events),
             conns: std::mem::take(&mut q.conns),
             served: std::mem::take(&mut q.served),
+            spliced: std::mem::take(&mut q.spliced),
         }
     }
 
     pub fn len(&self) -> usize {
         let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        q.accepted.len() + q.events.len() + q.conns.len() + q.served.len()
+        q.accepted.len() + q.events.len() + q.conns.len() + q.served.len() + q.spliced.len()
     }
 
     pub fn is_empty(&self) -> bool {

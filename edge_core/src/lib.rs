@@ -18,6 +18,7 @@ pub mod mux;
 pub mod public;
 pub mod quickack;
 pub mod session;
+pub mod splice;
 pub mod tls;
 
 #[cfg(feature = "python")]

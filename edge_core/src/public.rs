@@ -734,41 +734,18 @@ fn hand_over<C: Conn>(
 
 /// Up to READ_CHUNK bytes of a stream appended to `buf`: 0 at the agent's EOF.
 async fn stream_read(leg: &Leg, buf: &mut Vec<u8>) -> Result<usize, StreamError> {
-    loop {
-        let (got, credit) = leg.route.session.with(|st| {
-            let queued = st.out.len();
-            let got = st.read(leg.sid, READ_CHUNK, |b| {
-                buf.extend_from_slice(b);
-                b.len()
-            });
-            (got, st.out.len() > queued)
-        });
-        if credit {
-            leg.route.session.flush();
-        }
-        match got? {
-            Some(n) => return Ok(n),
-            None => leg.wakes.readable.notified().await,
-        }
-    }
+    leg.route
+        .session
+        .read_owned(leg.sid, &leg.wakes, buf, READ_CHUNK)
+        .await
 }
 
 /// `data` queued on the stream as its window allows, then sent.
 async fn stream_write(leg: &Leg, data: &[u8]) -> Result<(), StreamError> {
-    let mut at = 0;
-    while at < data.len() {
-        let taken = leg
-            .route
-            .session
-            .with(|st| st.write(leg.sid, &data[at..]))?;
-        if taken == 0 {
-            leg.route.session.flush();
-            leg.wakes.writable.notified().await;
-        }
-        at += taken;
-    }
-    leg.route.session.flush();
-    Ok(())
+    leg.route
+        .session
+        .write_owned(leg.sid, &leg.wakes, data)
+        .await
 }
 
 /// The contract's error body (edge/http_io.py error_response), the connection closed after.

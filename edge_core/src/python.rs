@@ -51,11 +51,14 @@ type Fields<'py> = Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>;
 /// One request the core served: (route key, status, (body bytes in, out, started, duration),
 /// served over TLS, the rest of what it was: [`Exchange`], read only when a record needs it).
 type ServedRow = (u64, u16, (u64, u64, f64, f64), bool, Exchange);
+/// A carried connection that ended: (splice id, bytes read from the client, written to it).
+type SplicedRow = (u64, u64, u64);
 type Taken<'py> = (
     Vec<Handed>,
     Vec<(u64, u8, u32)>,
     Vec<Conn<'py>>,
     Vec<ServedRow>,
+    Vec<SplicedRow>,
 );
 
 fn fields<'py>(py: Python<'py>, given: &[crate::http::Field]) -> Fields<'py> {
@@ -370,6 +373,43 @@ impl Core {
         Ok(Session { inner })
     }
 
+    /// Carry the connected stream socket `fd` (the core owns it from then on; a Unix socket
+    /// with `unix`) and the stream `sid` of `session` both ways (edge_core/src/splice.rs),
+    /// `to_stream` to the agent first and `to_client` to the client first. Its end comes in
+    /// `take` under the id returned.
+    #[pyo3(signature = (fd, session, sid, *, unix = false, to_stream = Vec::new(), to_client = Vec::new()))]
+    fn splice(
+        &self,
+        fd: i32,
+        session: &Session,
+        sid: u32,
+        unix: bool,
+        to_stream: Vec<u8>,
+        to_client: Vec<u8>,
+    ) -> PyResult<u64> {
+        // SAFETY: the caller hands the descriptor over (documented in edge_core.pyi).
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        self.carrier
+            .splice(
+                owned,
+                unix,
+                session.inner.clone(),
+                sid,
+                to_stream,
+                to_client,
+            )
+            .map_err(|e| PyOSError::new_err(e.to_string()))
+    }
+
+    /// (connections carried now, carried to their end).
+    fn splice_counts(&self) -> (usize, u64) {
+        let c = &self.carrier.counters;
+        (
+            c.splices.load(Ordering::Relaxed),
+            c.spliced.load(Ordering::Relaxed),
+        )
+    }
+
     /// Stop accepting on a listener; False when it was not listening.
     fn close(&self, listener: u64) -> bool {
         self.resolvers
@@ -379,8 +419,8 @@ impl Core {
         self.carrier.close(listener)
     }
 
-    /// Every session handed over, every session event, every public connection handed over
-    /// and every request served, oldest first. An event is (session key, kind, stream id).
+    /// Every session handed over, every session event, every public connection handed over,
+    /// every request served and every carried connection ended, oldest first. An event is (session key, kind, stream id).
     fn take<'py>(&self, py: Python<'py>) -> Taken<'py> {
         let taken = self.carrier.inbox().take();
         let conns = taken
@@ -426,7 +466,12 @@ impl Core {
                 )
             })
             .collect();
-        (handed, taken.events, conns, served)
+        let spliced = taken
+            .spliced
+            .into_iter()
+            .map(|s| (s.id, s.from_client, s.to_client))
+            .collect();
+        (handed, taken.events, conns, served, spliced)
     }
 
     /// (handshakes in progress, sessions running, connections refused over max_handshakes,

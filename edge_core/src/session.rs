@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
 use crate::inbox::Inbox;
-use crate::mux::{End, Limits, State, EV_CLOSED, EV_DONE, EV_READABLE, EV_WRITABLE};
+use crate::mux::{End, Limits, State, StreamError, EV_CLOSED, EV_DONE, EV_READABLE, EV_WRITABLE};
 
 /// Bytes read from the connection at once.
 pub const READ_CHUNK: usize = 16 * 1024;
@@ -134,6 +134,54 @@ impl Session {
         if !self.lock().out.is_empty() {
             self.writer.notify_one();
         }
+    }
+
+    /// Up to `max` bytes of a stream the core carries (`own`) appended to `buf`: 0 at the
+    /// peer's EOF. Credit the read earned goes out at once.
+    pub async fn read_owned(
+        &self,
+        sid: u32,
+        wakes: &Wakes,
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> Result<usize, StreamError> {
+        loop {
+            let (got, credit) = self.with(|st| {
+                let queued = st.out.len();
+                let got = st.read(sid, max, |b| {
+                    buf.extend_from_slice(b);
+                    b.len()
+                });
+                (got, st.out.len() > queued)
+            });
+            if credit {
+                self.flush();
+            }
+            match got? {
+                Some(n) => return Ok(n),
+                None => wakes.readable.notified().await,
+            }
+        }
+    }
+
+    /// `data` queued on a stream the core carries as its window allows, then sent.
+    pub async fn write_owned(
+        &self,
+        sid: u32,
+        wakes: &Wakes,
+        data: &[u8],
+    ) -> Result<(), StreamError> {
+        let mut at = 0;
+        while at < data.len() {
+            let taken = self.with(|st| st.write(sid, &data[at..]))?;
+            if taken == 0 {
+                self.flush();
+                wakes.writable.notified().await;
+            }
+            at += taken;
+        }
+        self.flush();
+        Ok(())
     }
 }
 

@@ -1,0 +1,184 @@
+//! A client connection and an agent's stream carried both ways (src/splice.rs) as the edge
+//! uses it: the client over TCP, the agent's session over a Unix socket pair played by the test
+//! (muxado frames in the clear).
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use edge_core::carrier::Carrier;
+use edge_core::mux::{encode, Limits, DATA, FIN, RST};
+use edge_core::session::Session;
+use edge_core::splice::Spliced;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+
+/// A carrier, an authenticated session whose agent end the test holds, one stream of the
+/// edge's on it, and a connected TCP pair: (client, the edge's side as a descriptor).
+async fn setup() -> (Carrier, Arc<Session>, UnixStream, u32, TcpStream, OwnedFd) {
+    let carrier = Carrier::new(1).unwrap();
+    let (ours, theirs) = StdUnixStream::pair().unwrap();
+    let session = carrier
+        .attach(OwnedFd::from(ours), Limits::default())
+        .unwrap();
+    session.with(|st| st.authenticate());
+    theirs.set_nonblocking(true).unwrap();
+    let agent = UnixStream::from_std(theirs).unwrap();
+    let sid = session.with(|st| st.open()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (accepted, _) = listener.accept().await.unwrap();
+    let fd = OwnedFd::from(accepted.into_std().unwrap());
+    (carrier, session, agent, sid, client, fd)
+}
+
+/// What the agent got on `sid` until `done` says it is whole: (bytes, FIN seen, RST seen).
+async fn agent_reads(
+    agent: &mut UnixStream,
+    sid: u32,
+    done: impl Fn(&[u8], bool) -> bool,
+) -> (Vec<u8>, bool, bool) {
+    let (mut buf, mut got, mut fin, mut rst) = (Vec::new(), Vec::new(), false, false);
+    let mut chunk = [0u8; 65536];
+    while !done(&got, fin) {
+        let n = tokio::time::timeout(Duration::from_secs(5), agent.read(&mut chunk))
+            .await
+            .expect("the agent got nothing")
+            .unwrap();
+        assert!(n > 0, "the session ended");
+        buf.extend_from_slice(&chunk[..n]);
+        while buf.len() >= 8 {
+            let word = u32::from_be_bytes(buf[..4].try_into().unwrap());
+            let len = (word >> 8) as usize;
+            if buf.len() < 8 + len {
+                break;
+            }
+            let id = u32::from_be_bytes(buf[4..8].try_into().unwrap());
+            let (typ, flags) = (((word >> 4) & 0xF) as u8, (word & 0xF) as u8);
+            if id == sid {
+                match typ {
+                    DATA => {
+                        got.extend_from_slice(&buf[8..8 + len]);
+                        fin |= flags & FIN != 0;
+                    }
+                    RST => rst = true,
+                    _ => {}
+                }
+            }
+            buf.drain(..8 + len);
+        }
+    }
+    (got, fin, rst)
+}
+
+async fn client_reads(client: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut got = vec![0u8; n];
+    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got))
+        .await
+        .expect("the client got nothing")
+        .unwrap();
+    got
+}
+
+/// The inbox's carried connections that ended, within 5 s.
+async fn ended(carrier: &Carrier) -> Vec<Spliced> {
+    for _ in 0..100 {
+        let spliced = carrier.inbox().take().spliced;
+        if !spliced.is_empty() {
+            return spliced;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Vec::new()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_ways_first_bytes_first_each_end_a_half_close_then_the_counts() {
+    let (carrier, session, mut agent, sid, mut client, fd) = setup().await;
+    let id = carrier
+        .splice(
+            fd,
+            false,
+            session.clone(),
+            sid,
+            b"held.".to_vec(),
+            b"101.".to_vec(),
+        )
+        .unwrap();
+    assert_eq!(client_reads(&mut client, 4).await, b"101.");
+    client.write_all(b"up").await.unwrap();
+    client.shutdown().await.unwrap(); // the client's EOF: FIN on the stream
+    let (got, fin, _) = agent_reads(&mut agent, sid, |_, fin| fin).await;
+    assert_eq!(got, b"held.up");
+    assert!(fin, "the client's EOF reaches the agent as FIN");
+    assert!(
+        carrier.inbox().take().spliced.is_empty(),
+        "the agent's side is still open"
+    );
+    let mut frames = Vec::new();
+    encode(&mut frames, DATA, 0, sid, b"down");
+    encode(&mut frames, DATA, FIN, sid, b"");
+    agent.write_all(&frames).await.unwrap();
+    assert_eq!(client_reads(&mut client, 4).await, b"down");
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "the agent's FIN reaches the client as EOF");
+    assert_eq!(
+        ended(&carrier).await,
+        vec![Spliced {
+            id,
+            from_client: 2,
+            to_client: 8
+        }]
+    );
+    assert_eq!(
+        carrier
+            .counters
+            .splices
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_reset_ends_it_and_closes_the_client() {
+    let (carrier, session, mut agent, sid, mut client, fd) = setup().await;
+    carrier
+        .splice(fd, false, session.clone(), sid, Vec::new(), Vec::new())
+        .unwrap();
+    client.write_all(b"x").await.unwrap();
+    agent_reads(&mut agent, sid, |got, _| got == b"x").await;
+    let mut frames = Vec::new();
+    encode(&mut frames, RST, 0, sid, &6u32.to_be_bytes());
+    agent.write_all(&frames).await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut rest))
+        .await
+        .expect("the client was not closed");
+    assert!(read.is_err() || rest.is_empty());
+    let spliced = ended(&carrier).await;
+    assert_eq!(spliced.len(), 1);
+    assert_eq!(spliced[0].from_client, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_failure_ends_it_with_a_fin_never_an_rst_alone() {
+    let (carrier, session, mut agent, sid, client, fd) = setup().await;
+    carrier
+        .splice(fd, false, session.clone(), sid, b"a".to_vec(), Vec::new())
+        .unwrap();
+    agent_reads(&mut agent, sid, |got, _| got == b"a").await;
+    // the client resets its connection (SO_LINGER 0): the core's read fails
+    #[allow(deprecated)] // linger 0: the close sends RST at once, nothing blocks
+    client.set_linger(Some(Duration::ZERO)).unwrap();
+    drop(client);
+    let (_, fin, rst) = agent_reads(&mut agent, sid, |_, fin| fin).await;
+    assert!(
+        fin && !rst,
+        "the stream is finished: FIN, and it lingers for the agent's"
+    );
+    assert_eq!(ended(&carrier).await.len(), 1);
+}
