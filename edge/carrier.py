@@ -192,6 +192,19 @@ class Carrier:
         ``tunnel_id``; its records name ``key``. HTTPS: with certificate ``cert``."""
         self._core.set_route(host, key, mux.core, tunnel_id, ttl, scheme=scheme, cert=cert)
 
+    def set_quiet(self, key: int, quiet: bool) -> None:
+        """Route ``key`` quiet: the core counts its requests (``take_tallies``) instead of
+        handing over a row of each (``on_served``); or loud again."""
+        self._core.set_quiet(key, quiet)
+
+    def take_tallies(self) -> "List[edge_core.Tally]":
+        """What the core counted of each quiet route's requests since the last call: (route
+        key, [(status, requests)], durations in seconds, body bytes in, out)."""
+        return self._core.take_tallies()
+
+    def quiet_count(self) -> int:
+        return self._core.quiet_count()
+
     def drop_route(self, host: str, scheme: str = "http") -> bool:
         return self._core.drop_route(host, scheme=scheme)
 

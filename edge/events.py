@@ -848,6 +848,23 @@ class Hub:
             return False
         return None
 
+    def count_quiet(
+        self,
+        kind: str,
+        statuses: List[Tuple[int, int]],
+        durations: List[float],
+        bytes_in: int,
+        bytes_out: int,
+        refused: Optional[str],
+    ) -> None:
+        """A quiet route's requests, counted by the core and taken in one batch
+        (edge/fast_path.py): their metrics into the tally as :meth:`count_http` counts each,
+        and, when the inspector refused the route's requests for ``refused``, each counted as
+        that drop. The caller calls :meth:`flush_counts` after."""
+        self.tally.http_many(kind, statuses, durations, bytes_in, bytes_out)
+        if refused is not None and self.inspector is not None:
+            self.inspector.refused_many(refused, len(durations), self.tally)
+
     def flush_counts(self) -> None:
         """The worker runs (its drain writes the tally), if it was not running."""
         if self.task is None:

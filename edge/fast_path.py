@@ -67,6 +67,12 @@ REFRESH_SECONDS = CACHE_SECONDS / 2
 # so does the rest of that connection: a connection the core handed over stays Python's.
 ROUTE_KEEP = 60.0
 SCHEMES = ("http", "https")
+# A route whose requests Python wants no record of (the inspector's window is full or it is
+# off, and its account's subscriptions want none) is made *quiet*: the core counts its
+# requests instead of handing over a row and waking Python for each. Every QUIET_SECONDS its
+# numbers are taken and it is made loud again, so its next request is asked about once more
+# (the inspector's next minute, a subscription made since: at most this late).
+QUIET_SECONDS = 1.0
 
 
 class _Request:
@@ -133,14 +139,20 @@ class FastPath:
         self._pending: set = set()  # (scheme, host) whose async checks are running
         self._used: Dict[int, float] = {}  # route key -> the loop's time it last served
         self._retired: List[int] = []  # keys of routes dropped since the last refresh
+        # quiet route key -> why the inspector refused its requests (counted as that drop for
+        # each), None when it did not count a refusal
+        self._quiet: Dict[int, Optional[str]] = {}
         self._task: Optional[asyncio.Task] = None
+        self._quiet_task: Optional[asyncio.Task] = None
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._refresh_loop())
+        self._quiet_task = asyncio.ensure_future(self._quiet_loop())
 
     def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in (self._task, self._quiet_task):
+            if task is not None:
+                task.cancel()
         self.edge.carrier.clear_routes()
         self.routes.clear()
         self.hops.clear()
@@ -338,6 +350,8 @@ class FastPath:
                 # counted at once; a tuple only for a request a record is made of
                 admitted = count(hop, "agent", status, duration, bytes_in, bytes_out, now_mono)
                 if admitted is None:
+                    if key not in self._quiet:  # nothing wanted of its requests: counted
+                        self._make_quiet(key, hop, hub)  # by the core from now on
                     continue
                 ended = started + duration
                 queue(
@@ -364,3 +378,38 @@ class FastPath:
                 )
         finally:
             hub.flush_counts()
+
+    # ---- quiet routes -------------------------------------------------------------------------
+    def _make_quiet(self, key: int, hop: Hop, hub: Any) -> None:
+        inspector = hub.inspector
+        refused = inspector.refusal(hop.account_id, hop.endpoint_id) if inspector else None
+        self._quiet[key] = refused
+        self.edge.carrier.set_quiet(key, True)
+
+    async def _quiet_loop(self) -> None:
+        while True:
+            await asyncio.sleep(QUIET_SECONDS)
+            try:
+                self.take_quiet()
+            except Exception:
+                log.exception("taking the quiet routes' numbers")
+
+    def take_quiet(self) -> None:
+        """Every quiet route made loud again (its next request is asked about), then what the
+        core counted of them since the last time, into the events hub as their rows would
+        have been counted."""
+        carrier = self.edge.carrier
+        quiet, self._quiet = self._quiet, {}
+        for key in quiet:
+            carrier.set_quiet(key, False)
+        taken = carrier.take_tallies()
+        if not taken:
+            return
+        hub = hub_of(self.edge)
+        now = asyncio.get_running_loop().time()
+        for key, statuses, durations, bytes_in, bytes_out in taken:
+            if self.hops.get(key) is None:
+                continue
+            self._used[key] = now
+            hub.count_quiet("agent", statuses, durations, bytes_in, bytes_out, quiet.get(key))
+        hub.flush_counts()

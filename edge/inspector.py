@@ -15,7 +15,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Deque, Dict, List, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from prometheus_client import Counter
 
@@ -157,6 +157,25 @@ class Inspector:
             _dropped("pending_full").inc()
             return False
         return True
+
+    def refusal(self, account_id: str, endpoint_id: str) -> Optional[str]:
+        """Why :meth:`admits` would refuse a request of this endpoint now, counted as a drop
+        ("rate": its window is full this minute; "pending_full"), None when it would admit
+        it or would refuse it uncounted. Nothing changes."""
+        if not account_id or not endpoint_id:
+            return None
+        minute = int(time.time() // 60)
+        seen_minute, count = self.window.get(endpoint_id, (minute, 0))
+        if seen_minute == minute and count >= layout.PER_MINUTE:
+            return "rate"
+        if len(self.pending) >= PENDING:
+            return "pending_full"
+        return None
+
+    def refused_many(self, reason: str, count: int, tally: Any) -> None:
+        """``count`` requests refused for ``reason`` without being asked one by one (a quiet
+        route's: edge/fast_path.py), counted through the events worker's ``tally``."""
+        tally.inc(DROPPED, reason, amount=count)
 
     def keep(self, record: events.Record) -> None:
         """A request :meth:`admits` let in, into the pending writes."""

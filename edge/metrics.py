@@ -82,6 +82,12 @@ class _EdgeCollector:
             "Hosts whose requests the compiled core serves by itself",
             value=self.edge.carrier.route_count(),
         )
+        yield GaugeMetricFamily(
+            "edge_core_quiet_routes",
+            "Plain routes whose requests the compiled core counts without a record of each "
+            "(nothing wanted of them: edge/fast_path.py)",
+            value=self.edge.carrier.quiet_count(),
+        )
         carrying, carried = self.edge.carrier.splice_counts()
         yield GaugeMetricFamily(
             "edge_core_carried_connections",

@@ -80,10 +80,28 @@ class Tally:
         for key in found:
             self.decisions[key] = self.decisions.get(key, 0) + 1
 
-    def inc(self, metric: Any, *labels: str) -> None:
-        """``metric.labels(*labels).inc()``, at the next flush (any labelled counter)."""
+    def http_many(
+        self,
+        kind: str,
+        statuses: Iterable[Tuple[int, int]],
+        durations: List[float],
+        bytes_in: int,
+        bytes_out: int,
+    ) -> None:
+        """Many HTTP requests at once: (status, requests) pairs, their durations in order,
+        their body bytes (a quiet route's, which the compiled core counted)."""
+        requests = self.requests
+        for status, count in statuses:
+            key = (status, kind)
+            requests[key] = requests.get(key, 0) + count
+        self.durations.setdefault(kind, []).extend(durations)
+        self.bytes_in += bytes_in
+        self.bytes_out += bytes_out
+
+    def inc(self, metric: Any, *labels: str, amount: int = 1) -> None:
+        """``metric.labels(*labels).inc(amount)``, at the next flush (any labelled counter)."""
         key = (metric, labels)
-        self.counts[key] = self.counts.get(key, 0) + 1
+        self.counts[key] = self.counts.get(key, 0) + amount
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), labels)

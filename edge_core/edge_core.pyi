@@ -28,6 +28,9 @@ Served = Tuple[int, int, Tuple[int, int, float, float], bool, "Exchange"]
 # A connection the core carried ended: (splice id, bytes read from the client's socket,
 # bytes written to it)
 Spliced = Tuple[int, int, int]
+# What the core counted of a quiet route's requests: (route key, [(status, requests)],
+# durations in seconds in the order the requests ended, body bytes in, body bytes out)
+Tally = Tuple[int, List[Tuple[int, int]], List[float], int, int]
 # the bounds of a session, by mux::Limits' names (edge.session.limits())
 Limits = Dict[str, float]
 
@@ -170,6 +173,12 @@ class Core:
         (edge_core/src/splice.rs), ``to_stream`` to the agent first and ``to_client`` to the
         client first; Python no longer reads or writes the stream. Its end comes in ``take``
         under the id returned."""
+    def set_quiet(self, key: int, quiet: bool) -> None:
+        """Route ``key`` quiet: the core counts its requests (``take_tallies``) instead of
+        handing a row of each to ``take`` (at most 65,536 between two takes, rows past it)."""
+    def take_tallies(self) -> List[Tally]:
+        """Every quiet route's numbers since the last call."""
+    def quiet_count(self) -> int: ...
     def splice_counts(self) -> Tuple[int, int]:
         """(connections carried now, carried to their end)."""
     def close(self, listener: int) -> bool: ...

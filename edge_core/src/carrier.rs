@@ -18,7 +18,9 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::inbox::{Accepted, Inbox};
 use crate::mux::Limits;
-use crate::public::{self, Admission, Certs, Public, PublicCounters, PublicListen, Routes};
+use crate::public::{
+    self, Admission, Certs, Public, PublicCounters, PublicListen, Routes, Tallies,
+};
 use crate::quickack::QuickAck;
 use crate::session::{self, Session};
 use crate::splice::{self, Spliced};
@@ -77,6 +79,8 @@ pub struct Carrier {
     pub tls_routes: Arc<Routes>,
     pub certs: Arc<Certs>,
     pub public_counters: Arc<PublicCounters>,
+    /// The quiet routes' numbers (public.rs `Tallies`).
+    pub tallies: Arc<Tallies>,
     admissions: Mutex<Vec<Arc<Admission>>>,
 }
 
@@ -113,6 +117,7 @@ impl Carrier {
             tls_routes: Arc::new(Routes::default()),
             certs: Arc::new(Certs::default()),
             public_counters: Arc::new(PublicCounters::default()),
+            tallies: Arc::new(Tallies::default()),
             admissions: Mutex::new(Vec::new()),
         })
     }
@@ -197,6 +202,7 @@ impl Carrier {
             inbox: self.inbox.clone(),
             admission,
             counters: self.public_counters.clone(),
+            tallies: self.tallies.clone(),
         });
         let task = self.runtime().spawn(public::accept_loop(listener, public));
         self.listeners

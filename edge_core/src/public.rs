@@ -209,6 +209,99 @@ pub struct Served {
     pub duration: f64,
 }
 
+/// What the core counts of one route's requests while the route is quiet: Python wants no
+/// record of them (no inspector room, no subscription asks), only their numbers, taken in
+/// one batch ([`Tallies::take`]) instead of a row and a wake-up per request.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RouteTally {
+    /// (status, requests), in the order each status was first seen.
+    pub statuses: Vec<(u16, u64)>,
+    /// Each request's duration in seconds, in the order they ended.
+    pub durations: Vec<f64>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl RouteTally {
+    fn add(&mut self, served: &Served) {
+        match self.statuses.iter_mut().find(|(s, _)| *s == served.status) {
+            Some((_, n)) => *n += 1,
+            None => self.statuses.push((served.status, 1)),
+        }
+        self.durations.push(served.duration);
+        self.bytes_in += served.bytes_in;
+        self.bytes_out += served.bytes_out;
+    }
+}
+
+/// Routes Python made quiet, and what they served since the last take (both listeners').
+#[derive(Default)]
+pub struct Tallies {
+    inner: Mutex<HashMap<u64, Quiet>>,
+}
+
+#[derive(Default)]
+struct Quiet {
+    /// Still quiet (false: made loud again, its last numbers not taken yet).
+    on: bool,
+    tally: RouteTally,
+}
+
+/// Requests one quiet route may count between two takes; past it the route's requests come
+/// as rows again (Python takes the tallies at least once a second, so this holds a route at
+/// 65,536 requests a second; a route Python forgot holds at most this much).
+pub const TALLY_MAX: usize = 1 << 16;
+
+impl Tallies {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Quiet>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Route `key` quiet (its requests counted here) or not (a row each).
+    pub fn set_quiet(&self, key: u64, quiet: bool) {
+        let mut map = self.lock();
+        if quiet {
+            map.entry(key).or_default().on = true;
+        } else if let Some(q) = map.get_mut(&key) {
+            q.on = false;
+            if q.tally.durations.is_empty() {
+                map.remove(&key);
+            }
+        }
+    }
+
+    /// Counted here (true) when its route is quiet; else the caller hands over its row.
+    pub fn count(&self, served: &Served) -> bool {
+        let mut map = self.lock();
+        match map.get_mut(&served.route) {
+            Some(q) if q.on && q.tally.durations.len() < TALLY_MAX => {
+                q.tally.add(served);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Every route's numbers since the last take (those that counted nothing left out); a
+    /// quiet route stays quiet with an empty tally.
+    pub fn take(&self) -> Vec<(u64, RouteTally)> {
+        let mut map = self.lock();
+        let mut out = Vec::new();
+        map.retain(|key, q| {
+            if !q.tally.durations.is_empty() {
+                out.push((*key, std::mem::take(&mut q.tally)));
+            }
+            q.on
+        });
+        out
+    }
+
+    /// Routes quiet now.
+    pub fn quiet_count(&self) -> usize {
+        self.lock().values().filter(|q| q.on).count()
+    }
+}
+
 /// Counters of the public listeners, read by the edge's operator endpoint and tests.
 #[derive(Default)]
 pub struct PublicCounters {
@@ -402,6 +495,8 @@ pub struct Public {
     pub inbox: Arc<Inbox>,
     pub admission: Arc<Admission>,
     pub counters: Arc<PublicCounters>,
+    /// The quiet routes' numbers (shared by both listeners).
+    pub tallies: Arc<Tallies>,
 }
 
 pub async fn accept_loop(listener: TcpListener, public: Arc<Public>) {
@@ -930,7 +1025,7 @@ async fn exchange<C: Conn>(
             (false, Some(leg))
         }
     };
-    if record.status != 0 {
+    if record.status != 0 && !public.tallies.count(&record) {
         public.inbox.push_served(record);
     }
     (keep, leg)

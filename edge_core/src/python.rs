@@ -401,6 +401,29 @@ impl Core {
             .map_err(|e| PyOSError::new_err(e.to_string()))
     }
 
+    /// Route `key` quiet (the core counts its requests: `take_tallies`) or not (a row each
+    /// in `take`).
+    fn set_quiet(&self, key: u64, quiet: bool) {
+        self.carrier.tallies.set_quiet(key, quiet);
+    }
+
+    /// Every quiet route's numbers since the last call: (route key, [(status, requests)],
+    /// durations in seconds in the order the requests ended, body bytes in, out).
+    #[allow(clippy::type_complexity)]
+    fn take_tallies(&self) -> Vec<(u64, Vec<(u16, u64)>, Vec<f64>, u64, u64)> {
+        self.carrier
+            .tallies
+            .take()
+            .into_iter()
+            .map(|(key, t)| (key, t.statuses, t.durations, t.bytes_in, t.bytes_out))
+            .collect()
+    }
+
+    /// Routes quiet now.
+    fn quiet_count(&self) -> usize {
+        self.carrier.tallies.quiet_count()
+    }
+
     /// (connections carried now, carried to their end).
     fn splice_counts(&self) -> (usize, u64) {
         let c = &self.carrier.counters;

@@ -258,3 +258,59 @@ async fn at_the_per_address_cap_the_oldest_waiting_connection_makes_room() {
         1
     );
 }
+
+fn served_on(route: u64, status: u16, duration: f64) -> edge_core::public::Served {
+    edge_core::public::Served {
+        route,
+        tls: false,
+        peer: "127.0.0.1:1".parse().unwrap(),
+        local: "127.0.0.1:2".parse().unwrap(),
+        request_head: Vec::new(),
+        status,
+        response_head: Vec::new(),
+        bytes_in: 3,
+        bytes_out: 5,
+        started: 0.0,
+        duration,
+    }
+}
+
+#[test]
+fn a_quiet_routes_requests_are_counted_not_handed_over_until_it_is_loud_again() {
+    use edge_core::public::{RouteTally, Tallies, TALLY_MAX};
+    let tallies = Tallies::default();
+    assert!(!tallies.count(&served_on(1, 200, 0.1)), "not quiet: a row");
+    tallies.set_quiet(1, true);
+    assert!(tallies.count(&served_on(1, 200, 0.1)));
+    assert!(tallies.count(&served_on(1, 502, 0.3)));
+    assert!(tallies.count(&served_on(1, 200, 0.2)));
+    assert!(
+        !tallies.count(&served_on(2, 200, 0.1)),
+        "another route: a row"
+    );
+    assert_eq!(tallies.quiet_count(), 1);
+    let expected = RouteTally {
+        statuses: vec![(200, 2), (502, 1)],
+        durations: vec![0.1, 0.3, 0.2],
+        bytes_in: 9,
+        bytes_out: 15,
+    };
+    assert_eq!(tallies.take(), vec![(1, expected)]);
+    assert_eq!(tallies.take(), vec![], "taken once; the route stays quiet");
+    assert_eq!(tallies.quiet_count(), 1);
+    // made loud: rows again, and what it counted before is still taken once
+    assert!(tallies.count(&served_on(1, 204, 0.5)));
+    tallies.set_quiet(1, false);
+    assert!(!tallies.count(&served_on(1, 200, 0.1)));
+    assert_eq!(tallies.quiet_count(), 0);
+    assert_eq!(tallies.take().len(), 1);
+    assert_eq!(tallies.take(), vec![]);
+    // at most TALLY_MAX between two takes: rows past it
+    tallies.set_quiet(3, true);
+    for _ in 0..TALLY_MAX {
+        assert!(tallies.count(&served_on(3, 200, 0.0)));
+    }
+    assert!(!tallies.count(&served_on(3, 200, 0.0)));
+    assert_eq!(tallies.take()[0].1.durations.len(), TALLY_MAX);
+    assert!(tallies.count(&served_on(3, 200, 0.0)));
+}

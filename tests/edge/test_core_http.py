@@ -99,6 +99,46 @@ def test_the_cores_requests_are_recorded_in_the_request_metrics(edge, plain):
     assert wait(lambda: ok_agent_requests() - before >= 5)
 
 
+def test_a_route_nothing_is_wanted_of_is_quiet_and_every_request_still_counted(edge, api):
+    """Past the inspector's window (120 a minute per endpoint) and with no subscription, a
+    route's requests are counted by the core (a quiet route: no row, no wake-up per
+    request) and taken each second: the request metrics count every one, and the
+    inspector's drops every one it refused."""
+    agent = SdkAgent(edge, credential(api.new_account())["token"], [{"proto": "http"}])
+    host = host_of(bound(agent.start())[0]["url"])
+    try:
+        _until_core_serves(edge, host)
+
+        def counted():
+            text = edge.metrics()
+            return (
+                metric(text, "edge_http_requests_total", endpoint_kind="agent"),
+                metric(text, "edge_inspector_dropped_total", reason="rate"),
+            )
+
+        time.sleep(1.5)  # the first request's record and counts are in
+        requests_before, dropped_before = counted()
+        n, quiet_seen = 400, 0.0
+        with requests.Session() as session:
+            for i in range(n):
+                resp = session.get(
+                    f"http://127.0.0.1:{edge.http_port}/echo", headers={"Host": host}, timeout=10
+                )
+                assert resp.status_code == 200
+                if i % 50 == 49:
+                    quiet_seen = max(quiet_seen, metric(edge.metrics(), "edge_core_quiet_routes"))
+        assert quiet_seen >= 1, "the route was never quiet"
+        assert wait(lambda: counted()[0] - requests_before == n)
+        time.sleep(1.5)  # nothing more comes
+        requests_after, dropped_after = counted()
+        assert requests_after - requests_before == n
+        # the window had room for 120, less the few requests that found the route the core's
+        # (each admitted), or up to 120 more if a minute turned over
+        assert n - 240 <= dropped_after - dropped_before <= n - 120 + 10
+    finally:
+        agent.stop()
+
+
 def test_bodies_both_ways_through_the_core(edge, plain):
     _until_core_serves(edge, plain)
     before = _served(edge)

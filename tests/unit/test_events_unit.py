@@ -118,6 +118,25 @@ def test_one_event_is_bounded_and_secrets_are_redacted():
     assert event["event_type"] == "http_request_complete.v0"
 
 
+def test_the_inspectors_refusal_says_why_admits_would_refuse_and_changes_nothing(monkeypatch):
+    monkeypatch.setattr(inspector.time, "time", lambda: 6000.0)  # one minute throughout
+    inspect = inspector.Inspector()
+    assert inspect.refusal("acct_1", "ep_1") is None  # room: admits would admit
+    assert inspect.refusal("", "ep_1") is None and inspect.refusal("acct_1", "") is None
+    for _ in range(inspector.layout.PER_MINUTE - 1):
+        assert inspect.admits("acct_1", "ep_1")
+    assert inspect.refusal("acct_1", "ep_1") is None  # one more fits
+    assert inspect.window["ep_1"] == (100, inspector.layout.PER_MINUTE - 1)  # unchanged
+    assert inspect.admits("acct_1", "ep_1")
+    assert inspect.refusal("acct_1", "ep_1") == "rate"
+    assert inspect.refusal("acct_1", "ep_2") is None  # per endpoint
+    monkeypatch.setattr(inspect, "pending", [None] * inspector.PENDING)
+    assert inspect.refusal("acct_1", "ep_2") == "pending_full"
+    monkeypatch.setattr(inspector.time, "time", lambda: 6060.0)  # the next minute: room again
+    monkeypatch.setattr(inspect, "pending", [])
+    assert inspect.refusal("acct_1", "ep_1") is None
+
+
 def test_captured_requests_are_rate_bounded_per_endpoint_and_bodies_truncated():
     async def run():
         inspect = inspector.Inspector()

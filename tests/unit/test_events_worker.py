@@ -93,6 +93,35 @@ def test_a_tally_leaves_exactly_the_values_of_one_call_per_request():
     assert _samples(summed) == _samples(one)
 
 
+def test_many_requests_at_once_leave_the_values_of_one_call_per_request():
+    """A quiet route's numbers, counted by the core (edge/fast_path.py ``take_quiet``): per
+    status a count, the durations in order, the byte sums; and a drop counted ``amount``
+    times."""
+    requests = [r for r in _requests(2000, seed=11) if r[1] == "agent"]
+    one, summed = _fresh("many_one"), _fresh("many_summed", tally.SummedHistogram)
+    _observe_one_by_one(one, [(s, k, d, i, o, ()) for s, k, d, i, o, _ in requests])
+    counted = tally.Tally(*summed)
+    for start in range(0, len(requests), 97):  # taken in batches, as each second's
+        batch = requests[start : start + 97]
+        statuses: dict = {}
+        for status, *_ in batch:
+            statuses[status] = statuses.get(status, 0) + 1
+        counted.http_many(
+            "agent",
+            list(statuses.items()),
+            [r[2] for r in batch],
+            sum(r[3] for r in batch),
+            sum(r[4] for r in batch),
+        )
+        counted.flush()
+    assert _samples(summed) == _samples(one)
+    extra = Counter("many_extra", "x", ["reason"], registry=None)
+    counted.inc(extra, "rate", amount=40)
+    counted.inc(extra, "rate")
+    counted.flush()
+    assert ("_total", (("reason", "rate"),), 41.0) in _samples([extra])
+
+
 def test_zero_bytes_still_make_both_byte_series_and_a_tally_counts_other_counters():
     one, summed = _fresh("zero_one"), _fresh("zero_summed", tally.SummedHistogram)
     _observe_one_by_one(one, [(200, "agent", 0.001, 0, 0, ())])
