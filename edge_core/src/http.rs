@@ -198,7 +198,7 @@ pub fn parse_request(buf: &[u8]) -> Parsed<RequestHead> {
         hosts,
         framing,
         close,
-        unusual: unusual || upgrade || framing == Framing::Chunked,
+        unusual: unusual || upgrade,
     })
 }
 
@@ -218,15 +218,15 @@ pub fn host_of(value: &[u8]) -> String {
 }
 
 /// Whether the core serves this request itself (given a plain route for its host): HTTP/1.1,
-/// one Host, a method of METHODS, no body or a Content-Length one, no upgrade, not an ACME
-/// validation. The rest is Python's.
+/// one Host, a method of METHODS, no body, a Content-Length one or a chunked one (its
+/// framing checked as it passes: [`Chunks`]), no upgrade, not an ACME validation. The rest
+/// is Python's.
 pub fn carriable(req: &RequestHead) -> bool {
     req.minor == 1
         && req.hosts == 1
         && !req.unusual
         && METHODS.contains(&req.method.as_slice())
         && !req.target.starts_with(ACME_PREFIX)
-        && matches!(req.framing, Framing::None | Framing::Length(_))
 }
 
 /// The request as it goes to the agent (http_policy.forwarded_headers): lower-case names,
@@ -420,7 +420,9 @@ pub fn phrase(status: u16) -> &'static str {
 }
 
 /// Where a chunked body ends, its bytes passed through unchanged: fed the body's bytes, it
-/// says how many belong to the message and whether the message ended there.
+/// says how many belong to the message and whether the message ended there. What it passes
+/// is unambiguous to any reader: CRLF line ends only, no control character in a chunk
+/// extension or a trailer line, each trailer line a name and a colon, no folded line.
 #[derive(Debug, Default)]
 pub struct Chunks {
     state: ChunkState,
@@ -432,6 +434,8 @@ pub struct Chunks {
     size: Option<u64>,
     in_ext: bool,
     line_len: usize,
+    /// the trailer line so far has a name and a colon
+    colon: bool,
     /// body bytes (chunk data, not framing) seen so far
     pub data: u64,
 }
@@ -472,6 +476,9 @@ impl Chunks {
                     if b == b'\r' {
                         self.state = ChunkState::SizeLf;
                     } else if self.in_ext {
+                        if is_ctl(b) {
+                            return Err("bad chunk extension");
+                        }
                     } else if b == b';' {
                         self.in_ext = true;
                     } else if let Some(d) = (b as char).to_digit(16) {
@@ -512,8 +519,16 @@ impl Chunks {
                 }
                 ChunkState::Trailer => {
                     if b == b'\r' {
+                        if self.line_len > 0 && !self.colon {
+                            return Err("bad trailer line");
+                        }
                         self.state = ChunkState::TrailerLf;
+                    } else if is_ctl(b) || (self.line_len == 0 && (b == b' ' || b == b'\t')) {
+                        return Err("bad trailer line"); // a bare LF, a control, a folded line
                     } else {
+                        if b == b':' && self.line_len > 0 {
+                            self.colon = true;
+                        }
                         self.line_len += 1;
                     }
                 }
@@ -526,6 +541,7 @@ impl Chunks {
                         return Ok((i + 1, true));
                     }
                     self.line_len = 0;
+                    self.colon = false;
                     self.state = ChunkState::Trailer;
                 }
             }
@@ -537,6 +553,12 @@ impl Chunks {
         }
         Ok((i, self.state == ChunkState::Done))
     }
+}
+
+/// A control character a chunk extension or a trailer line may not hold (a bare LF among
+/// them: a peer that took it for a line's end would read another message than ours).
+fn is_ctl(b: u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
 }
 
 /// `data` as one chunk of a chunked body (a body delimited by its end, to an HTTP/1.1 client).

@@ -735,6 +735,7 @@ pub(crate) async fn connection<C: Conn>(
             Framing::Length(n) => {
                 public.spec.fresh_stream_body > 0 && n > public.spec.fresh_stream_body
             }
+            Framing::Chunked => public.spec.fresh_stream_body > 0, // a length not known
             _ => false,
         };
         let kept = match leg.take() {
@@ -920,11 +921,27 @@ async fn exchange<C: Conn>(
         Framing::Length(n) => n,
         _ => 0,
     };
-    let now = (body_left.min(buf.len() as u64)) as usize;
+    // a chunked body: its bytes pass unchanged, its end found by its framing
+    let mut chunks = (head.framing == Framing::Chunked).then(http::Chunks::default);
+    let (now, body_done) = match chunks.as_mut() {
+        Some(c) => match c.feed(buf) {
+            Ok(fed) => fed,
+            Err(_) => return (false, Some(leg)), // bad framing: closed, as Python closes
+        },
+        None => {
+            let now = (body_left.min(buf.len() as u64)) as usize;
+            (now, body_left == now as u64)
+        }
+    };
     out.extend_from_slice(&buf[..now]);
     buf.drain(..now);
-    body_left -= now as u64;
-    let bytes_in = now as u64;
+    let bytes_in = match &chunks {
+        Some(c) => c.data,
+        None => {
+            body_left -= now as u64;
+            now as u64
+        }
+    };
     let mut record = Served {
         route: leg.route.key,
         tls: C::TLS,
@@ -943,7 +960,7 @@ async fn exchange<C: Conn>(
         Err((Failed::Offline, false))
     } else {
         let (mut rd, mut wr) = tcp.halves();
-        let pumped = AtomicBool::new(body_left == 0);
+        let pumped = AtomicBool::new(body_done);
         let carried = AtomicU64::new(0);
         let Scratch {
             rbuf, pipelined, ..
@@ -954,7 +971,20 @@ async fn exchange<C: Conn>(
             // silent or not; a FIN is a half-close and is not watched; bytes of a pipelined
             // request wait (up to MAX_HEAD_BYTES) for the next head.
             let client_side = async {
-                if body_left > 0 {
+                if let Some(c) = chunks.as_mut().filter(|_| !body_done) {
+                    let after = c.data;
+                    pump_chunked(
+                        &mut rd,
+                        &leg,
+                        c,
+                        spec.body_timeout,
+                        &carried,
+                        after,
+                        pipelined,
+                    )
+                    .await?;
+                    pumped.store(true, Ordering::Relaxed);
+                } else if body_left > 0 {
                     pump_body(&mut rd, &leg, body_left, spec.body_timeout, &carried).await?;
                     pumped.store(true, Ordering::Relaxed);
                 }
@@ -1052,6 +1082,34 @@ async fn pump_body<R: AsyncRead + Unpin>(
         carried.fetch_add(n as u64, Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// The rest of a chunked body, client to stream, passed through as it comes until its last
+/// chunk and trailers; bytes after them are the next request's (`pipelined`). `carried`
+/// counts the body's data bytes past the `before` already counted; bad framing ends it.
+async fn pump_chunked<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    leg: &Leg,
+    chunks: &mut http::Chunks,
+    timeout: Duration,
+    carried: &AtomicU64,
+    before: u64,
+    pipelined: &mut Vec<u8>,
+) -> Result<(), ()> {
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        let n = match tokio::time::timeout(timeout, rd.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Err(()),
+            Ok(Ok(n)) => n,
+        };
+        let (take, done) = chunks.feed(&chunk[..n]).map_err(|_| ())?;
+        stream_write(leg, &chunk[..take]).await.map_err(|_| ())?;
+        carried.store(chunks.data - before, Ordering::Relaxed);
+        if done {
+            pipelined.extend_from_slice(&chunk[take..n]);
+            return Ok(());
+        }
+    }
 }
 
 /// The agent's response relayed: (the client's connection stays open, the stream may serve

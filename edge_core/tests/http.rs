@@ -48,7 +48,8 @@ fn requests_outside_the_fast_paths_rules_go_to_python() {
         b"GET / HTTP/1.0\r\nHost: a\r\n\r\n",            // HTTP/1.0
         b"GET / HTTP/1.1\r\n\r\n",                       // no Host
         b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", // two
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", // chunked
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", // a coding
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
         b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
         b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
         b"PROPFIND / HTTP/1.1\r\nHost: a\r\n\r\n", // method
@@ -203,6 +204,38 @@ fn chunk_framing_past_the_bound_or_malformed_is_refused() {
     let mut chunks = Chunks::default();
     let endless = vec![b'0'; http::MAX_FRAMING_BYTES + 2];
     assert!(chunks.feed(&endless).is_err());
+}
+
+#[test]
+fn a_chunked_request_is_the_cores() {
+    let req = request(b"POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n");
+    assert_eq!(req.framing, Framing::Chunked);
+    assert!(carriable(&req));
+}
+
+#[test]
+fn chunk_framing_any_reader_could_read_otherwise_is_refused() {
+    // each would let a lenient reader (a bare LF taken for a line's end) see another message
+    for bad in [
+        &b"5;ext\nGET /x HTTP/1.1\r\nhello\r\n0\r\n\r\n"[..], // LF in an extension
+        b"5;e\x00\r\nhello\r\n0\r\n\r\n",                     // a control in one
+        b"0\r\nX: a\n\nGET /x HTTP/1.1\r\n\r\n",              // LF in a trailer line
+        b"0\r\nX: a\r\n folded\r\n\r\n",                      // a folded trailer line
+        b"0\r\nno-colon\r\n\r\n",                             // not a field
+        b"0\r\n: empty name\r\n\r\n",
+    ] {
+        let mut chunks = Chunks::default();
+        assert!(
+            chunks.feed(bad).is_err(),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    // tabs in an extension's value and a trailer's are fine
+    let mut chunks = Chunks::default();
+    let good = b"5;e=\"a\tb\"\r\nhello\r\n0\r\nX-T:\tv\r\n\r\n";
+    assert_eq!(chunks.feed(good), Ok((good.len(), true)));
+    assert_eq!(chunks.data, 5);
 }
 
 #[test]

@@ -314,3 +314,78 @@ fn a_quiet_routes_requests_are_counted_not_handed_over_until_it_is_loud_again() 
     assert_eq!(tallies.take()[0].1.durations.len(), TALLY_MAX);
     assert!(tallies.count(&served_on(3, 200, 0.0)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_request_passes_through_and_the_next_request_follows_it() {
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set("a.test".into(), route(&session));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(
+            b"POST /c HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await; // the body's end in a later read
+    client
+        .write_all(b"lo\r\n0\r\nX-T: 1\r\n\r\nGET /n HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"X-T: 1\r\n\r\n")).await;
+    let request = &got[got.windows(4).position(|w| w == b"POST").unwrap()..];
+    assert!(
+        request.starts_with(b"POST /c HTTP/1.1\r\nhost: a.test\r\ntransfer-encoding: chunked\r\n")
+    );
+    assert!(
+        request.ends_with(b"\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\r\n\r\n"),
+        "passed unchanged"
+    );
+    assert!(
+        !has(request, b"GET /n"),
+        "the next request waits for this one's answer"
+    );
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    );
+    agent.write_all(&answer).await.unwrap();
+    read_response(&mut client, b"ok").await;
+    let (_, next) = agent_reads(&mut agent, |g| has(g, b"GET /n HTTP/1.1\r\n")).await;
+    assert!(has(&next, b"GET /n HTTP/1.1\r\n"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut served = Vec::new();
+    while served.is_empty() && Instant::now() < deadline {
+        served.extend(carrier.inbox().take().served);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        (served[0].status, served[0].bytes_in),
+        (200, 5),
+        "its data bytes, not framing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_request_with_bad_framing_is_closed() {
+    let (carrier, port, session, _agent) = setup(16);
+    carrier.routes.set("a.test".into(), route(&session));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(
+            b"POST /c HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: a\n\nGET /smuggled HTTP/1.1\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut rest))
+        .await
+        .expect("not closed");
+    assert!(
+        read.is_err() || rest.is_empty(),
+        "closed without an answer, as Python closes"
+    );
+}

@@ -3,6 +3,7 @@ edge_core/src/public.rs), through the official Python SDK as a process: a plain 
 requests are served by the core and recorded; a route with a traffic policy, and requests the
 core does not carry, go to Python as before; a route's end is answered as Python answers it."""
 
+import hashlib
 import json
 import socket
 import time
@@ -152,11 +153,22 @@ def test_bodies_both_ways_through_the_core(edge, plain):
     assert _served(edge) - before == 3
 
 
+def test_a_chunked_request_body_is_the_cores_too(edge, plain):
+    _until_core_serves(edge, plain)
+    served, handed = _served(edge), _handed(edge)
+    pieces = [b"a" * 10, b"b" * 70000, b"c"]  # one piece past a read of the core's
+    chunked = _get(edge, plain, "/upload", method="POST", data=iter(pieces))
+    assert chunked.status_code == 200, chunked.text
+    body = b"".join(pieces)
+    assert chunked.json() == {"length": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+    assert (_served(edge) - served, _handed(edge) - handed) == (1, 0)
+
+
 def test_what_the_core_does_not_carry_goes_to_python(edge, plain):
     _until_core_serves(edge, plain)
     handed = _handed(edge)
-    chunked = _get(edge, plain, "/upload", method="POST", data=iter([b"a" * 10, b"b" * 10]))
-    assert chunked.status_code == 200  # a chunked request body: Python's
+    upgrade = _get(edge, plain, "/echo", headers={"Upgrade": "h2c", "Connection": "Upgrade"})
+    assert upgrade.status_code == 200  # an upgrade it may refuse: Python's
     with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as sock:
         sock.sendall(b"GET /echo HTTP/1.0\r\nHost: " + plain.encode() + b"\r\n\r\n")
         answer = b""
