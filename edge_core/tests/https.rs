@@ -2,14 +2,14 @@
 //! served over the core's TLS, a connection handed to Python untouched, and one handed to
 //! Python mid-way over the plaintext bridge.
 
-use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::Arc;
+
 use std::time::{Duration, Instant};
 
 use edge_core::carrier::{Carrier, Where};
 use edge_core::https::{bridge, read_hello, Hello};
-use edge_core::mux::{encode, Limits, DATA};
+use edge_core::mux::{encode, DATA};
 use edge_core::public::{Handed, PublicListen, Route, TlsFacts};
 use edge_core::session::Session;
 use edge_core::tls::public_server_config;
@@ -18,6 +18,9 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::{ClientConfig, ClientConnection, RootCertStore};
 use tokio_rustls::TlsConnector;
+
+mod common;
+use common::has;
 
 struct Pair {
     chain: Vec<u8>,
@@ -116,13 +119,7 @@ fn setup(pair: &Pair) -> (Carrier, u16, Arc<Session>, UnixStream) {
     let (_, local) = carrier
         .listen_public(Where::Bind("127.0.0.1".into(), 0), spec())
         .unwrap();
-    let (ours, theirs) = StdUnixStream::pair().unwrap();
-    let session = carrier
-        .attach(OwnedFd::from(ours), Limits::default())
-        .unwrap();
-    session.with(|st| st.authenticate());
-    theirs.set_nonblocking(true).unwrap();
-    let agent = UnixStream::from_std(theirs).unwrap();
+    let (session, agent) = common::agent_session(&carrier);
     carrier
         .certs
         .set(3, public_server_config(&pair.chain, &pair.key).unwrap());
@@ -149,24 +146,14 @@ async fn agent_reads(agent: &mut UnixStream, end: &[u8]) -> (u32, Vec<u8>) {
             .unwrap();
         assert!(n > 0, "the session ended");
         buf.extend_from_slice(&chunk[..n]);
-        while buf.len() >= 8 {
-            let word = u32::from_be_bytes(buf[..4].try_into().unwrap());
-            let len = (word >> 8) as usize;
-            if buf.len() < 8 + len {
-                break;
+        for (typ, _, id, payload) in common::frames(&mut buf) {
+            if typ == DATA {
+                sid = id;
+                got.extend_from_slice(&payload);
             }
-            if ((word >> 4) & 0xF) as u8 == DATA {
-                sid = u32::from_be_bytes(buf[4..8].try_into().unwrap());
-                got.extend_from_slice(&buf[8..8 + len]);
-            }
-            buf.drain(..8 + len);
         }
     }
     (sid, got)
-}
-
-fn has(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 async fn handed(carrier: &Carrier) -> Handed {

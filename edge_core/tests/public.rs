@@ -1,17 +1,19 @@
 //! The public plain-HTTP listener (src/public.rs) as the edge uses it: a client over TCP, an
 //! agent session over a Unix socket pair played by the test (muxado frames in the clear).
 
-use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::Arc;
+
 use std::time::{Duration, Instant};
 
 use edge_core::carrier::{Carrier, Where};
-use edge_core::mux::{encode, Limits, DATA, FIN};
+use edge_core::mux::{encode, DATA, FIN};
 use edge_core::public::{PublicListen, Route};
 use edge_core::session::Session;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
+
+mod common;
+use common::has;
 
 fn spec(max_per_address: usize) -> PublicListen {
     PublicListen {
@@ -32,35 +34,8 @@ fn setup(max_per_address: usize) -> (Carrier, u16, Arc<Session>, UnixStream) {
     let (_, local) = carrier
         .listen_public(Where::Bind("127.0.0.1".into(), 0), spec(max_per_address))
         .unwrap();
-    let (ours, theirs) = StdUnixStream::pair().unwrap();
-    let session = carrier
-        .attach(OwnedFd::from(ours), Limits::default())
-        .unwrap();
-    session.with(|st| st.authenticate());
-    theirs.set_nonblocking(true).unwrap();
-    let agent = UnixStream::from_std(theirs).unwrap();
+    let (session, agent) = common::agent_session(&carrier);
     (carrier, local.port(), session, agent)
-}
-
-/// The frames in `buf` that are whole: (type, flags, stream id, payload).
-fn frames(buf: &mut Vec<u8>) -> Vec<(u8, u8, u32, Vec<u8>)> {
-    let mut out = Vec::new();
-    while buf.len() >= 8 {
-        let word = u32::from_be_bytes(buf[..4].try_into().unwrap());
-        let len = (word >> 8) as usize;
-        if buf.len() < 8 + len {
-            break;
-        }
-        let sid = u32::from_be_bytes(buf[4..8].try_into().unwrap());
-        out.push((
-            ((word >> 4) & 0xF) as u8,
-            (word & 0xF) as u8,
-            sid,
-            buf[8..8 + len].to_vec(),
-        ));
-        buf.drain(..8 + len);
-    }
-    out
 }
 
 /// What the agent got on one stream until `done` says it is whole: (stream id, bytes).
@@ -74,7 +49,7 @@ async fn agent_reads(agent: &mut UnixStream, done: impl Fn(&[u8]) -> bool) -> (u
             .unwrap();
         assert!(n > 0, "the session ended");
         buf.extend_from_slice(&chunk[..n]);
-        for (typ, _, id, payload) in frames(&mut buf) {
+        for (typ, _, id, payload) in common::frames(&mut buf) {
             if typ == DATA {
                 sid = id;
                 got.extend_from_slice(&payload);
@@ -82,10 +57,6 @@ async fn agent_reads(agent: &mut UnixStream, done: impl Fn(&[u8]) -> bool) -> (u
         }
     }
     (sid, got)
-}
-
-fn has(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 async fn read_response(client: &mut TcpStream, end: &[u8]) -> Vec<u8> {

@@ -3,28 +3,24 @@
 //! (muxado frames in the clear).
 
 use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::Arc;
+
 use std::time::Duration;
 
 use edge_core::carrier::Carrier;
-use edge_core::mux::{encode, Limits, DATA, FIN, RST};
+use edge_core::mux::{encode, DATA, FIN, RST};
 use edge_core::session::Session;
 use edge_core::splice::Spliced;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 
+mod common;
+
 /// A carrier, an authenticated session whose agent end the test holds, one stream of the
 /// edge's on it, and a connected TCP pair: (client, the edge's side as a descriptor).
 async fn setup() -> (Carrier, Arc<Session>, UnixStream, u32, TcpStream, OwnedFd) {
     let carrier = Carrier::new(1).unwrap();
-    let (ours, theirs) = StdUnixStream::pair().unwrap();
-    let session = carrier
-        .attach(OwnedFd::from(ours), Limits::default())
-        .unwrap();
-    session.with(|st| st.authenticate());
-    theirs.set_nonblocking(true).unwrap();
-    let agent = UnixStream::from_std(theirs).unwrap();
+    let (session, agent) = common::agent_session(&carrier);
     let sid = session.with(|st| st.open()).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let client = TcpStream::connect(listener.local_addr().unwrap())
@@ -50,25 +46,17 @@ async fn agent_reads(
             .unwrap();
         assert!(n > 0, "the session ended");
         buf.extend_from_slice(&chunk[..n]);
-        while buf.len() >= 8 {
-            let word = u32::from_be_bytes(buf[..4].try_into().unwrap());
-            let len = (word >> 8) as usize;
-            if buf.len() < 8 + len {
-                break;
-            }
-            let id = u32::from_be_bytes(buf[4..8].try_into().unwrap());
-            let (typ, flags) = (((word >> 4) & 0xF) as u8, (word & 0xF) as u8);
+        for (typ, flags, id, payload) in common::frames(&mut buf) {
             if id == sid {
                 match typ {
                     DATA => {
-                        got.extend_from_slice(&buf[8..8 + len]);
+                        got.extend_from_slice(&payload);
                         fin |= flags & FIN != 0;
                     }
                     RST => rst = true,
                     _ => {}
                 }
             }
-            buf.drain(..8 + len);
         }
     }
     (got, fin, rst)

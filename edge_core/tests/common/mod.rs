@@ -1,0 +1,48 @@
+//! What the core's listener tests share: an agent session whose other end the test plays
+//! (muxado frames in the clear over a Unix socket pair), and reading those frames.
+#![allow(dead_code)] // each test file uses its part
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::sync::Arc;
+
+use edge_core::carrier::Carrier;
+use edge_core::mux::Limits;
+use edge_core::session::Session;
+use tokio::net::UnixStream;
+
+/// An authenticated session on `carrier`, and the agent's end of its connection.
+pub fn agent_session(carrier: &Carrier) -> (Arc<Session>, UnixStream) {
+    let (ours, theirs) = StdUnixStream::pair().unwrap();
+    let session = carrier
+        .attach(OwnedFd::from(ours), Limits::default())
+        .unwrap();
+    session.with(|st| st.authenticate());
+    theirs.set_nonblocking(true).unwrap();
+    (session, UnixStream::from_std(theirs).unwrap())
+}
+
+/// The frames in `buf` that are whole, removed from it: (type, flags, stream id, payload).
+pub fn frames(buf: &mut Vec<u8>) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    while buf.len() >= 8 {
+        let word = u32::from_be_bytes(buf[..4].try_into().unwrap());
+        let len = (word >> 8) as usize;
+        if buf.len() < 8 + len {
+            break;
+        }
+        let sid = u32::from_be_bytes(buf[4..8].try_into().unwrap());
+        out.push((
+            ((word >> 4) & 0xF) as u8,
+            (word & 0xF) as u8,
+            sid,
+            buf[8..8 + len].to_vec(),
+        ));
+        buf.drain(..8 + len);
+    }
+    out
+}
+
+pub fn has(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
