@@ -126,3 +126,9 @@ def test_a_longer_window_has_longer_buckets():
     clock.now = 5020.0  # its bucket has left
     c.record(200)
     assert c.allow()
+    d = breaker.Breaker(0.5, volume=2, window=20.0, tripped=5.0, clock=clock)
+    clock.now = 6000.0
+    d.record(500)  # bucket [6000, 6002)
+    clock.now = 6021.0  # bucket [6020, 6022): 21 s on, the first has left
+    d.record(200)
+    assert d.allow()
