@@ -41,15 +41,8 @@ fn setup(max_per_address: usize) -> (Carrier, u16, Arc<Session>, UnixStream) {
 /// What the agent got on one stream until `done` says it is whole: (stream id, bytes).
 async fn agent_reads(agent: &mut UnixStream, done: impl Fn(&[u8]) -> bool) -> (u32, Vec<u8>) {
     let (mut buf, mut got, mut sid) = (Vec::new(), Vec::new(), 0);
-    let mut chunk = [0u8; 16384];
     while !done(&got) {
-        let n = tokio::time::timeout(Duration::from_secs(5), agent.read(&mut chunk))
-            .await
-            .expect("the agent got nothing")
-            .unwrap();
-        assert!(n > 0, "the session ended");
-        buf.extend_from_slice(&chunk[..n]);
-        for (typ, _, id, payload) in common::frames(&mut buf) {
+        for (typ, _, id, payload) in common::next_frames(agent, &mut buf).await {
             if typ == DATA {
                 sid = id;
                 got.extend_from_slice(&payload);

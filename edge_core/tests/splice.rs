@@ -38,15 +38,8 @@ async fn agent_reads(
     done: impl Fn(&[u8], bool) -> bool,
 ) -> (Vec<u8>, bool, bool) {
     let (mut buf, mut got, mut fin, mut rst) = (Vec::new(), Vec::new(), false, false);
-    let mut chunk = [0u8; 65536];
     while !done(&got, fin) {
-        let n = tokio::time::timeout(Duration::from_secs(5), agent.read(&mut chunk))
-            .await
-            .expect("the agent got nothing")
-            .unwrap();
-        assert!(n > 0, "the session ended");
-        buf.extend_from_slice(&chunk[..n]);
-        for (typ, flags, id, payload) in common::frames(&mut buf) {
+        for (typ, flags, id, payload) in common::next_frames(agent, &mut buf).await {
             if id == sid {
                 match typ {
                     DATA => {

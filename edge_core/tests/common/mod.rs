@@ -46,3 +46,17 @@ pub fn frames(buf: &mut Vec<u8>) -> Vec<(u8, u8, u32, Vec<u8>)> {
 pub fn has(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
+
+/// The agent's next read (within 5 s; the session must still be open), and the frames it
+/// completed in `buf`.
+pub async fn next_frames(agent: &mut UnixStream, buf: &mut Vec<u8>) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut chunk = [0u8; 65536];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), agent.read(&mut chunk))
+        .await
+        .expect("the agent got nothing")
+        .unwrap();
+    assert!(n > 0, "the session ended");
+    buf.extend_from_slice(&chunk[..n]);
+    frames(buf)
+}
