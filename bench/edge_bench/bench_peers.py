@@ -19,8 +19,9 @@ endpoint / a second ``-R`` forward to a sink-and-source server of this script's 
 Cases (``--only``): get20, get1 (small GET at 20 and 1 connections), sweep (POST 1 KiB-16 MiB at
 one connection), post20 (1 MiB POST at 20 connections), bulk (TCP 256 MiB each way), https (a
 new TLS connection per request: edge vs nginx), policy (a 5-rule traffic policy vs none, edge),
-growth (edge CPU per request with 1 and 1,000 endpoints, 1 and 1,000 sessions; memory per idle
-session and per in-flight request).
+cores (small GET at 20 connections with the edge on one core, then on all: requests/s and how
+the core's worker threads share its CPU), growth (edge CPU per request with 1 and 1,000
+endpoints, 1 and 1,000 sessions; memory per idle session and per in-flight request).
 
 Every figure is the median of ``--runs`` interleaved runs (each path in turn, then again).
 Besides requests/s and wrk's p50/p99, each row gives the CPU time per request of every process
@@ -131,6 +132,30 @@ def thread_cpu(pid: int) -> Dict[str, float]:
         kind = "core" if name.startswith("edge-core") else "python"
         out[kind] += (int(fields[11]) + int(fields[12])) / CLK
     return out
+
+
+def core_threads_cpu(pid: int) -> Dict[int, float]:
+    """utime + stime (seconds) of each of ``pid``'s core worker threads, by thread id."""
+    out: Dict[int, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        if text[text.index("(") + 1 : text.rindex(")")].startswith("edge-core"):
+            fields = text.rsplit(")", 1)[1].split()
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / CLK
+    return out
+
+
+def pin(pid: int, cpus: set) -> None:
+    """Every thread of ``pid`` (the affinity is a thread's own) on ``cpus``."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:  # a thread that ended meanwhile
+            pass
 
 
 class Group:
@@ -694,6 +719,48 @@ PROXY = {
 }
 
 
+def cores_case(stack: Stack, runs: int, seconds: float) -> Dict[str, Any]:
+    """Small GETs at 20 connections to the edge with all its threads on one core, then on
+    every core this machine has (the SDK, the upstream and wrk free to run anywhere):
+    requests/s, the edge's CPU per request, and how its core worker threads shared the core's
+    CPU (each thread's share: work spread over threads that the kernel runs on any core)."""
+    pid = stack.edge.process.pid
+    every = os.sched_getaffinity(pid)
+    settings = [("1 core", {min(every)}), (f"{len(every)} cores", set(every))]
+    group = stack.groups()["edge"]
+    rows: Dict[str, List[Dict[str, Any]]] = {label: [] for label, _ in settings}
+    shares: Dict[str, List[List[float]]] = {label: [] for label, _ in settings}
+    try:
+        for _ in range(runs):
+            for label, cpus in settings:
+                pin(pid, cpus)
+                before = core_threads_cpu(pid)
+                rows[label].append(
+                    measure(
+                        group,
+                        lambda: wrk(
+                            stack.url("edge", "/echo"), 20, seconds, stack.tmp, stack.host
+                        ),
+                    )
+                )
+                after = core_threads_cpu(pid)
+                spent = [after[t] - before.get(t, 0.0) for t in after]
+                total = sum(spent) or 1.0
+                shares[label].append(sorted((x / total for x in spent), reverse=True))
+    finally:
+        pin(pid, set(every))
+    out = {}
+    for label, _ in settings:
+        row = median_of(rows[label])
+        width = max(len(s) for s in shares[label])
+        row["core_thread_shares"] = [
+            statistics.median(s[i] if i < len(s) else 0.0 for s in shares[label])
+            for i in range(width)
+        ]
+        out[label] = row
+    return out
+
+
 def fmt_us(value: float) -> str:
     return f"{value / 1000:.2f} ms" if value >= 1000 else f"{value:.0f} µs"
 
@@ -806,6 +873,13 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
             f"{ratio(rows['edge:policy']['cpu_us']['edge'], rows['edge']['cpu_us']['edge'])}× "
             f"({rows['edge:policy']['cpu_us']['edge']:.0f} vs {rows['edge']['cpu_us']['edge']:.0f} µs)"
         )
+    if results.get("cores"):
+        rows = list(results["cores"].values())
+        lines.append(
+            f"the edge on {list(results['cores'])[-1]} against 1: requests/s "
+            f"{ratio(rows[-1]['rps'], rows[0]['rps'])}×; its core threads' shares of the core's "
+            f"CPU: {', '.join(f'{x:.0%}' for x in rows[-1]['core_thread_shares'])}"
+        )
     return lines
 
 
@@ -818,7 +892,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--sweep-seconds", type=float, default=2)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", default="get20,get1,sweep,post20,bulk,https,policy,growth")
+    parser.add_argument("--only", default="get20,get1,sweep,post20,bulk,https,policy,cores,growth")
     parser.add_argument("--paths", default="edge,ssh,nginx,direct,floor")
     parser.add_argument(
         "--sizes",
@@ -927,6 +1001,16 @@ def main() -> int:
                     results["policy"],
                     base="edge",
                 )
+            if "cores" in only:
+                results["cores"] = cores_case(stack, args.runs, args.seconds)
+                print("\nsmall GET, 20 connections: the edge on one core, then on every core")
+                for label, row in results["cores"].items():
+                    shares = ", ".join(f"{x:.0%}" for x in row["core_thread_shares"])
+                    print(
+                        f"  {label:<8} {row['rps']:>9.0f} req/s   edge CPU "
+                        f"{row['cpu_us']['edge']:.1f} µs per request (core "
+                        f"{row['cpu_us']['edge.core']:.1f}); core threads' shares: {shares}"
+                    )
             if "growth" in only:
                 from bench.edge_bench import peers_growth
 
