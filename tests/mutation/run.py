@@ -95,7 +95,7 @@ MODULES = {
     "chalicelib.core.policy.breaker": ["chalicelib.core.policy.breaker.*"],
     "chalicelib.core.policy.ipintel": [
         "chalicelib.core.policy.ipintel.x_geo*",
-        "chalicelib.core.policy.ipintel.x__load_categories*",
+        "chalicelib.core.policy.ipintel.x_load_categories*",
         "chalicelib.core.policy.ipintel.x_categories*",
     ],
 }

@@ -132,3 +132,23 @@ def test_a_longer_window_has_longer_buckets():
     clock.now = 6021.0  # bucket [6020, 6022): 21 s on, the first has left
     d.record(200)
     assert d.allow()
+
+
+def test_a_time_given_back_drops_the_buckets_ahead_of_it_and_memory_stays_bounded():
+    """An explicit time earlier than the last one: buckets ahead of it are not in its window
+    (they would count responses from its future). Whatever the times given, a breaker holds at
+    most its ten buckets."""
+    b = breaker.Breaker(0.5, volume=2, window=10.0, tripped=5.0)
+    b.record(500, 100.0)
+    b.record(200, 50.0)  # 100.0's bucket is ahead: 1 response in this window, not 2
+    assert b.allow(50.0)
+    b.record(500, 50.5)  # 2 in the window [41, 51), both errors: trips
+    assert not b.allow(51.0)
+    c = breaker.Breaker(0.5, volume=10_000)
+    for at in range(1000, 0, -1):  # every record a bucket behind the last
+        c.record(200, float(at))
+    assert c.allow(0.0)
+    assert len(c._counts) <= breaker.BUCKETS
+    for at in range(1000):
+        c.record(200, float(at))
+    assert len(c._counts) == breaker.BUCKETS

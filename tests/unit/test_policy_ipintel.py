@@ -2,6 +2,8 @@
 AS database read for real addresses, the operator's category lists with their boundaries and
 bound, and what a policy may name (finer-than-country geo and the AS number are refused)."""
 
+import ipaddress
+
 import pytest
 
 from chalicelib.core.policy import PolicyError, RESPOND, ipintel
@@ -168,3 +170,20 @@ def test_an_unreadable_directory_or_list_is_logged_and_skipped(tmp_path, monkeyp
     assert caplog.records[0].getMessage().startswith("IP categories: cannot read x.txt: ")
     assert "IsADirectoryError" in caplog.records[0].getMessage()
     ipintel.reset()
+
+
+def test_the_table_holds_sorted_ranges_with_overlapping_and_adjacent_ones_merged(tmp_path):
+    """What the lists cost in memory: one (start, end) per run of addresses, however many
+    networks wrote it. A line whose bytes are not UTF-8 is one that is not a network."""
+    (tmp_path / "a.txt").write_bytes(
+        b"10.0.1.0/24\n10.0.0.0/24\n"  # adjacent (written out of order): one range
+        b"10.0.0.128/25\n"  # inside it: nothing added
+        b"10.0.3.0/24\n"  # a gap of 10.0.2.0/24: a range of its own
+        b"10.0.4.\xff/24\n"  # not UTF-8: skipped
+        b"::1\n"
+    )
+    v4 = int(ipaddress.ip_address("10.0.0.0"))
+    v6 = 1 << 32
+    assert ipintel.load_categories(str(tmp_path)) == {
+        "a": ([v4, v4 + 0x300, v6 + 1], [v4 + 0x1FF, v4 + 0x3FF, v6 + 1])
+    }

@@ -11,7 +11,8 @@ action describe them:
 - after that it lets requests through again, with the window cleared: a recovered upstream
   closes it, a still failing one trips it again once the volume is met.
 
-Memory: ``buckets`` pairs of counters per breaker. The action's breakers are kept per
+Memory: at most ``buckets`` pairs of counters per breaker (a bucket is kept by its tick, the
+time in whole bucket spans; those out of the window are dropped at each record). The action's breakers are kept per
 (policy action, endpoint) in :data:`BREAKERS`, at most MAX_BREAKERS (the least recently used
 dropped first: its endpoint starts again with a closed breaker).
 """
@@ -19,7 +20,7 @@ dropped first: its endpoint starts again with a closed breaker).
 import threading
 import time
 from collections import OrderedDict
-from typing import Callable, Hashable, List, Optional
+from typing import Callable, Dict, Hashable, List, Optional
 
 WINDOW = 10.0
 BUCKETS = 10
@@ -42,18 +43,10 @@ class Breaker:
         self.tripped = tripped
         self.clock = clock
         self._span = window / BUCKETS
-        self._buckets: List[List[int]] = [[0, 0] for _ in range(BUCKETS)]  # [total, errors]
-        self._stamps: List[int] = [-1] * BUCKETS
+        # tick (``now`` in whole bucket spans) -> [total, errors]: only the window's buckets
+        self._counts: Dict[int, List[int]] = {}
         self.tripped_until = 0.0
         self._lock = threading.Lock()
-
-    def _bucket(self, now: float) -> List[int]:
-        tick = int(now / self._span)
-        slot = tick % BUCKETS
-        if self._stamps[slot] != tick:
-            self._stamps[slot] = tick
-            self._buckets[slot] = [0, 0]
-        return self._buckets[slot]
 
     def allow(self, now: Optional[float] = None) -> bool:
         """False while tripped (the request is answered 503 and not counted)."""
@@ -62,19 +55,19 @@ class Breaker:
     def record(self, status: int, now: Optional[float] = None) -> None:
         now = self.clock() if now is None else now
         with self._lock:
-            bucket = self._bucket(now)
+            tick = int(now / self._span)
+            oldest = tick - BUCKETS + 1
+            counts = self._counts
+            for stale in [t for t in counts if not oldest <= t <= tick]:
+                del counts[stale]  # out of the window (or ahead of a time given back)
+            bucket = counts.setdefault(tick, [0, 0])
             bucket[0] += 1
             bucket[1] += status >= 500
-            oldest = int(now / self._span) - BUCKETS + 1
-            total = errors = 0
-            for stamp, (count, bad) in zip(self._stamps, self._buckets):
-                if stamp >= oldest:
-                    total += count
-                    errors += bad
+            total = sum(count for count, _ in counts.values())
+            errors = sum(bad for _, bad in counts.values())
             if total >= self.volume and errors and errors >= self.threshold * total:
                 self.tripped_until = now + self.tripped
-                self._buckets = [[0, 0] for _ in range(BUCKETS)]
-                self._stamps = [-1] * BUCKETS
+                counts.clear()
 
 
 class Breakers:
@@ -93,7 +86,7 @@ class Breakers:
                 return found
             found = self._items[key] = make()
             while len(self._items) > self.limit:
-                self._items.popitem(last=False)
+                del self._items[next(iter(self._items))]  # the least recently used
             return found
 
     def __len__(self) -> int:

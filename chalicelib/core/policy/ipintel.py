@@ -81,9 +81,9 @@ def geo(ip: str) -> Tuple[str, str, str]:
     return found.country_code or "", found.country_name or "", found.asn_name or ""
 
 
-def _load_categories(folder: str) -> Dict[str, Tuple[List[int], List[int]]]:
-    """Each category's networks as sorted, merged (starts, ends) integer ranges, IPv4 and
-    IPv6 apart (IPv6 offset past the IPv4 space)."""
+def load_categories(folder: str) -> Dict[str, Tuple[List[int], List[int]]]:
+    """Each category's networks as sorted (starts, ends) integer ranges, overlapping and
+    adjacent ones merged into one, IPv4 and IPv6 apart (IPv6 offset past the IPv4 space)."""
     out: Dict[str, Tuple[List[int], List[int]]] = {}
     total = 0
     try:
@@ -97,13 +97,14 @@ def _load_categories(folder: str) -> Dict[str, Tuple[List[int], List[int]]]:
         category = name[: -len(".txt")]
         ranges = []
         try:
-            with open(os.path.join(folder, name), encoding="utf-8") as handle:
-                for number, line in enumerate(handle, 1):
-                    text = line.split("#", 1)[0].strip()
+            with open(os.path.join(folder, name), "rb") as handle:
+                for number, raw in enumerate(handle, 1):
+                    # bytes that are not UTF-8 become U+FFFD: such a line is not a network
+                    text = raw.decode(errors="replace").partition("#")[0].strip()
                     if not text:
                         continue
                     try:
-                        net = ipaddress.ip_network(text, strict=False)
+                        net = ipaddress.ip_interface(text).network  # host bits allowed
                     except ValueError:
                         log.warning("IP categories: %s line %d is not a network", name, number)
                         continue
@@ -140,7 +141,7 @@ def _category_table() -> Dict[str, Tuple[List[int], List[int]]]:
     with _lock:
         if _categories is None:
             folder = os.environ.get("EDGE_IP_CATEGORIES_DIR", "")
-            _categories = _load_categories(folder) if folder else {}
+            _categories = load_categories(folder) if folder else {}
         return _categories
 
 
