@@ -5,7 +5,7 @@ An account is the tenant every resource belongs to. Its users have a role, ``adm
 be marked as an abuse reporter, which opens ``/abuse_reports`` to it.
 """
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from chalicelib import api_keys, auth, validation
 from chalicelib.core import errors, ids, store
@@ -65,9 +65,14 @@ def _set_flag(account_id: str, enabled: bool) -> None:
 
 
 def create_user(account_id: str, role: str, name: str = "") -> str:
+    return _create_user(account_id, role, name)[0]
+
+
+def _create_user(account_id: str, role: str, name: str) -> Tuple[str, store.Item]:
+    """(the new user's id, the account item read to check the account exists)."""
     if role not in ROLES:
         raise errors.InvalidField(f"role must be one of {', '.join(ROLES)}")
-    get_account(account_id)
+    account = get_account(account_id)
     user_id = ids.new_id(ids.PREFIXES["user"])
     item = store.new_item(
         store.collection_pk(account_id, USER_COLLECTION),
@@ -77,7 +82,7 @@ def create_user(account_id: str, role: str, name: str = "") -> str:
         data={"id": user_id, "role": role, "name": name, "created_at": validation.now_rfc3339()},
     )
     store.commit([store.put_new(item)])
-    return user_id
+    return user_id, account
 
 
 @store.retrying
@@ -95,10 +100,17 @@ def set_role(account_id: str, user_id: str, role: str) -> None:
 def user_with_key(
     account_id: str, role: str, name: str = "", description: str = ""
 ) -> Dict[str, Any]:
-    """A new user of the account with one API key; the key's token is in the result."""
-    user_id = create_user(account_id, role, name)
+    """A new user of the account with one API key; the key's token is in the result. The
+    key's lookup gets the account's copied facts as the account item read for the user says
+    them (a lookup built on a guess is refused by its transaction and built again)."""
+    user_id, account = _create_user(account_id, role, name)
     key_id, token = api_keys.create_for_owner(
-        account_id, user_id, "user", description=description or f"{role} key", role=role
+        account_id,
+        user_id,
+        "user",
+        description=description or f"{role} key",
+        role=role,
+        account=account.data,
     )
     return {
         "account_id": account_id,

@@ -48,8 +48,20 @@ def create_for_owner(
     description: str = "",
     metadata: str = "",
     role: Optional[str] = None,
+    account: Optional[Dict[str, Any]] = None,
 ) -> Tuple[str, str]:
-    """A new key for a known owner (admin command and bootstrap); (key id, token)."""
+    """A new key for a known owner (admin command and bootstrap); (key id, token).
+    ``account``: the account item's data when the caller has just read it, so the key's
+    lookup copies its facts (abuse reporter, event types, IP restriction) at the first try."""
+    state: Optional[Dict[str, Any]] = None
+    if role:
+        state = {"role": role, "active": True}
+        if account is not None:
+            state.update(
+                abuse_reporter=bool(account.get("abuse_reporter")),
+                audit_types=account.get("audit_types"),
+                ip_restricted=account.get("ip_restricted") or "",
+            )
     item, token = auth.create_secret(
         account_id,
         COLLECTION,
@@ -57,7 +69,7 @@ def create_for_owner(
         owner_id,
         owner_kind,
         {"description": description, "metadata": metadata},
-        state={"role": role, "active": True} if role else None,
+        state=state,
     )
     return item.sk, token
 
