@@ -785,12 +785,44 @@ def print_http(title: str, rows: Dict[str, Any], base: str = "ssh") -> None:
         )
 
 
+# The goals, as ratios: (most, least) — a figure meets its goal when it is at most ``most``
+# (a cost) or at least ``least`` (a rate).
+GOALS = {
+    "edge_cpu_vs_sshd": (1.5, None),
+    "rps_vs_ssh": (None, 1.5),
+    "p50_vs_ssh": (1.2, None),
+    "https_cpu_vs_nginx": (1.2, None),
+    "policy_added_vs_sshd": (1.0, None),
+    "growth_cpu_vs_first": (1.15, 0.85),
+    "idle_session_kib": (64.0, None),
+}
+
+
+def judged(figure: str, value: Optional[float]) -> str:
+    """``value`` against the goal of ``figure``: "goal ≤ 1.5×: met" and the like."""
+    most, least = GOALS[figure]
+    unit = " KiB" if figure.endswith("_kib") else "×"
+    bounds = []
+    if least is not None:
+        bounds.append(f"≥ {least:g}{unit}")
+    if most is not None:
+        bounds.append(f"≤ {most:g}{unit}")
+    if value is None:
+        return f"goal {' and '.join(bounds)}: not measured"
+    met = (most is None or value <= most) and (least is None or value >= least)
+    return f"goal {' and '.join(bounds)}: {'met' if met else 'NOT met'}"
+
+
 def goal_lines(results: Dict[str, Any]) -> List[str]:
-    """The issue's goals as ratios from this run."""
+    """Each of the goals' figures from this run: its value, its ratio and whether it meets
+    its goal (:data:`GOALS`)."""
     lines = []
 
-    def ratio(a: float, b: float) -> str:
-        return f"{a / b:.2f}" if b else "-"
+    def ratio(a: float, b: float) -> Optional[float]:
+        return a / b if b else None
+
+    def x(value: Optional[float]) -> str:
+        return "-" if value is None else f"{value:.2f}×"
 
     for case, label in (
         ("get20", "small GET, 20 connections"),
@@ -800,85 +832,116 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
         if not rows or "edge" not in rows or "ssh" not in rows:
             continue
         e, s = rows["edge"], rows["ssh"]
+        cpu = ratio(e["cpu_us"]["edge"], s["cpu_us"]["sshd"])
+        rps = ratio(e["rps"], s["rps"])
         lines.append(
-            f"{label}: requests/s {ratio(e['rps'], s['rps'])}× ssh -R; edge CPU "
-            f"{e['cpu_us']['edge']:.1f} µs = {ratio(e['cpu_us']['edge'], s['cpu_us']['sshd'])}× "
-            f"sshd's {s['cpu_us']['sshd']:.1f} (edge+SDK "
+            f"{label}: edge CPU {e['cpu_us']['edge']:.1f} µs per request = {x(cpu)} sshd's "
+            f"{s['cpu_us']['sshd']:.1f} ({judged('edge_cpu_vs_sshd', cpu)}; edge+SDK "
             f"{e['cpu_us']['edge'] + e['cpu_us']['sdk']:.1f} vs sshd+ssh "
-            f"{s['cpu_us']['sshd'] + s['cpu_us']['ssh']:.1f}); p50 "
-            f"{ratio(e['p50_us'], s['p50_us'])}× ssh -R's"
+            f"{s['cpu_us']['sshd'] + s['cpu_us']['ssh']:.1f})"
         )
+        lines.append(
+            f"{label}: requests/s {e['rps']:.0f} = {x(rps)} ssh -R's {s['rps']:.0f} "
+            f"({judged('rps_vs_ssh', rps)})"
+        )
+        if case == "get1":
+            p50 = ratio(e["p50_us"], s["p50_us"])
+            lines.append(
+                f"{label}: p50 {fmt_us(e['p50_us'])} = {x(p50)} ssh -R's "
+                f"{fmt_us(s['p50_us'])} ({judged('p50_vs_ssh', p50)})"
+            )
         floor = rows.get("floor")
         if floor:
             lines.append(
                 f"  the floor (a bare asyncio relay over TLS in the edge's place): "
                 f"{floor['cpu_us']['front']:.1f} µs = "
-                f"{ratio(floor['cpu_us']['front'], s['cpu_us']['sshd'])}× sshd's; the edge "
-                f"{ratio(e['cpu_us']['edge'], floor['cpu_us']['front'])}× the floor"
+                f"{x(ratio(floor['cpu_us']['front'], s['cpu_us']['sshd']))} sshd's; the edge "
+                f"{x(ratio(e['cpu_us']['edge'], floor['cpu_us']['front']))} the floor"
             )
     sweep = results.get("sweep")
     if sweep and all("edge" in rows and "direct" in rows for rows in sweep.values()):
-        worst = max(
-            sweep.items(),
-            key=lambda kv: kv[1]["edge"]["p50_us"] / max(1, kv[1]["direct"]["p50_us"]),
-        )
         stalls = [
             size
             for size, rows in sweep.items()
             if rows["edge"]["p50_us"] >= 30000 and rows["direct"]["p50_us"] < 10000
         ]
         lines.append(
-            f"POST sweep at 1 connection: edge p50 over 30 ms where direct is under "
-            f"10 ms at: {', '.join(stalls) or 'no size'} (worst edge/direct p50: "
-            f"{worst[0]})"
+            f"POST sweep at 1 connection: edge p50 over 30 ms where direct is under 10 ms at: "
+            f"{', '.join(stalls) or 'no size'} (goal: no stall at any size: "
+            f"{'NOT met' if stalls else 'met'})"
         )
     if sweep and "1 MiB" in sweep and "ssh" in sweep["1 MiB"]:
         one = sweep["1 MiB"]
+        rps = ratio(one["edge"]["rps"], one["ssh"]["rps"])
         lines.append(
-            f"1 MiB POST, 1 connection: {ratio(one['edge']['rps'], one['ssh']['rps'])}× ssh -R"
+            f"1 MiB POST, 1 connection: requests/s {x(rps)} ssh -R's ({judged('rps_vs_ssh', rps)})"
         )
-    if results.get("post20"):
+    if results.get("post20") and "ssh" in results["post20"]:
         rows = results["post20"]
-        if "ssh" in rows:
-            lines.append(
-                f"1 MiB POST, 20 connections: {ratio(rows['edge']['rps'], rows['ssh']['rps'])}× "
-                f"ssh -R; upstream CPU behind the edge "
-                f"{ratio(rows['edge']['cpu_us']['upstream'], rows['ssh']['cpu_us']['upstream'])}× "
-                "behind ssh"
-            )
+        rps = ratio(rows["edge"]["rps"], rows["ssh"]["rps"])
+        lines.append(
+            f"1 MiB POST, 20 connections: requests/s {x(rps)} ssh -R's "
+            f"({judged('rps_vs_ssh', rps)}); upstream CPU behind the edge "
+            f"{x(ratio(rows['edge']['cpu_us']['upstream'], rows['ssh']['cpu_us']['upstream']))} "
+            "behind ssh"
+        )
     if results.get("bulk"):
         for label, rows in results["bulk"].items():
+            rate = ratio(rows["edge"]["mbps"], rows["ssh"]["mbps"])
             lines.append(
-                f"TCP bulk {label}: {ratio(rows['edge']['mbps'], rows['ssh']['mbps'])}× ssh -R "
-                f"({rows['edge']['mbps']:.0f} vs {rows['ssh']['mbps']:.0f} MB/s)"
+                f"TCP bulk {label}: {rows['edge']['mbps']:.0f} MB/s = {x(rate)} ssh -R's "
+                f"{rows['ssh']['mbps']:.0f} ({judged('rps_vs_ssh', rate)})"
             )
     if results.get("https"):
         rows = results["https"]
         e, n = rows["edge"]["cpu_us"], rows["nginx"]["cpu_us"]
+        cpu = ratio(e["edge"], n["nginx"])
         lines.append(
-            f"HTTPS, new TLS connection per request: edge CPU {e['edge']:.0f} µs = "
-            f"{ratio(e['edge'], n['nginx'])}× nginx's {n['nginx']:.0f} µs"
+            f"HTTPS, new TLS connection per request: edge CPU {e['edge']:.0f} µs = {x(cpu)} "
+            f"nginx's {n['nginx']:.0f} µs ({judged('https_cpu_vs_nginx', cpu)})"
         )
         if "floor" in rows:
             f = rows["floor"]["cpu_us"]["front"]
             lines.append(
                 f"  the floor (a bare asyncio TLS listener and relay in the edge's place): "
-                f"{f:.0f} µs = {ratio(f, n['nginx'])}× nginx's; the edge {ratio(e['edge'], f)}× "
-                "the floor"
+                f"{f:.0f} µs = {x(ratio(f, n['nginx']))} nginx's; the edge "
+                f"{x(ratio(e['edge'], f))} the floor"
             )
     if results.get("policy"):
         rows = results["policy"]
+        added = rows["edge:policy"]["cpu_us"]["edge"] - rows["edge"]["cpu_us"]["edge"]
+        sshd = results.get("get20", {}).get("ssh", {}).get("cpu_us", {}).get("sshd")
+        share = ratio(added, sshd) if sshd else None
         lines.append(
-            f"5-rule policy vs none: edge CPU per request "
-            f"{ratio(rows['edge:policy']['cpu_us']['edge'], rows['edge']['cpu_us']['edge'])}× "
-            f"({rows['edge:policy']['cpu_us']['edge']:.0f} vs {rows['edge']['cpu_us']['edge']:.0f} µs)"
+            f"5-rule policy: edge CPU added per request {added:.1f} µs "
+            f"({rows['edge:policy']['cpu_us']['edge']:.0f} vs "
+            f"{rows['edge']['cpu_us']['edge']:.0f}) = {x(share)} sshd's whole request "
+            f"({judged('policy_added_vs_sshd', share)}"
+            + ("" if sshd else "; sshd's from get20, not run")
+            + ")"
         )
     if results.get("cores"):
-        rows = list(results["cores"].values())
+        labels = list(results["cores"])
+        first, last = results["cores"][labels[0]], results["cores"][labels[-1]]
         lines.append(
-            f"the edge on {list(results['cores'])[-1]} against 1: requests/s "
-            f"{ratio(rows[-1]['rps'], rows[0]['rps'])}×; its core threads' shares of the core's "
-            f"CPU: {', '.join(f'{x:.0%}' for x in rows[-1]['core_thread_shares'])}"
+            f"the edge on {labels[-1]} against {labels[0]}: requests/s "
+            f"{x(ratio(last['rps'], first['rps']))}; its core threads' shares of the core's "
+            f"CPU: {', '.join(f'{v:.0%}' for v in last['core_thread_shares'])}"
+        )
+    growth = results.get("growth")
+    if growth:
+        rows = list(growth["rows"].items())
+        base = rows[0][1]["cpu_us"]["edge"]
+        for label, row in rows[1:]:
+            grown = ratio(row["cpu_us"]["edge"], base)
+            lines.append(
+                f"growth, {label}: edge CPU per request {x(grown)} what it was with {rows[0][0]} "
+                f"({judged('growth_cpu_vs_first', grown)})"
+            )
+        kib = growth.get("idle_session_kb")
+        lines.append(
+            f"memory per idle agent session: {kib} KiB ({judged('idle_session_kib', kib)}); per "
+            f"request in flight: {growth.get('in_flight_request_kb')} KiB"
         )
     return lines
 
