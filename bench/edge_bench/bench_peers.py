@@ -113,10 +113,9 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
-def thread_cpu(pid: int) -> Dict[str, float]:
-    """utime + stime (seconds) of ``pid``'s threads by kind: the compiled core's worker
-    threads (named "edge-core" by edge_core/src/carrier.rs) and the rest (Python's)."""
-    out = {"core": 0.0, "python": 0.0}
+def threads(pid: int) -> List[tuple]:
+    """(thread id, name, utime + stime seconds) of each of ``pid``'s threads now."""
+    out = []
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -125,28 +124,26 @@ def thread_cpu(pid: int) -> Dict[str, float]:
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as fh:
                 text = fh.read()
-        except OSError:
+        except OSError:  # a thread that ended meanwhile
             continue
-        name = text[text.index("(") + 1 : text.rindex(")")]
         fields = text.rsplit(")", 1)[1].split()
-        kind = "core" if name.startswith("edge-core") else "python"
-        out[kind] += (int(fields[11]) + int(fields[12])) / CLK
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        out.append((int(tid), name, (int(fields[11]) + int(fields[12])) / CLK))
+    return out
+
+
+def thread_cpu(pid: int) -> Dict[str, float]:
+    """utime + stime (seconds) of ``pid``'s threads by kind: the compiled core's worker
+    threads (named "edge-core" by edge_core/src/carrier.rs) and the rest (Python's)."""
+    out = {"core": 0.0, "python": 0.0}
+    for _, name, seconds in threads(pid):
+        out["core" if name.startswith("edge-core") else "python"] += seconds
     return out
 
 
 def core_threads_cpu(pid: int) -> Dict[int, float]:
     """utime + stime (seconds) of each of ``pid``'s core worker threads, by thread id."""
-    out: Dict[int, float] = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
-                text = fh.read()
-        except OSError:
-            continue
-        if text[text.index("(") + 1 : text.rindex(")")].startswith("edge-core"):
-            fields = text.rsplit(")", 1)[1].split()
-            out[int(tid)] = (int(fields[11]) + int(fields[12])) / CLK
-    return out
+    return {tid: seconds for tid, name, seconds in threads(pid) if name.startswith("edge-core")}
 
 
 def pin(pid: int, cpus: set) -> None:
