@@ -55,7 +55,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple, TypeGuard
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeGuard
 
 from urllib.parse import urlsplit
 
@@ -131,21 +131,54 @@ class Routed:
         return Hop(self.endpoint_id, self.url, self.host, self.account_id)
 
 
-class _Cache:
-    def __init__(self, seconds: float):
+class TimedCache:
+    """Values kept ``seconds`` from the start of their load, at most 10000 keys (the expired
+    ones go first). A key's load is shared: the requests that want it while it loads wait for
+    that one load (once a second, 20 connections arriving at an expired entry made 20 store
+    reads before). The load runs as a task of its own, so a request that goes away does not
+    cancel it for the others; a load that fails fails each of them, and the next request
+    loads again."""
+
+    def __init__(self, seconds: float, clock: Optional[Callable[[], float]] = None):
         self.seconds = seconds
+        self._clock = clock
         self._values: Dict[Any, Tuple[float, Any]] = {}
+        self._loading: Dict[Any, "asyncio.Task[Any]"] = {}
 
     async def get(self, key: Any, load) -> Any:
-        now = time.monotonic()
         hit = self._values.get(key)
-        if hit is not None and hit[0] > now:
+        if hit is not None and hit[0] > self.clock():
             return hit[1]
-        value = await load()
-        self._values[key] = (now + self.seconds, value)
+        task = self._loading.get(key)
+        if task is None:
+            task = self._loading[key] = asyncio.ensure_future(self._load(key, load))
+            task.add_done_callback(_retrieved)
+        return await asyncio.shield(task)
+
+    async def _load(self, key: Any, load) -> Any:
+        started = self.clock()
+        try:
+            value = await load()
+        finally:
+            del self._loading[key]
+        self._values[key] = (started + self.seconds, value)
         if len(self._values) > 10000:
+            now = self.clock()
             self._values = {k: v for k, v in self._values.items() if v[0] > now}
         return value
+
+    def loads_in_flight(self) -> int:
+        return len(self._loading)
+
+    def clock(self) -> float:
+        """The given clock, else ``time.monotonic`` (looked up at each call)."""
+        return self._clock() if self._clock is not None else time.monotonic()
+
+
+def _retrieved(task: "asyncio.Task[Any]") -> None:
+    """A failed load every waiter left: its exception is not logged as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _enabled(module: Optional[Dict[str, Any]]) -> TypeGuard[Dict[str, Any]]:
@@ -162,7 +195,7 @@ def _port_of(url: str) -> Optional[int]:
 class EdgeRouter:
     def __init__(self, edge: Any):
         self.edge = edge
-        self._cache = _Cache(CACHE_SECONDS)
+        self._cache = TimedCache(CACHE_SECONDS)
 
     # ---- reads (cached) ---------------------------------------------------------------------
     async def _https_edge(self, hostport: str):
