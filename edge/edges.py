@@ -167,6 +167,13 @@ class TimedCache:
             self._values = {k: v for k, v in self._values.items() if v[0] > now}
         return value
 
+    def peek(self, key: Any, default: Any = None) -> Any:
+        """The value of ``key`` while it is kept, else ``default`` (no load, no wait)."""
+        hit = self._values.get(key)
+        if hit is not None and hit[0] > self.clock():
+            return hit[1]
+        return default
+
     def loads_in_flight(self) -> int:
         return len(self._loading)
 
@@ -219,6 +226,11 @@ class EdgeRouter:
             ("ipp", account_id, tuple(policy_ids)),
             lambda: self.edge.call(ip_rules.rules_of, account_id, list(policy_ids)),
         )
+
+    def ip_restrictions_now(self, account_id: str) -> Optional[List[Dict[str, Any]]]:
+        """The account's IP restrictions as :meth:`ip_restrictions` has them kept now, None
+        when it would have to read them."""
+        return self._cache.peek(("ipx", account_id))
 
     async def ip_restrictions(self, account_id: str) -> List[Dict[str, Any]]:
         """The account's IP restrictions (edge/ip_restrictions.py), cached CACHE_SECONDS."""

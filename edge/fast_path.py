@@ -75,6 +75,13 @@ SCHEMES = ("http", "https")
 QUIET_SECONDS = 1.0
 
 
+def _plain_of(restrictions: List[Dict[str, Any]]) -> bool:
+    """No ``endpoints`` IP restriction with IP policies among the account's restrictions."""
+    return not any(
+        r.get("type") == ip_restrictions.ENDPOINTS and r.get("ip_policy_ids") for r in restrictions
+    )
+
+
 class _Request:
     """What a served request's record reads of its head (events.http_record): read from the
     core's ``Exchange`` when a record is made (most requests are only counted)."""
@@ -191,11 +198,7 @@ class FastPath:
 
     async def _plain(self, tunnel: Any) -> bool:
         """The rules read through a cache that may wait: the account's IP restrictions."""
-        restrictions = await self.edge.router.ip_restrictions(tunnel.account_id)
-        return not any(
-            r.get("type") == ip_restrictions.ENDPOINTS and r.get("ip_policy_ids")
-            for r in restrictions
-        )
+        return _plain_of(await self.edge.router.ip_restrictions(tunnel.account_id))
 
     # ---- pushing ------------------------------------------------------------------------------
     def sync(self, host: str) -> None:
@@ -283,6 +286,35 @@ class FastPath:
         finally:
             self._pending.discard(where)
 
+    def _renewed(self, where: Tuple[str, str], held: tuple, tunnel: Any, now: float) -> bool:
+        """A used route whose facts are all kept now (the same tunnel, its account's IP
+        restrictions in the router's cache, on HTTPS the same certificates), checked without a
+        wait: dropped if they no longer make it plain, renewed in the core once half its
+        ROUTE_TTL has passed (not at every refresh). False when a check would have to wait or
+        something changed: then :meth:`_push` decides, as for a new route."""
+        key, was, until, cert = held
+        if tunnel is not was:
+            return False
+        restrictions = self.edge.router.ip_restrictions_now(tunnel.account_id)
+        if restrictions is None:
+            return False
+        scheme, host = where
+        if scheme == "https" and (
+            not self.edge.tls.loaded.is_set()
+            or not self.edge.serves_name(host)
+            or self._cert(host) != cert
+            or self._cert(self.edge.settings.base_domain) != self._nameless
+        ):
+            return False
+        if not _plain_of(restrictions):
+            self._drop(where)
+        elif until - now < ROUTE_TTL / 2:
+            self.edge.carrier.set_route(
+                host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL, scheme, cert
+            )
+            self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert)
+        return True
+
     def _drop(self, where: Tuple[str, str]) -> None:
         held = self.routes.pop(where, None)
         self.edge.carrier.drop_route(where[1], where[0])
@@ -310,11 +342,13 @@ class FastPath:
         used = self._used
         for key in [k for k, at in used.items() if at < now - ROUTE_KEEP]:
             del used[key]
-        for where, (key, _, until, _) in list(self.routes.items()):
-            if self.candidate(where[1], where[0]) is None:
+        for where, held in list(self.routes.items()):
+            key, _, until, _ = held
+            tunnel = self.candidate(where[1], where[0])
+            if tunnel is None:
                 self._drop(where)
             elif key in used:
-                if where not in self._pending:
+                if where not in self._pending and not self._renewed(where, held, tunnel, now):
                     self._pending.add(where)
                     asyncio.ensure_future(self._push(where))
             elif until <= now:

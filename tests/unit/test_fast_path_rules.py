@@ -143,3 +143,74 @@ def test_an_endpoint_whose_bodies_the_inspector_captures_is_not(core):
     tunnel = _tunnel(core)
     hub_of(edge).inspector.capture[("ac_1", "ep_1")] = (True, float("inf"))
     assert _candidate(edge, tunnel) is None
+
+
+class _Carrier:
+    """The core's route table as FastPath drives it: what was set and dropped."""
+
+    def __init__(self):
+        self.set, self.dropped = [], []
+
+    def set_route(self, host, key, mux, tunnel_id, ttl, scheme, cert):
+        self.set.append((scheme, host, key))
+
+    def drop_route(self, host, scheme):
+        self.dropped.append((scheme, host))
+
+    def set_nameless_cert(self, number):
+        pass
+
+
+class _Router:
+    """The router's cache of the account's IP restrictions: ``kept`` is what it holds now
+    (None: it would have to read them), ``loads`` counts the reads."""
+
+    def __init__(self):
+        self.kept, self.loads = None, 0
+
+    def ip_restrictions_now(self, account_id):
+        return self.kept
+
+    async def ip_restrictions(self, account_id):
+        self.loads += 1
+        self.kept = self.kept if self.kept is not None else []
+        return self.kept
+
+
+def test_a_used_route_is_checked_at_each_refresh_and_renewed_in_the_core_at_half_its_ttl(core):
+    """A refresh checks a route that served through what the caches keep, without a task or
+    a wait; the core's copy is set again only once half its ROUTE_TTL has passed; a rule that
+    now fails drops it at once; facts the caches no longer keep send it the whole way again."""
+    from edge import fast_path
+
+    edge = _edge()
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.tls.loaded = asyncio.Event()  # no certificates yet: the HTTPS listener's route waits
+    where = ("http", HOST)
+
+    async def run():
+        edge.registry.by_host[HOST] = _tunnel(core, proto="http")
+        paths = FastPath(edge)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        assert edge.carrier.set == [("http", HOST, 1)] and edge.router.loads >= 1
+        loads = edge.router.loads
+        for _ in range(5):
+            paths.refresh()
+        assert edge.carrier.set == [("http", HOST, 1)] and not paths._pending
+        key, tunnel, until, cert = paths.routes[where]
+        aged = until - fast_path.ROUTE_TTL / 2 - 0.01  # half the TTL has passed
+        paths.routes[where] = (key, tunnel, aged, cert)
+        paths.refresh()
+        assert edge.carrier.set == [("http", HOST, 1)] * 2 and paths.routes[where][2] > aged
+        paths.refresh()
+        assert len(edge.carrier.set) == 2  # renewed: not again at the next refresh
+        edge.router.kept = None  # the cache let the restrictions go: the whole way again
+        paths.refresh()
+        await asyncio.sleep(0.01)
+        assert edge.router.loads == loads + 1 and len(edge.carrier.set) == 3
+        edge.router.kept = [{"type": "endpoints", "ip_policy_ids": ["ipp_1"]}]
+        paths.refresh()  # a rule that fails now: dropped at once, without a wait
+        assert where not in paths.routes and edge.carrier.dropped[-1] == where
+
+    core.loop.run_until_complete(run())
