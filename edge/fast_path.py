@@ -334,9 +334,11 @@ class FastPath:
         inspector), and the routes that served within ROUTE_KEEP renewed through the cached
         checks; a route idle longer expires in the core (its next request is Python's, which
         pushes it again)."""
-        for key in self._retired:
-            if key not in {held[0] for held in self.routes.values()}:
-                self.hops.pop(key, None)
+        if self._retired:
+            live = {held[0] for held in self.routes.values()}
+            for key in self._retired:
+                if key not in live:
+                    self.hops.pop(key, None)
         self._retired = []
         now = asyncio.get_running_loop().time()
         used = self._used
