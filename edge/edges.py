@@ -131,6 +131,9 @@ class Routed:
         return Hop(self.endpoint_id, self.url, self.host, self.account_id)
 
 
+_MISSING = object()
+
+
 class TimedCache:
     """Values kept ``seconds`` from the start of their load, at most 10000 keys (the expired
     ones go first). A key's load is shared: the requests that want it while it loads wait for
@@ -146,9 +149,9 @@ class TimedCache:
         self._loading: Dict[Any, "asyncio.Task[Any]"] = {}
 
     async def get(self, key: Any, load) -> Any:
-        hit = self._values.get(key)
-        if hit is not None and hit[0] > self.clock():
-            return hit[1]
+        kept = self.peek(key, _MISSING)
+        if kept is not _MISSING:
+            return kept
         task = self._loading.get(key)
         if task is None:
             task = self._loading[key] = asyncio.ensure_future(self._load(key, load))
