@@ -20,7 +20,7 @@ import asyncio
 import logging
 import socket
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import edge_core
 from edge import session
@@ -66,6 +66,8 @@ PublicHandler = Callable[
 ]
 # The requests the core served since the last batch (edge/fast_path.py records them).
 ServedHandler = Callable[[List[tuple]], None]
+# The decided routes' requests waiting for a decision (edge/decided.py decides them).
+AskedHandler = Callable[[List[tuple]], None]
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class Carrier:
         self._sessions: Dict[int, session.MuxSession] = {}  # the core's key -> session
         self._public: Dict[int, PublicHandler] = {}  # public listener id -> handler
         self.on_served: Optional[ServedHandler] = None
+        self.on_asked: Optional[AskedHandler] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._splices: Dict[int, asyncio.Future] = {}  # splice id -> its end's (in, out)
 
@@ -186,11 +189,40 @@ class Carrier:
         ttl: float,
         scheme: str = "http",
         cert: int = 0,
+        decided: bool = False,
     ) -> None:
         """The core serves ``host``'s requests on the listener of ``scheme`` itself for
         ``ttl`` seconds (unless set again), on proxy streams of ``mux`` carrying
-        ``tunnel_id``; its records name ``key``. HTTPS: with certificate ``cert``."""
-        self._core.set_route(host, key, mux.core, tunnel_id, ttl, scheme=scheme, cert=cert)
+        ``tunnel_id``; its records name ``key``. HTTPS: with certificate ``cert``.
+        ``decided``: each request is handed to ``on_asked`` first and carried as decided
+        (``decide_*``)."""
+        self._core.set_route(
+            host, key, mux.core, tunnel_id, ttl, scheme=scheme, cert=cert, decided=decided
+        )
+
+    def decide_forward(self, ticket: int, head: bytes, memo: Any = None) -> bool:
+        """Ticket ``ticket``'s request goes on to its route's agent with ``head``; ``memo``
+        comes back with its served row. False when nothing waits for the ticket."""
+        return self._core.decide_forward(ticket, head, memo)
+
+    def decide_respond(
+        self, ticket: int, status: int, head: bytes, body: bytes, close: bool, memo: Any = None
+    ) -> bool:
+        """Ticket ``ticket``'s request is answered with ``head`` and ``body``; the connection
+        ends after when ``close`` or when the request has a body."""
+        return self._core.decide_respond(ticket, status, head, body, close, memo)
+
+    def decide_close(self, ticket: int) -> bool:
+        return self._core.decide_close(ticket)
+
+    def decide_python(self, ticket: int) -> bool:
+        """Ticket ``ticket``'s connection goes to the public listener's handler, its request
+        included, as an unrouted one would."""
+        return self._core.decide_python(ticket)
+
+    def deciding(self) -> int:
+        """Decided routes' requests waiting for a decision now."""
+        return self._core.deciding()
 
     def set_quiet(self, key: int, quiet: bool) -> None:
         """Route ``key`` quiet: the core counts its requests (``take_tallies``) instead of
@@ -288,7 +320,7 @@ class Carrier:
         return self._core.splice_counts()
 
     def _take(self) -> None:
-        handed, events, conns, served, spliced = self._core.take()
+        handed, events, conns, served, spliced, asked = self._core.take()
         for listener, conn, ip, port, sni, alpn in handed:
             handler = self._handlers.get(listener)
             if handler is None:  # the listener was closed meanwhile
@@ -311,6 +343,12 @@ class Carrier:
             asyncio.ensure_future(public(sock, data, first, tls, (ip, port), local))
         if served and self.on_served is not None:
             self.on_served(served)
+        if asked:
+            if self.on_asked is not None:
+                self.on_asked(asked)
+            else:  # nobody decides: each connection is Python's, as it came
+                for row in asked:
+                    self._core.decide_python(row[0])
         for splice_id, carried_in, carried_out in spliced:
             done = self._splices.pop(splice_id, None)
             if done is not None and not done.done():

@@ -11,8 +11,10 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
   backend), and no cluster is configured (a cluster's listener may relay a connection);
 - it is not pooled (a pool picks a member per connection) and its name is not banned;
 - it has no traffic policy and no Bind option enforced per request (no
-  ``tunnel.enforcement.policy``, which edge/http_policy.py would run: basic or OAuth/OIDC auth, IP restrictions, header changes, compression, the WAF, the
-  modules), no circuit breaker, no WebSocket-TCP converter, no PROXY protocol header, and
+  ``tunnel.enforcement.policy``, which edge/http_policy.py would run: basic or OAuth/OIDC
+  auth, IP restrictions, header changes, compression, the WAF, the modules), or one that
+  needs only the request's head (``decided.decidable``: the route is then *decided*, each
+  request's policy run by edge/decided.py on the head the core read), no circuit breaker, no WebSocket-TCP converter, no PROXY protocol header, and
   forwards HTTP/1.1 (not ``app_protocol`` http2);
 - its account has no ``endpoints`` IP restriction and the traffic inspector does not capture
   its bodies (both as the router's and the inspector's caches know them);
@@ -46,6 +48,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from edge import ip_restrictions, tls_spec
+from edge.decided import Decider, decidable, policy_of
 from edge.edges import CACHE_SECONDS, Hop
 from edge.events import Counted
 from edge.observe import hub_of
@@ -135,9 +138,12 @@ class FastPath:
     def __init__(self, edge: Any):
         self.edge = edge
         # (scheme, host) -> (route key, tunnel, until: the loop's time when the core's copy
-        # expires, certificate number: 0 on the plain-HTTP listener)
-        self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int]] = {}
+        # expires, certificate number: 0 on the plain-HTTP listener, decided: its requests are
+        # decided by its traffic policy first, edge/decided.py)
+        self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int, bool]] = {}
         self.hops: Dict[int, Hop] = {}  # route key -> its tunnel's Hop (what records name)
+        self.where: Dict[int, Tuple[str, str]] = {}  # route key -> (scheme, host)
+        self.decider = Decider(edge, self.route_of, self._sync)
         self._keys = itertools.count(1)
         # the certificates pushed: what identifies a pair -> its number in the core
         self.certs: Dict[Tuple[str, str], int] = {}
@@ -163,6 +169,7 @@ class FastPath:
         self.edge.carrier.clear_routes()
         self.routes.clear()
         self.hops.clear()
+        self.where.clear()
 
     # ---- the rules ----------------------------------------------------------------------------
     def candidate(self, host: str, scheme: str = "http") -> Any:
@@ -182,9 +189,9 @@ class FastPath:
         mux = getattr(tunnel.session, "mux", None)
         if type(mux) is not MuxSession or mux.closed:
             return None
-        enforcement = tunnel.enforcement
+        policy = policy_of(tunnel)
         if (
-            (enforcement is not None and enforcement.policy is not None)
+            (policy is not None and not decidable(policy))
             or tunnel.breaker is not None
             or tunnel.ws_tcp
             or tunnel.proxy_proto
@@ -212,7 +219,9 @@ class FastPath:
         tunnel = self.candidate(host, scheme)
         where = (scheme, host)
         held = self.routes.get(where)
-        if tunnel is None or (held is not None and held[1] is not tunnel):
+        if tunnel is None or (
+            held is not None and (held[1] is not tunnel or held[4] != _decided(tunnel))
+        ):
             self._drop(where)
             held = None
         if tunnel is None or where in self._pending:
@@ -276,11 +285,13 @@ class FastPath:
                 key = next(self._keys)
                 self._used[key] = now
             until = now + ROUTE_TTL
+            decided = _decided(tunnel)
             self.edge.carrier.set_route(
-                host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL, scheme, cert
+                host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL, scheme, cert, decided
             )
-            self.routes[where] = (key, tunnel, until, cert)
+            self.routes[where] = (key, tunnel, until, cert, decided)
             self.hops[key] = Hop.of_tunnel(tunnel)
+            self.where[key] = where
         except Exception:
             log.exception("pushing the %s route of %s", scheme, host)
         finally:
@@ -292,8 +303,8 @@ class FastPath:
         wait: dropped if they no longer make it plain, renewed in the core once half its
         ROUTE_TTL has passed (not at every refresh). False when a check would have to wait or
         something changed: then :meth:`_push` decides, as for a new route."""
-        key, was, until, cert = held
-        if tunnel is not was:
+        key, was, until, cert, decided = held
+        if tunnel is not was or decided != _decided(tunnel):
             return False
         restrictions = self.edge.router.ip_restrictions_now(tunnel.account_id)
         if restrictions is None:
@@ -310,9 +321,9 @@ class FastPath:
             self._drop(where)
         elif until - now < ROUTE_TTL / 2:
             self.edge.carrier.set_route(
-                host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL, scheme, cert
+                host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL, scheme, cert, decided
             )
-            self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert)
+            self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert, decided)
         return True
 
     def _drop(self, where: Tuple[str, str]) -> None:
@@ -339,13 +350,14 @@ class FastPath:
             for key in self._retired:
                 if key not in live:
                     self.hops.pop(key, None)
+                    self.where.pop(key, None)
         self._retired = []
         now = asyncio.get_running_loop().time()
         used = self._used
         for key in [k for k, at in used.items() if at < now - ROUTE_KEEP]:
             del used[key]
         for where, held in list(self.routes.items()):
-            key, _, until, _ = held
+            key, _, until, _, _ = held
             tunnel = self.candidate(where[1], where[0])
             if tunnel is None:
                 self._drop(where)
@@ -366,6 +378,19 @@ class FastPath:
                 del self.certs[identity]
                 self.edge.carrier.drop_cert(number)
 
+    def route_of(self, key: int) -> Optional[Tuple[Any, str, str]]:
+        """Route ``key``'s (tunnel, scheme, host) while the core may serve it; None once it
+        was dropped or replaced."""
+        where = self.where.get(key)
+        held = self.routes.get(where) if where is not None else None
+        if held is None or held[0] != key or where is None:
+            return None
+        return held[1], where[0], where[1]
+
+    def decide(self, rows: List[tuple]) -> None:
+        """A batch of decided routes' requests (edge/decided.py)."""
+        self.decider.decide(rows)
+
     # ---- what the core served -----------------------------------------------------------------
     def served(self, rows: List[tuple]) -> None:
         """A batch of requests the core served, into the events hub: each counted at once
@@ -378,16 +403,19 @@ class FastPath:
         now_loop, now_mono = asyncio.get_running_loop().time(), time.monotonic()
         hops, used, count, queue = self.hops, self._used, hub.count_http, hub.record
         try:
-            for key, status, (bytes_in, bytes_out, started, duration), tls, exchange in rows:
+            for key, status, (bytes_in, bytes_out, started, duration), tls, exchange, ran in rows:
                 hop = hops.get(key)
                 if hop is None:
                     continue
                 used[key] = now_loop
-                # counted at once; a tuple only for a request a record is made of
-                admitted = count(hop, "agent", status, duration, bytes_in, bytes_out, now_mono)
+                # counted at once; a tuple only for a request a record is made of (``ran``: a
+                # decided route's policy run, whose decisions are counted too)
+                admitted = count(
+                    hop, "agent", status, duration, bytes_in, bytes_out, now_mono, ran
+                )
                 if admitted is None:
-                    if key not in self._quiet:  # nothing wanted of its requests: counted
-                        self._make_quiet(key, hop, hub)  # by the core from now on
+                    if ran is None and key not in self._quiet:  # nothing wanted of a plain
+                        self._make_quiet(key, hop, hub)  # route's requests: counted by the core
                     continue
                 ended = started + duration
                 queue(
@@ -398,7 +426,7 @@ class FastPath:
                             "https" if tls else "http",
                             hop,
                             "agent",
-                            None,
+                            ran,
                             started,
                             now_perf - (now_wall - started),
                             now_perf - (now_wall - ended),
@@ -449,3 +477,8 @@ class FastPath:
             self._used[key] = now
             hub.count_quiet("agent", statuses, durations, bytes_in, bytes_out, quiet.get(key))
         hub.flush_counts()
+
+
+def _decided(tunnel: Any) -> bool:
+    """A route of ``tunnel`` is decided (its policy runs on each request) rather than plain."""
+    return policy_of(tunnel) is not None

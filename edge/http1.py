@@ -419,6 +419,25 @@ def _head(first: bytes, raw: Pairs) -> bytes:
     return b"\r\n".join([first, *map(b": ".join, raw), b"", b""])
 
 
+def request_head(event: "Request") -> bytes:
+    """The bytes of a request's head as a CLIENT connection writes it (the compiled core sends
+    a decided route's request with it: edge/decided.py)."""
+    return _head(b"%s %s HTTP/1.1" % (event.method, event.target), event.raw_headers)
+
+
+def response_head(event: "Response") -> bytes:
+    """The bytes of the head of an answer the edge writes whole, framed by its own
+    Content-Length (edge/decided.py): its fields as given, as a SERVER connection writes them
+    to an HTTP/1.1 client. LocalProtocolError when its framing fields are not valid."""
+    framing, _, _, _ = _declare(event.headers)
+    if framing:
+        _framing(framing, LocalProtocolError)
+    return _head(
+        b"HTTP/1.1 %d %s" % (event.status_code, event.reason or _phrase(event.status_code)),
+        event.raw_headers,
+    )
+
+
 class Connection:
     """One side of an HTTP/1.1 connection: ``SERVER`` reads requests and writes responses
     (the edge towards a client), ``CLIENT`` the other way (the edge towards the agent)."""

@@ -82,6 +82,23 @@ class _EdgeCollector:
             "Hosts whose requests the compiled core serves by itself",
             value=self.edge.carrier.route_count(),
         )
+        decider = self.edge.fast_path.decider
+        yield CounterMetricFamily(
+            "edge_core_http_decided",
+            "Requests of decided routes (a traffic policy's request phase run on the head the "
+            "compiled core read) that Python decided: forwarded, answered or closed",
+            value=decider.decided,
+        )
+        yield CounterMetricFamily(
+            "edge_core_http_decisions_handed_back",
+            "Requests of decided routes whose connection Python took back (the route changed)",
+            value=decider.handed,
+        )
+        yield GaugeMetricFamily(
+            "edge_core_http_deciding",
+            "Requests of decided routes waiting for Python's decision now",
+            value=self.edge.carrier.deciding(),
+        )
         yield GaugeMetricFamily(
             "edge_core_quiet_routes",
             "Plain routes whose requests the compiled core counts without a record of each "

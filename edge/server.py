@@ -151,6 +151,7 @@ class Edge:
             **({"fd": http_fd} if http_fd is not None else {"host": s.host, "port": s.http_port}),
         )
         self.carrier.on_served = self.fast_path.served
+        self.carrier.on_asked = self.fast_path.decide
         self.registry.on_change = self.fast_path.sync
         self.fast_path.start()
         # The HTTPS listener is the core's too: it terminates TLS for a plain route's host

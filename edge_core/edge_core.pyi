@@ -1,7 +1,7 @@
 """The edge's compiled core (edge_core/src): the seam's lower side. edge/carrier.py and
 edge/session.py are the only modules of the edge that import it."""
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 VERSION: str
 
@@ -23,8 +23,15 @@ Facts = Tuple[str, str, str, Optional[bytes]]
 Conn = Tuple[int, int, str, int, bytes, bool, Optional[Facts], Tuple[str, int]]
 Fields = List[Tuple[bytes, bytes]]
 # (route key, status, (body bytes in, body bytes out, started: epoch seconds, duration), served
-# over TLS, the rest of it: read only when a record needs it)
-Served = Tuple[int, int, Tuple[int, int, float, float], bool, "Exchange"]
+# over TLS, the rest of it: read only when a record needs it, the memo its decision carried: a
+# decided route's)
+Served = Tuple[int, int, Tuple[int, int, float, float], bool, "Exchange", Any]
+# A decided route's request waiting for its decision: (ticket, route key, (peer host, port),
+# (local host, port), None or the TLS facts, method, target, fields (names in lower case), no
+# body follows)
+Asked = Tuple[
+    int, int, Tuple[str, int], Tuple[str, int], Optional[Facts], bytes, bytes, Fields, bool
+]
 # A connection the core carried ended: (splice id, bytes read from the client's socket,
 # bytes written to it)
 Spliced = Tuple[int, int, int]
@@ -137,6 +144,7 @@ class Core:
         *,
         scheme: str = "http",
         cert: int = 0,
+        decided: bool = False,
     ) -> None:
         """``host``'s requests on the listener of ``scheme`` served by the core on
         ``session``'s streams for ``ttl`` seconds (unless pushed again; expired, the host is
@@ -188,10 +196,22 @@ class Core:
         pair does not load (ValueError naming it). Returns how many names are served."""
     def take(
         self,
-    ) -> Tuple[List[Handed], List[Event], List[Conn], List[Served], List[Spliced]]:
+    ) -> Tuple[List[Handed], List[Event], List[Conn], List[Served], List[Spliced], List[Asked]]:
         """Every session handed over, every event, every public connection handed over,
-        every request served and every carried connection ended, oldest first (each
-        connection's fd is the caller's)."""
+        every request served, every carried connection ended and every decided route's
+        request waiting, oldest first (each connection's fd is the caller's)."""
+    def decide_forward(self, ticket: int, head: bytes, memo: Any = None) -> bool:
+        """Ticket ``ticket``'s request on to its agent with ``head`` (request line and fields,
+        the blank line included); False when nothing waits for it."""
+    def decide_respond(
+        self, ticket: int, status: int, head: bytes, body: bytes, close: bool, memo: Any = None
+    ) -> bool:
+        """Ticket ``ticket``'s request answered with ``head`` and ``body``."""
+    def decide_close(self, ticket: int) -> bool: ...
+    def decide_python(self, ticket: int) -> bool:
+        """Ticket ``ticket``'s connection handed over, its request's bytes included."""
+    def deciding(self) -> int:
+        """Decided routes' requests waiting for a decision now."""
     def counters(self) -> Tuple[int, int, int, int]:
         """(handshakes in progress, sessions running, refused over max_handshakes, failed
         handshakes)."""

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 
+use crate::decide::Decisions;
 use crate::inbox::{Accepted, Inbox};
 use crate::mux::Limits;
 use crate::public::{
@@ -81,6 +82,8 @@ pub struct Carrier {
     pub public_counters: Arc<PublicCounters>,
     /// The quiet routes' numbers (public.rs `Tallies`).
     pub tallies: Arc<Tallies>,
+    /// The decided routes' requests waiting for Python (decide.rs).
+    pub decisions: Arc<Decisions>,
     admissions: Mutex<Vec<Arc<Admission>>>,
 }
 
@@ -118,6 +121,7 @@ impl Carrier {
             certs: Arc::new(Certs::default()),
             public_counters: Arc::new(PublicCounters::default()),
             tallies: Arc::new(Tallies::default()),
+            decisions: Arc::new(Decisions::default()),
             admissions: Mutex::new(Vec::new()),
         })
     }
@@ -203,6 +207,7 @@ impl Carrier {
             admission,
             counters: self.public_counters.clone(),
             tallies: self.tallies.clone(),
+            decisions: self.decisions.clone(),
         });
         let task = self.runtime().spawn(public::accept_loop(listener, public));
         self.listeners

@@ -46,7 +46,7 @@ pub enum Parsed<T> {
 
 pub type Field = (Vec<u8>, Vec<u8>);
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestHead {
     /// Bytes of the head, its blank line included.
     pub len: usize,

@@ -206,6 +206,10 @@ impl Conn for TlsStream<TcpStream> {
         tokio::io::split(self)
     }
 
+    fn tls_facts(&self) -> Option<TlsFacts> {
+        Some(facts(self.get_ref().1))
+    }
+
     fn hand_over(
         self,
         peer: SocketAddr,

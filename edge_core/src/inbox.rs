@@ -1,6 +1,6 @@
 //! Where the core's news waits for the edge: accepted agent sessions, the sessions' events,
-//! public connections handed over, requests served and carried connections ended, behind one
-//! wake-up descriptor.
+//! public connections handed over, requests served, carried connections ended and requests
+//! waiting for a decision, behind one wake-up descriptor.
 //!
 //! The carrier's threads push; the edge's event loop watches [`Inbox::wake_fd`] and, when it
 //! is readable, calls [`Inbox::take`] for everything queued. One byte is written when the
@@ -12,6 +12,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
+use crate::decide::Asked;
 use crate::public::{Handed, Served};
 use crate::session::Session;
 use crate::splice::Spliced;
@@ -40,6 +41,7 @@ struct Queues {
     conns: Vec<Handed>,
     served: Vec<Served>,
     spliced: Vec<Spliced>,
+    asked: Vec<Asked>,
 }
 
 impl Queues {
@@ -49,6 +51,7 @@ impl Queues {
             && self.conns.is_empty()
             && self.served.is_empty()
             && self.spliced.is_empty()
+            && self.asked.is_empty()
     }
 }
 
@@ -59,6 +62,8 @@ pub struct Taken {
     pub conns: Vec<Handed>,
     pub served: Vec<Served>,
     pub spliced: Vec<Spliced>,
+    /// Decided routes' requests waiting for Python's decision.
+    pub asked: Vec<Asked>,
 }
 
 pub struct Inbox {
@@ -111,6 +116,11 @@ impl Inbox {
         self.with(|q| q.served.push(served));
     }
 
+    /// A decided route's request, for Python to decide.
+    pub fn push_asked(&self, asked: Asked) {
+        self.with(|q| q.asked.push(asked));
+    }
+
     /// A connection the core carried ended.
     pub fn push_spliced(&self, spliced: Spliced) {
         self.with(|q| q.spliced.push(spliced));
@@ -144,12 +154,18 @@ impl Inbox {
             conns: std::mem::take(&mut q.conns),
             served: std::mem::take(&mut q.served),
             spliced: std::mem::take(&mut q.spliced),
+            asked: std::mem::take(&mut q.asked),
         }
     }
 
     pub fn len(&self) -> usize {
         let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        q.accepted.len() + q.events.len() + q.conns.len() + q.served.len() + q.spliced.len()
+        q.accepted.len()
+            + q.events.len()
+            + q.conns.len()
+            + q.served.len()
+            + q.spliced.len()
+            + q.asked.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -6,11 +6,15 @@
 //! flow control, the stream table and its bounds. Python gets the session and its streams
 //! through a typed seam (python.rs, edge_core.pyi) and keeps every decision.
 //!
+//! A route with a traffic policy is *decided* ([`decide`]): the core reads each request's
+//! head, Python decides (forward as rewritten, answer, close) and the core carries.
+//!
 //! Nothing here calls Python: accepted sessions and the sessions' events wait in an
 //! [`inbox::Inbox`] whose wake-up descriptor the edge's event loop watches, and the edge takes
 //! them in batches.
 
 pub mod carrier;
+pub mod decide;
 pub mod http;
 pub mod https;
 pub mod inbox;

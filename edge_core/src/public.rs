@@ -24,6 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio_rustls::rustls::ServerConfig;
 
+use crate::decide::{Asked, Decided, Decision, Decisions, Memo, DECIDE_TIMEOUT};
 use crate::http::{self, Framing, Parsed, RequestHead, ResponseHead};
 use crate::inbox::Inbox;
 use crate::mux::StreamError;
@@ -62,6 +63,9 @@ pub struct Route {
     /// The route is Python's again from then on, unless renewed (pushed again): what the
     /// route's rules read from caches is that old at most.
     pub until: Instant,
+    /// Each request is decided by Python first (its traffic policy's request phase:
+    /// decide.rs), then carried as Python decided; false for a plain route.
+    pub decided: bool,
 }
 
 /// Host -> plain route. Python pushes and drops; a host not here goes to Python.
@@ -207,6 +211,9 @@ pub struct Served {
     /// Seconds since the epoch at the request head, and the exchange's duration.
     pub started: f64,
     pub duration: f64,
+    /// What Python handed back with the request's decision (a decided route's), returned
+    /// with the record.
+    pub memo: Option<Memo>,
 }
 
 /// What the core counts of one route's requests while the route is quiet: Python wants no
@@ -497,6 +504,8 @@ pub struct Public {
     pub counters: Arc<PublicCounters>,
     /// The quiet routes' numbers (shared by both listeners).
     pub tallies: Arc<Tallies>,
+    /// The decided routes' requests waiting for Python (shared by both listeners).
+    pub decisions: Arc<Decisions>,
 }
 
 pub async fn accept_loop(listener: TcpListener, public: Arc<Public>) {
@@ -652,6 +661,9 @@ pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
         ticket: Ticket,
     );
 
+    /// What the TLS handshake agreed, for a connection the core terminated.
+    fn tls_facts(&self) -> Option<TlsFacts>;
+
     /// Served over TLS the core terminated.
     const TLS: bool;
 }
@@ -663,6 +675,10 @@ impl Conn for TcpStream {
 
     fn halves(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
         self.split()
+    }
+
+    fn tls_facts(&self) -> Option<TlsFacts> {
+        None
     }
 
     fn hand_over(
@@ -730,6 +746,79 @@ pub(crate) async fn connection<C: Conn>(
             Some(route) if http::carriable(&head) => route,
             _ => break hand_over(tcp, peer, buf, first, &public, leg, ticket),
         };
+        // a decided route's request: Python's decision first (decide.rs)
+        let mut given = Given::default();
+        if route.decided {
+            let (ticket_no, waiting) = public.decisions.ticket();
+            let len = head.len;
+            let asked = Asked {
+                ticket: ticket_no,
+                route: route.key,
+                peer,
+                local,
+                tls: tcp.tls_facts(),
+                head: head.clone(),
+            };
+            let bodiless = asked.bodiless();
+            public.inbox.push_asked(asked);
+            let Some(Decided { decision, memo }) = waiting.decided(DECIDE_TIMEOUT).await else {
+                break end_leg(leg);
+            };
+            match decision {
+                Decision::Forward { head } => {
+                    given = Given {
+                        head: Some(head),
+                        memo,
+                    }
+                }
+                Decision::Respond {
+                    status,
+                    head: response,
+                    body,
+                    close,
+                } => {
+                    let keep = bodiless && !close && !head.close;
+                    let record = Served {
+                        route: route.key,
+                        tls: C::TLS,
+                        peer,
+                        local,
+                        request_head: buf[..len].to_vec(),
+                        status,
+                        response_head: response.clone(),
+                        bytes_in: 0,
+                        bytes_out: body.len() as u64,
+                        started: wall_now(),
+                        duration: 0.0,
+                        memo,
+                    };
+                    let written = async {
+                        tcp.write_all(&response).await?;
+                        tcp.write_all(&body).await?;
+                        tcp.flush().await
+                    };
+                    let ok = tokio::time::timeout(public.spec.body_timeout, written)
+                        .await
+                        .is_ok_and(|w| w.is_ok());
+                    public.counters.served.fetch_add(1, Ordering::Relaxed);
+                    if !public.tallies.count(&record) {
+                        public.inbox.push_served(record);
+                    }
+                    if !(ok && keep) {
+                        let _ = tcp.shutdown().await;
+                        break end_leg(leg);
+                    }
+                    buf.drain(..len);
+                    first = false;
+                    continue;
+                }
+                Decision::Close => {
+                    let _ = tcp.shutdown().await;
+                    break end_leg(leg);
+                }
+                Decision::Python => break hand_over(tcp, peer, buf, first, &public, leg, ticket),
+            }
+        }
         // the proxy stream: the one kept, or a new one
         let fresh = match head.framing {
             Framing::Length(n) => {
@@ -787,6 +876,7 @@ pub(crate) async fn connection<C: Conn>(
             peer,
             local,
             &client_ip,
+            given,
         )
         .await;
         scratch.out = out;
@@ -802,6 +892,22 @@ pub(crate) async fn connection<C: Conn>(
             }
         }
     }
+}
+
+/// What Python decided of a decided route's request: the head to send (None: the core
+/// writes it, a plain route's request) and the memo its record returns.
+#[derive(Default)]
+struct Given {
+    head: Option<Vec<u8>>,
+    memo: Option<Memo>,
+}
+
+/// Seconds since the epoch.
+fn wall_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 /// The same endpoint on the same session (a route pushed again to renew it is the same).
@@ -909,14 +1015,15 @@ async fn exchange<C: Conn>(
     peer: SocketAddr,
     local: SocketAddr,
     client_ip: &str,
+    given: Given,
 ) -> (bool, Option<Leg>) {
     let started = Instant::now();
-    let wall = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
+    let wall = wall_now();
     let spec = &public.spec;
-    http::upstream_head(head, client_ip, &spec.scheme, out);
+    match given.head {
+        Some(decided) => out.extend_from_slice(&decided),
+        None => http::upstream_head(head, client_ip, &spec.scheme, out),
+    }
     let mut body_left = match head.framing {
         Framing::Length(n) => n,
         _ => 0,
@@ -954,6 +1061,7 @@ async fn exchange<C: Conn>(
         bytes_out: 0,
         started: wall,
         duration: 0.0,
+        memo: given.memo,
     };
     let host = head.host.clone();
     let result = if stream_write(&leg, out).await.is_err() {

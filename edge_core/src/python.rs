@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::carrier::{AgentListen, Carrier, Where};
+use crate::decide::{Decided, Decision, Memo};
 use crate::mux::{Limits, StreamError};
 use crate::public::{PublicListen, Route, Served};
 use crate::session;
@@ -49,8 +50,30 @@ type Conn<'py> = (
 );
 type Fields<'py> = Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>;
 /// One request the core served: (route key, status, (body bytes in, out, started, duration),
-/// served over TLS, the rest of what it was: [`Exchange`], read only when a record needs it).
-type ServedRow = (u64, u16, (u64, u64, f64, f64), bool, Exchange);
+/// served over TLS, the rest of what it was: [`Exchange`], read only when a record needs it,
+/// the memo its decision carried: a decided route's).
+type ServedRow = (
+    u64,
+    u16,
+    (u64, u64, f64, f64),
+    bool,
+    Exchange,
+    Option<Py<PyAny>>,
+);
+/// A decided route's request waiting for its decision: (ticket, route key, (peer host,
+/// port), (local host, port), None or the TLS facts, method, target, fields (names in lower
+/// case), no body follows).
+type AskedRow<'py> = (
+    u64,
+    u64,
+    (String, u16),
+    (String, u16),
+    Option<Facts>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Fields<'py>,
+    bool,
+);
 /// A carried connection that ended: (splice id, bytes read from the client, written to it).
 type SplicedRow = (u64, u64, u64);
 type Taken<'py> = (
@@ -59,6 +82,7 @@ type Taken<'py> = (
     Vec<Conn<'py>>,
     Vec<ServedRow>,
     Vec<SplicedRow>,
+    Vec<AskedRow<'py>>,
 );
 
 fn fields<'py>(py: Python<'py>, given: &[crate::http::Field]) -> Fields<'py> {
@@ -267,8 +291,9 @@ impl Core {
 
     /// `host`'s requests on the listener of `scheme` are served by the core on `session`'s
     /// streams (a plain route) for `ttl` seconds, unless pushed again; on the HTTPS listener
-    /// with the certificate `cert` (set_cert).
-    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0))]
+    /// with the certificate `cert` (set_cert); each decided by Python first when `decided`
+    /// (take's asked rows, the decide_* calls).
+    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false))]
     #[allow(clippy::too_many_arguments)]
     fn set_route(
         &self,
@@ -279,6 +304,7 @@ impl Core {
         ttl: f64,
         scheme: &str,
         cert: u64,
+        decided: bool,
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
         let routes = match scheme {
@@ -295,6 +321,7 @@ impl Core {
                 tunnel_id,
                 cert,
                 until: std::time::Instant::now() + ttl,
+                decided,
             },
         );
         Ok(())
@@ -465,13 +492,37 @@ impl Core {
         let served = taken
             .served
             .into_iter()
-            .map(|s| {
+            .map(|mut s| {
+                let memo = s
+                    .memo
+                    .take()
+                    .and_then(|m| m.downcast::<Py<PyAny>>().ok())
+                    .map(|m| *m);
                 (
                     s.route,
                     s.status,
                     (s.bytes_in, s.bytes_out, s.started, s.duration),
                     s.tls,
                     Exchange { served: s },
+                    memo,
+                )
+            })
+            .collect();
+        let asked = taken
+            .asked
+            .into_iter()
+            .map(|a| {
+                let bodiless = a.bodiless();
+                (
+                    a.ticket,
+                    a.route,
+                    (a.peer.ip().to_string(), a.peer.port()),
+                    (a.local.ip().to_string(), a.local.port()),
+                    a.tls.map(|t| (t.sni, t.version, t.cipher, t.alpn)),
+                    PyBytes::new(py, &a.head.method),
+                    PyBytes::new(py, &a.head.target),
+                    fields(py, &a.head.fields),
+                    bodiless,
                 )
             })
             .collect();
@@ -494,7 +545,51 @@ impl Core {
             .into_iter()
             .map(|s| (s.id, s.from_client, s.to_client))
             .collect();
-        (handed, taken.events, conns, served, spliced)
+        (handed, taken.events, conns, served, spliced, asked)
+    }
+
+    /// Ticket `ticket`'s request goes on to its route's agent with `head` (the request line
+    /// and fields as Python wrote them, ending with the blank line); `memo` comes back with
+    /// its record. False when nothing waits for the ticket any more.
+    #[pyo3(signature = (ticket, head, memo = None))]
+    fn decide_forward(&self, ticket: u64, head: Vec<u8>, memo: Option<Py<PyAny>>) -> bool {
+        self.decided(ticket, Decision::Forward { head }, memo)
+    }
+
+    /// Ticket `ticket`'s request is answered with `head` and `body` (as Python wrote them),
+    /// the connection closed after when `close` (or when the request has a body).
+    #[pyo3(signature = (ticket, status, head, body, close, memo = None))]
+    fn decide_respond(
+        &self,
+        ticket: u64,
+        status: u16,
+        head: Vec<u8>,
+        body: Vec<u8>,
+        close: bool,
+        memo: Option<Py<PyAny>>,
+    ) -> bool {
+        let decision = Decision::Respond {
+            status,
+            head,
+            body,
+            close,
+        };
+        self.decided(ticket, decision, memo)
+    }
+
+    /// Ticket `ticket`'s connection is closed without an answer.
+    fn decide_close(&self, ticket: u64) -> bool {
+        self.decided(ticket, Decision::Close, None)
+    }
+
+    /// Ticket `ticket`'s connection is handed to Python, this request's bytes included.
+    fn decide_python(&self, ticket: u64) -> bool {
+        self.decided(ticket, Decision::Python, None)
+    }
+
+    /// Decided routes' requests waiting for a decision now.
+    fn deciding(&self) -> usize {
+        self.carrier.decisions.len()
     }
 
     /// (handshakes in progress, sessions running, connections refused over max_handshakes,
@@ -507,6 +602,15 @@ impl Core {
             c.refused.load(Ordering::Relaxed),
             c.failed_handshakes.load(Ordering::Relaxed),
         )
+    }
+}
+
+impl Core {
+    fn decided(&self, ticket: u64, decision: Decision, memo: Option<Py<PyAny>>) -> bool {
+        let memo = memo.map(|m| Box::new(m) as Memo);
+        self.carrier
+            .decisions
+            .answer(ticket, Decided { decision, memo })
     }
 }
 

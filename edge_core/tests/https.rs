@@ -131,6 +131,7 @@ fn setup(pair: &Pair) -> (Carrier, u16, Arc<Session>, UnixStream) {
             tunnel_id: "tn_test".into(),
             cert: 3,
             until: Instant::now() + Duration::from_secs(60),
+            decided: false,
         },
     );
     (carrier, local.port(), session, agent)

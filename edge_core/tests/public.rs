@@ -77,6 +77,7 @@ fn route(session: &Arc<Session>) -> Route {
         tunnel_id: "tn_test".into(),
         cert: 0,
         until: Instant::now() + Duration::from_secs(60),
+        decided: false,
     }
 }
 
@@ -236,6 +237,7 @@ fn served_on(route: u64, status: u16, duration: f64) -> edge_core::public::Serve
         bytes_out: 5,
         started: 0.0,
         duration,
+        memo: None,
     }
 }
 
@@ -352,4 +354,212 @@ async fn a_chunked_request_with_bad_framing_is_closed() {
         read.is_err() || rest.is_empty(),
         "closed without an answer, as Python closes"
     );
+}
+
+/// The decided route's request waiting in the inbox (decide.rs); the records taken meanwhile
+/// are kept in `served`.
+async fn asked_keeping(
+    carrier: &Carrier,
+    served: &mut Vec<edge_core::public::Served>,
+) -> edge_core::decide::Asked {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut taken = carrier.inbox().take();
+        served.append(&mut taken.served);
+        if let Some(a) = taken.asked.pop() {
+            return a;
+        }
+        assert!(Instant::now() < deadline, "no request asked for a decision");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn asked(carrier: &Carrier) -> edge_core::decide::Asked {
+    asked_keeping(carrier, &mut Vec::new()).await
+}
+
+fn decided(decision: edge_core::decide::Decision) -> edge_core::decide::Decided {
+    edge_core::decide::Decided {
+        decision,
+        memo: Some(Box::new(42u32)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decided_routes_request_is_carried_as_python_decided_each_time() {
+    use edge_core::decide::Decision;
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set(
+        "d.test".into(),
+        Route {
+            decided: true,
+            ..route(&session)
+        },
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"POST /x HTTP/1.1\r\nHost: d.test\r\nContent-Length: 4\r\nX-A: 1\r\n\r\nbody")
+        .await
+        .unwrap();
+    // the head, not the body, goes to Python; the agent hears nothing before the decision
+    let row = asked(&carrier).await;
+    assert_eq!((row.route, row.head.method.as_slice()), (7, &b"POST"[..]));
+    assert_eq!(row.head.target, b"/x");
+    assert!(row.head.fields.contains(&(b"x-a".to_vec(), b"1".to_vec())));
+    assert!(!row.bodiless() && row.tls.is_none());
+    assert_eq!(carrier.decisions.len(), 1);
+    let head = b"POST /y HTTP/1.1\r\nhost: d.test\r\ncontent-length: 4\r\nx-b: 2\r\n\r\n";
+    assert!(carrier.decisions.answer(
+        row.ticket,
+        decided(Decision::Forward {
+            head: head.to_vec()
+        })
+    ));
+    assert!(
+        !carrier
+            .decisions
+            .answer(row.ticket, decided(Decision::Close)),
+        "one decision per ticket"
+    );
+    let mut served = Vec::new();
+    let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"body")).await;
+    assert!(
+        has(&got, &[&head[..], b"body"].concat()),
+        "Python's head, the client's body"
+    );
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    );
+    agent.write_all(&answer).await.unwrap();
+    read_response(&mut client, b"ok").await;
+
+    // the next request on the connection is answered by Python's response, without the agent
+    client
+        .write_all(b"GET /deny HTTP/1.1\r\nHost: d.test\r\n\r\n")
+        .await
+        .unwrap();
+    let row = asked_keeping(&carrier, &mut served).await;
+    assert!(row.bodiless());
+    let response = b"HTTP/1.1 403 Forbidden\r\ncontent-length: 2\r\n\r\n".to_vec();
+    carrier.decisions.answer(
+        row.ticket,
+        decided(Decision::Respond {
+            status: 403,
+            head: response.clone(),
+            body: b"no".to_vec(),
+            close: false,
+        }),
+    );
+    let got = read_response(&mut client, b"no").await;
+    assert_eq!(got, [&response[..], b"no"].concat());
+
+    // and the next one is handed to Python with its bytes: the route changed meanwhile
+    let third = b"GET /z HTTP/1.1\r\nHost: d.test\r\n\r\n";
+    client.write_all(third).await.unwrap();
+    let row = asked_keeping(&carrier, &mut served).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Python));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut conns = Vec::new();
+    while (conns.is_empty() || served.len() < 2) && Instant::now() < deadline {
+        let taken = carrier.inbox().take();
+        conns.extend(taken.conns);
+        served.extend(taken.served);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(conns.len(), 1);
+    assert_eq!(
+        (conns[0].data.as_slice(), conns[0].first),
+        (&third[..], false)
+    );
+    // both exchanges recorded, each with the memo its decision carried
+    assert_eq!(
+        served.iter().map(|s| s.status).collect::<Vec<_>>(),
+        vec![200, 403]
+    );
+    for s in &served {
+        let memo = s.memo.as_ref().expect("the decision's memo");
+        assert_eq!(memo.downcast_ref::<u32>(), Some(&42));
+    }
+    assert_eq!(
+        (served[1].response_head.clone(), served[1].bytes_out),
+        (response, 2)
+    );
+    assert_eq!(carrier.decisions.len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_to_a_request_with_a_body_or_a_close_decision_ends_the_connection() {
+    use edge_core::decide::Decision;
+    let (carrier, port, session, _agent) = setup(16);
+    carrier.routes.set(
+        "d.test".into(),
+        Route {
+            decided: true,
+            ..route(&session)
+        },
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"POST /deny HTTP/1.1\r\nHost: d.test\r\nContent-Length: 2\r\n\r\nhi")
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    carrier.decisions.answer(
+        row.ticket,
+        decided(Decision::Respond {
+            status: 403,
+            head: b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            body: Vec::new(),
+            close: false,
+        }),
+    );
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n");
+
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"GET /close HTTP/1.1\r\nHost: d.test\r\n\r\n")
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Close));
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).await.unwrap();
+    assert!(got.is_empty(), "closed without an answer");
+}
+
+#[tokio::test]
+async fn a_wait_that_ends_leaves_no_ticket_and_a_late_decision_is_refused() {
+    use edge_core::decide::{Decision, Decisions};
+    let decisions = Decisions::default();
+    let (first, waiting) = decisions.ticket();
+    let (second, other) = decisions.ticket();
+    assert_ne!(first, second);
+    assert_eq!(decisions.len(), 2);
+    drop(waiting); // its connection ended
+    assert_eq!(decisions.len(), 1);
+    assert!(!decisions.answer(first, decided(Decision::Close)));
+    // a wait that times out leaves too
+    assert!(other.decided(Duration::from_millis(20)).await.is_none());
+    assert!(decisions.is_empty());
+    assert!(!decisions.answer(second, decided(Decision::Close)));
+    let (third, waiting) = decisions.ticket();
+    assert!(decisions.answer(third, decided(Decision::Close)));
+    assert!(matches!(
+        waiting.decided(Duration::from_secs(5)).await,
+        Some(edge_core::decide::Decided {
+            decision: Decision::Close,
+            ..
+        })
+    ));
 }

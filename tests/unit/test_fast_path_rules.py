@@ -8,12 +8,19 @@ import types
 
 import pytest
 
+from chalicelib.core.policy import compile_policy
 from edge import carrier, tls_spec
 from edge.fast_path import FastPath
 from edge.observe import hub_of
 from edge.registry import Registry, Tunnel
 
 HOST = "plain.tunnels.localhost"
+RESPONSE_PHASE = {
+    "on_http_response": [{"actions": [{"type": "add-headers", "config": {"headers": {"a": "1"}}}]}]
+}
+REQUEST_PHASE = {
+    "on_http_request": [{"actions": [{"type": "add-headers", "config": {"headers": {"a": "1"}}}]}]
+}
 
 
 class _Tls:
@@ -91,7 +98,8 @@ def test_a_plain_endpoint_is_a_candidate_on_both_listeners(core):
 @pytest.mark.parametrize(
     "change",
     [
-        {"enforcement": types.SimpleNamespace(policy=object())},  # a policy or an option
+        # a policy (or an option made a rule) that is not decidable: edge/decided.py
+        {"enforcement": types.SimpleNamespace(policy=compile_policy(RESPONSE_PHASE))},
         {"breaker": object()},
         {"ws_tcp": True},
         {"proxy_proto": 2},
@@ -106,6 +114,13 @@ def test_a_plain_endpoint_is_a_candidate_on_both_listeners(core):
 def test_an_endpoint_that_needs_python_per_request_is_not(core, change):
     assert _candidate(_edge(), _tunnel(core, **change)) is None
     assert _candidate(_edge(), _tunnel(core, **change), "https") is None
+
+
+def test_an_endpoint_with_a_decidable_policy_is_a_candidate(core):
+    """Its route is decided (edge/decided.py): the core carries, the policy runs per head."""
+    tunnel = _tunnel(core, enforcement=types.SimpleNamespace(policy=compile_policy(REQUEST_PHASE)))
+    assert _candidate(_edge(), tunnel, "http") is tunnel
+    assert _candidate(_edge(), tunnel, "https") is tunnel
 
 
 def test_a_banned_name_a_cluster_or_no_endpoint_is_not(core):
@@ -151,7 +166,7 @@ class _Carrier:
     def __init__(self):
         self.set, self.dropped = [], []
 
-    def set_route(self, host, key, mux, tunnel_id, ttl, scheme, cert):
+    def set_route(self, host, key, mux, tunnel_id, ttl, scheme, cert, decided=False):
         self.set.append((scheme, host, key))
 
     def drop_route(self, host, scheme):
@@ -198,9 +213,9 @@ def test_a_used_route_is_checked_at_each_refresh_and_renewed_in_the_core_at_half
         for _ in range(5):
             paths.refresh()
         assert edge.carrier.set == [("http", HOST, 1)] and not paths._pending
-        key, tunnel, until, cert = paths.routes[where]
+        key, tunnel, until, cert, decided = paths.routes[where]
         aged = until - fast_path.ROUTE_TTL / 2 - 0.01  # half the TTL has passed
-        paths.routes[where] = (key, tunnel, aged, cert)
+        paths.routes[where] = (key, tunnel, aged, cert, decided)
         paths.refresh()
         assert edge.carrier.set == [("http", HOST, 1)] * 2 and paths.routes[where][2] > aged
         paths.refresh()

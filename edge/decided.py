@@ -1,0 +1,185 @@
+"""Decided routes: a route with a traffic policy whose requests the compiled core carries, each
+after Python decided it (docs/DATA_PLANE.md, "Decided routes").
+
+The core reads the request's head as it reads a plain route's and hands Python a row of it
+(the head's method, target and fields, the connection's addresses and TLS facts; no socket and
+no body); :meth:`Decider.decide` runs the request phase of the route's policy on it, as
+edge/http_policy.py runs it on the Python path, and answers with one decision: forward (the
+head as the policy left it, X-Forwarded fields included, for the core to send on its proxy
+stream), respond (the policy's answer), close, or hand the connection to Python (the route
+changed since it was pushed: nothing of the policy was run).
+
+A policy is *decidable* (:func:`decidable`) when every run of it ends in one of those without
+anything but the head: it has only ``on_http_request`` rules; each action is one of
+:data:`DECIDED_ACTIONS` (no body read, no sign-in, no outbound call, no forward-internal, no
+circuit breaker, no response-phase work); no ``restrict-ips`` names IP policies and no value
+reads a vault secret (both resolved through caches that may wait); and no header action names
+a framing field (Content-Length, Transfer-Encoding: the core frames the body by the client's
+own head). Any other policy keeps its route on the Python path whole.
+"""
+
+import functools
+import logging
+from typing import Any, Callable, List, Optional, Tuple
+
+from chalicelib.core import policy as tp
+from chalicelib.core.policy import actions as tp_actions
+from edge import http1, http_policy
+from edge.http_io import error_response, outcome_response
+
+log = logging.getLogger("edge.decided")
+
+# The actions a decided route's policy may hold: each ends its run on the head alone.
+DECIDED_ACTIONS = (
+    tp_actions.AddHeaders,
+    tp_actions.RemoveHeaders,
+    tp_actions.CustomResponse,
+    tp_actions.Deny,
+    tp_actions.CloseConnection,
+    tp_actions.Redirect,
+    tp_actions.UrlRewrite,
+    tp_actions.RestrictIps,
+    tp_actions.RateLimit,
+    tp_actions.BasicAuth,
+    tp_actions.SetVars,
+    tp_actions.Log,
+)
+FRAMING_FIELDS = ("content-length", "transfer-encoding")
+OTHER_PHASES = ("on_tcp_connect", "on_http_response", "on_event_stream_message")
+
+
+def _decidable(policy: Any) -> bool:
+    """Whether every run of ``policy`` ends in a decision the core applies (above)."""
+    if policy.ip_policy_ids or policy.secret_refs:
+        return False
+    if any(policy.has(phase) for phase in OTHER_PHASES):
+        return False
+    for rule in policy.phases.get("on_http_request") or ():
+        for action in rule.actions:
+            if type(action) not in DECIDED_ACTIONS:
+                return False
+            if isinstance(action, tp_actions.AddHeaders):
+                names = [name for name, _ in action.headers]
+            elif isinstance(action, tp_actions.RemoveHeaders):
+                names = list(action.names)
+            else:
+                continue
+            if any(name.lower() in FRAMING_FIELDS for name in names):
+                return False
+    return True
+
+
+# cached per compiled policy (shared and immutable: one per document digest)
+decidable = functools.lru_cache(maxsize=1024)(_decidable)
+
+
+def policy_of(tunnel: Any) -> Optional[Any]:
+    """The traffic policy a tunnel's requests run (its Bind options' rules included)."""
+    enforcement = tunnel.enforcement
+    return enforcement.policy if enforcement is not None else None
+
+
+# A row the core hands over: (ticket, route key, (peer host, port), (local host, port), None
+# or the TLS facts (SNI, version, cipher, ALPN), method, target, fields, no body follows).
+Asked = Tuple[int, int, Tuple[str, int], Tuple[str, int], Any, bytes, bytes, list, bool]
+
+
+class Decider:
+    """Decides the rows of one edge's decided routes (its carrier's, in its region).
+    ``route_of(key)`` gives a route key's (tunnel, scheme, host), or None when the route was
+    dropped; ``changed(host, scheme)`` is told of a route whose policy changed under it."""
+
+    def __init__(
+        self,
+        edge: Any,
+        route_of: Callable[[int], Optional[Tuple[Any, str, str]]],
+        changed: Callable[[str, str], None],
+    ):
+        self.edge = edge
+        self.route_of, self.changed = route_of, changed
+        self.decided = 0  # rows decided (forward, respond or close)
+        self.handed = 0  # rows handed back to Python with their connection
+
+    def decide(self, rows: List[Asked]) -> None:
+        carrier = self.edge.carrier
+        for row in rows:
+            ticket, key = row[0], row[1]
+            held = self.route_of(key)
+            policy = policy_of(held[0]) if held is not None else None
+            if held is None or policy is None or not decidable(policy):
+                carrier.decide_python(ticket)  # the Python path routes it from scratch
+                self.handed += 1
+                if held is not None:
+                    self.changed(held[2], held[1])
+                continue
+            try:
+                self._decide(row, held, policy)
+            except Exception:
+                log.exception("deciding a request of %s://%s", held[1], held[2])
+                carrier.decide_close(ticket)
+            self.decided += 1
+
+    def _decide(self, row: Asked, held: Tuple[Any, str, str], policy: Any) -> None:
+        ticket, _, peer, local, facts, method, target, fields, bodiless = row
+        tunnel, scheme, host = held
+        conn = tp.Conn(
+            client_ip=peer[0],
+            client_port=peer[1],
+            server_ip=local[0],
+            server_port=local[1],
+            endpoint=tp.Endpoint(
+                id=tunnel.endpoint_id or tunnel.id,
+                url=tunnel.url,
+                host=tunnel.hostname,
+                port=local[1],
+                protocol=scheme,
+                account_id=tunnel.account_id,
+            ),
+            server_region=self.edge.settings.region,
+        )
+        if facts is not None:
+            conn.tls_sni, conn.tls_version, conn.tls_cipher_suite = facts[0], facts[1], facts[2]
+        request = http1.Request(method=method, target=target, headers=fields, raw_headers=fields)
+        traffic = http_policy.Traffic(policy, conn, request, scheme, host)
+        out = policy.on_http_request(conn, traffic.req, traffic.state)
+        carrier, state = self.edge.carrier, traffic.state
+        if out.kind == tp.CONTINUE:
+            try:
+                upstream = traffic.upstream_request(peer[0], scheme)
+            except http1.LocalProtocolError as exc:
+                status, code, msg = http_policy.POLICY_BROKE
+                broke = error_response(status, code, msg.format(exc), close=True)
+                self._answer(ticket, broke, method, True, state)
+                return
+            carrier.decide_forward(ticket, http1.request_head(upstream), state)
+        elif out.kind == tp.RESPOND:
+            # the connection stays usable when no body follows and the client asked nothing else
+            close = not bodiless or _says_close(fields)
+            try:
+                answer = outcome_response(out, close=close)
+            except http1.LocalProtocolError:  # a field HTTP/1.1 refuses: closed, as the
+                carrier.decide_close(ticket)  # Python path's write fails
+                return
+            self._answer(ticket, answer, method, close, state)
+        else:  # CLOSE (nothing else is reached by a decidable policy)
+            carrier.decide_close(ticket)
+
+    def _answer(
+        self, ticket: int, events: List[Any], method: bytes, close: bool, state: Any
+    ) -> None:
+        """An answer (a head, its body or None, its end: edge/http_io.py's shapes) written as
+        http1 writes it to the client: no body for HEAD, 204 or 304."""
+        response, data = events[0], events[1]
+        try:
+            head = http1.response_head(response)
+        except http1.LocalProtocolError:
+            self.edge.carrier.decide_close(ticket)
+            return
+        status = response.status_code
+        body = b"" if data is None or method == b"HEAD" or status in (204, 304) else data.data
+        self.edge.carrier.decide_respond(ticket, status, head, body, close, state)
+
+
+def _says_close(fields: List[Tuple[bytes, bytes]]) -> bool:
+    """The client's head asks for the connection to end after this exchange."""
+    return any(name == b"connection" and b"close" in value.lower() for name, value in fields)

@@ -1,0 +1,145 @@
+//! The decision seam for routes with a traffic policy: the core reads a request's head as it
+//! does for a plain route, hands Python the head and the connection's facts as one row (no
+//! socket, no bytes of the body), and waits for Python's decision, which it then applies and
+//! carries: forward the request as Python rewrote its head, answer with Python's response,
+//! close, or hand the whole connection to Python (a route that changed meanwhile).
+//!
+//! Python never waits on the core here, and the core never calls Python: the row goes through
+//! the inbox behind the one wake-up descriptor; the decision comes back by
+//! [`Decisions::answer`] with the row's ticket. At most one decision waits per connection (a
+//! connection reads its next head only once its request is done), so the tickets waiting are
+//! bounded by the listener's connection caps; each waits at most [`DECIDE_TIMEOUT`].
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::http::{Framing, RequestHead};
+use crate::public::TlsFacts;
+
+/// Python's answer must come within this, else the connection is closed without an answer
+/// (an edge that stopped taking its inbox: nothing else would end the wait).
+pub const DECIDE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What Python hands back with a decision and gets again with the request's record (its
+/// policy run's results, for the record's decisions). Opaque to the core.
+pub type Memo = Box<dyn Any + Send + Sync>;
+
+/// A request of a decided route, waiting for Python.
+pub struct Asked {
+    pub ticket: u64,
+    /// The route's key (Python's name for it).
+    pub route: u64,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    /// The TLS the core terminated (the HTTPS listener), for the policy's `conn.tls.*`.
+    pub tls: Option<TlsFacts>,
+    pub head: RequestHead,
+}
+
+impl Asked {
+    /// No body follows the head: an answer leaves the connection usable.
+    pub fn bodiless(&self) -> bool {
+        matches!(self.head.framing, Framing::None | Framing::Length(0))
+    }
+}
+
+/// What Python decided for one request.
+pub enum Decision {
+    /// On to the route's agent with this head (request line and fields, X-Forwarded ones
+    /// included, as Python wrote it); the body follows by the client's own framing.
+    Forward { head: Vec<u8> },
+    /// Answer with this response (its head and its body, as Python wrote them); the
+    /// connection stays usable when the request had no body and `close` is false.
+    Respond {
+        status: u16,
+        head: Vec<u8>,
+        body: Vec<u8>,
+        close: bool,
+    },
+    /// Close the connection without an answer.
+    Close,
+    /// The connection is Python's from this request on (nothing was run for it).
+    Python,
+}
+
+/// A decision and the memo its record carries back.
+pub struct Decided {
+    pub decision: Decision,
+    pub memo: Option<Memo>,
+}
+
+/// The decisions waiting, by ticket (shared by both public listeners).
+#[derive(Default)]
+pub struct Decisions {
+    next: AtomicU64,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Decided>>>,
+}
+
+impl Decisions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<Decided>>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new ticket and the receiver its decision comes on.
+    pub fn ticket(&self) -> (u64, Waiting<'_>) {
+        let ticket = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = oneshot::channel();
+        self.lock().insert(ticket, tx);
+        (
+            ticket,
+            Waiting {
+                decisions: self,
+                ticket,
+                rx,
+            },
+        )
+    }
+
+    /// Python's decision for `ticket`; false when nothing waits for it (answered already,
+    /// timed out, or its connection ended).
+    pub fn answer(&self, ticket: u64, decided: Decided) -> bool {
+        let sender = self.lock().remove(&ticket);
+        match sender {
+            Some(tx) => tx.send(decided).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Decisions waiting now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One ticket's wait; its entry leaves the table when the wait ends, however it ends.
+pub struct Waiting<'a> {
+    decisions: &'a Decisions,
+    ticket: u64,
+    rx: oneshot::Receiver<Decided>,
+}
+
+impl Waiting<'_> {
+    /// The decision, or None when none came within `timeout` (or the edge dropped it).
+    pub async fn decided(mut self, timeout: Duration) -> Option<Decided> {
+        match tokio::time::timeout(timeout, &mut self.rx).await {
+            Ok(Ok(decided)) => Some(decided),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.decisions.lock().remove(&self.ticket);
+    }
+}

@@ -1,0 +1,259 @@
+"""Decided routes (edge/decided.py, edge_core/src/decide.rs), through the official Python SDK as
+a process: an endpoint whose traffic policy needs only the request's head has its requests
+carried by the compiled core, each decided by the policy's request phase in Python first; what
+the policy changed reaches the agent, what it answers reaches the client, and each request is
+counted as the core's and recorded as the Python path records it."""
+
+import json
+import socket
+import ssl
+import time
+
+import pytest
+import requests
+
+from stacks.agents import SdkAgent
+from tests.edge.support import bound, credential, host as host_of, metric, wait
+
+HEADERS = {
+    "on_http_request": [
+        {
+            "name": f"r{i}",
+            "expressions": [
+                f"req.url.path.startsWith('/echo') && !('x-block-{i}' in req.headers)"
+            ],
+            "actions": [
+                {
+                    "type": "add-headers",
+                    "config": {"headers": {f"x-rule-{i}": "${conn.client_ip}"}},
+                }
+            ],
+        }
+        for i in range(5)
+    ]
+    + [
+        {
+            "expressions": ["req.url.path == '/fixed'"],
+            "actions": [
+                {
+                    "type": "custom-response",
+                    "config": {
+                        "status_code": 418,
+                        "body": "tea ${req.method}",
+                        "headers": {"x-fixed": "1"},
+                    },
+                }
+            ],
+        },
+        {"expressions": ["req.url.path == '/deny'"], "actions": [{"type": "deny"}]},
+        {"expressions": ["req.url.path == '/close'"], "actions": [{"type": "close-connection"}]},
+        {
+            "expressions": ["req.url.path.startsWith('/old/')"],
+            "actions": [
+                {"type": "url-rewrite", "config": {"from": "/old/(.*)", "to": "/echo/$1"}}
+            ],
+        },
+        {
+            "expressions": ["req.url.path == '/broken'"],
+            "actions": [{"type": "remove-headers", "config": {"headers": ["host"]}}],
+        },
+        {
+            "expressions": ["req.url.path == '/tls'"],
+            "actions": [
+                {
+                    "type": "custom-response",
+                    "config": {"status_code": 200, "body": "${conn.tls.version} ${conn.tls.sni}"},
+                }
+            ],
+        },
+    ]
+}
+AUTH = {
+    "on_http_request": [
+        {"actions": [{"type": "basic-auth", "config": {"credentials": ["ann:pass-word-1"]}}]}
+    ]
+}
+
+
+def _counts(edge):
+    text = edge.metrics()
+    return (
+        metric(text, "edge_core_http_requests_total"),
+        metric(text, "edge_core_http_handed_over_total"),
+        metric(text, "edge_core_http_decided_total"),
+    )
+
+
+def _settled(edge):
+    """The counts once the last exchange is counted (two reads 0.2 s apart agree)."""
+    last = _counts(edge)
+    for _ in range(25):
+        time.sleep(0.2)
+        now = _counts(edge)
+        if now == last:
+            break
+        last = now
+    return last
+
+
+@pytest.fixture(scope="module")
+def decided(edge, api):
+    agent = SdkAgent(
+        edge,
+        credential(api.new_account())["token"],
+        [
+            {"proto": "http", "options": {"traffic_policy": [json.dumps(HEADERS)]}},
+            {"proto": "http", "options": {"traffic_policy": [json.dumps(AUTH)]}},
+        ],
+    )
+    urls = bound(agent.start())
+    hosts = [host_of(u["url"]) for u in urls]
+    assert wait(lambda: metric(edge.metrics(), "edge_core_http_routes") >= 2)
+    yield hosts
+    agent.stop()
+
+
+def _url(edge, path):
+    return f"http://127.0.0.1:{edge.http_port}{path}"
+
+
+def _until_decided(edge, host):
+    def decided_one():
+        before = _settled(edge)[2]
+        assert requests.get(_url(edge, "/echo"), headers={"Host": host}, timeout=10).ok
+        return _settled(edge)[2] > before
+
+    assert wait(decided_one)
+
+
+def test_a_decided_routes_requests_are_carried_by_the_core_with_the_policys_headers(edge, decided):
+    host = decided[0]
+    _until_decided(edge, host)
+    served, handed, made = _settled(edge)
+    with requests.Session() as session:
+        for i in range(10):
+            resp = session.get(
+                _url(edge, f"/echo?i={i}"),
+                headers={"Host": host, "X-Forwarded-For": "203.0.113.9", "x-block-3": "y"},
+                timeout=10,
+            )
+            assert resp.status_code == 200
+            seen = {k.lower(): v for k, v in resp.json()["headers"].items()}
+            assert resp.json()["path"] == f"/echo?i={i}"
+            assert [seen.get(f"x-rule-{r}") for r in range(5)] == ["127.0.0.1"] * 3 + [
+                None,
+                "127.0.0.1",
+            ]
+            assert seen["x-forwarded-for"] == "203.0.113.9, 127.0.0.1"
+            assert (seen["x-forwarded-proto"], seen["x-forwarded-host"]) == ("http", host)
+    # all ten carried by the core and decided by Python, none handed over
+    after = _settled(edge)
+    assert (after[0] - served, after[1] - handed, after[2] - made) == (10, 0, 10)
+
+
+def test_a_rewritten_target_reaches_the_agent(edge, decided):
+    resp = requests.get(_url(edge, "/old/a/b?q=1"), headers={"Host": decided[0]}, timeout=10)
+    assert resp.status_code == 200 and resp.json()["path"] == "/echo/a/b?q=1"
+
+
+def test_the_policys_answers_are_the_cores_and_keep_the_connection(edge, decided):
+    host = decided[0]
+    _until_decided(edge, host)
+    served, handed, _ = _settled(edge)
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as raw:
+        raw.sendall(
+            f"GET /fixed HTTP/1.1\r\nHost: {host}\r\n\r\n"
+            f"HEAD /fixed HTTP/1.1\r\nHost: {host}\r\n\r\n"
+            f"GET /deny HTTP/1.1\r\nHost: {host}\r\n\r\n"
+            f"GET /echo HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+        )
+        got = b""
+        while chunk := raw.recv(65536):
+            got += chunk
+    answers = got.split(b"HTTP/1.1 ")[1:]
+    assert [a.split(b" ", 1)[0] for a in answers] == [b"418", b"418", b"403", b"200"], got
+    assert answers[0].endswith(b"\r\n\r\ntea GET") and b"x-fixed: 1\r\n" in answers[0].lower()
+    assert answers[1].endswith(b"\r\n\r\n"), "no body to a HEAD"
+    assert _settled(edge)[:2] == (served + 4, handed)
+
+
+def test_an_answer_to_a_request_with_a_body_closes_the_connection(edge, decided):
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as raw:
+        raw.sendall(
+            f"POST /deny HTTP/1.1\r\nHost: {decided[0]}\r\nContent-Length: 5\r\n\r\nhello".encode()
+        )
+        got = b""
+        while chunk := raw.recv(65536):
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 403 ") and b"\r\nconnection: close\r\n" in got.lower()
+
+
+def test_close_connection_closes_without_an_answer(edge, decided):
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as raw:
+        raw.sendall(f"GET /close HTTP/1.1\r\nHost: {decided[0]}\r\n\r\n".encode())
+        assert raw.recv(65536) == b""
+
+
+def test_a_request_the_policy_made_invalid_is_answered_err_ngrok_2300(edge, decided):
+    resp = requests.get(_url(edge, "/broken"), headers={"Host": decided[0]}, timeout=10)
+    assert resp.status_code == 502 and resp.json()["error_code"] == "ERR_NGROK_2300"
+
+
+def test_basic_auth_is_decided_per_request(edge, decided):
+    host = decided[1]
+    _until_decided_auth = lambda: requests.get(  # noqa: E731
+        _url(edge, "/echo"), headers={"Host": host}, auth=("ann", "pass-word-1"), timeout=10
+    ).ok
+    assert wait(_until_decided_auth)
+    made = _settled(edge)[2]
+    refused = requests.get(_url(edge, "/echo"), headers={"Host": host}, timeout=10)
+    assert refused.status_code == 401 and "basic" in refused.headers["www-authenticate"].lower()
+    wrong = requests.get(
+        _url(edge, "/echo"), headers={"Host": host}, auth=("ann", "nope"), timeout=10
+    )
+    assert wrong.status_code == 401
+    ok = requests.get(
+        _url(edge, "/echo"), headers={"Host": host}, auth=("ann", "pass-word-1"), timeout=10
+    )
+    assert ok.status_code == 200 and ok.json()["path"] == "/echo"
+    assert _settled(edge)[2] - made == 3
+
+
+def test_the_decided_requests_are_in_the_request_metrics_and_policy_decisions(edge, decided):
+    def counted():
+        text = edge.metrics()
+        return (
+            metric(text, "edge_http_requests_total", status_class="4xx", endpoint_kind="agent"),
+            metric(text, "edge_policy_decisions_total"),
+        )
+
+    before = counted()
+    for _ in range(3):
+        assert (
+            requests.get(_url(edge, "/deny"), headers={"Host": decided[0]}, timeout=10).status_code
+            == 403
+        )
+    assert wait(lambda: counted()[0] - before[0] >= 3)
+
+
+def test_tls_facts_reach_the_policy_on_the_https_listener(edge, decided):
+    host = decided[0]
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.set_alpn_protocols(["http/1.1"])
+
+    def ask():
+        with socket.create_connection(("127.0.0.1", edge.https_port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname=host) as tls:
+                tls.sendall(
+                    f"GET /tls HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+                )
+                got = b""
+                while chunk := tls.recv(65536):
+                    got += chunk
+                return got
+
+    assert wait(lambda: ask().endswith(f"\r\n\r\n1.3 {host}".encode()))
+    made = _settled(edge)[2]
+    assert ask().endswith(f"\r\n\r\n1.3 {host}".encode())
+    assert _settled(edge)[2] - made == 1  # decided: the core terminated the TLS

@@ -1,0 +1,272 @@
+"""edge/decided.py: which traffic policies a decided route may run (each rule broken at its
+boundary), and the decisions made of a head the core read, against a recording carrier."""
+
+import types
+
+import pytest
+
+from chalicelib.core.policy import compile_policy
+from edge import decided
+from edge.decided import Decider, decidable
+
+
+def _req(*actions, expressions=()):
+    return {"on_http_request": [{"expressions": list(expressions), "actions": list(actions)}]}
+
+
+DECIDABLE = {
+    "add-headers": {"type": "add-headers", "config": {"headers": {"x-a": "1"}}},
+    "remove-headers": {"type": "remove-headers", "config": {"headers": ["x-a"]}},
+    "custom-response": {"type": "custom-response", "config": {"status_code": 200, "body": "hi"}},
+    "deny": {"type": "deny", "config": {"status_code": 403}},
+    "close-connection": {"type": "close-connection"},
+    "redirect": {"type": "redirect", "config": {"from": "/a", "to": "/b"}},
+    "url-rewrite": {"type": "url-rewrite", "config": {"from": "/a", "to": "/b"}},
+    "restrict-ips": {"type": "restrict-ips", "config": {"allow": ["10.0.0.0/8"]}},
+    "rate-limit": {
+        "type": "rate-limit",
+        "config": {
+            "name": "r",
+            "algorithm": "sliding_window",
+            "capacity": 10,
+            "rate": "60s",
+            "bucket_key": ["conn.client_ip"],
+        },
+    },
+    "basic-auth": {"type": "basic-auth", "config": {"credentials": ["user:password1"]}},
+    "set-vars": {"type": "set-vars", "config": {"vars": [{"a": "1"}]}},
+    "log": {"type": "log", "config": {"metadata": {"a": "1"}}},
+}
+NOT_DECIDABLE = {
+    "request-body-find-replace": {
+        "type": "request-body-find-replace",
+        "config": {"replacements": [{"from": "a", "to": "b"}]},
+    },
+    "owasp-crs-request": {"type": "owasp-crs-request", "config": {}},
+    "http-request": {"type": "http-request", "config": {"url": "https://lookup.internal/"}},
+    "forward-internal": {"type": "forward-internal", "config": {"url": "https://a.internal"}},
+    "circuit-breaker": {"type": "circuit-breaker", "config": {"error_threshold": 0.5}},
+    "verify-webhook": {"type": "verify-webhook", "config": {"provider": "github", "secret": "s"}},
+    "openid-connect": {
+        "type": "openid-connect",
+        "config": {"issuer_url": "https://i", "client_id": "c", "client_secret": "s"},
+    },
+    "restrict-ips with ip_policies": {
+        "type": "restrict-ips",
+        "config": {"ip_policies": ["ipp_0000000000000000000000001"]},
+    },
+    "a vault secret": {
+        "type": "add-headers",
+        "config": {"headers": {"x-a": "${secrets.get('vault', 'name')}"}},
+    },
+    "add-headers Content-Length": {
+        "type": "add-headers",
+        "config": {"headers": {"Content-Length": "1"}},
+    },
+    "add-headers transfer-encoding": {
+        "type": "add-headers",
+        "config": {"headers": {"transfer-encoding": "chunked"}},
+    },
+    "remove-headers content-length": {
+        "type": "remove-headers",
+        "config": {"headers": ["x-a", "Content-Length"]},
+    },
+    "remove-headers Transfer-Encoding": {
+        "type": "remove-headers",
+        "config": {"headers": ["Transfer-Encoding"]},
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECIDABLE))
+def test_a_head_only_action_is_decidable(name):
+    assert decidable(compile_policy(_req(DECIDABLE["add-headers"], DECIDABLE[name])))
+
+
+@pytest.mark.parametrize("name", sorted(NOT_DECIDABLE))
+def test_an_action_that_needs_more_than_the_head_is_not(name):
+    assert not decidable(compile_policy(_req(DECIDABLE["add-headers"], NOT_DECIDABLE[name])))
+
+
+@pytest.mark.parametrize("phase", ["on_http_response", "on_tcp_connect"])
+def test_a_rule_of_another_phase_is_not(phase):
+    action = DECIDABLE["add-headers"] if phase != "on_tcp_connect" else {"type": "deny"}
+    doc = {**_req(DECIDABLE["add-headers"]), phase: [{"actions": [action]}]}
+    assert not decidable(compile_policy(doc))
+
+
+def test_sse_rules_are_not():
+    doc = {
+        **_req(DECIDABLE["add-headers"]),
+        "on_event_stream_message": [
+            {
+                "actions": [
+                    {
+                        "type": "sse-find-replace",
+                        "config": {"replacements": [{"from": "a", "to": "b"}]},
+                    }
+                ]
+            }
+        ],
+    }
+    assert not decidable(compile_policy(doc))
+
+
+# ---- decisions ---------------------------------------------------------------------------------
+class _Carrier:
+    def __init__(self):
+        self.calls = []
+
+    def decide_forward(self, ticket, head, memo=None):
+        self.calls.append(("forward", ticket, head, memo))
+
+    def decide_respond(self, ticket, status, head, body, close, memo=None):
+        self.calls.append(("respond", ticket, status, head, body, close))
+
+    def decide_close(self, ticket):
+        self.calls.append(("close", ticket))
+
+    def decide_python(self, ticket):
+        self.calls.append(("python", ticket))
+
+
+HOST = "d.tunnels.localhost"
+
+
+def _decider(policy_doc):
+    tunnel = types.SimpleNamespace(
+        id="tn_1",
+        endpoint_id="ep_1",
+        url=f"https://{HOST}",
+        hostname=HOST,
+        account_id="ac_1",
+        enforcement=types.SimpleNamespace(policy=compile_policy(policy_doc))
+        if policy_doc is not None
+        else None,
+    )
+    edge = types.SimpleNamespace(carrier=_Carrier(), settings=types.SimpleNamespace(region="eu"))
+    changed = []
+    routes = {7: (tunnel, "http", HOST)}
+    made = Decider(edge, routes.get, lambda host, scheme: changed.append((scheme, host)))
+    return made, edge.carrier, tunnel, changed
+
+
+def _row(ticket=1, key=7, method=b"GET", target=b"/echo", fields=None, bodiless=True, tls=None):
+    fields = fields if fields is not None else [(b"host", HOST.encode()), (b"accept", b"*/*")]
+    return (
+        ticket,
+        key,
+        ("198.51.100.7", 40000),
+        ("127.0.0.1", 80),
+        tls,
+        method,
+        target,
+        fields,
+        bodiless,
+    )
+
+
+def test_a_forward_carries_the_head_as_the_policy_left_it():
+    made, carrier, _, _ = _decider(
+        _req({"type": "add-headers", "config": {"headers": {"x-ip": "${conn.client_ip}"}}})
+    )
+    made.decide([_row(fields=[(b"host", HOST.encode()), (b"x-forwarded-for", b"203.0.113.9")])])
+    ((kind, ticket, head, memo),) = carrier.calls
+    assert (kind, ticket) == ("forward", 1)
+    assert head == (
+        b"GET /echo HTTP/1.1\r\nhost: " + HOST.encode() + b"\r\nx-ip: 198.51.100.7\r\n"
+        b"x-forwarded-for: 203.0.113.9, 198.51.100.7\r\nx-forwarded-proto: http\r\n"
+        b"x-forwarded-host: " + HOST.encode() + b"\r\n\r\n"
+    )
+    assert memo.action_vars["on_http_request"]  # the run's results ride with the record
+    assert made.decided == 1 and made.handed == 0
+
+
+def test_an_answer_keeps_the_connection_only_without_a_body_or_a_close():
+    made, carrier, _, _ = _decider(
+        _req({"type": "custom-response", "config": {"status_code": 418, "body": "tea"}})
+    )
+    made.decide(
+        [
+            _row(1),
+            _row(2, bodiless=False),
+            _row(3, fields=[(b"host", HOST.encode()), (b"connection", b"Close")]),
+            _row(4, method=b"HEAD"),
+        ]
+    )
+    kinds = [(c[0], c[1], c[2], c[4], c[5]) for c in carrier.calls]
+    assert kinds == [
+        ("respond", 1, 418, b"tea", False),
+        ("respond", 2, 418, b"tea", True),
+        ("respond", 3, 418, b"tea", True),
+        ("respond", 4, 418, b"", False),  # no body to a HEAD, its head all the same
+    ]
+    first, second = carrier.calls[0][3], carrier.calls[1][3]
+    assert first.startswith(b"HTTP/1.1 418 ") and b"content-length: 3\r\n" in first
+    assert b"connection: close\r\n" not in first and b"connection: close\r\n" in second
+    assert carrier.calls[3][3] == first
+
+
+def test_close_connection_closes():
+    made, carrier, _, _ = _decider(_req({"type": "close-connection"}))
+    made.decide([_row(5)])
+    assert carrier.calls == [("close", 5)]
+
+
+def test_a_request_the_policy_broke_is_answered_502_err_ngrok_2300_and_closed():
+    made, carrier, _, _ = _decider(
+        _req({"type": "remove-headers", "config": {"headers": ["host"]}})
+    )
+    made.decide([_row(6)])
+    ((kind, ticket, status, head, body, close),) = carrier.calls
+    assert (kind, ticket, status, close) == ("respond", 6, 502, True)
+    assert b"ERR_NGROK_2300" in body and b"connection: close\r\n" in head
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["dropped", "no policy", "not decidable"],
+)
+def test_a_route_that_changed_hands_the_connection_back_untouched(change):
+    made, carrier, tunnel, changed = _decider(_req(DECIDABLE["add-headers"]))
+    key = 7
+    if change == "dropped":
+        key = 8
+    elif change == "no policy":
+        tunnel.enforcement = None
+    else:
+        tunnel.enforcement = types.SimpleNamespace(
+            policy=compile_policy(_req(NOT_DECIDABLE["http-request"]))
+        )
+    made.decide([_row(9, key=key)])
+    assert carrier.calls == [("python", 9)]
+    assert (made.decided, made.handed) == (0, 1)
+    assert changed == ([] if change == "dropped" else [("http", HOST)])
+
+
+def test_the_tls_facts_are_the_policys_conn_tls():
+    made, carrier, _, _ = _decider(
+        _req(
+            {
+                "type": "custom-response",
+                "config": {"body": "${conn.tls.version}|${conn.tls.sni}|${conn.tls.cipher_suite}"},
+            }
+        )
+    )
+    made.decide([_row(tls=("a.example", "TLSv1.3", "TLS_AES_128_GCM_SHA256", b"http/1.1"))])
+    assert carrier.calls[0][4] == b"1.3|a.example|TLS_AES_128_GCM_SHA256"
+
+
+def test_a_policy_that_fails_closes_the_connection(monkeypatch):
+    made, carrier, tunnel, _ = _decider(_req(DECIDABLE["add-headers"]))
+
+    def broken(*args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(tunnel.enforcement.policy, "on_http_request", broken)
+    made.decide([_row(3), _row(4)])
+    assert carrier.calls == [("close", 3), ("close", 4)]  # one bad row never costs the batch
+
+
+def test_framing_fields_are_named_once():
+    assert decided.FRAMING_FIELDS == ("content-length", "transfer-encoding")
