@@ -29,10 +29,19 @@ def _subscribe(client, sources, target):
     )
 
 
-def _settled(moto_url, stream, count):
-    """The stream's events once it holds ``count`` (then a moment more: nothing else comes)."""
+def _settled(moto_url, stream, count, edge):
+    """The stream's events once it holds ``count`` (then a moment more: nothing else comes).
+    When they do not come, the message says what the edge's delivery counted (sent, retried,
+    given up), so a lost event is told from a slow one."""
     found = wait_for(lambda: len(kinesis_events(moto_url, stream)) >= count or None)
-    assert found, kinesis_events(moto_url, stream)
+    assert found, (
+        [e["event_type"] for e in kinesis_events(moto_url, stream)],
+        [
+            line
+            for line in edge.metrics().splitlines()
+            if line.startswith(("edge_events_sent", "edge_events_retried", "edge_events_dropped"))
+        ],
+    )
     wait_for(lambda: None, timeout=3.0)  # an extra event would arrive within a few polls
     return kinesis_events(moto_url, stream)
 
@@ -76,7 +85,7 @@ def test_api_changes_arrive_as_their_hosted_events_filtered_trimmed_and_account_
     other = client_b.ip_policies.create(description="b's")
     client_a.event_sources.create(sub.id, type="domain_created.v0")  # a source: an update
 
-    events = _settled(moto_url, stream_a, 6)
+    events = _settled(moto_url, stream_a, 6, events_edge)
     assert [e["event_type"] for e in events] == [
         "ip_policy_created.v0",
         "ip_policy_updated.v0",
@@ -110,7 +119,7 @@ def test_api_changes_arrive_as_their_hosted_events_filtered_trimmed_and_account_
     assert len({e["event_id"] for e in events}) == len(events)
 
     # account B's subscription sees only B's own change
-    events_b = _settled(moto_url, stream_b, 1)
+    events_b = _settled(moto_url, stream_b, 1, events_edge)
     assert [(e["event_type"], e["object"]["id"]) for e in events_b] == [
         ("ip_policy_created.v0", other.id)
     ]
@@ -140,7 +149,7 @@ def test_a_source_filter_and_fields_apply_to_traffic_events(events_edge, moto_ur
         assert events_edge.http("GET", host, "/echo").status_code == 200
     assert events_edge.http("GET", host, "/status/404").status_code == 404
 
-    events = _settled(moto_url, stream, 1)
+    events = _settled(moto_url, stream, 1, events_edge)
     assert len(events) == 1, events
     assert events[0]["event_type"] == "http_request_complete.v0"
     assert events[0]["object"] == {

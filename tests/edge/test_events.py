@@ -39,7 +39,7 @@ def events_edge(another_edge, moto_url):
             "EVENTS_AWS_ENDPOINT_URL": moto_url,
             "EDGE_EVENTS_FLUSH_SECONDS": "0.2",
             "EDGE_EVENTS_BACKOFF_SECONDS": "0.05",
-            "EDGE_EVENTS_ATTEMPTS": "3",
+            "EDGE_EVENTS_ATTEMPTS": "6",  # a slow moto (a loaded machine) costs no event
             "EDGE_EVENTS_CACHE_SECONDS": "1",
         }
     )
