@@ -205,6 +205,14 @@ class Carrier:
         comes back with its served row. False when nothing waits for the ticket."""
         return self._core.decide_forward(ticket, head, memo)
 
+    def decide_append(
+        self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
+    ) -> bool:
+        """Ticket ``ticket``'s request goes on with the client's head and ``fields`` after its
+        own (checked, lower-case names, none of them framing); the core adds the X-Forwarded
+        fields as for a plain route."""
+        return self._core.decide_append(ticket, fields, memo)
+
     def decide_respond(
         self, ticket: int, status: int, head: bytes, body: bytes, close: bool, memo: Any = None
     ) -> bool:

@@ -26,6 +26,7 @@ from chalicelib.core import policy as tp
 from chalicelib.core.policy import actions as tp_actions
 from edge import http1, http_policy
 from edge.http_io import error_response, outcome_response
+from edge.observe import hub_of
 
 log = logging.getLogger("edge.decided")
 
@@ -101,25 +102,32 @@ class Decider:
         self.handed = 0  # rows handed back to Python with their connection
 
     def decide(self, rows: List[Asked]) -> None:
-        carrier = self.edge.carrier
-        for row in rows:
-            ticket, key = row[0], row[1]
-            held = self.route_of(key)
-            policy = policy_of(held[0]) if held is not None else None
-            if held is None or policy is None or not decidable(policy):
-                carrier.decide_python(ticket)  # the Python path routes it from scratch
-                self.handed += 1
-                if held is not None:
-                    self.changed(held[2], held[1])
-                continue
-            try:
-                self._decide(row, held, policy)
-            except Exception:
-                log.exception("deciding a request of %s://%s", held[1], held[2])
-                carrier.decide_close(ticket)
-            self.decided += 1
+        carrier, hub = self.edge.carrier, hub_of(self.edge)
+        try:
+            for row in rows:
+                self._one(carrier, hub, row)
+        finally:
+            hub.flush_counts()
 
-    def _decide(self, row: Asked, held: Tuple[Any, str, str], policy: Any) -> None:
+    def _one(self, carrier: Any, hub: Any, row: Asked) -> None:
+        """One row: decided, or handed back when its route changed."""
+        ticket, key = row[0], row[1]
+        held = self.route_of(key)
+        policy = policy_of(held[0]) if held is not None else None
+        if held is None or policy is None or not decidable(policy):
+            carrier.decide_python(ticket)  # the Python path routes it from scratch
+            self.handed += 1
+            if held is not None:
+                self.changed(held[2], held[1])
+            return
+        try:
+            self._decide(row, held, policy, hub)
+        except Exception:
+            log.exception("deciding a request of %s://%s", held[1], held[2])
+            carrier.decide_close(ticket)
+        self.decided += 1
+
+    def _decide(self, row: Asked, held: Tuple[Any, str, str], policy: Any, hub: Any) -> None:
         ticket, _, peer, local, facts, method, target, fields, bodiless = row
         tunnel, scheme, host = held
         conn = tp.Conn(
@@ -143,8 +151,13 @@ class Decider:
         traffic = http_policy.Traffic(policy, conn, request, scheme, host)
         out = policy.on_http_request(conn, traffic.req, traffic.state)
         carrier, state = self.edge.carrier, traffic.state
+        hub.count_decisions(state)
         if out.kind == tp.CONTINUE:
             try:
+                added = traffic.appended()
+                if added is not None:  # only headers appended: the core writes the head
+                    carrier.decide_append(ticket, added, state)
+                    return
                 upstream = traffic.upstream_request(peer[0], scheme)
             except http1.LocalProtocolError as exc:
                 status, code, msg = http_policy.POLICY_BROKE

@@ -823,7 +823,6 @@ class Hub:
         bytes_in: int,
         bytes_out: int,
         now: float,
-        state: Any = None,
     ) -> Optional[bool]:
         """One HTTP request counted at once, without its raw tuple (the core's requests,
         edge/fast_path.py): its metrics into the tally and the inspector's window, as the
@@ -831,14 +830,10 @@ class Hub:
         else whether the inspector admitted it: then the caller queues ``Counted(raw,
         admitted)`` for the worker to make its Record (the inspector's, or its account's
         subscriptions', whose cached lookup is read here without a wait). The caller calls
-        :meth:`flush_counts` once its batch is counted (``state``: the request's policy run,
-        a decided route's, whose decisions are counted too): the tally is written into the metrics
+        :meth:`flush_counts` once its batch is counted: the tally is written into the metrics
         by the worker's next drain, as a queued record's counts would be (one write per
         worker turn, not per batch: at one connection a batch is one request)."""
         self.tally.http(status, kind, duration, bytes_in, bytes_out)
-        action_vars = getattr(state, "action_vars", None)  # a decided route's policy run
-        if action_vars:
-            self.tally.decided(decisions_of(action_vars))
         account_id = hop.account_id
         inspector = self.inspector
         admitted = inspector is not None and inspector.admits(
@@ -852,6 +847,14 @@ class Hub:
         ):
             return False
         return None
+
+    def count_decisions(self, state: Any) -> None:
+        """A policy run's decisions (``state.action_vars``), counted when it ran: a decided
+        route's request (edge/decided.py), whose record, if one is made, comes later or not at
+        all (a quiet route's). The caller calls :meth:`flush_counts` after its batch."""
+        action_vars = state.action_vars
+        if action_vars:
+            self.tally.decided(decisions_of(action_vars))
 
     def count_quiet(
         self,

@@ -409,13 +409,11 @@ class FastPath:
                     continue
                 used[key] = now_loop
                 # counted at once; a tuple only for a request a record is made of (``ran``: a
-                # decided route's policy run, whose decisions are counted too)
-                admitted = count(
-                    hop, "agent", status, duration, bytes_in, bytes_out, now_mono, ran
-                )
+                # decided route's policy run, its decisions counted when it ran)
+                admitted = count(hop, "agent", status, duration, bytes_in, bytes_out, now_mono)
                 if admitted is None:
-                    if ran is None and key not in self._quiet:  # nothing wanted of a plain
-                        self._make_quiet(key, hop, hub)  # route's requests: counted by the core
+                    if key not in self._quiet:  # nothing wanted of its requests: counted
+                        self._make_quiet(key, hop, hub)  # by the core from now on
                     continue
                 ended = started + duration
                 queue(

@@ -84,12 +84,11 @@ class Traffic:
             checked=True,
         )
 
-    def upstream_request(self, client_ip: str, scheme: str) -> http1.Request:
-        """The request as this policy left it, with the X-Forwarded headers.
-        http1.LocalProtocolError when the policy made it invalid (see PolicyBroke).
-        When the policy changed nothing but appending headers (add-headers; none of Host,
-        Content-Length, Transfer-Encoding), only those are checked: the rest is the parsed
-        request's, already valid."""
+    def appended(self) -> Optional[List[Tuple[bytes, bytes]]]:
+        """The headers this policy appended, checked (lower-case names), when it changed
+        nothing else of the request (add-headers; none of Host, Content-Length,
+        Transfer-Encoding): the rest is the parsed request's, already valid. None when it
+        changed more. http1.LocalProtocolError when an appended one is not valid HTTP/1.1."""
         req, count = self.req, len(self.pairs)
         if (
             req.method == self.pairs_method
@@ -98,19 +97,26 @@ class Traffic:
         ):
             added = [(wire(n.lower()), wire(v)) for n, v in req.headers[count:]]
             if not any(n in FRAMING_HEADERS for n, _ in added):
-                headers = forwarded_headers(
-                    self.request.headers + http1.checked_headers(added)
-                    if added
-                    else self.request.headers,
-                    client_ip,
-                    scheme,
-                )
-                return http1.Request(
-                    method=self.request.method,
-                    target=self.request.target,
-                    headers=headers,
-                    raw_headers=headers,
-                )
+                return http1.checked_headers(added) if added else []
+        return None
+
+    def upstream_request(self, client_ip: str, scheme: str) -> http1.Request:
+        """The request as this policy left it, with the X-Forwarded headers.
+        http1.LocalProtocolError when the policy made it invalid (see PolicyBroke)."""
+        added = self.appended()
+        if added is not None:
+            headers = forwarded_headers(
+                self.request.headers + added if added else self.request.headers,
+                client_ip,
+                scheme,
+            )
+            return http1.Request(
+                method=self.request.method,
+                target=self.request.target,
+                headers=headers,
+                raw_headers=headers,
+            )
+        req = self.req
         pairs = [(wire(n.lower()), wire(v)) for n, v in req.headers]
         return http1.Request(
             method=req.method,

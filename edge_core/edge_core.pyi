@@ -203,6 +203,11 @@ class Core:
     def decide_forward(self, ticket: int, head: bytes, memo: Any = None) -> bool:
         """Ticket ``ticket``'s request on to its agent with ``head`` (request line and fields,
         the blank line included); False when nothing waits for it."""
+    def decide_append(
+        self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
+    ) -> bool:
+        """Ticket ``ticket``'s request on to its agent with the client's head and ``fields``
+        after its own; the core adds the X-Forwarded fields."""
     def decide_respond(
         self, ticket: int, status: int, head: bytes, body: bytes, close: bool, memo: Any = None
     ) -> bool:

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::http::{Framing, RequestHead};
+use crate::http::{Field, Framing, RequestHead};
 use crate::public::TlsFacts;
 
 /// Python's answer must come within this, else the connection is closed without an answer
@@ -54,6 +54,11 @@ pub enum Decision {
     /// On to the route's agent with this head (request line and fields, X-Forwarded ones
     /// included, as Python wrote it); the body follows by the client's own framing.
     Forward { head: Vec<u8> },
+    /// On to the route's agent with the client's own head and these fields after its own
+    /// (names in lower case, none of them framing), X-Forwarded ones added by the core as for a
+    /// plain route: the common policy that only appends headers, without Python writing the
+    /// whole head.
+    Append { fields: Vec<Field> },
     /// Answer with this response (its head and its body, as Python wrote them); the
     /// connection stays usable when the request had no body and `close` is false.
     Respond {

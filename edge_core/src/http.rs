@@ -232,13 +232,25 @@ pub fn carriable(req: &RequestHead) -> bool {
 /// The request as it goes to the agent (http_policy.forwarded_headers): lower-case names,
 /// X-Forwarded-For appended to, X-Forwarded-Proto and X-Forwarded-Host set.
 pub fn upstream_head(req: &RequestHead, client_ip: &str, scheme: &str, out: &mut Vec<u8>) {
+    upstream_head_with(req, &[], client_ip, scheme, out);
+}
+
+/// [`upstream_head`] of the request with `added` after its own fields (a decided route's
+/// policy appended them: the Python path forwards `request.headers + added` the same way).
+pub fn upstream_head_with(
+    req: &RequestHead,
+    added: &[Field],
+    client_ip: &str,
+    scheme: &str,
+    out: &mut Vec<u8>,
+) {
     out.extend_from_slice(&req.method);
     out.push(b' ');
     out.extend_from_slice(&req.target);
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let mut xff: Vec<&[u8]> = Vec::new();
     let mut host: &[u8] = b"";
-    for (name, value) in &req.fields {
+    for (name, value) in req.fields.iter().chain(added) {
         if name == b"x-forwarded-for" {
             xff.push(value);
         }

@@ -769,6 +769,14 @@ pub(crate) async fn connection<C: Conn>(
                     given = Given {
                         head: Some(head),
                         memo,
+                        ..Given::default()
+                    }
+                }
+                Decision::Append { fields } => {
+                    given = Given {
+                        added: fields,
+                        memo,
+                        ..Given::default()
                     }
                 }
                 Decision::Respond {
@@ -895,10 +903,12 @@ pub(crate) async fn connection<C: Conn>(
 }
 
 /// What Python decided of a decided route's request: the head to send (None: the core
-/// writes it, a plain route's request) and the memo its record returns.
+/// writes it, with the fields the policy appended if any) and the memo its record returns.
 #[derive(Default)]
 struct Given {
     head: Option<Vec<u8>>,
+    /// Fields the policy appended (the core writes the head with them).
+    added: Vec<http::Field>,
     memo: Option<Memo>,
 }
 
@@ -1022,7 +1032,7 @@ async fn exchange<C: Conn>(
     let spec = &public.spec;
     match given.head {
         Some(decided) => out.extend_from_slice(&decided),
-        None => http::upstream_head(head, client_ip, &spec.scheme, out),
+        None => http::upstream_head_with(head, &given.added, client_ip, &spec.scheme, out),
     }
     let mut body_left = match head.framing {
         Framing::Length(n) => n,

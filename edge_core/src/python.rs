@@ -556,6 +556,19 @@ impl Core {
         self.decided(ticket, Decision::Forward { head }, memo)
     }
 
+    /// Ticket `ticket`'s request goes on to its route's agent with the client's head and
+    /// `fields` after its own (lower-case names, none of them framing), written by the core
+    /// with the X-Forwarded fields as for a plain route.
+    #[pyo3(signature = (ticket, fields, memo = None))]
+    fn decide_append(
+        &self,
+        ticket: u64,
+        fields: Vec<(Vec<u8>, Vec<u8>)>,
+        memo: Option<Py<PyAny>>,
+    ) -> bool {
+        self.decided(ticket, Decision::Append { fields }, memo)
+    }
+
     /// Ticket `ticket`'s request is answered with `head` and `body` (as Python wrote them),
     /// the connection closed after when `close` (or when the request has a body).
     #[pyo3(signature = (ticket, status, head, body, close, memo = None))]

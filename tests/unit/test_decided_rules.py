@@ -8,6 +8,7 @@ import pytest
 from chalicelib.core.policy import compile_policy
 from edge import decided
 from edge.decided import Decider, decidable
+from edge.events import decisions_of
 
 
 def _req(*actions, expressions=()):
@@ -117,6 +118,9 @@ class _Carrier:
     def __init__(self):
         self.calls = []
 
+    def decide_append(self, ticket, fields, memo=None):
+        self.calls.append(("append", ticket, fields, memo))
+
     def decide_forward(self, ticket, head, memo=None):
         self.calls.append(("forward", ticket, head, memo))
 
@@ -144,7 +148,9 @@ def _decider(policy_doc):
         if policy_doc is not None
         else None,
     )
-    edge = types.SimpleNamespace(carrier=_Carrier(), settings=types.SimpleNamespace(region="eu"))
+    edge = types.SimpleNamespace(
+        carrier=_Carrier(), settings=types.SimpleNamespace(region="eu", instance_id="edge")
+    )
     changed = []
     routes = {7: (tunnel, "http", HOST)}
     made = Decider(edge, routes.get, lambda host, scheme: changed.append((scheme, host)))
@@ -166,20 +172,49 @@ def _row(ticket=1, key=7, method=b"GET", target=b"/echo", fields=None, bodiless=
     )
 
 
+def test_headers_only_appended_go_as_fields_the_core_writes_the_head_with():
+    made, carrier, _, _ = _decider(
+        _req({"type": "add-headers", "config": {"headers": {"X-IP": "${conn.client_ip}"}}})
+    )
+    made.decide([_row()])
+    ((kind, ticket, fields, memo),) = carrier.calls
+    assert (kind, ticket, fields) == ("append", 1, [(b"x-ip", b"198.51.100.7")])
+    assert memo.action_vars["on_http_request"]  # the run's results ride with the record
+    assert made.decided == 1 and made.handed == 0
+
+
+def test_the_runs_decisions_are_counted_when_it_ran():
+    """A quiet route's request makes no record: its policy's decisions count at once."""
+    made, carrier, _, _ = _decider(
+        _req({"type": "restrict-ips", "config": {"allow": ["198.51.100.0/24"]}})
+    )
+    made.decide([_row(1), _row(2)])
+    memo = carrier.calls[0][3]
+    found = decisions_of(memo.action_vars)
+    assert found and made.edge._events_hub.tally.decisions == {key: 2 for key in found}
+
+
+def test_a_policy_that_appends_nothing_forwards_the_head_unchanged():
+    made, carrier, _, _ = _decider(_req({"type": "set-vars", "config": {"vars": [{"a": "1"}]}}))
+    made.decide([_row()])
+    assert [c[:3] for c in carrier.calls] == [("append", 1, [])]
+
+
 def test_a_forward_carries_the_head_as_the_policy_left_it():
     made, carrier, _, _ = _decider(
-        _req({"type": "add-headers", "config": {"headers": {"x-ip": "${conn.client_ip}"}}})
+        _req(
+            {"type": "url-rewrite", "config": {"from": "/echo", "to": "/other"}},
+            {"type": "add-headers", "config": {"headers": {"x-ip": "${conn.client_ip}"}}},
+        )
     )
     made.decide([_row(fields=[(b"host", HOST.encode()), (b"x-forwarded-for", b"203.0.113.9")])])
     ((kind, ticket, head, memo),) = carrier.calls
     assert (kind, ticket) == ("forward", 1)
     assert head == (
-        b"GET /echo HTTP/1.1\r\nhost: " + HOST.encode() + b"\r\nx-ip: 198.51.100.7\r\n"
+        b"GET /other HTTP/1.1\r\nhost: " + HOST.encode() + b"\r\nx-ip: 198.51.100.7\r\n"
         b"x-forwarded-for: 203.0.113.9, 198.51.100.7\r\nx-forwarded-proto: http\r\n"
         b"x-forwarded-host: " + HOST.encode() + b"\r\n\r\n"
     )
-    assert memo.action_vars["on_http_request"]  # the run's results ride with the record
-    assert made.decided == 1 and made.handed == 0
 
 
 def test_an_answer_keeps_the_connection_only_without_a_body_or_a_close():
