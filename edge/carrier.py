@@ -200,33 +200,36 @@ class Carrier:
             host, key, mux.core, tunnel_id, ttl, scheme=scheme, cert=cert, decided=decided
         )
 
-    def decide_forward(self, ticket: int, head: bytes, memo: Any = None) -> bool:
+    # The decide_* calls queue a decided route's decision in the core; the batch is sent when
+    # Carrier._take has handed every row of it to ``on_asked`` (flush_decisions: one wake-up
+    # of the core per batch instead of one per request).
+    def decide_forward(self, ticket: int, head: bytes, memo: Any = None) -> None:
         """Ticket ``ticket``'s request goes on to its route's agent with ``head``; ``memo``
-        comes back with its served row. False when nothing waits for the ticket."""
-        return self._core.decide_forward(ticket, head, memo)
+        comes back with its served row."""
+        self._core.decide_forward(ticket, head, memo)
 
     def decide_append(
         self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
-    ) -> bool:
+    ) -> None:
         """Ticket ``ticket``'s request goes on with the client's head and ``fields`` after its
         own (checked, lower-case names, none of them framing); the core adds the X-Forwarded
         fields as for a plain route."""
-        return self._core.decide_append(ticket, fields, memo)
+        self._core.decide_append(ticket, fields, memo)
 
     def decide_respond(
         self, ticket: int, status: int, head: bytes, body: bytes, close: bool, memo: Any = None
-    ) -> bool:
+    ) -> None:
         """Ticket ``ticket``'s request is answered with ``head`` and ``body``; the connection
         ends after when ``close`` or when the request has a body."""
-        return self._core.decide_respond(ticket, status, head, body, close, memo)
+        self._core.decide_respond(ticket, status, head, body, close, memo)
 
-    def decide_close(self, ticket: int) -> bool:
-        return self._core.decide_close(ticket)
+    def decide_close(self, ticket: int) -> None:
+        self._core.decide_close(ticket)
 
-    def decide_python(self, ticket: int) -> bool:
+    def decide_python(self, ticket: int) -> None:
         """Ticket ``ticket``'s connection goes to the public listener's handler, its request
         included, as an unrouted one would."""
-        return self._core.decide_python(ticket)
+        self._core.decide_python(ticket)
 
     def deciding(self) -> int:
         """Decided routes' requests waiting for a decision now."""
@@ -352,11 +355,14 @@ class Carrier:
         if served and self.on_served is not None:
             self.on_served(served)
         if asked:
-            if self.on_asked is not None:
-                self.on_asked(asked)
-            else:  # nobody decides: each connection is Python's, as it came
-                for row in asked:
-                    self._core.decide_python(row[0])
+            try:
+                if self.on_asked is not None:
+                    self.on_asked(asked)
+                else:  # nobody decides: each connection is Python's, as it came
+                    for row in asked:
+                        self._core.decide_python(row[0])
+            finally:
+                self._core.flush_decisions()  # the batch's decisions, sent at once
         for splice_id, carried_in, carried_out in spliced:
             done = self._splices.pop(splice_id, None)
             if done is not None and not done.done():

@@ -200,21 +200,24 @@ class Core:
         """Every session handed over, every event, every public connection handed over,
         every request served, every carried connection ended and every decided route's
         request waiting, oldest first (each connection's fd is the caller's)."""
-    def decide_forward(self, ticket: int, head: bytes, memo: Any = None) -> bool:
+    def decide_forward(self, ticket: int, head: bytes, memo: Any = None) -> None:
         """Ticket ``ticket``'s request on to its agent with ``head`` (request line and fields,
-        the blank line included); False when nothing waits for it."""
+        the blank line included). Each decide_* call queues its decision until
+        flush_decisions."""
     def decide_append(
         self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
-    ) -> bool:
+    ) -> None:
         """Ticket ``ticket``'s request on to its agent with the client's head and ``fields``
         after its own; the core adds the X-Forwarded fields."""
     def decide_respond(
         self, ticket: int, status: int, head: bytes, body: bytes, close: bool, memo: Any = None
-    ) -> bool:
+    ) -> None:
         """Ticket ``ticket``'s request answered with ``head`` and ``body``."""
-    def decide_close(self, ticket: int) -> bool: ...
-    def decide_python(self, ticket: int) -> bool:
+    def decide_close(self, ticket: int) -> None: ...
+    def decide_python(self, ticket: int) -> None:
         """Ticket ``ticket``'s connection handed over, its request's bytes included."""
+    def flush_decisions(self) -> None:
+        """The decisions queued since the last flush, sent (one wake-up of the core)."""
     def deciding(self) -> int:
         """Decided routes' requests waiting for a decision now."""
     def counters(self) -> Tuple[int, int, int, int]:

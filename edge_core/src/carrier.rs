@@ -130,6 +130,11 @@ impl Carrier {
         &self.inbox
     }
 
+    /// The decisions Python queued in its batch, answered (decide.rs `Decisions::flush`).
+    pub fn flush_decisions(&self) {
+        self.decisions.flush(self.runtime());
+    }
+
     fn runtime(&self) -> &Runtime {
         self.runtime
             .as_ref()

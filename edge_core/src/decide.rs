@@ -14,7 +14,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -79,11 +79,13 @@ pub struct Decided {
     pub memo: Option<Memo>,
 }
 
-/// The decisions waiting, by ticket (shared by both public listeners).
+/// The decisions waiting, by ticket (shared by both public listeners), and the decisions
+/// Python made in its current batch, queued until it flushes them.
 #[derive(Default)]
 pub struct Decisions {
     next: AtomicU64,
     waiting: Mutex<HashMap<u64, oneshot::Sender<Decided>>>,
+    queued: Mutex<Vec<(u64, Decided)>>,
 }
 
 impl Decisions {
@@ -114,6 +116,32 @@ impl Decisions {
             Some(tx) => tx.send(decided).is_ok(),
             None => false,
         }
+    }
+
+    /// A decision made for `ticket`, sent with the others of its batch by [`Self::flush`]:
+    /// answering wakes the request's task, which from the edge's thread is a wake-up of a
+    /// parked worker (a system call) per request; from a task of the runtime it is a push on
+    /// a run queue.
+    pub fn queue(&self, ticket: u64, decided: Decided) {
+        self.queued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((ticket, decided));
+    }
+
+    /// The decisions queued since the last flush, answered by one task on `runtime` (one
+    /// wake-up from the caller's thread for the whole batch).
+    pub fn flush(self: &Arc<Self>, runtime: &tokio::runtime::Runtime) {
+        let batch = std::mem::take(&mut *self.queued.lock().unwrap_or_else(|e| e.into_inner()));
+        if batch.is_empty() {
+            return;
+        }
+        let decisions = self.clone();
+        runtime.spawn(async move {
+            for (ticket, decided) in batch {
+                decisions.answer(ticket, decided);
+            }
+        });
     }
 
     /// Decisions waiting now.

@@ -550,9 +550,10 @@ impl Core {
 
     /// Ticket `ticket`'s request goes on to its route's agent with `head` (the request line
     /// and fields as Python wrote them, ending with the blank line); `memo` comes back with
-    /// its record. False when nothing waits for the ticket any more.
+    /// its record. Each decide_* call queues its decision until flush_decisions; a ticket no
+    /// request waits for any more (timed out, its connection gone) is dropped then.
     #[pyo3(signature = (ticket, head, memo = None))]
-    fn decide_forward(&self, ticket: u64, head: Vec<u8>, memo: Option<Py<PyAny>>) -> bool {
+    fn decide_forward(&self, ticket: u64, head: Vec<u8>, memo: Option<Py<PyAny>>) {
         self.decided(ticket, Decision::Forward { head }, memo)
     }
 
@@ -560,12 +561,7 @@ impl Core {
     /// `fields` after its own (lower-case names, none of them framing), written by the core
     /// with the X-Forwarded fields as for a plain route.
     #[pyo3(signature = (ticket, fields, memo = None))]
-    fn decide_append(
-        &self,
-        ticket: u64,
-        fields: Vec<(Vec<u8>, Vec<u8>)>,
-        memo: Option<Py<PyAny>>,
-    ) -> bool {
+    fn decide_append(&self, ticket: u64, fields: Vec<(Vec<u8>, Vec<u8>)>, memo: Option<Py<PyAny>>) {
         self.decided(ticket, Decision::Append { fields }, memo)
     }
 
@@ -580,7 +576,7 @@ impl Core {
         body: Vec<u8>,
         close: bool,
         memo: Option<Py<PyAny>>,
-    ) -> bool {
+    ) {
         let decision = Decision::Respond {
             status,
             head,
@@ -591,13 +587,19 @@ impl Core {
     }
 
     /// Ticket `ticket`'s connection is closed without an answer.
-    fn decide_close(&self, ticket: u64) -> bool {
+    fn decide_close(&self, ticket: u64) {
         self.decided(ticket, Decision::Close, None)
     }
 
     /// Ticket `ticket`'s connection is handed to Python, this request's bytes included.
-    fn decide_python(&self, ticket: u64) -> bool {
+    fn decide_python(&self, ticket: u64) {
         self.decided(ticket, Decision::Python, None)
+    }
+
+    /// Every decision made by the decide_* calls since the last flush, sent (one wake-up of
+    /// the core for the batch; a decision not flushed is never sent).
+    fn flush_decisions(&self) {
+        self.carrier.flush_decisions();
     }
 
     /// Decided routes' requests waiting for a decision now.
@@ -619,11 +621,11 @@ impl Core {
 }
 
 impl Core {
-    fn decided(&self, ticket: u64, decision: Decision, memo: Option<Py<PyAny>>) -> bool {
+    fn decided(&self, ticket: u64, decision: Decision, memo: Option<Py<PyAny>>) {
         let memo = memo.map(|m| Box::new(m) as Memo);
         self.carrier
             .decisions
-            .answer(ticket, Decided { decision, memo })
+            .queue(ticket, Decided { decision, memo })
     }
 }
 

@@ -446,7 +446,8 @@ async fn a_decided_routes_request_is_carried_as_python_decided_each_time() {
     let row = asked_keeping(&carrier, &mut served).await;
     assert!(row.bodiless());
     let response = b"HTTP/1.1 403 Forbidden\r\ncontent-length: 2\r\n\r\n".to_vec();
-    carrier.decisions.answer(
+    // queued as Python queues its batch's decisions: nothing is sent before the flush
+    carrier.decisions.queue(
         row.ticket,
         decided(Decision::Respond {
             status: 403,
@@ -455,6 +456,14 @@ async fn a_decided_routes_request_is_carried_as_python_decided_each_time() {
             close: false,
         }),
     );
+    let mut early = [0u8; 1];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), client.read(&mut early))
+            .await
+            .is_err(),
+        "answered before the flush"
+    );
+    carrier.flush_decisions();
     let got = read_response(&mut client, b"no").await;
     assert_eq!(got, [&response[..], b"no"].concat());
 
