@@ -1,6 +1,7 @@
 """edge/decided.py: which traffic policies a decided route may run (each rule broken at its
 boundary), and the decisions made of a head the core read, against a recording carrier."""
 
+import asyncio
 import types
 
 import pytest
@@ -157,6 +158,16 @@ def _decider(policy_doc):
     return made, edge.carrier, tunnel, changed
 
 
+def _decide(made, rows):
+    """``made.decide(rows)`` on an event loop, as the edge's loop runs it (the events hub's
+    worker is started there)."""
+
+    async def run():
+        made.decide(rows)
+
+    asyncio.run(run())
+
+
 def _row(ticket=1, key=7, method=b"GET", target=b"/echo", fields=None, bodiless=True, tls=None):
     fields = fields if fields is not None else [(b"host", HOST.encode()), (b"accept", b"*/*")]
     return (
@@ -176,7 +187,7 @@ def test_headers_only_appended_go_as_fields_the_core_writes_the_head_with():
     made, carrier, _, _ = _decider(
         _req({"type": "add-headers", "config": {"headers": {"X-IP": "${conn.client_ip}"}}})
     )
-    made.decide([_row()])
+    _decide(made, [_row()])
     ((kind, ticket, fields, memo),) = carrier.calls
     assert (kind, ticket, fields) == ("append", 1, [(b"x-ip", b"198.51.100.7")])
     assert memo.action_vars["on_http_request"]  # the run's results ride with the record
@@ -188,15 +199,20 @@ def test_the_runs_decisions_are_counted_when_it_ran():
     made, carrier, _, _ = _decider(
         _req({"type": "restrict-ips", "config": {"allow": ["198.51.100.0/24"]}})
     )
-    made.decide([_row(1), _row(2)])
-    memo = carrier.calls[0][3]
-    found = decisions_of(memo.action_vars)
-    assert found and made.edge._events_hub.tally.decisions == {key: 2 for key in found}
+    counted = {}
+
+    async def run():
+        made.decide([_row(1), _row(2)])
+        counted.update(made.edge._events_hub.tally.decisions)  # before its worker drains it
+
+    asyncio.run(run())
+    found = decisions_of(carrier.calls[0][3].action_vars)
+    assert found and counted == {key: 2 for key in found}
 
 
 def test_a_policy_that_appends_nothing_forwards_the_head_unchanged():
     made, carrier, _, _ = _decider(_req({"type": "set-vars", "config": {"vars": [{"a": "1"}]}}))
-    made.decide([_row()])
+    _decide(made, [_row()])
     assert [c[:3] for c in carrier.calls] == [("append", 1, [])]
 
 
@@ -207,7 +223,7 @@ def test_a_forward_carries_the_head_as_the_policy_left_it():
             {"type": "add-headers", "config": {"headers": {"x-ip": "${conn.client_ip}"}}},
         )
     )
-    made.decide([_row(fields=[(b"host", HOST.encode()), (b"x-forwarded-for", b"203.0.113.9")])])
+    _decide(made, [_row(fields=[(b"host", HOST.encode()), (b"x-forwarded-for", b"203.0.113.9")])])
     ((kind, ticket, head, memo),) = carrier.calls
     assert (kind, ticket) == ("forward", 1)
     assert head == (
@@ -221,13 +237,14 @@ def test_an_answer_keeps_the_connection_only_without_a_body_or_a_close():
     made, carrier, _, _ = _decider(
         _req({"type": "custom-response", "config": {"status_code": 418, "body": "tea"}})
     )
-    made.decide(
+    _decide(
+        made,
         [
             _row(1),
             _row(2, bodiless=False),
             _row(3, fields=[(b"host", HOST.encode()), (b"connection", b"Close")]),
             _row(4, method=b"HEAD"),
-        ]
+        ],
     )
     kinds = [(c[0], c[1], c[2], c[4], c[5]) for c in carrier.calls]
     assert kinds == [
@@ -244,7 +261,7 @@ def test_an_answer_keeps_the_connection_only_without_a_body_or_a_close():
 
 def test_close_connection_closes():
     made, carrier, _, _ = _decider(_req({"type": "close-connection"}))
-    made.decide([_row(5)])
+    _decide(made, [_row(5)])
     assert carrier.calls == [("close", 5)]
 
 
@@ -252,7 +269,7 @@ def test_a_request_the_policy_broke_is_answered_502_err_ngrok_2300_and_closed():
     made, carrier, _, _ = _decider(
         _req({"type": "remove-headers", "config": {"headers": ["host"]}})
     )
-    made.decide([_row(6)])
+    _decide(made, [_row(6)])
     ((kind, ticket, status, head, body, close),) = carrier.calls
     assert (kind, ticket, status, close) == ("respond", 6, 502, True)
     assert b"ERR_NGROK_2300" in body and b"connection: close\r\n" in head
@@ -273,7 +290,7 @@ def test_a_route_that_changed_hands_the_connection_back_untouched(change):
         tunnel.enforcement = types.SimpleNamespace(
             policy=compile_policy(_req(NOT_DECIDABLE["http-request"]))
         )
-    made.decide([_row(9, key=key)])
+    _decide(made, [_row(9, key=key)])
     assert carrier.calls == [("python", 9)]
     assert (made.decided, made.handed) == (0, 1)
     assert changed == ([] if change == "dropped" else [("http", HOST)])
@@ -288,7 +305,7 @@ def test_the_tls_facts_are_the_policys_conn_tls():
             }
         )
     )
-    made.decide([_row(tls=("a.example", "TLSv1.3", "TLS_AES_128_GCM_SHA256", b"http/1.1"))])
+    _decide(made, [_row(tls=("a.example", "TLSv1.3", "TLS_AES_128_GCM_SHA256", b"http/1.1"))])
     assert carrier.calls[0][4] == b"1.3|a.example|TLS_AES_128_GCM_SHA256"
 
 
@@ -299,7 +316,7 @@ def test_a_policy_that_fails_closes_the_connection(monkeypatch):
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(tunnel.enforcement.policy, "on_http_request", broken)
-    made.decide([_row(3), _row(4)])
+    _decide(made, [_row(3), _row(4)])
     assert carrier.calls == [("close", 3), ("close", 4)]  # one bad row never costs the batch
 
 
