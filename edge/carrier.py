@@ -99,6 +99,7 @@ class Carrier:
         self._public: Dict[int, PublicHandler] = {}  # public listener id -> handler
         self.on_served: Optional[ServedHandler] = None
         self.on_asked: Optional[AskedHandler] = None
+        self.on_responses: Optional[AskedHandler] = None  # their response heads
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._splices: Dict[int, asyncio.Future] = {}  # splice id -> its end's (in, out)
 
@@ -190,14 +191,23 @@ class Carrier:
         scheme: str = "http",
         cert: int = 0,
         decided: bool = False,
+        responses: bool = False,
     ) -> None:
         """The core serves ``host``'s requests on the listener of ``scheme`` itself for
         ``ttl`` seconds (unless set again), on proxy streams of ``mux`` carrying
         ``tunnel_id``; its records name ``key``. HTTPS: with certificate ``cert``.
         ``decided``: each request is handed to ``on_asked`` first and carried as decided
-        (``decide_*``)."""
+        (``decide_*``); ``responses``: each response head to ``on_responses`` too."""
         self._core.set_route(
-            host, key, mux.core, tunnel_id, ttl, scheme=scheme, cert=cert, decided=decided
+            host,
+            key,
+            mux.core,
+            tunnel_id,
+            ttl,
+            scheme=scheme,
+            cert=cert,
+            decided=decided,
+            responses=responses,
         )
 
     # The decide_* calls queue a decided route's decision in the core; the batch is sent when
@@ -222,6 +232,13 @@ class Carrier:
         """Ticket ``ticket``'s request is answered with ``head`` and ``body``; the connection
         ends after when ``close`` or when the request has a body."""
         self._core.decide_respond(ticket, status, head, body, close, memo)
+
+    def decide_rewrite(
+        self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
+    ) -> None:
+        """Ticket ``ticket``'s response head goes on with ``fields`` (checked) in place of the
+        agent's."""
+        self._core.decide_rewrite(ticket, fields, memo)
 
     def decide_close(self, ticket: int) -> None:
         self._core.decide_close(ticket)
@@ -331,7 +348,7 @@ class Carrier:
         return self._core.splice_counts()
 
     def _take(self) -> None:
-        handed, events, conns, served, spliced, asked = self._core.take()
+        handed, events, conns, served, spliced, asked, responses = self._core.take()
         for listener, conn, ip, port, sni, alpn in handed:
             handler = self._handlers.get(listener)
             if handler is None:  # the listener was closed meanwhile
@@ -354,13 +371,18 @@ class Carrier:
             asyncio.ensure_future(public(sock, data, first, tls, (ip, port), local))
         if served and self.on_served is not None:
             self.on_served(served)
-        if asked:
+        if asked or responses:
             try:
-                if self.on_asked is not None:
+                if asked and self.on_asked is not None:
                     self.on_asked(asked)
-                else:  # nobody decides: each connection is Python's, as it came
+                elif asked:  # nobody decides: each connection is Python's, as it came
                     for row in asked:
                         self._core.decide_python(row[0])
+                if responses and self.on_responses is not None:
+                    self.on_responses(responses)
+                elif responses:
+                    for head in responses:
+                        self._core.decide_close(head[0])
             finally:
                 self._core.flush_decisions()  # the batch's decisions, sent at once
         for splice_id, carried_in, carried_out in spliced:

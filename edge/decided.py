@@ -9,13 +9,18 @@ head as the policy left it, X-Forwarded fields included, for the core to send on
 stream), respond (the policy's answer), close, or hand the connection to Python (the route
 changed since it was pushed: nothing of the policy was run).
 
+A route whose policy has a response phase asks again with the agent's response head:
+:meth:`Decider.responses` runs ``on_http_response`` on it and answers rewrite (the fields as
+the phase left them), respond (the policy's answer instead; the connection closes) or close.
+
 A policy is *decidable* (:func:`decidable`) when every run of it ends in one of those without
-anything but the head: it has only ``on_http_request`` rules; each action is one of
-:data:`DECIDED_ACTIONS` (no body read, no sign-in, no outbound call, no forward-internal, no
-circuit breaker, no response-phase work); no ``restrict-ips`` names IP policies and no value
-reads a vault secret (both resolved through caches that may wait); and no header action names
-a framing field (Content-Length, Transfer-Encoding: the core frames the body by the client's
-own head). Any other policy keeps its route on the Python path whole.
+anything but the heads: each ``on_http_request`` action is one of :data:`DECIDED_ACTIONS` and
+each ``on_http_response`` one of :data:`RESPONSE_ACTIONS` (no body read or rewritten, no
+sign-in, no outbound call, no forward-internal, no circuit breaker); no ``on_tcp_connect`` or
+``on_event_stream_message`` rule; no ``restrict-ips`` names IP policies and no value reads a
+vault secret (both resolved through caches that may wait); and no header action names a
+framing field (Content-Length, Transfer-Encoding: the core frames each body by its own
+sender's head). Any other policy keeps its route on the Python path whole.
 """
 
 import functools
@@ -45,8 +50,21 @@ DECIDED_ACTIONS = (
     tp_actions.SetVars,
     tp_actions.Log,
 )
+# The actions of a decidable policy's response phase: each changes or answers on the head.
+RESPONSE_ACTIONS = (
+    tp_actions.AddHeaders,
+    tp_actions.RemoveHeaders,
+    tp_actions.CustomResponse,
+    tp_actions.SetVars,
+    tp_actions.Log,
+)
 FRAMING_FIELDS = ("content-length", "transfer-encoding")
-OTHER_PHASES = ("on_tcp_connect", "on_http_response", "on_event_stream_message")
+OTHER_PHASES = ("on_tcp_connect", "on_event_stream_message")
+PHASES = (("on_http_request", DECIDED_ACTIONS), ("on_http_response", RESPONSE_ACTIONS))
+
+# What a route of an endpoint is (mode_of): plain (no policy), decided (its requests), or
+# decided with a response phase (its response heads too).
+PLAIN, DECIDED, RESPONSES = 0, 1, 2
 
 
 def _decidable(policy: Any) -> bool:
@@ -55,18 +73,19 @@ def _decidable(policy: Any) -> bool:
         return False
     if any(policy.has(phase) for phase in OTHER_PHASES):
         return False
-    for rule in policy.phases.get("on_http_request") or ():
-        for action in rule.actions:
-            if type(action) not in DECIDED_ACTIONS:
-                return False
-            if isinstance(action, tp_actions.AddHeaders):
-                names = [name for name, _ in action.headers]
-            elif isinstance(action, tp_actions.RemoveHeaders):
-                names = list(action.names)
-            else:
-                continue
-            if any(name.lower() in FRAMING_FIELDS for name in names):
-                return False
+    for phase, allowed in PHASES:
+        for rule in policy.phases.get(phase) or ():
+            for action in rule.actions:
+                if type(action) not in allowed:
+                    return False
+                if isinstance(action, tp_actions.AddHeaders):
+                    names = [name for name, _ in action.headers]
+                elif isinstance(action, tp_actions.RemoveHeaders):
+                    names = list(action.names)
+                else:
+                    continue
+                if any(name.lower() in FRAMING_FIELDS for name in names):
+                    return False
     return True
 
 
@@ -80,20 +99,37 @@ def policy_of(tunnel: Any) -> Optional[Any]:
     return enforcement.policy if enforcement is not None else None
 
 
+def mode_of(policy: Optional[Any]) -> Optional[int]:
+    """PLAIN for no policy, DECIDED or RESPONSES for a decidable one, None for any other (its
+    route is the Python path's)."""
+    if policy is None:
+        return PLAIN
+    if not decidable(policy):
+        return None
+    return RESPONSES if policy.has("on_http_response") else DECIDED
+
+
 # A row the core hands over: (ticket, route key, (peer host, port), (local host, port), None
 # or the TLS facts (SNI, version, cipher, ALPN), method, target, fields, no body follows).
 Asked = Tuple[int, int, Tuple[str, int], Tuple[str, int], Any, bytes, bytes, list, bool]
 
 
+# A response head the core hands over: (ticket, route key, status, fields, the memo of its
+# request's decision: the policy run, an http_policy.Traffic).
+AskedResponse = Tuple[int, int, int, list, Any]
+
+
 class Decider:
     """Decides the rows of one edge's decided routes (its carrier's, in its region).
-    ``route_of(key)`` gives a route key's (tunnel, scheme, host), or None when the route was
-    dropped; ``changed(host, scheme)`` is told of a route whose policy changed under it."""
+    ``route_of(key)`` gives a route key's (tunnel, scheme, host, mode as pushed), or None when
+    the route was dropped; ``changed(host, scheme)`` is told of a route whose policy changed
+    under it. A decision's memo is the request's policy run (``http_policy.Traffic``): the
+    response phase goes on with it, and the request's record reads its state."""
 
     def __init__(
         self,
         edge: Any,
-        route_of: Callable[[int], Optional[Tuple[Any, str, str]]],
+        route_of: Callable[[int], Optional[Tuple[Any, str, str, int]]],
         changed: Callable[[str, str], None],
     ):
         self.edge = edge
@@ -114,8 +150,10 @@ class Decider:
         ticket, key = row[0], row[1]
         held = self.route_of(key)
         policy = policy_of(held[0]) if held is not None else None
-        if held is None or policy is None or not decidable(policy):
-            carrier.decide_python(ticket)  # the Python path routes it from scratch
+        if held is None or policy is None or mode_of(policy) != held[3]:
+            # dropped, or its policy changed since the push: the Python path routes it from
+            # scratch (the route is pushed again as the new policy makes it)
+            carrier.decide_python(ticket)
             self.handed += 1
             if held is not None:
                 self.changed(held[2], held[1])
@@ -127,9 +165,9 @@ class Decider:
             carrier.decide_close(ticket)
         self.decided += 1
 
-    def _decide(self, row: Asked, held: Tuple[Any, str, str], policy: Any, hub: Any) -> None:
+    def _decide(self, row: Asked, held: Tuple[Any, str, str, int], policy: Any, hub: Any) -> None:
         ticket, _, peer, local, facts, method, target, fields, bodiless = row
-        tunnel, scheme, host = held
+        tunnel, scheme, host, _ = held
         conn = tp.Conn(
             client_ip=peer[0],
             client_port=peer[1],
@@ -152,19 +190,20 @@ class Decider:
         out = policy.on_http_request(conn, traffic.req, traffic.state)
         carrier, state = self.edge.carrier, traffic.state
         hub.count_decisions(state)
+        memo = traffic
         if out.kind == tp.CONTINUE:
             try:
                 added = traffic.appended()
                 if added is not None:  # only headers appended: the core writes the head
-                    carrier.decide_append(ticket, added, state)
+                    carrier.decide_append(ticket, added, memo)
                     return
                 upstream = traffic.upstream_request(peer[0], scheme)
             except http1.LocalProtocolError as exc:
                 status, code, msg = http_policy.POLICY_BROKE
                 broke = error_response(status, code, msg.format(exc), close=True)
-                self._answer(ticket, broke, method, True, state)
+                self._answer(ticket, broke, method, True, memo)
                 return
-            carrier.decide_forward(ticket, http1.request_head(upstream), state)
+            carrier.decide_forward(ticket, http1.request_head(upstream), memo)
         elif out.kind == tp.RESPOND:
             # the connection stays usable when no body follows and the client asked nothing else
             close = not bodiless or _says_close(fields)
@@ -173,12 +212,12 @@ class Decider:
             except http1.LocalProtocolError:  # a field HTTP/1.1 refuses: closed, as the
                 carrier.decide_close(ticket)  # Python path's write fails
                 return
-            self._answer(ticket, answer, method, close, state)
+            self._answer(ticket, answer, method, close, memo)
         else:  # CLOSE (nothing else is reached by a decidable policy)
             carrier.decide_close(ticket)
 
     def _answer(
-        self, ticket: int, events: List[Any], method: bytes, close: bool, state: Any
+        self, ticket: int, events: List[Any], method: bytes, close: bool, memo: Any
     ) -> None:
         """An answer (a head, its body or None, its end: edge/http_io.py's shapes) written as
         http1 writes it to the client: no body for HEAD, 204 or 304."""
@@ -190,7 +229,51 @@ class Decider:
             return
         status = response.status_code
         body = b"" if data is None or method == b"HEAD" or status in (204, 304) else data.data
-        self.edge.carrier.decide_respond(ticket, status, head, body, close, state)
+        self.edge.carrier.decide_respond(ticket, status, head, body, close, memo)
+
+    def responses(self, rows: List[AskedResponse]) -> None:
+        """The response phase of each decided request whose route has one, on the agent's
+        response head, as edge/http_policy.py's ``response_phase`` runs it: the head goes on
+        as the phase left it (``decide_rewrite``), or the policy's answer goes instead and the
+        connection closes after it, or it closes without one."""
+        carrier = self.edge.carrier
+        for ticket, _, status, fields, traffic in rows:
+            try:
+                self._response(carrier, ticket, status, fields, traffic)
+            except Exception:
+                log.exception("the response phase of a decided request")
+                carrier.decide_close(ticket)
+
+    def _response(
+        self, carrier: Any, ticket: int, status: int, fields: list, traffic: Any
+    ) -> None:
+        if traffic is None:  # nothing to run it with (never: a forwarded request's memo)
+            carrier.decide_close(ticket)
+            return
+        res = tp.Response(
+            status_code=status,
+            headers=[(n.lower().decode("latin-1"), v.decode("latin-1")) for n, v in fields],
+        )  # names in lower case, as the Python path's parser gives them
+        out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+        method = traffic.request.method
+        if out.kind == tp.RESPOND:
+            try:
+                answer = outcome_response(out, close=True)
+            except http1.LocalProtocolError:
+                carrier.decide_close(ticket)
+                return
+            self._answer(ticket, answer, method, True, traffic)
+        elif out.kind == tp.CONTINUE:
+            try:
+                rewritten = http1.checked_headers(
+                    [(http_policy.wire(n), http_policy.wire(v)) for n, v in res.headers]
+                )
+            except http1.LocalProtocolError:  # as the Python path's checked Response
+                carrier.decide_close(ticket)
+                return
+            carrier.decide_rewrite(ticket, rewritten, traffic)
+        else:
+            carrier.decide_close(ticket)
 
 
 def _says_close(fields: List[Tuple[bytes, bytes]]) -> bool:

@@ -48,7 +48,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from edge import ip_restrictions, tls_spec
-from edge.decided import Decider, decidable, policy_of
+from edge.decided import PLAIN, RESPONSES, Decider, mode_of, policy_of
 from edge.edges import CACHE_SECONDS, Hop
 from edge.events import Counted
 from edge.observe import hub_of
@@ -138,9 +138,9 @@ class FastPath:
     def __init__(self, edge: Any):
         self.edge = edge
         # (scheme, host) -> (route key, tunnel, until: the loop's time when the core's copy
-        # expires, certificate number: 0 on the plain-HTTP listener, decided: its requests are
-        # decided by its traffic policy first, edge/decided.py)
-        self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int, bool]] = {}
+        # expires, certificate number: 0 on the plain-HTTP listener, mode: plain, or decided by
+        # its traffic policy first, edge/decided.py, and its response heads too)
+        self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int, int]] = {}
         self.hops: Dict[int, Hop] = {}  # route key -> its tunnel's Hop (what records name)
         self.where: Dict[int, Tuple[str, str]] = {}  # route key -> (scheme, host)
         self.decider = Decider(edge, self.route_of, self._sync)
@@ -189,9 +189,8 @@ class FastPath:
         mux = getattr(tunnel.session, "mux", None)
         if type(mux) is not MuxSession or mux.closed:
             return None
-        policy = policy_of(tunnel)
         if (
-            (policy is not None and not decidable(policy))
+            mode_of(policy_of(tunnel)) is None
             or tunnel.breaker is not None
             or tunnel.ws_tcp
             or tunnel.proxy_proto
@@ -220,7 +219,7 @@ class FastPath:
         where = (scheme, host)
         held = self.routes.get(where)
         if tunnel is None or (
-            held is not None and (held[1] is not tunnel or held[4] != _decided(tunnel))
+            held is not None and (held[1] is not tunnel or held[4] != _mode(tunnel))
         ):
             self._drop(where)
             held = None
@@ -285,11 +284,12 @@ class FastPath:
                 key = next(self._keys)
                 self._used[key] = now
             until = now + ROUTE_TTL
-            decided = _decided(tunnel)
-            self.edge.carrier.set_route(
-                host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL, scheme, cert, decided
-            )
-            self.routes[where] = (key, tunnel, until, cert, decided)
+            mode = _mode(tunnel)
+            if mode is None:  # its policy changed while the checks waited: not a route
+                self._drop(where)
+                return
+            self._set(host, key, tunnel, scheme, cert, mode)
+            self.routes[where] = (key, tunnel, until, cert, mode)
             self.hops[key] = Hop.of_tunnel(tunnel)
             self.where[key] = where
         except Exception:
@@ -303,8 +303,8 @@ class FastPath:
         wait: dropped if they no longer make it plain, renewed in the core once half its
         ROUTE_TTL has passed (not at every refresh). False when a check would have to wait or
         something changed: then :meth:`_push` decides, as for a new route."""
-        key, was, until, cert, decided = held
-        if tunnel is not was or decided != _decided(tunnel):
+        key, was, until, cert, mode = held
+        if tunnel is not was or mode != _mode(tunnel):
             return False
         restrictions = self.edge.router.ip_restrictions_now(tunnel.account_id)
         if restrictions is None:
@@ -320,11 +320,22 @@ class FastPath:
         if not _plain_of(restrictions):
             self._drop(where)
         elif until - now < ROUTE_TTL / 2:
-            self.edge.carrier.set_route(
-                host, key, tunnel.session.mux, tunnel.id, ROUTE_TTL, scheme, cert, decided
-            )
-            self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert, decided)
+            self._set(host, key, tunnel, scheme, cert, mode)
+            self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert, mode)
         return True
+
+    def _set(self, host: str, key: int, tunnel: Any, scheme: str, cert: int, mode: int) -> None:
+        self.edge.carrier.set_route(
+            host,
+            key,
+            tunnel.session.mux,
+            tunnel.id,
+            ROUTE_TTL,
+            scheme,
+            cert,
+            decided=mode != PLAIN,
+            responses=mode == RESPONSES,
+        )
 
     def _drop(self, where: Tuple[str, str]) -> None:
         held = self.routes.pop(where, None)
@@ -378,18 +389,22 @@ class FastPath:
                 del self.certs[identity]
                 self.edge.carrier.drop_cert(number)
 
-    def route_of(self, key: int) -> Optional[Tuple[Any, str, str]]:
-        """Route ``key``'s (tunnel, scheme, host) while the core may serve it; None once it
-        was dropped or replaced."""
+    def route_of(self, key: int) -> Optional[Tuple[Any, str, str, int]]:
+        """Route ``key``'s (tunnel, scheme, host, mode as pushed) while the core may serve it;
+        None once it was dropped or replaced."""
         where = self.where.get(key)
         held = self.routes.get(where) if where is not None else None
         if held is None or held[0] != key or where is None:
             return None
-        return held[1], where[0], where[1]
+        return held[1], where[0], where[1], held[4]
 
     def decide(self, rows: List[tuple]) -> None:
         """A batch of decided routes' requests (edge/decided.py)."""
         self.decider.decide(rows)
+
+    def decide_responses(self, rows: List[tuple]) -> None:
+        """A batch of decided routes' response heads (edge/decided.py)."""
+        self.decider.responses(rows)
 
     # ---- what the core served -----------------------------------------------------------------
     def served(self, rows: List[tuple]) -> None:
@@ -409,7 +424,8 @@ class FastPath:
                     continue
                 used[key] = now_loop
                 # counted at once; a tuple only for a request a record is made of (``ran``: a
-                # decided route's policy run, its decisions counted when it ran)
+                # decided route's policy run, http_policy.Traffic, its decisions counted when
+                # it ran)
                 admitted = count(hop, "agent", status, duration, bytes_in, bytes_out, now_mono)
                 if admitted is None:
                     if key not in self._quiet:  # nothing wanted of its requests: counted
@@ -424,7 +440,7 @@ class FastPath:
                             "https" if tls else "http",
                             hop,
                             "agent",
-                            ran,
+                            ran.state if ran is not None else None,
                             started,
                             now_perf - (now_wall - started),
                             now_perf - (now_wall - ended),
@@ -477,6 +493,7 @@ class FastPath:
         hub.flush_counts()
 
 
-def _decided(tunnel: Any) -> bool:
-    """A route of ``tunnel`` is decided (its policy runs on each request) rather than plain."""
-    return policy_of(tunnel) is not None
+def _mode(tunnel: Any) -> Optional[int]:
+    """How a route of ``tunnel`` is pushed: plain, decided, decided with its response heads
+    (edge/decided.py ``mode_of``)."""
+    return mode_of(policy_of(tunnel))

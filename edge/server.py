@@ -152,6 +152,7 @@ class Edge:
         )
         self.carrier.on_served = self.fast_path.served
         self.carrier.on_asked = self.fast_path.decide
+        self.carrier.on_responses = self.fast_path.decide_responses
         self.registry.on_change = self.fast_path.sync
         self.fast_path.start()
         # The HTTPS listener is the core's too: it terminates TLS for a plain route's host

@@ -32,6 +32,9 @@ Served = Tuple[int, int, Tuple[int, int, float, float], bool, "Exchange", Any]
 Asked = Tuple[
     int, int, Tuple[str, int], Tuple[str, int], Optional[Facts], bytes, bytes, Fields, bool
 ]
+# A decided route's response head waiting for its response phase: (ticket, route key, status,
+# fields as the agent sent them, the memo of the request's decision)
+AskedResponse = Tuple[int, int, int, Fields, Any]
 # A connection the core carried ended: (splice id, bytes read from the client's socket,
 # bytes written to it)
 Spliced = Tuple[int, int, int]
@@ -145,6 +148,7 @@ class Core:
         scheme: str = "http",
         cert: int = 0,
         decided: bool = False,
+        responses: bool = False,
     ) -> None:
         """``host``'s requests on the listener of ``scheme`` served by the core on
         ``session``'s streams for ``ttl`` seconds (unless pushed again; expired, the host is
@@ -196,7 +200,15 @@ class Core:
         pair does not load (ValueError naming it). Returns how many names are served."""
     def take(
         self,
-    ) -> Tuple[List[Handed], List[Event], List[Conn], List[Served], List[Spliced], List[Asked]]:
+    ) -> Tuple[
+        List[Handed],
+        List[Event],
+        List[Conn],
+        List[Served],
+        List[Spliced],
+        List[Asked],
+        List[AskedResponse],
+    ]:
         """Every session handed over, every event, every public connection handed over,
         every request served, every carried connection ended and every decided route's
         request waiting, oldest first (each connection's fd is the caller's)."""
@@ -213,6 +225,10 @@ class Core:
         self, ticket: int, status: int, head: bytes, body: bytes, close: bool, memo: Any = None
     ) -> None:
         """Ticket ``ticket``'s request answered with ``head`` and ``body``."""
+    def decide_rewrite(
+        self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
+    ) -> None:
+        """Ticket ``ticket``'s response head on to the client with ``fields``."""
     def decide_close(self, ticket: int) -> None: ...
     def decide_python(self, ticket: int) -> None:
         """Ticket ``ticket``'s connection handed over, its request's bytes included."""

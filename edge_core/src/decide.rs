@@ -2,7 +2,9 @@
 //! does for a plain route, hands Python the head and the connection's facts as one row (no
 //! socket, no bytes of the body), and waits for Python's decision, which it then applies and
 //! carries: forward the request as Python rewrote its head, answer with Python's response,
-//! close, or hand the whole connection to Python (a route that changed meanwhile).
+//! close, or hand the whole connection to Python (a route that changed meanwhile). A route
+//! whose policy has a response phase asks again with the agent's response head, which Python
+//! rewrites (or answers instead of, or closes on).
 //!
 //! Python never waits on the core here, and the core never calls Python: the row goes through
 //! the inbox behind the one wake-up descriptor; the decision comes back by
@@ -49,6 +51,17 @@ impl Asked {
     }
 }
 
+/// The response head of a decided route whose policy has a response phase, waiting for
+/// Python: the agent's status and fields, and the memo of the request's decision (the policy
+/// run the response phase goes on with).
+pub struct AskedResponse {
+    pub ticket: u64,
+    pub route: u64,
+    pub status: u16,
+    pub fields: Vec<Field>,
+    pub memo: Option<Memo>,
+}
+
 /// What Python decided for one request.
 pub enum Decision {
     /// On to the route's agent with this head (request line and fields, X-Forwarded ones
@@ -67,6 +80,9 @@ pub enum Decision {
         body: Vec<u8>,
         close: bool,
     },
+    /// A response head goes on to the client with these fields (as the response phase left
+    /// them) in place of the agent's; its body follows by the agent's framing.
+    Rewrite { fields: Vec<Field> },
     /// Close the connection without an answer.
     Close,
     /// The connection is Python's from this request on (nothing was run for it).

@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
-use crate::decide::Asked;
+use crate::decide::{Asked, AskedResponse};
 use crate::public::{Handed, Served};
 use crate::session::Session;
 use crate::splice::Spliced;
@@ -42,6 +42,7 @@ struct Queues {
     served: Vec<Served>,
     spliced: Vec<Spliced>,
     asked: Vec<Asked>,
+    responses: Vec<AskedResponse>,
 }
 
 impl Queues {
@@ -52,6 +53,7 @@ impl Queues {
             && self.served.is_empty()
             && self.spliced.is_empty()
             && self.asked.is_empty()
+            && self.responses.is_empty()
     }
 }
 
@@ -64,6 +66,8 @@ pub struct Taken {
     pub spliced: Vec<Spliced>,
     /// Decided routes' requests waiting for Python's decision.
     pub asked: Vec<Asked>,
+    /// Decided routes' response heads waiting for their response phase.
+    pub responses: Vec<AskedResponse>,
 }
 
 pub struct Inbox {
@@ -121,6 +125,11 @@ impl Inbox {
         self.with(|q| q.asked.push(asked));
     }
 
+    /// A decided route's response head, for Python's response phase.
+    pub fn push_response(&self, asked: AskedResponse) {
+        self.with(|q| q.responses.push(asked));
+    }
+
     /// A connection the core carried ended.
     pub fn push_spliced(&self, spliced: Spliced) {
         self.with(|q| q.spliced.push(spliced));
@@ -155,6 +164,7 @@ impl Inbox {
             served: std::mem::take(&mut q.served),
             spliced: std::mem::take(&mut q.spliced),
             asked: std::mem::take(&mut q.asked),
+            responses: std::mem::take(&mut q.responses),
         }
     }
 

@@ -24,7 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio_rustls::rustls::ServerConfig;
 
-use crate::decide::{Asked, Decided, Decision, Decisions, Memo, DECIDE_TIMEOUT};
+use crate::decide::{Asked, AskedResponse, Decided, Decision, Decisions, Memo, DECIDE_TIMEOUT};
 use crate::http::{self, Framing, Parsed, RequestHead, ResponseHead};
 use crate::inbox::Inbox;
 use crate::mux::StreamError;
@@ -66,6 +66,9 @@ pub struct Route {
     /// Each request is decided by Python first (its traffic policy's request phase:
     /// decide.rs), then carried as Python decided; false for a plain route.
     pub decided: bool,
+    /// A decided route whose policy has a response phase: each response head is Python's to
+    /// rewrite before it goes on (decide.rs `AskedResponse`).
+    pub responses: bool,
 }
 
 /// Host -> plain route. Python pushes and drops; a host not here goes to Python.
@@ -820,7 +823,8 @@ pub(crate) async fn connection<C: Conn>(
                     first = false;
                     continue;
                 }
-                Decision::Close => {
+                // a close, or a response's decision given for a request: closed
+                Decision::Close | Decision::Rewrite { .. } => {
                     let _ = tcp.shutdown().await;
                     break end_leg(leg);
                 }
@@ -1119,7 +1123,7 @@ async fn exchange<C: Conn>(
                 }
             };
             tokio::pin!(client_side);
-            let respond = respond(&mut wr, &leg, head, &mut record, rbuf);
+            let respond = respond(&mut wr, &leg, head, &mut record, rbuf, public);
             tokio::pin!(respond);
             tokio::select! {
                 _ = &mut client_side => Err((Failed::Client, false)),
@@ -1238,6 +1242,7 @@ async fn respond<W: AsyncWrite + Unpin>(
     req: &RequestHead,
     record: &mut Served,
     rbuf: &mut Vec<u8>,
+    public: &Public,
 ) -> Result<(bool, bool), (Failed, bool)> {
     let head_request = req.method == b"HEAD";
     let resp: ResponseHead = loop {
@@ -1267,10 +1272,47 @@ async fn respond<W: AsyncWrite + Unpin>(
     };
     let head_bytes = rbuf[..resp.len].to_vec();
     rbuf.drain(..resp.len);
+    let mut resp = resp;
+    let mut rewritten = false;
+    if leg.route.responses {
+        // the route's response phase, in Python, on the head (decide.rs)
+        let (ticket, waiting) = public.decisions.ticket();
+        public.inbox.push_response(AskedResponse {
+            ticket,
+            route: leg.route.key,
+            status: resp.status,
+            fields: resp.fields.clone(),
+            memo: record.memo.take(),
+        });
+        let Some(Decided { decision, memo }) = waiting.decided(DECIDE_TIMEOUT).await else {
+            return Err((Failed::Client, false));
+        };
+        record.memo = memo;
+        match decision {
+            Decision::Rewrite { fields } => {
+                resp.fields = fields;
+                rewritten = true;
+            }
+            Decision::Respond {
+                status, head, body, ..
+            } => {
+                // the policy answers instead: the agent's response is dropped, both ends close
+                record.status = status;
+                record.bytes_out = body.len() as u64;
+                record.response_head = head.clone();
+                wr.write_all(&[head, body].concat())
+                    .await
+                    .map_err(|_| (Failed::Client, true))?;
+                return Ok((false, false));
+            }
+            _ => return Err((Failed::Client, false)),
+        }
+    }
     let mut out = Vec::with_capacity(resp.len + rbuf.len() + 64);
     let (to_client, client_keep) = http::client_head(&resp, head_request, req.close, &mut out);
     record.status = resp.status;
-    record.response_head = head_bytes;
+    // the record's head: as the client gets it when the response phase rewrote it
+    record.response_head = if rewritten { out.clone() } else { head_bytes };
     // what the agent's side delimits, and whether the stream can serve another request
     let declared_body = !matches!(resp.framing, Framing::Length(0) | Framing::None);
     let mut leg_keep = !resp.close && !req.close;

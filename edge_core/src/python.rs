@@ -76,6 +76,9 @@ type AskedRow<'py> = (
 );
 /// A carried connection that ended: (splice id, bytes read from the client, written to it).
 type SplicedRow = (u64, u64, u64);
+/// A decided route's response head waiting for its response phase: (ticket, route key,
+/// status, fields as the agent sent them, the memo of the request's decision).
+type ResponseRow<'py> = (u64, u64, u16, Fields<'py>, Option<Py<PyAny>>);
 type Taken<'py> = (
     Vec<Handed>,
     Vec<(u64, u8, u32)>,
@@ -83,7 +86,14 @@ type Taken<'py> = (
     Vec<ServedRow>,
     Vec<SplicedRow>,
     Vec<AskedRow<'py>>,
+    Vec<ResponseRow<'py>>,
 );
+
+/// The Python object a decision's memo holds (what the decide_* calls were given).
+fn memo_of(memo: Option<Memo>) -> Option<Py<PyAny>> {
+    memo.and_then(|m| m.downcast::<Py<PyAny>>().ok())
+        .map(|m| *m)
+}
 
 fn fields<'py>(py: Python<'py>, given: &[crate::http::Field]) -> Fields<'py> {
     given
@@ -292,8 +302,9 @@ impl Core {
     /// `host`'s requests on the listener of `scheme` are served by the core on `session`'s
     /// streams (a plain route) for `ttl` seconds, unless pushed again; on the HTTPS listener
     /// with the certificate `cert` (set_cert); each decided by Python first when `decided`
-    /// (take's asked rows, the decide_* calls).
-    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false))]
+    /// (take's asked rows, the decide_* calls), and each response head too when `responses`
+    /// (take's response rows, decide_rewrite).
+    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false))]
     #[allow(clippy::too_many_arguments)]
     fn set_route(
         &self,
@@ -305,6 +316,7 @@ impl Core {
         scheme: &str,
         cert: u64,
         decided: bool,
+        responses: bool,
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
         let routes = match scheme {
@@ -322,6 +334,7 @@ impl Core {
                 cert,
                 until: std::time::Instant::now() + ttl,
                 decided,
+                responses: decided && responses,
             },
         );
         Ok(())
@@ -493,11 +506,7 @@ impl Core {
             .served
             .into_iter()
             .map(|mut s| {
-                let memo = s
-                    .memo
-                    .take()
-                    .and_then(|m| m.downcast::<Py<PyAny>>().ok())
-                    .map(|m| *m);
+                let memo = memo_of(s.memo.take());
                 (
                     s.route,
                     s.status,
@@ -545,7 +554,40 @@ impl Core {
             .into_iter()
             .map(|s| (s.id, s.from_client, s.to_client))
             .collect();
-        (handed, taken.events, conns, served, spliced, asked)
+        let responses = taken
+            .responses
+            .into_iter()
+            .map(|r| {
+                (
+                    r.ticket,
+                    r.route,
+                    r.status,
+                    fields(py, &r.fields),
+                    memo_of(r.memo),
+                )
+            })
+            .collect();
+        (
+            handed,
+            taken.events,
+            conns,
+            served,
+            spliced,
+            asked,
+            responses,
+        )
+    }
+
+    /// Ticket `ticket`'s response head goes on to the client with `fields` (as the response
+    /// phase left them) in place of the agent's.
+    #[pyo3(signature = (ticket, fields, memo = None))]
+    fn decide_rewrite(
+        &self,
+        ticket: u64,
+        fields: Vec<(Vec<u8>, Vec<u8>)>,
+        memo: Option<Py<PyAny>>,
+    ) {
+        self.decided(ticket, Decision::Rewrite { fields }, memo)
     }
 
     /// Ticket `ticket`'s request goes on to its route's agent with `head` (the request line

@@ -132,6 +132,7 @@ fn setup(pair: &Pair) -> (Carrier, u16, Arc<Session>, UnixStream) {
             cert: 3,
             until: Instant::now() + Duration::from_secs(60),
             decided: false,
+            responses: false,
         },
     );
     (carrier, local.port(), session, agent)

@@ -78,6 +78,7 @@ fn route(session: &Arc<Session>) -> Route {
         cert: 0,
         until: Instant::now() + Duration::from_secs(60),
         decided: false,
+        responses: false,
     }
 }
 
@@ -571,4 +572,121 @@ async fn a_wait_that_ends_leaves_no_ticket_and_a_late_decision_is_refused() {
             ..
         })
     ));
+}
+
+/// The response head waiting for its response phase (decide.rs `AskedResponse`).
+async fn asked_response(carrier: &Carrier) -> edge_core::decide::AskedResponse {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(a) = carrier.inbox().take().responses.pop() {
+            return a;
+        }
+        assert!(Instant::now() < deadline, "no response head asked for");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_phase_rewrites_the_head_or_answers_instead_and_closes() {
+    use edge_core::decide::Decision;
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set(
+        "r.test".into(),
+        Route {
+            decided: true,
+            responses: true,
+            ..route(&session)
+        },
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"GET /a HTTP/1.1\r\nHost: r.test\r\n\r\n")
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Append { fields: Vec::new() }));
+    let (sid, _) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nServer: up\r\nContent-Length: 2\r\n\r\nok",
+    );
+    agent.write_all(&answer).await.unwrap();
+    // the head waits for Python, with the request's memo
+    let head = asked_response(&carrier).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(
+        head.fields,
+        vec![
+            (b"Server".to_vec(), b"up".to_vec()),
+            (b"Content-Length".to_vec(), b"2".to_vec())
+        ]
+    );
+    let memo = head.memo.expect("the request's memo");
+    assert_eq!(memo.downcast_ref::<u32>(), Some(&42));
+    let mut early = [0u8; 1];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), client.read(&mut early))
+            .await
+            .is_err(),
+        "the head went on before its response phase"
+    );
+    carrier.decisions.answer(
+        head.ticket,
+        decided(Decision::Rewrite {
+            fields: vec![
+                (b"content-length".to_vec(), b"2".to_vec()),
+                (b"x-seen".to_vec(), b"1".to_vec()),
+            ],
+        }),
+    );
+    let got = read_response(&mut client, b"ok").await;
+    assert_eq!(
+        got,
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-seen: 1\r\n\r\nok"
+    );
+
+    // the next one: the response phase answers instead, and the connection closes
+    client
+        .write_all(b"GET /b HTTP/1.1\r\nHost: r.test\r\n\r\n")
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Append { fields: Vec::new() }));
+    let (sid, _) = agent_reads(&mut agent, |g| {
+        g.ends_with(b"GET /b HTTP/1.1\r\n") || g.ends_with(b"\r\n\r\n")
+    })
+    .await;
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 500 Oops\r\nContent-Length: 4\r\n\r\nfail",
+    );
+    agent.write_all(&answer).await.unwrap();
+    let head = asked_response(&carrier).await;
+    assert_eq!(head.status, 500);
+    let replaced =
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 5\r\nconnection: close\r\n\r\n";
+    carrier.decisions.answer(
+        head.ticket,
+        decided(Decision::Respond {
+            status: 503,
+            head: replaced.to_vec(),
+            body: b"sorry".to_vec(),
+            close: true,
+        }),
+    );
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, [&replaced[..], b"sorry"].concat());
 }

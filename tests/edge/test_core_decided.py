@@ -68,6 +68,26 @@ HEADERS = {
         },
     ]
 }
+RESPONSES = {
+    "on_http_request": [
+        {"actions": [{"type": "add-headers", "config": {"headers": {"x-asked": "1"}}}]}
+    ],
+    "on_http_response": [
+        {
+            "expressions": ["res.status_code == 200"],
+            "actions": [
+                {"type": "add-headers", "config": {"headers": {"x-answered": "${req.url.path}"}}},
+                {"type": "remove-headers", "config": {"headers": ["content-type"]}},
+            ],
+        },
+        {
+            "expressions": ["res.status_code == 404"],
+            "actions": [
+                {"type": "custom-response", "config": {"status_code": 410, "body": "gone"}}
+            ],
+        },
+    ],
+}
 AUTH = {
     "on_http_request": [
         {"actions": [{"type": "basic-auth", "config": {"credentials": ["ann:pass-word-1"]}}]}
@@ -104,11 +124,12 @@ def decided(edge, api):
         [
             {"proto": "http", "options": {"traffic_policy": [json.dumps(HEADERS)]}},
             {"proto": "http", "options": {"traffic_policy": [json.dumps(AUTH)]}},
+            {"proto": "http", "options": {"traffic_policy": [json.dumps(RESPONSES)]}},
         ],
     )
     urls = bound(agent.start())
     hosts = [host_of(u["url"]) for u in urls]
-    assert wait(lambda: metric(edge.metrics(), "edge_core_http_routes") >= 2)
+    assert wait(lambda: metric(edge.metrics(), "edge_core_http_routes") >= 3)
     yield hosts
     agent.stop()
 
@@ -257,3 +278,28 @@ def test_tls_facts_reach_the_policy_on_the_https_listener(edge, decided):
     made = _settled(edge)[2]
     assert ask().endswith(f"\r\n\r\n1.3 {host}".encode())
     assert _settled(edge)[2] - made == 1  # decided: the core terminated the TLS
+
+
+def test_a_response_phase_rewrites_the_head_the_core_relays(edge, decided):
+    host = decided[2]
+    _until_decided(edge, host)
+    served, handed, made = _settled(edge)
+    with requests.Session() as session:
+        for i in range(3):
+            resp = session.get(_url(edge, f"/echo?i={i}"), headers={"Host": host}, timeout=10)
+            assert resp.status_code == 200 and resp.headers["x-answered"] == "/echo"
+            assert "content-type" not in resp.headers  # removed by the response phase
+            seen = {k.lower(): v for k, v in resp.json()["headers"].items()}
+            assert seen["x-asked"] == "1"  # the request phase's change reached the agent
+    after = _settled(edge)
+    assert (after[0] - served, after[1] - handed, after[2] - made) == (3, 0, 3)
+
+
+def test_a_response_phase_answer_replaces_the_agents_and_closes(edge, decided):
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as raw:
+        raw.sendall(f"GET /status/404 HTTP/1.1\r\nHost: {decided[2]}\r\n\r\n".encode())
+        got = b""
+        while chunk := raw.recv(65536):
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 410 ") and got.endswith(b"\r\n\r\ngone"), got
+    assert b"connection: close\r\n" in got.lower()

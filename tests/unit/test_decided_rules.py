@@ -8,7 +8,7 @@ import pytest
 
 from chalicelib.core.policy import compile_policy
 from edge import decided
-from edge.decided import Decider, decidable
+from edge.decided import Decider, decidable, mode_of, policy_of
 from edge.events import decisions_of
 
 
@@ -90,11 +90,44 @@ def test_an_action_that_needs_more_than_the_head_is_not(name):
     assert not decidable(compile_policy(_req(DECIDABLE["add-headers"], NOT_DECIDABLE[name])))
 
 
-@pytest.mark.parametrize("phase", ["on_http_response", "on_tcp_connect"])
-def test_a_rule_of_another_phase_is_not(phase):
-    action = DECIDABLE["add-headers"] if phase != "on_tcp_connect" else {"type": "deny"}
-    doc = {**_req(DECIDABLE["add-headers"]), phase: [{"actions": [action]}]}
+def test_an_on_tcp_connect_rule_is_not():
+    doc = {**_req(DECIDABLE["add-headers"]), "on_tcp_connect": [{"actions": [{"type": "deny"}]}]}
     assert not decidable(compile_policy(doc))
+
+
+RESPONSE_DECIDABLE = ["add-headers", "remove-headers", "custom-response", "set-vars", "log"]
+RESPONSE_NOT = {
+    "compress-response": {"type": "compress-response"},
+    "response-body-find-replace": {
+        "type": "response-body-find-replace",
+        "config": {"replacements": [{"from": "a", "to": "b"}]},
+    },
+    "owasp-crs-response": {"type": "owasp-crs-response", "config": {}},
+    "http-request": NOT_DECIDABLE["http-request"],
+    "add-headers Content-Length": NOT_DECIDABLE["add-headers Content-Length"],
+    "remove-headers transfer-encoding": NOT_DECIDABLE["remove-headers Transfer-Encoding"],
+}
+
+
+def _res(action):
+    return {**_req(DECIDABLE["add-headers"]), "on_http_response": [{"actions": [action]}]}
+
+
+@pytest.mark.parametrize("name", RESPONSE_DECIDABLE)
+def test_a_response_phase_that_changes_or_answers_on_the_head_is_decidable(name):
+    policy = compile_policy(_res(DECIDABLE[name]))
+    assert decidable(policy) and mode_of(policy) == decided.RESPONSES
+
+
+@pytest.mark.parametrize("name", sorted(RESPONSE_NOT))
+def test_a_response_phase_that_needs_more_is_not(name):
+    policy = compile_policy(_res(RESPONSE_NOT[name]))
+    assert not decidable(policy) and mode_of(policy) is None
+
+
+def test_the_modes():
+    assert mode_of(None) == decided.PLAIN
+    assert mode_of(compile_policy(_req(DECIDABLE["deny"]))) == decided.DECIDED
 
 
 def test_sse_rules_are_not():
@@ -128,6 +161,9 @@ class _Carrier:
     def decide_respond(self, ticket, status, head, body, close, memo=None):
         self.calls.append(("respond", ticket, status, head, body, close))
 
+    def decide_rewrite(self, ticket, fields, memo=None):
+        self.calls.append(("rewrite", ticket, fields, memo))
+
     def decide_close(self, ticket):
         self.calls.append(("close", ticket))
 
@@ -153,7 +189,7 @@ def _decider(policy_doc):
         carrier=_Carrier(), settings=types.SimpleNamespace(region="eu", instance_id="edge")
     )
     changed = []
-    routes = {7: (tunnel, "http", HOST)}
+    routes = {7: (tunnel, "http", HOST, mode_of(policy_of(tunnel)))}
     made = Decider(edge, routes.get, lambda host, scheme: changed.append((scheme, host)))
     return made, edge.carrier, tunnel, changed
 
@@ -190,7 +226,7 @@ def test_headers_only_appended_go_as_fields_the_core_writes_the_head_with():
     _decide(made, [_row()])
     ((kind, ticket, fields, memo),) = carrier.calls
     assert (kind, ticket, fields) == ("append", 1, [(b"x-ip", b"198.51.100.7")])
-    assert memo.action_vars["on_http_request"]  # the run's results ride with the record
+    assert memo.state.action_vars["on_http_request"]  # the run rides with the record
     assert made.decided == 1 and made.handed == 0
 
 
@@ -206,7 +242,7 @@ def test_the_runs_decisions_are_counted_when_it_ran():
         counted.update(made.edge._events_hub.tally.decisions)  # before its worker drains it
 
     asyncio.run(run())
-    found = decisions_of(carrier.calls[0][3].action_vars)
+    found = decisions_of(carrier.calls[0][3].state.action_vars)
     assert found and counted == {key: 2 for key in found}
 
 
@@ -322,3 +358,84 @@ def test_a_policy_that_fails_closes_the_connection(monkeypatch):
 
 def test_framing_fields_are_named_once():
     assert decided.FRAMING_FIELDS == ("content-length", "transfer-encoding")
+
+
+# ---- the response phase --------------------------------------------------------------------
+def _forwarded(doc):
+    """A decider of ``doc`` and the policy run of a request it forwarded (the memo)."""
+    made, carrier, tunnel, _ = _decider(doc)
+    _decide(made, [_row(1)])
+    memo = carrier.calls[0][3]
+    carrier.calls.clear()
+    return made, carrier, memo
+
+
+def test_a_response_head_goes_on_as_the_response_phase_left_it():
+    made, carrier, memo = _forwarded(
+        {
+            "on_http_response": [
+                {
+                    "expressions": ["res.status_code == 200 && req.url.path == '/echo'"],
+                    "actions": [
+                        {
+                            "type": "add-headers",
+                            "config": {"headers": {"X-Seen": "${res.status_code}"}},
+                        },
+                        {"type": "remove-headers", "config": {"headers": ["server"]}},
+                    ],
+                }
+            ]
+        }
+    )
+    fields = [(b"Content-Type", b"text/plain"), (b"Server", b"up"), (b"Content-Length", b"2")]
+    made.responses([(2, 7, 200, fields, memo), (3, 7, 404, fields, memo)])
+    assert carrier.calls == [
+        (
+            "rewrite",
+            2,
+            [(b"content-type", b"text/plain"), (b"content-length", b"2"), (b"x-seen", b"200")],
+            memo,
+        ),
+        # no rule matched: the head as it came (names in lower case, as the Python path's)
+        ("rewrite", 3, [(n.lower(), v) for n, v in fields], memo),
+    ]
+
+
+def test_a_response_phase_answer_replaces_the_response_and_closes():
+    made, carrier, memo = _forwarded(
+        {
+            "on_http_response": [
+                {
+                    "expressions": ["res.status_code >= 500"],
+                    "actions": [
+                        {
+                            "type": "custom-response",
+                            "config": {"status_code": 503, "body": "sorry"},
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    made.responses([(4, 7, 502, [(b"content-length", b"0")], memo)])
+    ((kind, ticket, status, head, body, close),) = carrier.calls
+    assert (kind, ticket, status, body, close) == ("respond", 4, 503, b"sorry", True)
+    assert head.startswith(b"HTTP/1.1 503 ") and b"connection: close\r\n" in head
+
+
+def test_a_response_head_without_its_run_or_a_failing_phase_closes(monkeypatch):
+    made, carrier, memo = _forwarded(
+        {
+            "on_http_response": [
+                {"actions": [{"type": "set-vars", "config": {"vars": [{"a": "1"}]}}]}
+            ]
+        }
+    )
+
+    def broken(*args):
+        raise RuntimeError("a bug")
+
+    made.responses([(5, 7, 200, [], None)])
+    monkeypatch.setattr(memo.policy, "on_http_response", broken)
+    made.responses([(6, 7, 200, [], memo)])
+    assert carrier.calls == [("close", 5), ("close", 6)]

@@ -15,8 +15,8 @@ from edge.observe import hub_of
 from edge.registry import Registry, Tunnel
 
 HOST = "plain.tunnels.localhost"
-RESPONSE_PHASE = {
-    "on_http_response": [{"actions": [{"type": "add-headers", "config": {"headers": {"a": "1"}}}]}]
+RESPONSE_PHASE = {  # compression: the whole body is the edge's to rewrite
+    "on_http_response": [{"actions": [{"type": "compress-response"}]}]
 }
 REQUEST_PHASE = {
     "on_http_request": [{"actions": [{"type": "add-headers", "config": {"headers": {"a": "1"}}}]}]
@@ -166,7 +166,9 @@ class _Carrier:
     def __init__(self):
         self.set, self.dropped = [], []
 
-    def set_route(self, host, key, mux, tunnel_id, ttl, scheme, cert, decided=False):
+    def set_route(
+        self, host, key, mux, tunnel_id, ttl, scheme, cert, decided=False, responses=False
+    ):
         self.set.append((scheme, host, key))
 
     def drop_route(self, host, scheme):
