@@ -17,19 +17,21 @@ A policy is *decidable* (:func:`decidable`) when every run of it ends in one of 
 anything but the heads: each ``on_http_request`` action is one of :data:`DECIDED_ACTIONS` and
 each ``on_http_response`` one of :data:`RESPONSE_ACTIONS` (no body read or rewritten, no
 sign-in, no outbound call, no forward-internal, no circuit breaker); no ``on_tcp_connect`` or
-``on_event_stream_message`` rule; no ``restrict-ips`` names IP policies and no value reads a
-vault secret (both resolved through caches that may wait); and no header action names a
-framing field (Content-Length, Transfer-Encoding: the core frames each body by its own
-sender's head). Any other policy keeps its route on the Python path whole.
+``on_event_stream_message`` rule; and no header action names a framing field
+(Content-Length, Transfer-Encoding: the core frames each body by its own sender's head). Any
+other policy keeps its route on the Python path whole. A policy that names IP policies
+(``restrict-ips``) or vault secrets is decided in a task, once the caches the Python path
+reads them through have them.
 """
 
+import asyncio
 import functools
 import logging
 from typing import Any, Callable, List, Optional, Tuple
 
 from chalicelib.core import policy as tp
 from chalicelib.core.policy import actions as tp_actions
-from edge import http1, http_policy
+from edge import http1, http_policy, secrets
 from edge.http_io import error_response, outcome_response
 from edge.observe import hub_of
 
@@ -69,8 +71,6 @@ PLAIN, DECIDED, RESPONSES = 0, 1, 2
 
 def _decidable(policy: Any) -> bool:
     """Whether every run of ``policy`` ends in a decision the core applies (above)."""
-    if policy.ip_policy_ids or policy.secret_refs:
-        return False
     if any(policy.has(phase) for phase in OTHER_PHASES):
         return False
     for phase, allowed in PHASES:
@@ -158,6 +158,11 @@ class Decider:
             if held is not None:
                 self.changed(held[2], held[1])
             return
+        if policy.ip_policy_ids or policy.secret_refs:
+            # IP policies and vault secrets are read through caches that may wait: decided in
+            # a task once they are here (the core's request waits for its ticket meanwhile)
+            asyncio.ensure_future(self._resolved(row, held, policy, hub))
+            return
         try:
             self._decide(row, held, policy, hub)
         except Exception:
@@ -165,7 +170,41 @@ class Decider:
             carrier.decide_close(ticket)
         self.decided += 1
 
-    def _decide(self, row: Asked, held: Tuple[Any, str, str, int], policy: Any, hub: Any) -> None:
+    async def _resolved(
+        self, row: Asked, held: Tuple[Any, str, str, int], policy: Any, hub: Any
+    ) -> None:
+        """A row of a policy naming IP policies or vault secrets: decided once the router's
+        and the secrets' caches have them (as edge/http_policy.py reads them per run), its
+        decision sent at once."""
+        edge, carrier = self.edge, self.edge.carrier
+        account_id = held[0].account_id
+        try:
+            ip_resolver = (
+                await edge.router.ip_policy_resolver(account_id, policy)
+                if policy.ip_policy_ids
+                else None
+            )
+            secret_resolver = (
+                await secrets.resolver(edge, account_id, policy) if policy.secret_refs else None
+            )
+            self._decide(row, held, policy, hub, ip_resolver, secret_resolver)
+        except Exception:
+            log.exception("deciding a request of %s://%s", held[1], held[2])
+            carrier.decide_close(row[0])
+        finally:
+            self.decided += 1
+            carrier.flush_decisions()
+            hub.flush_counts()
+
+    def _decide(
+        self,
+        row: Asked,
+        held: Tuple[Any, str, str, int],
+        policy: Any,
+        hub: Any,
+        ip_resolver: Any = None,
+        secret_resolver: Any = None,
+    ) -> None:
         ticket, _, peer, local, facts, method, target, fields, bodiless = row
         tunnel, scheme, host, _ = held
         conn = tp.Conn(
@@ -185,6 +224,7 @@ class Decider:
         )
         if facts is not None:
             conn.tls_sni, conn.tls_version, conn.tls_cipher_suite = facts[0], facts[1], facts[2]
+        conn.ip_policy_resolver, conn.secret_resolver = ip_resolver, secret_resolver
         request = http1.Request(method=method, target=target, headers=fields, raw_headers=fields)
         traffic = http_policy.Traffic(policy, conn, request, scheme, host)
         out = policy.on_http_request(conn, traffic.req, traffic.state)

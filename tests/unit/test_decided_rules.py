@@ -36,6 +36,15 @@ DECIDABLE = {
         },
     },
     "basic-auth": {"type": "basic-auth", "config": {"credentials": ["user:password1"]}},
+    # read through caches that may wait: decided in a task (below)
+    "restrict-ips with ip_policies": {
+        "type": "restrict-ips",
+        "config": {"ip_policies": ["ipp_0000000000000000000000001"]},
+    },
+    "a vault secret": {
+        "type": "add-headers",
+        "config": {"headers": {"x-a": "${secrets.get('vault', 'name')}"}},
+    },
     "set-vars": {"type": "set-vars", "config": {"vars": [{"a": "1"}]}},
     "log": {"type": "log", "config": {"metadata": {"a": "1"}}},
 }
@@ -52,14 +61,6 @@ NOT_DECIDABLE = {
     "openid-connect": {
         "type": "openid-connect",
         "config": {"issuer_url": "https://i", "client_id": "c", "client_secret": "s"},
-    },
-    "restrict-ips with ip_policies": {
-        "type": "restrict-ips",
-        "config": {"ip_policies": ["ipp_0000000000000000000000001"]},
-    },
-    "a vault secret": {
-        "type": "add-headers",
-        "config": {"headers": {"x-a": "${secrets.get('vault', 'name')}"}},
     },
     "add-headers Content-Length": {
         "type": "add-headers",
@@ -163,6 +164,9 @@ class _Carrier:
 
     def decide_rewrite(self, ticket, fields, memo=None):
         self.calls.append(("rewrite", ticket, fields, memo))
+
+    def flush_decisions(self):
+        self.calls.append(("flush",))
 
     def decide_close(self, ticket):
         self.calls.append(("close", ticket))
@@ -439,3 +443,63 @@ def test_a_response_head_without_its_run_or_a_failing_phase_closes(monkeypatch):
     monkeypatch.setattr(memo.policy, "on_http_response", broken)
     made.responses([(6, 7, 200, [], memo)])
     assert carrier.calls == [("close", 5), ("close", 6)]
+
+
+# ---- IP policies and vault secrets: decided once the caches have them ----------------------
+def test_a_policy_naming_ip_policies_and_secrets_is_decided_once_they_are_read(monkeypatch):
+    doc = _req(
+        {"type": "restrict-ips", "config": {"ip_policies": ["ipp_1"]}},
+        {"type": "add-headers", "config": {"headers": {"x-key": "${secrets.get('v', 'k')}"}}},
+    )
+    made, carrier, tunnel, _ = _decider(doc)
+    read = []
+
+    class _Router:
+        async def ip_policy_resolver(self, account_id, policy):
+            read.append(("ipp", account_id, policy.ip_policy_ids))
+            await asyncio.sleep(0.01)  # a store read
+            return lambda account, ident: [("allow", "198.51.100.0/24")]
+
+    async def resolver(edge, account_id, policy):
+        read.append(("secrets", account_id))
+        return lambda vault, name: "sesame" if (vault, name) == ("v", "k") else None
+
+    made.edge.router = _Router()
+    monkeypatch.setattr(decided.secrets, "resolver", resolver)
+
+    async def run():
+        made.decide([_row(1), _row(2, fields=[(b"host", HOST.encode())])])
+        assert [c for c in carrier.calls if c[0] != "flush"] == []  # nothing decided yet
+        for _ in range(100):
+            if len([c for c in carrier.calls if c[0] == "append"]) == 2:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    appended = [c for c in carrier.calls if c[0] == "append"]
+    assert [c[2] for c in appended] == [[(b"x-key", b"sesame")]] * 2
+    assert carrier.calls.count(("flush",)) == 2  # each task sends its own decision
+    assert read.count(("secrets", "ac_1")) == 2 and read[0] == ("ipp", "ac_1", ("ipp_1",))
+    assert made.decided == 2
+
+
+def test_an_ip_policy_that_denies_is_decided_as_the_python_path_decides_it():
+    doc = _req({"type": "restrict-ips", "config": {"ip_policies": ["ipp_1"]}})
+    made, carrier, _, _ = _decider(doc)
+
+    class _Router:
+        async def ip_policy_resolver(self, account_id, policy):
+            return lambda account, ident: [("deny", "198.51.100.0/24")]
+
+    made.edge.router = _Router()
+
+    async def run():
+        made.decide([_row(1)])
+        for _ in range(100):
+            if any(c[0] == "respond" for c in carrier.calls):
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    responded = [c for c in carrier.calls if c[0] == "respond"]
+    assert [c[2] for c in responded] == [403]
