@@ -248,6 +248,11 @@ class Carrier:
         included, as an unrouted one would."""
         self._core.decide_python(ticket)
 
+    def flush_decisions(self) -> None:
+        """The decisions queued since the last flush, sent (``_take`` flushes a batch's; a
+        decision made later, in a task, is flushed by its maker)."""
+        self._core.flush_decisions()
+
     def deciding(self) -> int:
         """Decided routes' requests waiting for a decision now."""
         return self._core.deciding()

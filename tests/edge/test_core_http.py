@@ -186,10 +186,18 @@ def test_a_bad_head_is_answered_by_python_as_before(edge, plain):
     assert b"ERR_NGROK" in answer
 
 
-def test_a_route_with_a_traffic_policy_goes_through_python(edge, api, plain):
+def test_a_route_whose_traffic_policy_needs_the_body_goes_through_python(edge, api, plain):
+    """A policy that may rewrite the body (compression) is not decidable (edge/decided.py):
+    its route is the Python path's whole; one that needs only the heads is the core's
+    (tests/edge/test_core_decided.py)."""
     policy = {
         "on_http_response": [
-            {"actions": [{"type": "add-headers", "config": {"headers": {"x-policy": "ran"}}}]}
+            {
+                "actions": [
+                    {"type": "add-headers", "config": {"headers": {"x-policy": "ran"}}},
+                    {"type": "compress-response"},
+                ]
+            }
         ]
     }
     agent = SdkAgent(

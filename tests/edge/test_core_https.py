@@ -111,7 +111,9 @@ def test_another_host_on_the_cores_connection_goes_to_python_with_the_handshakes
                                 "x-client": "${conn.client_ip}",
                             }
                         },
-                    }
+                    },
+                    # a body the edge may rewrite: the route stays Python's (edge/decided.py)
+                    {"type": "compress-response"},
                 ]
             }
         ]
