@@ -588,6 +588,15 @@ impl State {
         Ok(sid)
     }
 
+    /// The time until the first slot in grace comes back, if any (without arming EV_SLOT:
+    /// the core's own opener sleeps until then).
+    pub fn next_slot(&mut self) -> Option<Duration> {
+        self.cooling();
+        self.cooling
+            .front()
+            .map(|end| end.saturating_duration_since(Instant::now()))
+    }
+
     /// An opener waits for a slot: EV_SLOT when one comes back; the time until the first slot
     /// in grace comes back, if any.
     pub fn want_slot(&mut self) -> Option<Duration> {

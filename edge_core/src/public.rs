@@ -852,10 +852,9 @@ pub(crate) async fn connection<C: Conn>(
         let current = match kept {
             Some(l) => l,
             None => {
-                let opened = route.session.with(|st| st.open());
-                let Ok(sid) = opened else {
-                    // all slots taken, or the session ended: Python waits for a slot, or
-                    // gives the answer the route's end calls for
+                let Some(sid) = open_stream(&route.session).await else {
+                    // all slots taken by open streams, or the session ended: Python waits for
+                    // a slot, or gives the answer the route's end calls for
                     break hand_over(tcp, peer, buf, first, &public, None, ticket);
                 };
                 let wakes = route.session.own(sid);
@@ -922,6 +921,31 @@ fn wall_now() -> f64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
+}
+
+/// A slot in grace (mux.rs `slot_grace`: a stream of ours that ended less than 200 ms ago)
+/// is waited for here at most this long in all: at a high rate of new streams (a new
+/// connection per request) the grace, not open streams, is what holds the slots.
+pub const SLOT_WAIT: Duration = Duration::from_secs(2);
+
+/// A new stream of ours on `session`, waiting for the slots in grace to come back when they
+/// are what is full (at most SLOT_WAIT); None when the slots are held by open streams (Python
+/// waits for those, with the session's events) or the session ended.
+async fn open_stream(session: &Session) -> Option<u32> {
+    let deadline = Instant::now() + SLOT_WAIT;
+    loop {
+        match session.with(|st| st.open()) {
+            Ok(sid) => return Some(sid),
+            Err(StreamError::Exhausted(_)) => {
+                let next = session.with(|st| st.next_slot())?;
+                if Instant::now() + next > deadline {
+                    return None;
+                }
+                tokio::time::sleep(next.max(Duration::from_millis(1))).await;
+            }
+            Err(_) => return None,
+        }
+    }
 }
 
 /// The same endpoint on the same session (a route pushed again to renew it is the same).

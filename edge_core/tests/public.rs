@@ -690,3 +690,71 @@ async fn a_response_phase_rewrites_the_head_or_answers_instead_and_closes() {
     client.read_to_end(&mut got).await.unwrap();
     assert_eq!(got, [&replaced[..], b"sorry"].concat());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_finds_every_slot_in_grace_waits_for_one_in_the_core() {
+    use edge_core::mux::Limits;
+    let carrier = Carrier::new(1).unwrap();
+    let (_, local) = carrier
+        .listen_public(Where::Bind("127.0.0.1".into(), 0), spec(16))
+        .unwrap();
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let limits = Limits {
+        max_local_streams: 1,
+        slot_grace: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let session = carrier
+        .attach(std::os::fd::OwnedFd::from(ours), limits)
+        .unwrap();
+    session.with(|st| st.authenticate());
+    theirs.set_nonblocking(true).unwrap();
+    let mut agent = UnixStream::from_std(theirs).unwrap();
+    carrier.routes.set("a.test".into(), route(&session));
+    let port = local.port();
+
+    // the one slot: a request served, its stream ended both ways (then in grace)
+    let mut first = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    first
+        .write_all(b"GET /1 HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (sid, _) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        FIN,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    );
+    agent.write_all(&answer).await.unwrap();
+    let mut got = Vec::new();
+    first.read_to_end(&mut got).await.unwrap();
+    assert!(got.ends_with(b"ok"));
+
+    // the next connection's request waits for the slot in the core, and is served there
+    let asked = Instant::now();
+    let mut second = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    second
+        .write_all(b"GET /2 HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (next, got) = tokio::time::timeout(
+        Duration::from_secs(5),
+        agent_reads(&mut agent, |g| has(g, b"GET /2 HTTP/1.1\r\n")),
+    )
+    .await
+    .expect("the request never reached the agent: handed to Python?");
+    assert_ne!(next, sid);
+    assert!(has(&got, b"GET /2 HTTP/1.1\r\n"));
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_millis(150),
+        "served before its slot came back: {waited:?}"
+    );
+    assert!(
+        carrier.inbox().take().conns.is_empty(),
+        "handed to Python instead"
+    );
+}
