@@ -12,6 +12,7 @@ import ngrok
 import pytest
 
 from edge.edges import CACHE_SECONDS
+from stacks.process import listens_on
 from tests.edge.conftest import BASE_DOMAIN, tcp_round_trip
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 
@@ -264,6 +265,18 @@ def test_the_docs_path_routing_policy_on_a_cloud_endpoint(edge, account, client,
     assert other.status_code == 502 and other.json()["error_code"] == "ERR_NGROK_6029"
 
 
+def _no_round_trip(edge, port, got):
+    """Why a round trip through ``port`` did not come back (run 22 of docs/TESTING.md: once,
+    in a whole run, after 10 s): what the tries read, whether the edge listens on the port,
+    and what its log says of it."""
+    lines = [line for line in edge.log().splitlines() if str(port) in line][-15:]
+    return (
+        f"no round trip through port {port} in 10 s; the tries read {got[-3:]!r} "
+        f"({len(got)} tries); the edge listens on it: {listens_on(edge.process.pid, port)}; "
+        f"its log on the port: {lines}"
+    )
+
+
 def test_tcp_cloud_endpoint_forwards_to_an_sdk_internal_tcp_endpoint(
     edge, account, client, agents
 ):
@@ -291,11 +304,12 @@ def test_tcp_cloud_endpoint_forwards_to_an_sdk_internal_tcp_endpoint(
             url=f"tcp://{ra['addr']}", type="cloud", traffic_policy=tcp_forward
         )
         port = int(ra["addr"].rsplit(":", 1)[1])
+        got = []
         assert _wait(
-            lambda: tcp_round_trip(port, b"through a cloud endpoint")
-            == b"through a cloud endpoint",
+            lambda: got.append(tcp_round_trip(port, b"through a cloud endpoint"))
+            or got[-1] == b"through a cloud endpoint",
             timeout=10,
-        )
+        ), _no_round_trip(edge, port, got)
         client.endpoints.update(
             ep.id, traffic_policy=json.dumps({"on_tcp_connect": [{"actions": [{"type": "deny"}]}]})
         )
