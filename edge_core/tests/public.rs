@@ -379,6 +379,15 @@ async fn asked(carrier: &Carrier) -> edge_core::decide::Asked {
     asked_keeping(carrier, &mut Vec::new()).await
 }
 
+/// The test's route, decided by Python per request (and per response head with `responses`).
+fn decided_route(session: &Arc<Session>, responses: bool) -> Route {
+    Route {
+        decided: true,
+        responses,
+        ..route(session)
+    }
+}
+
 fn decided(decision: edge_core::decide::Decision) -> edge_core::decide::Decided {
     edge_core::decide::Decided {
         decision,
@@ -390,13 +399,9 @@ fn decided(decision: edge_core::decide::Decision) -> edge_core::decide::Decided 
 async fn a_decided_routes_request_is_carried_as_python_decided_each_time() {
     use edge_core::decide::Decision;
     let (carrier, port, session, mut agent) = setup(16);
-    carrier.routes.set(
-        "d.test".into(),
-        Route {
-            decided: true,
-            ..route(&session)
-        },
-    );
+    carrier
+        .routes
+        .set("d.test".into(), decided_route(&session, false));
     let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     client
         .write_all(b"POST /x HTTP/1.1\r\nHost: d.test\r\nContent-Length: 4\r\nX-A: 1\r\n\r\nbody")
@@ -508,13 +513,9 @@ async fn a_decided_routes_request_is_carried_as_python_decided_each_time() {
 async fn an_answer_to_a_request_with_a_body_or_a_close_decision_ends_the_connection() {
     use edge_core::decide::Decision;
     let (carrier, port, session, _agent) = setup(16);
-    carrier.routes.set(
-        "d.test".into(),
-        Route {
-            decided: true,
-            ..route(&session)
-        },
-    );
+    carrier
+        .routes
+        .set("d.test".into(), decided_route(&session, false));
     let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     client
         .write_all(b"POST /deny HTTP/1.1\r\nHost: d.test\r\nContent-Length: 2\r\n\r\nhi")
@@ -590,14 +591,9 @@ async fn asked_response(carrier: &Carrier) -> edge_core::decide::AskedResponse {
 async fn a_response_phase_rewrites_the_head_or_answers_instead_and_closes() {
     use edge_core::decide::Decision;
     let (carrier, port, session, mut agent) = setup(16);
-    carrier.routes.set(
-        "r.test".into(),
-        Route {
-            decided: true,
-            responses: true,
-            ..route(&session)
-        },
-    );
+    carrier
+        .routes
+        .set("r.test".into(), decided_route(&session, true));
     let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     client
         .write_all(b"GET /a HTTP/1.1\r\nHost: r.test\r\n\r\n")

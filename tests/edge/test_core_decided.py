@@ -134,6 +134,14 @@ def decided(edge, api):
     agent.stop()
 
 
+def _read_all(sock):
+    """What ``sock`` reads until the edge closes it."""
+    got = b""
+    while chunk := sock.recv(65536):
+        got += chunk
+    return got
+
+
 def _url(edge, path):
     return f"http://127.0.0.1:{edge.http_port}{path}"
 
@@ -188,9 +196,7 @@ def test_the_policys_answers_are_the_cores_and_keep_the_connection(edge, decided
             f"GET /deny HTTP/1.1\r\nHost: {host}\r\n\r\n"
             f"GET /echo HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
         )
-        got = b""
-        while chunk := raw.recv(65536):
-            got += chunk
+        got = _read_all(raw)
     answers = got.split(b"HTTP/1.1 ")[1:]
     assert [a.split(b" ", 1)[0] for a in answers] == [b"418", b"418", b"403", b"200"], got
     assert answers[0].endswith(b"\r\n\r\ntea GET") and b"x-fixed: 1\r\n" in answers[0].lower()
@@ -203,9 +209,7 @@ def test_an_answer_to_a_request_with_a_body_closes_the_connection(edge, decided)
         raw.sendall(
             f"POST /deny HTTP/1.1\r\nHost: {decided[0]}\r\nContent-Length: 5\r\n\r\nhello".encode()
         )
-        got = b""
-        while chunk := raw.recv(65536):
-            got += chunk
+        got = _read_all(raw)
     assert got.startswith(b"HTTP/1.1 403 ") and b"\r\nconnection: close\r\n" in got.lower()
 
 
@@ -269,10 +273,7 @@ def test_tls_facts_reach_the_policy_on_the_https_listener(edge, decided):
                 tls.sendall(
                     f"GET /tls HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
                 )
-                got = b""
-                while chunk := tls.recv(65536):
-                    got += chunk
-                return got
+                return _read_all(tls)
 
     assert wait(lambda: ask().endswith(f"\r\n\r\n1.3 {host}".encode()))
     made = _settled(edge)[2]
@@ -298,8 +299,6 @@ def test_a_response_phase_rewrites_the_head_the_core_relays(edge, decided):
 def test_a_response_phase_answer_replaces_the_agents_and_closes(edge, decided):
     with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as raw:
         raw.sendall(f"GET /status/404 HTTP/1.1\r\nHost: {decided[2]}\r\n\r\n".encode())
-        got = b""
-        while chunk := raw.recv(65536):
-            got += chunk
+        got = _read_all(raw)
     assert got.startswith(b"HTTP/1.1 410 ") and got.endswith(b"\r\n\r\ngone"), got
     assert b"connection: close\r\n" in got.lower()
