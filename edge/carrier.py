@@ -192,12 +192,16 @@ class Carrier:
         cert: int = 0,
         decided: bool = False,
         responses: bool = False,
+        holds: Optional[List[str]] = None,
     ) -> None:
         """The core serves ``host``'s requests on the listener of ``scheme`` itself for
         ``ttl`` seconds (unless set again), on proxy streams of ``mux`` carrying
         ``tunnel_id``; its records name ``key``. HTTPS: with certificate ``cert``.
         ``decided``: each request is handed to ``on_asked`` first and carried as decided
-        (``decide_*``); ``responses``: each response head to ``on_responses`` too."""
+        (``decide_*``); ``responses``: each response head to ``on_responses`` too.
+        ``holds``: the facts a decided route's decisions are a function of
+        (chalicelib.core.policy.holding): a decision made with ``hold`` is applied again by
+        the core to the requests with the same facts while the route is quiet."""
         self._core.set_route(
             host,
             key,
@@ -208,6 +212,7 @@ class Carrier:
             cert=cert,
             decided=decided,
             responses=responses,
+            holds=holds,
         )
 
     # The decide_* calls queue a decided route's decision in the core; the batch is sent when
@@ -219,19 +224,32 @@ class Carrier:
         self._core.decide_forward(ticket, head, memo)
 
     def decide_append(
-        self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
+        self,
+        ticket: int,
+        fields: List[Tuple[bytes, bytes]],
+        memo: Any = None,
+        hold: bool = False,
     ) -> None:
         """Ticket ``ticket``'s request goes on with the client's head and ``fields`` after its
         own (checked, lower-case names, none of them framing); the core adds the X-Forwarded
-        fields as for a plain route."""
-        self._core.decide_append(ticket, fields, memo)
+        fields as for a plain route. ``hold``: the decision holds for the route's requests
+        with the same facts (its ``holds``)."""
+        self._core.decide_append(ticket, fields, memo, hold)
 
     def decide_respond(
-        self, ticket: int, status: int, head: bytes, body: bytes, close: bool, memo: Any = None
+        self,
+        ticket: int,
+        status: int,
+        head: bytes,
+        body: bytes,
+        close: bool,
+        memo: Any = None,
+        hold: bool = False,
     ) -> None:
         """Ticket ``ticket``'s request is answered with ``head`` and ``body``; the connection
-        ends after when ``close`` or when the request has a body."""
-        self._core.decide_respond(ticket, status, head, body, close, memo)
+        ends after when ``close`` or when the request has a body. ``hold`` as for
+        :meth:`decide_append`."""
+        self._core.decide_respond(ticket, status, head, body, close, memo, hold)
 
     def decide_rewrite(
         self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
@@ -264,8 +282,13 @@ class Carrier:
 
     def take_tallies(self) -> "List[edge_core.Tally]":
         """What the core counted of each quiet route's requests since the last call: (route
-        key, [(status, requests)], durations in seconds, body bytes in, out)."""
+        key, [(status, requests)], durations in seconds, body bytes in, out, [(the memo of a
+        held decision, requests it served)])."""
         return self._core.take_tallies()
+
+    def held_counts(self) -> Tuple[int, int]:
+        """(requests served by a held decision, bytes every route holds now)."""
+        return self._core.held_counts()
 
     def quiet_count(self) -> int:
         return self._core.quiet_count()

@@ -22,6 +22,11 @@ sign-in, no outbound call, no forward-internal, no circuit breaker); no ``on_tcp
 other policy keeps its route on the Python path whole. A policy that names IP policies
 (``restrict-ips``) or vault secrets is decided in a task, once the caches the Python path
 reads them through have them.
+
+A decided route whose request phase reads nothing but the row's facts (:func:`holds_of`,
+chalicelib/core/policy/holding.py) is pushed with those facts, and its decisions are made with
+``hold``: the core applies one again to the route's next requests with the same facts while
+the route is quiet (edge_core/src/held.rs; docs/DATA_PLANE.md, "Held decisions").
 """
 
 import asyncio
@@ -31,6 +36,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from chalicelib.core import policy as tp
 from chalicelib.core.policy import actions as tp_actions
+from chalicelib.core.policy.holding import request_reads
 from edge import http1, http_policy, secrets
 from edge.http_io import error_response, outcome_response
 from edge.observe import hub_of
@@ -109,6 +115,17 @@ def mode_of(policy: Optional[Any]) -> Optional[int]:
     return RESPONSES if policy.has("on_http_response") else DECIDED
 
 
+def holds_of(policy: Optional[Any]) -> Optional[List[str]]:
+    """The facts a decided route's decisions are a function of, when the core may hold them
+    (docs/DATA_PLANE.md, "Held decisions"): a decidable policy without a response phase (a
+    response's rewrite goes on with its own request's run) whose request phase reads nothing
+    but the head and the connection (chalicelib.core.policy.holding); else None."""
+    if policy is None or mode_of(policy) != DECIDED:
+        return None
+    reads = request_reads(policy)
+    return sorted(reads) if reads is not None else None
+
+
 # A row the core hands over: (ticket, route key, (peer host, port), (local host, port), None
 # or the TLS facts (SNI, version, cipher, ALPN), method, target, fields, no body follows).
 Asked = Tuple[int, int, Tuple[str, int], Tuple[str, int], Any, bytes, bytes, list, bool]
@@ -119,17 +136,23 @@ Asked = Tuple[int, int, Tuple[str, int], Tuple[str, int], Any, bytes, bytes, lis
 AskedResponse = Tuple[int, int, int, list, Any]
 
 
+# A route as pushed: (tunnel, scheme, host, mode, the policy it was pushed with).
+Pushed = Tuple[Any, str, str, int, Any]
+
+
 class Decider:
     """Decides the rows of one edge's decided routes (its carrier's, in its region).
-    ``route_of(key)`` gives a route key's (tunnel, scheme, host, mode as pushed), or None when
-    the route was dropped; ``changed(host, scheme)`` is told of a route whose policy changed
-    under it. A decision's memo is the request's policy run (``http_policy.Traffic``): the
-    response phase goes on with it, and the request's record reads its state."""
+    ``route_of(key)`` gives a route key's :data:`Pushed`, or None when the route was dropped;
+    ``changed(host, scheme)`` is told of a route whose policy changed under it. A decision's
+    memo is the request's policy run (``http_policy.Traffic``): the response phase goes on
+    with it, and the request's record reads its state. A decision of a route whose policy
+    :func:`holds_of` names facts is made with ``hold``: the core applies it again to the
+    route's requests with the same facts."""
 
     def __init__(
         self,
         edge: Any,
-        route_of: Callable[[int], Optional[Tuple[Any, str, str, int]]],
+        route_of: Callable[[int], Optional[Pushed]],
         changed: Callable[[str, str], None],
     ):
         self.edge = edge
@@ -150,7 +173,7 @@ class Decider:
         ticket, key = row[0], row[1]
         held = self.route_of(key)
         policy = policy_of(held[0]) if held is not None else None
-        if held is None or policy is None or mode_of(policy) != held[3]:
+        if held is None or policy is None or policy is not held[4] or mode_of(policy) != held[3]:
             # dropped, or its policy changed since the push: the Python path routes it from
             # scratch (the route is pushed again as the new policy makes it)
             carrier.decide_python(ticket)
@@ -170,9 +193,7 @@ class Decider:
             carrier.decide_close(ticket)
         self.decided += 1
 
-    async def _resolved(
-        self, row: Asked, held: Tuple[Any, str, str, int], policy: Any, hub: Any
-    ) -> None:
+    async def _resolved(self, row: Asked, held: Pushed, policy: Any, hub: Any) -> None:
         """A row of a policy naming IP policies or vault secrets: decided once the router's
         and the secrets' caches have them (as edge/http_policy.py reads them per run), its
         decision sent at once."""
@@ -199,14 +220,16 @@ class Decider:
     def _decide(
         self,
         row: Asked,
-        held: Tuple[Any, str, str, int],
+        held: Pushed,
         policy: Any,
         hub: Any,
         ip_resolver: Any = None,
         secret_resolver: Any = None,
     ) -> None:
         ticket, _, peer, local, facts, method, target, fields, bodiless = row
-        tunnel, scheme, host, _ = held
+        tunnel, scheme, host, mode, _ = held
+        # the route's decisions are held by the core (its policy reads only the row's facts)
+        hold = mode == DECIDED and request_reads(policy) is not None
         conn = tp.Conn(
             client_ip=peer[0],
             client_port=peer[1],
@@ -235,7 +258,7 @@ class Decider:
             try:
                 added = traffic.appended()
                 if added is not None:  # only headers appended: the core writes the head
-                    carrier.decide_append(ticket, added, memo)
+                    carrier.decide_append(ticket, added, memo, hold)
                     return
                 upstream = traffic.upstream_request(peer[0], scheme)
             except http1.LocalProtocolError as exc:
@@ -252,15 +275,24 @@ class Decider:
             except http1.LocalProtocolError:  # a field HTTP/1.1 refuses: closed, as the
                 carrier.decide_close(ticket)  # Python path's write fails
                 return
-            self._answer(ticket, answer, method, close, memo)
-        else:  # CLOSE (nothing else is reached by a decidable policy)
+            self._answer(ticket, answer, method, close, memo, hold)
+        else:  # CLOSE (nothing else is reached by a decidable policy; not held: no record of
+            # its request counts a held decision's policy run)
             carrier.decide_close(ticket)
 
     def _answer(
-        self, ticket: int, events: List[Any], method: bytes, close: bool, memo: Any
+        self,
+        ticket: int,
+        events: List[Any],
+        method: bytes,
+        close: bool,
+        memo: Any,
+        hold: bool = False,
     ) -> None:
         """An answer (a head, its body or None, its end: edge/http_io.py's shapes) written as
-        http1 writes it to the client: no body for HEAD, 204 or 304."""
+        http1 writes it to the client: no body for HEAD, 204 or 304. ``hold``: the core may
+        apply it again (the policy's own answer; never an error of the edge's, whose
+        operation id is new each time)."""
         response, data = events[0], events[1]
         try:
             head = http1.response_head(response)
@@ -269,7 +301,7 @@ class Decider:
             return
         status = response.status_code
         body = b"" if data is None or method == b"HEAD" or status in (204, 304) else data.data
-        self.edge.carrier.decide_respond(ticket, status, head, body, close, memo)
+        self.edge.carrier.decide_respond(ticket, status, head, body, close, memo, hold)
 
     def responses(self, rows: List[AskedResponse]) -> None:
         """The response phase of each decided request whose route has one, on the agent's

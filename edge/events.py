@@ -848,13 +848,15 @@ class Hub:
             return False
         return None
 
-    def count_decisions(self, state: Any) -> None:
+    def count_decisions(self, state: Any, times: int = 1) -> None:
         """A policy run's decisions (``state.action_vars``), counted when it ran: a decided
         route's request (edge/decided.py), whose record, if one is made, comes later or not at
-        all (a quiet route's). The caller calls :meth:`flush_counts` after its batch."""
+        all (a quiet route's); ``times`` for the requests a held decision served (the core
+        applied the run's decision to each). The caller calls :meth:`flush_counts` after its
+        batch."""
         action_vars = state.action_vars
         if action_vars:
-            self.tally.decided(decisions_of(action_vars))
+            self.tally.decided(decisions_of(action_vars), times)
 
     def count_quiet(
         self,

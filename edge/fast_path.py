@@ -48,7 +48,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from edge import ip_restrictions, tls_spec
-from edge.decided import PLAIN, RESPONSES, Decider, mode_of, policy_of
+from edge.decided import PLAIN, RESPONSES, Decider, Pushed, holds_of, mode_of, policy_of
 from edge.edges import CACHE_SECONDS, Hop
 from edge.events import Counted
 from edge.observe import hub_of
@@ -139,8 +139,9 @@ class FastPath:
         self.edge = edge
         # (scheme, host) -> (route key, tunnel, until: the loop's time when the core's copy
         # expires, certificate number: 0 on the plain-HTTP listener, mode: plain, or decided by
-        # its traffic policy first, edge/decided.py, and its response heads too)
-        self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int, int]] = {}
+        # its traffic policy first, edge/decided.py, and its response heads too; the policy it
+        # was pushed with: a route whose policy changes is pushed anew, its held decisions gone)
+        self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int, int, Any]] = {}
         self.hops: Dict[int, Hop] = {}  # route key -> its tunnel's Hop (what records name)
         self.where: Dict[int, Tuple[str, str]] = {}  # route key -> (scheme, host)
         self.decider = Decider(edge, self.route_of, self._sync)
@@ -219,7 +220,12 @@ class FastPath:
         where = (scheme, host)
         held = self.routes.get(where)
         if tunnel is None or (
-            held is not None and (held[1] is not tunnel or held[4] != _mode(tunnel))
+            held is not None
+            and (
+                held[1] is not tunnel
+                or held[4] != _mode(tunnel)
+                or held[5] is not policy_of(tunnel)  # the core may hold its decisions
+            )
         ):
             self._drop(where)
             held = None
@@ -278,7 +284,8 @@ class FastPath:
                     self._nameless = nameless
             held = self.routes.get(where)
             now = asyncio.get_running_loop().time()
-            if held is not None and held[1] is tunnel:
+            policy = policy_of(tunnel)
+            if held is not None and held[1] is tunnel and held[5] is policy:
                 key = held[0]
             else:  # a new route counts as used: it is kept ROUTE_KEEP before any request
                 key = next(self._keys)
@@ -289,7 +296,7 @@ class FastPath:
                 self._drop(where)
                 return
             self._set(host, key, tunnel, scheme, cert, mode)
-            self.routes[where] = (key, tunnel, until, cert, mode)
+            self.routes[where] = (key, tunnel, until, cert, mode, policy)
             self.hops[key] = Hop.of_tunnel(tunnel)
             self.where[key] = where
         except Exception:
@@ -303,8 +310,8 @@ class FastPath:
         wait: dropped if they no longer make it plain, renewed in the core once half its
         ROUTE_TTL has passed (not at every refresh). False when a check would have to wait or
         something changed: then :meth:`_push` decides, as for a new route."""
-        key, was, until, cert, mode = held
-        if tunnel is not was or mode != _mode(tunnel):
+        key, was, until, cert, mode, policy = held
+        if tunnel is not was or mode != _mode(tunnel) or policy is not policy_of(tunnel):
             return False
         restrictions = self.edge.router.ip_restrictions_now(tunnel.account_id)
         if restrictions is None:
@@ -321,7 +328,7 @@ class FastPath:
             self._drop(where)
         elif until - now < ROUTE_TTL / 2:
             self._set(host, key, tunnel, scheme, cert, mode)
-            self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert, mode)
+            self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert, mode, policy)
         return True
 
     def _set(self, host: str, key: int, tunnel: Any, scheme: str, cert: int, mode: int) -> None:
@@ -335,6 +342,7 @@ class FastPath:
             cert,
             decided=mode != PLAIN,
             responses=mode == RESPONSES,
+            holds=holds_of(policy_of(tunnel)),
         )
 
     def _drop(self, where: Tuple[str, str]) -> None:
@@ -368,7 +376,7 @@ class FastPath:
         for key in [k for k, at in used.items() if at < now - ROUTE_KEEP]:
             del used[key]
         for where, held in list(self.routes.items()):
-            key, _, until, _, _ = held
+            key, until = held[0], held[2]
             tunnel = self.candidate(where[1], where[0])
             if tunnel is None:
                 self._drop(where)
@@ -389,14 +397,14 @@ class FastPath:
                 del self.certs[identity]
                 self.edge.carrier.drop_cert(number)
 
-    def route_of(self, key: int) -> Optional[Tuple[Any, str, str, int]]:
-        """Route ``key``'s (tunnel, scheme, host, mode as pushed) while the core may serve it;
-        None once it was dropped or replaced."""
+    def route_of(self, key: int) -> Optional[Pushed]:
+        """Route ``key``'s (tunnel, scheme, host, mode and policy as pushed) while the core may
+        serve it; None once it was dropped or replaced."""
         where = self.where.get(key)
         held = self.routes.get(where) if where is not None else None
         if held is None or held[0] != key or where is None:
             return None
-        return held[1], where[0], where[1], held[4]
+        return held[1], where[0], where[1], held[4], held[5]
 
     def decide(self, rows: List[tuple]) -> None:
         """A batch of decided routes' requests (edge/decided.py)."""
@@ -418,10 +426,13 @@ class FastPath:
         now_loop, now_mono = asyncio.get_running_loop().time(), time.monotonic()
         hops, used, count, queue = self.hops, self._used, hub.count_http, hub.record
         try:
-            for key, status, (bytes_in, bytes_out, started, duration), tls, exchange, ran in rows:
+            for key, status, stats, tls, exchange, ran, held in rows:
                 hop = hops.get(key)
                 if hop is None:
                     continue
+                bytes_in, bytes_out, started, duration = stats
+                if held and ran is not None:  # Python made it for another request: counted
+                    hub.count_decisions(ran.state)  # now, as it is when Python makes one
                 used[key] = now_loop
                 # counted at once; a tuple only for a request a record is made of (``ran``: a
                 # decided route's policy run, http_policy.Traffic, its decisions counted when
@@ -485,11 +496,13 @@ class FastPath:
             return
         hub = hub_of(self.edge)
         now = asyncio.get_running_loop().time()
-        for key, statuses, durations, bytes_in, bytes_out in taken:
+        for key, statuses, durations, bytes_in, bytes_out, held in taken:
             if self.hops.get(key) is None:
                 continue
             self._used[key] = now
             hub.count_quiet("agent", statuses, durations, bytes_in, bytes_out, quiet.get(key))
+            for ran, times in held:  # requests a held decision served: its run's decisions
+                hub.count_decisions(ran.state, times)
         hub.flush_counts()
 
 

@@ -99,6 +99,18 @@ class _EdgeCollector:
             "Requests of decided routes waiting for Python's decision now",
             value=self.edge.carrier.deciding(),
         )
+        held, held_bytes = self.edge.carrier.held_counts()
+        yield CounterMetricFamily(
+            "edge_core_http_held",
+            "Requests of decided routes the compiled core served by a decision Python made for "
+            "an earlier request with the same facts (a held decision), Python not asked",
+            value=held,
+        )
+        yield GaugeMetricFamily(
+            "edge_core_held_decision_bytes",
+            "Bytes of the held decisions and their keys, every route's",
+            value=held_bytes,
+        )
         yield GaugeMetricFamily(
             "edge_core_quiet_routes",
             "Plain routes whose requests the compiled core counts without a record of each "

@@ -76,9 +76,9 @@ class Tally:
         self.bytes_in += bytes_in
         self.bytes_out += bytes_out
 
-    def decided(self, found: Iterable[Tuple[str, str]]) -> None:
+    def decided(self, found: Iterable[Tuple[str, str]], times: int = 1) -> None:
         for key in found:
-            self.decisions[key] = self.decisions.get(key, 0) + 1
+            self.decisions[key] = self.decisions.get(key, 0) + times
 
     def http_many(
         self,

@@ -24,8 +24,8 @@ Conn = Tuple[int, int, str, int, bytes, bool, Optional[Facts], Tuple[str, int]]
 Fields = List[Tuple[bytes, bytes]]
 # (route key, status, (body bytes in, body bytes out, started: epoch seconds, duration), served
 # over TLS, the rest of it: read only when a record needs it, the memo its decision carried: a
-# decided route's)
-Served = Tuple[int, int, Tuple[int, int, float, float], bool, "Exchange", Any]
+# decided route's, the decision was a held one: Python did not count it when made)
+Served = Tuple[int, int, Tuple[int, int, float, float], bool, "Exchange", Any, bool]
 # A decided route's request waiting for its decision: (ticket, route key, (peer host, port),
 # (local host, port), None or the TLS facts, method, target, fields (names in lower case), no
 # body follows)
@@ -39,8 +39,9 @@ AskedResponse = Tuple[int, int, int, Fields, Any]
 # bytes written to it)
 Spliced = Tuple[int, int, int]
 # What the core counted of a quiet route's requests: (route key, [(status, requests)],
-# durations in seconds in the order the requests ended, body bytes in, body bytes out)
-Tally = Tuple[int, List[Tuple[int, int]], List[float], int, int]
+# durations in seconds in the order the requests ended, body bytes in, body bytes out,
+# [(the memo of a held decision, requests it served)])
+Tally = Tuple[int, List[Tuple[int, int]], List[float], int, int, List[Tuple[Any, int]]]
 # the bounds of a session, by mux::Limits' names (edge.session.limits())
 Limits = Dict[str, float]
 
@@ -149,10 +150,13 @@ class Core:
         cert: int = 0,
         decided: bool = False,
         responses: bool = False,
+        holds: Optional[List[str]] = None,
     ) -> None:
         """``host``'s requests on the listener of ``scheme`` served by the core on
         ``session``'s streams for ``ttl`` seconds (unless pushed again; expired, the host is
-        Python's again); HTTPS with the certificate ``cert`` (``set_cert``)."""
+        Python's again); HTTPS with the certificate ``cert`` (``set_cert``). ``holds``: the
+        facts a decided route's decisions are a function of (chalicelib.core.policy.holding);
+        a decision made with ``hold`` is applied again to its key's requests (held.rs)."""
     def drop_route(self, host: str, *, scheme: str = "http") -> bool: ...
     def clear_routes(self) -> None: ...
     def route_count(self) -> Tuple[int, int]:
@@ -217,12 +221,23 @@ class Core:
         the blank line included). Each decide_* call queues its decision until
         flush_decisions."""
     def decide_append(
-        self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
+        self,
+        ticket: int,
+        fields: List[Tuple[bytes, bytes]],
+        memo: Any = None,
+        hold: bool = False,
     ) -> None:
         """Ticket ``ticket``'s request on to its agent with the client's head and ``fields``
         after its own; the core adds the X-Forwarded fields."""
     def decide_respond(
-        self, ticket: int, status: int, head: bytes, body: bytes, close: bool, memo: Any = None
+        self,
+        ticket: int,
+        status: int,
+        head: bytes,
+        body: bytes,
+        close: bool,
+        memo: Any = None,
+        hold: bool = False,
     ) -> None:
         """Ticket ``ticket``'s request answered with ``head`` and ``body``."""
     def decide_rewrite(
@@ -236,6 +251,8 @@ class Core:
         """The decisions queued since the last flush, sent (one wake-up of the core)."""
     def deciding(self) -> int:
         """Decided routes' requests waiting for a decision now."""
+    def held_counts(self) -> Tuple[int, int]:
+        """(requests served by a held decision, bytes every route holds now)."""
     def counters(self) -> Tuple[int, int, int, int]:
         """(handshakes in progress, sessions running, refused over max_handshakes, failed
         handshakes)."""

@@ -29,8 +29,9 @@ use crate::public::TlsFacts;
 pub const DECIDE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What Python hands back with a decision and gets again with the request's record (its
-/// policy run's results, for the record's decisions). Opaque to the core.
-pub type Memo = Box<dyn Any + Send + Sync>;
+/// policy run's results, for the record's decisions). Opaque to the core; shared by the
+/// requests a held decision is applied to (held.rs).
+pub type Memo = Arc<dyn Any + Send + Sync>;
 
 /// A request of a decided route, waiting for Python.
 pub struct Asked {
@@ -63,6 +64,7 @@ pub struct AskedResponse {
 }
 
 /// What Python decided for one request.
+#[derive(Clone)]
 pub enum Decision {
     /// On to the route's agent with this head (request line and fields, X-Forwarded ones
     /// included, as Python wrote it); the body follows by the client's own framing.
@@ -93,6 +95,9 @@ pub enum Decision {
 pub struct Decided {
     pub decision: Decision,
     pub memo: Option<Memo>,
+    /// Python says the decision holds for every request of the route with the same key
+    /// (held.rs): the route's policy reads nothing else.
+    pub hold: bool,
 }
 
 /// The decisions waiting, by ticket (shared by both public listeners), and the decisions

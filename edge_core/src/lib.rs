@@ -7,7 +7,9 @@
 //! through a typed seam (python.rs, edge_core.pyi) and keeps every decision.
 //!
 //! A route with a traffic policy is *decided* ([`decide`]): the core reads each request's
-//! head, Python decides (forward as rewritten, answer, close) and the core carries.
+//! head, Python decides (forward as rewritten, answer, close) and the core carries; a
+//! decision Python says holds for every request with the same facts is applied again by the
+//! core to such requests ([`held`]).
 //!
 //! Nothing here calls Python: accepted sessions and the sessions' events wait in an
 //! [`inbox::Inbox`] whose wake-up descriptor the edge's event loop watches, and the edge takes
@@ -15,6 +17,7 @@
 
 pub mod carrier;
 pub mod decide;
+pub mod held;
 pub mod http;
 pub mod https;
 pub mod inbox;

@@ -25,6 +25,7 @@ use tokio::sync::Notify;
 use tokio_rustls::rustls::ServerConfig;
 
 use crate::decide::{Asked, AskedResponse, Decided, Decision, Decisions, Memo, DECIDE_TIMEOUT};
+use crate::held::Held;
 use crate::http::{self, Framing, Parsed, RequestHead, ResponseHead};
 use crate::inbox::Inbox;
 use crate::mux::StreamError;
@@ -69,6 +70,9 @@ pub struct Route {
     /// A decided route whose policy has a response phase: each response head is Python's to
     /// rewrite before it goes on (decide.rs `AskedResponse`).
     pub responses: bool,
+    /// A decided route whose decisions Python said hold for every request with the same
+    /// facts (held.rs): the decisions held, while the route is quiet.
+    pub held: Option<Held>,
 }
 
 /// Host -> plain route. Python pushes and drops; a host not here goes to Python.
@@ -217,6 +221,9 @@ pub struct Served {
     /// What Python handed back with the request's decision (a decided route's), returned
     /// with the record.
     pub memo: Option<Memo>,
+    /// The decision was a held one (held.rs): Python did not count its policy's decisions
+    /// when it made it for this request.
+    pub held: bool,
 }
 
 /// What the core counts of one route's requests while the route is quiet: Python wants no
@@ -255,7 +262,16 @@ struct Quiet {
     /// Still quiet (false: made loud again, its last numbers not taken yet).
     on: bool,
     tally: RouteTally,
+    /// Requests served by a held decision: the decision's memo and how many.
+    held: HeldCounts,
 }
+
+/// The requests a quiet route served by each held decision: its memo, how many.
+pub type HeldCounts = Vec<(Memo, u64)>;
+
+/// Distinct held decisions one quiet route counts between two takes; a request of another
+/// comes as a row.
+pub const TALLY_HELD_MAX: usize = 256;
 
 /// Requests one quiet route may count between two takes; past it the route's requests come
 /// as rows again (Python takes the tallies at least once a second, so this holds a route at
@@ -285,6 +301,13 @@ impl Tallies {
         let mut map = self.lock();
         match map.get_mut(&served.route) {
             Some(q) if q.on && q.tally.durations.len() < TALLY_MAX => {
+                if let (true, Some(memo)) = (served.held, served.memo.as_ref()) {
+                    match q.held.iter().position(|(m, _)| Arc::ptr_eq(m, memo)) {
+                        Some(at) => q.held[at].1 += 1,
+                        None if q.held.len() < TALLY_HELD_MAX => q.held.push((memo.clone(), 1)),
+                        None => return false,
+                    }
+                }
                 q.tally.add(served);
                 true
             }
@@ -292,14 +315,23 @@ impl Tallies {
         }
     }
 
+    /// Route `key` is quiet now.
+    pub fn is_quiet(&self, key: u64) -> bool {
+        self.lock().get(&key).is_some_and(|q| q.on)
+    }
+
     /// Every route's numbers since the last take (those that counted nothing left out); a
     /// quiet route stays quiet with an empty tally.
-    pub fn take(&self) -> Vec<(u64, RouteTally)> {
+    pub fn take(&self) -> Vec<(u64, RouteTally, HeldCounts)> {
         let mut map = self.lock();
         let mut out = Vec::new();
         map.retain(|key, q| {
             if !q.tally.durations.is_empty() {
-                out.push((*key, std::mem::take(&mut q.tally)));
+                out.push((
+                    *key,
+                    std::mem::take(&mut q.tally),
+                    std::mem::take(&mut q.held),
+                ));
             }
             q.on
         });
@@ -321,6 +353,8 @@ pub struct PublicCounters {
     pub evicted: AtomicU64,
     /// TLS handshakes the HTTPS listener began and that failed or timed out.
     pub failed_handshakes: AtomicU64,
+    /// Requests of decided routes served by a held decision (held.rs), Python not asked.
+    pub held: AtomicU64,
 }
 
 // ---- admission ------------------------------------------------------------------------------
@@ -752,26 +786,54 @@ pub(crate) async fn connection<C: Conn>(
         // a decided route's request: Python's decision first (decide.rs)
         let mut given = Given::default();
         if route.decided {
-            let (ticket_no, waiting) = public.decisions.ticket();
             let len = head.len;
-            let asked = Asked {
-                ticket: ticket_no,
-                route: route.key,
-                peer,
-                local,
-                tls: tcp.tls_facts(),
-                head: head.clone(),
+            let bodiless = matches!(head.framing, Framing::None | Framing::Length(0));
+            let tls = tcp.tls_facts();
+            // a held decision (held.rs) while the route is quiet: no record wants its memo
+            let key = route
+                .held
+                .as_ref()
+                .filter(|_| public.tallies.is_quiet(route.key))
+                .and_then(|h| h.reads.key(&head, peer, local, tls.as_ref(), bodiless));
+            let hit = match (&route.held, &key) {
+                (Some(h), Some(k)) => h.get(k),
+                _ => None,
             };
-            let bodiless = asked.bodiless();
-            public.inbox.push_asked(asked);
-            let Some(Decided { decision, memo }) = waiting.decided(DECIDE_TIMEOUT).await else {
-                break end_leg(leg);
+            let (decision, memo, held) = match hit {
+                Some(hit) => {
+                    public.counters.held.fetch_add(1, Ordering::Relaxed);
+                    (hit.decision.clone(), hit.memo.clone(), true)
+                }
+                None => {
+                    let (ticket_no, waiting) = public.decisions.ticket();
+                    public.inbox.push_asked(Asked {
+                        ticket: ticket_no,
+                        route: route.key,
+                        peer,
+                        local,
+                        tls,
+                        head: head.clone(),
+                    });
+                    let Some(Decided {
+                        decision,
+                        memo,
+                        hold,
+                    }) = waiting.decided(DECIDE_TIMEOUT).await
+                    else {
+                        break end_leg(leg);
+                    };
+                    if let (true, Some(h), Some(k)) = (hold, &route.held, key) {
+                        h.hold(k, &decision, memo.as_ref());
+                    }
+                    (decision, memo, false)
+                }
             };
             match decision {
                 Decision::Forward { head } => {
                     given = Given {
                         head: Some(head),
                         memo,
+                        held,
                         ..Given::default()
                     }
                 }
@@ -779,6 +841,7 @@ pub(crate) async fn connection<C: Conn>(
                     given = Given {
                         added: fields,
                         memo,
+                        held,
                         ..Given::default()
                     }
                 }
@@ -802,6 +865,7 @@ pub(crate) async fn connection<C: Conn>(
                         started: wall_now(),
                         duration: 0.0,
                         memo,
+                        held,
                     };
                     let written = async {
                         tcp.write_all(&response).await?;
@@ -913,6 +977,8 @@ struct Given {
     /// Fields the policy appended (the core writes the head with them).
     added: Vec<http::Field>,
     memo: Option<Memo>,
+    /// A held decision (held.rs), not one Python made for this request.
+    held: bool,
 }
 
 /// Seconds since the epoch.
@@ -1100,6 +1166,7 @@ async fn exchange<C: Conn>(
         started: wall,
         duration: 0.0,
         memo: given.memo,
+        held: given.held,
     };
     let host = head.host.clone();
     let result = if stream_write(&leg, out).await.is_err() {
@@ -1308,7 +1375,7 @@ async fn respond<W: AsyncWrite + Unpin>(
             fields: resp.fields.clone(),
             memo: record.memo.take(),
         });
-        let Some(Decided { decision, memo }) = waiting.decided(DECIDE_TIMEOUT).await else {
+        let Some(Decided { decision, memo, .. }) = waiting.decided(DECIDE_TIMEOUT).await else {
             return Err((Failed::Client, false));
         };
         record.memo = memo;

@@ -15,6 +15,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::carrier::{AgentListen, Carrier, Where};
 use crate::decide::{Decided, Decision, Memo};
+use crate::held::{Held, Reads};
 use crate::mux::{Limits, StreamError};
 use crate::public::{PublicListen, Route, Served};
 use crate::session;
@@ -51,7 +52,7 @@ type Conn<'py> = (
 type Fields<'py> = Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>;
 /// One request the core served: (route key, status, (body bytes in, out, started, duration),
 /// served over TLS, the rest of what it was: [`Exchange`], read only when a record needs it,
-/// the memo its decision carried: a decided route's).
+/// the memo its decision carried: a decided route's, whether that decision was a held one).
 type ServedRow = (
     u64,
     u16,
@@ -59,6 +60,7 @@ type ServedRow = (
     bool,
     Exchange,
     Option<Py<PyAny>>,
+    bool,
 );
 /// A decided route's request waiting for its decision: (ticket, route key, (peer host,
 /// port), (local host, port), None or the TLS facts, method, target, fields (names in lower
@@ -90,9 +92,9 @@ type Taken<'py> = (
 );
 
 /// The Python object a decision's memo holds (what the decide_* calls were given).
-fn memo_of(memo: Option<Memo>) -> Option<Py<PyAny>> {
+fn memo_of(py: Python<'_>, memo: Option<Memo>) -> Option<Py<PyAny>> {
     memo.and_then(|m| m.downcast::<Py<PyAny>>().ok())
-        .map(|m| *m)
+        .map(|m| m.clone_ref(py))
 }
 
 fn fields<'py>(py: Python<'py>, given: &[crate::http::Field]) -> Fields<'py> {
@@ -304,7 +306,7 @@ impl Core {
     /// with the certificate `cert` (set_cert); each decided by Python first when `decided`
     /// (take's asked rows, the decide_* calls), and each response head too when `responses`
     /// (take's response rows, decide_rewrite).
-    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false))]
+    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false, holds = None))]
     #[allow(clippy::too_many_arguments)]
     fn set_route(
         &self,
@@ -317,8 +319,21 @@ impl Core {
         cert: u64,
         decided: bool,
         responses: bool,
+        holds: Option<Vec<String>>,
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
+        // a decided route without a response phase may hold its decisions (held.rs)
+        let held = match holds {
+            Some(facts) if decided && !responses => Some(Held::new(
+                Reads::parse(&facts).map_err(PyValueError::new_err)?,
+            )),
+            Some(_) => {
+                return Err(PyValueError::new_err(
+                    "holds: only a decided route without a response phase",
+                ))
+            }
+            None => None,
+        };
         let routes = match scheme {
             "http" => &self.carrier.routes,
             "https" if self.carrier.certs.get(cert).is_some() => &self.carrier.tls_routes,
@@ -335,6 +350,7 @@ impl Core {
                 until: std::time::Instant::now() + ttl,
                 decided,
                 responses: decided && responses,
+                held,
             },
         );
         Ok(())
@@ -448,15 +464,41 @@ impl Core {
     }
 
     /// Every quiet route's numbers since the last call: (route key, [(status, requests)],
-    /// durations in seconds in the order the requests ended, body bytes in, out).
+    /// durations in seconds in the order the requests ended, body bytes in, out, [(the memo
+    /// of a held decision, requests it served)]).
     #[allow(clippy::type_complexity)]
-    fn take_tallies(&self) -> Vec<(u64, Vec<(u16, u64)>, Vec<f64>, u64, u64)> {
+    fn take_tallies(
+        &self,
+        py: Python<'_>,
+    ) -> Vec<(
+        u64,
+        Vec<(u16, u64)>,
+        Vec<f64>,
+        u64,
+        u64,
+        Vec<(Py<PyAny>, u64)>,
+    )> {
         self.carrier
             .tallies
             .take()
             .into_iter()
-            .map(|(key, t)| (key, t.statuses, t.durations, t.bytes_in, t.bytes_out))
+            .map(|(key, t, held)| {
+                let held = held
+                    .into_iter()
+                    .filter_map(|(memo, n)| memo_of(py, Some(memo)).map(|m| (m, n)))
+                    .collect();
+                (key, t.statuses, t.durations, t.bytes_in, t.bytes_out, held)
+            })
             .collect()
+    }
+
+    /// (requests of decided routes served by a held decision, bytes held now by every
+    /// route: held.rs).
+    fn held_counts(&self) -> (u64, usize) {
+        (
+            self.carrier.public_counters.held.load(Ordering::Relaxed),
+            crate::held::held_bytes(),
+        )
     }
 
     /// Routes quiet now.
@@ -506,7 +548,8 @@ impl Core {
             .served
             .into_iter()
             .map(|mut s| {
-                let memo = memo_of(s.memo.take());
+                let memo = memo_of(py, s.memo.take());
+                let held = s.held;
                 (
                     s.route,
                     s.status,
@@ -514,6 +557,7 @@ impl Core {
                     s.tls,
                     Exchange { served: s },
                     memo,
+                    held,
                 )
             })
             .collect();
@@ -563,7 +607,7 @@ impl Core {
                     r.route,
                     r.status,
                     fields(py, &r.fields),
-                    memo_of(r.memo),
+                    memo_of(py, r.memo),
                 )
             })
             .collect();
@@ -587,7 +631,7 @@ impl Core {
         fields: Vec<(Vec<u8>, Vec<u8>)>,
         memo: Option<Py<PyAny>>,
     ) {
-        self.decided(ticket, Decision::Rewrite { fields }, memo)
+        self.decided(ticket, Decision::Rewrite { fields }, memo, false)
     }
 
     /// Ticket `ticket`'s request goes on to its route's agent with `head` (the request line
@@ -596,20 +640,29 @@ impl Core {
     /// request waits for any more (timed out, its connection gone) is dropped then.
     #[pyo3(signature = (ticket, head, memo = None))]
     fn decide_forward(&self, ticket: u64, head: Vec<u8>, memo: Option<Py<PyAny>>) {
-        self.decided(ticket, Decision::Forward { head }, memo)
+        self.decided(ticket, Decision::Forward { head }, memo, false)
     }
 
     /// Ticket `ticket`'s request goes on to its route's agent with the client's head and
     /// `fields` after its own (lower-case names, none of them framing), written by the core
-    /// with the X-Forwarded fields as for a plain route.
-    #[pyo3(signature = (ticket, fields, memo = None))]
-    fn decide_append(&self, ticket: u64, fields: Vec<(Vec<u8>, Vec<u8>)>, memo: Option<Py<PyAny>>) {
-        self.decided(ticket, Decision::Append { fields }, memo)
+    /// with the X-Forwarded fields as for a plain route. `hold`: the decision holds for
+    /// every request of the route with the same facts (the route's `holds`; held.rs).
+    #[pyo3(signature = (ticket, fields, memo = None, hold = false))]
+    fn decide_append(
+        &self,
+        ticket: u64,
+        fields: Vec<(Vec<u8>, Vec<u8>)>,
+        memo: Option<Py<PyAny>>,
+        hold: bool,
+    ) {
+        self.decided(ticket, Decision::Append { fields }, memo, hold)
     }
 
     /// Ticket `ticket`'s request is answered with `head` and `body` (as Python wrote them),
-    /// the connection closed after when `close` (or when the request has a body).
-    #[pyo3(signature = (ticket, status, head, body, close, memo = None))]
+    /// the connection closed after when `close` (or when the request has a body); `hold` as
+    /// for decide_append.
+    #[pyo3(signature = (ticket, status, head, body, close, memo = None, hold = false))]
+    #[allow(clippy::too_many_arguments)]
     fn decide_respond(
         &self,
         ticket: u64,
@@ -618,6 +671,7 @@ impl Core {
         body: Vec<u8>,
         close: bool,
         memo: Option<Py<PyAny>>,
+        hold: bool,
     ) {
         let decision = Decision::Respond {
             status,
@@ -625,17 +679,17 @@ impl Core {
             body,
             close,
         };
-        self.decided(ticket, decision, memo)
+        self.decided(ticket, decision, memo, hold)
     }
 
     /// Ticket `ticket`'s connection is closed without an answer.
     fn decide_close(&self, ticket: u64) {
-        self.decided(ticket, Decision::Close, None)
+        self.decided(ticket, Decision::Close, None, false)
     }
 
     /// Ticket `ticket`'s connection is handed to Python, this request's bytes included.
     fn decide_python(&self, ticket: u64) {
-        self.decided(ticket, Decision::Python, None)
+        self.decided(ticket, Decision::Python, None, false)
     }
 
     /// Every decision made by the decide_* calls since the last flush, sent (one wake-up of
@@ -663,11 +717,16 @@ impl Core {
 }
 
 impl Core {
-    fn decided(&self, ticket: u64, decision: Decision, memo: Option<Py<PyAny>>) {
-        let memo = memo.map(|m| Box::new(m) as Memo);
-        self.carrier
-            .decisions
-            .queue(ticket, Decided { decision, memo })
+    fn decided(&self, ticket: u64, decision: Decision, memo: Option<Py<PyAny>>, hold: bool) {
+        let memo = memo.map(|m| Arc::new(m) as Memo);
+        self.carrier.decisions.queue(
+            ticket,
+            Decided {
+                decision,
+                memo,
+                hold,
+            },
+        )
     }
 }
 

@@ -133,6 +133,7 @@ fn setup(pair: &Pair) -> (Carrier, u16, Arc<Session>, UnixStream) {
             until: Instant::now() + Duration::from_secs(60),
             decided: false,
             responses: false,
+            held: None,
         },
     );
     (carrier, local.port(), session, agent)

@@ -79,6 +79,7 @@ fn route(session: &Arc<Session>) -> Route {
         until: Instant::now() + Duration::from_secs(60),
         decided: false,
         responses: false,
+        held: None,
     }
 }
 
@@ -239,7 +240,13 @@ fn served_on(route: u64, status: u16, duration: f64) -> edge_core::public::Serve
         started: 0.0,
         duration,
         memo: None,
+        held: false,
     }
+}
+
+/// The routes' tallies taken (what held decisions served left out).
+fn tallied(tallies: &edge_core::public::Tallies) -> Vec<(u64, edge_core::public::RouteTally)> {
+    tallies.take().into_iter().map(|(k, t, _)| (k, t)).collect()
 }
 
 #[test]
@@ -262,8 +269,12 @@ fn a_quiet_routes_requests_are_counted_not_handed_over_until_it_is_loud_again() 
         bytes_in: 9,
         bytes_out: 15,
     };
-    assert_eq!(tallies.take(), vec![(1, expected)]);
-    assert_eq!(tallies.take(), vec![], "taken once; the route stays quiet");
+    assert_eq!(tallied(&tallies), vec![(1, expected)]);
+    assert_eq!(
+        tallied(&tallies),
+        vec![],
+        "taken once; the route stays quiet"
+    );
     assert_eq!(tallies.quiet_count(), 1);
     // made loud: rows again, and what it counted before is still taken once
     assert!(tallies.count(&served_on(1, 204, 0.5)));
@@ -271,7 +282,7 @@ fn a_quiet_routes_requests_are_counted_not_handed_over_until_it_is_loud_again() 
     assert!(!tallies.count(&served_on(1, 200, 0.1)));
     assert_eq!(tallies.quiet_count(), 0);
     assert_eq!(tallies.take().len(), 1);
-    assert_eq!(tallies.take(), vec![]);
+    assert_eq!(tallied(&tallies), vec![]);
     // at most TALLY_MAX between two takes: rows past it
     tallies.set_quiet(3, true);
     for _ in 0..TALLY_MAX {
@@ -391,7 +402,8 @@ fn decided_route(session: &Arc<Session>, responses: bool) -> Route {
 fn decided(decision: edge_core::decide::Decision) -> edge_core::decide::Decided {
     edge_core::decide::Decided {
         decision,
-        memo: Some(Box::new(42u32)),
+        memo: Some(std::sync::Arc::new(42u32)),
+        hold: false,
     }
 }
 
@@ -753,4 +765,82 @@ async fn a_request_that_finds_every_slot_in_grace_waits_for_one_in_the_core() {
         carrier.inbox().take().conns.is_empty(),
         "handed to Python instead"
     );
+}
+
+/// A quiet decided route that holds its decisions (held.rs): a decision Python made with
+/// `hold` answers the next request with the same facts without asking; a request that differs
+/// in a fact read is asked about, and so is every request while the route is loud.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_decision_answers_the_same_facts_without_asking_python() {
+    use edge_core::decide::{Decided, Decision};
+    use edge_core::held::{Held, Reads};
+    use std::sync::atomic::Ordering;
+    let (carrier, port, session, _agent) = setup(16);
+    let reads = Reads::parse(&["target".to_string()]).unwrap();
+    carrier.routes.set(
+        "d.test".into(),
+        Route {
+            held: Some(Held::new(reads)),
+            ..decided_route(&session, false)
+        },
+    );
+    carrier.tallies.set_quiet(7, true);
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let answer = |body: &[u8], hold: bool| Decided {
+        decision: Decision::Respond {
+            status: 403,
+            head: format!(
+                "HTTP/1.1 403 Forbidden\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes(),
+            body: body.to_vec(),
+            close: false,
+        },
+        memo: Some(Arc::new(42u32)),
+        hold,
+    };
+    let mut served = Vec::new();
+    let ask = |target: &'static str| {
+        let line = format!("GET {target} HTTP/1.1\r\nHost: d.test\r\nX-Other: {target}\r\n\r\n");
+        line.into_bytes()
+    };
+    // the first of /a is asked, and held
+    client.write_all(&ask("/a")).await.unwrap();
+    let row = asked_keeping(&carrier, &mut served).await;
+    assert!(carrier.decisions.answer(row.ticket, answer(b"one", true)));
+    read_response(&mut client, b"one").await;
+    // the second of /a (another X-Other: not read) is not asked: the held decision answers
+    let held_before = carrier.public_counters.held.load(Ordering::Relaxed);
+    client
+        .write_all(b"GET /a HTTP/1.1\r\nHost: d.test\r\nX-Other: 2\r\n\r\n")
+        .await
+        .unwrap();
+    read_response(&mut client, b"one").await;
+    assert_eq!(
+        carrier.public_counters.held.load(Ordering::Relaxed),
+        held_before + 1
+    );
+    assert!(carrier.inbox().take().asked.is_empty(), "not asked");
+    // /b differs in the target: asked; answered without hold, so asked again the next time
+    for _ in 0..2 {
+        client.write_all(&ask("/b")).await.unwrap();
+        let row = asked_keeping(&carrier, &mut served).await;
+        assert_eq!(row.head.target, b"/b");
+        assert!(carrier.decisions.answer(row.ticket, answer(b"two", false)));
+        read_response(&mut client, b"two").await;
+    }
+    // what the held decision served is counted with its memo in the route's tally
+    let taken = carrier.tallies.take();
+    let (_, tally, held) = taken.iter().find(|(k, _, _)| *k == 7).expect("tallied");
+    assert_eq!(tally.durations.len(), 4);
+    assert_eq!(held.len(), 1);
+    assert_eq!((held[0].0.downcast_ref::<u32>(), held[0].1), (Some(&42), 1));
+    // loud: /a is asked again
+    carrier.tallies.set_quiet(7, false);
+    client.write_all(&ask("/a")).await.unwrap();
+    let row = asked_keeping(&carrier, &mut served).await;
+    assert_eq!(row.head.target, b"/a");
+    assert!(carrier.decisions.answer(row.ticket, answer(b"three", true)));
+    read_response(&mut client, b"three").await;
 }

@@ -175,7 +175,7 @@ def test_session_metadata_from_the_config_file(run_cli, account, upstream):
     assert [s["metadata"] for s in sessions] == ["cli-box-7"]
 
 
-def test_stop_through_the_api_ends_the_cli(run_cli, account, upstream):
+def test_stop_through_the_api_ends_the_cli(run_cli, edge, account, upstream):
     agent = run_cli(_credential(account)["token"], ["http", _addr(upstream.server_port)])
     agent.wait_tunnels(2)
     session = account.admin.get("/tunnel_sessions").json["tunnel_sessions"][0]
@@ -184,7 +184,11 @@ def test_stop_through_the_api_ends_the_cli(run_cli, account, upstream):
     deadline = time.time() + 20
     while time.time() < deadline and account.admin.get("/tunnel_sessions").json["tunnel_sessions"]:
         time.sleep(0.5)
-    assert account.admin.get("/tunnel_sessions").json["tunnel_sessions"] == []
+    left = account.admin.get("/tunnel_sessions").json["tunnel_sessions"]
+    # run 26 of docs/TESTING.md: once, the stopped session was still listed 20 s after the
+    # 204 (which the edge sends only once the session ended): what the edge said of it
+    said = [line for line in edge.log().splitlines() if session["id"] in line][-12:]
+    assert left == [], f"listed: {[s['id'] for s in left]} (stopped {session['id']}); {said}"
     assert account.admin.get("/endpoints").json["endpoints"] == []
 
 

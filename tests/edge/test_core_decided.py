@@ -96,11 +96,13 @@ AUTH = {
 
 
 def _counts(edge):
+    """(requests the core served, connections it handed over, requests decided: by Python,
+    or by a decision Python made for an earlier request with the same facts, held)."""
     text = edge.metrics()
     return (
         metric(text, "edge_core_http_requests_total"),
         metric(text, "edge_core_http_handed_over_total"),
-        metric(text, "edge_core_http_decided_total"),
+        metric(text, "edge_core_http_decided_total") + metric(text, "edge_core_http_held_total"),
     )
 
 
@@ -302,3 +304,79 @@ def test_a_response_phase_answer_replaces_the_agents_and_closes(edge, decided):
         got = _read_all(raw)
     assert got.startswith(b"HTTP/1.1 410 ") and got.endswith(b"\r\n\r\ngone"), got
     assert b"connection: close\r\n" in got.lower()
+
+
+HELD = {
+    "on_http_request": [
+        {"expressions": ["req.url.path == '/deny'"], "actions": [{"type": "deny"}]},
+        {
+            "expressions": ["!('x-skip' in req.headers)"],
+            "actions": [
+                {"type": "restrict-ips", "config": {"allow": ["127.0.0.0/8"]}},
+                {"type": "add-headers", "config": {"headers": {"x-path": "${req.url.path}"}}},
+            ],
+        },
+    ]
+}
+# (path, headers, what the agent sees as x-path or the status the policy answers)
+VARIANTS = [
+    ("/echo", {}, "/echo"),
+    ("/echo/2", {"x-other": "not read"}, "/echo/2"),
+    ("/deny", {}, 403),
+    ("/echo", {"x-skip": "1"}, None),
+]
+
+
+def test_a_quiet_routes_decisions_are_held_for_the_facts_its_policy_reads(edge, api):
+    """Past the inspector's window a route is quiet (no record wanted of its requests) and
+    the core holds the decisions Python made with the facts the policy reads (the path, the
+    x-skip field, the client's address): each request still gets the decision of its own
+    facts, most without asking Python, and every request's policy decisions are counted."""
+    agent = SdkAgent(
+        edge,
+        credential(api.new_account())["token"],
+        [{"proto": "http", "options": {"traffic_policy": [json.dumps(HELD)]}}],
+    )
+    host = host_of(bound(agent.start())[0]["url"])
+    try:
+        _until_decided(edge, host)
+
+        def counted():
+            text = edge.metrics()
+            return (
+                metric(text, "edge_core_http_held_total"),
+                metric(text, "edge_policy_decisions_total", action="restrict_ips"),
+                metric(text, "edge_core_http_decided_total"),
+            )
+
+        time.sleep(1.5)  # the first requests' counts are in
+        held_before, restricted_before, decided_before = counted()
+        rounds, seen_held = 100, 0.0
+        with requests.Session() as session:
+            for i in range(rounds):
+                for path, headers, want in VARIANTS:
+                    resp = session.get(
+                        _url(edge, path), headers={"Host": host, **headers}, timeout=10
+                    )
+                    if want == 403:
+                        assert resp.status_code == 403, (i, path)
+                        continue
+                    assert resp.status_code == 200, (i, path, resp.text)
+                    seen = {k.lower(): v for k, v in resp.json()["headers"].items()}
+                    assert seen.get("x-path") == want, (i, path, headers, seen)
+                if i % 25 == 24:
+                    seen_held = max(seen_held, counted()[0] - held_before)
+        assert seen_held > 0, "no decision was held"
+
+        def settled():
+            held, restricted, decided = counted()
+            return (held - held_before) + (decided - decided_before) == rounds * len(VARIANTS)
+
+        assert wait(settled), counted()
+        time.sleep(1.5)  # the quiet route's last tally is taken
+        held, restricted, decided = counted()
+        assert held - held_before >= rounds  # most of them: asked about ~once a second each
+        # restrict-ips ran for the two /echo variants of each round, held or not
+        assert restricted - restricted_before == 2 * rounds
+    finally:
+        agent.stop()

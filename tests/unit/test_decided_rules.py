@@ -152,15 +152,18 @@ def test_sse_rules_are_not():
 class _Carrier:
     def __init__(self):
         self.calls = []
+        self.holds = []  # (ticket, whether the core may hold the decision)
 
-    def decide_append(self, ticket, fields, memo=None):
+    def decide_append(self, ticket, fields, memo=None, hold=False):
         self.calls.append(("append", ticket, fields, memo))
+        self.holds.append((ticket, hold))
 
     def decide_forward(self, ticket, head, memo=None):
         self.calls.append(("forward", ticket, head, memo))
 
-    def decide_respond(self, ticket, status, head, body, close, memo=None):
+    def decide_respond(self, ticket, status, head, body, close, memo=None, hold=False):
         self.calls.append(("respond", ticket, status, head, body, close))
+        self.holds.append((ticket, hold))
 
     def decide_rewrite(self, ticket, fields, memo=None):
         self.calls.append(("rewrite", ticket, fields, memo))
@@ -193,7 +196,8 @@ def _decider(policy_doc):
         carrier=_Carrier(), settings=types.SimpleNamespace(region="eu", instance_id="edge")
     )
     changed = []
-    routes = {7: (tunnel, "http", HOST, mode_of(policy_of(tunnel)))}
+    policy = policy_of(tunnel)
+    routes = {7: (tunnel, "http", HOST, mode_of(policy), policy)}
     made = Decider(edge, routes.get, lambda host, scheme: changed.append((scheme, host)))
     return made, edge.carrier, tunnel, changed
 
@@ -317,15 +321,19 @@ def test_a_request_the_policy_broke_is_answered_502_err_ngrok_2300_and_closed():
 
 @pytest.mark.parametrize(
     "change",
-    ["dropped", "no policy", "not decidable"],
+    ["dropped", "no policy", "not decidable", "another decidable policy"],
 )
 def test_a_route_that_changed_hands_the_connection_back_untouched(change):
+    """Any other policy than the one the route was pushed with, even of the same mode: the
+    core may hold decisions keyed by the facts the old one read."""
     made, carrier, tunnel, changed = _decider(_req(DECIDABLE["add-headers"]))
     key = 7
     if change == "dropped":
         key = 8
     elif change == "no policy":
         tunnel.enforcement = None
+    elif change == "another decidable policy":
+        tunnel.enforcement = types.SimpleNamespace(policy=compile_policy(_req(DECIDABLE["deny"])))
     else:
         tunnel.enforcement = types.SimpleNamespace(
             policy=compile_policy(_req(NOT_DECIDABLE["http-request"]))
@@ -503,3 +511,30 @@ def test_an_ip_policy_that_denies_is_decided_as_the_python_path_decides_it():
     asyncio.run(run())
     responded = [c for c in carrier.calls if c[0] == "respond"]
     assert [c[2] for c in responded] == [403]
+
+
+def test_a_decision_is_held_only_when_the_policy_reads_nothing_but_the_row():
+    """``hold`` goes with an append and with the policy's own answer of a route whose policy
+    holding.py names facts for; never with an error of the edge's (a new operation id each
+    time) nor for a policy with a per-request read."""
+    made, carrier, _, _ = _decider(
+        _req(
+            {"type": "add-headers", "config": {"headers": {"x-a": "${req.url.path}"}}},
+            expressions=["req.url.path == '/echo'"],
+        )
+    )
+    _decide(made, [_row(1)])
+    assert carrier.holds == [(1, True)]
+    made, carrier, _, _ = _decider(_req(DECIDABLE["deny"]))
+    _decide(made, [_row(2)])
+    assert carrier.calls[0][:3] == ("respond", 2, 403) and carrier.holds == [(2, True)]
+    made, carrier, _, _ = _decider(
+        _req({"type": "add-headers", "config": {"headers": {"x-a": "${time.now}"}}})
+    )
+    _decide(made, [_row(3)])
+    assert carrier.calls[0][0] == "append" and carrier.holds == [(3, False)]
+    made, carrier, _, _ = _decider(  # the policy broke the request: the edge's error
+        _req({"type": "remove-headers", "config": {"headers": ["host"]}})
+    )
+    _decide(made, [_row(4)])
+    assert carrier.calls[0][:3] == ("respond", 4, 502) and carrier.holds == [(4, False)]

@@ -167,9 +167,20 @@ class _Carrier:
         self.set, self.dropped = [], []
 
     def set_route(
-        self, host, key, mux, tunnel_id, ttl, scheme, cert, decided=False, responses=False
+        self,
+        host,
+        key,
+        mux,
+        tunnel_id,
+        ttl,
+        scheme,
+        cert,
+        decided=False,
+        responses=False,
+        holds=None,
     ):
         self.set.append((scheme, host, key))
+        self.holds = holds
 
     def drop_route(self, host, scheme):
         self.dropped.append((scheme, host))
@@ -215,9 +226,9 @@ def test_a_used_route_is_checked_at_each_refresh_and_renewed_in_the_core_at_half
         for _ in range(5):
             paths.refresh()
         assert edge.carrier.set == [("http", HOST, 1)] and not paths._pending
-        key, tunnel, until, cert, decided = paths.routes[where]
+        key, tunnel, until, cert, decided, policy = paths.routes[where]
         aged = until - fast_path.ROUTE_TTL / 2 - 0.01  # half the TTL has passed
-        paths.routes[where] = (key, tunnel, aged, cert, decided)
+        paths.routes[where] = (key, tunnel, aged, cert, decided, policy)
         paths.refresh()
         assert edge.carrier.set == [("http", HOST, 1)] * 2 and paths.routes[where][2] > aged
         paths.refresh()
@@ -229,5 +240,47 @@ def test_a_used_route_is_checked_at_each_refresh_and_renewed_in_the_core_at_half
         edge.router.kept = [{"type": "endpoints", "ip_policy_ids": ["ipp_1"]}]
         paths.refresh()  # a rule that fails now: dropped at once, without a wait
         assert where not in paths.routes and edge.carrier.dropped[-1] == where
+
+    core.loop.run_until_complete(run())
+
+
+def test_a_policy_changed_in_place_pushes_the_route_anew_with_its_facts(core):
+    """The core holds a decided route's decisions (edge_core/src/held.rs) and Python sees
+    none of the requests they serve: a policy changed under the same tunnel, even to one of
+    the same mode, drops the route at once and pushes it under a new key (a new route in the
+    core holds nothing), with the facts the new policy reads."""
+    edge = _edge()
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.tls.loaded = asyncio.Event()
+    where = ("http", HOST)
+    by_path = {
+        "on_http_request": [
+            {"expressions": ["req.url.path == '/a'"], "actions": [{"type": "deny"}]}
+        ]
+    }
+    by_method = {
+        "on_http_request": [
+            {"expressions": ["req.method == 'PUT'"], "actions": [{"type": "deny"}]}
+        ]
+    }
+
+    async def run():
+        tunnel = _tunnel(
+            core, proto="http", enforcement=types.SimpleNamespace(policy=compile_policy(by_path))
+        )
+        edge.registry.by_host[HOST] = tunnel
+        paths = FastPath(edge)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        assert edge.carrier.set == [("http", HOST, 1)] and edge.carrier.holds == ["target"]
+        paths.sync(HOST)  # nothing changed: nothing pushed
+        await asyncio.sleep(0.01)
+        assert len(edge.carrier.set) == 1 and where not in edge.carrier.dropped
+        tunnel.enforcement = types.SimpleNamespace(policy=compile_policy(by_method))
+        paths.sync(HOST)
+        assert where in edge.carrier.dropped  # at once, before any wait
+        await asyncio.sleep(0.01)
+        assert edge.carrier.set[-1] == ("http", HOST, 2) and edge.carrier.holds == ["method"]
+        assert paths.route_of(1) is None and paths.route_of(2)[4] is tunnel.enforcement.policy
 
     core.loop.run_until_complete(run())

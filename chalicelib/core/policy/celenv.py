@@ -29,7 +29,7 @@ import random
 import re
 import threading
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from cel_expr_python import cel
@@ -740,11 +740,12 @@ def _referenced(text: str, phase: str) -> Tuple[str, ...]:
 
 _VAR = r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)"
 _STR = r"(?:'([^'\\]*)'|\"([^\"\\]*)\")"
+_FAST_IN = re.compile(rf"^\s*(!?)\s*\(?\s*{_STR}\s+in\s+{_VAR}\s*\)?\s*$")
 _FAST = [
     ("cmp", re.compile(rf"^\s*{_VAR}\s*(==|!=)\s*{_STR}\s*$")),
     ("int", re.compile(rf"^\s*{_VAR}\s*(==|!=|<=|>=|<|>)\s*(-?[0-9]+)\s*$")),
     ("call", re.compile(rf"^\s*{_VAR}\.(startsWith|endsWith|contains)\(\s*{_STR}\s*\)\s*$")),
-    ("in", re.compile(rf"^\s*(!?)\s*\(?\s*{_STR}\s+in\s+{_VAR}\s*\)?\s*$")),
+    ("in", _FAST_IN),
     ("var", re.compile(rf"^\s*{_VAR}\s*$")),
 ]
 _INT_OPS = {
@@ -876,6 +877,134 @@ def _cached(name: str, getter: Callable[["Traffic"], Any]) -> Callable[["Traffic
         return value
 
     return get
+
+
+# ---- what an expression reads of a request (chalicelib/core/policy/holding.py) ----------
+
+# The facts of a request's head and connection a request-phase value is a function of (the
+# rest is the endpoint's, the same for every request of a route). A held decision is keyed by
+# exactly these (docs/DATA_PLANE.md, "Held decisions").
+METHOD, TARGET, FIELDS, PEER_IP, PEER_PORT, LOCAL, TLS = (
+    "method",
+    "target",
+    "fields",  # every field of the head
+    "peer_ip",
+    "peer_port",
+    "local",  # the address the client reached: server ip and port
+    "tls",  # SNI, version, cipher, ALPN
+)
+FIELD = "field:"  # + a lower-case name: that field's values
+
+
+def field(name: str) -> str:
+    return FIELD + name.lower()
+
+
+# Request-phase variables -> the facts their value is a function of; None: a value that
+# differs from request to request whatever the head (clocks, counters), or that the head
+# alone does not give (the client certificate). Every variable of the phase is named here or
+# under a prefix of READ_PREFIXES (tests/unit/test_policy_holding.py checks it).
+VARIABLE_READS: Dict[str, Optional[Tuple[str, ...]]] = {
+    "conn.client_ip": (PEER_IP,),
+    "conn.client_port": (PEER_PORT,),
+    "conn.server_ip": (LOCAL,),
+    "conn.server_port": (LOCAL,),
+    "conn.server_region": (),
+    "conn.bytes_in": None,
+    "conn.bytes_out": None,
+    "conn.ts.start": None,
+    "conn.tls.version": (TLS,),
+    "conn.tls.cipher_suite": (TLS,),
+    "conn.tls.sni": (TLS,),
+    "conn.tls.negotiated_alpn": (TLS,),
+    "conn.tls.session_resumed": (),
+    "endpoint.id": (),
+    "endpoint.url": (),
+    "endpoint.host": (),
+    "endpoint.protocol": (),
+    "endpoint.addr": (LOCAL,),
+    "endpoint.port": (LOCAL,),
+    "conn.geo.country_code": (PEER_IP,),
+    "conn.geo.country": (PEER_IP,),
+    "conn.client_ip.as.organization": (PEER_IP,),
+    "conn.client_ip.categories": (PEER_IP,),
+    "conn.client_ip.is_tor_node": (PEER_IP,),
+    "conn.client_ip.is_on_blocklist": (PEER_IP,),
+    "time.now": None,
+    "vars": (),  # set by the run's own set-vars actions
+    "req.method": (METHOD,),
+    "req.version": (),  # the core carries HTTP/1.1 only
+    "req.host": (field("host"),),
+    "req.location": (field("location"),),
+    "req.headers": (FIELDS,),
+    "req.trailers": (),
+    "req.cookies": (field("cookie"),),
+    "req.content_length": (field("content-length"),),
+    "req.content_encoding": (field("content-encoding"),),
+    "req.content_type": (field("content-type"),),
+    "req.content_type.parameters": (field("content-type"),),
+    "req.content_type.raw": (field("content-type"),),
+    "req.ts.header_received": None,
+    "req.url": (TARGET,),  # the scheme and host are the route's
+}
+READ_PREFIXES: Tuple[Tuple[str, Optional[Tuple[str, ...]]], ...] = (
+    ("req.url.", (TARGET,)),
+    ("req.user_agent", (field("user-agent"),)),
+    ("conn.tls.client.", None),  # the core's TLS asks for no client certificate
+    ("actions.ngrok.", ()),  # the run's own actions' results
+)
+# Functions that read the request (through the thread-local) or are not a function of
+# their arguments.
+FUNCTION_READS: Dict[str, Optional[Tuple[str, ...]]] = {
+    "getReqHeader": (FIELDS,),
+    "hasReqHeader": (FIELDS,),
+    "getQueryParam": (TARGET,),
+    "hasQueryParam": (TARGET,),
+    "getReqCookie": (field("cookie"),),
+    "hasReqCookie": (field("cookie"),),
+    "secrets.get": None,  # the vault's value now
+    "rand.double": None,
+    "rand.int": None,
+}
+
+
+def variable_reads(name: str) -> Optional[Tuple[str, ...]]:
+    """The facts request-phase variable ``name`` reads (VARIABLE_READS); None for one not
+    classified (a variable added later is never held by mistake)."""
+    if name in VARIABLE_READS:
+        return VARIABLE_READS[name]
+    for prefix, reads in READ_PREFIXES:
+        if name.startswith(prefix):
+            return reads
+    return None
+
+
+def expression_reads(text: str, phase: str) -> Optional[FrozenSet[str]]:
+    """The facts a request-phase expression's value is a function of, or None when it is not
+    a function of the request's head (a clock, randomness, a vault secret). A superset: every
+    dotted name in the text counts, in string literals too. ``'name' in req.headers`` (a
+    conjunct of that shape) reads only that field, not every field."""
+    parts = _conjuncts(text) or [text]
+    found: set = set()
+    for part in parts:
+        match = _FAST_IN.match(part)
+        if match and match.group(4) == "req.headers":
+            literal = match.group(2) if match.group(2) is not None else match.group(3)
+            found.add(field(literal))
+            continue
+        for name in _referenced(part, phase):
+            reads = variable_reads(name)
+            if reads is None:
+                return None
+            found.update(reads)
+        for ident in _IDENT.finditer(part):
+            dotted = re.sub(r"\s+", "", ident.group(0))
+            for name, reads in FUNCTION_READS.items():
+                if dotted == name or dotted.startswith(name + ".") or dotted.endswith("." + name):
+                    if reads is None:
+                        return None
+                    found.update(reads)
+    return frozenset(found)
 
 
 class Program:
