@@ -147,6 +147,10 @@ class AgentSession:
         self._ending = False
         self._command_lock = asyncio.Lock()  # Stop/Restart asked through the API, one by one
         self._ended = asyncio.Event()  # end() has done its work (the store's removal tried)
+        # the Auth's write of the session item while it is in flight: the session's end
+        # removes the item only once it landed (else the write would land after the removal
+        # and leave an item no session owns, listed while the instance lives)
+        self._starting: Optional["asyncio.Future[Any]"] = None
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def run(self) -> None:
@@ -184,6 +188,8 @@ class AgentSession:
         self.tunnels.clear()
         if self.id and self.edge.registry.sessions.get(self.id) is self:
             del self.edge.registry.sessions[self.id]
+            if self._starting is not None:  # the Auth's write lands first, then goes
+                await asyncio.wait([self._starting])
             cluster = self.edge.cluster  # draining: removed after the agents re-bound
             if cluster is None or not cluster.defer_end(self.grant.account_id, self.id):
                 await self._ended_in_store(self.grant.account_id, self.id)
@@ -388,19 +394,24 @@ class AgentSession:
         self.mux.authenticate()
         self.edge.authenticated(self)
         self.edge.registry.sessions[session_id] = self
-        await self.edge.call(
-            online.session_started,
-            account_id=grant.account_id,
-            session_id=session_id,
-            credential_id=grant.credential_id,
-            instance_id=self.edge.settings.instance_id,
-            agent_version=protocol.text(extra.get("Version"))[:64],
-            os=protocol.text(extra.get("OS"))[:64],
-            ip=self.peer_ip,
-            metadata=protocol.text(extra.get("Metadata"))[:4096],
-            region=self.edge.settings.region,
-            owner_id=grant.owner_id,
+        self._starting = asyncio.ensure_future(
+            self.edge.call(
+                online.session_started,
+                account_id=grant.account_id,
+                session_id=session_id,
+                credential_id=grant.credential_id,
+                instance_id=self.edge.settings.instance_id,
+                agent_version=protocol.text(extra.get("Version"))[:64],
+                os=protocol.text(extra.get("OS"))[:64],
+                ip=self.peer_ip,
+                metadata=protocol.text(extra.get("Metadata"))[:4096],
+                region=self.edge.settings.region,
+                owner_id=grant.owner_id,
+            )
         )
+        # shielded: the write goes on in its thread whatever becomes of this request, and the
+        # session's end waits for it (_end)
+        await asyncio.shield(self._starting)
         self._online = True
         log.info(
             "session %s authenticated (credential %s, account %s)",

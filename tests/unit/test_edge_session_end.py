@@ -6,6 +6,7 @@ again until it is done. The agent is played over a real socket pair; the edge ar
 a recorder whose first store calls at the end fail."""
 
 import asyncio
+import time
 
 from chalicelib.core import online
 from edge import agents, protocol
@@ -103,5 +104,55 @@ def test_a_session_with_nothing_under_it_ends_in_the_one_write(monkeypatch):
         assert await one("") == "cr_1"
         assert await one(resumed) is None
         assert await one("", _rpc_frame(3, protocol.UNBIND, b'{"Id": "t_x"}')) is None
+
+    asyncio.run(run())
+
+
+class SlowStartEdge(SlowEdge):
+    """The Auth's write of the session item takes 0.5 s in a worker thread (as the edge's
+    store calls run: a cancelled caller does not stop the write), and the order in which the
+    writes land is recorded."""
+
+    def __init__(self):
+        super().__init__(delay=0.0)
+        self.landed = []
+
+    async def call(self, fn, *args, **kwargs):
+        if fn is online.session_started:
+
+            def write():
+                time.sleep(0.5)
+                self.landed.append(("started", kwargs["session_id"]))
+
+            return await asyncio.get_running_loop().run_in_executor(None, write)
+        if fn is online.session_ended:
+            self.landed.append(("ended", args[1]))
+            return None
+        return await super().call(fn, *args, **kwargs)
+
+
+def test_a_session_that_ends_during_its_auths_write_is_removed_after_the_write(monkeypatch):
+    """An agent gone while its Auth's session item is being written (the agent CLI closing the
+    session it reconnected while it stops): the end's removal waits for that write, so no
+    item is left that no session owns (listed by the API while the instance lives)."""
+    monkeypatch.setattr(agents, "AUTH_TIMEOUT", 5.0)
+
+    async def run():
+        edge = SlowStartEdge()
+        session, task, reader, writer = await _session(edge)
+        writer.write(_auth_frames())
+        await writer.drain()
+        for _ in range(100):  # the Auth reached its write
+            if session.id is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert session.id is not None
+        writer.close()  # gone before the write lands
+        await asyncio.wait_for(task, 5)
+        for _ in range(100):
+            if len(edge.landed) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert edge.landed == [("started", session.id), ("ended", session.id)]
 
     asyncio.run(run())
