@@ -13,8 +13,11 @@ Rules (where the spec is silent, decided here):
   digits; the claim holds ``account_id``, ``reserved_addr_id`` and ``addr``). A port is
   drawn at random (up to :data:`RANDOM_ATTEMPTS` draws); when those collide, the claims are
   read (one Query of that bounded partition) and a free port is drawn from the rest. A full
-  range is a 409 naming it. The edge should claim the ports it hands to unreserved TCP
-  endpoints in the same partition (kind ``ephemeral``), so the two never collide.
+  range is a 409 naming it. A port an endpoint serves now is not drawn either: an agent's TCP
+  endpoint without a reserved address gets a port of the same range from its edge, which
+  claims its ``host:port`` as the endpoint's name (``online.claim_hostname``); each drawn
+  port's claim is read (one GetItem) and a live one counts as taken. (The edge, for its part,
+  checks the reservations before it hands a port out.)
 - ``region``: ``""`` (default) or one of au, eu, ap, us, jp, in, sa; informative only (one
   edge region). Create accepts description, metadata, region; update description, metadata.
 - A reserved address served by a TCP edge (as a hostport) cannot be deleted (409): the edge's
@@ -26,7 +29,7 @@ import secrets
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from chalicelib import validation, web
-from chalicelib.core import errors, ids, refs, reservations, store
+from chalicelib.core import errors, ids, online, refs, reservations, store
 from chalicelib.core.config import get_settings
 from chalicelib.reserved_domains import REGIONS
 from chalicelib.validation import DESCRIPTION, METADATA, Field
@@ -81,7 +84,8 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
     tried: Set[int] = set()
     taken = errors.Conflict("port taken")  # identity marks a lost claim, never returned
     full = errors.Conflict(
-        f"No TCP address is free: every port of the configured range {low}-{high} is reserved"
+        f"No TCP address is free: every port of the configured range {low}-{high} is reserved "
+        "or served by an endpoint"
     )
     known: Optional[Set[int]] = None
     for attempt in range(MAX_ATTEMPTS):
@@ -93,8 +97,10 @@ def create(c: Ctx, fields: Dict[str, Any]) -> Dict[str, Any]:
         if port in tried:
             continue
         tried.add(port)
-        addr_id = ids.new_id(PREFIX)
         addr = f"{host}:{port}"
+        if online.hostname_holder(addr) is not None:
+            continue  # an agent's TCP endpoint serves it now
+        addr_id = ids.new_id(PREFIX)
         data = {
             "description": fields.get("description", ""),
             "metadata": fields.get("metadata", ""),

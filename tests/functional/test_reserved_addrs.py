@@ -3,7 +3,7 @@
 import pytest
 
 from chalicelib import reserved_addrs
-from chalicelib.core import config, errors, ids
+from chalicelib.core import config, errors, ids, instances, online
 from chalicelib.core.config import get_settings
 from chalicelib.core import reservations
 
@@ -117,3 +117,23 @@ def test_port_range_setting_is_checked():
             config.parse_port_range(raw)
     assert config.parse_port_range("1-65535") == (1, 65535)
     assert config.parse_port_range("5-5") == (5, 5)
+
+
+def test_a_port_an_endpoint_serves_now_is_not_reserved(small_range, account):
+    """An agent's TCP endpoint without a reservation holds a port of the same range (its edge
+    claims ``host:port`` as the endpoint's name): reserving that port would send the reserved
+    address's connections to that endpoint."""
+    instances.register("edge_ports", "", "serving")
+    for port in (30000, 30001):
+        online.claim_hostname(
+            f"tcp.example.net:{port}",
+            account_id=account.id,
+            endpoint_id=f"ep_{port}",
+            instance_id="edge_ports",
+        )
+    made = reserve(account.admin)
+    assert made["addr"] == "tcp.example.net:30002"
+    resp = account.admin.post(PATH, {})
+    assert resp.status == 409 and "served by an endpoint" in resp.json["msg"]
+    online.release_hostname("tcp.example.net:30000", endpoint_id="ep_30000")
+    assert reserve(account.admin)["addr"] == "tcp.example.net:30000"
