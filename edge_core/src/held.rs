@@ -79,7 +79,10 @@ impl Reads {
     }
 
     /// The key of `head` on a connection from `peer` to `local`: the facts read, each
-    /// length-prefixed, and whether a body follows; None when it is over MAX_KEY.
+    /// length-prefixed, and what the core's own handling of an answer depends on whatever the
+    /// policy reads (whether a body follows, the version, the close flag, the Connection
+    /// field, the method: an answer to a HEAD is written without its body); None when it is
+    /// over MAX_KEY.
     pub fn key(
         &self,
         head: &RequestHead,
@@ -96,9 +99,8 @@ impl Reads {
             key.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
             key.extend_from_slice(bytes);
         };
-        if self.method {
-            put(&mut key, &head.method);
-        }
+        // the method always (a HEAD's answer has no body); `method` read changes nothing
+        put(&mut key, &head.method);
         if self.target {
             put(&mut key, &head.target);
         }
