@@ -611,11 +611,15 @@ class Stack:
         self.edge_tcp = int(bound[2].rsplit(":", 1)[1])
         self.policy_each_host = bound[3].split("://")[1].split(":")[0]
 
-    def start_agent(self, binds: List[Dict[str, Any]], procs: Procs) -> tuple:
+    def start_agent(
+        self, binds: List[Dict[str, Any]], procs: Procs, token: Optional[str] = None
+    ) -> tuple:
+        """An official SDK agent (its own session) binding ``binds``, with ``token`` (the
+        bench account's by default): (its process, the URLs bound)."""
         from stacks.paths import SDK_PYTHON
 
         cfg = {
-            "authtoken": self.token,
+            "authtoken": token or self.token,
             "server_addr": self.edge.server_addr,
             "root_cas": self.edge.ca_path,
             "binds": binds,

@@ -1,9 +1,10 @@
 """bench_peers.py's ``growth`` case: does the edge's cost per request grow with what it holds?
 
 - edge CPU per small GET (20 connections, to one endpoint) with the bench's 3 endpoints, then
-  with ``ENDPOINTS`` more bound by a second SDK session (so 2 sessions), then with
-  ``SESSIONS`` idle agent sessions more (raw protocol clients from this process: TLS + muxado
-  + Auth, as bench/edge_bench/bench_edge.py holds them);
+  with ``ENDPOINTS`` more bound by more SDK sessions (``PER_AGENT`` each, every agent on an
+  account of its own), then with ``SESSIONS`` idle agent sessions more (raw protocol clients
+  from this process: TLS + muxado + Auth, as bench/edge_bench/bench_edge.py holds them;
+  ``PER_CREDENTIAL`` on each credential);
 - the edge's RSS before and after those idle sessions (memory per idle session) and with
   ``IN_FLIGHT`` requests in flight (a POST whose head and first bytes are sent and whose body
   never ends: the client connection, its proxy stream and the SDK's upstream connection held
@@ -20,8 +21,13 @@ from typing import Any, Dict, List
 from edge import protocol
 from stacks import muxado
 
-ENDPOINTS = 200  # binding is the embedded store's cost (its Query is O(n) in Python): 1,000
-# took over 10 minutes on the shared machine; --endpoints sets it
+ENDPOINTS = 200  # --endpoints sets it
+# A bind's quota check reads the account's endpoints (one Query: O(n) in the embedded store,
+# ~0.2 ms an item) and an Auth's the credential's sessions: 1,000 endpoints of one account
+# took over 10 minutes to bind. Spread over accounts and credentials, each bind and each Auth
+# reads at most this many.
+PER_AGENT = 250
+PER_CREDENTIAL = 100
 SESSIONS = 1000  # idle sessions send no heartbeat: measured within the edge's 125 s
 HEARTBEAT_EVERY = 20.0
 IN_FLIGHT = 400  # under the edge's streams per session (480) and connections per address (512)
@@ -89,17 +95,19 @@ class _Holder:
         self.held: List[Any] = []
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
 
-    def run(self, coro, timeout: float = 600) -> Any:
+    def run(self, coro, timeout: float = 3600) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def open(self, make, count: int, batch: int = 10) -> None:
         """``count`` connections, ``batch`` at a time (an edge whose store is slow on a loaded
-        machine closes a session not authenticated within 10 s: those are opened again)."""
+        machine closes a session not authenticated within 10 s: those are opened again);
+        ``make(i)`` opens the i-th."""
 
         async def go():
             while len(self.held) < count:
+                start = len(self.held)
                 got = await asyncio.gather(
-                    *(make() for _ in range(min(batch, count - len(self.held)))),
+                    *(make(start + i) for i in range(min(batch, count - len(self.held)))),
                     return_exceptions=True,
                 )
                 self.held += [g for g in got if not isinstance(g, BaseException)]
@@ -152,26 +160,41 @@ def run(
     out: Dict[str, Any] = {"rows": rows}
     rows["edge: 3 endpoints, 1 session"] = get20()
     started = time.time()
-    binds = [
-        {"proto": "http", "upstream": f"http://127.0.0.1:{stack.up_port}"}
-        for _ in range(endpoints)
-    ]
-    stack.start_agent(binds, procs)
+    agents = 0
+    for first in range(0, endpoints, PER_AGENT):
+        binds = [
+            {"proto": "http", "upstream": f"http://127.0.0.1:{stack.up_port}"}
+            for _ in range(min(PER_AGENT, endpoints - first))
+        ]
+        admin = stack.api.new_admin(f"growth-{first}")
+        token = admin.post("/credentials", {"description": "growth"}).json["token"]
+        stack.start_agent(binds, procs, token)
+        agents += 1
     out["bind_seconds"] = round(time.time() - started, 1)
-    rows[f"edge: {endpoints + 3} endpoints, 2 sessions"] = get20()
+    rows[f"edge: {endpoints + 3} endpoints, {agents + 1} sessions"] = get20()
     holder = _Holder()
     ctx = ssl.create_default_context(cafile=stack.edge.ca_path)
+    admin = stack.api.new_admin("growth-sessions")
+    tokens = [
+        admin.post("/credentials", {"description": f"idle {i}"}).json["token"]
+        for i in range(0, sessions, PER_CREDENTIAL)
+    ]
     time.sleep(1)
     rss0 = rss_kb(edge_pid)
-    holder.open(lambda: _idle_session(stack.edge.agent_port, stack.token, ctx), sessions)
+    started = time.time()
+    holder.open(
+        lambda i: _idle_session(stack.edge.agent_port, tokens[i // PER_CREDENTIAL], ctx),
+        sessions,
+    )
+    out["session_seconds"] = round(time.time() - started, 1)
     time.sleep(2)
     rss1 = rss_kb(edge_pid)
     out["idle_session_kb"] = round((rss1 - rss0) / sessions, 1)
-    rows[f"edge: {endpoints + 3} endpoints, {sessions + 2} sessions"] = get20()
+    rows[f"edge: {endpoints + 3} endpoints, {sessions + agents + 1} sessions"] = get20()
     holder.close()
     time.sleep(2)
     rss2 = rss_kb(edge_pid)
-    holder.open(lambda: _in_flight(stack.edge.http_port, stack.host), IN_FLIGHT)
+    holder.open(lambda _: _in_flight(stack.edge.http_port, stack.host), IN_FLIGHT)
     time.sleep(2)
     rss3 = rss_kb(edge_pid)
     out["in_flight_request_kb"] = round((rss3 - rss2) / IN_FLIGHT, 1)
@@ -191,6 +214,7 @@ def run(
         f"edge RSS {rss0 / 1024:.0f} -> {rss1 / 1024:.0f} MB), "
         f"{out['in_flight_request_kb']} KiB per request in flight ({IN_FLIGHT} held: "
         f"{rss2 / 1024:.0f} -> {rss3 / 1024:.0f} MB); {endpoints} endpoints bound in "
-        f"{out['bind_seconds']} s"
+        f"{out['bind_seconds']} s by {agents} agents, {sessions} idle sessions opened in "
+        f"{out['session_seconds']} s"
     )
     return out

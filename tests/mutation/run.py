@@ -93,6 +93,11 @@ MODULES = {
     ],
     "chalicelib.core.online": ["chalicelib.core.online.x_take_partner_claim*"],
     "chalicelib.core.policy.breaker": ["chalicelib.core.policy.breaker.*"],
+    "chalicelib.core.policy.holding": ["chalicelib.core.policy.holding.*"],
+    "chalicelib.core.policy.celenv": [
+        "chalicelib.core.policy.celenv.x_variable_reads*",
+        "chalicelib.core.policy.celenv.x_expression_reads*",
+    ],
     "chalicelib.core.policy.ipintel": [
         "chalicelib.core.policy.ipintel.x_geo*",
         "chalicelib.core.policy.ipintel.x_load_categories*",

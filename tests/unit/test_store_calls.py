@@ -166,7 +166,7 @@ EXPECTED_VIEW_CALLS = {
     # claim of a base-domain name, 1 GetItem); a TCP edge's hostport items carry a copy of
     # its modules, so a traffic_policy change is a read + transaction like the others; a
     # route delete reads the route (its references) first.
-    "POST /reserved_addrs": 1,
+    "POST /reserved_addrs": 2,  # the drawn port: its claim read (served now?), then the write
     "GET /reserved_addrs": 1,
     "GET /reserved_addrs/{addr_id}": 1,
     "PATCH /reserved_addrs/{addr_id}": 1,
