@@ -11,6 +11,15 @@ from edge.decided import holds_of
 REQUEST = "on_http_request"
 
 
+@pytest.fixture(autouse=True)
+def _fresh():
+    """Each test reads the facts anew (request_reads is cached per compiled policy, and
+    compiled policies per document)."""
+    request_reads.cache_clear()
+    yield
+    request_reads.cache_clear()
+
+
 def _reads(*expressions, action=None):
     doc = {
         REQUEST: [
@@ -60,12 +69,15 @@ EXPRESSION_FACTS = [
     ("hasQueryParam('a')", {"target"}),
     ("hasReqCookie('a')", {"field:cookie"}),
     ("req.url.path == '/a' && 'x-b' in req.headers", {"target", "field:x-b"}),
+    ("'x-b' in req.headers && req.url.path == '/a'", {"field:x-b", "target"}),
+    ("'x-b' in req.headers && 'x-c' in req.headers", {"field:x-b", "field:x-c"}),
     ("req.url.path == '/a' || conn.client_port > 3", {"target", "peer_port"}),
 ]
 
 
 @pytest.mark.parametrize("expression,facts", EXPRESSION_FACTS)
 def test_an_expression_reads_the_facts_of_its_variables(expression, facts):
+    assert celenv.expression_reads(expression, REQUEST) == facts
     assert _reads(expression) == facts
 
 
@@ -76,6 +88,7 @@ PER_REQUEST = [
     "conn.bytes_in > 0",
     "rand.int(1, 2) == 1",
     "rand.double() > 0.5",
+    "rand . int(1, 2) == 1",  # the same call, spaced
     "conn.tls.client.subject.common_name == 'a'",
 ]
 
@@ -84,6 +97,7 @@ PER_REQUEST = [
 def test_an_expression_of_a_clock_counter_chance_or_client_certificate_is_never_held(
     expression,
 ):
+    assert celenv.expression_reads(expression, REQUEST) is None
     assert _reads(expression) is None
     assert _reads("req.url.path == '/a'", expression) is None  # any rule's: the policy's
 
@@ -108,6 +122,15 @@ ACTION_FACTS = [
     (
         {"type": "set-vars", "config": {"vars": [{"a": {"b": ["${req.url.path}"]}}]}},
         {"target"},
+    ),
+    # an action's own facts and its templates' together
+    (
+        {"type": "redirect", "config": {"from": "/a", "to": "/${req.method}"}},
+        {"target", "method"},
+    ),
+    (
+        {"type": "restrict-ips", "config": {"allow": ["${req.headers['x-net'][0]}"]}},
+        {"peer_ip", "fields"},
     ),
 ]
 
@@ -148,6 +171,28 @@ NEVER_HELD = {
 @pytest.mark.parametrize("name", sorted(NEVER_HELD))
 def test_an_action_that_counts_writes_or_reads_a_cache_is_never_held(name):
     assert _reads(action=NEVER_HELD[name]) is None
+
+
+def test_a_policys_facts_are_every_rules_and_every_actions_together():
+    doc = {
+        REQUEST: [
+            {"expressions": ["req.method == 'PUT'"], "actions": [{"type": "deny"}]},
+            {
+                "expressions": ["'x-a' in req.headers", "conn.client_port > 2"],
+                "actions": [
+                    {"type": "add-headers", "config": {"headers": {"x": "${conn.server_ip}"}}},
+                    {"type": "restrict-ips", "config": {"allow": ["10.0.0.0/8"]}},
+                ],
+            },
+        ]
+    }
+    assert request_reads(compile_policy(doc)) == {
+        "method",
+        "field:x-a",
+        "peer_port",
+        "local",
+        "peer_ip",
+    }
 
 
 def test_holds_of_names_the_facts_of_a_decided_policy_without_a_response_phase():

@@ -998,12 +998,12 @@ def expression_reads(text: str, phase: str) -> Optional[FrozenSet[str]]:
                 return None
             found.update(reads)
         for ident in _IDENT.finditer(part):
-            dotted = re.sub(r"\s+", "", ident.group(0))
-            for name, reads in FUNCTION_READS.items():
-                if dotted == name or dotted.startswith(name + ".") or dotted.endswith("." + name):
-                    if reads is None:
-                        return None
-                    found.update(reads)
+            dotted = re.sub(r"\s+", "", ident.group(0))  # ``rand . int`` is rand.int
+            if dotted in FUNCTION_READS:
+                reads = FUNCTION_READS[dotted]
+                if reads is None:
+                    return None
+                found.update(reads)
     return frozenset(found)
 
 

@@ -41,12 +41,9 @@ ACTION_READS = {
 REQUEST = "on_http_request"
 
 
-def _programs(value: Any, seen: Set[int]) -> Iterator[celenv.Program]:
+def _programs(value: Any) -> Iterator[celenv.Program]:
     """Every compiled expression under ``value`` (an action's attributes: templates, lists,
-    tuples, dicts)."""
-    if id(value) in seen:
-        return
-    seen.add(id(value))
+    tuples, dicts; a compiled action's config holds no cycle)."""
     if isinstance(value, celenv.Program):
         yield value
     elif isinstance(value, Template):
@@ -55,10 +52,10 @@ def _programs(value: Any, seen: Set[int]) -> Iterator[celenv.Program]:
                 yield part
     elif isinstance(value, (list, tuple, set, frozenset)):
         for item in value:
-            yield from _programs(item, seen)
+            yield from _programs(item)
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _programs(item, seen)
+            yield from _programs(item)
 
 
 def _action_reads(action: Any) -> Optional[FrozenSet[str]]:
@@ -68,7 +65,7 @@ def _action_reads(action: Any) -> Optional[FrozenSet[str]]:
     if isinstance(action, actions.RestrictIps) and action.ip_policies:
         return None  # the account's IP policies, read through a cache
     found = set(intrinsic)
-    for program in _programs(list(vars(action).values()), set()):
+    for program in _programs(list(vars(action).values())):
         reads = celenv.expression_reads(program.text, REQUEST)
         if reads is None:
             return None
