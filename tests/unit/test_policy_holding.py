@@ -52,6 +52,7 @@ EXPRESSION_FACTS = [
     ("req.headers['x-a'][0] == 'b'", {"fields"}),
     ("'x-a' in req.headers", {"field:x-a"}),
     ("!('X-A' in req.headers)", {"field:x-a"}),
+    ('"x-d" in req.headers', {"field:x-d"}),  # a literal in double quotes
     ("req.host == 'a'", {"field:host"}),
     ("req.user_agent.is_bot", {"field:user-agent"}),
     ("size(req.cookies) > 0", {"field:cookie"}),
