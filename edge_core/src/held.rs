@@ -38,7 +38,6 @@ pub fn held_bytes() -> usize {
 /// The facts of a request a route's decisions are a function of.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reads {
-    pub method: bool,
     pub target: bool,
     /// Every field of the head.
     pub fields: bool,
@@ -56,7 +55,7 @@ impl Reads {
         let mut reads = Reads::default();
         for fact in facts {
             match fact.as_str() {
-                "method" => reads.method = true,
+                "method" => {} // always in the key (see `key`)
                 "target" => reads.target = true,
                 "fields" => reads.fields = true,
                 "peer_ip" => reads.peer_ip = true,

@@ -8,6 +8,8 @@ from chalicelib.core.policy import celenv, compile_policy
 from chalicelib.core.policy.holding import request_reads
 from edge.decided import holds_of
 
+from tests.unit.test_decided_rules import DECIDABLE
+
 REQUEST = "on_http_request"
 
 
@@ -147,25 +149,10 @@ def test_an_action_reads_its_own_facts_and_its_templates(action, facts):
 
 
 NEVER_HELD = {
-    "rate-limit": {
-        "type": "rate-limit",
-        "config": {
-            "name": "r",
-            "algorithm": "sliding_window",
-            "capacity": 10,
-            "rate": "60s",
-            "bucket_key": ["conn.client_ip"],
-        },
-    },
-    "log": {"type": "log", "config": {"metadata": {"a": "1"}}},
-    "restrict-ips with ip_policies": {
-        "type": "restrict-ips",
-        "config": {"ip_policies": ["ipp_0000000000000000000000001"]},
-    },
-    "a vault secret": {
-        "type": "add-headers",
-        "config": {"headers": {"x-a": "${secrets.get('vault', 'name')}"}},
-    },
+    "rate-limit": DECIDABLE["rate-limit"],
+    "log": DECIDABLE["log"],
+    "restrict-ips with ip_policies": DECIDABLE["restrict-ips with ip_policies"],
+    "a vault secret": DECIDABLE["a vault secret"],
     "a clock in a template": {
         "type": "add-headers",
         "config": {"headers": {"x-a": "${time.now}"}},
