@@ -54,10 +54,12 @@ AUTH_TIMEOUT = 10.0  # a connection whose Auth has not arrived by then is closed
 AUTH_ANSWER_TIMEOUT = 60.0  # seconds from the start by which an arrived Auth is answered
 DEFAULT_HEARTBEAT = (10.0, 15.0)
 # What an agent may ask for in Auth (HeartbeatInterval / HeartbeatTolerance, nanoseconds) is
-# clamped to these seconds: a silent agent is reaped within interval + tolerance + 5 s + one
-# check, at most 125 s + EDGE_CHECK_SECONDS, whatever it asked for.
+# clamped to these seconds: a silent agent is reaped within interval + tolerance +
+# HEARTBEAT_GRACE + one check, at most 125 s + EDGE_CHECK_SECONDS, whatever it asked for.
+# The core echoes the beats and keeps the time of the last (edge_core/src/heartbeat.rs).
 HEARTBEAT_INTERVAL_RANGE = (1.0, 60.0)
 HEARTBEAT_TOLERANCE_RANGE = (1.0, 60.0)
+HEARTBEAT_GRACE = 5.0
 # A session's removal from the store that failed (the store away) is tried again after this,
 # doubling up to END_RETRY_MAX_SECONDS, until done: its instance's lease would keep it live.
 END_RETRY_SECONDS = 1.0
@@ -135,7 +137,6 @@ class AgentSession:
         self.version = ""  # the protocol version Auth chose ("2": the CLI 2.x)
         self.tunnels: Dict[str, Tunnel] = {}
         self.heartbeat = DEFAULT_HEARTBEAT
-        self.last_heartbeat = time.monotonic()
         self.started = time.monotonic()
         self._auth_lock = asyncio.Lock()
         self._legacy_bind_lock = asyncio.Lock()
@@ -229,7 +230,7 @@ class AgentSession:
             await self.end(f"protocol error: an agent may not open a stream of type {typ}")
             return
         if typ == protocol.HEARTBEAT:
-            await self._heartbeats(stream)
+            stream.echo_heartbeats()  # the core echoes its ids (edge_core/src/heartbeat.rs)
             return
         try:
             request = await self._read_request(stream)
@@ -292,16 +293,6 @@ class AgentSession:
             await stream.close_write()
         except StreamReset:
             pass
-
-    async def _heartbeats(self, stream: MuxStream) -> None:
-        """Echo every 4-byte id (muxado/src/heartbeat.rs: the agent measures latency)."""
-        while True:
-            try:
-                beat = await stream.readexactly(4)
-            except asyncio.IncompleteReadError:
-                return
-            self.last_heartbeat = time.monotonic()
-            await stream.write(beat)
 
     # ---- Auth -------------------------------------------------------------------------------
     async def _auth(self, stream: MuxStream, request: Dict[str, Any]) -> None:
@@ -761,27 +752,34 @@ class AgentSession:
         return self.grant is not None and self._online
 
     async def check(self, fresh: Any, gone: bool = False) -> None:
-        """Credential still usable (``fresh``: the grant re-read this round, a Refused, or
-        None when it could not be read)? Heartbeats still coming? Its online item removed
-        (``gone``)? (Stop and restart asked through the API: :meth:`remote_command`.)"""
+        """The periodic check of one session: :meth:`due_end`, and the end it says."""
+        why = self.due_end(fresh, gone)
+        if why is not None:
+            await self.end(*why)
+
+    def due_end(self, fresh: Any, gone: bool = False) -> Optional[Tuple[str, Optional[str]]]:
+        """Why the periodic check ends this session now ((reason, code)), or None. Credential
+        still usable (``fresh``: the grant re-read this round, a Refused, or None when it
+        could not be read; a fresh grant is taken)? Heartbeats still coming? Its online item
+        removed (``gone``)? (Stop and restart asked through the API: :meth:`remote_command`.)
+        Synchronous: a check of 10,000 sessions makes no task for those that go on."""
         if self.grant is None or not self._online:  # still authenticating: no item to
             waited = time.monotonic() - self.started  # refresh yet (a heartbeat would end it)
             if waited > (AUTH_ANSWER_TIMEOUT if self._auth_arrived else AUTH_TIMEOUT):
-                await self.end(
+                return (
                     "Auth not answered in time" if self._auth_arrived else "no Auth in time"
-                )
-            return
+                ), None
+            return None
         interval, tolerance = self.heartbeat
-        if time.monotonic() - self.last_heartbeat > interval + tolerance + 5:
-            await self.end("heartbeats stopped")
-            return
+        if self.mux.since_beat > interval + tolerance + HEARTBEAT_GRACE:
+            return "heartbeats stopped", None
         if isinstance(fresh, binding.Refused):
-            await self.end(fresh.message, fresh.code)
-            return
+            return fresh.message, fresh.code
         if isinstance(fresh, binding.Grant):
             self.grant = fresh
         if gone:
-            await self.end("the session was removed")
+            return "the session was removed", None
+        return None
 
     async def remote_command(self, command: str) -> Tuple[str, str]:
         """Send Stop or Restart (``command``: "stop" | "restart") asked through the API and

@@ -327,7 +327,9 @@ class Carrier:
         return self._adopt(conn, name)
 
     def _adopt(self, conn: edge_core.Session, name: str) -> session.MuxSession:
-        mux = session.MuxSession(conn, self._forget, name=name, splicer=self.splice)
+        mux = session.MuxSession(
+            conn, self._forget, name=name, splicer=self.splice, echo=self._core.echo
+        )
         self._sessions[conn.key] = mux
         return mux
 

@@ -370,19 +370,24 @@ class Edge:
             fresh = dict(
                 zip(grants, await asyncio.gather(*(self._recheck(g) for g in grants.values())))
             )
-            results = await asyncio.gather(
-                *(
-                    s.check(
+            ending = []  # only the sessions that end get a task
+            for s in sessions:
+                try:
+                    why = s.due_end(
                         fresh.get(s.grant.credential_id) if s.grant else None,
                         gone=s.id in kept.gone,
                     )
-                    for s in sessions
-                ),
-                return_exceptions=True,
+                except Exception as exc:
+                    log.warning("session check failed for %s: %r", s.id, exc)
+                    continue
+                if why is not None:
+                    ending.append((s, why))
+            results = await asyncio.gather(
+                *(s.end(*why) for s, why in ending), return_exceptions=True
             )
-            for session, result in zip(sessions, results):
+            for (session, _), result in zip(ending, results):
                 if isinstance(result, Exception):
-                    log.warning("session check failed for %s: %r", session.id, result)
+                    log.warning("session end failed for %s: %r", session.id, result)
 
     async def _keep(self, online_sessions: List[Any]) -> online_keeper.Round:
         """This round's TTL refreshes; none when the store could not be read."""

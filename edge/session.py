@@ -212,6 +212,16 @@ class MuxStream:
         self.session._release(self)  # its events are the core's now; what is queued is sent
         return await splicer(sock, self._conn, self.id, to_stream, to_client)
 
+    def echo_heartbeats(self) -> None:
+        """The rest of this heartbeat stream's life is the core's (edge_core/src/heartbeat.rs):
+        it echoes each 4-byte id the agent writes and keeps the time of the last one
+        (:attr:`MuxSession.since_beat`); Python reads and writes it no more."""
+        if self._finished:
+            return
+        self._finished = True
+        self.session._release(self)
+        self.session._echo(self.session._conn, self.id)
+
     def _facts(self) -> tuple:
         return self._conn.facts(self.id) or (0, False, True, self._finished)
 
@@ -236,6 +246,8 @@ class MuxStream:
 
 
 StreamHandler = Callable[[MuxStream], Awaitable[None]]
+# edge_core.Core.echo: (the core's session, stream id)
+Echoer = Callable[[Any, int], None]
 # edge.carrier.Carrier.splice: (socket, the core's session, stream id, to the stream first, to
 # the client first) -> (bytes read from the client, bytes written to it)
 Splicer = Callable[[socket.socket, Any, int, bytes, bytes], Awaitable[Tuple[int, int]]]
@@ -253,10 +265,12 @@ class MuxSession:
         *,
         name: str = "",
         splicer: Optional[Splicer] = None,
+        echo: Echoer,
     ):
         self._conn = conn
         self._on_closed = on_closed
         self._splicer = splicer
+        self._echo = echo
         self.on_stream: Optional[StreamHandler] = None
         self.name = name
         self._streams: Dict[int, MuxStream] = {}
@@ -386,6 +400,17 @@ class MuxSession:
     @property
     def authenticated(self) -> bool:
         return bool(self._conn.authenticated)
+
+    @property
+    def since_beat(self) -> float:
+        """Seconds since the agent's last heartbeat (:meth:`MuxStream.echo_heartbeats`), or
+        since the session began."""
+        return float(self._conn.since_beat)
+
+    @property
+    def beats(self) -> int:
+        """The agent's heartbeats echoed."""
+        return int(self._conn.beats)
 
     def authenticate(self) -> None:
         """The peer proved who it is: the pre-authentication bounds are lifted."""

@@ -88,6 +88,13 @@ class Session:
     def authenticate(self) -> None: ...
     @property
     def authenticated(self) -> bool: ...
+    @property
+    def since_beat(self) -> float:
+        """Seconds since the agent's last heartbeat (``Core.echo``), or since the session
+        began."""
+    @property
+    def beats(self) -> int:
+        """The heartbeats the core echoed on this session."""
     def go_away(self, code: int, message: str) -> None: ...
     def close(self, reason: str) -> None: ...
     def flush(self) -> None:
@@ -189,6 +196,9 @@ class Core:
         (edge_core/src/splice.rs), ``to_stream`` to the agent first and ``to_client`` to the
         client first; Python no longer reads or writes the stream. Its end comes in ``take``
         under the id returned."""
+    def echo(self, session: Session, sid: int) -> None:
+        """The heartbeat stream ``sid`` of ``session`` (its type read) is the core's from now
+        on: it echoes each 4-byte id until the stream ends (edge_core/src/heartbeat.rs)."""
     def set_quiet(self, key: int, quiet: bool) -> None:
         """Route ``key`` quiet: the core counts its requests (``take_tallies``) instead of
         handing a row of each to ``take`` (at most 65,536 between two takes, rows past it)."""

@@ -17,6 +17,7 @@ use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 
 use crate::decide::Decisions;
+use crate::heartbeat;
 use crate::inbox::{Accepted, Inbox};
 use crate::mux::Limits;
 use crate::public::{
@@ -250,6 +251,13 @@ impl Carrier {
             }
         });
         Ok(session)
+    }
+
+    /// The heartbeat stream `sid` of `session` is the core's from now on: it echoes each id
+    /// (crate::heartbeat) until the stream ends.
+    pub fn echo(&self, session: Arc<Session>, sid: u32) {
+        let wakes = session.own(sid);
+        self.runtime().spawn(heartbeat::echo(session, sid, wakes));
     }
 
     /// Carry the connected stream socket `fd` (TCP, or Unix with `unix`; the carrier owns it

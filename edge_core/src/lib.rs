@@ -3,7 +3,8 @@
 //! The edge (the Python package `edge`) decides; this crate carries bytes. Today it carries
 //! the agent listener: it accepts TCP connections, completes each TLS handshake on its own
 //! threads (rustls), and runs each agent's muxado session ([`mux`], [`session`]): framing,
-//! flow control, the stream table and its bounds. Python gets the session and its streams
+//! flow control, the stream table and its bounds, and the echo of its heartbeats
+//! ([`heartbeat`]). Python gets the session and its streams
 //! through a typed seam (python.rs, edge_core.pyi) and keeps every decision.
 //!
 //! A route with a traffic policy is *decided* ([`decide`]): the core reads each request's
@@ -17,6 +18,7 @@
 
 pub mod carrier;
 pub mod decide;
+pub mod heartbeat;
 pub mod held;
 pub mod http;
 pub mod https;

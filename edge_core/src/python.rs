@@ -457,6 +457,12 @@ impl Core {
             .map_err(|e| PyOSError::new_err(e.to_string()))
     }
 
+    /// The heartbeat stream `sid` of `session` is the core's from now on (its type read by
+    /// Python): each 4-byte id is echoed, and `Session.since_beat` says when the last came.
+    fn echo(&self, session: &Session, sid: u32) {
+        self.carrier.echo(session.inner.clone(), sid);
+    }
+
     /// Route `key` quiet (the core counts its requests: `take_tallies`) or not (a row each
     /// in `take`).
     fn set_quiet(&self, key: u64, quiet: bool) {
@@ -883,6 +889,18 @@ impl Session {
 
     fn authenticate(&self) {
         self.inner.with(|st| st.authenticate())
+    }
+
+    /// Seconds since the agent's last heartbeat (`Core.echo`), or since the session began.
+    #[getter]
+    fn since_beat(&self) -> f64 {
+        self.inner.since_beat().as_secs_f64()
+    }
+
+    /// The heartbeats the core echoed on this session.
+    #[getter]
+    fn beats(&self) -> u64 {
+        self.inner.beats()
     }
 
     #[getter]

@@ -8,6 +8,7 @@
 //! reader queues (RSTs, resets at the end of a linger) are sent after each read.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,11 @@ pub struct Session {
     /// Streams the core itself carries (the public listener's fast path): their events wake
     /// these instead of going to Python.
     owned: Mutex<HashMap<u32, Arc<Wakes>>>,
+    born: Instant,
+    /// The agent's last heartbeat (crate::heartbeat), in nanoseconds after `born` (0: none
+    /// yet, the session's start counts as one), and the heartbeats counted.
+    last_beat: AtomicU64,
+    beats: AtomicU64,
 }
 
 impl Session {
@@ -49,7 +55,28 @@ impl Session {
             writer: Notify::new(),
             reader: Notify::new(),
             owned: Mutex::new(HashMap::new()),
+            born: Instant::now(),
+            last_beat: AtomicU64::new(0),
+            beats: AtomicU64::new(0),
         })
+    }
+
+    /// The agent's heartbeat arrived now.
+    pub fn beat(&self) {
+        let at = self.born.elapsed().as_nanos().max(1) as u64;
+        self.last_beat.store(at, Ordering::Relaxed);
+        self.beats.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The time since the agent's last heartbeat (since the session began, before the first).
+    pub fn since_beat(&self) -> Duration {
+        let at = Duration::from_nanos(self.last_beat.load(Ordering::Relaxed));
+        self.born.elapsed().saturating_sub(at)
+    }
+
+    /// The heartbeats counted since the session began.
+    pub fn beats(&self) -> u64 {
+        self.beats.load(Ordering::Relaxed)
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
