@@ -151,6 +151,8 @@ class FastPath:
         self._cert_numbers = itertools.count(1)
         self._nameless = 0  # the number of the nameless ClientHello's certificate
         self._pending: set = set()  # (scheme, host) whose async checks are running
+        # account id -> the used routes whose renewal waits for its IP restrictions' read
+        self._restrictions_wanted: Dict[str, set] = {}
         self._used: Dict[int, float] = {}  # route key -> the loop's time it last served
         self._retired: List[int] = []  # keys of routes dropped since the last refresh
         # quiet route key -> why the inspector refused its requests (counted as that drop for
@@ -304,18 +306,22 @@ class FastPath:
         finally:
             self._pending.discard(where)
 
-    def _renewed(self, where: Tuple[str, str], held: tuple, tunnel: Any, now: float) -> bool:
+    def _renewed(
+        self, where: Tuple[str, str], held: tuple, tunnel: Any, now: float
+    ) -> Optional[bool]:
         """A used route whose facts are all kept now (the same tunnel, its account's IP
         restrictions in the router's cache, on HTTPS the same certificates), checked without a
         wait: dropped if they no longer make it plain, renewed in the core once half its
-        ROUTE_TTL has passed (not at every refresh). False when a check would have to wait or
-        something changed: then :meth:`_push` decides, as for a new route."""
+        ROUTE_TTL has passed (not at every refresh). None when the account's IP restrictions
+        must be read first (:meth:`_after_restrictions`: one read an account, then its routes
+        are checked again). False when something changed: then :meth:`_push` decides, as for
+        a new route."""
         key, was, until, cert, mode, policy = held
         if tunnel is not was or mode != _mode(tunnel) or policy is not policy_of(tunnel):
             return False
         restrictions = self.edge.router.ip_restrictions_now(tunnel.account_id)
         if restrictions is None:
-            return False
+            return None
         scheme, host = where
         if scheme == "https" and (
             not self.edge.tls.loaded.is_set()
@@ -330,6 +336,32 @@ class FastPath:
             self._set(host, key, tunnel, scheme, cert, mode)
             self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert, mode, policy)
         return True
+
+    def _after_restrictions(self, account_id: str, where: Tuple[str, str]) -> None:
+        """Route ``where`` is checked again once its account's IP restrictions are read: one
+        read (a task) an account, whatever the number of its routes that wait for it (an
+        account's thousand routes were a thousand pushes each time its cache expired)."""
+        waiting = self._restrictions_wanted.get(account_id)
+        if waiting is None:
+            waiting = self._restrictions_wanted[account_id] = set()
+            asyncio.ensure_future(self._restrictions_read(account_id))
+        waiting.add(where)
+
+    async def _restrictions_read(self, account_id: str) -> None:
+        try:
+            await self.edge.router.ip_restrictions(account_id)
+        except Exception as exc:  # its routes' pushes read again, and fail or drop them
+            log.warning("reading the IP restrictions of %s: %r", account_id, exc)
+        wheres = self._restrictions_wanted.pop(account_id, set())
+        now = asyncio.get_running_loop().time()
+        for where in wheres:
+            held = self.routes.get(where)
+            tunnel = self.candidate(where[1], where[0])
+            if held is None or tunnel is None or where in self._pending:
+                continue  # dropped, or changed meanwhile: the next refresh sees it
+            if not self._renewed(where, held, tunnel, now):
+                self._pending.add(where)
+                asyncio.ensure_future(self._push(where))
 
     def _set(self, host: str, key: int, tunnel: Any, scheme: str, cert: int, mode: int) -> None:
         self.edge.carrier.set_route(
@@ -381,7 +413,12 @@ class FastPath:
             if tunnel is None:
                 self._drop(where)
             elif key in used:
-                if where not in self._pending and not self._renewed(where, held, tunnel, now):
+                if where in self._pending:
+                    continue
+                renewed = self._renewed(where, held, tunnel, now)
+                if renewed is None:
+                    self._after_restrictions(tunnel.account_id, where)
+                elif not renewed:
                     self._pending.add(where)
                     asyncio.ensure_future(self._push(where))
             elif until <= now:

@@ -367,9 +367,7 @@ class Edge:
             for session in sessions:
                 if session.grant is not None:
                     grants.setdefault(session.grant.credential_id, session.grant)
-            fresh = dict(
-                zip(grants, await asyncio.gather(*(self._recheck(g) for g in grants.values())))
-            )
+            fresh = dict(zip(grants, await self._recheck(list(grants.values()))))
             ending = []  # only the sessions that end get a task
             for s in sessions:
                 try:
@@ -450,22 +448,17 @@ class Edge:
         except Exception as exc:  # the API, unanswered, withdraws the command and says so
             log.warning("session %s: answer not written: %r", command.session_id, exc)
 
-    async def _recheck(self, grant: binding.Grant) -> Any:
-        """The grant read afresh, the Refused that ends its sessions, or None when the store
-        could not be read (the sessions keep running; the next round tries again)."""
+    async def _recheck(self, grants: List[binding.Grant]) -> List[Any]:
+        """Each grant read afresh, or the Refused that ends its sessions (one BatchGetItem per
+        binding.RECHECK_BATCH credentials); all None when the store could not be read (the
+        sessions keep running; the next round tries again)."""
+        if not grants:
+            return []
         try:
-            return await self.call(
-                binding.recheck,
-                grant.account_id,
-                grant.credential_id,
-                grant.owner_id,
-                grant.owner_kind,
-            )
-        except binding.Refused as exc:
-            return exc
+            return list(await self.call(binding.recheck_many, grants))
         except Exception as exc:
-            log.warning("could not re-check credential %s: %r", grant.credential_id, exc)
-            return None
+            log.warning("could not re-check %d credentials: %r", len(grants), exc)
+            return [None] * len(grants)
 
     # ---- binds ------------------------------------------------------------------------------
 

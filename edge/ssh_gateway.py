@@ -884,18 +884,20 @@ class SshSession(asyncssh.SSHServer):
     def is_online(self) -> bool:
         return self.grant is not None and self._online
 
-    async def check(self, fresh: Any, gone: bool = False) -> None:
-        """As an agent session's: its SSH credential still usable (``fresh``)? Its online
-        item removed? (Stop and restart asked through the API: :meth:`remote_command`.)"""
+    def due_end(self, fresh: Any, gone: bool = False) -> Optional[Tuple[str, Optional[str]]]:
+        """As an agent session's (edge.agents.AgentSession.due_end): why the edge's check
+        ends it now ((reason, code)), or None. Its SSH credential still usable (``fresh``; a
+        fresh grant is taken)? Its online item removed? (Stop and restart asked through the
+        API: :meth:`remote_command`.)"""
         if not self.is_online:
-            return
+            return None
         if isinstance(fresh, binding.Refused):
-            await self.end(fresh.message, fresh.code)
-            return
+            return fresh.message, fresh.code
         if isinstance(fresh, binding.Grant):
             self.grant = fresh
         if gone:
-            await self.end("the session was removed")
+            return "the session was removed", None
+        return None
 
     async def remote_command(self, command: str) -> Tuple[str, str]:
         """Stop or restart asked through the API (edge/server.py ``_command``), answered as an

@@ -31,7 +31,7 @@ import secrets
 import string
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from chalicelib.core import acl, edge_errors, hostnames, ids, keys, reservations, ssh_keys, store
 from chalicelib.core.config import get_settings
@@ -177,11 +177,65 @@ def recheck(account_id: str, credential_id: str, owner_id: str, owner_kind: str)
     BatchGetItem of the credential and its owner."""
     if ids.is_valid(credential_id, ids.PREFIXES["ssh_user_certificate"]):
         return _certificate_grant(account_id, credential_id, None)
+    wanted = _recheck_keys(account_id, credential_id, owner_id, owner_kind)
+    return _grant_read(account_id, credential_id, owner_id, owner_kind, store.get_many(wanted))
+
+
+# A recheck of many credentials reads this many at most in one BatchGetItem (two keys each:
+# the credential and its owner, within the call's 100).
+RECHECK_BATCH = 50
+
+
+def recheck_many(grants: Sequence[Grant]) -> List[Union[Grant, Refused]]:
+    """:func:`recheck` of each grant (the edge's periodic check of the credentials in use),
+    in order: the grant read afresh, or the Refused that ends its sessions. The credentials
+    and their owners are read RECHECK_BATCH at a time, one BatchGetItem each (an SSH user
+    certificate's grant as :func:`recheck` reads it). A store failure raises (no grant is
+    refused for it)."""
+    out: List[Union[Grant, Refused]] = list(grants)
+    keyed = []
+    for at, grant in enumerate(grants):
+        if ids.is_valid(grant.credential_id, ids.PREFIXES["ssh_user_certificate"]):
+            try:
+                out[at] = _certificate_grant(grant.account_id, grant.credential_id, None)
+            except Refused as exc:
+                out[at] = exc
+        else:
+            keyed.append(at)
+    for first in range(0, len(keyed), RECHECK_BATCH):
+        batch = keyed[first : first + RECHECK_BATCH]
+        found = store.get_many([key for at in batch for key in _recheck_keys(*_named(grants[at]))])
+        for at in batch:
+            try:
+                out[at] = _grant_read(*_named(grants[at]), found)
+            except Refused as exc:
+                out[at] = exc
+    return out
+
+
+def _named(grant: Grant) -> Tuple[str, str, str, str]:
+    return grant.account_id, grant.credential_id, grant.owner_id, grant.owner_kind
+
+
+def _recheck_keys(
+    account_id: str, credential_id: str, owner_id: str, owner_kind: str
+) -> List[Tuple[str, str]]:
+    """The keys a recheck reads: the credential's (an authtoken's or an SSH credential's: told
+    by its id) and its owner's."""
     ssh = ids.is_valid(credential_id, ids.PREFIXES["ssh_credential"])
     collection = keys.SSH_CREDENTIAL_COLLECTION if ssh else keys.CREDENTIAL_COLLECTION
-    credential_key = (store.collection_pk(account_id, collection), credential_id)
-    owner_key = keys.owner_key(account_id, owner_id, owner_kind)
-    found = store.get_many([credential_key, owner_key])  # one read of both
+    return [
+        (store.collection_pk(account_id, collection), credential_id),
+        keys.owner_key(account_id, owner_id, owner_kind),
+    ]
+
+
+def _grant_read(
+    account_id: str, credential_id: str, owner_id: str, owner_kind: str, found: Dict[Any, Any]
+) -> Grant:
+    """The grant from the items read (``found``: by key), or Refused."""
+    credential_key, owner_key = _recheck_keys(account_id, credential_id, owner_id, owner_kind)
+    ssh = ids.is_valid(credential_id, ids.PREFIXES["ssh_credential"])
     item = found.get(credential_key)
     what = "SSH credential" if ssh else "authtoken credential"
     if item is None:

@@ -71,8 +71,10 @@ pub struct Route {
     /// rewrite before it goes on (decide.rs `AskedResponse`).
     pub responses: bool,
     /// A decided route whose decisions Python said hold for every request with the same
-    /// facts (held.rs): the decisions held, while the route is quiet.
-    pub held: Option<Held>,
+    /// facts (held.rs): the decisions held, while the route is quiet. A route pushed again
+    /// under the same key, on the same session, reading the same facts keeps them
+    /// ([`Routes::set`]): Python's key names the tunnel and the policy it pushed.
+    pub held: Option<Arc<Held>>,
 }
 
 /// Host -> plain route. Python pushes and drops; a host not here goes to Python.
@@ -82,11 +84,21 @@ pub struct Routes {
 }
 
 impl Routes {
-    pub fn set(&self, host: String, route: Route) {
-        self.map
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(host, Arc::new(route));
+    /// `host`'s route from now on. A renewal (the same key and session, the same facts read)
+    /// keeps the decisions the route held.
+    pub fn set(&self, host: String, mut route: Route) {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        if let (Some(old), Some(new)) = (map.get(&host), route.held.as_ref()) {
+            if let Some(kept) = old.held.as_ref() {
+                if old.key == route.key
+                    && Arc::ptr_eq(&old.session, &route.session)
+                    && kept.reads == new.reads
+                {
+                    route.held = Some(kept.clone());
+                }
+            }
+        }
+        map.insert(host, Arc::new(route));
     }
 
     pub fn drop_host(&self, host: &str) -> bool {

@@ -324,9 +324,9 @@ impl Core {
         let ttl = seconds(ttl, "ttl")?;
         // a decided route without a response phase may hold its decisions (held.rs)
         let held = match holds {
-            Some(facts) if decided && !responses => Some(Held::new(
+            Some(facts) if decided && !responses => Some(Arc::new(Held::new(
                 Reads::parse(&facts).map_err(PyValueError::new_err)?,
-            )),
+            ))),
             Some(_) => {
                 return Err(PyValueError::new_err(
                     "holds: only a decided route without a response phase",

@@ -780,7 +780,7 @@ async fn a_held_decision_answers_the_same_facts_without_asking_python() {
     carrier.routes.set(
         "d.test".into(),
         Route {
-            held: Some(Held::new(reads)),
+            held: Some(Arc::new(Held::new(reads))),
             ..decided_route(&session, false)
         },
     );
@@ -853,4 +853,42 @@ async fn a_held_decision_answers_the_same_facts_without_asking_python() {
     assert_eq!(row.head.target, b"/a");
     assert!(carrier.decisions.answer(row.ticket, answer(b"three", true)));
     read_response(&mut client, b"three").await;
+}
+
+/// A route pushed again under its key (Python renews a route that serves before its ttl
+/// runs out) keeps the decisions it held; one pushed under another key, on another session or
+/// reading other facts starts empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_renewed_under_its_key_keeps_what_it_held() {
+    use edge_core::decide::Decision;
+    use edge_core::held::{Held, Reads};
+    let (carrier, _port, session, _agent) = setup(16);
+    let (other, _other_agent) = common::agent_session(&carrier);
+    let target = || Reads::parse(&["target".to_string()]).unwrap();
+    let push = |key: u64, session: &Arc<Session>, reads: Reads| {
+        carrier.routes.set(
+            "d.test".into(),
+            Route {
+                key,
+                held: Some(Arc::new(Held::new(reads))),
+                ..decided_route(session, false)
+            },
+        )
+    };
+    let held = || carrier.routes.get("d.test").unwrap().held.clone().unwrap();
+    let append = Decision::Append {
+        fields: vec![(b"x-a".to_vec(), b"1".to_vec())],
+    };
+    push(7, &session, target());
+    assert!(held().hold(b"k".to_vec(), &append, None));
+    push(7, &session, target());
+    assert_eq!(held().len(), 1, "renewed: kept");
+    push(8, &session, target());
+    assert!(held().is_empty(), "another key");
+    assert!(held().hold(b"k".to_vec(), &append, None));
+    push(8, &other, target());
+    assert!(held().is_empty(), "another session");
+    assert!(held().hold(b"k".to_vec(), &append, None));
+    push(8, &other, Reads::parse(&["fields".to_string()]).unwrap());
+    assert!(held().is_empty(), "other facts read");
 }

@@ -71,3 +71,35 @@ def test_auth_and_recheck_read_the_credential_and_owner_in_one_call(inprocess_ap
     with pytest.raises(binding.Refused) as unknown:
         binding.authenticate(cred["token"])
     assert unknown.value.code == edge_errors.AUTHTOKEN_INVALID
+
+
+def test_the_edges_recheck_of_many_credentials_reads_fifty_a_call(inprocess_api, calls):
+    """binding.recheck_many (the edge's check of every credential in use): each grant as
+    recheck reads it, in order, RECHECK_BATCH (50: two keys each, BatchGetItem's 100) a call."""
+    account = inprocess_api.new_account()
+    admin = account.admin
+    bot = admin.post("/bot_users", {"name": "agent"}).json
+    live, deleted = (admin.post("/credentials", {"owner_id": bot["id"]}).json for _ in "ab")
+    grant = binding.authenticate(live["token"])
+    gone = binding.authenticate(deleted["token"])
+    admin.delete(f"/credentials/{deleted['id']}")
+    other_bot = admin.post("/bot_users", {"name": "off"}).json
+    off = admin.post("/credentials", {"owner_id": other_bot["id"]}).json
+    inactive = binding.authenticate(off["token"])
+    admin.patch(f"/bot_users/{other_bot['id']}", {"active": False})
+
+    calls.clear()
+    got = binding.recheck_many([gone, grant, inactive])
+    assert dict(calls) == {"BatchGetItem": 1}
+    assert isinstance(got[0], binding.Refused) and got[1] == grant
+    assert got[0].message == (
+        f"The authtoken credential {deleted['id']} has been deleted and is no longer valid."
+    )
+    assert isinstance(got[2], binding.Refused) and got[2].message == (
+        f"The authtoken credential {off['id']} cannot be used: the owner is an inactive bot user."
+    )
+    for count, batches in ((binding.RECHECK_BATCH, 1), (binding.RECHECK_BATCH + 1, 2)):
+        calls.clear()
+        assert binding.recheck_many([grant] * count) == [grant] * count
+        assert dict(calls) == {"BatchGetItem": batches}
+    assert binding.RECHECK_BATCH == 50

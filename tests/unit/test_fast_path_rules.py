@@ -233,15 +233,65 @@ def test_a_used_route_is_checked_at_each_refresh_and_renewed_in_the_core_at_half
         assert edge.carrier.set == [("http", HOST, 1)] * 2 and paths.routes[where][2] > aged
         paths.refresh()
         assert len(edge.carrier.set) == 2  # renewed: not again at the next refresh
-        edge.router.kept = None  # the cache let the restrictions go: the whole way again
+        edge.router.kept = None  # the cache let the restrictions go: read, then checked again
         paths.refresh()
+        paths.refresh()  # while they are read: no second read, no push
         await asyncio.sleep(0.01)
-        assert edge.router.loads == loads + 1 and len(edge.carrier.set) == 3
+        assert edge.router.loads == loads + 1 and len(edge.carrier.set) == 2
+        assert not paths._pending and where in paths.routes
         edge.router.kept = [{"type": "endpoints", "ip_policy_ids": ["ipp_1"]}]
         paths.refresh()  # a rule that fails now: dropped at once, without a wait
         assert where not in paths.routes and edge.carrier.dropped[-1] == where
 
     core.loop.run_until_complete(run())
+
+
+def test_an_accounts_routes_wait_for_one_read_of_its_restrictions_then_are_checked(core):
+    """Every used route of an account whose IP restrictions the cache let go waits for one
+    read of them (not a push each: an account's thousand routes made a thousand pushes each
+    time its cache expired); once read, each is checked again: kept, or dropped when a rule
+    now fails."""
+    edge = _edge()
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.tls.loaded = asyncio.Event()
+    hosts = [f"h{n}.tunnels.localhost" for n in range(3)]
+
+    async def run():
+        for n, host in enumerate(hosts):
+            edge.registry.by_host[host] = _tunnel(
+                core, proto="http", id=f"tn_{n}", hostname=host, url=f"http://{host}"
+            )
+        paths = FastPath(edge)
+        for host in hosts:
+            paths.sync(host)
+        await asyncio.sleep(0.01)
+        assert len(edge.carrier.set) == 3
+        loads = edge.router.loads
+        edge.router.kept = None
+        paths.refresh()
+        assert not paths._pending, "no route is pushed for the read"
+        await asyncio.sleep(0.01)
+        assert edge.router.loads == loads + 1 and len(edge.carrier.set) == 3
+        assert sorted(h for _, h in paths.routes) == hosts
+        edge.router.kept = None
+        edge.router.ip_restrictions = _failing_read(edge.router)
+        paths.refresh()
+        await asyncio.sleep(0.01)
+        assert paths.routes == {}
+        assert sorted(edge.carrier.dropped[-3:]) == [("http", host) for host in hosts]
+
+    core.loop.run_until_complete(run())
+
+
+def _failing_read(router):
+    """A read that finds an ``endpoints`` restriction with IP policies (not plain)."""
+
+    async def read(account_id):
+        router.loads += 1
+        router.kept = [{"type": "endpoints", "ip_policy_ids": ["ipp_1"]}]
+        return router.kept
+
+    return read
 
 
 def test_a_policy_changed_in_place_pushes_the_route_anew_with_its_facts(core):
