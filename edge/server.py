@@ -16,7 +16,7 @@ import functools
 import socket
 import weakref
 import logging
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Set, Tuple
 
 from chalicelib.core import binding, hostnames, ingresses, instances, online
 from edge import (
@@ -52,6 +52,35 @@ MAX_UNAUTHENTICATED_PER_ADDRESS = 16  # agent connections not yet authenticated,
 MAX_UNAUTHENTICATED = 512  # ... and in total
 
 
+class CheckedSession(Protocol):
+    """What the edge's check loop and its shutdown, the metrics and the cluster's drain read
+    of a session: an agent's (edge.agents.AgentSession) or an SSH client's
+    (edge.ssh_gateway.SshSession)."""
+
+    @property
+    def id(self) -> Optional[str]: ...
+
+    @property
+    def grant(self) -> Optional[binding.Grant]: ...
+
+    @property
+    def granted(self) -> binding.Grant: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    @property
+    def is_online(self) -> bool: ...
+
+    @property
+    def mux(self) -> Any: ...  # its streams' counts (edge/metrics.py)
+
+    def due_end(self, fresh: Any, gone: bool = False) -> Optional[Tuple[str, Optional[str]]]:
+        """Why the periodic check ends it now ((reason, code)), or None."""
+
+    async def end(self, reason: str, code: Optional[str] = None) -> None: ...
+
+
 class Edge:
     def __init__(self, settings: config.EdgeSettings):
         self.settings = settings
@@ -60,7 +89,7 @@ class Edge:
             settings.data_dir, settings.tls_cert or None, settings.tls_key or None
         )
         self._servers: List[asyncio.Server] = []  # (Server: its sockets are read)
-        self._sessions: set = set()
+        self._sessions: Set[CheckedSession] = set()
         self.auth_throttle = quotas.AuthThrottle(settings.limits.failed_auths_per_address)
         self.admission = Admission(
             settings.max_connections,  # public connections: caps
@@ -99,7 +128,7 @@ class Edge:
         self._commands: set = set()  # the tasks of the commands being sent (kept referenced)
 
     @property
-    def sessions(self) -> set:
+    def sessions(self) -> Set[CheckedSession]:
         """The agent sessions of this instance (authenticated or not yet), and the SSH
         gateway's (edge/ssh_gateway.py), which its check loop treats alike."""
         return self._sessions
