@@ -32,10 +32,3 @@ pub mod tls;
 
 #[cfg(feature = "python")]
 mod python;
-
-/// The Python module's allocator: glibc's malloc slows as the heap of thousands of idle
-/// sessions fragments (its bins walked on each allocation); mimalloc's per-thread pages do
-/// not (docs/BENCHMARKS.md, "Growth").
-#[cfg(feature = "python")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
