@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use edge_core::carrier::Carrier;
-use edge_core::mux::{encode, DATA, FIN, RST, SYN};
+use edge_core::mux::{encode, DATA, FIN, SYN};
 use edge_core::session::Session;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
@@ -39,29 +39,6 @@ async fn handed_over(first: &[u8]) -> (Carrier, Arc<Session>, UnixStream) {
     (carrier, session, agent)
 }
 
-/// What the agent got on stream 1 until `done` says it is whole: (bytes, FIN seen, RST seen).
-async fn echoed(
-    agent: &mut UnixStream,
-    done: impl Fn(&[u8], bool) -> bool,
-) -> (Vec<u8>, bool, bool) {
-    let (mut buf, mut got, mut fin, mut rst) = (Vec::new(), Vec::new(), false, false);
-    while !done(&got, fin) {
-        for (typ, flags, id, payload) in common::next_frames(agent, &mut buf).await {
-            if id == 1 {
-                match typ {
-                    DATA => {
-                        got.extend_from_slice(&payload);
-                        fin |= flags & FIN != 0;
-                    }
-                    RST => rst = true,
-                    _ => {}
-                }
-            }
-        }
-    }
-    (got, fin, rst)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_id_is_echoed_whole_once_and_counts_as_a_beat() {
     let (_carrier, session, mut agent) = handed_over(b"ab").await; // half of the first id
@@ -72,7 +49,7 @@ async fn each_id_is_echoed_whole_once_and_counts_as_a_beat() {
     encode(&mut frames, DATA, 0, 1, b"gh"); // the rest of the second
     encode(&mut frames, DATA, 0, 1, b"ij"); // half of a third
     agent.write_all(&frames).await.unwrap();
-    let (got, _, _) = echoed(&mut agent, |got, _| got.len() >= 8).await;
+    let (got, _, _) = common::stream_reads(&mut agent, 1, |got, _| got.len() >= 8).await;
     assert_eq!(got, b"abcdefgh");
     assert_eq!(session.beats(), 2);
     assert!(session.since_beat() < Duration::from_secs(1));
@@ -99,7 +76,7 @@ async fn the_agents_fin_ends_the_echo_with_ours_and_the_stream_leaves_the_table(
     let mut frames = Vec::new();
     encode(&mut frames, DATA, FIN, 1, b"beat");
     agent.write_all(&frames).await.unwrap();
-    let (got, fin, rst) = echoed(&mut agent, |_, fin| fin).await;
+    let (got, fin, rst) = common::stream_reads(&mut agent, 1, |_, fin| fin).await;
     assert_eq!((got.as_slice(), fin, rst), (&b"beat"[..], true, false));
     for _ in 0..100 {
         if session.lock().held() == 0 {
@@ -150,7 +127,7 @@ async fn an_agent_that_never_reads_its_echoes_is_bounded_and_loses_none() {
     );
     assert!(!session.lock().closed);
     // once it reads, every id comes back
-    let (got, _, _) = echoed(&mut agent, |got, _| got.len() >= sent).await;
+    let (got, _, _) = common::stream_reads(&mut agent, 1, |got, _| got.len() >= sent).await;
     assert_eq!(got.len(), sent);
     assert_eq!(session.beats(), full);
 }

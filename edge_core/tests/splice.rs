@@ -31,30 +31,6 @@ async fn setup() -> (Carrier, Arc<Session>, UnixStream, u32, TcpStream, OwnedFd)
     (carrier, session, agent, sid, client, fd)
 }
 
-/// What the agent got on `sid` until `done` says it is whole: (bytes, FIN seen, RST seen).
-async fn agent_reads(
-    agent: &mut UnixStream,
-    sid: u32,
-    done: impl Fn(&[u8], bool) -> bool,
-) -> (Vec<u8>, bool, bool) {
-    let (mut buf, mut got, mut fin, mut rst) = (Vec::new(), Vec::new(), false, false);
-    while !done(&got, fin) {
-        for (typ, flags, id, payload) in common::next_frames(agent, &mut buf).await {
-            if id == sid {
-                match typ {
-                    DATA => {
-                        got.extend_from_slice(&payload);
-                        fin |= flags & FIN != 0;
-                    }
-                    RST => rst = true,
-                    _ => {}
-                }
-            }
-        }
-    }
-    (got, fin, rst)
-}
-
 async fn client_reads(client: &mut TcpStream, n: usize) -> Vec<u8> {
     let mut got = vec![0u8; n];
     tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got))
@@ -92,7 +68,7 @@ async fn both_ways_first_bytes_first_each_end_a_half_close_then_the_counts() {
     assert_eq!(client_reads(&mut client, 4).await, b"101.");
     client.write_all(b"up").await.unwrap();
     client.shutdown().await.unwrap(); // the client's EOF: FIN on the stream
-    let (got, fin, _) = agent_reads(&mut agent, sid, |_, fin| fin).await;
+    let (got, fin, _) = common::stream_reads(&mut agent, sid, |_, fin| fin).await;
     assert_eq!(got, b"held.up");
     assert!(fin, "the client's EOF reaches the agent as FIN");
     assert!(
@@ -131,7 +107,7 @@ async fn the_agents_reset_ends_it_and_closes_the_client() {
         .splice(fd, false, session.clone(), sid, Vec::new(), Vec::new())
         .unwrap();
     client.write_all(b"x").await.unwrap();
-    agent_reads(&mut agent, sid, |got, _| got == b"x").await;
+    common::stream_reads(&mut agent, sid, |got, _| got == b"x").await;
     let mut frames = Vec::new();
     encode(&mut frames, RST, 0, sid, &6u32.to_be_bytes());
     agent.write_all(&frames).await.unwrap();
@@ -151,12 +127,12 @@ async fn the_clients_failure_ends_it_with_a_fin_never_an_rst_alone() {
     carrier
         .splice(fd, false, session.clone(), sid, b"a".to_vec(), Vec::new())
         .unwrap();
-    agent_reads(&mut agent, sid, |got, _| got == b"a").await;
+    common::stream_reads(&mut agent, sid, |got, _| got == b"a").await;
     // the client resets its connection (SO_LINGER 0): the core's read fails
     #[allow(deprecated)] // linger 0: the close sends RST at once, nothing blocks
     client.set_linger(Some(Duration::ZERO)).unwrap();
     drop(client);
-    let (_, fin, rst) = agent_reads(&mut agent, sid, |_, fin| fin).await;
+    let (_, fin, rst) = common::stream_reads(&mut agent, sid, |_, fin| fin).await;
     assert!(
         fin && !rst,
         "the stream is finished: FIN, and it lingers for the agent's"

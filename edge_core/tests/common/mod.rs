@@ -60,3 +60,29 @@ pub async fn next_frames(agent: &mut UnixStream, buf: &mut Vec<u8>) -> Vec<(u8, 
     buf.extend_from_slice(&chunk[..n]);
     frames(buf)
 }
+
+/// What the agent got on stream `sid` until `done` says it is whole (given the bytes so far
+/// and whether a FIN came): (bytes, FIN seen, RST seen).
+pub async fn stream_reads(
+    agent: &mut UnixStream,
+    sid: u32,
+    done: impl Fn(&[u8], bool) -> bool,
+) -> (Vec<u8>, bool, bool) {
+    use edge_core::mux::{DATA, FIN, RST};
+    let (mut buf, mut got, mut fin, mut rst) = (Vec::new(), Vec::new(), false, false);
+    while !done(&got, fin) {
+        for (typ, flags, id, payload) in next_frames(agent, &mut buf).await {
+            if id == sid {
+                match typ {
+                    DATA => {
+                        got.extend_from_slice(&payload);
+                        fin |= flags & FIN != 0;
+                    }
+                    RST => rst = true,
+                    _ => {}
+                }
+            }
+        }
+    }
+    (got, fin, rst)
+}
