@@ -373,6 +373,21 @@ class Carrier:
         self._splices[splice_id] = done
         return done
 
+    def relay(
+        self, a: socket.socket, b: socket.socket, to_b: bytes, to_a: bytes
+    ) -> "asyncio.Future[Tuple[int, int]]":
+        """The core carries the connected sockets ``a`` and ``b`` (detached: the core's from
+        now on; ``b`` a TCP socket) both ways (edge_core/src/splice.rs ``relay``), ``to_b``
+        to ``b`` first and ``to_a`` to ``a`` first; the future gets (bytes read from ``a``,
+        bytes written to it) when both directions are done. Counted as a carried
+        connection (``splice_counts``)."""
+        assert self._loop is not None, "the carrier is started"
+        unix = a.family == socket.AF_UNIX
+        relay_id = self._core.relay(a.detach(), b.detach(), a_unix=unix, to_b=to_b, to_a=to_a)
+        done: "asyncio.Future[Tuple[int, int]]" = self._loop.create_future()
+        self._splices[relay_id] = done
+        return done
+
     def splice_counts(self) -> Tuple[int, int]:
         """(connections the core carries now, carried to their end)."""
         return self._core.splice_counts()

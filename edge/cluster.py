@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from chalicelib.core import instances, online, pooling
-from edge import pools
+from edge import http_io, pools
 from edge.designation import designate, not_refused, rate_limited
 from edge.group_spread import GroupSpread
+from edge.session import MuxSession
 
 log = logging.getLogger("edge.cluster")
 
@@ -359,12 +360,41 @@ class Cluster:
             self._holders.clear()
             return False
         self.relayed_out += 1
-        up_writer.write(first)
         try:
-            await pipe(reader, writer, up_reader, up_writer)
+            if http_io.detachable(writer) and http_io.detachable(up_writer):
+                await self._relay_in_core(reader, writer, up_reader, up_writer, first)
+            else:  # TLS this instance terminated: decrypted here, relayed by Python
+                up_writer.write(first)
+                await pipe(reader, writer, up_reader, up_writer)
         finally:
             writer.close()
+            up_writer.close()
         return True
+
+    async def _relay_in_core(
+        self,
+        reader: asyncio.StreamReader,
+        writer: Any,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+        first: bytes,
+    ) -> None:
+        """Both connections' bytes carried by the compiled core (``Carrier.relay``), each
+        side's bytes already read here sent on first: no byte of the relayed connection
+        passes through the interpreter from then on."""
+        client = await http_io.detach(reader, writer)
+        if client is None:
+            return
+        up = await http_io.detach(up_reader, up_writer)
+        if up is None:
+            client[0].close()
+            return
+        try:
+            await self.edge.carrier.relay(client[0], up[0], first + client[1], up[1])
+        except OSError as exc:  # the core could not take them (closed with the sockets)
+            log.warning("cluster: relay not carried: %r", exc)
+            client[0].close()
+            up[0].close()
 
     async def http(
         self,
@@ -664,15 +694,12 @@ async def _read_line(reader: asyncio.StreamReader) -> bytes:
 
 
 def in_flight(session: Any) -> int:
-    """Proxy streams the edge opened on ``session`` that are not finished (the agent's own
-    streams, its heartbeat stream among them, do not count)."""
+    """Proxy streams the edge opened on ``session`` that are still in its table: Python's
+    and those the core opened for the requests it serves itself (edge/fast_path.py); the
+    agent's own streams, its heartbeat stream among them, do not count. An OpenSSH
+    session's forwarded channels are not counted (its drain is its own)."""
     mux = getattr(session, "mux", None)
-    streams = getattr(mux, "_streams", {})
-    return sum(
-        1
-        for stream in list(streams.values())
-        if getattr(stream, "local", False) and not getattr(stream, "done", True)
-    )
+    return mux.local_open if isinstance(mux, MuxSession) else 0
 
 
 def host_of(head: bytes) -> str:

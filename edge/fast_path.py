@@ -8,7 +8,8 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
 
 - the endpoint the listener routes it to (``Registry.http_tunnel(host, scheme)``) is an
   agent endpoint of this instance whose session the core runs (not OpenSSH's, not a static
-  backend), and no cluster is configured (a cluster's listener may relay a connection);
+  backend); in a cluster, that makes the host this instance's to serve, as edge/cluster.py's
+  own check (``Registry.http_tunnel``) decides for a connection it would otherwise relay;
 - it is not pooled (a pool picks a member per connection) and its name is not banned;
 - it has no traffic policy and no Bind option enforced per request (no
   ``tunnel.enforcement.policy``, which edge/http_policy.py would run: basic or OAuth/OIDC
@@ -179,7 +180,7 @@ class FastPath:
         """The tunnel a plain route of ``host`` on the listener of ``scheme`` would serve, by
         the rules read without a wait; None when ``host`` needs Python per request."""
         edge = self.edge
-        if not host or edge.cluster is not None or host in edge.banned:
+        if not host or host in edge.banned:
             return None
         tunnel = edge.registry.by_host.get(host)
         if tunnel is None or tunnel.pooled or tunnel.pool:

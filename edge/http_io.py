@@ -161,12 +161,38 @@ async def splice(
     return None
 
 
+async def detach(
+    reader: asyncio.StreamReader, writer: Any
+) -> Optional[Tuple[socket.socket, bytes]]:
+    """Let go of a :func:`detachable` connection: reading stops, the bytes ``reader`` already
+    holds are returned with a duplicate of its socket, and the transport is let go (its
+    descriptor closed, the connection untouched). None (the connection failed meanwhile)."""
+    transport = writer.transport
+    transport.pause_reading()
+    reader.feed_eof()  # what it holds is all it will give: read without waiting
+    try:
+        held = await reader.read()
+    except (ConnectionError, OSError):
+        return None
+    sock = writer.get_extra_info("socket")
+    dup = socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))
+    transport.abort()
+    return dup, held
+
+
 def _carriable(writer: Any, stream: Any) -> bool:
     """The core can carry this pair: its own session's stream, and a stream socket carrying
     the client's plaintext (TCP, or the Unix socket of TLS the core terminated) whose writes
     all left. TLS Python terminated stays Python's."""
     if not isinstance(stream, MuxStream) or not stream.carriable:
         return False
+    return detachable(writer)
+
+
+def detachable(writer: Any) -> bool:
+    """The connection under ``writer`` can be handed to the core: a stream socket (TCP, or
+    the Unix socket of TLS the core terminated) carrying the peer's plaintext, not closing,
+    whose writes all left. TLS Python terminated stays Python's."""
     tls = writer.get_extra_info("ssl_object")
     if tls is not None and not isinstance(tls, CoreTlsObject):
         return False  # Python's TLS: the socket carries ciphertext
@@ -189,17 +215,11 @@ async def _carry(
     """Hand the client's socket and the stream to the core. Reading stops first; what the
     reader already holds goes to the agent after ``to_stream``; the socket is duplicated
     and the transport let go (its descriptor closed, the connection untouched)."""
-    transport = writer.transport
-    transport.pause_reading()
-    reader.feed_eof()  # what it holds is all it will give: read without waiting
-    try:
-        held = await reader.read()
-    except (ConnectionError, OSError):
+    detached = await detach(reader, writer)
+    if detached is None:
         stream.finish()
         return None
-    sock = writer.get_extra_info("socket")
-    dup = socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))
-    transport.abort()
+    dup, held = detached
     try:
         return await stream.carry(dup, to_stream=to_stream + held, to_client=to_client)
     except (ConnectionError, OSError):

@@ -121,7 +121,7 @@ class _EdgeCollector:
         yield GaugeMetricFamily(
             "edge_core_carried_connections",
             "Connections whose bytes the compiled core carries once Python decided (TCP, TLS "
-            "passthrough, upgraded HTTP/1.1)",
+            "passthrough, upgraded HTTP/1.1, a cluster's relayed connections)",
             value=carrying,
         )
         yield CounterMetricFamily(

@@ -196,6 +196,14 @@ class Core:
         (edge_core/src/splice.rs), ``to_stream`` to the agent first and ``to_client`` to the
         client first; Python no longer reads or writes the stream. Its end comes in ``take``
         under the id returned."""
+    def relay(
+        self, a: int, b: int, *, a_unix: bool = False, to_b: bytes = b"", to_a: bytes = b""
+    ) -> int:
+        """Carry the connected stream socket ``a`` (a Unix socket with ``a_unix``) and the
+        TCP socket ``b`` both ways (edge_core/src/splice.rs ``relay``: the cluster's relay);
+        the core owns both descriptors from then on. ``to_b`` goes to ``b`` first, ``to_a``
+        to ``a`` first. Its end comes in ``take`` as a carried connection's under the id
+        returned: (bytes read from ``a``, bytes written to it)."""
     def echo(self, session: Session, sid: int) -> None:
         """The heartbeat stream ``sid`` of ``session`` (its type read) is the core's from now
         on: it echoes each 4-byte id until the stream ends (edge_core/src/heartbeat.rs)."""

@@ -143,6 +143,13 @@ class Cluster:
             **kw,
         )
 
+    def metrics(self, index: int) -> str:
+        """Instance ``index``'s /metrics text."""
+        import requests
+
+        port = self.instances[index]["ports"]["metrics"]
+        return requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+
     def pid(self, index: int) -> int:
         with open(self.instances[index]["pid_path"]) as handle:
             return int(handle.read().split()[0])

@@ -301,6 +301,48 @@ impl Carrier {
         Ok(id)
     }
 
+    /// Carry the connected socket `a` (a Unix socket with `a_unix`, else TCP) and the TCP
+    /// socket `b` both ways (splice::relay: the cluster's relay), `to_b` to `b` first and
+    /// `to_a` to `a` first; both are the core's from now on. Its end comes as a carried
+    /// connection's (`Spliced`, counted with them) under the id returned.
+    pub fn relay(
+        &self,
+        a: OwnedFd,
+        a_unix: bool,
+        b: OwnedFd,
+        to_b: Vec<u8>,
+        to_a: Vec<u8>,
+    ) -> io::Result<u64> {
+        let _entered = self.runtime().enter();
+        let a: Box<dyn Carried> = if a_unix {
+            let std = StdUnixStream::from(a);
+            std.set_nonblocking(true)?;
+            Box::new(UnixStream::from_std(std)?)
+        } else {
+            let std = std::net::TcpStream::from(a);
+            std.set_nonblocking(true)?;
+            Box::new(TcpStream::from_std(std)?)
+        };
+        let std = std::net::TcpStream::from(b);
+        std.set_nonblocking(true)?;
+        let b = TcpStream::from_std(std)?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let held = hold(&self.counters, |c| &c.splices);
+        let counters = self.counters.clone();
+        let inbox = self.inbox.clone();
+        self.runtime().spawn(async move {
+            let (from_client, to_client) = splice::relay(a, b, to_b, to_a).await;
+            drop(held);
+            counters.spliced.fetch_add(1, Ordering::Relaxed);
+            inbox.push_spliced(Spliced {
+                id,
+                from_client,
+                to_client,
+            });
+        });
+        Ok(id)
+    }
+
     /// Stop accepting on a listener (its socket is closed; sessions already handed over go
     /// on).
     pub fn close(&self, id: u64) -> bool {

@@ -457,6 +457,20 @@ impl Core {
             .map_err(|e| PyOSError::new_err(e.to_string()))
     }
 
+    /// Carry the connected socket `a` (a Unix socket with `a_unix`) and the TCP socket `b`
+    /// both ways (edge_core/src/splice.rs `relay`: the cluster's relay); the core owns both
+    /// descriptors from then on. `to_b` goes to `b` first, `to_a` to `a` first. Its end comes
+    /// in `take` as a carried connection's, under the id returned: (bytes read from `a`,
+    /// written to it).
+    #[pyo3(signature = (a, b, *, a_unix = false, to_b = Vec::new(), to_a = Vec::new()))]
+    fn relay(&self, a: i32, b: i32, a_unix: bool, to_b: Vec<u8>, to_a: Vec<u8>) -> PyResult<u64> {
+        // SAFETY: the caller hands both descriptors over (documented in edge_core.pyi).
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(a), OwnedFd::from_raw_fd(b)) };
+        self.carrier
+            .relay(a, a_unix, b, to_b, to_a)
+            .map_err(|e| PyOSError::new_err(e.to_string()))
+    }
+
     /// The heartbeat stream `sid` of `session` is the core's from now on (its type read by
     /// Python): each 4-byte id is echoed, and `Session.since_beat` says when the last came.
     fn echo(&self, session: &Session, sid: u32) {

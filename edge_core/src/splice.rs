@@ -111,3 +111,60 @@ where
     session.disown(sid);
     (from_client, written)
 }
+
+/// Carry two connected sockets both ways: the cluster's relay, a public connection `a` and
+/// the relay connection `b` to the instance that holds its endpoint (edge/cluster.py, once
+/// the holder said it serves it). `to_b` goes to `b` first and `to_a` to `a` first (what
+/// Python had read of each). The rules of [`run`]: each direction ends with a half-close of
+/// the socket it writes, the whole at the first failure of either side (both sockets closed);
+/// at most `CHUNK` bytes each way in the core's buffers, TCP's own back-pressure beyond.
+/// Returns (bytes read from `a`, bytes written to it, `to_a` included).
+pub async fn relay<A, B>(a: A, b: B, to_b: Vec<u8>, to_a: Vec<u8>) -> (u64, u64)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut ar, mut aw) = tokio::io::split(a);
+    let (mut br, mut bw) = tokio::io::split(b);
+    let mut from_a = 0u64;
+    let mut written = 0u64;
+    {
+        let up = async {
+            if !to_b.is_empty() {
+                bw.write_all(&to_b).await.map_err(|_| Cut::Stream)?;
+            }
+            drop(to_b);
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                let n = ar.read(&mut buf).await.map_err(|_| Cut::Client)?;
+                if n == 0 {
+                    break;
+                }
+                from_a += n as u64;
+                bw.write_all(&buf[..n]).await.map_err(|_| Cut::Stream)?;
+            }
+            bw.shutdown().await.map_err(|_| Cut::Stream)?;
+            Ok::<(), Cut>(())
+        };
+        let down = async {
+            if !to_a.is_empty() {
+                aw.write_all(&to_a).await.map_err(|_| Cut::Client)?;
+                written += to_a.len() as u64;
+            }
+            drop(to_a);
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                let n = br.read(&mut buf).await.map_err(|_| Cut::Stream)?;
+                if n == 0 {
+                    break;
+                }
+                aw.write_all(&buf[..n]).await.map_err(|_| Cut::Client)?;
+                written += n as u64;
+            }
+            aw.shutdown().await.map_err(|_| Cut::Client)?;
+            Ok::<(), Cut>(())
+        };
+        let _ = tokio::try_join!(up, down);
+    }
+    (from_a, written)
+}

@@ -139,3 +139,86 @@ async fn the_clients_failure_ends_it_with_a_fin_never_an_rst_alone() {
     );
     assert_eq!(ended(&carrier).await.len(), 1);
 }
+
+/// A connected TCP pair: (the far end the test holds, the near end as a descriptor).
+async fn tcp_pair() -> (TcpStream, OwnedFd) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let far = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (near, _) = listener.accept().await.unwrap();
+    (far, OwnedFd::from(near.into_std().unwrap()))
+}
+
+/// The cluster's relay (splice::relay): the client's connection and the one to the holding
+/// instance, each side's first bytes first, each end a half-close the other side sees while
+/// its own direction goes on, then the client's counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_carries_both_ways_first_bytes_first_each_end_a_half_close() {
+    let carrier = Carrier::new(1).unwrap();
+    let (mut client, a) = tcp_pair().await;
+    let (mut holder, b) = tcp_pair().await;
+    let id = carrier
+        .relay(
+            a,
+            false,
+            b,
+            b"GET / HTTP/1.1\r\n".to_vec(),
+            b"early".to_vec(),
+        )
+        .unwrap();
+    assert_eq!(client_reads(&mut client, 5).await, b"early");
+    assert_eq!(client_reads(&mut holder, 16).await, b"GET / HTTP/1.1\r\n");
+    client.write_all(b"Host: x\r\n\r\n").await.unwrap();
+    assert_eq!(client_reads(&mut holder, 11).await, b"Host: x\r\n\r\n");
+    client.shutdown().await.unwrap(); // the client's EOF: the holder sees it ...
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), holder.read_to_end(&mut rest))
+        .await
+        .expect("the holder saw no EOF")
+        .unwrap();
+    assert!(rest.is_empty());
+    holder.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap(); // ... and still answers
+    assert_eq!(client_reads(&mut client, 17).await, b"HTTP/1.1 200 OK\r\n");
+    holder.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut rest))
+        .await
+        .expect("the client saw no EOF")
+        .unwrap();
+    assert!(rest.is_empty());
+    assert_eq!(
+        ended(&carrier).await,
+        vec![Spliced {
+            id,
+            from_client: 11,
+            to_client: 5 + 17,
+        }]
+    );
+    assert_eq!(
+        carrier
+            .counters
+            .splices
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+/// Either side's failure ends the whole relay: the holder's connection reset closes the
+/// client's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_ends_at_either_sides_failure() {
+    let carrier = Carrier::new(1).unwrap();
+    let (mut client, a) = tcp_pair().await;
+    let (holder, b) = tcp_pair().await;
+    carrier.relay(a, false, b, Vec::new(), Vec::new()).unwrap();
+    #[allow(deprecated)] // a zero linger: the close is an RST, and never blocks
+    holder.set_linger(Some(Duration::ZERO)).unwrap();
+    drop(holder); // an RST
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut rest))
+        .await
+        .expect("the client's connection stayed open");
+    assert!(read.is_err() || rest.is_empty());
+    assert_eq!(ended(&carrier).await.len(), 1);
+}

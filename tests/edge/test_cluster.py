@@ -29,6 +29,7 @@ from stacks.cluster import Cluster, Target
 from stacks.paths import PROJECT_DIR
 from stacks.process import listens_on
 from tests.edge.conftest import BASE_DOMAIN, tcp_round_trip
+from tests.edge.support import metric
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 from tests.edge.test_hostile_agents import _rpc
 from tests.support.api import HttpApi
@@ -62,6 +63,58 @@ def test_http_is_relayed_to_the_holding_instance(cluster, on_first):
         assert resp.status_code == 200, (index, resp.text)
         assert resp.json()["path"] == "/echo?from=%d" % index
     assert "cluster: instance" in cluster.log(1)
+
+
+def test_the_holder_serves_its_own_endpoints_requests_in_the_core(cluster, on_first):
+    """In a cluster too, a request that reaches the instance holding its endpoint is served by
+    the compiled core (edge/fast_path.py): its count of served requests grows by the
+    requests sent, on a kept-alive connection; one sent to another instance is relayed, its
+    bytes carried by that instance's core (one carried connection more), which serves none
+    of its requests itself."""
+    _, host = on_first
+
+    def served(index: int) -> float:
+        return metric(cluster.metrics(index), "edge_core_http_requests_total")
+
+    deadline = time.monotonic() + 20  # the route is pushed a moment after the bind: until
+    while True:  # then a connection is Python's, so each try is a connection of its own
+        before = served(0)
+        assert cluster.get(host, "/echo", 0).status_code == 200
+        if _settled(lambda: served(0)) > before or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    before, other = served(0), served(1)
+    with requests.Session() as http:
+        for i in range(20):
+            resp = http.get(
+                f"http://127.0.0.1:{cluster.http_port(0)}/echo?core={i}",
+                headers={"Host": host},
+                timeout=30,
+            )
+            assert resp.status_code == 200 and resp.json()["path"] == f"/echo?core={i}"
+    assert _settled(lambda: served(0)) - before == 20
+
+    def relays(index: int) -> float:
+        return metric(cluster.metrics(index), "edge_core_carried_connections_ended_total")
+
+    relayed = _settled(lambda: relays(1))
+    resp = cluster.get(host, "/echo?relayed=1", 1)  # Connection: close
+    assert resp.status_code == 200 and resp.json()["path"] == "/echo?relayed=1"
+    assert _settled(lambda: relays(1)) == relayed + 1
+    assert served(1) == other
+
+
+def _settled(read):
+    """``read()`` once two readings 0.2 s apart agree (the core counts a request just after
+    its answer is written), at most 5 s."""
+    last = read()
+    for _ in range(25):
+        time.sleep(0.2)
+        now = read()
+        if now == last:
+            break
+        last = now
+    return last
 
 
 def test_an_unknown_name_gets_the_same_offline_answer_everywhere(cluster):

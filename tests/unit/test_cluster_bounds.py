@@ -12,6 +12,8 @@ import pytest
 
 from chalicelib.core import instances, online, pooling
 from edge import cluster
+from stacks import muxado
+from tests.unit.test_edge_session import agent_pair, eventually
 
 
 class FakeEdge:
@@ -251,27 +253,77 @@ def test_the_holder_accepts_a_designated_cloud_endpoints_connection():
 
 
 class BusySession:
-    """A session with a proxy stream always in flight."""
+    """An agent session (a real one, run by the core over a socket pair whose other end
+    plays the agent) with a proxy stream of the edge's in flight until ``finish``."""
 
-    def __init__(self):
-        self.ended = None
-        self.mux = SimpleNamespace(_streams={1: SimpleNamespace(local=True, done=False)})
+    def __init__(self, mux, peer):
+        self.mux, self.peer, self.ended = mux, peer, None
+        self.stream = mux.open_stream()  # what a request the core serves holds, as well
+
+    def finish(self):
+        self.stream.finish()
+        self.peer.send(muxado.data(self.stream.id, b"", fin=True))  # the agent's FIN
 
     async def end(self, reason):
-        self.ended = reason
+        self.ended = (reason, asyncio.get_running_loop().time())
+
+
+async def _busy() -> BusySession:
+    mux, _, peer = await agent_pair(lambda stream: asyncio.sleep(0))
+    return BusySession(mux, peer)
+
+
+def test_in_flight_counts_the_streams_the_edge_opened_until_they_leave_its_table():
+    async def main():
+        session = await _busy()
+        opened = cluster.in_flight(session)
+        session.peer.send(muxado.data(1, b"x", syn=True))  # the agent's stream: not counted
+        await eventually(lambda: session.mux.remote_open == 1)
+        with_agents = cluster.in_flight(session)
+        session.finish()
+        await eventually(lambda: session.mux.local_open == 0)
+        return opened, with_agents, cluster.in_flight(session)
+
+    assert asyncio.run(main()) == (1, 1, 0)
+    assert cluster.in_flight(SimpleNamespace(mux=None)) == 0  # an OpenSSH session's
+
+
+def test_a_drain_waits_for_a_session_in_flight_then_asks_it_to_move(monkeypatch):
+    monkeypatch.setattr(cluster, "DRAIN_SECONDS", 5.0)
+    monkeypatch.setattr(cluster, "HOLDER_CACHE_SECONDS", 0.0)
+
+    async def main():
+        edge = FakeEdge()
+        busy, idle = await _busy(), await _busy()
+        idle.finish()
+        edge.sessions = {busy, idle}
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        loop.call_later(1.0, busy.finish)  # its request ends 0.5 s into the drain
+        await _cluster(edge).drain_sessions()
+        return busy.ended[1] - start, idle.ended[1] - start
+
+    busy_ended, idle_ended = asyncio.run(main())
+    assert 1.0 <= busy_ended < 1.0 + 0.1 + 1.0  # ~0.1 s idle running after it, then GOAWAY
+    assert idle_ended < 1.0
 
 
 def test_a_drain_asks_every_agent_to_move_within_drain_seconds(monkeypatch):
     monkeypatch.setattr(cluster, "DRAIN_SECONDS", 0.5)
     monkeypatch.setattr(cluster, "HOLDER_CACHE_SECONDS", 0.0)
-    edge = FakeEdge()
-    busy = [BusySession() for _ in range(3)]
-    edge.sessions = set(busy)
-    c = _cluster(edge)
-    start = time.monotonic()
-    asyncio.run(c.drain_sessions())
-    assert time.monotonic() - start < 0.5 + 0.5 + 1.0  # settle 0.5 s + drain bound + slack
-    assert all(s.ended == "the edge instance is restarting; reconnect" for s in busy)
+
+    async def main():
+        edge = FakeEdge()
+        busy = [await _busy() for _ in range(3)]  # never finished
+        edge.sessions = set(busy)
+        c = _cluster(edge)
+        start = time.monotonic()
+        await c.drain_sessions()
+        return c, busy, time.monotonic() - start
+
+    c, busy, took = asyncio.run(main())
+    assert took < 0.5 + 0.5 + 1.0  # settle 0.5 s + drain bound + slack
+    assert all(s.ended[0] == "the edge instance is restarting; reconnect" for s in busy)
     assert c.draining and c.keep_claims()
 
 

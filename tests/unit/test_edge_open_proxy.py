@@ -11,7 +11,7 @@ import pytest
 from stacks import muxado
 from edge.agents import AgentSession
 from edge.session import MuxStream
-from tests.unit.test_edge_session import _pair, _run
+from tests.unit.test_edge_session import agent_pair, _run
 
 TUNNEL = types.SimpleNamespace(id="tn_1", proxy_proto="")
 
@@ -26,7 +26,7 @@ async def _open_cut(monkeypatch, written_before_cut: int):
             await original(self, payload[:written_before_cut])
         raise asyncio.CancelledError()
 
-    mux, task, peer = await _pair(lambda stream: None)
+    mux, task, peer = await agent_pair(lambda stream: None)
     monkeypatch.setattr(MuxStream, "write", cut)
     opener = types.SimpleNamespace(mux=mux)
     with pytest.raises(asyncio.CancelledError):

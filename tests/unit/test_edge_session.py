@@ -77,7 +77,9 @@ def attach(sock: socket.socket) -> session.MuxSession:
     return core.attach(sock, name="test")
 
 
-async def _pair(on_stream, authenticated=True):
+async def agent_pair(on_stream, authenticated=True):
+    """A session run by the core (``on_stream`` its handler of the agent's streams), its
+    ``run`` task and the :class:`Peer` that plays the agent."""
     left, right = socket.socketpair()
     peer_reader, peer_writer = await asyncio.open_connection(sock=right)
     mux = attach(left)
@@ -124,7 +126,7 @@ def test_credit_is_returned_once_a_batch_of_bytes_is_consumed(consumed, credited
             read_all.set()
             await asyncio.sleep(5)
 
-        mux, task, peer = await _pair(on_stream)
+        mux, task, peer = await agent_pair(on_stream)
         payload = b"x" * consumed
         peer.send(muxado.data(1, payload[:1000], syn=True))
         for at in range(1000, consumed, 32 * 1024):
@@ -157,7 +159,7 @@ def test_a_peer_that_keeps_within_the_credit_it_got_is_never_refused():
                 received.extend(chunk)
             done.set()
 
-        mux, task, peer = await _pair(on_stream)
+        mux, task, peer = await agent_pair(on_stream)
         credit, sent, first = muxado.DEFAULT_WINDOW, 0, True
         while sent < total:
             size = min(16 * 1024, credit, total - sent)
@@ -181,7 +183,7 @@ def test_a_peer_that_keeps_within_the_credit_it_got_is_never_refused():
 
 def test_frames_written_in_one_turn_leave_in_one_write():
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         for stream in [mux.open_stream() for _ in range(3)]:
             await stream.write(b"x")  # queued: the session is flushed at the turn's end
         batches = await peer.collect(until=lambda f: _count(f, muxado.DATA) == 3)
@@ -194,7 +196,7 @@ def test_frames_written_in_one_turn_leave_in_one_write():
 
 def test_frames_queued_before_close_are_still_sent():
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         stream = mux.open_stream()
         await stream.write(b"x")
         stream.reset()  # FIN and RST queued, not flushed yet
@@ -208,7 +210,7 @@ def test_frames_queued_before_close_are_still_sent():
 
 def test_a_write_on_a_session_whose_connection_was_lost_raises():
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         stream = mux.open_stream()
         await stream.write(b"before")  # a live connection takes it
         peer.writer.close()  # lost
@@ -227,7 +229,7 @@ def test_go_away_returns_once_its_goaway_is_written():
     returns once the core wrote the GOAWAY and closed the connection."""
 
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(5))
         peer.send(muxado.data(3, b"x", syn=True))
         await eventually(lambda: mux.remote_open == 1)
         await mux.go_away(muxado.E_NONE, "the edge is shutting down")
@@ -260,7 +262,7 @@ RST_FRAME = lambda sid, code: (muxado.RST, sid, 0, code)  # noqa: E731
 
 def test_a_finished_stream_sends_fin_and_stays_until_the_peers_fin():
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         stream = mux.open_stream()
         await stream.write(b"request")
         stream.finish()
@@ -281,7 +283,7 @@ def test_a_finished_stream_sends_fin_and_stays_until_the_peers_fin():
 
 def test_data_after_finish_is_refused_with_rst_and_the_stream_leaves():
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         stream = mux.open_stream()
         await stream.write(b"request")
         peer.send(muxado.data(stream.id, b"part of a response"))
@@ -303,7 +305,7 @@ def test_a_finished_stream_without_the_peers_fin_is_reset_after_the_linger(monke
     monkeypatch.setattr(session, "LINGER_SECONDS", 1.0)  # far above the FIN's way out
 
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         stream = mux.open_stream()
         await stream.write(b"request")
         stream.finish()
@@ -324,7 +326,7 @@ def test_reset_sends_fin_before_rst():
     an RST on while its upstream is idle: the FIN must come first."""
 
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         stream = mux.open_stream()
         await stream.write(b"request")
         stream.reset()
@@ -346,7 +348,7 @@ def test_reset_sends_fin_before_rst():
 @pytest.mark.parametrize("end", ["finish", "reset"])
 def test_a_stream_the_peer_never_heard_of_ends_without_a_frame(end):
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         stream = mux.open_stream()
         getattr(stream, end)()
         sent = _frames(await peer.collect())
@@ -360,7 +362,7 @@ def test_a_stream_the_peer_never_heard_of_ends_without_a_frame(end):
 
 def test_a_handler_that_returns_finishes_its_stream():
     async def main():
-        mux, task, peer = await _pair(lambda stream: stream.read())
+        mux, task, peer = await agent_pair(lambda stream: stream.read())
         peer.send(muxado.data(1, b"x", syn=True))
         sent = _frames(await peer.collect(until=has(FIN_FRAME(1))))
         held = mux.open_streams
@@ -378,7 +380,7 @@ def test_opening_past_the_cap_waits_for_a_slot(monkeypatch):
     monkeypatch.setattr(session, "MAX_LOCAL_STREAMS", 3)
 
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         streams = [mux.open_stream() for _ in range(3)]
         for stream in streams:
             await stream.write(b"x")
@@ -406,7 +408,7 @@ def test_the_peers_stream_limit_counts_only_the_peers_streams(monkeypatch):
     monkeypatch.setattr(session, "MAX_LOCAL_STREAMS", 2)
 
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(5))
         for _ in range(2):  # ours, at their own cap
             await mux.open_stream().write(b"x")
         for sid in (1, 3, 5):  # the peer's: two fit, the third is refused
@@ -425,7 +427,7 @@ def test_a_session_that_ends_releases_openers_waiting_for_a_slot(monkeypatch):
     monkeypatch.setattr(session, "MAX_LOCAL_STREAMS", 1)
 
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         await mux.open_stream().write(b"x")
         waiter = asyncio.ensure_future(mux.open_stream_when_free(5))
         await asyncio.sleep(0.05)
@@ -457,7 +459,7 @@ def _goaway(batches):
 )
 def test_bytes_before_authentication_are_bounded(sent, refused):
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(5), authenticated=False)
         chunk = 8 * 1024
         peer.send(muxado.data(1, b"a" * min(chunk, sent), syn=True))
         at = min(chunk, sent)
@@ -491,7 +493,7 @@ def test_bytes_before_authentication_are_bounded(sent, refused):
 
 def test_a_frame_larger_than_the_pre_authentication_bound_is_refused_at_its_header():
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(5), authenticated=False)
         # only the header of a 64 KiB frame: refused before any of its payload is buffered
         peer.send(muxado.HEADER.pack((64 * 1024 << 8) | (muxado.DATA << 4) | muxado.SYN, 1))
         goaway = _goaway(await peer.collect(until=lambda f: _count(f, muxado.GOAWAY) >= 1))
@@ -504,7 +506,7 @@ def test_a_frame_larger_than_the_pre_authentication_bound_is_refused_at_its_head
 
 def test_streams_before_authentication_are_bounded():
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(5), authenticated=False)
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(5), authenticated=False)
         for n in range(session.PRE_AUTH_STREAMS):
             peer.send(muxado.data(2 * n + 1, b"x", syn=True))
         await eventually(lambda: mux.remote_open == session.PRE_AUTH_STREAMS)
@@ -527,7 +529,9 @@ def test_streams_before_authentication_are_bounded():
 
 def test_authentication_lifts_the_bounds():
     async def main():
-        mux, task, peer = await _pair(lambda stream: stream.read(1 << 20), authenticated=False)
+        mux, task, peer = await agent_pair(
+            lambda stream: stream.read(1 << 20), authenticated=False
+        )
         mux.authenticate()
         for sid in (1, 3, 5):
             peer.send(muxado.data(sid, b"z" * (64 * 1024), syn=True))
@@ -548,7 +552,7 @@ def test_a_slot_comes_back_slot_grace_after_the_agents_fin(monkeypatch):
     monkeypatch.setattr(session, "SLOT_GRACE", 0.3)
 
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         loop = asyncio.get_running_loop()
         streams = [mux.open_stream() for _ in range(2)]
         for stream in streams:
@@ -574,7 +578,7 @@ def test_a_stream_the_agent_never_heard_of_gives_its_slot_back_at_once(monkeypat
     monkeypatch.setattr(session, "SLOT_GRACE", 30)
 
     async def main():
-        mux, task, peer = await _pair(lambda stream: asyncio.sleep(0))
+        mux, task, peer = await agent_pair(lambda stream: asyncio.sleep(0))
         mux.open_stream().finish()  # nothing sent: forgotten, no grace
         again = mux.open_stream()
         cooling = mux.cooling

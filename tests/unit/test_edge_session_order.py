@@ -14,7 +14,7 @@ import pytest
 
 from edge import session
 from stacks import muxado
-from tests.unit.test_edge_session import _pair, _run
+from tests.unit.test_edge_session import agent_pair, _run
 
 WINDOW = session.OUT_OF_ORDER_IDS
 
@@ -32,7 +32,7 @@ def _opened_and_goaway(sids, *, finish=False):
             if not finish:
                 await asyncio.sleep(5)
 
-        mux, task, peer = await _pair(handler)
+        mux, task, peer = await agent_pair(handler)
         code = None
         for sid in sids:
             peer.send(muxado.data(sid, b"x", syn=True, fin=finish))

@@ -123,14 +123,20 @@ def test_an_endpoint_with_a_decidable_policy_is_a_candidate(core):
     assert _candidate(_edge(), tunnel, "https") is tunnel
 
 
-def test_a_banned_name_a_cluster_or_no_endpoint_is_not(core):
+def test_a_banned_name_or_no_endpoint_is_not(core):
     edge = _edge()
     edge.banned.add(HOST)
     assert _candidate(edge, _tunnel(core)) is None
+    assert _candidate(_edge(), None) is None
+
+
+def test_in_a_cluster_an_endpoint_this_instance_holds_is(core):
+    """The endpoint the registry routes the host to is this instance's: the holder serves
+    it, so its route is the core's as on a single edge (docs/CLUSTER.md)."""
     edge = _edge()
     edge.cluster = object()
-    assert _candidate(edge, _tunnel(core)) is None
-    assert _candidate(_edge(), None) is None
+    tunnel = _tunnel(core)
+    assert _candidate(edge, tunnel) is tunnel
 
 
 def test_a_name_whose_tls_settings_require_more_is_not_on_either_listener(core):
