@@ -181,6 +181,41 @@ class Carrier:
         self._by_port[bound] = listener
         return bound
 
+    def listen_adopting(
+        self,
+        handler: PublicHandler,
+        *,
+        head_timeout: float,
+        idle_timeout: float,
+        body_timeout: float,
+        fresh_stream_body: int,
+        max_total: int,
+        max_per_address: int,
+    ) -> int:
+        """A plain-HTTP listener of the core without a socket (its id): it serves the
+        connections :meth:`adopt` hands it as the public listener serves its own (the same
+        routes and rules, caps of its own), and hands ``handler`` what it would hand over."""
+        listener, _ = self._core.listen_public(
+            "http",
+            head_timeout=head_timeout,
+            idle_timeout=idle_timeout,
+            body_timeout=body_timeout,
+            fresh_stream_body=fresh_stream_body,
+            max_total=max_total,
+            max_per_address=max_per_address,
+            adopting=True,
+        )
+        self._public[listener] = handler
+        return listener
+
+    def adopt(
+        self, listener: int, sock: socket.socket, peer: Tuple[str, int], data: bytes
+    ) -> bool:
+        """The connected TCP socket ``sock`` (detached: the core's from now on, taken or not)
+        served by the adopting listener ``listener`` as one accepted from ``peer``, ``data``
+        first. False when it was not taken (an address that does not parse, at a cap)."""
+        return self._core.adopt(listener, sock.detach(), peer[0], int(peer[1]), data)
+
     def set_route(
         self,
         host: str,

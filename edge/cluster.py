@@ -27,12 +27,14 @@ import hmac
 import logging
 import os
 import re
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from chalicelib.core import instances, online, pooling
 from edge import http_io, pools
+from edge.connections import stream_pair
 from edge.designation import designate, not_refused, rate_limited
 from edge.group_spread import GroupSpread
 from edge.session import MuxSession
@@ -111,6 +113,9 @@ class Cluster:
         self.instance_id = edge.settings.instance_id
         self.address = ""
         self.draining = False
+        # the core's listener that serves relayed HTTP connections (Carrier.listen_adopting:
+        # set by the edge once its public listeners are up; until then Python serves them)
+        self.adopting: Optional[int] = None
         self._server: Optional[asyncio.AbstractServer] = None
         self._lease: Optional[asyncio.Task] = None
         self._holders: Dict[str, Tuple[float, Optional[str]]] = {}  # name -> (at, address)
@@ -661,7 +666,11 @@ class Cluster:
 
         edge = self.edge
         kind = kind[1:] if kind in GROUP_KINDS or kind in CLOUD_KINDS else kind
-        if kind == "http":
+        if kind == "http" and self.adopting is not None and http_io.detachable(writer):
+            detached = await http_io.detach(reader, writer)  # the core serves it from here,
+            if detached is not None:  # as one of its public listener's own connections
+                edge.carrier.adopt(self.adopting, detached[0], peer, detached[1])
+        elif kind == "http":
             await HttpFront(edge, "http").handle(reader, _RelayedWriter(writer, peer))
         elif kind in ("https", "h2"):
             relayed: Any = _RelayedWriter(writer, peer, edge.tls.spec_for(arg))
@@ -673,6 +682,24 @@ class Cluster:
             await edge.tcp.connection(int(arg), reader, _RelayedWriter(writer, peer))
         else:
             writer.transport.abort()
+
+    async def handed_back(
+        self,
+        sock: socket.socket,
+        data: bytes,
+        first: bool,
+        tls: Any = None,
+        peer: Tuple[str, int] = ("", 0),
+        local: Tuple[str, int] = ("", 0),
+    ) -> None:
+        """A relayed HTTP connection the core's adopting listener hands back (a request it
+        does not serve itself), with the bytes it read: Python's HTTP path serves the rest,
+        as for a relayed connection it took whole (never relayed again)."""
+        from edge.public import HttpFront
+
+        streams = await stream_pair(sock, data)
+        if streams is not None:
+            await HttpFront(self.edge, "http").handle(streams[0], _RelayedWriter(streams[1], peer))
 
 
 async def _read_line(reader: asyncio.StreamReader) -> bytes:

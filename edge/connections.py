@@ -3,6 +3,7 @@ TLS started on a connection the edge accepted in the clear (the HTTPS listener, 
 
 import asyncio
 import functools
+import socket
 import ssl
 from typing import Any, Optional, Tuple
 
@@ -104,3 +105,21 @@ def connection_handler(handler):
             edge.connections.discard(task)
 
     return wrapper
+
+
+async def stream_pair(
+    sock: socket.socket, data: bytes
+) -> Optional[Tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A socket the core handed over as a stream pair, ``data`` (the bytes the core read from
+    it) first in the reader; None (the socket closed) when the loop cannot take it."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**16, loop=loop)
+    if data:
+        reader.feed_data(data)
+    protocol = asyncio.StreamReaderProtocol(reader)
+    try:
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
+    except OSError:
+        sock.close()
+        return None
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)

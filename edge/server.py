@@ -38,7 +38,7 @@ from edge.binds import Binds
 from edge.certs import ServerCertificates
 from edge.carrier import CoreTls
 from edge.tls_spec import DEFAULT as DEFAULT_TLS
-from edge.connections import CoreTlsObject, CoreTlsWriter, connection_handler
+from edge.connections import CoreTlsObject, CoreTlsWriter, connection_handler, stream_pair
 from edge.edges import EdgeRouter, watch_banned_hosts, watch_reserved_ports
 from edge.fast_path import FastPath
 from edge.public import HttpFront
@@ -179,6 +179,16 @@ class Edge:
             max_per_address=s.max_connections_per_address,
             **({"fd": http_fd} if http_fd is not None else {"host": s.host, "port": s.http_port}),
         )
+        if self.cluster is not None:  # relayed HTTP connections: served by the core as well
+            self.cluster.adopting = self.carrier.listen_adopting(
+                self.cluster.handed_back,
+                head_timeout=s.head_timeout,
+                idle_timeout=s.idle_timeout,
+                body_timeout=http_io.BODY_TIMEOUT,
+                fresh_stream_body=s.fresh_stream_body,
+                max_total=s.max_connections,
+                max_per_address=s.max_connections_per_address,
+            )
         self.carrier.on_served = self.fast_path.served
         self.carrier.on_asked = self.fast_path.decide
         self.carrier.on_responses = self.fast_path.decide_responses
@@ -259,7 +269,7 @@ class Edge:
     ) -> None:
         """A connection of the public HTTP listener the core handed over, with the bytes it
         read from it: served by ``handle`` (edge/public.py) as if accepted here."""
-        streams = await _streams(sock, data)
+        streams = await stream_pair(sock, data)
         if streams is not None:
             await handle(*streams)
 
@@ -286,7 +296,7 @@ class Edge:
             except OSError:
                 sock.close()
             return
-        streams = await _streams(sock, data)
+        streams = await stream_pair(sock, data)
         if streams is None:
             return
         reader, plain_writer = streams
@@ -488,23 +498,3 @@ class Edge:
         except Exception as exc:
             log.warning("could not re-check %d credentials: %r", len(grants), exc)
             return [None] * len(grants)
-
-    # ---- binds ------------------------------------------------------------------------------
-
-
-async def _streams(
-    sock: socket.socket, data: bytes
-) -> Optional[Tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-    """A socket the core handed over as a stream pair, ``data`` (the bytes the core read from
-    it) first in the reader; None (the socket closed) when the loop cannot take it."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=2**16, loop=loop)
-    if data:
-        reader.feed_data(data)
-    protocol = asyncio.StreamReaderProtocol(reader)
-    try:
-        transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
-    except OSError:
-        sock.close()
-        return None
-    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)

@@ -140,11 +140,13 @@ class Core:
         port: int = 0,
         fd: Optional[int] = None,
         handshake_timeout: float = 15.0,
+        adopting: bool = False,
     ) -> Tuple[int, int]:
         """A public listener on (host, port), or on the listening socket ``fd``, which the core
         owns from then on: plain HTTP (edge_core/src/public.rs) or HTTPS (https.rs: the
         ClientHello and handshake within ``handshake_timeout``). Returns (listener id,
-        port)."""
+        port). ``adopting``: a plain-HTTP listener without a socket (no host, port or fd;
+        its port 0) serving what ``adopt`` hands it."""
     def set_route(
         self,
         host: str,
@@ -204,6 +206,12 @@ class Core:
         the core owns both descriptors from then on. ``to_b`` goes to ``b`` first, ``to_a``
         to ``a`` first. Its end comes in ``take`` as a carried connection's under the id
         returned: (bytes read from ``a``, bytes written to it)."""
+    def adopt(self, listener: int, fd: int, ip: str, port: int, data: bytes) -> bool:
+        """Serve the connected TCP socket ``fd`` (the core's from now on, taken or not) on the
+        adopting listener ``listener`` (``listen_public(..., adopting=True)``) as one it
+        accepted from ``ip``:``port``, ``data`` first; what it would hand over comes in
+        ``take`` under that listener's id. False when it was not taken (no such listener,
+        an address that does not parse, at a connection cap: the socket closed)."""
     def echo(self, session: Session, sid: int) -> None:
         """The heartbeat stream ``sid`` of ``session`` (its type read) is the core's from now
         on: it echoes each 4-byte id until the stream ends (edge_core/src/heartbeat.rs)."""

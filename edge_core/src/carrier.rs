@@ -86,6 +86,8 @@ pub struct Carrier {
     /// The decided routes' requests waiting for Python (decide.rs).
     pub decisions: Arc<Decisions>,
     admissions: Mutex<Vec<Arc<Admission>>>,
+    /// Listeners without a socket of their own: connections Python hands in (`adopt`).
+    adopters: Mutex<HashMap<u64, Arc<Public>>>,
 }
 
 /// Decrements a counter when dropped.
@@ -124,6 +126,7 @@ impl Carrier {
             tallies: Arc::new(Tallies::default()),
             decisions: Arc::new(Decisions::default()),
             admissions: Mutex::new(Vec::new()),
+            adopters: Mutex::new(HashMap::new()),
         })
     }
 
@@ -189,6 +192,57 @@ impl Carrier {
     pub fn listen_public(&self, at: Where, spec: PublicListen) -> io::Result<(u64, SocketAddr)> {
         let listener = self.bind(at)?;
         let local = listener.local_addr()?;
+        let public = self.public(spec);
+        let id = public.id;
+        let task = self.runtime().spawn(public::accept_loop(listener, public));
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, task);
+        Ok((id, local))
+    }
+
+    /// A plain-HTTP listener without a socket of its own: it serves the connections handed
+    /// to it (`adopt`: a cluster's relayed connections on the instance holding their
+    /// endpoint) as the public listener serves its own, with its own connection caps, and
+    /// hands back to Python under its id what it would hand over. Its id.
+    pub fn adopter(&self, spec: PublicListen) -> u64 {
+        let public = self.public(spec);
+        let id = public.id;
+        self.adopters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, public);
+        id
+    }
+
+    /// Serve the connected TCP socket `fd` on the adopting listener `id` as if it had
+    /// accepted it from `peer` (the original client: its address is what the records and
+    /// X-Forwarded-For name, and what the caps count), `data` (bytes read from it already)
+    /// first. False when it was not taken (no such listener, at a cap: the socket closed).
+    pub fn adopt(&self, id: u64, fd: OwnedFd, peer: SocketAddr, data: Vec<u8>) -> io::Result<bool> {
+        let public = self
+            .adopters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned();
+        let Some(public) = public else {
+            return Ok(false);
+        };
+        let std = std::net::TcpStream::from(fd);
+        std.set_nonblocking(true)?;
+        let _entered = self.runtime().enter();
+        let tcp = TcpStream::from_std(std)?;
+        let Some(ticket) = public.admission.admit(peer.ip()) else {
+            return Ok(false); // at a cap, nothing to evict: refused (closed)
+        };
+        self.runtime()
+            .spawn(public::adopted(tcp, peer, public, ticket, data));
+        Ok(true)
+    }
+
+    fn public(&self, spec: PublicListen) -> Arc<Public> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let admission = Arc::new(Admission::new(
             spec.max_total,
@@ -204,7 +258,7 @@ impl Carrier {
         } else {
             self.routes.clone()
         };
-        let public = Arc::new(Public {
+        Arc::new(Public {
             id,
             spec,
             routes,
@@ -214,13 +268,7 @@ impl Carrier {
             counters: self.public_counters.clone(),
             tallies: self.tallies.clone(),
             decisions: self.decisions.clone(),
-        });
-        let task = self.runtime().spawn(public::accept_loop(listener, public));
-        self.listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, task);
-        Ok((id, local))
+        })
     }
 
     /// Public connections the core holds now (all listeners).
@@ -346,6 +394,15 @@ impl Carrier {
     /// Stop accepting on a listener (its socket is closed; sessions already handed over go
     /// on).
     pub fn close(&self, id: u64) -> bool {
+        if self
+            .adopters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+            .is_some()
+        {
+            return true;
+        }
         let task = self
             .listeners
             .lock()

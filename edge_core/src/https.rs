@@ -144,7 +144,7 @@ pub(crate) async fn connection(
         _ = ticket.eviction() => return,
     };
     match tls {
-        Ok(Ok(tls)) => public::connection(tls, peer, local, public, ticket).await,
+        Ok(Ok(tls)) => public::connection(tls, peer, local, public, ticket, Vec::new()).await,
         _ => {
             public
                 .counters

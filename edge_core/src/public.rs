@@ -580,7 +580,7 @@ pub async fn accept_loop(listener: TcpListener, public: Arc<Public>) {
             if public.spec.scheme == "https" {
                 crate::https::connection(tcp, peer, local, public, ticket).await;
             } else {
-                connection(tcp, peer, local, public, ticket).await;
+                connection(tcp, peer, local, public, ticket, Vec::new()).await;
             }
         });
     }
@@ -770,14 +770,30 @@ pub fn hand_over_socket(
     });
 }
 
+/// A connection handed in by Python (`Carrier::adopt`: a cluster's relayed connection on the
+/// instance holding its endpoint), served as an accepted one from `peer`, `data` first.
+pub(crate) async fn adopted(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    public: Arc<Public>,
+    ticket: Ticket,
+    data: Vec<u8>,
+) {
+    let _ = tcp.set_nodelay(true);
+    let local = tcp
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    connection(tcp, peer, local, public, ticket, data).await;
+}
+
 pub(crate) async fn connection<C: Conn>(
     mut tcp: C,
     peer: SocketAddr,
     local: SocketAddr,
     public: Arc<Public>,
     mut ticket: Ticket,
+    mut buf: Vec<u8>,
 ) {
-    let mut buf: Vec<u8> = Vec::new();
     let mut first = true;
     let mut leg: Option<Leg> = None;
     let mut scratch = Scratch::default();

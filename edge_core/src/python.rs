@@ -2,7 +2,7 @@
 //! edge/session.py are its upper side, edge_core.pyi its types).
 
 use std::collections::HashMap;
-use std::net::TcpListener as StdTcpListener;
+use std::net::{SocketAddr, TcpListener as StdTcpListener};
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -254,9 +254,11 @@ impl Core {
     }
 
     /// Start the public plain-HTTP listener (public.rs). Returns (listener id, port).
+    /// With `adopting`: a plain-HTTP listener without a socket (no host, port or fd), which
+    /// serves the connections handed to it by `adopt`; its port is 0.
     #[pyo3(signature = (scheme, *, head_timeout, idle_timeout, body_timeout, fresh_stream_body,
                         max_total, max_per_address, host = None, port = 0, fd = None,
-                        handshake_timeout = 15.0))]
+                        handshake_timeout = 15.0, adopting = false))]
     #[allow(clippy::too_many_arguments)]
     fn listen_public(
         &self,
@@ -271,9 +273,15 @@ impl Core {
         port: u16,
         fd: Option<i32>,
         handshake_timeout: f64,
+        adopting: bool,
     ) -> PyResult<(u64, u16)> {
         if scheme != "http" && scheme != "https" {
             return Err(PyValueError::new_err("scheme: http or https"));
+        }
+        if adopting && (scheme != "http" || host.is_some() || fd.is_some()) {
+            return Err(PyValueError::new_err(
+                "an adopting listener is plain HTTP, without a socket",
+            ));
         }
         if max_total == 0 || max_per_address == 0 {
             return Err(PyValueError::new_err("the connection caps must be > 0"));
@@ -288,6 +296,9 @@ impl Core {
             max_total,
             max_per_address,
         };
+        if adopting {
+            return Ok((self.carrier.adopter(spec), 0));
+        }
         let at = match (fd, host) {
             // SAFETY: the caller hands the descriptor over (documented in edge_core.pyi).
             (Some(fd), _) => Where::Socket(unsafe { StdTcpListener::from_raw_fd(fd) }),
@@ -468,6 +479,21 @@ impl Core {
         let (a, b) = unsafe { (OwnedFd::from_raw_fd(a), OwnedFd::from_raw_fd(b)) };
         self.carrier
             .relay(a, a_unix, b, to_b, to_a)
+            .map_err(|e| PyOSError::new_err(e.to_string()))
+    }
+
+    /// Serve the connected TCP socket `fd` (the core's from now on, taken or not) on the
+    /// adopting listener `listener` as one it accepted from `ip`:`port`, `data` (the bytes
+    /// read from it already) first. False when it was not taken: no such listener, an
+    /// address that does not parse, or at a connection cap (the socket is closed).
+    fn adopt(&self, listener: u64, fd: i32, ip: &str, port: u16, data: Vec<u8>) -> PyResult<bool> {
+        // SAFETY: the caller hands the descriptor over (documented in edge_core.pyi).
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+            return Ok(false);
+        };
+        self.carrier
+            .adopt(listener, fd, SocketAddr::new(ip, port), data)
             .map_err(|e| PyOSError::new_err(e.to_string()))
     }
 

@@ -201,6 +201,65 @@ async fn a_host_without_a_route_goes_to_python_with_the_bytes_read() {
     assert_eq!(got, b"HTTP/1.1 404 Not Found\r\n\r\n");
 }
 
+/// A cluster's relayed connection handed in (`Carrier::adopt`): served as one accepted from
+/// the original client (the proxy header and X-Forwarded-For name it, the bytes read before
+/// first), and a request the core does not serve handed back under the adopting listener's
+/// id with that client's address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adopted_connection_is_served_as_the_original_clients_and_handed_back_as_it() {
+    let (carrier, _, session, mut agent) = setup(16);
+    let adopter = carrier.adopter(spec(16));
+    carrier.routes.set("a.test".into(), route(&session));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut relay = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (accepted, _) = listener.accept().await.unwrap();
+    let client: std::net::SocketAddr = "10.1.2.3:4567".parse().unwrap();
+    let fd = std::os::fd::OwnedFd::from(accepted.into_std().unwrap());
+    let taken = carrier
+        .adopt(adopter, fd, client, b"GET /r HTTP/1.1\r\nHo".to_vec())
+        .unwrap();
+    assert!(taken);
+    relay.write_all(b"st: a.test\r\n\r\n").await.unwrap();
+    let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    assert!(has(&got, b"\"ClientAddr\": \"10.1.2.3:4567\""));
+    assert!(has(&got, b"GET /r HTTP/1.1\r\nhost: a.test\r\n"));
+    assert!(has(&got, b"x-forwarded-for: 10.1.2.3\r\n"));
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    );
+    agent.write_all(&answer).await.unwrap();
+    read_response(&mut relay, b"ok").await;
+
+    let head = b"GET /z HTTP/1.1\r\nHost: nobody.test\r\n\r\n";
+    relay.write_all(head).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut conns = Vec::new();
+    while conns.is_empty() && Instant::now() < deadline {
+        conns.extend(carrier.inbox().take().conns);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(conns.len(), 1);
+    assert_eq!(
+        (
+            conns[0].listener,
+            conns[0].peer,
+            &conns[0].data[..],
+            conns[0].first
+        ),
+        (adopter, client, &head[..], false)
+    );
+    assert!(!carrier
+        .adopt(999, conns.pop().unwrap().fd, client, Vec::new())
+        .unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_per_address_cap_the_oldest_waiting_connection_makes_room() {
     let (carrier, port, _session, _agent) = setup(2);

@@ -69,8 +69,8 @@ def test_the_holder_serves_its_own_endpoints_requests_in_the_core(cluster, on_fi
     """In a cluster too, a request that reaches the instance holding its endpoint is served by
     the compiled core (edge/fast_path.py): its count of served requests grows by the
     requests sent, on a kept-alive connection; one sent to another instance is relayed, its
-    bytes carried by that instance's core (one carried connection more), which serves none
-    of its requests itself."""
+    bytes carried by that instance's core (one carried connection more), and served by the
+    holder's core (the relay listener hands it to the core's adopting listener)."""
     _, host = on_first
 
     def served(index: int) -> float:
@@ -97,10 +97,12 @@ def test_the_holder_serves_its_own_endpoints_requests_in_the_core(cluster, on_fi
     def relays(index: int) -> float:
         return metric(cluster.metrics(index), "edge_core_carried_connections_ended_total")
 
-    relayed = _settled(lambda: relays(1))
+    relayed, held = _settled(lambda: relays(1)), served(0)
     resp = cluster.get(host, "/echo?relayed=1", 1)  # Connection: close
     assert resp.status_code == 200 and resp.json()["path"] == "/echo?relayed=1"
+    assert resp.json()["headers"]["X-Forwarded-For"] == "127.0.0.1"  # the client's, relayed
     assert _settled(lambda: relays(1)) == relayed + 1
+    assert _settled(lambda: served(0)) == held + 1
     assert served(1) == other
 
 
