@@ -181,6 +181,23 @@ class Carrier:
         self._by_port[bound] = listener
         return bound
 
+    def set_relay(
+        self, host: str, scheme: str, address: str, line: bytes, ttl: float, cert: int = 0
+    ) -> None:
+        """A new connection whose first request names ``host`` on the listener of ``scheme``
+        (no route there) is relayed by the core to the cluster instance at ``address`` for
+        ``ttl`` seconds: ``line`` (the relay line up to the client's address) first, then
+        both ways once it answers HERE; any other answer hands the connection to Python.
+        HTTPS: terminated with certificate ``cert`` (set_cert) first."""
+        self._core.set_relay(host, address, line, ttl, scheme=scheme, cert=cert)
+
+    def drop_relay(self, host: str, scheme: str) -> bool:
+        return self._core.drop_relay(host, scheme)
+
+    def relay_counts(self) -> Tuple[int, int]:
+        """(connections the core relayed by a relay route, those the holder did not take)."""
+        return self._core.relay_counts()
+
     def listen_adopting(
         self,
         handler: PublicHandler,

@@ -322,9 +322,12 @@ class Cluster:
         reader: asyncio.StreamReader,
         writer: Any,
         first: bytes = b"",
+        learn: bool = False,
     ) -> bool:
         """Carry a public connection to the instance at ``address``: False when it cannot
-        be reached (the caller serves the connection itself)."""
+        be reached (the caller serves the connection itself). ``learn``: once the holder
+        answered HERE, the core relays the name's next connections itself for
+        HOLDER_CACHE_SECONDS (``FastPath.relay``: HTTP, and HTTPS over HTTP/1.1)."""
         host, _, port = address.rpartition(":")
         try:
             up_reader, up_writer = await asyncio.wait_for(
@@ -337,19 +340,9 @@ class Cluster:
             self._dead[address] = time.monotonic()
             self._holders.clear()
             return False
-        line = (
-            b" ".join(
-                [
-                    PREAMBLE,
-                    self.settings.secret.encode(),
-                    kind.encode(),
-                    (arg or "-").encode(),
-                    str(peer[0] or "-").encode(),
-                    str(peer[1] or 0).encode(),
-                ]
-            )
-            + b"\r\n"
-        )
+        start = self._line_start(kind, arg)
+        line = b" ".join([start, str(peer[0] or "-").encode(), str(peer[1] or 0).encode()])
+        line += b"\r\n"
         up_writer.write(line)
         try:  # the holder says whether it still holds the endpoint before any byte goes
             ack = await asyncio.wait_for(up_reader.readuntil(b"\r\n"), CONNECT_TIMEOUT)
@@ -365,6 +358,8 @@ class Cluster:
             self._holders.clear()
             return False
         self.relayed_out += 1
+        if learn and kind in ("http", "https"):
+            self.edge.fast_path.relay(arg, kind, address, start, HOLDER_CACHE_SECONDS)
         try:
             if http_io.detachable(writer) and http_io.detachable(up_writer):
                 await self._relay_in_core(reader, writer, up_reader, up_writer, first)
@@ -375,6 +370,12 @@ class Cluster:
             writer.close()
             up_writer.close()
         return True
+
+    def _line_start(self, kind: str, arg: str) -> bytes:
+        """The relay line up to the client's address."""
+        return b" ".join(
+            [PREAMBLE, self.settings.secret.encode(), kind.encode(), (arg or "-").encode()]
+        )
 
     async def _relay_in_core(
         self,
@@ -598,7 +599,7 @@ class Cluster:
             if address is None:
                 return False
             sent = "c" + kind if name in self._cloud_names else kind  # see _holds
-            if await self.relay(address, sent, arg, peer, reader, writer, first):
+            if await self.relay(address, sent, arg, peer, reader, writer, first, learn=True):
                 return True
         return False
 

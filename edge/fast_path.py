@@ -216,6 +216,7 @@ class FastPath:
         plain (so a request racing the change goes to Python), pushed (again) once the cached
         checks agree when there is none, or an expired one."""
         for scheme in SCHEMES:
+            self.edge.carrier.drop_relay(host, scheme)  # held here now, or held anew
             self._sync(host, scheme)
 
     def _sync(self, host: str, scheme: str) -> None:
@@ -237,6 +238,24 @@ class FastPath:
         if held is None or held[2] <= asyncio.get_running_loop().time():
             self._pending.add(where)
             asyncio.ensure_future(self._push(where))
+
+    def relay(self, host: str, scheme: str, address: str, line: bytes, ttl: float) -> None:
+        """A cluster's connections for ``host`` on the listener of ``scheme`` go to the
+        instance at ``address`` (edge/cluster.py found it holds the endpoint): the core
+        relays a new connection whose first request names the host for ``ttl`` seconds
+        (``Carrier.set_relay``). Not on HTTPS for a name whose TLS settings require more
+        of a handshake than the core's (Python's TLS checks them), nor a name not served."""
+        edge = self.edge
+        cert = 0
+        if scheme == "https":
+            if (
+                edge.tls.spec_for(host).key != tls_spec.DEFAULT.key
+                or not edge.tls.loaded.is_set()
+                or not edge.serves_name(host)
+            ):
+                return
+            cert = self._cert(host)
+        edge.carrier.set_relay(host, scheme, address, line, ttl, cert)
 
     def seen(self, host: str, scheme: str = "http") -> None:
         """Python served a request for ``host`` on the listener of ``scheme``: the host is in

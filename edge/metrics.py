@@ -129,6 +129,19 @@ class _EdgeCollector:
             "Connections the compiled core carried to their end",
             value=carried,
         )
+        relayed, relays_refused = self.edge.carrier.relay_counts()
+        yield CounterMetricFamily(
+            "edge_core_relayed",
+            "A cluster's connections the compiled core relayed to the instance holding their "
+            "endpoint by itself (a relay route: edge/fast_path.py FastPath.relay)",
+            value=relayed,
+        )
+        yield CounterMetricFamily(
+            "edge_core_relays_refused",
+            "Relay routes' connections the holder did not take (or could not be reached): "
+            "handed to Python",
+            value=relays_refused,
+        )
         yield GaugeMetricFamily(
             "edge_mux_streams_lingering",
             "Streams the edge finished, waiting for the agent's FIN",

@@ -206,6 +206,24 @@ class Core:
         the core owns both descriptors from then on. ``to_b`` goes to ``b`` first, ``to_a``
         to ``a`` first. Its end comes in ``take`` as a carried connection's under the id
         returned: (bytes read from ``a``, bytes written to it)."""
+    def set_relay(
+        self,
+        host: str,
+        address: str,
+        line: bytes,
+        ttl: float,
+        *,
+        scheme: str = "http",
+        cert: int = 0,
+    ) -> None:
+        """A new connection whose first request names ``host`` on the listener of ``scheme``
+        (and that has no route there) is relayed by the core to the cluster instance at
+        ``address`` (``host:port``) for ``ttl`` seconds unless pushed again: the relay line is
+        ``line`` (preamble, secret, kind and name; no line break) with the client's address
+        (edge_core/src/relay.rs). HTTPS: TLS terminated with certificate ``cert`` first."""
+    def drop_relay(self, host: str, scheme: str) -> bool: ...
+    def relay_counts(self) -> Tuple[int, int]:
+        """(connections relayed by a relay route, those the holder did not take: Python's)."""
     def adopt(self, listener: int, fd: int, ip: str, port: int, data: bytes) -> bool:
         """Serve the connected TCP socket ``fd`` (the core's from now on, taken or not) on the
         adopting listener ``listener`` (``listen_public(..., adopting=True)``) as one it

@@ -16,11 +16,7 @@ import sys
 import tempfile
 from typing import Any, Dict, List
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [ROOT, HERE]
-
-from bench_peers import (  # noqa: E402  (the peers bench's instruments)
+from bench.edge_bench.bench_peers import (  # the peers bench's instruments
     NGINX_UPSTREAM,
     Group,
     Procs,
@@ -30,10 +26,11 @@ from bench_peers import (  # noqa: E402  (the peers bench's instruments)
     start_nginx,
     wrk,
 )
+from stacks.cluster import Cluster
+from stacks.paths import SDK_PYTHON
+from stacks.ports import free_port, wait_port
 
-from stacks.cluster import Cluster  # noqa: E402
-from stacks.ports import free_port, wait_port  # noqa: E402
-from stacks.paths import SDK_PYTHON  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 CASES = [  # (name, instance wrk talks to, a new connection per request)
     ("holder", 0, False),

@@ -24,6 +24,7 @@ use crate::public::{
     self, Admission, Certs, Public, PublicCounters, PublicListen, Routes, Tallies,
 };
 use crate::quickack::QuickAck;
+use crate::relay::Relays;
 use crate::session::{self, Session};
 use crate::splice::{self, Spliced};
 
@@ -79,6 +80,9 @@ pub struct Carrier {
     /// listener's, and the HTTPS listener's with the certificates they name.
     pub routes: Arc<Routes>,
     pub tls_routes: Arc<Routes>,
+    /// A cluster's relay routes (relay.rs): the plain-HTTP listener's and the HTTPS one's.
+    pub relays: Arc<Relays>,
+    pub tls_relays: Arc<Relays>,
     pub certs: Arc<Certs>,
     pub public_counters: Arc<PublicCounters>,
     /// The quiet routes' numbers (public.rs `Tallies`).
@@ -121,6 +125,8 @@ impl Carrier {
             counters: Arc::new(Counters::default()),
             routes: Arc::new(Routes::default()),
             tls_routes: Arc::new(Routes::default()),
+            relays: Arc::new(Relays::default()),
+            tls_relays: Arc::new(Relays::default()),
             certs: Arc::new(Certs::default()),
             public_counters: Arc::new(PublicCounters::default()),
             tallies: Arc::new(Tallies::default()),
@@ -253,13 +259,14 @@ impl Carrier {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(admission.clone());
-        let routes = if spec.scheme == "https" {
-            self.tls_routes.clone()
+        let (routes, relays) = if spec.scheme == "https" {
+            (self.tls_routes.clone(), self.tls_relays.clone())
         } else {
-            self.routes.clone()
+            (self.routes.clone(), self.relays.clone())
         };
         Arc::new(Public {
             id,
+            relays,
             spec,
             routes,
             certs: self.certs.clone(),

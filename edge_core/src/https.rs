@@ -156,8 +156,11 @@ pub(crate) async fn connection(
 
 /// The server configuration of `name`'s route, when it has one with a certificate.
 fn served_with(public: &Public, name: &str) -> Option<Arc<ServerConfig>> {
-    let route = public.routes.get(name)?;
-    public.certs.get(route.cert)
+    let cert = match public.routes.get(name) {
+        Some(route) => route.cert,
+        None => public.relays.get(name)?.cert, // relayed decrypted, as Python relays it
+    };
+    public.certs.get(cert)
 }
 
 /// What a connection's handshake agreed, in OpenSSL's names.

@@ -26,6 +26,7 @@ pub mod inbox;
 pub mod mux;
 pub mod public;
 pub mod quickack;
+pub mod relay;
 pub mod session;
 pub mod splice;
 pub mod tls;

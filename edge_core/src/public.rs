@@ -29,7 +29,9 @@ use crate::held::Held;
 use crate::http::{self, Framing, Parsed, RequestHead, ResponseHead};
 use crate::inbox::Inbox;
 use crate::mux::StreamError;
+use crate::relay::{self, Relays};
 use crate::session::{Session, Wakes};
+use crate::splice;
 
 /// Bytes read from a client or a stream at once.
 pub const READ_CHUNK: usize = 64 * 1024;
@@ -367,6 +369,10 @@ pub struct PublicCounters {
     pub failed_handshakes: AtomicU64,
     /// Requests of decided routes served by a held decision (held.rs), Python not asked.
     pub held: AtomicU64,
+    /// Connections relayed to the instance holding their endpoint by a relay route (relay.rs).
+    pub relayed: AtomicU64,
+    /// ... and those the holder did not take (or could not be reached): Python's then.
+    pub relays_refused: AtomicU64,
 }
 
 // ---- admission ------------------------------------------------------------------------------
@@ -546,6 +552,8 @@ pub struct Public {
     pub spec: PublicListen,
     /// The plain routes of this listener's scheme.
     pub routes: Arc<Routes>,
+    /// The relay routes of this listener's scheme (a cluster's: relay.rs).
+    pub relays: Arc<Relays>,
     /// The certificates its routes name (the HTTPS listener's).
     pub certs: Arc<Certs>,
     pub inbox: Arc<Inbox>,
@@ -809,6 +817,25 @@ pub(crate) async fn connection<C: Conn>(
         ticket.busy();
         let route = match public.routes.get(&head.host) {
             Some(route) if http::carriable(&head) => route,
+            None if first => match public.relays.get(&head.host) {
+                // another instance holds the host's endpoint: the whole connection goes
+                // there (the ticket held while it is relayed)
+                Some(to) => match relay::open(&to, peer).await {
+                    Some((up, rest)) => {
+                        public.counters.relayed.fetch_add(1, Ordering::Relaxed);
+                        splice::relay(tcp, up, buf, rest).await;
+                        return;
+                    }
+                    None => {
+                        public
+                            .counters
+                            .relays_refused
+                            .fetch_add(1, Ordering::Relaxed);
+                        break hand_over(tcp, peer, buf, first, &public, leg, ticket);
+                    }
+                },
+                None => break hand_over(tcp, peer, buf, first, &public, leg, ticket),
+            },
             _ => break hand_over(tcp, peer, buf, first, &public, leg, ticket),
         };
         // a decided route's request: Python's decision first (decide.rs)

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpListener as StdTcpListener};
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyConnectionError, PyOSError, PyValueError};
@@ -18,6 +18,7 @@ use crate::decide::{Decided, Decision, Memo};
 use crate::held::{Held, Reads};
 use crate::mux::{Limits, StreamError};
 use crate::public::{PublicListen, Route, Served};
+use crate::relay::RelayTo;
 use crate::session;
 use crate::tls::public_server_config;
 use crate::tls::{certified_key, sni_server_config, SniResolver};
@@ -380,6 +381,65 @@ impl Core {
     fn clear_routes(&self) {
         self.carrier.routes.clear();
         self.carrier.tls_routes.clear();
+        self.carrier.relays.clear();
+        self.carrier.tls_relays.clear();
+    }
+
+    /// A new connection whose first request names `host` on the listener of `scheme` (and
+    /// that has no route there) is relayed by the core to the cluster instance at `address`
+    /// (`host:port`) for `ttl` seconds, unless pushed again: the relay line is `line` (its
+    /// preamble, secret, kind and name) with the client's address (relay.rs). HTTPS: its
+    /// TLS terminated with the certificate `cert` (set_cert) first.
+    #[pyo3(signature = (host, address, line, ttl, *, scheme = "http", cert = 0))]
+    fn set_relay(
+        &self,
+        host: String,
+        address: String,
+        line: Vec<u8>,
+        ttl: f64,
+        scheme: &str,
+        cert: u64,
+    ) -> PyResult<()> {
+        let relays = match scheme {
+            "http" => &self.carrier.relays,
+            "https" if cert != 0 => &self.carrier.tls_relays,
+            "https" => {
+                return Err(PyValueError::new_err(
+                    "an HTTPS relay needs its certificate",
+                ))
+            }
+            _ => return Err(PyValueError::new_err("scheme: http or https")),
+        };
+        if line.contains(&b'\r') || line.contains(&b'\n') {
+            return Err(PyValueError::new_err("the relay line has no line break"));
+        }
+        let until = Instant::now() + seconds(ttl, "ttl")?;
+        relays.set(
+            host,
+            RelayTo {
+                address,
+                line,
+                cert,
+                until,
+            },
+        );
+        Ok(())
+    }
+
+    fn drop_relay(&self, host: &str, scheme: &str) -> bool {
+        match scheme {
+            "https" => self.carrier.tls_relays.drop_host(host),
+            _ => self.carrier.relays.drop_host(host),
+        }
+    }
+
+    /// (connections relayed by a relay route, those the holder did not take).
+    fn relay_counts(&self) -> (u64, u64) {
+        let c = &self.carrier.public_counters;
+        (
+            c.relayed.load(Ordering::Relaxed),
+            c.relays_refused.load(Ordering::Relaxed),
+        )
     }
 
     /// Routes held: (plain-HTTP listener's, HTTPS listener's).

@@ -260,6 +260,96 @@ async fn an_adopted_connection_is_served_as_the_original_clients_and_handed_back
         .unwrap());
 }
 
+/// A relay route (relay.rs): a new connection whose first request names the host is carried
+/// to the holder once it answers HERE (the line with the client's address first, the bytes
+/// read next, both ways after); any other answer hands the connection to Python with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_routes_connection_goes_to_the_holder_that_answers_here_else_to_python() {
+    let (carrier, port, _session, _agent) = setup(16);
+    let holder = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_to = |until: Instant| edge_core::relay::RelayTo {
+        address: holder.local_addr().unwrap().to_string(),
+        line: b"NGRELAY1 s3cret http b.test".to_vec(),
+        cert: 0,
+        until,
+    };
+    carrier.relays.set(
+        "b.test".into(),
+        relay_to(Instant::now() + Duration::from_secs(60)),
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let client_addr = client.local_addr().unwrap();
+    let head = b"GET /r HTTP/1.1\r\nHost: b.test\r\n\r\n";
+    client.write_all(head).await.unwrap();
+    let (mut up, _) = holder.accept().await.unwrap();
+    let line = format!(
+        "NGRELAY1 s3cret http b.test {} {}\r\n",
+        client_addr.ip(),
+        client_addr.port()
+    );
+    let mut got = vec![0u8; line.len()];
+    up.read_exact(&mut got).await.unwrap();
+    assert_eq!(got, line.as_bytes());
+    up.write_all(b"HERE\r\nHTTP/1.1 200 OK\r\n").await.unwrap();
+    let mut got = vec![0u8; head.len()];
+    up.read_exact(&mut got).await.unwrap();
+    assert_eq!(got, head.to_vec());
+    up.write_all(b"Content-Length: 2\r\n\r\nok").await.unwrap();
+    read_response(&mut client, b"ok").await;
+    drop(up);
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap(); // the holder's end is the client's
+    assert_eq!(
+        carrier
+            .public_counters
+            .relayed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+
+    // MOVED: Python's, with the bytes read
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client.write_all(head).await.unwrap();
+    let (mut up, _) = holder.accept().await.unwrap();
+    let mut line = [0u8; 16];
+    let _ = up.read(&mut line).await.unwrap();
+    up.write_all(b"MOVED\r\n").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut conns = Vec::new();
+    while conns.is_empty() && Instant::now() < deadline {
+        conns.extend(carrier.inbox().take().conns);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(conns.len(), 1);
+    assert_eq!(conns[0].data, head.to_vec());
+    assert_eq!(
+        carrier
+            .public_counters
+            .relays_refused
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+
+    // an expired relay route: Python's at once, nobody connected to
+    carrier
+        .relays
+        .set("b.test".into(), relay_to(Instant::now()));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client.write_all(head).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut conns = Vec::new();
+    while conns.is_empty() && Instant::now() < deadline {
+        conns.extend(carrier.inbox().take().conns);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(conns.len(), 1);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), holder.accept())
+            .await
+            .is_err()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_per_address_cap_the_oldest_waiting_connection_makes_room() {
     let (carrier, port, _session, _agent) = setup(2);

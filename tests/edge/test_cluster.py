@@ -94,8 +94,14 @@ def test_the_holder_serves_its_own_endpoints_requests_in_the_core(cluster, on_fi
             assert resp.status_code == 200 and resp.json()["path"] == f"/echo?core={i}"
     assert _settled(lambda: served(0)) - before == 20
 
-    def relays(index: int) -> float:
-        return metric(cluster.metrics(index), "edge_core_carried_connections_ended_total")
+    def core_relayed(index: int) -> float:  # by a relay route the core learned, below
+        return metric(cluster.metrics(index), "edge_core_relayed_total")
+
+    def relays(index: int) -> float:  # relayed by Python's decision, carried by the core, or
+        text = cluster.metrics(index)  # by the core's relay route: either is the core's
+        return metric(text, "edge_core_carried_connections_ended_total") + metric(
+            text, "edge_core_relayed_total"
+        )
 
     relayed, held = _settled(lambda: relays(1)), served(0)
     resp = cluster.get(host, "/echo?relayed=1", 1)  # Connection: close
@@ -104,6 +110,16 @@ def test_the_holder_serves_its_own_endpoints_requests_in_the_core(cluster, on_fi
     assert _settled(lambda: relays(1)) == relayed + 1
     assert _settled(lambda: served(0)) == held + 1
     assert served(1) == other
+
+    # a relay taught instance 1's core the holder: its next connections for the host are
+    # relayed by the core without Python (a relay route, HOLDER_CACHE_SECONDS)
+
+    before, sent = core_relayed(1), 0
+    while core_relayed(1) - before < 4 and sent < 20:  # a route that expired meanwhile is
+        resp = cluster.get(host, f"/echo?learned={sent}", 1)  # learned again by Python's relay
+        assert resp.status_code == 200 and resp.json()["path"] == f"/echo?learned={sent}"
+        sent += 1
+    assert core_relayed(1) - before >= 4, sent
 
 
 def _settled(read):

@@ -194,6 +194,43 @@ class _Carrier:
     def set_nameless_cert(self, number):
         pass
 
+    def set_relay(self, host, scheme, address, line, ttl, cert=0):
+        self.relays = getattr(self, "relays", {})
+        self.relays[(scheme, host)] = (address, line, ttl, cert)
+
+    def drop_relay(self, host, scheme):
+        return getattr(self, "relays", {}).pop((scheme, host), None) is not None
+
+
+def test_a_relay_route_is_pushed_where_the_cores_tls_would_do_and_dropped_by_a_sync(core):
+    """A cluster's relay route (FastPath.relay): on the plain listener as given; on HTTPS
+    with the name's certificate, but not for a name whose TLS settings require more of a
+    handshake (Python's TLS checks them); any change of the host in the registry drops it
+    on both listeners (the endpoint may be this instance's now)."""
+    edge = _edge()
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.tls.loaded = asyncio.Event()
+    edge.tls.loaded.set()
+    edge.serves_name = lambda name: True
+    paths = FastPath(edge)
+    paths._cert = lambda host: 7  # the certificate's number in the core
+
+    async def run():
+        paths.relay(HOST, "http", "127.0.0.1:9", b"NGRELAY1 s http " + HOST.encode(), 2.0)
+        paths.relay(HOST, "https", "127.0.0.1:9", b"NGRELAY1 s https " + HOST.encode(), 2.0)
+        pushed = dict(edge.carrier.relays)
+        edge.tls.by_host["mtls.tunnels.localhost"] = tls_spec.spec_of("1.3", None)
+        paths.relay("mtls.tunnels.localhost", "https", "127.0.0.1:9", b"NGRELAY1", 2.0)
+        refused = ("https", "mtls.tunnels.localhost") not in edge.carrier.relays
+        paths.sync(HOST)
+        return pushed, refused, dict(edge.carrier.relays)
+
+    pushed, refused, after = core.loop.run_until_complete(run())
+    assert pushed[("http", HOST)] == ("127.0.0.1:9", b"NGRELAY1 s http " + HOST.encode(), 2.0, 0)
+    assert pushed[("https", HOST)][3] == 7
+    assert refused
+    assert ("http", HOST) not in after and ("https", HOST) not in after
+
 
 class _Router:
     """The router's cache of the account's IP restrictions: ``kept`` is what it holds now
