@@ -198,6 +198,24 @@ class Carrier:
         """(connections the core relayed by a relay route, those the holder did not take)."""
         return self._core.relay_counts()
 
+    def listen_relay(
+        self,
+        handler: PublicHandler,
+        secret: bytes,
+        adopter: int,
+        line_timeout: float,
+        host: str,
+        port: int,
+    ) -> int:
+        """A cluster's relay listener in the core (edge_core/src/relay.rs) on (host, port): a
+        right relay line (``secret``) of kind http for a host with a plain route is answered
+        HERE and served by the adopting listener ``adopter``; ``handler`` gets every other
+        connection with the bytes read. Returns the port."""
+        listener, bound = self._core.listen_relay(secret, adopter, line_timeout, host, port)
+        self._public[listener] = handler
+        self._by_port[bound] = listener
+        return bound
+
     def listen_adopting(
         self,
         handler: PublicHandler,

@@ -113,10 +113,9 @@ class Cluster:
         self.instance_id = edge.settings.instance_id
         self.address = ""
         self.draining = False
-        # the core's listener that serves relayed HTTP connections (Carrier.listen_adopting:
-        # set by the edge once its public listeners are up; until then Python serves them)
+        # the core's listener that serves relayed HTTP connections (Carrier.listen_adopting)
         self.adopting: Optional[int] = None
-        self._server: Optional[asyncio.AbstractServer] = None
+        self._relay_port: Optional[int] = None  # the relay listener's (the core's)
         self._lease: Optional[asyncio.Task] = None
         self._holders: Dict[str, Tuple[float, Optional[str]]] = {}  # name -> (at, address)
         self._cloud_names: set = set()  # cloud endpoints relayed to their designated instance
@@ -129,11 +128,27 @@ class Cluster:
 
     # ---- life ---------------------------------------------------------------------------
     async def start(self) -> None:
-        s = self.settings
-        self._server = await asyncio.start_server(
-            self._relay_connection, s.relay_host, s.relay_port
+        """The relay listener (the compiled core's: edge_core/src/relay.rs) and its adopting
+        listener, then the instance's registry item and its lease."""
+        s, es, carrier = self.settings, self.edge.settings, self.edge.carrier
+        self.adopting = carrier.listen_adopting(  # relayed HTTP connections, served by the core
+            self.handed_back,
+            head_timeout=es.head_timeout,
+            idle_timeout=es.idle_timeout,
+            body_timeout=http_io.BODY_TIMEOUT,
+            fresh_stream_body=es.fresh_stream_body,
+            max_total=es.max_connections,
+            max_per_address=es.max_connections_per_address,
         )
-        port = self._server.sockets[0].getsockname()[1]
+        port = carrier.listen_relay(
+            self._relay_handed,
+            s.secret.encode(),
+            self.adopting,
+            PREAMBLE_TIMEOUT,
+            s.relay_host,
+            s.relay_port,
+        )
+        self._relay_port = port
         self.address = f"{s.advertise}:{port}"
         await self.edge.call(instances.register, self.instance_id, self.address)
         self._lease = asyncio.ensure_future(self._renew())
@@ -223,8 +238,8 @@ class Cluster:
     async def stop(self) -> None:
         if self._lease is not None:
             self._lease.cancel()
-        if self._server is not None:
-            self._server.close()
+        if self._relay_port is not None:
+            self.edge.carrier.close(self._relay_port)
         try:
             await self.edge.call(instances.deregister, self.instance_id)
         except Exception as exc:
@@ -604,6 +619,22 @@ class Cluster:
         return False
 
     # ---- relaying in -----------------------------------------------------------------------
+    async def _relay_handed(
+        self,
+        sock: socket.socket,
+        data: bytes,
+        first: bool,
+        tls: Any = None,
+        peer: Tuple[str, int] = ("", 0),
+        local: Tuple[str, int] = ("", 0),
+    ) -> None:
+        """A relay listener's connection the core did not take (edge_core/src/relay.rs: not a
+        right line, not an HTTP one for a host with a plain route, at a cap), with the bytes
+        it read, its line among them: Python's rules, as for one accepted here."""
+        streams = await stream_pair(sock, data)
+        if streams is not None:
+            await self._relay_connection(*streams)
+
     async def _relay_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:

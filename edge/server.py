@@ -142,13 +142,13 @@ class Edge:
     # ---- start / stop -----------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
+        self.carrier.start(asyncio.get_running_loop())  # the compiled core (edge/carrier.py)
         if self.cluster is not None:  # the registry item and the relay listener
             await self.cluster.start()
         else:  # the lease that keeps this instance's online items live
             await self.call(instances.register, s.instance_id, "", "serving")
             self._lease = asyncio.ensure_future(online_keeper.keep_lease(self.call, s.instance_id))
-        # The agent listener (TLS, muxado) is carried by the compiled core (edge/carrier.py).
-        self.carrier.start(asyncio.get_running_loop())
+        # The agent listener (TLS, muxado) is carried by the compiled core.
         chain, key = self.certs.pair_for(s.agent_hostnames)
         fd = self.settings.listen_fds.get("agent")
         self.agent_port = self.carrier.listen_agents(
@@ -179,16 +179,6 @@ class Edge:
             max_per_address=s.max_connections_per_address,
             **({"fd": http_fd} if http_fd is not None else {"host": s.host, "port": s.http_port}),
         )
-        if self.cluster is not None:  # relayed HTTP connections: served by the core as well
-            self.cluster.adopting = self.carrier.listen_adopting(
-                self.cluster.handed_back,
-                head_timeout=s.head_timeout,
-                idle_timeout=s.idle_timeout,
-                body_timeout=http_io.BODY_TIMEOUT,
-                fresh_stream_body=s.fresh_stream_body,
-                max_total=s.max_connections,
-                max_per_address=s.max_connections_per_address,
-            )
         self.carrier.on_served = self.fast_path.served
         self.carrier.on_asked = self.fast_path.decide
         self.carrier.on_responses = self.fast_path.decide_responses

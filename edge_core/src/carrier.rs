@@ -222,6 +222,43 @@ impl Carrier {
         id
     }
 
+    /// Start a cluster's relay listener (relay.rs `accept_loop`): a right relay line for a
+    /// host with a plain route is answered HERE and the connection served by the adopting
+    /// listener `adopter`; every other connection goes to Python under the id returned, with
+    /// the bytes read. Its id and address.
+    pub fn listen_relay(
+        &self,
+        at: Where,
+        secret: Vec<u8>,
+        line_timeout: Duration,
+        adopter: u64,
+    ) -> io::Result<(u64, SocketAddr)> {
+        let adopter = self
+            .adopters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&adopter)
+            .cloned()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such adopting listener"))?;
+        let listener = self.bind(at)?;
+        let local = listener.local_addr()?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let spec = Arc::new(crate::relay::RelayListen {
+            id,
+            secret,
+            line_timeout,
+            adopter,
+        });
+        let task = self
+            .runtime()
+            .spawn(crate::relay::accept_loop(listener, spec));
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, task);
+        Ok((id, local))
+    }
+
     /// Serve the connected TCP socket `fd` on the adopting listener `id` as if it had
     /// accepted it from `peer` (the original client: its address is what the records and
     /// X-Forwarded-For name, and what the caps count), `data` (bytes read from it already)

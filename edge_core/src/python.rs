@@ -542,6 +542,34 @@ impl Core {
             .map_err(|e| PyOSError::new_err(e.to_string()))
     }
 
+    /// A cluster's relay listener on (host, port) (edge_core/src/relay.rs): a relay line with
+    /// `secret`, of kind http, for a host with a plain route is answered HERE and served by
+    /// the adopting listener `adopter`; every other connection comes in `take` under the id
+    /// returned with the bytes read; no whole line within `line_timeout`: closed. Returns
+    /// (listener id, port).
+    fn listen_relay(
+        &self,
+        secret: Vec<u8>,
+        adopter: u64,
+        line_timeout: f64,
+        host: String,
+        port: u16,
+    ) -> PyResult<(u64, u16)> {
+        if secret.is_empty() {
+            return Err(PyValueError::new_err("a relay listener needs its secret"));
+        }
+        let (id, local) = self
+            .carrier
+            .listen_relay(
+                Where::Bind(host, port),
+                secret,
+                seconds(line_timeout, "line_timeout")?,
+                adopter,
+            )
+            .map_err(|e| PyOSError::new_err(e.to_string()))?;
+        Ok((id, local.port()))
+    }
+
     /// Serve the connected TCP socket `fd` (the core's from now on, taken or not) on the
     /// adopting listener `listener` as one it accepted from `ip`:`port`, `data` (the bytes
     /// read from it already) first. False when it was not taken: no such listener, an

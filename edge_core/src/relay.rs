@@ -122,3 +122,109 @@ pub async fn open(to: &RelayTo, peer: SocketAddr) -> Option<(TcpStream, Vec<u8>)
         answer.extend_from_slice(&chunk[..n]);
     }
 }
+
+// ---- the relay listener ----------------------------------------------------------------------
+
+/// The relay line's first word.
+pub const PREAMBLE: &[u8] = b"NGRELAY1";
+/// The most of a relay line read (edge/cluster.py MAX_PREAMBLE): past it, Python's (closed).
+pub const MAX_LINE: usize = 512;
+
+/// The relay listener of a cluster instance (edge/cluster.py's rules): a connection whose
+/// relay line is whole and right (the secret compared in constant time), of kind `http`, for a
+/// host this instance has a plain route for, gets `HERE` and is served by `adopter` (the
+/// adopting listener: public.rs `adopted`) as the original client's, whose address the line
+/// names. Every other connection goes to Python with the bytes read (its line included), which
+/// applies the same rules and answers or closes as it always did; a connection that sends no
+/// whole line within `line_timeout` (or nothing) is closed.
+pub struct RelayListen {
+    pub id: u64,
+    pub secret: Vec<u8>,
+    pub line_timeout: Duration,
+    pub adopter: Arc<crate::public::Public>,
+}
+
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// What a whole relay line asks the core, when the core can answer it: the host and the
+/// original client. None: Python's.
+pub fn served_here(line: &[u8], secret: &[u8]) -> Option<(String, SocketAddr)> {
+    let text = std::str::from_utf8(line).ok()?;
+    let parts: Vec<&str> = text.split_ascii_whitespace().collect();
+    if parts.len() != 6 || parts[0].as_bytes() != PREAMBLE {
+        return None;
+    }
+    if !same(parts[1].as_bytes(), secret) || parts[2] != "http" {
+        return None;
+    }
+    let ip: std::net::IpAddr = parts[4].parse().ok()?;
+    let port: u16 = parts[5].parse().ok()?;
+    Some((parts[3].to_ascii_lowercase(), SocketAddr::new(ip, port)))
+}
+
+pub async fn accept_loop(listener: tokio::net::TcpListener, spec: Arc<RelayListen>) {
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let spec = spec.clone();
+        tokio::spawn(async move { relayed_in(tcp, peer, spec).await });
+    }
+}
+
+async fn relayed_in(mut tcp: TcpStream, peer: SocketAddr, spec: Arc<RelayListen>) {
+    let deadline = tokio::time::Instant::now() + spec.line_timeout;
+    let mut buf: Vec<u8> = Vec::with_capacity(MAX_LINE);
+    let mut chunk = [0u8; MAX_LINE];
+    let end = loop {
+        if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
+            break Some(end);
+        }
+        if buf.len() >= MAX_LINE {
+            break None;
+        }
+        let want = MAX_LINE - buf.len();
+        match tokio::time::timeout_at(deadline, tcp.read(&mut chunk[..want])).await {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return, // closed, failed or no line in time: closed, nothing answered
+        }
+    };
+    let here = end
+        .and_then(|end| served_here(&buf[..end], &spec.secret))
+        .filter(|(host, _)| spec.adopter.routes.get(host).is_some());
+    let Some((_, client)) = here else {
+        return hand_to_python(tcp, peer, buf, &spec);
+    };
+    let Some(ticket) = spec.adopter.admission.admit(client.ip()) else {
+        return hand_to_python(tcp, peer, buf, &spec); // at a cap: Python's rules answer
+    };
+    if tcp.write_all(HERE).await.is_err() {
+        return;
+    }
+    let rest = buf.split_off(end.unwrap_or(0) + 2);
+    crate::public::adopted(tcp, client, spec.adopter.clone(), ticket, rest).await;
+}
+
+fn hand_to_python(tcp: TcpStream, peer: SocketAddr, data: Vec<u8>, spec: &RelayListen) {
+    let local = tcp
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let Ok(std) = tcp.into_std() else {
+        return;
+    };
+    spec.adopter.inbox.push_conn(crate::public::Handed {
+        listener: spec.id,
+        fd: std::os::fd::OwnedFd::from(std),
+        peer,
+        local,
+        data,
+        first: true,
+        tls: None,
+    });
+}

@@ -350,6 +350,103 @@ async fn a_relay_routes_connection_goes_to_the_holder_that_answers_here_else_to_
     );
 }
 
+/// What a relay line asks the core (relay.rs `served_here`): six words, the preamble, the
+/// secret (compared whole), kind http, an address that parses; anything else is Python's.
+#[test]
+fn a_relay_line_is_the_cores_only_when_whole_and_right() {
+    use edge_core::relay::served_here;
+    let client: std::net::SocketAddr = "203.0.113.9:4444".parse().unwrap();
+    assert_eq!(
+        served_here(b"NGRELAY1 s3cret http A.test 203.0.113.9 4444", b"s3cret"),
+        Some(("a.test".to_string(), client))
+    );
+    for line in [
+        &b"NGRELAY1 s3creT http a.test 203.0.113.9 4444"[..],
+        b"NGRELAY1 s3cre http a.test 203.0.113.9 4444",
+        b"NGRELAY1 s3cret https a.test 203.0.113.9 4444",
+        b"NGRELAY1 s3cret tcp 80 203.0.113.9 4444",
+        b"NGRELAY2 s3cret http a.test 203.0.113.9 4444",
+        b"NGRELAY1 s3cret http a.test - 0",
+        b"NGRELAY1 s3cret http a.test 203.0.113.9 70000",
+        b"NGRELAY1 s3cret http a.test 203.0.113.9",
+        b"NGRELAY1 s3cret http a.test 203.0.113.9 4444 more",
+        b"GET / HTTP/1.1",
+    ] {
+        assert_eq!(
+            served_here(line, b"s3cret"),
+            None,
+            "{}",
+            String::from_utf8_lossy(line)
+        );
+    }
+}
+
+/// The relay listener in the core: a right line for a host with a plain route gets HERE and
+/// the connection is served as the line's client's; a wrong one goes to Python with every
+/// byte read; no whole line in time: closed, nothing answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_listener_serves_a_right_line_and_hands_python_the_rest() {
+    let (carrier, _, session, mut agent) = setup(16);
+    let adopter = carrier.adopter(spec(16));
+    carrier.routes.set("a.test".into(), route(&session));
+    let (relay_id, local) = carrier
+        .listen_relay(
+            Where::Bind("127.0.0.1".into(), 0),
+            b"s3cret".to_vec(),
+            Duration::from_millis(300),
+            adopter,
+        )
+        .unwrap();
+    let mut relay = TcpStream::connect(local).await.unwrap();
+    relay
+        .write_all(
+            b"NGRELAY1 s3cret http a.test 10.1.2.3 4567\r\nGET /r HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut here = [0u8; 6];
+    relay.read_exact(&mut here).await.unwrap();
+    assert_eq!(&here, b"HERE\r\n");
+    let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    assert!(has(&got, b"\"ClientAddr\": \"10.1.2.3:4567\""));
+    assert!(has(&got, b"x-forwarded-for: 10.1.2.3\r\n"));
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    );
+    agent.write_all(&answer).await.unwrap();
+    read_response(&mut relay, b"ok").await;
+
+    let wrong = b"NGRELAY1 wrong http a.test 10.1.2.3 4567\r\nGET / HTTP/1.1\r\n";
+    let mut other = TcpStream::connect(local).await.unwrap();
+    other.write_all(wrong).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut conns = Vec::new();
+    while conns.is_empty() && Instant::now() < deadline {
+        conns.extend(carrier.inbox().take().conns);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(conns.len(), 1);
+    assert_eq!(
+        (conns[0].listener, &conns[0].data[..]),
+        (relay_id, &wrong[..])
+    );
+
+    let mut silent = TcpStream::connect(local).await.unwrap();
+    silent.write_all(b"NGRELAY1 s3cret http").await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut rest))
+        .await
+        .expect("a line that never ends was held")
+        .unwrap();
+    assert!(rest.is_empty());
+    assert!(carrier.inbox().take().conns.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_per_address_cap_the_oldest_waiting_connection_makes_room() {
     let (carrier, port, _session, _agent) = setup(2);
