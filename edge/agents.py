@@ -375,6 +375,15 @@ class AgentSession:
                 session_id = ids.new_id(ids.PREFIXES["tunnel_session"])
             else:
                 await old.end("replaced by a reconnect of the same agent")
+        if self._ending or self.mux.closed:
+            # The agent went away while this Auth read the store. Its handler is cancelled
+            # then, unless the connection closed before the session ran: the core may hand
+            # it over with its Auth stream and its close in one batch (the agent CLI stopping
+            # right after the reconnect that followed the edge's GOAWAY), and run() starts
+            # the handler after the close. The end ran, or runs, with no id: registered now,
+            # the session item would be written and never removed (listed while the
+            # instance lives), the registry would keep a dead session.
+            return
         self.heartbeat = heartbeat_of(
             extra.get("HeartbeatInterval"), extra.get("HeartbeatTolerance")
         )

@@ -6,6 +6,7 @@ again until it is done. The agent is played over a real socket pair; the edge ar
 a recorder whose first store calls at the end fail."""
 
 import asyncio
+import socket
 import time
 
 from chalicelib.core import online
@@ -13,6 +14,7 @@ from edge import agents, protocol
 from stacks import muxado
 
 from tests.unit.test_edge_auth_deadline import SlowEdge, _answer, _auth_frames, _session
+from tests.unit.test_edge_session import attach
 
 
 class FailingEndEdge(SlowEdge):
@@ -154,5 +156,37 @@ def test_a_session_that_ends_during_its_auths_write_is_removed_after_the_write(m
                 break
             await asyncio.sleep(0.05)
         assert edge.landed == [("started", session.id), ("ended", session.id)]
+
+    asyncio.run(run())
+
+
+def test_an_agent_gone_before_its_session_ran_leaves_nothing(monkeypatch):
+    """The agent CLI stopping right after the reconnect that followed the edge's GOAWAY (its
+    Auth sent, then gone): on a loaded edge the core hands the connection over and reports
+    its Auth stream and its close in one batch (edge.carrier ``_take``), before the session's
+    run() started, so the Auth's handler starts after the close and no close cancels it. The
+    session ended with no id: its Auth registers nothing and writes no session item (one
+    would stay listed while the instance lives; the edge's check loop no longer sees the
+    session). tests/edge/test_cli_agent.py::test_stop_through_the_api_ends_the_cli failed so
+    (the edge logged "session 127.0.0.1:<port> ends: peer went away", then the resumed id
+    "authenticated", and nothing more of it)."""
+    monkeypatch.setattr(agents, "AUTH_TIMEOUT", 5.0)
+
+    async def run():
+        edge = RecordingEndEdge()
+        left, right = socket.socketpair()
+        session = agents.AgentSession(edge, attach(left), ("127.0.0.1", 50000))
+        right.sendall(_auth_frames())
+        right.close()
+        for _ in range(200):  # the core reported the Auth stream and the close: not run yet
+            if session.mux.disconnected:
+                break
+            await asyncio.sleep(0.01)
+        assert session.mux.disconnected
+        await asyncio.wait_for(session.run(), 5)
+        await asyncio.sleep(0.5)  # the Auth's handler (store calls take no time) is done
+        assert edge.registry.sessions == {}
+        assert edge.started_sessions == [] and edge.ended == []
+        assert session.id is None
 
     asyncio.run(run())
