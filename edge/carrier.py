@@ -202,16 +202,19 @@ class Carrier:
         self,
         handler: PublicHandler,
         secret: bytes,
-        adopter: int,
+        adopters: Tuple[int, int],
         line_timeout: float,
         host: str,
         port: int,
     ) -> int:
         """A cluster's relay listener in the core (edge_core/src/relay.rs) on (host, port): a
-        right relay line (``secret``) of kind http for a host with a plain route is answered
-        HERE and served by the adopting listener ``adopter``; ``handler`` gets every other
-        connection with the bytes read. Returns the port."""
-        listener, bound = self._core.listen_relay(secret, adopter, line_timeout, host, port)
+        right relay line (``secret``) of kind http or https for a host with a plain route on
+        that listener is answered HERE and served by that scheme's adopting listener
+        (``adopters``: the plain-HTTP one's id, the HTTPS one's); ``handler`` gets every
+        other connection with the bytes read. Returns the port."""
+        listener, bound = self._core.listen_relay(
+            secret, adopters[0], adopters[1], line_timeout, host, port
+        )
         self._public[listener] = handler
         self._by_port[bound] = listener
         return bound
@@ -219,6 +222,7 @@ class Carrier:
     def listen_adopting(
         self,
         handler: PublicHandler,
+        scheme: str = "http",
         *,
         head_timeout: float,
         idle_timeout: float,
@@ -227,11 +231,12 @@ class Carrier:
         max_total: int,
         max_per_address: int,
     ) -> int:
-        """A plain-HTTP listener of the core without a socket (its id): it serves the
-        connections :meth:`adopt` hands it as the public listener serves its own (the same
-        routes and rules, caps of its own), and hands ``handler`` what it would hand over."""
+        """A listener of the core without a socket (its id): it serves the connections
+        :meth:`adopt` hands it as the public listener of ``scheme`` serves its own (the same
+        routes and rules, caps of its own; "https": the decrypted stream of a connection
+        another instance terminated), and hands ``handler`` what it would hand over."""
         listener, _ = self._core.listen_public(
-            "http",
+            scheme,
             head_timeout=head_timeout,
             idle_timeout=idle_timeout,
             body_timeout=body_timeout,

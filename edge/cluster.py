@@ -23,6 +23,7 @@ the claim but no longer holds the endpoint answers as for any offline endpoint.
 """
 
 import asyncio
+import functools
 import hmac
 import logging
 import os
@@ -38,6 +39,7 @@ from edge.connections import stream_pair
 from edge.designation import designate, not_refused, rate_limited
 from edge.group_spread import GroupSpread
 from edge.session import MuxSession
+from edge.tls_spec import DEFAULT as DEFAULT_TLS
 
 log = logging.getLogger("edge.cluster")
 
@@ -113,8 +115,8 @@ class Cluster:
         self.instance_id = edge.settings.instance_id
         self.address = ""
         self.draining = False
-        # the core's listener that serves relayed HTTP connections (Carrier.listen_adopting)
-        self.adopting: Optional[int] = None
+        # the core's listeners that serve relayed connections by scheme (listen_adopting)
+        self.adopting: Dict[str, int] = {}
         self._relay_port: Optional[int] = None  # the relay listener's (the core's)
         self._lease: Optional[asyncio.Task] = None
         self._holders: Dict[str, Tuple[float, Optional[str]]] = {}  # name -> (at, address)
@@ -131,19 +133,25 @@ class Cluster:
         """The relay listener (the compiled core's: edge_core/src/relay.rs) and its adopting
         listener, then the instance's registry item and its lease."""
         s, es, carrier = self.settings, self.edge.settings, self.edge.carrier
-        self.adopting = carrier.listen_adopting(  # relayed HTTP connections, served by the core
-            self.handed_back,
-            head_timeout=es.head_timeout,
-            idle_timeout=es.idle_timeout,
-            body_timeout=http_io.BODY_TIMEOUT,
-            fresh_stream_body=es.fresh_stream_body,
-            max_total=es.max_connections,
-            max_per_address=es.max_connections_per_address,
-        )
+        adopters = []
+        for scheme in ("http", "https"):  # relayed HTTP(S/1.1) connections, served by the core
+            adopters.append(
+                carrier.listen_adopting(
+                    functools.partial(self.handed_back, scheme),
+                    scheme,
+                    head_timeout=es.head_timeout,
+                    idle_timeout=es.idle_timeout,
+                    body_timeout=http_io.BODY_TIMEOUT,
+                    fresh_stream_body=es.fresh_stream_body,
+                    max_total=es.max_connections,
+                    max_per_address=es.max_connections_per_address,
+                )
+            )
+        self.adopting = {"http": adopters[0], "https": adopters[1]}
         port = carrier.listen_relay(
             self._relay_handed,
             s.secret.encode(),
-            self.adopting,
+            (adopters[0], adopters[1]),
             PREAMBLE_TIMEOUT,
             s.relay_host,
             s.relay_port,
@@ -698,10 +706,13 @@ class Cluster:
 
         edge = self.edge
         kind = kind[1:] if kind in GROUP_KINDS or kind in CLOUD_KINDS else kind
-        if kind == "http" and self.adopting is not None and http_io.detachable(writer):
+        adopting = self.adopting.get(kind)  # http, https (HTTP/1.1 over TLS the relaying
+        if kind == "https" and edge.tls.spec_for(arg).key != DEFAULT_TLS.key:  # terminated)
+            adopting = None  # the name's own TLS settings: Python checks requests against them
+        if adopting is not None and http_io.detachable(writer):
             detached = await http_io.detach(reader, writer)  # the core serves it from here,
             if detached is not None:  # as one of its public listener's own connections
-                edge.carrier.adopt(self.adopting, detached[0], peer, detached[1])
+                edge.carrier.adopt(adopting, detached[0], peer, detached[1])
         elif kind == "http":
             await HttpFront(edge, "http").handle(reader, _RelayedWriter(writer, peer))
         elif kind in ("https", "h2"):
@@ -717,6 +728,7 @@ class Cluster:
 
     async def handed_back(
         self,
+        scheme: str,
         sock: socket.socket,
         data: bytes,
         first: bool,
@@ -724,14 +736,19 @@ class Cluster:
         peer: Tuple[str, int] = ("", 0),
         local: Tuple[str, int] = ("", 0),
     ) -> None:
-        """A relayed HTTP connection the core's adopting listener hands back (a request it
-        does not serve itself), with the bytes it read: Python's HTTP path serves the rest,
-        as for a relayed connection it took whole (never relayed again)."""
+        """A relayed connection the core's adopting listener of ``scheme`` hands back (a
+        request it does not serve itself), with the bytes it read: Python's HTTP path serves
+        the rest, as for a relayed connection it took whole (never relayed again). HTTPS: the
+        name it was handshaken for asked nothing more of TLS (the core adopts a connection
+        only for a name with a plain route), so its settings are the default's."""
         from edge.public import HttpFront
 
         streams = await stream_pair(sock, data)
         if streams is not None:
-            await HttpFront(self.edge, "http").handle(streams[0], _RelayedWriter(streams[1], peer))
+            spec = DEFAULT_TLS if scheme == "https" else None
+            await HttpFront(self.edge, scheme).handle(
+                streams[0], _RelayedWriter(streams[1], peer, spec)
+            )
 
 
 async def _read_line(reader: asyncio.StreamReader) -> bytes:

@@ -207,11 +207,18 @@ class Core:
         to ``a`` first. Its end comes in ``take`` as a carried connection's under the id
         returned: (bytes read from ``a``, bytes written to it)."""
     def listen_relay(
-        self, secret: bytes, adopter: int, line_timeout: float, host: str, port: int
+        self,
+        secret: bytes,
+        adopter: int,
+        tls_adopter: int,
+        line_timeout: float,
+        host: str,
+        port: int,
     ) -> Tuple[int, int]:
         """A cluster's relay listener on (host, port) (edge_core/src/relay.rs): a relay line
-        with ``secret``, of kind http, for a host with a plain route is answered HERE and
-        served by the adopting listener ``adopter``; every other connection comes in
+        with ``secret``, of kind http (https), for a host with a plain route on the plain-HTTP
+        (HTTPS) listener is answered HERE and served by the adopting listener ``adopter``
+        (``tls_adopter``, whose scheme is https); every other connection comes in
         ``take`` under the id returned with the bytes read; no whole line within
         ``line_timeout``: closed. Returns (listener id, port)."""
     def set_relay(

@@ -208,10 +208,12 @@ impl Carrier {
         Ok((id, local))
     }
 
-    /// A plain-HTTP listener without a socket of its own: it serves the connections handed
-    /// to it (`adopt`: a cluster's relayed connections on the instance holding their
-    /// endpoint) as the public listener serves its own, with its own connection caps, and
-    /// hands back to Python under its id what it would hand over. Its id.
+    /// A listener without a socket of its own: it serves the connections handed to it
+    /// (`adopt`: a cluster's relayed connections on the instance holding their endpoint) as
+    /// the public listener of its scheme serves its own (scheme "https": the decrypted stream
+    /// of a connection another instance terminated, served by the HTTPS listener's routes),
+    /// with its own connection caps, and hands back to Python under its id what it would
+    /// hand over. Its id.
     pub fn adopter(&self, spec: PublicListen) -> u64 {
         let public = self.public(spec);
         let id = public.id;
@@ -224,7 +226,7 @@ impl Carrier {
 
     /// Start a cluster's relay listener (relay.rs `accept_loop`): a right relay line for a
     /// host with a plain route is answered HERE and the connection served by the adopting
-    /// listener `adopter`; every other connection goes to Python under the id returned, with
+    /// listener `adopter` (kind http) or `tls_adopter` (kind https, the decrypted stream); every other connection goes to Python under the id returned, with
     /// the bytes read. Its id and address.
     pub fn listen_relay(
         &self,
@@ -232,14 +234,23 @@ impl Carrier {
         secret: Vec<u8>,
         line_timeout: Duration,
         adopter: u64,
+        tls_adopter: u64,
     ) -> io::Result<(u64, SocketAddr)> {
-        let adopter = self
-            .adopters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&adopter)
-            .cloned()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such adopting listener"))?;
+        let find = |id: u64, scheme: &str| {
+            self.adopters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&id)
+                .filter(|p| p.spec.scheme == scheme)
+                .cloned()
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("no {scheme} adopting listener"),
+                    )
+                })
+        };
+        let (adopter, tls_adopter) = (find(adopter, "http")?, find(tls_adopter, "https")?);
         let listener = self.bind(at)?;
         let local = listener.local_addr()?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -248,6 +259,7 @@ impl Carrier {
             secret,
             line_timeout,
             adopter,
+            tls_adopter,
         });
         let task = self
             .runtime()

@@ -203,7 +203,6 @@ pub fn openssl_name(suite: CipherSuite) -> &'static str {
 impl Conn for TlsStream<TcpStream> {
     type Reader<'a> = tokio::io::ReadHalf<&'a mut TlsStream<TcpStream>>;
     type Writer<'a> = tokio::io::WriteHalf<&'a mut TlsStream<TcpStream>>;
-    const TLS: bool = true;
 
     fn halves(&mut self) -> (Self::Reader<'_>, Self::Writer<'_>) {
         tokio::io::split(self)

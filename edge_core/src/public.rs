@@ -720,15 +720,11 @@ pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
 
     /// What the TLS handshake agreed, for a connection the core terminated.
     fn tls_facts(&self) -> Option<TlsFacts>;
-
-    /// Served over TLS the core terminated.
-    const TLS: bool;
 }
 
 impl Conn for TcpStream {
     type Reader<'a> = ReadHalf<'a>;
     type Writer<'a> = WriteHalf<'a>;
-    const TLS: bool = false;
 
     fn halves(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
         self.split()
@@ -909,7 +905,7 @@ pub(crate) async fn connection<C: Conn>(
                     let keep = bodiless && !close && !head.close;
                     let record = Served {
                         route: route.key,
-                        tls: C::TLS,
+                        tls: public.spec.scheme == "https", // a relayed one too (adopted)
                         peer,
                         local,
                         request_head: buf[..len].to_vec(),
@@ -1210,7 +1206,7 @@ async fn exchange<C: Conn>(
     };
     let mut record = Served {
         route: leg.route.key,
-        tls: C::TLS,
+        tls: spec.scheme == "https", // a relayed one too (adopted)
         peer,
         local,
         request_head: raw_head,

@@ -255,8 +255,9 @@ impl Core {
     }
 
     /// Start the public plain-HTTP listener (public.rs). Returns (listener id, port).
-    /// With `adopting`: a plain-HTTP listener without a socket (no host, port or fd), which
-    /// serves the connections handed to it by `adopt`; its port is 0.
+    /// With `adopting`: a listener without a socket (no host, port or fd), which serves the
+    /// connections handed to it by `adopt` (plain TCP carrying HTTP, or the decrypted stream
+    /// of HTTPS another instance terminated, by the HTTPS listener's routes); its port is 0.
     #[pyo3(signature = (scheme, *, head_timeout, idle_timeout, body_timeout, fresh_stream_body,
                         max_total, max_per_address, host = None, port = 0, fd = None,
                         handshake_timeout = 15.0, adopting = false))]
@@ -279,10 +280,8 @@ impl Core {
         if scheme != "http" && scheme != "https" {
             return Err(PyValueError::new_err("scheme: http or https"));
         }
-        if adopting && (scheme != "http" || host.is_some() || fd.is_some()) {
-            return Err(PyValueError::new_err(
-                "an adopting listener is plain HTTP, without a socket",
-            ));
+        if adopting && (host.is_some() || fd.is_some()) {
+            return Err(PyValueError::new_err("an adopting listener has no socket"));
         }
         if max_total == 0 || max_per_address == 0 {
             return Err(PyValueError::new_err("the connection caps must be > 0"));
@@ -547,10 +546,12 @@ impl Core {
     /// the adopting listener `adopter`; every other connection comes in `take` under the id
     /// returned with the bytes read; no whole line within `line_timeout`: closed. Returns
     /// (listener id, port).
+    #[allow(clippy::too_many_arguments)]
     fn listen_relay(
         &self,
         secret: Vec<u8>,
         adopter: u64,
+        tls_adopter: u64,
         line_timeout: f64,
         host: String,
         port: u16,
@@ -565,6 +566,7 @@ impl Core {
                 secret,
                 seconds(line_timeout, "line_timeout")?,
                 adopter,
+                tls_adopter,
             )
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok((id, local.port()))

@@ -131,37 +131,45 @@ pub const PREAMBLE: &[u8] = b"NGRELAY1";
 pub const MAX_LINE: usize = 512;
 
 /// The relay listener of a cluster instance (edge/cluster.py's rules): a connection whose
-/// relay line is whole and right (the secret compared in constant time), of kind `http`, for a
-/// host this instance has a plain route for, gets `HERE` and is served by `adopter` (the
-/// adopting listener: public.rs `adopted`) as the original client's, whose address the line
-/// names. Every other connection goes to Python with the bytes read (its line included), which
+/// relay line is whole and right (the secret compared in constant time), of kind `http` (or
+/// `https`: the decrypted stream of a TLS connection the relaying instance terminated), for a
+/// host this instance has a plain route for on that listener, gets `HERE` and is served by
+/// that scheme's adopting listener (public.rs `adopted`) as the original client's, whose
+/// address the line names. Every other connection goes to Python with the bytes read (its line included), which
 /// applies the same rules and answers or closes as it always did; a connection that sends no
 /// whole line within `line_timeout` (or nothing) is closed.
 pub struct RelayListen {
     pub id: u64,
     pub secret: Vec<u8>,
     pub line_timeout: Duration,
+    /// The adopting listeners: the plain-HTTP one's and the HTTPS one's (scheme "https",
+    /// the HTTPS listener's routes, over the plain relay connection).
     pub adopter: Arc<crate::public::Public>,
+    pub tls_adopter: Arc<crate::public::Public>,
 }
 
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// What a whole relay line asks the core, when the core can answer it: the host and the
-/// original client. None: Python's.
-pub fn served_here(line: &[u8], secret: &[u8]) -> Option<(String, SocketAddr)> {
+/// What a whole relay line asks the core, when the core can answer it: whether it is the
+/// decrypted stream of an HTTPS connection, the host and the original client. None: Python's.
+pub fn served_here(line: &[u8], secret: &[u8]) -> Option<(bool, String, SocketAddr)> {
     let text = std::str::from_utf8(line).ok()?;
     let parts: Vec<&str> = text.split_ascii_whitespace().collect();
     if parts.len() != 6 || parts[0].as_bytes() != PREAMBLE {
         return None;
     }
-    if !same(parts[1].as_bytes(), secret) || parts[2] != "http" {
+    if !same(parts[1].as_bytes(), secret) || !matches!(parts[2], "http" | "https") {
         return None;
     }
     let ip: std::net::IpAddr = parts[4].parse().ok()?;
     let port: u16 = parts[5].parse().ok()?;
-    Some((parts[3].to_ascii_lowercase(), SocketAddr::new(ip, port)))
+    Some((
+        parts[2] == "https",
+        parts[3].to_ascii_lowercase(),
+        SocketAddr::new(ip, port),
+    ))
 }
 
 pub async fn accept_loop(listener: tokio::net::TcpListener, spec: Arc<RelayListen>) {
@@ -195,20 +203,24 @@ async fn relayed_in(mut tcp: TcpStream, peer: SocketAddr, spec: Arc<RelayListen>
             _ => return, // closed, failed or no line in time: closed, nothing answered
         }
     };
-    let here = end
-        .and_then(|end| served_here(&buf[..end], &spec.secret))
-        .filter(|(host, _)| spec.adopter.routes.get(host).is_some());
-    let Some((_, client)) = here else {
+    let here = end.and_then(|end| served_here(&buf[..end], &spec.secret));
+    let adopter = match &here {
+        Some((false, _, _)) => &spec.adopter,
+        Some((true, _, _)) => &spec.tls_adopter,
+        None => return hand_to_python(tcp, peer, buf, &spec),
+    };
+    let Some((_, _, client)) = here.filter(|(_, host, _)| adopter.routes.get(host).is_some())
+    else {
         return hand_to_python(tcp, peer, buf, &spec);
     };
-    let Some(ticket) = spec.adopter.admission.admit(client.ip()) else {
+    let Some(ticket) = adopter.admission.admit(client.ip()) else {
         return hand_to_python(tcp, peer, buf, &spec); // at a cap: Python's rules answer
     };
     if tcp.write_all(HERE).await.is_err() {
         return;
     }
     let rest = buf.split_off(end.unwrap_or(0) + 2);
-    crate::public::adopted(tcp, client, spec.adopter.clone(), ticket, rest).await;
+    crate::public::adopted(tcp, client, adopter.clone(), ticket, rest).await;
 }
 
 fn hand_to_python(tcp: TcpStream, peer: SocketAddr, data: Vec<u8>, spec: &RelayListen) {

@@ -358,12 +358,16 @@ fn a_relay_line_is_the_cores_only_when_whole_and_right() {
     let client: std::net::SocketAddr = "203.0.113.9:4444".parse().unwrap();
     assert_eq!(
         served_here(b"NGRELAY1 s3cret http A.test 203.0.113.9 4444", b"s3cret"),
-        Some(("a.test".to_string(), client))
+        Some((false, "a.test".to_string(), client))
+    );
+    assert_eq!(
+        served_here(b"NGRELAY1 s3cret https s.test 203.0.113.9 4444", b"s3cret"),
+        Some((true, "s.test".to_string(), client))
     );
     for line in [
         &b"NGRELAY1 s3creT http a.test 203.0.113.9 4444"[..],
         b"NGRELAY1 s3cre http a.test 203.0.113.9 4444",
-        b"NGRELAY1 s3cret https a.test 203.0.113.9 4444",
+        b"NGRELAY1 s3cret h2 a.test 203.0.113.9 4444",
         b"NGRELAY1 s3cret tcp 80 203.0.113.9 4444",
         b"NGRELAY2 s3cret http a.test 203.0.113.9 4444",
         b"NGRELAY1 s3cret http a.test - 0",
@@ -388,15 +392,56 @@ fn a_relay_line_is_the_cores_only_when_whole_and_right() {
 async fn the_relay_listener_serves_a_right_line_and_hands_python_the_rest() {
     let (carrier, _, session, mut agent) = setup(16);
     let adopter = carrier.adopter(spec(16));
+    let tls_adopter = carrier.adopter(PublicListen {
+        scheme: "https".into(),
+        ..spec(16)
+    });
     carrier.routes.set("a.test".into(), route(&session));
+    carrier.tls_routes.set("s.test".into(), route(&session));
     let (relay_id, local) = carrier
         .listen_relay(
             Where::Bind("127.0.0.1".into(), 0),
             b"s3cret".to_vec(),
             Duration::from_millis(300),
             adopter,
+            tls_adopter,
         )
         .unwrap();
+    // the decrypted stream of an HTTPS connection another instance terminated: served by
+    // the HTTPS listener's routes, as HTTPS
+    let mut relay = TcpStream::connect(local).await.unwrap();
+    relay
+        .write_all(b"NGRELAY1 s3cret https s.test 10.1.2.3 4567\r\nGET /s HTTP/1.1\r\nHost: s.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut here = [0u8; 6];
+    relay.read_exact(&mut here).await.unwrap();
+    assert_eq!(&here, b"HERE\r\n");
+    let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    assert!(has(&got, b"\"Proto\": \"https\""));
+    assert!(has(&got, b"x-forwarded-proto: https\r\n"));
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    );
+    agent.write_all(&answer).await.unwrap();
+    read_response(&mut relay, b"ok").await;
+    // an http line for the HTTPS listener's host (no plain-HTTP route): Python's
+    let line = b"NGRELAY1 s3cret http s.test 10.1.2.3 4567\r\n";
+    let mut other = TcpStream::connect(local).await.unwrap();
+    other.write_all(line).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut conns = Vec::new();
+    while conns.is_empty() && Instant::now() < deadline {
+        conns.extend(carrier.inbox().take().conns);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!((conns.len(), &conns[0].data[..]), (1, &line[..]));
+
     let mut relay = TcpStream::connect(local).await.unwrap();
     relay
         .write_all(

@@ -145,7 +145,15 @@ def test_an_unknown_name_gets_the_same_offline_answer_everywhere(cluster):
 
 
 def test_https_http1_and_http2_are_relayed(cluster, on_first):
+    """Through instances 1 and 2, HTTP/1.1 and HTTP/2 over TLS reach the holder (instance 0);
+    the HTTP/1.1 requests' decrypted streams are served by the holder's core (its relay
+    listener hands them to its adopting HTTPS listener), the HTTP/2 ones by Python."""
     _, host = on_first
+
+    def served() -> float:
+        return metric(cluster.metrics(0), "edge_core_http_requests_total")
+
+    before = _settled(served)
     for index in (1, 2):
         port = cluster.https_port(index)
         for flag in ("--http1.1", "--http2"):
@@ -173,6 +181,7 @@ def test_https_http1_and_http2_are_relayed(cluster, on_first):
             got = json.loads(body)
             assert got["path"] == "/echo?tls=1"
             assert got["headers"].get("X-Forwarded-Proto") == "https"
+    assert _settled(served) - before == 2  # the two HTTP/1.1 requests
 
 
 def test_websocket_through_a_relay(cluster, on_first):
