@@ -9,12 +9,18 @@ client address's connections for the per-address cap, among all for the total); 
 waiting, the new connection is refused (closed at once). A busy connection is never evicted.
 """
 
-import asyncio
 import collections
-from typing import Dict, Optional
+from typing import Dict, Optional, Protocol
 
 MAX_PUBLIC_CONNECTIONS = 10_000  # public connections held at once, all addresses
 MAX_CONNECTIONS_PER_ADDRESS = 512  # ... from one client address
+
+
+class Closable(Protocol):
+    """What a cap closes to make room: an asyncio transport, or a TCP port's connection the
+    core handed over (edge/tcp_front.py; busy, never evicted)."""
+
+    def abort(self) -> None: ...
 
 
 class Ticket:
@@ -22,7 +28,7 @@ class Ticket:
 
     __slots__ = ("address", "transport", "waiting")
 
-    def __init__(self, address: str, transport: Optional[asyncio.Transport]):
+    def __init__(self, address: str, transport: Optional[Closable]):
         self.address = address
         self.transport = transport
         self.waiting = False
@@ -44,7 +50,7 @@ class Admission:
         self.evicted = 0
         self.refused = 0
 
-    def admit(self, address: str, transport: asyncio.Transport) -> Optional[Ticket]:
+    def admit(self, address: str, transport: Closable) -> Optional[Ticket]:
         """A ticket for a new connection from ``address``, or None (refused: close it)."""
         if self._per_address.get(address, 0) >= self.max_per_address and not self._evict(
             self._waiting_by_address.get(address)

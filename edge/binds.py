@@ -7,7 +7,6 @@ Rules (who may bind what) are the core's (chalicelib.core.binding); this room ap
 this instance and keeps the registry, the TCP listeners and the store in step.
 """
 
-import asyncio
 import functools
 import logging
 from typing import TYPE_CHECKING, Optional, Tuple
@@ -270,13 +269,13 @@ class Binds:
     async def ensure_port_listener(self, port: int) -> None:
         """One listener per TCP port, shared by an agent's TCP endpoint and a TCP edge's
         reserved address (OSError when the port cannot be bound)."""
-        if port not in self.edge.port_listeners:
-            self.edge.port_listeners[port] = await asyncio.start_server(
-                functools.partial(self.edge.tcp.connection, port),
+        if port not in self.edge.port_listeners:  # the core's (edge/tcp_front.py)
+            self.edge.port_listeners[port] = self.edge.carrier.listen_tcp(
+                functools.partial(self.edge.tcp.accepted, port),
                 self.edge.settings.host,
                 port,
-                reuse_port=self.edge.cluster is not None,
-            )  # every instance: edge.cluster
+                shared=self.edge.cluster is not None,  # every instance: edge.cluster
+            )
 
     def release_port(self, port: int) -> None:
         if (
@@ -285,9 +284,8 @@ class Binds:
             or port in self.edge.registry.by_port
         ):
             return
-        server = self.edge.port_listeners.pop(port, None)
-        if server is not None:
-            server.close()
+        if self.edge.port_listeners.pop(port, None) is not None:
+            self.edge.carrier.close(port)
 
     async def add_labeled(self, tunnel: Tunnel) -> None:
         self.edge.registry.add(tunnel)

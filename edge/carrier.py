@@ -198,6 +198,17 @@ class Carrier:
         """(connections the core relayed by a relay route, those the holder did not take)."""
         return self._core.relay_counts()
 
+    def listen_tcp(
+        self, handler: PublicHandler, host: str, port: int, shared: bool = False
+    ) -> int:
+        """A TCP port's listener in the core (a TCP endpoint's, a reserved address's): each
+        connection goes to ``handler`` at once, as a socket (nothing read); ``shared``:
+        SO_REUSEPORT (a cluster's instances on one host). Returns the port."""
+        listener, bound = self._core.listen_tcp(host, port, shared=shared)
+        self._public[listener] = handler
+        self._by_port[bound] = listener
+        return bound
+
     def listen_relay(
         self,
         handler: PublicHandler,

@@ -203,6 +203,11 @@ class TcpConn:
         self.started = time.perf_counter()
         self.wall = time.time()
 
+    def attach(self, reader: Any, writer: Any) -> None:
+        """Count what ``reader`` and ``writer`` carry from now on (a connection made a
+        stream pair after it started: edge/tcp_front.py)."""
+        self.reader._inner, self.writer._inner = reader, writer
+
     def carried(self, bytes_in: int, bytes_out: int) -> None:
         """Bytes the core carried past the reader and the writer (edge/http_io.py splice)."""
         self.reader.count += bytes_in
@@ -217,15 +222,16 @@ def tcp_closed(
     edge: Any,
     conn: TcpConn,
     peer: Any,
-    writer: Any,
+    local: Any,
     hop: Any,
     cloud: bool = False,
     state: Any = None,
 ) -> None:
-    """A TCP endpoint connection ended: one record (none when no endpoint took it)."""
+    """A TCP endpoint connection ended: one record (none when no endpoint took it);
+    ``local`` is the edge's address the client connected to."""
     if hop is None or not hop.account_id:
         return
-    sock = writer.get_extra_info("sockname") or ("", 0)
+    sock = local or ("", 0)
     hub_of(edge).record(
         Record(
             kind="tcp",

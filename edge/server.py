@@ -98,7 +98,7 @@ class Edge:
         self._unauthenticated: Dict[str, int] = {}  # address -> connections not yet authed
         self._counted: "weakref.WeakSet[Any]" = weakref.WeakSet()  # sessions no longer counted
         self.connections: set = set()  # tasks of open connections (agents, public)
-        self.port_listeners: dict = {}  # TCP port -> its listener (agent endpoints, TCP edges)
+        self.port_listeners: dict = {}  # TCP port -> its port in the core (endpoints, edges)
         self.reserved_ports: set = set()  # ports of reserved addresses (TCP edges), kept fresh
         # a cluster's generated TCP ports held by any instance (edge.edges.watch_reserved_ports)
         self.cluster_ports: set = set()
@@ -329,8 +329,8 @@ class Edge:
             self._tls_watcher.cancel()
             self._ban_watcher.cancel()
             self._audit_outbox.cancel()
-        for server in self.port_listeners.values():
-            server.close()
+        for port in self.port_listeners:
+            self.carrier.close(port)
         if self.cluster is not None:  # drain: agents asked to reconnect when idle
             await self.cluster.drain_sessions()
             await self.cluster.stop()

@@ -206,6 +206,10 @@ class Core:
         the core owns both descriptors from then on. ``to_b`` goes to ``b`` first, ``to_a``
         to ``a`` first. Its end comes in ``take`` as a carried connection's under the id
         returned: (bytes read from ``a``, bytes written to it)."""
+    def listen_tcp(self, host: str, port: int, *, shared: bool = False) -> Tuple[int, int]:
+        """A TCP port's listener on (host, port) (SO_REUSEPORT with ``shared``): every
+        connection comes in ``take`` at once, nothing read, under the id returned. Returns
+        (listener id, port)."""
     def listen_relay(
         self,
         secret: bytes,

@@ -21,7 +21,7 @@ use crate::heartbeat;
 use crate::inbox::{Accepted, Inbox};
 use crate::mux::Limits;
 use crate::public::{
-    self, Admission, Certs, Public, PublicCounters, PublicListen, Routes, Tallies,
+    self, Admission, Certs, Handed, Public, PublicCounters, PublicListen, Routes, Tallies,
 };
 use crate::quickack::QuickAck;
 use crate::relay::Relays;
@@ -40,6 +40,8 @@ pub const BACKLOG: u32 = 1024;
 pub enum Where {
     /// Bind this host and port (port 0: any free port).
     Bind(String, u16),
+    /// The same, with SO_REUSEPORT: every instance of a cluster on one host listens on it.
+    BindShared(String, u16),
     /// A socket already bound and listening (handed over by a supervisor).
     Socket(StdTcpListener),
 }
@@ -92,6 +94,11 @@ pub struct Carrier {
     admissions: Mutex<Vec<Arc<Admission>>>,
     /// Listeners without a socket of their own: connections Python hands in (`adopt`).
     adopters: Mutex<HashMap<u64, Arc<Public>>>,
+}
+
+enum Kind {
+    Own,
+    Shared,
 }
 
 /// Decrements a counter when dropped.
@@ -153,12 +160,17 @@ impl Carrier {
 
     fn bind(&self, at: Where) -> io::Result<TcpListener> {
         let _entered = self.runtime().enter();
+        let at_kind = match at {
+            Where::BindShared(..) => Kind::Shared,
+            _ => Kind::Own,
+        };
         match at {
             Where::Socket(listener) => {
                 listener.set_nonblocking(true)?;
                 TcpListener::from_std(listener)
             }
-            Where::Bind(host, port) => {
+            Where::Bind(host, port) | Where::BindShared(host, port) => {
+                let shared = matches!(at_kind, Kind::Shared);
                 let addr = (host.as_str(), port)
                     .to_socket_addrs()?
                     .next()
@@ -168,6 +180,9 @@ impl Carrier {
                     SocketAddr::V6(_) => TcpSocket::new_v6()?,
                 };
                 socket.set_reuseaddr(true)?;
+                if shared {
+                    socket.set_reuseport(true)?;
+                }
                 socket.bind(addr)?;
                 socket.listen(BACKLOG)
             }
@@ -264,6 +279,46 @@ impl Carrier {
         let task = self
             .runtime()
             .spawn(crate::relay::accept_loop(listener, spec));
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, task);
+        Ok((id, local))
+    }
+
+    /// Start a TCP port's listener (a TCP endpoint's or a reserved address's): every
+    /// connection is handed to Python at once (Python decides where it goes, then the core
+    /// carries it: `splice`), under the id returned. Its id and address.
+    pub fn listen_tcp(&self, at: Where) -> io::Result<(u64, SocketAddr)> {
+        let listener = self.bind(at)?;
+        let local = listener.local_addr()?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let inbox = self.inbox.clone();
+        let task = self.runtime().spawn(async move {
+            loop {
+                let (tcp, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                let here = tcp.local_addr().unwrap_or(local);
+                let Ok(std) = tcp.into_std() else {
+                    continue;
+                };
+                inbox.push_conn(Handed {
+                    listener: id,
+                    fd: OwnedFd::from(std),
+                    peer,
+                    local: here,
+                    data: Vec::new(),
+                    first: true,
+                    tls: None,
+                });
+            }
+        });
         self.listeners
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -572,6 +572,23 @@ impl Core {
         Ok((id, local.port()))
     }
 
+    /// A TCP port's listener on (host, port) (SO_REUSEPORT with `shared`: a cluster's
+    /// instances on one host): every connection comes in `take` at once under the id
+    /// returned, for Python to decide. Returns (listener id, port).
+    #[pyo3(signature = (host, port, *, shared = false))]
+    fn listen_tcp(&self, host: String, port: u16, shared: bool) -> PyResult<(u64, u16)> {
+        let at = if shared {
+            Where::BindShared(host, port)
+        } else {
+            Where::Bind(host, port)
+        };
+        let (id, local) = self
+            .carrier
+            .listen_tcp(at)
+            .map_err(|e| PyOSError::new_err(e.to_string()))?;
+        Ok((id, local.port()))
+    }
+
     /// Serve the connected TCP socket `fd` (the core's from now on, taken or not) on the
     /// adopting listener `listener` as one it accepted from `ip`:`port`, `data` (the bytes
     /// read from it already) first. False when it was not taken: no such listener, an

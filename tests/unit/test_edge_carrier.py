@@ -101,3 +101,52 @@ def test_a_pair_that_does_not_load_is_refused_with_its_reason(tls_pair):
         )
     with pytest.raises(ValueError, match="certificate chain"):
         core.listen_agents(lambda *a: None, b"", key, [], host="127.0.0.1")
+
+
+def test_a_tcp_ports_listener_hands_each_connection_over_as_a_socket_with_its_addresses():
+    """A TCP port's listener (``Carrier.listen_tcp``, edge/tcp_front.py): each connection is
+    handed over at once, nothing read, as a connected socket with the client's and the
+    listener's addresses; ``shared`` lets a second listener (a cluster's other instance on
+    the host) take the same port, which a listener of its own does not; a closed one takes
+    no more."""
+
+    async def main():
+        core = carrier.Carrier(threads=1)
+        core.start(asyncio.get_running_loop())
+        got: asyncio.Queue = asyncio.Queue()
+
+        async def handler(sock, data, first, tls, peer, local):
+            await got.put((sock, data, first, tls, peer, local))
+
+        port = core.listen_tcp(handler, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"early")
+        await writer.drain()
+        sock, data, first, tls, peer, local = await asyncio.wait_for(got.get(), 10)
+        mine = writer.get_extra_info("sockname")
+        facts = (data, first, tls, peer, local)
+        sock.setblocking(True)
+        sock.settimeout(10)
+        read = sock.recv(16)  # the client's bytes are still in the socket: Python's to read
+        sock.sendall(b"pong")
+        pong = await asyncio.wait_for(reader.readexactly(4), 10)
+        sock.close()
+        writer.close()
+        with pytest.raises(OSError):
+            core.listen_tcp(handler, "127.0.0.1", port)  # taken, not shared
+        shared = core.listen_tcp(handler, "127.0.0.1", 0, shared=True)
+        assert core.listen_tcp(handler, "127.0.0.1", shared, shared=True) == shared
+        core.close(port)
+        await asyncio.sleep(0.1)
+        try:
+            refused = await asyncio.open_connection("127.0.0.1", port)
+            refused[1].close()
+            closed = False
+        except OSError:
+            closed = True
+        core.stop()
+        return facts, mine, read, pong, closed, port
+
+    facts, mine, read, pong, closed, port = _run(main())
+    assert facts == (b"", True, None, ("127.0.0.1", mine[1]), ("127.0.0.1", port))
+    assert read == b"early" and pong == b"pong" and closed
