@@ -17,7 +17,8 @@ endpoint / a second ``-R`` forward to a sink-and-source server of this script's 
     .venv/bin/python bench/edge_bench/bench_peers.py [--seconds 5] [--runs 3] [--only get20,get1,...]
 
 Cases (``--only``): get20, get1 (small GET at 20 and 1 connections), sweep (POST 1 KiB-16 MiB at
-one connection), post20 (1 MiB POST at 20 connections), bulk (TCP 256 MiB each way), https (a
+one connection), post20 (1 MiB POST at 20 connections), bulk (TCP 256 MiB each way), tcpconn
+(a new TCP connection per one-byte exchange, 8 at a time: edge vs ssh -R), https (a
 new TLS connection per request: edge vs nginx), policy (a 5-rule traffic policy vs none, edge),
 cores (small GET at 20 connections with the edge on one core, then on all: requests/s and how
 the core's worker threads share its CPU), growth (edge CPU per request with 1 and 1,000
@@ -501,6 +502,60 @@ def bulk(port: int, direction: str, size: int = BULK) -> Dict[str, Any]:
     }
 
 
+def tcp_connects(port: int, seconds: float, threads: int = 8) -> Dict[str, Any]:
+    """A new TCP connection per exchange (one byte up, the bulk server's b"k" back), from
+    ``threads`` threads for ``seconds``: exchanges made, per second."""
+    done = [0] * threads
+    errors = [0] * threads
+    stop = time.monotonic() + seconds
+    own = time.process_time()
+
+    def loop(index: int) -> None:
+        while time.monotonic() < stop:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                    sock.sendall(b"U" + (1).to_bytes(8, "big") + b"x")
+                    if sock.recv(1) == b"k":
+                        done[index] += 1
+                    else:
+                        errors[index] += 1
+            except OSError:
+                errors[index] += 1
+
+    started = time.perf_counter()
+    workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - started
+    return {
+        "requests": sum(done),
+        "rps": sum(done) / elapsed,
+        "errors": sum(errors),
+        "_usage": None,
+        "_own": time.process_time() - own,
+    }
+
+
+def tcpconn_case(stack: "Stack", runs: int, seconds: float) -> Dict[str, Any]:
+    groups = {
+        "edge": Group(
+            {"edge": stack.edge.process.pid, "sdk": stack.agent.pid, "upstream": stack.bulk.pid}
+        ),
+        "ssh": Group({"sshd": stack.sshd.pid, "ssh": stack.ssh.pid, "upstream": stack.bulk.pid}),
+        "direct": Group({"upstream": stack.bulk.pid}),
+    }
+    ports = {"edge": stack.edge_tcp, "ssh": stack.ssh_bulk, "direct": stack.bulk_port}
+    results: Dict[str, List[Dict[str, Any]]] = {p: [] for p in ports}
+    for _ in range(runs):
+        for path, port in ports.items():
+            r = measure(groups[path], lambda: tcp_connects(port, seconds))
+            r["cpu_us"]["client"] = 1e6 * r.pop("_own") / max(1, r["requests"])
+            results[path].append(r)
+    return {path: median_of(rs) for path, rs in results.items()}
+
+
 # ---- the stack -------------------------------------------------------------------------------
 class Stack:
     def __init__(self, tmp: str, procs: Procs, growth: bool = False):
@@ -979,7 +1034,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--sweep-seconds", type=float, default=2)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", default="get20,get1,sweep,post20,bulk,https,policy,cores,growth")
+    parser.add_argument(
+        "--only", default="get20,get1,sweep,post20,bulk,tcpconn,https,policy,cores,growth"
+    )
     parser.add_argument("--paths", default="edge,ssh,nginx,direct,floor")
     parser.add_argument(
         "--sizes",
@@ -1057,6 +1114,14 @@ def main() -> int:
                     for path, row in rows.items():
                         parts = ", ".join(f"{k} {v:.0f}" for k, v in row["cpu_us"].items())
                         print(f"  {path:<8} {row['mbps']:>8.0f} MB/s   CPU µs per MiB: {parts}")
+            if "tcpconn" in only:
+                results["tcpconn"] = tcpconn_case(stack, args.runs, args.seconds)
+                print("\nTCP, a new connection per one-byte exchange, 8 at a time")
+                for path, row in results["tcpconn"].items():
+                    parts = ", ".join(f"{k} {v:.0f}" for k, v in row["cpu_us"].items())
+                    print(
+                        f"  {path:<8} {row['rps']:>8.0f} conn/s   CPU µs per connection: {parts}"
+                    )
             if "https" in only:
                 results["https"] = http_case(
                     stack,
