@@ -721,6 +721,11 @@ class Cluster:
                 await h2front.H2Server(edge, reader, relayed).run()
             else:
                 await HttpFront(edge, "https").handle(reader, relayed)
+        elif kind == "tcp" and arg.isdigit() and http_io.detachable(writer):
+            local = writer.get_extra_info("sockname") or ("", 0)
+            detached = await http_io.detach(reader, writer)  # decided here, carried by the core
+            if detached is not None:
+                await edge.tcp.relayed_in(int(arg), detached[0], detached[1], peer, local)
         elif kind == "tcp" and arg.isdigit():
             await edge.tcp.connection(int(arg), reader, _RelayedWriter(writer, peer))
         else:

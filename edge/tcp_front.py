@@ -38,9 +38,13 @@ class _Client:
         sock: Optional[socket.socket] = None,
         reader: Any = None,
         writer: Any = None,
+        first: bytes = b"",
+        relayed: bool = False,
     ):
         self.peer, self.local = peer, local
         self.sock, self.writer = sock, writer
+        self.first = first  # bytes read from the socket already: the agent's first
+        self.relayed = relayed  # another instance relayed it here: never relayed again
         self.counted = observe.counting(reader, writer)  # bytes, for tcp_connection_closed.v0
 
     async def streams(self) -> Optional[Tuple[Any, Any]]:
@@ -48,7 +52,7 @@ class _Client:
         None: it closed."""
         if self.writer is None and self.sock is not None:
             sock, self.sock = self.sock, None
-            made = await stream_pair(sock, b"")
+            made = await stream_pair(sock, self.first)
             if made is None:
                 return None
             self.counted.attach(*made)
@@ -64,7 +68,7 @@ class _Client:
         if self.sock is not None and isinstance(stream, MuxStream) and stream.carriable:
             sock, self.sock = self.sock, None
             try:
-                carried = await stream.carry(sock)
+                carried = await stream.carry(sock, to_stream=self.first)
             except (ConnectionError, OSError, StreamReset):
                 sock.close()
                 stream.finish()
@@ -113,12 +117,29 @@ class TcpFront:
         read from it)."""
         await self._serve(port, _Client(peer, local, sock=sock))
 
+    async def relayed_in(
+        self,
+        port: int,
+        sock: socket.socket,
+        first: bytes,
+        peer: Tuple[str, int],
+        local: Tuple[str, int],
+    ) -> None:
+        """A connection another instance relayed here for ``port`` (edge/cluster.py, once
+        this instance answered HERE), as a socket: ``first`` the bytes read from it after the
+        relay line, ``peer`` the original client's address."""
+        client = _Client(peer, local, sock=sock, first=first, relayed=True)
+        await self._serve(port, client)
+
     @connection_handler
     async def connection(self, port: int, reader, writer) -> None:
         """A connection to a TCP port as a stream pair (relayed in by another instance)."""
         peer = writer.get_extra_info("peername") or ("", 0)
         local = writer.get_extra_info("sockname") or ("", 0)
-        await self._serve(port, _Client(peer, local, reader=reader, writer=writer))
+        relayed = bool(getattr(writer, "relayed", False))
+        await self._serve(
+            port, _Client(peer, local, reader=reader, writer=writer, relayed=relayed)
+        )
 
     async def _serve(self, port: int, client: _Client) -> None:
         """The agent endpoint bound on ``port``, else the TCP edge of its reserved address;
@@ -136,7 +157,7 @@ class TcpFront:
             endpoint = Hop.of_tunnel(tunnel) if tunnel else Hop("", "", "", "")
             account_id = endpoint.account_id
             cloud = False
-            if tunnel is None and self.edge.cluster is not None:  # another instance's?
+            if tunnel is None and self.edge.cluster is not None and not client.relayed:
                 pair = await client.streams()
                 if pair is None or await self.edge.cluster.tcp(port, *pair):
                     return
