@@ -265,7 +265,11 @@ class Carrier:
         """The connected TCP socket ``sock`` (detached: the core's from now on, taken or not)
         served by the adopting listener ``listener`` as one accepted from ``peer``, ``data``
         first. False when it was not taken (an address that does not parse, at a cap)."""
-        return self._core.adopt(listener, sock.detach(), peer[0], int(peer[1]), data)
+        port = int(peer[1])
+        if not 0 <= port <= 65535:  # not an address: not taken (the socket closed)
+            sock.close()
+            return False
+        return self._core.adopt(listener, sock.detach(), peer[0], port, data)
 
     def set_route(
         self,

@@ -671,6 +671,9 @@ class Cluster:
             except ValueError:
                 writer.transport.abort()
                 return
+            if not 0 <= peer[1] <= 65535:
+                writer.transport.abort()
+                return
             if not self._holds(kind, arg):
                 writer.write(ACK_MOVED)
                 writer.close()

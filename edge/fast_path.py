@@ -246,6 +246,8 @@ class FastPath:
         (``Carrier.set_relay``). Not on HTTPS for a name whose TLS settings require more
         of a handshake than the core's (Python's TLS checks them), nor a name not served."""
         edge = self.edge
+        if edge.registry.http_tunnel(host, scheme) is not None:
+            return  # bound here meanwhile (the relay waited on the holder's answer)
         cert = 0
         if scheme == "https":
             if (

@@ -490,7 +490,8 @@ impl Carrier {
         let counters = self.counters.clone();
         let inbox = self.inbox.clone();
         self.runtime().spawn(async move {
-            let (from_client, to_client) = splice::relay(a, b, to_b, to_a).await;
+            let (from_client, to_client) =
+                splice::relay(a, b, to_b, to_a, splice::RELAY_LINGER).await;
             drop(held);
             counters.spliced.fetch_add(1, Ordering::Relaxed);
             inbox.push_spliced(Spliced {

@@ -819,10 +819,13 @@ pub(crate) async fn connection<C: Conn>(
                 Some(to) => match relay::open(&to, peer).await {
                     Some((up, rest)) => {
                         public.counters.relayed.fetch_add(1, Ordering::Relaxed);
-                        splice::relay(tcp, up, buf, rest).await;
+                        splice::relay(tcp, up, buf, rest, splice::RELAY_LINGER).await;
                         return;
                     }
                     None => {
+                        // Python's from now on (it reads the claim again, and pushes the
+                        // route anew once a holder answers HERE)
+                        public.relays.drop_host(&head.host);
                         public
                             .counters
                             .relays_refused

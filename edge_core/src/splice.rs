@@ -112,14 +112,26 @@ where
     (from_client, written)
 }
 
+/// How long a relay waits for the client's end once the holder's end came (its EOF): a
+/// client that keeps a relayed connection open after the holder closed it (an HTTP holder's
+/// idle timeout) holds its place no longer than this.
+pub const RELAY_LINGER: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Carry two connected sockets both ways: the cluster's relay, a public connection `a` and
 /// the relay connection `b` to the instance that holds its endpoint (edge/cluster.py, once
 /// the holder said it serves it). `to_b` goes to `b` first and `to_a` to `a` first (what
 /// Python had read of each). The rules of [`run`]: each direction ends with a half-close of
 /// the socket it writes, the whole at the first failure of either side (both sockets closed);
-/// at most `CHUNK` bytes each way in the core's buffers, TCP's own back-pressure beyond.
+/// at most `CHUNK` bytes each way in the core's buffers, TCP's own back-pressure beyond. Once
+/// `b`'s direction ended, `a`'s gets at most `linger` more (then both are closed).
 /// Returns (bytes read from `a`, bytes written to it, `to_a` included).
-pub async fn relay<A, B>(a: A, b: B, to_b: Vec<u8>, to_a: Vec<u8>) -> (u64, u64)
+pub async fn relay<A, B>(
+    a: A,
+    b: B,
+    to_b: Vec<u8>,
+    to_a: Vec<u8>,
+    linger: std::time::Duration,
+) -> (u64, u64)
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
@@ -164,7 +176,26 @@ where
             aw.shutdown().await.map_err(|_| Cut::Client)?;
             Ok::<(), Cut>(())
         };
-        let _ = tokio::try_join!(up, down);
+        tokio::pin!(up);
+        tokio::pin!(down);
+        let (mut up_done, mut down_done) = (false, false);
+        loop {
+            tokio::select! {
+                ended = &mut up, if !up_done => {
+                    if ended.is_err() || down_done {
+                        break;
+                    }
+                    up_done = true;
+                }
+                ended = &mut down, if !down_done => {
+                    if ended.is_err() || up_done {
+                        break;
+                    }
+                    down_done = true;
+                }
+                _ = tokio::time::sleep(linger), if down_done => break,
+            }
+        }
     }
     (from_a, written)
 }

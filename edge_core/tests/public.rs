@@ -329,6 +329,7 @@ async fn a_relay_routes_connection_goes_to_the_holder_that_answers_here_else_to_
             .load(std::sync::atomic::Ordering::Relaxed),
         1
     );
+    assert!(carrier.relays.get("b.test").is_none()); // Python's until it pushes it anew
 
     // an expired relay route: Python's at once, nobody connected to
     carrier

@@ -5,7 +5,7 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use edge_core::carrier::Carrier;
 use edge_core::mux::{encode, DATA, FIN, RST};
@@ -221,4 +221,36 @@ async fn a_relay_ends_at_either_sides_failure() {
         .expect("the client's connection stayed open");
     assert!(read.is_err() || rest.is_empty());
     assert_eq!(ended(&carrier).await.len(), 1);
+}
+
+/// Once the holder's side ended (its EOF passed on to the client), a client that neither
+/// sends nor closes holds the relay no longer than the linger: both sockets are closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_whose_holder_ended_waits_for_the_client_only_the_linger() {
+    let (mut client, a) = tcp_pair().await;
+    let (holder, b) = tcp_pair().await;
+    let a = TcpStream::from_std(std::net::TcpStream::from(a)).unwrap();
+    let b = TcpStream::from_std(std::net::TcpStream::from(b)).unwrap();
+    let relay = tokio::spawn(edge_core::splice::relay(
+        a,
+        b,
+        Vec::new(),
+        b"hi".to_vec(),
+        Duration::from_millis(300),
+    ));
+    drop(holder); // the holder's end (its FIN)
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut got))
+        .await
+        .expect("the holder's EOF did not reach the client")
+        .unwrap();
+    assert_eq!(got, b"hi");
+    let started = Instant::now();
+    let (from_client, to_client) = tokio::time::timeout(Duration::from_secs(5), relay)
+        .await
+        .expect("the relay outlived its linger")
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert_eq!((from_client, to_client), (0, 2));
+    // while the holder's side lasts, a silent client is not cut: see the tests above
 }

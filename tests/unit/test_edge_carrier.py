@@ -150,3 +150,31 @@ def test_a_tcp_ports_listener_hands_each_connection_over_as_a_socket_with_its_ad
     facts, mine, read, pong, closed, port = _run(main())
     assert facts == (b"", True, None, ("127.0.0.1", mine[1]), ("127.0.0.1", port))
     assert read == b"early" and pong == b"pong" and closed
+
+
+def test_an_adopted_connection_with_an_impossible_port_is_refused_and_closed():
+    """``Carrier.adopt`` with a client port no TCP address has (a relay line's, past its
+    secret): not taken, the socket closed, no descriptor left behind."""
+
+    async def main():
+        core = carrier.Carrier(threads=1)
+        core.start(asyncio.get_running_loop())
+        adopter = core.listen_adopting(
+            None,  # nothing is handed back here
+            head_timeout=5,
+            idle_timeout=5,
+            body_timeout=5,
+            fresh_stream_body=4096,
+            max_total=4,
+            max_per_address=4,
+        )
+        ours, theirs = socket.socketpair()
+        fd = ours.fileno()
+        taken = core.adopt(adopter, ours, ("10.1.2.3", 70000), b"")
+        theirs.settimeout(5)
+        closed = theirs.recv(1) == b""  # our end was closed
+        core.stop()
+        return taken, closed, ours.fileno(), fd
+
+    taken, closed, left, fd = _run(main())
+    assert not taken and closed and left == -1

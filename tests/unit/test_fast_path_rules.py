@@ -223,9 +223,13 @@ def test_a_relay_route_is_pushed_where_the_cores_tls_would_do_and_dropped_by_a_s
         paths.relay("mtls.tunnels.localhost", "https", "127.0.0.1:9", b"NGRELAY1", 2.0)
         refused = ("https", "mtls.tunnels.localhost") not in edge.carrier.relays
         paths.sync(HOST)
-        return pushed, refused, dict(edge.carrier.relays)
+        after = dict(edge.carrier.relays)
+        edge.registry.by_host[HOST] = _tunnel(core, proto="http")  # bound here meanwhile
+        paths.relay(HOST, "http", "127.0.0.1:9", b"NGRELAY1 s http " + HOST.encode(), 2.0)
+        return pushed, refused, after, dict(edge.carrier.relays)
 
-    pushed, refused, after = core.loop.run_until_complete(run())
+    pushed, refused, after, held_here = core.loop.run_until_complete(run())
+    assert held_here == {}
     assert pushed[("http", HOST)] == ("127.0.0.1:9", b"NGRELAY1 s http " + HOST.encode(), 2.0, 0)
     assert pushed[("https", HOST)][3] == 7
     assert refused
