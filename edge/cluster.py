@@ -139,12 +139,7 @@ class Cluster:
                 carrier.listen_adopting(
                     functools.partial(self.handed_back, scheme),
                     scheme,
-                    head_timeout=es.head_timeout,
-                    idle_timeout=es.idle_timeout,
-                    body_timeout=http_io.BODY_TIMEOUT,
-                    fresh_stream_body=es.fresh_stream_body,
-                    max_total=es.max_connections,
-                    max_per_address=es.max_connections_per_address,
+                    **http_io.listener_limits(es),
                 )
             )
         self.adopting = {"http": adopters[0], "https": adopters[1]}

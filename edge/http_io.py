@@ -11,7 +11,7 @@ import asyncio
 import json
 import os
 import socket
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import ids
 from edge import http1
@@ -29,6 +29,20 @@ STATUS_TEXT = {
     502: "Bad Gateway",
     503: "Service Unavailable",
 }
+
+
+def listener_limits(settings: Any) -> Dict[str, Any]:
+    """What the core's public listeners (and its adopting ones) take of the edge's settings:
+    the head, idle and body timeouts, when a request body gets a fresh stream, the
+    connection caps."""
+    return {
+        "head_timeout": settings.head_timeout,
+        "idle_timeout": settings.idle_timeout,
+        "body_timeout": BODY_TIMEOUT,
+        "fresh_stream_body": settings.fresh_stream_body,
+        "max_total": settings.max_connections,
+        "max_per_address": settings.max_connections_per_address,
+    }
 
 
 class Closed(Exception):

@@ -171,12 +171,7 @@ class Edge:
         self.http_port = self.carrier.listen_public(
             functools.partial(self._public_connection, http_handle),
             "http",
-            head_timeout=s.head_timeout,
-            idle_timeout=s.idle_timeout,
-            body_timeout=http_io.BODY_TIMEOUT,
-            fresh_stream_body=s.fresh_stream_body,
-            max_total=s.max_connections,
-            max_per_address=s.max_connections_per_address,
+            **http_io.listener_limits(s),
             **({"fd": http_fd} if http_fd is not None else {"host": s.host, "port": s.http_port}),
         )
         self.carrier.on_served = self.fast_path.served
@@ -192,12 +187,7 @@ class Edge:
         self.https_port = self.carrier.listen_public(
             functools.partial(self._https_connection, https, https_handle),
             "https",
-            head_timeout=s.head_timeout,
-            idle_timeout=s.idle_timeout,
-            body_timeout=http_io.BODY_TIMEOUT,
-            fresh_stream_body=s.fresh_stream_body,
-            max_total=s.max_connections,
-            max_per_address=s.max_connections_per_address,
+            **http_io.listener_limits(s),
             handshake_timeout=https.handshake_timeout,
             **(
                 {"fd": https_fd}

@@ -556,6 +556,31 @@ def tcpconn_case(stack: "Stack", runs: int, seconds: float) -> Dict[str, Any]:
     return {path: median_of(rs) for path, rs in results.items()}
 
 
+def start_sdk_agent(
+    procs: Procs, server_addr: str, ca_path: str, token: str, binds: List[Dict[str, Any]]
+) -> tuple:
+    """An official SDK agent (bench/edge_bench/peer_agent.py, its own session) connected to
+    ``server_addr`` and binding ``binds``: (its process, the URLs bound) once it is ready."""
+    from stacks.paths import SDK_PYTHON
+
+    cfg = {"authtoken": token, "server_addr": server_addr, "root_cas": ca_path, "binds": binds}
+    agent = procs.start(
+        [SDK_PYTHON, os.path.join(HERE, "peer_agent.py"), json.dumps(cfg)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    bound = []
+    while True:
+        line = agent.stdout.readline()
+        if not line:
+            raise RuntimeError("the SDK agent ended before it was ready")
+        event = json.loads(line)
+        if event["event"] == "ready":
+            return agent, bound
+        bound.append(event["url"])
+
+
 # ---- the stack -------------------------------------------------------------------------------
 class Stack:
     def __init__(self, tmp: str, procs: Procs, growth: bool = False):
@@ -671,29 +696,9 @@ class Stack:
     ) -> tuple:
         """An official SDK agent (its own session) binding ``binds``, with ``token`` (the
         bench account's by default): (its process, the URLs bound)."""
-        from stacks.paths import SDK_PYTHON
-
-        cfg = {
-            "authtoken": token or self.token,
-            "server_addr": self.edge.server_addr,
-            "root_cas": self.edge.ca_path,
-            "binds": binds,
-        }
-        agent = procs.start(
-            [SDK_PYTHON, os.path.join(HERE, "peer_agent.py"), json.dumps(cfg)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+        return start_sdk_agent(
+            procs, self.edge.server_addr, self.edge.ca_path, token or self.token, binds
         )
-        bound = []
-        while True:
-            line = agent.stdout.readline()
-            if not line:
-                raise RuntimeError("the SDK agent ended before it was ready")
-            event = json.loads(line)
-            if event["event"] == "ready":
-                return agent, bound
-            bound.append(event["url"])
 
     # process groups of each path
     def groups(self) -> Dict[str, Group]:

@@ -11,7 +11,6 @@ upstream from /proc, medians of ``--runs`` interleaved runs of ``--seconds``.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from typing import Any, Dict, List
@@ -24,10 +23,10 @@ from bench.edge_bench.bench_peers import (  # the peers bench's instruments
     measure,
     median_of,
     start_nginx,
+    start_sdk_agent,
     wrk,
 )
 from stacks.cluster import Cluster
-from stacks.paths import SDK_PYTHON
 from stacks.ports import free_port, wait_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,28 +39,11 @@ CASES = [  # (name, instance wrk talks to, a new connection per request)
 
 
 def start_agent(procs: Procs, cluster: Cluster, token: str, upstream: int) -> Any:
+    """The SDK agent on instance 0, one HTTP endpoint to ``upstream``: (its process, host)."""
     target = cluster.agent_target(0)
-    cfg = {
-        "authtoken": token,
-        "server_addr": target.server_addr,
-        "root_cas": target.ca_path,
-        "binds": [{"proto": "http", "upstream": f"http://127.0.0.1:{upstream}"}],
-    }
-    agent = procs.start(
-        [SDK_PYTHON, os.path.join(HERE, "peer_agent.py"), json.dumps(cfg)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    urls = []
-    while True:
-        line = agent.stdout.readline()
-        if not line:
-            raise RuntimeError("the SDK agent ended before it was ready")
-        event = json.loads(line)
-        if event["event"] == "ready":
-            return agent, urls[0].split("://")[1].split(":")[0]
-        urls.append(event["url"])
+    binds = [{"proto": "http", "upstream": f"http://127.0.0.1:{upstream}"}]
+    agent, urls = start_sdk_agent(procs, target.server_addr, target.ca_path, token, binds)
+    return agent, urls[0].split("://")[1].split(":")[0]
 
 
 def main() -> int:

@@ -96,6 +96,20 @@ pub struct Carrier {
     adopters: Mutex<HashMap<u64, Arc<Public>>>,
 }
 
+/// A connected stream socket (TCP, or Unix with `unix`) as the core carries it; within the
+/// runtime's context.
+fn carried(fd: OwnedFd, unix: bool) -> io::Result<Box<dyn Carried>> {
+    if unix {
+        let std = StdUnixStream::from(fd);
+        std.set_nonblocking(true)?;
+        Ok(Box::new(UnixStream::from_std(std)?))
+    } else {
+        let std = std::net::TcpStream::from(fd);
+        std.set_nonblocking(true)?;
+        Ok(Box::new(TcpStream::from_std(std)?))
+    }
+}
+
 enum Kind {
     Own,
     Shared,
@@ -432,15 +446,7 @@ impl Carrier {
         to_client: Vec<u8>,
     ) -> io::Result<u64> {
         let _entered = self.runtime().enter();
-        let io: Box<dyn Carried> = if unix {
-            let std = StdUnixStream::from(fd);
-            std.set_nonblocking(true)?;
-            Box::new(UnixStream::from_std(std)?)
-        } else {
-            let std = std::net::TcpStream::from(fd);
-            std.set_nonblocking(true)?;
-            Box::new(TcpStream::from_std(std)?)
-        };
+        let io = carried(fd, unix)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let wakes = session.own(sid);
         let held = hold(&self.counters, |c| &c.splices);
@@ -473,18 +479,7 @@ impl Carrier {
         to_a: Vec<u8>,
     ) -> io::Result<u64> {
         let _entered = self.runtime().enter();
-        let a: Box<dyn Carried> = if a_unix {
-            let std = StdUnixStream::from(a);
-            std.set_nonblocking(true)?;
-            Box::new(UnixStream::from_std(std)?)
-        } else {
-            let std = std::net::TcpStream::from(a);
-            std.set_nonblocking(true)?;
-            Box::new(TcpStream::from_std(std)?)
-        };
-        let std = std::net::TcpStream::from(b);
-        std.set_nonblocking(true)?;
-        let b = TcpStream::from_std(std)?;
+        let (a, b) = (carried(a, a_unix)?, carried(b, false)?);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let held = hold(&self.counters, |c| &c.splices);
         let counters = self.counters.clone();

@@ -70,6 +70,28 @@ async fn read_response(client: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     got
 }
 
+/// The connections handed to Python, once there is one (within 5 s).
+async fn handed(carrier: &Carrier) -> Vec<edge_core::public::Handed> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut conns = Vec::new();
+    while conns.is_empty() && Instant::now() < deadline {
+        conns.extend(carrier.inbox().take().conns);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    conns
+}
+
+/// A relay connection to the relay listener at `local` that sent `sent` (its line and a
+/// request head) and got HERE.
+async fn relayed_here(local: std::net::SocketAddr, sent: &[u8]) -> TcpStream {
+    let mut relay = TcpStream::connect(local).await.unwrap();
+    relay.write_all(sent).await.unwrap();
+    let mut here = [0u8; 6];
+    relay.read_exact(&mut here).await.unwrap();
+    assert_eq!(&here, b"HERE\r\n");
+    relay
+}
+
 fn route(session: &Arc<Session>) -> Route {
     Route {
         key: 7,
@@ -183,12 +205,7 @@ async fn a_host_without_a_route_goes_to_python_with_the_bytes_read() {
     let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let head = b"GET /z HTTP/1.1\r\nHost: nobody.test\r\n\r\n";
     client.write_all(head).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut conns = Vec::new();
-    while conns.is_empty() && Instant::now() < deadline {
-        conns.extend(carrier.inbox().take().conns);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let mut conns = handed(&carrier).await;
     assert_eq!(conns.len(), 1);
     assert_eq!(conns[0].data, head.to_vec());
     assert!(conns[0].first);
@@ -239,12 +256,7 @@ async fn an_adopted_connection_is_served_as_the_original_clients_and_handed_back
 
     let head = b"GET /z HTTP/1.1\r\nHost: nobody.test\r\n\r\n";
     relay.write_all(head).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut conns = Vec::new();
-    while conns.is_empty() && Instant::now() < deadline {
-        conns.extend(carrier.inbox().take().conns);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let mut conns = handed(&carrier).await;
     assert_eq!(conns.len(), 1);
     assert_eq!(
         (
@@ -314,12 +326,7 @@ async fn a_relay_routes_connection_goes_to_the_holder_that_answers_here_else_to_
     let mut line = [0u8; 16];
     let _ = up.read(&mut line).await.unwrap();
     up.write_all(b"MOVED\r\n").await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut conns = Vec::new();
-    while conns.is_empty() && Instant::now() < deadline {
-        conns.extend(carrier.inbox().take().conns);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let conns = handed(&carrier).await;
     assert_eq!(conns.len(), 1);
     assert_eq!(conns[0].data, head.to_vec());
     assert_eq!(
@@ -337,12 +344,7 @@ async fn a_relay_routes_connection_goes_to_the_holder_that_answers_here_else_to_
         .set("b.test".into(), relay_to(Instant::now()));
     let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     client.write_all(head).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut conns = Vec::new();
-    while conns.is_empty() && Instant::now() < deadline {
-        conns.extend(carrier.inbox().take().conns);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let conns = handed(&carrier).await;
     assert_eq!(conns.len(), 1);
     assert!(
         tokio::time::timeout(Duration::from_millis(200), holder.accept())
@@ -410,14 +412,11 @@ async fn the_relay_listener_serves_a_right_line_and_hands_python_the_rest() {
         .unwrap();
     // the decrypted stream of an HTTPS connection another instance terminated: served by
     // the HTTPS listener's routes, as HTTPS
-    let mut relay = TcpStream::connect(local).await.unwrap();
-    relay
-        .write_all(b"NGRELAY1 s3cret https s.test 10.1.2.3 4567\r\nGET /s HTTP/1.1\r\nHost: s.test\r\n\r\n")
-        .await
-        .unwrap();
-    let mut here = [0u8; 6];
-    relay.read_exact(&mut here).await.unwrap();
-    assert_eq!(&here, b"HERE\r\n");
+    let mut relay = relayed_here(
+        local,
+        b"NGRELAY1 s3cret https s.test 10.1.2.3 4567\r\nGET /s HTTP/1.1\r\nHost: s.test\r\n\r\n",
+    )
+    .await;
     let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
     assert!(has(&got, b"\"Proto\": \"https\""));
     assert!(has(&got, b"x-forwarded-proto: https\r\n"));
@@ -435,24 +434,14 @@ async fn the_relay_listener_serves_a_right_line_and_hands_python_the_rest() {
     let line = b"NGRELAY1 s3cret http s.test 10.1.2.3 4567\r\n";
     let mut other = TcpStream::connect(local).await.unwrap();
     other.write_all(line).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut conns = Vec::new();
-    while conns.is_empty() && Instant::now() < deadline {
-        conns.extend(carrier.inbox().take().conns);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let conns = handed(&carrier).await;
     assert_eq!((conns.len(), &conns[0].data[..]), (1, &line[..]));
 
-    let mut relay = TcpStream::connect(local).await.unwrap();
-    relay
-        .write_all(
-            b"NGRELAY1 s3cret http a.test 10.1.2.3 4567\r\nGET /r HTTP/1.1\r\nHost: a.test\r\n\r\n",
-        )
-        .await
-        .unwrap();
-    let mut here = [0u8; 6];
-    relay.read_exact(&mut here).await.unwrap();
-    assert_eq!(&here, b"HERE\r\n");
+    let mut relay = relayed_here(
+        local,
+        b"NGRELAY1 s3cret http a.test 10.1.2.3 4567\r\nGET /r HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    )
+    .await;
     let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
     assert!(has(&got, b"\"ClientAddr\": \"10.1.2.3:4567\""));
     assert!(has(&got, b"x-forwarded-for: 10.1.2.3\r\n"));
@@ -470,12 +459,7 @@ async fn the_relay_listener_serves_a_right_line_and_hands_python_the_rest() {
     let wrong = b"NGRELAY1 wrong http a.test 10.1.2.3 4567\r\nGET / HTTP/1.1\r\n";
     let mut other = TcpStream::connect(local).await.unwrap();
     other.write_all(wrong).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut conns = Vec::new();
-    while conns.is_empty() && Instant::now() < deadline {
-        conns.extend(carrier.inbox().take().conns);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let conns = handed(&carrier).await;
     assert_eq!(conns.len(), 1);
     assert_eq!(
         (conns[0].listener, &conns[0].data[..]),
