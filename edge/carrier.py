@@ -157,13 +157,16 @@ class Carrier:
         port: int = 0,
         fd: Optional[int] = None,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        h2_stall_timeout: float = 30.0,
     ) -> int:
         """A public listener in the core (edge_core/src/public.rs): it accepts, reads each
         request head and serves a request whose host has a plain route (``set_route``);
         every other connection goes to ``handler`` with the bytes read. ``scheme`` "https"
         (edge_core/src/https.rs): a connection whose ClientHello names a host with a route
-        and does not offer HTTP/2 is terminated in the core with the route's certificate;
-        every other connection goes to ``handler`` untouched. Returns the port."""
+        is terminated in the core with the route's certificate (HTTP/1.1, or HTTP/2 with
+        each stream served as an HTTP/1.1 request: edge_core/src/h2front.rs, a response
+        that cannot move for ``h2_stall_timeout`` reset); every other connection goes to
+        ``handler`` untouched. Returns the port."""
         listener, bound = self._core.listen_public(
             scheme,
             head_timeout=head_timeout,
@@ -176,6 +179,7 @@ class Carrier:
             port=port,
             fd=fd,
             handshake_timeout=handshake_timeout,
+            h2_stall_timeout=h2_stall_timeout,
         )
         self._public[listener] = handler
         self._by_port[bound] = listener
@@ -241,6 +245,7 @@ class Carrier:
         fresh_stream_body: int,
         max_total: int,
         max_per_address: int,
+        h2_stall_timeout: float = 30.0,
     ) -> int:
         """A listener of the core without a socket (its id): it serves the connections
         :meth:`adopt` hands it as the public listener of ``scheme`` serves its own (the same
@@ -254,6 +259,7 @@ class Carrier:
             fresh_stream_body=fresh_stream_body,
             max_total=max_total,
             max_per_address=max_per_address,
+            h2_stall_timeout=h2_stall_timeout,
             adopting=True,
         )
         self._public[listener] = handler

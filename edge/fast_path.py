@@ -26,8 +26,8 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
 On the HTTPS listener the route also carries the certificate the name is served with
 (``edge.certs``: the store's for the name, else the local CA's or the fixed one, as edge/tls.py
 picks it), pushed once per distinct pair (``Carrier.set_cert``); the core terminates TLS for
-the name with it when the ClientHello does not offer HTTP/2 (h2 stays Python's:
-edge/h2front.py). A ClientHello without a server name (a client given an address) gets the
+the name with it, over HTTP/1.1 or HTTP/2 (edge_core/src/h2front.rs: each stream served as an
+HTTP/1.1 request of the same route). A ClientHello without a server name (a client given an address) gets the
 certificate edge/tls.py gives it (the base domain's) and its requests are routed by Host
 alone, as edge/tls.py's listener routes them.
 

@@ -42,6 +42,7 @@ def listener_limits(settings: Any) -> Dict[str, Any]:
         "fresh_stream_body": settings.fresh_stream_body,
         "max_total": settings.max_connections,
         "max_per_address": settings.max_connections_per_address,
+        "h2_stall_timeout": settings.h2_stall_timeout,
     }
 
 

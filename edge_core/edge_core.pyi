@@ -140,11 +140,13 @@ class Core:
         port: int = 0,
         fd: Optional[int] = None,
         handshake_timeout: float = 15.0,
+        h2_stall_timeout: float = 30.0,
         adopting: bool = False,
     ) -> Tuple[int, int]:
         """A public listener on (host, port), or on the listening socket ``fd``, which the core
         owns from then on: plain HTTP (edge_core/src/public.rs) or HTTPS (https.rs: the
-        ClientHello and handshake within ``handshake_timeout``). Returns (listener id,
+        ClientHello and handshake within ``handshake_timeout``; over HTTP/2, a response that
+        cannot move for ``h2_stall_timeout`` is reset: h2front.rs). Returns (listener id,
         port). ``adopting``: a plain-HTTP listener without a socket (no host, port or fd;
         its port 0) serving what ``adopt`` hands it."""
     def set_route(

@@ -19,7 +19,8 @@ endpoint / a second ``-R`` forward to a sink-and-source server of this script's 
 Cases (``--only``): get20, get1 (small GET at 20 and 1 connections), sweep (POST 1 KiB-16 MiB at
 one connection), post20 (1 MiB POST at 20 connections), bulk (TCP 256 MiB each way), tcpconn
 (a new TCP connection per one-byte exchange, 8 at a time: edge vs ssh -R), https (a
-new TLS connection per request: edge vs nginx), policy (a 5-rule traffic policy vs none, edge),
+new TLS connection per request: edge vs nginx), h2 (small GETs over HTTP/2, 4 connections of
+10 streams each, nghttp2's h2load as the client: edge vs nginx), policy (a 5-rule traffic policy vs none, edge),
 cores (small GET at 20 connections with the edge on one core, then on all: requests/s and how
 the core's worker threads share its CPU), growth (edge CPU per request with 1 and 1,000
 endpoints, 1 and 1,000 sessions; memory per idle session and per in-flight request).
@@ -252,6 +253,41 @@ def wrk(
     return result
 
 
+def h2load(url: str, seconds: float, host: str = "", conns: int = 4, streams: int = 10):
+    """Small GETs over HTTP/2 with nghttp2's ``h2load`` (one thread): ``conns`` connections
+    of ``streams`` concurrent streams each, for ``seconds``."""
+    cmd = ["h2load", "-t1", f"-c{conns}", f"-m{streams}", f"-D{int(round(seconds))}"]
+    if host:
+        cmd += ["-H", f":authority: {host}"]
+    proc = subprocess.Popen(
+        cmd + [url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    out, _ = proc.communicate(timeout=seconds + 60)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result: Dict[str, Any] = {
+        "requests": 0,
+        "rps": 0.0,
+        "p50_us": 0.0,
+        "p99_us": 0.0,
+        "errors": 0,
+        "_usage": usage.ru_utime + usage.ru_stime,
+    }
+    for line in out.splitlines():
+        parts = line.split()
+        if line.startswith("finished in"):
+            result["rps"] = float(parts[3])
+        elif line.startswith("requests:"):
+            result["requests"] = int(parts[7])  # succeeded
+            result["errors"] = int(parts[9]) + int(parts[11])  # failed, errored
+        elif line.startswith("status codes:"):
+            result["errors"] += sum(int(parts[i]) for i in (4, 6, 8))  # 3xx, 4xx, 5xx
+        elif line.startswith("time for request:"):
+            result["p50_us"] = _duration_us(parts[5])  # the mean: h2load gives no median
+    if not result["requests"] or "h2" not in out:
+        raise RuntimeError(f"h2load failed: {' '.join(cmd)} {url}\n{out}")
+    return result
+
+
 def measure(group: Group, run: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
     before = group.snapshot()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -316,7 +352,7 @@ http {{
   upstream up {{ server 127.0.0.1:{up}; keepalive 64; keepalive_requests 1000000; }}
   server {{
     listen 127.0.0.1:{port} backlog=1024;
-    listen 127.0.0.1:{tls_port} ssl backlog=1024;
+    listen 127.0.0.1:{tls_port} ssl http2 backlog=1024;
     ssl_certificate {tmp}/rp.crt;
     ssl_certificate_key {tmp}/rp.key;
     ssl_session_cache off;
@@ -757,6 +793,18 @@ def http_case(
     return {path: median_of(rs) for path, rs in results.items()}
 
 
+def h2_case(stack: Stack, runs: int, seconds: float) -> Dict[str, Any]:
+    """Small GETs over HTTP/2 (h2load: 4 connections of 10 streams), edge against nginx."""
+    groups = stack.groups()
+    results: Dict[str, List[Dict[str, Any]]] = {"edge": [], "nginx": []}
+    for _ in range(runs):
+        for path in results:
+            url = stack.url(path, "/echo", tls=True)
+            host = stack.host if path == "edge" else ""
+            results[path].append(measure(groups[path], lambda: h2load(url, seconds, host)))
+    return {path: median_of(rs) for path, rs in results.items()}
+
+
 def bulk_case(stack: Stack, runs: int) -> Dict[str, Any]:
     groups = stack.groups()
     bulk_group = {
@@ -869,6 +917,7 @@ GOALS = {
     "rps_vs_ssh": (None, 1.5),
     "p50_vs_ssh": (1.2, None),
     "https_cpu_vs_nginx": (1.2, None),
+    "h2_cpu_vs_nginx": (1.2, None),
     "policy_added_vs_sshd": (1.0, None),
     "growth_cpu_vs_first": (1.15, 0.85),
     "idle_session_kib": (64.0, None),
@@ -984,6 +1033,15 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
                 f"{f:.0f} µs = {x(ratio(f, n['nginx']))} nginx's; the edge "
                 f"{x(ratio(e['edge'], f))} the floor"
             )
+    if results.get("h2"):
+        e, n = results["h2"]["edge"], results["h2"]["nginx"]
+        cpu = ratio(e["cpu_us"]["edge"], n["cpu_us"]["nginx"])
+        lines.append(
+            f"HTTP/2, 4 connections of 10 streams: edge CPU {e['cpu_us']['edge']:.1f} µs per "
+            f"request = {x(cpu)} nginx's {n['cpu_us']['nginx']:.1f} "
+            f"({judged('h2_cpu_vs_nginx', cpu)}); requests/s {e['rps']:.0f} against "
+            f"{n['rps']:.0f}"
+        )
     if results.get("policy"):
         rows = results["policy"]
         added = rows["edge:policy"]["cpu_us"]["edge"] - rows["edge"]["cpu_us"]["edge"]
@@ -1040,7 +1098,7 @@ def main() -> int:
     parser.add_argument("--sweep-seconds", type=float, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
-        "--only", default="get20,get1,sweep,post20,bulk,tcpconn,https,policy,cores,growth"
+        "--only", default="get20,get1,sweep,post20,bulk,tcpconn,https,h2,policy,cores,growth"
     )
     parser.add_argument("--paths", default="edge,ssh,nginx,direct,floor")
     parser.add_argument(
@@ -1141,6 +1199,13 @@ def main() -> int:
                 print_http(
                     "HTTPS, a new TLS connection per request (20 at a time)",
                     results["https"],
+                    base="nginx",
+                )
+            if "h2" in only:
+                results["h2"] = h2_case(stack, args.runs, args.seconds)
+                print_http(
+                    "HTTP/2, small GETs, 4 connections of 10 streams (h2load)",
+                    results["h2"],
                     base="nginx",
                 )
             if "policy" in only:

@@ -1,8 +1,10 @@
 //! The public HTTPS listener: each connection's ClientHello is read without consuming it
-//! (MSG_PEEK); a connection whose server name has a route with a certificate, and that does
-//! not offer HTTP/2, is terminated here (rustls) and its requests served as the plain
-//! listener serves them (public.rs `connection`). Every other connection goes to Python
-//! untouched (its ClientHello still unread: edge/tls.py serves it as it always did).
+//! (MSG_PEEK); a connection whose server name has a route with a certificate is terminated
+//! here (rustls, ALPN `h2` and `http/1.1`) and its requests served as the plain listener
+//! serves them (public.rs `connection`; over HTTP/2, each stream as one: h2front.rs). A
+//! name another instance holds (a relay route) is terminated only for HTTP/1.1, whose
+//! decrypted stream the holder's adopting listener reads. Every other connection goes to
+//! Python untouched (its ClientHello still unread: edge/tls.py serves it as it always did).
 //!
 //! A request on a connection the core terminated that the core does not serve (another
 //! host, an upgrade, a route that expired: public.rs) goes to Python with the rest of the
@@ -35,9 +37,13 @@ pub const MAX_HELLO: usize = 5 + 16384 + 2048;
 /// What the ClientHello asks for, as far as the core's choice goes.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Hello {
-    /// The server name (lower case) and whether the core may serve the connection's
-    /// protocol (no ALPN, or http/1.1 offered without h2).
-    Read { name: Option<String>, http1: bool },
+    /// The server name (lower case); `http1`: no ALPN, or http/1.1 offered without h2 (the
+    /// connection will be HTTP/1.1); `h2`: h2 offered.
+    Read {
+        name: Option<String>,
+        http1: bool,
+        h2: bool,
+    },
     /// Not a ClientHello the core reads (Python's answer).
     Python,
     /// More bytes are needed.
@@ -67,14 +73,15 @@ pub fn read_hello(bytes: &[u8]) -> Hello {
         Ok(Some(accepted)) => {
             let hello = accepted.client_hello();
             let name = hello.server_name().map(|n| n.to_ascii_lowercase());
-            let http1 = match hello.alpn() {
-                None => true,
+            let (http1, h2) = match hello.alpn() {
+                None => (true, false),
                 Some(offered) => {
                     let offered: Vec<&[u8]> = offered.collect();
-                    offered.contains(&&b"http/1.1"[..]) && !offered.contains(&&b"h2"[..])
+                    let h2 = offered.contains(&&b"h2"[..]);
+                    (offered.contains(&&b"http/1.1"[..]) && !h2, h2)
                 }
             };
-            Hello::Read { name, http1 }
+            Hello::Read { name, http1, h2 }
         }
     }
 }
@@ -126,12 +133,14 @@ pub(crate) async fn connection(
         None => return, // closed, or no ClientHello in time: as Python's listener does
         Some(Hello::Read {
             name: Some(name),
-            http1: true,
-        }) => served_with(&public, &name),
+            http1,
+            h2,
+        }) if http1 || h2 => served_with(&public, &name, h2),
         Some(Hello::Read {
             name: None,
-            http1: true,
-        }) if !public.routes.is_empty() => public.certs.nameless(),
+            http1,
+            h2,
+        }) if (http1 || h2) && !public.routes.is_empty() => public.certs.nameless(),
         Some(_) => None,
     };
     let Some(config) = config else {
@@ -144,6 +153,10 @@ pub(crate) async fn connection(
         _ = ticket.eviction() => return,
     };
     match tls {
+        Ok(Ok(tls)) if tls.get_ref().1.alpn_protocol() == Some(b"h2") => {
+            // boxed: its state is large, and only HTTP/2 connections hold it
+            Box::pin(crate::h2front::serve(tls, peer, local, public, ticket)).await
+        }
         Ok(Ok(tls)) => public::connection(tls, peer, local, public, ticket, Vec::new()).await,
         _ => {
             public
@@ -154,11 +167,14 @@ pub(crate) async fn connection(
     }
 }
 
-/// The server configuration of `name`'s route, when it has one with a certificate.
-fn served_with(public: &Public, name: &str) -> Option<Arc<ServerConfig>> {
+/// The server configuration of `name`'s route, when it has one with a certificate. A relay
+/// route's name is relayed decrypted (as Python relays it) to the holder's HTTP/1.1 adopting
+/// listener: not when the client offers h2.
+fn served_with(public: &Public, name: &str, h2: bool) -> Option<Arc<ServerConfig>> {
     let cert = match public.routes.get(name) {
         Some(route) => route.cert,
-        None => public.relays.get(name)?.cert, // relayed decrypted, as Python relays it
+        None if !h2 => public.relays.get(name)?.cert,
+        None => return None,
     };
     public.certs.get(cert)
 }
@@ -226,30 +242,49 @@ impl Conn for TlsStream<TcpStream> {
             .0
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let Ok((ours, theirs)) = std::os::unix::net::UnixStream::pair() else {
-            return;
-        };
-        if ours.set_nonblocking(true).is_err() {
-            return;
-        }
-        let Ok(ours) = UnixStream::from_std(ours) else {
-            return;
-        };
-        public.counters.handed.fetch_add(1, Ordering::Relaxed);
-        public.inbox.push_conn(Handed {
-            listener: public.id,
-            fd: theirs.into(),
-            peer,
-            local,
-            data,
-            first,
-            tls: Some(facts),
-        });
-        tokio::spawn(async move {
-            bridge(self, ours).await;
-            drop(ticket);
-        });
+        bridge_to_python(self, facts, peer, local, data, first, public, ticket);
     }
+}
+
+/// The rest of `client` (plaintext of TLS the core terminated) to Python over a Unix socket
+/// pair ([`bridge`]), with the bytes read and the handshake's facts; `ticket` holds the
+/// connection's place while the bridge lasts.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn bridge_to_python<T>(
+    client: T,
+    facts: TlsFacts,
+    peer: SocketAddr,
+    local: SocketAddr,
+    data: Vec<u8>,
+    first: bool,
+    public: &Public,
+    ticket: Ticket,
+) where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Ok((ours, theirs)) = std::os::unix::net::UnixStream::pair() else {
+        return;
+    };
+    if ours.set_nonblocking(true).is_err() {
+        return;
+    }
+    let Ok(ours) = UnixStream::from_std(ours) else {
+        return;
+    };
+    public.counters.handed.fetch_add(1, Ordering::Relaxed);
+    public.inbox.push_conn(Handed {
+        listener: public.id,
+        fd: theirs.into(),
+        peer,
+        local,
+        data,
+        first,
+        tls: Some(facts),
+    });
+    tokio::spawn(async move {
+        bridge(client, ours).await;
+        drop(ticket);
+    });
 }
 
 /// The plaintext of a TLS connection the core terminated, carried both ways to Python's end

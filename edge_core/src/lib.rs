@@ -18,6 +18,7 @@
 
 pub mod carrier;
 pub mod decide;
+pub mod h2front;
 pub mod heartbeat;
 pub mod held;
 pub mod http;

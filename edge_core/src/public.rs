@@ -52,6 +52,9 @@ pub struct PublicListen {
     pub fresh_stream_body: u64,
     pub max_total: usize,
     pub max_per_address: usize,
+    /// An HTTP/2 response that cannot move (its client's windows closed) for this long is
+    /// reset (h2front.rs; edge/config.py EDGE_H2_STALL_TIMEOUT).
+    pub h2_stall_timeout: Duration,
 }
 
 /// A host's route as Python pushed it: served by the core.
@@ -402,7 +405,9 @@ struct Slot {
 
 /// One admitted connection; dropping it gives its place back.
 pub struct Ticket {
-    admission: Arc<Admission>,
+    /// None: a ticket that counts nothing (an HTTP/2 stream's virtual connection, whose
+    /// client connection holds the real one: h2front.rs).
+    admission: Option<Arc<Admission>>,
     slot: Arc<Slot>,
     seq: Option<u64>, // in the waiting list under this number
 }
@@ -444,7 +449,7 @@ impl Admission {
         st.total += 1;
         *st.per_address.entry(address).or_insert(0) += 1;
         Some(Ticket {
-            admission: self.clone(),
+            admission: Some(self.clone()),
             slot: Arc::new(Slot {
                 address,
                 released: AtomicBool::new(false),
@@ -499,12 +504,29 @@ impl Admission {
 }
 
 impl Ticket {
+    /// A ticket that counts nothing and is never evicted (its connection is part of one
+    /// that holds a real ticket).
+    pub(crate) fn free() -> Ticket {
+        Ticket {
+            admission: None,
+            slot: Arc::new(Slot {
+                address: IpAddr::from([0, 0, 0, 0]),
+                released: AtomicBool::new(false),
+                evict: Notify::new(),
+            }),
+            seq: None,
+        }
+    }
+
     /// The connection waits for a request head: it may be evicted from now on.
     pub(crate) fn waiting(&mut self) {
         if self.seq.is_some() || self.slot.released.load(Ordering::Relaxed) {
             return;
         }
-        let mut st = self.admission.lock();
+        let Some(admission) = &self.admission else {
+            return;
+        };
+        let mut st = admission.lock();
         let seq = st.next;
         st.next += 1;
         st.waiting.insert(seq, self.slot.clone());
@@ -517,13 +539,13 @@ impl Ticket {
 
     /// A request is being served: never evicted while so.
     pub(crate) fn busy(&mut self) {
-        if let Some(seq) = self.seq.take() {
-            let mut st = self.admission.lock();
+        if let (Some(seq), Some(admission)) = (self.seq.take(), &self.admission) {
+            let mut st = admission.lock();
             Admission::unwait(&mut st, self.slot.address, seq);
         }
     }
 
-    fn evicted(&self) -> bool {
+    pub(crate) fn evicted(&self) -> bool {
         self.slot.released.load(Ordering::Relaxed)
     }
 
@@ -537,7 +559,10 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut st = self.admission.lock();
+        let Some(admission) = &self.admission else {
+            return;
+        };
+        let mut st = admission.lock();
         if let Some(seq) = self.seq.take() {
             Admission::unwait(&mut st, self.slot.address, seq);
         }
@@ -586,7 +611,8 @@ pub async fn accept_loop(listener: TcpListener, public: Arc<Public>) {
                 .local_addr()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
             if public.spec.scheme == "https" {
-                crate::https::connection(tcp, peer, local, public, ticket).await;
+                // boxed: a plain connection's task does not hold the HTTPS path's state
+                Box::pin(crate::https::connection(tcp, peer, local, public, ticket)).await;
             } else {
                 connection(tcp, peer, local, public, ticket, Vec::new()).await;
             }
@@ -1108,8 +1134,8 @@ async fn stream_write(leg: &Leg, data: &[u8]) -> Result<(), StreamError> {
         .await
 }
 
-/// The contract's error body (edge/http_io.py error_response), the connection closed after.
-fn error_answer(status: u16, code: &str, msg: &str) -> Vec<u8> {
+/// The contract's error body (edge/http_io.py error_body) and its operation id.
+pub(crate) fn error_body(status: u16, code: &str, msg: &str) -> (String, String) {
     let op = operation_id();
     let body = format!(
         "{{\"error_code\": {}, \"status_code\": {}, \"msg\": {}, \"details\": {{\"operation_id\": {}}}}}",
@@ -1118,6 +1144,12 @@ fn error_answer(status: u16, code: &str, msg: &str) -> Vec<u8> {
         http::json_str(msg),
         http::json_str(&op)
     );
+    (body, op)
+}
+
+/// The contract's error answer (edge/http_io.py error_response), the connection closed after.
+fn error_answer(status: u16, code: &str, msg: &str) -> Vec<u8> {
+    let (body, op) = error_body(status, code, msg);
     format!(
         "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nngrok-error-code: {code}\r\noperation-id: {op}\r\nconnection: close\r\n\r\n{body}",
         http::phrase(status),

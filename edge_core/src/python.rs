@@ -260,7 +260,7 @@ impl Core {
     /// of HTTPS another instance terminated, by the HTTPS listener's routes); its port is 0.
     #[pyo3(signature = (scheme, *, head_timeout, idle_timeout, body_timeout, fresh_stream_body,
                         max_total, max_per_address, host = None, port = 0, fd = None,
-                        handshake_timeout = 15.0, adopting = false))]
+                        handshake_timeout = 15.0, h2_stall_timeout = 30.0, adopting = false))]
     #[allow(clippy::too_many_arguments)]
     fn listen_public(
         &self,
@@ -275,6 +275,7 @@ impl Core {
         port: u16,
         fd: Option<i32>,
         handshake_timeout: f64,
+        h2_stall_timeout: f64,
         adopting: bool,
     ) -> PyResult<(u64, u16)> {
         if scheme != "http" && scheme != "https" {
@@ -295,6 +296,7 @@ impl Core {
             fresh_stream_body,
             max_total,
             max_per_address,
+            h2_stall_timeout: seconds(h2_stall_timeout, "h2_stall_timeout")?,
         };
         if adopting {
             return Ok((self.carrier.adopter(spec), 0));

@@ -88,7 +88,7 @@ pub fn server_config(
 }
 
 /// The public HTTPS listener's configuration of one certificate (https.rs): as
-/// [`server_config`] with ALPN http/1.1, and sessions resumed by stateless tickets (TLS 1.3
+/// [`server_config`] with ALPN h2 and http/1.1 (h2 preferred), and sessions resumed by stateless tickets (TLS 1.3
 /// and 1.2), as the OpenSSL listener before it resumed them: one ticket key for all the
 /// listener's certificates (a ticket names its server name, which resumption checks), made
 /// at the first use and rotated by rustls every 6 hours; nothing kept per client.
@@ -101,7 +101,11 @@ pub fn public_server_config(chain_pem: &[u8], key_pem: &[u8]) -> io::Result<Arc<
             TICKETER.get_or_init(|| made).clone()
         }
     };
-    let (config, _) = sni_server_config(chain_pem, key_pem, vec![b"http/1.1".to_vec()])?;
+    let (config, _) = sni_server_config(
+        chain_pem,
+        key_pem,
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+    )?;
     let mut config = Arc::unwrap_or_clone(config);
     config.ticketer = ticketer;
     Ok(Arc::new(config))

@@ -66,22 +66,24 @@ fn client_hello(name: &str, alpn: &[&[u8]]) -> Vec<u8> {
 }
 
 #[test]
-fn the_core_terminates_a_named_clienthello_offering_no_alpn_or_http1_without_h2() {
+fn a_clienthello_is_read_for_its_name_and_whether_it_offers_http1_or_h2() {
     let read = |alpn: &[&[u8]]| read_hello(&client_hello("A.Test", alpn));
-    let named = |http1| Hello::Read {
+    let named = |http1, h2| Hello::Read {
         name: Some("a.test".into()),
         http1,
+        h2,
     };
-    assert_eq!(read(&[]), named(true));
-    assert_eq!(read(&[b"http/1.1"]), named(true));
-    assert_eq!(read(&[b"h2", b"http/1.1"]), named(false));
-    assert_eq!(read(&[b"h2"]), named(false));
-    assert_eq!(read(&[b"acme-tls/1"]), named(false));
+    assert_eq!(read(&[]), named(true, false));
+    assert_eq!(read(&[b"http/1.1"]), named(true, false));
+    assert_eq!(read(&[b"h2", b"http/1.1"]), named(false, true));
+    assert_eq!(read(&[b"h2"]), named(false, true));
+    assert_eq!(read(&[b"acme-tls/1"]), named(false, false));
     assert_eq!(
         read_hello(&client_hello("127.0.0.1", &[])),
         Hello::Read {
             name: None,
-            http1: true
+            http1: true,
+            h2: false,
         }
     );
     let whole = client_hello("a.test", &[]);
@@ -109,6 +111,7 @@ fn spec_with(handshake_timeout: Duration, max_per_address: usize) -> PublicListe
         fresh_stream_body: 4096,
         max_total: 100,
         max_per_address,
+        h2_stall_timeout: Duration::from_secs(2),
     }
 }
 
@@ -249,11 +252,12 @@ async fn served_over_the_cores_tls_then_handed_to_python_over_the_bridge() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_offering_h2_or_naming_another_host_goes_to_python_untouched() {
+async fn a_client_offering_neither_protocol_or_naming_another_host_goes_to_python_untouched() {
     let pair = pair_for("a.test");
     let (carrier, port, _session, _agent) = setup(&pair);
     for (name, alpn) in [
-        ("a.test", &[&b"h2"[..], &b"http/1.1"[..]][..]),
+        ("a.test", &[&b"acme-tls/1"[..]][..]),
+        ("b.test", &[&b"h2"[..], &b"http/1.1"[..]][..]),
         ("b.test", &[][..]),
     ] {
         let hello = client_hello(name, alpn);

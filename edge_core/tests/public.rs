@@ -25,6 +25,7 @@ fn spec(max_per_address: usize) -> PublicListen {
         fresh_stream_body: 4096,
         max_total: 100,
         max_per_address,
+        h2_stall_timeout: Duration::from_secs(2),
     }
 }
 

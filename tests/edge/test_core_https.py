@@ -1,16 +1,20 @@
 """The public HTTPS listener in the compiled core (edge_core/src/https.rs, edge/fast_path.py),
 through the official Python SDK as a process and Python's ssl as the client: a plain route's
 connections are terminated by the core with the name's certificate and their requests served
-there; a client offering HTTP/2 and a name without a route go to Python untouched; a request
-the core does not serve on a connection it terminated goes to Python over the plaintext bridge
-with the handshake's facts, and a Host that requires more of a handshake is misdirected
-there."""
+there, over HTTP/1.1 or HTTP/2 (edge_core/src/h2front.rs: each stream as an HTTP/1.1
+request); a name without a route goes to Python untouched; a request the core does not serve
+on a connection it terminated goes to Python over the plaintext bridge with the handshake's
+facts (on HTTP/2, that stream alone), and a Host that requires more of a handshake is
+misdirected there."""
 
 import http.client
 import json
 import socket
 import ssl
 
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 
 from stacks.agents import SdkAgent
@@ -87,13 +91,118 @@ def test_a_plain_routes_https_requests_are_served_by_the_core_with_its_certifica
     assert _served(edge) - served == 11
 
 
-def test_a_client_offering_http2_is_pythons_and_gets_h2(edge, plain):
+def _h2_exchanges(conn, requests, body=None):
+    """``requests`` ((authority, path) each) sent at once as streams of a new HTTP/2
+    connection on the TLS connection ``conn`` (python-hyper's h2 as the client), each a POST
+    of ``body`` when given: their answers in order, (status, headers, body, trailers)
+    each."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    ids, pending = [], {}
+    for authority, path in requests:
+        sid = client.get_next_available_stream_id()
+        method = "POST" if body is not None else "GET"
+        client.send_headers(
+            sid,
+            [
+                (":method", method),
+                (":scheme", "https"),
+                (":authority", authority),
+                (":path", path),
+            ],
+            end_stream=body is None,
+        )
+        if body is not None:
+            pending[sid] = body
+        ids.append(sid)
+
+    def send_bodies():  # as the windows let them through
+        for sid, rest in list(pending.items()):
+            room = min(client.local_flow_control_window(sid), client.max_outbound_frame_size)
+            while rest and room > 0:
+                client.send_data(sid, rest[:room])
+                rest = rest[room:]
+                room = min(client.local_flow_control_window(sid), client.max_outbound_frame_size)
+            pending[sid] = rest
+            if not rest:
+                client.end_stream(sid)
+                del pending[sid]
+
+    send_bodies()
+    conn.sendall(client.data_to_send())
+    answers = {sid: [0, {}, b"", {}] for sid in ids}
+    open_ids = set(ids)
+    while open_ids:
+        data = conn.recv(65536)
+        assert data, f"the connection ended with streams {open_ids} open"
+        for event in client.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                fields = {k.decode(): v.decode() for k, v in event.headers}
+                answers[event.stream_id][0] = int(fields.pop(":status"))
+                answers[event.stream_id][1] = fields
+            elif isinstance(event, h2.events.DataReceived):
+                answers[event.stream_id][2] += event.data
+                client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.TrailersReceived):
+                answers[event.stream_id][3] = {k.decode(): v.decode() for k, v in event.headers}
+            elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+                open_ids.discard(event.stream_id)
+        send_bodies()
+        conn.sendall(client.data_to_send())
+    return [tuple(answers[sid]) for sid in ids]
+
+
+def test_an_http2_clients_streams_are_served_by_the_core(edge, plain):
+    """ALPN h2 on a plain route's name: the core terminates it and serves each stream by
+    the HTTP/1.1 path (the records, the forwarded fields), several streams at once, none
+    handed to Python; a request body without a length goes on chunked."""
     _until_core_serves(edge, plain)
     served, handed = _served(edge), _handed(edge)
     with _connect(edge, plain, alpn=("h2", "http/1.1")) as conn:
-        assert conn.selected_alpn_protocol() == "h2"  # Python's listener (edge/h2front.py)
-    assert _handed(edge) == handed + 1
-    assert _served(edge) == served
+        assert conn.selected_alpn_protocol() == "h2"
+        answers = _h2_exchanges(conn, [(plain, f"/echo?i={i}") for i in range(10)])
+    with _connect(edge, plain, alpn=("h2", "http/1.1")) as conn:
+        sent = bytes(range(256)) * 400  # 100 KiB: past the stream's 64 KiB window
+        posted = _h2_exchanges(conn, [(plain, "/upload"), (plain, "/reflect?chunks=4")], sent)
+    for i, (status, fields, body, _) in enumerate(answers):
+        assert status == 200, (status, body)
+        seen = json.loads(body)
+        assert seen["path"] == f"/echo?i={i}"
+        headers = {k.lower(): v for k, v in seen["headers"].items()}
+        assert headers["x-forwarded-proto"] == "https"
+        assert headers["host"] == plain
+        assert "connection" not in fields and "transfer-encoding" not in fields
+    (status, _, uploaded, _), (reflected_status, fields, reflected, _) = posted
+    assert status == 200 and json.loads(uploaded)["length"] == len(sent), uploaded
+    # the upstream saw no length (sent chunked), answered in pieces (chunked, de-chunked here)
+    assert reflected_status == 200 and reflected == sent
+    assert fields["x-request-length"] == "none"
+    assert (_served(edge) - served, _handed(edge) - handed) == (12, 0)
+
+
+def test_another_host_on_the_cores_http2_connection_is_pythons_for_its_stream_alone(
+    edge, api, plain
+):
+    """A stream for a name the core has no route for (here: a policy that needs the body)
+    goes to Python over the bridge as an HTTP/1.1 request with the handshake's facts; the
+    connection's other streams stay the core's."""
+    policy = {"on_http_response": [{"actions": [{"type": "compress-response"}]}]}
+    agent = SdkAgent(
+        edge,
+        credential(api.new_account())["token"],
+        [{"proto": "http", "options": {"traffic_policy": [json.dumps(policy)]}}],
+    )
+    other = host_of(bound(agent.start())[0]["url"])
+    try:
+        _until_core_serves(edge, plain)
+        served, handed = _served(edge), _handed(edge)
+        with _connect(edge, plain, alpn=("h2",)) as conn:
+            answers = _h2_exchanges(conn, [(plain, "/echo"), (other, "/echo"), (plain, "/echo")])
+        assert [a[0] for a in answers] == [200, 200, 200], answers
+        assert json.loads(answers[1][2])["path"] == "/echo"
+        assert (_served(edge) - served, _handed(edge) - handed) == (2, 1)
+    finally:
+        agent.stop()
 
 
 def test_another_host_on_the_cores_connection_goes_to_python_with_the_handshakes_facts(

@@ -1,0 +1,1099 @@
+//! HTTP/2 with clients on the public HTTPS listener, for the connections the core terminates
+//! (https.rs: ALPN `h2` chosen). The protocol is the `h2` crate's (the server side hyper
+//! runs); each stream is served by the HTTP/1.1 path itself (public.rs `connection`) over a
+//! **virtual connection**: an in-process pipe on which the stream's request is written as an
+//! HTTP/1.1 request and the answer read back as an HTTP/1.1 response, turned into HEADERS,
+//! DATA and trailers. So routing, decided routes and held decisions, the records, the error
+//! answers and the hand-over to Python are the HTTP/1.1 ones, written once (as
+//! edge/h2front.py serves each stream through edge/public.py's request path). A virtual
+//! connection whose exchange ended cleanly is kept for the connection's next stream to the
+//! same host (with its proxy stream, as a keep-alive connection keeps its own); one handed
+//! to Python is Python's (`HttpFront` over the TLS bridge, as on HTTP/1.1) until it ends.
+//!
+//! The bounds are edge/h2front.py's (docs/HTTP2.md), each a named constant: streams per
+//! connection, the header block (encoded and decoded), 16 KiB frames, the flow-control
+//! windows (a request's body is credited back only once it went on towards the agent), the
+//! response queued per stream, a response that cannot move for `h2_stall_timeout`, the
+//! streams a client resets and the frames that cost an answer or carry nothing per
+//! `BUDGET`, each plus half the streams answered meanwhile. The frame budgets and the
+//! header-block bounds are read off the bytes before `h2` sees them ([`Watched`]): the frame
+//! that passes a bound never reaches it, and the connection ends with GOAWAY
+//! ENHANCE_YOUR_CALM.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio_rustls::server::TlsStream;
+
+use crate::http::{self as h1, Framing, Parsed};
+use crate::https;
+use crate::public::{self, Conn, Public, Ticket, TlsFacts};
+
+/// Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+pub const MAX_CONCURRENT_STREAMS: u32 = 100;
+/// Streams being served or winding down at once; a stream past it is refused.
+pub const MAX_TASKS: usize = 2 * MAX_CONCURRENT_STREAMS as usize;
+/// A request body held per stream and per connection before it went on to the agent.
+pub const STREAM_WINDOW: u32 = 64 * 1024;
+pub const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// A header block as sent (HEADERS and its CONTINUATIONs), and as decoded.
+pub const MAX_HEADER_BLOCK: usize = 64 * 1024;
+pub const MAX_HEADER_LIST_SIZE: usize = 64 * 1024;
+/// The decoder's dynamic table (SETTINGS_HEADER_TABLE_SIZE, h2's and RFC 7541's default).
+pub const HEADER_TABLE_SIZE: usize = 4096;
+/// Frames are never larger than HTTP/2's default.
+pub const MAX_FRAME_SIZE: u32 = 16 * 1024;
+/// A response's bytes held per stream beyond what the client's windows let through.
+pub const LOW_WATER: usize = 64 * 1024;
+/// The window of the frame budgets.
+pub const BUDGET: Duration = Duration::from_secs(10);
+/// Streams the client resets per BUDGET (rapid reset), plus half the streams answered.
+pub const MAX_RESETS: u64 = 200;
+/// SETTINGS, PING, PRIORITY, empty DATA and unknown frames per BUDGET, plus half the
+/// streams answered.
+pub const MAX_CONTROL: u64 = 1000;
+/// Idle virtual connections kept per client connection.
+const KEEP_VIRTUAL: usize = MAX_CONCURRENT_STREAMS as usize;
+/// How long the connection is still driven once it was told to end (its GOAWAY flushed).
+const CLOSING: Duration = Duration::from_secs(2);
+/// Bytes read from a virtual connection at once.
+const READ_CHUNK: usize = 64 * 1024;
+
+// ---- the frames' budgets, read off the bytes ------------------------------------------------
+
+/// What the frames' reader and the connection share: the trip, and the streams answered.
+#[derive(Default)]
+struct Watch {
+    tripped: AtomicBool,
+    notify: Notify,
+    answered: AtomicU64,
+}
+
+impl Watch {
+    fn trip(&self) {
+        self.tripped.store(true, Ordering::Relaxed);
+        self.notify.notify_one();
+    }
+}
+
+/// The frame being read, and what the budgets count.
+pub struct Frames {
+    preface: usize,
+    head: [u8; 9],
+    have: usize,
+    left: usize,
+    kind: u8,
+    flags: u8,
+    /// The HEADERS frame's payload (its padding and priority stripped once it is whole).
+    payload: Vec<u8>,
+    /// The header block so far, and its bytes on the wire.
+    block: Vec<u8>,
+    block_wire: usize,
+    decoder: fluke_hpack::Decoder<'static>,
+    /// False once the decoder failed where h2 may not (h2's own bounds still hold).
+    decoding: bool,
+    pub resets: u64,
+    pub control: u64,
+    since: Instant,
+    /// The streams answered when the budget's window began.
+    answered_before: u64,
+}
+
+impl Default for Frames {
+    fn default() -> Self {
+        let mut decoder = fluke_hpack::Decoder::new();
+        decoder.set_max_allowed_table_size(HEADER_TABLE_SIZE);
+        Frames {
+            preface: 24,
+            head: [0; 9],
+            have: 0,
+            left: 0,
+            kind: 0,
+            flags: 0,
+            payload: Vec::new(),
+            block: Vec::new(),
+            block_wire: 0,
+            decoder,
+            decoding: true,
+            resets: 0,
+            control: 0,
+            since: Instant::now(),
+            answered_before: 0,
+        }
+    }
+}
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const PRIORITY: u8 = 0x2;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
+const CONTINUATION: u8 = 0x9;
+const END_STREAM: u8 = 0x1;
+const ACK: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY_FLAG: u8 = 0x20;
+
+impl Frames {
+    /// Read `data` (the client's next bytes); Some(n): a bound was passed by the frame that
+    /// starts at `n` (0 when it started before `data`), whose bytes must not go on.
+    /// `answered`: the streams answered in the budget's window so far.
+    pub fn scan(&mut self, data: &[u8], answered: u64, now: Instant) -> Option<usize> {
+        if now.duration_since(self.since) > BUDGET {
+            self.since = now;
+            self.resets = 0;
+            self.control = 0;
+            self.answered_before = answered;
+        }
+        let answered = answered.saturating_sub(self.answered_before);
+        let mut i = 0;
+        let mut frame_start = 0;
+        while i < data.len() {
+            if self.preface > 0 {
+                let take = self.preface.min(data.len() - i);
+                self.preface -= take;
+                i += take;
+                continue;
+            }
+            if self.have < 9 {
+                if self.have == 0 {
+                    frame_start = i;
+                }
+                let take = (9 - self.have).min(data.len() - i);
+                self.head[self.have..self.have + take].copy_from_slice(&data[i..i + take]);
+                self.have += take;
+                i += take;
+                if self.have < 9 {
+                    break;
+                }
+                if !self.began(answered) {
+                    return Some(frame_start);
+                }
+                if self.left == 0 && !self.ended() {
+                    return Some(frame_start);
+                }
+                continue;
+            }
+            let take = self.left.min(data.len() - i);
+            if self.kind == HEADERS {
+                self.payload.extend_from_slice(&data[i..i + take]);
+            } else if self.kind == CONTINUATION {
+                self.block.extend_from_slice(&data[i..i + take]);
+            }
+            self.left -= take;
+            i += take;
+            if self.left == 0 && !self.ended() {
+                return Some(frame_start);
+            }
+        }
+        None
+    }
+
+    /// A frame's header was read: count it; false when it passes a budget or the block's bound.
+    fn began(&mut self, answered: u64) -> bool {
+        let h = &self.head;
+        self.left = ((h[0] as usize) << 16) | ((h[1] as usize) << 8) | h[2] as usize;
+        self.kind = h[3];
+        self.flags = h[4];
+        let earned = answered / 2;
+        match self.kind {
+            RST_STREAM => self.resets += 1,
+            SETTINGS | PING if self.flags & ACK == 0 => self.control += 1,
+            PRIORITY => self.control += 1,
+            DATA if self.left == 0 && self.flags & END_STREAM == 0 => self.control += 1,
+            kind if kind > CONTINUATION => self.control += 1,
+            HEADERS => {
+                self.block.clear();
+                self.payload.clear();
+                self.block_wire = 0;
+            }
+            _ => {}
+        }
+        if matches!(self.kind, HEADERS | CONTINUATION) {
+            self.block_wire += self.left;
+            if self.block_wire > MAX_HEADER_BLOCK {
+                return false;
+            }
+        }
+        self.resets <= MAX_RESETS + earned && self.control <= MAX_CONTROL + earned
+    }
+
+    /// A frame's payload was read whole: false when its header block decodes past the bound.
+    fn ended(&mut self) -> bool {
+        self.have = 0;
+        if self.kind == HEADERS {
+            let mut p = &self.payload[..];
+            let mut pad = 0usize;
+            if self.flags & PADDED != 0 && !p.is_empty() {
+                pad = p[0] as usize;
+                p = &p[1..];
+            }
+            if self.flags & PRIORITY_FLAG != 0 {
+                p = p.get(5..).unwrap_or(&[]);
+            }
+            let fragment = &p[..p.len().saturating_sub(pad)];
+            self.block.extend_from_slice(fragment);
+            self.payload.clear();
+        }
+        if !matches!(self.kind, HEADERS | CONTINUATION) || self.flags & END_HEADERS == 0 {
+            return true;
+        }
+        let block = std::mem::take(&mut self.block);
+        self.block_wire = 0;
+        if !self.decoding {
+            return true;
+        }
+        let mut size = 0usize;
+        let decoded = self
+            .decoder
+            .decode_with_cb(&block, |name: Cow<[u8]>, value: Cow<[u8]>| {
+                size += name.len() + value.len() + 32;
+            });
+        if decoded.is_err() {
+            self.decoding = false; // h2 answers it (its own error, or its own bound)
+        }
+        size <= MAX_HEADER_LIST_SIZE
+    }
+}
+
+/// The client's side of the connection as h2 reads it: every byte passes [`Frames`] first.
+struct Watched {
+    io: TlsStream<TcpStream>,
+    frames: Frames,
+    watch: Arc<Watch>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.watch.tripped.load(Ordering::Relaxed) {
+            return Poll::Pending; // the connection is being ended (serve)
+        }
+        let start = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
+        let answered = this.watch.answered.load(Ordering::Relaxed);
+        let read = &buf.filled()[start..];
+        if let Some(cut) = this.frames.scan(read, answered, Instant::now()) {
+            buf.set_filled(start + cut);
+            this.watch.trip();
+            if cut == 0 {
+                return Poll::Pending; // nothing of it goes on (not an end of stream)
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+// ---- virtual connections --------------------------------------------------------------------
+
+/// The HTTP/1.1 path's end of a virtual connection (public.rs `connection` serves it).
+struct Virtual {
+    io: DuplexStream,
+    /// The stream was reset or failed: the end of what the front wrote is a reset, not a
+    /// half-close (an exchange in progress ends at once).
+    aborted: Arc<AtomicBool>,
+    facts: TlsFacts,
+    local: SocketAddr,
+}
+
+impl AsyncRead for Virtual {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let start = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) if buf.filled().len() == start => {
+                if this.aborted.load(Ordering::Relaxed) {
+                    Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()))
+                } else {
+                    Poll::Ready(Ok(()))
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+impl AsyncWrite for Virtual {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, data)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+impl Conn for Virtual {
+    type Reader<'a> = tokio::io::ReadHalf<&'a mut Virtual>;
+    type Writer<'a> = tokio::io::WriteHalf<&'a mut Virtual>;
+
+    fn halves(&mut self) -> (Self::Reader<'_>, Self::Writer<'_>) {
+        tokio::io::split(self)
+    }
+
+    fn tls_facts(&self) -> Option<TlsFacts> {
+        Some(self.facts.clone())
+    }
+
+    fn hand_over(
+        self,
+        peer: SocketAddr,
+        data: Vec<u8>,
+        first: bool,
+        public: &Public,
+        ticket: Ticket,
+    ) {
+        let (facts, local) = (self.facts.clone(), self.local);
+        https::bridge_to_python(self, facts, peer, local, data, first, public, ticket);
+    }
+}
+
+/// The front's end of a virtual connection.
+struct Front {
+    io: DuplexStream,
+    aborted: Arc<AtomicBool>,
+    idle_since: Instant,
+}
+
+impl Front {
+    /// Ends the virtual connection as a client's reset ends a connection.
+    fn abort(self) {
+        self.aborted.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One client connection's shared state.
+struct Client {
+    public: Arc<Public>,
+    peer: SocketAddr,
+    local: SocketAddr,
+    facts: TlsFacts,
+    watch: Arc<Watch>,
+    /// Idle virtual connections by host.
+    kept: Mutex<HashMap<String, Vec<Front>>>,
+    /// Streams being served (tasks alive), and a wake-up when one ends.
+    tasks: AtomicUsize,
+    ended: Notify,
+    closing: AtomicBool,
+}
+
+impl Client {
+    fn open(&self) -> Front {
+        let (ours, theirs) = tokio::io::duplex(READ_CHUNK);
+        let aborted = Arc::new(AtomicBool::new(false));
+        // what the virtual connection carries is HTTP/1.1: so its ALPN says (Python's
+        // listener reads a bridged connection by it; no rule reads the ALPN itself)
+        let facts = TlsFacts {
+            alpn: Some(b"http/1.1".to_vec()),
+            ..self.facts.clone()
+        };
+        let virt = Virtual {
+            io: theirs,
+            aborted: aborted.clone(),
+            facts,
+            local: self.local,
+        };
+        let public = self.public.clone();
+        let (peer, local) = (self.peer, self.local);
+        tokio::spawn(async move {
+            public::connection(virt, peer, local, public, Ticket::free(), Vec::new()).await;
+        });
+        Front {
+            io: ours,
+            aborted,
+            idle_since: Instant::now(),
+        }
+    }
+
+    /// A kept virtual connection for `host` (one idle for less than half the idle timeout:
+    /// the HTTP/1.1 path ends it at the timeout), or None.
+    fn take(&self, host: &str) -> Option<Front> {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let fronts = kept.get_mut(host)?;
+        let fresh = self.public.spec.idle_timeout / 2;
+        while let Some(front) = fronts.pop() {
+            if front.idle_since.elapsed() < fresh {
+                return Some(front);
+            }
+        }
+        None
+    }
+
+    fn keep(&self, host: String, mut front: Front) {
+        if self.closing.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.values().map(Vec::len).sum::<usize>() >= KEEP_VIRTUAL {
+            return;
+        }
+        front.idle_since = Instant::now();
+        kept.entry(host).or_default().push(front);
+    }
+}
+
+// ---- the connection -------------------------------------------------------------------------
+
+/// An HTTP/2 connection the HTTPS listener terminated. The connection holds `ticket`: waiting
+/// (evictable) while no stream is open, busy otherwise; idle, it ends after the head timeout
+/// (before its first stream) or the idle timeout, with GOAWAY NO_ERROR.
+pub(crate) async fn serve(
+    tls: TlsStream<TcpStream>,
+    peer: SocketAddr,
+    local: SocketAddr,
+    public: Arc<Public>,
+    mut ticket: Ticket,
+) {
+    let facts = https::facts(tls.get_ref().1);
+    let watch = Arc::new(Watch::default());
+    let io = Watched {
+        io: tls,
+        frames: Frames::default(),
+        watch: watch.clone(),
+    };
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME_SIZE)
+        .max_header_list_size(MAX_HEADER_LIST_SIZE as u32)
+        .header_table_size(HEADER_TABLE_SIZE as u32)
+        .max_send_buffer_size(LOW_WATER)
+        // the budgets above count resets; h2's own count of them stays behind
+        .max_pending_accept_reset_streams(MAX_RESETS as usize);
+    let spec = public.spec.clone();
+    ticket.waiting();
+    let handshake = builder.handshake::<_, Bytes>(io);
+    let mut conn = tokio::select! {
+        done = tokio::time::timeout(spec.head_timeout, handshake) => match done {
+            Ok(Ok(conn)) => conn,
+            _ => return,
+        },
+        _ = ticket.eviction() => return,
+    };
+    let client = Arc::new(Client {
+        public,
+        peer,
+        local,
+        facts,
+        watch: watch.clone(),
+        kept: Mutex::new(HashMap::new()),
+        tasks: AtomicUsize::new(0),
+        ended: Notify::new(),
+        closing: AtomicBool::new(false),
+    });
+    let mut first = true;
+    let reason = loop {
+        let idle = client.tasks.load(Ordering::Relaxed) == 0;
+        let deadline = if idle {
+            ticket.waiting();
+            Instant::now()
+                + if first {
+                    spec.head_timeout
+                } else {
+                    spec.idle_timeout
+                }
+        } else {
+            ticket.busy();
+            Instant::now() + Duration::from_secs(86400)
+        };
+        tokio::select! {
+            accepted = conn.accept() => match accepted {
+                Some(Ok((request, respond))) => {
+                    first = false;
+                    ticket.busy();
+                    if client.tasks.load(Ordering::Relaxed) >= MAX_TASKS {
+                        let mut respond = respond;
+                        respond.send_reset(Reason::REFUSED_STREAM);
+                        continue;
+                    }
+                    client.tasks.fetch_add(1, Ordering::Relaxed);
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        stream(&client, request, respond).await;
+                        client.tasks.fetch_sub(1, Ordering::Relaxed);
+                        client.ended.notify_one();
+                    });
+                }
+                // h2's connection error (its GOAWAY sent), or the client's end
+                Some(Err(_)) | None => break None,
+            },
+            _ = watch.notify.notified() => break Some(Reason::ENHANCE_YOUR_CALM),
+            _ = tokio::time::sleep_until(deadline.into()), if idle => break Some(Reason::NO_ERROR),
+            _ = ticket.eviction(), if idle => break Some(Reason::NO_ERROR),
+            _ = client.ended.notified() => {}
+        }
+    };
+    client.closing.store(true, Ordering::Relaxed);
+    client
+        .kept
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
+    match reason {
+        Some(Reason::NO_ERROR) => conn.graceful_shutdown(),
+        Some(reason) => conn.abrupt_shutdown(reason),
+        None => return,
+    }
+    let _ = tokio::time::timeout(CLOSING, poll_fn(|cx| conn.poll_closed(cx))).await;
+}
+
+// ---- one stream -----------------------------------------------------------------------------
+
+/// A request HTTP/2 allows and the HTTP/1.1 path cannot carry: 400, on its stream only.
+fn refused(why: &str) -> (u16, &'static str, String) {
+    (
+        400,
+        "ERR_NGROK_3002",
+        format!("The request is not valid HTTP: {why}"),
+    )
+}
+
+/// The request as the HTTP/1.1 path reads it: Host from `:authority`, cookies joined (RFC
+/// 9113 8.2.3), a body of unknown length sent chunked.
+fn request_head(req: &Request<RecvStream>, chunked: bool) -> Result<(Vec<u8>, String), String> {
+    let authority = match req.uri().authority() {
+        Some(a) => a.as_str().as_bytes().to_vec(),
+        None => match req.headers().get(http::header::HOST) {
+            Some(h) => h.as_bytes().to_vec(),
+            None => return Err("no :authority and no Host".to_string()),
+        },
+    };
+    let target = match req.uri().path_and_query() {
+        Some(p) => p.as_str().to_string(),
+        None => "/".to_string(),
+    };
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(req.method().as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    out.extend_from_slice(&authority);
+    out.extend_from_slice(b"\r\n");
+    let mut cookies: Vec<&[u8]> = Vec::new();
+    for (name, value) in req.headers() {
+        match name.as_str() {
+            "host" | "te" | "connection" | "transfer-encoding" | "upgrade" | "keep-alive" => {}
+            "cookie" => cookies.push(value.as_bytes()),
+            _ => {
+                out.extend_from_slice(name.as_str().as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(value.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+    }
+    if !cookies.is_empty() {
+        out.extend_from_slice(b"cookie: ");
+        out.extend_from_slice(&cookies.join(&b"; "[..]));
+        out.extend_from_slice(b"\r\n");
+    }
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok((out, h1::host_of(&authority)))
+}
+
+/// Serves one stream on a virtual connection.
+async fn stream(client: &Client, request: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+    let grpc = request
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if request.method() == Method::CONNECT {
+        let (status, code, msg) = refused("CONNECT is not served");
+        return answer(&mut respond, status, code, &msg, grpc);
+    }
+    let bodiless = request.body().is_end_stream();
+    let chunked = !bodiless && !request.headers().contains_key(http::header::CONTENT_LENGTH);
+    let (head, host) = match request_head(&request, chunked) {
+        Ok(made) => made,
+        Err(why) => {
+            let (status, code, msg) = refused(&why);
+            return answer(&mut respond, status, code, &msg, grpc);
+        }
+    };
+    let head_request = request.method() == Method::HEAD;
+    let mut body = request.into_body();
+    // the head goes first: on a kept virtual connection the HTTP/1.1 path ended (its idle
+    // timeout) the write fails at once, and a new one takes it
+    let mut kept = client.take(&host);
+    if let Some(front) = kept.as_mut() {
+        if front.io.write_all(&head).await.is_err() {
+            kept = None;
+        }
+    }
+    let mut front = match kept {
+        Some(front) => front,
+        None => {
+            let mut fresh = client.open();
+            if fresh.io.write_all(&head).await.is_err() {
+                fresh.abort();
+                return respond.send_reset(Reason::INTERNAL_ERROR);
+            }
+            fresh
+        }
+    };
+    let (pumped, relayed) = {
+        let (mut rd, mut wr) = tokio::io::split(&mut front.io);
+        let pump = async {
+            if bodiless {
+                return Ok(());
+            }
+            pump_request(&mut body, &mut wr, chunked).await
+        };
+        let relay = relay_response(&mut rd, &mut respond, head_request, grpc, client);
+        tokio::pin!(pump, relay);
+        let (mut pumped, mut relayed) = (false, None);
+        while relayed.is_none() {
+            tokio::select! {
+                p = &mut pump, if !pumped => {
+                    if p.is_err() {
+                        break; // the client reset the stream, or broke its body
+                    }
+                    pumped = true;
+                }
+                r = &mut relay => relayed = Some(r),
+            }
+        }
+        (pumped, relayed)
+    };
+    match relayed {
+        Some(Ok(reusable)) => {
+            client.watch.answered.fetch_add(1, Ordering::Relaxed);
+            if reusable && pumped {
+                client.keep(host, front);
+            } // else its end is the HTTP/1.1 path's end of the connection
+        }
+        _ => front.abort(),
+    }
+}
+
+/// The request's body, client to virtual connection, each piece credited back to the client
+/// once written (so the agent's pace holds the client back); chunked when its length is not
+/// known, its trailers after the last chunk.
+async fn pump_request<W: AsyncWrite + Unpin>(
+    body: &mut RecvStream,
+    wr: &mut W,
+    chunked: bool,
+) -> Result<(), ()> {
+    while let Some(data) = body.data().await {
+        let data = data.map_err(|_| ())?;
+        let n = data.len();
+        if n == 0 {
+            continue;
+        }
+        if chunked {
+            wr.write_all(format!("{n:x}\r\n").as_bytes())
+                .await
+                .map_err(|_| ())?;
+            wr.write_all(&data).await.map_err(|_| ())?;
+            wr.write_all(b"\r\n").await.map_err(|_| ())?;
+        } else {
+            wr.write_all(&data).await.map_err(|_| ())?;
+        }
+        let _ = body.flow_control().release_capacity(n);
+    }
+    if chunked {
+        let trailers = body.trailers().await.map_err(|_| ())?;
+        let mut end = b"0\r\n".to_vec();
+        for (name, value) in trailers.iter().flatten() {
+            end.extend_from_slice(name.as_str().as_bytes());
+            end.extend_from_slice(b": ");
+            end.extend_from_slice(value.as_bytes());
+            end.extend_from_slice(b"\r\n");
+        }
+        end.extend_from_slice(b"\r\n");
+        wr.write_all(&end).await.map_err(|_| ())?;
+    }
+    Ok(())
+}
+
+/// The HTTP/1.1 path's answer, turned into the stream's response: Ok(true) when it ended
+/// cleanly and the virtual connection may serve another stream.
+async fn relay_response<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    respond: &mut SendResponse<Bytes>,
+    head_request: bool,
+    grpc: bool,
+    client: &Client,
+) -> Result<bool, ()> {
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let head = loop {
+        match h1::parse_response(&buf) {
+            Parsed::Done(head) if head.status < 200 => {
+                let _ = buf.split_to(head.len); // an interim answer: not relayed
+                continue;
+            }
+            Parsed::Done(head) => break head,
+            Parsed::Invalid(_) => return Err(()),
+            Parsed::Partial => {}
+        }
+        let read = tokio::select! {
+            read = rd.read_buf(&mut buf) => read,
+            _ = poll_fn(|cx| respond.poll_reset(cx)) => return Err(()),
+        };
+        if read.map_err(|_| ())? == 0 {
+            return Err(());
+        }
+    };
+    let _ = buf.split_to(head.len);
+    let error_code = head
+        .fields
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(b"ngrok-error-code"))
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+    if let (true, Some(code)) = (grpc, error_code) {
+        // the edge's own answer to a gRPC request: a gRPC status (edge/h2front.py)
+        let message = grpc_message(&head, &buf, &code);
+        answer_grpc(respond, head.status, &code, &message);
+        return Ok(false);
+    }
+    let bodiless = head_request
+        || head.status == 204
+        || head.status == 304
+        || head.framing == Framing::Length(0)
+        || head.framing == Framing::None;
+    let mut response = Response::builder()
+        .status(StatusCode::from_u16(head.status).map_err(|_| ())?)
+        .body(())
+        .map_err(|_| ())?;
+    let fields = response.headers_mut();
+    for (name, value) in &head.fields {
+        let Ok(name) = HeaderName::from_bytes(name) else {
+            continue;
+        };
+        if matches!(
+            name.as_str(),
+            "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
+        ) {
+            continue;
+        }
+        if let Ok(value) = HeaderValue::from_bytes(value) {
+            fields.append(name, value);
+        }
+    }
+    let reusable = !head.close;
+    let mut send = respond.send_response(response, bodiless).map_err(|_| ())?;
+    if bodiless {
+        return Ok(reusable && head.framing != Framing::UntilClose);
+    }
+    let stall = client.public.spec.h2_stall_timeout;
+    let mut body = Body::new(head.framing);
+    loop {
+        let (piece, done) = body.take(&mut buf).map_err(|_| ())?;
+        if !piece.is_empty() {
+            send_piece(&mut send, piece, stall).await?;
+        }
+        if done {
+            let trailers = body.trailers();
+            match trailers {
+                Some(t) if !t.is_empty() => send.send_trailers(t).map_err(|_| ())?,
+                _ => send.send_data(Bytes::new(), true).map_err(|_| ())?,
+            }
+            return Ok(reusable && head.framing != Framing::UntilClose);
+        }
+        buf.reserve(READ_CHUNK);
+        let read = tokio::select! {
+            read = rd.read_buf(&mut buf) => read,
+            _ = poll_fn(|cx| send.poll_reset(cx)) => return Err(()),
+        };
+        match read {
+            Ok(0) if head.framing == Framing::UntilClose => {
+                send.send_data(Bytes::new(), true).map_err(|_| ())?;
+                return Ok(false);
+            }
+            Ok(0) | Err(_) => {
+                send.send_reset(Reason::INTERNAL_ERROR);
+                return Err(());
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// `piece` sent as the client's windows let it through; a stream whose response cannot move
+/// for `stall` is reset.
+async fn send_piece(
+    send: &mut SendStream<Bytes>,
+    mut piece: Bytes,
+    stall: Duration,
+) -> Result<(), ()> {
+    while !piece.is_empty() {
+        send.reserve_capacity(piece.len());
+        let got = tokio::time::timeout(stall, poll_fn(|cx| send.poll_capacity(cx))).await;
+        match got {
+            Err(_) => {
+                send.send_reset(Reason::CANCEL);
+                return Err(());
+            }
+            Ok(None) | Ok(Some(Err(_))) => return Err(()),
+            Ok(Some(Ok(0))) => {}
+            Ok(Some(Ok(n))) => {
+                let part = piece.split_to(n.min(piece.len()));
+                send.send_data(part, false).map_err(|_| ())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A response body as the HTTP/1.1 path framed it, its pieces taken as they come.
+struct Body {
+    framing: Framing,
+    left: u64,
+    /// Chunked: inside a chunk's data (bytes left in `left`), else at a size or trailer line.
+    in_data: bool,
+    after_data: bool,
+    trailers: HeaderMap,
+    in_trailers: bool,
+}
+
+impl Body {
+    fn new(framing: Framing) -> Self {
+        Body {
+            framing,
+            left: match framing {
+                Framing::Length(n) => n,
+                _ => 0,
+            },
+            in_data: false,
+            after_data: false,
+            trailers: HeaderMap::new(),
+            in_trailers: false,
+        }
+    }
+
+    fn trailers(&mut self) -> Option<HeaderMap> {
+        Some(std::mem::take(&mut self.trailers))
+    }
+
+    /// The body bytes `buf` holds (taken from it), and whether the body ended.
+    fn take(&mut self, buf: &mut BytesMut) -> Result<(Bytes, bool), &'static str> {
+        match self.framing {
+            Framing::Length(_) => {
+                let n = (self.left.min(buf.len() as u64)) as usize;
+                self.left -= n as u64;
+                Ok((buf.split_to(n).freeze(), self.left == 0))
+            }
+            Framing::UntilClose => Ok((buf.split().freeze(), false)),
+            Framing::None => Ok((Bytes::new(), true)),
+            Framing::Chunked => self.dechunk(buf),
+        }
+    }
+
+    fn dechunk(&mut self, buf: &mut BytesMut) -> Result<(Bytes, bool), &'static str> {
+        let mut out = BytesMut::new();
+        loop {
+            if self.in_data {
+                let n = (self.left.min(buf.len() as u64)) as usize;
+                out.extend_from_slice(&buf.split_to(n));
+                self.left -= n as u64;
+                if self.left > 0 {
+                    return Ok((out.freeze(), false));
+                }
+                self.in_data = false;
+                self.after_data = true;
+            }
+            let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
+                if buf.len() > h1::MAX_FRAMING_BYTES {
+                    return Err("chunk framing too long");
+                }
+                return Ok((out.freeze(), false));
+            };
+            let line = buf.split_to(end + 2);
+            let line = &line[..end];
+            if self.after_data {
+                if !line.is_empty() {
+                    return Err("no CRLF after a chunk");
+                }
+                self.after_data = false;
+                continue;
+            }
+            if self.in_trailers {
+                if line.is_empty() {
+                    return Ok((out.freeze(), true));
+                }
+                if let Some(colon) = line.iter().position(|b| *b == b':') {
+                    let (name, value) = (&line[..colon], &line[colon + 1..]);
+                    if let (Ok(name), Ok(value)) = (
+                        HeaderName::from_bytes(name),
+                        HeaderValue::from_bytes(value.trim_ascii()),
+                    ) {
+                        self.trailers.append(name, value);
+                    }
+                }
+                continue;
+            }
+            let digits = line.split(|b| *b == b';').next().unwrap_or(b"");
+            let size = std::str::from_utf8(digits.trim_ascii())
+                .ok()
+                .and_then(|s| u64::from_str_radix(s, 16).ok())
+                .ok_or("bad chunk size")?;
+            if size == 0 {
+                self.in_trailers = true;
+            } else {
+                self.in_data = true;
+                self.left = size;
+            }
+        }
+    }
+}
+
+/// The message of an edge answer's JSON body (its `msg`), for a gRPC status.
+fn grpc_message(head: &h1::ResponseHead, buf: &[u8], code: &str) -> String {
+    let body = match head.framing {
+        Framing::Length(n) => &buf[..(n as usize).min(buf.len())],
+        _ => &buf[..0],
+    };
+    let text = String::from_utf8_lossy(body);
+    let msg = text
+        .split("\"msg\": \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or("");
+    format!("{code}: {msg}")
+}
+
+/// HTTP status of an edge answer -> gRPC status (gRPC's HTTP-to-gRPC mapping; an offline
+/// endpoint is UNAVAILABLE, too many connections RESOURCE_EXHAUSTED), as edge/h2front.py.
+fn grpc_status(status: u16, code: &str) -> u32 {
+    match code {
+        "ERR_NGROK_3200" => return 14,
+        "ERR_NGROK_702" => return 8,
+        _ => {}
+    }
+    match status {
+        400 => 13,
+        401 => 16,
+        403 => 7,
+        404 => 12,
+        421 | 429 | 502 | 503 | 504 => 14,
+        _ => 2,
+    }
+}
+
+fn percent_encoded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A trailers-only gRPC answer.
+fn answer_grpc(respond: &mut SendResponse<Bytes>, status: u16, code: &str, message: &str) {
+    let mut response = Response::new(());
+    let fields = response.headers_mut();
+    fields.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    let pairs = [
+        ("grpc-status", grpc_status(status, code).to_string()),
+        ("grpc-message", percent_encoded(message)),
+        ("ngrok-error-code", code.to_string()),
+    ];
+    for (name, value) in pairs {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            fields.insert(name, value);
+        }
+    }
+    let _ = respond.send_response(response, true);
+}
+
+/// The edge's own answer on the stream (the contract's JSON body), or its gRPC status.
+fn answer(respond: &mut SendResponse<Bytes>, status: u16, code: &str, msg: &str, grpc: bool) {
+    if grpc {
+        return answer_grpc(respond, status, code, &format!("{code}: {msg}"));
+    }
+    let (body, op) = public::error_body(status, code, msg);
+    let mut response = Response::new(());
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    let fields = response.headers_mut();
+    fields.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    for (name, value) in [("ngrok-error-code", code), ("operation-id", op.as_str())] {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            fields.insert(name, value);
+        }
+    }
+    if let Ok(mut send) = respond.send_response(response, false) {
+        let _ = send.send_data(Bytes::from(body), true);
+    }
+}
