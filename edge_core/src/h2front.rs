@@ -20,7 +20,6 @@
 //! that passes a bound never reaches it, and the connection ends with GOAWAY
 //! ENHANCE_YOUR_CALM.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::io;
@@ -71,8 +70,9 @@ pub const MAX_CONTROL: u64 = 1000;
 const KEEP_VIRTUAL: usize = MAX_CONCURRENT_STREAMS as usize;
 /// How long the connection is still driven once it was told to end (its GOAWAY flushed).
 const CLOSING: Duration = Duration::from_secs(2);
-/// Bytes read from a virtual connection at once.
+/// Bytes read from a virtual connection at once: a response's body, and its head.
 const READ_CHUNK: usize = 64 * 1024;
+const HEAD_CHUNK: usize = 8 * 1024;
 
 // ---- the frames' budgets, read off the bytes ------------------------------------------------
 
@@ -104,8 +104,8 @@ pub struct Frames {
     /// The header block so far, and its bytes on the wire.
     block: Vec<u8>,
     block_wire: usize,
-    decoder: fluke_hpack::Decoder<'static>,
-    /// False once the decoder failed where h2 may not (h2's own bounds still hold).
+    sizes: ListSizes,
+    /// False once the model failed where h2 may not (h2's own bounds still hold).
     decoding: bool,
     pub resets: u64,
     pub control: u64,
@@ -116,8 +116,6 @@ pub struct Frames {
 
 impl Default for Frames {
     fn default() -> Self {
-        let mut decoder = fluke_hpack::Decoder::new();
-        decoder.set_max_allowed_table_size(HEADER_TABLE_SIZE);
         Frames {
             preface: 24,
             head: [0; 9],
@@ -128,7 +126,7 @@ impl Default for Frames {
             payload: Vec::new(),
             block: Vec::new(),
             block_wire: 0,
-            decoder,
+            sizes: ListSizes::default(),
             decoding: true,
             resets: 0,
             control: 0,
@@ -260,17 +258,222 @@ impl Frames {
         if !self.decoding {
             return true;
         }
-        let mut size = 0usize;
-        let decoded = self
-            .decoder
-            .decode_with_cb(&block, |name: Cow<[u8]>, value: Cow<[u8]>| {
-                size += name.len() + value.len() + 32;
-            });
-        if decoded.is_err() {
-            self.decoding = false; // h2 answers it (its own error, or its own bound)
+        match self.sizes.block(&block) {
+            Some(size) => size <= MAX_HEADER_LIST_SIZE,
+            None => {
+                self.decoding = false; // h2 answers it (its own error, or its own bound)
+                true
+            }
         }
-        size <= MAX_HEADER_LIST_SIZE
     }
+}
+
+// ---- the header list's decoded size ---------------------------------------------------------
+
+/// Name and value lengths of HPACK's static table (RFC 7541 Appendix A).
+const STATIC_TABLE: [(u16, u16); 61] = [
+    (10, 0),
+    (7, 3),
+    (7, 4),
+    (5, 1),
+    (5, 11),
+    (7, 4),
+    (7, 5),
+    (7, 3),
+    (7, 3),
+    (7, 3),
+    (7, 3),
+    (7, 3),
+    (7, 3),
+    (7, 3),
+    (14, 0),
+    (15, 13),
+    (15, 0),
+    (13, 0),
+    (6, 0),
+    (27, 0),
+    (3, 0),
+    (5, 0),
+    (13, 0),
+    (13, 0),
+    (19, 0),
+    (16, 0),
+    (16, 0),
+    (14, 0),
+    (16, 0),
+    (13, 0),
+    (12, 0),
+    (6, 0),
+    (4, 0),
+    (4, 0),
+    (6, 0),
+    (7, 0),
+    (4, 0),
+    (4, 0),
+    (8, 0),
+    (17, 0),
+    (13, 0),
+    (8, 0),
+    (19, 0),
+    (13, 0),
+    (4, 0),
+    (8, 0),
+    (12, 0),
+    (18, 0),
+    (19, 0),
+    (5, 0),
+    (7, 0),
+    (7, 0),
+    (11, 0),
+    (6, 0),
+    (10, 0),
+    (25, 0),
+    (17, 0),
+    (10, 0),
+    (4, 0),
+    (3, 0),
+    (16, 0),
+];
+
+/// How many of HPACK's 257 Huffman codes (RFC 7541 Appendix B, a canonical code) have each
+/// length in bits, 0 to 30.
+const HUFFMAN_LENGTHS: [u16; 31] = [
+    0, 0, 0, 0, 0, 10, 26, 32, 6, 0, 5, 3, 2, 6, 2, 3, 0, 0, 0, 3, 8, 13, 26, 29, 12, 4, 15, 19,
+    29, 0, 4,
+];
+
+/// The symbols a Huffman-coded string decodes to (its trailing padding not counted): a
+/// canonical code is read by its lengths alone.
+pub fn huffman_len(bytes: &[u8]) -> usize {
+    let (mut code, mut first, mut len, mut symbols) = (0u32, 0u32, 0usize, 0usize);
+    for byte in bytes {
+        for bit in (0..8).rev() {
+            code = (code << 1) | ((*byte >> bit) & 1) as u32;
+            len += 1;
+            first <<= 1;
+            let count = HUFFMAN_LENGTHS.get(len).copied().unwrap_or(0) as u32;
+            if code < first + count {
+                symbols += 1;
+                (code, first, len) = (0, 0, 0);
+            } else {
+                first += count;
+            }
+            if len > 30 {
+                return symbols; // not a code: h2 refuses the block
+            }
+        }
+    }
+    symbols
+}
+
+/// What HPACK's decoder holds, as sizes only: the dynamic table's entries (name and value
+/// lengths, newest first) and its size, so that a block's decoded header list size (RFC 9113
+/// 6.5.2: each field's name and value and 32) is known before h2 decodes it.
+#[derive(Default)]
+pub struct ListSizes {
+    entries: std::collections::VecDeque<(usize, usize)>,
+    size: usize,
+    max: Option<usize>,
+}
+
+impl ListSizes {
+    fn max(&self) -> usize {
+        self.max.unwrap_or(HEADER_TABLE_SIZE)
+    }
+
+    fn evict(&mut self) {
+        while self.size > self.max() {
+            match self.entries.pop_back() {
+                Some((n, v)) => self.size -= n + v + 32,
+                None => break,
+            }
+        }
+    }
+
+    /// (name length, value length) of the entry at `index` (1-based, static then dynamic).
+    fn entry(&self, index: usize) -> Option<(usize, usize)> {
+        match index {
+            0 => None,
+            1..=61 => STATIC_TABLE
+                .get(index - 1)
+                .map(|(n, v)| (*n as usize, *v as usize)),
+            _ => self.entries.get(index - 62).copied(),
+        }
+    }
+
+    /// The decoded header list size of one header block, the table updated as h2's decoder
+    /// updates its own; None when the block is not valid HPACK.
+    pub fn block(&mut self, buf: &[u8]) -> Option<usize> {
+        let mut at = 0;
+        let mut total = 0usize;
+        while at < buf.len() {
+            let first = buf[at];
+            let (name, value) = if first & 0x80 != 0 {
+                self.entry(integer(buf, &mut at, 7)?)?
+            } else if first & 0xe0 == 0x20 {
+                let max = integer(buf, &mut at, 5)?;
+                if max > HEADER_TABLE_SIZE {
+                    return None;
+                }
+                self.max = Some(max);
+                self.evict();
+                continue;
+            } else {
+                let (prefix, indexing) = if first & 0x40 != 0 {
+                    (6, true)
+                } else {
+                    (4, false)
+                };
+                let index = integer(buf, &mut at, prefix)?;
+                let name = if index == 0 {
+                    string(buf, &mut at)?
+                } else {
+                    self.entry(index)?.0
+                };
+                let value = string(buf, &mut at)?;
+                if indexing {
+                    self.entries.push_front((name, value));
+                    self.size += name + value + 32;
+                    self.evict();
+                }
+                (name, value)
+            };
+            total += name + value + 32;
+        }
+        Some(total)
+    }
+}
+
+/// An HPACK integer with a `prefix`-bit prefix at `buf[*at]` (RFC 7541 5.1).
+fn integer(buf: &[u8], at: &mut usize, prefix: u32) -> Option<usize> {
+    let mask = (1usize << prefix) - 1;
+    let mut value = (*buf.get(*at)? as usize) & mask;
+    *at += 1;
+    if value < mask {
+        return Some(value);
+    }
+    let mut shift = 0;
+    loop {
+        let byte = *buf.get(*at)?;
+        *at += 1;
+        value = value.checked_add(((byte & 0x7f) as usize).checked_shl(shift)?)?;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+        shift += 7;
+        if shift > 28 {
+            return None;
+        }
+    }
+}
+
+/// An HPACK string's decoded length (RFC 7541 5.2).
+fn string(buf: &[u8], at: &mut usize) -> Option<usize> {
+    let huffman = *buf.get(*at)? & 0x80 != 0;
+    let len = integer(buf, at, 7)?;
+    let bytes = buf.get(*at..*at + len)?;
+    *at += len;
+    Some(if huffman { huffman_len(bytes) } else { len })
 }
 
 /// The client's side of the connection as h2 reads it: every byte passes [`Frames`] first.
@@ -786,7 +989,8 @@ async fn relay_response<R: AsyncRead + Unpin>(
     grpc: bool,
     client: &Client,
 ) -> Result<bool, ()> {
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    // a small answer's head and body fit in the first read; a larger one grows it
+    let mut buf = BytesMut::with_capacity(HEAD_CHUNK);
     let head = loop {
         match h1::parse_response(&buf) {
             Parsed::Done(head) if head.status < 200 => {
@@ -797,6 +1001,7 @@ async fn relay_response<R: AsyncRead + Unpin>(
             Parsed::Invalid(_) => return Err(()),
             Parsed::Partial => {}
         }
+        buf.reserve(HEAD_CHUNK);
         let read = tokio::select! {
             read = rd.read_buf(&mut buf) => read,
             _ = poll_fn(|cx| respond.poll_reset(cx)) => return Err(()),

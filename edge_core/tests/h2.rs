@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use edge_core::carrier::{Carrier, Where};
-use edge_core::h2front::{Frames, MAX_CONTROL, MAX_HEADER_BLOCK, MAX_RESETS};
+use edge_core::h2front::{
+    huffman_len, Frames, ListSizes, MAX_CONTROL, MAX_HEADER_BLOCK, MAX_RESETS,
+};
 use edge_core::mux::{encode, DATA, FIN};
 use edge_core::public::{PublicListen, Route};
 use edge_core::session::Session;
@@ -51,6 +53,58 @@ fn cut_of(frames: &mut Frames, bytes: &[u8], answered: u64) -> Option<usize> {
     frames
         .scan(&all, answered, Instant::now())
         .map(|n| n - PREFACE.len())
+}
+
+fn hex(text: &str) -> Vec<u8> {
+    let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    digits
+        .chunks(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
+        .collect()
+}
+
+#[test]
+fn huffman_strings_decode_to_their_lengths_rfc_7541_c4() {
+    assert_eq!(huffman_len(&hex("f1e3 c2e5 f23a 6ba0 ab90 f4ff")), 15); // www.example.com
+    assert_eq!(huffman_len(&hex("a8eb 1064 9cbf")), 8); // no-cache
+    assert_eq!(huffman_len(&hex("25a8 49e9 5ba9 7d7f")), 10); // custom-key
+    assert_eq!(huffman_len(&hex("25a8 49e9 5bb8 e8b4 bf")), 12); // custom-value
+    assert_eq!(huffman_len(&hex("6402")), 3); // "302" (C.6.1)
+}
+
+#[test]
+fn header_list_sizes_follow_the_dynamic_table_rfc_7541_c4() {
+    // RFC 7541 C.4: three requests on one connection, Huffman-coded, the table carried over
+    let mut sizes = ListSizes::default();
+    let first = hex("8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff");
+    assert_eq!(sizes.block(&first), Some(42 + 43 + 38 + 57));
+    let second = hex("8286 84be 5886 a8eb 1064 9cbf");
+    assert_eq!(sizes.block(&second), Some(42 + 43 + 38 + 57 + 53));
+    let third = hex("8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf");
+    assert_eq!(sizes.block(&third), Some(42 + 44 + 48 + 57 + 54));
+    // an index past the table, a size update past the allowed size, a cut string: not HPACK
+    assert_eq!(ListSizes::default().block(&[0x80 | 70]), None);
+    assert_eq!(ListSizes::default().block(&hex("3fe1 1f")), Some(0)); // 4,096: allowed
+    assert_eq!(ListSizes::default().block(&hex("3fe2 1f")), None); // 4,097
+    assert_eq!(ListSizes::default().block(&hex("0085 6162")), None);
+    // eviction: a 4,000-byte entry, then another: the first is gone, its index is the second's
+    let mut sizes = ListSizes::default();
+    let mut insert = vec![
+        0x40,
+        1,
+        b'a',
+        0x7f,
+        0x80 | ((3900 - 127) % 128) as u8,
+        ((3900 - 127) / 128) as u8,
+    ];
+    insert.extend_from_slice(&[b'v'; 3900]);
+    assert_eq!(sizes.block(&insert), Some(1 + 3900 + 32));
+    insert[2] = b'b';
+    assert_eq!(
+        sizes.block(&[insert.clone(), vec![0xbe]].concat()),
+        Some(2 * (1 + 3900 + 32))
+    );
+    assert_eq!(sizes.block(&[0xbf]), None); // index 63: evicted
 }
 
 #[test]
