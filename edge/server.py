@@ -307,6 +307,9 @@ class Edge:
         connections still open."""
         self.carrier.close(self.agent_port)
         self.carrier.close(self.http_port)
+        # the core's HTTP/2 connections: GOAWAY now, while their agents' sessions still serve
+        # (Carrier.stop closes it too, after the sessions ended)
+        self.carrier.close(self.https_port)
         self.fast_path.stop()
         for server in self._servers:
             server.close()

@@ -5,13 +5,14 @@ use std::io;
 use std::net::{SocketAddr, TcpListener as StdTcpListener, ToSocketAddrs};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixStream};
 use tokio::runtime::Runtime;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
@@ -94,6 +95,9 @@ pub struct Carrier {
     admissions: Mutex<Vec<Arc<Admission>>>,
     /// Listeners without a socket of their own: connections Python hands in (`adopt`).
     adopters: Mutex<HashMap<u64, Arc<Public>>>,
+    /// The public listeners with a socket (closed by `close`: their HTTP/2 connections are
+    /// told GOAWAY).
+    publics: Mutex<HashMap<u64, Arc<Public>>>,
 }
 
 /// A connected stream socket (TCP, or Unix with `unix`) as the core carries it; within the
@@ -154,6 +158,7 @@ impl Carrier {
             decisions: Arc::new(Decisions::default()),
             admissions: Mutex::new(Vec::new()),
             adopters: Mutex::new(HashMap::new()),
+            publics: Mutex::new(HashMap::new()),
         })
     }
 
@@ -229,6 +234,10 @@ impl Carrier {
         let local = listener.local_addr()?;
         let public = self.public(spec);
         let id = public.id;
+        self.publics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, public.clone());
         let task = self.runtime().spawn(public::accept_loop(listener, public));
         self.listeners
             .lock()
@@ -393,6 +402,8 @@ impl Carrier {
             counters: self.public_counters.clone(),
             tallies: self.tallies.clone(),
             decisions: self.decisions.clone(),
+            closed: AtomicBool::new(false),
+            closing: Notify::new(),
         })
     }
 
@@ -499,8 +510,17 @@ impl Carrier {
     }
 
     /// Stop accepting on a listener (its socket is closed; sessions already handed over go
-    /// on).
+    /// on; a public listener's HTTP/2 connections are told GOAWAY NO_ERROR and end once
+    /// their streams are served).
     pub fn close(&self, id: u64) -> bool {
+        if let Some(public) = self
+            .publics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+        {
+            public.close();
+        }
         if self
             .adopters
             .lock()

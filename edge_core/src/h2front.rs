@@ -791,6 +791,7 @@ pub(crate) async fn serve(
             _ = watch.notify.notified() => break Some(Reason::ENHANCE_YOUR_CALM),
             _ = tokio::time::sleep_until(deadline.into()), if idle => break Some(Reason::NO_ERROR),
             _ = ticket.eviction(), if idle => break Some(Reason::NO_ERROR),
+            _ = client.public.closed() => break Some(Reason::NO_ERROR),
             _ = client.ended.notified() => {}
         }
     };

@@ -588,6 +588,28 @@ pub struct Public {
     pub tallies: Arc<Tallies>,
     /// The decided routes' requests waiting for Python (shared by both listeners).
     pub decisions: Arc<Decisions>,
+    /// The listener was closed (`Carrier::close`): connections that can say so end (HTTP/2's
+    /// GOAWAY).
+    pub closed: AtomicBool,
+    pub closing: Notify,
+}
+
+impl Public {
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        self.closing.notify_waiters();
+    }
+
+    /// Returns once the listener is closed (at once if it was).
+    pub async fn closed(&self) {
+        let notified = self.closing.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        notified.await
+    }
 }
 
 pub async fn accept_loop(listener: TcpListener, public: Arc<Public>) {

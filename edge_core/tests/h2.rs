@@ -238,13 +238,25 @@ fn spec() -> PublicListen {
 }
 
 fn setup() -> (Carrier, u16, Arc<Session>, UnixStream, Arc<ClientConfig>) {
+    let (carrier, _, port, session, agent, config) = setup_with_id();
+    (carrier, port, session, agent, config)
+}
+
+fn setup_with_id() -> (
+    Carrier,
+    u64,
+    u16,
+    Arc<Session>,
+    UnixStream,
+    Arc<ClientConfig>,
+) {
     let cert = rcgen::generate_simple_self_signed(vec!["a.test".into()]).unwrap();
     let (chain, key) = (
         cert.cert.pem().into_bytes(),
         cert.key_pair.serialize_pem().into_bytes(),
     );
     let carrier = Carrier::new(1).unwrap();
-    let (_, local) = carrier
+    let (id, local) = carrier
         .listen_public(Where::Bind("127.0.0.1".into(), 0), spec())
         .unwrap();
     let (session, agent) = common::agent_session(&carrier);
@@ -273,7 +285,7 @@ fn setup() -> (Carrier, u16, Arc<Session>, UnixStream, Arc<ClientConfig>) {
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    (carrier, local.port(), session, agent, Arc::new(config))
+    (carrier, id, local.port(), session, agent, Arc::new(config))
 }
 
 /// What the agent is sent until `end` ends it: (stream id, bytes).
@@ -439,4 +451,40 @@ async fn a_stream_for_another_host_goes_to_python_alone_and_connect_is_refused()
     let response = response.await.unwrap();
     assert_eq!(response.status(), 400);
     assert_eq!(response.headers()["ngrok-error-code"], "ERR_NGROK_3002");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_listeners_connections_are_told_goaway_and_end() {
+    let (carrier, id, port, _session, _agent, config) = setup_with_id();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut tls = TlsConnector::from(config)
+        .connect(ServerName::try_from("a.test").unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(&[PREFACE, &frame(0x4, 0, 0, &[])].concat())
+        .await
+        .unwrap();
+    let mut got = vec![0u8; 64];
+    let n = tls.read(&mut got).await.unwrap();
+    assert!(
+        n >= 9 && got[3] == 0x4,
+        "no SETTINGS first: {:?}",
+        &got[..n]
+    );
+    assert!(carrier.close(id));
+    // a GOAWAY NO_ERROR, then the connection's end
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut rest))
+        .await
+        .expect("the connection did not end")
+        .ok();
+    // (h2's graceful GOAWAY: the last stream id, then its code; a PING follows, which this
+    // client never answers, so the connection ends at the core's 2 s of closing)
+    let goaway = rest
+        .windows(4)
+        .position(|w| w == [0, 0, 8, 0x7])
+        .expect("no GOAWAY");
+    let code = &rest[goaway + 9 + 4..goaway + 9 + 8];
+    assert_eq!(code, [0, 0, 0, 0], "{rest:?}");
 }

@@ -329,3 +329,28 @@ def test_a_request_the_core_served_is_in_the_inspector_with_its_heads(edge, api)
     assert record["client_addr"] == f"127.0.0.1:{port}"
     assert record["request_headers"]["x-trace"] == ["abc"]
     assert record["response_headers"]["content-type"]
+
+
+def test_the_cores_http2_connections_are_told_goaway_when_the_edge_stops(another_edge, api):
+    """As Python's HTTP/2 connections are (test_http2_attacks.py): the edge's stop closes the
+    core's HTTPS listener, and its HTTP/2 connections get GOAWAY NO_ERROR."""
+    from tests.edge.test_http2_attacks import PREFACE, goaway_code, read_frames
+    from hyperframe.frame import SettingsFrame
+
+    edge = another_edge()
+    agent = SdkAgent(edge, credential(api.new_account())["token"], [{"proto": "http"}])
+    host = host_of(bound(agent.start())[0]["url"])
+    try:
+        _until_core_serves(edge, host)
+        handed = _handed(edge)
+        sock = _connect(edge, host, alpn=("h2",))
+        sock.sendall(PREFACE + SettingsFrame(0).serialize())
+        assert any(f != "closed" and f[0] == 0x4 for f in read_frames(sock, 1))  # SETTINGS
+        assert _handed(edge) == handed  # the core's connection
+        edge.process.terminate()
+        frames = read_frames(sock, 10)
+        sock.close()
+        assert goaway_code(frames) == 0, frames  # NO_ERROR
+    finally:
+        agent.stop()
+        edge.stop()
