@@ -16,12 +16,20 @@ the phase left them), respond (the policy's answer instead; the connection close
 A policy is *decidable* (:func:`decidable`) when every run of it ends in one of those without
 anything but the heads: each ``on_http_request`` action is one of :data:`DECIDED_ACTIONS` and
 each ``on_http_response`` one of :data:`RESPONSE_ACTIONS` (no body read or rewritten, no
-sign-in, no outbound call, no forward-internal, no circuit breaker); no ``on_tcp_connect`` or
+sign-in, no outbound call, no forward-internal); no ``on_tcp_connect`` or
 ``on_event_stream_message`` rule; and no header action names a framing field
 (Content-Length, Transfer-Encoding: the core frames each body by its own sender's head). Any
 other policy keeps its route on the Python path whole. A policy that names IP policies
 (``restrict-ips``) or vault secrets is decided in a task, once the caches the Python path
 reads them through have them.
+
+**Circuit breakers** (the ``circuit-breaker`` action, and the endpoint's own breaker, its
+Bind option: edge/breaker.py) are decided too: the request phase's run says whether a
+breaker is tripped (the policy's 503, or the endpoint breaker's, checked after the policy
+as the Python path checks it), and a request that went on carries its breakers in its memo;
+edge/fast_path.py counts each such request's answer into them from its record (the agent's
+status, or the 502 the core gave when the agent could not answer), so such a route is never
+quiet. An endpoint with a breaker and no policy is a decided route too (:func:`route_mode`).
 
 A decided route whose request phase reads nothing but the row's facts (:func:`holds_of`,
 chalicelib/core/policy/holding.py) is pushed with those facts, and its decisions are made with
@@ -37,7 +45,7 @@ from typing import Any, Callable, List, Optional, Tuple
 from chalicelib.core import policy as tp
 from chalicelib.core.policy import actions as tp_actions
 from chalicelib.core.policy.holding import request_reads
-from edge import http1, http_policy, secrets
+from edge import breaker, http1, http_policy, secrets
 from edge.http_io import error_response, outcome_response
 from edge.observe import hub_of
 
@@ -57,6 +65,7 @@ DECIDED_ACTIONS = (
     tp_actions.BasicAuth,
     tp_actions.SetVars,
     tp_actions.Log,
+    tp_actions.CircuitBreaker,
 )
 # The actions of a decidable policy's response phase: each changes or answers on the head.
 RESPONSE_ACTIONS = (
@@ -113,6 +122,40 @@ def mode_of(policy: Optional[Any]) -> Optional[int]:
     if not decidable(policy):
         return None
     return RESPONSES if policy.has("on_http_response") else DECIDED
+
+
+def route_mode(tunnel: Any) -> Optional[int]:
+    """How a route of ``tunnel`` is pushed (:func:`mode_of` of its policy), an endpoint with
+    a circuit breaker of its own being DECIDED at least (each request asks whether it is
+    tripped)."""
+    mode = mode_of(policy_of(tunnel))
+    if mode == PLAIN and getattr(tunnel, "breaker", None) is not None:
+        return DECIDED
+    return mode
+
+
+def counts_answers(tunnel: Any, policy: Optional[Any]) -> bool:
+    """Whether each answer of a route of ``tunnel`` is counted by a circuit breaker (its
+    own, or an action of its policy): its records are all wanted."""
+    if getattr(tunnel, "breaker", None) is not None:
+        return True
+    return policy is not None and any(
+        isinstance(action, tp_actions.CircuitBreaker)
+        for rule in policy.phases.get("on_http_request") or ()
+        for action in rule.actions
+    )
+
+
+class _Forwarded:
+    """The memo of a request of an endpoint with a breaker and no policy that went on to
+    the agent (its record counts the answer: http_policy.record_upstream)."""
+
+    __slots__ = ("upstream_breaker",)
+    state = None  # no policy run: nothing of one in its record
+    breakers = ()
+
+    def __init__(self, found: Any):
+        self.upstream_breaker = found
 
 
 def holds_of(policy: Optional[Any]) -> Optional[List[str]]:
@@ -173,13 +216,21 @@ class Decider:
         ticket, key = row[0], row[1]
         held = self.route_of(key)
         policy = policy_of(held[0]) if held is not None else None
-        if held is None or policy is None or policy is not held[4] or mode_of(policy) != held[3]:
+        if held is None or policy is not held[4] or route_mode(held[0]) != held[3]:
             # dropped, or its policy changed since the push: the Python path routes it from
             # scratch (the route is pushed again as the new policy makes it)
             carrier.decide_python(ticket)
             self.handed += 1
             if held is not None:
                 self.changed(held[2], held[1])
+            return
+        if policy is None:  # an endpoint's breaker alone
+            try:
+                self._breaker_only(row, held[0])
+            except Exception:
+                log.exception("deciding a request of %s://%s", held[1], held[2])
+                carrier.decide_close(ticket)
+            self.decided += 1
             return
         if policy.ip_policy_ids or policy.secret_refs:
             # IP policies and vault secrets are read through caches that may wait: decided in
@@ -216,6 +267,16 @@ class Decider:
             self.decided += 1
             carrier.flush_decisions()
             hub.flush_counts()
+
+    def _breaker_only(self, row: Asked, tunnel: Any) -> None:
+        """A request of an endpoint with a breaker and no policy: 503 while it is tripped
+        (the connection closed, as the Python path answers), else on to the agent."""
+        ticket, method = row[0], row[5]
+        if not breaker.allows(tunnel):
+            tripped = error_response(*breaker.TRIPPED_ANSWER, close=True)
+            self._answer(ticket, tripped, method, True, None)
+            return
+        self.edge.carrier.decide_append(ticket, [], _Forwarded(tunnel.breaker))
 
     def _decide(
         self,
@@ -255,6 +316,12 @@ class Decider:
         hub.count_decisions(state)
         memo = traffic
         if out.kind == tp.CONTINUE:
+            if not breaker.allows(tunnel):  # the endpoint's own, after the policy (public.py)
+                tripped = error_response(*breaker.TRIPPED_ANSWER, close=True)
+                self._answer(ticket, tripped, method, True, memo)
+                return
+            traffic.breakers = out.breakers  # the answer is counted by them (fast_path.py)
+            traffic.upstream_breaker = getattr(tunnel, "breaker", None)
             try:
                 added = traffic.appended()
                 if added is not None:  # only headers appended: the core writes the head

@@ -15,7 +15,8 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
   ``tunnel.enforcement.policy``, which edge/http_policy.py would run: basic or OAuth/OIDC
   auth, IP restrictions, header changes, compression, the WAF, the modules), or one that
   needs only the request's head (``decided.decidable``: the route is then *decided*, each
-  request's policy run by edge/decided.py on the head the core read), no circuit breaker, no WebSocket-TCP converter, no PROXY protocol header, and
+  request's policy run by edge/decided.py on the head the core read; a circuit breaker of its
+  own makes it decided too), no WebSocket-TCP converter, no PROXY protocol header, and
   forwards HTTP/1.1 (not ``app_protocol`` http2);
 - its account has no ``endpoints`` IP restriction and the traffic inspector does not capture
   its bodies (both as the router's and the inspector's caches know them);
@@ -49,7 +50,17 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from edge import ip_restrictions, tls_spec
-from edge.decided import PLAIN, RESPONSES, Decider, Pushed, holds_of, mode_of, policy_of
+from edge.decided import (
+    PLAIN,
+    RESPONSES,
+    Decider,
+    Pushed,
+    counts_answers,
+    holds_of,
+    policy_of,
+    route_mode,
+)
+from edge.http_policy import record_upstream
 from edge.edges import CACHE_SECONDS, Hop
 from edge.events import Counted
 from edge.observe import hub_of
@@ -194,8 +205,7 @@ class FastPath:
         if type(mux) is not MuxSession or mux.closed:
             return None
         if (
-            mode_of(policy_of(tunnel)) is None
-            or tunnel.breaker is not None
+            route_mode(tunnel) is None
             or tunnel.ws_tcp
             or tunnel.proxy_proto
             or tunnel.forwards_proto == "http2"
@@ -396,7 +406,7 @@ class FastPath:
             cert,
             decided=mode != PLAIN,
             responses=mode == RESPONSES,
-            holds=holds_of(policy_of(tunnel)),
+            holds=holds_for(tunnel),
         )
 
     def _drop(self, where: Tuple[str, str]) -> None:
@@ -496,10 +506,13 @@ class FastPath:
                 # counted at once; a tuple only for a request a record is made of (``ran``: a
                 # decided route's policy run, http_policy.Traffic, its decisions counted when
                 # it ran)
+                if ran is not None:  # its circuit breakers count the answer (decided.py)
+                    record_upstream(ran, status)
                 admitted = count(hop, "agent", status, duration, bytes_in, bytes_out, now_mono)
                 if admitted is None:
-                    if key not in self._quiet:  # nothing wanted of its requests: counted
-                        self._make_quiet(key, hop, hub)  # by the core from now on
+                    if key not in self._quiet and not self._counts(key):
+                        # nothing wanted of its requests: counted by the core from now on
+                        self._make_quiet(key, hop, hub)
                     continue
                 ended = started + duration
                 queue(
@@ -528,6 +541,11 @@ class FastPath:
             hub.flush_counts()
 
     # ---- quiet routes -------------------------------------------------------------------------
+    def _counts(self, key: int) -> bool:
+        """A route whose every answer a circuit breaker counts: never quiet."""
+        held = self.routes.get(self.where.get(key, ("", "")))
+        return held is not None and counts_answers(held[1], held[5])
+
     def _make_quiet(self, key: int, hop: Hop, hub: Any) -> None:
         inspector = hub.inspector
         refused = inspector.refusal(hop.account_id, hop.endpoint_id) if inspector else None
@@ -565,7 +583,15 @@ class FastPath:
         hub.flush_counts()
 
 
+def holds_for(tunnel: Any) -> Optional[List[str]]:
+    """The facts the core may hold a route's decisions for (edge/decided.py ``holds_of``);
+    none for a route a circuit breaker counts the answers of (never quiet, and each request
+    asks whether it is tripped)."""
+    policy = policy_of(tunnel)
+    return None if counts_answers(tunnel, policy) else holds_of(policy)
+
+
 def _mode(tunnel: Any) -> Optional[int]:
     """How a route of ``tunnel`` is pushed: plain, decided, decided with its response heads
-    (edge/decided.py ``mode_of``)."""
-    return mode_of(policy_of(tunnel))
+    (edge/decided.py ``route_mode``)."""
+    return route_mode(tunnel)

@@ -71,6 +71,9 @@ class Traffic:
         self.compressor = None
         self.rewrites: List[Any] = []  # response-body-find-replace (public.py buffers for it)
         self.breakers: List[Any] = []  # circuit-breaker actions the response is counted in
+        # the endpoint's own breaker (its Bind option), once the request went on to the agent
+        # on a decided route (edge/decided.py): its record counts the response there
+        self.upstream_breaker: Any = None
         self.sse: Optional[EventStream] = None  # sse-find-replace: the messages' rewriter
         self.body_checks: List[Any] = []  # owasp-crs-response process_body (public.py)
 
@@ -495,6 +498,17 @@ def record_status(traffic: Any, status: int) -> None:
     """The response's status, counted by the circuit-breaker actions its request passed."""
     for found, clock in getattr(traffic, "breakers", ()):
         found.record(status, clock())
+
+
+def record_upstream(memo: Any, status: int) -> None:
+    """A decided request's answer (edge/fast_path.py has its record), counted as the Python
+    path counts the agent's answer: by the circuit-breaker actions its request passed, and by
+    its endpoint's breaker when it went on to the agent. A memo of an answer the edge made
+    (a policy's, a tripped breaker's) has neither."""
+    record_status(memo, status)
+    found = getattr(memo, "upstream_breaker", None)
+    if found is not None:
+        found.record(status)
 
 
 def rewritten_body(body: bytes, rewrites: List[Any], compressor: Any) -> bytes:

@@ -382,3 +382,51 @@ def test_a_quiet_routes_decisions_are_held_for_the_facts_its_policy_reads(edge, 
         assert restricted - restricted_before == 2 * rounds
     finally:
         agent.stop()
+
+
+BREAKER = {
+    "on_http_request": [
+        {
+            "actions": [
+                {
+                    "type": "circuit-breaker",
+                    "config": {"volume_threshold": 4, "error_threshold": 0.5},
+                }
+            ]
+        }
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"traffic_policy": [json.dumps(BREAKER)]}, {"circuit_breaker": [0.5]}],
+    ids=["action", "bind-option"],
+)
+def test_a_circuit_breaker_is_decided_and_counts_the_answers_the_core_relays(edge, api, options):
+    """The circuit-breaker action, and the endpoint's own breaker (its Bind option): the route
+    is decided (each request asks whether a breaker is tripped), the agent's 5xx answers the
+    core relays trip it, and its 503 ERR_NGROK_3202 is then the core's answer: nothing
+    handed to Python throughout."""
+    agent = SdkAgent(
+        edge, credential(api.new_account())["token"], [{"proto": "http", "options": options}]
+    )
+    host = host_of(bound(agent.start())[0]["url"])
+    try:
+        _until_decided(edge, host)
+        served, handed, _ = _settled(edge)
+        sent, answers = 0, []
+        for _ in range(40):  # errors until it trips (the window: 10 s, volume 4 or 10)
+            got = requests.get(_url(edge, "/status/500"), headers={"Host": host}, timeout=10)
+            sent += 1
+            answers.append(got.status_code)
+            if got.status_code == 503:
+                assert got.headers["ngrok-error-code"] == "ERR_NGROK_3202", got.text
+                break
+        assert answers[-1] == 503 and set(answers[:-1]) == {500}, answers
+        tripped = requests.get(_url(edge, "/echo"), headers={"Host": host}, timeout=10)
+        assert tripped.status_code == 503  # not forwarded while tripped
+        after = _settled(edge)
+        assert (after[0] - served, after[1] - handed) == (sent + 1, 0)
+    finally:
+        agent.stop()

@@ -100,7 +100,6 @@ def test_a_plain_endpoint_is_a_candidate_on_both_listeners(core):
     [
         # a policy (or an option made a rule) that is not decidable: edge/decided.py
         {"enforcement": types.SimpleNamespace(policy=compile_policy(RESPONSE_PHASE))},
-        {"breaker": object()},
         {"ws_tcp": True},
         {"proxy_proto": 2},
         {"forwards_proto": "http2"},
@@ -121,6 +120,30 @@ def test_an_endpoint_with_a_decidable_policy_is_a_candidate(core):
     tunnel = _tunnel(core, enforcement=types.SimpleNamespace(policy=compile_policy(REQUEST_PHASE)))
     assert _candidate(_edge(), tunnel, "http") is tunnel
     assert _candidate(_edge(), tunnel, "https") is tunnel
+
+
+def test_an_endpoint_with_a_circuit_breaker_is_a_decided_candidate_never_held(core):
+    """Its own breaker (the Bind option), with no policy or with one the core could hold
+    decisions of: decided (each request asks whether it is tripped), its answers all
+    counted (never quiet), nothing held; the circuit-breaker action likewise."""
+    from edge import breaker, decided, fast_path
+
+    found = breaker.of_option({"error_threshold": 0.5})
+    for policy in (None, compile_policy(REQUEST_PHASE)):
+        tunnel = _tunnel(core, breaker=found, enforcement=types.SimpleNamespace(policy=policy))
+        assert _candidate(_edge(), tunnel) is tunnel
+        assert decided.route_mode(tunnel) == decided.DECIDED
+        assert decided.counts_answers(tunnel, policy)
+        assert fast_path.holds_for(tunnel) is None
+    action = compile_policy(
+        {"on_http_request": [{"actions": [{"type": "circuit-breaker", "config": {}}]}]}
+    )
+    tunnel = _tunnel(core, enforcement=types.SimpleNamespace(policy=action))
+    assert decided.route_mode(tunnel) == decided.DECIDED
+    assert decided.counts_answers(tunnel, action) and fast_path.holds_for(tunnel) is None
+    plain = _tunnel(core)
+    assert decided.route_mode(plain) == decided.PLAIN
+    assert not decided.counts_answers(plain, None)
 
 
 def test_a_banned_name_or_no_endpoint_is_not(core):
