@@ -41,7 +41,7 @@ use tokio_rustls::server::TlsStream;
 
 use crate::http::{self as h1, Framing, Parsed};
 use crate::https;
-use crate::public::{self, Conn, Public, Ticket, TlsFacts};
+use crate::public::{self, Abort, Conn, Public, Ticket, TlsFacts};
 
 /// Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
 pub const MAX_CONCURRENT_STREAMS: u32 = 100;
@@ -105,8 +105,9 @@ pub struct Frames {
     block: Vec<u8>,
     block_wire: usize,
     sizes: ListSizes,
-    /// False once the model failed where h2 may not (h2's own bounds still hold).
-    decoding: bool,
+    /// The block being read is one h2 never decodes (a HEADERS frame depending on its own
+    /// stream: h2's stream error comes before HPACK, framed_read.rs), so neither does the model.
+    skip: bool,
     pub resets: u64,
     pub control: u64,
     since: Instant,
@@ -127,7 +128,7 @@ impl Default for Frames {
             block: Vec::new(),
             block_wire: 0,
             sizes: ListSizes::default(),
-            decoding: true,
+            skip: false,
             resets: 0,
             control: 0,
             since: Instant::now(),
@@ -243,7 +244,15 @@ impl Frames {
                 pad = p[0] as usize;
                 p = &p[1..];
             }
+            self.skip = false;
             if self.flags & PRIORITY_FLAG != 0 {
+                let sid =
+                    u32::from_be_bytes([self.head[5], self.head[6], self.head[7], self.head[8]])
+                        & 0x7fff_ffff;
+                if let Some(dep) = p.get(..4) {
+                    let dep = u32::from_be_bytes([dep[0], dep[1], dep[2], dep[3]]) & 0x7fff_ffff;
+                    self.skip = dep == sid;
+                }
                 p = p.get(5..).unwrap_or(&[]);
             }
             let fragment = &p[..p.len().saturating_sub(pad)];
@@ -255,16 +264,12 @@ impl Frames {
         }
         let block = std::mem::take(&mut self.block);
         self.block_wire = 0;
-        if !self.decoding {
+        if std::mem::take(&mut self.skip) {
             return true;
         }
-        match self.sizes.block(&block) {
-            Some(size) => size <= MAX_HEADER_LIST_SIZE,
-            None => {
-                self.decoding = false; // h2 answers it (its own error, or its own bound)
-                true
-            }
-        }
+        // the model reads more than h2 does (longer integers, a size update anywhere): a block
+        // it cannot read, h2 refuses too (COMPRESSION_ERROR), so it ends the connection here
+        matches!(self.sizes.block(&block), Some(size) if size <= MAX_HEADER_LIST_SIZE)
     }
 }
 
@@ -548,7 +553,7 @@ struct Virtual {
     io: DuplexStream,
     /// The stream was reset or failed: the end of what the front wrote is a reset, not a
     /// half-close (an exchange in progress ends at once).
-    aborted: Arc<AtomicBool>,
+    aborted: Arc<Abort>,
     facts: TlsFacts,
     local: SocketAddr,
 }
@@ -563,7 +568,7 @@ impl AsyncRead for Virtual {
         let start = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(Ok(())) if buf.filled().len() == start => {
-                if this.aborted.load(Ordering::Relaxed) {
+                if this.aborted.is_set() {
                     Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()))
                 } else {
                     Poll::Ready(Ok(()))
@@ -593,6 +598,10 @@ impl AsyncWrite for Virtual {
 }
 
 impl Conn for Virtual {
+    fn abort(&self) -> Option<Arc<Abort>> {
+        Some(self.aborted.clone())
+    }
+
     type Reader<'a> = tokio::io::ReadHalf<&'a mut Virtual>;
     type Writer<'a> = tokio::io::WriteHalf<&'a mut Virtual>;
 
@@ -620,14 +629,14 @@ impl Conn for Virtual {
 /// The front's end of a virtual connection.
 struct Front {
     io: DuplexStream,
-    aborted: Arc<AtomicBool>,
+    aborted: Arc<Abort>,
     idle_since: Instant,
 }
 
 impl Front {
     /// Ends the virtual connection as a client's reset ends a connection.
     fn abort(self) {
-        self.aborted.store(true, Ordering::Relaxed);
+        self.aborted.set();
     }
 }
 
@@ -642,6 +651,11 @@ struct Client {
     kept: Mutex<HashMap<String, Vec<Front>>>,
     /// Streams being served (tasks alive), and a wake-up when one ends.
     tasks: AtomicUsize,
+    /// Virtual connections whose HTTP/1.1 side still runs (kept, serving, or still winding
+    /// down after its stream was reset: public.rs may be blocked on the agent's window and
+    /// not read the abort); the connection's ticket is held until they end.
+    virtuals: Arc<AtomicUsize>,
+    virtual_ended: Arc<Notify>,
     ended: Notify,
     closing: AtomicBool,
 }
@@ -649,7 +663,7 @@ struct Client {
 impl Client {
     fn open(&self) -> Front {
         let (ours, theirs) = tokio::io::duplex(READ_CHUNK);
-        let aborted = Arc::new(AtomicBool::new(false));
+        let aborted = Arc::new(Abort::default());
         // what the virtual connection carries is HTTP/1.1: so its ALPN says (Python's
         // listener reads a bridged connection by it; no rule reads the ALPN itself)
         let facts = TlsFacts {
@@ -664,8 +678,12 @@ impl Client {
         };
         let public = self.public.clone();
         let (peer, local) = (self.peer, self.local);
+        let (virtuals, ended) = (self.virtuals.clone(), self.virtual_ended.clone());
+        virtuals.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             public::connection(virt, peer, local, public, Ticket::free(), Vec::new()).await;
+            virtuals.fetch_sub(1, Ordering::Relaxed);
+            ended.notify_one();
         });
         Front {
             io: ours,
@@ -680,12 +698,17 @@ impl Client {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         let fronts = kept.get_mut(host)?;
         let fresh = self.public.spec.idle_timeout / 2;
+        let mut found = None;
         while let Some(front) = fronts.pop() {
             if front.idle_since.elapsed() < fresh {
-                return Some(front);
+                found = Some(front);
+                break;
             }
         }
-        None
+        if fronts.is_empty() {
+            kept.remove(host); // a host (the client's :authority) is not kept without a front
+        }
+        found
     }
 
     fn keep(&self, host: String, mut front: Front) {
@@ -749,6 +772,8 @@ pub(crate) async fn serve(
         watch: watch.clone(),
         kept: Mutex::new(HashMap::new()),
         tasks: AtomicUsize::new(0),
+        virtuals: Arc::new(AtomicUsize::new(0)),
+        virtual_ended: Arc::new(Notify::new()),
         ended: Notify::new(),
         closing: AtomicBool::new(false),
     });
@@ -772,7 +797,9 @@ pub(crate) async fn serve(
                 Some(Ok((request, respond))) => {
                     first = false;
                     ticket.busy();
-                    if client.tasks.load(Ordering::Relaxed) >= MAX_TASKS {
+                    if client.tasks.load(Ordering::Relaxed) >= MAX_TASKS
+                        || client.virtuals.load(Ordering::Relaxed) >= MAX_TASKS + KEEP_VIRTUAL
+                    {
                         let mut respond = respond;
                         respond.send_reset(Reason::REFUSED_STREAM);
                         continue;
@@ -804,9 +831,24 @@ pub(crate) async fn serve(
     match reason {
         Some(Reason::NO_ERROR) => conn.graceful_shutdown(),
         Some(reason) => conn.abrupt_shutdown(reason),
-        None => return,
+        None => {}
     }
-    let _ = tokio::time::timeout(CLOSING, poll_fn(|cx| conn.poll_closed(cx))).await;
+    if reason.is_some() {
+        let _ = tokio::time::timeout(CLOSING, poll_fn(|cx| conn.poll_closed(cx))).await;
+    }
+    drop(conn);
+    // the connection's place (its ticket) is held until its virtual connections ended: one
+    // left winding down after a reset still holds a proxy stream and its buffers
+    ticket.busy();
+    while client.virtuals.load(Ordering::Relaxed) > 0 {
+        let ended = client.virtual_ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if client.virtuals.load(Ordering::Relaxed) == 0 {
+            break;
+        }
+        ended.await;
+    }
 }
 
 // ---- one stream -----------------------------------------------------------------------------
@@ -916,14 +958,19 @@ async fn stream(client: &Client, request: Request<RecvStream>, mut respond: Send
         };
         let relay = relay_response(&mut rd, &mut respond, head_request, grpc, client);
         tokio::pin!(pump, relay);
-        let (mut pumped, mut relayed) = (false, None);
+        let (mut pumped, mut pump_done, mut relayed) = (false, false, None);
         while relayed.is_none() {
             tokio::select! {
-                p = &mut pump, if !pumped => {
-                    if p.is_err() {
-                        break; // the client reset the stream, or broke its body
+                p = &mut pump, if !pump_done => {
+                    pump_done = true;
+                    match p {
+                        Ok(()) => pumped = true,
+                        // the client reset the stream, or broke its body
+                        Err(Pumped::Client) => break,
+                        // the HTTP/1.1 side stopped reading the body (it answered early and
+                        // closed): its answer is still to be relayed
+                        Err(Pumped::Virtual) => {}
                     }
-                    pumped = true;
                 }
                 r = &mut relay => relayed = Some(r),
             }
@@ -944,13 +991,22 @@ async fn stream(client: &Client, request: Request<RecvStream>, mut respond: Send
 /// The request's body, client to virtual connection, each piece credited back to the client
 /// once written (so the agent's pace holds the client back); chunked when its length is not
 /// known, its trailers after the last chunk.
+/// Why a request body stopped before its end.
+enum Pumped {
+    /// The client reset the stream or broke its body.
+    Client,
+    /// The virtual connection no longer takes it (the HTTP/1.1 side ended the exchange).
+    Virtual,
+}
+
 async fn pump_request<W: AsyncWrite + Unpin>(
     body: &mut RecvStream,
     wr: &mut W,
     chunked: bool,
-) -> Result<(), ()> {
+) -> Result<(), Pumped> {
+    let v = |_| Pumped::Virtual;
     while let Some(data) = body.data().await {
-        let data = data.map_err(|_| ())?;
+        let data = data.map_err(|_| Pumped::Client)?;
         let n = data.len();
         if n == 0 {
             continue;
@@ -958,16 +1014,16 @@ async fn pump_request<W: AsyncWrite + Unpin>(
         if chunked {
             wr.write_all(format!("{n:x}\r\n").as_bytes())
                 .await
-                .map_err(|_| ())?;
-            wr.write_all(&data).await.map_err(|_| ())?;
-            wr.write_all(b"\r\n").await.map_err(|_| ())?;
+                .map_err(v)?;
+            wr.write_all(&data).await.map_err(v)?;
+            wr.write_all(b"\r\n").await.map_err(v)?;
         } else {
-            wr.write_all(&data).await.map_err(|_| ())?;
+            wr.write_all(&data).await.map_err(v)?;
         }
         let _ = body.flow_control().release_capacity(n);
     }
     if chunked {
-        let trailers = body.trailers().await.map_err(|_| ())?;
+        let trailers = body.trailers().await.map_err(|_| Pumped::Client)?;
         let mut end = b"0\r\n".to_vec();
         for (name, value) in trailers.iter().flatten() {
             end.extend_from_slice(name.as_str().as_bytes());
@@ -976,7 +1032,7 @@ async fn pump_request<W: AsyncWrite + Unpin>(
             end.extend_from_slice(b"\r\n");
         }
         end.extend_from_slice(b"\r\n");
-        wr.write_all(&end).await.map_err(|_| ())?;
+        wr.write_all(&end).await.map_err(v)?;
     }
     Ok(())
 }
@@ -1037,10 +1093,7 @@ async fn relay_response<R: AsyncRead + Unpin>(
         let Ok(name) = HeaderName::from_bytes(name) else {
             continue;
         };
-        if matches!(
-            name.as_str(),
-            "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
-        ) {
+        if hop_by_hop(&name) {
             continue;
         }
         if let Ok(value) = HeaderValue::from_bytes(value) {
@@ -1084,6 +1137,14 @@ async fn relay_response<R: AsyncRead + Unpin>(
             Ok(_) => {}
         }
     }
+}
+
+/// A field HTTP/2 does not carry (RFC 9113 8.2.2; h2 refuses to send it).
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" | "te"
+    )
 }
 
 /// `piece` sent as the client's windows let it through; a stream whose response cannot move
@@ -1194,7 +1255,9 @@ impl Body {
                         HeaderName::from_bytes(name),
                         HeaderValue::from_bytes(value.trim_ascii()),
                     ) {
-                        self.trailers.append(name, value);
+                        if !hop_by_hop(&name) {
+                            self.trailers.append(name, value);
+                        }
                     }
                 }
                 continue;

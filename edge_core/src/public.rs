@@ -768,6 +768,51 @@ pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
 
     /// What the TLS handshake agreed, for a connection the core terminated.
     fn tls_facts(&self) -> Option<TlsFacts>;
+
+    /// A signal that the client is gone even while nothing reads the connection (an HTTP/2
+    /// stream's reset, for its virtual connection: h2front.rs); None for a socket, whose
+    /// reset a read sees.
+    fn abort(&self) -> Option<Arc<Abort>> {
+        None
+    }
+}
+
+/// A client gone, told to an exchange that may be waiting on the agent (the stream's window)
+/// rather than reading its client.
+#[derive(Default)]
+pub struct Abort {
+    set: AtomicBool,
+    notify: Notify,
+}
+
+impl Abort {
+    pub fn set(&self) {
+        self.set.store(true, Ordering::Relaxed);
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Relaxed)
+    }
+
+    /// Returns once set (at once if it was).
+    pub async fn wait(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.is_set() {
+            return;
+        }
+        notified.await
+    }
+}
+
+/// Returns once `abort` is set; never for None.
+async fn aborted(abort: &Option<Arc<Abort>>) {
+    match abort {
+        Some(abort) => abort.wait().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Conn for TcpStream {
@@ -1277,8 +1322,13 @@ async fn exchange<C: Conn>(
         held: given.held,
     };
     let host = head.host.clone();
-    let result = if stream_write(&leg, out).await.is_err() {
-        Err((Failed::Offline, false))
+    let abort = tcp.abort();
+    let wrote = tokio::select! {
+        wrote = stream_write(&leg, out) => wrote.map_err(|_| Failed::Offline),
+        _ = aborted(&abort) => Err(Failed::Client),
+    };
+    let result = if let Err(failed) = wrote {
+        Err((failed, false))
     } else {
         let (mut rd, mut wr) = tcp.halves();
         let pumped = AtomicBool::new(body_done);
@@ -1327,6 +1377,8 @@ async fn exchange<C: Conn>(
             tokio::select! {
                 _ = &mut client_side => Err((Failed::Client, false)),
                 done = &mut respond => done.map(|r| (r, pumped.load(Ordering::Relaxed))),
+                // an HTTP/2 stream reset while the exchange waits on the agent's window
+                _ = aborted(&abort) => Err((Failed::Client, false)),
             }
         };
         record.bytes_in += carried.load(Ordering::Relaxed);
