@@ -937,6 +937,7 @@ async fn stream(client: &Client, request: Request<RecvStream>, mut respond: Send
             kept = None;
         }
     }
+    let reused = kept.is_some();
     let mut front = match kept {
         Some(front) => front,
         None => {
@@ -984,13 +985,14 @@ async fn stream(client: &Client, request: Request<RecvStream>, mut respond: Send
                 client.keep(host, front);
             } // else its end is the HTTP/1.1 path's end of the connection
         }
+        Some(Err(Relayed::Unanswered)) if reused => {
+            // never read: the client may send it again (RFC 9113 8.7)
+            respond.send_reset(Reason::REFUSED_STREAM);
+        }
         _ => front.abort(),
     }
 }
 
-/// The request's body, client to virtual connection, each piece credited back to the client
-/// once written (so the agent's pace holds the client back); chunked when its length is not
-/// known, its trailers after the last chunk.
 /// Why a request body stopped before its end.
 enum Pumped {
     /// The client reset the stream or broke its body.
@@ -999,6 +1001,9 @@ enum Pumped {
     Virtual,
 }
 
+/// The request's body, client to virtual connection, each piece credited back to the client
+/// once written (so the agent's pace holds the client back); chunked when its length is not
+/// known, its trailers after the last chunk.
 async fn pump_request<W: AsyncWrite + Unpin>(
     body: &mut RecvStream,
     wr: &mut W,
@@ -1045,26 +1050,34 @@ async fn relay_response<R: AsyncRead + Unpin>(
     head_request: bool,
     grpc: bool,
     client: &Client,
-) -> Result<bool, ()> {
+) -> Result<bool, Relayed> {
     // a small answer's head and body fit in the first read; a larger one grows it
     let mut buf = BytesMut::with_capacity(HEAD_CHUNK);
+    let mut answered = false;
     let head = loop {
         match h1::parse_response(&buf) {
             Parsed::Done(head) if head.status < 200 => {
-                let _ = buf.split_to(head.len); // an interim answer: not relayed
+                // an interim answer (100 Continue, 103 Early Hints): relayed as HTTP/2's
+                if head.status != 101 {
+                    let _ = respond.send_informational(h2_head(&head)?);
+                }
+                let _ = buf.split_to(head.len);
+                answered = true;
                 continue;
             }
             Parsed::Done(head) => break head,
-            Parsed::Invalid(_) => return Err(()),
+            Parsed::Invalid(_) => return Err(Relayed::Failed),
             Parsed::Partial => {}
         }
         buf.reserve(HEAD_CHUNK);
         let read = tokio::select! {
             read = rd.read_buf(&mut buf) => read,
-            _ = poll_fn(|cx| respond.poll_reset(cx)) => return Err(()),
+            _ = poll_fn(|cx| respond.poll_reset(cx)) => return Err(Relayed::Failed),
         };
-        if read.map_err(|_| ())? == 0 {
-            return Err(());
+        match read {
+            Ok(0) if buf.is_empty() && !answered => return Err(Relayed::Unanswered),
+            Ok(0) | Err(_) => return Err(Relayed::Failed),
+            Ok(_) => {}
         }
     };
     let _ = buf.split_to(head.len);
@@ -1084,55 +1097,47 @@ async fn relay_response<R: AsyncRead + Unpin>(
         || head.status == 304
         || head.framing == Framing::Length(0)
         || head.framing == Framing::None;
-    let mut response = Response::builder()
-        .status(StatusCode::from_u16(head.status).map_err(|_| ())?)
-        .body(())
-        .map_err(|_| ())?;
-    let fields = response.headers_mut();
-    for (name, value) in &head.fields {
-        let Ok(name) = HeaderName::from_bytes(name) else {
-            continue;
-        };
-        if hop_by_hop(&name) {
-            continue;
-        }
-        if let Ok(value) = HeaderValue::from_bytes(value) {
-            fields.append(name, value);
-        }
-    }
+    let response = h2_head(&head)?;
     let reusable = !head.close;
-    let mut send = respond.send_response(response, bodiless).map_err(|_| ())?;
+    let mut send = respond
+        .send_response(response, bodiless)
+        .map_err(|_| Relayed::Failed)?;
     if bodiless {
         return Ok(reusable && head.framing != Framing::UntilClose);
     }
     let stall = client.public.spec.h2_stall_timeout;
     let mut body = Body::new(head.framing);
     loop {
-        let (piece, done) = body.take(&mut buf).map_err(|_| ())?;
+        let (piece, done) = body.take(&mut buf).map_err(|_| Relayed::Failed)?;
         if !piece.is_empty() {
-            send_piece(&mut send, piece, stall).await?;
+            send_piece(&mut send, piece, stall)
+                .await
+                .map_err(|_| Relayed::Failed)?;
         }
         if done {
             let trailers = body.trailers();
             match trailers {
-                Some(t) if !t.is_empty() => send.send_trailers(t).map_err(|_| ())?,
-                _ => send.send_data(Bytes::new(), true).map_err(|_| ())?,
+                Some(t) if !t.is_empty() => send.send_trailers(t).map_err(|_| Relayed::Failed)?,
+                _ => send
+                    .send_data(Bytes::new(), true)
+                    .map_err(|_| Relayed::Failed)?,
             }
             return Ok(reusable && head.framing != Framing::UntilClose);
         }
         buf.reserve(READ_CHUNK);
         let read = tokio::select! {
             read = rd.read_buf(&mut buf) => read,
-            _ = poll_fn(|cx| send.poll_reset(cx)) => return Err(()),
+            _ = poll_fn(|cx| send.poll_reset(cx)) => return Err(Relayed::Failed),
         };
         match read {
             Ok(0) if head.framing == Framing::UntilClose => {
-                send.send_data(Bytes::new(), true).map_err(|_| ())?;
+                send.send_data(Bytes::new(), true)
+                    .map_err(|_| Relayed::Failed)?;
                 return Ok(false);
             }
             Ok(0) | Err(_) => {
                 send.send_reset(Reason::INTERNAL_ERROR);
-                return Err(());
+                return Err(Relayed::Failed);
             }
             Ok(_) => {}
         }
@@ -1145,6 +1150,37 @@ fn hop_by_hop(name: &HeaderName) -> bool {
         name.as_str(),
         "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" | "te"
     )
+}
+
+/// Why a stream's answer was not relayed whole.
+enum Relayed {
+    /// Not read, or not sent (the client's reset, a bad head, h2 refused it).
+    Failed,
+    /// The virtual connection ended before any byte of an answer: the HTTP/1.1 path never
+    /// read the request (a kept one it closed at its idle timeout just then).
+    Unanswered,
+}
+
+/// A response head of the HTTP/1.1 path as HTTP/2's (the fields HTTP/2 does not carry
+/// dropped).
+fn h2_head(head: &h1::ResponseHead) -> Result<Response<()>, Relayed> {
+    let mut response = Response::builder()
+        .status(StatusCode::from_u16(head.status).map_err(|_| Relayed::Failed)?)
+        .body(())
+        .map_err(|_| Relayed::Failed)?;
+    let fields = response.headers_mut();
+    for (name, value) in &head.fields {
+        let Ok(name) = HeaderName::from_bytes(name) else {
+            continue;
+        };
+        if hop_by_hop(&name) {
+            continue;
+        }
+        if let Ok(value) = HeaderValue::from_bytes(value) {
+            fields.append(name, value);
+        }
+    }
+    Ok(response)
 }
 
 /// `piece` sent as the client's windows let it through; a stream whose response cannot move

@@ -488,3 +488,32 @@ async fn a_closed_listeners_connections_are_told_goaway_and_end() {
     let code = &rest[goaway + 9 + 4..goaway + 9 + 8];
     assert_eq!(code, [0, 0, 0, 0], "{rest:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interim_answer_is_relayed_before_the_final_one() {
+    let (_carrier, port, _session, mut agent, config) = setup();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let tls = TlsConnector::from(config)
+        .connect(ServerName::try_from("a.test").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut client, conn) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(conn);
+    let get = Request::get("https://a.test/hints").body(()).unwrap();
+    let (mut response, _) = client.send_request(get, true).unwrap();
+    let (sid, _) = agent_reads(&mut agent, b"\r\n\r\n").await;
+    answer(
+        &mut agent,
+        sid,
+        0,
+        b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    )
+    .await;
+    let hint = std::future::poll_fn(|cx| response.poll_informational(cx))
+        .await
+        .expect("no interim answer")
+        .unwrap();
+    assert_eq!(hint.status(), 103);
+    assert_eq!(hint.headers()["link"], "</style.css>; rel=preload");
+    assert_eq!(response.await.unwrap().status(), 200);
+}
