@@ -1,5 +1,8 @@
 """HTTP/2 with clients on the HTTPS listener: ALPN ``h2`` (``http/1.1`` otherwise), the state
-machine python-hyper's ``h2`` (sans-IO, as ``edge.http1`` is for HTTP/1.1).
+machine python-hyper's ``h2`` (sans-IO, as ``edge.http1`` is for HTTP/1.1), on the connections
+Python's TLS terminates: names the compiled core has no route for, names whose TLS settings
+require more than the default, ``app_protocol: "http2"`` endpoints. The core serves HTTP/2 on
+the connections it terminates itself (edge_core/src/h2front.rs, with these bounds' values).
 
 Each client stream is served by the HTTP/1.1 front's own request path
 (``edge.public.HttpFront.handle``), given the stream as its client connection: ``_Stream`` has
