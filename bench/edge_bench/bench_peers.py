@@ -44,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -190,6 +190,23 @@ def _duration_us(text: str) -> float:
     return float(text)
 
 
+def _load(cmd: List[str], seconds: float) -> Tuple[str, Dict[str, Any]]:
+    """A load generator's run: its output, and the result it fills in (with the CPU time of
+    this process's children so far, which ``measure`` takes the run's share of)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = proc.communicate(timeout=seconds + 60)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result: Dict[str, Any] = {
+        "requests": 0,
+        "rps": 0.0,
+        "p50_us": 0.0,
+        "p99_us": 0.0,
+        "errors": 0,
+        "_usage": usage.ru_utime + usage.ru_stime,
+    }
+    return out, result
+
+
 def wrk(
     url: str,
     conns: int,
@@ -221,19 +238,7 @@ def wrk(
                     'wrk.headers["Content-Type"] = "application/octet-stream"\n'
                 )
         cmd += ["-s", script]
-    proc = subprocess.Popen(
-        cmd + [url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    out, _ = proc.communicate(timeout=seconds + 60)
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result: Dict[str, Any] = {
-        "requests": 0,
-        "rps": 0.0,
-        "p50_us": 0.0,
-        "p99_us": 0.0,
-        "errors": 0,
-        "_usage": usage.ru_utime + usage.ru_stime,
-    }
+    out, result = _load(cmd + [url], seconds)
     for line in out.splitlines():
         parts = line.split()
         if line.strip().startswith("50%"):
@@ -259,19 +264,7 @@ def h2load(url: str, seconds: float, host: str = "", conns: int = 4, streams: in
     cmd = ["h2load", "-t1", f"-c{conns}", f"-m{streams}", f"-D{int(round(seconds))}"]
     if host:
         cmd += ["-H", f":authority: {host}"]
-    proc = subprocess.Popen(
-        cmd + [url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    out, _ = proc.communicate(timeout=seconds + 60)
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result: Dict[str, Any] = {
-        "requests": 0,
-        "rps": 0.0,
-        "p50_us": 0.0,
-        "p99_us": 0.0,
-        "errors": 0,
-        "_usage": usage.ru_utime + usage.ru_stime,
-    }
+    out, result = _load(cmd + [url], seconds)
     for line in out.splitlines():
         parts = line.split()
         if line.startswith("finished in"):

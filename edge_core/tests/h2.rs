@@ -6,45 +6,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use edge_core::carrier::{Carrier, Where};
+use edge_core::carrier::Carrier;
 use edge_core::h2front::{
     huffman_len, Frames, ListSizes, MAX_CONTROL, MAX_HEADER_BLOCK, MAX_RESETS,
 };
 use edge_core::mux::{encode, DATA, FIN};
-use edge_core::public::{PublicListen, Route};
 use edge_core::session::Session;
-use edge_core::tls::public_server_config;
 use http::Request;
-use tokio::net::{TcpStream, UnixStream};
-use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_rustls::rustls::{ClientConfig, RootCertStore};
-use tokio_rustls::TlsConnector;
+use tokio::net::UnixStream;
+use tokio_rustls::rustls::ClientConfig;
 
 mod common;
+use common::h2listen::{connect, frame, listener, request_block, PREFACE};
 use common::has;
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-fn frame(kind: u8, flags: u8, sid: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len();
-    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    out.extend_from_slice(&sid.to_be_bytes());
-    out.extend_from_slice(payload);
-    out
-}
-
-/// A request's header block: GET https, :path and :authority as literals.
-fn request_block() -> Vec<u8> {
-    let mut block = vec![0x82, 0x87];
-    for (name, value) in [(&b":path"[..], &b"/"[..]), (b":authority", b"a.test")] {
-        block.push(0x00);
-        block.push(name.len() as u8);
-        block.extend_from_slice(name);
-        block.push(value.len() as u8);
-        block.extend_from_slice(value);
-    }
-    block
-}
 
 /// Where `scan` cut `bytes` fed whole after the preface (None: nothing passed a bound).
 fn cut_of(frames: &mut Frames, bytes: &[u8], answered: u64) -> Option<usize> {
@@ -223,20 +197,6 @@ fn frames_split_anywhere_are_read_as_whole_ones() {
 
 // ---- served through a played agent ----------------------------------------------------------
 
-fn spec() -> PublicListen {
-    PublicListen {
-        scheme: "https".into(),
-        handshake_timeout: Duration::from_secs(5),
-        head_timeout: Duration::from_secs(5),
-        idle_timeout: Duration::from_secs(5),
-        body_timeout: Duration::from_secs(5),
-        fresh_stream_body: 4096,
-        max_total: 100,
-        max_per_address: 16,
-        h2_stall_timeout: Duration::from_secs(2),
-    }
-}
-
 fn setup() -> (Carrier, u16, Arc<Session>, UnixStream, Arc<ClientConfig>) {
     let (carrier, _, port, session, agent, config) = setup_with_id();
     (carrier, port, session, agent, config)
@@ -250,42 +210,8 @@ fn setup_with_id() -> (
     UnixStream,
     Arc<ClientConfig>,
 ) {
-    let cert = rcgen::generate_simple_self_signed(vec!["a.test".into()]).unwrap();
-    let (chain, key) = (
-        cert.cert.pem().into_bytes(),
-        cert.key_pair.serialize_pem().into_bytes(),
-    );
-    let carrier = Carrier::new(1).unwrap();
-    let (id, local) = carrier
-        .listen_public(Where::Bind("127.0.0.1".into(), 0), spec())
-        .unwrap();
-    let (session, agent) = common::agent_session(&carrier);
-    carrier
-        .certs
-        .set(3, public_server_config(&chain, &key).unwrap());
-    carrier.tls_routes.set(
-        "a.test".into(),
-        Route {
-            key: 7,
-            session: session.clone(),
-            tunnel_id: "tn_test".into(),
-            cert: 3,
-            until: Instant::now() + Duration::from_secs(60),
-            decided: false,
-            responses: false,
-            held: None,
-        },
-    );
-    let mut roots = RootCertStore::empty();
-    roots.add(cert.cert.der().clone()).unwrap();
-    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-    let mut config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    (carrier, id, local.port(), session, agent, Arc::new(config))
+    let l = listener(&[b"h2", b"http/1.1"]);
+    (l.carrier, l.id, l.port, l.session, l.agent, l.config)
 }
 
 /// What the agent is sent until `end` ends it: (stream id, bytes).
@@ -312,11 +238,7 @@ async fn answer(agent: &mut UnixStream, sid: u32, flags: u8, bytes: &[u8]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_are_served_as_http11_requests_on_a_kept_proxy_stream_with_trailers() {
     let (carrier, port, _session, mut agent, config) = setup();
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let tls = TlsConnector::from(config)
-        .connect(ServerName::try_from("a.test").unwrap(), tcp)
-        .await
-        .unwrap();
+    let tls = connect(port, config).await;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     let (mut client, conn) = h2::client::handshake(tls).await.unwrap();
     tokio::spawn(conn);
@@ -407,11 +329,7 @@ async fn streams_are_served_as_http11_requests_on_a_kept_proxy_stream_with_trail
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_for_another_host_goes_to_python_alone_and_connect_is_refused() {
     let (carrier, port, _session, _agent, config) = setup();
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let tls = TlsConnector::from(config)
-        .connect(ServerName::try_from("a.test").unwrap(), tcp)
-        .await
-        .unwrap();
+    let tls = connect(port, config).await;
     let (mut client, conn) = h2::client::handshake(tls).await.unwrap();
     tokio::spawn(conn);
     let other = Request::get("https://b.test/z").body(()).unwrap();
@@ -457,11 +375,7 @@ async fn a_stream_for_another_host_goes_to_python_alone_and_connect_is_refused()
 async fn a_closed_listeners_connections_are_told_goaway_and_end() {
     let (carrier, id, port, _session, _agent, config) = setup_with_id();
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let mut tls = TlsConnector::from(config)
-        .connect(ServerName::try_from("a.test").unwrap(), tcp)
-        .await
-        .unwrap();
+    let mut tls = connect(port, config).await;
     tls.write_all(&[PREFACE, &frame(0x4, 0, 0, &[])].concat())
         .await
         .unwrap();
@@ -492,11 +406,7 @@ async fn a_closed_listeners_connections_are_told_goaway_and_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interim_answer_is_relayed_before_the_final_one() {
     let (_carrier, port, _session, mut agent, config) = setup();
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let tls = TlsConnector::from(config)
-        .connect(ServerName::try_from("a.test").unwrap(), tcp)
-        .await
-        .unwrap();
+    let tls = connect(port, config).await;
     let (mut client, conn) = h2::client::handshake(tls).await.unwrap();
     tokio::spawn(conn);
     let get = Request::get("https://a.test/hints").body(()).unwrap();

@@ -12,94 +12,21 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use edge_core::carrier::{Carrier, Where};
+use edge_core::carrier::Carrier;
 use edge_core::h2front::{Frames, CONNECTION_WINDOW, MAX_CONCURRENT_STREAMS};
 use edge_core::mux::{encode, DATA};
-use edge_core::public::{PublicListen, Route};
 use edge_core::session::Session;
-use edge_core::tls::public_server_config;
 use http::Request;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::{TcpStream, UnixStream};
-use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_rustls::rustls::{ClientConfig, RootCertStore};
-use tokio_rustls::TlsConnector;
+use tokio::net::UnixStream;
+use tokio_rustls::rustls::ClientConfig;
 
 mod common;
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-fn frame(kind: u8, flags: u8, sid: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len();
-    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    out.extend_from_slice(&sid.to_be_bytes());
-    out.extend_from_slice(payload);
-    out
-}
-
-fn request_block() -> Vec<u8> {
-    let mut block = vec![0x82, 0x87];
-    for (name, value) in [(&b":path"[..], &b"/"[..]), (b":authority", b"a.test")] {
-        block.push(0x00);
-        block.push(name.len() as u8);
-        block.extend_from_slice(name);
-        block.push(value.len() as u8);
-        block.extend_from_slice(value);
-    }
-    block
-}
-
-fn spec() -> PublicListen {
-    PublicListen {
-        scheme: "https".into(),
-        handshake_timeout: Duration::from_secs(5),
-        head_timeout: Duration::from_secs(5),
-        idle_timeout: Duration::from_secs(5),
-        body_timeout: Duration::from_secs(5),
-        fresh_stream_body: 4096,
-        max_total: 100,
-        max_per_address: 16,
-        h2_stall_timeout: Duration::from_secs(2),
-    }
-}
+use common::h2listen::{connect, frame, listener, request_block, PREFACE};
 
 fn setup() -> (Carrier, u16, Arc<Session>, UnixStream, Arc<ClientConfig>) {
-    let cert = rcgen::generate_simple_self_signed(vec!["a.test".into()]).unwrap();
-    let (chain, key) = (
-        cert.cert.pem().into_bytes(),
-        cert.key_pair.serialize_pem().into_bytes(),
-    );
-    let carrier = Carrier::new(1).unwrap();
-    let (_id, local) = carrier
-        .listen_public(Where::Bind("127.0.0.1".into(), 0), spec())
-        .unwrap();
-    let (session, agent) = common::agent_session(&carrier);
-    carrier
-        .certs
-        .set(3, public_server_config(&chain, &key).unwrap());
-    carrier.tls_routes.set(
-        "a.test".into(),
-        Route {
-            key: 7,
-            session: session.clone(),
-            tunnel_id: "tn_test".into(),
-            cert: 3,
-            until: Instant::now() + Duration::from_secs(600),
-            decided: false,
-            responses: false,
-            held: None,
-        },
-    );
-    let mut roots = RootCertStore::empty();
-    roots.add(cert.cert.der().clone()).unwrap();
-    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-    let mut config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    (carrier, local.port(), session, agent, Arc::new(config))
+    let l = listener(&[b"h2"]);
+    (l.carrier, l.port, l.session, l.agent, l.config)
 }
 
 /// The client's TLS stream, counting the plaintext bytes h2 wrote.
@@ -143,11 +70,7 @@ async fn client(
     written: Arc<AtomicUsize>,
     window: u32,
 ) -> h2::client::SendRequest<Bytes> {
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let tls = TlsConnector::from(config)
-        .connect(ServerName::try_from("a.test").unwrap(), tcp)
-        .await
-        .unwrap();
+    let tls = connect(port, config).await;
     let (client, conn) = h2::client::Builder::new()
         .initial_window_size(window)
         .initial_connection_window_size(window.max(65535) * 100)

@@ -11,6 +11,8 @@ use edge_core::mux::Limits;
 use edge_core::session::Session;
 use tokio::net::UnixStream;
 
+pub mod h2listen;
+
 /// An authenticated session on `carrier`, and the agent's end of its connection.
 pub fn agent_session(carrier: &Carrier) -> (Arc<Session>, UnixStream) {
     let (ours, theirs) = StdUnixStream::pair().unwrap();
