@@ -311,6 +311,26 @@ class Carrier:
             holds=holds,
         )
 
+    def set_pool(
+        self,
+        host: str,
+        members: List[Tuple[int, session.MuxSession, str]],
+        ttl: float,
+        scheme: str = "http",
+        cert: int = 0,
+    ) -> None:
+        """The core serves ``host``'s requests on the listener of ``scheme`` itself for
+        ``ttl`` seconds (unless set again), each on the next of an endpoint pool's
+        ``members`` in turn: (key its records name, session, tunnel id), plain routes all.
+        HTTPS: with certificate ``cert``. No member drops the host's routes."""
+        self._core.set_pool(
+            host,
+            [(key, mux.core, tunnel_id) for key, mux, tunnel_id in members],
+            ttl,
+            scheme=scheme,
+            cert=cert,
+        )
+
     # The decide_* calls queue a decided route's decision in the core; the batch is sent when
     # Carrier._take has handed every row of it to ``on_asked`` (flush_decisions: one wake-up
     # of the core per batch instead of one per request).

@@ -10,7 +10,7 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
   agent endpoint of this instance whose session the core runs (not OpenSSH's, not a static
   backend); in a cluster, that makes the host this instance's to serve, as edge/cluster.py's
   own check (``Registry.http_tunnel``) decides for a connection it would otherwise relay;
-- it is not pooled (a pool picks a member per connection) and its name is not banned;
+- its name is not banned;
 - it has no traffic policy and no Bind option enforced per request (no
   ``tunnel.enforcement.policy``, which edge/http_policy.py would run: basic or OAuth/OIDC
   auth, IP restrictions, header changes, compression, the WAF, the modules), or one that
@@ -23,6 +23,16 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
 - its name requires nothing of a TLS handshake (``edge.tls.spec_for``: no minimum version
   above TLS 1.2, no client certificate), so no request for it is misdirected on any
   connection.
+
+An **endpoint pool** (edge/pools.py) is pushed as one route of several members
+(``Carrier.set_pool``), the core giving each request to the next member in turn as
+``Registry.http_tunnel`` does, when every member is an agent endpoint of this instance that
+the rules above make a plain route (no traffic policy: a decided pool stays Python's) and the
+store's pool has no cloud member and no other instance's agent (``pools.served_here``). Each
+member's requests are recorded under its own key (its endpoint's). The store's pool is read
+again at each renewal (every ``ROUTE_TTL / 2``), so a cloud member or another instance's agent
+that joins takes its turns within that and the pool's cache (``pools.CLOUD_CACHE_SECONDS``);
+an agent member of this instance that joins or leaves changes the route at once.
 
 On the HTTPS listener the route also carries the certificate the name is served with
 (``edge.certs``: the store's for the name, else the local CA's or the fixed one, as edge/tls.py
@@ -49,7 +59,7 @@ import logging
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from edge import ip_restrictions, tls_spec
+from edge import ip_restrictions, pools, tls_spec
 from edge.decided import (
     PLAIN,
     RESPONSES,
@@ -88,6 +98,25 @@ SCHEMES = ("http", "https")
 # numbers are taken and it is made loud again, so its next request is asked about once more
 # (the inspector's next minute, a subscription made since: at most this late).
 QUIET_SECONDS = 1.0
+
+
+class Pool(tuple):
+    """The members of an endpoint pool a route spreads its requests over (each a tunnel a
+    plain route could serve), in the registry's order."""
+
+    __slots__ = ()
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same tunnel, or a pool of the same members."""
+    if type(a) is Pool and type(b) is Pool:
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return a is b
+
+
+def _account(tunnel: Any) -> str:
+    """The account of a route's tunnel (a pool's members are one account's)."""
+    return (tunnel[0] if type(tunnel) is Pool else tunnel).account_id
 
 
 def _plain_of(restrictions: List[Dict[str, Any]]) -> bool:
@@ -156,6 +185,9 @@ class FastPath:
         self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int, int, Any]] = {}
         self.hops: Dict[int, Hop] = {}  # route key -> its tunnel's Hop (what records name)
         self.where: Dict[int, Tuple[str, str]] = {}  # route key -> (scheme, host)
+        # a pool's route key -> its members' keys (what its records name), and back
+        self.members: Dict[int, List[int]] = {}
+        self.owner: Dict[int, int] = {}
         self.decider = Decider(edge, self.route_of, self._sync)
         self._keys = itertools.count(1)
         # the certificates pushed: what identifies a pair -> its number in the core
@@ -188,37 +220,50 @@ class FastPath:
 
     # ---- the rules ----------------------------------------------------------------------------
     def candidate(self, host: str, scheme: str = "http") -> Any:
-        """The tunnel a plain route of ``host`` on the listener of ``scheme`` would serve, by
-        the rules read without a wait; None when ``host`` needs Python per request."""
+        """The tunnel a plain route of ``host`` on the listener of ``scheme`` would serve, or
+        the :class:`Pool` of an endpoint pool's members, by the rules read without a wait;
+        None when ``host`` needs Python per request."""
         edge = self.edge
         if not host or host in edge.banned:
             return None
         tunnel = edge.registry.by_host.get(host)
-        if tunnel is None or tunnel.pooled or tunnel.pool:
+        if tunnel is None:
             return None
         if edge.tls.spec_for(host).key != tls_spec.DEFAULT.key:
             return None  # a Host that requires more of a handshake: Python says 421
-        tunnel = edge.registry.http_tunnel(host, scheme)
-        if tunnel is None or tunnel.proto not in ("http", "https") or tunnel.internal:
+        if tunnel.pooled or tunnel.pool:
+            members = [
+                t for t in tunnel.pool or [tunnel] if t.proto == scheme or not t.scheme_only
+            ]
+            if members and all(self._carriable(t) and route_mode(t) == PLAIN for t in members):
+                return Pool(members)
             return None
+        tunnel = edge.registry.http_tunnel(host, scheme)
+        return tunnel if tunnel is not None and self._carriable(tunnel) else None
+
+    def _carriable(self, tunnel: Any) -> bool:
+        """The rules of one tunnel read without a wait."""
+        if tunnel.proto not in ("http", "https") or tunnel.internal:
+            return False
         mux = getattr(tunnel.session, "mux", None)
         if type(mux) is not MuxSession or mux.closed:
-            return None
+            return False
         if (
             route_mode(tunnel) is None
             or tunnel.ws_tcp
             or tunnel.proxy_proto
             or tunnel.forwards_proto == "http2"
         ):
-            return None
+            return False
         hop = Hop.of_tunnel(tunnel)
-        if hub_of(edge).inspector.captures_bodies(hop.account_id, hop.endpoint_id):
-            return None
-        return tunnel
+        return not hub_of(self.edge).inspector.captures_bodies(hop.account_id, hop.endpoint_id)
 
-    async def _plain(self, tunnel: Any) -> bool:
-        """The rules read through a cache that may wait: the account's IP restrictions."""
-        return _plain_of(await self.edge.router.ip_restrictions(tunnel.account_id))
+    async def _plain(self, tunnel: Any, host: str) -> bool:
+        """The rules read through a cache that may wait: the account's IP restrictions; a
+        pool's members all this instance's agents in the store's pool."""
+        if not _plain_of(await self.edge.router.ip_restrictions(_account(tunnel))):
+            return False
+        return type(tunnel) is not Pool or await pools.served_here(self.edge, host)
 
     # ---- pushing ------------------------------------------------------------------------------
     def sync(self, host: str) -> None:
@@ -236,9 +281,9 @@ class FastPath:
         if tunnel is None or (
             held is not None
             and (
-                held[1] is not tunnel
+                not _same(held[1], tunnel)
                 or held[4] != _mode(tunnel)
-                or held[5] is not policy_of(tunnel)  # the core may hold its decisions
+                or held[5] is not _policy(tunnel)  # the core may hold its decisions
             )
         ):
             self._drop(where)
@@ -301,10 +346,10 @@ class FastPath:
         scheme, host = where
         try:
             tunnel = self.candidate(host, scheme)
-            if tunnel is None or not await self._plain(tunnel):
+            if tunnel is None or not await self._plain(tunnel, host):
                 self._drop(where)
                 return
-            if tunnel is not self.candidate(host, scheme):
+            if not _same(tunnel, self.candidate(host, scheme)):
                 return  # changed while the checks waited
             cert = 0
             if scheme == "https":
@@ -318,8 +363,8 @@ class FastPath:
                     self._nameless = nameless
             held = self.routes.get(where)
             now = asyncio.get_running_loop().time()
-            policy = policy_of(tunnel)
-            if held is not None and held[1] is tunnel and held[5] is policy:
+            policy = _policy(tunnel)
+            if held is not None and _same(held[1], tunnel) and held[5] is policy:
                 key = held[0]
             else:  # a new route counts as used: it is kept ROUTE_KEEP before any request
                 key = next(self._keys)
@@ -331,7 +376,8 @@ class FastPath:
                 return
             self._set(host, key, tunnel, scheme, cert, mode)
             self.routes[where] = (key, tunnel, until, cert, mode, policy)
-            self.hops[key] = Hop.of_tunnel(tunnel)
+            if type(tunnel) is not Pool:  # a pool's records name its members (_set)
+                self.hops[key] = Hop.of_tunnel(tunnel)
             self.where[key] = where
         except Exception:
             log.exception("pushing the %s route of %s", scheme, host)
@@ -349,9 +395,9 @@ class FastPath:
         are checked again). False when something changed: then :meth:`_push` decides, as for
         a new route."""
         key, was, until, cert, mode, policy = held
-        if tunnel is not was or mode != _mode(tunnel) or policy is not policy_of(tunnel):
+        if not _same(tunnel, was) or mode != _mode(tunnel) or policy is not _policy(tunnel):
             return False
-        restrictions = self.edge.router.ip_restrictions_now(tunnel.account_id)
+        restrictions = self.edge.router.ip_restrictions_now(_account(tunnel))
         if restrictions is None:
             return None
         scheme, host = where
@@ -365,6 +411,8 @@ class FastPath:
         if not _plain_of(restrictions):
             self._drop(where)
         elif until - now < ROUTE_TTL / 2:
+            if type(tunnel) is Pool:
+                return False  # renewed by _push, which reads the store's pool again
             self._set(host, key, tunnel, scheme, cert, mode)
             self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert, mode, policy)
         return True
@@ -396,6 +444,22 @@ class FastPath:
                 asyncio.ensure_future(self._push(where))
 
     def _set(self, host: str, key: int, tunnel: Any, scheme: str, cert: int, mode: int) -> None:
+        if type(tunnel) is Pool:  # each member a route of its own key, spread in turn
+            keys = self.members.get(key)
+            if keys is None or len(keys) != len(tunnel):
+                keys = self.members[key] = [next(self._keys) for _ in tunnel]
+            for member_key, member in zip(keys, tunnel):
+                self.hops[member_key] = Hop.of_tunnel(member)
+                self.where[member_key] = (scheme, host)
+                self.owner[member_key] = key
+            self.edge.carrier.set_pool(
+                host,
+                [(k, m.session.mux, m.id) for k, m in zip(keys, tunnel)],
+                ROUTE_TTL,
+                scheme,
+                cert,
+            )
+            return
         self.edge.carrier.set_route(
             host,
             key,
@@ -434,6 +498,10 @@ class FastPath:
                 if key not in live:
                     self.hops.pop(key, None)
                     self.where.pop(key, None)
+                    for member_key in self.members.pop(key, ()):
+                        self.hops.pop(member_key, None)
+                        self.where.pop(member_key, None)
+                        self.owner.pop(member_key, None)
         self._retired = []
         now = asyncio.get_running_loop().time()
         used = self._used
@@ -449,7 +517,7 @@ class FastPath:
                     continue
                 renewed = self._renewed(where, held, tunnel, now)
                 if renewed is None:
-                    self._after_restrictions(tunnel.account_id, where)
+                    self._after_restrictions(_account(tunnel), where)
                 elif not renewed:
                     self._pending.add(where)
                     asyncio.ensure_future(self._push(where))
@@ -494,6 +562,7 @@ class FastPath:
         now_perf, now_wall = time.perf_counter(), time.time()
         now_loop, now_mono = asyncio.get_running_loop().time(), time.monotonic()
         hops, used, count, queue = self.hops, self._used, hub.count_http, hub.record
+        owner = self.owner
         try:
             for key, status, stats, tls, exchange, ran, held in rows:
                 hop = hops.get(key)
@@ -502,7 +571,7 @@ class FastPath:
                 bytes_in, bytes_out, started, duration = stats
                 if held and ran is not None:  # Python made it for another request: counted
                     hub.count_decisions(ran.state)  # now, as it is when Python makes one
-                used[key] = now_loop
+                used[owner.get(key, key)] = now_loop  # a pool member's: its route's
                 # counted at once; a tuple only for a request a record is made of (``ran``: a
                 # decided route's policy run, http_policy.Traffic, its decisions counted when
                 # it ran)
@@ -576,7 +645,7 @@ class FastPath:
         for key, statuses, durations, bytes_in, bytes_out, held in taken:
             if self.hops.get(key) is None:
                 continue
-            self._used[key] = now
+            self._used[self.owner.get(key, key)] = now
             hub.count_quiet("agent", statuses, durations, bytes_in, bytes_out, quiet.get(key))
             for ran, times in held:  # requests a held decision served: its run's decisions
                 hub.count_decisions(ran.state, times)
@@ -593,5 +662,10 @@ def holds_for(tunnel: Any) -> Optional[List[str]]:
 
 def _mode(tunnel: Any) -> Optional[int]:
     """How a route of ``tunnel`` is pushed: plain, decided, decided with its response heads
-    (edge/decided.py ``route_mode``)."""
-    return route_mode(tunnel)
+    (edge/decided.py ``route_mode``); a pool's is plain."""
+    return PLAIN if type(tunnel) is Pool else route_mode(tunnel)
+
+
+def _policy(tunnel: Any) -> Optional[Any]:
+    """The traffic policy a route of ``tunnel`` was pushed with (none for a pool's)."""
+    return None if type(tunnel) is Pool else policy_of(tunnel)

@@ -20,6 +20,10 @@ its own agent members and every cloud member (whose traffic policy runs here; th
 with the claim, cached :data:`CLOUD_CACHE_SECONDS`) (:func:`routed`). In a cluster, a
 connection may also be relayed to an instance holding an agent member (:func:`carry`).
 TCP addresses and internal endpoints are not pooled here.
+
+A pool whose members are all this instance's agent endpoints without a traffic policy is the
+compiled core's to spread (:func:`served_here`, edge/fast_path.py ``Pool``): the same turns,
+given by the core per request, with no Python call.
 """
 
 import itertools
@@ -156,6 +160,19 @@ async def _pool(edge: Any, name: str) -> Optional[Dict[str, Any]]:
         for key in [k for k, v in _pools.items() if v[0] <= now]:
             del _pools[key]
     return found
+
+
+async def served_here(edge: Any, name: str) -> bool:
+    """Whether the store's pool of ``name`` is only agent endpoints of this instance (no cloud
+    member, no other instance's agent): this instance's own members then take every turn, and
+    the compiled core may spread its requests (edge/fast_path.py)."""
+    found = await _pool(edge, name)
+    here = edge.settings.instance_id
+    return (
+        found is not None
+        and not found["clouds"]
+        and all(i == here for i in found["agents"].values())
+    )
 
 
 async def _cloud_members(edge: Any, name: str) -> List[Dict[str, Any]]:

@@ -168,6 +168,18 @@ class Core:
         Python's again); HTTPS with the certificate ``cert`` (``set_cert``). ``holds``: the
         facts a decided route's decisions are a function of (chalicelib.core.policy.holding);
         a decision made with ``hold`` is applied again to its key's requests (held.rs)."""
+    def set_pool(
+        self,
+        host: str,
+        members: List[Tuple[int, Session, str]],
+        ttl: float,
+        *,
+        scheme: str = "http",
+        cert: int = 0,
+    ) -> None:
+        """``host``'s requests on the listener of ``scheme`` spread in turn over an endpoint
+        pool's ``members`` (key, session, tunnel id: a plain route each) for ``ttl`` seconds
+        (unless pushed again); no member drops the host's routes."""
     def drop_route(self, host: str, *, scheme: str = "http") -> bool: ...
     def clear_routes(self) -> None: ...
     def route_count(self) -> Tuple[int, int]:

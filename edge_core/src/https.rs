@@ -171,7 +171,7 @@ pub(crate) async fn connection(
 /// route's name is relayed decrypted (as Python relays it) to the holder's HTTP/1.1 adopting
 /// listener: not when the client offers h2.
 fn served_with(public: &Public, name: &str, h2: bool) -> Option<Arc<ServerConfig>> {
-    let cert = match public.routes.get(name) {
+    let cert = match public.routes.peek(name) {
         Some(route) => route.cert,
         None if !h2 => public.relays.get(name)?.cert,
         None => return None,

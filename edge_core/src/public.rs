@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -82,10 +82,26 @@ pub struct Route {
     pub held: Option<Arc<Held>>,
 }
 
-/// Host -> plain route. Python pushes and drops; a host not here goes to Python.
+/// A host's routes: one, or the members of an endpoint pool, each request served by the next
+/// in turn (round robin, as Python's `Registry.http_tunnel` spreads a pool's requests).
+struct Members {
+    routes: Vec<Arc<Route>>,
+    next: AtomicUsize,
+}
+
+impl Members {
+    fn of(routes: Vec<Route>) -> Arc<Members> {
+        Arc::new(Members {
+            routes: routes.into_iter().map(Arc::new).collect(),
+            next: AtomicUsize::new(0),
+        })
+    }
+}
+
+/// Host -> its routes. Python pushes and drops; a host not here goes to Python.
 #[derive(Default)]
 pub struct Routes {
-    map: RwLock<HashMap<String, Arc<Route>>>,
+    map: RwLock<HashMap<String, Arc<Members>>>,
 }
 
 impl Routes {
@@ -93,7 +109,8 @@ impl Routes {
     /// keeps the decisions the route held.
     pub fn set(&self, host: String, mut route: Route) {
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
-        if let (Some(old), Some(new)) = (map.get(&host), route.held.as_ref()) {
+        let old = map.get(&host).and_then(|m| m.routes.first());
+        if let (Some(old), Some(new)) = (old, route.held.as_ref()) {
             if let Some(kept) = old.held.as_ref() {
                 if old.key == route.key
                     && Arc::ptr_eq(&old.session, &route.session)
@@ -103,7 +120,18 @@ impl Routes {
                 }
             }
         }
-        map.insert(host, Arc::new(route));
+        map.insert(host, Members::of(vec![route]));
+    }
+
+    /// `host`'s routes from now on are an endpoint pool's `members` (plain routes, none of
+    /// them decided), its requests spread over them in turn; no member drops the host.
+    pub fn set_pool(&self, host: String, members: Vec<Route>) {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        if members.is_empty() {
+            map.remove(&host);
+        } else {
+            map.insert(host, Members::of(members));
+        }
     }
 
     pub fn drop_host(&self, host: &str) -> bool {
@@ -118,12 +146,26 @@ impl Routes {
         self.map.write().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
-    /// `host`'s route, unless it expired.
+    /// The route that serves `host`'s next request, unless it expired: a pool's next member
+    /// in turn.
     pub fn get(&self, host: &str) -> Option<Arc<Route>> {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        let members = map.get(host)?;
+        let route = match members.routes.len() {
+            1 => &members.routes[0],
+            n => &members.routes[members.next.fetch_add(1, Ordering::Relaxed) % n],
+        };
+        (Instant::now() < route.until).then(|| route.clone())
+    }
+
+    /// `host`'s first route, unless it expired, without taking a pool's turn (what a TLS
+    /// handshake or a relay reads of the host: its certificate, that it is served).
+    pub fn peek(&self, host: &str) -> Option<Arc<Route>> {
         self.map
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(host)
+            .and_then(|members| members.routes.first())
             .filter(|route| Instant::now() < route.until)
             .cloned()
     }

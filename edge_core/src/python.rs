@@ -369,6 +369,44 @@ impl Core {
         Ok(())
     }
 
+    /// `host`'s requests on the listener of `scheme` are served by the core for `ttl` seconds
+    /// (unless pushed again), spread in turn over an endpoint pool's `members`, each a plain
+    /// route of its own: (key, session, tunnel id); on the HTTPS listener with the
+    /// certificate `cert`. No member drops the host's routes.
+    #[pyo3(signature = (host, members, ttl, *, scheme = "http", cert = 0))]
+    fn set_pool(
+        &self,
+        host: String,
+        members: Vec<(u64, PyRef<'_, Session>, String)>,
+        ttl: f64,
+        scheme: &str,
+        cert: u64,
+    ) -> PyResult<()> {
+        let ttl = seconds(ttl, "ttl")?;
+        let routes = match scheme {
+            "http" => &self.carrier.routes,
+            "https" if self.carrier.certs.get(cert).is_some() => &self.carrier.tls_routes,
+            "https" => return Err(PyValueError::new_err(format!("no certificate {cert}"))),
+            _ => return Err(PyValueError::new_err("scheme: http or https")),
+        };
+        let until = std::time::Instant::now() + ttl;
+        let members = members
+            .into_iter()
+            .map(|(key, session, tunnel_id)| Route {
+                key,
+                session: session.inner.clone(),
+                tunnel_id,
+                cert,
+                until,
+                decided: false,
+                responses: false,
+                held: None,
+            })
+            .collect();
+        routes.set_pool(host, members);
+        Ok(())
+    }
+
     /// `host`'s requests on the listener of `scheme` go to Python again; False when it had
     /// no route.
     #[pyo3(signature = (host, *, scheme = "http"))]

@@ -209,7 +209,7 @@ async fn relayed_in(mut tcp: TcpStream, peer: SocketAddr, spec: Arc<RelayListen>
         Some((true, _, _)) => &spec.tls_adopter,
         None => return hand_to_python(tcp, peer, buf, &spec),
     };
-    let Some((_, _, client)) = here.filter(|(_, host, _)| adopter.routes.get(host).is_some())
+    let Some((_, _, client)) = here.filter(|(_, host, _)| adopter.routes.peek(host).is_some())
     else {
         return hand_to_python(tcp, peer, buf, &spec);
     };

@@ -1169,3 +1169,86 @@ async fn a_route_renewed_under_its_key_keeps_what_it_held() {
     push(8, &other, Reads::parse(&["fields".to_string()]).unwrap());
     assert!(held().is_empty(), "other facts read");
 }
+
+/// An endpoint pool's route: each request, on one kept-alive connection too, goes to the next
+/// member in turn, on a proxy stream of that member's session with its tunnel id, and its
+/// record names that member's key (Python's `Registry.http_tunnel` spreads a pool so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pools_requests_go_to_its_members_in_turn_each_recorded_under_its_member() {
+    let (carrier, port, first, mut first_agent) = setup(16);
+    let (second, mut second_agent) = common::agent_session(&carrier);
+    let member = |key: u64, session: &Arc<Session>, tunnel: &str| Route {
+        key,
+        tunnel_id: tunnel.into(),
+        ..route(session)
+    };
+    carrier.routes.set_pool(
+        "p.test".into(),
+        vec![member(7, &first, "tn_a"), member(8, &second, "tn_b")],
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    for (n, tunnel) in ["tn_a", "tn_b", "tn_a", "tn_b"].into_iter().enumerate() {
+        client
+            .write_all(format!("GET /{n} HTTP/1.1\r\nHost: p.test\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let agent = if tunnel == "tn_a" {
+            &mut first_agent
+        } else {
+            &mut second_agent
+        };
+        let (sid, got) = agent_reads(agent, |g| g.ends_with(b"\r\n\r\n")).await;
+        assert!(
+            has(&got, format!("\"Id\": \"{tunnel}\"").as_bytes()),
+            "request {n} on {tunnel}'s stream: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        assert!(has(&got, format!("GET /{n} HTTP/1.1\r\n").as_bytes()));
+        let mut answer = Vec::new();
+        encode(
+            &mut answer,
+            DATA,
+            0,
+            sid,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx",
+        );
+        agent.write_all(&answer).await.unwrap();
+        read_response(&mut client, b"\r\n\r\nx").await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut served = Vec::new();
+    while served.len() < 4 && Instant::now() < deadline {
+        served.extend(carrier.inbox().take().served);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let keys: Vec<u64> = served.iter().map(|s| s.route).collect();
+    assert_eq!(keys, [7, 8, 7, 8]);
+}
+
+/// What reads a host's route without serving a request (the TLS handshake's certificate, a
+/// relay's check) takes no pool turn; a pool of no member is no route.
+#[tokio::test]
+async fn peeking_takes_no_turn_and_an_empty_pool_drops_the_host() {
+    let carrier = Carrier::new(1).unwrap();
+    let (first, _a) = common::agent_session(&carrier);
+    let (second, _b) = common::agent_session(&carrier);
+    let member = |key: u64, session: &Arc<Session>| Route {
+        key,
+        ..route(session)
+    };
+    let routes = &carrier.routes;
+    routes.set_pool("p.test".into(), vec![member(7, &first), member(8, &second)]);
+    let turns: Vec<u64> = (0..4)
+        .map(|_| {
+            let peeked = routes.peek("p.test").unwrap().key;
+            assert_eq!(peeked, 7);
+            routes.get("p.test").unwrap().key
+        })
+        .collect();
+    assert_eq!(turns, [7, 8, 7, 8]);
+    routes.set("p.test".into(), member(9, &first)); // no longer a pool
+    assert_eq!(routes.get("p.test").unwrap().key, 9);
+    assert_eq!(routes.get("p.test").unwrap().key, 9);
+    routes.set_pool("p.test".into(), Vec::new());
+    assert!(routes.get("p.test").is_none() && routes.peek("p.test").is_none());
+}

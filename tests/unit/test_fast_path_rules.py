@@ -104,7 +104,6 @@ def test_a_plain_endpoint_is_a_candidate_on_both_listeners(core):
         {"proxy_proto": 2},
         {"forwards_proto": "http2"},
         {"internal": True},
-        {"pooled": True},
         {"proto": "tls"},
         {"proto": "tcp"},
     ],
@@ -210,6 +209,9 @@ class _Carrier:
     ):
         self.set.append((scheme, host, key))
         self.holds = holds
+
+    def set_pool(self, host, members, ttl, scheme, cert):
+        self.set.append((scheme, host, [(key, tunnel_id) for key, _, tunnel_id in members]))
 
     def drop_route(self, host, scheme):
         self.dropped.append((scheme, host))
@@ -402,5 +404,100 @@ def test_a_policy_changed_in_place_pushes_the_route_anew_with_its_facts(core):
         await asyncio.sleep(0.01)
         assert edge.carrier.set[-1] == ("http", HOST, 2) and edge.carrier.holds == ["method"]
         assert paths.route_of(1) is None and paths.route_of(2)[4] is tunnel.enforcement.policy
+
+    core.loop.run_until_complete(run())
+
+
+def _pooled(core, n, **changes):
+    """``n`` pooled endpoints of one account on HOST, the first the pool's holder."""
+    members = [
+        _tunnel(core, proto="http", id=f"tn_{i}", endpoint_id=f"ep_{i}", pooled=True)
+        for i in range(n)
+    ]
+    for name, value in changes.items():
+        setattr(members[-1], name, value)
+    if n > 1:
+        for member in members:
+            member.pool = members
+    return members
+
+
+def test_a_pool_of_plain_endpoints_is_a_candidate_of_its_members_in_order(core):
+    """An endpoint pool is one route of its members (each request to the next in turn), the
+    members of the listener's scheme (a scheme_only one of the other is not); a lone pooled
+    endpoint is a pool of one (cloud members may share its URL)."""
+    from edge.fast_path import Pool
+
+    members = _pooled(core, 3)
+    found = _candidate(_edge(), members[0])
+    assert type(found) is Pool and list(found) == members
+    members[1].scheme_only, members[1].proto = True, "https"
+    assert list(_candidate(_edge(), members[0], "http")) == [members[0], members[2]]
+    assert list(_candidate(_edge(), members[0], "https")) == members
+    lone = _pooled(core, 1)[0]
+    assert list(_candidate(_edge(), lone)) == [lone]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"enforcement": types.SimpleNamespace(policy=compile_policy(REQUEST_PHASE))},
+        {"enforcement": types.SimpleNamespace(policy=compile_policy(RESPONSE_PHASE))},
+        {"ws_tcp": True},
+        {"forwards_proto": "http2"},
+    ],
+    ids=lambda c: next(iter(c)) + "=" + repr(next(iter(c.values())))[:12],
+)
+def test_a_pool_with_a_member_that_is_not_plain_is_pythons(core, change):
+    """Every member must be a plain route: a decided one (a policy the core could carry for
+    one endpoint) makes the whole pool Python's, as a member Python alone serves does."""
+    members = _pooled(core, 3, **change)
+    assert _candidate(_edge(), members[0]) is None
+    assert _candidate(_edge(), members[0], "https") is None
+
+
+def test_a_pool_is_pushed_when_the_store_has_only_this_instances_agents_in_it(core):
+    """The store's pool is read before the push (pools.served_here): with a cloud member or
+    another instance's agent, the name's requests are Python's (which spreads them there too);
+    with only this instance's agents, one route of a key per member, the members' records
+    naming their own endpoints; a member's departure pushes the pool anew at once."""
+    from edge import pools
+
+    edge = _edge()
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.tls.loaded = asyncio.Event()
+    store = {"clouds": [{"id": "ep_cloud"}], "agents": {"ep_0": "edge", "ep_1": "edge"}}
+
+    async def call(fn, *args, **kwargs):
+        return store
+
+    edge.call = call
+    members = _pooled(core, 2)
+    where = ("http", HOST)
+
+    async def run():
+        edge.registry.by_host[HOST] = members[0]
+        paths = FastPath(edge)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        assert edge.carrier.set == [] and where not in paths.routes  # a cloud member
+        store["clouds"] = []
+        store["agents"]["ep_9"] = "another-instance"
+        await asyncio.sleep(pools.CLOUD_CACHE_SECONDS + 0.05)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        assert edge.carrier.set == [] and where not in paths.routes  # another's agent
+        del store["agents"]["ep_9"]
+        await asyncio.sleep(pools.CLOUD_CACHE_SECONDS + 0.05)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        assert edge.carrier.set == [("http", HOST, [(2, "tn_0"), (3, "tn_1")])]
+        assert paths.routes[where][0] == 1
+        assert {k: paths.hops[k].endpoint_id for k in (2, 3)} == {2: "ep_0", 3: "ep_1"}
+        members[1].pool.remove(members[1])
+        paths.sync(HOST)  # the registry's change: dropped at once, then pushed again
+        assert where in edge.carrier.dropped
+        await asyncio.sleep(0.01)
+        assert edge.carrier.set[-1] == ("http", HOST, [(5, "tn_0")])
 
     core.loop.run_until_complete(run())

@@ -32,7 +32,9 @@ async function pooled(addr) {
   const session = await new ngrok.SessionBuilder().authtoken(cfg.authtoken)
     .serverAddr(cfg.server_addr).rootCas(cfg.root_cas)
     .connect();
-  const listener = await session.httpEndpoint().domain(cfg.domain).poolingEnabled(true).listen();
+  const builder = session.httpEndpoint().domain(cfg.domain).poolingEnabled(true);
+  if (cfg.traffic_policy) builder.trafficPolicy(cfg.traffic_policy);
+  const listener = await builder.listen();
   listener.forward(addr);   // resolves when forwarding ends: not awaited
   return listener;
 }

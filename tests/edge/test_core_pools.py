@@ -1,0 +1,135 @@
+"""An endpoint pool on the compiled core's fast path (edge/fast_path.py ``Pool``,
+edge_core/src/public.rs ``Routes::set_pool``), with the official JavaScript SDK's pooled
+agents as processes: the core spreads the pool's requests over its members in turn, on one
+kept-alive connection too, records each under its own endpoint, follows a member that leaves
+at once, and leaves a pool with a traffic policy to Python."""
+
+import json
+import time
+
+import pytest
+import requests
+
+from tests.edge.support import metric, wait
+from tests.edge.test_edge_sdk import _credential, _host
+
+WAIT = 30.0
+
+
+def _served(edge) -> float:
+    return metric(edge.metrics(), "edge_core_http_requests_total")
+
+
+def _handed(edge) -> float:
+    return metric(edge.metrics(), "edge_core_http_handed_over_total")
+
+
+def _settled(edge) -> float:
+    """Requests the core served, once its count stops moving (it counts an exchange just
+    after writing its answer)."""
+    last = _served(edge)
+    for _ in range(25):
+        time.sleep(0.2)
+        now = _served(edge)
+        if now == last:
+            break
+        last = now
+    return last
+
+
+@pytest.fixture
+def domain(account):
+    name = f"corepool-{time.time_ns()}.example.com"
+    assert account.admin.post("/reserved_domains", {"domain": name}).status == 201
+    return name
+
+
+def _pool(node_agents, edge, account, domain, names, **options):
+    token = _credential(account)["token"]
+    procs = []
+    for name in names:
+        proc = node_agents(edge, token, domain=domain, pooling_enabled=True, name=name, **options)
+        assert _host(proc.out["url"]) == domain, proc.out
+        procs.append(proc)
+    return procs
+
+
+def _agents(edge, domain, n):
+    """The member that answered each of ``n`` requests on one kept-alive connection."""
+    with requests.Session() as session:
+        return [
+            session.get(
+                f"http://127.0.0.1:{edge.http_port}/i={i}", headers={"Host": domain}, timeout=10
+            ).json()["agent"]
+            for i in range(n)
+        ]
+
+
+def _until_the_core_serves(edge, domain):
+    def served_one():
+        before = _settled(edge)
+        assert edge.http("GET", domain, "/").status_code == 200
+        return _settled(edge) > before
+
+    assert wait(served_one, WAIT)
+
+
+def test_the_core_spreads_a_pools_requests_in_turn_and_records_each_members(
+    node_agents, edge, account, domain
+):
+    procs = _pool(node_agents, edge, account, domain, "abc")
+    _until_the_core_serves(edge, domain)
+    served, handed = _settled(edge), _handed(edge)
+    seen = _agents(edge, domain, 30)
+    # all the core's, none handed to Python; each member in turn (round robin, as Python's)
+    assert (_settled(edge) - served, _handed(edge) - handed) == (30, 0)
+    assert {name: seen.count(name) for name in "abc"} == {"a": 10, "b": 10, "c": 10}
+    assert seen[:3] == seen[3:6], seen  # a turn, not a draw
+
+    # each request recorded under the endpoint of the member that answered it
+    listed = account.admin.get("/endpoints").json["endpoints"]
+    endpoints = [e["id"] for e in listed if _host(e["public_url"]) == domain]
+    assert len(endpoints) == 3
+
+    def captured():
+        found = {}
+        for endpoint_id in endpoints:
+            rows = account.admin.get(f"/endpoints/{endpoint_id}/captured_requests").json
+            found[endpoint_id] = {
+                r["target"] for r in rows["captured_requests"] if r["target"].startswith("/i=")
+            }
+        return found if sum(len(t) for t in found.values()) == 30 else None
+
+    by_endpoint = wait(captured, WAIT)
+    assert by_endpoint, "the core's records did not all reach the inspector"
+    assert sorted(len(t) for t in by_endpoint.values()) == [10, 10, 10]
+    for targets in by_endpoint.values():  # one member's: every third request
+        turns = {int(t[3:]) % 3 for t in targets}
+        assert len(turns) == 1, by_endpoint
+
+    # a member that leaves takes no turn from then on; the last one serves alone
+    procs[0].stop()
+    assert wait(lambda: set(_agents(edge, domain, 6)) == {"b", "c"}, WAIT)
+    procs[1].stop()
+    assert wait(lambda: set(_agents(edge, domain, 4)) == {"c"}, WAIT)
+    served = _settled(edge)
+    assert set(_agents(edge, domain, 4)) == {"c"}
+    assert _settled(edge) - served == 4
+
+
+def test_a_pool_with_a_traffic_policy_is_pythons(node_agents, edge, account, domain):
+    policy = {
+        "on_http_response": [
+            {"actions": [{"type": "add-headers", "config": {"headers": {"x-pool": "ran"}}}]}
+        ]
+    }
+    _pool(node_agents, edge, account, domain, "ab", traffic_policy=json.dumps(policy))
+    time.sleep(1.5)  # a route would have been pushed by now
+    served = _settled(edge)
+    with requests.Session() as session:
+        for _ in range(4):
+            resp = session.get(
+                f"http://127.0.0.1:{edge.http_port}/", headers={"Host": domain}, timeout=10
+            )
+            assert resp.status_code == 200 and resp.headers["x-pool"] == "ran"
+    assert _settled(edge) == served
