@@ -585,20 +585,42 @@ def tcpconn_case(stack: "Stack", runs: int, seconds: float) -> Dict[str, Any]:
     return {path: median_of(rs) for path, rs in results.items()}
 
 
+# The official SDK the edge's endpoints are forwarded by: "python" (the ngrok package,
+# bench/edge_bench/peer_agent.py) or "go" (golang.ngrok.com/ngrok/v2, tests/edge/go: its HTTP
+# endpoints forwarded by the SDK's own upstream client, its TCP ones joined byte for byte).
+AGENTS = ("python", "go")
+agent_kind = "python"
+
+
 def start_sdk_agent(
     procs: Procs, server_addr: str, ca_path: str, token: str, binds: List[Dict[str, Any]]
 ) -> tuple:
-    """An official SDK agent (bench/edge_bench/peer_agent.py, its own session) connected to
+    """An official SDK agent (its own session: :data:`agent_kind`'s) connected to
     ``server_addr`` and binding ``binds``: (its process, the URLs bound) once it is ready."""
-    from stacks.paths import SDK_PYTHON
+    cfg: Dict[str, Any] = {"authtoken": token, "server_addr": server_addr, "root_cas": ca_path}
+    if agent_kind == "go":
+        from stacks.agents import go_binary
 
-    cfg = {"authtoken": token, "server_addr": server_addr, "root_cas": ca_path, "binds": binds}
-    agent = procs.start(
-        [SDK_PYTHON, os.path.join(HERE, "peer_agent.py"), json.dumps(cfg)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+        cfg["endpoints"] = [
+            {
+                "url": f"{bind['proto']}://",
+                "upstream": bind["upstream"]
+                if bind["proto"] == "http"
+                else f"tcp://{bind['upstream']}",
+                **({"traffic_policy": bind["policy"]} if bind.get("policy") else {}),
+            }
+            for bind in binds
+        ]
+        binary = go_binary()
+        if not binary:
+            raise RuntimeError("the Go SDK agent could not be built (tests/edge/go)")
+        argv = [binary, json.dumps(cfg)]
+    else:
+        from stacks.paths import SDK_PYTHON
+
+        cfg["binds"] = binds
+        argv = [SDK_PYTHON, os.path.join(HERE, "peer_agent.py"), json.dumps(cfg)]
+    agent = procs.start(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     bound = []
     while True:
         line = agent.stdout.readline()
@@ -607,7 +629,10 @@ def start_sdk_agent(
         event = json.loads(line)
         if event["event"] == "ready":
             return agent, bound
-        bound.append(event["url"])
+        if event["event"] == "error":
+            raise RuntimeError(f"the SDK agent failed: {event}")
+        if event["event"] == "bound":
+            bound.append(event["url"])
 
 
 # ---- the stack -------------------------------------------------------------------------------
@@ -1103,12 +1128,17 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=1000, help="growth: idle sessions")
     parser.add_argument("--bulk-server", type=int, default=0)
     parser.add_argument(
+        "--agent", choices=AGENTS, default="python", help="the official SDK behind the edge"
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="print the ports and wait for Enter before stopping"
     )
     args = parser.parse_args()
     if args.bulk_server:
         bulk_server(args.bulk_server)
         return 0
+    global agent_kind
+    agent_kind = args.agent
     for tool in ("wrk", "nginx", "ssh", "ssh-keygen", "openssl"):
         if shutil.which(tool) is None:
             print(f"{tool} is not installed: run scripts/install_bench_deps.sh (make bench-peers)")
@@ -1120,6 +1150,7 @@ def main() -> int:
         "seconds": args.seconds,
         "runs": args.runs,
         "load_before": os.getloadavg()[0],
+        "agent": args.agent,
     }
     procs = Procs()
     with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:

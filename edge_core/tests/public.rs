@@ -99,6 +99,7 @@ fn route(session: &Arc<Session>) -> Route {
         session: session.clone(),
         tunnel_id: "tn_test".into(),
         cert: 0,
+        spec: 0,
         until: Instant::now() + Duration::from_secs(60),
         decided: false,
         responses: false,
