@@ -292,6 +292,7 @@ class Carrier:
         decided: bool = False,
         responses: bool = False,
         holds: Optional[List[str]] = None,
+        h2_scheme: Optional[str] = None,
     ) -> None:
         """The core serves ``host``'s requests on the listener of ``scheme`` itself for
         ``ttl`` seconds (unless set again), on proxy streams of ``mux`` carrying
@@ -300,7 +301,9 @@ class Carrier:
         (``decide_*``); ``responses``: each response head to ``on_responses`` too.
         ``holds``: the facts a decided route's decisions are a function of
         (chalicelib.core.policy.holding): a decision made with ``hold`` is applied again by
-        the core to the requests with the same facts while the route is quiet."""
+        the core to the requests with the same facts while the route is quiet.
+        ``h2_scheme``: the endpoint speaks HTTP/2 on its streams (``app_protocol`` http2), its
+        requests' ``:scheme`` this."""
         self._core.set_route(
             host,
             key,
@@ -312,6 +315,7 @@ class Carrier:
             decided=decided,
             responses=responses,
             holds=holds,
+            h2_scheme=h2_scheme,
         )
 
     def set_pool(

@@ -16,8 +16,9 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
   auth, IP restrictions, header changes, compression, the WAF, the modules), or one that
   needs only the request's head (``decided.decidable``: the route is then *decided*, each
   request's policy run by edge/decided.py on the head the core read; a circuit breaker of its
-  own makes it decided too), no WebSocket-TCP converter, no PROXY protocol header, and
-  forwards HTTP/1.1 (not ``app_protocol`` http2);
+  own makes it decided too), no WebSocket-TCP converter, no PROXY protocol header (an
+  ``app_protocol`` http2 endpoint is spoken to in HTTP/2 by the core: ``h2_scheme_of``;
+  not a pool's member);
 - its account has no ``endpoints`` IP restriction and the traffic inspector does not capture
   its bodies (both as the router's and the inspector's caches know them);
 - on the plain-HTTP listener, its name requires nothing of a TLS handshake
@@ -36,9 +37,10 @@ An **endpoint pool** (edge/pools.py) is pushed as one route of several members
 the rules above make a plain route (no traffic policy: a decided pool stays Python's) and the
 store's pool has no cloud member and no other instance's agent (``pools.served_here``). Each
 member's requests are recorded under its own key (its endpoint's). The store's pool is read
-again at each renewal (every ``ROUTE_TTL / 2``), so a cloud member or another instance's agent
-that joins takes its turns within that and the pool's cache (``pools.CLOUD_CACHE_SECONDS``);
-an agent member of this instance that joins or leaves changes the route at once.
+again at each refresh of a used pool route (through the pool's cache), so a cloud member or
+another instance's agent that joins takes its turns within ``REFRESH_SECONDS`` and
+``pools.CLOUD_CACHE_SECONDS`` (1.5 s; the Python path: the cache's 1 s); an agent member of
+this instance that joins or leaves changes the route at once.
 
 On the HTTPS listener the route also carries the certificate the name is served with
 (``edge.certs``: the store's for the name, else the local CA's or the fixed one, as edge/tls.py
@@ -264,10 +266,11 @@ class FastPath:
                 return Pool(members)
             return None
         tunnel = edge.registry.http_tunnel(host, scheme)
-        return tunnel if tunnel is not None and self._carriable(tunnel) else None
+        return tunnel if tunnel is not None and self._carriable(tunnel, h2=True) else None
 
-    def _carriable(self, tunnel: Any) -> bool:
-        """The rules of one tunnel read without a wait."""
+    def _carriable(self, tunnel: Any, h2: bool = False) -> bool:
+        """The rules of one tunnel read without a wait (``h2``: one that speaks HTTP/2 may be:
+        not a pool's member)."""
         if tunnel.proto not in ("http", "https") or tunnel.internal:
             return False
         mux = getattr(tunnel.session, "mux", None)
@@ -277,7 +280,7 @@ class FastPath:
             route_mode(tunnel) is None
             or tunnel.ws_tcp
             or tunnel.proxy_proto
-            or tunnel.forwards_proto == "http2"
+            or (tunnel.forwards_proto == "http2" and not h2)
         ):
             return False
         hop = Hop.of_tunnel(tunnel)
@@ -441,6 +444,8 @@ class FastPath:
         key, was, until, cert, mode, policy = held
         if not _same(tunnel, was) or mode != _mode(tunnel) or policy is not _policy(tunnel):
             return False
+        if type(tunnel) is Pool:
+            return False  # the store's pool read again at each refresh (_push: its cache)
         restrictions = self.edge.router.ip_restrictions_now(_account(tunnel))
         if restrictions is None:
             return None
@@ -455,8 +460,6 @@ class FastPath:
         if not _plain_of(restrictions):
             self._drop(where)
         elif until - now < ROUTE_TTL / 2:
-            if type(tunnel) is Pool:
-                return False  # renewed by _push, which reads the store's pool again
             self._set(host, key, tunnel, scheme, cert, mode)
             self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert, mode, policy)
         return True
@@ -515,6 +518,7 @@ class FastPath:
             decided=mode != PLAIN,
             responses=mode == RESPONSES,
             holds=holds_for(tunnel),
+            h2_scheme=h2_scheme_of(tunnel),
         )
 
     def _drop(self, where: Tuple[str, str]) -> None:
@@ -714,6 +718,14 @@ def _mode(tunnel: Any) -> Optional[int]:
     """How a route of ``tunnel`` is pushed: plain, decided, decided with its response heads
     (edge/decided.py ``route_mode``); a pool's is plain."""
     return PLAIN if type(tunnel) is Pool else route_mode(tunnel)
+
+
+def h2_scheme_of(tunnel: Any) -> Optional[str]:
+    """For an endpoint that speaks HTTP/2 (``app_protocol`` http2), its requests' ``:scheme``
+    (its upstream's, as edge/h2leg.py gives it); None for HTTP/1.1."""
+    if tunnel.forwards_proto != "http2":
+        return None
+    return "https" if str(getattr(tunnel, "forwards_to", "")).startswith("https://") else "http"
 
 
 def _policy(tunnel: Any) -> Optional[Any]:

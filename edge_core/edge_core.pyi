@@ -164,12 +164,15 @@ class Core:
         decided: bool = False,
         responses: bool = False,
         holds: Optional[List[str]] = None,
+        h2_scheme: Optional[str] = None,
     ) -> None:
         """``host``'s requests on the listener of ``scheme`` served by the core on
         ``session``'s streams for ``ttl`` seconds (unless pushed again; expired, the host is
         Python's again); HTTPS with the certificate ``cert`` (``set_cert``). ``holds``: the
         facts a decided route's decisions are a function of (chalicelib.core.policy.holding);
-        a decision made with ``hold`` is applied again to its key's requests (held.rs)."""
+        a decision made with ``hold`` is applied again to its key's requests (held.rs).
+        ``h2_scheme``: the endpoint speaks HTTP/2 on its streams (``app_protocol`` http2;
+        h2up.rs), its requests' ``:scheme`` this (its upstream's: http or https)."""
     def set_pool(
         self,
         host: str,

@@ -1214,8 +1214,9 @@ async fn send_piece(
     Ok(())
 }
 
-/// A response body as the HTTP/1.1 path framed it, its pieces taken as they come.
-struct Body {
+/// A body as HTTP/1.1 frames it (the HTTP/1.1 path's response; h2up.rs: a request), its
+/// pieces taken as they come, a chunked one's trailers kept.
+pub(crate) struct Body {
     framing: Framing,
     left: u64,
     /// Chunked: inside a chunk's data (bytes left in `left`), else at a size or trailer line.
@@ -1226,7 +1227,7 @@ struct Body {
 }
 
 impl Body {
-    fn new(framing: Framing) -> Self {
+    pub(crate) fn new(framing: Framing) -> Self {
         Body {
             framing,
             left: match framing {
@@ -1240,12 +1241,12 @@ impl Body {
         }
     }
 
-    fn trailers(&mut self) -> Option<HeaderMap> {
+    pub(crate) fn trailers(&mut self) -> Option<HeaderMap> {
         Some(std::mem::take(&mut self.trailers))
     }
 
     /// The body bytes `buf` holds (taken from it), and whether the body ended.
-    fn take(&mut self, buf: &mut BytesMut) -> Result<(Bytes, bool), &'static str> {
+    pub(crate) fn take(&mut self, buf: &mut BytesMut) -> Result<(Bytes, bool), &'static str> {
         match self.framing {
             Framing::Length(_) => {
                 let n = (self.left.min(buf.len() as u64)) as usize;

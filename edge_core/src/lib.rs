@@ -19,6 +19,7 @@
 pub mod carrier;
 pub mod decide;
 pub mod h2front;
+pub mod h2up;
 pub mod heartbeat;
 pub mod held;
 pub mod http;

@@ -80,6 +80,9 @@ pub struct Route {
     /// A decided route whose policy has a response phase: each response head is Python's to
     /// rewrite before it goes on (decide.rs `AskedResponse`).
     pub responses: bool,
+    /// The endpoint speaks HTTP/2 (`app_protocol: "http2"`): its legs are h2up.rs's, with this
+    /// `:scheme` (its upstream's); None: HTTP/1.1 on the stream.
+    pub h2_upstream: Option<&'static str>,
     /// A decided route whose decisions Python said hold for every request with the same
     /// facts (held.rs): the decisions held, while the route is quiet. A route pushed again
     /// under the same key, on the same session, reading the same facts keeps them
@@ -803,11 +806,21 @@ struct Leg {
     sid: u32,
     wakes: Arc<Wakes>,
     reusable: bool,
+    /// An HTTP/2 endpoint's leg: the HTTP/1.1 end of h2up.rs's connection, which owns the
+    /// stream (and finishes it once this end is dropped and its connection is done).
+    h2: Option<H2Leg>,
+}
+
+struct H2Leg {
+    rd: tokio::sync::Mutex<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+    wr: tokio::sync::Mutex<tokio::io::WriteHalf<tokio::io::DuplexStream>>,
 }
 
 impl Leg {
     fn end(self) {
-        self.route.session.disown(self.sid);
+        if self.h2.is_none() {
+            self.route.session.disown(self.sid);
+        }
     }
 }
 
@@ -1149,17 +1162,34 @@ pub(crate) async fn connection<C: Conn>(
                     break hand_over(tcp, peer, buf, first, &public, None, ticket);
                 };
                 let wakes = route.session.own(sid);
-                out.extend_from_slice(&http::proxy_header(
-                    &route.tunnel_id,
-                    &client_addr,
-                    &public.spec.scheme,
-                    "3",
-                ));
+                let header =
+                    http::proxy_header(&route.tunnel_id, &client_addr, &public.spec.scheme, "3");
+                let h2 = match route.h2_upstream {
+                    Some(scheme) => {
+                        let end = crate::h2up::start(
+                            route.session.clone(),
+                            sid,
+                            wakes.clone(),
+                            header,
+                            scheme,
+                        );
+                        let (rd, wr) = tokio::io::split(end);
+                        Some(H2Leg {
+                            rd: tokio::sync::Mutex::new(rd),
+                            wr: tokio::sync::Mutex::new(wr),
+                        })
+                    }
+                    None => {
+                        out.extend_from_slice(&header);
+                        None
+                    }
+                };
                 Leg {
                     route: route.clone(),
                     sid,
                     wakes,
                     reusable: false,
+                    h2,
                 }
             }
         };
@@ -1267,6 +1297,13 @@ fn hand_over<C: Conn>(
 
 /// Up to READ_CHUNK bytes of a stream appended to `buf`: 0 at the agent's EOF.
 async fn stream_read(leg: &Leg, buf: &mut Vec<u8>) -> Result<usize, StreamError> {
+    if let Some(h2) = &leg.h2 {
+        let start = buf.len();
+        buf.resize(start + READ_CHUNK, 0);
+        let read = h2.rd.lock().await.read(&mut buf[start..]).await;
+        buf.truncate(start + *read.as_ref().unwrap_or(&0));
+        return read.map_err(|e| StreamError::Reset(e.to_string()));
+    }
     leg.route
         .session
         .read_owned(leg.sid, &leg.wakes, buf, READ_CHUNK)
@@ -1275,6 +1312,15 @@ async fn stream_read(leg: &Leg, buf: &mut Vec<u8>) -> Result<usize, StreamError>
 
 /// `data` queued on the stream as its window allows, then sent.
 async fn stream_write(leg: &Leg, data: &[u8]) -> Result<(), StreamError> {
+    if let Some(h2) = &leg.h2 {
+        return h2
+            .wr
+            .lock()
+            .await
+            .write_all(data)
+            .await
+            .map_err(|e| StreamError::Reset(e.to_string()));
+    }
     leg.route
         .session
         .write_owned(leg.sid, &leg.wakes, data)

@@ -345,8 +345,9 @@ impl Core {
     /// streams (a plain route) for `ttl` seconds, unless pushed again; on the HTTPS listener
     /// with the certificate `cert` (set_cert); each decided by Python first when `decided`
     /// (take's asked rows, the decide_* calls), and each response head too when `responses`
-    /// (take's response rows, decide_rewrite).
-    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false, holds = None))]
+    /// (take's response rows, decide_rewrite); with `h2_scheme` ("http" or "https": its
+    /// upstream's), the endpoint speaks HTTP/2 on its streams (h2up.rs).
+    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false, holds = None, h2_scheme = None))]
     #[allow(clippy::too_many_arguments)]
     fn set_route(
         &self,
@@ -360,8 +361,16 @@ impl Core {
         decided: bool,
         responses: bool,
         holds: Option<Vec<String>>,
+        h2_scheme: Option<&str>,
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
+        // an endpoint that speaks HTTP/2 (h2up.rs), with its upstream's scheme
+        let h2_upstream = match h2_scheme {
+            None => None,
+            Some("http") => Some("http"),
+            Some("https") => Some("https"),
+            Some(_) => return Err(PyValueError::new_err("h2_scheme: http or https")),
+        };
         // a decided route without a response phase may hold its decisions (held.rs)
         let held = match holds {
             Some(facts) if decided && !responses => Some(Arc::new(Held::new(
@@ -384,6 +393,7 @@ impl Core {
                 cert,
                 spec,
                 until: std::time::Instant::now() + ttl,
+                h2_upstream,
                 decided,
                 responses: decided && responses,
                 held,
@@ -417,6 +427,7 @@ impl Core {
                 cert,
                 spec,
                 until,
+                h2_upstream: None,
                 decided: false,
                 responses: false,
                 held: None,

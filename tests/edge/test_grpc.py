@@ -1,6 +1,7 @@
 """gRPC through a tunnel: a ``grpcio`` server behind an official Python SDK endpoint bound with
-``app_protocol="http2"`` (the edge speaks h2c on the proxy stream, edge/h2leg.py), a ``grpcio``
-client through the HTTPS listener trusting only the edge's CA: every call shape, deadlines,
+``app_protocol="http2"`` (the edge speaks h2c on the proxy stream: the compiled core's
+edge_core/src/h2up.rs once the route is pushed, edge/h2leg.py before), a ``grpcio`` client
+through the HTTPS listener trusting only the edge's CA: every call shape, deadlines,
 cancellation, status and message intact, trailing metadata relayed; the edge's own errors as
 gRPC statuses."""
 
@@ -55,6 +56,39 @@ def grpc_host(edge, account, agents):
     bound = [e for e in agent.start() if e["event"] == "bound"]
     assert bound, agent.seen
     return support.host(bound[0]["url"])
+
+
+def _core_served(edge) -> float:
+    """The core's served requests, once its count settles (it counts just after answering)."""
+    last = support.metric(edge.metrics(), "edge_core_http_requests_total")
+    for _ in range(25):
+        time.sleep(0.2)
+        now = support.metric(edge.metrics(), "edge_core_http_requests_total")
+        if now == last:
+            break
+        last = now
+    return last
+
+
+def test_the_calls_are_carried_by_the_core_in_http2_to_the_agent(edge, grpc_host):
+    """The endpoint's route is the core's (h2up.rs: each call one stream of an h2 client
+    connection on the proxy stream): every call shape served there, none handed to Python."""
+    handed = lambda: support.metric(edge.metrics(), "edge_core_http_handed_over_total")  # noqa: E731
+
+    def served_one():
+        before = _core_served(edge)
+        with channel(edge, grpc_host) as ch:
+            assert _m(ch, "unary_unary", "Unary")(b"one", timeout=10) == b"echo:one"
+        return _core_served(edge) > before
+
+    assert support.wait(served_one)
+    served, before = _core_served(edge), handed()
+    with channel(edge, grpc_host) as ch:
+        assert _m(ch, "unary_unary", "Unary")(b"hello", timeout=10) == b"echo:hello"
+        assert list(_m(ch, "unary_stream", "ServerStream")(b"3", timeout=10)) == [b"0", b"1", b"2"]
+        assert _m(ch, "stream_unary", "ClientStream")(iter([b"a", b"b"]), timeout=10) == b"2:a,b"
+        assert list(_m(ch, "stream_stream", "Bidi")(iter([b"x"]), timeout=10)) == [b"bidi:x"]
+    assert (_core_served(edge) - served, handed() - before) == (4, 0)
 
 
 def test_unary_server_client_and_bidi_streaming(edge, grpc_host):

@@ -102,7 +102,6 @@ def test_a_plain_endpoint_is_a_candidate_on_both_listeners(core):
         {"enforcement": types.SimpleNamespace(policy=compile_policy(RESPONSE_PHASE))},
         {"ws_tcp": True},
         {"proxy_proto": 2},
-        {"forwards_proto": "http2"},
         {"internal": True},
         {"proto": "tls"},
         {"proto": "tcp"},
@@ -112,6 +111,19 @@ def test_a_plain_endpoint_is_a_candidate_on_both_listeners(core):
 def test_an_endpoint_that_needs_python_per_request_is_not(core, change):
     assert _candidate(_edge(), _tunnel(core, **change)) is None
     assert _candidate(_edge(), _tunnel(core, **change), "https") is None
+
+
+def test_an_endpoint_that_speaks_http2_is_a_candidate_with_its_upstreams_scheme(core):
+    """``app_protocol`` http2: the core speaks HTTP/2 on its streams (edge_core/src/h2up.rs),
+    ``:scheme`` its upstream's; an HTTP/1.1 endpoint gets none."""
+    from edge.fast_path import h2_scheme_of
+
+    tunnel = _tunnel(core, forwards_proto="http2", forwards_to="https://127.0.0.1:9")
+    assert _candidate(_edge(), tunnel) is tunnel
+    assert h2_scheme_of(tunnel) == "https"
+    tunnel.forwards_to = "http://127.0.0.1:9"
+    assert h2_scheme_of(tunnel) == "http"
+    assert h2_scheme_of(_tunnel(core)) is None
 
 
 def test_an_endpoint_with_a_decidable_policy_is_a_candidate(core):
@@ -266,6 +278,7 @@ class _Carrier:
         decided=False,
         responses=False,
         holds=None,
+        h2_scheme=None,
     ):
         self.set.append((scheme, host, key))
         self.holds = holds

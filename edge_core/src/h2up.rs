@@ -1,0 +1,323 @@
+//! HTTP/2 towards the agent, for an endpoint bound with `app_protocol: "http2"` (the Bind's
+//! `ForwardsProto`). The official SDKs copy a proxy stream's bytes to their upstream (for an
+//! `https://` upstream after offering it ALPN `h2`), so the edge speaks HTTP/2 itself on the
+//! stream, with prior knowledge (h2c, RFC 9113 3.3), as edge/h2leg.py did: gRPC servers, which
+//! speak nothing else, are reached.
+//!
+//! The core's HTTP/1.1 path (public.rs `exchange`) is unchanged: it writes each request to the
+//! leg and reads the answer from it as HTTP/1.1. For such an endpoint the leg is an in-process
+//! duplex whose other end [`serve`] reads: each request becomes one stream of an h2 client
+//! connection (the `h2` crate) carried on the proxy stream (splice.rs `run`), and its answer
+//! an HTTP/1.1 response, chunked so its trailers follow (a gRPC status), or trailers-only as
+//! a bodiless one. Exchanges follow one another on the connection as on an HTTP/1.1 leg. An
+//! exchange the HTTP/1.1 path gives up (the client's reset, a deadline) drops its stream: h2
+//! resets it (RST_STREAM CANCEL), so the server sees the call end.
+//!
+//! Bounds: the duplexes hold `DUPLEX` bytes each way; the h2 connection's windows are the
+//! crate's defaults towards the agent (64 KiB a stream), the answer's DATA credited back only
+//! as the HTTP/1.1 path takes it, so a slow client holds the upstream back; a request head at
+//! most `http::MAX_HEAD_BYTES`.
+
+use std::future::poll_fn;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use h2::client::SendRequest;
+use h2::{RecvStream, SendStream};
+use http::{HeaderName, HeaderValue, Method, Request, Response, Uri};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
+
+use crate::h2front::Body;
+use crate::http::{self as h1, Framing, Parsed};
+use crate::session::{Session, Wakes};
+use crate::splice;
+
+/// Bytes each in-process duplex holds each way.
+pub const DUPLEX: usize = 64 * 1024;
+
+/// The leg of a proxy stream `sid` of `session` (owned by the core: `wakes`) to an endpoint
+/// that speaks HTTP/2, `header` (the proxy header) written first: the HTTP/1.1 end the
+/// exchange reads and writes. `scheme` is the requests' `:scheme` (the agent's upstream's).
+/// The stream is finished once that end and the h2 connection are done.
+pub(crate) fn start(
+    session: Arc<Session>,
+    sid: u32,
+    wakes: Arc<Wakes>,
+    header: Vec<u8>,
+    scheme: &'static str,
+) -> DuplexStream {
+    let (ours, h1_end) = tokio::io::duplex(DUPLEX);
+    let (carried, h2_end) = tokio::io::duplex(DUPLEX);
+    tokio::spawn(splice::run(
+        carried,
+        session,
+        sid,
+        wakes,
+        header,
+        Vec::new(),
+    ));
+    tokio::spawn(serve(h1_end, h2_end, scheme));
+    ours
+}
+
+/// The HTTP/1.1 requests read from `h1` sent on an h2 client connection over `io`, their
+/// answers written back, one after another, until `h1` ends or the connection fails.
+pub async fn serve<A, B>(mut h1: A, io: B, scheme: &'static str)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Ok((mut client, connection)) = h2::client::Builder::new()
+        .max_concurrent_reset_streams(16)
+        .handshake::<_, Bytes>(io)
+        .await
+    else {
+        return;
+    };
+    // the connection's own task: it goes on (sending a reset, a GOAWAY) after this one ends
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    loop {
+        let head = loop {
+            match h1::parse_request(&buf) {
+                Parsed::Done(head) => break head,
+                Parsed::Invalid(_) => return,
+                Parsed::Partial if buf.len() >= h1::MAX_HEAD_BYTES => return,
+                Parsed::Partial => {}
+            }
+            buf.reserve(8 * 1024);
+            match h1.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return, // the exchange is done with the leg
+                Ok(_) => {}
+            }
+        };
+        let _ = buf.split_to(head.len);
+        if exchange(&mut h1, &mut buf, &head, &mut client, scheme)
+            .await
+            .is_err()
+        {
+            return; // the streams dropped here are reset; the leg's end sees the EOF
+        }
+    }
+}
+
+/// The request `head` of HTTP/1.1 as HTTP/2's: `:authority` from Host, the fields HTTP/2 does
+/// not carry dropped (and those Connection names), `te` only as `trailers`, and `te:
+/// trailers` for a gRPC request (its server requires it; the HTTP/1.1 leg dropped it).
+fn request_of(head: &h1::RequestHead, scheme: &str) -> Option<Request<()>> {
+    let host = head
+        .fields
+        .iter()
+        .find(|(n, _)| n == b"host")
+        .map(|(_, v)| v.as_slice())?;
+    let target = String::from_utf8_lossy(&head.target);
+    let uri: Uri = if target.starts_with('/') {
+        format!("{scheme}://{}{target}", String::from_utf8_lossy(host))
+            .parse()
+            .ok()?
+    } else {
+        return None; // absolute-form or '*': not what the HTTP/1.1 path sends
+    };
+    let mut request = Request::builder()
+        .method(Method::from_bytes(&head.method).ok()?)
+        .uri(uri)
+        .body(())
+        .ok()?;
+    let named: Vec<Vec<u8>> = head
+        .fields
+        .iter()
+        .filter(|(n, _)| n == b"connection")
+        .flat_map(|(_, v)| v.split(|b| *b == b','))
+        .map(|t| t.trim_ascii().to_ascii_lowercase())
+        .collect();
+    let mut grpc = false;
+    let mut te = false;
+    let fields = request.headers_mut();
+    for (name, value) in &head.fields {
+        let skip = matches!(
+            name.as_slice(),
+            b"host"
+                | b"connection"
+                | b"keep-alive"
+                | b"proxy-connection"
+                | b"transfer-encoding"
+                | b"upgrade"
+                | b"content-length"
+        ) || named.contains(name);
+        if skip || (name == b"te" && !value.eq_ignore_ascii_case(b"trailers")) {
+            continue;
+        }
+        te |= name == b"te";
+        grpc |= name == b"content-type" && value.starts_with(b"application/grpc");
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            fields.append(n, v);
+        }
+    }
+    if let Framing::Length(n) = head.framing {
+        fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    if grpc && !te {
+        fields.insert(http::header::TE, HeaderValue::from_static("trailers"));
+    }
+    Some(request)
+}
+
+/// One exchange: the request sent (its body as it comes), the answer written back as
+/// HTTP/1.1. Err when the leg or the connection can serve no more.
+async fn exchange<A>(
+    h1: &mut A,
+    buf: &mut BytesMut,
+    head: &h1::RequestHead,
+    client: &mut SendRequest<Bytes>,
+    scheme: &str,
+) -> Result<(), ()>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(request) = request_of(head, scheme) else {
+        let _ = h1.write_all(&bad_gateway()).await;
+        return Err(());
+    };
+    let bodiless = matches!(head.framing, Framing::None | Framing::Length(0));
+    let ready = client.clone().ready().await.map_err(|_| ())?;
+    *client = ready;
+    let (response, mut send) = client.send_request(request, bodiless).map_err(|_| ())?;
+    let head_request = head.method == b"HEAD";
+    let (mut rd, mut wr) = tokio::io::split(h1);
+    let mut body = Body::new(head.framing);
+    let relay = async {
+        let response = response.await.map_err(|_| ())?;
+        relay(&mut wr, response, head_request).await
+    };
+    tokio::pin!(relay);
+    if !bodiless {
+        let pump = pump(&mut rd, buf, &mut body, &mut send);
+        tokio::pin!(pump);
+        tokio::select! {
+            p = &mut pump => p?,
+            r = &mut relay => {
+                r?;
+                // an answer before the whole body (an early one): this stream is done, and
+                // the leg with it (the HTTP/1.1 path stops sending the rest)
+                return Err(());
+            }
+        }
+    }
+    // the answer, the leg's end watched meanwhile: an exchange the HTTP/1.1 path gave up (the
+    // client's reset, its deadline) drops the stream, which h2 resets (the server sees the
+    // call cancelled). The HTTP/1.1 path writes nothing more before the answer is whole.
+    let mut probe = [0u8; 1];
+    tokio::select! {
+        r = &mut relay => r,
+        _ = rd.read(&mut probe) => Err(()),
+    }
+}
+
+/// The request's body, from what `buf` holds then from the leg, sent as the stream's window
+/// lets it through, its trailers (a chunked one's) last.
+async fn pump<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    body: &mut Body,
+    send: &mut SendStream<Bytes>,
+) -> Result<(), ()> {
+    {
+        loop {
+            let (piece, done) = body.take(buf).map_err(|_| ())?;
+            if !piece.is_empty() {
+                send_all(send, piece).await?;
+            }
+            if done {
+                return match body.trailers() {
+                    Some(t) if !t.is_empty() => send.send_trailers(t).map_err(|_| ()),
+                    _ => send.send_data(Bytes::new(), true).map_err(|_| ()),
+                };
+            }
+            buf.reserve(16 * 1024);
+            if rd.read_buf(buf).await.map_err(|_| ())? == 0 {
+                return Err(()); // the leg ended mid-body: the stream is reset (dropped)
+            }
+        }
+    }
+}
+
+/// `piece` sent as the stream's window lets it through.
+async fn send_all(send: &mut SendStream<Bytes>, mut piece: Bytes) -> Result<(), ()> {
+    while !piece.is_empty() {
+        send.reserve_capacity(piece.len());
+        match poll_fn(|cx| send.poll_capacity(cx)).await {
+            None | Some(Err(_)) => return Err(()),
+            Some(Ok(0)) => {}
+            Some(Ok(n)) => {
+                let part = piece.split_to(n.min(piece.len()));
+                send.send_data(part, false).map_err(|_| ())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The agent's answer as HTTP/1.1: a bodiless one (a HEAD's, 204, 304, or HEADERS that end
+/// the stream: gRPC's trailers-only answer) with its fields as they are, any other chunked,
+/// its trailers after the last chunk. DATA is credited back once written.
+async fn relay<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    response: Response<RecvStream>,
+    head_request: bool,
+) -> Result<(), ()> {
+    let (parts, mut body) = response.into_parts();
+    let status = parts.status.as_u16();
+    let ended = body.is_end_stream();
+    let bodiless = head_request || status == 204 || status == 304;
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(format!("HTTP/1.1 {status} {}\r\n", h1::phrase(status)).as_bytes());
+    for (name, value) in &parts.headers {
+        if !bodiless && name == http::header::CONTENT_LENGTH {
+            continue; // chunked below, or 0
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if bodiless {
+        out.extend_from_slice(b"\r\n");
+        return wr.write_all(&out).await.map_err(|_| ());
+    }
+    if ended {
+        out.extend_from_slice(b"content-length: 0\r\n\r\n");
+        return wr.write_all(&out).await.map_err(|_| ());
+    }
+    out.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
+    wr.write_all(&out).await.map_err(|_| ())?;
+    while let Some(data) = body.data().await {
+        let data = data.map_err(|_| ())?;
+        let n = data.len();
+        if n == 0 {
+            continue;
+        }
+        out.clear();
+        h1::chunk(&data, &mut out);
+        wr.write_all(&out).await.map_err(|_| ())?;
+        let _ = body.flow_control().release_capacity(n);
+    }
+    let trailers = body.trailers().await.map_err(|_| ())?;
+    out.clear();
+    out.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers.iter().flatten() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    wr.write_all(&out).await.map_err(|_| ())
+}
+
+/// A request the h2 leg cannot send (a head it cannot express): what the HTTP/1.1 path reads
+/// as an invalid answer (ERR_NGROK_3004).
+fn bad_gateway() -> Vec<u8> {
+    b"HTTP/1.1 000 Invalid\r\n\r\n".to_vec()
+}
