@@ -16,12 +16,23 @@ the phase left them), respond (the policy's answer instead; the connection close
 A policy is *decidable* (:func:`decidable`) when every run of it ends in one of those without
 anything but the heads: each ``on_http_request`` action is one of :data:`DECIDED_ACTIONS` and
 each ``on_http_response`` one of :data:`RESPONSE_ACTIONS` (no body read or rewritten, no
-sign-in, no outbound call, no forward-internal); no ``on_tcp_connect`` or
+forward-internal, no outbound call in the response phase); no ``on_tcp_connect`` or
 ``on_event_stream_message`` rule; and no header action names a framing field
 (Content-Length, Transfer-Encoding: the core frames each body by its own sender's head). Any
 other policy keeps its route on the Python path whole. A policy that names IP policies
 (``restrict-ips``) or vault secrets is decided in a task, once the caches the Python path
 reads them through have them.
+
+**Sign-in and outbound calls** (``oauth``, ``openid-connect``, the request phase's
+``http-request``) are decided too, in a task when a run needs what only a wait gives
+(:meth:`Decider._awaited`): the sign-in's steps (``edge/identity.py``: the session's check in
+the store, the provider's discovery and token exchange at the callback) and the call
+(``edge/http_request.py``), as edge/http_policy.py's ``request_phase`` awaits them, the run
+resumed after each; the core's request waits for its ticket meanwhile (``DECIDE_TIMEOUT``). A
+signed-in request goes on with its identity headers; a sign-in's answer (the redirect to the
+provider, the callback's, the logout page) is the policy's answer. A route whose policy signs
+in has its response heads asked too (RESPONSES), so a session whose cookie was refreshed gets
+its ``set-cookie`` on the agent's response, as ``identity.with_cookies`` adds it there.
 
 **Circuit breakers** (the ``circuit-breaker`` action, and the endpoint's own breaker, its
 Bind option: edge/breaker.py) are decided too: the request phase's run says whether a
@@ -45,7 +56,7 @@ from typing import Any, Callable, List, Optional, Tuple
 from chalicelib.core import policy as tp
 from chalicelib.core.policy import actions as tp_actions
 from chalicelib.core.policy.holding import request_reads
-from edge import breaker, http1, http_policy, secrets
+from edge import breaker, http1, http_policy, identity, secrets
 from edge.http_io import error_response, outcome_response
 from edge.observe import hub_of
 
@@ -66,7 +77,13 @@ DECIDED_ACTIONS = (
     tp_actions.SetVars,
     tp_actions.Log,
     tp_actions.CircuitBreaker,
+    tp_actions.HttpRequest,
+    tp_actions.ACTIONS["oauth"],
+    tp_actions.ACTIONS["openid-connect"],
 )
+# Of those, the sign-in actions (a route of theirs asks for its response heads: a refreshed
+# session's cookie goes on the response)
+SIGN_IN_ACTIONS = (tp_actions.ACTIONS["oauth"], tp_actions.ACTIONS["openid-connect"])
 # The actions of a decidable policy's response phase: each changes or answers on the head.
 RESPONSE_ACTIONS = (
     tp_actions.AddHeaders,
@@ -78,6 +95,9 @@ RESPONSE_ACTIONS = (
 FRAMING_FIELDS = ("content-length", "transfer-encoding")
 OTHER_PHASES = ("on_tcp_connect", "on_event_stream_message")
 PHASES = (("on_http_request", DECIDED_ACTIONS), ("on_http_response", RESPONSE_ACTIONS))
+
+# The outcomes of a request phase's run that wait (a sign-in's step, an outbound call)
+AWAITED = (tp.IDENTITY, tp.HTTP_REQUEST)
 
 # What a route of an endpoint is (mode_of): plain (no policy), decided (its requests), or
 # decided with a response phase (its response heads too).
@@ -121,7 +141,17 @@ def mode_of(policy: Optional[Any]) -> Optional[int]:
         return PLAIN
     if not decidable(policy):
         return None
-    return RESPONSES if policy.has("on_http_response") else DECIDED
+    if policy.has("on_http_response") or _signs_in(policy):
+        return RESPONSES
+    return DECIDED
+
+
+def _signs_in(policy: Any) -> bool:
+    return any(
+        isinstance(action, SIGN_IN_ACTIONS)
+        for rule in policy.phases.get("on_http_request") or ()
+        for action in rule.actions
+    )
 
 
 def route_mode(tunnel: Any) -> Optional[int]:
@@ -313,6 +343,45 @@ class Decider:
         request = http1.Request(method=method, target=target, headers=fields, raw_headers=fields)
         traffic = http_policy.Traffic(policy, conn, request, scheme, host)
         out = policy.on_http_request(conn, traffic.req, traffic.state)
+        if out.kind in AWAITED:  # a sign-in's step or an outbound call: in a task
+            asyncio.ensure_future(self._awaited(row, held, traffic, out, hub, hold))
+            return
+        self._finish(row, held, traffic, out, hub, hold)
+
+    async def _awaited(
+        self, row: Asked, held: Pushed, traffic: Any, out: Any, hub: Any, hold: bool
+    ) -> None:
+        """A run that waits: each sign-in step and outbound call awaited as
+        edge/http_policy.py's request_phase awaits them, the run resumed after each, then
+        decided; its decision sent at once."""
+        carrier = self.edge.carrier
+
+        def again() -> Any:
+            return traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+
+        try:
+            while out.kind in AWAITED:
+                if out.kind == tp.IDENTITY:
+                    answered = await identity.handle(traffic, out)
+                    out = answered if answered is not None else again()
+                else:
+                    out = await http_policy.http_call(
+                        self.edge, held[0].account_id, traffic, "on_http_request", out, again
+                    )
+            self._finish(row, held, traffic, out, hub, hold)
+        except Exception:
+            log.exception("deciding a request of %s://%s", held[1], held[2])
+            carrier.decide_close(row[0])
+        finally:
+            carrier.flush_decisions()
+            hub.flush_counts()
+
+    def _finish(
+        self, row: Asked, held: Pushed, traffic: Any, out: Any, hub: Any, hold: bool
+    ) -> None:
+        """The decision of a run that ended in ``out``."""
+        ticket, peer, method, fields, bodiless = row[0], row[2], row[5], row[7], row[8]
+        tunnel, scheme = held[0], held[1]
         carrier, state = self.edge.carrier, traffic.state
         hub.count_decisions(state)
         memo = traffic
@@ -344,9 +413,10 @@ class Decider:
                 carrier.decide_close(ticket)  # Python path's write fails
                 return
             self._answer(ticket, answer, method, close, memo, hold)
-        else:  # CLOSE (nothing else is reached by a decidable policy; not held: no record of
-            # its request counts a held decision's policy run)
-            carrier.decide_close(ticket)
+        elif out.kind == tp.CLOSE:  # not held: no record of its request counts a held
+            carrier.decide_close(ticket)  # decision's policy run
+        else:  # what a decidable policy never reaches (a body to read, a forward-internal):
+            carrier.decide_python(ticket)  # the Python path runs it from scratch
 
     def _answer(
         self,
@@ -394,6 +464,11 @@ class Decider:
             status_code=status,
             headers=[(n.lower().decode("latin-1"), v.decode("latin-1")) for n, v in fields],
         )  # names in lower case, as the Python path's parser gives them
+        cookies = getattr(traffic, "set_cookies", None)
+        if cookies:  # a session refreshed (edge/identity.py with_cookies): on this response
+            traffic.set_cookies = None
+            for cookie in cookies:
+                res.add_header("set-cookie", cookie)
         out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
         method = traffic.request.method
         if out.kind == tp.RESPOND:

@@ -10,6 +10,7 @@ import urllib.parse
 import pytest
 import requests
 
+from tests.edge import support
 from tests.edge.conftest import BASE_DOMAIN, CLIENT_ID, CLIENT_SECRET
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 
@@ -143,6 +144,41 @@ def test_sign_in_through_the_edge_reaches_the_upstream_with_the_identity(
         headers={"ngrok-auth-user-email": "mallory@evil.test"},
     )
     assert _headers(spoof)["ngrok-auth-user-email"] == "alice@example.com"
+
+
+def test_the_core_carries_a_sign_in_endpoints_requests_python_deciding_each(
+    edge, account, agents, idp
+):
+    """A sign-in policy's route is decided (edge/decided.py): the compiled core carries every
+    request, the sign-in's steps (the provider's redirect, the callback's token exchange, the
+    session's check) run in Python for each, none of the connections handed to Python."""
+    host = _endpoint(edge, account, agents, {"traffic_policy": [json.dumps(_policy(idp))]})
+
+    def core(name):
+        return support.metric(edge.metrics(), name)
+
+    def redirected_by_the_core():  # the route is pushed a moment after the bind
+        before = core("edge_core_http_requests_total")
+        first = Browser(edge).request("GET", _origin(edge, host) + "/echo", follow=False)
+        assert first.status_code in (302, 303, 307), first.status_code
+        time.sleep(0.2)
+        return core("edge_core_http_requests_total") > before
+
+    assert support.wait(redirected_by_the_core)
+    served, handed = (
+        core("edge_core_http_requests_total"),
+        core("edge_core_http_handed_over_total"),
+    )
+    browser = Browser(edge)
+    resp = browser.sign_in(_origin(edge, host) + "/echo", "alice@example.com")
+    assert resp.status_code == 200 and _headers(resp)["x-who"] == "alice@example.com"
+    for _ in range(3):
+        again = browser.request("GET", _origin(edge, host) + "/echo")
+        assert _headers(again)["ngrok-auth-user-email"] == "alice@example.com"
+    time.sleep(0.5)  # the core counts an exchange just after answering it
+    # the first visit (to the provider), the callback, the page, and three more: the core's
+    assert core("edge_core_http_requests_total") - served >= 6
+    assert core("edge_core_http_handed_over_total") == handed
 
 
 def test_not_signed_in_is_sent_to_the_provider_and_the_upstream_never_sees_it(

@@ -49,6 +49,12 @@ DECIDABLE = {
     "log": {"type": "log", "config": {"metadata": {"a": "1"}}},
     # tripped or not on the head; its answers counted from the records (edge/fast_path.py)
     "circuit-breaker": {"type": "circuit-breaker", "config": {"error_threshold": 0.5}},
+    # what waits (the call, the sign-in's steps) is awaited in a task, the run resumed
+    "http-request": {"type": "http-request", "config": {"url": "https://lookup.internal/"}},
+    "openid-connect": {
+        "type": "openid-connect",
+        "config": {"issuer_url": "https://i", "client_id": "c", "client_secret": "s"},
+    },
 }
 NOT_DECIDABLE = {
     "request-body-find-replace": {
@@ -56,13 +62,8 @@ NOT_DECIDABLE = {
         "config": {"replacements": [{"from": "a", "to": "b"}]},
     },
     "owasp-crs-request": {"type": "owasp-crs-request", "config": {}},
-    "http-request": {"type": "http-request", "config": {"url": "https://lookup.internal/"}},
     "forward-internal": {"type": "forward-internal", "config": {"url": "https://a.internal"}},
     "verify-webhook": {"type": "verify-webhook", "config": {"provider": "github", "secret": "s"}},
-    "openid-connect": {
-        "type": "openid-connect",
-        "config": {"issuer_url": "https://i", "client_id": "c", "client_secret": "s"},
-    },
     "add-headers Content-Length": {
         "type": "add-headers",
         "config": {"headers": {"Content-Length": "1"}},
@@ -92,6 +93,16 @@ def test_an_action_that_needs_more_than_the_head_is_not(name):
     assert not decidable(compile_policy(_req(DECIDABLE["add-headers"], NOT_DECIDABLE[name])))
 
 
+def test_a_sign_in_route_asks_for_its_response_heads():
+    """A refreshed session's cookie goes on the agent's response (edge/identity.py
+    with_cookies): a route whose policy signs in is RESPONSES even without a response phase;
+    an outbound call alone does not make it so."""
+    signs_in = compile_policy(_req(DECIDABLE["openid-connect"]))
+    calls = compile_policy(_req(DECIDABLE["http-request"]))
+    assert decided.mode_of(signs_in) == decided.RESPONSES
+    assert decided.mode_of(calls) == decided.DECIDED
+
+
 def test_an_on_tcp_connect_rule_is_not():
     doc = {**_req(DECIDABLE["add-headers"]), "on_tcp_connect": [{"actions": [{"type": "deny"}]}]}
     assert not decidable(compile_policy(doc))
@@ -105,7 +116,7 @@ RESPONSE_NOT = {
         "config": {"replacements": [{"from": "a", "to": "b"}]},
     },
     "owasp-crs-response": {"type": "owasp-crs-response", "config": {}},
-    "http-request": NOT_DECIDABLE["http-request"],
+    "http-request": DECIDABLE["http-request"],  # its call would wait: the request phase's only
     "add-headers Content-Length": NOT_DECIDABLE["add-headers Content-Length"],
     "remove-headers transfer-encoding": NOT_DECIDABLE["remove-headers Transfer-Encoding"],
 }
@@ -337,7 +348,7 @@ def test_a_route_that_changed_hands_the_connection_back_untouched(change):
         tunnel.enforcement = types.SimpleNamespace(policy=compile_policy(_req(DECIDABLE["deny"])))
     else:
         tunnel.enforcement = types.SimpleNamespace(
-            policy=compile_policy(_req(NOT_DECIDABLE["http-request"]))
+            policy=compile_policy(_req(NOT_DECIDABLE["forward-internal"]))
         )
     _decide(made, [_row(9, key=key)])
     assert carrier.calls == [("python", 9)]
