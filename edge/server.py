@@ -280,18 +280,14 @@ class Edge:
         if streams is None:
             return
         reader, plain_writer = streams
-        ssl_object = CoreTlsObject(
-            core_tls.sni, core_tls.version, core_tls.cipher, core_tls.alpn, core_tls.client_cert
-        )
+        ssl_object = CoreTlsObject(core_tls.sni, core_tls.version, core_tls.cipher, core_tls.alpn)
         writer = CoreTlsWriter(
             plain_writer,
             peer,
             local,
             ssl_object,
-            # what the core's handshake required: a Host that requires something else is
-            # misdirected (edge/http_routing.py), as on any connection made for less
-            self.fast_path.spec_numbered(core_tls.spec) if core_tls.spec else DEFAULT_TLS,
-        )
+            DEFAULT_TLS,  # what the core's handshake required: a Host that requires more
+        )  # is misdirected (edge/http_routing.py), as on any connection made for less
         await handle(reader, writer)
 
     def serves_name(self, name: str) -> bool:

@@ -66,11 +66,6 @@ pub struct Route {
     /// The certificate the HTTPS listener serves the host with ([`Certs`]; 0 on the plain
     /// listener's routes).
     pub cert: u64,
-    /// What the host's TLS settings require of a handshake (its certificate's number of them:
-    /// [`Certs::set_requiring`]; 0: the default): when not 0, served only on a connection whose
-    /// handshake was made for the same ([`Conn::tls_spec`]), else handed to Python (a 421
-    /// there, as edge/tls.py's `misdirected` says).
-    pub spec: u64,
     /// The route is Python's again from then on, unless renewed (pushed again): what the
     /// route's rules read from caches is that old at most.
     pub until: Instant,
@@ -191,9 +186,7 @@ impl Routes {
 /// configuration each (TLS 1.2 and 1.3, ALPN http/1.1), made once when pushed.
 #[derive(Default)]
 pub struct Certs {
-    /// id -> its configuration, and the number of what it requires of a handshake (0: no
-    /// more than the listener's default; else Python's number for a name's TLS settings).
-    map: RwLock<HashMap<u64, (Arc<ServerConfig>, u64)>>,
+    map: RwLock<HashMap<u64, Arc<ServerConfig>>>,
     /// The one a ClientHello without a server name gets (0: none, such a connection is
     /// Python's); its requests are routed by Host alone, as Python's listener does.
     nameless: AtomicU64,
@@ -204,25 +197,18 @@ impl Certs {
         self.nameless.store(id, Ordering::Relaxed);
     }
 
-    /// The nameless ClientHello's configuration, and what it requires.
-    pub fn nameless(&self) -> Option<(Arc<ServerConfig>, u64)> {
+    pub fn nameless(&self) -> Option<Arc<ServerConfig>> {
         match self.nameless.load(Ordering::Relaxed) {
             0 => None,
-            id => self.with_spec(id),
+            id => self.get(id),
         }
     }
 
-    /// Certificate `id`, for handshakes that require no more than the listener's default.
     pub fn set(&self, id: u64, config: Arc<ServerConfig>) {
-        self.set_requiring(id, config, 0);
-    }
-
-    /// Certificate `id`, made for handshakes that require what Python numbered `spec`.
-    pub fn set_requiring(&self, id: u64, config: Arc<ServerConfig>, spec: u64) {
         self.map
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, (config, spec));
+            .insert(id, config);
     }
 
     pub fn drop_cert(&self, id: u64) -> bool {
@@ -234,11 +220,6 @@ impl Certs {
     }
 
     pub fn get(&self, id: u64) -> Option<Arc<ServerConfig>> {
-        self.with_spec(id).map(|(config, _)| config)
-    }
-
-    /// Certificate `id`'s configuration and the number of what it requires.
-    pub fn with_spec(&self, id: u64) -> Option<(Arc<ServerConfig>, u64)> {
         self.map
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -263,13 +244,6 @@ pub struct TlsFacts {
     pub version: &'static str,
     pub cipher: &'static str,
     pub alpn: Option<Vec<u8>>,
-    /// The number of what the handshake was made to require ([`Certs::set_requiring`]; 0:
-    /// the listener's default): a request whose host's route requires something else is
-    /// Python's (which answers it 421, as a misdirected request).
-    pub spec: u64,
-    /// The client certificate the handshake verified (DER, the leaf), for the policy's
-    /// `conn.tls.client.*`.
-    pub client_cert: Option<Vec<u8>>,
 }
 
 /// A connection handed to Python: the socket and the bytes the core read from it.
@@ -850,12 +824,6 @@ pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
     /// What the TLS handshake agreed, for a connection the core terminated.
     fn tls_facts(&self) -> Option<TlsFacts>;
 
-    /// The number of what the connection's TLS handshake was made to require (0: the
-    /// listener's default, or no TLS).
-    fn tls_spec(&self) -> u64 {
-        0
-    }
-
     /// A signal that the client is gone even while nothing reads the connection (an HTTP/2
     /// stream's reset, for its virtual connection: h2front.rs); None for a socket, whose
     /// reset a read sees.
@@ -992,13 +960,7 @@ pub(crate) async fn connection<C: Conn>(
         };
         ticket.busy();
         let route = match public.routes.get(&head.host) {
-            // a host whose TLS settings require more than the default, on a connection whose
-            // handshake was made for other settings: Python's (a 421 there)
-            Some(route)
-                if http::carriable(&head) && (route.spec == 0 || route.spec == tcp.tls_spec()) =>
-            {
-                route
-            }
+            Some(route) if http::carriable(&head) => route,
             None if first => match public.relays.get(&head.host) {
                 // another instance holds the host's endpoint: the whole connection goes
                 // there (the ticket held while it is relayed)
