@@ -714,7 +714,11 @@ class Cluster:
         elif kind == "http":
             await HttpFront(edge, "http").handle(reader, _RelayedWriter(writer, peer))
         elif kind in ("https", "h2"):
-            relayed: Any = _RelayedWriter(writer, peer, edge.tls.spec_for(arg))
+            # what the relaying instance's handshake required: the settings every instance
+            # reads, not this endpoint's own mutual TLS option (that instance could not know
+            # it, and asked for no certificate): a request for such a name is misdirected
+            # (421) rather than served past a handshake that did not check it
+            relayed: Any = _RelayedWriter(writer, peer, edge.tls.shared_spec_for(arg))
             if kind == "h2":
                 await h2front.H2Server(edge, reader, relayed).run()
             else:

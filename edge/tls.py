@@ -213,6 +213,13 @@ class TlsSettings:
             return getattr(tunnel, "tls", None) or DEFAULT
         return self.by_host.get(name, DEFAULT)
 
+    def shared_spec_for(self, name: str) -> TlsSpec:
+        """What any instance of a cluster requires of a handshake for ``name``: an HTTPS edge's
+        modules (the TLS index every instance reads), never an endpoint's own Bind option,
+        which only the instance holding the endpoint knows. So a connection another instance
+        terminated and relayed here was made for this much (edge/cluster.py)."""
+        return self.by_host.get(name, DEFAULT) if name else DEFAULT
+
     def misdirected(self, conn_spec: Optional[TlsSpec], host: str) -> Optional[str]:
         """Why a request for ``host`` may not be served on a connection whose handshake was
         made for ``conn_spec`` (None: plain HTTP), or None when it may."""

@@ -132,9 +132,16 @@ impl Routes {
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
         if members.is_empty() {
             map.remove(&host);
-        } else {
-            map.insert(host, Members::of(members));
+            return;
         }
+        // the turn goes on where it was: Python pushes a used pool again at its checks, and a
+        // pool asked less often than that would otherwise always start at its first member
+        let next = map
+            .get(&host)
+            .map_or(0, |old| old.next.load(Ordering::Relaxed));
+        let members = Members::of(members);
+        members.next.store(next, Ordering::Relaxed);
+        map.insert(host, members);
     }
 
     pub fn drop_host(&self, host: &str) -> bool {

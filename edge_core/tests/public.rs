@@ -1253,3 +1253,23 @@ async fn peeking_takes_no_turn_and_an_empty_pool_drops_the_host() {
     routes.set_pool("p.test".into(), Vec::new());
     assert!(routes.get("p.test").is_none() && routes.peek("p.test").is_none());
 }
+
+/// Pushing a pool's members again (Python's checks, each refresh) keeps its turn: one request
+/// between two pushes goes to each member in turn, not always to the first.
+#[tokio::test]
+async fn a_pools_turn_goes_on_across_its_renewals() {
+    let carrier = Carrier::new(1).unwrap();
+    let (session, _agent) = common::agent_session(&carrier);
+    let member = |key| Route {
+        key,
+        ..route(&session)
+    };
+    let mut served = Vec::new();
+    for _ in 0..4 {
+        carrier
+            .routes
+            .set_pool("p.test".into(), (1..=3).map(member).collect());
+        served.push(carrier.routes.get("p.test").unwrap().key);
+    }
+    assert_eq!(served, vec![1, 2, 3, 1]);
+}

@@ -184,6 +184,47 @@ def test_https_http1_and_http2_are_relayed(cluster, on_first):
     assert _settled(served) - before == 2  # the two HTTP/1.1 requests
 
 
+def test_a_mutual_tls_endpoint_is_never_served_past_another_instances_handshake(
+    cluster, token, tmp_path
+):
+    """An endpoint's own mutual TLS option is known to the instance holding it only: another
+    instance terminates the client's TLS without asking for a certificate and relays it. The
+    holder then answers 421 (ERR_NGROK_3002): the request never reaches the agent without a
+    verified certificate, over HTTP/1.1 or HTTP/2. On the holder the certificate is checked."""
+    from stacks.certs import make_ca, make_client_cert, pem
+
+    ca = make_ca("cluster mtls")
+    agent = SdkAgent(
+        cluster.agent_target(0),
+        token,
+        [{"proto": "http", "options": {"mutual_tlsca": [pem(ca[1])]}}],
+    )
+    host = _host(_bound(agent.start())[0]["url"])
+    try:
+        for index in (1, 2):
+            for flag in ("--http1.1", "--http2"):
+                got = _curl_https(cluster, host, index, "/echo", flag)
+                assert got.split(" ")[0] == "421", (index, flag, got)
+        chain, key = make_client_cert(ca, "client")
+        (tmp_path / "c.pem").write_bytes(chain)
+        (tmp_path / "c.key").write_bytes(key)
+        port = cluster.https_port(0)
+        common = ["curl", "-sS", "--max-time", "30", "--cacert", cluster.ca, "--resolve"]
+        common += [f"{host}:{port}:127.0.0.1", "-o", "/dev/null", "-w", "%{http_code}"]
+        url = f"https://{host}:{port}/echo"
+        signed = subprocess.run(
+            common + ["--cert", str(tmp_path / "c.pem"), "--key", str(tmp_path / "c.key"), url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert signed.stdout == "200", signed
+        bare = subprocess.run(common + [url], capture_output=True, text=True, timeout=60)
+        assert bare.stdout != "200", bare  # the handshake fails there
+    finally:
+        agent.stop()
+
+
 def test_websocket_through_a_relay(cluster, on_first):
     _, host = on_first
     key = base64.b64encode(os.urandom(16))
