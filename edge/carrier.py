@@ -318,18 +318,23 @@ class Carrier:
     def set_pool(
         self,
         host: str,
-        members: List[Tuple[int, session.MuxSession, str]],
+        members: List[Tuple[int, session.MuxSession, str, int, Optional[List[str]]]],
         ttl: float,
         scheme: str = "http",
         cert: int = 0,
     ) -> None:
         """The core serves ``host``'s requests on the listener of ``scheme`` itself for
         ``ttl`` seconds (unless set again), each on the next of an endpoint pool's
-        ``members`` in turn: (key its records name, session, tunnel id), plain routes all.
-        HTTPS: with certificate ``cert``. No member drops the host's routes."""
+        ``members`` in turn: (key its records and asks name, session, tunnel id, its mode: 0
+        plain, 1 decided, 2 decided with its response heads, the facts its decisions hold
+        for: ``set_route``'s ``holds``). HTTPS: with certificate ``cert``. No member drops
+        the host's routes."""
         self._core.set_pool(
             host,
-            [(key, mux.core, tunnel_id) for key, mux, tunnel_id in members],
+            [
+                (key, mux.core, tunnel_id, mode != 0, mode == 2, holds)
+                for key, mux, tunnel_id, mode, holds in members
+            ],
             ttl,
             scheme=scheme,
             cert=cert,

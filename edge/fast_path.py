@@ -28,7 +28,7 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
 An **endpoint pool** (edge/pools.py) is pushed as one route of several members
 (``Carrier.set_pool``), the core giving each request to the next member in turn as
 ``Registry.http_tunnel`` does, when every member is an agent endpoint of this instance that
-the rules above make a plain route (no traffic policy: a decided pool stays Python's) and the
+the rules above make a route of the core (plain, or decided with its own policy) and the
 store's pool has no cloud member and no other instance's agent (``pools.served_here``). Each
 member's requests are recorded under its own key (its endpoint's). The store's pool is read
 again at each refresh of a used pool route (through the pool's cache), so a cloud member or
@@ -110,7 +110,7 @@ class Pool(tuple):
 
 
 def _same(a: Any, b: Any) -> bool:
-    """The same tunnel, or a pool of the same members."""
+    """The same tunnel (or policy), or a pool of the same members (or of their policies)."""
     if type(a) is Pool and type(b) is Pool:
         return len(a) == len(b) and all(x is y for x, y in zip(a, b))
     return a is b
@@ -237,7 +237,7 @@ class FastPath:
             members = [
                 t for t in tunnel.pool or [tunnel] if t.proto == scheme or not t.scheme_only
             ]
-            if members and all(self._carriable(t) and route_mode(t) == PLAIN for t in members):
+            if members and all(self._carriable(t) for t in members):
                 return Pool(members)
             return None
         tunnel = edge.registry.http_tunnel(host, scheme)
@@ -286,7 +286,7 @@ class FastPath:
             and (
                 not _same(held[1], tunnel)
                 or held[4] != _mode(tunnel)
-                or held[5] is not _policy(tunnel)  # the core may hold its decisions
+                or not _same(held[5], _policy(tunnel))  # the core may hold its decisions
             )
         ):
             self._drop(where)
@@ -367,7 +367,7 @@ class FastPath:
             held = self.routes.get(where)
             now = asyncio.get_running_loop().time()
             policy = _policy(tunnel)
-            if held is not None and _same(held[1], tunnel) and held[5] is policy:
+            if held is not None and _same(held[1], tunnel) and _same(held[5], policy):
                 key = held[0]
             else:  # a new route counts as used: it is kept ROUTE_KEEP before any request
                 key = next(self._keys)
@@ -398,7 +398,7 @@ class FastPath:
         are checked again). False when something changed: then :meth:`_push` decides, as for
         a new route."""
         key, was, until, cert, mode, policy = held
-        if not _same(tunnel, was) or mode != _mode(tunnel) or policy is not _policy(tunnel):
+        if not _same(tunnel, was) or mode != _mode(tunnel) or not _same(policy, _policy(tunnel)):
             return False
         if type(tunnel) is Pool:
             return False  # the store's pool read again at each refresh (_push: its cache)
@@ -446,7 +446,7 @@ class FastPath:
                 self._pending.add(where)
                 asyncio.ensure_future(self._push(where))
 
-    def _set(self, host: str, key: int, tunnel: Any, scheme: str, cert: int, mode: int) -> None:
+    def _set(self, host: str, key: int, tunnel: Any, scheme: str, cert: int, mode: Any) -> None:
         if type(tunnel) is Pool:  # each member a route of its own key, spread in turn
             keys = self.members.get(key)
             if keys is None or len(keys) != len(tunnel):
@@ -457,7 +457,10 @@ class FastPath:
                 self.owner[member_key] = key
             self.edge.carrier.set_pool(
                 host,
-                [(k, m.session.mux, m.id) for k, m in zip(keys, tunnel)],
+                [
+                    (k, m.session.mux, m.id, route_mode(m), holds_for(m))
+                    for k, m in zip(keys, tunnel)
+                ],
                 ROUTE_TTL,
                 scheme,
                 cert,
@@ -543,8 +546,15 @@ class FastPath:
         serve it; None once it was dropped or replaced."""
         where = self.where.get(key)
         held = self.routes.get(where) if where is not None else None
-        if held is None or held[0] != key or where is None:
+        route = self.owner.get(key, key)  # a pool member's: its pool's route
+        if held is None or held[0] != route or where is None:
             return None
+        if route != key:  # the member the key names, its own mode and policy
+            member = held[1][self.members[route].index(key)]
+            mode = route_mode(member)
+            if mode is None:
+                return None
+            return member, where[0], where[1], mode, policy_of(member)
         return held[1], where[0], where[1], held[4], held[5]
 
     def decide(self, rows: List[tuple]) -> None:
@@ -616,8 +626,8 @@ class FastPath:
     # ---- quiet routes -------------------------------------------------------------------------
     def _counts(self, key: int) -> bool:
         """A route whose every answer a circuit breaker counts: never quiet."""
-        held = self.routes.get(self.where.get(key, ("", "")))
-        return held is not None and counts_answers(held[1], held[5])
+        pushed = self.route_of(key)
+        return pushed is not None and counts_answers(pushed[0], pushed[4])
 
     def _make_quiet(self, key: int, hop: Hop, hub: Any) -> None:
         inspector = hub.inspector
@@ -664,10 +674,13 @@ def holds_for(tunnel: Any) -> Optional[List[str]]:
     return None if counts_answers(tunnel, policy) else holds_of(policy)
 
 
-def _mode(tunnel: Any) -> Optional[int]:
+def _mode(tunnel: Any) -> Any:
     """How a route of ``tunnel`` is pushed: plain, decided, decided with its response heads
-    (edge/decided.py ``route_mode``); a pool's is plain."""
-    return PLAIN if type(tunnel) is Pool else route_mode(tunnel)
+    (edge/decided.py ``route_mode``); a pool's, its members' (None when one cannot be)."""
+    if type(tunnel) is Pool:
+        modes = tuple(route_mode(m) for m in tunnel)
+        return None if None in modes else modes
+    return route_mode(tunnel)
 
 
 def h2_scheme_of(tunnel: Any) -> Optional[str]:
@@ -679,5 +692,7 @@ def h2_scheme_of(tunnel: Any) -> Optional[str]:
 
 
 def _policy(tunnel: Any) -> Optional[Any]:
-    """The traffic policy a route of ``tunnel`` was pushed with (none for a pool's)."""
-    return None if type(tunnel) is Pool else policy_of(tunnel)
+    """The traffic policy a route of ``tunnel`` was pushed with (a pool's: its members')."""
+    if type(tunnel) is Pool:
+        return Pool(policy_of(m) for m in tunnel)
+    return policy_of(tunnel)

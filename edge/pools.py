@@ -21,9 +21,9 @@ with the claim, cached :data:`CLOUD_CACHE_SECONDS`) (:func:`routed`). In a clust
 connection may also be relayed to an instance holding an agent member (:func:`carry`).
 TCP addresses and internal endpoints are not pooled here.
 
-A pool whose members are all this instance's agent endpoints without a traffic policy is the
-compiled core's to spread (:func:`served_here`, edge/fast_path.py ``Pool``): the same turns,
-given by the core per request, with no Python call.
+A pool whose members are all this instance's agent endpoints the core can carry (no policy, or
+one it decides per request) is the compiled core's to spread (:func:`served_here`,
+edge/fast_path.py ``Pool``): the same turns, given by the core per request.
 """
 
 import itertools

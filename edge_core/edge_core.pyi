@@ -174,15 +174,16 @@ class Core:
     def set_pool(
         self,
         host: str,
-        members: List[Tuple[int, Session, str]],
+        members: List[Tuple[int, Session, str, bool, bool, Optional[List[str]]]],
         ttl: float,
         *,
         scheme: str = "http",
         cert: int = 0,
     ) -> None:
         """``host``'s requests on the listener of ``scheme`` spread in turn over an endpoint
-        pool's ``members`` (key, session, tunnel id: a plain route each) for ``ttl`` seconds
-        (unless pushed again); no member drops the host's routes."""
+        pool's ``members`` (key, session, tunnel id, decided, responses, holds: a route each,
+        as ``set_route`` takes them) for ``ttl`` seconds (unless pushed again); no member
+        drops the host's routes."""
     def drop_route(self, host: str, *, scheme: str = "http") -> bool: ...
     def clear_routes(self) -> None: ...
     def route_count(self) -> Tuple[int, int]:

@@ -126,9 +126,10 @@ impl Routes {
         map.insert(host, Members::of(vec![route]));
     }
 
-    /// `host`'s routes from now on are an endpoint pool's `members` (plain routes, none of
-    /// them decided), its requests spread over them in turn; no member drops the host.
-    pub fn set_pool(&self, host: String, members: Vec<Route>) {
+    /// `host`'s routes from now on are an endpoint pool's `members`, its requests spread over
+    /// them in turn; no member drops the host. A member renewed (the same key and session,
+    /// the same facts read) keeps the decisions it held, as [`Routes::set`] keeps a route's.
+    pub fn set_pool(&self, host: String, mut members: Vec<Route>) {
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
         if members.is_empty() {
             map.remove(&host);
@@ -139,6 +140,19 @@ impl Routes {
         let next = map
             .get(&host)
             .map_or(0, |old| old.next.load(Ordering::Relaxed));
+        if let Some(old) = map.get(&host) {
+            for member in members.iter_mut() {
+                let kept = old
+                    .routes
+                    .iter()
+                    .find(|o| o.key == member.key && Arc::ptr_eq(&o.session, &member.session));
+                if let (Some(o), Some(new)) = (kept, member.held.as_ref()) {
+                    if let Some(h) = o.held.as_ref().filter(|h| h.reads == new.reads) {
+                        member.held = Some(h.clone());
+                    }
+                }
+            }
+        }
         let members = Members::of(members);
         members.next.store(next, Ordering::Relaxed);
         map.insert(host, members);

@@ -105,6 +105,24 @@ fn fields<'py>(py: Python<'py>, given: &[crate::http::Field]) -> Fields<'py> {
         .collect()
 }
 
+/// What a route holds of its decisions: a decided route without a response phase may hold
+/// them for the facts `holds` names (held.rs).
+fn held_of(
+    decided: bool,
+    responses: bool,
+    holds: Option<Vec<String>>,
+) -> PyResult<Option<Arc<Held>>> {
+    match holds {
+        Some(facts) if decided && !responses => Ok(Some(Arc::new(Held::new(
+            Reads::parse(&facts).map_err(PyValueError::new_err)?,
+        )))),
+        Some(_) => Err(PyValueError::new_err(
+            "holds: only a decided route without a response phase",
+        )),
+        None => Ok(None),
+    }
+}
+
 fn seconds(value: f64, name: &str) -> PyResult<Duration> {
     if value.is_finite() && value >= 0.0 {
         Ok(Duration::from_secs_f64(value))
@@ -344,18 +362,7 @@ impl Core {
             Some("https") => Some("https"),
             Some(_) => return Err(PyValueError::new_err("h2_scheme: http or https")),
         };
-        // a decided route without a response phase may hold its decisions (held.rs)
-        let held = match holds {
-            Some(facts) if decided && !responses => Some(Arc::new(Held::new(
-                Reads::parse(&facts).map_err(PyValueError::new_err)?,
-            ))),
-            Some(_) => {
-                return Err(PyValueError::new_err(
-                    "holds: only a decided route without a response phase",
-                ))
-            }
-            None => None,
-        };
+        let held = held_of(decided, responses, holds)?;
         let routes = match scheme {
             "http" => &self.carrier.routes,
             "https" if self.carrier.certs.get(cert).is_some() => &self.carrier.tls_routes,
@@ -380,14 +387,23 @@ impl Core {
     }
 
     /// `host`'s requests on the listener of `scheme` are served by the core for `ttl` seconds
-    /// (unless pushed again), spread in turn over an endpoint pool's `members`, each a plain
-    /// route of its own: (key, session, tunnel id); on the HTTPS listener with the
-    /// certificate `cert`. No member drops the host's routes.
+    /// (unless pushed again), spread in turn over an endpoint pool's `members`, each a route
+    /// of its own: (key, session, tunnel id, decided, responses, holds: as `set_route` takes
+    /// them); on the HTTPS listener with the certificate `cert`. No member drops the host's
+    /// routes.
     #[pyo3(signature = (host, members, ttl, *, scheme = "http", cert = 0))]
+    #[allow(clippy::type_complexity)]
     fn set_pool(
         &self,
         host: String,
-        members: Vec<(u64, PyRef<'_, Session>, String)>,
+        members: Vec<(
+            u64,
+            PyRef<'_, Session>,
+            String,
+            bool,
+            bool,
+            Option<Vec<String>>,
+        )>,
         ttl: f64,
         scheme: &str,
         cert: u64,
@@ -400,21 +416,21 @@ impl Core {
             _ => return Err(PyValueError::new_err("scheme: http or https")),
         };
         let until = std::time::Instant::now() + ttl;
-        let members = members
-            .into_iter()
-            .map(|(key, session, tunnel_id)| Route {
+        let mut routes_of = Vec::with_capacity(members.len());
+        for (key, session, tunnel_id, decided, responses, holds) in members {
+            routes_of.push(Route {
                 key,
                 session: session.inner.clone(),
                 tunnel_id,
                 cert,
                 until,
                 h2_upstream: None,
-                decided: false,
-                responses: false,
-                held: None,
-            })
-            .collect();
-        routes.set_pool(host, members);
+                decided,
+                responses: decided && responses,
+                held: held_of(decided, responses, holds)?,
+            });
+        }
+        routes.set_pool(host, routes_of);
         Ok(())
     }
 

@@ -117,19 +117,44 @@ def test_the_core_spreads_a_pools_requests_in_turn_and_records_each_members(
     assert _settled(edge) - served == 4
 
 
-def test_a_pool_with_a_traffic_policy_is_pythons(node_agents, edge, account, domain):
-    policy = {
-        "on_http_response": [
-            {"actions": [{"type": "add-headers", "config": {"headers": {"x-pool": "ran"}}}]}
-        ]
-    }
-    _pool(node_agents, edge, account, domain, "ab", traffic_policy=json.dumps(policy))
-    time.sleep(1.5)  # a route would have been pushed by now
-    served = _settled(edge)
+def _policy(*actions):
+    return json.dumps({"on_http_response": [{"actions": list(actions)}]})
+
+
+def test_a_pool_whose_members_have_traffic_policies_is_decided_member_by_member(
+    node_agents, edge, account, domain
+):
+    """Members whose policies need only the heads: the core carries the pool, each request
+    decided by Python with the policy of the member whose turn it is (the response phase's
+    header says which one ran); a policy that rewrites bodies keeps the pool Python's."""
+    header = {"type": "add-headers", "config": {"headers": {"x-ran": "${endpoint.id}"}}}
+    _pool(node_agents, edge, account, domain, "ab", traffic_policy=_policy(header))
+    _until_the_core_serves(edge, domain)
+    served, handed = _settled(edge), _handed(edge)
+    ran = []
     with requests.Session() as session:
-        for _ in range(4):
+        for _ in range(6):
             resp = session.get(
                 f"http://127.0.0.1:{edge.http_port}/", headers={"Host": domain}, timeout=10
             )
-            assert resp.status_code == 200 and resp.headers["x-pool"] == "ran"
+            assert resp.status_code == 200
+            ran.append((resp.json()["agent"], resp.headers["x-ran"]))
+    assert (_settled(edge) - served, _handed(edge) - handed) == (6, 0)
+    listed = account.admin.get("/endpoints").json["endpoints"]
+    by_name = {}
+    for agent, endpoint_id in ran:  # each member's answers ran that member's own policy
+        by_name.setdefault(agent, set()).add(endpoint_id)
+    assert sorted(by_name) == ["a", "b"] and all(len(ids) == 1 for ids in by_name.values())
+    assert {i for ids in by_name.values() for i in ids} == {
+        e["id"] for e in listed if _host(e["public_url"]) == domain
+    }
+
+
+def test_a_pool_with_a_body_rewriting_policy_is_pythons(node_agents, edge, account, domain):
+    compress = {"type": "compress-response"}
+    _pool(node_agents, edge, account, domain, "ab", traffic_policy=_policy(compress))
+    time.sleep(1.5)  # a route would have been pushed by now
+    served = _settled(edge)
+    for _ in range(4):
+        assert edge.http("GET", domain, "/").status_code == 200
     assert _settled(edge) == served

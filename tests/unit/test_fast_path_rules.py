@@ -224,7 +224,8 @@ class _Carrier:
         self.holds = holds
 
     def set_pool(self, host, members, ttl, scheme, cert):
-        self.set.append((scheme, host, [(key, tunnel_id) for key, _, tunnel_id in members]))
+        self.set.append((scheme, host, [(m[0], m[2]) for m in members]))
+        self.pool_modes = [(m[3], m[4]) for m in members]
 
     def drop_route(self, host, scheme):
         self.dropped.append((scheme, host))
@@ -421,10 +422,18 @@ def test_a_policy_changed_in_place_pushes_the_route_anew_with_its_facts(core):
     core.loop.run_until_complete(run())
 
 
-def _pooled(core, n, **changes):
-    """``n`` pooled endpoints of one account on HOST, the first the pool's holder."""
+def _pooled(core, n, host=HOST, **changes):
+    """``n`` pooled endpoints of one account on ``host``, the first the pool's holder."""
     members = [
-        _tunnel(core, proto="http", id=f"tn_{i}", endpoint_id=f"ep_{i}", pooled=True)
+        _tunnel(
+            core,
+            proto="http",
+            id=f"tn_{i}",
+            endpoint_id=f"ep_{i}",
+            pooled=True,
+            hostname=host,
+            url=f"http://{host}",
+        )
         for i in range(n)
     ]
     for name, value in changes.items():
@@ -454,19 +463,51 @@ def test_a_pool_of_plain_endpoints_is_a_candidate_of_its_members_in_order(core):
 @pytest.mark.parametrize(
     "change",
     [
-        {"enforcement": types.SimpleNamespace(policy=compile_policy(REQUEST_PHASE))},
         {"enforcement": types.SimpleNamespace(policy=compile_policy(RESPONSE_PHASE))},
         {"ws_tcp": True},
         {"forwards_proto": "http2"},
     ],
     ids=lambda c: next(iter(c)) + "=" + repr(next(iter(c.values())))[:12],
 )
-def test_a_pool_with_a_member_that_is_not_plain_is_pythons(core, change):
-    """Every member must be a plain route: a decided one (a policy the core could carry for
-    one endpoint) makes the whole pool Python's, as a member Python alone serves does."""
+def test_a_pool_with_a_member_python_alone_serves_is_pythons(core, change):
+    """Every member must be a route of the core (plain or decided, HTTP/1.1): one that Python
+    alone serves makes the whole pool Python's (its turns are one rotation)."""
     members = _pooled(core, 3, **change)
     assert _candidate(_edge(), members[0]) is None
     assert _candidate(_edge(), members[0], "https") is None
+
+
+def test_a_pools_members_are_pushed_each_with_its_own_mode_and_decided_as_itself(core):
+    """A member whose policy the core can carry is a decided member of the pool's route: its
+    key's asks are decided with its own tunnel and policy (``route_of``), its decisions held
+    for its own facts; a plain member stays plain."""
+    from edge import decided
+
+    edge = _edge()
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.tls.loaded = asyncio.Event()
+    policy = compile_policy(REQUEST_PHASE)
+    host = "decided-pool.tunnels.localhost"  # the store's pool is cached by name (pools.py)
+    members = _pooled(core, 2, host, enforcement=types.SimpleNamespace(policy=policy))
+
+    async def call(fn, *args, **kwargs):
+        return {"clouds": [], "agents": {"ep_0": "edge", "ep_1": "edge"}}
+
+    edge.call = call
+
+    async def run():
+        edge.registry.by_host[host] = members[0]
+        paths = FastPath(edge)
+        paths.sync(host)
+        await asyncio.sleep(0.01)
+        return paths
+
+    paths = core.loop.run_until_complete(run())
+    assert edge.carrier.set == [("http", host, [(2, "tn_0"), (3, "tn_1")])]
+    assert edge.carrier.pool_modes == [(decided.PLAIN, None), (decided.DECIDED, [])]
+    assert paths.route_of(2)[0] is members[0] and paths.route_of(2)[3] == decided.PLAIN
+    assert paths.route_of(3)[0] is members[1] and paths.route_of(3)[4] is policy
+    assert paths.route_of(1) is not None and paths.route_of(9) is None
 
 
 def test_a_pool_is_pushed_when_the_store_has_only_this_instances_agents_in_it(core):
