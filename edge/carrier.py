@@ -31,6 +31,12 @@ HANDSHAKE_TIMEOUT = 15.0  # seconds a TLS handshake may take (as the asyncio lis
 MAX_HANDSHAKES = 1024  # handshakes in progress at once per listener; beyond: closed at once
 
 
+def proxy_protocol_header(version: int, client_addr: str, server_addr: str) -> bytes:
+    """The PROXY protocol header (edge_core/src/proxyproto.rs, the edge's one implementation)
+    of ``version`` for a connection from ``client_addr`` to ``server_addr``."""
+    return bytes(edge_core.proxy_protocol_header(version, client_addr, server_addr))
+
+
 @dataclass(frozen=True)
 class Handoff:
     """What the core knows of a connection it hands over."""
@@ -290,6 +296,8 @@ class Carrier:
         responses: bool = False,
         holds: Optional[List[str]] = None,
         h2_scheme: Optional[str] = None,
+        proxy_proto: int = 0,
+        proxy_dest: str = "",
     ) -> None:
         """The core serves ``host``'s requests on the listener of ``scheme`` itself for
         ``ttl`` seconds (unless set again), on proxy streams of ``mux`` carrying
@@ -300,7 +308,8 @@ class Carrier:
         (chalicelib.core.policy.holding): a decision made with ``hold`` is applied again by
         the core to the requests with the same facts while the route is quiet.
         ``h2_scheme``: the endpoint speaks HTTP/2 on its streams (``app_protocol`` http2), its
-        requests' ``:scheme`` this."""
+        requests' ``:scheme`` this. ``proxy_proto``: 1 or 2, a PROXY protocol header on each
+        proxy stream, towards ``proxy_dest`` (the listener's address)."""
         self._core.set_route(
             host,
             key,
@@ -313,31 +322,35 @@ class Carrier:
             responses=responses,
             holds=holds,
             h2_scheme=h2_scheme,
+            proxy_proto=proxy_proto,
+            proxy_dest=proxy_dest,
         )
 
     def set_pool(
         self,
         host: str,
-        members: List[Tuple[int, session.MuxSession, str, int, Optional[List[str]]]],
+        members: List[Tuple[int, session.MuxSession, str, int, Optional[List[str]], int]],
         ttl: float,
         scheme: str = "http",
         cert: int = 0,
+        proxy_dest: str = "",
     ) -> None:
         """The core serves ``host``'s requests on the listener of ``scheme`` itself for
         ``ttl`` seconds (unless set again), each on the next of an endpoint pool's
         ``members`` in turn: (key its records and asks name, session, tunnel id, its mode: 0
         plain, 1 decided, 2 decided with its response heads, the facts its decisions hold
-        for: ``set_route``'s ``holds``). HTTPS: with certificate ``cert``. No member drops
-        the host's routes."""
+        for: ``set_route``'s ``holds``, its PROXY protocol version towards ``proxy_dest``).
+        HTTPS: with certificate ``cert``. No member drops the host's routes."""
         self._core.set_pool(
             host,
             [
-                (key, mux.core, tunnel_id, mode != 0, mode == 2, holds)
-                for key, mux, tunnel_id, mode, holds in members
+                (key, mux.core, tunnel_id, mode != 0, mode == 2, holds, proxy)
+                for key, mux, tunnel_id, mode, holds, proxy in members
             ],
             ttl,
             scheme=scheme,
             cert=cert,
+            proxy_dest=proxy_dest,
         )
 
     # The decide_* calls queue a decided route's decision in the core; the batch is sent when

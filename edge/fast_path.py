@@ -16,9 +16,9 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
   auth, IP restrictions, header changes, compression, the WAF, the modules), or one that
   needs only the request's head (``decided.decidable``: the route is then *decided*, each
   request's policy run by edge/decided.py on the head the core read; a circuit breaker of its
-  own makes it decided too), no WebSocket-TCP converter, no PROXY protocol header (an
-  ``app_protocol`` http2 endpoint is spoken to in HTTP/2 by the core: ``h2_scheme_of``;
-  not a pool's member);
+  own makes it decided too), no WebSocket-TCP converter (a PROXY protocol header the core
+  writes itself: ``proxy_proto``; an ``app_protocol`` http2 endpoint is spoken to in HTTP/2
+  by the core: ``h2_scheme_of``, not a pool's member);
 - its account has no ``endpoints`` IP restriction and the traffic inspector does not capture
   its bodies (both as the router's and the inspector's caches know them);
 - its name requires nothing of a TLS handshake (``edge.tls.spec_for``: no minimum version
@@ -254,7 +254,6 @@ class FastPath:
         if (
             route_mode(tunnel) is None
             or tunnel.ws_tcp
-            or tunnel.proxy_proto
             or (tunnel.forwards_proto == "http2" and not h2)
         ):
             return False
@@ -458,12 +457,13 @@ class FastPath:
             self.edge.carrier.set_pool(
                 host,
                 [
-                    (k, m.session.mux, m.id, route_mode(m), holds_for(m))
+                    (k, m.session.mux, m.id, route_mode(m), holds_for(m), m.proxy_proto)
                     for k, m in zip(keys, tunnel)
                 ],
                 ROUTE_TTL,
                 scheme,
                 cert,
+                self._listener_addr(scheme),
             )
             return
         self.edge.carrier.set_route(
@@ -478,7 +478,15 @@ class FastPath:
             responses=mode == RESPONSES,
             holds=holds_for(tunnel),
             h2_scheme=h2_scheme_of(tunnel),
+            proxy_proto=tunnel.proxy_proto,
+            proxy_dest=self._listener_addr(scheme),
         )
+
+    def _listener_addr(self, scheme: str) -> str:
+        """The address of the listener of ``scheme`` as a PROXY protocol header names it (the
+        destination: edge/agents.py ``open_proxy`` names it so)."""
+        edge = self.edge
+        return f"{edge.settings.host}:{edge.http_port if scheme == 'http' else edge.https_port}"
 
     def _drop(self, where: Tuple[str, str]) -> None:
         held = self.routes.pop(where, None)

@@ -11,11 +11,10 @@ Source: the public client's address; destination: the address of the edge's list
 client reached (its host setting and port), the same for every connection of a listener.
 """
 
-import ipaddress
-import struct
 from typing import Any, Dict, Tuple
 
 from chalicelib.core import binding, edge_errors
+from edge import carrier
 
 INVALID_OPTION = edge_errors.INVALID_OPTION
 V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
@@ -34,35 +33,8 @@ def version_of(opts: Dict[str, Any]) -> Tuple[int, Dict[str, Any]]:
     )
 
 
-def _split(addr: str) -> Tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    host = host.strip("[]")
-    try:
-        return str(ipaddress.ip_address(host)), int(port)
-    except ValueError:
-        return "0.0.0.0", 0
-
-
 def header(version: int, client_addr: str, server_addr: str) -> bytes:
     """The PROXY header for a connection from ``client_addr`` to ``server_addr`` (``ip:port``;
-    an address that is not an IP literal is sent as 0.0.0.0:0)."""
-    src, sport = _split(client_addr)
-    dst, dport = _split(server_addr)
-    six = ":" in src or ":" in dst
-    if six:  # both sides in one family: an IPv4 one mapped into IPv6
-        src, dst = (
-            str(ipaddress.IPv6Address(f"::ffff:{a}")) if ":" not in a else a for a in (src, dst)
-        )
-    if version == 1:
-        return f"PROXY {'TCP6' if six else 'TCP4'} {src} {dst} {sport} {dport}\r\n".encode()
-    packed = (
-        ipaddress.ip_address(src).packed
-        + ipaddress.ip_address(dst).packed
-        + struct.pack(">HH", sport, dport)
-    )
-    return (
-        V2_SIGNATURE
-        + bytes([0x21, 0x21 if six else 0x11])
-        + struct.pack(">H", len(packed))
-        + packed
-    )
+    an address that is not an IP literal is sent as 0.0.0.0:0): the compiled core's
+    (edge_core/src/proxyproto.rs), the one the core's own routes write."""
+    return carrier.proxy_protocol_header(version, client_addr, server_addr)

@@ -107,6 +107,10 @@ class Session:
         """(ours open, the peer's open, lingering, ours in grace, entries held, unsent
         bytes, ids passed over, the peer's highest id)."""
 
+def proxy_protocol_header(version: int, client: str, server: str) -> bytes:
+    """The PROXY protocol header of ``version`` (1 or 2; anything else: b"") for a connection
+    from ``client`` to ``server`` (``ip:port`` each; anything else: 0.0.0.0:0)."""
+
 class Core:
     def __init__(self, threads: int = 0) -> None: ...
     @property
@@ -163,6 +167,8 @@ class Core:
         responses: bool = False,
         holds: Optional[List[str]] = None,
         h2_scheme: Optional[str] = None,
+        proxy_proto: int = 0,
+        proxy_dest: str = "",
     ) -> None:
         """``host``'s requests on the listener of ``scheme`` served by the core on
         ``session``'s streams for ``ttl`` seconds (unless pushed again; expired, the host is
@@ -170,19 +176,22 @@ class Core:
         facts a decided route's decisions are a function of (chalicelib.core.policy.holding);
         a decision made with ``hold`` is applied again to its key's requests (held.rs).
         ``h2_scheme``: the endpoint speaks HTTP/2 on its streams (``app_protocol`` http2;
-        h2up.rs), its requests' ``:scheme`` this (its upstream's: http or https)."""
+        h2up.rs), its requests' ``:scheme`` this (its upstream's: http or https).
+        ``proxy_proto``: 1 or 2, a PROXY protocol header on each proxy stream, from the client
+        to ``proxy_dest`` (the listener's address)."""
     def set_pool(
         self,
         host: str,
-        members: List[Tuple[int, Session, str, bool, bool, Optional[List[str]]]],
+        members: List[Tuple[int, Session, str, bool, bool, Optional[List[str]], int]],
         ttl: float,
         *,
         scheme: str = "http",
         cert: int = 0,
+        proxy_dest: str = "",
     ) -> None:
         """``host``'s requests on the listener of ``scheme`` spread in turn over an endpoint
-        pool's ``members`` (key, session, tunnel id, decided, responses, holds: a route each,
-        as ``set_route`` takes them) for ``ttl`` seconds (unless pushed again); no member
+        pool's ``members`` (key, session, tunnel id, decided, responses, holds, proxy_proto: a
+        route each, as ``set_route`` takes them; ``proxy_dest`` their PROXY headers') for ``ttl`` seconds (unless pushed again); no member
         drops the host's routes."""
     def drop_route(self, host: str, *, scheme: str = "http") -> bool: ...
     def clear_routes(self) -> None: ...

@@ -26,6 +26,7 @@ pub mod http;
 pub mod https;
 pub mod inbox;
 pub mod mux;
+pub mod proxyproto;
 pub mod public;
 pub mod quickack;
 pub mod relay;

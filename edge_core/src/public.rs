@@ -75,6 +75,9 @@ pub struct Route {
     /// A decided route whose policy has a response phase: each response head is Python's to
     /// rewrite before it goes on (decide.rs `AskedResponse`).
     pub responses: bool,
+    /// The endpoint asked for a PROXY protocol header (proxyproto.rs): its version, and the
+    /// address of the listener its clients reach (the header's destination).
+    pub proxy: Option<(u8, String)>,
     /// The endpoint speaks HTTP/2 (`app_protocol: "http2"`): its legs are h2up.rs's, with this
     /// `:scheme` (its upstream's); None: HTTP/1.1 on the stream.
     pub h2_upstream: Option<&'static str>,
@@ -1145,8 +1148,11 @@ pub(crate) async fn connection<C: Conn>(
                     break hand_over(tcp, peer, buf, first, &public, None, ticket);
                 };
                 let wakes = route.session.own(sid);
-                let header =
+                let mut header =
                     http::proxy_header(&route.tunnel_id, &client_addr, &public.spec.scheme, "3");
+                if let Some((version, dest)) = &route.proxy {
+                    header.extend(crate::proxyproto::header(*version, &client_addr, dest));
+                }
                 let h2 = match route.h2_upstream {
                     Some(scheme) => {
                         let end = crate::h2up::start(

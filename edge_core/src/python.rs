@@ -123,6 +123,28 @@ fn held_of(
     }
 }
 
+/// A route's PROXY protocol header: `version` 0 for none, 1 or 2 towards `dest` (the
+/// listener's address).
+fn proxy_of(version: u8, dest: String) -> PyResult<Option<(u8, String)>> {
+    match version {
+        0 => Ok(None),
+        1 | 2 => Ok(Some((version, dest))),
+        _ => Err(PyValueError::new_err("proxy_proto: 0, 1 or 2")),
+    }
+}
+
+/// The PROXY protocol header of `version` (1 or 2) for a connection from `client` to
+/// `server` (`ip:port` each): proxyproto.rs, the edge's one implementation.
+#[pyfunction]
+fn proxy_protocol_header<'py>(
+    py: Python<'py>,
+    version: u8,
+    client: &str,
+    server: &str,
+) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &crate::proxyproto::header(version, client, server))
+}
+
 fn seconds(value: f64, name: &str) -> PyResult<Duration> {
     if value.is_finite() && value >= 0.0 {
         Ok(Duration::from_secs_f64(value))
@@ -338,7 +360,7 @@ impl Core {
     /// (take's asked rows, the decide_* calls), and each response head too when `responses`
     /// (take's response rows, decide_rewrite); with `h2_scheme` ("http" or "https": its
     /// upstream's), the endpoint speaks HTTP/2 on its streams (h2up.rs).
-    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false, holds = None, h2_scheme = None))]
+    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false, holds = None, h2_scheme = None, proxy_proto = 0, proxy_dest = String::new()))]
     #[allow(clippy::too_many_arguments)]
     fn set_route(
         &self,
@@ -353,6 +375,8 @@ impl Core {
         responses: bool,
         holds: Option<Vec<String>>,
         h2_scheme: Option<&str>,
+        proxy_proto: u8,
+        proxy_dest: String,
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
         // an endpoint that speaks HTTP/2 (h2up.rs), with its upstream's scheme
@@ -377,6 +401,7 @@ impl Core {
                 tunnel_id,
                 cert,
                 until: std::time::Instant::now() + ttl,
+                proxy: proxy_of(proxy_proto, proxy_dest.clone())?,
                 h2_upstream,
                 decided,
                 responses: decided && responses,
@@ -391,7 +416,7 @@ impl Core {
     /// of its own: (key, session, tunnel id, decided, responses, holds: as `set_route` takes
     /// them); on the HTTPS listener with the certificate `cert`. No member drops the host's
     /// routes.
-    #[pyo3(signature = (host, members, ttl, *, scheme = "http", cert = 0))]
+    #[pyo3(signature = (host, members, ttl, *, scheme = "http", cert = 0, proxy_dest = String::new()))]
     #[allow(clippy::type_complexity)]
     fn set_pool(
         &self,
@@ -403,10 +428,12 @@ impl Core {
             bool,
             bool,
             Option<Vec<String>>,
+            u8,
         )>,
         ttl: f64,
         scheme: &str,
         cert: u64,
+        proxy_dest: String,
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
         let routes = match scheme {
@@ -417,13 +444,14 @@ impl Core {
         };
         let until = std::time::Instant::now() + ttl;
         let mut routes_of = Vec::with_capacity(members.len());
-        for (key, session, tunnel_id, decided, responses, holds) in members {
+        for (key, session, tunnel_id, decided, responses, holds, proxy_proto) in members {
             routes_of.push(Route {
                 key,
                 session: session.inner.clone(),
                 tunnel_id,
                 cert,
                 until,
+                proxy: proxy_of(proxy_proto, proxy_dest.clone())?,
                 h2_upstream: None,
                 decided,
                 responses: decided && responses,
@@ -1169,5 +1197,6 @@ fn edge_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
     m.add_class::<Session>()?;
     m.add_class::<Exchange>()?;
+    m.add_function(wrap_pyfunction!(proxy_protocol_header, m)?)?;
     Ok(())
 }

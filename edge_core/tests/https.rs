@@ -134,6 +134,7 @@ fn setup(pair: &Pair) -> (Carrier, u16, Arc<Session>, UnixStream) {
             tunnel_id: "tn_test".into(),
             cert: 3,
             h2_upstream: None,
+            proxy: None,
             until: Instant::now() + Duration::from_secs(60),
             decided: false,
             responses: false,

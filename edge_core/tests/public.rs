@@ -100,6 +100,7 @@ fn route(session: &Arc<Session>) -> Route {
         tunnel_id: "tn_test".into(),
         cert: 0,
         h2_upstream: None,
+        proxy: None,
         until: Instant::now() + Duration::from_secs(60),
         decided: false,
         responses: false,

@@ -56,7 +56,9 @@ def _edge():
         banned=set(),
         registry=Registry(),
         tls=_Tls(),
-        settings=types.SimpleNamespace(instance_id="edge"),
+        settings=types.SimpleNamespace(instance_id="edge", host="127.0.0.1"),
+        http_port=8080,
+        https_port=8443,
     )
 
 
@@ -101,7 +103,6 @@ def test_a_plain_endpoint_is_a_candidate_on_both_listeners(core):
         # a policy (or an option made a rule) that is not decidable: edge/decided.py
         {"enforcement": types.SimpleNamespace(policy=compile_policy(RESPONSE_PHASE))},
         {"ws_tcp": True},
-        {"proxy_proto": 2},
         {"internal": True},
         {"proto": "tls"},
         {"proto": "tcp"},
@@ -124,6 +125,24 @@ def test_an_endpoint_that_speaks_http2_is_a_candidate_with_its_upstreams_scheme(
     tunnel.forwards_to = "http://127.0.0.1:9"
     assert h2_scheme_of(tunnel) == "http"
     assert h2_scheme_of(_tunnel(core)) is None
+
+
+def test_an_endpoint_that_asked_for_a_proxy_protocol_header_gets_it_from_the_core(core):
+    """The core writes the PROXY header itself (edge_core/src/proxyproto.rs): the route carries
+    the version and the listener's address, as open_proxy names it."""
+    edge = _edge()
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.tls.loaded = asyncio.Event()
+
+    async def run():
+        edge.registry.by_host[HOST] = _tunnel(core, proto="http", proxy_proto=2)
+        paths = FastPath(edge)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+
+    core.loop.run_until_complete(run())
+    assert edge.carrier.set == [("http", HOST, 1)]
+    assert edge.carrier.proxy == (2, "127.0.0.1:8080")
 
 
 def test_an_endpoint_with_a_decidable_policy_is_a_candidate(core):
@@ -219,11 +238,14 @@ class _Carrier:
         responses=False,
         holds=None,
         h2_scheme=None,
+        proxy_proto=0,
+        proxy_dest="",
     ):
         self.set.append((scheme, host, key))
+        self.proxy = (proxy_proto, proxy_dest)
         self.holds = holds
 
-    def set_pool(self, host, members, ttl, scheme, cert):
+    def set_pool(self, host, members, ttl, scheme, cert, proxy_dest=""):
         self.set.append((scheme, host, [(m[0], m[2]) for m in members]))
         self.pool_modes = [(m[3], m[4]) for m in members]
 

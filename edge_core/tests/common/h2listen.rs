@@ -86,6 +86,7 @@ pub fn listener(alpn: &[&[u8]]) -> Listener {
             tunnel_id: "tn_test".into(),
             cert: 3,
             h2_upstream: None,
+            proxy: None,
             until: Instant::now() + Duration::from_secs(600),
             decided: false,
             responses: false,
