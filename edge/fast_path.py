@@ -530,7 +530,12 @@ class FastPath:
             elif key in used:
                 if where in self._pending:
                     continue
-                renewed = self._renewed(where, held, tunnel, now)
+                try:
+                    renewed = self._renewed(where, held, tunnel, now)
+                except Exception:  # a certificate the core refused: Python's from now on,
+                    log.exception("renewing the %s route of %s", *where)  # the rest renewed
+                    self._drop(where)
+                    continue
                 if renewed is None:
                     self._after_restrictions(_account(tunnel), where)
                 elif not renewed:

@@ -577,3 +577,42 @@ def test_a_pool_is_pushed_when_the_store_has_only_this_instances_agents_in_it(co
         assert edge.carrier.set[-1] == ("http", HOST, [(5, "tn_0")])
 
     core.loop.run_until_complete(run())
+
+
+def test_a_route_whose_renewal_fails_is_dropped_and_the_others_are_renewed(core):
+    """One route's renewal that raises (its certificate refused by the core, say) drops that
+    route (its host is Python's) and does not stop the refresh of the others."""
+    from edge import fast_path
+
+    edge = _edge()
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.tls.loaded = asyncio.Event()
+    hosts = [f"r{n}.tunnels.localhost" for n in range(3)]
+
+    async def run():
+        for n, host in enumerate(hosts):
+            edge.registry.by_host[host] = _tunnel(
+                core, proto="http", id=f"tn_{n}", hostname=host, url=f"http://{host}"
+            )
+        paths = FastPath(edge)
+        for host in hosts:
+            paths.sync(host)
+        await asyncio.sleep(0.01)
+        for where, (key, tunnel, until, cert, mode, policy) in list(paths.routes.items()):
+            aged = until - fast_path.ROUTE_TTL / 2 - 0.01  # each due for renewal
+            paths.routes[where] = (key, tunnel, aged, cert, mode, policy)
+        pushed = len(edge.carrier.set)
+        refused = edge.carrier.set_route
+
+        def set_route(host, *args, **kwargs):
+            if host == hosts[0]:
+                raise ValueError("refused by the core")
+            return refused(host, *args, **kwargs)
+
+        edge.carrier.set_route = set_route
+        paths.refresh()
+        return paths, pushed
+
+    paths, pushed = core.loop.run_until_complete(run())
+    assert ("http", hosts[0]) not in paths.routes and ("http", hosts[0]) in edge.carrier.dropped
+    assert len(edge.carrier.set) == pushed + 2  # the two others renewed
