@@ -56,7 +56,7 @@ from typing import Any, Callable, List, Optional, Tuple
 from chalicelib.core import policy as tp
 from chalicelib.core.policy import actions as tp_actions
 from chalicelib.core.policy.holding import request_reads
-from edge import breaker, http1, http_policy, identity, secrets
+from edge import breaker, http1, http_policy, identity, ip_restrictions, secrets
 from edge.http_io import error_response, outcome_response
 from edge.observe import hub_of
 
@@ -102,6 +102,10 @@ AWAITED = (tp.IDENTITY, tp.HTTP_REQUEST)
 # What a route of an endpoint is (mode_of): plain (no policy), decided (its requests), or
 # decided with a response phase (its response heads too).
 PLAIN, DECIDED, RESPONSES = 0, 1, 2
+# Set on a route's mode when its account has ``endpoints`` IP restrictions: each request's
+# client is checked first (edge/ip_restrictions.py, as edge/http_routing.py checks it), a plain
+# route decided for it, nothing held.
+RESTRICTED = 4
 
 
 def _decidable(policy: Any) -> bool:
@@ -227,9 +231,15 @@ class Decider:
         edge: Any,
         route_of: Callable[[int], Optional[Pushed]],
         changed: Callable[[str, str], None],
+        mode_of: Callable[[Any], Any] = route_mode,
+        restricted: Callable[[str], bool] = lambda account_id: False,
     ):
+        """``mode_of(tunnel)``: how a route of the tunnel is pushed now (a row of a route
+        pushed otherwise goes to Python); ``restricted(account)``: whether the account's
+        ``endpoints`` IP restrictions apply (edge/fast_path.py gives both)."""
         self.edge = edge
         self.route_of, self.changed = route_of, changed
+        self.mode_of, self.restricted = mode_of, restricted
         self.decided = 0  # rows decided (forward, respond or close)
         self.handed = 0  # rows handed back to Python with their connection
 
@@ -246,13 +256,16 @@ class Decider:
         ticket, key = row[0], row[1]
         held = self.route_of(key)
         policy = policy_of(held[0]) if held is not None else None
-        if held is None or policy is not held[4] or route_mode(held[0]) != held[3]:
+        if held is None or policy is not held[4] or self.mode_of(held[0]) != held[3]:
             # dropped, or its policy changed since the push: the Python path routes it from
             # scratch (the route is pushed again as the new policy makes it)
             carrier.decide_python(ticket)
             self.handed += 1
             if held is not None:
                 self.changed(held[2], held[1])
+            return
+        if held[3] & RESTRICTED:  # its client checked first, in a task (a cache may wait)
+            asyncio.ensure_future(self._checked(row, held, policy, hub))
             return
         if policy is None:  # an endpoint's breaker alone
             try:
@@ -273,6 +286,39 @@ class Decider:
             log.exception("deciding a request of %s://%s", held[1], held[2])
             carrier.decide_close(ticket)
         self.decided += 1
+
+    async def _checked(self, row: Asked, held: Pushed, policy: Any, hub: Any) -> None:
+        """A row of an account with ``endpoints`` IP restrictions: its client checked as
+        edge/http_routing.py checks it (refused: 403 ERR_NGROK_3205, closed), then decided as
+        any row (no policy: on to the agent as it came)."""
+        carrier, ticket, tunnel = self.edge.carrier, row[0], held[0]
+        try:
+            allowed = await ip_restrictions.allows(
+                self.edge, tunnel.account_id, ip_restrictions.ENDPOINTS, str(row[2][0])
+            )
+        except Exception:  # the restrictions unread: refused, never let through
+            log.exception("checking a request of %s://%s", held[1], held[2])
+            allowed = False
+        if allowed and policy is not None and (policy.ip_policy_ids or policy.secret_refs):
+            await self._resolved(row, held, policy, hub)  # its own caches next
+            return
+        try:
+            if not allowed:
+                refused = error_response(*ip_restrictions.REFUSED_ANSWER, close=True)
+                self._answer(ticket, refused, row[5], True, None)
+            elif policy is None and getattr(tunnel, "breaker", None) is not None:
+                self._breaker_only(row, tunnel)
+            elif policy is None:
+                carrier.decide_append(ticket, [], None)
+            else:
+                self._decide(row, held, policy, hub)
+        except Exception:
+            log.exception("deciding a request of %s://%s", held[1], held[2])
+            carrier.decide_close(ticket)
+        finally:
+            self.decided += 1
+            carrier.flush_decisions()
+            hub.flush_counts()
 
     async def _resolved(self, row: Asked, held: Pushed, policy: Any, hub: Any) -> None:
         """A row of a policy naming IP policies or vault secrets: decided once the router's

@@ -19,8 +19,9 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
   own makes it decided too), no WebSocket-TCP converter (a PROXY protocol header the core
   writes itself: ``proxy_proto``; an ``app_protocol`` http2 endpoint is spoken to in HTTP/2
   by the core: ``h2_scheme_of``, not a pool's member);
-- its account has no ``endpoints`` IP restriction and the traffic inspector does not capture
-  its bodies (both as the router's and the inspector's caches know them);
+- the traffic inspector does not capture its bodies (as the inspector's cache knows it); an
+  account with ``endpoints`` IP restrictions (the router's cache) has its routes decided, each
+  request's client checked first (edge/decided.py ``RESTRICTED``);
 - its name requires nothing of a TLS handshake (``edge.tls.spec_for``: no minimum version
   above TLS 1.2, no client certificate), so no request for it is misdirected on any
   connection.
@@ -63,8 +64,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from edge import ip_restrictions, pools, tls_spec
 from edge.decided import (
+    DECIDED,
     PLAIN,
     RESPONSES,
+    RESTRICTED,
     Decider,
     Pushed,
     counts_answers,
@@ -184,13 +187,13 @@ class FastPath:
         # expires, certificate number: 0 on the plain-HTTP listener, mode: plain, or decided by
         # its traffic policy first, edge/decided.py, and its response heads too; the policy it
         # was pushed with: a route whose policy changes is pushed anew, its held decisions gone)
-        self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int, int, Any]] = {}
+        self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int, Any, Any]] = {}
         self.hops: Dict[int, Hop] = {}  # route key -> its tunnel's Hop (what records name)
         self.where: Dict[int, Tuple[str, str]] = {}  # route key -> (scheme, host)
         # a pool's route key -> its members' keys (what its records name), and back
         self.members: Dict[int, List[int]] = {}
         self.owner: Dict[int, int] = {}
-        self.decider = Decider(edge, self.route_of, self._sync)
+        self.decider = Decider(edge, self.route_of, self._sync, self.mode_now, self.restricted)
         self._keys = itertools.count(1)
         # the certificates pushed: what identifies a pair -> its number in the core
         self.certs: Dict[Tuple[str, str], int] = {}
@@ -261,11 +264,22 @@ class FastPath:
         return not hub_of(self.edge).inspector.captures_bodies(hop.account_id, hop.endpoint_id)
 
     async def _plain(self, tunnel: Any, host: str) -> bool:
-        """The rules read through a cache that may wait: the account's IP restrictions; a
-        pool's members all this instance's agents in the store's pool."""
-        if not _plain_of(await self.edge.router.ip_restrictions(_account(tunnel))):
-            return False
+        """The rules read through a cache that may wait: the account's IP restrictions (read
+        into the router's cache, which :meth:`mode_now` reads); a pool's members all this
+        instance's agents in the store's pool."""
+        await self.edge.router.ip_restrictions(_account(tunnel))
         return type(tunnel) is not Pool or await pools.served_here(self.edge, host)
+
+    def restricted(self, account_id: str) -> bool:
+        """Whether the account's ``endpoints`` IP restrictions apply to its requests, as the
+        router's cache has them (not cached: assumed, so each request is checked)."""
+        restrictions = self.edge.router.ip_restrictions_now(account_id)
+        return restrictions is None or not _plain_of(restrictions)
+
+    def mode_now(self, tunnel: Any) -> Any:
+        """How a route of ``tunnel`` is pushed now (:func:`_mode`), each request of an
+        account with ``endpoints`` IP restrictions decided (its client checked first)."""
+        return _restricted_mode(_mode(tunnel), self.restricted(_account(tunnel)))
 
     # ---- pushing ------------------------------------------------------------------------------
     def sync(self, host: str) -> None:
@@ -284,7 +298,7 @@ class FastPath:
             held is not None
             and (
                 not _same(held[1], tunnel)
-                or held[4] != _mode(tunnel)
+                or held[4] != self.mode_now(tunnel)
                 or not _same(held[5], _policy(tunnel))  # the core may hold its decisions
             )
         ):
@@ -372,7 +386,7 @@ class FastPath:
                 key = next(self._keys)
                 self._used[key] = now
             until = now + ROUTE_TTL
-            mode = _mode(tunnel)
+            mode = self.mode_now(tunnel)
             if mode is None:  # its policy changed while the checks waited: not a route
                 self._drop(where)
                 return
@@ -397,13 +411,18 @@ class FastPath:
         are checked again). False when something changed: then :meth:`_push` decides, as for
         a new route."""
         key, was, until, cert, mode, policy = held
-        if not _same(tunnel, was) or mode != _mode(tunnel) or not _same(policy, _policy(tunnel)):
+        if not _same(tunnel, was) or not _same(policy, _policy(tunnel)):
             return False
-        if type(tunnel) is Pool:
-            return False  # the store's pool read again at each refresh (_push: its cache)
         restrictions = self.edge.router.ip_restrictions_now(_account(tunnel))
         if restrictions is None:
             return None
+        if mode != _restricted_mode(_mode(tunnel), not _plain_of(restrictions)):
+            # its mode changed, or the account's restrictions came or went: dropped at once
+            # (no request served unchecked meanwhile), then pushed again as they make it
+            self._drop(where)
+            return False
+        if type(tunnel) is Pool:
+            return False  # the store's pool read again at each refresh (_push: its cache)
         scheme, host = where
         if scheme == "https" and (
             not self.edge.tls.loaded.is_set()
@@ -412,9 +431,7 @@ class FastPath:
             or self._cert(self.edge.settings.base_domain) != self._nameless
         ):
             return False
-        if not _plain_of(restrictions):
-            self._drop(where)
-        elif until - now < ROUTE_TTL / 2:
+        if until - now < ROUTE_TTL / 2:
             self._set(host, key, tunnel, scheme, cert, mode)
             self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert, mode, policy)
         return True
@@ -457,8 +474,8 @@ class FastPath:
             self.edge.carrier.set_pool(
                 host,
                 [
-                    (k, m.session.mux, m.id, route_mode(m), holds_for(m), m.proxy_proto)
-                    for k, m in zip(keys, tunnel)
+                    (k, m.session.mux, m.id, mode[i], _holds(m, mode[i]), m.proxy_proto)
+                    for i, (k, m) in enumerate(zip(keys, tunnel))
                 ],
                 ROUTE_TTL,
                 scheme,
@@ -475,8 +492,8 @@ class FastPath:
             scheme,
             cert,
             decided=mode != PLAIN,
-            responses=mode == RESPONSES,
-            holds=holds_for(tunnel),
+            responses=mode & 3 == RESPONSES,
+            holds=_holds(tunnel, mode),
             h2_scheme=h2_scheme_of(tunnel),
             proxy_proto=tunnel.proxy_proto,
             proxy_dest=self._listener_addr(scheme),
@@ -563,11 +580,8 @@ class FastPath:
         if held is None or held[0] != route or where is None:
             return None
         if route != key:  # the member the key names, its own mode and policy
-            member = held[1][self.members[route].index(key)]
-            mode = route_mode(member)
-            if mode is None:
-                return None
-            return member, where[0], where[1], mode, policy_of(member)
+            index = self.members[route].index(key)
+            return held[1][index], where[0], where[1], held[4][index], held[5][index]
         return held[1], where[0], where[1], held[4], held[5]
 
     def decide(self, rows: List[tuple]) -> None:
@@ -694,6 +708,23 @@ def _mode(tunnel: Any) -> Any:
         modes = tuple(route_mode(m) for m in tunnel)
         return None if None in modes else modes
     return route_mode(tunnel)
+
+
+def _restricted_mode(mode: Any, restricted: bool) -> Any:
+    """``mode`` (a route's, or a pool's members') with each request decided and its client
+    checked first when ``restricted`` (an account with ``endpoints`` IP restrictions:
+    RESTRICTED set, a plain route decided)."""
+    if mode is None or not restricted:
+        return mode
+    if isinstance(mode, tuple):
+        return tuple(_restricted_mode(m, True) for m in mode)
+    return (mode or DECIDED) | RESTRICTED
+
+
+def _holds(tunnel: Any, mode: int) -> Optional[List[str]]:
+    """What a route's decisions are held for: none when its requests' clients are checked
+    (a held decision would skip the check), else :func:`holds_for`."""
+    return None if mode & RESTRICTED else holds_for(tunnel)
 
 
 def h2_scheme_of(tunnel: Any) -> Optional[str]:

@@ -55,7 +55,7 @@ async def route(
     return found
 
 
-IP_RESTRICTED = (403, edge_errors.IP_BLOCKED, "Request blocked by the account's IP restrictions.")
+IP_RESTRICTED = ip_restrictions.REFUSED_ANSWER
 
 
 async def _route(

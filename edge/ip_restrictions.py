@@ -40,6 +40,11 @@ def _document(restriction: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
+# What a request an ``endpoints`` restriction refuses is answered (the connection closed after
+# it): edge/http_routing.py's, and a decided route's (edge/decided.py)
+REFUSED_ANSWER = (403, edge_errors.IP_BLOCKED, "Request blocked by the account's IP restrictions.")
+
+
 async def allows(edge: Any, account_id: str, kind: str, ip: str) -> bool:
     """Whether ``ip`` passes the account's IP restrictions of ``kind``."""
     if not account_id or not ip:

@@ -97,3 +97,47 @@ def test_agent_restriction_refuses_ssh_gateway_sessions(edge, account, tmp_path,
     attempt = wait(refused, timeout=20)
     assert "from your IP address (127.0.0.1)" in attempt.err, attempt.printed()
     assert "Forwarding" not in attempt.out
+
+
+def test_an_agent_endpoint_of_a_restricted_account_is_checked_by_the_core_per_request(
+    edge, account, agents
+):
+    """An account with an ``endpoints`` restriction keeps its agent endpoints on the compiled
+    core's path: each request decided (edge/decided.py RESTRICTED), its client checked first;
+    refused (403 ERR_NGROK_3203) or let through (not enforced: logged), all carried by the
+    core, none handed to Python; the restriction removed, the route is plain again."""
+    from tests.edge import support
+
+    def core(name):
+        return support.metric(edge.metrics(), name)
+
+    agent = agents(edge, _credential(account)["token"], [{"proto": "http"}])
+    host = _host(_bound(agent.start())[0]["url"])
+    restriction = _post(
+        account,
+        "/ip_restrictions",
+        {"type": "endpoints", "enforced": False, "ip_policy_ids": [_deny_loopback(account)]},
+    )
+    path = f"/ip_restrictions/{restriction['id']}"
+
+    def decided_by_the_core():
+        before = core("edge_core_http_decided_total")
+        assert edge.http("GET", host, "/echo").status_code == 200  # only logged
+        time.sleep(0.2)
+        return core("edge_core_http_decided_total") > before
+
+    assert _wait(decided_by_the_core, timeout=15)
+    assert account.admin.patch(path, {"enforced": True}).status == 200
+    assert _wait(lambda: edge.http("GET", host, "/echo").status_code == 403, timeout=10)
+    served, handed = (
+        core("edge_core_http_requests_total"),
+        core("edge_core_http_handed_over_total"),
+    )
+    for _ in range(3):
+        refused = edge.http("GET", host, "/echo")
+        assert refused.status_code == 403 and "ERR_NGROK_3203" in refused.text
+    time.sleep(0.3)
+    assert core("edge_core_http_requests_total") - served == 3
+    assert core("edge_core_http_handed_over_total") == handed
+    assert account.admin.delete(path).status == 204
+    assert _wait(lambda: edge.http("GET", host, "/echo").status_code == 200, timeout=10)

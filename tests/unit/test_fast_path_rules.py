@@ -10,6 +10,7 @@ import pytest
 
 from chalicelib.core.policy import compile_policy
 from edge import carrier, tls_spec
+from edge.decided import DECIDED, RESTRICTED
 from edge.fast_path import FastPath
 from edge.observe import hub_of
 from edge.registry import Registry, Tunnel
@@ -243,6 +244,7 @@ class _Carrier:
     ):
         self.set.append((scheme, host, key))
         self.proxy = (proxy_proto, proxy_dest)
+        self.decided_holds = (decided, holds)
         self.holds = holds
 
     def set_pool(self, host, members, ttl, scheme, cert, proxy_dest=""):
@@ -348,8 +350,11 @@ def test_a_used_route_is_checked_at_each_refresh_and_renewed_in_the_core_at_half
         assert edge.router.loads == loads + 1 and len(edge.carrier.set) == 2
         assert not paths._pending and where in paths.routes
         edge.router.kept = [{"type": "endpoints", "ip_policy_ids": ["ipp_1"]}]
-        paths.refresh()  # a rule that fails now: dropped at once, without a wait
+        paths.refresh()  # the account restricted now: dropped at once, without a wait
         assert where not in paths.routes and edge.carrier.dropped[-1] == where
+        await asyncio.sleep(0.01)  # then pushed again: each request's client checked first
+        assert paths.routes[where][4] == fast_path.DECIDED | fast_path.RESTRICTED
+        assert edge.carrier.decided_holds == (True, None)  # decided, nothing held
 
     core.loop.run_until_complete(run())
 
@@ -385,8 +390,9 @@ def test_an_accounts_routes_wait_for_one_read_of_its_restrictions_then_are_check
         edge.router.ip_restrictions = _failing_read(edge.router)
         paths.refresh()
         await asyncio.sleep(0.01)
-        assert paths.routes == {}
         assert sorted(edge.carrier.dropped[-3:]) == [("http", host) for host in hosts]
+        assert sorted(paths.routes) == [("http", host) for host in hosts]  # restricted now
+        assert {held[4] for held in paths.routes.values()} == {DECIDED | RESTRICTED}
 
     core.loop.run_until_complete(run())
 
