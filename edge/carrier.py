@@ -338,13 +338,14 @@ class Carrier:
         """The core serves ``host``'s requests on the listener of ``scheme`` itself for
         ``ttl`` seconds (unless set again), each on the next of an endpoint pool's
         ``members`` in turn: (key its records and asks name, session, tunnel id, its mode: 0
-        plain, 1 decided, 2 decided with its response heads, the facts its decisions hold
+        plain, 1 decided, 2 decided with its response heads, either with edge/decided.py's
+        RESTRICTED bit, the facts its decisions hold
         for: ``set_route``'s ``holds``, its PROXY protocol version towards ``proxy_dest``).
         HTTPS: with certificate ``cert``. No member drops the host's routes."""
         self._core.set_pool(
             host,
             [
-                (key, mux.core, tunnel_id, mode != 0, mode == 2, holds, proxy)
+                (key, mux.core, tunnel_id, mode != 0, mode & 3 == 2, holds, proxy)
                 for key, mux, tunnel_id, mode, holds, proxy in members
             ],
             ttl,
