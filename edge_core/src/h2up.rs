@@ -7,32 +7,40 @@
 //! The core's HTTP/1.1 path (public.rs `exchange`) is unchanged: it writes each request to the
 //! leg and reads the answer from it as HTTP/1.1. For such an endpoint the leg is an in-process
 //! duplex whose other end [`serve`] reads: each request becomes one stream of an h2 client
-//! connection (the `h2` crate) carried on the proxy stream (splice.rs `run`), and its answer
-//! an HTTP/1.1 response, chunked so its trailers follow (a gRPC status), or trailers-only as
-//! a bodiless one. Exchanges follow one another on the connection as on an HTTP/1.1 leg. An
-//! exchange the HTTP/1.1 path gives up (the client's reset, a deadline) drops its stream: h2
-//! resets it (RST_STREAM CANCEL), so the server sees the call end.
+//! connection (the `h2` crate) on the proxy stream itself ([`MuxIo`]: what h2 writes between
+//! two flushes goes as one write of the stream), and its answer an HTTP/1.1 response,
+//! chunked so its trailers follow (a gRPC status), or trailers-only as a bodiless one.
+//! Exchanges follow one another on the connection as on an HTTP/1.1 leg; a request with a
+//! chunked body (every gRPC call's) gets a fresh leg, as on the HTTP/1.1 path
+//! (`fresh_stream_body`: the SDK's new upstream connection ACKs at once; a kept one waited
+//! ~40 ms for the upstream's delayed ACK on every call, measured). An exchange the HTTP/1.1
+//! path gives up (the client's reset, a deadline) drops its stream: h2 resets it
+//! (RST_STREAM CANCEL), so the server sees the call end.
 //!
-//! Bounds: the duplexes hold `DUPLEX` bytes each way; the h2 connection's windows are the
-//! crate's defaults towards the agent (64 KiB a stream), the answer's DATA credited back only
-//! as the HTTP/1.1 path takes it, so a slow client holds the upstream back; a request head at
-//! most `http::MAX_HEAD_BYTES`.
+//! Bounds: the duplex holds `DUPLEX` bytes each way, [`MuxIo`] at most `HELD_WRITES` of h2's
+//! writes and one read of the stream; the h2 connection's windows are the crate's defaults
+//! towards the agent (64 KiB a stream), the answer's DATA credited back only as the HTTP/1.1
+//! path takes it, so a slow client holds the upstream back; a request head at most
+//! `http::MAX_HEAD_BYTES`.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
 use h2::{RecvStream, SendStream};
 use http::{HeaderName, HeaderValue, Method, Request, Response, Uri};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 
 use crate::h2front::Body;
 use crate::http::{self as h1, Framing, Parsed};
+use crate::mux::StreamError;
 use crate::session::{Session, Wakes};
-use crate::splice;
 
-/// Bytes each in-process duplex holds each way.
+/// Bytes the in-process duplex holds each way (and the most one read of the stream takes).
 pub const DUPLEX: usize = 64 * 1024;
 
 /// The leg of a proxy stream `sid` of `session` (owned by the core: `wakes`) to an endpoint
@@ -47,17 +55,137 @@ pub(crate) fn start(
     scheme: &'static str,
 ) -> DuplexStream {
     let (ours, h1_end) = tokio::io::duplex(DUPLEX);
-    let (carried, h2_end) = tokio::io::duplex(DUPLEX);
-    tokio::spawn(splice::run(
-        carried,
-        session,
-        sid,
-        wakes,
-        header,
-        Vec::new(),
+    tokio::spawn(serve(
+        h1_end,
+        MuxIo::new(session, sid, wakes, header),
+        scheme,
     ));
-    tokio::spawn(serve(h1_end, h2_end, scheme));
     ours
+}
+
+/// Most bytes h2 may have written before they are sent (then its writes wait).
+const HELD_WRITES: usize = 256 * 1024;
+
+type Writing = Pin<Box<dyn Future<Output = Result<(), StreamError>> + Send>>;
+type Reading = Pin<Box<dyn Future<Output = (Result<usize, StreamError>, Vec<u8>)> + Send>>;
+
+/// The proxy stream as h2's transport. What h2 writes is held until it flushes (it flushes
+/// once it has written what it had queued), then goes as one write of the stream: a request's
+/// HEADERS and DATA (and its END_STREAM) in one muxado frame, so in one read of the agent's,
+/// which copies it to its upstream in one write (the SDKs write without TCP_NODELAY: a
+/// request split over two writes waited for the upstream's delayed ACK, ~40 ms). The stream
+/// is finished (FIN, then its linger for the agent's) when this is dropped.
+struct MuxIo {
+    session: Arc<Session>,
+    sid: u32,
+    wakes: Arc<Wakes>,
+    held: Vec<u8>,
+    writing: Option<Writing>,
+    read: Vec<u8>,
+    at: usize,
+    reading: Option<Reading>,
+}
+
+impl MuxIo {
+    fn new(session: Arc<Session>, sid: u32, wakes: Arc<Wakes>, first: Vec<u8>) -> MuxIo {
+        MuxIo {
+            session,
+            sid,
+            wakes,
+            held: first,
+            writing: None,
+            read: Vec::new(),
+            at: 0,
+            reading: None,
+        }
+    }
+
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if let Some(writing) = self.writing.as_mut() {
+                let done = std::task::ready!(writing.as_mut().poll(cx));
+                self.writing = None;
+                done.map_err(|e| io::Error::new(io::ErrorKind::BrokenPipe, format!("{e:?}")))?;
+            }
+            if self.held.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            let data = std::mem::take(&mut self.held);
+            let (session, wakes, sid) = (self.session.clone(), self.wakes.clone(), self.sid);
+            self.writing = Some(Box::pin(async move {
+                session.write_owned(sid, &wakes, &data).await
+            }));
+        }
+    }
+}
+
+impl AsyncWrite for MuxIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.held.len() >= HELD_WRITES {
+            std::task::ready!(this.poll_send(cx))?;
+        }
+        this.held.extend_from_slice(data);
+        Poll::Ready(Ok(data.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_send(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_send(cx))?;
+        let _ = this.session.with(|st| st.close_write(this.sid));
+        this.session.flush();
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncRead for MuxIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.reading.is_some() || this.at == this.read.len() {
+            if this.reading.is_none() {
+                let (session, wakes, sid) = (this.session.clone(), this.wakes.clone(), this.sid);
+                let mut into = std::mem::take(&mut this.read);
+                into.clear();
+                this.at = 0;
+                this.reading = Some(Box::pin(async move {
+                    let got = session.read_owned(sid, &wakes, &mut into, DUPLEX).await;
+                    (got, into)
+                }));
+            }
+            let reading = this.reading.as_mut().expect("a read in progress");
+            let (got, into) = std::task::ready!(reading.as_mut().poll(cx));
+            this.reading = None;
+            this.read = into;
+            this.at = 0;
+            if got.map_err(|e| io::Error::new(io::ErrorKind::ConnectionReset, format!("{e:?}")))?
+                == 0
+            {
+                return Poll::Ready(Ok(())); // the agent's end of stream
+            }
+        }
+        let n = (this.read.len() - this.at).min(buf.remaining());
+        buf.put_slice(&this.read[this.at..this.at + n]);
+        this.at += n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for MuxIo {
+    fn drop(&mut self) {
+        self.session.disown(self.sid);
+    }
 }
 
 /// The HTTP/1.1 requests read from `h1` sent on an h2 client connection over `io`, their
@@ -74,34 +202,47 @@ where
     else {
         return;
     };
-    // the connection's own task: it goes on (sending a reset, a GOAWAY) after this one ends
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    // The connection is driven by this task, beside the exchanges: a request's HEADERS and
+    // its first DATA (queued with no wait between them) go out in one write, so in one read
+    // of the agent's, which writes them to its upstream in one write (the SDKs write without
+    // TCP_NODELAY: HEADERS alone, then DATA, waited ~40 ms for the upstream's delayed ACK).
+    tokio::pin!(connection);
     let mut buf = BytesMut::with_capacity(8 * 1024);
-    loop {
-        let head = loop {
-            match h1::parse_request(&buf) {
-                Parsed::Done(head) => break head,
-                Parsed::Invalid(_) => return,
-                Parsed::Partial if buf.len() >= h1::MAX_HEAD_BYTES => return,
-                Parsed::Partial => {}
+    let served = async {
+        loop {
+            let head = loop {
+                match h1::parse_request(&buf) {
+                    Parsed::Done(head) => break head,
+                    Parsed::Invalid(_) => return,
+                    Parsed::Partial if buf.len() >= h1::MAX_HEAD_BYTES => return,
+                    Parsed::Partial => {}
+                }
+                buf.reserve(8 * 1024);
+                match h1.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => return, // the exchange is done with the leg
+                    Ok(_) => {}
+                }
+            };
+            let _ = buf.split_to(head.len);
+            if exchange(&mut h1, &mut buf, &head, &mut client, scheme)
+                .await
+                .is_err()
+            {
+                return; // the streams dropped here are reset; the leg's end sees the EOF
             }
-            buf.reserve(8 * 1024);
-            match h1.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return, // the exchange is done with the leg
-                Ok(_) => {}
-            }
-        };
-        let _ = buf.split_to(head.len);
-        if exchange(&mut h1, &mut buf, &head, &mut client, scheme)
-            .await
-            .is_err()
-        {
-            return; // the streams dropped here are reset; the leg's end sees the EOF
         }
+    };
+    tokio::select! {
+        _ = served => {}
+        _ = &mut connection => return, // the agent's end is gone
     }
+    // what the ended exchanges left (a reset, the GOAWAY once every handle is gone) sent
+    drop(client);
+    let _ = tokio::time::timeout(CLOSING, connection).await;
 }
+
+/// How long an ended leg's connection may take to send what is left (a reset, GOAWAY).
+const CLOSING: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The request `head` of HTTP/1.1 as HTTP/2's: `:authority` from Host, the fields HTTP/2 does
 /// not carry dropped (and those Connection names), `te` only as `trailers`, and `te:
