@@ -222,6 +222,8 @@ class FastPath:
         self.routes.clear()
         self.hops.clear()
         self.where.clear()
+        self.members.clear()
+        self.owner.clear()
 
     # ---- the rules ----------------------------------------------------------------------------
     def candidate(self, host: str, scheme: str = "http") -> Any:

@@ -77,6 +77,19 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
+def settled(read: Callable[[], Any]) -> Any:
+    """``read()`` once two readings 0.2 s apart agree (the core counts a request just after
+    its answer is written, so a client can read the answer first), at most 5 s."""
+    last = read()
+    for _ in range(25):
+        time.sleep(0.2)
+        now = read()
+        if now == last:
+            break
+        last = now
+    return last
+
+
 def answering_upstream(body_of: Callable[[Any], str]) -> Iterator[int]:
     """A threaded HTTP/1.1 server on 127.0.0.1 whose every GET is answered 200 with
     ``body_of(handler)``; yields its port, shut down after (a module fixture's body)."""

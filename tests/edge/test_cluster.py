@@ -29,7 +29,7 @@ from stacks.cluster import Cluster, Target
 from stacks.paths import PROJECT_DIR
 from stacks.process import listens_on
 from tests.edge.conftest import BASE_DOMAIN, tcp_round_trip
-from tests.edge.support import metric
+from tests.edge.support import metric, settled
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 from tests.edge.test_hostile_agents import _rpc
 from tests.support.api import HttpApi
@@ -80,7 +80,7 @@ def test_the_holder_serves_its_own_endpoints_requests_in_the_core(cluster, on_fi
     while True:  # then a connection is Python's, so each try is a connection of its own
         before = served(0)
         assert cluster.get(host, "/echo", 0).status_code == 200
-        if _settled(lambda: served(0)) > before or time.monotonic() > deadline:
+        if settled(lambda: served(0)) > before or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     before, other = served(0), served(1)
@@ -92,7 +92,7 @@ def test_the_holder_serves_its_own_endpoints_requests_in_the_core(cluster, on_fi
                 timeout=30,
             )
             assert resp.status_code == 200 and resp.json()["path"] == f"/echo?core={i}"
-    assert _settled(lambda: served(0)) - before == 20
+    assert settled(lambda: served(0)) - before == 20
 
     def core_relayed(index: int) -> float:  # by a relay route the core learned, below
         return metric(cluster.metrics(index), "edge_core_relayed_total")
@@ -103,12 +103,12 @@ def test_the_holder_serves_its_own_endpoints_requests_in_the_core(cluster, on_fi
             text, "edge_core_relayed_total"
         )
 
-    relayed, held = _settled(lambda: relays(1)), served(0)
+    relayed, held = settled(lambda: relays(1)), served(0)
     resp = cluster.get(host, "/echo?relayed=1", 1)  # Connection: close
     assert resp.status_code == 200 and resp.json()["path"] == "/echo?relayed=1"
     assert resp.json()["headers"]["X-Forwarded-For"] == "127.0.0.1"  # the client's, relayed
-    assert _settled(lambda: relays(1)) == relayed + 1
-    assert _settled(lambda: served(0)) == held + 1
+    assert settled(lambda: relays(1)) == relayed + 1
+    assert settled(lambda: served(0)) == held + 1
     assert served(1) == other
 
     # a relay taught instance 1's core the holder: its next connections for the host are
@@ -120,19 +120,6 @@ def test_the_holder_serves_its_own_endpoints_requests_in_the_core(cluster, on_fi
         assert resp.status_code == 200 and resp.json()["path"] == f"/echo?learned={sent}"
         sent += 1
     assert core_relayed(1) - before >= 4, sent
-
-
-def _settled(read):
-    """``read()`` once two readings 0.2 s apart agree (the core counts a request just after
-    its answer is written), at most 5 s."""
-    last = read()
-    for _ in range(25):
-        time.sleep(0.2)
-        now = read()
-        if now == last:
-            break
-        last = now
-    return last
 
 
 def test_an_unknown_name_gets_the_same_offline_answer_everywhere(cluster):
@@ -153,7 +140,7 @@ def test_https_http1_and_http2_are_relayed(cluster, on_first):
     def served() -> float:
         return metric(cluster.metrics(0), "edge_core_http_requests_total")
 
-    before = _settled(served)
+    before = settled(served)
     for index in (1, 2):
         port = cluster.https_port(index)
         for flag in ("--http1.1", "--http2"):
@@ -181,7 +168,7 @@ def test_https_http1_and_http2_are_relayed(cluster, on_first):
             got = json.loads(body)
             assert got["path"] == "/echo?tls=1"
             assert got["headers"].get("X-Forwarded-Proto") == "https"
-    assert _settled(served) - before == 2  # the two HTTP/1.1 requests
+    assert settled(served) - before == 2  # the two HTTP/1.1 requests
 
 
 def test_a_mutual_tls_endpoint_is_never_served_past_another_instances_handshake(

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from stacks.agents import SdkAgent
-from tests.edge.support import bound, credential, host as host_of, metric, wait
+from tests.edge.support import bound, credential, host as host_of, metric, settled, wait
 
 HEADERS = {
     "on_http_request": [
@@ -107,15 +107,8 @@ def _counts(edge):
 
 
 def _settled(edge):
-    """The counts once the last exchange is counted (two reads 0.2 s apart agree)."""
-    last = _counts(edge)
-    for _ in range(25):
-        time.sleep(0.2)
-        now = _counts(edge)
-        if now == last:
-            break
-        last = now
-    return last
+    """The counts once the last exchange is counted."""
+    return settled(lambda: _counts(edge))
 
 
 @pytest.fixture(scope="module")

@@ -12,21 +12,12 @@ import pytest
 import requests
 
 from stacks.agents import SdkAgent
-from tests.edge.support import bound, credential, host as host_of, metric, wait
+from tests.edge.support import bound, credential, host as host_of, metric, settled, wait
 
 
 def _served(edge) -> float:
-    """Requests the core served, once the last exchange is counted: the core counts one just
-    after its answer is written, so a client can read the answer first (read until two reads
-    0.2 s apart agree, at most 5 s)."""
-    last = metric(edge.metrics(), "edge_core_http_requests_total")
-    for _ in range(25):
-        time.sleep(0.2)
-        now = metric(edge.metrics(), "edge_core_http_requests_total")
-        if now == last:
-            break
-        last = now
-    return last
+    """Requests the core served, once the last exchange is counted."""
+    return settled(lambda: metric(edge.metrics(), "edge_core_http_requests_total"))
 
 
 def _handed(edge) -> float:

@@ -10,31 +10,18 @@ import time
 import pytest
 import requests
 
-from tests.edge.support import metric, wait
+from tests.edge.support import metric, settled, wait
 from tests.edge.test_edge_sdk import _credential, _host
 
 WAIT = 30.0
 
 
 def _served(edge) -> float:
-    return metric(edge.metrics(), "edge_core_http_requests_total")
+    return settled(lambda: metric(edge.metrics(), "edge_core_http_requests_total"))
 
 
 def _handed(edge) -> float:
     return metric(edge.metrics(), "edge_core_http_handed_over_total")
-
-
-def _settled(edge) -> float:
-    """Requests the core served, once its count stops moving (it counts an exchange just
-    after writing its answer)."""
-    last = _served(edge)
-    for _ in range(25):
-        time.sleep(0.2)
-        now = _served(edge)
-        if now == last:
-            break
-        last = now
-    return last
 
 
 @pytest.fixture
@@ -67,9 +54,9 @@ def _agents(edge, domain, n):
 
 def _until_the_core_serves(edge, domain):
     def served_one():
-        before = _settled(edge)
+        before = _served(edge)
         assert edge.http("GET", domain, "/").status_code == 200
-        return _settled(edge) > before
+        return _served(edge) > before
 
     assert wait(served_one, WAIT)
 
@@ -79,10 +66,10 @@ def test_the_core_spreads_a_pools_requests_in_turn_and_records_each_members(
 ):
     procs = _pool(node_agents, edge, account, domain, "abc")
     _until_the_core_serves(edge, domain)
-    served, handed = _settled(edge), _handed(edge)
+    served, handed = _served(edge), _handed(edge)
     seen = _agents(edge, domain, 30)
     # all the core's, none handed to Python; each member in turn (round robin, as Python's)
-    assert (_settled(edge) - served, _handed(edge) - handed) == (30, 0)
+    assert (_served(edge) - served, _handed(edge) - handed) == (30, 0)
     assert {name: seen.count(name) for name in "abc"} == {"a": 10, "b": 10, "c": 10}
     assert seen[:3] == seen[3:6], seen  # a turn, not a draw
 
@@ -112,9 +99,9 @@ def test_the_core_spreads_a_pools_requests_in_turn_and_records_each_members(
     assert wait(lambda: set(_agents(edge, domain, 6)) == {"b", "c"}, WAIT)
     procs[1].stop()
     assert wait(lambda: set(_agents(edge, domain, 4)) == {"c"}, WAIT)
-    served = _settled(edge)
+    served = _served(edge)
     assert set(_agents(edge, domain, 4)) == {"c"}
-    assert _settled(edge) - served == 4
+    assert _served(edge) - served == 4
 
 
 def _policy(*actions):
@@ -130,7 +117,7 @@ def test_a_pool_whose_members_have_traffic_policies_is_decided_member_by_member(
     header = {"type": "add-headers", "config": {"headers": {"x-ran": "${endpoint.id}"}}}
     _pool(node_agents, edge, account, domain, "ab", traffic_policy=_policy(header))
     _until_the_core_serves(edge, domain)
-    served, handed = _settled(edge), _handed(edge)
+    served, handed = _served(edge), _handed(edge)
     ran = []
     with requests.Session() as session:
         for _ in range(6):
@@ -139,7 +126,7 @@ def test_a_pool_whose_members_have_traffic_policies_is_decided_member_by_member(
             )
             assert resp.status_code == 200
             ran.append((resp.json()["agent"], resp.headers["x-ran"]))
-    assert (_settled(edge) - served, _handed(edge) - handed) == (6, 0)
+    assert (_served(edge) - served, _handed(edge) - handed) == (6, 0)
     listed = account.admin.get("/endpoints").json["endpoints"]
     by_name = {}
     for agent, endpoint_id in ran:  # each member's answers ran that member's own policy
@@ -154,7 +141,7 @@ def test_a_pool_with_a_body_rewriting_policy_is_pythons(node_agents, edge, accou
     compress = {"type": "compress-response"}
     _pool(node_agents, edge, account, domain, "ab", traffic_policy=_policy(compress))
     time.sleep(1.5)  # a route would have been pushed by now
-    served = _settled(edge)
+    served = _served(edge)
     for _ in range(4):
         assert edge.http("GET", domain, "/").status_code == 200
-    assert _settled(edge) == served
+    assert _served(edge) == served

@@ -59,15 +59,7 @@ def grpc_host(edge, account, agents):
 
 
 def _core_served(edge) -> float:
-    """The core's served requests, once its count settles (it counts just after answering)."""
-    last = support.metric(edge.metrics(), "edge_core_http_requests_total")
-    for _ in range(25):
-        time.sleep(0.2)
-        now = support.metric(edge.metrics(), "edge_core_http_requests_total")
-        if now == last:
-            break
-        last = now
-    return last
+    return support.settled(lambda: support.metric(edge.metrics(), "edge_core_http_requests_total"))
 
 
 def test_the_calls_are_carried_by_the_core_in_http2_to_the_agent(edge, grpc_host):
