@@ -98,6 +98,14 @@ PHASES = (("on_http_request", DECIDED_ACTIONS), ("on_http_response", RESPONSE_AC
 
 # The outcomes of a request phase's run that wait (a sign-in's step, an outbound call)
 AWAITED = (tp.IDENTITY, tp.HTTP_REQUEST)
+# How long the core waits for a ticket's decision (edge_core/src/decide.rs DECIDE_TIMEOUT): a
+# task deciding one ends by then (the core closed the connection, and refuses a late decision),
+# so the tasks alive are bounded by the tickets waiting, as the Python path's are by its
+# connections. The request phase's outbound calls may take at most AWAIT_BUDGET in all (their
+# ``timeout``s summed) for a policy to be decided: a longer run would be cut by the core where
+# the Python path answers (an on_error "continue" call timing out at 30 s went on to the agent).
+DECIDE_SECONDS = 30.0
+AWAIT_BUDGET = 20.0
 
 # What a route of an endpoint is (mode_of): plain (no policy), decided (its requests), or
 # decided with a response phase (its response heads too).
@@ -111,6 +119,14 @@ RESTRICTED = 4
 def _decidable(policy: Any) -> bool:
     """Whether every run of ``policy`` ends in a decision the core applies (above)."""
     if any(policy.has(phase) for phase in OTHER_PHASES):
+        return False
+    calls = sum(
+        float(action.timeout)
+        for rule in policy.phases.get("on_http_request") or ()
+        for action in rule.actions
+        if isinstance(action, tp_actions.HttpRequest)
+    )
+    if calls > AWAIT_BUDGET:
         return False
     for phase, allowed in PHASES:
         for rule in policy.phases.get(phase) or ():
@@ -256,7 +272,7 @@ class Decider:
         ticket, key = row[0], row[1]
         held = self.route_of(key)
         policy = policy_of(held[0]) if held is not None else None
-        if held is None or policy is not held[4] or self.mode_of(held[0]) != held[3]:
+        if held is None or policy is not held[4] or not _agrees(self.mode_of(held[0]), held[3]):
             # dropped, or its policy changed since the push: the Python path routes it from
             # scratch (the route is pushed again as the new policy makes it)
             carrier.decide_python(ticket)
@@ -264,7 +280,11 @@ class Decider:
             if held is not None:
                 self.changed(held[2], held[1])
             return
-        if held[3] & RESTRICTED:  # its client checked first, in a task (a cache may wait)
+        if held[3] & RESTRICTED or self.restricted(held[0].account_id):
+            # its client checked first, in a task (a cache may wait): a route pushed so, or one
+            # whose account's restrictions the router's cache let go since (they may have come:
+            # checked as the Python path would, nothing held; the refresh reads them and pushes
+            # the route again if they came)
             asyncio.ensure_future(self._checked(row, held, policy, hub))
             return
         if policy is None:  # an endpoint's breaker alone
@@ -289,29 +309,30 @@ class Decider:
 
     async def _checked(self, row: Asked, held: Pushed, policy: Any, hub: Any) -> None:
         """A row of an account with ``endpoints`` IP restrictions: its client checked as
-        edge/http_routing.py checks it (refused: 403 ERR_NGROK_3205, closed), then decided as
+        edge/http_routing.py checks it (refused: 403 ERR_NGROK_3203, closed), then decided as
         any row (no policy: on to the agent as it came)."""
         carrier, ticket, tunnel = self.edge.carrier, row[0], held[0]
         try:
-            allowed = await ip_restrictions.allows(
-                self.edge, tunnel.account_id, ip_restrictions.ENDPOINTS, str(row[2][0])
-            )
-        except Exception:  # the restrictions unread: refused, never let through
+            async with asyncio.timeout(DECIDE_SECONDS):
+                allowed = await ip_restrictions.allows(
+                    self.edge, tunnel.account_id, ip_restrictions.ENDPOINTS, str(row[2][0])
+                )
+        except Exception:  # the restrictions unread (or not in time): refused
             log.exception("checking a request of %s://%s", held[1], held[2])
             allowed = False
         if allowed and policy is not None and (policy.ip_policy_ids or policy.secret_refs):
             await self._resolved(row, held, policy, hub)  # its own caches next
             return
         try:
-            if not allowed:
+            if not allowed:  # answered before any endpoint's: no record names the endpoint
                 refused = error_response(*ip_restrictions.REFUSED_ANSWER, close=True)
-                self._answer(ticket, refused, row[5], True, None)
+                self._answer(ticket, refused, row[5], True, REFUSED)
             elif policy is None and getattr(tunnel, "breaker", None) is not None:
                 self._breaker_only(row, tunnel)
             elif policy is None:
                 carrier.decide_append(ticket, [], None)
             else:
-                self._decide(row, held, policy, hub)
+                self._decide(row, held, policy, hub, may_hold=False)
         except Exception:
             log.exception("deciding a request of %s://%s", held[1], held[2])
             carrier.decide_close(ticket)
@@ -327,14 +348,17 @@ class Decider:
         edge, carrier = self.edge, self.edge.carrier
         account_id = held[0].account_id
         try:
-            ip_resolver = (
-                await edge.router.ip_policy_resolver(account_id, policy)
-                if policy.ip_policy_ids
-                else None
-            )
-            secret_resolver = (
-                await secrets.resolver(edge, account_id, policy) if policy.secret_refs else None
-            )
+            async with asyncio.timeout(DECIDE_SECONDS):
+                ip_resolver = (
+                    await edge.router.ip_policy_resolver(account_id, policy)
+                    if policy.ip_policy_ids
+                    else None
+                )
+                secret_resolver = (
+                    await secrets.resolver(edge, account_id, policy)
+                    if policy.secret_refs
+                    else None
+                )
             self._decide(row, held, policy, hub, ip_resolver, secret_resolver)
         except Exception:
             log.exception("deciding a request of %s://%s", held[1], held[2])
@@ -362,11 +386,13 @@ class Decider:
         hub: Any,
         ip_resolver: Any = None,
         secret_resolver: Any = None,
+        may_hold: bool = True,
     ) -> None:
         ticket, _, peer, local, facts, method, target, fields, bodiless = row
         tunnel, scheme, host, mode, _ = held
-        # the route's decisions are held by the core (its policy reads only the row's facts)
-        hold = mode == DECIDED and request_reads(policy) is not None
+        # the route's decisions are held by the core (its policy reads only the row's facts);
+        # never one made after a client check (a held decision would skip the next one's)
+        hold = may_hold and mode == DECIDED and request_reads(policy) is not None
         conn = tp.Conn(
             client_ip=peer[0],
             client_port=peer[1],
@@ -405,14 +431,15 @@ class Decider:
             return traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
 
         try:
-            while out.kind in AWAITED:
-                if out.kind == tp.IDENTITY:
-                    answered = await identity.handle(traffic, out)
-                    out = answered if answered is not None else again()
-                else:
-                    out = await http_policy.http_call(
-                        self.edge, held[0].account_id, traffic, "on_http_request", out, again
-                    )
+            async with asyncio.timeout(DECIDE_SECONDS):  # the core's wait for the ticket
+                while out.kind in AWAITED:
+                    if out.kind == tp.IDENTITY:
+                        answered = await identity.handle(traffic, out)
+                        out = answered if answered is not None else again()
+                    else:
+                        out = await http_policy.http_call(
+                            self.edge, held[0].account_id, traffic, "on_http_request", out, again
+                        )
             self._finish(row, held, traffic, out, hub, hold)
         except Exception:
             log.exception("deciding a request of %s://%s", held[1], held[2])
@@ -534,6 +561,30 @@ class Decider:
             carrier.decide_rewrite(ticket, rewritten, traffic)
         else:
             carrier.decide_close(ticket)
+
+
+def _agrees(now: Optional[int], pushed: int) -> bool:
+    """A route's mode now (``mode_of``) is the one it was pushed with, the RESTRICTED bit
+    aside: that bit follows the router's cache of the account's restrictions, which lets them
+    go every second (``mode_of`` then assumes them), and a row of such a route is checked
+    (:meth:`Decider._one`) rather than handed back (each second, every decided route of every
+    account had handed its rows, and their connections, to Python until the refresh read the
+    restrictions again, and was pushed anew, its held decisions lost)."""
+    return now is not None and now & ~RESTRICTED == pushed & ~RESTRICTED
+
+
+class _Refused:
+    """The memo of a request the account's ``endpoints`` IP restrictions refused: the Python
+    path answers it before routing it (edge/http_routing.py), so no record names the endpoint
+    (edge/fast_path.py ``served`` skips it) and no breaker counts it."""
+
+    __slots__ = ()
+    state = None
+    breakers = ()
+    upstream_breaker = None
+
+
+REFUSED = _Refused()
 
 
 def _says_close(fields: List[Tuple[bytes, bytes]]) -> bool:

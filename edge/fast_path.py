@@ -66,6 +66,7 @@ from edge import ip_restrictions, pools, tls_spec
 from edge.decided import (
     DECIDED,
     PLAIN,
+    REFUSED,
     RESPONSES,
     RESTRICTED,
     Decider,
@@ -283,6 +284,15 @@ class FastPath:
         account with ``endpoints`` IP restrictions decided (its client checked first)."""
         return _restricted_mode(_mode(tunnel), self.restricted(_account(tunnel)))
 
+    def _mode_known(self, tunnel: Any, pushed: Any) -> Any:
+        """:meth:`mode_now`, the account's restrictions as the route was pushed when the
+        router's cache no longer has them (the refresh reads them, then drops the route if
+        they came or went; a decided row is checked meanwhile: Decider._one)."""
+        restrictions = self.edge.router.ip_restrictions_now(_account(tunnel))
+        if restrictions is None:
+            return _restricted_mode(_mode(tunnel), _restricted_of(pushed))
+        return _restricted_mode(_mode(tunnel), not _plain_of(restrictions))
+
     # ---- pushing ------------------------------------------------------------------------------
     def sync(self, host: str) -> None:
         """``host``'s routes (both listeners) as the rules say now: dropped at once when not
@@ -300,7 +310,7 @@ class FastPath:
             held is not None
             and (
                 not _same(held[1], tunnel)
-                or held[4] != self.mode_now(tunnel)
+                or held[4] != self._mode_known(tunnel, held[4])
                 or not _same(held[5], _policy(tunnel))  # the core may hold its decisions
             )
         ):
@@ -609,7 +619,7 @@ class FastPath:
         try:
             for key, status, stats, tls, exchange, ran, held in rows:
                 hop = hops.get(key)
-                if hop is None:
+                if hop is None or ran is REFUSED:  # refused before any endpoint's: not its
                     continue
                 bytes_in, bytes_out, started, duration = stats
                 if held and ran is not None:  # Python made it for another request: counted
@@ -721,6 +731,13 @@ def _restricted_mode(mode: Any, restricted: bool) -> Any:
     if isinstance(mode, tuple):
         return tuple(_restricted_mode(m, True) for m in mode)
     return (mode or DECIDED) | RESTRICTED
+
+
+def _restricted_of(mode: Any) -> bool:
+    """Whether a route was pushed with its requests' clients checked (RESTRICTED)."""
+    if isinstance(mode, tuple):
+        return any(m & RESTRICTED for m in mode)
+    return mode is not None and bool(mode & RESTRICTED)
 
 
 def _holds(tunnel: Any, mode: int) -> Optional[List[str]]:

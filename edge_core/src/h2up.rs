@@ -45,22 +45,29 @@ pub const DUPLEX: usize = 64 * 1024;
 
 /// The leg of a proxy stream `sid` of `session` (owned by the core: `wakes`) to an endpoint
 /// that speaks HTTP/2, `header` (the proxy header) written first: the HTTP/1.1 end the
-/// exchange reads and writes. `scheme` is the requests' `:scheme` (the agent's upstream's).
-/// The stream is finished once that end and the h2 connection are done.
+/// exchange reads and writes, and what the leg holds while it wants the exchange (dropped
+/// with it: the exchange in flight is dropped at once, its stream reset, even while h2 waits
+/// for the agent's window and reads nothing of the leg). `scheme` is the requests' `:scheme`
+/// (the agent's upstream's). The stream is finished once that end and the h2 connection are
+/// done.
 pub(crate) fn start(
     session: Arc<Session>,
     sid: u32,
     wakes: Arc<Wakes>,
     header: Vec<u8>,
     scheme: &'static str,
-) -> DuplexStream {
+) -> (DuplexStream, tokio::sync::oneshot::Sender<()>) {
     let (ours, h1_end) = tokio::io::duplex(DUPLEX);
-    tokio::spawn(serve(
+    let (held, gone) = tokio::sync::oneshot::channel();
+    tokio::spawn(serve_until(
         h1_end,
         MuxIo::new(session, sid, wakes, header),
         scheme,
+        async move {
+            let _ = gone.await; // the sender dropped: the leg was given up
+        },
     ));
-    ours
+    (ours, held)
 }
 
 /// Most bytes h2 may have written before they are sent (then its writes wait).
@@ -190,13 +197,28 @@ impl Drop for MuxIo {
 
 /// The HTTP/1.1 requests read from `h1` sent on an h2 client connection over `io`, their
 /// answers written back, one after another, until `h1` ends or the connection fails.
-pub async fn serve<A, B>(mut h1: A, io: B, scheme: &'static str)
+pub async fn serve<A, B>(h1: A, io: B, scheme: &'static str)
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    serve_until(h1, io, scheme, std::future::pending()).await
+}
+
+/// [`serve`], until `gone` (the leg given up): the exchange in flight is then dropped (its
+/// stream reset) wherever it waits.
+pub async fn serve_until<A, B, G>(mut h1: A, io: B, scheme: &'static str, gone: G)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    G: Future<Output = ()>,
+{
     let Ok((mut client, connection)) = h2::client::Builder::new()
         .max_concurrent_reset_streams(16)
+        // a response's (or its trailers') field section at most what the HTTP/1.1 path reads
+        // of a head (the crate's default is 16 MiB, which HPACK's table lets a few KiB of
+        // frames fill); h2front's server and Python's h2leg (hpack: 64 KiB) bound it too
+        .max_header_list_size(h1::MAX_HEAD_BYTES as u32)
         .handshake::<_, Bytes>(io)
         .await
     else {
@@ -235,6 +257,7 @@ where
     tokio::select! {
         _ = served => {}
         _ = &mut connection => return, // the agent's end is gone
+        _ = gone => {} // the leg given up: the exchange's streams dropped (reset) here
     }
     // what the ended exchanges left (a reset, the GOAWAY once every handle is gone) sent
     drop(client);

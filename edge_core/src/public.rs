@@ -812,6 +812,8 @@ struct Leg {
 struct H2Leg {
     rd: tokio::sync::Mutex<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
     wr: tokio::sync::Mutex<tokio::io::WriteHalf<tokio::io::DuplexStream>>,
+    /// Dropped with the leg: h2up.rs drops the exchange in flight (its stream reset).
+    _held: tokio::sync::oneshot::Sender<()>,
 }
 
 impl Leg {
@@ -1155,7 +1157,7 @@ pub(crate) async fn connection<C: Conn>(
                 }
                 let h2 = match route.h2_upstream {
                     Some(scheme) => {
-                        let end = crate::h2up::start(
+                        let (end, held) = crate::h2up::start(
                             route.session.clone(),
                             sid,
                             wakes.clone(),
@@ -1166,6 +1168,7 @@ pub(crate) async fn connection<C: Conn>(
                         Some(H2Leg {
                             rd: tokio::sync::Mutex::new(rd),
                             wr: tokio::sync::Mutex::new(wr),
+                            _held: held,
                         })
                     }
                     None => {

@@ -550,3 +550,86 @@ def test_a_decision_is_held_only_when_the_policy_reads_nothing_but_the_row():
     )
     _decide(made, [_row(4)])
     assert carrier.calls[0][:3] == ("respond", 4, 502) and carrier.holds == [(4, False)]
+
+
+def _restricted(policy_doc, allows):
+    """A decider whose route was pushed RESTRICTED (its account has ``endpoints`` IP
+    restrictions), ``ip_restrictions.allows`` answering ``allows`` (an exception: raised)."""
+    made, carrier, tunnel, changed = _decider(policy_doc)
+    pushed = made.route_of(7)
+    mode = (pushed[3] or decided.DECIDED) | decided.RESTRICTED
+    routes = {7: pushed[:3] + (mode,) + pushed[4:]}
+    made.route_of = routes.get
+    made.mode_of = lambda tunnel: mode
+
+    async def check(edge, account_id, kind, ip):
+        if isinstance(allows, Exception):
+            raise allows
+        return allows
+
+    return made, carrier, check
+
+
+@pytest.mark.parametrize("allows", [False, RuntimeError("the store is down")])
+def test_a_client_the_accounts_restrictions_refuse_is_answered_403_and_closed(monkeypatch, allows):
+    """As edge/http_routing.py refuses it (ERR_NGROK_3203), restrictions that cannot be read
+    refusing too; nothing of the policy runs, nothing is held."""
+    from edge import ip_restrictions
+
+    made, carrier, check = _restricted(_req(DECIDABLE["add-headers"]), allows)
+    monkeypatch.setattr(ip_restrictions, "allows", check)
+
+    async def run():
+        made.decide([_row(1)])
+        await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    (respond,) = [c for c in carrier.calls if c[0] == "respond"]
+    assert respond[:3] == ("respond", 1, 403) and respond[5] is True
+    assert b"ERR_NGROK_3203" in respond[4] and carrier.holds == [(1, False)]
+
+
+def test_an_allowed_client_is_decided_as_any_but_nothing_is_held(monkeypatch):
+    """A decision made after a client check is never held (the next request's client would
+    go unchecked), though the policy alone reads nothing but the row."""
+    from edge import ip_restrictions
+
+    made, carrier, check = _restricted(
+        _req({"type": "add-headers", "config": {"headers": {"x-a": "${req.url.path}"}}}), True
+    )
+    monkeypatch.setattr(ip_restrictions, "allows", check)
+
+    async def run():
+        made.decide([_row(1)])
+        await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    assert carrier.calls[0][:2] == ("append", 1) and carrier.holds == [(1, False)]
+
+
+def test_a_refreshed_sessions_cookie_goes_on_the_agents_response():
+    """edge/identity.py with_cookies: the set-cookie of a session whose last-seen moved on is
+    added to the agent's response head before the response phase runs, once."""
+    made, carrier, memo = _forwarded(_req(DECIDABLE["add-headers"]))
+    memo.set_cookies = ["s=v; Path=/; HttpOnly"]
+    fields = [(b"Content-Length", b"2")]
+    made.responses([(2, 7, 200, fields, memo)])
+    made.responses([(3, 7, 200, fields, memo)])
+    assert carrier.calls[0] == (
+        "rewrite",
+        2,
+        [(b"content-length", b"2"), (b"set-cookie", b"s=v; Path=/; HttpOnly")],
+        memo,
+    )
+    assert carrier.calls[1] == ("rewrite", 3, [(b"content-length", b"2")], memo)
+
+
+def test_outbound_calls_that_may_outlast_the_cores_wait_keep_the_route_pythons():
+    """The core waits DECIDE_SECONDS for a ticket: a request phase whose calls' timeouts sum
+    past AWAIT_BUDGET is the Python path's (it would be cut there, unanswered)."""
+    call = {
+        "type": "http-request",
+        "config": {"url": "https://lookup.internal/", "timeout": "15s"},
+    }
+    assert decidable(compile_policy(_req(call)))
+    assert not decidable(compile_policy(_req(call, call)))

@@ -622,3 +622,78 @@ def test_a_route_whose_renewal_fails_is_dropped_and_the_others_are_renewed(core)
     paths, pushed = core.loop.run_until_complete(run())
     assert ("http", hosts[0]) not in paths.routes and ("http", hosts[0]) in edge.carrier.dropped
     assert len(edge.carrier.set) == pushed + 2  # the two others renewed
+
+
+class _Deciding(_Carrier):
+    """A carrier that notes each decision (its kind and ticket)."""
+
+    def __init__(self):
+        super().__init__()
+        self.decisions = []
+
+    def __getattr__(self, name):
+        if name.startswith("decide_") or name == "flush_decisions":
+            return lambda *args, **kwargs: self.decisions.append((name,) + args[:1])
+        raise AttributeError(name)
+
+
+def _row(ticket, key, ip="192.0.2.7"):
+    host = HOST.encode()
+    return (ticket, key, (ip, 5), ("127.0.0.1", 8080), None, b"GET", b"/", [(b"host", host)], True)
+
+
+def test_a_decided_route_keeps_its_rows_when_the_restrictions_cache_lapses(core):
+    """The router's cache lets an account's IP restrictions go every second: a decided route
+    of an account without any keeps being decided by the core meanwhile (its rows checked
+    against the restrictions read again, as the Python path would read them), not handed to
+    Python with their connections and pushed anew under a new key (its held decisions lost)."""
+    edge = _edge()
+    edge.carrier, edge.router = _Deciding(), _Router()
+    edge.tls.loaded = asyncio.Event()
+    edge.settings.region = "local"
+    where = ("http", HOST)
+
+    async def run():
+        policy = compile_policy(REQUEST_PHASE)
+        edge.registry.by_host[HOST] = _tunnel(
+            core, proto="http", enforcement=types.SimpleNamespace(policy=policy)
+        )
+        paths = FastPath(edge)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        key = paths.routes[where][0]
+        edge.router.kept = None  # the cache's second is up
+        paths.decide([_row(1, key)])
+        paths.sync(HOST)  # a registry change of the host meanwhile: nothing to drop
+        await asyncio.sleep(0.01)
+        return key, paths.routes[where][0]
+
+    key, now = core.loop.run_until_complete(run())
+    assert ("decide_python", 1) not in edge.carrier.decisions
+    assert ("decide_append", 1) in edge.carrier.decisions  # checked, then decided
+    assert now == key and where not in edge.carrier.dropped
+
+
+def test_a_request_the_restrictions_refuse_is_no_record_of_the_endpoint(core):
+    """edge/http_routing.py refuses the client before routing the request: no record names
+    the endpoint (its inspector, metrics and events see none), on the core's path too."""
+    from edge.decided import REFUSED
+
+    edge = _edge()
+    edge.carrier, edge.router = _Deciding(), _Router()
+    edge.tls.loaded = asyncio.Event()
+    queued = []
+
+    async def run():
+        edge.registry.by_host[HOST] = _tunnel(core, proto="http")
+        paths = FastPath(edge)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        key = paths.routes[where][0] if (where := ("http", HOST)) in paths.routes else None
+        hub = hub_of(edge)
+        hub.record = queued.append
+        hub.count_http = lambda *args: queued.append(args) or None
+        paths.served([(key, 403, (0, 0, 0.0, 0.0), False, None, REFUSED, False)])
+
+    core.loop.run_until_complete(run())
+    assert queued == []
