@@ -267,6 +267,17 @@ where
 /// How long an ended leg's connection may take to send what is left (a reset, GOAWAY).
 const CLOSING: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Whether a request target goes to an HTTP/2 endpoint unchanged as its `:path` (an
+/// origin-form the `http` crate takes as it is: no fragment, no byte it refuses or rewrites);
+/// any other is the Python path's, which sends it raw (public.rs checks before a leg).
+pub fn carriable_target(target: &[u8]) -> bool {
+    target.first() == Some(&b'/')
+        && std::str::from_utf8(target)
+            .ok()
+            .and_then(|t| t.parse::<http::uri::PathAndQuery>().ok())
+            .is_some_and(|p| p.as_str().as_bytes() == target)
+}
+
 /// The request `head` of HTTP/1.1 as HTTP/2's: `:authority` from Host, the fields HTTP/2 does
 /// not carry dropped (and those Connection names), `te` only as `trailers`, and `te:
 /// trailers` for a gRPC request (its server requires it; the HTTP/1.1 leg dropped it).

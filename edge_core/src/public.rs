@@ -986,7 +986,14 @@ pub(crate) async fn connection<C: Conn>(
         };
         ticket.busy();
         let route = match public.routes.get(&head.host) {
-            Some(route) if http::carriable(&head) => route,
+            // (towards an HTTP/2 endpoint, a target its `:path` carries unchanged: h2up.rs)
+            Some(route)
+                if http::carriable(&head)
+                    && (route.h2_upstream.is_none()
+                        || crate::h2up::carriable_target(&head.target)) =>
+            {
+                route
+            }
             None if first => match public.relays.get(&head.host) {
                 // another instance holds the host's endpoint: the whole connection goes
                 // there (the ticket held while it is relayed)

@@ -135,3 +135,34 @@ async fn a_leg_given_up_before_the_answer_resets_the_stream() {
     .unwrap();
     assert_eq!(reset, h2::Reason::CANCEL);
 }
+
+/// A target goes to an HTTP/2 endpoint only when its `:path` carries it unchanged; any other
+/// (a quote, angle brackets, bytes that are not UTF-8, a fragment) is the Python path's,
+/// which sends it raw.
+#[test]
+fn only_a_target_the_path_carries_unchanged_is_the_cores() {
+    use edge_core::h2up::carriable_target;
+    for ok in [
+        &b"/"[..],
+        b"/test.Echo/Unary",
+        b"/a?b=c&d=%20e",
+        b"/a;p=1/b",
+    ] {
+        assert!(carriable_target(ok), "{:?}", String::from_utf8_lossy(ok));
+    }
+    for refused in [
+        &b"/a?q=\"x\""[..],
+        b"/a<b>",
+        b"/caf\xe9",
+        b"/a#frag",
+        b"*",
+        b"http://h/a",
+        b"",
+    ] {
+        assert!(
+            !carriable_target(refused),
+            "{:?}",
+            String::from_utf8_lossy(refused)
+        );
+    }
+}

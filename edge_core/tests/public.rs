@@ -1274,3 +1274,28 @@ async fn a_pools_turn_goes_on_across_its_renewals() {
     }
     assert_eq!(served, vec![1, 2, 3, 1]);
 }
+
+/// A request for an HTTP/2 endpoint whose target its `:path` would not carry unchanged goes
+/// to Python with the connection (which sends it raw), before any proxy stream is opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_an_http2_endpoint_cannot_take_unchanged_is_pythons() {
+    let (carrier, port, session, _agent) = setup(16);
+    carrier.routes.set(
+        "g.test".into(),
+        Route {
+            h2_upstream: Some("http"),
+            ..route(&session)
+        },
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let sent = b"GET /a<b> HTTP/1.1\r\nHost: g.test\r\n\r\n";
+    client.write_all(sent).await.unwrap();
+    let conns = handed(&carrier).await;
+    assert_eq!(conns.len(), 1);
+    assert_eq!(&conns[0].data[..], &sent[..]);
+    assert_eq!(
+        session.with(|st| st.open_streams()),
+        0,
+        "no proxy stream opened"
+    );
+}
