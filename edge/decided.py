@@ -154,7 +154,7 @@ def policy_of(tunnel: Any) -> Optional[Any]:
     return enforcement.policy if enforcement is not None else None
 
 
-def mode_of(policy: Optional[Any]) -> Optional[int]:
+def _mode_of(policy: Optional[Any]) -> Optional[int]:
     """PLAIN for no policy, DECIDED or RESPONSES for a decidable one, None for any other (its
     route is the Python path's)."""
     if policy is None:
@@ -164,6 +164,10 @@ def mode_of(policy: Optional[Any]) -> Optional[int]:
     if policy.has("on_http_response") or _signs_in(policy):
         return RESPONSES
     return DECIDED
+
+
+# cached per compiled policy, as decidable is (each decided row asks for its route's mode)
+mode_of = functools.lru_cache(maxsize=1024)(_mode_of)
 
 
 def _signs_in(policy: Any) -> bool:
@@ -248,14 +252,13 @@ class Decider:
         route_of: Callable[[int], Optional[Pushed]],
         changed: Callable[[str, str], None],
         mode_of: Callable[[Any], Any] = route_mode,
-        restricted: Callable[[str], bool] = lambda account_id: False,
     ):
-        """``mode_of(tunnel)``: how a route of the tunnel is pushed now (a row of a route
-        pushed otherwise goes to Python); ``restricted(account)``: whether the account's
-        ``endpoints`` IP restrictions apply (edge/fast_path.py gives both)."""
+        """``mode_of(tunnel)``: how a route of the tunnel is pushed now, RESTRICTED set when
+        its account's ``endpoints`` IP restrictions apply or are not known (a row of a route
+        pushed otherwise goes to Python; edge/fast_path.py gives it)."""
         self.edge = edge
         self.route_of, self.changed = route_of, changed
-        self.mode_of, self.restricted = mode_of, restricted
+        self.mode_of = mode_of
         self.decided = 0  # rows decided (forward, respond or close)
         self.handed = 0  # rows handed back to Python with their connection
 
@@ -272,7 +275,8 @@ class Decider:
         ticket, key = row[0], row[1]
         held = self.route_of(key)
         policy = policy_of(held[0]) if held is not None else None
-        if held is None or policy is not held[4] or not _agrees(self.mode_of(held[0]), held[3]):
+        now = self.mode_of(held[0]) if held is not None else None
+        if held is None or policy is not held[4] or not _agrees(now, held[3]):
             # dropped, or its policy changed since the push: the Python path routes it from
             # scratch (the route is pushed again as the new policy makes it)
             carrier.decide_python(ticket)
@@ -280,7 +284,7 @@ class Decider:
             if held is not None:
                 self.changed(held[2], held[1])
             return
-        if held[3] & RESTRICTED or self.restricted(held[0].account_id):
+        if (held[3] | (now or 0)) & RESTRICTED:
             # its client checked first, in a task (a cache may wait): a route pushed so, or one
             # whose account's restrictions the router's cache let go since (they may have come:
             # checked as the Python path would, nothing held; the refresh reads them and pushes

@@ -194,7 +194,7 @@ class FastPath:
         # a pool's route key -> its members' keys (what its records name), and back
         self.members: Dict[int, List[int]] = {}
         self.owner: Dict[int, int] = {}
-        self.decider = Decider(edge, self.route_of, self._sync, self.mode_now, self.restricted)
+        self.decider = Decider(edge, self.route_of, self._sync, self.mode_now)
         self._keys = itertools.count(1)
         # the certificates pushed: what identifies a pair -> its number in the core
         self.certs: Dict[Tuple[str, str], int] = {}
