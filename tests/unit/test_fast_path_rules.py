@@ -364,20 +364,10 @@ def test_an_accounts_routes_wait_for_one_read_of_its_restrictions_then_are_check
     read of them (not a push each: an account's thousand routes made a thousand pushes each
     time its cache expired); once read, each is checked again: kept, or dropped when a rule
     now fails."""
-    edge = _edge()
-    edge.carrier, edge.router = _Carrier(), _Router()
-    edge.tls.loaded = asyncio.Event()
-    hosts = [f"h{n}.tunnels.localhost" for n in range(3)]
+    edge, hosts = _three_routes_edge("h")
 
     async def run():
-        for n, host in enumerate(hosts):
-            edge.registry.by_host[host] = _tunnel(
-                core, proto="http", id=f"tn_{n}", hostname=host, url=f"http://{host}"
-            )
-        paths = FastPath(edge)
-        for host in hosts:
-            paths.sync(host)
-        await asyncio.sleep(0.01)
+        paths = await _three_routes(core, edge, hosts)
         assert len(edge.carrier.set) == 3
         loads = edge.router.loads
         edge.router.kept = None
@@ -395,6 +385,27 @@ def test_an_accounts_routes_wait_for_one_read_of_its_restrictions_then_are_check
         assert {held[4] for held in paths.routes.values()} == {DECIDED | RESTRICTED}
 
     core.loop.run_until_complete(run())
+
+
+def _three_routes_edge(prefix):
+    """An edge with the fakes a push reads through, and three hosts' names."""
+    edge = _edge()
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.tls.loaded = asyncio.Event()
+    return edge, [f"{prefix}{n}.tunnels.localhost" for n in range(3)]
+
+
+async def _three_routes(core, edge, hosts):
+    """A plain endpoint of one account on each of ``hosts``, their routes pushed."""
+    for n, host in enumerate(hosts):
+        edge.registry.by_host[host] = _tunnel(
+            core, proto="http", id=f"tn_{n}", hostname=host, url=f"http://{host}"
+        )
+    paths = FastPath(edge)
+    for host in hosts:
+        paths.sync(host)
+    await asyncio.sleep(0.01)
+    return paths
 
 
 def _failing_read(router):
@@ -590,20 +601,10 @@ def test_a_route_whose_renewal_fails_is_dropped_and_the_others_are_renewed(core)
     route (its host is Python's) and does not stop the refresh of the others."""
     from edge import fast_path
 
-    edge = _edge()
-    edge.carrier, edge.router = _Carrier(), _Router()
-    edge.tls.loaded = asyncio.Event()
-    hosts = [f"r{n}.tunnels.localhost" for n in range(3)]
+    edge, hosts = _three_routes_edge("r")
 
     async def run():
-        for n, host in enumerate(hosts):
-            edge.registry.by_host[host] = _tunnel(
-                core, proto="http", id=f"tn_{n}", hostname=host, url=f"http://{host}"
-            )
-        paths = FastPath(edge)
-        for host in hosts:
-            paths.sync(host)
-        await asyncio.sleep(0.01)
+        paths = await _three_routes(core, edge, hosts)
         for where, (key, tunnel, until, cert, mode, policy) in list(paths.routes.items()):
             aged = until - fast_path.ROUTE_TTL / 2 - 0.01  # each due for renewal
             paths.routes[where] = (key, tunnel, aged, cert, mode, policy)
