@@ -9,7 +9,7 @@ import sys
 
 from chalicelib.core import store
 from chalicelib.core.policy import ipintel
-from edge import config, gc_tuning
+from edge import config, gc_tuning, open_files
 from edge.server import Edge
 
 
@@ -24,6 +24,8 @@ async def main() -> int:
     asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
     ipintel.WARM_ON_COMPILE = True  # a policy naming conn.geo.* loads the database at once
     settings = config.load()
+    files, _ = open_files.raise_limit()  # the caps outgrow a soft limit of 1,024 (open_files.py)
+    open_files.quiet_accept_failures(asyncio.get_running_loop())
     store.configure()
     edge = Edge(settings)
     await edge.start()
@@ -33,7 +35,8 @@ async def main() -> int:
         f"(TLS; the SDK's server_addr), endpoints are served at "
         f"http://<name>.{settings.base_domain}:{edge.http_port} and "
         f"https://<name>.{settings.base_domain}:{edge.https_port}, TCP endpoints on "
-        f"{settings.tcp_host}:{settings.tcp_ports[0]}-{settings.tcp_ports[1]}",
+        f"{settings.tcp_host}:{settings.tcp_ports[0]}-{settings.tcp_ports[1]}; "
+        f"open files limit {files}",
         flush=True,
     )
     if edge.ssh is not None:

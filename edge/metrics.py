@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
-from edge import events
+from edge import events, open_files
 from edge.connections import connection_handler
 
 log = logging.getLogger("edge.metrics")
@@ -66,6 +66,11 @@ class _EdgeCollector:
             "edge_public_connections_refused",
             "Public connections refused at a cap",
             value=admission.refused + core.refused,
+        )
+        yield CounterMetricFamily(
+            "edge_accept_failures",
+            "Connections an asyncio listener could not accept: no descriptor or memory left",
+            value=open_files.Failures.count,
         )
         yield CounterMetricFamily(
             "edge_core_http_requests",

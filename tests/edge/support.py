@@ -6,7 +6,7 @@ import http.server
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -64,7 +64,16 @@ def no_traceback_after(edge: Any) -> Iterator[None]:
     yield
     with open(edge.log_path, errors="replace") as fh:
         fh.seek(start)
-        assert "Traceback" not in fh.read()
+        written = fh.read()
+    at = written.find("Traceback")
+    assert at < 0, written[max(0, at - 2000) : at + 4000]
+
+
+def open_files(pid: int) -> Tuple[int, int]:
+    """(the soft limit of open files, how many are open) of process ``pid``."""
+    with open(f"/proc/{pid}/limits") as fh:
+        limit = next(int(line.split()[3]) for line in fh if line.startswith("Max open files"))
+    return limit, len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def metric(text: str, name: str, **labels: str) -> float:
