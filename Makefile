@@ -38,10 +38,12 @@ $(AGENT_STAMP): agent/requirements.txt agent/requirements-dev.txt agent/pyprojec
 # The edge's compiled core (edge_core/: Rust, PyO3), built by maturin from crates.io into one
 # wheel (edge_core/target/wheels/, which the edge image test installs too) and installed into
 # .venv. Rebuilt when its sources change; cargo's cache in edge_core/target makes that quick.
+# It links the system's OpenSSL (Debian's libssl-dev: scripts/install_build_deps.sh).
 CORE_STAMP := $(VENV)/.core-installed
 CORE_SOURCES := $(wildcard edge_core/src/*.rs) edge_core/Cargo.toml edge_core/Cargo.lock \
 	edge_core/pyproject.toml edge_core/edge_core.pyi
 $(CORE_STAMP): $(STAMP) $(CORE_SOURCES)
+	sh scripts/install_build_deps.sh
 	rm -rf edge_core/target/wheels
 	CARGO_TARGET_DIR=$(CURDIR)/edge_core/target $(PY) -m pip wheel -q --no-deps ./edge_core \
 	  -w edge_core/target/wheels

@@ -19,11 +19,12 @@ taken in batches (docs/DATA_PLANE.md, "The compiled core").
 import asyncio
 import logging
 import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import edge_core
-from edge import session
+from edge import session, tls_spec
 
 log = logging.getLogger("edge.carrier")
 
@@ -59,6 +60,8 @@ class CoreTls:
     version: str
     cipher: str
     alpn: Optional[bytes]
+    spec: int = 0  # the number of what the handshake required (set_cert's; 0: the default)
+    client_cert: Optional[bytes] = None  # the client certificate it verified (DER)
 
 
 # A public connection the core hands over: the socket, the bytes it read from it (a request
@@ -442,9 +445,29 @@ class Carrier:
         """Routes the core holds, both listeners."""
         return sum(self._core.route_count())
 
-    def set_cert(self, cert: int, chain_pem: bytes, key_pem: bytes) -> None:
-        """Certificate number ``cert`` for the HTTPS listener's routes."""
-        self._core.set_cert(cert, chain_pem, key_pem)
+    def set_cert(
+        self,
+        cert: int,
+        chain_pem: bytes,
+        key_pem: bytes,
+        spec: int = 0,
+        requires: Optional[tls_spec.TlsSpec] = None,
+    ) -> None:
+        """Certificate number ``cert`` for the HTTPS listener's routes; with ``requires``
+        (what Python numbered ``spec``), for a name whose TLS settings ask more of a handshake
+        than the default: a minimum or maximum version, a client certificate from its CAs."""
+        if requires is None or spec == 0:
+            self._core.set_cert(cert, chain_pem, key_pem)
+            return
+        self._core.set_cert(
+            cert,
+            chain_pem,
+            key_pem,
+            spec=spec,
+            tls13_only=requires.min_version == ssl.TLSVersion.TLSv1_3,
+            tls12_only=requires.max_version == ssl.TLSVersion.TLSv1_2,
+            client_cas=tls_spec.ca_ders(requires) if requires.mutual else None,
+        )
 
     def set_nameless_cert(self, cert: int) -> None:
         """The certificate a ClientHello without a server name gets (0: Python's)."""

@@ -37,13 +37,21 @@ async def start_server_tls(
 
 class CoreTlsObject:
     """The handshake facts of a connection whose TLS the compiled core terminated, read as
-    an ``ssl.SSLObject``'s (``writer.get_extra_info("ssl_object")``): no client certificate
-    (the core terminates only for names that ask for none)."""
+    an ``ssl.SSLObject``'s (``writer.get_extra_info("ssl_object")``), with the client
+    certificate the handshake verified (a name that asks for one)."""
 
-    def __init__(self, sni: str, version: str, cipher: str, alpn: Optional[bytes]):
+    def __init__(
+        self,
+        sni: str,
+        version: str,
+        cipher: str,
+        alpn: Optional[bytes],
+        client_cert: Optional[bytes] = None,
+    ):
         self.server_hostname = sni or None
         self._version, self._cipher = version, cipher
         self._alpn = alpn.decode("ascii", "replace") if alpn else None
+        self._client_cert = client_cert
 
     def version(self) -> Optional[str]:
         return self._version or None
@@ -55,7 +63,9 @@ class CoreTlsObject:
         return self._alpn
 
     def getpeercert(self, binary_form: bool = False) -> Any:
-        return None
+        """The client certificate's DER (``binary_form``: all Python's paths ask for it), or
+        None without one. Its parsed form is not given: nothing reads it."""
+        return self._client_cert if binary_form else None
 
 
 class CoreTlsWriter:

@@ -414,6 +414,7 @@ class Decider:
         )
         if facts is not None:
             conn.tls_sni, conn.tls_version, conn.tls_cipher_suite = facts[0], facts[1], facts[2]
+            conn.tls_client_der = facts[5] or b""  # a mutual-TLS handshake's (conn.tls.client.*)
         conn.ip_policy_resolver, conn.secret_resolver = ip_resolver, secret_resolver
         request = http1.Request(method=method, target=target, headers=fields, raw_headers=fields)
         traffic = http_policy.Traffic(policy, conn, request, scheme, host)

@@ -22,9 +22,15 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
 - the traffic inspector does not capture its bodies (as the inspector's cache knows it); an
   account with ``endpoints`` IP restrictions (the router's cache) has its routes decided, each
   request's client checked first (edge/decided.py ``RESTRICTED``);
-- its name requires nothing of a TLS handshake (``edge.tls.spec_for``: no minimum version
-  above TLS 1.2, no client certificate), so no request for it is misdirected on any
-  connection.
+- on the plain-HTTP listener, its name requires nothing of a TLS handshake
+  (``edge.tls.spec_for``: no minimum version above TLS 1.2, no client certificate; Python
+  answers such a name 421 there); on HTTPS, whatever it requires the core's TLS can ask
+  (:func:`core_requires`: TLS 1.3 only, TLS 1.2 only, a client certificate from its CAs).
+
+Such a name's certificate is pushed with what it requires (``Carrier.set_cert``, the spec
+numbered here: :meth:`FastPath.spec_numbered`), and the core serves its requests only on
+connections whose handshake was made for the same spec (another's go to Python, which answers
+them 421 as edge/tls.py's ``misdirected`` says; a name that requires nothing is served on any).
 
 An **endpoint pool** (edge/pools.py) is pushed as one route of several members
 (``Carrier.set_pool``), the core giving each request to the next member in turn as
@@ -57,6 +63,7 @@ older than what the Python path reads.
 """
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -118,6 +125,17 @@ def _same(a: Any, b: Any) -> bool:
     if type(a) is Pool and type(b) is Pool:
         return len(a) == len(b) and all(x is y for x, y in zip(a, b))
     return a is b
+
+
+@functools.lru_cache(maxsize=1024)
+def core_requires(spec: tls_spec.TlsSpec) -> bool:
+    """Whether the core's TLS asks of a handshake what ``spec`` requires: a version range it
+    has (TLS 1.2 and 1.3: a lower minimum already means TLS 1.2 here), and client
+    certificates from CAs that parse (a mutual spec with none left refuses every client:
+    Python's)."""
+    if spec.min_version > spec.max_version:
+        return False
+    return not spec.mutual or bool(tls_spec.ca_ders(spec))
 
 
 def _account(tunnel: Any) -> str:
@@ -197,9 +215,15 @@ class FastPath:
         self.decider = Decider(edge, self.route_of, self._sync, self.mode_now)
         self._keys = itertools.count(1)
         # the certificates pushed: what identifies a pair -> its number in the core
-        self.certs: Dict[Tuple[str, str], int] = {}
+        self.certs: Dict[Tuple[Any, ...], int] = {}
         self._cert_numbers = itertools.count(1)
         self._nameless = 0  # the number of the nameless ClientHello's certificate
+        # what names require of a handshake beyond the default, by the number the core
+        # knows it by (0: the default), and the certificates pushed for each
+        self._specs: Dict[int, tls_spec.TlsSpec] = {}
+        self._spec_numbers: Dict[Tuple[Any, ...], int] = {}
+        self._spec_of_cert: Dict[int, int] = {}
+        self._spec_counter = itertools.count(1)
         self._pending: set = set()  # (scheme, host) whose async checks are running
         # account id -> the used routes whose renewal waits for its IP restrictions' read
         self._restrictions_wanted: Dict[str, set] = {}
@@ -237,7 +261,8 @@ class FastPath:
         tunnel = edge.registry.by_host.get(host)
         if tunnel is None:
             return None
-        if edge.tls.spec_for(host).key != tls_spec.DEFAULT.key:
+        spec = edge.tls.spec_for(host)
+        if spec.key != tls_spec.DEFAULT.key and (scheme != "https" or not core_requires(spec)):
             return None  # a Host that requires more of a handshake: Python says 421
         if tunnel.pooled or tunnel.pool:
             members = [
@@ -355,20 +380,39 @@ class FastPath:
     def _cert(self, host: str) -> int:
         """The number in the core of the certificate the HTTPS listener serves ``host`` with
         (edge/tls.py's choice: the store's for the name, else the local CA's or the fixed
-        pair), pushed when first needed."""
+        pair) and what the name requires of a handshake, pushed when first needed."""
         certs = self.edge.certs
+        spec = self.edge.tls.spec_for(host)
         stored = certs.stored_pair(host)
         if stored is not None:
-            identity, pair = ("store", stored[0]), stored[1]
+            identity, pair = ("store", stored[0], spec.key), stored[1]
         else:
-            identity, pair = ("issued", host), None
+            identity, pair = ("issued", host, spec.key), None
         number = self.certs.get(identity)
         if number is None:
             chain, key = pair if pair is not None else certs.pair_for([host])
             number = next(self._cert_numbers)
-            self.edge.carrier.set_cert(number, chain, key)
+            required = self._spec_number(spec)
+            self.edge.carrier.set_cert(number, chain, key, required, spec if required else None)
             self.certs[identity] = number
+            self._spec_of_cert[number] = required
         return number
+
+    def _spec_number(self, spec: tls_spec.TlsSpec) -> int:
+        """The number the core knows what ``spec`` requires by (0: the default)."""
+        if spec.key == tls_spec.DEFAULT.key:
+            return 0
+        number = self._spec_numbers.get(spec.key)
+        if number is None:  # a number is never given again (a connection may still hold it)
+            number = self._spec_numbers[spec.key] = next(self._spec_counter)
+            self._specs[number] = spec
+        return number
+
+    def spec_numbered(self, number: int) -> tls_spec.TlsSpec:
+        """What the handshake of a connection the core terminated was made to require (its
+        facts' ``spec``): the default for 0, or for a number no longer known (its name's
+        settings changed since: a protected name's request on it is then misdirected)."""
+        return self._specs.get(number, tls_spec.DEFAULT)
 
     async def _push(self, where: Tuple[str, str]) -> None:
         scheme, host = where
@@ -581,7 +625,13 @@ class FastPath:
         for identity, number in list(self.certs.items()):
             if number not in named:
                 del self.certs[identity]
+                self._spec_of_cert.pop(number, None)
                 self.edge.carrier.drop_cert(number)
+        in_use = set(self._spec_of_cert.values())  # a spec no certificate is made for
+        for spec_key, spec_number in list(self._spec_numbers.items()):
+            if spec_number not in in_use:
+                del self._spec_numbers[spec_key]
+                self._specs.pop(spec_number, None)
 
     def route_of(self, key: int) -> Optional[Pushed]:
         """Route ``key``'s (tunnel, scheme, host, mode and policy as pushed) while the core may

@@ -280,14 +280,18 @@ class Edge:
         if streams is None:
             return
         reader, plain_writer = streams
-        ssl_object = CoreTlsObject(core_tls.sni, core_tls.version, core_tls.cipher, core_tls.alpn)
+        ssl_object = CoreTlsObject(
+            core_tls.sni, core_tls.version, core_tls.cipher, core_tls.alpn, core_tls.client_cert
+        )
         writer = CoreTlsWriter(
             plain_writer,
             peer,
             local,
             ssl_object,
-            DEFAULT_TLS,  # what the core's handshake required: a Host that requires more
-        )  # is misdirected (edge/http_routing.py), as on any connection made for less
+            # what the core's handshake required: a Host that requires something else is
+            # misdirected (edge/http_routing.py), as on any connection made for less
+            self.fast_path.spec_numbered(core_tls.spec) if core_tls.spec else DEFAULT_TLS,
+        )
         await handle(reader, writer)
 
     def serves_name(self, name: str) -> bool:

@@ -10,6 +10,7 @@ edge/tls.py.
 import base64
 import binascii
 import hashlib
+import re
 import ssl
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Tuple, Union
@@ -95,6 +96,39 @@ def spec_of_bind(option: Any) -> Optional[TlsSpec]:
         raise binding.Refused(edge_errors.INVALID_OPTION, "MutualTLSCA holds no certificate")
     digest = hashlib.sha256(data).hexdigest()
     return TlsSpec(ssl.TLSVersion.TLSv1_2, cadata, "bind:" + digest)
+
+
+_PEM_CERT = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
+
+
+def ca_ders(spec: TlsSpec) -> List[bytes]:
+    """The CA certificates of ``spec`` (its ``cadata``: PEM text, or DER certificates end to
+    end), each as DER, in order; [] when there are none, or they do not parse."""
+    data = spec.cadata
+    if isinstance(data, str):
+        try:
+            return [ssl.PEM_cert_to_DER_cert(block) for block in _PEM_CERT.findall(data)]
+        except ValueError:
+            return []
+    found, pos = [], 0
+    raw = data or b""
+    while pos < len(raw):  # each a SEQUENCE: 0x30, its length (short or long form), body
+        if raw[pos] != 0x30 or pos + 2 > len(raw):
+            return []
+        first = raw[pos + 1]
+        if first < 0x80:
+            head, length = 2, first
+        else:
+            count = first & 0x7F
+            if not 1 <= count <= 4 or pos + 2 + count > len(raw):
+                return []
+            head, length = 2 + count, int.from_bytes(raw[pos + 2 : pos + 2 + count], "big")
+        end = pos + head + length
+        if end > len(raw):
+            return []
+        found.append(raw[pos:end])
+        pos = end
+    return found
 
 
 def apply(ctx: ssl.SSLContext, spec: TlsSpec) -> ssl.SSLContext:

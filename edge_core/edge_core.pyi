@@ -16,7 +16,9 @@ Handed = Tuple[int, "Session", str, int, Optional[str], Optional[bytes]]
 # (session key, kind: edge/session.py's EV_*, stream id)
 Event = Tuple[int, int, int]
 # What the core's TLS handshake agreed: (SNI, version, cipher, ALPN), in OpenSSL's names
-Facts = Tuple[str, str, str, Optional[bytes]]
+# (SNI, version, cipher, ALPN, the number of what the handshake required: 0 the default,
+# the client certificate it verified: DER)
+Facts = Tuple[str, str, str, Optional[bytes], int, Optional[bytes]]
 # (listener id, fd, peer host, peer port, bytes read, no request served on it yet, None: the
 # client's socket / the facts: fd is a Unix socket carrying the plaintext of the core's TLS,
 # (local host, port))
@@ -197,9 +199,22 @@ class Core:
     def clear_routes(self) -> None: ...
     def route_count(self) -> Tuple[int, int]:
         """(plain-HTTP listener's routes, HTTPS listener's)."""
-    def set_cert(self, id: int, chain_pem: bytes, key_pem: bytes) -> None:
+    def set_cert(
+        self,
+        id: int,
+        chain_pem: bytes,
+        key_pem: bytes,
+        *,
+        spec: int = 0,
+        tls13_only: bool = False,
+        tls12_only: bool = False,
+        client_cas: Optional[List[bytes]] = None,
+    ) -> None:
         """Certificate ``id`` (>= 1) for the HTTPS listener's routes; ValueError when the
-        pair does not load."""
+        pair does not load. For a name whose TLS settings are numbered ``spec`` (0: none
+        beyond the default): TLS 1.3 only, TLS 1.2 only, a client certificate chaining to one
+        of ``client_cas`` (DER) required; a route of the certificate is served only on a
+        connection whose handshake was made for the same ``spec``."""
     def drop_cert(self, id: int) -> bool: ...
     def set_nameless_cert(self, id: int) -> None:
         """The certificate a ClientHello without a server name gets; its requests routed by

@@ -16,19 +16,23 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 NOW = datetime.datetime.now(datetime.timezone.utc)
 
 
-def make_ca(name: str) -> Tuple[Any, x509.Certificate]:
-    """A self-signed CA (P-256): its key and certificate, valid for a day."""
+def make_ca(name: str, expired: bool = False) -> Tuple[Any, x509.Certificate]:
+    """A self-signed CA (P-256): its key and certificate, valid for a day (``expired``: the
+    day before yesterday until a minute ago)."""
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.timezone.utc)
+    start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1)
+    if expired:
+        start, end = now - datetime.timedelta(days=2), now - datetime.timedelta(minutes=1)
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)
         .issuer_name(subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
+        .not_valid_before(start)
+        .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
@@ -40,12 +44,13 @@ def make_client_cert(
     name: str = "client",
     dns_names: Tuple[str, ...] = (),
     serial: int = 0,
+    curve: Optional[ec.EllipticCurve] = None,
 ) -> Tuple[bytes, bytes]:
     """A client certificate signed by ``ca``: (certificate PEM, PKCS#8 key PEM); subject CN
     ``name``, DNS subject alternative names ``dns_names`` (none: no SAN extension), serial
-    number ``serial`` (0: a random one)."""
+    number ``serial`` (0: a random one), its key on ``curve`` (None: P-256)."""
     ca_key, ca_cert = ca
-    key = ec.generate_private_key(ec.SECP256R1())
+    key = ec.generate_private_key(curve or ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
         x509.CertificateBuilder()

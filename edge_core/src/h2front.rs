@@ -613,6 +613,10 @@ impl Conn for Virtual {
         Some(self.facts.clone())
     }
 
+    fn tls_spec(&self) -> u64 {
+        self.facts.spec
+    }
+
     fn hand_over(
         self,
         peer: SocketAddr,
@@ -735,8 +739,9 @@ pub(crate) async fn serve(
     local: SocketAddr,
     public: Arc<Public>,
     mut ticket: Ticket,
+    required: u64,
 ) {
-    let facts = https::facts(tls.get_ref().1);
+    let facts = https::facts(tls.get_ref().1, required);
     let watch = Arc::new(Watch::default());
     let io = Watched {
         io: tls,

@@ -16,12 +16,15 @@
 //! the connection's start; until its first request head the connection counts as waiting
 //! (the one waiting longest is evicted at a cap, as on the plain listener).
 
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::rustls::server::{Acceptor, ServerConnection};
 use tokio_rustls::rustls::{CipherSuite, ProtocolVersion, ServerConfig};
@@ -143,7 +146,7 @@ pub(crate) async fn connection(
         }) if (http1 || h2) && !public.routes.is_empty() => public.certs.nameless(),
         Some(_) => None,
     };
-    let Some(config) = config else {
+    let Some((config, required)) = config else {
         drop(ticket); // Python's admission counts it from now on
         return public::hand_over_socket(tcp, peer, Vec::new(), true, &public);
     };
@@ -155,9 +158,16 @@ pub(crate) async fn connection(
     match tls {
         Ok(Ok(tls)) if tls.get_ref().1.alpn_protocol() == Some(b"h2") => {
             // boxed: its state is large, and only HTTP/2 connections hold it
-            Box::pin(crate::h2front::serve(tls, peer, local, public, ticket)).await
+            Box::pin(crate::h2front::serve(
+                tls, peer, local, public, ticket, required,
+            ))
+            .await
         }
-        Ok(Ok(tls)) => public::connection(tls, peer, local, public, ticket, Vec::new()).await,
+        Ok(Ok(tls)) => {
+            let facts = facts(tls.get_ref().1, required);
+            let conn = Terminated { tls, facts };
+            public::connection(conn, peer, local, public, ticket, Vec::new()).await
+        }
         _ => {
             public
                 .counters
@@ -167,20 +177,22 @@ pub(crate) async fn connection(
     }
 }
 
-/// The server configuration of `name`'s route, when it has one with a certificate. A relay
-/// route's name is relayed decrypted (as Python relays it) to the holder's HTTP/1.1 adopting
-/// listener: not when the client offers h2.
-fn served_with(public: &Public, name: &str, h2: bool) -> Option<Arc<ServerConfig>> {
+/// The server configuration of `name`'s route, when it has one with a certificate, and the
+/// number of what it requires of the handshake. A relay route's name is relayed decrypted (as
+/// Python relays it) to the holder's HTTP/1.1 adopting listener: not when the client offers
+/// h2.
+fn served_with(public: &Public, name: &str, h2: bool) -> Option<(Arc<ServerConfig>, u64)> {
     let cert = match public.routes.peek(name) {
         Some(route) => route.cert,
         None if !h2 => public.relays.get(name)?.cert,
         None => return None,
     };
-    public.certs.get(cert)
+    public.certs.with_spec(cert)
 }
 
-/// What a connection's handshake agreed, in OpenSSL's names.
-pub fn facts(conn: &ServerConnection) -> TlsFacts {
+/// What a connection's handshake agreed, in OpenSSL's names; `required`: the number of what
+/// its configuration required.
+pub fn facts(conn: &ServerConnection, required: u64) -> TlsFacts {
     let version = match conn.protocol_version() {
         Some(ProtocolVersion::TLSv1_3) => "TLSv1.3",
         Some(ProtocolVersion::TLSv1_2) => "TLSv1.2",
@@ -195,6 +207,11 @@ pub fn facts(conn: &ServerConnection) -> TlsFacts {
         version,
         cipher,
         alpn: conn.alpn_protocol().map(<[u8]>::to_vec),
+        spec: required,
+        client_cert: conn
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|leaf| leaf.to_vec()),
     }
 }
 
@@ -216,16 +233,66 @@ pub fn openssl_name(suite: CipherSuite) -> &'static str {
     }
 }
 
-impl Conn for TlsStream<TcpStream> {
-    type Reader<'a> = tokio::io::ReadHalf<&'a mut TlsStream<TcpStream>>;
-    type Writer<'a> = tokio::io::WriteHalf<&'a mut TlsStream<TcpStream>>;
+/// A connection whose TLS the core terminated (HTTP/1.1), with its handshake's facts.
+pub struct Terminated {
+    tls: TlsStream<TcpStream>,
+    facts: TlsFacts,
+}
+
+impl AsyncRead for Terminated {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tls).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Terminated {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tls).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tls).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tls.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tls).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tls).poll_shutdown(cx)
+    }
+}
+
+impl Conn for Terminated {
+    type Reader<'a> = tokio::io::ReadHalf<&'a mut Terminated>;
+    type Writer<'a> = tokio::io::WriteHalf<&'a mut Terminated>;
 
     fn halves(&mut self) -> (Self::Reader<'_>, Self::Writer<'_>) {
         tokio::io::split(self)
     }
 
     fn tls_facts(&self) -> Option<TlsFacts> {
-        Some(facts(self.get_ref().1))
+        Some(self.facts.clone())
+    }
+
+    fn tls_spec(&self) -> u64 {
+        self.facts.spec
     }
 
     fn hand_over(
@@ -236,12 +303,13 @@ impl Conn for TlsStream<TcpStream> {
         public: &Public,
         ticket: Ticket,
     ) {
-        let facts = facts(self.get_ref().1);
         let local = self
+            .tls
             .get_ref()
             .0
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let facts = self.facts.clone();
         bridge_to_python(self, facts, peer, local, data, first, public, ticket);
     }
 }

@@ -17,6 +17,7 @@
 //! them in batches.
 
 pub mod carrier;
+pub mod client_cert;
 pub mod decide;
 pub mod h2front;
 pub mod h2up;

@@ -66,6 +66,11 @@ pub struct Route {
     /// The certificate the HTTPS listener serves the host with ([`Certs`]; 0 on the plain
     /// listener's routes).
     pub cert: u64,
+    /// What the host's TLS settings require of a handshake (its certificate's number of them:
+    /// [`Certs::set_requiring`]; 0: the default): when not 0, served only on a connection whose
+    /// handshake was made for the same ([`Conn::tls_spec`]), else handed to Python (a 421
+    /// there, as edge/tls.py's `misdirected` says).
+    pub spec: u64,
     /// The route is Python's again from then on, unless renewed (pushed again): what the
     /// route's rules read from caches is that old at most.
     pub until: Instant,
@@ -210,7 +215,9 @@ impl Routes {
 /// configuration each (TLS 1.2 and 1.3, ALPN http/1.1), made once when pushed.
 #[derive(Default)]
 pub struct Certs {
-    map: RwLock<HashMap<u64, Arc<ServerConfig>>>,
+    /// id -> its configuration, and the number of what it requires of a handshake (0: no
+    /// more than the listener's default; else Python's number for a name's TLS settings).
+    map: RwLock<HashMap<u64, (Arc<ServerConfig>, u64)>>,
     /// The one a ClientHello without a server name gets (0: none, such a connection is
     /// Python's); its requests are routed by Host alone, as Python's listener does.
     nameless: AtomicU64,
@@ -221,18 +228,25 @@ impl Certs {
         self.nameless.store(id, Ordering::Relaxed);
     }
 
-    pub fn nameless(&self) -> Option<Arc<ServerConfig>> {
+    /// The nameless ClientHello's configuration, and what it requires.
+    pub fn nameless(&self) -> Option<(Arc<ServerConfig>, u64)> {
         match self.nameless.load(Ordering::Relaxed) {
             0 => None,
-            id => self.get(id),
+            id => self.with_spec(id),
         }
     }
 
+    /// Certificate `id`, for handshakes that require no more than the listener's default.
     pub fn set(&self, id: u64, config: Arc<ServerConfig>) {
+        self.set_requiring(id, config, 0);
+    }
+
+    /// Certificate `id`, made for handshakes that require what Python numbered `spec`.
+    pub fn set_requiring(&self, id: u64, config: Arc<ServerConfig>, spec: u64) {
         self.map
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, config);
+            .insert(id, (config, spec));
     }
 
     pub fn drop_cert(&self, id: u64) -> bool {
@@ -244,6 +258,11 @@ impl Certs {
     }
 
     pub fn get(&self, id: u64) -> Option<Arc<ServerConfig>> {
+        self.with_spec(id).map(|(config, _)| config)
+    }
+
+    /// Certificate `id`'s configuration and the number of what it requires.
+    pub fn with_spec(&self, id: u64) -> Option<(Arc<ServerConfig>, u64)> {
         self.map
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -268,6 +287,13 @@ pub struct TlsFacts {
     pub version: &'static str,
     pub cipher: &'static str,
     pub alpn: Option<Vec<u8>>,
+    /// The number of what the handshake was made to require ([`Certs::set_requiring`]; 0:
+    /// the listener's default): a request whose host's route requires something else is
+    /// Python's (which answers it 421, as a misdirected request).
+    pub spec: u64,
+    /// The client certificate the handshake verified (DER, the leaf), for the policy's
+    /// `conn.tls.client.*`.
+    pub client_cert: Option<Vec<u8>>,
 }
 
 /// A connection handed to Python: the socket and the bytes the core read from it.
@@ -850,6 +876,12 @@ pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
     /// What the TLS handshake agreed, for a connection the core terminated.
     fn tls_facts(&self) -> Option<TlsFacts>;
 
+    /// The number of what the connection's TLS handshake was made to require (0: the
+    /// listener's default, or no TLS).
+    fn tls_spec(&self) -> u64 {
+        0
+    }
+
     /// A signal that the client is gone even while nothing reads the connection (an HTTP/2
     /// stream's reset, for its virtual connection: h2front.rs); None for a socket, whose
     /// reset a read sees.
@@ -986,11 +1018,14 @@ pub(crate) async fn connection<C: Conn>(
         };
         ticket.busy();
         let route = match public.routes.get(&head.host) {
-            // (towards an HTTP/2 endpoint, a target its `:path` carries unchanged: h2up.rs)
+            // (towards an HTTP/2 endpoint, a target its `:path` carries unchanged: h2up.rs;
+            // a host whose TLS settings require more than the default, on a connection whose
+            // handshake was made for other settings: Python's, a 421 there)
             Some(route)
                 if http::carriable(&head)
                     && (route.h2_upstream.is_none()
-                        || crate::h2up::carriable_target(&head.target)) =>
+                        || crate::h2up::carriable_target(&head.target))
+                    && (route.spec == 0 || route.spec == tcp.tls_spec()) =>
             {
                 route
             }

@@ -17,11 +17,11 @@ use crate::carrier::{AgentListen, Carrier, Where};
 use crate::decide::{Decided, Decision, Memo};
 use crate::held::{Held, Reads};
 use crate::mux::{Limits, StreamError};
-use crate::public::{PublicListen, Route, Served};
+use crate::public::{PublicListen, Route, Routes, Served};
 use crate::relay::RelayTo;
 use crate::session;
-use crate::tls::public_server_config;
 use crate::tls::{certified_key, sni_server_config, SniResolver};
+use crate::tls::{public_server_config_requiring, Requires};
 
 create_exception!(edge_core, StreamReset, PyConnectionError);
 create_exception!(edge_core, StreamsExhausted, StreamReset);
@@ -35,8 +35,20 @@ fn stream_error(e: StreamError) -> PyErr {
 
 /// One session handed over: (listener id, session, peer host, peer port, SNI, ALPN).
 type Handed = (u64, Session, String, u16, Option<String>, Option<Vec<u8>>);
-/// What the core's TLS handshake agreed: (SNI, version, cipher, ALPN), OpenSSL's names.
-type Facts = (String, &'static str, &'static str, Option<Vec<u8>>);
+/// What the core's TLS handshake agreed: (SNI, version, cipher, ALPN), OpenSSL's names, the
+/// number of what it required (0: the default), the client certificate it verified (DER).
+type Facts = (
+    String,
+    &'static str,
+    &'static str,
+    Option<Vec<u8>>,
+    u64,
+    Option<Vec<u8>>,
+);
+
+fn facts_of(t: crate::public::TlsFacts) -> Facts {
+    (t.sni, t.version, t.cipher, t.alpn, t.spec, t.client_cert)
+}
 /// One public connection handed over: (listener id, fd, peer host, peer port, bytes read,
 /// no request served on it yet, None or the facts of the TLS the core carries on, (local
 /// host, port)).
@@ -196,6 +208,21 @@ struct Core {
     carrier: Carrier,
     /// Each agent listener's certificate per SNI name (set_names).
     resolvers: Mutex<HashMap<u64, Arc<SniResolver>>>,
+}
+
+impl Core {
+    /// The listener of `scheme`'s routes, and what certificate `cert` requires of a handshake
+    /// (HTTPS: a certificate set; none on the plain listener).
+    fn routes_for(&self, scheme: &str, cert: u64) -> PyResult<(&Routes, u64)> {
+        match scheme {
+            "http" => Ok((&self.carrier.routes, 0)),
+            "https" => match self.carrier.certs.with_spec(cert) {
+                Some((_, spec)) => Ok((&self.carrier.tls_routes, spec)),
+                None => Err(PyValueError::new_err(format!("no certificate {cert}"))),
+            },
+            _ => Err(PyValueError::new_err("scheme: http or https")),
+        }
+    }
 }
 
 #[pymethods]
@@ -387,12 +414,7 @@ impl Core {
             Some(_) => return Err(PyValueError::new_err("h2_scheme: http or https")),
         };
         let held = held_of(decided, responses, holds)?;
-        let routes = match scheme {
-            "http" => &self.carrier.routes,
-            "https" if self.carrier.certs.get(cert).is_some() => &self.carrier.tls_routes,
-            "https" => return Err(PyValueError::new_err(format!("no certificate {cert}"))),
-            _ => return Err(PyValueError::new_err("scheme: http or https")),
-        };
+        let (routes, spec) = self.routes_for(scheme, cert)?;
         routes.set(
             host,
             Route {
@@ -400,6 +422,7 @@ impl Core {
                 session: session.inner.clone(),
                 tunnel_id,
                 cert,
+                spec,
                 until: std::time::Instant::now() + ttl,
                 proxy: proxy_of(proxy_proto, proxy_dest.clone())?,
                 h2_upstream,
@@ -436,12 +459,7 @@ impl Core {
         proxy_dest: String,
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
-        let routes = match scheme {
-            "http" => &self.carrier.routes,
-            "https" if self.carrier.certs.get(cert).is_some() => &self.carrier.tls_routes,
-            "https" => return Err(PyValueError::new_err(format!("no certificate {cert}"))),
-            _ => return Err(PyValueError::new_err("scheme: http or https")),
-        };
+        let (routes, spec) = self.routes_for(scheme, cert)?;
         let until = std::time::Instant::now() + ttl;
         let mut routes_of = Vec::with_capacity(members.len());
         for (key, session, tunnel_id, decided, responses, holds, proxy_proto) in members {
@@ -450,6 +468,7 @@ impl Core {
                 session: session.inner.clone(),
                 tunnel_id,
                 cert,
+                spec,
                 until,
                 proxy: proxy_of(proxy_proto, proxy_dest.clone())?,
                 h2_upstream: None,
@@ -542,14 +561,34 @@ impl Core {
     }
 
     /// The certificate numbered `id` (a PEM chain, leaf first, and its key) for the HTTPS
-    /// listener's routes: TLS 1.2 and 1.3, ALPN http/1.1.
-    fn set_cert(&self, id: u64, chain_pem: &[u8], key_pem: &[u8]) -> PyResult<()> {
+    /// listener's routes: TLS 1.2 and 1.3, ALPN h2 and http/1.1; for a name whose TLS settings
+    /// Python numbered `spec` (0: none beyond the default), TLS 1.3 only (`tls13_only`) or TLS
+    /// 1.2 only (`tls12_only`), a client certificate chaining to one of `client_cas` (DER)
+    /// required. A route is served only on a connection whose handshake was made for the
+    /// same `spec` as its certificate's.
+    #[pyo3(signature = (id, chain_pem, key_pem, *, spec = 0, tls13_only = false, tls12_only = false, client_cas = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn set_cert(
+        &self,
+        id: u64,
+        chain_pem: &[u8],
+        key_pem: &[u8],
+        spec: u64,
+        tls13_only: bool,
+        tls12_only: bool,
+        client_cas: Option<Vec<Vec<u8>>>,
+    ) -> PyResult<()> {
         if id == 0 {
             return Err(PyValueError::new_err("certificate ids start at 1"));
         }
-        let config = public_server_config(chain_pem, key_pem)
+        let requires = Requires {
+            tls13_only,
+            tls12_only,
+            client_cas,
+        };
+        let config = public_server_config_requiring(chain_pem, key_pem, &requires)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        self.carrier.certs.set(id, config);
+        self.carrier.certs.set_requiring(id, config, spec);
         Ok(())
     }
 
@@ -787,7 +826,7 @@ impl Core {
                     c.peer.port(),
                     PyBytes::new(py, &c.data),
                     c.first,
-                    c.tls.map(|t| (t.sni, t.version, t.cipher, t.alpn)),
+                    c.tls.map(facts_of),
                     (c.local.ip().to_string(), c.local.port()),
                 )
             })
@@ -819,7 +858,7 @@ impl Core {
                     a.route,
                     (a.peer.ip().to_string(), a.peer.port()),
                     (a.local.ip().to_string(), a.local.port()),
-                    a.tls.map(|t| (t.sni, t.version, t.cipher, t.alpn)),
+                    a.tls.map(facts_of),
                     PyBytes::new(py, &a.head.method),
                     PyBytes::new(py, &a.head.target),
                     fields(py, &a.head.fields),

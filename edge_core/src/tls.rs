@@ -9,7 +9,10 @@ use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
-use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::rustls::version::{TLS12, TLS13};
+use tokio_rustls::rustls::{ServerConfig, SupportedProtocolVersion};
+
+use crate::client_cert::OpenSslClientVerifier;
 
 fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, message)
@@ -93,6 +96,30 @@ pub fn server_config(
 /// listener's certificates (a ticket names its server name, which resumption checks), made
 /// at the first use and rotated by rustls every 6 hours; nothing kept per client.
 pub fn public_server_config(chain_pem: &[u8], key_pem: &[u8]) -> io::Result<Arc<ServerConfig>> {
+    public_server_config_requiring(chain_pem, key_pem, &Requires::default())
+}
+
+/// What a name requires of a handshake beyond the listener's TLS 1.2 and 1.3 without a client
+/// certificate (edge/tls_spec.py's `TlsSpec`: an HTTPS edge's modules, an endpoint's mutual
+/// TLS option, a `terminate-tls` action).
+#[derive(Clone, Debug, Default)]
+pub struct Requires {
+    /// TLS 1.3 only (`min_version` 1.3): a client that offers no TLS 1.3 gets a
+    /// protocol_version alert.
+    pub tls13_only: bool,
+    /// TLS 1.2 only (`terminate-tls`'s `max_version` 1.2).
+    pub tls12_only: bool,
+    /// A client certificate is required, and must chain to one of these CA certificates
+    /// (DER); None: none is asked for.
+    pub client_cas: Option<Vec<Vec<u8>>>,
+}
+
+/// [`public_server_config`] for a name that requires what `requires` says.
+pub fn public_server_config_requiring(
+    chain_pem: &[u8],
+    key_pem: &[u8],
+    requires: &Requires,
+) -> io::Result<Arc<ServerConfig>> {
     static TICKETER: OnceLock<Arc<dyn ProducesTickets>> = OnceLock::new();
     let ticketer = match TICKETER.get() {
         Some(t) => t.clone(),
@@ -101,13 +128,45 @@ pub fn public_server_config(chain_pem: &[u8], key_pem: &[u8]) -> io::Result<Arc<
             TICKETER.get_or_init(|| made).clone()
         }
     };
-    let (config, _) = sni_server_config(
-        chain_pem,
-        key_pem,
-        vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-    )?;
-    let mut config = Arc::unwrap_or_clone(config);
-    config.ticketer = ticketer;
+    let versions: &[&'static SupportedProtocolVersion] = match requires {
+        Requires {
+            tls13_only: true,
+            tls12_only: true,
+            ..
+        } => return Err(invalid("TLS 1.3 only and TLS 1.2 only".into())),
+        Requires {
+            tls13_only: true, ..
+        } => &[&TLS13],
+        Requires {
+            tls12_only: true, ..
+        } => &[&TLS12],
+        _ => &[&TLS13, &TLS12],
+    };
+    let provider = Arc::new(ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)
+        .map_err(|e| invalid(format!("protocol versions: {e}")))?;
+    let builder = match &requires.client_cas {
+        None => builder.with_no_client_auth(),
+        Some(cas) => {
+            let verifier = OpenSslClientVerifier::new(cas).map_err(invalid)?;
+            builder.with_client_cert_verifier(Arc::new(verifier))
+        }
+    };
+    let key = certified_key(chain_pem, key_pem)?;
+    key.keys_match()
+        .map_err(|e| invalid(format!("certificate and key: {e}")))?;
+    let resolver = Arc::new(SniResolver {
+        default: key,
+        names: RwLock::new(HashMap::new()),
+    });
+    let mut config = builder.with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    if requires.client_cas.is_none() {
+        // a ticket names its server name, not what the handshake required: a name that asks
+        // for a client certificate resumes from its own configuration's cache only
+        config.ticketer = ticketer;
+    }
     Ok(Arc::new(config))
 }
 

@@ -141,6 +141,8 @@ fn the_connections_facts_are_in_the_key_when_read() {
         version: "1.3",
         cipher: "TLS13_AES_128_GCM_SHA256",
         alpn: alpn.map(|a| a.to_vec()),
+        spec: 0,
+        client_cert: None,
     };
     let tls = reads(&["tls"]);
     let one = facts("a.test", Some(b"http/1.1"));

@@ -133,6 +133,7 @@ fn setup(pair: &Pair) -> (Carrier, u16, Arc<Session>, UnixStream) {
             session: session.clone(),
             tunnel_id: "tn_test".into(),
             cert: 3,
+            spec: 0,
             h2_upstream: None,
             proxy: None,
             until: Instant::now() + Duration::from_secs(60),
@@ -142,6 +143,22 @@ fn setup(pair: &Pair) -> (Carrier, u16, Arc<Session>, UnixStream) {
         },
     );
     (carrier, local.port(), session, agent)
+}
+
+/// The agent reads a request head whose stream carries `mark` (a tunnel's id in its proxy
+/// header; empty: any), and answers it 204.
+async fn agent_answers_204(agent: &mut UnixStream, mark: &[u8]) {
+    let (sid, got) = agent_reads(agent, b"\r\n\r\n").await;
+    assert!(mark.is_empty() || has(&got, mark), "{got:?}");
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 204 No Content\r\n\r\n",
+    );
+    agent.write_all(&answer).await.unwrap();
 }
 
 async fn agent_reads(agent: &mut UnixStream, end: &[u8]) -> (u32, Vec<u8>) {
@@ -230,6 +247,8 @@ async fn served_over_the_cores_tls_then_handed_to_python_over_the_bridge() {
             version: "TLSv1.3",
             cipher: "TLS_AES_256_GCM_SHA384",
             alpn: Some(b"http/1.1".to_vec()),
+            spec: 0,
+            client_cert: None,
         })
     );
     let python = StdUnixStream::from(conn.fd);
@@ -376,16 +395,7 @@ async fn a_clients_second_connection_resumes_its_session() {
         tls.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
             .await
             .unwrap();
-        let (sid, _) = agent_reads(&mut agent, b"\r\n\r\n").await;
-        let mut answer = Vec::new();
-        encode(
-            &mut answer,
-            DATA,
-            0,
-            sid,
-            b"HTTP/1.1 204 No Content\r\n\r\n",
-        );
-        agent.write_all(&answer).await.unwrap();
+        agent_answers_204(&mut agent, b"").await;
         let mut got = Vec::new();
         tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut got))
             .await
@@ -398,5 +408,235 @@ async fn a_clients_second_connection_resumes_its_session() {
     assert_eq!(
         kinds,
         vec![Some(HandshakeKind::Full), Some(HandshakeKind::Resumed)]
+    );
+}
+
+/// A CA, and a client certificate it signed: (CA certificate DER, client chain, client key).
+struct Issued {
+    ca: Vec<u8>,
+    chain: Vec<tokio_rustls::rustls::pki_types::CertificateDer<'static>>,
+    key: Vec<u8>,
+}
+
+fn issue_client_cert() -> Issued {
+    use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+    use rcgen::{DistinguishedName, DnType};
+    // distinct names: a leaf named as its issuer is self-signed to OpenSSL (client_cert.rs)
+    let named = |name: String| {
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, name);
+        dn
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ca_params.distinguished_name = named(format!("client CA {n}"));
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let mut leaf_params = CertificateParams::new(vec!["client.test".to_string()]).unwrap();
+    leaf_params.distinguished_name = named("client.test".into());
+    leaf_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
+    Issued {
+        ca: ca.der().to_vec(),
+        chain: vec![leaf.der().clone()],
+        key: leaf_key.serialize_der(),
+    }
+}
+
+/// A client of `pair`'s name offering HTTP/1.1, with `cert` as its certificate if any, and
+/// `versions` only (empty: TLS 1.2 and 1.3).
+fn client_with(
+    pair: &Pair,
+    cert: Option<&Issued>,
+    versions: &[&'static tokio_rustls::rustls::SupportedProtocolVersion],
+) -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    roots.add(pair.der.clone().into()).unwrap();
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider);
+    let builder = if versions.is_empty() {
+        builder.with_safe_default_protocol_versions()
+    } else {
+        builder.with_protocol_versions(versions)
+    }
+    .unwrap()
+    .with_root_certificates(roots);
+    let mut config = match cert {
+        Some(c) => builder
+            .with_client_auth_cert(
+                c.chain.clone(),
+                tokio_rustls::rustls::pki_types::PrivatePkcs8KeyDer::from(c.key.clone()).into(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// m.test's route on `carrier`, with the certificate 5 made to require `requires` (what
+/// Python numbered 9).
+fn route_requiring(
+    carrier: &Carrier,
+    session: &Arc<Session>,
+    pair: &Pair,
+    requires: &edge_core::tls::Requires,
+) {
+    let config =
+        edge_core::tls::public_server_config_requiring(&pair.chain, &pair.key, requires).unwrap();
+    carrier.certs.set_requiring(5, config, 9);
+    carrier.tls_routes.set(
+        "m.test".into(),
+        Route {
+            key: 8,
+            session: session.clone(),
+            tunnel_id: "tn_m".into(),
+            cert: 5,
+            spec: 9,
+            proxy: None,
+            h2_upstream: None,
+            until: Instant::now() + Duration::from_secs(60),
+            decided: false,
+            responses: false,
+            held: None,
+        },
+    );
+}
+
+/// The listener of `setup` for a.test, and m.test's route requiring TLS 1.3 only: (a.test's
+/// pair, m.test's, the carrier, the port, the session, the agent's end).
+fn tls13_only_m_test() -> (Pair, Pair, Carrier, u16, Arc<Session>, UnixStream) {
+    let (pair, mtls) = (pair_for("a.test"), pair_for("m.test"));
+    let (carrier, port, session, agent) = setup(&pair);
+    let requires = edge_core::tls::Requires {
+        tls13_only: true,
+        ..Default::default()
+    };
+    route_requiring(&carrier, &session, &mtls, &requires);
+    (pair, mtls, carrier, port, session, agent)
+}
+
+/// A request on a connection of `config` to `name`, and what came back: None when the
+/// handshake failed or the connection ended without an answer.
+async fn try_request(port: u16, config: Arc<ClientConfig>, name: &str, host: &str) -> Option<()> {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut tls = TlsConnector::from(config)
+        .connect(ServerName::try_from(name.to_owned()).unwrap(), tcp)
+        .await
+        .ok()?;
+    tls.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(Duration::from_secs(2), tls.read(&mut byte)).await {
+        Ok(Ok(n)) if n > 0 => Some(()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_requires_a_client_certificate_gets_it_verified_and_its_facts_to_python() {
+    let (pair, mtls) = (pair_for("a.test"), pair_for("m.test"));
+    let (carrier, port, session, mut agent) = setup(&pair);
+    let (ours, theirs) = (issue_client_cert(), issue_client_cert());
+    let requires = edge_core::tls::Requires {
+        client_cas: Some(vec![ours.ca.clone()]),
+        ..Default::default()
+    };
+    route_requiring(&carrier, &session, &mtls, &requires);
+    // no certificate, or one another CA signed: the handshake fails, nothing is served
+    for cert in [None, Some(&theirs)] {
+        let config = client_with(&mtls, cert, &[]);
+        assert!(try_request(port, config, "m.test", "m.test")
+            .await
+            .is_none());
+    }
+    assert!(carrier.inbox().take().conns.is_empty());
+    // one it signed: served by the core
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut tls = TlsConnector::from(client_with(&mtls, Some(&ours), &[]))
+        .connect(ServerName::try_from("m.test").unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(b"GET /m HTTP/1.1\r\nHost: m.test\r\n\r\n")
+        .await
+        .unwrap();
+    agent_answers_204(&mut agent, b"\"Id\": \"tn_m\"").await;
+    let mut head = [0u8; 12];
+    tls.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 204");
+    // a default name's request on it is the core's too (a.test requires nothing)
+    tls.write_all(b"GET /a HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    agent_answers_204(&mut agent, b"\"Id\": \"tn_test\"").await;
+    tls.read_exact(&mut head).await.unwrap();
+    // another host: Python's, with what the handshake required and the client's certificate
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: b.test\r\n\r\n")
+        .await
+        .unwrap();
+    let tls_facts = handed(&carrier).await.tls.unwrap();
+    assert_eq!(tls_facts.spec, 9);
+    assert_eq!(tls_facts.client_cert.as_deref(), Some(&ours.chain[0][..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_for_a_name_that_requires_more_on_a_default_handshake_is_pythons() {
+    let (pair, _, carrier, port, _, _agent) = tls13_only_m_test();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut tls = TlsConnector::from(client_config(&pair, &[b"http/1.1"]))
+        .connect(ServerName::try_from("a.test").unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: m.test\r\n\r\n")
+        .await
+        .unwrap();
+    let conn = handed(&carrier).await; // Python answers it 421
+    assert_eq!(conn.data, b"GET / HTTP/1.1\r\nHost: m.test\r\n\r\n");
+    assert_eq!(
+        (
+            conn.tls.as_ref().unwrap().spec,
+            conn.tls.unwrap().client_cert
+        ),
+        (0, None)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_requires_tls_1_3_refuses_a_tls_1_2_client() {
+    use tokio_rustls::rustls::version::{TLS12, TLS13};
+    let (_, mtls, carrier, port, session, _agent) = tls13_only_m_test();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let refused = TlsConnector::from(client_with(&mtls, None, &[&TLS12]))
+        .connect(ServerName::try_from("m.test").unwrap(), tcp)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("ProtocolVersion"), "{refused}");
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let tls = TlsConnector::from(client_with(&mtls, None, &[&TLS13]))
+        .connect(ServerName::try_from("m.test").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(
+        tls.get_ref().1.protocol_version(),
+        Some(tokio_rustls::rustls::ProtocolVersion::TLSv1_3)
+    );
+    // and one that requires TLS 1.2 only gets it from a client that offers both
+    let requires = edge_core::tls::Requires {
+        tls12_only: true,
+        ..Default::default()
+    };
+    route_requiring(&carrier, &session, &mtls, &requires);
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let tls = TlsConnector::from(client_with(&mtls, None, &[]))
+        .connect(ServerName::try_from("m.test").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(
+        tls.get_ref().1.protocol_version(),
+        Some(tokio_rustls::rustls::ProtocolVersion::TLSv1_2)
     );
 }

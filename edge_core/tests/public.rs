@@ -99,6 +99,7 @@ fn route(session: &Arc<Session>) -> Route {
         session: session.clone(),
         tunnel_id: "tn_test".into(),
         cert: 0,
+        spec: 0,
         h2_upstream: None,
         proxy: None,
         until: Instant::now() + Duration::from_secs(60),

@@ -16,9 +16,10 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from stacks.agents import SdkAgent
-from stacks.certs import make_ca, pem
+from stacks.certs import key_pem, make_ca, make_client_cert, pem
 from tests.edge.conftest import BASE_DOMAIN
 from tests.edge.test_core_http import _handed, _served
 from tests.edge.support import bound, credential, host as host_of, wait
@@ -267,6 +268,127 @@ def test_a_host_requiring_a_client_certificate_is_misdirected_on_the_cores_conne
             assert _request(conn, plain)[0] == 200
             status, _, body = _request(conn, protected)
         assert status == 421 and json.loads(body)["error_code"] == "ERR_NGROK_3002"
+    finally:
+        agent.stop()
+
+
+def _connect_with(edge, sni, cert, tmp_path) -> ssl.SSLSocket:
+    """:func:`_connect` presenting ``cert`` (make_client_cert's pair; None: no certificate)."""
+    ctx = ssl.create_default_context(cafile=edge.ca_path)
+    ctx.set_alpn_protocols(["http/1.1"])
+    if cert is not None:
+        chain, key = tmp_path / "client.pem", tmp_path / "client.key"
+        chain.write_bytes(cert[0])
+        key.write_bytes(cert[1])
+        ctx.load_cert_chain(str(chain), str(key))
+    raw = socket.create_connection(("127.0.0.1", edge.https_port), timeout=10)
+    return ctx.wrap_socket(raw, server_hostname=sni)
+
+
+def _refused(edge, host, cert, tmp_path) -> bool:
+    """The handshake fails, or the connection ends without an answer (TLS 1.3: the client's
+    certificate is checked after the client's side of the handshake is done)."""
+    try:
+        with _connect_with(edge, host, cert, tmp_path) as conn:
+            _request(conn, host)
+    except (ssl.SSLError, OSError, http.client.HTTPException):
+        return True
+    return False
+
+
+def test_a_name_requiring_a_client_certificate_is_the_cores_and_its_policy_reads_it(
+    edge, api, tmp_path
+):
+    """A name whose endpoint asks for client certificates (the SDK's ``mutual_tlsca``) is
+    terminated by the core with a configuration that requires one from its CA: a client
+    without one, or with another CA's, fails the handshake there (nothing handed to
+    Python); a verified client's requests are the core's, and a decided policy reading
+    ``conn.tls.client.*`` gets the certificate the core verified."""
+    ca = make_ca("core mtls clients")
+    policy = {
+        "on_http_request": [
+            {
+                "expressions": ["conn.tls.client.subject.common_name == 'admin'"],
+                "actions": [
+                    {
+                        "type": "custom-response",
+                        "config": {
+                            "status_code": 200,
+                            "body": "cn ${conn.tls.client.subject.common_name}",
+                        },
+                    }
+                ],
+            }
+        ]
+    }
+    agent = SdkAgent(
+        edge,
+        credential(api.new_account())["token"],
+        [
+            {
+                "proto": "http",
+                "options": {"mutual_tlsca": [pem(ca[1])], "traffic_policy": [json.dumps(policy)]},
+            }
+        ],
+    )
+    host = host_of(bound(agent.start())[0]["url"])
+    admin, erin = make_client_cert(ca, "admin"), make_client_cert(ca, "erin")
+    try:
+
+        def served_one():
+            before = _served(edge)
+            with _connect_with(edge, host, admin, tmp_path) as conn:
+                assert _request(conn, host)[:3:2] == (200, b"cn admin")
+            return _served(edge) > before
+
+        assert wait(served_one)
+        served, handed = _served(edge), _handed(edge)
+        with _connect_with(edge, host, erin, tmp_path) as conn:
+            for _ in range(3):  # no rule matches: on to the agent
+                status, _, body = _request(conn, host)
+                assert status == 200 and json.loads(body)["path"] == "/echo", body
+        with _connect_with(edge, host, admin, tmp_path) as conn:
+            assert _request(conn, host)[:3:2] == (200, b"cn admin")
+        assert _refused(edge, host, None, tmp_path)
+        assert _refused(edge, host, make_client_cert(make_ca("strangers"), "admin"), tmp_path)
+        assert (_served(edge) - served, _handed(edge) - handed) == (4, 0)
+    finally:
+        agent.stop()
+
+
+def test_the_cores_client_certificate_check_agrees_with_openssls(edge, api, tmp_path):
+    """The cases where rustls' own verifier disagreed with OpenSSL (which checked client
+    certificates on the Python path) and Go (the hosted service's): a P-521 client key and a
+    self-signed certificate trusted as its own CA are accepted, a certificate whose CA has
+    expired is refused; all on the core's TLS (edge_core/src/client_cert.rs), none handed to
+    Python."""
+    ca, expired = make_ca("p-521 clients"), make_ca("expired clients", expired=True)
+    own_key, own = make_ca("its own CA")
+    p521 = make_client_cert(ca, "p521", curve=ec.SECP521R1())
+    itself = (pem(own).encode(), key_pem(own_key).encode())
+    agent = SdkAgent(
+        edge,
+        credential(api.new_account())["token"],
+        [
+            {"proto": "http", "options": {"mutual_tlsca": [pem(c)]}}
+            for c in (ca[1], own, expired[1])
+        ],
+    )
+    hosts = [host_of(t["url"]) for t in bound(agent.start())]
+    try:
+
+        def served(host, cert):
+            before = _served(edge)
+            with _connect_with(edge, host, cert, tmp_path) as conn:
+                assert _request(conn, host)[0] == 200
+            return _served(edge) > before
+
+        assert wait(lambda: served(hosts[0], p521))
+        assert wait(lambda: served(hosts[1], itself))
+        handed = _handed(edge)
+        assert served(hosts[0], p521) and served(hosts[1], itself)
+        assert _refused(edge, hosts[2], make_client_cert(expired, "late"), tmp_path)
+        assert _handed(edge) == handed
     finally:
         agent.stop()
 

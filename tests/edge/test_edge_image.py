@@ -30,6 +30,7 @@ def _image_plan():
     core = bool(
         re.search(r"^COPY edge_core \./edge_core$", whole, re.M)
         and re.search(r"maturin build --release --manifest-path edge_core/Cargo.toml", whole)
+        and re.search(r"\blibssl-dev\b", whole.split("\nFROM ")[1])  # the core stage: OpenSSL
         and re.search(r"^RUN pip install /wheels/edge_core-\*\.whl", text, re.M)
     )
     return files, copied, core

@@ -357,16 +357,28 @@ def test_a_route_that_changed_hands_the_connection_back_untouched(change):
 
 
 def test_the_tls_facts_are_the_policys_conn_tls():
+    """The core's handshake facts, the client certificate it verified among them (a name
+    asking for one: ``conn.tls.client.*``; none: its variables' zero values)."""
+    import ssl
+
+    from stacks.certs import make_ca, make_client_cert
+
     made, carrier, _, _ = _decider(
         _req(
             {
                 "type": "custom-response",
-                "config": {"body": "${conn.tls.version}|${conn.tls.sni}|${conn.tls.cipher_suite}"},
+                "config": {
+                    "body": "${conn.tls.version}|${conn.tls.sni}|${conn.tls.cipher_suite}|"
+                    "${conn.tls.client.subject.common_name}"
+                },
             }
         )
     )
-    _decide(made, [_row(tls=("a.example", "TLSv1.3", "TLS_AES_128_GCM_SHA256", b"http/1.1"))])
-    assert carrier.calls[0][4] == b"1.3|a.example|TLS_AES_128_GCM_SHA256"
+    der = ssl.PEM_cert_to_DER_cert(make_client_cert(make_ca("decided"), "admin")[0].decode())
+    facts = ("a.example", "TLSv1.3", "TLS_AES_128_GCM_SHA256", b"http/1.1")
+    _decide(made, [_row(tls=facts + (3, der)), _row(tls=facts + (0, None))])
+    assert carrier.calls[0][4] == b"1.3|a.example|TLS_AES_128_GCM_SHA256|admin"
+    assert carrier.calls[1][4] == b"1.3|a.example|TLS_AES_128_GCM_SHA256|"
 
 
 def test_a_policy_that_fails_closes_the_connection(monkeypatch):

@@ -193,11 +193,52 @@ def test_in_a_cluster_an_endpoint_this_instance_holds_is(core):
     assert _candidate(edge, tunnel) is tunnel
 
 
-def test_a_name_whose_tls_settings_require_more_is_not_on_either_listener(core):
+def test_a_name_whose_tls_settings_require_more_is_the_cores_on_https_alone(core):
+    """What the core's TLS can ask (a version range of TLS 1.2 and 1.3, client certificates
+    from CAs that parse) makes the name a candidate on HTTPS; never on plain HTTP (Python
+    answers it 421 there); a mutual spec whose CAs do not parse, or a range the core has
+    not, is Python's on both."""
+    from edge.fast_path import core_requires
+
     edge = _edge()
-    edge.tls.by_host[HOST] = tls_spec.spec_of("1.3", None)
-    assert _candidate(edge, _tunnel(core), "https") is None
-    assert _candidate(edge, _tunnel(core), "http") is None  # Python answers it 421
+    for spec in (
+        tls_spec.spec_of("1.3", None),
+        tls_spec.spec_of(None, None, "1.2"),
+        tls_spec.spec_of(None, [_ca_pem()]),
+    ):
+        edge.tls.by_host[HOST] = spec
+        assert core_requires(spec)
+        assert _candidate(edge, _tunnel(core), "https") is not None
+        assert _candidate(edge, _tunnel(core), "http") is None  # Python answers it 421
+    for spec in (
+        tls_spec.TlsSpec(cadata="no certificate here", ca_digest="pem:x"),
+        tls_spec.spec_of("1.3", None, "1.2"),
+    ):
+        edge.tls.by_host[HOST] = spec
+        assert not core_requires(spec)
+        assert _candidate(edge, _tunnel(core), "https") is None
+
+
+def _ca_pem():
+    from stacks.certs import make_ca, pem
+
+    return pem(make_ca("test CA")[1])
+
+
+def test_the_ca_certificates_of_a_spec_are_read_from_pem_or_der_end_to_end():
+    """tls_spec.ca_ders: what the core's TLS is given of a name's CAs, from PEM text (an
+    edge's module, the SDKs' option) or DER certificates end to end (the Go SDK's option);
+    nothing from bytes that are not whole certificates."""
+    import ssl
+
+    pems = [_ca_pem(), _ca_pem()]
+    ders = [ssl.PEM_cert_to_DER_cert(p) for p in pems]
+    spec = tls_spec.spec_of(None, pems)
+    assert sorted(tls_spec.ca_ders(spec)) == sorted(ders)
+    joined = tls_spec.TlsSpec(cadata=b"".join(ders), ca_digest="bind:x")
+    assert tls_spec.ca_ders(joined) == ders
+    for broken in (ders[0][:-1], ders[0] + b"\x30", b"\x31" + ders[0][1:]):
+        assert tls_spec.ca_ders(tls_spec.TlsSpec(cadata=broken, ca_digest="bind:y")) == []
 
 
 def test_an_endpoint_whose_session_is_not_the_cores_or_ended_is_not(core):

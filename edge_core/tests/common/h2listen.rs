@@ -85,6 +85,7 @@ pub fn listener(alpn: &[&[u8]]) -> Listener {
             session: session.clone(),
             tunnel_id: "tn_test".into(),
             cert: 3,
+            spec: 0,
             h2_upstream: None,
             proxy: None,
             until: Instant::now() + Duration::from_secs(600),

@@ -1,0 +1,252 @@
+//! Client certificates checked as OpenSSL checks them (mutual TLS on the public HTTPS listener).
+//!
+//! The edge's Python path verified client certificates with OpenSSL (`ssl`'s
+//! `CERT_REQUIRED` with the name's CAs loaded), and the hosted service with Go's `crypto/x509`.
+//! rustls' own verifier (webpki) disagrees with both where it matters to users: it refuses
+//! version 1 certificates and a self-signed certificate used as both the CA and the client's,
+//! cannot check a P-521 key, and accepts a certificate whose CA has expired. So the core asks
+//! the same library the Python path asked: the chain is built and checked by OpenSSL's
+//! `X509_verify_cert` (the CAs as trust anchors, the client's other certificates as untrusted
+//! intermediates, purpose `sslclient`, the current time, OpenSSL's default depth), and the
+//! handshake's signature by OpenSSL's `EVP_DigestVerify` with the leaf's key. No CA names are
+//! sent in the certificate request, as the Python path sent none.
+
+use std::fmt;
+
+use openssl::ec::EcKeyRef;
+use openssl::hash::MessageDigest;
+use openssl::nid::Nid;
+use openssl::pkey::{Id, PKey, Public};
+use openssl::rsa::Padding;
+use openssl::sign::{RsaPssSaltlen, Verifier};
+use openssl::stack::Stack;
+use openssl::x509::store::{X509Store, X509StoreBuilder};
+
+use openssl::x509::{X509PurposeId, X509StoreContext, X509};
+use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
+use tokio_rustls::rustls::pki_types::{CertificateDer, UnixTime};
+use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use tokio_rustls::rustls::{
+    CertificateError, DigitallySignedStruct, DistinguishedName, Error, PeerIncompatible,
+    SignatureScheme,
+};
+
+/// The signature schemes a client may sign its handshake with, most preferred first.
+const SCHEMES: &[SignatureScheme] = &[
+    SignatureScheme::ED25519,
+    SignatureScheme::ECDSA_NISTP256_SHA256,
+    SignatureScheme::ECDSA_NISTP384_SHA384,
+    SignatureScheme::ECDSA_NISTP521_SHA512,
+    SignatureScheme::RSA_PSS_SHA256,
+    SignatureScheme::RSA_PSS_SHA384,
+    SignatureScheme::RSA_PSS_SHA512,
+    SignatureScheme::RSA_PKCS1_SHA256,
+    SignatureScheme::RSA_PKCS1_SHA384,
+    SignatureScheme::RSA_PKCS1_SHA512,
+    SignatureScheme::ED448,
+];
+
+/// A client certificate verifier over `cas` (DER), as OpenSSL verifies.
+pub struct OpenSslClientVerifier {
+    store: X509Store,
+}
+
+impl fmt::Debug for OpenSslClientVerifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenSslClientVerifier")
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenSslClientVerifier {
+    /// A verifier trusting each of `cas` (DER certificates); an error names one that does not
+    /// parse.
+    pub fn new(cas: &[Vec<u8>]) -> Result<Self, String> {
+        let mut builder = X509StoreBuilder::new().map_err(|e| e.to_string())?;
+        for der in cas {
+            let ca = X509::from_der(der).map_err(|e| format!("client CA certificate: {e}"))?;
+            builder
+                .add_cert(ca)
+                .map_err(|e| format!("client CA certificate: {e}"))?;
+        }
+        // what OpenSSL's TLS server sets for the client's chain (ssl_verify_cert_chain)
+        builder
+            .set_purpose(X509PurposeId::SSL_CLIENT)
+            .map_err(|e| e.to_string())?;
+        Ok(OpenSslClientVerifier {
+            store: builder.build(),
+        })
+    }
+
+    /// Whether OpenSSL verifies `leaf` with `intermediates` to one of the CAs now: Ok, or
+    /// OpenSSL's reason.
+    pub fn check(&self, leaf: &[u8], intermediates: &[&[u8]]) -> Result<(), String> {
+        let leaf = X509::from_der(leaf).map_err(|e| format!("client certificate: {e}"))?;
+        let mut chain = Stack::new().map_err(|e| e.to_string())?;
+        for der in intermediates {
+            let cert = X509::from_der(der).map_err(|e| format!("client certificate: {e}"))?;
+            chain.push(cert).map_err(|e| e.to_string())?;
+        }
+        let mut context = X509StoreContext::new().map_err(|e| e.to_string())?;
+        context
+            .init(&self.store, &leaf, &chain, |c| {
+                Ok(if c.verify_cert()? {
+                    Ok(())
+                } else {
+                    Err(c.error().error_string().to_string())
+                })
+            })
+            .map_err(|e| e.to_string())?
+    }
+}
+
+fn bad_signature() -> Error {
+    Error::InvalidCertificate(CertificateError::BadSignature)
+}
+
+/// The key of `cert`, for a handshake signature.
+fn key_of(cert: &[u8]) -> Result<PKey<Public>, Error> {
+    X509::from_der(cert)
+        .and_then(|c| c.public_key())
+        .map_err(|_| Error::InvalidCertificate(CertificateError::BadEncoding))
+}
+
+fn curve(key: &EcKeyRef<Public>) -> Option<Nid> {
+    key.group().curve_name()
+}
+
+/// Verifies `signature` (by `scheme`) over `message` with the key of `cert` (DER); in TLS 1.3
+/// an ECDSA scheme also names the key's curve.
+pub fn verify_signature(
+    message: &[u8],
+    cert: &[u8],
+    scheme: SignatureScheme,
+    signature: &[u8],
+    tls13: bool,
+) -> Result<HandshakeSignatureValid, Error> {
+    let key = key_of(cert)?;
+    let (digest, pss) = match scheme {
+        SignatureScheme::ED25519 | SignatureScheme::ED448 => {
+            let wanted = if scheme == SignatureScheme::ED25519 {
+                Id::ED25519
+            } else {
+                Id::ED448
+            };
+            if key.id() != wanted {
+                return Err(bad_signature());
+            }
+            let mut verifier = Verifier::new_without_digest(&key).map_err(|_| bad_signature())?;
+            return match verifier.verify_oneshot(signature, message) {
+                Ok(true) => Ok(HandshakeSignatureValid::assertion()),
+                _ => Err(bad_signature()),
+            };
+        }
+        SignatureScheme::ECDSA_NISTP256_SHA256
+        | SignatureScheme::ECDSA_NISTP384_SHA384
+        | SignatureScheme::ECDSA_NISTP521_SHA512 => {
+            let (digest, nid) = match scheme {
+                SignatureScheme::ECDSA_NISTP256_SHA256 => {
+                    (MessageDigest::sha256(), Nid::X9_62_PRIME256V1)
+                }
+                SignatureScheme::ECDSA_NISTP384_SHA384 => (MessageDigest::sha384(), Nid::SECP384R1),
+                _ => (MessageDigest::sha512(), Nid::SECP521R1),
+            };
+            let ec = key.ec_key().map_err(|_| bad_signature())?;
+            if tls13 && curve(&ec) != Some(nid) {
+                return Err(bad_signature());
+            }
+            (digest, false)
+        }
+        SignatureScheme::RSA_PKCS1_SHA256 => (MessageDigest::sha256(), false),
+        SignatureScheme::RSA_PKCS1_SHA384 => (MessageDigest::sha384(), false),
+        SignatureScheme::RSA_PKCS1_SHA512 => (MessageDigest::sha512(), false),
+        SignatureScheme::RSA_PSS_SHA256 => (MessageDigest::sha256(), true),
+        SignatureScheme::RSA_PSS_SHA384 => (MessageDigest::sha384(), true),
+        SignatureScheme::RSA_PSS_SHA512 => (MessageDigest::sha512(), true),
+        _ => {
+            return Err(Error::PeerIncompatible(
+                PeerIncompatible::NoSignatureSchemesInCommon,
+            ))
+        }
+    };
+    let is_rsa = matches!(
+        scheme,
+        SignatureScheme::RSA_PKCS1_SHA256
+            | SignatureScheme::RSA_PKCS1_SHA384
+            | SignatureScheme::RSA_PKCS1_SHA512
+            | SignatureScheme::RSA_PSS_SHA256
+            | SignatureScheme::RSA_PSS_SHA384
+            | SignatureScheme::RSA_PSS_SHA512
+    );
+    if is_rsa != (key.id() == Id::RSA) {
+        return Err(bad_signature());
+    }
+    let mut verifier = Verifier::new(digest, &key).map_err(|_| bad_signature())?;
+    if pss {
+        verifier
+            .set_rsa_padding(Padding::PKCS1_PSS)
+            .and_then(|_| verifier.set_rsa_pss_saltlen(RsaPssSaltlen::DIGEST_LENGTH))
+            .and_then(|_| verifier.set_rsa_mgf1_md(digest))
+            .map_err(|_| bad_signature())?;
+    }
+    match verifier.verify_oneshot(signature, message) {
+        Ok(true) => Ok(HandshakeSignatureValid::assertion()),
+        _ => Err(bad_signature()),
+    }
+}
+
+impl ClientCertVerifier for OpenSslClientVerifier {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, Error> {
+        let rest: Vec<&[u8]> = intermediates.iter().map(|c| c.as_ref()).collect();
+        self.check(end_entity, &rest)
+            .map(|_| ClientCertVerified::assertion())
+            .map_err(|reason| {
+                Error::InvalidCertificate(CertificateError::Other(
+                    tokio_rustls::rustls::OtherError(std::sync::Arc::new(Refused(reason))),
+                ))
+            })
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        verify_signature(message, cert, dss.scheme, dss.signature(), false)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        verify_signature(message, cert, dss.scheme, dss.signature(), true)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        SCHEMES.to_vec()
+    }
+}
+
+/// OpenSSL's reason for refusing a client's certificate.
+#[derive(Debug)]
+struct Refused(String);
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
