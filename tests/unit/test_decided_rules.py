@@ -645,3 +645,44 @@ def test_outbound_calls_that_may_outlast_the_cores_wait_keep_the_route_pythons()
     }
     assert decidable(compile_policy(_req(call)))
     assert not decidable(compile_policy(_req(call, call)))
+
+
+@pytest.mark.parametrize("waits_on", ["restrictions", "caches", "call"])
+def test_a_decision_that_waits_past_the_cores_wait_ends_its_task(monkeypatch, waits_on):
+    """Each waiting task (an account's restrictions read, an IP policy or secret read, an
+    outbound call) ends at DECIDE_SECONDS, the core's own wait for the ticket: the ticket is
+    closed (restrictions not read in time refuse, 403), and no task outlives it."""
+    from edge import ip_restrictions
+
+    async def forever(*args, **kwargs):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(decided, "DECIDE_SECONDS", 0.2)
+    if waits_on == "restrictions":
+        made, carrier, _ = _restricted(_req(DECIDABLE["add-headers"]), True)
+        monkeypatch.setattr(ip_restrictions, "allows", forever)
+    elif waits_on == "caches":
+        doc = _req(
+            {"type": "add-headers", "config": {"headers": {"x": "${secrets.get('v', 'k')}"}}}
+        )
+        made, carrier, _, _ = _decider(doc)
+        monkeypatch.setattr(decided.secrets, "resolver", forever)
+    else:
+        call = {"type": "http-request", "config": {"url": "https://lookup.internal/"}}
+        made, carrier, _, _ = _decider(_req(call))
+        monkeypatch.setattr(decided.http_policy, "http_call", forever)
+
+    async def run():
+        made.decide([_row(1)])
+        await asyncio.sleep(0.1)
+        assert [c for c in carrier.calls if c[0] != "flush"] == []  # still waiting
+        await asyncio.sleep(0.4)
+        return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    left = asyncio.run(run())
+    assert not [t for t in left if not t.done()], left
+    ended = [c for c in carrier.calls if c[0] != "flush"]
+    if waits_on == "restrictions":
+        assert [c[:3] for c in ended] == [("respond", 1, 403)]
+    else:
+        assert ended == [("close", 1)]
