@@ -104,6 +104,7 @@ REFRESH_SECONDS = CACHE_SECONDS / 2
 # Python path's requests would); one idle longer expires. Its next request goes to Python, and
 # so does the rest of that connection: a connection the core handed over stays Python's.
 ROUTE_KEEP = 60.0
+SPECS_KEPT = 1024  # spec numbers remembered with no certificate made for them (their specs too)
 SCHEMES = ("http", "https")
 # A route whose requests Python wants no record of (the inspector's window is full or it is
 # off, and its account's subscriptions want none) is made *quiet*: the core counts its
@@ -364,7 +365,7 @@ class FastPath:
                 or not edge.serves_name(host)
             ):
                 return
-            cert = self._cert(host)
+            cert = self.cert_number(host)
         edge.carrier.set_relay(host, scheme, address, line, ttl, cert)
 
     def seen(self, host: str, scheme: str = "http") -> None:
@@ -377,7 +378,7 @@ class FastPath:
         if held is None or held[2] <= now:
             self._sync(host, scheme)
 
-    def _cert(self, host: str) -> int:
+    def cert_number(self, host: str) -> int:
         """The number in the core of the certificate the HTTPS listener serves ``host`` with
         (edge/tls.py's choice: the store's for the name, else the local CA's or the fixed
         pair) and what the name requires of a handshake, pushed when first needed."""
@@ -428,8 +429,8 @@ class FastPath:
                 if not self.edge.tls.loaded.is_set() or not self.edge.serves_name(host):
                     self._drop(where)  # the listener's own name and certificate: Python's
                     return
-                cert = self._cert(host)
-                nameless = self._cert(self.edge.settings.base_domain)
+                cert = self.cert_number(host)
+                nameless = self.cert_number(self.edge.settings.base_domain)
                 if nameless != self._nameless:
                     self.edge.carrier.set_nameless_cert(nameless)
                     self._nameless = nameless
@@ -483,8 +484,8 @@ class FastPath:
         if scheme == "https" and (
             not self.edge.tls.loaded.is_set()
             or not self.edge.serves_name(host)
-            or self._cert(host) != cert
-            or self._cert(self.edge.settings.base_domain) != self._nameless
+            or self.cert_number(host) != cert
+            or self.cert_number(self.edge.settings.base_domain) != self._nameless
         ):
             return False
         if until - now < ROUTE_TTL / 2:
@@ -627,11 +628,17 @@ class FastPath:
                 del self.certs[identity]
                 self._spec_of_cert.pop(number, None)
                 self.edge.carrier.drop_cert(number)
-        in_use = set(self._spec_of_cert.values())  # a spec no certificate is made for
-        for spec_key, spec_number in list(self._spec_numbers.items()):
-            if spec_number not in in_use:
-                del self._spec_numbers[spec_key]
-                self._specs.pop(spec_number, None)
+        # A spec no certificate is made for is still what live connections' handshakes were
+        # made for (a keep-alive connection outlives its idle route by up to the idle
+        # timeout): its number is kept, and given again to the same key, so those connections
+        # stay servable. Forgotten only past SPECS_KEPT, the oldest numbers first.
+        in_use = set(self._spec_of_cert.values())
+        unused = [(n, k) for k, n in self._spec_numbers.items() if n not in in_use]
+        for spec_number, spec_key in sorted(unused)[
+            : max(0, len(self._spec_numbers) - SPECS_KEPT)
+        ]:
+            del self._spec_numbers[spec_key]
+            self._specs.pop(spec_number, None)
 
     def route_of(self, key: int) -> Optional[Pushed]:
         """Route ``key``'s (tunnel, scheme, host, mode and policy as pushed) while the core may

@@ -21,6 +21,7 @@ use openssl::rsa::Padding;
 use openssl::sign::{RsaPssSaltlen, Verifier};
 use openssl::stack::Stack;
 use openssl::x509::store::{X509Store, X509StoreBuilder};
+use openssl::x509::verify::X509VerifyParam;
 
 use openssl::x509::{X509PurposeId, X509StoreContext, X509};
 use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
@@ -46,6 +47,14 @@ const SCHEMES: &[SignatureScheme] = &[
     SignatureScheme::ED448,
 ];
 
+/// The security level Python's `ssl` contexts run at (CPython 3.10+: `@SECLEVEL=2`), which
+/// OpenSSL's TLS server applies to the client's chain as the verification's auth level.
+const AUTH_LEVEL: i32 = 2;
+
+/// Intermediate certificates a client may send with its own (OpenSSL's default depth is 100:
+/// a bound of the edge's, docs/SECURITY.md).
+pub const MAX_INTERMEDIATES: usize = 10;
+
 /// A client certificate verifier over `cas` (DER), as OpenSSL verifies.
 pub struct OpenSslClientVerifier {
     store: X509Store,
@@ -69,7 +78,13 @@ impl OpenSslClientVerifier {
                 .add_cert(ca)
                 .map_err(|e| format!("client CA certificate: {e}"))?;
         }
-        // what OpenSSL's TLS server sets for the client's chain (ssl_verify_cert_chain)
+        // what OpenSSL's TLS server sets for the client's chain (ssl_verify_cert_chain): the
+        // purpose, and the context's security level as the auth level (Python's ssl context is
+        // at level 2: no RSA/DSA/DH key under 2048 bits, no EC key under 224, no SHA-1 or MD5
+        // signature in the chain; Go refuses SHA-1 signatures too)
+        let mut param = X509VerifyParam::new().map_err(|e| e.to_string())?;
+        param.set_auth_level(AUTH_LEVEL);
+        builder.set_param(&param).map_err(|e| e.to_string())?;
         builder
             .set_purpose(X509PurposeId::SSL_CLIENT)
             .map_err(|e| e.to_string())?;
@@ -81,6 +96,13 @@ impl OpenSslClientVerifier {
     /// Whether OpenSSL verifies `leaf` with `intermediates` to one of the CAs now: Ok, or
     /// OpenSSL's reason.
     pub fn check(&self, leaf: &[u8], intermediates: &[&[u8]]) -> Result<(), String> {
+        if intermediates.len() > MAX_INTERMEDIATES {
+            // refused before OpenSSL builds anything: a chain's cost is bounded (a Certificate
+            // message of 64 KiB holds ~220 certificates, 25-50 ms of chain building)
+            return Err(format!(
+                "more than {MAX_INTERMEDIATES} intermediate certificates"
+            ));
+        }
         let leaf = X509::from_der(leaf).map_err(|e| format!("client certificate: {e}"))?;
         let mut chain = Stack::new().map_err(|e| e.to_string())?;
         for der in intermediates {
@@ -156,6 +178,16 @@ pub fn verify_signature(
                 return Err(bad_signature());
             }
             (digest, false)
+        }
+        // not a CertificateVerify scheme in TLS 1.3 (RFC 8446 4.4.3; OpenSSL refuses it)
+        SignatureScheme::RSA_PKCS1_SHA256
+        | SignatureScheme::RSA_PKCS1_SHA384
+        | SignatureScheme::RSA_PKCS1_SHA512
+            if tls13 =>
+        {
+            return Err(Error::PeerMisbehaved(
+                tokio_rustls::rustls::PeerMisbehaved::SignedHandshakeWithUnadvertisedSigScheme,
+            ))
         }
         SignatureScheme::RSA_PKCS1_SHA256 => (MessageDigest::sha256(), false),
         SignatureScheme::RSA_PKCS1_SHA384 => (MessageDigest::sha384(), false),

@@ -133,9 +133,11 @@ pub const MAX_LINE: usize = 512;
 /// The relay listener of a cluster instance (edge/cluster.py's rules): a connection whose
 /// relay line is whole and right (the secret compared in constant time), of kind `http` (or
 /// `https`: the decrypted stream of a TLS connection the relaying instance terminated), for a
-/// host this instance has a plain route for on that listener, gets `HERE` and is served by
-/// that scheme's adopting listener (public.rs `adopted`) as the original client's, whose
-/// address the line names. Every other connection goes to Python with the bytes read (its line included), which
+/// host this instance has a route for on that listener, gets `HERE` and is served by that
+/// scheme's adopting listener (public.rs `adopted`) as the original client's, whose address
+/// the line names (a host whose TLS settings require more than the default has its requests
+/// handed to Python there, which answers 421: the relaying instance's handshake asked for
+/// none of it). Every other connection goes to Python with the bytes read (its line included), which
 /// applies the same rules and answers or closes as it always did; a connection that sends no
 /// whole line within `line_timeout` (or nothing) is closed.
 pub struct RelayListen {

@@ -163,9 +163,13 @@ pub fn public_server_config_requiring(
     let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     if requires.client_cas.is_none() {
-        // a ticket names its server name, not what the handshake required: a name that asks
-        // for a client certificate resumes from its own configuration's cache only
+        // a ticket names its server name, not what the handshake required
         config.ticketer = ticketer;
+    } else {
+        // a name that asks for a client certificate resumes no session: each connection's
+        // certificate is checked now (a resumed TLS 1.2 session would carry its certificate
+        // past its expiry, for as long as the configuration lives)
+        config.session_storage = Arc::new(tokio_rustls::rustls::server::NoServerSessionStorage {});
     }
     Ok(Arc::new(config))
 }

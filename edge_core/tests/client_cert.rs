@@ -40,6 +40,8 @@ struct Made<'a> {
     ca: bool,
     /// extended key usage: None for none, else client (true) or server (false) only
     client_eku: Option<bool>,
+    /// the issuer's signature's digest
+    digest: MessageDigest,
 }
 
 impl Made<'_> {
@@ -84,7 +86,7 @@ impl Made<'_> {
             }
         }
         let signer = self.by.map(|(_, k)| k).unwrap_or(self.key);
-        b.sign(signer, MessageDigest::sha256()).unwrap();
+        b.sign(signer, self.digest).unwrap();
         b.build()
     }
 }
@@ -104,6 +106,7 @@ fn ca<'a>(name: &'a str, key: &'a PKey<Private>, from: i64, to: i64) -> Made<'a>
         to,
         ca: true,
         client_eku: None,
+        digest: MessageDigest::sha256(),
     }
 }
 
@@ -117,6 +120,7 @@ fn leaf<'a>(name: &'a str, key: &'a PKey<Private>, by: (&'a X509, &'a PKey<Priva
         to: 30,
         ca: false,
         client_eku: Some(true),
+        digest: MessageDigest::sha256(),
     }
 }
 
@@ -214,6 +218,61 @@ fn a_certificate_for_servers_only_is_refused_as_a_clients() {
     assert_eq!(check(&verifier(&[&ca_cert]), &made.cert(), &[]), Ok(()));
 }
 
+#[test]
+fn weak_certificates_are_refused_as_pythons_ssl_refuses_them() {
+    // OpenSSL's TLS server checks the chain at its security level, Python's at 2: no SHA-1
+    // signature, no RSA key under 2048 bits (Go refuses SHA-1 too)
+    let (ca_key, key) = (p256(), p256());
+    let ca_cert = ca("client CA", &ca_key, -1, 365).cert();
+    let v = verifier(&[&ca_cert]);
+    let mut made = leaf("sha1", &key, (&ca_cert, &ca_key));
+    made.digest = MessageDigest::sha1();
+    assert!(check(&v, &made.cert(), &[]).is_err());
+    let small = PKey::from_rsa(Rsa::generate(1024).unwrap()).unwrap();
+    assert!(check(
+        &v,
+        &leaf("rsa1024", &small, (&ca_cert, &ca_key)).cert(),
+        &[]
+    )
+    .is_err());
+    let enough = PKey::from_rsa(Rsa::generate(2048).unwrap()).unwrap();
+    let cert = leaf("rsa2048", &enough, (&ca_cert, &ca_key)).cert();
+    assert_eq!(check(&v, &cert, &[]), Ok(()));
+}
+
+#[test]
+fn a_chain_of_more_intermediates_than_the_bound_is_refused_before_it_is_built() {
+    use edge_core::client_cert::MAX_INTERMEDIATES;
+    let root_key = p256();
+    let root = ca("root", &root_key, -1, 365).cert();
+    let keys: Vec<PKey<Private>> = (0..=MAX_INTERMEDIATES).map(|_| p256()).collect();
+    let names: Vec<String> = (0..=MAX_INTERMEDIATES)
+        .map(|n| format!("mid {n}"))
+        .collect();
+    let mut mids: Vec<X509> = Vec::new();
+    for (n, key) in keys.iter().enumerate() {
+        let mut made = ca(&names[n], key, -1, 365);
+        made.by = Some(match n {
+            0 => (&root, &root_key),
+            _ => (&mids[n - 1], &keys[n - 1]),
+        });
+        let cert = made.cert();
+        mids.push(cert);
+    }
+    let key = p256();
+    let v = verifier(&[&root]);
+    // MAX_INTERMEDIATES of them, the leaf's issuer first: verified
+    let last = MAX_INTERMEDIATES - 1;
+    let cert = leaf("client", &key, (&mids[last], &keys[last])).cert();
+    let sent: Vec<&X509> = mids[..MAX_INTERMEDIATES].iter().rev().collect();
+    assert_eq!(check(&v, &cert, &sent), Ok(()));
+    // one more: refused, whatever they are
+    let cert = leaf("client", &key, (&mids[last + 1], &keys[last + 1])).cert();
+    let sent: Vec<&X509> = mids.iter().rev().collect();
+    let refused = check(&v, &cert, &sent).unwrap_err();
+    assert!(refused.contains("intermediate"), "{refused}");
+}
+
 fn signed(
     key: &PKey<Private>,
     digest: Option<MessageDigest>,
@@ -277,8 +336,11 @@ fn handshake_signatures_verify_by_their_scheme_and_key() {
     for (key, digest, pss, scheme) in cases {
         let cert = cert_of(key);
         let sig = signed(key, digest, pss, message);
-        assert!(
+        // RSA PKCS#1 v1.5 is no CertificateVerify scheme in TLS 1.3 (RFC 8446 4.4.3)
+        let tls13 = scheme != SignatureScheme::RSA_PKCS1_SHA384;
+        assert_eq!(
             verify_signature(message, &cert, scheme, &sig, true).is_ok(),
+            tls13,
             "{scheme:?}"
         );
         assert!(
@@ -287,7 +349,7 @@ fn handshake_signatures_verify_by_their_scheme_and_key() {
         );
         let tampered = b"another transcript";
         assert!(
-            verify_signature(tampered, &cert, scheme, &sig, true).is_err(),
+            verify_signature(tampered, &cert, scheme, &sig, false).is_err(),
             "{scheme:?}"
         );
     }

@@ -379,23 +379,26 @@ async fn at_the_cap_the_connection_waiting_longest_for_its_clienthello_makes_roo
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_clients_second_connection_resumes_its_session() {
-    let pair = pair_for("a.test");
-    let (_carrier, port, _session, mut agent) = setup(&pair);
-    let client = TlsConnector::from(client_config(&pair, &[b"http/1.1"]));
+/// Two connections of `client` to `name` one after the other, each with one request the agent
+/// answers 204 (its stream carrying `mark`): how each one's handshake went.
+async fn two_connections(
+    port: u16,
+    client: &TlsConnector,
+    name: &str,
+    agent: &mut UnixStream,
+    mark: &[u8],
+) -> Vec<Option<tokio_rustls::rustls::HandshakeKind>> {
     let mut kinds = Vec::new();
     for _ in 0..2 {
         let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
         let mut tls = client
-            .connect(ServerName::try_from("a.test").unwrap(), tcp)
+            .connect(ServerName::try_from(name.to_owned()).unwrap(), tcp)
             .await
             .unwrap();
         // TLS 1.3 tickets come right after the handshake, before any answer: read one
-        tls.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        agent_answers_204(&mut agent, b"").await;
+        let request = format!("GET / HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n");
+        tls.write_all(request.as_bytes()).await.unwrap();
+        agent_answers_204(agent, mark).await;
         let mut got = Vec::new();
         tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut got))
             .await
@@ -404,6 +407,15 @@ async fn a_clients_second_connection_resumes_its_session() {
         assert!(got.starts_with(b"HTTP/1.1 204"));
         kinds.push(tls.get_ref().1.handshake_kind());
     }
+    kinds
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_second_connection_resumes_its_session() {
+    let pair = pair_for("a.test");
+    let (_carrier, port, _session, mut agent) = setup(&pair);
+    let client = TlsConnector::from(client_config(&pair, &[b"http/1.1"]));
+    let kinds = two_connections(port, &client, "a.test", &mut agent, b"").await;
     use tokio_rustls::rustls::HandshakeKind;
     assert_eq!(
         kinds,
@@ -581,6 +593,27 @@ async fn a_name_that_requires_a_client_certificate_gets_it_verified_and_its_fact
     let tls_facts = handed(&carrier).await.tls.unwrap();
     assert_eq!(tls_facts.spec, 9);
     assert_eq!(tls_facts.client_cert.as_deref(), Some(&ours.chain[0][..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_requires_a_client_certificate_resumes_no_session() {
+    // each connection's certificate is checked as it is then (client_cert.rs), in TLS 1.2
+    // and 1.3 alike
+    use tokio_rustls::rustls::version::{TLS12, TLS13};
+    use tokio_rustls::rustls::HandshakeKind;
+    let (pair, mtls) = (pair_for("a.test"), pair_for("m.test"));
+    let (carrier, port, session, mut agent) = setup(&pair);
+    let ours = issue_client_cert();
+    let requires = edge_core::tls::Requires {
+        client_cas: Some(vec![ours.ca.clone()]),
+        ..Default::default()
+    };
+    route_requiring(&carrier, &session, &mtls, &requires);
+    for version in [&TLS12, &TLS13] {
+        let client = TlsConnector::from(client_with(&mtls, Some(&ours), &[version]));
+        let kinds = two_connections(port, &client, "m.test", &mut agent, b"\"Id\": \"tn_m\"").await;
+        assert_eq!(kinds, vec![Some(HandshakeKind::Full); 2], "{version:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from chalicelib.core.policy import compile_policy
-from edge import carrier, tls_spec
+from edge import carrier, fast_path, tls_spec
 from edge.decided import DECIDED, RESTRICTED
 from edge.fast_path import FastPath
 from edge.observe import hub_of
@@ -317,7 +317,7 @@ def test_a_relay_route_is_pushed_where_the_cores_tls_would_do_and_dropped_by_a_s
     edge.tls.loaded.set()
     edge.serves_name = lambda name: True
     paths = FastPath(edge)
-    paths._cert = lambda host: 7  # the certificate's number in the core
+    paths.cert_number = lambda host: 7  # the certificate's number in the core
 
     async def run():
         paths.relay(HOST, "http", "127.0.0.1:9", b"NGRELAY1 s http " + HOST.encode(), 2.0)
@@ -739,3 +739,69 @@ def test_a_request_the_restrictions_refuse_is_no_record_of_the_endpoint(core):
 
     core.loop.run_until_complete(run())
     assert queued == []
+
+
+class _CertCarrier:
+    """The core's certificates as FastPath pushes them: number -> the spec number."""
+
+    def __init__(self):
+        self.certs = {}
+
+    def set_cert(self, number, chain, key, spec=0, requires=None):
+        self.certs[number] = spec
+
+    def drop_cert(self, number):
+        self.certs.pop(number, None)
+
+    def set_nameless_cert(self, number):
+        pass
+
+
+def _mutual_edge(specs):
+    """An edge whose names in ``specs`` require those TLS settings, its certificates fakes."""
+    edge = _edge()
+    edge.tls = types.SimpleNamespace(spec_for=lambda name: specs.get(name, tls_spec.DEFAULT))
+    edge.certs = types.SimpleNamespace(
+        stored_pair=lambda host: None, pair_for=lambda hosts: (b"", b"")
+    )
+    edge.carrier = _CertCarrier()
+    edge.settings.base_domain = "tunnels.localhost"
+    return edge
+
+
+def test_a_live_connections_spec_number_outlives_its_idle_route():
+    """A keep-alive connection the core terminated for a mutual-TLS name outlives the name's
+    idle route (ROUTE_KEEP, then the certificate dropped at a refresh): its spec number is
+    still known, and the route pushed again gets the same number, so the connection is
+    served again rather than answered 421 for settings that did not change."""
+    spec = tls_spec.spec_of(None, [_ca_pem()])
+    edge = _mutual_edge({HOST: spec})
+
+    async def run():
+        paths = FastPath(edge)
+        held = edge.carrier.certs[paths.cert_number(HOST)]  # the handshake's CoreTls.spec
+        assert held != 0 and paths.spec_numbered(held).key == spec.key
+        paths.refresh()  # no route names the certificate: dropped
+        assert edge.carrier.certs == {}
+        assert paths.spec_numbered(held).key == spec.key
+        assert edge.carrier.certs[paths.cert_number(HOST)] == held
+
+    asyncio.run(run())
+
+
+def test_spec_numbers_no_certificate_is_made_for_are_kept_up_to_their_bound(monkeypatch):
+    """At most SPECS_KEPT of them, the oldest forgotten first (a forgotten number reads as
+    the default: a request on such a connection for a protected name is misdirected)."""
+    monkeypatch.setattr(fast_path, "SPECS_KEPT", 2)
+    hosts = [f"m{n}.tunnels.localhost" for n in range(4)]
+    specs = {host: tls_spec.spec_of(None, [_ca_pem()]) for host in hosts}
+    edge = _mutual_edge(specs)
+
+    async def run():
+        paths = FastPath(edge)
+        numbers = [edge.carrier.certs[paths.cert_number(host)] for host in hosts]
+        paths.refresh()
+        return numbers, [paths.spec_numbered(n).key for n in numbers]
+
+    numbers, keys = asyncio.run(run())
+    assert keys == [tls_spec.DEFAULT.key] * 2 + [specs[h].key for h in hosts[2:]], numbers
