@@ -55,6 +55,14 @@ class Tunnel:
         return self.session.grant.account_id
 
 
+def session_gone(session: Any) -> bool:
+    """Whether ``session`` (an agent's, an SSH client's) has ended, or its connection closed
+    before the edge heard of it."""
+    return bool(
+        getattr(session, "ended", False) or getattr(getattr(session, "mux", None), "closed", False)
+    )
+
+
 class Registry:
     def __init__(self) -> None:
         self.sessions: Dict[str, Any] = {}
@@ -141,7 +149,10 @@ class Registry:
         ]
 
     def pick(self, tunnels: List[Tunnel]) -> Optional[Tunnel]:
-        """Spread connections across ``tunnels`` (round robin)."""
+        """Spread connections across ``tunnels`` (round robin), passing over a tunnel whose
+        session has ended (its agent gone before the registry dropped it: its requests would
+        be answered 502) while another is live."""
         if not tunnels:
             return None
-        return tunnels[next(self._rr) % len(tunnels)]
+        live = [t for t in tunnels if not session_gone(t.session)] or tunnels
+        return live[next(self._rr) % len(live)]

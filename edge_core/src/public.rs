@@ -185,7 +185,15 @@ impl Routes {
         let members = map.get(host)?;
         let route = match members.routes.len() {
             1 => &members.routes[0],
-            n => &members.routes[members.next.fetch_add(1, Ordering::Relaxed) % n],
+            // the member whose turn it is, or the next whose session has not ended (its agent
+            // gone before Python dropped the member: its requests would fail) while one is live
+            n => {
+                let turn = members.next.fetch_add(1, Ordering::Relaxed);
+                (0..n)
+                    .map(|i| &members.routes[(turn + i) % n])
+                    .find(|r| !r.session.with(|st| st.closed))
+                    .unwrap_or(&members.routes[turn % n])
+            }
         };
         (Instant::now() < route.until).then(|| route.clone())
     }

@@ -1256,6 +1256,29 @@ async fn peeking_takes_no_turn_and_an_empty_pool_drops_the_host() {
     assert!(routes.get("p.test").is_none() && routes.peek("p.test").is_none());
 }
 
+/// A member whose session ended (its agent gone, Python not yet told) takes no turn while
+/// another member is live; a pool of ended sessions still answers with its member in turn
+/// (its request fails as the session's end says).
+#[tokio::test]
+async fn a_member_whose_session_ended_takes_no_turn() {
+    let carrier = Carrier::new(1).unwrap();
+    let sessions: Vec<_> = (0..3).map(|_| common::agent_session(&carrier)).collect();
+    let member = |key: u64| Route {
+        key,
+        ..route(&sessions[key as usize - 1].0)
+    };
+    let routes = &carrier.routes;
+    routes.set_pool("p.test".into(), (1..=3).map(member).collect());
+    sessions[1].0.with(|st| st.closed = true);
+    let turns: Vec<u64> = (0..6).map(|_| routes.get("p.test").unwrap().key).collect();
+    assert_eq!(turns, [1, 3, 3, 1, 3, 3]);
+    for (session, _) in &sessions {
+        session.with(|st| st.closed = true);
+    }
+    let turns: Vec<u64> = (0..3).map(|_| routes.get("p.test").unwrap().key).collect();
+    assert_eq!(turns, [1, 2, 3]);
+}
+
 /// Pushing a pool's members again (Python's checks, each refresh) keeps its turn: one request
 /// between two pushes goes to each member in turn, not always to the first.
 #[tokio::test]
