@@ -19,7 +19,9 @@ endpoint / a second ``-R`` forward to a sink-and-source server of this script's 
 Cases (``--only``): get20, get1 (small GET at 20 and 1 connections), sweep (POST 1 KiB-16 MiB at
 one connection), post20 (1 MiB POST at 20 connections), bulk (TCP 256 MiB each way), tcpconn
 (a new TCP connection per one-byte exchange, 8 at a time: edge vs ssh -R), https (a
-new TLS connection per request: edge vs nginx), h2 (small GETs over HTTP/2, 4 connections of
+new TLS connection per request: edge vs nginx), mtls (the same with a client certificate,
+checked by the edge's core and by nginx's ssl_verify_client; bench/edge_bench/tls_client, Go,
+is its load generator: wrk presents none), h2 (small GETs over HTTP/2, 4 connections of
 10 streams each, nghttp2's h2load as the client: edge vs nginx), policy (a 5-rule traffic policy vs none, edge),
 cores (small GET at 20 connections with the edge on one core, then on all: requests/s and how
 the core's worker threads share its CPU), growth (edge CPU per request with 1 and 1,000
@@ -33,6 +35,7 @@ much less. Ratios are to ``ssh -R`` (and to nginx for HTTPS). Results: bench/edg
 """
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -281,6 +284,21 @@ def h2load(url: str, seconds: float, host: str = "", conns: int = 4, streams: in
     return result
 
 
+def tls_load(binary: str, addr: str, sni: str, tmp: str, conns: int, seconds: float):
+    """tls_client's run: a new TLS connection per request, presenting the client
+    certificate of :func:`write_client_certs`."""
+    cmd = [binary, "-addr", addr, "-sni", sni, "-c", str(conns), "-d", str(seconds)]
+    cmd += ["-cert", os.path.join(tmp, "client.pem"), "-key", os.path.join(tmp, "client.key")]
+    out, result = _load(cmd, seconds)
+    try:
+        result.update(json.loads(out.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        raise RuntimeError(f"tls_client failed: {' '.join(cmd)}\n{out}")
+    if not result["requests"]:
+        raise RuntimeError(f"tls_client answered nothing: {' '.join(cmd)}\n{out}")
+    return result
+
+
 def measure(group: Group, run: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
     before = group.snapshot()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -359,6 +377,20 @@ http {{
       proxy_buffering off;
     }}
   }}
+  server {{
+    listen 127.0.0.1:{mtls_port} ssl backlog=1024;
+    ssl_certificate {tmp}/rp.crt;
+    ssl_certificate_key {tmp}/rp.key;
+    ssl_client_certificate {tmp}/client-ca.pem;
+    ssl_verify_client on;
+    ssl_session_cache off;
+    ssl_session_tickets off;
+    location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }}
+  }}
 }}
 """
 
@@ -397,6 +429,38 @@ class Procs:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def write_client_certs(tmp: str) -> str:
+    """A client CA and a certificate it signed for the mutual TLS case, in ``tmp``
+    (client-ca.pem, client.pem, client.key): the CA's PEM."""
+    from stacks.certs import make_ca, make_client_cert, pem
+
+    ca = make_ca("bench clients")
+    cert, key = make_client_cert(ca, "bench")
+    with open(os.path.join(tmp, "client-ca.pem"), "w") as fh:
+        fh.write(pem(ca[1]))
+    with open(os.path.join(tmp, "client.pem"), "wb") as fh:
+        fh.write(cert)
+    with open(os.path.join(tmp, "client.key"), "wb") as fh:
+        fh.write(key)
+    return pem(ca[1])
+
+
+def tls_client(tmp: str) -> str:
+    """bench/edge_bench/tls_client (Go, the standard library only) built into ``tmp``: the
+    mutual TLS case's load generator; "" without Go."""
+    binary = os.path.join(tmp, "tls_client")
+    if not os.path.exists(binary):
+        if shutil.which("go") is None:
+            return ""
+        subprocess.run(
+            ["go", "build", "-o", binary, "."],
+            cwd=os.path.join(HERE, "tls_client"),
+            check=True,
+            env={**os.environ, "GOFLAGS": "-mod=mod"},
+        )
+    return binary
 
 
 def start_nginx(procs: Procs, tmp: str, name: str, text: str) -> subprocess.Popen:
@@ -567,6 +631,34 @@ def tcp_connects(port: int, seconds: float, threads: int = 8) -> Dict[str, Any]:
     }
 
 
+def mtls_case(stack: "Stack", runs: int, seconds: float) -> Dict[str, Any]:
+    """Mutual TLS, a new connection per request (20 at a time), the client's certificate
+    checked by the edge's core (OpenSSL's X509_verify_cert, edge_core/src/client_cert.rs)
+    and by nginx (ssl_verify_client on); neither resumes a session."""
+    binary = tls_client(stack.tmp)
+    if not binary or not stack.mtls_host:
+        return {}
+    up = stack.upstream.pid
+    groups = {
+        "edge": Group(
+            {"edge": stack.edge.process.pid, "sdk": stack.mtls_agent.pid, "upstream": up}
+        ),
+        "nginx": Group({"nginx": stack.proxy.pid, "upstream": up}),
+    }
+    targets = {
+        "edge": (f"127.0.0.1:{stack.edge.https_port}", stack.mtls_host),
+        "nginx": (f"127.0.0.1:{stack.rp_mtls}", "127.0.0.1"),
+    }
+    # the endpoint's route, and its certificate, warmed up (an idle route expires: ROUTE_KEEP)
+    tls_load(binary, targets["edge"][0], targets["edge"][1], stack.tmp, 2, 1.0)
+    results: Dict[str, List[Dict[str, Any]]] = {p: [] for p in targets}
+    for _ in range(runs):
+        for path, (addr, sni) in targets.items():
+            load = functools.partial(tls_load, binary, addr, sni, stack.tmp, 20, seconds)
+            results[path].append(measure(groups[path], load))
+    return {path: median_of(rs) for path, rs in results.items()}
+
+
 def tcpconn_case(stack: "Stack", runs: int, seconds: float) -> Dict[str, Any]:
     groups = {
         "edge": Group(
@@ -643,7 +735,8 @@ class Stack:
 
         self.tmp = tmp
         self.up_port, self.rp_port, self.rp_tls = free_port(), free_port(), free_port()
-        self.bulk_port = free_port()
+        self.bulk_port, self.rp_mtls = free_port(), free_port()
+        self.client_ca = write_client_certs(tmp)  # the mutual TLS case's
         self.upstream = start_nginx(
             procs, tmp, "up", NGINX_UPSTREAM.format(tmp=tmp, port=self.up_port)
         )
@@ -674,7 +767,13 @@ class Stack:
             procs,
             tmp,
             "rp",
-            NGINX_PROXY.format(tmp=tmp, port=self.rp_port, tls_port=self.rp_tls, up=self.up_port),
+            NGINX_PROXY.format(
+                tmp=tmp,
+                port=self.rp_port,
+                tls_port=self.rp_tls,
+                mtls_port=self.rp_mtls,
+                up=self.up_port,
+            ),
         )
         self.bulk = procs.start([sys.executable, __file__, "--bulk-server", str(self.bulk_port)])
         wait_port(self.up_port)
@@ -744,6 +843,21 @@ class Stack:
         self.policy_host = bound[1].split("://")[1].split(":")[0]
         self.edge_tcp = int(bound[2].rsplit(":", 1)[1])
         self.policy_each_host = bound[3].split("://")[1].split(":")[0]
+        # an endpoint asking for client certificates (the mutual TLS case), the Python SDK's
+        # mutual_tlsca (the Go test agent binds none): served by the core's TLS
+        self.mtls_host = ""
+        if agent_kind == "python":
+            self.mtls_agent, bound = self.start_agent(
+                [
+                    {
+                        "proto": "http",
+                        "upstream": f"http://127.0.0.1:{self.up_port}",
+                        "mutual_tlsca": self.client_ca,
+                    }
+                ],
+                procs,
+            )
+            self.mtls_host = bound[0].split("://")[1].split(":")[0]
 
     def start_agent(
         self, binds: List[Dict[str, Any]], procs: Procs, token: Optional[str] = None
@@ -1036,14 +1150,21 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
                 f"TCP bulk {label}: {rows['edge']['mbps']:.0f} MB/s = {x(rate)} ssh -R's "
                 f"{rows['ssh']['mbps']:.0f} ({judged('rps_vs_ssh', rate)})"
             )
-    if results.get("https"):
-        rows = results["https"]
+    for case, label in (
+        ("mtls", "mutual TLS, new connection per request"),
+        ("https", "HTTPS, new TLS connection per request"),
+    ):
+        rows = results.get(case)
+        if not rows:
+            continue
         e, n = rows["edge"]["cpu_us"], rows["nginx"]["cpu_us"]
         cpu = ratio(e["edge"], n["nginx"])
         lines.append(
-            f"HTTPS, new TLS connection per request: edge CPU {e['edge']:.0f} µs = {x(cpu)} "
+            f"{label}: edge CPU {e['edge']:.0f} µs = {x(cpu)} "
             f"nginx's {n['nginx']:.0f} µs ({judged('https_cpu_vs_nginx', cpu)})"
         )
+    if results.get("https"):
+        rows = results["https"]
         if "floor" in rows:
             f = rows["floor"]["cpu_us"]["front"]
             lines.append(
@@ -1116,7 +1237,7 @@ def main() -> int:
     parser.add_argument("--sweep-seconds", type=float, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
-        "--only", default="get20,get1,sweep,post20,bulk,tcpconn,https,h2,policy,cores,growth"
+        "--only", default="get20,get1,sweep,post20,bulk,tcpconn,https,mtls,h2,policy,cores,growth"
     )
     parser.add_argument("--paths", default="edge,ssh,nginx,direct,floor")
     parser.add_argument(
@@ -1225,6 +1346,17 @@ def main() -> int:
                     results["https"],
                     base="nginx",
                 )
+            if "mtls" in only:
+                results["mtls"] = mtls_case(stack, args.runs, args.seconds)
+                if results["mtls"]:
+                    print_http(
+                        "Mutual TLS, a new connection per request with a client certificate "
+                        "(20 at a time)",
+                        results["mtls"],
+                        base="nginx",
+                    )
+                else:
+                    print("\nMutual TLS: skipped (Go's toolchain or the Python SDK agent needed)")
             if "h2" in only:
                 results["h2"] = h2_case(stack, args.runs, args.seconds)
                 print_http(

@@ -4,8 +4,9 @@ Run with the device agent's virtualenv (.venv-agent, where the SDK is installed)
 
 Usage: ``python peer_agent.py '<json config>'``; config: ``authtoken``, ``server_addr``,
 ``root_cas``, ``binds``: a list of {"proto": "http"|"tcp", "upstream": "http://127.0.0.1:P" or
-"127.0.0.1:P", "policy"?: a traffic policy as JSON text}. Prints one JSON line per bound
-endpoint ({"event": "bound", "url": ...}), then {"event": "ready"}; exits when stdin closes.
+"127.0.0.1:P", "policy"?: a traffic policy as JSON text, "mutual_tlsca"?: a CA's PEM}. Prints
+one JSON line per bound endpoint ({"event": "bound", "url": ...}), then {"event": "ready"};
+exits when stdin closes.
 """
 
 import asyncio
@@ -32,6 +33,8 @@ async def main(cfg):
         builder = session.http_endpoint() if bind["proto"] == "http" else session.tcp_endpoint()
         if bind.get("policy"):
             builder = builder.traffic_policy(bind["policy"])
+        if bind.get("mutual_tlsca"):  # a CA's PEM: the endpoint asks for client certificates
+            builder = builder.mutual_tlsca(bytearray(bind["mutual_tlsca"].encode()))
         listener = await builder.listen()
         tasks.append(asyncio.ensure_future(listener.forward(bind["upstream"])))
         emit({"event": "bound", "url": listener.url()})

@@ -11,7 +11,9 @@
 //! handshake's signature by OpenSSL's `EVP_DigestVerify` with the leaf's key. No CA names are
 //! sent in the certificate request, as the Python path sent none.
 
+use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Mutex;
 
 use openssl::ec::EcKeyRef;
 use openssl::hash::MessageDigest;
@@ -58,7 +60,14 @@ pub const MAX_INTERMEDIATES: usize = 10;
 /// A client certificate verifier over `cas` (DER), as OpenSSL verifies.
 pub struct OpenSslClientVerifier {
     store: X509Store,
+    /// The keys of the last leaves [`OpenSslClientVerifier::check`] verified, by their DER:
+    /// the handshake's signature is checked with its key right after, and parsing a
+    /// certificate again costs OpenSSL 3 ~100 µs (measured; nginx parses it once too).
+    recent: Mutex<VecDeque<(Vec<u8>, PKey<Public>)>>,
 }
+
+/// How many verified leaves' keys are kept for their handshakes' signatures.
+const RECENT: usize = 32;
 
 impl fmt::Debug for OpenSslClientVerifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -90,12 +99,13 @@ impl OpenSslClientVerifier {
             .map_err(|e| e.to_string())?;
         Ok(OpenSslClientVerifier {
             store: builder.build(),
+            recent: Mutex::new(VecDeque::with_capacity(RECENT)),
         })
     }
 
     /// Whether OpenSSL verifies `leaf` with `intermediates` to one of the CAs now: Ok, or
     /// OpenSSL's reason.
-    pub fn check(&self, leaf: &[u8], intermediates: &[&[u8]]) -> Result<(), String> {
+    pub fn check(&self, der: &[u8], intermediates: &[&[u8]]) -> Result<(), String> {
         if intermediates.len() > MAX_INTERMEDIATES {
             // refused before OpenSSL builds anything: a chain's cost is bounded (a Certificate
             // message of 64 KiB holds ~220 certificates, 25-50 ms of chain building)
@@ -103,7 +113,7 @@ impl OpenSslClientVerifier {
                 "more than {MAX_INTERMEDIATES} intermediate certificates"
             ));
         }
-        let leaf = X509::from_der(leaf).map_err(|e| format!("client certificate: {e}"))?;
+        let leaf = X509::from_der(der).map_err(|e| format!("client certificate: {e}"))?;
         let mut chain = Stack::new().map_err(|e| e.to_string())?;
         for der in intermediates {
             let cert = X509::from_der(der).map_err(|e| format!("client certificate: {e}"))?;
@@ -118,7 +128,27 @@ impl OpenSslClientVerifier {
                     Err(c.error().error_string().to_string())
                 })
             })
-            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())??;
+        if let Ok(key) = leaf.public_key() {
+            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.len() == RECENT {
+                recent.pop_front();
+            }
+            recent.push_back((der.to_vec(), key));
+        }
+        Ok(())
+    }
+
+    /// The key of `cert` (DER): the one [`OpenSslClientVerifier::check`] kept, else parsed.
+    fn key_for(&self, cert: &[u8]) -> Result<PKey<Public>, Error> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        match recent.iter().rev().find(|(der, _)| der == cert) {
+            Some((_, key)) => Ok(key.clone()),
+            None => {
+                drop(recent);
+                key_of(cert)
+            }
+        }
     }
 }
 
@@ -146,7 +176,16 @@ pub fn verify_signature(
     signature: &[u8],
     tls13: bool,
 ) -> Result<HandshakeSignatureValid, Error> {
-    let key = key_of(cert)?;
+    verify_with(&key_of(cert)?, message, scheme, signature, tls13)
+}
+
+fn verify_with(
+    key: &PKey<Public>,
+    message: &[u8],
+    scheme: SignatureScheme,
+    signature: &[u8],
+    tls13: bool,
+) -> Result<HandshakeSignatureValid, Error> {
     let (digest, pss) = match scheme {
         SignatureScheme::ED25519 | SignatureScheme::ED448 => {
             let wanted = if scheme == SignatureScheme::ED25519 {
@@ -157,7 +196,7 @@ pub fn verify_signature(
             if key.id() != wanted {
                 return Err(bad_signature());
             }
-            let mut verifier = Verifier::new_without_digest(&key).map_err(|_| bad_signature())?;
+            let mut verifier = Verifier::new_without_digest(key).map_err(|_| bad_signature())?;
             return match verifier.verify_oneshot(signature, message) {
                 Ok(true) => Ok(HandshakeSignatureValid::assertion()),
                 _ => Err(bad_signature()),
@@ -213,7 +252,7 @@ pub fn verify_signature(
     if is_rsa != (key.id() == Id::RSA) {
         return Err(bad_signature());
     }
-    let mut verifier = Verifier::new(digest, &key).map_err(|_| bad_signature())?;
+    let mut verifier = Verifier::new(digest, key).map_err(|_| bad_signature())?;
     if pss {
         verifier
             .set_rsa_padding(Padding::PKCS1_PSS)
@@ -254,7 +293,13 @@ impl ClientCertVerifier for OpenSslClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_signature(message, cert, dss.scheme, dss.signature(), false)
+        verify_with(
+            &self.key_for(cert)?,
+            message,
+            dss.scheme,
+            dss.signature(),
+            false,
+        )
     }
 
     fn verify_tls13_signature(
@@ -263,7 +308,13 @@ impl ClientCertVerifier for OpenSslClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_signature(message, cert, dss.scheme, dss.signature(), true)
+        verify_with(
+            &self.key_for(cert)?,
+            message,
+            dss.scheme,
+            dss.signature(),
+            true,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

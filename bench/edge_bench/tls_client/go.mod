@@ -1,0 +1,3 @@
+module tunnel/bench/tls_client
+
+go 1.21
