@@ -64,3 +64,20 @@ def test_a_runs_results_give_each_figure_with_its_ratio_and_verdict():
     grown = [line for line in lines if line.startswith("growth, 203 endpoints")][0]
     assert "1.20× what it was with 3 endpoints (" in grown and "NOT met" in grown
     assert lines[-1].startswith("memory per idle agent session: 45.0 KiB (goal ≤ 64 KiB: met)")
+
+
+def test_the_tls_cases_are_judged_against_nginx():
+    results = {
+        "mtls": {"edge": _row(1, 1, edge=600.0), "nginx": _row(1, 1, nginx=500.0)},
+        "https": {"edge": _row(1, 1, edge=180.0), "nginx": _row(1, 1, nginx=180.0)},
+    }
+    lines = goal_lines(results)
+    assert (
+        "mutual TLS, new connection per request: edge CPU 600 µs = 1.20× nginx's 500 µs "
+        "(goal ≤ 1.2×: met)" in lines
+    )
+    assert (
+        "HTTPS, new TLS connection per request: edge CPU 180 µs = 1.00× nginx's 180 µs "
+        "(goal ≤ 1.2×: met)" in lines
+    )
+    assert len(goal_lines({"mtls": {}})) == len(goal_lines({}))  # skipped: no line
