@@ -1285,6 +1285,8 @@ def main() -> int:
                             "edge_https": stack.edge.https_port,
                             "host": stack.host,
                             "policy_host": stack.policy_host,
+                            "policy_each_host": stack.policy_each_host,
+                            "mtls_host": stack.mtls_host,
                             "ssh": stack.ssh_http,
                             "nginx": stack.rp_port,
                             "direct": stack.up_port,
