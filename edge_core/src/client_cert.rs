@@ -139,6 +139,18 @@ impl OpenSslClientVerifier {
         Ok(())
     }
 
+    /// A handshake's signature `dss` over `message` by the key of `cert`.
+    fn verify_dss(
+        &self,
+        message: &[u8],
+        cert: &[u8],
+        dss: &DigitallySignedStruct,
+        tls13: bool,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        let key = self.key_for(cert)?;
+        verify_with(&key, message, dss.scheme, dss.signature(), tls13)
+    }
+
     /// The key of `cert` (DER): the one [`OpenSslClientVerifier::check`] kept, else parsed.
     fn key_for(&self, cert: &[u8]) -> Result<PKey<Public>, Error> {
         let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
@@ -293,13 +305,7 @@ impl ClientCertVerifier for OpenSslClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_with(
-            &self.key_for(cert)?,
-            message,
-            dss.scheme,
-            dss.signature(),
-            false,
-        )
+        self.verify_dss(message, cert, dss, false)
     }
 
     fn verify_tls13_signature(
@@ -308,13 +314,7 @@ impl ClientCertVerifier for OpenSslClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_with(
-            &self.key_for(cert)?,
-            message,
-            dss.scheme,
-            dss.signature(),
-            true,
-        )
+        self.verify_dss(message, cert, dss, true)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
