@@ -632,13 +632,13 @@ class FastPath:
         # made for (a keep-alive connection outlives its idle route by up to the idle
         # timeout): its number is kept, and given again to the same key, so those connections
         # stay servable. Forgotten only past SPECS_KEPT, the oldest numbers first.
-        in_use = set(self._spec_of_cert.values())
-        unused = [(n, k) for k, n in self._spec_numbers.items() if n not in in_use]
-        for spec_number, spec_key in sorted(unused)[
-            : max(0, len(self._spec_numbers) - SPECS_KEPT)
-        ]:
-            del self._spec_numbers[spec_key]
-            self._specs.pop(spec_number, None)
+        over = len(self._spec_numbers) - SPECS_KEPT
+        if over > 0:  # (each refresh: nothing to sort below the bound)
+            in_use = set(self._spec_of_cert.values())
+            unused = [(n, k) for k, n in self._spec_numbers.items() if n not in in_use]
+            for spec_number, spec_key in sorted(unused)[:over]:
+                del self._spec_numbers[spec_key]
+                self._specs.pop(spec_number, None)
 
     def route_of(self, key: int) -> Optional[Pushed]:
         """Route ``key``'s (tunnel, scheme, host, mode and policy as pushed) while the core may
