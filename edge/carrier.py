@@ -365,6 +365,35 @@ class Carrier:
         comes back with its served row."""
         self._core.decide_forward(ticket, head, memo)
 
+    def decide_internal(
+        self,
+        ticket: int,
+        head: bytes,
+        mux: session.MuxSession,
+        tunnel_id: str,
+        memo: Any = None,
+        responses: bool = False,
+        h2_scheme: Optional[str] = None,
+        proxy_proto: int = 0,
+        proxy_dest: str = "",
+    ) -> None:
+        """Ticket ``ticket``'s request goes on with ``head`` to another agent endpoint than
+        its route's (the internal one a ``forward-internal`` sent it to): ``mux``'s tunnel
+        ``tunnel_id``, spoken to as :meth:`set_route` says (``h2_scheme``, ``proxy_proto``,
+        ``proxy_dest``); ``responses``: its response head is handed to ``on_responses``.
+        Served and recorded as the route's."""
+        self._core.decide_internal(
+            ticket,
+            head,
+            mux.core,
+            tunnel_id,
+            memo=memo,
+            responses=responses,
+            h2_scheme=h2_scheme,
+            proxy_proto=proxy_proto,
+            proxy_dest=proxy_dest,
+        )
+
     def decide_append(
         self,
         ticket: int,

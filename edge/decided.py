@@ -16,7 +16,7 @@ the phase left them), respond (the policy's answer instead; the connection close
 A policy is *decidable* (:func:`decidable`) when every run of it ends in one of those without
 anything but the heads: each ``on_http_request`` action is one of :data:`DECIDED_ACTIONS` and
 each ``on_http_response`` one of :data:`RESPONSE_ACTIONS` (no body read or rewritten, no
-forward-internal, no outbound call in the response phase); no ``on_tcp_connect`` or
+outbound call in the response phase); no ``on_tcp_connect`` or
 ``on_event_stream_message`` rule; and no header action names a framing field
 (Content-Length, Transfer-Encoding: the core frames each body by its own sender's head). Any
 other policy keeps its route on the Python path whole. A policy that names IP policies
@@ -33,6 +33,13 @@ signed-in request goes on with its identity headers; a sign-in's answer (the red
 provider, the callback's, the logout page) is the policy's answer. A route whose policy signs
 in has its response heads asked too (RESPONSES), so a session whose cookie was refreshed gets
 its ``set-cookie`` on the agent's response, as ``identity.with_cookies`` adds it there.
+
+**Forward-internal** is decided too: the run's target found as edge/http_policy.py finds it
+(an internal agent endpoint of this edge at once, anything else in a task), the internal
+endpoint's own policy run next, and the request let through there sent by the core to that
+endpoint's session (``Carrier.decide_internal``), served and recorded as the route's
+(:meth:`Decider._hop`, :meth:`Decider._onward`). What the core cannot carry there is handed to
+the Python path, which runs the request again.
 
 **Circuit breakers** (the ``circuit-breaker`` action, and the endpoint's own breaker, its
 Bind option: edge/breaker.py) are decided too: the request phase's run says whether a
@@ -56,9 +63,12 @@ from typing import Any, Callable, List, Optional, Tuple
 from chalicelib.core import policy as tp
 from chalicelib.core.policy import actions as tp_actions
 from chalicelib.core.policy.holding import request_reads
+from chalicelib.core import edge_errors
 from edge import breaker, http1, http_policy, identity, ip_restrictions, secrets
+from edge.edges import Hop, forward_refused
 from edge.http_io import error_response, outcome_response
 from edge.observe import hub_of
+from edge.session import MuxSession
 
 log = logging.getLogger("edge.decided")
 
@@ -80,6 +90,7 @@ DECIDED_ACTIONS = (
     tp_actions.HttpRequest,
     tp_actions.ACTIONS["oauth"],
     tp_actions.ACTIONS["openid-connect"],
+    tp_actions.ForwardInternal,
 )
 # Of those, the sign-in actions (a route of theirs asks for its response heads: a refreshed
 # session's cookie goes on the response)
@@ -221,6 +232,37 @@ def holds_of(policy: Optional[Any]) -> Optional[List[str]]:
         return None
     reads = request_reads(policy)
     return sorted(reads) if reads is not None else None
+
+
+def h2_scheme_of(tunnel: Any) -> Optional[str]:
+    """For an endpoint that speaks HTTP/2 (``app_protocol`` http2), its requests' ``:scheme``
+    (its upstream's, as edge/h2leg.py gives it); None for HTTP/1.1."""
+    if tunnel.forwards_proto != "http2":
+        return None
+    return "https" if str(getattr(tunnel, "forwards_to", "")).startswith("https://") else "http"
+
+
+def listener_addr(edge: Any, scheme: str) -> str:
+    """The address of the edge's listener of ``scheme`` as a PROXY protocol header names it
+    (the destination: edge/agents.py ``open_proxy`` names it so)."""
+    return f"{edge.settings.host}:{edge.http_port if scheme == 'http' else edge.https_port}"
+
+
+def core_mux(tunnel: Any) -> Optional[MuxSession]:
+    """The session of an agent endpoint of this instance that the core runs, while it is
+    open (not OpenSSH's, not a static backend's); None for any other."""
+    mux = getattr(getattr(tunnel, "session", None), "mux", None)
+    return mux if type(mux) is MuxSession and not mux.closed else None
+
+
+class _At:
+    """The internal endpoint a decided request's ``forward-internal`` sent it to: its
+    ``edges.Routed`` and the hops taken so far (edges.forward_refused's count)."""
+
+    __slots__ = ("routed", "forwards")
+
+    def __init__(self, routed: Any, forwards: int):
+        self.routed, self.forwards = routed, forwards
 
 
 # A row the core hands over: (ticket, route key, (peer host, port), (local host, port), None
@@ -392,29 +434,12 @@ class Decider:
         secret_resolver: Any = None,
         may_hold: bool = True,
     ) -> None:
-        ticket, _, peer, local, facts, method, target, fields, bodiless = row
+        method, target, fields = row[5], row[6], row[7]
         tunnel, scheme, host, mode, _ = held
         # the route's decisions are held by the core (its policy reads only the row's facts);
         # never one made after a client check (a held decision would skip the next one's)
         hold = may_hold and mode == DECIDED and request_reads(policy) is not None
-        conn = tp.Conn(
-            client_ip=peer[0],
-            client_port=peer[1],
-            server_ip=local[0],
-            server_port=local[1],
-            endpoint=tp.Endpoint(
-                id=tunnel.endpoint_id or tunnel.id,
-                url=tunnel.url,
-                host=tunnel.hostname,
-                port=local[1],
-                protocol=scheme,
-                account_id=tunnel.account_id,
-            ),
-            server_region=self.edge.settings.region,
-        )
-        if facts is not None:
-            conn.tls_sni, conn.tls_version, conn.tls_cipher_suite = facts[0], facts[1], facts[2]
-            conn.tls_client_der = facts[5] or b""  # a mutual-TLS handshake's (conn.tls.client.*)
+        conn = self._conn(row, scheme, Hop.of_tunnel(tunnel))
         conn.ip_policy_resolver, conn.secret_resolver = ip_resolver, secret_resolver
         request = http1.Request(method=method, target=target, headers=fields, raw_headers=fields)
         traffic = http_policy.Traffic(policy, conn, request, scheme, host)
@@ -424,8 +449,39 @@ class Decider:
             return
         self._finish(row, held, traffic, out, hub, hold)
 
+    def _conn(self, row: Asked, scheme: str, hop: Hop) -> Any:
+        """What a policy of the endpoint ``hop`` sees of a row's connection (``conn.*``,
+        ``endpoint.*``), as edge/http_policy.py's ``policy_conn`` makes it."""
+        peer, local, facts = row[2], row[3], row[4]
+        conn = tp.Conn(
+            client_ip=peer[0],
+            client_port=peer[1],
+            server_ip=local[0],
+            server_port=local[1],
+            endpoint=tp.Endpoint(
+                id=hop.endpoint_id,
+                url=hop.url,
+                host=hop.host,
+                port=local[1],
+                protocol=scheme,
+                account_id=hop.account_id,
+            ),
+            server_region=self.edge.settings.region,
+        )
+        if facts is not None:
+            conn.tls_sni, conn.tls_version, conn.tls_cipher_suite = facts[0], facts[1], facts[2]
+            conn.tls_client_der = facts[5] or b""  # a mutual-TLS handshake's (conn.tls.client.*)
+        return conn
+
     async def _awaited(
-        self, row: Asked, held: Pushed, traffic: Any, out: Any, hub: Any, hold: bool
+        self,
+        row: Asked,
+        held: Pushed,
+        traffic: Any,
+        out: Any,
+        hub: Any,
+        hold: bool,
+        at: Optional[_At] = None,
     ) -> None:
         """A run that waits: each sign-in step and outbound call awaited as
         edge/http_policy.py's request_phase awaits them, the run resumed after each, then
@@ -445,7 +501,7 @@ class Decider:
                         out = await http_policy.http_call(
                             self.edge, held[0].account_id, traffic, "on_http_request", out, again
                         )
-            self._finish(row, held, traffic, out, hub, hold)
+            self._finish(row, held, traffic, out, hub, hold, at)
         except Exception:
             log.exception("deciding a request of %s://%s", held[1], held[2])
             carrier.decide_close(row[0])
@@ -454,20 +510,35 @@ class Decider:
             hub.flush_counts()
 
     def _finish(
-        self, row: Asked, held: Pushed, traffic: Any, out: Any, hub: Any, hold: bool
+        self,
+        row: Asked,
+        held: Pushed,
+        traffic: Any,
+        out: Any,
+        hub: Any,
+        hold: bool,
+        at: Optional[_At] = None,
     ) -> None:
-        """The decision of a run that ended in ``out``."""
+        """The decision of a run that ended in ``out`` (the run of the internal endpoint
+        ``at`` when a forward-internal sent the request there)."""
         ticket, peer, method, fields, bodiless = row[0], row[2], row[5], row[7], row[8]
-        tunnel, scheme = held[0], held[1]
+        scheme = held[1]
         carrier, state = self.edge.carrier, traffic.state
+        if out.kind == tp.FORWARD_INTERNAL:  # the next hop's run decides (counted there)
+            self._forward(row, held, traffic, out, hub, at)
+            return
         hub.count_decisions(state)
         memo = traffic
         if out.kind == tp.CONTINUE:
+            traffic.breakers = out.breakers  # the answer is counted by them (fast_path.py)
+            if at is not None:  # on to the internal endpoint
+                self._onward(row, held, traffic, at)
+                return
+            tunnel = held[0]
             if not breaker.allows(tunnel):  # the endpoint's own, after the policy (public.py)
                 tripped = error_response(*breaker.TRIPPED_ANSWER, close=True)
                 self._answer(ticket, tripped, method, True, memo)
                 return
-            traffic.breakers = out.breakers  # the answer is counted by them (fast_path.py)
             traffic.upstream_breaker = getattr(tunnel, "breaker", None)
             try:
                 added = traffic.appended()
@@ -492,8 +563,152 @@ class Decider:
             self._answer(ticket, answer, method, close, memo, hold)
         elif out.kind == tp.CLOSE:  # not held: no record of its request counts a held
             carrier.decide_close(ticket)  # decision's policy run
-        else:  # what a decidable policy never reaches (a body to read, a forward-internal):
+        else:  # what a decidable policy never reaches (a body to read):
             carrier.decide_python(ticket)  # the Python path runs it from scratch
+
+    # ---- forward-internal ----------------------------------------------------------------
+    def _forward(
+        self, row: Asked, held: Pushed, traffic: Any, out: Any, hub: Any, at: Optional[_At]
+    ) -> None:
+        """A run that ended in a ``forward-internal``: its target found as
+        edge/http_policy.py's ``request_phase`` finds it (``EdgeRouter.internal_target``),
+        at once when it is an agent endpoint of this edge, else in a task (the store's read
+        of a cloud one), then :meth:`_hop`."""
+        account_id = held[0].account_id
+        target = self.edge.router.internal_here(account_id, out.url)
+        if target is not None:
+            self._hop(row, held, traffic, out, hub, at, target)
+            return
+        asyncio.ensure_future(self._found(row, held, traffic, out, hub, at))
+
+    async def _found(
+        self, row: Asked, held: Pushed, traffic: Any, out: Any, hub: Any, at: Optional[_At]
+    ) -> None:
+        carrier = self.edge.carrier
+        try:
+            async with asyncio.timeout(DECIDE_SECONDS):  # the core's wait for the ticket
+                target = await self.edge.router.internal_target(held[0].account_id, out.url)
+            self._hop(row, held, traffic, out, hub, at, target)
+        except Exception:
+            log.exception("deciding a request of %s://%s", held[1], held[2])
+            carrier.decide_close(row[0])
+        finally:
+            carrier.flush_decisions()
+            hub.flush_counts()
+
+    def _hop(
+        self,
+        row: Asked,
+        held: Pushed,
+        traffic: Any,
+        out: Any,
+        hub: Any,
+        at: Optional[_At],
+        target: Any,
+    ) -> None:
+        """The hop to ``target`` (None: none found), as edge/http_policy.py's ``run`` takes
+        it: offline is a 502 (or, with ``on_error: continue``, the phase resumes after the
+        action); past MAX_FORWARDS hops or to another protocol, the hosted error; else the
+        internal endpoint's own policy runs on the request as the last one left it (or, with
+        none, the request goes on to it). What the core cannot carry there (another
+        instance's or OpenSSH's agent, a policy that is not decidable or waits on a cache) is
+        handed to the Python path, which runs the whole request again."""
+        ticket, method = row[0], row[5]
+        if target is None:
+            if out.on_error == "continue":  # the phase resumes after the action (same state)
+                again = traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
+                if again.kind in AWAITED:
+                    asyncio.ensure_future(self._awaited(row, held, traffic, again, hub, False, at))
+                    return
+                self._finish(row, held, traffic, again, hub, False, at)
+                return
+            hub.count_decisions(traffic.state)
+            offline = error_response(
+                502,
+                edge_errors.ENDPOINT_OFFLINE,
+                f"The internal endpoint {out.url} is offline.",
+                close=True,
+            )
+            self._answer(ticket, offline, method, True, traffic)
+            return
+        forwards = (at.forwards if at is not None else 0) + 1
+        refused = forward_refused(target, forwards)
+        if refused is not None:
+            hub.count_decisions(traffic.state)
+            self._answer(ticket, error_response(*refused, close=True), method, True, traffic)
+            return
+        try:
+            request = traffic.forwarded_request()
+        except http1.LocalProtocolError as exc:
+            hub.count_decisions(traffic.state)
+            status, code, msg = http_policy.POLICY_BROKE
+            broke = error_response(status, code, msg.format(exc), close=True)
+            self._answer(ticket, broke, method, True, traffic)
+            return
+        hop = _At(target, forwards)
+        policy = target.enforcement.policy if target.enforcement is not None else None
+        if policy is None:
+            if target.cloud or target.tunnel is None:  # nothing answers there: Python's
+                self.edge.carrier.decide_python(ticket)
+                return
+            hub.count_decisions(traffic.state)
+            self._onward(row, held, traffic, hop)  # the last run's response phase in force
+            return
+        if not decidable(policy) or policy.ip_policy_ids or policy.secret_refs:
+            self.edge.carrier.decide_python(ticket)
+            return
+        conn = self._conn(row, held[1], target.hop)
+        hopped = http_policy.Traffic(policy, conn, request, held[1], held[2])
+        hopped_out = policy.on_http_request(conn, hopped.req, hopped.state)
+        if hopped_out.kind in AWAITED:
+            asyncio.ensure_future(self._awaited(row, held, hopped, hopped_out, hub, False, hop))
+            return
+        self._finish(row, held, hopped, hopped_out, hub, False, hop)
+
+    def _onward(self, row: Asked, held: Pushed, traffic: Any, at: _At) -> None:
+        """A request let through at the internal endpoint ``at``: on to its agent, with the
+        head as the last run left it, when the core runs its session here; a cloud endpoint's
+        policy that let it through is the hosted 502; its breaker tripped, 503."""
+        ticket, peer, method = row[0], row[2], row[5]
+        carrier, routed = self.edge.carrier, at.routed
+        if routed.cloud:
+            failed = error_response(
+                502,
+                edge_errors.CLOUD_POLICY_FAILED,
+                f"The traffic policy configured for cloud endpoint {routed.endpoint_id} "
+                "is non-terminating.",
+                close=True,
+            )
+            self._answer(ticket, failed, method, True, traffic)
+            return
+        tunnel = routed.tunnel
+        mux = core_mux(tunnel)
+        if mux is None or tunnel.ws_tcp or getattr(routed, "ws_tcp", False):
+            carrier.decide_python(ticket)  # not an agent session the core runs here
+            return
+        if not breaker.allows(tunnel):
+            tripped = error_response(*breaker.TRIPPED_ANSWER, close=True)
+            self._answer(ticket, tripped, method, True, traffic)
+            return
+        traffic.upstream_breaker = getattr(tunnel, "breaker", None)
+        try:
+            upstream = traffic.upstream_request(peer[0], held[1])
+        except http1.LocalProtocolError as exc:
+            status, code, msg = http_policy.POLICY_BROKE
+            broke = error_response(status, code, msg.format(exc), close=True)
+            self._answer(ticket, broke, method, True, traffic)
+            return
+        carrier.decide_internal(
+            ticket,
+            http1.request_head(upstream),
+            mux,
+            tunnel.id,
+            memo=traffic,
+            responses=mode_of(traffic.policy) == RESPONSES,
+            h2_scheme=h2_scheme_of(tunnel),
+            proxy_proto=tunnel.proxy_proto,
+            proxy_dest=listener_addr(self.edge, held[1]),
+        )
 
     def _answer(
         self,

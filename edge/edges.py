@@ -195,6 +195,36 @@ def _enabled(module: Optional[Dict[str, Any]]) -> TypeGuard[Dict[str, Any]]:
     return module is not None and bool(module) and module.get("enabled", True) is not False
 
 
+def _internal_name(url: str) -> Optional[Tuple[str, Optional[int]]]:
+    """A forward-internal URL's internal host name and explicit port; None for any other."""
+    try:
+        parts = urlsplit(url)
+        host, port = (parts.hostname or "").lower(), parts.port
+    except ValueError:
+        return None
+    return (host, port) if host.endswith(online.INTERNAL_SUFFIX) else None
+
+
+def _target_of(
+    routed: Routed, theirs: str, url: str, port: Optional[int], protocol: str
+) -> Optional[Routed]:
+    """A forward-internal's target of protocol ``theirs`` for a hop of ``protocol``: a TCP
+    endpoint named by another port is none (offline); one of another protocol is the hosted
+    error ERR_NGROK_3502."""
+    if theirs == "tcp" and port is not None and port != _port_of(routed.url):
+        return None
+    if theirs != protocol:
+        routed.error = (
+            502,
+            edge_errors.FORWARD_INTERNAL_FAILED,
+            "The forward-internal action can't forward "
+            "between endpoints that use different "
+            f"protocols. This endpoint uses {protocol}, "
+            f"and {url} uses {theirs}.",
+        )
+    return routed
+
+
 def _port_of(url: str) -> Optional[int]:
     try:
         return urlsplit(url).port
@@ -413,42 +443,39 @@ class EdgeRouter:
         another protocol (``http`` for HTTP(S), ``tcp``) is a Routed with the hosted error
         ERR_NGROK_3502. A TCP endpoint is named by host and port: a URL whose explicit port
         is not the endpoint's finds nothing (offline)."""
-        try:
-            parts = urlsplit(url)
-            host, port = (parts.hostname or "").lower(), parts.port
-        except ValueError:
+        named = _internal_name(url)
+        if named is None:
             return None
-        if not host.endswith(online.INTERNAL_SUFFIX):
+        host, port = named
+        if (account_id, host) in self.edge.registry.internal:
+            return self.internal_here(account_id, url, protocol)
+        cloud = await self._cloud(online.claim_name(host, account_id))
+        if cloud is None or cloud.get("account_id") != account_id or not cloud.get("internal"):
             return None
+        routed = await self._cloud_routed(cloud)
+        theirs = "tcp" if cloud.get("scheme") == "tcp" else "http"
+        return _target_of(routed, theirs, url, port, protocol)
+
+    def internal_here(self, account_id: str, url: str, protocol: str = "http") -> Optional[Routed]:
+        """What :meth:`internal_target` finds without a wait: the account's internal agent
+        endpoint bound on this edge; None when there is none here (or its port is not the
+        URL's): only :meth:`internal_target` then says whether a cloud one is."""
+        named = _internal_name(url)
+        if named is None:
+            return None
+        host, port = named
         tunnel = self.edge.registry.internal.get((account_id, host))
-        if tunnel is not None:
-            routed = Routed(
-                endpoint_id=tunnel.endpoint_id or tunnel.id,
-                url=tunnel.url,
-                host=host,
-                account_id=account_id,
-                tunnel=tunnel,
-                enforcement=tunnel.enforcement,
-            )
-            theirs = "tcp" if tunnel.proto == "tcp" else "http"
-        else:
-            cloud = await self._cloud(online.claim_name(host, account_id))
-            if cloud is None or cloud.get("account_id") != account_id or not cloud.get("internal"):
-                return None
-            routed = await self._cloud_routed(cloud)
-            theirs = "tcp" if cloud.get("scheme") == "tcp" else "http"
-        if theirs == "tcp" and port is not None and port != _port_of(routed.url):
+        if tunnel is None:
             return None
-        if theirs != protocol:
-            routed.error = (
-                502,
-                edge_errors.FORWARD_INTERNAL_FAILED,
-                "The forward-internal action can't forward "
-                "between endpoints that use different "
-                f"protocols. This endpoint uses {protocol}, "
-                f"and {url} uses {theirs}.",
-            )
-        return routed
+        routed = Routed(
+            endpoint_id=tunnel.endpoint_id or tunnel.id,
+            url=tunnel.url,
+            host=host,
+            account_id=account_id,
+            tunnel=tunnel,
+            enforcement=tunnel.enforcement,
+        )
+        return _target_of(routed, "tcp" if tunnel.proto == "tcp" else "http", url, port, protocol)
 
     # ---- HTTPS edges ------------------------------------------------------------------------
     async def route_http(self, host: str, target: bytes, scheme: str) -> Optional[Routed]:

@@ -79,7 +79,9 @@ from edge.decided import (
     Decider,
     Pushed,
     counts_answers,
+    h2_scheme_of,
     holds_of,
+    listener_addr,
     policy_of,
     route_mode,
 )
@@ -537,7 +539,7 @@ class FastPath:
                 ROUTE_TTL,
                 scheme,
                 cert,
-                self._listener_addr(scheme),
+                listener_addr(self.edge, scheme),
             )
             return
         self.edge.carrier.set_route(
@@ -553,14 +555,8 @@ class FastPath:
             holds=_holds(tunnel, mode),
             h2_scheme=h2_scheme_of(tunnel),
             proxy_proto=tunnel.proxy_proto,
-            proxy_dest=self._listener_addr(scheme),
+            proxy_dest=listener_addr(self.edge, scheme),
         )
-
-    def _listener_addr(self, scheme: str) -> str:
-        """The address of the listener of ``scheme`` as a PROXY protocol header names it (the
-        destination: edge/agents.py ``open_proxy`` names it so)."""
-        edge = self.edge
-        return f"{edge.settings.host}:{edge.http_port if scheme == 'http' else edge.https_port}"
 
     def _drop(self, where: Tuple[str, str]) -> None:
         held = self.routes.pop(where, None)
@@ -801,14 +797,6 @@ def _holds(tunnel: Any, mode: int) -> Optional[List[str]]:
     """What a route's decisions are held for: none when its requests' clients are checked
     (a held decision would skip the check), else :func:`holds_for`."""
     return None if mode & RESTRICTED else holds_for(tunnel)
-
-
-def h2_scheme_of(tunnel: Any) -> Optional[str]:
-    """For an endpoint that speaks HTTP/2 (``app_protocol`` http2), its requests' ``:scheme``
-    (its upstream's, as edge/h2leg.py gives it); None for HTTP/1.1."""
-    if tunnel.forwards_proto != "http2":
-        return None
-    return "https" if str(getattr(tunnel, "forwards_to", "")).startswith("https://") else "http"
 
 
 def _policy(tunnel: Any) -> Optional[Any]:

@@ -325,6 +325,21 @@ class Core:
         """Ticket ``ticket``'s request on to its agent with ``head`` (request line and fields,
         the blank line included). Each decide_* call queues its decision until
         flush_decisions."""
+    def decide_internal(
+        self,
+        ticket: int,
+        head: bytes,
+        session: Session,
+        tunnel_id: str,
+        *,
+        memo: Any = None,
+        responses: bool = False,
+        h2_scheme: Optional[str] = None,
+        proxy_proto: int = 0,
+        proxy_dest: str = "",
+    ) -> None:
+        """Ticket ``ticket``'s request on to ``session``'s tunnel ``tunnel_id`` (a
+        forward-internal's target) with ``head``, served and recorded as its route's."""
     def decide_append(
         self,
         ticket: int,

@@ -69,6 +69,10 @@ pub enum Decision {
     /// On to the route's agent with this head (request line and fields, X-Forwarded ones
     /// included, as Python wrote it); the body follows by the client's own framing.
     Forward { head: Vec<u8> },
+    /// On to another agent endpoint than the route's own (the internal endpoint a policy's
+    /// `forward-internal` sent it to) with this head; the body follows by the client's own
+    /// framing, and the request is served and recorded as the route's.
+    Internal { head: Vec<u8>, to: Box<Target> },
     /// On to the route's agent with the client's own head and these fields after its own
     /// (names in lower case, none of them framing), X-Forwarded ones added by the core as for a
     /// plain route: the common policy that only appends headers, without Python writing the
@@ -89,6 +93,20 @@ pub enum Decision {
     Close,
     /// The connection is Python's from this request on (nothing was run for it).
     Python,
+}
+
+/// Where an [`Decision::Internal`] sends a request: an agent endpoint's session and tunnel,
+/// and how the core speaks to it (as a route of that endpoint would say).
+#[derive(Clone)]
+pub struct Target {
+    pub session: Arc<crate::session::Session>,
+    pub tunnel_id: String,
+    /// Its response heads are Python's to rewrite first (the response phase in force there).
+    pub responses: bool,
+    /// The endpoint's PROXY protocol header: its version and the listener's address.
+    pub proxy: Option<(u8, String)>,
+    /// The endpoint speaks HTTP/2 (h2up.rs) with this `:scheme`.
+    pub h2_upstream: Option<&'static str>,
 }
 
 /// A decision and the memo its record carries back.

@@ -161,6 +161,7 @@ fn holdable(decision: &Decision) -> Option<usize> {
         Decision::Respond { head, body, .. } => head.len() + body.len(),
         Decision::Close
         | Decision::Forward { .. }
+        | Decision::Internal { .. }
         | Decision::Rewrite { .. }
         | Decision::Python => return None,
     };

@@ -93,6 +93,26 @@ pub struct Route {
     pub held: Option<Arc<Held>>,
 }
 
+impl Route {
+    /// The route's requests sent on to `to` instead (a forward-internal's target): the same
+    /// key and listener facts, the target's session, tunnel and ways of speaking.
+    fn towards(&self, to: crate::decide::Target) -> Route {
+        Route {
+            key: self.key,
+            session: to.session,
+            tunnel_id: to.tunnel_id,
+            cert: self.cert,
+            spec: self.spec,
+            until: self.until,
+            decided: true,
+            responses: to.responses,
+            proxy: to.proxy,
+            h2_upstream: to.h2_upstream,
+            held: None,
+        }
+    }
+}
+
 /// A host's routes: one, or the members of an endpoint pool, each request served by the next
 /// in turn (round robin, as Python's `Registry.http_tunnel` spreads a pool's requests).
 struct Members {
@@ -1025,7 +1045,7 @@ pub(crate) async fn connection<C: Conn>(
             Head::Closed => break end_leg(leg),
         };
         ticket.busy();
-        let route = match public.routes.get(&head.host) {
+        let mut route = match public.routes.get(&head.host) {
             // (towards an HTTP/2 endpoint, a target its `:path` carries unchanged: h2up.rs;
             // a host whose TLS settings require more than the default, on a connection whose
             // handshake was made for other settings: Python's, a 421 there)
@@ -1123,6 +1143,22 @@ pub(crate) async fn connection<C: Conn>(
                         ..Given::default()
                     }
                 }
+                Decision::Internal {
+                    head: forwarded,
+                    to,
+                } => {
+                    if to.h2_upstream.is_some() && !crate::h2up::carriable_target(&head.target) {
+                        break hand_over(tcp, peer, buf, first, &public, leg, ticket);
+                    }
+                    // served as the route's (its key, its records), on the target's session
+                    route = Arc::new(route.towards(*to));
+                    given = Given {
+                        head: Some(forwarded),
+                        memo,
+                        held,
+                        ..Given::default()
+                    }
+                }
                 Decision::Respond {
                     status,
                     head: response,
@@ -1182,7 +1218,10 @@ pub(crate) async fn connection<C: Conn>(
             _ => false,
         };
         let kept = match leg.take() {
-            Some(l) if l.reusable && !fresh && same_route(&l.route, &route) => Some(l),
+            Some(mut l) if l.reusable && !fresh && same_route(&l.route, &route) => {
+                l.route = route.clone(); // what this request's decision said of its answer
+                Some(l)
+            }
             Some(l) => {
                 l.end();
                 None

@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::carrier::{AgentListen, Carrier, Where};
-use crate::decide::{Decided, Decision, Memo};
+use crate::decide::{Decided, Decision, Memo, Target};
 use crate::held::{Held, Reads};
 use crate::mux::{Limits, StreamError};
 use crate::public::{PublicListen, Route, Routes, Served};
@@ -137,6 +137,16 @@ fn held_of(
 
 /// A route's PROXY protocol header: `version` 0 for none, 1 or 2 towards `dest` (the
 /// listener's address).
+/// An endpoint that speaks HTTP/2 (h2up.rs): its upstream's scheme.
+fn h2_upstream_of(h2_scheme: Option<&str>) -> PyResult<Option<&'static str>> {
+    match h2_scheme {
+        None => Ok(None),
+        Some("http") => Ok(Some("http")),
+        Some("https") => Ok(Some("https")),
+        Some(_) => Err(PyValueError::new_err("h2_scheme: http or https")),
+    }
+}
+
 fn proxy_of(version: u8, dest: String) -> PyResult<Option<(u8, String)>> {
     match version {
         0 => Ok(None),
@@ -406,13 +416,7 @@ impl Core {
         proxy_dest: String,
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
-        // an endpoint that speaks HTTP/2 (h2up.rs), with its upstream's scheme
-        let h2_upstream = match h2_scheme {
-            None => None,
-            Some("http") => Some("http"),
-            Some("https") => Some("https"),
-            Some(_) => return Err(PyValueError::new_err("h2_scheme: http or https")),
-        };
+        let h2_upstream = h2_upstream_of(h2_scheme)?;
         let held = held_of(decided, responses, holds)?;
         let (routes, spec) = self.routes_for(scheme, cert)?;
         routes.set(
@@ -928,6 +932,43 @@ impl Core {
     #[pyo3(signature = (ticket, head, memo = None))]
     fn decide_forward(&self, ticket: u64, head: Vec<u8>, memo: Option<Py<PyAny>>) {
         self.decided(ticket, Decision::Forward { head }, memo, false)
+    }
+
+    /// Ticket `ticket`'s request goes on with `head` to another agent endpoint than its
+    /// route's (the internal one a `forward-internal` sent it to): `session`'s tunnel
+    /// `tunnel_id`, spoken to as `set_route` says (`h2_scheme`, `proxy_proto` and
+    /// `proxy_dest`); `responses`: its response head is asked about (a response phase in
+    /// force). Served and recorded as the route's, under its key.
+    #[pyo3(signature = (
+        ticket, head, session, tunnel_id, *, memo = None, responses = false, h2_scheme = None,
+        proxy_proto = 0, proxy_dest = String::new()
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn decide_internal(
+        &self,
+        ticket: u64,
+        head: Vec<u8>,
+        session: &Session,
+        tunnel_id: String,
+        memo: Option<Py<PyAny>>,
+        responses: bool,
+        h2_scheme: Option<&str>,
+        proxy_proto: u8,
+        proxy_dest: String,
+    ) -> PyResult<()> {
+        let to = Target {
+            session: session.inner.clone(),
+            tunnel_id,
+            responses,
+            proxy: proxy_of(proxy_proto, proxy_dest)?,
+            h2_upstream: h2_upstream_of(h2_scheme)?,
+        };
+        let decision = Decision::Internal {
+            head,
+            to: Box::new(to),
+        };
+        self.decided(ticket, decision, memo, false);
+        Ok(())
     }
 
     /// Ticket `ticket`'s request goes on to its route's agent with the client's head and

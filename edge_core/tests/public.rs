@@ -1323,3 +1323,106 @@ async fn a_target_an_http2_endpoint_cannot_take_unchanged_is_pythons() {
         "no proxy stream opened"
     );
 }
+
+/// A forward-internal's target: the request goes on to another session's endpoint with
+/// Python's head, is asked about at its response head when the decision says so, and is
+/// recorded under the route's key; the route's own agent hears nothing of it, and a
+/// request of the route decided otherwise goes to its own agent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_internal_goes_on_to_its_target_recorded_as_the_routes() {
+    use edge_core::decide::{Decision, Target};
+    let (carrier, port, session, mut agent) = setup(16);
+    let (internal, mut internal_agent) = common::agent_session(&carrier);
+    carrier
+        .routes
+        .set("f.test".into(), decided_route(&session, false));
+    let to = |responses: bool| Target {
+        session: internal.clone(),
+        tunnel_id: "tn_internal".into(),
+        responses,
+        proxy: None,
+        h2_upstream: None,
+    };
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut served = Vec::new();
+    let mut sids = Vec::new();
+    for (n, responses) in [(0, true), (1, false)] {
+        client
+            .write_all(format!("GET /{n} HTTP/1.1\r\nHost: f.test\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let row = asked_keeping(&carrier, &mut served).await;
+        let head = format!("GET /hop{n} HTTP/1.1\r\nhost: app.internal\r\n\r\n");
+        carrier.decisions.answer(
+            row.ticket,
+            decided(Decision::Internal {
+                head: head.clone().into_bytes(),
+                to: Box::new(to(responses)),
+            }),
+        );
+        let (sid, got) = agent_reads(&mut internal_agent, |g| g.ends_with(b"\r\n\r\n")).await;
+        if n == 0 {
+            assert!(
+                has(&got, b"\"Id\": \"tn_internal\""),
+                "the target's tunnel in the proxy header: {:?}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+        assert!(has(&got, head.as_bytes()), "Python's head");
+        sids.push(sid);
+        let mut answer = Vec::new();
+        encode(
+            &mut answer,
+            DATA,
+            0,
+            sid,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nin",
+        );
+        internal_agent.write_all(&answer).await.unwrap();
+        if responses {
+            // the response phase in force there: the head waits for Python, under the route
+            let asked = asked_response(&carrier).await;
+            assert_eq!((asked.route, asked.status), (7, 200));
+            carrier.decisions.answer(
+                asked.ticket,
+                decided(Decision::Rewrite {
+                    fields: vec![(b"content-length".to_vec(), b"2".to_vec())],
+                }),
+            );
+        }
+        read_response(&mut client, b"in").await;
+    }
+    assert_eq!(
+        sids[0], sids[1],
+        "the target's stream kept for the next request"
+    );
+
+    // decided otherwise: the route's own agent
+    client
+        .write_all(b"GET /own HTTP/1.1\r\nHost: f.test\r\n\r\n")
+        .await
+        .unwrap();
+    let row = asked_keeping(&carrier, &mut served).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Append { fields: Vec::new() }));
+    let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    assert!(has(&got, b"GET /own HTTP/1.1\r\n") && has(&got, b"\"Id\": \"tn_test\""));
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nown",
+    );
+    agent.write_all(&answer).await.unwrap();
+    read_response(&mut client, b"own").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while served.len() < 3 && Instant::now() < deadline {
+        served.extend(carrier.inbox().take().served);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let keys: Vec<(u64, u16)> = served.iter().map(|s| (s.route, s.status)).collect();
+    assert_eq!(keys, [(7, 200), (7, 200), (7, 200)]);
+}

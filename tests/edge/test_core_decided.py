@@ -8,6 +8,7 @@ import json
 import socket
 import ssl
 import time
+import uuid
 
 import pytest
 import requests
@@ -423,3 +424,74 @@ def test_a_circuit_breaker_is_decided_and_counts_the_answers_the_core_relays(edg
         assert (after[0] - served, after[1] - handed) == (sent + 1, 0)
     finally:
         agent.stop()
+
+
+def test_a_forward_internal_is_carried_by_the_core_to_the_internal_agents_session(edge, api):
+    """An endpoint whose policy forwards to an internal endpoint of another agent of its
+    account: each request decided by both policies in Python (the forwarding one's header, the
+    internal one's), then carried by the core on the internal agent's session; nothing handed
+    over. With that agent gone, the forward finds nothing: 502 ERR_NGROK_3200, Python's
+    decision. The forwarding agent's own upstream is dead: an answer of the echo came through
+    the internal agent."""
+    token = credential(api.new_account())["token"]
+    name = f"svc-{uuid.uuid4().hex[:10]}.internal"
+    inner = {
+        "on_http_request": [
+            {"actions": [{"type": "add-headers", "config": {"headers": {"x-inner": "1"}}}]}
+        ]
+    }
+    internal = SdkAgent(
+        edge,
+        token,
+        [{"proto": "http", "domain": name, "options": {"traffic_policy": [json.dumps(inner)]}}],
+    )
+    assert host_of(bound(internal.start())[0]["url"]) == name
+    outer = {
+        "on_http_request": [
+            {
+                "actions": [
+                    {"type": "add-headers", "config": {"headers": {"x-outer": "${req.url.path}"}}},
+                    {"type": "forward-internal", "config": {"url": f"https://{name}"}},
+                ]
+            }
+        ]
+    }
+    forwarding = SdkAgent(
+        edge,
+        token,
+        [
+            {
+                "proto": "http",
+                "upstream": "dead",  # its own agent would answer 502
+                "options": {"traffic_policy": [json.dumps(outer)]},
+            }
+        ],
+    )
+    try:
+        host = host_of(bound(forwarding.start())[0]["url"])
+        _until_decided(edge, host)
+        served, handed, made = _settled(edge)
+        with requests.Session() as session:
+            for i in range(5):
+                got = session.get(_url(edge, f"/echo/{i}"), headers={"Host": host}, timeout=10)
+                assert got.status_code == 200, got.text
+                seen = {k.lower(): v for k, v in got.json()["headers"].items()}
+                assert (seen["x-outer"], seen["x-inner"]) == (f"/echo/{i}", "1")
+                assert seen["x-forwarded-host"] == host
+        after = _settled(edge)
+        assert (after[0] - served, after[1] - handed, after[2] - made) == (5, 0, 5)
+
+        internal.stop()
+        assert wait(
+            lambda: requests.get(
+                _url(edge, "/echo"), headers={"Host": host}, timeout=10
+            ).status_code
+            == 502
+        )
+        gone = requests.get(_url(edge, "/echo"), headers={"Host": host}, timeout=10)
+        assert gone.headers["ngrok-error-code"] == "ERR_NGROK_3200", gone.text
+        assert f"{name} is offline" in gone.text
+        assert _settled(edge)[1] == handed  # answered as decided, nothing handed over
+    finally:
+        forwarding.stop()
+        internal.stop()

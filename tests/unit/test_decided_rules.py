@@ -55,6 +55,8 @@ DECIDABLE = {
         "type": "openid-connect",
         "config": {"issuer_url": "https://i", "client_id": "c", "client_secret": "s"},
     },
+    # its target found (an agent endpoint of this edge at once, else in a task) and run
+    "forward-internal": {"type": "forward-internal", "config": {"url": "https://a.internal"}},
 }
 NOT_DECIDABLE = {
     "request-body-find-replace": {
@@ -62,7 +64,6 @@ NOT_DECIDABLE = {
         "config": {"replacements": [{"from": "a", "to": "b"}]},
     },
     "owasp-crs-request": {"type": "owasp-crs-request", "config": {}},
-    "forward-internal": {"type": "forward-internal", "config": {"url": "https://a.internal"}},
     "verify-webhook": {"type": "verify-webhook", "config": {"provider": "github", "secret": "s"}},
     "add-headers Content-Length": {
         "type": "add-headers",
@@ -173,6 +174,9 @@ class _Carrier:
     def decide_forward(self, ticket, head, memo=None):
         self.calls.append(("forward", ticket, head, memo))
 
+    def decide_internal(self, ticket, head, mux, tunnel_id, memo=None, **how):
+        self.calls.append(("internal", ticket, head, mux, tunnel_id, memo, how))
+
     def decide_respond(self, ticket, status, head, body, close, memo=None, hold=False):
         self.calls.append(("respond", ticket, status, head, body, close))
         self.holds.append((ticket, hold))
@@ -193,6 +197,22 @@ class _Carrier:
 HOST = "d.tunnels.localhost"
 
 
+class _Router:
+    """The internal endpoints a forward-internal finds (edge/edges.py's EdgeRouter): an agent
+    endpoint of this edge at once (``internal_here``), the others (a cloud one) only through
+    the store (``internal_target``), each URL's read counted."""
+
+    def __init__(self):
+        self.here, self.stored, self.reads = {}, {}, []
+
+    def internal_here(self, account_id, url, protocol="http"):
+        return self.here.get(url)
+
+    async def internal_target(self, account_id, url, protocol="http"):
+        self.reads.append(url)
+        return self.here.get(url) or self.stored.get(url)
+
+
 def _decider(policy_doc):
     tunnel = types.SimpleNamespace(
         id="tn_1",
@@ -205,7 +225,11 @@ def _decider(policy_doc):
         else None,
     )
     edge = types.SimpleNamespace(
-        carrier=_Carrier(), settings=types.SimpleNamespace(region="eu", instance_id="edge")
+        carrier=_Carrier(),
+        settings=types.SimpleNamespace(region="eu", instance_id="edge", host="127.0.0.1"),
+        router=_Router(),
+        http_port=8080,
+        https_port=8443,
     )
     changed = []
     policy = policy_of(tunnel)
@@ -348,7 +372,7 @@ def test_a_route_that_changed_hands_the_connection_back_untouched(change):
         tunnel.enforcement = types.SimpleNamespace(policy=compile_policy(_req(DECIDABLE["deny"])))
     else:
         tunnel.enforcement = types.SimpleNamespace(
-            policy=compile_policy(_req(NOT_DECIDABLE["forward-internal"]))
+            policy=compile_policy(_req(NOT_DECIDABLE["owasp-crs-request"]))
         )
     _decide(made, [_row(9, key=key)])
     assert carrier.calls == [("python", 9)]
@@ -686,3 +710,158 @@ def test_a_decision_that_waits_past_the_cores_wait_ends_its_task(monkeypatch, wa
         assert [c[:3] for c in ended] == [("respond", 1, 403)]
     else:
         assert ended == [("close", 1)]
+
+
+# ---- forward-internal --------------------------------------------------------------------
+INTERNAL = "https://a.internal"
+FORWARD = {"type": "forward-internal", "config": {"url": INTERNAL}}
+
+
+def _internal(mux, policy_doc=None, **changes):
+    """An internal agent endpoint of this edge on ``mux``, as EdgeRouter.internal_here finds
+    it (its own policy ``policy_doc``)."""
+    from edge.edges import Routed
+    from edge.registry import Tunnel
+
+    session = types.SimpleNamespace(mux=mux, grant=types.SimpleNamespace(account_id="ac_1"))
+    enforcement = types.SimpleNamespace(policy=compile_policy(policy_doc)) if policy_doc else None
+    tunnel = Tunnel(
+        id="tn_in",
+        session=session,
+        proto="https",
+        url=INTERNAL,
+        hostname="a.internal",
+        endpoint_id="ep_in",
+        internal=True,
+        enforcement=enforcement,
+    )
+    for name, value in changes.items():
+        setattr(tunnel, name, value)
+    return Routed(
+        endpoint_id="ep_in",
+        url=INTERNAL,
+        host="a.internal",
+        account_id="ac_1",
+        tunnel=tunnel,
+        enforcement=enforcement,
+    )
+
+
+def test_a_forward_internal_to_an_agent_endpoint_here_goes_on_to_its_session(core):
+    """The request as the forwarding policy left it, X-Forwarded fields included, to the
+    internal endpoint's session and tunnel, spoken to as its route would be; no store read."""
+    made, carrier, _, _ = _decider(
+        _req({"type": "add-headers", "config": {"headers": {"x-a": "1"}}}, FORWARD)
+    )
+    made.edge.router.here[INTERNAL] = _internal(core, None, proxy_proto=2)
+    _decide(made, [_row(1)])
+    ((kind, ticket, head, mux, tunnel_id, memo, how),) = carrier.calls
+    assert (kind, ticket, mux, tunnel_id) == ("internal", 1, core, "tn_in")
+    assert head == (
+        b"GET /echo HTTP/1.1\r\nhost: " + HOST.encode() + b"\r\naccept: */*\r\nx-a: 1\r\n"
+        b"x-forwarded-for: 198.51.100.7\r\nx-forwarded-proto: http\r\n"
+        b"x-forwarded-host: " + HOST.encode() + b"\r\n\r\n"
+    )
+    assert how == {
+        "responses": False,
+        "h2_scheme": None,
+        "proxy_proto": 2,
+        "proxy_dest": "127.0.0.1:8080",
+    }
+    assert memo.state is not None and made.edge.router.reads == []
+    assert carrier.holds == []  # never held: the target is not a fact of the request
+
+
+def test_the_internal_endpoints_own_policy_runs_next_as_its_endpoint(core):
+    made, carrier, _, _ = _decider(_req(FORWARD))
+    answer = {"type": "custom-response", "config": {"status_code": 200, "body": "${endpoint.id}"}}
+    made.edge.router.here[INTERNAL] = _internal(core, _req(answer))
+    _decide(made, [_row(1)])
+    ((kind, ticket, status, _, body, close),) = carrier.calls
+    assert (kind, ticket, status, body, close) == ("respond", 1, 200, b"ep_in", False)
+    assert carrier.holds == [(1, False)]
+
+
+def test_a_response_phase_at_the_internal_endpoint_asks_for_the_response_head(core):
+    made, carrier, _, _ = _decider(_req(FORWARD))
+    responses = {
+        "on_http_response": [
+            {"actions": [{"type": "add-headers", "config": {"headers": {"x-r": "1"}}}]}
+        ]
+    }
+    made.edge.router.here[INTERNAL] = _internal(core, responses)
+    _decide(made, [_row(1)])
+    assert carrier.calls[0][0] == "internal" and carrier.calls[0][6]["responses"] is True
+
+
+def _decide_in_task(made, rows):
+    """``made.decide(rows)`` for rows decided in a task (the store's read of a target): the
+    decisions once the task sent them (flushed), flushes left out."""
+    calls = made.edge.carrier.calls
+
+    async def run():
+        made.decide(rows)
+        assert [c for c in calls if c[0] != "flush"] == []  # nothing decided yet
+        for _ in range(100):
+            if ("flush",) in calls:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    assert ("flush",) in calls
+    return [c for c in calls if c[0] != "flush"]
+
+
+def test_an_internal_endpoint_found_nowhere_is_offline_unless_the_rule_goes_on():
+    made, carrier, _, _ = _decider(_req(FORWARD))
+    ((kind, ticket, status, head, body, close),) = _decide_in_task(made, [_row(1)])
+    assert (kind, ticket, status, close) == ("respond", 1, 502, True)
+    assert b"ERR_NGROK_3200" in body and b"a.internal is offline" in body
+    assert made.edge.router.reads == [INTERNAL]  # looked for in the store, in a task
+
+    goes_on = {"type": "forward-internal", "config": {"url": INTERNAL, "on_error": "continue"}}
+    made, carrier, _, _ = _decider(_req(goes_on, DECIDABLE["custom-response"]))
+    assert [c[:3] for c in _decide_in_task(made, [_row(2)])] == [("respond", 2, 200)]
+
+
+def test_a_cloud_endpoint_that_lets_the_request_through_is_the_hosted_502():
+    made, carrier, _, _ = _decider(_req(FORWARD))
+    from edge.edges import Routed
+
+    cloud_policy = compile_policy(_req(DECIDABLE["add-headers"]))
+    made.edge.router.stored[INTERNAL] = Routed(
+        endpoint_id="ep_cloud",
+        url=INTERNAL,
+        host="a.internal",
+        account_id="ac_1",
+        cloud=True,
+        enforcement=types.SimpleNamespace(policy=cloud_policy),
+    )
+    ((kind, _, status, _, body, close),) = _decide_in_task(made, [_row(1)])
+    assert (kind, status, close) == ("respond", 502, True)
+    assert b"ERR_NGROK_6029" in body and b"ep_cloud is non-terminating" in body
+
+
+def test_a_loop_of_forwards_ends_after_max_forwards_hops(core):
+    from edge.edges import MAX_FORWARDS
+
+    made, carrier, _, _ = _decider(_req(FORWARD))
+    made.edge.router.here[INTERNAL] = _internal(core, _req(FORWARD))  # forwards to itself
+    _decide(made, [_row(1)])
+    ((kind, _, status, _, body, close),) = carrier.calls
+    assert (kind, status, close) == ("respond", 502, True)
+    assert f"More than {MAX_FORWARDS} forward-internal hops".encode() in body
+
+
+@pytest.mark.parametrize("why", ["not decidable", "not the core's session", "ws-tcp"])
+def test_what_the_core_cannot_carry_at_the_target_goes_to_python(core, why):
+    made, carrier, _, _ = _decider(_req(FORWARD))
+    if why == "not decidable":
+        target = _internal(core, _req(NOT_DECIDABLE["owasp-crs-request"]))
+    elif why == "ws-tcp":
+        target = _internal(core, None, ws_tcp=True)
+    else:
+        target = _internal(types.SimpleNamespace(closed=False), None)
+    made.edge.router.here[INTERNAL] = target
+    _decide(made, [_row(1)])
+    assert carrier.calls == [("python", 1)]

@@ -3,13 +3,12 @@ route), on each listener. Each rule is broken one at a time on an otherwise plai
 the candidate must then be None (the host is Python's), and a plain one must not be."""
 
 import asyncio
-import socket
 import types
 
 import pytest
 
 from chalicelib.core.policy import compile_policy
-from edge import carrier, fast_path, tls_spec
+from edge import fast_path, tls_spec
 from edge.decided import DECIDED, RESTRICTED
 from edge.fast_path import FastPath
 from edge.observe import hub_of
@@ -30,25 +29,6 @@ class _Tls:
 
     def spec_for(self, name):
         return self.by_host.get(name, tls_spec.DEFAULT)
-
-
-@pytest.fixture
-def core():
-    """An agent session the core runs (its other end held here), made on a loop of its own
-    that each candidate check below runs on."""
-    loop = asyncio.new_event_loop()
-    made = carrier.Carrier(threads=1)
-    ours, theirs = socket.socketpair()
-
-    async def attach():
-        return made.attach(ours, "agent")
-
-    mux = loop.run_until_complete(attach())
-    mux.loop = loop
-    yield mux
-    loop.run_until_complete(mux.close())
-    theirs.close()
-    loop.close()
 
 
 def _edge():
@@ -118,7 +98,7 @@ def test_an_endpoint_that_needs_python_per_request_is_not(core, change):
 def test_an_endpoint_that_speaks_http2_is_a_candidate_with_its_upstreams_scheme(core):
     """``app_protocol`` http2: the core speaks HTTP/2 on its streams (edge_core/src/h2up.rs),
     ``:scheme`` its upstream's; an HTTP/1.1 endpoint gets none."""
-    from edge.fast_path import h2_scheme_of
+    from edge.decided import h2_scheme_of
 
     tunnel = _tunnel(core, forwards_proto="http2", forwards_to="https://127.0.0.1:9")
     assert _candidate(_edge(), tunnel) is tunnel
