@@ -290,7 +290,7 @@ class Carrier:
         self,
         host: str,
         key: int,
-        mux: session.MuxSession,
+        mux: Optional[session.MuxSession],
         tunnel_id: str,
         ttl: float,
         scheme: str = "http",
@@ -312,11 +312,13 @@ class Carrier:
         the core to the requests with the same facts while the route is quiet.
         ``h2_scheme``: the endpoint speaks HTTP/2 on its streams (``app_protocol`` http2), its
         requests' ``:scheme`` this. ``proxy_proto``: 1 or 2, a PROXY protocol header on each
-        proxy stream, towards ``proxy_dest`` (the listener's address)."""
+        proxy stream, towards ``proxy_dest`` (the listener's address). No ``mux``: a cloud
+        endpoint's route, ``decided``: each request answered, or sent on to a target its
+        decision names (:meth:`decide_internal`)."""
         self._core.set_route(
             host,
             key,
-            mux.core,
+            mux.core if mux is not None else None,
             tunnel_id,
             ttl,
             scheme=scheme,

@@ -56,6 +56,7 @@ the route is quiet (edge_core/src/held.rs; docs/DATA_PLANE.md, "Held decisions")
 """
 
 import asyncio
+import contextvars
 import functools
 import logging
 from typing import Any, Callable, List, Optional, Tuple
@@ -65,7 +66,7 @@ from chalicelib.core.policy import actions as tp_actions
 from chalicelib.core.policy.holding import request_reads
 from chalicelib.core import edge_errors
 from edge import breaker, http1, http_policy, identity, ip_restrictions, secrets
-from edge.edges import Hop, forward_refused
+from edge.edges import Hop, Routed, forward_refused
 from edge.http_io import error_response, outcome_response
 from edge.observe import hub_of
 from edge.session import MuxSession
@@ -117,6 +118,11 @@ AWAITED = (tp.IDENTITY, tp.HTTP_REQUEST)
 # the Python path answers (an on_error "continue" call timing out at 30 s went on to the agent).
 DECIDE_SECONDS = 30.0
 AWAIT_BUDGET = 20.0
+# When a row's decision is due (the loop's clock): its arrival plus DECIDE_SECONDS, set as the
+# row is taken (Decider._one) and inherited by every task deciding it (a task copies the
+# context it is made in), so all of one request's waits (its caches, the sign-in's steps, the
+# outbound calls, each forward-internal hop's) share the core's one wait for its ticket.
+_DUE: contextvars.ContextVar[float] = contextvars.ContextVar("decided_due")
 
 # What a route of an endpoint is (mode_of): plain (no policy), decided (its requests), or
 # decided with a response phase (its response heads too).
@@ -200,12 +206,14 @@ def route_mode(tunnel: Any) -> Optional[int]:
 
 
 def counts_answers(tunnel: Any, policy: Optional[Any]) -> bool:
-    """Whether each answer of a route of ``tunnel`` is counted by a circuit breaker (its
-    own, or an action of its policy): its records are all wanted."""
+    """Whether each answer of a route of ``tunnel`` may be counted by a circuit breaker (its
+    own, or an action of its policy, or those of the internal endpoint a ``forward-internal``
+    sends it to): its records are all wanted (never quiet: a quiet route's records are
+    counted without their memos)."""
     if getattr(tunnel, "breaker", None) is not None:
         return True
     return policy is not None and any(
-        isinstance(action, tp_actions.CircuitBreaker)
+        isinstance(action, (tp_actions.CircuitBreaker, tp_actions.ForwardInternal))
         for rule in policy.phases.get("on_http_request") or ()
         for action in rule.actions
     )
@@ -246,6 +254,19 @@ def listener_addr(edge: Any, scheme: str) -> str:
     """The address of the edge's listener of ``scheme`` as a PROXY protocol header names it
     (the destination: edge/agents.py ``open_proxy`` names it so)."""
     return f"{edge.settings.host}:{edge.http_port if scheme == 'http' else edge.https_port}"
+
+
+def is_cloud(tunnel: Any) -> bool:
+    """Whether a route serves a cloud endpoint (its ``edges.Routed``: no session; its
+    policy answers each request or forwards it to an internal endpoint) rather than an
+    agent's tunnel."""
+    return type(tunnel) is Routed and tunnel.cloud
+
+
+def hop_of(tunnel: Any) -> Hop:
+    """The endpoint a route serves, as its policy sees it (``endpoint.*``) and its records
+    name it."""
+    return tunnel.hop if type(tunnel) is Routed else Hop.of_tunnel(tunnel)
 
 
 def core_mux(tunnel: Any) -> Optional[MuxSession]:
@@ -315,6 +336,7 @@ class Decider:
     def _one(self, carrier: Any, hub: Any, row: Asked) -> None:
         """One row: decided, or handed back when its route changed."""
         ticket, key = row[0], row[1]
+        _DUE.set(asyncio.get_running_loop().time() + DECIDE_SECONDS)
         held = self.route_of(key)
         policy = policy_of(held[0]) if held is not None else None
         now = self.mode_of(held[0]) if held is not None else None
@@ -359,7 +381,7 @@ class Decider:
         any row (no policy: on to the agent as it came)."""
         carrier, ticket, tunnel = self.edge.carrier, row[0], held[0]
         try:
-            async with asyncio.timeout(DECIDE_SECONDS):
+            async with asyncio.timeout_at(_DUE.get()):
                 allowed = await ip_restrictions.allows(
                     self.edge, tunnel.account_id, ip_restrictions.ENDPOINTS, str(row[2][0])
                 )
@@ -394,7 +416,7 @@ class Decider:
         edge, carrier = self.edge, self.edge.carrier
         account_id = held[0].account_id
         try:
-            async with asyncio.timeout(DECIDE_SECONDS):
+            async with asyncio.timeout_at(_DUE.get()):
                 ip_resolver = (
                     await edge.router.ip_policy_resolver(account_id, policy)
                     if policy.ip_policy_ids
@@ -439,15 +461,17 @@ class Decider:
         # the route's decisions are held by the core (its policy reads only the row's facts);
         # never one made after a client check (a held decision would skip the next one's)
         hold = may_hold and mode == DECIDED and request_reads(policy) is not None
-        conn = self._conn(row, scheme, Hop.of_tunnel(tunnel))
+        conn = self._conn(row, scheme, hop_of(tunnel))
+        # a cloud endpoint's route: its policy answers or forwards (no session of its own)
+        at = _At(tunnel, 0) if is_cloud(tunnel) else None
         conn.ip_policy_resolver, conn.secret_resolver = ip_resolver, secret_resolver
         request = http1.Request(method=method, target=target, headers=fields, raw_headers=fields)
         traffic = http_policy.Traffic(policy, conn, request, scheme, host)
         out = policy.on_http_request(conn, traffic.req, traffic.state)
         if out.kind in AWAITED:  # a sign-in's step or an outbound call: in a task
-            asyncio.ensure_future(self._awaited(row, held, traffic, out, hub, hold))
+            asyncio.ensure_future(self._awaited(row, held, traffic, out, hub, hold, at))
             return
-        self._finish(row, held, traffic, out, hub, hold)
+        self._finish(row, held, traffic, out, hub, hold, at)
 
     def _conn(self, row: Asked, scheme: str, hop: Hop) -> Any:
         """What a policy of the endpoint ``hop`` sees of a row's connection (``conn.*``,
@@ -492,7 +516,7 @@ class Decider:
             return traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
 
         try:
-            async with asyncio.timeout(DECIDE_SECONDS):  # the core's wait for the ticket
+            async with asyncio.timeout_at(_DUE.get()):  # the core's wait for the ticket
                 while out.kind in AWAITED:
                     if out.kind == tp.IDENTITY:
                         answered = await identity.handle(traffic, out)
@@ -527,18 +551,18 @@ class Decider:
         if out.kind == tp.FORWARD_INTERNAL:  # the next hop's run decides (counted there)
             self._forward(row, held, traffic, out, hub, at)
             return
+        if out.kind == tp.CONTINUE and at is not None:  # on to the internal endpoint
+            self._onward(row, held, traffic, at, hub, out.breakers)  # (counted there)
+            return
         hub.count_decisions(state)
         memo = traffic
         if out.kind == tp.CONTINUE:
-            traffic.breakers = out.breakers  # the answer is counted by them (fast_path.py)
-            if at is not None:  # on to the internal endpoint
-                self._onward(row, held, traffic, at)
-                return
             tunnel = held[0]
             if not breaker.allows(tunnel):  # the endpoint's own, after the policy (public.py)
                 tripped = error_response(*breaker.TRIPPED_ANSWER, close=True)
                 self._answer(ticket, tripped, method, True, memo)
                 return
+            traffic.breakers = out.breakers  # the answer is counted by them (fast_path.py)
             traffic.upstream_breaker = getattr(tunnel, "breaker", None)
             try:
                 added = traffic.appended()
@@ -586,7 +610,7 @@ class Decider:
     ) -> None:
         carrier = self.edge.carrier
         try:
-            async with asyncio.timeout(DECIDE_SECONDS):  # the core's wait for the ticket
+            async with asyncio.timeout_at(_DUE.get()):  # the core's wait for the ticket
                 target = await self.edge.router.internal_target(held[0].account_id, out.url)
             self._hop(row, held, traffic, out, hub, at, target)
         except Exception:
@@ -647,12 +671,8 @@ class Decider:
             return
         hop = _At(target, forwards)
         policy = target.enforcement.policy if target.enforcement is not None else None
-        if policy is None:
-            if target.cloud or target.tunnel is None:  # nothing answers there: Python's
-                self.edge.carrier.decide_python(ticket)
-                return
-            hub.count_decisions(traffic.state)
-            self._onward(row, held, traffic, hop)  # the last run's response phase in force
+        if policy is None:  # the last run's response phase in force there (no breaker of a
+            self._onward(row, held, traffic, hop, hub, [])  # forward-internal's counts it)
             return
         if not decidable(policy) or policy.ip_policy_ids or policy.secret_refs:
             self.edge.carrier.decide_python(ticket)
@@ -665,12 +685,22 @@ class Decider:
             return
         self._finish(row, held, hopped, hopped_out, hub, False, hop)
 
-    def _onward(self, row: Asked, held: Pushed, traffic: Any, at: _At) -> None:
-        """A request let through at the internal endpoint ``at``: on to its agent, with the
-        head as the last run left it, when the core runs its session here; a cloud endpoint's
-        policy that let it through is the hosted 502; its breaker tripped, 503."""
+    def _onward(
+        self, row: Asked, held: Pushed, traffic: Any, at: _At, hub: Any, breakers: List[Any]
+    ) -> None:
+        """A request let through at the internal endpoint ``at`` (by ``traffic``'s run, its
+        ``breakers`` the circuit-breaker actions it passed): on to its agent, with the head
+        as the last run left it, when the core runs its session here; a cloud endpoint's
+        policy that let it through is the hosted 502; its breaker tripped, 503. The run's
+        decisions are counted unless the request is handed to Python (which runs it again)."""
         ticket, peer, method = row[0], row[2], row[5]
         carrier, routed = self.edge.carrier, at.routed
+        tunnel = routed.tunnel
+        mux = core_mux(tunnel) if not routed.cloud else None
+        if not routed.cloud and (mux is None or tunnel.ws_tcp or getattr(routed, "ws_tcp", False)):
+            carrier.decide_python(ticket)  # not an agent session the core runs here
+            return
+        hub.count_decisions(traffic.state)
         if routed.cloud:
             failed = error_response(
                 502,
@@ -681,15 +711,11 @@ class Decider:
             )
             self._answer(ticket, failed, method, True, traffic)
             return
-        tunnel = routed.tunnel
-        mux = core_mux(tunnel)
-        if mux is None or tunnel.ws_tcp or getattr(routed, "ws_tcp", False):
-            carrier.decide_python(ticket)  # not an agent session the core runs here
-            return
-        if not breaker.allows(tunnel):
+        if not breaker.allows(tunnel):  # no breaker counts the edge's own answer
             tripped = error_response(*breaker.TRIPPED_ANSWER, close=True)
             self._answer(ticket, tripped, method, True, traffic)
             return
+        traffic.breakers = breakers  # the answer is counted by them (fast_path.py)
         traffic.upstream_breaker = getattr(tunnel, "breaker", None)
         try:
             upstream = traffic.upstream_request(peer[0], held[1])

@@ -429,6 +429,12 @@ class EdgeRouter:
         None."""
         return await self._cloud(name)
 
+    def cloud_now(self, name: str) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        """(whether :meth:`cloud` has ``name``'s answer kept now, that answer): no load, no
+        wait."""
+        kept = self._cache.peek(("cloud", name), _MISSING)
+        return (False, None) if kept is _MISSING else (True, kept)
+
     async def cloud_routed(self, cloud: Dict[str, Any]) -> Routed:
         """Where a request to the cloud endpoint ``cloud`` (its claim's copy) goes: its
         compiled traffic policy (a pool's cloud member: edge.pools)."""

@@ -81,12 +81,14 @@ from edge.decided import (
     counts_answers,
     h2_scheme_of,
     holds_of,
+    hop_of,
+    is_cloud,
     listener_addr,
     policy_of,
     route_mode,
 )
 from edge.http_policy import record_upstream
-from edge.edges import CACHE_SECONDS, Hop
+from edge.edges import CACHE_SECONDS, Hop, Routed
 from edge.events import Counted
 from edge.observe import hub_of
 from edge.session import MuxSession
@@ -114,6 +116,9 @@ SCHEMES = ("http", "https")
 # numbers are taken and it is made loud again, so its next request is asked about once more
 # (the inspector's next minute, a subscription made since: at most this late).
 QUIET_SECONDS = 1.0
+# Cloud endpoints read for routes (their claim and compiled policy), at most this many kept:
+# past it, those with no route are let go.
+MAX_CLOUDS = 10_000
 
 
 class Pool(tuple):
@@ -124,10 +129,19 @@ class Pool(tuple):
 
 
 def _same(a: Any, b: Any) -> bool:
-    """The same tunnel (or policy), or a pool of the same members (or of their policies)."""
+    """The same tunnel (or policy), or a pool of the same members (or of their policies),
+    or the same cloud endpoint with the same compiled policy."""
     if type(a) is Pool and type(b) is Pool:
         return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    if type(a) is Routed and type(b) is Routed:
+        return (a.endpoint_id, a.url) == (b.endpoint_id, b.url) and policy_of(a) is policy_of(b)
     return a is b
+
+
+def _same_claim(a: Optional[Dict[str, Any]], b: Dict[str, Any]) -> bool:
+    """The cloud endpoint ``a`` (a claim's copy as the router reads it) is ``b`` as it was
+    read for a route: the same endpoint, URL and policy text."""
+    return a is not None and all(a.get(f) == b.get(f) for f in ("id", "url", "traffic_policy"))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -215,6 +229,10 @@ class FastPath:
         # a pool's route key -> its members' keys (what its records name), and back
         self.members: Dict[int, List[int]] = {}
         self.owner: Dict[int, int] = {}
+        # host -> (its cloud endpoint as read, edges.Routed: its compiled policy), for the
+        # routes of cloud endpoints (no session: each request decided, edge/decided.py)
+        self.clouds: Dict[str, Tuple[Dict[str, Any], Routed]] = {}
+        self._cloud_keys: set = set()  # the keys of cloud endpoints' routes (their records')
         self.decider = Decider(edge, self.route_of, self._sync, self.mode_now)
         self._keys = itertools.count(1)
         # the certificates pushed: what identifies a pair -> its number in the core
@@ -252,6 +270,8 @@ class FastPath:
         self.where.clear()
         self.members.clear()
         self.owner.clear()
+        self.clouds.clear()
+        self._cloud_keys.clear()
 
     # ---- the rules ----------------------------------------------------------------------------
     def candidate(self, host: str, scheme: str = "http") -> Any:
@@ -262,11 +282,13 @@ class FastPath:
         if not host or host in edge.banned:
             return None
         tunnel = edge.registry.by_host.get(host)
-        if tunnel is None:
+        if tunnel is None and host not in self.clouds:
             return None
         spec = edge.tls.spec_for(host)
         if spec.key != tls_spec.DEFAULT.key and (scheme != "https" or not core_requires(spec)):
             return None  # a Host that requires more of a handshake: Python says 421
+        if tunnel is None:
+            return self._cloud_kept(host)
         if tunnel.pooled or tunnel.pool:
             members = [
                 t for t in tunnel.pool or [tunnel] if t.proto == scheme or not t.scheme_only
@@ -293,6 +315,44 @@ class FastPath:
             return False
         hop = Hop.of_tunnel(tunnel)
         return not hub_of(self.edge).inspector.captures_bodies(hop.account_id, hop.endpoint_id)
+
+    def _cloud_kept(self, host: str) -> Optional[Routed]:
+        """The cloud endpoint a route of ``host`` serves, read without a wait: the one read
+        for it (:meth:`_read_cloud`) unless the router's cache now has another answer for the
+        name (gone, or changed: read again), when its policy lets the core carry it."""
+        claim, routed = self.clouds[host]
+        cached, now = self.edge.router.cloud_now(host)
+        if cached and not _same_claim(now, claim):
+            return None
+        return routed if self._cloud_carriable(routed) else None
+
+    def _cloud_carriable(self, routed: Routed) -> bool:
+        """A cloud endpoint's rules read without a wait: a policy that compiled, decidable
+        (edge/decided.py: it answers or forwards on the head alone), its bodies not
+        captured by the inspector."""
+        if routed.error is not None or policy_of(routed) is None or route_mode(routed) is None:
+            return False
+        inspector = hub_of(self.edge).inspector
+        return not inspector.captures_bodies(routed.account_id, routed.endpoint_id)
+
+    async def _read_cloud(self, host: str) -> None:
+        """The cloud endpoint holding ``host``'s claim read (through the router's cache, as
+        the Python path reads it for each request) and kept for its routes; none, an
+        internal one or a pool's (each request's member is the pool's turn): nothing kept."""
+        router = self.edge.router
+        claim = await router.cloud(host) if "@" not in host else None
+        if claim is None or claim.get("internal") or claim.get("pooled"):
+            self.clouds.pop(host, None)
+            return
+        kept = self.clouds.get(host)
+        if kept is not None and _same_claim(claim, kept[0]):
+            return
+        routed = await router.cloud_routed(claim)
+        if len(self.clouds) >= MAX_CLOUDS:
+            routed_hosts = {where[1] for where in self.routes}
+            for name in [n for n in self.clouds if n not in routed_hosts]:
+                del self.clouds[name]
+        self.clouds[host] = (claim, routed)
 
     async def _plain(self, tunnel: Any, host: str) -> bool:
         """The rules read through a cache that may wait: the account's IP restrictions (read
@@ -370,15 +430,37 @@ class FastPath:
             cert = self.cert_number(host)
         edge.carrier.set_relay(host, scheme, address, line, ttl, cert)
 
-    def seen(self, host: str, scheme: str = "http") -> None:
-        """Python served a request for ``host`` on the listener of ``scheme``: the host is in
-        use (its route is kept), and a route that expired is pushed again."""
-        held = self.routes.get((scheme, host))
+    def seen(self, host: str, scheme: str = "http", cloud: bool = False) -> None:
+        """Python served a request for ``host`` on the listener of ``scheme`` (``cloud``: a
+        cloud endpoint's): the host is in use (its route is kept), and a route that expired
+        is pushed again."""
+        where = (scheme, host)
+        held = self.routes.get(where)
         now = asyncio.get_running_loop().time()
         if held is not None:
             self._used[held[0]] = now
-        if held is None or held[2] <= now:
+        if held is not None and held[2] > now:
+            return
+        if not cloud:
             self._sync(host, scheme)
+        elif where not in self._pending and self._cloud_may_be(host):
+            self._pending.add(where)
+            asyncio.ensure_future(self._push(where))
+
+    def _cloud_may_be(self, host: str) -> bool:
+        """Whether a route of the cloud endpoint ``host`` may be pushed, as far as is known
+        without a wait: not when the router's cache has no cloud endpoint for it, an
+        internal one or a pool's, nor when the one read for it is the same and not carried
+        (each of the host's requests would otherwise read it again)."""
+        cached, claim = self.edge.router.cloud_now(host)
+        if not cached:
+            return True
+        if claim is None or claim.get("internal") or claim.get("pooled"):
+            return False
+        kept = self.clouds.get(host)
+        return (
+            kept is None or not _same_claim(claim, kept[0]) or self._cloud_kept(host) is not None
+        )
 
     def cert_number(self, host: str) -> int:
         """The number in the core of the certificate the HTTPS listener serves ``host`` with
@@ -420,6 +502,8 @@ class FastPath:
     async def _push(self, where: Tuple[str, str]) -> None:
         scheme, host = where
         try:
+            if self.edge.registry.by_host.get(host) is None:  # a cloud endpoint's?
+                await self._read_cloud(host)
             tunnel = self.candidate(host, scheme)
             if tunnel is None or not await self._plain(tunnel, host):
                 self._drop(where)
@@ -452,7 +536,9 @@ class FastPath:
             self._set(host, key, tunnel, scheme, cert, mode)
             self.routes[where] = (key, tunnel, until, cert, mode, policy)
             if type(tunnel) is not Pool:  # a pool's records name its members (_set)
-                self.hops[key] = Hop.of_tunnel(tunnel)
+                self.hops[key] = hop_of(tunnel)
+            if is_cloud(tunnel):
+                self._cloud_keys.add(key)
             self.where[key] = where
         except Exception:
             log.exception("pushing the %s route of %s", scheme, host)
@@ -480,8 +566,8 @@ class FastPath:
             # (no request served unchecked meanwhile), then pushed again as they make it
             self._drop(where)
             return False
-        if type(tunnel) is Pool:
-            return False  # the store's pool read again at each refresh (_push: its cache)
+        if type(tunnel) is Pool or is_cloud(tunnel):
+            return False  # the store's pool or claim read again at each refresh (_push)
         scheme, host = where
         if scheme == "https" and (
             not self.edge.tls.loaded.is_set()
@@ -542,6 +628,20 @@ class FastPath:
                 listener_addr(self.edge, scheme),
             )
             return
+        if is_cloud(tunnel):  # no session: each request answered, or sent to its target
+            self.edge.carrier.set_route(
+                host,
+                key,
+                None,
+                tunnel.endpoint_id,
+                ROUTE_TTL,
+                scheme,
+                cert,
+                decided=True,
+                responses=mode & 3 == RESPONSES,
+                holds=_holds(tunnel, mode),
+            )
+            return
         self.edge.carrier.set_route(
             host,
             key,
@@ -583,6 +683,7 @@ class FastPath:
                 if key not in live:
                     self.hops.pop(key, None)
                     self.where.pop(key, None)
+                    self._cloud_keys.discard(key)
                     for member_key in self.members.pop(key, ()):
                         self.hops.pop(member_key, None)
                         self.where.pop(member_key, None)
@@ -668,7 +769,7 @@ class FastPath:
         now_perf, now_wall = time.perf_counter(), time.time()
         now_loop, now_mono = asyncio.get_running_loop().time(), time.monotonic()
         hops, used, count, queue = self.hops, self._used, hub.count_http, hub.record
-        owner = self.owner
+        owner, clouds = self.owner, self._cloud_keys
         try:
             for key, status, stats, tls, exchange, ran, held in rows:
                 hop = hops.get(key)
@@ -683,7 +784,8 @@ class FastPath:
                 # it ran)
                 if ran is not None:  # its circuit breakers count the answer (decided.py)
                     record_upstream(ran, status)
-                admitted = count(hop, "agent", status, duration, bytes_in, bytes_out, now_mono)
+                kind = "cloud" if key in clouds else "agent"
+                admitted = count(hop, kind, status, duration, bytes_in, bytes_out, now_mono)
                 if admitted is None:
                     if key not in self._quiet and not self._counts(key):
                         # nothing wanted of its requests: counted by the core from now on
@@ -697,7 +799,7 @@ class FastPath:
                             _Address(exchange, True),
                             "https" if tls else "http",
                             hop,
-                            "agent",
+                            kind,
                             ran.state if ran is not None else None,
                             started,
                             now_perf - (now_wall - started),
@@ -752,7 +854,8 @@ class FastPath:
             if self.hops.get(key) is None:
                 continue
             self._used[self.owner.get(key, key)] = now
-            hub.count_quiet("agent", statuses, durations, bytes_in, bytes_out, quiet.get(key))
+            kind = "cloud" if key in self._cloud_keys else "agent"
+            hub.count_quiet(kind, statuses, durations, bytes_in, bytes_out, quiet.get(key))
             for ran, times in held:  # requests a held decision served: its run's decisions
                 hub.count_decisions(ran.state, times)
         hub.flush_counts()

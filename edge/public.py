@@ -224,10 +224,10 @@ class HttpFront:
                 )
                 if routed is None:
                     return
-                if routed.tunnel is not None:
+                if routed.tunnel is not None or routed.cloud:
                     fast = getattr(self.edge, "fast_path", None)  # the core may serve it
                     if fast is not None:  # (edge/fast_path.py): its route pushed again
-                        fast.seen(host, self.scheme)
+                        fast.seen(host, self.scheme, routed.cloud)
                 observe.routed(client, routed.endpoint, routed.cloud)
                 ran = await http_policy.run(
                     self.edge,

@@ -159,7 +159,7 @@ class Core:
         self,
         host: str,
         key: int,
-        session: Session,
+        session: Optional[Session],
         tunnel_id: str,
         ttl: float,
         *,
@@ -180,7 +180,8 @@ class Core:
         ``h2_scheme``: the endpoint speaks HTTP/2 on its streams (``app_protocol`` http2;
         h2up.rs), its requests' ``:scheme`` this (its upstream's: http or https).
         ``proxy_proto``: 1 or 2, a PROXY protocol header on each proxy stream, from the client
-        to ``proxy_dest`` (the listener's address)."""
+        to ``proxy_dest`` (the listener's address). No ``session``: a cloud endpoint's route
+        (``decided`` only: each request answered or sent to a target, ``decide_internal``)."""
     def set_pool(
         self,
         host: str,

@@ -61,7 +61,10 @@ pub struct PublicListen {
 pub struct Route {
     /// Python's name for it (its records name it).
     pub key: u64,
-    pub session: Arc<Session>,
+    /// The agent session its requests go to; None for a cloud endpoint's route, each of whose
+    /// requests Python decides to answer or to send to a target of its own
+    /// ([`Decision::Internal`]).
+    pub session: Option<Arc<Session>>,
     pub tunnel_id: String,
     /// The certificate the HTTPS listener serves the host with ([`Certs`]; 0 on the plain
     /// listener's routes).
@@ -99,7 +102,7 @@ impl Route {
     fn towards(&self, to: crate::decide::Target) -> Route {
         Route {
             key: self.key,
-            session: to.session,
+            session: Some(to.session),
             tunnel_id: to.tunnel_id,
             cert: self.cert,
             spec: self.spec,
@@ -144,7 +147,7 @@ impl Routes {
         if let (Some(old), Some(new)) = (old, route.held.as_ref()) {
             if let Some(kept) = old.held.as_ref() {
                 if old.key == route.key
-                    && Arc::ptr_eq(&old.session, &route.session)
+                    && same_session(&old.session, &route.session)
                     && kept.reads == new.reads
                 {
                     route.held = Some(kept.clone());
@@ -173,7 +176,7 @@ impl Routes {
                 let kept = old
                     .routes
                     .iter()
-                    .find(|o| o.key == member.key && Arc::ptr_eq(&o.session, &member.session));
+                    .find(|o| o.key == member.key && same_session(&o.session, &member.session));
                 if let (Some(o), Some(new)) = (kept, member.held.as_ref()) {
                     if let Some(h) = o.held.as_ref().filter(|h| h.reads == new.reads) {
                         member.held = Some(h.clone());
@@ -211,7 +214,7 @@ impl Routes {
                 let turn = members.next.fetch_add(1, Ordering::Relaxed);
                 (0..n)
                     .map(|i| &members.routes[(turn + i) % n])
-                    .find(|r| !r.session.with(|st| st.closed))
+                    .find(|r| r.session.as_ref().is_some_and(|s| !s.with(|st| st.closed)))
                     .unwrap_or(&members.routes[turn % n])
             }
         };
@@ -855,6 +858,7 @@ impl Scratch {
 /// The agent side of a client connection: a proxy stream of the route's session.
 struct Leg {
     route: Arc<Route>,
+    session: Arc<Session>,
     sid: u32,
     wakes: Arc<Wakes>,
     reusable: bool,
@@ -873,7 +877,7 @@ struct H2Leg {
 impl Leg {
     fn end(self) {
         if self.h2.is_none() {
-            self.route.session.disown(self.sid);
+            self.session.disown(self.sid);
         }
     }
 }
@@ -1233,12 +1237,17 @@ pub(crate) async fn connection<C: Conn>(
         let current = match kept {
             Some(l) => l,
             None => {
-                let Some(sid) = open_stream(&route.session).await else {
+                let Some(session) = route.session.clone() else {
+                    // a cloud endpoint's request decided to go on with no target of its own
+                    // (never, from Python): Python's
+                    break hand_over(tcp, peer, buf, first, &public, None, ticket);
+                };
+                let Some(sid) = open_stream(&session).await else {
                     // all slots taken by open streams, or the session ended: Python waits for
                     // a slot, or gives the answer the route's end calls for
                     break hand_over(tcp, peer, buf, first, &public, None, ticket);
                 };
-                let wakes = route.session.own(sid);
+                let wakes = session.own(sid);
                 let mut header =
                     http::proxy_header(&route.tunnel_id, &client_addr, &public.spec.scheme, "3");
                 if let Some((version, dest)) = &route.proxy {
@@ -1246,13 +1255,8 @@ pub(crate) async fn connection<C: Conn>(
                 }
                 let h2 = match route.h2_upstream {
                     Some(scheme) => {
-                        let (end, held) = crate::h2up::start(
-                            route.session.clone(),
-                            sid,
-                            wakes.clone(),
-                            header,
-                            scheme,
-                        );
+                        let (end, held) =
+                            crate::h2up::start(session.clone(), sid, wakes.clone(), header, scheme);
                         let (rd, wr) = tokio::io::split(end);
                         Some(H2Leg {
                             rd: tokio::sync::Mutex::new(rd),
@@ -1267,6 +1271,7 @@ pub(crate) async fn connection<C: Conn>(
                 };
                 Leg {
                     route: route.clone(),
+                    session,
                     sid,
                     wakes,
                     reusable: false,
@@ -1354,7 +1359,16 @@ async fn open_stream(session: &Session) -> Option<u32> {
 
 /// The same endpoint on the same session (a route pushed again to renew it is the same).
 fn same_route(a: &Route, b: &Route) -> bool {
-    a.key == b.key && Arc::ptr_eq(&a.session, &b.session) && a.tunnel_id == b.tunnel_id
+    a.key == b.key && same_session(&a.session, &b.session) && a.tunnel_id == b.tunnel_id
+}
+
+/// The same agent session, or none on both.
+fn same_session(a: &Option<Arc<Session>>, b: &Option<Arc<Session>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 fn end_leg(leg: Option<Leg>) {
@@ -1385,8 +1399,7 @@ async fn stream_read(leg: &Leg, buf: &mut Vec<u8>) -> Result<usize, StreamError>
         buf.truncate(start + *read.as_ref().unwrap_or(&0));
         return read.map_err(|e| StreamError::Reset(e.to_string()));
     }
-    leg.route
-        .session
+    leg.session
         .read_owned(leg.sid, &leg.wakes, buf, READ_CHUNK)
         .await
 }
@@ -1402,10 +1415,7 @@ async fn stream_write(leg: &Leg, data: &[u8]) -> Result<(), StreamError> {
             .await
             .map_err(|e| StreamError::Reset(e.to_string()));
     }
-    leg.route
-        .session
-        .write_owned(leg.sid, &leg.wakes, data)
-        .await
+    leg.session.write_owned(leg.sid, &leg.wakes, data).await
 }
 
 /// The contract's error body (edge/http_io.py error_body) and its operation id.

@@ -396,14 +396,16 @@ impl Core {
     /// with the certificate `cert` (set_cert); each decided by Python first when `decided`
     /// (take's asked rows, the decide_* calls), and each response head too when `responses`
     /// (take's response rows, decide_rewrite); with `h2_scheme` ("http" or "https": its
-    /// upstream's), the endpoint speaks HTTP/2 on its streams (h2up.rs).
+    /// upstream's), the endpoint speaks HTTP/2 on its streams (h2up.rs). No `session`: a
+    /// cloud endpoint's route, decided (each request answered by Python, or sent on to a
+    /// target its decision names: decide_internal).
     #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false, holds = None, h2_scheme = None, proxy_proto = 0, proxy_dest = String::new()))]
     #[allow(clippy::too_many_arguments)]
     fn set_route(
         &self,
         host: String,
         key: u64,
-        session: &Session,
+        session: Option<PyRef<'_, Session>>,
         tunnel_id: String,
         ttl: f64,
         scheme: &str,
@@ -417,13 +419,18 @@ impl Core {
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
         let h2_upstream = h2_upstream_of(h2_scheme)?;
+        if session.is_none() && !decided {
+            return Err(PyValueError::new_err(
+                "a route without a session is decided",
+            ));
+        }
         let held = held_of(decided, responses, holds)?;
         let (routes, spec) = self.routes_for(scheme, cert)?;
         routes.set(
             host,
             Route {
                 key,
-                session: session.inner.clone(),
+                session: session.map(|s| s.inner.clone()),
                 tunnel_id,
                 cert,
                 spec,
@@ -469,7 +476,7 @@ impl Core {
         for (key, session, tunnel_id, decided, responses, holds, proxy_proto) in members {
             routes_of.push(Route {
                 key,
-                session: session.inner.clone(),
+                session: Some(session.inner.clone()),
                 tunnel_id,
                 cert,
                 spec,

@@ -130,7 +130,7 @@ fn setup(pair: &Pair) -> (Carrier, u16, Arc<Session>, UnixStream) {
         "a.test".into(),
         Route {
             key: 7,
-            session: session.clone(),
+            session: Some(session.clone()),
             tunnel_id: "tn_test".into(),
             cert: 3,
             spec: 0,
@@ -504,7 +504,7 @@ fn route_requiring(
         "m.test".into(),
         Route {
             key: 8,
-            session: session.clone(),
+            session: Some(session.clone()),
             tunnel_id: "tn_m".into(),
             cert: 5,
             spec: 9,

@@ -96,7 +96,7 @@ async fn relayed_here(local: std::net::SocketAddr, sent: &[u8]) -> TcpStream {
 fn route(session: &Arc<Session>) -> Route {
     Route {
         key: 7,
-        session: session.clone(),
+        session: Some(session.clone()),
         tunnel_id: "tn_test".into(),
         cert: 0,
         spec: 0,
@@ -1425,4 +1425,79 @@ async fn a_forward_internal_goes_on_to_its_target_recorded_as_the_routes() {
     }
     let keys: Vec<(u64, u16)> = served.iter().map(|s| (s.route, s.status)).collect();
     assert_eq!(keys, [(7, 200), (7, 200), (7, 200)]);
+}
+
+/// A cloud endpoint's route has no session of its own: Python's answer is served, a request
+/// sent on to a target goes to the target's session, and one decided to go on without a
+/// target (never, from Python) is handed to Python with its bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cloud_routes_requests_are_answered_or_sent_to_a_target_else_pythons() {
+    use edge_core::decide::{Decision, Target};
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set(
+        "c.test".into(),
+        Route {
+            session: None,
+            ..decided_route(&session, false)
+        },
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"GET /a HTTP/1.1\r\nHost: c.test\r\n\r\n")
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n".to_vec();
+    carrier.decisions.answer(
+        row.ticket,
+        decided(Decision::Respond {
+            status: 200,
+            head: answer,
+            body: b"cloud".to_vec(),
+            close: false,
+        }),
+    );
+    read_response(&mut client, b"cloud").await;
+
+    client
+        .write_all(b"GET /b HTTP/1.1\r\nHost: c.test\r\n\r\n")
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    let head = b"GET /b HTTP/1.1\r\nhost: svc.internal\r\n\r\n";
+    carrier.decisions.answer(
+        row.ticket,
+        decided(Decision::Internal {
+            head: head.to_vec(),
+            to: Box::new(Target {
+                session: session.clone(),
+                tunnel_id: "tn_svc".into(),
+                responses: false,
+                proxy: None,
+                h2_upstream: None,
+            }),
+        }),
+    );
+    let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    assert!(has(&got, b"\"Id\": \"tn_svc\"") && has(&got, head));
+    let mut reply = Vec::new();
+    encode(
+        &mut reply,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nin",
+    );
+    agent.write_all(&reply).await.unwrap();
+    read_response(&mut client, b"in").await;
+
+    let third = b"GET /c HTTP/1.1\r\nHost: c.test\r\n\r\n";
+    client.write_all(third).await.unwrap();
+    let row = asked(&carrier).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Append { fields: Vec::new() }));
+    let conns = handed(&carrier).await;
+    assert_eq!(conns.len(), 1);
+    assert_eq!(conns[0].data, third.to_vec());
 }

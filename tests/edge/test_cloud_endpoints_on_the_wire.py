@@ -14,6 +14,7 @@ import pytest
 from edge.edges import CACHE_SECONDS
 from stacks.process import listens_on
 from tests.edge.conftest import BASE_DOMAIN, tcp_round_trip
+from tests.edge.support import metric, settled, wait
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 
 # An API change must be in force on the next request after the edge's cache expires.
@@ -322,3 +323,67 @@ def test_tcp_cloud_endpoint_forwards_to_an_sdk_internal_tcp_endpoint(
     http_ep = _cloud(client, _forward("https://db.internal"))
     resp = edge.http("GET", http_ep.host)
     assert resp.status_code == 502 and resp.json()["error_code"] == "ERR_NGROK_3502"
+
+
+def _core_counts(edge):
+    """(requests the core served, connections it handed to Python)."""
+    text = edge.metrics()
+    return (
+        metric(text, "edge_core_http_requests_total"),
+        metric(text, "edge_core_http_handed_over_total"),
+    )
+
+
+def test_a_cloud_endpoints_requests_are_carried_by_the_core_once_it_served_one(
+    edge, account, client, agents
+):
+    """A cloud endpoint whose policy answers or forward-internals on the head alone becomes a
+    route of the compiled core once Python served its first request: each request then
+    decided by its policy in Python, answered by the core or carried to the internal SDK
+    agent's session, on both listeners, nothing handed over; a request its policy lets
+    through is still 6029; a policy patched is in force after the cache."""
+    name = _internal_agent(edge, account, agents)
+    policy = {
+        "on_http_request": [
+            {
+                "expressions": ["req.url.path == '/fixed'"],
+                "actions": [{"type": "custom-response", "config": {"body": "${endpoint.id}"}}],
+            },
+            {
+                "expressions": ["req.url.path == '/through'"],
+                "actions": [{"type": "add-headers", "config": {"headers": {"x-a": "b"}}}],
+            },
+            {
+                "expressions": ["req.url.path.startsWith('/echo')"],
+                "actions": [
+                    {"type": "add-headers", "config": {"headers": {"x-via": "${endpoint.id}"}}},
+                    {"type": "forward-internal", "config": {"url": f"https://{name}"}},
+                ],
+            },
+        ]
+    }
+    ep = _cloud(client, json.dumps(policy))
+
+    def carried():
+        before = _core_counts(edge)
+        assert edge.http("GET", ep.host, "/fixed").text == ep.id
+        after = _core_counts(edge)
+        return after[0] > before[0] and after[1] == before[1]
+
+    assert wait(carried)
+    served, handed = settled(lambda: _core_counts(edge))
+    for i in range(5):
+        got = edge.http("GET", ep.host, f"/echo/{i}")
+        assert got.status_code == 200, got.text
+        headers = {k.lower(): v for k, v in got.json()["headers"].items()}
+        assert headers["x-via"] == ep.id and got.json()["path"] == f"/echo/{i}"
+    through = edge.http("GET", ep.host, "/through")
+    assert through.status_code == 502 and through.json()["error_code"] == "ERR_NGROK_6029"
+    assert settled(lambda: _core_counts(edge)) == (served + 6, handed)
+    https = edge.curl_https(ep.host, "/echo/s")
+    assert https.returncode == 0 and '"path": "/echo/s"' in https.stdout, https.stderr
+
+    client.endpoints.update(ep.id, traffic_policy=_answer("patched", status=201))
+    time.sleep(IN_FORCE_AFTER)
+    patched = edge.http("GET", ep.host, "/echo/1")
+    assert (patched.status_code, patched.text) == (201, "patched")

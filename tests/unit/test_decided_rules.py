@@ -179,6 +179,7 @@ class _Carrier:
 
     def decide_respond(self, ticket, status, head, body, close, memo=None, hold=False):
         self.calls.append(("respond", ticket, status, head, body, close))
+        self.memos = getattr(self, "memos", []) + [memo]
         self.holds.append((ticket, hold))
 
     def decide_rewrite(self, ticket, fields, memo=None):
@@ -671,11 +672,24 @@ def test_outbound_calls_that_may_outlast_the_cores_wait_keep_the_route_pythons()
     assert not decidable(compile_policy(_req(call, call)))
 
 
-@pytest.mark.parametrize("waits_on", ["restrictions", "caches", "call"])
-def test_a_decision_that_waits_past_the_cores_wait_ends_its_task(monkeypatch, waits_on):
+def _deciding():
+    """The tasks of a Decider's still running (not the events hub's worker)."""
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if not t.done() and t.get_coro().__qualname__.startswith("Decider.")
+    ]
+
+
+@pytest.mark.parametrize(
+    "waits_on", ["restrictions", "caches", "call", "hop then call", "call then hop"]
+)
+def test_a_decision_that_waits_past_the_cores_wait_ends_its_task(monkeypatch, core, waits_on):
     """Each waiting task (an account's restrictions read, an IP policy or secret read, an
-    outbound call) ends at DECIDE_SECONDS, the core's own wait for the ticket: the ticket is
-    closed (restrictions not read in time refuse, 403), and no task outlives it."""
+    outbound call, a forward-internal's target read then its own policy's call) ends at
+    DECIDE_SECONDS after the row came, the core's own wait for the ticket, however many tasks
+    decide it in turn: the ticket is closed (restrictions not read in time refuse, 403), and
+    no task outlives it."""
     from edge import ip_restrictions
 
     async def forever(*args, **kwargs):
@@ -691,20 +705,41 @@ def test_a_decision_that_waits_past_the_cores_wait_ends_its_task(monkeypatch, wa
         )
         made, carrier, _, _ = _decider(doc)
         monkeypatch.setattr(decided.secrets, "resolver", forever)
-    else:
+    elif waits_on == "call":
         call = {"type": "http-request", "config": {"url": "https://lookup.internal/"}}
         made, carrier, _, _ = _decider(_req(call))
+        monkeypatch.setattr(decided.http_policy, "http_call", forever)
+    elif waits_on == "call then hop":  # a call (0.15 s), then the target's read in another
+        call = {"type": "http-request", "config": {"url": "https://lookup.internal/"}}
+        made, carrier, _, _ = _decider(_req(call, FORWARD))
+
+        async def slow_call(edge, account_id, traffic, phase, out, again):
+            await asyncio.sleep(0.15)
+            return again()
+
+        made.edge.router.internal_target = forever
+        monkeypatch.setattr(decided.http_policy, "http_call", slow_call)
+    else:  # the target read in a task (0.15 s), then its policy's call in another
+        made, carrier, _, _ = _decider(_req(FORWARD))
+        call = {"type": "http-request", "config": {"url": "https://lookup.internal/"}}
+        stored = _internal(core, _req(call))
+
+        async def slow_read(account_id, url, protocol="http"):
+            await asyncio.sleep(0.15)
+            return stored
+
+        made.edge.router.internal_target = slow_read
         monkeypatch.setattr(decided.http_policy, "http_call", forever)
 
     async def run():
         made.decide([_row(1)])
         await asyncio.sleep(0.1)
         assert [c for c in carrier.calls if c[0] != "flush"] == []  # still waiting
-        await asyncio.sleep(0.4)
-        return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        await asyncio.sleep(0.15)  # 0.25 s: past the row's 0.2 s, not past any one task's
+        return _deciding()
 
     left = asyncio.run(run())
-    assert not [t for t in left if not t.done()], left
+    assert left == []
     ended = [c for c in carrier.calls if c[0] != "flush"]
     if waits_on == "restrictions":
         assert [c[:3] for c in ended] == [("respond", 1, 403)]
@@ -865,3 +900,85 @@ def test_what_the_core_cannot_carry_at_the_target_goes_to_python(core, why):
     made.edge.router.here[INTERNAL] = target
     _decide(made, [_row(1)])
     assert carrier.calls == [("python", 1)]
+
+
+def _cloud_decider(policy_doc):
+    """A Decider whose route 7 serves a cloud endpoint (an edges.Routed: no session)."""
+    from edge.edges import Routed
+
+    made, carrier, _, changed = _decider(policy_doc)
+    cloud = Routed(
+        endpoint_id="ep_cloud",
+        url=f"https://{HOST}",
+        host=HOST,
+        account_id="ac_1",
+        cloud=True,
+        enforcement=types.SimpleNamespace(policy=compile_policy(policy_doc)),
+    )
+    policy = policy_of(cloud)
+    made.route_of = {7: (cloud, "http", HOST, mode_of(policy), policy)}.get
+    return made, carrier
+
+
+def test_a_cloud_endpoints_route_answers_forwards_or_is_non_terminating(core):
+    """Its policy's answer is the answer (held like any route's); its forward-internal goes
+    to the target's session; a request it lets through is the hosted 502 ERR_NGROK_6029,
+    never sent to a session of its own (it has none)."""
+    answers = _req(
+        {"type": "custom-response", "config": {"status_code": 200, "body": "${endpoint.id}"}}
+    )
+    made, carrier = _cloud_decider(answers)
+    _decide(made, [_row(1)])
+    assert [c[:5] for c in carrier.calls] == [
+        ("respond", 1, 200, carrier.calls[0][3], b"ep_cloud")
+    ]
+    assert carrier.holds == [(1, True)]
+
+    made, carrier = _cloud_decider(_req(FORWARD))
+    made.edge.router.here[INTERNAL] = _internal(core)
+    _decide(made, [_row(2)])
+    assert [(c[0], c[1], c[4]) for c in carrier.calls] == [("internal", 2, "tn_in")]
+
+    made, carrier = _cloud_decider(_req(DECIDABLE["add-headers"]))
+    _decide(made, [_row(3)])
+    ((kind, _, status, _, body, close),) = carrier.calls
+    assert (kind, status, close) == ("respond", 502, True)
+    assert b"ERR_NGROK_6029" in body and b"ep_cloud is non-terminating" in body
+
+
+def test_a_forward_internal_route_is_never_quiet():
+    """Its answers may be counted by the target's breakers (a quiet route's records are
+    counted without their memos)."""
+    tunnel = types.SimpleNamespace(breaker=None)
+    assert decided.counts_answers(tunnel, compile_policy(_req(FORWARD)))
+    assert not decided.counts_answers(tunnel, compile_policy(_req(DECIDABLE["add-headers"])))
+
+
+def test_a_request_handed_to_python_at_its_target_counts_no_decision(core):
+    """Python runs it again, and counts its decisions then."""
+    from edge.observe import hub_of
+
+    allow = {"type": "restrict-ips", "config": {"allow": ["198.51.100.0/24"]}}
+    made, carrier, _, _ = _decider(_req(allow, FORWARD))
+    made.edge.router.here[INTERNAL] = _internal(types.SimpleNamespace(closed=False))
+
+    async def run():
+        made.decide([_row(1)])
+        return dict(hub_of(made.edge).tally.decisions)
+
+    assert asyncio.run(run()) == {} and carrier.calls == [("python", 1)]
+
+
+def test_a_tripped_target_breakers_503_is_counted_by_no_breaker(core):
+    """As on the Python path: the edge's own answer counts in no circuit-breaker action."""
+    from edge import breaker
+
+    made, carrier, _, _ = _decider(_req(FORWARD))
+    passed = _req({"type": "circuit-breaker", "config": {"error_threshold": 0.5}})
+    target = _internal(core, passed, breaker=breaker.of_option({"error_threshold": 0.5}))
+    target.tunnel.breaker.tripped_until = float("inf")
+    made.edge.router.here[INTERNAL] = target
+    _decide(made, [_row(1)])
+    ((kind, _, status, _, body, close),) = carrier.calls
+    assert (kind, status) == ("respond", 503) and b"ERR_NGROK_3202" in body
+    assert list(carrier.memos[0].breakers) == [] and carrier.memos[0].upstream_breaker is None

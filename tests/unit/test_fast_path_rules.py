@@ -3,6 +3,7 @@ route), on each listener. Each rule is broken one at a time on an otherwise plai
 the candidate must then be None (the host is Python's), and a plain one must not be."""
 
 import asyncio
+import json
 import types
 
 import pytest
@@ -264,6 +265,7 @@ class _Carrier:
         proxy_dest="",
     ):
         self.set.append((scheme, host, key))
+        self.mux = mux
         self.proxy = (proxy_proto, proxy_dest)
         self.decided_holds = (decided, holds)
         self.holds = holds
@@ -785,3 +787,157 @@ def test_spec_numbers_no_certificate_is_made_for_are_kept_up_to_their_bound(monk
 
     numbers, keys = asyncio.run(run())
     assert keys == [tls_spec.DEFAULT.key] * 2 + [specs[h].key for h in hosts[2:]], numbers
+
+
+CLOUD = "cloud.tunnels.localhost"
+
+
+def _cloud_edge(claims):
+    """An edge whose router (edges.EdgeRouter, its 1 s cache) reads the cloud endpoints of
+    ``claims`` (name -> claim, changed by the test) and no IP restrictions from the store."""
+    from chalicelib.core import online
+    from edge.edges import EdgeRouter
+
+    edge = _edge()
+    edge.carrier = _Carrier()
+    edge.tls.loaded = asyncio.Event()
+    reads = []
+
+    async def call(fn, *args, **kwargs):
+        if fn is online.cloud_endpoint_for:
+            reads.append(args[0])
+            claim = claims.get(args[0])
+            return dict(claim) if claim is not None else None
+        return []  # the account's IP restrictions: none
+
+    edge.call = call
+    edge.router = EdgeRouter(edge)
+    return edge, reads
+
+
+def _claim(policy, **changes):
+    claim = {
+        "id": "ep_cloud",
+        "url": f"https://{CLOUD}",
+        "host": CLOUD,
+        "account_id": "ac_1",
+        "traffic_policy": json.dumps(policy),
+    }
+    claim.update(changes)
+    return claim
+
+
+FORWARDS = {
+    "on_http_request": [
+        {"actions": [{"type": "forward-internal", "config": {"url": "https://a.internal"}}]}
+    ]
+}
+
+
+def test_a_cloud_endpoint_python_served_is_pushed_as_a_decided_route_without_a_session():
+    """Once Python served a request of a cloud endpoint whose policy is decidable, its route
+    is pushed with no session (each request answered by its policy or sent to a target it
+    names), its records naming the cloud endpoint; its claim gone from the store, the route
+    is dropped at the refresh that reads it."""
+    from edge.edges import CACHE_SECONDS
+
+    claims = {CLOUD: _claim(FORWARDS)}
+    edge, reads = _cloud_edge(claims)
+
+    async def run():
+        paths = FastPath(edge)
+        assert paths.candidate(CLOUD) is None  # never read for a route
+        paths.seen(CLOUD, "http", cloud=True)
+        await asyncio.sleep(0.01)
+        assert edge.carrier.set == [("http", CLOUD, 1)] and edge.carrier.mux is None
+        assert edge.carrier.decided_holds == (True, None)  # forward-internal: never held
+        assert paths.hops[1].endpoint_id == "ep_cloud" and paths.route_of(1)[0].cloud
+        paths.seen(CLOUD, "http", cloud=True)  # its route is live: nothing more
+        await asyncio.sleep(0.01)
+        assert len(edge.carrier.set) == 1
+        del claims[CLOUD]
+        await asyncio.sleep(CACHE_SECONDS + 0.05)
+        paths.refresh()  # used: read again through the cache, and gone
+        await asyncio.sleep(0.01)
+        assert ("http", CLOUD) in edge.carrier.dropped and ("http", CLOUD) not in paths.routes
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+    assert reads == [CLOUD, CLOUD]
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        _claim(RESPONSE_PHASE),  # compression: not decidable
+        _claim(FORWARDS, internal=True),  # reached only by forward-internal
+        _claim(FORWARDS, pooled=True),  # a pool's: each request's member is its turn
+        _claim(None, traffic_policy=""),  # no policy: 6029 for each, Python's
+        _claim(None, traffic_policy='{"on_http_request": [{"actions": [{"type": "x"}]}]}'),
+    ],
+    ids=["not decidable", "internal", "pooled", "no policy", "refused policy"],
+)
+def test_a_cloud_endpoint_the_core_cannot_carry_is_read_once_and_stays_pythons(claim):
+    """Its next requests (Python's) read nothing more while its claim stays the same."""
+    edge, reads = _cloud_edge({CLOUD: claim})
+
+    async def run():
+        paths = FastPath(edge)
+        for _ in range(3):
+            paths.seen(CLOUD, "http", cloud=True)
+            await asyncio.sleep(0.01)
+        assert edge.carrier.set == [] and paths.candidate(CLOUD) is None
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+    assert reads == [CLOUD]
+
+
+def test_a_cloud_endpoint_whose_bodies_the_inspector_captures_is_not():
+    edge, _ = _cloud_edge({CLOUD: _claim(FORWARDS)})
+
+    async def run():
+        hub_of(edge).inspector.capture[("ac_1", "ep_cloud")] = (True, float("inf"))
+        paths = FastPath(edge)
+        paths.seen(CLOUD, "http", cloud=True)
+        await asyncio.sleep(0.01)
+        assert edge.carrier.set == []
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+
+
+def test_the_cloud_endpoints_kept_for_routes_stay_within_their_bound(monkeypatch):
+    """Past MAX_CLOUDS, the cloud endpoints read for routes that have none are let go."""
+    names = [f"c{i}.tunnels.localhost" for i in range(5)]
+    claims = {
+        name: _claim(RESPONSE_PHASE, id=f"ep_{i}", host=name, url=f"https://{name}")
+        for i, name in enumerate(names)
+    }
+    edge, _ = _cloud_edge(claims)
+    monkeypatch.setattr(fast_path, "MAX_CLOUDS", 2)
+
+    async def run():
+        paths = FastPath(edge)
+        sizes = []
+        for name in names:
+            paths.seen(name, "http", cloud=True)
+            await asyncio.sleep(0.01)
+            sizes.append(len(paths.clouds))
+        return sizes
+
+    loop = asyncio.new_event_loop()
+    try:
+        sizes = loop.run_until_complete(run())
+    finally:
+        loop.close()
+    assert max(sizes) <= 2 and sizes[-1] >= 1

@@ -82,7 +82,7 @@ pub fn listener(alpn: &[&[u8]]) -> Listener {
         "a.test".into(),
         Route {
             key: 7,
-            session: session.clone(),
+            session: Some(session.clone()),
             tunnel_id: "tn_test".into(),
             cert: 3,
             spec: 0,
