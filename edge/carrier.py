@@ -301,6 +301,7 @@ class Carrier:
         h2_scheme: Optional[str] = None,
         proxy_proto: int = 0,
         proxy_dest: str = "",
+        capture: int = 0,
     ) -> None:
         """The core serves ``host``'s requests on the listener of ``scheme`` itself for
         ``ttl`` seconds (unless set again), on proxy streams of ``mux`` carrying
@@ -314,7 +315,9 @@ class Carrier:
         requests' ``:scheme`` this. ``proxy_proto``: 1 or 2, a PROXY protocol header on each
         proxy stream, towards ``proxy_dest`` (the listener's address). No ``mux``: a cloud
         endpoint's route, ``decided``: each request answered, or sent on to a target its
-        decision names (:meth:`decide_internal`)."""
+        decision names (:meth:`decide_internal`). ``capture``: each exchange's first
+        ``capture`` data bytes of both bodies go with its record (``Exchange.request_body``,
+        ``response_body``: the inspector captures the endpoint's bodies)."""
         self._core.set_route(
             host,
             key,
@@ -329,12 +332,13 @@ class Carrier:
             h2_scheme=h2_scheme,
             proxy_proto=proxy_proto,
             proxy_dest=proxy_dest,
+            capture=capture,
         )
 
     def set_pool(
         self,
         host: str,
-        members: List[Tuple[int, session.MuxSession, str, int, Optional[List[str]], int]],
+        members: List[Tuple[int, session.MuxSession, str, int, Optional[List[str]], int, int]],
         ttl: float,
         scheme: str = "http",
         cert: int = 0,
@@ -345,13 +349,14 @@ class Carrier:
         ``members`` in turn: (key its records and asks name, session, tunnel id, its mode: 0
         plain, 1 decided, 2 decided with its response heads, either with edge/decided.py's
         RESTRICTED bit, the facts its decisions hold
-        for: ``set_route``'s ``holds``, its PROXY protocol version towards ``proxy_dest``).
-        HTTPS: with certificate ``cert``. No member drops the host's routes."""
+        for: ``set_route``'s ``holds``, its PROXY protocol version towards ``proxy_dest``, the
+        data bytes of its bodies its records carry: ``set_route``'s ``capture``). HTTPS: with
+        certificate ``cert``. No member drops the host's routes."""
         self._core.set_pool(
             host,
             [
-                (key, mux.core, tunnel_id, mode != 0, mode & 3 == 2, holds, proxy)
-                for key, mux, tunnel_id, mode, holds, proxy in members
+                (key, mux.core, tunnel_id, mode != 0, mode & 3 == 2, holds, proxy, capture)
+                for key, mux, tunnel_id, mode, holds, proxy, capture in members
             ],
             ttl,
             scheme=scheme,

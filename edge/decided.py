@@ -131,6 +131,9 @@ PLAIN, DECIDED, RESPONSES = 0, 1, 2
 # client is checked first (edge/ip_restrictions.py, as edge/http_routing.py checks it), a plain
 # route decided for it, nothing held.
 RESTRICTED = 4
+# Set on a route's mode when the traffic inspector captures its endpoint's bodies: each
+# exchange's first bytes of both bodies go with its record (the core keeps them), nothing held.
+CAPTURED = 8
 
 
 def _decidable(policy: Any) -> bool:

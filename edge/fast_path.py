@@ -19,9 +19,10 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
   own makes it decided too), no WebSocket-TCP converter (a PROXY protocol header the core
   writes itself: ``proxy_proto``; an ``app_protocol`` http2 endpoint is spoken to in HTTP/2
   by the core: ``h2_scheme_of``, not a pool's member);
-- the traffic inspector does not capture its bodies (as the inspector's cache knows it); an
-  account with ``endpoints`` IP restrictions (the router's cache) has its routes decided, each
-  request's client checked first (edge/decided.py ``RESTRICTED``);
+- an account with ``endpoints`` IP restrictions (the router's cache) has its routes decided,
+  each request's client checked first (edge/decided.py ``RESTRICTED``); an endpoint whose
+  bodies the inspector captures (its cache) is pushed ``CAPTURED``: the core keeps each
+  body's first bytes for its records;
 - on the plain-HTTP listener, its name requires nothing of a TLS handshake
   (``edge.tls.spec_for``: no minimum version above TLS 1.2, no client certificate; Python
   answers such a name 421 there); on HTTPS, whatever it requires the core's TLS can ask
@@ -69,8 +70,10 @@ import logging
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from chalicelib.core import inspector as layout
 from edge import ip_restrictions, pools, tls_spec
 from edge.decided import (
+    CAPTURED,
     DECIDED,
     PLAIN,
     REFUSED,
@@ -233,6 +236,7 @@ class FastPath:
         # routes of cloud endpoints (no session: each request decided, edge/decided.py)
         self.clouds: Dict[str, Tuple[Dict[str, Any], Routed]] = {}
         self._cloud_keys: set = set()  # the keys of cloud endpoints' routes (their records')
+        self._captured: set = set()  # route keys whose records carry the bodies the core kept
         self.decider = Decider(edge, self.route_of, self._sync, self.mode_now)
         self._keys = itertools.count(1)
         # the certificates pushed: what identifies a pair -> its number in the core
@@ -307,14 +311,11 @@ class FastPath:
         mux = getattr(tunnel.session, "mux", None)
         if type(mux) is not MuxSession or mux.closed:
             return False
-        if (
+        return not (
             route_mode(tunnel) is None
             or tunnel.ws_tcp
             or (tunnel.forwards_proto == "http2" and not h2)
-        ):
-            return False
-        hop = Hop.of_tunnel(tunnel)
-        return not hub_of(self.edge).inspector.captures_bodies(hop.account_id, hop.endpoint_id)
+        )
 
     def _cloud_kept(self, host: str) -> Optional[Routed]:
         """The cloud endpoint a route of ``host`` serves, read without a wait: the one read
@@ -328,12 +329,10 @@ class FastPath:
 
     def _cloud_carriable(self, routed: Routed) -> bool:
         """A cloud endpoint's rules read without a wait: a policy that compiled, decidable
-        (edge/decided.py: it answers or forwards on the head alone), its bodies not
-        captured by the inspector."""
-        if routed.error is not None or policy_of(routed) is None or route_mode(routed) is None:
-            return False
-        inspector = hub_of(self.edge).inspector
-        return not inspector.captures_bodies(routed.account_id, routed.endpoint_id)
+        (edge/decided.py: it answers or forwards on the head alone)."""
+        return not (
+            routed.error is not None or policy_of(routed) is None or route_mode(routed) is None
+        )
 
     async def _read_cloud(self, host: str) -> None:
         """The cloud endpoint holding ``host``'s claim read (through the router's cache, as
@@ -369,8 +368,9 @@ class FastPath:
 
     def mode_now(self, tunnel: Any) -> Any:
         """How a route of ``tunnel`` is pushed now (:func:`_mode`), each request of an
-        account with ``endpoints`` IP restrictions decided (its client checked first)."""
-        return _restricted_mode(_mode(tunnel), self.restricted(_account(tunnel)))
+        account with ``endpoints`` IP restrictions decided (its client checked first), and
+        CAPTURED on an endpoint whose bodies the inspector captures."""
+        return self._moded(tunnel, self.restricted(_account(tunnel)))
 
     def _mode_known(self, tunnel: Any, pushed: Any) -> Any:
         """:meth:`mode_now`, the account's restrictions as the route was pushed when the
@@ -378,8 +378,27 @@ class FastPath:
         they came or went; a decided row is checked meanwhile: Decider._one)."""
         restrictions = self.edge.router.ip_restrictions_now(_account(tunnel))
         if restrictions is None:
-            return _restricted_mode(_mode(tunnel), _restricted_of(pushed))
-        return _restricted_mode(_mode(tunnel), not _plain_of(restrictions))
+            return self._moded(tunnel, _restricted_of(pushed))
+        return self._moded(tunnel, not _plain_of(restrictions))
+
+    def _moded(self, tunnel: Any, restricted: bool) -> Any:
+        """A route's mode (a pool's: its members'), RESTRICTED when ``restricted``, and
+        CAPTURED for each endpoint whose bodies the inspector captures (as its cache has it
+        now: a change drops the route and pushes it again)."""
+        mode = _restricted_mode(_mode(tunnel), restricted)
+        if mode is None:
+            return None
+        inspector = hub_of(self.edge).inspector
+
+        def captured(endpoint: Any, m: int) -> int:  # (a tunnel's id, or a cloud's)
+            endpoint_id = endpoint.endpoint_id or getattr(endpoint, "id", "")
+            if inspector.captures_bodies(endpoint.account_id, endpoint_id):
+                return m | CAPTURED
+            return m
+
+        if type(tunnel) is Pool:
+            return tuple(captured(t, m) for t, m in zip(tunnel, mode))
+        return captured(tunnel, mode)
 
     # ---- pushing ------------------------------------------------------------------------------
     def sync(self, host: str) -> None:
@@ -561,7 +580,7 @@ class FastPath:
         restrictions = self.edge.router.ip_restrictions_now(_account(tunnel))
         if restrictions is None:
             return None
-        if mode != _restricted_mode(_mode(tunnel), not _plain_of(restrictions)):
+        if mode != self._moded(tunnel, not _plain_of(restrictions)):
             # its mode changed, or the account's restrictions came or went: dropped at once
             # (no request served unchecked meanwhile), then pushed again as they make it
             self._drop(where)
@@ -612,14 +631,23 @@ class FastPath:
             keys = self.members.get(key)
             if keys is None or len(keys) != len(tunnel):
                 keys = self.members[key] = [next(self._keys) for _ in tunnel]
-            for member_key, member in zip(keys, tunnel):
+            for member_key, member, member_mode in zip(keys, tunnel, mode):
                 self.hops[member_key] = Hop.of_tunnel(member)
                 self.where[member_key] = (scheme, host)
                 self.owner[member_key] = key
+                self._capturing(member_key, member_mode)
             self.edge.carrier.set_pool(
                 host,
                 [
-                    (k, m.session.mux, m.id, mode[i], _holds(m, mode[i]), m.proxy_proto)
+                    (
+                        k,
+                        m.session.mux,
+                        m.id,
+                        mode[i] & ~CAPTURED,
+                        _holds(m, mode[i]),
+                        m.proxy_proto,
+                        _capture_of(mode[i]),
+                    )
                     for i, (k, m) in enumerate(zip(keys, tunnel))
                 ],
                 ROUTE_TTL,
@@ -628,6 +656,7 @@ class FastPath:
                 listener_addr(self.edge, scheme),
             )
             return
+        self._capturing(key, mode)
         if is_cloud(tunnel):  # no session: each request answered, or sent to its target
             self.edge.carrier.set_route(
                 host,
@@ -640,6 +669,7 @@ class FastPath:
                 decided=True,
                 responses=mode & 3 == RESPONSES,
                 holds=_holds(tunnel, mode),
+                capture=_capture_of(mode),
             )
             return
         self.edge.carrier.set_route(
@@ -650,13 +680,22 @@ class FastPath:
             ROUTE_TTL,
             scheme,
             cert,
-            decided=mode != PLAIN,
+            decided=mode & ~CAPTURED != PLAIN,
             responses=mode & 3 == RESPONSES,
             holds=_holds(tunnel, mode),
             h2_scheme=h2_scheme_of(tunnel),
             proxy_proto=tunnel.proxy_proto,
             proxy_dest=listener_addr(self.edge, scheme),
+            capture=_capture_of(mode),
         )
+
+    def _capturing(self, key: int, mode: int) -> None:
+        """Route ``key``'s records carry the bodies the core kept when ``mode`` says the
+        inspector captures them."""
+        if mode & CAPTURED:
+            self._captured.add(key)
+        else:
+            self._captured.discard(key)
 
     def _drop(self, where: Tuple[str, str]) -> None:
         held = self.routes.pop(where, None)
@@ -684,10 +723,12 @@ class FastPath:
                     self.hops.pop(key, None)
                     self.where.pop(key, None)
                     self._cloud_keys.discard(key)
+                    self._captured.discard(key)
                     for member_key in self.members.pop(key, ()):
                         self.hops.pop(member_key, None)
                         self.where.pop(member_key, None)
                         self.owner.pop(member_key, None)
+                        self._captured.discard(member_key)
         self._retired = []
         now = asyncio.get_running_loop().time()
         used = self._used
@@ -769,7 +810,7 @@ class FastPath:
         now_perf, now_wall = time.perf_counter(), time.time()
         now_loop, now_mono = asyncio.get_running_loop().time(), time.monotonic()
         hops, used, count, queue = self.hops, self._used, hub.count_http, hub.record
-        owner, clouds = self.owner, self._cloud_keys
+        owner, clouds, captured = self.owner, self._cloud_keys, self._captured
         try:
             for key, status, stats, tls, exchange, ran, held in rows:
                 hop = hops.get(key)
@@ -809,7 +850,11 @@ class FastPath:
                             bytes_out,
                             _Request(exchange),
                             _Response(status, exchange),
-                            None,
+                            # the bodies' first bytes the core kept (the inspector captures)
+                            ([exchange.request_body], [exchange.response_body])
+                            if key in captured
+                            else None,
+                            exchange.request_ended,
                         ),
                         admitted,
                     )
@@ -898,8 +943,16 @@ def _restricted_of(mode: Any) -> bool:
 
 def _holds(tunnel: Any, mode: int) -> Optional[List[str]]:
     """What a route's decisions are held for: none when its requests' clients are checked
-    (a held decision would skip the check), else :func:`holds_for`."""
-    return None if mode & RESTRICTED else holds_for(tunnel)
+    (a held decision would skip the check) or its bodies captured (each request's record
+    wants its own), else :func:`holds_for`."""
+    return None if mode & (RESTRICTED | CAPTURED) else holds_for(tunnel)
+
+
+def _capture_of(mode: int) -> int:
+    """The data bytes of each body the core keeps for a route's records: an inspector's
+    record's (BODY_BYTES) and one more, which tells it was cut, as edge/observe.py keeps
+    them; 0 for a route whose bodies are not captured."""
+    return layout.BODY_BYTES + 1 if mode & CAPTURED else 0
 
 
 def _policy(tunnel: Any) -> Optional[Any]:

@@ -67,6 +67,15 @@ class Exchange:
     @property
     def response_fields(self) -> Fields:
         """Names in lower case."""
+    @property
+    def request_body(self) -> bytes:
+        """The request body's first data bytes (a route's ``capture``; else empty)."""
+    @property
+    def request_ended(self) -> bool:
+        """The request's body was all read (else ``request_body`` is only its start)."""
+    @property
+    def response_body(self) -> bytes:
+        """The response body's first data bytes, as ``request_body``."""
 
 class Session:
     """One agent session: edge_core/src/mux.rs's State, one lock around it."""
@@ -171,6 +180,7 @@ class Core:
         h2_scheme: Optional[str] = None,
         proxy_proto: int = 0,
         proxy_dest: str = "",
+        capture: int = 0,
     ) -> None:
         """``host``'s requests on the listener of ``scheme`` served by the core on
         ``session``'s streams for ``ttl`` seconds (unless pushed again; expired, the host is
@@ -185,7 +195,7 @@ class Core:
     def set_pool(
         self,
         host: str,
-        members: List[Tuple[int, Session, str, bool, bool, Optional[List[str]], int]],
+        members: List[Tuple[int, Session, str, bool, bool, Optional[List[str]], int, int]],
         ttl: float,
         *,
         scheme: str = "http",
@@ -193,8 +203,8 @@ class Core:
         proxy_dest: str = "",
     ) -> None:
         """``host``'s requests on the listener of ``scheme`` spread in turn over an endpoint
-        pool's ``members`` (key, session, tunnel id, decided, responses, holds, proxy_proto: a
-        route each, as ``set_route`` takes them; ``proxy_dest`` their PROXY headers') for ``ttl`` seconds (unless pushed again); no member
+        pool's ``members`` (key, session, tunnel id, decided, responses, holds, proxy_proto,
+        capture: a route each, as ``set_route`` takes them; ``proxy_dest`` their PROXY headers') for ``ttl`` seconds (unless pushed again); no member
         drops the host's routes."""
     def drop_route(self, host: str, *, scheme: str = "http") -> bool: ...
     def clear_routes(self) -> None: ...

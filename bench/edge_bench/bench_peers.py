@@ -75,6 +75,15 @@ FIVE_RULES = {
 }
 # The same rules, the first of which also reads the clock: no decision of it can be held
 # (docs/DATA_PLANE.md, "Held decisions"), so Python decides each request.
+# An endpoint's policy that sends each request to an internal endpoint of the same agent
+# (forward-internal: decided by Python per request, carried by the core to the target).
+INTERNAL_NAME = "bench-svc.internal"
+FORWARD = {
+    "on_http_request": [
+        {"actions": [{"type": "forward-internal", "config": {"url": f"https://{INTERNAL_NAME}"}}]}
+    ]
+}
+
 FIVE_RULES_EACH = {
     "on_http_request": [
         {**rule, "expressions": [rule["expressions"][0] + " && time.now != ''"]}
@@ -695,7 +704,9 @@ def start_sdk_agent(
 
         cfg["endpoints"] = [
             {
-                "url": f"{bind['proto']}://",
+                "url": f"https://{bind['domain']}"
+                if bind.get("domain")
+                else f"{bind['proto']}://",
                 "upstream": bind["upstream"]
                 if bind["proto"] == "http"
                 else f"tcp://{bind['upstream']}",
@@ -836,6 +847,16 @@ class Stack:
                     "upstream": f"http://127.0.0.1:{self.up_port}",
                     "policy": json.dumps(FIVE_RULES_EACH),
                 },
+                {
+                    "proto": "http",
+                    "domain": INTERNAL_NAME,
+                    "upstream": f"http://127.0.0.1:{self.up_port}",
+                },
+                {
+                    "proto": "http",
+                    "upstream": f"http://127.0.0.1:{self.up_port}",
+                    "policy": json.dumps(FORWARD),
+                },
             ],
             procs,
         )
@@ -843,6 +864,7 @@ class Stack:
         self.policy_host = bound[1].split("://")[1].split(":")[0]
         self.edge_tcp = int(bound[2].rsplit(":", 1)[1])
         self.policy_each_host = bound[3].split("://")[1].split(":")[0]
+        self.forward_host = bound[5].split("://")[1].split(":")[0]
         # an endpoint asking for client certificates (the mutual TLS case), the Python SDK's
         # mutual_tlsca (the Go test agent binds none): served by the core's TLS
         self.mtls_host = ""
@@ -1201,6 +1223,13 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
                 f"nothing held): {each:.1f} µs added = {x(ratio(each, sshd) if sshd else None)} "
                 f"sshd's whole request"
             )
+        if "edge:forward" in rows:
+            hop = rows["edge:forward"]["cpu_us"]["edge"] - rows["edge"]["cpu_us"]["edge"]
+            lines.append(
+                f"  a forward-internal to an internal endpoint (decided by Python for each "
+                f"request): {hop:.1f} µs added = {x(ratio(hop, sshd) if sshd else None)} "
+                f"sshd's whole request"
+            )
     if results.get("cores"):
         labels = list(results["cores"])
         first, last = results["cores"][labels[0]], results["cores"][labels[-1]]
@@ -1286,6 +1315,7 @@ def main() -> int:
                             "host": stack.host,
                             "policy_host": stack.policy_host,
                             "policy_each_host": stack.policy_each_host,
+                            "forward_host": stack.forward_host,
                             "mtls_host": stack.mtls_host,
                             "ssh": stack.ssh_http,
                             "nginx": stack.rp_port,
@@ -1369,7 +1399,7 @@ def main() -> int:
             if "policy" in only:
                 results["policy"] = http_case(
                     stack,
-                    ["edge", "edge:policy", "edge:policy-each"],
+                    ["edge", "edge:policy", "edge:policy-each", "edge:forward"],
                     args.runs,
                     args.seconds,
                     20,
@@ -1378,11 +1408,12 @@ def main() -> int:
                         "edge": stack.host,
                         "edge:policy": stack.policy_host,
                         "edge:policy-each": stack.policy_each_host,
+                        "edge:forward": stack.forward_host,
                     },
                 )
                 print_http(
                     "small GET, 20 connections: no policy vs a 5-rule policy (held) vs the same "
-                    "decided per request",
+                    "decided per request vs a forward-internal to another endpoint",
                     results["policy"],
                     base="edge",
                 )

@@ -31,6 +31,8 @@ async def main(cfg):
     tasks = []
     for bind in cfg["binds"]:
         builder = session.http_endpoint() if bind["proto"] == "http" else session.tcp_endpoint()
+        if bind.get("domain"):  # an internal endpoint's name (<name>.internal)
+            builder = builder.domain(bind["domain"])
         if bind.get("policy"):
             builder = builder.traffic_policy(bind["policy"])
         if bind.get("mutual_tlsca"):  # a CA's PEM: the endpoint asks for client certificates

@@ -450,6 +450,10 @@ pub struct Chunks {
     colon: bool,
     /// body bytes (chunk data, not framing) seen so far
     pub data: u64,
+    /// how many more data bytes to keep in `kept` (the inspector's copy of a body)
+    keep: usize,
+    /// the body's first data bytes, up to what `keeping` asked
+    pub kept: Vec<u8>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -466,6 +470,14 @@ enum ChunkState {
 }
 
 impl Chunks {
+    /// A body's framing, its first `keep` data bytes (not framing) kept in `kept`.
+    pub fn keeping(keep: usize) -> Chunks {
+        Chunks {
+            keep,
+            ..Chunks::default()
+        }
+    }
+
     /// The bytes of `data` that belong to the body, and whether it ended; Err on bad framing.
     pub fn feed(&mut self, data: &[u8]) -> Result<(usize, bool), &'static str> {
         let mut i = 0;
@@ -475,6 +487,11 @@ impl Chunks {
                 ChunkState::Done => return Ok((i, true)),
                 ChunkState::Data => {
                     let take = (self.left.min((data.len() - i) as u64)) as usize;
+                    if self.keep > 0 {
+                        let k = take.min(self.keep);
+                        self.kept.extend_from_slice(&data[i..i + k]);
+                        self.keep -= k;
+                    }
                     self.left -= take as u64;
                     self.data += take as u64;
                     i += take;
@@ -564,6 +581,15 @@ impl Chunks {
             i += 1;
         }
         Ok((i, self.state == ChunkState::Done))
+    }
+}
+
+/// `data`'s first bytes appended to `kept` until it holds `limit` (a body's copy for the
+/// inspector; 0: none kept).
+pub fn keep(kept: &mut Vec<u8>, limit: usize, data: &[u8]) {
+    let room = limit.saturating_sub(kept.len());
+    if room > 0 {
+        kept.extend_from_slice(&data[..room.min(data.len())]);
     }
 }
 

@@ -89,6 +89,9 @@ pub struct Route {
     /// The endpoint speaks HTTP/2 (`app_protocol: "http2"`): its legs are h2up.rs's, with this
     /// `:scheme` (its upstream's); None: HTTP/1.1 on the stream.
     pub h2_upstream: Option<&'static str>,
+    /// The endpoint's bodies are captured for the traffic inspector: each request's and
+    /// response's first `capture` data bytes go with its record (0: none).
+    pub capture: usize,
     /// A decided route whose decisions Python said hold for every request with the same
     /// facts (held.rs): the decisions held, while the route is quiet. A route pushed again
     /// under the same key, on the same session, reading the same facts keeps them
@@ -111,6 +114,7 @@ impl Route {
             responses: to.responses,
             proxy: to.proxy,
             h2_upstream: to.h2_upstream,
+            capture: self.capture,
             held: None,
         }
     }
@@ -367,6 +371,13 @@ pub struct Served {
     /// The decision was a held one (held.rs): Python did not count its policy's decisions
     /// when it made it for this request.
     pub held: bool,
+    /// The first data bytes of the request's and the response's bodies, for a route whose
+    /// bodies the inspector captures (`Route::capture`); empty otherwise.
+    pub request_body: Vec<u8>,
+    pub response_body: Vec<u8>,
+    /// The request's body was all read (an agent may answer before it was: then the body
+    /// kept is only its start).
+    pub request_ended: bool,
 }
 
 /// What the core counts of one route's requests while the route is quiet: Python wants no
@@ -1184,6 +1195,9 @@ pub(crate) async fn connection<C: Conn>(
                         duration: 0.0,
                         memo,
                         held,
+                        request_body: Vec::new(),
+                        response_body: body[..route.capture.min(body.len())].to_vec(),
+                        request_ended: bodiless,
                     };
                     let written = async {
                         tcp.write_all(&response).await?;
@@ -1503,7 +1517,9 @@ async fn exchange<C: Conn>(
         _ => 0,
     };
     // a chunked body: its bytes pass unchanged, its end found by its framing
-    let mut chunks = (head.framing == Framing::Chunked).then(http::Chunks::default);
+    let capture = leg.route.capture;
+    let mut chunks = (head.framing == Framing::Chunked).then(|| http::Chunks::keeping(capture));
+    let mut kept = Vec::new(); // a Content-Length body's first bytes (the inspector's)
     let (now, body_done) = match chunks.as_mut() {
         Some(c) => match c.feed(buf) {
             Ok(fed) => fed,
@@ -1514,6 +1530,9 @@ async fn exchange<C: Conn>(
             (now, body_left == now as u64)
         }
     };
+    if chunks.is_none() {
+        http::keep(&mut kept, capture, &buf[..now]);
+    }
     out.extend_from_slice(&buf[..now]);
     buf.drain(..now);
     let bytes_in = match &chunks {
@@ -1537,6 +1556,9 @@ async fn exchange<C: Conn>(
         duration: 0.0,
         memo: given.memo,
         held: given.held,
+        request_body: Vec::new(),
+        response_body: Vec::new(),
+        request_ended: body_done,
     };
     let host = head.host.clone();
     let abort = tcp.abort();
@@ -1573,7 +1595,8 @@ async fn exchange<C: Conn>(
                     .await?;
                     pumped.store(true, Ordering::Relaxed);
                 } else if body_left > 0 {
-                    pump_body(&mut rd, &leg, body_left, spec.body_timeout, &carried).await?;
+                    let taken = &mut kept;
+                    pump_body(&mut rd, &leg, body_left, spec.body_timeout, &carried, taken).await?;
                     pumped.store(true, Ordering::Relaxed);
                 }
                 loop {
@@ -1599,6 +1622,11 @@ async fn exchange<C: Conn>(
             }
         };
         record.bytes_in += carried.load(Ordering::Relaxed);
+        record.request_body = match chunks.as_mut() {
+            Some(c) => std::mem::take(&mut c.kept),
+            None => kept,
+        };
+        record.request_ended = pumped.load(Ordering::Relaxed);
         buf.extend_from_slice(pipelined);
         done
     };
@@ -1659,7 +1687,9 @@ async fn pump_body<R: AsyncRead + Unpin>(
     mut left: u64,
     timeout: Duration,
     carried: &AtomicU64,
+    kept: &mut Vec<u8>,
 ) -> Result<(), ()> {
+    let capture = leg.route.capture;
     let mut chunk = vec![0u8; READ_CHUNK.min(left as usize).max(1)];
     while left > 0 {
         let want = (left as usize).min(chunk.len());
@@ -1667,6 +1697,7 @@ async fn pump_body<R: AsyncRead + Unpin>(
             Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Err(()),
             Ok(Ok(n)) => n,
         };
+        http::keep(kept, capture, &chunk[..n]);
         stream_write(leg, &chunk[..n]).await.map_err(|_| ())?;
         left -= n as u64;
         carried.fetch_add(n as u64, Ordering::Relaxed);
@@ -1768,6 +1799,7 @@ async fn respond<W: AsyncWrite + Unpin>(
                 record.status = status;
                 record.bytes_out = body.len() as u64;
                 record.response_head = head.clone();
+                http::keep(&mut record.response_body, leg.route.capture, &body);
                 wr.write_all(&[head, body].concat())
                     .await
                     .map_err(|_| (Failed::Client, true))?;
@@ -1792,7 +1824,8 @@ async fn respond<W: AsyncWrite + Unpin>(
     } else {
         resp.framing
     };
-    let mut chunks = http::Chunks::default();
+    let capture = leg.route.capture;
+    let mut chunks = http::Chunks::keeping(capture);
     let mut left = match from_agent {
         Framing::Length(n) => n,
         _ => 0,
@@ -1805,6 +1838,7 @@ async fn respond<W: AsyncWrite + Unpin>(
             match from_agent {
                 Framing::Length(_) => {
                     let take = (left.min(rbuf.len() as u64)) as usize;
+                    http::keep(&mut record.response_body, capture, &rbuf[..take]);
                     out.extend_from_slice(&rbuf[..take]);
                     record.bytes_out += take as u64;
                     rbuf.drain(..take);
@@ -1817,10 +1851,12 @@ async fn respond<W: AsyncWrite + Unpin>(
                         .map_err(|_| (Failed::BadResponse, begun))?;
                     out.extend_from_slice(&rbuf[..used]);
                     record.bytes_out = chunks.data; // the body's bytes, not its framing
+                    record.response_body.append(&mut chunks.kept);
                     rbuf.drain(..used);
                     ended = done;
                 }
                 Framing::UntilClose => {
+                    http::keep(&mut record.response_body, capture, rbuf);
                     http::chunk(rbuf, &mut out);
                     record.bytes_out += rbuf.len() as u64;
                     rbuf.clear();

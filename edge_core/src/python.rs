@@ -147,6 +147,10 @@ fn h2_upstream_of(h2_scheme: Option<&str>) -> PyResult<Option<&'static str>> {
     }
 }
 
+/// The most data bytes of each body a route keeps for the inspector (`capture` is clamped to
+/// it): a bound on each exchange's copy, whatever Python asks.
+const MAX_CAPTURE: usize = 64 * 1024;
+
 fn proxy_of(version: u8, dest: String) -> PyResult<Option<(u8, String)>> {
     match version {
         0 => Ok(None),
@@ -398,8 +402,11 @@ impl Core {
     /// (take's response rows, decide_rewrite); with `h2_scheme` ("http" or "https": its
     /// upstream's), the endpoint speaks HTTP/2 on its streams (h2up.rs). No `session`: a
     /// cloud endpoint's route, decided (each request answered by Python, or sent on to a
-    /// target its decision names: decide_internal).
-    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false, holds = None, h2_scheme = None, proxy_proto = 0, proxy_dest = String::new()))]
+    /// target its decision names: decide_internal). `capture`: each exchange's first
+    /// `capture` data bytes of the request's and the response's bodies go with its record
+    /// (`Exchange.request_body`, `response_body`: an endpoint whose bodies the inspector
+    /// captures).
+    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false, holds = None, h2_scheme = None, proxy_proto = 0, proxy_dest = String::new(), capture = 0))]
     #[allow(clippy::too_many_arguments)]
     fn set_route(
         &self,
@@ -416,6 +423,7 @@ impl Core {
         h2_scheme: Option<&str>,
         proxy_proto: u8,
         proxy_dest: String,
+        capture: usize,
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
         let h2_upstream = h2_upstream_of(h2_scheme)?;
@@ -437,6 +445,7 @@ impl Core {
                 until: std::time::Instant::now() + ttl,
                 proxy: proxy_of(proxy_proto, proxy_dest.clone())?,
                 h2_upstream,
+                capture: capture.min(MAX_CAPTURE),
                 decided,
                 responses: decided && responses,
                 held,
@@ -463,6 +472,7 @@ impl Core {
             bool,
             Option<Vec<String>>,
             u8,
+            usize,
         )>,
         ttl: f64,
         scheme: &str,
@@ -473,7 +483,7 @@ impl Core {
         let (routes, spec) = self.routes_for(scheme, cert)?;
         let until = std::time::Instant::now() + ttl;
         let mut routes_of = Vec::with_capacity(members.len());
-        for (key, session, tunnel_id, decided, responses, holds, proxy_proto) in members {
+        for (key, session, tunnel_id, decided, responses, holds, proxy_proto, capture) in members {
             routes_of.push(Route {
                 key,
                 session: Some(session.inner.clone()),
@@ -483,6 +493,7 @@ impl Core {
                 until,
                 proxy: proxy_of(proxy_proto, proxy_dest.clone())?,
                 h2_upstream: None,
+                capture: capture.min(MAX_CAPTURE),
                 decided,
                 responses: decided && responses,
                 held: held_of(decided, responses, holds)?,
@@ -1094,6 +1105,25 @@ impl Exchange {
     fn target<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         let head = self.request();
         PyBytes::new(py, head.as_ref().map_or(&b""[..], |h| &h.target))
+    }
+
+    /// The first data bytes of the request's body (a route whose bodies the inspector
+    /// captures: `set_route`'s `capture`; else empty).
+    #[getter]
+    fn request_body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.served.request_body)
+    }
+
+    /// The request's body was all read (else what `request_body` kept is only its start).
+    #[getter]
+    fn request_ended(&self) -> bool {
+        self.served.request_ended
+    }
+
+    /// The first data bytes of the response's body, as `request_body`.
+    #[getter]
+    fn response_body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.served.response_body)
     }
 
     /// The request's fields, names in lower case, values trimmed.

@@ -101,6 +101,7 @@ fn route(session: &Arc<Session>) -> Route {
         cert: 0,
         spec: 0,
         h2_upstream: None,
+        capture: 0,
         proxy: None,
         until: Instant::now() + Duration::from_secs(60),
         decided: false,
@@ -521,6 +522,9 @@ fn served_on(route: u64, status: u16, duration: f64) -> edge_core::public::Serve
         duration,
         memo: None,
         held: false,
+        request_body: Vec::new(),
+        response_body: Vec::new(),
+        request_ended: true,
     }
 }
 
@@ -1500,4 +1504,59 @@ async fn a_cloud_routes_requests_are_answered_or_sent_to_a_target_else_pythons()
     let conns = handed(&carrier).await;
     assert_eq!(conns.len(), 1);
     assert_eq!(conns[0].data, third.to_vec());
+}
+
+/// A route whose bodies the inspector captures: each record keeps the first `capture` data
+/// bytes of the request's and the response's bodies (chunk framing left out) and says whether
+/// the request's body was all read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capturing_routes_records_keep_each_bodys_first_bytes() {
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set(
+        "k.test".into(),
+        Route {
+            capture: 8,
+            ..route(&session)
+        },
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let requests: [&[u8]; 2] = [
+        b"POST /a HTTP/1.1\r\nHost: k.test\r\nContent-Length: 10\r\n\r\n0123456789",
+        b"POST /b HTTP/1.1\r\nHost: k.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n7\r\ndefghij\r\n0\r\n\r\n",
+    ];
+    for request in requests {
+        client.write_all(request).await.unwrap();
+        let (sid, _) = agent_reads(&mut agent, |g| {
+            g.ends_with(b"0123456789") || g.ends_with(b"0\r\n\r\n")
+        })
+        .await;
+        let mut answer = Vec::new();
+        encode(
+            &mut answer,
+            DATA,
+            0,
+            sid,
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+        );
+        agent.write_all(&answer).await.unwrap();
+        read_response(&mut client, b"0\r\n\r\n").await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut served = Vec::new();
+    while served.len() < 2 && Instant::now() < deadline {
+        served.extend(carrier.inbox().take().served);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let kept: Vec<(&[u8], &[u8], bool)> = served
+        .iter()
+        .map(|s| (&s.request_body[..], &s.response_body[..], s.request_ended))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (&b"01234567"[..], &b"hello wo"[..], true),
+            (&b"abcdefgh"[..], &b"hello wo"[..], true)
+        ]
+    );
+    assert_eq!((served[0].bytes_in, served[1].bytes_in), (10, 10));
 }

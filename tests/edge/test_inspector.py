@@ -6,6 +6,7 @@ import base64
 import socket
 import time
 
+from tests.edge.support import metric, settled
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 
 WAIT = 60.0
@@ -19,6 +20,19 @@ def _wait(predicate, timeout=WAIT):
             return value
         time.sleep(0.25)
     return None
+
+
+def _core_counts(edge):
+    """(requests the compiled core served, connections it handed to Python), once settled."""
+
+    def counts():
+        text = edge.metrics()
+        return (
+            metric(text, "edge_core_http_requests_total"),
+            metric(text, "edge_core_http_handed_over_total"),
+        )
+
+    return settled(counts)
 
 
 def _endpoint_id(account, url):
@@ -98,6 +112,29 @@ def test_captured_requests_show_redacted_headers_bodies_when_on_and_replay(
     assert base64.b64decode(record["response_body"]) == b"hello body"
     assert record["request_headers"]["cookie"] == ["[redacted]"]
     assert not record["request_body_truncated"]
+
+    # the compiled core carries the captured endpoint's requests (its route keeps each
+    # body's first bytes for the records): one whose body is over the record's 4 KiB
+    sent = []
+
+    def carried():
+        before = _core_counts(edge)
+        sent.append(edge.http("POST", host, "/reflect?core=1", data=b"b" * 5000).status_code)
+        after = _core_counts(edge)
+        return after[0] > before[0] and after[1] == before[1]
+
+    assert _wait(carried), "the core never carried the captured endpoint's requests"
+    big = _wait(
+        lambda: (found := _captured(account, endpoint_id, target="/reflect?core=1"))
+        and len(found) == len(sent)
+        and found
+    )
+    assert big, "not every request was captured"
+    for each in big:  # the core's (the last) as the Python path's
+        assert base64.b64decode(each["request_body"]) == b"b" * 4096
+        assert base64.b64decode(each["response_body"]) == b"b" * 4096
+        assert each["request_body_truncated"] and each["response_body_truncated"]
+        assert each["request_body_size"] == 5000
 
     # replay through the edge: same answer, and the replay is captured too
     replayed = account.admin.post(f"{path}/captured_requests/{record['id']}/replay", {})

@@ -235,11 +235,37 @@ def test_a_scheme_only_endpoint_is_a_candidate_on_its_own_listener_only(core):
     assert _candidate(_edge(), tunnel, "https") is None
 
 
-def test_an_endpoint_whose_bodies_the_inspector_captures_is_not(core):
+def test_an_endpoint_whose_bodies_the_inspector_captures_is_pushed_keeping_them(core):
+    """Its route keeps each body's first BODY_BYTES + 1 bytes for the records (one more
+    tells a cut one), nothing held; the setting turned off, the refresh that sees it drops
+    the route and pushes it again keeping none."""
+    from chalicelib.core import inspector as layout
+
     edge = _edge()
-    tunnel = _tunnel(core)
-    hub_of(edge).inspector.capture[("ac_1", "ep_1")] = (True, float("inf"))
-    assert _candidate(edge, tunnel) is None
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.router.kept = []
+    capture = hub_of(edge).inspector.capture
+    capture[("ac_1", "ep_1")] = (True, float("inf"))
+    policy = compile_policy(REQUEST_PHASE)  # held when not captured
+    tunnel = _tunnel(core, enforcement=types.SimpleNamespace(policy=policy))
+
+    async def run():
+        edge.registry.by_host[HOST] = tunnel
+        paths = FastPath(edge)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        pushed = (edge.carrier.set[-1], edge.carrier.capture, edge.carrier.decided_holds)
+        capture[("ac_1", "ep_1")] = (False, float("inf"))
+        paths.refresh()
+        await asyncio.sleep(0.01)
+        again = (edge.carrier.set[-1], edge.carrier.capture, edge.carrier.decided_holds)
+        return pushed, again, list(edge.carrier.dropped)
+
+    pushed, again, dropped = core.loop.run_until_complete(run())
+    assert pushed == (("http", HOST, 1), layout.BODY_BYTES + 1, (True, None))
+    assert ("http", HOST) in dropped
+    assert again[1:] == (0, (True, fast_path.holds_for(tunnel)))
+    assert again[2][1] is not None and again[0][2] == 2  # a new key: held decisions anew
 
 
 class _Carrier:
@@ -263,8 +289,10 @@ class _Carrier:
         h2_scheme=None,
         proxy_proto=0,
         proxy_dest="",
+        capture=0,
     ):
         self.set.append((scheme, host, key))
+        self.capture = capture
         self.mux = mux
         self.proxy = (proxy_proto, proxy_dest)
         self.decided_holds = (decided, holds)
@@ -273,6 +301,7 @@ class _Carrier:
     def set_pool(self, host, members, ttl, scheme, cert, proxy_dest=""):
         self.set.append((scheme, host, [(m[0], m[2]) for m in members]))
         self.pool_modes = [(m[3], m[4]) for m in members]
+        self.pool_captures = [m[6] for m in members]
 
     def drop_route(self, host, scheme):
         self.dropped.append((scheme, host))
@@ -899,7 +928,9 @@ def test_a_cloud_endpoint_the_core_cannot_carry_is_read_once_and_stays_pythons(c
     assert reads == [CLOUD]
 
 
-def test_a_cloud_endpoint_whose_bodies_the_inspector_captures_is_not():
+def test_a_cloud_endpoint_whose_bodies_the_inspector_captures_keeps_them():
+    from chalicelib.core import inspector as layout
+
     edge, _ = _cloud_edge({CLOUD: _claim(FORWARDS)})
 
     async def run():
@@ -907,7 +938,8 @@ def test_a_cloud_endpoint_whose_bodies_the_inspector_captures_is_not():
         paths = FastPath(edge)
         paths.seen(CLOUD, "http", cloud=True)
         await asyncio.sleep(0.01)
-        assert edge.carrier.set == []
+        assert edge.carrier.set == [("http", CLOUD, 1)]
+        assert edge.carrier.capture == layout.BODY_BYTES + 1
 
     loop = asyncio.new_event_loop()
     try:

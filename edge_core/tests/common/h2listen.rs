@@ -87,6 +87,7 @@ pub fn listener(alpn: &[&[u8]]) -> Listener {
             cert: 3,
             spec: 0,
             h2_upstream: None,
+            capture: 0,
             proxy: None,
             until: Instant::now() + Duration::from_secs(600),
             decided: false,
