@@ -71,6 +71,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import inspector as layout
+from chalicelib.core.policy import actions as tp_actions
 from edge import ip_restrictions, pools, tls_spec
 from edge.decided import (
     CAPTURED,
@@ -119,9 +120,14 @@ SCHEMES = ("http", "https")
 # numbers are taken and it is made loud again, so its next request is asked about once more
 # (the inspector's next minute, a subscription made since: at most this late).
 QUIET_SECONDS = 1.0
-# Cloud endpoints read for routes (their claim and compiled policy), at most this many kept:
-# past it, those with no route are let go.
+# Cloud endpoints read for routes (their claim and compiled policy): past this many, those
+# with no route are let go (those with one are bounded by the routes).
 MAX_CLOUDS = 10_000
+# A cloud endpoint's route lives this long unless pushed again: it is read again (through the
+# router's cache, as the Python path reads it for each request) at each refresh after it
+# served; an idle one is dropped by the refresh that finds its claim gone from the cache, so
+# an idle name costs no store read (its next request is Python's, which pushes it again).
+CLOUD_TTL = REFRESH_SECONDS + CACHE_SECONDS
 
 
 class Pool(tuple):
@@ -329,10 +335,13 @@ class FastPath:
 
     def _cloud_carriable(self, routed: Routed) -> bool:
         """A cloud endpoint's rules read without a wait: a policy that compiled, decidable
-        (edge/decided.py: it answers or forwards on the head alone)."""
-        return not (
-            routed.error is not None or policy_of(routed) is None or route_mode(routed) is None
-        )
+        (edge/decided.py: it answers or forwards on the head alone); in a cluster, none that
+        rate-limits (one designated instance serves it, its counters seeing every request:
+        edge/cluster.py, which Python asks on each connection)."""
+        policy = policy_of(routed)
+        if routed.error is not None or policy is None or route_mode(routed) is None:
+            return False
+        return self.edge.cluster is None or not _rate_limits(policy)
 
     async def _read_cloud(self, host: str) -> None:
         """The cloud endpoint holding ``host``'s claim read (through the router's cache, as
@@ -547,7 +556,7 @@ class FastPath:
             else:  # a new route counts as used: it is kept ROUTE_KEEP before any request
                 key = next(self._keys)
                 self._used[key] = now
-            until = now + ROUTE_TTL
+            until = now + _ttl_of(tunnel)
             mode = self.mode_now(tunnel)
             if mode is None:  # its policy changed while the checks waited: not a route
                 self._drop(where)
@@ -597,7 +606,7 @@ class FastPath:
             return False
         if until - now < ROUTE_TTL / 2:
             self._set(host, key, tunnel, scheme, cert, mode)
-            self.routes[where] = (key, tunnel, now + ROUTE_TTL, cert, mode, policy)
+            self.routes[where] = (key, tunnel, now + _ttl_of(tunnel), cert, mode, policy)
         return True
 
     def _after_restrictions(self, account_id: str, where: Tuple[str, str]) -> None:
@@ -663,7 +672,7 @@ class FastPath:
                 key,
                 None,
                 tunnel.endpoint_id,
-                ROUTE_TTL,
+                CLOUD_TTL,
                 scheme,
                 cert,
                 decided=True,
@@ -739,7 +748,9 @@ class FastPath:
             tunnel = self.candidate(where[1], where[0])
             if tunnel is None:
                 self._drop(where)
-            elif key in used:
+            elif key in used and (
+                not is_cloud(tunnel) or used[key] >= until - CLOUD_TTL  # served since its read
+            ):
                 if where in self._pending:
                     continue
                 try:
@@ -753,7 +764,12 @@ class FastPath:
                 elif not renewed:
                     self._pending.add(where)
                     asyncio.ensure_future(self._push(where))
-            elif until <= now:
+            elif until <= now or (
+                is_cloud(tunnel) and not self.edge.router.cloud_now(where[1])[0]
+            ):
+                # expired; or a cloud endpoint's that has not served since it was read, whose
+                # claim the router's cache let go: not checked any more (no store read for an
+                # idle name), so not served any more
                 self._drop(where)
         # a certificate no route names any more (replaced, or its routes gone) is dropped
         named = {held[3] for held in self.routes.values()}
@@ -946,6 +962,23 @@ def _holds(tunnel: Any, mode: int) -> Optional[List[str]]:
     (a held decision would skip the check) or its bodies captured (each request's record
     wants its own), else :func:`holds_for`."""
     return None if mode & (RESTRICTED | CAPTURED) else holds_for(tunnel)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rate_limits(policy: Any) -> bool:
+    """Whether a compiled policy has a ``rate-limit`` action (per compiled policy: shared
+    and immutable)."""
+    return any(
+        isinstance(action, tp_actions.RateLimit)
+        for rules in policy.phases.values()
+        for rule in rules or ()
+        for action in rule.actions
+    )
+
+
+def _ttl_of(tunnel: Any) -> float:
+    """How long a route of ``tunnel`` lives in the core unless pushed again."""
+    return CLOUD_TTL if is_cloud(tunnel) else ROUTE_TTL
 
 
 def _capture_of(mode: int) -> int:

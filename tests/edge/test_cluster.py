@@ -1195,3 +1195,33 @@ def test_a_rate_limited_edges_designation_holds_its_labeled_tunnel(cluster, api,
             assert time.time() < deadline, f"instance {index} never reached the tunnel"
             time.sleep(0.25)
     _assert_one_counter(lambda path, i: cluster.get(host, path, i % 3).status_code)
+
+
+def test_a_cloud_endpoint_patched_to_rate_limit_meets_one_counter(cluster, api):
+    """A cloud endpoint served on every instance (each core holding its route) and then
+    patched to rate-limit is served by its designated instance only (docs/CLUSTER.md): no
+    instance's core keeps carrying it, so one counter sees every request."""
+    import ngrok
+
+    account = api.new_account()
+    domain = f"xlimitp-{time.time_ns()}.example.com"
+    assert account.admin.post("/reserved_domains", {"domain": domain}).status == 201
+    answer = {"type": "custom-response", "config": {"status_code": 200, "body": "cloud"}}
+    client = ngrok.Client(account.admin.token, base_url=api.base_url)
+    ep = client.endpoints.create(
+        url=f"https://{domain}",
+        type="cloud",
+        traffic_policy=json.dumps({"on_http_request": [{"actions": [answer]}]}),
+    )
+    deadline = time.time() + 30
+    while time.time() < deadline and cluster.get(domain, "/warm", 0).status_code != 200:
+        time.sleep(0.3)
+    for _ in range(4):  # served by every instance: each pushes the route, then uses it
+        for i in range(3):
+            assert cluster.get(domain, "/warm", i).status_code == 200
+        time.sleep(0.3)
+    policy = json.loads(json.dumps(RATE_POLICY))
+    policy["on_http_request"][0]["actions"].append(answer)
+    client.endpoints.update(ep.id, traffic_policy=json.dumps(policy))
+    time.sleep(5.0)  # the router's cache (1 s), the refresh (0.5 s), the holder cache (2 s)
+    _assert_one_counter(lambda path, i: cluster.get(domain, path, i % 3).status_code)

@@ -11,6 +11,7 @@ import pytest
 from chalicelib.core.policy import compile_policy
 from edge import fast_path, tls_spec
 from edge.decided import DECIDED, RESTRICTED
+from edge.edges import CACHE_SECONDS
 from edge.fast_path import FastPath
 from edge.observe import hub_of
 from edge.registry import Registry, Tunnel
@@ -868,7 +869,6 @@ def test_a_cloud_endpoint_python_served_is_pushed_as_a_decided_route_without_a_s
     is pushed with no session (each request answered by its policy or sent to a target it
     names), its records naming the cloud endpoint; its claim gone from the store, the route
     is dropped at the refresh that reads it."""
-    from edge.edges import CACHE_SECONDS
 
     claims = {CLOUD: _claim(FORWARDS)}
     edge, reads = _cloud_edge(claims)
@@ -973,3 +973,87 @@ def test_the_cloud_endpoints_kept_for_routes_stay_within_their_bound(monkeypatch
     finally:
         loop.close()
     assert max(sizes) <= 2 and sizes[-1] >= 1
+
+
+RATE_LIMITED = {
+    "on_http_request": [
+        {
+            "actions": [
+                {
+                    "type": "rate-limit",
+                    "config": {
+                        "name": "r",
+                        "algorithm": "sliding_window",
+                        "capacity": 10,
+                        "rate": "60s",
+                        "bucket_key": ["conn.client_ip"],
+                    },
+                },
+                {"type": "forward-internal", "config": {"url": "https://a.internal"}},
+            ]
+        }
+    ]
+}
+
+
+def _on_its_loop(coro):
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def test_in_a_cluster_a_rate_limited_cloud_endpoint_stays_pythons_even_after_a_patch():
+    """One designated instance serves a cloud endpoint whose policy rate-limits
+    (edge/cluster.py asks on each connection), so its counters see every request: no
+    instance's core carries it, even one that held its route before the patch; alone (no
+    cluster), the core does."""
+    claims = {CLOUD: _claim(FORWARDS)}
+    edge, _ = _cloud_edge(claims)
+    edge.cluster = types.SimpleNamespace(instance_id="edge-a")
+
+    async def run():
+        paths = FastPath(edge)
+        paths.seen(CLOUD, "http", cloud=True)
+        await asyncio.sleep(0.01)
+        assert ("http", CLOUD) in paths.routes  # not rate-limited: served by every instance
+        claims[CLOUD] = _claim(RATE_LIMITED)
+        await asyncio.sleep(CACHE_SECONDS + 0.05)
+        paths.refresh()
+        await asyncio.sleep(0.01)
+        return ("http", CLOUD) in paths.routes
+
+    assert not _on_its_loop(run())
+    alone, _ = _cloud_edge({CLOUD: _claim(RATE_LIMITED)})
+
+    async def single():
+        paths = FastPath(alone)
+        paths.seen(CLOUD, "http", cloud=True)
+        await asyncio.sleep(0.01)
+        return ("http", CLOUD) in paths.routes
+
+    assert _on_its_loop(single())
+
+
+def test_an_idle_cloud_route_is_read_again_only_after_it_served():
+    """The Python path reads a cloud endpoint's claim (through the 1 s cache) only when a
+    request of it comes: a route that served once is read again at most once more, then
+    lives out its CLOUD_TTL and is gone (its next request Python's, which pushes it again)."""
+    from edge.fast_path import CLOUD_TTL, REFRESH_SECONDS
+
+    edge, reads = _cloud_edge({CLOUD: _claim(FORWARDS)})
+
+    async def run():
+        paths = FastPath(edge)
+        paths.seen(CLOUD, "http", cloud=True)  # one request, then none
+        await asyncio.sleep(0.01)
+        for _ in range(8):  # 4 s of refreshes, no request
+            await asyncio.sleep(REFRESH_SECONDS)
+            paths.refresh()
+        await asyncio.sleep(0.01)
+        return ("http", CLOUD) in paths.routes
+
+    assert CLOUD_TTL < 8 * REFRESH_SECONDS
+    assert not _on_its_loop(run())
+    assert len(reads) <= 2, reads
