@@ -63,6 +63,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from chalicelib.core import policy as tp
 from chalicelib.core.policy import actions as tp_actions
+from chalicelib.core.policy import compile_policy
 from chalicelib.core.policy.holding import request_reads
 from chalicelib.core import edge_errors
 from edge import breaker, http1, http_policy, identity, ip_restrictions, secrets
@@ -132,7 +133,7 @@ PLAIN, DECIDED, RESPONSES = 0, 1, 2
 # route decided for it, nothing held.
 RESTRICTED = 4
 # Set on a route's mode when the traffic inspector captures its endpoint's bodies: each
-# exchange's first bytes of both bodies go with its record (the core keeps them), nothing held.
+# exchange's first bytes of both bodies go with its record (the core keeps them).
 CAPTURED = 8
 
 
@@ -202,6 +203,8 @@ def route_mode(tunnel: Any) -> Optional[int]:
     """How a route of ``tunnel`` is pushed (:func:`mode_of` of its policy), an endpoint with
     a circuit breaker of its own being DECIDED at least (each request asks whether it is
     tripped)."""
+    if type(tunnel) is EdgeName:  # each request routed by its path first
+        return DECIDED
     mode = mode_of(policy_of(tunnel))
     if mode == PLAIN and getattr(tunnel, "breaker", None) is not None:
         return DECIDED
@@ -259,6 +262,30 @@ def listener_addr(edge: Any, scheme: str) -> str:
     return f"{edge.settings.host}:{edge.http_port if scheme == 'http' else edge.https_port}"
 
 
+class EdgeName:
+    """An HTTPS edge's hostname as a route serves it: no session and no policy of its own;
+    each request is routed by its path to one of the edge's routes (its modules' policy, its
+    backend) by the router's cached reads, as the Python path routes it
+    (``EdgeRouter.route_http``: :meth:`Decider._edge_row`)."""
+
+    __slots__ = ("endpoint_id", "account_id", "url", "hostname")
+    enforcement = None  # per route of the edge, not per name
+    breaker = None
+
+    def __init__(self, endpoint_id: str, account_id: str, url: str, hostname: str):
+        self.endpoint_id, self.account_id = endpoint_id, account_id
+        self.url, self.hostname = url, hostname
+
+    @property
+    def hop(self) -> Hop:
+        return Hop(self.endpoint_id, self.url, self.hostname, self.account_id)
+
+
+def is_edge(tunnel: Any) -> bool:
+    """Whether a route serves an HTTPS edge's hostname (:class:`EdgeName`)."""
+    return type(tunnel) is EdgeName
+
+
 def is_cloud(tunnel: Any) -> bool:
     """Whether a route serves a cloud endpoint (its ``edges.Routed``: no session; its
     policy answers each request or forwards it to an internal endpoint) rather than an
@@ -269,7 +296,7 @@ def is_cloud(tunnel: Any) -> bool:
 def hop_of(tunnel: Any) -> Hop:
     """The endpoint a route serves, as its policy sees it (``endpoint.*``) and its records
     name it."""
-    return tunnel.hop if type(tunnel) is Routed else Hop.of_tunnel(tunnel)
+    return tunnel.hop if type(tunnel) in (Routed, EdgeName) else Hop.of_tunnel(tunnel)
 
 
 def core_mux(tunnel: Any) -> Optional[MuxSession]:
@@ -287,6 +314,11 @@ class _At:
 
     def __init__(self, routed: Any, forwards: int):
         self.routed, self.forwards = routed, forwards
+
+
+# The policy of a request that has none (an HTTPS edge's route without modules): its run
+# decides nothing, and it writes the request's head as any run does.
+NO_POLICY = compile_policy({})
 
 
 # A row the core hands over: (ticket, route key, (peer host, port), (local host, port), None
@@ -351,6 +383,10 @@ class Decider:
             if held is not None:
                 self.changed(held[2], held[1])
             return
+        if is_edge(held[0]):  # routed by its path first, in a task (the router's caches)
+            restricted = bool((held[3] | (now or 0)) & RESTRICTED)
+            asyncio.ensure_future(self._edge_row(row, held, hub, restricted))
+            return
         if (held[3] | (now or 0)) & RESTRICTED:
             # its client checked first, in a task (a cache may wait): a route pushed so, or one
             # whose account's restrictions the router's cache let go since (they may have come:
@@ -412,6 +448,73 @@ class Decider:
             carrier.flush_decisions()
             hub.flush_counts()
 
+    async def _edge_row(self, row: Asked, held: Pushed, hub: Any, restricted: bool) -> None:
+        """A request of an HTTPS edge's hostname: its client checked first when the
+        account's ``endpoints`` IP restrictions apply, then routed by its path as
+        edge/http_routing.py routes it (``EdgeRouter.route_http``: the edge's route, its
+        modules' policy, its backend's labeled tunnel), then decided as a hop to that
+        tunnel (:meth:`_edge_decide`)."""
+        carrier, ticket, name = self.edge.carrier, row[0], held[0]
+        try:
+            async with asyncio.timeout_at(_DUE.get()):
+                if restricted and not await ip_restrictions.allows(
+                    self.edge, name.account_id, ip_restrictions.ENDPOINTS, str(row[2][0])
+                ):
+                    refused = error_response(*ip_restrictions.REFUSED_ANSWER, close=True)
+                    self._answer(ticket, refused, row[5], True, REFUSED)
+                    return
+                routed = await self.edge.router.route_http(held[2], row[6], held[1])
+            self._edge_decide(row, held, routed, hub)
+        except Exception:
+            log.exception("deciding a request of %s://%s", held[1], held[2])
+            carrier.decide_close(ticket)
+        finally:
+            self.decided += 1
+            carrier.flush_decisions()
+            hub.flush_counts()
+
+    def _edge_decide(self, row: Asked, held: Pushed, routed: Any, hub: Any) -> None:
+        """The edge's answer where the router gave one (none: offline, 404; its error),
+        else the route's policy run on the request and what it let through sent to the
+        backend's labeled tunnel (:meth:`_onward`). A fixed (``http_response``) backend, a
+        WebSocket-TCP converter, a static backend or a policy that is not decidable (or
+        waits on a cache) is handed to the Python path."""
+        ticket, method, scheme, host = row[0], row[5], held[1], held[2]
+        if routed is None or routed.error is not None:
+            status, code, msg = (
+                routed.error
+                if routed is not None
+                else (
+                    404,
+                    edge_errors.ENDPOINT_OFFLINE,
+                    f"The endpoint {scheme}://{host} is offline.",
+                )
+            )
+            refused = error_response(status, code, msg, close=True)  # routed nowhere: no
+            self._answer(ticket, refused, method, True, REFUSED)  # record names the edge
+            return
+        if routed.fixed is not None or routed.ws_tcp or core_mux(routed.tunnel) is None:
+            self.edge.carrier.decide_python(ticket)
+            return
+        policy = routed.enforcement.policy if routed.enforcement is not None else None
+        if policy is not None and (
+            not decidable(policy) or policy.ip_policy_ids or policy.secret_refs
+        ):
+            self.edge.carrier.decide_python(ticket)
+            return
+        at = _At(routed, 0)
+        conn = self._conn(row, scheme, routed.hop)
+        request = http1.Request(method=method, target=row[6], headers=row[7], raw_headers=row[7])
+        traffic = http_policy.Traffic(policy or NO_POLICY, conn, request, scheme, host)
+        if policy is None:  # on to the tunnel as it came
+            self._onward(row, held, traffic, at, hub, [])
+            return
+        out = policy.on_http_request(conn, traffic.req, traffic.state)
+        if out.kind in AWAITED:
+            asyncio.ensure_future(self._awaited(row, held, traffic, out, hub, False, at))
+            return
+        self._finish(row, held, traffic, out, hub, False, at)
+
     async def _resolved(self, row: Asked, held: Pushed, policy: Any, hub: Any) -> None:
         """A row of a policy naming IP policies or vault secrets: decided once the router's
         and the secrets' caches have them (as edge/http_policy.py reads them per run), its
@@ -463,7 +566,7 @@ class Decider:
         tunnel, scheme, host, mode, _ = held
         # the route's decisions are held by the core (its policy reads only the row's facts);
         # never one made after a client check (a held decision would skip the next one's)
-        hold = may_hold and mode == DECIDED and request_reads(policy) is not None
+        hold = may_hold and mode & ~CAPTURED == DECIDED and request_reads(policy) is not None
         conn = self._conn(row, scheme, hop_of(tunnel))
         # a cloud endpoint's route: its policy answers or forwards (no session of its own)
         at = _At(tunnel, 0) if is_cloud(tunnel) else None

@@ -429,6 +429,14 @@ class EdgeRouter:
         None."""
         return await self._cloud(name)
 
+    def https_edge_now(
+        self, host: str
+    ) -> Tuple[bool, Optional[Tuple[Dict[str, Any], List[Dict[str, Any]]]]]:
+        """(whether :meth:`https_edge_for` has ``host``'s answer kept now, that answer): no
+        load, no wait."""
+        kept = self._cache.peek(("https", f"{host}:443"), _MISSING)
+        return (False, None) if kept is _MISSING else (True, kept)
+
     def cloud_now(self, name: str) -> Tuple[bool, Optional[Dict[str, Any]]]:
         """(whether :meth:`cloud` has ``name``'s answer kept now, that answer): no load, no
         wait."""

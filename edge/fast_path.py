@@ -85,8 +85,10 @@ from edge.decided import (
     counts_answers,
     h2_scheme_of,
     holds_of,
+    EdgeName,
     hop_of,
     is_cloud,
+    is_edge,
     listener_addr,
     policy_of,
     route_mode,
@@ -241,8 +243,12 @@ class FastPath:
         # host -> (its cloud endpoint as read, edges.Routed: its compiled policy), for the
         # routes of cloud endpoints (no session: each request decided, edge/decided.py)
         self.clouds: Dict[str, Tuple[Dict[str, Any], Routed]] = {}
-        self._cloud_keys: set = set()  # the keys of cloud endpoints' routes (their records')
-        self._captured: set = set()  # route keys whose records carry the bodies the core kept
+        # host -> (the HTTPS edge serving it as read, its EdgeName), for the routes of HTTPS
+        # edges' hostnames (no session: each request routed by its path, edge/decided.py)
+        self.edge_names: Dict[str, Tuple[Dict[str, Any], EdgeName]] = {}
+        # route key -> its records' kind, for the routes served without a session of their
+        # own: "cloud" (a cloud endpoint's) or "edge" (an HTTPS edge's); "agent" otherwise
+        self._kinds: Dict[int, str] = {}
         self.decider = Decider(edge, self.route_of, self._sync, self.mode_now)
         self._keys = itertools.count(1)
         # the certificates pushed: what identifies a pair -> its number in the core
@@ -281,7 +287,8 @@ class FastPath:
         self.members.clear()
         self.owner.clear()
         self.clouds.clear()
-        self._cloud_keys.clear()
+        self.edge_names.clear()
+        self._kinds.clear()
 
     # ---- the rules ----------------------------------------------------------------------------
     def candidate(self, host: str, scheme: str = "http") -> Any:
@@ -292,13 +299,13 @@ class FastPath:
         if not host or host in edge.banned:
             return None
         tunnel = edge.registry.by_host.get(host)
-        if tunnel is None and host not in self.clouds:
+        if tunnel is None and host not in self.clouds and host not in self.edge_names:
             return None
         spec = edge.tls.spec_for(host)
         if spec.key != tls_spec.DEFAULT.key and (scheme != "https" or not core_requires(spec)):
             return None  # a Host that requires more of a handshake: Python says 421
         if tunnel is None:
-            return self._cloud_kept(host)
+            return self._cloud_kept(host) if host in self.clouds else self._edge_kept(host)
         if tunnel.pooled or tunnel.pool:
             members = [
                 t for t in tunnel.pool or [tunnel] if t.proto == scheme or not t.scheme_only
@@ -343,24 +350,57 @@ class FastPath:
             return False
         return self.edge.cluster is None or not _rate_limits(policy)
 
-    async def _read_cloud(self, host: str) -> None:
-        """The cloud endpoint holding ``host``'s claim read (through the router's cache, as
-        the Python path reads it for each request) and kept for its routes; none, an
-        internal one or a pool's (each request's member is the pool's turn): nothing kept."""
+    def _edge_kept(self, host: str) -> Optional[EdgeName]:
+        """The HTTPS edge a route of ``host`` serves, read without a wait: the one read for
+        it (:meth:`_read_named`) unless the router's cache now has another answer for the
+        name (gone, or another edge: read again). None in a cluster: there an edge's tunnel
+        groups are spread over the instances, and a rate-limited one has a designated
+        instance (edge/group_spread.py), which Python asks on each connection."""
+        found, name = self.edge_names[host]
+        if self.edge.cluster is not None:
+            return None
+        cached, now = self.edge.router.https_edge_now(host)
+        if cached and (now is None or now[0].get("id") != found.get("id")):
+            return None
+        return name
+
+    async def _read_named(self, host: str) -> None:
+        """What the router serves ``host`` as, read (through its cache, as the Python path
+        reads it for each request: edges.EdgeRouter.route_http) and kept for its routes: the
+        cloud endpoint holding the name's claim, else the HTTPS edge serving it; an
+        internal cloud endpoint is none, a pool's cloud member is the pool's turn (nothing
+        kept)."""
         router = self.edge.router
         claim = await router.cloud(host) if "@" not in host else None
-        if claim is None or claim.get("internal") or claim.get("pooled"):
-            self.clouds.pop(host, None)
+        if claim is not None and not claim.get("internal"):
+            self.edge_names.pop(host, None)
+            if claim.get("pooled"):
+                self.clouds.pop(host, None)
+                return
+            kept = self.clouds.get(host)
+            if kept is None or not _same_claim(claim, kept[0]):
+                routed = await router.cloud_routed(claim)
+                _bounded(self.clouds, self.routes)
+                self.clouds[host] = (claim, routed)
             return
-        kept = self.clouds.get(host)
-        if kept is not None and _same_claim(claim, kept[0]):
+        self.clouds.pop(host, None)
+        found = await router.https_edge_for(host) if "@" not in host else None
+        if found is None:
+            self.edge_names.pop(host, None)
             return
-        routed = await router.cloud_routed(claim)
-        if len(self.clouds) >= MAX_CLOUDS:
-            routed_hosts = {where[1] for where in self.routes}
-            for name in [n for n in self.clouds if n not in routed_hosts]:
-                del self.clouds[name]
-        self.clouds[host] = (claim, routed)
+        edge = found[0]
+        held = self.edge_names.get(host)
+        if held is None or held[0].get("id") != edge.get("id"):
+            _bounded(self.edge_names, self.routes)
+            name = EdgeName(edge["id"], edge["account_id"], f"https://{host}", host)
+            self.edge_names[host] = (edge, name)
+
+    def _named_cached(self, host: str) -> bool:
+        """Whether the router's cache still holds what ``host`` was read as."""
+        router = self.edge.router
+        if host in self.clouds:
+            return router.cloud_now(host)[0]
+        return router.https_edge_now(host)[0]
 
     async def _plain(self, tunnel: Any, host: str) -> bool:
         """The rules read through a cache that may wait: the account's IP restrictions (read
@@ -458,10 +498,10 @@ class FastPath:
             cert = self.cert_number(host)
         edge.carrier.set_relay(host, scheme, address, line, ttl, cert)
 
-    def seen(self, host: str, scheme: str = "http", cloud: bool = False) -> None:
-        """Python served a request for ``host`` on the listener of ``scheme`` (``cloud``: a
-        cloud endpoint's): the host is in use (its route is kept), and a route that expired
-        is pushed again."""
+    def seen(self, host: str, scheme: str = "http", named: bool = False) -> None:
+        """Python served a request for ``host`` on the listener of ``scheme`` (``named``: a
+        name the router served from the store, a cloud endpoint's or an HTTPS edge's): the
+        host is in use (its route is kept), and a route that expired is pushed again."""
         where = (scheme, host)
         held = self.routes.get(where)
         now = asyncio.get_running_loop().time()
@@ -469,25 +509,36 @@ class FastPath:
             self._used[held[0]] = now
         if held is not None and held[2] > now:
             return
-        if not cloud:
+        if not named:
             self._sync(host, scheme)
-        elif where not in self._pending and self._cloud_may_be(host):
+        elif where not in self._pending and self._named_may_be(host):
             self._pending.add(where)
             asyncio.ensure_future(self._push(where))
 
-    def _cloud_may_be(self, host: str) -> bool:
-        """Whether a route of the cloud endpoint ``host`` may be pushed, as far as is known
-        without a wait: not when the router's cache has no cloud endpoint for it, an
-        internal one or a pool's, nor when the one read for it is the same and not carried
-        (each of the host's requests would otherwise read it again)."""
-        cached, claim = self.edge.router.cloud_now(host)
+    def _named_may_be(self, host: str) -> bool:
+        """Whether a route of ``host``, a name the router serves, may be pushed, as far as is
+        known without a wait: not when the router's cache has neither a cloud endpoint nor an
+        HTTPS edge for it, or a pool's cloud endpoint, nor when the one read for it is the
+        same and not carried (each of the host's requests would otherwise read it again)."""
+        router = self.edge.router
+        cached, claim = router.cloud_now(host)
         if not cached:
             return True
-        if claim is None or claim.get("internal") or claim.get("pooled"):
+        if claim is not None and not claim.get("internal"):
+            if claim.get("pooled"):
+                return False
+            kept = self.clouds.get(host)
+            return kept is None or not _same_claim(claim, kept[0]) or bool(self._cloud_kept(host))
+        cached, found = router.https_edge_now(host)
+        if not cached:
+            return True
+        if found is None:
             return False
-        kept = self.clouds.get(host)
+        held = self.edge_names.get(host)
         return (
-            kept is None or not _same_claim(claim, kept[0]) or self._cloud_kept(host) is not None
+            held is None
+            or held[0].get("id") != found[0].get("id")
+            or self._edge_kept(host) is not None
         )
 
     def cert_number(self, host: str) -> int:
@@ -531,7 +582,7 @@ class FastPath:
         scheme, host = where
         try:
             if self.edge.registry.by_host.get(host) is None:  # a cloud endpoint's?
-                await self._read_cloud(host)
+                await self._read_named(host)
             tunnel = self.candidate(host, scheme)
             if tunnel is None or not await self._plain(tunnel, host):
                 self._drop(where)
@@ -565,8 +616,8 @@ class FastPath:
             self.routes[where] = (key, tunnel, until, cert, mode, policy)
             if type(tunnel) is not Pool:  # a pool's records name its members (_set)
                 self.hops[key] = hop_of(tunnel)
-            if is_cloud(tunnel):
-                self._cloud_keys.add(key)
+            if _named(tunnel):
+                self._kinds[key] = "cloud" if is_cloud(tunnel) else "edge"
             self.where[key] = where
         except Exception:
             log.exception("pushing the %s route of %s", scheme, host)
@@ -594,7 +645,7 @@ class FastPath:
             # (no request served unchecked meanwhile), then pushed again as they make it
             self._drop(where)
             return False
-        if type(tunnel) is Pool or is_cloud(tunnel):
+        if type(tunnel) is Pool or _named(tunnel):
             return False  # the store's pool or claim read again at each refresh (_push)
         scheme, host = where
         if scheme == "https" and (
@@ -640,11 +691,10 @@ class FastPath:
             keys = self.members.get(key)
             if keys is None or len(keys) != len(tunnel):
                 keys = self.members[key] = [next(self._keys) for _ in tunnel]
-            for member_key, member, member_mode in zip(keys, tunnel, mode):
+            for member_key, member in zip(keys, tunnel):
                 self.hops[member_key] = Hop.of_tunnel(member)
                 self.where[member_key] = (scheme, host)
                 self.owner[member_key] = key
-                self._capturing(member_key, member_mode)
             self.edge.carrier.set_pool(
                 host,
                 [
@@ -665,8 +715,7 @@ class FastPath:
                 listener_addr(self.edge, scheme),
             )
             return
-        self._capturing(key, mode)
-        if is_cloud(tunnel):  # no session: each request answered, or sent to its target
+        if _named(tunnel):  # no session: each request answered, or sent to its target
             self.edge.carrier.set_route(
                 host,
                 key,
@@ -698,14 +747,6 @@ class FastPath:
             capture=_capture_of(mode),
         )
 
-    def _capturing(self, key: int, mode: int) -> None:
-        """Route ``key``'s records carry the bodies the core kept when ``mode`` says the
-        inspector captures them."""
-        if mode & CAPTURED:
-            self._captured.add(key)
-        else:
-            self._captured.discard(key)
-
     def _drop(self, where: Tuple[str, str]) -> None:
         held = self.routes.pop(where, None)
         self.edge.carrier.drop_route(where[1], where[0])
@@ -731,13 +772,11 @@ class FastPath:
                 if key not in live:
                     self.hops.pop(key, None)
                     self.where.pop(key, None)
-                    self._cloud_keys.discard(key)
-                    self._captured.discard(key)
+                    self._kinds.pop(key, None)
                     for member_key in self.members.pop(key, ()):
                         self.hops.pop(member_key, None)
                         self.where.pop(member_key, None)
                         self.owner.pop(member_key, None)
-                        self._captured.discard(member_key)
         self._retired = []
         now = asyncio.get_running_loop().time()
         used = self._used
@@ -749,7 +788,7 @@ class FastPath:
             if tunnel is None:
                 self._drop(where)
             elif key in used and (
-                not is_cloud(tunnel) or used[key] >= until - CLOUD_TTL  # served since its read
+                not _named(tunnel) or used[key] >= until - CLOUD_TTL  # served since its read
             ):
                 if where in self._pending:
                     continue
@@ -764,9 +803,7 @@ class FastPath:
                 elif not renewed:
                     self._pending.add(where)
                     asyncio.ensure_future(self._push(where))
-            elif until <= now or (
-                is_cloud(tunnel) and not self.edge.router.cloud_now(where[1])[0]
-            ):
+            elif until <= now or (_named(tunnel) and not self._named_cached(where[1])):
                 # expired; or a cloud endpoint's that has not served since it was read, whose
                 # claim the router's cache let go: not checked any more (no store read for an
                 # idle name), so not served any more
@@ -826,7 +863,7 @@ class FastPath:
         now_perf, now_wall = time.perf_counter(), time.time()
         now_loop, now_mono = asyncio.get_running_loop().time(), time.monotonic()
         hops, used, count, queue = self.hops, self._used, hub.count_http, hub.record
-        owner, clouds, captured = self.owner, self._cloud_keys, self._captured
+        owner, kinds = self.owner, self._kinds
         try:
             for key, status, stats, tls, exchange, ran, held in rows:
                 hop = hops.get(key)
@@ -841,7 +878,7 @@ class FastPath:
                 # it ran)
                 if ran is not None:  # its circuit breakers count the answer (decided.py)
                     record_upstream(ran, status)
-                kind = "cloud" if key in clouds else "agent"
+                kind = kinds.get(key, "agent")
                 admitted = count(hop, kind, status, duration, bytes_in, bytes_out, now_mono)
                 if admitted is None:
                     if key not in self._quiet and not self._counts(key):
@@ -868,7 +905,7 @@ class FastPath:
                             _Response(status, exchange),
                             # the bodies' first bytes the core kept (the inspector captures)
                             ([exchange.request_body], [exchange.response_body])
-                            if key in captured
+                            if exchange.captured
                             else None,
                             exchange.request_ended,
                         ),
@@ -915,7 +952,7 @@ class FastPath:
             if self.hops.get(key) is None:
                 continue
             self._used[self.owner.get(key, key)] = now
-            kind = "cloud" if key in self._cloud_keys else "agent"
+            kind = self._kinds.get(key, "agent")
             hub.count_quiet(kind, statuses, durations, bytes_in, bytes_out, quiet.get(key))
             for ran, times in held:  # requests a held decision served: its run's decisions
                 hub.count_decisions(ran.state, times)
@@ -959,9 +996,9 @@ def _restricted_of(mode: Any) -> bool:
 
 def _holds(tunnel: Any, mode: int) -> Optional[List[str]]:
     """What a route's decisions are held for: none when its requests' clients are checked
-    (a held decision would skip the check) or its bodies captured (each request's record
-    wants its own), else :func:`holds_for`."""
-    return None if mode & (RESTRICTED | CAPTURED) else holds_for(tunnel)
+    (a held decision would skip the check), else :func:`holds_for` (captured bodies or not:
+    a held decision applies only while the route is quiet, when no record is made)."""
+    return None if mode & RESTRICTED else holds_for(tunnel)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -978,7 +1015,21 @@ def _rate_limits(policy: Any) -> bool:
 
 def _ttl_of(tunnel: Any) -> float:
     """How long a route of ``tunnel`` lives in the core unless pushed again."""
-    return CLOUD_TTL if is_cloud(tunnel) else ROUTE_TTL
+    return CLOUD_TTL if _named(tunnel) else ROUTE_TTL
+
+
+def _bounded(kept: Dict[str, Any], routes: Dict[Tuple[str, str], Any]) -> None:
+    """Past MAX_CLOUDS names read for routes, those with no route are let go."""
+    if len(kept) >= MAX_CLOUDS:
+        routed_hosts = {where[1] for where in routes}
+        for name in [n for n in kept if n not in routed_hosts]:
+            del kept[name]
+
+
+def _named(tunnel: Any) -> bool:
+    """A route of a name the router serves from the store (a cloud endpoint, an HTTPS
+    edge's hostname), not an agent's tunnel: no session of its own."""
+    return is_cloud(tunnel) or is_edge(tunnel)
 
 
 def _capture_of(mode: int) -> int:

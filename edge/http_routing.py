@@ -36,6 +36,7 @@ class Route:
     cloud: bool  # a cloud endpoint: its policy must answer, there is no upstream
     account_id: str
     ws_tcp: bool = False  # an HTTPS edge route's websocket_tcp_converter (edge/wstcp.py)
+    named: bool = False  # routed by the router from the store (a cloud endpoint, an edge, a pool)
 
 
 async def route(
@@ -102,4 +103,5 @@ async def _route(
         routed.cloud,
         routed.account_id,
         getattr(routed, "ws_tcp", False),
+        True,
     )

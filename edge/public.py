@@ -227,7 +227,7 @@ class HttpFront:
                 if routed.tunnel is not None or routed.cloud:
                     fast = getattr(self.edge, "fast_path", None)  # the core may serve it
                     if fast is not None:  # (edge/fast_path.py): its route pushed again
-                        fast.seen(host, self.scheme, routed.cloud)
+                        fast.seen(host, self.scheme, routed.named)
                 observe.routed(client, routed.endpoint, routed.cloud)
                 ran = await http_policy.run(
                     self.edge,

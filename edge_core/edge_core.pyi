@@ -71,6 +71,9 @@ class Exchange:
     def request_body(self) -> bytes:
         """The request body's first data bytes (a route's ``capture``; else empty)."""
     @property
+    def captured(self) -> bool:
+        """The route kept the bodies for the record (``set_route``'s ``capture``)."""
+    @property
     def request_ended(self) -> bool:
         """The request's body was all read (else ``request_body`` is only its start)."""
     @property

@@ -378,6 +378,9 @@ pub struct Served {
     /// The request's body was all read (an agent may answer before it was: then the body
     /// kept is only its start).
     pub request_ended: bool,
+    /// The route kept the bodies for the record (`Route::capture`): the two above are the
+    /// bodies' starts, not merely empty.
+    pub captured: bool,
 }
 
 /// What the core counts of one route's requests while the route is quiet: Python wants no
@@ -1181,6 +1184,10 @@ pub(crate) async fn connection<C: Conn>(
                     close,
                 } => {
                     let keep = bodiless && !close && !head.close;
+                    // what of the request's body came with its head (the record's, as the
+                    // Python path keeps what it had read when the policy answered)
+                    let (request_body, request_ended) =
+                        kept_after_head(&head, &buf[len..], route.capture);
                     let record = Served {
                         route: route.key,
                         tls: public.spec.scheme == "https", // a relayed one too (adopted)
@@ -1195,9 +1202,10 @@ pub(crate) async fn connection<C: Conn>(
                         duration: 0.0,
                         memo,
                         held,
-                        request_body: Vec::new(),
+                        request_body,
                         response_body: body[..route.capture.min(body.len())].to_vec(),
-                        request_ended: bodiless,
+                        request_ended,
+                        captured: route.capture > 0,
                     };
                     let written = async {
                         tcp.write_all(&response).await?;
@@ -1456,6 +1464,25 @@ fn error_answer(status: u16, code: &str, msg: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The first `capture` data bytes of a request's body that came with its head (`after`: the
+/// bytes read past the head), and whether they are the whole body.
+fn kept_after_head(head: &RequestHead, after: &[u8], capture: usize) -> (Vec<u8>, bool) {
+    match head.framing {
+        Framing::Length(n) => {
+            let here = (n.min(after.len() as u64)) as usize;
+            let mut kept = Vec::new();
+            http::keep(&mut kept, capture, &after[..here]);
+            (kept, here as u64 == n)
+        }
+        Framing::Chunked => {
+            let mut chunks = http::Chunks::keeping(capture);
+            let done = chunks.feed(after).is_ok_and(|(_, done)| done);
+            (chunks.kept, done)
+        }
+        _ => (Vec::new(), true),
+    }
+}
+
 /// A new operation id (chalicelib/core/ids.py new_id("op")): milliseconds and 112 random
 /// bits, 27 base-62 digits.
 fn operation_id() -> String {
@@ -1559,6 +1586,7 @@ async fn exchange<C: Conn>(
         request_body: Vec::new(),
         response_body: Vec::new(),
         request_ended: body_done,
+        captured: capture > 0,
     };
     let host = head.host.clone();
     let abort = tcp.abort();
@@ -1567,6 +1595,10 @@ async fn exchange<C: Conn>(
         _ = aborted(&abort) => Err(Failed::Client),
     };
     let result = if let Err(failed) = wrote {
+        record.request_body = match chunks.as_mut() {
+            Some(c) => std::mem::take(&mut c.kept),
+            None => std::mem::take(&mut kept),
+        };
         Err((failed, false))
     } else {
         let (mut rd, mut wr) = tcp.halves();
@@ -1667,7 +1699,16 @@ async fn exchange<C: Conn>(
             };
             if let (Some((status, code, msg)), false) = (answer, started) {
                 record.status = status;
-                let _ = tcp.write_all(&error_answer(status, code, &msg)).await;
+                let answer = error_answer(status, code, &msg);
+                if capture > 0 {
+                    // the record's body: the answer's, as the client got it
+                    let at = answer
+                        .windows(4)
+                        .position(|w| w == b"\r\n\r\n")
+                        .map_or(0, |p| p + 4);
+                    http::keep(&mut record.response_body, capture, &answer[at..]);
+                }
+                let _ = tcp.write_all(&answer).await;
                 let _ = tcp.shutdown().await;
             }
             (false, Some(leg))

@@ -1114,6 +1114,12 @@ impl Exchange {
         PyBytes::new(py, &self.served.request_body)
     }
 
+    /// The route kept the bodies for the record (`set_route`'s `capture`).
+    #[getter]
+    fn captured(&self) -> bool {
+        self.served.captured
+    }
+
     /// The request's body was all read (else what `request_body` kept is only its start).
     #[getter]
     fn request_ended(&self) -> bool {

@@ -525,6 +525,7 @@ fn served_on(route: u64, status: u16, duration: f64) -> edge_core::public::Serve
         request_body: Vec::new(),
         response_body: Vec::new(),
         request_ended: true,
+        captured: false,
     }
 }
 
@@ -1559,4 +1560,138 @@ async fn a_capturing_routes_records_keep_each_bodys_first_bytes() {
         ]
     );
     assert_eq!((served[0].bytes_in, served[1].bytes_in), (10, 10));
+}
+// ---- what the records keep -------------------------------------------------------------------
+
+async fn served_n(carrier: &Carrier, n: usize) -> Vec<edge_core::public::Served> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut served = Vec::new();
+    while served.len() < n && Instant::now() < deadline {
+        served.extend(carrier.inbox().take().served);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    served
+}
+
+/// A policy's answer (decided Respond) to a POST whose whole body came with its head: the
+/// Python path reads what is already there before it runs the policy (http_policy
+/// request_phase: next_event until NEED_DATA, Tap keeps the Data), so its record shows
+/// "hi", not truncated; so does the core's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_answer_records_the_body_that_came_with_the_head() {
+    use edge_core::decide::Decision;
+    let (carrier, port, session, _agent) = setup(16);
+    carrier.routes.set(
+        "d.test".into(),
+        Route {
+            capture: 8,
+            ..decided_route(&session, false)
+        },
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"POST /deny HTTP/1.1\r\nHost: d.test\r\nContent-Length: 2\r\n\r\nhi")
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    carrier.decisions.answer(
+        row.ticket,
+        decided(Decision::Respond {
+            status: 403,
+            head: b"HTTP/1.1 403 Forbidden\r\ncontent-length: 2\r\n\r\n".to_vec(),
+            body: b"no".to_vec(),
+            close: false,
+        }),
+    );
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).await.unwrap();
+    let served = served_n(&carrier, 1).await;
+    assert_eq!(&served[0].response_body[..], b"no");
+    assert_eq!(
+        (&served[0].request_body[..], served[0].request_ended),
+        (&b"hi"[..], true),
+        "as the Python path records it"
+    );
+}
+
+/// The agent ends the stream before answering: the client gets the edge's 502 JSON body;
+/// the Python path's record captures that body (answer() -> Tap.send(Data)); the core's
+/// record has it too, and the request body it had read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_502_records_its_body() {
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set(
+        "a.test".into(),
+        Route {
+            capture: 64,
+            ..route(&session)
+        },
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\n\r\nabc")
+        .await
+        .unwrap();
+    let (sid, _) = agent_reads(&mut agent, |g| g.ends_with(b"abc")).await;
+    let mut fin = Vec::new();
+    encode(&mut fin, DATA, FIN, sid, b"");
+    agent.write_all(&fin).await.unwrap();
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).await.unwrap();
+    assert!(got.starts_with(b"HTTP/1.1 502"));
+    let served = served_n(&carrier, 1).await;
+    assert_eq!(served[0].status, 502);
+    assert_eq!(&served[0].request_body[..], b"abc");
+    assert!(
+        !served[0].response_body.is_empty(),
+        "the 502's body the client got is not in the record"
+    );
+}
+
+/// Chunk extensions and trailers left out, bodies split
+/// across reads, both copies bounded by `capture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunk_extensions_trailers_and_bounds() {
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set(
+        "k.test".into(),
+        Route {
+            capture: 5,
+            ..route(&session)
+        },
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"POST /a HTTP/1.1\r\nHost: k.test\r\nTransfer-Encoding: chunked\r\n\r\n2;x=\"y\"\r\nab")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    client
+        .write_all(b"\r\n3\r\ncde\r\n4;z\r\nfghi\r\n0\r\nX-T: 1\r\n\r\n")
+        .await
+        .unwrap();
+    let (sid, _) = agent_reads(&mut agent, |g| g.ends_with(b"X-T: 1\r\n\r\n")).await;
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nAB",
+    );
+    agent.write_all(&answer).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let mut answer = Vec::new();
+    encode(&mut answer, DATA, 0, sid, b"CDEFGHIJKL");
+    agent.write_all(&answer).await.unwrap();
+    read_response(&mut client, b"JKL").await;
+    let served = served_n(&carrier, 1).await;
+    assert_eq!(
+        (
+            &served[0].request_body[..],
+            &served[0].response_body[..],
+            served[0].request_ended
+        ),
+        (&b"abcde"[..], &b"ABCDE"[..], true)
+    );
 }

@@ -166,3 +166,68 @@ def test_tcp_edge_carries_bytes_to_a_labeled_tunnel(edge, account, agents):
     assert _wait(
         lambda: tcp_round_trip(port, b"through a tcp edge") == b"through a tcp edge", timeout=30
     ), edge.log()[-3000:]
+
+
+def test_an_https_edges_requests_are_carried_by_the_core_routed_by_their_path(
+    edge, account, agents
+):
+    """Once Python served a request of an HTTPS edge's hostname, the name is a route of the
+    compiled core: each request routed by its path (the route's modules decided in Python:
+    headers both ways, the user-agent filter) and carried to the labeled tunnel on the
+    agent's session, nothing handed over; a path whose backend is a fixed answer is handed
+    to Python, which answers it."""
+    from tests.edge.support import metric, settled
+
+    label = f"c{time.time_ns()}"
+    host = f"coreedge-{time.time_ns()}.{BASE_DOMAIN}"
+    group = _post(account, "/backends/tunnel_group", {"labels": {"app": label}})
+    fixed = _post(account, "/backends/http_response", {"body": "fixed answer"})
+    _https_edge(
+        account,
+        host,
+        [
+            {
+                "match_type": "path_prefix",
+                "match": "/",
+                "backend": {"backend_id": group["id"]},
+                "request_headers": {"add": {"x-from-route": "yes"}},
+                "response_headers": {"add": {"x-route-resp": "1"}},
+                "user_agent_filter": {"deny": ["(?i)badbot.*"]},
+            },
+            {
+                "match_type": "exact_path",
+                "match": "/fixed",
+                "backend": {"backend_id": fixed["id"]},
+            },
+        ],
+    )
+    agent = agents(
+        edge, _credential(account)["token"], [{"proto": "labeled", "labels": {"app": label}}]
+    )
+    _bound(agent.start())
+
+    def counts():
+        text = edge.metrics()
+        return (
+            metric(text, "edge_core_http_requests_total"),
+            metric(text, "edge_core_http_handed_over_total"),
+        )
+
+    def carried():
+        before = settled(counts)
+        ok = edge.http("GET", host, "/echo").status_code == 200
+        after = settled(counts)
+        return ok and after[0] > before[0] and after[1] == before[1]
+
+    assert _wait(carried, timeout=15), "the core never carried the edge's requests"
+    served, handed = settled(counts)
+    for i in range(5):
+        resp = edge.http("GET", host, f"/echo/{i}")
+        assert resp.status_code == 200, resp.text
+        seen = {k.lower(): v for k, v in resp.json()["headers"].items()}
+        assert seen["x-from-route"] == "yes" and resp.headers["x-route-resp"] == "1"
+    denied = edge.http("GET", host, "/echo", headers={"User-Agent": "BadBot/1"})
+    assert denied.status_code == 403
+    assert settled(counts) == (served + 6, handed)
+    assert edge.http("GET", host, "/fixed").text == "fixed answer"  # Python's
+    assert settled(counts)[1] == handed + 1

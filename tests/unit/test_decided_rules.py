@@ -205,6 +205,7 @@ class _Router:
 
     def __init__(self):
         self.here, self.stored, self.reads = {}, {}, []
+        self.edge_routes = {}
 
     def internal_here(self, account_id, url, protocol="http"):
         return self.here.get(url)
@@ -212,6 +213,9 @@ class _Router:
     async def internal_target(self, account_id, url, protocol="http"):
         self.reads.append(url)
         return self.here.get(url) or self.stored.get(url)
+
+    async def route_http(self, host, target, scheme):  # an HTTPS edge's route by path
+        return self.edge_routes.get(target.split(b"?")[0]) if self.edge_routes else None
 
 
 def _decider(policy_doc):
@@ -830,20 +834,21 @@ def test_a_response_phase_at_the_internal_endpoint_asks_for_the_response_head(co
 
 
 def _decide_in_task(made, rows):
-    """``made.decide(rows)`` for rows decided in a task (the store's read of a target): the
-    decisions once the task sent them (flushed), flushes left out."""
+    """``made.decide(rows)`` for rows decided in a task each (the store's read of a target,
+    an edge's route): the decisions once every task sent its own (flushed), flushes left
+    out."""
     calls = made.edge.carrier.calls
 
     async def run():
         made.decide(rows)
         assert [c for c in calls if c[0] != "flush"] == []  # nothing decided yet
         for _ in range(100):
-            if ("flush",) in calls:
+            if calls.count(("flush",)) >= len(rows):
                 break
             await asyncio.sleep(0.01)
 
     asyncio.run(run())
-    assert ("flush",) in calls
+    assert calls.count(("flush",)) >= len(rows)
     return [c for c in calls if c[0] != "flush"]
 
 
@@ -982,3 +987,57 @@ def test_a_tripped_target_breakers_503_is_counted_by_no_breaker(core):
     ((kind, _, status, _, body, close),) = carrier.calls
     assert (kind, status) == ("respond", 503) and b"ERR_NGROK_3202" in body
     assert list(carrier.memos[0].breakers) == [] and carrier.memos[0].upstream_breaker is None
+
+
+def _edge_decider():
+    """A Decider whose route 7 serves an HTTPS edge's hostname (decided.EdgeName)."""
+    made, carrier, _, _ = _decider(None)
+    name = decided.EdgeName("edghts_1", "ac_1", f"https://{HOST}", HOST)
+    made.route_of = {7: (name, "http", HOST, decided.DECIDED, None)}.get
+    made.mode_of = lambda tunnel: decided.DECIDED
+    return made, carrier
+
+
+def test_an_https_edges_request_is_routed_by_its_path_then_decided(core):
+    """Each request routed as the Python path routes it (the edge's route for its path, its
+    modules' policy, its backend's labeled tunnel): what the policy lets through goes to the
+    tunnel's session; a route with no modules sends it on as it came; no route for the name
+    is 404; a fixed answer's backend is Python's."""
+    from edge.edges import Routed
+
+    made, carrier = _edge_decider()
+    labeled = _internal(core).tunnel
+    modules = types.SimpleNamespace(policy=compile_policy(_req(DECIDABLE["add-headers"])))
+
+    def route(enforcement=None, fixed=None):
+        return Routed(
+            endpoint_id="edghts_1",
+            url=f"https://{HOST}",
+            host=HOST,
+            account_id="ac_1",
+            tunnel=None if fixed else labeled,
+            fixed=fixed,
+            enforcement=enforcement,
+        )
+
+    made.edge.router.edge_routes = {
+        b"/modules": route(modules),
+        b"/plain": route(),
+        b"/fixed": route(fixed={"status_code": 200, "body": "x"}),
+    }
+    calls = _decide_in_task(
+        made,
+        [
+            _row(1, target=b"/modules"),
+            _row(2, target=b"/plain"),
+            _row(3, target=b"/fixed"),
+            _row(4, target=b"/none"),
+        ],
+    )
+    by_ticket = {c[1]: c for c in calls}
+    assert by_ticket[1][0] == "internal" and by_ticket[1][4] == "tn_in"
+    assert b"x-a: 1\r\n" in by_ticket[1][2]
+    assert by_ticket[2][0] == "internal" and b"x-a: 1" not in by_ticket[2][2]
+    assert b"x-forwarded-for: 198.51.100.7\r\n" in by_ticket[2][2]
+    assert by_ticket[3] == ("python", 3)
+    assert by_ticket[4][:3] == ("respond", 4, 404) and b"ERR_NGROK_3200" in by_ticket[4][4]
