@@ -216,8 +216,8 @@ def counts_answers(tunnel: Any, policy: Optional[Any]) -> bool:
     own, or an action of its policy, or those of the internal endpoint a ``forward-internal``
     sends it to): its records are all wanted (never quiet: a quiet route's records are
     counted without their memos)."""
-    if getattr(tunnel, "breaker", None) is not None:
-        return True
+    if getattr(tunnel, "breaker", None) is not None or type(tunnel) is EdgeName:
+        return True  # (an HTTPS edge's: its routes' modules and tunnels may have breakers)
     return policy is not None and any(
         isinstance(action, (tp_actions.CircuitBreaker, tp_actions.ForwardInternal))
         for rule in policy.phases.get("on_http_request") or ()
@@ -457,13 +457,20 @@ class Decider:
         carrier, ticket, name = self.edge.carrier, row[0], held[0]
         try:
             async with asyncio.timeout_at(_DUE.get()):
-                if restricted and not await ip_restrictions.allows(
-                    self.edge, name.account_id, ip_restrictions.ENDPOINTS, str(row[2][0])
+                routed = await self.edge.router.route_http(held[2], row[6], held[1])
+                # the routing's own answers first, then the client checked, as
+                # edge/http_routing.py orders them
+                if (
+                    routed is not None
+                    and routed.error is None
+                    and restricted
+                    and not await ip_restrictions.allows(
+                        self.edge, name.account_id, ip_restrictions.ENDPOINTS, str(row[2][0])
+                    )
                 ):
                     refused = error_response(*ip_restrictions.REFUSED_ANSWER, close=True)
                     self._answer(ticket, refused, row[5], True, REFUSED)
                     return
-                routed = await self.edge.router.route_http(held[2], row[6], held[1])
             self._edge_decide(row, held, routed, hub)
         except Exception:
             log.exception("deciding a request of %s://%s", held[1], held[2])
@@ -493,7 +500,12 @@ class Decider:
             refused = error_response(status, code, msg, close=True)  # routed nowhere: no
             self._answer(ticket, refused, method, True, REFUSED)  # record names the edge
             return
-        if routed.fixed is not None or routed.ws_tcp or core_mux(routed.tunnel) is None:
+        if (
+            routed.fixed is not None
+            or routed.ws_tcp
+            or core_mux(routed.tunnel) is None
+            or routed.endpoint_id != held[0].endpoint_id  # another edge since the push
+        ):
             self.edge.carrier.decide_python(ticket)
             return
         policy = routed.enforcement.policy if routed.enforcement is not None else None

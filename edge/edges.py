@@ -541,6 +541,29 @@ class EdgeRouter:
         found = await self._https_edge(f"{host}:443")
         return found
 
+    async def https_edge_parts(
+        self, host: str
+    ) -> Optional[List[Tuple[Dict[str, Any], Optional[Dict[str, Any]], Any, List[Any]]]]:
+        """Each route of the HTTPS edge serving ``host`` as :meth:`route_http` reads it:
+        (the route, its backend or None, its modules' compiled policy or None, the tunnels
+        its backend may pick now); None when no edge serves the name. The same cached
+        reads; a policy the engine refuses raises, as route_http fails on it."""
+        found = await self._https_edge(f"{host}:443")
+        if found is None:
+            return None
+        edge, routes = found
+        account_id = edge["account_id"]
+        parts = []
+        for route in routes:
+            enforcement = await self._enforcement(account_id, route["id"], route, "http")
+            module = route.get("backend")
+            backend = None
+            if _enabled(module) and module.get("backend_id"):
+                backend = await self._backend(account_id, module["backend_id"])
+            members = self._candidates(account_id, backend) if backend is not None else []
+            parts.append((route, backend, enforcement, members))
+        return parts
+
     async def group_labels(
         self, host: str, target: Optional[bytes]
     ) -> Tuple[str, List[Dict[str, str]]]:

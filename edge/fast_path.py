@@ -71,6 +71,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from chalicelib.core import inspector as layout
+from chalicelib.core import route_modules
 from chalicelib.core.policy import actions as tp_actions
 from edge import ip_restrictions, pools, tls_spec
 from edge.decided import (
@@ -82,7 +83,9 @@ from edge.decided import (
     RESTRICTED,
     Decider,
     Pushed,
+    core_mux,
     counts_answers,
+    decidable,
     h2_scheme_of,
     holds_of,
     EdgeName,
@@ -245,7 +248,7 @@ class FastPath:
         self.clouds: Dict[str, Tuple[Dict[str, Any], Routed]] = {}
         # host -> (the HTTPS edge serving it as read, its EdgeName), for the routes of HTTPS
         # edges' hostnames (no session: each request routed by its path, edge/decided.py)
-        self.edge_names: Dict[str, Tuple[Dict[str, Any], EdgeName]] = {}
+        self.edge_names: Dict[str, Tuple[Dict[str, Any], EdgeName, bool]] = {}
         # route key -> its records' kind, for the routes served without a session of their
         # own: "cloud" (a cloud endpoint's) or "edge" (an HTTPS edge's); "agent" otherwise
         self._kinds: Dict[int, str] = {}
@@ -356,8 +359,8 @@ class FastPath:
         name (gone, or another edge: read again). None in a cluster: there an edge's tunnel
         groups are spread over the instances, and a rate-limited one has a designated
         instance (edge/group_spread.py), which Python asks on each connection."""
-        found, name = self.edge_names[host]
-        if self.edge.cluster is not None:
+        found, name, carriable = self.edge_names[host]
+        if self.edge.cluster is not None or not carriable:
             return None
         cached, now = self.edge.router.https_edge_now(host)
         if cached and (now is None or now[0].get("id") != found.get("id")):
@@ -389,11 +392,18 @@ class FastPath:
             self.edge_names.pop(host, None)
             return
         edge = found[0]
+        try:  # read again each time: a tunnel group's members come and go
+            parts = await router.https_edge_parts(host)
+        except Exception:  # a route's policy the engine refuses: Python answers it
+            parts = None
+        carriable = parts is not None and all(_edge_route_carriable(*part) for part in parts)
         held = self.edge_names.get(host)
         if held is None or held[0].get("id") != edge.get("id"):
             _bounded(self.edge_names, self.routes)
             name = EdgeName(edge["id"], edge["account_id"], f"https://{host}", host)
-            self.edge_names[host] = (edge, name)
+        else:
+            name = held[1]
+        self.edge_names[host] = (edge, name, carriable)
 
     def _named_cached(self, host: str) -> bool:
         """Whether the router's cache still holds what ``host`` was read as."""
@@ -1016,6 +1026,27 @@ def _rate_limits(policy: Any) -> bool:
 def _ttl_of(tunnel: Any) -> float:
     """How long a route of ``tunnel`` lives in the core unless pushed again."""
     return CLOUD_TTL if _named(tunnel) else ROUTE_TTL
+
+
+def _edge_route_carriable(
+    route: Dict[str, Any], backend: Optional[Dict[str, Any]], enforcement: Any, members: List[Any]
+) -> bool:
+    """Whether the core can carry every request an HTTPS edge's route serves, known before
+    any request (so none is routed twice: a request handed to Python is routed again there,
+    and its backend drawn again): no WebSocket-TCP converter; its backend a tunnel group
+    (or none: the edge's 502) whose every member's session the core runs here (a fixed
+    answer, a static backend, failover and weighted choices stay Python's); its modules a
+    decidable policy naming no IP policy or vault secret."""
+    if route_modules.converts_websockets(route):
+        return False
+    if backend is not None and backend.get("kind") != "tunnel_group":
+        return False
+    if any(core_mux(member) is None for member in members):
+        return False
+    policy = enforcement.policy if enforcement is not None else None
+    return policy is None or (
+        decidable(policy) and not policy.ip_policy_ids and not policy.secret_refs
+    )
 
 
 def _bounded(kept: Dict[str, Any], routes: Dict[Tuple[str, str], Any]) -> None:

@@ -1041,3 +1041,22 @@ def test_an_https_edges_request_is_routed_by_its_path_then_decided(core):
     assert b"x-forwarded-for: 198.51.100.7\r\n" in by_ticket[2][2]
     assert by_ticket[3] == ("python", 3)
     assert by_ticket[4][:3] == ("respond", 4, 404) and b"ERR_NGROK_3200" in by_ticket[4][4]
+
+
+def test_a_request_routed_to_another_edge_than_the_names_pushed_one_is_pythons(core):
+    """The name now routes to another edge (the pushed one deleted, another made for the
+    name, within the caches' window): Python routes it, checks that edge's account's IP
+    restrictions and records it under that edge, not the core under the pushed one's."""
+    from edge.edges import Routed
+
+    made, carrier = _edge_decider()
+    made.edge.router.edge_routes = {
+        b"/": Routed(
+            endpoint_id="edghts_2",
+            url=f"https://{HOST}",
+            host=HOST,
+            account_id="ac_2",
+            tunnel=_internal(core).tunnel,
+        )
+    }
+    assert _decide_in_task(made, [_row(1, target=b"/")]) == [("python", 1)]

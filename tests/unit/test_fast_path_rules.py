@@ -823,7 +823,7 @@ def test_spec_numbers_no_certificate_is_made_for_are_kept_up_to_their_bound(monk
 CLOUD = "cloud.tunnels.localhost"
 
 
-def _cloud_edge(claims, edges=None):
+def _cloud_edge(claims, edges=None, backends=None):
     """An edge whose router (edges.EdgeRouter, its 1 s cache) reads the cloud endpoints of
     ``claims`` (name -> claim, changed by the test), the HTTPS edges of ``edges`` (hostport
     -> (edge, routes)) and no IP restrictions from the store."""
@@ -831,6 +831,7 @@ def _cloud_edge(claims, edges=None):
     from edge.edges import EdgeRouter
 
     edges = edges if edges is not None else {}
+    backends = backends if backends is not None else {}
 
     edge = _edge()
     edge.carrier = _Carrier()
@@ -845,6 +846,8 @@ def _cloud_edge(claims, edges=None):
         if fn is routing.https_edge_for_hostport:
             reads.append(args[0])
             return edges.get(args[0])
+        if fn is routing.resolve_backend:
+            return backends.get(args[1])
         return []  # the account's IP restrictions: none
 
     edge.call = call
@@ -1110,3 +1113,58 @@ def test_an_https_edges_name_python_served_is_pushed_as_a_route_of_its_edge():
         return clustered.carrier.set
 
     assert _on_its_loop(in_a_cluster()) == []
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "a tunnel group of the core's sessions",
+        "no backend",
+        "a fixed answer",
+        "a member on OpenSSH",
+        "failover",
+        "a converter",
+        "IP policies",
+    ],
+)
+def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(core, shape):
+    """Known before any request, so none is routed twice (a request handed to Python is
+    routed again there, its backend drawn again): each route a tunnel group whose members'
+    sessions the core runs (or no backend: the edge's own 502), decidable modules naming no
+    IP policy, no converter."""
+    route = {"id": "edghtsrt_1", "match_type": "path_prefix", "match": "/"}
+    backends = {"bkdtg_1": {"id": "bkdtg_1", "kind": "tunnel_group", "labels": {"app": "a"}}}
+    member_mux = core
+    if shape != "no backend":
+        route["backend"] = {"enabled": True, "backend_id": "bkdtg_1"}
+    if shape == "a fixed answer":
+        backends["bkdtg_1"] = {"id": "bkdtg_1", "kind": "http_response", "body": "x"}
+    elif shape == "failover":
+        backends["bkdtg_1"] = {"id": "bkdtg_1", "kind": "failover", "backends": []}
+    elif shape == "a member on OpenSSH":
+        member_mux = types.SimpleNamespace(closed=False)  # not the core's session
+    elif shape == "a converter":
+        route["websocket_tcp_converter"] = {"enabled": True}
+    elif shape == "IP policies":
+        route["ip_restriction"] = {"enabled": True, "ip_policy_ids": ["ipp_1"]}
+    edge_copy = {"id": "edghts_1", "account_id": "ac_1", "hostports": [f"{EDGE_HOST}:443"]}
+    edge, _ = _cloud_edge({}, {f"{EDGE_HOST}:443": (edge_copy, [route])}, backends)
+    edge.registry.add(_tunnel(member_mux, labels={"app": "a"}, hostname="", url=""))
+
+    async def run():
+        paths = FastPath(edge)
+        paths.seen(EDGE_HOST, "http", named=True)
+        await asyncio.sleep(0.01)
+        return edge.carrier.set
+
+    carried = shape in ("a tunnel group of the core's sessions", "no backend")
+    assert core.loop.run_until_complete(run()) == ([("http", EDGE_HOST, 1)] if carried else [])
+
+
+def test_an_https_edges_route_is_never_quiet():
+    """Its routes' circuit breakers (modules, the labeled tunnels' own) count each answer
+    from its record, which a quiet route's tally has no memo for."""
+    from edge import decided
+
+    name = decided.EdgeName("edghts_1", "ac_1", f"https://{EDGE_HOST}", EDGE_HOST)
+    assert decided.counts_answers(name, None)
