@@ -631,7 +631,7 @@ class AgentSession:
         if "TrafficPolicy" in changes:
             tunnel.opts = {**tunnel.opts, "TrafficPolicy": changes["TrafficPolicy"]}
             tunnel.enforcement = enforcement
-            self.edge.registry.changed(tunnel.hostname)  # a plain route no more, or again
+            self.edge.registry.tunnel_changed(tunnel)  # a plain route no more, or again
         tunnel.metadata = changes.get("Metadata", tunnel.metadata)
         tunnel.description = changes.get("Description", tunnel.description)
         log.info("session %s: tunnel %s patched (%s)", self.id, tunnel.id, ", ".join(changes))

@@ -375,30 +375,36 @@ class Carrier:
     def decide_internal(
         self,
         ticket: int,
-        head: bytes,
+        head: Optional[bytes],
         mux: session.MuxSession,
         tunnel_id: str,
+        fields: Optional[List[Tuple[bytes, bytes]]] = None,
         memo: Any = None,
         responses: bool = False,
         h2_scheme: Optional[str] = None,
         proxy_proto: int = 0,
         proxy_dest: str = "",
+        hold: bool = False,
     ) -> None:
         """Ticket ``ticket``'s request goes on with ``head`` to another agent endpoint than
         its route's (the internal one a ``forward-internal`` sent it to): ``mux``'s tunnel
         ``tunnel_id``, spoken to as :meth:`set_route` says (``h2_scheme``, ``proxy_proto``,
         ``proxy_dest``); ``responses``: its response head is handed to ``on_responses``.
-        Served and recorded as the route's."""
+        No ``head``: the client's own with ``fields`` appended (checked, lower-case, none of
+        them framing), written by the core as :meth:`decide_append` writes it; ``hold`` then
+        as there. Served and recorded as the route's."""
         self._core.decide_internal(
             ticket,
             head,
             mux.core,
             tunnel_id,
+            fields=fields or [],
             memo=memo,
             responses=responses,
             h2_scheme=h2_scheme,
             proxy_proto=proxy_proto,
             proxy_dest=proxy_dest,
+            hold=hold,
         )
 
     def decide_append(

@@ -219,10 +219,24 @@ def counts_answers(tunnel: Any, policy: Optional[Any]) -> bool:
     if getattr(tunnel, "breaker", None) is not None or type(tunnel) is EdgeName:
         return True  # (an HTTPS edge's: its routes' modules and tunnels may have breakers)
     return policy is not None and any(
-        isinstance(action, (tp_actions.CircuitBreaker, tp_actions.ForwardInternal))
+        isinstance(action, tp_actions.CircuitBreaker)
         for rule in policy.phases.get("on_http_request") or ()
         for action in rule.actions
     )
+
+
+def _forwards_internal(policy: Optional[Any]) -> bool:
+    """Whether a policy's request phase may forward-internal (its route's held decisions
+    name targets: dropped when its account's internal endpoints change)."""
+    return policy is not None and any(
+        isinstance(action, tp_actions.ForwardInternal)
+        for rule in policy.phases.get("on_http_request") or ()
+        for action in rule.actions
+    )
+
+
+# cached per compiled policy, as decidable is
+forwards_internal = functools.lru_cache(maxsize=1024)(_forwards_internal)
 
 
 class _Forwarded:
@@ -350,6 +364,7 @@ class Decider:
         route_of: Callable[[int], Optional[Pushed]],
         changed: Callable[[str, str], None],
         mode_of: Callable[[Any], Any] = route_mode,
+        counting: Callable[[int], None] = lambda key: None,
     ):
         """``mode_of(tunnel)``: how a route of the tunnel is pushed now, RESTRICTED set when
         its account's ``endpoints`` IP restrictions apply or are not known (a row of a route
@@ -357,6 +372,9 @@ class Decider:
         self.edge = edge
         self.route_of, self.changed = route_of, changed
         self.mode_of = mode_of
+        # told of a route whose answers a target's circuit breaker counts (a forward-
+        # internal's): its records are all wanted from then on (never quiet)
+        self.counting = counting
         self.decided = 0  # rows decided (forward, respond or close)
         self.handed = 0  # rows handed back to Python with their connection
 
@@ -519,7 +537,7 @@ class Decider:
         request = http1.Request(method=method, target=row[6], headers=row[7], raw_headers=row[7])
         traffic = http_policy.Traffic(policy or NO_POLICY, conn, request, scheme, host)
         if policy is None:  # on to the tunnel as it came
-            self._onward(row, held, traffic, at, hub, [])
+            self._onward(row, held, traffic, at, hub, [], own=True)
             return
         out = policy.on_http_request(conn, traffic.req, traffic.state)
         if out.kind in AWAITED:
@@ -667,10 +685,11 @@ class Decider:
         scheme = held[1]
         carrier, state = self.edge.carrier, traffic.state
         if out.kind == tp.FORWARD_INTERNAL:  # the next hop's run decides (counted there)
-            self._forward(row, held, traffic, out, hub, at)
+            self._forward(row, held, traffic, out, hub, at, hold)
             return
-        if out.kind == tp.CONTINUE and at is not None:  # on to the internal endpoint
-            self._onward(row, held, traffic, at, hub, out.breakers)  # (counted there)
+        if out.kind == tp.CONTINUE and at is not None:  # on to the internal endpoint (counted
+            own = at.forwards == 0  # there); the route's own run: its append may be held
+            self._onward(row, held, traffic, at, hub, out.breakers, hold and own, own)
             return
         hub.count_decisions(state)
         memo = traffic
@@ -710,7 +729,14 @@ class Decider:
 
     # ---- forward-internal ----------------------------------------------------------------
     def _forward(
-        self, row: Asked, held: Pushed, traffic: Any, out: Any, hub: Any, at: Optional[_At]
+        self,
+        row: Asked,
+        held: Pushed,
+        traffic: Any,
+        out: Any,
+        hub: Any,
+        at: Optional[_At],
+        hold: bool = False,
     ) -> None:
         """A run that ended in a ``forward-internal``: its target found as
         edge/http_policy.py's ``request_phase`` finds it (``EdgeRouter.internal_target``),
@@ -719,9 +745,10 @@ class Decider:
         account_id = held[0].account_id
         target = self.edge.router.internal_here(account_id, out.url)
         if target is not None:
-            self._hop(row, held, traffic, out, hub, at, target)
+            self._hop(row, held, traffic, out, hub, at, target, hold)
             return
-        asyncio.ensure_future(self._found(row, held, traffic, out, hub, at))
+        asyncio.ensure_future(self._found(row, held, traffic, out, hub, at))  # (not held: a
+        # cloud target's or none, read from the store)
 
     async def _found(
         self, row: Asked, held: Pushed, traffic: Any, out: Any, hub: Any, at: Optional[_At]
@@ -747,6 +774,7 @@ class Decider:
         hub: Any,
         at: Optional[_At],
         target: Any,
+        hold: bool = False,
     ) -> None:
         """The hop to ``target`` (None: none found), as edge/http_policy.py's ``run`` takes
         it: offline is a 502 (or, with ``on_error: continue``, the phase resumes after the
@@ -790,7 +818,8 @@ class Decider:
         hop = _At(target, forwards)
         policy = target.enforcement.policy if target.enforcement is not None else None
         if policy is None:  # the last run's response phase in force there (no breaker of a
-            self._onward(row, held, traffic, hop, hub, [])  # forward-internal's counts it)
+            own = at is None or at.forwards == 0  # forward-internal's counts it)
+            self._onward(row, held, traffic, hop, hub, [], hold and own, own)
             return
         if not decidable(policy) or policy.ip_policy_ids or policy.secret_refs:
             self.edge.carrier.decide_python(ticket)
@@ -804,13 +833,25 @@ class Decider:
         self._finish(row, held, hopped, hopped_out, hub, False, hop)
 
     def _onward(
-        self, row: Asked, held: Pushed, traffic: Any, at: _At, hub: Any, breakers: List[Any]
+        self,
+        row: Asked,
+        held: Pushed,
+        traffic: Any,
+        at: _At,
+        hub: Any,
+        breakers: List[Any],
+        hold: bool = False,
+        own: bool = False,
     ) -> None:
         """A request let through at the internal endpoint ``at`` (by ``traffic``'s run, its
         ``breakers`` the circuit-breaker actions it passed): on to its agent, with the head
         as the last run left it, when the core runs its session here; a cloud endpoint's
         policy that let it through is the hosted 502; its breaker tripped, 503. The run's
-        decisions are counted unless the request is handed to Python (which runs it again)."""
+        decisions are counted unless the request is handed to Python (which runs it again).
+        ``own``: ``traffic`` is the route's own run on the client's head, so a run that only
+        appended fields is sent as those fields (the core writes the head), and with
+        ``hold`` (the route's decisions held, no response phase, no breaker counting the
+        answer) the core may apply the decision again to the same facts."""
         ticket, peer, method = row[0], row[2], row[5]
         carrier, routed = self.edge.carrier, at.routed
         tunnel = routed.tunnel
@@ -835,8 +876,17 @@ class Decider:
             return
         traffic.breakers = breakers  # the answer is counted by them (fast_path.py)
         traffic.upstream_breaker = getattr(tunnel, "breaker", None)
+        if breakers or traffic.upstream_breaker is not None:
+            self.counting(row[1])  # each answer wanted (a quiet route's have no memo)
+            hold = False
+        responses = mode_of(traffic.policy) == RESPONSES
         try:
-            upstream = traffic.upstream_request(peer[0], held[1])
+            added = traffic.appended() if own else None
+            head = (
+                None
+                if added is not None
+                else http1.request_head(traffic.upstream_request(peer[0], held[1]))
+            )
         except http1.LocalProtocolError as exc:
             status, code, msg = http_policy.POLICY_BROKE
             broke = error_response(status, code, msg.format(exc), close=True)
@@ -844,14 +894,16 @@ class Decider:
             return
         carrier.decide_internal(
             ticket,
-            http1.request_head(upstream),
+            head,
             mux,
             tunnel.id,
+            fields=added or [],
             memo=traffic,
-            responses=mode_of(traffic.policy) == RESPONSES,
+            responses=responses,
             h2_scheme=h2_scheme_of(tunnel),
             proxy_proto=tunnel.proxy_proto,
             proxy_dest=listener_addr(self.edge, held[1]),
+            hold=hold and not responses and head is None,
         )
 
     def _answer(

@@ -85,6 +85,7 @@ from edge.decided import (
     Pushed,
     core_mux,
     counts_answers,
+    forwards_internal,
     decidable,
     h2_scheme_of,
     holds_of,
@@ -252,7 +253,9 @@ class FastPath:
         # route key -> its records' kind, for the routes served without a session of their
         # own: "cloud" (a cloud endpoint's) or "edge" (an HTTPS edge's); "agent" otherwise
         self._kinds: Dict[int, str] = {}
-        self.decider = Decider(edge, self.route_of, self._sync, self.mode_now)
+        # route keys whose answers a forward-internal's target's breaker counts: never quiet
+        self._counted: set = set()
+        self.decider = Decider(edge, self.route_of, self._sync, self.mode_now, self._counting)
         self._keys = itertools.count(1)
         # the certificates pushed: what identifies a pair -> its number in the core
         self.certs: Dict[Tuple[Any, ...], int] = {}
@@ -928,8 +931,29 @@ class FastPath:
     # ---- quiet routes -------------------------------------------------------------------------
     def _counts(self, key: int) -> bool:
         """A route whose every answer a circuit breaker counts: never quiet."""
+        if key in self._counted:
+            return True
         pushed = self.route_of(key)
         return pushed is not None and counts_answers(pushed[0], pushed[4])
+
+    def _counting(self, key: int) -> None:
+        """A decision of route ``key`` went to a target whose breaker counts its answer: the
+        route is never made quiet from now on (it turns loud again at the next take of the
+        quiet routes, within QUIET_SECONDS)."""
+        if len(self._counted) > 100_000:
+            self._counted.clear()
+        self._counted.add(key)
+
+    def internal_changed(self, account_id: str) -> None:
+        """An internal endpoint of ``account_id`` came, went or changed (the registry's):
+        every route of the account whose policy may forward-internal is dropped and pushed
+        again under a new key, so no decision the core holds names a target gone or changed."""
+        for where, held in list(self.routes.items()):
+            tunnel, policy = held[1], held[5]
+            policies = policy if type(policy) is Pool else (policy,)
+            if _account(tunnel) == account_id and any(forwards_internal(p) for p in policies):
+                self._drop(where)
+                self._sync(where[1], where[0])
 
     def _make_quiet(self, key: int, hop: Hop, hub: Any) -> None:
         inspector = hub.inspector

@@ -74,11 +74,23 @@ class Registry:
         self._rr = itertools.count()
         # told of each hostname whose routing may have changed (edge/fast_path.py)
         self.on_change: Optional[Callable[[str], None]] = None
+        # told of each account one of whose internal endpoints came, went or changed (what a
+        # forward-internal reaches: edge/fast_path.py drops decisions naming one)
+        self.on_internal: Optional[Callable[[str], None]] = None
 
     def changed(self, hostname: str) -> None:
         """``hostname``'s endpoint, or what applies to it, changed."""
         if self.on_change is not None and hostname:
             self.on_change(hostname)
+
+    def tunnel_changed(self, tunnel: Tunnel) -> None:
+        """What applies to ``tunnel`` changed (its traffic policy): its name's routing, or for
+        an internal endpoint, what forward-internals of its account reach."""
+        if tunnel.internal:
+            if self.on_internal is not None:
+                self.on_internal(tunnel.account_id)
+        else:
+            self.changed(tunnel.hostname)
 
     def add(self, tunnel: Tunnel) -> None:
         self.by_id[tunnel.id] = tunnel
@@ -94,8 +106,7 @@ class Registry:
                 self.by_host[tunnel.hostname] = tunnel
         if tunnel.port:
             self.by_port[tunnel.port] = tunnel
-        if not tunnel.internal:
-            self.changed(tunnel.hostname)
+        self.tunnel_changed(tunnel)
 
     def remove(self, tunnel: Tunnel) -> None:
         if self.by_id.get(tunnel.id) is tunnel:
@@ -120,8 +131,7 @@ class Registry:
             tunnel.pool = None
         if tunnel.port and self.by_port.get(tunnel.port) is tunnel:
             del self.by_port[tunnel.port]
-        if not tunnel.internal:
-            self.changed(tunnel.hostname)
+        self.tunnel_changed(tunnel)
 
     def http_tunnel(self, hostname: str, scheme: str = "") -> Optional[Tunnel]:
         """The endpoint serving ``hostname``; with ``scheme`` (the listener's), the one of

@@ -178,6 +178,7 @@ class Edge:
         self.carrier.on_asked = self.fast_path.decide
         self.carrier.on_responses = self.fast_path.decide_responses
         self.registry.on_change = self.fast_path.sync
+        self.registry.on_internal = self.fast_path.internal_changed
         self.fast_path.start()
         # The HTTPS listener is the core's too: it terminates TLS for a plain route's host
         # (with the certificate edge/fast_path.py pushed) and hands every other connection

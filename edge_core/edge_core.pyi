@@ -342,18 +342,21 @@ class Core:
     def decide_internal(
         self,
         ticket: int,
-        head: bytes,
+        head: Optional[bytes],
         session: Session,
         tunnel_id: str,
         *,
+        fields: List[Tuple[bytes, bytes]] = ...,
         memo: Any = None,
         responses: bool = False,
         h2_scheme: Optional[str] = None,
         proxy_proto: int = 0,
         proxy_dest: str = "",
+        hold: bool = False,
     ) -> None:
         """Ticket ``ticket``'s request on to ``session``'s tunnel ``tunnel_id`` (a
-        forward-internal's target) with ``head``, served and recorded as its route's."""
+        forward-internal's target) with ``head`` (None: the client's with ``fields``
+        appended; ``hold`` as decide_append's), served and recorded as its route's."""
     def decide_append(
         self,
         ticket: int,

@@ -1260,15 +1260,15 @@ def goal_lines(results: Dict[str, Any]) -> List[str]:
         if "edge:cloud" in rows:
             hop = rows["edge:cloud"]["cpu_us"]["edge"] - rows["edge"]["cpu_us"]["edge"]
             lines.append(
-                f"  a cloud endpoint forwarding to an internal endpoint (decided by Python for "
-                f"each request): {hop:.1f} µs added = {x(ratio(hop, sshd) if sshd else None)} "
+                f"  a cloud endpoint forwarding to an internal endpoint (its decision held while "
+                f"the route is quiet): {hop:.1f} µs added = {x(ratio(hop, sshd) if sshd else None)} "
                 f"sshd's whole request"
             )
         if "edge:forward" in rows:
             hop = rows["edge:forward"]["cpu_us"]["edge"] - rows["edge"]["cpu_us"]["edge"]
             lines.append(
-                f"  a forward-internal to an internal endpoint (decided by Python for each "
-                f"request): {hop:.1f} µs added = {x(ratio(hop, sshd) if sshd else None)} "
+                f"  an agent endpoint's forward-internal to an internal endpoint (held while the "
+                f"route is quiet): {hop:.1f} µs added = {x(ratio(hop, sshd) if sshd else None)} "
                 f"sshd's whole request"
             )
     if results.get("cores"):

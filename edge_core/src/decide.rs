@@ -70,9 +70,15 @@ pub enum Decision {
     /// included, as Python wrote it); the body follows by the client's own framing.
     Forward { head: Vec<u8> },
     /// On to another agent endpoint than the route's own (the internal endpoint a policy's
-    /// `forward-internal` sent it to) with this head; the body follows by the client's own
-    /// framing, and the request is served and recorded as the route's.
-    Internal { head: Vec<u8>, to: Box<Target> },
+    /// `forward-internal` sent it to) with this head, or with none: the client's own head
+    /// with `fields` after its own and the X-Forwarded ones, as [`Decision::Append`] writes
+    /// it (the policy only appended fields: such a decision may be held). The body follows
+    /// by the client's own framing, and the request is served and recorded as the route's.
+    Internal {
+        head: Option<Vec<u8>>,
+        fields: Vec<Field>,
+        to: Box<Target>,
+    },
     /// On to the route's agent with the client's own head and these fields after its own
     /// (names in lower case, none of them framing), X-Forwarded ones added by the core as for a
     /// plain route: the common policy that only appends headers, without Python writing the

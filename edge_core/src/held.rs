@@ -159,6 +159,20 @@ fn holdable(decision: &Decision) -> Option<usize> {
     let size = match decision {
         Decision::Append { fields } => fields.iter().map(|(n, v)| n.len() + v.len() + 16).sum(),
         Decision::Respond { head, body, .. } => head.len() + body.len(),
+        // a target's append (its session held with it until the route is dropped: the
+        // registry's internal endpoints changing drops it, edge/fast_path.py)
+        Decision::Internal {
+            head: None,
+            fields,
+            to,
+        } => {
+            fields
+                .iter()
+                .map(|(n, v)| n.len() + v.len() + 16)
+                .sum::<usize>()
+                + to.tunnel_id.len()
+                + 64
+        }
         Decision::Close
         | Decision::Forward { .. }
         | Decision::Internal { .. }

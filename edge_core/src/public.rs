@@ -1163,6 +1163,7 @@ pub(crate) async fn connection<C: Conn>(
                 }
                 Decision::Internal {
                     head: forwarded,
+                    fields,
                     to,
                 } => {
                     if to.h2_upstream.is_some() && !crate::h2up::carriable_target(&head.target) {
@@ -1171,10 +1172,10 @@ pub(crate) async fn connection<C: Conn>(
                     // served as the route's (its key, its records), on the target's session
                     route = Arc::new(route.towards(*to));
                     given = Given {
-                        head: Some(forwarded),
+                        head: forwarded,
+                        added: fields,
                         memo,
                         held,
-                        ..Given::default()
                     }
                 }
                 Decision::Respond {

@@ -956,23 +956,28 @@ impl Core {
     /// route's (the internal one a `forward-internal` sent it to): `session`'s tunnel
     /// `tunnel_id`, spoken to as `set_route` says (`h2_scheme`, `proxy_proto` and
     /// `proxy_dest`); `responses`: its response head is asked about (a response phase in
-    /// force). Served and recorded as the route's, under its key.
+    /// force). No `head`: the client's own with `fields` appended, written by the core as
+    /// decide_append's (then `hold` may say it holds for the route's requests with the same
+    /// facts). Served and recorded as the route's, under its key.
     #[pyo3(signature = (
-        ticket, head, session, tunnel_id, *, memo = None, responses = false, h2_scheme = None,
-        proxy_proto = 0, proxy_dest = String::new()
+        ticket, head, session, tunnel_id, *, fields = Vec::new(), memo = None,
+        responses = false, h2_scheme = None, proxy_proto = 0, proxy_dest = String::new(),
+        hold = false
     ))]
     #[allow(clippy::too_many_arguments)]
     fn decide_internal(
         &self,
         ticket: u64,
-        head: Vec<u8>,
+        head: Option<Vec<u8>>,
         session: &Session,
         tunnel_id: String,
+        fields: Vec<(Vec<u8>, Vec<u8>)>,
         memo: Option<Py<PyAny>>,
         responses: bool,
         h2_scheme: Option<&str>,
         proxy_proto: u8,
         proxy_dest: String,
+        hold: bool,
     ) -> PyResult<()> {
         let to = Target {
             session: session.inner.clone(),
@@ -981,11 +986,13 @@ impl Core {
             proxy: proxy_of(proxy_proto, proxy_dest)?,
             h2_upstream: h2_upstream_of(h2_scheme)?,
         };
+        let hold = hold && head.is_none();
         let decision = Decision::Internal {
             head,
+            fields,
             to: Box::new(to),
         };
-        self.decided(ticket, decision, memo, false);
+        self.decided(ticket, decision, memo, hold);
         Ok(())
     }
 

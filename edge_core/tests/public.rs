@@ -1361,7 +1361,8 @@ async fn a_forward_internal_goes_on_to_its_target_recorded_as_the_routes() {
         carrier.decisions.answer(
             row.ticket,
             decided(Decision::Internal {
-                head: head.clone().into_bytes(),
+                head: Some(head.clone().into_bytes()),
+                fields: Vec::new(),
                 to: Box::new(to(responses)),
             }),
         );
@@ -1473,7 +1474,8 @@ async fn a_cloud_routes_requests_are_answered_or_sent_to_a_target_else_pythons()
     carrier.decisions.answer(
         row.ticket,
         decided(Decision::Internal {
-            head: head.to_vec(),
+            head: Some(head.to_vec()),
+            fields: Vec::new(),
             to: Box::new(Target {
                 session: session.clone(),
                 tunnel_id: "tn_svc".into(),
@@ -1693,5 +1695,71 @@ async fn chunk_extensions_trailers_and_bounds() {
             served[0].request_ended
         ),
         (&b"abcde"[..], &b"ABCDE"[..], true)
+    );
+}
+
+/// A forward-internal's append held: the route's next request with the same facts goes to
+/// the target's session with the appended field and the X-Forwarded ones, without asking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_targets_append_is_held_and_served_without_asking() {
+    use edge_core::decide::{Decided, Decision, Target};
+    use edge_core::held::{Held, Reads};
+    let (carrier, port, session, _agent) = setup(16);
+    let (internal, mut internal_agent) = common::agent_session(&carrier);
+    let reads = Reads::parse(&["target".to_string()]).unwrap();
+    carrier.routes.set(
+        "h.test".into(),
+        Route {
+            held: Some(Arc::new(Held::new(reads))),
+            ..decided_route(&session, false)
+        },
+    );
+    carrier.tallies.set_quiet(7, true);
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    for n in 0..2 {
+        client
+            .write_all(format!("GET /a HTTP/1.1\r\nHost: h.test\r\nX-N: {n}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        if n == 0 {
+            let row = asked(&carrier).await;
+            let decided = Decided {
+                decision: Decision::Internal {
+                    head: None,
+                    fields: vec![(b"x-a".to_vec(), b"1".to_vec())],
+                    to: Box::new(Target {
+                        session: internal.clone(),
+                        tunnel_id: "tn_in".into(),
+                        responses: false,
+                        proxy: None,
+                        h2_upstream: None,
+                    }),
+                },
+                memo: Some(Arc::new(42u32)),
+                hold: true,
+            };
+            assert!(carrier.decisions.answer(row.ticket, decided));
+        }
+        let (sid, got) = agent_reads(&mut internal_agent, |g| g.ends_with(b"\r\n\r\n")).await;
+        assert!(n == 1 || has(&got, b"\"Id\": \"tn_in\"")); // (then its stream kept)
+        assert!(
+            has(&got, format!("x-n: {n}\r\nx-a: 1\r\n").as_bytes()),
+            "{got:?}"
+        );
+        assert!(has(&got, b"x-forwarded-for: 127.0.0.1\r\n"));
+        let mut answer = Vec::new();
+        encode(
+            &mut answer,
+            DATA,
+            0,
+            sid,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        );
+        internal_agent.write_all(&answer).await.unwrap();
+        read_response(&mut client, b"ok").await;
+    }
+    assert!(
+        carrier.inbox().take().asked.is_empty(),
+        "the second was not asked"
     );
 }

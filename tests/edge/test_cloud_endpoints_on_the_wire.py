@@ -10,6 +10,7 @@ import uuid
 
 import ngrok
 import pytest
+import requests
 
 from edge.edges import CACHE_SECONDS
 from stacks.process import listens_on
@@ -65,10 +66,16 @@ def _cloud(client, policy, host=None):
 
 def _internal_agent(edge, account, agents):
     name = f"{_name('svc')}.internal"
+    _internal_agent_on(edge, account, agents, name)
+    return name
+
+
+def _internal_agent_on(edge, account, agents, name):
+    """An official SDK agent of ``account`` serving the internal endpoint ``name``."""
     agent = agents(edge, _credential(account)["token"], [{"proto": "http", "domain": name}])
     [bound] = _bound(agent.start())
     assert _host(bound["url"]) == name, bound
-    return name
+    return agent
 
 
 def test_cloud_endpoint_answers_with_its_policy_over_http_and_https_with_no_agent(edge, client):
@@ -387,3 +394,42 @@ def test_a_cloud_endpoints_requests_are_carried_by_the_core_once_it_served_one(
     time.sleep(IN_FORCE_AFTER)
     patched = edge.http("GET", ep.host, "/echo/1")
     assert (patched.status_code, patched.text) == (201, "patched")
+
+
+def test_a_cloud_endpoints_forward_is_held_and_follows_its_target_to_a_new_agent(
+    edge, account, client, agents
+):
+    """A cloud endpoint whose policy only forwards to an agent's internal endpoint: past the
+    inspector's window its route is quiet, and the core holds the decision (it names the
+    target's session): most requests go there without asking Python. The target's agent
+    replaced by another on the same name, the held decision goes with the old one (the
+    account's internal endpoints changed): the next requests reach the new agent."""
+    name = f"{_name('svc')}.internal"
+    first = _internal_agent_on(edge, account, agents, name)
+    ep = _cloud(client, _forward(f"https://{name}"))
+
+    def held():
+        return settled(lambda: metric(edge.metrics(), "edge_core_http_held_total"))
+
+    assert wait(lambda: edge.http("GET", ep.host, "/echo").status_code == 200)
+    before = held()
+    with requests.Session() as session:  # one connection: the core's once the route is up
+        for _ in range(300):  # the inspector's window (120 a minute), then quiet and held
+            got = session.get(
+                f"http://127.0.0.1:{edge.http_port}/echo", headers={"Host": ep.host}, timeout=10
+            )
+            assert got.status_code == 200, got.text
+    assert held() > before, "no decision was held"
+
+    first.stop()
+    assert wait(lambda: edge.http("GET", ep.host, "/echo").status_code == 502)
+    _internal_agent_on(edge, account, agents, name)
+    assert wait(lambda: edge.http("GET", ep.host, "/echo").status_code == 200)
+    handed = settled(lambda: _core_counts(edge)[1])
+    with requests.Session() as session:  # none to the old agent's session, handed over
+        for _ in range(20):
+            got = session.get(
+                f"http://127.0.0.1:{edge.http_port}/echo", headers={"Host": ep.host}, timeout=10
+            )
+            assert got.status_code == 200, got.text
+    assert settled(lambda: _core_counts(edge)[1]) == handed

@@ -299,13 +299,14 @@ def test_a_drain_waits_for_a_session_in_flight_then_asks_it_to_move(monkeypatch)
         edge.sessions = {busy, idle}
         loop = asyncio.get_running_loop()
         start = loop.time()
-        loop.call_later(1.0, busy.finish)  # its request ends 0.5 s into the drain
+        # its request ends 1.5 s into the drain (which starts 0.5 s in: the holder caches)
+        loop.call_later(2.0, busy.finish)
         await _cluster(edge).drain_sessions()
         return busy.ended[1] - start, idle.ended[1] - start
 
     busy_ended, idle_ended = asyncio.run(main())
-    assert 1.0 <= busy_ended < 1.0 + 0.1 + 1.0  # ~0.1 s idle running after it, then GOAWAY
-    assert idle_ended < 1.0
+    assert 2.0 <= busy_ended < 2.0 + 0.1 + 1.0  # ~0.1 s idle running after it, then GOAWAY
+    assert idle_ended < 2.0  # asked to move at once (~0.6 s), not after the busy one
 
 
 def test_a_drain_asks_every_agent_to_move_within_drain_seconds(monkeypatch):

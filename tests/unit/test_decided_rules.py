@@ -787,28 +787,54 @@ def _internal(mux, policy_doc=None, **changes):
 
 
 def test_a_forward_internal_to_an_agent_endpoint_here_goes_on_to_its_session(core):
-    """The request as the forwarding policy left it, X-Forwarded fields included, to the
-    internal endpoint's session and tunnel, spoken to as its route would be; no store read."""
+    """The request as the forwarding policy left it to the internal endpoint's session and
+    tunnel, spoken to as its route would be; no store read. A policy that only appended
+    fields sends those (the core writes the head and the X-Forwarded ones), held when the
+    route's decisions are (its policy reads only the row's facts); one that changed more
+    sends the whole head, never held."""
     made, carrier, _, _ = _decider(
         _req({"type": "add-headers", "config": {"headers": {"x-a": "1"}}}, FORWARD)
     )
     made.edge.router.here[INTERNAL] = _internal(core, None, proxy_proto=2)
     _decide(made, [_row(1)])
     ((kind, ticket, head, mux, tunnel_id, memo, how),) = carrier.calls
-    assert (kind, ticket, mux, tunnel_id) == ("internal", 1, core, "tn_in")
-    assert head == (
-        b"GET /echo HTTP/1.1\r\nhost: " + HOST.encode() + b"\r\naccept: */*\r\nx-a: 1\r\n"
-        b"x-forwarded-for: 198.51.100.7\r\nx-forwarded-proto: http\r\n"
-        b"x-forwarded-host: " + HOST.encode() + b"\r\n\r\n"
-    )
+    assert (kind, ticket, head, mux, tunnel_id) == ("internal", 1, None, core, "tn_in")
     assert how == {
+        "fields": [(b"x-a", b"1")],
         "responses": False,
         "h2_scheme": None,
         "proxy_proto": 2,
         "proxy_dest": "127.0.0.1:8080",
+        "hold": True,
     }
     assert memo.state is not None and made.edge.router.reads == []
-    assert carrier.holds == []  # never held: the target is not a fact of the request
+
+    rewrite = {"type": "url-rewrite", "config": {"from": "/echo", "to": "/other"}}
+    made, carrier, _, _ = _decider(_req(rewrite, FORWARD))
+    made.edge.router.here[INTERNAL] = _internal(core)
+    _decide(made, [_row(2)])
+    ((kind, ticket, head, _, _, _, how),) = carrier.calls
+    assert head == (
+        b"GET /other HTTP/1.1\r\nhost: " + HOST.encode() + b"\r\naccept: */*\r\n"
+        b"x-forwarded-for: 198.51.100.7\r\nx-forwarded-proto: http\r\n"
+        b"x-forwarded-host: " + HOST.encode() + b"\r\n\r\n"
+    )
+    assert (how["fields"], how["hold"]) == ([], False)
+
+
+def test_a_target_whose_breaker_counts_its_answers_is_never_held_and_its_route_never_quiet(core):
+    from edge import breaker
+
+    made, carrier, _, _ = _decider(_req(FORWARD))
+    counted = []
+    made.counting = counted.append
+    made.edge.router.here[INTERNAL] = _internal(
+        core, None, breaker=breaker.of_option({"error_threshold": 0.5})
+    )
+    _decide(made, [_row(1)])
+    ((kind, _, head, _, _, memo, how),) = carrier.calls
+    assert (kind, head, how["hold"], counted) == ("internal", None, False, [7])
+    assert memo.upstream_breaker is not None  # its record counts the answer
 
 
 def test_the_internal_endpoints_own_policy_runs_next_as_its_endpoint(core):
@@ -951,14 +977,6 @@ def test_a_cloud_endpoints_route_answers_forwards_or_is_non_terminating(core):
     assert b"ERR_NGROK_6029" in body and b"ep_cloud is non-terminating" in body
 
 
-def test_a_forward_internal_route_is_never_quiet():
-    """Its answers may be counted by the target's breakers (a quiet route's records are
-    counted without their memos)."""
-    tunnel = types.SimpleNamespace(breaker=None)
-    assert decided.counts_answers(tunnel, compile_policy(_req(FORWARD)))
-    assert not decided.counts_answers(tunnel, compile_policy(_req(DECIDABLE["add-headers"])))
-
-
 def test_a_request_handed_to_python_at_its_target_counts_no_decision(core):
     """Python runs it again, and counts its decisions then."""
     from edge.observe import hub_of
@@ -1036,9 +1054,9 @@ def test_an_https_edges_request_is_routed_by_its_path_then_decided(core):
     )
     by_ticket = {c[1]: c for c in calls}
     assert by_ticket[1][0] == "internal" and by_ticket[1][4] == "tn_in"
-    assert b"x-a: 1\r\n" in by_ticket[1][2]
-    assert by_ticket[2][0] == "internal" and b"x-a: 1" not in by_ticket[2][2]
-    assert b"x-forwarded-for: 198.51.100.7\r\n" in by_ticket[2][2]
+    assert by_ticket[1][2] is None and by_ticket[1][6]["fields"] == [(b"x-a", b"1")]
+    assert by_ticket[2][0] == "internal" and by_ticket[2][6]["fields"] == []
+    assert not by_ticket[1][6]["hold"] and not by_ticket[2][6]["hold"]  # an edge's: never
     assert by_ticket[3] == ("python", 3)
     assert by_ticket[4][:3] == ("respond", 4, 404) and b"ERR_NGROK_3200" in by_ticket[4][4]
 

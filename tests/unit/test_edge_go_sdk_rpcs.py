@@ -173,7 +173,11 @@ class RecordingEdge:
 
     def __init__(self):
         self.changed = []  # hostnames the registry was told changed (edge/fast_path.py's cue)
-        self.registry = SimpleNamespace(sessions={}, by_id={}, changed=self.changed.append)
+        self.registry = SimpleNamespace(
+            sessions={},
+            by_id={},
+            tunnel_changed=lambda tunnel: self.changed.append(tunnel.hostname),
+        )
         self.settings = SimpleNamespace(
             limits=quotas.Limits(),
             instance_id="edge_test",

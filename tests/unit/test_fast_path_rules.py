@@ -889,7 +889,7 @@ def test_a_cloud_endpoint_python_served_is_pushed_as_a_decided_route_without_a_s
         paths.seen(CLOUD, "http", named=True)
         await asyncio.sleep(0.01)
         assert edge.carrier.set == [("http", CLOUD, 1)] and edge.carrier.mux is None
-        assert edge.carrier.decided_holds == (True, None)  # forward-internal: never held
+        assert edge.carrier.decided_holds == (True, [])  # a static forward: held, reading none
         assert paths.hops[1].endpoint_id == "ep_cloud" and paths.route_of(1)[0].cloud
         paths.seen(CLOUD, "http", named=True)  # its route is live: nothing more
         await asyncio.sleep(0.01)
@@ -1168,3 +1168,39 @@ def test_an_https_edges_route_is_never_quiet():
 
     name = decided.EdgeName("edghts_1", "ac_1", f"https://{EDGE_HOST}", EDGE_HOST)
     assert decided.counts_answers(name, None)
+
+
+def test_an_accounts_internal_endpoint_changing_drops_its_forwarding_routes_held_decisions(core):
+    """The registry tells of an internal endpoint that came, went or changed (its account);
+    each route of that account whose policy may forward-internal is dropped and pushed again
+    under a new key (the core's held decisions name targets: none may outlive one), and no
+    other route is."""
+    claims = {CLOUD: _claim(FORWARDS)}
+    edge, _ = _cloud_edge(claims)
+    other = "other.tunnels.localhost"
+    claims[other] = _claim(FORWARDS, id="ep_other", host=other, url=f"https://{other}")
+    claims[other]["account_id"] = "ac_2"
+    told = []
+    edge.registry.on_internal = told.append
+
+    async def run():
+        paths = FastPath(edge)
+        edge.registry.on_internal = lambda account: (
+            told.append(account),
+            paths.internal_changed(account),
+        )
+        for host in (CLOUD, other):
+            paths.seen(host, "http", named=True)
+        await asyncio.sleep(0.01)
+        keys = {host: paths.routes[("http", host)][0] for host in (CLOUD, other)}
+        internal = _tunnel(core, internal=True, hostname="a.internal", url="https://a.internal")
+        edge.registry.add(internal)  # an internal endpoint of ac_1 comes
+        await asyncio.sleep(0.01)
+        after = {host: paths.routes[("http", host)][0] for host in (CLOUD, other)}
+        return keys, after, list(edge.carrier.dropped)
+
+    keys, after, dropped = core.loop.run_until_complete(run())
+    assert told == ["ac_1"]
+    assert ("http", CLOUD) in dropped and after[CLOUD] != keys[CLOUD]
+    assert ("http", "other.tunnels.localhost") not in dropped
+    assert after["other.tunnels.localhost"] == keys["other.tunnels.localhost"]

@@ -34,6 +34,10 @@ ACTION_READS = {
     actions.RestrictIps: (celenv.PEER_IP,),  # without ip_policies (below)
     actions.BasicAuth: (celenv.field("authorization"),),
     actions.SetVars: (),
+    # its outcome (the URL, a function of what its template reads); where that URL leads is
+    # the edge's to keep current (edge/fast_path.py drops a route's held decisions when its
+    # account's internal endpoints change)
+    actions.ForwardInternal: (),
 }
 # Not held, and why: rate-limit counts requests; log writes an entry per request; the rest
 # read a body, call out, sign in, keep state or read a cache (any action not above).
