@@ -59,7 +59,8 @@ import asyncio
 import contextvars
 import functools
 import logging
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, FrozenSet, List, Optional, Set, Tuple
+from urllib.parse import urlsplit
 
 from chalicelib.core import policy as tp
 from chalicelib.core.policy import actions as tp_actions
@@ -225,18 +226,28 @@ def counts_answers(tunnel: Any, policy: Optional[Any]) -> bool:
     )
 
 
-def _forwards_internal(policy: Optional[Any]) -> bool:
-    """Whether a policy's request phase may forward-internal (its route's held decisions
-    name targets: dropped when its account's internal endpoints change)."""
-    return policy is not None and any(
-        isinstance(action, tp_actions.ForwardInternal)
-        for rule in policy.phases.get("on_http_request") or ()
-        for action in rule.actions
-    )
+def _forward_names(policy: Optional[Any]) -> Optional[FrozenSet[str]]:
+    """The internal hostnames a policy's request phase may forward-internal to (its fixed
+    URLs'); None when one URL is made of a template (it may name any)."""
+    names: Set[str] = set()
+    for rule in (policy.phases.get("on_http_request") or ()) if policy is not None else ():
+        for action in rule.actions:
+            if isinstance(action, tp_actions.ForwardInternal):
+                if action.url.static is None:
+                    return None
+                names.add((urlsplit(action.url.static).hostname or "").lower())
+    return frozenset(names)
 
 
 # cached per compiled policy, as decidable is
-forwards_internal = functools.lru_cache(maxsize=1024)(_forwards_internal)
+forward_names = functools.lru_cache(maxsize=1024)(_forward_names)
+
+
+def forwards_to(policy: Optional[Any], hostname: str) -> bool:
+    """Whether a policy may forward-internal to the internal endpoint ``hostname`` (its
+    route's held decisions may name it: dropped when that endpoint changes)."""
+    names = forward_names(policy)
+    return names is None or hostname.lower() in names
 
 
 class _Forwarded:

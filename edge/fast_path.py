@@ -85,7 +85,7 @@ from edge.decided import (
     Pushed,
     core_mux,
     counts_answers,
-    forwards_internal,
+    forwards_to,
     decidable,
     h2_scheme_of,
     holds_of,
@@ -786,6 +786,7 @@ class FastPath:
                     self.hops.pop(key, None)
                     self.where.pop(key, None)
                     self._kinds.pop(key, None)
+                    self._counted.discard(key)
                     for member_key in self.members.pop(key, ()):
                         self.hops.pop(member_key, None)
                         self.where.pop(member_key, None)
@@ -940,18 +941,26 @@ class FastPath:
         """A decision of route ``key`` went to a target whose breaker counts its answer: the
         route is never made quiet from now on (it turns loud again at the next take of the
         quiet routes, within QUIET_SECONDS)."""
-        if len(self._counted) > 100_000:
-            self._counted.clear()
-        self._counted.add(key)
+        self._counted.add(key)  # (let go with the key: refresh)
+        if key in self._quiet:  # loud now, not at the next take of the quiet routes
+            self.edge.carrier.set_quiet(key, False)
 
-    def internal_changed(self, account_id: str) -> None:
-        """An internal endpoint of ``account_id`` came, went or changed (the registry's):
-        every route of the account whose policy may forward-internal is dropped and pushed
-        again under a new key, so no decision the core holds names a target gone or changed."""
+    def internal_changed(self, account_id: str, hostname: str = "") -> None:
+        """The internal endpoint ``hostname`` of ``account_id`` came, went or changed (the
+        registry's): every route of the account that may hold a decision naming it (its
+        decisions held, its policy forwarding there: a fixed URL of that name, or one made
+        of a template) is dropped and pushed again under a new key, so no decision the core
+        holds names a target gone or changed. Routes that hold nothing, or forward only to
+        other names, are left as they are."""
         for where, held in list(self.routes.items()):
-            tunnel, policy = held[1], held[5]
-            policies = policy if type(policy) is Pool else (policy,)
-            if _account(tunnel) == account_id and any(forwards_internal(p) for p in policies):
+            tunnel, mode, policy = held[1], held[4], held[5]
+            if _account(tunnel) != account_id:
+                continue
+            if type(tunnel) is Pool:
+                members = list(zip(tunnel, mode, policy))
+            else:
+                members = [(tunnel, mode, policy)]
+            if any(_holds(t, m) is not None and forwards_to(p, hostname) for t, m, p in members):
                 self._drop(where)
                 self._sync(where[1], where[0])
 

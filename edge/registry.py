@@ -74,9 +74,9 @@ class Registry:
         self._rr = itertools.count()
         # told of each hostname whose routing may have changed (edge/fast_path.py)
         self.on_change: Optional[Callable[[str], None]] = None
-        # told of each account one of whose internal endpoints came, went or changed (what a
-        # forward-internal reaches: edge/fast_path.py drops decisions naming one)
-        self.on_internal: Optional[Callable[[str], None]] = None
+        # told of each internal endpoint (its account, its hostname) that came, went or changed
+        # (what a forward-internal reaches: edge/fast_path.py drops decisions naming one)
+        self.on_internal: Optional[Callable[[str, str], None]] = None
 
     def changed(self, hostname: str) -> None:
         """``hostname``'s endpoint, or what applies to it, changed."""
@@ -88,7 +88,7 @@ class Registry:
         an internal endpoint, what forward-internals of its account reach."""
         if tunnel.internal:
             if self.on_internal is not None:
-                self.on_internal(tunnel.account_id)
+                self.on_internal(tunnel.account_id, tunnel.hostname)
         else:
             self.changed(tunnel.hostname)
 

@@ -1181,26 +1181,29 @@ def test_an_accounts_internal_endpoint_changing_drops_its_forwarding_routes_held
     claims[other] = _claim(FORWARDS, id="ep_other", host=other, url=f"https://{other}")
     claims[other]["account_id"] = "ac_2"
     told = []
-    edge.registry.on_internal = told.append
 
     async def run():
         paths = FastPath(edge)
-        edge.registry.on_internal = lambda account: (
-            told.append(account),
-            paths.internal_changed(account),
+        edge.registry.on_internal = lambda account, name: (
+            told.append((account, name)),
+            paths.internal_changed(account, name),
         )
         for host in (CLOUD, other):
             paths.seen(host, "http", named=True)
         await asyncio.sleep(0.01)
         keys = {host: paths.routes[("http", host)][0] for host in (CLOUD, other)}
+        elsewhere = _tunnel(core, internal=True, hostname="b.internal", url="https://b.internal")
+        edge.registry.add(elsewhere)  # another name its fixed URL does not name: kept
+        await asyncio.sleep(0.01)
+        kept = paths.routes[("http", CLOUD)][0] == keys[CLOUD]
         internal = _tunnel(core, internal=True, hostname="a.internal", url="https://a.internal")
-        edge.registry.add(internal)  # an internal endpoint of ac_1 comes
+        edge.registry.add(internal)  # the internal endpoint its URL names comes
         await asyncio.sleep(0.01)
         after = {host: paths.routes[("http", host)][0] for host in (CLOUD, other)}
-        return keys, after, list(edge.carrier.dropped)
+        return keys, after, list(edge.carrier.dropped), kept
 
-    keys, after, dropped = core.loop.run_until_complete(run())
-    assert told == ["ac_1"]
+    keys, after, dropped, kept = core.loop.run_until_complete(run())
+    assert told == [("ac_1", "b.internal"), ("ac_1", "a.internal")] and kept
     assert ("http", CLOUD) in dropped and after[CLOUD] != keys[CLOUD]
     assert ("http", "other.tunnels.localhost") not in dropped
     assert after["other.tunnels.localhost"] == keys["other.tunnels.localhost"]
