@@ -338,7 +338,7 @@ class FastPath:
 
     def _cloud_kept(self, host: str) -> Optional[Routed]:
         """The cloud endpoint a route of ``host`` serves, read without a wait: the one read
-        for it (:meth:`_read_cloud`) unless the router's cache now has another answer for the
+        for it (:meth:`_read_named`) unless the router's cache now has another answer for the
         name (gone, or changed: read again), when its policy lets the core carry it."""
         claim, routed = self.clouds[host]
         cached, now = self.edge.router.cloud_now(host)
