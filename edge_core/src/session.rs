@@ -5,7 +5,9 @@
 //! Frames the edge's Python side queues (a request head, WNDINCs as it reads, FINs) are sent
 //! when it calls [`Session::flush`], once per turn of its event loop, or at once past
 //! `flush_at` bytes: the frames of one turn leave as one write (one TLS record). Frames the
-//! reader queues (RSTs, resets at the end of a linger) are sent after each read.
+//! reader queues (RSTs, resets at the end of a linger) are sent after each read. Woken with
+//! more than one stream of ours open, the writer yields a turn of the runtime first, so the
+//! streams the core carries batch the same way (tests/session.rs).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -317,6 +319,12 @@ async fn write_loop<W: AsyncWrite + Unpin>(session: Arc<Session>, mut w: W) {
             }
             spare = batch;
             session.writer.notified().await;
+            // With other streams of ours under way, let the tasks woken with this one queue
+            // their frames first: the requests of one turn of the runtime leave in one write
+            // (one TLS record, one system call). A lone request leaves at once.
+            if session.lock().local_open > 1 {
+                tokio::task::yield_now().await;
+            }
             continue;
         }
         let write = async {
