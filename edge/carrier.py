@@ -302,6 +302,7 @@ class Carrier:
         proxy_proto: int = 0,
         proxy_dest: str = "",
         capture: int = 0,
+        ws_tcp: bool = False,
     ) -> None:
         """The core serves ``host``'s requests on the listener of ``scheme`` itself for
         ``ttl`` seconds (unless set again), on proxy streams of ``mux`` carrying
@@ -317,7 +318,9 @@ class Carrier:
         endpoint's route, ``decided``: each request answered, or sent on to a target its
         decision names (:meth:`decide_internal`). ``capture``: each exchange's first
         ``capture`` data bytes of both bodies go with its record (``Exchange.request_body``,
-        ``response_body``: the inspector captures the endpoint's bodies)."""
+        ``response_body``: the inspector captures the endpoint's bodies). ``ws_tcp``: the
+        endpoint converts WebSockets to TCP (edge/wstcp.py's rules): the core answers each
+        upgrade and converts (edge_core/src/wstcp.rs), and answers anything else 400."""
         self._core.set_route(
             host,
             key,
@@ -333,6 +336,7 @@ class Carrier:
             proxy_proto=proxy_proto,
             proxy_dest=proxy_dest,
             capture=capture,
+            ws_tcp=ws_tcp,
         )
 
     def set_pool(
@@ -563,16 +567,25 @@ class Carrier:
         sid: int,
         to_stream: bytes,
         to_client: bytes,
+        websocket: bool = False,
     ) -> "asyncio.Future[Tuple[int, int]]":
         """The core carries the connected socket ``sock`` (detached: the core's from now
         on) and the stream ``sid`` of ``conn`` both ways (edge_core/src/splice.rs:
         half-closes, the end at the first failure); the future gets (bytes read from the
-        client, bytes written to it) when both directions are done."""
+        client, bytes written to it) when both directions are done. With ``websocket``,
+        the core converts between the client's WebSocket and the stream's raw bytes
+        (edge_core/src/wstcp.rs), ``to_stream`` the client's frames read so far."""
         assert self._loop is not None, "the carrier is started"
         unix = sock.family == socket.AF_UNIX
-        splice_id = self._core.splice(
-            sock.detach(), conn, sid, unix=unix, to_stream=to_stream, to_client=to_client
-        )
+        if websocket:
+            assert not to_client, "a converted WebSocket's 101 is written before"
+            splice_id = self._core.convert_websocket(
+                sock.detach(), conn, sid, unix=unix, frames=to_stream
+            )
+        else:
+            splice_id = self._core.splice(
+                sock.detach(), conn, sid, unix=unix, to_stream=to_stream, to_client=to_client
+            )
         done: "asyncio.Future[Tuple[int, int]]" = self._loop.create_future()
         self._splices[splice_id] = done
         return done

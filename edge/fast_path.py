@@ -16,8 +16,9 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
   auth, IP restrictions, header changes, compression, the WAF, the modules), or one that
   needs only the request's head (``decided.decidable``: the route is then *decided*, each
   request's policy run by edge/decided.py on the head the core read; a circuit breaker of its
-  own makes it decided too), no WebSocket-TCP converter (a PROXY protocol header the core
-  writes itself: ``proxy_proto``; an ``app_protocol`` http2 endpoint is spoken to in HTTP/2
+  own makes it decided too); with a WebSocket-TCP converter, no policy at all (the core
+  answers its upgrades and converts: ``ws_tcp``, edge_core/src/wstcp.rs; a PROXY protocol
+  header the core writes itself: ``proxy_proto``; an ``app_protocol`` http2 endpoint is spoken to in HTTP/2
   by the core: ``h2_scheme_of``, not a pool's member);
 - an account with ``endpoints`` IP restrictions (the router's cache) has its routes decided,
   each request's client checked first (edge/decided.py ``RESTRICTED``); an endpoint whose
@@ -330,10 +331,13 @@ class FastPath:
         mux = getattr(tunnel.session, "mux", None)
         if type(mux) is not MuxSession or mux.closed:
             return False
+        mode = route_mode(tunnel)
         return not (
-            route_mode(tunnel) is None
-            or tunnel.ws_tcp
+            mode is None
             or (tunnel.forwards_proto == "http2" and not h2)
+            # a WebSocket-TCP endpoint's route is the core's alone, with no policy (decided,
+            # each request would go to Python: edge/decided.py leaves it Python's)
+            or (tunnel.ws_tcp and (not h2 or tunnel.forwards_proto == "http2" or mode != PLAIN))
         )
 
     def _cloud_kept(self, host: str) -> Optional[Routed]:
@@ -758,6 +762,7 @@ class FastPath:
             proxy_proto=tunnel.proxy_proto,
             proxy_dest=listener_addr(self.edge, scheme),
             capture=_capture_of(mode),
+            ws_tcp=tunnel.ws_tcp,
         )
 
     def _drop(self, where: Tuple[str, str]) -> None:

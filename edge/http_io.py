@@ -133,7 +133,7 @@ async def splice(
     client on a socket of its own with nothing left to write (a TCP or Unix socket, no TLS of
     Python's); it returns the bytes the core read from the client and wrote to it then (what
     ``reader``/``writer`` saw not included), None when Python carried them here."""
-    if _carriable(writer, stream):
+    if carriable(writer, stream):
         return await _carry(reader, writer, stream, to_stream, to_client)
 
     async def up() -> None:
@@ -195,7 +195,7 @@ async def detach(
     return dup, held
 
 
-def _carriable(writer: Any, stream: Any) -> bool:
+def carriable(writer: Any, stream: Any) -> bool:
     """The core can carry this pair: its own session's stream, and a stream socket carrying
     the client's plaintext (TCP, or the Unix socket of TLS the core terminated) whose writes
     all left. TLS Python terminated stays Python's."""

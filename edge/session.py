@@ -197,20 +197,27 @@ class MuxStream:
         return self.session._splicer is not None and not self._finished
 
     async def carry(
-        self, sock: socket.socket, *, to_stream: bytes = b"", to_client: bytes = b""
+        self,
+        sock: socket.socket,
+        *,
+        to_stream: bytes = b"",
+        to_client: bytes = b"",
+        websocket: bool = False,
     ) -> Tuple[int, int]:
         """The rest of this stream's life is the core's (edge_core/src/splice.rs): the
         connected socket ``sock`` (detached: the core owns it from now on) and the stream
         carried both ways, ``to_stream`` to the agent first and ``to_client`` to the client
         first, until both directions are done or either fails; the stream is finished then.
         Python reads and writes neither any more. Returns (bytes read from ``sock``, bytes
-        written to it, ``to_client`` included)."""
+        written to it, ``to_client`` included). With ``websocket``, ``sock`` is a client's
+        WebSocket answered 101 and the core converts (edge_core/src/wstcp.rs): ``to_stream``
+        is the client's frames read so far, ``to_client`` must be empty."""
         splicer = self.session._splicer
         if splicer is None or self._finished:
             raise StreamReset("the stream is not carriable")
         self._finished = True
         self.session._release(self)  # its events are the core's now; what is queued is sent
-        return await splicer(sock, self._conn, self.id, to_stream, to_client)
+        return await splicer(sock, self._conn, self.id, to_stream, to_client, websocket)
 
     def echo_heartbeats(self) -> None:
         """The rest of this heartbeat stream's life is the core's (edge_core/src/heartbeat.rs):
@@ -250,7 +257,7 @@ StreamHandler = Callable[[MuxStream], Awaitable[None]]
 Echoer = Callable[[Any, int], None]
 # edge.carrier.Carrier.splice: (socket, the core's session, stream id, to the stream first, to
 # the client first) -> (bytes read from the client, bytes written to it)
-Splicer = Callable[[socket.socket, Any, int, bytes, bytes], Awaitable[Tuple[int, int]]]
+Splicer = Callable[[socket.socket, Any, int, bytes, bytes, bool], Awaitable[Tuple[int, int]]]
 
 
 class MuxSession:

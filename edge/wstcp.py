@@ -3,11 +3,14 @@
 
 The edge itself accepts the public client's WebSocket (RFC 6455: it answers the upgrade with
 101 and ``Sec-WebSocket-Accept``), then carries the messages' payload as a raw byte stream to
-the agent, whose upstream is a plain TCP service: data frames (text, binary, continuation)
-from the client become bytes on the proxy stream, bytes from the agent go back as binary
-frames. Pings are answered with pongs; a close frame is answered with a close and ends the
-client's direction (FIN to the agent); the agent's FIN ends the WebSocket with a close
-frame.
+the agent, whose upstream is a plain TCP service. This module answers the upgrade; the
+compiled core converts (edge_core/src/wstcp.rs, its rules there): data frames (text, binary,
+continuation) from the client become bytes on the proxy stream, bytes from the agent go back
+as binary frames; pings are answered with pongs; a close frame is answered with a close and
+ends the client's direction (FIN to the agent); the agent's FIN ends the WebSocket with a
+close frame. A connection whose TLS Python terminated reaches the core's converter through a
+Unix socket pair, Python copying its plaintext both ways (:func:`_bridged`): the conversion
+has one implementation.
 
 A request that is not a WebSocket upgrade (GET, ``Upgrade: websocket``, a
 ``Sec-WebSocket-Key``, version 13) is answered 400 ERR_NGROK_3002 and never forwarded. Bounds:
@@ -18,16 +21,17 @@ connection ends; an unmasked client frame (the RFC requires masking) with close 
 import asyncio
 import base64
 import hashlib
-import struct
-from typing import Any, Dict, Optional, Tuple
+import socket
+from typing import Any, Dict, Optional
+
+import edge_core
 
 from chalicelib.core import edge_errors
 from edge import http1, http_io
 from edge.session import StreamReset
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-MAX_FRAME = 1 << 20  # bytes of one client frame's payload
-READ_CHUNK = 64 * 1024
+MAX_FRAME = edge_core.WS_MAX_FRAME  # bytes of one client frame's payload
 NOT_UPGRADE = (
     400,
     edge_errors.MISDIRECTED,
@@ -53,63 +57,6 @@ def accept_key(request: http1.Request) -> Optional[str]:
     ):
         return None
     return base64.b64encode(hashlib.sha1(key + GUID).digest()).decode("ascii")
-
-
-def frame(opcode: int, payload: bytes = b"") -> bytes:
-    """A server frame (final, unmasked)."""
-    size = len(payload)
-    if size < 126:
-        head = struct.pack(">BB", 0x80 | opcode, size)
-    elif size < 1 << 16:
-        head = struct.pack(">BBH", 0x80 | opcode, 126, size)
-    else:
-        head = struct.pack(">BBQ", 0x80 | opcode, 127, size)
-    return head + payload
-
-
-class FrameError(ValueError):
-    def __init__(self, code: int, why: str):
-        super().__init__(why)
-        self.code = code
-
-
-class FrameReader:
-    """Client frames from a byte stream: ``feed`` bytes, ``frames`` yields (opcode, payload)."""
-
-    def __init__(self, data: bytes = b""):
-        self._buf = bytearray(data)
-
-    def feed(self, data: bytes) -> None:
-        self._buf += data
-
-    def next(self) -> Optional[Tuple[int, bytes]]:
-        buf = self._buf
-        if len(buf) < 2:
-            return None
-        opcode, masked, size, at = buf[0] & 0x0F, buf[1] & 0x80, buf[1] & 0x7F, 2
-        if size == 126:
-            if len(buf) < 4:
-                return None
-            size, at = struct.unpack(">H", buf[2:4])[0], 4
-        elif size == 127:
-            if len(buf) < 10:
-                return None
-            size, at = struct.unpack(">Q", buf[2:10])[0], 10
-        if size > MAX_FRAME:
-            raise FrameError(1009, f"a frame of {size} bytes (at most {MAX_FRAME})")
-        if not masked:
-            raise FrameError(1002, "client frames must be masked")
-        if len(buf) < at + 4 + size:
-            return None
-        mask = bytes(buf[at : at + 4])
-        data = bytes(buf[at + 4 : at + 4 + size])
-        del buf[: at + 4 + size]
-        if size:
-            repeated = (mask * (size // 4 + 1))[:size]
-            data = (int.from_bytes(data, "big") ^ int.from_bytes(repeated, "big")).to_bytes(
-                size, "big"
-            )
-        return opcode, data
 
 
 async def serve(
@@ -155,56 +102,61 @@ async def serve(
         stream.finish()
         raise
     rest, _ = client.trailing_data
-    frames = FrameReader(bytes(rest))
+    frames = bytes(rest)
+    if http_io.carriable(writer, stream):  # the core converts from now on
+        detached = await http_io.detach(reader, writer)
+        if detached is None:
+            stream.finish()
+            return
+        sock, held = detached
+        try:
+            await stream.carry(sock, to_stream=frames + held, websocket=True)
+        except (ConnectionError, OSError):
+            sock.close()
+            stream.finish()
+        return
+    await _bridged(reader, writer, stream, frames)
 
-    async def up() -> None:
-        while True:
-            while (item := frames.next()) is not None:
-                opcode, payload = item
-                if opcode in (CONT, TEXT, BINARY):
-                    if payload:
-                        await stream.write(payload)
-                elif opcode == PING:
-                    # drained: a client that never reads its pongs is stopped, not buffered
-                    writer.write(frame(PONG, payload[:125]))
-                    await writer.drain()
-                elif opcode == CLOSE:
-                    writer.write(frame(CLOSE, payload[:2]))
-                    await stream.close_write()
-                    return
-            data = await reader.read(READ_CHUNK)
-            if not data:
-                await stream.close_write()
-                return
-            frames.feed(data)
 
-    async def down() -> None:
-        while True:
-            data = await stream.read(READ_CHUNK)
-            if not data:
-                writer.write(frame(CLOSE, struct.pack(">H", 1000)))
-                await writer.drain()
-                return
-            writer.write(frame(BINARY, data))
-            await writer.drain()
+class _Plain:
+    """One end of a Unix socket pair with the proxy stream's interface http_io.splice uses
+    (``read``/``write``/``close_write``/``finish``)."""
 
-    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self._reader, self._writer = reader, writer
+
+    async def read(self, n: int) -> bytes:
+        return await self._reader.read(n)
+
+    async def write(self, data: bytes) -> None:
+        self._writer.write(data)
+        await self._writer.drain()
+
+    async def close_write(self) -> None:
+        if self._writer.can_write_eof():
+            self._writer.write_eof()
+
+    def finish(self) -> None:
+        self._writer.close()
+
+
+async def _bridged(reader: Any, writer: Any, stream: Any, frames: bytes) -> None:
+    """A WebSocket on TLS Python terminated (the socket carries ciphertext, which the core
+    cannot take): the core converts on one end of a Unix socket pair, Python copies the
+    client's plaintext to and from the other (http_io.splice's copy); a stream of a session
+    the core does not run (none today) is reset."""
+    if not getattr(stream, "carriable", False):
+        stream.reset()
+        return
+    ours, theirs = socket.socketpair()
     try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            exc = task.exception()
-            if isinstance(exc, FrameError):
-                writer.write(frame(CLOSE, struct.pack(">H", exc.code)))
-                await writer.drain()
-            elif exc is not None:
-                raise exc
-        if not all(task.done() for task in tasks):
-            await asyncio.wait(tasks, timeout=30)
-    except (ConnectionError, OSError, StreamReset):
-        pass
-    finally:
-        for task in tasks:
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        converted = asyncio.ensure_future(stream.carry(theirs, to_stream=frames, websocket=True))
+        pair = await asyncio.open_connection(sock=ours)
+    except (ConnectionError, OSError):
+        ours.close()
         stream.finish()
+        return
+    try:
+        await http_io.splice(reader, writer, _Plain(*pair))
+    finally:
+        await asyncio.gather(converted, return_exceptions=True)

@@ -4,6 +4,7 @@ edge/session.py are the only modules of the edge that import it."""
 from typing import Any, Dict, List, Optional, Tuple
 
 VERSION: str
+WS_MAX_FRAME: int  # bytes of one client frame's payload at most (edge_core/src/wstcp.rs)
 
 class StreamReset(ConnectionError):
     """The stream was reset (RST from the peer, or the session ended)."""
@@ -184,6 +185,7 @@ class Core:
         proxy_proto: int = 0,
         proxy_dest: str = "",
         capture: int = 0,
+        ws_tcp: bool = False,
     ) -> None:
         """``host``'s requests on the listener of ``scheme`` served by the core on
         ``session``'s streams for ``ttl`` seconds (unless pushed again; expired, the host is
@@ -314,6 +316,21 @@ class Core:
     def take_tallies(self) -> List[Tally]:
         """Every quiet route's numbers since the last call."""
     def quiet_count(self) -> int: ...
+    def convert_websocket(
+        self,
+        fd: int,
+        session: Session,
+        sid: int,
+        *,
+        unix: bool = False,
+        frames: bytes = b"",
+    ) -> int:
+        """Convert between the connected stream socket ``fd`` (a client's WebSocket, answered
+        101; the core owns it from then on; a Unix socket with ``unix``) and the stream ``sid``
+        of ``session`` (edge_core/src/wstcp.rs: data frames' payload to the agent, its bytes
+        back as binary frames), ``frames`` the client's bytes read after its upgrade request;
+        Python no longer reads or writes the stream. Its end comes in ``take`` as a carried
+        connection's, under the id returned."""
     def splice_counts(self) -> Tuple[int, int]:
         """(connections carried now, carried to their end)."""
     def close(self, listener: int) -> bool: ...

@@ -28,6 +28,7 @@ use crate::quickack::QuickAck;
 use crate::relay::Relays;
 use crate::session::{self, Session};
 use crate::splice::{self, Spliced};
+use crate::wstcp;
 
 /// A client's socket the core carries: TCP, or a Unix socket (the plaintext of TLS the core
 /// terminated, on its way back from Python).
@@ -114,13 +115,20 @@ fn carried(fd: OwnedFd, unix: bool) -> io::Result<Box<dyn Carried>> {
     }
 }
 
+/// How a carried connection's bytes go: raw both ways (what goes to the stream first, to the
+/// client first), or converted from and to WebSocket frames (the client's bytes read so far).
+enum Carry {
+    Raw(Vec<u8>, Vec<u8>),
+    WebSocket(Vec<u8>),
+}
+
 enum Kind {
     Own,
     Shared,
 }
 
 /// Decrements a counter when dropped.
-struct Held(Arc<Counters>, fn(&Counters) -> &AtomicUsize);
+pub(crate) struct Held(Arc<Counters>, fn(&Counters) -> &AtomicUsize);
 
 impl Drop for Held {
     fn drop(&mut self) {
@@ -128,7 +136,7 @@ impl Drop for Held {
     }
 }
 
-fn hold(counters: &Arc<Counters>, which: fn(&Counters) -> &AtomicUsize) -> Held {
+pub(crate) fn hold(counters: &Arc<Counters>, which: fn(&Counters) -> &AtomicUsize) -> Held {
     which(counters).fetch_add(1, Ordering::Relaxed);
     Held(counters.clone(), which)
 }
@@ -400,6 +408,7 @@ impl Carrier {
             inbox: self.inbox.clone(),
             admission,
             counters: self.public_counters.clone(),
+            carried: self.counters.clone(),
             tallies: self.tallies.clone(),
             decisions: self.decisions.clone(),
             closed: AtomicBool::new(false),
@@ -456,6 +465,32 @@ impl Carrier {
         to_stream: Vec<u8>,
         to_client: Vec<u8>,
     ) -> io::Result<u64> {
+        self.carry(fd, unix, session, sid, Carry::Raw(to_stream, to_client))
+    }
+
+    /// Convert between the connected stream socket `fd` (a client's WebSocket, answered 101:
+    /// TCP, or Unix with `unix`; the carrier owns it from then on) and the stream `sid` of
+    /// `session` (crate::wstcp), `frames` the client's bytes read after its upgrade request;
+    /// its end and byte counts go to the inbox under the id returned, as a splice's.
+    pub fn convert_websocket(
+        &self,
+        fd: OwnedFd,
+        unix: bool,
+        session: Arc<Session>,
+        sid: u32,
+        frames: Vec<u8>,
+    ) -> io::Result<u64> {
+        self.carry(fd, unix, session, sid, Carry::WebSocket(frames))
+    }
+
+    fn carry(
+        &self,
+        fd: OwnedFd,
+        unix: bool,
+        session: Arc<Session>,
+        sid: u32,
+        how: Carry,
+    ) -> io::Result<u64> {
         let _entered = self.runtime().enter();
         let io = carried(fd, unix)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -464,8 +499,12 @@ impl Carrier {
         let counters = self.counters.clone();
         let inbox = self.inbox.clone();
         self.runtime().spawn(async move {
-            let (from_client, to_client) =
-                splice::run(io, session, sid, wakes, to_stream, to_client).await;
+            let (from_client, to_client) = match how {
+                Carry::Raw(to_stream, to_client) => {
+                    splice::run(io, session, sid, wakes, to_stream, to_client).await
+                }
+                Carry::WebSocket(frames) => wstcp::run(io, session, sid, wakes, frames).await,
+            };
             drop(held);
             counters.spliced.fetch_add(1, Ordering::Relaxed);
             inbox.push_spliced(Spliced {

@@ -64,6 +64,9 @@ pub struct RequestHead {
     pub close: bool,
     /// Upgrade or Transfer-Encoding or several Content-Length fields: the Python path's.
     pub unusual: bool,
+    /// It asks to switch protocols: an Upgrade field and `Connection: upgrade` (the rest of
+    /// its framing usual or not: `unusual` says).
+    pub upgrade: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -171,7 +174,7 @@ pub fn parse_request(buf: &[u8]) -> Parsed<RequestHead> {
         })
         .collect();
     let (mut host, mut hosts, mut upgrade) = (String::new(), 0, false);
-    let mut close = minor != 1;
+    let (mut close, mut connection_upgrade) = (minor != 1, false);
     for (name, value) in &fields {
         match name.as_slice() {
             b"host" => {
@@ -179,11 +182,14 @@ pub fn parse_request(buf: &[u8]) -> Parsed<RequestHead> {
                 host = host_of(value);
             }
             b"upgrade" => upgrade = true,
-            b"connection" if contains_token(value, b"close") => close = true,
+            b"connection" => {
+                close |= contains_token(value, b"close");
+                connection_upgrade |= contains_token(value, b"upgrade");
+            }
             _ => {}
         }
     }
-    let (framing, _, unusual) = declared(&fields);
+    let (framing, _, odd) = declared(&fields);
     let framing = match framing {
         Framing::UntilClose => Framing::None, // a request without a length has no body
         other => other,
@@ -198,7 +204,8 @@ pub fn parse_request(buf: &[u8]) -> Parsed<RequestHead> {
         hosts,
         framing,
         close,
-        unusual: unusual || upgrade,
+        unusual: odd || upgrade,
+        upgrade: upgrade && connection_upgrade && !odd,
     })
 }
 
@@ -227,6 +234,44 @@ pub fn carriable(req: &RequestHead) -> bool {
         && !req.unusual
         && METHODS.contains(&req.method.as_slice())
         && !req.target.starts_with(ACME_PREFIX)
+}
+
+/// The GUID of RFC 6455's `Sec-WebSocket-Accept`.
+const WEBSOCKET_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// A WebSocket-TCP route's request the core answers itself (wstcp.rs): a request
+/// [`carriable`] takes, or an upgrade request unusual for nothing else and without a body
+/// (Python refuses an upgrade with a body before routing it).
+pub fn carriable_by_converter(req: &RequestHead) -> bool {
+    carriable(req)
+        || (req.upgrade
+            && req.minor == 1
+            && req.hosts == 1
+            && matches!(req.framing, Framing::None | Framing::Length(0))
+            && METHODS.contains(&req.method.as_slice())
+            && !req.target.starts_with(ACME_PREFIX))
+}
+
+/// The `Sec-WebSocket-Accept` of a valid WebSocket upgrade request (GET, `Upgrade:
+/// websocket`, `Connection: upgrade`, version 13, a key; each field's first), None when it
+/// is not one (edge/wstcp.py accept_key).
+pub fn websocket_accept(req: &RequestHead) -> Option<String> {
+    let first = |name: &[u8]| {
+        req.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    };
+    let key = first(b"sec-websocket-key").filter(|k| !k.is_empty())?;
+    let valid = req.method == b"GET"
+        && first(b"upgrade").is_some_and(|u| u.eq_ignore_ascii_case(b"websocket"))
+        && first(b"connection").is_some_and(|c| contains_token(c, b"upgrade"))
+        && first(b"sec-websocket-version") == Some(b"13".as_slice());
+    if !valid {
+        return None;
+    }
+    let digest = openssl::sha::sha1(&[key, WEBSOCKET_GUID].concat());
+    Some(openssl::base64::encode_block(&digest))
 }
 
 /// The request as it goes to the agent (http_policy.forwarded_headers): lower-case names,

@@ -34,6 +34,7 @@ pub mod relay;
 pub mod session;
 pub mod splice;
 pub mod tls;
+pub mod wstcp;
 
 #[cfg(feature = "python")]
 mod python;

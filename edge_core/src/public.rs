@@ -92,6 +92,10 @@ pub struct Route {
     /// The endpoint's bodies are captured for the traffic inspector: each request's and
     /// response's first `capture` data bytes go with its record (0: none).
     pub capture: usize,
+    /// The endpoint converts WebSockets to TCP (the Bind option `WebsocketTCPConverter`):
+    /// the core answers each upgrade itself and converts (wstcp.rs), anything else is
+    /// answered 400 (edge/wstcp.py's rules).
+    pub ws_tcp: bool,
     /// A decided route whose decisions Python said hold for every request with the same
     /// facts (held.rs): the decisions held, while the route is quiet. A route pushed again
     /// under the same key, on the same session, reading the same facts keeps them
@@ -115,6 +119,7 @@ impl Route {
             proxy: to.proxy,
             h2_upstream: to.h2_upstream,
             capture: self.capture,
+            ws_tcp: false, // a forward-internal's target converts in Python
             held: None,
         }
     }
@@ -724,6 +729,9 @@ pub struct Public {
     pub inbox: Arc<Inbox>,
     pub admission: Arc<Admission>,
     pub counters: Arc<PublicCounters>,
+    /// The carrier's: a WebSocket-TCP connection the listener converts counts as a carried
+    /// connection (`splices`, `spliced`), as one Python hands to the core does.
+    pub carried: Arc<crate::carrier::Counters>,
     /// The quiet routes' numbers (shared by both listeners).
     pub tallies: Arc<Tallies>,
     /// The decided routes' requests waiting for Python (shared by both listeners).
@@ -1068,7 +1076,8 @@ pub(crate) async fn connection<C: Conn>(
             // a host whose TLS settings require more than the default, on a connection whose
             // handshake was made for other settings: Python's, a 421 there)
             Some(route)
-                if http::carriable(&head)
+                if (http::carriable(&head)
+                    || (route.ws_tcp && http::carriable_by_converter(&head)))
                     && (route.h2_upstream.is_none()
                         || crate::h2up::carriable_target(&head.target))
                     && (route.spec == 0 || route.spec == tcp.tls_spec()) =>
@@ -1166,7 +1175,11 @@ pub(crate) async fn connection<C: Conn>(
                     fields,
                     to,
                 } => {
-                    if to.h2_upstream.is_some() && !crate::h2up::carriable_target(&head.target) {
+                    if (to.h2_upstream.is_some() && !crate::h2up::carriable_target(&head.target))
+                        || route.ws_tcp
+                    {
+                        // (a WebSocket-TCP route's request sent on: whether it converts is
+                        // the target's, which Python knows)
                         break hand_over(tcp, peer, buf, first, &public, leg, ticket);
                     }
                     // served as the route's (its key, its records), on the target's session
@@ -1184,7 +1197,9 @@ pub(crate) async fn connection<C: Conn>(
                     body,
                     close,
                 } => {
-                    let keep = bodiless && !close && !head.close;
+                    // (an upgrade answered by anything but a 101 ends the connection, as
+                    // Python's HTTP/1.1 ends it)
+                    let keep = bodiless && !close && !head.close && !head.upgrade;
                     // what of the request's body came with its head (the record's, as the
                     // Python path keeps what it had read when the policy answered)
                     let (request_body, request_ended) =
@@ -1235,6 +1250,17 @@ pub(crate) async fn connection<C: Conn>(
                 }
                 Decision::Python => break hand_over(tcp, peer, buf, first, &public, leg, ticket),
             }
+        }
+        if route.ws_tcp {
+            // the edge answers the upgrade itself and converts (wstcp.rs); the connection
+            // ends with it
+            end_leg(leg);
+            let Some((tcp, buf)) =
+                converted(tcp, buf, &head, &route, &public, peer, local, given).await
+            else {
+                return;
+            };
+            break hand_over(tcp, peer, buf, first, &public, None, ticket);
         }
         // the proxy stream: the one kept, or a new one
         let fresh = match head.framing {
@@ -1333,6 +1359,105 @@ pub(crate) async fn connection<C: Conn>(
             }
         }
     }
+}
+
+/// A WebSocket-TCP route's request (edge/wstcp.py's rules): a WebSocket upgrade is answered
+/// 101 and converted to the route's stream until either side ends (wstcp.rs), anything else
+/// answered 400 ERR_NGROK_3002; each recorded as the Python path records it (the 101 when it
+/// is sent). Some: no stream could be opened now, the connection and its bytes are Python's.
+#[allow(clippy::too_many_arguments)]
+async fn converted<C: Conn>(
+    mut tcp: C,
+    mut buf: Vec<u8>,
+    head: &RequestHead,
+    route: &Route,
+    public: &Public,
+    peer: SocketAddr,
+    local: SocketAddr,
+    given: Given,
+) -> Option<(C, Vec<u8>)> {
+    let started = Instant::now();
+    let mut record = Served {
+        route: route.key,
+        tls: public.spec.scheme == "https",
+        peer,
+        local,
+        request_head: buf[..head.len].to_vec(),
+        status: 0,
+        response_head: Vec::new(),
+        bytes_in: 0,
+        bytes_out: 0,
+        started: wall_now(),
+        duration: 0.0,
+        memo: given.memo,
+        held: given.held,
+        request_body: Vec::new(),
+        response_body: Vec::new(),
+        request_ended: true,
+        captured: route.capture > 0,
+    };
+    let answered = |mut record: Served, answer: &[u8]| {
+        let at = answer
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(answer.len(), |p| p + 4);
+        record.response_head = answer[..at].to_vec();
+        record.bytes_out = (answer.len() - at) as u64;
+        http::keep(&mut record.response_body, route.capture, &answer[at..]);
+        record.duration = started.elapsed().as_secs_f64();
+        public.counters.served.fetch_add(1, Ordering::Relaxed);
+        if !public.tallies.count(&record) {
+            public.inbox.push_served(record);
+        }
+    };
+    let (accept, session) = match (http::websocket_accept(head), route.session.clone()) {
+        (Some(accept), Some(session)) => (accept, session),
+        (accept, _) => {
+            let (status, code, msg) = match accept {
+                None => (400, "ERR_NGROK_3002", crate::wstcp::NOT_UPGRADE),
+                Some(_) => (502, "ERR_NGROK_3200", "The endpoint is offline."),
+            };
+            let answer = error_answer(status, code, msg);
+            record.status = status;
+            let _ = tcp.write_all(&answer).await;
+            let _ = tcp.shutdown().await;
+            answered(record, &answer);
+            return None;
+        }
+    };
+    let Some(sid) = open_stream(&session).await else {
+        return Some((tcp, buf)); // Python waits for a slot, or answers as the route's end says
+    };
+    let wakes = session.own(sid);
+    let client_addr = peer.to_string();
+    let mut header = http::proxy_header(&route.tunnel_id, &client_addr, &public.spec.scheme, "3");
+    if let Some((version, dest)) = &route.proxy {
+        header.extend(crate::proxyproto::header(*version, &client_addr, dest));
+    }
+    if session.write_owned(sid, &wakes, &header).await.is_err() {
+        session.disown(sid);
+        let answer = error_answer(502, "ERR_NGROK_3200", "The endpoint is offline.");
+        record.status = 502;
+        let _ = tcp.write_all(&answer).await;
+        let _ = tcp.shutdown().await;
+        answered(record, &answer);
+        return None;
+    }
+    let switched = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {accept}\r\n\r\n"
+    );
+    if tcp.write_all(switched.as_bytes()).await.is_err() {
+        session.disown(sid); // the client went away before its 101: nothing recorded
+        return None;
+    }
+    record.status = 101;
+    answered(record, switched.as_bytes());
+    buf.drain(..head.len);
+    let held = crate::carrier::hold(&public.carried, |c| &c.splices);
+    crate::wstcp::run(tcp, session, sid, wakes, buf).await;
+    drop(held);
+    public.carried.spliced.fetch_add(1, Ordering::Relaxed);
+    None
 }
 
 /// What Python decided of a decided route's request: the head to send (None: the core

@@ -405,8 +405,9 @@ impl Core {
     /// target its decision names: decide_internal). `capture`: each exchange's first
     /// `capture` data bytes of the request's and the response's bodies go with its record
     /// (`Exchange.request_body`, `response_body`: an endpoint whose bodies the inspector
-    /// captures).
-    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false, holds = None, h2_scheme = None, proxy_proto = 0, proxy_dest = String::new(), capture = 0))]
+    /// captures). `ws_tcp`: the endpoint converts WebSockets to TCP (wstcp.rs): the core
+    /// answers each upgrade and converts, and answers anything else 400.
+    #[pyo3(signature = (host, key, session, tunnel_id, ttl, *, scheme = "http", cert = 0, decided = false, responses = false, holds = None, h2_scheme = None, proxy_proto = 0, proxy_dest = String::new(), capture = 0, ws_tcp = false))]
     #[allow(clippy::too_many_arguments)]
     fn set_route(
         &self,
@@ -424,9 +425,15 @@ impl Core {
         proxy_proto: u8,
         proxy_dest: String,
         capture: usize,
+        ws_tcp: bool,
     ) -> PyResult<()> {
         let ttl = seconds(ttl, "ttl")?;
         let h2_upstream = h2_upstream_of(h2_scheme)?;
+        if ws_tcp && (session.is_none() || h2_upstream.is_some()) {
+            return Err(PyValueError::new_err(
+                "a WebSocket-TCP route has a session and speaks HTTP/1.1",
+            ));
+        }
         if session.is_none() && !decided {
             return Err(PyValueError::new_err(
                 "a route without a session is decided",
@@ -446,6 +453,7 @@ impl Core {
                 proxy: proxy_of(proxy_proto, proxy_dest.clone())?,
                 h2_upstream,
                 capture: capture.min(MAX_CAPTURE),
+                ws_tcp,
                 decided,
                 responses: decided && responses,
                 held,
@@ -494,6 +502,7 @@ impl Core {
                 proxy: proxy_of(proxy_proto, proxy_dest.clone())?,
                 h2_upstream: None,
                 capture: capture.min(MAX_CAPTURE),
+                ws_tcp: false, // a pool's members are plain or decided routes
                 decided,
                 responses: decided && responses,
                 held: held_of(decided, responses, holds)?,
@@ -680,6 +689,26 @@ impl Core {
                 to_stream,
                 to_client,
             )
+            .map_err(|e| PyOSError::new_err(e.to_string()))
+    }
+
+    /// Convert between the connected stream socket `fd` (a client's WebSocket, answered 101;
+    /// the core owns it from then on; a Unix socket with `unix`) and the stream `sid` of
+    /// `session` (edge_core/src/wstcp.rs), `frames` the client's bytes read after its upgrade
+    /// request. Its end comes in `take` as a carried connection's, under the id returned.
+    #[pyo3(signature = (fd, session, sid, *, unix = false, frames = Vec::new()))]
+    fn convert_websocket(
+        &self,
+        fd: i32,
+        session: &Session,
+        sid: u32,
+        unix: bool,
+        frames: Vec<u8>,
+    ) -> PyResult<u64> {
+        // SAFETY: the caller hands the descriptor over (documented in edge_core.pyi).
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        self.carrier
+            .convert_websocket(owned, unix, session.inner.clone(), sid, frames)
             .map_err(|e| PyOSError::new_err(e.to_string()))
     }
 
@@ -1322,6 +1351,7 @@ impl Session {
 #[pymodule]
 fn edge_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
+    m.add("WS_MAX_FRAME", crate::wstcp::MAX_FRAME)?;
     m.add("StreamReset", m.py().get_type::<StreamReset>())?;
     m.add("StreamsExhausted", m.py().get_type::<StreamsExhausted>())?;
     m.add_class::<Core>()?;

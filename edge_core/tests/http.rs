@@ -247,3 +247,69 @@ fn the_proxy_header_is_the_one_python_writes() {
     assert_eq!(&header[12..], &json[..]);
     assert_eq!(http::json_str("a\"é"), "\"a\\\"\\u00e9\"");
 }
+
+/// A WebSocket upgrade of RFC 6455's example, with `extra` fields and `method`.
+fn upgrade(method: &str, extra: &str) -> RequestHead {
+    request(
+        format!(
+            "{method} /ws HTTP/1.1\r\nHost: a.example\r\nUpgrade: websocket\r\n\
+             Connection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Version: 13\r\n{extra}\r\n"
+        )
+        .as_bytes(),
+    )
+}
+
+#[test]
+fn a_websocket_upgrade_gets_rfc_6455s_accept_and_nothing_else_does() {
+    let head = upgrade("GET", "");
+    assert!(head.upgrade && !carriable(&head));
+    assert!(http::carriable_by_converter(&head));
+    assert_eq!(
+        http::websocket_accept(&head).as_deref(),
+        Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=") // RFC 6455, section 1.3
+    );
+    assert_eq!(http::websocket_accept(&upgrade("POST", "")), None);
+    for (from, to) in [
+        ("Upgrade: websocket", "Upgrade: h2c"),
+        ("keep-alive, Upgrade", "keep-alive"),
+        ("Version: 13", "Version: 8"),
+        ("Key: dGhlIHNhbXBsZSBub25jZQ==", "Key: "),
+    ] {
+        let raw = String::from_utf8(
+            b"GET /ws HTTP/1.1\r\nHost: a.example\r\nUpgrade: websocket\r\n\
+              Connection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+              Sec-WebSocket-Version: 13\r\n\r\n"
+                .to_vec(),
+        )
+        .unwrap()
+        .replace(from, to);
+        assert_eq!(
+            http::websocket_accept(&request(raw.as_bytes())),
+            None,
+            "{to}"
+        );
+    }
+    // a plain request is the converter's to refuse (400), as carriable says
+    let plain = request(b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n");
+    assert!(!plain.upgrade && http::carriable_by_converter(&plain));
+}
+
+#[test]
+fn an_upgrade_with_a_body_or_odd_framing_is_not_the_converters() {
+    assert!(http::carriable_by_converter(&upgrade(
+        "GET",
+        "Content-Length: 0\r\n"
+    )));
+    assert!(!http::carriable_by_converter(&upgrade(
+        "GET",
+        "Content-Length: 1\r\n"
+    )));
+    assert!(!http::carriable_by_converter(&upgrade(
+        "GET",
+        "Transfer-Encoding: chunked\r\n"
+    )));
+    let upgrade_only = request(b"GET / HTTP/1.1\r\nHost: a.example\r\nUpgrade: websocket\r\n\r\n");
+    assert!(!upgrade_only.upgrade, "no Connection: upgrade");
+    assert!(!http::carriable_by_converter(&upgrade_only));
+}

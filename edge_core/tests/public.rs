@@ -102,6 +102,7 @@ fn route(session: &Arc<Session>) -> Route {
         spec: 0,
         h2_upstream: None,
         capture: 0,
+        ws_tcp: false,
         proxy: None,
         until: Instant::now() + Duration::from_secs(60),
         decided: false,
@@ -1519,6 +1520,7 @@ async fn a_capturing_routes_records_keep_each_bodys_first_bytes() {
         "k.test".into(),
         Route {
             capture: 8,
+            ws_tcp: false,
             ..route(&session)
         },
     );
@@ -1587,6 +1589,7 @@ async fn a_policy_answer_records_the_body_that_came_with_the_head() {
         "d.test".into(),
         Route {
             capture: 8,
+            ws_tcp: false,
             ..decided_route(&session, false)
         },
     );
@@ -1626,6 +1629,7 @@ async fn an_edge_502_records_its_body() {
         "a.test".into(),
         Route {
             capture: 64,
+            ws_tcp: false,
             ..route(&session)
         },
     );
@@ -1659,6 +1663,7 @@ async fn chunk_extensions_trailers_and_bounds() {
         "k.test".into(),
         Route {
             capture: 5,
+            ws_tcp: false,
             ..route(&session)
         },
     );

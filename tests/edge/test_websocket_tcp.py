@@ -1,14 +1,20 @@
-"""The WebSocket-to-TCP converter (edge/wstcp.py): the Python SDK's
-``websocket_tcp_conversion()`` as a process, its upstream a plain TCP echo; a WebSocket client
-(written here from RFC 6455, masking its frames) exchanges messages with it through the edge."""
+"""The WebSocket-to-TCP converter (edge/wstcp.py answers the upgrade, edge_core/src/wstcp.rs
+converts): the Python SDK's ``websocket_tcp_conversion()`` as a process, its upstream a plain
+TCP echo; a WebSocket client (written here from RFC 6455, masking its frames) exchanges
+messages with it through the edge."""
 
 import base64
 import hashlib
+import json
 import os
 import socket
+import ssl
 import struct
 
+import pytest
+
 from edge import wstcp
+from tests.edge.support import metric, settled, wait
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 
 
@@ -46,8 +52,14 @@ def _read_frame(sock, buf=b""):
     return opcode, buf[at : at + size], buf[at + size :]
 
 
-def _upgrade(edge, host):
-    sock = socket.create_connection(("127.0.0.1", edge.http_port), timeout=10)
+def _upgrade(edge, host, tls=False):
+    """An upgraded WebSocket to ``host`` (over TLS with ``tls``): (socket, head, accept)."""
+    if tls:
+        raw = socket.create_connection(("127.0.0.1", edge.https_port), timeout=10)
+        context = ssl.create_default_context(cafile=edge.ca_path)
+        sock = context.wrap_socket(raw, server_hostname=host)
+    else:
+        sock = socket.create_connection(("127.0.0.1", edge.http_port), timeout=10)
     key = base64.b64encode(os.urandom(16)).decode()
     sock.sendall(
         (
@@ -63,19 +75,30 @@ def _upgrade(edge, host):
     return sock, head.decode(), accept
 
 
-def _converting_endpoint(edge, account, agents):
-    """The host of an SDK endpoint that converts WebSockets to its TCP echo upstream."""
+def _converting_endpoint(edge, account, agents, policy=None):
+    """The host of an SDK endpoint that converts WebSockets to its TCP echo upstream (with
+    the traffic ``policy``, if given)."""
+    options = {"websocket_tcp_conversion": []}
+    if policy is not None:
+        options["traffic_policy"] = [json.dumps(policy)]
     agent = agents(
         edge,
         _credential(account)["token"],
-        [{"proto": "http", "upstream": "tcp", "options": {"websocket_tcp_conversion": []}}],
+        [{"proto": "http", "upstream": "tcp", "options": options}],
     )
     return _host(_bound(agent.start())[0]["url"])
 
 
-def test_websocket_messages_reach_a_tcp_upstream(edge, account, agents):
+def _converted(edge) -> float:
+    """Connections the core carried to their end (a conversion is counted as one)."""
+    return metric(edge.metrics(), "edge_core_carried_connections_ended_total")
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_websocket_messages_reach_a_tcp_upstream(edge, account, agents, tls):
     host = _converting_endpoint(edge, account, agents)
-    sock, head, accept = _upgrade(edge, host)
+    before = _converted(edge)
+    sock, head, accept = _upgrade(edge, host, tls)
     with sock:
         assert head.startswith("HTTP/1.1 101")
         assert f"sec-websocket-accept: {accept.lower()}" in head.lower()
@@ -99,6 +122,70 @@ def test_websocket_messages_reach_a_tcp_upstream(edge, account, agents):
         sock.sendall(_client_frame(wstcp.CLOSE, struct.pack(">H", 1000)))
         opcode, _, rest = _read_frame(sock, rest)
         assert opcode == wstcp.CLOSE
+    # the core converted the connection, to its end (the echo upstream closes on EOF)
+    assert wait(lambda: _converted(edge) >= before + 1, timeout=10)
+
+
+def _served(edge) -> float:
+    return settled(lambda: metric(edge.metrics(), "edge_core_http_requests_total"))
+
+
+def _handed(edge) -> float:
+    return metric(edge.metrics(), "edge_core_http_handed_over_total")
+
+
+def test_the_core_answers_and_converts_with_no_python_per_connection(edge, account, agents):
+    """A converting endpoint with no policy is a route of the core: the upgrade is answered
+    101 by the core and converted there, a plain request answered 400 there, and neither
+    connection is handed to Python (edge/fast_path.py, edge_core/src/public.rs)."""
+    host = _converting_endpoint(edge, account, agents)
+
+    def converted_by_the_core():
+        handed, served = _handed(edge), _served(edge)
+        sock, head, accept = _upgrade(edge, host)
+        with sock:
+            assert head.startswith("HTTP/1.1 101") and accept in head
+            sock.sendall(_client_frame(wstcp.BINARY, b"core"))
+            opcode, payload, _ = _read_frame(sock)
+            assert (opcode, payload) == (wstcp.BINARY, b"core")
+        return _handed(edge) == handed and _served(edge) == served + 1
+
+    assert wait(converted_by_the_core, timeout=10)  # once the route is pushed
+    handed, served = _handed(edge), _served(edge)
+    resp = edge.http("GET", host, "/")
+    assert resp.status_code == 400 and "ERR_NGROK_3002" in resp.text
+    assert (_handed(edge), _served(edge)) == (handed, served + 1)
+
+
+def test_on_tls_python_terminated_the_core_still_converts(edge, account, agents):
+    """An endpoint with a policy is not a route of the core: its HTTPS connections are
+    Python's from the handshake on (edge/tls.py). Python answers the upgrade and copies the
+    plaintext to the core's converter over a socket pair (edge/wstcp.py ``_bridged``)."""
+    policy = {
+        "on_http_request": [
+            {"actions": [{"type": "add-headers", "config": {"headers": {"x-a": "1"}}}]}
+        ]
+    }
+    host = _converting_endpoint(edge, account, agents, policy)
+    before, handed = _converted(edge), _handed(edge)
+    sock, head, accept = _upgrade(edge, host, tls=True)
+    with sock:
+        assert head.startswith("HTTP/1.1 101") and accept in head
+        big = os.urandom(100_000)
+        sock.sendall(_client_frame(wstcp.BINARY, big) + _client_frame(wstcp.PING, b"p"))
+        got, rest, pong = b"", b"", False
+        while len(got) < len(big) or not pong:
+            opcode, payload, rest = _read_frame(sock, rest)
+            if opcode == wstcp.PONG:
+                pong = payload == b"p"
+            else:
+                got += payload
+        assert got == big
+        sock.sendall(_client_frame(wstcp.CLOSE, struct.pack(">H", 1000)))
+        opcode, _, rest = _read_frame(sock, rest)
+        assert opcode == wstcp.CLOSE
+    assert _handed(edge) > handed  # the connection was Python's
+    assert wait(lambda: _converted(edge) >= before + 1, timeout=10)  # converted by the core
 
 
 def test_a_plain_request_is_refused_and_bounds_hold(edge, account, agents):

@@ -85,7 +85,6 @@ def test_a_plain_endpoint_is_a_candidate_on_both_listeners(core):
     [
         # a policy (or an option made a rule) that is not decidable: edge/decided.py
         {"enforcement": types.SimpleNamespace(policy=compile_policy(RESPONSE_PHASE))},
-        {"ws_tcp": True},
         {"internal": True},
         {"proto": "tls"},
         {"proto": "tcp"},
@@ -126,6 +125,30 @@ def test_an_endpoint_that_asked_for_a_proxy_protocol_header_gets_it_from_the_cor
     core.loop.run_until_complete(run())
     assert edge.carrier.set == [("http", HOST, 1)]
     assert edge.carrier.proxy == (2, "127.0.0.1:8080")
+
+
+def test_a_converting_endpoint_with_no_policy_is_pushed_for_the_core_to_convert(core):
+    """The WebSocket-TCP converter is the core's (edge_core/src/wstcp.rs): a converting
+    endpoint with no policy is a route pushed ``ws_tcp``; with any policy (even one decided
+    on the head), or speaking HTTP/2, it stays Python's (which hands the core the conversion
+    after its upgrade)."""
+    edge = _edge()
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.tls.loaded = asyncio.Event()
+
+    async def run():
+        edge.registry.by_host[HOST] = _tunnel(core, ws_tcp=True)
+        FastPath(edge).sync(HOST)
+        await asyncio.sleep(0.01)
+
+    core.loop.run_until_complete(run())
+    assert edge.carrier.set == [("http", HOST, 1)] and edge.carrier.ws_tcp is True
+    tunnel = _tunnel(core, ws_tcp=True)
+    assert _candidate(_edge(), tunnel, "https") is tunnel
+    decided = types.SimpleNamespace(policy=compile_policy(REQUEST_PHASE))
+    for change in ({"enforcement": decided}, {"forwards_proto": "http2"}):
+        assert _candidate(_edge(), _tunnel(core, ws_tcp=True, **change)) is None, change
+        assert _candidate(_edge(), _tunnel(core, ws_tcp=False, **change)) is not None, change
 
 
 def test_an_endpoint_with_a_decidable_policy_is_a_candidate(core):
@@ -292,9 +315,11 @@ class _Carrier:
         proxy_proto=0,
         proxy_dest="",
         capture=0,
+        ws_tcp=False,
     ):
         self.set.append((scheme, host, key))
         self.capture = capture
+        self.ws_tcp = ws_tcp
         self.mux = mux
         self.proxy = (proxy_proto, proxy_dest)
         self.decided_holds = (decided, holds)

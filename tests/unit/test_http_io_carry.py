@@ -24,8 +24,8 @@ class _Session:
     def _release(self, stream):
         self.released.append(stream.id)
 
-    async def _splice(self, sock, conn, sid, to_stream, to_client):
-        self.calls.append((sock.family, sid, to_stream, to_client))
+    async def _splice(self, sock, conn, sid, to_stream, to_client, websocket):
+        self.calls.append((sock.family, sid, to_stream, to_client, websocket))
         self.sock = sock  # the core's from now on (here: the test's)
         return (7, 9)
 
@@ -41,12 +41,12 @@ def test_a_plain_socket_and_a_core_sessions_stream_are_carriable_and_nothing_els
     async def run():
         reader, writer, theirs = await _pair()
         stream = MuxStream(_Session(), 2, local=True)
-        assert http_io._carriable(writer, stream)
-        assert not http_io._carriable(writer, object())  # not a core session's stream
-        assert not http_io._carriable(writer, MuxStream(_Session(splicer=False), 2, local=True))
+        assert http_io.carriable(writer, stream)
+        assert not http_io.carriable(writer, object())  # not a core session's stream
+        assert not http_io.carriable(writer, MuxStream(_Session(splicer=False), 2, local=True))
         finished = MuxStream(_Session(), 4, local=True)
         finished._finished = True
-        assert not http_io._carriable(writer, finished)
+        assert not http_io.carriable(writer, finished)
 
         class PythonTls:
             """A writer of TLS Python terminated: its socket carries ciphertext."""
@@ -58,7 +58,7 @@ def test_a_plain_socket_and_a_core_sessions_stream_are_carriable_and_nothing_els
                     return object()  # an ssl.SSLObject's stand-in: not the core's
                 return writer.get_extra_info(name, default)
 
-        assert not http_io._carriable(PythonTls(), stream)
+        assert not http_io.carriable(PythonTls(), stream)
         core_tls = CoreTlsWriter(
             writer,
             ("1.2.3.4", 5),
@@ -66,11 +66,11 @@ def test_a_plain_socket_and_a_core_sessions_stream_are_carriable_and_nothing_els
             CoreTlsObject("a", "TLSv1.3", "X", None),
             None,
         )
-        assert http_io._carriable(core_tls, stream)  # the core's TLS: the socket is plaintext
+        assert http_io.carriable(core_tls, stream)  # the core's TLS: the socket is plaintext
         writer.transport.pause_reading()
         writer.write(b"x" * (4 << 20))  # more than the socket takes at once: some left
         assert writer.transport.get_write_buffer_size() > 0
-        assert not http_io._carriable(writer, stream)
+        assert not http_io.carriable(writer, stream)
         writer.transport.abort()
         theirs.close()
 
@@ -88,7 +88,7 @@ def test_the_hand_over_sends_what_the_reader_held_after_to_stream_and_returns_th
             reader, writer, stream, to_stream=b"head|", to_client=b"101|"
         )
         assert carried == (7, 9)
-        assert session.calls == [(socket.AF_UNIX, 6, b"head|early bytes", b"101|")]
+        assert session.calls == [(socket.AF_UNIX, 6, b"head|early bytes", b"101|", False)]
         assert session.released == [6] and stream.finished  # Python is done with it
         assert writer.transport.is_closing()  # the transport let go ...
         await asyncio.sleep(0.05)  # ... and its descriptor closed

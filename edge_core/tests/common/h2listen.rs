@@ -88,6 +88,7 @@ pub fn listener(alpn: &[&[u8]]) -> Listener {
             spec: 0,
             h2_upstream: None,
             capture: 0,
+            ws_tcp: false,
             proxy: None,
             until: Instant::now() + Duration::from_secs(600),
             decided: false,
