@@ -54,8 +54,9 @@ certificate edge/tls.py gives it (the base domain's) and its requests are routed
 alone, as edge/tls.py's listener routes them.
 
 Everything else about a request the core checks itself (edge_core/src/http.rs ``carriable``:
-HTTP/1.1, one Host, a known method, no body or a Content-Length one, no upgrade, not an ACME
-HTTP-01 validation); any other request goes to Python with the connection.
+HTTP/1.1, one Host, a known method, no body or a Content-Length one, not an ACME HTTP-01
+validation; an upgrade without a body is carried too: ``carriable_upgrade``); any other
+request goes to Python with the connection.
 
 When routes change: at once when the registry adds or removes a host, when a tunnel's traffic
 policy changes (``sync``); the conditions read from caches and watchers (bans, IP

@@ -32,6 +32,7 @@ from edge.session import StreamReset
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 MAX_FRAME = edge_core.WS_MAX_FRAME  # bytes of one client frame's payload
+BRIDGE_DRAIN = 2.0  # seconds the core's last frames may take to reach a bridged client
 NOT_UPGRADE = (
     400,
     edge_errors.MISDIRECTED,
@@ -144,19 +145,38 @@ async def _bridged(reader: Any, writer: Any, stream: Any, frames: bytes) -> None
     """A WebSocket on TLS Python terminated (the socket carries ciphertext, which the core
     cannot take): the core converts on one end of a Unix socket pair, Python copies the
     client's plaintext to and from the other (http_io.splice's copy); a stream of a session
-    the core does not run (none today) is reset."""
+    the core does not run (none today) is reset.
+
+    It ends with whichever side ends first: the core's end of the conversion (what it wrote
+    last passed on within :data:`BRIDGE_DRAIN`, then the client's connection is closed), or
+    the copy's (the client's EOF or failure: the pair is closed, which the core reads as the
+    client's EOF and ends within its linger, wstcp.rs ``LINGER``, without Python waiting)."""
     if not getattr(stream, "carriable", False):
         stream.reset()
         return
     ours, theirs = socket.socketpair()
     try:
-        converted = asyncio.ensure_future(stream.carry(theirs, to_stream=frames, websocket=True))
         pair = await asyncio.open_connection(sock=ours)
     except (ConnectionError, OSError):
         ours.close()
+        theirs.close()
         stream.finish()
         return
+    converted = asyncio.ensure_future(stream.carry(theirs, to_stream=frames, websocket=True))
+    converted.add_done_callback(_retrieved)
+    copying = asyncio.ensure_future(http_io.splice(reader, writer, _Plain(*pair)))
     try:
-        await http_io.splice(reader, writer, _Plain(*pair))
+        done, _ = await asyncio.wait({converted, copying}, return_when=asyncio.FIRST_COMPLETED)
+        if copying not in done:  # the core ended it: its last frames on their way
+            await asyncio.wait({copying}, timeout=BRIDGE_DRAIN)
     finally:
-        await asyncio.gather(converted, return_exceptions=True)
+        if not copying.done():
+            copying.cancel()
+        await asyncio.gather(copying, return_exceptions=True)
+        pair[1].close()
+
+
+def _retrieved(task: "asyncio.Future[Any]") -> None:
+    """The conversion's end, not awaited once the client's side ended: its failure read."""
+    if not task.cancelled():
+        task.exception()

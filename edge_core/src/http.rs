@@ -239,17 +239,23 @@ pub fn carriable(req: &RequestHead) -> bool {
 /// The GUID of RFC 6455's `Sec-WebSocket-Accept`.
 const WEBSOCKET_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
+/// An upgrade request the core serves (a WebSocket's, forwarded and switched after the
+/// agent's 101; or answered by a WebSocket-TCP route): unusual for nothing else, without a
+/// body (Python refuses an upgrade with a body before routing it), otherwise what
+/// [`carriable`] takes.
+pub fn carriable_upgrade(req: &RequestHead) -> bool {
+    req.upgrade
+        && req.minor == 1
+        && req.hosts == 1
+        && matches!(req.framing, Framing::None | Framing::Length(0))
+        && METHODS.contains(&req.method.as_slice())
+        && !req.target.starts_with(ACME_PREFIX)
+}
+
 /// A WebSocket-TCP route's request the core answers itself (wstcp.rs): a request
-/// [`carriable`] takes, or an upgrade request unusual for nothing else and without a body
-/// (Python refuses an upgrade with a body before routing it).
+/// [`carriable`] takes (refused 400), or an upgrade [`carriable_upgrade`] takes.
 pub fn carriable_by_converter(req: &RequestHead) -> bool {
-    carriable(req)
-        || (req.upgrade
-            && req.minor == 1
-            && req.hosts == 1
-            && matches!(req.framing, Framing::None | Framing::Length(0))
-            && METHODS.contains(&req.method.as_slice())
-            && !req.target.starts_with(ACME_PREFIX))
+    carriable(req) || carriable_upgrade(req)
 }
 
 /// The `Sec-WebSocket-Accept` of a valid WebSocket upgrade request (GET, `Upgrade:

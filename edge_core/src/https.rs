@@ -7,7 +7,7 @@
 //! Python untouched (its ClientHello still unread: edge/tls.py serves it as it always did).
 //!
 //! A request on a connection the core terminated that the core does not serve (another
-//! host, an upgrade, a route that expired: public.rs) goes to Python with the rest of the
+//! host, an upgrade with a body, a route that expired: public.rs) goes to Python with the rest of the
 //! connection over a Unix socket pair carrying the plaintext (`bridge`): the TLS session
 //! stays in the core, Python gets the bytes read and the handshake's facts.
 //!

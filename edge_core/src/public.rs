@@ -1075,9 +1075,13 @@ pub(crate) async fn connection<C: Conn>(
             // (towards an HTTP/2 endpoint, a target its `:path` carries unchanged: h2up.rs;
             // a host whose TLS settings require more than the default, on a connection whose
             // handshake was made for other settings: Python's, a 421 there)
+            // (an upgrade: a WebSocket-TCP route's to answer, or any other HTTP/1.1 route's
+            // to forward and switch after the agent's 101; not on an HTTP/2 stream)
             Some(route)
                 if (http::carriable(&head)
-                    || (route.ws_tcp && http::carriable_by_converter(&head)))
+                    || (http::carriable_upgrade(&head)
+                        && (route.ws_tcp
+                            || (route.h2_upstream.is_none() && tcp.abort().is_none()))))
                     && (route.h2_upstream.is_none()
                         || crate::h2up::carriable_target(&head.target))
                     && (route.spec == 0 || route.spec == tcp.tls_spec()) =>
@@ -1789,8 +1793,39 @@ async fn exchange<C: Conn>(
         done
     };
     record.duration = started.elapsed().as_secs_f64();
+    if result.is_ok() && record.status == 101 && leg.h2.is_none() {
+        // switched: recorded now (as the Python path records a 101), then both sides' bytes
+        // carried until both are done (splice.rs), the client's read so far first, the
+        // agent's after its 101 too; the connection ends with it
+        if !public.tallies.count(&record) {
+            public.inbox.push_served(record);
+        }
+        let to_client = std::mem::take(&mut scratch.rbuf);
+        let held = crate::carrier::hold(&public.carried, |c| &c.splices);
+        let Leg {
+            session,
+            sid,
+            wakes,
+            ..
+        } = leg;
+        splice::run(
+            &mut *tcp,
+            session,
+            sid,
+            wakes,
+            std::mem::take(buf),
+            to_client,
+        )
+        .await;
+        drop(held);
+        public.carried.spliced.fetch_add(1, Ordering::Relaxed);
+        return (false, None);
+    }
     let (keep, leg) = match result {
         Ok(((client_keep, leg_keep), body_done)) => {
+            // (an upgrade answered by anything but a 101 ends the connection, as Python's
+            // HTTP/1.1 ends it)
+            let client_keep = client_keep && !head.upgrade;
             let mut leg = leg;
             leg.reusable = leg_keep && body_done;
             if client_keep && body_done {
@@ -1914,8 +1949,21 @@ async fn respond<W: AsyncWrite + Unpin>(
     let resp: ResponseHead = loop {
         match http::parse_response(rbuf) {
             Parsed::Done(resp) if resp.status < 200 => {
-                if resp.status == 101 {
+                if resp.status == 101 && !req.upgrade {
                     return Err((Failed::BadResponse, false)); // no upgrade was asked
+                }
+                if resp.status == 101 {
+                    // switched (edge/public.py `_switch`): the head as the agent gave it,
+                    // recorded; the exchange carries raw bytes both ways from now on
+                    let mut out = Vec::new();
+                    http::client_head(&resp, false, false, &mut out);
+                    record.status = 101;
+                    record.response_head = rbuf[..resp.len].to_vec();
+                    rbuf.drain(..resp.len);
+                    wr.write_all(&out)
+                        .await
+                        .map_err(|_| (Failed::Client, true))?;
+                    return Ok((false, false));
                 }
                 let mut out = Vec::new();
                 http::client_head(&resp, true, false, &mut out);

@@ -4,22 +4,27 @@
 //! raw byte stream, whose upstream is a plain TCP service, and the agent's bytes back as
 //! binary frames (RFC 6455).
 //!
-//! The rules, as edge/wstcp.py states them (docs/DATA_PLANE.md):
+//! The rules (docs/DATA_PLANE.md, "The WebSocket-TCP converter is the core's"):
 //! - data frames (text, binary, continuation) from the client become their payload on the
-//!   stream; a ping is answered with a pong (its first 125 bytes), written before the next
-//!   read of the client, so a client that sends pings and reads none is held back by its own
-//!   socket, never buffered; a close frame is answered with a close (its code echoed) and ends
-//!   the client's direction (FIN to the agent); the client's EOF does too;
-//! - the agent's bytes go back as binary frames; its FIN ends the WebSocket with close 1000;
+//!   stream, those of one read in one write; a ping is answered with a pong (its first 125
+//!   bytes), written before the next read of the client, so a client that sends pings and
+//!   reads none is held back by its own socket, never buffered;
+//! - a close frame is answered with a close (its code echoed), is a FIN to the agent and ends
+//!   the conversion at once; the client's EOF is a FIN too, the agent's bytes going on for at
+//!   most [`LINGER`];
+//! - the agent's bytes go back as binary frames; its FIN ends the WebSocket with close 1000,
+//!   the client's close or EOF awaited for at most [`LINGER`]; nothing follows our close;
 //! - a frame announced larger than [`MAX_FRAME`] is answered with close 1009, an unmasked one
 //!   with close 1002, and the connection ends at once;
-//! - it ends when both directions are done, or at once when either side fails (the client's
-//!   socket errs, the stream is reset): the socket is closed and the stream finished.
+//! - it ends at once when either side fails (the client's socket errs, the stream is reset):
+//!   the socket is closed and the stream finished.
 //!
-//! Memory: one client frame at most (its header and [`MAX_FRAME`] bytes of payload) and
-//! [`CHUNK`] bytes of the agent's, per connection.
+//! Memory: one client frame at most (its header and [`MAX_FRAME`] bytes of payload) and one
+//! read ([`CHUNK`]) past it, and [`CHUNK`] bytes of the agent's, per connection.
 
+use std::ops::Range;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
@@ -62,10 +67,10 @@ pub fn frame(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameError(pub u16);
 
-/// The next whole client frame at the front of `buf`, taken from it: (opcode, unmasked
-/// payload); None while it is not whole. The bound is checked on the header, before any of
-/// the payload is waited for.
-pub fn next_frame(buf: &mut Vec<u8>) -> Result<Option<(u8, Vec<u8>)>, FrameError> {
+/// The next whole client frame at the front of `buf`: (opcode, the range of its payload in
+/// `buf`, unmasked in place, and the frame's length); None while it is not whole. The bound
+/// is checked on the header, before any of the payload is waited for.
+pub fn next_frame(buf: &mut [u8]) -> Result<Option<(u8, Range<usize>)>, FrameError> {
     if buf.len() < 2 {
         return Ok(None);
     }
@@ -88,13 +93,11 @@ pub fn next_frame(buf: &mut Vec<u8>) -> Result<Option<(u8, Vec<u8>)>, FrameError
         return Ok(None);
     }
     let mask = [buf[at], buf[at + 1], buf[at + 2], buf[at + 3]];
-    let mut payload = buf[at + 4..end].to_vec();
-    payload
+    buf[at + 4..end]
         .iter_mut()
         .enumerate()
         .for_each(|(i, b)| *b ^= mask[i % 4]);
-    buf.drain(..end);
-    Ok(Some((opcode, payload)))
+    Ok(Some((opcode, at + 4..end)))
 }
 
 /// Why the conversion stopped early (either ends the whole of it).
@@ -103,6 +106,52 @@ enum Cut {
     Stream,
     Frame(u16),
 }
+
+/// How the client's direction ended.
+#[derive(Default)]
+enum UpEnd {
+    /// Its close frame, answered: the WebSocket is done, the conversion ends at once.
+    Closed,
+    /// Its EOF: the agent's direction goes on (the client may still read), within LINGER.
+    #[default]
+    Eof,
+}
+
+/// What the two directions share of the client's writing side: the frames go whole, and
+/// nothing after our close frame.
+struct Writer<W> {
+    w: W,
+    written: u64,
+    /// A frame is being written: cut there (the direction writing it ended), no frame may
+    /// follow it.
+    midway: bool,
+    /// Our close frame went: what the agent sends after it is dropped.
+    closed: bool,
+}
+
+impl<W: AsyncWrite + Unpin> Writer<W> {
+    async fn send(&mut self, opcode: u8, payload: &[u8]) -> Result<(), Cut> {
+        if self.closed || self.midway {
+            return Ok(());
+        }
+        let mut out = Vec::with_capacity(payload.len() + 10);
+        frame(&mut out, opcode, payload);
+        self.closed = opcode == CLOSE;
+        self.midway = true;
+        self.w.write_all(&out).await.map_err(|_| Cut::Client)?;
+        self.midway = false;
+        self.written += out.len() as u64;
+        Ok(())
+    }
+}
+
+/// Once one direction ended, how long the other may go on (a client that keeps its side
+/// open after the agent's end, or an agent that never ends after the client's EOF).
+pub const LINGER: Duration = Duration::from_secs(30);
+/// How long the last close frame may take to write (a client that reads nothing).
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Client frames handled before the task yields its thread (many empty frames in one read).
+const FRAMES_PER_TURN: usize = 256;
 
 /// Convert between `io` (the client's WebSocket, its 101 already sent) and the stream `sid`
 /// of `session` (owned by the core: `wakes`) until both directions are done or one fails;
@@ -120,45 +169,61 @@ where
 {
     let (mut r, w) = tokio::io::split(io);
     // the writer is shared: pongs and the close answer come from the client's direction
-    let w = Mutex::new((w, 0u64));
-    let send = |opcode: u8, payload: &[u8]| {
-        let mut out = Vec::with_capacity(payload.len() + 10);
-        frame(&mut out, opcode, payload);
-        let w = &w;
-        async move {
-            let mut w = w.lock().await;
-            w.0.write_all(&out).await.map_err(|_| Cut::Client)?;
-            w.1 += out.len() as u64;
-            Ok::<(), Cut>(())
-        }
-    };
+    let w = Mutex::new(Writer {
+        w,
+        written: 0,
+        midway: false,
+        closed: false,
+    });
     let mut from_client = 0u64;
     let result = {
         let up = async {
+            // the frames are parsed at `at`, the buffer compacted once per read; it holds
+            // one frame at most and one read (CHUNK) past it
             let mut buf = frames;
+            let mut chunk = vec![0u8; CHUNK];
+            let mut data: Vec<u8> = Vec::new(); // the payloads of one read, written at once
             loop {
+                let (mut at, mut handled) = (0, 0);
                 while let Some((opcode, payload)) =
-                    next_frame(&mut buf).map_err(|e| Cut::Frame(e.0))?
+                    next_frame(&mut buf[at..]).map_err(|e| Cut::Frame(e.0))?
                 {
+                    let payload = at + payload.start..at + payload.end;
+                    at = payload.end;
                     match opcode {
-                        CONT | TEXT | BINARY if !payload.is_empty() => session
-                            .write_owned(sid, &wakes, &payload)
-                            .await
-                            .map_err(|_| Cut::Stream)?,
-                        PING => send(PONG, &payload[..payload.len().min(125)]).await?,
-                        CLOSE => {
-                            send(CLOSE, &payload[..payload.len().min(2)]).await?;
-                            return half_close(&session, sid);
+                        CONT | TEXT | BINARY => data.extend_from_slice(&buf[payload]),
+                        PING | CLOSE => {
+                            write_data(&session, sid, &wakes, &mut data).await?;
+                            let reply = &buf[payload.start
+                                ..payload
+                                    .end
+                                    .min(payload.start + if opcode == PING { 125 } else { 2 })];
+                            let reply_op = if opcode == PING { PONG } else { CLOSE };
+                            w.lock().await.send(reply_op, reply).await?;
+                            if opcode == CLOSE {
+                                half_close(&session, sid)?;
+                                return Ok(UpEnd::Closed);
+                            }
                         }
                         _ => {}
                     }
+                    handled += 1;
+                    if handled % FRAMES_PER_TURN == 0 {
+                        tokio::task::yield_now().await;
+                    }
                 }
-                buf.reserve(CHUNK);
-                let n = r.read_buf(&mut buf).await.map_err(|_| Cut::Client)?;
+                write_data(&session, sid, &wakes, &mut data).await?;
+                buf.drain(..at);
+                if buf.capacity() > 2 * CHUNK && buf.len() <= CHUNK {
+                    buf.shrink_to(CHUNK); // a large frame's room, given back
+                }
+                let n = r.read(&mut chunk).await.map_err(|_| Cut::Client)?;
                 if n == 0 {
-                    return half_close(&session, sid);
+                    half_close(&session, sid)?;
+                    return Ok(UpEnd::Eof);
                 }
                 from_client += n as u64;
+                buf.extend_from_slice(&chunk[..n]);
             }
         };
         let down = async {
@@ -169,25 +234,62 @@ where
                     .read_owned(sid, &wakes, &mut buf, CHUNK)
                     .await
                     .map_err(|_| Cut::Stream)?;
+                let mut w = w.lock().await;
                 if n == 0 {
-                    return send(CLOSE, &1000u16.to_be_bytes()).await;
+                    return w.send(CLOSE, &1000u16.to_be_bytes()).await;
                 }
-                send(BINARY, &buf).await?;
+                w.send(BINARY, &buf).await?;
             }
         };
-        tokio::try_join!(up, down).map(|_| ())
+        tokio::pin!(up);
+        tokio::pin!(down);
+        tokio::select! {
+            ended = &mut up => match ended {
+                Ok(UpEnd::Closed) => Ok(()),
+                Ok(UpEnd::Eof) => lingered(&mut down).await,
+                Err(cut) => Err(cut),
+            },
+            ended = &mut down => match ended {
+                // the agent's end, told with close 1000: the client's close or EOF awaited
+                Ok(()) => lingered(&mut up).await.map(|_| ()),
+                Err(cut) => Err(cut),
+            },
+        }
     };
     let mut w = w.into_inner();
     if let Err(Cut::Frame(code)) = result {
-        let mut out = Vec::new();
-        frame(&mut out, CLOSE, &code.to_be_bytes());
-        if w.0.write_all(&out).await.is_ok() {
-            w.1 += out.len() as u64;
-        }
+        let code = code.to_be_bytes();
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, w.send(CLOSE, &code)).await;
     }
-    let _ = w.0.shutdown().await;
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, w.w.shutdown()).await;
     session.disown(sid);
-    (from_client, w.1)
+    (from_client, w.written)
+}
+
+/// The other direction's end, awaited at most LINGER (then the whole ends as if it had).
+async fn lingered<T: Default>(
+    other: &mut (impl std::future::Future<Output = Result<T, Cut>> + Unpin),
+) -> Result<T, Cut> {
+    tokio::time::timeout(LINGER, other)
+        .await
+        .unwrap_or(Ok(T::default()))
+}
+
+/// The data frames' payloads of one read written to the stream at once.
+async fn write_data(
+    session: &Session,
+    sid: u32,
+    wakes: &Wakes,
+    data: &mut Vec<u8>,
+) -> Result<(), Cut> {
+    if !data.is_empty() {
+        session
+            .write_owned(sid, wakes, data)
+            .await
+            .map_err(|_| Cut::Stream)?;
+        data.clear();
+    }
+    Ok(())
 }
 
 fn half_close(session: &Session, sid: u32) -> Result<(), Cut> {

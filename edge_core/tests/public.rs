@@ -1768,3 +1768,149 @@ async fn a_targets_append_is_held_and_served_without_asking() {
         "the second was not asked"
     );
 }
+
+/// The records the core served, once there are `n` (within 5 s).
+async fn served(carrier: &Carrier, n: usize) -> Vec<edge_core::public::Served> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got = Vec::new();
+    while got.len() < n && Instant::now() < deadline {
+        got.extend(carrier.inbox().take().served);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    got
+}
+
+const WS_UPGRADE: &[u8] = b"GET /ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\n\
+    Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+    Sec-WebSocket-Version: 13\r\n\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_is_forwarded_and_after_the_agents_101_bytes_go_both_ways_raw() {
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set("a.test".into(), route(&session));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(&[WS_UPGRADE, b"early"].concat())
+        .await
+        .unwrap();
+    let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    assert!(got.ends_with(b"\r\n\r\n"), "the head alone before the 101");
+    assert!(
+        has(&got, b"upgrade: websocket\r\nconnection: Upgrade\r\n"),
+        "forwarded as asked"
+    );
+    let mut answer = Vec::new();
+    let switched =
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        &[&switched[..], b"first"].concat(),
+    );
+    agent.write_all(&answer).await.unwrap();
+    let head = read_response(&mut client, b"first").await;
+    assert_eq!(head, [&switched[..], b"first"].concat());
+    client.write_all(b"up").await.unwrap();
+    client.shutdown().await.unwrap();
+    let (after, fin, _) = common::stream_reads(&mut agent, sid, |_, fin| fin).await;
+    assert_eq!(
+        (after.as_slice(), fin),
+        (&b"earlyup"[..], true),
+        "the client's bytes, then its EOF"
+    );
+    let records = served(&carrier, 1).await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].status, 101);
+    assert!(records[0].response_head.starts_with(b"HTTP/1.1 101"));
+    assert!(
+        carrier.inbox().take().conns.is_empty(),
+        "nothing handed to Python"
+    );
+    assert_eq!(
+        carrier
+            .counters
+            .splices
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_answered_without_a_101_ends_the_connection_after_the_answer() {
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set("a.test".into(), route(&session));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client.write_all(WS_UPGRADE).await.unwrap();
+    let (sid, _) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        FIN,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nno",
+    );
+    agent.write_all(&answer).await.unwrap();
+    let got = read_response(&mut client, b"no").await;
+    assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    let mut rest = Vec::new();
+    let read = client.read_to_end(&mut rest);
+    tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        rest.is_empty(),
+        "the connection ends after a refused upgrade"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_tcp_route_answers_the_upgrade_itself_and_anything_else_400() {
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set(
+        "a.test".into(),
+        Route {
+            ws_tcp: true,
+            ..route(&session)
+        },
+    );
+    let mut plain = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut refused = Vec::new();
+    let read = plain.read_to_end(&mut refused);
+    tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(refused.starts_with(b"HTTP/1.1 400 Bad Request\r\n"));
+    assert!(has(&refused, b"ERR_NGROK_3002"));
+
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client.write_all(WS_UPGRADE).await.unwrap();
+    let head = read_response(&mut client, b"\r\n\r\n").await;
+    assert_eq!(
+        head,
+        b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\
+          sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+    );
+    // a masked binary frame "hi": its payload reaches the agent after the proxy header
+    client
+        .write_all(&[0x82, 0x82, 1, 2, 3, 4, b'h' ^ 1, b'i' ^ 2])
+        .await
+        .unwrap();
+    let (_, got) = agent_reads(&mut agent, |g| g.ends_with(b"hi")).await;
+    assert!(has(&got, b"\"Id\": \"tn_test\""), "the proxy header first");
+    let records = served(&carrier, 2).await;
+    let statuses: Vec<u16> = records.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![400, 101]);
+    assert!(
+        carrier.inbox().take().conns.is_empty(),
+        "nothing handed to Python"
+    );
+}

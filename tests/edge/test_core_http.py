@@ -3,8 +3,10 @@ edge_core/src/public.rs), through the official Python SDK as a process: a plain 
 requests are served by the core and recorded; a route with a traffic policy, and requests the
 core does not carry, go to Python as before; a route's end is answered as Python answers it."""
 
+import base64
 import hashlib
 import json
+import os
 import socket
 import time
 
@@ -158,8 +160,8 @@ def test_a_chunked_request_body_is_the_cores_too(edge, plain):
 def test_what_the_core_does_not_carry_goes_to_python(edge, plain):
     _until_core_serves(edge, plain)
     handed = _handed(edge)
-    upgrade = _get(edge, plain, "/echo", headers={"Upgrade": "h2c", "Connection": "Upgrade"})
-    assert upgrade.status_code == 200  # an upgrade it may refuse: Python's
+    trace = _get(edge, plain, "/echo", method="TRACE")  # a method the core does not know
+    assert trace.status_code != 0
     with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as sock:
         sock.sendall(b"GET /echo HTTP/1.0\r\nHost: " + plain.encode() + b"\r\n\r\n")
         answer = b""
@@ -167,6 +169,59 @@ def test_what_the_core_does_not_carry_goes_to_python(edge, plain):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200")  # HTTP/1.0: Python's
     assert _handed(edge) - handed >= 2
+
+
+def test_an_upgrade_the_upstream_refuses_is_the_cores_and_ends_the_connection(edge, plain):
+    """An upgrade is forwarded by the core (edge_core/src/public.rs); the upstream answers
+    this one 200 (it does not speak h2c): relayed, then the connection ends, as Python's
+    HTTP/1.1 ends it. Nothing goes to Python."""
+    _until_core_serves(edge, plain)
+    handed, served = _handed(edge), _served(edge)
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as sock:
+        sock.sendall(
+            b"GET /echo HTTP/1.1\r\nHost: " + plain.encode() + b"\r\nUpgrade: h2c\r\n"
+            b"Connection: Upgrade\r\n\r\n"
+        )
+        answer = b""
+        while chunk := sock.recv(65536):  # to the end: the edge closes it
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert b'"Upgrade": "h2c"' in answer  # forwarded as asked
+    assert (_handed(edge), _served(edge)) == (handed, served + 1)
+
+
+def test_a_websocket_is_switched_and_carried_by_the_core(edge, plain):
+    """A WebSocket upgrade to the SDK's upstream (aiohttp's WebSocket echo): forwarded by the
+    core, the 101 relayed and recorded, then the frames carried raw both ways by the core
+    (counted as a carried connection); nothing goes to Python."""
+    _until_core_serves(edge, plain)
+    handed, served = _handed(edge), _served(edge)
+    ended = metric(edge.metrics(), "edge_core_carried_connections_ended_total")
+    key = base64.b64encode(os.urandom(16))
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as sock:
+        sock.sendall(
+            b"GET /ws HTTP/1.1\r\nHost: " + plain.encode() + b"\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: " + key + b"\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(4096)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        payload, mask = b"over the core", os.urandom(4)
+        sock.sendall(
+            bytes([0x81, 0x80 | len(payload)])
+            + mask
+            + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        )
+        frame = head.split(b"\r\n\r\n", 1)[1]
+        while len(frame) < 2 or len(frame) < 2 + frame[1]:
+            frame += sock.recv(4096)
+        assert frame[2 : 2 + frame[1]] == b"echo:over the core"
+    assert (_handed(edge), _served(edge)) == (handed, served + 1)
+    assert wait(
+        lambda: metric(edge.metrics(), "edge_core_carried_connections_ended_total") > ended
+    )
 
 
 def test_a_bad_head_is_answered_by_python_as_before(edge, plain):

@@ -186,6 +186,14 @@ def test_on_tls_python_terminated_the_core_still_converts(edge, account, agents)
         assert opcode == wstcp.CLOSE
     assert _handed(edge) > handed  # the connection was Python's
     assert wait(lambda: _converted(edge) >= before + 1, timeout=10)  # converted by the core
+    sock, head, _ = _upgrade(edge, host, tls=True)
+    with sock:  # the core's close 1009 ends the client's connection too, though it stays open
+        assert head.startswith("HTTP/1.1 101")
+        sock.sendall(bytes([0x82, 0x80 | 127]) + struct.pack(">Q", wstcp.MAX_FRAME + 1))
+        opcode, payload, rest = _read_frame(sock)
+        assert opcode == wstcp.CLOSE and struct.unpack(">H", payload)[0] == 1009
+        sock.settimeout(5)
+        assert rest == b"" and sock.recv(1) == b"", "closed after the close frame"
 
 
 def test_a_plain_request_is_refused_and_bounds_hold(edge, account, agents):
