@@ -56,6 +56,7 @@ the route is quiet (edge_core/src/held.rs; docs/DATA_PLANE.md, "Held decisions")
 """
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
@@ -443,6 +444,23 @@ class Decider:
             carrier.decide_close(ticket)
         self.decided += 1
 
+    @contextlib.contextmanager
+    def _deciding(self, row: Asked, held: Pushed, hub: Any, count: bool = True) -> Any:
+        """A task deciding ``row`` (a wait on a cache, a check, an outbound call): what
+        fails in it answers the row with a close (logged, as the Python path closes a
+        connection it cannot serve); whatever happens, the decisions made are sent to the
+        core and the decisions' counts flushed (``count``: the row counted as decided)."""
+        try:
+            yield
+        except Exception:
+            log.exception("deciding a request of %s://%s", held[1], held[2])
+            self.edge.carrier.decide_close(row[0])
+        finally:
+            if count:
+                self.decided += 1
+            self.edge.carrier.flush_decisions()
+            hub.flush_counts()
+
     async def _checked(self, row: Asked, held: Pushed, policy: Any, hub: Any) -> None:
         """A row of an account with ``endpoints`` IP restrictions: its client checked as
         edge/http_routing.py checks it (refused: 403 ERR_NGROK_3203, closed), then decided as
@@ -459,7 +477,7 @@ class Decider:
         if allowed and policy is not None and (policy.ip_policy_ids or policy.secret_refs):
             await self._resolved(row, held, policy, hub)  # its own caches next
             return
-        try:
+        with self._deciding(row, held, hub):
             if not allowed:  # answered before any endpoint's: no record names the endpoint
                 refused = error_response(*ip_restrictions.REFUSED_ANSWER, close=True)
                 self._answer(ticket, refused, row[5], True, REFUSED)
@@ -469,13 +487,6 @@ class Decider:
                 carrier.decide_append(ticket, [], None)
             else:
                 self._decide(row, held, policy, hub, may_hold=False)
-        except Exception:
-            log.exception("deciding a request of %s://%s", held[1], held[2])
-            carrier.decide_close(ticket)
-        finally:
-            self.decided += 1
-            carrier.flush_decisions()
-            hub.flush_counts()
 
     async def _edge_row(self, row: Asked, held: Pushed, hub: Any, restricted: bool) -> None:
         """A request of an HTTPS edge's hostname: its client checked first when the
@@ -483,8 +494,8 @@ class Decider:
         edge/http_routing.py routes it (``EdgeRouter.route_http``: the edge's route, its
         modules' policy, its backend's labeled tunnel), then decided as a hop to that
         tunnel (:meth:`_edge_decide`)."""
-        carrier, ticket, name = self.edge.carrier, row[0], held[0]
-        try:
+        ticket, name = row[0], held[0]
+        with self._deciding(row, held, hub):
             async with asyncio.timeout_at(_DUE.get()):
                 routed = await self.edge.router.route_http(held[2], row[6], held[1])
                 # the routing's own answers first, then the client checked, as
@@ -501,13 +512,6 @@ class Decider:
                     self._answer(ticket, refused, row[5], True, REFUSED)
                     return
             self._edge_decide(row, held, routed, hub)
-        except Exception:
-            log.exception("deciding a request of %s://%s", held[1], held[2])
-            carrier.decide_close(ticket)
-        finally:
-            self.decided += 1
-            carrier.flush_decisions()
-            hub.flush_counts()
 
     def _edge_decide(self, row: Asked, held: Pushed, routed: Any, hub: Any) -> None:
         """The edge's answer where the router gave one (none: offline, 404; its error),
@@ -560,9 +564,9 @@ class Decider:
         """A row of a policy naming IP policies or vault secrets: decided once the router's
         and the secrets' caches have them (as edge/http_policy.py reads them per run), its
         decision sent at once."""
-        edge, carrier = self.edge, self.edge.carrier
+        edge = self.edge
         account_id = held[0].account_id
-        try:
+        with self._deciding(row, held, hub):
             async with asyncio.timeout_at(_DUE.get()):
                 ip_resolver = (
                     await edge.router.ip_policy_resolver(account_id, policy)
@@ -575,13 +579,6 @@ class Decider:
                     else None
                 )
             self._decide(row, held, policy, hub, ip_resolver, secret_resolver)
-        except Exception:
-            log.exception("deciding a request of %s://%s", held[1], held[2])
-            carrier.decide_close(row[0])
-        finally:
-            self.decided += 1
-            carrier.flush_decisions()
-            hub.flush_counts()
 
     def _breaker_only(self, row: Asked, tunnel: Any) -> None:
         """A request of an endpoint with a breaker and no policy: 503 while it is tripped
@@ -657,12 +654,11 @@ class Decider:
         """A run that waits: each sign-in step and outbound call awaited as
         edge/http_policy.py's request_phase awaits them, the run resumed after each, then
         decided; its decision sent at once."""
-        carrier = self.edge.carrier
 
         def again() -> Any:
             return traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
 
-        try:
+        with self._deciding(row, held, hub, count=False):
             async with asyncio.timeout_at(_DUE.get()):  # the core's wait for the ticket
                 while out.kind in AWAITED:
                     if out.kind == tp.IDENTITY:
@@ -673,12 +669,6 @@ class Decider:
                             self.edge, held[0].account_id, traffic, "on_http_request", out, again
                         )
             self._finish(row, held, traffic, out, hub, hold, at)
-        except Exception:
-            log.exception("deciding a request of %s://%s", held[1], held[2])
-            carrier.decide_close(row[0])
-        finally:
-            carrier.flush_decisions()
-            hub.flush_counts()
 
     def _finish(
         self,
@@ -764,17 +754,10 @@ class Decider:
     async def _found(
         self, row: Asked, held: Pushed, traffic: Any, out: Any, hub: Any, at: Optional[_At]
     ) -> None:
-        carrier = self.edge.carrier
-        try:
+        with self._deciding(row, held, hub, count=False):
             async with asyncio.timeout_at(_DUE.get()):  # the core's wait for the ticket
                 target = await self.edge.router.internal_target(held[0].account_id, out.url)
             self._hop(row, held, traffic, out, hub, at, target)
-        except Exception:
-            log.exception("deciding a request of %s://%s", held[1], held[2])
-            carrier.decide_close(row[0])
-        finally:
-            carrier.flush_decisions()
-            hub.flush_counts()
 
     def _hop(
         self,

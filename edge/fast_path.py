@@ -896,8 +896,9 @@ class FastPath:
                 # counted at once; a tuple only for a request a record is made of (``ran``: a
                 # decided route's policy run, http_policy.Traffic, its decisions counted when
                 # it ran)
-                if ran is not None:  # its circuit breakers count the answer (decided.py)
-                    record_upstream(ran, status)
+                if ran is not None and status != 101:  # its circuit breakers count the
+                    record_upstream(ran, status)  # answer (decided.py); a switch, never
+                    # (the Python path's _switch counts none)
                 kind = kinds.get(key, "agent")
                 admitted = count(hop, kind, status, duration, bytes_in, bytes_out, now_mono)
                 if admitted is None:

@@ -840,11 +840,15 @@ class SshSession(asyncssh.SSHServer):
             await asyncio.wait_for(self._slots.acquire(), OPEN_WAIT)
         except asyncio.TimeoutError:
             raise StreamsExhausted("too many channels open to the ssh client") from None
-        host, _ = self._forward
+        conn, forward = self.conn, self._forward
+        if self._ending or conn is None or forward is None:  # it ended while this waited
+            self._slots.release()
+            raise StreamReset("the ssh session ended")
+        host, _ = forward
         orig_host, orig_port = _origin(client_addr)
         stream = ChannelStream(self.mux, self._slots)
         try:
-            await self.conn.create_connection(
+            await conn.create_connection(
                 lambda: stream,
                 host,
                 self._reply_port,

@@ -236,6 +236,37 @@ pub fn carriable(req: &RequestHead) -> bool {
         && !req.target.starts_with(ACME_PREFIX)
 }
 
+/// Whether a 101 switches protocols as HTTP/1.1 has it: the response says `Upgrade` and
+/// `Connection: upgrade` (edge/http1.py refuses any other 101).
+pub fn switches(resp: &ResponseHead) -> bool {
+    let has = |name: &[u8], token: Option<&[u8]>| {
+        resp.fields.iter().any(|(n, v)| {
+            n.eq_ignore_ascii_case(name) && token.is_none_or(|t| contains_token(v, t))
+        })
+    };
+    resp.status == 101 && has(b"upgrade", None) && has(b"connection", Some(b"upgrade"))
+}
+
+/// `head` (a response head the edge wrote itself) with `Connection: close` in place of any
+/// Connection field: an answer to an upgrade request ends its connection and says so.
+pub fn closing(head: &[u8]) -> Vec<u8> {
+    let Parsed::Done(resp) = parse_response(head) else {
+        return head.to_vec();
+    };
+    let mut out = Vec::with_capacity(head.len() + 20);
+    client_head(&resp, false, true, &mut out);
+    if !contains_field(&resp.fields, b"connection", b"close") {
+        return out;
+    }
+    head.to_vec()
+}
+
+fn contains_field(fields: &[Field], name: &[u8], token: &[u8]) -> bool {
+    fields
+        .iter()
+        .any(|(n, v)| n.eq_ignore_ascii_case(name) && contains_token(v, token))
+}
+
 /// The GUID of RFC 6455's `Sec-WebSocket-Accept`.
 const WEBSOCKET_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 

@@ -1201,9 +1201,15 @@ pub(crate) async fn connection<C: Conn>(
                     body,
                     close,
                 } => {
-                    // (an upgrade answered by anything but a 101 ends the connection, as
-                    // Python's HTTP/1.1 ends it)
+                    // (an upgrade answered by anything but a 101 ends the connection, and says
+                    // so, as Python's HTTP/1.1 ends it: a held answer may have been made for
+                    // a request that asked none)
                     let keep = bodiless && !close && !head.close && !head.upgrade;
+                    let response = if head.upgrade && !close {
+                        http::closing(&response)
+                    } else {
+                        response
+                    };
                     // what of the request's body came with its head (the record's, as the
                     // Python path keeps what it had read when the policy answered)
                     let (request_body, request_ended) =
@@ -1450,12 +1456,13 @@ async fn converted<C: Conn>(
     let switched = format!(
         "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {accept}\r\n\r\n"
     );
-    if tcp.write_all(switched.as_bytes()).await.is_err() {
-        session.disown(sid); // the client went away before its 101: nothing recorded
-        return None;
-    }
+    // recorded as sent, as the Python path records it (its write may still fail)
     record.status = 101;
     answered(record, switched.as_bytes());
+    if tcp.write_all(switched.as_bytes()).await.is_err() {
+        session.disown(sid); // the client went away before its 101
+        return None;
+    }
     buf.drain(..head.len);
     let held = crate::carrier::hold(&public.carried, |c| &c.splices);
     crate::wstcp::run(tcp, session, sid, wakes, buf).await;
@@ -1665,6 +1672,11 @@ async fn exchange<C: Conn>(
     let started = Instant::now();
     let wall = wall_now();
     let spec = &public.spec;
+    // whether the head the agent gets asks to switch (a decided head may have dropped it)
+    let asked = match &given.head {
+        Some(decided) => matches!(http::parse_request(decided), Parsed::Done(h) if h.upgrade),
+        None => head.upgrade,
+    };
     match given.head {
         Some(decided) => out.extend_from_slice(&decided),
         None => http::upstream_head_with(head, &given.added, client_ip, &spec.scheme, out),
@@ -1774,7 +1786,7 @@ async fn exchange<C: Conn>(
                 }
             };
             tokio::pin!(client_side);
-            let respond = respond(&mut wr, &leg, head, &mut record, rbuf, public);
+            let respond = respond(&mut wr, &leg, head, asked, &mut record, rbuf, public);
             tokio::pin!(respond);
             tokio::select! {
                 _ = &mut client_side => Err((Failed::Client, false)),
@@ -1941,6 +1953,7 @@ async fn respond<W: AsyncWrite + Unpin>(
     wr: &mut W,
     leg: &Leg,
     req: &RequestHead,
+    asked: bool,
     record: &mut Served,
     rbuf: &mut Vec<u8>,
     public: &Public,
@@ -1949,8 +1962,10 @@ async fn respond<W: AsyncWrite + Unpin>(
     let resp: ResponseHead = loop {
         match http::parse_response(rbuf) {
             Parsed::Done(resp) if resp.status < 200 => {
-                if resp.status == 101 && !req.upgrade {
-                    return Err((Failed::BadResponse, false)); // no upgrade was asked
+                if resp.status == 101 && !(asked && http::switches(&resp)) {
+                    // no upgrade was asked of the agent, or its 101 does not say it switches
+                    // (edge/http1.py refuses both: 502)
+                    return Err((Failed::BadResponse, false));
                 }
                 if resp.status == 101 {
                     // switched (edge/public.py `_switch`): the head as the agent gave it,
@@ -2008,9 +2023,18 @@ async fn respond<W: AsyncWrite + Unpin>(
                 rewritten = true;
             }
             Decision::Respond {
-                status, head, body, ..
+                status,
+                head,
+                body,
+                close,
             } => {
                 // the policy answers instead: the agent's response is dropped, both ends close
+                // (to an upgrade: saying so, as edge/http1.py's answer to an upgrade says it)
+                let head = if close || !req.upgrade {
+                    head
+                } else {
+                    http::closing(&head)
+                };
                 record.status = status;
                 record.bytes_out = body.len() as u64;
                 record.response_head = head.clone();
@@ -2024,7 +2048,10 @@ async fn respond<W: AsyncWrite + Unpin>(
         }
     }
     let mut out = Vec::with_capacity(resp.len + rbuf.len() + 64);
-    let (to_client, client_keep) = http::client_head(&resp, head_request, req.close, &mut out);
+    // (an upgrade answered otherwise than by a 101: the connection ends, and says so, as
+    // edge/http1.py's answer to an upgrade says it)
+    let (to_client, client_keep) =
+        http::client_head(&resp, head_request, req.close || req.upgrade, &mut out);
     record.status = resp.status;
     // the record's head: as the client gets it when the response phase rewrote it
     record.response_head = if rewritten { out.clone() } else { head_bytes };

@@ -313,3 +313,31 @@ fn an_upgrade_with_a_body_or_odd_framing_is_not_the_converters() {
     assert!(!upgrade_only.upgrade, "no Connection: upgrade");
     assert!(!http::carriable_by_converter(&upgrade_only));
 }
+
+#[test]
+fn a_101_switches_only_when_it_says_upgrade_and_connection_upgrade() {
+    let both = response(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\r\n");
+    assert!(http::switches(&both));
+    let no_connection = response(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n");
+    assert!(!http::switches(&no_connection));
+    let no_upgrade = response(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n");
+    assert!(!http::switches(&no_upgrade));
+}
+
+#[test]
+fn an_answer_to_an_upgrade_is_made_to_say_it_closes() {
+    let open = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n";
+    let closed = http::closing(open);
+    assert!(
+        closed.ends_with(b"\r\nConnection: close\r\n\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&closed)
+    );
+    assert!(!String::from_utf8_lossy(&closed).contains("keep-alive"));
+    let said = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nconnection: close\r\n\r\n";
+    assert_eq!(
+        http::closing(said),
+        said.to_vec(),
+        "already said: unchanged"
+    );
+}

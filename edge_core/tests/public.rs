@@ -1850,11 +1850,19 @@ async fn an_upgrade_answered_without_a_101_ends_the_connection_after_the_answer(
         DATA,
         FIN,
         sid,
-        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nno",
+        b"HTTP/1.1 426 Upgrade Required\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Content-Length: 2\r\n\r\nno",
     );
     agent.write_all(&answer).await.unwrap();
     let got = read_response(&mut client, b"no").await;
-    assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    assert!(got.starts_with(b"HTTP/1.1 426 Upgrade Required\r\n"));
+    // it says the connection ends (edge/http1.py's answer to an upgrade says it)
+    assert!(
+        has(&got, b"\r\nConnection: close\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(!has(&got, b"Connection: Upgrade"));
     let mut rest = Vec::new();
     let read = client.read_to_end(&mut rest);
     tokio::time::timeout(Duration::from_secs(5), read)
@@ -1912,5 +1920,48 @@ async fn a_websocket_tcp_route_answers_the_upgrade_itself_and_anything_else_400(
     assert!(
         carrier.inbox().take().conns.is_empty(),
         "nothing handed to Python"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_101_that_does_not_say_it_switches_is_a_502() {
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier.routes.set("a.test".into(), route(&session));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client.write_all(WS_UPGRADE).await.unwrap();
+    let (sid, _) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    let mut answer = Vec::new();
+    // no Upgrade, no Connection: upgrade
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 101 Switching Protocols\r\n\r\nraw",
+    );
+    agent.write_all(&answer).await.unwrap();
+    let mut got = Vec::new();
+    let read = client.read_to_end(&mut got);
+    tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        got.starts_with(b"HTTP/1.1 502 Bad Gateway\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(has(&got, b"ERR_NGROK_3004") && !has(&got, b"raw"));
+    assert_eq!(
+        carrier
+            .counters
+            .splices
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    let records = served(&carrier, 1).await;
+    assert_eq!(
+        records.iter().map(|r| r.status).collect::<Vec<_>>(),
+        vec![502]
     );
 }

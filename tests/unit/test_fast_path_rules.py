@@ -4,6 +4,7 @@ the candidate must then be None (the host is Python's), and a plain one must not
 
 import asyncio
 import json
+import time
 import types
 
 import pytest
@@ -777,6 +778,33 @@ def test_a_request_the_restrictions_refuse_is_no_record_of_the_endpoint(core):
 
     core.loop.run_until_complete(run())
     assert queued == []
+
+
+def test_a_switch_is_no_answer_its_breakers_count(core):
+    """A 101 (a WebSocket the core switched) counts for no circuit breaker, as the Python
+    path's ``_switch`` counts none; the answers that follow a request do."""
+    edge = _edge()
+    edge.carrier, edge.router = _Deciding(), _Router()
+    edge.tls.loaded = asyncio.Event()
+    edge.carrier.set_quiet = lambda key, quiet: None  # nothing wants a record of them
+    counted = []
+    recorder = types.SimpleNamespace(record=lambda status, *clock: counted.append(status))
+    memo = types.SimpleNamespace(breakers=[(recorder, time.monotonic)], upstream_breaker=recorder)
+
+    async def run():
+        edge.registry.by_host[HOST] = _tunnel(core, proto="http")
+        paths = FastPath(edge)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        key = paths.routes[("http", HOST)][0]
+        hub = hub_of(edge)
+        hub.record = lambda *args: None
+        hub.count_http = lambda *args: None
+        stats = (0, 0, 0.0, 0.0)
+        paths.served([(key, status, stats, False, None, memo, False) for status in (101, 500)])
+
+    core.loop.run_until_complete(run())
+    assert counted == [500, 500]  # the 500's, by the action's breaker and the endpoint's
 
 
 class _CertCarrier:

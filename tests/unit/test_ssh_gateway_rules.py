@@ -171,3 +171,23 @@ def test_reading_pauses_the_channel_at_its_bound_and_resumes():
         assert count.local_open == 0
 
     asyncio.run(run())
+
+
+def test_a_session_that_ends_while_a_channel_waits_for_a_slot_is_a_reset_stream():
+    """A public connection waiting for one of the session's channel slots when the ssh
+    session ends reads as a reset stream (the TCP front's answer to an ended agent), its slot
+    given back; it used to reach the ended connection (an AttributeError on None)."""
+
+    async def run():
+        session = _session("localhost", 0)
+        session._ending, session.conn = False, object()
+        session._slots = asyncio.Semaphore(0)  # every slot taken
+        opening = asyncio.ensure_future(session.open_proxy(None, "192.0.2.1:5", "tcp"))
+        await asyncio.sleep(0.01)
+        session._ending, session.conn = True, None  # the session ends meanwhile
+        session._slots.release()  # a channel closes: its slot comes back
+        with pytest.raises(StreamReset):
+            await opening
+        return session._slots.locked()
+
+    assert asyncio.run(run()) is False, "the slot is given back"
