@@ -70,7 +70,7 @@ import functools
 import itertools
 import logging
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from chalicelib.core import inspector as layout
 from chalicelib.core import route_modules
@@ -241,6 +241,9 @@ class FastPath:
         # its traffic policy first, edge/decided.py, and its response heads too; the policy it
         # was pushed with: a route whose policy changes is pushed anew, its held decisions gone)
         self.routes: Dict[Tuple[str, str], Tuple[int, Any, float, int, Any, Any]] = {}
+        # account -> its routes' places (what an internal endpoint's change reads: not every
+        # route of the edge), kept with ``routes`` by :meth:`_put` and :meth:`_drop`
+        self.by_account: Dict[str, Set[Tuple[str, str]]] = {}
         self.hops: Dict[int, Hop] = {}  # route key -> its tunnel's Hop (what records name)
         self.where: Dict[int, Tuple[str, str]] = {}  # route key -> (scheme, host)
         # a pool's route key -> its members' keys (what its records name), and back
@@ -290,6 +293,7 @@ class FastPath:
                 task.cancel()
         self.edge.carrier.clear_routes()
         self.routes.clear()
+        self.by_account.clear()
         self.hops.clear()
         self.where.clear()
         self.members.clear()
@@ -631,7 +635,7 @@ class FastPath:
                 self._drop(where)
                 return
             self._set(host, key, tunnel, scheme, cert, mode)
-            self.routes[where] = (key, tunnel, until, cert, mode, policy)
+            self._put(where, (key, tunnel, until, cert, mode, policy))
             if type(tunnel) is not Pool:  # a pool's records name its members (_set)
                 self.hops[key] = hop_of(tunnel)
             if _named(tunnel):
@@ -675,7 +679,7 @@ class FastPath:
             return False
         if until - now < ROUTE_TTL / 2:
             self._set(host, key, tunnel, scheme, cert, mode)
-            self.routes[where] = (key, tunnel, now + _ttl_of(tunnel), cert, mode, policy)
+            self._put(where, (key, tunnel, now + _ttl_of(tunnel), cert, mode, policy))
         return True
 
     def _after_restrictions(self, account_id: str, where: Tuple[str, str]) -> None:
@@ -766,10 +770,27 @@ class FastPath:
             ws_tcp=tunnel.ws_tcp,
         )
 
+    def _put(self, where: Tuple[str, str], held: Tuple[int, Any, float, int, Any, Any]) -> None:
+        """The route at ``where`` is ``held`` now, indexed by its account."""
+        old = self.routes.get(where)
+        if old is not None:
+            self._unindex(where, old[1])
+        self.routes[where] = held
+        self.by_account.setdefault(_account(held[1]), set()).add(where)
+
+    def _unindex(self, where: Tuple[str, str], tunnel: Any) -> None:
+        account = _account(tunnel)
+        places = self.by_account.get(account)
+        if places is not None:
+            places.discard(where)
+            if not places:
+                del self.by_account[account]
+
     def _drop(self, where: Tuple[str, str]) -> None:
         held = self.routes.pop(where, None)
         self.edge.carrier.drop_route(where[1], where[0])
         if held is not None:
+            self._unindex(where, held[1])
             self._retired.append(held[0])  # its last records may still come
 
     async def _refresh_loop(self) -> None:
@@ -959,10 +980,9 @@ class FastPath:
         of a template) is dropped and pushed again under a new key, so no decision the core
         holds names a target gone or changed. Routes that hold nothing, or forward only to
         other names, are left as they are."""
-        for where, held in list(self.routes.items()):
+        for where in list(self.by_account.get(account_id, ())):
+            held = self.routes[where]
             tunnel, mode, policy = held[1], held[4], held[5]
-            if _account(tunnel) != account_id:
-                continue
             if type(tunnel) is Pool:
                 members = list(zip(tunnel, mode, policy))
             else:

@@ -807,6 +807,37 @@ def test_a_switch_is_no_answer_its_breakers_count(core):
     assert counted == [500, 500]  # the 500's, by the action's breaker and the endpoint's
 
 
+def test_the_routes_by_account_follow_each_push_and_drop(core):
+    """An internal endpoint's change reads its account's routes only (``by_account``): the
+    index names each route under its tunnel's account, moves a place whose tunnel changed
+    account, and forgets a dropped one (a change then finds nothing to drop, and no error)."""
+    edge = _edge()
+    edge.carrier, edge.router = _Carrier(), _Router()
+    edge.tls.loaded = asyncio.Event()
+    other = types.SimpleNamespace(mux=core, grant=types.SimpleNamespace(account_id="ac_2"))
+
+    async def run():
+        paths = FastPath(edge)
+        edge.registry.by_host[HOST] = _tunnel(core)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        first = {a: set(p) for a, p in paths.by_account.items()}
+        edge.registry.by_host[HOST] = _tunnel(core, id="tn_2", session=other)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        moved = {a: set(p) for a, p in paths.by_account.items()}
+        edge.registry.by_host.pop(HOST)
+        paths.sync(HOST)
+        await asyncio.sleep(0.01)
+        paths.internal_changed("ac_2", "a.internal")  # nothing of it left: no error
+        return first, moved, dict(paths.by_account)
+
+    first, moved, last = core.loop.run_until_complete(run())
+    assert first == {"ac_1": {("http", HOST)}}  # (HTTPS: once certificates are loaded)
+    assert moved == {"ac_2": {("http", HOST)}}
+    assert last == {}
+
+
 class _CertCarrier:
     """The core's certificates as FastPath pushes them: number -> the spec number."""
 
