@@ -842,11 +842,33 @@ class Hub:
         if admitted:
             return True
         account = self.cached(account_id, now)
-        if account is _MISSING or (
-            account is not None and account.routes.get(event_targets.HTTP_REQUEST_COMPLETE)
-        ):
+        if account is _MISSING:
+            self._fetch_soon(account_id, now)
+            return False
+        if account is not None and account.routes.get(event_targets.HTTP_REQUEST_COMPLETE):
             return False
         return None
+
+    def _fetch_soon(self, account_id: str, now: float) -> None:
+        """The account's subscriptions read now, once however many requests find them
+        unread or stale. The worker would read them only when it reaches a queued record of
+        the account: behind a backlog, seconds in which each of the account's requests is
+        wanted (a record made, its route never quiet: the core's requests counted by Python
+        one by one)."""
+        if account_id in self.fetching:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # counted outside a loop: the worker reads them
+            return
+        task = loop.create_task(self.subscriptions(account_id, now))
+        self.fetching[account_id] = task
+        task.add_done_callback(lambda done: self._fetched(account_id, done))
+
+    def _fetched(self, account_id: str, done: "asyncio.Future[Any]") -> None:
+        self.fetching.pop(account_id, None)
+        if not done.cancelled():
+            done.exception()  # read (a failure is logged by subscriptions itself)
 
     def count_decisions(self, state: Any, times: int = 1) -> None:
         """A policy run's decisions (``state.action_vars``), counted when it ran: a decided

@@ -420,3 +420,29 @@ def test_requests_counted_at_once_leave_what_the_worker_leaves_for_their_tuples(
     # records made: acct_1's 150 (subscribed) and acct_2's first PER_MINUTE (the inspector)
     assert len(made_c) == 150 + inspector.layout.PER_MINUTE
     assert len(hub.queue) == 0
+
+
+def test_an_unread_accounts_subscriptions_are_read_at_once_not_behind_the_queue(monkeypatch):
+    """A request of an account whose subscriptions are unread (or stale) is wanted (its
+    record queued) and makes one read of them start at once, however many such requests come,
+    so the account's next requests need no record when it has no subscription (a quiet route
+    of the core's), without waiting for the worker to reach a queued record."""
+    hub, _ = _hub({})  # acct_2's subscriptions unread
+    hub.inspector.window["ep_2"] = (int(time.time() // 60), 10**9)  # spent
+    reads = []
+    monkeypatch.setattr(
+        events, "read_subscriptions", lambda account: reads.append(account) or ({}, {})
+    )
+
+    async def run():
+        now = time.monotonic()
+        raw = _raw(1, account="acct_2", endpoint="ep_2")
+        args = (raw[3], raw[4], 200, 0.001, 0, 0, now)
+        first = [hub.count_http(*args) for _ in range(5)]
+        fetching = len(hub.fetching)
+        await asyncio.sleep(0.05)  # the one read, done (the worker never ran)
+        return first, fetching, hub.count_http(*args), hub.fetching
+
+    first, fetching, after, left = asyncio.run(run())
+    assert first == [False] * 5 and fetching == 1 and reads == ["acct_2"]
+    assert after is None and left == {}
