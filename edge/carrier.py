@@ -30,6 +30,8 @@ log = logging.getLogger("edge.carrier")
 
 HANDSHAKE_TIMEOUT = 15.0  # seconds a TLS handshake may take (as the asyncio listener had)
 MAX_HANDSHAKES = 1024  # handshakes in progress at once per listener; beyond: closed at once
+# bytes of a request's body the core reads for a decision at most (decide_body; decide.rs)
+BODY_READ_MAX: int = edge_core.BODY_READ_MAX
 
 
 def proxy_protocol_header(version: int, client_addr: str, server_addr: str) -> bytes:
@@ -371,10 +373,20 @@ class Carrier:
     # The decide_* calls queue a decided route's decision in the core; the batch is sent when
     # Carrier._take has handed every row of it to ``on_asked`` (flush_decisions: one wake-up
     # of the core per batch instead of one per request).
-    def decide_forward(self, ticket: int, head: bytes, memo: Any = None) -> None:
+    def decide_forward(
+        self, ticket: int, head: bytes, memo: Any = None, body: Optional[bytes] = None
+    ) -> None:
         """Ticket ``ticket``'s request goes on to its route's agent with ``head``; ``memo``
-        comes back with its served row."""
-        self._core.decide_forward(ticket, head, memo)
+        comes back with its served row. ``body``: a body the policy rewrote (read whole by
+        :meth:`decide_body`), sent in place of the client's, framed as ``head`` says."""
+        self._core.decide_forward(ticket, head, memo, body)
+
+    def decide_body(self, ticket: int, limit: int) -> None:
+        """Ticket ``ticket``'s request's body is read first, up to ``limit`` bytes, and the
+        request handed to ``on_asked`` again under the same ticket, the row's last item what
+        was read: (its first bytes, or None when the client ended first; whether they are the
+        whole body)."""
+        self._core.decide_body(ticket, limit)
 
     def decide_internal(
         self,
@@ -435,7 +447,8 @@ class Carrier:
         hold: bool = False,
     ) -> None:
         """Ticket ``ticket``'s request is answered with ``head`` and ``body``; the connection
-        ends after when ``close`` or when the request has a body. ``hold`` as for
+        ends after when ``close`` or when the request has a body not read whole by
+        :meth:`decide_body`. ``hold`` as for
         :meth:`decide_append`."""
         self._core.decide_respond(ticket, status, head, body, close, memo, hold)
 

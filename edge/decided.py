@@ -13,15 +13,26 @@ A route whose policy has a response phase asks again with the agent's response h
 :meth:`Decider.responses` runs ``on_http_response`` on it and answers rewrite (the fields as
 the phase left them), respond (the policy's answer instead; the connection closes) or close.
 
-A policy is *decidable* (:func:`decidable`) when every run of it ends in one of those without
-anything but the heads: each ``on_http_request`` action is one of :data:`DECIDED_ACTIONS` and
-each ``on_http_response`` one of :data:`RESPONSE_ACTIONS` (no body read or rewritten, no
-outbound call in the response phase); no ``on_tcp_connect`` or
+A policy is *decidable* (:func:`decidable`) when every run of it ends in one of those with
+nothing but the heads and the request's body: each ``on_http_request`` action is one of
+:data:`DECIDED_ACTIONS` and each ``on_http_response`` one of :data:`RESPONSE_ACTIONS` (no
+response body read or rewritten, no outbound call in the response phase); no ``on_tcp_connect`` or
 ``on_event_stream_message`` rule; and no header action names a framing field
 (Content-Length, Transfer-Encoding: the core frames each body by its own sender's head). Any
 other policy keeps its route on the Python path whole. A policy that names IP policies
 (``restrict-ips``) or vault secrets is decided in a task, once the caches the Python path
 reads them through have them.
+
+**The request's body** (``verify-webhook``, ``jwt-validation`` reading a form,
+``owasp-crs-request`` with ``process_body``, ``request-body-find-replace``): a run that asks
+for it (``NEED_BODY``) is answered :meth:`Decider._body`: the core reads as much of the body
+as the policy's greediest action reads (edge/http_policy.py's ``request_phase`` reads the same)
+into the connection's buffer, unsent, and hands the row again with a copy of it; the run
+resumes on it, in a task, as on the Python path. A body the policy rewrote goes on in its
+place (``decide_forward(..., body=)``, framed by the Content-Length the action set); an
+answer to a request whose body was read whole leaves the connection usable. A forward-
+internal's next run sees the body read (and a rewritten one is handed to the Python path,
+which runs the request again: the core sends a target the client's body).
 
 **Sign-in and outbound calls** (``oauth``, ``openid-connect``, the request phase's
 ``http-request``) are decided too, in a task when a run needs what only a wait gives
@@ -60,7 +71,7 @@ import contextlib
 import contextvars
 import functools
 import logging
-from typing import Any, Callable, FrozenSet, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
 from chalicelib.core import policy as tp
@@ -69,6 +80,7 @@ from chalicelib.core.policy import compile_policy
 from chalicelib.core.policy.holding import request_reads
 from chalicelib.core import edge_errors
 from edge import breaker, http1, http_policy, identity, ip_restrictions, secrets
+from edge.carrier import BODY_READ_MAX
 from edge.edges import Hop, Routed, forward_refused
 from edge.http_io import error_response, outcome_response
 from edge.observe import hub_of
@@ -95,6 +107,11 @@ DECIDED_ACTIONS = (
     tp_actions.ACTIONS["oauth"],
     tp_actions.ACTIONS["openid-connect"],
     tp_actions.ForwardInternal,
+    # the actions that read the request's body: the core reads it first (decide_body)
+    tp_actions.VerifyWebhook,
+    tp_actions.JwtValidation,
+    tp_actions.OwaspCrsRequest,
+    tp_actions.RequestBodyFindReplace,
 )
 # Of those, the sign-in actions (a route of theirs asks for its response heads: a refreshed
 # session's cookie goes on the response)
@@ -111,8 +128,9 @@ FRAMING_FIELDS = ("content-length", "transfer-encoding")
 OTHER_PHASES = ("on_tcp_connect", "on_event_stream_message")
 PHASES = (("on_http_request", DECIDED_ACTIONS), ("on_http_response", RESPONSE_ACTIONS))
 
-# The outcomes of a request phase's run that wait (a sign-in's step, an outbound call)
-AWAITED = (tp.IDENTITY, tp.HTTP_REQUEST)
+# The outcomes of a request phase's run that wait (a sign-in's step, an outbound call, the
+# request's body read by the core)
+AWAITED = (tp.IDENTITY, tp.HTTP_REQUEST, tp.NEED_BODY)
 # How long the core waits for a ticket's decision (edge_core/src/decide.rs DECIDE_TIMEOUT): a
 # task deciding one ends by then (the core closed the connection, and refuses a late decision),
 # so the tasks alive are bounded by the tickets waiting, as the Python path's are by its
@@ -349,7 +367,12 @@ NO_POLICY = compile_policy({})
 
 # A row the core hands over: (ticket, route key, (peer host, port), (local host, port), None
 # or the TLS facts (SNI, version, cipher, ALPN), method, target, fields, no body follows).
-Asked = Tuple[int, int, Tuple[str, int], Tuple[str, int], Any, bytes, bytes, list, bool]
+# A row asked again after decide_body ends with what the core read of the body: (its first
+# bytes, or None when the client ended first; whether they are the whole body); None before.
+ReadBody = Tuple[Optional[bytes], bool]
+Asked = Tuple[
+    int, int, Tuple[str, int], Tuple[str, int], Any, bytes, bytes, list, bool, Optional[ReadBody]
+]
 
 
 # A response head the core hands over: (ticket, route key, status, fields, the memo of its
@@ -389,14 +412,36 @@ class Decider:
         self.counting = counting
         self.decided = 0  # rows decided (forward, respond or close)
         self.handed = 0  # rows handed back to Python with their connection
+        # the runs waiting for their request's body (:meth:`_body`), by ticket: at most one
+        # per ticket waiting in the core
+        self._bodies: Dict[int, "asyncio.Future[ReadBody]"] = {}
 
     def decide(self, rows: List[Asked]) -> None:
         carrier, hub = self.edge.carrier, hub_of(self.edge)
         try:
             for row in rows:
+                if row[9] is not None:  # a body read for a run waiting on it
+                    waiting = self._bodies.pop(row[0], None)
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(row[9])
+                    continue
                 self._one(carrier, hub, row)
         finally:
             hub.flush_counts()
+
+    async def _body(self, ticket: int, limit: int) -> Optional[ReadBody]:
+        """The first ``limit`` bytes of ticket ``ticket``'s request's body, read by the core
+        (at most BODY_READ_MAX) and whether they are all of it; None when the client ended,
+        stalled or broke its framing first (its connection is closed)."""
+        waiting = asyncio.get_running_loop().create_future()
+        self._bodies[ticket] = waiting
+        try:
+            self.edge.carrier.decide_body(ticket, min(limit, BODY_READ_MAX))
+            self.edge.carrier.flush_decisions()
+            data, complete = await waiting
+        finally:
+            self._bodies.pop(ticket, None)
+        return None if data is None else (data, complete)
 
     def _one(self, carrier: Any, hub: Any, row: Asked) -> None:
         """One row: decided, or handed back when its route changed."""
@@ -661,7 +706,18 @@ class Decider:
         with self._deciding(row, held, hub, count=False):
             async with asyncio.timeout_at(_DUE.get()):  # the core's wait for the ticket
                 while out.kind in AWAITED:
-                    if out.kind == tp.IDENTITY:
+                    if out.kind == tp.NEED_BODY:
+                        if traffic.req.body is not None:  # asked twice: the run ends there,
+                            break  # as the Python path's does (handed to it: _finish)
+                        # as much as the policy's greediest action reads (http_policy.py)
+                        limit = max(out.max_body_bytes, traffic.policy.request_body_limit)
+                        read = await self._body(row[0], limit)
+                        if read is None:  # the core closed the connection: nothing to decide
+                            return
+                        traffic.req.body, traffic.req.body_complete = read
+                        hold = False  # (a body's decision is never held)
+                        out = again()
+                    elif out.kind == tp.IDENTITY:
                         answered = await identity.handle(traffic, out)
                         out = answered if answered is not None else again()
                     else:
@@ -702,8 +758,11 @@ class Decider:
                 return
             traffic.breakers = out.breakers  # the answer is counted by them (fast_path.py)
             traffic.upstream_breaker = getattr(tunnel, "breaker", None)
+            # request-body-find-replace: the body rewritten goes on in place of the client's
+            # (read whole first; the action set its Content-Length)
+            body = (traffic.req.body or b"") if traffic.req.body_rewritten else None
             try:
-                added = traffic.appended()
+                added = traffic.appended() if body is None else None
                 if added is not None:  # only headers appended: the core writes the head
                     carrier.decide_append(ticket, added, memo, hold)
                     return
@@ -713,10 +772,12 @@ class Decider:
                 broke = error_response(status, code, msg.format(exc), close=True)
                 self._answer(ticket, broke, method, True, memo)
                 return
-            carrier.decide_forward(ticket, http1.request_head(upstream), memo)
+            carrier.decide_forward(ticket, http1.request_head(upstream), memo, body)
         elif out.kind == tp.RESPOND:
-            # the connection stays usable when no body follows and the client asked nothing else
-            close = not bodiless or _says_close(fields)
+            # the connection stays usable when no body follows (or the core read it whole for
+            # the run) and the client asked nothing else
+            whole = bodiless or (traffic.req.body is not None and traffic.req.body_complete)
+            close = not whole or _says_close(fields)
             try:
                 answer = outcome_response(out, close=close)
             except http1.LocalProtocolError:  # a field HTTP/1.1 refuses: closed, as the
@@ -820,6 +881,11 @@ class Decider:
             return
         conn = self._conn(row, held[1], target.hop)
         hopped = http_policy.Traffic(policy, conn, request, held[1], held[2])
+        if traffic.req.body is not None:  # what the core read of the body: this run's too (a
+            # second read is not asked for; the Python path's next run reads what its last
+            # one left)
+            hopped.req.body, hopped.req.body_complete = traffic.req.body, traffic.req.body_complete
+            hopped.req.body_rewritten = traffic.req.body_rewritten
         hopped_out = policy.on_http_request(conn, hopped.req, hopped.state)
         if hopped_out.kind in AWAITED:
             asyncio.ensure_future(self._awaited(row, held, hopped, hopped_out, hub, False, hop))
@@ -850,7 +916,12 @@ class Decider:
         carrier, routed = self.edge.carrier, at.routed
         tunnel = routed.tunnel
         mux = core_mux(tunnel) if not routed.cloud else None
-        if not routed.cloud and (mux is None or tunnel.ws_tcp or getattr(routed, "ws_tcp", False)):
+        if not routed.cloud and (
+            mux is None
+            or tunnel.ws_tcp
+            or getattr(routed, "ws_tcp", False)
+            or traffic.req.body_rewritten  # (the core sends a target the client's body)
+        ):
             carrier.decide_python(ticket)  # not an agent session the core runs here
             return
         hub.count_decisions(traffic.state)

@@ -5,6 +5,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 VERSION: str
 WS_MAX_FRAME: int  # bytes of one client frame's payload at most (edge_core/src/wstcp.rs)
+BODY_READ_MAX: int  # bytes of a request's body decide_body reads at most (decide.rs)
 
 class StreamReset(ConnectionError):
     """The stream was reset (RST from the peer, or the session ended)."""
@@ -31,9 +32,20 @@ Fields = List[Tuple[bytes, bytes]]
 Served = Tuple[int, int, Tuple[int, int, float, float], bool, "Exchange", Any, bool]
 # A decided route's request waiting for its decision: (ticket, route key, (peer host, port),
 # (local host, port), None or the TLS facts, method, target, fields (names in lower case), no
-# body follows)
+# body follows, and when asked again after decide_body: (the body's first bytes, or None when
+# the client ended first; whether they are the whole body))
+ReadBody = Tuple[Optional[bytes], bool]
 Asked = Tuple[
-    int, int, Tuple[str, int], Tuple[str, int], Optional[Facts], bytes, bytes, Fields, bool
+    int,
+    int,
+    Tuple[str, int],
+    Tuple[str, int],
+    Optional[Facts],
+    bytes,
+    bytes,
+    Fields,
+    bool,
+    Optional[ReadBody],
 ]
 # A decided route's response head waiting for its response phase: (ticket, route key, status,
 # fields as the agent sent them, the memo of the request's decision)
@@ -352,10 +364,17 @@ class Core:
         """Every session handed over, every event, every public connection handed over,
         every request served, every carried connection ended and every decided route's
         request waiting, oldest first (each connection's fd is the caller's)."""
-    def decide_forward(self, ticket: int, head: bytes, memo: Any = None) -> None:
+    def decide_forward(
+        self, ticket: int, head: bytes, memo: Any = None, body: Optional[bytes] = None
+    ) -> None:
         """Ticket ``ticket``'s request on to its agent with ``head`` (request line and fields,
-        the blank line included). Each decide_* call queues its decision until
-        flush_decisions."""
+        the blank line included); ``body``: the policy's rewrite of a body decide_body read
+        whole, sent instead of the client's (``head`` frames it by its Content-Length). Each
+        decide_* call queues its decision until flush_decisions."""
+    def decide_body(self, ticket: int, limit: int) -> None:
+        """Ticket ``ticket``'s request's body read first, up to ``limit`` bytes (at most
+        BODY_READ_MAX), and the request asked again under the same ticket with what was read
+        (the row's last item). Once per request."""
     def decide_internal(
         self,
         ticket: int,

@@ -4,7 +4,12 @@
 //! carries: forward the request as Python rewrote its head, answer with Python's response,
 //! close, or hand the whole connection to Python (a route that changed meanwhile). A route
 //! whose policy has a response phase asks again with the agent's response head, which Python
-//! rewrites (or answers instead of, or closes on).
+//! rewrites (or answers instead of, or closes on). A policy that reads the request's body
+//! (a webhook's signature, a JWT in a form, the OWASP rules, a body's find-replace) answers
+//! the first ask with [`Decision::Body`]: the core reads that much of the body into the
+//! connection's buffer (still unsent: it goes on by the client's own framing after the
+//! decision, or is Python's with the connection) and asks again under the same ticket with a
+//! copy of it ([`ReadBody`]).
 //!
 //! Python never waits on the core here, and the core never calls Python: the row goes through
 //! the inbox behind the one wake-up descriptor; the decision comes back by
@@ -28,6 +33,16 @@ use crate::public::TlsFacts;
 /// (an edge that stopped taking its inbox: nothing else would end the wait).
 pub const DECIDE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The most body bytes a [`Decision::Body`] may ask for (request-body-find-replace's 1 MiB,
+/// chalicelib/core/policy/actions.py MAX_FIND_REPLACE_BODY, is the largest any action reads);
+/// a larger ask reads this much.
+pub const BODY_READ_MAX: usize = 1024 * 1024;
+
+/// A chunked body is read for a decision until its framing and data together pass twice the
+/// asked size and this (a body of tiny chunks is seen as longer than the ask then): what one
+/// connection holds while its request is decided is bounded by the ask, not by its framing.
+pub const BODY_FRAMING_SLACK: usize = 16 * 1024;
+
 /// What Python hands back with a decision and gets again with the request's record (its
 /// policy run's results, for the record's decisions). Opaque to the core; shared by the
 /// requests a held decision is applied to (held.rs).
@@ -43,6 +58,18 @@ pub struct Asked {
     /// The TLS the core terminated (the HTTPS listener), for the policy's `conn.tls.*`.
     pub tls: Option<TlsFacts>,
     pub head: RequestHead,
+    /// Asked again after a [`Decision::Body`]: what of the body was read (None on the first
+    /// ask).
+    pub body: Option<ReadBody>,
+}
+
+/// What the core read of a request's body for its decision: at most the asked size of data
+/// (chunk framing left out), and whether that is the whole body; None when the client ended,
+/// stalled past the body timeout or broke its framing first (the connection is closed, and
+/// the run asking for it ends with no decision).
+pub struct ReadBody {
+    pub data: Option<Vec<u8>>,
+    pub complete: bool,
 }
 
 impl Asked {
@@ -67,8 +94,16 @@ pub struct AskedResponse {
 #[derive(Clone)]
 pub enum Decision {
     /// On to the route's agent with this head (request line and fields, X-Forwarded ones
-    /// included, as Python wrote it); the body follows by the client's own framing.
-    Forward { head: Vec<u8> },
+    /// included, as Python wrote it); the body follows by the client's own framing, or, when
+    /// `body` is given (a body the policy rewrote: read whole after a [`Decision::Body`]),
+    /// that body instead of the client's, framed by the Content-Length Python's head says.
+    Forward {
+        head: Vec<u8>,
+        body: Option<Vec<u8>>,
+    },
+    /// Read up to this many bytes of the request's body and ask again with them (once per
+    /// request; a second ask closes the connection).
+    Body { limit: usize },
     /// On to another agent endpoint than the route's own (the internal endpoint a policy's
     /// `forward-internal` sent it to) with this head, or with none: the client's own head
     /// with `fields` after its own and the X-Forwarded ones, as [`Decision::Append`] writes
@@ -141,16 +176,19 @@ impl Decisions {
     /// A new ticket and the receiver its decision comes on.
     pub fn ticket(&self) -> (u64, Waiting<'_>) {
         let ticket = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        (ticket, self.again(ticket))
+    }
+
+    /// A second wait under a ticket already answered once (the ask after a
+    /// [`Decision::Body`]): Python's run goes on under the same ticket.
+    pub fn again(&self, ticket: u64) -> Waiting<'_> {
         let (tx, rx) = oneshot::channel();
         self.lock().insert(ticket, tx);
-        (
+        Waiting {
+            decisions: self,
             ticket,
-            Waiting {
-                decisions: self,
-                ticket,
-                rx,
-            },
-        )
+            rx,
+        }
     }
 
     /// Python's decision for `ticket`; false when nothing waits for it (answered already,

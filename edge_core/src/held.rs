@@ -175,6 +175,7 @@ fn holdable(decision: &Decision) -> Option<usize> {
         }
         Decision::Close
         | Decision::Forward { .. }
+        | Decision::Body { .. }
         | Decision::Internal { .. }
         | Decision::Rewrite { .. }
         | Decision::Python => return None,

@@ -24,7 +24,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio_rustls::rustls::ServerConfig;
 
-use crate::decide::{Asked, AskedResponse, Decided, Decision, Decisions, Memo, DECIDE_TIMEOUT};
+use crate::decide::{
+    Asked, AskedResponse, Decided, Decision, Decisions, Memo, ReadBody, BODY_FRAMING_SLACK,
+    BODY_READ_MAX, DECIDE_TIMEOUT,
+};
 use crate::held::Held;
 use crate::http::{self, Framing, Parsed, RequestHead, ResponseHead};
 use crate::inbox::Inbox;
@@ -1065,7 +1068,7 @@ pub(crate) async fn connection<C: Conn>(
     let client_ip = peer.ip().to_string();
     loop {
         ticket.waiting();
-        let head = match read_head(&mut tcp, &mut buf, first, &public.spec, &ticket).await {
+        let mut head = match read_head(&mut tcp, &mut buf, first, &public.spec, &ticket).await {
             Head::Request(head) => head,
             Head::ToPython => break hand_over(tcp, peer, buf, first, &public, leg, ticket),
             Head::Closed => break end_leg(leg),
@@ -1128,43 +1131,108 @@ pub(crate) async fn connection<C: Conn>(
                 (Some(h), Some(k)) => h.get(k),
                 _ => None,
             };
+            // what was read of the body for the decision (a policy that reads it)
+            let mut read: Option<BodyRead> = None;
             let (decision, memo, held) = match hit {
                 Some(hit) => {
                     public.counters.held.fetch_add(1, Ordering::Relaxed);
                     (hit.decision.clone(), hit.memo.clone(), true)
                 }
                 None => {
+                    let asked_at = Instant::now();
                     let (ticket_no, waiting) = public.decisions.ticket();
                     public.inbox.push_asked(Asked {
                         ticket: ticket_no,
                         route: route.key,
                         peer,
                         local,
-                        tls,
+                        tls: tls.clone(),
                         head: head.clone(),
+                        body: None,
                     });
-                    let Some(Decided {
+                    let Some(mut decided) = waiting.decided(DECIDE_TIMEOUT).await else {
+                        break end_leg(leg);
+                    };
+                    if let Decision::Body { limit } = decided.decision {
+                        // the body first (at most the ask), then asked again: the run goes on
+                        // under the same ticket
+                        let limit = limit.min(BODY_READ_MAX);
+                        let timeout = public.spec.body_timeout;
+                        read = read_body(&mut tcp, &mut buf, &head, limit, timeout).await;
+                        let waiting = public.decisions.again(ticket_no);
+                        public.inbox.push_asked(Asked {
+                            ticket: ticket_no,
+                            route: route.key,
+                            peer,
+                            local,
+                            tls,
+                            head: head.clone(),
+                            body: Some(ReadBody {
+                                data: read.as_ref().map(|r| r.data.clone()),
+                                complete: read.as_ref().is_some_and(|r| r.complete),
+                            }),
+                        });
+                        if read.is_none() {
+                            break end_leg(leg); // the client ended, stalled or broke framing
+                        }
+                        let left = DECIDE_TIMEOUT.saturating_sub(asked_at.elapsed());
+                        let Some(again) = waiting.decided(left).await else {
+                            break end_leg(leg);
+                        };
+                        decided = again;
+                        if matches!(decided.decision, Decision::Body { .. }) {
+                            decided.decision = Decision::Close; // asked twice: a broken run
+                        }
+                    }
+                    let Decided {
                         decision,
                         memo,
                         hold,
-                    }) = waiting.decided(DECIDE_TIMEOUT).await
-                    else {
-                        break end_leg(leg);
-                    };
-                    if let (true, Some(h), Some(k)) = (hold, &route.held, key) {
+                    } = decided;
+                    if let (true, None, Some(h), Some(k)) = (hold, &read, &route.held, key) {
                         h.hold(k, &decision, memo.as_ref());
                     }
                     (decision, memo, false)
                 }
             };
             match decision {
-                Decision::Forward { head } => {
+                Decision::Forward {
+                    head: forwarded,
+                    body: None,
+                } => {
                     given = Given {
-                        head: Some(head),
+                        head: Some(forwarded),
                         memo,
                         held,
                         ..Given::default()
                     }
+                }
+                Decision::Forward {
+                    head: forwarded,
+                    body: Some(body),
+                } => {
+                    // the policy rewrote the body (read whole): it goes on in place of the
+                    // client's, framed by its length (Python's head says it)
+                    let Some(extent) = read.as_ref().and_then(|r| r.extent) else {
+                        let _ = tcp.shutdown().await;
+                        break end_leg(leg);
+                    };
+                    buf.splice(len..len + extent, body.iter().copied());
+                    head = RequestHead {
+                        framing: Framing::Length(body.len() as u64),
+                        ..head
+                    };
+                    given = Given {
+                        head: Some(forwarded),
+                        memo,
+                        held,
+                        ..Given::default()
+                    }
+                }
+                Decision::Body { .. } => {
+                    // (never from a held decision: Body is not holdable)
+                    let _ = tcp.shutdown().await;
+                    break end_leg(leg);
                 }
                 Decision::Append { fields } => {
                     given = Given {
@@ -1204,7 +1272,11 @@ pub(crate) async fn connection<C: Conn>(
                     // (an upgrade answered by anything but a 101 ends the connection, and says
                     // so, as Python's HTTP/1.1 ends it: a held answer may have been made for
                     // a request that asked none)
-                    let keep = bodiless && !close && !head.close && !head.upgrade;
+                    // (a body read whole for the decision is the request's: its bytes are
+                    // left behind with its head)
+                    let whole = read.as_ref().and_then(|r| r.extent);
+                    let keep =
+                        (bodiless || whole.is_some()) && !close && !head.close && !head.upgrade;
                     let response = if head.upgrade && !close {
                         http::closing(&response)
                     } else {
@@ -1249,7 +1321,7 @@ pub(crate) async fn connection<C: Conn>(
                         let _ = tcp.shutdown().await;
                         break end_leg(leg);
                     }
-                    buf.drain(..len);
+                    buf.drain(..len + whole.unwrap_or(0));
                     first = false;
                     continue;
                 }
@@ -1617,6 +1689,77 @@ fn kept_after_head(head: &RequestHead, after: &[u8], capture: usize) -> (Vec<u8>
             (chunks.kept, done)
         }
         _ => (Vec::new(), true),
+    }
+}
+
+/// What [`read_body`] read of a request's body for its decision.
+struct BodyRead {
+    /// Its first data bytes, at most the ask (chunk framing left out).
+    data: Vec<u8>,
+    /// `data` is the whole body.
+    complete: bool,
+    /// The whole body is in the buffer: its bytes there (framing included) past the head.
+    extent: Option<usize>,
+}
+
+/// Reads into `buf` (past the head) until `limit` data bytes of the body are there, one more
+/// tells it is longer, or the body ended; each read within `timeout`. The bytes stay in
+/// `buf`, unsent: the decision sends them on by the client's framing, or hands them to Python
+/// with the connection. A chunked body is read until its bytes in `buf` pass
+/// 2 × `limit` + [`BODY_FRAMING_SLACK`] (then seen as longer than the ask). None: the client
+/// ended or stalled first, or broke its chunked framing.
+async fn read_body<C: Conn>(
+    tcp: &mut C,
+    buf: &mut Vec<u8>,
+    head: &RequestHead,
+    limit: usize,
+    timeout: Duration,
+) -> Option<BodyRead> {
+    let start = head.len;
+    let mut chunks = http::Chunks::keeping(limit + 1);
+    let mut fed = start; // (chunked) the bytes of buf fed to `chunks`
+    loop {
+        match head.framing {
+            Framing::Length(n) => {
+                let want = n.min(limit as u64 + 1) as usize;
+                let here = buf.len() - start;
+                if here >= want {
+                    let complete = n <= limit as u64;
+                    return Some(BodyRead {
+                        data: buf[start..start + want.min(limit)].to_vec(),
+                        complete,
+                        extent: complete.then_some(n as usize),
+                    });
+                }
+            }
+            Framing::Chunked => {
+                let (take, done) = chunks.feed(&buf[fed..]).ok()?;
+                fed += take;
+                let longer = chunks.kept.len() > limit;
+                if done || longer || fed - start > 2 * limit + BODY_FRAMING_SLACK {
+                    let complete = done && !longer;
+                    let mut data = std::mem::take(&mut chunks.kept);
+                    data.truncate(limit);
+                    return Some(BodyRead {
+                        data,
+                        complete,
+                        extent: complete.then_some(fed - start),
+                    });
+                }
+            }
+            _ => {
+                return Some(BodyRead {
+                    data: Vec::new(),
+                    complete: true,
+                    extent: Some(0),
+                })
+            }
+        }
+        buf.reserve(READ_CHUNK);
+        match tokio::time::timeout(timeout, tcp.read_buf(buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return None,
+        }
     }
 }
 

@@ -77,7 +77,8 @@ type ServedRow = (
 );
 /// A decided route's request waiting for its decision: (ticket, route key, (peer host,
 /// port), (local host, port), None or the TLS facts, method, target, fields (names in lower
-/// case), no body follows).
+/// case), no body follows, and, asked again after decide_body, what was read of the body:
+/// (its first bytes or None when the client ended first, whether they are the whole body)).
 type AskedRow<'py> = (
     u64,
     u64,
@@ -88,6 +89,7 @@ type AskedRow<'py> = (
     Bound<'py, PyBytes>,
     Fields<'py>,
     bool,
+    Option<(Option<Bound<'py, PyBytes>>, bool)>,
 );
 /// A carried connection that ended: (splice id, bytes read from the client, written to it).
 type SplicedRow = (u64, u64, u64);
@@ -914,6 +916,8 @@ impl Core {
                     PyBytes::new(py, &a.head.target),
                     fields(py, &a.head.fields),
                     bodiless,
+                    a.body
+                        .map(|b| (b.data.map(|d| PyBytes::new(py, &d)), b.complete)),
                 )
             })
             .collect();
@@ -975,10 +979,25 @@ impl Core {
     /// Ticket `ticket`'s request goes on to its route's agent with `head` (the request line
     /// and fields as Python wrote them, ending with the blank line); `memo` comes back with
     /// its record. Each decide_* call queues its decision until flush_decisions; a ticket no
-    /// request waits for any more (timed out, its connection gone) is dropped then.
-    #[pyo3(signature = (ticket, head, memo = None))]
-    fn decide_forward(&self, ticket: u64, head: Vec<u8>, memo: Option<Py<PyAny>>) {
-        self.decided(ticket, Decision::Forward { head }, memo, false)
+    /// request waits for any more (timed out, its connection gone) is dropped then. `body`:
+    /// the body the policy rewrote (the request's was read whole by decide_body), sent in
+    /// place of the client's; `head` then frames it by its Content-Length.
+    #[pyo3(signature = (ticket, head, memo = None, body = None))]
+    fn decide_forward(
+        &self,
+        ticket: u64,
+        head: Vec<u8>,
+        memo: Option<Py<PyAny>>,
+        body: Option<Vec<u8>>,
+    ) {
+        self.decided(ticket, Decision::Forward { head, body }, memo, false)
+    }
+
+    /// Ticket `ticket`'s request's body is read first, up to `limit` bytes (at most
+    /// BODY_READ_MAX), and the request asked again under the same ticket with what was read
+    /// (take's rows: their last item). Once per request.
+    fn decide_body(&self, ticket: u64, limit: usize) {
+        self.decided(ticket, Decision::Body { limit }, None, false)
     }
 
     /// Ticket `ticket`'s request goes on with `head` to another agent endpoint than its
@@ -1352,6 +1371,7 @@ impl Session {
 fn edge_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     m.add("WS_MAX_FRAME", crate::wstcp::MAX_FRAME)?;
+    m.add("BODY_READ_MAX", crate::decide::BODY_READ_MAX)?;
     m.add("StreamReset", m.py().get_type::<StreamReset>())?;
     m.add("StreamsExhausted", m.py().get_type::<StreamsExhausted>())?;
     m.add_class::<Core>()?;

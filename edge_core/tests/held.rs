@@ -215,11 +215,14 @@ fn what_is_held_and_what_never_is() {
         close: false,
     };
     assert!(held.hold(b"k2".to_vec(), &respond, None));
-    // never: a forward (the client's whole head), a rewrite, a hand-over, a close
+    // never: a forward (the client's whole head), a body's read, a rewrite, a hand-over, a
+    // close
     for never in [
         Decision::Forward {
             head: b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+            body: None,
         },
+        Decision::Body { limit: 16 },
         Decision::Rewrite { fields: Vec::new() },
         Decision::Python,
         Decision::Close,

@@ -716,7 +716,8 @@ async fn a_decided_routes_request_is_carried_as_python_decided_each_time() {
     assert!(carrier.decisions.answer(
         row.ticket,
         decided(Decision::Forward {
-            head: head.to_vec()
+            head: head.to_vec(),
+            body: None,
         })
     ));
     assert!(
@@ -1964,4 +1965,287 @@ async fn an_agents_101_that_does_not_say_it_switches_is_a_502() {
         records.iter().map(|r| r.status).collect::<Vec<_>>(),
         vec![502]
     );
+}
+
+/// A decided route's request whose decision asks for its body first: `(carrier, port, the
+/// agent's end)` with a public listener whose body timeout is `body_timeout`.
+fn body_setup(body_timeout: Duration) -> (Carrier, u16, UnixStream) {
+    let carrier = Carrier::new(1).unwrap();
+    let (_, local) = carrier
+        .listen_public(
+            Where::Bind("127.0.0.1".into(), 0),
+            PublicListen {
+                body_timeout,
+                ..spec(16)
+            },
+        )
+        .unwrap();
+    let (session, agent) = common::agent_session(&carrier);
+    carrier
+        .routes
+        .set("d.test".into(), decided_route(&session, false));
+    (carrier, local.port(), agent)
+}
+
+/// The row asked again after a [`Decision::Body`] for `ticket`: what was read.
+async fn asked_again(carrier: &Carrier, ticket: u64) -> edge_core::decide::ReadBody {
+    let row = asked(carrier).await;
+    assert_eq!(row.ticket, ticket, "asked again under the same ticket");
+    row.body.expect("asked again with the body read")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_asked_for_is_read_unsent_then_asked_again_and_goes_on_as_the_client_framed_it() {
+    use edge_core::decide::Decision;
+    let (carrier, port, mut agent) = body_setup(Duration::from_secs(5));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"POST /x HTTP/1.1\r\nHost: d.test\r\nContent-Length: 10\r\n\r\nhello")
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    assert!(row.body.is_none(), "the first ask has no body");
+    assert!(carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Body { limit: 64 })));
+    // the rest of the body comes later: read before the ask, as one whole body
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    client.write_all(b"world").await.unwrap();
+    let read = asked_again(&carrier, row.ticket).await;
+    assert_eq!(
+        (read.data.as_deref(), read.complete),
+        (Some(&b"helloworld"[..]), true)
+    );
+    let head = b"POST /x HTTP/1.1\r\nhost: d.test\r\ncontent-length: 10\r\n\r\n";
+    carrier.decisions.answer(
+        row.ticket,
+        decided(Decision::Forward {
+            head: head.to_vec(),
+            body: None,
+        }),
+    );
+    // nothing of it reached the agent before the decision; then the client's body, once
+    let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"helloworld")).await;
+    assert!(has(&got, &[&head[..], b"helloworld"].concat()));
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    );
+    agent.write_all(&answer).await.unwrap();
+    read_response(&mut client, b"ok").await;
+    assert_eq!(carrier.decisions.len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_longer_than_the_ask_is_read_as_far_as_the_ask_and_passes_whole() {
+    use edge_core::decide::Decision;
+    let (carrier, port, mut agent) = body_setup(Duration::from_secs(5));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let body = b"5\r\nabcde\r\n5\r\nfghij\r\n0\r\n\r\n";
+    let sent = [
+        &b"POST /x HTTP/1.1\r\nHost: d.test\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+        body,
+    ]
+    .concat();
+    client.write_all(&sent).await.unwrap();
+    let row = asked(&carrier).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Body { limit: 7 }));
+    let read = asked_again(&carrier, row.ticket).await;
+    // the ask's bytes of data (no framing), and not the whole body: one byte more was there
+    assert_eq!(
+        (read.data.as_deref(), read.complete),
+        (Some(&b"abcdefg"[..]), false)
+    );
+    let head = b"POST /x HTTP/1.1\r\nhost: d.test\r\ntransfer-encoding: chunked\r\n\r\n";
+    carrier.decisions.answer(
+        row.ticket,
+        decided(Decision::Forward {
+            head: head.to_vec(),
+            body: None,
+        }),
+    );
+    let (_, got) = agent_reads(&mut agent, |g| g.ends_with(b"0\r\n\r\n")).await;
+    assert!(
+        has(&got, &[&head[..], &body[..]].concat()),
+        "framed as it came"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewritten_body_goes_in_place_of_the_clients_and_the_next_request_follows() {
+    use edge_core::decide::Decision;
+    let (carrier, port, mut agent) = body_setup(Duration::from_secs(5));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    // a chunked body, then a pipelined request in the same write
+    let sent = b"POST /x HTTP/1.1\r\nHost: d.test\r\nTransfer-Encoding: chunked\r\n\r\n\
+3\r\ncat\r\n0\r\n\r\nGET /next HTTP/1.1\r\nHost: d.test\r\n\r\n";
+    client.write_all(sent).await.unwrap();
+    let row = asked(&carrier).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Body { limit: 64 }));
+    let read = asked_again(&carrier, row.ticket).await;
+    assert_eq!(
+        (read.data.as_deref(), read.complete),
+        (Some(&b"cat"[..]), true)
+    );
+    let head = b"POST /x HTTP/1.1\r\nhost: d.test\r\ncontent-length: 5\r\n\r\n";
+    carrier.decisions.answer(
+        row.ticket,
+        decided(Decision::Forward {
+            head: head.to_vec(),
+            body: Some(b"doggo".to_vec()),
+        }),
+    );
+    let (sid, got) = agent_reads(&mut agent, |g| g.ends_with(b"doggo")).await;
+    assert!(got.ends_with(&[&head[..], b"doggo"].concat()));
+    assert!(!has(&got, b"cat"), "no byte of the client's body");
+    let mut answer = Vec::new();
+    encode(
+        &mut answer,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    );
+    agent.write_all(&answer).await.unwrap();
+    read_response(&mut client, b"ok").await;
+    // the pipelined request is the next one, its head where the body ended
+    let next = asked(&carrier).await;
+    assert_eq!(
+        (next.head.target.as_slice(), next.body.is_none()),
+        (&b"/next"[..], true)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_to_a_body_read_whole_keeps_the_connection_for_the_next_request() {
+    use edge_core::decide::Decision;
+    let (carrier, port, _agent) = body_setup(Duration::from_secs(5));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(
+            b"POST /hook HTTP/1.1\r\nHost: d.test\r\nContent-Length: 2\r\n\r\n{}\
+GET /next HTTP/1.1\r\nHost: d.test\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Body { limit: 64 }));
+    asked_again(&carrier, row.ticket).await;
+    let refused = b"HTTP/1.1 403 Forbidden\r\ncontent-length: 2\r\n\r\n";
+    carrier.decisions.answer(
+        row.ticket,
+        decided(Decision::Respond {
+            status: 403,
+            head: refused.to_vec(),
+            body: b"no".to_vec(),
+            close: false,
+        }),
+    );
+    assert_eq!(
+        read_response(&mut client, b"no").await,
+        [&refused[..], b"no"].concat()
+    );
+    let next = asked(&carrier).await;
+    assert_eq!(next.head.target, b"/next");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_ends_or_stalls_before_its_body_is_closed_and_python_told() {
+    use edge_core::decide::Decision;
+    let (carrier, port, _agent) = body_setup(Duration::from_millis(300));
+    for stall in [false, true] {
+        let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        client
+            .write_all(b"POST /x HTTP/1.1\r\nHost: d.test\r\nContent-Length: 100\r\n\r\npart")
+            .await
+            .unwrap();
+        let row = asked(&carrier).await;
+        carrier
+            .decisions
+            .answer(row.ticket, decided(Decision::Body { limit: 64 }));
+        let started = Instant::now();
+        if !stall {
+            client.shutdown().await.unwrap();
+        }
+        let read = asked_again(&carrier, row.ticket).await;
+        assert!(
+            read.data.is_none() && !read.complete,
+            "nothing to decide on"
+        );
+        if stall {
+            let waited = started.elapsed();
+            assert!(waited >= Duration::from_millis(250), "{waited:?}");
+        }
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut rest))
+            .await
+            .expect("closed");
+        assert!(n.is_ok() && rest.is_empty(), "closed without an answer");
+        assert_eq!(carrier.decisions.len(), 0, "no ticket left waiting");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_of_tiny_chunks_is_read_only_to_its_framing_bound() {
+    use edge_core::decide::{Decision, BODY_FRAMING_SLACK};
+    let (carrier, port, _agent) = body_setup(Duration::from_secs(5));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"POST /x HTTP/1.1\r\nHost: d.test\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    let limit = 8 * 1024;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Body { limit }));
+    // one data byte per 128 bytes of framing (a chunk extension), sent without end: 1 MiB
+    // of it would hold the ask's bytes of data
+    let chunk = [&b"1;"[..], &[b'e'; 121], b"\r\nx\r\n"].concat();
+    assert_eq!(chunk.len(), 128);
+    let sender = tokio::spawn(async move {
+        let _ = client.write_all(&chunk.repeat(limit)).await;
+        client
+    });
+    let read = asked_again(&carrier, row.ticket).await;
+    let data = read.data.expect("read");
+    // stopped at the framing bound, one read past it at most: a fraction of the ask's data,
+    // not called whole
+    let most = (2 * limit + BODY_FRAMING_SLACK + edge_core::public::READ_CHUNK) / 128 + 1;
+    assert!(!read.complete);
+    assert!(data.len() >= (2 * limit + BODY_FRAMING_SLACK) / 128 - 1 && data.len() <= most);
+    assert!(data.iter().all(|&b| b == b'x'));
+    sender.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_asked_for_twice_closes_the_connection() {
+    use edge_core::decide::Decision;
+    let (carrier, port, _agent) = body_setup(Duration::from_secs(5));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    client
+        .write_all(b"POST /x HTTP/1.1\r\nHost: d.test\r\nContent-Length: 2\r\n\r\nhi")
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Body { limit: 64 }));
+    asked_again(&carrier, row.ticket).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Body { limit: 64 }));
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
 }

@@ -57,14 +57,26 @@ DECIDABLE = {
     },
     # its target found (an agent endpoint of this edge at once, else in a task) and run
     "forward-internal": {"type": "forward-internal", "config": {"url": "https://a.internal"}},
-}
-NOT_DECIDABLE = {
+    # the request's body read by the core first (decide_body), the run resumed on it
     "request-body-find-replace": {
         "type": "request-body-find-replace",
         "config": {"replacements": [{"from": "a", "to": "b"}]},
     },
     "owasp-crs-request": {"type": "owasp-crs-request", "config": {}},
     "verify-webhook": {"type": "verify-webhook", "config": {"provider": "github", "secret": "s"}},
+    "jwt-validation": {
+        "type": "jwt-validation",
+        "config": {
+            "issuer": {"allow_list": [{"value": "https://issuer.example"}]},
+            "http": {"tokens": [{"type": "jwt", "method": "body", "name": "token"}]},
+            "jws": {
+                "allowed_algorithms": ["RS256"],
+                "keys": {"sources": {"additional_jkus": ["https://issuer.example/jwks"]}},
+            },
+        },
+    },
+}
+NOT_DECIDABLE = {
     "add-headers Content-Length": {
         "type": "add-headers",
         "config": {"headers": {"Content-Length": "1"}},
@@ -85,7 +97,7 @@ NOT_DECIDABLE = {
 
 
 @pytest.mark.parametrize("name", sorted(DECIDABLE))
-def test_a_head_only_action_is_decidable(name):
+def test_a_head_or_body_action_is_decidable(name):
     assert decidable(compile_policy(_req(DECIDABLE["add-headers"], DECIDABLE[name])))
 
 
@@ -171,8 +183,12 @@ class _Carrier:
         self.calls.append(("append", ticket, fields, memo))
         self.holds.append((ticket, hold))
 
-    def decide_forward(self, ticket, head, memo=None):
+    def decide_forward(self, ticket, head, memo=None, body=None):
         self.calls.append(("forward", ticket, head, memo))
+        self.bodies = getattr(self, "bodies", []) + [body]
+
+    def decide_body(self, ticket, limit):
+        self.calls.append(("body", ticket, limit))
 
     def decide_internal(self, ticket, head, mux, tunnel_id, memo=None, **how):
         self.calls.append(("internal", ticket, head, mux, tunnel_id, memo, how))
@@ -253,7 +269,16 @@ def _decide(made, rows):
     asyncio.run(run())
 
 
-def _row(ticket=1, key=7, method=b"GET", target=b"/echo", fields=None, bodiless=True, tls=None):
+def _row(
+    ticket=1,
+    key=7,
+    method=b"GET",
+    target=b"/echo",
+    fields=None,
+    bodiless=True,
+    tls=None,
+    body=None,
+):
     fields = fields if fields is not None else [(b"host", HOST.encode()), (b"accept", b"*/*")]
     return (
         ticket,
@@ -265,6 +290,7 @@ def _row(ticket=1, key=7, method=b"GET", target=b"/echo", fields=None, bodiless=
         target,
         fields,
         bodiless,
+        body,
     )
 
 
@@ -377,7 +403,7 @@ def test_a_route_that_changed_hands_the_connection_back_untouched(change):
         tunnel.enforcement = types.SimpleNamespace(policy=compile_policy(_req(DECIDABLE["deny"])))
     else:
         tunnel.enforcement = types.SimpleNamespace(
-            policy=compile_policy(_req(NOT_DECIDABLE["owasp-crs-request"]))
+            policy=compile_policy(_req(NOT_DECIDABLE["add-headers Content-Length"]))
         )
     _decide(made, [_row(9, key=key)])
     assert carrier.calls == [("python", 9)]
@@ -923,7 +949,7 @@ def test_a_loop_of_forwards_ends_after_max_forwards_hops(core):
 def test_what_the_core_cannot_carry_at_the_target_goes_to_python(core, why):
     made, carrier, _, _ = _decider(_req(FORWARD))
     if why == "not decidable":
-        target = _internal(core, _req(NOT_DECIDABLE["owasp-crs-request"]))
+        target = _internal(core, _req(NOT_DECIDABLE["add-headers Content-Length"]))
     elif why == "ws-tcp":
         target = _internal(core, None, ws_tcp=True)
     else:
@@ -1078,3 +1104,106 @@ def test_a_request_routed_to_another_edge_than_the_names_pushed_one_is_pythons(c
         )
     }
     assert _decide_in_task(made, [_row(1, target=b"/")]) == [("python", 1)]
+
+
+# ---- the request's body, read by the core (decide_body) ---------------------------------------
+
+FIND_REPLACE = {
+    "type": "request-body-find-replace",
+    "config": {"replacements": [{"from": "cat", "to": "dog"}]},
+}
+
+
+def _with_body(policy_doc, read, fields=None, method=b"POST"):
+    """A bodied request of a route whose policy reads its body: the first row asks for it,
+    the core's read (``read``: the row's last item) answers, the run decides. The calls the
+    carrier got, and the carrier."""
+    made, carrier, _, _ = _decider(policy_doc)
+    fields = fields or [(b"host", HOST.encode()), (b"content-type", b"text/plain")]
+
+    async def run():
+        made.decide([_row(1, method=method, fields=fields, bodiless=False)])
+        await asyncio.sleep(0.01)
+        asked = [c for c in carrier.calls if c[0] == "body"]
+        made.decide([_row(1, method=method, fields=fields, bodiless=False, body=read)])
+        await asyncio.sleep(0.01)
+        return asked
+
+    return asyncio.run(run()), carrier
+
+
+def test_a_body_reading_policy_asks_the_core_for_the_greediest_actions_bytes():
+    """The body is asked for once, as much as the policy's greediest action reads
+    (request-body-find-replace's 1 MiB beside owasp-crs-request's 4 KiB, the one asking)."""
+    crs = {"type": "owasp-crs-request", "config": {"process_body": True}}
+    asked, _ = _with_body(_req(crs), (b"a cat sat", True))
+    assert asked == [("body", 1, 4096)]
+    asked, _ = _with_body(_req(crs, FIND_REPLACE), (b"a cat sat", True))
+    assert asked == [("body", 1, 1024 * 1024)]
+
+
+def test_a_body_the_policy_rewrote_goes_on_in_place_of_the_clients():
+    """Framed by its length (the action's Content-Length, no Transfer-Encoding)."""
+    chunked = [(b"host", HOST.encode()), (b"transfer-encoding", b"chunked")]
+    asked, carrier = _with_body(_req(FIND_REPLACE), (b"a cat sat", True), fields=chunked)
+    assert asked == [("body", 1, 1024 * 1024)]
+    forward = [c for c in carrier.calls if c[0] == "forward"]
+    assert len(forward) == 1 and carrier.bodies == [b"a dog sat"]
+    head = forward[0][2].lower()
+    assert b"content-length: 9\r\n" in head and b"transfer-encoding" not in head
+
+
+def test_a_body_left_alone_goes_on_as_the_client_sent_it():
+    asked, carrier = _with_body(_req(FIND_REPLACE), (b"no match here", True))
+    assert asked == [("body", 1, 1024 * 1024)]
+    assert [c[0] for c in carrier.calls if c[0] in ("forward", "append")] == ["append"]
+    assert getattr(carrier, "bodies", []) == []
+
+
+def test_a_body_longer_than_the_read_is_answered_as_the_action_says():
+    """request-body-find-replace cannot rewrite a body longer than it reads: 413; the
+    connection then closes (the body was not read whole)."""
+    _, carrier = _with_body(_req(FIND_REPLACE), (b"cat" * 10, False))
+    respond = [c for c in carrier.calls if c[0] == "respond"]
+    assert len(respond) == 1
+    _, ticket, status, head, _, close = respond[0]
+    assert (ticket, status, close) == (1, 413, True)
+
+
+def test_an_answer_to_a_body_read_whole_keeps_the_connection():
+    """verify-webhook refusing a body read whole: 403, the connection stays usable (as the
+    Python path's "next"); unless the client asked it closed."""
+    hook = {"type": "verify-webhook", "config": {"provider": "github", "secret": "s"}}
+    _, carrier = _with_body(_req(hook), (b"{}", True))
+    respond = [c for c in carrier.calls if c[0] == "respond"]
+    assert len(respond) == 1 and respond[0][2] == 403 and respond[0][5] is False
+    fields = [(b"host", HOST.encode()), (b"connection", b"close")]
+    _, carrier = _with_body(_req(hook), (b"{}", True), fields=fields)
+    respond = [c for c in carrier.calls if c[0] == "respond"]
+    assert len(respond) == 1 and respond[0][5] is True
+
+
+def test_a_client_gone_before_its_body_leaves_nothing_waiting():
+    """The core read nothing (the client ended): the run ends with no decision, and nothing is
+    left waiting for that ticket."""
+    made, carrier, _, _ = _decider(_req(FIND_REPLACE))
+
+    async def run():
+        made.decide([_row(1, method=b"POST", bodiless=False)])
+        await asyncio.sleep(0.01)
+        made.decide([_row(1, method=b"POST", bodiless=False, body=(None, False))])
+        await asyncio.sleep(0.01)
+        return [t for t in asyncio.all_tasks() if "Decider" in t.get_coro().__qualname__]
+
+    assert asyncio.run(run()) == []  # no run left waiting
+    decisions = {"forward", "append", "respond", "close", "python"}
+    assert [c for c in carrier.calls if c[0] in decisions] == []
+
+
+def test_a_body_read_is_never_held():
+    """A policy reading the body decides each request anew (nothing held)."""
+    doc = _req(
+        {"type": "verify-webhook", "config": {"provider": "github", "secret": "s"}},
+    )
+    _, carrier = _with_body(doc, (b"{}", True))
+    assert carrier.holds and all(not hold for _, hold in carrier.holds)

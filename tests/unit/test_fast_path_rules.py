@@ -720,7 +720,8 @@ class _Deciding(_Carrier):
 
 def _row(ticket, key, ip="192.0.2.7"):
     host = HOST.encode()
-    return (ticket, key, (ip, 5), ("127.0.0.1", 8080), None, b"GET", b"/", [(b"host", host)], True)
+    fields = [(b"host", host)]
+    return (ticket, key, (ip, 5), ("127.0.0.1", 8080), None, b"GET", b"/", fields, True, None)
 
 
 def test_a_decided_route_keeps_its_rows_when_the_restrictions_cache_lapses(core):
