@@ -79,7 +79,7 @@ from chalicelib.core.policy import actions as tp_actions
 from chalicelib.core.policy import compile_policy
 from chalicelib.core.policy.holding import request_reads
 from chalicelib.core import edge_errors
-from edge import breaker, http1, http_policy, identity, ip_restrictions, secrets
+from edge import breaker, http1, http_policy, http_request, identity, ip_restrictions, secrets
 from edge.carrier import BODY_READ_MAX
 from edge.edges import Hop, Routed, forward_refused
 from edge.http_io import error_response, outcome_response
@@ -130,7 +130,7 @@ PHASES = (("on_http_request", DECIDED_ACTIONS), ("on_http_response", RESPONSE_AC
 
 # The outcomes of a request phase's run that wait (a sign-in's step, an outbound call, the
 # request's body read by the core)
-AWAITED = (tp.IDENTITY, tp.HTTP_REQUEST, tp.NEED_BODY)
+AWAITED = (tp.IDENTITY, tp.HTTP_REQUEST, tp.NEED_BODY, tp.NEED_KEYS)
 # How long the core waits for a ticket's decision (edge_core/src/decide.rs DECIDE_TIMEOUT): a
 # task deciding one ends by then (the core closed the connection, and refuses a late decision),
 # so the tasks alive are bounded by the tickets waiting, as the Python path's are by its
@@ -703,10 +703,17 @@ class Decider:
         def again() -> Any:
             return traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
 
+        keys = 0  # the JWKS fetches this run asked for
         with self._deciding(row, held, hub, count=False):
             async with asyncio.timeout_at(_DUE.get()):  # the core's wait for the ticket
                 while out.kind in AWAITED:
-                    if out.kind == tp.NEED_BODY:
+                    if out.kind == tp.NEED_KEYS:  # jwt-validation's keys, off the loop
+                        if keys == 2:  # (as http_policy.py's request_phase: a third ends it)
+                            break
+                        keys += 1
+                        await http_request.fetch_keys(out.urls)
+                        out = again()
+                    elif out.kind == tp.NEED_BODY:
                         if traffic.req.body is not None:  # asked twice: the run ends there,
                             break  # as the Python path's does (handed to it: _finish)
                         # as much as the policy's greediest action reads (http_policy.py)

@@ -286,6 +286,7 @@ async def request_phase(
         if isinstance(event, http1.EndOfMessage):
             break
     asked = False
+    keys = 0  # the JWKS fetches this run asked for
 
     def again() -> Any:
         return traffic.policy.on_http_request(traffic.conn, traffic.req, traffic.state)
@@ -304,6 +305,10 @@ async def request_phase(
                 traffic.req.body_complete = len(body) <= limit and isinstance(
                     events[-1], http1.EndOfMessage
                 )
+                out = again()
+            elif out.kind == tp.NEED_KEYS and keys < 2:  # jwt-validation's keys, off the loop
+                keys += 1  # (a second ask: a URL rendered anew; a third ends the run)
+                await http_request.fetch_keys(out.urls)
                 out = again()
             elif out.kind == tp.IDENTITY:  # openid-connect / oauth sign-in (edge/identity.py)
                 answered = await identity.handle(traffic, out)

@@ -11,6 +11,8 @@ address that was checked. Every attempt, redirect and retry runs inside the acti
 """
 
 import asyncio
+import concurrent.futures
+import functools
 import secrets
 import socket
 import ssl
@@ -19,11 +21,41 @@ from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urljoin, urlsplit
 
 from chalicelib.core import edge_errors
+from chalicelib.core.policy import actions as tp_actions
 from chalicelib.core.policy import httpcall
 from edge import http1
 from edge.http_io import READ_CHUNK
 
 REDIRECTS = (301, 302, 303, 307, 308)
+# jwt-validation's keys by URL (its NEED_KEYS outcome): fetched on threads of their own, at
+# most this many at once (each up to 3 s), never on the event loop; one fetch per URL however
+# many requests wait for it (fetch_keys)
+JWKS_FETCHERS = 4
+_JWKS_POOL = concurrent.futures.ThreadPoolExecutor(JWKS_FETCHERS, thread_name_prefix="jwks")
+_fetching: Dict[str, "asyncio.Future[None]"] = {}
+
+
+async def fetch_keys(urls: List[str]) -> None:
+    """The JWKS documents at ``urls`` fetched (or their failure kept: the action's JWKS
+    cache, chalicelib/core/policy/actions.py), each by one fetch however many runs wait for
+    it; then the run that asked resumes."""
+    loop = asyncio.get_running_loop()
+    waits = []
+    for url in dict.fromkeys(urls):
+        fetching = _fetching.get(url)
+        if fetching is None or fetching.get_loop() is not loop:
+            fetching = loop.run_in_executor(_JWKS_POOL, tp_actions.JWKS.fetch, url, time.time())
+            _fetching[url] = fetching
+            fetching.add_done_callback(functools.partial(_forget, url))
+        waits.append(asyncio.shield(fetching))  # a run cancelled does not cancel the fetch
+    await asyncio.gather(*waits)
+
+
+def _forget(url: str, done: "asyncio.Future[None]") -> None:
+    if _fetching.get(url) is done:
+        del _fetching[url]
+
+
 USER_AGENT = "ngrok/cloud"  # hosted: "Identifies the request as from ngrok/cloud"
 
 
@@ -284,6 +316,9 @@ class _CloudLeg:
             out = policy.on_http_request(conn, req, state)
             if out.kind == tp.NEED_BODY:  # the whole body is at hand
                 req.body, req.body_complete = self.body, True
+                out = policy.on_http_request(conn, req, state)
+            if out.kind == tp.NEED_KEYS:  # jwt-validation's keys, fetched off the loop
+                await fetch_keys(out.urls)
                 out = policy.on_http_request(conn, req, state)
         if out.kind == tp.RESPOND:
             self.answer = [e for e in outcome_response(out, close=True) if e is not None]

@@ -45,7 +45,8 @@ def rule(*actions: dict, expressions: Optional[List[str]] = None, name: str = ""
 
 
 def on_request(doc: Any, req: Optional[Request] = None, c: Optional[Conn] = None, state=None):
-    """Run on_http_request; NEED_BODY is answered with the request's own body."""
+    """Run on_http_request; NEED_BODY is answered with the request's own body, NEED_KEYS by
+    fetching the keys (here, blocking)."""
     p = compile_doc(doc)
     req = req or request()
     state = state or p.new_state()
@@ -54,6 +55,10 @@ def on_request(doc: Any, req: Optional[Request] = None, c: Optional[Conn] = None
     if out.kind == policy.NEED_BODY:
         if req.body is None:
             req.body = b""
+        out = p.on_http_request(c, req, state)
+    if out.kind == policy.NEED_KEYS:
+        for url in out.urls:
+            policy.JWKS.fetch(url, p.clock())
         out = p.on_http_request(c, req, state)
     return out, req
 

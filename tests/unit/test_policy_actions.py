@@ -1668,3 +1668,60 @@ def test_a_request_body_a_rule_would_grow_past_4_mib_is_refused_with_413():
         else:
             assert out.kind == RESPOND and out.status_code == 413
             assert header(out.headers, "ngrok-error-code") == ["ERR_NGROK_10088"]
+
+
+def test_jwt_keys_not_known_are_asked_for_and_never_fetched_inside_the_run(rsa_key, monkeypatch):
+    """The run does not fetch (it may hang for seconds): it asks the edge with NEED_KEYS for
+    the URLs not known, and resumes on what the edge fetched."""
+    key, jwks = rsa_key
+    fetched = []
+    monkeypatch.setattr(
+        policy.JWKS, "fetcher", lambda url: fetched.append(url) or json.dumps(jwks).encode()
+    )
+    url = "http://127.0.0.1:9/asked.json"
+    policy.JWKS.cache.pop(url, None)
+    policy.JWKS.failed.pop(url, None)
+    p = compile_doc(_jwt_doc({"sources": {"additional_jkus": [url, url]}}))
+    req = request(headers=[("Authorization", f"Bearer {_jwt(key)}")])
+    state = p.new_state()
+    out = p.on_http_request(conn(), req, state)
+    assert (out.kind, out.urls, fetched) == (policy.NEED_KEYS, [url], [])
+    policy.JWKS.fetch(url, time.time())
+    assert p.on_http_request(conn(), req, state).kind == CONTINUE
+    assert fetched == [url]
+
+
+def test_a_jwks_fetch_that_failed_is_not_made_again_for_its_ttl(rsa_key, monkeypatch):
+    key, _ = rsa_key
+    tries = []
+
+    def failing(url):
+        tries.append(url)
+        raise OSError("unreachable")
+
+    monkeypatch.setattr(policy.JWKS, "fetcher", failing)
+    url = "http://127.0.0.1:9/failing.json"
+    policy.JWKS.cache.pop(url, None)
+    policy.JWKS.failed.pop(url, None)
+    doc = _jwt_doc({"sources": {"additional_jkus": [url]}})
+    headers = [("Authorization", f"Bearer {_jwt(key)}")]
+    for _ in range(3):  # one fetch, then refused from what was kept
+        out, _ = on_request(doc, request(headers=headers))
+        assert (out.kind, out.status_code) == (RESPOND, 401)
+    assert tries == [url]
+    now = time.time()
+    assert policy.JWKS.missing([url], now + policy.JWKS.FAILED_TTL - 1) == []
+    assert policy.JWKS.missing([url], now + policy.JWKS.FAILED_TTL + 1) == [url]
+
+
+def test_the_jwks_kept_are_bounded_oldest_first(monkeypatch):
+    monkeypatch.setattr(policy.JWKS, "fetcher", lambda url: b'{"keys": []}')
+    most = policy.JWKS.MAX_URLS
+    urls = [f"http://127.0.0.1:9/{i}.json" for i in range(most + 2)]
+    now = time.time()
+    for url in urls:
+        policy.JWKS.fetch(url, now)
+    assert len(policy.JWKS.cache) == most
+    assert policy.JWKS.missing(urls[:2], now) == urls[:2]  # the two oldest let go
+    assert policy.JWKS.missing(urls[2:], now) == []
+    policy.JWKS.cache.clear()

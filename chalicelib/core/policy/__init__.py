@@ -23,6 +23,8 @@ Edge-facing interface::
     #   out.kind == NEED_BODY: read up to out.max_body_bytes of the body, set req.body
     #   (and req.body_complete=False if it was longer), call on_http_request again with the
     #   same state: the phase resumes at the action that asked.
+    #   out.kind == NEED_KEYS: JWKS.fetch(url, now) for each of out.urls (it blocks: off the
+    #   event loop), call on_http_request again with the same state.
     res = Response(status_code, headers)
     out = policy.on_http_response(conn, req, res, state)
 
@@ -86,6 +88,7 @@ _EXPORTS = {
     "CONTINUE": "outcome",
     "FORWARD_INTERNAL": "outcome",
     "NEED_BODY": "outcome",
+    "NEED_KEYS": "outcome",
     "IDENTITY": "outcome",
     "HTTP_REQUEST": "outcome",
     "RESPOND": "outcome",

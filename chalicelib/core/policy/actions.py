@@ -69,6 +69,7 @@ from chalicelib.core.policy.outcome import (
     FORWARD_INTERNAL,
     HTTP_REQUEST,
     NEED_BODY,
+    NEED_KEYS,
     RESPOND,
     TERMINATE_TLS,
     Outcome,
@@ -828,15 +829,59 @@ class VerifyWebhook(Action):
 
 class _Jwks:
     """JWKS documents by URL, fetched on first use and kept 15 minutes (the hosted docs'
-    refresh period). ``fetcher(url) -> bytes`` may be replaced (tests, or an edge that
-    prefetches without blocking)."""
+    refresh period); a fetch that failed is remembered FAILED_TTL, and its URL not fetched
+    again meanwhile (its requests are refused as keys unavailable), so a URL that hangs or
+    fails costs the edge one fetch per FAILED_TTL however many requests name it. The edge
+    fetches off its event loop: jwt-validation asks for the URLs not known (``missing``) with
+    a NEED_KEYS outcome, and the edge runs :meth:`fetch` on a thread of its own. At most
+    MAX_URLS documents and failures are kept (a templated URL may render per request), the
+    oldest let go first. ``fetcher(url) -> bytes`` may be replaced (tests)."""
 
     TTL = 900
+    FAILED_TTL = 30.0
+    MAX_URLS = 1024
 
     def __init__(self):
         self.cache: Dict[str, Tuple[float, dict]] = {}
+        self.failed: Dict[str, float] = {}
         self.lock = threading.Lock()
         self.fetcher: Callable[[str], bytes] = self._fetch
+
+    def _known(self, url: str, now: float) -> Optional[dict]:
+        """The document kept for ``url``, {} for a recent failure, None when neither
+        (called under the lock)."""
+        hit = self.cache.get(url)
+        if hit and now - hit[0] < self.TTL:
+            return hit[1]
+        failed = self.failed.get(url)
+        if failed is not None and now - failed < self.FAILED_TTL:
+            return {}
+        return None
+
+    def missing(self, urls: List[str], now: float) -> List[str]:
+        """Those of ``urls`` to fetch before a run can use them."""
+        with self.lock:
+            return [url for url in dict.fromkeys(urls) if self._known(url, now) is None]
+
+    def fetch(self, url: str, now: float) -> None:
+        """Fetch ``url`` (blocking: up to the fetcher's 3 s) and keep what came, or that it
+        failed."""
+        try:
+            document = json.loads(self.fetcher(url))
+            if not isinstance(document, dict):
+                raise ValueError("a JWKS is a JSON object")
+        except Exception:  # whatever failed, the run sees keys unavailable
+            document = None
+        with self.lock:
+            self.cache.pop(url, None)
+            self.failed.pop(url, None)
+            if document is not None:
+                self.cache[url] = (now, document)
+            else:
+                self.failed[url] = now
+            for kept in (self.cache, self.failed):
+                while len(kept) > self.MAX_URLS:
+                    kept.pop(next(iter(kept)))
 
     @staticmethod
     def _fetch(url: str) -> bytes:
@@ -848,14 +893,17 @@ class _Jwks:
             return response.read(1 << 20)
 
     def get(self, url: str, now: float) -> dict:
+        """The document for ``url``, fetched here when the caller did not fetch it first;
+        OSError when its fetch failed."""
         with self.lock:
-            hit = self.cache.get(url)
-        if hit and now - hit[0] < self.TTL:
-            return hit[1]
-        document = json.loads(self.fetcher(url))
-        with self.lock:
-            self.cache[url] = (now, document)
-        return document
+            known = self._known(url, now)
+        if known is None:
+            self.fetch(url, now)
+            with self.lock:
+                known = self._known(url, now)
+        if not known:
+            raise OSError(f"the JWKS at {url} could not be fetched")
+        return known
 
 
 JWKS = _Jwks()
@@ -991,6 +1039,12 @@ class JwtValidation(Action):
             return Outcome(NEED_BODY, max_body_bytes=self.needs_body)
         token = self._token(r)
         error = None
+        if token is not None and self.jkus:
+            # the keys' documents not known yet are fetched by the edge, off its event loop,
+            # and the action run again
+            missing = JWKS.missing([r.render(t) for t in self.jkus], r.clock())
+            if missing:
+                return Outcome(NEED_KEYS, urls=missing)
         if token is None:
             error = (edge_errors.JWT_MISSING, "no JWT was presented")
         else:

@@ -11,6 +11,9 @@ NEED_BODY = "need_body"  # read up to max_body_bytes of request body, call again
 IDENTITY = "identity"  # a sign-in action (edge/identity.py): answer or resume
 HTTP_REQUEST = "http_request"  # make ``call`` (httpcall.Call), set its variables, resume
 TERMINATE_TLS = "terminate_tls"  # make the handshake ``terminate_tls`` asks, then resume
+# fetch the JWKS documents at ``urls`` (actions.JWKS.fetch: blocking, so off the event loop),
+# then call again: the action that asked resumes with them (or with their failure)
+NEED_KEYS = "need_keys"
 
 
 @dataclass
@@ -38,3 +41,4 @@ class Outcome:
     message: Optional[Any] = None  # on_event_stream_message: the sse.Message being run
     # terminate-tls: what the edge's handshake must be (the action's checked config)
     terminate_tls: Optional[Dict[str, Any]] = None
+    urls: List[str] = field(default_factory=list)  # NEED_KEYS: the JWKS URLs to fetch
