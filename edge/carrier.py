@@ -32,6 +32,9 @@ HANDSHAKE_TIMEOUT = 15.0  # seconds a TLS handshake may take (as the asyncio lis
 MAX_HANDSHAKES = 1024  # handshakes in progress at once per listener; beyond: closed at once
 # bytes of a request's body the core reads for a decision at most (decide_body; decide.rs)
 BODY_READ_MAX: int = edge_core.BODY_READ_MAX
+# seconds the core reads a request's body for a decision at most, in all (each read within the
+# body timeout too)
+BODY_READ_SECONDS: float = edge_core.BODY_READ_SECONDS
 
 
 def proxy_protocol_header(version: int, client_addr: str, server_addr: str) -> bytes:
@@ -286,6 +289,7 @@ class Carrier:
         if not 0 <= port <= 65535:  # not an address: not taken (the socket closed)
             sock.close()
             return False
+        data = bytes(data)  # (the core reads a bytes object, not a copy of any buffer)
         return self._core.adopt(listener, sock.detach(), peer[0], port, data)
 
     def set_route(
@@ -379,7 +383,7 @@ class Carrier:
         """Ticket ``ticket``'s request goes on to its route's agent with ``head``; ``memo``
         comes back with its served row. ``body``: a body the policy rewrote (read whole by
         :meth:`decide_body`), sent in place of the client's, framed as ``head`` says."""
-        self._core.decide_forward(ticket, head, memo, body)
+        self._core.decide_forward(ticket, bytes(head), memo, None if body is None else bytes(body))
 
     def decide_body(self, ticket: int, limit: int) -> None:
         """Ticket ``ticket``'s request's body is read first, up to ``limit`` bytes, and the
@@ -411,7 +415,7 @@ class Carrier:
         as there. Served and recorded as the route's."""
         self._core.decide_internal(
             ticket,
-            head,
+            None if head is None else bytes(head),
             mux.core,
             tunnel_id,
             fields=fields or [],
@@ -450,7 +454,7 @@ class Carrier:
         ends after when ``close`` or when the request has a body not read whole by
         :meth:`decide_body`. ``hold`` as for
         :meth:`decide_append`."""
-        self._core.decide_respond(ticket, status, head, body, close, memo, hold)
+        self._core.decide_respond(ticket, status, bytes(head), bytes(body), close, memo, hold)
 
     def decide_rewrite(
         self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
@@ -590,6 +594,7 @@ class Carrier:
         (edge_core/src/wstcp.rs), ``to_stream`` the client's frames read so far."""
         assert self._loop is not None, "the carrier is started"
         unix = sock.family == socket.AF_UNIX
+        to_stream, to_client = bytes(to_stream), bytes(to_client)  # (before the detach)
         if websocket:
             assert not to_client, "a converted WebSocket's 101 is written before"
             splice_id = self._core.convert_websocket(
@@ -613,6 +618,7 @@ class Carrier:
         connection (``splice_counts``)."""
         assert self._loop is not None, "the carrier is started"
         unix = a.family == socket.AF_UNIX
+        to_b, to_a = bytes(to_b), bytes(to_a)  # (before the detach)
         relay_id = self._core.relay(a.detach(), b.detach(), a_unix=unix, to_b=to_b, to_a=to_a)
         done: "asyncio.Future[Tuple[int, int]]" = self._loop.create_future()
         self._splices[relay_id] = done

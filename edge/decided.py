@@ -80,7 +80,7 @@ from chalicelib.core.policy import compile_policy
 from chalicelib.core.policy.holding import request_reads
 from chalicelib.core import edge_errors
 from edge import breaker, http1, http_policy, http_request, identity, ip_restrictions, secrets
-from edge.carrier import BODY_READ_MAX
+from edge.carrier import BODY_READ_MAX, BODY_READ_SECONDS
 from edge.edges import Hop, Routed, forward_refused
 from edge.http_io import error_response, outcome_response
 from edge.observe import hub_of
@@ -429,7 +429,7 @@ class Decider:
         finally:
             hub.flush_counts()
 
-    async def _body(self, ticket: int, limit: int) -> Optional[ReadBody]:
+    async def _body(self, ticket: int, limit: int) -> Optional[Tuple[bytes, bool]]:
         """The first ``limit`` bytes of ticket ``ticket``'s request's body, read by the core
         (at most BODY_READ_MAX) and whether they are all of it; None when the client ended,
         stalled or broke its framing first (its connection is closed)."""
@@ -438,7 +438,9 @@ class Decider:
         try:
             self.edge.carrier.decide_body(ticket, min(limit, BODY_READ_MAX))
             self.edge.carrier.flush_decisions()
-            data, complete = await waiting
+            # the core hands the row back within its read's bound, however the read ends
+            async with asyncio.timeout(BODY_READ_SECONDS + DECIDE_SECONDS):
+                data, complete = await waiting
         finally:
             self._bodies.pop(ticket, None)
         return None if data is None else (data, complete)
@@ -497,6 +499,10 @@ class Decider:
         core and the decisions' counts flushed (``count``: the row counted as decided)."""
         try:
             yield
+        except TimeoutError:  # the core's wait ended (its client's connection is closed):
+            # a client can make this happen at will, so it is not logged as a failure
+            log.debug("deciding a request of %s://%s: timed out", held[1], held[2])
+            self.edge.carrier.decide_close(row[0])
         except Exception:
             log.exception("deciding a request of %s://%s", held[1], held[2])
             self.edge.carrier.decide_close(row[0])
@@ -705,7 +711,8 @@ class Decider:
 
         keys = 0  # the JWKS fetches this run asked for
         with self._deciding(row, held, hub, count=False):
-            async with asyncio.timeout_at(_DUE.get()):  # the core's wait for the ticket
+            # the core's wait for the ticket
+            async with asyncio.timeout_at(_DUE.get()) as deadline:
                 while out.kind in AWAITED:
                     if out.kind == tp.NEED_KEYS:  # jwt-validation's keys, off the loop
                         if keys == 2:  # (as http_policy.py's request_phase: a third ends it)
@@ -718,9 +725,17 @@ class Decider:
                             break  # as the Python path's does (handed to it: _finish)
                         # as much as the policy's greediest action reads (http_policy.py)
                         limit = max(out.max_body_bytes, traffic.policy.request_body_limit)
-                        read = await self._body(row[0], limit)
-                        if read is None:  # the core closed the connection: nothing to decide
-                            return
+                        read: Optional[Tuple[bytes, bool]] = (b"", True)
+                        if not row[8]:  # (none follows the head: nothing to read) the read
+                            # has its own bound (the core's, BODY_READ_SECONDS); the
+                            deadline.reschedule(None)  # decision's wait starts after it
+                            read = await self._body(row[0], limit)
+                            if read is None:  # the core closed the connection: no decision
+                                return
+                            due = asyncio.get_running_loop().time() + DECIDE_SECONDS
+                            _DUE.set(due)  # (as the core's second wait for the ticket)
+                            deadline.reschedule(due)
+                        assert read is not None
                         traffic.req.body, traffic.req.body_complete = read
                         hold = False  # (a body's decision is never held)
                         out = again()
@@ -888,11 +903,16 @@ class Decider:
             return
         conn = self._conn(row, held[1], target.hop)
         hopped = http_policy.Traffic(policy, conn, request, held[1], held[2])
-        if traffic.req.body is not None:  # what the core read of the body: this run's too (a
-            # second read is not asked for; the Python path's next run reads what its last
-            # one left)
-            hopped.req.body, hopped.req.body_complete = traffic.req.body, traffic.req.body_complete
-            hopped.req.body_rewritten = traffic.req.body_rewritten
+        read = traffic.req.body
+        if read is not None:  # what the core read of the body is this run's too, unless this
+            # run would read more of it than was read, or the last run rewrote it (the Python
+            # path's next run reads the client's body, as far as it reads): the Python path's
+            if traffic.req.body_rewritten or (
+                not traffic.req.body_complete and policy.request_body_limit > len(read)
+            ):
+                self.edge.carrier.decide_python(ticket)
+                return
+            hopped.req.body, hopped.req.body_complete = read, traffic.req.body_complete
         hopped_out = policy.on_http_request(conn, hopped.req, hopped.state)
         if hopped_out.kind in AWAITED:
             asyncio.ensure_future(self._awaited(row, held, hopped, hopped_out, hub, False, hop))

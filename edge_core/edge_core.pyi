@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 VERSION: str
 WS_MAX_FRAME: int  # bytes of one client frame's payload at most (edge_core/src/wstcp.rs)
 BODY_READ_MAX: int  # bytes of a request's body decide_body reads at most (decide.rs)
+BODY_READ_SECONDS: float  # seconds decide_body's read takes at most, in all (decide.rs)
 
 class StreamReset(ConnectionError):
     """The stream was reset (RST from the peer, or the session ended)."""

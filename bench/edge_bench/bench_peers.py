@@ -86,6 +86,22 @@ FORWARD = {
     ]
 }
 
+# A policy that reads each request's body (the core reads it and hands it to Python with the
+# head: docs/DATA_PLANE.md, "Decided routes"); wrk's bodies never match, so the client's body
+# goes on as it came.
+BODY_RULE = {
+    "on_http_request": [
+        {
+            "actions": [
+                {
+                    "type": "request-body-find-replace",
+                    "config": {"replacements": [{"from": "secret", "to": "REDACTED"}]},
+                }
+            ]
+        }
+    ]
+}
+
 FIVE_RULES_EACH = {
     "on_http_request": [
         {**rule, "expressions": [rule["expressions"][0] + " && time.now != ''"]}
@@ -859,6 +875,11 @@ class Stack:
                     "upstream": f"http://127.0.0.1:{self.up_port}",
                     "policy": json.dumps(FORWARD),
                 },
+                {
+                    "proto": "http",
+                    "upstream": f"http://127.0.0.1:{self.up_port}",
+                    "policy": json.dumps(BODY_RULE),
+                },
             ],
             procs,
         )
@@ -867,6 +888,7 @@ class Stack:
         self.edge_tcp = int(bound[2].rsplit(":", 1)[1])
         self.policy_each_host = bound[3].split("://")[1].split(":")[0]
         self.forward_host = bound[5].split("://")[1].split(":")[0]
+        self.body_host = bound[6].split("://")[1].split(":")[0]
         # a cloud endpoint (no agent: made with the API) whose policy forwards each request
         # to the same internal endpoint: the hosted gateway's usual shape
         from stacks.paths import BASE_DOMAIN
@@ -1307,7 +1329,8 @@ def main() -> int:
     parser.add_argument("--sweep-seconds", type=float, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
-        "--only", default="get20,get1,sweep,post20,bulk,tcpconn,https,mtls,h2,policy,cores,growth"
+        "--only",
+        default="get20,get1,sweep,post20,bulk,tcpconn,https,mtls,h2,policy,body,cores,growth",
     )
     parser.add_argument("--paths", default="edge,ssh,nginx,direct,floor")
     parser.add_argument(
@@ -1459,6 +1482,23 @@ def main() -> int:
                     "decided per request vs a forward-internal to another endpoint, from an "
                     "agent's endpoint and from a cloud endpoint",
                     results["policy"],
+                    base="edge",
+                )
+            if "body" in only:
+                results["body"] = http_case(
+                    stack,
+                    ["edge", "edge:body"],
+                    args.runs,
+                    args.seconds,
+                    20,
+                    "/upload",
+                    1024,
+                    host={"edge": stack.host, "edge:body": stack.body_host},
+                )
+                print_http(
+                    "POST 1 KiB, 20 connections: no policy vs a request-body-find-replace (the "
+                    "body read for the decision)",
+                    results["body"],
                     base="edge",
                 )
             if "cores" in only:

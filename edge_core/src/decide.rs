@@ -38,6 +38,10 @@ pub const DECIDE_TIMEOUT: Duration = Duration::from_secs(30);
 /// a larger ask reads this much.
 pub const BODY_READ_MAX: usize = 1024 * 1024;
 
+/// A request's body is read for a decision within this in all (each read within the listener's
+/// body timeout too); then the decision's own wait ([`DECIDE_TIMEOUT`]) starts again.
+pub const BODY_READ_DEADLINE: Duration = Duration::from_secs(300);
+
 /// A chunked body is read for a decision until its framing and data together pass twice the
 /// asked size and this (a body of tiny chunks is seen as longer than the ask then): what one
 /// connection holds while its request is decided is bounded by the ask, not by its framing.

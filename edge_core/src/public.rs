@@ -26,7 +26,7 @@ use tokio_rustls::rustls::ServerConfig;
 
 use crate::decide::{
     Asked, AskedResponse, Decided, Decision, Decisions, Memo, ReadBody, BODY_FRAMING_SLACK,
-    BODY_READ_MAX, DECIDE_TIMEOUT,
+    BODY_READ_DEADLINE, BODY_READ_MAX, DECIDE_TIMEOUT,
 };
 use crate::held::Held;
 use crate::http::{self, Framing, Parsed, RequestHead, ResponseHead};
@@ -945,6 +945,12 @@ pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
     fn abort(&self) -> Option<Arc<Abort>> {
         None
     }
+
+    /// One stream of a multiplexed client connection (HTTP/2: h2front.rs's virtual
+    /// connections), which the connection caps do not count one by one.
+    fn multiplexed(&self) -> bool {
+        self.abort().is_some()
+    }
 }
 
 /// A client gone, told to an exchange that may be waiting on the agent (the stream's window)
@@ -1139,7 +1145,6 @@ pub(crate) async fn connection<C: Conn>(
                     (hit.decision.clone(), hit.memo.clone(), true)
                 }
                 None => {
-                    let asked_at = Instant::now();
                     let (ticket_no, waiting) = public.decisions.ticket();
                     public.inbox.push_asked(Asked {
                         ticket: ticket_no,
@@ -1155,10 +1160,16 @@ pub(crate) async fn connection<C: Conn>(
                     };
                     if let Decision::Body { limit } = decided.decision {
                         // the body first (at most the ask), then asked again: the run goes on
-                        // under the same ticket
+                        // under the same ticket. Not on a stream of an HTTP/2 connection:
+                        // its streams would each hold a body while the caps count one
+                        // connection (the Python path serves it, its run told to end)
                         let limit = limit.min(BODY_READ_MAX);
                         let timeout = public.spec.body_timeout;
-                        read = read_body(&mut tcp, &mut buf, &head, limit, timeout).await;
+                        let mut got = if tcp.multiplexed() {
+                            None
+                        } else {
+                            read_body(&mut tcp, &mut buf, &head, limit, timeout).await
+                        };
                         let waiting = public.decisions.again(ticket_no);
                         public.inbox.push_asked(Asked {
                             ticket: ticket_no,
@@ -1168,15 +1179,20 @@ pub(crate) async fn connection<C: Conn>(
                             tls,
                             head: head.clone(),
                             body: Some(ReadBody {
-                                data: read.as_ref().map(|r| r.data.clone()),
-                                complete: read.as_ref().is_some_and(|r| r.complete),
+                                complete: got.as_ref().is_some_and(|r| r.complete),
+                                data: got.as_mut().map(|r| std::mem::take(&mut r.data)),
                             }),
                         });
-                        if read.is_none() {
+                        if tcp.multiplexed() {
+                            drop(waiting);
+                            break hand_over(tcp, peer, buf, first, &public, leg, ticket);
+                        }
+                        if got.is_none() {
                             break end_leg(leg); // the client ended, stalled or broke framing
                         }
-                        let left = DECIDE_TIMEOUT.saturating_sub(asked_at.elapsed());
-                        let Some(again) = waiting.decided(left).await else {
+                        read = got;
+                        // the decision's wait starts again once the body is read (Python's)
+                        let Some(again) = waiting.decided(DECIDE_TIMEOUT).await else {
                             break end_leg(leg);
                         };
                         decided = again;
@@ -1703,11 +1719,12 @@ struct BodyRead {
 }
 
 /// Reads into `buf` (past the head) until `limit` data bytes of the body are there, one more
-/// tells it is longer, or the body ended; each read within `timeout`. The bytes stay in
-/// `buf`, unsent: the decision sends them on by the client's framing, or hands them to Python
-/// with the connection. A chunked body is read until its bytes in `buf` pass
-/// 2 × `limit` + [`BODY_FRAMING_SLACK`] (then seen as longer than the ask). None: the client
-/// ended or stalled first, or broke its chunked framing.
+/// tells it is longer, or the body ended; each read (at most [`READ_CHUNK`]) within
+/// `timeout`, all of them within [`BODY_READ_DEADLINE`]. The bytes stay in `buf`, unsent: the
+/// decision sends them on by the client's framing, or hands them to Python with the
+/// connection. A chunked body is read until its bytes in `buf` pass 2 × `limit` +
+/// [`BODY_FRAMING_SLACK`] (then seen as longer than the ask). None: the client ended or
+/// stalled first, or broke its chunked framing.
 async fn read_body<C: Conn>(
     tcp: &mut C,
     buf: &mut Vec<u8>,
@@ -1716,6 +1733,7 @@ async fn read_body<C: Conn>(
     timeout: Duration,
 ) -> Option<BodyRead> {
     let start = head.len;
+    let deadline = tokio::time::Instant::now() + BODY_READ_DEADLINE;
     let mut chunks = http::Chunks::keeping(limit + 1);
     let mut fed = start; // (chunked) the bytes of buf fed to `chunks`
     loop {
@@ -1755,10 +1773,18 @@ async fn read_body<C: Conn>(
                 })
             }
         }
-        buf.reserve(READ_CHUNK);
-        match tokio::time::timeout(timeout, tcp.read_buf(buf)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            _ => return None,
+        // one read of READ_CHUNK at most (read_buf would fill whatever the buffer's growth
+        // left spare, as much again as it holds)
+        let end = buf.len();
+        buf.resize(end + READ_CHUNK, 0);
+        let by = deadline.min(tokio::time::Instant::now() + timeout);
+        let n = match tokio::time::timeout_at(by, tcp.read(&mut buf[end..])).await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => 0,
+        };
+        buf.truncate(end + n);
+        if n == 0 {
+            return None;
         }
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyConnectionError, PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::carrier::{AgentListen, Carrier, Where};
@@ -110,6 +111,15 @@ type Taken<'py> = (
 fn memo_of(py: Python<'_>, memo: Option<Memo>) -> Option<Py<PyAny>> {
     memo.and_then(|m| m.downcast::<Py<PyAny>>().ok())
         .map(|m| m.clone_ref(py))
+}
+
+/// Fields Python handed over, as the core keeps them (a `bytes` read as a slice: pyo3 reads a
+/// `Vec<u8>` item by item, ~15 ns a byte).
+fn owned_fields(given: Vec<(PyBackedBytes, PyBackedBytes)>) -> Vec<crate::http::Field> {
+    given
+        .into_iter()
+        .map(|(n, v)| (n.to_vec(), v.to_vec()))
+        .collect()
 }
 
 fn fields<'py>(py: Python<'py>, given: &[crate::http::Field]) -> Fields<'py> {
@@ -670,15 +680,15 @@ impl Core {
     /// with `unix`) and the stream `sid` of `session` both ways (edge_core/src/splice.rs),
     /// `to_stream` to the agent first and `to_client` to the client first. Its end comes in
     /// `take` under the id returned.
-    #[pyo3(signature = (fd, session, sid, *, unix = false, to_stream = Vec::new(), to_client = Vec::new()))]
+    #[pyo3(signature = (fd, session, sid, *, unix = false, to_stream = None, to_client = None))]
     fn splice(
         &self,
         fd: i32,
         session: &Session,
         sid: u32,
         unix: bool,
-        to_stream: Vec<u8>,
-        to_client: Vec<u8>,
+        to_stream: Option<&[u8]>,
+        to_client: Option<&[u8]>,
     ) -> PyResult<u64> {
         // SAFETY: the caller hands the descriptor over (documented in edge_core.pyi).
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -688,8 +698,8 @@ impl Core {
                 unix,
                 session.inner.clone(),
                 sid,
-                to_stream,
-                to_client,
+                to_stream.map(<[u8]>::to_vec).unwrap_or_default(),
+                to_client.map(<[u8]>::to_vec).unwrap_or_default(),
             )
             .map_err(|e| PyOSError::new_err(e.to_string()))
     }
@@ -698,15 +708,16 @@ impl Core {
     /// the core owns it from then on; a Unix socket with `unix`) and the stream `sid` of
     /// `session` (edge_core/src/wstcp.rs), `frames` the client's bytes read after its upgrade
     /// request. Its end comes in `take` as a carried connection's, under the id returned.
-    #[pyo3(signature = (fd, session, sid, *, unix = false, frames = Vec::new()))]
+    #[pyo3(signature = (fd, session, sid, *, unix = false, frames = None))]
     fn convert_websocket(
         &self,
         fd: i32,
         session: &Session,
         sid: u32,
         unix: bool,
-        frames: Vec<u8>,
+        frames: Option<&[u8]>,
     ) -> PyResult<u64> {
+        let frames = frames.map(<[u8]>::to_vec).unwrap_or_default();
         // SAFETY: the caller hands the descriptor over (documented in edge_core.pyi).
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         self.carrier
@@ -719,8 +730,17 @@ impl Core {
     /// descriptors from then on. `to_b` goes to `b` first, `to_a` to `a` first. Its end comes
     /// in `take` as a carried connection's, under the id returned: (bytes read from `a`,
     /// written to it).
-    #[pyo3(signature = (a, b, *, a_unix = false, to_b = Vec::new(), to_a = Vec::new()))]
-    fn relay(&self, a: i32, b: i32, a_unix: bool, to_b: Vec<u8>, to_a: Vec<u8>) -> PyResult<u64> {
+    #[pyo3(signature = (a, b, *, a_unix = false, to_b = None, to_a = None))]
+    fn relay(
+        &self,
+        a: i32,
+        b: i32,
+        a_unix: bool,
+        to_b: Option<&[u8]>,
+        to_a: Option<&[u8]>,
+    ) -> PyResult<u64> {
+        let to_b = to_b.map(<[u8]>::to_vec).unwrap_or_default();
+        let to_a = to_a.map(<[u8]>::to_vec).unwrap_or_default();
         // SAFETY: the caller hands both descriptors over (documented in edge_core.pyi).
         let (a, b) = unsafe { (OwnedFd::from_raw_fd(a), OwnedFd::from_raw_fd(b)) };
         self.carrier
@@ -780,7 +800,8 @@ impl Core {
     /// adopting listener `listener` as one it accepted from `ip`:`port`, `data` (the bytes
     /// read from it already) first. False when it was not taken: no such listener, an
     /// address that does not parse, or at a connection cap (the socket is closed).
-    fn adopt(&self, listener: u64, fd: i32, ip: &str, port: u16, data: Vec<u8>) -> PyResult<bool> {
+    fn adopt(&self, listener: u64, fd: i32, ip: &str, port: u16, data: &[u8]) -> PyResult<bool> {
+        let data = data.to_vec();
         // SAFETY: the caller hands the descriptor over (documented in edge_core.pyi).
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
@@ -970,9 +991,10 @@ impl Core {
     fn decide_rewrite(
         &self,
         ticket: u64,
-        fields: Vec<(Vec<u8>, Vec<u8>)>,
+        fields: Vec<(PyBackedBytes, PyBackedBytes)>,
         memo: Option<Py<PyAny>>,
     ) {
+        let fields = owned_fields(fields);
         self.decided(ticket, Decision::Rewrite { fields }, memo, false)
     }
 
@@ -986,10 +1008,11 @@ impl Core {
     fn decide_forward(
         &self,
         ticket: u64,
-        head: Vec<u8>,
+        head: &[u8],
         memo: Option<Py<PyAny>>,
-        body: Option<Vec<u8>>,
+        body: Option<&[u8]>,
     ) {
+        let (head, body) = (head.to_vec(), body.map(<[u8]>::to_vec));
         self.decided(ticket, Decision::Forward { head, body }, memo, false)
     }
 
@@ -1016,10 +1039,10 @@ impl Core {
     fn decide_internal(
         &self,
         ticket: u64,
-        head: Option<Vec<u8>>,
+        head: Option<&[u8]>,
         session: &Session,
         tunnel_id: String,
-        fields: Vec<(Vec<u8>, Vec<u8>)>,
+        fields: Vec<(PyBackedBytes, PyBackedBytes)>,
         memo: Option<Py<PyAny>>,
         responses: bool,
         h2_scheme: Option<&str>,
@@ -1036,8 +1059,8 @@ impl Core {
         };
         let hold = hold && head.is_none();
         let decision = Decision::Internal {
-            head,
-            fields,
+            head: head.map(<[u8]>::to_vec),
+            fields: owned_fields(fields),
             to: Box::new(to),
         };
         self.decided(ticket, decision, memo, hold);
@@ -1052,10 +1075,11 @@ impl Core {
     fn decide_append(
         &self,
         ticket: u64,
-        fields: Vec<(Vec<u8>, Vec<u8>)>,
+        fields: Vec<(PyBackedBytes, PyBackedBytes)>,
         memo: Option<Py<PyAny>>,
         hold: bool,
     ) {
+        let fields = owned_fields(fields);
         self.decided(ticket, Decision::Append { fields }, memo, hold)
     }
 
@@ -1068,16 +1092,16 @@ impl Core {
         &self,
         ticket: u64,
         status: u16,
-        head: Vec<u8>,
-        body: Vec<u8>,
+        head: &[u8],
+        body: &[u8],
         close: bool,
         memo: Option<Py<PyAny>>,
         hold: bool,
     ) {
         let decision = Decision::Respond {
             status,
-            head,
-            body,
+            head: head.to_vec(),
+            body: body.to_vec(),
             close,
         };
         self.decided(ticket, decision, memo, hold)
@@ -1372,6 +1396,10 @@ fn edge_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     m.add("WS_MAX_FRAME", crate::wstcp::MAX_FRAME)?;
     m.add("BODY_READ_MAX", crate::decide::BODY_READ_MAX)?;
+    m.add(
+        "BODY_READ_SECONDS",
+        crate::decide::BODY_READ_DEADLINE.as_secs_f64(),
+    )?;
     m.add("StreamReset", m.py().get_type::<StreamReset>())?;
     m.add("StreamsExhausted", m.py().get_type::<StreamsExhausted>())?;
     m.add_class::<Core>()?;

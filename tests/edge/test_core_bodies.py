@@ -122,3 +122,14 @@ def test_the_request_after_a_body_read_whole_follows_on_the_same_connection(edge
     assert first.startswith(b"200") and first.endswith(b"\r\n\r\ndoggo")
     assert second.startswith(b"200") and second.endswith(b"\r\n\r\nmeow")
     assert (_served(edge) - served, _handed(edge) - handed) == (2, 0)
+
+
+def test_over_http2_a_body_policys_streams_are_the_python_paths(edge, host):
+    """A stream of an HTTP/2 connection is not read for a decision in the core (its streams
+    would each hold a body while the caps count one connection): the core hands it to the
+    Python path, which reads and rewrites it as before."""
+    handed = _handed(edge)
+    out = edge.curl_https(host, "/reflect", "--http2", "--data-binary", "a cat")
+    body, _, code = out.stdout.rpartition("\n")
+    assert (code, body) == ("200", "a doggo"), out
+    assert _handed(edge) - handed >= 1

@@ -1114,11 +1114,13 @@ FIND_REPLACE = {
 }
 
 
-def _with_body(policy_doc, read, fields=None, method=b"POST"):
+def _with_body(policy_doc, read, fields=None, method=b"POST", setup=None):
     """A bodied request of a route whose policy reads its body: the first row asks for it,
     the core's read (``read``: the row's last item) answers, the run decides. The calls the
-    carrier got, and the carrier."""
+    carrier got, and the carrier. ``setup(made)`` first, when given."""
     made, carrier, _, _ = _decider(policy_doc)
+    if setup is not None:
+        setup(made)
     fields = fields or [(b"host", HOST.encode()), (b"content-type", b"text/plain")]
 
     async def run():
@@ -1207,3 +1209,62 @@ def test_a_body_read_is_never_held():
     )
     _, carrier = _with_body(doc, (b"{}", True))
     assert carrier.holds and all(not hold for _, hold in carrier.holds)
+
+
+def test_a_bodiless_request_is_decided_on_its_empty_body_without_asking_the_core():
+    hook = {"type": "verify-webhook", "config": {"provider": "github", "secret": "s"}}
+    made, carrier, _, _ = _decider(_req(hook))
+
+    async def run():
+        made.decide([_row(1, method=b"GET")])
+        await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    assert [c[0] for c in carrier.calls if c[0] != "flush"] == ["respond"]
+
+
+def test_a_hop_whose_policy_reads_more_of_the_body_than_was_read_is_the_python_paths(core):
+    """The route's run read 4 KiB (owasp-crs-request), the body is longer, and the internal
+    endpoint's request-body-find-replace reads up to 1 MiB: the Python path serves it (its
+    next run reads on, as far as it reads), not the hop on a body cut short."""
+    crs = {"type": "owasp-crs-request", "config": {"process_body": True, "on_error": "continue"}}
+
+    def setup(made):
+        made.edge.router.here[INTERNAL] = _internal(core, _req(FIND_REPLACE))
+
+    asked, carrier = _with_body(_req(crs, FORWARD), (b"x" * 4096, False), setup=setup)
+    assert asked == [("body", 1, 4096)]
+    assert [c for c in carrier.calls if c[0] != "flush"][-1] == ("python", 1)
+
+
+def test_a_hop_after_the_body_was_rewritten_is_the_python_paths(core):
+    """The Python path's next run sees the client's body, and the core would send the target
+    the client's: handed to the Python path."""
+
+    def setup(made):
+        add = {"type": "add-headers", "config": {"headers": {"x-a": "1"}}}
+        made.edge.router.here[INTERNAL] = _internal(core, _req(add))
+
+    _, carrier = _with_body(_req(FIND_REPLACE, FORWARD), (b"a cat", True), setup=setup)
+    assert [c for c in carrier.calls if c[0] != "flush"][-1] == ("python", 1)
+
+
+def test_a_hop_gets_the_body_read_for_the_route(core):
+    """The route's run read the whole body; the internal endpoint's verify-webhook decides on
+    it without a second read (refused: no signature)."""
+    hook = {"type": "verify-webhook", "config": {"provider": "github", "secret": "s"}}
+
+    def setup(made):
+        made.edge.router.here[INTERNAL] = _internal(core, _req(hook))
+
+    check = {"type": "verify-webhook", "config": {"provider": "github", "secret": "s"}}
+    doc = {
+        "on_http_request": [
+            {"expressions": ["req.method == 'GET'"], "actions": [check]},
+            {"actions": [FIND_REPLACE, FORWARD]},
+        ]
+    }
+    asked, carrier = _with_body(doc, (b"no match", True), setup=setup)
+    assert asked == [("body", 1, 1024 * 1024)]  # once
+    decisions = [c for c in carrier.calls if c[0] not in ("flush", "body")]
+    assert [c[:3] for c in decisions] == [("respond", 1, 403)]
