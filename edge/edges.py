@@ -70,6 +70,7 @@ from chalicelib.core import (
     routing,
 )
 from edge import enforce, static
+from edge.registry import session_gone
 
 CACHE_SECONDS = 1.0
 MAX_FORWARDS = 8  # forward-internal hops of one request or connection (a loop ends)
@@ -473,13 +474,15 @@ class EdgeRouter:
     def internal_here(self, account_id: str, url: str, protocol: str = "http") -> Optional[Routed]:
         """What :meth:`internal_target` finds without a wait: the account's internal agent
         endpoint bound on this edge; None when there is none here (or its port is not the
-        URL's): only :meth:`internal_target` then says whether a cloud one is."""
+        URL's), or its session has ended (its agent gone before the registry dropped it: as a
+        pool's member takes no turn then, the forward is offline rather than a stream that
+        cannot open); only :meth:`internal_target` then says whether a cloud one is."""
         named = _internal_name(url)
         if named is None:
             return None
         host, port = named
         tunnel = self.edge.registry.internal.get((account_id, host))
-        if tunnel is None:
+        if tunnel is None or session_gone(tunnel.session):
             return None
         routed = Routed(
             endpoint_id=tunnel.endpoint_id or tunnel.id,

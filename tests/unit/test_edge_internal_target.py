@@ -29,6 +29,7 @@ def _tunnel(account, name, proto, url):
         id="tn_1",
         enforcement=None,
         internal=True,
+        session=SimpleNamespace(ended=False, mux=SimpleNamespace(closed=False)),
     )
 
 
@@ -80,3 +81,20 @@ def test_an_http_endpoint_keeps_matching_by_name():
     )
     assert _target(edge, "acct", "https://api.internal:8443", "http").error is None
     assert _target(edge, "acct", "https://api.internal", "tcp").error[1] == "ERR_NGROK_3502"
+
+
+@pytest.mark.parametrize("gone", ["ended", "closed"])
+def test_an_endpoint_whose_session_has_ended_is_offline(gone):
+    """Its agent gone before the registry dropped it (the session ended, or its connection
+    closed first): a forward to it finds nothing, on both paths, rather than a stream that
+    cannot open."""
+    edge = _Edge()
+    tunnel = _tunnel("acct", "api.internal", "https", "https://api.internal")
+    edge.registry.internal[("acct", "api.internal")] = tunnel
+    assert _target(edge, "acct", "https://api.internal", "http") is not None
+    if gone == "ended":
+        tunnel.session.ended = True
+    else:
+        tunnel.session.mux.closed = True
+    assert _target(edge, "acct", "https://api.internal", "http") is None
+    assert EdgeRouter(edge).internal_here("acct", "https://api.internal") is None
