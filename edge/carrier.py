@@ -457,11 +457,16 @@ class Carrier:
         self._core.decide_respond(ticket, status, bytes(head), bytes(body), close, memo, hold)
 
     def decide_rewrite(
-        self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
+        self,
+        ticket: int,
+        fields: List[Tuple[bytes, bytes]],
+        memo: Any = None,
+        encode: Optional[str] = None,
     ) -> None:
         """Ticket ``ticket``'s response head goes on with ``fields`` (checked) in place of the
-        agent's."""
-        self._core.decide_rewrite(ticket, fields, memo)
+        agent's; with ``encode`` (``gzip``, ``deflate``: what compress-response negotiated),
+        its body compressed by the core as it comes."""
+        self._core.decide_rewrite(ticket, fields, memo, encode)
 
     def decide_close(self, ticket: int) -> None:
         self._core.decide_close(ticket)

@@ -11,12 +11,14 @@ changed since it was pushed: nothing of the policy was run).
 
 A route whose policy has a response phase asks again with the agent's response head:
 :meth:`Decider.responses` runs ``on_http_response`` on it and answers rewrite (the fields as
-the phase left them), respond (the policy's answer instead; the connection closes) or close.
+the phase left them, and the algorithm compress-response negotiated, for the core to compress
+the body with), respond (the policy's answer instead; the connection closes) or close.
 
 A policy is *decidable* (:func:`decidable`) when every run of it ends in one of those with
 nothing but the heads and the request's body: each ``on_http_request`` action is one of
 :data:`DECIDED_ACTIONS` and each ``on_http_response`` one of :data:`RESPONSE_ACTIONS` (no
-response body read or rewritten, no outbound call in the response phase); no ``on_tcp_connect`` or
+response body read or rewritten but compressed by the core, with an algorithm it has: gzip or
+deflate; no outbound call in the response phase); no ``on_tcp_connect`` or
 ``on_event_stream_message`` rule; and no header action names a framing field
 (Content-Length, Transfer-Encoding: the core frames each body by its own sender's head). Any
 other policy keeps its route on the Python path whole. A policy that names IP policies
@@ -116,14 +118,18 @@ DECIDED_ACTIONS = (
 # Of those, the sign-in actions (a route of theirs asks for its response heads: a refreshed
 # session's cookie goes on the response)
 SIGN_IN_ACTIONS = (tp_actions.ACTIONS["oauth"], tp_actions.ACTIONS["openid-connect"])
-# The actions of a decidable policy's response phase: each changes or answers on the head.
+# The actions of a decidable policy's response phase: each changes or answers on the head,
+# or (compress-response) has the core compress the body with the algorithm it negotiated
 RESPONSE_ACTIONS = (
     tp_actions.AddHeaders,
     tp_actions.RemoveHeaders,
     tp_actions.CustomResponse,
     tp_actions.SetVars,
     tp_actions.Log,
+    tp_actions.CompressResponse,
 )
+# The algorithms the core compresses with (edge_core/src/encode.rs)
+CORE_ENCODINGS = frozenset({"gzip", "deflate"})
 FRAMING_FIELDS = ("content-length", "transfer-encoding")
 OTHER_PHASES = ("on_tcp_connect", "on_event_stream_message")
 PHASES = (("on_http_request", DECIDED_ACTIONS), ("on_http_response", RESPONSE_ACTIONS))
@@ -174,6 +180,10 @@ def _decidable(policy: Any) -> bool:
             for action in rule.actions:
                 if type(action) not in allowed:
                     return False
+                if isinstance(action, tp_actions.CompressResponse) and not compresses_in_core(
+                    action
+                ):
+                    return False
                 if isinstance(action, tp_actions.AddHeaders):
                     names = [name for name, _ in action.headers]
                 elif isinstance(action, tp_actions.RemoveHeaders):
@@ -187,6 +197,12 @@ def _decidable(policy: Any) -> bool:
 
 # cached per compiled policy (shared and immutable: one per document digest)
 decidable = functools.lru_cache(maxsize=1024)(_decidable)
+
+
+def compresses_in_core(action: Any) -> bool:
+    """Whether every algorithm a compress-response may negotiate is one the core compresses
+    with (br is the Python path's, where the brotli module is installed)."""
+    return set(action.algorithms) <= CORE_ENCODINGS
 
 
 def policy_of(tunnel: Any) -> Optional[Any]:
@@ -1066,7 +1082,9 @@ class Decider:
             except http1.LocalProtocolError:  # as the Python path's checked Response
                 carrier.decide_close(ticket)
                 return
-            carrier.decide_rewrite(ticket, rewritten, traffic)
+            compressor = out.compressor  # compress-response negotiated one: the core's to run
+            encode = compressor.algorithm if compressor is not None else None
+            carrier.decide_rewrite(ticket, rewritten, traffic, encode=encode)
         else:
             carrier.decide_close(ticket)
 

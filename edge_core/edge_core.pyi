@@ -415,9 +415,14 @@ class Core:
     ) -> None:
         """Ticket ``ticket``'s request answered with ``head`` and ``body``."""
     def decide_rewrite(
-        self, ticket: int, fields: List[Tuple[bytes, bytes]], memo: Any = None
+        self,
+        ticket: int,
+        fields: List[Tuple[bytes, bytes]],
+        memo: Any = None,
+        encode: Optional[str] = None,
     ) -> None:
-        """Ticket ``ticket``'s response head on to the client with ``fields``."""
+        """Ticket ``ticket``'s response head on to the client with ``fields``; with
+        ``encode`` (``gzip`` or ``deflate``, else ValueError), its body compressed."""
     def decide_close(self, ticket: int) -> None: ...
     def decide_python(self, ticket: int) -> None:
         """Ticket ``ticket``'s connection handed over, its request's bytes included."""

@@ -132,8 +132,13 @@ pub enum Decision {
         close: bool,
     },
     /// A response head goes on to the client with these fields (as the response phase left
-    /// them) in place of the agent's; its body follows by the agent's framing.
-    Rewrite { fields: Vec<Field> },
+    /// them) in place of the agent's; its body follows by the agent's framing, or, with
+    /// `encode` (compress-response negotiated it: Python's head says so), compressed as it
+    /// comes and chunked (encode.rs).
+    Rewrite {
+        fields: Vec<Field>,
+        encode: Option<crate::encode::Encoding>,
+    },
     /// Close the connection without an answer.
     Close,
     /// The connection is Python's from this request on (nothing was run for it).

@@ -19,6 +19,7 @@
 pub mod carrier;
 pub mod client_cert;
 pub mod decide;
+pub mod encode;
 pub mod h2front;
 pub mod h2up;
 pub mod heartbeat;

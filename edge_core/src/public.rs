@@ -28,6 +28,7 @@ use crate::decide::{
     Asked, AskedResponse, Decided, Decision, Decisions, Memo, ReadBody, BODY_FRAMING_SLACK,
     BODY_READ_DEADLINE, BODY_READ_MAX, DECIDE_TIMEOUT,
 };
+use crate::encode::Encoder;
 use crate::held::Held;
 use crate::http::{self, Framing, Parsed, RequestHead, ResponseHead};
 use crate::inbox::Inbox;
@@ -2172,6 +2173,7 @@ async fn respond<W: AsyncWrite + Unpin>(
     rbuf.drain(..resp.len);
     let mut resp = resp;
     let mut rewritten = false;
+    let mut encoding = None;
     if leg.route.responses {
         // the route's response phase, in Python, on the head (decide.rs)
         let (ticket, waiting) = public.decisions.ticket();
@@ -2187,9 +2189,10 @@ async fn respond<W: AsyncWrite + Unpin>(
         };
         record.memo = memo;
         match decision {
-            Decision::Rewrite { fields } => {
+            Decision::Rewrite { fields, encode } => {
                 resp.fields = fields;
                 rewritten = true;
+                encoding = encode;
             }
             Decision::Respond {
                 status,
@@ -2217,10 +2220,23 @@ async fn respond<W: AsyncWrite + Unpin>(
         }
     }
     let mut out = Vec::with_capacity(resp.len + rbuf.len() + 64);
+    // compress-response: a response with a body goes to the client compressed and chunked
+    // (its length is not known before its end), whatever the agent's framing
+    let bodiless = head_request || resp.status == 204 || resp.status == 304 || resp.status < 200;
+    let mut encoder = encoding.filter(|_| !bodiless).map(Encoder::new);
+    let agent_framing = resp.framing;
+    if encoder.is_some() {
+        resp.fields.retain(|(name, _)| {
+            !name.eq_ignore_ascii_case(b"transfer-encoding")
+                && !name.eq_ignore_ascii_case(b"content-length")
+        });
+        resp.framing = Framing::UntilClose; // (client_head chunks such a body)
+    }
     // (an upgrade answered otherwise than by a 101: the connection ends, and says so, as
     // edge/http1.py's answer to an upgrade says it)
     let (to_client, client_keep) =
         http::client_head(&resp, head_request, req.close || req.upgrade, &mut out);
+    resp.framing = agent_framing;
     record.status = resp.status;
     // the record's head: as the client gets it when the response phase rewrote it
     record.response_head = if rewritten { out.clone() } else { head_bytes };
@@ -2236,7 +2252,12 @@ async fn respond<W: AsyncWrite + Unpin>(
         resp.framing
     };
     let capture = leg.route.capture;
-    let mut chunks = http::Chunks::keeping(capture);
+    // (compressing: every data byte of a chunked body is kept, taken as it is fed)
+    let mut chunks = http::Chunks::keeping(if encoder.is_some() {
+        usize::MAX
+    } else {
+        capture
+    });
     let mut left = match from_agent {
         Framing::Length(n) => n,
         _ => 0,
@@ -2244,8 +2265,45 @@ async fn respond<W: AsyncWrite + Unpin>(
     let mut ended = matches!(from_agent, Framing::None | Framing::Length(0));
     let mut begun = false;
     loop {
+        if let Some(enc) = encoder.as_mut() {
+            // the body's data in rbuf, compressed as it comes (the record keeps and counts
+            // what the client gets, as the Python path's did)
+            if !rbuf.is_empty() && !ended {
+                let data = match from_agent {
+                    Framing::Length(_) => {
+                        let take = (left.min(rbuf.len() as u64)) as usize;
+                        left -= take as u64;
+                        ended = left == 0;
+                        rbuf.drain(..take).collect::<Vec<u8>>()
+                    }
+                    Framing::Chunked => {
+                        let (used, done) = chunks
+                            .feed(rbuf)
+                            .map_err(|_| (Failed::BadResponse, begun))?;
+                        rbuf.drain(..used);
+                        ended = done; // (its trailers, if any, are not sent: a new body)
+                        std::mem::take(&mut chunks.kept)
+                    }
+                    Framing::UntilClose => std::mem::take(rbuf),
+                    Framing::None => Vec::new(),
+                };
+                let encoded = enc.feed(&data);
+                http::keep(&mut record.response_body, capture, &encoded);
+                record.bytes_out += encoded.len() as u64;
+                http::chunk(&encoded, &mut out);
+            }
+            if ended {
+                if let Some(enc) = encoder.take() {
+                    let tail = enc.finish();
+                    http::keep(&mut record.response_body, capture, &tail);
+                    record.bytes_out += tail.len() as u64;
+                    http::chunk(&tail, &mut out);
+                    out.extend_from_slice(b"0\r\n\r\n");
+                }
+            }
+        }
         // the body bytes in rbuf
-        if !rbuf.is_empty() && !ended {
+        if !rbuf.is_empty() && !ended && encoder.is_none() {
             match from_agent {
                 Framing::Length(_) => {
                     let take = (left.min(rbuf.len() as u64)) as usize;
@@ -2290,7 +2348,14 @@ async fn respond<W: AsyncWrite + Unpin>(
         }
         match stream_read(leg, rbuf).await {
             Ok(0) if from_agent == Framing::UntilClose => {
-                wr.write_all(b"0\r\n\r\n")
+                if let Some(enc) = encoder.take() {
+                    let tail = enc.finish();
+                    http::keep(&mut record.response_body, capture, &tail);
+                    record.bytes_out += tail.len() as u64;
+                    http::chunk(&tail, &mut out);
+                }
+                out.extend_from_slice(b"0\r\n\r\n");
+                wr.write_all(&out)
                     .await
                     .map_err(|_| (Failed::Client, true))?;
                 return Ok((client_keep, false));

@@ -16,6 +16,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::carrier::{AgentListen, Carrier, Where};
 use crate::decide::{Decided, Decision, Memo, Target};
+use crate::encode::Encoding;
 use crate::held::{Held, Reads};
 use crate::mux::{Limits, StreamError};
 use crate::public::{PublicListen, Route, Routes, Served};
@@ -986,16 +987,25 @@ impl Core {
     }
 
     /// Ticket `ticket`'s response head goes on to the client with `fields` (as the response
-    /// phase left them) in place of the agent's.
-    #[pyo3(signature = (ticket, fields, memo = None))]
+    /// phase left them) in place of the agent's; with `encode` (`gzip` or `deflate`: the
+    /// algorithm compress-response negotiated), its body compressed as it comes.
+    #[pyo3(signature = (ticket, fields, memo = None, encode = None))]
     fn decide_rewrite(
         &self,
         ticket: u64,
         fields: Vec<(PyBackedBytes, PyBackedBytes)>,
         memo: Option<Py<PyAny>>,
-    ) {
+        encode: Option<&str>,
+    ) -> PyResult<()> {
+        let encode = match encode {
+            None => None,
+            Some(name) => Some(Encoding::named(name).ok_or_else(|| {
+                PyValueError::new_err(format!("the core does not compress with {name:?}"))
+            })?),
+        };
         let fields = owned_fields(fields);
-        self.decided(ticket, Decision::Rewrite { fields }, memo, false)
+        self.decided(ticket, Decision::Rewrite { fields, encode }, memo, false);
+        Ok(())
     }
 
     /// Ticket `ticket`'s request goes on to its route's agent with `head` (the request line

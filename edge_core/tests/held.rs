@@ -223,7 +223,10 @@ fn what_is_held_and_what_never_is() {
             body: None,
         },
         Decision::Body { limit: 16 },
-        Decision::Rewrite { fields: Vec::new() },
+        Decision::Rewrite {
+            fields: Vec::new(),
+            encode: None,
+        },
         Decision::Python,
         Decision::Close,
     ] {

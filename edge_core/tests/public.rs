@@ -938,6 +938,7 @@ async fn a_response_phase_rewrites_the_head_or_answers_instead_and_closes() {
                 (b"content-length".to_vec(), b"2".to_vec()),
                 (b"x-seen".to_vec(), b"1".to_vec()),
             ],
+            encode: None,
         }),
     );
     let got = read_response(&mut client, b"ok").await;
@@ -1395,6 +1396,7 @@ async fn a_forward_internal_goes_on_to_its_target_recorded_as_the_routes() {
                 asked.ticket,
                 decided(Decision::Rewrite {
                     fields: vec![(b"content-length".to_vec(), b"2".to_vec())],
+                    encode: None,
                 }),
             );
         }
@@ -2248,4 +2250,145 @@ async fn a_body_asked_for_twice_closes_the_connection() {
     let mut rest = Vec::new();
     client.read_to_end(&mut rest).await.unwrap();
     assert!(rest.is_empty());
+}
+
+/// A chunked body's data (the test's client reads what the core chunked).
+fn dechunked(mut body: &[u8]) -> Vec<u8> {
+    let mut data = Vec::new();
+    loop {
+        let line = body.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(std::str::from_utf8(&body[..line]).unwrap(), 16).unwrap();
+        if size == 0 {
+            assert_eq!(&body[line..], b"\r\n\r\n", "no trailers, nothing after");
+            return data;
+        }
+        data.extend_from_slice(&body[line + 2..line + 2 + size]);
+        assert_eq!(&body[line + 2 + size..line + 4 + size], b"\r\n");
+        body = &body[line + 4 + size..];
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_response_is_chunked_and_decodes_to_the_agents_body_in_each_framing() {
+    use edge_core::decide::Decision;
+    use edge_core::encode::Encoding;
+    use std::io::Read;
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier
+        .routes
+        .set("z.test".into(), decided_route(&session, true));
+    let text = b"hello hello hello hello ".repeat(400); // 9,600 bytes
+    let chunked = [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec(),
+        format!("{:x}\r\n", 5000).into_bytes(),
+        text[..5000].to_vec(),
+        b"\r\n".to_vec(),
+        format!("{:x}\r\n", text.len() - 5000).into_bytes(),
+        text[5000..].to_vec(),
+        b"\r\n0\r\nx-trailer: 1\r\n\r\n".to_vec(),
+    ]
+    .concat();
+    let length = [
+        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", text.len()).into_bytes(),
+        text.clone(),
+    ]
+    .concat();
+    let until_close = [b"HTTP/1.1 200 OK\r\n\r\n".to_vec(), text.clone()].concat();
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    // one keep-alive connection: each answer leaves it usable for the next request
+    for (i, (answer, encoding)) in [
+        (&length, Encoding::Gzip),
+        (&chunked, Encoding::Deflate),
+        (&until_close, Encoding::Gzip),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let request = format!("GET /{i} HTTP/1.1\r\nHost: z.test\r\n\r\n");
+        client.write_all(request.as_bytes()).await.unwrap();
+        let row = asked(&carrier).await;
+        carrier
+            .decisions
+            .answer(row.ticket, decided(Decision::Append { fields: Vec::new() }));
+        let (sid, _) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+        let mut frames = Vec::new();
+        let fin = if i == 2 { FIN } else { 0 };
+        encode(&mut frames, DATA, fin, sid, answer);
+        agent.write_all(&frames).await.unwrap();
+        let head = asked_response(&carrier).await;
+        let name = if encoding == Encoding::Gzip {
+            "gzip"
+        } else {
+            "deflate"
+        };
+        // as compress-response leaves the head: no Content-Length, its Content-Encoding
+        let mut fields: Vec<_> = head
+            .fields
+            .iter()
+            .filter(|(n, _)| !n.eq_ignore_ascii_case(b"content-length"))
+            .cloned()
+            .collect();
+        fields.push((b"content-encoding".to_vec(), name.as_bytes().to_vec()));
+        carrier.decisions.answer(
+            head.ticket,
+            decided(Decision::Rewrite {
+                fields,
+                encode: Some(encoding),
+            }),
+        );
+        let got = read_response(&mut client, b"\r\n0\r\n\r\n").await;
+        let split = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&got[..split]).to_lowercase();
+        assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+        assert_eq!(
+            head.matches("transfer-encoding: chunked").count(),
+            1,
+            "{head}"
+        );
+        assert!(!head.contains("content-length"), "{head}");
+        assert!(
+            head.contains(&format!("content-encoding: {name}")),
+            "{head}"
+        );
+        let compressed = dechunked(&got[split..]);
+        assert!(compressed.len() < 500, "{} bytes", compressed.len());
+        let mut plain = Vec::new();
+        match encoding {
+            Encoding::Gzip => flate2::read::GzDecoder::new(&compressed[..]).read_to_end(&mut plain),
+            Encoding::Deflate => {
+                flate2::read::ZlibDecoder::new(&compressed[..]).read_to_end(&mut plain)
+            }
+        }
+        .unwrap();
+        assert_eq!(plain, text, "answer {i}");
+    }
+    // a HEAD's answer has no body to compress: its head goes as Python left it
+    client
+        .write_all(b"HEAD /h HTTP/1.1\r\nHost: z.test\r\n\r\n")
+        .await
+        .unwrap();
+    let row = asked(&carrier).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Append { fields: Vec::new() }));
+    let (sid, _) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    let mut frames = Vec::new();
+    encode(
+        &mut frames,
+        DATA,
+        0,
+        sid,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 9600\r\n\r\n",
+    );
+    agent.write_all(&frames).await.unwrap();
+    let head = asked_response(&carrier).await;
+    carrier.decisions.answer(
+        head.ticket,
+        decided(Decision::Rewrite {
+            fields: vec![(b"content-length".to_vec(), b"9600".to_vec())],
+            encode: Some(Encoding::Gzip),
+        }),
+    );
+    let got = read_response(&mut client, b"\r\n\r\n").await;
+    assert_eq!(got, b"HTTP/1.1 200 OK\r\ncontent-length: 9600\r\n\r\n");
 }

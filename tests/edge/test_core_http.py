@@ -233,7 +233,7 @@ def test_a_bad_head_is_answered_by_python_as_before(edge, plain):
 
 
 def test_a_route_whose_traffic_policy_needs_the_body_goes_through_python(edge, api, plain):
-    """A policy that may rewrite the body (compression) is not decidable (edge/decided.py):
+    """A policy that may rewrite the body (find-replace) is not decidable (edge/decided.py):
     its route is the Python path's whole; one that needs only the heads is the core's
     (tests/edge/test_core_decided.py)."""
     policy = {
@@ -241,7 +241,10 @@ def test_a_route_whose_traffic_policy_needs_the_body_goes_through_python(edge, a
             {
                 "actions": [
                     {"type": "add-headers", "config": {"headers": {"x-policy": "ran"}}},
-                    {"type": "compress-response"},
+                    {
+                        "type": "response-body-find-replace",
+                        "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+                    },
                 ]
             }
         ]

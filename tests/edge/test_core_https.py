@@ -187,7 +187,18 @@ def test_another_host_on_the_cores_http2_connection_is_pythons_for_its_stream_al
     """A stream for a name the core has no route for (here: a policy that needs the body)
     goes to Python over the bridge as an HTTP/1.1 request with the handshake's facts; the
     connection's other streams stay the core's."""
-    policy = {"on_http_response": [{"actions": [{"type": "compress-response"}]}]}
+    policy = {
+        "on_http_response": [
+            {
+                "actions": [
+                    {
+                        "type": "response-body-find-replace",
+                        "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+                    }
+                ]
+            }
+        ]
+    }
     agent = SdkAgent(
         edge,
         credential(api.new_account())["token"],
@@ -223,7 +234,10 @@ def test_another_host_on_the_cores_connection_goes_to_python_with_the_handshakes
                         },
                     },
                     # a body the edge may rewrite: the route stays Python's (edge/decided.py)
-                    {"type": "compress-response"},
+                    {
+                        "type": "response-body-find-replace",
+                        "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+                    },
                 ]
             }
         ]

@@ -143,8 +143,11 @@ def test_a_pool_whose_members_have_traffic_policies_is_decided_member_by_member(
 
 
 def test_a_pool_with_a_body_rewriting_policy_is_pythons(node_agents, edge, account, domain):
-    compress = {"type": "compress-response"}
-    _pool(node_agents, edge, account, domain, "ab", traffic_policy=_policy(compress))
+    rewrite = {
+        "type": "response-body-find-replace",
+        "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+    }
+    _pool(node_agents, edge, account, domain, "ab", traffic_policy=_policy(rewrite))
     time.sleep(1.5)  # a route would have been pushed by now
     served = _served(edge)
     for _ in range(4):

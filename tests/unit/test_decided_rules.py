@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from chalicelib.core.policy import compile_policy
+from chalicelib.core.policy import compile_policy, compress
 from edge import decided
 from edge.decided import Decider, decidable, mode_of, policy_of
 from edge.events import decisions_of
@@ -121,9 +121,16 @@ def test_an_on_tcp_connect_rule_is_not():
     assert not decidable(compile_policy(doc))
 
 
-RESPONSE_DECIDABLE = ["add-headers", "remove-headers", "custom-response", "set-vars", "log"]
+# (compress-response: the core compresses with the algorithm Python negotiated)
+RESPONSE_ONLY = {"compress-response": {"type": "compress-response"}}
+RESPONSE_DECIDABLE = [
+    "add-headers",
+    "remove-headers",
+    "custom-response",
+    "set-vars",
+    "log",
+] + list(RESPONSE_ONLY)
 RESPONSE_NOT = {
-    "compress-response": {"type": "compress-response"},
     "response-body-find-replace": {
         "type": "response-body-find-replace",
         "config": {"replacements": [{"from": "a", "to": "b"}]},
@@ -141,8 +148,27 @@ def _res(action):
 
 @pytest.mark.parametrize("name", RESPONSE_DECIDABLE)
 def test_a_response_phase_that_changes_or_answers_on_the_head_is_decidable(name):
-    policy = compile_policy(_res(DECIDABLE[name]))
+    policy = compile_policy(_res(DECIDABLE.get(name) or RESPONSE_ONLY[name]))
     assert decidable(policy) and mode_of(policy) == decided.RESPONSES
+
+
+def test_a_compression_the_core_cannot_make_is_not_decidable(monkeypatch):
+    """compress-response may negotiate br only where the brotli module is installed (the
+    Python path's compressor): the core compresses with gzip and deflate alone, so a policy
+    that could negotiate br keeps its route on the Python path."""
+    for algorithms, core in (
+        (["gzip"], True),
+        (["deflate", "gzip"], True),
+        (["br", "gzip"], False),
+    ):
+        assert decided.compresses_in_core(types.SimpleNamespace(algorithms=algorithms)) is core
+    monkeypatch.setattr(compress, "AVAILABLE", ["gzip", "deflate", "br"])  # brotli installed
+    doc = _res({"type": "compress-response", "config": {"algorithms": ["br", "gzip"]}})
+    doc["on_http_response"][0]["name"] = "with brotli"  # a document of this test's alone
+    policy = compile_policy(doc)
+    assert not decidable(policy) and mode_of(policy) is None
+    only_gzip = _res({"type": "compress-response", "config": {"algorithms": ["gzip"]}})
+    assert decidable(compile_policy(only_gzip))
 
 
 @pytest.mark.parametrize("name", sorted(RESPONSE_NOT))
@@ -198,8 +224,8 @@ class _Carrier:
         self.memos = getattr(self, "memos", []) + [memo]
         self.holds.append((ticket, hold))
 
-    def decide_rewrite(self, ticket, fields, memo=None):
-        self.calls.append(("rewrite", ticket, fields, memo))
+    def decide_rewrite(self, ticket, fields, memo=None, encode=None):
+        self.calls.append(("rewrite", ticket, fields, memo) + ((encode,) if encode else ()))
 
     def flush_decisions(self):
         self.calls.append(("flush",))
@@ -459,6 +485,47 @@ def _forwarded(doc):
     memo = carrier.calls[0][3]
     carrier.calls.clear()
     return made, carrier, memo
+
+
+@pytest.mark.parametrize(
+    "accepts, encode",
+    [
+        (b"gzip", "gzip"),
+        (b"gzip, deflate", "deflate"),  # equal q-values: the action's list's order
+        (b"deflate;q=0.5, gzip", "gzip"),
+        (b"br", None),
+        (None, None),
+    ],
+)
+def test_a_negotiated_compression_is_the_cores_to_make(accepts, encode):
+    """compress-response: the head as the action leaves it (its Content-Encoding and Vary,
+    no Content-Length) and the algorithm it negotiated for the core to compress with; none
+    negotiated, the head goes on as it came."""
+    made, carrier, tunnel, _ = _decider(
+        {"on_http_response": [{"actions": [{"type": "compress-response"}]}]}
+    )
+    asked = [(b"host", HOST.encode())] + ([(b"accept-encoding", accepts)] if accepts else [])
+    _decide(made, [_row(1, fields=asked)])
+    memo = carrier.calls[0][3]
+    carrier.calls.clear()
+    fields = [(b"Content-Type", b"text/html"), (b"Content-Length", b"5000")]
+    made.responses([(2, 7, 200, fields, memo)])
+    if encode is None:
+        assert carrier.calls == [("rewrite", 2, [(n.lower(), v) for n, v in fields], memo)]
+    else:
+        assert carrier.calls == [
+            (
+                "rewrite",
+                2,
+                [
+                    (b"content-type", b"text/html"),
+                    (b"content-encoding", encode.encode()),
+                    (b"vary", b"Accept-Encoding"),
+                ],
+                memo,
+                encode,
+            )
+        ]
 
 
 def test_a_response_head_goes_on_as_the_response_phase_left_it():

@@ -18,8 +18,17 @@ from edge.observe import hub_of
 from edge.registry import Registry, Tunnel
 
 HOST = "plain.tunnels.localhost"
-RESPONSE_PHASE = {  # compression: the whole body is the edge's to rewrite
-    "on_http_response": [{"actions": [{"type": "compress-response"}]}]
+RESPONSE_PHASE = {  # find-replace: the whole body is the edge's to rewrite
+    "on_http_response": [
+        {
+            "actions": [
+                {
+                    "type": "response-body-find-replace",
+                    "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+                }
+            ]
+        }
+    ]
 }
 REQUEST_PHASE = {
     "on_http_request": [{"actions": [{"type": "add-headers", "config": {"headers": {"a": "1"}}}]}]
@@ -999,7 +1008,7 @@ def test_a_cloud_endpoint_python_served_is_pushed_as_a_decided_route_without_a_s
 @pytest.mark.parametrize(
     "claim",
     [
-        _claim(RESPONSE_PHASE),  # compression: not decidable
+        _claim(RESPONSE_PHASE),  # a body rewritten: not decidable
         _claim(FORWARDS, internal=True),  # reached only by forward-internal
         _claim(FORWARDS, pooled=True),  # a pool's: each request's member is its turn
         _claim(None, traffic_policy=""),  # no policy: 6029 for each, Python's
