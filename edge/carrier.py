@@ -385,12 +385,13 @@ class Carrier:
         :meth:`decide_body`), sent in place of the client's, framed as ``head`` says."""
         self._core.decide_forward(ticket, bytes(head), memo, None if body is None else bytes(body))
 
-    def decide_body(self, ticket: int, limit: int) -> None:
+    def decide_body(self, ticket: int, limit: int, memo: Any = None) -> None:
         """Ticket ``ticket``'s request's body is read first, up to ``limit`` bytes, and the
-        request handed to ``on_asked`` again under the same ticket, the row's last item what
-        was read: (its first bytes, or None when the client ended first; whether they are the
-        whole body)."""
-        self._core.decide_body(ticket, limit)
+        request handed to ``on_asked`` again under the same ticket, the row's item 9 what was
+        read: (its first bytes, or None when the client ended first; whether they are the
+        whole body). Answering a response head: the agent's body likewise, the response row
+        handed again with it (its last item); ``memo`` the record's meanwhile."""
+        self._core.decide_body(ticket, limit, memo)
 
     def decide_internal(
         self,
@@ -462,11 +463,14 @@ class Carrier:
         fields: List[Tuple[bytes, bytes]],
         memo: Any = None,
         encode: Optional[str] = None,
+        body: Optional[bytes] = None,
     ) -> None:
         """Ticket ``ticket``'s response head goes on with ``fields`` (checked) in place of the
         agent's; with ``encode`` (``gzip``, ``deflate``: what compress-response negotiated),
-        its body compressed by the core as it comes."""
-        self._core.decide_rewrite(ticket, fields, memo, encode)
+        its body compressed by the core as it comes. After decide_body, what the core read
+        goes first; with ``body`` (the phase rewrote it, read whole), that body instead,
+        framed by a Content-Length of its size."""
+        self._core.decide_rewrite(ticket, fields, memo, encode, body)
 
     def decide_close(self, ticket: int) -> None:
         self._core.decide_close(ticket)

@@ -12,13 +12,20 @@ changed since it was pushed: nothing of the policy was run).
 A route whose policy has a response phase asks again with the agent's response head:
 :meth:`Decider.responses` runs ``on_http_response`` on it and answers rewrite (the fields as
 the phase left them, and the algorithm compress-response negotiated, for the core to compress
-the body with), respond (the policy's answer instead; the connection closes) or close.
+the body with), respond (the policy's answer instead; the connection closes) or close. A
+phase that reads the body (``response-body-find-replace``, ``owasp-crs-response`` with
+``process_body``) answers ``decide_body`` first: the core reads the agent's body (all of it
+for a find-replace, the first 4 KiB for the OWASP rules) and asks again with it
+(:meth:`Decider._response_body`), and the rewritten body goes in place of the agent's, or
+what was read and the rest after it. Never on a stream of an HTTP/2 connection: such a
+request of a route whose policy reads the response's body is handed to the Python path
+before it goes on (:func:`reads_response_body`).
 
 A policy is *decidable* (:func:`decidable`) when every run of it ends in one of those with
-nothing but the heads and the request's body: each ``on_http_request`` action is one of
+nothing but the heads and the bodies: each ``on_http_request`` action is one of
 :data:`DECIDED_ACTIONS` and each ``on_http_response`` one of :data:`RESPONSE_ACTIONS` (no
-response body read or rewritten but compressed by the core, with an algorithm it has: gzip or
-deflate; no outbound call in the response phase); no ``on_tcp_connect`` or
+compression but by the core, with an algorithm it has: gzip or deflate; no outbound call in
+the response phase); no ``on_tcp_connect`` or
 ``on_event_stream_message`` rule; and no header action names a framing field
 (Content-Length, Transfer-Encoding: the core frames each body by its own sender's head). Any
 other policy keeps its route on the Python path whole. A policy that names IP policies
@@ -79,7 +86,9 @@ from urllib.parse import urlsplit
 from chalicelib.core import policy as tp
 from chalicelib.core.policy import actions as tp_actions
 from chalicelib.core.policy import compile_policy
+from chalicelib.core.policy.actions import MAX_FIND_REPLACE_BODY, RewriteTooLarge
 from chalicelib.core.policy.holding import request_reads
+from chalicelib.core.policy.waf import BODY_LIMIT as WAF_BODY_LIMIT
 from chalicelib.core import edge_errors
 from edge import breaker, http1, http_policy, http_request, identity, ip_restrictions, secrets
 from edge.carrier import BODY_READ_MAX, BODY_READ_SECONDS
@@ -119,7 +128,9 @@ DECIDED_ACTIONS = (
 # session's cookie goes on the response)
 SIGN_IN_ACTIONS = (tp_actions.ACTIONS["oauth"], tp_actions.ACTIONS["openid-connect"])
 # The actions of a decidable policy's response phase: each changes or answers on the head,
-# or (compress-response) has the core compress the body with the algorithm it negotiated
+# or (compress-response) has the core compress the body with the algorithm it negotiated, or
+# reads the body the core reads first (response-body-find-replace, owasp-crs-response's
+# process_body: decide_body answering the response head)
 RESPONSE_ACTIONS = (
     tp_actions.AddHeaders,
     tp_actions.RemoveHeaders,
@@ -127,6 +138,8 @@ RESPONSE_ACTIONS = (
     tp_actions.SetVars,
     tp_actions.Log,
     tp_actions.CompressResponse,
+    tp_actions.ResponseBodyFindReplace,
+    tp_actions.OwaspCrsResponse,
 )
 # The algorithms the core compresses with (edge_core/src/encode.rs)
 CORE_ENCODINGS = frozenset({"gzip", "deflate"})
@@ -197,6 +210,23 @@ def _decidable(policy: Any) -> bool:
 
 # cached per compiled policy (shared and immutable: one per document digest)
 decidable = functools.lru_cache(maxsize=1024)(_decidable)
+
+
+def _reads_response_body(policy: Optional[Any]) -> bool:
+    """Whether ``policy``'s response phase may read the response's body (find-replace on it,
+    the OWASP rules on its first bytes): never on a stream of an HTTP/2 connection in the
+    core (its streams would each hold a body while the caps count one connection), so such a
+    request is the Python path's there."""
+    for rule in (policy.phases.get("on_http_response") or ()) if policy is not None else ():
+        for action in rule.actions:
+            if isinstance(action, tp_actions.ResponseBodyFindReplace) or (
+                isinstance(action, tp_actions.OwaspCrsResponse) and action.process_body
+            ):
+                return True
+    return False
+
+
+reads_response_body = functools.lru_cache(maxsize=1024)(_reads_response_body)
 
 
 def compresses_in_core(action: Any) -> bool:
@@ -387,13 +417,25 @@ NO_POLICY = compile_policy({})
 # bytes, or None when the client ended first; whether they are the whole body); None before.
 ReadBody = Tuple[Optional[bytes], bool]
 Asked = Tuple[
-    int, int, Tuple[str, int], Tuple[str, int], Any, bytes, bytes, list, bool, Optional[ReadBody]
+    int,
+    int,
+    Tuple[str, int],
+    Tuple[str, int],
+    Any,
+    bytes,
+    bytes,
+    list,
+    bool,
+    Optional[ReadBody],
+    bool,
 ]
 
 
 # A response head the core hands over: (ticket, route key, status, fields, the memo of its
-# request's decision: the policy run, an http_policy.Traffic).
-AskedResponse = Tuple[int, int, int, list, Any]
+# request's decision: the policy run, an http_policy.Traffic, and, asked again after
+# decide_body, what the core read of the agent's body: (its first bytes, whether they are
+# the whole body)).
+AskedResponse = Tuple[int, int, int, list, Any, Optional[ReadBody]]
 
 
 # A route as pushed: (tunnel, scheme, host, mode, the policy it was pushed with).
@@ -786,6 +828,9 @@ class Decider:
             own = at.forwards == 0  # there); the route's own run: its append may be held
             self._onward(row, held, traffic, at, hub, out.breakers, hold and own, own)
             return
+        if out.kind == tp.CONTINUE and row[10] and reads_response_body(traffic.policy):
+            carrier.decide_python(ticket)  # an HTTP/2 stream: its response's body unread here
+            return
         hub.count_decisions(state)
         memo = traffic
         if out.kind == tp.CONTINUE:
@@ -964,6 +1009,7 @@ class Decider:
             or tunnel.ws_tcp
             or getattr(routed, "ws_tcp", False)
             or traffic.req.body_rewritten  # (the core sends a target the client's body)
+            or (row[10] and reads_response_body(traffic.policy))  # (an HTTP/2 stream's)
         ):
             carrier.decide_python(ticket)  # not an agent session the core runs here
             return
@@ -1041,11 +1087,16 @@ class Decider:
         """The response phase of each decided request whose route has one, on the agent's
         response head, as edge/http_policy.py's ``response_phase`` runs it: the head goes on
         as the phase left it (``decide_rewrite``), or the policy's answer goes instead and the
-        connection closes after it, or it closes without one."""
+        connection closes after it, or it closes without one. A phase that reads the body
+        (find-replace on it, the OWASP rules on its first bytes) has the core read it first
+        (``decide_body``) and goes on with the row asked again (:meth:`_response_body`)."""
         carrier = self.edge.carrier
-        for ticket, _, status, fields, traffic in rows:
+        for ticket, _, status, fields, traffic, read in rows:
             try:
-                self._response(carrier, ticket, status, fields, traffic)
+                if read is not None:
+                    self._response_body(carrier, ticket, read, traffic)
+                else:
+                    self._response(carrier, ticket, status, fields, traffic)
             except Exception:
                 log.exception("the response phase of a decided request")
                 carrier.decide_close(ticket)
@@ -1082,11 +1133,71 @@ class Decider:
             except http1.LocalProtocolError:  # as the Python path's checked Response
                 carrier.decide_close(ticket)
                 return
+            traffic.compressor = out.compressor
+            if out.rewrites or out.body_checks:  # the body first (as edge/public.py holds the
+                # head for it): all of it for a find-replace (the core reads past its bound to
+                # say it is too large), else the first bytes the OWASP rules read
+                traffic.rewrites, traffic.body_checks = out.rewrites, out.body_checks
+                traffic.response_fields = rewritten
+                if method == b"HEAD" or status in (204, 304) or status < 200:
+                    self._response_body(carrier, ticket, (b"", True), traffic)
+                    return
+                limit = MAX_FIND_REPLACE_BODY if out.rewrites else WAF_BODY_LIMIT
+                carrier.decide_body(ticket, limit, traffic)
+                return
             compressor = out.compressor  # compress-response negotiated one: the core's to run
             encode = compressor.algorithm if compressor is not None else None
             carrier.decide_rewrite(ticket, rewritten, traffic, encode=encode)
         else:
             carrier.decide_close(ticket)
+
+    def _response_body(self, carrier: Any, ticket: int, read: ReadBody, traffic: Any) -> None:
+        """The response phase's body actions on what the core read of the agent's body (as
+        edge/public.py runs them): the OWASP checks on its first bytes (one that matched
+        answers instead), find-replace's rules on all of it (past MAX_FIND_REPLACE_BODY, or
+        one rule's result past its bound, the hosted 502), the new body sent in its place,
+        compressed as negotiated; with no rewrite, what was read goes on and the rest after
+        it."""
+        data, complete = read
+        fields = traffic.response_fields
+        if data is None or fields is None:  # (never: the core fails such a read itself)
+            carrier.decide_close(ticket)
+            return
+        traffic.response_fields = None
+        method = traffic.request.method
+        rewrites, compressor = traffic.rewrites, traffic.compressor
+        if rewrites and (not complete or len(data) > MAX_FIND_REPLACE_BODY):
+            msg = (
+                f"The response body is larger than the {MAX_FIND_REPLACE_BODY} "
+                "bytes response-body-find-replace can rewrite."
+            )
+            self._bad_response(ticket, msg, method, traffic)
+            return
+        for body_check in traffic.body_checks:
+            found = body_check(data[:WAF_BODY_LIMIT])
+            if found is not None:
+                try:
+                    answer = outcome_response(found, close=True)
+                except http1.LocalProtocolError:
+                    carrier.decide_close(ticket)
+                    return
+                self._answer(ticket, answer, method, True, traffic)
+                return
+        if not rewrites:
+            encode = compressor.algorithm if compressor is not None else None
+            carrier.decide_rewrite(ticket, fields, traffic, encode=encode)
+            return
+        try:
+            body = http_policy.rewritten_body(data, rewrites, compressor)
+        except RewriteTooLarge as exc:
+            self._bad_response(ticket, f"response-body-find-replace: {exc}.", method, traffic)
+            return
+        carrier.decide_rewrite(ticket, fields, traffic, body=body)
+
+    def _bad_response(self, ticket: int, msg: str, method: bytes, traffic: Any) -> None:
+        """The hosted 502 for a response the edge cannot pass on (edge/public.py's)."""
+        bad = error_response(502, edge_errors.BAD_UPSTREAM_RESPONSE, msg, close=True)
+        self._answer(ticket, bad, method, True, traffic)
 
 
 def _agrees(now: Optional[int], pushed: int) -> bool:

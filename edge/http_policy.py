@@ -76,6 +76,9 @@ class Traffic:
         self.upstream_breaker: Any = None
         self.sse: Optional[EventStream] = None  # sse-find-replace: the messages' rewriter
         self.body_checks: List[Any] = []  # owasp-crs-response process_body (public.py)
+        # a decided route's response head as its phase left it, while the core reads the
+        # body for the phase's body actions (edge/decided.py)
+        self.response_fields: Optional[List[Tuple[bytes, bytes]]] = None
 
     def forwarded_request(self) -> http1.Request:
         """The request as this policy left it, for the internal endpoint it forwards to.

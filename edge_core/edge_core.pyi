@@ -372,10 +372,11 @@ class Core:
         the blank line included); ``body``: the policy's rewrite of a body decide_body read
         whole, sent instead of the client's (``head`` frames it by its Content-Length). Each
         decide_* call queues its decision until flush_decisions."""
-    def decide_body(self, ticket: int, limit: int) -> None:
+    def decide_body(self, ticket: int, limit: int, memo: Any = None) -> None:
         """Ticket ``ticket``'s request's body read first, up to ``limit`` bytes (at most
         BODY_READ_MAX), and the request asked again under the same ticket with what was read
-        (the row's last item). Once per request."""
+        (the row's item 9). Once per request. Answering a response head: the agent's body
+        likewise (the response row's last item), ``memo`` the record's meanwhile."""
     def decide_internal(
         self,
         ticket: int,
@@ -420,9 +421,11 @@ class Core:
         fields: List[Tuple[bytes, bytes]],
         memo: Any = None,
         encode: Optional[str] = None,
+        body: Optional[bytes] = None,
     ) -> None:
         """Ticket ``ticket``'s response head on to the client with ``fields``; with
-        ``encode`` (``gzip`` or ``deflate``, else ValueError), its body compressed."""
+        ``encode`` (``gzip`` or ``deflate``, else ValueError), its body compressed; after
+        decide_body, what was read first, or ``body`` instead (Content-Length framed)."""
     def decide_close(self, ticket: int) -> None: ...
     def decide_python(self, ticket: int) -> None:
         """Ticket ``ticket``'s connection handed over, its request's bytes included."""

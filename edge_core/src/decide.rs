@@ -65,6 +65,10 @@ pub struct Asked {
     /// Asked again after a [`Decision::Body`]: what of the body was read (None on the first
     /// ask).
     pub body: Option<ReadBody>,
+    /// The request came on a stream of an HTTP/2 connection (h2front.rs): its response's body
+    /// is never read for a decision here (its streams would each hold one while the caps
+    /// count one connection), so a route whose response phase reads it is Python's then.
+    pub multiplexed: bool,
 }
 
 /// What the core read of a request's body for its decision: at most the asked size of data
@@ -92,6 +96,10 @@ pub struct AskedResponse {
     pub status: u16,
     pub fields: Vec<Field>,
     pub memo: Option<Memo>,
+    /// Asked again after a [`Decision::Body`] (a phase that reads the response's body:
+    /// response-body-find-replace, owasp-crs-response's `process_body`): what of the agent's
+    /// body was read, unsent (None on the first ask).
+    pub body: Option<ReadBody>,
 }
 
 /// What Python decided for one request.
@@ -106,7 +114,8 @@ pub enum Decision {
         body: Option<Vec<u8>>,
     },
     /// Read up to this many bytes of the request's body and ask again with them (once per
-    /// request; a second ask closes the connection).
+    /// request; a second ask closes the connection). Answering a response head: the agent's
+    /// body, likewise (the response phase's second ask, [`AskedResponse::body`]).
     Body { limit: usize },
     /// On to another agent endpoint than the route's own (the internal endpoint a policy's
     /// `forward-internal` sent it to) with this head, or with none: the client's own head
@@ -134,10 +143,13 @@ pub enum Decision {
     /// A response head goes on to the client with these fields (as the response phase left
     /// them) in place of the agent's; its body follows by the agent's framing, or, with
     /// `encode` (compress-response negotiated it: Python's head says so), compressed as it
-    /// comes and chunked (encode.rs).
+    /// comes and chunked (encode.rs). After a [`Decision::Body`], what was read goes first,
+    /// then the rest as it comes; or, with `body` (the policy rewrote the body, read whole),
+    /// `body` alone, framed by the Content-Length Python's fields say.
     Rewrite {
         fields: Vec<Field>,
         encode: Option<crate::encode::Encoding>,
+        body: Option<Vec<u8>>,
     },
     /// Close the connection without an answer.
     Close,

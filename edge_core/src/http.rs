@@ -560,6 +560,11 @@ impl Chunks {
         }
     }
 
+    /// From now on, at most `keep` more data bytes kept.
+    pub fn keep_only(&mut self, keep: usize) {
+        self.keep = keep;
+    }
+
     /// The bytes of `data` that belong to the body, and whether it ended; Err on bad framing.
     pub fn feed(&mut self, data: &[u8]) -> Result<(usize, bool), &'static str> {
         let mut i = 0;

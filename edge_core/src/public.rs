@@ -1155,6 +1155,7 @@ pub(crate) async fn connection<C: Conn>(
                         tls: tls.clone(),
                         head: head.clone(),
                         body: None,
+                        multiplexed: tcp.multiplexed(),
                     });
                     let Some(mut decided) = waiting.decided(DECIDE_TIMEOUT).await else {
                         break end_leg(leg);
@@ -1183,6 +1184,7 @@ pub(crate) async fn connection<C: Conn>(
                                 complete: got.as_ref().is_some_and(|r| r.complete),
                                 data: got.as_mut().map(|r| std::mem::take(&mut r.data)),
                             }),
+                            multiplexed: tcp.multiplexed(),
                         });
                         if tcp.multiplexed() {
                             drop(waiting);
@@ -1913,6 +1915,7 @@ async fn exchange<C: Conn>(
         };
         Err((failed, false))
     } else {
+        let multiplexed = tcp.multiplexed();
         let (mut rd, mut wr) = tcp.halves();
         let pumped = AtomicBool::new(body_done);
         let carried = AtomicU64::new(0);
@@ -1956,7 +1959,16 @@ async fn exchange<C: Conn>(
                 }
             };
             tokio::pin!(client_side);
-            let respond = respond(&mut wr, &leg, head, asked, &mut record, rbuf, public);
+            let respond = respond(
+                &mut wr,
+                &leg,
+                head,
+                asked,
+                multiplexed,
+                &mut record,
+                rbuf,
+                public,
+            );
             tokio::pin!(respond);
             tokio::select! {
                 _ = &mut client_side => Err((Failed::Client, false)),
@@ -2119,11 +2131,13 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
 
 /// The agent's response relayed: (the client's connection stays open, the stream may serve
 /// the next request); Err((why, whether the response had begun)).
+#[allow(clippy::too_many_arguments)]
 async fn respond<W: AsyncWrite + Unpin>(
     wr: &mut W,
     leg: &Leg,
     req: &RequestHead,
     asked: bool,
+    multiplexed: bool,
     record: &mut Served,
     rbuf: &mut Vec<u8>,
     public: &Public,
@@ -2174,6 +2188,25 @@ async fn respond<W: AsyncWrite + Unpin>(
     let mut resp = resp;
     let mut rewritten = false;
     let mut encoding = None;
+    let bodiless = head_request || resp.status == 204 || resp.status == 304 || resp.status < 200;
+    // what the agent's side delimits (none for a response that has no body, whatever its head
+    // says: client_head frames the client's side alike)
+    let from_agent = if bodiless {
+        Framing::None
+    } else {
+        resp.framing
+    };
+    let mut left = match from_agent {
+        Framing::Length(n) => n,
+        _ => 0,
+    };
+    let capture = leg.route.capture;
+    // (every data byte of a chunked body kept, taken as it is fed, when the core frames the
+    // client's side itself; else the inspector's first bytes)
+    let mut chunks = http::Chunks::keeping(usize::MAX);
+    let mut ended = matches!(from_agent, Framing::None | Framing::Length(0));
+    // what the response phase read of the agent's body (Decision::Body), unsent yet
+    let mut prefix: Option<Vec<u8>> = None;
     if leg.route.responses {
         // the route's response phase, in Python, on the head (decide.rs)
         let (ticket, waiting) = public.decisions.ticket();
@@ -2183,13 +2216,89 @@ async fn respond<W: AsyncWrite + Unpin>(
             status: resp.status,
             fields: resp.fields.clone(),
             memo: record.memo.take(),
+            body: None,
         });
-        let Some(Decided { decision, memo, .. }) = waiting.decided(DECIDE_TIMEOUT).await else {
+        let Some(Decided {
+            mut decision, memo, ..
+        }) = waiting.decided(DECIDE_TIMEOUT).await
+        else {
             return Err((Failed::Client, false));
         };
         record.memo = memo;
+        if let Decision::Body { limit } = decision {
+            // the phase reads the body (at most the ask, and one read past it), unsent, then
+            // is asked again under the same ticket. Never on a stream of an HTTP/2 connection
+            // (Python hands such a request over before it goes on: decide.rs Asked).
+            if multiplexed {
+                return Err((Failed::Client, false));
+            }
+            let limit = limit.min(BODY_READ_MAX);
+            let (data, complete) =
+                read_response_body(leg, rbuf, from_agent, &mut left, &mut chunks, limit)
+                    .await
+                    .map_err(|failed| (failed, false))?;
+            ended = complete;
+            let waiting = public.decisions.again(ticket);
+            public.inbox.push_response(AskedResponse {
+                ticket,
+                route: leg.route.key,
+                status: resp.status,
+                fields: resp.fields.clone(),
+                memo: record.memo.take(),
+                body: Some(ReadBody {
+                    data: Some(data.clone()),
+                    complete,
+                }),
+            });
+            let Some(again) = waiting.decided(DECIDE_TIMEOUT).await else {
+                return Err((Failed::Client, false));
+            };
+            record.memo = again.memo;
+            decision = again.decision;
+            prefix = Some(data);
+        }
         match decision {
-            Decision::Rewrite { fields, encode } => {
+            Decision::Rewrite {
+                fields,
+                body: Some(body),
+                ..
+            } => {
+                // the body the phase rewrote, in place of the agent's (read whole), framed by
+                // a Content-Length of its size (whatever framing fields Python's head had)
+                if !ended || prefix.is_none() {
+                    return Err((Failed::Client, false)); // (a broken run: never asked so)
+                }
+                resp.fields = fields;
+                resp.fields.retain(|(name, _)| {
+                    !name.eq_ignore_ascii_case(b"transfer-encoding")
+                        && !name.eq_ignore_ascii_case(b"content-length")
+                });
+                let body = if bodiless { Vec::new() } else { body };
+                if !bodiless {
+                    let size = body.len().to_string().into_bytes();
+                    resp.fields.push((b"content-length".to_vec(), size));
+                }
+                resp.framing = Framing::Length(body.len() as u64);
+                let mut out = Vec::with_capacity(resp.len + body.len() + 64);
+                let (_, client_keep) =
+                    http::client_head(&resp, head_request, req.close || req.upgrade, &mut out);
+                record.status = resp.status;
+                record.response_head = out.clone();
+                record.bytes_out = body.len() as u64;
+                http::keep(&mut record.response_body, capture, &body);
+                out.extend_from_slice(&body);
+                wr.write_all(&out)
+                    .await
+                    .map_err(|_| (Failed::Client, true))?;
+                // bytes past the response, or a body only the agent's close ended: the stream
+                // serves no other request
+                let leg_keep = !resp.close
+                    && !req.close
+                    && rbuf.is_empty()
+                    && from_agent != Framing::UntilClose;
+                return Ok((client_keep, leg_keep));
+            }
+            Decision::Rewrite { fields, encode, .. } => {
                 resp.fields = fields;
                 rewritten = true;
                 encoding = encode;
@@ -2222,15 +2331,21 @@ async fn respond<W: AsyncWrite + Unpin>(
     let mut out = Vec::with_capacity(resp.len + rbuf.len() + 64);
     // compress-response: a response with a body goes to the client compressed and chunked
     // (its length is not known before its end), whatever the agent's framing
-    let bodiless = head_request || resp.status == 204 || resp.status == 304 || resp.status < 200;
     let mut encoder = encoding.filter(|_| !bodiless).map(Encoder::new);
+    // the core frames the client's side itself, chunked: a body compressed, or a chunked one
+    // whose first data went to the response phase (read out of its framing: the rest is
+    // framed anew); the agent's trailers are not sent then
+    let reframed =
+        encoder.is_some() || (prefix.is_some() && from_agent == Framing::Chunked && !bodiless);
     let agent_framing = resp.framing;
-    if encoder.is_some() {
+    if reframed {
         resp.fields.retain(|(name, _)| {
             !name.eq_ignore_ascii_case(b"transfer-encoding")
                 && !name.eq_ignore_ascii_case(b"content-length")
         });
         resp.framing = Framing::UntilClose; // (client_head chunks such a body)
+    } else {
+        chunks.keep_only(capture.saturating_sub(chunks.kept.len()));
     }
     // (an upgrade answered otherwise than by a 101: the connection ends, and says so, as
     // edge/http1.py's answer to an upgrade says it)
@@ -2240,35 +2355,35 @@ async fn respond<W: AsyncWrite + Unpin>(
     record.status = resp.status;
     // the record's head: as the client gets it when the response phase rewrote it
     record.response_head = if rewritten { out.clone() } else { head_bytes };
-    // what the agent's side delimits, and whether the stream can serve another request
+    // whether the stream can serve another request
     let declared_body = !matches!(resp.framing, Framing::Length(0) | Framing::None);
     let mut leg_keep = !resp.close && !req.close;
-    let from_agent = if to_client == Framing::None {
-        if declared_body {
-            leg_keep = false; // a body the head said nothing of would answer nothing
+    if to_client == Framing::None && declared_body {
+        leg_keep = false; // a body the head said nothing of would answer nothing
+    }
+    // the client's chunks are the core's to end (with the last chunk, once the body ended)
+    let chunked_here = reframed || from_agent == Framing::UntilClose;
+    if let Some(data) = prefix.take().filter(|_| !bodiless) {
+        // what the response phase read goes first, as the agent's framing has it
+        let piece = match encoder.as_mut() {
+            Some(enc) => enc.feed(&data),
+            None => data,
+        };
+        http::keep(&mut record.response_body, capture, &piece);
+        record.bytes_out += piece.len() as u64;
+        if chunked_here {
+            http::chunk(&piece, &mut out);
+        } else {
+            out.extend_from_slice(&piece);
         }
-        Framing::None
-    } else {
-        resp.framing
-    };
-    let capture = leg.route.capture;
-    // (compressing: every data byte of a chunked body is kept, taken as it is fed)
-    let mut chunks = http::Chunks::keeping(if encoder.is_some() {
-        usize::MAX
-    } else {
-        capture
-    });
-    let mut left = match from_agent {
-        Framing::Length(n) => n,
-        _ => 0,
-    };
-    let mut ended = matches!(from_agent, Framing::None | Framing::Length(0));
+    }
     let mut begun = false;
     loop {
-        if let Some(enc) = encoder.as_mut() {
-            // the body's data in rbuf, compressed as it comes (the record keeps and counts
-            // what the client gets, as the Python path's did)
-            if !rbuf.is_empty() && !ended {
+        // the body bytes in rbuf
+        if !rbuf.is_empty() && !ended {
+            if reframed {
+                // the body's data, compressed as it comes when compressing (the record keeps
+                // and counts what the client gets, as the Python path's did)
                 let data = match from_agent {
                     Framing::Length(_) => {
                         let take = (left.min(rbuf.len() as u64)) as usize;
@@ -2287,50 +2402,49 @@ async fn respond<W: AsyncWrite + Unpin>(
                     Framing::UntilClose => std::mem::take(rbuf),
                     Framing::None => Vec::new(),
                 };
-                let encoded = enc.feed(&data);
-                http::keep(&mut record.response_body, capture, &encoded);
-                record.bytes_out += encoded.len() as u64;
-                http::chunk(&encoded, &mut out);
-            }
-            if ended {
-                if let Some(enc) = encoder.take() {
-                    let tail = enc.finish();
-                    http::keep(&mut record.response_body, capture, &tail);
-                    record.bytes_out += tail.len() as u64;
-                    http::chunk(&tail, &mut out);
-                    out.extend_from_slice(b"0\r\n\r\n");
+                let piece = match encoder.as_mut() {
+                    Some(enc) => enc.feed(&data),
+                    None => data,
+                };
+                http::keep(&mut record.response_body, capture, &piece);
+                record.bytes_out += piece.len() as u64;
+                http::chunk(&piece, &mut out);
+            } else {
+                match from_agent {
+                    Framing::Length(_) => {
+                        let take = (left.min(rbuf.len() as u64)) as usize;
+                        http::keep(&mut record.response_body, capture, &rbuf[..take]);
+                        out.extend_from_slice(&rbuf[..take]);
+                        record.bytes_out += take as u64;
+                        rbuf.drain(..take);
+                        left -= take as u64;
+                        ended = left == 0;
+                    }
+                    Framing::Chunked => {
+                        let (used, done) = chunks
+                            .feed(rbuf)
+                            .map_err(|_| (Failed::BadResponse, begun))?;
+                        out.extend_from_slice(&rbuf[..used]);
+                        record.bytes_out = chunks.data; // the body's bytes, not its framing
+                        record.response_body.append(&mut chunks.kept);
+                        rbuf.drain(..used);
+                        ended = done;
+                    }
+                    Framing::UntilClose => {
+                        http::keep(&mut record.response_body, capture, rbuf);
+                        http::chunk(rbuf, &mut out);
+                        record.bytes_out += rbuf.len() as u64;
+                        rbuf.clear();
+                    }
+                    Framing::None => {}
                 }
             }
         }
-        // the body bytes in rbuf
-        if !rbuf.is_empty() && !ended && encoder.is_none() {
-            match from_agent {
-                Framing::Length(_) => {
-                    let take = (left.min(rbuf.len() as u64)) as usize;
-                    http::keep(&mut record.response_body, capture, &rbuf[..take]);
-                    out.extend_from_slice(&rbuf[..take]);
-                    record.bytes_out += take as u64;
-                    rbuf.drain(..take);
-                    left -= take as u64;
-                    ended = left == 0;
-                }
-                Framing::Chunked => {
-                    let (used, done) = chunks
-                        .feed(rbuf)
-                        .map_err(|_| (Failed::BadResponse, begun))?;
-                    out.extend_from_slice(&rbuf[..used]);
-                    record.bytes_out = chunks.data; // the body's bytes, not its framing
-                    record.response_body.append(&mut chunks.kept);
-                    rbuf.drain(..used);
-                    ended = done;
-                }
-                Framing::UntilClose => {
-                    http::keep(&mut record.response_body, capture, rbuf);
-                    http::chunk(rbuf, &mut out);
-                    record.bytes_out += rbuf.len() as u64;
-                    rbuf.clear();
-                }
-                Framing::None => {}
+        if ended && chunked_here && !bodiless {
+            // the body ended (an UntilClose one: the agent closed while the phase read it)
+            finish(encoder.take(), record, capture, &mut out);
+            if from_agent == Framing::UntilClose {
+                leg_keep = false;
             }
         }
         if ended && !rbuf.is_empty() {
@@ -2348,19 +2462,72 @@ async fn respond<W: AsyncWrite + Unpin>(
         }
         match stream_read(leg, rbuf).await {
             Ok(0) if from_agent == Framing::UntilClose => {
-                if let Some(enc) = encoder.take() {
-                    let tail = enc.finish();
-                    http::keep(&mut record.response_body, capture, &tail);
-                    record.bytes_out += tail.len() as u64;
-                    http::chunk(&tail, &mut out);
-                }
-                out.extend_from_slice(b"0\r\n\r\n");
+                finish(encoder.take(), record, capture, &mut out);
                 wr.write_all(&out)
                     .await
                     .map_err(|_| (Failed::Client, true))?;
                 return Ok((client_keep, false));
             }
             Ok(0) | Err(_) => return Err((Failed::Unreachable, true)),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The end of a body the core chunks itself: the compressor's tail (when compressing), then
+/// the last chunk.
+fn finish(encoder: Option<Encoder>, record: &mut Served, capture: usize, out: &mut Vec<u8>) {
+    if let Some(enc) = encoder {
+        let tail = enc.finish();
+        http::keep(&mut record.response_body, capture, &tail);
+        record.bytes_out += tail.len() as u64;
+        http::chunk(&tail, out);
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+}
+
+/// The agent's body read for the response phase (Decision::Body): its data (out of its
+/// framing) until it ends or passes `limit` bytes (by at most one read: what one response
+/// holds is bounded by the ask), and whether that is the whole body (a body of exactly
+/// `limit` bytes is read to its end: whole); what was read is
+/// consumed from `rbuf` (`left` and `chunks` go on from where it stopped). Err when the agent
+/// ended the stream or broke its framing first.
+async fn read_response_body(
+    leg: &Leg,
+    rbuf: &mut Vec<u8>,
+    from_agent: Framing,
+    left: &mut u64,
+    chunks: &mut http::Chunks,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), Failed> {
+    let mut data = Vec::new();
+    loop {
+        match from_agent {
+            Framing::None | Framing::Length(0) => return Ok((data, true)),
+            Framing::Length(_) => {
+                let take = ((*left).min(rbuf.len() as u64)) as usize;
+                data.extend(rbuf.drain(..take));
+                *left -= take as u64;
+                if *left == 0 {
+                    return Ok((data, true));
+                }
+            }
+            Framing::Chunked => {
+                let (used, done) = chunks.feed(rbuf).map_err(|_| Failed::BadResponse)?;
+                rbuf.drain(..used);
+                data.append(&mut chunks.kept);
+                if done {
+                    return Ok((data, true));
+                }
+            }
+            Framing::UntilClose => data.append(rbuf),
+        }
+        if data.len() > limit {
+            return Ok((data, false)); // past the ask: not all of it
+        }
+        match stream_read(leg, rbuf).await {
+            Ok(0) if from_agent == Framing::UntilClose => return Ok((data, true)),
+            Ok(0) | Err(_) => return Err(Failed::Unreachable),
             Ok(_) => {}
         }
     }

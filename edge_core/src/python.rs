@@ -80,7 +80,8 @@ type ServedRow = (
 /// A decided route's request waiting for its decision: (ticket, route key, (peer host,
 /// port), (local host, port), None or the TLS facts, method, target, fields (names in lower
 /// case), no body follows, and, asked again after decide_body, what was read of the body:
-/// (its first bytes or None when the client ended first, whether they are the whole body)).
+/// (its first bytes or None when the client ended first, whether they are the whole body)),
+/// and whether it came on a stream of an HTTP/2 connection.
 type AskedRow<'py> = (
     u64,
     u64,
@@ -92,12 +93,22 @@ type AskedRow<'py> = (
     Fields<'py>,
     bool,
     Option<(Option<Bound<'py, PyBytes>>, bool)>,
+    bool,
 );
 /// A carried connection that ended: (splice id, bytes read from the client, written to it).
 type SplicedRow = (u64, u64, u64);
 /// A decided route's response head waiting for its response phase: (ticket, route key,
-/// status, fields as the agent sent them, the memo of the request's decision).
-type ResponseRow<'py> = (u64, u64, u16, Fields<'py>, Option<Py<PyAny>>);
+/// status, fields as the agent sent them, the memo of the request's decision, and, asked
+/// again after decide_body, what was read of the agent's body: (its first bytes, whether they
+/// are the whole body)).
+type ResponseRow<'py> = (
+    u64,
+    u64,
+    u16,
+    Fields<'py>,
+    Option<Py<PyAny>>,
+    Option<(Option<Bound<'py, PyBytes>>, bool)>,
+);
 type Taken<'py> = (
     Vec<Handed>,
     Vec<(u64, u8, u32)>,
@@ -940,6 +951,7 @@ impl Core {
                     bodiless,
                     a.body
                         .map(|b| (b.data.map(|d| PyBytes::new(py, &d)), b.complete)),
+                    a.multiplexed,
                 )
             })
             .collect();
@@ -972,6 +984,8 @@ impl Core {
                     r.status,
                     fields(py, &r.fields),
                     memo_of(py, r.memo),
+                    r.body
+                        .map(|b| (b.data.map(|d| PyBytes::new(py, &d)), b.complete)),
                 )
             })
             .collect();
@@ -988,14 +1002,18 @@ impl Core {
 
     /// Ticket `ticket`'s response head goes on to the client with `fields` (as the response
     /// phase left them) in place of the agent's; with `encode` (`gzip` or `deflate`: the
-    /// algorithm compress-response negotiated), its body compressed as it comes.
-    #[pyo3(signature = (ticket, fields, memo = None, encode = None))]
+    /// algorithm compress-response negotiated), its body compressed as it comes. After
+    /// decide_body, what was read of the agent's body goes first; with `body` (the body the
+    /// phase rewrote, read whole), that body instead, framed by the Content-Length `fields`
+    /// say.
+    #[pyo3(signature = (ticket, fields, memo = None, encode = None, body = None))]
     fn decide_rewrite(
         &self,
         ticket: u64,
         fields: Vec<(PyBackedBytes, PyBackedBytes)>,
         memo: Option<Py<PyAny>>,
         encode: Option<&str>,
+        body: Option<&[u8]>,
     ) -> PyResult<()> {
         let encode = match encode {
             None => None,
@@ -1004,7 +1022,13 @@ impl Core {
             })?),
         };
         let fields = owned_fields(fields);
-        self.decided(ticket, Decision::Rewrite { fields, encode }, memo, false);
+        let body = body.map(<[u8]>::to_vec);
+        let rewrite = Decision::Rewrite {
+            fields,
+            encode,
+            body,
+        };
+        self.decided(ticket, rewrite, memo, false);
         Ok(())
     }
 
@@ -1028,9 +1052,11 @@ impl Core {
 
     /// Ticket `ticket`'s request's body is read first, up to `limit` bytes (at most
     /// BODY_READ_MAX), and the request asked again under the same ticket with what was read
-    /// (take's rows: their last item). Once per request.
-    fn decide_body(&self, ticket: u64, limit: usize) {
-        self.decided(ticket, Decision::Body { limit }, None, false)
+    /// (take's rows: their last item). Once per request. Answering a response head: the
+    /// agent's body likewise (the response row asked again), `memo` its record's meanwhile.
+    #[pyo3(signature = (ticket, limit, memo = None))]
+    fn decide_body(&self, ticket: u64, limit: usize, memo: Option<Py<PyAny>>) {
+        self.decided(ticket, Decision::Body { limit }, memo, false)
     }
 
     /// Ticket `ticket`'s request goes on with `head` to another agent endpoint than its

@@ -226,6 +226,7 @@ fn what_is_held_and_what_never_is() {
         Decision::Rewrite {
             fields: Vec::new(),
             encode: None,
+            body: None,
         },
         Decision::Python,
         Decision::Close,

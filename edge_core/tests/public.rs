@@ -934,6 +934,7 @@ async fn a_response_phase_rewrites_the_head_or_answers_instead_and_closes() {
     carrier.decisions.answer(
         head.ticket,
         decided(Decision::Rewrite {
+            body: None,
             fields: vec![
                 (b"content-length".to_vec(), b"2".to_vec()),
                 (b"x-seen".to_vec(), b"1".to_vec()),
@@ -1395,6 +1396,7 @@ async fn a_forward_internal_goes_on_to_its_target_recorded_as_the_routes() {
             carrier.decisions.answer(
                 asked.ticket,
                 decided(Decision::Rewrite {
+                    body: None,
                     fields: vec![(b"content-length".to_vec(), b"2".to_vec())],
                     encode: None,
                 }),
@@ -2332,6 +2334,7 @@ async fn a_compressed_response_is_chunked_and_decodes_to_the_agents_body_in_each
         carrier.decisions.answer(
             head.ticket,
             decided(Decision::Rewrite {
+                body: None,
                 fields,
                 encode: Some(encoding),
             }),
@@ -2385,10 +2388,190 @@ async fn a_compressed_response_is_chunked_and_decodes_to_the_agents_body_in_each
     carrier.decisions.answer(
         head.ticket,
         decided(Decision::Rewrite {
+            body: None,
             fields: vec![(b"content-length".to_vec(), b"9600".to_vec())],
             encode: Some(Encoding::Gzip),
         }),
     );
     let got = read_response(&mut client, b"\r\n\r\n").await;
     assert_eq!(got, b"HTTP/1.1 200 OK\r\ncontent-length: 9600\r\n\r\n");
+}
+
+/// The agent's answer to request `i` of `client`'s connection, on a route whose response
+/// phase asks for the body: (the response head's ticket, what the second ask read of the
+/// body, whether that is all of it).
+async fn body_asked(
+    carrier: &Carrier,
+    client: &mut TcpStream,
+    agent: &mut UnixStream,
+    i: usize,
+    answer: &[u8],
+    limit: usize,
+    fin: bool,
+) -> (u64, Option<(Vec<u8>, bool)>) {
+    use edge_core::decide::Decision;
+    let request = format!("GET /{i} HTTP/1.1\r\nHost: b.test\r\n\r\n");
+    client.write_all(request.as_bytes()).await.unwrap();
+    let row = asked(carrier).await;
+    carrier
+        .decisions
+        .answer(row.ticket, decided(Decision::Append { fields: Vec::new() }));
+    let (sid, _) = agent_reads(agent, |g| g.ends_with(b"\r\n\r\n")).await;
+    let mut frames = Vec::new();
+    encode(&mut frames, DATA, if fin { FIN } else { 0 }, sid, answer);
+    agent.write_all(&frames).await.unwrap();
+    let head = asked_response(carrier).await;
+    assert!(head.body.is_none(), "the first ask has no body");
+    carrier
+        .decisions
+        .answer(head.ticket, decided(Decision::Body { limit }));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        if let Some(again) = carrier.inbox().take().responses.pop() {
+            assert_eq!(
+                again.ticket, head.ticket,
+                "asked again under the same ticket"
+            );
+            let read = again.body.expect("asked again with the body");
+            return (head.ticket, Some((read.data.expect("read"), read.complete)));
+        }
+        if Instant::now() > deadline {
+            return (head.ticket, None);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_body_read_for_the_phase_is_bounded_and_goes_first_then_the_rest() {
+    use edge_core::decide::Decision;
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier
+        .routes
+        .set("b.test".into(), decided_route(&session, true));
+    let text: Vec<u8> = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let length = [
+        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", text.len()).into_bytes(),
+        text.clone(),
+    ]
+    .concat();
+    let mut chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for piece in text.chunks(10_000) {
+        chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        chunked.extend_from_slice(piece);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\nx-trailer: 1\r\n\r\n");
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    // one keep-alive connection: each answer leaves it usable for the next request
+    for (i, answer) in [&length, &chunked].into_iter().enumerate() {
+        let (ticket, read) =
+            body_asked(&carrier, &mut client, &mut agent, i, answer, 4096, false).await;
+        let (data, complete) = read.expect("asked again");
+        // the ask, and at most one read of the stream past it; the body's data, unframed
+        assert!(
+            (4097..=4096 + 65536).contains(&data.len()) && !complete,
+            "{} bytes read, complete {complete}",
+            data.len()
+        );
+        assert_eq!(data[..], text[..data.len()]);
+        let fields = vec![(b"x-checked".to_vec(), b"1".to_vec())];
+        let fields = if i == 0 {
+            [
+                fields,
+                vec![(b"content-length".to_vec(), b"100000".to_vec())],
+            ]
+            .concat()
+        } else {
+            [
+                fields,
+                vec![(b"transfer-encoding".to_vec(), b"chunked".to_vec())],
+            ]
+            .concat()
+        };
+        carrier.decisions.answer(
+            ticket,
+            decided(Decision::Rewrite {
+                fields,
+                encode: None,
+                body: None,
+            }),
+        );
+        let end: &[u8] = if i == 0 {
+            &text[90_000..]
+        } else {
+            b"\r\n0\r\n\r\n"
+        };
+        let got = read_response(&mut client, end).await;
+        let split = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&got[..split]).to_lowercase();
+        assert!(head.contains("x-checked: 1"), "{head}");
+        if i == 0 {
+            // by the agent's Content-Length: what was read, then the rest as it came
+            assert!(head.contains("content-length: 100000"), "{head}");
+            assert_eq!(got[split..], text[..]);
+        } else {
+            // chunked anew (what was read left its framing), the agent's trailers not sent
+            assert_eq!(
+                head.matches("transfer-encoding: chunked").count(),
+                1,
+                "{head}"
+            );
+            assert_eq!(dechunked(&got[split..]), text);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewritten_response_body_goes_in_place_of_the_agents_framed_by_its_size() {
+    use edge_core::decide::Decision;
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier
+        .routes
+        .set("b.test".into(), decided_route(&session, true));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let answers = [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\na secret".to_vec(),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\na \r\n6\r\nsecret\r\n0\r\n\r\n"
+            .to_vec(),
+    ];
+    for (i, answer) in answers.iter().enumerate() {
+        let (ticket, read) =
+            body_asked(&carrier, &mut client, &mut agent, i, answer, 8, false).await;
+        // a body of exactly the ask is read to its end (its last chunk too): whole
+        assert_eq!(read, Some((b"a secret".to_vec(), true)), "read whole");
+        // Python's fields keep the agent's framing fields: the core frames the new body itself
+        carrier.decisions.answer(
+            ticket,
+            decided(Decision::Rewrite {
+                fields: vec![
+                    (b"content-length".to_vec(), b"8".to_vec()),
+                    (b"transfer-encoding".to_vec(), b"chunked".to_vec()),
+                ],
+                encode: None,
+                body: Some(b"a [removed]".to_vec()),
+            }),
+        );
+        let got = read_response(&mut client, b"a [removed]").await;
+        assert_eq!(
+            got, b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\na [removed]",
+            "answer {i}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_ends_while_its_body_is_read_is_a_502_and_nothing_asked_again() {
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier
+        .routes
+        .set("b.test".into(), decided_route(&session, true));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nonly ten b";
+    let (_, read) = body_asked(&carrier, &mut client, &mut agent, 0, answer, 1 << 20, true).await;
+    assert!(read.is_none(), "asked again after a failed read");
+    let got = read_response(&mut client, b"}").await;
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 502 "), "{text}");
+    assert!(!text.contains("only ten"), "{text}");
 }

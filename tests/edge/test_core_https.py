@@ -184,15 +184,15 @@ def test_an_http2_clients_streams_are_served_by_the_core(edge, plain):
 def test_another_host_on_the_cores_http2_connection_is_pythons_for_its_stream_alone(
     edge, api, plain
 ):
-    """A stream for a name the core has no route for (here: a policy that needs the body)
-    goes to Python over the bridge as an HTTP/1.1 request with the handshake's facts; the
-    connection's other streams stay the core's."""
+    """A stream for a name the core has no route for (here: a policy that rewrites
+    server-sent events) goes to Python over the bridge as an HTTP/1.1 request with the
+    handshake's facts; the connection's other streams stay the core's."""
     policy = {
-        "on_http_response": [
+        "on_event_stream_message": [
             {
                 "actions": [
                     {
-                        "type": "response-body-find-replace",
+                        "type": "sse-find-replace",
                         "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
                     }
                 ]
@@ -233,14 +233,20 @@ def test_another_host_on_the_cores_connection_goes_to_python_with_the_handshakes
                             }
                         },
                     },
-                    # a body the edge may rewrite: the route stays Python's (edge/decided.py)
-                    {
-                        "type": "response-body-find-replace",
-                        "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
-                    },
                 ]
             }
-        ]
+        ],
+        # events the edge may rewrite: the route stays Python's (edge/decided.py)
+        "on_event_stream_message": [
+            {
+                "actions": [
+                    {
+                        "type": "sse-find-replace",
+                        "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+                    }
+                ]
+            }
+        ],
     }
     agent = SdkAgent(
         edge,

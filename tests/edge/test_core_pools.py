@@ -118,7 +118,7 @@ def test_a_pool_whose_members_have_traffic_policies_is_decided_member_by_member(
 ):
     """Members whose policies need only the heads: the core carries the pool, each request
     decided by Python with the policy of the member whose turn it is (the response phase's
-    header says which one ran); a policy that rewrites bodies keeps the pool Python's."""
+    header says which one ran); a policy that rewrites events keeps the pool Python's."""
     header = {"type": "add-headers", "config": {"headers": {"x-ran": "${endpoint.id}"}}}
     _pool(node_agents, edge, account, domain, "ab", traffic_policy=_policy(header))
     _until_the_core_serves(edge, domain)
@@ -142,12 +142,20 @@ def test_a_pool_whose_members_have_traffic_policies_is_decided_member_by_member(
     }
 
 
-def test_a_pool_with_a_body_rewriting_policy_is_pythons(node_agents, edge, account, domain):
+def test_a_pool_with_an_event_rewriting_policy_is_pythons(node_agents, edge, account, domain):
     rewrite = {
-        "type": "response-body-find-replace",
-        "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+        "on_event_stream_message": [
+            {
+                "actions": [
+                    {
+                        "type": "sse-find-replace",
+                        "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+                    }
+                ]
+            }
+        ]
     }
-    _pool(node_agents, edge, account, domain, "ab", traffic_policy=_policy(rewrite))
+    _pool(node_agents, edge, account, domain, "ab", traffic_policy=json.dumps(rewrite))
     time.sleep(1.5)  # a route would have been pushed by now
     served = _served(edge)
     for _ in range(4):

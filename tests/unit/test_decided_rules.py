@@ -7,6 +7,8 @@ import types
 import pytest
 
 from chalicelib.core.policy import compile_policy, compress
+from chalicelib.core.policy.actions import MAX_FIND_REPLACE_BODY, RewriteTooLarge
+from chalicelib.core.policy.waf import BODY_LIMIT as WAF_BODY_LIMIT
 from edge import decided
 from edge.decided import Decider, decidable, mode_of, policy_of
 from edge.events import decisions_of
@@ -121,8 +123,16 @@ def test_an_on_tcp_connect_rule_is_not():
     assert not decidable(compile_policy(doc))
 
 
-# (compress-response: the core compresses with the algorithm Python negotiated)
-RESPONSE_ONLY = {"compress-response": {"type": "compress-response"}}
+# (compress-response: the core compresses with the algorithm Python negotiated; the body
+# actions: the core reads the body for them first)
+RESPONSE_ONLY = {
+    "compress-response": {"type": "compress-response"},
+    "response-body-find-replace": {
+        "type": "response-body-find-replace",
+        "config": {"replacements": [{"from": "a", "to": "b"}]},
+    },
+    "owasp-crs-response": {"type": "owasp-crs-response", "config": {}},
+}
 RESPONSE_DECIDABLE = [
     "add-headers",
     "remove-headers",
@@ -131,11 +141,6 @@ RESPONSE_DECIDABLE = [
     "log",
 ] + list(RESPONSE_ONLY)
 RESPONSE_NOT = {
-    "response-body-find-replace": {
-        "type": "response-body-find-replace",
-        "config": {"replacements": [{"from": "a", "to": "b"}]},
-    },
-    "owasp-crs-response": {"type": "owasp-crs-response", "config": {}},
     "http-request": DECIDABLE["http-request"],  # its call would wait: the request phase's only
     "add-headers Content-Length": NOT_DECIDABLE["add-headers Content-Length"],
     "remove-headers transfer-encoding": NOT_DECIDABLE["remove-headers Transfer-Encoding"],
@@ -213,8 +218,8 @@ class _Carrier:
         self.calls.append(("forward", ticket, head, memo))
         self.bodies = getattr(self, "bodies", []) + [body]
 
-    def decide_body(self, ticket, limit):
-        self.calls.append(("body", ticket, limit))
+    def decide_body(self, ticket, limit, memo=None):
+        self.calls.append(("body", ticket, limit) + ((memo,) if memo is not None else ()))
 
     def decide_internal(self, ticket, head, mux, tunnel_id, memo=None, **how):
         self.calls.append(("internal", ticket, head, mux, tunnel_id, memo, how))
@@ -224,8 +229,10 @@ class _Carrier:
         self.memos = getattr(self, "memos", []) + [memo]
         self.holds.append((ticket, hold))
 
-    def decide_rewrite(self, ticket, fields, memo=None, encode=None):
+    def decide_rewrite(self, ticket, fields, memo=None, encode=None, body=None):
         self.calls.append(("rewrite", ticket, fields, memo) + ((encode,) if encode else ()))
+        if body is not None:
+            self.calls.append(("rewritten body", ticket, body))
 
     def flush_decisions(self):
         self.calls.append(("flush",))
@@ -304,6 +311,7 @@ def _row(
     bodiless=True,
     tls=None,
     body=None,
+    multiplexed=False,
 ):
     fields = fields if fields is not None else [(b"host", HOST.encode()), (b"accept", b"*/*")]
     return (
@@ -317,6 +325,7 @@ def _row(
         fields,
         bodiless,
         body,
+        multiplexed,
     )
 
 
@@ -509,7 +518,7 @@ def test_a_negotiated_compression_is_the_cores_to_make(accepts, encode):
     memo = carrier.calls[0][3]
     carrier.calls.clear()
     fields = [(b"Content-Type", b"text/html"), (b"Content-Length", b"5000")]
-    made.responses([(2, 7, 200, fields, memo)])
+    made.responses([(2, 7, 200, fields, memo, None)])
     if encode is None:
         assert carrier.calls == [("rewrite", 2, [(n.lower(), v) for n, v in fields], memo)]
     else:
@@ -546,7 +555,7 @@ def test_a_response_head_goes_on_as_the_response_phase_left_it():
         }
     )
     fields = [(b"Content-Type", b"text/plain"), (b"Server", b"up"), (b"Content-Length", b"2")]
-    made.responses([(2, 7, 200, fields, memo), (3, 7, 404, fields, memo)])
+    made.responses([(2, 7, 200, fields, memo, None), (3, 7, 404, fields, memo, None)])
     assert carrier.calls == [
         (
             "rewrite",
@@ -575,7 +584,7 @@ def test_a_response_phase_answer_replaces_the_response_and_closes():
             ]
         }
     )
-    made.responses([(4, 7, 502, [(b"content-length", b"0")], memo)])
+    made.responses([(4, 7, 502, [(b"content-length", b"0")], memo, None)])
     ((kind, ticket, status, head, body, close),) = carrier.calls
     assert (kind, ticket, status, body, close) == ("respond", 4, 503, b"sorry", True)
     assert head.startswith(b"HTTP/1.1 503 ") and b"connection: close\r\n" in head
@@ -593,9 +602,9 @@ def test_a_response_head_without_its_run_or_a_failing_phase_closes(monkeypatch):
     def broken(*args):
         raise RuntimeError("a bug")
 
-    made.responses([(5, 7, 200, [], None)])
+    made.responses([(5, 7, 200, [], None, None)])
     monkeypatch.setattr(memo.policy, "on_http_response", broken)
-    made.responses([(6, 7, 200, [], memo)])
+    made.responses([(6, 7, 200, [], memo, None)])
     assert carrier.calls == [("close", 5), ("close", 6)]
 
 
@@ -747,8 +756,8 @@ def test_a_refreshed_sessions_cookie_goes_on_the_agents_response():
     made, carrier, memo = _forwarded(_req(DECIDABLE["add-headers"]))
     memo.set_cookies = ["s=v; Path=/; HttpOnly"]
     fields = [(b"Content-Length", b"2")]
-    made.responses([(2, 7, 200, fields, memo)])
-    made.responses([(3, 7, 200, fields, memo)])
+    made.responses([(2, 7, 200, fields, memo, None)])
+    made.responses([(3, 7, 200, fields, memo, None)])
     assert carrier.calls[0] == (
         "rewrite",
         2,
@@ -1335,3 +1344,119 @@ def test_a_hop_gets_the_body_read_for_the_route(core):
     assert asked == [("body", 1, 1024 * 1024)]  # once
     decisions = [c for c in carrier.calls if c[0] not in ("flush", "body")]
     assert [c[:3] for c in decisions] == [("respond", 1, 403)]
+
+
+# ---- the response phase's body actions ---------------------------------------------------
+RES_FIND_REPLACE = {
+    "on_http_response": [
+        {
+            "actions": [
+                {
+                    "type": "response-body-find-replace",
+                    "config": {"replacements": [{"from": "secret", "to": "[gone]"}]},
+                }
+            ]
+        }
+    ]
+}
+RES_WAF = {
+    "on_http_response": [
+        {"actions": [{"type": "owasp-crs-response", "config": {"process_body": True}}]}
+    ]
+}
+TEXT = [(b"Content-Type", b"text/plain"), (b"Content-Length", b"20")]
+
+
+def test_a_find_replace_has_the_core_read_the_whole_body_and_sends_the_new_one():
+    """The head waits for the body (all of it: the core reads past MAX_FIND_REPLACE_BODY to
+    say it is too large); the rewritten body goes in its place, the head as the phase left it (the core
+    frames the new body by its size)."""
+    made, carrier, memo = _forwarded(RES_FIND_REPLACE)
+    made.responses([(2, 7, 200, TEXT, memo, None)])
+    assert carrier.calls == [("body", 2, MAX_FIND_REPLACE_BODY, memo)]
+    carrier.calls.clear()
+    made.responses([(2, 7, 200, TEXT, memo, (b"the secret is out", True))])
+    assert carrier.calls == [
+        ("rewrite", 2, [(b"content-type", b"text/plain"), (b"content-length", b"20")], memo),
+        ("rewritten body", 2, b"the [gone] is out"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "size, complete, rewritten",
+    [
+        (MAX_FIND_REPLACE_BODY, True, True),  # at the bound: rewritten
+        (MAX_FIND_REPLACE_BODY + 1, True, False),  # a byte past it
+        (MAX_FIND_REPLACE_BODY + 1, False, False),  # the core stopped reading there
+        (10, False, False),  # (never so short and not whole: refused all the same)
+    ],
+)
+def test_a_body_past_the_find_replace_bound_is_the_hosted_502(size, complete, rewritten):
+    made, carrier, memo = _forwarded(RES_FIND_REPLACE)
+    made.responses([(2, 7, 200, TEXT, memo, None)])
+    carrier.calls.clear()
+    made.responses([(2, 7, 200, TEXT, memo, (b"s" * size, complete))])
+    if rewritten:
+        assert [c[0] for c in carrier.calls] == ["rewrite", "rewritten body"]
+        return
+    ((kind, ticket, status, head, body, close),) = carrier.calls
+    assert (kind, ticket, status, close) == ("respond", 2, 502, True)
+    assert b"ERR_NGROK_3004" in head or b"ERR_NGROK_3004" in body
+    assert f"larger than the {MAX_FIND_REPLACE_BODY} bytes".encode() in body
+
+
+def test_a_find_replace_result_past_its_bound_is_the_hosted_502(monkeypatch):
+    made, carrier, memo = _forwarded(RES_FIND_REPLACE)
+    made.responses([(2, 7, 200, TEXT, memo, None)])
+    carrier.calls.clear()
+
+    def too_large(body):
+        raise RewriteTooLarge("the result is larger than 1048576 bytes")
+
+    monkeypatch.setattr(memo, "rewrites", [too_large])
+    made.responses([(2, 7, 200, TEXT, memo, (b"secret", True))])
+    ((kind, _, status, _, body, _),) = carrier.calls
+    assert (kind, status) == ("respond", 502)
+    assert b"response-body-find-replace: the result is larger" in body
+
+
+def test_the_owasp_rules_read_the_first_bytes_and_answer_or_let_the_rest_go_on():
+    """owasp-crs-response with process_body: the core reads the first BODY_LIMIT bytes; a
+    match answers (closed), else the head goes on and what was read with the rest after it
+    (no body of Python's)."""
+    made, carrier, memo = _forwarded(RES_WAF)
+    made.responses([(2, 7, 200, TEXT, memo, None)])
+    assert carrier.calls == [("body", 2, WAF_BODY_LIMIT, memo)]
+    carrier.calls.clear()
+    made.responses([(2, 7, 200, TEXT, memo, (b"hello, world" * 400, False))])
+    assert carrier.calls == [
+        ("rewrite", 2, [(b"content-type", b"text/plain"), (b"content-length", b"20")], memo)
+    ]
+    made2, carrier2, memo2 = _forwarded(RES_WAF)
+    made2.responses([(3, 7, 200, TEXT, memo2, None)])
+    carrier2.calls.clear()
+    leak = b"You have an error in your SQL syntax; check the manual that corresponds to your"
+    made2.responses([(3, 7, 200, TEXT, memo2, (leak, True))])
+    ((kind, ticket, status, head, body, close),) = carrier2.calls
+    assert (kind, ticket, close) == ("respond", 3, True) and status >= 400
+
+
+def test_a_bodiless_response_is_never_read_for_the_body_actions():
+    made, carrier, memo = _forwarded({**RES_FIND_REPLACE, **RES_WAF})
+    made.responses([(2, 7, 204, [], memo, None)])
+    assert carrier.calls == [("rewrite", 2, [], memo)]
+
+
+def test_a_route_that_reads_response_bodies_is_the_python_paths_on_an_http2_stream():
+    """Its streams would each hold a body while the caps count one connection: a request of
+    such a route that came on an HTTP/2 stream is handed to the Python path; on HTTP/1.1, or
+    with a response phase that reads only the head, it goes on."""
+    for doc, multiplexed, kind in (
+        (RES_FIND_REPLACE, True, "python"),
+        (RES_WAF, True, "python"),
+        (RES_FIND_REPLACE, False, "append"),
+        (_res({"type": "compress-response"}), True, "append"),
+    ):
+        made, carrier, _, _ = _decider(doc)
+        _decide(made, [_row(1, multiplexed=multiplexed)])
+        assert carrier.calls[0][0] == kind, (doc, multiplexed)

@@ -18,12 +18,12 @@ from edge.observe import hub_of
 from edge.registry import Registry, Tunnel
 
 HOST = "plain.tunnels.localhost"
-RESPONSE_PHASE = {  # find-replace: the whole body is the edge's to rewrite
-    "on_http_response": [
+RESPONSE_PHASE = {  # sse-find-replace: each event is the Python path's to rewrite
+    "on_event_stream_message": [
         {
             "actions": [
                 {
-                    "type": "response-body-find-replace",
+                    "type": "sse-find-replace",
                     "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
                 }
             ]
@@ -730,7 +730,19 @@ class _Deciding(_Carrier):
 def _row(ticket, key, ip="192.0.2.7"):
     host = HOST.encode()
     fields = [(b"host", host)]
-    return (ticket, key, (ip, 5), ("127.0.0.1", 8080), None, b"GET", b"/", fields, True, None)
+    return (
+        ticket,
+        key,
+        (ip, 5),
+        ("127.0.0.1", 8080),
+        None,
+        b"GET",
+        b"/",
+        fields,
+        True,
+        None,
+        False,
+    )
 
 
 def test_a_decided_route_keeps_its_rows_when_the_restrictions_cache_lapses(core):
@@ -1008,7 +1020,7 @@ def test_a_cloud_endpoint_python_served_is_pushed_as_a_decided_route_without_a_s
 @pytest.mark.parametrize(
     "claim",
     [
-        _claim(RESPONSE_PHASE),  # a body rewritten: not decidable
+        _claim(RESPONSE_PHASE),  # events rewritten: not decidable
         _claim(FORWARDS, internal=True),  # reached only by forward-internal
         _claim(FORWARDS, pooled=True),  # a pool's: each request's member is its turn
         _claim(None, traffic_policy=""),  # no policy: 6029 for each, Python's
