@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 for _name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -101,6 +101,37 @@ BODY_RULE = {
         }
     ]
 }
+
+# The response phase's body actions, carried by the core (the body read for the decision,
+# rewritten or compressed: docs/DATA_PLANE.md, "Decided routes"), and the same on the Python
+# path: a rule for server-sent events (which never match the page) keeps a route Python's
+# whole, so the two differ only in who carries the body.
+PAGE = "<p>" + "lorem ipsum dolor sit amet, " * 140 + "a secret</p>"  # 3,935 bytes
+RESPONSE_RULES = {
+    "find-replace": {
+        "type": "response-body-find-replace",
+        "config": {"replacements": [{"from": "secret", "to": "REDACTED"}]},
+    },
+    "compress": {"type": "compress-response", "config": {"algorithms": ["gzip"]}},
+}
+PYTHONS_WHOLE = {
+    "on_event_stream_message": [
+        {
+            "actions": [
+                {
+                    "type": "sse-find-replace",
+                    "config": {"replacements": [{"from": "never", "to": "x"}]},
+                }
+            ]
+        }
+    ]
+}
+
+
+def response_policy(action: str, python: bool) -> str:
+    doc = {"on_http_response": [{"actions": [RESPONSE_RULES[action]]}]}
+    return json.dumps({**doc, **PYTHONS_WHOLE} if python else doc)
+
 
 FIVE_RULES_EACH = {
     "on_http_request": [
@@ -245,6 +276,7 @@ def wrk(
     host: str = "",
     body: int = 0,
     close: bool = False,
+    headers: Sequence[str] = (),
 ) -> Dict[str, Any]:
     cmd = [
         "wrk",
@@ -259,6 +291,8 @@ def wrk(
         cmd += ["-H", f"Host: {host}"]
     if close:
         cmd += ["-H", "Connection: close"]
+    for header in headers:
+        cmd += ["-H", header]
     if body:
         script = os.path.join(tmp, f"post{body}.lua")
         if not os.path.exists(script):
@@ -367,6 +401,7 @@ http {{
   server {{
     listen 127.0.0.1:{port} backlog=1024;
     location /echo {{ return 200 "hello world\\n"; }}
+    location /page {{ default_type text/html; return 200 "{page}"; }}
     location /upload {{
       client_max_body_size 0;
       client_body_buffer_size 32m;
@@ -767,7 +802,7 @@ class Stack:
         self.bulk_port, self.rp_mtls = free_port(), free_port()
         self.client_ca = write_client_certs(tmp)  # the mutual TLS case's
         self.upstream = start_nginx(
-            procs, tmp, "up", NGINX_UPSTREAM.format(tmp=tmp, port=self.up_port)
+            procs, tmp, "up", NGINX_UPSTREAM.format(tmp=tmp, port=self.up_port, page=PAGE)
         )
         subprocess.run(
             [
@@ -880,6 +915,15 @@ class Stack:
                     "upstream": f"http://127.0.0.1:{self.up_port}",
                     "policy": json.dumps(BODY_RULE),
                 },
+            ]
+            + [
+                {
+                    "proto": "http",
+                    "upstream": f"http://127.0.0.1:{self.up_port}",
+                    "policy": response_policy(action, python),
+                }
+                for action in RESPONSE_RULES
+                for python in (False, True)
             ],
             procs,
         )
@@ -889,6 +933,13 @@ class Stack:
         self.policy_each_host = bound[3].split("://")[1].split(":")[0]
         self.forward_host = bound[5].split("://")[1].split(":")[0]
         self.body_host = bound[6].split("://")[1].split(":")[0]
+        # the response phase's routes: (action, "core" or "python") -> host
+        self.response_hosts = {
+            (action, "python" if python else "core"): bound[7 + i].split("://")[1].split(":")[0]
+            for i, (action, python) in enumerate(
+                (a, p) for a in RESPONSE_RULES for p in (False, True)
+            )
+        }
         # a cloud endpoint (no agent: made with the API) whose policy forwards each request
         # to the same internal endpoint: the hosted gateway's usual shape
         from stacks.paths import BASE_DOMAIN
@@ -963,6 +1014,7 @@ def http_case(
     tls: bool = False,
     close: bool = False,
     host: Optional[Dict[str, str]] = None,
+    headers: Sequence[str] = (),
 ) -> Dict[str, Any]:
     groups = stack.groups()
     results: Dict[str, List[Dict[str, Any]]] = {p: [] for p in paths}
@@ -982,6 +1034,7 @@ def http_case(
                         (host or {}).get(path, stack.host),
                         body,
                         close,
+                        headers,
                     ),
                 )
             )
@@ -1330,7 +1383,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
         "--only",
-        default="get20,get1,sweep,post20,bulk,tcpconn,https,mtls,h2,policy,body,cores,growth",
+        default="get20,get1,sweep,post20,bulk,tcpconn,https,mtls,h2,policy,body,response,cores,growth",
     )
     parser.add_argument("--paths", default="edge,ssh,nginx,direct,floor")
     parser.add_argument(
@@ -1499,6 +1552,27 @@ def main() -> int:
                     "POST 1 KiB, 20 connections: no policy vs a request-body-find-replace (the "
                     "body read for the decision)",
                     results["body"],
+                    base="edge",
+                )
+            if "response" in only:
+                hosts = {"edge": stack.host}
+                for (action, who), name in stack.response_hosts.items():
+                    hosts[f"edge:{action}-{who}"] = name
+                results["response"] = http_case(
+                    stack,
+                    list(hosts),
+                    args.runs,
+                    args.seconds,
+                    20,
+                    "/page",
+                    host=hosts,
+                    headers=["Accept-Encoding: gzip"],
+                )
+                print_http(
+                    "GET a 4 KB page, 20 connections: no policy vs the response's body rewritten "
+                    "(response-body-find-replace) and compressed (compress-response, gzip), each "
+                    "carried by the core and by the Python path",
+                    results["response"],
                     base="edge",
                 )
             if "cores" in only:
