@@ -518,6 +518,10 @@ class Decider:
             if held is not None:
                 self.changed(held[2], held[1])
             return
+        if row[10] and reads_response_body(policy):  # an HTTP/2 stream's: its response's
+            carrier.decide_python(ticket)  # body is never read here (nothing of the policy run)
+            self.handed += 1
+            return
         if is_edge(held[0]):  # routed by its path first, in a task (the router's caches)
             restricted = bool((held[3] | (now or 0)) & RESTRICTED)
             asyncio.ensure_future(self._edge_row(row, held, hub, restricted))
@@ -1138,11 +1142,13 @@ class Decider:
                 # head for it): all of it for a find-replace (the core reads past its bound to
                 # say it is too large), else the first bytes the OWASP rules read
                 traffic.rewrites, traffic.body_checks = out.rewrites, out.body_checks
-                traffic.response_fields = rewritten
+                traffic.response_fields, traffic.response_status = rewritten, status
                 if method == b"HEAD" or status in (204, 304) or status < 200:
                     self._response_body(carrier, ticket, (b"", True), traffic)
                     return
-                limit = MAX_FIND_REPLACE_BODY if out.rewrites else WAF_BODY_LIMIT
+                # (the core reads until the body passes the ask: the OWASP rules' read ends
+                # once it has their 4 KiB, as edge/public.py's does)
+                limit = MAX_FIND_REPLACE_BODY if out.rewrites else WAF_BODY_LIMIT - 1
                 carrier.decide_body(ticket, limit, traffic)
                 return
             compressor = out.compressor  # compress-response negotiated one: the core's to run
@@ -1159,19 +1165,20 @@ class Decider:
         compressed as negotiated; with no rewrite, what was read goes on and the rest after
         it."""
         data, complete = read
-        fields = traffic.response_fields
+        fields, status = traffic.response_fields, traffic.response_status
         if data is None or fields is None:  # (never: the core fails such a read itself)
             carrier.decide_close(ticket)
             return
         traffic.response_fields = None
         method = traffic.request.method
         rewrites, compressor = traffic.rewrites, traffic.compressor
+        bodiless = method == b"HEAD" or status in (204, 304) or status < 200
         if rewrites and (not complete or len(data) > MAX_FIND_REPLACE_BODY):
             msg = (
                 f"The response body is larger than the {MAX_FIND_REPLACE_BODY} "
                 "bytes response-body-find-replace can rewrite."
             )
-            self._bad_response(ticket, msg, method, traffic)
+            self._bad_response(ticket, msg, method, traffic, status)
             return
         for body_check in traffic.body_checks:
             found = body_check(data[:WAF_BODY_LIMIT])
@@ -1181,23 +1188,36 @@ class Decider:
                 except http1.LocalProtocolError:
                     carrier.decide_close(ticket)
                     return
-                self._answer(ticket, answer, method, True, traffic)
+                self._answer(ticket, answer, method, True, _answered(traffic, status))
                 return
-        if not rewrites:
+        if not rewrites or bodiless:  # (a bodiless response's head goes on as it is)
             encode = compressor.algorithm if compressor is not None else None
             carrier.decide_rewrite(ticket, fields, traffic, encode=encode)
             return
         try:
             body = http_policy.rewritten_body(data, rewrites, compressor)
         except RewriteTooLarge as exc:
-            self._bad_response(ticket, f"response-body-find-replace: {exc}.", method, traffic)
+            msg = f"response-body-find-replace: {exc}."
+            self._bad_response(ticket, msg, method, traffic, status)
             return
         carrier.decide_rewrite(ticket, fields, traffic, body=body)
 
-    def _bad_response(self, ticket: int, msg: str, method: bytes, traffic: Any) -> None:
+    def _bad_response(
+        self, ticket: int, msg: str, method: bytes, traffic: Any, status: int
+    ) -> None:
         """The hosted 502 for a response the edge cannot pass on (edge/public.py's)."""
         bad = error_response(502, edge_errors.BAD_UPSTREAM_RESPONSE, msg, close=True)
-        self._answer(ticket, bad, method, True, traffic)
+        self._answer(ticket, bad, method, True, _answered(traffic, status))
+
+
+def _answered(traffic: Any, status: int) -> Any:
+    """``traffic`` as the memo of the edge's answer to a response whose body the phase read:
+    the agent's ``status`` is counted now by the breakers its request passed (as edge/public.py
+    counts it when the head comes, before the body is held), and the record of the answer
+    counts in none (edge/fast_path.py: a memo of an answer the edge made has no breakers)."""
+    http_policy.record_upstream(traffic, status)
+    traffic.breakers, traffic.upstream_breaker = [], None
+    return traffic
 
 
 def _agrees(now: Optional[int], pushed: int) -> bool:

@@ -79,6 +79,7 @@ class Traffic:
         # a decided route's response head as its phase left it, while the core reads the
         # body for the phase's body actions (edge/decided.py)
         self.response_fields: Optional[List[Tuple[bytes, bytes]]] = None
+        self.response_status = 0  # (and the agent's status)
 
     def forwarded_request(self) -> http1.Request:
         """The request as this policy left it, for the internal endpoint it forwards to.

@@ -2230,7 +2230,7 @@ async fn respond<W: AsyncWrite + Unpin>(
             // is asked again under the same ticket. Never on a stream of an HTTP/2 connection
             // (Python hands such a request over before it goes on: decide.rs Asked).
             if multiplexed {
-                return Err((Failed::Client, false));
+                return Err((Failed::BadResponse, false)); // (answered: never a silent drop)
             }
             let limit = limit.min(BODY_READ_MAX);
             let (data, complete) =
@@ -2264,10 +2264,13 @@ async fn respond<W: AsyncWrite + Unpin>(
                 ..
             } => {
                 // the body the phase rewrote, in place of the agent's (read whole), framed by
-                // a Content-Length of its size (whatever framing fields Python's head had)
-                if !ended || prefix.is_none() {
+                // a Content-Length of its size (whatever framing fields Python's head had); a
+                // response with no body gets its head alone
+                if !bodiless && (!ended || prefix.is_none()) {
                     return Err((Failed::Client, false)); // (a broken run: never asked so)
                 }
+                drop(prefix.take()); // (what was read is done with: not held while writing)
+                let agent_framing = resp.framing;
                 resp.fields = fields;
                 resp.fields.retain(|(name, _)| {
                     !name.eq_ignore_ascii_case(b"transfer-encoding")
@@ -2279,23 +2282,29 @@ async fn respond<W: AsyncWrite + Unpin>(
                     resp.fields.push((b"content-length".to_vec(), size));
                 }
                 resp.framing = Framing::Length(body.len() as u64);
-                let mut out = Vec::with_capacity(resp.len + body.len() + 64);
-                let (_, client_keep) =
+                let mut out = Vec::with_capacity(resp.len + 64);
+                let (to_client, client_keep) =
                     http::client_head(&resp, head_request, req.close || req.upgrade, &mut out);
                 record.status = resp.status;
                 record.response_head = out.clone();
                 record.bytes_out = body.len() as u64;
                 http::keep(&mut record.response_body, capture, &body);
-                out.extend_from_slice(&body);
+                // the head, then the body as it is (not copied after the head)
                 wr.write_all(&out)
                     .await
+                    .map_err(|_| (Failed::Client, false))?;
+                wr.write_all(&body)
+                    .await
                     .map_err(|_| (Failed::Client, true))?;
-                // bytes past the response, or a body only the agent's close ended: the stream
-                // serves no other request
+                // bytes past the response, a body only the agent's close ended, or one the
+                // head said nothing of (a bodiless answer's, left unread): the stream serves
+                // no other request
+                let declared_body = !matches!(agent_framing, Framing::Length(0) | Framing::None);
                 let leg_keep = !resp.close
                     && !req.close
                     && rbuf.is_empty()
-                    && from_agent != Framing::UntilClose;
+                    && from_agent != Framing::UntilClose
+                    && !(to_client == Framing::None && declared_body);
                 return Ok((client_keep, leg_keep));
             }
             Decision::Rewrite { fields, encode, .. } => {
@@ -2527,7 +2536,10 @@ async fn read_response_body(
         }
         match stream_read(leg, rbuf).await {
             Ok(0) if from_agent == Framing::UntilClose => return Ok((data, true)),
-            Ok(0) | Err(_) => return Err(Failed::Unreachable),
+            // the agent ended before its body did (as the Python path's parser says it: not
+            // a valid response), or its stream was reset (its upstream unreachable)
+            Ok(0) => return Err(Failed::BadResponse),
+            Err(_) => return Err(Failed::Unreachable),
             Ok(_) => {}
         }
     }

@@ -2572,6 +2572,8 @@ async fn an_agent_that_ends_while_its_body_is_read_is_a_502_and_nothing_asked_ag
     assert!(read.is_none(), "asked again after a failed read");
     let got = read_response(&mut client, b"}").await;
     let text = String::from_utf8_lossy(&got);
+    // (as the Python path's parser says it: not a valid response, ERR_NGROK_3004)
     assert!(text.starts_with("HTTP/1.1 502 "), "{text}");
+    assert!(text.contains("ERR_NGROK_3004"), "{text}");
     assert!(!text.contains("only ten"), "{text}");
 }

@@ -135,12 +135,20 @@ def test_a_leaking_body_is_refused_and_a_clean_one_goes_on_compressed(edge, host
     assert _since(edge, before) == (4, 0)
 
 
-def test_an_agent_that_dies_while_its_body_is_read_is_a_502(edge, hosts):
+def test_an_agent_that_dies_while_its_body_is_read_is_a_502_and_a_heads_answer_is_not_read(
+    edge, hosts
+):
     """/cut: 1,000 of the 1 MiB its head announced, then the upstream closes, while the core
     reads the body for the find-replace: nothing of it went out, so the client gets the
-    hosted 502 (never a rewritten half)."""
+    hosted 502 (never a rewritten half), the code the Python path gives a response that ends
+    short (not a valid one). A HEAD's answer is never read: its head goes on."""
+    before = _settled(edge)
     got = edge.http("GET", hosts["replace"], "/cut", headers=BROWSER)
-    assert got.status_code == 502 and b"c" * 100 not in got.content
+    assert got.status_code == 502 and got.headers["ngrok-error-code"] == "ERR_NGROK_3004"
+    assert b"c" * 100 not in got.content
+    head = edge.http("HEAD", hosts["replace"], "/echo", headers=BROWSER)
+    assert head.status_code == 200 and head.content == b""
+    assert _since(edge, before) == (2, 0)
 
 
 def test_over_http2_the_python_path_rewrites_it(edge, hosts):

@@ -1426,7 +1426,8 @@ def test_the_owasp_rules_read_the_first_bytes_and_answer_or_let_the_rest_go_on()
     (no body of Python's)."""
     made, carrier, memo = _forwarded(RES_WAF)
     made.responses([(2, 7, 200, TEXT, memo, None)])
-    assert carrier.calls == [("body", 2, WAF_BODY_LIMIT, memo)]
+    # (the core reads until the body passes the ask: it ends once it has the 4 KiB)
+    assert carrier.calls == [("body", 2, WAF_BODY_LIMIT - 1, memo)]
     carrier.calls.clear()
     made.responses([(2, 7, 200, TEXT, memo, (b"hello, world" * 400, False))])
     assert carrier.calls == [
@@ -1442,21 +1443,87 @@ def test_the_owasp_rules_read_the_first_bytes_and_answer_or_let_the_rest_go_on()
 
 
 def test_a_bodiless_response_is_never_read_for_the_body_actions():
-    made, carrier, memo = _forwarded({**RES_FIND_REPLACE, **RES_WAF})
+    """A 204's, a 304's or a HEAD's answer: nothing read, the head goes on as the phase left
+    it (no body of Python's: find-replace has nothing to rewrite, the checks pass on none)."""
+    both = {
+        "on_http_response": [
+            {
+                "actions": RES_FIND_REPLACE["on_http_response"][0]["actions"]
+                + RES_WAF["on_http_response"][0]["actions"]
+            }
+        ]
+    }
+    made, carrier, memo = _forwarded(both)
     made.responses([(2, 7, 204, [], memo, None)])
-    assert carrier.calls == [("rewrite", 2, [], memo)]
+    made.responses([(3, 7, 304, [(b"etag", b"x")], memo, None)])
+    assert carrier.calls == [("rewrite", 2, [], memo), ("rewrite", 3, [(b"etag", b"x")], memo)]
+    made, carrier, _, _ = _decider(both)
+    _decide(made, [_row(1, method=b"HEAD")])
+    memo = carrier.calls[0][3]
+    carrier.calls.clear()
+    made.responses([(4, 7, 200, TEXT, memo, None)])
+    assert carrier.calls == [("rewrite", 4, [(n.lower(), v) for n, v in TEXT], memo)]
 
 
-def test_a_route_that_reads_response_bodies_is_the_python_paths_on_an_http2_stream():
+class _Breaker:
+    def __init__(self):
+        self.statuses = []
+
+    def record(self, status, *when):
+        self.statuses.append(status)
+
+
+@pytest.mark.parametrize("doc, read", [("replace", (b"s" * 11, False)), ("waf", None)])
+def test_an_answer_after_the_body_read_counts_the_agents_status_not_the_edges(doc, read):
+    """edge/public.py counts the agent's status in the request's breakers when the head comes
+    (before the body is held): an answer the edge makes after the body was read (the 502 for
+    a body too large, the OWASP rules' 403) is counted as the agent's status, and its record
+    counts in no breaker."""
+    leak = b"You have an error in your SQL syntax; check the manual that corresponds to your"
+    made, carrier, memo = _forwarded(RES_FIND_REPLACE if doc == "replace" else RES_WAF)
+    action, endpoint = _Breaker(), _Breaker()
+    memo.breakers, memo.upstream_breaker = [(action, lambda: 0.0)], endpoint
+    made.responses([(2, 7, 200, TEXT, memo, None)])
+    carrier.calls.clear()
+    made.responses([(2, 7, 200, TEXT, memo, read or (leak, True))])
+    ((kind, _, status, _, _, _),) = carrier.calls
+    assert kind == "respond" and status in (403, 502)
+    assert (action.statuses, endpoint.statuses) == ([200], [200])
+    (answered,) = carrier.memos
+    assert (answered.breakers, answered.upstream_breaker) == ([], None)
+
+
+def test_a_route_that_reads_response_bodies_is_the_python_paths_on_an_http2_stream(
+    monkeypatch,
+):
     """Its streams would each hold a body while the caps count one connection: a request of
-    such a route that came on an HTTP/2 stream is handed to the Python path; on HTTP/1.1, or
-    with a response phase that reads only the head, it goes on."""
+    such a route that came on an HTTP/2 stream is handed to the Python path before its policy
+    runs (the Python path runs it: a rate limit is counted once); on HTTP/1.1, or with a
+    response phase that reads only the head, it goes on."""
     for doc, multiplexed, kind in (
         (RES_FIND_REPLACE, True, "python"),
         (RES_WAF, True, "python"),
         (RES_FIND_REPLACE, False, "append"),
         (_res({"type": "compress-response"}), True, "append"),
     ):
-        made, carrier, _, _ = _decider(doc)
-        _decide(made, [_row(1, multiplexed=multiplexed)])
+        made, carrier, tunnel, _ = _decider(doc)
+
+        def never(*args):
+            raise AssertionError("the request phase ran")
+
+        with monkeypatch.context() as patched:  # (a compiled policy is shared: undone after)
+            if kind == "python":
+                patched.setattr(policy_of(tunnel), "on_http_request", never)
+            _decide(made, [_row(1, multiplexed=multiplexed)])
         assert carrier.calls[0][0] == kind, (doc, multiplexed)
+        assert made.handed == (kind == "python")
+
+
+def test_a_forward_internal_to_a_body_reading_endpoint_is_the_python_paths_on_http2(core):
+    """The internal endpoint's policy reads the response's body: on an HTTP/2 stream the
+    request goes to the Python path there (which runs it again); on HTTP/1.1 it goes on."""
+    made, carrier, _, _ = _decider(_req(FORWARD))
+    made.edge.router.here[INTERNAL] = _internal(core, RES_FIND_REPLACE)
+    _decide(made, [_row(1, multiplexed=True), _row(2)])
+    assert [c[:2] for c in carrier.calls] == [("python", 1), ("internal", 2)]
+    assert carrier.calls[1][6]["responses"] is True
