@@ -24,8 +24,8 @@ before it goes on (:func:`reads_response_body`).
 A policy is *decidable* (:func:`decidable`) when every run of it ends in one of those with
 nothing but the heads and the bodies: each ``on_http_request`` action is one of
 :data:`DECIDED_ACTIONS` and each ``on_http_response`` one of :data:`RESPONSE_ACTIONS` (no
-compression but by the core, with an algorithm it has: gzip or deflate; no outbound call in
-the response phase); no ``on_tcp_connect`` or
+compression but by the core, with an algorithm it has: gzip or deflate); each phase's
+outbound calls within AWAIT_BUDGET; no ``on_tcp_connect`` or
 ``on_event_stream_message`` rule; and no header action names a framing field
 (Content-Length, Transfer-Encoding: the core frames each body by its own sender's head). Any
 other policy keeps its route on the Python path whole. A policy that names IP policies
@@ -130,7 +130,8 @@ SIGN_IN_ACTIONS = (tp_actions.ACTIONS["oauth"], tp_actions.ACTIONS["openid-conne
 # The actions of a decidable policy's response phase: each changes or answers on the head,
 # or (compress-response) has the core compress the body with the algorithm it negotiated, or
 # reads the body the core reads first (response-body-find-replace, owasp-crs-response's
-# process_body: decide_body answering the response head)
+# process_body: decide_body answering the response head), or calls out (http-request: the
+# call awaited in a task, Decider._response_calls)
 RESPONSE_ACTIONS = (
     tp_actions.AddHeaders,
     tp_actions.RemoveHeaders,
@@ -140,6 +141,7 @@ RESPONSE_ACTIONS = (
     tp_actions.CompressResponse,
     tp_actions.ResponseBodyFindReplace,
     tp_actions.OwaspCrsResponse,
+    tp_actions.HttpRequest,
 )
 # The algorithms the core compresses with (edge_core/src/encode.rs)
 CORE_ENCODINGS = frozenset({"gzip", "deflate"})
@@ -153,9 +155,10 @@ AWAITED = (tp.IDENTITY, tp.HTTP_REQUEST, tp.NEED_BODY, tp.NEED_KEYS)
 # How long the core waits for a ticket's decision (edge_core/src/decide.rs DECIDE_TIMEOUT): a
 # task deciding one ends by then (the core closed the connection, and refuses a late decision),
 # so the tasks alive are bounded by the tickets waiting, as the Python path's are by its
-# connections. The request phase's outbound calls may take at most AWAIT_BUDGET in all (their
+# connections. Each phase's outbound calls may take at most AWAIT_BUDGET in all (their
 # ``timeout``s summed) for a policy to be decided: a longer run would be cut by the core where
 # the Python path answers (an on_error "continue" call timing out at 30 s went on to the agent).
+# (The response phase's are awaited within one wait of the core's too: its ask for the head.)
 DECIDE_SECONDS = 30.0
 AWAIT_BUDGET = 20.0
 # When a row's decision is due (the loop's clock): its arrival plus DECIDE_SECONDS, set as the
@@ -180,14 +183,15 @@ def _decidable(policy: Any) -> bool:
     """Whether every run of ``policy`` ends in a decision the core applies (above)."""
     if any(policy.has(phase) for phase in OTHER_PHASES):
         return False
-    calls = sum(
-        float(action.timeout)
-        for rule in policy.phases.get("on_http_request") or ()
-        for action in rule.actions
-        if isinstance(action, tp_actions.HttpRequest)
-    )
-    if calls > AWAIT_BUDGET:
-        return False
+    for phase, _ in PHASES:  # each phase's calls within one wait of the core's for a ticket
+        calls = sum(
+            float(action.timeout)
+            for rule in policy.phases.get(phase) or ()
+            for action in rule.actions
+            if isinstance(action, tp_actions.HttpRequest)
+        )
+        if calls > AWAIT_BUDGET:
+            return False
     for phase, allowed in PHASES:
         for rule in policy.phases.get(phase) or ():
             for action in rule.actions:
@@ -1121,6 +1125,43 @@ class Decider:
             for cookie in cookies:
                 res.add_header("set-cookie", cookie)
         out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+        if out.kind == tp.HTTP_REQUEST:  # an outbound call: awaited in a task (the core's
+            # request waits for its ticket meanwhile)
+            asyncio.ensure_future(self._response_calls(carrier, ticket, status, res, traffic, out))
+            return
+        self._response_out(carrier, ticket, status, res, traffic, out)
+
+    async def _response_calls(
+        self, carrier: Any, ticket: int, status: int, res: Any, traffic: Any, out: Any
+    ) -> None:
+        """The response phase's outbound calls (``http-request``), each awaited as
+        edge/http_policy.py's ``response_phase`` awaits it, the phase resumed after each,
+        within the core's wait for the ticket (DECIDE_SECONDS); then its decision, sent at
+        once."""
+
+        def again() -> Any:
+            return traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
+
+        try:
+            async with asyncio.timeout(DECIDE_SECONDS):
+                while out.kind == tp.HTTP_REQUEST:
+                    out = await http_policy.http_call(
+                        self.edge, "", traffic, "on_http_response", out, again
+                    )
+            self._response_out(carrier, ticket, status, res, traffic, out)
+        except TimeoutError:  # the core's wait ended (its connection is closed)
+            log.debug("the response phase of a decided request: timed out")
+            carrier.decide_close(ticket)
+        except Exception:
+            log.exception("the response phase of a decided request")
+            carrier.decide_close(ticket)
+        finally:
+            carrier.flush_decisions()
+
+    def _response_out(
+        self, carrier: Any, ticket: int, status: int, res: Any, traffic: Any, out: Any
+    ) -> None:
+        """The decision of a response phase that ended in ``out``."""
         method = traffic.request.method
         if out.kind == tp.RESPOND:
             try:

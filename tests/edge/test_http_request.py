@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 from stacks.agents import SdkAgent
+from tests.edge.support import metric, settled, wait
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 
 KIB = 1024
@@ -191,8 +192,26 @@ def test_in_the_response_phase_the_answer_reaches_the_response(edge, account, ag
         ],
     )
     host = _host(_bound(agent.start())[1]["url"])
+
+    def counts():
+        text = edge.metrics()
+        return (
+            metric(text, "edge_core_http_requests_total"),
+            metric(text, "edge_core_http_handed_over_total"),
+        )
+
+    def core_serves():  # the route is pushed a moment after the bind
+        before = settled(counts)[0]
+        assert edge.http("GET", host, "/echo").headers["x-lookup"] == "204"
+        return settled(counts)[0] > before
+
+    assert wait(core_serves)
+    before = settled(counts)
     got = edge.http("GET", host, "/echo")
     assert got.status_code == 200 and got.headers["x-lookup"] == "204"
+    # carried by the core, the call awaited by Python's decision (edge/decided.py)
+    after = settled(counts)
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 0)
 
 
 class _Plain(http.server.BaseHTTPRequestHandler):

@@ -132,6 +132,7 @@ RESPONSE_ONLY = {
         "config": {"replacements": [{"from": "a", "to": "b"}]},
     },
     "owasp-crs-response": {"type": "owasp-crs-response", "config": {}},
+    "http-request": DECIDABLE["http-request"],  # awaited in a task (Decider._response_calls)
 }
 RESPONSE_DECIDABLE = [
     "add-headers",
@@ -141,7 +142,10 @@ RESPONSE_DECIDABLE = [
     "log",
 ] + list(RESPONSE_ONLY)
 RESPONSE_NOT = {
-    "http-request": DECIDABLE["http-request"],  # its call would wait: the request phase's only
+    "http-request past the budget": {
+        "type": "http-request",
+        "config": {"url": "https://lookup.internal/", "timeout": "25s"},
+    },
     "add-headers Content-Length": NOT_DECIDABLE["add-headers Content-Length"],
     "remove-headers transfer-encoding": NOT_DECIDABLE["remove-headers Transfer-Encoding"],
 }
@@ -1527,3 +1531,75 @@ def test_a_forward_internal_to_a_body_reading_endpoint_is_the_python_paths_on_ht
     _decide(made, [_row(1, multiplexed=True), _row(2)])
     assert [c[:2] for c in carrier.calls] == [("python", 1), ("internal", 2)]
     assert carrier.calls[1][6]["responses"] is True
+
+
+# ---- the response phase's outbound calls ---------------------------------------------------
+CALLED = {
+    "on_http_response": [
+        {
+            "actions": [
+                {"type": "http-request", "config": {"url": "https://lookup.internal/"}},
+                {
+                    "type": "add-headers",
+                    "config": {
+                        "headers": {
+                            "x-lookup": "${actions.ngrok.http_request.res.status_code}",
+                        }
+                    },
+                },
+            ]
+        }
+    ]
+}
+
+
+def _responses_in_task(made, rows):
+    """``made.responses(rows)`` on an event loop, and the tasks it started run to their end:
+    the decisions, flushes left out."""
+    calls = made.edge.carrier.calls
+
+    async def run():
+        made.responses(rows)
+        for _ in range(100):
+            if not _deciding():
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    return [c for c in calls if c[0] != "flush"], calls.count(("flush",))
+
+
+def test_a_response_phases_call_is_awaited_and_the_phase_goes_on_with_its_answer(monkeypatch):
+    """http-request in the response phase: the call awaited in a task (as edge/http_policy.py's
+    response_phase awaits it), the phase resumed with its answer, the head rewritten; the
+    decision flushed by the task."""
+    made, carrier, memo = _forwarded(CALLED)
+    asked = []
+
+    async def perform(edge, account_id, call):
+        asked.append(call.url)
+        return {"res": {"status_code": 204}}, False
+
+    monkeypatch.setattr(decided.http_request, "perform", perform)
+    decisions, flushes = _responses_in_task(made, [(2, 7, 200, TEXT, memo, None)])
+    assert asked == ["https://lookup.internal/"] and flushes == 1
+    assert decisions == [
+        (
+            "rewrite",
+            2,
+            [(b"content-type", b"text/plain"), (b"content-length", b"20"), (b"x-lookup", b"204")],
+            memo,
+        )
+    ]
+
+
+def test_a_response_phases_call_past_the_cores_wait_closes_its_ticket(monkeypatch):
+    made, carrier, memo = _forwarded(CALLED)
+
+    async def forever(*args, **kwargs):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(decided, "DECIDE_SECONDS", 0.2)
+    monkeypatch.setattr(decided.http_request, "perform", forever)
+    decisions, flushes = _responses_in_task(made, [(2, 7, 200, TEXT, memo, None)])
+    assert decisions == [("close", 2)] and flushes == 1
