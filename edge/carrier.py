@@ -472,6 +472,20 @@ class Carrier:
         framed by a Content-Length of its size."""
         self._core.decide_rewrite(ticket, fields, memo, encode, body)
 
+    def decide_events(
+        self,
+        ticket: int,
+        fields: List[Tuple[bytes, bytes]],
+        memo: Any = None,
+        encode: Optional[str] = None,
+    ) -> None:
+        """Ticket ``ticket``'s response head goes on with ``fields`` as decide_rewrite sends
+        it, chunked, its body server-sent events: each piece the agent sends comes back to
+        ``on_responses`` first (the row's last item: (the piece, whether the body ended)),
+        answered with decide_rewrite's ``body`` (what to send instead) or decide_close (the
+        response cut there)."""
+        self._core.decide_events(ticket, fields, memo, encode)
+
     def decide_close(self, ticket: int) -> None:
         self._core.decide_close(ticket)
 

@@ -19,15 +19,19 @@ for a find-replace, the first 4 KiB for the OWASP rules) and asks again with it
 (:meth:`Decider._response_body`), and the rewritten body goes in place of the agent's, or
 what was read and the rest after it. Never on a stream of an HTTP/2 connection: such a
 request of a route whose policy reads the response's body is handed to the Python path
-before it goes on (:func:`reads_response_body`).
+before it goes on (:func:`reads_response_body`). A ``text/event-stream`` response of a policy
+with ``on_event_stream_message`` rules is answered ``decide_events``: the core hands each piece
+of its body back first, and :meth:`Decider._event_piece` answers with the messages it
+completed, rewritten (or closes: a message past its bound cuts the response).
 
 A policy is *decidable* (:func:`decidable`) when every run of it ends in one of those with
 nothing but the heads and the bodies: each ``on_http_request`` action is one of
-:data:`DECIDED_ACTIONS` and each ``on_http_response`` one of :data:`RESPONSE_ACTIONS` (no
-compression but by the core, with an algorithm it has: gzip or deflate); each phase's
-outbound calls within AWAIT_BUDGET; no ``on_tcp_connect`` or
-``on_event_stream_message`` rule; and no header action names a framing field
-(Content-Length, Transfer-Encoding: the core frames each body by its own sender's head). Any
+:data:`DECIDED_ACTIONS`, each ``on_event_stream_message`` one of :data:`EVENT_ACTIONS` (not
+beside a response phase that reads the body), and each ``on_http_response`` one of
+:data:`RESPONSE_ACTIONS` (no compression but by the core, with an algorithm it has: gzip
+or deflate); each phase's outbound calls within AWAIT_BUDGET; no ``on_tcp_connect`` rule; and
+no header action names a framing field (Content-Length, Transfer-Encoding: the core frames
+each body by its own sender's head). Any
 other policy keeps its route on the Python path whole. A policy that names IP policies
 (``restrict-ips``) or vault secrets is decided in a task, once the caches the Python path
 reads them through have them.
@@ -87,6 +91,7 @@ from chalicelib.core import policy as tp
 from chalicelib.core.policy import actions as tp_actions
 from chalicelib.core.policy import compile_policy
 from chalicelib.core.policy.actions import MAX_FIND_REPLACE_BODY, RewriteTooLarge
+from chalicelib.core.policy import sse as tp_sse
 from chalicelib.core.policy.holding import request_reads
 from chalicelib.core.policy.waf import BODY_LIMIT as WAF_BODY_LIMIT
 from chalicelib.core import edge_errors
@@ -145,9 +150,17 @@ RESPONSE_ACTIONS = (
 )
 # The algorithms the core compresses with (edge_core/src/encode.rs)
 CORE_ENCODINGS = frozenset({"gzip", "deflate"})
+# The actions of a decidable policy's on_event_stream_message phase: the core hands each
+# piece of an event stream's body to Python, which rewrites the messages it completes
+# (Decision::Events; Decider._event_piece)
+EVENT_ACTIONS = (tp_actions.SseFindReplace,)
 FRAMING_FIELDS = ("content-length", "transfer-encoding")
-OTHER_PHASES = ("on_tcp_connect", "on_event_stream_message")
-PHASES = (("on_http_request", DECIDED_ACTIONS), ("on_http_response", RESPONSE_ACTIONS))
+OTHER_PHASES = ("on_tcp_connect",)
+PHASES = (
+    ("on_http_request", DECIDED_ACTIONS),
+    ("on_http_response", RESPONSE_ACTIONS),
+    ("on_event_stream_message", EVENT_ACTIONS),
+)
 
 # The outcomes of a request phase's run that wait (a sign-in's step, an outbound call, the
 # request's body read by the core)
@@ -183,6 +196,8 @@ def _decidable(policy: Any) -> bool:
     """Whether every run of ``policy`` ends in a decision the core applies (above)."""
     if any(policy.has(phase) for phase in OTHER_PHASES):
         return False
+    if policy.has("on_event_stream_message") and _reads_response_body(policy):
+        return False  # (the events rewritten before the body is read: the Python path's)
     for phase, _ in PHASES:  # each phase's calls within one wait of the core's for a ticket
         calls = sum(
             float(action.timeout)
@@ -252,7 +267,11 @@ def _mode_of(policy: Optional[Any]) -> Optional[int]:
         return PLAIN
     if not decidable(policy):
         return None
-    if policy.has("on_http_response") or _signs_in(policy):
+    if (
+        policy.has("on_http_response")
+        or policy.has("on_event_stream_message")
+        or _signs_in(policy)
+    ):
         return RESPONSES
     return DECIDED
 
@@ -1101,7 +1120,9 @@ class Decider:
         carrier = self.edge.carrier
         for ticket, _, status, fields, traffic, read in rows:
             try:
-                if read is not None:
+                if read is not None and traffic is not None and traffic.sse is not None:
+                    self._event_piece(carrier, ticket, read, traffic)
+                elif read is not None:
                     self._response_body(carrier, ticket, read, traffic)
                 else:
                     self._response(carrier, ticket, status, fields, traffic)
@@ -1171,6 +1192,13 @@ class Decider:
                 return
             self._answer(ticket, answer, method, True, traffic)
         elif out.kind == tp.CONTINUE:
+            # server-sent events the on_event_stream_message rules rewrite: sent chunked (the
+            # messages change size), each piece Python's first (as response_phase sets it up)
+            streams = traffic.policy.has("on_event_stream_message") and _event_stream(
+                method, status, res
+            )
+            if streams:
+                res.remove_header("content-length")
             try:
                 rewritten = http1.checked_headers(
                     [(http_policy.wire(n), http_policy.wire(v)) for n, v in res.headers]
@@ -1194,9 +1222,33 @@ class Decider:
                 return
             compressor = out.compressor  # compress-response negotiated one: the core's to run
             encode = compressor.algorithm if compressor is not None else None
+            if streams:
+                traffic.sse = http_policy.EventStream(traffic, res)
+                carrier.decide_events(ticket, rewritten, traffic, encode=encode)
+                return
             carrier.decide_rewrite(ticket, rewritten, traffic, encode=encode)
         else:
             carrier.decide_close(ticket)
+
+    def _event_piece(self, carrier: Any, ticket: int, read: ReadBody, traffic: Any) -> None:
+        """One piece of an event stream's body (Decision::Events): the messages it completes
+        through on_event_stream_message, rewritten (edge/http_policy.py's EventStream, as
+        edge/public.py feeds it), and at the body's end what the stream ended with, run as a
+        message too; a message past sse.MAX_EVENT (or a rule's result past it) cuts the
+        response there (never passed on unrewritten)."""
+        data, complete = read
+        stream = traffic.sse
+        try:
+            out = stream.feed(data) if data else b""
+            if complete:
+                traffic.sse = None
+                out += stream.finish()
+        except tp_sse.TooLarge as exc:
+            log.info("ending an event stream: %s", exc)
+            traffic.sse = None
+            carrier.decide_close(ticket)
+            return
+        carrier.decide_rewrite(ticket, [], traffic, body=out)
 
     def _response_body(self, carrier: Any, ticket: int, read: ReadBody, traffic: Any) -> None:
         """The response phase's body actions on what the core read of the agent's body (as
@@ -1259,6 +1311,17 @@ def _answered(traffic: Any, status: int) -> Any:
     http_policy.record_upstream(traffic, status)
     traffic.breakers, traffic.upstream_breaker = [], None
     return traffic
+
+
+def _event_stream(method: bytes, status: int, res: Any) -> bool:
+    """A response whose body is server-sent events (and has a body), as
+    edge/http_policy.py's ``event_stream`` says it."""
+    if method == b"HEAD" or status in (204, 304) or status < 200:
+        return False
+    for name, value in res.headers:
+        if name == "content-type":
+            return value.split(";")[0].strip().lower() == tp_sse.MEDIA_TYPE
+    return False
 
 
 def _agrees(now: Optional[int], pushed: int) -> bool:

@@ -426,6 +426,16 @@ class Core:
         """Ticket ``ticket``'s response head on to the client with ``fields``; with
         ``encode`` (``gzip`` or ``deflate``, else ValueError), its body compressed; after
         decide_body, what was read first, or ``body`` instead (Content-Length framed)."""
+    def decide_events(
+        self,
+        ticket: int,
+        fields: List[Tuple[bytes, bytes]],
+        memo: Any = None,
+        encode: Optional[str] = None,
+    ) -> None:
+        """Ticket ``ticket``'s response head on with ``fields``, chunked, its body's pieces
+        each handed back first (the response row asked again) and answered with
+        decide_rewrite's ``body`` or decide_close."""
     def decide_close(self, ticket: int) -> None: ...
     def decide_python(self, ticket: int) -> None:
         """Ticket ``ticket``'s connection handed over, its request's bytes included."""

@@ -151,6 +151,16 @@ pub enum Decision {
         encode: Option<crate::encode::Encoding>,
         body: Option<Vec<u8>>,
     },
+    /// A response head goes on as [`Decision::Rewrite`] sends it (chunked: no Content-Length,
+    /// `encode` as there), its body server-sent events the policy rewrites message by message
+    /// (`on_event_stream_message`): each piece read from the agent is Python's first, the
+    /// response row asked again with it ([`AskedResponse::body`], `complete` at the body's
+    /// end) and answered with what to send instead (a [`Decision::Rewrite`]'s `body`: the
+    /// messages it completed, rewritten), or closed (the response cut there).
+    Events {
+        fields: Vec<Field>,
+        encode: Option<crate::encode::Encoding>,
+    },
     /// Close the connection without an answer.
     Close,
     /// The connection is Python's from this request on (nothing was run for it).

@@ -178,6 +178,7 @@ fn holdable(decision: &Decision) -> Option<usize> {
         | Decision::Body { .. }
         | Decision::Internal { .. }
         | Decision::Rewrite { .. }
+        | Decision::Events { .. }
         | Decision::Python => return None,
     };
     (size <= MAX_DECISION).then_some(size + 64)

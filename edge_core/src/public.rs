@@ -1345,7 +1345,7 @@ pub(crate) async fn connection<C: Conn>(
                     continue;
                 }
                 // a close, or a response's decision given for a request: closed
-                Decision::Close | Decision::Rewrite { .. } => {
+                Decision::Close | Decision::Rewrite { .. } | Decision::Events { .. } => {
                     let _ = tcp.shutdown().await;
                     break end_leg(leg);
                 }
@@ -2207,6 +2207,9 @@ async fn respond<W: AsyncWrite + Unpin>(
     let mut ended = matches!(from_agent, Framing::None | Framing::Length(0));
     // what the response phase read of the agent's body (Decision::Body), unsent yet
     let mut prefix: Option<Vec<u8>> = None;
+    // the body's server-sent events are Python's to rewrite, piece by piece, under this
+    // ticket (Decision::Events)
+    let mut events: Option<u64> = None;
     if leg.route.responses {
         // the route's response phase, in Python, on the head (decide.rs)
         let (ticket, waiting) = public.decisions.ticket();
@@ -2312,6 +2315,12 @@ async fn respond<W: AsyncWrite + Unpin>(
                 rewritten = true;
                 encoding = encode;
             }
+            Decision::Events { fields, encode } if prefix.is_none() => {
+                resp.fields = fields;
+                rewritten = true;
+                encoding = encode;
+                events = Some(ticket).filter(|_| !bodiless);
+            }
             Decision::Respond {
                 status,
                 head,
@@ -2344,8 +2353,9 @@ async fn respond<W: AsyncWrite + Unpin>(
     // the core frames the client's side itself, chunked: a body compressed, or a chunked one
     // whose first data went to the response phase (read out of its framing: the rest is
     // framed anew); the agent's trailers are not sent then
-    let reframed =
-        encoder.is_some() || (prefix.is_some() && from_agent == Framing::Chunked && !bodiless);
+    let reframed = encoder.is_some()
+        || events.is_some()
+        || (prefix.is_some() && from_agent == Framing::Chunked && !bodiless);
     let agent_framing = resp.framing;
     if reframed {
         resp.fields.retain(|(name, _)| {
@@ -2411,6 +2421,23 @@ async fn respond<W: AsyncWrite + Unpin>(
                     Framing::UntilClose => std::mem::take(rbuf),
                     Framing::None => Vec::new(),
                 };
+                let data = match events {
+                    Some(ticket) => {
+                        // the head (and what went before) first: the client has it while
+                        // Python rewrites the piece, and keeps it if the stream is cut
+                        if !out.is_empty() {
+                            wr.write_all(&out)
+                                .await
+                                .map_err(|_| (Failed::Client, begun))?;
+                            out.clear();
+                            begun = true;
+                        }
+                        rewrite_events(public, leg, ticket, record, data, ended)
+                            .await
+                            .map_err(|failed| (failed, begun))?
+                    }
+                    None => data,
+                };
                 let piece = match encoder.as_mut() {
                     Some(enc) => enc.feed(&data),
                     None => data,
@@ -2471,6 +2498,19 @@ async fn respond<W: AsyncWrite + Unpin>(
         }
         match stream_read(leg, rbuf).await {
             Ok(0) if from_agent == Framing::UntilClose => {
+                if let Some(ticket) = events {
+                    // the stream's end: what the messages' rewriter still holds, run as one
+                    let tail = rewrite_events(public, leg, ticket, record, Vec::new(), true)
+                        .await
+                        .map_err(|failed| (failed, begun))?;
+                    let piece = match encoder.as_mut() {
+                        Some(enc) => enc.feed(&tail),
+                        None => tail,
+                    };
+                    http::keep(&mut record.response_body, capture, &piece);
+                    record.bytes_out += piece.len() as u64;
+                    http::chunk(&piece, &mut out);
+                }
                 finish(encoder.take(), record, capture, &mut out);
                 wr.write_all(&out)
                     .await
@@ -2480,6 +2520,41 @@ async fn respond<W: AsyncWrite + Unpin>(
             Ok(0) | Err(_) => return Err((Failed::Unreachable, true)),
             Ok(_) => {}
         }
+    }
+}
+
+/// One piece of an event stream's body through the policy's `on_event_stream_message` rules
+/// (Decision::Events): the response row asked again with it (`ended`: the body's end) and
+/// what Python sends instead (the messages it completed, rewritten); Err when Python cut the
+/// response (a message past its bound: never passed on unrewritten) or did not answer.
+async fn rewrite_events(
+    public: &Public,
+    leg: &Leg,
+    ticket: u64,
+    record: &Served,
+    data: Vec<u8>,
+    ended: bool,
+) -> Result<Vec<u8>, Failed> {
+    let waiting = public.decisions.again(ticket);
+    public.inbox.push_response(AskedResponse {
+        ticket,
+        route: leg.route.key,
+        status: record.status,
+        fields: Vec::new(),
+        memo: record.memo.clone(),
+        body: Some(ReadBody {
+            data: Some(data),
+            complete: ended,
+        }),
+    });
+    match waiting.decided(DECIDE_TIMEOUT).await {
+        Some(Decided {
+            decision: Decision::Rewrite {
+                body: Some(body), ..
+            },
+            ..
+        }) => Ok(body),
+        _ => Err(Failed::Client),
     }
 }
 

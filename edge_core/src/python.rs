@@ -1032,6 +1032,29 @@ impl Core {
         Ok(())
     }
 
+    /// Ticket `ticket`'s response head goes on with `fields` as decide_rewrite sends it,
+    /// chunked, its body server-sent events: each piece the agent sends is handed back first
+    /// (the response row asked again with it, `complete` at the end) and answered with
+    /// decide_rewrite's `body` (what to send instead) or decide_close (the response cut).
+    #[pyo3(signature = (ticket, fields, memo = None, encode = None))]
+    fn decide_events(
+        &self,
+        ticket: u64,
+        fields: Vec<(PyBackedBytes, PyBackedBytes)>,
+        memo: Option<Py<PyAny>>,
+        encode: Option<&str>,
+    ) -> PyResult<()> {
+        let encode = match encode {
+            None => None,
+            Some(name) => Some(Encoding::named(name).ok_or_else(|| {
+                PyValueError::new_err(format!("the core does not compress with {name:?}"))
+            })?),
+        };
+        let fields = owned_fields(fields);
+        self.decided(ticket, Decision::Events { fields, encode }, memo, false);
+        Ok(())
+    }
+
     /// Ticket `ticket`'s request goes on to its route's agent with `head` (the request line
     /// and fields as Python wrote them, ending with the blank line); `memo` comes back with
     /// its record. Each decide_* call queues its decision until flush_decisions; a ticket no

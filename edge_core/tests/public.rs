@@ -2577,3 +2577,98 @@ async fn an_agent_that_ends_while_its_body_is_read_is_a_502_and_nothing_asked_ag
     assert!(text.contains("ERR_NGROK_3004"), "{text}");
     assert!(!text.contains("only ten"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_streams_pieces_are_pythons_to_rewrite_before_they_go_on() {
+    use edge_core::decide::Decision;
+    let (carrier, port, session, mut agent) = setup(16);
+    carrier
+        .routes
+        .set("e.test".into(), decided_route(&session, true));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    // a stream rewritten to its end, then one Python cuts (a message past its bound)
+    for (i, cut) in [false, true].into_iter().enumerate() {
+        let request = format!("GET /{i} HTTP/1.1\r\nHost: e.test\r\n\r\n");
+        client.write_all(request.as_bytes()).await.unwrap();
+        let row = asked(&carrier).await;
+        carrier
+            .decisions
+            .answer(row.ticket, decided(Decision::Append { fields: Vec::new() }));
+        let (sid, _) = agent_reads(&mut agent, |g| g.ends_with(b"\r\n\r\n")).await;
+        let mut frames = Vec::new();
+        encode(
+            &mut frames,
+            DATA,
+            0,
+            sid,
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: a\n\n\r\n",
+        );
+        agent.write_all(&frames).await.unwrap();
+        let head = asked_response(&carrier).await;
+        carrier.decisions.answer(
+            head.ticket,
+            decided(Decision::Events {
+                fields: vec![(b"content-type".to_vec(), b"text/event-stream".to_vec())],
+                encode: None,
+            }),
+        );
+        // the piece, out of its framing, Python's first
+        let piece = asked_response(&carrier).await;
+        let read = piece.body.expect("asked with the piece");
+        assert_eq!(piece.ticket, head.ticket);
+        assert_eq!(
+            (read.data.unwrap(), read.complete),
+            (b"data: a\n\n".to_vec(), false)
+        );
+        if cut {
+            carrier
+                .decisions
+                .answer(piece.ticket, decided(Decision::Close));
+            // the response ends there: no last chunk, the connection closed
+            let mut got = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut got))
+                .await
+                .expect("closed");
+            assert!(read.is_ok());
+            let text = String::from_utf8_lossy(&got);
+            assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+            assert!(
+                !text.contains("data: a") && !text.ends_with("0\r\n\r\n"),
+                "{text}"
+            );
+            return;
+        }
+        carrier.decisions.answer(
+            piece.ticket,
+            decided(Decision::Rewrite {
+                fields: Vec::new(),
+                encode: None,
+                body: Some(b"data: A\n\n".to_vec()),
+            }),
+        );
+        let mut frames = Vec::new();
+        encode(&mut frames, DATA, 0, sid, b"0\r\n\r\n");
+        agent.write_all(&frames).await.unwrap();
+        // the body's end: what the rewriter still held
+        let end = asked_response(&carrier).await;
+        let read = end.body.expect("asked at the end");
+        assert_eq!((read.data.unwrap(), read.complete), (Vec::new(), true));
+        carrier.decisions.answer(
+            end.ticket,
+            decided(Decision::Rewrite {
+                fields: Vec::new(),
+                encode: None,
+                body: Some(b"data: tail\n\n".to_vec()),
+            }),
+        );
+        let got = read_response(&mut client, b"\r\n0\r\n\r\n").await;
+        let split = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&got[..split]).to_lowercase();
+        assert_eq!(
+            head.matches("transfer-encoding: chunked").count(),
+            1,
+            "{head}"
+        );
+        assert_eq!(dechunked(&got[split..]), b"data: A\n\ndata: tail\n\n");
+    }
+}

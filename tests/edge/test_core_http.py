@@ -233,12 +233,21 @@ def test_a_bad_head_is_answered_by_python_as_before(edge, plain):
 
 
 def test_a_route_whose_traffic_policy_rewrites_events_goes_through_python(edge, api, plain):
-    """A policy that rewrites server-sent events (sse-find-replace) is not decidable
-    (edge/decided.py): its route is the Python path's whole; one that needs only the heads
-    and the bodies is the core's (tests/edge/test_core_decided.py)."""
+    """A policy that rewrites server-sent events beside a response phase that reads the body
+    (the events rewritten before the body is read) is not decidable (edge/decided.py): its
+    route is the Python path's whole; one that needs only the heads and the bodies is the
+    core's (tests/edge/test_core_decided.py)."""
     policy = {
         "on_http_response": [
-            {"actions": [{"type": "add-headers", "config": {"headers": {"x-policy": "ran"}}}]}
+            {
+                "actions": [
+                    {"type": "add-headers", "config": {"headers": {"x-policy": "ran"}}},
+                    {
+                        "type": "response-body-find-replace",
+                        "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+                    },
+                ]
+            }
         ],
         "on_event_stream_message": [
             {

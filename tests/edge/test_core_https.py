@@ -185,9 +185,20 @@ def test_another_host_on_the_cores_http2_connection_is_pythons_for_its_stream_al
     edge, api, plain
 ):
     """A stream for a name the core has no route for (here: a policy that rewrites
-    server-sent events) goes to Python over the bridge as an HTTP/1.1 request with the
-    handshake's facts; the connection's other streams stay the core's."""
+    server-sent events beside a response body's read: not decidable) goes to Python over the
+    bridge as an HTTP/1.1 request with the handshake's facts; the connection's other streams
+    stay the core's."""
     policy = {
+        "on_http_response": [
+            {
+                "actions": [
+                    {
+                        "type": "response-body-find-replace",
+                        "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+                    }
+                ]
+            }
+        ],
         "on_event_stream_message": [
             {
                 "actions": [
@@ -197,7 +208,7 @@ def test_another_host_on_the_cores_http2_connection_is_pythons_for_its_stream_al
                     }
                 ]
             }
-        ]
+        ],
     }
     agent = SdkAgent(
         edge,
@@ -233,10 +244,14 @@ def test_another_host_on_the_cores_connection_goes_to_python_with_the_handshakes
                             }
                         },
                     },
+                    {
+                        "type": "response-body-find-replace",
+                        "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+                    },
                 ]
             }
         ],
-        # events the edge may rewrite: the route stays Python's (edge/decided.py)
+        # events rewritten beside the body's read: the route stays Python's (edge/decided.py)
         "on_event_stream_message": [
             {
                 "actions": [

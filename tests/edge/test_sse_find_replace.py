@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from stacks.agents import SdkAgent
+from tests.edge.support import metric, settled, wait
 from tests.edge.test_edge_sdk import _bound, _credential, _host
 
 KIB = 1024
@@ -78,6 +79,34 @@ def test_a_message_of_256_kib_passes_and_one_byte_more_ends_the_response(edge, h
         for piece in over.iter_content(None):
             seen.append(piece)
     assert b"sss" not in b"".join(seen)  # nothing of the message passed on
+
+
+def _counts(edge):
+    text = edge.metrics()
+    return (
+        metric(text, "edge_core_http_requests_total"),
+        metric(text, "edge_core_http_handed_over_total"),
+    )
+
+
+def test_the_core_carries_the_stream_python_rewriting_each_piece(edge, host):
+    """The route is decided (edge/decided.py): the core carries the stream, each piece the
+    agent sends Python's to rewrite first (Decision::Events), over HTTP/1.1 and HTTP/2 alike,
+    none handed over."""
+
+    def core_serves():  # the route is pushed a moment after the bind
+        before = settled(lambda: _counts(edge))[0]
+        assert edge.http("GET", host, "/events?n=1").status_code == 200
+        return settled(lambda: _counts(edge))[0] > before
+
+    assert wait(core_serves)
+    before = settled(lambda: _counts(edge))
+    got = edge.http("GET", host, "/events?n=3")
+    assert got.text == "retry: 5000\n\n" + "".join(_message(i) for i in range(3))
+    out = edge.curl_https(host, "/events?n=2", "--http2")
+    assert out.stdout.rpartition("\n")[0] == "retry: 5000\n\n" + _message(0) + _message(1)
+    after = settled(lambda: _counts(edge))
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 0)
 
 
 def test_a_response_that_is_not_an_event_stream_is_untouched(edge, host):

@@ -191,7 +191,7 @@ def test_the_modes():
     assert mode_of(compile_policy(_req(DECIDABLE["deny"]))) == decided.DECIDED
 
 
-def test_sse_rules_are_not():
+def test_sse_rules_beside_a_request_phase_are_decided():
     doc = {
         **_req(DECIDABLE["add-headers"]),
         "on_event_stream_message": [
@@ -205,7 +205,8 @@ def test_sse_rules_are_not():
             }
         ],
     }
-    assert not decidable(compile_policy(doc))
+    policy = compile_policy(doc)
+    assert decidable(policy) and mode_of(policy) == decided.RESPONSES
 
 
 # ---- decisions ---------------------------------------------------------------------------------
@@ -237,6 +238,9 @@ class _Carrier:
         self.calls.append(("rewrite", ticket, fields, memo) + ((encode,) if encode else ()))
         if body is not None:
             self.calls.append(("rewritten body", ticket, body))
+
+    def decide_events(self, ticket, fields, memo=None, encode=None):
+        self.calls.append(("events", ticket, fields, memo) + ((encode,) if encode else ()))
 
     def flush_decisions(self):
         self.calls.append(("flush",))
@@ -1603,3 +1607,71 @@ def test_a_response_phases_call_past_the_cores_wait_closes_its_ticket(monkeypatc
     monkeypatch.setattr(decided.http_request, "perform", forever)
     decisions, flushes = _responses_in_task(made, [(2, 7, 200, TEXT, memo, None)])
     assert decisions == [("close", 2)] and flushes == 1
+
+
+# ---- server-sent events: on_event_stream_message --------------------------------------------
+EVENTS = {
+    "on_event_stream_message": [
+        {
+            "actions": [
+                {
+                    "type": "sse-find-replace",
+                    "config": {
+                        "replacements": [
+                            {"field": "data", "from": "(\\d{4})-(\\d{4})", "to": "XXXX-$2"}
+                        ]
+                    },
+                }
+            ]
+        }
+    ]
+}
+STREAM = [(b"Content-Type", b"text/event-stream"), (b"Content-Length", b"60")]
+
+
+def test_an_event_stream_policy_is_decided_with_its_response_heads():
+    policy = compile_policy(EVENTS)
+    assert decidable(policy) and mode_of(policy) == decided.RESPONSES
+    with_body = {**EVENTS, **RES_FIND_REPLACE}  # (the events rewritten before the body read)
+    assert not decidable(compile_policy(with_body))
+
+
+def test_an_event_streams_messages_are_rewritten_piece_by_piece_as_they_complete():
+    """The head goes on without its Content-Length (chunked: the messages change size); each
+    piece the core hands back is answered with the messages it completed, rewritten (none
+    yet: nothing); at the body's end, what the stream ended with, run as a message too."""
+    made, carrier, memo = _forwarded(EVENTS)
+    made.responses([(2, 7, 200, STREAM, memo, None)])
+    assert carrier.calls == [("events", 2, [(b"content-type", b"text/event-stream")], memo)]
+    carrier.calls.clear()
+    for piece, complete in (
+        (b"data: card 1234-", False),
+        (b"5678\n\ndata: 9999-0000", False),
+        (b"", True),
+    ):
+        made.responses([(2, 7, 200, [], memo, (piece, complete))])
+    bodies = [c[2] for c in carrier.calls if c[0] == "rewritten body"]
+    assert bodies == [b"", b"data: card XXXX-5678\n\n", b"data: XXXX-0000\n\n"]
+    assert [c[:3] for c in carrier.calls if c[0] == "rewrite"] == [("rewrite", 2, [])] * 3
+    assert memo.sse is None  # done with
+
+
+def test_a_response_that_is_not_an_event_stream_goes_on_as_it_came():
+    made, carrier, memo = _forwarded(EVENTS)
+    made.responses([(2, 7, 200, TEXT, memo, None), (3, 7, 204, STREAM, memo, None)])
+    assert [c[:3] for c in carrier.calls] == [
+        ("rewrite", 2, [(n.lower(), v) for n, v in TEXT]),
+        ("rewrite", 3, [(n.lower(), v) for n, v in STREAM]),  # no body: nothing to rewrite
+    ]
+    assert memo.sse is None
+
+
+def test_a_message_past_its_bound_cuts_the_event_stream():
+    from chalicelib.core.policy import sse
+
+    made, carrier, memo = _forwarded(EVENTS)
+    made.responses([(2, 7, 200, STREAM, memo, None)])
+    carrier.calls.clear()
+    past = b"data: " + b"s" * sse.MAX_EVENT  # no blank line yet, and already too long
+    made.responses([(2, 7, 200, [], memo, (past, False))])
+    assert carrier.calls == [("close", 2)] and memo.sse is None

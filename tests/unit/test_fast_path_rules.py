@@ -18,7 +18,17 @@ from edge.observe import hub_of
 from edge.registry import Registry, Tunnel
 
 HOST = "plain.tunnels.localhost"
-RESPONSE_PHASE = {  # sse-find-replace: each event is the Python path's to rewrite
+RESPONSE_PHASE = {  # events rewritten beside a response body's read: the Python path's
+    "on_http_response": [
+        {
+            "actions": [
+                {
+                    "type": "response-body-find-replace",
+                    "config": {"replacements": [{"from": "no-such-text", "to": "x"}]},
+                }
+            ]
+        }
+    ],
     "on_event_stream_message": [
         {
             "actions": [
@@ -28,7 +38,7 @@ RESPONSE_PHASE = {  # sse-find-replace: each event is the Python path's to rewri
                 }
             ]
         }
-    ]
+    ],
 }
 REQUEST_PHASE = {
     "on_http_request": [{"actions": [{"type": "add-headers", "config": {"headers": {"a": "1"}}}]}]
@@ -41,6 +51,16 @@ class _Tls:
 
     def spec_for(self, name):
         return self.by_host.get(name, tls_spec.DEFAULT)
+
+
+async def _settle() -> None:
+    """What the calls before started has run: 10 ms, then 100 turns of the loop. A fixed
+    sleep alone is not that: on a loaded machine the loop may be preempted past it, and the
+    sleep's timer then comes due before the push's next step (each ``await`` that suspends is
+    one more turn), so the assertion after ran first."""
+    await asyncio.sleep(0.01)
+    for _ in range(100):
+        await asyncio.sleep(0)
 
 
 def _edge():
@@ -130,7 +150,7 @@ def test_an_endpoint_that_asked_for_a_proxy_protocol_header_gets_it_from_the_cor
         edge.registry.by_host[HOST] = _tunnel(core, proto="http", proxy_proto=2)
         paths = FastPath(edge)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
 
     core.loop.run_until_complete(run())
     assert edge.carrier.set == [("http", HOST, 1)]
@@ -149,7 +169,7 @@ def test_a_converting_endpoint_with_no_policy_is_pushed_for_the_core_to_convert(
     async def run():
         edge.registry.by_host[HOST] = _tunnel(core, ws_tcp=True)
         FastPath(edge).sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
 
     core.loop.run_until_complete(run())
     assert edge.carrier.set == [("http", HOST, 1)] and edge.carrier.ws_tcp is True
@@ -287,11 +307,11 @@ def test_an_endpoint_whose_bodies_the_inspector_captures_is_pushed_keeping_them(
         edge.registry.by_host[HOST] = tunnel
         paths = FastPath(edge)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         pushed = (edge.carrier.set[-1], edge.carrier.capture, edge.carrier.decided_holds)
         capture[("ac_1", "ep_1")] = (False, float("inf"))
         paths.refresh()
-        await asyncio.sleep(0.01)
+        await _settle()
         again = (edge.carrier.set[-1], edge.carrier.capture, edge.carrier.decided_holds)
         return pushed, again, list(edge.carrier.dropped)
 
@@ -419,7 +439,7 @@ def test_a_used_route_is_checked_at_each_refresh_and_renewed_in_the_core_at_half
         edge.registry.by_host[HOST] = _tunnel(core, proto="http")
         paths = FastPath(edge)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.carrier.set == [("http", HOST, 1)] and edge.router.loads >= 1
         loads = edge.router.loads
         for _ in range(5):
@@ -435,13 +455,13 @@ def test_a_used_route_is_checked_at_each_refresh_and_renewed_in_the_core_at_half
         edge.router.kept = None  # the cache let the restrictions go: read, then checked again
         paths.refresh()
         paths.refresh()  # while they are read: no second read, no push
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.router.loads == loads + 1 and len(edge.carrier.set) == 2
         assert not paths._pending and where in paths.routes
         edge.router.kept = [{"type": "endpoints", "ip_policy_ids": ["ipp_1"]}]
         paths.refresh()  # the account restricted now: dropped at once, without a wait
         assert where not in paths.routes and edge.carrier.dropped[-1] == where
-        await asyncio.sleep(0.01)  # then pushed again: each request's client checked first
+        await _settle()  # then pushed again: each request's client checked first
         assert paths.routes[where][4] == fast_path.DECIDED | fast_path.RESTRICTED
         assert edge.carrier.decided_holds == (True, None)  # decided, nothing held
 
@@ -462,13 +482,13 @@ def test_an_accounts_routes_wait_for_one_read_of_its_restrictions_then_are_check
         edge.router.kept = None
         paths.refresh()
         assert not paths._pending, "no route is pushed for the read"
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.router.loads == loads + 1 and len(edge.carrier.set) == 3
         assert sorted(h for _, h in paths.routes) == hosts
         edge.router.kept = None
         edge.router.ip_restrictions = _failing_read(edge.router)
         paths.refresh()
-        await asyncio.sleep(0.01)
+        await _settle()
         assert sorted(edge.carrier.dropped[-3:]) == [("http", host) for host in hosts]
         assert sorted(paths.routes) == [("http", host) for host in hosts]  # restricted now
         assert {held[4] for held in paths.routes.values()} == {DECIDED | RESTRICTED}
@@ -493,7 +513,7 @@ async def _three_routes(core, edge, hosts):
     paths = FastPath(edge)
     for host in hosts:
         paths.sync(host)
-    await asyncio.sleep(0.01)
+    await _settle()
     return paths
 
 
@@ -535,15 +555,15 @@ def test_a_policy_changed_in_place_pushes_the_route_anew_with_its_facts(core):
         edge.registry.by_host[HOST] = tunnel
         paths = FastPath(edge)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.carrier.set == [("http", HOST, 1)] and edge.carrier.holds == ["target"]
         paths.sync(HOST)  # nothing changed: nothing pushed
-        await asyncio.sleep(0.01)
+        await _settle()
         assert len(edge.carrier.set) == 1 and where not in edge.carrier.dropped
         tunnel.enforcement = types.SimpleNamespace(policy=compile_policy(by_method))
         paths.sync(HOST)
         assert where in edge.carrier.dropped  # at once, before any wait
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.carrier.set[-1] == ("http", HOST, 2) and edge.carrier.holds == ["method"]
         assert paths.route_of(1) is None and paths.route_of(2)[4] is tunnel.enforcement.policy
 
@@ -627,7 +647,7 @@ def test_a_pools_members_are_pushed_each_with_its_own_mode_and_decided_as_itself
         edge.registry.by_host[host] = members[0]
         paths = FastPath(edge)
         paths.sync(host)
-        await asyncio.sleep(0.01)
+        await _settle()
         return paths
 
     paths = core.loop.run_until_complete(run())
@@ -661,25 +681,25 @@ def test_a_pool_is_pushed_when_the_store_has_only_this_instances_agents_in_it(co
         edge.registry.by_host[HOST] = members[0]
         paths = FastPath(edge)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.carrier.set == [] and where not in paths.routes  # a cloud member
         store["clouds"] = []
         store["agents"]["ep_9"] = "another-instance"
         await asyncio.sleep(pools.CLOUD_CACHE_SECONDS + 0.05)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.carrier.set == [] and where not in paths.routes  # another's agent
         del store["agents"]["ep_9"]
         await asyncio.sleep(pools.CLOUD_CACHE_SECONDS + 0.05)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.carrier.set == [("http", HOST, [(2, "tn_0"), (3, "tn_1")])]
         assert paths.routes[where][0] == 1
         assert {k: paths.hops[k].endpoint_id for k in (2, 3)} == {2: "ep_0", 3: "ep_1"}
         members[1].pool.remove(members[1])
         paths.sync(HOST)  # the registry's change: dropped at once, then pushed again
         assert where in edge.carrier.dropped
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.carrier.set[-1] == ("http", HOST, [(5, "tn_0")])
 
     core.loop.run_until_complete(run())
@@ -763,12 +783,12 @@ def test_a_decided_route_keeps_its_rows_when_the_restrictions_cache_lapses(core)
         )
         paths = FastPath(edge)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         key = paths.routes[where][0]
         edge.router.kept = None  # the cache's second is up
         paths.decide([_row(1, key)])
         paths.sync(HOST)  # a registry change of the host meanwhile: nothing to drop
-        await asyncio.sleep(0.01)
+        await _settle()
         return key, paths.routes[where][0]
 
     key, now = core.loop.run_until_complete(run())
@@ -791,7 +811,7 @@ def test_a_request_the_restrictions_refuse_is_no_record_of_the_endpoint(core):
         edge.registry.by_host[HOST] = _tunnel(core, proto="http")
         paths = FastPath(edge)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         key = paths.routes[where][0] if (where := ("http", HOST)) in paths.routes else None
         hub = hub_of(edge)
         hub.record = queued.append
@@ -817,7 +837,7 @@ def test_a_switch_is_no_answer_its_breakers_count(core):
         edge.registry.by_host[HOST] = _tunnel(core, proto="http")
         paths = FastPath(edge)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         key = paths.routes[("http", HOST)][0]
         hub = hub_of(edge)
         hub.record = lambda *args: None
@@ -842,15 +862,15 @@ def test_the_routes_by_account_follow_each_push_and_drop(core):
         paths = FastPath(edge)
         edge.registry.by_host[HOST] = _tunnel(core)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         first = {a: set(p) for a, p in paths.by_account.items()}
         edge.registry.by_host[HOST] = _tunnel(core, id="tn_2", session=other)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         moved = {a: set(p) for a, p in paths.by_account.items()}
         edge.registry.by_host.pop(HOST)
         paths.sync(HOST)
-        await asyncio.sleep(0.01)
+        await _settle()
         paths.internal_changed("ac_2", "a.internal")  # nothing of it left: no error
         return first, moved, dict(paths.by_account)
 
@@ -993,17 +1013,17 @@ def test_a_cloud_endpoint_python_served_is_pushed_as_a_decided_route_without_a_s
         paths = FastPath(edge)
         assert paths.candidate(CLOUD) is None  # never read for a route
         paths.seen(CLOUD, "http", named=True)
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.carrier.set == [("http", CLOUD, 1)] and edge.carrier.mux is None
         assert edge.carrier.decided_holds == (True, [])  # a static forward: held, reading none
         assert paths.hops[1].endpoint_id == "ep_cloud" and paths.route_of(1)[0].cloud
         paths.seen(CLOUD, "http", named=True)  # its route is live: nothing more
-        await asyncio.sleep(0.01)
+        await _settle()
         assert len(edge.carrier.set) == 1
         del claims[CLOUD]
         await asyncio.sleep(CACHE_SECONDS + 0.05)
         paths.refresh()  # used: read again through the cache, and gone
-        await asyncio.sleep(0.01)
+        await _settle()
         assert ("http", CLOUD) in edge.carrier.dropped and ("http", CLOUD) not in paths.routes
 
     loop = asyncio.new_event_loop()
@@ -1036,7 +1056,7 @@ def test_a_cloud_endpoint_the_core_cannot_carry_is_read_once_and_stays_pythons(c
         paths = FastPath(edge)
         for _ in range(3):
             paths.seen(CLOUD, "http", named=True)
-            await asyncio.sleep(0.01)
+            await _settle()
         assert edge.carrier.set == [] and paths.candidate(CLOUD) is None
 
     loop = asyncio.new_event_loop()
@@ -1058,7 +1078,7 @@ def test_a_cloud_endpoint_whose_bodies_the_inspector_captures_keeps_them():
         hub_of(edge).inspector.capture[("ac_1", "ep_cloud")] = (True, float("inf"))
         paths = FastPath(edge)
         paths.seen(CLOUD, "http", named=True)
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.carrier.set == [("http", CLOUD, 1)]
         assert edge.carrier.capture == layout.BODY_BYTES + 1
 
@@ -1084,7 +1104,7 @@ def test_the_cloud_endpoints_kept_for_routes_stay_within_their_bound(monkeypatch
         sizes = []
         for name in names:
             paths.seen(name, "http", named=True)
-            await asyncio.sleep(0.01)
+            await _settle()
             sizes.append(len(paths.clouds))
         return sizes
 
@@ -1137,12 +1157,12 @@ def test_in_a_cluster_a_rate_limited_cloud_endpoint_stays_pythons_even_after_a_p
     async def run():
         paths = FastPath(edge)
         paths.seen(CLOUD, "http", named=True)
-        await asyncio.sleep(0.01)
+        await _settle()
         assert ("http", CLOUD) in paths.routes  # not rate-limited: served by every instance
         claims[CLOUD] = _claim(RATE_LIMITED)
         await asyncio.sleep(CACHE_SECONDS + 0.05)
         paths.refresh()
-        await asyncio.sleep(0.01)
+        await _settle()
         return ("http", CLOUD) in paths.routes
 
     assert not _on_its_loop(run())
@@ -1151,7 +1171,7 @@ def test_in_a_cluster_a_rate_limited_cloud_endpoint_stays_pythons_even_after_a_p
     async def single():
         paths = FastPath(alone)
         paths.seen(CLOUD, "http", named=True)
-        await asyncio.sleep(0.01)
+        await _settle()
         return ("http", CLOUD) in paths.routes
 
     assert _on_its_loop(single())
@@ -1168,11 +1188,11 @@ def test_an_idle_cloud_route_is_read_again_only_after_it_served():
     async def run():
         paths = FastPath(edge)
         paths.seen(CLOUD, "http", named=True)  # one request, then none
-        await asyncio.sleep(0.01)
+        await _settle()
         for _ in range(8):  # 4 s of refreshes, no request
             await asyncio.sleep(REFRESH_SECONDS)
             paths.refresh()
-        await asyncio.sleep(0.01)
+        await _settle()
         return ("http", CLOUD) in paths.routes
 
     assert CLOUD_TTL < 8 * REFRESH_SECONDS
@@ -1195,7 +1215,7 @@ def test_an_https_edges_name_python_served_is_pushed_as_a_route_of_its_edge():
     async def run():
         paths = FastPath(edge)
         paths.seen(EDGE_HOST, "http", named=True)
-        await asyncio.sleep(0.01)
+        await _settle()
         assert edge.carrier.set == [("http", EDGE_HOST, 1)] and edge.carrier.mux is None
         assert edge.carrier.decided_holds == (True, None)
         assert (
@@ -1204,7 +1224,7 @@ def test_an_https_edges_name_python_served_is_pushed_as_a_route_of_its_edge():
         del edges[f"{EDGE_HOST}:443"]
         await asyncio.sleep(CACHE_SECONDS + 0.05)
         paths.refresh()
-        await asyncio.sleep(0.01)
+        await _settle()
         assert ("http", EDGE_HOST) in edge.carrier.dropped
         assert ("http", EDGE_HOST) not in paths.routes
 
@@ -1215,7 +1235,7 @@ def test_an_https_edges_name_python_served_is_pushed_as_a_route_of_its_edge():
     async def in_a_cluster():
         paths = FastPath(clustered)
         paths.seen(EDGE_HOST, "http", named=True)
-        await asyncio.sleep(0.01)
+        await _settle()
         return clustered.carrier.set
 
     assert _on_its_loop(in_a_cluster()) == []
@@ -1260,7 +1280,7 @@ def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(
     async def run():
         paths = FastPath(edge)
         paths.seen(EDGE_HOST, "http", named=True)
-        await asyncio.sleep(0.01)
+        await _settle()
         return edge.carrier.set
 
     carried = shape in ("a tunnel group of the core's sessions", "no backend")
@@ -1296,15 +1316,15 @@ def test_an_accounts_internal_endpoint_changing_drops_its_forwarding_routes_held
         )
         for host in (CLOUD, other):
             paths.seen(host, "http", named=True)
-        await asyncio.sleep(0.01)
+        await _settle()
         keys = {host: paths.routes[("http", host)][0] for host in (CLOUD, other)}
         elsewhere = _tunnel(core, internal=True, hostname="b.internal", url="https://b.internal")
         edge.registry.add(elsewhere)  # another name its fixed URL does not name: kept
-        await asyncio.sleep(0.01)
+        await _settle()
         kept = paths.routes[("http", CLOUD)][0] == keys[CLOUD]
         internal = _tunnel(core, internal=True, hostname="a.internal", url="https://a.internal")
         edge.registry.add(internal)  # the internal endpoint its URL names comes
-        await asyncio.sleep(0.01)
+        await _settle()
         after = {host: paths.routes[("http", host)][0] for host in (CLOUD, other)}
         return keys, after, list(edge.carrier.dropped), kept
 
