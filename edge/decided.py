@@ -1145,15 +1145,30 @@ class Decider:
             traffic.set_cookies = None
             for cookie in cookies:
                 res.add_header("set-cookie", cookie)
+        # server-sent events the on_event_stream_message rules rewrite: known by the agent's
+        # own head, before the phase runs (as response_phase knows it: a phase that drops or
+        # sets the Content-Type changes nothing of it)
+        streams = traffic.policy.has("on_event_stream_message") and _event_stream(
+            traffic.request.method, status, res
+        )
         out = traffic.policy.on_http_response(traffic.conn, traffic.req, res, traffic.state)
         if out.kind == tp.HTTP_REQUEST:  # an outbound call: awaited in a task (the core's
             # request waits for its ticket meanwhile)
-            asyncio.ensure_future(self._response_calls(carrier, ticket, status, res, traffic, out))
+            asyncio.ensure_future(
+                self._response_calls(carrier, ticket, status, res, traffic, out, streams)
+            )
             return
-        self._response_out(carrier, ticket, status, res, traffic, out)
+        self._response_out(carrier, ticket, status, res, traffic, out, streams)
 
     async def _response_calls(
-        self, carrier: Any, ticket: int, status: int, res: Any, traffic: Any, out: Any
+        self,
+        carrier: Any,
+        ticket: int,
+        status: int,
+        res: Any,
+        traffic: Any,
+        out: Any,
+        streams: bool,
     ) -> None:
         """The response phase's outbound calls (``http-request``), each awaited as
         edge/http_policy.py's ``response_phase`` awaits it, the phase resumed after each,
@@ -1169,7 +1184,7 @@ class Decider:
                     out = await http_policy.http_call(
                         self.edge, "", traffic, "on_http_response", out, again
                     )
-            self._response_out(carrier, ticket, status, res, traffic, out)
+            self._response_out(carrier, ticket, status, res, traffic, out, streams)
         except TimeoutError:  # the core's wait ended (its connection is closed)
             log.debug("the response phase of a decided request: timed out")
             carrier.decide_close(ticket)
@@ -1180,9 +1195,17 @@ class Decider:
             carrier.flush_decisions()
 
     def _response_out(
-        self, carrier: Any, ticket: int, status: int, res: Any, traffic: Any, out: Any
+        self,
+        carrier: Any,
+        ticket: int,
+        status: int,
+        res: Any,
+        traffic: Any,
+        out: Any,
+        streams: bool,
     ) -> None:
-        """The decision of a response phase that ended in ``out``."""
+        """The decision of a response phase that ended in ``out`` (``streams``: the agent's
+        response is server-sent events the policy rewrites)."""
         method = traffic.request.method
         if out.kind == tp.RESPOND:
             try:
@@ -1192,11 +1215,8 @@ class Decider:
                 return
             self._answer(ticket, answer, method, True, traffic)
         elif out.kind == tp.CONTINUE:
-            # server-sent events the on_event_stream_message rules rewrite: sent chunked (the
-            # messages change size), each piece Python's first (as response_phase sets it up)
-            streams = traffic.policy.has("on_event_stream_message") and _event_stream(
-                method, status, res
-            )
+            # server-sent events: sent chunked (the messages change size), each piece
+            # Python's first (as response_phase sets it up)
             if streams:
                 res.remove_header("content-length")
             try:

@@ -436,7 +436,21 @@ class EventStream:
         self.messages = 0
 
     def feed(self, data: bytes) -> bytes:
-        return b"".join([self.feed_one(raw) for raw in self.splitter.feed(data)])
+        """The messages ``data`` completes, rewritten; sse.TooLarge when they come to more
+        than sse.MAX_FED bytes (checked as each is made: what is held stays that bound and
+        one message)."""
+        out: List[bytes] = []
+        size = 0
+        for raw in self.splitter.feed(data):
+            one = self.feed_one(raw)
+            size += len(one)
+            if size > tp_sse.MAX_FED:
+                raise tp_sse.TooLarge(
+                    f"the server-sent events of one read came to more than {tp_sse.MAX_FED} "
+                    "bytes rewritten"
+                )
+            out.append(one)
+        return b"".join(out)
 
     def finish(self) -> bytes:
         """What the stream ended with without a blank line, run as a message too (browsers

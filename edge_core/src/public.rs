@@ -2422,7 +2422,8 @@ async fn respond<W: AsyncWrite + Unpin>(
                     Framing::None => Vec::new(),
                 };
                 let data = match events {
-                    Some(ticket) => {
+                    // (a read of framing alone has nothing for Python, until the body's end)
+                    Some(ticket) if !data.is_empty() || ended => {
                         // the head (and what went before) first: the client has it while
                         // Python rewrites the piece, and keeps it if the stream is cut
                         if !out.is_empty() {
@@ -2436,11 +2437,12 @@ async fn respond<W: AsyncWrite + Unpin>(
                             .await
                             .map_err(|failed| (failed, begun))?
                     }
-                    None => data,
+                    _ => data,
                 };
+                // (nothing to compress: no flush, no empty block sent as a chunk)
                 let piece = match encoder.as_mut() {
-                    Some(enc) => enc.feed(&data),
-                    None => data,
+                    Some(enc) if !data.is_empty() => enc.feed(&data),
+                    _ => data,
                 };
                 http::keep(&mut record.response_body, capture, &piece);
                 record.bytes_out += piece.len() as u64;
@@ -2504,8 +2506,8 @@ async fn respond<W: AsyncWrite + Unpin>(
                         .await
                         .map_err(|failed| (failed, begun))?;
                     let piece = match encoder.as_mut() {
-                        Some(enc) => enc.feed(&tail),
-                        None => tail,
+                        Some(enc) if !tail.is_empty() => enc.feed(&tail),
+                        _ => tail,
                     };
                     http::keep(&mut record.response_body, capture, &piece);
                     record.bytes_out += piece.len() as u64;

@@ -44,7 +44,15 @@ def _message(i, card="XXXX-5678"):
 def host(edge, api):
     binds = [{"proto": "http", "options": {"traffic_policy": [json.dumps(POLICY)]}}]
     agent = SdkAgent(edge, _credential(api.new_account())["token"], binds)
-    yield _host(_bound(agent.start())[0]["url"])
+    name = _host(_bound(agent.start())[0]["url"])
+
+    def core_serves():  # the route is pushed a moment after the bind: the tests run on the
+        before = settled(lambda: _counts(edge))[0]  # core's path (edge/decided.py)
+        assert edge.http("GET", name, "/events?n=1").status_code == 200
+        return settled(lambda: _counts(edge))[0] > before
+
+    assert wait(core_serves)
+    yield name
     agent.stop()
 
 
@@ -94,17 +102,13 @@ def test_the_core_carries_the_stream_python_rewriting_each_piece(edge, host):
     agent sends Python's to rewrite first (Decision::Events), over HTTP/1.1 and HTTP/2 alike,
     none handed over."""
 
-    def core_serves():  # the route is pushed a moment after the bind
-        before = settled(lambda: _counts(edge))[0]
-        assert edge.http("GET", host, "/events?n=1").status_code == 200
-        return settled(lambda: _counts(edge))[0] > before
-
-    assert wait(core_serves)
     before = settled(lambda: _counts(edge))
     got = edge.http("GET", host, "/events?n=3")
     assert got.text == "retry: 5000\n\n" + "".join(_message(i) for i in range(3))
-    out = edge.curl_https(host, "/events?n=2", "--http2")
-    assert out.stdout.rpartition("\n")[0] == "retry: 5000\n\n" + _message(0) + _message(1)
+    out = edge.curl_https(host, "/events?n=2", "--http2", "-w", "\n%{http_code} %{http_version}")
+    body, _, status = out.stdout.rpartition("\n")
+    assert status == "200 2", out  # over HTTP/2
+    assert body == "retry: 5000\n\n" + _message(0) + _message(1)
     after = settled(lambda: _counts(edge))
     assert (after[0] - before[0], after[1] - before[1]) == (2, 0)
 

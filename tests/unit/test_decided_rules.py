@@ -1663,7 +1663,24 @@ def test_a_response_that_is_not_an_event_stream_goes_on_as_it_came():
         ("rewrite", 2, [(n.lower(), v) for n, v in TEXT]),
         ("rewrite", 3, [(n.lower(), v) for n, v in STREAM]),  # no body: nothing to rewrite
     ]
-    assert memo.sse is None
+
+
+@pytest.mark.parametrize("change", ["remove", "add"])
+def test_an_event_stream_is_known_by_the_agents_head_whatever_the_phase_does(change):
+    """As edge/http_policy.py's response_phase knows it: a phase that drops the Content-Type
+    still has the events rewritten (never passed on unredacted), and one that sets it on
+    another response has nothing rewritten."""
+    header = (
+        {"type": "remove-headers", "config": {"headers": ["content-type"]}}
+        if change == "remove"
+        else {"type": "add-headers", "config": {"headers": {"content-type": "text/event-stream"}}}
+    )
+    doc = {**EVENTS, "on_http_response": [{"actions": [header]}]}
+    made, carrier, memo = _forwarded(doc)
+    made.responses([(2, 7, 200, STREAM if change == "remove" else TEXT, memo, None)])
+    ((kind, ticket, *_),) = carrier.calls
+    assert (kind, ticket) == ("events" if change == "remove" else "rewrite", 2)
+    assert (memo.sse is not None) is (change == "remove")
 
 
 def test_a_message_past_its_bound_cuts_the_event_stream():
@@ -1675,3 +1692,38 @@ def test_a_message_past_its_bound_cuts_the_event_stream():
     past = b"data: " + b"s" * sse.MAX_EVENT  # no blank line yet, and already too long
     made.responses([(2, 7, 200, [], memo, (past, False))])
     assert carrier.calls == [("close", 2)] and memo.sse is None
+
+
+def test_the_messages_of_one_piece_rewritten_past_their_bound_cut_the_stream(monkeypatch):
+    """Each message is bounded (sse.MAX_EVENT), but one read may complete thousands of small
+    ones, each grown by a rule: past sse.MAX_FED bytes rewritten, the response is cut (on the
+    Python path too: the same rewriter), nothing of it sent; at the bound, it goes on. (The
+    bound made 100 KB here: 4 MiB of RE2 rewriting takes most of a minute.)"""
+    from chalicelib.core.policy import sse
+
+    monkeypatch.setattr(sse, "MAX_FED", 100_000)
+    grow = {
+        "on_event_stream_message": [
+            {
+                "actions": [
+                    {
+                        "type": "sse-find-replace",
+                        "config": {"replacements": [{"from": "s", "to": "$0" * 100}]},
+                    }
+                ]
+            }
+        ]
+    }
+    message = b"data: " + b"s" * 100 + b"\n\n"  # 10,000 s and 8 bytes more once rewritten
+    rewritten = 6 + 100 * 100 + 2
+    fits = sse.MAX_FED // rewritten
+    for count, cut in ((fits, False), (fits + 1, True)):
+        made, carrier, memo = _forwarded(grow)
+        made.responses([(2, 7, 200, STREAM, memo, None)])
+        carrier.calls.clear()
+        made.responses([(2, 7, 200, [], memo, (message * count, False))])
+        if cut:
+            assert carrier.calls == [("close", 2)] and memo.sse is None
+        else:
+            ((_, _, body),) = [c for c in carrier.calls if c[0] == "rewritten body"]
+            assert len(body) == fits * rewritten <= sse.MAX_FED

@@ -14,6 +14,10 @@ import re
 from typing import List, Optional, Tuple
 
 MAX_EVENT = 256 * 1024  # bytes of one message the edge holds while it waits for its end
+# bytes the messages one read of the stream completes may come to, rewritten (each message is
+# bounded by MAX_EVENT, but a read of many small ones under a rule that grows each would come
+# back whole): past it the response is cut, as for a message too long
+MAX_FED = 4 * 1024 * 1024
 MEDIA_TYPE = "text/event-stream"
 _END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
 _LINE = re.compile(rb"\r\n|\r|\n")
