@@ -119,6 +119,18 @@ type Taken<'py> = (
     Vec<ResponseRow<'py>>,
 );
 
+/// The algorithm a decide_* call names for the core to compress with (None: none);
+/// ValueError for one it does not have.
+fn encoding_of(encode: Option<&str>) -> PyResult<Option<Encoding>> {
+    encode
+        .map(|name| {
+            Encoding::named(name).ok_or_else(|| {
+                PyValueError::new_err(format!("the core does not compress with {name:?}"))
+            })
+        })
+        .transpose()
+}
+
 /// The Python object a decision's memo holds (what the decide_* calls were given).
 fn memo_of(py: Python<'_>, memo: Option<Memo>) -> Option<Py<PyAny>> {
     memo.and_then(|m| m.downcast::<Py<PyAny>>().ok())
@@ -1015,12 +1027,7 @@ impl Core {
         encode: Option<&str>,
         body: Option<&[u8]>,
     ) -> PyResult<()> {
-        let encode = match encode {
-            None => None,
-            Some(name) => Some(Encoding::named(name).ok_or_else(|| {
-                PyValueError::new_err(format!("the core does not compress with {name:?}"))
-            })?),
-        };
+        let encode = encoding_of(encode)?;
         let fields = owned_fields(fields);
         let body = body.map(<[u8]>::to_vec);
         let rewrite = Decision::Rewrite {
@@ -1044,12 +1051,7 @@ impl Core {
         memo: Option<Py<PyAny>>,
         encode: Option<&str>,
     ) -> PyResult<()> {
-        let encode = match encode {
-            None => None,
-            Some(name) => Some(Encoding::named(name).ok_or_else(|| {
-                PyValueError::new_err(format!("the core does not compress with {name:?}"))
-            })?),
-        };
+        let encode = encoding_of(encode)?;
         let fields = owned_fields(fields);
         self.decided(ticket, Decision::Events { fields, encode }, memo, false);
         Ok(())
