@@ -132,10 +132,14 @@ QUIET_SECONDS = 1.0
 # with no route are let go (those with one are bounded by the routes).
 MAX_CLOUDS = 10_000
 # A cloud endpoint's route lives this long unless pushed again: it is read again (through the
-# router's cache, as the Python path reads it for each request) at each refresh after it
-# served; an idle one is dropped by the refresh that finds its claim gone from the cache, so
-# an idle name costs no store read (its next request is Python's, which pushes it again).
+# router's cache, as the Python path reads it for each request) at each refresh while it
+# served within NAMED_KEEP; one idle longer is dropped by the refresh that finds its claim
+# gone from the cache, so an idle name costs at most NAMED_KEEP / CACHE_SECONDS store reads
+# after its last request (its next request is Python's, which pushes it again). NAMED_KEEP
+# spares a name served every few seconds (a health check, a webhook) a hand-over to Python
+# and a push for each request: at 1 s, a name idle for one second lost its route.
 CLOUD_TTL = REFRESH_SECONDS + CACHE_SECONDS
+NAMED_KEEP = 10.0
 
 
 class Pool(tuple):
@@ -828,9 +832,7 @@ class FastPath:
             tunnel = self.candidate(where[1], where[0])
             if tunnel is None:
                 self._drop(where)
-            elif key in used and (
-                not _named(tunnel) or used[key] >= until - CLOUD_TTL  # served since its read
-            ):
+            elif key in used and (not _named(tunnel) or used[key] >= now - NAMED_KEEP):
                 if where in self._pending:
                     continue
                 try:
@@ -845,9 +847,9 @@ class FastPath:
                     self._pending.add(where)
                     asyncio.ensure_future(self._push(where))
             elif until <= now or (_named(tunnel) and not self._named_cached(where[1])):
-                # expired; or a cloud endpoint's that has not served since it was read, whose
-                # claim the router's cache let go: not checked any more (no store read for an
-                # idle name), so not served any more
+                # expired; or a name's that has not served within NAMED_KEEP, whose claim
+                # the router's cache let go: not checked any more (no store read for an idle
+                # name), so not served any more
                 self._drop(where)
         # a certificate no route names any more (replaced, or its routes gone) is dropped
         named = {held[3] for held in self.routes.values()}
