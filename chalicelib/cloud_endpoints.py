@@ -188,6 +188,22 @@ def check_policy(field: str, value: Any, protocol: Optional[str] = None) -> str:
         raise errors.InvalidCloudPolicy(exc.msg, details={"field": field}) from None
 
 
+def check_internal_policy(field: str, value: str) -> None:
+    """400 ERR_NGROK_2262 when an internal HTTP(S) endpoint's (valid) document has
+    on_tcp_connect rules: such an endpoint is reached by a request's forward-internal, never
+    by a connection of its own (the hosted rule)."""
+    if not value:
+        return
+    from chalicelib.core.policy.engine import compile_policy  # (the CEL runtime loads on use)
+
+    if compile_policy(value).has("on_tcp_connect"):
+        raise errors.InternalTcpConnect(
+            f"Field '{field}' is not a valid traffic policy: internal HTTP/HTTPS endpoints "
+            "do not support the on_tcp_connect phase; use a TCP or TLS endpoint instead",
+            details={"field": field},
+        )
+
+
 def served_port(scheme: str) -> Optional[int]:
     """The port the edge serves public ``scheme`` URLs on (http, https), as its URLs name it."""
     settings = get_settings()

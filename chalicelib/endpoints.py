@@ -160,6 +160,8 @@ def _cloud_data(c: Ctx, fields: Dict[str, Any], old: Dict[str, Any]) -> Dict[str
         cloud.check_policy(
             "traffic_policy", data.get("traffic_policy", ""), "tcp" if scheme == "tcp" else "http"
         )
+        if scheme != "tcp" and cloud.is_internal(host):
+            cloud.check_internal_policy("traffic_policy", data.get("traffic_policy", ""))
     return data
 
 

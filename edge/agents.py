@@ -609,6 +609,8 @@ class AgentSession:
                 {**tunnel.opts, "TrafficPolicy": changes["TrafficPolicy"]}
             )
             enforcement = enforcement_of(tunnel.proto, opts_in)
+            if tunnel.internal:
+                enforce.check_internal(tunnel.proto, enforcement)
             await enforce.check_ip_policies(self.edge, self.granted.account_id, enforcement)
         stored = {
             field: changes[key]

@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Optional, Tuple
 
 from chalicelib.core import binding, edge_errors, errors, hostnames, online
-from edge import legacy, pools
+from edge import enforce, legacy, pools
 from edge.http_routing import BANNED
 from edge.registry import Tunnel
 
@@ -172,6 +172,7 @@ class Binds:
                 edge_errors.ACL_REFUSED,
                 f"The credential ACL policy does not permit binding this domain: {name}",
             )
+        enforce.check_internal(tunnel.proto, tunnel.enforcement)
         tunnel.internal = True
         tunnel.hostname = name
         await self._claim(tunnel, online.claim_name(name, tunnel.account_id))

@@ -261,7 +261,28 @@ def build(opts: Dict[str, Any], kind: str, terminates: bool = False) -> Enforcem
         )
     if not phases:
         return Enforcement()
-    return compile_document(phases)
+    enforcement = compile_document(phases)
+    if kind == "http" and enforcement.policy is not None:
+        try:  # (an HTTP endpoint's on_tcp_connect forwards nothing: its requests do)
+            enforcement.policy.check_protocol("http")
+        except PolicyError as exc:
+            raise binding.Refused(
+                edge_errors.INVALID_TRAFFIC_POLICY, f"Invalid traffic policy: {exc}"
+            ) from None
+    return enforcement
+
+
+def check_internal(proto: str, enforcement: Enforcement) -> None:
+    """An internal HTTP(S) endpoint's policy runs no on_tcp_connect rules: such an endpoint
+    is reached by a request's forward-internal, never by a connection of its own. Refused
+    (ERR_NGROK_2262), as the hosted service refuses it."""
+    policy = getattr(enforcement, "policy", None)
+    if proto in ("http", "https") and policy is not None and policy.has("on_tcp_connect"):
+        raise binding.Refused(
+            edge_errors.INTERNAL_TCP_CONNECT,
+            "Internal HTTP/HTTPS endpoints do not support the on_tcp_connect traffic policy "
+            "phase; use a TCP or TLS endpoint instead",
+        )
 
 
 def compile_document(phases: Dict[str, Any]) -> Enforcement:

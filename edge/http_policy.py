@@ -194,6 +194,7 @@ async def run(
     while route.enforcement is not None and route.enforcement.policy is not None:
         endpoint = route.endpoint
         conn = conns.get(endpoint)  # what the policy sees of this connection
+        connected = conn is None and forwards == 0  # its on_tcp_connect rules to run
         if conn is None:
             if len(conns) >= MAX_CONNS:
                 conns.clear()
@@ -212,6 +213,8 @@ async def run(
         )  # edge/secrets.py
         traffic = Traffic(route.enforcement.policy, conn, hop_request, scheme, host)
         observe.policy(client, traffic)
+        if connected and not connect_phase(traffic):
+            return PolicyRun("close", route, traffic)  # refused: closed, no answer
         verdict, prebuffered, target = await request_phase(
             edge.router, client, reader, writer, traffic, prebuffered, route.account_id
         )
@@ -234,6 +237,19 @@ async def run(
             target.tunnel, None, target.enforcement, target.hop, target.cloud, route.account_id
         )
     return PolicyRun("proxy", route, traffic, prebuffered)
+
+
+def connect_phase(traffic: Traffic) -> bool:
+    """An HTTP endpoint's ``on_tcp_connect`` rules, run once per client connection and
+    endpoint, at the connection's first request to it (the endpoint is known by the request's
+    Host), with that request's state (its record carries the phase's logs and variables):
+    False when they refuse the connection (deny, close-connection, restrict-ips), which is
+    then closed with no answer, as a TCP endpoint's is. (A forward-internal there is refused
+    when the policy is made; one stored before that refuses too.)"""
+    policy = traffic.policy
+    if not policy.has("on_tcp_connect"):
+        return True
+    return policy.on_tcp_connect(traffic.conn, traffic.state).kind == tp.CONTINUE
 
 
 def policy_conn(scheme: str, region: str, writer: Any, peer: Any, endpoint: Hop) -> Any:

@@ -24,6 +24,7 @@ it). The API's own catalog is :mod:`chalicelib.core.errors`.
 | SSH_KEY_UNKNOWN            | ERR_NGROK_1100   | ssh    | no public key of an SSH credential was offered            |
 | SSH_TOO_MANY_KEYS          | ERR_NGROK_1101   | ssh    | a client offered more public keys than the gateway reads  |
 | INVALID_TRAFFIC_POLICY     | ERR_NGROK_2201   | both   | a traffic policy the engine refuses                       |
+| INTERNAL_TCP_CONNECT       | ERR_NGROK_2262   | agent  | an internal HTTP(S) endpoint's policy with on_tcp_connect |
 | ADDRESS_NOT_RESERVED       | ERR_NGROK_7113   | agent  | a TCP address the account did not reserve                 |
 | DOMAIN_NOT_RESERVED        | ERR_NGROK_7117   | agent  | a custom domain nobody reserved                           |
 | ACCOUNT_ENDPOINT_LIMIT     | ERR_NGROK_18021  | agent  | the account has its maximum of online endpoints           |
@@ -71,6 +72,7 @@ INVALID_PROTOCOL = "ERR_NGROK_1622"
 SSH_KEY_UNKNOWN = "ERR_NGROK_1100"
 SSH_TOO_MANY_KEYS = "ERR_NGROK_1101"
 INVALID_TRAFFIC_POLICY = "ERR_NGROK_2201"
+INTERNAL_TCP_CONNECT = "ERR_NGROK_2262"
 ADDRESS_NOT_RESERVED = "ERR_NGROK_7113"
 DOMAIN_NOT_RESERVED = "ERR_NGROK_7117"
 ACCOUNT_ENDPOINT_LIMIT = "ERR_NGROK_18021"

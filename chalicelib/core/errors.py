@@ -39,6 +39,7 @@ place. Catalog (also in docs/CONTRACT.md, "Error catalog"):
 | CLOUD_ENDPOINT_EXISTS | ERR_NGROK_18009          | 409    | the account already has a cloud endpoint on this URL      |
 | ENDPOINT_URL_IN_USE | ERR_NGROK_334              | 409    | the URL's host is served by another endpoint or an HTTPS edge |
 | INVALID_CLOUD_POLICY | ERR_NGROK_18002           | 400    | a cloud endpoint's traffic_policy the engine refuses      |
+| INTERNAL_TCP_CONNECT | ERR_NGROK_2262            | 400    | an internal HTTP(S) cloud endpoint's traffic_policy with on_tcp_connect rules |
 | POOLING_ENABLED_CONFLICT | ERR_NGROK_18016      | 400    | a pooled cloud endpoint on a URL an endpoint without pooling serves |
 | POOLING_DISABLED_CONFLICT | ERR_NGROK_18017     | 400    | a cloud endpoint without pooling on a URL another endpoint serves |
 | POOL_FULL           | ERR_NGROK_18020            | 400    | the URL's pool has its maximum of endpoints               |
@@ -112,6 +113,7 @@ UNSUPPORTED_OPERATION = "ERR_UNSUPPORTED_OPERATION"
 CLOUD_ENDPOINT_EXISTS = "ERR_NGROK_18009"
 ENDPOINT_URL_IN_USE = "ERR_NGROK_334"
 INVALID_CLOUD_POLICY = "ERR_NGROK_18002"
+INTERNAL_TCP_CONNECT = "ERR_NGROK_2262"
 POOLING_ENABLED_CONFLICT = "ERR_NGROK_18016"
 POOLING_DISABLED_CONFLICT = "ERR_NGROK_18017"
 POOL_FULL = "ERR_NGROK_18020"
@@ -374,6 +376,13 @@ class InvalidCloudPolicy(InvalidField):
     error_code = INVALID_CLOUD_POLICY
 
 
+class InternalTcpConnect(InvalidField):
+    """An internal HTTP(S) endpoint's policy with on_tcp_connect rules: such an endpoint is
+    reached only by a forward-internal of a request, never by a connection of its own."""
+
+    error_code = INTERNAL_TCP_CONNECT
+
+
 class PoolingEnabledConflict(InvalidField):
     error_code = POOLING_ENABLED_CONFLICT
 
@@ -543,6 +552,7 @@ CATALOG = {
         CloudEndpointExists,
         EndpointUrlInUse,
         InvalidCloudPolicy,
+        InternalTcpConnect,
         PoolingEnabledConflict,
         PoolingDisabledConflict,
         PoolFull,

@@ -82,7 +82,7 @@ def test_catalog_codes_are_unique_and_statuses_are_errors():
         for name, value in vars(errors).items()
         if name.isupper() and isinstance(value, str) and value.startswith("ERR_")
     }
-    assert len(set(constants.values())) == len(constants) == len(errors.CATALOG) == 59
+    assert len(set(constants.values())) == len(constants) == len(errors.CATALOG) == 60
     assert set(constants.values()) == set(errors.CATALOG)
     assert all(400 <= status <= 599 for status in errors.CATALOG.values())
 

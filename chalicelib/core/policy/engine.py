@@ -119,6 +119,16 @@ class Policy:
                             "terminate-tls runs on TLS endpoints and TLS edges here, "
                             f"not on {protocol} ones",
                         )
+        if protocol in ("http", "https"):  # an HTTP endpoint forwards its requests
+            for rule_index, rule in enumerate(self.phases.get("on_tcp_connect") or []):
+                for index, act in enumerate(rule.actions):
+                    if isinstance(act, actions_mod.ForwardInternal):
+                        raise PolicyError(
+                            f"on_tcp_connect[{rule_index}].actions[{index}].type",
+                            "forward-internal in on_tcp_connect runs on TCP and TLS "
+                            f"endpoints; a {protocol} endpoint forwards its requests in "
+                            "on_http_request",
+                        )
         if protocol in ("tcp", "tls"):
             for phase in HTTP_PHASES:
                 if self.phases.get(phase):
