@@ -29,8 +29,10 @@ nothing but the heads and the bodies: each ``on_http_request`` action is one of
 :data:`DECIDED_ACTIONS`, each ``on_event_stream_message`` one of :data:`EVENT_ACTIONS` (not
 beside a response phase that reads the body), and each ``on_http_response`` one of
 :data:`RESPONSE_ACTIONS` (no compression but by the core, with an algorithm it has: gzip
-or deflate); each phase's outbound calls within AWAIT_BUDGET; no ``on_tcp_connect`` rule; and
-no header action names a framing field (Content-Length, Transfer-Encoding: the core frames
+or deflate); each ``on_tcp_connect`` action one of :data:`CONNECT_ACTIONS` (run on the
+connection's first request asked about the route: the row's ``fresh``; such a policy's
+decisions are never held, and on an HTTPS edge's route the request is the Python path's);
+each phase's outbound calls within AWAIT_BUDGET; and no header action names a framing field (Content-Length, Transfer-Encoding: the core frames
 each body by its own sender's head). Any
 other policy keeps its route on the Python path whole. A policy that names IP policies
 (``restrict-ips``) or vault secrets is decided in a task, once the caches the Python path
@@ -154,9 +156,19 @@ CORE_ENCODINGS = frozenset({"gzip", "deflate"})
 # piece of an event stream's body to Python, which rewrites the messages it completes
 # (Decision::Events; Decider._event_piece)
 EVENT_ACTIONS = (tp_actions.SseFindReplace,)
+# The actions of a decidable policy's on_tcp_connect phase: run on the connection's first
+# request asked about the route (the row's ``fresh``), as the Python path runs them
+# (http_policy.connect_phase); each allows or refuses (closed, no answer)
+CONNECT_ACTIONS = (
+    tp_actions.Deny,
+    tp_actions.CloseConnection,
+    tp_actions.RestrictIps,
+    tp_actions.SetVars,
+    tp_actions.Log,
+)
 FRAMING_FIELDS = ("content-length", "transfer-encoding")
-OTHER_PHASES = ("on_tcp_connect",)
 PHASES = (
+    ("on_tcp_connect", CONNECT_ACTIONS),
     ("on_http_request", DECIDED_ACTIONS),
     ("on_http_response", RESPONSE_ACTIONS),
     ("on_event_stream_message", EVENT_ACTIONS),
@@ -194,8 +206,6 @@ CAPTURED = 8
 
 def _decidable(policy: Any) -> bool:
     """Whether every run of ``policy`` ends in a decision the core applies (above)."""
-    if any(policy.has(phase) for phase in OTHER_PHASES):
-        return False
     if policy.has("on_event_stream_message") and _reads_response_body(policy):
         return False  # (the events rewritten before the body is read: the Python path's)
     for phase, _ in PHASES:  # each phase's calls within one wait of the core's for a ticket
@@ -438,6 +448,8 @@ NO_POLICY = compile_policy({})
 # or the TLS facts (SNI, version, cipher, ALPN), method, target, fields, no body follows).
 # A row asked again after decide_body ends with what the core read of the body: (its first
 # bytes, or None when the client ended first; whether they are the whole body); None before.
+# Then: whether it came on a stream of an HTTP/2 connection, and whether it is its
+# connection's first request asked about the route (``fresh``: its on_tcp_connect rules run).
 ReadBody = Tuple[Optional[bytes], bool]
 Asked = Tuple[
     int,
@@ -450,6 +462,7 @@ Asked = Tuple[
     list,
     bool,
     Optional[ReadBody],
+    bool,
     bool,
 ]
 
@@ -679,7 +692,10 @@ class Decider:
             return
         policy = routed.enforcement.policy if routed.enforcement is not None else None
         if policy is not None and (
-            not decidable(policy) or policy.ip_policy_ids or policy.secret_refs
+            not decidable(policy)
+            or policy.ip_policy_ids
+            or policy.secret_refs
+            or policy.has("on_tcp_connect")  # (per endpoint of the connection: Python's)
         ):
             self.edge.carrier.decide_python(ticket)
             return
@@ -747,6 +763,9 @@ class Decider:
         conn.ip_policy_resolver, conn.secret_resolver = ip_resolver, secret_resolver
         request = http1.Request(method=method, target=target, headers=fields, raw_headers=fields)
         traffic = http_policy.Traffic(policy, conn, request, scheme, host)
+        if row[11] and not http_policy.connect_phase(traffic):  # its on_tcp_connect rules,
+            self.edge.carrier.decide_close(row[0])  # at the connection's first request:
+            return  # refused, closed with no answer (as the Python path closes it)
         out = policy.on_http_request(conn, traffic.req, traffic.state)
         if out.kind in AWAITED:  # a sign-in's step or an outbound call: in a task
             asyncio.ensure_future(self._awaited(row, held, traffic, out, hub, hold, at))

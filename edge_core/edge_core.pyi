@@ -34,7 +34,8 @@ Served = Tuple[int, int, Tuple[int, int, float, float], bool, "Exchange", Any, b
 # A decided route's request waiting for its decision: (ticket, route key, (peer host, port),
 # (local host, port), None or the TLS facts, method, target, fields (names in lower case), no
 # body follows, and when asked again after decide_body: (the body's first bytes, or None when
-# the client ended first; whether they are the whole body))
+# the client ended first; whether they are the whole body), it came on a stream of an HTTP/2
+# connection, it is its connection's first request asked about the route)
 ReadBody = Tuple[Optional[bytes], bool]
 Asked = Tuple[
     int,
@@ -47,6 +48,8 @@ Asked = Tuple[
     Fields,
     bool,
     Optional[ReadBody],
+    bool,
+    bool,
 ]
 # A decided route's response head waiting for its response phase: (ticket, route key, status,
 # fields as the agent sent them, the memo of the request's decision)

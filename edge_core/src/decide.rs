@@ -69,6 +69,27 @@ pub struct Asked {
     /// is never read for a decision here (its streams would each hold one while the caps
     /// count one connection), so a route whose response phase reads it is Python's then.
     pub multiplexed: bool,
+    /// The connection's first request asked about this route (its key): the policy's
+    /// `on_tcp_connect` rules run on it, once per connection and endpoint, as the Python path
+    /// runs them (edge/http_policy.py `connect_phase`).
+    pub fresh: bool,
+}
+
+/// The route keys a connection remembers having asked about ([`Asked::fresh`]); past this
+/// many (a client cycling through hosts on one connection) they are forgotten, and the next
+/// request of each is fresh again: its connection rules run once more.
+pub const CONNECTED_ROUTES: usize = 8;
+
+/// Whether `key` is new to a connection that asked about `seen` (remembered from now on).
+pub fn first_ask(seen: &mut Vec<u64>, key: u64) -> bool {
+    if seen.contains(&key) {
+        return false;
+    }
+    if seen.len() >= CONNECTED_ROUTES {
+        seen.clear();
+    }
+    seen.push(key);
+    true
 }
 
 /// What the core read of a request's body for its decision: at most the asked size of data

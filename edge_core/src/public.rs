@@ -1071,6 +1071,7 @@ pub(crate) async fn connection<C: Conn>(
     let mut first = true;
     let mut leg: Option<Leg> = None;
     let mut scratch = Scratch::default();
+    let mut asked_routes: Vec<u64> = Vec::new(); // (Asked::fresh)
     let client_addr = peer.to_string();
     let client_ip = peer.ip().to_string();
     loop {
@@ -1147,6 +1148,7 @@ pub(crate) async fn connection<C: Conn>(
                 }
                 None => {
                     let (ticket_no, waiting) = public.decisions.ticket();
+                    let fresh = crate::decide::first_ask(&mut asked_routes, route.key);
                     public.inbox.push_asked(Asked {
                         ticket: ticket_no,
                         route: route.key,
@@ -1156,6 +1158,7 @@ pub(crate) async fn connection<C: Conn>(
                         head: head.clone(),
                         body: None,
                         multiplexed: tcp.multiplexed(),
+                        fresh,
                     });
                     let Some(mut decided) = waiting.decided(DECIDE_TIMEOUT).await else {
                         break end_leg(leg);
@@ -1185,6 +1188,7 @@ pub(crate) async fn connection<C: Conn>(
                                 data: got.as_mut().map(|r| std::mem::take(&mut r.data)),
                             }),
                             multiplexed: tcp.multiplexed(),
+                            fresh,
                         });
                         if tcp.multiplexed() {
                             drop(waiting);

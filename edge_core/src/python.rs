@@ -81,7 +81,8 @@ type ServedRow = (
 /// port), (local host, port), None or the TLS facts, method, target, fields (names in lower
 /// case), no body follows, and, asked again after decide_body, what was read of the body:
 /// (its first bytes or None when the client ended first, whether they are the whole body)),
-/// and whether it came on a stream of an HTTP/2 connection.
+/// whether it came on a stream of an HTTP/2 connection, and whether it is its connection's
+/// first request asked about the route (its `on_tcp_connect` rules run on it).
 type AskedRow<'py> = (
     u64,
     u64,
@@ -93,6 +94,7 @@ type AskedRow<'py> = (
     Fields<'py>,
     bool,
     Option<(Option<Bound<'py, PyBytes>>, bool)>,
+    bool,
     bool,
 );
 /// A carried connection that ended: (splice id, bytes read from the client, written to it).
@@ -964,6 +966,7 @@ impl Core {
                     a.body
                         .map(|b| (b.data.map(|d| PyBytes::new(py, &d)), b.complete)),
                     a.multiplexed,
+                    a.fresh,
                 )
             })
             .collect();

@@ -672,6 +672,20 @@ async fn asked_keeping(
     }
 }
 
+#[test]
+fn a_connection_remembers_the_routes_it_asked_about_within_a_bound() {
+    use edge_core::decide::{first_ask, CONNECTED_ROUTES};
+    let mut seen = Vec::new();
+    assert!(first_ask(&mut seen, 1) && !first_ask(&mut seen, 1));
+    for key in 2..=CONNECTED_ROUTES as u64 {
+        assert!(first_ask(&mut seen, key));
+    }
+    assert!(!first_ask(&mut seen, 1) && seen.len() == CONNECTED_ROUTES);
+    // one more route: the rest forgotten (each fresh again), never more than the bound kept
+    assert!(first_ask(&mut seen, 100) && seen.len() == 1);
+    assert!(first_ask(&mut seen, 1));
+}
+
 async fn asked(carrier: &Carrier) -> edge_core::decide::Asked {
     asked_keeping(carrier, &mut Vec::new()).await
 }
@@ -711,6 +725,7 @@ async fn a_decided_routes_request_is_carried_as_python_decided_each_time() {
     assert_eq!(row.head.target, b"/x");
     assert!(row.head.fields.contains(&(b"x-a".to_vec(), b"1".to_vec())));
     assert!(!row.bodiless() && row.tls.is_none());
+    assert!(row.fresh, "the connection's first request of the route");
     assert_eq!(carrier.decisions.len(), 1);
     let head = b"POST /y HTTP/1.1\r\nhost: d.test\r\ncontent-length: 4\r\nx-b: 2\r\n\r\n";
     assert!(carrier.decisions.answer(
@@ -750,6 +765,7 @@ async fn a_decided_routes_request_is_carried_as_python_decided_each_time() {
         .unwrap();
     let row = asked_keeping(&carrier, &mut served).await;
     assert!(row.bodiless());
+    assert!(!row.fresh, "the connection asked about the route before");
     let response = b"HTTP/1.1 403 Forbidden\r\ncontent-length: 2\r\n\r\n".to_vec();
     // queued as Python queues its batch's decisions: nothing is sent before the flush
     carrier.decisions.queue(

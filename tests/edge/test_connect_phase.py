@@ -14,7 +14,7 @@ import ngrok
 import pytest
 
 from stacks.agents import SdkAgent
-from tests.edge.support import bound, credential, host as host_of, refusal
+from tests.edge.support import bound, credential, host as host_of, metric, refusal, settled, wait
 
 BASE_DOMAIN = "tunnels.localhost"
 
@@ -187,7 +187,9 @@ def test_an_internal_http_cloud_endpoint_with_the_phase_is_refused(api, account)
 def test_the_phase_runs_once_a_connection_its_next_requests_pass_unchecked(edge, account, agents):
     """restrict-ips ``ip_policies`` in on_tcp_connect: a kept-alive connection the rule
     allowed stays served once the rule turns to deny (the phase ran at its first request, not
-    at each), while each new connection is refused within the cache's 2 s."""
+    at each), while each new connection is refused within the cache's 2 s. All of it by the
+    compiled core's route (decided: the row says which request is its connection's first),
+    nothing handed to Python once the route is pushed."""
     admin = account.admin
     made = admin.post("/ip_policies", {})
     assert made.status == 201, made
@@ -205,6 +207,21 @@ def test_the_phase_runs_once_a_connection_its_next_requests_pass_unchecked(edge,
     binds = [{"proto": "http", "options": {"traffic_policy": [json.dumps(doc)]}}]
     host = host_of(bound(agents(edge, credential(account)["token"], binds).start())[0]["url"])
 
+    def counts():
+        text = edge.metrics()
+        return (
+            metric(text, "edge_core_http_requests_total"),
+            metric(text, "edge_core_http_handed_over_total"),
+        )
+
+    def carried():
+        before = settled(counts)
+        ok = _exchange(edge.http_port, host) == [b"HTTP/1.1 200 OK"]
+        after = settled(counts)
+        return ok and after[0] > before[0] and after[1] == before[1]
+
+    assert wait(carried), "the core never carried the route"
+    served, handed = settled(counts)
     with socket.create_connection(("127.0.0.1", edge.http_port), timeout=15) as kept:
 
         def get():
@@ -227,3 +244,5 @@ def test_the_phase_runs_once_a_connection_its_next_requests_pass_unchecked(edge,
             assert time.monotonic() < deadline, "new connections still served 2 s after"
             time.sleep(0.1)
         assert get() == b"HTTP/1.1 200"  # the kept connection: checked at its start only
+    now = settled(counts)
+    assert now[1] == handed and now[0] >= served + 2, (served, handed, now)

@@ -118,9 +118,59 @@ def test_a_sign_in_route_asks_for_its_response_heads():
     assert decided.mode_of(calls) == decided.DECIDED
 
 
-def test_an_on_tcp_connect_rule_is_not():
-    doc = {**_req(DECIDABLE["add-headers"]), "on_tcp_connect": [{"actions": [{"type": "deny"}]}]}
-    assert not decidable(compile_policy(doc))
+CONNECT = {
+    "deny": {"type": "deny"},
+    "close-connection": {"type": "close-connection"},
+    "restrict-ips": {"type": "restrict-ips", "config": {"deny": ["10.0.0.0/8"]}},
+    "set-vars": {"type": "set-vars", "config": {"vars": [{"a": "b"}]}},
+    "log": {"type": "log", "config": {"metadata": {"k": "v"}}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONNECT))
+def test_an_on_tcp_connect_rule_is_decided_and_never_held(name):
+    """Its rules run on the connection's first request asked about the route (the row's
+    ``fresh``): decidable, its decisions never held (a held one would skip them on a new
+    connection); a forward-internal there (refused when a policy is made now) is not."""
+    from chalicelib.core.policy.holding import request_reads
+
+    doc = {**_req(DECIDABLE["add-headers"]), "on_tcp_connect": [{"actions": [CONNECT[name]]}]}
+    made = compile_policy(doc)
+    assert decidable(made) and request_reads(made) is None
+    assert request_reads(compile_policy(_req(DECIDABLE["add-headers"]))) is not None
+    forward = {"type": "forward-internal", "config": {"url": "tcp://a.internal:1"}}
+    assert not decidable(compile_policy({**doc, "on_tcp_connect": [{"actions": [forward]}]}))
+
+
+def _connect_decider(kind):
+    return _decider(
+        {
+            "on_tcp_connect": [
+                {"actions": [{"type": "restrict-ips", "config": {kind: ["198.51.100.0/24"]}}]}
+            ],
+            **_req(DECIDABLE["add-headers"]),
+        }
+    )
+
+
+def test_a_fresh_row_refused_on_connect_is_closed_and_the_request_phase_never_runs():
+    made, carrier, _, _ = _connect_decider("deny")
+    _decide(made, [_row(1, fresh=True)])
+    assert [call[:2] for call in carrier.calls] == [("close", 1)]
+
+
+def test_a_row_not_fresh_skips_the_connect_rules():
+    """The connection's later requests: checked at its first only (the denied address
+    passes here because the connection was allowed when it began)."""
+    made, carrier, _, _ = _connect_decider("deny")
+    _decide(made, [_row(1, fresh=False)])
+    assert carrier.calls[0][0] == "append", carrier.calls
+
+
+def test_a_fresh_row_allowed_on_connect_runs_its_request_phase():
+    made, carrier, _, _ = _connect_decider("allow")
+    _decide(made, [_row(1, fresh=True)])
+    assert carrier.calls[0][0] == "append", carrier.calls
 
 
 # (compress-response: the core compresses with the algorithm Python negotiated; the body
@@ -320,6 +370,7 @@ def _row(
     tls=None,
     body=None,
     multiplexed=False,
+    fresh=True,
 ):
     fields = fields if fields is not None else [(b"host", HOST.encode()), (b"accept", b"*/*")]
     return (
@@ -334,6 +385,7 @@ def _row(
         bodiless,
         body,
         multiplexed,
+        fresh,
     )
 
 

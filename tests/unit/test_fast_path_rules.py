@@ -762,6 +762,7 @@ def _row(ticket, key, ip="192.0.2.7"):
         True,
         None,
         False,
+        True,
     )
 
 

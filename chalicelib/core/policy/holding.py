@@ -78,8 +78,9 @@ def _action_reads(action: Any) -> Optional[FrozenSet[str]]:
 
 
 def _request_reads(policy: Any) -> Optional[FrozenSet[str]]:
-    if policy.secret_refs:
-        return None
+    if policy.secret_refs or policy.has("on_tcp_connect"):
+        return None  # (on_tcp_connect: run on a connection's first request, which a held
+        # decision would skip)
     found: Set[str] = set()
     for rule in policy.phases.get(REQUEST) or ():
         for program in rule.expressions:
