@@ -764,8 +764,9 @@ class Decider:
         request = http1.Request(method=method, target=target, headers=fields, raw_headers=fields)
         traffic = http_policy.Traffic(policy, conn, request, scheme, host)
         if row[11] and not http_policy.connect_phase(traffic):  # its on_tcp_connect rules,
-            self.edge.carrier.decide_close(row[0])  # at the connection's first request:
-            return  # refused, closed with no answer (as the Python path closes it)
+            hub.count_decisions(traffic.state)  # at the connection's first request: refused,
+            self.edge.carrier.decide_close(row[0])  # closed with no answer (as the Python
+            return  # path closes it; as a request phase's close, no record)
         out = policy.on_http_request(conn, traffic.req, traffic.state)
         if out.kind in AWAITED:  # a sign-in's step or an outbound call: in a task
             asyncio.ensure_future(self._awaited(row, held, traffic, out, hub, hold, at))

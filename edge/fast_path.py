@@ -1107,7 +1107,10 @@ def _edge_route_carriable(
         return False
     policy = enforcement.policy if enforcement is not None else None
     return policy is None or (
-        decidable(policy) and not policy.ip_policy_ids and not policy.secret_refs
+        decidable(policy)
+        and not policy.ip_policy_ids
+        and not policy.secret_refs
+        and not policy.has("on_tcp_connect")  # (its connections' rules: Python's)
     )
 
 

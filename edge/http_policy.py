@@ -22,7 +22,9 @@ from edge.http_routing import Route
 
 FIXED_BODY_DRAIN = 1024 * 1024  # request body read (and dropped) before a fixed answer
 HOP_HEADERS = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
-MAX_CONNS = 16  # policy views of one client connection kept (one per endpoint it reached)
+MAX_CONNS = 16  # policy views of one client connection kept (one per endpoint it reached),
+# and the on_tcp_connect runs it remembers (one per endpoint and policy: ``run``)
+CONNECTED = "on_tcp_connect"
 
 
 def forwarded_headers(pairs, client_ip: str, scheme: str) -> List[Tuple[bytes, bytes]]:
@@ -194,13 +196,16 @@ async def run(
     while route.enforcement is not None and route.enforcement.policy is not None:
         endpoint = route.endpoint
         conn = conns.get(endpoint)  # what the policy sees of this connection
-        connected = conn is None and forwards == 0  # its on_tcp_connect rules to run
         if conn is None:
             if len(conns) >= MAX_CONNS:
                 conns.clear()
             conn = conns[endpoint] = policy_conn(
                 scheme, edge.settings.region, writer, peer, endpoint
             )
+        # its on_tcp_connect rules: once per connection for each endpoint and document (an
+        # HTTPS edge's routes share its endpoint, each with a policy of its own; a policy
+        # changed since the connection began runs its rules anew), never on a forward's hop
+        connected = _first_connect(conns, endpoint, conn, route.enforcement.policy, forwards)
         conn.ip_policy_resolver = None
         if route.enforcement.policy.ip_policy_ids:  # restrict-ips ip_policies, cached
             conn.ip_policy_resolver = await edge.router.ip_policy_resolver(
@@ -237,6 +242,24 @@ async def run(
             target.tunnel, None, target.enforcement, target.hop, target.cloud, route.account_id
         )
     return PolicyRun("proxy", route, traffic, prebuffered)
+
+
+def _first_connect(
+    conns: Dict[Any, Any], endpoint: Hop, conn: Any, policy: Any, forwards: int
+) -> bool:
+    """Whether ``policy``'s on_tcp_connect rules are to run now on this connection for
+    ``endpoint`` (remembered in ``conns`` from now on; past MAX_CONNS entries all are
+    forgotten but ``endpoint``'s view: its rules then run again, never fewer)."""
+    if forwards or not policy.has("on_tcp_connect"):
+        return False
+    key = (CONNECTED, endpoint, policy.digest)
+    if key in conns:
+        return False
+    if len(conns) >= MAX_CONNS:
+        conns.clear()
+        conns[endpoint] = conn
+    conns[key] = True
+    return True
 
 
 def connect_phase(traffic: Traffic) -> bool:

@@ -48,6 +48,7 @@ port in use.
 
 import argparse
 import ctypes
+import faulthandler
 import json
 import os
 import secrets
@@ -414,6 +415,8 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    # kill -USR1 prints every thread's stack here (where a start or a stop waits)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     os.makedirs(args.data_dir, mode=0o700, exist_ok=True)
     base = dict(os.environ)

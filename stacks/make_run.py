@@ -88,10 +88,21 @@ class MakeRun:
         return self
 
     def interrupt(self, timeout: float = 30) -> int:
-        """Ctrl-C: the exit status (the test fails if it does not stop within ``timeout``)."""
+        """Ctrl-C: the exit status (the test fails if it does not stop within ``timeout``,
+        saying where it waits: its output, with every thread's stack of scripts/serve.py, and
+        the state of each of its processes)."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGINT)
-        status = self.proc.wait(timeout=timeout)
+        try:
+            status = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # its threads' stacks (faulthandler)
+            time.sleep(1.0)
+            states = "\n".join(_process_states(self.proc.pid))
+            raise AssertionError(
+                f"make run did not stop within {timeout:g} s of Ctrl-C\n{states}\n"
+                f"{''.join(self.lines[-80:])}"
+            ) from None
         time.sleep(0.2)  # the reader's last lines
         return status
 
@@ -159,3 +170,32 @@ def _found(pattern: str, text: str) -> str:
     if match is None:
         raise AssertionError(f"{pattern!r} not in the output of make run:\n{text}")
     return match.group(1)
+
+
+def _process_states(root: int) -> List[str]:
+    """``root`` and its descendants: pid, state, kernel wait channel, command line."""
+    children: Dict[int, List[int]] = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                state = next(
+                    (l.split(":", 1)[1].strip() for l in handle if l.startswith("State")), "?"
+                )
+            with open(f"/proc/{pid}/wchan") as handle:
+                wchan = handle.read().strip()
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")[:160]
+        except OSError:
+            continue
+        out.append(f"pid {pid} {state} wchan={wchan} {cmdline}")
+    return out

@@ -1148,7 +1148,10 @@ pub(crate) async fn connection<C: Conn>(
                 }
                 None => {
                     let (ticket_no, waiting) = public.decisions.ticket();
-                    let fresh = crate::decide::first_ask(&mut asked_routes, route.key);
+                    // (an HTTP/2 stream is a connection of its own, as on the Python path:
+                    // a virtual connection kept for the host's next stream asks anew)
+                    let fresh =
+                        tcp.multiplexed() || crate::decide::first_ask(&mut asked_routes, route.key);
                     public.inbox.push_asked(Asked {
                         ticket: ticket_no,
                         route: route.key,

@@ -246,3 +246,110 @@ def test_the_phase_runs_once_a_connection_its_next_requests_pass_unchecked(edge,
         assert get() == b"HTTP/1.1 200"  # the kept connection: checked at its start only
     now = settled(counts)
     assert now[1] == handed and now[0] >= served + 2, (served, handed, now)
+
+
+def test_an_https_edges_route_runs_its_own_rules_after_another_routes_request(
+    edge, account, agents
+):
+    """An HTTPS edge's routes share its endpoint, each with a policy of its own: on one
+    kept-alive connection, a request of an open route first does not spare the next request
+    of a route whose on_tcp_connect rules refuse it (closed, no answer)."""
+    label = f"c{time.time_ns()}"
+    host = f"connect-edge-{time.time_ns()}.{BASE_DOMAIN}"
+
+    def post(path, body):
+        made = account.admin.post(path, body)
+        assert made.status == 201, made
+        return made.json
+
+    group = post("/backends/tunnel_group", {"labels": {"app": label}})
+    made = post("/edges/https", {"hostports": [f"{host}:443"]})
+    deny = {"on_tcp_connect": [{"actions": [{"type": "deny"}]}]}
+    for match, policy in (("/admin", deny), ("/", None)):
+        route = {
+            "match_type": "path_prefix",
+            "match": match,
+            "backend": {"backend_id": group["id"]},
+        }
+        if policy is not None:
+            route["traffic_policy"] = {"value": json.dumps(policy)}
+        post(f"/edges/https/{made['id']}/routes", route)
+    binds = [{"proto": "labeled", "labels": {"app": label}}]
+    bound(agents(edge, credential(account)["token"], binds).start())
+
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=15) as conn:
+        got = b""
+        for path, answered in (("/public", True), ("/admin", False)):
+            conn.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            while b"\r\n\r\n" not in got:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            head, _, got = got.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200") == answered, (path, head)
+            if answered:
+                length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n")[0])
+                while len(got) < length:
+                    got += conn.recv(65536)
+                got = got[length:]
+        assert head == b"" and conn.recv(1) == b""
+
+
+def test_each_http2_stream_runs_the_rules_as_a_connection_of_its_own(edge, account, agents):
+    """On one HTTP/2 connection, a stream after the endpoint's IP policy turned to deny is
+    refused (no answer on it), as a new connection is: each stream runs the rules, on the
+    core's path as on Python's."""
+    from tests.edge.test_http2_attacks import connect, headers, read_frames, request_block
+
+    admin = account.admin
+    made = admin.post("/ip_policies", {})
+    assert made.status == 201, made
+    policy = made.json["id"]
+    made = admin.post(
+        "/ip_policy_rules", {"ip_policy_id": policy, "cidr": "127.0.0.1/32", "action": "allow"}
+    )
+    assert made.status == 201, made
+    rule = made.json["id"]
+    doc = {
+        "on_tcp_connect": [
+            {"actions": [{"type": "restrict-ips", "config": {"ip_policies": [policy]}}]}
+        ]
+    }
+    binds = [{"proto": "http", "options": {"traffic_policy": [json.dumps(doc)]}}]
+    host = host_of(bound(agents(edge, credential(account)["token"], binds).start())[0]["url"])
+
+    def counts():
+        text = edge.metrics()
+        return (
+            metric(text, "edge_core_http_requests_total"),
+            metric(text, "edge_core_http_handed_over_total"),
+        )
+
+    def carried():  # (over HTTP/2: the core's h2 front, each stream decided by Python)
+        before = settled(counts)
+        ok = edge.curl_https(host, "/echo", "--http2", "-o", "/dev/null").stdout.strip()
+        after = settled(counts)
+        return ok == "200" and after[0] > before[0] and after[1] == before[1]
+
+    assert wait(carried), "the core never carried the route"
+    served, handed = settled(counts)
+
+    def answered(frames, sid):
+        return any(f != "closed" and f[0] == 0x1 and f[2] == sid for f in frames)
+
+    sock = connect(edge, host)
+    try:
+        sock.sendall(headers(1, request_block(host)))
+        assert answered(read_frames(sock, 3), 1)
+        assert admin.patch(f"/ip_policy_rules/{rule}", {"action": "deny"}).status == 200
+        deadline = time.monotonic() + 2.0
+        while edge.curl_https(host, "/echo", "--http2").stdout.strip() != "000":
+            assert time.monotonic() < deadline, "new connections still served 2 s after"
+            time.sleep(0.1)
+        sock.sendall(headers(3, request_block(host)))
+        assert not answered(read_frames(sock, 3), 3)
+    finally:
+        sock.close()
+    now = settled(counts)
+    assert now[1] == handed and now[0] > served, (served, handed, now)

@@ -1261,6 +1261,7 @@ def test_an_https_edges_name_python_served_is_pushed_as_a_route_of_its_edge():
         "failover",
         "a converter",
         "IP policies",
+        "connection rules",
     ],
 )
 def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(core, shape):
@@ -1283,6 +1284,9 @@ def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(
         route["websocket_tcp_converter"] = {"enabled": True}
     elif shape == "IP policies":
         route["ip_restriction"] = {"enabled": True, "ip_policy_ids": ["ipp_1"]}
+    elif shape == "connection rules":  # (the Python path runs them per route of the edge)
+        deny = {"on_tcp_connect": [{"actions": [{"type": "deny"}]}]}
+        route["traffic_policy"] = {"enabled": True, "value": json.dumps(deny)}
     edge_copy = {"id": "edghts_1", "account_id": "ac_1", "hostports": [f"{EDGE_HOST}:443"]}
     edge, _ = _cloud_edge({}, {f"{EDGE_HOST}:443": (edge_copy, [route])}, backends)
     edge.registry.add(_tunnel(member_mux, labels={"app": "a"}, hostname="", url=""))
