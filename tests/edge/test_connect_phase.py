@@ -252,8 +252,9 @@ def test_an_https_edges_route_runs_its_own_rules_after_another_routes_request(
     edge, account, agents
 ):
     """An HTTPS edge's routes share its endpoint, each with a policy of its own: on one
-    kept-alive connection, a request of an open route first does not spare the next request
-    of a route whose on_tcp_connect rules refuse it (closed, no answer)."""
+    kept-alive connection, a request of a route whose on_tcp_connect rules let it through
+    first does not spare the next request of a route whose rules refuse it (closed, no
+    answer)."""
     label = f"c{time.time_ns()}"
     host = f"connect-edge-{time.time_ns()}.{BASE_DOMAIN}"
 
@@ -265,7 +266,8 @@ def test_an_https_edges_route_runs_its_own_rules_after_another_routes_request(
     group = post("/backends/tunnel_group", {"labels": {"app": label}})
     made = post("/edges/https", {"hostports": [f"{host}:443"]})
     deny = {"on_tcp_connect": [{"actions": [{"type": "deny"}]}]}
-    for match, policy in (("/admin", deny), ("/", None)):
+    logs = {"on_tcp_connect": [{"actions": [{"type": "log", "config": {"metadata": {}}}]}]}
+    for match, policy in (("/admin", deny), ("/", logs)):
         route = {
             "match_type": "path_prefix",
             "match": match,
