@@ -1599,9 +1599,13 @@ def main() -> int:
     print("\nGoals, as ratios from this run:")
     for line in goal_lines(results):
         print("  " + line)
-    out = os.path.join(HERE, "peers_latest.json")
+    # a whole run's figures are the ones docs/BENCHMARKS.md quotes: a run of some cases (an
+    # --only, a --keep) writes beside them, never over them
+    whole = args.only == parser.get_default("only") and not args.keep
+    out = os.path.join(HERE, "peers_latest.json" if whole else "peers_partial.json")
     with open(out, "w") as fh:
         json.dump(results, fh, indent=1, default=str)
+    print(f"figures: {os.path.relpath(out, os.getcwd())}")
     return 0
 
 
