@@ -218,8 +218,11 @@ async def run(
         )  # edge/secrets.py
         traffic = Traffic(route.enforcement.policy, conn, hop_request, scheme, host)
         observe.policy(client, traffic)
-        if connected and not connect_phase(traffic):
-            return PolicyRun("close", route, traffic)  # refused: closed, no answer
+        if connected and not connect_phase(traffic):  # refused: closed, no answer (no
+            hub = observe.hub_of(edge)  # record: its decisions counted here, as the
+            hub.count_decisions(traffic.state)  # core's path counts them)
+            hub.flush_counts()
+            return PolicyRun("close", route, traffic)
         verdict, prebuffered, target = await request_phase(
             edge.router, client, reader, writer, traffic, prebuffered, route.account_id
         )

@@ -556,6 +556,10 @@ struct Virtual {
     aborted: Arc<Abort>,
     facts: TlsFacts,
     local: SocketAddr,
+    /// Set once it was handed to Python: Python serves it as one keep-alive connection, so
+    /// it is never kept for the host's next stream (each stream a connection of its own
+    /// there too: its `on_tcp_connect` rules run on it).
+    handed: Arc<AtomicBool>,
 }
 
 impl AsyncRead for Virtual {
@@ -626,6 +630,7 @@ impl Conn for Virtual {
         ticket: Ticket,
     ) {
         let (facts, local) = (self.facts.clone(), self.local);
+        self.handed.store(true, Ordering::Relaxed);
         https::bridge_to_python(self, facts, peer, local, data, first, public, ticket);
     }
 }
@@ -635,6 +640,7 @@ struct Front {
     io: DuplexStream,
     aborted: Arc<Abort>,
     idle_since: Instant,
+    handed: Arc<AtomicBool>,
 }
 
 impl Front {
@@ -674,11 +680,13 @@ impl Client {
             alpn: Some(b"http/1.1".to_vec()),
             ..self.facts.clone()
         };
+        let handed = Arc::new(AtomicBool::new(false));
         let virt = Virtual {
             io: theirs,
             aborted: aborted.clone(),
             facts,
             local: self.local,
+            handed: handed.clone(),
         };
         let public = self.public.clone();
         let (peer, local) = (self.peer, self.local);
@@ -693,6 +701,7 @@ impl Client {
             io: ours,
             aborted,
             idle_since: Instant::now(),
+            handed,
         }
     }
 
@@ -986,9 +995,9 @@ async fn stream(client: &Client, request: Request<RecvStream>, mut respond: Send
     match relayed {
         Some(Ok(reusable)) => {
             client.watch.answered.fetch_add(1, Ordering::Relaxed);
-            if reusable && pumped {
+            if reusable && pumped && !front.handed.load(Ordering::Relaxed) {
                 client.keep(host, front);
-            } // else its end is the HTTP/1.1 path's end of the connection
+            } // else its end is the HTTP/1.1 path's end of the connection (or Python's)
         }
         Some(Err(Relayed::Unanswered)) if reused => {
             // never read: the client may send it again (RFC 9113 8.7)

@@ -69,8 +69,8 @@ def _cidrs(kind):
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_a_refused_client_is_closed_with_no_answer_and_an_allowed_one_served(edge, api, scheme):
     """restrict-ips in on_tcp_connect: the loopback denied gets its connection closed with
-    no answer (no status line, on either listener), the loopback allowed is served on every
-    request of its connection."""
+    no answer (no status line, on either listener), its decision counted; the loopback
+    allowed is served on every request of its connection."""
     denied_agent, denied = _agent(edge, api, _cidrs("deny"))
     allowed_agent, allowed = _agent(edge, api, _cidrs("allow"))
     try:
@@ -86,7 +86,13 @@ def test_a_refused_client_is_closed_with_no_answer_and_an_allowed_one_served(edg
             def wrap_for(name):
                 return None
 
+        def decided():
+            text = edge.metrics()
+            return metric(text, "edge_policy_decisions_total", action="restrict_ips")
+
+        before = settled(decided)
         assert _exchange(port, denied, 1, wrap_for(denied)) == [b""]
+        assert settled(decided) == before + 1  # the refusal counted (no record is made)
         assert _exchange(port, allowed, 3, wrap_for(allowed)) == [b"HTTP/1.1 200 OK"] * 3
         if scheme == "https":  # HTTP/2: the stream ends with no answer
             out = edge.curl_https(denied, "/echo", "--http2")
@@ -254,7 +260,7 @@ def test_an_https_edges_route_runs_its_own_rules_after_another_routes_request(
     """An HTTPS edge's routes share its endpoint, each with a policy of its own: on one
     kept-alive connection, a request of a route whose on_tcp_connect rules let it through
     first does not spare the next request of a route whose rules refuse it (closed, no
-    answer)."""
+    answer, its decision counted: the edge is the Python path's)."""
     label = f"c{time.time_ns()}"
     host = f"connect-edge-{time.time_ns()}.{BASE_DOMAIN}"
 
@@ -265,7 +271,11 @@ def test_an_https_edges_route_runs_its_own_rules_after_another_routes_request(
 
     group = post("/backends/tunnel_group", {"labels": {"app": label}})
     made = post("/edges/https", {"hostports": [f"{host}:443"]})
-    deny = {"on_tcp_connect": [{"actions": [{"type": "deny"}]}]}
+    deny = {
+        "on_tcp_connect": [
+            {"actions": [{"type": "restrict-ips", "config": {"deny": ["127.0.0.0/8"]}}]}
+        ]
+    }
     logs = {"on_tcp_connect": [{"actions": [{"type": "log", "config": {"metadata": {}}}]}]}
     for match, policy in (("/admin", deny), ("/", logs)):
         route = {
@@ -279,6 +289,11 @@ def test_an_https_edges_route_runs_its_own_rules_after_another_routes_request(
     binds = [{"proto": "labeled", "labels": {"app": label}}]
     bound(agents(edge, credential(account)["token"], binds).start())
 
+    def decided():
+        text = edge.metrics()
+        return metric(text, "edge_policy_decisions_total", action="restrict_ips")
+
+    before = settled(decided)
     with socket.create_connection(("127.0.0.1", edge.http_port), timeout=15) as conn:
         got = b""
         for path, answered in (("/public", True), ("/admin", False)):
@@ -296,6 +311,7 @@ def test_an_https_edges_route_runs_its_own_rules_after_another_routes_request(
                     got += conn.recv(65536)
                 got = got[length:]
         assert head == b"" and conn.recv(1) == b""
+    assert settled(decided) == before + 1  # the Python path's refusal counted (no record)
 
 
 def test_each_http2_stream_runs_the_rules_as_a_connection_of_its_own(edge, account, agents):
@@ -355,3 +371,66 @@ def test_each_http2_stream_runs_the_rules_as_a_connection_of_its_own(edge, accou
         sock.close()
     now = settled(counts)
     assert now[1] == handed and now[0] > served, (served, handed, now)
+
+
+def test_http2_streams_python_serves_each_run_the_rules(edge, account, agents):
+    """A route whose policy reads the response's body has each HTTP/2 stream of the core's
+    handed to Python (its virtual connection bridged there); the core never keeps such a
+    virtual connection for the next stream (Python would serve it as one keep-alive
+    connection, its rules run once): a stream after the IP policy turned to deny is refused,
+    on the same connection."""
+    from tests.edge.test_http2_attacks import connect, headers, read_frames, request_block
+
+    admin = account.admin
+    made = admin.post("/ip_policies", {})
+    assert made.status == 201, made
+    policy = made.json["id"]
+    made = admin.post(
+        "/ip_policy_rules", {"ip_policy_id": policy, "cidr": "127.0.0.1/32", "action": "allow"}
+    )
+    assert made.status == 201, made
+    rule = made.json["id"]
+    doc = {
+        "on_tcp_connect": [
+            {"actions": [{"type": "restrict-ips", "config": {"ip_policies": [policy]}}]}
+        ],
+        "on_http_response": [
+            {
+                "actions": [
+                    {
+                        "type": "response-body-find-replace",
+                        "config": {"replacements": [{"from": "nothing-here", "to": "x"}]},
+                    }
+                ]
+            }
+        ],
+    }
+    binds = [{"proto": "http", "options": {"traffic_policy": [json.dumps(doc)]}}]
+    host = host_of(bound(agents(edge, credential(account)["token"], binds).start())[0]["url"])
+
+    def handed_back():
+        return metric(edge.metrics(), "edge_core_http_decisions_handed_back_total")
+
+    def asked():  # the route pushed: the core asks, and hands the HTTP/2 stream to Python
+        before = settled(handed_back)
+        ok = edge.curl_https(host, "/echo", "--http2", "-o", "/dev/null").stdout.strip()
+        return ok == "200" and settled(handed_back) > before
+
+    assert wait(asked), "the core never asked about the route's streams"
+
+    def answered(frames, sid):
+        return any(f != "closed" and f[0] == 0x1 and f[2] == sid for f in frames)
+
+    sock = connect(edge, host)
+    try:
+        sock.sendall(headers(1, request_block(host)))
+        assert answered(read_frames(sock, 5), 1)
+        assert admin.patch(f"/ip_policy_rules/{rule}", {"action": "deny"}).status == 200
+        deadline = time.monotonic() + 2.0
+        while edge.curl_https(host, "/echo", "--http2").stdout.strip() != "000":
+            assert time.monotonic() < deadline, "new connections still served 2 s after"
+            time.sleep(0.1)
+        sock.sendall(headers(3, request_block(host)))
+        assert not answered(read_frames(sock, 3), 3)
+    finally:
+        sock.close()
