@@ -58,6 +58,29 @@ def _exchange(port, host, requests=1, wrap=None):
     return lines
 
 
+def _allowing_ip_policy(admin):
+    """An IP policy of ``admin``'s account whose one rule allows the loopback: (a document
+    whose on_tcp_connect rules restrict to it, the rule's id, to turn it to deny)."""
+    made = admin.post("/ip_policies", {})
+    assert made.status == 201, made
+    policy = made.json["id"]
+    made = admin.post(
+        "/ip_policy_rules", {"ip_policy_id": policy, "cidr": "127.0.0.1/32", "action": "allow"}
+    )
+    assert made.status == 201, made
+    restrict = {"type": "restrict-ips", "config": {"ip_policies": [policy]}}
+    return {"on_tcp_connect": [{"actions": [restrict]}]}, made.json["id"]
+
+
+def _core_counts(edge):
+    """(requests the compiled core served, connections it handed to Python)."""
+    text = edge.metrics()
+    return (
+        metric(text, "edge_core_http_requests_total"),
+        metric(text, "edge_core_http_handed_over_total"),
+    )
+
+
 def _cidrs(kind):
     return {
         "on_tcp_connect": [
@@ -199,28 +222,12 @@ def test_the_phase_runs_once_a_connection_its_next_requests_pass_unchecked(edge,
     compiled core's route (decided: the row says which request is its connection's first),
     nothing handed to Python once the route is pushed."""
     admin = account.admin
-    made = admin.post("/ip_policies", {})
-    assert made.status == 201, made
-    policy = made.json["id"]
-    made = admin.post(
-        "/ip_policy_rules", {"ip_policy_id": policy, "cidr": "127.0.0.1/32", "action": "allow"}
-    )
-    assert made.status == 201, made
-    rule = made.json["id"]
-    doc = {
-        "on_tcp_connect": [
-            {"actions": [{"type": "restrict-ips", "config": {"ip_policies": [policy]}}]}
-        ]
-    }
+    doc, rule = _allowing_ip_policy(admin)
     binds = [{"proto": "http", "options": {"traffic_policy": [json.dumps(doc)]}}]
     host = host_of(bound(agents(edge, credential(account)["token"], binds).start())[0]["url"])
 
     def counts():
-        text = edge.metrics()
-        return (
-            metric(text, "edge_core_http_requests_total"),
-            metric(text, "edge_core_http_handed_over_total"),
-        )
+        return _core_counts(edge)
 
     def carried():
         before = settled(counts)
@@ -325,28 +332,12 @@ def test_each_http2_stream_runs_the_rules_as_a_connection_of_its_own(edge, accou
     from tests.edge.test_http2_attacks import connect, headers, read_frames, request_block
 
     admin = account.admin
-    made = admin.post("/ip_policies", {})
-    assert made.status == 201, made
-    policy = made.json["id"]
-    made = admin.post(
-        "/ip_policy_rules", {"ip_policy_id": policy, "cidr": "127.0.0.1/32", "action": "allow"}
-    )
-    assert made.status == 201, made
-    rule = made.json["id"]
-    doc = {
-        "on_tcp_connect": [
-            {"actions": [{"type": "restrict-ips", "config": {"ip_policies": [policy]}}]}
-        ]
-    }
+    doc, rule = _allowing_ip_policy(admin)
     binds = [{"proto": "http", "options": {"traffic_policy": [json.dumps(doc)]}}]
     host = host_of(bound(agents(edge, credential(account)["token"], binds).start())[0]["url"])
 
     def counts():
-        text = edge.metrics()
-        return (
-            metric(text, "edge_core_http_requests_total"),
-            metric(text, "edge_core_http_handed_over_total"),
-        )
+        return _core_counts(edge)
 
     def carried():  # (over HTTP/2: the core's h2 front, each stream decided by Python)
         before = settled(counts)
@@ -386,18 +377,9 @@ def test_http2_streams_python_serves_each_run_the_rules(edge, account, agents):
     from tests.edge.test_http2_attacks import connect, headers, read_frames, request_block
 
     admin = account.admin
-    made = admin.post("/ip_policies", {})
-    assert made.status == 201, made
-    policy = made.json["id"]
-    made = admin.post(
-        "/ip_policy_rules", {"ip_policy_id": policy, "cidr": "127.0.0.1/32", "action": "allow"}
-    )
-    assert made.status == 201, made
-    rule = made.json["id"]
+    doc, rule = _allowing_ip_policy(admin)
     doc = {
-        "on_tcp_connect": [
-            {"actions": [{"type": "restrict-ips", "config": {"ip_policies": [policy]}}]}
-        ],
+        **doc,
         "on_http_response": [
             {
                 "actions": [

@@ -110,25 +110,22 @@ class Policy:
         """PolicyError when the document has phases an endpoint of ``protocol`` never runs
         (the hosted docs' "Phases available by protocol": TCP and TLS endpoints run only
         on_tcp_connect); else the policy itself."""
-        if protocol != "tls":  # terminate-tls: applied to TLS endpoints and TLS edges here
-            for rule_index, rule in enumerate(self.phases.get("on_tcp_connect") or []):
-                for index, act in enumerate(rule.actions):
-                    if isinstance(act, actions_mod.TerminateTls):
-                        raise PolicyError(
-                            f"on_tcp_connect[{rule_index}].actions[{index}].type",
-                            "terminate-tls runs on TLS endpoints and TLS edges here, "
-                            f"not on {protocol} ones",
-                        )
-        if protocol in ("http", "https"):  # an HTTP endpoint forwards its requests
-            for rule_index, rule in enumerate(self.phases.get("on_tcp_connect") or []):
-                for index, act in enumerate(rule.actions):
-                    if isinstance(act, actions_mod.ForwardInternal):
-                        raise PolicyError(
-                            f"on_tcp_connect[{rule_index}].actions[{index}].type",
-                            "forward-internal in on_tcp_connect runs on TCP and TLS "
-                            f"endpoints; a {protocol} endpoint forwards its requests in "
-                            "on_http_request",
-                        )
+        http = protocol in ("http", "https")
+        for rule_index, rule in enumerate(self.phases.get("on_tcp_connect") or []):
+            for index, act in enumerate(rule.actions):
+                if isinstance(act, actions_mod.TerminateTls) and protocol != "tls":
+                    why = (  # applied to TLS endpoints and TLS edges here
+                        "terminate-tls runs on TLS endpoints and TLS edges here, "
+                        f"not on {protocol} ones"
+                    )
+                elif isinstance(act, actions_mod.ForwardInternal) and http:
+                    why = (  # an HTTP endpoint forwards its requests
+                        "forward-internal in on_tcp_connect runs on TCP and TLS endpoints; "
+                        f"a {protocol} endpoint forwards its requests in on_http_request"
+                    )
+                else:
+                    continue
+                raise PolicyError(f"on_tcp_connect[{rule_index}].actions[{index}].type", why)
         if protocol in ("tcp", "tls"):
             for phase in HTTP_PHASES:
                 if self.phases.get(phase):
