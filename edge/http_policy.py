@@ -205,7 +205,7 @@ async def run(
         # its on_tcp_connect rules: once per connection for each endpoint and document (an
         # HTTPS edge's routes share its endpoint, each with a policy of its own; a policy
         # changed since the connection began runs its rules anew), never on a forward's hop
-        connected = _first_connect(conns, endpoint, conn, route.enforcement.policy, forwards)
+        connected = first_connect(conns, endpoint, conn, route.enforcement.policy, forwards)
         conn.ip_policy_resolver = None
         if route.enforcement.policy.ip_policy_ids:  # restrict-ips ip_policies, cached
             conn.ip_policy_resolver = await edge.router.ip_policy_resolver(
@@ -247,7 +247,7 @@ async def run(
     return PolicyRun("proxy", route, traffic, prebuffered)
 
 
-def _first_connect(
+def first_connect(
     conns: Dict[Any, Any], endpoint: Hop, conn: Any, policy: Any, forwards: int
 ) -> bool:
     """Whether ``policy``'s on_tcp_connect rules are to run now on this connection for
