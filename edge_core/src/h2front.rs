@@ -10,6 +10,13 @@
 //! same host (with its proxy stream, as a keep-alive connection keeps its own); one handed
 //! to Python is Python's (`HttpFront` over the TLS bridge, as on HTTP/1.1) until it ends.
 //!
+//! A connection's streams and its virtual connections are not tasks of their own: the
+//! connection's task drives them all ([`Tasks`]), so a request's trips between the h2 codec,
+//! its stream and its virtual connection are polls within one task on one thread, as an
+//! HTTP/1.1 connection's are, and only the agent's session wakes it from another task. One
+//! connection's streams therefore share one thread at a time; the connections spread over
+//! the runtime's threads.
+//!
 //! The bounds are edge/h2front.py's (docs/HTTP2.md), each a named constant: streams per
 //! connection, the header block (encoded and decoded), 16 KiB frames, the flow-control
 //! windows (a request's body is credited back only once it went on towards the agent), the
@@ -21,7 +28,7 @@
 //! ENHANCE_YOUR_CALM.
 
 use std::collections::HashMap;
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -31,6 +38,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
@@ -665,12 +673,59 @@ struct Client {
     /// down after its stream was reset: public.rs may be blocked on the agent's window and
     /// not read the abort); the connection's ticket is held until they end.
     virtuals: Arc<AtomicUsize>,
-    virtual_ended: Arc<Notify>,
     ended: Notify,
     closing: AtomicBool,
+    /// Work to be driven by the connection's own task ([`Tasks`]): a stream, a virtual
+    /// connection; queued here by whoever made it, taken in by the connection at once.
+    queued: Mutex<Vec<Task>>,
+}
+
+/// A stream's or a virtual connection's work, driven by its connection's task.
+type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A connection's streams and virtual connections, driven by the connection's own task
+/// rather than spawned as tasks of their own: the wake-ups between a stream, its virtual
+/// connection and the h2 codec stay within one task (and one thread), as they are within
+/// the task of an HTTP/1.1 connection; only the agent's session wakes it from outside.
+struct Tasks(FuturesUnordered<Task>);
+
+impl Tasks {
+    /// Drives what is queued and what runs until none of it can move; never Ready (each
+    /// piece of work ends by itself, and is dropped then).
+    fn poll_drive(&mut self, client: &Client, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            self.0.extend(
+                client
+                    .queued
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .drain(..),
+            );
+            let moved = matches!(self.0.poll_next_unpin(cx), Poll::Ready(Some(())));
+            let queued = !client
+                .queued
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty();
+            if !moved && !queued {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 impl Client {
+    fn run(&self, task: Task) {
+        self.queued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+    }
+
     fn open(&self) -> Front {
         let (ours, theirs) = tokio::io::duplex(READ_CHUNK);
         let aborted = Arc::new(Abort::default());
@@ -690,13 +745,12 @@ impl Client {
         };
         let public = self.public.clone();
         let (peer, local) = (self.peer, self.local);
-        let (virtuals, ended) = (self.virtuals.clone(), self.virtual_ended.clone());
+        let virtuals = self.virtuals.clone();
         virtuals.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
+        self.run(Box::pin(async move {
             public::connection(virt, peer, local, public, Ticket::free(), Vec::new()).await;
             virtuals.fetch_sub(1, Ordering::Relaxed);
-            ended.notify_one();
-        });
+        }));
         Front {
             io: ours,
             aborted,
@@ -787,10 +841,11 @@ pub(crate) async fn serve(
         kept: Mutex::new(HashMap::new()),
         tasks: AtomicUsize::new(0),
         virtuals: Arc::new(AtomicUsize::new(0)),
-        virtual_ended: Arc::new(Notify::new()),
         ended: Notify::new(),
         closing: AtomicBool::new(false),
+        queued: Mutex::new(Vec::new()),
     });
+    let mut tasks = Tasks(FuturesUnordered::new());
     let mut first = true;
     let reason = loop {
         let idle = client.tasks.load(Ordering::Relaxed) == 0;
@@ -819,12 +874,12 @@ pub(crate) async fn serve(
                         continue;
                     }
                     client.tasks.fetch_add(1, Ordering::Relaxed);
-                    let client = client.clone();
-                    tokio::spawn(async move {
-                        stream(&client, request, respond).await;
-                        client.tasks.fetch_sub(1, Ordering::Relaxed);
-                        client.ended.notify_one();
-                    });
+                    let each = client.clone();
+                    client.run(Box::pin(async move {
+                        stream(&each, request, respond).await;
+                        each.tasks.fetch_sub(1, Ordering::Relaxed);
+                        each.ended.notify_one();
+                    }));
                 }
                 // h2's connection error (its GOAWAY sent), or the client's end
                 Some(Err(_)) | None => break None,
@@ -834,6 +889,7 @@ pub(crate) async fn serve(
             _ = ticket.eviction(), if idle => break Some(Reason::NO_ERROR),
             _ = client.public.closed() => break Some(Reason::NO_ERROR),
             _ = client.ended.notified() => {}
+            _ = poll_fn(|cx| tasks.poll_drive(&client, cx)) => {}
         }
     };
     client.closing.store(true, Ordering::Relaxed);
@@ -848,21 +904,31 @@ pub(crate) async fn serve(
         None => {}
     }
     if reason.is_some() {
-        let _ = tokio::time::timeout(CLOSING, poll_fn(|cx| conn.poll_closed(cx))).await;
+        let closed = poll_fn(|cx| {
+            let _ = tasks.poll_drive(&client, cx);
+            conn.poll_closed(cx)
+        });
+        let _ = tokio::time::timeout(CLOSING, closed).await;
     }
     drop(conn);
-    // the connection's place (its ticket) is held until its virtual connections ended: one
-    // left winding down after a reset still holds a proxy stream and its buffers
+    // the connection's place (its ticket) is held until its streams and virtual connections
+    // ended: one left winding down after a reset still holds a proxy stream and its buffers
     ticket.busy();
-    while client.virtuals.load(Ordering::Relaxed) > 0 {
-        let ended = client.virtual_ended.notified();
-        tokio::pin!(ended);
-        ended.as_mut().enable();
-        if client.virtuals.load(Ordering::Relaxed) == 0 {
-            break;
+    poll_fn(|cx| {
+        let _ = tasks.poll_drive(&client, cx);
+        if tasks.is_empty()
+            && client
+                .queued
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
+        {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
         }
-        ended.await;
-    }
+    })
+    .await;
 }
 
 // ---- one stream -----------------------------------------------------------------------------
