@@ -31,6 +31,7 @@ use std::collections::HashMap;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
@@ -683,6 +685,35 @@ struct Client {
 /// A stream's or a virtual connection's work, driven by its connection's task.
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// A virtual connection counted in `Client::virtuals` until it ends (or panics).
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A stream counted in `Client::tasks` until it ends (or panics), the connection told then.
+struct Served(Arc<Client>);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.0.tasks.fetch_sub(1, Ordering::Relaxed);
+        self.0.ended.notify_one();
+    }
+}
+
+/// Empties the queue when `serve` ends or is dropped: a queued stream holds its `Client`.
+struct Unqueue(Arc<Client>);
+
+impl Drop for Unqueue {
+    fn drop(&mut self) {
+        let queued = std::mem::take(&mut *self.0.queued.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(queued);
+    }
+}
+
 /// A connection's streams and virtual connections, driven by the connection's own task
 /// rather than spawned as tasks of their own: the wake-ups between a stream, its virtual
 /// connection and the h2 codec stay within one task (and one thread), as they are within
@@ -719,11 +750,16 @@ impl Tasks {
 }
 
 impl Client {
-    fn run(&self, task: Task) {
+    /// Queues work for the connection's task. Called only from within that task (a stream
+    /// accepted by `serve`'s loop, a virtual connection opened by a stream it drives), which
+    /// takes the queue in before it next waits: nothing else wakes it for this. A panic in
+    /// the work ends that work alone, as a spawned task's would.
+    fn run(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let task = AssertUnwindSafe(task).catch_unwind().map(|_| ());
         self.queued
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(task);
+            .push(Box::pin(task));
     }
 
     fn open(&self) -> Front {
@@ -745,12 +781,12 @@ impl Client {
         };
         let public = self.public.clone();
         let (peer, local) = (self.peer, self.local);
-        let virtuals = self.virtuals.clone();
-        virtuals.fetch_add(1, Ordering::Relaxed);
-        self.run(Box::pin(async move {
+        self.virtuals.fetch_add(1, Ordering::Relaxed);
+        let counted = Counted(self.virtuals.clone());
+        self.run(async move {
             public::connection(virt, peer, local, public, Ticket::free(), Vec::new()).await;
-            virtuals.fetch_sub(1, Ordering::Relaxed);
-        }));
+            drop(counted);
+        });
         Front {
             io: ours,
             aborted,
@@ -845,6 +881,7 @@ pub(crate) async fn serve(
         closing: AtomicBool::new(false),
         queued: Mutex::new(Vec::new()),
     });
+    let _unqueue = Unqueue(client.clone());
     let mut tasks = Tasks(FuturesUnordered::new());
     let mut first = true;
     let reason = loop {
@@ -874,12 +911,11 @@ pub(crate) async fn serve(
                         continue;
                     }
                     client.tasks.fetch_add(1, Ordering::Relaxed);
-                    let each = client.clone();
-                    client.run(Box::pin(async move {
-                        stream(&each, request, respond).await;
-                        each.tasks.fetch_sub(1, Ordering::Relaxed);
-                        each.ended.notify_one();
-                    }));
+                    let each = Served(client.clone());
+                    client.run(async move {
+                        stream(&each.0, request, respond).await;
+                        drop(each);
+                    });
                 }
                 // h2's connection error (its GOAWAY sent), or the client's end
                 Some(Err(_)) | None => break None,
