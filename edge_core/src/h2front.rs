@@ -1109,6 +1109,16 @@ async fn stream(client: &Client, request: Request<RecvStream>, mut respond: Send
     }
 }
 
+/// What the stream keeps of its answer's head once the head's bytes are gone: the HTTP/2
+/// response made of it, or the edge's error code for a gRPC request (answered as a status).
+struct Answer {
+    len: usize,
+    status: u16,
+    framing: Framing,
+    close: bool,
+    response: Result<Response<()>, String>,
+}
+
 /// Why a request body stopped before its end.
 enum Pumped {
     /// The client reset the stream or broke its body.
@@ -1170,18 +1180,36 @@ async fn relay_response<R: AsyncRead + Unpin>(
     // a small answer's head and body fit in the first read; a larger one grows it
     let mut buf = BytesMut::with_capacity(HEAD_CHUNK);
     let mut answered = false;
+    // the head read in place, once: what the stream needs of it taken before its bytes go
     let head = loop {
-        match h1::parse_response(&buf) {
+        match h1::view_response(&buf) {
             Parsed::Done(head) if head.status < 200 => {
                 // an interim answer (100 Continue, 103 Early Hints): relayed as HTTP/2's
                 if head.status != 101 {
-                    let _ = respond.send_informational(h2_head(&head)?);
+                    let _ = respond.send_informational(h2_head(head.status, &head.fields)?);
                 }
-                let _ = buf.split_to(head.len);
+                let len = head.len;
+                let _ = buf.split_to(len);
                 answered = true;
                 continue;
             }
-            Parsed::Done(head) => break head,
+            Parsed::Done(head) => {
+                let error_code = head
+                    .fields
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(b"ngrok-error-code"))
+                    .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+                break Answer {
+                    len: head.len,
+                    status: head.status,
+                    framing: head.framing,
+                    close: head.close,
+                    response: match error_code {
+                        Some(code) if grpc => Err(code),
+                        _ => Ok(h2_head(head.status, &head.fields)?),
+                    },
+                };
+            }
             Parsed::Invalid(_) => return Err(Relayed::Failed),
             Parsed::Partial => {}
         }
@@ -1197,23 +1225,20 @@ async fn relay_response<R: AsyncRead + Unpin>(
         }
     };
     let _ = buf.split_to(head.len);
-    let error_code = head
-        .fields
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(b"ngrok-error-code"))
-        .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
-    if let (true, Some(code)) = (grpc, error_code) {
-        // the edge's own answer to a gRPC request: a gRPC status (edge/h2front.py)
-        let message = grpc_message(&head, &buf, &code);
-        answer_grpc(respond, head.status, &code, &message);
-        return Ok(false);
-    }
+    let response = match head.response {
+        Ok(response) => response,
+        Err(code) => {
+            // the edge's own answer to a gRPC request: a gRPC status (edge/h2front.py)
+            let message = grpc_message(head.framing, &buf, &code);
+            answer_grpc(respond, head.status, &code, &message);
+            return Ok(false);
+        }
+    };
     let bodiless = head_request
         || head.status == 204
         || head.status == 304
         || head.framing == Framing::Length(0)
         || head.framing == Framing::None;
-    let response = h2_head(&head)?;
     let reusable = !head.close;
     let mut send = respond
         .send_response(response, bodiless)
@@ -1279,13 +1304,13 @@ enum Relayed {
 
 /// A response head of the HTTP/1.1 path as HTTP/2's (the fields HTTP/2 does not carry
 /// dropped).
-fn h2_head(head: &h1::ResponseHead) -> Result<Response<()>, Relayed> {
+fn h2_head(status: u16, head_fields: &[(&[u8], &[u8])]) -> Result<Response<()>, Relayed> {
     let mut response = Response::builder()
-        .status(StatusCode::from_u16(head.status).map_err(|_| Relayed::Failed)?)
+        .status(StatusCode::from_u16(status).map_err(|_| Relayed::Failed)?)
         .body(())
         .map_err(|_| Relayed::Failed)?;
     let fields = response.headers_mut();
-    for (name, value) in &head.fields {
+    for (name, value) in head_fields {
         let Ok(name) = HeaderName::from_bytes(name) else {
             continue;
         };
@@ -1431,8 +1456,8 @@ impl Body {
 }
 
 /// The message of an edge answer's JSON body (its `msg`), for a gRPC status.
-fn grpc_message(head: &h1::ResponseHead, buf: &[u8], code: &str) -> String {
-    let body = match head.framing {
+fn grpc_message(framing: Framing, buf: &[u8], code: &str) -> String {
+    let body = match framing {
         Framing::Length(n) => &buf[..(n as usize).min(buf.len())],
         _ => &buf[..0],
     };

@@ -107,11 +107,12 @@ fn contains_token(value: &[u8], token: &[u8]) -> bool {
 
 /// (framing from Content-Length / Transfer-Encoding, Connection says close, anything
 /// unusual: several lengths, a transfer coding, both, a bad length)
-fn declared(fields: &[Field]) -> (Framing, bool, bool) {
+fn declared<N: AsRef<[u8]>, V: AsRef<[u8]>>(fields: &[(N, V)]) -> (Framing, bool, bool) {
     let (mut length, mut lengths, mut chunked, mut coded, mut close) =
         (None, 0, false, false, false);
     let mut bad = false;
     for (name, value) in fields {
+        let (name, value) = (name.as_ref(), value.as_ref());
         if name.eq_ignore_ascii_case(b"content-length") {
             lengths += 1;
             match std::str::from_utf8(value)
@@ -361,6 +362,38 @@ fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 
 /// A response head at the start of `buf`; Invalid is a bad upstream response (502).
 pub fn parse_response(buf: &[u8]) -> Parsed<ResponseHead> {
+    match view_response(buf) {
+        Parsed::Done(view) => Parsed::Done(ResponseHead {
+            len: view.len,
+            status: view.status,
+            reason: view.reason.to_vec(),
+            fields: view
+                .fields
+                .iter()
+                .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                .collect(),
+            framing: view.framing,
+            close: view.close,
+        }),
+        Parsed::Partial => Parsed::Partial,
+        Parsed::Invalid(why) => Parsed::Invalid(why),
+    }
+}
+
+/// A response head read in place: its reason and fields are slices of the bytes parsed
+/// (`parse_response` copies them; the HTTP/2 front reads each answer of its virtual
+/// connections this way, once, to make the stream's HEADERS).
+pub struct ResponseView<'a> {
+    pub len: usize,
+    pub status: u16,
+    pub reason: &'a [u8],
+    pub fields: Vec<(&'a [u8], &'a [u8])>,
+    pub framing: Framing,
+    pub close: bool,
+}
+
+/// A response head at the start of `buf`, as `parse_response` reads it, uncopied.
+pub fn view_response(buf: &[u8]) -> Parsed<ResponseView<'_>> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_FIELDS];
     let mut resp = httparse::Response::new(&mut slots);
     let len = match resp.parse(buf) {
@@ -378,19 +411,19 @@ pub fn parse_response(buf: &[u8]) -> Parsed<ResponseHead> {
     if status < 100 {
         return Parsed::Invalid("status code below 100");
     }
-    let fields: Vec<Field> = resp
+    let fields: Vec<(&[u8], &[u8])> = resp
         .headers
         .iter()
-        .map(|h| (h.name.as_bytes().to_vec(), trim(h.value).to_vec()))
+        .map(|h| (h.name.as_bytes(), trim(h.value)))
         .collect();
     let (framing, says_close, unusual) = declared(&fields);
     if unusual {
         return Parsed::Invalid("invalid response framing");
     }
-    Parsed::Done(ResponseHead {
+    Parsed::Done(ResponseView {
         len,
         status,
-        reason: resp.reason.unwrap_or("").as_bytes().to_vec(),
+        reason: resp.reason.unwrap_or("").as_bytes(),
         fields,
         framing,
         close: says_close || minor != 1,
