@@ -685,8 +685,16 @@ struct Client {
 /// A stream's or a virtual connection's work, driven by its connection's task.
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// A virtual connection counted in `Client::virtuals` until it ends (or panics).
+/// A virtual connection counted in `Client::virtuals` from its start until it ends (or
+/// panics).
 struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Counted(count.clone())
+    }
+}
 
 impl Drop for Counted {
     fn drop(&mut self) {
@@ -694,8 +702,16 @@ impl Drop for Counted {
     }
 }
 
-/// A stream counted in `Client::tasks` until it ends (or panics), the connection told then.
+/// A stream counted in `Client::tasks` from its start until it ends (or panics), the
+/// connection told then.
 struct Served(Arc<Client>);
+
+impl Served {
+    fn new(client: &Arc<Client>) -> Self {
+        client.tasks.fetch_add(1, Ordering::Relaxed);
+        Served(client.clone())
+    }
+}
 
 impl Drop for Served {
     fn drop(&mut self) {
@@ -709,8 +725,11 @@ struct Unqueue(Arc<Client>);
 
 impl Drop for Unqueue {
     fn drop(&mut self) {
-        let queued = std::mem::take(&mut *self.0.queued.lock().unwrap_or_else(|e| e.into_inner()));
-        drop(queued);
+        self.0
+            .queued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 }
 
@@ -781,8 +800,7 @@ impl Client {
         };
         let public = self.public.clone();
         let (peer, local) = (self.peer, self.local);
-        self.virtuals.fetch_add(1, Ordering::Relaxed);
-        let counted = Counted(self.virtuals.clone());
+        let counted = Counted::new(&self.virtuals);
         self.run(async move {
             public::connection(virt, peer, local, public, Ticket::free(), Vec::new()).await;
             drop(counted);
@@ -910,8 +928,7 @@ pub(crate) async fn serve(
                         respond.send_reset(Reason::REFUSED_STREAM);
                         continue;
                     }
-                    client.tasks.fetch_add(1, Ordering::Relaxed);
-                    let each = Served(client.clone());
+                    let each = Served::new(&client);
                     client.run(async move {
                         stream(&each.0, request, respond).await;
                         drop(each);
@@ -950,15 +967,10 @@ pub(crate) async fn serve(
     // the connection's place (its ticket) is held until its streams and virtual connections
     // ended: one left winding down after a reset still holds a proxy stream and its buffers
     ticket.busy();
+    // (poll_drive returns with the queue taken in: what is left runs in `tasks`)
     poll_fn(|cx| {
         let _ = tasks.poll_drive(&client, cx);
-        if tasks.is_empty()
-            && client
-                .queued
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty()
-        {
+        if tasks.is_empty() {
             Poll::Ready(())
         } else {
             Poll::Pending
