@@ -427,3 +427,35 @@ async fn an_interim_answer_is_relayed_before_the_final_one() {
     assert_eq!(hint.headers()["link"], "</style.css>; rel=preload");
     assert_eq!(response.await.unwrap().status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_whose_head_outgrows_the_first_read_is_relayed_whole() {
+    let (_carrier, port, _session, mut agent, config) = setup();
+    let tls = connect(port, config).await;
+    let (mut client, conn) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(conn);
+    let get = Request::get("https://a.test/long").body(()).unwrap();
+    let (response, _) = client.send_request(get, true).unwrap();
+    let (sid, _) = agent_reads(&mut agent, b"\r\n\r\n").await;
+    // a head of ~12 KiB (past the first read, and past the first growth of the buffer),
+    // sent in pieces that end mid-field
+    let mut head = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n".to_vec();
+    for i in 0..120 {
+        head.extend_from_slice(format!("x-field-{i:03}: {}\r\n", "v".repeat(90)).as_bytes());
+    }
+    head.extend_from_slice(b"\r\nhello");
+    for piece in head.chunks(700) {
+        answer(&mut agent, sid, 0, piece).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers().len(), 121, "every field relayed");
+    assert_eq!(response.headers()["x-field-119"], "v".repeat(90));
+    let mut body = response.into_body();
+    let mut got = Vec::new();
+    while let Some(data) = body.data().await {
+        got.extend_from_slice(&data.unwrap());
+    }
+    assert_eq!(got, b"hello");
+}
