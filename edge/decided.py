@@ -665,9 +665,10 @@ class Decider:
     def _edge_decide(self, row: Asked, held: Pushed, routed: Any, hub: Any) -> None:
         """The edge's answer where the router gave one (none: offline, 404; its error),
         else the route's policy run on the request and what it let through sent to the
-        backend's labeled tunnel (:meth:`_onward`). A fixed (``http_response``) backend, a
-        WebSocket-TCP converter, a static backend or a policy that is not decidable (or
-        waits on a cache) is handed to the Python path."""
+        backend's labeled tunnel (:meth:`_onward`) or answered by its fixed
+        (``http_response``) backend (:meth:`_fixed`). A WebSocket-TCP converter, a static
+        backend or a policy that is not decidable (or waits on a cache) is handed to the
+        Python path."""
         ticket, method, scheme, host = row[0], row[5], held[1], held[2]
         if routed is None or routed.error is not None:
             status, code, msg = (
@@ -683,9 +684,8 @@ class Decider:
             self._answer(ticket, refused, method, True, REFUSED)  # record names the edge
             return
         if (
-            routed.fixed is not None
-            or routed.ws_tcp
-            or core_mux(routed.tunnel) is None
+            routed.ws_tcp
+            or (routed.fixed is None and core_mux(routed.tunnel) is None)
             or routed.endpoint_id != held[0].endpoint_id  # another edge since the push
         ):
             self.edge.carrier.decide_python(ticket)
@@ -1049,6 +1049,11 @@ class Decider:
         answer) the core may apply the decision again to the same facts."""
         ticket, peer, method = row[0], row[2], row[5]
         carrier, routed = self.edge.carrier, at.routed
+        fixed = getattr(routed, "fixed", None)  # an HTTPS edge's http_response backend
+        if fixed is not None:
+            hub.count_decisions(traffic.state)
+            asyncio.ensure_future(self._fixed(row, held, traffic, fixed, hub))
+            return
         tunnel = routed.tunnel
         mux = core_mux(tunnel) if not routed.cloud else None
         if not routed.cloud and (
@@ -1106,6 +1111,36 @@ class Decider:
             proxy_dest=listener_addr(self.edge, held[1]),
             hold=hold and not responses and head is None,
         )
+
+    async def _fixed(
+        self, row: Asked, held: Pushed, traffic: Any, fixed: Dict[str, Any], hub: Any
+    ) -> None:
+        """A request an HTTPS edge's route sends to an http_response backend: answered with
+        it as the Python path answers it (``http_policy.answer_fixed``: the response phase
+        run on it, the request's body read first, up to FIXED_BODY_DRAIN, and dropped; the
+        connection kept when it was read whole), in a task (the phase may call out)."""
+        ticket, method, bodiless = row[0], row[5], row[8]
+        with self._deciding(row, held, hub, count=False):
+            async with asyncio.timeout_at(_DUE.get()) as deadline:
+                whole = bodiless or (traffic.req.body is not None and traffic.req.body_complete)
+                if not whole and traffic.req.body is None:
+                    deadline.reschedule(None)  # (the read has its own bound, as in _awaited)
+                    read = await self._body(ticket, http_policy.FIXED_BODY_DRAIN)
+                    if read is None:  # the core closed the connection: no answer
+                        return
+                    deadline.reschedule(asyncio.get_running_loop().time() + DECIDE_SECONDS)
+                    whole = read[1]
+                answer = await http_policy.fixed_answer(fixed, traffic, self.edge)
+            if answer is None:  # the response phase closed the connection
+                self.edge.carrier.decide_close(ticket)
+                return
+            close = not whole or _says_close(row[7])
+            try:
+                events = outcome_response(answer, close=close)
+            except http1.LocalProtocolError:  # a field HTTP/1.1 refuses: closed, as the
+                self.edge.carrier.decide_close(ticket)  # Python path's write fails
+                return
+            self._answer(ticket, events, method, close, traffic)
 
     def _answer(
         self,

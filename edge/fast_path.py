@@ -1095,13 +1095,14 @@ def _edge_route_carriable(
 ) -> bool:
     """Whether the core can carry every request an HTTPS edge's route serves, known before
     any request (so none is routed twice: a request handed to Python is routed again there,
-    and its backend drawn again): no WebSocket-TCP converter; its backend a tunnel group
-    (or none: the edge's 502) whose every member's session the core runs here (a fixed
-    answer, a static backend, failover and weighted choices stay Python's); its modules a
-    decidable policy naming no IP policy or vault secret."""
+    and its backend drawn again): no WebSocket-TCP converter; its backend a fixed answer
+    (http_response: Python makes it, the core writes it), a tunnel group whose every
+    member's session the core runs here, or none (the edge's 502) (a static backend,
+    failover and weighted choices stay Python's); its modules a decidable policy naming no
+    IP policy or vault secret."""
     if route_modules.converts_websockets(route):
         return False
-    if backend is not None and backend.get("kind") != "tunnel_group":
+    if backend is not None and backend.get("kind") not in ("tunnel_group", "http_response"):
         return False
     if any(core_mux(member) is None for member in members):
         return False

@@ -523,6 +523,20 @@ async def answer_fixed(
     phase's rules apply to it too). True when the connection stays usable."""
     events = await buffer_body(client, reader, FIXED_BODY_DRAIN, list(events or []))
     whole = bool(events) and isinstance(events[-1], http1.EndOfMessage)
+    answer = await fixed_answer(fixed, traffic, edge)
+    if answer is None:
+        return False
+    for item in outcome_response(answer, close=not whole):
+        if item is not None:
+            await send(client, writer, item)
+    return whole
+
+
+async def fixed_answer(fixed: Dict[str, Any], traffic: Optional[Traffic], edge: Any) -> Any:
+    """An http_response backend's answer (``status_code``, ``headers``, ``body``) once the
+    response phase of ``traffic``'s policy ran on it; None when that phase closes the
+    connection. The one making of it, for both paths (``answer_fixed``, and the core's
+    decided routes: edge/decided.py)."""
     body = (fixed.get("body") or "").encode("utf-8")
     headers = [(str(k), str(v)) for k, v in (fixed.get("headers") or {}).items()]
     status = int(fixed.get("status_code") or 200)
@@ -538,7 +552,7 @@ async def answer_fixed(
         if out.kind == tp.RESPOND:
             status, headers, body = out.status_code, out.headers, out.body
         elif out.kind == tp.CLOSE:
-            return False
+            return None
         else:
             status, headers = res.status_code, res.headers
             for body_check in out.body_checks:  # owasp-crs-response process_body
@@ -552,11 +566,7 @@ async def answer_fixed(
             except tp_actions.RewriteTooLarge as exc:
                 status, body = 502, f"response-body-find-replace: {exc}.".encode()
                 headers = [("ngrok-error-code", edge_errors.BAD_UPSTREAM_RESPONSE)]
-    answer = SimpleNamespace(status_code=status, headers=headers, body=body)
-    for item in outcome_response(answer, close=not whole):
-        if item is not None:
-            await send(client, writer, item)
-    return whole
+    return SimpleNamespace(status_code=status, headers=headers, body=body)
 
 
 def record_status(traffic: Any, status: int) -> None:

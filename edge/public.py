@@ -224,7 +224,7 @@ class HttpFront:
                 )
                 if routed is None:
                     return
-                if routed.tunnel is not None or routed.cloud:
+                if routed.tunnel is not None or routed.cloud or routed.fixed is not None:
                     fast = getattr(self.edge, "fast_path", None)  # the core may serve it
                     if fast is not None:  # (edge/fast_path.py): its route pushed again
                         fast.seen(host, self.scheme, routed.named)

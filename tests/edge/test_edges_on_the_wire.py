@@ -2,6 +2,7 @@
 backends (tunnel group of SDK labeled tunnels, failover, weighted, HTTP response) through the
 public listeners; changes through the API in force on the next request."""
 
+import socket
 import time
 
 from tests.edge.conftest import BASE_DOMAIN, tcp_round_trip
@@ -38,6 +39,77 @@ def test_http_response_backend_is_served_with_no_agent_at_all(edge, account):
     assert resp.headers["x-fixed"] == "1"
     done = edge.curl_https(host, "/x")
     assert done.stdout.rsplit("\n", 1) == ["from the edge", "203"], done.stderr
+
+
+def test_an_http_response_backend_is_answered_on_the_cores_path(edge, account):
+    """Once Python served a request of an HTTPS edge whose route answers from an
+    http_response backend, the name is a route of the compiled core: each request routed and
+    its answer made in Python (the route's response headers on it), written by the core,
+    nothing handed over. A request's body is read and dropped first: read whole (up to
+    1 MiB) the connection is kept, past that the answer closes it."""
+    from tests.edge.support import metric, settled
+    from tests.edge.test_core_decided import _read_all
+
+    host = f"corefixed-{time.time_ns()}.{BASE_DOMAIN}"
+    backend = _post(
+        account,
+        "/backends/http_response",
+        {"status_code": 203, "body": "fixed", "headers": {"x-fixed": "1"}},
+    )
+    _https_edge(
+        account,
+        host,
+        [
+            {
+                "match_type": "path_prefix",
+                "match": "/",
+                "backend": {"backend_id": backend["id"]},
+                "response_headers": {"add": {"x-route-resp": "1"}},
+            }
+        ],
+    )
+
+    def counts():
+        text = edge.metrics()
+        return (
+            metric(text, "edge_core_http_requests_total"),
+            metric(text, "edge_core_http_handed_over_total"),
+        )
+
+    def carried():
+        before = settled(counts)
+        ok = edge.http("GET", host, "/").status_code == 203
+        after = settled(counts)
+        return ok and after[0] > before[0] and after[1] == before[1]
+
+    assert _wait(carried, timeout=15), "the core never carried the edge's requests"
+    served, handed = settled(counts)
+    drain = 1 << 20
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as raw:
+        raw.sendall(
+            f"POST /a HTTP/1.1\r\nHost: {host}\r\nContent-Length: {drain}\r\n\r\n".encode()
+            + b"x" * drain
+            + f"HEAD /b HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+            + f"GET /c HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+        )
+        got = _read_all(raw)
+    answers = got.split(b"HTTP/1.1 ")[1:]
+    assert [a.split(b" ", 1)[0] for a in answers] == [b"203"] * 3, got
+    first = answers[0].lower()
+    assert first.endswith(b"\r\n\r\nfixed") and b"x-fixed: 1\r\n" in first, got
+    assert b"x-route-resp: 1\r\n" in first and b"connection: close" not in first, got
+    assert answers[1].endswith(b"\r\n\r\n"), "no body to a HEAD"
+    assert settled(counts) == (served + 3, handed)
+    # a byte past the bound: the answer closes the connection
+    with socket.create_connection(("127.0.0.1", edge.http_port), timeout=10) as raw:
+        raw.sendall(
+            f"POST /d HTTP/1.1\r\nHost: {host}\r\nContent-Length: {drain + 1}\r\n\r\n".encode()
+            + b"x" * (drain + 1)
+        )
+        got = _read_all(raw)
+    assert got.startswith(b"HTTP/1.1 203 ") and got.endswith(b"fixed"), got
+    assert b"\r\nconnection: close\r\n" in got.lower(), got
+    assert settled(counts) == (served + 4, handed)
 
 
 def test_routes_match_exact_before_longest_prefix_and_unmatched_is_404(edge, account):

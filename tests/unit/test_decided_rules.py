@@ -1182,7 +1182,8 @@ def test_an_https_edges_request_is_routed_by_its_path_then_decided(core):
     """Each request routed as the Python path routes it (the edge's route for its path, its
     modules' policy, its backend's labeled tunnel): what the policy lets through goes to the
     tunnel's session; a route with no modules sends it on as it came; no route for the name
-    is 404; a fixed answer's backend is Python's."""
+    is 404; a fixed answer's backend is answered with it (its bodiless request's connection
+    kept)."""
     from edge.edges import Routed
 
     made, carrier = _edge_decider()
@@ -1219,7 +1220,7 @@ def test_an_https_edges_request_is_routed_by_its_path_then_decided(core):
     assert by_ticket[1][2] is None and by_ticket[1][6]["fields"] == [(b"x-a", b"1")]
     assert by_ticket[2][0] == "internal" and by_ticket[2][6]["fields"] == []
     assert not by_ticket[1][6]["hold"] and not by_ticket[2][6]["hold"]  # an edge's: never
-    assert by_ticket[3] == ("python", 3)
+    assert by_ticket[3][:3] == ("respond", 3, 200) and by_ticket[3][4:] == (b"x", False)
     assert by_ticket[4][:3] == ("respond", 4, 404) and b"ERR_NGROK_3200" in by_ticket[4][4]
 
 

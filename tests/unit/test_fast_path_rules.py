@@ -1267,8 +1267,8 @@ def test_an_https_edges_name_python_served_is_pushed_as_a_route_of_its_edge():
 def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(core, shape):
     """Known before any request, so none is routed twice (a request handed to Python is
     routed again there, its backend drawn again): each route a tunnel group whose members'
-    sessions the core runs (or no backend: the edge's own 502), decidable modules naming no
-    IP policy, no converter."""
+    sessions the core runs, a fixed answer, or no backend (the edge's own 502), decidable
+    modules naming no IP policy, no converter."""
     route = {"id": "edghtsrt_1", "match_type": "path_prefix", "match": "/"}
     backends = {"bkdtg_1": {"id": "bkdtg_1", "kind": "tunnel_group", "labels": {"app": "a"}}}
     member_mux = core
@@ -1297,7 +1297,7 @@ def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(
         await _settle()
         return edge.carrier.set
 
-    carried = shape in ("a tunnel group of the core's sessions", "no backend")
+    carried = shape in ("a tunnel group of the core's sessions", "no backend", "a fixed answer")
     assert core.loop.run_until_complete(run()) == ([("http", EDGE_HOST, 1)] if carried else [])
 
 
