@@ -549,8 +549,9 @@ class EdgeRouter:
     ) -> Optional[List[Tuple[Dict[str, Any], Optional[Dict[str, Any]], Any, List[Any]]]]:
         """Each route of the HTTPS edge serving ``host`` as :meth:`route_http` reads it:
         (the route, its backend or None, its modules' compiled policy or None, the tunnels
-        its backend may pick now); None when no edge serves the name. The same cached
-        reads; a policy the engine refuses raises, as route_http fails on it."""
+        its backend may pick now: a failover's or weighted choice's groups' too); None when
+        no edge serves the name. The same cached reads; a policy the engine refuses raises,
+        as route_http fails on it."""
         found = await self._https_edge(f"{host}:443")
         if found is None:
             return None
@@ -563,7 +564,11 @@ class EdgeRouter:
             backend = None
             if _enabled(module) and module.get("backend_id"):
                 backend = await self._backend(account_id, module["backend_id"])
-            members = self._candidates(account_id, backend) if backend is not None else []
+            members = [
+                tunnel
+                for labels in _group_labels(backend)
+                for tunnel in self.edge.registry.labeled(account_id, labels)
+            ]
             parts.append((route, backend, enforcement, members))
         return parts
 

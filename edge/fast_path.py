@@ -1095,14 +1095,13 @@ def _edge_route_carriable(
 ) -> bool:
     """Whether the core can carry every request an HTTPS edge's route serves, known before
     any request (so none is routed twice: a request handed to Python is routed again there,
-    and its backend drawn again): no WebSocket-TCP converter; its backend a fixed answer
-    (http_response: Python makes it, the core writes it), a tunnel group whose every
-    member's session the core runs here, or none (the edge's 502) (a static backend,
-    failover and weighted choices stay Python's); its modules a decidable policy naming no
-    IP policy or vault secret."""
+    and its backend drawn again): no WebSocket-TCP converter; its backend one whose every
+    pick the core carries (:func:`_picks_carried`), each member of its tunnel groups on a
+    session the core runs here, or none (the edge's 502); its modules a decidable policy
+    naming no IP policy or vault secret."""
     if route_modules.converts_websockets(route):
         return False
-    if backend is not None and backend.get("kind") not in ("tunnel_group", "http_response"):
+    if backend is not None and not _picks_carried(backend):
         return False
     if any(core_mux(member) is None for member in members):
         return False
@@ -1113,6 +1112,23 @@ def _edge_route_carriable(
         and not policy.secret_refs
         and not policy.has("on_tcp_connect")  # (its connections' rules: Python's)
     )
+
+
+def _picks_carried(backend: Dict[str, Any]) -> bool:
+    """Whether whatever an edge route's ``backend`` picks for a request is the core's to
+    carry: a tunnel group (the tunnel it draws), a fixed answer (http_response: Python makes
+    it, the core writes it), or a failover or weighted choice of those, drawn once by the
+    router in Python (a static backend, the edge's own connection to an address, is
+    Python's)."""
+    kind = backend.get("kind")
+    if kind in ("tunnel_group", "http_response"):
+        return True
+    members = backend.get("backends") or []
+    if kind == "failover":
+        return all(_picks_carried(member) for member in members)
+    if kind == "weighted":
+        return all(_picks_carried(member.get("backend") or {}) for member in members)
+    return False
 
 
 def _bounded(kept: Dict[str, Any], routes: Dict[Tuple[str, str], Any]) -> None:

@@ -334,8 +334,14 @@ def test_an_edge_routes_circuit_breaker_counts_every_answer_the_core_carries(
 
 
 def test_a_weighted_backends_shares_hold_on_an_edge(edge, account, agents):
-    """Weighted 1:1 between a fixed answer and a tunnel group: each request drawn once (an
-    edge the core cannot carry every route of stays Python's, so no request is drawn twice)."""
+    """Weighted 1:1 between a fixed answer and a tunnel group: each request drawn once, by
+    the router in Python, and carried by the core whichever it drew (an edge the core cannot
+    carry every pick of stays Python's, so no request is drawn twice)."""
+    from tests.edge.support import metric, settled
+
+    def handed():
+        return metric(edge.metrics(), "edge_core_http_handed_over_total")
+
     label = f"wt{time.time_ns()}"
     host = f"wt-{time.time_ns()}.{BASE_DOMAIN}"
     group = _post(account, "/backends/tunnel_group", {"labels": {"wt": label}})["id"]
@@ -351,6 +357,15 @@ def test_a_weighted_backends_shares_hold_on_an_edge(edge, account, agents):
     )
     _bound(agent.start())
     assert _wait(lambda: edge.http("GET", host, "/echo").status_code == 200, timeout=10)
+
+    def carried():
+        before = settled(handed)
+        texts = {edge.http("GET", host, "/echo").text == "fixed" for _ in range(10)}
+        return texts == {True, False} and settled(handed) == before
+
+    assert _wait(carried, timeout=15), "the core never carried the edge's requests"
+    before = settled(handed)
     n = 300
     fixed_share = sum(edge.http("GET", host, "/echo").text == "fixed" for _ in range(n)) / n
     assert 0.35 < fixed_share < 0.65, fixed_share  # 50 %: 5 standard deviations either way
+    assert settled(handed) == before, "a request handed to Python (drawn twice)"

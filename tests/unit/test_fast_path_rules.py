@@ -1259,6 +1259,10 @@ def test_an_https_edges_name_python_served_is_pushed_as_a_route_of_its_edge():
         "a fixed answer",
         "a member on OpenSSH",
         "failover",
+        "weighted",
+        "a static backend",
+        "a static backend in a failover",
+        "a member on OpenSSH in a weighted choice",
         "a converter",
         "IP policies",
         "connection rules",
@@ -1267,8 +1271,8 @@ def test_an_https_edges_name_python_served_is_pushed_as_a_route_of_its_edge():
 def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(core, shape):
     """Known before any request, so none is routed twice (a request handed to Python is
     routed again there, its backend drawn again): each route a tunnel group whose members'
-    sessions the core runs, a fixed answer, or no backend (the edge's own 502), decidable
-    modules naming no IP policy, no converter."""
+    sessions the core runs, a fixed answer, a failover or weighted choice of those, or no
+    backend (the edge's own 502), decidable modules naming no IP policy, no converter."""
     route = {"id": "edghtsrt_1", "match_type": "path_prefix", "match": "/"}
     backends = {"bkdtg_1": {"id": "bkdtg_1", "kind": "tunnel_group", "labels": {"app": "a"}}}
     member_mux = core
@@ -1276,8 +1280,28 @@ def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(
         route["backend"] = {"enabled": True, "backend_id": "bkdtg_1"}
     if shape == "a fixed answer":
         backends["bkdtg_1"] = {"id": "bkdtg_1", "kind": "http_response", "body": "x"}
-    elif shape == "failover":
-        backends["bkdtg_1"] = {"id": "bkdtg_1", "kind": "failover", "backends": []}
+    elif shape == "failover":  # (the router's copy: its members read with it)
+        fixed = {"id": "bkdhr_1", "kind": "http_response", "body": "x"}
+        group = dict(backends["bkdtg_1"])
+        backends["bkdtg_1"] = {"id": "bkdtg_1", "kind": "failover", "backends": [group, fixed]}
+    elif shape == "weighted":
+        fixed = {"id": "bkdhr_1", "kind": "http_response", "body": "x"}
+        members = [{"backend": dict(backends["bkdtg_1"]), "weight": 1}]
+        backends["bkdtg_1"] = {
+            "id": "bkdtg_1",
+            "kind": "weighted",
+            "backends": members + [{"backend": fixed, "weight": 1}],
+        }
+    elif shape == "a static backend":
+        backends["bkdtg_1"] = {"id": "bkdtg_1", "kind": "static", "address": "x.test:80"}
+    elif shape == "a static backend in a failover":
+        static = {"id": "bkdst_1", "kind": "static", "address": "x.test:80"}
+        group = dict(backends["bkdtg_1"])
+        backends["bkdtg_1"] = {"id": "bkdtg_1", "kind": "failover", "backends": [group, static]}
+    elif shape == "a member on OpenSSH in a weighted choice":
+        member_mux = types.SimpleNamespace(closed=False)
+        group = {"backend": dict(backends["bkdtg_1"]), "weight": 1}
+        backends["bkdtg_1"] = {"id": "bkdtg_1", "kind": "weighted", "backends": [group]}
     elif shape == "a member on OpenSSH":
         member_mux = types.SimpleNamespace(closed=False)  # not the core's session
     elif shape == "a converter":
@@ -1297,7 +1321,13 @@ def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(
         await _settle()
         return edge.carrier.set
 
-    carried = shape in ("a tunnel group of the core's sessions", "no backend", "a fixed answer")
+    carried = shape in (
+        "a tunnel group of the core's sessions",
+        "no backend",
+        "a fixed answer",
+        "failover",
+        "weighted",
+    )
     assert core.loop.run_until_complete(run()) == ([("http", EDGE_HOST, 1)] if carried else [])
 
 
