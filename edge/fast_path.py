@@ -16,8 +16,9 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
   auth, IP restrictions, header changes, compression, the WAF, the modules), or one that
   needs only the request's head (``decided.decidable``: the route is then *decided*, each
   request's policy run by edge/decided.py on the head the core read; a circuit breaker of its
-  own makes it decided too); with a WebSocket-TCP converter, no policy at all (the core
-  answers its upgrades and converts: ``ws_tcp``, edge_core/src/wstcp.rs; a PROXY protocol
+  own makes it decided too); with a WebSocket-TCP converter, no policy that may
+  forward-internal (the core answers its upgrades and converts, after the policy's decision
+  when it has one: ``ws_tcp``, edge_core/src/wstcp.rs; a PROXY protocol
   header the core writes itself: ``proxy_proto``; an ``app_protocol`` http2 endpoint is spoken to in HTTP/2
   by the core: ``h2_scheme_of``, not a pool's member);
 - an account with ``endpoints`` IP restrictions (the router's cache) has its routes decided,
@@ -87,6 +88,7 @@ from edge.decided import (
     Pushed,
     core_mux,
     counts_answers,
+    forward_names,
     forwards_to,
     decidable,
     h2_scheme_of,
@@ -344,9 +346,18 @@ class FastPath:
         return not (
             mode is None
             or (tunnel.forwards_proto == "http2" and not h2)
-            # a WebSocket-TCP endpoint's route is the core's alone, with no policy (decided,
-            # each request would go to Python: edge/decided.py leaves it Python's)
-            or (tunnel.ws_tcp and (not h2 or tunnel.forwards_proto == "http2" or mode != PLAIN))
+            # a WebSocket-TCP endpoint's route: the core answers the upgrade and converts,
+            # after the policy's decision when it has one; not one that may forward-internal
+            # (a request sent on from a converting route is Python's: the target decides
+            # whether it converts)
+            or (
+                tunnel.ws_tcp
+                and (
+                    not h2
+                    or tunnel.forwards_proto == "http2"
+                    or (mode != PLAIN and forward_names(policy_of(tunnel)) != frozenset())
+                )
+            )
         )
 
     def _cloud_kept(self, host: str) -> Optional[Routed]:

@@ -52,8 +52,9 @@ def _read_frame(sock, buf=b""):
     return opcode, buf[at : at + size], buf[at + size :]
 
 
-def _upgrade(edge, host, tls=False):
-    """An upgraded WebSocket to ``host`` (over TLS with ``tls``): (socket, head, accept)."""
+def _upgrade(edge, host, tls=False, extra=""):
+    """An upgraded WebSocket to ``host`` (over TLS with ``tls``; ``extra`` fields in the
+    request): (socket, head, accept)."""
     if tls:
         raw = socket.create_connection(("127.0.0.1", edge.https_port), timeout=10)
         context = ssl.create_default_context(cafile=edge.ca_path)
@@ -65,7 +66,7 @@ def _upgrade(edge, host, tls=False):
         (
             f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
             f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-            "Sec-WebSocket-Version: 13\r\n\r\n"
+            f"Sec-WebSocket-Version: 13\r\n{extra}\r\n"
         ).encode()
     )
     head = b""
@@ -157,15 +158,51 @@ def test_the_core_answers_and_converts_with_no_python_per_connection(edge, accou
     assert (_handed(edge), _served(edge)) == (handed, served + 1)
 
 
-def test_on_tls_python_terminated_the_core_still_converts(edge, account, agents):
-    """An endpoint with a policy is not a route of the core: its HTTPS connections are
-    Python's from the handshake on (edge/tls.py). Python answers the upgrade and copies the
-    plaintext to the core's converter over a socket pair (edge/wstcp.py ``_bridged``)."""
+def test_a_policys_decision_comes_before_the_cores_answer_and_conversion(edge, account, agents):
+    """A converting endpoint with a traffic policy is a route of the core too, decided: the
+    policy runs in Python on each upgrade (a deny answered by the core, the connection
+    closed), and what it lets through is answered 101 and converted by the core; no
+    connection is handed to Python."""
     policy = {
         "on_http_request": [
-            {"actions": [{"type": "add-headers", "config": {"headers": {"x-a": "1"}}}]}
+            {
+                "expressions": ["'x-deny' in req.headers"],
+                "actions": [{"type": "deny", "config": {"status_code": 403}}],
+            },
+            {"actions": [{"type": "add-headers", "config": {"headers": {"x-a": "1"}}}]},
         ]
     }
+    host = _converting_endpoint(edge, account, agents, policy)
+
+    def converted_by_the_core():
+        handed, served = _handed(edge), _served(edge)
+        sock, head, _ = _upgrade(edge, host)
+        with sock:
+            assert head.startswith("HTTP/1.1 101")
+            sock.sendall(_client_frame(wstcp.BINARY, b"decided"))
+            opcode, payload, _ = _read_frame(sock)
+            assert (opcode, payload) == (wstcp.BINARY, b"decided")
+        return _handed(edge) == handed and _served(edge) == served + 1
+
+    assert wait(converted_by_the_core, timeout=10)  # once the route is pushed
+    handed, served = _handed(edge), _served(edge)
+    sock, head, _ = _upgrade(edge, host, extra="X-Deny: 1\r\n")
+    with sock:  # an upgrade answered by anything but a 101 ends the connection
+        assert head.startswith("HTTP/1.1 403") and "connection: close" in head.lower(), head
+        sock.settimeout(5)
+        while sock.recv(65536):
+            pass
+    assert (_handed(edge), _served(edge)) == (handed, served + 1)
+
+
+def test_on_tls_python_terminated_the_core_still_converts(edge, account, agents):
+    """An endpoint whose policy may forward-internal is not a route of the core (a request
+    sent on from a converting route is Python's: edge/fast_path.py): its HTTPS connections
+    are Python's from the handshake on (edge/tls.py). Python answers the upgrade and copies
+    the plaintext to the core's converter over a socket pair (edge/wstcp.py ``_bridged``)."""
+    never = "'x-never-sent' in req.headers"
+    forward = {"type": "forward-internal", "config": {"url": "https://nowhere.internal"}}
+    policy = {"on_http_request": [{"expressions": [never], "actions": [forward]}]}
     host = _converting_endpoint(edge, account, agents, policy)
     before, handed = _converted(edge), _handed(edge)
     sock, head, accept = _upgrade(edge, host, tls=True)

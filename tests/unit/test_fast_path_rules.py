@@ -159,9 +159,9 @@ def test_an_endpoint_that_asked_for_a_proxy_protocol_header_gets_it_from_the_cor
 
 def test_a_converting_endpoint_with_no_policy_is_pushed_for_the_core_to_convert(core):
     """The WebSocket-TCP converter is the core's (edge_core/src/wstcp.rs): a converting
-    endpoint with no policy is a route pushed ``ws_tcp``; with any policy (even one decided
-    on the head), or speaking HTTP/2, it stays Python's (which hands the core the conversion
-    after its upgrade)."""
+    endpoint with no policy is a route pushed ``ws_tcp``, and so is one with a decidable
+    policy (each upgrade decided first); with a policy that may forward-internal, or speaking
+    HTTP/2, it stays Python's (which hands the core the conversion after its upgrade)."""
     edge = _edge()
     edge.carrier, edge.router = _Carrier(), _Router()
     edge.tls.loaded = asyncio.Event()
@@ -176,7 +176,12 @@ def test_a_converting_endpoint_with_no_policy_is_pushed_for_the_core_to_convert(
     tunnel = _tunnel(core, ws_tcp=True)
     assert _candidate(_edge(), tunnel, "https") is tunnel
     decided = types.SimpleNamespace(policy=compile_policy(REQUEST_PHASE))
-    for change in ({"enforcement": decided}, {"forwards_proto": "http2"}):
+    assert _candidate(_edge(), _tunnel(core, ws_tcp=True, enforcement=decided)) is not None
+    forward = {"type": "forward-internal", "config": {"url": "https://a.internal"}}
+    forwards = types.SimpleNamespace(
+        policy=compile_policy({"on_http_request": [{"actions": [forward]}]})
+    )
+    for change in ({"enforcement": forwards}, {"forwards_proto": "http2"}):
         assert _candidate(_edge(), _tunnel(core, ws_tcp=True, **change)) is None, change
         assert _candidate(_edge(), _tunnel(core, ws_tcp=False, **change)) is not None, change
 
