@@ -554,8 +554,11 @@ class Decider:
             if held is not None:
                 self.changed(held[2], held[1])
             return
-        if row[10] and reads_response_body(policy):  # an HTTP/2 stream's: its response's
-            carrier.decide_python(ticket)  # body is never read here (nothing of the policy run)
+        if row[10] and (reads_response_body(policy) or _reads_request_body(policy, row)):
+            # an HTTP/2 stream's: no body of its is read here (the core hands a stream asked
+            # for its request's body to Python), so such a request is Python's before
+            # anything of its policy runs (a rate limit counted once)
+            carrier.decide_python(ticket)
             self.handed += 1
             return
         if is_edge(held[0]):  # routed by its path first, in a task (the router's caches)
@@ -646,7 +649,17 @@ class Decider:
         ticket, name = row[0], held[0]
         with self._deciding(row, held, hub):
             async with asyncio.timeout_at(_DUE.get()):
-                routed = await self.edge.router.route_http(held[2], row[6], held[1])
+                router = self.edge.router
+                routed = await router.route_http(held[2], row[6], held[1], draw=False)
+                policy = routed.enforcement.policy if routed and routed.enforcement else None
+                if routed is not None and row[10] and _reads_request_body(policy, row):
+                    # an HTTP/2 stream whose body the route's policy reads: Python's, before
+                    # its backend is drawn (it draws once, there) or its policy runs
+                    self.edge.carrier.decide_python(ticket)
+                    self.handed += 1
+                    return
+                if routed is not None:
+                    router.draw(routed)
                 # the routing's own answers first, then the client checked, as
                 # edge/http_routing.py orders them
                 if (
@@ -740,7 +753,9 @@ class Decider:
             tripped = error_response(*breaker.TRIPPED_ANSWER, close=True)
             self._answer(ticket, tripped, method, True, None)
             return
-        self.edge.carrier.decide_append(ticket, [], _Forwarded(tunnel.breaker))
+        # (a converting endpoint's answers are counted by no breaker: see _finish)
+        memo = None if getattr(tunnel, "ws_tcp", False) else _Forwarded(tunnel.breaker)
+        self.edge.carrier.decide_append(ticket, [], memo)
 
     def _decide(
         self,
@@ -885,6 +900,12 @@ class Decider:
             if not breaker.allows(tunnel):  # the endpoint's own, after the policy (public.py)
                 tripped = error_response(*breaker.TRIPPED_ANSWER, close=True)
                 self._answer(ticket, tripped, method, True, memo)
+                return
+            if getattr(tunnel, "ws_tcp", False):  # a converting endpoint: the core answers
+                # the upgrade and converts, sending no HTTP request (so no head is made, as
+                # edge/wstcp.py makes none), and no breaker counts its answers (as none
+                # counts the Python path's converter's)
+                carrier.decide_append(ticket, [], memo, hold)
                 return
             traffic.breakers = out.breakers  # the answer is counted by them (fast_path.py)
             traffic.upstream_breaker = getattr(tunnel, "breaker", None)
@@ -1123,7 +1144,10 @@ class Decider:
         with self._deciding(row, held, hub, count=False):
             async with asyncio.timeout_at(_DUE.get()) as deadline:
                 whole = bodiless or (traffic.req.body is not None and traffic.req.body_complete)
-                if not whole and traffic.req.body is None:
+                # an HTTP/2 stream's body is never read here (the core would hand the stream
+                # over): answered at once, its virtual connection closed after, as a body
+                # read in part by the policy closes it (the core asks for a body once)
+                if not whole and traffic.req.body is None and not row[10]:
                     deadline.reschedule(None)  # (the read has its own bound, as in _awaited)
                     read = await self._body(ticket, http_policy.FIXED_BODY_DRAIN)
                     if read is None:  # the core closed the connection: no answer
@@ -1421,6 +1445,12 @@ class _Refused:
 
 
 REFUSED = _Refused()
+
+
+def _reads_request_body(policy: Optional[Any], row: Asked) -> bool:
+    """Whether ``policy``'s request phase may ask for the body of ``row``'s request: one
+    follows its head, and an action reads it (``request_body_limit``)."""
+    return policy is not None and not row[8] and policy.request_body_limit > 0
 
 
 def _says_close(fields: List[Tuple[bytes, bytes]]) -> bool:

@@ -126,6 +126,7 @@ class Routed:
     enforcement: Any = None
     error: Optional[Tuple[int, str, str]] = None
     ws_tcp: bool = False  # the route's websocket_tcp_converter (edge/wstcp.py)
+    backend: Optional[Dict[str, Any]] = None  # an edge's route's, drawn from (draw)
 
     @property
     def hop(self) -> Hop:
@@ -495,7 +496,14 @@ class EdgeRouter:
         return _target_of(routed, "tcp" if tunnel.proto == "tcp" else "http", url, port, protocol)
 
     # ---- HTTPS edges ------------------------------------------------------------------------
-    async def route_http(self, host: str, target: bytes, scheme: str) -> Optional[Routed]:
+    async def route_http(
+        self, host: str, target: bytes, scheme: str, draw: bool = True
+    ) -> Optional[Routed]:
+        """Where a request of ``host`` for ``target`` goes: a cloud endpoint, or the route of
+        the HTTPS edge serving the name, its modules' policy, and the tunnel or fixed answer
+        its backend gives (drawn: a group's next member, a weighted choice); None when
+        nothing serves the name. ``draw=False``: an edge's route is matched but its backend
+        not drawn yet (:meth:`draw` draws it, once)."""
         if "@" not in host:  # an internal claim's name is never a public Host
             cloud = await self._cloud(host)
             if cloud is not None and not cloud.get("internal"):
@@ -530,11 +538,21 @@ class EdgeRouter:
         backend = None
         if _enabled(backend_module) and backend_module.get("backend_id"):
             backend = await self._backend(account_id, backend_module["backend_id"])
-        routed.tunnel, routed.fixed = self._serve(account_id, backend)
+        routed.backend = backend
+        if draw:
+            self.draw(routed)
+        return routed
+
+    def draw(self, routed: Routed) -> None:
+        """An edge's route's backend drawn for one request (:meth:`route_http`): its tunnel
+        or fixed answer, or the edge's 502 when it has none now. Nothing for a cloud
+        endpoint's answer or an error (no route, a policy refused), which have no backend."""
+        if routed.cloud or routed.error is not None:
+            return
+        routed.tunnel, routed.fixed = self._serve(routed.account_id, routed.backend)
         if routed.tunnel is None and routed.fixed is None:
             code, msg = NO_BACKEND
-            routed.error = (502, code, msg.format(url=url))
-        return routed
+            routed.error = (502, code, msg.format(url=routed.url))
 
     async def https_edge_for(
         self, host: str

@@ -321,8 +321,14 @@ class _Router:
         self.reads.append(url)
         return self.here.get(url) or self.stored.get(url)
 
-    async def route_http(self, host, target, scheme):  # an HTTPS edge's route by path
-        return self.edge_routes.get(target.split(b"?")[0]) if self.edge_routes else None
+    async def route_http(self, host, target, scheme, draw=True):  # an edge's route by path
+        routed = self.edge_routes.get(target.split(b"?")[0]) if self.edge_routes else None
+        if routed is not None and draw:
+            self.draw(routed)
+        return routed
+
+    def draw(self, routed):  # (the routes are made drawn: counted only)
+        self.draws = getattr(self, "draws", 0) + 1
 
 
 def _decider(policy_doc):
@@ -1222,6 +1228,107 @@ def test_an_https_edges_request_is_routed_by_its_path_then_decided(core):
     assert not by_ticket[1][6]["hold"] and not by_ticket[2][6]["hold"]  # an edge's: never
     assert by_ticket[3][:3] == ("respond", 3, 200) and by_ticket[3][4:] == (b"x", False)
     assert by_ticket[4][:3] == ("respond", 4, 404) and b"ERR_NGROK_3200" in by_ticket[4][4]
+
+
+def test_an_http2_stream_whose_body_the_policy_reads_is_pythons_before_anything_runs(core):
+    """The core hands an HTTP/2 stream asked for its request's body to Python, which serves
+    the request from scratch: so such a stream (a body follows, an action reads it) is
+    handed over before its policy runs (a rate limit counted once) and, on an HTTPS edge,
+    before its backend is drawn (drawn once, there). A bodiless one, or one on HTTP/1.1,
+    is decided here, drawn once."""
+    from edge.edges import Routed
+
+    webhook = {"type": "verify-webhook", "config": {"provider": "github", "secret": "s"}}
+    made, carrier, _, _ = _decider(_req(webhook))
+    _decide(made, [_row(1, method=b"POST", bodiless=False, multiplexed=True)])
+    assert carrier.calls == [("python", 1)]
+
+    made, carrier = _edge_decider()
+    modules = types.SimpleNamespace(policy=compile_policy(_req(webhook)))
+    made.edge.router.edge_routes = {
+        b"/hook": Routed(
+            endpoint_id="edghts_1",
+            url=f"https://{HOST}",
+            host=HOST,
+            account_id="ac_1",
+            tunnel=_internal(core).tunnel,
+            enforcement=modules,
+        )
+    }
+    routes = made.edge.router.edge_routes
+    post = {"method": b"POST", "target": b"/hook", "bodiless": False}
+    calls = _decide_in_task(made, [_row(1, multiplexed=True, **post)])
+    assert calls == [("python", 1)] and getattr(made.edge.router, "draws", 0) == 0
+    made, carrier = _edge_decider()
+    made.edge.router.edge_routes = routes
+    calls = _decide_in_task(made, [_row(2, **post)])
+    assert calls[0][:2] == ("body", 2) and made.edge.router.draws == 1
+
+
+def test_a_fixed_answer_on_an_http2_stream_reads_no_body_and_closes(core):
+    """An HTTP/2 stream's body is never asked for (the core would hand the stream over): the
+    fixed answer goes at once, its virtual connection closed after; on HTTP/1.1 the core
+    reads the body first (at most 1 MiB)."""
+    from edge.edges import Routed
+
+    made, carrier = _edge_decider()
+    made.edge.router.edge_routes = {
+        b"/": Routed(
+            endpoint_id="edghts_1",
+            url=f"https://{HOST}",
+            host=HOST,
+            account_id="ac_1",
+            fixed={"status_code": 201, "body": "made"},
+        )
+    }
+    post = {"method": b"POST", "target": b"/", "bodiless": False}
+    calls = _decide_in_task(made, [_row(1, multiplexed=True, **post)])
+    assert calls == [("respond", 1, 201, calls[0][3], b"made", True)]
+    made, carrier = _edge_decider()
+    made.edge.router.edge_routes = {
+        b"/": Routed(
+            endpoint_id="edghts_1",
+            url=f"https://{HOST}",
+            host=HOST,
+            account_id="ac_1",
+            fixed={"status_code": 201, "body": "made"},
+        )
+    }
+
+    async def run():  # the core's read of the whole body answers the ask
+        made.decide([_row(2, **post)])
+        for _ in range(100):
+            if ("body", 2, decided.http_policy.FIXED_BODY_DRAIN) in carrier.calls:
+                break
+            await asyncio.sleep(0.01)
+        made.decide([_row(2, body=(b"abc", True), **post)])
+        for _ in range(100):
+            if any(c[0] == "respond" for c in carrier.calls):
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    answered = [c for c in carrier.calls if c[0] == "respond"]
+    assert answered == [("respond", 2, 201, answered[0][3], b"made", False)]
+
+
+def test_a_converting_endpoints_request_goes_on_as_it_came_counted_by_no_breaker(core):
+    """A converting endpoint's decided request goes on with no head made (the converter
+    sends no HTTP request; a head the policy broke is no 502, as edge/wstcp.py never makes
+    one) and its memo names no breaker (the converter's own answers are counted by none, as
+    on the Python path); a breaker-only one's has no memo."""
+    breaks = {"type": "circuit-breaker", "config": {"error_threshold": 0.5}}
+    removes_host = {"type": "remove-headers", "config": {"headers": ["host"]}}
+    made, carrier, tunnel, _ = _decider(_req(breaks, removes_host))
+    tunnel.ws_tcp = True
+    _decide(made, [_row(1)])
+    (call,) = carrier.calls
+    assert call[:3] == ("append", 1, []), call
+    assert call[3].breakers == [] and call[3].upstream_breaker is None
+    made, carrier, tunnel, _ = _decider(_req(breaks))
+    tunnel.ws_tcp, tunnel.breaker = True, types.SimpleNamespace(allow=lambda: True)
+    made._breaker_only(_row(2), tunnel)
+    assert carrier.calls[-1] == ("append", 2, [], None)
 
 
 def test_a_request_routed_to_another_edge_than_the_names_pushed_one_is_pythons(core):
