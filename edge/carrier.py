@@ -406,14 +406,16 @@ class Carrier:
         proxy_proto: int = 0,
         proxy_dest: str = "",
         hold: bool = False,
+        ws_tcp: bool = False,
     ) -> None:
         """Ticket ``ticket``'s request goes on with ``head`` to another agent endpoint than
-        its route's (the internal one a ``forward-internal`` sent it to): ``mux``'s tunnel
-        ``tunnel_id``, spoken to as :meth:`set_route` says (``h2_scheme``, ``proxy_proto``,
-        ``proxy_dest``); ``responses``: its response head is handed to ``on_responses``.
-        No ``head``: the client's own with ``fields`` appended (checked, lower-case, none of
-        them framing), written by the core as :meth:`decide_append` writes it; ``hold`` then
-        as there. Served and recorded as the route's."""
+        its route's (the internal one a ``forward-internal`` sent it to, an HTTPS edge
+        route's tunnel): ``mux``'s tunnel ``tunnel_id``, spoken to as :meth:`set_route` says
+        (``h2_scheme``, ``proxy_proto``, ``proxy_dest``, ``ws_tcp``: the core answers the
+        upgrade and converts); ``responses``: its response head is handed to
+        ``on_responses``. No ``head``: the client's own with ``fields`` appended (checked,
+        lower-case, none of them framing), written by the core as :meth:`decide_append`
+        writes it; ``hold`` then as there. Served and recorded as the route's."""
         self._core.decide_internal(
             ticket,
             None if head is None else bytes(head),
@@ -426,6 +428,7 @@ class Carrier:
             proxy_proto=proxy_proto,
             proxy_dest=proxy_dest,
             hold=hold,
+            ws_tcp=ws_tcp,
         )
 
     def decide_append(

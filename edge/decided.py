@@ -679,9 +679,9 @@ class Decider:
         """The edge's answer where the router gave one (none: offline, 404; its error),
         else the route's policy run on the request and what it let through sent to the
         backend's labeled tunnel (:meth:`_onward`) or answered by its fixed
-        (``http_response``) backend (:meth:`_fixed`). A WebSocket-TCP converter, a static
-        backend or a policy that is not decidable (or waits on a cache) is handed to the
-        Python path."""
+        (``http_response``) backend (:meth:`_fixed`); a route's WebSocket-TCP converter
+        is the core's (:meth:`_onward`). A static backend or a policy that is not decidable
+        (or waits on a cache) is handed to the Python path."""
         ticket, method, scheme, host = row[0], row[5], held[1], held[2]
         if routed is None or routed.error is not None:
             status, code, msg = (
@@ -697,8 +697,7 @@ class Decider:
             self._answer(ticket, refused, method, True, REFUSED)  # record names the edge
             return
         if (
-            routed.ws_tcp
-            or (routed.fixed is None and core_mux(routed.tunnel) is None)
+            (routed.fixed is None and core_mux(routed.tunnel) is None)
             or routed.endpoint_id != held[0].endpoint_id  # another edge since the push
         ):
             self.edge.carrier.decide_python(ticket)
@@ -1077,10 +1076,12 @@ class Decider:
             return
         tunnel = routed.tunnel
         mux = core_mux(tunnel) if not routed.cloud else None
+        # the target converts WebSockets (a converting endpoint, an edge route's converter):
+        # the core answers the upgrade and converts (edge/wstcp.py's rules)
+        converts = not routed.cloud and bool(tunnel.ws_tcp or getattr(routed, "ws_tcp", False))
         if not routed.cloud and (
             mux is None
-            or tunnel.ws_tcp
-            or getattr(routed, "ws_tcp", False)
+            or (converts and h2_scheme_of(tunnel) is not None)
             or traffic.req.body_rewritten  # (the core sends a target the client's body)
             or (row[10] and reads_response_body(traffic.policy))  # (an HTTP/2 stream's)
         ):
@@ -1100,6 +1101,21 @@ class Decider:
         if not breaker.allows(tunnel):  # no breaker counts the edge's own answer
             tripped = error_response(*breaker.TRIPPED_ANSWER, close=True)
             self._answer(ticket, tripped, method, True, traffic)
+            return
+        if converts:  # no HTTP request is sent (no head made), and no breaker counts the
+            # converter's answers, as on the Python path (edge/wstcp.py)
+            traffic.breakers, traffic.upstream_breaker = [], None
+            carrier.decide_internal(
+                ticket,
+                None,
+                mux,
+                tunnel.id,
+                memo=traffic,
+                proxy_proto=tunnel.proxy_proto,
+                proxy_dest=listener_addr(self.edge, held[1]),
+                hold=hold,
+                ws_tcp=True,
+            )
             return
         traffic.breakers = breakers  # the answer is counted by them (fast_path.py)
         traffic.upstream_breaker = getattr(tunnel, "breaker", None)

@@ -16,9 +16,9 @@ plain when all of these hold (docs/DATA_PLANE.md, "The public listener's fast pa
   auth, IP restrictions, header changes, compression, the WAF, the modules), or one that
   needs only the request's head (``decided.decidable``: the route is then *decided*, each
   request's policy run by edge/decided.py on the head the core read; a circuit breaker of its
-  own makes it decided too); with a WebSocket-TCP converter, no policy that may
-  forward-internal (the core answers its upgrades and converts, after the policy's decision
-  when it has one: ``ws_tcp``, edge_core/src/wstcp.rs; a PROXY protocol
+  own makes it decided too); with a WebSocket-TCP converter too (the core answers its
+  upgrades and converts, after the policy's decision when it has one: ``ws_tcp``,
+  edge_core/src/wstcp.rs; a PROXY protocol
   header the core writes itself: ``proxy_proto``; an ``app_protocol`` http2 endpoint is spoken to in HTTP/2
   by the core: ``h2_scheme_of``, not a pool's member);
 - an account with ``endpoints`` IP restrictions (the router's cache) has its routes decided,
@@ -88,7 +88,6 @@ from edge.decided import (
     Pushed,
     core_mux,
     counts_answers,
-    forward_names,
     forwards_to,
     decidable,
     h2_scheme_of,
@@ -347,17 +346,9 @@ class FastPath:
             mode is None
             or (tunnel.forwards_proto == "http2" and not h2)
             # a WebSocket-TCP endpoint's route: the core answers the upgrade and converts,
-            # after the policy's decision when it has one; not one that may forward-internal
-            # (a request sent on from a converting route is Python's: the target decides
-            # whether it converts)
-            or (
-                tunnel.ws_tcp
-                and (
-                    not h2
-                    or tunnel.forwards_proto == "http2"
-                    or (mode != PLAIN and forward_names(policy_of(tunnel)) != frozenset())
-                )
-            )
+            # after the policy's decision when it has one (a request it forwards internally
+            # is converted or not as its target says: decided.py)
+            or (tunnel.ws_tcp and (not h2 or tunnel.forwards_proto == "http2"))
         )
 
     def _cloud_kept(self, host: str) -> Optional[Routed]:
@@ -1106,15 +1097,17 @@ def _edge_route_carriable(
 ) -> bool:
     """Whether the core can carry every request an HTTPS edge's route serves, known before
     any request (so none is routed twice: a request handed to Python is routed again there,
-    and its backend drawn again): no WebSocket-TCP converter; its backend one whose every
-    pick the core carries (:func:`_picks_carried`), each member of its tunnel groups on a
-    session the core runs here, or none (the edge's 502); its modules a decidable policy
-    naming no IP policy or vault secret."""
-    if route_modules.converts_websockets(route):
-        return False
+    and its backend drawn again): its backend one whose every pick the core carries
+    (:func:`_picks_carried`), each member of its tunnel groups on a session the core runs
+    here (and none speaking HTTP/2 behind a WebSocket-TCP converter), or none (the edge's
+    502); its modules a decidable policy naming no IP policy or vault secret."""
     if backend is not None and not _picks_carried(backend):
         return False
     if any(core_mux(member) is None for member in members):
+        return False
+    if route_modules.converts_websockets(route) and any(
+        member.forwards_proto == "http2" for member in members
+    ):  # (a converter towards an HTTP/2 upstream: Python's, decided.Decider._onward)
         return False
     policy = enforcement.policy if enforcement is not None else None
     return policy is None or (

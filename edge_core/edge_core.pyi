@@ -394,10 +394,13 @@ class Core:
         proxy_proto: int = 0,
         proxy_dest: str = "",
         hold: bool = False,
+        ws_tcp: bool = False,
     ) -> None:
         """Ticket ``ticket``'s request on to ``session``'s tunnel ``tunnel_id`` (a
-        forward-internal's target) with ``head`` (None: the client's with ``fields``
-        appended; ``hold`` as decide_append's), served and recorded as its route's."""
+        forward-internal's target, an HTTPS edge route's tunnel) with ``head`` (None: the
+        client's with ``fields`` appended; ``hold`` as decide_append's), served and recorded
+        as its route's; ``ws_tcp``: the target converts WebSockets to TCP (the core answers
+        the upgrade and converts)."""
     def decide_append(
         self,
         ticket: int,

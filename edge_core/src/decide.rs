@@ -200,6 +200,10 @@ pub struct Target {
     pub proxy: Option<(u8, String)>,
     /// The endpoint speaks HTTP/2 (h2up.rs) with this `:scheme`.
     pub h2_upstream: Option<&'static str>,
+    /// The endpoint converts WebSockets to TCP (an edge route's converter, a converting
+    /// endpoint): the core answers the upgrade and converts (wstcp.rs), as for a route
+    /// pushed `ws_tcp`.
+    pub ws_tcp: bool,
 }
 
 /// A decision and the memo its record carries back.

@@ -123,7 +123,7 @@ impl Route {
             proxy: to.proxy,
             h2_upstream: to.h2_upstream,
             capture: self.capture,
-            ws_tcp: false, // a forward-internal's target converts in Python
+            ws_tcp: to.ws_tcp,
             held: None,
         }
     }
@@ -1273,11 +1273,7 @@ pub(crate) async fn connection<C: Conn>(
                     fields,
                     to,
                 } => {
-                    if (to.h2_upstream.is_some() && !crate::h2up::carriable_target(&head.target))
-                        || route.ws_tcp
-                    {
-                        // (a WebSocket-TCP route's request sent on: whether it converts is
-                        // the target's, which Python knows)
+                    if to.h2_upstream.is_some() && !crate::h2up::carriable_target(&head.target) {
                         break hand_over(tcp, peer, buf, first, &public, leg, ticket);
                     }
                     // served as the route's (its key, its records), on the target's session

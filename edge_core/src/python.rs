@@ -1097,7 +1097,7 @@ impl Core {
     #[pyo3(signature = (
         ticket, head, session, tunnel_id, *, fields = Vec::new(), memo = None,
         responses = false, h2_scheme = None, proxy_proto = 0, proxy_dest = String::new(),
-        hold = false
+        hold = false, ws_tcp = false
     ))]
     #[allow(clippy::too_many_arguments)]
     fn decide_internal(
@@ -1113,6 +1113,7 @@ impl Core {
         proxy_proto: u8,
         proxy_dest: String,
         hold: bool,
+        ws_tcp: bool,
     ) -> PyResult<()> {
         let to = Target {
             session: session.inner.clone(),
@@ -1120,6 +1121,7 @@ impl Core {
             responses,
             proxy: proxy_of(proxy_proto, proxy_dest)?,
             h2_upstream: h2_upstream_of(h2_scheme)?,
+            ws_tcp,
         };
         let hold = hold && head.is_none();
         let decision = Decision::Internal {

@@ -1367,6 +1367,7 @@ async fn a_forward_internal_goes_on_to_its_target_recorded_as_the_routes() {
         responses,
         proxy: None,
         h2_upstream: None,
+        ws_tcp: false,
     };
     let mut client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let mut served = Vec::new();
@@ -1504,6 +1505,7 @@ async fn a_cloud_routes_requests_are_answered_or_sent_to_a_target_else_pythons()
                 responses: false,
                 proxy: None,
                 h2_upstream: None,
+                ws_tcp: false,
             }),
         }),
     );
@@ -1759,6 +1761,7 @@ async fn a_targets_append_is_held_and_served_without_asking() {
                         responses: false,
                         proxy: None,
                         h2_upstream: None,
+                        ws_tcp: false,
                     }),
                 },
                 memo: Some(Arc::new(42u32)),

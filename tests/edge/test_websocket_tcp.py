@@ -196,13 +196,12 @@ def test_a_policys_decision_comes_before_the_cores_answer_and_conversion(edge, a
 
 
 def test_on_tls_python_terminated_the_core_still_converts(edge, account, agents):
-    """An endpoint whose policy may forward-internal is not a route of the core (a request
-    sent on from a converting route is Python's: edge/fast_path.py): its HTTPS connections
-    are Python's from the handshake on (edge/tls.py). Python answers the upgrade and copies
-    the plaintext to the core's converter over a socket pair (edge/wstcp.py ``_bridged``)."""
-    never = "'x-never-sent' in req.headers"
-    forward = {"type": "forward-internal", "config": {"url": "https://nowhere.internal"}}
-    policy = {"on_http_request": [{"expressions": [never], "actions": [forward]}]}
+    """An endpoint whose policy the core cannot decide (one that removes a framing field:
+    edge/decided.py) is not a route of the core: its HTTPS connections are Python's from
+    the handshake on (edge/tls.py). Python answers the upgrade and copies the plaintext to
+    the core's converter over a socket pair (edge/wstcp.py ``_bridged``)."""
+    framing = {"type": "remove-headers", "config": {"headers": ["content-length"]}}
+    policy = {"on_http_request": [{"actions": [framing]}]}
     host = _converting_endpoint(edge, account, agents, policy)
     before, handed = _converted(edge), _handed(edge)
     sock, head, accept = _upgrade(edge, host, tls=True)

@@ -1087,18 +1087,35 @@ def test_a_loop_of_forwards_ends_after_max_forwards_hops(core):
     assert f"More than {MAX_FORWARDS} forward-internal hops".encode() in body
 
 
-@pytest.mark.parametrize("why", ["not decidable", "not the core's session", "ws-tcp"])
+@pytest.mark.parametrize(
+    "why", ["not decidable", "not the core's session", "ws-tcp towards HTTP/2"]
+)
 def test_what_the_core_cannot_carry_at_the_target_goes_to_python(core, why):
     made, carrier, _, _ = _decider(_req(FORWARD))
     if why == "not decidable":
         target = _internal(core, _req(NOT_DECIDABLE["add-headers Content-Length"]))
-    elif why == "ws-tcp":
-        target = _internal(core, None, ws_tcp=True)
+    elif why == "ws-tcp towards HTTP/2":
+        target = _internal(core, None, ws_tcp=True, forwards_proto="http2")
     else:
         target = _internal(types.SimpleNamespace(closed=False), None)
     made.edge.router.here[INTERNAL] = target
     _decide(made, [_row(1)])
     assert carrier.calls == [("python", 1)]
+
+
+def test_a_converting_target_is_converted_by_the_core_with_no_head_and_no_breaker(core):
+    """A forward-internal's target that converts WebSockets: the request goes on to it with
+    ``ws_tcp`` (the core answers the upgrade and converts: no head is made, the converter
+    sending no HTTP request) and no breaker counts the converter's answers, as on the Python
+    path (edge/wstcp.py)."""
+    passed = {"type": "circuit-breaker", "config": {"error_threshold": 0.5}}
+    made, carrier, _, _ = _decider(_req(passed, FORWARD))
+    made.edge.router.here[INTERNAL] = _internal(core, None, ws_tcp=True)
+    _decide(made, [_row(1)])
+    ((kind, ticket, head, _, tunnel_id, memo, how),) = carrier.calls
+    assert (kind, ticket, head, tunnel_id) == ("internal", 1, None, "tn_in")
+    assert how["ws_tcp"] is True and how.get("fields", []) == []
+    assert memo.breakers == [] and memo.upstream_breaker is None
 
 
 def _cloud_decider(policy_doc):

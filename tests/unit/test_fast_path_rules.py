@@ -160,7 +160,7 @@ def test_an_endpoint_that_asked_for_a_proxy_protocol_header_gets_it_from_the_cor
 def test_a_converting_endpoint_with_no_policy_is_pushed_for_the_core_to_convert(core):
     """The WebSocket-TCP converter is the core's (edge_core/src/wstcp.rs): a converting
     endpoint with no policy is a route pushed ``ws_tcp``, and so is one with a decidable
-    policy (each upgrade decided first); with a policy that may forward-internal, or speaking
+    policy (each upgrade decided first); with a policy the core cannot decide, or speaking
     HTTP/2, it stays Python's (which hands the core the conversion after its upgrade)."""
     edge = _edge()
     edge.carrier, edge.router = _Carrier(), _Router()
@@ -177,13 +177,13 @@ def test_a_converting_endpoint_with_no_policy_is_pushed_for_the_core_to_convert(
     assert _candidate(_edge(), tunnel, "https") is tunnel
     decided = types.SimpleNamespace(policy=compile_policy(REQUEST_PHASE))
     assert _candidate(_edge(), _tunnel(core, ws_tcp=True, enforcement=decided)) is not None
-    forward = {"type": "forward-internal", "config": {"url": "https://a.internal"}}
-    forwards = types.SimpleNamespace(
-        policy=compile_policy({"on_http_request": [{"actions": [forward]}]})
+    framing = {"type": "remove-headers", "config": {"headers": ["content-length"]}}
+    undecidable = types.SimpleNamespace(
+        policy=compile_policy({"on_http_request": [{"actions": [framing]}]})
     )
-    for change in ({"enforcement": forwards}, {"forwards_proto": "http2"}):
-        assert _candidate(_edge(), _tunnel(core, ws_tcp=True, **change)) is None, change
-        assert _candidate(_edge(), _tunnel(core, ws_tcp=False, **change)) is not None, change
+    assert _candidate(_edge(), _tunnel(core, ws_tcp=True, enforcement=undecidable)) is None
+    assert _candidate(_edge(), _tunnel(core, ws_tcp=True, forwards_proto="http2")) is None
+    assert _candidate(_edge(), _tunnel(core, ws_tcp=False, forwards_proto="http2")) is not None
 
 
 def test_an_endpoint_with_a_decidable_policy_is_a_candidate(core):
@@ -1269,6 +1269,7 @@ def test_an_https_edges_name_python_served_is_pushed_as_a_route_of_its_edge():
         "a static backend in a failover",
         "a member on OpenSSH in a weighted choice",
         "a converter",
+        "a converter towards HTTP/2",
         "IP policies",
         "connection rules",
     ],
@@ -1309,7 +1310,7 @@ def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(
         backends["bkdtg_1"] = {"id": "bkdtg_1", "kind": "weighted", "backends": [group]}
     elif shape == "a member on OpenSSH":
         member_mux = types.SimpleNamespace(closed=False)  # not the core's session
-    elif shape == "a converter":
+    elif shape in ("a converter", "a converter towards HTTP/2"):
         route["websocket_tcp_converter"] = {"enabled": True}
     elif shape == "IP policies":
         route["ip_restriction"] = {"enabled": True, "ip_policy_ids": ["ipp_1"]}
@@ -1318,7 +1319,10 @@ def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(
         route["traffic_policy"] = {"enabled": True, "value": json.dumps(deny)}
     edge_copy = {"id": "edghts_1", "account_id": "ac_1", "hostports": [f"{EDGE_HOST}:443"]}
     edge, _ = _cloud_edge({}, {f"{EDGE_HOST}:443": (edge_copy, [route])}, backends)
-    edge.registry.add(_tunnel(member_mux, labels={"app": "a"}, hostname="", url=""))
+    speaks = "http2" if shape == "a converter towards HTTP/2" else "http1"
+    edge.registry.add(
+        _tunnel(member_mux, labels={"app": "a"}, hostname="", url="", forwards_proto=speaks)
+    )
 
     async def run():
         paths = FastPath(edge)
@@ -1332,6 +1336,7 @@ def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(
         "a fixed answer",
         "failover",
         "weighted",
+        "a converter",
     )
     assert core.loop.run_until_complete(run()) == ([("http", EDGE_HOST, 1)] if carried else [])
 
