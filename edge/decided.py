@@ -1078,12 +1078,16 @@ class Decider:
         mux = core_mux(tunnel) if not routed.cloud else None
         # the target converts WebSockets (a converting endpoint, an edge route's converter):
         # the core answers the upgrade and converts (edge/wstcp.py's rules)
-        converts = not routed.cloud and bool(tunnel.ws_tcp or getattr(routed, "ws_tcp", False))
+        converts = not routed.cloud and bool(
+            getattr(tunnel, "ws_tcp", False) or getattr(routed, "ws_tcp", False)
+        )
         if not routed.cloud and (
             mux is None
             or (converts and h2_scheme_of(tunnel) is not None)
-            or traffic.req.body_rewritten  # (the core sends a target the client's body)
-            or (row[10] and reads_response_body(traffic.policy))  # (an HTTP/2 stream's)
+            # (the converter sends no body and runs no response phase: neither hands over)
+            or (not converts and traffic.req.body_rewritten)  # (the core sends a target
+            # the client's body)
+            or (not converts and row[10] and reads_response_body(traffic.policy))
         ):
             carrier.decide_python(ticket)  # not an agent session the core runs here
             return

@@ -1105,10 +1105,11 @@ def _edge_route_carriable(
         return False
     if any(core_mux(member) is None for member in members):
         return False
-    if route_modules.converts_websockets(route) and any(
-        member.forwards_proto == "http2" for member in members
-    ):  # (a converter towards an HTTP/2 upstream: Python's, decided.Decider._onward)
-        return False
+    converter = route_modules.converts_websockets(route)
+    if any(
+        (converter or member.ws_tcp) and member.forwards_proto == "http2" for member in members
+    ):
+        return False  # (a converter towards an HTTP/2 upstream: Python's, Decider._onward)
     policy = enforcement.policy if enforcement is not None else None
     return policy is None or (
         decidable(policy)

@@ -1116,6 +1116,17 @@ def test_a_converting_target_is_converted_by_the_core_with_no_head_and_no_breake
     assert (kind, ticket, head, tunnel_id) == ("internal", 1, None, "tn_in")
     assert how["ws_tcp"] is True and how.get("fields", []) == []
     assert memo.breakers == [] and memo.upstream_breaker is None
+    # a body the policy rewrote is nothing to the converter (it sends no body): still the
+    # core's, not handed over
+    asked, carrier = _with_body(
+        _req(FIND_REPLACE, FORWARD),
+        (b"a cat sat", True),
+        setup=lambda made: made.edge.router.here.update(
+            {INTERNAL: _internal(core, None, ws_tcp=True)}
+        ),
+    )
+    internal = [c for c in carrier.calls if c[0] == "internal"]
+    assert ("python", 1) not in carrier.calls and internal[0][6]["ws_tcp"] is True
 
 
 def _cloud_decider(policy_doc):

@@ -1270,6 +1270,7 @@ def test_an_https_edges_name_python_served_is_pushed_as_a_route_of_its_edge():
         "a member on OpenSSH in a weighted choice",
         "a converter",
         "a converter towards HTTP/2",
+        "a converting member speaking HTTP/2",
         "IP policies",
         "connection rules",
     ],
@@ -1319,10 +1320,11 @@ def test_an_https_edge_is_a_route_only_when_the_core_carries_each_of_its_routes(
         route["traffic_policy"] = {"enabled": True, "value": json.dumps(deny)}
     edge_copy = {"id": "edghts_1", "account_id": "ac_1", "hostports": [f"{EDGE_HOST}:443"]}
     edge, _ = _cloud_edge({}, {f"{EDGE_HOST}:443": (edge_copy, [route])}, backends)
-    speaks = "http2" if shape == "a converter towards HTTP/2" else "http1"
-    edge.registry.add(
-        _tunnel(member_mux, labels={"app": "a"}, hostname="", url="", forwards_proto=speaks)
-    )
+    speaks = "http2" if "HTTP/2" in shape else "http1"
+    converts = shape == "a converting member speaking HTTP/2"
+    member = _tunnel(member_mux, labels={"app": "a"}, hostname="", url="", forwards_proto=speaks)
+    member.ws_tcp = converts
+    edge.registry.add(member)
 
     async def run():
         paths = FastPath(edge)
