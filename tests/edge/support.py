@@ -86,6 +86,24 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
+def core_counts(edge: Any) -> Tuple[float, float]:
+    """The requests the core's HTTP path served, and the connections it handed to Python."""
+    text = edge.metrics()
+    return (
+        metric(text, "edge_core_http_requests_total"),
+        metric(text, "edge_core_http_handed_over_total"),
+    )
+
+
+def carried_by_the_core(edge: Any, exchange: Callable[[], bool]) -> bool:
+    """Whether ``exchange()`` succeeded on the core's path: served there, nothing handed to
+    Python meanwhile."""
+    before = settled(lambda: core_counts(edge))
+    ok = exchange()
+    after = settled(lambda: core_counts(edge))
+    return ok and after[0] > before[0] and after[1] == before[1]
+
+
 def settled(read: Callable[[], Any]) -> Any:
     """``read()`` once two readings 0.2 s apart agree (the core counts a request just after
     its answer is written, so a client can read the answer first), at most 5 s."""

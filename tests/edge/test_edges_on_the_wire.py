@@ -47,7 +47,7 @@ def test_an_http_response_backend_is_answered_on_the_cores_path(edge, account):
     its answer made in Python (the route's response headers on it), written by the core,
     nothing handed over. A request's body is read and dropped first: read whole (up to
     1 MiB) the connection is kept, past that the answer closes it."""
-    from tests.edge.support import metric, settled
+    from tests.edge.support import carried_by_the_core, core_counts, settled
     from tests.edge.test_core_decided import _read_all
 
     host = f"corefixed-{time.time_ns()}.{BASE_DOMAIN}"
@@ -70,17 +70,10 @@ def test_an_http_response_backend_is_answered_on_the_cores_path(edge, account):
     )
 
     def counts():
-        text = edge.metrics()
-        return (
-            metric(text, "edge_core_http_requests_total"),
-            metric(text, "edge_core_http_handed_over_total"),
-        )
+        return core_counts(edge)
 
     def carried():
-        before = settled(counts)
-        ok = edge.http("GET", host, "/").status_code == 203
-        after = settled(counts)
-        return ok and after[0] > before[0] and after[1] == before[1]
+        return carried_by_the_core(edge, lambda: edge.http("GET", host, "/").status_code == 203)
 
     assert _wait(carried, timeout=15), "the core never carried the edge's requests"
     served, handed = settled(counts)
@@ -247,7 +240,7 @@ def test_an_https_edges_requests_are_carried_by_the_core_routed_by_their_path(
     compiled core: each request routed by its path (the route's modules decided in Python:
     headers both ways, the user-agent filter) and carried to the labeled tunnel on the
     agent's session, nothing handed over."""
-    from tests.edge.support import metric, settled
+    from tests.edge.support import carried_by_the_core, core_counts, settled
 
     label = f"c{time.time_ns()}"
     host = f"coreedge-{time.time_ns()}.{BASE_DOMAIN}"
@@ -272,17 +265,12 @@ def test_an_https_edges_requests_are_carried_by_the_core_routed_by_their_path(
     _bound(agent.start())
 
     def counts():
-        text = edge.metrics()
-        return (
-            metric(text, "edge_core_http_requests_total"),
-            metric(text, "edge_core_http_handed_over_total"),
-        )
+        return core_counts(edge)
 
     def carried():
-        before = settled(counts)
-        ok = edge.http("GET", host, "/echo").status_code == 200
-        after = settled(counts)
-        return ok and after[0] > before[0] and after[1] == before[1]
+        return carried_by_the_core(
+            edge, lambda: edge.http("GET", host, "/echo").status_code == 200
+        )
 
     assert _wait(carried, timeout=15), "the core never carried the edge's requests"
     served, handed = settled(counts)

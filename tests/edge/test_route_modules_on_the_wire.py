@@ -12,7 +12,7 @@ import time
 
 from edge import wstcp
 from tests.edge.conftest import BASE_DOMAIN, CLIENT_ID, CLIENT_SECRET
-from tests.edge.support import metric, settled
+from tests.edge.support import carried_by_the_core, core_counts, settled
 from tests.edge.test_edge_sdk import _bound, _credential, _wait
 from tests.edge.test_websocket_tcp import _client_frame, _read_frame, _upgrade
 
@@ -165,21 +165,11 @@ def test_websocket_tcp_converter(edge, account, agents):
 
     # once Python served the name, the core carries it: the route matched and decided in
     # Python, the upgrade answered and converted by the core, nothing handed over
-    def counts():
-        text = edge.metrics()
-        return (
-            metric(text, "edge_core_http_requests_total"),
-            metric(text, "edge_core_http_handed_over_total"),
-        )
-
     def carried():
-        before = settled(counts)
-        ok = echoed() == b"through a route"
-        after = settled(counts)
-        return ok and after[0] > before[0] and after[1] == before[1]
+        return carried_by_the_core(edge, lambda: echoed() == b"through a route")
 
     assert _wait(carried, timeout=15), "the core never converted the route's WebSockets"
-    before = settled(counts)
+    before = settled(lambda: core_counts(edge))
     assert echoed() == b"through a route" and edge.http("GET", host, "/").status_code == 400
-    after = settled(counts)
+    after = settled(lambda: core_counts(edge))
     assert (after[0] - before[0], after[1]) == (2, before[1])

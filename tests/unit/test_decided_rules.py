@@ -1299,8 +1299,7 @@ def test_a_fixed_answer_on_an_http2_stream_reads_no_body_and_closes(core):
     reads the body first (at most 1 MiB)."""
     from edge.edges import Routed
 
-    made, carrier = _edge_decider()
-    made.edge.router.edge_routes = {
+    routes = {
         b"/": Routed(
             endpoint_id="edghts_1",
             url=f"https://{HOST}",
@@ -1309,19 +1308,13 @@ def test_a_fixed_answer_on_an_http2_stream_reads_no_body_and_closes(core):
             fixed={"status_code": 201, "body": "made"},
         )
     }
+    made, carrier = _edge_decider()
+    made.edge.router.edge_routes = routes
     post = {"method": b"POST", "target": b"/", "bodiless": False}
     calls = _decide_in_task(made, [_row(1, multiplexed=True, **post)])
     assert calls == [("respond", 1, 201, calls[0][3], b"made", True)]
     made, carrier = _edge_decider()
-    made.edge.router.edge_routes = {
-        b"/": Routed(
-            endpoint_id="edghts_1",
-            url=f"https://{HOST}",
-            host=HOST,
-            account_id="ac_1",
-            fixed={"status_code": 201, "body": "made"},
-        )
-    }
+    made.edge.router.edge_routes = routes
 
     async def run():  # the core's read of the whole body answers the ask
         made.decide([_row(2, **post)])
